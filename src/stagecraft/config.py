@@ -1,0 +1,85 @@
+"""Global configuration flags, read with attribute access and set with `update`.
+
+  >>> import stagecraft
+  >>> stagecraft.config.update("enable_x64", True)
+  >>> stagecraft.config.enable_x64
+  True
+  >>> stagecraft.config.update("enable_x64", False)
+
+Flags:
+  enable_x64 (bool, default False, env STAGECRAFT_ENABLE_X64): when off, 64-bit dtypes are
+    narrowed to 32 bits (float64 -> float32, int64 -> int32, uint64 -> uint32,
+    complex128 -> complex64), as in JAX.
+  disable_jit (bool, default False): `jit` runs its function eagerly, op by op.
+  compilation_cache_dir (str or None): directory of the persistent executable cache.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+def _env_bool(name: str, default: bool) -> bool:
+  v = os.environ.get(name)
+  if v is None:
+    return default
+  return v.strip().lower() in ("1", "true", "yes", "on")
+
+
+class Config:
+  """Holds the flags. `state_key` changes whenever a flag that changes programs changes, so
+  caches can key on it cheaply."""
+
+  _defaults = {
+      "enable_x64": _env_bool("STAGECRAFT_ENABLE_X64", False),
+      "disable_jit": False,
+      "compilation_cache_dir": os.environ.get("STAGECRAFT_COMPILATION_CACHE_DIR"),
+  }
+
+  def __init__(self):
+    self.__dict__.update(self._defaults)
+    self.state_key = (self.enable_x64,)
+
+  def update(self, name: str, value) -> None:
+    """Sets flag `name` to `value`.
+
+    Raises:
+      AttributeError: if `name` is not a known flag (the message lists them).
+      TypeError: if a boolean flag is given a non-bool value.
+    """
+    if name not in self._defaults:
+      raise AttributeError(
+          f"Unknown config flag {name!r}. Known flags: {sorted(self._defaults)}.")
+    if isinstance(self._defaults[name], bool) and not isinstance(value, (bool, int)):
+      raise TypeError(f"Config flag {name!r} expects a bool, got {value!r}.")
+    if isinstance(self._defaults[name], bool):
+      value = bool(value)
+    self.__dict__[name] = value
+    self.state_key = (self.enable_x64,)
+
+  def __setattr__(self, name, value):
+    if name in self._defaults:
+      raise AttributeError(f"Use config.update({name!r}, value) to set a flag.")
+    object.__setattr__(self, name, value)
+
+  @contextlib.contextmanager
+  def _override(self, name, value):
+    old = getattr(self, name)
+    self.update(name, value)
+    try:
+      yield
+    finally:
+      self.update(name, old)
+
+
+config = Config()
+
+
+def enable_x64(new_val: bool = True):
+  """Context manager that sets `enable_x64` for its body."""
+  return config._override("enable_x64", new_val)
+
+
+def disable_jit(disable: bool = True):
+  """Context manager under which `jit` runs its function eagerly (as `jax.disable_jit`)."""
+  return config._override("disable_jit", disable)

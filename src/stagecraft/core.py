@@ -1,0 +1,680 @@
+"""The core: avals, the jaxpr IR and its printer and checker, Primitive/bind, Trace/Tracer with
+the stackless current-trace context, the evaluation trace and `eval_jaxpr`.
+
+Design after JAX's autodidax and JAX's "stackless" core: a thread-local holds the current
+`Trace`; `Primitive.bind` hands its arguments to that trace's `process_primitive`; a trace
+lifts values that are not its own tracers; the evaluation trace at the bottom runs `impl`.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes
+from stagecraft.errors import (ConcretizationTypeError, JaxprTypeError,
+                               TracerArrayConversionError, TracerIntegerConversionError,
+                               UnexpectedTracerError)
+
+# ---------------------------------------------------------------------------
+# Avals
+
+
+class ShapedArray:
+  """Abstract value of an array: shape, dtype and weak type (`f32[3,4]`).
+
+  Args:
+    shape: tuple of non-negative ints.
+    dtype: a NumPy dtype (already canonical: callers canonicalize).
+    weak_type: True for values that came from Python scalars and take the dtype of the
+      typed operand they meet (JAX's weak types).
+  """
+  __slots__ = ("shape", "dtype", "weak_type", "_hash")
+  array_abstraction_level = 1
+
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False):
+    self.shape = shape
+    self.dtype = dtype
+    self.weak_type = weak_type
+    self._hash = hash((shape, dtype, weak_type))
+
+  ndim = property(lambda self: len(self.shape))
+
+  @property
+  def size(self) -> int:
+    return int(np.prod(self.shape, dtype=np.int64))
+
+  def __eq__(self, other):
+    return (type(other) is ShapedArray and self.shape == other.shape
+            and self.dtype == other.dtype and self.weak_type == other.weak_type)
+
+  def __hash__(self):
+    return self._hash
+
+  def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
+    return ShapedArray(self.shape if shape is None else shape,
+                       self.dtype if dtype is None else dtype,
+                       self.weak_type if weak_type is None else weak_type)
+
+  def strip_weak_type(self) -> "ShapedArray":
+    return self if not self.weak_type else ShapedArray(self.shape, self.dtype, False)
+
+  def str_short(self) -> str:
+    return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+  def __repr__(self):
+    w = ", weak_type=True" if self.weak_type else ""
+    return f"ShapedArray({self.str_short()}{w})"
+
+  __str__ = str_short
+
+
+class ShapeDtypeStruct:
+  """A shape and dtype without data, for `eval_shape`, `make_jaxpr` and `lower`.
+
+  Args:
+    shape: tuple of ints.
+    dtype: dtype-like; canonicalized when traced.
+    weak_type: keep the weak type of the described value (JAX drops it: jax#23302).
+    sharding: optional sharding (kept, used by sharded lowering).
+  """
+  __slots__ = ("shape", "dtype", "weak_type", "sharding")
+
+  def __init__(self, shape, dtype, *, weak_type: bool = False, sharding=None):
+    self.shape = tuple(int(d) for d in shape)
+    self.dtype = np.dtype(dtype)
+    self.weak_type = bool(weak_type)
+    self.sharding = sharding
+
+  ndim = property(lambda self: len(self.shape))
+  size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+  def __repr__(self):
+    w = ", weak_type=True" if self.weak_type else ""
+    return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{w})"
+
+  def __eq__(self, other):
+    return (isinstance(other, ShapeDtypeStruct) and self.shape == other.shape
+            and self.dtype == other.dtype and self.weak_type == other.weak_type)
+
+  def __hash__(self):
+    return hash((self.shape, self.dtype, self.weak_type))
+
+
+def _scalar_aval(typ):
+  def handler(x):
+    dt = dtypes.python_scalar_dtype(typ)
+    if typ is int:
+      _check_int_range(x, dt)
+    return ShapedArray((), dt, typ is not bool)
+  return handler
+
+
+def _check_int_range(x: int, dt: np.dtype):
+  info = np.iinfo(dt)
+  if not info.min <= x <= info.max:
+    raise OverflowError(
+        f"Python int {x} is too large to convert to {dt.name}. Use a smaller value, or "
+        f"enable 64-bit types with stagecraft.config.update('enable_x64', True).")
+
+
+def _ndarray_aval(x):
+  return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
+
+
+def _npscalar_aval(x):
+  return ShapedArray((), dtypes.canonicalize_dtype(x.dtype), False)
+
+
+#: Maps a Python type to a function returning the aval of a value of that type. Extended by
+#: the runtime (Array, jax.Array) and by users of custom array-likes.
+pytype_aval_mappings: dict[type, Callable[[Any], ShapedArray]] = {
+    bool: _scalar_aval(bool), int: _scalar_aval(int), float: _scalar_aval(float),
+    complex: _scalar_aval(complex), np.ndarray: _ndarray_aval,
+}
+for _t in set(np.sctypeDict.values()):
+  if issubclass(_t, np.generic) and _t is not np.object_ and not issubclass(
+      _t, (np.str_, np.bytes_, np.void, np.datetime64, np.timedelta64)):
+    pytype_aval_mappings[_t] = _npscalar_aval
+for _dt in (dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2):
+  pytype_aval_mappings[_dt.type] = _npscalar_aval
+
+
+class WeakScalarValue:
+  """A host scalar of a given dtype that is weakly typed (a Python scalar that lax converted
+  to the dtype of its typed operand). Staged as a Literal."""
+  __slots__ = ("value", "aval")
+
+  def __init__(self, value: np.generic):
+    self.value = value
+    self.aval = ShapedArray((), value.dtype, True)
+
+  def __array__(self, dtype=None, copy=None):
+    return np.asarray(self.value, dtype)
+
+  def __repr__(self):
+    return f"{self.value!r}(weak)"
+
+
+pytype_aval_mappings[WeakScalarValue] = lambda x: x.aval
+
+
+def get_aval(x: Any) -> ShapedArray:
+  """The ShapedArray of an array-like value.
+
+  Raises:
+    TypeError: if `x` is not an array-like (a clear message names its type).
+  """
+  handler = pytype_aval_mappings.get(type(x))
+  if handler is not None:
+    return handler(x)
+  if isinstance(x, Tracer):
+    return x.aval
+  for t in type(x).__mro__[1:]:
+    handler = pytype_aval_mappings.get(t)
+    if handler is not None:
+      return handler(x)
+  if hasattr(x, "__jax_array__"):
+    return get_aval(x.__jax_array__())
+  raise TypeError(f"Value {x!r} of type {type(x).__name__} is not a valid array type: expected "
+                  f"an Array, a NumPy array or scalar, or a Python bool/int/float/complex.")
+
+
+def valid_array_type(x: Any) -> bool:
+  try:
+    get_aval(x)
+    return True
+  except (TypeError, OverflowError):
+    return False
+
+
+# ---------------------------------------------------------------------------
+# The IR
+
+
+class Var:
+  """A variable of a jaxpr, typed by its aval. Compared by identity."""
+  __slots__ = ("aval",)
+
+  def __init__(self, aval: ShapedArray):
+    self.aval = aval
+
+  def __repr__(self):
+    return f"Var(id={id(self):x}):{self.aval.str_short()}"
+
+
+class DropVar(Var):
+  """An output variable that nothing reads (printed `_`)."""
+  __slots__ = ()
+
+
+class Literal:
+  """A scalar constant inlined in a jaxpr (printed `2.0:f32[]`). `val` is a Python scalar
+  when the aval is weakly typed, else a NumPy scalar of the aval's dtype."""
+  __slots__ = ("val", "aval")
+
+  def __init__(self, val: Any, aval: ShapedArray):
+    self.val = val
+    self.aval = aval
+
+  def __repr__(self):
+    return f"Literal({self.val!r}:{self.aval.str_short()})"
+
+
+Atom = Var | Literal
+
+
+class JaxprEqn(NamedTuple):
+  """One equation: `outvars = primitive[params] invars`."""
+  invars: list[Atom]
+  outvars: list[Var]
+  primitive: "Primitive"
+  params: dict[str, Any]
+
+  def replace(self, **kw) -> "JaxprEqn":
+    return self._replace(**kw)
+
+
+class DebugInfo(NamedTuple):
+  """Where a jaxpr came from: the transformation, the function, and one name per flat input
+  (`x`, `params['w']`), with the positional index or keyword name of its top-level argument."""
+  traced_for: str
+  func_name: str
+  arg_names: tuple[str, ...] | None
+  arg_origins: tuple[int | str, ...] | None = None
+
+
+class Jaxpr:
+  """A typed, first-order program: `{ lambda constvars ; invars . let eqns in outvars }`."""
+  __slots__ = ("constvars", "invars", "outvars", "eqns", "debug_info", "effects")
+
+  def __init__(self, constvars: Sequence[Var], invars: Sequence[Var], outvars: Sequence[Atom],
+               eqns: Sequence[JaxprEqn], debug_info: DebugInfo | None = None, effects=()):
+    self.constvars = list(constvars)
+    self.invars = list(invars)
+    self.outvars = list(outvars)
+    self.eqns = list(eqns)
+    self.debug_info = debug_info
+    self.effects = effects
+
+  in_avals = property(lambda self: [v.aval for v in self.invars])
+  out_avals = property(lambda self: [v.aval for v in self.outvars])
+
+  def __str__(self):
+    return pp_jaxpr(self)
+
+  __repr__ = __str__
+
+  def replace(self, **kw) -> "Jaxpr":
+    d = dict(constvars=self.constvars, invars=self.invars, outvars=self.outvars,
+             eqns=self.eqns, debug_info=self.debug_info, effects=self.effects)
+    d.update(kw)
+    return Jaxpr(**d)
+
+
+class ClosedJaxpr:
+  """A Jaxpr with values for its constvars. Hashed by identity (params carry them)."""
+  __slots__ = ("jaxpr", "consts", "__weakref__")
+
+  def __init__(self, jaxpr: Jaxpr, consts: Sequence[Any]):
+    if len(consts) != len(jaxpr.constvars):
+      raise JaxprTypeError(f"ClosedJaxpr: {len(jaxpr.constvars)} constvars but "
+                           f"{len(consts)} consts")
+    self.jaxpr = jaxpr
+    self.consts = list(consts)
+
+  in_avals = property(lambda self: self.jaxpr.in_avals)
+  out_avals = property(lambda self: self.jaxpr.out_avals)
+  eqns = property(lambda self: self.jaxpr.eqns)
+
+  def __str__(self):
+    return pp_jaxpr(self.jaxpr)
+
+  __repr__ = __str__
+
+
+# ---------------------------------------------------------------------------
+# Printer (JAX's textual format)
+
+_PP_WIDTH = 80
+
+
+def _encode_name(n: int) -> str:
+  s = ""
+  while True:
+    s = chr(ord("a") + n % 26) + s
+    n //= 26
+    if n == 0:
+      return s
+
+
+class _Names:
+  def __init__(self):
+    self.names: dict[Var, str] = {}
+    self.counter = itertools.count()
+
+  def __call__(self, v: Atom) -> str:
+    if isinstance(v, Literal):
+      return _pp_literal(v)
+    if isinstance(v, DropVar):
+      return "_"
+    name = self.names.get(v)
+    if name is None:
+      name = self.names[v] = _encode_name(next(self.counter))
+    return name
+
+  def binder(self, v: Var) -> str:
+    return f"{self(v)}:{v.aval.str_short()}"
+
+
+def _pp_literal(lit: Literal) -> str:
+  v = lit.val
+  if type(v) is WeakScalarValue:
+    v = v.value
+  if isinstance(v, (np.generic, np.ndarray)):
+    v = v.item() if np.ndim(v) == 0 else v
+  return f"{v}:{lit.aval.str_short()}"
+
+
+def _pp_param(v: Any, indent: int) -> str:
+  if isinstance(v, ClosedJaxpr):
+    return pp_jaxpr(v.jaxpr, indent)
+  if isinstance(v, Jaxpr):
+    return pp_jaxpr(v, indent)
+  if isinstance(v, np.dtype):
+    return v.name
+  if isinstance(v, type) and issubclass(v, np.generic):
+    return np.dtype(v).name
+  if callable(v) and hasattr(v, "__name__"):
+    return v.__name__
+  if isinstance(v, tuple) and v and all(isinstance(x, (ClosedJaxpr, Jaxpr)) for x in v):
+    inner = ("\n" + " " * (indent + 2)).join(_pp_param(x, indent + 2) for x in v)
+    return "(\n" + " " * (indent + 2) + inner + "\n" + " " * indent + ")"
+  return str(v)
+
+
+def _pp_eqn(eqn: JaxprEqn, names: _Names, indent: int) -> str:
+  lhs = " ".join(names.binder(v) for v in eqn.outvars)
+  rhs_args = " ".join(names(v) for v in eqn.invars)
+  params = sorted(eqn.params.items())
+  prim = eqn.primitive.name
+  if not params:
+    return f"{lhs} = {prim} {rhs_args}".rstrip()
+  one = " ".join(f"{k}={_pp_param(v, indent + 2)}" for k, v in params)
+  line = f"{lhs} = {prim}[{one}] {rhs_args}".rstrip()
+  if "\n" not in line and indent + len(line) <= _PP_WIDTH:
+    return line
+  pad = " " * (indent + 2)
+  body = "\n".join(f"{pad}{k}={_pp_param(v, indent + 2)}" for k, v in params)
+  return f"{lhs} = {prim}[\n{body}\n{' ' * indent}] {rhs_args}".rstrip()
+
+
+def pp_jaxpr(jaxpr: Jaxpr, indent: int = 0) -> str:
+  """Prints `jaxpr` as JAX does: one line when it fits in 80 columns, else one equation a
+  line, with nested jaxprs in params indented."""
+  names = _Names()
+  consts = " ".join(names.binder(v) for v in jaxpr.constvars)
+  ins = " ".join(names.binder(v) for v in jaxpr.invars)
+  head = f"{{ lambda {consts}; {ins}. let"
+  eqn_lines = [_pp_eqn(e, names, indent + 4) for e in jaxpr.eqns]
+  outs = ", ".join(names(v) for v in jaxpr.outvars)
+  outs = f"({outs},)" if len(jaxpr.outvars) == 1 else f"({outs})"
+  one = f"{head} {'; '.join(eqn_lines)} in {outs} }}" if eqn_lines else f"{head}  in {outs} }}"
+  if "\n" not in one and indent + len(one) <= _PP_WIDTH:
+    return one
+  pad = " " * (indent + 4)
+  body = "\n".join(pad + ln for ln in eqn_lines)
+  return f"{head}\n{body}\n{' ' * (indent + 2)}in {outs} }}"
+
+
+# ---------------------------------------------------------------------------
+# Primitives
+
+
+class Primitive:
+  """An operation with rules. `bind` hands it to the current trace.
+
+  Rules live in their interpreter's registry (ad, batching, lowering, partial_eval); the
+  impl and abstract_eval rules are stored on the primitive itself, as in JAX.
+  """
+  multiple_results = False
+
+  def __init__(self, name: str):
+    self.name = name
+    self.impl: Callable | None = None
+    self.abstract_eval: Callable | None = None
+
+  def __repr__(self):
+    return self.name
+
+  def bind(self, *args, **params):
+    return _state.trace.process_primitive(self, args, params)
+
+  def def_impl(self, impl: Callable) -> Callable:
+    self.impl = impl
+    return impl
+
+  def def_abstract_eval(self, rule: Callable) -> Callable:
+    self.abstract_eval = rule
+    return rule
+
+
+#: The generic impl (set by the runtime): lower a one-equation jaxpr, compile once, execute.
+_default_impl: list[Callable | None] = [None]
+
+
+def _run_impl(prim: Primitive, args, params):
+  impl = prim.impl
+  if impl is not None:
+    return impl(*args, **params)
+  return _default_impl[0](prim, args, params)
+
+
+# ---------------------------------------------------------------------------
+# Traces
+
+
+class Trace:
+  """Interprets primitives. Subclasses implement `process_primitive(prim, args, params)`."""
+  __slots__ = ("_valid", "__weakref__")
+
+  def __init__(self):
+    self._valid = True
+
+  def process_primitive(self, prim: Primitive, args, params):
+    raise NotImplementedError
+
+  def invalidate(self):
+    self._valid = False
+
+  def origin_msg(self, tracer: "Tracer") -> str:
+    return ""
+
+  def __repr__(self):
+    return type(self).__name__
+
+
+class EvalTrace(Trace):
+  """The bottom trace: runs each primitive on concrete values."""
+  __slots__ = ()
+
+  def process_primitive(self, prim, args, params):
+    for a in args:
+      if isinstance(a, Tracer):
+        raise escaped_tracer_error(a, prim)
+    return _run_impl(prim, args, params)
+
+
+eval_trace = EvalTrace()
+
+
+class _TraceState(threading.local):
+  def __init__(self):
+    self.trace: Trace = eval_trace
+
+
+_state = _TraceState()
+
+
+def current_trace() -> Trace:
+  return _state.trace
+
+
+@contextmanager
+def set_current_trace(trace: Trace):
+  prev = _state.trace
+  _state.trace = trace
+  try:
+    yield trace
+  finally:
+    _state.trace = prev
+
+
+def escaped_tracer_error(tracer: "Tracer", prim: Primitive | None = None) -> UnexpectedTracerError:
+  where = f" while binding `{prim.name}`" if prim is not None else ""
+  trace = tracer._trace
+  origin = trace.origin_msg(tracer)
+  return UnexpectedTracerError(
+      f"Encountered an unexpected tracer{where}: {tracer!r}. A function transformed by "
+      f"{trace!r} stored one of its intermediate values in outer state (a global, a closure, "
+      f"an attribute) and it was used after the transformation ended.{origin} Return the "
+      f"value from the transformed function instead of storing it.")
+
+
+class Tracer:
+  """A value being traced: it has an aval and belongs to one trace.
+
+  Python operators and array methods are attached by `stagecraft.numpy`. Conversions that
+  need a concrete value raise ConcretizationTypeError (or its relatives) with the origin.
+  """
+  __slots__ = ("_trace",)
+  __array_priority__ = 1000
+
+  aval: ShapedArray  # set by subclasses
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: self.aval.dtype)
+  ndim = property(lambda self: len(self.aval.shape))
+  size = property(lambda self: self.aval.size)
+  weak_type = property(lambda self: self.aval.weak_type)
+
+  def __repr__(self):
+    return f"Traced<{self.aval.str_short()}>with<{self._trace!r}>"
+
+  def _concretization_error(self, fname: str, cls=ConcretizationTypeError, fix: str = ""):
+    origin = self._trace.origin_msg(self)
+    fix = fix or (" Use `stagecraft.lax.cond` or `stagecraft.numpy.where` instead of a Python "
+                  "`if`, or make the value static.")
+    return cls(
+        f"Abstract tracer value encountered where concrete value is expected: traced array "
+        f"with shape {self.aval.str_short()}. The problem arose with the `{fname}` function."
+        f"{origin}{fix}")
+
+  def __bool__(self):
+    raise self._concretization_error("bool")
+
+  def __int__(self):
+    raise self._concretization_error("int")
+
+  def __float__(self):
+    raise self._concretization_error("float")
+
+  def __complex__(self):
+    raise self._concretization_error("complex")
+
+  def __index__(self):
+    raise self._concretization_error(
+        "__index__", TracerIntegerConversionError,
+        " An integer-valued tracer cannot index a Python sequence or size a range; use "
+        "`stagecraft.lax.dynamic_slice`/array indexing, or make the value static.")
+
+  def __array__(self, dtype=None, copy=None):
+    raise self._concretization_error(
+        "__array__", TracerArrayConversionError,
+        " NumPy cannot operate on traced values: use `stagecraft.numpy` instead of `numpy` "
+        "inside transformed functions.")
+
+  def __hash__(self):
+    raise TypeError(f"unhashable type: {type(self).__name__} ({self.aval.str_short()}). "
+                    f"Traced arrays cannot be dict keys or static arguments.")
+
+  def __len__(self):
+    if not self.aval.shape:
+      raise TypeError("len() of unsized object (a 0-d traced array)")
+    return self.aval.shape[0]
+
+  def __iter__(self):
+    if not self.aval.shape:
+      raise TypeError("iteration over a 0-d array")
+    return (self[i] for i in range(self.aval.shape[0]))
+
+  def item(self):
+    raise self._concretization_error("item")
+
+  def tolist(self):
+    raise self._concretization_error("tolist")
+
+
+# ---------------------------------------------------------------------------
+# Evaluation and checking
+
+
+def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any) -> list[Any]:
+  """Evaluates `jaxpr` by binding each equation's primitive in the current trace.
+
+  Args:
+    jaxpr: the program.
+    consts: one value per constvar.
+    *args: one value per invar.
+
+  Returns:
+    One value per outvar.
+
+  Raises:
+    TypeError: if the number of consts or args does not match the jaxpr.
+  """
+  if len(args) != len(jaxpr.invars) or len(consts) != len(jaxpr.constvars):
+    raise TypeError(f"eval_jaxpr: jaxpr takes {len(jaxpr.constvars)} consts and "
+                    f"{len(jaxpr.invars)} args, got {len(consts)} and {len(args)}.")
+  env: dict[Var, Any] = {}
+  env.update(zip(jaxpr.constvars, consts))
+  env.update(zip(jaxpr.invars, args))
+  for eqn in jaxpr.eqns:
+    invals = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
+    outs = eqn.primitive.bind(*invals, **eqn.params)
+    if eqn.primitive.multiple_results:
+      env.update(zip(eqn.outvars, outs))
+    else:
+      env[eqn.outvars[0]] = outs
+  return [v.val if type(v) is Literal else env[v] for v in jaxpr.outvars]
+
+
+def jaxpr_as_fun(closed_jaxpr: ClosedJaxpr) -> Callable[..., list[Any]]:
+  """A Python function `f(*args) -> list of outputs` that evaluates `closed_jaxpr`."""
+  def fun(*args):
+    return eval_jaxpr(closed_jaxpr.jaxpr, closed_jaxpr.consts, *args)
+  return fun
+
+
+def _typematch(a: ShapedArray, b: ShapedArray) -> bool:
+  return a.shape == b.shape and a.dtype == b.dtype
+
+
+def check_jaxpr(jaxpr: Jaxpr) -> None:
+  """Checks that `jaxpr` is well typed: every variable is bound once before it is used, and
+  each equation's output avals agree with its primitive's abstract eval. Recurses into
+  jaxprs in params.
+
+  Raises:
+    JaxprTypeError: naming the equation and the mismatch.
+  """
+  defined: set[Var] = set()
+
+  def bind(v, where):
+    if isinstance(v, DropVar):
+      return
+    if v in defined:
+      raise JaxprTypeError(f"Variable {v} is bound twice ({where}).")
+    defined.add(v)
+
+  def read(v, where):
+    if isinstance(v, Literal):
+      return
+    if v not in defined:
+      raise JaxprTypeError(f"Variable {v} is used before it is defined ({where}).")
+
+  for v in jaxpr.constvars:
+    bind(v, "constvar")
+  for v in jaxpr.invars:
+    bind(v, "invar")
+  for i, eqn in enumerate(jaxpr.eqns):
+    where = f"equation {i}: {eqn.primitive.name}"
+    for v in eqn.invars:
+      read(v, where)
+    for p in eqn.params.values():
+      for sub in (p if isinstance(p, tuple) else (p,)):
+        if isinstance(sub, ClosedJaxpr):
+          check_jaxpr(sub.jaxpr)
+        elif isinstance(sub, Jaxpr):
+          check_jaxpr(sub)
+    rule = eqn.primitive.abstract_eval
+    if rule is not None:
+      try:
+        out = rule(*[v.aval for v in eqn.invars], **eqn.params)
+      except Exception as e:
+        raise JaxprTypeError(f"{where}: abstract eval failed: {e}") from e
+      out = list(out) if eqn.primitive.multiple_results else [out]
+      if len(out) != len(eqn.outvars):
+        raise JaxprTypeError(f"{where}: {len(eqn.outvars)} outvars but abstract eval gives "
+                             f"{len(out)}.")
+      for v, a in zip(eqn.outvars, out):
+        if not _typematch(v.aval, a):
+          raise JaxprTypeError(f"{where}: outvar has type {v.aval.str_short()} but abstract "
+                               f"eval gives {a.str_short()}.")
+    for v in eqn.outvars:
+      bind(v, where)
+  for v in jaxpr.outvars:
+    read(v, "outvars")

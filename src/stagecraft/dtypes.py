@@ -1,0 +1,327 @@
+"""Dtypes: canonicalization (x64 off by default) and JAX's type-promotion lattice.
+
+The lattice and the weak-type rules follow JAX's "type promotion semantics" design note
+(jax.readthedocs.io/en/latest/jep/9407-type-promotion.html): Python scalars are *weakly typed*
+(`i*`, `f*`, `c*`) and take the dtype of the typed operand they meet; the result of promoting
+two dtypes is the least upper bound of the two in the lattice below.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from stagecraft.config import config
+
+bool_ = np.dtype(np.bool_)
+int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+uint8, uint16, uint32, uint64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
+complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+# NB: float0 is the dtype of tangents of integer inputs (JAX's definition: a zero-sized void).
+float0 = np.dtype([("float0", np.void, 0)])
+
+_float8s = (float8_e4m3fn, float8_e5m2)
+_custom_floats = (bfloat16, *_float8s)
+
+# x64 narrowing, applied when config.enable_x64 is off.
+_narrow = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
+
+_short_names = {
+    bool_: "bool", int8: "i8", int16: "i16", int32: "i32", int64: "i64", uint8: "u8",
+    uint16: "u16", uint32: "u32", uint64: "u64", bfloat16: "bf16", float16: "f16",
+    float32: "f32", float64: "f64", complex64: "c64", complex128: "c128",
+    float8_e4m3fn: "f8_e4m3fn", float8_e5m2: "f8_e5m2", float0: "float0",
+}
+
+python_scalar_types = (bool, int, float, complex)
+_python_scalar_kind = {bool: bool_, int: "i*", float: "f*", complex: "c*"}
+
+
+def short_name(dtype: np.dtype) -> str:
+  """`float32` -> `'f32'`, as printed in avals (`f32[3,4]`)."""
+  try:
+    return _short_names[dtype]
+  except KeyError:
+    return str(dtype)
+
+
+def _to_np_dtype(dtype: Any) -> np.dtype:
+  if isinstance(dtype, np.dtype):
+    return dtype
+  if dtype in _python_scalar_kind and dtype is not bool:
+    # np.dtype(float) is float64 (then narrowed); same convention as jnp.zeros(3, float).
+    return np.dtype(dtype)
+  try:
+    return np.dtype(dtype)
+  except TypeError as e:
+    raise TypeError(
+        f"Expected a dtype (a NumPy dtype, a name such as 'float32', or a type such as "
+        f"stagecraft.numpy.float32), got {dtype!r} of type {type(dtype).__name__}.") from e
+
+
+@functools.lru_cache(maxsize=512)
+def _canonicalize_cached(dtype: np.dtype, x64: bool) -> np.dtype:
+  if x64:
+    return dtype
+  return _narrow.get(dtype, dtype)
+
+
+def canonicalize_dtype(dtype: Any) -> np.dtype:
+  """Returns the dtype stagecraft computes with for `dtype`.
+
+  With `enable_x64` off (the default) 64-bit types narrow to 32 bits.
+
+  Raises:
+    TypeError: if `dtype` names no dtype.
+  """
+  return _canonicalize_cached(_to_np_dtype(dtype), config.enable_x64)
+
+
+def default_int_dtype() -> np.dtype:
+  return int64 if config.enable_x64 else int32
+
+
+def default_uint_dtype() -> np.dtype:
+  return uint64 if config.enable_x64 else uint32
+
+
+def default_float_dtype() -> np.dtype:
+  return float64 if config.enable_x64 else float32
+
+
+def default_complex_dtype() -> np.dtype:
+  return complex128 if config.enable_x64 else complex64
+
+
+def python_scalar_dtype(typ: type) -> np.dtype:
+  """Canonical dtype of a Python scalar type (bool -> bool, int -> int32/int64, ...)."""
+  if typ is bool:
+    return bool_
+  if typ is int:
+    return default_int_dtype()
+  if typ is float:
+    return default_float_dtype()
+  if typ is complex:
+    return default_complex_dtype()
+  raise TypeError(f"{typ} is not a Python scalar type")
+
+
+def is_python_scalar(x: Any) -> bool:
+  return type(x) in _python_scalar_kind
+
+
+# ---------------------------------------------------------------------------
+# The promotion lattice.
+# Nodes are np.dtypes or the weak kinds 'i*', 'f*', 'c*'.
+
+def _lattice_edges():
+  return {
+      bool_: ["i*"],
+      "i*": [uint8, int8],
+      "f*": ["c*", bfloat16, float16, *_float8s],
+      "c*": [complex64],
+      uint8: [uint16, int16], uint16: [uint32, int32], uint32: [uint64, int64],
+      uint64: ["f*"],
+      int8: [int16], int16: [int32], int32: [int64], int64: ["f*"],
+      bfloat16: [float32], float16: [float32], float32: [float64, complex64],
+      float64: [complex128], complex64: [complex128], complex128: [],
+      float8_e4m3fn: [], float8_e5m2: [],
+  }
+
+
+def _compute_upper_bounds():
+  edges = _lattice_edges()
+  ub = {}
+  for node in edges:
+    seen, stack = set(), [node]
+    while stack:
+      n = stack.pop()
+      key = n if isinstance(n, str) else n
+      if key in seen:
+        continue
+      seen.add(key)
+      stack.extend(edges[n])
+    ub[node] = seen
+  return ub
+
+
+_upper_bounds = _compute_upper_bounds()
+
+
+class TypePromotionError(ValueError):
+  """Raised when two dtypes have no common type in the promotion lattice.
+
+  Example: `float8_e4m3fn` and `float32` have no implicit promotion; cast one explicitly
+  with `x.astype(...)`.
+  """
+
+
+def _kind_of(dtype: np.dtype, weak: bool):
+  if not weak:
+    return dtype
+  if dtype == bool_:
+    return bool_
+  if np.issubdtype(dtype, np.complexfloating):
+    return "c*"
+  if np.issubdtype(dtype, np.inexact) or dtype in _custom_floats:
+    return "f*"
+  if np.issubdtype(dtype, np.integer):
+    return "i*"
+  return dtype
+
+
+@functools.lru_cache(maxsize=4096)
+def _join(a, b):
+  if a == b:
+    return a
+  common = _upper_bounds[a] & _upper_bounds[b]
+  for c in common:
+    if all(c == d or d in _upper_bounds[c] for d in common):
+      return c
+  raise TypePromotionError(
+      f"Input dtypes {_kind_name(a)!r} and {_kind_name(b)!r} have no available implicit dtype "
+      f"promotion path. Cast one of them explicitly, e.g. with x.astype(...).")
+
+
+def _kind_name(k) -> str:
+  return k if isinstance(k, str) else k.name
+
+
+def _kind_to_dtype(k):
+  if k == "i*":
+    return default_int_dtype(), True
+  if k == "f*":
+    return default_float_dtype(), True
+  if k == "c*":
+    return default_complex_dtype(), True
+  return canonicalize_dtype(k), False
+
+
+def _dtype_and_weak(x: Any):
+  t = type(x)
+  if t in _python_scalar_kind:
+    return None, _python_scalar_kind[t]
+  if isinstance(x, np.dtype):
+    d = canonicalize_dtype(x)
+    return d, d
+  dt = getattr(x, "dtype", None)
+  if dt is not None and not isinstance(x, type):
+    weak = getattr(x, "weak_type", None)
+    if weak is None:
+      aval = getattr(x, "aval", None)
+      weak = getattr(aval, "weak_type", False)
+    # As JAX, canonicalize inputs before the join (x64 off: int8 with uint64 is int8 with uint32).
+    dt = canonicalize_dtype(dt)
+    return dt, _kind_of(dt, bool(weak))
+  if x in _python_scalar_kind:   # the types bool, int, float, complex: strong, as in JAX
+    d = python_scalar_dtype(x)
+    return d, d
+  d = canonicalize_dtype(x)
+  return d, d
+
+
+def promote_types(a: Any, b: Any) -> np.dtype:
+  """Returns the dtype that `a` and `b` promote to (both treated as strongly typed).
+
+  Raises:
+    TypePromotionError (a ValueError, as in JAX): if the lattice has no common upper bound.
+  """
+  da, db = _to_np_dtype(a), _to_np_dtype(b)
+  # Two strong types can meet at a weak kind (int64 with uint64 is 'f*'): its default dtype.
+  return _kind_to_dtype(_join(da, db))[0]
+
+
+def result_type(*args: Any, return_weak_type_flag: bool = False):
+  """Dtype of the result of an operation on `args` (arrays, scalars, dtypes), as in JAX.
+
+  Returns:
+    The canonical result dtype, and with `return_weak_type_flag=True` also whether the
+    result is weakly typed (every argument was a weakly typed scalar).
+
+  Raises:
+    ValueError: if no arguments are given.
+    TypePromotionError: if two dtypes have no common type.
+  """
+  if not args:
+    raise ValueError("at least one array or dtype is required")
+  kind = None
+  for x in args:
+    _, k = _dtype_and_weak(x)
+    kind = k if kind is None else _join(kind, k)
+  dt, weak = _kind_to_dtype(kind)
+  return (dt, weak) if return_weak_type_flag else dt
+
+
+def dtype(x: Any, *, canonicalize: bool = False) -> np.dtype:
+  """The dtype of an array, scalar, or dtype-like `x` (Python scalars give their default)."""
+  t = type(x)
+  if t in _python_scalar_kind:
+    dt = _to_np_dtype(t) if t is not bool else bool_
+    return canonicalize_dtype(dt) if canonicalize else dt
+  dt = getattr(x, "dtype", None)
+  if dt is not None and not isinstance(x, type):
+    dt = _to_np_dtype(dt)
+  else:
+    dt = _to_np_dtype(x)
+  return canonicalize_dtype(dt) if canonicalize else dt
+
+
+def is_weakly_typed(x: Any) -> bool:
+  if type(x) in _python_scalar_kind:
+    return type(x) is not bool
+  w = getattr(x, "weak_type", None)
+  if w is None:
+    w = getattr(getattr(x, "aval", None), "weak_type", False)
+  return bool(w)
+
+
+def issubdtype(a: Any, b: Any) -> bool:
+  """`np.issubdtype` that also knows bfloat16 and float8 are floating types."""
+  try:
+    da = _to_np_dtype(a)
+  except TypeError:
+    return False
+  if da in _custom_floats:
+    if b in (np.floating, np.inexact, np.number, np.generic):
+      return True
+    try:
+      return _to_np_dtype(b) == da
+    except TypeError:
+      return False
+  return bool(np.issubdtype(da, b))
+
+
+def is_float(dtype: np.dtype) -> bool:
+  return dtype in _custom_floats or np.issubdtype(dtype, np.floating)
+
+
+def is_inexact(dtype: np.dtype) -> bool:
+  return dtype in _custom_floats or np.issubdtype(dtype, np.inexact)
+
+
+def is_complex(dtype: np.dtype) -> bool:
+  return np.issubdtype(dtype, np.complexfloating)
+
+
+def is_integer(dtype: np.dtype) -> bool:
+  return np.issubdtype(dtype, np.integer)
+
+
+def is_unsigned(dtype: np.dtype) -> bool:
+  return np.issubdtype(dtype, np.unsignedinteger)
+
+
+def finfo(dtype: Any):
+  """Machine limits of a floating dtype (ml_dtypes.finfo, which knows bfloat16/float8)."""
+  return ml_dtypes.finfo(_to_np_dtype(dtype))
+
+
+def iinfo(dtype: Any):
+  """Machine limits of an integer dtype."""
+  return ml_dtypes.iinfo(_to_np_dtype(dtype))

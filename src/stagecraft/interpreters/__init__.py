@@ -1,0 +1,1 @@
+"""One module per transformation: partial_eval (staging, DCE), lowering (StableHLO)."""

@@ -1,0 +1,415 @@
+"""Lowering: a Jaxpr becomes StableHLO module text, one rule per primitive.
+
+A lowering rule is `rule(ctx, *operands, **params) -> list[str]`: `operands` are SSA value
+names (text such as `%3`), `ctx.avals_in`/`ctx.avals_out` give the types, and the rule emits
+lines through `ctx` and returns the names of its results. Text is emitted directly (no MLIR
+builders), which keeps lowering fast; the syntax follows the StableHLO spec
+(github.com/openxla/stablehlo/blob/main/docs/spec.md), mostly in MLIR's generic op form.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
+from stagecraft.errors import MissingRuleError
+
+_lowerings: dict[core.Primitive, Callable] = {}
+
+
+def register_lowering(prim: core.Primitive, rule: Callable, platform: str | None = None):
+  """Registers `rule(ctx, *operands, **params) -> list[str]` as `prim`'s lowering."""
+  _lowerings[prim] = rule
+  return rule
+
+
+def has_lowering(prim: core.Primitive) -> bool:
+  return prim in _lowerings
+
+
+# ---------------------------------------------------------------------------
+# Types and constants
+
+_ELT = {
+    dtypes.bool_: "i1", dtypes.int8: "i8", dtypes.int16: "i16", dtypes.int32: "i32",
+    dtypes.int64: "i64", dtypes.uint8: "ui8", dtypes.uint16: "ui16", dtypes.uint32: "ui32",
+    dtypes.uint64: "ui64", dtypes.bfloat16: "bf16", dtypes.float16: "f16",
+    dtypes.float32: "f32", dtypes.float64: "f64", dtypes.complex64: "complex<f32>",
+    dtypes.complex128: "complex<f64>", dtypes.float8_e4m3fn: "f8E4M3FN",
+    dtypes.float8_e5m2: "f8E5M2",
+}
+
+_type_cache: dict[Any, str] = {}
+
+
+def elt_type(dtype: np.dtype) -> str:
+  try:
+    return _ELT[dtype]
+  except KeyError:
+    raise TypeError(f"dtype {dtype} has no StableHLO element type") from None
+
+
+def ir_type(aval: ShapedArray) -> str:
+  """`f32[3,4]` -> `tensor<3x4xf32>`."""
+  key = (aval.shape, aval.dtype)
+  t = _type_cache.get(key)
+  if t is None:
+    dims = "".join(f"{d}x" for d in aval.shape)
+    t = _type_cache[key] = f"tensor<{dims}{elt_type(aval.dtype)}>"
+  return t
+
+
+def _float_bits(v: Any, dtype: np.dtype) -> str:
+  arr = np.asarray(v, dtype)
+  nbytes = dtype.itemsize
+  bits = arr.view(np.dtype(f"u{nbytes}")).item()
+  return f"0x{bits:0{2 * nbytes}X}"
+
+
+def dense_scalar(v: Any, dtype: np.dtype) -> str:
+  """The element literal of a splat `dense<...>` attribute for value `v` of `dtype`."""
+  v = np.asarray(v, dtype)[()]
+  if dtype == dtypes.bool_:
+    return "true" if bool(v) else "false"
+  if dtypes.is_integer(dtype):
+    return str(int(np.asarray(v, dtype)))
+  if dtypes.is_complex(dtype):
+    part = np.dtype(np.float32) if dtype == dtypes.complex64 else np.dtype(np.float64)
+    c = complex(v)
+    return f"({_float_bits(c.real, part)}, {_float_bits(c.imag, part)})"
+  return _float_bits(v, dtype)
+
+
+def dense_array(x: np.ndarray) -> str:
+  """A `dense<...>` attribute of a whole host array (used for small array constants)."""
+  x = np.ascontiguousarray(x)
+  if x.size == 1 or (x.size and np.all(x == x.flat[0]) and x.dtype != dtypes.bool_):
+    return f"dense<{dense_scalar(x.flat[0], x.dtype)}>"
+  if x.dtype == dtypes.bool_:
+    x = x.astype(np.uint8)
+  return f'dense<"0x{x.tobytes().hex().upper()}">'
+
+
+def i64_array(xs: Sequence[int]) -> str:
+  """`array<i64: 1, 2>` (a DenseI64ArrayAttr)."""
+  return f"array<i64{': ' if len(xs) else ''}{', '.join(str(int(x)) for x in xs)}>"
+
+
+def dense_i64(xs: Sequence[int], shape: Sequence[int] | None = None) -> str:
+  shape = (len(xs),) if shape is None else tuple(shape)
+  dims = "".join(f"{d}x" for d in shape)
+  body = ", ".join(str(int(x)) for x in xs)
+  if len(shape) == 1:
+    body = f"[{body}]"
+  return f"dense<{body}> : tensor<{dims}i64>"
+
+
+# ---------------------------------------------------------------------------
+# Builders
+
+
+class ModuleContext:
+  """State shared by every function of one module: private functions emitted for calls,
+  the axis environment of named axes, and channel ids for collectives."""
+
+  def __init__(self, name: str, *, axis_env: Sequence[tuple[str, int]] = (),
+               num_replicas: int = 1, num_partitions: int = 1, platform: str = "cpu"):
+    self.name = sanitize_name(name)
+    self.funcs: list[str] = []
+    self.func_names: set[str] = {"main"}
+    self.call_cache: dict[int, tuple[str, Any]] = {}
+    self.axis_env = tuple(axis_env)
+    self.num_replicas = num_replicas
+    self.num_partitions = num_partitions
+    self.platform = platform
+    self._channel = 0
+
+  def new_channel(self) -> int:
+    self._channel += 1
+    return self._channel
+
+  def unique_func_name(self, base: str) -> str:
+    base = sanitize_name(base)
+    name, i = base, 0
+    while name in self.func_names:
+      i += 1
+      name = f"{base}_{i}"
+    self.func_names.add(name)
+    return name
+
+
+class FuncBuilder:
+  """Accumulates the lines of one function body; SSA names are `%N` from one counter, so
+  values defined in nested regions never collide."""
+
+  def __init__(self, module: ModuleContext):
+    self.module = module
+    self.lines: list[str] = []
+    self.counter = 0
+    self.consts: dict[Any, str] = {}
+
+  def fresh(self) -> str:
+    self.counter += 1
+    return f"%{self.counter - 1}"
+
+  def emit(self, line: str) -> None:
+    self.lines.append(line)
+
+
+class LoweringRuleContext:
+  """What a lowering rule sees: the builder, and the avals of its operands and results."""
+  __slots__ = ("fb", "avals_in", "avals_out")
+
+  def __init__(self, fb: FuncBuilder, avals_in, avals_out):
+    self.fb = fb
+    self.avals_in = avals_in
+    self.avals_out = avals_out
+
+  @property
+  def module(self) -> ModuleContext:
+    return self.fb.module
+
+  def replace(self, avals_in=None, avals_out=None) -> "LoweringRuleContext":
+    return LoweringRuleContext(self.fb, self.avals_in if avals_in is None else avals_in,
+                               self.avals_out if avals_out is None else avals_out)
+
+  # -- emission helpers
+
+  def op(self, name: str, operands: Sequence[str], result_avals: Sequence[ShapedArray] | None = None,
+         attrs: str | None = None, regions: Sequence[str] = (),
+         operand_avals: Sequence[ShapedArray] | None = None) -> list[str]:
+    """Emits `name` in MLIR's generic form and returns its result names.
+
+    `result_avals` defaults to `ctx.avals_out`, `operand_avals` to `ctx.avals_in`.
+    """
+    result_avals = self.avals_out if result_avals is None else result_avals
+    operand_avals = self.avals_in if operand_avals is None else operand_avals
+    return emit_op(self.fb, name, operands, [ir_type(a) for a in operand_avals],
+                   [ir_type(a) for a in result_avals], attrs, regions)
+
+  def elementwise(self, name: str, *operands: str, aval: ShapedArray | None = None) -> str:
+    """Emits an elementwise op whose operands and result share one type (pretty form)."""
+    aval = self.avals_out[0] if aval is None else aval
+    r = self.fb.fresh()
+    self.fb.emit(f"{r} = {name} {', '.join(operands)} : {ir_type(aval)}")
+    return r
+
+  def constant(self, value: Any, aval: ShapedArray) -> str:
+    """A splat constant of `value` with `aval`'s shape and dtype (deduplicated)."""
+    return constant(self.fb, value, aval)
+
+  def region(self, arg_avals: Sequence[ShapedArray], ret_avals: Sequence[ShapedArray],
+             body: Callable[..., Sequence[str]]) -> str:
+    """A one-block region; see `build_region`."""
+    return build_region(self.fb, arg_avals, ret_avals, body)
+
+
+def emit_op(fb: FuncBuilder, name: str, operands: Sequence[str], operand_types: Sequence[str],
+            result_types: Sequence[str], attrs: str | None = None,
+            regions: Sequence[str] = ()) -> list[str]:
+  n = len(result_types)
+  base = fb.fresh()
+  lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
+  reg = f" ({', '.join(regions)})" if regions else ""
+  att = f" {{{attrs}}}" if attrs else ""
+  rt = result_types[0] if n == 1 else f"({', '.join(result_types)})"
+  fb.emit(f'{lhs}"{name}"({", ".join(operands)}){reg}{att} : '
+          f'({", ".join(operand_types)}) -> {rt}')
+  if n == 1:
+    return [base]
+  return [f"{base}#{i}" for i in range(n)]
+
+
+def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
+  key = (aval.shape, aval.dtype, dense_scalar(value, aval.dtype))
+  name = fb.consts.get(key)
+  if name is None:
+    name = fb.fresh()
+    fb.emit(f"{name} = stablehlo.constant dense<{key[2]}> : {ir_type(aval)}")
+    fb.consts[key] = name
+  return name
+
+
+def build_region(fb: FuncBuilder, arg_avals: Sequence[ShapedArray],
+                 ret_avals: Sequence[ShapedArray], body: Callable[..., Sequence[str]]) -> str:
+  """Builds a one-block region: `body(*arg_names)` emits into it and returns the names of
+  the values it returns (with `stablehlo.return`, typed by `ret_avals`)."""
+  saved_lines, saved_consts = fb.lines, fb.consts
+  fb.lines, fb.consts = [], {}
+  try:
+    args = [fb.fresh() for _ in arg_avals]
+    results = list(body(*args))
+    lines = fb.lines
+  finally:
+    fb.lines, fb.consts = saved_lines, saved_consts
+  header = "^bb0(" + ", ".join(f"{a}: {ir_type(av)}" for a, av in zip(args, arg_avals)) + "):"
+  ret_types = ", ".join(ir_type(a) for a in ret_avals)
+  ret = f'  "stablehlo.return"({", ".join(results)}) : ({ret_types}) -> ()'
+  return "{\n" + "\n".join([header, *("  " + ln for ln in lines), ret]) + "\n}"
+
+
+# ---------------------------------------------------------------------------
+# Jaxprs to functions and modules
+
+
+def sanitize_name(name: str) -> str:
+  name = re.sub(r"[^A-Za-z0-9_.$]", "_", name or "fn")
+  if not re.match(r"[A-Za-z_]", name):
+    name = "_" + name
+  return name
+
+
+def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
+                  args: Sequence[str]) -> list[str]:
+  """Emits `jaxpr`'s equations into `fb`, with SSA names for its constvars and invars;
+  returns the names of its outputs."""
+  env: dict[Var, str] = {}
+  env.update(zip(jaxpr.constvars, consts))
+  env.update(zip(jaxpr.invars, args))
+
+  def read(v):
+    if type(v) is Literal:
+      return constant(fb, v.val, v.aval)
+    return env[v]
+
+  lowerings = _lowerings
+  for eqn in jaxpr.eqns:
+    prim = eqn.primitive
+    rule = lowerings.get(prim)
+    if rule is None:
+      raise MissingRuleError(
+          f"Primitive '{prim.name}' has no lowering rule, which jit and eager execution need. "
+          f"Register one with stagecraft.interpreters.lowering.register_lowering({prim.name}_p,"
+          f" rule).")
+    ctx = LoweringRuleContext(fb, [v.aval for v in eqn.invars], [v.aval for v in eqn.outvars])
+    outs = rule(ctx, *[read(v) for v in eqn.invars], **eqn.params)
+    if len(outs) != len(eqn.outvars):
+      raise MissingRuleError(f"Lowering rule of '{prim.name}' returned {len(outs)} values for "
+                             f"{len(eqn.outvars)} outputs.")
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in jaxpr.outvars]
+
+
+def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
+                       public: bool = False, arg_attrs: Sequence[str | None] | None = None,
+                       result_attrs: Sequence[str | None] | None = None) -> str:
+  """Emits `jaxpr` (constvars first, then invars, as arguments) as a `func.func`; returns
+  its text."""
+  fb = FuncBuilder(module)
+  in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  arg_names = [f"%arg{i}" for i in range(len(in_avals))]
+  nconst = len(jaxpr.constvars)
+  outs = jaxpr_subcomp(fb, jaxpr, arg_names[:nconst], arg_names[nconst:])
+  out_types = [ir_type(v.aval) for v in jaxpr.outvars]
+  args_txt = []
+  for i, (a, av) in enumerate(zip(arg_names, in_avals)):
+    attr = arg_attrs[i] if arg_attrs is not None else None
+    args_txt.append(f"{a}: {ir_type(av)}" + (f" {{{attr}}}" if attr else ""))
+  res_txt = []
+  for i, t in enumerate(out_types):
+    attr = result_attrs[i] if result_attrs is not None else None
+    res_txt.append(t + (f" {{{attr}}}" if attr else ""))
+  vis = "public" if public else "private"
+  body = "\n".join("    " + ln for ln in fb.lines)
+  ret = f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else "    return"
+  return (f"  func.func {vis} @{name}({', '.join(args_txt)}) -> ({', '.join(res_txt)}) {{\n"
+          f"{body}{chr(10) if body else ''}{ret}\n  }}")
+
+
+def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
+               args: Sequence[str]) -> list[str]:
+  """Lowers a call of `closed_jaxpr` (consts inlined as constants when small, else as
+  arguments of the caller: callers pass consts in `args` after converting constvars)."""
+  module = ctx.module
+  jaxpr = closed_jaxpr.jaxpr
+  cached = module.call_cache.get(id(closed_jaxpr))
+  if cached is None:
+    fname = module.unique_func_name(name)
+    # NB: constvars of a call's jaxpr are emitted as constants in the callee.
+    callee = _jaxpr_with_inlined_consts(jaxpr, closed_jaxpr.consts)
+    module.funcs.append(lower_jaxpr_to_fun(module, fname, callee))
+    module.call_cache[id(closed_jaxpr)] = (fname, closed_jaxpr)
+  else:
+    fname = cached[0]
+  in_types = [ir_type(a) for a in ctx.avals_in]
+  out_types = [ir_type(a) for a in ctx.avals_out]
+  n = len(out_types)
+  base = ctx.fb.fresh()
+  lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
+  ctx.fb.emit(f"{lhs}func.call @{fname}({', '.join(args)}) : ({', '.join(in_types)}) -> "
+              f"({', '.join(out_types)})")
+  return [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
+
+
+class _ConstPrimitive(core.Primitive):
+  pass
+
+
+const_p = _ConstPrimitive("constant")
+const_p.def_abstract_eval(lambda *, value, aval: aval)
+
+
+def _const_lowering(ctx, *, value, aval):
+  v = np.asarray(value, aval.dtype)
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = stablehlo.constant {dense_array(v)} : {ir_type(aval)}")
+  return [r]
+
+
+register_lowering(const_p, _const_lowering)
+
+
+class _HashableArray:
+  """Wraps a host array so it can sit in eqn params (hashed by identity)."""
+  __slots__ = ("value",)
+
+  def __init__(self, value):
+    self.value = value
+
+  def __array__(self, dtype=None, copy=None):
+    return np.asarray(self.value, dtype)
+
+  def __repr__(self):
+    return f"<const {np.shape(self.value)}>"
+
+
+def _jaxpr_with_inlined_consts(jaxpr: Jaxpr, consts: Sequence[Any]) -> Jaxpr:
+  if not jaxpr.constvars:
+    return jaxpr
+  eqns = []
+  for v, c in zip(jaxpr.constvars, consts):
+    eqns.append(core.JaxprEqn([], [v], const_p,
+                              {"value": _HashableArray(np.asarray(c)), "aval": v.aval}))
+  return jaxpr.replace(constvars=[], eqns=[*eqns, *jaxpr.eqns])
+
+
+def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | None = None,
+                          axis_env: Sequence[tuple[str, int]] = (), num_replicas: int = 1,
+                          num_partitions: int = 1, result_names: Sequence[str] | None = None,
+                          arg_attrs: Sequence[str | None] | None = None,
+                          result_attrs: Sequence[str | None] | None = None,
+                          module: ModuleContext | None = None) -> str:
+  """Lowers `jaxpr` to a StableHLO module whose `main` takes constvars then invars.
+
+  Args:
+    name: the module name (sanitized: `jit_<name>`).
+    donated: one bool per argument of main; True marks the buffer donated.
+    axis_env: named axes `(name, size)` for collectives (outermost first).
+  """
+  module = module or ModuleContext(name, axis_env=axis_env, num_replicas=num_replicas,
+                                   num_partitions=num_partitions)
+  nargs = len(jaxpr.constvars) + len(jaxpr.invars)
+  attrs = list(arg_attrs) if arg_attrs is not None else [None] * nargs
+  if donated is not None:
+    for i, d in enumerate(donated):
+      if d:
+        attrs[i] = ", ".join(filter(None, [attrs[i], "jax.buffer_donor = true"]))
+  main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
+                            result_attrs=result_attrs)
+  funcs = "\n".join([main, *module.funcs])
+  return (f"module @{module.name} attributes {{mhlo.num_partitions = "
+          f"{module.num_partitions} : i32, mhlo.num_replicas = {module.num_replicas} : i32}} "
+          f"{{\n{funcs}\n}}\n")

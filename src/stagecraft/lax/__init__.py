@@ -1,0 +1,9 @@
+"""Primitives with JAX's `jax.lax` names; each family module holds its primitives' rules."""
+from stagecraft.lax.elementwise import *  # noqa: F401,F403
+from stagecraft.lax.elementwise import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh,
+                                        bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cbrt,
+                                        ceil, convert_element_type, cos, cosh, div, eq, erf,
+                                        erf_inv, erfc, exp, exp2, expm1, floor, ge, gt,
+                                        integer_pow, is_finite, le, log, log1p, logistic, lt, max,
+                                        min, mul, ne, neg, pow, rem, round, rsqrt, select,
+                                        select_n, sign, sin, sinh, sqrt, sub, tan, tanh)

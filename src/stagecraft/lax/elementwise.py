@@ -1,0 +1,521 @@
+"""Elementwise primitives: arithmetic, transcendental functions, comparisons, bitwise logic,
+`select_n` and `convert_element_type`.
+
+Operands have equal shapes, or rank 0 (broadcast against the others, as JAX 0.10's lax
+allows), and equal dtypes; weakly typed Python scalars take the dtype of the typed operand.
+The result is weakly typed only when every operand is. Transcendental functions lower to
+StableHLO ops or, where StableHLO has none, to CHLO ops (`chlo.asin`, `chlo.erf_inv`, ...),
+which XLA's compiler expands (same as JAX).
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import Primitive, ShapedArray
+from stagecraft.interpreters import lowering
+from stagecraft.interpreters.lowering import ir_type
+from stagecraft.lax import utils
+from stagecraft.lax.utils import (any_dtype, bool_or_int, floating, inexact, integer, number,
+                                  signed_or_float)
+
+# ---------------------------------------------------------------------------
+# Shared rules
+
+
+def _naryop_abstract_eval(name, accepted, result_dtype=None):
+  def rule(*avals, **params):
+    for i, a in enumerate(avals):
+      utils.check_dtype(name, a, accepted, i if len(avals) > 1 else None)
+    utils.check_same_dtypes(name, avals)
+    shape = utils.broadcasting_shape(name, avals)
+    dtype = avals[0].dtype if result_dtype is None else result_dtype(avals[0].dtype)
+    weak = result_dtype is None and all(a.weak_type for a in avals)
+    return ShapedArray(shape, dtype, weak)
+  return rule
+
+
+def broadcast_operand(ctx, x: str, aval: ShapedArray, shape: tuple[int, ...]) -> str:
+  """Broadcasts a rank-0 operand `x` to `shape` (no-op when shapes agree)."""
+  if aval.shape == shape:
+    return x
+  out = aval.update(shape=shape)
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = stablehlo.broadcast_in_dim {x}, dims = [] : ({ir_type(aval)}) -> "
+              f"{ir_type(out)}")
+  return r
+
+
+def _broadcast_operands(ctx, operands):
+  shape = ctx.avals_out[0].shape
+  return [broadcast_operand(ctx, x, a, shape) for x, a in zip(operands, ctx.avals_in)]
+
+
+def _hlo_lowering(op: str):
+  """Lowers to one StableHLO/CHLO op whose operands and result share a shape."""
+  def rule(ctx, *operands, **params):
+    operands = _broadcast_operands(ctx, operands)
+    in_avals = [a.update(shape=ctx.avals_out[0].shape) for a in ctx.avals_in]
+    if all(a.dtype == ctx.avals_out[0].dtype for a in in_avals) and op.startswith("stablehlo."):
+      return [ctx.elementwise(op, *operands)]
+    return ctx.op(op, operands, operand_avals=in_avals)
+  return rule
+
+
+def _unop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
+  p = Primitive(name)
+  p.def_abstract_eval(_naryop_abstract_eval(name, accepted, result_dtype))
+  lowering.register_lowering(p, _hlo_lowering(op))
+  return p
+
+
+_binop = _unop  # same construction; the arity comes from the call site
+
+
+def _real_dtype(dtype):
+  return {dtypes.complex64: dtypes.float32, dtypes.complex128: dtypes.float64}.get(dtype, dtype)
+
+
+def _bool_dtype(_):
+  return dtypes.bool_
+
+
+# ---------------------------------------------------------------------------
+# Unary arithmetic and transcendental functions: one line per primitive, with its
+# abstract eval (accepted dtypes) and lowering.
+
+neg_p = _unop("neg", number, "stablehlo.negate")
+exp_p = _unop("exp", inexact, "stablehlo.exponential")
+log_p = _unop("log", inexact, "stablehlo.log")
+log1p_p = _unop("log1p", inexact, "stablehlo.log_plus_one")
+expm1_p = _unop("expm1", inexact, "stablehlo.exponential_minus_one")
+sqrt_p = _unop("sqrt", inexact, "stablehlo.sqrt")
+rsqrt_p = _unop("rsqrt", inexact, "stablehlo.rsqrt")
+cbrt_p = _unop("cbrt", floating, "stablehlo.cbrt")
+sin_p = _unop("sin", inexact, "stablehlo.sine")
+cos_p = _unop("cos", inexact, "stablehlo.cosine")
+tan_p = _unop("tan", inexact, "stablehlo.tan")
+tanh_p = _unop("tanh", inexact, "stablehlo.tanh")
+asin_p = _unop("asin", inexact, "chlo.asin")
+acos_p = _unop("acos", inexact, "chlo.acos")
+atan_p = _unop("atan", inexact, "chlo.atan")
+sinh_p = _unop("sinh", inexact, "chlo.sinh")
+cosh_p = _unop("cosh", inexact, "chlo.cosh")
+asinh_p = _unop("asinh", inexact, "chlo.asinh")
+acosh_p = _unop("acosh", inexact, "chlo.acosh")
+atanh_p = _unop("atanh", inexact, "chlo.atanh")
+erf_p = _unop("erf", floating, "chlo.erf")
+erfc_p = _unop("erfc", floating, "chlo.erfc")
+erf_inv_p = _unop("erf_inv", floating, "chlo.erf_inv")
+floor_p = _unop("floor", floating, "stablehlo.floor")
+ceil_p = _unop("ceil", floating, "stablehlo.ceil")
+is_finite_p = _unop("is_finite", floating, "stablehlo.is_finite", _bool_dtype)
+not_p = _unop("not", bool_or_int, "stablehlo.not")
+abs_p = _unop("abs", signed_or_float, "stablehlo.abs", _real_dtype)
+# NB: abs of a complex number is real; the result dtype rule also drops the weak type only
+# for complex inputs (see _abs_abstract_eval).
+
+
+def _abs_abstract_eval(x):
+  utils.check_dtype("abs", x, signed_or_float)
+  return ShapedArray(x.shape, _real_dtype(x.dtype), x.weak_type)
+
+
+abs_p.def_abstract_eval(_abs_abstract_eval)
+
+
+# exp2(x) = exp(x * ln 2), as JAX lowers it (StableHLO has no exp2).
+exp2_p = Primitive("exp2")
+exp2_p.def_abstract_eval(_naryop_abstract_eval("exp2", inexact))
+
+
+def _exp2_lowering(ctx, x):
+  ln2 = ctx.constant(np.log(2.0), ctx.avals_out[0].update(shape=()))
+  ln2 = broadcast_operand(ctx, ln2, ctx.avals_out[0].update(shape=()), ctx.avals_out[0].shape)
+  return [ctx.elementwise("stablehlo.exponential", ctx.elementwise("stablehlo.multiply", x, ln2))]
+
+
+lowering.register_lowering(exp2_p, _exp2_lowering)
+
+
+# logistic(x) = 1 / (1 + exp(-x)); StableHLO's logistic op for real dtypes.
+logistic_p = Primitive("logistic")
+logistic_p.def_abstract_eval(_naryop_abstract_eval("logistic", inexact))
+
+
+def _logistic_lowering(ctx, x):
+  aval = ctx.avals_out[0]
+  if not dtypes.is_complex(aval.dtype):
+    return [ctx.elementwise("stablehlo.logistic", x)]
+  one = broadcast_operand(ctx, ctx.constant(1, aval.update(shape=())), aval.update(shape=()),
+                          aval.shape)
+  e = ctx.elementwise("stablehlo.exponential", ctx.elementwise("stablehlo.negate", x))
+  return [ctx.elementwise("stablehlo.divide", one, ctx.elementwise("stablehlo.add", one, e))]
+
+
+lowering.register_lowering(logistic_p, _logistic_lowering)
+
+
+# sign: -1, 0 or 1 (x / |x| for complex); for unsigned integers, x != 0.
+sign_p = Primitive("sign")
+sign_p.def_abstract_eval(_naryop_abstract_eval("sign", number))
+
+
+def _sign_lowering(ctx, x):
+  aval = ctx.avals_out[0]
+  if dtypes.is_unsigned(aval.dtype):
+    zero = broadcast_operand(ctx, ctx.constant(0, aval.update(shape=())),
+                             aval.update(shape=()), aval.shape)
+    ne = _compare(ctx, "NE", x, zero, aval)
+    return ctx.op("stablehlo.convert", [ne], operand_avals=[aval.update(dtype=dtypes.bool_)])
+  return [ctx.elementwise("stablehlo.sign", x)]
+
+
+lowering.register_lowering(sign_p, _sign_lowering)
+
+
+# round(x, rounding_method): 0 = away from zero (default), 1 = to nearest even.
+round_p = Primitive("round")
+round_p.def_abstract_eval(
+    lambda x, *, rounding_method: _naryop_abstract_eval("round", floating)(x))
+
+
+def _round_lowering(ctx, x, *, rounding_method):
+  op = "stablehlo.round_nearest_even" if int(rounding_method) == 1 else "stablehlo.round_nearest_afz"
+  return [ctx.elementwise(op, x)]
+
+
+lowering.register_lowering(round_p, _round_lowering)
+
+
+# integer_pow(x, y) for a static Python int y: repeated squaring, 1/x^|y| for y < 0.
+integer_pow_p = Primitive("integer_pow")
+
+
+def _integer_pow_abstract_eval(x, *, y):
+  utils.check_dtype("integer_pow", x, number)
+  if y < 0 and dtypes.is_integer(x.dtype):
+    raise TypeError(f"integer_pow: a negative exponent ({y}) needs a floating or complex "
+                    f"base, got {x.dtype.name}.")
+  return x
+
+
+def _integer_pow_lowering(ctx, x, *, y):
+  aval = ctx.avals_out[0]
+  if y == 0:
+    return [broadcast_operand(ctx, ctx.constant(1, aval.update(shape=())),
+                              aval.update(shape=()), aval.shape)]
+  acc, base, n = None, x, builtins.abs(y)
+  while n:
+    if n & 1:
+      acc = base if acc is None else ctx.elementwise("stablehlo.multiply", acc, base)
+    n >>= 1
+    if n:
+      base = ctx.elementwise("stablehlo.multiply", base, base)
+  if y < 0:
+    one = broadcast_operand(ctx, ctx.constant(1, aval.update(shape=())),
+                            aval.update(shape=()), aval.shape)
+    acc = ctx.elementwise("stablehlo.divide", one, acc)
+  return [acc]
+
+
+integer_pow_p.def_abstract_eval(_integer_pow_abstract_eval)
+lowering.register_lowering(integer_pow_p, _integer_pow_lowering)
+
+
+# ---------------------------------------------------------------------------
+# Binary arithmetic
+
+add_p = _binop("add", number, "stablehlo.add")
+sub_p = _binop("sub", number, "stablehlo.subtract")
+mul_p = _binop("mul", number, "stablehlo.multiply")
+div_p = _binop("div", number, "stablehlo.divide")     # integers: rounds toward zero
+rem_p = _binop("rem", number, "stablehlo.remainder")  # sign of the dividend, as C's fmod
+max_p = _binop("max", any_dtype, "stablehlo.maximum")  # NaN-propagating for floats
+min_p = _binop("min", any_dtype, "stablehlo.minimum")
+atan2_p = _binop("atan2", floating, "stablehlo.atan2")
+and_p = _binop("and", bool_or_int, "stablehlo.and")
+or_p = _binop("or", bool_or_int, "stablehlo.or")
+xor_p = _binop("xor", bool_or_int, "stablehlo.xor")
+
+# pow(x, y): x floating/complex; y of x's dtype, or an integer array (JAX >= 0.4.30).
+pow_p = Primitive("pow")
+
+
+def _pow_abstract_eval(x, y):
+  utils.check_dtype("pow", x, inexact, 0)
+  utils.check_dtype("pow", y, (*inexact, *integer), 1)
+  if dtypes.is_integer(y.dtype):
+    shape = utils.broadcasting_shape("pow", [x, y])
+    return ShapedArray(shape, x.dtype, x.weak_type and y.weak_type)
+  return _naryop_abstract_eval("pow", inexact)(x, y)
+
+
+def _pow_lowering(ctx, x, y):
+  x, y = _broadcast_operands(ctx, (x, y))
+  out = ctx.avals_out[0]
+  if dtypes.is_integer(ctx.avals_in[1].dtype):
+    y = ctx.op("stablehlo.convert", [y], [out], operand_avals=[ctx.avals_in[1].update(
+        shape=out.shape)])[0]
+  return [ctx.elementwise("stablehlo.power", x, y)]
+
+
+pow_p.def_abstract_eval(_pow_abstract_eval)
+lowering.register_lowering(pow_p, _pow_lowering)
+
+
+# ---------------------------------------------------------------------------
+# Comparisons: bool results; floats compare as FLOAT (IEEE: NaN != NaN), unsigned and
+# bool as UNSIGNED, signed integers as SIGNED.
+
+
+def _compare_type(dtype) -> str:
+  if dtypes.is_inexact(dtype):
+    return "FLOAT"
+  if dtype == dtypes.bool_ or dtypes.is_unsigned(dtype):
+    return "UNSIGNED"
+  return "SIGNED"
+
+
+def _compare(ctx, direction: str, x: str, y: str, aval: ShapedArray) -> str:
+  r = ctx.fb.fresh()
+  t = ir_type(aval)
+  ctx.fb.emit(f"{r} = stablehlo.compare {direction}, {x}, {y}, {_compare_type(aval.dtype)} : "
+              f"({t}, {t}) -> {ir_type(aval.update(dtype=dtypes.bool_))}")
+  return r
+
+
+def _cmp(name: str, direction: str, accepted) -> Primitive:
+  p = Primitive(name)
+  p.def_abstract_eval(_naryop_abstract_eval(name, accepted, _bool_dtype))
+
+  def rule(ctx, x, y):
+    x, y = _broadcast_operands(ctx, (x, y))
+    aval = ctx.avals_in[0].update(shape=ctx.avals_out[0].shape)
+    return [_compare(ctx, direction, x, y, aval)]
+  lowering.register_lowering(p, rule)
+  return p
+
+
+_ordered = (utils._bool, utils._int, utils._float)
+eq_p = _cmp("eq", "EQ", any_dtype)
+ne_p = _cmp("ne", "NE", any_dtype)
+lt_p = _cmp("lt", "LT", _ordered)
+le_p = _cmp("le", "LE", _ordered)
+gt_p = _cmp("gt", "GT", _ordered)
+ge_p = _cmp("ge", "GE", _ordered)
+
+# ---------------------------------------------------------------------------
+# select_n(which, *cases): cases[which]; `which` is bool (two cases) or int32, of the cases'
+# shape or rank 0. Out-of-range indices give an unspecified case, as in JAX.
+select_n_p = Primitive("select_n")
+
+
+def _select_n_abstract_eval(which, *cases):
+  if not cases:
+    raise TypeError("select_n requires at least one case.")
+  if which.dtype != dtypes.bool_ and not dtypes.is_integer(which.dtype):
+    raise TypeError(f"select_n `which` must be bool or int32, got {which.dtype.name}.")
+  if which.dtype == dtypes.bool_ and len(cases) > 2:
+    raise TypeError(f"select_n with a bool `which` takes at most 2 cases, got {len(cases)}.")
+  if len({(c.shape, c.dtype) for c in cases}) > 1:
+    got = ", ".join(c.str_short() for c in cases)
+    raise TypeError(f"select_n cases must have the same shapes and dtypes, got {got}.")
+  if which.shape and which.shape != cases[0].shape:
+    raise TypeError(f"select_n `which` must be scalar or have the cases' shape "
+                    f"{cases[0].shape}, got {which.shape}.")
+  return ShapedArray(cases[0].shape, cases[0].dtype, all(c.weak_type for c in cases))
+
+
+def _select_n_lowering(ctx, which, *cases):
+  waval = ctx.avals_in[0]
+  caval = ctx.avals_out[0]
+  pred_aval = waval.update(dtype=dtypes.bool_)
+
+  def select(pred, on_true, on_false):
+    r = ctx.fb.fresh()
+    ctx.fb.emit(f"{r} = stablehlo.select {pred}, {on_true}, {on_false} : "
+                f"{ir_type(pred_aval)}, {ir_type(caval)}")
+    return r
+
+  def tree(lo, hi):  # selects among cases[lo:hi]
+    if hi - lo == 1:
+      return cases[lo]
+    mid = (lo + hi) // 2
+    if waval.dtype == dtypes.bool_:
+      return select(which, cases[1], cases[0])
+    bound = broadcast_operand(ctx, ctx.constant(mid, waval.update(shape=())),
+                              waval.update(shape=()), waval.shape)
+    pred = _compare(ctx, "LT", which, bound, waval)
+    return select(pred, tree(lo, mid), tree(mid, hi))
+  return [tree(0, len(cases))]
+
+
+select_n_p.def_abstract_eval(_select_n_abstract_eval)
+lowering.register_lowering(select_n_p, _select_n_lowering)
+
+# ---------------------------------------------------------------------------
+# convert_element_type(x, new_dtype, weak_type): casts; float -> bool is x != 0; complex
+# -> real takes the real part (as NumPy does, without its warning).
+convert_element_type_p = Primitive("convert_element_type")
+
+
+def _convert_element_type_abstract_eval(x, *, new_dtype, weak_type):
+  return ShapedArray(x.shape, new_dtype, weak_type)
+
+
+def _convert_element_type_lowering(ctx, x, *, new_dtype, weak_type):
+  src, out = ctx.avals_in[0], ctx.avals_out[0]
+  if src.dtype == out.dtype:
+    return [x]
+  if out.dtype == dtypes.bool_:
+    zero = broadcast_operand(ctx, ctx.constant(0, src.update(shape=())),
+                             src.update(shape=()), src.shape)
+    return [_compare(ctx, "NE", x, zero, src)]
+  if dtypes.is_complex(src.dtype) and not dtypes.is_complex(out.dtype):
+    real = src.update(dtype=_real_dtype(src.dtype))
+    x = ctx.op("stablehlo.real", [x], [real], operand_avals=[src])[0]
+    src = real
+    if src.dtype == out.dtype:
+      return [x]
+  return ctx.op("stablehlo.convert", [x], [out], operand_avals=[src])
+
+
+convert_element_type_p.def_abstract_eval(_convert_element_type_abstract_eval)
+lowering.register_lowering(convert_element_type_p, _convert_element_type_lowering)
+
+
+# ---------------------------------------------------------------------------
+# Public wrappers (jax.lax names and signatures). Shapes: x: T[*s] -> T[*s]; binary ops
+# take equal shapes or rank-0 operands; dtypes must match (use stagecraft.numpy to promote).
+
+
+def _unary(p: Primitive, doc: str):
+  def f(x: Any):
+    return p.bind(x)
+  f.__name__ = f.__qualname__ = p.name
+  f.__doc__ = f"{doc}\n\nArgs:\n  x: array T[*s].\n\nReturns:\n  T[*s].\n\nRaises:\n  TypeError: if T is not accepted (the message lists the accepted dtypes)."
+  return f
+
+
+def _binary(p: Primitive, doc: str):
+  def f(x: Any, y: Any):
+    return p.bind(*utils.convert_scalars(x, y))
+  f.__name__ = f.__qualname__ = p.name
+  f.__doc__ = (f"{doc}\n\nArgs:\n  x, y: arrays T[*s] (or rank 0); Python scalars take the "
+               f"other operand's dtype.\n\nReturns:\n  T[*s] (bool[*s] for comparisons).\n\n"
+               f"Raises:\n  TypeError: if the dtypes differ or are not accepted, or the shapes "
+               f"are incompatible.")
+  return f
+
+
+neg = _unary(neg_p, "Elementwise negation -x.")
+exp = _unary(exp_p, "Elementwise e**x.")
+exp2 = _unary(exp2_p, "Elementwise 2**x.")
+log = _unary(log_p, "Elementwise natural logarithm.")
+log1p = _unary(log1p_p, "Elementwise log(1 + x), accurate near 0.")
+expm1 = _unary(expm1_p, "Elementwise e**x - 1, accurate near 0.")
+sqrt = _unary(sqrt_p, "Elementwise square root.")
+rsqrt = _unary(rsqrt_p, "Elementwise 1 / sqrt(x).")
+cbrt = _unary(cbrt_p, "Elementwise cube root.")
+sin = _unary(sin_p, "Elementwise sine (radians).")
+cos = _unary(cos_p, "Elementwise cosine (radians).")
+tan = _unary(tan_p, "Elementwise tangent (radians).")
+tanh = _unary(tanh_p, "Elementwise hyperbolic tangent.")
+asin = _unary(asin_p, "Elementwise arcsine (radians).")
+acos = _unary(acos_p, "Elementwise arccosine (radians).")
+atan = _unary(atan_p, "Elementwise arctangent (radians).")
+sinh = _unary(sinh_p, "Elementwise hyperbolic sine.")
+cosh = _unary(cosh_p, "Elementwise hyperbolic cosine.")
+asinh = _unary(asinh_p, "Elementwise inverse hyperbolic sine.")
+acosh = _unary(acosh_p, "Elementwise inverse hyperbolic cosine.")
+atanh = _unary(atanh_p, "Elementwise inverse hyperbolic tangent.")
+erf = _unary(erf_p, "Elementwise error function.")
+erfc = _unary(erfc_p, "Elementwise complementary error function 1 - erf(x).")
+erf_inv = _unary(erf_inv_p, "Elementwise inverse error function.")
+floor = _unary(floor_p, "Elementwise floor.")
+ceil = _unary(ceil_p, "Elementwise ceiling.")
+is_finite = _unary(is_finite_p, "Elementwise test for finiteness (not inf, not NaN); bool result.")
+bitwise_not = _unary(not_p, "Elementwise logical/bitwise NOT.")
+abs = _unary(abs_p, "Elementwise absolute value (real result for complex input).")
+sign = _unary(sign_p, "Elementwise sign: -1, 0 or 1.")
+logistic = _unary(logistic_p, "Elementwise logistic sigmoid 1 / (1 + e**-x).")
+
+add = _binary(add_p, "Elementwise x + y.")
+sub = _binary(sub_p, "Elementwise x - y.")
+mul = _binary(mul_p, "Elementwise x * y.")
+div = _binary(div_p, "Elementwise x / y; integer division rounds toward zero.")
+rem = _binary(rem_p, "Elementwise remainder with the sign of x (C fmod).")
+max = _binary(max_p, "Elementwise maximum; NaN-propagating.")
+min = _binary(min_p, "Elementwise minimum; NaN-propagating.")
+atan2 = _binary(atan2_p, "Elementwise arctangent of x / y, in radians, quadrant-aware.")
+pow = _binary(pow_p, "Elementwise x ** y.")
+bitwise_and = _binary(and_p, "Elementwise logical/bitwise AND.")
+bitwise_or = _binary(or_p, "Elementwise logical/bitwise OR.")
+bitwise_xor = _binary(xor_p, "Elementwise logical/bitwise XOR.")
+eq = _binary(eq_p, "Elementwise x == y.")
+ne = _binary(ne_p, "Elementwise x != y.")
+lt = _binary(lt_p, "Elementwise x < y.")
+le = _binary(le_p, "Elementwise x <= y.")
+gt = _binary(gt_p, "Elementwise x > y.")
+ge = _binary(ge_p, "Elementwise x >= y.")
+
+
+def integer_pow(x: Any, y: int):
+  """Elementwise x ** y for a static Python int `y`, by repeated squaring.
+
+  Args:
+    x: array T[*s], T a number type.
+    y: int; negative needs a floating or complex T.
+  Returns:
+    T[*s].
+  """
+  return integer_pow_p.bind(x, y=int(y))
+
+
+def round(x: Any, rounding_method: int = 0):
+  """Elementwise rounding to an integral value. `rounding_method`: 0 (away from zero, the
+  default, as `jax.lax.round`) or 1 (to nearest even, as `numpy.round`)."""
+  return round_p.bind(x, rounding_method=int(rounding_method))
+
+
+def select_n(which: Any, *cases: Any):
+  """`cases[which]` elementwise.
+
+  Args:
+    which: bool (with at most 2 cases) or int32 array of the cases' shape, or rank 0.
+    *cases: arrays T[*s], all of the same shape and dtype.
+  Returns:
+    T[*s].
+  Raises:
+    TypeError: on mismatched cases or a bad `which`.
+  """
+  return select_n_p.bind(which, *cases)
+
+
+def select(pred: Any, on_true: Any, on_false: Any):
+  """`on_true` where `pred` else `on_false` (jax.lax.select)."""
+  return select_n_p.bind(pred, on_false, on_true)
+
+
+def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
+  """Casts `x` to `new_dtype` (canonicalized: float64 becomes float32 unless x64 is on).
+
+  Args:
+    x: array T[*s].
+    new_dtype: dtype-like.
+    weak_type: whether the result is weakly typed.
+  Returns:
+    new_dtype[*s].
+  """
+  new_dtype = dtypes.canonicalize_dtype(new_dtype)
+  if type(x) in dtypes._python_scalar_kind:
+    x = np.asarray(x, dtypes.result_type(x))[()] if type(x) is not bool else x
+  aval = core.get_aval(x)
+  if aval.dtype == new_dtype and aval.weak_type == weak_type and not isinstance(
+      x, (np.generic, np.ndarray)):
+    return x
+  return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))

@@ -1,0 +1,97 @@
+"""Helpers shared by the primitive families: dtype checks with JAX's messages, shape checks,
+and the conversion of weakly typed Python scalars at lax call sites."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import ShapedArray, WeakScalarValue
+
+# Dtype categories, as JAX names them in its messages.
+_bool = ("bool", lambda d: d == dtypes.bool_)
+_int = ("integer", dtypes.is_integer)
+_float = ("floating", dtypes.is_float)
+_complex = ("complexfloating", dtypes.is_complex)
+
+bool_or_int = (_bool, _int)
+number = (_int, _float, _complex)
+inexact = (_float, _complex)
+floating = (_float,)
+integer = (_int,)
+any_dtype = (_bool, _int, _float, _complex)
+signed_or_float = (_int, _float, _complex)
+
+
+def check_dtype(name: str, aval: ShapedArray, accepted, pos: int | None = None) -> None:
+  """Raises TypeError (JAX's message) unless `aval.dtype` is in one of `accepted`."""
+  if any(pred(aval.dtype) for _, pred in accepted):
+    return
+  kinds = ", ".join(k for k, _ in accepted)
+  at = f" at position {pos}" if pos is not None else ""
+  raise TypeError(f"{name} does not accept dtype {aval.dtype.name}{at}. Accepted dtypes{at} "
+                  f"are subtypes of {kinds}.")
+
+
+def check_same_dtypes(name: str, avals: Sequence[ShapedArray]) -> None:
+  if len({a.dtype for a in avals}) > 1:
+    got = ", ".join(a.dtype.name for a in avals)
+    raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got {got}. "
+                    f"(Tip: jnp.{name} is a similar function that does automatic type "
+                    f"promotion on inputs).")
+
+
+def broadcasting_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ...]:
+  """The common shape of elementwise operands: equal shapes, or rank-0 operands that
+  broadcast (as JAX 0.10's lax allows)."""
+  shape = None
+  for a in avals:
+    if a.shape == ():
+      continue
+    if shape is None:
+      shape = a.shape
+    elif a.shape != shape:
+      shapes = ", ".join(str(b.shape) for b in avals)
+      raise TypeError(f"{name} got incompatible shapes for broadcasting: {shapes}.")
+  return () if shape is None else shape
+
+
+def convert_scalars(*args: Any) -> list[Any]:
+  """Weakly typed Python scalars among `args` take the dtype of the first typed operand when
+  that dtype can hold them (as in `lax.add(f32[3], 2) -> add a 2.0:f32[]`); they stay
+  weakly typed."""
+  target = None
+  for a in args:
+    if type(a) not in dtypes._python_scalar_kind:
+      target = core.get_aval(a).dtype
+      break
+  if target is None:
+    return list(args)
+  return [weak_scalar(np.asarray(a, target)[()])
+          if type(a) in _convertible and dtypes.result_type(a, target) == target else a
+          for a in args]
+
+
+_convertible = (int, float, complex)
+
+
+def weak_scalar(value: np.generic) -> Any:
+  """`value` as a weakly typed scalar: a plain Python scalar when that has the right dtype
+  (the common case), else a WeakScalarValue."""
+  item = value.item()
+  if type(item) in _convertible and value.dtype == dtypes.python_scalar_dtype(type(item)):
+    return item
+  return WeakScalarValue(value)
+
+
+def canonicalize_axes(name: str, axes: Sequence[int], ndim: int) -> tuple[int, ...]:
+  out = []
+  for a in axes:
+    a = int(a)
+    if not -ndim <= a < ndim:
+      raise ValueError(f"{name}: axis {a} is out of bounds for an array of rank {ndim}.")
+    out.append(a % ndim if ndim else a)
+  if len(set(out)) != len(out):
+    raise ValueError(f"{name}: duplicate axes in {tuple(axes)}.")
+  return tuple(out)

@@ -1,0 +1,180 @@
+"""`Array`: one device buffer and its aval. Operators and methods are attached by
+`stagecraft.numpy` (they route to primitives); this module holds what needs the buffer."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.errors import DonatedBufferError
+
+
+class Array:
+  """An immutable array on a device.
+
+  Attributes:
+    aval: its ShapedArray (shape, dtype, weak type).
+  Conversions (`np.asarray`, `float()`, `item()`, printing) copy the value to the host once
+  and cache it.
+  """
+  __slots__ = ("_buf", "aval", "_npy", "__weakref__")
+  __array_priority__ = 100
+
+  def __init__(self, buf: Any, aval: core.ShapedArray):
+    self._buf = buf
+    self.aval = aval
+    self._npy = None
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: self.aval.dtype)
+  ndim = property(lambda self: len(self.aval.shape))
+  size = property(lambda self: self.aval.size)
+  weak_type = property(lambda self: self.aval.weak_type)
+
+  @property
+  def nbytes(self) -> int:
+    return self.aval.size * self.aval.dtype.itemsize
+
+  @property
+  def itemsize(self) -> int:
+    return self.aval.dtype.itemsize
+
+  # -- buffer access
+
+  def _check_buf(self):
+    if self._buf is None:
+      raise DonatedBufferError(
+          f"This Array ({self.aval.str_short()}) was donated to a jitted computation "
+          f"(donate_argnums) and its buffer is gone. Use the computation's outputs instead, "
+          f"or stop donating the argument.")
+    return self._buf
+
+  @property
+  def _value(self) -> np.ndarray:
+    v = self._npy
+    if v is None:
+      buf = self._check_buf()
+      v, did_copy = buf._single_device_array_to_np_array_did_copy()
+      if not did_copy or v.flags.writeable:
+        v = v.view()
+        v.flags.writeable = False
+      self._npy = v
+    return v
+
+  def __array__(self, dtype=None, copy=None):
+    v = self._value
+    if dtype is not None and np.dtype(dtype) != v.dtype:
+      return v.astype(dtype)
+    if copy:
+      return v.copy()
+    return v
+
+  def block_until_ready(self) -> "Array":
+    self._check_buf().block_until_ready()
+    return self
+
+  def is_ready(self) -> bool:
+    return self._check_buf().is_ready()
+
+  def is_deleted(self) -> bool:
+    return self._buf is None or self._buf.is_deleted()
+
+  def delete(self) -> None:
+    if self._buf is not None:
+      self._buf.delete()
+      self._buf = None
+
+  def devices(self) -> set:
+    return set(self._check_buf().devices())
+
+  @property
+  def device(self):
+    return next(iter(self.devices()))
+
+  @property
+  def sharding(self):
+    return self._check_buf().sharding
+
+  @property
+  def committed(self) -> bool:
+    return bool(self._check_buf().committed)
+
+  # -- Python conversions (concrete: copy to host)
+
+  def item(self, *args):
+    return self._value.item(*args)
+
+  def tolist(self):
+    return self._value.tolist()
+
+  def __bool__(self):
+    return bool(self._value)
+
+  def __int__(self):
+    return int(self._value)
+
+  def __float__(self):
+    return float(self._value)
+
+  def __complex__(self):
+    return complex(self._value)
+
+  def __index__(self):
+    if not dtypes.is_integer(self.aval.dtype) or self.aval.shape:
+      raise TypeError(f"Only integer scalar arrays can be converted to a scalar index, got "
+                      f"{self.aval.str_short()}.")
+    return int(self._value)
+
+  def __len__(self):
+    if not self.aval.shape:
+      raise TypeError("len() of unsized object (a 0-d Array)")
+    return self.aval.shape[0]
+
+  def __iter__(self):
+    if not self.aval.shape:
+      raise TypeError("iteration over a 0-d array")
+    return (self[i] for i in range(self.aval.shape[0]))
+
+  def __hash__(self):
+    raise TypeError(f"unhashable type: 'Array' ({self.aval.str_short()}). Use a tuple or "
+                    f"`x.item()` for a hashable value.")
+
+  def __format__(self, spec):
+    if self.aval.shape:
+      return format(str(self), spec)
+    return format(self._value.item(), spec)
+
+  def __repr__(self):
+    if self._buf is None:
+      return f"Array(<donated>, {self.aval.str_short()})"
+    v = self._value
+    if v.dtype in (dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2):
+      body = np.array2string(v.astype(np.float32), separator=", ", prefix="Array(")
+    else:
+      body = np.array2string(v, separator=", ", prefix="Array(")
+    weak = ", weak_type=True" if self.aval.weak_type else ""
+    return f"Array({body}, dtype={self.aval.dtype.name}{weak})"
+
+  def __str__(self):
+    return str(self._value)
+
+  def __reduce__(self):
+    return (_reconstruct, (np.array(self._value), self.aval.weak_type))
+
+  def copy_to_host_async(self):
+    self._check_buf().copy_to_host_async()
+
+  def __dlpack__(self, *args, **kwargs):
+    return self._value.__dlpack__(*args, **kwargs)
+
+
+def _reconstruct(value: np.ndarray, weak_type: bool) -> Array:
+  from stagecraft.runtime.dispatch import device_put
+  x = device_put(value)
+  if weak_type:
+    x = Array(x._buf, x.aval.update(weak_type=True))
+  return x
+
+
+core.pytype_aval_mappings[Array] = lambda x: x.aval

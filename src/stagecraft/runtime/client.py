@@ -1,0 +1,72 @@
+"""The PJRT client and devices (jax/jaxlib used only as the XLA runtime; DESIGN.md)."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from jax.extend import backend as xb
+from jaxlib import xla_client as xc
+
+_KNOWN_BACKENDS = ("cpu", "cuda", "gpu", "rocm", "tpu")
+
+
+@functools.lru_cache(maxsize=None)
+def get_backend(backend: str | None = None):
+  """The PJRT client for `backend` ('cpu', 'gpu'/'cuda'; None: the default one).
+
+  Raises:
+    RuntimeError: if the backend is not available (the message lists those that are).
+  """
+  if backend is not None and not isinstance(backend, str):
+    raise TypeError(f"backend must be a string such as 'cpu' or 'gpu', got {backend!r}.")
+  try:
+    return xb.get_backend(backend)
+  except RuntimeError as e:
+    raise RuntimeError(f"Backend {backend!r} is not available: {e}. Available backends: "
+                       f"{sorted(xb.backends())}.") from e
+
+
+def devices(backend: str | None = None) -> list[Any]:
+  """All devices of `backend` (default backend when None), in id order."""
+  return list(get_backend(backend).devices())
+
+
+def local_devices(backend: str | None = None) -> list[Any]:
+  return list(get_backend(backend).local_devices())
+
+
+def device_count(backend: str | None = None) -> int:
+  return len(devices(backend))
+
+
+def local_device_count(backend: str | None = None) -> int:
+  return len(local_devices(backend))
+
+
+@functools.lru_cache(maxsize=None)
+def default_device():
+  return local_devices()[0]
+
+
+def process_index() -> int:
+  return get_backend().process_index()
+
+
+def process_count() -> int:
+  return max(d.process_index for d in devices()) + 1
+
+
+@functools.lru_cache(maxsize=None)
+def single_device_sharding(device):
+  import jax.sharding  # the runtime's sharding objects, needed by PJRT transfers
+  return jax.sharding.SingleDeviceSharding(device)
+
+
+@functools.lru_cache(maxsize=None)
+def device_list(devs: tuple) -> Any:
+  return xc.DeviceList(devs)
+
+
+def compile_options(num_replicas: int = 1, num_partitions: int = 1, device_assignment=None):
+  return xb.get_compile_options(num_replicas=num_replicas, num_partitions=num_partitions,
+                                device_assignment=device_assignment)

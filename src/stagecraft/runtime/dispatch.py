@@ -1,0 +1,196 @@
+"""Transfers, compilation (cached), execution, and the generic eager impl of primitives.
+
+Eager `prim.bind(*arrays)` lowers a one-equation jaxpr, compiles it once per
+(primitive, params, avals) and runs the cached executable, so eager and jitted numerics agree.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from jaxlib import xla_client as xc
+
+from stagecraft import core, dtypes
+from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
+from stagecraft.errors import DonatedBufferError
+from stagecraft.interpreters import lowering
+from stagecraft.runtime import client
+from stagecraft.runtime.array import Array
+
+try:  # the runtime's own array type, accepted wherever an Array is
+  from jaxlib._jax import ArrayImpl as _JaxArray
+except ImportError:  # pragma: no cover
+  _JaxArray = None
+
+# ---------------------------------------------------------------------------
+# Host -> device
+
+
+def _put_np(x: np.ndarray, aval: ShapedArray, device) -> Any:
+  return xc.batched_device_put(aval, client.single_device_sharding(device), [x], [device],
+                               True, False, enable_x64=True)
+
+
+def to_buffer(x: Any, aval: ShapedArray, device=None) -> Any:
+  """A device buffer holding `x` with dtype `aval.dtype` (no copy for Arrays on `device`)."""
+  if type(x) is Array:
+    buf = x._buf
+    if buf is None:
+      x._check_buf()
+    return buf
+  device = device or client.default_device()
+  if _JaxArray is not None and type(x) is _JaxArray:
+    if x.dtype == aval.dtype and not x.is_deleted():
+      return x
+    x = np.asarray(x)
+  if isinstance(x, core.Tracer):
+    raise core.escaped_tracer_error(x)
+  arr = np.asarray(x, dtype=aval.dtype)
+  return _put_np(arr, aval, device)
+
+
+def device_put(x: Any, device=None) -> Any:
+  """Places `x` (a pytree of arrays or scalars) on `device` (default: the first device).
+
+  Args:
+    x: Array, NumPy array, Python scalar, jax.Array, or a pytree of them.
+    device: a device from `stagecraft.devices()`, or None.
+
+  Returns:
+    The same tree of `Array`s, committed to `device` when one is given.
+
+  Raises:
+    TypeError: if a leaf is not an array-like (its key path is named).
+  """
+  from stagecraft import tree_util
+  leaves, treedef = tree_util.tree_flatten(x)
+  out = []
+  for path_leaf in zip(range(len(leaves)), leaves):
+    i, leaf = path_leaf
+    out.append(_device_put_leaf(leaf, device, treedef, i))
+  return tree_util.tree_unflatten(treedef, out)
+
+
+def _device_put_leaf(x, device, treedef, i):
+  try:
+    aval = core.get_aval(x)
+  except TypeError as e:
+    raise TypeError(f"device_put: leaf {i} of {treedef} is not an array: {e}") from None
+  if type(x) is Array:
+    if device is None or device in x.devices():
+      return x
+    return Array(_put_np(np.asarray(x._value), aval, device), aval)
+  return Array(to_buffer(x, aval, device), aval)
+
+
+def block_until_ready(x: Any) -> Any:
+  """Waits until every Array in the pytree `x` is computed; returns `x`."""
+  from stagecraft import tree_util
+  for leaf in tree_util.tree_leaves(x):
+    if isinstance(leaf, Array):
+      leaf.block_until_ready()
+    elif hasattr(leaf, "block_until_ready"):
+      leaf.block_until_ready()
+  return x
+
+
+# ---------------------------------------------------------------------------
+# Compilation
+
+_compile_cache: dict[Any, Any] = {}
+_compile_lock = threading.Lock()
+compile_count = [0]   # number of XLA compilations (tests and benchmarks read it)
+
+
+def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_replicas: int = 1,
+                   num_partitions: int = 1) -> Any:
+  """Compiles StableHLO `text` for `devices` (default: the default device); cached in memory
+  on the text and options."""
+  devs = tuple(devices) if devices is not None else (client.default_device(),)
+  key = (text, devs, num_replicas, num_partitions)
+  exe = _compile_cache.get(key)
+  if exe is not None:
+    return exe
+  with _compile_lock:
+    exe = _compile_cache.get(key)
+    if exe is None:
+      backend = devs[0].client
+      opts = client.compile_options(num_replicas, num_partitions)
+      exe = backend.compile_and_load(text, client.device_list(devs), opts)
+      compile_count[0] += 1
+      _compile_cache[key] = exe
+  return exe
+
+
+# ---------------------------------------------------------------------------
+# Executables
+
+
+class Executable:
+  """A compiled program with its input/output avals; `call(args)` takes flat array-likes."""
+  __slots__ = ("exe", "in_avals", "out_avals", "text", "donated")
+
+  def __init__(self, exe, in_avals, out_avals, text, donated=None):
+    self.exe = exe
+    self.in_avals = tuple(in_avals)
+    self.out_avals = tuple(out_avals)
+    self.text = text
+    self.donated = donated
+
+  def call(self, args: Sequence[Any]) -> list[Array]:
+    bufs = [a._buf if type(a) is Array else to_buffer(a, av)
+            for a, av in zip(args, self.in_avals)]
+    return self.call_buffers(bufs, args)
+
+  def call_buffers(self, bufs, args=None) -> list[Array]:
+    try:
+      outs = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+    except TypeError:
+      for a in args or ():
+        if type(a) is Array and a._buf is None:
+          a._check_buf()
+      raise
+    return [Array(o[0], av) for o, av in zip(outs, self.out_avals)]
+
+
+def _params_key(params: dict) -> tuple:
+  return tuple(params.items())
+
+
+_prim_cache: dict[Any, Executable] = {}
+
+
+def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
+  """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
+  avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
+  try:
+    key = (prim, *avals, *params.items())
+    ex = _prim_cache.get(key)
+  except TypeError:   # unhashable params: compile without caching
+    key, ex = None, None
+  if ex is None:
+    ex = _compile_primitive(prim, avals, params)
+    if key is not None:
+      _prim_cache[key] = ex
+  outs = ex.call(args)
+  return outs if prim.multiple_results else outs[0]
+
+
+def _compile_primitive(prim, avals, params) -> Executable:
+  out = prim.abstract_eval(*avals, **params)
+  out_avals = list(out) if prim.multiple_results else [out]
+  invars = [Var(a) for a in avals]
+  outvars = [Var(a) for a in out_avals]
+  jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, prim, params)])
+  text = lowering.lower_jaxpr_to_module(prim.name, jaxpr)
+  return Executable(compile_module(text), avals, out_avals, text)
+
+
+core._default_impl[0] = apply_primitive
+
+if _JaxArray is not None:
+  def _jax_array_aval(x):
+    return ShapedArray(tuple(x.shape), dtypes.canonicalize_dtype(x.dtype),
+                       bool(getattr(x, "weak_type", False)))
+  core.pytype_aval_mappings[_JaxArray] = _jax_array_aval

@@ -1,0 +1,467 @@
+"""Pytrees: JAX's `jax.tree_util` names and semantics on top of `optree`.
+
+Containers (tuples, lists, dicts, namedtuples, `None` and registered classes) are *nodes*;
+everything else is a *leaf*. As in JAX, `None` is a node with no children, dict keys are sorted,
+and every registration made here lives in optree's `NAMESPACE` (so it does not leak into other
+optree users). `tree_flatten`, `tree_unflatten` and `tree_map` call optree's C++ flattener
+directly; key paths are built only by the `*_with_path` functions.
+
+  >>> tree = {'b': [1, (2, None)], 'a': 3}
+  >>> leaves, treedef = tree_flatten(tree)
+  >>> leaves
+  [3, 1, 2]
+  >>> [keystr(p) for p, _ in tree_leaves_with_path(tree)]
+  ["['a']", "['b'][0]", "['b'][1][0]"]
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import optree
+from optree import _C
+from optree import accessors as _acc
+
+__all__ = [
+    "NAMESPACE", "PyTreeDef", "SequenceKey", "DictKey", "GetAttrKey", "FlattenedIndexKey",
+    "KeyEntry", "KeyPath", "keystr", "tree_flatten", "tree_unflatten", "tree_leaves",
+    "tree_structure", "tree_map", "tree_flatten_with_path", "tree_leaves_with_path",
+    "tree_map_with_path", "tree_reduce", "tree_all", "tree_transpose", "treedef_children",
+    "treedef_is_leaf", "all_leaves", "register_pytree_node", "register_pytree_with_keys",
+    "register_pytree_node_class", "register_pytree_with_keys_class", "register_dataclass",
+    "register_static", "Partial",
+]
+
+T = TypeVar("T")
+NAMESPACE = "stagecraft"
+_NONE_IS_LEAF = False
+
+PyTreeDef = optree.PyTreeSpec
+"""The structure of a pytree (optree's `PyTreeSpec`): `.num_leaves`, `.unflatten(leaves)`,
+`.flatten_up_to(tree)`, `.children()`."""
+
+
+# ---------------------------------------------------------------------------
+# Key path entries (as jax.tree_util's).
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SequenceKey:
+  """Child `idx` of a list or tuple; prints as `[0]`."""
+  idx: int
+
+  def __str__(self):
+    return f"[{self.idx!r}]"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DictKey:
+  """Entry `key` of a dict; prints as `['a']`."""
+  key: Hashable
+
+  def __str__(self):
+    return f"[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GetAttrKey:
+  """Attribute `name` (namedtuple fields, dataclass fields); prints as `.name`."""
+  name: str
+
+  def __str__(self):
+    return f".{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlattenedIndexKey:
+  """Child number `key` of a custom node registered without keys; prints as `[<flat index 0>]`."""
+  key: int
+
+  def __str__(self):
+    return f"[<flat index {self.key}>]"
+
+
+KeyEntry = Any      # one of the key classes above, or any key a registration returns
+KeyPath = tuple     # tuple[KeyEntry, ...]
+
+
+def keystr(keys: KeyPath, *, simple: bool = False, separator: str = "") -> str:
+  """Joins the string forms of the keys of a key path.
+
+  Args:
+    keys: a key path, as returned by `tree_flatten_with_path`.
+    simple: print each key bare (`a/0/w` with `separator='/'`) instead of `['a'][0].w`.
+    separator: put between keys.
+
+  Returns:
+    e.g. `keystr((DictKey('a'), SequenceKey(0), GetAttrKey('w')))` is `"['a'][0].w"`.
+  """
+  return separator.join(map(_simple_keystr if simple else str, keys))
+
+
+def _simple_keystr(k) -> str:
+  if isinstance(k, SequenceKey):
+    return str(k.idx)
+  if isinstance(k, DictKey):
+    return str(k.key)
+  if isinstance(k, GetAttrKey):
+    return k.name
+  if isinstance(k, FlattenedIndexKey):
+    return str(k.key)
+  return str(k)
+
+
+class _KeyedEntry(optree.PyTreeEntry):
+  """optree path entry of a custom node registered with keys: `.entry` is the user's key."""
+  __slots__ = ()
+
+
+def _to_key(e: optree.PyTreeEntry) -> KeyEntry:
+  """Converts one optree path entry to a JAX-style key."""
+  if isinstance(e, _KeyedEntry):
+    return e.entry
+  if isinstance(e, (_acc.NamedTupleEntry, _acc.StructSequenceEntry)):
+    return GetAttrKey(e.field)
+  if isinstance(e, _acc.SequenceEntry):
+    return SequenceKey(e.entry)
+  if isinstance(e, _acc.MappingEntry):
+    return DictKey(e.entry)
+  if isinstance(e, _acc.DataclassEntry):
+    return GetAttrKey(e.name)
+  if isinstance(e, _acc.GetAttrEntry):
+    return GetAttrKey(e.name)
+  return FlattenedIndexKey(e.entry)
+
+
+def _to_path(accessor) -> KeyPath:
+  return tuple(map(_to_key, accessor))
+
+
+# ---------------------------------------------------------------------------
+# Flatten / unflatten / map.
+
+def tree_flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
+  """Flattens `tree` into its leaves (left to right, dict keys sorted) and its structure.
+
+  Args:
+    tree: a pytree.
+    is_leaf: optional predicate; a subtree for which it returns True is taken as a leaf.
+
+  Returns:
+    `(leaves, treedef)`.
+  """
+  return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
+
+
+def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
+  """Rebuilds the pytree of structure `treedef` from `leaves`.
+
+  Raises:
+    ValueError: if the number of leaves is not `treedef.num_leaves` (says expected / got).
+  """
+  try:
+    return treedef.unflatten(leaves)
+  except ValueError as e:
+    msg = str(e)
+    if not msg.startswith(("Too few leaves", "Too many leaves")):
+      raise
+    got = len(leaves) if hasattr(leaves, "__len__") else "a different number"
+    few = "few" if msg.startswith("Too few") else "many"
+    raise ValueError(f"Too {few} leaves for PyTreeDef; expected {treedef.num_leaves}, got "
+                     f"{got}. The structure is {treedef}.") from None
+
+
+def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
+  """The leaves of `tree`, in `tree_flatten` order."""
+  return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)[0]
+
+
+def tree_structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> PyTreeDef:
+  """The `PyTreeDef` of `tree`."""
+  return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)[1]
+
+
+def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
+             is_leaf: Callable[[Any], bool] | None = None) -> Any:
+  """Applies `f` leafwise: `f(x, *xs)` for each leaf `x` of `tree` and the matching `xs`.
+
+  Args:
+    f: the function to apply.
+    tree: the pytree whose structure the result has.
+    *rest: pytrees with `tree`'s structure, or with it as a prefix (each of their subtrees at a
+      leaf of `tree` is passed whole).
+    is_leaf: optional predicate marking extra leaves of `tree`.
+
+  Raises:
+    ValueError: if a tree in `rest` does not have `tree`'s structure as a prefix.
+  """
+  leaves, treedef = _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
+  if not rest:
+    return treedef.unflatten(map(f, leaves))
+  return treedef.unflatten(map(f, leaves, *[treedef.flatten_up_to(r) for r in rest]))
+
+
+def tree_flatten_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
+  """Like `tree_flatten`, with the key path of each leaf.
+
+  Returns:
+    `([(key_path, leaf), ...], treedef)`; a key path is a tuple of `SequenceKey`, `DictKey`,
+    `GetAttrKey`, `FlattenedIndexKey` or the keys a registration gives.
+  """
+  accessors, leaves, treedef = optree.tree_flatten_with_accessor(
+      tree, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  return [(_to_path(a), x) for a, x in zip(accessors, leaves)], treedef
+
+
+def tree_leaves_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
+  """The `(key_path, leaf)` pairs of `tree`, in `tree_flatten` order."""
+  return tree_flatten_with_path(tree, is_leaf)[0]
+
+
+def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any,
+                       is_leaf: Callable[[Any], bool] | None = None) -> Any:
+  """Like `tree_map`, calling `f(key_path, x, *xs)`."""
+  accessors, leaves, treedef = optree.tree_flatten_with_accessor(
+      tree, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  paths = map(_to_path, accessors)
+  return treedef.unflatten(map(f, paths, leaves, *[treedef.flatten_up_to(r) for r in rest]))
+
+
+_NO_INITIALIZER = object()
+
+
+def tree_reduce(function: Callable[[Any, Any], Any], tree: Any,
+                initializer: Any = _NO_INITIALIZER,
+                is_leaf: Callable[[Any], bool] | None = None) -> Any:
+  """`functools.reduce(function, tree_leaves(tree), initializer)`.
+
+  Raises:
+    TypeError: if `tree` has no leaves and no `initializer` is given.
+  """
+  leaves = tree_leaves(tree, is_leaf)
+  if initializer is _NO_INITIALIZER:
+    return functools.reduce(function, leaves)
+  return functools.reduce(function, leaves, initializer)
+
+
+def tree_all(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> bool:
+  """Whether every leaf of `tree` is truthy (True for a tree without leaves)."""
+  return all(tree_leaves(tree, is_leaf))
+
+
+def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
+                   pytree_to_transpose: Any) -> Any:
+  """Turns an outer tree of inner trees into an inner tree of outer trees.
+
+  Args:
+    outer_treedef: structure of the outer tree.
+    inner_treedef: structure of each inner tree (None: that of the first one).
+    pytree_to_transpose: a tree of structure `outer_treedef` with `inner_treedef` subtrees.
+  """
+  inner_trees = outer_treedef.flatten_up_to(pytree_to_transpose)
+  if inner_treedef is None:
+    if not inner_trees:
+      raise ValueError("tree_transpose: inner_treedef=None needs an outer tree with leaves.")
+    inner_treedef = tree_structure(inner_trees[0])
+  inner_leaves = [inner_treedef.flatten_up_to(t) for t in inner_trees]
+  columns = [outer_treedef.unflatten([ls[i] for ls in inner_leaves])
+             for i in range(inner_treedef.num_leaves)]
+  return inner_treedef.unflatten(columns)
+
+
+def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
+  """The structures of the children of the root node of `treedef`."""
+  return treedef.children()
+
+
+def treedef_is_leaf(treedef: PyTreeDef) -> bool:
+  """Whether `treedef` has a single node (a leaf, or `None`)."""
+  return treedef.num_nodes == 1
+
+
+def all_leaves(iterable: Iterable[Any], is_leaf: Callable[[Any], bool] | None = None) -> bool:
+  """Whether every element of `iterable` is a leaf."""
+  return optree.all_leaves(iterable, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+
+
+# ---------------------------------------------------------------------------
+# Registration.
+
+def _register(nodetype, flatten, unflatten, entry_type):
+  try:
+    optree.register_pytree_node(nodetype, flatten, unflatten, path_entry_type=entry_type,
+                                namespace=NAMESPACE)
+  except ValueError as e:
+    if "already registered" in str(e):
+      raise ValueError(
+          f"Duplicate pytree node registration for {nodetype!r}: it is already registered "
+          f"(each type may be registered once).") from None
+    raise
+
+
+def register_pytree_node(nodetype: type, flatten_func: Callable[[Any], tuple[Iterable, Any]],
+                         unflatten_func: Callable[[Any, Iterable], Any],
+                         flatten_with_keys_func: Callable | None = None) -> None:
+  """Makes `nodetype` a pytree node.
+
+  Args:
+    nodetype: the class.
+    flatten_func: `x -> (children, aux_data)`; `aux_data` is hashable and kept in the treedef.
+    unflatten_func: `(aux_data, children) -> x`.
+    flatten_with_keys_func: optional `x -> ([(key, child), ...], aux_data)`; without it, key
+      paths use `FlattenedIndexKey(i)`.
+
+  Raises:
+    ValueError: if `nodetype` is already registered.
+  """
+  if flatten_with_keys_func is not None:
+    register_pytree_with_keys(nodetype, flatten_with_keys_func, unflatten_func, flatten_func)
+  else:
+    _register(nodetype, flatten_func, unflatten_func, optree.FlattenedEntry)
+
+
+def register_pytree_with_keys(nodetype: type,
+                              flatten_with_keys: Callable[[Any], tuple[Iterable, Any]],
+                              unflatten_func: Callable[[Any, Iterable], Any],
+                              flatten_func: Callable | None = None) -> None:
+  """Makes `nodetype` a pytree node whose children have keys (shown in key paths).
+
+  Args:
+    nodetype: the class.
+    flatten_with_keys: `x -> ([(key, child), ...], aux_data)`; keys are usually `GetAttrKey`,
+      `DictKey` or `SequenceKey`.
+    unflatten_func: `(aux_data, children) -> x`.
+    flatten_func: accepted for JAX compatibility; optree flattens every node with one
+      function, so `flatten_with_keys` is used throughout.
+
+  Raises:
+    ValueError: if `nodetype` is already registered.
+  """
+  del flatten_func
+
+  def flatten(x):
+    key_children, aux = flatten_with_keys(x)
+    keys, children = [], []
+    for k, c in key_children:
+      keys.append(k)
+      children.append(c)
+    return children, aux, keys
+
+  _register(nodetype, flatten, unflatten_func, _KeyedEntry)
+
+
+def register_pytree_node_class(cls: type[T]) -> type[T]:
+  """Class decorator: `cls.tree_flatten(self) -> (children, aux)` and the classmethod
+  `cls.tree_unflatten(aux, children)` make `cls` a pytree node. Returns `cls`."""
+  register_pytree_node(cls, operator.methodcaller("tree_flatten"), cls.tree_unflatten)
+  return cls
+
+
+def register_pytree_with_keys_class(cls: type[T]) -> type[T]:
+  """Class decorator: `cls.tree_flatten_with_keys(self) -> ([(key, child), ...], aux)` and the
+  classmethod `cls.tree_unflatten(aux, children)` make `cls` a keyed pytree node.
+  Returns `cls`."""
+  register_pytree_with_keys(cls, operator.methodcaller("tree_flatten_with_keys"),
+                            cls.tree_unflatten)
+  return cls
+
+
+def register_dataclass(nodetype: type[T], data_fields: Sequence[str] | None = None,
+                       meta_fields: Sequence[str] | None = None,
+                       drop_fields: Sequence[str] = ()) -> type[T]:
+  """Makes a dataclass a pytree node: `data_fields` are children (keys `GetAttrKey(name)`),
+  `meta_fields` are static (hashable) and kept in the treedef.
+
+  With both field lists None, `nodetype` must be a dataclass: fields with
+  `metadata={'static': True}` are meta fields and the other init fields are data fields.
+  Unflattening calls `nodetype(**fields)`. Returns `nodetype` (usable as a decorator).
+
+  Raises:
+    TypeError: if only one field list is given, or fields are inferred from a non-dataclass.
+    ValueError: if the fields do not cover the dataclass's init fields exactly.
+  """
+  if data_fields is None and meta_fields is None:
+    if not dataclasses.is_dataclass(nodetype):
+      raise TypeError(f"register_dataclass: {nodetype!r} is not a dataclass; pass data_fields "
+                      f"and meta_fields explicitly.")
+    fields = [f for f in dataclasses.fields(nodetype) if f.init and f.name not in drop_fields]
+    meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
+    data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
+  elif data_fields is None or meta_fields is None:
+    raise TypeError("register_dataclass: pass both data_fields and meta_fields, or neither.")
+  data_fields, meta_fields = tuple(data_fields), tuple(meta_fields)
+  if dataclasses.is_dataclass(nodetype):
+    init = {f.name for f in dataclasses.fields(nodetype) if f.init} - set(drop_fields)
+    given = set(data_fields) | set(meta_fields)
+    if given != init:
+      raise ValueError(
+          f"register_dataclass: data_fields and meta_fields of {nodetype!r} must cover its init "
+          f"fields exactly; missing {sorted(init - given)}, unexpected {sorted(given - init)}.")
+  keys = [GetAttrKey(n) for n in data_fields]
+
+  def flatten(x):
+    return ([getattr(x, n) for n in data_fields], tuple(getattr(x, n) for n in meta_fields),
+            keys)
+
+  def unflatten(aux, children):
+    return nodetype(**dict(zip(meta_fields, aux)), **dict(zip(data_fields, children)))
+
+  _register(nodetype, flatten, unflatten, _KeyedEntry)
+  return nodetype
+
+
+def register_static(cls: type[T]) -> type[T]:
+  """Makes instances of `cls` pytree nodes without children: the whole value is kept in the
+  treedef (so it must be hashable). Returns `cls`."""
+  register_pytree_node(cls, lambda x: ((), x), lambda x, _: x)
+  return cls
+
+
+# ---------------------------------------------------------------------------
+# Partial.
+
+class _WrappedPartial:
+  """Holds a `functools.partial` passed as `Partial`'s func, so that `functools.partial` does
+  not merge it into the `Partial` (its arguments stay static); hashes and compares as it."""
+
+  def __init__(self, p: functools.partial):
+    self.partial = p
+    self.func, self.args, self.keywords = p.func, p.args, p.keywords
+
+  def __call__(self, *args, **kwargs):
+    return self.partial(*args, **kwargs)
+
+  def __hash__(self):
+    return hash(self.partial)
+
+  def __eq__(self, other):
+    if isinstance(other, _WrappedPartial):
+      other = other.partial
+    return self.partial == other
+
+  def __repr__(self):
+    return repr(self.partial)
+
+
+class Partial(functools.partial):
+  """A `functools.partial` that is a pytree: `func` is static (kept in the treedef) and
+  `args`/`keywords` are its children, so a Partial can be passed through `jit`.
+
+    >>> add = Partial(lambda x, y: x + y, 1.0)
+    >>> tree_leaves(add)
+    [1.0]
+  """
+
+  def __new__(cls, func, *args, **kwargs):
+    if isinstance(func, functools.partial):
+      func = _WrappedPartial(func)
+    return super().__new__(cls, func, *args, **kwargs)
+
+
+register_pytree_node(
+    Partial,
+    lambda p: ((p.args, p.keywords), p.func),
+    lambda func, xs: Partial(func, *xs[0], **xs[1]),
+)
