@@ -1,9 +1,19 @@
-"""stagecraft: a JAX-style staging compiler (trace -> jaxpr -> StableHLO -> XLA)."""
+"""stagecraft: a JAX-style staging compiler (trace -> jaxpr -> StableHLO -> XLA).
+
+Public API with JAX's names: `jit`, `make_jaxpr`, `eval_shape`, `device_put`, `devices`,
+`numpy`, `lax`, `tree_util`, `config`.
+"""
 from stagecraft.config import config, disable_jit, enable_x64
 from stagecraft import dtypes, tree_util
 from stagecraft.core import ShapeDtypeStruct, ShapedArray
+from stagecraft.errors import (ConcretizationTypeError, DonatedBufferError,
+                               TracerArrayConversionError, TracerIntegerConversionError,
+                               UnexpectedTracerError)
 from stagecraft.runtime import (Array, block_until_ready, default_device, device_count,
-                                device_put, devices, local_device_count, local_devices)
+                                device_put, devices, local_device_count, local_devices,
+                                process_count, process_index)
 from stagecraft import lax
+from stagecraft import numpy
+from stagecraft.api import eval_shape, jit, make_jaxpr
 
 __version__ = "0.1.0"

@@ -356,10 +356,18 @@ def _pp_param(v: Any, indent: int) -> str:
   return str(v)
 
 
+#: Primitives whose params print in a fixed order (others print sorted by name, as JAX does).
+pp_param_order: dict["Primitive", tuple[str, ...]] = {}
+
+
 def _pp_eqn(eqn: JaxprEqn, names: _Names, indent: int) -> str:
   lhs = " ".join(names.binder(v) for v in eqn.outvars)
   rhs_args = " ".join(names(v) for v in eqn.invars)
-  params = sorted(eqn.params.items())
+  order = pp_param_order.get(eqn.primitive)
+  if order is None:
+    params = sorted(eqn.params.items())
+  else:
+    params = [(k, eqn.params[k]) for k in order if k in eqn.params]
   prim = eqn.primitive.name
   if not params:
     return f"{lhs} = {prim} {rhs_args}".rstrip()

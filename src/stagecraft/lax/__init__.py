@@ -7,3 +7,7 @@ from stagecraft.lax.elementwise import (abs, acos, acosh, add, asin, asinh, atan
                                         integer_pow, is_finite, le, log, log1p, logistic, lt, max,
                                         min, mul, ne, neg, pow, rem, round, rsqrt, select,
                                         select_n, sign, sin, sinh, sqrt, sub, tan, tanh)
+from stagecraft.lax.shape import *  # noqa: F401,F403
+from stagecraft.lax.slicing import *  # noqa: F401,F403
+from stagecraft.lax.reduction import *  # noqa: F401,F403
+from stagecraft.lax.dot import *  # noqa: F401,F403

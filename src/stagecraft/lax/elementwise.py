@@ -19,8 +19,12 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import lowering
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import utils
-from stagecraft.lax.utils import (any_dtype, bool_or_int, floating, inexact, integer, number,
-                                  signed_or_float)
+from stagecraft.lax.utils import any_dtype, floating, inexact, integer, number
+
+# NB: JAX's category order in the "Accepted dtypes" messages differs per primitive.
+_signed = ("signedinteger", lambda d: dtypes.is_integer(d) and not dtypes.is_unsigned(d))
+_abs_dtypes = (utils._float, utils._complex, _signed)  # stablehlo.abs rejects unsigned
+_int_or_bool = (utils._int, utils._bool)
 
 # ---------------------------------------------------------------------------
 # Shared rules
@@ -113,14 +117,14 @@ erf_inv_p = _unop("erf_inv", floating, "chlo.erf_inv")
 floor_p = _unop("floor", floating, "stablehlo.floor")
 ceil_p = _unop("ceil", floating, "stablehlo.ceil")
 is_finite_p = _unop("is_finite", floating, "stablehlo.is_finite", _bool_dtype)
-not_p = _unop("not", bool_or_int, "stablehlo.not")
-abs_p = _unop("abs", signed_or_float, "stablehlo.abs", _real_dtype)
+not_p = _unop("not", _int_or_bool, "stablehlo.not")
+abs_p = _unop("abs", _abs_dtypes, "stablehlo.abs", _real_dtype)
 # NB: abs of a complex number is real; the result dtype rule also drops the weak type only
 # for complex inputs (see _abs_abstract_eval).
 
 
 def _abs_abstract_eval(x):
-  utils.check_dtype("abs", x, signed_or_float)
+  utils.check_dtype("abs", x, _abs_dtypes)
   return ShapedArray(x.shape, _real_dtype(x.dtype), x.weak_type)
 
 
@@ -233,13 +237,14 @@ add_p = _binop("add", number, "stablehlo.add")
 sub_p = _binop("sub", number, "stablehlo.subtract")
 mul_p = _binop("mul", number, "stablehlo.multiply")
 div_p = _binop("div", number, "stablehlo.divide")     # integers: rounds toward zero
-rem_p = _binop("rem", number, "stablehlo.remainder")  # sign of the dividend, as C's fmod
+# rem: the sign of the dividend, as C's fmod. NB: no complex (XLA's CPU compiler crashes).
+rem_p = _binop("rem", (utils._int, utils._float), "stablehlo.remainder")
 max_p = _binop("max", any_dtype, "stablehlo.maximum")  # NaN-propagating for floats
 min_p = _binop("min", any_dtype, "stablehlo.minimum")
-atan2_p = _binop("atan2", floating, "stablehlo.atan2")
-and_p = _binop("and", bool_or_int, "stablehlo.and")
-or_p = _binop("or", bool_or_int, "stablehlo.or")
-xor_p = _binop("xor", bool_or_int, "stablehlo.xor")
+atan2_p = _binop("atan2", inexact, "stablehlo.atan2")
+and_p = _binop("and", _int_or_bool, "stablehlo.and")
+or_p = _binop("or", _int_or_bool, "stablehlo.or")
+xor_p = _binop("xor", _int_or_bool, "stablehlo.xor")
 
 # pow(x, y): x floating/complex; y of x's dtype, or an integer array (JAX >= 0.4.30).
 pow_p = Primitive("pow")
@@ -300,7 +305,7 @@ def _cmp(name: str, direction: str, accepted) -> Primitive:
   return p
 
 
-_ordered = (utils._bool, utils._int, utils._float)
+_ordered = (utils._int, utils._float, utils._bool)
 eq_p = _cmp("eq", "EQ", any_dtype)
 ne_p = _cmp("ne", "NE", any_dtype)
 lt_p = _cmp("lt", "LT", _ordered)
@@ -359,7 +364,8 @@ lowering.register_lowering(select_n_p, _select_n_lowering)
 
 # ---------------------------------------------------------------------------
 # convert_element_type(x, new_dtype, weak_type): casts; float -> bool is x != 0; complex
-# -> real takes the real part (as NumPy does, without its warning).
+# -> real (bool included) takes the real part first (as JAX does; NumPy warns, and its
+# complex -> bool tests both parts).
 convert_element_type_p = Primitive("convert_element_type")
 
 
@@ -371,16 +377,16 @@ def _convert_element_type_lowering(ctx, x, *, new_dtype, weak_type):
   src, out = ctx.avals_in[0], ctx.avals_out[0]
   if src.dtype == out.dtype:
     return [x]
-  if out.dtype == dtypes.bool_:
-    zero = broadcast_operand(ctx, ctx.constant(0, src.update(shape=())),
-                             src.update(shape=()), src.shape)
-    return [_compare(ctx, "NE", x, zero, src)]
   if dtypes.is_complex(src.dtype) and not dtypes.is_complex(out.dtype):
     real = src.update(dtype=_real_dtype(src.dtype))
     x = ctx.op("stablehlo.real", [x], [real], operand_avals=[src])[0]
     src = real
     if src.dtype == out.dtype:
       return [x]
+  if out.dtype == dtypes.bool_:
+    zero = broadcast_operand(ctx, ctx.constant(0, src.update(shape=())),
+                             src.update(shape=()), src.shape)
+    return [_compare(ctx, "NE", x, zero, src)]
   return ctx.op("stablehlo.convert", [x], [out], operand_avals=[src])
 
 

@@ -1,0 +1,540 @@
+"""User-facing transformations: `jit`, `make_jaxpr`, `eval_shape`.
+
+`jit` traces its function once per signature — the tree structure of the arguments, the aval
+(shape, dtype, weak type) of each array leaf, the values of static arguments and the x64
+flag — and caches the traced jaxpr and the compiled executable under that key. Caches hang
+off the function object through a weak reference, so they go when the function does.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import optree
+
+from stagecraft import core, dtypes, tree_util
+from stagecraft.config import config
+from stagecraft.core import ClosedJaxpr, DebugInfo, Jaxpr, ShapedArray, ShapeDtypeStruct
+from stagecraft.interpreters import lowering, partial_eval as pe
+from stagecraft.runtime import dispatch
+from stagecraft.runtime.array import Array
+
+_NS = tree_util.NAMESPACE
+
+
+def _flatten(tree):
+  return optree.tree_flatten(tree, none_is_leaf=False, namespace=_NS)
+
+
+# ---------------------------------------------------------------------------
+# The call primitive of jit: `jit[name=f jaxpr={...}] args`.
+
+jit_p = core.Primitive("jit")
+jit_p.multiple_results = True
+
+
+def _jit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str):
+  return jaxpr.out_avals
+
+
+_jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, dispatch.Executable]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
+  ex = _jit_executables.get(jaxpr)
+  if ex is None:
+    ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
+  return ex.call(args)
+
+
+def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
+  assert not jaxpr.consts, "jit_p's jaxpr takes its consts as arguments"
+  text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr)
+  return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
+                             text)
+
+
+def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str):
+  return lowering.lower_call(ctx, name, jaxpr, args)
+
+
+jit_p.def_abstract_eval(_jit_abstract_eval)
+jit_p.def_impl(_jit_impl)
+lowering.register_lowering(jit_p, _jit_lowering)
+core.pp_param_order[jit_p] = ("name", "jaxpr")
+
+
+# ---------------------------------------------------------------------------
+# Argument handling shared by jit, make_jaxpr and eval_shape
+
+
+def _abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
+  t = type(x)
+  if t is Array:
+    return x.aval
+  try:
+    return core.get_aval(x)
+  except TypeError:
+    pass
+  if isinstance(x, ShapeDtypeStruct) or (hasattr(x, "shape") and hasattr(x, "dtype")
+                                         and not isinstance(x, type)):
+    try:
+      return ShapedArray(tuple(int(d) for d in x.shape), dtypes.canonicalize_dtype(x.dtype),
+                         bool(getattr(x, "weak_type", False)))
+    except TypeError:
+      pass
+  raise TypeError(
+      f"Error interpreting argument to {fun_name} as an abstract array. The problematic value "
+      f"is of type {type(x)} and was passed to the function at path {path}. This typically "
+      f"means that a jit-wrapped function was called with a non-array argument, and this "
+      f"argument was not marked as static using the static_argnums or static_argnames "
+      f"parameters of jit.")
+
+
+def _fun_name(fun: Callable) -> str:
+  return getattr(fun, "__name__", None) or type(fun).__name__
+
+
+def _signature(fun: Callable):
+  try:
+    return inspect.signature(fun)
+  except (TypeError, ValueError):
+    return None
+
+
+def _arg_names(sig, dyn_argnums: Sequence[int], dyn_kwarg_names: Sequence[str],
+               args_tree_with_paths) -> tuple[tuple[str, ...], tuple[int | str, ...]]:
+  """One readable name per flat leaf (`x`, `params['w']`) and the top-level origin."""
+  params = list(sig.parameters.values()) if sig is not None else []
+  positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                     p.POSITIONAL_OR_KEYWORD)]
+  var_pos = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+  names, origins = [], []
+  for path, _ in args_tree_with_paths:
+    top, rest = path[0], path[1:]   # (args, kwargs) tuple
+    if top.idx == 0:
+      i = rest[0].idx
+      argnum = dyn_argnums[i]
+      if argnum < len(positional):
+        base = positional[argnum]
+      elif var_pos is not None:
+        base = f"{var_pos}[{argnum - len(positional)}]"
+      else:
+        base = f"args[{argnum}]"
+      names.append(base + tree_util.keystr(rest[1:]))
+      origins.append(argnum)
+    else:
+      key = rest[0].key
+      names.append(str(key) + tree_util.keystr(rest[1:]))
+      origins.append(str(key))
+  return tuple(names), tuple(origins)
+
+
+def _check_out_leaves(leaves, out_tree, fun_name: str, what: str):
+  for i, leaf in enumerate(leaves):
+    if isinstance(leaf, core.Tracer) or type(leaf) is Array:
+      continue
+    if not core.valid_array_type(leaf):
+      paths = tree_util.tree_flatten_with_path(tree_util.tree_unflatten(out_tree, leaves))[0]
+      path = tree_util.keystr(paths[i][0]) if i < len(paths) else f"leaf {i}"
+      raise TypeError(
+          f"The function {fun_name} passed to {what} returned a value of type "
+          f"{type(leaf).__name__} at output{path or ' (the whole output)'}, which is not a "
+          f"valid array type. Return arrays, scalars, or pytrees of them.")
+
+
+class _Traced:
+  """The result of tracing one signature: the jaxpr with consts as leading invars."""
+  __slots__ = ("jaxpr", "consts", "out_tree", "executable", "__weakref__")
+
+  def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree):
+    self.jaxpr = jaxpr
+    self.consts = consts
+    self.out_tree = out_tree
+    self.executable = None
+
+
+def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequence[int],
+               static_argnames: Sequence[str], traced_for: str,
+               in_avals: Sequence[ShapedArray] | None = None) -> tuple[_Traced, Any]:
+  """Traces `fun(*args, **kwargs)` with the static arguments fixed; returns the traced
+  signature (consts as leading invars) and the flat dynamic leaves."""
+  fun_name = _fun_name(fun)
+  dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+  dyn_args = tuple(args[i] for i in dyn_argnums)
+  dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
+  leaves, in_tree = _flatten((dyn_args, dyn_kwargs))
+  sig = _signature(fun)
+  with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
+  names, origins = _arg_names(sig, dyn_argnums, list(dyn_kwargs), with_paths)
+  if in_avals is None:
+    in_avals = [_abstractify(x, names[i], fun_name) for i, x in enumerate(leaves)]
+  debug = DebugInfo(traced_for, fun_name, names, origins)
+  out_tree_box = []
+
+  def flat_fun(*flat):
+    d_args, d_kwargs = optree.tree_unflatten(in_tree, flat)
+    full = list(d_args)
+    for i in sorted(static_argnums):
+      if i < len(args):
+        full.insert(i, args[i])
+    all_kwargs = {**{k: v for k, v in kwargs.items() if k in static_argnames}, **d_kwargs}
+    out = fun(*full, **all_kwargs)
+    out_leaves, out_tree = _flatten(out)
+    _check_out_leaves(out_leaves, out_tree, fun_name, traced_for)
+    out_tree_box.append(out_tree)
+    return out_leaves
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
+  closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
+  return _Traced(closed, list(consts), out_tree_box[0]), leaves
+
+
+# ---------------------------------------------------------------------------
+# jit
+
+_fun_caches: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+
+
+def _cache_for(fun: Callable, options: tuple) -> dict:
+  try:
+    per_fun = _fun_caches.get(fun)
+    if per_fun is None:
+      per_fun = _fun_caches[fun] = {}
+  except TypeError:   # not weakly referenceable: a cache for this wrapper only
+    return {}
+  return per_fun.setdefault(options, {})
+
+
+def _normalize_argnums(argnums, name: str) -> tuple[int, ...]:
+  if argnums is None:
+    return ()
+  if isinstance(argnums, int):
+    argnums = (argnums,)
+  try:
+    return tuple(int(i) for i in argnums)
+  except TypeError:
+    raise TypeError(f"jit: {name} must be an int or a sequence of ints, got {argnums!r}.")
+
+
+def _normalize_argnames(argnames, name: str) -> tuple[str, ...]:
+  if argnames is None:
+    return ()
+  if isinstance(argnames, str):
+    return (argnames,)
+  return tuple(argnames)
+
+
+class _CompiledCall:
+  """A compiled signature's fast call: buffers in, Arrays out."""
+  __slots__ = ("exe", "kept", "const_bufs", "in_avals", "out_avals", "out_tree", "donated",
+               "simple", "text")
+
+  def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text):
+    self.exe = exe
+    self.kept = kept
+    self.const_bufs = const_bufs
+    self.in_avals = in_avals          # avals of all dynamic leaves
+    self.out_avals = out_avals
+    self.out_tree = out_tree
+    self.donated = donated            # leaf indices donated, or ()
+    self.simple = not const_bufs and kept is None and not donated
+    self.text = text
+
+  def __call__(self, leaves: Sequence[Any]):
+    in_avals = self.in_avals
+    if self.simple:
+      bufs = [x._buf if type(x) is Array else dispatch.to_buffer(x, in_avals[i])
+              for i, x in enumerate(leaves)]
+    else:
+      idx = range(len(leaves)) if self.kept is None else self.kept
+      bufs = [*self.const_bufs, *[leaves[i]._buf if type(leaves[i]) is Array
+                                  else dispatch.to_buffer(leaves[i], in_avals[i])
+                                  for i in idx]]
+    try:
+      results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+    except TypeError:
+      for x in leaves:
+        if type(x) is Array and x._buf is None:
+          x._check_buf()   # raises DonatedBufferError
+      raise
+    if self.donated:
+      for i in self.donated:
+        x = leaves[i]
+        if type(x) is Array and x._buf is not None and x._buf.is_deleted():
+          x._buf = None
+    outs = [Array(r[0], av) for r, av in zip(results, self.out_avals)]
+    return optree.tree_unflatten(self.out_tree, outs)
+
+
+class JitWrapped:
+  """The function returned by `jit`. Calling it runs the compiled program for the arguments'
+  signature (tracing and compiling on the first call of a signature)."""
+
+  def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
+               donate_argnames, keep_unused: bool, inline: bool):
+    if not callable(fun):
+      raise TypeError(f"jit expects a callable, got {fun!r} of type {type(fun).__name__}.")
+    functools.update_wrapper(self, fun)
+    self._fun = fun
+    sig = _signature(fun)
+    static_argnums = _normalize_argnums(static_argnums, "static_argnums")
+    static_argnames = _normalize_argnames(static_argnames, "static_argnames")
+    donate_argnums = _normalize_argnums(donate_argnums, "donate_argnums")
+    donate_argnames = _normalize_argnames(donate_argnames, "donate_argnames")
+    if sig is not None:
+      params = list(sig.parameters.values())
+      pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+      n = len(pos)
+      static_argnums = tuple(i + n if i < 0 else i for i in static_argnums)
+      donate_argnums = tuple(i + n if i < 0 else i for i in donate_argnums)
+      # Infer each of static_argnums/static_argnames from the other, as JAX does.
+      static_argnames = tuple(dict.fromkeys(
+          [*static_argnames, *(pos[i] for i in static_argnums if 0 <= i < n)]))
+      static_argnums = tuple(sorted(set(
+          [*static_argnums, *(pos.index(k) for k in static_argnames if k in pos)])))
+      donate_argnums = tuple(sorted(set(
+          [*donate_argnums, *(pos.index(k) for k in donate_argnames if k in pos)])))
+      self._pos_names = pos
+    else:
+      self._pos_names = []
+    if set(static_argnums) & set(donate_argnums):
+      raise ValueError(f"jit: arguments {sorted(set(static_argnums) & set(donate_argnums))} "
+                       f"are both static and donated; static arguments cannot be donated.")
+    self._static_argnums = static_argnums
+    self._static_argnames = static_argnames
+    self._donate_argnums = donate_argnums
+    self._donate_argnames = donate_argnames
+    self._keep_unused = bool(keep_unused)
+    self._inline = bool(inline)
+    self._fast = not static_argnums and not static_argnames
+    options = (static_argnums, static_argnames, donate_argnums, donate_argnames,
+               self._keep_unused)
+    self._cache = _cache_for(fun, options)
+
+  def __repr__(self):
+    return f"<jitted function {_fun_name(self._fun)}>"
+
+  def __get__(self, obj, objtype=None):
+    if obj is None:
+      return self
+    return functools.partial(self, obj)
+
+  # -- keys
+
+  def _key(self, args, kwargs):
+    if self._fast:
+      leaves, treedef = _flatten((args, kwargs))
+      static = ()
+    else:
+      static = tuple(args[i] for i in self._static_argnums if i < len(args)) + tuple(
+          (k, kwargs[k]) for k in self._static_argnames if k in kwargs)
+      dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_argnums)
+      dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+      leaves, treedef = _flatten((dyn_args, dyn_kwargs))
+      try:
+        hash(static)
+      except TypeError as e:
+        bad = next(s for s in static if not _hashable(s))
+        bad = bad[1] if isinstance(bad, tuple) and len(bad) == 2 and isinstance(
+            bad[0], str) and not _hashable(bad[1]) else bad
+        raise TypeError(
+            f"Non-hashable static arguments are not supported. An error occurred while "
+            f"trying to hash an object of type {type(bad)}, {bad!r}. The error was:\n"
+            f"TypeError: {e}") from None
+    sig = []
+    for x in leaves:
+      if type(x) is Array:
+        sig.append(x.aval)
+      elif isinstance(x, core.Tracer):
+        sig.append(x.aval)
+      else:
+        sig.append(_leaf_sig(x))
+    return (treedef, static, config.state_key, *sig), leaves
+
+  # -- calls
+
+  def __call__(self, *args, **kwargs):
+    if config.disable_jit:
+      return self._fun(*args, **kwargs)
+    key, leaves = self._key(args, kwargs)
+    entry = self._cache.get(key)
+    if core._state.trace is not core.eval_trace:
+      if entry is None:
+        entry = self._cache[key] = self._trace(args, kwargs)
+      outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr,
+                        name=_fun_name(self._fun))
+      return optree.tree_unflatten(entry.out_tree, outs)
+    if entry is None:
+      entry = self._cache[key] = self._trace(args, kwargs)
+    call = entry.executable
+    if call is None:
+      call = entry.executable = compile_traced(entry, self._donated_leaves(args, kwargs),
+                                               self._keep_unused, _fun_name(self._fun))
+    return call(leaves)
+
+  def _trace(self, args, kwargs) -> _Traced:
+    for i in self._static_argnums:
+      if i < len(args) and isinstance(args[i], core.Tracer):
+        raise TypeError(f"jit: static argument {i} of {_fun_name(self._fun)} is a traced "
+                        f"value ({args[i].aval.str_short()}); static arguments must be "
+                        f"concrete, hashable Python values.")
+    traced, _ = trace_flat(self._fun, args, kwargs, self._static_argnums,
+                           self._static_argnames, "jit")
+    return traced
+
+  def _donated_leaves(self, args, kwargs) -> set[int]:
+    """Flat indices of the dynamic leaves that belong to donated arguments."""
+    if not self._donate_argnums and not self._donate_argnames:
+      return set()
+    out, pos = set(), 0
+    for i, a in enumerate(args):
+      if i in self._static_argnums:
+        continue
+      n = len(_flatten(a)[0])
+      if i in self._donate_argnums:
+        out.update(range(pos, pos + n))
+      pos += n
+    for k in sorted(kwargs):   # NB: dict leaves flatten in sorted-key order
+      if k in self._static_argnames:
+        continue
+      n = len(_flatten(kwargs[k])[0])
+      if k in self._donate_argnames:
+        out.update(range(pos, pos + n))
+      pos += n
+    return out
+
+
+def _hashable(x) -> bool:
+  try:
+    hash(x)
+    return True
+  except TypeError:
+    return False
+
+
+def _leaf_sig(x):
+  t = type(x)
+  if t in dtypes._python_scalar_kind:
+    return core.get_aval(x)
+  if t is np.ndarray:
+    return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
+  return _abstractify(x, "?", "jit")
+
+
+def compile_traced(entry: _Traced, donated: set[int], keep_unused: bool,
+                   name: str) -> _CompiledCall:
+  """Lowers and compiles a traced signature: unused inputs are pruned (unless
+  `keep_unused`), consts become device buffers once, donated leaves are marked."""
+  jaxpr = entry.jaxpr.jaxpr
+  nconst = len(entry.consts)
+  n_in = len(jaxpr.invars)
+  instantiate = [False] * nconst + [keep_unused] * (n_in - nconst)
+  dce_jaxpr, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
+  used_consts = [i for i in range(nconst) if used[i]]
+  kept_leaves = [i - nconst for i in range(nconst, n_in) if used[i]]
+  donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
+  text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
+  exe = dispatch.compile_module(text)
+  in_avals = [v.aval for v in jaxpr.invars[nconst:]]
+  const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval) for i in used_consts]
+  kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
+  return _CompiledCall(exe, kept, const_bufs, in_avals, jaxpr.out_avals, entry.out_tree,
+                       tuple(sorted(donated)), text)
+
+
+def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,
+        static_argnames: str | Iterable[str] | None = None,
+        donate_argnums: int | Sequence[int] | None = None,
+        donate_argnames: str | Iterable[str] | None = None, keep_unused: bool = False,
+        device=None, backend: str | None = None, inline: bool = False):
+  """Compiles `fun` with XLA; traces once per argument signature.
+
+  Args:
+    fun: a function of arrays (pytrees of arrays, scalars) returning arrays or pytrees.
+    static_argnums: positions of arguments that are compile-time constants (hashable);
+      each new value retraces. Inferred from `static_argnames` and vice versa.
+    static_argnames: names of keyword/positional arguments that are static.
+    donate_argnums / donate_argnames: arguments whose buffers the computation may reuse for
+      its outputs; a donated Array cannot be used afterwards (DonatedBufferError).
+    keep_unused: keep arguments the computation does not read (they are pruned otherwise).
+    device, backend: placement (the default device when None).
+    inline: accepted for compatibility; nested jits are always staged as calls.
+
+  Returns:
+    A callable with `fun`'s signature returning Arrays in `fun`'s output structure.
+
+  Raises:
+    TypeError: for a non-callable `fun`, unhashable static arguments, arguments that are
+      not arrays (naming their key path), or traced static arguments.
+
+  Example:
+    >>> import stagecraft, stagecraft.numpy as jnp
+    >>> f = stagecraft.jit(lambda x, y: jnp.sin(x) * y)
+    >>> f(jnp.arange(3.0), 2.0)
+    Array([0.        , 1.682942  , 1.8185949 ], dtype=float32)
+  """
+  if fun is None:
+    return functools.partial(jit, static_argnums=static_argnums,
+                             static_argnames=static_argnames, donate_argnums=donate_argnums,
+                             donate_argnames=donate_argnames, keep_unused=keep_unused,
+                             device=device, backend=backend, inline=inline)
+  return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
+                    keep_unused, inline)
+
+
+# ---------------------------------------------------------------------------
+# make_jaxpr, eval_shape
+
+
+def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
+               return_shape: bool = False) -> Callable[..., ClosedJaxpr]:
+  """Returns a function that traces `fun` and gives its ClosedJaxpr.
+
+  Args:
+    fun: the function to trace.
+    static_argnums: positions of arguments treated as Python constants.
+    return_shape: also return the output pytree of ShapeDtypeStructs.
+
+  Returns:
+    `f(*args, **kwargs) -> ClosedJaxpr` (and the output shapes with `return_shape`). Args
+    may be arrays, scalars or ShapeDtypeStructs.
+
+  Example:
+    >>> import stagecraft, stagecraft.numpy as jnp
+    >>> print(stagecraft.make_jaxpr(lambda x: jnp.sin(x) * 2.0)(jnp.ones(3)))
+    { lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[3] = mul b 2.0:f32[] in (c,) }
+  """
+  static_argnums = _normalize_argnums(static_argnums, "static_argnums")
+
+  @functools.wraps(fun)
+  def make(*args, **kwargs):
+    traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
+    jaxpr = traced.jaxpr.jaxpr
+    nconst = len(traced.consts)
+    closed = ClosedJaxpr(jaxpr.replace(constvars=jaxpr.invars[:nconst],
+                                       invars=jaxpr.invars[nconst:]), traced.consts)
+    if return_shape:
+      shapes = optree.tree_unflatten(traced.out_tree, [
+          ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in jaxpr.out_avals])
+      return closed, shapes
+    return closed
+  return make
+
+
+def eval_shape(fun: Callable, *args, **kwargs):
+  """Output shapes and dtypes of `fun(*args, **kwargs)` without running it.
+
+  Args may be arrays, scalars or ShapeDtypeStructs (anything with `shape` and `dtype`).
+
+  Returns:
+    The output pytree with a ShapeDtypeStruct (keeping weak types) at each leaf.
+  """
+  traced, _ = trace_flat(fun, args, kwargs, (), (), "eval_shape")
+  return optree.tree_unflatten(traced.out_tree, [
+      ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+      for a in traced.jaxpr.out_avals])

@@ -1,0 +1,309 @@
+"""`dot_general`: tensor contraction with batch dimensions, and its wrapper `dot`.
+
+Params follow `jax.lax.dot_general` (JAX 0.10): `dimension_numbers =
+((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`, `precision` (None or a pair
+of `Precision`) and `preferred_element_type` (None or a dtype). The result has the batch
+dimensions first, then the free dimensions of `lhs`, then those of `rhs`.
+
+Dtypes follow JAX, which follows XLA's shape inference (`primitive_util::HigherPrecisionType`):
+operands may differ in dtype; the result takes the more precise one (complex over real,
+then more exponent bits, more mantissa bits, more bits, signed over unsigned), and operands
+of equally ranked but different dtypes are an error. `preferred_element_type` then sets the
+result dtype, which must not be narrower than that for integer/bool results. Mixed operands
+are converted to the result dtype before the dot, as JAX does on CPU and GPU.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes
+from stagecraft.core import Primitive, ShapedArray, get_aval
+from stagecraft.interpreters import lowering
+
+__all__ = ["Precision", "dot_general_p", "dot_general", "dot", "batch_matmul"]
+
+
+class Precision(enum.Enum):
+  """Matmul precision of one operand (`jax.lax.Precision`): on TPUs and GPUs with
+  TensorFloat-32, DEFAULT is fastest (one bf16 pass), HIGH uses 3 passes, HIGHEST full f32.
+  Strings: 'default'/'fastest'/'bfloat16', 'high'/'bfloat16_3x'/'tensorfloat32',
+  'highest'/'float32'."""
+  DEFAULT = 0
+  HIGH = 1
+  HIGHEST = 2
+
+  def __repr__(self):
+    return f"Precision.{self.name}"
+
+  __str__ = __repr__
+
+
+_precision_strings = {
+    "default": Precision.DEFAULT, "fastest": Precision.DEFAULT, "bfloat16": Precision.DEFAULT,
+    "high": Precision.HIGH, "bfloat16_3x": Precision.HIGH, "tensorfloat32": Precision.HIGH,
+    "highest": Precision.HIGHEST, "float32": Precision.HIGHEST,
+}
+
+
+def _one_precision(p: Any) -> Precision | None:
+  if isinstance(p, Precision):
+    return p
+  if isinstance(p, str):
+    return _precision_strings.get(p.lower()) or Precision.__members__.get(p)
+  if isinstance(p, enum.Enum) and p.name in Precision.__members__:  # e.g. jax.lax.Precision
+    return Precision[p.name]
+  return None
+
+
+def canonicalize_precision(precision: Any) -> tuple[Precision, Precision] | None:
+  """`precision` as the hashable param: None, or a pair (lhs, rhs) of `Precision`.
+
+  Raises:
+    ValueError: for anything but None, a `Precision`, one of its strings, or a pair of them.
+  """
+  if precision is None:
+    return None
+  p = _one_precision(precision)
+  if p is not None:
+    return (p, p)
+  if isinstance(precision, (tuple, list)) and len(precision) == 2:
+    pair = tuple(_one_precision(q) for q in precision)
+    if None not in pair:
+      return pair
+  raise ValueError(f"Precision argument must be one of:\n- None,\n- a string in "
+                   f"{list(_precision_strings)},\n- a lax.Precision value,\n- a tuple of two "
+                   f"lax.Precision values or strings;\nbut got {precision!r}.")
+
+
+# ---------------------------------------------------------------------------
+# dot_general
+
+
+def _type_properties(dt: np.dtype):
+  """XLA's HigherPrecisionType order: complex, exponent bits, mantissa bits, bit width,
+  signedness."""
+  real = np.dtype(np.float32 if dt == dtypes.complex64 else np.float64) \
+      if dtypes.is_complex(dt) else dt
+  fl = dtypes.is_float(real)
+  return (dtypes.is_complex(dt), dtypes.finfo(real).maxexp if fl else -1,
+          dtypes.finfo(real).nmant if fl else -1, _bit_width(real),
+          not dtypes.is_unsigned(real))
+
+
+def _bit_width(dt: np.dtype) -> int:
+  if dt == dtypes.bool_:
+    return 1
+  if dtypes.is_complex(dt):
+    return dtypes.finfo(dt).bits
+  return dt.itemsize * 8
+
+
+def _dot_general_dtype(lhs: ShapedArray, rhs: ShapedArray, preferred) -> np.dtype:
+  lp, rp = _type_properties(lhs.dtype), _type_properties(rhs.dtype)
+  if lp > rp:
+    out = lhs.dtype
+  elif rp > lp:
+    out = rhs.dtype
+  elif lhs.dtype != rhs.dtype:
+    raise TypeError(f"lax.dot_general argument type error: {lhs.dtype.name}, "
+                    f"{rhs.dtype.name}. Convert one operand with convert_element_type.")
+  else:
+    out = lhs.dtype
+  if preferred is None or preferred == out:
+    return out
+  if not dtypes.is_float(out) and _bit_width(preferred) < _bit_width(out):
+    raise TypeError(f"`preferred_element_type` must not be narrower than the original type, "
+                    f"got preferred_element_type of {preferred.name} for result type of "
+                    f"{out.name}.")
+  return preferred
+
+
+def _check_dims(side: str, aval: ShapedArray, contracting, batch) -> None:
+  if not all(0 <= d < aval.ndim for d in (*contracting, *batch)):
+    raise TypeError(f"dot_general requires {side} dimension numbers to be nonnegative and less "
+                    f"than the number of axes of the {side} value, got {side}_batch of "
+                    f"{batch} and {side}_contracting of {contracting} for {side} of rank "
+                    f"{aval.ndim}")
+  if len(set(batch)) != len(batch):
+    raise TypeError(f"dot_general requires {side} batch dimensions to be distinct, got "
+                    f"{side}_batch {batch}.")
+  if len(set(contracting)) != len(contracting):
+    raise TypeError(f"dot_general requires {side} contracting dimensions to be distinct, got "
+                    f"{side}_contracting {contracting}.")
+  if set(batch) & set(contracting):
+    raise TypeError(f"dot_general requires {side} batch dimensions to be disjoint from "
+                    f"contracting dimensions, got {side}_batch {batch} and {side}_contracting "
+                    f"{contracting}.")
+
+
+def _free_dims(ndim: int, contracting, batch) -> list[int]:
+  return [d for d in range(ndim) if d not in contracting and d not in batch]
+
+
+def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_numbers,
+                               precision, preferred_element_type):
+  (lc, rc), (lb, rb) = dimension_numbers
+  _check_dims("lhs", lhs, lc, lb)
+  _check_dims("rhs", rhs, rc, rb)
+  if len(lb) != len(rb):
+    raise TypeError(f"dot_general requires equal numbers of lhs_batch and rhs_batch "
+                    f"dimensions, got lhs_batch {lb} and rhs_batch {rb}.")
+  lbs, rbs = tuple(lhs.shape[d] for d in lb), tuple(rhs.shape[d] for d in rb)
+  if lbs != rbs:
+    raise TypeError(f"dot_general requires lhs batch dimensions and rhs batch dimensions to "
+                    f"have the same shape, got {lbs} and {rbs}.")
+  lcs, rcs = tuple(lhs.shape[d] for d in lc), tuple(rhs.shape[d] for d in rc)
+  if lcs != rcs:
+    raise TypeError(f"dot_general requires contracting dimensions to have the same shape, "
+                    f"got {lcs} and {rcs}.")
+  dtype = _dot_general_dtype(lhs, rhs, preferred_element_type)
+  shape = (*lbs, *(lhs.shape[d] for d in _free_dims(lhs.ndim, lc, lb)),
+           *(rhs.shape[d] for d in _free_dims(rhs.ndim, rc, rb)))
+  return ShapedArray(tuple(shape), dtype)  # NB: never weakly typed, as in JAX
+
+
+def _dims_attr(dimension_numbers) -> str:
+  (lc, rc), (lb, rb) = dimension_numbers
+  fields = [("lhs_batching_dimensions", lb), ("rhs_batching_dimensions", rb),
+            ("lhs_contracting_dimensions", lc), ("rhs_contracting_dimensions", rc)]
+  body = ", ".join(f"{k} = [{', '.join(map(str, v))}]" for k, v in fields if v)
+  return f"#stablehlo.dot<{body}>"
+
+
+def _dot_general_lowering(ctx, lhs, rhs, *, dimension_numbers, precision,
+                          preferred_element_type):
+  out = ctx.avals_out[0]
+  avals_in = list(ctx.avals_in)
+  if avals_in[0].dtype != avals_in[1].dtype:  # XLA's CPU/GPU codegen wants equal dtypes
+    operands = []
+    for x, a in zip((lhs, rhs), avals_in):
+      operands.append(x if a.dtype == out.dtype else
+                      ctx.op("stablehlo.convert", [x], [a.update(dtype=out.dtype)],
+                             operand_avals=[a])[0])
+    lhs, rhs = operands
+    avals_in = [a.update(dtype=out.dtype) for a in avals_in]
+  p = precision or (Precision.DEFAULT, Precision.DEFAULT)
+  attrs = (f"dot_dimension_numbers = {_dims_attr(dimension_numbers)}, precision_config = "
+           f"[#stablehlo<precision {p[0].name}>, #stablehlo<precision {p[1].name}>]")
+  return ctx.op("stablehlo.dot_general", [lhs, rhs], attrs=attrs, operand_avals=avals_in)
+
+
+dot_general_p = Primitive("dot_general")
+dot_general_p.def_abstract_eval(_dot_general_abstract_eval)
+lowering.register_lowering(dot_general_p, _dot_general_lowering)
+
+
+def _index_tuple(name: str, dims: Any) -> tuple[int, ...]:
+  if isinstance(dims, (int, np.integer)):
+    return (int(dims),)
+  try:
+    return tuple(int(d) for d in dims)
+  except TypeError:
+    raise TypeError(f"dot_general: {name} must be a sequence of ints, got {dims!r}.") from None
+
+
+def _canonicalize_dimension_numbers(dimension_numbers) -> tuple:
+  try:
+    (lc, rc), (lb, rb) = dimension_numbers
+  except (TypeError, ValueError):
+    raise TypeError(f"dot_general: dimension_numbers must be ((lhs_contracting, "
+                    f"rhs_contracting), (lhs_batch, rhs_batch)), got {dimension_numbers!r}."
+                    ) from None
+  return ((_index_tuple("lhs_contracting", lc), _index_tuple("rhs_contracting", rc)),
+          (_index_tuple("lhs_batch", lb), _index_tuple("rhs_batch", rb)))
+
+
+def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = None,
+                preferred_element_type: Any = None):
+  """General tensor contraction (`jax.lax.dot_general`, StableHLO `dot_general`).
+
+  Args:
+    lhs: array `A[*ls]`.
+    rhs: array `B[*rs]`.
+    dimension_numbers: `((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`,
+      sequences of axis indices in `[0, ndim)` (no negative indices, as in JAX); contracted
+      and batch dimensions pair up in order and must have equal sizes.
+    precision: None, a `Precision`, one of the strings 'default'/'high'/'highest' (and
+      JAX's aliases), or a pair of these for (lhs, rhs).
+    preferred_element_type: None or a dtype-like (canonicalized) for the result and the
+      accumulation.
+
+  Returns:
+    Array `T[*batch, *lhs_free, *rhs_free]`: the batch dimensions (sizes from `lhs`), then the
+    remaining dimensions of `lhs`, then those of `rhs`, in order. T is the more precise of
+    A and B (see the module docstring), or `preferred_element_type`. Never weakly typed.
+
+  Raises:
+    TypeError: for out-of-range, repeated or overlapping dimensions, mismatched batch or
+      contracting sizes or counts, incompatible dtypes, or a `preferred_element_type`
+      narrower than an integer result.
+    ValueError: for an invalid `precision`.
+
+  Examples:
+    >>> import numpy as np
+    >>> x = np.ones((2, 3, 4), np.float32); y = np.ones((2, 4, 5), np.float32)
+    >>> dot_general(x, y, (((2,), (1,)), ((0,), (0,)))).shape   # batched matmul
+    (2, 3, 5)
+  """
+  pref = (None if preferred_element_type is None
+          else dtypes.canonicalize_dtype(preferred_element_type))
+  return dot_general_p.bind(lhs, rhs,
+                            dimension_numbers=_canonicalize_dimension_numbers(dimension_numbers),
+                            precision=canonicalize_precision(precision),
+                            preferred_element_type=pref)
+
+
+def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any = None):
+  """Vector/matrix product (`jax.lax.dot`): contracts the last axis of `lhs` with the
+  first axis of `rhs`, for operands of rank 1 or 2.
+
+  Args:
+    lhs: array `A[k]` or `A[m,k]`.
+    rhs: array `B[k]` or `B[k,n]`.
+    precision: as for `dot_general`.
+    preferred_element_type: as for `dot_general`.
+
+  Returns:
+    `T[]` (vector . vector), `T[m]`, `T[n]` or `T[m,n]`; T as for `dot_general`.
+
+  Raises:
+    ValueError: if a rank is not 1 or 2 or the contracted sizes differ (use `dot_general`
+      with explicit dimension numbers for other cases).
+    TypeError: as for `dot_general`.
+  """
+  ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
+  if not (1 <= len(ls) <= 2 and 1 <= len(rs) <= 2 and ls[-1] == rs[0]):
+    raise ValueError(f"jax.lax.dot: dimension_numbers must be specified when not performing "
+                     f"simple un-batched matrix-matrix, matrix-vector, or vector-vector "
+                     f"products; got lhs_shape={ls} rhs_shape={rs}. Use lax.dot_general.")
+  return dot_general(lhs, rhs, (((len(ls) - 1,), (0,)), ((), ())), precision,
+                     preferred_element_type)
+
+
+def batch_matmul(lhs: Any, rhs: Any, precision: Any = None,
+                 preferred_element_type: Any = None):
+  """Batched matrix product (`jax.lax.batch_matmul`): `A[*b,m,k] @ B[*b,k,n] -> T[*b,m,n]`.
+
+  Args:
+    lhs: array `A[*b,m,k]`, rank at least 2.
+    rhs: array `B[*b,k,n]`, of the same rank as `lhs`, with equal batch sizes `b`.
+    precision: as for `dot_general`.
+    preferred_element_type: as for `dot_general`.
+
+  Returns:
+    `T[*b,m,n]`; T as for `dot_general`.
+
+  Raises:
+    ValueError: if the ranks differ or are below 2.
+    TypeError: as for `dot_general` (mismatched batch or contracted sizes, dtypes).
+  """
+  ln, rn = get_aval(lhs).ndim, get_aval(rhs).ndim
+  if ln < 2 or ln != rn:
+    raise ValueError(f"batch_matmul requires operands of equal rank >= 2, got ranks {ln} "
+                     f"and {rn}.")
+  batch = tuple(range(ln - 2))
+  return dot_general(lhs, rhs, (((ln - 1,), (ln - 2,)), (batch, batch)), precision,
+                     preferred_element_type)

@@ -1,0 +1,288 @@
+"""Reductions over axes: `reduce_sum`, `reduce_max`, `reduce_min`, `reduce_prod`,
+`reduce_and`, `reduce_or`, and the index reductions `argmax`, `argmin`.
+
+Every reduction lowers to one `stablehlo.reduce` whose region applies the binary op, started
+from the op's identity (so reducing a zero-size axis gives the identity, as in JAX and NumPy).
+`argmax`/`argmin` lower to a variadic reduce over (values, iota indices) with JAX's
+NaN-aware comparator: a NaN wins, and among equal values the lowest index wins.
+Params and messages follow `jax.lax` (JAX 0.10).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes
+from stagecraft.core import Primitive, ShapedArray
+from stagecraft.interpreters import lowering
+from stagecraft.interpreters.lowering import i64_array
+from stagecraft.lax import utils
+from stagecraft.lax.elementwise import _compare
+
+__all__ = ["reduce_sum_p", "reduce_max_p", "reduce_min_p", "reduce_prod_p", "reduce_and_p",
+           "reduce_or_p", "argmax_p", "argmin_p", "reduce_sum", "reduce_max", "reduce_min",
+           "reduce_prod", "reduce_and", "reduce_or", "argmax", "argmin"]
+
+# ---------------------------------------------------------------------------
+# Identities (JAX's _get_*_identity): the value `init` with op(init, x) == x.
+
+
+def _sum_identity(dtype):
+  return np.array(0, dtype)
+
+
+def _prod_identity(dtype):
+  return np.array(1, dtype)
+
+
+def _max_identity(dtype):
+  if dtypes.is_inexact(dtype):
+    return np.array(-np.inf, dtype)
+  if dtypes.is_integer(dtype):
+    return np.array(np.iinfo(dtype).min, dtype)
+  return np.array(False)
+
+
+def _min_identity(dtype):
+  if dtypes.is_inexact(dtype):
+    return np.array(np.inf, dtype)
+  if dtypes.is_integer(dtype):
+    return np.array(np.iinfo(dtype).max, dtype)
+  return np.array(True)
+
+
+def _and_identity(dtype):  # all bits set
+  if dtype == dtypes.bool_:
+    return np.array(True)
+  return np.array(np.iinfo(dtype).max if dtypes.is_unsigned(dtype) else -1, dtype)
+
+
+def _or_identity(dtype):
+  return np.array(0, dtype)
+
+
+# ---------------------------------------------------------------------------
+# Shared rules
+
+
+def _check_reduction_axes(name: str, x: ShapedArray, axes) -> None:
+  if len(set(axes)) != len(axes):
+    raise ValueError(f"duplicate value in 'axes' of reduction: {axes}")
+  if not all(0 <= a < x.ndim for a in axes):
+    raise ValueError(f"reduction axes {axes} contains out-of-bounds indices for "
+                     f"{x.str_short()}. {name} takes non-negative axes less than the rank "
+                     f"{x.ndim}; normalize negative axes with `axis % ndim`.")
+
+
+_number = ("number", lambda d: dtypes.is_integer(d) or dtypes.is_inexact(d))
+_not_complex = (utils._bool, utils._int, utils._float)
+
+
+def _check_number(name, x):  # sum, prod: JAX's "subtypes of number" message
+  utils.check_dtype(name, x, (_number,))
+
+
+def _check_ordered(name, x):  # max, min: complex numbers have no order (JAX accepts them)
+  utils.check_dtype(name, x, _not_complex)
+
+
+def _check_logical(name, x):  # and, or: logical for bool, bitwise for integers
+  if x.dtype != dtypes.bool_ and not dtypes.is_integer(x.dtype):
+    raise TypeError(f"logical reduction requires operand dtype bool or int, got "
+                    f"{x.dtype.name}. Compare with zero first (`ne(x, 0)`) to reduce a "
+                    f"{x.dtype.name} array.")
+
+
+def _reduce_abstract_eval(name, check_dtype, keep_weak, x, *, axes):
+  """Output: `x` without `axes`; weak type kept (sum/max/min/prod) or dropped (and/or), as
+  JAX does."""
+  check_dtype(name, x)
+  _check_reduction_axes(name, x, axes)
+  shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+  return ShapedArray(shape, x.dtype, x.weak_type and keep_weak)
+
+
+def _reduce_lowering(op: str, identity, ctx, x, *, axes):
+  aval_out = ctx.avals_out[0]
+  scalar = ShapedArray((), aval_out.dtype)
+  init = ctx.constant(identity(scalar.dtype), scalar)
+  body = ctx.region([scalar, scalar], [scalar],
+                    lambda a, b: [ctx.elementwise(op, a, b, aval=scalar)])
+  return ctx.op("stablehlo.reduce", [x, init], attrs=f"dimensions = {i64_array(axes)}",
+                regions=[body], operand_avals=[ctx.avals_in[0], scalar])
+
+
+def _reduction(name, op, identity, check_dtype, keep_weak=True) -> Primitive:
+  p = Primitive(name)
+  p.def_abstract_eval(partial(_reduce_abstract_eval, name, check_dtype, keep_weak))
+  lowering.register_lowering(p, partial(_reduce_lowering, op, identity))
+  return p
+
+
+# One line per primitive: its abstract eval (accepted dtypes, weak type) and lowering
+# (region op and identity). max/min of floats propagate NaN, as numpy.max does.
+reduce_sum_p = _reduction("reduce_sum", "stablehlo.add", _sum_identity, _check_number)
+reduce_prod_p = _reduction("reduce_prod", "stablehlo.multiply", _prod_identity, _check_number)
+reduce_max_p = _reduction("reduce_max", "stablehlo.maximum", _max_identity, _check_ordered)
+reduce_min_p = _reduction("reduce_min", "stablehlo.minimum", _min_identity, _check_ordered)
+reduce_and_p = _reduction("reduce_and", "stablehlo.and", _and_identity, _check_logical,
+                          keep_weak=False)
+reduce_or_p = _reduction("reduce_or", "stablehlo.or", _or_identity, _check_logical,
+                         keep_weak=False)
+
+
+def _normalize_axes(axes: Sequence[int]) -> tuple[int, ...]:
+  # NB: sorted, but negative and duplicate axes are kept so the abstract eval reports them.
+  if isinstance(axes, (int, np.integer)):
+    axes = (axes,)
+  return tuple(sorted(int(a) for a in axes))
+
+
+def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str):
+  def f(operand: Any, axes: Sequence[int]):
+    return p.bind(operand, axes=_normalize_axes(axes))
+  f.__name__ = f.__qualname__ = p.name
+  weak = ("kept" if p not in (reduce_and_p, reduce_or_p) else "dropped")
+  f.__doc__ = f"""Computes the {what} of `operand` over `axes` (`jax.lax.{p.name}`).
+
+  Args:
+    operand: array `T[*s]`; T {dtypes_doc}.
+    axes: sequence of distinct axis indices in `[0, ndim)`; order does not matter (they are
+      sorted into the `axes` param).
+
+  Returns:
+    Array `T[s without axes]`, weak type {weak}. Reducing a zero-size axis gives
+    {identity_doc}.
+
+  Raises:
+    TypeError: if T is not accepted.
+    ValueError: if an axis is negative, out of bounds, or repeated.
+  """
+  return f
+
+
+reduce_sum = _reduce_wrapper(reduce_sum_p, "sum", "a number type (not bool)", "0")
+reduce_prod = _reduce_wrapper(reduce_prod_p, "product", "a number type (not bool)", "1")
+reduce_max = _reduce_wrapper(
+    reduce_max_p, "maximum (NaN-propagating)", "bool, integer or floating",
+    "-inf (the minimum integer for integers, False for bool)")
+reduce_min = _reduce_wrapper(
+    reduce_min_p, "minimum (NaN-propagating)", "bool, integer or floating",
+    "+inf (the maximum integer for integers, True for bool)")
+reduce_and = _reduce_wrapper(reduce_and_p, "logical (bool) or bitwise (integer) AND",
+                             "bool or integer", "True (all bits set for integers)")
+reduce_or = _reduce_wrapper(reduce_or_p, "logical (bool) or bitwise (integer) OR",
+                            "bool or integer", "False (0 for integers)")
+
+# ---------------------------------------------------------------------------
+# argmax / argmin: params `axes` (a 1-tuple) and `index_dtype`; result never weakly typed.
+
+
+def _argminmax_abstract_eval(name, x: ShapedArray, *, axes, index_dtype):
+  _check_ordered(name, x)
+  if len(axes) != 1:
+    raise ValueError(f"{name} reduces exactly one axis, got axes={axes}.")
+  axis, = axes
+  if not 0 <= axis < x.ndim:
+    raise ValueError(f"Invalid axis {axis} for operand shape {x.shape}. {name} takes an "
+                     f"axis in [0, {x.ndim}); normalize a negative axis with `axis % ndim`.")
+  if x.shape[axis] < 1:
+    raise ValueError(f"argmin and argmax require non-empty reduced dimension. "
+                     f"operand.shape={x.shape} axis={axis}")
+  if not dtypes.is_integer(index_dtype):
+    raise TypeError(f"index_dtype must be an integer type, but got {np.dtype(index_dtype).name}")
+  return ShapedArray(x.shape[:axis] + x.shape[axis + 1:], index_dtype)
+
+
+def _argminmax_lowering(direction: str, identity, ctx, x, *, axes, index_dtype):
+  x_aval, = ctx.avals_in
+  axis, = axes
+  val = ShapedArray((), x_aval.dtype)
+  idx = ShapedArray((), index_dtype)
+  iota = ctx.op("stablehlo.iota", [], [ShapedArray(x_aval.shape, index_dtype)],
+                attrs=f"iota_dimension = {axis} : i64", operand_avals=[])[0]
+  val_init = ctx.constant(identity(x_aval.dtype), val)
+  idx_init = ctx.constant(0, idx)
+  pred = ShapedArray((), dtypes.bool_)
+
+  def comparator(a, ia, b, ib):  # JAX's _ArgMinMaxReducer; a is the accumulated operand
+    pick_a = _compare(ctx, direction, a, b, val)
+    if dtypes.is_inexact(val.dtype):  # NaN wins (ints/bools are never NaN)
+      pick_a = ctx.elementwise("stablehlo.or", pick_a, _compare(ctx, "NE", a, a, val), aval=pred)
+    first = ctx.elementwise("stablehlo.and", _compare(ctx, "EQ", a, b, val),
+                            _compare(ctx, "LT", ia, ib, idx), aval=pred)
+    pick_ia = ctx.elementwise("stablehlo.or", pick_a, first, aval=pred)
+    out = []
+    for p, u, v, av in ((pick_a, a, b, val), (pick_ia, ia, ib, idx)):
+      r = ctx.fb.fresh()
+      ctx.fb.emit(f"{r} = stablehlo.select {p}, {u}, {v} : tensor<i1>, "
+                  f"{lowering.ir_type(av)}")
+      out.append(r)
+    return out
+
+  body = ctx.region([val, idx, val, idx], [val, idx], comparator)
+  outs = ctx.op("stablehlo.reduce", [x, iota, val_init, idx_init],
+                [x_aval.update(shape=ctx.avals_out[0].shape), ctx.avals_out[0]],
+                attrs=f"dimensions = {i64_array(axes)}", regions=[body],
+                operand_avals=[x_aval, x_aval.update(dtype=index_dtype), val, idx])
+  return [outs[1]]
+
+
+argmax_p = Primitive("argmax")
+argmax_p.def_abstract_eval(partial(_argminmax_abstract_eval, "argmax"))
+lowering.register_lowering(argmax_p, partial(_argminmax_lowering, "GT", _max_identity))
+
+argmin_p = Primitive("argmin")
+argmin_p.def_abstract_eval(partial(_argminmax_abstract_eval, "argmin"))
+lowering.register_lowering(argmin_p, partial(_argminmax_lowering, "LT", _min_identity))
+
+
+def argmax(operand: Any, axis: int, index_dtype: Any):
+  """Index of the maximum of `operand` along `axis` (`jax.lax.argmax`).
+
+  NaN counts as the maximum (the index of a NaN is returned, as `numpy.argmax` does), and
+  ties give the first (lowest) index.
+
+  Args:
+    operand: array `T[*s]`, T bool, integer or floating.
+    axis: int in `[0, ndim)`; `s[axis]` must be at least 1.
+    index_dtype: integer dtype-like of the result (canonicalized: int64 is int32 unless x64).
+
+  Returns:
+    Array `index_dtype[s without axis]`, not weakly typed.
+
+  Raises:
+    ValueError: if `axis` is out of bounds or the axis is empty.
+    TypeError: if `index_dtype` is not an integer type or T is complex.
+
+  Examples:
+    >>> import numpy as np
+    >>> np.asarray(argmax(np.array([1., np.nan, 3.], np.float32), 0, np.int32))
+    array(1, dtype=int32)
+  """
+  return argmax_p.bind(operand, axes=(int(axis),),
+                       index_dtype=dtypes.canonicalize_dtype(index_dtype))
+
+
+def argmin(operand: Any, axis: int, index_dtype: Any):
+  """Index of the minimum of `operand` along `axis` (`jax.lax.argmin`).
+
+  NaN counts as the minimum (the index of a NaN is returned, as `numpy.argmin` does), and
+  ties give the first (lowest) index.
+
+  Args:
+    operand: array `T[*s]`, T bool, integer or floating.
+    axis: int in `[0, ndim)`; `s[axis]` must be at least 1.
+    index_dtype: integer dtype-like of the result (canonicalized: int64 is int32 unless x64).
+
+  Returns:
+    Array `index_dtype[s without axis]`, not weakly typed.
+
+  Raises:
+    ValueError: if `axis` is out of bounds or the axis is empty.
+    TypeError: if `index_dtype` is not an integer type or T is complex.
+  """
+  return argmin_p.bind(operand, axes=(int(axis),),
+                       index_dtype=dtypes.canonicalize_dtype(index_dtype))

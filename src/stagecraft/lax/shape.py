@@ -1,0 +1,615 @@
+"""Shape primitives: `broadcast_in_dim`, `reshape`, `transpose`, `squeeze`, `rev`,
+`concatenate`, `pad` and `iota`, with the wrappers composed of them (`broadcast`,
+`expand_dims`, `full`, `collapse`, `broadcasted_iota`).
+
+Params have `jax.lax`'s names and are tuples of Python ints (hashable and static): the
+wrappers normalize what users pass (lists, NumPy ints, negative axes). The values of the
+operand are only moved, never computed, so each primitive keeps the operand's dtype and weak
+type (`iota` makes a strongly typed array). Each lowers to the StableHLO op of the same
+meaning (`reshape` and `squeeze` both to `stablehlo.reshape`).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import Primitive, ShapedArray
+from stagecraft.interpreters import lowering
+from stagecraft.interpreters.lowering import i64_array
+from stagecraft.lax import utils
+from stagecraft.lax.elementwise import convert_element_type
+
+__all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p",
+           "concatenate_p", "pad_p", "iota_p",
+           "broadcast_in_dim", "broadcast", "reshape", "transpose", "squeeze", "expand_dims",
+           "rev", "concatenate", "pad", "iota", "broadcasted_iota", "full", "collapse"]
+
+# ---------------------------------------------------------------------------
+# Shared helpers (also used by lax/slicing.py)
+
+
+def canonicalize_shape(name: str, arg_name: str, obj: Any) -> tuple[int, ...]:
+  """`obj` (a sequence of integers) as a tuple of Python ints, for a static param.
+
+  Raises:
+    TypeError: if `obj` is not a sequence of integers (a traced value included: shapes and
+      indices of params must be static).
+  """
+  if isinstance(obj, (int, np.integer)):
+    raise TypeError(f"{name} {arg_name} must be a sequence of integers, got the integer "
+                    f"{obj!r}. Wrap it in a tuple: ({obj!r},).")
+  try:
+    return tuple(operator.index(d) for d in obj)
+  except TypeError as e:
+    raise TypeError(f"{name} {arg_name} must be a sequence of integers, got {obj!r}. Pass "
+                    f"a tuple of static Python ints.") from e
+
+
+def check_shapelike(name: str, arg_name: str, obj: Any) -> None:
+  """Raises TypeError unless `obj` is a tuple of non-negative Python ints (a valid param)."""
+  if type(obj) is not tuple or not all(type(d) is int for d in obj):
+    raise TypeError(f"{name} {arg_name} must be a tuple of Python ints, got {obj!r}. Call "
+                    f"the wrapper `lax.{name}`, which normalizes it.")
+  if not all(d >= 0 for d in obj):
+    raise TypeError(f"{name} {arg_name} must have every element be nonnegative, got {obj}.")
+
+
+def is_staged_value(x: Any) -> bool:
+  """True for values that are already arrays of this library (Array, tracers), for which
+  the wrappers may skip an identity operation, as JAX's do; host values are always bound so
+  the result is an Array."""
+  return not isinstance(x, (np.ndarray, np.generic)) and type(x) not in dtypes.python_scalar_types
+
+
+def _shape_of(x: Any) -> tuple[int, ...]:
+  return core.get_aval(x).shape
+
+
+# ---------------------------------------------------------------------------
+# broadcast_in_dim(operand, shape, broadcast_dimensions): operand dim i becomes result dim
+# broadcast_dimensions[i] (of size 1 or shape[broadcast_dimensions[i]]).
+broadcast_in_dim_p = Primitive("broadcast_in_dim")
+
+
+def _broadcast_in_dim_abstract_eval(operand, *, shape, broadcast_dimensions):
+  check_shapelike("broadcast_in_dim", "shape", shape)
+  check_shapelike("broadcast_in_dim", "broadcast_dimensions", broadcast_dimensions)
+  if operand.ndim != len(broadcast_dimensions):
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must have length equal to operand "
+                    f"ndim; got broadcast_dimensions {broadcast_dimensions} for operand "
+                    f"{operand.str_short()} of ndim {operand.ndim}.")
+  if len(shape) < operand.ndim:
+    raise TypeError(f"broadcast_in_dim target broadcast shape must have equal or higher rank "
+                    f"to the operand shape; got operand {operand.str_short()} and target "
+                    f"shape {shape}.")
+  if not all(d < len(shape) for d in broadcast_dimensions):
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must be a subset of output "
+                    f"dimensions, got {broadcast_dimensions} for operand ndim {operand.ndim} "
+                    f"and shape {shape}.")
+  if len(set(broadcast_dimensions)) != len(broadcast_dimensions):
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must not contain duplicates, got "
+                    f"broadcast_dimensions {broadcast_dimensions}.")
+  if not all(d in (1, shape[b]) for d, b in zip(operand.shape, broadcast_dimensions)):
+    raise TypeError(f"broadcast_in_dim operand dimension sizes must either be 1, or be equal "
+                    f"to their corresponding dimensions in the target broadcast shape; got "
+                    f"operand of shape {operand.shape}, target broadcast shape {shape}, "
+                    f"broadcast_dimensions {broadcast_dimensions}.")
+  return ShapedArray(shape, operand.dtype, operand.weak_type)
+
+
+def _broadcast_in_dim_lowering(ctx, x, *, shape, broadcast_dimensions):
+  return ctx.op("stablehlo.broadcast_in_dim", [x],
+                attrs=f"broadcast_dimensions = {i64_array(broadcast_dimensions)}")
+
+
+broadcast_in_dim_p.def_abstract_eval(_broadcast_in_dim_abstract_eval)
+lowering.register_lowering(broadcast_in_dim_p, _broadcast_in_dim_lowering)
+
+
+def broadcast_in_dim(operand: Any, shape: Sequence[int],
+                     broadcast_dimensions: Sequence[int]) -> Any:
+  """Broadcasts `operand` to `shape`, placing its dimension i at `broadcast_dimensions[i]`.
+
+  Args:
+    operand: array `T[*s]` (NumPy arrays and Python scalars accepted).
+    shape: the result shape `r`, with `len(r) >= len(s)`.
+    broadcast_dimensions: for each operand dimension i, the result dimension it becomes;
+      distinct, `s[i]` must be 1 or `r[broadcast_dimensions[i]]`. Need not be sorted
+      (unsorted dimensions transpose, as in StableHLO).
+
+  Returns:
+    `T[*r]`, weakly typed when `operand` is.
+
+  Raises:
+    TypeError: if `shape` or `broadcast_dimensions` are not sequences of integers, or do not
+      fit the operand (the message gives the operand shape and the params).
+  """
+  shape = canonicalize_shape("broadcast_in_dim", "shape", shape)
+  dims = canonicalize_shape("broadcast_in_dim", "broadcast_dimensions", broadcast_dimensions)
+  if is_staged_value(operand) and _shape_of(operand) == shape and dims == tuple(
+      range(len(shape))):
+    return operand
+  return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=dims)
+
+
+def broadcast(operand: Any, sizes: Sequence[int]) -> Any:
+  """Adds leading dimensions of sizes `sizes` to `operand` (jax.lax.broadcast).
+
+  Args:
+    operand: array `T[*s]`.
+    sizes: the sizes `n` of the new leading dimensions.
+
+  Returns:
+    `T[*n, *s]`.
+
+  Raises:
+    TypeError: if `sizes` is not a sequence of non-negative integers.
+  """
+  sizes = canonicalize_shape("broadcast", "sizes", sizes)
+  s = _shape_of(operand)
+  return broadcast_in_dim(operand, sizes + s, tuple(range(len(sizes), len(sizes) + len(s))))
+
+
+def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
+  """An array of shape `shape` filled with `fill_value` (jax.lax.full).
+
+  Args:
+    shape: the result shape `s`.
+    fill_value: a scalar (rank 0).
+    dtype: the result dtype (canonicalized); None takes `fill_value`'s dtype, and its weak
+      type (`full((2,), 1.0)` is a weakly typed `f32[2]`).
+
+  Returns:
+    `dtype[*s]`.
+
+  Raises:
+    TypeError: if `fill_value` is not a scalar, or `shape` is not a sequence of non-negative
+      integers.
+  """
+  shape = canonicalize_shape("full", "shape", shape)
+  aval = core.get_aval(fill_value)
+  if aval.shape:
+    raise TypeError(f"full must be called with scalar fill_value, got fill_value of shape "
+                    f"{aval.shape} ({aval.str_short()}).")
+  if dtype is None:
+    dtype, weak = aval.dtype, aval.weak_type
+  else:
+    dtype, weak = dtypes.canonicalize_dtype(dtype), False
+  if not is_staged_value(fill_value):  # convert on the host: no conversion op
+    value = np.asarray(fill_value, dtype)[()]
+    fill_value = utils.weak_scalar(value) if weak else value
+  elif aval.dtype != dtype or aval.weak_type != weak:
+    fill_value = convert_element_type(fill_value, dtype, weak)
+  return broadcast_in_dim_p.bind(fill_value, shape=shape, broadcast_dimensions=())
+
+
+# ---------------------------------------------------------------------------
+# reshape(operand, new_sizes): the same elements in row-major order. JAX's optional
+# `dimensions` (a transpose applied first) is handled by the wrapper; the param is None.
+reshape_p = Primitive("reshape")
+
+
+def _reshape_abstract_eval(operand, *, new_sizes, dimensions):
+  check_shapelike("reshape", "new_sizes", new_sizes)
+  if dimensions is not None:
+    raise ValueError(f"reshape_p's dimensions param must be None, got {dimensions}. Call "
+                     f"`lax.reshape(operand, new_sizes, dimensions)`, which transposes first.")
+  if math.prod(new_sizes) != operand.size:
+    raise TypeError(f"reshape total size must be unchanged, got new_sizes {new_sizes} for "
+                    f"shape {operand.shape}.")
+  return ShapedArray(new_sizes, operand.dtype, operand.weak_type)
+
+
+def _reshape_lowering(ctx, x, *, new_sizes, dimensions):
+  return ctx.op("stablehlo.reshape", [x])
+
+
+reshape_p.def_abstract_eval(_reshape_abstract_eval)
+lowering.register_lowering(reshape_p, _reshape_lowering)
+
+
+def reshape(operand: Any, new_sizes: Sequence[int],
+            dimensions: Sequence[int] | None = None) -> Any:
+  """Reshapes `operand` to `new_sizes`, reading its elements in row-major order.
+
+  Args:
+    operand: array `T[*s]`.
+    new_sizes: the result shape `n`, with `prod(n) == prod(s)`.
+    dimensions: optional permutation of the operand's dimensions, applied (as `transpose`)
+      before reshaping, as in jax.lax.reshape.
+
+  Returns:
+    `T[*n]`.
+
+  Raises:
+    TypeError: if the total size changes, a size is negative, or `dimensions` is not a
+      permutation of the operand's dimensions.
+  """
+  new_sizes = canonicalize_shape("reshape", "new_sizes", new_sizes)
+  if dimensions is not None:
+    operand = transpose(operand, dimensions)
+  if is_staged_value(operand) and _shape_of(operand) == new_sizes:
+    return operand
+  return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=None)
+
+
+def collapse(operand: Any, start_dimension: int, stop_dimension: int | None = None) -> Any:
+  """Collapses dimensions `start_dimension:stop_dimension` of `operand` into one, row-major.
+
+  Args:
+    operand: array `T[*a, *b, *c]`, `b` the dimensions `start_dimension:stop_dimension`
+      (Python slice semantics: negative values count from the end).
+    start_dimension: first collapsed dimension (inclusive).
+    stop_dimension: end of the collapsed dimensions (exclusive); None collapses to the end.
+
+  Returns:
+    `T[*a, prod(b), *c]`.
+
+  Raises:
+    ValueError: if the range is reversed (stop before start).
+  """
+  shape = _shape_of(operand)
+  lo, hi, _ = slice(start_dimension, stop_dimension).indices(len(shape))
+  if hi < lo:
+    raise ValueError(f"Invalid dimension range passed to collapse: {shape}"
+                     f"[{start_dimension}:{stop_dimension}]; stop must not precede start.")
+  return reshape(operand, shape[:lo] + (math.prod(shape[lo:hi]),) + shape[hi:])
+
+
+# ---------------------------------------------------------------------------
+# transpose(operand, permutation): result dim i is operand dim permutation[i].
+transpose_p = Primitive("transpose")
+
+
+def _transpose_abstract_eval(operand, *, permutation):
+  if type(permutation) is not tuple or tuple(sorted(permutation)) != tuple(range(operand.ndim)):
+    raise TypeError(f"transpose permutation isn't a permutation of operand dimensions, got "
+                    f"permutation {permutation} for operand shape {operand.shape}.")
+  return ShapedArray(tuple(operand.shape[i] for i in permutation), operand.dtype,
+                     operand.weak_type)
+
+
+def _transpose_lowering(ctx, x, *, permutation):
+  return ctx.op("stablehlo.transpose", [x], attrs=f"permutation = {i64_array(permutation)}")
+
+
+transpose_p.def_abstract_eval(_transpose_abstract_eval)
+lowering.register_lowering(transpose_p, _transpose_lowering)
+
+
+def transpose(operand: Any, permutation: Sequence[int]) -> Any:
+  """Permutes the dimensions of `operand`: result dimension i is operand dimension
+  `permutation[i]`.
+
+  Args:
+    operand: array `T[*s]`.
+    permutation: a permutation of `range(len(s))` (non-negative).
+
+  Returns:
+    `T[s[permutation[0]], s[permutation[1]], ...]`.
+
+  Raises:
+    TypeError: if `permutation` is not a permutation of the operand's dimensions.
+  """
+  permutation = canonicalize_shape("transpose", "permutation", permutation)
+  if is_staged_value(operand) and permutation == tuple(range(len(_shape_of(operand)))):
+    return operand
+  return transpose_p.bind(operand, permutation=permutation)
+
+
+# ---------------------------------------------------------------------------
+# squeeze(operand, dimensions): removes dimensions of size 1.
+squeeze_p = Primitive("squeeze")
+
+
+def _squeeze_abstract_eval(operand, *, dimensions):
+  if type(dimensions) is not tuple:
+    raise TypeError(f"squeeze dimensions must be a tuple of ints, got {dimensions!r}.")
+  if len(set(dimensions)) != len(dimensions):
+    raise ValueError(f"squeeze dimensions are not unique: {dimensions}.")
+  if not all(0 <= d < operand.ndim for d in dimensions):
+    raise ValueError(f"squeeze dimensions outside range [0, ndim): {dimensions} for operand "
+                     f"{operand.str_short()}.")
+  if any(operand.shape[d] != 1 for d in dimensions):
+    raise ValueError(f"cannot select an axis to squeeze out which has size not equal to one, "
+                     f"got shape={operand.shape} and dimensions={dimensions}.")
+  shape = tuple(s for i, s in enumerate(operand.shape) if i not in dimensions)
+  return ShapedArray(shape, operand.dtype, operand.weak_type)
+
+
+def _squeeze_lowering(ctx, x, *, dimensions):
+  return ctx.op("stablehlo.reshape", [x])
+
+
+squeeze_p.def_abstract_eval(_squeeze_abstract_eval)
+lowering.register_lowering(squeeze_p, _squeeze_lowering)
+
+
+def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
+  """Removes the dimensions `dimensions` of `array`, each of size 1.
+
+  Args:
+    array: array `T[*s]`.
+    dimensions: dimensions to remove; negative values count from the end.
+
+  Returns:
+    `T[*s without dimensions]`.
+
+  Raises:
+    ValueError: if a dimension is out of range, repeated, or of size other than 1.
+  """
+  ndim = len(_shape_of(array))
+  dims = canonicalize_shape("squeeze", "dimensions", dimensions)
+  dims = tuple(sorted(utils.canonicalize_axes("squeeze", dims, ndim)))
+  if not dims and is_staged_value(array):
+    return array
+  return squeeze_p.bind(array, dimensions=dims)
+
+
+def expand_dims(array: Any, dimensions: Sequence[int]) -> Any:
+  """Inserts dimensions of size 1 at `dimensions` (positions in the result).
+
+  JAX has no expand_dims primitive: this is a `broadcast_in_dim`.
+
+  Args:
+    array: array `T[*s]`.
+    dimensions: positions of the new dimensions in the result, of rank
+      `len(s) + len(dimensions)`; negative values count from the end of the result.
+
+  Returns:
+    `T[*r]` where `r` is `s` with a 1 inserted at each of `dimensions`.
+
+  Raises:
+    ValueError: if a position is repeated or out of range.
+  """
+  dims = canonicalize_shape("expand_dims", "dimensions", dimensions)
+  if len(set(dims)) != len(dims):
+    raise ValueError(f"repeated axis in lax.expand_dims: {dims}.")
+  shape = _shape_of(array)
+  ndim_out = len(shape) + len(dims)
+  dims_set = frozenset(utils.canonicalize_axes("expand_dims", dims, ndim_out))
+  result_shape = list(shape)
+  for i in sorted(dims_set):
+    result_shape.insert(i, 1)
+  kept = tuple(i for i in range(ndim_out) if i not in dims_set)
+  return broadcast_in_dim(array, tuple(result_shape), kept)
+
+
+# ---------------------------------------------------------------------------
+# rev(operand, dimensions): reverses the order of elements along `dimensions`.
+rev_p = Primitive("rev")
+
+
+def _rev_abstract_eval(operand, *, dimensions):
+  check_shapelike("rev", "dimensions", dimensions)
+  if len(set(dimensions)) != len(dimensions):
+    raise TypeError(f"rev dimensions must be unique, got {dimensions}.")
+  if dimensions and not max(dimensions) < operand.ndim:
+    raise TypeError(f"rev dimensions must all be less than operand ndim, got dimensions "
+                    f"{dimensions} for operand ndim {operand.ndim}.")
+  return operand
+
+
+def _rev_lowering(ctx, x, *, dimensions):
+  return ctx.op("stablehlo.reverse", [x], attrs=f"dimensions = {i64_array(dimensions)}")
+
+
+rev_p.def_abstract_eval(_rev_abstract_eval)
+lowering.register_lowering(rev_p, _rev_lowering)
+
+
+def rev(operand: Any, dimensions: Sequence[int]) -> Any:
+  """Reverses `operand` along `dimensions`.
+
+  Args:
+    operand: array `T[*s]`.
+    dimensions: distinct dimensions to reverse; negative values count from the end.
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: if a dimension is out of range or repeated.
+  """
+  ndim = len(_shape_of(operand))
+  dims = canonicalize_shape("rev", "dimensions", dimensions)
+  return rev_p.bind(operand, dimensions=utils.canonicalize_axes("rev", dims, ndim))
+
+
+# ---------------------------------------------------------------------------
+# concatenate(*operands, dimension): joins operands along `dimension`.
+concatenate_p = Primitive("concatenate")
+
+
+def _concatenate_abstract_eval(*operands, dimension):
+  if not operands:
+    raise TypeError("concatenate expects at least one operand, got 0.")
+  shapes = ", ".join(o.str_short() for o in operands)
+  if len({o.ndim for o in operands}) != 1:
+    raise TypeError(f"Cannot concatenate arrays with different numbers of dimensions: got "
+                    f"{shapes}.")
+  if type(dimension) is not int or not 0 <= dimension < operands[0].ndim:
+    raise TypeError(f"concatenate dimension out of bounds: dimension {dimension} for shapes "
+                    f"{shapes}.")
+  if len({o.shape[:dimension] + o.shape[dimension + 1:] for o in operands}) != 1:
+    raise TypeError(f"Cannot concatenate arrays with shapes that differ in dimensions other "
+                    f"than the one being concatenated: concatenating along dimension "
+                    f"{dimension} for shapes {shapes}.")
+  utils.check_same_dtypes("concatenate", operands)
+  s = operands[0].shape
+  shape = s[:dimension] + (sum(o.shape[dimension] for o in operands),) + s[dimension + 1:]
+  return ShapedArray(shape, operands[0].dtype, all(o.weak_type for o in operands))
+
+
+def _concatenate_lowering(ctx, *xs, dimension):
+  return ctx.op("stablehlo.concatenate", list(xs), attrs=f"dimension = {dimension} : i64")
+
+
+concatenate_p.def_abstract_eval(_concatenate_abstract_eval)
+lowering.register_lowering(concatenate_p, _concatenate_lowering)
+
+
+def concatenate(operands: Sequence[Any], dimension: int) -> Any:
+  """Concatenates `operands` along `dimension`.
+
+  Args:
+    operands: non-empty sequence of arrays `T[*a, n_k, *b]` of one dtype and rank >= 1,
+      equal in every dimension but `dimension`.
+    dimension: the dimension to join along; negative values count from the end.
+
+  Returns:
+    `T[*a, sum(n_k), *b]`, weakly typed only when every operand is.
+
+  Raises:
+    ValueError: if `operands` is empty or `dimension` is out of range.
+    TypeError: if the ranks, the other dimensions, or the dtypes differ.
+  """
+  operands = list(operands)
+  if not operands:
+    raise ValueError("concatenate requires a non-empty sequence of arrays, got [].")
+  if len(operands) == 1 and is_staged_value(operands[0]):
+    return operands[0]
+  ndim = len(_shape_of(operands[0]))
+  if ndim == 0:
+    raise TypeError(f"concatenate operands must have rank >= 1, got "
+                    f"{core.get_aval(operands[0]).str_short()}.")
+  (dimension,) = utils.canonicalize_axes("concatenate", (operator.index(dimension),), ndim)
+  return concatenate_p.bind(*operands, dimension=dimension)
+
+
+# ---------------------------------------------------------------------------
+# pad(operand, padding_value, padding_config): per dimension (lo, hi, interior) pads with
+# `padding_value`: `interior` between elements, then `lo`/`hi` at the edges (negative lo/hi
+# remove elements).
+pad_p = Primitive("pad")
+
+
+def _pad_abstract_eval(operand, padding_value, *, padding_config):
+  if operand.dtype != padding_value.dtype:
+    raise TypeError(f"pad operand and padding_value must be same dtype: got "
+                    f"{operand.dtype.name} and {padding_value.dtype.name}.")
+  if padding_value.shape:
+    raise ValueError(f"padding_value must be a scalar; got {padding_value.str_short()}.")
+  if len(padding_config) != operand.ndim:
+    raise ValueError(f"length of padding_config must equal the number of axes of operand, got "
+                     f"padding_config {padding_config} for operand shape {operand.shape}.")
+  if not all(type(c) is tuple and len(c) == 3 and all(type(v) is int for v in c)
+             for c in padding_config):
+    raise TypeError(f"padding_config must be a tuple of (lo, hi, interior) int triples, got "
+                    f"{padding_config}.")
+  if not all(i >= 0 for _, _, i in padding_config):
+    raise ValueError(f"interior padding in padding_config must be nonnegative, got "
+                     f"padding_config {padding_config}.")
+  shape = tuple(lo + hi + (0 if d == 0 else d + (d - 1) * i)
+                for (lo, hi, i), d in zip(padding_config, operand.shape))
+  if not all(d >= 0 for d in shape):
+    raise ValueError(f"Dimension size after padding is not at least 0, got result shape "
+                     f"{shape}, for padding_config {padding_config} and operand shape "
+                     f"{operand.shape}.")
+  return ShapedArray(shape, operand.dtype, operand.weak_type and padding_value.weak_type)
+
+
+def _pad_lowering(ctx, x, padding_value, *, padding_config):
+  lo, hi, interior = zip(*padding_config) if padding_config else ((), (), ())
+  return ctx.op("stablehlo.pad", [x, padding_value],
+                attrs=f"edge_padding_low = {i64_array(lo)}, edge_padding_high = "
+                      f"{i64_array(hi)}, interior_padding = {i64_array(interior)}")
+
+
+pad_p.def_abstract_eval(_pad_abstract_eval)
+lowering.register_lowering(pad_p, _pad_lowering)
+
+
+def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]]) -> Any:
+  """Pads `operand` with `padding_value` (jax.lax.pad).
+
+  Args:
+    operand: array `T[*s]`.
+    padding_value: scalar `T[]` (a Python scalar takes T).
+    padding_config: one `(lo, hi, interior)` per dimension: `interior >= 0` values between
+      adjacent elements, then `lo` before and `hi` after; negative `lo`/`hi` remove elements.
+
+  Returns:
+    `T[*r]` with `r[k] = lo + hi + s[k] + (s[k] - 1) * interior` (`lo + hi` when `s[k] == 0`).
+
+  Raises:
+    TypeError: if the dtypes differ, or the config is not integer triples.
+    ValueError: if the config has the wrong length, a negative interior, or makes a
+      negative size, or `padding_value` is not a scalar.
+  """
+  try:
+    config = tuple((operator.index(lo), operator.index(hi), operator.index(i))
+                   for lo, hi, i in padding_config)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"pad padding_config must be a sequence of (lo, hi, interior) integer "
+                    f"triples, got {padding_config!r}.") from e
+  operand, padding_value = utils.convert_scalars(operand, padding_value)
+  return pad_p.bind(operand, padding_value, padding_config=config)
+
+
+# ---------------------------------------------------------------------------
+# iota(dtype, shape, dimension): the index along `dimension`, broadcast to `shape`.
+iota_p = Primitive("iota")
+
+
+def _iota_abstract_eval(*, dtype, shape, dimension):
+  check_shapelike("iota", "shape", shape)
+  if not (dtypes.is_integer(dtype) or dtypes.is_inexact(dtype)):
+    raise TypeError(f"iota does not accept dtype {np.dtype(dtype).name}. Accepted dtypes are "
+                    f"subtypes of integer, floating, complexfloating.")
+  if not 0 <= dimension < len(shape):
+    raise ValueError(f"iota dimension must be between 0 and len(shape), got "
+                     f"dimension={dimension} for shape={shape}.")
+  return ShapedArray(shape, dtype, False)
+
+
+def _iota_lowering(ctx, *, dtype, shape, dimension):
+  return ctx.op("stablehlo.iota", [], attrs=f"iota_dimension = {dimension} : i64")
+
+
+iota_p.def_abstract_eval(_iota_abstract_eval)
+lowering.register_lowering(iota_p, _iota_lowering)
+
+
+def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
+  """The index along `dimension` at each position of an array of shape `shape`.
+
+  Args:
+    dtype: a number dtype T (canonicalized: int64 becomes int32 unless x64 is on).
+    shape: the result shape `s`.
+    dimension: the dimension that counts, `0 <= dimension < len(s)`; negative values count
+      from the end.
+
+  Returns:
+    `T[*s]` (strongly typed) with `result[..., j, ...] = j` along `dimension`.
+
+  Raises:
+    TypeError: if T is bool or not a number type.
+    ValueError: if `dimension` is out of range.
+  """
+  dtype = dtypes.canonicalize_dtype(dtype)
+  shape = canonicalize_shape("broadcasted_iota", "shape", shape)
+  dimension = operator.index(dimension)
+  if -len(shape) <= dimension < 0:
+    dimension += len(shape)
+  return iota_p.bind(dtype=dtype, shape=shape, dimension=dimension)
+
+
+def iota(dtype: Any, size: int) -> Any:
+  """`[0, 1, ..., size - 1]` of dtype `dtype`.
+
+  Args:
+    dtype: a number dtype T (canonicalized).
+    size: the length n.
+
+  Returns:
+    `T[n]`.
+
+  Raises:
+    TypeError: if T is bool or not a number type, or `size` is negative.
+  """
+  return broadcasted_iota(dtype, (operator.index(size),), 0)
