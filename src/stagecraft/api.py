@@ -232,7 +232,7 @@ def _normalize_argnames(argnames, name: str) -> tuple[str, ...]:
 class _CompiledCall:
   """A compiled signature's fast call: buffers in, Arrays out."""
   __slots__ = ("exe", "kept", "const_bufs", "in_avals", "out_avals", "out_tree", "donated",
-               "simple", "text")
+               "simple", "single", "text")
 
   def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text):
     self.exe = exe
@@ -243,7 +243,21 @@ class _CompiledCall:
     self.out_tree = out_tree
     self.donated = donated            # leaf indices donated, or ()
     self.simple = not const_bufs and kept is None and not donated
+    self.single = out_tree.num_leaves == 1 and out_tree.num_nodes == 1
     self.text = text
+
+  def call_arrays(self, args: Sequence[Array]):
+    """The fast path: every argument is an Array (no pytree, no conversion)."""
+    try:
+      results = self.exe.execute_sharded(
+          [x._buf for x in args]).disassemble_into_single_device_arrays()
+    except TypeError:
+      dispatch._raise_if_donated(args)
+      raise
+    if self.single:
+      return Array(results[0][0], self.out_avals[0])
+    return optree.tree_unflatten(self.out_tree, [
+        Array(r[0], av) for r, av in zip(results, self.out_avals)])
 
   def __call__(self, leaves: Sequence[Any]):
     in_avals = self.in_avals
@@ -258,9 +272,7 @@ class _CompiledCall:
     try:
       results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
     except TypeError:
-      for x in leaves:
-        if type(x) is Array and x._buf is None:
-          x._check_buf()   # raises DonatedBufferError
+      dispatch._raise_if_donated(leaves)
       raise
     if self.donated:
       for i in self.donated:
@@ -359,6 +371,16 @@ class JitWrapped:
   # -- calls
 
   def __call__(self, *args, **kwargs):
+    # Fast path: flat Array arguments whose signature was compiled before.
+    if not kwargs and self._fast and core._state.trace is core.eval_trace:
+      avals = [a.aval for a in args if type(a) is Array]
+      if len(avals) == len(args):
+        call = self._cache.get((len(args), config.state_key, *avals))
+        if call is not None:
+          return call.call_arrays(args)
+    return self._call(args, kwargs)
+
+  def _call(self, args, kwargs):
     if config.disable_jit:
       return self._fun(*args, **kwargs)
     key, leaves = self._key(args, kwargs)
@@ -375,6 +397,9 @@ class JitWrapped:
     if call is None:
       call = entry.executable = compile_traced(entry, self._donated_leaves(args, kwargs),
                                                self._keep_unused, _fun_name(self._fun))
+      if (not kwargs and self._fast and call.simple
+          and all(type(a) is Array for a in args)):
+        self._cache[(len(args), config.state_key, *[a.aval for a in args])] = call
     return call(leaves)
 
   def _trace(self, args, kwargs) -> _Traced:

@@ -539,7 +539,7 @@ class Tracer:
     return cls(
         f"Abstract tracer value encountered where concrete value is expected: traced array "
         f"with shape {self.aval.str_short()}. The problem arose with the `{fname}` function."
-        f"{origin}{fix}")
+        f"{origin}\n{fix.strip()}")
 
   def __bool__(self):
     raise self._concretization_error("bool")

@@ -121,7 +121,7 @@ class DynamicJaxprTrace(Trace):
                     f"static_argnames={tuple(kw)!r}")
       msg += (f" If it should be a Python constant, pass it as static "
               f"(`jit({info.func_name}, {', '.join(hint)})`).")
-    return msg + "\n"
+    return msg
 
 
 def _find_progenitors(trace: DynamicJaxprTrace, var: Var) -> set[Var]:

@@ -407,9 +407,14 @@ def _unary(p: Primitive, doc: str):
   return f
 
 
+_scalar_types = frozenset(dtypes._python_scalar_kind)
+
+
 def _binary(p: Primitive, doc: str):
   def f(x: Any, y: Any):
-    return p.bind(*utils.convert_scalars(x, y))
+    if type(x) in _scalar_types or type(y) in _scalar_types:
+      x, y = utils.convert_scalars(x, y)
+    return p.bind(x, y)
   f.__name__ = f.__qualname__ = p.name
   f.__doc__ = (f"{doc}\n\nArgs:\n  x, y: arrays T[*s] (or rank 0); Python scalars take the "
                f"other operand's dtype.\n\nReturns:\n  T[*s] (bool[*s] for comparisons).\n\n"

@@ -116,8 +116,15 @@ def _promote_shapes(*args):
   return [a if s == () else _broadcast_to(a, shape) for a, s in zip(args, shapes)]
 
 
-def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
+def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", fast=True):
   def fn(x: ArrayLike, y: ArrayLike, /):
+    # Fast path: operands that already agree in shape, dtype and weak type need neither
+    # promotion nor broadcasting.
+    ax, ay = getattr(x, "aval", None), getattr(y, "aval", None)
+    if (fast and ax is not None and ay is not None and ax.dtype == ay.dtype
+        and ax.shape == ay.shape and ax.weak_type == ay.weak_type
+        and (promote is promote_dtypes or dtypes.is_inexact(ax.dtype))):
+      return lax_fn(x, y)
     x, y = promote(x, y)
     x, y = _promote_shapes(x, y)
     return lax_fn(x, y)

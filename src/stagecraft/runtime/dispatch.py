@@ -143,15 +143,32 @@ class Executable:
             for a, av in zip(args, self.in_avals)]
     return self.call_buffers(bufs, args)
 
+  def call1(self, args: Sequence[Any]) -> Array:
+    """`call` for a program with one result."""
+    bufs = [a._buf if type(a) is Array else to_buffer(a, av)
+            for a, av in zip(args, self.in_avals)]
+    try:
+      out = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()[0][0]
+    except TypeError:
+      _raise_if_donated(args)
+      raise
+    return Array(out, self.out_avals[0])
+
   def call_buffers(self, bufs, args=None) -> list[Array]:
     try:
       outs = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
     except TypeError:
-      for a in args or ():
-        if type(a) is Array and a._buf is None:
-          a._check_buf()
+      _raise_if_donated(args or ())
       raise
     return [Array(o[0], av) for o, av in zip(outs, self.out_avals)]
+
+
+def _raise_if_donated(args):
+  """After a failed execute: a donated (deleted) Array among `args` raises
+  DonatedBufferError; otherwise returns and the caller re-raises the original error."""
+  for a in args:
+    if type(a) is Array and a._buf is None:
+      a._check_buf()
 
 
 def _params_key(params: dict) -> tuple:
@@ -173,8 +190,9 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
     ex = _compile_primitive(prim, avals, params)
     if key is not None:
       _prim_cache[key] = ex
-  outs = ex.call(args)
-  return outs if prim.multiple_results else outs[0]
+  if prim.multiple_results:
+    return ex.call(args)
+  return ex.call1(args)
 
 
 def _compile_primitive(prim, avals, params) -> Executable:
