@@ -105,17 +105,26 @@ class ShapeDtypeStruct:
 
 
 def _scalar_aval(typ):
+  avals = {}   # x64 flag -> aval; avals are immutable, so one per (type, flag) serves all
+
   def handler(x):
-    dt = dtypes.python_scalar_dtype(typ)
+    x64 = dtypes.config.enable_x64
+    aval = avals.get(x64)
+    if aval is None:
+      aval = avals[x64] = ShapedArray((), dtypes.python_scalar_dtype(typ), typ is not bool)
     if typ is int:
-      _check_int_range(x, dt)
-    return ShapedArray((), dt, typ is not bool)
+      _check_int_range(x, aval.dtype)
+    return aval
   return handler
 
 
+_int_bounds = {np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max))
+               for t in (np.int32, np.int64)}
+
+
 def _check_int_range(x: int, dt: np.dtype):
-  info = np.iinfo(dt)
-  if not info.min <= x <= info.max:
+  lo, hi = _int_bounds[dt]
+  if not lo <= x <= hi:
     raise OverflowError(
         f"Python int {x} is too large to convert to {dt.name}. Use a smaller value, or "
         f"enable 64-bit types with stagecraft.config.update('enable_x64', True).")

@@ -163,15 +163,13 @@ class TypePromotionError(ValueError):
 
 
 def _kind_of(dtype: np.dtype, weak: bool):
-  if not weak:
+  if not weak or dtype == bool_:
     return dtype
-  if dtype == bool_:
-    return bool_
-  if np.issubdtype(dtype, np.complexfloating):
+  if dtype in _complexes:
     return "c*"
-  if np.issubdtype(dtype, np.inexact) or dtype in _custom_floats:
+  if dtype in _floats:
     return "f*"
-  if np.issubdtype(dtype, np.integer):
+  if dtype in _ints:
     return "i*"
   return dtype
 
@@ -250,12 +248,17 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
   """
   if not args:
     raise ValueError("at least one array or dtype is required")
-  kind = None
-  for x in args:
-    _, k = _dtype_and_weak(x)
-    kind = k if kind is None else _join(kind, k)
-  dt, weak = _kind_to_dtype(kind)
+  kinds = tuple(_dtype_and_weak(x)[1] for x in args)
+  dt, weak = _result_from_kinds(kinds, config.enable_x64)
   return (dt, weak) if return_weak_type_flag else dt
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_from_kinds(kinds: tuple, x64: bool):
+  kind = kinds[0]
+  for k in kinds[1:]:
+    kind = _join(kind, k)
+  return _kind_to_dtype(kind)
 
 
 def dtype(x: Any, *, canonicalize: bool = False) -> np.dtype:
@@ -297,24 +300,35 @@ def issubdtype(a: Any, b: Any) -> bool:
   return bool(np.issubdtype(da, b))
 
 
+_signed_ints = frozenset({int8, int16, int32, int64})
+_unsigned_ints = frozenset({uint8, uint16, uint32, uint64})
+_ints = _signed_ints | _unsigned_ints
+_floats = frozenset({float16, float32, float64, *_custom_floats})
+_complexes = frozenset({complex64, complex128})
+_inexacts = _floats | _complexes
+
+# NB: set membership, not np.issubdtype: these run on every primitive bind and
+# np.issubdtype costs microseconds.
+
+
 def is_float(dtype: np.dtype) -> bool:
-  return dtype in _custom_floats or np.issubdtype(dtype, np.floating)
+  return dtype in _floats
 
 
 def is_inexact(dtype: np.dtype) -> bool:
-  return dtype in _custom_floats or np.issubdtype(dtype, np.inexact)
+  return dtype in _inexacts
 
 
 def is_complex(dtype: np.dtype) -> bool:
-  return np.issubdtype(dtype, np.complexfloating)
+  return dtype in _complexes
 
 
 def is_integer(dtype: np.dtype) -> bool:
-  return np.issubdtype(dtype, np.integer)
+  return dtype in _ints
 
 
 def is_unsigned(dtype: np.dtype) -> bool:
-  return np.issubdtype(dtype, np.unsignedinteger)
+  return dtype in _unsigned_ints
 
 
 def finfo(dtype: Any):

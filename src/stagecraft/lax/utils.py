@@ -24,9 +24,18 @@ any_dtype = (_bool, _int, _float, _complex)
 signed_or_float = (_int, _float, _complex)
 
 
+_all_dtypes = (dtypes.bool_, *dtypes._ints, *dtypes._inexacts)
+_allowed: dict[tuple, frozenset] = {}
+
+
 def check_dtype(name: str, aval: ShapedArray, accepted, pos: int | None = None) -> None:
-  """Raises TypeError (JAX's message) unless `aval.dtype` is in one of `accepted`."""
-  if any(pred(aval.dtype) for _, pred in accepted):
+  """Raises TypeError (JAX's message) unless `aval.dtype` is in one of `accepted` (a tuple
+  of (kind name, predicate) pairs; the accepted dtypes are computed once per tuple)."""
+  allowed = _allowed.get(accepted)
+  if allowed is None:
+    allowed = _allowed[accepted] = frozenset(
+        d for d in _all_dtypes if any(pred(d) for _, pred in accepted))
+  if aval.dtype in allowed:
     return
   kinds = ", ".join(k for k, _ in accepted)
   at = f" at position {pos}" if pos is not None else ""
@@ -68,9 +77,14 @@ def convert_scalars(*args: Any) -> list[Any]:
       break
   if target is None:
     return list(args)
-  return [weak_scalar(np.asarray(a, target)[()])
-          if type(a) in _convertible and dtypes.result_type(a, target) == target else a
-          for a in args]
+  out = []
+  for a in args:
+    t = type(a)
+    if t in _convertible and dtypes.python_scalar_dtype(t) != target and (
+        dtypes.result_type(a, target) == target):
+      a = weak_scalar(np.asarray(a, target)[()])
+    out.append(a)
+  return out
 
 
 _convertible = (int, float, complex)

@@ -116,17 +116,49 @@ def _promote_shapes(*args):
   return [a if s == () else _broadcast_to(a, shape) for a, s in zip(args, shapes)]
 
 
-def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", fast=True):
+def _needs_promotion(promote, dtype) -> bool:
+  """Whether a lone operand of `dtype` must still be converted by `promote`."""
+  if promote is promote_dtypes:
+    return False
+  if promote is promote_dtypes_inexact:
+    return not dtypes.is_inexact(dtype)
+  return dtype == dtypes.bool_   # promote_dtypes_numeric
+
+
+def _scalar_fits(t: type, dtype) -> bool:
+  """A Python scalar of type `t` meeting an array of `dtype` keeps `dtype` (JAX's weak
+  typing), so lax can take the scalar as it is."""
+  if t is float:
+    return dtypes.is_inexact(dtype)
+  if t is int:
+    return dtypes.is_inexact(dtype) or dtypes.is_integer(dtype)
+  if t is complex:
+    return dtypes.is_complex(dtype)
+  return False
+
+
+def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool_fn=None):
   def fn(x: ArrayLike, y: ArrayLike, /):
-    # Fast path: operands that already agree in shape, dtype and weak type need neither
-    # promotion nor broadcasting.
+    # Fast paths: operands that already agree in shape, dtype and weak type, or an array
+    # with a Python scalar it absorbs, need neither promotion nor broadcasting.
     ax, ay = getattr(x, "aval", None), getattr(y, "aval", None)
-    if (fast and ax is not None and ay is not None and ax.dtype == ay.dtype
-        and ax.shape == ay.shape and ax.weak_type == ay.weak_type
-        and (promote is promote_dtypes or dtypes.is_inexact(ax.dtype))):
-      return lax_fn(x, y)
+    if ax is not None:
+      dt = ax.dtype
+      if ay is not None:
+        fast = (dt == ay.dtype and ax.shape == ay.shape and ax.weak_type == ay.weak_type)
+      else:
+        fast = _scalar_fits(type(y), dt)
+    elif ay is not None:
+      dt = ay.dtype
+      fast = _scalar_fits(type(x), dt)
+    else:
+      fast = False
+    if fast and not _needs_promotion(promote, dt):
+      return (bool_fn or lax_fn)(x, y) if dt == dtypes.bool_ else lax_fn(x, y)
     x, y = promote(x, y)
     x, y = _promote_shapes(x, y)
+    if bool_fn is not None and _dtype(x) == dtypes.bool_:
+      return bool_fn(x, y)
     return lax_fn(x, y)
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"{doc or name} (elementwise, NumPy broadcasting and JAX type promotion).\n\n"
@@ -138,6 +170,9 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", fast
 
 def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
   def fn(x: ArrayLike, /):
+    aval = getattr(x, "aval", None)
+    if aval is not None and not _needs_promotion(promote, aval.dtype):
+      return lax_fn(x)
     x, = promote(x)
     if type(x) in _py_scalar:
       x = array(x)
@@ -404,11 +439,10 @@ def _to_bool(x):
   return x if _dtype(x) == dtypes.bool_ else lax.ne(x, _zero_of(x))
 
 
-add = _binary_ufunc("add", lambda x, y: lax.bitwise_or(x, y) if _dtype(x) == dtypes.bool_
-                    else lax.add(x, y), doc="x + y")
+add = _binary_ufunc("add", lax.add, doc="x + y (logical or for bool)", bool_fn=lax.bitwise_or)
 subtract = _binary_ufunc("subtract", lax.sub, doc="x - y")
-multiply = _binary_ufunc("multiply", lambda x, y: lax.bitwise_and(x, y)
-                         if _dtype(x) == dtypes.bool_ else lax.mul(x, y), doc="x * y")
+multiply = _binary_ufunc("multiply", lax.mul, doc="x * y (logical and for bool)",
+                         bool_fn=lax.bitwise_and)
 divide = _binary_ufunc("divide", _true_divide, promote_dtypes_inexact,
                        doc="x / y (true division: integers give floats)")
 true_divide = divide

@@ -1,0 +1,1 @@
+"""Benchmarks of stagecraft against JAX in the same process run (ratios, never assertions)."""
