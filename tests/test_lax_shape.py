@@ -348,10 +348,14 @@ def test_dynamic_slice_mixed_index_dtypes_are_promoted():
   check(lambda x, i: lax.dynamic_slice(x, i, (2, 2)), want, x, np.array([1, 2], np.int32))
 
 
-def test_dynamic_slice_allow_negative_indices_false_clamps():
+def test_dynamic_slice_allow_negative_indices_false():
   x = np.arange(5, dtype=np.int32)
-  assert_same(lax.dynamic_slice(x, (-1,), (2,), allow_negative_indices=False), x[:2])
   assert_same(lax.dynamic_slice(x, (-1,), (2,)), x[3:])
+  check(lambda x, i: lax.dynamic_slice(x, (i,), (2,), allow_negative_indices=False), x[:2],
+        x, np.array(-1, np.int32))   # a traced negative index is clamped
+  with pytest.raises(ValueError, match=r"Index -1 is out of bounds for dimension 5 if "
+                     r"allow_negative_indices=False"):
+    lax.dynamic_slice(x, (-1,), (2,), allow_negative_indices=False)
 
 
 @given(st.data())

@@ -177,7 +177,8 @@ TREES = [
     [Config(2), 1, {"c": Config(3)}],
     {"mix": [Pair(1, Linear(2, 3, {})), Point(Stack(4), Box(5, "b"))], "none": None},
 ]
-IDS = [repr(t)[:40] for t in TREES]
+# NB: ids must not contain object addresses, or pytest-xdist workers collect different ids.
+IDS = [f"{i}-{type(t).__name__}" for i, t in enumerate(TREES)]
 
 
 def _paths_repr(leaves_with_path):

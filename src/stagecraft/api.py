@@ -148,14 +148,16 @@ def _check_out_leaves(leaves, out_tree, fun_name: str, what: str):
 
 
 class _Traced:
-  """The result of tracing one signature: the jaxpr with consts as leading invars."""
-  __slots__ = ("jaxpr", "consts", "out_tree", "executable", "__weakref__")
+  """The result of tracing one signature: the jaxpr with consts as leading invars, and its
+  compiled calls (for the default device, and per other device)."""
+  __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "__weakref__")
 
   def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree):
     self.jaxpr = jaxpr
     self.consts = consts
     self.out_tree = out_tree
     self.executable = None
+    self.device_calls = {}
 
 
 def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequence[int],
@@ -230,24 +232,27 @@ def _normalize_argnames(argnames, name: str) -> tuple[str, ...]:
 
 
 class _CompiledCall:
-  """A compiled signature's fast call: buffers in, Arrays out."""
+  """A compiled signature's call: leaves in, Arrays out. `device` is where it runs (None:
+  the default device)."""
   __slots__ = ("exe", "kept", "const_bufs", "in_avals", "out_avals", "out_tree", "donated",
-               "simple", "single", "text")
+               "simple", "single", "text", "device")
 
-  def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text):
+  def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text,
+               device):
     self.exe = exe
-    self.kept = kept
+    self.kept = kept                  # indices of the leaves the program reads, or None: all
     self.const_bufs = const_bufs
     self.in_avals = in_avals          # avals of all dynamic leaves
     self.out_avals = out_avals
     self.out_tree = out_tree
     self.donated = donated            # leaf indices donated, or ()
-    self.simple = not const_bufs and kept is None and not donated
+    self.simple = not const_bufs and kept is None and not donated and device is None
     self.single = out_tree.num_leaves == 1 and out_tree.num_nodes == 1
     self.text = text
+    self.device = device
 
   def call_arrays(self, args: Sequence[Array]):
-    """The fast path: every argument is an Array (no pytree, no conversion)."""
+    """The fast path: every argument is an Array on the default device."""
     try:
       results = self.exe.execute_sharded(
           [x._buf for x in args]).disassemble_into_single_device_arrays()
@@ -260,26 +265,25 @@ class _CompiledCall:
         Array(r[0], av) for r, av in zip(results, self.out_avals)])
 
   def __call__(self, leaves: Sequence[Any]):
-    in_avals = self.in_avals
-    if self.simple:
-      bufs = [x._buf if type(x) is Array else dispatch.to_buffer(x, in_avals[i])
-              for i, x in enumerate(leaves)]
+    in_avals, dev = self.in_avals, self.device
+    idx = range(len(leaves)) if self.kept is None else self.kept
+    if dev is None and not dispatch.placement_used[0]:
+      bufs = [leaves[i]._buf if type(leaves[i]) is Array
+              else dispatch.to_buffer(leaves[i], in_avals[i]) for i in idx]
     else:
-      idx = range(len(leaves)) if self.kept is None else self.kept
-      bufs = [*self.const_bufs, *[leaves[i]._buf if type(leaves[i]) is Array
-                                  else dispatch.to_buffer(leaves[i], in_avals[i])
-                                  for i in idx]]
+      bufs = [dispatch.to_buffer(leaves[i], in_avals[i], dev) for i in idx]
+    if self.const_bufs:
+      bufs = [*self.const_bufs, *bufs]
     try:
       results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
     except TypeError:
       dispatch._raise_if_donated(leaves)
       raise
-    if self.donated:
-      for i in self.donated:
-        x = leaves[i]
-        if type(x) is Array and x._buf is not None and x._buf.is_deleted():
-          x._buf = None
-    outs = [Array(r[0], av) for r, av in zip(results, self.out_avals)]
+    for i in self.donated:
+      x = leaves[i]
+      if type(x) is Array and x._buf is not None and x._buf.is_deleted():
+        x._buf = None
+    outs = [Array(r[0], av, dev) for r, av in zip(results, self.out_avals)]
     return optree.tree_unflatten(self.out_tree, outs)
 
 
@@ -298,29 +302,32 @@ class JitWrapped:
     static_argnames = _normalize_argnames(static_argnames, "static_argnames")
     donate_argnums = _normalize_argnums(donate_argnums, "donate_argnums")
     donate_argnames = _normalize_argnames(donate_argnames, "donate_argnames")
+    pos: list[str] = []
+    var_positional = sig is None
     if sig is not None:
       params = list(sig.parameters.values())
       pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-      n = len(pos)
-      static_argnums = tuple(i + n if i < 0 else i for i in static_argnums)
-      donate_argnums = tuple(i + n if i < 0 else i for i in donate_argnums)
+      var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
+      if not var_positional:
+        # NB: with *args, negative positions depend on each call's length (resolved then).
+        static_argnums = tuple(i + len(pos) if i < 0 else i for i in static_argnums)
+        donate_argnums = tuple(i + len(pos) if i < 0 else i for i in donate_argnums)
       # Infer each of static_argnums/static_argnames from the other, as JAX does.
       static_argnames = tuple(dict.fromkeys(
-          [*static_argnames, *(pos[i] for i in static_argnums if 0 <= i < n)]))
+          [*static_argnames, *(pos[i] for i in static_argnums if 0 <= i < len(pos))]))
       static_argnums = tuple(sorted(set(
           [*static_argnums, *(pos.index(k) for k in static_argnames if k in pos)])))
       donate_argnums = tuple(sorted(set(
           [*donate_argnums, *(pos.index(k) for k in donate_argnames if k in pos)])))
-      self._pos_names = pos
-    else:
-      self._pos_names = []
     if set(static_argnums) & set(donate_argnums):
       raise ValueError(f"jit: arguments {sorted(set(static_argnums) & set(donate_argnums))} "
                        f"are both static and donated; static arguments cannot be donated.")
+    self._pos_names = pos
     self._static_argnums = static_argnums
     self._static_argnames = static_argnames
     self._donate_argnums = donate_argnums
     self._donate_argnames = donate_argnames
+    self._negative_argnums = any(i < 0 for i in (*static_argnums, *donate_argnums))
     self._keep_unused = bool(keep_unused)
     self._inline = bool(inline)
     self._fast = not static_argnums and not static_argnames
@@ -336,16 +343,23 @@ class JitWrapped:
       return self
     return functools.partial(self, obj)
 
+  def _argnums_for(self, nargs: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """static_argnums and donate_argnums for a call with `nargs` positional arguments."""
+    if not self._negative_argnums:
+      return self._static_argnums, self._donate_argnums
+    return (tuple(sorted(i % nargs if i < 0 else i for i in self._static_argnums)),
+            tuple(sorted(i % nargs if i < 0 else i for i in self._donate_argnums)))
+
   # -- keys
 
-  def _key(self, args, kwargs):
+  def _key(self, args, kwargs, static_argnums):
     if self._fast:
       leaves, treedef = _flatten((args, kwargs))
       static = ()
     else:
-      static = tuple(args[i] for i in self._static_argnums if i < len(args)) + tuple(
+      static = tuple(args[i] for i in static_argnums if i < len(args)) + tuple(
           (k, kwargs[k]) for k in self._static_argnames if k in kwargs)
-      dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_argnums)
+      dyn_args = tuple(a for i, a in enumerate(args) if i not in static_argnums)
       dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
       leaves, treedef = _flatten((dyn_args, dyn_kwargs))
       try:
@@ -358,21 +372,35 @@ class JitWrapped:
             f"Non-hashable static arguments are not supported. An error occurred while "
             f"trying to hash an object of type {type(bad)}, {bad!r}. The error was:\n"
             f"TypeError: {e}") from None
-    sig = []
-    for x in leaves:
-      if type(x) is Array:
-        sig.append(x.aval)
-      elif isinstance(x, core.Tracer):
-        sig.append(x.aval)
-      else:
-        sig.append(_leaf_sig(x))
-    return (treedef, static, config.state_key, *sig), leaves
+    try:
+      sig = [x.aval if type(x) is Array or isinstance(x, core.Tracer) else _leaf_sig(x)
+             for x in leaves]
+    except (TypeError, OverflowError):
+      self._raise_bad_leaf(args, kwargs, static_argnums)
+      raise
+    dev = dispatch.target_device(leaves) if dispatch.placement_used[0] else None
+    return (treedef, static, config.state_key, dev, *sig), leaves, dev
+
+  def _raise_bad_leaf(self, args, kwargs, static_argnums):
+    """Re-raises a signature error naming the argument's key path."""
+    dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+    dyn = (tuple(args[i] for i in dyn_argnums),
+           {k: v for k, v in kwargs.items() if k not in self._static_argnames})
+    with_paths = tree_util.tree_flatten_with_path(dyn)[0]
+    names, _ = _arg_names(_signature(self._fun), dyn_argnums, list(dyn[1]), with_paths)
+    for name, (_, x) in zip(names, with_paths):
+      try:
+        _abstractify(x, name, _fun_name(self._fun))
+      except OverflowError as e:
+        raise OverflowError(f"{e} The value was passed to {_fun_name(self._fun)} as the "
+                            f"argument at path {name}.") from None
 
   # -- calls
 
   def __call__(self, *args, **kwargs):
-    # Fast path: flat Array arguments whose signature was compiled before.
-    if not kwargs and self._fast and core._state.trace is core.eval_trace:
+    # Fast path: flat Array arguments on the default device, signature compiled before.
+    if (not kwargs and self._fast and core._state.trace is core.eval_trace
+        and not dispatch.placement_used[0] and not config.disable_jit):
       avals = [a.aval for a in args if type(a) is Array]
       if len(avals) == len(args):
         call = self._cache.get((len(args), config.state_key, *avals))
@@ -383,45 +411,48 @@ class JitWrapped:
   def _call(self, args, kwargs):
     if config.disable_jit:
       return self._fun(*args, **kwargs)
-    key, leaves = self._key(args, kwargs)
+    static_argnums, donate_argnums = self._argnums_for(len(args))
+    key, leaves, dev = self._key(args, kwargs, static_argnums)
     entry = self._cache.get(key)
+    if entry is None:
+      entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
     if core._state.trace is not core.eval_trace:
-      if entry is None:
-        entry = self._cache[key] = self._trace(args, kwargs)
       outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr,
                         name=_fun_name(self._fun))
       return optree.tree_unflatten(entry.out_tree, outs)
-    if entry is None:
-      entry = self._cache[key] = self._trace(args, kwargs)
-    call = entry.executable
+    call = entry.executable if dev is None else entry.device_calls.get(dev)
     if call is None:
-      call = entry.executable = compile_traced(entry, self._donated_leaves(args, kwargs),
-                                               self._keep_unused, _fun_name(self._fun))
-      if (not kwargs and self._fast and call.simple
-          and all(type(a) is Array for a in args)):
-        self._cache[(len(args), config.state_key, *[a.aval for a in args])] = call
+      donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
+      call = compile_traced(entry, donated, self._keep_unused, _fun_name(self._fun), dev)
+      if dev is not None:
+        entry.device_calls[dev] = call
+      else:
+        entry.executable = call
+        if (not kwargs and self._fast and call.simple
+            and all(type(a) is Array for a in args)):
+          self._cache[(len(args), config.state_key, *[a.aval for a in args])] = call
     return call(leaves)
 
-  def _trace(self, args, kwargs) -> _Traced:
-    for i in self._static_argnums:
+  def _trace(self, args, kwargs, static_argnums) -> _Traced:
+    for i in static_argnums:
       if i < len(args) and isinstance(args[i], core.Tracer):
         raise TypeError(f"jit: static argument {i} of {_fun_name(self._fun)} is a traced "
                         f"value ({args[i].aval.str_short()}); static arguments must be "
                         f"concrete, hashable Python values.")
-    traced, _ = trace_flat(self._fun, args, kwargs, self._static_argnums,
+    traced, _ = trace_flat(self._fun, args, kwargs, static_argnums,
                            self._static_argnames, "jit")
     return traced
 
-  def _donated_leaves(self, args, kwargs) -> set[int]:
+  def _donated_leaves(self, args, kwargs, static_argnums, donate_argnums) -> set[int]:
     """Flat indices of the dynamic leaves that belong to donated arguments."""
-    if not self._donate_argnums and not self._donate_argnames:
+    if not donate_argnums and not self._donate_argnames:
       return set()
     out, pos = set(), 0
     for i, a in enumerate(args):
-      if i in self._static_argnums:
+      if i in static_argnums:
         continue
       n = len(_flatten(a)[0])
-      if i in self._donate_argnums:
+      if i in donate_argnums:
         out.update(range(pos, pos + n))
       pos += n
     for k in sorted(kwargs):   # NB: dict leaves flatten in sorted-key order
@@ -451,10 +482,11 @@ def _leaf_sig(x):
   return _abstractify(x, "?", "jit")
 
 
-def compile_traced(entry: _Traced, donated: set[int], keep_unused: bool,
-                   name: str) -> _CompiledCall:
-  """Lowers and compiles a traced signature: unused inputs are pruned (unless
-  `keep_unused`), consts become device buffers once, donated leaves are marked."""
+def compile_traced(entry: _Traced, donated: set[int], keep_unused: bool, name: str,
+                   device=None) -> _CompiledCall:
+  """Lowers and compiles a traced signature for `device` (None: the default device):
+  unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
+  donated leaves are marked."""
   jaxpr = entry.jaxpr.jaxpr
   nconst = len(entry.consts)
   n_in = len(jaxpr.invars)
@@ -464,12 +496,13 @@ def compile_traced(entry: _Traced, donated: set[int], keep_unused: bool,
   kept_leaves = [i - nconst for i in range(nconst, n_in) if used[i]]
   donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
   text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
-  exe = dispatch.compile_module(text)
+  exe = dispatch.compile_module(text, None if device is None else [device])
   in_avals = [v.aval for v in jaxpr.invars[nconst:]]
-  const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval) for i in used_consts]
+  const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device)
+                for i in used_consts]
   kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
   return _CompiledCall(exe, kept, const_bufs, in_avals, jaxpr.out_avals, entry.out_tree,
-                       tuple(sorted(donated)), text)
+                       tuple(sorted(donated)), text, device)
 
 
 def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,

@@ -343,8 +343,8 @@ def _pp_literal(lit: Literal) -> str:
   v = lit.val
   if type(v) is WeakScalarValue:
     v = v.value
-  if isinstance(v, (np.generic, np.ndarray)):
-    v = v.item() if np.ndim(v) == 0 else v
+  # NB: printed at the literal's own precision (1/3 as f32 is 0.3333333432674408), as JAX.
+  v = np.asarray(v, lit.aval.dtype).item()
   return f"{v}:{lit.aval.str_short()}"
 
 
@@ -389,13 +389,30 @@ def _pp_eqn(eqn: JaxprEqn, names: _Names, indent: int) -> str:
   return f"{lhs} = {prim}[\n{body}\n{' ' * indent}] {rhs_args}".rstrip()
 
 
+def _pp_header(consts: list[str], ins: list[str], indent: int) -> str:
+  """`{ lambda consts; invars. let`, the binders filling lines of at most 80 columns
+  (not counting the `{ ` or the continuation indent), as JAX lays them out."""
+  tokens = ["lambda"]
+  tokens += [*consts[:-1], consts[-1] + ";"] if consts else [";"]
+  tokens += [*ins[:-1], ins[-1] + "."] if ins else ["."]
+  lines, line = [], tokens[0]
+  for tok in tokens[1:]:
+    if len(line) + 1 + len(tok) <= _PP_WIDTH:
+      line += " " + tok
+    else:
+      lines.append(line)
+      line = tok
+  lines.append(line + " let")
+  pad = "\n" + " " * (indent + 4)
+  return "{ " + pad.join(lines)
+
+
 def pp_jaxpr(jaxpr: Jaxpr, indent: int = 0) -> str:
   """Prints `jaxpr` as JAX does: one line when it fits in 80 columns, else one equation a
   line, with nested jaxprs in params indented."""
   names = _Names()
-  consts = " ".join(names.binder(v) for v in jaxpr.constvars)
-  ins = " ".join(names.binder(v) for v in jaxpr.invars)
-  head = f"{{ lambda {consts}; {ins}. let"
+  head = _pp_header([names.binder(v) for v in jaxpr.constvars],
+                    [names.binder(v) for v in jaxpr.invars], indent)
   eqn_lines = [_pp_eqn(e, names, indent + 4) for e in jaxpr.eqns]
   outs = ", ".join(names(v) for v in jaxpr.outvars)
   outs = f"({outs},)" if len(jaxpr.outvars) == 1 else f"({outs})"

@@ -206,8 +206,10 @@ def _dynamic_slice_indices(name: str, operand: Any, start_indices: Sequence[Any]
   for i, d, allow_negative in zip(start_indices, shape, allow_negative_indices):
     if isinstance(i, (int, np.integer)):
       i = int(i)
-      if i < 0 and allow_negative:
-        i += d
+      if i < 0 and not allow_negative:
+        raise ValueError(f"Index {i} is out of bounds for dimension {d} if "
+                         f"allow_negative_indices=False; pass a non-negative index.")
+      i = i + d if i < 0 else i
       out.append(np.asarray(i, index_dtype)[()])
       continue
     if core.get_aval(i).dtype != index_dtype:
@@ -260,13 +262,15 @@ def dynamic_slice(operand: Any, start_indices: Sequence[Any], slice_sizes: Seque
       converted to one integer dtype (the promotion of the typed ones, int32 if none).
     slice_sizes: `0 <= z[k] <= s[k]`, one per dimension.
     allow_negative_indices: bool, or one per dimension: where True, a negative index counts
-      from the end (`i + s[k]`, once); where False it is clamped to 0.
+      from the end (`i + s[k]`, once); where False a static negative index is an error and
+      a traced one is clamped to 0.
 
   Returns:
     `T[*z]`.
 
   Raises:
-    ValueError: if the number of indices differs from the operand's rank.
+    ValueError: if the number of indices differs from the operand's rank, or a static index
+      is negative where negative indices are not allowed.
     TypeError: if an index is not a scalar integer, or `slice_sizes` does not fit.
   """
   sizes = canonicalize_shape("dynamic_slice", "slice_sizes", slice_sizes)
@@ -362,13 +366,15 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any]
     update: array `T[*u]` of the same rank, `u[k] <= s[k]` (a Python scalar takes T).
     start_indices: one scalar integer per dimension, converted to one integer dtype.
     allow_negative_indices: bool, or one per dimension: where True, a negative index counts
-      from the end (once).
+      from the end (once); where False a static negative index is an error and a traced one
+      is clamped to 0.
 
   Returns:
     `T[*s]`.
 
   Raises:
-    ValueError: if the number of indices differs from the operand's rank.
+    ValueError: if the number of indices differs from the operand's rank, or a static index
+      is negative where negative indices are not allowed.
     TypeError: if the ranks or dtypes differ, `update` is larger than `operand`, or an index
       is not a scalar integer.
   """

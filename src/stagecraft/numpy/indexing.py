@@ -110,7 +110,8 @@ def getitem(x: Any, idx: Any):
       # NB: negative indices count from the end, as NumPy; dynamic_slice then clamps.
       starts[d] = lax.select(lax.lt(i, np.int32(0)), lax.add(i, np.int32(cur[d])), i)
       sizes[d] = 1
-    out = lax.dynamic_slice(out, starts, tuple(sizes))
+    # Already wrapped once above: lax must not wrap again (x[-7] of size 5 clamps to 0).
+    out = lax.dynamic_slice(out, starts, tuple(sizes), allow_negative_indices=False)
   if squeeze_dims:
     out = lax.squeeze(out, tuple(squeeze_dims))
   if tuple(out.shape) != tuple(out_shape):   # inserts the None (newaxis) dimensions

@@ -174,8 +174,8 @@ def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
     if aval is not None and not _needs_promotion(promote, aval.dtype):
       return lax_fn(x)
     x, = promote(x)
-    if type(x) in _py_scalar:
-      x = array(x)
+    if not isinstance(x, (Array, Tracer)):
+      x = asarray(x)
     return lax_fn(x)
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"{doc or name} (elementwise).\n\nArgs:\n  x: array-like T[*s].\n\nReturns:\n"
@@ -276,12 +276,12 @@ def _canonical_shape(shape, name="shape") -> tuple[int, ...]:
 def full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
   """An array of `shape` filled with `fill_value` (its dtype unless `dtype` is given)."""
   shape = _canonical_shape(shape)
+  fill = asarray_or_scalar(fill_value)
   if dtype is None:
-    dt = _dtype(fill_value) if type(fill_value) not in _py_scalar else (
-        dtypes.python_scalar_dtype(type(fill_value)))
+    dt = _dtype(fill) if type(fill) not in _py_scalar else (
+        dtypes.python_scalar_dtype(type(fill)))
   else:
     dt = dtypes.canonicalize_dtype(dtype)
-  fill = asarray_or_scalar(fill_value)
   if _shape(fill) == ():
     fill = _convert(fill, dt, False) if type(fill) not in _py_scalar else np.asarray(fill, dt)
     return lax.broadcast_in_dim(fill, shape, ())
@@ -368,7 +368,9 @@ def linspace(start: ArrayLike, stop: ArrayLike, num: int = 50, endpoint: bool = 
   iota = lax.broadcasted_iota(calc, (num, *bshape), 0)
   delta = subtract(stop, start)
   step = divide(delta, div) if div > 0 else full_like(delta, np.nan)
-  out = add(expand_dims(start, 0), multiply(iota, expand_dims(step, 0)))
+  # num == 1 with endpoint: step is NaN (as NumPy's retstep) but the sample is `start`.
+  out = add(expand_dims(start, 0),
+            multiply(iota, expand_dims(step if div > 0 else zeros_like(delta), 0)))
   if endpoint and num > 1:
     out = concatenate([out[:-1], expand_dims(stop, 0)], axis=0)
   out = moveaxis(out, 0, axis)
@@ -500,13 +502,20 @@ def power(x: ArrayLike, y: ArrayLike, /) -> Array:
 def _integer_power(x, y):
   # Binary exponentiation over the bits of y (negative exponents give 0, except base +-1).
   dt = _dtype(x)
-  acc = lax.broadcast_in_dim(np.ones((), dt), broadcast_shapes(_shape(x), _shape(y)), ())
-  base, e = x, y
+  shape = broadcast_shapes(_shape(x), _shape(y))
+  x, y = _broadcast_to(x, shape), _broadcast_to(y, shape)
+  acc = lax.broadcast_in_dim(np.ones((), dt), shape, ())
+  signed = not dtypes.is_unsigned(dt)
+  base, e = x, lax.abs(y) if signed else y
   for _ in range(dt.itemsize * 8):
     bit = lax.ne(lax.bitwise_and(e, np.ones((), dt)[()]), np.zeros((), dt)[()])
     acc = lax.select(bit, lax.mul(acc, base), acc)
     base = lax.mul(base, base)
     e = lax.div(e, np.asarray(2, dt)[()])
+  if signed:   # x ** -n is x ** n for x = +-1, else 0
+    unit = lax.bitwise_or(lax.eq(x, np.ones((), dt)[()]), lax.eq(x, np.asarray(-1, dt)[()]))
+    zero_out = lax.bitwise_and(lax.lt(y, np.zeros((), dt)[()]), lax.bitwise_not(unit))
+    acc = lax.select(zero_out, lax.broadcast_in_dim(np.zeros((), dt), shape, ()), acc)
   return acc
 
 
@@ -521,8 +530,8 @@ def positive(x: ArrayLike, /) -> Array:
 def absolute(x: ArrayLike, /) -> Array:
   """|x| elementwise (real for complex; identity for unsigned and bool)."""
   x = asarray_or_scalar(x)
-  if type(x) in _py_scalar:
-    x = array(x)
+  if not isinstance(x, (Array, Tracer)):
+    x = asarray(x)
   dt = _dtype(x)
   if dt == dtypes.bool_ or dtypes.is_unsigned(dt):
     return x
@@ -535,8 +544,8 @@ abs = absolute
 def sign(x: ArrayLike, /) -> Array:
   """-1, 0 or 1 elementwise (x/|x| for complex)."""
   x = asarray_or_scalar(x)
-  if type(x) in _py_scalar:
-    x = array(x)
+  if not isinstance(x, (Array, Tracer)):
+    x = asarray(x)
   if _dtype(x) == dtypes.bool_:
     return x
   return lax.sign(x)
@@ -610,8 +619,8 @@ def _real(dt):
 def round(a: ArrayLike, decimals: int = 0) -> Array:
   """Rounds to `decimals` places, halves to even (as numpy.round)."""
   a = asarray_or_scalar(a)
-  if type(a) in _py_scalar:
-    a = array(a)
+  if not isinstance(a, (Array, Tracer)):
+    a = asarray(a)
   if not dtypes.is_inexact(_dtype(a)):
     if decimals >= 0:
       return a
@@ -626,6 +635,7 @@ around = round
 
 
 def rint(x: ArrayLike, /) -> Array:
+  x, = promote_dtypes_inexact(x)    # integers round to floats, as jax.numpy.rint
   return round(x)
 
 
@@ -654,7 +664,9 @@ def square(x: ArrayLike, /) -> Array:
 
 def reciprocal(x: ArrayLike, /) -> Array:
   x, = promote_dtypes_inexact(x)
-  return lax.div(np.ones((), _dtype(x))[()], x) if not isinstance(x, (int, float)) else 1 / x
+  if not isinstance(x, (Array, Tracer)):
+    x = asarray(x)
+  return lax.div(lax.utils.weak_scalar(np.ones((), _dtype(x))[()]), x)
 
 
 def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Array:

@@ -30,7 +30,8 @@ def _keepdims(x, axes, in_shape):
   return jnp.reshape(x, shape)
 
 
-def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=None):
+def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=None,
+               has_identity=True):
   def fn(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
          keepdims: bool = False, initial: ArrayLike | None = None,
          where: ArrayLike | None = None):
@@ -54,20 +55,26 @@ def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=Non
       fn_ = lax_fn
     in_shape = _shape(a)
     axes = _axes(axis, len(in_shape), name)
-    if init_op is None and initial is None and any(in_shape[i] == 0 for i in axes):
+    if not has_identity and initial is None and builtins.any(in_shape[i] == 0 for i in axes):
       raise ValueError(f"zero-size array to reduction operation {name} which has no identity.")
     r = fn_(a, axes) if axes else a
     if initial is not None:
       r = init_op(r, lax.convert_element_type(asarray(initial), _dtype(r)))
+    if r.weak_type:    # reductions give strongly typed results, as in jax.numpy
+      r = lax.convert_element_type(r, _dtype(r), weak_type=False)
     return _keepdims(r, axes, in_shape) if keepdims else r
   fn.__name__ = fn.__qualname__ = name
   return fn
 
 
-sum = _reduction("sum", lax.reduce_sum, upcast_int=True, bool_op=None, init_op=lax.add)
-prod = _reduction("prod", lax.reduce_prod, upcast_int=True, init_op=lax.mul)
-max = _reduction("max", lax.reduce_max, bool_op=lax.reduce_or, init_op=lax.max)
-min = _reduction("min", lax.reduce_min, bool_op=lax.reduce_and, init_op=lax.min)
+sum = _reduction("sum", lax.reduce_sum, upcast_int=True, bool_op=lax.reduce_or,
+                 init_op=lax.add)
+prod = _reduction("prod", lax.reduce_prod, upcast_int=True, bool_op=lax.reduce_and,
+                  init_op=lax.mul)
+max = _reduction("max", lax.reduce_max, bool_op=lax.reduce_or, init_op=lax.max,
+                 has_identity=False)
+min = _reduction("min", lax.reduce_min, bool_op=lax.reduce_and, init_op=lax.min,
+                 has_identity=False)
 sum.__doc__ = """Sum over `axis` (all axes when None).
 
 Args:
@@ -158,6 +165,8 @@ def _arg_reduction(name, lax_fn):
     a = asarray(a)
     if axis is None:
       shape = _shape(a)
+      if math.prod(shape) == 0:
+        raise ValueError(f"attempt to get {name} of an empty sequence")
       a = jnp.ravel(a)
       r = lax_fn(a, 0, dtypes.default_int_dtype())
       return jnp.reshape(r, (1,) * len(shape)) if keepdims else r

@@ -12,7 +12,7 @@ class _ScalarMeta(type):
     return cls is other or (isinstance(other, (np.dtype, type, str)) and _eq_dtype(cls, other))
 
   def __ne__(cls, other):
-    return not cls.__eq__(other)
+    return not _ScalarMeta.__eq__(cls, other)   # cls.__eq__ would be object's, unbound
 
   def __hash__(cls):
     return hash(cls.dtype.type)

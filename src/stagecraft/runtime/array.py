@@ -18,13 +18,14 @@ class Array:
   Conversions (`np.asarray`, `float()`, `item()`, printing) copy the value to the host once
   and cache it.
   """
-  __slots__ = ("_buf", "aval", "_npy", "__weakref__")
+  __slots__ = ("_buf", "aval", "_npy", "_device", "__weakref__")
   __array_priority__ = 100
 
-  def __init__(self, buf: Any, aval: core.ShapedArray):
+  def __init__(self, buf: Any, aval: core.ShapedArray, device: Any = None):
     self._buf = buf
     self.aval = aval
     self._npy = None
+    self._device = device   # NB: None means the default device
 
   shape = property(lambda self: self.aval.shape)
   dtype = property(lambda self: self.aval.dtype)
@@ -149,12 +150,10 @@ class Array:
     if self._buf is None:
       return f"Array(<donated>, {self.aval.str_short()})"
     v = self._value
-    if v.dtype in (dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2):
-      body = np.array2string(v.astype(np.float32), separator=", ", prefix="Array(")
-    else:
-      body = np.array2string(v, separator=", ", prefix="Array(")
+    body = np.array2string(v, separator=", ", prefix="Array(")
+    shape = f", shape={self.aval.shape}" if v.size == 0 and v.ndim else ""
     weak = ", weak_type=True" if self.aval.weak_type else ""
-    return f"Array({body}, dtype={self.aval.dtype.name}{weak})"
+    return f"Array({body}{shape}, dtype={self.aval.dtype.name}{weak})"
 
   def __str__(self):
     return str(self._value)

@@ -27,27 +27,61 @@ except ImportError:  # pragma: no cover
 # Host -> device
 
 
-def _put_np(x: np.ndarray, aval: ShapedArray, device) -> Any:
+#: Set once some Array lives off the default device; until then dispatch skips placement.
+placement_used = [False]
+
+
+def _put_np(x: np.ndarray, aval: ShapedArray, device, committed: bool = False,
+            force_copy: bool = False) -> Any:
   return xc.batched_device_put(aval, client.single_device_sharding(device), [x], [device],
-                               True, False, enable_x64=True)
+                               committed, force_copy, enable_x64=True)
 
 
-def to_buffer(x: Any, aval: ShapedArray, device=None) -> Any:
-  """A device buffer holding `x` with dtype `aval.dtype` (no copy for Arrays on `device`)."""
+def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -> Any:
+  """A device buffer holding `x` with dtype `aval.dtype` on `device` (default device when
+  None); no copy for an Array already there. Host data is always copied, so later writes to
+  a NumPy input never change the Array."""
   if type(x) is Array:
     buf = x._buf
     if buf is None:
       x._check_buf()
-    return buf
+    if x._device is device or device is None and x._device is None:
+      return buf
+    return _move(x, device)
   device = device or client.default_device()
   if _JaxArray is not None and type(x) is _JaxArray:
-    if x.dtype == aval.dtype and not x.is_deleted():
+    if x.dtype == aval.dtype and not x.is_deleted() and x.devices() == {device}:
       return x
     x = np.asarray(x)
   if isinstance(x, core.Tracer):
     raise core.escaped_tracer_error(x)
   arr = np.asarray(x, dtype=aval.dtype)
-  return _put_np(arr, aval, device)
+  return _put_np(arr, aval, device, committed, force_copy=arr is x)
+
+
+def _move(x: Array, device) -> Any:
+  device = device or client.default_device()
+  return _put_np(np.asarray(x._value), x.aval, device, True, False)
+
+
+def target_device(args: Sequence[Any]):
+  """The device a computation on `args` runs on: the one non-default device among its
+  Array arguments, or None (the default device).
+
+  Raises:
+    ValueError: if Arrays on two different non-default devices meet.
+  """
+  dev = None
+  for a in args:
+    if type(a) is Array and a._device is not None:
+      if dev is None:
+        dev = a._device
+      elif a._device != dev:
+        raise ValueError(
+            f"Received incompatible devices for a computation: arguments live on {dev} and "
+            f"{a._device}. Move them to one device first with stagecraft.device_put(x, "
+            f"device).")
+  return dev
 
 
 def device_put(x: Any, device=None) -> Any:
@@ -58,30 +92,38 @@ def device_put(x: Any, device=None) -> Any:
     device: a device from `stagecraft.devices()`, or None.
 
   Returns:
-    The same tree of `Array`s, committed to `device` when one is given.
+    The same tree of `Array`s, committed to `device` when one is given (uncommitted on the
+    default device otherwise). Computations run on the device of their committed inputs.
 
   Raises:
-    TypeError: if a leaf is not an array-like (its key path is named).
+    TypeError: if `device` is not a device, or a leaf is not an array-like (its key path
+      is named).
   """
   from stagecraft import tree_util
-  leaves, treedef = tree_util.tree_flatten(x)
-  out = []
-  for path_leaf in zip(range(len(leaves)), leaves):
-    i, leaf = path_leaf
-    out.append(_device_put_leaf(leaf, device, treedef, i))
+  if device is not None and not hasattr(device, "client"):
+    raise TypeError(f"device_put: expected a device from stagecraft.devices() or None, got "
+                    f"{device!r}.")
+  with_paths, treedef = tree_util.tree_flatten_with_path(x)
+  out = [_device_put_leaf(leaf, device, tree_util.keystr(path)) for path, leaf in with_paths]
   return tree_util.tree_unflatten(treedef, out)
 
 
-def _device_put_leaf(x, device, treedef, i):
+def _device_put_leaf(x, device, path):
   try:
     aval = core.get_aval(x)
-  except TypeError as e:
-    raise TypeError(f"device_put: leaf {i} of {treedef} is not an array: {e}") from None
+  except (TypeError, OverflowError) as e:
+    raise type(e)(f"device_put: the leaf at {path or 'the root'} is not an array: {e}"
+                  ) from None
+  if device is None:
+    return x if type(x) is Array else Array(to_buffer(x, aval), aval)
+  dev = None if device == client.default_device() else device
+  if dev is not None:
+    placement_used[0] = True
   if type(x) is Array:
-    if device is None or device in x.devices():
+    if x._device == dev and (dev is not None or x.committed):
       return x
-    return Array(_put_np(np.asarray(x._value), aval, device), aval)
-  return Array(to_buffer(x, aval, device), aval)
+    return Array(_put_np(np.asarray(x._value), aval, device, True), aval, dev)
+  return Array(to_buffer(x, aval, device, committed=True), aval, dev)
 
 
 def block_until_ready(x: Any) -> Any:
@@ -98,6 +140,7 @@ def block_until_ready(x: Any) -> Any:
 # ---------------------------------------------------------------------------
 # Compilation
 
+_MAX_CACHE = 4096
 _compile_cache: dict[Any, Any] = {}
 _compile_lock = threading.Lock()
 compile_count = [0]   # number of XLA compilations (tests and benchmarks read it)
@@ -115,8 +158,12 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
   with _compile_lock:
     exe = _compile_cache.get(key)
     if exe is None:
+      if len(_compile_cache) >= _MAX_CACHE:
+        _compile_cache.clear()   # NB: cheaper than LRU bookkeeping on every hit
       backend = devs[0].client
-      opts = client.compile_options(num_replicas, num_partitions)
+      ids = np.array([d.id for d in devs])
+      assignment = ids.reshape(num_replicas, num_partitions)
+      opts = client.compile_options(num_replicas, num_partitions, assignment)
       exe = backend.compile_and_load(text, client.device_list(devs), opts)
       compile_count[0] += 1
       _compile_cache[key] = exe
@@ -128,39 +175,42 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
 
 
 class Executable:
-  """A compiled program with its input/output avals; `call(args)` takes flat array-likes."""
-  __slots__ = ("exe", "in_avals", "out_avals", "text", "donated")
+  """A compiled program with its input/output avals; `call(args)` takes flat array-likes.
+  `device` is where it runs (None: the default device)."""
+  __slots__ = ("exe", "in_avals", "out_avals", "text", "device")
 
-  def __init__(self, exe, in_avals, out_avals, text, donated=None):
+  def __init__(self, exe, in_avals, out_avals, text, device=None):
     self.exe = exe
     self.in_avals = tuple(in_avals)
     self.out_avals = tuple(out_avals)
     self.text = text
-    self.donated = donated
+    self.device = device
+
+  def _buffers(self, args):
+    dev = self.device
+    if dev is None and not placement_used[0]:
+      return [a._buf if type(a) is Array else to_buffer(a, av)
+              for a, av in zip(args, self.in_avals)]
+    return [to_buffer(a, av, dev) for a, av in zip(args, self.in_avals)]
 
   def call(self, args: Sequence[Any]) -> list[Array]:
-    bufs = [a._buf if type(a) is Array else to_buffer(a, av)
-            for a, av in zip(args, self.in_avals)]
-    return self.call_buffers(bufs, args)
-
-  def call1(self, args: Sequence[Any]) -> Array:
-    """`call` for a program with one result."""
-    bufs = [a._buf if type(a) is Array else to_buffer(a, av)
-            for a, av in zip(args, self.in_avals)]
     try:
-      out = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()[0][0]
+      outs = self.exe.execute_sharded(self._buffers(args)).disassemble_into_single_device_arrays()
     except TypeError:
       _raise_if_donated(args)
       raise
-    return Array(out, self.out_avals[0])
+    dev = self.device
+    return [Array(o[0], av, dev) for o, av in zip(outs, self.out_avals)]
 
-  def call_buffers(self, bufs, args=None) -> list[Array]:
+  def call1(self, args: Sequence[Any]) -> Array:
+    """`call` for a program with one result."""
     try:
-      outs = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+      out = self.exe.execute_sharded(
+          self._buffers(args)).disassemble_into_single_device_arrays()[0][0]
     except TypeError:
-      _raise_if_donated(args or ())
+      _raise_if_donated(args)
       raise
-    return [Array(o[0], av) for o, av in zip(outs, self.out_avals)]
+    return Array(out, self.out_avals[0], self.device)
 
 
 def _raise_if_donated(args):
@@ -181,28 +231,32 @@ _prim_cache: dict[Any, Executable] = {}
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
   """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
+  dev = target_device(args) if placement_used[0] else None
   try:
-    key = (prim, *avals, *params.items())
+    key = (prim, dev, *avals, *params.items())
     ex = _prim_cache.get(key)
   except TypeError:   # unhashable params: compile without caching
     key, ex = None, None
   if ex is None:
-    ex = _compile_primitive(prim, avals, params)
+    ex = _compile_primitive(prim, avals, params, dev)
     if key is not None:
+      if len(_prim_cache) >= _MAX_CACHE:
+        _prim_cache.clear()
       _prim_cache[key] = ex
   if prim.multiple_results:
     return ex.call(args)
   return ex.call1(args)
 
 
-def _compile_primitive(prim, avals, params) -> Executable:
+def _compile_primitive(prim, avals, params, device=None) -> Executable:
   out = prim.abstract_eval(*avals, **params)
   out_avals = list(out) if prim.multiple_results else [out]
   invars = [Var(a) for a in avals]
   outvars = [Var(a) for a in out_avals]
   jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, prim, params)])
   text = lowering.lower_jaxpr_to_module(prim.name, jaxpr)
-  return Executable(compile_module(text), avals, out_avals, text)
+  exe = compile_module(text, None if device is None else [device])
+  return Executable(exe, avals, out_avals, text, device)
 
 
 core._default_impl[0] = apply_primitive
