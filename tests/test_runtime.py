@@ -302,3 +302,28 @@ def test_eager_and_jit_numerics_agree():
     return jnp.tanh(v) * jnp.exp(-v * v) + jnp.sin(v)
   np.testing.assert_allclose(np.asarray(f(x)), np.asarray(stagecraft.jit(f)(x)), rtol=1e-6,
                              atol=1e-7)
+
+
+def test_jit_device_argument_places_computation_and_results():
+  dev = stagecraft.devices()[2]
+  f = stagecraft.jit(lambda x: x * 2, device=dev)
+  y = f(np.ones(3, np.float32))
+  assert y.devices() == {dev}
+  np.testing.assert_array_equal(np.asarray(y), [2, 2, 2])
+  z = y + 1   # eager ops follow the committed result
+  assert z.devices() == {dev}
+  np.testing.assert_array_equal(np.asarray(z), [3, 3, 3])
+
+
+def test_jit_device_argument_errors():
+  with pytest.raises(TypeError, match="must be a device from stagecraft.devices"):
+    stagecraft.jit(lambda x: x, device="gpu0")
+  with pytest.raises(ValueError, match="at most one of `device` and `backend`"):
+    stagecraft.jit(lambda x: x, device=stagecraft.devices()[0], backend="cpu")
+
+
+def test_arrays_on_two_devices_meeting_raise():
+  a = stagecraft.device_put(np.ones(2, np.float32), stagecraft.devices()[1])
+  b = stagecraft.device_put(np.ones(2, np.float32), stagecraft.devices()[3])
+  with pytest.raises(ValueError, match="incompatible devices"):
+    a + b

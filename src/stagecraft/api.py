@@ -19,7 +19,7 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, Jaxpr, ShapedArray, ShapeDtypeStruct
 from stagecraft.interpreters import lowering, partial_eval as pe
-from stagecraft.runtime import dispatch
+from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
 
 _NS = tree_util.NAMESPACE
@@ -292,9 +292,21 @@ class JitWrapped:
   signature (tracing and compiling on the first call of a signature)."""
 
   def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
-               donate_argnames, keep_unused: bool, inline: bool):
+               donate_argnames, keep_unused: bool, inline: bool, device=None,
+               backend: str | None = None):
     if not callable(fun):
       raise TypeError(f"jit expects a callable, got {fun!r} of type {type(fun).__name__}.")
+    if device is not None and backend is not None:
+      raise ValueError("jit: pass at most one of `device` and `backend`.")
+    if backend is not None:
+      device = client.devices(backend)[0]
+    if device is not None and not hasattr(device, "client"):
+      raise TypeError(f"jit: `device` must be a device from stagecraft.devices(), got "
+                      f"{device!r}.")
+    # NB: None stands for the default device everywhere in dispatch.
+    self._device = None if device is None or device == client.default_device() else device
+    if self._device is not None:
+      dispatch.placement_used[0] = True
     functools.update_wrapper(self, fun)
     self._fun = fun
     sig = _signature(fun)
@@ -330,7 +342,7 @@ class JitWrapped:
     self._negative_argnums = any(i < 0 for i in (*static_argnums, *donate_argnums))
     self._keep_unused = bool(keep_unused)
     self._inline = bool(inline)
-    self._fast = not static_argnums and not static_argnames
+    self._fast = not static_argnums and not static_argnames and self._device is None
     options = (static_argnums, static_argnames, donate_argnums, donate_argnames,
                self._keep_unused)
     self._cache = _cache_for(fun, options)
@@ -378,7 +390,9 @@ class JitWrapped:
     except (TypeError, OverflowError):
       self._raise_bad_leaf(args, kwargs, static_argnums)
       raise
-    dev = dispatch.target_device(leaves) if dispatch.placement_used[0] else None
+    dev = self._device
+    if dev is None and dispatch.placement_used[0]:
+      dev = dispatch.target_device(leaves)
     return (treedef, static, config.state_key, dev, *sig), leaves, dev
 
   def _raise_bad_leaf(self, args, kwargs, static_argnums):
@@ -520,7 +534,8 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
     donate_argnums / donate_argnames: arguments whose buffers the computation may reuse for
       its outputs; a donated Array cannot be used afterwards (DonatedBufferError).
     keep_unused: keep arguments the computation does not read (they are pruned otherwise).
-    device, backend: placement (the default device when None).
+    device: the device to run on (default: the device of committed inputs, else the
+      default device). backend: a platform name ('cpu', 'gpu'); its first device.
     inline: accepted for compatibility; nested jits are always staged as calls.
 
   Returns:
@@ -528,7 +543,8 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
 
   Raises:
     TypeError: for a non-callable `fun`, unhashable static arguments, arguments that are
-      not arrays (naming their key path), or traced static arguments.
+      not arrays (naming their key path), traced static arguments, or a bad `device`.
+    ValueError: for arguments both static and donated, or both `device` and `backend`.
 
   Example:
     >>> import stagecraft, stagecraft.numpy as jnp
@@ -542,7 +558,7 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
                              donate_argnames=donate_argnames, keep_unused=keep_unused,
                              device=device, backend=backend, inline=inline)
   return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
-                    keep_unused, inline)
+                    keep_unused, inline, device, backend)
 
 
 # ---------------------------------------------------------------------------
