@@ -37,7 +37,7 @@ def _naryop_abstract_eval(name, accepted, result_dtype=None):
     utils.check_same_dtypes(name, avals)
     shape = utils.broadcasting_shape(name, avals)
     dtype = avals[0].dtype if result_dtype is None else result_dtype(avals[0].dtype)
-    weak = result_dtype is None and all(a.weak_type for a in avals)
+    weak = all(a.weak_type for a in avals)   # comparisons of weak values are weak, as JAX
     return ShapedArray(shape, dtype, weak)
   return rule
 
@@ -119,8 +119,7 @@ ceil_p = _unop("ceil", floating, "stablehlo.ceil")
 is_finite_p = _unop("is_finite", floating, "stablehlo.is_finite", _bool_dtype)
 not_p = _unop("not", _int_or_bool, "stablehlo.not")
 abs_p = _unop("abs", _abs_dtypes, "stablehlo.abs", _real_dtype)
-# NB: abs of a complex number is real; the result dtype rule also drops the weak type only
-# for complex inputs (see _abs_abstract_eval).
+# NB: abs of a complex number is real (see _abs_abstract_eval); the weak type is kept.
 
 
 def _abs_abstract_eval(x):
