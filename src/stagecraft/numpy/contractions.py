@@ -130,7 +130,10 @@ def einsum(subscripts: str, *operands: ArrayLike, optimize: str | bool = "auto",
   """
   operands = jnp.promote_dtypes(*[asarray(o) for o in operands])
   shapes = [_shape(o) for o in operands]
-  opt = "auto" if optimize is True else ("no-optimization" if optimize is False else optimize)
+  # optimize=False: contract left to right, one pair at a time (opt_einsum's own False
+  # contracts all operands in one step, which the pairwise lowering below cannot take).
+  opt = "auto" if optimize is True else (
+      ([(0, 1)] * (len(operands) - 1) or [(0,)]) if optimize is False else optimize)
   _, contractions = opt_einsum.contract_path(subscripts, *shapes, einsum_call=True,
                                              use_blas=True, optimize=opt, shapes=True)
   operands = list(operands)

@@ -414,12 +414,12 @@ def _floor_divide(x, y):
   return lax.floor(lax.div(x, y))
 
 
-def _zero_of(x):
-  return np.zeros((), _dtype(x))[()]
+def _zero_of(x):   # weak, so that results keep the weak type of x
+  return lax.utils.weak_scalar(np.zeros((), _dtype(x))[()])
 
 
 def _one_of(x):
-  return np.ones((), _dtype(x))[()]
+  return lax.utils.weak_scalar(np.ones((), _dtype(x))[()])
 
 
 def _remainder(x, y):
@@ -468,9 +468,17 @@ greater_equal = _binary_ufunc("greater_equal", lax.ge, doc="x >= y")
 bitwise_and = _binary_ufunc("bitwise_and", lax.bitwise_and, doc="x & y")
 bitwise_or = _binary_ufunc("bitwise_or", lax.bitwise_or, doc="x | y")
 bitwise_xor = _binary_ufunc("bitwise_xor", lax.bitwise_xor, doc="x ^ y")
-logical_and = _binary_ufunc("logical_and", _logical(lax.bitwise_and), doc="x and y")
-logical_or = _binary_ufunc("logical_or", _logical(lax.bitwise_or), doc="x or y")
-logical_xor = _binary_ufunc("logical_xor", _logical(lax.bitwise_xor), doc="x xor y")
+
+
+def _no_promote(*args):   # logical ops convert each operand to bool first, as jax.numpy
+  return [asarray_or_scalar(a) for a in args]
+
+
+logical_and = _binary_ufunc("logical_and", _logical(lax.bitwise_and), _no_promote,
+                            doc="x and y")
+logical_or = _binary_ufunc("logical_or", _logical(lax.bitwise_or), _no_promote, doc="x or y")
+logical_xor = _binary_ufunc("logical_xor", _logical(lax.bitwise_xor), _no_promote,
+                            doc="x xor y")
 
 
 def _power(x, y):
@@ -769,13 +777,20 @@ def ravel(a: ArrayLike, order: str = "C") -> Array:
 
 
 def transpose(a: ArrayLike, axes: Sequence[int] | None = None) -> Array:
-  """Permutes dimensions (reverses them when `axes` is None)."""
+  """Permutes dimensions: `T[s0..sn] -> T[s[axes[0]]..s[axes[n]]]` (reversed when `axes`
+  is None).
+
+  Raises:
+    ValueError: for an out-of-range axis.
+    TypeError: if `axes` is not a permutation of the dimensions.
+  """
   a = asarray(a)
   nd = _ndim(a)
   axes = tuple(range(nd))[::-1] if axes is None else tuple(
       _canon_axis(x, nd, "transpose") for x in axes)
   if sorted(axes) != list(range(nd)):
-    raise ValueError(f"transpose: axes {axes} are not a permutation of {tuple(range(nd))}.")
+    raise TypeError(f"transpose permutation isn't a permutation of operand dimensions, got "
+                    f"permutation {axes} for operand shape {_shape(a)}.")
   if axes == tuple(range(nd)):
     return a
   return lax.transpose(a, axes)

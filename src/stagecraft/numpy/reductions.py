@@ -150,7 +150,8 @@ def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddo
   sq = lax.mul(centered, centered)
   n = _count(in_shape, axes) - ddof
   s = sum(sq, axis=axes, keepdims=keepdims)
-  return lax.div(s, np.asarray(n if n > 0 else np.nan, _dtype(s))[()])
+  # n <= 0 divides by 0 (inf, or nan for 0/0), as NumPy does.
+  return lax.div(s, np.asarray(builtins.max(n, 0), _dtype(s))[()])
 
 
 def std(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
