@@ -550,7 +550,7 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
     >>> import stagecraft, stagecraft.numpy as jnp
     >>> f = stagecraft.jit(lambda x, y: jnp.sin(x) * y)
     >>> f(jnp.arange(3.0), 2.0)
-    Array([0.        , 1.682942  , 1.8185949 ], dtype=float32)
+    Array([0.       , 1.6829419, 1.8185948], dtype=float32)
   """
   if fun is None:
     return functools.partial(jit, static_argnums=static_argnums,
