@@ -193,6 +193,7 @@ def get_aval(x: Any) -> ShapedArray:
 
 
 def valid_array_type(x: Any) -> bool:
+  """Whether `x` is a value stagecraft can treat as an array."""
   try:
     get_aval(x)
     return True
@@ -514,11 +515,13 @@ _state = _TraceState()
 
 
 def current_trace() -> Trace:
+  """The trace that `Primitive.bind` uses now (the evaluation trace at the bottom)."""
   return _state.trace
 
 
 @contextmanager
 def set_current_trace(trace: Trace):
+  """Context manager that makes `trace` current for its body."""
   prev = _state.trace
   _state.trace = trace
   try:
@@ -528,6 +531,7 @@ def set_current_trace(trace: Trace):
 
 
 def escaped_tracer_error(tracer: "Tracer", prim: Primitive | None = None) -> UnexpectedTracerError:
+  """The UnexpectedTracerError for a tracer used after its trace ended."""
   where = f" while binding `{prim.name}`" if prim is not None else ""
   trace = tracer._trace
   origin = trace.origin_msg(tracer)

@@ -84,18 +84,22 @@ def canonicalize_dtype(dtype: Any) -> np.dtype:
 
 
 def default_int_dtype() -> np.dtype:
+  """int32, or int64 with x64 enabled."""
   return int64 if config.enable_x64 else int32
 
 
 def default_uint_dtype() -> np.dtype:
+  """uint32, or uint64 with x64 enabled."""
   return uint64 if config.enable_x64 else uint32
 
 
 def default_float_dtype() -> np.dtype:
+  """float32, or float64 with x64 enabled."""
   return float64 if config.enable_x64 else float32
 
 
 def default_complex_dtype() -> np.dtype:
+  """complex64, or complex128 with x64 enabled."""
   return complex128 if config.enable_x64 else complex64
 
 
@@ -113,6 +117,7 @@ def python_scalar_dtype(typ: type) -> np.dtype:
 
 
 def is_python_scalar(x: Any) -> bool:
+  """Whether `x` is a Python bool, int, float or complex."""
   return type(x) in _python_scalar_kind
 
 
@@ -276,6 +281,7 @@ def dtype(x: Any, *, canonicalize: bool = False) -> np.dtype:
 
 
 def is_weakly_typed(x: Any) -> bool:
+  """Whether `x` is weakly typed (a Python number other than bool, or a weak aval)."""
   if type(x) in _python_scalar_kind:
     return type(x) is not bool
   w = getattr(x, "weak_type", None)
@@ -312,22 +318,27 @@ _inexacts = _floats | _complexes
 
 
 def is_float(dtype: np.dtype) -> bool:
+  """Whether `dtype` is a real floating type (bfloat16 and float8 included)."""
   return dtype in _floats
 
 
 def is_inexact(dtype: np.dtype) -> bool:
+  """Whether `dtype` is floating or complex."""
   return dtype in _inexacts
 
 
 def is_complex(dtype: np.dtype) -> bool:
+  """Whether `dtype` is complex."""
   return dtype in _complexes
 
 
 def is_integer(dtype: np.dtype) -> bool:
+  """Whether `dtype` is a signed or unsigned integer type."""
   return dtype in _ints
 
 
 def is_unsigned(dtype: np.dtype) -> bool:
+  """Whether `dtype` is an unsigned integer type."""
   return dtype in _unsigned_ints
 
 

@@ -27,6 +27,7 @@ def register_lowering(prim: core.Primitive, rule: Callable, platform: str | None
 
 
 def has_lowering(prim: core.Primitive) -> bool:
+  """Whether `prim` has a lowering rule."""
   return prim in _lowerings
 
 
@@ -46,6 +47,7 @@ _type_cache: dict[Any, str] = {}
 
 
 def elt_type(dtype: np.dtype) -> str:
+  """The StableHLO element type of a dtype (`float32` -> `f32`)."""
   try:
     return _ELT[dtype]
   except KeyError:
@@ -99,6 +101,7 @@ def i64_array(xs: Sequence[int]) -> str:
 
 
 def dense_i64(xs: Sequence[int], shape: Sequence[int] | None = None) -> str:
+  """A `dense<[...]> : tensor<Nxi64>` attribute."""
   shape = (len(xs),) if shape is None else tuple(shape)
   dims = "".join(f"{d}x" for d in shape)
   body = ", ".join(str(int(x)) for x in xs)
@@ -210,6 +213,7 @@ class LoweringRuleContext:
 def emit_op(fb: FuncBuilder, name: str, operands: Sequence[str], operand_types: Sequence[str],
             result_types: Sequence[str], attrs: str | None = None,
             regions: Sequence[str] = ()) -> list[str]:
+  """Emits an op in MLIR's generic form into `fb`; returns its result names."""
   n = len(result_types)
   base = fb.fresh()
   lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
@@ -224,6 +228,7 @@ def emit_op(fb: FuncBuilder, name: str, operands: Sequence[str], operand_types: 
 
 
 def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
+  """A splat `stablehlo.constant` of `value` with `aval` (deduplicated per region)."""
   key = (aval.shape, aval.dtype, dense_scalar(value, aval.dtype))
   name = fb.consts.get(key)
   if name is None:
@@ -256,6 +261,7 @@ def build_region(fb: FuncBuilder, arg_avals: Sequence[ShapedArray],
 
 
 def sanitize_name(name: str) -> str:
+  """A valid MLIR symbol name made from `name`."""
   name = re.sub(r"[^A-Za-z0-9_.$]", "_", name or "fn")
   if not re.match(r"[A-Za-z_]", name):
     name = "_" + name

@@ -17,6 +17,7 @@ from stagecraft.core import (ClosedJaxpr, DebugInfo, DropVar, Jaxpr, JaxprEqn, L
 
 
 class DynamicJaxprTracer(Tracer):
+  """A tracer of the staging trace: its aval and the jaxpr variable that holds it."""
   __slots__ = ("aval", "var")
 
   def __init__(self, trace: "DynamicJaxprTrace", aval: ShapedArray, var: Var):
@@ -161,6 +162,7 @@ def trace_to_jaxpr(fun: Callable[..., Sequence[Any]], in_avals: Sequence[ShapedA
 
 
 def close_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any]) -> ClosedJaxpr:
+  """A ClosedJaxpr of `jaxpr` with `consts`."""
   return ClosedJaxpr(jaxpr, consts)
 
 

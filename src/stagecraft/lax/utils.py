@@ -44,6 +44,7 @@ def check_dtype(name: str, aval: ShapedArray, accepted, pos: int | None = None) 
 
 
 def check_same_dtypes(name: str, avals: Sequence[ShapedArray]) -> None:
+  """Raises JAX's TypeError unless all `avals` share one dtype."""
   if len({a.dtype for a in avals}) > 1:
     got = ", ".join(a.dtype.name for a in avals)
     raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got {got}. "
@@ -100,6 +101,10 @@ def weak_scalar(value: np.generic) -> Any:
 
 
 def canonicalize_axes(name: str, axes: Sequence[int], ndim: int) -> tuple[int, ...]:
+  """Axes made non-negative.
+
+  Raises:
+    ValueError: for out-of-range or duplicate axes."""
   out = []
   for a in axes:
     a = int(a)

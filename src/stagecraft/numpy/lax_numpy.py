@@ -74,6 +74,7 @@ def promote_dtypes_inexact(*args):
 
 
 def promote_dtypes_numeric(*args):
+  """Promotes, then converts a bool result to the default integer dtype."""
   args = [asarray_or_scalar(a) for a in args]
   dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   if dtype == dtypes.bool_:
@@ -306,14 +307,17 @@ def _like_dtype(a, dtype):
 
 
 def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+  """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
   return zeros(_shape(a) if shape is None else shape, _like_dtype(a, dtype))
 
 
 def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+  """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
   return ones(_shape(a) if shape is None else shape, _like_dtype(a, dtype))
 
 
 def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+  """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
   return full(_shape(a) if shape is None else shape, fill_value, _like_dtype(a, dtype))
 
 
@@ -389,6 +393,7 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
 
 
 def identity(n: int, dtype: Any = None) -> Array:
+  """The n x n identity matrix: `eye(n, dtype=dtype)`."""
   return eye(n, dtype=dtype)
 
 
@@ -643,11 +648,13 @@ around = round
 
 
 def rint(x: ArrayLike, /) -> Array:
+  """Rounds to the nearest integer, halves to even; integer inputs give the default float."""
   x, = promote_dtypes_inexact(x)    # integers round to floats, as jax.numpy.rint
   return round(x)
 
 
 def logical_not(x: ArrayLike, /) -> Array:
+  """Elementwise NOT of `x != 0`; bool result."""
   return lax.bitwise_not(_to_bool(asarray_or_scalar(x) if not isinstance(x, (int, float))
                                   else array(x)))
 
@@ -664,6 +671,7 @@ bitwise_not = bitwise_invert = invert
 
 
 def square(x: ArrayLike, /) -> Array:
+  """x * x elementwise; bool promotes to the default integer."""
   x, = promote_dtypes_numeric(x)
   if type(x) in _py_scalar:
     x = array(x)
@@ -671,6 +679,7 @@ def square(x: ArrayLike, /) -> Array:
 
 
 def reciprocal(x: ArrayLike, /) -> Array:
+  """1 / x elementwise; integers give the default float."""
   x, = promote_dtypes_inexact(x)
   if not isinstance(x, (Array, Tracer)):
     x = asarray(x)
@@ -721,14 +730,17 @@ def clip(a: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None, *, min=
 
 
 def shape(a: ArrayLike) -> tuple[int, ...]:
+  """The shape of an array-like, as a tuple of ints."""
   return _shape(asarray_or_scalar(a))
 
 
 def ndim(a: ArrayLike) -> int:
+  """The number of dimensions of an array-like."""
   return len(shape(a))
 
 
 def size(a: ArrayLike, axis: int | None = None) -> int:
+  """The number of elements (along `axis` when given)."""
   s = shape(a)
   return math.prod(s) if axis is None else s[axis]
 
@@ -773,6 +785,7 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None)
 
 
 def ravel(a: ArrayLike, order: str = "C") -> Array:
+  """The array flattened to 1-D in C order: `T[*s] -> T[prod(s)]`."""
   return reshape(a, (-1,), order)
 
 
@@ -797,10 +810,15 @@ def transpose(a: ArrayLike, axes: Sequence[int] | None = None) -> Array:
 
 
 def permute_dims(a: ArrayLike, axes: Sequence[int]) -> Array:
+  """Array API name of `transpose(a, axes)`."""
   return transpose(a, axes)
 
 
 def matrix_transpose(x: ArrayLike, /) -> Array:
+  """Swaps the last two axes: `T[..., m, n] -> T[..., n, m]`.
+
+  Raises:
+    ValueError: for fewer than 2 dimensions."""
   x = asarray(x)
   nd = _ndim(x)
   if nd < 2:
@@ -809,6 +827,10 @@ def matrix_transpose(x: ArrayLike, /) -> Array:
 
 
 def swapaxes(a: ArrayLike, axis1: int, axis2: int) -> Array:
+  """Interchanges two axes.
+
+  Raises:
+    ValueError: for an out-of-range axis."""
   a = asarray(a)
   nd = _ndim(a)
   perm = list(range(nd))
@@ -818,6 +840,10 @@ def swapaxes(a: ArrayLike, axis1: int, axis2: int) -> Array:
 
 
 def moveaxis(a: ArrayLike, source: int | Sequence[int], destination: int | Sequence[int]) -> Array:
+  """Moves axes `source` to positions `destination`, keeping the order of the others.
+
+  Raises:
+    ValueError: for out-of-range axes or source/destination of different lengths."""
   a = asarray(a)
   nd = _ndim(a)
   src = (source,) if isinstance(source, int) else tuple(source)
@@ -865,6 +891,7 @@ def expand_dims(a: ArrayLike, axis: int | Sequence[int]) -> Array:
 
 
 def atleast_1d(*arys):
+  """Each input as an Array with at least one dimension (0-d becomes shape (1,))."""
   out = [reshape(asarray(a), (1,)) if _ndim(asarray(a)) == 0 else asarray(a) for a in arys]
   return out[0] if len(out) == 1 else out
 
@@ -915,6 +942,10 @@ def broadcast_to(array_: ArrayLike, shape: Sequence[int]) -> Array:
 
 
 def broadcast_arrays(*args: ArrayLike) -> list[Array]:
+  """The inputs broadcast to their common shape.
+
+  Raises:
+    ValueError: if the shapes do not broadcast."""
   args = [asarray(a) for a in args]
   shape = broadcast_shapes(*[_shape(a) for a in args])
   return [_broadcast_to(a, shape) for a in args]
@@ -927,23 +958,28 @@ def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False) -> Array:
 
 
 def iscomplexobj(x) -> bool:
+  """Whether `x` has a complex dtype."""
   return dtypes.is_complex(_dtype(asarray_or_scalar(x)))
 
 
 def result_type(*args) -> np.dtype:
+  """The dtype JAX-style promotion gives `args` (see `stagecraft.dtypes.result_type`)."""
   return dtypes.result_type(*args)
 
 
 def promote_types(a, b) -> np.dtype:
+  """The dtype two dtypes promote to (JAX's lattice)."""
   return dtypes.promote_types(a, b)
 
 
 def can_cast(from_, to, casting: str = "safe") -> bool:
+  """NumPy's `can_cast` on dtypes."""
   return np.can_cast(np.dtype(from_) if not hasattr(from_, "dtype") else from_.dtype, to,
                      casting)
 
 
 def issubdtype(a, b) -> bool:
+  """`numpy.issubdtype` that knows bfloat16 and float8 are floating."""
   return dtypes.issubdtype(a, b)
 
 

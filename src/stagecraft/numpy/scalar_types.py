@@ -36,7 +36,9 @@ def _eq_dtype(cls, other):
 
 
 def _make(name: str, dtype: np.dtype):
-  return _ScalarMeta(name, (object,), {"dtype": np.dtype(dtype)})
+  doc = (f"The {np.dtype(dtype).name} scalar type: `{name}(x)` is a 0-d Array of that dtype "
+         f"(canonicalized: 64-bit types narrow unless x64 is on); usable as a dtype.")
+  return _ScalarMeta(name, (object,), {"dtype": np.dtype(dtype), "__doc__": doc})
 
 
 bool_ = _make("bool_", dtypes.bool_)

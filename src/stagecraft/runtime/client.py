@@ -32,14 +32,17 @@ def devices(backend: str | None = None) -> list[Any]:
 
 
 def local_devices(backend: str | None = None) -> list[Any]:
+  """The devices of `backend` attached to this process."""
   return list(get_backend(backend).local_devices())
 
 
 def device_count(backend: str | None = None) -> int:
+  """The number of devices of `backend` (all processes)."""
   return len(devices(backend))
 
 
 def local_device_count(backend: str | None = None) -> int:
+  """The number of devices of `backend` attached to this process."""
   return len(local_devices(backend))
 
 
@@ -49,10 +52,12 @@ def default_device():
 
 
 def process_index() -> int:
+  """The index of this process among the processes of a distributed run (0 alone)."""
   return get_backend().process_index()
 
 
 def process_count() -> int:
+  """The number of processes of a distributed run (1 alone)."""
   return max(d.process_index for d in devices()) + 1
 
 
@@ -68,5 +73,6 @@ def device_list(devs: tuple) -> Any:
 
 
 def compile_options(num_replicas: int = 1, num_partitions: int = 1, device_assignment=None):
+  """XLA compile options for `num_replicas` x `num_partitions` devices."""
   return xb.get_compile_options(num_replicas=num_replicas, num_partitions=num_partitions,
                                 device_assignment=device_assignment)
