@@ -17,7 +17,7 @@ import optree
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
-from stagecraft.core import ClosedJaxpr, DebugInfo, Jaxpr, ShapedArray, ShapeDtypeStruct
+from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
 from stagecraft.interpreters import lowering, partial_eval as pe
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array

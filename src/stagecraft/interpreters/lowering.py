@@ -327,16 +327,22 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
 
 def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
                args: Sequence[str]) -> list[str]:
-  """Lowers a call of `closed_jaxpr` (consts inlined as constants when small, else as
-  arguments of the caller: callers pass consts in `args` after converting constvars)."""
+  """Lowers a call of `closed_jaxpr` as a private function and a `func.call`.
+
+  The jaxpr must take its constants as arguments (`partial_eval.convert_constvars_jaxpr`):
+  constants are never baked into the program text.
+
+  Raises:
+    ValueError: if `closed_jaxpr` still has consts.
+  """
+  if closed_jaxpr.consts or closed_jaxpr.jaxpr.constvars:
+    raise ValueError(f"lower_call({name}): the called jaxpr has constants; convert them to "
+                     f"arguments first (partial_eval.convert_constvars_jaxpr).")
   module = ctx.module
-  jaxpr = closed_jaxpr.jaxpr
   cached = module.call_cache.get(id(closed_jaxpr))
   if cached is None:
     fname = module.unique_func_name(name)
-    # NB: constvars of a call's jaxpr are emitted as constants in the callee.
-    callee = _jaxpr_with_inlined_consts(jaxpr, closed_jaxpr.consts)
-    module.funcs.append(lower_jaxpr_to_fun(module, fname, callee))
+    module.funcs.append(lower_jaxpr_to_fun(module, fname, closed_jaxpr.jaxpr))
     module.call_cache[id(closed_jaxpr)] = (fname, closed_jaxpr)
   else:
     fname = cached[0]
@@ -348,48 +354,6 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
   ctx.fb.emit(f"{lhs}func.call @{fname}({', '.join(args)}) : ({', '.join(in_types)}) -> "
               f"({', '.join(out_types)})")
   return [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
-
-
-class _ConstPrimitive(core.Primitive):
-  pass
-
-
-const_p = _ConstPrimitive("constant")
-const_p.def_abstract_eval(lambda *, value, aval: aval)
-
-
-def _const_lowering(ctx, *, value, aval):
-  v = np.asarray(value, aval.dtype)
-  r = ctx.fb.fresh()
-  ctx.fb.emit(f"{r} = stablehlo.constant {dense_array(v)} : {ir_type(aval)}")
-  return [r]
-
-
-register_lowering(const_p, _const_lowering)
-
-
-class _HashableArray:
-  """Wraps a host array so it can sit in eqn params (hashed by identity)."""
-  __slots__ = ("value",)
-
-  def __init__(self, value):
-    self.value = value
-
-  def __array__(self, dtype=None, copy=None):
-    return np.asarray(self.value, dtype)
-
-  def __repr__(self):
-    return f"<const {np.shape(self.value)}>"
-
-
-def _jaxpr_with_inlined_consts(jaxpr: Jaxpr, consts: Sequence[Any]) -> Jaxpr:
-  if not jaxpr.constvars:
-    return jaxpr
-  eqns = []
-  for v, c in zip(jaxpr.constvars, consts):
-    eqns.append(core.JaxprEqn([], [v], const_p,
-                              {"value": _HashableArray(np.asarray(c)), "aval": v.aval}))
-  return jaxpr.replace(constvars=[], eqns=[*eqns, *jaxpr.eqns])
 
 
 def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | None = None,

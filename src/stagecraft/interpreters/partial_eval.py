@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core
 from stagecraft.core import (ClosedJaxpr, DebugInfo, DropVar, Jaxpr, JaxprEqn, Literal,
                              ShapedArray, Trace, Tracer, Var)
 

@@ -15,7 +15,7 @@ are converted to the result dtype before the dot, as JAX does on CPU and GPU.
 from __future__ import annotations
 
 import enum
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core
 from stagecraft.core import Tracer
 from stagecraft.numpy import contractions, indexing, lax_numpy as jnp, reductions
 from stagecraft.runtime.array import Array

@@ -7,7 +7,7 @@ each pairwise step is one `dot_general` with batch and contracting dimensions.
 from __future__ import annotations
 
 import operator
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import opt_einsum

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax
+from stagecraft import dtypes, lax
 from stagecraft.core import Tracer
 from stagecraft.numpy import lax_numpy as jnp
 from stagecraft.runtime.array import Array

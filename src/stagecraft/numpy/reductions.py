@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import builtins
 import math
-import operator
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

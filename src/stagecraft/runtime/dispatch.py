@@ -6,14 +6,13 @@ Eager `prim.bind(*arrays)` lowers a one-equation jaxpr, compiles it once per
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from jaxlib import xla_client as xc
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, tree_util
 from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
-from stagecraft.errors import DonatedBufferError
 from stagecraft.interpreters import lowering
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
@@ -99,7 +98,6 @@ def device_put(x: Any, device=None) -> Any:
     TypeError: if `device` is not a device, or a leaf is not an array-like (its key path
       is named).
   """
-  from stagecraft import tree_util
   if device is not None and not hasattr(device, "client"):
     raise TypeError(f"device_put: expected a device from stagecraft.devices() or None, got "
                     f"{device!r}.")
@@ -128,11 +126,8 @@ def _device_put_leaf(x, device, path):
 
 def block_until_ready(x: Any) -> Any:
   """Waits until every Array in the pytree `x` is computed; returns `x`."""
-  from stagecraft import tree_util
   for leaf in tree_util.tree_leaves(x):
-    if isinstance(leaf, Array):
-      leaf.block_until_ready()
-    elif hasattr(leaf, "block_until_ready"):
+    if hasattr(leaf, "block_until_ready"):   # Arrays and jax.Arrays
       leaf.block_until_ready()
   return x
 
