@@ -11,3 +11,6 @@ from stagecraft.lax.shape import *  # noqa: F401,F403
 from stagecraft.lax.slicing import *  # noqa: F401,F403
 from stagecraft.lax.reduction import *  # noqa: F401,F403
 from stagecraft.lax.dot import *  # noqa: F401,F403
+from stagecraft.lax.ad_util import *  # noqa: F401,F403
+from stagecraft.lax import control_flow as _control_flow
+map = _control_flow.map

@@ -1,0 +1,36 @@
+"""`stop_gradient`: the identity whose derivative is zero (the autodiff issue registers its
+zero JVP here, beside the primitive)."""
+from __future__ import annotations
+
+from typing import Any
+
+from stagecraft import core, dtypes, tree_util
+from stagecraft.interpreters import lowering
+
+__all__ = ["stop_gradient", "stop_gradient_p"]
+
+stop_gradient_p = core.Primitive("stop_gradient")
+stop_gradient_p.def_abstract_eval(lambda x: x)
+lowering.register_lowering(stop_gradient_p, lambda ctx, x: [x])
+
+
+def stop_gradient(x: Any) -> Any:
+  """The identity on values; differentiation treats the result as a constant.
+
+  Args:
+    x: an array or a pytree of arrays. Only floating and complex leaves are marked; integer
+      and bool leaves have no gradient anyway and pass through unchanged.
+
+  Returns:
+    `x`, with the same structure, shapes and dtypes.
+
+  Example:
+    >>> import stagecraft, stagecraft.numpy as jnp
+    >>> print(stagecraft.make_jaxpr(stop_gradient)(jnp.ones(2)))
+    { lambda ; a:f32[2]. let b:f32[2] = stop_gradient a in (b,) }
+  """
+  def stop(leaf):
+    if dtypes.is_inexact(core.get_aval(leaf).dtype):
+      return stop_gradient_p.bind(leaf)
+    return leaf
+  return tree_util.tree_map(stop, x)
