@@ -14,6 +14,7 @@ from stagecraft.runtime import (Array, block_until_ready, default_device, device
                                 process_count, process_index)
 from stagecraft import lax
 from stagecraft import numpy
-from stagecraft.api import eval_shape, jit, make_jaxpr
+from stagecraft.api import (eval_shape, grad, jit, jvp, linearize, make_jaxpr, value_and_grad,
+                            vjp)
 
 __version__ = "0.1.0"

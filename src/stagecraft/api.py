@@ -18,7 +18,7 @@ import optree
 from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
-from stagecraft.interpreters import lowering, partial_eval as pe
+from stagecraft.interpreters import ad, lowering, partial_eval as pe
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
 
@@ -612,3 +612,256 @@ def eval_shape(fun: Callable, *args, **kwargs):
   return optree.tree_unflatten(traced.out_tree, [
       ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
       for a in traced.jaxpr.out_avals])
+
+
+# ---------------------------------------------------------------------------
+# Differentiation: jvp, linearize, vjp, grad, value_and_grad (interpreters/ad.py)
+
+
+def _flat_fun(fun: Callable, in_tree, has_aux: bool, store: list):
+  """`fun` on flat inputs with flat outputs; records (out_tree, n_out, aux_tree)."""
+  def flat(*leaves):
+    args = optree.tree_unflatten(in_tree, leaves)
+    out = fun(*args)
+    aux = None
+    if has_aux:
+      if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TypeError(f"has_aux=True requires {_fun_name(fun)} to return a pair "
+                        f"(output, auxiliary data), got {type(out).__name__}.")
+      out, aux = out
+    out_leaves, out_tree = _flatten(out)
+    _check_out_leaves(out_leaves, out_tree, _fun_name(fun), "differentiation")
+    aux_leaves, aux_tree = _flatten(aux)
+    store[:] = [out_tree, len(out_leaves), aux_tree]
+    return [*out_leaves, *aux_leaves]
+  return flat
+
+
+def _check_tangent(p, t, path: str):
+  pa, ta = core.get_aval(p), core.get_aval(t) if not _is_float0(t) else None
+  expected = ad.tangent_aval(pa).dtype
+  got = dtypes.float0 if _is_float0(t) else ta.dtype
+  if expected != got:
+    raise TypeError(
+        f"primal and tangent arguments to jvp do not match; dtypes must be equal, or in case "
+        f"of int/bool primal dtype the tangent dtype must be float0. Got primal dtype "
+        f"{pa.dtype.name} and so expected tangent dtype {expected.name}, but got tangent "
+        f"dtype {got.name} instead (at {path or 'the root'}).")
+  shape = np.shape(t)
+  if tuple(shape) != pa.shape:
+    raise ValueError(f"jvp called with different primal and tangent shapes: got primal "
+                     f"shape {pa.shape} and tangent shape {tuple(shape)} at "
+                     f"{path or 'the root'}.")
+
+
+def _is_float0(x) -> bool:
+  return getattr(x, "dtype", None) == dtypes.float0
+
+
+def _out_tangent(t):
+  return ad.instantiate_zeros(t)
+
+
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False):
+  """Forward-mode derivative: `fun(*primals)` and its directional derivative along
+  `tangents`.
+
+  Args:
+    fun: a function of arrays (pytrees) returning arrays (pytrees).
+    primals: a tuple or list of the arguments.
+    tangents: the same structure; each tangent has its primal's shape and dtype, or dtype
+      float0 for integer and bool primals.
+    has_aux: `fun` returns `(output, aux)`; aux is returned undifferentiated.
+
+  Returns:
+    `(primals_out, tangents_out)` (and `aux` with has_aux).
+
+  Raises:
+    TypeError: if primals/tangents are not tuples or lists, their structures or dtypes
+      differ, or a primitive lacks a JVP rule (MissingRuleError).
+    ValueError: if shapes differ.
+  """
+  if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+    raise TypeError(f"primal and tangent arguments to jvp must be tuples or lists; found "
+                    f"{type(primals).__name__} and {type(tangents).__name__}.")
+  p_leaves, p_tree = _flatten(tuple(primals))
+  t_leaves, t_tree = _flatten(tuple(tangents))
+  if p_tree != t_tree:
+    raise TypeError(f"primal and tangent arguments to jvp must have the same tree "
+                    f"structure; primals have tree structure {p_tree} whereas tangents "
+                    f"have tree structure {t_tree}.")
+  paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(tuple(primals))[0]]
+  for p, t, path in zip(p_leaves, t_leaves, paths):
+    _check_tangent(p, t, path)
+  store: list = []
+  flat = _flat_fun(fun, p_tree, has_aux, store)
+  t_in = [ad.Zero.from_value(p) if _is_float0(t) else t for p, t in zip(p_leaves, t_leaves)]
+  p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in)
+  out_tree, n_out, aux_tree = store
+  primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
+  tangents_out = optree.tree_unflatten(out_tree, [_out_tangent(t) for t in t_out[:n_out]])
+  if has_aux:
+    return primals_out, tangents_out, optree.tree_unflatten(aux_tree, p_out[n_out:])
+  return primals_out, tangents_out
+
+
+def linearize(fun: Callable, *primals, has_aux: bool = False):
+  """`fun(*primals)` and its linearization, a function of tangents evaluated from a staged
+  linear jaxpr (the primal work is done once, here).
+
+  Returns:
+    `(primals_out, f_jvp)` (and aux with has_aux), where `f_jvp(*tangents)` gives the
+    output tangents.
+  """
+  p_leaves, p_tree = _flatten(tuple(primals))
+  store: list = []
+  flat = _flat_fun(fun, p_tree, has_aux, store)
+  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
+  out_tree, n_out, aux_tree = store
+  primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
+
+  def f_jvp(*tangents):
+    t_leaves, t_tree = _flatten(tuple(tangents))
+    if t_tree != p_tree:
+      raise TypeError(f"linearized function called with tangents of structure {t_tree}; "
+                      f"expected {p_tree}.")
+    for p, t, path in zip(p_leaves, t_leaves, [""] * len(t_leaves)):
+      _check_tangent(p, t, path)
+    vals = core.eval_jaxpr(lin, [], *residuals, *t_leaves)
+    it = iter(vals)
+    outs = [ad.zeros_like_aval(ad.tangent_aval(core.get_aval(p))) if z else next(it)
+            for p, z in zip(p_out, zero_outs)]
+    return optree.tree_unflatten(out_tree, outs[:n_out])
+
+  if has_aux:
+    return primals_out, f_jvp, optree.tree_unflatten(aux_tree, p_out[n_out:])
+  return primals_out, f_jvp
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False):
+  """Reverse-mode derivative: `fun(*primals)` and a function pulling output cotangents back
+  to the inputs (linearize, then transpose the linear jaxpr).
+
+  Returns:
+    `(primals_out, vjp_fn)` (and aux with has_aux); `vjp_fn(cotangents)` takes a pytree of
+    the output's structure, shapes and dtypes and returns a tuple with one cotangent per
+    primal (float0 zeros for integer primals).
+
+  Raises:
+    TypeError: if the cotangent structure or dtypes differ from the output's, or a
+      primitive lacks a transpose rule (MissingRuleError).
+  """
+  p_leaves, p_tree = _flatten(tuple(primals))
+  store: list = []
+  flat = _flat_fun(fun, p_tree, has_aux, store)
+  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
+  out_tree, n_out, aux_tree = store
+  primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
+  n_res = len(residuals)
+  nonzero_out_idx = [i for i, z in enumerate(zero_outs) if not z]
+
+  def vjp_fn(cotangents):
+    ct_leaves, ct_tree = _flatten(cotangents)
+    if ct_tree != out_tree:
+      raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match "
+                      f"structure of primal output {out_tree}.")
+    for i, (ct, p) in enumerate(zip(ct_leaves, p_out[:n_out])):
+      want = ad.tangent_aval(core.get_aval(p))
+      got = core.get_aval(ct) if not _is_float0(ct) else ShapedArray(np.shape(ct),
+                                                                    dtypes.float0)
+      if got.shape != want.shape or got.dtype != want.dtype:
+        raise TypeError(f"Type of cotangent input to vjp pullback function "
+                        f"({got.str_short()}) is not the expected tangent type "
+                        f"({want.str_short()}) of corresponding primal output {i}.")
+    cts = [ct_leaves[i] if i < n_out else ad.Zero(ad.tangent_aval(core.get_aval(p_out[i])))
+           for i in nonzero_out_idx]
+    args = [*residuals, *[ad.UndefinedPrimal(v.aval) for v in lin.invars[n_res:]]]
+    cts_in = ad.backward_pass(lin, args, cts)[n_res:]
+    return optree.tree_unflatten(p_tree, [ad.instantiate_zeros(c) for c in cts_in])
+
+  if has_aux:
+    return primals_out, vjp_fn, optree.tree_unflatten(aux_tree, p_out[n_out:])
+  return primals_out, vjp_fn
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+                   holomorphic: bool = False, allow_int: bool = False):
+  """A function returning `fun`'s value and its gradient with respect to `argnums`.
+
+  Args:
+    fun: returns a scalar (real, or complex with `holomorphic`), or `(scalar, aux)` with
+      has_aux.
+    argnums: an int or a tuple of ints: the positional arguments to differentiate.
+    holomorphic: differentiate a complex function of complex inputs.
+    allow_int: allow integer inputs (their gradient is float0 zeros).
+
+  Returns:
+    `f(*args) -> (value, grad)` (`((value, aux), grad)` with has_aux); grad has the
+    argument's structure, or is a tuple of them for a tuple of argnums.
+
+  Raises:
+    TypeError: for non-scalar or complex outputs, integer inputs without allow_int.
+    ValueError: for argnums out of range.
+  """
+  int_argnum = isinstance(argnums, int)
+  argnums_t = (argnums,) if int_argnum else tuple(argnums)
+
+  @functools.wraps(fun)
+  def value_and_grad_f(*args, **kwargs):
+    for i in argnums_t:
+      if not -len(args) <= i < len(args):
+        raise ValueError(f"differentiating with respect to argnums={argnums} requires at "
+                         f"least {max(argnums_t) + 1} positional arguments to be passed by "
+                         f"the caller, but got only {len(args)} positional arguments.")
+    nums = tuple(i % len(args) for i in argnums_t)
+    dyn = [args[i] for i in nums]
+    for x in tree_util.tree_leaves(dyn):
+      dt = core.get_aval(x).dtype
+      if holomorphic and not dtypes.is_complex(dt):
+        raise TypeError(f"grad with holomorphic=True requires inputs with complex dtype, "
+                        f"but got {dt.name}.")
+      if not dtypes.is_inexact(dt) and not allow_int:
+        raise TypeError(f"grad requires real- or complex-valued inputs (input dtype that "
+                        f"is a sub-dtype of np.inexact), but got {dt.name}. If you want to "
+                        f"use Boolean- or integer-valued inputs, use vjp or set allow_int "
+                        f"to True.")
+
+    def partial_fun(*dyn_args):
+      full = list(args)
+      for i, a in zip(nums, dyn_args):
+        full[i] = a
+      return fun(*full, **kwargs)
+
+    res = vjp(partial_fun, *dyn, has_aux=has_aux)
+    ans, vjp_fn = res[0], res[1]
+    aval = core.get_aval(ans) if core.valid_array_type(ans) else None
+    if aval is None or aval.shape != ():
+      shape = aval.shape if aval is not None else type(ans).__name__
+      raise TypeError(f"Gradient only defined for scalar-output functions. Output had "
+                      f"shape: {shape}.")
+    if dtypes.is_complex(aval.dtype) and not holomorphic:
+      raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype "
+                      f"of np.floating), but got {aval.dtype.name}. For holomorphic "
+                      f"differentiation, pass holomorphic=True.")
+    if not dtypes.is_inexact(aval.dtype):
+      raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype "
+                      f"of np.floating), but got {aval.dtype.name}.")
+    from stagecraft import lax
+    g = vjp_fn(lax.broadcast_in_dim(np.ones((), aval.dtype), (), ()))
+    g = g[0] if int_argnum else tuple(g)
+    return ((ans, res[2]), g) if has_aux else (ans, g)
+
+  return value_and_grad_f
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False, allow_int: bool = False):
+  """The gradient of a scalar function with respect to `argnums`; arguments, results and
+  errors as `value_and_grad` (this returns only the gradient, with aux if has_aux)."""
+  vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
+
+  @functools.wraps(fun)
+  def grad_f(*args, **kwargs):
+    out = vg(*args, **kwargs)
+    return (out[1], out[0][1]) if has_aux else out[1]
+  return grad_f

@@ -1,17 +1,18 @@
-"""`stop_gradient`: the identity whose derivative is zero (the autodiff issue registers its
-zero JVP here, beside the primitive)."""
+"""`stop_gradient`: the identity whose derivative is zero."""
 from __future__ import annotations
 
 from typing import Any
 
 from stagecraft import core, dtypes, tree_util
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 
 __all__ = ["stop_gradient", "stop_gradient_p"]
 
 stop_gradient_p = core.Primitive("stop_gradient")
 stop_gradient_p.def_abstract_eval(lambda x: x)
 lowering.register_lowering(stop_gradient_p, lambda ctx, x: [x])
+ad.primitive_jvps[stop_gradient_p] = lambda primals, tangents: (
+    stop_gradient_p.bind(*primals), ad.Zero.from_value(primals[0]))
 
 
 def stop_gradient(x: Any) -> Any:

@@ -1,0 +1,375 @@
+"""Automatic differentiation: forward mode (JVP) by a trace, reverse mode by linearizing
+(JVP staged into a jaxpr, split into known primal and unknown tangent parts) and transposing
+the linear part.
+
+Design after JAX (Frostig, Johnson, Maclaurin, Paszke, Radul: "Decomposing reverse-mode
+automatic differentiation", 2021) and autodidax: `jvp` rules per primitive, `transpose` rules
+for linear primitives, symbolic `Zero` tangents never materialized unless needed.
+
+Rule signatures (registries keyed by Primitive, filled beside each primitive):
+  primitive_jvps[p](primals, tangents, **params) -> (primal_out, tangent_out)
+  primitive_transposes[p](ct, *args, **params) -> one cotangent (or None) per arg; the
+    linear args are `UndefinedPrimal`s.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var
+from stagecraft.errors import MissingRuleError
+from stagecraft.interpreters import lowering, partial_eval as pe
+
+primitive_jvps: dict[core.Primitive, Callable] = {}
+primitive_transposes: dict[core.Primitive, Callable] = {}
+
+
+# ---------------------------------------------------------------------------
+# Symbolic zeros, tangent types, undefined primals
+
+
+def tangent_aval(aval: ShapedArray) -> ShapedArray:
+  """The tangent type of a primal type: float0 for integer and bool primals (as JAX)."""
+  if dtypes.is_inexact(aval.dtype):
+    return aval
+  return ShapedArray(aval.shape, dtypes.float0, False)
+
+
+class Zero:
+  """A symbolic zero tangent or cotangent of a given aval."""
+  __slots__ = ("aval",)
+
+  def __init__(self, aval: ShapedArray):
+    self.aval = aval
+
+  @staticmethod
+  def from_value(x: Any) -> "Zero":
+    return Zero(tangent_aval(core.get_aval(x)))
+
+  def __repr__(self):
+    return f"Zero({self.aval.str_short()})"
+
+
+def zeros_like_aval(aval: ShapedArray) -> Any:
+  """A concrete (or staged) zero of `aval`; float0 zeros are host arrays, as in JAX."""
+  if aval.dtype == dtypes.float0:
+    return np.zeros(aval.shape, dtypes.float0)
+  from stagecraft import lax
+  return lax.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
+
+
+def instantiate_zeros(t: Any) -> Any:
+  return zeros_like_aval(t.aval) if type(t) is Zero else t
+
+
+def add_tangents(x: Any, y: Any) -> Any:
+  """x + y where either may be a symbolic Zero (tangent and cotangent accumulation)."""
+  if type(x) is Zero:
+    return y
+  if type(y) is Zero:
+    return x
+  return add_any_p.bind(x, y)
+
+
+class UndefinedPrimal:
+  """A linear input of a transpose rule: only its aval is known."""
+  __slots__ = ("aval",)
+
+  def __init__(self, aval: ShapedArray):
+    self.aval = aval
+
+  def __repr__(self):
+    return f"UndefinedPrimal({self.aval.str_short()})"
+
+
+def is_undefined_primal(x: Any) -> bool:
+  return type(x) is UndefinedPrimal
+
+
+# ---------------------------------------------------------------------------
+# Rule helpers
+
+
+def defjvp(prim: core.Primitive, *jvp_fns: Callable | None) -> None:
+  """One function per argument: `fn(t_i, *primals, **params)` gives that argument's
+  contribution to the output tangent (None: the argument is not differentiable). Zero
+  tangents contribute nothing and their functions are not called."""
+  def rule(primals, tangents, **params):
+    out = prim.bind(*primals, **params)
+    acc = Zero(tangent_aval(core.get_aval(out)))
+    for fn, t in zip(jvp_fns, tangents):
+      if fn is not None and type(t) is not Zero:
+        acc = add_tangents(acc, fn(t, *primals, **params))
+    return out, acc
+  primitive_jvps[prim] = rule
+
+
+def defjvp2(prim: core.Primitive, *jvp_fns: Callable | None) -> None:
+  """As `defjvp`, but each function also gets the primal output: `fn(t_i, ans, *primals)`."""
+  def rule(primals, tangents, **params):
+    out = prim.bind(*primals, **params)
+    acc = Zero(tangent_aval(core.get_aval(out)))
+    for fn, t in zip(jvp_fns, tangents):
+      if fn is not None and type(t) is not Zero:
+        acc = add_tangents(acc, fn(t, out, *primals, **params))
+    return out, acc
+  primitive_jvps[prim] = rule
+
+
+def deflinear(prim: core.Primitive, transpose_rule: Callable) -> None:
+  """A primitive linear in all its arguments: its JVP applies it to the tangents (zeros
+  instantiated), and `transpose_rule(ct, *args, **params)` is its transpose."""
+  def rule(primals, tangents, **params):
+    out = prim.bind(*primals, **params)
+    if all(type(t) is Zero for t in tangents):
+      return out, Zero(tangent_aval(core.get_aval(out)))
+    return out, prim.bind(*[instantiate_zeros(t) for t in tangents], **params)
+  primitive_jvps[prim] = rule
+  primitive_transposes[prim] = transpose_rule
+
+
+def defbilinear(prim: core.Primitive, lhs_transpose: Callable, rhs_transpose: Callable) -> None:
+  """A primitive linear in each of its two arguments separately (mul, dot_general)."""
+  defjvp(prim, lambda t, x, y, **params: prim.bind(t, y, **params),
+         lambda t, x, y, **params: prim.bind(x, t, **params))
+
+  def transpose(ct, x, y, **params):
+    if is_undefined_primal(x) and is_undefined_primal(y):
+      raise ValueError(f"transpose of {prim.name}: both operands are linear; the "
+                       f"computation is not linear in its inputs.")
+    if is_undefined_primal(x):
+      return [lhs_transpose(ct, x, y, **params), None]
+    return [None, rhs_transpose(ct, x, y, **params)]
+  primitive_transposes[prim] = transpose
+
+
+# add_any(x, y): the sum of two tangents of one type, used to accumulate (co)tangents
+# (JAX's add_jaxvals). Linear; its transpose sends the cotangent to both operands.
+add_any_p = core.Primitive("add_any")
+
+
+def _add_any_abstract_eval(x, y):
+  if x.shape != y.shape or x.dtype != y.dtype:
+    raise TypeError(f"add_any: tangents must have one type, got {x.str_short()} and "
+                    f"{y.str_short()}.")
+  return x.update(weak_type=x.weak_type and y.weak_type)
+
+
+add_any_p.def_abstract_eval(_add_any_abstract_eval)
+deflinear(add_any_p, lambda ct, x, y: [ct, ct])
+lowering.register_lowering(add_any_p,
+                           lambda ctx, x, y: [ctx.elementwise("stablehlo.add", x, y)])
+
+
+# ---------------------------------------------------------------------------
+# The JVP trace
+
+
+class JVPTracer(Tracer):
+  """A primal value with its tangent (never a symbolic Zero: those stay plain values)."""
+  __slots__ = ("primal", "tangent")
+
+  def __init__(self, trace: "JVPTrace", primal: Any, tangent: Any):
+    self._trace = trace
+    self.primal = primal
+    self.tangent = tangent
+
+  @property
+  def aval(self) -> ShapedArray:
+    return core.get_aval(self.primal)
+
+
+class JVPTrace(Trace):
+  """Runs each primitive's JVP rule; the rule's own binds go to `parent`."""
+  __slots__ = ("parent",)
+
+  def __init__(self, parent: Trace):
+    super().__init__()
+    self.parent = parent
+
+  def to_primal_tangent(self, x: Any):
+    if type(x) is JVPTracer and x._trace is self:
+      return x.primal, x.tangent
+    if isinstance(x, Tracer) and not x._trace._valid:
+      raise core.escaped_tracer_error(x)
+    return x, Zero.from_value(x)
+
+  def process_primitive(self, prim, args, params):
+    primals, tangents = [], []
+    for x in args:
+      p, t = self.to_primal_tangent(x)
+      primals.append(p)
+      tangents.append(t)
+    with core.set_current_trace(self.parent):
+      if all(type(t) is Zero for t in tangents):
+        return prim.bind(*primals, **params)
+      rule = primitive_jvps.get(prim)
+      if rule is None:
+        raise MissingRuleError(
+            f"Primitive '{prim.name}' has no JVP rule, which jvp/grad need. Register one "
+            f"beside the primitive with stagecraft.interpreters.ad.defjvp({prim.name}_p, "
+            f"...) (or deflinear / primitive_jvps[{prim.name}_p] = rule).")
+      p_out, t_out = rule(primals, tangents, **params)
+    if prim.multiple_results:
+      return [self._wrap(p, t) for p, t in zip(p_out, t_out)]
+    return self._wrap(p_out, t_out)
+
+  def _wrap(self, p, t):
+    return p if type(t) is Zero else JVPTracer(self, p, t)
+
+
+def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
+             tangents: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+  """JVP of a flat function: returns primal outputs and tangent outputs (Zero where the
+  output does not depend on the inputs)."""
+  trace = JVPTrace(core.current_trace())
+  ins = [p if type(t) is Zero else JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
+  try:
+    with core.set_current_trace(trace):
+      outs = fun(*ins)
+    p_out, t_out = [], []
+    for x in outs:
+      p, t = trace.to_primal_tangent(x)
+      p_out.append(p)
+      t_out.append(t)
+    return p_out, t_out
+  finally:
+    trace.invalidate()
+
+
+# ---------------------------------------------------------------------------
+# Linearize: stage the JVP, split known (primal) from unknown (tangent) equations
+
+
+def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequence[bool]
+                       ) -> tuple[Jaxpr, Jaxpr, int]:
+  """Splits `jaxpr` by which invars are unknown.
+
+  Args:
+    jaxpr: the program.
+    unknowns: one bool per invar.
+    instantiate: one bool per outvar; True puts that output in the unknown jaxpr even if it
+      is known (passed through as a residual).
+
+  Returns:
+    `(known, unknown, num_res)`: `known` takes the known invars (constvars kept) and returns
+    its outputs followed by `num_res` residuals; `unknown` takes the residuals then the
+    unknown invars and returns the outputs that depend on unknowns or are instantiated.
+  """
+  unknown_vars: set[Var] = {v for v, u in zip(jaxpr.invars, unknowns) if u}
+  known_eqns, unknown_eqns = [], []
+  for eqn in jaxpr.eqns:
+    if any(type(v) is Var and v in unknown_vars for v in eqn.invars):
+      unknown_eqns.append(eqn)
+      unknown_vars.update(eqn.outvars)
+    else:
+      known_eqns.append(eqn)
+  out_unknown = [(type(v) is Var and v in unknown_vars) or inst
+                 for v, inst in zip(jaxpr.outvars, instantiate)]
+  # Residuals: known variables read by unknown equations or returned as unknown outputs.
+  res: list[Var] = []
+  seen: set[Var] = set()
+  needed = [v for e in unknown_eqns for v in e.invars]
+  needed += [v for v, u in zip(jaxpr.outvars, out_unknown) if u]
+  for v in needed:
+    if type(v) is Var and v not in unknown_vars and v not in seen:
+      seen.add(v)
+      res.append(v)
+  known = Jaxpr(jaxpr.constvars, [v for v, u in zip(jaxpr.invars, unknowns) if not u],
+                [*[v for v, u in zip(jaxpr.outvars, out_unknown) if not u], *res], known_eqns)
+  sub = {v: Var(v.aval) for v in res}
+  unknown_eqns = [e.replace(invars=[sub.get(v, v) if type(v) is Var else v for v in e.invars])
+                  for e in unknown_eqns]
+  unknown = Jaxpr([], [*(sub[v] for v in res), *(v for v, u in zip(jaxpr.invars, unknowns) if u)],
+                  [sub.get(v, v) if type(v) is Var else v
+                   for v, u in zip(jaxpr.outvars, out_unknown) if u], unknown_eqns)
+  return known, unknown, len(res)
+
+
+def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
+  """Linearizes a flat function at `primals`.
+
+  Returns:
+    `(primal_outs, linear_jaxpr, residuals, zero_outs)`: for the outputs not marked in
+    `zero_outs` (those have symbolic zero tangents), the tangent outputs are
+    `eval_jaxpr(linear_jaxpr, [], *residuals, *tangents)`; `linear_jaxpr` is linear in the
+    tangents.
+  """
+  avals = [core.get_aval(p) for p in primals]
+  t_avals = [tangent_aval(a) for a in avals]
+  n = len(primals)
+  zero_outs: list[bool] = []
+
+  def jvp_fun(*args):
+    p_out, t_out = jvp_flat(fun, args[:n], [
+        Zero(a) if a.dtype == dtypes.float0 else t for a, t in zip(t_avals, args[n:])])
+    zero_outs[:] = [type(t) is Zero for t in t_out]
+    return [*p_out, *[t for t in t_out if type(t) is not Zero]]
+
+  jaxpr, consts = pe.trace_to_jaxpr(jvp_fun, [*avals, *t_avals])
+  n_out = len(zero_outs)
+  instantiate = [False] * n_out + [True] * (len(jaxpr.outvars) - n_out)
+  known, unknown, num_res = partial_eval_jaxpr(jaxpr, [False] * n + [True] * n, instantiate)
+  if len(known.outvars) - num_res != n_out:
+    raise AssertionError("linearize: a primal output depends on a tangent input")
+  vals = core.eval_jaxpr(known, consts, *primals)
+  return vals[:n_out], unknown, vals[n_out:], zero_outs
+
+
+# ---------------------------------------------------------------------------
+# Transposition
+
+
+def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any]) -> list[Any]:
+  """Transposes the linear `jaxpr`: `args` give a value for each non-linear invar and an
+  UndefinedPrimal for each linear one; returns one cotangent per invar (Zero for invars
+  nothing flows to; None for non-linear ones)."""
+  primal_env: dict[Var, Any] = {}
+  linear: set[Var] = set()
+  for v, a in zip(jaxpr.invars, args):
+    if is_undefined_primal(a):
+      linear.add(v)
+    else:
+      primal_env[v] = a
+  # Forward: evaluate the non-linear equations (those reading no linear variable).
+  linear_eqns = []
+  for eqn in jaxpr.eqns:
+    if any(type(v) is Var and v in linear for v in eqn.invars):
+      linear.update(eqn.outvars)
+      linear_eqns.append(eqn)
+    else:
+      ins = [v.val if type(v) is Literal else primal_env[v] for v in eqn.invars]
+      outs = eqn.primitive.bind(*ins, **eqn.params)
+      primal_env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+
+  ct_env: dict[Var, Any] = {}
+
+  def write_ct(v, ct):
+    if type(v) is Var and ct is not None and type(ct) is not Zero:
+      ct_env[v] = add_tangents(ct_env[v], ct) if v in ct_env else ct
+
+  for v, ct in zip(jaxpr.outvars, cts_out):
+    if type(v) is Var and v in linear:
+      write_ct(v, ct)
+  for eqn in reversed(linear_eqns):
+    cts = [ct_env.pop(v, None) for v in eqn.outvars]
+    cts = [Zero(tangent_aval(v.aval)) if c is None else c for v, c in zip(eqn.outvars, cts)]
+    if all(type(c) is Zero for c in cts):
+      continue
+    rule = primitive_transposes.get(eqn.primitive)
+    if rule is None:
+      raise MissingRuleError(
+          f"Primitive '{eqn.primitive.name}' has no transpose rule, which grad/vjp needs. "
+          f"Register one beside the primitive: ad.deflinear({eqn.primitive.name}_p, "
+          f"_{eqn.primitive.name}_transpose) or ad.primitive_transposes[...] = rule.")
+    ins = [UndefinedPrimal(v.aval) if type(v) is Var and v in linear else
+           (v.val if type(v) is Literal else primal_env[v]) for v in eqn.invars]
+    ct = cts if eqn.primitive.multiple_results else cts[0]
+    cts_in = rule(ct, *ins, **eqn.params)
+    for v, c in zip(eqn.invars, cts_in):
+      if type(v) is Var and v in linear:
+        write_ct(v, c)
+  return [ct_env.get(v, Zero(tangent_aval(v.aval))) if is_undefined_primal(a) else None
+          for v, a in zip(jaxpr.invars, args)]
