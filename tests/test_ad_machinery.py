@@ -157,3 +157,23 @@ def test_errors():
   _, vjp_fn = stagecraft.vjp(f, X)
   with pytest.raises(TypeError, match="Type of cotangent input to vjp pullback"):
     vjp_fn(np.ones(4, np.float32))
+
+
+def test_grad_of_jit_stays_staged():
+  jf = stagecraft.jit(f)
+  x = np.float32(0.7)
+  np.testing.assert_allclose(stagecraft.grad(jf)(x), df(x), rtol=1e-5)
+  _, t = stagecraft.jvp(jf, (X,), (np.ones(3, np.float32),))
+  np.testing.assert_allclose(t, df(X), rtol=1e-5)
+  text = str(stagecraft.make_jaxpr(stagecraft.grad(jf))(x))
+  # the forward call and the transposed linear call are both staged `jit` equations
+  assert text.count("jit[") >= 2 and "name=transpose(jvp(f))" in text
+
+
+def test_grad_of_jit_of_grad_and_grad_of_grad_of_jit():
+  x = np.float32(0.4)
+  sin = lambda x: t_sin.bind(x)
+  np.testing.assert_allclose(
+      stagecraft.grad(stagecraft.jit(stagecraft.grad(sin)))(x), -np.sin(x), rtol=1e-5)
+  np.testing.assert_allclose(
+      stagecraft.grad(stagecraft.grad(stagecraft.jit(sin)))(x), -np.sin(x), rtol=1e-5)

@@ -62,9 +62,71 @@ def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str):
   return lowering.lower_call(ctx, name, jaxpr, args)
 
 
+def _memo(table: "weakref.WeakKeyDictionary", closed: ClosedJaxpr, key, make):
+  per = table.get(closed)
+  if per is None:
+    per = table[closed] = {}
+  if key not in per:
+    per[key] = make()
+  return per[key]
+
+
+_jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _jit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str):
+  # The JVP of a call is a call of the JVP jaxpr: it stays one staged `jit` equation.
+  nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
+  jvp_closed, consts, out_nz = _memo(_jvp_cache, jaxpr, nonzeros,
+                                     lambda: ad.jvp_jaxpr(jaxpr, nonzeros))
+  outs = jit_p.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
+                    jaxpr=jvp_closed, name=f"jvp({name})")
+  n = len(jaxpr.out_avals)
+  it = iter(outs[n:])
+  return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
+                    for nz, a in zip(out_nz, jaxpr.out_avals)]
+
+
+def _jit_partial_eval(eqn, unknowns):
+  # Splits a call with partly unknown inputs into a known call (known outputs + residuals)
+  # and an unknown call reading the residuals: linearize keeps both staged.
+  closed, name = eqn.params["jaxpr"], eqn.params["name"]
+  known, unknown, nres, out_unknowns = _memo(
+      _pe_cache, closed, tuple(unknowns),
+      lambda: ad.partial_eval_jaxpr(closed.jaxpr, unknowns, [False] * len(closed.out_avals)))
+  res_vars = [core.Var(v.aval) for v in known.outvars[len(known.outvars) - nres:]]
+  known_outs = [v for v, u in zip(eqn.outvars, out_unknowns) if not u]
+  known_eqn = core.JaxprEqn(
+      [v for v, u in zip(eqn.invars, unknowns) if not u], [*known_outs, *res_vars], jit_p,
+      {"jaxpr": ClosedJaxpr(known, []), "name": name})
+  unknown_eqn = core.JaxprEqn(
+      [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
+      [v for v, u in zip(eqn.outvars, out_unknowns) if u], jit_p,
+      {"jaxpr": ClosedJaxpr(unknown, []), "name": name})
+  return known_eqn, unknown_eqn, out_unknowns
+
+
+def _jit_transpose(cts, *args, jaxpr: ClosedJaxpr, name: str):
+  # The transpose of a linear call is a call of the transposed jaxpr.
+  undefined = tuple(ad.is_undefined_primal(a) for a in args)
+  ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
+  t_closed, consts = _memo(_transpose_cache, jaxpr, (undefined, ct_nonzeros),
+                           lambda: ad.transpose_jaxpr(jaxpr, undefined, ct_nonzeros))
+  outs = jit_p.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
+                    *[c for c in cts if type(c) is not ad.Zero], jaxpr=t_closed,
+                    name=f"transpose({name})")
+  it = iter(outs)
+  return [next(it) if u else None for u in undefined]
+
+
 jit_p.def_abstract_eval(_jit_abstract_eval)
 jit_p.def_impl(_jit_impl)
 lowering.register_lowering(jit_p, _jit_lowering)
+ad.primitive_jvps[jit_p] = _jit_jvp
+ad.partial_eval_rules[jit_p] = _jit_partial_eval
+ad.primitive_transposes[jit_p] = _jit_transpose
 core.pp_param_order[jit_p] = ("name", "jaxpr")
 
 
@@ -846,8 +908,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     if not dtypes.is_inexact(aval.dtype):
       raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype "
                       f"of np.floating), but got {aval.dtype.name}.")
-    from stagecraft import lax
-    g = vjp_fn(lax.broadcast_in_dim(np.ones((), aval.dtype), (), ()))
+    g = vjp_fn(np.ones((), aval.dtype)[()])   # NB: a literal 1, not a staged constant
     g = g[0] if int_argnum else tuple(g)
     return ((ans, res[2]), g) if has_aux else (ans, g)
 

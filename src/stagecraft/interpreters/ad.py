@@ -24,6 +24,10 @@ from stagecraft.interpreters import lowering, partial_eval as pe
 
 primitive_jvps: dict[core.Primitive, Callable] = {}
 primitive_transposes: dict[core.Primitive, Callable] = {}
+#: `rule(eqn, unknowns_in) -> (known_eqn | None, unknown_eqn | None, out_unknowns)`: splits a
+#: call-like equation whose inputs are partly unknown (its known outputs and residuals come
+#: from the known equation, which the unknown one reads).
+partial_eval_rules: dict[core.Primitive, Callable] = {}
 
 
 # ---------------------------------------------------------------------------
@@ -254,18 +258,32 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
       is known (passed through as a residual).
 
   Returns:
-    `(known, unknown, num_res)`: `known` takes the known invars (constvars kept) and returns
-    its outputs followed by `num_res` residuals; `unknown` takes the residuals then the
-    unknown invars and returns the outputs that depend on unknowns or are instantiated.
+    `(known, unknown, num_res, out_unknowns)`: `known` takes the known invars (constvars
+    kept) and returns its outputs followed by `num_res` residuals; `unknown` takes the
+    residuals then the unknown invars and returns the outputs that depend on unknowns or are
+    instantiated; `out_unknowns` says which outputs depend on unknowns.
+
+  Primitives with a rule in `partial_eval_rules` (call primitives) are split into a known
+  and an unknown equation instead of going wholly to the unknown side.
   """
   unknown_vars: set[Var] = {v for v, u in zip(jaxpr.invars, unknowns) if u}
   known_eqns, unknown_eqns = [], []
   for eqn in jaxpr.eqns:
-    if any(type(v) is Var and v in unknown_vars for v in eqn.invars):
+    in_unknown = [type(v) is Var and v in unknown_vars for v in eqn.invars]
+    if not any(in_unknown):
+      known_eqns.append(eqn)
+      continue
+    rule = partial_eval_rules.get(eqn.primitive)
+    if rule is None:
       unknown_eqns.append(eqn)
       unknown_vars.update(eqn.outvars)
-    else:
-      known_eqns.append(eqn)
+      continue
+    known_eqn, unknown_eqn, out_unknowns = rule(eqn, in_unknown)
+    if known_eqn is not None:
+      known_eqns.append(known_eqn)
+    if unknown_eqn is not None:
+      unknown_eqns.append(unknown_eqn)
+    unknown_vars.update(v for v, u in zip(eqn.outvars, out_unknowns) if u)
   out_unknown = [(type(v) is Var and v in unknown_vars) or inst
                  for v, inst in zip(jaxpr.outvars, instantiate)]
   # Residuals: known variables read by unknown equations or returned as unknown outputs.
@@ -285,7 +303,8 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
   unknown = Jaxpr([], [*(sub[v] for v in res), *(v for v, u in zip(jaxpr.invars, unknowns) if u)],
                   [sub.get(v, v) if type(v) is Var else v
                    for v, u in zip(jaxpr.outvars, out_unknown) if u], unknown_eqns)
-  return known, unknown, len(res)
+  return known, unknown, len(res), [type(v) is Var and v in unknown_vars
+                                    for v in jaxpr.outvars]
 
 
 def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
@@ -311,7 +330,8 @@ def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
   jaxpr, consts = pe.trace_to_jaxpr(jvp_fun, [*avals, *t_avals])
   n_out = len(zero_outs)
   instantiate = [False] * n_out + [True] * (len(jaxpr.outvars) - n_out)
-  known, unknown, num_res = partial_eval_jaxpr(jaxpr, [False] * n + [True] * n, instantiate)
+  known, unknown, num_res, _ = partial_eval_jaxpr(jaxpr, [False] * n + [True] * n,
+                                                  instantiate)
   if len(known.outvars) - num_res != n_out:
     raise AssertionError("linearize: a primal output depends on a tangent input")
   vals = core.eval_jaxpr(known, consts, *primals)
@@ -373,3 +393,60 @@ def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any]) -> 
         write_ct(v, c)
   return [ct_env.get(v, Zero(tangent_aval(v.aval))) if is_undefined_primal(a) else None
           for v, a in zip(jaxpr.invars, args)]
+
+
+# ---------------------------------------------------------------------------
+# Jaxpr-level transformations for call primitives (their rules stay staged calls)
+
+
+def _closed_with_const_args(jaxpr: Jaxpr, consts: Sequence[Any]):
+  """Constants of a traced jaxpr become leading arguments (call jaxprs take no consts)."""
+  return core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts)
+
+
+def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool]):
+  """The JVP of `closed` as a new jaxpr taking `(consts..., primals..., nonzero tangents...)`
+  and returning `(primal outs..., nonzero tangent outs...)`.
+
+  Returns:
+    `(jvp_closed, consts, out_nonzeros)`.
+  """
+  avals = closed.in_avals
+  n = len(avals)
+  out_nz: list[bool] = []
+
+  def fun(*args):
+    it = iter(args[n:])
+    tangents = [next(it) if nz else Zero(tangent_aval(a)) for a, nz in zip(avals, nonzeros)]
+    p_out, t_out = jvp_flat(core.jaxpr_as_fun(closed), args[:n], tangents)
+    out_nz[:] = [type(t) is not Zero for t in t_out]
+    return [*p_out, *[t for t in t_out if type(t) is not Zero]]
+
+  t_avals = [tangent_aval(a) for a, nz in zip(avals, nonzeros) if nz]
+  jaxpr, consts = pe.trace_to_jaxpr(fun, [*avals, *t_avals])
+  jvp_closed, consts = _closed_with_const_args(jaxpr, consts)
+  return jvp_closed, consts, list(out_nz)
+
+
+def transpose_jaxpr(closed: core.ClosedJaxpr, undefined: Sequence[bool],
+                    ct_nonzeros: Sequence[bool]):
+  """The transpose of the linear `closed` as a new jaxpr taking `(consts..., non-linear
+  args..., nonzero output cotangents...)` and returning one cotangent per linear input.
+
+  Returns:
+    `(transposed_closed, consts)`.
+  """
+  in_avals, out_avals = closed.in_avals, closed.out_avals
+  res_avals = [a for a, u in zip(in_avals, undefined) if not u]
+  nres = len(res_avals)
+
+  def fun(*args):
+    it_res, it_ct = iter(args[:nres]), iter(args[nres:])
+    primals = [UndefinedPrimal(a) if u else next(it_res) for a, u in zip(in_avals, undefined)]
+    cts = [next(it_ct) if nz else Zero(tangent_aval(a)) for a, nz in zip(out_avals, ct_nonzeros)]
+    cts_in = backward_pass(closed.jaxpr, primals, cts)
+    return [instantiate_zeros(c) for c, u in zip(cts_in, undefined) if u]
+
+  ct_avals = [tangent_aval(a) for a, nz in zip(out_avals, ct_nonzeros) if nz]
+  jaxpr, consts = pe.trace_to_jaxpr(fun, [*res_avals, *ct_avals])
+  return _closed_with_const_args(jaxpr, consts)
