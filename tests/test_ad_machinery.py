@@ -177,3 +177,21 @@ def test_grad_of_jit_of_grad_and_grad_of_grad_of_jit():
       stagecraft.grad(stagecraft.jit(stagecraft.grad(sin)))(x), -np.sin(x), rtol=1e-5)
   np.testing.assert_allclose(
       stagecraft.grad(stagecraft.grad(stagecraft.jit(sin)))(x), -np.sin(x), rtol=1e-5)
+
+
+def test_check_grads_orders_1_and_2():
+  from stagecraft.test_util import check_grads
+  with stagecraft.enable_x64():
+    x = np.array([0.3, -0.8, 1.1])
+    check_grads(f, (x,), order=2)
+    check_grads(lambda x, y: t_mul.bind(t_sin.bind(x), y), (x, 2 * x), order=2)
+  check_grads(f, (X,), order=1)   # float32 tolerances
+
+
+def test_check_grads_catches_a_wrong_rule():
+  from stagecraft.test_util import check_grads
+  bad = _unop("t_bad_sin", "stablehlo.sine")
+  ad.defjvp(bad, lambda t, x: t)          # wrong: d sin = cos
+  with stagecraft.enable_x64():
+    with pytest.raises(AssertionError, match="JVP differs from finite differences"):
+      check_grads(lambda x: bad.bind(x), (np.array([0.5, 1.0]),), order=1, modes=["fwd"])

@@ -1,0 +1,137 @@
+"""Derivative checks against central finite differences (as `jax.test_util.check_grads`)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes, tree_util
+
+_DEFAULT_EPS = {np.dtype(np.float64): 1e-4, np.dtype(np.float32): 1e-3,
+                np.dtype(np.float16): 1e-1, dtypes.bfloat16: 1e-1,
+                np.dtype(np.complex64): 1e-3, np.dtype(np.complex128): 1e-4}
+_DEFAULT_TOL = {np.dtype(np.float64): 1e-5, np.dtype(np.float32): 2e-3,
+                np.dtype(np.float16): 1e-1, dtypes.bfloat16: 1e-1,
+                np.dtype(np.complex64): 2e-3, np.dtype(np.complex128): 1e-5}
+
+
+def _leaves(tree) -> list[np.ndarray]:
+  return [np.asarray(x) for x in tree_util.tree_leaves(tree)]
+
+
+def _dtype_of(tree) -> np.dtype:
+  ds = [x.dtype for x in _leaves(tree) if dtypes.is_inexact(x.dtype)]
+  return min(ds, key=lambda d: d.itemsize) if ds else np.dtype(np.float64)
+
+
+def _rand_like(rng: np.random.Generator, tree):
+  def rand(x):
+    x = np.asarray(x)
+    if not dtypes.is_inexact(x.dtype):
+      return np.zeros(x.shape, dtypes.float0)
+    v = rng.standard_normal(x.shape)
+    if dtypes.is_complex(x.dtype):
+      v = v + 1j * rng.standard_normal(x.shape)
+    return v.astype(x.dtype)
+  return tree_util.tree_map(rand, tree)
+
+
+def _axpy(a: float, x, y):
+  def f(xi, yi):
+    yi = np.asarray(yi)
+    if not dtypes.is_inexact(yi.dtype):
+      return yi
+    return (a * np.asarray(xi, np.float64) + yi.astype(np.float64)).astype(yi.dtype)
+  return tree_util.tree_map(f, x, y)
+
+
+def _vdot(x, y) -> complex:
+  return sum(np.vdot(np.asarray(a, np.complex128).ravel(), np.asarray(b, np.complex128).ravel())
+             for a, b in zip(_leaves(x), _leaves(y)) if dtypes.is_inexact(np.asarray(a).dtype))
+
+
+def numerical_jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any],
+                  eps: float) -> Any:
+  """Central difference (f(x + eps t) - f(x - eps t)) / (2 eps), leafwise in float64."""
+  up = f(*_axpy(eps, tangents, primals))
+  down = f(*_axpy(-eps, tangents, primals))
+  return tree_util.tree_map(
+      lambda u, d: (np.asarray(u, np.complex128 if np.iscomplexobj(u) else np.float64)
+                    - np.asarray(d)) / (2 * eps), up, down)
+
+
+def _assert_close(x, y, atol, rtol, what: str):
+  for a, b in zip(_leaves(x), _leaves(y)):
+    if not dtypes.is_inexact(np.asarray(a).dtype) and a.dtype != dtypes.float0:
+      continue
+    if a.dtype == dtypes.float0:
+      continue
+    np.testing.assert_allclose(np.asarray(a, np.complex128), np.asarray(b, np.complex128),
+                               atol=atol, rtol=rtol, err_msg=what)
+
+
+def check_jvp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps: float,
+              rng: np.random.Generator) -> None:
+  """Checks `jvp(f)` along a random direction against central differences."""
+  from stagecraft import api
+  tangents = _rand_like(rng, tuple(args))
+  _, t_out = api.jvp(f, tuple(args), tangents)
+  expected = numerical_jvp(f, args, tangents, eps)
+  _assert_close(t_out, expected, atol, rtol, "JVP differs from finite differences")
+
+
+def check_vjp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps: float,
+              rng: np.random.Generator) -> None:
+  """Checks `<vjp(ct), t> == <ct, J t>` with J t from central differences."""
+  from stagecraft import api
+  out, vjp_fn = api.vjp(f, *args)
+  ct = _rand_like(rng, out)
+  t = _rand_like(rng, tuple(args))
+  lhs = _vdot(t, vjp_fn(ct))
+  rhs = _vdot(numerical_jvp(f, args, t, eps), ct)
+  np.testing.assert_allclose(lhs, rhs, atol=atol, rtol=rtol,
+                             err_msg="VJP is not the adjoint of the finite-difference JVP")
+
+
+def check_grads(f: Callable, args: Sequence[Any], order: int,
+                modes: Sequence[str] = ("fwd", "rev"), atol: float | None = None,
+                rtol: float | None = None, eps: float | None = None, seed: int = 0) -> None:
+  """Checks forward- and/or reverse-mode derivatives of `f` up to `order` against central
+  finite differences (JAX's defaults: eps 1e-4 and tolerance 1e-5 in float64, 1e-3 and
+  2e-3 in float32).
+
+  Args:
+    f: a function of `args` (arrays or pytrees) returning arrays or pytrees.
+    args: a tuple of the arguments.
+    order: 1 checks first derivatives; 2 also the derivatives of those, and so on.
+    modes: "fwd" (jvp) and/or "rev" (vjp).
+
+  Raises:
+    AssertionError: naming the mode and order that disagree.
+    ValueError: for an unknown mode or order < 1.
+  """
+  if order < 1:
+    raise ValueError(f"check_grads: order must be >= 1, got {order}.")
+  if set(modes) - {"fwd", "rev"}:
+    raise ValueError(f"check_grads: modes must be 'fwd' and/or 'rev', got {modes}.")
+  args = tuple(args)
+  dt = _dtype_of(args)
+  eps = _DEFAULT_EPS.get(dt, 1e-4) if eps is None else eps
+  atol = _DEFAULT_TOL.get(dt, 1e-5) if atol is None else atol
+  rtol = _DEFAULT_TOL.get(dt, 1e-5) if rtol is None else rtol
+  rng = np.random.default_rng(seed)
+  from stagecraft import api
+
+  def _check(f, order):
+    if "fwd" in modes:
+      check_jvp(f, args, atol=atol, rtol=rtol, eps=eps, rng=rng)
+      if order > 1:
+        v = _rand_like(rng, args)
+        _check(lambda *a: api.jvp(f, a, v)[1], order - 1)
+    if "rev" in modes:
+      check_vjp(f, args, atol=atol, rtol=rtol, eps=eps, rng=rng)
+      if order > 1:
+        ct = _rand_like(rng, f(*args))
+        _check(lambda *a: api.vjp(f, *a)[1](ct), order - 1)
+
+  _check(f, order)
