@@ -16,5 +16,6 @@ from stagecraft import lax
 from stagecraft import numpy
 from stagecraft.api import (eval_shape, grad, jit, jvp, linearize, make_jaxpr, value_and_grad,
                             vjp)
+from stagecraft import random, scipy, nn  # after api: they use jit
 
 __version__ = "0.1.0"

@@ -11,6 +11,14 @@ from stagecraft.lax.shape import *  # noqa: F401,F403
 from stagecraft.lax.slicing import *  # noqa: F401,F403
 from stagecraft.lax.reduction import *  # noqa: F401,F403
 from stagecraft.lax.dot import *  # noqa: F401,F403
+from stagecraft.lax.special import *  # noqa: F401,F403
+from stagecraft.lax.windowed import *  # noqa: F401,F403
+from stagecraft.lax.sort import *  # noqa: F401,F403
+from stagecraft.lax.cumulative import *  # noqa: F401,F403
+from stagecraft.lax.random_bits import *  # noqa: F401,F403
 from stagecraft.lax.ad_util import *  # noqa: F401,F403
 from stagecraft.lax import control_flow as _control_flow
 map = _control_flow.map
+from stagecraft.lax.conv import *  # noqa: F401,F403
+from stagecraft.lax.fft import *  # noqa: F401,F403
+from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)

@@ -1,5 +1,7 @@
 """Elementwise primitives: arithmetic, transcendental functions, comparisons, bitwise logic,
-`select_n` and `convert_element_type`.
+`select_n` and `convert_element_type`; then shifts and bit counts, `bitcast_convert_type`,
+`clamp`, `nextafter`, `reduce_precision` and the complex-number primitives (`real`, `imag`,
+`conj`, `complex`). Special functions (lgamma, igamma, ...) are in special.py.
 
 Operands have equal shapes, or rank 0 (broadcast against the others, as JAX 0.10's lax
 allows), and equal dtypes; weakly typed Python scalars take the dtype of the typed operand.
@@ -529,3 +531,507 @@ def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
       x, (np.generic, np.ndarray)):
     return x
   return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
+
+
+# ---------------------------------------------------------------------------
+# Shared by the blocks below: binary ops whose same-dtype message names JAX's jnp
+# equivalent (or none, as JAX for clamp, complex, igamma), and scalar conversion.
+
+_JNP_EQUIVALENT = {"shift_left": "left_shift", "shift_right_logical": "right_shift",
+                   "shift_right_arithmetic": "right_shift", "nextafter": "nextafter"}
+
+
+def _check_same_dtypes(name: str, avals) -> None:
+  if len({a.dtype for a in avals}) > 1:
+    got = ", ".join(a.dtype.name for a in avals)
+    equiv = _JNP_EQUIVALENT.get(name)
+    tip = (f" (Tip: jnp.{equiv} is a similar function that does automatic type promotion "
+           f"on inputs).") if equiv else ""
+    raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got {got}.{tip}")
+
+
+def _nary_abstract_eval(name, accepted, result_dtype=None):
+  """Like `_naryop_abstract_eval`, with JAX's per-op same-dtype message."""
+  def rule(*avals):
+    for i, a in enumerate(avals):
+      utils.check_dtype(name, a, accepted, i if len(avals) > 1 else None)
+    _check_same_dtypes(name, avals)
+    shape = utils.broadcasting_shape(name, avals)
+    dtype = avals[0].dtype if result_dtype is None else result_dtype(avals[0].dtype)
+    return ShapedArray(shape, dtype, all(a.weak_type for a in avals))
+  return rule
+
+
+def _nary(name: str, accepted, op: str, result_dtype=None) -> Primitive:
+  p = Primitive(name)
+  p.def_abstract_eval(_nary_abstract_eval(name, accepted, result_dtype))
+  lowering.register_lowering(p, _hlo_lowering(op))
+  return p
+
+
+def _convert_scalars(*args):
+  if any(type(a) in _scalar_types for a in args):
+    return utils.convert_scalars(*args)
+  return args
+
+
+# ---------------------------------------------------------------------------
+# Shifts and bit counts (integers). Shift amounts are read as unsigned, as XLA does: an
+# amount >= the bit width, or negative, shifts every bit out (0, or the sign bits for
+# shift_right_arithmetic). shift_right_arithmetic of an unsigned integer fills with its top
+# bit, as XLA does.
+
+shift_left_p = _nary("shift_left", integer, "stablehlo.shift_left")
+shift_right_logical_p = _nary("shift_right_logical", integer, "stablehlo.shift_right_logical")
+shift_right_arithmetic_p = _nary("shift_right_arithmetic", integer,
+                                 "stablehlo.shift_right_arithmetic")
+population_count_p = _unop("population_count", integer, "stablehlo.popcnt")
+clz_p = _unop("clz", integer, "stablehlo.count_leading_zeros")
+
+
+def shift_left(x: Any, y: Any):
+  """Elementwise left shift `x << y`, zero-filling.
+
+  Args:
+    x: array `T[*s]`, T an integer dtype.
+    y: shift amounts, array `T[*s]` (or rank 0); Python ints take T.
+
+  Returns:
+    `T[*s]`. Amounts `>= nbits(T)` or negative give 0 (XLA's semantics; C leaves them
+    undefined).
+
+  Raises:
+    TypeError: if T is not an integer dtype, or `x` and `y` differ in dtype or shape.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.shift_left(np.array([1, 3, 1], np.int8), np.array([2, 6, 8], np.int8))
+    Array([  4, -64,   0], dtype=int8)
+  """
+  return shift_left_p.bind(*_convert_scalars(x, y))
+
+
+def shift_right_logical(x: Any, y: Any):
+  """Elementwise logical right shift `x >> y`, zero-filling (also for signed `x`).
+
+  Args:
+    x: array `T[*s]`, T an integer dtype.
+    y: shift amounts, array `T[*s]` (or rank 0); Python ints take T.
+
+  Returns:
+    `T[*s]`. Amounts `>= nbits(T)` or negative give 0.
+
+  Raises:
+    TypeError: if T is not an integer dtype, or `x` and `y` differ in dtype or shape.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.shift_right_logical(np.array([-128, 64, -1], np.int8), np.int8(1))
+    Array([ 64,  32, 127], dtype=int8)
+  """
+  return shift_right_logical_p.bind(*_convert_scalars(x, y))
+
+
+def shift_right_arithmetic(x: Any, y: Any):
+  """Elementwise arithmetic right shift `x >> y`, filling with the top (sign) bit.
+
+  Args:
+    x: array `T[*s]`, T an integer dtype (for unsigned T the top bit is also copied in).
+    y: shift amounts, array `T[*s]` (or rank 0); Python ints take T.
+
+  Returns:
+    `T[*s]`. Amounts `>= nbits(T)` or negative give all sign bits (-1 or 0).
+
+  Raises:
+    TypeError: if T is not an integer dtype, or `x` and `y` differ in dtype or shape.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.shift_right_arithmetic(np.array([-128, 64, -1], np.int8), np.int8(9))
+    Array([-1,  0, -1], dtype=int8)
+  """
+  return shift_right_arithmetic_p.bind(*_convert_scalars(x, y))
+
+
+def population_count(x: Any):
+  """Elementwise number of set bits (`stablehlo.popcnt`).
+
+  Args:
+    x: array `T[*s]`, T an integer dtype.
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    TypeError: if T is not an integer dtype.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.population_count(np.array([-1, 0, 5], np.int8))
+    Array([8, 0, 2], dtype=int8)
+  """
+  return population_count_p.bind(x)
+
+
+def clz(x: Any):
+  """Elementwise count of leading zero bits (`stablehlo.count_leading_zeros`).
+
+  Args:
+    x: array `T[*s]`, T an integer dtype.
+
+  Returns:
+    `T[*s]`; `nbits(T)` where x is 0.
+
+  Raises:
+    TypeError: if T is not an integer dtype.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.clz(np.array([0, 1, 255], np.uint8))
+    Array([8, 7, 0], dtype=uint8)
+  """
+  return clz_p.bind(x)
+
+
+# ---------------------------------------------------------------------------
+# bitcast_convert_type(x, new_dtype): reinterprets the bits. Same widths keep the shape; a
+# narrower new_dtype adds a trailing dimension of size nbits(old) // nbits(new); a wider one
+# removes the trailing dimension, whose size must be nbits(new) // nbits(old). The bytes of
+# one element are in the platform's order (little-endian: the trailing index 0 is the low
+# byte, as numpy's `view`). The result is never weakly typed.
+bitcast_convert_type_p = Primitive("bitcast_convert_type")
+
+
+def _bitcast_convert_type_abstract_eval(x, *, new_dtype):
+  old = x.dtype
+  if (old == dtypes.bool_ or dtypes.is_complex(old) or new_dtype == dtypes.bool_
+      or dtypes.is_complex(new_dtype)) and old != new_dtype:
+    raise TypeError("lax.bitcast_convert_type does not support bool or complex values unless "
+                    f"the operand and destination types match. Got operand dtype={old}, "
+                    f"new_dtype={new_dtype!r}. Consider using the arr.view() method instead.")
+  old_bits, new_bits = 8 * old.itemsize, 8 * new_dtype.itemsize
+  if old_bits == new_bits:
+    shape = x.shape
+  elif old_bits > new_bits:
+    shape = (*x.shape, old_bits // new_bits)
+  else:
+    dim = x.shape[-1] if x.shape else 1
+    if dim * old_bits != new_bits:
+      raise ValueError(f"Attempting to convert array of shape {x.shape} from {old} of size "
+                       f"{old_bits} bits to {new_dtype} of size {new_bits}, bits but "
+                       f"{dim} * {old_bits} != {new_bits}")
+    shape = x.shape[:-1]
+  return ShapedArray(shape, new_dtype, False)
+
+
+def _bitcast_convert_type_lowering(ctx, x, *, new_dtype):
+  return ctx.op("stablehlo.bitcast_convert", [x])
+
+
+bitcast_convert_type_p.def_abstract_eval(_bitcast_convert_type_abstract_eval)
+lowering.register_lowering(bitcast_convert_type_p, _bitcast_convert_type_lowering)
+
+
+def bitcast_convert_type(operand: Any, new_dtype: Any):
+  """Reinterprets the bits of `operand` as `new_dtype` (`stablehlo.bitcast_convert`).
+
+  Args:
+    operand: array `T[*s]`.
+    new_dtype: dtype-like U (canonicalized: float64 becomes float32 unless x64 is on).
+
+  Returns:
+    `U[*s]` if T and U have the same width; `U[*s, k]` with `k = nbits(T) // nbits(U)` if U
+    is narrower; `U[*s[:-1]]` if U is wider (then `s[-1] * nbits(T)` must equal
+    `nbits(U)`). Never weakly typed.
+
+  Raises:
+    TypeError: if T or U is bool or complex and T != U.
+    ValueError: if U is wider and the trailing dimension does not hold exactly one U.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.bitcast_convert_type(np.float32(1.0), np.int32)
+    Array(1065353216, dtype=int32)
+    >>> lax.bitcast_convert_type(np.array([1, 256], np.uint16), np.uint8)
+    Array([[1, 0],
+           [0, 1]], dtype=uint8)
+  """
+  return bitcast_convert_type_p.bind(operand, new_dtype=dtypes.canonicalize_dtype(new_dtype))
+
+
+# ---------------------------------------------------------------------------
+# clamp(min, x, max): min and max of x's shape or rank 0 (broadcast, as JAX lowers it); all
+# three of one dtype. NaN in x stays NaN; the result is weak only when all three are.
+clamp_p = Primitive("clamp")
+
+
+def _clamp_abstract_eval(min, x, max):
+  for i, a in enumerate((min, x, max)):
+    utils.check_dtype("clamp", a, any_dtype, i)
+  _check_same_dtypes("clamp", (min, x, max))
+  for arg, a in (("min", min), ("max", max)):
+    if a.shape and a.shape != x.shape:
+      raise TypeError(f"clamp requires {arg}.shape == operand.shape or {arg}.shape == (), got "
+                      f"{arg}.shape={a.shape}, operand.shape={x.shape}.")
+  return ShapedArray(x.shape, x.dtype, min.weak_type and x.weak_type and max.weak_type)
+
+
+def _clamp_lowering(ctx, min, x, max):
+  return [ctx.elementwise("stablehlo.clamp", *_broadcast_operands(ctx, (min, x, max)))]
+
+
+clamp_p.def_abstract_eval(_clamp_abstract_eval)
+lowering.register_lowering(clamp_p, _clamp_lowering)
+
+
+def clamp(min: Any, x: Any, max: Any):
+  """Elementwise `min(max(x, min), max)` (`stablehlo.clamp`).
+
+  Args:
+    min: array `T[*s]` or rank 0.
+    x: array `T[*s]`.
+    max: array `T[*s]` or rank 0. Python scalars among the three take the dtype of the
+      first typed operand.
+
+  Returns:
+    `T[*s]`. A NaN in `x` stays NaN. With `min > max` the result is `max`.
+
+  Raises:
+    TypeError: if the dtypes differ, or `min`/`max` is neither rank 0 nor of `x`'s shape.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.clamp(0.0, np.array([-1.0, 0.5, 2.0], np.float32), 1.0)
+    Array([0. , 0.5, 1. ], dtype=float32)
+  """
+  return clamp_p.bind(*_convert_scalars(min, x, max))
+
+
+# ---------------------------------------------------------------------------
+# nextafter(x, y): the next representable value after x towards y (C's nextafter; lowers
+# to chlo.next_after). NaN if either is NaN; y if x == y; from +-0.0 the smallest subnormal.
+# NB: XLA's CPU float32 expansion steps from -smallest_subnormal to +0.0 (C: -0.0), as JAX.
+nextafter_p = _nary("nextafter", floating, "chlo.next_after")
+
+
+def nextafter(x1: Any, x2: Any):
+  """Elementwise next representable value after `x1` in the direction of `x2`.
+
+  Args:
+    x1, x2: arrays `T[*s]` (or rank 0), T a floating dtype; Python scalars take T.
+
+  Returns:
+    `T[*s]`: NaN where either is NaN, `x2` where `x1 == x2` (so the sign of a zero `x2` is
+    kept), else the neighbour of `x1` (subnormals included, as C's `nextafter`; but XLA's
+    CPU float32 expansion steps from `-smallest_subnormal` towards zero to `+0.0`).
+
+  Raises:
+    TypeError: if T is not floating, or the dtypes or shapes differ.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.nextafter(np.float32(1.0), np.float32(2.0))
+    Array(1.0000001, dtype=float32)
+  """
+  return nextafter_p.bind(*_convert_scalars(x1, x2))
+
+
+# ---------------------------------------------------------------------------
+# reduce_precision(x, exponent_bits, mantissa_bits): rounds x (to nearest even) to the
+# values of a float format with that many exponent and mantissa bits, keeping x's dtype;
+# overflow gives inf, underflow gives zero (no subnormals), NaN stays NaN.
+import operator  # noqa: E402
+
+reduce_precision_p = Primitive("reduce_precision")
+
+
+def _reduce_precision_abstract_eval(x, *, exponent_bits, mantissa_bits):
+  utils.check_dtype("reduce_precision", x, floating)
+  if exponent_bits < 1:
+    raise ValueError(f"reduce_precision: exponent_bits must be positive; got {exponent_bits}")
+  if mantissa_bits < 0:
+    raise ValueError(f"reduce_precision: mantissa_bits must be non-negative; got "
+                     f"{mantissa_bits}")
+  return x
+
+
+def _reduce_precision_lowering(ctx, x, *, exponent_bits, mantissa_bits):
+  return ctx.op("stablehlo.reduce_precision", [x],
+                attrs=f"exponent_bits = {exponent_bits} : i32, "
+                      f"mantissa_bits = {mantissa_bits} : i32")
+
+
+reduce_precision_p.def_abstract_eval(_reduce_precision_abstract_eval)
+lowering.register_lowering(reduce_precision_p, _reduce_precision_lowering)
+
+
+def reduce_precision(operand: Any, exponent_bits: int, mantissa_bits: int):
+  """Rounds `operand` to a float format with fewer bits, keeping its dtype (XLA's
+  ReducePrecision).
+
+  Args:
+    operand: array `T[*s]`, T a floating dtype.
+    exponent_bits: int >= 1, the exponent width of the emulated format.
+    mantissa_bits: int >= 0, its explicit mantissa bits (bfloat16 is (8, 7), float16 (5, 10)).
+
+  Returns:
+    `T[*s]`: each value rounded to nearest even in the emulated format; out of range gives
+    +-inf, values below its smallest normal give +-0.
+
+  Raises:
+    TypeError: if T is not floating.
+    ValueError: if `exponent_bits < 1` or `mantissa_bits < 0`.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.reduce_precision(np.array([1.0009766, 70000.0], np.float32), 5, 10)
+    Array([1.0009766,       inf], dtype=float32)
+  """
+  return reduce_precision_p.bind(operand, exponent_bits=operator.index(exponent_bits),
+                                 mantissa_bits=operator.index(mantissa_bits))
+
+
+# ---------------------------------------------------------------------------
+# Complex numbers: real, imag, conj, complex. `complex` and `conj` take float32/float64 only
+# (as JAX: no float16/bfloat16 complex type exists), and conj of a real x is complex(x, 0).
+
+_complex_of = {dtypes.float32: dtypes.complex64, dtypes.float64: dtypes.complex128,
+               dtypes.complex64: dtypes.complex64, dtypes.complex128: dtypes.complex128}
+_f32 = ("float32", lambda d: d == dtypes.float32)
+_f64 = ("float64", lambda d: d == dtypes.float64)
+_complex_elem = (_f32, _f64)
+
+real_p = _unop("real", (utils._complex,), "stablehlo.real", _real_dtype)
+imag_p = _unop("imag", (utils._complex,), "stablehlo.imag", _real_dtype)
+
+complex_p = Primitive("complex")
+complex_p.def_abstract_eval(_nary_abstract_eval("complex", _complex_elem, _complex_of.get))
+
+
+def _complex_lowering(ctx, x, y):
+  x, y = _broadcast_operands(ctx, (x, y))
+  shape = ctx.avals_out[0].shape
+  return ctx.op("stablehlo.complex", [x, y],
+                operand_avals=[a.update(shape=shape) for a in ctx.avals_in])
+
+
+lowering.register_lowering(complex_p, _complex_lowering)
+
+conj_p = Primitive("conj")
+
+
+def _conj_abstract_eval(x, *, input_dtype):
+  utils.check_dtype("conj", x, (_f32, utils._complex, _f64))
+  return ShapedArray(x.shape, _complex_of[x.dtype], x.weak_type)
+
+
+def _conj_lowering(ctx, x, *, input_dtype):
+  src, out = ctx.avals_in[0], ctx.avals_out[0]
+  part = out.update(dtype=_real_dtype(out.dtype))
+  if dtypes.is_complex(src.dtype):
+    re = ctx.op("stablehlo.real", [x], [part])[0]
+    im = ctx.op("stablehlo.imag", [x], [part])[0]
+    x, y = re, ctx.elementwise("stablehlo.negate", im, aval=part)
+  else:
+    y = broadcast_operand(ctx, ctx.constant(0, part.update(shape=())), part.update(shape=()),
+                          part.shape)
+  return ctx.op("stablehlo.complex", [x, y], operand_avals=[part, part])
+
+
+conj_p.def_abstract_eval(_conj_abstract_eval)
+lowering.register_lowering(conj_p, _conj_lowering)
+
+
+def real(x: Any):
+  """Elementwise real part of a complex array.
+
+  Args:
+    x: array `C[*s]`, C complex64 or complex128.
+
+  Returns:
+    `R[*s]`, R float32 or float64.
+
+  Raises:
+    TypeError: if `x` is not complex (take a real array as it is, as JAX's lax does not).
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.real(np.array([1 + 2j, -3j], np.complex64))
+    Array([ 1., -0.], dtype=float32)
+  """
+  return real_p.bind(x)
+
+
+def imag(x: Any):
+  """Elementwise imaginary part of a complex array.
+
+  Args:
+    x: array `C[*s]`, C complex64 or complex128.
+
+  Returns:
+    `R[*s]`, R float32 or float64.
+
+  Raises:
+    TypeError: if `x` is not complex.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.imag(np.array([1 + 2j, -3j], np.complex64))
+    Array([ 2., -3.], dtype=float32)
+  """
+  return imag_p.bind(x)
+
+
+def conj(x: Any):
+  """Elementwise complex conjugate; a real `x` becomes `complex(x, 0)`.
+
+  Args:
+    x: array `T[*s]`, T complex64, complex128, float32 or float64.
+
+  Returns:
+    `C[*s]` with C the complex dtype of T. The param `input_dtype` records T, as in JAX.
+
+  Raises:
+    TypeError: for other dtypes (float16, bfloat16, integers, bool).
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.conj(np.array([1 + 2j], np.complex64))
+    Array([1.-2.j], dtype=complex64)
+    >>> lax.conj(np.float32(3.0))
+    Array(3.+0.j, dtype=complex64)
+  """
+  return conj_p.bind(x, input_dtype=core.get_aval(x).dtype)
+
+
+def complex(x: Any, y: Any):
+  """Elementwise `x + 1j * y`.
+
+  Args:
+    x, y: arrays `R[*s]` (or rank 0), R float32 or float64; Python scalars take R.
+
+  Returns:
+    `C[*s]`, C complex64 (from float32) or complex128 (from float64).
+
+  Raises:
+    TypeError: for other dtypes, differing dtypes, or incompatible shapes.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.complex(np.array([1.0, 2.0], np.float32), np.float32(-1.0))
+    Array([1.-1.j, 2.-1.j], dtype=complex64)
+  """
+  return complex_p.bind(*_convert_scalars(x, y))

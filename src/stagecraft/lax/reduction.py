@@ -1,5 +1,6 @@
 """Reductions over axes: `reduce_sum`, `reduce_max`, `reduce_min`, `reduce_prod`,
-`reduce_and`, `reduce_or`, and the index reductions `argmax`, `argmin`.
+`reduce_and`, `reduce_or`, `reduce_xor`, the index reductions `argmax`, `argmin`, and the
+general (variadic) `reduce` with a user computation.
 
 Every reduction lowers to one `stablehlo.reduce` whose region applies the binary op, started
 from the op's identity (so reducing a zero-size axis gives the identity, as in JAX and NumPy).
@@ -9,21 +10,22 @@ Params and messages follow `jax.lax` (JAX 0.10).
 """
 from __future__ import annotations
 
-from functools import partial
-from typing import Any, Sequence
+from functools import lru_cache, partial
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes
+from stagecraft import core, dtypes, tree_util
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
-from stagecraft.lax import utils
+from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import _compare
 
 __all__ = ["reduce_sum_p", "reduce_max_p", "reduce_min_p", "reduce_prod_p", "reduce_and_p",
-           "reduce_or_p", "argmax_p", "argmin_p", "reduce_sum", "reduce_max", "reduce_min",
-           "reduce_prod", "reduce_and", "reduce_or", "argmax", "argmin"]
+           "reduce_or_p", "reduce_xor_p", "argmax_p", "argmin_p", "reduce_p", "reduce_sum",
+           "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "reduce_xor",
+           "argmax", "argmin", "reduce"]
 
 # ---------------------------------------------------------------------------
 # Identities (JAX's _get_*_identity): the value `init` with op(init, x) == x.
@@ -131,6 +133,8 @@ reduce_and_p = _reduction("reduce_and", "stablehlo.and", _and_identity, _check_l
                           keep_weak=False)
 reduce_or_p = _reduction("reduce_or", "stablehlo.or", _or_identity, _check_logical,
                          keep_weak=False)
+reduce_xor_p = _reduction("reduce_xor", "stablehlo.xor", _or_identity, _check_logical,
+                          keep_weak=False)
 
 
 def _normalize_axes(axes: Sequence[int]) -> tuple[int, ...]:
@@ -144,7 +148,7 @@ def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str)
   def f(operand: Any, axes: Sequence[int]):
     return p.bind(operand, axes=_normalize_axes(axes))
   f.__name__ = f.__qualname__ = p.name
-  weak = ("kept" if p not in (reduce_and_p, reduce_or_p) else "dropped")
+  weak = ("kept" if p not in (reduce_and_p, reduce_or_p, reduce_xor_p) else "dropped")
   f.__doc__ = f"""Computes the {what} of `operand` over `axes` (`jax.lax.{p.name}`).
 
   Args:
@@ -175,6 +179,8 @@ reduce_and = _reduce_wrapper(reduce_and_p, "logical (bool) or bitwise (integer) 
                              "bool or integer", "True (all bits set for integers)")
 reduce_or = _reduce_wrapper(reduce_or_p, "logical (bool) or bitwise (integer) OR",
                             "bool or integer", "False (0 for integers)")
+reduce_xor = _reduce_wrapper(reduce_xor_p, "logical (bool) or bitwise (integer) XOR",
+                             "bool or integer", "False (0 for integers)")
 
 # ---------------------------------------------------------------------------
 # argmax / argmin: params `axes` (a 1-tuple) and `index_dtype`; result never weakly typed.
@@ -286,3 +292,187 @@ def argmin(operand: Any, axis: int, index_dtype: Any):
   """
   return argmin_p.bind(operand, axes=(int(axis),),
                        index_dtype=dtypes.canonicalize_dtype(index_dtype))
+
+
+# ---------------------------------------------------------------------------
+# reduce: the general, variadic reduction with a traced computation (`jax.lax.reduce`).
+# Params as JAX: `computation` (the Python function), `jaxpr` (a ClosedJaxpr of it on scalars,
+# taking (*accumulators, *elements)) and `dimensions`. Operands come first, then init values.
+
+
+def _reduce_general_abstract_eval(*avals, computation, jaxpr, dimensions):
+  n = len(avals) // 2
+  operands, inits = avals[:n], avals[n:]
+  if any(a.shape != () for a in inits):
+    raise ValueError(f"reduce found non-scalar initial value: {[a.shape for a in inits]}")
+  if [a.dtype for a in operands] != [a.dtype for a in inits]:
+    raise TypeError(f"reduce operand dtypes should match corresponding initial value dtypes, "
+                    f"got operands={list(operands)} and initial_values={list(inits)}")
+  if any(a.shape != operands[0].shape for a in operands):
+    shapes = " ".join(a.str_short() for a in operands)
+    raise TypeError(f"reduce operands must have equal shapes, got: {shapes}")
+  _check_reduction_axes("reduce", operands[0], tuple(sorted(dimensions)))
+  shape = tuple(d for i, d in enumerate(operands[0].shape) if i not in dimensions)
+  return [ShapedArray(shape, op.dtype, op.weak_type and init.weak_type)
+          for op, init in zip(operands, inits)]
+
+
+def _reduce_general_lowering(ctx, *args, computation, jaxpr, dimensions):
+  n = len(args) // 2
+  scalars = [a.strip_weak_type() for a in ctx.avals_in[n:]]
+
+  def body(*region_args):
+    # NB: constants the computation closed over are emitted inside the region, whose values
+    # cannot come from the enclosing function.
+    consts = [_dense_constant(ctx, c) for c in jaxpr.consts]
+    return lowering.jaxpr_subcomp(ctx.fb, jaxpr.jaxpr, consts, region_args)
+
+  region = ctx.region([*scalars, *scalars], scalars, body)
+  return ctx.op("stablehlo.reduce", list(args), attrs=f"dimensions = {i64_array(dimensions)}",
+                regions=[region])
+
+
+def _dense_constant(ctx, value) -> str:
+  x = np.asarray(value)
+  aval = ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype))
+  x = x.astype(aval.dtype)
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = stablehlo.constant {lowering.dense_array(x)} : {lowering.ir_type(aval)}")
+  return r
+
+
+reduce_p = Primitive("reduce")
+reduce_p.multiple_results = True
+reduce_p.def_abstract_eval(_reduce_general_abstract_eval)
+lowering.register_lowering(reduce_p, _reduce_general_lowering)
+
+
+@lru_cache(maxsize=1024)
+def _reduction_jaxpr(computation, flat_avals: tuple[ShapedArray, ...], tree):
+  """`computation(xs, ys)` (pytrees shaped like the init values) traced on scalars into a
+  ClosedJaxpr taking (*xs, *ys). Cached, so that eager calls with one computation reuse one
+  jaxpr object and hence one compiled executable (a ClosedJaxpr is hashed by identity)."""
+  n = len(flat_avals)
+  out_tree = []
+
+  def flat_computation(*flat_args):
+    xs = tree_util.tree_unflatten(tree, flat_args[:n])
+    ys = tree_util.tree_unflatten(tree, flat_args[n:])
+    leaves, t = tree_util.tree_flatten(computation(xs, ys))
+    out_tree.append(t)
+    return leaves
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat_computation, [*flat_avals, *flat_avals])
+  if any(isinstance(c, core.Tracer) for c in consts):
+    raise NotImplementedError(
+        "Reduction computations can't close over Tracers. Pass the traced value as an "
+        "operand of the reduction instead, or make it a constant.")
+  out_avals = jaxpr.out_avals
+  if out_tree[0] != tree or [(a.shape, a.dtype) for a in out_avals] != [
+      (a.shape, a.dtype) for a in flat_avals]:
+    want = ", ".join(a.str_short() for a in flat_avals)
+    got = ", ".join(a.str_short() for a in out_avals)
+    raise TypeError(
+        f"reduce computation must return a value with the structure and types of the init "
+        f"values, {tree} of ({want}), but returned {out_tree[0]} of ({got}). Make "
+        f"`computation(x, y)` return as many scalars as there are operands, each of the "
+        f"dtype of its init value.")
+  return core.ClosedJaxpr(jaxpr, consts)
+
+
+def _monoid_reducer(computation, init_values):
+  """The reduce_* primitive wrapper that `computation` with `init_values` amounts to (as JAX's
+  `_get_monoid_reducer`): one operand, a concrete scalar init equal to the op's identity."""
+  if len(init_values) != 1:
+    return None
+  init, = init_values
+  if isinstance(init, core.Tracer):
+    return None
+  aval = core.get_aval(init)
+  if aval.shape != ():
+    return None
+  val, dtype = np.asarray(init), aval.dtype
+  intlike = dtype == dtypes.bool_ or dtypes.is_integer(dtype)
+  candidates = [(elementwise.add, reduce_sum, _sum_identity),
+                (elementwise.mul, reduce_prod, _prod_identity),
+                (elementwise.max, reduce_max, _max_identity),
+                (elementwise.min, reduce_min, _min_identity)]
+  if intlike:
+    candidates += [(elementwise.bitwise_or, reduce_or, _or_identity),
+                   (elementwise.bitwise_and, reduce_and, _and_identity),
+                   (elementwise.bitwise_xor, reduce_xor, _or_identity)]
+  for op, reducer, identity in candidates:
+    if computation is op:
+      return reducer if np.equal(val, identity(dtype)) else None
+  return None
+
+
+def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], Any],
+           dimensions: Sequence[int]) -> Any:
+  """Reduces `operands` over `dimensions` with a user `computation` (`jax.lax.reduce`).
+
+  `computation` is traced once per (function, init avals) to a jaxpr on scalars and lowered
+  into the region of one `stablehlo.reduce`. `init_values` must be an identity of
+  `computation` and `computation` associative (and commutative): XLA reduces in any order and
+  may apply the init value any number of times; otherwise the result is undefined.
+  When `computation` is one of `lax.add`, `mul`, `max`, `min`, `bitwise_and`, `bitwise_or`,
+  `bitwise_xor` and the single init value is its concrete identity, this binds the matching
+  `reduce_*` primitive instead, as JAX does.
+
+  Args:
+    operands: an array `T_i[*s]` or a pytree of arrays of one shape `s`.
+    init_values: a pytree of scalars `T_i[]` with the structure of `operands` and their dtypes
+      (a Python scalar is weakly typed: `0.` is `f32[]`, not `f16[]`).
+    computation: `computation(x, y) -> z`, where `x`, `y`, `z` are pytrees of scalars shaped
+      like `init_values` (`x` the accumulated values, `y` the elements).
+    dimensions: distinct axes in `[0, ndim)`.
+
+  Returns:
+    A pytree like `operands` of arrays `T_i[s without dimensions]`; weakly typed where both the
+    operand and its init value are.
+
+  Raises:
+    ValueError: if the trees of `operands` and `init_values` differ, an init value is not a
+      scalar, or a dimension is out of bounds or repeated.
+    TypeError: if an operand's dtype differs from its init value's, the operands' shapes
+      differ, or `computation` returns another structure or other dtypes.
+    NotImplementedError: if `computation` closes over a traced value.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> x = np.array([[1., -5., 2.], [-3., 0., 1.]], np.float32)
+    >>> max_abs = lambda a, b: lax.max(lax.abs(a), lax.abs(b))
+    >>> np.asarray(lax.reduce(x, np.float32(0), max_abs, (1,)))
+    array([5., 3.], dtype=float32)
+    >>> s, p = lax.reduce((x, x), (np.float32(0), np.float32(1)),
+    ...                   lambda a, b: (a[0] + b[0], a[1] * b[1]), (0,))
+    >>> np.asarray(s), np.asarray(p)
+    (array([-2., -5.,  3.], dtype=float32), array([-3., -0.,  2.], dtype=float32))
+  """
+  flat_operands, operand_tree = tree_util.tree_flatten(operands)
+  flat_inits, init_tree = tree_util.tree_flatten(init_values)
+  if operand_tree != init_tree:
+    raise ValueError(f"Operands must have the same tree structure as init_values: "
+                     f"{operand_tree} vs. {init_tree}")
+  dimensions = tuple(int(d) for d in dimensions)
+  reducer = _monoid_reducer(computation, flat_inits)
+  if reducer is not None:
+    operand, = flat_operands
+    weak = core.get_aval(operand).weak_type and core.get_aval(flat_inits[0]).weak_type
+    out = reducer(operand, dimensions)
+    out_aval = core.get_aval(out)
+    if out_aval.weak_type != weak:
+      out = elementwise.convert_element_type_p.bind(out, new_dtype=out_aval.dtype,
+                                                    weak_type=weak)
+    return out
+  init_avals = tuple(core.get_aval(v) for v in flat_inits)
+  try:
+    hash(computation)
+  except TypeError:   # an unhashable callable: trace without caching
+    jaxpr = _reduction_jaxpr.__wrapped__(computation, init_avals, init_tree)
+  else:
+    jaxpr = _reduction_jaxpr(computation, init_avals, init_tree)
+  outs = reduce_p.bind(*flat_operands, *flat_inits, computation=computation, jaxpr=jaxpr,
+                       dimensions=dimensions)
+  return tree_util.tree_unflatten(operand_tree, outs)

@@ -6,11 +6,19 @@ Dynamic start indices follow XLA: each is clamped so that the slice stays in bou
 one op. As in `jax.lax`, the wrappers first wrap negative indices once (`i + dim` when
 `i < 0`, statically for Python ints, with a `select` for traced ones) and give all indices
 one integer dtype.
+
+`gather` and the scatters (`scatter`, `scatter_add`, `scatter_sub`, `scatter_mul`,
+`scatter_min`, `scatter_max`) take XLA's dimension numbers as `jax.lax` states them (the index
+vector is the last dimension of the indices) and a `GatherScatterMode`. They lower as JAX
+does: a FILL_OR_DROP gather is a plain gather followed by a `select` against an in-bounds mask;
+a CLIP scatter clamps its indices first (XLA's gather clamps by itself; its scatter drops).
 """
 from __future__ import annotations
 
+import enum
 import operator
-from typing import Any, Sequence
+from functools import partial
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -19,13 +27,17 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
-from stagecraft.lax.elementwise import add, convert_element_type, lt, select
+from stagecraft.lax.elementwise import _compare, add, convert_element_type, lt, select
 from stagecraft.lax.shape import canonicalize_shape, check_shapelike, expand_dims, squeeze
 
 __all__ = ["slice_p", "dynamic_slice_p", "dynamic_update_slice_p",
            "slice", "dynamic_slice", "dynamic_update_slice", "slice_in_dim", "index_in_dim",
            "dynamic_slice_in_dim", "dynamic_index_in_dim", "dynamic_update_slice_in_dim",
-           "dynamic_update_index_in_dim"]
+           "dynamic_update_index_in_dim",
+           "gather_p", "scatter_p", "scatter_add_p", "scatter_sub_p", "scatter_mul_p",
+           "scatter_min_p", "scatter_max_p", "GatherDimensionNumbers", "ScatterDimensionNumbers",
+           "GatherScatterMode", "gather", "scatter", "scatter_add", "scatter_sub", "scatter_mul",
+           "scatter_min", "scatter_max"]
 
 def _shape_of(x: Any) -> tuple[int, ...]:
   return core.get_aval(x).shape
@@ -439,3 +451,603 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
                     f"({ndim}) or one less, got update of rank {undim}.")
   return dynamic_update_slice_in_dim(operand, update, index, axis,
                                      allow_negative_indices=allow_negative_indices)
+
+
+# ---------------------------------------------------------------------------
+# gather and scatter, with XLA's dimension numbers (as `jax.lax` states them: the index
+# vector dimension is always the last dimension of the indices).
+#
+# gather(operand, indices): for each batch position `b` of `indices[..., :]` (all dimensions
+# but the last), the slice of size `slice_sizes` that starts at the operand position given by
+# scattering `indices[b]` into the dimensions `start_index_map` (0 elsewhere; batching dims
+# take the batch position). Dimensions of the slice in `collapsed_slice_dims` and
+# `operand_batching_dims` (size 1) are dropped; the others go to the output dimensions
+# `offset_dims`, and the batch dimensions fill the remaining output dimensions in order.
+# scatter is its transpose: each window of `updates` is combined into `operand` at the start
+# given by its index vector.
+
+
+class GatherDimensionNumbers(NamedTuple):
+  """The dimension numbers of `gather` (XLA's, with the index vector dimension last).
+
+  Args:
+    offset_dims: sorted output dimensions that index into a slice of the operand.
+    collapsed_slice_dims: sorted operand dimensions of slice size 1 dropped from the output.
+    start_index_map: for each component of an index vector, the operand dimension it starts.
+    operand_batching_dims: sorted operand dimensions (slice size 0 or 1) matched with
+      `start_indices_batching_dims` of the indices.
+    start_indices_batching_dims: indices dimensions paired with `operand_batching_dims`.
+  """
+  offset_dims: tuple[int, ...]
+  collapsed_slice_dims: tuple[int, ...]
+  start_index_map: tuple[int, ...]
+  operand_batching_dims: tuple[int, ...] = ()
+  start_indices_batching_dims: tuple[int, ...] = ()
+
+
+class ScatterDimensionNumbers(NamedTuple):
+  """The dimension numbers of `scatter` (XLA's, with the index vector dimension last).
+
+  Args:
+    update_window_dims: sorted dimensions of `updates` that are window dimensions.
+    inserted_window_dims: sorted operand dimensions of window size 1 absent from `updates`
+      (the mirror of gather's `collapsed_slice_dims`).
+    scatter_dims_to_operand_dims: for each component of an index vector, the operand
+      dimension it starts.
+    operand_batching_dims: sorted operand dimensions matched with
+      `scatter_indices_batching_dims` of the indices.
+    scatter_indices_batching_dims: indices dimensions paired with `operand_batching_dims`.
+  """
+  update_window_dims: tuple[int, ...]
+  inserted_window_dims: tuple[int, ...]
+  scatter_dims_to_operand_dims: tuple[int, ...]
+  operand_batching_dims: tuple[int, ...] = ()
+  scatter_indices_batching_dims: tuple[int, ...] = ()
+
+
+class GatherScatterMode(enum.Enum):
+  """How gather and scatter treat out-of-bounds indices.
+
+  CLIP: indices are clamped so that the whole window is in bounds.
+  FILL_OR_DROP: a gathered window that is partly out of bounds is filled entirely with
+    `fill_value`; a scattered window that is partly out of bounds is dropped entirely.
+  PROMISE_IN_BOUNDS: the caller promises in-bounds indices; XLA clamps gathers and drops
+    scatters that are not.
+  """
+  CLIP = enum.auto()
+  FILL_OR_DROP = enum.auto()
+  PROMISE_IN_BOUNDS = enum.auto()
+
+  @staticmethod
+  def from_any(s: "str | GatherScatterMode | None") -> "GatherScatterMode":
+    """`'clip'`, `'fill'`/`'drop'`/None (FILL_OR_DROP), `'promise_in_bounds'`, or a mode.
+
+    Raises:
+      ValueError: for other values.
+    """
+    if isinstance(s, GatherScatterMode):
+      return s
+    if s == "clip":
+      return GatherScatterMode.CLIP
+    if s is None or s == "fill" or s == "drop":
+      return GatherScatterMode.FILL_OR_DROP
+    if s == "promise_in_bounds":
+      return GatherScatterMode.PROMISE_IN_BOUNDS
+    raise ValueError(f'Unknown gather mode "{s}"; expected "clip", "fill", "drop", '
+                     f'"promise_in_bounds" or a GatherScatterMode.')
+
+
+def _dims_tuple(dims) -> tuple[int, ...]:
+  return tuple(operator.index(d) for d in dims)
+
+
+def _canonical_dnums(cls, dnums):
+  if not isinstance(dnums, cls):
+    raise TypeError(f"dimension_numbers must be a lax.{cls.__name__}, got {dnums!r}.")
+  return cls(*(_dims_tuple(f) for f in dnums))
+
+
+def _is_sorted(dims, op, name):
+  if any(dims[i] < dims[i - 1] for i in range(1, len(dims))):
+    raise TypeError(f"{name} in {op} op must be sorted; got {dims}")
+
+
+def _no_duplicate_dims(dims, op, name):
+  if len(set(dims)) != len(dims):
+    raise TypeError(f"{name} in {op} op must not repeat; got: {dims}.")
+
+
+def _dims_in_range(dims, rank, op, name):
+  for d in dims:
+    if not 0 <= d < rank:
+      raise TypeError(f"Invalid {name} set in {op} op; valid range is [0, {rank}); got: {d}.")
+
+
+def _disjoint_dims(dims1, dims2, op, name1, name2):
+  if not set(dims1).isdisjoint(dims2):
+    raise TypeError(f"{name1} and {name2} in {op} op must be disjoint; got: {dims1} and "
+                    f"{dims2}.")
+
+
+def _check_index_dtype(op: str, indices: ShapedArray) -> None:
+  if not dtypes.is_integer(indices.dtype):
+    raise ValueError(f"indices must have an integer type; {op} got indices "
+                     f"{indices.str_short()}. Convert them with lax.convert_element_type.")
+  if indices.ndim == 0:
+    raise TypeError(f"{op} indices must have rank >= 1 (the last dimension is the index "
+                    f"vector), got {indices.str_short()}. Add a trailing dimension of size 1 "
+                    f"for scalar indices.")
+
+
+# -- gather
+gather_p = Primitive("gather")
+
+
+def _gather_abstract_eval(operand, indices, *, dimension_numbers, slice_sizes,
+                          unique_indices, indices_are_sorted, mode, fill_value):
+  """XLA's ShapeInference::InferGatherShape checks, with JAX's messages."""
+  _check_index_dtype("gather", indices)
+  dn = dimension_numbers
+  offset_dims, collapsed = dn.offset_dims, dn.collapsed_slice_dims
+  start_index_map, obatch, ibatch = (dn.start_index_map, dn.operand_batching_dims,
+                                     dn.start_indices_batching_dims)
+  index_vector_dim = indices.ndim - 1
+  _is_sorted(offset_dims, "gather", "offset_dims")
+  _no_duplicate_dims(offset_dims, "gather", "offset_dims")
+  out_rank = len(offset_dims) + indices.ndim - 1
+  for i, d in enumerate(offset_dims):
+    if not 0 <= d < out_rank:
+      raise TypeError(f"Offset dimension {i} in gather op is out of bounds; got {d}, but "
+                      f"should have been in [0, {out_rank})")
+  if len(start_index_map) != indices.shape[index_vector_dim]:
+    raise TypeError(f"Gather op has {len(start_index_map)} elements in start_index_map and "
+                    f"the bound of dimension index_vector_dim={index_vector_dim} of indices "
+                    f"is {indices.shape[index_vector_dim]}. These two numbers must be equal.")
+  for i, d in enumerate(start_index_map):
+    if not 0 <= d < operand.ndim:
+      raise TypeError(f"Invalid start_index_map; domain is [0, {operand.ndim}), got: "
+                      f"{i}->{d}.")
+  _no_duplicate_dims(start_index_map, "gather", "start_index_map")
+  for dims, name in ((collapsed, "collapsed_slice_dims"), (obatch, "operand_batching_dims")):
+    _is_sorted(dims, "gather", name)
+    _dims_in_range(dims, operand.ndim, "gather", name)
+    _no_duplicate_dims(dims, "gather", name)
+  _disjoint_dims(collapsed, obatch, "gather", "collapsed_slice_dims", "operand_batching_dims")
+  _disjoint_dims(start_index_map, obatch, "gather", "start_index_map",
+                 "operand_batching_dims")
+  _no_duplicate_dims(ibatch, "gather", "start_indices_batching_dims")
+  _dims_in_range(ibatch, indices.ndim, "gather", "start_indices_batching_dims")
+  if index_vector_dim in ibatch:
+    raise TypeError(f"Gather op cannot have the index vector dimension as a batching "
+                    f"dimension; got {ibatch}.")
+  if len(obatch) != len(ibatch):
+    raise TypeError(f"Gather op requires equal numbers of operand_batching_dims and "
+                    f"start_indices_batching_dims, got {obatch} and {ibatch}.")
+  obshape = tuple(operand.shape[i] for i in obatch)
+  ibshape = tuple(indices.shape[i] for i in ibatch)
+  if obshape != ibshape:
+    raise TypeError(f"Gather op requires operand batching dimensions and indices batching "
+                    f"dimensions to have the same shape, got {obshape} and {ibshape}.")
+  if len(slice_sizes) != operand.ndim:
+    raise TypeError(f"Gather op must have one slice size for every input dimension; got: "
+                    f"len(slice_sizes)={len(slice_sizes)}, input_shape.rank={operand.ndim}")
+  if len(slice_sizes) != len(offset_dims) + len(collapsed) + len(obatch):
+    raise TypeError(f"All components of the offset index in a gather op must either be a "
+                    f"offset dimension or explicitly collapsed/batching; got "
+                    f"len(slice_sizes)={len(slice_sizes)}, output_slice_sizes={offset_dims}, "
+                    f"collapsed_slice_dims={collapsed}, operand_batching_dims={obatch}.")
+  if indices.size:
+    for i, (s, d) in enumerate(zip(slice_sizes, operand.shape)):
+      if not 0 <= s <= d:
+        raise TypeError(f"Slice size at index {i} in gather op is out of range, must be "
+                        f"within [0, {d} + 1), got {s}.")
+  for i, d in enumerate(collapsed):
+    if slice_sizes[d] != 1:
+      raise TypeError(f"Gather op can only collapse slice dims with bound 1, but bound is "
+                      f"{slice_sizes[d]} for index {d} at position {i}.")
+  for i, d in enumerate(obatch):
+    if slice_sizes[d] > 1:
+      raise TypeError(f"Gather op can only have operand batching dims with bound 0/1, but "
+                      f"bound is {slice_sizes[d]} for index {d} at position {i}.")
+  batch = iter(indices.shape[:-1])
+  kept = iter(s for i, s in enumerate(slice_sizes) if i not in collapsed and i not in obatch)
+  shape = tuple(next(kept) if i in offset_dims else next(batch) for i in range(out_rank))
+  return ShapedArray(shape, operand.dtype, operand.weak_type)
+
+
+def _gather_attrs(dn: GatherDimensionNumbers, index_vector_dim: int) -> str:
+  fields = [("offset_dims", dn.offset_dims), ("collapsed_slice_dims", dn.collapsed_slice_dims),
+            ("operand_batching_dims", dn.operand_batching_dims),
+            ("start_indices_batching_dims", dn.start_indices_batching_dims),
+            ("start_index_map", dn.start_index_map)]
+  body = ", ".join(f"{k} = [{', '.join(map(str, v))}]" for k, v in fields if v)
+  body = f"{body}, " if body else ""
+  return f"#stablehlo.gather<{body}index_vector_dim = {index_vector_dim}>"
+
+
+def _wide_index_dtype(dtype: np.dtype) -> np.dtype:
+  """A signed dtype that holds every value of the index dtype `dtype` that can be in
+  bounds (narrow types widen to int32; 64-bit and uint32 indices compare as int64)."""
+  if dtype.itemsize < 4 or dtype == dtypes.int32:
+    return dtypes.int32
+  return dtypes.int64
+
+
+def _emit_constant_array(ctx, value: np.ndarray) -> str:
+  aval = ShapedArray(value.shape, value.dtype)
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = stablehlo.constant {lowering.dense_array(value)} : "
+              f"{lowering.ir_type(aval)}")
+  return r
+
+
+def _emit_broadcast(ctx, x: str, aval: ShapedArray, shape, dims) -> str:
+  out = aval.update(shape=tuple(shape))
+  if aval.shape == out.shape:
+    return x
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = stablehlo.broadcast_in_dim {x}, dims = [{', '.join(map(str, dims))}] "
+              f": ({lowering.ir_type(aval)}) -> {lowering.ir_type(out)}")
+  return r
+
+
+def _emit_convert(ctx, x: str, aval: ShapedArray, dtype: np.dtype) -> str:
+  if aval.dtype == dtype:
+    return x
+  return ctx.op("stablehlo.convert", [x], [aval.update(dtype=dtype)], operand_avals=[aval])[0]
+
+
+def _in_bounds_mask(ctx, indices: str, i_aval: ShapedArray, upper: Sequence[int]) -> str:
+  """bool[batch]: every component of the index vector `indices[b, :]` is in
+  `[0, upper[k]]` (JAX's `_gather_fill`)."""
+  idt = _wide_index_dtype(i_aval.dtype)
+  wide = i_aval.update(dtype=idt)
+  x = _emit_convert(ctx, indices, i_aval, idt)
+  pred = wide.update(dtype=dtypes.bool_)
+  zero = _emit_broadcast(ctx, ctx.constant(0, ShapedArray((), idt)), ShapedArray((), idt),
+                         wide.shape, ())
+  up_aval = ShapedArray((len(upper),), idt)
+  up = _emit_broadcast(ctx, _emit_constant_array(ctx, np.asarray(upper, idt)), up_aval,
+                       wide.shape, (wide.ndim - 1,))
+  ok = ctx.elementwise("stablehlo.and", _compare(ctx, "GE", x, zero, wide),
+                       _compare(ctx, "LE", x, up, wide), aval=pred)
+  scalar = ShapedArray((), dtypes.bool_)
+  body = ctx.region([scalar, scalar], [scalar],
+                    lambda a, b: [ctx.elementwise("stablehlo.and", a, b, aval=scalar)])
+  return ctx.op("stablehlo.reduce", [ok, ctx.constant(True, scalar)],
+                [pred.update(shape=wide.shape[:-1])],
+                attrs=f"dimensions = {i64_array((wide.ndim - 1,))}", regions=[body],
+                operand_avals=[pred, scalar])[0]
+
+
+def _gather_lowering(ctx, operand, indices, *, dimension_numbers, slice_sizes,
+                     unique_indices, indices_are_sorted, mode, fill_value):
+  x_aval, i_aval = ctx.avals_in
+  out_aval, = ctx.avals_out
+  scalar = ShapedArray((), out_aval.dtype)
+  if out_aval.size == 0:   # as JAX: no gather for an empty result
+    return [_emit_broadcast(ctx, ctx.constant(0, scalar), scalar, out_aval.shape, ())]
+  dn = dimension_numbers
+  attrs = (f"dimension_numbers = {_gather_attrs(dn, i_aval.ndim - 1)}, indices_are_sorted = "
+           f"{str(bool(indices_are_sorted)).lower()}, slice_sizes = {i64_array(slice_sizes)}")
+  out = ctx.op("stablehlo.gather", [operand, indices], attrs=attrs)[0]
+  if mode is not GatherScatterMode.FILL_OR_DROP or not dn.start_index_map:
+    return [out]   # NB: CLIP and PROMISE_IN_BOUNDS: XLA's gather clamps the starts
+  upper = [x_aval.shape[d] - slice_sizes[d] for d in dn.start_index_map]
+  mask = _in_bounds_mask(ctx, indices, i_aval, upper)
+  batch_dims = [d for d in range(out_aval.ndim) if d not in dn.offset_dims]
+  pred = out_aval.update(dtype=dtypes.bool_)
+  mask = _emit_broadcast(ctx, mask, pred.update(shape=i_aval.shape[:-1]), out_aval.shape,
+                         batch_dims)
+  fill = _emit_broadcast(ctx, ctx.constant(fill_value, scalar), scalar, out_aval.shape, ())
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = stablehlo.select {mask}, {out}, {fill} : {lowering.ir_type(pred)}, "
+              f"{lowering.ir_type(out_aval)}")
+  return [r]
+
+
+gather_p.def_abstract_eval(_gather_abstract_eval)
+lowering.register_lowering(gather_p, _gather_lowering)
+
+
+def _default_fill_value(dtype: np.dtype):
+  """JAX's gather fill: NaN (inexact), the minimum (signed), the maximum (unsigned), True."""
+  if dtypes.is_inexact(dtype):
+    return np.nan
+  if dtypes.is_integer(dtype):
+    info = np.iinfo(dtype)
+    return int(info.max if dtypes.is_unsigned(dtype) else info.min)
+  return True
+
+
+def _static_fill_value(fill_value, dtype: np.dtype):
+  if isinstance(fill_value, core.Tracer):
+    raise fill_value._concretization_error(
+        "gather", fix="The fill_value of a gather (and of x.at[...].get) is a static "
+                      "parameter: pass a Python or NumPy scalar.")
+  value = np.asarray(fill_value)
+  if value.ndim != 0:
+    raise ValueError(f"fill_value argument to gather must be a scalar, got shape "
+                     f"{value.shape}.")
+  # NB: wraps into the dtype as convert_element_type does (-1 as uint8 is 255).
+  value = value.astype(dtype)[()].item()
+  if isinstance(value, float) and np.isnan(value):
+    return np.nan   # one NaN object, so params compare equal and the eager cache hits
+  return value
+
+
+def gather(operand: Any, start_indices: Any, dimension_numbers: GatherDimensionNumbers,
+           slice_sizes: Sequence[int], *, unique_indices: bool = False,
+           indices_are_sorted: bool = False, mode: "str | GatherScatterMode | None" = None,
+           fill_value: Any = None) -> Any:
+  """XLA's Gather: slices of `operand` at the starts given by `start_indices` (`jax.lax.gather`).
+
+  Prefer NumPy indexing (`x[idx]`, `x.at[idx].get(...)`), which builds the dimension numbers.
+
+  Args:
+    operand: array `T[*s]`.
+    start_indices: integer array `I[*b, k]`; the last dimension is the index vector, of
+      length `k = len(dimension_numbers.start_index_map)`.
+    dimension_numbers: a `GatherDimensionNumbers`.
+    slice_sizes: one size per operand dimension; 1 for collapsed dims, 0 or 1 for batching.
+    unique_indices, indices_are_sorted: promises that may speed up the computation.
+    mode: out-of-bounds handling (`GatherScatterMode` or 'clip', 'fill', 'drop',
+      'promise_in_bounds'); None means PROMISE_IN_BOUNDS (XLA clamps), as in JAX.
+    fill_value: value of out-of-bounds windows for FILL_OR_DROP (static scalar); default NaN
+      for inexact T, the minimum of signed integers, the maximum of unsigned ones, True for
+      bool. Ignored for the other modes.
+
+  Returns:
+    `T[*o]`: the rank is `len(b) + len(offset_dims)`; offset dims take the slice sizes of
+    the kept operand dims in order, the other dims the sizes of `b` in order.
+
+  Raises:
+    ValueError: if the indices are not integers or `mode` is unknown.
+    TypeError: if the dimension numbers or slice sizes are inconsistent with the shapes
+      (JAX's messages).
+
+  Examples:
+    >>> import numpy as np
+    >>> x = np.array([10, 11, 12], np.int32)
+    >>> dn = GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
+    ...                             start_index_map=(0,))
+    >>> np.asarray(gather(x, np.array([[2], [0], [5]], np.int32), dn, (1,), mode="fill"))
+    array([         12,          10, -2147483648], dtype=int32)
+  """
+  dn = _canonical_dnums(GatherDimensionNumbers, dimension_numbers)
+  parsed = GatherScatterMode.PROMISE_IN_BOUNDS if mode is None else (
+      GatherScatterMode.from_any(mode))
+  if parsed is GatherScatterMode.FILL_OR_DROP:
+    dtype = core.get_aval(operand).dtype
+    fill_value = _default_fill_value(dtype) if fill_value is None else (
+        _static_fill_value(fill_value, dtype))
+  else:
+    fill_value = None
+  return gather_p.bind(operand, start_indices, dimension_numbers=dn,
+                       slice_sizes=canonicalize_shape("gather", "slice_sizes", slice_sizes),
+                       unique_indices=bool(unique_indices),
+                       indices_are_sorted=bool(indices_are_sorted), mode=parsed,
+                       fill_value=fill_value)
+
+
+# -- scatter, scatter-add, scatter-sub, scatter-mul, scatter-min, scatter-max: one primitive
+# each; the region combines the operand value (first argument) with the update (second).
+
+
+def _updates_batching_dims(ibatch, update_window_dims, index_vector_dim, updates_rank):
+  scatter_dim_in_updates: list = list(range(index_vector_dim))
+  for i in update_window_dims:
+    scatter_dim_in_updates.insert(i, None)
+  if len(scatter_dim_in_updates) != updates_rank:
+    return None
+  return tuple(scatter_dim_in_updates.index(i) for i in ibatch)
+
+
+def _scatter_abstract_eval(name, accepted, operand, indices, updates, *, dimension_numbers,
+                           indices_are_sorted, unique_indices, mode):
+  """XLA's ShapeInference::InferScatterShape checks, with JAX's messages."""
+  _check_index_dtype(name, indices)
+  if operand.dtype != updates.dtype:
+    raise TypeError(f"{name} requires operand and updates to have the same dtype, got "
+                    f"{operand.str_short()} and {updates.str_short()}. Convert the updates "
+                    f"(lax.convert_element_type), or use x.at[idx], which promotes.")
+  utils.check_dtype(name, operand, accepted)
+  dn = dimension_numbers
+  uwd, iwd, sd2od = (dn.update_window_dims, dn.inserted_window_dims,
+                     dn.scatter_dims_to_operand_dims)
+  obatch, ibatch = dn.operand_batching_dims, dn.scatter_indices_batching_dims
+  index_vector_dim = indices.ndim - 1
+  expected_rank = indices.ndim - 1 + len(uwd)
+  if updates.ndim != expected_rank:
+    raise TypeError(f"Updates tensor must be of rank {expected_rank}; got {updates.ndim}.")
+  _is_sorted(uwd, "scatter", "update_window_dims")
+  _no_duplicate_dims(uwd, "scatter", "update_window_dims")
+  _dims_in_range(uwd, updates.ndim, "scatter", "update_window_dims")
+  for dims, dname in ((iwd, "inserted_window_dims"), (obatch, "operand_batching_dims")):
+    _is_sorted(dims, "scatter", dname)
+    _no_duplicate_dims(dims, "scatter", dname)
+    _dims_in_range(dims, operand.ndim, "scatter", dname)
+  _disjoint_dims(iwd, obatch, "scatter", "inserted_window_dims", "operand_batching_dims")
+  _disjoint_dims(sd2od, obatch, "scatter", "scatter_dims_to_operand_dims",
+                 "operand_batching_dims")
+  _no_duplicate_dims(ibatch, "scatter", "scatter_indices_batching_dims")
+  _dims_in_range(ibatch, indices.ndim, "scatter", "scatter_indices_batching_dims")
+  if index_vector_dim in ibatch:
+    raise TypeError(f"Scatter op cannot have the index vector dimension as a batching "
+                    f"dimension; got {ibatch}.")
+  if len(obatch) != len(ibatch):
+    raise TypeError(f"Scatter op requires equal numbers of operand_batching_dims and "
+                    f"scatter_indices_batching_dims, got {obatch} and {ibatch}.")
+  obshape = tuple(operand.shape[i] for i in obatch)
+  ibshape = tuple(indices.shape[i] for i in ibatch)
+  if obshape != ibshape:
+    raise TypeError(f"Scatter op requires operand batching dimensions and indices batching "
+                    f"dimensions to have the same shape, got {obshape} and {ibshape}.")
+  ubdims = _updates_batching_dims(ibatch, uwd, index_vector_dim, updates.ndim)
+  ubshape = tuple(updates.shape[i] for i in ubdims)
+  if obshape != ubshape:
+    raise TypeError(f"Scatter op requires operand batching dimensions and updates batching "
+                    f"dimensions to have the same shape, got {obshape} and {ubshape}.")
+  window_size = len(uwd) + len(iwd) + len(obatch)
+  if operand.ndim != window_size:
+    raise TypeError(f"Scatter op has window of size {window_size}; doesn't match operand of "
+                    f"rank {operand.ndim}.")
+  if len(sd2od) != indices.shape[index_vector_dim]:
+    raise TypeError(f"Scatter op has {len(sd2od)} elements in scatter_dims_to_operand_dims "
+                    f"and the bound of dimension index_vector_dim={index_vector_dim} of "
+                    f"indices is {indices.shape[index_vector_dim]}. These two numbers must "
+                    f"be equal")
+  for i, d in enumerate(sd2od):
+    if not 0 <= d < operand.ndim:
+      raise TypeError(f"Invalid scatter_dims_to_operand_dims mapping; domain is "
+                      f"[0, {operand.ndim}), got: {i}->{d}.")
+  _no_duplicate_dims(sd2od, "scatter", "scatter_dims_to_operand_dims")
+  max_sizes = [d for i, d in enumerate(operand.shape) if i not in iwd and i not in obatch]
+  for i, ud in enumerate(uwd):
+    if max_sizes[i] < updates.shape[ud]:
+      raise TypeError(f"Bounds of the window dimensions of updates must not exceed the "
+                      f"bounds of the corresponding dimensions of operand. For dimension "
+                      f"{ud}, updates bound is {updates.shape[ud]}, operand bound is "
+                      f"{max_sizes[i]}.")
+  seen = 0
+  for i in (d for d in range(updates.ndim) if d not in uwd):
+    if updates.shape[i] != indices.shape[seen]:
+      raise TypeError(f"Bounds of the scatter dimensions of updates must be the same as the "
+                      f"bounds of the corresponding dimensions of scatter indices. For "
+                      f"scatter dimension {i}, updates bound is {updates.shape[i]}, indices "
+                      f"bound is {indices.shape[seen]}.")
+    seen += 1
+  return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
+
+
+def _scatter_attrs(dn: ScatterDimensionNumbers, index_vector_dim: int) -> str:
+  fields = [("update_window_dims", dn.update_window_dims),
+            ("inserted_window_dims", dn.inserted_window_dims),
+            ("input_batching_dims", dn.operand_batching_dims),
+            ("scatter_indices_batching_dims", dn.scatter_indices_batching_dims),
+            ("scatter_dims_to_operand_dims", dn.scatter_dims_to_operand_dims)]
+  body = ", ".join(f"{k} = [{', '.join(map(str, v))}]" for k, v in fields if v)
+  body = f"{body}, " if body else ""
+  return f"#stablehlo.scatter<{body}index_vector_dim = {index_vector_dim}>"
+
+
+def _clamp_scatter_indices(ctx, indices, x_aval, i_aval, u_aval, dn) -> str:
+  """Clamps each index vector so that its window is in bounds (JAX's
+  `_clamp_scatter_indices`)."""
+  sizes, pos = [], 0
+  for i in range(x_aval.ndim):
+    if i in dn.inserted_window_dims or i in dn.operand_batching_dims:
+      sizes.append(1)
+    else:
+      sizes.append(u_aval.shape[dn.update_window_dims[pos]])
+      pos += 1
+  top = np.iinfo(i_aval.dtype).max
+  upper = np.asarray([min(x_aval.shape[d] - sizes[d], top)
+                      for d in dn.scatter_dims_to_operand_dims], i_aval.dtype)
+  vec = ShapedArray(upper.shape, i_aval.dtype)
+  hi = _emit_broadcast(ctx, _emit_constant_array(ctx, upper), vec, i_aval.shape,
+                       (i_aval.ndim - 1,))
+  scalar = ShapedArray((), i_aval.dtype)
+  lo = _emit_broadcast(ctx, ctx.constant(0, scalar), scalar, i_aval.shape, ())
+  return ctx.op("stablehlo.clamp", [lo, indices, hi], [i_aval],
+                operand_avals=[i_aval, i_aval, i_aval])[0]
+
+
+def _scatter_lowering(combine, ctx, operand, indices, updates, *, dimension_numbers,
+                      indices_are_sorted, unique_indices, mode):
+  x_aval, i_aval, u_aval = ctx.avals_in
+  dn = dimension_numbers
+  if mode is GatherScatterMode.CLIP and dn.scatter_dims_to_operand_dims:
+    indices = _clamp_scatter_indices(ctx, indices, x_aval, i_aval, u_aval, dn)
+  scalar = ShapedArray((), x_aval.dtype)
+  body = ctx.region([scalar, scalar], [scalar], lambda a, b: [combine(ctx, scalar, a, b)])
+  attrs = (f"indices_are_sorted = {str(bool(indices_are_sorted)).lower()}, "
+           f"scatter_dimension_numbers = {_scatter_attrs(dn, i_aval.ndim - 1)}, "
+           f"unique_indices = {str(bool(unique_indices)).lower()}")
+  return ctx.op("stablehlo.scatter", [operand, indices, updates], attrs=attrs, regions=[body])
+
+
+def _combiner(op: str, bool_op: str | None = None):
+  def combine(ctx, scalar, a, b):
+    name = bool_op if scalar.dtype == dtypes.bool_ and bool_op else op
+    return ctx.elementwise(name, a, b, aval=scalar)
+  return combine
+
+
+_scatter_dtypes = {
+    "scatter": utils.any_dtype, "scatter-add": utils.any_dtype,
+    "scatter-mul": utils.any_dtype, "scatter-sub": utils.number,
+    "scatter-min": (utils._bool, utils._int, utils._float),
+    "scatter-max": (utils._bool, utils._int, utils._float),
+}
+
+
+def _scatter_primitive(name: str, combine) -> Primitive:
+  p = Primitive(name)
+  p.def_abstract_eval(partial(_scatter_abstract_eval, name, _scatter_dtypes[name]))
+  lowering.register_lowering(p, partial(_scatter_lowering, combine))
+  return p
+
+
+# One line per primitive: the region. On bool, add is OR and mul is AND (as for reductions).
+scatter_p = _scatter_primitive("scatter", lambda ctx, scalar, a, b: b)
+scatter_add_p = _scatter_primitive("scatter-add", _combiner("stablehlo.add", "stablehlo.or"))
+scatter_sub_p = _scatter_primitive("scatter-sub", _combiner("stablehlo.subtract"))
+scatter_mul_p = _scatter_primitive("scatter-mul",
+                                   _combiner("stablehlo.multiply", "stablehlo.and"))
+scatter_min_p = _scatter_primitive("scatter-min", _combiner("stablehlo.minimum", "stablehlo.and"))
+scatter_max_p = _scatter_primitive("scatter-max", _combiner("stablehlo.maximum", "stablehlo.or"))
+
+
+def _scatter_wrapper(p: Primitive, what: str, dtypes_doc: str):
+  def f(operand: Any, scatter_indices: Any, updates: Any,
+        dimension_numbers: ScatterDimensionNumbers, *, indices_are_sorted: bool = False,
+        unique_indices: bool = False, mode: "str | GatherScatterMode | None" = None) -> Any:
+    operand, updates = utils.convert_scalars(operand, updates)
+    return p.bind(operand, scatter_indices, updates,
+                  dimension_numbers=_canonical_dnums(ScatterDimensionNumbers,
+                                                     dimension_numbers),
+                  indices_are_sorted=bool(indices_are_sorted),
+                  unique_indices=bool(unique_indices), mode=GatherScatterMode.from_any(mode))
+  f.__name__ = f.__qualname__ = p.name.replace("-", "_")
+  f.__doc__ = f"""XLA's Scatter that {what} (`jax.lax.{f.__name__}`).
+
+  Prefer `x.at[idx]` (NumPy indexing), which builds the dimension numbers.
+
+  Args:
+    operand: array `T[*s]`; T {dtypes_doc}.
+    scatter_indices: integer array `I[*b, k]`; the last dimension is the index vector, of
+      length `k = len(dimension_numbers.scatter_dims_to_operand_dims)`.
+    updates: array `T[*u]` of rank `len(b) + len(update_window_dims)`: the scatter dims
+      have the sizes of `b`, the window dims at most the operand's.
+    dimension_numbers: a `ScatterDimensionNumbers`.
+    indices_are_sorted, unique_indices: promises that may speed up the computation (the
+      result is undefined if they are false).
+    mode: out-of-bounds handling; None means FILL_OR_DROP (windows partly out of bounds are
+      dropped), 'clip' clamps the indices so the windows fit, 'promise_in_bounds' leaves it
+      to XLA (which drops them).
+
+  Returns:
+    `T[*s]`, weakly typed if `operand` is. Repeated indices all apply (in an unspecified
+    order).
+
+  Raises:
+    ValueError: if the indices are not integers or `mode` is unknown.
+    TypeError: if the dtypes differ or are not accepted, or the dimension numbers do not fit
+      the shapes (JAX's messages).
+  """
+  return f
+
+
+scatter = _scatter_wrapper(scatter_p, "overwrites the operand with the updates",
+                           "any dtype")
+scatter_add = _scatter_wrapper(scatter_add_p, "adds the updates to the operand",
+                               "any dtype (OR for bool)")
+scatter_sub = _scatter_wrapper(scatter_sub_p, "subtracts the updates from the operand",
+                               "a number type (not bool)")
+scatter_mul = _scatter_wrapper(scatter_mul_p, "multiplies the operand by the updates",
+                               "any dtype (AND for bool)")
+scatter_min = _scatter_wrapper(scatter_min_p, "takes the minimum of operand and updates",
+                               "bool, integer or floating")
+scatter_max = _scatter_wrapper(scatter_max_p, "takes the maximum of operand and updates",
+                               "bool, integer or floating")

@@ -43,13 +43,33 @@ def check_dtype(name: str, aval: ShapedArray, accepted, pos: int | None = None) 
                   f"are subtypes of {kinds}.")
 
 
+# The jax.numpy function that does what each lax function does with type promotion (the
+# correspondence JAX's messages use); lax functions without one get no tip.
+_JNP_EQUIVALENT = {
+    "abs": "fabs", "acos": "arccos", "acosh": "arccosh", "add": "add", "asin": "arcsin",
+    "asinh": "arcsinh", "atan": "arctan", "atan2": "arctan2", "atanh": "arctanh",
+    "bitwise_and": "bitwise_and", "bitwise_not": "bitwise_not", "bitwise_or": "bitwise_or",
+    "bitwise_xor": "bitwise_xor", "cbrt": "cbrt", "ceil": "ceil",
+    "concatenate": "concatenate", "cos": "cos", "cosh": "cosh", "div": "divide",
+    "eq": "equal", "exp": "exp", "expm1": "expm1", "floor": "floor", "log": "log",
+    "log1p": "log1p", "max": "maximum", "min": "minimum", "mul": "multiply",
+    "ne": "not_equal", "neg": "negative", "nextafter": "nextafter", "pow": "float_power",
+    "round": "round", "select": "where", "shift_left": "left_shift",
+    "shift_right_logical": "right_shift", "shift_right_arithmetic": "right_shift",
+    "sign": "sign", "sin": "sin", "sinh": "sinh", "sqrt": "sqrt", "sub": "subtract",
+    "tan": "tan", "tanh": "tanh",
+}
+
+
 def check_same_dtypes(name: str, avals: Sequence[ShapedArray]) -> None:
-  """Raises JAX's TypeError unless all `avals` share one dtype."""
+  """Raises JAX's TypeError unless all `avals` share one dtype (with a tip naming the
+  promoting jax.numpy function when there is one)."""
   if len({a.dtype for a in avals}) > 1:
     got = ", ".join(a.dtype.name for a in avals)
-    raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got {got}. "
-                    f"(Tip: jnp.{name} is a similar function that does automatic type "
-                    f"promotion on inputs).")
+    jnp_name = _JNP_EQUIVALENT.get(name)
+    tip = (f" (Tip: jnp.{jnp_name} is a similar function that does automatic type promotion "
+           f"on inputs)." if jnp_name else "")
+    raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got {got}.{tip}")
 
 
 def broadcasting_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ...]:

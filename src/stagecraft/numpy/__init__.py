@@ -23,6 +23,21 @@ from stagecraft.numpy.lax_numpy import (abs, absolute, acos, acosh, add, arange,
 from stagecraft.numpy.reductions import (all, amax, amin, any, argmax, argmin, max, mean, min,
                                          prod, std, sum, var)
 from stagecraft.numpy.contractions import dot, einsum, matmul, tensordot, vdot
+from stagecraft.numpy.reductions import (average, count_nonzero, cumprod, cumproduct,  # noqa
+                                         cumsum, cumulative_prod, cumulative_sum, nanargmax,
+                                         nanargmin, nancumprod, nancumsum, nanmax, nanmean,
+                                         nanmin, nanprod, nanstd, nansum, nanvar, ptp)
+from stagecraft.numpy.contractions import (convolve, correlate, cross, einsum_path,  # noqa
+                                           inner, kron, matvec, outer, vecdot, vecmat)
+from stagecraft.numpy.sorting import *  # noqa: F401,F403
+from stagecraft.numpy.setops import *  # noqa: F401,F403
+from stagecraft.numpy.statistics import *  # noqa: F401,F403
+from stagecraft.numpy.polynomial import *  # noqa: F401,F403
+from stagecraft.numpy.index_tricks import *  # noqa: F401,F403
+from stagecraft.numpy.window_functions import *  # noqa: F401,F403
+from stagecraft.numpy import fft, linalg  # noqa: F401  (submodules)
+from stagecraft.numpy.indexing import (argwhere, flatnonzero, nonzero, put, take,  # noqa: F401
+                                       take_along_axis, where)
 from stagecraft.numpy.scalar_types import *  # noqa: F401,F403
 from stagecraft.numpy import array_methods as _array_methods  # noqa: F401  (attaches methods)
 from stagecraft.runtime.array import Array as ndarray

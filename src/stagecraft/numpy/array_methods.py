@@ -67,6 +67,7 @@ _methods = {
     "min": reductions.min, "mean": reductions.mean, "var": reductions.var,
     "std": reductions.std, "all": reductions.all, "any": reductions.any,
     "argmax": reductions.argmax, "argmin": reductions.argmin,
+    "at": property(indexing._IndexUpdateHelper),
 }
 
 

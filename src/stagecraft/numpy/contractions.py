@@ -83,7 +83,7 @@ def vdot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=N
   """Dot product of the flattened inputs (the first conjugated for complex inputs)."""
   a, b = jnp.ravel(asarray(a)), jnp.ravel(asarray(b))
   if dtypes.is_complex(_dtype(a)):
-    raise NotImplementedError("vdot of complex arrays needs conj (not available yet).")
+    a = jnp.conjugate(a)
   return dot(a, b, precision=precision, preferred_element_type=preferred_element_type)
 
 
@@ -186,3 +186,198 @@ def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_elemen
       c for c in sb if c not in sa)
   perm = tuple(rspec.index(c) for c in out)
   return lax.transpose(r, perm) if perm != tuple(range(len(perm))) else r
+
+
+def einsum_path(subscripts: str, *operands: ArrayLike, optimize: str | bool = "auto"):
+  """The contraction order `einsum` would use: opt_einsum's `(path, report)`.
+
+  Args:
+    subscripts, operands: as for `einsum` (only the shapes of the operands are used).
+    optimize: 'auto', 'greedy', 'optimal', True ('optimal') or False (left to right).
+  """
+  shapes = [_shape(asarray(o)) if not hasattr(o, "shape") else tuple(o.shape) for o in operands]
+  if optimize is True:
+    optimize = "optimal"
+  elif optimize is False:
+    optimize = [(0, 1)] * (len(shapes) - 1) or [(0,)]
+  return opt_einsum.contract_path(subscripts, *shapes, shapes=True, optimize=optimize)
+
+
+def outer(a: ArrayLike, b: ArrayLike, out: None = None):
+  """The outer product of the flattened inputs: `[m] x [n] -> [m, n]` (logical AND for
+  bool)."""
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.outer is not supported.")
+  a, b = jnp.ravel(asarray(a)), jnp.ravel(asarray(b))
+  return jnp.multiply(jnp.expand_dims(a, 1), jnp.expand_dims(b, 0))
+
+
+def inner(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None):
+  """Sum of products over the last axes: `[*a, k] x [*b, k] -> [*a, *b]` (a product for
+  scalars).
+
+  Raises:
+    ValueError: if the last dimensions differ.
+  """
+  a, b = jnp.promote_dtypes(asarray(a), asarray(b))
+  if not _shape(a) or not _shape(b):
+    return jnp.multiply(a, b)
+  if _shape(a)[-1] != _shape(b)[-1]:
+    raise ValueError(f"inner: the last dimensions differ: {_shape(a)} and {_shape(b)}.")
+  return _dot(a, b, ((len(_shape(a)) - 1,), (len(_shape(b)) - 1,)), precision=precision,
+              preferred_element_type=preferred_element_type)
+
+
+def kron(a: ArrayLike, b: ArrayLike):
+  """The Kronecker product: blocks `a[i, j] * b`, shape `a.shape * b.shape` (after left-
+  padding the smaller rank with 1s).
+
+  Raises:
+    TypeError: for bool inputs (as jax.numpy).
+  """
+  a, b = (asarray(v) for v in jnp.promote_dtypes(asarray(a), asarray(b)))
+  na, nb = len(_shape(a)), len(_shape(b))
+  if na < nb:
+    a = jnp.reshape(a, (1,) * (nb - na) + _shape(a))
+  elif nb < na:
+    b = jnp.reshape(b, (1,) * (na - nb) + _shape(b))
+  nd = len(_shape(a))
+  big = tuple(d for pair in zip(_shape(a), _shape(b)) for d in pair)
+  ab = lax.broadcast_in_dim(a, big, tuple(range(0, 2 * nd, 2)))
+  bb = lax.broadcast_in_dim(b, big, tuple(range(1, 2 * nd, 2)))
+  return jnp.reshape(lax.mul(ab, bb), tuple(x * y for x, y in zip(_shape(a), _shape(b))))
+
+
+def cross(a: ArrayLike, b: ArrayLike, axisa: int = -1, axisb: int = -1, axisc: int = -1,
+          axis: int | None = None):
+  """The cross product of 2- or 3-vectors along the given axes (broadcast elsewhere); for
+  two 2-vectors, the scalar z-component.
+
+  Raises:
+    ValueError: if a vector dimension is neither 2 nor 3.
+    TypeError: for bool inputs.
+  """
+  if axis is not None:
+    axisa = axisb = axisc = axis
+  a = jnp.moveaxis(asarray(a), axisa, -1)
+  b = jnp.moveaxis(asarray(b), axisb, -1)
+  if _shape(a)[-1] not in (2, 3) or _shape(b)[-1] not in (2, 3):
+    raise ValueError("Dimension must be either 2 or 3 for cross product")
+
+  def comp(x, i):
+    return x[..., i] if i < _shape(x)[-1] else jnp.zeros_like(x[..., 0])
+
+  a0, a1, a2 = (comp(a, i) for i in range(3))
+  b0, b1, b2 = (comp(b, i) for i in range(3))
+  sub, mul = jnp.subtract, jnp.multiply
+  if _shape(a)[-1] == 2 and _shape(b)[-1] == 2:
+    return sub(mul(a0, b1), mul(a1, b0))
+  c = jnp.stack(jnp.broadcast_arrays(sub(mul(a1, b2), mul(a2, b1)),
+                                     sub(mul(a2, b0), mul(a0, b2)),
+                                     sub(mul(a0, b1), mul(a1, b0))))
+  return jnp.moveaxis(c, 0, axisc)
+
+
+def vecdot(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1, precision=None,
+           preferred_element_type=None):
+  """The (conjugated) dot product of vectors along `axis`, broadcasting the other axes:
+  `sum(conj(x1) * x2, axis)`.
+
+  Raises:
+    ValueError: if the vector dimensions differ.
+  """
+  x1, x2 = jnp.promote_dtypes(asarray(x1), asarray(x2))
+  x1, x2 = jnp.moveaxis(x1, axis, -1), jnp.moveaxis(x2, axis, -1)
+  if _shape(x1)[-1] != _shape(x2)[-1]:
+    raise ValueError(f"vecdot: vector dimensions differ: {_shape(x1)} and {_shape(x2)}.")
+  return jnp.squeeze(jnp.squeeze(matmul(jnp.expand_dims(jnp.conjugate(x1), -2),
+                                        jnp.expand_dims(x2, -1), precision=precision,
+                                        preferred_element_type=preferred_element_type),
+                                 -1), -1)
+
+
+def matvec(x1: ArrayLike, x2: ArrayLike, /):
+  """Matrix-vector product with broadcast batches: `[..., m, n] x [..., n] -> [..., m]`."""
+  return jnp.squeeze(matmul(x1, jnp.expand_dims(asarray(x2), -1)), -1)
+
+
+def vecmat(x1: ArrayLike, x2: ArrayLike, /):
+  """Vector-matrix product `conj(x1) @ x2` with broadcast batches:
+  `[..., m] x [..., m, n] -> [..., n]`."""
+  return jnp.squeeze(matmul(jnp.expand_dims(jnp.conjugate(asarray(x1)), -2), x2), -2)
+
+
+def _conv(x, y, mode, op, precision, preferred_element_type):
+  x, y = asarray(x), asarray(y)
+  if len(_shape(x)) != 1 or len(_shape(y)) != 1:
+    raise ValueError(f"{op}() only support 1-dimensional inputs.")
+  if preferred_element_type is None:
+    x, y = (asarray(v) for v in jnp.promote_dtypes_inexact(x, y))
+  else:
+    x, y = (asarray(v) for v in jnp.promote_dtypes(x, y))
+  if _shape(x)[0] == 0 or _shape(y)[0] == 0:
+    raise ValueError(f"{op}: inputs cannot be empty, got shapes {_shape(x)} and {_shape(y)}.")
+  reverse = False
+  if op == "correlate":
+    y = jnp.conjugate(y)
+    if _shape(x)[0] < _shape(y)[0]:
+      x, y, reverse = y, x, True
+  elif _shape(x)[0] < _shape(y)[0]:
+    x, y = y, x
+  if op == "convolve":
+    y = jnp.flip(y)
+  m = _shape(y)[0]
+  if mode == "valid":
+    padding = (0, 0)
+  elif mode == "same":
+    padding = (m // 2, m - m // 2 - 1)
+  elif mode == "full":
+    padding = (m - 1, m - 1)
+  else:
+    raise ValueError("mode must be one of ['full', 'same', 'valid']")
+  out = _correlate_valid(jnp.pad(x, [padding]), y, precision, preferred_element_type)
+  return jnp.flip(out) if reverse else out
+
+
+def _correlate_valid(x, y, precision, preferred_element_type):
+  """`out[i] = sum_j x[i + j] * y[j]` for the `n - m + 1` full overlaps: one
+  `conv_general_dilated` (real dtypes), or a windowed dot product (complex, which XLA's CPU
+  convolution does not take)."""
+  n, m = _shape(x)[0], _shape(y)[0]
+  if not dtypes.is_complex(_dtype(x)) and hasattr(lax, "conv_general_dilated"):
+    out = lax.conv_general_dilated(jnp.reshape(x, (1, 1, n)), jnp.reshape(y, (1, 1, m)), (1,),
+                                   [(0, 0)], precision=precision,
+                                   preferred_element_type=preferred_element_type)
+    return jnp.reshape(out, (n - m + 1,))
+  # Windows as a [n - m + 1, m] matrix built from m shifted slices, then a matvec.
+  k = n - m + 1
+  win = jnp.stack([jnp._slice_axis(x, j, j + k, 0) for j in range(m)], axis=1)
+  return _dot(win, y, ((1,), (0,)), precision=precision,
+              preferred_element_type=preferred_element_type)
+
+
+def convolve(a: ArrayLike, v: ArrayLike, mode: str = "full", *, precision=None,
+             preferred_element_type=None):
+  """Discrete linear convolution of 1-D arrays: `out[k] = sum_j a[j] * v[k - j]`.
+
+  Args:
+    a: `[n]`; v: `[m]` (integers promote to the default float unless
+      `preferred_element_type` is given).
+    mode: 'full' (`n + m - 1` outputs), 'same' (`max(n, m)`) or 'valid'
+      (`max(n, m) - min(n, m) + 1`).
+
+  Raises:
+    ValueError: for non-1-D or empty inputs, or an unknown mode.
+  """
+  return _conv(a, v, mode, "convolve", precision, preferred_element_type)
+
+
+def correlate(a: ArrayLike, v: ArrayLike, mode: str = "valid", *, precision=None,
+              preferred_element_type=None):
+  """Cross-correlation of 1-D arrays: `out[k] = sum_j a[j + k] * conj(v[j])` (modes as in
+  `convolve`; default 'valid').
+
+  Raises:
+    ValueError: for non-1-D or empty inputs, or an unknown mode.
+  """
+  return _conv(a, v, mode, "correlate", precision, preferred_element_type)

@@ -1,10 +1,22 @@
-"""Basic indexing (`x[...]`): integers, slices (any step), None and Ellipsis, with static
-`slice`/`rev` and, for traced integer indices, `dynamic_slice`. Advanced (array) indexing is
-a later issue and raises a clear IndexError."""
+"""NumPy indexing: `x[idx]` (basic and advanced), the `x.at[idx]` updates, and the index
+functions `take`, `take_along_axis`, `put`, `nonzero`, `argwhere`, `flatnonzero` and the
+one-argument `where`.
+
+Basic indices (integers, slices, None, Ellipsis, scalar integer arrays) become static
+`slice`/`rev` and, for traced integers, `dynamic_slice`, as in jax.numpy. Everything else
+becomes one `gather` (reads) or `scatter` (updates), built as JAX's `_index_to_gather` builds
+it: integer arrays broadcast together and their dimensions replace the indexed ones, in
+place when the advanced indices are adjacent in the index tuple and at the front otherwise
+(NumPy's rule); slices become offset dimensions (step 1) or index arrays (other steps).
+Boolean masks must be concrete (NumPy arrays, or Arrays outside a trace): they become integer
+arrays (`numpy.nonzero`) when the index is built, also under jit. Out-of-bounds indices follow
+jax.numpy: reads clamp (or fill, with `mode='fill'`), updates drop; static out-of-bounds
+integers raise IndexError.
+"""
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -13,66 +25,152 @@ from stagecraft.core import Tracer
 from stagecraft.numpy import lax_numpy as jnp
 from stagecraft.runtime.array import Array
 
+__all__ = ["take", "take_along_axis", "put", "nonzero", "argwhere", "flatnonzero", "where",
+           "NonConcreteBooleanIndexError"]
 
-def _is_int_index(i) -> bool:
-  if isinstance(i, (bool, np.bool_)):
-    return False
-  if isinstance(i, (int, np.integer)):
-    return True
-  if isinstance(i, (Array, np.ndarray)) and i.ndim == 0 and dtypes.is_integer(i.dtype):
-    return True
-  return False
+ArrayLike = Any
+_index_dtype = np.dtype(np.int32)
 
 
-def _is_traced_int(i) -> bool:
-  return isinstance(i, Tracer) and i.ndim == 0 and dtypes.is_integer(i.dtype)
+class NonConcreteBooleanIndexError(IndexError):
+  """A boolean mask that is traced (its values unknown) was used as an index.
 
+  The shape of `x[mask]` is the number of True values, so it must be known when the
+  function is traced. Failing example::
 
-def _advanced_error(i) -> IndexError:
-  what = type(i).__name__
-  if hasattr(i, "shape"):
-    what = f"an array of shape {tuple(i.shape)} and dtype {np.dtype(i.dtype).name}"
-  return IndexError(
-      f"Only integers, slices (`:`), ellipsis (`...`), None (`newaxis`) and scalar integer "
-      f"arrays are valid indices here; got {what}. Advanced indexing with integer or boolean "
-      f"arrays is not supported yet: use stagecraft.lax.dynamic_slice for traced offsets.")
+    @stagecraft.jit
+    def sum_of_positive(x):
+      return x[x > 0].sum()          # NonConcreteBooleanIndexError
 
-
-def getitem(x: Any, idx: Any):
-  """`x[idx]` for basic indices.
-
-  Raises:
-    IndexError: for out-of-bounds static integers, too many indices, several ellipses, or
-      advanced (array) indices.
+  Fixes: keep the shape and zero the rest, `jnp.where(x > 0, x, 0).sum()`; or ask for at
+  most N indices with a static size, `x[jnp.nonzero(x > 0, size=N)]`; or make the mask a
+  NumPy array (a constant).
   """
-  x = jnp.asarray(x)
+
+
+# ---------------------------------------------------------------------------
+# Parsing: each index becomes (kind, value).
+
+_NONE, _ELLIPSIS, _SLICE, _INT, _BOOL, _ARRAY = "none", "ellipsis", "slice", "int", "bool", "array"
+
+
+def _non_tuple_error(idx) -> TypeError:
+  unpack = any((isinstance(i, (np.ndarray, Array, Tracer)) and np.ndim(i) != 0)
+               or isinstance(i, (Sequence, slice)) or i is Ellipsis or i is None for i in idx)
+  fix = "`arr[tuple(seq)]`" if unpack else "`arr[array(seq)]`"
+  return TypeError(f"Using a non-tuple sequence for multidimensional indexing is not allowed; "
+                   f"use {fix} instead of `arr[seq]` (as jax.numpy requires).")
+
+
+def _has_traced(seq) -> bool:
+  if isinstance(seq, (list, tuple)):
+    return any(_has_traced(s) for s in seq)
+  return isinstance(seq, (Tracer, Array))
+
+
+def _classify(i, position: int):
+  if i is None:
+    return _NONE, None
+  if i is Ellipsis:
+    return _ELLIPSIS, None
+  if isinstance(i, slice):
+    for v in (i.start, i.stop, i.step):
+      if v is not None and (isinstance(v, Tracer) or not hasattr(v, "__index__")):
+        raise IndexError(f"Slice entries must be static integers. Got {i} at position "
+                         f"{position}. Use lax.dynamic_slice for traced bounds.")
+    return _SLICE, slice(*(None if v is None else operator.index(v)
+                           for v in (i.start, i.stop, i.step)))
+  if isinstance(i, (bool, np.bool_)):
+    return _BOOL, np.asarray(i)
+  if isinstance(i, (int, np.integer)):
+    return _INT, int(i)
+  if isinstance(i, str):
+    raise TypeError(f"stagecraft does not support string indexing; got idx={i!r}")
+  if isinstance(i, (list, tuple)):
+    if not i:
+      return _ARRAY, np.zeros((0,), _index_dtype)   # NB: [] would be float64 in NumPy
+    i = jnp.array(i) if _has_traced(i) else np.asarray(i)
+  if isinstance(i, (np.ndarray, Array, Tracer)):
+    dt = np.dtype(i.dtype)
+    if dt == dtypes.bool_:
+      return _BOOL, i
+    if dtypes.is_integer(dt):
+      return _ARRAY, i
+    raise TypeError(f"Indexer must have integer or boolean type, got indexer with type "
+                    f"{dt.name} at position {position}.")
+  if isinstance(i, (float, complex, np.generic)):
+    raise TypeError(f"Indexer must have integer or boolean type, got indexer with type "
+                    f"{np.dtype(type(i)).name} at position {position}.")
+  raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), newaxis (`None`) and "
+                   f"integer or boolean arrays are valid indices. Got {i!r} at position "
+                   f"{position}.")
+
+
+def _parse(idx, shape) -> list[tuple[str, Any]]:
+  """The index as a list of (kind, value), one per entry; checks the counts."""
+  if not isinstance(idx, tuple):
+    if isinstance(idx, Sequence) and not isinstance(idx, str):
+      raise _non_tuple_error(idx)
+    idx = (idx,)
+  entries = [_classify(i, k) for k, i in enumerate(idx)]
+  if sum(1 for k, _ in entries if k == _ELLIPSIS) > 1:
+    raise IndexError("an index can only have a single ellipsis ('...')")
+  consumed = sum(np.ndim(v) if k == _BOOL else 1 for k, v in entries
+                 if k not in (_NONE, _ELLIPSIS))
+  if consumed > len(shape):
+    raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, but "
+                     f"{consumed} were indexed")
+  return entries
+
+
+def _check_static_ints(entries, shape, normalize_indices: bool) -> None:
+  """IndexError for out-of-bounds static integers (NumPy's message)."""
+  nd = len(shape)
+  consumed = sum(np.ndim(v) if k == _BOOL else 1 for k, v in entries
+                 if k not in (_NONE, _ELLIPSIS))
+  axis = 0
+  for kind, v in entries:
+    if kind == _ELLIPSIS:
+      axis += nd - consumed
+    elif kind == _BOOL:
+      axis += np.ndim(v)
+    elif kind != _NONE:
+      if kind == _INT:
+        n = shape[axis]
+        wrapped = v + n if normalize_indices and v < 0 else v
+        if not 0 <= wrapped < n:
+          raise IndexError(f"index {v} is out of bounds for axis {axis} with size {n}")
+      axis += 1
+
+
+def _is_basic(entries) -> bool:
+  return all(k in (_NONE, _ELLIPSIS, _SLICE, _INT) or (k == _ARRAY and np.ndim(v) == 0)
+             for k, v in entries)
+
+
+# ---------------------------------------------------------------------------
+# Basic indexing: static slices, rev, dynamic_slice for traced scalars.
+
+
+def _basic_take(x, entries, normalize_indices: bool):
   shape = x.shape
   nd = len(shape)
-  if not isinstance(idx, tuple):
-    idx = (idx,)
-  n_ellipsis = sum(1 for i in idx if i is Ellipsis)
-  if n_ellipsis > 1:
-    raise IndexError("an index can only have a single ellipsis ('...')")
-  consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
-  if consumed > nd:
-    raise IndexError(f"too many indices for array: array is {nd}-dimensional, but "
-                     f"{consumed} were indexed")
-  if n_ellipsis:
-    k = idx.index(Ellipsis)
-    idx = idx[:k] + (slice(None),) * (nd - consumed) + idx[k + 1:]
+  consumed = sum(1 for k, _ in entries if k not in (_NONE, _ELLIPSIS))
+  if any(k == _ELLIPSIS for k, _ in entries):
+    k = next(j for j, (kind, _) in enumerate(entries) if kind == _ELLIPSIS)
+    entries = entries[:k] + [(_SLICE, slice(None))] * (nd - consumed) + entries[k + 1:]
   else:
-    idx = idx + (slice(None),) * (nd - consumed)
+    entries = entries + [(_SLICE, slice(None))] * (nd - consumed)
 
   start, limit, stride = [0] * nd, list(shape), [1] * nd
-  rev_dims, squeeze_dims, dynamic = [], [], []
-  out_shape = []
+  rev_dims, squeeze_dims, dynamic, out_shape = [], [], [], []
   dim = 0
-  for i in idx:
-    if i is None:
+  for kind, i in entries:
+    if kind == _NONE:
       out_shape.append(1)
       continue
     n = shape[dim]
-    if isinstance(i, slice):
+    if kind == _SLICE:
       st, sp, step = i.indices(n)
       length = len(range(st, sp, step))
       if step < 0:
@@ -81,18 +179,16 @@ def getitem(x: Any, idx: Any):
       start[dim], stride[dim] = st, step
       limit[dim] = st + (length - 1) * step + 1 if length else st
       out_shape.append(length)
-    elif _is_int_index(i):
-      k = operator.index(i) if not isinstance(i, Array) else int(i)
-      if not -n <= k < n:
+    elif kind == _INT or not isinstance(i, Tracer):   # static scalar (NumPy/Array 0-d too)
+      k = int(i)
+      wrapped = k + n if normalize_indices and k < 0 else k
+      if not 0 <= wrapped < n:
         raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
-      k %= n
-      start[dim], limit[dim] = k, k + 1
-      squeeze_dims.append(dim)
-    elif _is_traced_int(i):
-      dynamic.append((dim, i))
+      start[dim], limit[dim] = wrapped, wrapped + 1
       squeeze_dims.append(dim)
     else:
-      raise _advanced_error(i)
+      dynamic.append((dim, i))
+      squeeze_dims.append(dim)
     dim += 1
 
   out = x
@@ -107,8 +203,9 @@ def getitem(x: Any, idx: Any):
     sizes = list(cur)
     for d, i in dynamic:
       i = lax.convert_element_type(i, dtypes.int32) if i.dtype != dtypes.int32 else i
-      # NB: negative indices count from the end, as NumPy; dynamic_slice then clamps.
-      starts[d] = lax.select(lax.lt(i, np.int32(0)), lax.add(i, np.int32(cur[d])), i)
+      if normalize_indices:   # NB: negative counts from the end; dynamic_slice then clamps
+        i = lax.select(lax.lt(i, np.int32(0)), lax.add(i, np.int32(cur[d])), i)
+      starts[d] = i
       sizes[d] = 1
     # Already wrapped once above: lax must not wrap again (x[-7] of size 5 clamps to 0).
     out = lax.dynamic_slice(out, starts, tuple(sizes), allow_negative_indices=False)
@@ -117,3 +214,780 @@ def getitem(x: Any, idx: Any):
   if tuple(out.shape) != tuple(out_shape):   # inserts the None (newaxis) dimensions
     out = lax.reshape(out, tuple(out_shape))
   return out
+
+
+# ---------------------------------------------------------------------------
+# Gather indexing (JAX's _index_to_gather), shared by reads and updates.
+
+
+class _GatherIndexer(NamedTuple):
+  slice_shape: tuple[int, ...]          # shape of x[idx] (newaxis dims included)
+  gather_slice_shape: tuple[int, ...]   # slice_sizes of the gather
+  gather_indices: Any                   # int32[*batch, k]
+  dnums: lax.GatherDimensionNumbers
+  unique_indices: bool                  # no advanced index: starts cannot repeat
+  indices_are_sorted: bool
+  reversed_y_dims: tuple[int, ...]      # dims of the gather output to reverse
+  newaxis_dims: tuple[int, ...]         # dims of x[idx] made by None
+  scalar_bool_dims: tuple[int, ...]     # dims inserted into x for scalar bool indices
+
+
+def _bool_error(mask: Tracer, position: int) -> NonConcreteBooleanIndexError:
+  origin = mask._trace.origin_msg(mask)
+  return NonConcreteBooleanIndexError(
+      f"Array boolean indices must be concrete; got a traced {mask.aval.str_short()} at "
+      f"position {position}.{origin} The shape of x[mask] is the number of True values, "
+      f"which is not known when tracing (under jit shapes are static). Use "
+      f"`jnp.where(mask, x, 0)` to keep the shape (zeros where the mask is False), or "
+      f"`jnp.nonzero(mask, size=N)` for at most N indices of static size, or pass the mask "
+      f"as a NumPy array (a constant).")
+
+
+def _expand(shape, entries):
+  """Ellipsis -> full slices; boolean arrays -> integer arrays (`np.nonzero`); a scalar bool
+  -> a new axis of size 1 indexed by `arange(int(b))`. Returns the (expanded) shape, items
+  `(kind, value, position)` each consuming one axis (None: none), and the new axes."""
+  nd = len(shape)
+  consumed = sum(np.ndim(v) if k == _BOOL else 1 for k, v in entries
+                 if k not in (_NONE, _ELLIPSIS))
+  items, new_shape, scalar_bool_dims = [], [], []
+  axis = 0
+  for pos, (kind, v) in enumerate(entries):
+    if kind == _ELLIPSIS:
+      for _ in range(nd - consumed):
+        items.append((_SLICE, slice(None), pos))
+        new_shape.append(shape[axis])
+        axis += 1
+    elif kind == _NONE:
+      items.append((_NONE, None, pos))
+    elif kind == _BOOL and np.ndim(v) == 0:
+      if isinstance(v, Tracer):
+        raise _bool_error(v, pos)
+      scalar_bool_dims.append(len(new_shape))
+      new_shape.append(1)
+      items.append((_ARRAY, np.arange(int(bool(v)), dtype=_index_dtype), pos))
+    elif kind == _BOOL:
+      if isinstance(v, Tracer):
+        raise _bool_error(v, pos)
+      mask = np.asarray(v)
+      want = shape[axis:axis + mask.ndim]
+      if mask.shape != tuple(want):
+        raise IndexError(f"boolean index did not match shape of indexed array in index "
+                         f"{pos}: got {mask.shape}, expected {tuple(want)}")
+      for i in np.nonzero(mask):
+        items.append((_ARRAY, i.astype(_index_dtype), pos))
+        new_shape.append(shape[axis])
+        axis += 1
+    else:
+      items.append((kind, v, pos))
+      new_shape.append(shape[axis])
+      axis += 1
+  for j in range(axis, nd):   # implicit trailing full slices
+    items.append((_SLICE, slice(None), len(entries) + j))
+    new_shape.append(shape[j])
+  return tuple(new_shape), items, tuple(scalar_bool_dims)
+
+
+def _as_index(i, n: int, normalize: bool):
+  """`i` as int32 with negative values wrapped once (NumPy values on the host)."""
+  if isinstance(i, int):
+    return np.asarray(i + n if normalize and i < 0 else i, _index_dtype)
+  if isinstance(i, np.ndarray):
+    i = np.where(i < 0, i + n, i) if normalize and not dtypes.is_unsigned(i.dtype) else i
+    return i.astype(_index_dtype)
+  signed = not dtypes.is_unsigned(i.dtype)
+  i = lax.convert_element_type(i, _index_dtype) if i.dtype != _index_dtype else i
+  if normalize and signed:
+    i = lax.select(lax.lt(i, np.int32(0)), lax.add(i, np.int32(n)), i)
+  return i
+
+
+def _broadcast_indices(arrays):
+  shapes = [tuple(np.shape(a)) for a in arrays]
+  try:
+    shape = tuple(np.broadcast_shapes(*shapes))
+  except ValueError:
+    raise IndexError("shape mismatch: indexing arrays could not be broadcast together with "
+                     "shapes " + " ".join(map(str, shapes))) from None
+  out = []
+  for a in arrays:
+    if tuple(np.shape(a)) == shape:
+      out.append(a)
+    elif isinstance(a, np.ndarray):
+      out.append(np.broadcast_to(a, shape))
+    else:
+      out.append(jnp.broadcast_to(a, shape))
+  return out, shape
+
+
+def _stack_indices(pieces, shape) -> Any:
+  """int32[*shape, len(pieces)]: each piece broadcast from its start dim (JAX's layout)."""
+  if not pieces:
+    return np.zeros((0,), _index_dtype)
+  shape = tuple(shape)
+  if all(isinstance(g, np.ndarray) for g, _ in pieces):
+    cols = [np.broadcast_to(g.reshape((1,) * d + g.shape + (1,) * (len(shape) - d - g.ndim)),
+                            shape) for g, d in pieces]
+    return np.stack(cols, axis=-1).astype(_index_dtype)
+  if len(pieces) == 1:
+    g, _ = pieces[0]
+    return lax.expand_dims(g, (np.ndim(g),))
+  cols = [lax.broadcast_in_dim(g, shape + (1,), tuple(range(d, d + np.ndim(g))))
+          for g, d in pieces]
+  return lax.concatenate(cols, len(shape))
+
+
+def _index_to_gather(shape, entries, normalize_indices: bool = True) -> _GatherIndexer:
+  shape, items, scalar_bool_dims = _expand(shape, entries)
+  any_array = any(k == _ARRAY and np.ndim(v) > 0 for k, v, _ in items)
+  advanced = [j for j, (k, v, _) in enumerate(items)
+              if any_array and k in (_ARRAY, _INT)]
+  positions = sorted({items[j][2] for j in advanced})
+  contiguous = not positions or positions[-1] - positions[0] + 1 == len(positions)
+  x_axes_of = {}
+  x_axis = 0
+  for j, (k, _, _) in enumerate(items):
+    if k != _NONE:
+      x_axes_of[j] = x_axis
+      x_axis += 1
+
+  offset_dims, collapsed_slice_dims, start_index_map = [], [], []
+  pieces, gather_indices_shape = [], []
+  slice_shape, newaxis_dims, reversed_y_dims, gather_slice_shape = [], [], [], []
+  y_axis = collapsed_y_axis = 0
+  for j, (kind, v, _) in enumerate(items):
+    if advanced and j == (advanced[0] if contiguous else 0):
+      arrays, bshape = _broadcast_indices(
+          [_as_index(items[a][1], shape[x_axes_of[a]], normalize_indices) for a in advanced])
+      start_dim = len(gather_indices_shape)
+      pieces.extend((a, start_dim) for a in arrays)
+      gather_indices_shape += bshape
+      start_index_map.extend(x_axes_of[a] for a in advanced)
+      collapsed_slice_dims.extend(x_axes_of[a] for a in advanced)
+      slice_shape += bshape
+      y_axis += len(bshape)
+      collapsed_y_axis += len(bshape)
+    if j in x_axes_of and j in advanced:
+      gather_slice_shape.append(1)
+      continue
+    if kind == _NONE:
+      slice_shape.append(1)
+      newaxis_dims.append(y_axis)
+      y_axis += 1
+      continue
+    n = shape[x_axes_of[j]]
+    if kind in (_INT, _ARRAY):   # a scalar index (no advanced indices around)
+      if n == 0:
+        raise IndexError(f"index is out of bounds for axis {x_axes_of[j]} with size 0")
+      pieces.append((_as_index(v, n, normalize_indices), len(gather_indices_shape)))
+      collapsed_slice_dims.append(x_axes_of[j])
+      gather_slice_shape.append(1)
+      start_index_map.append(x_axes_of[j])
+      continue
+    start, stop, step = v.indices(n)
+    size = len(range(start, stop, step))
+    slice_shape.append(size)
+    if step == 1:
+      if size != n:
+        pieces.append((np.asarray(start, _index_dtype), len(gather_indices_shape)))
+        start_index_map.append(x_axes_of[j])
+      gather_slice_shape.append(size)
+      offset_dims.append(collapsed_y_axis)
+    else:
+      idx = np.arange(start, stop, step, dtype=_index_dtype)
+      if step < 0:   # NB: gather ascending (sorted indices), then reverse, as JAX does
+        reversed_y_dims.append(collapsed_y_axis)
+        idx = idx[::-1].copy()
+      gather_slice_shape.append(1)
+      pieces.append((idx, len(gather_indices_shape)))
+      start_index_map.append(x_axes_of[j])
+      gather_indices_shape.append(size)
+      collapsed_slice_dims.append(x_axes_of[j])
+    collapsed_y_axis += 1
+    y_axis += 1
+
+  dnums = lax.GatherDimensionNumbers(offset_dims=tuple(offset_dims),
+                                     collapsed_slice_dims=tuple(sorted(collapsed_slice_dims)),
+                                     start_index_map=tuple(start_index_map))
+  return _GatherIndexer(tuple(slice_shape), tuple(gather_slice_shape),
+                        _stack_indices(pieces, gather_indices_shape), dnums,
+                        not advanced, not advanced, tuple(reversed_y_dims),
+                        tuple(newaxis_dims), scalar_bool_dims)
+
+
+def _static_fill_value(fill_value):
+  if fill_value is None:
+    return None
+  if isinstance(fill_value, Tracer):
+    raise fill_value._concretization_error(
+        "get", fix="The fill_value argument to indexed get() must be a static scalar (a "
+                   "Python or NumPy scalar).")
+  if np.ndim(fill_value) != 0:
+    raise ValueError("fill_value argument to indexed get() must be a scalar")
+  return np.asarray(fill_value)[()].item()
+
+
+def rewriting_take(x: ArrayLike, idx: Any, *, indices_are_sorted: bool = False,
+                   unique_indices: bool = False, mode: Any = None, fill_value: Any = None,
+                   normalize_indices: bool = True):
+  """`x[idx]`, with the options of `x.at[idx].get(...)` (jax.numpy's `rewriting_take`).
+
+  Raises:
+    IndexError: for out-of-bounds static integers (in the default mode), too many indices,
+      several ellipses, boolean masks of the wrong shape, traced boolean masks
+      (NonConcreteBooleanIndexError) or traced slice bounds.
+    TypeError: for float or string indices, or a non-tuple sequence of indices.
+  """
+  x = jnp.asarray(x)
+  entries = _parse(idx, x.shape)
+  parsed_mode = None if mode is None else lax.GatherScatterMode.from_any(mode)
+  if parsed_mode in (None, lax.GatherScatterMode.PROMISE_IN_BOUNDS):
+    if _is_basic(entries):
+      return _basic_take(x, entries, normalize_indices)
+    _check_static_ints(entries, x.shape, normalize_indices)
+  fill_value = _static_fill_value(fill_value)
+  gi = _index_to_gather(x.shape, entries, normalize_indices)
+  y = x
+  if gi.scalar_bool_dims:
+    y = lax.expand_dims(y, gi.scalar_bool_dims)
+  if 0 in gi.slice_shape:   # as JAX: no gather for an empty result
+    out = lax.full(gi.slice_shape, np.zeros((), x.dtype))
+    return lax.convert_element_type(out, x.dtype, weak_type=True) if x.weak_type else out
+  if np.size(gi.gather_indices):
+    y = lax.gather(y, gi.gather_indices, gi.dnums, gi.gather_slice_shape,
+                   unique_indices=unique_indices or gi.unique_indices,
+                   indices_are_sorted=indices_are_sorted or gi.indices_are_sorted,
+                   mode=parsed_mode, fill_value=fill_value)
+  if gi.reversed_y_dims:
+    y = lax.rev(y, gi.reversed_y_dims)
+  if gi.newaxis_dims:
+    y = lax.expand_dims(y, gi.newaxis_dims)
+  return y
+
+
+def getitem(x: ArrayLike, idx: Any):
+  """`x[idx]`: NumPy basic and advanced indexing with jax.numpy's semantics (see the module
+  docstring; out-of-bounds array indices clamp)."""
+  return rewriting_take(x, idx)
+
+
+# ---------------------------------------------------------------------------
+# Indexed updates: x.at[idx].set(y) and friends.
+
+
+def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool,
+                    unique_indices: bool, mode: Any, normalize_indices: bool):
+  """`x[idx] op= y` out of place (JAX's `_scatter_update`): one scatter of `y` broadcast to
+  the shape of `x[idx]`; the result has the dtype and weak type of `x`."""
+  x = jnp.asarray(x)
+  if (type(y) is int and dtypes.is_integer(x.dtype)
+      and np.iinfo(x.dtype).min <= y <= np.iinfo(x.dtype).max):
+    y = jnp.asarray(y, x.dtype)
+  else:
+    y = jnp.asarray(y)
+  gi = _index_to_gather(x.shape, _parse(idx, x.shape), normalize_indices)
+  if 0 in gi.slice_shape:
+    return x
+  dtype, weak = x.dtype, x.weak_type
+  x, y = jnp.promote_dtypes(x, y)
+  y = jnp.broadcast_to(y, gi.slice_shape)
+  if gi.newaxis_dims:
+    y = lax.squeeze(y, gi.newaxis_dims)
+  if gi.reversed_y_dims:
+    y = lax.rev(y, gi.reversed_y_dims)
+  if gi.scalar_bool_dims:
+    x = lax.expand_dims(x, gi.scalar_bool_dims)
+  dnums = lax.ScatterDimensionNumbers(
+      update_window_dims=gi.dnums.offset_dims, inserted_window_dims=gi.dnums.collapsed_slice_dims,
+      scatter_dims_to_operand_dims=gi.dnums.start_index_map)
+  out = scatter_op(x, gi.gather_indices, y, dnums,
+                   indices_are_sorted=indices_are_sorted or gi.indices_are_sorted,
+                   unique_indices=unique_indices or gi.unique_indices, mode=mode)
+  if gi.scalar_bool_dims:
+    out = lax.squeeze(out, gi.scalar_bool_dims)
+  if out.dtype != dtype or out.weak_type != weak:
+    out = lax.convert_element_type(out, dtype, weak_type=weak)
+  return out
+
+
+class _IndexUpdateHelper:
+  """`x.at`: index it (`x.at[idx]`) to get an `_IndexUpdateRef` with the update methods.
+
+  None of the methods modifies `x`: each returns a new array. Repeated indices all apply for
+  `add`/`multiply`/`min`/`max` (as `np.add.at`); for `set` one of them wins. Out-of-bounds
+  updates are dropped unless `mode='clip'`; `get` clamps out-of-bounds array indices unless
+  `mode='fill'`, and raises IndexError for static out-of-bounds integers (as `x[idx]`)
+  unless `mode` is 'clip' or 'fill'.
+
+  Examples:
+    >>> import stagecraft.numpy as jnp
+    >>> x = jnp.arange(5.0)
+    >>> x.at[jnp.array([1, 1, 3])].add(10.0)
+    Array([ 0., 21.,  2., 13.,  4.], dtype=float32)
+    >>> x.at[10].get(mode='fill', fill_value=-1.0)
+    Array(-1., dtype=float32)
+  """
+  __slots__ = ("array",)
+
+  def __init__(self, array):
+    self.array = array
+
+  def __getitem__(self, index) -> "_IndexUpdateRef":
+    return _IndexUpdateRef(self.array, index)
+
+  def __repr__(self):
+    return f"_IndexUpdateHelper({self.array!r})"
+
+
+class _IndexUpdateRef:
+  """`x.at[idx]`: the update methods, each the pure form of an in-place NumPy update.
+
+  Every method takes the keyword options `indices_are_sorted`, `unique_indices` (promises
+  that may speed up the computation), `mode` ('promise_in_bounds', 'clip', 'drop'/'fill' or
+  a `lax.GatherScatterMode`; updates default to dropping out-of-bounds indices, `get` to
+  clamping them) and `wrap_negative_indices` (default True: negative indices count from the
+  end; False: they are out of bounds).
+  """
+  __slots__ = ("array", "index")
+
+  def __init__(self, array, index):
+    self.array = array
+    self.index = index
+
+  def __repr__(self):
+    return f"_IndexUpdateRef({self.array!r}, {self.index!r})"
+
+  def get(self, *, indices_are_sorted: bool = False, unique_indices: bool = False,
+          mode: Any = None, fill_value: Any = None, wrap_negative_indices: bool = True):
+    """`x[idx]`; with `mode='fill'`, out-of-bounds elements are `fill_value` (default NaN
+    for inexact dtypes, the minimum of signed integers, the maximum of unsigned ones, True
+    for bool)."""
+    return rewriting_take(self.array, self.index, indices_are_sorted=indices_are_sorted,
+                          unique_indices=unique_indices, mode=mode, fill_value=fill_value,
+                          normalize_indices=wrap_negative_indices)
+
+  def _update(self, values, op, indices_are_sorted, unique_indices, mode,
+              wrap_negative_indices):
+    return _scatter_update(self.array, self.index, values, op,
+                           indices_are_sorted=indices_are_sorted,
+                           unique_indices=unique_indices, mode=mode,
+                           normalize_indices=wrap_negative_indices)
+
+  def set(self, values: ArrayLike, *, indices_are_sorted: bool = False,
+          unique_indices: bool = False, mode: Any = None, wrap_negative_indices: bool = True):
+    """`x[idx] = values`, out of place."""
+    return self._update(values, lax.scatter, indices_are_sorted, unique_indices, mode,
+                        wrap_negative_indices)
+
+  def add(self, values: ArrayLike, *, indices_are_sorted: bool = False,
+          unique_indices: bool = False, mode: Any = None, wrap_negative_indices: bool = True):
+    """`x[idx] += values`, out of place; repeated indices accumulate (`np.add.at`)."""
+    return self._update(values, lax.scatter_add, indices_are_sorted, unique_indices, mode,
+                        wrap_negative_indices)
+
+  def subtract(self, values: ArrayLike, *, indices_are_sorted: bool = False,
+               unique_indices: bool = False, mode: Any = None,
+               wrap_negative_indices: bool = True):
+    """`x[idx] -= values`, out of place; repeated indices accumulate."""
+    return self._update(values, lax.scatter_sub, indices_are_sorted, unique_indices, mode,
+                        wrap_negative_indices)
+
+  def multiply(self, values: ArrayLike, *, indices_are_sorted: bool = False,
+               unique_indices: bool = False, mode: Any = None,
+               wrap_negative_indices: bool = True):
+    """`x[idx] *= values`, out of place; repeated indices accumulate."""
+    return self._update(values, lax.scatter_mul, indices_are_sorted, unique_indices, mode,
+                        wrap_negative_indices)
+
+  mul = multiply
+
+  def divide(self, values: ArrayLike, *, indices_are_sorted: bool = False,
+             unique_indices: bool = False, mode: Any = None,
+             wrap_negative_indices: bool = True):
+    """`x[idx] /= values`, out of place (true division: integers give floats, as JAX)."""
+    return jnp.divide(self.array, _scatter_update(
+        jnp.ones_like(self.array), self.index, values, lax.scatter_mul,
+        indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode,
+        normalize_indices=wrap_negative_indices))
+
+  def power(self, values: ArrayLike, *, indices_are_sorted: bool = False,
+            unique_indices: bool = False, mode: Any = None,
+            wrap_negative_indices: bool = True):
+    """`x[idx] **= values`, out of place."""
+    return jnp.power(self.array, _scatter_update(
+        jnp.ones_like(self.array), self.index, values, lax.scatter_mul,
+        indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode,
+        normalize_indices=wrap_negative_indices))
+
+  def min(self, values: ArrayLike, *, indices_are_sorted: bool = False,
+          unique_indices: bool = False, mode: Any = None, wrap_negative_indices: bool = True):
+    """`x[idx] = minimum(x[idx], values)`, out of place; repeated indices accumulate."""
+    return self._update(values, lax.scatter_min, indices_are_sorted, unique_indices, mode,
+                        wrap_negative_indices)
+
+  def max(self, values: ArrayLike, *, indices_are_sorted: bool = False,
+          unique_indices: bool = False, mode: Any = None, wrap_negative_indices: bool = True):
+    """`x[idx] = maximum(x[idx], values)`, out of place; repeated indices accumulate."""
+    return self._update(values, lax.scatter_max, indices_are_sorted, unique_indices, mode,
+                        wrap_negative_indices)
+
+
+# ---------------------------------------------------------------------------
+# take, take_along_axis, put
+
+
+def _canon_axis(axis: int, ndim: int, name: str) -> int:
+  axis = operator.index(axis)
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"{name}: axis {axis} is out of bounds for an array of dimension {ndim}.")
+  return axis % ndim
+
+
+def _int_indices(name: str, indices):
+  indices = jnp.asarray(indices) if isinstance(indices, (list, tuple)) else indices
+  if not isinstance(indices, (np.ndarray, Array, Tracer)):
+    indices = np.asarray(indices)
+  if not dtypes.is_integer(np.dtype(indices.dtype)):
+    raise TypeError(f"{name} indices must be of integer type, got {np.dtype(indices.dtype)}")
+  return indices
+
+
+def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = None,
+         mode: str | None = None, unique_indices: bool = False,
+         indices_are_sorted: bool = False, fill_value: Any = None):
+  """Elements of `a` at `indices` along `axis` (`jax.numpy.take`), one gather.
+
+  Args:
+    a: array `T[*s]`.
+    indices: integer array `I[*i]`; negative values count from the end.
+    axis: the axis taken from; None flattens `a` first.
+    out: unsupported (must be None).
+    mode: 'fill' or None (default: out-of-bounds indices give `fill_value`), 'clip' (clamp
+      into range), 'wrap' (indices modulo the axis size).
+    unique_indices, indices_are_sorted: promises that may speed up the computation.
+    fill_value: static scalar for 'fill' (default NaN for inexact, the minimum of signed
+      integers, the maximum of unsigned ones, True for bool).
+
+  Returns:
+    `T[*s[:axis], *i, *s[axis+1:]]`.
+
+  Raises:
+    NotImplementedError: for `out` or `mode='raise'` (NumPy's default).
+    ValueError: for an unknown mode or an axis out of bounds.
+    IndexError: when taking a non-empty set of indices from an empty axis.
+    TypeError: for non-integer indices.
+
+  Examples:
+    >>> import numpy as np
+    >>> np.asarray(take(np.array([1., 2., 3.], np.float32), np.array([2, -1, 5])))
+    array([ 3.,  3., nan], dtype=float32)
+  """
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.take is not supported.")
+  a = jnp.asarray(a)
+  indices = _int_indices("take", indices)
+  if axis is None:
+    a = jnp.ravel(a)
+    axis = 0
+  else:
+    axis = _canon_axis(axis, a.ndim, "take")
+  n = a.shape[axis]
+  if mode is None or mode == "fill":
+    gather_mode = lax.GatherScatterMode.FILL_OR_DROP
+    indices = _as_index(indices, n, True)
+  elif mode == "raise":
+    raise NotImplementedError("The 'raise' mode to jnp.take is not supported: out-of-bounds "
+                              "indices cannot raise inside a computation. Use 'fill' (the "
+                              "default), 'clip' or 'wrap'.")
+  elif mode == "wrap":
+    indices = _as_index(indices, n, False)   # NB: int32 first: n may not fit the index dtype
+    indices = (np.mod(indices, n) if isinstance(indices, np.ndarray)
+               else jnp.remainder(indices, np.int32(n)))
+    gather_mode = lax.GatherScatterMode.PROMISE_IN_BOUNDS
+  elif mode == "clip":
+    gather_mode = lax.GatherScatterMode.CLIP
+  else:
+    raise ValueError(f"Invalid mode '{mode}' for np.take; expected 'fill', 'clip' or 'wrap'.")
+  idx_shape = tuple(np.shape(indices))
+  slice_sizes = list(a.shape)
+  if n == 0:
+    if int(np.prod(idx_shape)) != 0:
+      raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
+    return a
+  if int(np.prod(idx_shape)) == 0:
+    return jnp.zeros(a.shape[:axis] + idx_shape + a.shape[axis + 1:], a.dtype)
+  slice_sizes[axis] = 1
+  k = len(idx_shape)
+  dnums = lax.GatherDimensionNumbers(
+      offset_dims=tuple(list(range(axis)) + list(range(axis + k, a.ndim + k - 1))),
+      collapsed_slice_dims=(axis,), start_index_map=(axis,))
+  gather_indices = (indices[..., None] if isinstance(indices, np.ndarray)
+                    else lax.expand_dims(indices, (k,)))
+  return lax.gather(a, gather_indices, dnums, tuple(slice_sizes), mode=gather_mode,
+                    unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
+                    fill_value=fill_value)
+
+
+def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1,
+                    mode: Any = None, fill_value: Any = None, *,
+                    wrap_negative_indices: bool | None = None):
+  """`arr` indexed along `axis` by `indices` matched elementwise on the other axes
+  (`jax.numpy.take_along_axis`): one gather with batching dimensions.
+
+  Args:
+    arr: array `T[*s]`.
+    indices: integer array of the same rank, broadcast-compatible with `arr` on the other
+      axes (or 1-D when `axis` is None).
+    axis: the axis; None flattens `arr`.
+    mode: None/'fill' (out-of-bounds give `fill_value`), 'clip', 'promise_in_bounds'.
+    fill_value: static scalar for 'fill' (JAX's default per dtype).
+    wrap_negative_indices: negative indices count from the end; default: True unless mode
+      is 'promise_in_bounds' (JAX's legacy rule).
+
+  Returns:
+    `T[*o]`, `o` the broadcast of the shapes of `indices` and `arr` (with `o[axis]` from
+    `indices`).
+
+  Raises:
+    TypeError: for non-integer indices.
+    ValueError: if the ranks differ, or `axis` is None and `indices` is not 1-D.
+  """
+  a = jnp.asarray(arr)
+  indices = _int_indices("take_along_axis", indices)
+  idx_shape = tuple(np.shape(indices))
+  if axis is None:
+    if len(idx_shape) != 1:
+      raise ValueError(f"take_along_axis indices must be 1D if axis=None, got shape "
+                       f"{idx_shape}")
+    a = jnp.ravel(a)
+    axis = 0
+  rank = a.ndim
+  if rank != len(idx_shape):
+    raise ValueError(f"indices and arr must have the same number of dimensions; "
+                     f"{len(idx_shape)} vs. {rank}")
+  axis = _canon_axis(axis, rank, "take_along_axis")
+  axis_size = a.shape[axis]
+  arr_shape = a.shape[:axis] + (1,) + a.shape[axis + 1:]
+  out_shape = jnp.broadcast_shapes(idx_shape, arr_shape)
+  if axis_size == 0:
+    return jnp.zeros(out_shape, a.dtype)
+  if wrap_negative_indices is None:
+    wrap_negative_indices = mode != "promise_in_bounds"
+  indices = _as_index(indices, axis_size, wrap_negative_indices)
+  index_dims = [i for i, d in enumerate(idx_shape) if i == axis or d != 1]
+  gather_index_shape = tuple(out_shape[i] for i in index_dims) + (1,)
+  gather_indices = (indices.reshape(gather_index_shape) if isinstance(indices, np.ndarray)
+                    else lax.reshape(indices, gather_index_shape))
+  slice_sizes, offset_dims, start_index_map, collapsed = [], [], [], []
+  obatch, ibatch, squeeze = [], [], []
+  new_i = j = 0
+  for i in range(rank):
+    if i == axis:
+      slice_sizes.append(1)
+      start_index_map.append(new_i)
+      collapsed.append(new_i)
+      new_i += 1
+      j += 1
+    elif idx_shape[i] == 1:   # take the whole axis of arr: no index needed
+      offset_dims.append(i)
+      slice_sizes.append(arr_shape[i])
+      new_i += 1
+    elif arr_shape[i] == 1:   # arr broadcasts along this axis: squeeze it away
+      squeeze.append(i)
+      j += 1
+    else:                     # matched elementwise: a batching dimension
+      slice_sizes.append(0 if arr_shape[i] == 0 else 1)
+      obatch.append(new_i)
+      ibatch.append(j)
+      new_i += 1
+      j += 1
+  if squeeze:
+    a = lax.squeeze(a, tuple(squeeze))
+  dnums = lax.GatherDimensionNumbers(
+      offset_dims=tuple(offset_dims), collapsed_slice_dims=tuple(collapsed),
+      start_index_map=tuple(start_index_map), operand_batching_dims=tuple(obatch),
+      start_indices_batching_dims=tuple(ibatch))
+  return lax.gather(a, gather_indices, dnums, tuple(slice_sizes),
+                    mode="fill" if mode is None else mode, fill_value=fill_value)
+
+
+def _tile_to_size(v, n: int):
+  size = v.shape[0]
+  if size == n:
+    return v
+  if size < n:
+    v = jnp.concatenate([v] * (-(-n // size)))
+  return lax.slice(v, (0,), (n,))
+
+
+def put(a: ArrayLike, ind: ArrayLike, v: ArrayLike, mode: str | None = None, *,
+        inplace: bool = True):
+  """`a` with `v` written at the flat indices `ind` (`jax.numpy.put`), out of place.
+
+  Args:
+    a: array `T[*s]`.
+    ind: integer indices into the flattened `a`.
+    v: values, repeated cyclically to the number of indices (as NumPy).
+    mode: None (indices clamped into `[-size, size)`, negative ones counting from the end),
+      'clip' (clamped into `[0, size)`) or 'wrap' (modulo the size).
+    inplace: must be False: Arrays are immutable, the result is a new array.
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: if `inplace` is not False, or for an unknown mode.
+    NotImplementedError: for `mode='raise'`.
+  """
+  if inplace:
+    raise ValueError("jax.numpy.put cannot modify arrays in-place, because JAX arrays are "
+                     "immutable. Pass inplace=False to instead return an updated array.")
+  arr = jnp.asarray(a)
+  ind = jnp.ravel(jnp.asarray(_int_indices("put", ind)))
+  v = jnp.ravel(jnp.asarray(v))
+  size = arr.size
+  if not size or not ind.size or not v.size:
+    return arr
+  v = _tile_to_size(v, ind.size)
+  if mode is None:
+    ind = jnp.clip(ind, -size, size - 1)
+    ind = jnp.where(ind < 0, ind + size, ind)
+  elif mode == "clip":
+    ind = jnp.clip(ind, 0, size - 1)
+  elif mode == "wrap":
+    ind = jnp.remainder(ind, size)
+  elif mode == "raise":
+    raise NotImplementedError("The 'raise' mode to jnp.put is not supported.")
+  else:
+    raise ValueError(f"mode should be one of 'wrap' or 'clip'; got mode={mode!r}")
+  flat = _scatter_update(jnp.ravel(arr), ind, v, lax.scatter, indices_are_sorted=False,
+                         unique_indices=False, mode="promise_in_bounds",
+                         normalize_indices=False)
+  return lax.reshape(flat, arr.shape)
+
+
+# ---------------------------------------------------------------------------
+# nonzero, argwhere, flatnonzero, where(condition)
+
+
+def _nonzero_fill(fill_value, ndim: int):
+  fills = fill_value if isinstance(fill_value, tuple) else (fill_value,) * ndim
+  if len(fills) != ndim or any(np.shape(f) != () for f in fills):
+    raise ValueError(f"fill_value must be a scalar or a tuple of length {ndim}; got "
+                     f"{fill_value}")
+  return fills
+
+
+def nonzero(a: ArrayLike, *, size: int | None = None,
+            fill_value: Any = None) -> tuple[Any, ...]:
+  """Indices of the nonzero elements of `a`, one int32 array per dimension
+  (`jax.numpy.nonzero`).
+
+  The number of nonzeros depends on the values, so under jit (or for any traced `a`) the
+  static `size` is required: the first `size` indices are returned, padded with
+  `fill_value` (default 0).
+
+  Args:
+    a: array `T[*s]` of rank >= 1.
+    size: static number of indices to return; None returns them all (concrete `a` only).
+    fill_value: padding: a scalar or one scalar per dimension.
+
+  Returns:
+    A tuple of `ndim` arrays `int32[n]` (`n = size`, or the number of nonzeros).
+
+  Raises:
+    ValueError: for a 0-d `a`, or a `fill_value` of the wrong length.
+    ConcretizationTypeError: if `a` is traced and `size` is None.
+
+  Examples:
+    >>> import numpy as np
+    >>> [np.asarray(i) for i in nonzero(np.array([0, 3, 0, 5]), size=3, fill_value=-1)]
+    [array([ 1,  3, -1], dtype=int32)]
+  """
+  arr = a if isinstance(a, (Array, Tracer, np.ndarray)) else jnp.asarray(a)
+  if np.ndim(arr) == 0:
+    raise ValueError("Calling nonzero on 0d arrays is not allowed. Use "
+                     "jnp.atleast_1d(scalar).nonzero() instead.")
+  shape = tuple(arr.shape)
+  fills = None if fill_value is None else _nonzero_fill(fill_value, len(shape))
+  if size is not None:
+    if isinstance(size, Tracer):
+      raise size._concretization_error(
+          "nonzero", fix="The size argument of jnp.nonzero must be a static Python int.")
+    size = operator.index(size)
+  if not isinstance(arr, Tracer):   # concrete: NumPy on the host
+    found = np.nonzero(np.asarray(arr))
+    if size is None:
+      return tuple(jnp.asarray(i.astype(_index_dtype)) for i in found)
+    out = []
+    for k, i in enumerate(found):
+      i = i[:size].astype(_index_dtype)
+      pad = np.full(size - i.shape[0], 0 if fills is None else fills[k], _index_dtype)
+      out.append(jnp.asarray(np.concatenate([i, pad])))
+    return tuple(out)
+  if size is None:
+    raise arr._concretization_error(
+        "nonzero", fix="The size argument of jnp.nonzero must be statically specified to "
+                       "use jnp.nonzero within transformations: pass size=N (and optionally "
+                       "fill_value) to get at most N indices.")
+  if arr.size == 0 or size == 0:
+    return tuple(jnp.zeros((size,), _index_dtype) for _ in shape)
+  mask = jnp.ravel(arr if arr.dtype == dtypes.bool_ else jnp.not_equal(arr, 0))
+  mask = lax.convert_element_type(mask, _index_dtype)
+  count = lax.cumsum(mask, axis=0)    # NB: inclusive: the k-th nonzero has count k
+  slot = lax.select(lax.eq(mask, np.int32(1)), lax.sub(count, np.int32(1)),
+                    lax.full(mask.shape, np.int32(size)))
+  flat = lax.scatter(jnp.zeros((size,), _index_dtype), lax.expand_dims(slot, (1,)),
+                     lax.iota(_index_dtype, mask.shape[0]),
+                     lax.ScatterDimensionNumbers((), (0,), (0,)), mode="drop")
+  strides = np.cumprod((1,) + shape[::-1])[:-1][::-1]
+  out = [lax.rem(lax.div(flat, np.int32(s)), np.int32(d)) for s, d in zip(strides, shape)]
+  if fills is not None:
+    total = lax.slice(count, (count.shape[0] - 1,), (count.shape[0],))
+    pad = lax.ge(lax.iota(_index_dtype, size), lax.broadcast_in_dim(total, (size,), (0,)))
+    out = [jnp.where(pad, f, o) for f, o in zip(fills, out)]
+  return tuple(out)
+
+
+def flatnonzero(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
+  """Indices of the nonzero elements of the flattened `a`: `nonzero(ravel(a))[0]`
+  (`jax.numpy.flatnonzero`; `size` and `fill_value` as for `nonzero`)."""
+  return nonzero(jnp.ravel(a), size=size, fill_value=fill_value)[0]
+
+
+def argwhere(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
+  """The indices of the nonzero elements of `a`, one row per element
+  (`jax.numpy.argwhere`; `size` and `fill_value` as for `nonzero`).
+
+  Returns:
+    `int32[n, ndim]` (`int32[n, 0]` for a 0-d `a`).
+  """
+  nd = np.ndim(a)
+  cols = nonzero(jnp.atleast_1d(a), size=size, fill_value=fill_value)
+  result = jnp.stack(cols, axis=1)
+  if nd == 0:
+    return lax.slice(result, (0, 0), (result.shape[0], 0))
+  return result
+
+
+def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None, /, *,
+          size: int | None = None, fill_value: Any = None):
+  """`x` where `condition` else `y`; with `condition` alone, `nonzero(condition)`
+  (`jax.numpy.where`).
+
+  Args:
+    condition: bool-like array.
+    x, y: array-likes (both or neither).
+    size, fill_value: for the one-argument form, as for `nonzero` (`size` is required
+      under jit).
+
+  Raises:
+    ValueError: if only one of `x` and `y` is given.
+    ConcretizationTypeError: for the one-argument form under jit without `size`.
+  """
+  if x is None and y is None:
+    return nonzero(condition, size=size, fill_value=fill_value)
+  if x is None or y is None:
+    raise ValueError(f"where: either both or neither of x and y must be given, got x={x!r} "
+                     f"and y={y!r}. Pass both for a select, or neither for nonzero.")
+  return jnp.where(condition, x, y)

@@ -134,7 +134,11 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
 
 def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
         keepdims: bool = False, *, where: ArrayLike | None = None, correction=None):
-  """Variance over `axis`: mean(|x - mean(x)|**2) * n / (n - ddof)."""
+  """Variance over `axis`: mean(|x - mean(x)|**2) * n / (n - ddof).
+
+  Integer inputs give the default float; complex inputs give their real dtype
+  (`|x - mean|**2` is real).
+  """
   if correction is not None:
     ddof = correction
   a = asarray(a)
@@ -143,10 +147,11 @@ def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddo
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
       _dtype(a) if dtypes.is_inexact(_dtype(a)) else dtypes.default_float_dtype())
   a = lax.convert_element_type(a, dt) if _dtype(a) != dt else a
-  if dtypes.is_complex(dt):
-    raise NotImplementedError("var/std of complex arrays needs conj/real (not available yet).")
   centered = jnp.subtract(a, mean(a, axes, keepdims=True))
-  sq = lax.mul(centered, centered)
+  if dtypes.is_complex(dt):
+    sq = lax.real(lax.mul(centered, lax.conj(centered)))
+  else:
+    sq = lax.mul(centered, centered)
   n = _count(in_shape, axes) - ddof
   s = sum(sq, axis=axes, keepdims=keepdims)
   # n <= 0 divides by 0 (inf, or nan for 0/0), as NumPy does.
@@ -186,3 +191,272 @@ def _arg_reduction(name, lax_fn):
 
 argmax = _arg_reduction("argmax", lax.argmax)
 argmin = _arg_reduction("argmin", lax.argmin)
+
+
+def count_nonzero(a: ArrayLike, axis: Any = None, keepdims: bool = False):
+  """The number of nonzero elements over `axis`, as the default integer dtype."""
+  a = asarray(a)
+  return sum(lax.ne(a, jnp._c(a, 0)) if _dtype(a) != dtypes.bool_ else a, axis=axis,
+             dtype=dtypes.default_int_dtype(), keepdims=keepdims)
+
+
+# ---------------------------------------------------------------------------
+# Cumulative reductions (lax.cumsum & co., one `reduce_window`-free scan primitive each)
+
+
+def _cumulative(name: str, lax_fn, a, axis, dtype, fill_nan=False, fill_value=0,
+                promote_integers=False):
+  a = asarray(a)
+  if axis is None or _shape(a) == ():
+    a = jnp.ravel(a)
+    axis = 0
+  axis = jnp._canon_axis(axis, len(_shape(a)), name)
+  if fill_nan and dtypes.is_inexact(_dtype(a)):
+    a = jnp.where(jnp.isnan(a), jnp._c(a, fill_value), a)
+  dt = _dtype(a)
+  if dtype is None:
+    if promote_integers or dt == dtypes.bool_:
+      res = _promote_integer(dt)
+    else:
+      res = dt
+    calc = res
+  elif dtypes.canonicalize_dtype(dtype) == dtypes.bool_:
+    res = dtypes.bool_
+    if dt != res:
+      a = lax.ne(a, jnp._c(a, 0))
+    calc = dtypes.default_int_dtype()
+  else:
+    res = calc = dtypes.canonicalize_dtype(dtype)
+  a = lax.convert_element_type(a, calc) if _dtype(a) != calc else a
+  out = lax_fn(a, axis=axis) if _shape(a)[axis] else a
+  # NB: results are strongly typed, as in jax.numpy.
+  return lax.convert_element_type(out, res) if (_dtype(out) != res or out.weak_type) else out
+
+
+def _promote_integer(dt):
+  """The dtype sums of `dt` accumulate in: bool and narrow ints widen to the default
+  (unsigned) integer, as jax.numpy."""
+  if dt == dtypes.bool_:
+    return dtypes.default_int_dtype()
+  if dtypes.is_integer(dt) and dt.itemsize < dtypes.default_int_dtype().itemsize:
+    return dtypes.default_uint_dtype() if dtypes.is_unsigned(dt) else (
+        dtypes.default_int_dtype())
+  return dt
+
+
+def cumsum(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None = None):
+  """Cumulative sum along `axis` (of the flattened array when None).
+
+  Args:
+    a: array `T[*s]`.
+    axis: the axis; None flattens first.
+    dtype: accumulation and result dtype (default: T; bool accumulates in the default
+      integer). Narrow integers wrap around on overflow, as in jax.numpy.
+
+  Returns:
+    Array of shape `s` (`[prod(s)]` for `axis=None`).
+
+  Raises:
+    ValueError: for an out-of-range axis.
+  """
+  _no_out("cumsum", out)
+  return _cumulative("cumsum", lax.cumsum, a, axis, dtype)
+
+
+def cumprod(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None = None):
+  """Cumulative product along `axis`; see `cumsum` for the arguments."""
+  _no_out("cumprod", out)
+  return _cumulative("cumprod", lax.cumprod, a, axis, dtype)
+
+
+def nancumsum(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None = None):
+  """`cumsum` with NaN counted as 0."""
+  _no_out("nancumsum", out)
+  return _cumulative("nancumsum", lax.cumsum, a, axis, dtype, fill_nan=True, fill_value=0)
+
+
+def nancumprod(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None = None):
+  """`cumprod` with NaN counted as 1."""
+  _no_out("nancumprod", out)
+  return _cumulative("nancumprod", lax.cumprod, a, axis, dtype, fill_nan=True, fill_value=1)
+
+
+cumproduct = cumprod
+
+
+def _cumulative_api(name, lax_fn, identity):
+  def fn(x: ArrayLike, /, *, axis: int | None = None, dtype: Any = None,
+         include_initial: bool = False):
+    x = asarray(x)
+    if _shape(x) == ():
+      raise ValueError(f"The input must be non-scalar to take a {name.split('_')[1]}, "
+                       f"however a scalar value or scalar array was given.")
+    if axis is None:
+      if len(_shape(x)) > 1:
+        raise ValueError(f"The input array has rank {len(_shape(x))}, however axis was not "
+                         f"set to an explicit value. The axis argument is only optional for "
+                         f"one-dimensional arrays.")
+      axis = 0
+    axis = jnp._canon_axis(axis, len(_shape(x)), name)
+    r = _cumulative(name, lax_fn, x, axis, dtype, promote_integers=True)
+    if include_initial:
+      shape = tuple(1 if i == axis else d for i, d in enumerate(_shape(r)))
+      r = lax.concatenate([jnp.full(shape, identity, _dtype(r)), r], axis)
+    return r
+  fn.__name__ = fn.__qualname__ = name
+  fn.__doc__ = (f"The Array API's {name}: like `cum{name.split('_')[1][:-3]}`, with narrow "
+                f"integers promoted as `sum` does, `axis` required for N-D input, and "
+                f"`include_initial` prepending the identity ({identity}).\n\nRaises:\n"
+                f"  ValueError: for 0-d input, or N-D input without `axis`.")
+  return fn
+
+
+cumulative_sum = _cumulative_api("cumulative_sum", lax.cumsum, 0)
+cumulative_prod = _cumulative_api("cumulative_prod", lax.cumprod, 1)
+
+
+def _no_out(name, out):
+  if out is not None:
+    raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported.")
+
+
+# ---------------------------------------------------------------------------
+# NaN-ignoring reductions
+
+
+def _nan_reduction(name, reduction, init, nan_if_all_nan):
+  def fn(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
+         keepdims: bool = False, initial: ArrayLike | None = None,
+         where: ArrayLike | None = None):
+    _no_out(name, out)
+    a = asarray(a)
+    kw = dict(axis=axis, keepdims=keepdims, initial=initial, where=where)
+    if dtype is not None:
+      kw["dtype"] = dtype
+    if not dtypes.is_inexact(_dtype(a)):
+      return reduction(a, **kw)
+    nan = jnp.isnan(a)
+    r = reduction(jnp.where(nan, jnp._c(a, init), a), **kw)
+    if nan_if_all_nan:
+      r = jnp.where(all(nan, axis=axis, keepdims=keepdims), jnp._c(r, np.nan), r)
+    return r
+  fn.__name__ = fn.__qualname__ = name
+  fn.__doc__ = (f"`{reduction.__name__}` ignoring NaNs (treated as {init})"
+                + ("; NaN where a slice is all NaN" if nan_if_all_nan else "")
+                + ". See `sum` for the arguments.")
+  return fn
+
+
+nansum = _nan_reduction("nansum", sum, 0, False)
+nanprod = _nan_reduction("nanprod", prod, 1, False)
+nanmax = _nan_reduction("nanmax", max, -np.inf, True)
+nanmin = _nan_reduction("nanmin", min, np.inf, True)
+
+
+def nanmean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
+            keepdims: bool = False, where: ArrayLike | None = None):
+  """Mean ignoring NaNs (NaN for all-NaN slices); integers give the default float."""
+  _no_out("nanmean", out)
+  a = asarray(a)
+  if not dtypes.is_inexact(_dtype(a)):
+    return mean(a, axis, dtype, keepdims=keepdims)
+  dt = _dtype(a) if dtype is None else dtypes.canonicalize_dtype(dtype)
+  valid = lax.bitwise_not(jnp.isnan(a))
+  n = sum(valid, axis=axis, dtype=dt if not dtypes.is_complex(dt) else None,
+          keepdims=keepdims)
+  n = lax.convert_element_type(n, dt)
+  return lax.div(nansum(a, axis=axis, dtype=dt, keepdims=keepdims), n)
+
+
+def nanvar(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
+           ddof: int = 0, keepdims: bool = False, where: ArrayLike | None = None):
+  """Variance ignoring NaNs (NaN where fewer than ddof + 1 values remain)."""
+  _no_out("nanvar", out)
+  a = asarray(a)
+  dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
+      _dtype(a) if dtypes.is_inexact(_dtype(a)) else dtypes.default_float_dtype())
+  a = lax.convert_element_type(a, dt) if _dtype(a) != dt else a
+  valid = lax.bitwise_not(jnp.isnan(a))
+  centered = jnp.subtract(a, nanmean(a, axis, keepdims=True))
+  centered = jnp.where(valid, centered, jnp._c(centered, 0))
+  rdt = jnp._real(dt)
+  sq = lax.real(lax.mul(centered, lax.conj(centered))) if dtypes.is_complex(dt) else (
+      lax.mul(centered, centered))
+  n = lax.convert_element_type(sum(valid, axis=axis, keepdims=keepdims), rdt)
+  denom = lax.sub(n, np.asarray(ddof, rdt)[()])
+  denom = jnp.where(lax.le(denom, np.zeros((), rdt)[()]), np.asarray(np.nan, rdt)[()], denom)
+  return lax.div(sum(sq, axis=axis, keepdims=keepdims), denom)
+
+
+def nanstd(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
+           ddof: int = 0, keepdims: bool = False, where: ArrayLike | None = None):
+  """Standard deviation ignoring NaNs: sqrt(nanvar(...))."""
+  return lax.sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where))
+
+
+def _nan_arg_reduction(name, arg_fn, fill):
+  def fn(a: ArrayLike, axis: int | None = None, out: None = None, keepdims: bool = False):
+    _no_out(name, out)
+    a = asarray(a)
+    if not dtypes.is_inexact(_dtype(a)):
+      return arg_fn(a, axis, keepdims=keepdims)
+    nan = jnp.isnan(a)
+    r = arg_fn(jnp.where(nan, jnp._c(a, fill), a), axis, keepdims=keepdims)
+    return jnp.where(all(nan, axis=axis, keepdims=keepdims), jnp._c(r, -1), r)
+  fn.__name__ = fn.__qualname__ = name
+  fn.__doc__ = (f"`{arg_fn.__name__}` ignoring NaNs; -1 where a slice is all NaN (NumPy "
+                f"raises there instead).\n\nRaises:\n  ValueError: on an empty axis.")
+  return fn
+
+
+nanargmax = _nan_arg_reduction("nanargmax", argmax, -np.inf)
+nanargmin = _nan_arg_reduction("nanargmin", argmin, np.inf)
+
+
+def ptp(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False):
+  """Peak to peak: `max - min` over `axis`."""
+  _no_out("ptp", out)
+  return jnp.subtract(max(a, axis, keepdims=keepdims), min(a, axis, keepdims=keepdims))
+
+
+def average(a: ArrayLike, axis: Any = None, weights: ArrayLike | None = None,
+            returned: bool = False, keepdims: bool = False):
+  """Weighted average `sum(a * w) / sum(w)` over `axis` (the mean without weights).
+
+  Args:
+    a: array `T[*s]`.
+    axis: axes to average over (None: all).
+    weights: None, an array of `a`'s shape, or (for a single `axis`) a 1-D array of the
+      length of that axis.
+    returned: also return the sum of the weights (broadcast to the result's shape).
+
+  Returns:
+    The average (inexact dtype), or `(average, sum_of_weights)`.
+
+  Raises:
+    ValueError: if the weights' shape fits neither form.
+  """
+  a = asarray(a)
+  if weights is None:
+    avg = mean(a, axis, keepdims=keepdims)
+    wsum = jnp.full_like(avg, math.prod(_shape(a)) / builtins.max(math.prod(_shape(avg)), 1))
+  else:
+    a, w = jnp.promote_dtypes_inexact(a, asarray(weights))
+    a, w = asarray(a), asarray(w)
+    sa, sw = _shape(a), _shape(w)
+    if sa != sw:
+      if axis is None:
+        raise ValueError("Axis must be specified when shapes of a and weights differ.")
+      axes = _axes(axis, len(sa), "average")
+      if len(sw) != 1 or len(axes) != 1:
+        raise ValueError("1D weights expected when shapes of a and weights differ.")
+      if sw[0] != sa[axes[0]]:
+        raise ValueError("Length of weights not compatible with specified axis.")
+      w = lax.broadcast_in_dim(w, sa, axes)
+    wsum = sum(w, axis, keepdims=keepdims)
+    avg = lax.div(sum(jnp.multiply(a, w), axis, keepdims=keepdims), wsum)
+  if returned:
+    if _shape(avg) != _shape(wsum):
+      wsum = jnp.broadcast_to(wsum, _shape(avg))
+    return avg, wsum
+  return avg

@@ -1,0 +1,157 @@
+"""Cumulative reductions along one axis: `cumsum`, `cumprod`, `cummax`, `cummin`,
+`cumlogsumexp` (`jax.lax`'s names and params `axis`, `reverse`).
+
+Each lowers, as JAX does on CPU and GPU, to one `stablehlo.reduce_window` whose window covers
+the whole axis (size n, stride 1) over the operand padded with n-1 identity elements before
+it (after it for `reverse`): output element i reduces elements 0..i (i..n-1). XLA rewrites
+such a window into a log-depth parallel prefix scan, so this is not the O(n^2) it looks.
+The window's region applies the binary op, started from its identity, as the reduce_*
+primitives do (lax/reduction.py).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from stagecraft.core import Primitive, ShapedArray
+from stagecraft.interpreters import lowering
+from stagecraft.interpreters.lowering import i64_array, ir_type
+from stagecraft.lax import utils
+from stagecraft.lax.elementwise import _compare
+from stagecraft.lax.reduction import (_max_identity, _min_identity, _prod_identity,
+                                      _sum_identity)
+
+__all__ = ["cumsum_p", "cumprod_p", "cummax_p", "cummin_p", "cumlogsumexp_p", "cumsum",
+           "cumprod", "cummax", "cummin", "cumlogsumexp"]
+
+# Accepted dtypes: JAX accepts every number type (not bool) for all five; here max/min reject
+# complex numbers (no order; as reduce_max here) and cumlogsumexp takes floating dtypes only
+# (JAX fails later, in lowering, for integers).
+_number = (utils._int, utils._float, utils._complex)
+_real = (utils._int, utils._float)
+
+
+def _cumred_abstract_eval(name, accepted, x: ShapedArray, *, axis, reverse):
+  """Same aval as `x` (weak type kept, as JAX). Messages are JAX's."""
+  if not any(pred(x.dtype) for _, pred in accepted):
+    # NB: JAX's message says "number" for every non-number (bool); the narrower dtype sets
+    # of max/min/logsumexp name their own kinds.
+    number = any(pred(x.dtype) for _, pred in _number)
+    kinds = ", ".join(k for k, _ in accepted) if number else "number"
+    raise TypeError(f"{name} does not accept dtype {x.dtype.name}. Accepted dtypes are "
+                    f"subtypes of {kinds}.")
+  if axis < 0:
+    raise ValueError("XLA operations do not allow negative axes")
+  if axis >= x.ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of shape {x.shape}")
+  return x
+
+
+def _logaddexp_region(ctx, a: str, b: str, aval: ShapedArray) -> str:
+  """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)), as JAX's lax.logaddexp: when a - b is
+  NaN (a NaN operand, or infinities of one sign) the result is a + b, so -inf with -inf
+  stays -inf, +inf with +inf stays +inf and NaN propagates."""
+  e = partial(ctx.elementwise, aval=aval)
+  amax = e("stablehlo.maximum", a, b)
+  delta = e("stablehlo.subtract", a, b)
+  isnan = _compare(ctx, "NE", delta, delta, aval)
+  tail = e("stablehlo.log_plus_one",
+           e("stablehlo.exponential", e("stablehlo.negate", e("stablehlo.abs", delta))))
+  total, finite = e("stablehlo.add", a, b), e("stablehlo.add", amax, tail)
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = stablehlo.select {isnan}, {total}, {finite} : tensor<i1>, "
+              f"{ir_type(aval)}")
+  return r
+
+
+def _cumred_lowering(op, identity, ctx, x, *, axis, reverse):
+  aval, = ctx.avals_in
+  n = aval.shape[axis]
+  if n == 0:   # nothing to reduce (JAX returns the operand too)
+    return [x]
+  scalar = ShapedArray((), aval.dtype)
+  init = ctx.constant(identity(aval.dtype), scalar)
+  if callable(op):
+    body = ctx.region([scalar, scalar], [scalar], lambda a, b: [op(ctx, a, b, scalar)])
+  else:
+    body = ctx.region([scalar, scalar], [scalar],
+                      lambda a, b: [ctx.elementwise(op, a, b, aval=scalar)])
+  ones = [1] * aval.ndim
+  window = [n if d == axis else 1 for d in range(aval.ndim)]
+  pad = [((0, n - 1) if reverse else (n - 1, 0)) if d == axis else (0, 0)
+         for d in range(aval.ndim)]
+  padding = ", ".join(f"[{lo}, {hi}]" for lo, hi in pad)
+  attrs = (f"base_dilations = {i64_array(ones)}, "
+           f"padding = dense<[{padding}]> : tensor<{aval.ndim}x2xi64>, "
+           f"window_dilations = {i64_array(ones)}, window_dimensions = {i64_array(window)}, "
+           f"window_strides = {i64_array(ones)}")
+  return ctx.op("stablehlo.reduce_window", [x, init], [aval.strip_weak_type()], attrs=attrs,
+                regions=[body], operand_avals=[aval, scalar])
+
+
+def _logaddexp_identity(dtype):
+  return np.array(-np.inf, dtype)
+
+
+def _cumulative(name, op, identity, accepted) -> Primitive:
+  p = Primitive(name)
+  p.def_abstract_eval(partial(_cumred_abstract_eval, name, accepted))
+  lowering.register_lowering(p, partial(_cumred_lowering, op, identity))
+  return p
+
+
+# One line per primitive: abstract eval (accepted dtypes) and lowering (region op, identity).
+cumsum_p = _cumulative("cumsum", "stablehlo.add", _sum_identity, _number)
+cumprod_p = _cumulative("cumprod", "stablehlo.multiply", _prod_identity, _number)
+cummax_p = _cumulative("cummax", "stablehlo.maximum", _max_identity, _real)
+cummin_p = _cumulative("cummin", "stablehlo.minimum", _min_identity, _real)
+cumlogsumexp_p = _cumulative("cumlogsumexp", _logaddexp_region, _logaddexp_identity,
+                             utils.floating)
+
+
+def _cumulative_wrapper(p: Primitive, what: str, dtypes_doc: str, extra: str = ""):
+  def f(operand: Any, axis: int = 0, reverse: bool = False):
+    return p.bind(operand, axis=int(axis), reverse=bool(reverse))
+  f.__name__ = f.__qualname__ = p.name
+  f.__doc__ = f"""Computes the cumulative {what} of `operand` along `axis` (`jax.lax.{p.name}`).
+
+  Output element i along `axis` combines input elements 0..i, or i..n-1 when `reverse`.{extra}
+
+  Args:
+    operand: array `T[*s]`; T {dtypes_doc}.
+    axis: int in `[0, ndim)`; negative axes are rejected, as in JAX (normalize them with
+      `axis % ndim`).
+    reverse: accumulate from the end of the axis.
+
+  Returns:
+    Array `T[*s]`, weak type kept. An empty axis gives an empty result.
+
+  Raises:
+    TypeError: if T is not accepted.
+    ValueError: if `axis` is negative or not less than the rank.
+  """
+  return f
+
+
+cumsum = _cumulative_wrapper(cumsum_p, "sum", "integer, floating or complex (not bool)",
+                             " Integers wrap around on overflow.")
+cumprod = _cumulative_wrapper(cumprod_p, "product", "integer, floating or complex (not bool)",
+                              " Integers wrap around on overflow.")
+cummax = _cumulative_wrapper(cummax_p, "maximum", "integer or floating",
+                             " NaN propagates (as `numpy.maximum.accumulate`).")
+cummin = _cumulative_wrapper(cummin_p, "minimum", "integer or floating",
+                             " NaN propagates (as `numpy.minimum.accumulate`).")
+cumlogsumexp = _cumulative_wrapper(
+    cumlogsumexp_p, "log-sum-exp (`log(cumsum(exp(x)))` without overflow)", "floating",
+    " Computed with JAX's `logaddexp` (`max + log1p(exp(-|a - b|))`); -inf is the identity,"
+    " +inf absorbs, NaN propagates (as `numpy.logaddexp.accumulate`).")
+cumsum.__doc__ += """
+  Examples:
+    >>> import numpy as np
+    >>> np.asarray(cumsum(np.array([1, 2, 3], np.int32)))
+    array([1, 3, 6], dtype=int32)
+    >>> np.asarray(cumsum(np.array([1, 2, 3], np.int32), reverse=True))
+    array([6, 5, 3], dtype=int32)
+  """

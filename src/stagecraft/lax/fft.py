@@ -1,0 +1,124 @@
+"""The fast Fourier transform primitive `fft` (`jax.lax.fft`): one `stablehlo.fft` over the
+trailing `len(fft_lengths)` dimensions, forward or inverse, complex-to-complex (FFT, IFFT),
+real-to-complex (RFFT) or complex-to-real (IRFFT). The inverse transforms are normalized by
+1/n as XLA defines them (`numpy.fft`'s default "backward" norm)."""
+from __future__ import annotations
+
+import enum
+from typing import Any, Sequence
+
+from stagecraft import core, dtypes
+from stagecraft.core import Primitive, ShapedArray
+from stagecraft.interpreters import lowering
+from stagecraft.interpreters.lowering import i64_array
+
+__all__ = ["FftType", "fft_p", "fft"]
+
+
+class FftType(enum.IntEnum):
+  """Which transform `fft` computes (JAX's names and values)."""
+  FFT = 0     # forward, complex to complex
+  IFFT = 1    # inverse, complex to complex
+  RFFT = 2    # forward, real to complex (the non-negative frequencies: n // 2 + 1)
+  IRFFT = 3   # inverse, complex (non-negative frequencies) to real
+
+
+_complex_of = {dtypes.float32: dtypes.complex64, dtypes.float64: dtypes.complex128}
+_real_of = {v: k for k, v in _complex_of.items()}
+
+
+def _fft_abstract_eval(x: ShapedArray, *, fft_type, fft_lengths):
+  """Shapes and dtypes as in JAX (and its messages):
+  FFT/IFFT `c[*b, *n] -> c[*b, *n]`; RFFT `f[*b, *n] -> c[*b, *n[:-1], n[-1] // 2 + 1]`;
+  IRFFT `c[*b, *n[:-1], m] -> f[*b, *n]`."""
+  k = len(fft_lengths)
+  if k > x.ndim:
+    raise ValueError(f"FFT input shape {x.shape} must have at least as many input "
+                     f"dimensions as fft_lengths {fft_lengths}.")
+  minor = x.shape[x.ndim - k:]
+  if fft_type == FftType.RFFT:
+    if x.dtype not in _complex_of:
+      raise ValueError(f"RFFT input must be float32 or float64, got {x.dtype}")
+    if minor != fft_lengths:
+      raise ValueError(f"RFFT input shape {x.shape} minor dimensions must be equal to "
+                       f"fft_lengths {fft_lengths}")
+    shape = x.shape[:x.ndim - k] + fft_lengths[:-1] + (fft_lengths[-1] // 2 + 1,)
+    dtype = _complex_of[x.dtype]
+  elif fft_type == FftType.IRFFT:
+    if not dtypes.is_complex(x.dtype):
+      raise ValueError(f"IRFFT input must be complex64 or complex128, got {x.dtype}")
+    if minor[:-1] != fft_lengths[:-1]:
+      raise ValueError(f"IRFFT input shape {x.shape} minor dimensions must be equal to all "
+                       f"except the last fft_length, got fft_lengths={fft_lengths}")
+    shape = x.shape[:x.ndim - k] + fft_lengths
+    dtype = _real_of[x.dtype]
+  else:
+    if not dtypes.is_complex(x.dtype):
+      raise ValueError(f"FFT input must be complex64 or complex128, got {x.dtype}")
+    if minor != fft_lengths:
+      raise ValueError(f"FFT input shape {x.shape} minor dimensions must be equal to "
+                       f"fft_lengths {fft_lengths}")
+    shape, dtype = x.shape, x.dtype
+  return ShapedArray(shape, dtype, x.weak_type)
+
+
+def _fft_lowering(ctx, x, *, fft_type, fft_lengths):
+  return ctx.op("stablehlo.fft", [x],
+                attrs=f"fft_type = #stablehlo<fft_type {FftType(fft_type).name}>, "
+                      f"fft_length = {i64_array(fft_lengths)}")
+
+
+fft_p = Primitive("fft")
+fft_p.def_abstract_eval(_fft_abstract_eval)
+lowering.register_lowering(fft_p, _fft_lowering)
+
+
+def fft(x: Any, fft_type: FftType | str, fft_lengths: Sequence[int]):
+  """The FFT of `x` over its trailing `len(fft_lengths)` dimensions (`jax.lax.fft`).
+
+  Args:
+    x: array; converted to complex (FFT, IFFT, IRFFT: complex64 unless it is 64-bit) or to
+      floating (RFFT).
+    fft_type: an `FftType` or its name ('fft', 'ifft', 'rfft', 'irfft', any case).
+    fft_lengths: the transform lengths; equal to the trailing dimensions, except that for
+      IRFFT the last trailing dimension holds `fft_lengths[-1] // 2 + 1` frequencies.
+
+  Returns:
+    The transform (see `FftType`); the inverse transforms include the 1/n factor. An empty
+    `fft_lengths` returns the converted `x`.
+
+  Raises:
+    TypeError: for an unknown `fft_type`.
+    ValueError: for complex input to RFFT, or shapes that do not match `fft_lengths`.
+
+  Examples:
+    >>> import numpy as np
+    >>> np.asarray(fft(np.array([1., 0., 0., 0.], np.complex64), "fft", (4,)))
+    array([1.+0.j, 1.+0.j, 1.+0.j, 1.+0.j], dtype=complex64)
+  """
+  from stagecraft.lax.elementwise import convert_element_type
+  if isinstance(fft_type, str):
+    try:
+      typ = FftType[fft_type.upper()]
+    except KeyError:
+      raise TypeError(f"Unknown FFT type value '{fft_type}'") from None
+  elif isinstance(fft_type, (FftType, int)):
+    typ = FftType(fft_type)
+  else:
+    raise TypeError(f"Unknown FFT type value '{fft_type}'")
+  aval = core.get_aval(x)
+  if typ == FftType.RFFT:
+    if dtypes.is_complex(aval.dtype):
+      raise ValueError("only real valued inputs supported for rfft")
+    target = aval.dtype if dtypes.is_inexact(aval.dtype) else dtypes.default_float_dtype()
+  else:
+    target = aval.dtype if dtypes.is_complex(aval.dtype) else (
+        dtypes.complex128 if aval.dtype == dtypes.float64 else dtypes.default_complex_dtype())
+  target = dtypes.canonicalize_dtype(target)
+  if aval.dtype != target:
+    x = convert_element_type(x, target)
+  if len(fft_lengths) == 0:
+    return x
+  lengths = tuple(int(n) for n in fft_lengths)
+  return fft_p.bind(x, fft_type=typ, fft_lengths=lengths)
+

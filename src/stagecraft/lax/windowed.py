@@ -1,0 +1,355 @@
+"""Windowed reductions: `reduce_window_sum`, `reduce_window_max`, `reduce_window_min`, the
+`reduce_window` wrapper that dispatches `lax.add`/`lax.max`/`lax.min` to them, and
+`select_and_scatter_add` (the building block of max-pool gradients).
+
+A window of `window_dimensions` slides over the operand, after the operand is dilated by
+`base_dilation` (holes between elements) and padded by `padding` (pairs `(lo, hi)`), with
+`window_strides` between positions; `window_dilation` spreads the window's own elements.
+Padding and holes hold the reduction's identity, so they do not change the result. Each
+primitive lowers to one `stablehlo.reduce_window` started from the identity, as in JAX.
+Params and messages follow `jax.lax` (JAX 0.10).
+"""
+from __future__ import annotations
+
+import operator
+from functools import partial
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import Primitive, ShapedArray
+from stagecraft.interpreters import lowering
+from stagecraft.interpreters.lowering import i64_array, ir_type
+from stagecraft.lax import elementwise, utils
+from stagecraft.lax.conv import padtype_to_pads
+from stagecraft.lax.elementwise import _compare
+from stagecraft.lax.reduction import _max_identity, _min_identity, _sum_identity
+from stagecraft.lax.shape import canonicalize_shape, check_shapelike
+
+__all__ = ["reduce_window_sum_p", "reduce_window_max_p", "reduce_window_min_p",
+           "select_and_scatter_add_p", "reduce_window", "reduce_window_sum",
+           "reduce_window_max", "reduce_window_min", "select_and_scatter_add"]
+
+
+# ---------------------------------------------------------------------------
+# Shapes
+
+
+def _dilate_shape(shape, dilation):
+  return tuple(0 if d == 0 else 1 + r * (d - 1) for d, r in zip(shape, dilation))
+
+
+def _check_window_params(name, operand, window_dimensions, window_strides, padding,
+                         base_dilation, window_dilation):
+  for arg, value in (("window_dimensions", window_dimensions),
+                     ("window_strides", window_strides), ("base_dilation", base_dilation),
+                     ("window_dilation", window_dilation)):
+    check_shapelike(name, arg, value)
+    if len(value) != operand.ndim:
+      raise TypeError(f"{name} got the wrong number of {arg} for operand: got operand shape "
+                      f"{operand.shape} with {arg} {value}. Give one per operand dimension.")
+    if arg != "window_dimensions" and not all(v >= 1 for v in value):
+      raise TypeError(f"{name} {arg} must be positive, got {value}.")
+  if type(padding) is not tuple or len(padding) != operand.ndim or not all(
+      type(p) is tuple and len(p) == 2 and all(type(v) is int for v in p) for p in padding):
+    raise TypeError(f"{name} padding must be a tuple of one (lo, hi) pair of ints per operand "
+                    f"dimension, got {padding!r} for operand shape {operand.shape}. Call "
+                    f"lax.reduce_window, which normalizes it.")
+
+
+def _window_out_shape(operand_shape, window_dimensions, window_strides, padding,
+                      base_dilation, window_dilation):
+  shape = _dilate_shape(operand_shape, base_dilation)
+  window = _dilate_shape(window_dimensions, window_dilation)
+  padded = [d + lo + hi for d, (lo, hi) in zip(shape, padding)]
+  if any(p < 0 for p in padded):
+    raise TypeError(f"reduce_window padding {padding} makes a negative dimension for operand "
+                    f"shape {tuple(operand_shape)}.")
+  return tuple(max((p - w) // s + 1, 0) for p, w, s in zip(padded, window, window_strides))
+
+
+def _padding_attr(padding) -> str:
+  n = len(padding)
+  if n == 0:
+    return "dense<> : tensor<0x2xi64>"
+  rows = ", ".join(f"[{lo}, {hi}]" for lo, hi in padding)
+  return f"dense<[{rows}]> : tensor<{n}x2xi64>"
+
+
+# ---------------------------------------------------------------------------
+# reduce_window_{sum,max,min}(operand): params window_dimensions, window_strides, padding,
+# base_dilation, window_dilation; the result keeps the operand's dtype and weak type.
+
+
+def _reduce_window_abstract_eval(name, accepted, operand, *, window_dimensions,
+                                 window_strides, padding, base_dilation, window_dilation):
+  utils.check_dtype(name, operand, accepted)
+  _check_window_params(name, operand, window_dimensions, window_strides, padding,
+                       base_dilation, window_dilation)
+  if not all(w >= 1 for w in window_dimensions):
+    raise TypeError(f"{name} window_dimensions must be positive, got {window_dimensions}.")
+  shape = _window_out_shape(operand.shape, window_dimensions, window_strides, padding,
+                            base_dilation, window_dilation)
+  return ShapedArray(shape, operand.dtype, operand.weak_type)
+
+
+def _reduce_window_lowering(op, identity, ctx, x, *, window_dimensions, window_strides,
+                            padding, base_dilation, window_dilation):
+  aval_in, = ctx.avals_in
+  scalar = ShapedArray((), aval_in.dtype)
+  if aval_in.dtype == dtypes.bool_:   # max is OR, min is AND on bool (StableHLO's too)
+    op = {"stablehlo.maximum": "stablehlo.or", "stablehlo.minimum": "stablehlo.and"}.get(op, op)
+  init = ctx.constant(identity(scalar.dtype), scalar)
+  body = ctx.region([scalar, scalar], [scalar],
+                    lambda a, b: [ctx.elementwise(op, a, b, aval=scalar)])
+  attrs = (f"base_dilations = {i64_array(base_dilation)}, padding = {_padding_attr(padding)}, "
+           f"window_dilations = {i64_array(window_dilation)}, window_dimensions = "
+           f"{i64_array(window_dimensions)}, window_strides = {i64_array(window_strides)}")
+  return ctx.op("stablehlo.reduce_window", [x, init], attrs=attrs, regions=[body],
+                operand_avals=[aval_in, scalar])
+
+
+_number = ("number", lambda d: dtypes.is_integer(d) or dtypes.is_inexact(d))
+_ordered = (utils._bool, utils._int, utils._float)
+
+
+def _reduce_window_primitive(name, op, identity, accepted) -> Primitive:
+  p = Primitive(name)
+  p.def_abstract_eval(partial(_reduce_window_abstract_eval, name, accepted))
+  lowering.register_lowering(p, partial(_reduce_window_lowering, op, identity))
+  return p
+
+
+reduce_window_sum_p = _reduce_window_primitive("reduce_window_sum", "stablehlo.add",
+                                               _sum_identity, (_number,))
+reduce_window_max_p = _reduce_window_primitive("reduce_window_max", "stablehlo.maximum",
+                                               _max_identity, _ordered)
+reduce_window_min_p = _reduce_window_primitive("reduce_window_min", "stablehlo.minimum",
+                                               _min_identity, _ordered)
+
+
+def _window_params(name, operand, window_dimensions, window_strides, padding, base_dilation,
+                   window_dilation):
+  window_dimensions = canonicalize_shape(name, "window_dimensions", window_dimensions)
+  n = len(window_dimensions)
+  window_strides = (1,) * n if window_strides is None else canonicalize_shape(
+      name, "window_strides", window_strides)
+  base_dilation = (1,) * n if base_dilation is None else canonicalize_shape(
+      name, "base_dilation", base_dilation)
+  window_dilation = (1,) * n if window_dilation is None else canonicalize_shape(
+      name, "window_dilation", window_dilation)
+  if isinstance(padding, str):
+    shape = _dilate_shape(core.get_aval(operand).shape, base_dilation)
+    padding = padtype_to_pads(shape, _dilate_shape(window_dimensions, window_dilation),
+                              window_strides, padding)
+  try:
+    padding = tuple((operator.index(lo), operator.index(hi)) for lo, hi in padding)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"{name} padding must be 'VALID', 'SAME', 'SAME_LOWER' or a sequence of "
+                    f"(lo, hi) integer pairs, got {padding!r}.") from e
+  return dict(window_dimensions=window_dimensions, window_strides=window_strides,
+              padding=padding, base_dilation=base_dilation, window_dilation=window_dilation)
+
+
+def _reduce_window_wrapper(p: Primitive, what: str, op: str, dtypes_doc: str):
+  def f(operand: Any, window_dimensions: Sequence[int],
+        window_strides: Sequence[int] | None = None,
+        padding: str | Sequence[tuple[int, int]] = "VALID",
+        base_dilation: Sequence[int] | None = None,
+        window_dilation: Sequence[int] | None = None) -> Any:
+    return p.bind(operand, **_window_params(p.name, operand, window_dimensions, window_strides,
+                                            padding, base_dilation, window_dilation))
+  f.__name__ = f.__qualname__ = p.name
+  f.__doc__ = f"""The {what} over each window of `operand` (`reduce_window` with `lax.{op}` and
+  the identity as init value).
+
+  Args:
+    operand: array `T[*s]`; T {dtypes_doc}.
+    window_dimensions: window size per dimension (positive).
+    window_strides: step per dimension (positive); None means 1.
+    padding: (lo, hi) pairs, or 'VALID'/'SAME'/'SAME_LOWER' (see `padtype_to_pads`);
+      padding holds the identity.
+    base_dilation, window_dilation: positive dilations per dimension; None means 1.
+
+  Returns:
+    `T[*o]` with `o[k] = (dil(s[k]) + lo + hi - dil(w[k])) // stride[k] + 1` (at least 0),
+    where `dil(n) = 1 + dilation * (n - 1)`.
+
+  Raises:
+    TypeError: if T is not accepted or the params do not match the operand's rank.
+    RuntimeError: for an unknown padding string.
+  """
+  return f
+
+
+reduce_window_sum = _reduce_window_wrapper(reduce_window_sum_p, "sum", "add",
+                                           "a number type (not bool)")
+reduce_window_max = _reduce_window_wrapper(reduce_window_max_p, "maximum", "max",
+                                           "bool, integer or floating")
+reduce_window_min = _reduce_window_wrapper(reduce_window_min_p, "minimum", "min",
+                                           "bool, integer or floating")
+
+_monoids = {elementwise.add: (reduce_window_sum_p, _sum_identity, elementwise.add),
+            elementwise.max: (reduce_window_max_p, _max_identity, elementwise.max),
+            elementwise.min: (reduce_window_min_p, _min_identity, elementwise.min)}
+
+
+def reduce_window(operand: Any, init_value: Any, computation: Callable,
+                  window_dimensions: Sequence[int], window_strides: Sequence[int] | None = None,
+                  padding: str | Sequence[tuple[int, int]] = "VALID",
+                  base_dilation: Sequence[int] | None = None,
+                  window_dilation: Sequence[int] | None = None) -> Any:
+  """Reduces each window of `operand` with `computation` (`jax.lax.reduce_window`).
+
+  `computation` must be `lax.add`, `lax.max` or `lax.min`. When `init_value` is the
+  identity (0, or the lowest/highest value of the dtype) this is one `reduce_window_*`
+  primitive; otherwise the result is `init_value` combined once with each window's
+  reduction (what XLA computes: padding never contributes).
+
+  Args:
+    operand: array `T[*s]` (a single array: pytrees of operands are not supported).
+    init_value: scalar of dtype T (a Python scalar takes T).
+    computation: `lax.add`, `lax.max` or `lax.min`.
+    window_dimensions: window size per dimension.
+    window_strides: step per dimension; None means 1.
+    padding: (lo, hi) pairs, or 'VALID' (default), 'SAME' or 'SAME_LOWER'.
+    base_dilation, window_dilation: dilations per dimension; None means 1.
+
+  Returns:
+    `T[*o]`, shaped as for `reduce_window_sum`.
+
+  Raises:
+    NotImplementedError: for another `computation`.
+    TypeError: if `init_value` is not a scalar of dtype T, or the params are invalid.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> x = np.arange(6, dtype=np.float32)
+    >>> np.asarray(lax.reduce_window(x, 0., lax.add, (2,), (2,), 'VALID'))
+    array([1., 5., 9.], dtype=float32)
+  """
+  if computation not in _monoids:
+    name = getattr(computation, "__name__", repr(computation))
+    raise NotImplementedError(
+        f"reduce_window supports the computations lax.add, lax.max and lax.min (as "
+        f"reduce_window_sum/max/min); got {name}. A general reduce_window with an arbitrary "
+        f"computation is not implemented.")
+  prim, identity, combine = _monoids[computation]
+  params = _window_params("reduce_window", operand, window_dimensions, window_strides, padding,
+                          base_dilation, window_dilation)
+  operand, init_value = utils.convert_scalars(operand, init_value)
+  x_aval, init_aval = core.get_aval(operand), core.get_aval(init_value)
+  if init_aval.shape != () or init_aval.dtype != x_aval.dtype:
+    raise TypeError(f"reduce_window init_value must be a scalar of the operand's dtype "
+                    f"{x_aval.dtype.name}, got {init_aval.str_short()}.")
+  concrete = not isinstance(init_value, core.Tracer)
+  if concrete and np.asarray(init_value, x_aval.dtype) == identity(x_aval.dtype):
+    return prim.bind(operand, **params)
+  # NB: XLA applies a non-identity init once per window (padding and dilation holes are
+  # skipped, not filled with it): reduce from the identity, then combine with init_value.
+  out = prim.bind(operand, **params)
+  return combine(out, init_value)
+
+
+# ---------------------------------------------------------------------------
+# select_and_scatter_add(source, operand): for each window of `operand`, the element chosen
+# by `select_prim` (ge: the first maximum, le: the first minimum) receives the window's
+# `source` value, summed where windows overlap. The gradient of a max (min) pool.
+select_and_scatter_add_p = Primitive("select_and_scatter_add")
+
+
+def _select_and_scatter_add_abstract_eval(source, operand, *, select_prim, window_dimensions,
+                                          window_strides, padding):
+  name = "select_and_scatter_add"
+  if select_prim not in (elementwise.ge_p, elementwise.le_p):
+    raise TypeError(f"{name} select_prim must be lax.ge_p or lax.le_p, got {select_prim}.")
+  utils.check_dtype(name, operand, _ordered)
+  if source.dtype != operand.dtype:
+    raise TypeError(f"{name} requires source and operand to have the same dtype, got "
+                    f"{source.str_short()} and {operand.str_short()}.")
+  ones = (1,) * operand.ndim
+  _check_window_params(name, operand, window_dimensions, window_strides, padding, ones, ones)
+  expected = _window_out_shape(operand.shape, window_dimensions, window_strides, padding, ones,
+                               ones)
+  if source.shape != expected:
+    raise TypeError(f"{name} source must have the shape of the windowed operand {expected}, "
+                    f"got {source.str_short()} for operand {operand.str_short()}.")
+  return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
+
+
+def _select_and_scatter_add_lowering(ctx, source, operand, *, select_prim, window_dimensions,
+                                     window_strides, padding):
+  s_aval, x_aval = ctx.avals_in
+  out_aval, = ctx.avals_out
+  scalar = ShapedArray((), x_aval.dtype)
+  # NB: as JAX on CPU and GPU (XLA bugs b/161704903, b/182390722): pad the operand with the
+  # select's identity and select_and_scatter without padding, then slice the padding off.
+  identity = _max_identity if select_prim is elementwise.ge_p else _min_identity
+  padded_shape = tuple(d + lo + hi for d, (lo, hi) in zip(x_aval.shape, padding))
+  padded_aval = x_aval.update(shape=padded_shape)
+  if padded_shape != x_aval.shape:
+    lo = ", ".join(str(p[0]) for p in padding)
+    hi = ", ".join(str(p[1]) for p in padding)
+    init = ctx.constant(identity(x_aval.dtype), scalar)
+    interior = ", ".join(["0"] * x_aval.ndim)
+    r = ctx.fb.fresh()
+    ctx.fb.emit(f"{r} = stablehlo.pad {operand}, {init}, low = [{lo}], high = [{hi}], "
+                f"interior = [{interior}] : ({ir_type(x_aval)}, {ir_type(scalar)}) -> "
+                f"{ir_type(padded_aval)}")
+    operand = r
+  direction = "GE" if select_prim is elementwise.ge_p else "LE"
+  pred = ShapedArray((), dtypes.bool_)
+  select = ctx.region([scalar, scalar], [pred],
+                      lambda a, b: [_compare(ctx, direction, a, b, scalar)])
+  add = "stablehlo.or" if x_aval.dtype == dtypes.bool_ else "stablehlo.add"
+  scatter = ctx.region([scalar, scalar], [scalar],
+                       lambda a, b: [ctx.elementwise(add, a, b, aval=scalar)])
+  zeros = ((0, 0),) * x_aval.ndim
+  attrs = (f"padding = {_padding_attr(zeros)}, window_dimensions = "
+           f"{i64_array(window_dimensions)}, window_strides = {i64_array(window_strides)}")
+  out = ctx.op("stablehlo.select_and_scatter", [operand, source, ctx.constant(0, scalar)],
+               [padded_aval], attrs=attrs, regions=[select, scatter],
+               operand_avals=[padded_aval, s_aval, scalar])[0]
+  if padded_shape == x_aval.shape:
+    return [out]
+  start = [lo for lo, _ in padding]
+  limit = [lo + d for (lo, _), d in zip(padding, x_aval.shape)]
+  return ctx.op("stablehlo.slice", [out], [out_aval],
+                attrs=f"start_indices = {i64_array(start)}, limit_indices = "
+                      f"{i64_array(limit)}, strides = {i64_array((1,) * x_aval.ndim)}",
+                operand_avals=[padded_aval])
+
+
+select_and_scatter_add_p.def_abstract_eval(_select_and_scatter_add_abstract_eval)
+lowering.register_lowering(select_and_scatter_add_p, _select_and_scatter_add_lowering)
+
+
+def select_and_scatter_add(source: Any, operand: Any, select_prim: Primitive,
+                           window_dimensions: Sequence[int], window_strides: Sequence[int],
+                           padding: str | Sequence[tuple[int, int]]) -> Any:
+  """Scatters `source` to the element each window of `operand` selects, adding where
+  windows overlap (JAX's `_select_and_scatter_add`; the gradient of a max or min pool).
+
+  Args:
+    source: array `T[*o]`, `o` the shape of `reduce_window_max(operand, ...)` with the same
+      window params.
+    operand: array `T[*s]`, T bool, integer or floating.
+    select_prim: `lax.ge_p` (selects the first maximum of each window) or `lax.le_p` (the
+      first minimum).
+    window_dimensions, window_strides: per dimension.
+    padding: (lo, hi) pairs or a padding string; padding never gets selected.
+
+  Returns:
+    `T[*s]`: zero where no window selected the element.
+
+  Raises:
+    TypeError: if the dtypes differ, `source` has the wrong shape, or `select_prim` is not
+      ge/le.
+  """
+  params = _window_params("select_and_scatter_add", operand, window_dimensions,
+                          window_strides, padding, None, None)
+  return select_and_scatter_add_p.bind(
+      source, operand, select_prim=select_prim, window_dimensions=params["window_dimensions"],
+      window_strides=params["window_strides"], padding=params["padding"])

@@ -1,0 +1,419 @@
+"""`stagecraft.nn`: activation functions and friends, as `jax.nn`, composed from
+`stagecraft.numpy` and `stagecraft.lax` (no primitives of their own).
+
+Every function takes an array `T[*s]` (Python scalars and integer arrays are promoted as
+`jax.numpy` promotes them) and returns `T[*s]` unless its docstring says otherwise; the
+formulas are JAX's, so values agree with `jax.nn` to rounding. Weight initializers are in
+`stagecraft.nn.initializers`.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from stagecraft import dtypes, lax
+from stagecraft import numpy as jnp
+from stagecraft.api import jit
+from stagecraft.nn import initializers  # noqa: F401
+from stagecraft.numpy.lax_numpy import promote_dtypes_inexact
+from stagecraft.scipy.special import _masked, logsumexp
+
+__all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "elu",
+           "leaky_relu", "celu", "selu", "glu", "log_sigmoid", "softmax", "log_softmax",
+           "logsumexp", "logmeanexp", "one_hot", "standardize", "identity", "soft_sign",
+           "squareplus", "sparse_plus", "sparse_sigmoid", "mish", "hard_tanh", "hard_sigmoid",
+           "hard_silu", "hard_swish", "log1mexp", "tanh", "initializers"]
+
+
+def _inexact(x):
+  return jnp.asarray(promote_dtypes_inexact(x)[0])
+
+
+@jit
+def identity(x: Any):
+  """Returns `x` (`jax.nn.identity`)."""
+  return jnp.asarray(x)
+
+
+@jit
+def relu(x: Any):
+  """Rectified linear unit `max(x, 0)` (`jax.nn.relu`); NaN stays NaN.
+
+  Examples:
+    >>> import numpy as np
+    >>> relu(np.array([-1., 0., 2.], np.float32))
+    Array([0., 0., 2.], dtype=float32)
+  """
+  return jnp.maximum(x, 0)
+
+
+@jit
+def relu6(x: Any):
+  """`min(max(x, 0), 6)` (`jax.nn.relu6`)."""
+  return jnp.minimum(jnp.maximum(x, 0), 6.)
+
+
+@jit
+def sigmoid(x: Any):
+  """Logistic sigmoid `1 / (1 + exp(-x))` (`jax.nn.sigmoid`), via `lax.logistic`.
+
+  Raises:
+    TypeError: for integer `x` (as JAX: `lax.logistic` takes inexact dtypes only).
+  """
+  return lax.logistic(x)
+
+
+@jit
+def softplus(x: Any):
+  """`log(1 + exp(x))`, overflow-safe as `logaddexp(x, 0)` (`jax.nn.softplus`).
+
+  Examples:
+    >>> import numpy as np
+    >>> softplus(np.array([-1000., 0., 1000.], np.float32))
+    Array([0.000000e+00, 6.931472e-01, 1.000000e+03], dtype=float32)
+  """
+  return jnp.logaddexp(x, 0)
+
+
+@jit
+def log_sigmoid(x: Any):
+  """`log(sigmoid(x)) = -softplus(-x)` (`jax.nn.log_sigmoid`)."""
+  return -softplus(-jnp.asarray(x))
+
+
+@jit
+def silu(x: Any):
+  """SiLU / swish `x * sigmoid(x)` (`jax.nn.silu`)."""
+  x = jnp.asarray(x)
+  return x * sigmoid(x)
+
+
+swish = silu
+
+
+@jit
+def mish(x: Any):
+  """`x * tanh(softplus(x))` (`jax.nn.mish`)."""
+  x = jnp.asarray(x)
+  return x * jnp.tanh(softplus(x))
+
+
+@jit
+def elu(x: Any, alpha: Any = 1.0):
+  """Exponential linear unit: `x` for `x > 0`, else `alpha * expm1(x)` (`jax.nn.elu`)."""
+  x = jnp.asarray(x)
+  return jnp.where(x > 0, x, alpha * jnp.expm1(jnp.where(x > 0, 0., x)))
+
+
+@jit
+def leaky_relu(x: Any, negative_slope: Any = 1e-2):
+  """`x` for `x >= 0`, else `negative_slope * x` (`jax.nn.leaky_relu`)."""
+  x = jnp.asarray(x)
+  return jnp.where(x >= 0, x, negative_slope * x)
+
+
+@jit
+def celu(x: Any, alpha: Any = 1.0):
+  """Continuously differentiable ELU: `max(x, 0) + alpha * expm1(min(x, 0) / alpha)`
+  (`jax.nn.celu`)."""
+  return jnp.maximum(x, 0.0) + alpha * jnp.expm1(jnp.minimum(x, 0.0) / alpha)
+
+
+@jit
+def selu(x: Any):
+  """Scaled ELU `scale * elu(x, alpha)` with the self-normalizing constants of
+  Klambauer et al. 2017 (`jax.nn.selu`)."""
+  alpha = 1.6732632423543772848170429916717
+  scale = 1.0507009873554804934193349852946
+  return scale * elu(x, alpha)
+
+
+def gelu(x: Any, approximate: bool = True):
+  """Gaussian error linear unit `x * Phi(x)` (`jax.nn.gelu`).
+
+  Args:
+    x: array `T[*s]` (integers promote to float).
+    approximate: use the tanh approximation
+      `0.5 (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))` of Phi (default, as JAX) instead of
+      the exact `0.5 erfc(-x / sqrt 2)`.
+
+  Returns:
+    `T[*s]`.
+
+  References:
+    Hendrycks, Gimpel, "Gaussian Error Linear Units (GELUs)", arXiv:1606.08415.
+  """
+  # NB: not jitted, as in JAX (whose comment says jit changed numerics in a test).
+  x = _inexact(x)
+  if approximate:
+    sqrt_2_over_pi = np.sqrt(2 / np.pi).astype(x.dtype)
+    cdf = 0.5 * (1.0 + jnp.tanh(sqrt_2_over_pi * (x + 0.044715 * (x ** 3))))
+    return x * cdf
+  sqrt_half = np.sqrt(0.5).astype(x.dtype)
+  return (0.5 * x * lax.erfc(-x * sqrt_half)).astype(x.dtype)
+
+
+def _canonical_axis(axis: int, ndim: int, name: str) -> int:
+  axis = operator.index(axis)
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"{name}: axis {axis} is out of bounds for array of dimension {ndim}")
+  return axis % ndim
+
+
+def glu(x: Any, axis: int = -1):
+  """Gated linear unit: `x1 * sigmoid(x2)` for the two halves of `x` along `axis`
+  (`jax.nn.glu`).
+
+  Args:
+    x: array `T[..., 2n, ...]`.
+    axis: the axis to halve; its size must be even.
+
+  Returns:
+    `T[..., n, ...]`.
+
+  Raises:
+    ValueError: if the axis size is odd or the axis is out of bounds.
+  """
+  x = jnp.asarray(x)
+  axis = _canonical_axis(axis, x.ndim, "glu")
+  if x.shape[axis] % 2:
+    raise ValueError(f"glu: the size of axis {axis} must be divisible by 2, got "
+                     f"{x.shape[axis]}.")
+  return _glu(x, axis)
+
+
+def _glu_impl(x, axis):
+  x1, x2 = jnp.split(x, 2, axis)
+  return x1 * sigmoid(x2)
+
+
+_glu = jit(_glu_impl, static_argnums=(1,))
+
+
+def _axes(axis, ndim):
+  if axis is None:
+    return tuple(range(ndim))
+  axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+  return tuple(_canonical_axis(a, ndim, "softmax") for a in axes)
+
+
+def log_softmax(x: Any, axis: Any = -1, where: Any = None):
+  """`x - logsumexp(x, axis, keepdims=True)`, computed stably (`jax.nn.log_softmax`).
+
+  Args:
+    x: array `T[*s]`.
+    axis: an int, a tuple of ints, or None (all axes).
+    where: optional boolean mask broadcastable to `s`: masked-out entries are left out of
+      the sum and give `-inf`.
+
+  Returns:
+    `T[*s]`.
+
+  Examples:
+    >>> import numpy as np
+    >>> log_softmax(np.array([1000., 1000.], np.float32))
+    Array([-0.6931472, -0.6931472], dtype=float32)
+  """
+  x = jnp.asarray(x)
+  return _log_softmax(x, _axes(axis, x.ndim), where)
+
+
+def _log_softmax_impl(x, axis, where):
+  x_safe = _masked(x, where, -np.inf)
+  x_max = jnp.max(x_safe, axis, initial=-np.inf, keepdims=True)
+  shifted = x_safe - lax.stop_gradient(x_max)
+  shifted_logsumexp = jnp.log(jnp.sum(_masked(jnp.exp(shifted), where, 0), axis,
+                                      keepdims=True))
+  result = shifted - shifted_logsumexp
+  if where is not None:
+    return jnp.where(where, result, -np.inf)
+  return result
+
+
+_log_softmax = jit(_log_softmax_impl, static_argnums=(1,))
+
+
+def softmax(x: Any, axis: Any = -1, where: Any = None):
+  """`exp(x) / sum(exp(x), axis)`, computed stably (`jax.nn.softmax`).
+
+  Args:
+    x: array `T[*s]`.
+    axis: an int, a tuple of ints, or None (all axes).
+    where: optional boolean mask broadcastable to `s`: masked-out entries are left out of
+      the sum and give 0.
+
+  Returns:
+    `T[*s]`, summing to 1 along `axis`.
+
+  Examples:
+    >>> import numpy as np
+    >>> softmax(np.array([0., 1000.], np.float32))
+    Array([0., 1.], dtype=float32)
+  """
+  # NB: not jitted, as in JAX (whose comment says jit changed numerics in a test).
+  x = jnp.asarray(x)
+  axis = _axes(axis, x.ndim)
+  x_safe = _masked(x, where, -np.inf)
+  x_max = jnp.max(x_safe, axis, initial=-np.inf, keepdims=True)
+  unnormalized = jnp.exp(x_safe - lax.stop_gradient(x_max))
+  result = unnormalized / jnp.sum(_masked(unnormalized, where, 0), axis, keepdims=True)
+  if where is not None:
+    result = jnp.where(where, result, 0)
+  return result
+
+
+def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = False):
+  """`log(mean(exp(x)))` over `axis`, overflow-safe (`jax.nn.logmeanexp`)."""
+  x = jnp.asarray(x)
+  lse = logsumexp(x, axis=axis, where=where, keepdims=keepdims)
+  axes = _axes(axis, x.ndim)
+  if where is None:
+    count = float(np.prod([x.shape[a] for a in axes]))
+    return lse - jnp.log(jnp.asarray(count, lse.dtype))
+  mask = jnp.broadcast_to(jnp.asarray(where), x.shape)
+  count = jnp.sum(mask.astype(lse.dtype), axis=axes, keepdims=keepdims)
+  return lse - jnp.log(count)
+
+
+def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None,
+                epsilon: Any = 1e-5, where: Any = None, *, algorithm: str = "fast"):
+  """`(x - mean) / sqrt(variance + epsilon)` over `axis` (`jax.nn.standardize`).
+
+  Args:
+    x: array `T[*s]`.
+    axis: an int, a tuple of ints, or None.
+    mean, variance: optional precomputed statistics (broadcastable, keepdims shape).
+    epsilon: added to the variance.
+    where: optional boolean mask of the entries the statistics use.
+    algorithm: `"fast"` (`E[x**2] - E[x]**2`, clipped at 0; JAX's default) or `"stable"`
+      (`E[(x - E[x])**2]`).
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: for an unknown algorithm.
+  """
+  if algorithm not in ("fast", "stable"):
+    raise ValueError(f"Unknown algorithm '{algorithm}'. Expected 'fast' or 'stable'.")
+  x = jnp.asarray(x)
+  axes = _axes(axis, x.ndim)
+
+  def masked_mean(v):
+    if where is None:
+      return jnp.mean(v, axes, keepdims=True)
+    v = jnp.asarray(v)
+    count = jnp.sum(jnp.broadcast_to(where, v.shape).astype(v.dtype), axes, keepdims=True)
+    return jnp.sum(_masked(v, where, 0), axes, keepdims=True) / count
+  if mean is None:
+    mean = masked_mean(x)
+  if variance is None:
+    if algorithm == "stable":
+      variance = masked_mean(jnp.square(jnp.subtract(x, mean)))
+    else:
+      variance = masked_mean(jnp.square(x)) - jnp.square(mean)
+      variance = jnp.clip(variance, 0)   # the fast formula can round below 0
+  return jnp.subtract(x, mean) * lax.rsqrt(variance + epsilon)
+
+
+def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
+  """One-hot encodings of the integers `x` (`jax.nn.one_hot`).
+
+  Args:
+    x: integer array `I[*s]`; values outside `[0, num_classes)` give all-zero rows.
+    num_classes: the number of classes n (static).
+    dtype: the result dtype T (default float32).
+    axis: where the class axis goes in the result (negative counts from the end).
+
+  Returns:
+    `T[*s]` with an axis of size n inserted at `axis`.
+
+  Raises:
+    TypeError: if `num_classes` is not a static int.
+    ValueError: if `axis` is out of bounds.
+
+  Examples:
+    >>> import numpy as np
+    >>> one_hot(np.array([0, 2, 5]), 3)
+    Array([[1., 0., 0.],
+           [0., 0., 1.],
+           [0., 0., 0.]], dtype=float32)
+  """
+  try:
+    num_classes = operator.index(num_classes)
+  except TypeError:
+    raise TypeError(f"one_hot: num_classes must be a static Python int, got "
+                    f"{num_classes!r}. The error arose in jax.nn.one_hot argument "
+                    f"`num_classes`.") from None
+  x = jnp.asarray(x)
+  dt = dtypes.canonicalize_dtype(dtypes.default_float_dtype() if dtype is None else dtype)
+  axis = _canonical_axis(axis, x.ndim + 1, "one_hot")
+  lhs = lax.expand_dims(x, (axis,))
+  rhs_shape = [1] * x.ndim
+  rhs_shape.insert(axis, num_classes)
+  rhs = lax.broadcasted_iota(x.dtype, rhs_shape, axis)
+  return (lhs == rhs).astype(dt)
+
+
+@jit
+def soft_sign(x: Any):
+  """`x / (|x| + 1)` (`jax.nn.soft_sign`)."""
+  x = jnp.asarray(x)
+  return x / (jnp.abs(x) + 1)
+
+
+@jit
+def squareplus(x: Any, b: Any = 4):
+  """`(x + sqrt(x**2 + b)) / 2` (`jax.nn.squareplus`)."""
+  x = jnp.asarray(x)
+  return (x + jnp.sqrt(jnp.square(x) + b)) / 2
+
+
+@jit
+def sparse_plus(x: Any):
+  """0 for `x <= -1`, `x` for `x >= 1`, `(x + 1)**2 / 4` between (`jax.nn.sparse_plus`)."""
+  x = jnp.asarray(x)
+  return jnp.where(x <= -1.0, 0.0, jnp.where(x >= 1.0, x, (x + 1.0) ** 2 / 4))
+
+
+@jit
+def sparse_sigmoid(x: Any):
+  """`clip((x + 1) / 2, 0, 1)` (`jax.nn.sparse_sigmoid`)."""
+  return 0.5 * jnp.clip(x + 1.0, 0.0, 2.0)
+
+
+@jit
+def hard_tanh(x: Any):
+  """`clip(x, -1, 1)` (`jax.nn.hard_tanh`)."""
+  x = jnp.asarray(x)
+  return jnp.where(x > 1, 1, jnp.where(x < -1, -1, x))
+
+
+@jit
+def hard_sigmoid(x: Any):
+  """`relu6(x + 3) / 6` (`jax.nn.hard_sigmoid`)."""
+  return relu6(x + 3.) / 6.
+
+
+@jit
+def hard_silu(x: Any):
+  """`x * hard_sigmoid(x)` (`jax.nn.hard_silu`)."""
+  x = jnp.asarray(x)
+  return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+@jit
+def log1mexp(x: Any):
+  """`log(1 - exp(-x))` for `x > 0`, accurate at both ends (`jax.nn.log1mexp`): `log(-expm1(-x))`
+  below `log 2`, `log1p(-exp(-x))` above (Maechler 2012)."""
+  x = jnp.asarray(x)
+  c = jnp.log(2.0)
+  return jnp.where(x < c, jnp.log(-jnp.expm1(-x)), jnp.log1p(-jnp.exp(-x)))
+
+
+tanh = jnp.tanh

@@ -1,0 +1,317 @@
+"""`stagecraft.numpy.fft`: numpy.fft's API (as jax.numpy.fft) on the `lax.fft` primitive.
+
+XLA transforms the innermost 1 to 3 dimensions, so the requested axes are moved last (and
+back), and more than 3 axes are transformed in several passes. `s`/`n` crop or zero-pad the
+input first. `norm` is 'backward' (default: 1/n on the inverse), 'ortho' (1/sqrt(n) both
+ways) or 'forward' (1/n on the forward transform). Complex results are complex64 unless the
+input is 64-bit (with x64 enabled)."""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes, lax
+from stagecraft.lax.fft import FftType
+from stagecraft.numpy import lax_numpy as jnp
+from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+
+__all__ = ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2",
+           "fftn", "ifftn", "rfftn", "irfftn", "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
+
+
+def _norm_factor(s, func_name: str, norm: str | None):
+  if norm is None or norm == "backward":
+    return None
+  n = float(math.prod(s))
+  inverse = func_name.startswith("i")
+  if norm == "ortho":
+    return np.sqrt(n) if inverse else 1 / np.sqrt(n)
+  if norm == "forward":
+    return n if inverse else 1 / n
+  raise ValueError(f'Invalid norm value {norm}; should be "backward","ortho" or "forward".')
+
+
+def _fft_nd(arr, fft_type: FftType, s):
+  """XLA's FFT over the trailing len(s) axes, in passes of at most 3 axes."""
+  if len(s) <= 3:
+    return lax.fft(arr, fft_type, tuple(s))
+  n = 2 if len(s) == 4 else 3
+  nd = _ndim(arr)
+  src = tuple(range(nd - len(s), nd - n))
+  dst = tuple(range(nd - len(s) + n, nd))
+  if fft_type in (FftType.RFFT, FftType.FFT):
+    arr = lax.fft(arr, fft_type, tuple(s)[-n:])
+    arr = jnp.moveaxis(arr, src, dst)
+    arr = _fft_nd(arr, FftType.FFT, s[:-n])
+    return jnp.moveaxis(arr, dst, src)
+  arr = jnp.moveaxis(arr, src, dst)
+  arr = _fft_nd(arr, FftType.IFFT, s[:-n])
+  arr = jnp.moveaxis(arr, dst, src)
+  return lax.fft(arr, fft_type, tuple(s)[-n:])
+
+
+def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
+  full = f"jax.numpy.fft.{func_name}"
+  arr = _arr(a)
+  if s is not None:
+    s = tuple(operator.index(x) for x in s)
+    if any(x <= 0 for x in s):
+      raise ValueError("Shape should be positive.")
+  if s is not None and axes is not None and len(s) != len(axes):
+    raise ValueError("Shape and axes have different lengths.")
+  orig_axes = axes
+  if axes is None:
+    axes = tuple(range(_ndim(arr))) if s is None else tuple(
+        range(_ndim(arr) - len(s), _ndim(arr)))
+  else:
+    axes = tuple(operator.index(ax) for ax in axes)
+  canon = tuple(jnp._canon_axis(ax, _ndim(arr), full) for ax in axes)
+  if len(set(canon)) != len(canon):
+    raise ValueError(f"{full} does not support repeated axes. Got axes {tuple(axes)}.")
+  if orig_axes is not None:
+    axes = tuple(range(_ndim(arr) - len(axes), _ndim(arr)))
+    arr = jnp.moveaxis(arr, canon, axes)
+  else:
+    axes = canon
+  if s is not None:
+    in_s = list(_shape(arr))
+    for ax, x in zip(axes, s):
+      in_s[ax] = x
+    if fft_type == FftType.IRFFT:
+      in_s[-1] = in_s[-1] // 2 + 1
+    # Crop, then zero-pad, to `in_s`.
+    for ax, target in enumerate(in_s):
+      if _shape(arr)[ax] > target:
+        arr = jnp._slice_axis(arr, 0, target, ax)
+    widths = [(0, t - d) for t, d in zip(in_s, _shape(arr))]
+    if any(w for _, w in widths):
+      arr = jnp.pad(arr, widths)
+  else:
+    if fft_type == FftType.IRFFT:
+      s = [_shape(arr)[ax] for ax in axes[:-1]]
+      if axes:
+        s += [max(0, 2 * (_shape(arr)[axes[-1]] - 1))]
+    else:
+      s = [_shape(arr)[ax] for ax in axes]
+  if fft_type == FftType.RFFT and dtypes.is_complex(_dtype(arr)):
+    raise ValueError("only real valued inputs supported for rfft")
+  if fft_type != FftType.RFFT and not dtypes.is_complex(_dtype(arr)):
+    arr = lax.convert_element_type(arr, dtypes.complex128 if _dtype(arr) == dtypes.float64
+                                   else dtypes.default_complex_dtype())
+  elif fft_type == FftType.RFFT and _dtype(arr) not in (dtypes.float32, dtypes.float64):
+    arr = lax.convert_element_type(arr, dtypes.default_float_dtype())
+  out = _fft_nd(arr, fft_type, list(s)) if len(s) else arr
+  factor = _norm_factor(s, func_name, norm)
+  if factor is not None:
+    out = lax.mul(out, np.asarray(factor, _dtype(out))[()])
+  if out.weak_type:   # transforms give strongly typed results, as in jax.numpy
+    out = lax.convert_element_type(out, _dtype(out))
+  if orig_axes is not None:
+    out = jnp.moveaxis(out, axes, canon)
+  return out
+
+
+def _axis_1d(func_name, axis):
+  if isinstance(axis, (list, tuple)):
+    full = f"jax.numpy.fft.{func_name}"
+    raise ValueError(f"{full} does not support multiple axes. Please use {full}n. "
+                     f"Got axis = {axis!r}.")
+
+
+def _fft_1d(func_name, fft_type, a, n, axis, norm):
+  _axis_1d(func_name, axis)
+  return _fft_core(func_name, fft_type, a, None if n is None else [n],
+                   None if axis is None else [axis], norm)
+
+
+def _fft_2d(func_name, fft_type, a, s, axes, norm):
+  if len(axes) != 2:
+    raise ValueError(f"jax.numpy.fft.{func_name} only supports 2 axes. Got axes = {axes!r}.")
+  return _fft_core(func_name, fft_type, a, s, axes, norm)
+
+
+def fft(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None):
+  """The 1-D discrete Fourier transform along `axis`.
+
+  Args:
+    a: array `T[..., m, ...]` (real inputs are converted to complex).
+    n: transform length: the input is cropped or zero-padded to `n` (default `m`).
+    axis: the axis to transform.
+    norm: 'backward' (default), 'ortho' or 'forward'.
+
+  Returns:
+    complex `[..., n, ...]`.
+
+  Raises:
+    ValueError: for a non-positive `n`, several axes, or an unknown `norm`.
+
+  Examples:
+    >>> from stagecraft import numpy as jnp
+    >>> jnp.fft.fft(jnp.array([1., 2., 3., 4.]))
+    Array([10.+0.j, -2.+2.j, -2.+0.j, -2.-2.j], dtype=complex64)
+  """
+  return _fft_1d("fft", FftType.FFT, a, n, axis, norm)
+
+
+def ifft(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None):
+  """The inverse of `fft` (with the 1/n factor under the default norm)."""
+  return _fft_1d("ifft", FftType.IFFT, a, n, axis, norm)
+
+
+def rfft(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None):
+  """The FFT of real input: the `n // 2 + 1` non-negative frequency terms along `axis`.
+
+  Raises:
+    ValueError: for complex input.
+  """
+  return _fft_1d("rfft", FftType.RFFT, a, n, axis, norm)
+
+
+def irfft(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None):
+  """The inverse of `rfft`: a real signal of length `n` (default `2 * (m - 1)`) from its
+  `m` non-negative frequency terms."""
+  return _fft_1d("irfft", FftType.IRFFT, a, n, axis, norm)
+
+
+def hfft(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None):
+  """The FFT of a signal with Hermitian symmetry given by its non-negative half: a real
+  spectrum of length `n` (default `2 * (m - 1)`)."""
+  _axis_1d("hfft", axis)
+  conj_a = jnp.conjugate(_arr(a))
+  nn = (_shape(conj_a)[axis] - 1) * 2 if n is None else n
+  out = _fft_1d("hfft", FftType.IRFFT, conj_a, n, axis, norm)
+  return lax.mul(out, np.asarray(nn, _dtype(out))[()])
+
+
+def ihfft(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None):
+  """The inverse of `hfft`: `conj(rfft(a)) / n`."""
+  _axis_1d("ihfft", axis)
+  arr = _arr(a)
+  nn = _shape(arr)[axis] if n is None else n
+  out = _fft_1d("ihfft", FftType.RFFT, arr, n, axis, norm)
+  return lax.mul(jnp.conjugate(out), np.asarray(1 / nn, _dtype(out))[()])
+
+
+def fft2(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1),
+         norm: str | None = None):
+  """The 2-D FFT over `axes` (see `fftn`)."""
+  return _fft_2d("fft2", FftType.FFT, a, s, axes, norm)
+
+
+def ifft2(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1),
+          norm: str | None = None):
+  """The inverse of `fft2`."""
+  return _fft_2d("ifft2", FftType.IFFT, a, s, axes, norm)
+
+
+def rfft2(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1),
+          norm: str | None = None):
+  """The 2-D FFT of real input (see `rfftn`)."""
+  return _fft_2d("rfft2", FftType.RFFT, a, s, axes, norm)
+
+
+def irfft2(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1),
+           norm: str | None = None):
+  """The inverse of `rfft2` (see `irfftn`)."""
+  return _fft_2d("irfft2", FftType.IRFFT, a, s, axes, norm)
+
+
+def fftn(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+         norm: str | None = None):
+  """The N-D FFT over `axes` (default: the last `len(s)` axes, or all).
+
+  Args:
+    a: array (converted to complex).
+    s: transform lengths per axis (crop or zero-pad); default: the input's.
+    axes: the axes, without repeats.
+    norm: 'backward' (default), 'ortho' or 'forward'.
+
+  Raises:
+    ValueError: for repeated axes, `s` and `axes` of different lengths, or a non-positive
+      length.
+  """
+  return _fft_core("fftn", FftType.FFT, a, s, axes, norm)
+
+
+def ifftn(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+          norm: str | None = None):
+  """The inverse of `fftn`."""
+  return _fft_core("ifftn", FftType.IFFT, a, s, axes, norm)
+
+
+def rfftn(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+          norm: str | None = None):
+  """The N-D FFT of real input: the last axis keeps its `s[-1] // 2 + 1` non-negative
+  frequencies."""
+  return _fft_core("rfftn", FftType.RFFT, a, s, axes, norm)
+
+
+def irfftn(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+           norm: str | None = None):
+  """The inverse of `rfftn`: real output with lengths `s` (default: the input's, the last
+  one `2 * (m - 1)`)."""
+  return _fft_core("irfftn", FftType.IRFFT, a, s, axes, norm)
+
+
+def _freq_args(name, n, d):
+  if isinstance(n, (list, tuple)):
+    raise ValueError(f"The n argument of jax.numpy.fft.{name} only takes an int. Got n = "
+                     f"{list(n)}.")
+  if isinstance(d, (list, tuple)):
+    raise ValueError(f"The d argument of jax.numpy.fft.{name} only takes a single value. "
+                     f"Got d = {list(d)}.")
+  return operator.index(n)
+
+
+def fftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
+  """The sample frequencies of an `n`-point FFT with sample spacing `d`:
+  `[0, 1, ..., n//2 - 1 (or (n-1)//2), -n//2, ..., -1] / (d * n)`.
+
+  Raises:
+    ValueError: for a sequence `n` or `d`.
+  """
+  n = _freq_args("fftfreq", n, d)
+  out_dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  dt = jnp._to_inexact(out_dt)
+  i = lax.iota(dtypes.int32, n)
+  k = lax.convert_element_type(jnp.subtract(jnp.remainder(jnp.add(i, n // 2), max(n, 1)),
+                                            n // 2), dt)
+  out = jnp.divide(k, jnp.multiply(jnp.asarray(d, dt), jnp.asarray(n, dt)))
+  return lax.convert_element_type(out, out_dt)
+
+
+def rfftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
+  """The sample frequencies of `rfft`: `[0, 1, ..., n//2] / (d * n)`.
+
+  Raises:
+    ValueError: for a sequence `n` or `d`.
+  """
+  n = _freq_args("rfftfreq", n, d)
+  dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  k = lax.iota(dt, n // 2 + 1)
+  return jnp.divide(k, jnp.multiply(jnp.asarray(d, dt), jnp.asarray(n, dt)))
+
+
+def _shift(x, axes, sign):
+  x = _arr(x)
+  if axes is None:
+    axes = tuple(range(_ndim(x)))
+    shift = [sign * (d // 2) for d in _shape(x)]
+  elif isinstance(axes, int):
+    shift = sign * (_shape(x)[axes] // 2)
+  else:
+    shift = [sign * (_shape(x)[ax] // 2) for ax in axes]
+  return jnp.roll(x, shift, axes) if _ndim(x) else x
+
+
+def fftshift(x: ArrayLike, axes: None | int | Sequence[int] = None):
+  """Moves the zero frequency to the center: `roll` by `n // 2` along `axes` (all)."""
+  return _shift(x, axes, 1)
+
+
+def ifftshift(x: ArrayLike, axes: None | int | Sequence[int] = None):
+  """The inverse of `fftshift`: `roll` by `-(n // 2)`."""
+  return _shift(x, axes, -1)

@@ -1,0 +1,255 @@
+"""Index helpers: mgrid, ogrid, r_, c_, s_, index_exp, ix_, diag/tril/triu indices,
+mask_indices, ravel_multi_index, unravel_index (jax.numpy semantics; the index arrays are
+int32)."""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import Tracer
+from stagecraft.numpy import lax_numpy as jnp
+from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+
+__all__ = ["mgrid", "ogrid", "r_", "c_", "s_", "index_exp", "ix_", "diag_indices",
+           "diag_indices_from", "tril_indices", "triu_indices", "tril_indices_from",
+           "triu_indices_from", "mask_indices", "ravel_multi_index", "unravel_index"]
+
+s_ = np.s_
+index_exp = np.index_exp
+
+
+def _grid_1d(s: slice, op_name: str):
+  for v, what in ((s.start, "start"), (s.stop, "stop"), (s.step, "step")):
+    jnp._concrete(v, op_name, f"slice {what}")
+  start = s.start or 0
+  step = s.step or 1
+  if np.iscomplex(step):
+    return jnp.linspace(start, s.stop, int(abs(step)))
+  return jnp.arange(start, s.stop, step)
+
+
+class _Grid:
+  """`mgrid[...]` (dense, stacked) / `ogrid[...]` (open: broadcastable arrays) from slices:
+  `start:stop:step`, or `start:stop:nj` for n points with the end included."""
+
+  def __init__(self, sparse: bool, name: str):
+    self.sparse, self.name = sparse, name
+
+  def __getitem__(self, key):
+    if isinstance(key, slice):
+      return _grid_1d(key, self.name)
+    out = jnp.promote_dtypes(*[_grid_1d(k, self.name) for k in key])
+    out = [_arr(o) for o in out]
+    grids = jnp.meshgrid(*out, indexing="ij", sparse=self.sparse)
+    if self.sparse:
+      return grids
+    return jnp.stack(grids, 0) if grids else jnp.arange(0)
+
+
+mgrid = _Grid(False, "mgrid")
+ogrid = _Grid(True, "ogrid")
+
+
+class _AxisConcat:
+  """numpy's `r_` / `c_`: concatenation of arrays, scalars and slices (`start:stop:step`,
+  or `start:stop:nj`) along an axis, with an optional leading 'axis,ndmin,trans1d' string
+  directive ('r'/'c' matrix directives are not supported)."""
+
+  def __init__(self, axis: int, ndmin: int, trans1d: int, name: str):
+    self.params = (axis, ndmin, trans1d)
+    self.name = name
+
+  def __getitem__(self, key):
+    key = key if isinstance(key, tuple) else (key,)
+    axis, ndmin, trans1d = self.params
+    if key and isinstance(key[0], str):
+      directive, key = key[0], key[1:]
+      if directive in ("r", "c"):
+        raise NotImplementedError(f"jnp.{self.name}: the matrix directive {directive!r} is "
+                                  f"not supported.")
+      try:
+        vals = [int(v) for v in directive.split(",")[:3]]
+      except ValueError as e:
+        raise ValueError(f"could not understand directive {directive!r}") from e
+      axis, ndmin, trans1d = vals + [ndmin, trans1d][len(vals) - 1:] if len(vals) < 3 else vals
+    out = []
+    for item in key:
+      if isinstance(item, slice):
+        obj, item_nd = _grid_1d(item, self.name), 0
+      elif isinstance(item, str):
+        raise ValueError("string directive must be placed at the beginning")
+      else:
+        obj = _arr(item)
+        item_nd = _ndim(obj)
+      obj = jnp.array(obj, ndmin=ndmin)
+      if trans1d != -1 and ndmin - item_nd > 0:
+        order = tuple(range(ndmin))
+        shifts = ndmin - abs(ndmin + trans1d + 1) % ndmin
+        obj = jnp.transpose(obj, order[shifts:] + order[:shifts])
+      out.append(obj)
+    return jnp.concatenate(out, axis=axis)
+
+
+r_ = _AxisConcat(0, 1, -1, "r_")
+c_ = _AxisConcat(-1, 2, 0, "c_")
+
+
+def ix_(*args: ArrayLike):
+  """Open-mesh index arrays from 1-D sequences: the k-th of n has shape (1,..,len,..,1).
+
+  Raises:
+    ValueError: for inputs that are not 1-D.
+  """
+  n = len(args)
+  out = []
+  for i, a in enumerate(args):
+    a = _arr(a)
+    if _ndim(a) != 1:
+      raise ValueError(f"Arguments to jax.numpy.ix_ must be 1-dimensional, got shape "
+                       f"{_shape(a)}")
+    if _dtype(a) == dtypes.bool_:
+      raise NotImplementedError("Boolean arguments to jax.numpy.ix_ are not supported.")
+    out.append(jnp.reshape(a, (1,) * i + (_shape(a)[0],) + (1,) * (n - i - 1)))
+  return tuple(out)
+
+
+def _int_arrays(*xs):
+  return tuple(jnp.array(np.asarray(x, np.int32)) for x in xs)
+
+
+def diag_indices(n: int, ndim: int = 2):
+  """`ndim` copies of `arange(n)`: the indices of the main diagonal.
+
+  Raises:
+    ValueError: for negative n or ndim.
+  """
+  n = operator.index(n)
+  ndim = operator.index(ndim)
+  if n < 0 or ndim < 0:
+    raise ValueError(f"n argument to diag_indices must be nonnegative, got {n}" if n < 0 else
+                     f"ndim argument to diag_indices must be nonnegative, got {ndim}")
+  return (jnp.arange(n, dtype=dtypes.int32),) * ndim
+
+
+def diag_indices_from(arr: ArrayLike):
+  """`diag_indices` for an array whose dimensions are all equal.
+
+  Raises:
+    ValueError: for fewer than 2 dimensions or unequal ones.
+  """
+  s = _shape(_arr(arr))
+  if len(s) < 2:
+    raise ValueError("input array must be at least 2-d")
+  if len(set(s)) != 1:
+    raise ValueError("All dimensions of input must be of equal length")
+  return diag_indices(s[0], len(s))
+
+
+def tril_indices(n: int, k: int = 0, m: int | None = None):
+  """Row and column indices of the lower triangle (`j <= i + k`) of an `[n, m]` array."""
+  return _int_arrays(*np.tril_indices(operator.index(n), operator.index(k),
+                                      None if m is None else operator.index(m)))
+
+
+def triu_indices(n: int, k: int = 0, m: int | None = None):
+  """Row and column indices of the upper triangle (`j >= i + k`) of an `[n, m]` array."""
+  return _int_arrays(*np.triu_indices(operator.index(n), operator.index(k),
+                                      None if m is None else operator.index(m)))
+
+
+def tril_indices_from(arr: ArrayLike, k: int = 0):
+  """`tril_indices` for the shape of a 2-D array.
+
+  Raises:
+    ValueError: for input that is not 2-D."""
+  s = _shape(_arr(arr))
+  if len(s) != 2:
+    raise ValueError("Only 2-D inputs are accepted")
+  return tril_indices(s[0], k, s[1])
+
+
+def triu_indices_from(arr: ArrayLike, k: int = 0):
+  """`triu_indices` for the shape of a 2-D array.
+
+  Raises:
+    ValueError: for input that is not 2-D."""
+  s = _shape(_arr(arr))
+  if len(s) != 2:
+    raise ValueError("Only 2-D inputs are accepted")
+  return triu_indices(s[0], k, s[1])
+
+
+def mask_indices(n: int, mask_func: Any, k: int = 0, *, size: int | None = None):
+  """The indices where `mask_func(ones((n, n)), k)` is nonzero (e.g. `mask_func=triu`)."""
+  mask = np.asarray(mask_func(jnp.ones((n, n), dtypes.int32), k)) != 0
+  rows, cols = np.nonzero(mask)
+  if size is not None:
+    rows, cols = (np.resize(np.pad(v, (0, max(0, size - v.size))), size) for v in (rows, cols))
+  return _int_arrays(rows, cols)
+
+
+def ravel_multi_index(multi_index: Sequence[ArrayLike], dims: Sequence[int],
+                      mode: str = "raise", order: str = "C"):
+  """Flat indices (int32) of the index tuples `multi_index` into an array of shape `dims`.
+
+  Args:
+    mode: 'raise' (indices must be in range; checked on concrete inputs), 'wrap' or 'clip'.
+    order: 'C' (row-major) or 'F' (column-major).
+
+  Raises:
+    ValueError: for a wrong number of index arrays, out-of-range indices in 'raise' mode,
+      or an unknown mode or order.
+  """
+  dims = tuple(operator.index(d) for d in dims)
+  if len(multi_index) != len(dims):
+    raise ValueError(f"parameter multi_index must be a sequence of length {len(dims)}")
+  if order not in ("C", "F"):
+    raise ValueError("only 'C' or 'F' order is permitted")
+  idx = [jnp.asarray(i) for i in multi_index]
+  for i in idx:
+    if not dtypes.is_integer(_dtype(i)):
+      raise TypeError(f"only int indices permitted, got dtype {_dtype(i).name}")
+  if mode == "raise":
+    if any(isinstance(i, Tracer) for i in idx):
+      raise core.ConcretizationTypeError(
+          "Abstract tracer value encountered where concrete value is expected: "
+          "jnp.ravel_multi_index with mode='raise' checks the indices; use mode='wrap' or "
+          "mode='clip' under jit.")
+    for i, d in zip(idx, dims):
+      h = np.asarray(i)
+      if ((h < 0) | (h >= d)).any():
+        raise ValueError("invalid entry in coordinates array")
+  elif mode == "wrap":
+    idx = [jnp.remainder(i, d) for i, d in zip(idx, dims)]
+  elif mode == "clip":
+    idx = [jnp.clip(i, 0, d - 1) for i, d in zip(idx, dims)]
+  else:
+    raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', or 'clip'")
+  strides = np.cumprod((1,) + (dims[::-1][:-1] if order == "C" else dims[:-1]))
+  strides = strides[::-1] if order == "C" else strides
+  out = jnp.zeros(jnp.broadcast_shapes(*[_shape(i) for i in idx]), dtypes.int32)
+  for i, s in zip(idx, strides):
+    out = jnp.add(out, jnp.multiply(jnp.astype(i, dtypes.int32), int(s)))
+  return out
+
+
+def unravel_index(indices: ArrayLike, shape: Sequence[int]):
+  """The index tuple (one int32 array per dimension) of flat `indices` into `shape`;
+  out-of-range indices are clipped, and negative ones count from the end (as jax.numpy)."""
+  idx = jnp.asarray(indices)
+  dims = tuple(operator.index(d) for d in shape)
+  total = math.prod(dims)
+  if not dtypes.is_integer(_dtype(idx)):
+    raise TypeError(f"only int indices permitted, got dtype {_dtype(idx).name}")
+  idx = jnp.astype(idx, dtypes.int32)
+  idx = jnp.clip(idx, -total, max(total - 1, 0))
+  idx = jnp.where(jnp.less(idx, 0), jnp.add(idx, total), idx)
+  out = []
+  for d in dims[::-1]:
+    out.append(jnp.remainder(idx, max(d, 1)) if d else jnp.zeros_like(idx))
+    idx = jnp.floor_divide(idx, max(d, 1))
+  return tuple(out[::-1])

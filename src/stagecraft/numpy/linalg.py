@@ -1,0 +1,577 @@
+"""`stagecraft.numpy.linalg`: numpy.linalg's API (as jax.numpy.linalg) on the decomposition
+primitives of `stagecraft.lax.linalg` (LAPACK on CPU).
+
+Inputs promote to an inexact dtype (integers to float32); every function works on the
+trailing two axes with leading batch axes. As in JAX, failures do not raise: a matrix that is
+singular (`inv`, `solve`) or not positive definite (`cholesky`) gives inf/NaN values."""
+from __future__ import annotations
+
+import operator
+from functools import reduce
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes, lax
+from stagecraft.lax import linalg as lax_linalg
+from stagecraft.numpy import lax_numpy as jnp
+from stagecraft.numpy import reductions
+from stagecraft.numpy.contractions import cross, matmul, outer, tensordot, vecdot  # noqa: F401
+from stagecraft.numpy.lax_numpy import (ArrayLike, _arr, _dtype, _ndim, _shape,  # noqa: F401
+                                        diagonal, matrix_transpose, trace)
+
+__all__ = ["cholesky", "det", "slogdet", "inv", "solve", "qr", "eigh", "eigvalsh", "svd",
+           "svdvals", "norm", "vector_norm", "matrix_norm", "matrix_rank", "pinv", "lstsq",
+           "matrix_power", "multi_dot", "cond", "cross", "matmul", "outer", "tensordot",
+           "vecdot", "matrix_transpose", "trace", "diagonal", "EighResult", "QRResult",
+           "SlogdetResult", "SVDResult"]
+
+
+class EighResult(NamedTuple):
+  eigenvalues: Any
+  eigenvectors: Any
+
+
+class QRResult(NamedTuple):
+  Q: Any
+  R: Any
+
+
+class SlogdetResult(NamedTuple):
+  sign: Any
+  logabsdet: Any
+
+
+class SVDResult(NamedTuple):
+  U: Any
+  S: Any
+  Vh: Any
+
+
+def _inexact(name, a):
+  a, = jnp.promote_dtypes_inexact(_arr(a))
+  return _arr(a)
+
+
+def _square(name, a):
+  s = _shape(a)
+  if len(s) < 2 or s[-1] != s[-2]:
+    raise ValueError(f"Argument to {name}() must have shape [..., n, n], got {s}")
+
+
+def _H(x):
+  return jnp.conjugate(jnp.matrix_transpose(x))
+
+
+def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True):
+  """The Cholesky factor of Hermitian positive-definite `a`: lower `L` with `a = L @ L^H`
+  (upper `U = L^H` with `upper`).
+
+  Args:
+    a: `[..., n, n]`.
+    symmetrize_input: use `(a + a^H) / 2`.
+
+  Returns:
+    `[..., n, n]`; NaN for matrices that are not positive definite.
+
+  Raises:
+    ValueError: for non-square or rank < 2 input.
+
+  Examples:
+    >>> from stagecraft import numpy as jnp
+    >>> jnp.linalg.cholesky(jnp.array([[4., 2.], [2., 5.]]))
+    Array([[2., 0.],
+           [1., 2.]], dtype=float32)
+  """
+  a = _inexact("cholesky", a)
+  _square("cholesky", a)
+  L = lax_linalg.cholesky(a, symmetrize_input=symmetrize_input)
+  return _H(L) if upper else L
+
+
+def _lu_solve(lu, perm, b):
+  """Solves `a x = b` from `a[perm] = L U`: b `[..., m, k]`."""
+  nd = _ndim(b)
+  idx = lax.broadcast_in_dim(perm, (*_shape(perm), 1), tuple(range(_ndim(perm))))
+  pb = jnp._take_along_axis(b, idx, nd - 2)
+  y = lax_linalg.triangular_solve(lu, pb, left_side=True, lower=True, unit_diagonal=True)
+  return lax_linalg.triangular_solve(lu, y, left_side=True, lower=False)
+
+
+def solve(a: ArrayLike, b: ArrayLike):
+  """Solves `a @ x = b`.
+
+  Args:
+    a: `[..., m, m]`.
+    b: `[m]` (a vector), or `[..., m, n]`; batch axes broadcast against a's.
+
+  Returns:
+    `x` shaped like the broadcast `b`; inf/NaN for singular `a`.
+
+  Raises:
+    ValueError: for a of rank < 2 or shapes that do not fit.
+
+  Algorithm: LU with partial pivoting (LAPACK getrf), then two triangular solves.
+  """
+  a, b = (_arr(v) for v in jnp.promote_dtypes_inexact(_arr(a), _arr(b)))
+  if _ndim(a) < 2:
+    raise ValueError(f"left hand array must be at least two dimensional; got a.shape="
+                     f"{_shape(a)}")
+  _square("solve", a)
+  vec = _ndim(b) == 1
+  if not vec and _ndim(b) > 1 and _ndim(a) == _ndim(b) + 1 and _shape(a)[-1] == _shape(b)[-1] \
+      and _shape(a)[-1] != _shape(b)[-2]:
+    raise ValueError(f"Invalid shapes for solve: {_shape(a)}, {_shape(b)}. Use "
+                     f"solve(a, b[..., None]).squeeze(-1) for a batched 1-D solve.")
+  if vec:
+    b = jnp.expand_dims(b, -1)
+  m = _shape(a)[-1]
+  if _shape(b)[-2] != m:
+    raise ValueError(f"solve: a {_shape(a)} and b {_shape(b)} do not fit (b needs {m} rows).")
+  batch = jnp.broadcast_shapes(_shape(a)[:-2], _shape(b)[:-2])
+  a = jnp.broadcast_to(a, (*batch, m, m))
+  b = jnp.broadcast_to(b, (*batch, *_shape(b)[-2:]))
+  lu, _, perm = lax_linalg.lu(a)
+  x = _lu_solve(lu, perm, b)
+  return jnp.squeeze(x, -1) if vec else x
+
+
+def inv(a: ArrayLike):
+  """The inverse of square `a` (`[..., n, n]`); inf/NaN for singular matrices.
+
+  Raises:
+    ValueError: for non-square input.
+  """
+  a = _arr(a)
+  if _ndim(a) < 2 or _shape(a)[-1] != _shape(a)[-2]:
+    raise ValueError(f"Argument to inv must have shape [..., n, n], got {_shape(a)}.")
+  a = _inexact("inv", a)
+  n = _shape(a)[-1]
+  return solve(a, jnp.broadcast_to(jnp.eye(n, dtype=_dtype(a)), _shape(a)))
+
+
+def _slogdet_lu(a):
+  dt = _dtype(a)
+  n = _shape(a)[-1]
+  lu, piv, _ = lax_linalg.lu(a)
+  diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+  is_zero = reductions.any(jnp.equal(diag, jnp._c(diag, 0)), axis=-1)
+  parity = reductions.count_nonzero(jnp.not_equal(piv, lax.iota(dtypes.int32, n)), axis=-1)
+  if dtypes.is_complex(dt):
+    sign = reductions.prod(jnp.divide(diag, jnp.astype(jnp.absolute(diag), dt)), axis=-1)
+  else:
+    sign = jnp.array(1, dtype=dt)
+    parity = jnp.add(parity, reductions.count_nonzero(jnp.less(diag, 0), axis=-1))
+  flip = jnp.astype(jnp.subtract(1, jnp.multiply(2, jnp.remainder(parity, 2))), dt)
+  sign = jnp.where(is_zero, jnp.zeros((), dt), jnp.multiply(sign, flip))
+  logdet = jnp.where(is_zero, jnp.array(-np.inf, jnp._real(dt)),
+                     reductions.sum(jnp.log(jnp.absolute(diag)), axis=-1))
+  return sign, logdet
+
+
+def _slogdet_small(a):
+  dt = _dtype(a)
+  d = a[..., 0, 0] if _shape(a)[-1] == 1 else jnp.subtract(
+      jnp.multiply(a[..., 0, 0], a[..., 1, 1]), jnp.multiply(a[..., 0, 1], a[..., 1, 0]))
+  absd = jnp.absolute(d)
+  sign = jnp.divide(d, jnp.astype(absd, dt)) if dtypes.is_complex(dt) else jnp.sign(d)
+  sign = jnp.where(jnp.equal(absd, 0), jnp.zeros((), dt), sign)
+  return sign, jnp.log(absd)
+
+
+def slogdet(a: ArrayLike, *, method: str | None = None):
+  """Sign and log of the absolute value of the determinant: `det = sign * exp(logabsdet)`.
+
+  Returns:
+    `SlogdetResult(sign T[...], logabsdet R[...])` (R real); `(0, -inf)` for singular a.
+
+  Raises:
+    ValueError: for non-square input or an unknown method (only 'lu').
+  """
+  a = _inexact("slogdet", a)
+  _square("slogdet", a)
+  if method not in (None, "lu"):
+    raise ValueError(f"Unknown slogdet method '{method}'. Supported methods are 'lu' "
+                     f"(`None`).")
+  n = _shape(a)[-1]
+  if n == 0:
+    b = _shape(a)[:-2]
+    return SlogdetResult(jnp.ones(b, _dtype(a)), jnp.zeros(b, jnp._real(_dtype(a))))
+  return SlogdetResult(*(_slogdet_small(a) if n <= 2 else _slogdet_lu(a)))
+
+
+def det(a: ArrayLike):
+  """The determinant of `[..., n, n]` (closed forms for n <= 3, else from the LU factors).
+
+  Raises:
+    ValueError: for non-square input.
+  """
+  a = _inexact("det", a)
+  s = _shape(a)
+  if len(s) < 2 or s[-1] != s[-2]:
+    raise ValueError(f"Argument to _det() must have shape [..., n, n], got {s}")
+  n = s[-1]
+  m = jnp.multiply
+  if n == 2:
+    return jnp.subtract(m(a[..., 0, 0], a[..., 1, 1]), m(a[..., 0, 1], a[..., 1, 0]))
+  if n == 3:
+    terms = [m(m(a[..., 0, 0], a[..., 1, 1]), a[..., 2, 2]),
+             m(m(a[..., 0, 1], a[..., 1, 2]), a[..., 2, 0]),
+             m(m(a[..., 0, 2], a[..., 1, 0]), a[..., 2, 1])]
+    neg = [m(m(a[..., 0, 2], a[..., 1, 1]), a[..., 2, 0]),
+           m(m(a[..., 0, 0], a[..., 1, 2]), a[..., 2, 1]),
+           m(m(a[..., 0, 1], a[..., 1, 0]), a[..., 2, 2])]
+    out = jnp.add(jnp.add(terms[0], terms[1]), terms[2])
+    return jnp.subtract(jnp.subtract(jnp.subtract(out, neg[0]), neg[1]), neg[2])
+  sign, logdet = slogdet(a)
+  return jnp.multiply(sign, jnp.astype(jnp.exp(logdet), _dtype(sign)))
+
+
+def qr(a: ArrayLike, mode: str = "reduced"):
+  """QR decomposition `a = Q @ R` of `[..., m, n]`.
+
+  Args:
+    mode: 'reduced' (Q `[..., m, k]`, R `[..., k, n]`, k = min(m, n)), 'complete'
+      (Q `[..., m, m]`, R `[..., m, n]`), 'r' (R only) or 'raw' (LAPACK's `(h^T, tau)`).
+
+  Returns:
+    `QRResult(Q, R)`, R alone for 'r'.
+
+  Raises:
+    ValueError: for an unknown mode.
+  """
+  a = _inexact("qr", a)
+  if mode == "raw":
+    h, taus = lax_linalg.geqrf(a)
+    return QRResult(jnp.matrix_transpose(h), taus)
+  if mode in ("reduced", "r", "full"):
+    full = False
+  elif mode == "complete":
+    full = True
+  else:
+    raise ValueError(f"Unsupported QR decomposition mode '{mode}'")
+  q, r = lax_linalg.qr(a, full_matrices=full)
+  return r if mode == "r" else QRResult(q, r)
+
+
+def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True):
+  """Eigenvalues (ascending) and eigenvectors (columns) of Hermitian `[..., n, n]`.
+
+  Returns:
+    `EighResult(eigenvalues R[..., n], eigenvectors T[..., n, n])`.
+
+  Raises:
+    ValueError: for a bad `UPLO` or non-square input.
+  """
+  if UPLO is None or UPLO == "L":
+    lower = True
+  elif UPLO == "U":
+    lower = False
+  else:
+    raise ValueError(f"UPLO must be one of None, 'L', or 'U', got {UPLO}")
+  a = _inexact("eigh", a)
+  _square("eigh", a)
+  v, w = lax_linalg.eigh(a, lower=lower, symmetrize_input=symmetrize_input)
+  return EighResult(w, v)
+
+
+def eigvalsh(a: ArrayLike, UPLO: str | None = "L", *, symmetrize_input: bool = True):
+  """The eigenvalues (ascending) of Hermitian `a`."""
+  return eigh(a, UPLO, symmetrize_input).eigenvalues
+
+
+def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True,
+        hermitian: bool = False, subset_by_index: tuple[int, int] | None = None):
+  """Singular value decomposition `a = U @ diag(S) @ Vh` of `[..., m, n]`.
+
+  Args:
+    full_matrices: U `[..., m, m]`, Vh `[..., n, n]` (else `[..., m, k]`, `[..., k, n]`).
+    compute_uv: return `SVDResult(U, S, Vh)`; else only S.
+    hermitian: `a` is Hermitian: use its eigendecomposition.
+
+  Returns:
+    `SVDResult(U, S, Vh)` or `S` (`R[..., k]`, descending).
+  """
+  a = _inexact("svd", a)
+  if hermitian:
+    v, w = lax_linalg.eigh(a)
+    s = jnp.absolute(w)
+    if not compute_uv:
+      return lax.rev(lax.sort(s, dimension=-1), (_ndim(s) - 1,))
+    sgn = jnp.sign(w)
+    idxs = lax.broadcasted_iota(dtypes.int32, _shape(s), _ndim(s) - 1)
+    s, idxs, sgn = lax.sort((s, idxs, sgn), dimension=-1, num_keys=1)
+    s, idxs, sgn = (lax.rev(t, (_ndim(s) - 1,)) for t in (s, idxs, sgn))
+    u = jnp._take_along_axis(v, jnp.expand_dims(idxs, -2), _ndim(v) - 1)
+    vh = _H(jnp.multiply(u, jnp.astype(jnp.expand_dims(sgn, -2), _dtype(u))))
+    return SVDResult(u, s, vh)
+  if compute_uv:
+    u, s, vt = lax_linalg.svd(a, full_matrices=full_matrices, compute_uv=True,
+                              subset_by_index=subset_by_index)
+    return SVDResult(u, s, vt)
+  return lax_linalg.svd(a, full_matrices=full_matrices, compute_uv=False,
+                        subset_by_index=subset_by_index)
+
+
+def svdvals(x: ArrayLike, /):
+  """The singular values of `[..., m, n]`, descending."""
+  return svd(x, compute_uv=False)
+
+
+def _sq_sum(x, axis, keepdims):
+  return jnp.sqrt(reductions.sum(jnp.real(jnp.multiply(x, jnp.conjugate(x))), axis=axis,
+                                 keepdims=keepdims))
+
+
+def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | None = None,
+                keepdims: bool = False, ord: int | float | str = 2):
+  """The vector p-norm over `axis` (all axes when None): `ord` 2 (default), 1, inf, -inf, 0
+  (count of nonzeros) or any real p (`sum(|x|**p)**(1/p)`).
+
+  Raises:
+    ValueError: for a string `ord`.
+  """
+  x = _inexact("vector_norm", x)
+  if ord is None or ord == 2:
+    return _sq_sum(x, axis, keepdims)
+  if isinstance(ord, str):
+    msg = f"Invalid order '{ord}' for vector norm."
+    if ord in ("inf", "-inf"):
+      msg += f" Use '{'-' if ord[0] == '-' else ''}jax.numpy.inf' instead."
+    raise ValueError(msg)
+  if ord == np.inf:
+    return reductions.max(jnp.absolute(x), axis=axis, keepdims=keepdims, initial=0)
+  if ord == -np.inf:
+    return reductions.min(jnp.absolute(x), axis=axis, keepdims=keepdims)
+  if ord == 0:
+    return reductions.sum(jnp.not_equal(x, 0), dtype=jnp._real(_dtype(x)), axis=axis,
+                          keepdims=keepdims)
+  if ord == 1:
+    return reductions.sum(jnp.absolute(x), axis=axis, keepdims=keepdims)
+  ax = jnp.absolute(x)
+  p = np.asarray(ord, _dtype(ax))[()]
+  out = reductions.sum(jnp.power(ax, p), axis=axis, keepdims=keepdims)
+  return jnp.power(out, np.asarray(1.0 / float(ord), _dtype(ax))[()])
+
+
+def norm(x: ArrayLike, ord: int | float | str | None = None,
+         axis: None | tuple[int, ...] | int = None, keepdims: bool = False):
+  """Vector or matrix norm, as numpy.linalg.norm.
+
+  Args:
+    x: array (integers promote to float32).
+    ord: vectors (one axis): see `vector_norm`; matrices (two axes): None/'fro' (Frobenius),
+      'nuc' (sum of singular values), 1/-1 (max/min column sum), inf/-inf (max/min row
+      sum), 2/-2 (largest/smallest singular value).
+    axis: None (all of x: the 2-norm of the flattened array if `ord` is None, else a vector
+      norm for 1-D and a matrix norm for 2-D x), an int, or a pair of ints.
+    keepdims: keep the reduced axes with size 1.
+
+  Returns:
+    The norm(s), real dtype.
+
+  Raises:
+    ValueError: for an invalid `ord` or number of axes.
+  """
+  x = _inexact("norm", x)
+  nd = _ndim(x)
+  if axis is None:
+    if ord is None:
+      return _sq_sum(x, None, keepdims)
+    axis = tuple(range(nd))
+  elif isinstance(axis, tuple):
+    axis = tuple(jnp._canon_axis(a, nd, "norm") for a in axis)
+  else:
+    axis = (jnp._canon_axis(axis, nd, "norm"),)
+  if len(axis) == 1:
+    return vector_norm(x, ord=2 if ord is None else ord, axis=axis, keepdims=keepdims)
+  if len(axis) != 2:
+    raise ValueError(f"Improper number of axes for norm: axis={axis}. Pass one axis to "
+                     f"compute a vector-norm, or two axes to compute a matrix-norm.")
+  row, col = axis
+  if ord is None or ord in ("f", "fro"):
+    return _sq_sum(x, axis, keepdims)
+  if ord in (1, -1, np.inf, -np.inf):
+    red = reductions.max if ord in (1, np.inf) else reductions.min
+    over, then = (row, col) if ord in (1, -1) else (col, row)
+    if not keepdims and then > over:
+      then -= 1
+    kw = {"initial": 0} if red is reductions.max else {}
+    return red(reductions.sum(jnp.absolute(x), axis=over, keepdims=keepdims), axis=then,
+               keepdims=keepdims, **kw)
+  if ord in ("nuc", 2, -2):
+    s = svd(jnp.moveaxis(x, axis, (-2, -1)), compute_uv=False)
+    if ord == 2:
+      y = reductions.max(s, axis=-1, initial=0)
+    elif ord == -2:
+      y = reductions.min(s, axis=-1)
+    else:
+      y = reductions.sum(s, axis=-1)
+    return jnp.expand_dims(y, axis) if keepdims else y
+  raise ValueError(f"Invalid order '{ord}' for matrix norm.")
+
+
+def matrix_norm(x: ArrayLike, /, *, keepdims: bool = False, ord: str | int = "fro"):
+  """The matrix norm over the last two axes (see `norm`)."""
+  return norm(x, ord=ord, keepdims=keepdims, axis=(-2, -1))
+
+
+def matrix_rank(M: ArrayLike, rtol: ArrayLike | None = None, *, hermitian: bool = False,
+                tol: ArrayLike | None = None):
+  """The number of singular values above `rtol * max(s)` (default rtol:
+  `max(m, n) * eps`); int32."""
+  if tol is not None:
+    if rtol is not None:
+      raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
+    rtol = tol
+  M = _inexact("matrix_rank", M)
+  if _ndim(M) < 2:
+    return jnp.astype(reductions.any(jnp.not_equal(M, 0)), dtypes.int32)
+  S = svd(M, full_matrices=False, compute_uv=False, hermitian=hermitian)
+  if rtol is None:
+    thr = jnp.multiply(reductions.max(S, axis=-1),
+                       float(max(_shape(M)[-2:]) * dtypes.finfo(_dtype(S)).eps))
+  else:
+    thr = _arr(rtol)
+  thr = jnp.expand_dims(thr, _ndim(thr))
+  return reductions.sum(jnp.greater(S, thr), axis=-1)
+
+
+def pinv(a: ArrayLike, rtol: ArrayLike | None = None, hermitian: bool = False, *,
+         rcond: ArrayLike | None = None):
+  """The Moore-Penrose pseudo-inverse `[..., n, m]` of `[..., m, n]` (via the SVD; singular
+  values below `rtol * max(s)` are dropped; default rtol `10 * max(m, n) * eps`)."""
+  if rcond is not None:
+    if rtol is not None:
+      raise ValueError("pinv: only one of rtol and rcond may be specified.")
+    rtol = rcond
+  arr = _inexact("pinv", a)
+  m, n = _shape(arr)[-2:]
+  if m == 0 or n == 0:
+    return jnp.zeros((*_shape(arr)[:-2], n, m), _dtype(arr))
+  arr = jnp.conjugate(arr)
+  if rtol is None:
+    rtol = 10.0 * max(m, n) * float(dtypes.finfo(_dtype(arr)).eps)
+  rtol = _arr(rtol)
+  u, s, vh = svd(arr, full_matrices=False, hermitian=hermitian)
+  rtol = jnp.reshape(rtol, (*_shape(rtol), *(1,) * (_ndim(s) - _ndim(rtol))))
+  cutoff = jnp.multiply(rtol, s[..., 0:1])
+  s = jnp.astype(jnp.where(jnp.greater(s, cutoff), s, np.inf), _dtype(u))
+  res = matmul(jnp.matrix_transpose(vh), jnp.divide(jnp.matrix_transpose(u),
+                                                    jnp.expand_dims(s, -1)))
+  return jnp.astype(res, _dtype(arr))
+
+
+def lstsq(a: ArrayLike, b: ArrayLike, rcond: float | None = None, *,
+          numpy_resid: bool = False):
+  """The least-squares solution of `a @ x = b` (via the SVD).
+
+  Args:
+    a: `[m, n]`; b: `[m]` or `[m, k]`.
+    rcond: relative cutoff for small singular values (default `eps * max(m, n)`).
+    numpy_resid: return NumPy's empty residuals when the rank is deficient or m <= n (needs
+      concrete values); by default residuals are always computed.
+
+  Returns:
+    `(x, residuals, rank, s)`.
+
+  Raises:
+    ValueError: for mismatched leading dimensions. TypeError: for a or b of the wrong rank.
+  """
+  a, b = (_arr(v) for v in jnp.promote_dtypes_inexact(_arr(a), _arr(b)))
+  if _shape(a)[0] != _shape(b)[0]:
+    raise ValueError("Leading dimensions of input arrays must match")
+  b_vec = _ndim(b) == 1
+  if b_vec:
+    b = jnp.expand_dims(b, 1)
+  if _ndim(a) != 2:
+    raise TypeError(f"{_ndim(a)}-dimensional array given. Array must be two-dimensional")
+  if _ndim(b) != 2:
+    raise TypeError(f"{_ndim(b)}-dimensional array given. Array must be one or "
+                    f"two-dimensional")
+  m, n = _shape(a)
+  dt = _dtype(a)
+  if m * n == 0:
+    s = jnp.zeros((0,), jnp._real(dt))
+    rank = jnp.array(0, dtype=dtypes.int32)
+    x = jnp.zeros((n, *_shape(b)[1:]), dt)
+  else:
+    eps = float(dtypes.finfo(dt).eps)
+    rc = eps * max(n, m) if rcond is None else jnp.where(jnp.less(rcond, 0), eps, rcond)
+    u, s, vt = svd(a, full_matrices=False)
+    mask = jnp.greater_equal(s, jnp.multiply(jnp.asarray(rc, _dtype(s)), s[0]))
+    rank = reductions.sum(mask)
+    safe = jnp.astype(jnp.where(mask, s, 1), dt)
+    s_inv = jnp.expand_dims(jnp.where(mask, jnp.divide(1, safe), jnp.zeros((), dt)), 1)
+    utb = matmul(_H(u), b)
+    x = matmul(_H(vt), jnp.multiply(s_inv, utb))
+  if numpy_resid and (int(rank) < n or m <= n):
+    resid = jnp.zeros((0,), jnp._real(dt))
+  else:
+    resid = jnp.power(norm(jnp.subtract(b, matmul(a, x)), axis=0), 2)
+  if b_vec:
+    x = jnp.ravel(x)
+  return x, resid, rank, s
+
+
+def matrix_power(a: ArrayLike, n: int):
+  """`a` multiplied by itself `n` times (`[..., m, m]`): the identity for n = 0, powers of
+  `inv(a)` for n < 0; binary exponentiation.
+
+  Raises:
+    TypeError: for a non-integer `n`. ValueError: for non-square input.
+  """
+  a = _arr(a)
+  try:
+    n = operator.index(n)
+  except TypeError as e:
+    raise TypeError(f"exponent must be an integer, got {n}") from e
+  if _ndim(a) < 2 or _shape(a)[-1] != _shape(a)[-2]:
+    raise ValueError(f"matrix_power requires a batch of square matrices with shape "
+                     f"[..., m, m], got an array of shape {_shape(a)}")
+  if n == 0:
+    return jnp.broadcast_to(jnp.eye(_shape(a)[-1], dtype=_dtype(a)), _shape(a))
+  if n < 0:
+    a, n = inv(a), -n
+  z = result = None
+  while n > 0:
+    z = a if z is None else matmul(z, z)
+    n, bit = divmod(n, 2)
+    if bit:
+      result = z if result is None else matmul(result, z)
+  return result
+
+
+def multi_dot(arrays: Sequence[ArrayLike], *, precision=None):
+  """The chained matrix product of `arrays` (the first may be 1-D, a row; the last 1-D, a
+  column), multiplied left to right.
+
+  Raises:
+    ValueError: for fewer than two arrays.
+  """
+  arrs = [_arr(a) for a in arrays]
+  if len(arrs) < 2:
+    raise ValueError(f"multi_dot requires at least two arrays, got {len(arrs)}")
+  return reduce(lambda x, y: matmul(x, y, precision=precision), arrs)
+
+
+def cond(x: ArrayLike, p=None):
+  """The condition number of `[..., n, n]` (or `[..., m, n]` for p in (None, 2, -2)):
+  `s_max / s_min` for p in (None, 2), else `norm(x, p) * norm(inv(x), p)`; inf for singular
+  matrices."""
+  x = _inexact("cond", x)
+  if _ndim(x) < 2:
+    raise ValueError(f"jnp.linalg.cond: input array must be at least 2D, got "
+                     f"{_shape(x)}")
+  if p is None or p == 2:
+    s = svd(x, compute_uv=False)
+    r = jnp.divide(s[..., 0], s[..., -1])
+  elif p == -2:
+    s = svd(x, compute_uv=False)
+    r = jnp.divide(s[..., -1], s[..., 0])
+  else:
+    _square("cond", x)
+    r = jnp.multiply(norm(x, ord=p, axis=(-2, -1)), norm(inv(x), ord=p, axis=(-2, -1)))
+  nan_in = reductions.any(jnp.isnan(x), axis=(-2, -1))
+  return jnp.where(jnp.logical_and(jnp.isnan(r), jnp.logical_not(nan_in)),
+                   jnp.asarray(np.inf, _dtype(r)), r)

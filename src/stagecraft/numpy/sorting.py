@@ -1,0 +1,240 @@
+"""Sorting and searching: sort, argsort, lexsort, partition, argpartition, searchsorted,
+sort_complex, msort. Built on `lax.sort` (XLA's comparator sort, variadic) and
+`lax.top_k`, with jax.numpy's semantics: NaNs sort last, -0.0 equals 0.0, complex numbers
+sort by (real, imag), and indices are int32 (int64 with x64)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from stagecraft import dtypes, lax
+from stagecraft.numpy import lax_numpy as jnp
+from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+
+__all__ = ["sort", "argsort", "lexsort", "partition", "argpartition", "searchsorted",
+           "sort_complex"]
+
+
+def _sort_axis(a, axis, name):
+  a = _arr(a)
+  if axis is None:
+    return jnp.ravel(a), 0
+  if _ndim(a) == 0:
+    raise ValueError(f"{name}: axis {axis} is out of bounds for a 0-d array; pass "
+                     f"axis=None to sort the flattened array.")
+  return a, jnp._canon_axis(axis, _ndim(a), name)
+
+
+def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None,
+         stable: bool = True, descending: bool = False):
+  """A sorted copy of `a` along `axis` (the flattened array when None).
+
+  Args:
+    a: array `T[*s]`.
+    axis: the axis, or None to sort the flattened array.
+    stable: whether equal elements keep their order (values cannot tell the difference).
+    descending: sort from largest to smallest.
+
+  Returns:
+    `T[*s]` (`T[prod(s)]` for `axis=None`). NaNs come last (first when descending).
+
+  Raises:
+    ValueError: for an out-of-range axis.
+    NotImplementedError: for `order` (structured dtypes do not exist here).
+
+  Examples:
+    >>> from stagecraft import numpy as jnp
+    >>> jnp.sort(jnp.array([3, 1, 2]))
+    Array([1, 2, 3], dtype=int32)
+  """
+  if order is not None:
+    raise NotImplementedError("The 'order' argument to jnp.sort is not supported.")
+  a, axis = _sort_axis(a, axis, "sort")
+  out = lax.sort(a, dimension=axis, is_stable=stable)
+  return lax.rev(out, (axis,)) if descending else out
+
+
+def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None,
+            stable: bool = True, descending: bool = False):
+  """The indices that sort `a` along `axis` (the flattened array when None).
+
+  Args:
+    a: array `T[*s]`.
+    axis: the axis, or None.
+    stable: equal elements keep their original order (also when `descending`).
+    descending: largest first.
+
+  Returns:
+    `int32[*s]` (int64 with x64) indices along `axis`.
+
+  Raises:
+    ValueError: for an out-of-range axis.
+  """
+  if order is not None:
+    raise NotImplementedError("The 'order' argument to jnp.argsort is not supported.")
+  a, axis = _sort_axis(a, axis, "argsort")
+  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), _shape(a), axis)
+  if descending and stable:
+    # Reverse first so that equal keys keep their order once the result is reversed.
+    a, iota = lax.rev(a, (axis,)), lax.rev(iota, (axis,))
+  _, idx = lax.sort_key_val(a, iota, dimension=axis, is_stable=stable)
+  return lax.rev(idx, (axis,)) if descending else idx
+
+
+def lexsort(keys: Sequence[ArrayLike], axis: int = -1):
+  """Indices that sort by several keys, the LAST key primary (numpy.lexsort).
+
+  Args:
+    keys: a sequence of arrays of one shape `s` (or a 2-D array: its rows are the keys).
+    axis: the axis to sort along.
+
+  Returns:
+    `int32[*s]` indices.
+
+  Raises:
+    TypeError: for an empty sequence of keys.
+    ValueError: if the keys' shapes differ, or for 0-d keys.
+  """
+  key_list = [_arr(k) for k in (keys if not hasattr(keys, "shape") else
+                                [keys[i] for i in range(_shape(keys)[0])])]
+  if not key_list:
+    raise TypeError("need sequence of keys with len > 0 in lexsort")
+  if len({_shape(k) for k in key_list}) > 1:
+    raise ValueError("all keys need to be the same shape")
+  if _ndim(key_list[0]) == 0:
+    raise TypeError("need sequence of keys with at least 1 dimension in lexsort")
+  axis = jnp._canon_axis(axis, _ndim(key_list[0]), "lexsort")
+  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), _shape(key_list[0]), axis)
+  return lax.sort((*key_list[::-1], iota), dimension=axis, num_keys=len(key_list))[-1]
+
+
+def _neg_order(x):
+  """An order-reversing map of x's values: -x, or ~x for unsigned integers and bools."""
+  dt = _dtype(x)
+  return lax.bitwise_not(x) if dt == dtypes.bool_ or dtypes.is_unsigned(dt) else lax.neg(x)
+
+
+def partition(a: ArrayLike, kth: int, axis: int = -1):
+  """A copy of `a` with its `kth` smallest element (along `axis`) in position `kth`, smaller
+  ones before it and larger ones after.
+
+  As jax.numpy (via `top_k`): the first `kth + 1` entries are ascending, the rest are
+  descending (NumPy leaves both parts in unspecified order).
+
+  Raises:
+    ValueError: for an out-of-range `kth` or axis, or complex input.
+  """
+  a = _arr(a)
+  if _ndim(a) == 0:
+    raise TypeError("partition requires an input with at least one dimension.")
+  axis = jnp._canon_axis(axis, _ndim(a), "partition")
+  n = _shape(a)[axis]
+  kth = jnp._canon_axis(kth, n, "partition")
+  x = jnp.swapaxes(a, axis, -1)
+  bottom = _neg_order(lax.top_k(_neg_order(x), kth + 1)[0])
+  top = lax.top_k(x, n - kth - 1)[0]
+  out = lax.concatenate([bottom, top], _ndim(x) - 1)
+  return jnp.swapaxes(out, -1, axis)
+
+
+def argpartition(a: ArrayLike, kth: int, axis: int = -1):
+  """Indices that partition `a` along `axis` around its `kth` smallest element (see
+  `partition`).
+
+  NB: returns the full stable `argsort`, a valid argpartition (NumPy and JAX leave the
+  order within each part unspecified; JAX's own order differs).
+
+  Raises:
+    ValueError: for an out-of-range `kth` or axis.
+  """
+  a = _arr(a)
+  if _ndim(a) == 0:
+    raise TypeError("argpartition requires an input with at least one dimension.")
+  axis = jnp._canon_axis(axis, _ndim(a), "argpartition")
+  jnp._canon_axis(kth, _shape(a)[axis], "argpartition")
+  return argsort(a, axis)
+
+
+def _total_order_keys(x):
+  """Real keys that compare as `lax.sort` orders x: NaN canonical and last, -0.0 == 0.0;
+  complex numbers become (real, imag)."""
+  dt = _dtype(x)
+  if dtypes.is_complex(dt):
+    return _total_order_keys(lax.real(x)) + _total_order_keys(lax.imag(x))
+  if dtypes.is_float(dt):
+    return [lax.add(x, jnp._c(x, 0.0))]   # NB: -0.0 + 0.0 == +0.0
+  return [x]
+
+
+def _lt(xs, ys, or_equal: bool):
+  """Lexicographic total-order comparison of key lists (NaN greater than all, equal to NaN)."""
+  out = None
+  for x, y in zip(xs[::-1], ys[::-1]):
+    if dtypes.is_float(_dtype(x)):
+      xn, yn = lax.ne(x, x), lax.ne(y, y)
+      lt = lax.bitwise_or(lax.lt(x, y), lax.bitwise_and(lax.bitwise_not(xn), yn))
+      eq = lax.bitwise_or(lax.eq(x, y), lax.bitwise_and(xn, yn))
+    elif _dtype(x) == dtypes.bool_:
+      lt = lax.bitwise_and(lax.bitwise_not(x), y)
+      eq = lax.eq(x, y)
+    else:
+      lt, eq = lax.lt(x, y), lax.eq(x, y)
+    if out is None:
+      out = lax.bitwise_or(lt, eq) if or_equal else lt
+    else:
+      out = lax.bitwise_or(lt, lax.bitwise_and(eq, out))
+  return out
+
+
+def searchsorted(a: ArrayLike, v: ArrayLike, side: str = "left", sorter: ArrayLike | None = None,
+                 *, method: str = "scan"):
+  """Indices at which inserting `v` into sorted `a` keeps it sorted.
+
+  Args:
+    a: sorted 1-D array `T[n]` (in `lax.sort`'s order: NaNs last).
+    v: query values `U[*q]` (promoted with T).
+    side: 'left' (first suitable index) or 'right' (last).
+    sorter: optional `int[n]` indices that sort `a`.
+    method: accepted for compatibility ('scan', 'scan_unrolled', 'sort', 'compare_all');
+      every method computes the same 'compare_all' counting here.
+
+  Returns:
+    `int32[*q]` (int64 with x64).
+
+  Raises:
+    ValueError: for a non-1-D `a`, or an unknown `side` or `method`.
+
+  Algorithm: `sum(a < v)` ('left') or `sum(a <= v)` ('right') over `a`, with the sort's
+  total order; O(n * |v|) work, no loop.
+  """
+  if side not in ("left", "right"):
+    raise ValueError(f"{side!r} is an invalid value for keyword 'side'. Expected one of "
+                     f"['left', 'right'].")
+  if method not in ("scan", "scan_unrolled", "sort", "compare_all"):
+    raise ValueError(f"{method!r} is an invalid value for keyword 'method'. Expected one of "
+                     f"['sort', 'scan', 'scan_unrolled', 'compare_all'].")
+  a, v = _arr(a), _arr(v)
+  if _ndim(a) != 1:
+    raise ValueError("a should be 1-dimensional")
+  if sorter is not None:
+    a = jnp._take_axis(a, _arr(sorter), 0)
+  a, v = (_arr(x) for x in jnp.promote_dtypes(a, v))
+  n = _shape(a)[0]
+  qshape = _shape(v)
+  full = (n, *qshape)
+  ak = [lax.broadcast_in_dim(k, full, (0,)) for k in _total_order_keys(a)]
+  vk = [lax.broadcast_in_dim(k, full, tuple(range(1, len(full)))) for k in
+        _total_order_keys(v)]
+  below = _lt(ak, vk, or_equal=(side == "right"))
+  idt = dtypes.default_int_dtype()
+  return lax.reduce_sum(lax.convert_element_type(below, idt), (0,))
+
+
+def sort_complex(a: ArrayLike):
+  """`a` sorted along its last axis and converted to a complex dtype."""
+  a = sort(a)
+  dt = _dtype(a)
+  if not dtypes.is_complex(dt):
+    ft = dt if dtypes.is_inexact(dt) else dtypes.promote_types(dt, dtypes.default_float_dtype())
+    a = lax.convert_element_type(a, dtypes.complex128 if ft == dtypes.float64 else
+                                 dtypes.complex64)
+  return a

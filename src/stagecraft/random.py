@@ -1,0 +1,1300 @@
+"""`stagecraft.random`: counter-based pseudo-random numbers with `jax.random`'s API and bits.
+
+Keys are Threefry-2x32 keys (JAX's default `threefry2x32` implementation): two uint32 words.
+`PRNGKey(seed)` gives a raw `u32[2]` key; `key(seed)` gives a typed key (a `PRNGKeyArray`, of
+dtype `key<fry>`) wrapping the same data. Every function accepts both and, for the same key,
+returns the same values as `jax.random` with JAX 0.10's defaults (`jax_threefry_partitionable`
+on, `jax_use_high_dynamic_range_gumbel` off): integers and bits bit for bit, floats up to
+the rounding of the transcendental functions XLA calls.
+
+How bits are made (JAX's partitionable Threefry): element `i` (row-major) of a `shape` array
+of 32-bit draws is `y1 ^ y2` where `(y1, y2) = threefry2x32(key, (hi(i), lo(i)))`, `i` a
+64-bit count; `split(key, shape)` returns `(y1, y2)` at each position of `shape` as the new
+keys. Floats come from the top mantissa bits, as in JAX's `uniform`.
+
+Every sampler is a jitted function of the key data (shapes and dtypes static), so eager
+calls compile once per signature, as JAX's do.
+
+Not yet: `gamma`, `loggamma`, `beta`, `dirichlet` (and what builds on them: `t`,
+`chisquare`, `f`, `generalized_normal`, `ball`), `poisson`, `binomial`: JAX samples them with
+rejection loops (`lax.while_loop`), which arrive with control flow; they raise
+NotImplementedError. 64-bit draws need x64, which this module does not support.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from functools import partial
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes, lax, tree_util
+from stagecraft import numpy as jnp
+from stagecraft.api import jit
+from stagecraft.lax import random_bits, utils as lax_utils
+from stagecraft.lax.shape import canonicalize_shape
+from stagecraft.numpy.lax_numpy import promote_dtypes_inexact
+
+__all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
+           "split", "fold_in", "clone", "bits", "uniform", "normal", "randint", "bernoulli",
+           "categorical", "choice", "permutation", "shuffle", "truncated_normal", "gumbel",
+           "laplace", "logistic", "exponential", "cauchy", "rademacher", "maxwell",
+           "double_sided_maxwell", "pareto", "weibull_min", "lognormal", "rayleigh",
+           "triangular", "wald", "geometric", "gamma", "loggamma", "beta", "dirichlet",
+           "default_prng_impl", "key_dtype"]
+
+_u32 = np.dtype(np.uint32)
+_UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: _u32, 64: np.dtype(np.uint64)}
+_IMPL_NAME = "threefry2x32"
+
+# ---------------------------------------------------------------------------
+# Typed keys
+
+
+class KeyTy:
+  """The dtype of typed Threefry keys, printed `key<fry>` as JAX prints it."""
+  name = "key<fry>"
+  itemsize = 8
+  impl = _IMPL_NAME
+
+  def __repr__(self):
+    return self.name
+
+  __str__ = __repr__
+
+  def __eq__(self, other):
+    return type(other) is KeyTy
+
+  def __hash__(self):
+    return hash(KeyTy)
+
+
+_key_dtype = KeyTy()
+
+
+class PRNGKeyArray:
+  """An array of typed PRNG keys: `key<fry>[*s]` over `u32[*s, 2]` key data.
+
+  Made by `key`, `wrap_key_data`, and by `split`/`fold_in` of typed keys. It is a pytree
+  with one leaf (the key data), so it passes through `jit` as an argument and a result.
+  It has no arithmetic; `key_data` gives the data.
+
+  Attributes:
+    shape, ndim, size: of the key array (without the trailing key-data axis).
+    dtype: `KeyTy()`, printed `key<fry>`.
+  """
+  __slots__ = ("_base_array",)
+  __array_priority__ = 100
+
+  def __init__(self, key_data: Any):
+    self._base_array = key_data
+
+  shape = property(lambda self: tuple(self._base_array.shape[:-1]))
+  ndim = property(lambda self: len(self._base_array.shape) - 1)
+  size = property(lambda self: math.prod(self.shape))
+  dtype = property(lambda self: _key_dtype)
+  itemsize = KeyTy.itemsize
+
+  def __repr__(self):
+    return f"Array({self.shape}, dtype={self.dtype.name}) overlaying:\n{self._base_array}"
+
+  __str__ = __repr__
+
+  def __len__(self):
+    if not self.shape:
+      raise TypeError("len() of unsized object")
+    return self.shape[0]
+
+  def __iter__(self):
+    if not self.shape:
+      raise TypeError("iteration over a 0-d key array")
+    return (PRNGKeyArray(self._base_array[i]) for i in range(self.shape[0]))
+
+  def __getitem__(self, idx):
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if self.ndim == 0:
+      raise IndexError("too many indices for a 0-d key array")
+    return PRNGKeyArray(self._base_array[(*idx, slice(None))])
+
+  def __bool__(self):
+    raise TypeError("key array cannot be converted to boolean.")
+
+  def __array__(self, dtype=None, copy=None):
+    raise TypeError("JAX array with PRNGKey dtype cannot be converted to a NumPy array. "
+                    "Use stagecraft.random.key_data(arr) if you wish to extract the "
+                    "underlying integer array.")
+
+  def __eq__(self, other):
+    if not isinstance(other, PRNGKeyArray):
+      return NotImplemented
+    return jnp.all(jnp.equal(self._base_array, other._base_array), axis=-1)
+
+  def __ne__(self, other):
+    if not isinstance(other, PRNGKeyArray):
+      return NotImplemented
+    return jnp.logical_not(self == other)
+
+  __hash__ = None  # type: ignore[assignment]
+
+  def block_until_ready(self):
+    if hasattr(self._base_array, "block_until_ready"):
+      self._base_array.block_until_ready()
+    return self
+
+
+tree_util.register_pytree_node(PRNGKeyArray, lambda k: ((k._base_array,), None),
+                               lambda _, children: PRNGKeyArray(children[0]))
+
+
+def key_dtype(impl: Any = None) -> KeyTy:
+  """The dtype of typed keys, `key<fry>` (`jax.random.key_dtype`)."""
+  _check_impl(impl)
+  return _key_dtype
+
+
+def default_prng_impl() -> str:
+  """The name of the PRNG implementation: always `'threefry2x32'`."""
+  return _IMPL_NAME
+
+
+def _check_impl(impl) -> None:
+  name = getattr(impl, "impl", impl)
+  if name is not None and name != _IMPL_NAME:
+    raise ValueError(f'unrecognized PRNG implementation "{name}". Did you mean one of: '
+                     f'"{_IMPL_NAME}"? (stagecraft implements only threefry2x32.)')
+
+
+def _check_key_data(data: Any) -> Any:
+  """Raw key data as an array, validated as JAX's `_check_prng_key_data` does."""
+  if isinstance(data, (list, tuple)):
+    data = np.asarray(data)
+  if not all(hasattr(data, a) for a in ("ndim", "shape", "dtype")):
+    raise TypeError(f"unexpected PRNG key type {type(data)}")
+  if data.ndim < 1:
+    raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.ndim >= 1; "
+                    f"got ndim={data.ndim}")
+  if tuple(data.shape[-1:]) != (2,):
+    raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.shape to end "
+                    f"with (2,); got shape={tuple(data.shape)} for impl=threefry2x32")
+  if np.dtype(data.dtype) != _u32:
+    raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.dtype = "
+                    f"uint32; got dtype={np.dtype(data.dtype).name}")
+  return data
+
+
+def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[Any, bool]:
+  """`(key data u32[*s, 2], typed)`; a single key (`s == ()`) unless `allow_batched`.
+
+  Raises:
+    TypeError: for data that is not `u32[..., 2]`.
+    ValueError: for a batch of keys where one key is expected.
+  """
+  if isinstance(key, PRNGKeyArray):
+    data, typed = key._base_array, True
+  else:
+    data, typed = _check_key_data(key), False
+  if not allow_batched and len(data.shape) > 1:
+    shape = tuple(data.shape[:-1]) if typed else tuple(data.shape)
+    raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
+                     f"{shape} != (). Use jax.vmap for batching.")
+  return data, typed
+
+
+def _return_keys(typed: bool, data: Any) -> Any:
+  return PRNGKeyArray(data) if typed else data
+
+
+# ---------------------------------------------------------------------------
+# Key construction
+
+
+def _seed_data(ctor_name: str, seed: Any) -> Any:
+  if isinstance(seed, PRNGKeyArray):
+    raise TypeError(f"{ctor_name} accepts a scalar seed, but was given a PRNG key.")
+  if np.ndim(seed) if not hasattr(seed, "ndim") else seed.ndim:
+    raise TypeError(f"{ctor_name} accepts a scalar seed, but was given an array of shape "
+                    f"{tuple(np.shape(seed))} != (). Use jax.vmap for batching")
+  if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, int) and not (
+      hasattr(seed, "dtype") and dtypes.is_integer(np.dtype(seed.dtype))):
+    raise TypeError(f"PRNG key seed must be an integer; got {seed!r}")
+  if isinstance(seed, int):
+    # NB: as JAX without x64: the seed goes through int64 (OverflowError beyond it) and is
+    # then truncated to 32 bits, so the high word is always 0.
+    seed = np.int64(seed).astype(np.uint32)
+  return _threefry_seed(seed)
+
+
+@jit
+def _threefry_seed(seed):
+  # NB: the high word is `seed >> 32`, which is 0 for every dtype without x64.
+  k2 = lax.convert_element_type(seed, _u32)
+  return jnp.stack([jnp.zeros((), _u32), k2])
+
+
+def PRNGKey(seed: Any, *, impl: Any = None) -> Any:
+  """A raw (legacy) Threefry key, `u32[2]`, from an integer seed (`jax.random.PRNGKey`).
+
+  Args:
+    seed: a Python int (taken modulo 2**32 after int64 conversion) or an integer scalar
+      array.
+    impl: None or `'threefry2x32'`.
+
+  Returns:
+    `u32[2]`: `[0, seed mod 2**32]`.
+
+  Raises:
+    TypeError: for a non-integer or non-scalar seed, or a key as seed.
+    OverflowError: for a Python int outside int64.
+
+  Examples:
+    >>> PRNGKey(42)
+    Array([ 0, 42], dtype=uint32)
+  """
+  _check_impl(impl)
+  return _seed_data("PRNGKey", seed)
+
+
+def key(seed: Any, *, impl: Any = None, dtype: Any = None) -> PRNGKeyArray:
+  """A typed Threefry key, `key<fry>[]`, from an integer seed (`jax.random.key`).
+
+  Args:
+    seed: as for `PRNGKey`.
+    impl, dtype: None, `'threefry2x32'` or `KeyTy()`.
+
+  Returns:
+    A scalar `PRNGKeyArray` over the data `PRNGKey(seed)`.
+
+  Raises:
+    TypeError: as `PRNGKey`.
+    ValueError: if both `impl` and `dtype` are given.
+
+  Examples:
+    >>> key(0)
+    Array((), dtype=key<fry>) overlaying:
+    [0 0]
+  """
+  if impl is not None and dtype is not None:
+    raise ValueError("Cannot specify both `impl` and `dtype` arguments to jax.random.key")
+  _check_impl(impl if dtype is None else dtype)
+  return PRNGKeyArray(_seed_data("key", seed))
+
+
+def key_data(keys: Any) -> Any:
+  """The `u32[*s, 2]` data of keys `key<fry>[*s]` (raw keys are returned as they are)."""
+  data, _ = _check_prng_key("key_data", keys, allow_batched=True)
+  return data
+
+
+def wrap_key_data(key_bits_array: Any, *, impl: Any = None, dtype: Any = None) -> PRNGKeyArray:
+  """Typed keys `key<fry>[*s]` over key data `u32[*s, 2]` (`jax.random.wrap_key_data`).
+
+  Raises:
+    TypeError: if the data is not `u32[..., 2]`.
+    ValueError: if both `impl` and `dtype` are given.
+  """
+  if impl is not None and dtype is not None:
+    raise ValueError("Cannot specify both `impl` and `dtype` arguments to "
+                     "jax.random.wrap_key_data")
+  _check_impl(impl if dtype is None else dtype)
+  return PRNGKeyArray(_check_key_data(key_bits_array))
+
+
+def key_impl(keys: Any) -> str:
+  """The implementation name of `keys`: `'threefry2x32'`."""
+  _check_prng_key("key_impl", keys, allow_batched=True)
+  return _IMPL_NAME
+
+
+def clone(key: Any) -> Any:
+  """Returns `key` (JAX's `clone` exists for key-reuse checking, which is not implemented)."""
+  return key
+
+
+# ---------------------------------------------------------------------------
+# The Threefry key functions and bits (JAX's prng.py / threefry2x32.py with
+# `jax_threefry_partitionable`).
+
+
+def _threefry_counts(data, shape):
+  k1, k2 = data[0], data[1]
+  if shape:
+    hi, lo = random_bits.iota_2x32_shape(shape)
+  else:
+    hi = lo = np.zeros((), _u32)
+  return random_bits.threefry2x32(k1, k2, hi, lo)
+
+
+@partial(jit, static_argnums=(1,))
+def _split_data(data, shape):
+  y1, y2 = _threefry_counts(data, shape)
+  return jnp.stack([y1, y2], axis=len(shape))
+
+
+@jit
+def _fold_in_data(data, msg):
+  y1, y2 = random_bits.threefry2x32(data[0], data[1], np.zeros((), _u32), msg)
+  return jnp.stack([y1, y2])
+
+
+def _random_bits(data, bit_width: int, shape: tuple[int, ...]):
+  if bit_width == 64:
+    raise NotImplementedError("64-bit random bits need the x64 flag, which stagecraft does "
+                              "not implement for random; draw two uint32 arrays instead.")
+  y1, y2 = _threefry_counts(data, shape)
+  out = lax.bitwise_xor(y1, y2)
+  return out if bit_width == 32 else lax.convert_element_type(out, _UINT[bit_width])
+
+
+def _split(data, num: int | Sequence[int] = 2):
+  shape = (tuple(canonicalize_shape("split", "num", num)) if isinstance(num, Sequence)
+           else (operator.index(num),))
+  return _split_data(data, shape)
+
+
+def split(key: Any, num: int | Sequence[int] = 2) -> Any:
+  """Splits a key into `num` new keys along a new leading axis (`jax.random.split`).
+
+  Args:
+    key: a single key (typed `key<fry>[]` or raw `u32[2]`).
+    num: a non-negative int n, or a shape tuple `s`.
+
+  Returns:
+    Keys `key<fry>[n]` / `key<fry>[*s]` (raw `u32[n, 2]` / `u32[*s, 2]` for a raw key).
+
+  Raises:
+    ValueError: if `key` is a batch of keys.
+    TypeError: for invalid key data.
+
+  Examples:
+    >>> split(PRNGKey(0))
+    Array([[1797259609, 2579123966],
+           [ 928981903, 3453687069]], dtype=uint32)
+  """
+  data, typed = _check_prng_key("split", key)
+  return _return_keys(typed, _split(data, num))
+
+
+def fold_in(key: Any, data: Any) -> Any:
+  """A new key from `key` and a 32-bit integer `data` (`jax.random.fold_in`).
+
+  Args:
+    key: a single key.
+    data: an integer scalar, taken as uint32 (Python ints must lie in [0, 2**32)).
+
+  Returns:
+    A key of the same kind as `key`: `threefry2x32(key, (0, data))`.
+
+  Raises:
+    TypeError: if `data` is not a scalar.
+    OverflowError: for a Python int outside uint32.
+
+  Examples:
+    >>> fold_in(PRNGKey(0), 1)
+    Array([ 928981903, 3453687069], dtype=uint32)
+  """
+  kdata, typed = _check_prng_key("fold_in", key)
+  if np.ndim(data) if not hasattr(data, "ndim") else data.ndim:
+    raise TypeError(f"fold_in accepts a scalar, but was given an array of shape "
+                    f"{tuple(np.shape(data))} != (). Use jax.vmap for batching.")
+  if isinstance(data, int) and not isinstance(data, bool):
+    if not 0 <= data < 2 ** 32:
+      raise OverflowError(f"Python integer {data} out of bounds for uint32")
+    data = np.uint32(data)
+  msg = lax.convert_element_type(data, _u32)
+  return _return_keys(typed, _fold_in_data(kdata, msg))
+
+
+def _canonical_shape(name: str, shape: Any) -> tuple[int, ...]:
+  return canonicalize_shape(name, "shape", shape)
+
+
+def _float_dtype(name: str, dtype: Any, kinds: str = "float") -> np.dtype:
+  dt = dtypes.canonicalize_dtype(float if dtype is None else dtype)
+  ok = dtypes.is_float(dt) if kinds == "float" else dtypes.is_inexact(dt)
+  if not ok:
+    what = "a float dtype" if kinds == "float" else "a float or complex dtype"
+    raise ValueError(f"dtype argument to `{name}` must be {what}, got {dt.name}")
+  return dt
+
+
+def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
+  """Uniformly random unsigned integers (`jax.random.bits`).
+
+  Args:
+    key: a single key.
+    shape: the result shape `s`.
+    dtype: uint8, uint16 or uint32 (the default; uint64 needs x64).
+
+  Returns:
+    `dtype[*s]`.
+
+  Raises:
+    ValueError: if `dtype` is not an unsigned integer dtype.
+
+  Examples:
+    >>> bits(PRNGKey(0), (3,))
+    Array([4070199207, 4202968722, 1427181096], dtype=uint32)
+  """
+  data, _ = _check_prng_key("bits", key)
+  dt = dtypes.default_uint_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  if not dtypes.is_unsigned(dt):
+    raise ValueError(f"dtype argument to `bits` must be an unsigned int dtype, got {dt.name}")
+  return _bits(data, dt.itemsize * 8, _canonical_shape("bits", shape))
+
+
+@partial(jit, static_argnums=(1, 2))
+def _bits(data, bit_width, shape):
+  return _random_bits(data, bit_width, shape)
+
+
+# ---------------------------------------------------------------------------
+# Continuous distributions
+
+
+def _broadcast_to_rank(x, rank):
+  nd = np.ndim(x)
+  return lax.expand_dims(x, tuple(range(rank - nd))) if nd < rank else x
+
+
+def _check_shape(name: str, shape, *param_shapes) -> None:
+  if param_shapes:
+    shape_ = jnp.broadcast_shapes(shape, *param_shapes)
+    if tuple(shape) != tuple(shape_):
+      raise ValueError(f"{name} parameter shapes must be broadcast-compatible with shape "
+                       f"argument, and the result of broadcasting the shapes must equal the "
+                       f"shape argument, but got result {tuple(shape_)} for shape argument "
+                       f"{tuple(shape)}.")
+
+
+def _uniform_impl(data, minval, maxval, shape, dtype):
+  """JAX's `_uniform`: random mantissa bits under the exponent of 1.0, minus 1, scaled."""
+  minval = _broadcast_to_rank(lax.convert_element_type(minval, dtype), len(shape))
+  maxval = _broadcast_to_rank(lax.convert_element_type(maxval, dtype), len(shape))
+  finfo = dtypes.finfo(dtype)
+  nbits, nmant = finfo.bits, finfo.nmant
+  if nbits not in (8, 16, 32):
+    raise TypeError(f"uniform only accepts 8-, 16- or 32-bit dtypes (64 needs x64), got "
+                    f"{np.dtype(dtype).name}.")
+  rng_bits = 8 if nmant < 8 else nbits   # NB: bfloat16 (7 mantissa bits) draws 8 bits
+  uint = _UINT[nbits]
+  b = _random_bits(data, rng_bits, shape)
+  if rng_bits != nbits:
+    b = lax.convert_element_type(b, uint)
+  float_bits = lax.shift_right_logical(b, np.array(rng_bits - nmant, uint))
+  float_bits = lax.bitwise_or(float_bits, np.array(1.0, dtype).view(uint))
+  floats = lax.sub(lax.bitcast_convert_type(float_bits, dtype), np.array(1.0, dtype))
+  return jnp.maximum(minval, jnp.reshape(floats * (maxval - minval) + minval, shape))
+
+
+_uniform = jit(_uniform_impl, static_argnums=(3, 4))
+
+
+def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any = 0.,
+            maxval: Any = 1.) -> Any:
+  """Uniform floats in `[minval, maxval)` (`jax.random.uniform`).
+
+  Args:
+    key: a single key.
+    shape: the result shape `s`.
+    dtype: a floating dtype T of 8, 16 or 32 bits (default float32).
+    minval, maxval: bounds broadcastable to `s`.
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: if T is not floating.
+
+  Algorithm: `nmant` random bits (of `nbits` drawn) fill the mantissa of a float in
+  `[1, 2)`; subtracting 1 gives `[0, 1)`, then `u * (maxval - minval) + minval`, floored at
+  `minval` (JAX's `_uniform`).
+
+  Examples:
+    >>> uniform(PRNGKey(0), (2,))
+    Array([0.947667 , 0.9785799], dtype=float32)
+  """
+  data, _ = _check_prng_key("uniform", key)
+  dt = _float_dtype("uniform", dtype)
+  return _uniform(data, minval, maxval, _canonical_shape("uniform", shape), dt)
+
+
+@partial(jit, static_argnums=(1, 2))
+def _normal_real(data, shape, dtype):
+  lo = np.nextafter(np.array(-1., dtype), np.array(0., dtype), dtype=dtype)
+  u = _uniform_impl(data, lo, np.array(1., dtype), shape, dtype)
+  return lax.mul(np.array(np.sqrt(2), dtype), lax.erf_inv(u))
+
+
+@partial(jit, static_argnums=(1, 2))
+def _normal(data, shape, dtype):
+  if dtypes.is_complex(dtype):
+    real = np.dtype(np.float32) if dtype == np.complex64 else np.dtype(np.float64)
+    k_re, k_im = _split_data(data, (2,))
+    re = _normal_real(k_re, shape, real).astype(dtype)
+    im = _normal_real(k_im, shape, real).astype(dtype)
+    return (re + 1j * im) / np.array(np.sqrt(2), dtype)
+  return _normal_real(data, shape, dtype)
+
+
+def normal(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
+  """Standard normal samples (`jax.random.normal`).
+
+  Args:
+    key: a single key.
+    shape: the result shape `s`.
+    dtype: a floating or complex dtype T (default float32). Complex samples have
+      independent real and imaginary parts of variance 1/2 each.
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: if T is not floating or complex.
+
+  Algorithm: `sqrt(2) * erf_inv(u)` with u uniform in `(-1, 1)` (inverse-CDF sampling).
+
+  Examples:
+    >>> normal(PRNGKey(0), (2,))
+    Array([1.6226422, 2.0252647], dtype=float32)
+  """
+  data, _ = _check_prng_key("normal", key)
+  dt = _float_dtype("normal", dtype, "inexact")
+  return _normal(data, _canonical_shape("normal", shape), dt)
+
+
+@partial(jit, static_argnums=(3, 4))
+def _truncated_normal(data, lower, upper, shape, dtype):
+  sqrt2 = np.array(np.sqrt(2), dtype)
+  lower = lax.convert_element_type(lower, dtype)
+  upper = lax.convert_element_type(upper, dtype)
+  a = lax.erf(lower / sqrt2)
+  b = lax.erf(upper / sqrt2)
+  u = _uniform_impl(data, a, b, shape, dtype)
+  out = sqrt2 * lax.erf_inv(u)
+  # Clamp to the open interval (lower, upper): rounding may land on a bound.
+  return jnp.clip(out, lax.nextafter(lower, np.array(np.inf, dtype)),
+                  lax.nextafter(upper, np.array(-np.inf, dtype)))
+
+
+def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | None = None,
+                     dtype: Any = None) -> Any:
+  """Standard normal samples truncated to `(lower, upper)` (`jax.random.truncated_normal`).
+
+  Args:
+    key: a single key.
+    lower, upper: bounds, broadcastable to `shape`.
+    shape: the result shape `s`; default: the broadcast shape of the bounds.
+    dtype: a floating dtype T (default float32).
+
+  Returns:
+    `T[*s]`, in the open interval `(lower, upper)`.
+
+  Raises:
+    ValueError: if T is not floating, or the bounds do not broadcast to `shape`.
+
+  Algorithm: inverse CDF: `sqrt(2) erf_inv(u)` with u uniform in
+  `[erf(lower/sqrt 2), erf(upper/sqrt 2))`, then clipped inside the bounds.
+  """
+  data, _ = _check_prng_key("truncated_normal", key)
+  dt = _float_dtype("truncated_normal", dtype)
+  if shape is None:
+    shape = jnp.broadcast_shapes(np.shape(lower), np.shape(upper))
+  else:
+    shape = _canonical_shape("truncated_normal", shape)
+    _check_shape("truncated_normal", shape, np.shape(lower), np.shape(upper))
+  return _truncated_normal(data, lower, upper, tuple(shape), dt)
+
+
+@partial(jit, static_argnums=(1, 2, 3))
+def _gumbel(data, shape, dtype, mode):
+  info = dtypes.finfo(dtype)
+  if mode == "high":
+    u = _uniform_impl(data, 0., 1., (2, *shape), dtype)
+    high, low = u[0], u[1]
+    x = jnp.where(high >= 0.5, high,
+                  high + np.array(2. ** -info.nmant, dtype) * low + np.array(info.tiny, dtype))
+    return -jnp.log(-jnp.log1p(-x))
+  return -jnp.log(-jnp.log(_uniform_impl(data, np.array(info.tiny, dtype), 1., shape, dtype)))
+
+
+def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
+           mode: str | None = None) -> Any:
+  """Standard Gumbel samples (`jax.random.gumbel`): density `exp(-(x + exp(-x)))`.
+
+  Args:
+    key: a single key.
+    shape: the result shape `s`.
+    dtype: a floating dtype T (default float32).
+    mode: `"low"` (default: `-log(-log(u))`, u uniform in `[tiny, 1)`) or `"high"` (two
+      draws per sample for a finer u near 0). `"highest"` is not implemented.
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: for a non-floating T or an unknown mode.
+  """
+  data, _ = _check_prng_key("gumbel", key)
+  dt = _float_dtype("gumbel", dtype)
+  mode = "low" if mode is None else mode
+  if mode not in ("highest", "high", "low"):
+    raise ValueError(f"Must provide valid mode for gumbel got: {mode}")
+  if mode == "highest":
+    if dt == np.float32:
+      raise NotImplementedError("gumbel(mode='highest') for float32 is not implemented; "
+                                "use mode='high'.")
+    mode = "high"
+  return _gumbel(data, _canonical_shape("gumbel", shape), dt, mode)
+
+
+def _unary_sampler(name: str, fn, doc: str):
+  impl = jit(fn, static_argnums=(1, 2))
+
+  def sampler(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
+    data, _ = _check_prng_key(name, key)
+    return impl(data, _canonical_shape(name, shape), _float_dtype(name, dtype))
+  sampler.__name__ = sampler.__qualname__ = name
+  sampler.__doc__ = f"""{doc} (`jax.random.{name}`).
+
+  Args:
+    key: a single key.
+    shape: the result shape `s`.
+    dtype: a floating dtype T (default float32).
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: if T is not floating.
+  """
+  return sampler
+
+
+def _laplace(data, shape, dtype):
+  u = _uniform_impl(data, -1. + dtypes.finfo(dtype).epsneg, 1., shape, dtype)
+  return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
+
+
+def _logistic(data, shape, dtype):
+  x = _uniform_impl(data, dtypes.finfo(dtype).tiny, 1., shape, dtype)
+  return lax.sub(lax.log(x), lax.log1p(lax.neg(x)))
+
+
+def _exponential(data, shape, dtype):
+  u = _uniform_impl(data, 0., 1., shape, dtype)
+  return lax.neg(lax.log1p(lax.neg(u)))   # log(1 - u): u = 0 is fine, 1 never drawn
+
+
+def _cauchy(data, shape, dtype):
+  u = _uniform_impl(data, dtypes.finfo(dtype).eps, 1., shape, dtype)
+  return lax.tan(lax.mul(np.array(np.pi, dtype), lax.sub(u, np.array(0.5, dtype))))
+
+
+def _maxwell_impl(data, shape, dtype):
+  n = _normal_real(data, (*shape, 3), dtype)
+  return lax.sqrt(jnp.sum(lax.mul(n, n), axis=-1))
+
+
+laplace = _unary_sampler("laplace", _laplace,
+                         "Laplace samples, density `exp(-|x|) / 2`; "
+                         "`sign(u) log1p(-|u|)` with u uniform in `(-1, 1)`")
+logistic = _unary_sampler("logistic", _logistic,
+                          "Standard logistic samples; `log(u) - log1p(-u)`, u uniform")
+exponential = _unary_sampler("exponential", _exponential,
+                             "Standard exponential samples, density `exp(-x)`; "
+                             "`-log1p(-u)`, u uniform in `[0, 1)`")
+cauchy = _unary_sampler("cauchy", _cauchy,
+                        "Standard Cauchy samples; `tan(pi (u - 1/2))`, u uniform in "
+                        "`[eps, 1)`")
+maxwell = _unary_sampler("maxwell", _maxwell_impl,
+                         "Maxwell samples: the norm of 3 standard normals")
+
+
+@partial(jit, static_argnums=(2, 3))
+def _pareto(data, b, shape, dtype):
+  b = lax.convert_element_type(b, dtype)
+  return lax.exp(lax.div(_exponential(data, shape, dtype), b))
+
+
+def pareto(key: Any, b: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
+  """Pareto samples with shape parameter `b`: `exp(e / b)`, e exponential
+  (`jax.random.pareto`). Returns `T[*shape]` (default shape: `b`'s)."""
+  data, _ = _check_prng_key("pareto", key)
+  dt = _float_dtype("pareto", dtype)
+  shape = np.shape(b) if shape is None else _canonical_shape("pareto", shape)
+  _check_shape("pareto", shape, np.shape(b))
+  return _pareto(data, b, tuple(shape), dt)
+
+
+@partial(jit, static_argnums=(2, 3))
+def _lognormal(data, sigma, shape, dtype):
+  sigma = lax.convert_element_type(sigma, dtype)
+  return lax.exp(lax.mul(_normal_real(data, shape, dtype), sigma))
+
+
+def lognormal(key: Any, sigma: Any = 1., shape: Sequence[int] | None = None,
+              dtype: Any = None) -> Any:
+  """Log-normal samples `exp(sigma * n)`, n standard normal (`jax.random.lognormal`)."""
+  data, _ = _check_prng_key("lognormal", key)
+  dt = _float_dtype("lognormal", dtype)
+  shape = np.shape(sigma) if shape is None else _canonical_shape("lognormal", shape)
+  _check_shape("lognormal", shape, np.shape(sigma))
+  return _lognormal(data, sigma, tuple(shape), dt)
+
+
+@partial(jit, static_argnums=(2, 3))
+def _rayleigh(data, scale, shape, dtype):
+  u = _uniform_impl(data, 0., 1., shape, dtype)
+  scale = jnp.broadcast_to(lax.convert_element_type(scale, dtype), shape)
+  return lax.mul(scale, lax.sqrt(lax.mul(lax.log(u), np.array(-2, dtype))))
+
+
+def rayleigh(key: Any, scale: Any, shape: Sequence[int] | None = None,
+             dtype: Any = None) -> Any:
+  """Rayleigh samples `scale * sqrt(-2 log(u))` (`jax.random.rayleigh`)."""
+  data, _ = _check_prng_key("rayleigh", key)
+  dt = _float_dtype("rayleigh", dtype)
+  shape = np.shape(scale) if shape is None else _canonical_shape("rayleigh", shape)
+  _check_shape("rayleigh", shape, np.shape(scale))
+  return _rayleigh(data, scale, tuple(shape), dt)
+
+
+@partial(jit, static_argnums=(3, 4))
+def _weibull_min(data, scale, concentration, shape, dtype):
+  random_uniform = _uniform_impl(data, 0., 1., shape, dtype)
+  # Inverse CDF of the Weibull distribution.
+  return jnp.power(-jnp.log1p(-random_uniform), 1.0 / concentration) * scale
+
+
+def weibull_min(key: Any, scale: Any, concentration: Any, shape: Sequence[int] = (),
+                dtype: Any = None) -> Any:
+  """Weibull samples `scale * (-log1p(-u)) ** (1 / concentration)`
+  (`jax.random.weibull_min`)."""
+  data, _ = _check_prng_key("weibull_min", key)
+  dt = _float_dtype("weibull_min", dtype)
+  return _weibull_min(data, scale, concentration, _canonical_shape("weibull_min", shape), dt)
+
+
+@partial(jit, static_argnums=(3, 4))
+def _double_sided_maxwell(data, loc, scale, shape, dtype):
+  params_shapes = jnp.broadcast_shapes(np.shape(loc), np.shape(scale))
+  if not shape:
+    shape = params_shapes
+  shape = tuple(shape) + tuple(params_shapes)
+  k_m, k_sign = _split_data(data, (2,))
+  maxwell_rvs = _maxwell_impl(k_m, shape, dtype)
+  random_sign = _rademacher(k_sign, shape, dtype)
+  return random_sign * maxwell_rvs * scale + loc
+
+
+def double_sided_maxwell(key: Any, loc: Any, scale: Any, shape: Sequence[int] = (),
+                         dtype: Any = None) -> Any:
+  """Double-sided Maxwell samples `loc + scale * sign * maxwell`
+  (`jax.random.double_sided_maxwell`); the result shape is `shape + broadcast(loc, scale)`."""
+  data, _ = _check_prng_key("double_sided_maxwell", key)
+  dt = _float_dtype("double_sided_maxwell", dtype)
+  return _double_sided_maxwell(data, loc, scale,
+                               _canonical_shape("double_sided_maxwell", shape), dt)
+
+
+def _broadcast_shape_of(name, shape, *params):
+  """JAX's `_check_broadcast_shapes`: the params' broadcast shape, or `shape` checked."""
+  if shape is None:
+    return tuple(jnp.broadcast_shapes(*(np.shape(p) for p in params))) if params else ()
+  shape = _canonical_shape(name, shape)
+  _check_shape(name, shape, *(np.shape(p) for p in params))
+  return shape
+
+
+@partial(jit, static_argnums=(4, 5))
+def _triangular(data, left, mode, right, shape, dtype):
+  left = jnp.broadcast_to(lax.convert_element_type(left, dtype), shape)
+  right = jnp.broadcast_to(lax.convert_element_type(right, dtype), shape)
+  mode = jnp.broadcast_to(lax.convert_element_type(mode, dtype), shape)
+  fc = (mode - left) / (right - left)
+  u = _uniform_impl(data, 0., 1., shape, dtype)
+  out1 = left + lax.sqrt(u * (right - left) * (mode - left))
+  out2 = right - lax.sqrt((1 - u) * (right - left) * (right - mode))
+  return lax.select(u < fc, out1, out2)
+
+
+def triangular(key: Any, left: Any, mode: Any, right: Any,
+               shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
+  """Triangular samples on `[left, right]` with peak `mode`, by inverse CDF
+  (`jax.random.triangular`); `T[*shape]`, default shape: the parameters' broadcast."""
+  data, _ = _check_prng_key("triangular", key)
+  dt = _float_dtype("triangular", dtype)
+  shape = _broadcast_shape_of("triangular", shape, left, mode, right)
+  return _triangular(data, left, mode, right, shape, dt)
+
+
+@partial(jit, static_argnums=(2, 3))
+def _wald(data, mean, shape, dtype):
+  k1, k2 = _split_data(data, (2,))
+  mean = jnp.broadcast_to(lax.convert_element_type(mean, dtype), shape)
+  v = _normal_real(k1, shape, dtype)
+  z = _uniform_impl(k2, 0., 1., shape, dtype)
+  y = lax.integer_pow(v, 2)
+  y_sq = lax.integer_pow(y, 2)
+  mean_sq = lax.integer_pow(mean, 2)
+  sqrt_term = lax.sqrt(4 * mean * y + mean_sq * y_sq)
+  x = mean + mean_sq * y / 2 - mean / 2 * sqrt_term
+  return lax.select(lax.le(z, mean / (mean + x)), x, mean_sq / x)
+
+
+def wald(key: Any, mean: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
+  """Wald (inverse Gaussian) samples with `mean` (`jax.random.wald`; Michael, Schucany and
+  Haas's transformation method); `T[*shape]`, default shape: `mean`'s."""
+  data, _ = _check_prng_key("wald", key)
+  dt = _float_dtype("wald", dtype)
+  shape = _broadcast_shape_of("wald", shape, mean)
+  return _wald(data, mean, shape, dt)
+
+
+# ---------------------------------------------------------------------------
+# Discrete distributions
+
+
+def _convert_and_clip_integer(val, dtype):
+  """`val` (integer) converted to integer `dtype`, clipped to its range instead of wrapping."""
+  vi, di = np.iinfo(val.dtype), np.iinfo(dtype)
+  lo = np.array(max(di.min, vi.min), val.dtype)
+  hi = np.array(min(di.max, vi.max), val.dtype)
+  return jnp.clip(val, lo, hi).astype(dtype)
+
+
+@partial(jit, static_argnums=(3, 4))
+def _randint(data, minval, maxval, shape, dtype):
+  minval = jnp.asarray(minval)
+  maxval = jnp.asarray(maxval)
+  if not dtypes.is_integer(minval.dtype):
+    minval = minval.astype(int)
+  if not dtypes.is_integer(maxval.dtype):
+    maxval = maxval.astype(int)
+  # maxval beyond the dtype's range (randint(..., 0, 256, uint8)): the span grows by one.
+  maxval_out_of_range = maxval > _convert_and_clip_integer(
+      jnp.array(np.iinfo(dtype).max, dtype), maxval.dtype)
+  minval = _broadcast_to_rank(_convert_and_clip_integer(minval, dtype), len(shape))
+  maxval = _broadcast_to_rank(_convert_and_clip_integer(maxval, dtype), len(shape))
+  nbits = np.iinfo(dtype).bits
+  k1, k2 = _split_data(data, (2,))
+  higher_bits = _random_bits(k1, nbits, shape)
+  lower_bits = _random_bits(k2, nbits, shape)
+  unsigned = _UINT[nbits]
+  span = lax.convert_element_type(maxval - minval, unsigned)
+  span = jnp.where(maxval <= minval, np.array(1, unsigned), span)   # jax#222: minval
+  span = jnp.where(maxval_out_of_range & (maxval > minval), span + np.array(1, unsigned), span)
+  # (hi * 2**nbits + lo) mod span, without 2*nbits-bit integers:
+  # (a * b) mod n = ((a mod n) * (b mod n)) mod n.
+  multiplier = jnp.remainder(np.array(2 ** (nbits // 2), unsigned), span)
+  multiplier = jnp.remainder(multiplier * multiplier, span)
+  random_offset = (jnp.remainder(higher_bits, span) * multiplier
+                   + jnp.remainder(lower_bits, span))
+  random_offset = jnp.remainder(random_offset, span)
+  return minval + lax.convert_element_type(random_offset, dtype)
+
+
+def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
+            dtype: Any = None) -> Any:
+  """Uniform integers in `[minval, maxval)` (`jax.random.randint`).
+
+  Args:
+    key: a single key.
+    shape: the result shape `s`.
+    minval, maxval: integer bounds broadcastable to `s`, clipped to the dtype's range (a
+      `maxval` one past the dtype's maximum is allowed); `maxval <= minval` gives `minval`.
+    dtype: an integer dtype T (default int32).
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    TypeError: if T is not an integer dtype.
+
+  Algorithm: JAX's: two `nbits` draws `hi, lo` (at least 32 bits) and
+  `(hi * 2**nbits + lo) mod span`, computed with modular identities; slightly biased when
+  the span is not a power of 2 (bias ~ span**2 / 2**64).
+
+  Examples:
+    >>> randint(PRNGKey(0), (4,), 0, 10)
+    Array([9, 0, 2, 3], dtype=int32)
+  """
+  data, _ = _check_prng_key("randint", key)
+  dt = dtypes.canonicalize_dtype(int if dtype is None else dtype)
+  if not dtypes.is_integer(dt):
+    raise TypeError(f"randint only accepts integer dtypes, got {dt.name}")
+  shape = _canonical_shape("randint", shape)
+  _check_shape("randint", shape, np.shape(minval), np.shape(maxval))
+  info = np.iinfo(dt)
+  sampling = dt
+  if info.bits < 32:   # sample in 32 bits to avoid bias, as JAX does
+    sampling = np.dtype(np.int32)
+    minval = jnp.clip(jnp.asarray(minval).astype(np.int32), int(info.min), int(info.max))
+    maxval = jnp.clip(jnp.asarray(maxval).astype(np.int32), int(info.min), int(info.max) + 1)
+  return _randint(data, minval, maxval, shape, sampling).astype(dt)
+
+
+@partial(jit, static_argnums=(2, 3))
+def _bernoulli(data, p, shape, mode):
+  dtype = p.dtype
+  if mode == "high":
+    u = _uniform_impl(data, 0., 1., (2, *shape), dtype)
+    u1, u2 = u[0], u[1] * np.array(2. ** -dtypes.finfo(dtype).nmant, dtype)
+    return u2 < p - u1
+  return _uniform_impl(data, 0., 1., shape, dtype) < p
+
+
+def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
+              mode: str = "low") -> Any:
+  """Bernoulli samples, True with probability `p` (`jax.random.bernoulli`).
+
+  Args:
+    key: a single key.
+    p: probabilities, a floating array broadcastable to `shape` (Python floats: float32).
+    shape: the result shape `s`; default `p`'s shape.
+    mode: `"low"` (`u < p`, one draw) or `"high"` (two draws, correct for p below ~1e-7).
+
+  Returns:
+    `bool[*s]`.
+
+  Raises:
+    TypeError: if `p` is not floating.
+    ValueError: for an unknown mode or shapes that do not broadcast.
+
+  Examples:
+    >>> bernoulli(PRNGKey(0), 0.5, (4,))
+    Array([False, False,  True,  True], dtype=bool)
+  """
+  if mode not in ("high", "low"):
+    raise ValueError(f"got mode={mode!r}, expected 'high' or 'low'")
+  data, _ = _check_prng_key("bernoulli", key)
+  dt = dtypes.canonicalize_dtype(dtypes.dtype(p))
+  if not dtypes.is_float(dt):
+    raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dt}.")
+  p = lax.convert_element_type(p, dt)
+  if shape is None:
+    shape = np.shape(p)
+  else:
+    shape = _canonical_shape("bernoulli", shape)
+    _check_shape("bernoulli", shape, np.shape(p))
+  return _bernoulli(data, p, tuple(shape), mode)
+
+
+def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = int) -> Any:
+  """Uniform samples from {-1, 1} (`jax.random.rademacher`); `T[*shape]`, T default int32."""
+  data, _ = _check_prng_key("rademacher", key)
+  dt = dtypes.canonicalize_dtype(dtype)
+  return _rademacher(data, _canonical_shape("rademacher", shape), dt)
+
+
+@partial(jit, static_argnums=(1, 2))
+def _rademacher(data, shape, dtype):
+  bernoulli_samples = _bernoulli(data, jnp.asarray(np.float32(0.5)), shape, "low")
+  return (2 * bernoulli_samples.astype(dtype) - 1).astype(dtype)
+
+
+@partial(jit, static_argnums=(2, 3))
+def _geometric(data, p, shape, dtype):
+  p = jnp.asarray(p)
+  u = _uniform_impl(data, 0., 1., shape, p.dtype)
+  u = jnp.where(u == 0, 1, u)   # as JAX: u = 0 maps to 1, so log(u) is finite
+  log_one_minus_p = jnp.broadcast_to(lax.log1p(-p), shape)
+  g = lax.floor(lax.div(lax.log(u), log_one_minus_p)) + 1
+  return g.astype(dtype)
+
+
+def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
+  """Geometric samples: the number of Bernoulli(p) trials up to the first success
+  (`jax.random.geometric`); `I[*shape]`, I default int32.
+
+  Raises:
+    ValueError: if the dtype is not an integer dtype.
+  """
+  data, _ = _check_prng_key("geometric", key)
+  dt = dtypes.canonicalize_dtype(int if dtype is None else dtype)
+  if not dtypes.is_integer(dt):
+    raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt.name}")
+  shape = _broadcast_shape_of("geometric", shape, p)
+  p, = promote_dtypes_inexact(p)
+  return _geometric(data, p, shape, dt)
+
+
+@partial(jit, static_argnums=(2, 3, 4, 5, 6))
+def _categorical(data, logits, shape, batch_shape, axis, replace, mode):
+  shape_prefix = shape[:len(shape) - len(batch_shape)]
+  if replace:
+    if axis >= 0:
+      axis -= logits.ndim
+    logits_shape = list(shape[len(shape) - len(batch_shape):])
+    logits_shape.insert(axis % logits.ndim, logits.shape[axis])
+    g = _gumbel(data, (*shape_prefix, *logits_shape), logits.dtype, mode)
+    return jnp.argmax(g + lax.expand_dims(logits, tuple(range(len(shape_prefix)))),
+                      axis=axis)
+  logits = logits + _gumbel(data, logits.shape, logits.dtype, mode)
+  k = math.prod(shape_prefix)
+  _, indices = lax.top_k(jnp.moveaxis(logits, axis, -1), k)
+  dimensions = (indices.ndim - 1, *range(indices.ndim - 1))
+  return lax.reshape(indices, shape, dimensions)
+
+
+def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | None = None,
+                replace: bool = True, mode: str | None = None) -> Any:
+  """Samples from categorical distributions given by `logits` (`jax.random.categorical`).
+
+  Args:
+    key: a single key.
+    logits: unnormalized log-probabilities `T[*b0, n, *b1]`, n categories along `axis`.
+    axis: the category axis.
+    shape: the result shape; it must end with the batch shape `b = (*b0, *b1)`. Default `b`.
+    replace: with replacement (the Gumbel-max trick) or without (Gumbel top-k; the
+      leading `shape[:-len(b)]` draws are distinct).
+    mode: the Gumbel sampler's mode (`"low"` default, or `"high"`).
+
+  Returns:
+    `int32[*shape]` category indices.
+
+  Raises:
+    ValueError: if `shape` does not end with the batch shape, or (without replacement)
+      more samples than categories are asked for.
+
+  Examples:
+    >>> import numpy as np
+    >>> categorical(PRNGKey(0), np.log(np.array([0.1, 0.2, 0.7], np.float32)), shape=(5,))
+    Array([1, 2, 2, 1, 2], dtype=int32)
+  """
+  data, _ = _check_prng_key("categorical", key)
+  logits = jnp.asarray(logits)
+  axis = operator.index(axis)
+  if not -logits.ndim <= axis < logits.ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension {logits.ndim}")
+  batch_shape = tuple(np.delete(np.array(logits.shape, dtype=np.int64), axis).tolist())
+  if shape is None:
+    shape = batch_shape
+  else:
+    shape = _canonical_shape("categorical", shape)
+    _check_shape("categorical", shape, batch_shape)
+  if not replace:
+    k = math.prod(shape[:len(shape) - len(batch_shape)])
+    if k > logits.shape[axis]:
+      raise ValueError(f"Number of samples without replacement ({k}) cannot exceed number "
+                       f"of categories ({logits.shape[axis]}).")
+  mode = "low" if mode is None else mode
+  if mode not in ("high", "low"):
+    raise ValueError(f"Must provide valid mode for gumbel got: {mode}")
+  return _categorical(data, logits, tuple(shape), batch_shape, axis, bool(replace), mode)
+
+
+# ---------------------------------------------------------------------------
+# Permutations and choice (sorting by random keys)
+
+
+def _sort_key_val(keys, values, dimension):
+  return lax.sort_key_val(keys, values, dimension, is_stable=True)
+
+
+def _shuffle_impl(data, x, axis):
+  # JAX's _shuffle: sort by fresh 32-bit keys, `num_rounds` times so that, with high
+  # probability, some round gives all elements distinct keys (tjablin's heuristic).
+  exponent = 3
+  uint32max = np.iinfo(np.uint32).max
+  num_rounds = int(np.ceil(exponent * np.log(max(1, x.size)) / np.log(uint32max)))
+  for _ in range(num_rounds):
+    keys = _split_data(data, (2,))
+    data, subkey = keys[0], keys[1]
+    sort_keys = _random_bits(subkey, 32, x.shape)
+    _, x = _sort_key_val(sort_keys, x, axis)
+  return x
+
+
+_shuffle = jit(_shuffle_impl, static_argnums=(2,))
+
+
+def _permute_along_impl(data, x, axis):
+  """`take(x, _shuffle(key, arange(n)), axis)`: the same sort keys permute whole slices.
+
+  NB: a stable sort of each 1-D slice by the keys of `arange(n)` is the permutation that
+  sorting `arange(n)` gives, so this equals JAX's gather of the shuffled indices."""
+  n = x.shape[axis]
+  num_rounds = int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
+  for _ in range(num_rounds):
+    keys = _split_data(data, (2,))
+    data, subkey = keys[0], keys[1]
+    sort_keys = _random_bits(subkey, 32, (n,))
+    sort_keys = lax.broadcast_in_dim(sort_keys, x.shape, (axis,))
+    _, x = _sort_key_val(sort_keys, x, axis)
+  return x
+
+
+_permute_along = jit(_permute_along_impl, static_argnums=(2,))
+
+
+def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> Any:
+  """A random permutation of `arange(x)` or of `x` along `axis` (`jax.random.permutation`).
+
+  Args:
+    key: a single key.
+    x: an int n (permute `arange(n)`) or an array `T[*s]` (at least 1-D).
+    axis: the axis to permute.
+    independent: permute each 1-D slice along `axis` independently.
+
+  Returns:
+    `int32[n]`, or `T[*s]` with the slices along `axis` permuted.
+
+  Raises:
+    TypeError: if `x` is a non-integer scalar.
+
+  Algorithm: sort by random 32-bit keys, repeated `ceil(3 ln n / ln(2**32 - 1))` times
+  (JAX's `_shuffle`).
+
+  Examples:
+    >>> permutation(PRNGKey(0), 5)
+    Array([0, 1, 4, 3, 2], dtype=int32)
+  """
+  data, _ = _check_prng_key("permutation", key)
+  if not np.ndim(x):
+    if not dtypes.is_integer(dtypes.dtype(x)):
+      raise TypeError("x must be an integer or at least 1-dimensional")
+    n = operator.index(x) if not hasattr(x, "item") else int(x.item())
+    return _shuffle(data, jnp.arange(n), 0)
+  x = jnp.asarray(x)
+  axis = lax_utils.canonicalize_axes("permutation", (axis,), x.ndim)[0]
+  if independent or x.ndim == 1:
+    return _shuffle(data, x, axis)
+  return _permute_along(data, x, axis)
+
+
+def shuffle(key: Any, x: Any, axis: int = 0) -> Any:
+  """Shuffles `x` along `axis`, each 1-D slice independently (`jax.random.shuffle`,
+  deprecated in JAX: use `permutation(key, x, axis, independent=True)`)."""
+  data, _ = _check_prng_key("shuffle", key)
+  x = jnp.asarray(x)
+  axis = lax_utils.canonicalize_axes("shuffle", (axis,), x.ndim)[0]
+  return _shuffle(data, x, axis)
+
+
+def _take(arr, ind, axis):
+  """`jnp.take(arr, ind, axis)` for in-range indices `i32[*k]`: `T[*s[:axis], *k, *s[axis+1:]]`."""
+  offset_dims = (*range(axis), *range(axis + ind.ndim, arr.ndim - 1 + ind.ndim))
+  dnums = lax.GatherDimensionNumbers(offset_dims=offset_dims, collapsed_slice_dims=(axis,),
+                                     start_index_map=(axis,))
+  slice_sizes = tuple(1 if i == axis else d for i, d in enumerate(arr.shape))
+  return lax.gather(arr, ind[..., None], dnums, slice_sizes,
+                    mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+
+
+@partial(jit, static_argnums=(3, 4, 5, 6, 7))
+def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p):
+  n_draws = math.prod(shape)
+  if not has_p:
+    if replace:
+      ind = _randint(data, 0, n_inputs, shape, np.dtype(np.int32))
+      result = ind if arr.ndim == 0 else _take(arr, ind, axis)
+    else:
+      slices = (slice(None),) * axis + (slice(n_draws),)
+      if arr.ndim == 0:
+        result = _shuffle_impl(data, jnp.arange(n_inputs), 0)[slices]
+      elif arr.ndim == 1:
+        result = _shuffle_impl(data, arr, axis)[slices]
+      else:
+        result = _permute_along_impl(data, arr, axis)[slices]
+  else:
+    if replace:
+      p_cuml = lax.cumsum(p, 0)
+      r = p_cuml[-1] * (1 - _uniform_impl(data, 0., 1., shape, p_cuml.dtype))
+      ind = _searchsorted_left(p_cuml, r)
+    else:
+      g = _gumbel(data, (n_inputs,), p.dtype, "low") + jnp.log(p)
+      ind = lax.top_k(g, n_draws)[1].astype(np.int32)
+    result = ind if arr.ndim == 0 else _take(arr, ind, axis)
+  return jnp.reshape(result, shape if arr.ndim == 0 else
+                     arr.shape[0:axis] + tuple(shape) + arr.shape[axis + 1:])
+
+
+def _searchsorted_left(sorted_arr, v):
+  """`jnp.searchsorted(sorted_arr, v)` (side='left') for a short sorted `f[n]`: the number of
+  elements `< v`, by comparison (O(n) per value; JAX's default method scans)."""
+  less = sorted_arr < v[..., None]
+  return jnp.sum(less.astype(np.int32), axis=-1)
+
+
+def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
+           p: Any = None, axis: int = 0, mode: str | None = None) -> Any:
+  """Random samples from `a` (`arange(a)` for an int), as `jax.random.choice`.
+
+  Args:
+    key: a single key.
+    a: an int n or an array `T[..., n, ...]` with n entries along `axis`.
+    shape: the sample shape `s` (a sequence).
+    replace: with (default) or without replacement.
+    p: optional probabilities `f[n]` (need not be normalized).
+    axis: the axis of `a` to sample along.
+    mode: the Gumbel mode (without replacement, with `p`); only `"low"`/None.
+
+  Returns:
+    `int32[*s]` for an int `a`, else `T[*a.shape[:axis], *s, *a.shape[axis+1:]]`.
+
+  Raises:
+    TypeError: if `shape` is not a sequence.
+    ValueError: if `a` is empty while draws are asked for, `p` has the wrong shape, or
+      (without replacement) more draws than entries are asked for.
+
+  Algorithm: as JAX: `randint` (with replacement), a permutation's prefix (without), a
+  cumulative-sum search (with `p`), or the Gumbel top-k trick (with `p`, without
+  replacement).
+
+  Examples:
+    >>> choice(PRNGKey(0), 10, (3,), replace=False)
+    Array([0, 1, 8], dtype=int32)
+  """
+  data, _ = _check_prng_key("choice", key)
+  if not isinstance(shape, Sequence):
+    raise TypeError(f"shape argument of jax.random.choice must be a sequence, got {shape}")
+  shape = _canonical_shape("choice", shape)
+  arr = jnp.asarray(a)
+  if arr.ndim == 0:
+    n_inputs = operator.index(a) if not hasattr(a, "item") else int(a.item())
+  else:
+    axis = lax_utils.canonicalize_axes("choice", (axis,), arr.ndim)[0]
+    n_inputs = arr.shape[axis]
+  n_draws = math.prod(shape)
+  if n_draws == 0:
+    return jnp.zeros(shape, dtype=arr.dtype)
+  if n_inputs <= 0:
+    raise ValueError("a must be greater than 0 unless no samples are taken")
+  if not replace and n_draws > n_inputs:
+    raise ValueError(f"Cannot take a larger sample (size {n_draws}) than population (size "
+                     f"{n_inputs}) when 'replace=False'")
+  if mode not in (None, "low"):
+    raise NotImplementedError(f"choice(mode={mode!r}): only the default 'low' mode.")
+  if p is not None:
+    p = jnp.asarray(p)
+    if not dtypes.is_inexact(p.dtype):
+      p = p.astype(dtypes.default_float_dtype())
+    if p.shape != (n_inputs,):
+      raise ValueError(f"p must be None or a 1D vector with the same size as a.shape[axis]. "
+                       f"p has shape {p.shape} and a.shape[axis] is {n_inputs}.")
+  else:
+    p = np.zeros((), np.float32)
+  return _choice(data, arr, p, shape, bool(replace), axis if arr.ndim else 0, n_inputs,
+                 p.ndim == 1)
+
+
+# ---------------------------------------------------------------------------
+# Gamma family: JAX's Marsaglia-Tsang rejection loop needs `while_loop`.
+
+
+def _needs_control_flow(name):
+  def f(*args, **kwargs):
+    raise NotImplementedError(
+        f"stagecraft.random.{name} needs lax.while_loop (JAX's Marsaglia-Tsang rejection "
+        f"sampler loops until acceptance), which arrives with the control-flow issue.")
+  f.__name__ = f.__qualname__ = name
+  f.__doc__ = f"`jax.random.{name}`: not implemented yet (needs `lax.while_loop`)."
+  return f
+
+
+gamma = _needs_control_flow("gamma")
+loggamma = _needs_control_flow("loggamma")
+beta = _needs_control_flow("beta")
+dirichlet = _needs_control_flow("dirichlet")
