@@ -8,7 +8,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tools.api_coverage import coverage  # noqa: E402
 
 # Raise these floors as the API grows; never lower them.
-FLOORS = {"jax.numpy": 0.95, "jax.lax": 0.65, "jax.nn": 0.85, "jax.random": 0.75}
+FLOORS = {"jax.numpy": 0.95, "jax.lax": 0.80, "jax.nn": 0.85, "jax.random": 0.75}
 
 
 def test_api_coverage_floors():

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from stagecraft import core, dtypes
-from stagecraft.core import Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var
+from stagecraft.core import Jaxpr, Literal, ShapedArray, Trace, Tracer, Var
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import lowering, partial_eval as pe
 

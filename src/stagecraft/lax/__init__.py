@@ -22,3 +22,4 @@ map = _control_flow.map
 from stagecraft.lax.conv import *  # noqa: F401,F403
 from stagecraft.lax.fft import *  # noqa: F401,F403
 from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)
+from stagecraft.lax.misc import *  # noqa: F401,F403

@@ -13,6 +13,7 @@ The primitive lowers to one `stablehlo.convolution` in its pretty form, as JAX p
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, NamedTuple, Sequence, Union
 
@@ -29,7 +30,7 @@ __all__ = ["ConvDimensionNumbers", "ConvGeneralDilatedDimensionNumbers",
            "conv_general_dilated_p", "conv_general_dilated", "conv", "conv_with_general_padding",
            "conv_transpose", "conv_dimension_numbers", "conv_general_permutations",
            "conv_shape_tuple", "conv_general_shape_tuple", "conv_transpose_shape_tuple",
-           "padtype_to_pads"]
+           "padtype_to_pads", "conv_general_dilated_patches"]
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -654,4 +655,43 @@ def conv_transpose(lhs: Any, rhs: Any, strides: Sequence[int],
     rhs = transpose(rhs, perm)
   return conv_general_dilated(lhs, rhs, (1,) * (ndims - 2), pads, strides, rhs_dilation, dn,
                               precision=precision,
+                              preferred_element_type=preferred_element_type)
+
+
+def conv_general_dilated_patches(lhs: Any, filter_shape: Sequence[int],
+                                 window_strides: Sequence[int], padding: Any,
+                                 lhs_dilation: Sequence[int] | None = None,
+                                 rhs_dilation: Sequence[int] | None = None,
+                                 dimension_numbers: Any = None, precision: Any = None,
+                                 preferred_element_type: Any = None) -> Any:
+  """Extracts the patches a convolution with `filter_shape` would see
+  (`jax.lax.conv_general_dilated_patches`).
+
+  Each output feature holds one (input channel, filter position) pair, channel-major: the
+  output has `C * prod(filter_shape)` features. Computed as a grouped convolution (one group
+  per input channel) with a one-hot filter bank.
+
+  Args:
+    lhs: `T[N, C, *spatial]` in the layout `dimension_numbers` gives (default NCHW-like).
+    filter_shape: the spatial window sizes.
+    window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers, precision,
+      preferred_element_type: as `conv_general_dilated`.
+
+  Returns:
+    The patches in the output layout of `dimension_numbers`.
+  """
+  filter_shape = tuple(int(d) for d in filter_shape)
+  lhs_shape = get_aval(lhs).shape
+  dtype = get_aval(lhs).dtype
+  dnums = conv_dimension_numbers(lhs_shape, (1, 1) + filter_shape, dimension_numbers)
+  lhs_spec, rhs_spec, _ = dnums
+  size = math.prod(filter_shape)
+  channels = lhs_shape[lhs_spec[1]]
+  # rhs[o, 0, *window]: output feature o = (channel, position) selects one window position.
+  onehot = np.eye(size, dtype=np.float64).reshape((size, 1) + filter_shape)
+  rhs = np.tile(onehot, (channels,) + (1,) * (onehot.ndim - 1))
+  rhs = np.moveaxis(rhs, (0, 1), (rhs_spec[0], rhs_spec[1])).astype(dtype)
+  return conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                              dnums, feature_group_count=channels,
+                              precision=None if precision is None else (precision, "default"),
                               preferred_element_type=preferred_element_type)

@@ -15,7 +15,7 @@ are converted to the result dtype before the dot, as JAX does on CPU and GPU.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -23,7 +23,8 @@ from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray, get_aval
 from stagecraft.interpreters import lowering
 
-__all__ = ["Precision", "dot_general_p", "dot_general", "dot", "batch_matmul"]
+__all__ = ["Precision", "PrecisionLike", "DotDimensionNumbers", "dot_general_p", "dot_general",
+           "dot", "batch_matmul"]
 
 
 class Precision(enum.Enum):
@@ -190,6 +191,12 @@ def _dot_general_lowering(ctx, lhs, rhs, *, dimension_numbers, precision,
            f"[#stablehlo<precision {p[0].name}>, #stablehlo<precision {p[1].name}>]")
   return ctx.op("stablehlo.dot_general", [lhs, rhs], attrs=attrs, operand_avals=avals_in)
 
+
+#: ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), as jax.lax names it.
+DotDimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
+                            tuple[Sequence[int], Sequence[int]]]
+#: What `precision=` accepts: None, a Precision or its name, or a pair of them.
+PrecisionLike = Union[None, str, "Precision", tuple[str, str], tuple["Precision", "Precision"]]
 
 dot_general_p = Primitive("dot_general")
 dot_general_p.def_abstract_eval(_dot_general_abstract_eval)

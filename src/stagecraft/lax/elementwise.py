@@ -1035,3 +1035,71 @@ def complex(x: Any, y: Any):
     Array([1.-1.j, 2.-1.j], dtype=complex64)
   """
   return complex_p.bind(*_convert_scalars(x, y))
+
+
+# ---------------------------------------------------------------------------
+# Composite wrappers with jax.lax names.
+
+
+def reciprocal(x: Any):
+  """Elementwise 1 / x. x: T[*s] (T inexact) -> T[*s]."""
+  return div(np.ones((), core.get_aval(x).dtype)[()], x)
+
+
+def square(x: Any):
+  """Elementwise x * x. x: T[*s] (T a number type) -> T[*s]."""
+  return integer_pow(x, 2)
+
+
+def dtype(x: Any) -> np.dtype:
+  """The canonical dtype of `x` (an array, scalar or dtype-like)."""
+  return dtypes.dtype(x, canonicalize=True)
+
+
+def mulhi(x: Any, y: Any):
+  """The high half of the double-width product of integers x and y (`jax.lax.mulhi`).
+
+  Computed from half-width pieces (schoolbook multiplication), so no wider type is needed.
+
+  Args:
+    x, y: integer arrays `T[*s]` of one dtype.
+
+  Returns:
+    `T[*s]`: `(x * y) >> bits(T)` with the full-width product.
+
+  Raises:
+    TypeError: for non-integer or mismatched dtypes.
+  """
+  if type(x) in _scalar_types or type(y) in _scalar_types:
+    x, y = utils.convert_scalars(x, y)
+  ax, ay = core.get_aval(x), core.get_aval(y)
+  utils.check_dtype("mulhi", ax, integer, 0)
+  utils.check_same_dtypes("mulhi", [ax, ay])
+  dt = ax.dtype
+  shape = utils.broadcasting_shape("mulhi", [ax, ay])
+  x, y = (v if a.shape == shape else _broadcast_scalar(v, shape) for v, a in ((x, ax), (y, ay)))
+  bits = dt.itemsize * 8
+  udt = np.dtype(f"uint{bits}")
+  ux = bitcast_convert_type(x, udt) if dt != udt else x
+  uy = bitcast_convert_type(y, udt) if dt != udt else y
+  half = np.asarray(bits // 2, udt)[()]
+  mask = np.asarray((1 << (bits // 2)) - 1, udt)[()]
+  a, b = shift_right_logical(ux, half), bitwise_and(ux, mask)
+  c, d = shift_right_logical(uy, half), bitwise_and(uy, mask)
+  lo, mid1, mid2, hi = mul(b, d), mul(a, d), mul(b, c), mul(a, c)
+  carry = shift_right_logical(add(add(shift_right_logical(lo, half), bitwise_and(mid1, mask)),
+                                  bitwise_and(mid2, mask)), half)
+  out = add(add(add(hi, shift_right_logical(mid1, half)), shift_right_logical(mid2, half)),
+            carry)
+  if dt == udt:
+    return out
+  # Signed: subtract y where x < 0 and x where y < 0 (two's complement correction).
+  zero, uzeros = np.zeros((), dt)[()], sub(ux, ux)
+  out = sub(out, select(lt(x, zero), uy, uzeros))
+  out = sub(out, select(lt(y, zero), ux, uzeros))
+  return bitcast_convert_type(out, dt)
+
+
+def _broadcast_scalar(x: Any, shape: tuple[int, ...]):
+  from stagecraft.lax.shape import broadcast_in_dim
+  return broadcast_in_dim(x, shape, ())

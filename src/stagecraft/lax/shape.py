@@ -26,7 +26,9 @@ from stagecraft.lax.elementwise import convert_element_type
 __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p",
            "concatenate_p", "pad_p", "iota_p",
            "broadcast_in_dim", "broadcast", "reshape", "transpose", "squeeze", "expand_dims",
-           "rev", "concatenate", "pad", "iota", "broadcasted_iota", "full", "collapse"]
+           "rev", "concatenate", "pad", "iota", "broadcasted_iota", "full", "collapse",
+           "broadcast_shapes", "broadcast_to_rank", "full_like", "empty", "split", "tile",
+           "stack", "unstack"]
 
 # ---------------------------------------------------------------------------
 # Shared helpers (also used by lax/slicing.py)
@@ -613,3 +615,98 @@ def iota(dtype: Any, size: int) -> Any:
     TypeError: if T is bool or not a number type, or `size` is negative.
   """
   return broadcasted_iota(dtype, (operator.index(size),), 0)
+
+
+# ---------------------------------------------------------------------------
+# Composite wrappers (jax.lax names; no primitives of their own)
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+  """The NumPy-broadcast shape of `shapes` (tuples of ints).
+
+  Raises:
+    ValueError: if the shapes are incompatible (naming them).
+  """
+  try:
+    return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+  except ValueError:
+    raise ValueError(f"Incompatible shapes for broadcasting: shapes={list(map(tuple, shapes))}"
+                     ) from None
+
+
+def broadcast_to_rank(x: Any, rank: int) -> Any:
+  """`x` with leading size-1 dimensions added up to `rank`: T[*s] -> T[1, ..., 1, *s]."""
+  ndim = core.get_aval(x).ndim
+  if ndim >= rank:
+    return x
+  return broadcast(x, (1,) * (rank - ndim))
+
+
+def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] | None = None
+              ) -> Any:
+  """An array like `x` (its shape and dtype unless given) filled with `fill_value`."""
+  aval = core.get_aval(x)
+  return full(aval.shape if shape is None else shape, fill_value,
+              aval.dtype if dtype is None else dtype)
+
+
+def empty(shape: Sequence[int], dtype: Any) -> Any:
+  """An array of `shape` and `dtype` with unspecified contents (zeros here)."""
+  return full(shape, 0, dtype)
+
+
+def split(operand: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:
+  """Splits `operand` along `axis` into pieces of the given `sizes` (which sum to that
+  dimension).
+
+  Raises:
+    ValueError: if the sizes do not sum to the dimension or are negative.
+  """
+  from stagecraft.lax.slicing import slice_in_dim
+  aval = core.get_aval(operand)
+  axis = utils.canonicalize_axes("split", (axis,), aval.ndim)[0]
+  sizes = [int(s) for s in sizes]
+  if any(s < 0 for s in sizes) or sum(sizes) != aval.shape[axis]:
+    raise ValueError(f"Sum of sizes {sum(sizes)} must be equal to dimension {axis} of the "
+                     f"operand shape {aval.shape}, and sizes must be non-negative; got sizes "
+                     f"{tuple(sizes)}.")
+  out, start = [], 0
+  for size in sizes:
+    out.append(slice_in_dim(operand, start, start + size, axis=axis))
+    start += size
+  return out
+
+
+def tile(operand: Any, reps: Sequence[int]) -> Any:
+  """`operand` repeated `reps[i]` times along each dimension i (len(reps) == ndim).
+
+  Raises:
+    ValueError: if `reps` does not have one entry per dimension.
+  """
+  aval = core.get_aval(operand)
+  reps = tuple(int(r) for r in reps)
+  if len(reps) != aval.ndim:
+    raise ValueError(f"len(reps) must be equal to operand.ndim, got reps={reps} for an "
+                     f"operand of shape {aval.shape}.")
+  shape = []
+  dims = []
+  for i, (r, d) in enumerate(zip(reps, aval.shape)):
+    shape += [r, d]
+    dims.append(2 * i + 1)
+  out = broadcast_in_dim(operand, tuple(shape), tuple(dims))
+  return reshape(out, tuple(r * d for r, d in zip(reps, aval.shape)))
+
+
+def stack(operands: Sequence[Any], axis: int = 0) -> Any:
+  """Stacks arrays of one shape along a new `axis`: n x T[*s] -> T[..., n, ...]."""
+  ndim = core.get_aval(operands[0]).ndim
+  axis = utils.canonicalize_axes("stack", (axis,), ndim + 1)[0]
+  return concatenate([expand_dims(x, (axis,)) for x in operands], axis)
+
+
+def unstack(x: Any, axis: int = 0) -> tuple[Any, ...]:
+  """The slices of `x` along `axis`: T[..., n, ...] -> n x T[...]."""
+  from stagecraft.lax.slicing import index_in_dim
+  aval = core.get_aval(x)
+  axis = utils.canonicalize_axes("unstack", (axis,), aval.ndim)[0]
+  return tuple(index_in_dim(x, i, axis, keepdims=False) for i in range(aval.shape[axis]))

@@ -37,7 +37,7 @@ __all__ = ["slice_p", "dynamic_slice_p", "dynamic_update_slice_p",
            "gather_p", "scatter_p", "scatter_add_p", "scatter_sub_p", "scatter_mul_p",
            "scatter_min_p", "scatter_max_p", "GatherDimensionNumbers", "ScatterDimensionNumbers",
            "GatherScatterMode", "gather", "scatter", "scatter_add", "scatter_sub", "scatter_mul",
-           "scatter_min", "scatter_max"]
+           "scatter_min", "scatter_max", "index_take"]
 
 def _shape_of(x: Any) -> tuple[int, ...]:
   return core.get_aval(x).shape
@@ -1051,3 +1051,28 @@ scatter_min = _scatter_wrapper(scatter_min_p, "takes the minimum of operand and 
                                "bool, integer or floating")
 scatter_max = _scatter_wrapper(scatter_max_p, "takes the maximum of operand and updates",
                                "bool, integer or floating")
+
+
+def index_take(src: Any, idxs: Sequence[Any], axes: Sequence[int]) -> Any:
+  """Gathers `src` at the points `(idxs[0][n], idxs[1][n], ...)` of dimensions `axes`.
+
+  Args:
+    src: array `T[*s]`.
+    idxs: one integer array `I[N]` per axis in `axes`.
+    axes: distinct dimensions of `src`.
+
+  Returns:
+    `T[N, *s without axes]` (`jax.lax.index_take`), out-of-range indices clamped.
+  """
+  from stagecraft.lax.shape import concatenate, reshape
+  from stagecraft.lax.elementwise import convert_element_type
+  axes = tuple(int(a) for a in axes)
+  nd = len(_shape_of(src))
+  cols = [reshape(convert_element_type(i, np.int32), (_shape_of(i)[0], 1)) for i in idxs]
+  indices = concatenate(cols, 1) if len(cols) > 1 else cols[0]
+  rest = [d for d in range(nd) if d not in axes]
+  dnums = GatherDimensionNumbers(offset_dims=tuple(range(1, 1 + len(rest))),
+                                 collapsed_slice_dims=tuple(sorted(axes)),
+                                 start_index_map=axes)
+  sizes = tuple(1 if d in axes else _shape_of(src)[d] for d in range(nd))
+  return gather(src, indices, dnums, sizes, mode=GatherScatterMode.CLIP)

@@ -25,7 +25,7 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 
-__all__ = ["sort_p", "top_k_p", "sort", "sort_key_val", "top_k"]
+__all__ = ["sort_p", "top_k_p", "sort", "sort_key_val", "top_k", "approx_max_k", "approx_min_k"]
 
 
 def _canonicalize_axis(axis: int, ndim: int) -> int:
@@ -295,3 +295,31 @@ def top_k(operand: Any, k: int, *, axis: int = -1) -> tuple[Any, Any]:
     raise ValueError(f"k argument to top_k must be nonnegative, got {k}")
   axis = _canonicalize_axis(axis, len(np.shape(operand)))
   return tuple(top_k_p.bind(operand, k=k, axis=axis))
+
+
+def approx_max_k(operand: Any, k: int, reduction_dimension: int = -1,
+                 recall_target: float = 0.95, reduction_input_size_override: int = -1,
+                 aggregate_to_topk: bool = True) -> tuple[Any, Any]:
+  """The `k` largest values along `reduction_dimension` and their int32 indices.
+
+  On CPU the result is exact (recall 1), which XLA's approximate top-k also returns there;
+  `recall_target` and `reduction_input_size_override` are accepted for compatibility.
+
+  Raises:
+    NotImplementedError: for `aggregate_to_topk=False`.
+  """
+  if not aggregate_to_topk:
+    raise NotImplementedError("approx_max_k(aggregate_to_topk=False) is not supported.")
+  return top_k(operand, k, axis=reduction_dimension)
+
+
+def approx_min_k(operand: Any, k: int, reduction_dimension: int = -1,
+                 recall_target: float = 0.95, reduction_input_size_override: int = -1,
+                 aggregate_to_topk: bool = True) -> tuple[Any, Any]:
+  """The `k` smallest values along `reduction_dimension` and their int32 indices (exact on
+  CPU; see `approx_max_k`)."""
+  from stagecraft.lax.elementwise import neg
+  if not aggregate_to_topk:
+    raise NotImplementedError("approx_min_k(aggregate_to_topk=False) is not supported.")
+  values, idx = top_k(neg(operand), k, axis=reduction_dimension)
+  return neg(values), idx

@@ -33,7 +33,7 @@ from stagecraft.lax.utils import floating
 
 __all__ = ["lgamma_p", "digamma_p", "polygamma_p", "igamma_p", "igammac_p", "bessel_i0e_p",
            "bessel_i1e_p", "lgamma", "digamma", "polygamma", "igamma", "igammac",
-           "bessel_i0e", "bessel_i1e"]
+           "bessel_i0e", "bessel_i1e", "zeta_p", "zeta"]
 
 # ---------------------------------------------------------------------------
 # Lowering compositions: trace a function of stagecraft.lax ops, inline its lowering.
@@ -102,6 +102,7 @@ lgamma_p = _unop("lgamma", floating, "chlo.lgamma")
 digamma_p = _unop("digamma", floating, "chlo.digamma")
 bessel_i1e_p = _unop("bessel_i1e", floating, "chlo.bessel_i1e")
 polygamma_p = _nary("polygamma", floating, "chlo.polygamma")
+zeta_p = _nary("zeta", floating, "chlo.zeta")
 
 
 def lgamma(x: Any):
@@ -476,3 +477,18 @@ def igammac(a: Any, x: Any):
     2.061...e-09
   """
   return igammac_p.bind(*_convert_scalars(a, x))
+
+
+def zeta(x: Any, q: Any):
+  """Elementwise Hurwitz zeta function `ζ(x, q) = Σ_k (k + q)^-x` (CHLO's zeta, as JAX).
+
+  Args:
+    x, q: arrays `T[*s]` of one floating dtype (or rank 0).
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    TypeError: for non-floating or mismatched dtypes.
+  """
+  return zeta_p.bind(*_convert_scalars(x, q))

@@ -27,7 +27,7 @@ from stagecraft.lax.elementwise import _compare
 from stagecraft.lax.reduction import _max_identity, _min_identity, _sum_identity
 from stagecraft.lax.shape import canonicalize_shape, check_shapelike
 
-__all__ = ["reduce_window_sum_p", "reduce_window_max_p", "reduce_window_min_p",
+__all__ = ["reduce_window_shape_tuple", "reduce_window_sum_p", "reduce_window_max_p", "reduce_window_min_p",
            "select_and_scatter_add_p", "reduce_window", "reduce_window_sum",
            "reduce_window_max", "reduce_window_min", "select_and_scatter_add"]
 
@@ -353,3 +353,15 @@ def select_and_scatter_add(source: Any, operand: Any, select_prim: Primitive,
   return select_and_scatter_add_p.bind(
       source, operand, select_prim=select_prim, window_dimensions=params["window_dimensions"],
       window_strides=params["window_strides"], padding=params["padding"])
+
+
+def reduce_window_shape_tuple(operand_shape: Sequence[int], window_dimensions: Sequence[int],
+                              window_strides: Sequence[int],
+                              padding: Sequence[tuple[int, int]],
+                              base_dilation: Sequence[int] | None = None,
+                              window_dilation: Sequence[int] | None = None) -> tuple[int, ...]:
+  """The output shape of a windowed reduction (`jax.lax.reduce_window_shape_tuple`)."""
+  n = len(operand_shape)
+  return _window_out_shape(tuple(operand_shape), tuple(window_dimensions),
+                           tuple(window_strides), tuple(map(tuple, padding)),
+                           tuple(base_dilation or (1,) * n), tuple(window_dilation or (1,) * n))

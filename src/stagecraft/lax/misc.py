@@ -1,0 +1,97 @@
+"""Program-structure utilities: `optimization_barrier`, `platform_dependent`, `composite`."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from stagecraft import core, dtypes, tree_util
+from stagecraft.core import ShapedArray
+from stagecraft.interpreters import lowering
+from stagecraft.lax import utils
+
+__all__ = ["optimization_barrier_p", "optimization_barrier", "platform_dependent", "composite",
+           "rng_uniform_p", "rng_uniform"]
+
+# optimization_barrier(*operands): the identity, which XLA may not move computations across
+# (stablehlo.optimization_barrier).
+optimization_barrier_p = core.Primitive("optimization_barrier")
+optimization_barrier_p.multiple_results = True
+optimization_barrier_p.def_abstract_eval(lambda *avals: list(avals))
+lowering.register_lowering(
+    optimization_barrier_p,
+    lambda ctx, *xs: ctx.op("stablehlo.optimization_barrier", list(xs)) if xs else [])
+
+
+def optimization_barrier(operand: Any) -> Any:
+  """Returns `operand` (a pytree of arrays) unchanged, as a barrier XLA does not optimize
+  across (e.g. to stop rematerialized values from being merged with their originals)."""
+  leaves, treedef = tree_util.tree_flatten(operand)
+  return tree_util.tree_unflatten(treedef, optimization_barrier_p.bind(*leaves))
+
+
+def platform_dependent(*args: Any, default: Callable | None = None,
+                       **per_platform: Callable) -> Any:
+  """Calls the function registered for the platform programs run on (`cpu=`, `cuda=`,
+  `rocm=`, `tpu=`), else `default`, with `args`.
+
+  Raises:
+    NotImplementedError: if no function fits the platform and there is no default.
+  """
+  from stagecraft.runtime import client
+  platform = client.default_device().platform
+  names = [platform] + (["cuda", "gpu"] if platform in ("cuda", "gpu") else [])
+  for name in names:
+    if name in per_platform:
+      return per_platform[name](*args)
+  if default is None:
+    raise NotImplementedError(f"platform_dependent: no branch for platform {platform!r} "
+                              f"(given: {sorted(per_platform)}) and no default.")
+  return default(*args)
+
+
+def composite(decomposition: Callable, name: str, version: int = 0) -> Callable:
+  """Marks `decomposition` as a named composite op. XLA would see a stablehlo.composite;
+  stagecraft inlines the decomposition, which has the same semantics."""
+  def wrapped(*args, **kwargs):
+    return decomposition(*args, **kwargs)
+  wrapped.__name__ = name
+  wrapped.__doc__ = decomposition.__doc__
+  return wrapped
+
+
+# rng_uniform(a, b, shape): XLA's stateful uniform generator (stablehlo.rng, UNIFORM);
+# not reproducible across runs or backends — use stagecraft.random for that.
+rng_uniform_p = core.Primitive("rng_uniform")
+
+
+def _rng_uniform_abstract_eval(a, b, *, shape):
+  if a.shape or b.shape:
+    raise TypeError(f"rng_uniform bounds must be scalars, got {a.str_short()} and "
+                    f"{b.str_short()}.")
+  utils.check_same_dtypes("rng_uniform", [a, b])
+  return ShapedArray(shape, a.dtype)
+
+
+def _rng_uniform_lowering(ctx, a, b, *, shape):
+  n = len(shape)
+  dims = ctx.fb.fresh()
+  ctx.fb.emit(f"{dims} = stablehlo.constant {lowering.dense_i64(shape)}")
+  return ctx.op("stablehlo.rng", [a, b, dims],
+                attrs="rng_distribution = #stablehlo<rng_distribution UNIFORM>",
+                operand_avals=[*ctx.avals_in, ShapedArray((n,), dtypes.int64)])
+
+
+rng_uniform_p.def_abstract_eval(_rng_uniform_abstract_eval)
+lowering.register_lowering(rng_uniform_p, _rng_uniform_lowering)
+
+
+def rng_uniform(a: Any, b: Any, shape: tuple[int, ...]) -> Any:
+  """Uniform samples in [a, b) of `shape` from XLA's stateful generator.
+
+  Args:
+    a, b: scalars of one dtype (floating or integer).
+    shape: the output shape.
+
+  Returns:
+    `T[*shape]`. Not reproducible; use `stagecraft.random` for reproducible numbers.
+  """
+  return rng_uniform_p.bind(*utils.convert_scalars(a, b), shape=tuple(int(d) for d in shape))
