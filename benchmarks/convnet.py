@@ -12,12 +12,12 @@ Run: python -m benchmarks.convnet [--quick] [--json PATH]
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 
 import numpy as np
+
+from benchmarks.common import report
 
 DN = ("NHWC", "HWIO", "NHWC")
 LAYERS = [(1, 32, 1), (32, 64, 2), (64, 64, 2)]  # (in channels, out channels, stride)
@@ -93,17 +93,7 @@ def main(argv=None):
   rows = []
   a, b = bench_convnet_forward(4 if args.quick else 400)
   rows.append(("convnet forward, batch 32, 28x28x1", a, b, "us", 1.1))
-  print(f"machine: {platform.processor() or platform.machine()}, python "
-        f"{platform.python_version()}")
-  print(f"{'benchmark':36s} {'stagecraft':>12s} {'JAX':>12s} {'ratio':>7s} {'target':>7s}")
-  for name, ours, theirs, unit, target in rows:
-    print(f"{name:36s} {ours:10.1f}{unit} {theirs:10.1f}{unit} {ours / theirs:7.2f} "
-          f"{'<=' + str(target):>7s}")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump([dict(name=r[0], stagecraft=r[1], jax=r[2], unit=r[3], ratio=r[1] / r[2],
-                      target=r[4]) for r in rows], f, indent=1)
-  return rows
+  return report(rows, args.json)
 
 
 if __name__ == "__main__":

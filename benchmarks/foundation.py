@@ -8,12 +8,12 @@ Run: python -m benchmarks.foundation [--quick] [--json PATH]
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 
 import numpy as np
+
+from benchmarks.common import report
 
 
 def _per_call_us(fn, n: int) -> float:
@@ -95,17 +95,7 @@ def main(argv=None):
   rows.append(("eager x + y, f32[8]", a, b, "us", 1.5))
   a, b = bench_make_jaxpr_chain(2000 if not args.quick else 200, 5 if not args.quick else 2)
   rows.append(("make_jaxpr, 2000-eqn chain", a, b, "ms", 1.0))
-  print(f"machine: {platform.processor() or platform.machine()}, python "
-        f"{platform.python_version()}")
-  print(f"{'benchmark':36s} {'stagecraft':>12s} {'JAX':>12s} {'ratio':>7s} {'target':>7s}")
-  for name, ours, theirs, unit, target in rows:
-    print(f"{name:36s} {ours:10.2f}{unit} {theirs:10.2f}{unit} {ours / theirs:7.2f} "
-          f"{'<=' + str(target):>7s}")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump([dict(name=r[0], stagecraft=r[1], jax=r[2], unit=r[3], ratio=r[1] / r[2],
-                      target=r[4]) for r in rows], f, indent=1)
-  return rows
+  return report(rows, args.json)
 
 
 if __name__ == "__main__":

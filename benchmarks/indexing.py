@@ -12,10 +12,10 @@ Run: python -m benchmarks.indexing [--quick] [--json PATH]
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 
 import numpy as np
+
+from benchmarks.common import report
 
 from benchmarks.convnet import paired
 
@@ -70,17 +70,7 @@ def main(argv=None):
   ours, theirs = setup(jit=False, gathered=1_000)
   a, b = paired(ours, theirs, pairs=pairs)
   rows.append(("gather + segment sum (1k), eager", a, b, "us", 1.5))
-  print(f"machine: {platform.processor() or platform.machine()}, python "
-        f"{platform.python_version()}")
-  print(f"{'benchmark':36s} {'stagecraft':>12s} {'JAX':>12s} {'ratio':>7s} {'target':>7s}")
-  for name, ours_t, theirs_t, unit, target in rows:
-    print(f"{name:36s} {ours_t:10.1f}{unit} {theirs_t:10.1f}{unit} {ours_t / theirs_t:7.2f} "
-          f"{'<=' + str(target):>7s}")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump([dict(name=r[0], stagecraft=r[1], jax=r[2], unit=r[3], ratio=r[1] / r[2],
-                      target=r[4]) for r in rows], f, indent=1)
-  return rows
+  return report(rows, args.json)
 
 
 if __name__ == "__main__":
