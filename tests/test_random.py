@@ -7,6 +7,8 @@ import sys
 
 import jax
 import ml_dtypes
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -366,7 +368,7 @@ def test_statistical_sanity():
      r"Cannot take a larger sample \(size 5\) than population \(size 3\) when "
      r"'replace=False'"),
     (lambda: random.choice(random.PRNGKey(0), 3, 5), TypeError,
-     "shape argument of jax.random.choice must be a sequence"),
+     "shape argument of stagecraft.random.choice must be a sequence"),
     (lambda: random.choice(random.PRNGKey(0), 3, (2,), p=np.ones(4)), ValueError,
      "p must be None or a 1D vector with the same size as a.shape"),
     (lambda: random.choice(random.PRNGKey(0), 0, (2,)), ValueError,
@@ -403,7 +405,8 @@ def test_error_messages_match_jax_where_shared():
       call(random)
     with pytest.raises(err) as theirs:
       call(jax.random)
-    assert str(ours.value) == str(theirs.value)
+    # Same wording as JAX's, with our API named where JAX names its own (jax.vmap, ...).
+    assert str(ours.value) == re.sub(r"\bjax\.", "stagecraft.", str(theirs.value))
 
 
 def test_empty_draws():

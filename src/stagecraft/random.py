@@ -1,9 +1,9 @@
-"""`stagecraft.random`: counter-based pseudo-random numbers with `jax.random`'s API and bits.
+"""`stagecraft.random`: counter-based pseudo-random numbers with JAX's `random`'s API and bits.
 
 Keys are Threefry-2x32 keys (JAX's default `threefry2x32` implementation): two uint32 words.
 `PRNGKey(seed)` gives a raw `u32[2]` key; `key(seed)` gives a typed key (a `PRNGKeyArray`, of
 dtype `key<fry>`) wrapping the same data. Every function accepts both and, for the same key,
-returns the same values as `jax.random` with JAX 0.10's defaults (`jax_threefry_partitionable`
+returns the same values as JAX's `random` with JAX 0.10's defaults (`jax_threefry_partitionable`
 on, `jax_use_high_dynamic_range_gumbel` off): integers and bits bit for bit, floats up to
 the rounding of the transcendental functions XLA calls.
 
@@ -148,7 +148,7 @@ tree_util.register_pytree_node(PRNGKeyArray, lambda k: ((k._base_array,), None),
 
 
 def key_dtype(impl: Any = None) -> KeyTy:
-  """The dtype of typed keys, `key<fry>` (`jax.random.key_dtype`)."""
+  """The dtype of typed keys, `key<fry>` (JAX's `random.key_dtype`)."""
   _check_impl(impl)
   return _key_dtype
 
@@ -197,7 +197,7 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[A
   if not allow_batched and len(data.shape) > 1:
     shape = tuple(data.shape[:-1]) if typed else tuple(data.shape)
     raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
-                     f"{shape} != (). Use jax.vmap for batching.")
+                     f"{shape} != (). Use stagecraft.vmap for batching.")
   return data, typed
 
 
@@ -214,7 +214,7 @@ def _seed_data(ctor_name: str, seed: Any) -> Any:
     raise TypeError(f"{ctor_name} accepts a scalar seed, but was given a PRNG key.")
   if np.ndim(seed) if not hasattr(seed, "ndim") else seed.ndim:
     raise TypeError(f"{ctor_name} accepts a scalar seed, but was given an array of shape "
-                    f"{tuple(np.shape(seed))} != (). Use jax.vmap for batching")
+                    f"{tuple(np.shape(seed))} != (). Use stagecraft.vmap for batching")
   if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, int) and not (
       hasattr(seed, "dtype") and dtypes.is_integer(np.dtype(seed.dtype))):
     raise TypeError(f"PRNG key seed must be an integer; got {seed!r}")
@@ -233,7 +233,7 @@ def _threefry_seed(seed):
 
 
 def PRNGKey(seed: Any, *, impl: Any = None) -> Any:
-  """A raw (legacy) Threefry key, `u32[2]`, from an integer seed (`jax.random.PRNGKey`).
+  """A raw (legacy) Threefry key, `u32[2]`, from an integer seed (JAX's `random.PRNGKey`).
 
   Args:
     seed: a Python int (taken modulo 2**32 after int64 conversion) or an integer scalar
@@ -256,7 +256,7 @@ def PRNGKey(seed: Any, *, impl: Any = None) -> Any:
 
 
 def key(seed: Any, *, impl: Any = None, dtype: Any = None) -> PRNGKeyArray:
-  """A typed Threefry key, `key<fry>[]`, from an integer seed (`jax.random.key`).
+  """A typed Threefry key, `key<fry>[]`, from an integer seed (JAX's `random.key`).
 
   Args:
     seed: as for `PRNGKey`.
@@ -275,7 +275,7 @@ def key(seed: Any, *, impl: Any = None, dtype: Any = None) -> PRNGKeyArray:
     [0 0]
   """
   if impl is not None and dtype is not None:
-    raise ValueError("Cannot specify both `impl` and `dtype` arguments to jax.random.key")
+    raise ValueError("Cannot specify both `impl` and `dtype` arguments to stagecraft.random.key")
   _check_impl(impl if dtype is None else dtype)
   return PRNGKeyArray(_seed_data("key", seed))
 
@@ -287,7 +287,7 @@ def key_data(keys: Any) -> Any:
 
 
 def wrap_key_data(key_bits_array: Any, *, impl: Any = None, dtype: Any = None) -> PRNGKeyArray:
-  """Typed keys `key<fry>[*s]` over key data `u32[*s, 2]` (`jax.random.wrap_key_data`).
+  """Typed keys `key<fry>[*s]` over key data `u32[*s, 2]` (JAX's `random.wrap_key_data`).
 
   Raises:
     TypeError: if the data is not `u32[..., 2]`.
@@ -295,7 +295,7 @@ def wrap_key_data(key_bits_array: Any, *, impl: Any = None, dtype: Any = None) -
   """
   if impl is not None and dtype is not None:
     raise ValueError("Cannot specify both `impl` and `dtype` arguments to "
-                     "jax.random.wrap_key_data")
+                     "stagecraft.random.wrap_key_data")
   _check_impl(impl if dtype is None else dtype)
   return PRNGKeyArray(_check_key_data(key_bits_array))
 
@@ -353,7 +353,7 @@ def _split(data, num: int | Sequence[int] = 2):
 
 
 def split(key: Any, num: int | Sequence[int] = 2) -> Any:
-  """Splits a key into `num` new keys along a new leading axis (`jax.random.split`).
+  """Splits a key into `num` new keys along a new leading axis (JAX's `random.split`).
 
   Args:
     key: a single key (typed `key<fry>[]` or raw `u32[2]`).
@@ -376,7 +376,7 @@ def split(key: Any, num: int | Sequence[int] = 2) -> Any:
 
 
 def fold_in(key: Any, data: Any) -> Any:
-  """A new key from `key` and a 32-bit integer `data` (`jax.random.fold_in`).
+  """A new key from `key` and a 32-bit integer `data` (JAX's `random.fold_in`).
 
   Args:
     key: a single key.
@@ -396,7 +396,7 @@ def fold_in(key: Any, data: Any) -> Any:
   kdata, typed = _check_prng_key("fold_in", key)
   if np.ndim(data) if not hasattr(data, "ndim") else data.ndim:
     raise TypeError(f"fold_in accepts a scalar, but was given an array of shape "
-                    f"{tuple(np.shape(data))} != (). Use jax.vmap for batching.")
+                    f"{tuple(np.shape(data))} != (). Use stagecraft.vmap for batching.")
   if isinstance(data, int) and not isinstance(data, bool):
     if not 0 <= data < 2 ** 32:
       raise OverflowError(f"Python integer {data} out of bounds for uint32")
@@ -419,7 +419,7 @@ def _float_dtype(name: str, dtype: Any, kinds: str = "float") -> np.dtype:
 
 
 def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
-  """Uniformly random unsigned integers (`jax.random.bits`).
+  """Uniformly random unsigned integers (JAX's `random.bits`).
 
   Args:
     key: a single key.
@@ -492,7 +492,7 @@ _uniform = jit(_uniform_impl, static_argnums=(3, 4))
 
 def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any = 0.,
             maxval: Any = 1.) -> Any:
-  """Uniform floats in `[minval, maxval)` (`jax.random.uniform`).
+  """Uniform floats in `[minval, maxval)` (JAX's `random.uniform`).
 
   Args:
     key: a single key.
@@ -538,7 +538,7 @@ def _normal(data, shape, dtype):
 
 
 def normal(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
-  """Standard normal samples (`jax.random.normal`).
+  """Standard normal samples (JAX's `random.normal`).
 
   Args:
     key: a single key.
@@ -579,7 +579,7 @@ def _truncated_normal(data, lower, upper, shape, dtype):
 
 def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | None = None,
                      dtype: Any = None) -> Any:
-  """Standard normal samples truncated to `(lower, upper)` (`jax.random.truncated_normal`).
+  """Standard normal samples truncated to `(lower, upper)` (JAX's `random.truncated_normal`).
 
   Args:
     key: a single key.
@@ -620,7 +620,7 @@ def _gumbel(data, shape, dtype, mode):
 
 def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
            mode: str | None = None) -> Any:
-  """Standard Gumbel samples (`jax.random.gumbel`): density `exp(-(x + exp(-x)))`.
+  """Standard Gumbel samples (JAX's `random.gumbel`): density `exp(-(x + exp(-x)))`.
 
   Args:
     key: a single key.
@@ -655,7 +655,7 @@ def _unary_sampler(name: str, fn, doc: str):
     data, _ = _check_prng_key(name, key)
     return impl(data, _canonical_shape(name, shape), _float_dtype(name, dtype))
   sampler.__name__ = sampler.__qualname__ = name
-  sampler.__doc__ = f"""{doc} (`jax.random.{name}`).
+  sampler.__doc__ = f"""{doc} (`stagecraft.random.{name}`).
 
   Args:
     key: a single key.
@@ -719,7 +719,7 @@ def _pareto(data, b, shape, dtype):
 
 def pareto(key: Any, b: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Pareto samples with shape parameter `b`: `exp(e / b)`, e exponential
-  (`jax.random.pareto`). Returns `T[*shape]` (default shape: `b`'s)."""
+  (JAX's `random.pareto`). Returns `T[*shape]` (default shape: `b`'s)."""
   data, _ = _check_prng_key("pareto", key)
   dt = _float_dtype("pareto", dtype)
   shape = np.shape(b) if shape is None else _canonical_shape("pareto", shape)
@@ -735,7 +735,7 @@ def _lognormal(data, sigma, shape, dtype):
 
 def lognormal(key: Any, sigma: Any = 1., shape: Sequence[int] | None = None,
               dtype: Any = None) -> Any:
-  """Log-normal samples `exp(sigma * n)`, n standard normal (`jax.random.lognormal`)."""
+  """Log-normal samples `exp(sigma * n)`, n standard normal (JAX's `random.lognormal`)."""
   data, _ = _check_prng_key("lognormal", key)
   dt = _float_dtype("lognormal", dtype)
   shape = np.shape(sigma) if shape is None else _canonical_shape("lognormal", shape)
@@ -752,7 +752,7 @@ def _rayleigh(data, scale, shape, dtype):
 
 def rayleigh(key: Any, scale: Any, shape: Sequence[int] | None = None,
              dtype: Any = None) -> Any:
-  """Rayleigh samples `scale * sqrt(-2 log(u))` (`jax.random.rayleigh`)."""
+  """Rayleigh samples `scale * sqrt(-2 log(u))` (JAX's `random.rayleigh`)."""
   data, _ = _check_prng_key("rayleigh", key)
   dt = _float_dtype("rayleigh", dtype)
   shape = np.shape(scale) if shape is None else _canonical_shape("rayleigh", shape)
@@ -770,7 +770,7 @@ def _weibull_min(data, scale, concentration, shape, dtype):
 def weibull_min(key: Any, scale: Any, concentration: Any, shape: Sequence[int] = (),
                 dtype: Any = None) -> Any:
   """Weibull samples `scale * (-log1p(-u)) ** (1 / concentration)`
-  (`jax.random.weibull_min`)."""
+  (JAX's `random.weibull_min`)."""
   data, _ = _check_prng_key("weibull_min", key)
   dt = _float_dtype("weibull_min", dtype)
   return _weibull_min(data, scale, concentration, _canonical_shape("weibull_min", shape), dt)
@@ -791,7 +791,7 @@ def _double_sided_maxwell(data, loc, scale, shape, dtype):
 def double_sided_maxwell(key: Any, loc: Any, scale: Any, shape: Sequence[int] = (),
                          dtype: Any = None) -> Any:
   """Double-sided Maxwell samples `loc + scale * sign * maxwell`
-  (`jax.random.double_sided_maxwell`); the result shape is `shape + broadcast(loc, scale)`."""
+  (JAX's `random.double_sided_maxwell`); the result shape is `shape + broadcast(loc, scale)`."""
   data, _ = _check_prng_key("double_sided_maxwell", key)
   dt = _float_dtype("double_sided_maxwell", dtype)
   return _double_sided_maxwell(data, loc, scale,
@@ -822,7 +822,7 @@ def _triangular(data, left, mode, right, shape, dtype):
 def triangular(key: Any, left: Any, mode: Any, right: Any,
                shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Triangular samples on `[left, right]` with peak `mode`, by inverse CDF
-  (`jax.random.triangular`); `T[*shape]`, default shape: the parameters' broadcast."""
+  (JAX's `random.triangular`); `T[*shape]`, default shape: the parameters' broadcast."""
   data, _ = _check_prng_key("triangular", key)
   dt = _float_dtype("triangular", dtype)
   shape = _broadcast_shape_of("triangular", shape, left, mode, right)
@@ -844,7 +844,7 @@ def _wald(data, mean, shape, dtype):
 
 
 def wald(key: Any, mean: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
-  """Wald (inverse Gaussian) samples with `mean` (`jax.random.wald`; Michael, Schucany and
+  """Wald (inverse Gaussian) samples with `mean` (JAX's `random.wald`; Michael, Schucany and
   Haas's transformation method); `T[*shape]`, default shape: `mean`'s."""
   data, _ = _check_prng_key("wald", key)
   dt = _float_dtype("wald", dtype)
@@ -897,7 +897,7 @@ def _randint(data, minval, maxval, shape, dtype):
 
 def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
             dtype: Any = None) -> Any:
-  """Uniform integers in `[minval, maxval)` (`jax.random.randint`).
+  """Uniform integers in `[minval, maxval)` (JAX's `random.randint`).
 
   Args:
     key: a single key.
@@ -947,7 +947,7 @@ def _bernoulli(data, p, shape, mode):
 
 def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
               mode: str = "low") -> Any:
-  """Bernoulli samples, True with probability `p` (`jax.random.bernoulli`).
+  """Bernoulli samples, True with probability `p` (JAX's `random.bernoulli`).
 
   Args:
     key: a single key.
@@ -982,7 +982,7 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
 
 
 def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = int) -> Any:
-  """Uniform samples from {-1, 1} (`jax.random.rademacher`); `T[*shape]`, T default int32."""
+  """Uniform samples from {-1, 1} (JAX's `random.rademacher`); `T[*shape]`, T default int32."""
   data, _ = _check_prng_key("rademacher", key)
   dt = dtypes.canonicalize_dtype(dtype)
   return _rademacher(data, _canonical_shape("rademacher", shape), dt)
@@ -1006,7 +1006,7 @@ def _geometric(data, p, shape, dtype):
 
 def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Geometric samples: the number of Bernoulli(p) trials up to the first success
-  (`jax.random.geometric`); `I[*shape]`, I default int32.
+  (JAX's `random.geometric`); `I[*shape]`, I default int32.
 
   Raises:
     ValueError: if the dtype is not an integer dtype.
@@ -1040,7 +1040,7 @@ def _categorical(data, logits, shape, batch_shape, axis, replace, mode):
 
 def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | None = None,
                 replace: bool = True, mode: str | None = None) -> Any:
-  """Samples from categorical distributions given by `logits` (`jax.random.categorical`).
+  """Samples from categorical distributions given by `logits` (JAX's `random.categorical`).
 
   Args:
     key: a single key.
@@ -1130,7 +1130,7 @@ _permute_along = jit(_permute_along_impl, static_argnums=(2,))
 
 
 def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> Any:
-  """A random permutation of `arange(x)` or of `x` along `axis` (`jax.random.permutation`).
+  """A random permutation of `arange(x)` or of `x` along `axis` (JAX's `random.permutation`).
 
   Args:
     key: a single key.
@@ -1165,7 +1165,7 @@ def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> A
 
 
 def shuffle(key: Any, x: Any, axis: int = 0) -> Any:
-  """Shuffles `x` along `axis`, each 1-D slice independently (`jax.random.shuffle`,
+  """Shuffles `x` along `axis`, each 1-D slice independently (JAX's `random.shuffle`,
   deprecated in JAX: use `permutation(key, x, axis, independent=True)`)."""
   data, _ = _check_prng_key("shuffle", key)
   x = jnp.asarray(x)
@@ -1220,7 +1220,7 @@ def _searchsorted_left(sorted_arr, v):
 
 def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
            p: Any = None, axis: int = 0, mode: str | None = None) -> Any:
-  """Random samples from `a` (`arange(a)` for an int), as `jax.random.choice`.
+  """Random samples from `a` (`arange(a)` for an int), as JAX's `random.choice`.
 
   Args:
     key: a single key.
@@ -1249,7 +1249,7 @@ def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
   """
   data, _ = _check_prng_key("choice", key)
   if not isinstance(shape, Sequence):
-    raise TypeError(f"shape argument of jax.random.choice must be a sequence, got {shape}")
+    raise TypeError(f"shape argument of stagecraft.random.choice must be a sequence, got {shape}")
   shape = _canonical_shape("choice", shape)
   arr = jnp.asarray(a)
   if arr.ndim == 0:
@@ -1290,7 +1290,7 @@ def _needs_control_flow(name):
         f"stagecraft.random.{name} needs lax.while_loop (JAX's Marsaglia-Tsang rejection "
         f"sampler loops until acceptance), which arrives with the control-flow issue.")
   f.__name__ = f.__qualname__ = name
-  f.__doc__ = f"`jax.random.{name}`: not implemented yet (needs `lax.while_loop`)."
+  f.__doc__ = f"`stagecraft.random.{name}`: not implemented yet (needs `lax.while_loop`)."
   return f
 
 

@@ -1,4 +1,4 @@
-"""Pytrees: JAX's `jax.tree_util` names and semantics on top of `optree`.
+"""Pytrees: JAX's JAX's `tree_util` names and semantics on top of `optree`.
 
 Containers (tuples, lists, dicts, namedtuples, `None` and registered classes) are *nodes*;
 everything else is a *leaf*. As in JAX, `None` is a node with no children, dict keys are sorted,
@@ -45,7 +45,7 @@ PyTreeDef = optree.PyTreeSpec
 
 
 # ---------------------------------------------------------------------------
-# Key path entries (as jax.tree_util's).
+# Key path entries (as JAX's tree_util's).
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SequenceKey:

@@ -1,4 +1,4 @@
-"""Primitives with JAX's `jax.lax` names; each family module holds its primitives' rules."""
+"""Primitives with JAX's JAX's `lax` names; each family module holds its primitives' rules."""
 from stagecraft.lax.elementwise import *  # noqa: F401,F403
 from stagecraft.lax.elementwise import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh,
                                         bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cbrt,

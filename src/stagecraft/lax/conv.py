@@ -1,7 +1,7 @@
 """Convolution: `conv_general_dilated` and its wrappers (`conv`, `conv_with_general_padding`,
-`conv_transpose`), with the dimension-number and padding helpers of `jax.lax`.
+`conv_transpose`), with the dimension-number and padding helpers of JAX's `lax`.
 
-Params follow `jax.lax.conv_general_dilated` (JAX 0.10): `window_strides`, `padding` (one
+Params follow JAX's `lax.conv_general_dilated` (JAX 0.10): `window_strides`, `padding` (one
 `(low, high)` pair per spatial dimension), `lhs_dilation`, `rhs_dilation`,
 `dimension_numbers` (a `ConvDimensionNumbers` of three permutations), `feature_group_count`,
 `batch_group_count`, `precision` and `preferred_element_type`. The shape rule is JAX's, which
@@ -91,7 +91,7 @@ def conv_general_permutations(dimension_numbers: tuple[str, str, str]):
 def conv_dimension_numbers(lhs_shape: Sequence[int], rhs_shape: Sequence[int],
                            dimension_numbers: ConvGeneralDilatedDimensionNumbers
                            ) -> ConvDimensionNumbers:
-  """`dimension_numbers` as a `ConvDimensionNumbers` (`jax.lax.conv_dimension_numbers`).
+  """`dimension_numbers` as a `ConvDimensionNumbers` (JAX's `lax.conv_dimension_numbers`).
 
   Args:
     lhs_shape: shape of the input, rank `n+2`.
@@ -140,7 +140,7 @@ def conv_dimension_numbers(lhs_shape: Sequence[int], rhs_shape: Sequence[int],
 
 def padtype_to_pads(in_shape: Sequence[int], window_shape: Sequence[int],
                     window_strides: Sequence[int], padding: str) -> list[tuple[int, int]]:
-  """Explicit `(low, high)` pads for a padding string (`jax.lax.padtype_to_pads`).
+  """Explicit `(low, high)` pads for a padding string (JAX's `lax.padtype_to_pads`).
 
   Args:
     in_shape: spatial input sizes.
@@ -221,7 +221,7 @@ def _inverse(perm):
 def conv_general_shape_tuple(lhs_shape, rhs_shape, window_strides, padding,
                              dimension_numbers) -> tuple[int, ...]:
   """The output shape of `conv_general_dilated` without dilation or groups, with string
-  `dimension_numbers` (`jax.lax.conv_general_shape_tuple`)."""
+  `dimension_numbers` (JAX's `lax.conv_general_shape_tuple`)."""
   lhs_perm, rhs_perm, out_perm = conv_general_permutations(dimension_numbers)
   out = conv_shape_tuple(_take(lhs_shape, lhs_perm), _take(rhs_shape, rhs_perm),
                          window_strides, padding)
@@ -231,7 +231,7 @@ def conv_general_shape_tuple(lhs_shape, rhs_shape, window_strides, padding,
 def conv_transpose_shape_tuple(lhs_shape, rhs_shape, window_strides, padding,
                                dimension_numbers) -> tuple[int, ...]:
   """The output shape of `conv_transpose` with string `dimension_numbers`
-  (`jax.lax.conv_transpose_shape_tuple`)."""
+  (JAX's `lax.conv_transpose_shape_tuple`)."""
   lhs_perm, rhs_perm, out_perm = conv_general_permutations(dimension_numbers)
   lhs_t, rhs_t = _take(lhs_shape, lhs_perm), _take(rhs_shape, rhs_perm)
   if isinstance(padding, str):
@@ -441,7 +441,7 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
                          dimension_numbers: ConvGeneralDilatedDimensionNumbers = None,
                          feature_group_count: int = 1, batch_group_count: int = 1,
                          precision: Any = None, preferred_element_type: Any = None):
-  """General n-dimensional convolution with dilation (`jax.lax.conv_general_dilated`, XLA's
+  """General n-dimensional convolution with dilation (JAX's `lax.conv_general_dilated`, XLA's
   Conv, StableHLO `convolution`). Cross-correlation: the kernel is not flipped.
 
   Args:
@@ -527,7 +527,7 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
 
 def conv(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: str, precision: Any = None,
          preferred_element_type: Any = None):
-  """Convolution in the `NCH..`/`OIH..` layout without dilation (`jax.lax.conv`).
+  """Convolution in the `NCH..`/`OIH..` layout without dilation (JAX's `lax.conv`).
 
   Args:
     lhs: input `T[N,C,*s]`.
@@ -553,7 +553,7 @@ def conv_with_general_padding(lhs: Any, rhs: Any, window_strides: Sequence[int],
                               rhs_dilation: Sequence[int] | None, precision: Any = None,
                               preferred_element_type: Any = None):
   """Convolution in the `NCH..`/`OIH..` layout with padding and dilations
-  (`jax.lax.conv_with_general_padding`).
+  (JAX's `lax.conv_with_general_padding`).
 
   Args:
     lhs: input `T[N,C,*s]`.
@@ -602,7 +602,7 @@ def conv_transpose(lhs: Any, rhs: Any, strides: Sequence[int],
                    dimension_numbers: ConvGeneralDilatedDimensionNumbers = None,
                    transpose_kernel: bool = False, precision: Any = None,
                    preferred_element_type: Any = None, use_consistent_padding: bool = False):
-  """Transposed ("fractionally strided") convolution (`jax.lax.conv_transpose`): a
+  """Transposed ("fractionally strided") convolution (JAX's `lax.conv_transpose`): a
   convolution with `lhs_dilation = strides`, so spatial sizes grow by about `strides`.
 
   Args:
@@ -665,7 +665,7 @@ def conv_general_dilated_patches(lhs: Any, filter_shape: Sequence[int],
                                  dimension_numbers: Any = None, precision: Any = None,
                                  preferred_element_type: Any = None) -> Any:
   """Extracts the patches a convolution with `filter_shape` would see
-  (`jax.lax.conv_general_dilated_patches`).
+  (JAX's `lax.conv_general_dilated_patches`).
 
   Each output feature holds one (input channel, filter position) pair, channel-major: the
   output has `C * prod(filter_shape)` features. Computed as a grouped convolution (one group

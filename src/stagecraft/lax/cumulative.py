@@ -1,5 +1,5 @@
 """Cumulative reductions along one axis: `cumsum`, `cumprod`, `cummax`, `cummin`,
-`cumlogsumexp` (`jax.lax`'s names and params `axis`, `reverse`).
+`cumlogsumexp` (JAX's `lax`'s names and params `axis`, `reverse`).
 
 Each lowers, as JAX does on CPU and GPU, to one `stablehlo.reduce_window` whose window covers
 the whole axis (size n, stride 1) over the operand padded with n-1 identity elements before
@@ -115,7 +115,7 @@ def _cumulative_wrapper(p: Primitive, what: str, dtypes_doc: str, extra: str = "
   def f(operand: Any, axis: int = 0, reverse: bool = False):
     return p.bind(operand, axis=int(axis), reverse=bool(reverse))
   f.__name__ = f.__qualname__ = p.name
-  f.__doc__ = f"""Computes the cumulative {what} of `operand` along `axis` (`jax.lax.{p.name}`).
+  f.__doc__ = f"""Computes the cumulative {what} of `operand` along `axis` (`stagecraft.lax.{p.name}`).
 
   Output element i along `axis` combines input elements 0..i, or i..n-1 when `reverse`.{extra}
 

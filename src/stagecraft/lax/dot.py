@@ -1,6 +1,6 @@
 """`dot_general`: tensor contraction with batch dimensions, and its wrapper `dot`.
 
-Params follow `jax.lax.dot_general` (JAX 0.10): `dimension_numbers =
+Params follow JAX's `lax.dot_general` (JAX 0.10): `dimension_numbers =
 ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`, `precision` (None or a pair
 of `Precision`) and `preferred_element_type` (None or a dtype). The result has the batch
 dimensions first, then the free dimensions of `lhs`, then those of `rhs`.
@@ -28,7 +28,7 @@ __all__ = ["Precision", "PrecisionLike", "DotDimensionNumbers", "dot_general_p",
 
 
 class Precision(enum.Enum):
-  """Matmul precision of one operand (`jax.lax.Precision`): on TPUs and GPUs with
+  """Matmul precision of one operand (JAX's `lax.Precision`): on TPUs and GPUs with
   TensorFloat-32, DEFAULT is fastest (one bf16 pass), HIGH uses 3 passes, HIGHEST full f32.
   Strings: 'default'/'fastest'/'bfloat16', 'high'/'bfloat16_3x'/'tensorfloat32',
   'highest'/'float32'."""
@@ -54,7 +54,7 @@ def _one_precision(p: Any) -> Precision | None:
     return p
   if isinstance(p, str):
     return _precision_strings.get(p.lower()) or Precision.__members__.get(p)
-  if isinstance(p, enum.Enum) and p.name in Precision.__members__:  # e.g. jax.lax.Precision
+  if isinstance(p, enum.Enum) and p.name in Precision.__members__:  # e.g. JAX's lax.Precision
     return Precision[p.name]
   return None
 
@@ -192,7 +192,7 @@ def _dot_general_lowering(ctx, lhs, rhs, *, dimension_numbers, precision,
   return ctx.op("stablehlo.dot_general", [lhs, rhs], attrs=attrs, operand_avals=avals_in)
 
 
-#: ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), as jax.lax names it.
+#: ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), as JAX's lax names it.
 DotDimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
                             tuple[Sequence[int], Sequence[int]]]
 #: What `precision=` accepts: None, a Precision or its name, or a pair of them.
@@ -225,7 +225,7 @@ def _canonicalize_dimension_numbers(dimension_numbers) -> tuple:
 
 def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = None,
                 preferred_element_type: Any = None):
-  """General tensor contraction (`jax.lax.dot_general`, StableHLO `dot_general`).
+  """General tensor contraction (JAX's `lax.dot_general`, StableHLO `dot_general`).
 
   Args:
     lhs: array `A[*ls]`.
@@ -264,7 +264,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
 
 
 def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any = None):
-  """Vector/matrix product (`jax.lax.dot`): contracts the last axis of `lhs` with the
+  """Vector/matrix product (JAX's `lax.dot`): contracts the last axis of `lhs` with the
   first axis of `rhs`, for operands of rank 1 or 2.
 
   Args:
@@ -283,7 +283,7 @@ def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any =
   """
   ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
   if not (1 <= len(ls) <= 2 and 1 <= len(rs) <= 2 and ls[-1] == rs[0]):
-    raise ValueError(f"jax.lax.dot: dimension_numbers must be specified when not performing "
+    raise ValueError(f"stagecraft.lax.dot: dimension_numbers must be specified when not performing "
                      f"simple un-batched matrix-matrix, matrix-vector, or vector-vector "
                      f"products; got lhs_shape={ls} rhs_shape={rs}. Use lax.dot_general.")
   return dot_general(lhs, rhs, (((len(ls) - 1,), (0,)), ((), ())), precision,
@@ -292,7 +292,7 @@ def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any =
 
 def batch_matmul(lhs: Any, rhs: Any, precision: Any = None,
                  preferred_element_type: Any = None):
-  """Batched matrix product (`jax.lax.batch_matmul`): `A[*b,m,k] @ B[*b,k,n] -> T[*b,m,n]`.
+  """Batched matrix product (JAX's `lax.batch_matmul`): `A[*b,m,k] @ B[*b,k,n] -> T[*b,m,n]`.
 
   Args:
     lhs: array `A[*b,m,k]`, rank at least 2.

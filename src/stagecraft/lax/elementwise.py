@@ -396,7 +396,7 @@ lowering.register_lowering(convert_element_type_p, _convert_element_type_lowerin
 
 
 # ---------------------------------------------------------------------------
-# Public wrappers (jax.lax names and signatures). Shapes: x: T[*s] -> T[*s]; binary ops
+# Public wrappers (JAX's lax names and signatures). Shapes: x: T[*s] -> T[*s]; binary ops
 # take equal shapes or rank-0 operands; dtypes must match (use stagecraft.numpy to promote).
 
 
@@ -490,7 +490,7 @@ def integer_pow(x: Any, y: int):
 
 def round(x: Any, rounding_method: int = 0):
   """Elementwise rounding to an integral value. `rounding_method`: 0 (away from zero, the
-  default, as `jax.lax.round`) or 1 (to nearest even, as `numpy.round`)."""
+  default, as JAX's `lax.round`) or 1 (to nearest even, as `numpy.round`)."""
   return round_p.bind(x, rounding_method=int(rounding_method))
 
 
@@ -509,7 +509,7 @@ def select_n(which: Any, *cases: Any):
 
 
 def select(pred: Any, on_true: Any, on_false: Any):
-  """`on_true` where `pred` else `on_false` (jax.lax.select)."""
+  """`on_true` where `pred` else `on_false` (JAX's lax.select)."""
   return select_n_p.bind(pred, on_false, on_true)
 
 
@@ -1038,7 +1038,7 @@ def complex(x: Any, y: Any):
 
 
 # ---------------------------------------------------------------------------
-# Composite wrappers with jax.lax names.
+# Composite wrappers with JAX's lax names.
 
 
 def reciprocal(x: Any):
@@ -1057,7 +1057,7 @@ def dtype(x: Any) -> np.dtype:
 
 
 def mulhi(x: Any, y: Any):
-  """The high half of the double-width product of integers x and y (`jax.lax.mulhi`).
+  """The high half of the double-width product of integers x and y (JAX's `lax.mulhi`).
 
   Computed from half-width pieces (schoolbook multiplication), so no wider type is needed.
 

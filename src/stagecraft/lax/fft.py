@@ -1,4 +1,4 @@
-"""The fast Fourier transform primitive `fft` (`jax.lax.fft`): one `stablehlo.fft` over the
+"""The fast Fourier transform primitive `fft` (JAX's `lax.fft`): one `stablehlo.fft` over the
 trailing `len(fft_lengths)` dimensions, forward or inverse, complex-to-complex (FFT, IFFT),
 real-to-complex (RFFT) or complex-to-real (IRFFT). The inverse transforms are normalized by
 1/n as XLA defines them (`numpy.fft`'s default "backward" norm)."""
@@ -74,7 +74,7 @@ lowering.register_lowering(fft_p, _fft_lowering)
 
 
 def fft(x: Any, fft_type: FftType | str, fft_lengths: Sequence[int]):
-  """The FFT of `x` over its trailing `len(fft_lengths)` dimensions (`jax.lax.fft`).
+  """The FFT of `x` over its trailing `len(fft_lengths)` dimensions (JAX's `lax.fft`).
 
   Args:
     x: array; converted to complex (FFT, IFFT, IRFFT: complex64 unless it is 64-bit) or to

@@ -1,4 +1,4 @@
-"""Linear-algebra primitives (`jax.lax.linalg`): `cholesky`, `lu`, `geqrf`,
+"""Linear-algebra primitives (JAX's `lax.linalg`): `cholesky`, `lu`, `geqrf`,
 `householder_product`, `eigh`, `svd` and `triangular_solve`, each over the trailing two
 dimensions with any leading batch dimensions.
 
@@ -15,7 +15,6 @@ platforms (cuSOLVER) are not implemented.
 """
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
@@ -55,15 +54,14 @@ _lapack_ready = [False]
 
 
 def _ensure_lapack() -> None:
-  """Loads the LAPACK function pointers (from scipy) that jaxlib's kernels call, and makes
-  sure the kernels are registered with XLA (importing jax registers them)."""
+  """Loads the LAPACK function pointers (from scipy) that jaxlib's CPU kernels call.
+
+  NB: the kernels themselves are registered with XLA as FFI custom-call targets when the
+  runtime package is imported (stagecraft.runtime.client imports it), so only the function
+  pointers need loading here, once."""
   if _lapack_ready[0]:
     return
   from jaxlib.cpu import _lapack
-  if "jax._src.lax.linalg" not in sys.modules:  # pragma: no cover (jax registers at import)
-    from jax import ffi
-    for name, fn in _lapack.registrations().items():
-      ffi.register_ffi_target(name, fn, platform="cpu", api_version=int(name.endswith("_ffi")))
   _lapack.initialize()
   _lapack_ready[0] = True
 
@@ -545,7 +543,7 @@ def triangular_solve(a: Any, b: Any, left_side: bool = False, lower: bool = Fals
                      transpose_a: bool = False, conjugate_a: bool = False,
                      unit_diagonal: bool = False) -> Any:
   """Solves `op(a) @ x = b` (`left_side`) or `x @ op(a) = b` for triangular `a`
-  (`jax.lax.linalg.triangular_solve`; note JAX's default `left_side=False`).
+  (JAX's `lax.linalg.triangular_solve`; note JAX's default `left_side=False`).
 
   Args:
     a: `T[..., n, n]`; only the `lower` (else upper) triangle is read.

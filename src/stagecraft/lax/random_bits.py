@@ -6,7 +6,7 @@ iota behind JAX's partitionable Threefry (`iota_2x32_shape`), and XLA's stateles
 shift_right_logical, or) in a 5-trip `stablehlo.while`: the 20-round Threefry-2x32 of Salmon
 et al., exactly as JAX's `jax._src.random.threefry2x32._threefry2x32_lowering` computes it
 (JAX's CPU lowering rolls the loop the same way), so that `stagecraft.random` reproduces
-`jax.random` bit for bit.
+JAX's `random` bit for bit.
 """
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def iota_2x32_shape(shape: Sequence[int]) -> list[Any]:
 
 
 class RandomAlgorithm(enum.IntEnum):
-  """The algorithm of `rng_bit_generator` (`jax.lax.RandomAlgorithm`)."""
+  """The algorithm of `rng_bit_generator` (JAX's `lax.RandomAlgorithm`)."""
   RNG_DEFAULT = 0   # the platform's default
   RNG_THREE_FRY = 1
   RNG_PHILOX = 2
@@ -263,7 +263,7 @@ lowering.register_lowering(rng_bit_generator_p, _rng_bit_generator_lowering)
 
 def rng_bit_generator(key: Any, shape: Sequence[int], dtype: Any = np.uint32,
                       algorithm: RandomAlgorithm = RandomAlgorithm.RNG_DEFAULT):
-  """Stateless random bits from XLA's RngBitGenerator (`jax.lax.rng_bit_generator`).
+  """Stateless random bits from XLA's RngBitGenerator (JAX's `lax.rng_bit_generator`).
 
   The bits depend on the algorithm and, for `RNG_DEFAULT`, on the platform; they are not the
   bits of `stagecraft.random` (use that for reproducible streams).

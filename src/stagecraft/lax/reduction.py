@@ -6,7 +6,7 @@ Every reduction lowers to one `stablehlo.reduce` whose region applies the binary
 from the op's identity (so reducing a zero-size axis gives the identity, as in JAX and NumPy).
 `argmax`/`argmin` lower to a variadic reduce over (values, iota indices) with JAX's
 NaN-aware comparator: a NaN wins, and among equal values the lowest index wins.
-Params and messages follow `jax.lax` (JAX 0.10).
+Params and messages follow JAX's `lax` (JAX 0.10).
 """
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str)
     return p.bind(operand, axes=_normalize_axes(axes))
   f.__name__ = f.__qualname__ = p.name
   weak = ("kept" if p not in (reduce_and_p, reduce_or_p, reduce_xor_p) else "dropped")
-  f.__doc__ = f"""Computes the {what} of `operand` over `axes` (`jax.lax.{p.name}`).
+  f.__doc__ = f"""Computes the {what} of `operand` over `axes` (`stagecraft.lax.{p.name}`).
 
   Args:
     operand: array `T[*s]`; T {dtypes_doc}.
@@ -246,7 +246,7 @@ lowering.register_lowering(argmin_p, partial(_argminmax_lowering, "LT", _min_ide
 
 
 def argmax(operand: Any, axis: int, index_dtype: Any):
-  """Index of the maximum of `operand` along `axis` (`jax.lax.argmax`).
+  """Index of the maximum of `operand` along `axis` (JAX's `lax.argmax`).
 
   NaN counts as the maximum (the index of a NaN is returned, as `numpy.argmax` does), and
   ties give the first (lowest) index.
@@ -273,7 +273,7 @@ def argmax(operand: Any, axis: int, index_dtype: Any):
 
 
 def argmin(operand: Any, axis: int, index_dtype: Any):
-  """Index of the minimum of `operand` along `axis` (`jax.lax.argmin`).
+  """Index of the minimum of `operand` along `axis` (JAX's `lax.argmin`).
 
   NaN counts as the minimum (the index of a NaN is returned, as `numpy.argmin` does), and
   ties give the first (lowest) index.
@@ -295,7 +295,7 @@ def argmin(operand: Any, axis: int, index_dtype: Any):
 
 
 # ---------------------------------------------------------------------------
-# reduce: the general, variadic reduction with a traced computation (`jax.lax.reduce`).
+# reduce: the general, variadic reduction with a traced computation (JAX's `lax.reduce`).
 # Params as JAX: `computation` (the Python function), `jaxpr` (a ClosedJaxpr of it on scalars,
 # taking (*accumulators, *elements)) and `dimensions`. Operands come first, then init values.
 
@@ -409,7 +409,7 @@ def _monoid_reducer(computation, init_values):
 
 def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], Any],
            dimensions: Sequence[int]) -> Any:
-  """Reduces `operands` over `dimensions` with a user `computation` (`jax.lax.reduce`).
+  """Reduces `operands` over `dimensions` with a user `computation` (JAX's `lax.reduce`).
 
   `computation` is traced once per (function, init avals) to a jaxpr on scalars and lowered
   into the region of one `stablehlo.reduce`. `init_values` must be an identity of

@@ -2,7 +2,7 @@
 `concatenate`, `pad` and `iota`, with the wrappers composed of them (`broadcast`,
 `expand_dims`, `full`, `collapse`, `broadcasted_iota`).
 
-Params have `jax.lax`'s names and are tuples of Python ints (hashable and static): the
+Params have JAX's `lax`'s names and are tuples of Python ints (hashable and static): the
 wrappers normalize what users pass (lists, NumPy ints, negative axes). The values of the
 operand are only moved, never computed, so each primitive keeps the operand's dtype and weak
 type (`iota` makes a strongly typed array). Each lowers to the StableHLO op of the same
@@ -139,7 +139,7 @@ def broadcast_in_dim(operand: Any, shape: Sequence[int],
 
 
 def broadcast(operand: Any, sizes: Sequence[int]) -> Any:
-  """Adds leading dimensions of sizes `sizes` to `operand` (jax.lax.broadcast).
+  """Adds leading dimensions of sizes `sizes` to `operand` (JAX's lax.broadcast).
 
   Args:
     operand: array `T[*s]`.
@@ -157,7 +157,7 @@ def broadcast(operand: Any, sizes: Sequence[int]) -> Any:
 
 
 def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
-  """An array of shape `shape` filled with `fill_value` (jax.lax.full).
+  """An array of shape `shape` filled with `fill_value` (JAX's lax.full).
 
   Args:
     shape: the result shape `s`.
@@ -222,7 +222,7 @@ def reshape(operand: Any, new_sizes: Sequence[int],
     operand: array `T[*s]`.
     new_sizes: the result shape `n`, with `prod(n) == prod(s)`.
     dimensions: optional permutation of the operand's dimensions, applied (as `transpose`)
-      before reshaping, as in jax.lax.reshape.
+      before reshaping, as in JAX's lax.reshape.
 
   Returns:
     `T[*n]`.
@@ -527,7 +527,7 @@ lowering.register_lowering(pad_p, _pad_lowering)
 
 
 def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]]) -> Any:
-  """Pads `operand` with `padding_value` (jax.lax.pad).
+  """Pads `operand` with `padding_value` (JAX's lax.pad).
 
   Args:
     operand: array `T[*s]`.
@@ -618,7 +618,7 @@ def iota(dtype: Any, size: int) -> Any:
 
 
 # ---------------------------------------------------------------------------
-# Composite wrappers (jax.lax names; no primitives of their own)
+# Composite wrappers (JAX's lax names; no primitives of their own)
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:

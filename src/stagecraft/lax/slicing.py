@@ -3,12 +3,12 @@
 
 Dynamic start indices follow XLA: each is clamped so that the slice stays in bounds
 (`clamp(0, i, operand_dim - slice_dim)`), which is StableHLO's semantics, so the lowering is
-one op. As in `jax.lax`, the wrappers first wrap negative indices once (`i + dim` when
+one op. As in JAX's `lax`, the wrappers first wrap negative indices once (`i + dim` when
 `i < 0`, statically for Python ints, with a `select` for traced ones) and give all indices
 one integer dtype.
 
 `gather` and the scatters (`scatter`, `scatter_add`, `scatter_sub`, `scatter_mul`,
-`scatter_min`, `scatter_max`) take XLA's dimension numbers as `jax.lax` states them (the index
+`scatter_min`, `scatter_max`) take XLA's dimension numbers as JAX's `lax` states them (the index
 vector is the last dimension of the indices) and a `GatherScatterMode`. They lower as JAX
 does: a FILL_OR_DROP gather is a plain gather followed by a `select` against an in-bounds mask;
 a CLIP scatter clamps its indices first (XLA's gather clamps by itself; its scatter drops).
@@ -454,7 +454,7 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
 
 
 # ---------------------------------------------------------------------------
-# gather and scatter, with XLA's dimension numbers (as `jax.lax` states them: the index
+# gather and scatter, with XLA's dimension numbers (as JAX's `lax` states them: the index
 # vector dimension is always the last dimension of the indices).
 #
 # gather(operand, indices): for each batch position `b` of `indices[..., :]` (all dimensions
@@ -780,7 +780,7 @@ def gather(operand: Any, start_indices: Any, dimension_numbers: GatherDimensionN
            slice_sizes: Sequence[int], *, unique_indices: bool = False,
            indices_are_sorted: bool = False, mode: "str | GatherScatterMode | None" = None,
            fill_value: Any = None) -> Any:
-  """XLA's Gather: slices of `operand` at the starts given by `start_indices` (`jax.lax.gather`).
+  """XLA's Gather: slices of `operand` at the starts given by `start_indices` (JAX's `lax.gather`).
 
   Prefer NumPy indexing (`x[idx]`, `x.at[idx].get(...)`), which builds the dimension numbers.
 
@@ -1010,7 +1010,7 @@ def _scatter_wrapper(p: Primitive, what: str, dtypes_doc: str):
                   indices_are_sorted=bool(indices_are_sorted),
                   unique_indices=bool(unique_indices), mode=GatherScatterMode.from_any(mode))
   f.__name__ = f.__qualname__ = p.name.replace("-", "_")
-  f.__doc__ = f"""XLA's Scatter that {what} (`jax.lax.{f.__name__}`).
+  f.__doc__ = f"""XLA's Scatter that {what} (`stagecraft.lax.{f.__name__}`).
 
   Prefer `x.at[idx]` (NumPy indexing), which builds the dimension numbers.
 
@@ -1062,7 +1062,7 @@ def index_take(src: Any, idxs: Sequence[Any], axes: Sequence[int]) -> Any:
     axes: distinct dimensions of `src`.
 
   Returns:
-    `T[N, *s without axes]` (`jax.lax.index_take`), out-of-range indices clamped.
+    `T[N, *s without axes]` (JAX's `lax.index_take`), out-of-range indices clamped.
   """
   from stagecraft.lax.shape import concatenate, reshape
   from stagecraft.lax.elementwise import convert_element_type

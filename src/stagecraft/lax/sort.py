@@ -1,4 +1,4 @@
-"""Sorting: the variadic `sort` (with `sort_key_val`) and `top_k`, with `jax.lax`'s names,
+"""Sorting: the variadic `sort` (with `sort_key_val`) and `top_k`, with JAX's `lax`'s names,
 params and semantics.
 
 `sort` lowers to one `stablehlo.sort` whose comparator region is JAX's `_sort_lt_comparator`:
@@ -136,7 +136,7 @@ lowering.register_lowering(sort_p, _sort_lowering)
 
 
 def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: int = 1) -> Any:
-  """Sorts `operand` along `dimension` (`jax.lax.sort`, XLA's Sort).
+  """Sorts `operand` along `dimension` (JAX's `lax.sort`, XLA's Sort).
 
   Floating keys sort as -inf < ... < -0.0 == 0.0 < ... < inf < NaN: -0.0 and 0.0 are equal
   (a stable sort keeps them in input order) and every NaN, whatever its sign or payload,
@@ -186,7 +186,7 @@ def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: in
 def sort_key_val(keys: Any, values: Any, dimension: int = -1,
                  is_stable: bool = True) -> tuple[Any, Any]:
   """Sorts `keys` along `dimension` and applies the same permutation to `values`
-  (`jax.lax.sort_key_val`).
+  (JAX's `lax.sort_key_val`).
 
   Args:
     keys: array `K[*s]`, ordered as in `sort`.
@@ -266,7 +266,7 @@ lowering.register_lowering(top_k_p, _top_k_lowering)
 
 
 def top_k(operand: Any, k: int, *, axis: int = -1) -> tuple[Any, Any]:
-  """The `k` largest entries of `operand` along `axis` and their indices (`jax.lax.top_k`).
+  """The `k` largest entries of `operand` along `axis` and their indices (JAX's `lax.top_k`).
 
   Values come in descending order; among equal values the lower index comes first. NaN ranks
   above +inf, and 0.0 above -0.0 (XLA's TopK order, as in JAX).

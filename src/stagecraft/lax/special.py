@@ -6,7 +6,7 @@ Floating dtypes only; binary functions take operands of one dtype and equal shap
 ops that XLA expands; `bessel_i0e` is Cephes' Chebyshev expansion (in float32 for float16 and
 bfloat16); `igamma`/`igammac` are Cephes' power series and continued fraction, each a
 `stablehlo.while` that runs until every element has converged (in float32 for float16 and
-bfloat16), as `jax._src.lax.special` builds them.
+bfloat16), as JAX's own lax special-function module builds them.
 
 NB: XLA's CPU backend reads subnormal inputs as zero (so `lgamma(1e-40)` is inf, not 92.1),
 exactly as in JAX.

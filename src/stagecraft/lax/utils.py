@@ -43,7 +43,7 @@ def check_dtype(name: str, aval: ShapedArray, accepted, pos: int | None = None) 
                   f"are subtypes of {kinds}.")
 
 
-# The jax.numpy function that does what each lax function does with type promotion (the
+# The JAX's numpy function that does what each lax function does with type promotion (the
 # correspondence JAX's messages use); lax functions without one get no tip.
 _JNP_EQUIVALENT = {
     "abs": "fabs", "acos": "arccos", "acosh": "arccosh", "add": "add", "asin": "arcsin",
@@ -63,7 +63,7 @@ _JNP_EQUIVALENT = {
 
 def check_same_dtypes(name: str, avals: Sequence[ShapedArray]) -> None:
   """Raises JAX's TypeError unless all `avals` share one dtype (with a tip naming the
-  promoting jax.numpy function when there is one)."""
+  promoting JAX's numpy function when there is one)."""
   if len({a.dtype for a in avals}) > 1:
     got = ", ".join(a.dtype.name for a in avals)
     jnp_name = _JNP_EQUIVALENT.get(name)

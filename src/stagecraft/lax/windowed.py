@@ -7,7 +7,7 @@ A window of `window_dimensions` slides over the operand, after the operand is di
 `window_strides` between positions; `window_dilation` spreads the window's own elements.
 Padding and holes hold the reduction's identity, so they do not change the result. Each
 primitive lowers to one `stablehlo.reduce_window` started from the identity, as in JAX.
-Params and messages follow `jax.lax` (JAX 0.10).
+Params and messages follow JAX's `lax` (JAX 0.10).
 """
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
                   padding: str | Sequence[tuple[int, int]] = "VALID",
                   base_dilation: Sequence[int] | None = None,
                   window_dilation: Sequence[int] | None = None) -> Any:
-  """Reduces each window of `operand` with `computation` (`jax.lax.reduce_window`).
+  """Reduces each window of `operand` with `computation` (JAX's `lax.reduce_window`).
 
   `computation` must be `lax.add`, `lax.max` or `lax.min`. When `init_value` is the
   identity (0, or the lowest/highest value of the dtype) this is one `reduce_window_*`
@@ -360,7 +360,7 @@ def reduce_window_shape_tuple(operand_shape: Sequence[int], window_dimensions: S
                               padding: Sequence[tuple[int, int]],
                               base_dilation: Sequence[int] | None = None,
                               window_dilation: Sequence[int] | None = None) -> tuple[int, ...]:
-  """The output shape of a windowed reduction (`jax.lax.reduce_window_shape_tuple`)."""
+  """The output shape of a windowed reduction (JAX's `lax.reduce_window_shape_tuple`)."""
   n = len(operand_shape)
   return _window_out_shape(tuple(operand_shape), tuple(window_dimensions),
                            tuple(window_strides), tuple(map(tuple, padding)),

@@ -1,9 +1,9 @@
-"""`stagecraft.nn`: activation functions and friends, as `jax.nn`, composed from
+"""`stagecraft.nn`: activation functions and friends, as JAX's `nn`, composed from
 `stagecraft.numpy` and `stagecraft.lax` (no primitives of their own).
 
 Every function takes an array `T[*s]` (Python scalars and integer arrays are promoted as
-`jax.numpy` promotes them) and returns `T[*s]` unless its docstring says otherwise; the
-formulas are JAX's, so values agree with `jax.nn` to rounding. Weight initializers are in
+JAX's `numpy` promotes them) and returns `T[*s]` unless its docstring says otherwise; the
+formulas are JAX's, so values agree with JAX's `nn` to rounding. Weight initializers are in
 `stagecraft.nn.initializers`.
 """
 from __future__ import annotations
@@ -33,13 +33,13 @@ def _inexact(x):
 
 @jit
 def identity(x: Any):
-  """Returns `x` (`jax.nn.identity`)."""
+  """Returns `x` (JAX's `nn.identity`)."""
   return jnp.asarray(x)
 
 
 @jit
 def relu(x: Any):
-  """Rectified linear unit `max(x, 0)` (`jax.nn.relu`); NaN stays NaN.
+  """Rectified linear unit `max(x, 0)` (JAX's `nn.relu`); NaN stays NaN.
 
   Examples:
     >>> import numpy as np
@@ -51,13 +51,13 @@ def relu(x: Any):
 
 @jit
 def relu6(x: Any):
-  """`min(max(x, 0), 6)` (`jax.nn.relu6`)."""
+  """`min(max(x, 0), 6)` (JAX's `nn.relu6`)."""
   return jnp.minimum(jnp.maximum(x, 0), 6.)
 
 
 @jit
 def sigmoid(x: Any):
-  """Logistic sigmoid `1 / (1 + exp(-x))` (`jax.nn.sigmoid`), via `lax.logistic`.
+  """Logistic sigmoid `1 / (1 + exp(-x))` (JAX's `nn.sigmoid`), via `lax.logistic`.
 
   Raises:
     TypeError: for integer `x` (as JAX: `lax.logistic` takes inexact dtypes only).
@@ -67,7 +67,7 @@ def sigmoid(x: Any):
 
 @jit
 def softplus(x: Any):
-  """`log(1 + exp(x))`, overflow-safe as `logaddexp(x, 0)` (`jax.nn.softplus`).
+  """`log(1 + exp(x))`, overflow-safe as `logaddexp(x, 0)` (JAX's `nn.softplus`).
 
   Examples:
     >>> import numpy as np
@@ -79,13 +79,13 @@ def softplus(x: Any):
 
 @jit
 def log_sigmoid(x: Any):
-  """`log(sigmoid(x)) = -softplus(-x)` (`jax.nn.log_sigmoid`)."""
+  """`log(sigmoid(x)) = -softplus(-x)` (JAX's `nn.log_sigmoid`)."""
   return -softplus(-jnp.asarray(x))
 
 
 @jit
 def silu(x: Any):
-  """SiLU / swish `x * sigmoid(x)` (`jax.nn.silu`)."""
+  """SiLU / swish `x * sigmoid(x)` (JAX's `nn.silu`)."""
   x = jnp.asarray(x)
   return x * sigmoid(x)
 
@@ -95,21 +95,21 @@ swish = silu
 
 @jit
 def mish(x: Any):
-  """`x * tanh(softplus(x))` (`jax.nn.mish`)."""
+  """`x * tanh(softplus(x))` (JAX's `nn.mish`)."""
   x = jnp.asarray(x)
   return x * jnp.tanh(softplus(x))
 
 
 @jit
 def elu(x: Any, alpha: Any = 1.0):
-  """Exponential linear unit: `x` for `x > 0`, else `alpha * expm1(x)` (`jax.nn.elu`)."""
+  """Exponential linear unit: `x` for `x > 0`, else `alpha * expm1(x)` (JAX's `nn.elu`)."""
   x = jnp.asarray(x)
   return jnp.where(x > 0, x, alpha * jnp.expm1(jnp.where(x > 0, 0., x)))
 
 
 @jit
 def leaky_relu(x: Any, negative_slope: Any = 1e-2):
-  """`x` for `x >= 0`, else `negative_slope * x` (`jax.nn.leaky_relu`)."""
+  """`x` for `x >= 0`, else `negative_slope * x` (JAX's `nn.leaky_relu`)."""
   x = jnp.asarray(x)
   return jnp.where(x >= 0, x, negative_slope * x)
 
@@ -117,21 +117,21 @@ def leaky_relu(x: Any, negative_slope: Any = 1e-2):
 @jit
 def celu(x: Any, alpha: Any = 1.0):
   """Continuously differentiable ELU: `max(x, 0) + alpha * expm1(min(x, 0) / alpha)`
-  (`jax.nn.celu`)."""
+  (JAX's `nn.celu`)."""
   return jnp.maximum(x, 0.0) + alpha * jnp.expm1(jnp.minimum(x, 0.0) / alpha)
 
 
 @jit
 def selu(x: Any):
   """Scaled ELU `scale * elu(x, alpha)` with the self-normalizing constants of
-  Klambauer et al. 2017 (`jax.nn.selu`)."""
+  Klambauer et al. 2017 (JAX's `nn.selu`)."""
   alpha = 1.6732632423543772848170429916717
   scale = 1.0507009873554804934193349852946
   return scale * elu(x, alpha)
 
 
 def gelu(x: Any, approximate: bool = True):
-  """Gaussian error linear unit `x * Phi(x)` (`jax.nn.gelu`).
+  """Gaussian error linear unit `x * Phi(x)` (JAX's `nn.gelu`).
 
   Args:
     x: array `T[*s]` (integers promote to float).
@@ -164,7 +164,7 @@ def _canonical_axis(axis: int, ndim: int, name: str) -> int:
 
 def glu(x: Any, axis: int = -1):
   """Gated linear unit: `x1 * sigmoid(x2)` for the two halves of `x` along `axis`
-  (`jax.nn.glu`).
+  (JAX's `nn.glu`).
 
   Args:
     x: array `T[..., 2n, ...]`.
@@ -200,7 +200,7 @@ def _axes(axis, ndim):
 
 
 def log_softmax(x: Any, axis: Any = -1, where: Any = None):
-  """`x - logsumexp(x, axis, keepdims=True)`, computed stably (`jax.nn.log_softmax`).
+  """`x - logsumexp(x, axis, keepdims=True)`, computed stably (JAX's `nn.log_softmax`).
 
   Args:
     x: array `T[*s]`.
@@ -236,7 +236,7 @@ _log_softmax = jit(_log_softmax_impl, static_argnums=(1,))
 
 
 def softmax(x: Any, axis: Any = -1, where: Any = None):
-  """`exp(x) / sum(exp(x), axis)`, computed stably (`jax.nn.softmax`).
+  """`exp(x) / sum(exp(x), axis)`, computed stably (JAX's `nn.softmax`).
 
   Args:
     x: array `T[*s]`.
@@ -265,7 +265,7 @@ def softmax(x: Any, axis: Any = -1, where: Any = None):
 
 
 def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = False):
-  """`log(mean(exp(x)))` over `axis`, overflow-safe (`jax.nn.logmeanexp`)."""
+  """`log(mean(exp(x)))` over `axis`, overflow-safe (JAX's `nn.logmeanexp`)."""
   x = jnp.asarray(x)
   lse = logsumexp(x, axis=axis, where=where, keepdims=keepdims)
   axes = _axes(axis, x.ndim)
@@ -279,7 +279,7 @@ def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = Fal
 
 def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None,
                 epsilon: Any = 1e-5, where: Any = None, *, algorithm: str = "fast"):
-  """`(x - mean) / sqrt(variance + epsilon)` over `axis` (`jax.nn.standardize`).
+  """`(x - mean) / sqrt(variance + epsilon)` over `axis` (JAX's `nn.standardize`).
 
   Args:
     x: array `T[*s]`.
@@ -319,7 +319,7 @@ def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None,
 
 
 def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
-  """One-hot encodings of the integers `x` (`jax.nn.one_hot`).
+  """One-hot encodings of the integers `x` (JAX's `nn.one_hot`).
 
   Args:
     x: integer array `I[*s]`; values outside `[0, num_classes)` give all-zero rows.
@@ -345,7 +345,7 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
     num_classes = operator.index(num_classes)
   except TypeError:
     raise TypeError(f"one_hot: num_classes must be a static Python int, got "
-                    f"{num_classes!r}. The error arose in jax.nn.one_hot argument "
+                    f"{num_classes!r}. The error arose in stagecraft.nn.one_hot argument "
                     f"`num_classes`.") from None
   x = jnp.asarray(x)
   dt = dtypes.canonicalize_dtype(dtypes.default_float_dtype() if dtype is None else dtype)
@@ -359,47 +359,47 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
 
 @jit
 def soft_sign(x: Any):
-  """`x / (|x| + 1)` (`jax.nn.soft_sign`)."""
+  """`x / (|x| + 1)` (JAX's `nn.soft_sign`)."""
   x = jnp.asarray(x)
   return x / (jnp.abs(x) + 1)
 
 
 @jit
 def squareplus(x: Any, b: Any = 4):
-  """`(x + sqrt(x**2 + b)) / 2` (`jax.nn.squareplus`)."""
+  """`(x + sqrt(x**2 + b)) / 2` (JAX's `nn.squareplus`)."""
   x = jnp.asarray(x)
   return (x + jnp.sqrt(jnp.square(x) + b)) / 2
 
 
 @jit
 def sparse_plus(x: Any):
-  """0 for `x <= -1`, `x` for `x >= 1`, `(x + 1)**2 / 4` between (`jax.nn.sparse_plus`)."""
+  """0 for `x <= -1`, `x` for `x >= 1`, `(x + 1)**2 / 4` between (JAX's `nn.sparse_plus`)."""
   x = jnp.asarray(x)
   return jnp.where(x <= -1.0, 0.0, jnp.where(x >= 1.0, x, (x + 1.0) ** 2 / 4))
 
 
 @jit
 def sparse_sigmoid(x: Any):
-  """`clip((x + 1) / 2, 0, 1)` (`jax.nn.sparse_sigmoid`)."""
+  """`clip((x + 1) / 2, 0, 1)` (JAX's `nn.sparse_sigmoid`)."""
   return 0.5 * jnp.clip(x + 1.0, 0.0, 2.0)
 
 
 @jit
 def hard_tanh(x: Any):
-  """`clip(x, -1, 1)` (`jax.nn.hard_tanh`)."""
+  """`clip(x, -1, 1)` (JAX's `nn.hard_tanh`)."""
   x = jnp.asarray(x)
   return jnp.where(x > 1, 1, jnp.where(x < -1, -1, x))
 
 
 @jit
 def hard_sigmoid(x: Any):
-  """`relu6(x + 3) / 6` (`jax.nn.hard_sigmoid`)."""
+  """`relu6(x + 3) / 6` (JAX's `nn.hard_sigmoid`)."""
   return relu6(x + 3.) / 6.
 
 
 @jit
 def hard_silu(x: Any):
-  """`x * hard_sigmoid(x)` (`jax.nn.hard_silu`)."""
+  """`x * hard_sigmoid(x)` (JAX's `nn.hard_silu`)."""
   x = jnp.asarray(x)
   return x * hard_sigmoid(x)
 
@@ -409,7 +409,7 @@ hard_swish = hard_silu
 
 @jit
 def log1mexp(x: Any):
-  """`log(1 - exp(-x))` for `x > 0`, accurate at both ends (`jax.nn.log1mexp`): `log(-expm1(-x))`
+  """`log(1 - exp(-x))` for `x > 0`, accurate at both ends (JAX's `nn.log1mexp`): `log(-expm1(-x))`
   below `log 2`, `log1p(-exp(-x))` above (Maechler 2012)."""
   x = jnp.asarray(x)
   c = jnp.log(2.0)

@@ -1,9 +1,9 @@
-"""`stagecraft.nn.initializers`: weight initializers, as `jax.nn.initializers`.
+"""`stagecraft.nn.initializers`: weight initializers, as JAX's `nn.initializers`.
 
 An initializer is a function `init(key, shape, dtype=float32) -> T[*shape]`; the functions
 below (other than `zeros` and `ones`, which are initializers themselves) build one. For the
 same key they return what JAX's return (they draw with `stagecraft.random`, which
-reproduces `jax.random`).
+reproduces JAX's `random`).
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def _complex_truncated_normal(key, upper, shape, dtype):
 def variance_scaling(scale: Any, mode: str, distribution: str,
                      in_axis: int | Sequence[int] = -2, out_axis: int | Sequence[int] = -1,
                      batch_axis: int | Sequence[int] = (), dtype: Any = None) -> Initializer:
-  """An initializer whose samples have variance `scale / n` (`jax.nn.initializers.
+  """An initializer whose samples have variance `scale / n` (`JAX's nn.initializers.
   variance_scaling`).
 
   Args:
@@ -174,7 +174,7 @@ def _specialize(name: str, scale: float, mode: str, distribution: str, ref: str)
                             batch_axis=batch_axis, dtype=dtype)
   builder.__name__ = builder.__qualname__ = name
   builder.__doc__ = (f"`variance_scaling({scale}, {mode!r}, {distribution!r})` "
-                     f"(`jax.nn.initializers.{name}`; {ref}).")
+                     f"(`stagecraft.nn.initializers.{name}`; {ref}).")
   return builder
 
 

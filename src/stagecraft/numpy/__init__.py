@@ -1,4 +1,4 @@
-"""`stagecraft.numpy`: the NumPy API with jax.numpy's semantics, composed from primitives."""
+"""`stagecraft.numpy`: the NumPy API with JAX's numpy's semantics, composed from primitives."""
 from stagecraft.numpy.lax_numpy import *  # noqa: F401,F403
 from stagecraft.numpy.lax_numpy import (abs, absolute, acos, acosh, add, arange, arccos,
                                         arccosh, arcsin, arcsinh, arctan, arctan2, arctanh,

@@ -233,7 +233,7 @@ def kron(a: ArrayLike, b: ArrayLike):
   padding the smaller rank with 1s).
 
   Raises:
-    TypeError: for bool inputs (as jax.numpy).
+    TypeError: for bool inputs (as JAX's numpy).
   """
   a, b = (asarray(v) for v in jnp.promote_dtypes(asarray(a), asarray(b)))
   na, nb = len(_shape(a)), len(_shape(b))

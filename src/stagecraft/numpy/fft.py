@@ -1,4 +1,4 @@
-"""`stagecraft.numpy.fft`: numpy.fft's API (as jax.numpy.fft) on the `lax.fft` primitive.
+"""`stagecraft.numpy.fft`: numpy.fft's API (as JAX's numpy.fft) on the `lax.fft` primitive.
 
 XLA transforms the innermost 1 to 3 dimensions, so the requested axes are moved last (and
 back), and more than 3 axes are transformed in several passes. `s`/`n` crop or zero-pad the
@@ -54,7 +54,7 @@ def _fft_nd(arr, fft_type: FftType, s):
 
 
 def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
-  full = f"jax.numpy.fft.{func_name}"
+  full = f"stagecraft.numpy.fft.{func_name}"
   arr = _arr(a)
   if s is not None:
     s = tuple(operator.index(x) for x in s)
@@ -107,7 +107,7 @@ def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
   factor = _norm_factor(s, func_name, norm)
   if factor is not None:
     out = lax.mul(out, np.asarray(factor, _dtype(out))[()])
-  if out.weak_type:   # transforms give strongly typed results, as in jax.numpy
+  if out.weak_type:   # transforms give strongly typed results, as in JAX's numpy
     out = lax.convert_element_type(out, _dtype(out))
   if orig_axes is not None:
     out = jnp.moveaxis(out, axes, canon)
@@ -116,7 +116,7 @@ def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
 
 def _axis_1d(func_name, axis):
   if isinstance(axis, (list, tuple)):
-    full = f"jax.numpy.fft.{func_name}"
+    full = f"stagecraft.numpy.fft.{func_name}"
     raise ValueError(f"{full} does not support multiple axes. Please use {full}n. "
                      f"Got axis = {axis!r}.")
 
@@ -129,7 +129,7 @@ def _fft_1d(func_name, fft_type, a, n, axis, norm):
 
 def _fft_2d(func_name, fft_type, a, s, axes, norm):
   if len(axes) != 2:
-    raise ValueError(f"jax.numpy.fft.{func_name} only supports 2 axes. Got axes = {axes!r}.")
+    raise ValueError(f"stagecraft.numpy.fft.{func_name} only supports 2 axes. Got axes = {axes!r}.")
   return _fft_core(func_name, fft_type, a, s, axes, norm)
 
 
@@ -258,10 +258,10 @@ def irfftn(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] | N
 
 def _freq_args(name, n, d):
   if isinstance(n, (list, tuple)):
-    raise ValueError(f"The n argument of jax.numpy.fft.{name} only takes an int. Got n = "
+    raise ValueError(f"The n argument of stagecraft.numpy.fft.{name} only takes an int. Got n = "
                      f"{list(n)}.")
   if isinstance(d, (list, tuple)):
-    raise ValueError(f"The d argument of jax.numpy.fft.{name} only takes a single value. "
+    raise ValueError(f"The d argument of stagecraft.numpy.fft.{name} only takes a single value. "
                      f"Got d = {list(d)}.")
   return operator.index(n)
 

@@ -1,5 +1,5 @@
 """Index helpers: mgrid, ogrid, r_, c_, s_, index_exp, ix_, diag/tril/triu indices,
-mask_indices, ravel_multi_index, unravel_index (jax.numpy semantics; the index arrays are
+mask_indices, ravel_multi_index, unravel_index (JAX's numpy semantics; the index arrays are
 int32)."""
 from __future__ import annotations
 
@@ -109,10 +109,10 @@ def ix_(*args: ArrayLike):
   for i, a in enumerate(args):
     a = _arr(a)
     if _ndim(a) != 1:
-      raise ValueError(f"Arguments to jax.numpy.ix_ must be 1-dimensional, got shape "
+      raise ValueError(f"Arguments to stagecraft.numpy.ix_ must be 1-dimensional, got shape "
                        f"{_shape(a)}")
     if _dtype(a) == dtypes.bool_:
-      raise NotImplementedError("Boolean arguments to jax.numpy.ix_ are not supported.")
+      raise NotImplementedError("Boolean arguments to stagecraft.numpy.ix_ are not supported.")
     out.append(jnp.reshape(a, (1,) * i + (_shape(a)[0],) + (1,) * (n - i - 1)))
   return tuple(out)
 
@@ -239,7 +239,7 @@ def ravel_multi_index(multi_index: Sequence[ArrayLike], dims: Sequence[int],
 
 def unravel_index(indices: ArrayLike, shape: Sequence[int]):
   """The index tuple (one int32 array per dimension) of flat `indices` into `shape`;
-  out-of-range indices are clipped, and negative ones count from the end (as jax.numpy)."""
+  out-of-range indices are clipped, and negative ones count from the end (as JAX's numpy)."""
   idx = jnp.asarray(indices)
   dims = tuple(operator.index(d) for d in shape)
   total = math.prod(dims)

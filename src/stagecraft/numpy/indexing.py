@@ -3,14 +3,14 @@ functions `take`, `take_along_axis`, `put`, `nonzero`, `argwhere`, `flatnonzero`
 one-argument `where`.
 
 Basic indices (integers, slices, None, Ellipsis, scalar integer arrays) become static
-`slice`/`rev` and, for traced integers, `dynamic_slice`, as in jax.numpy. Everything else
+`slice`/`rev` and, for traced integers, `dynamic_slice`, as in JAX's numpy. Everything else
 becomes one `gather` (reads) or `scatter` (updates), built as JAX's `_index_to_gather` builds
 it: integer arrays broadcast together and their dimensions replace the indexed ones, in
 place when the advanced indices are adjacent in the index tuple and at the front otherwise
 (NumPy's rule); slices become offset dimensions (step 1) or index arrays (other steps).
 Boolean masks must be concrete (NumPy arrays, or Arrays outside a trace): they become integer
 arrays (`numpy.nonzero`) when the index is built, also under jit. Out-of-bounds indices follow
-jax.numpy: reads clamp (or fill, with `mode='fill'`), updates drop; static out-of-bounds
+JAX's numpy: reads clamp (or fill, with `mode='fill'`), updates drop; static out-of-bounds
 integers raise IndexError.
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _non_tuple_error(idx) -> TypeError:
                or isinstance(i, (Sequence, slice)) or i is Ellipsis or i is None for i in idx)
   fix = "`arr[tuple(seq)]`" if unpack else "`arr[array(seq)]`"
   return TypeError(f"Using a non-tuple sequence for multidimensional indexing is not allowed; "
-                   f"use {fix} instead of `arr[seq]` (as jax.numpy requires).")
+                   f"use {fix} instead of `arr[seq]` (as stagecraft.numpy requires).")
 
 
 def _has_traced(seq) -> bool:
@@ -430,7 +430,7 @@ def _static_fill_value(fill_value):
 def rewriting_take(x: ArrayLike, idx: Any, *, indices_are_sorted: bool = False,
                    unique_indices: bool = False, mode: Any = None, fill_value: Any = None,
                    normalize_indices: bool = True):
-  """`x[idx]`, with the options of `x.at[idx].get(...)` (jax.numpy's `rewriting_take`).
+  """`x[idx]`, with the options of `x.at[idx].get(...)` (JAX's numpy's `rewriting_take`).
 
   Raises:
     IndexError: for out-of-bounds static integers (in the default mode), too many indices,
@@ -466,7 +466,7 @@ def rewriting_take(x: ArrayLike, idx: Any, *, indices_are_sorted: bool = False,
 
 
 def getitem(x: ArrayLike, idx: Any):
-  """`x[idx]`: NumPy basic and advanced indexing with jax.numpy's semantics (see the module
+  """`x[idx]`: NumPy basic and advanced indexing with JAX's numpy's semantics (see the module
   docstring; out-of-bounds array indices clamp)."""
   return rewriting_take(x, idx)
 
@@ -655,7 +655,7 @@ def _int_indices(name: str, indices):
 def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = None,
          mode: str | None = None, unique_indices: bool = False,
          indices_are_sorted: bool = False, fill_value: Any = None):
-  """Elements of `a` at `indices` along `axis` (`jax.numpy.take`), one gather.
+  """Elements of `a` at `indices` along `axis` (JAX's `numpy.take`), one gather.
 
   Args:
     a: array `T[*s]`.
@@ -732,7 +732,7 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1,
                     mode: Any = None, fill_value: Any = None, *,
                     wrap_negative_indices: bool | None = None):
   """`arr` indexed along `axis` by `indices` matched elementwise on the other axes
-  (`jax.numpy.take_along_axis`): one gather with batching dimensions.
+  (JAX's `numpy.take_along_axis`): one gather with batching dimensions.
 
   Args:
     arr: array `T[*s]`.
@@ -822,7 +822,7 @@ def _tile_to_size(v, n: int):
 
 def put(a: ArrayLike, ind: ArrayLike, v: ArrayLike, mode: str | None = None, *,
         inplace: bool = True):
-  """`a` with `v` written at the flat indices `ind` (`jax.numpy.put`), out of place.
+  """`a` with `v` written at the flat indices `ind` (JAX's `numpy.put`), out of place.
 
   Args:
     a: array `T[*s]`.
@@ -840,7 +840,7 @@ def put(a: ArrayLike, ind: ArrayLike, v: ArrayLike, mode: str | None = None, *,
     NotImplementedError: for `mode='raise'`.
   """
   if inplace:
-    raise ValueError("jax.numpy.put cannot modify arrays in-place, because JAX arrays are "
+    raise ValueError("stagecraft.numpy.put cannot modify arrays in-place, because JAX arrays are "
                      "immutable. Pass inplace=False to instead return an updated array.")
   arr = jnp.asarray(a)
   ind = jnp.ravel(jnp.asarray(_int_indices("put", ind)))
@@ -881,7 +881,7 @@ def _nonzero_fill(fill_value, ndim: int):
 def nonzero(a: ArrayLike, *, size: int | None = None,
             fill_value: Any = None) -> tuple[Any, ...]:
   """Indices of the nonzero elements of `a`, one int32 array per dimension
-  (`jax.numpy.nonzero`).
+  (JAX's `numpy.nonzero`).
 
   The number of nonzeros depends on the values, so under jit (or for any traced `a`) the
   static `size` is required: the first `size` indices are returned, padded with
@@ -951,13 +951,13 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
 
 def flatnonzero(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
   """Indices of the nonzero elements of the flattened `a`: `nonzero(ravel(a))[0]`
-  (`jax.numpy.flatnonzero`; `size` and `fill_value` as for `nonzero`)."""
+  (JAX's `numpy.flatnonzero`; `size` and `fill_value` as for `nonzero`)."""
   return nonzero(jnp.ravel(a), size=size, fill_value=fill_value)[0]
 
 
 def argwhere(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
   """The indices of the nonzero elements of `a`, one row per element
-  (`jax.numpy.argwhere`; `size` and `fill_value` as for `nonzero`).
+  (JAX's `numpy.argwhere`; `size` and `fill_value` as for `nonzero`).
 
   Returns:
     `int32[n, ndim]` (`int32[n, 0]` for a 0-d `a`).
@@ -973,7 +973,7 @@ def argwhere(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
 def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None, /, *,
           size: int | None = None, fill_value: Any = None):
   """`x` where `condition` else `y`; with `condition` alone, `nonzero(condition)`
-  (`jax.numpy.where`).
+  (JAX's `numpy.where`).
 
   Args:
     condition: bool-like array.

@@ -1,5 +1,5 @@
 """The NumPy API on stagecraft primitives: creation, promotion and broadcasting, ufuncs, shape
-manipulation. Semantics, default dtypes and promotion follow `jax.numpy`; this module composes
+manipulation. Semantics, default dtypes and promotion follow JAX's `numpy`; this module composes
 primitives and registers no rules."""
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def array(object: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> 
 
   Args:
     object: the data.
-    dtype: the result dtype (canonicalized; default: inferred as jax.numpy does — Python
+    dtype: the result dtype (canonicalized; default: inferred as JAX's numpy does — Python
       floats give float32 unless x64 is on; a bare Python scalar gives a weakly typed
       result).
     copy, ndmin: as in NumPy.
@@ -331,7 +331,7 @@ def _concrete(x, name: str, what: str):
 
 
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Array:
-  """Evenly spaced values in [start, stop) with `step` (all concrete, as in jax.numpy).
+  """Evenly spaced values in [start, stop) with `step` (all concrete, as in JAX's numpy).
 
   Dtype: int32 for integer arguments, float32 if any is a float (64-bit with x64).
 
@@ -475,7 +475,7 @@ bitwise_or = _binary_ufunc("bitwise_or", lax.bitwise_or, doc="x | y")
 bitwise_xor = _binary_ufunc("bitwise_xor", lax.bitwise_xor, doc="x ^ y")
 
 
-def _no_promote(*args):   # logical ops convert each operand to bool first, as jax.numpy
+def _no_promote(*args):   # logical ops convert each operand to bool first, as JAX's numpy
   return [asarray_or_scalar(a) for a in args]
 
 
@@ -492,7 +492,7 @@ def _power(x, y):
 
 def power(x: ArrayLike, y: ArrayLike, /) -> Array:
   """x ** y elementwise. A static Python int exponent uses repeated multiplication
-  (`integer_pow`), as jax.numpy does; integer bases with integer array exponents use
+  (`integer_pow`), as JAX's numpy does; integer bases with integer array exponents use
   binary exponentiation.
 
   Raises:
@@ -649,7 +649,7 @@ around = round
 
 def rint(x: ArrayLike, /) -> Array:
   """Rounds to the nearest integer, halves to even; integer inputs give the default float."""
-  x, = promote_dtypes_inexact(x)    # integers round to floats, as jax.numpy.rint
+  x, = promote_dtypes_inexact(x)    # integers round to floats, as JAX's numpy.rint
   return round(x)
 
 
@@ -992,7 +992,7 @@ newaxis = None
 
 
 # ---------------------------------------------------------------------------
-# More ufuncs: composed from the primitives above, with jax.numpy's promotion.
+# More ufuncs: composed from the primitives above, with JAX's numpy's promotion.
 
 
 def _c(x, v):
@@ -1127,7 +1127,7 @@ def float_power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 def _integer_args(name: str, *args):
   args = promote_dtypes(*args)
   if not dtypes.is_integer(_dtype(args[0])):
-    raise ValueError(f"Arguments to jax.numpy.{name} must be integers.")
+    raise ValueError(f"Arguments to stagecraft.numpy.{name} must be integers.")
   return _full_shapes(args)
 
 
@@ -1198,7 +1198,7 @@ bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
 
 
 def bitwise_count(x: ArrayLike, /) -> Array:
-  """The number of 1 bits in |x|, as uint8 (as jax.numpy).
+  """The number of 1 bits in |x|, as uint8 (as JAX's numpy).
 
   Raises:
     TypeError: for non-integer inputs.
@@ -1312,7 +1312,7 @@ def signbit(x: ArrayLike, /) -> Array:
   if dtypes.is_integer(dt):
     return lax.lt(x, _c(x, 0))
   if dtypes.is_complex(dt):
-    raise ValueError(f"jax.numpy.signbit is not well defined for {dt.name}")
+    raise ValueError(f"stagecraft.numpy.signbit is not well defined for {dt.name}")
   if dt.itemsize == 1:   # float8: go through float32, which keeps the sign of zero and NaN
     x, dt = lax.convert_element_type(x, dtypes.float32), dtypes.float32
   idt = np.dtype(f"int{dt.itemsize * 8}")
@@ -1643,7 +1643,7 @@ def repeat(a: ArrayLike, repeats: ArrayLike, axis: int | None = None, *,
       unless `total_repeat_length` is given.
     total_repeat_length: the static length of the result along `axis`; needed when
       `repeats` is traced (extra output is padded with the last value, shortfalls are cut,
-      as jax.numpy).
+      as JAX's numpy).
 
   Returns:
     `T[*s]` with `s[axis]` replaced by the total number of repeats.
@@ -1872,7 +1872,7 @@ def unstack(x: ArrayLike, /, *, axis: int = 0) -> tuple[Array, ...]:
 
 def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
   """`[N, M]` with ones at and below the k-th diagonal (`j <= i + k`), zeros elsewhere.
-  Default dtype float32 (as jax.numpy, also with x64)."""
+  Default dtype float32 (as JAX's numpy, also with x64)."""
   N = operator.index(_concrete(N, "tri", "N"))
   M = N if M is None else operator.index(_concrete(M, "tri", "M"))
   dt = dtypes.float32 if dtype is None else dtypes.canonicalize_dtype(dtype)
@@ -1886,7 +1886,7 @@ def _tri_select(name, m, k, lower: bool):
   m = _arr(m)
   s = _shape(m)
   if len(s) < 2:
-    raise ValueError(f"Argument to jax.numpy.{name} must be at least 2D")
+    raise ValueError(f"Argument to stagecraft.numpy.{name} must be at least 2D")
   mask = tri(s[-2], s[-1], k if lower else k - 1, dtypes.bool_)
   mask = lax.broadcast_in_dim(mask, s, (len(s) - 2, len(s) - 1))
   z = zeros_like(m)
@@ -1993,11 +1993,11 @@ def meshgrid(*xi: ArrayLike, copy: bool = True, sparse: bool = False,
   """
   args = [_arr(x) for x in xi]
   if not copy:
-    raise ValueError("jax.numpy.meshgrid only supports copy=True")
+    raise ValueError("stagecraft.numpy.meshgrid only supports copy=True")
   if indexing not in ("xy", "ij"):
     raise ValueError(f"Valid values for indexing are 'xy' and 'ij', got {indexing}")
   if any(_ndim(a) != 1 for a in args):
-    raise ValueError(f"Arguments to jax.numpy.meshgrid must be 1D, got shapes "
+    raise ValueError(f"Arguments to stagecraft.numpy.meshgrid must be 1D, got shapes "
                      f"{[_shape(a) for a in args]}")
   if indexing == "xy" and len(args) >= 2:
     args[0], args[1] = args[1], args[0]
@@ -2601,7 +2601,7 @@ def i0(x: ArrayLike, /) -> Array:
   x, = promote_dtypes_inexact(x)
   x = _arr(x)
   if not dtypes.is_float(_dtype(x)):
-    raise ValueError(f"Unsupported input type to jax.numpy.i0: {_dtype(x)}")
+    raise ValueError(f"Unsupported input type to stagecraft.numpy.i0: {_dtype(x)}")
   ax = lax.abs(x)
   return lax.mul(lax.exp(ax), lax.bessel_i0e(ax))
 
@@ -2703,7 +2703,7 @@ def piecewise(x: ArrayLike, condlist: Any, funclist: Sequence[Any], *args, **kw)
   condition; an extra last function is the default (else 0).
 
   NB: every function is evaluated on the whole array and the results are selected
-  (jax.numpy maps lax.switch over the elements); functions must be elementwise.
+  (JAX's numpy maps lax.switch over the elements); functions must be elementwise.
 
   Raises:
     ValueError: for a wrong number of functions.

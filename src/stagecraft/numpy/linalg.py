@@ -1,4 +1,4 @@
-"""`stagecraft.numpy.linalg`: numpy.linalg's API (as jax.numpy.linalg) on the decomposition
+"""`stagecraft.numpy.linalg`: numpy.linalg's API (as JAX's numpy.linalg) on the decomposition
 primitives of `stagecraft.lax.linalg` (LAPACK on CPU).
 
 Inputs promote to an inexact dtype (integers to float32); every function works on the
@@ -337,7 +337,7 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | None = None,
   if isinstance(ord, str):
     msg = f"Invalid order '{ord}' for vector norm."
     if ord in ("inf", "-inf"):
-      msg += f" Use '{'-' if ord[0] == '-' else ''}jax.numpy.inf' instead."
+      msg += f" Use '{'-' if ord[0] == '-' else ''}stagecraft.numpy.inf' instead."
     raise ValueError(msg)
   if ord == np.inf:
     return reductions.max(jnp.absolute(x), axis=axis, keepdims=keepdims, initial=0)

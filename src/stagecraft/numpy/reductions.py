@@ -1,4 +1,4 @@
-"""Reductions: sum, prod, max, min, all, any, mean, var, std, argmax, argmin (jax.numpy
+"""Reductions: sum, prod, max, min, all, any, mean, var, std, argmax, argmin (JAX's numpy
 semantics: integer and bool sums accumulate in the default integer type)."""
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=Non
     r = fn_(a, axes) if axes else a
     if initial is not None:
       r = init_op(r, lax.convert_element_type(asarray(initial), _dtype(r)))
-    if r.weak_type:    # reductions give strongly typed results, as in jax.numpy
+    if r.weak_type:    # reductions give strongly typed results, as in JAX's numpy
       r = lax.convert_element_type(r, _dtype(r), weak_type=False)
     return _keepdims(r, axes, in_shape) if keepdims else r
   fn.__name__ = fn.__qualname__ = name
@@ -229,13 +229,13 @@ def _cumulative(name: str, lax_fn, a, axis, dtype, fill_nan=False, fill_value=0,
     res = calc = dtypes.canonicalize_dtype(dtype)
   a = lax.convert_element_type(a, calc) if _dtype(a) != calc else a
   out = lax_fn(a, axis=axis) if _shape(a)[axis] else a
-  # NB: results are strongly typed, as in jax.numpy.
+  # NB: results are strongly typed, as in JAX's numpy.
   return lax.convert_element_type(out, res) if (_dtype(out) != res or out.weak_type) else out
 
 
 def _promote_integer(dt):
   """The dtype sums of `dt` accumulate in: bool and narrow ints widen to the default
-  (unsigned) integer, as jax.numpy."""
+  (unsigned) integer, as JAX's numpy."""
   if dt == dtypes.bool_:
     return dtypes.default_int_dtype()
   if dtypes.is_integer(dt) and dt.itemsize < dtypes.default_int_dtype().itemsize:
@@ -251,7 +251,7 @@ def cumsum(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None =
     a: array `T[*s]`.
     axis: the axis; None flattens first.
     dtype: accumulation and result dtype (default: T; bool accumulates in the default
-      integer). Narrow integers wrap around on overflow, as in jax.numpy.
+      integer). Narrow integers wrap around on overflow, as in JAX's numpy.
 
   Returns:
     Array of shape `s` (`[prod(s)]` for `axis=None`).

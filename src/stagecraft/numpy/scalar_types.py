@@ -58,7 +58,7 @@ complex64 = _make("complex64", dtypes.complex64)
 complex128 = _make("complex128", dtypes.complex128)
 float8_e4m3fn = _make("float8_e4m3fn", dtypes.float8_e4m3fn)
 float8_e5m2 = _make("float8_e5m2", dtypes.float8_e5m2)
-# The default-width aliases, as in jax.numpy.
+# The default-width aliases, as in JAX's numpy.
 int_ = int64
 uint = uint64
 float_ = float64

@@ -2,7 +2,7 @@
 setdiff1d. Built on `lax.sort`: a stable sort brings equal values together, a mask marks
 the first of each run, and a second stable sort keyed on that mask moves the marked entries
 to the front (a compaction without scatter). Results whose length depends on the data need
-concrete inputs, or a static `size=` under jit, as in jax.numpy."""
+concrete inputs, or a static `size=` under jit, as in JAX's numpy."""
 from __future__ import annotations
 
 import math
@@ -104,7 +104,7 @@ def unique(ar: ArrayLike, return_index: bool = False, return_inverse: bool = Fal
     equal_nan: treat NaNs as equal (one NaN in the result).
     size: static result length: pad (with `fill_value`) or truncate to it; required under
       jit.
-    fill_value: the padding value (default: the smallest unique value, as jax.numpy); the
+    fill_value: the padding value (default: the smallest unique value, as JAX's numpy); the
       padded indices are those of that value and padded counts are 0.
 
   Returns:
@@ -143,7 +143,7 @@ def unique(ar: ArrayLike, return_index: bool = False, return_inverse: bool = Fal
   k = size if size is not None else _static_count(count, "unique")
   iota = _int_iota(n)
   pos, = _front(mask, iota) if n else (iota,)
-  if n and size is not None:   # padded entries take the first unique value, as jax.numpy
+  if n and size is not None:   # padded entries take the first unique value, as JAX's numpy
     pos = _take_padded(pos, iota, k)
     pos = jnp.where(lax.lt(_int_iota(k), lax.convert_element_type(count, _dtype(pos))), pos,
                     jnp._c(pos, 0))

@@ -1,6 +1,6 @@
 """Sorting and searching: sort, argsort, lexsort, partition, argpartition, searchsorted,
 sort_complex, msort. Built on `lax.sort` (XLA's comparator sort, variadic) and
-`lax.top_k`, with jax.numpy's semantics: NaNs sort last, -0.0 equals 0.0, complex numbers
+`lax.top_k`, with JAX's numpy's semantics: NaNs sort last, -0.0 equals 0.0, complex numbers
 sort by (real, imag), and indices are int32 (int64 with x64)."""
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def partition(a: ArrayLike, kth: int, axis: int = -1):
   """A copy of `a` with its `kth` smallest element (along `axis`) in position `kth`, smaller
   ones before it and larger ones after.
 
-  As jax.numpy (via `top_k`): the first `kth + 1` entries are ascending, the rest are
+  As JAX's numpy (via `top_k`): the first `kth + 1` entries are ascending, the rest are
   descending (NumPy leaves both parts in unspecified order).
 
   Raises:

@@ -1,7 +1,7 @@
 """Order statistics and data summaries: quantile, percentile, median (and their NaN-ignoring
 forms), cov, corrcoef, histogram, histogram_bin_edges, bincount, digitize, interp.
 
-Semantics follow jax.numpy: quantiles sort along the reduced axes (`lax.sort`) and
+Semantics follow JAX's numpy: quantiles sort along the reduced axes (`lax.sort`) and
 interpolate between the two nearest order statistics (NumPy's default 'linear' method and
 'lower', 'higher', 'midpoint', 'nearest'); counts are computed by comparing every element
 with every bin, so no scatter is needed."""
@@ -33,7 +33,7 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans):
     raise ValueError("method can only be 'linear', 'lower', 'higher', 'midpoint', or "
                      "'nearest'")
   # NB: a and q promote separately: positions and weights are computed in q's dtype, the
-  # result has a's (strongly typed), as in jax.numpy.
+  # result has a's (strongly typed), as in JAX's numpy.
   a, = jnp.promote_dtypes_inexact(_arr(a))
   q, = jnp.promote_dtypes_inexact(_arr(q))
   a, q = _arr(a), _arr(q)
@@ -110,7 +110,7 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | None = No
     q: quantiles in [0, 1], a scalar or `[k]` (may be traced).
     axis: axes to reduce (None: all).
     method: 'linear' (default), 'lower', 'higher', 'midpoint' or 'nearest' (ties at .5
-      take the lower value, as jax.numpy).
+      take the lower value, as JAX's numpy).
     keepdims: keep reduced axes with size 1.
 
   Returns:
@@ -299,7 +299,7 @@ def bincount(x: ArrayLike, weights: ArrayLike | None = None, minlength: int = 0,
   with `weights`).
 
   Args:
-    x: `int[n]` (negative values count as 0, as jax.numpy clips them).
+    x: `int[n]` (negative values count as 0, as JAX's numpy clips them).
     weights: optional `[n]` weights; the result takes their dtype (else int32).
     minlength: the minimum result length.
     length: the static result length (values >= length are dropped); required under jit.

@@ -1,5 +1,5 @@
 """Window functions for signal processing (numpy.hamming & co.): `[M]` of the default float
-dtype, 1 for M <= 1, as jax.numpy."""
+dtype, 1 for M <= 1, as JAX's numpy."""
 from __future__ import annotations
 
 import operator

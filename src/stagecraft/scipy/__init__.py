@@ -1,2 +1,2 @@
-"""`stagecraft.scipy`: SciPy functions with `jax.scipy`'s semantics (for now `special`)."""
+"""`stagecraft.scipy`: SciPy functions with JAX's `scipy`'s semantics (for now `special`)."""
 from stagecraft.scipy import special  # noqa: F401

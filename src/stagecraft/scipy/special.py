@@ -1,4 +1,4 @@
-"""`stagecraft.scipy.special`: special functions as `jax.scipy.special` (for now
+"""`stagecraft.scipy.special`: special functions as JAX's `scipy.special` (for now
 `logsumexp`), composed from `stagecraft.numpy` and `stagecraft.lax`."""
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _reduction_dims(ndim: int, axis: Any) -> tuple[int, ...]:
 
 def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
               return_sign: bool = False, where: Any = None):
-  """`log(sum(b * exp(a)))` over `axis`, without overflow (`jax.scipy.special.logsumexp`).
+  """`log(sum(b * exp(a)))` over `axis`, without overflow (JAX's `scipy.special.logsumexp`).
 
   Args:
     a: array `T[*s]`; integers and bools are promoted to the default float dtype.
