@@ -17,9 +17,10 @@ import numpy as np
 
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import lowering
-from stagecraft.interpreters.lowering import i64_array, ir_type
+from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import _compare
+from stagecraft.lax.windowed import emit_reduce_window
 from stagecraft.lax.reduction import (_max_identity, _min_identity, _prod_identity,
                                       _sum_identity)
 
@@ -72,23 +73,17 @@ def _cumred_lowering(op, identity, ctx, x, *, axis, reverse):
   if n == 0:   # nothing to reduce (JAX returns the operand too)
     return [x]
   scalar = ShapedArray((), aval.dtype)
-  init = ctx.constant(identity(aval.dtype), scalar)
   if callable(op):
-    body = ctx.region([scalar, scalar], [scalar], lambda a, b: [op(ctx, a, b, scalar)])
+    combine = lambda a, b: op(ctx, a, b, scalar)
   else:
-    body = ctx.region([scalar, scalar], [scalar],
-                      lambda a, b: [ctx.elementwise(op, a, b, aval=scalar)])
-  ones = [1] * aval.ndim
-  window = [n if d == axis else 1 for d in range(aval.ndim)]
-  pad = [((0, n - 1) if reverse else (n - 1, 0)) if d == axis else (0, 0)
-         for d in range(aval.ndim)]
-  padding = ", ".join(f"[{lo}, {hi}]" for lo, hi in pad)
-  attrs = (f"base_dilations = {i64_array(ones)}, "
-           f"padding = dense<[{padding}]> : tensor<{aval.ndim}x2xi64>, "
-           f"window_dilations = {i64_array(ones)}, window_dimensions = {i64_array(window)}, "
-           f"window_strides = {i64_array(ones)}")
-  return ctx.op("stablehlo.reduce_window", [x, init], [aval.strip_weak_type()], attrs=attrs,
-                regions=[body], operand_avals=[aval, scalar])
+    combine = lambda a, b: ctx.elementwise(op, a, b, aval=scalar)
+  # A window over the whole axis, padded so output i sees inputs 0..i (or i..n-1 reversed).
+  ones = (1,) * aval.ndim
+  window = tuple(n if d == axis else 1 for d in range(aval.ndim))
+  pad = tuple(((0, n - 1) if reverse else (n - 1, 0)) if d == axis else (0, 0)
+              for d in range(aval.ndim))
+  return emit_reduce_window(ctx, x, identity(aval.dtype), combine, window, ones, pad, ones,
+                            ones)
 
 
 def _logaddexp_identity(dtype):

@@ -94,20 +94,32 @@ def _reduce_window_abstract_eval(name, accepted, operand, *, window_dimensions,
   return ShapedArray(shape, operand.dtype, operand.weak_type)
 
 
-def _reduce_window_lowering(op, identity, ctx, x, *, window_dimensions, window_strides,
-                            padding, base_dilation, window_dilation):
-  aval_in, = ctx.avals_in
+def emit_reduce_window(ctx, x: str, identity_value: Any, combine: Callable[[str, str], str],
+                       window_dimensions, window_strides, padding, base_dilation,
+                       window_dilation) -> list[str]:
+  """Emits one `stablehlo.reduce_window` of `ctx.avals_in[0]` starting from
+  `identity_value`, whose region is `combine(a, b)` on scalars (also used by the cumulative
+  ops in cumulative.py)."""
+  aval_in = ctx.avals_in[0]
   scalar = ShapedArray((), aval_in.dtype)
-  if aval_in.dtype == dtypes.bool_:   # max is OR, min is AND on bool (StableHLO's too)
-    op = {"stablehlo.maximum": "stablehlo.or", "stablehlo.minimum": "stablehlo.and"}.get(op, op)
-  init = ctx.constant(identity(scalar.dtype), scalar)
-  body = ctx.region([scalar, scalar], [scalar],
-                    lambda a, b: [ctx.elementwise(op, a, b, aval=scalar)])
+  init = ctx.constant(identity_value, scalar)
+  body = ctx.region([scalar, scalar], [scalar], lambda a, b: [combine(a, b)])
   attrs = (f"base_dilations = {i64_array(base_dilation)}, padding = {_padding_attr(padding)}, "
            f"window_dilations = {i64_array(window_dilation)}, window_dimensions = "
            f"{i64_array(window_dimensions)}, window_strides = {i64_array(window_strides)}")
   return ctx.op("stablehlo.reduce_window", [x, init], attrs=attrs, regions=[body],
                 operand_avals=[aval_in, scalar])
+
+
+def _reduce_window_lowering(op, identity, ctx, x, *, window_dimensions, window_strides,
+                            padding, base_dilation, window_dilation):
+  scalar = ShapedArray((), ctx.avals_in[0].dtype)
+  if scalar.dtype == dtypes.bool_:   # max is OR, min is AND on bool (StableHLO's too)
+    op = {"stablehlo.maximum": "stablehlo.or", "stablehlo.minimum": "stablehlo.and"}.get(op, op)
+  return emit_reduce_window(ctx, x, identity(scalar.dtype),
+                            lambda a, b: ctx.elementwise(op, a, b, aval=scalar),
+                            window_dimensions, window_strides, padding, base_dilation,
+                            window_dilation)
 
 
 _number = ("number", lambda d: dtypes.is_integer(d) or dtypes.is_inexact(d))
