@@ -122,6 +122,18 @@ def defjvp2(prim: core.Primitive, *jvp_fns: Callable | None) -> None:
   primitive_jvps[prim] = rule
 
 
+def defjvp_zero(prim: core.Primitive) -> None:
+  """A primitive whose outputs have zero derivative (comparisons, integer-valued results,
+  argmax, random bits): the output tangents are symbolic zeros (float0 for integer and bool
+  outputs), never materialized."""
+  def rule(primals, tangents, **params):
+    out = prim.bind(*primals, **params)
+    if prim.multiple_results:
+      return out, [Zero(tangent_aval(core.get_aval(o))) for o in out]
+    return out, Zero(tangent_aval(core.get_aval(out)))
+  primitive_jvps[prim] = rule
+
+
 def deflinear(prim: core.Primitive, transpose_rule: Callable) -> None:
   """A primitive linear in all its arguments: its JVP applies it to the tangents (zeros
   instantiated), and `transpose_rule(ct, *args, **params)` is its transpose."""
