@@ -21,10 +21,11 @@ import numpy as np
 
 from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray, get_aval
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax.dot import Precision, canonicalize_precision
-from stagecraft.lax.shape import rev, transpose
+from stagecraft.lax.elementwise import convert_element_type
+from stagecraft.lax.shape import reshape, rev, transpose
 
 __all__ = ["ConvDimensionNumbers", "ConvGeneralDilatedDimensionNumbers",
            "conv_general_dilated_p", "conv_general_dilated", "conv", "conv_with_general_padding",
@@ -421,9 +422,132 @@ def _conv_general_dilated_lowering(ctx, lhs, rhs, *, window_strides, padding, lh
   return [r]
 
 
+def _conv_spec_transpose(spec):
+  return (spec[1], spec[0], *spec[2:])
+
+
+def _reshape_axis_into(src: int, dst: int, x):
+  """Merges axis `src` of `x` into axis `dst` (numbered after removing `src`), `src` major."""
+  shape = get_aval(x).shape
+  perm = [i for i in range(len(shape)) if i != src]
+  perm.insert(dst, src)
+  new_shape = [d for i, d in enumerate(shape) if i != src]
+  new_shape[dst] *= shape[src]
+  return reshape(x, new_shape, perm)
+
+
+def _reshape_axis_out_of(src: int, size1: int, x):
+  """Splits axis `src` of `x` into `(size1, size // size1)`."""
+  shape = list(get_aval(x).shape)
+  shape[src:src + 1] = [size1, shape[src] // size1]
+  return reshape(x, shape)
+
+
+def _conv_general_vjp_lhs_padding(in_shape, window_dimensions, window_strides, out_shape,
+                                  padding, lhs_dilation, rhs_dilation) -> tuple:
+  """The padding of the convolution that transposes one with respect to its input (JAX's
+  `_conv_general_vjp_lhs_padding`); also used by `reduce_window_sum`'s transpose."""
+  lhs_dilated = _dilate_shape(in_shape, lhs_dilation)
+  rhs_dilated = _dilate_shape(window_dimensions, rhs_dilation)
+  out_dilated = _dilate_shape(out_shape, window_strides)
+  before = [r - lo - 1 for r, (lo, _) in zip(rhs_dilated, padding)]
+  after = [l + r - 1 - o - b for l, r, o, b in zip(lhs_dilated, rhs_dilated, out_dilated, before)]
+  return tuple((int(b), int(a)) for b, a in zip(before, after))
+
+
+def _conv_general_vjp_rhs_padding(in_shape, window_dimensions, window_strides, out_shape,
+                                  padding, lhs_dilation, rhs_dilation) -> tuple:
+  """The padding of the convolution that transposes one with respect to its kernel (JAX's
+  `_conv_general_vjp_rhs_padding`)."""
+  if len(in_shape) == 0:
+    return ()
+  lhs_dilated = _dilate_shape(in_shape, lhs_dilation)
+  rhs_dilated = _dilate_shape(window_dimensions, rhs_dilation)
+  out_dilated = _dilate_shape(out_shape, window_strides)
+  lo = [p for p, _ in padding]
+  hi = [o - l + r - p - 1 for o, l, r, p in zip(out_dilated, lhs_dilated, rhs_dilated, lo)]
+  return tuple((int(a), int(b)) for a, b in zip(lo, hi))
+
+
+def _conv_general_dilated_transpose_lhs(ct, lhs, rhs, *, window_strides, padding,
+                                        lhs_dilation, rhs_dilation, dimension_numbers,
+                                        feature_group_count, batch_group_count, precision,
+                                        preferred_element_type):
+  """JAX's `_conv_general_dilated_transpose_lhs`: the input cotangent is a convolution of
+  the output cotangent with the spatially reversed kernel, its feature dimensions swapped
+  (the feature groups moved into its output features), strides becoming lhs dilation."""
+  lhs_aval, rhs_aval = lhs.aval, get_aval(rhs)
+  lhs_spec, rhs_spec, out_spec = dimension_numbers
+  lhs_sdims, rhs_sdims, out_sdims = lhs_spec[2:], rhs_spec[2:], out_spec[2:]
+  t_rhs_spec = _conv_spec_transpose(rhs_spec)
+  if feature_group_count > 1:
+    rhs = _reshape_axis_out_of(rhs_spec[0], feature_group_count, rhs)
+    rhs = _reshape_axis_into(rhs_spec[0], rhs_spec[1], rhs)
+  elif batch_group_count > 1:
+    rhs = _reshape_axis_out_of(rhs_spec[0], batch_group_count, rhs)
+    rhs = _reshape_axis_into(rhs_spec[0], rhs_spec[1], rhs)
+    feature_group_count = batch_group_count
+  trans_dnums = ConvDimensionNumbers(tuple(out_spec), tuple(t_rhs_spec), tuple(lhs_spec))
+  ct_shape = get_aval(ct).shape
+  pads = _conv_general_vjp_lhs_padding(
+      _take(lhs_aval.shape, lhs_sdims), _take(rhs_aval.shape, rhs_sdims), window_strides,
+      _take(ct_shape, out_sdims), padding, lhs_dilation, rhs_dilation)
+  revd_weights = rev(rhs, tuple(rhs_sdims))
+  ct_dtype = get_aval(ct).dtype
+  if get_aval(revd_weights).dtype != ct_dtype:
+    revd_weights = convert_element_type(revd_weights, ct_dtype)
+  out = conv_general_dilated_p.bind(
+      ct, revd_weights, window_strides=tuple(lhs_dilation), padding=pads,
+      lhs_dilation=tuple(window_strides), rhs_dilation=tuple(rhs_dilation),
+      dimension_numbers=trans_dnums, feature_group_count=feature_group_count,
+      batch_group_count=1, precision=precision, preferred_element_type=preferred_element_type)
+  if get_aval(out).dtype != lhs_aval.dtype:
+    out = convert_element_type(out, lhs_aval.dtype, lhs_aval.weak_type)
+  if batch_group_count > 1:
+    out = _reshape_axis_out_of(lhs_spec[1], batch_group_count, out)
+    out = _reshape_axis_into(lhs_spec[1], lhs_spec[0], out)
+  return out
+
+
+def _conv_general_dilated_transpose_rhs(ct, lhs, rhs, *, window_strides, padding,
+                                        lhs_dilation, rhs_dilation, dimension_numbers,
+                                        feature_group_count, batch_group_count, precision,
+                                        preferred_element_type):
+  """JAX's `_conv_general_dilated_transpose_rhs`: the kernel cotangent is a convolution of
+  the input with the output cotangent as kernel (batch and feature roles swapped; feature
+  groups become batch groups and vice versa), strides becoming rhs dilation."""
+  lhs_aval, rhs_aval = get_aval(lhs), rhs.aval
+  ct_aval = get_aval(ct)
+  if ct_aval.size == 0:  # no degenerate convolution with an empty kernel
+    return ad.Zero(rhs_aval)
+  lhs_sdims, rhs_sdims, out_sdims = (spec[2:] for spec in dimension_numbers)
+  lhs_trans, rhs_trans, out_trans = map(_conv_spec_transpose, dimension_numbers)
+  if batch_group_count > 1:
+    feature_group_count, batch_group_count = batch_group_count, 1
+  elif feature_group_count > 1:
+    feature_group_count, batch_group_count = 1, feature_group_count
+  trans_dnums = ConvDimensionNumbers(tuple(lhs_trans), tuple(out_trans), tuple(rhs_trans))
+  pads = _conv_general_vjp_rhs_padding(
+      _take(lhs_aval.shape, lhs_sdims), _take(rhs_aval.shape, rhs_sdims), window_strides,
+      _take(ct_aval.shape, out_sdims), padding, lhs_dilation, rhs_dilation)
+  if lhs_aval.dtype != ct_aval.dtype:
+    lhs = convert_element_type(lhs, ct_aval.dtype)
+  out = conv_general_dilated_p.bind(
+      lhs, ct, window_strides=tuple(rhs_dilation), padding=pads,
+      lhs_dilation=tuple(lhs_dilation), rhs_dilation=tuple(window_strides),
+      dimension_numbers=trans_dnums, feature_group_count=feature_group_count,
+      batch_group_count=batch_group_count, precision=precision,
+      preferred_element_type=preferred_element_type)
+  if get_aval(out).dtype != rhs_aval.dtype:
+    out = convert_element_type(out, rhs_aval.dtype, rhs_aval.weak_type)
+  return out
+
+
 conv_general_dilated_p = Primitive("conv_general_dilated")
 conv_general_dilated_p.def_abstract_eval(_conv_general_dilated_abstract_eval)
 lowering.register_lowering(conv_general_dilated_p, _conv_general_dilated_lowering)
+ad.defbilinear(conv_general_dilated_p, _conv_general_dilated_transpose_lhs,
+               _conv_general_dilated_transpose_rhs)
 
 
 def _int_tuple(name: str, xs: Any) -> tuple[int, ...]:

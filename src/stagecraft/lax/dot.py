@@ -21,7 +21,9 @@ import numpy as np
 
 from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray, get_aval
-from stagecraft.interpreters import lowering
+from stagecraft.lax.elementwise import convert_element_type
+from stagecraft.lax.shape import transpose
+from stagecraft.interpreters import ad, lowering
 
 __all__ = ["Precision", "PrecisionLike", "DotDimensionNumbers", "dot_general_p", "dot_general",
            "dot", "batch_matmul"]
@@ -198,9 +200,52 @@ DotDimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
 #: What `precision=` accepts: None, a Precision or its name, or a pair of them.
 PrecisionLike = Union[None, str, "Precision", tuple[str, str], tuple["Precision", "Precision"]]
 
+def _ranges_like(*xs):
+  """Consecutive index ranges with the lengths of `xs`: ((0..len0), (len0..len0+len1), ...)."""
+  start = 0
+  for x in xs:
+    yield tuple(range(start, start + len(x)))
+    start += len(x)
+
+
+def _dot_general_transpose_lhs(ct, x, y, *, dimension_numbers, precision,
+                               preferred_element_type, swap_ans=False):
+  """JAX's `_dot_general_transpose_lhs`: contract the cotangent with `y` over y's free
+  dimensions, keeping the batch dimensions, then permute into x's layout."""
+  (x_contract, y_contract), (x_batch, y_batch) = dimension_numbers
+  x_aval = x.aval
+  x_kept = _free_dims(x_aval.ndim, x_contract, x_batch)
+  y_kept = _free_dims(get_aval(y).ndim, y_contract, y_batch)
+  if swap_ans:
+    ans_batch, ans_y, _ = _ranges_like(x_batch, y_kept, x_kept)
+  else:
+    ans_batch, _, ans_y = _ranges_like(x_batch, x_kept, y_kept)
+  dims = ((ans_y, tuple(y_kept)), (ans_batch, tuple(y_batch)))
+  x_contract_sorted_by_y = [x_contract[i] for i in np.argsort(y_contract)]
+  unsorted_axes = [*x_batch, *x_kept, *x_contract_sorted_by_y]
+  out_axes = tuple(int(i) for i in np.argsort(unsorted_axes))
+  out = dot_general_p.bind(ct, y, dimension_numbers=dims, precision=precision,
+                           preferred_element_type=preferred_element_type)
+  x_bar = transpose(out, out_axes)
+  if get_aval(x_bar).dtype != x_aval.dtype:
+    x_bar = convert_element_type(x_bar, x_aval.dtype, x_aval.weak_type)
+  return x_bar
+
+
+def _dot_general_transpose_rhs(ct, x, y, *, dimension_numbers, precision,
+                               preferred_element_type):
+  """JAX's `_dot_general_transpose_rhs`: the lhs rule with the operands swapped."""
+  (x_contract, y_contract), (x_batch, y_batch) = dimension_numbers
+  swapped = ((y_contract, x_contract), (y_batch, x_batch))
+  return _dot_general_transpose_lhs(ct, y, x, dimension_numbers=swapped, precision=precision,
+                                    preferred_element_type=preferred_element_type,
+                                    swap_ans=True)
+
+
 dot_general_p = Primitive("dot_general")
 dot_general_p.def_abstract_eval(_dot_general_abstract_eval)
 lowering.register_lowering(dot_general_p, _dot_general_lowering)
+ad.defbilinear(dot_general_p, _dot_general_transpose_lhs, _dot_general_transpose_rhs)
 
 
 def _index_tuple(name: str, dims: Any) -> tuple[int, ...]:
