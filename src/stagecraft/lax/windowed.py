@@ -1,6 +1,7 @@
 """Windowed reductions: `reduce_window_sum`, `reduce_window_max`, `reduce_window_min`, the
 `reduce_window` wrapper that dispatches `lax.add`/`lax.max`/`lax.min` to them, and
-`select_and_scatter_add` (the building block of max-pool gradients).
+`select_and_scatter_add` and `select_and_gather_add` (the building blocks of max-pool
+derivatives: the VJP scatters to, the JVP gathers from, the element each window selects).
 
 A window of `window_dimensions` slides over the operand, after the operand is dilated by
 `base_dilation` (holes between elements) and padded by `padding` (pairs `(lo, hi)`), with
@@ -19,17 +20,19 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax import elementwise, utils
-from stagecraft.lax.conv import padtype_to_pads
+from stagecraft.lax.conv import _conv_general_vjp_lhs_padding, padtype_to_pads
 from stagecraft.lax.elementwise import _compare
 from stagecraft.lax.reduction import _max_identity, _min_identity, _sum_identity
-from stagecraft.lax.shape import canonicalize_shape, check_shapelike
+from stagecraft.lax.shape import canonicalize_shape, check_shapelike, pad
+from stagecraft.lax.slicing import slice as _slice
 
-__all__ = ["reduce_window_shape_tuple", "reduce_window_sum_p", "reduce_window_max_p", "reduce_window_min_p",
-           "select_and_scatter_add_p", "reduce_window", "reduce_window_sum",
-           "reduce_window_max", "reduce_window_min", "select_and_scatter_add"]
+__all__ = ["reduce_window_shape_tuple", "reduce_window_sum_p", "reduce_window_max_p",
+           "reduce_window_min_p", "select_and_scatter_add_p", "select_and_gather_add_p",
+           "reduce_window", "reduce_window_sum", "reduce_window_max", "reduce_window_min",
+           "select_and_scatter_add", "select_and_gather_add"]
 
 
 # ---------------------------------------------------------------------------
@@ -139,6 +142,40 @@ reduce_window_max_p = _reduce_window_primitive("reduce_window_max", "stablehlo.m
                                                _max_identity, _ordered)
 reduce_window_min_p = _reduce_window_primitive("reduce_window_min", "stablehlo.minimum",
                                                _min_identity, _ordered)
+
+
+def _reduce_window_sum_transpose(ct, operand, *, window_dimensions, window_strides, padding,
+                                 base_dilation, window_dilation):
+  """JAX's `_reduce_window_sum_transpose_rule`: each input element receives the sum of the
+  cotangents of the windows that hold it, a window sum of the cotangent dilated by the
+  strides and padded as for a convolution's input gradient."""
+  in_shape = operand.aval.shape
+  ct_aval = core.get_aval(ct)
+  pads = _conv_general_vjp_lhs_padding(in_shape, window_dimensions, window_strides,
+                                       ct_aval.shape, padding, base_dilation, window_dilation)
+  config = [(lo, hi, s - 1) for (lo, hi), s in zip(pads, window_strides)]
+  padded = pad(ct, np.zeros((), ct_aval.dtype)[()], config)
+  ones = (1,) * len(in_shape)
+  out = reduce_window_sum_p.bind(padded, window_dimensions=tuple(window_dimensions),
+                                 window_strides=tuple(base_dilation),
+                                 padding=((0, 0),) * len(in_shape), base_dilation=ones,
+                                 window_dilation=tuple(window_dilation))
+  return [out]
+
+
+def _reduce_window_chooser_jvp(select_prim, t, operand, *, window_dimensions, window_strides,
+                               padding, base_dilation, window_dilation):
+  """JAX's `_reduce_window_chooser_jvp_rule`: the tangent of the element each window
+  selects (the first maximum or minimum)."""
+  return select_and_gather_add_p.bind(
+      t, operand, select_prim=select_prim, window_dimensions=window_dimensions,
+      window_strides=window_strides, padding=padding, base_dilation=base_dilation,
+      window_dilation=window_dilation)
+
+
+ad.deflinear(reduce_window_sum_p, _reduce_window_sum_transpose)
+ad.defjvp(reduce_window_max_p, partial(_reduce_window_chooser_jvp, elementwise.ge_p))
+ad.defjvp(reduce_window_min_p, partial(_reduce_window_chooser_jvp, elementwise.le_p))
 
 
 def _window_params(name, operand, window_dimensions, window_strides, padding, base_dilation,
@@ -334,8 +371,38 @@ def _select_and_scatter_add_lowering(ctx, source, operand, *, select_prim, windo
                 operand_avals=[padded_aval])
 
 
+def _select_and_scatter_add_jvp(primals, tangents, *, select_prim, window_dimensions,
+                                window_strides, padding):
+  """Linear in `source`; the operand only chooses where the values go (JAX's rule)."""
+  source, operand = primals
+  t_source, _ = tangents
+  params = dict(select_prim=select_prim, window_dimensions=window_dimensions,
+                window_strides=window_strides, padding=padding)
+  out = select_and_scatter_add_p.bind(source, operand, **params)
+  if type(t_source) is ad.Zero:
+    return out, ad.Zero(ad.tangent_aval(core.get_aval(out)))
+  return out, select_and_scatter_add_p.bind(t_source, operand, **params)
+
+
+def _select_and_scatter_add_transpose(ct, source, operand, *, select_prim, window_dimensions,
+                                      window_strides, padding):
+  """The transpose in `source` gathers the cotangent at each window's selected element."""
+  if ad.is_undefined_primal(operand):
+    raise ValueError("select_and_scatter_add is not linear in its operand (it only selects "
+                     "positions); transpose it in `source` only.")
+  if type(ct) is ad.Zero:
+    return [ad.Zero(source.aval), None]
+  ones = (1,) * len(window_dimensions)
+  return [select_and_gather_add_p.bind(
+      ct, operand, select_prim=select_prim, window_dimensions=window_dimensions,
+      window_strides=window_strides, padding=padding, base_dilation=ones,
+      window_dilation=ones), None]
+
+
 select_and_scatter_add_p.def_abstract_eval(_select_and_scatter_add_abstract_eval)
 lowering.register_lowering(select_and_scatter_add_p, _select_and_scatter_add_lowering)
+ad.primitive_jvps[select_and_scatter_add_p] = _select_and_scatter_add_jvp
+ad.primitive_transposes[select_and_scatter_add_p] = _select_and_scatter_add_transpose
 
 
 def select_and_scatter_add(source: Any, operand: Any, select_prim: Primitive,
@@ -365,6 +432,150 @@ def select_and_scatter_add(source: Any, operand: Any, select_prim: Primitive,
   return select_and_scatter_add_p.bind(
       source, operand, select_prim=select_prim, window_dimensions=params["window_dimensions"],
       window_strides=params["window_strides"], padding=params["padding"])
+
+
+# ---------------------------------------------------------------------------
+# select_and_gather_add(tangents, operand): for each window of `operand` (with the params of
+# reduce_window_max/min), the element of `tangents` at the position `select_prim` chooses
+# (ge: the first maximum, le: the first minimum). The JVP of reduce_window_max/min; its
+# transpose is select_and_scatter_add.
+select_and_gather_add_p = Primitive("select_and_gather_add")
+
+
+def _select_and_gather_add_abstract_eval(tangents, operand, *, select_prim, window_dimensions,
+                                         window_strides, padding, base_dilation,
+                                         window_dilation):
+  name = "select_and_gather_add"
+  if select_prim not in (elementwise.ge_p, elementwise.le_p):
+    raise TypeError(f"{name} select_prim must be lax.ge_p or lax.le_p, got {select_prim}.")
+  utils.check_dtype(name, operand, _ordered)
+  if tangents.shape != operand.shape or tangents.dtype != operand.dtype:
+    raise TypeError(f"{name} tangents and operand must have the same shape and dtype, got "
+                    f"{tangents.str_short()} and {operand.str_short()}.")
+  _check_window_params(name, operand, window_dimensions, window_strides, padding,
+                       base_dilation, window_dilation)
+  shape = _window_out_shape(operand.shape, window_dimensions, window_strides, padding,
+                            base_dilation, window_dilation)
+  return ShapedArray(shape, tangents.dtype, tangents.weak_type)
+
+
+def _select_and_gather_add_lowering(ctx, tangents, operand, *, select_prim, window_dimensions,
+                                    window_strides, padding, base_dilation, window_dilation):
+  """JAX's `_select_and_gather_add_using_variadic_reducewindow`: one two-operand
+  `stablehlo.reduce_window` over (operand, tangents) pairs whose region keeps the pair with
+  the selected operand value."""
+  t_aval, x_aval = ctx.avals_in
+  out_aval, = ctx.avals_out
+  scalar = ShapedArray((), x_aval.dtype)
+  identity = _max_identity if select_prim is elementwise.ge_p else _min_identity
+  init_x = ctx.constant(identity(x_aval.dtype), scalar)
+  init_t = ctx.constant(0, scalar)
+  direction = "GE" if select_prim is elementwise.ge_p else "LE"
+  pred = ShapedArray((), dtypes.bool_)
+
+  def body(kx, vx, ky, vy):
+    which = _compare(ctx, direction, kx, ky, scalar)
+    out = []
+    for a, b in ((kx, ky), (vx, vy)):
+      r = ctx.fb.fresh()
+      ctx.fb.emit(f"{r} = stablehlo.select {which}, {a}, {b} : {ir_type(pred)}, "
+                  f"{ir_type(scalar)}")
+      out.append(r)
+    return out
+
+  region = ctx.region([scalar] * 4, [scalar, scalar], body)
+  attrs = (f"base_dilations = {i64_array(base_dilation)}, padding = {_padding_attr(padding)}, "
+           f"window_dilations = {i64_array(window_dilation)}, window_dimensions = "
+           f"{i64_array(window_dimensions)}, window_strides = {i64_array(window_strides)}")
+  outs = ctx.op("stablehlo.reduce_window", [operand, tangents, init_x, init_t],
+                [out_aval.update(dtype=x_aval.dtype), out_aval], attrs=attrs, regions=[region],
+                operand_avals=[x_aval, t_aval, scalar, scalar])
+  return [outs[1]]
+
+
+def _select_and_gather_add_jvp(primals, tangents, *, select_prim, window_dimensions,
+                               window_strides, padding, base_dilation, window_dilation):
+  """Linear in `tangents`; the operand only selects (JAX's rule)."""
+  t, operand = primals
+  t_dot, _ = tangents
+  params = dict(select_prim=select_prim, window_dimensions=window_dimensions,
+                window_strides=window_strides, padding=padding, base_dilation=base_dilation,
+                window_dilation=window_dilation)
+  out = select_and_gather_add_p.bind(t, operand, **params)
+  if type(t_dot) is ad.Zero:
+    return out, ad.Zero(ad.tangent_aval(core.get_aval(out)))
+  return out, select_and_gather_add_p.bind(t_dot, operand, **params)
+
+
+def _select_and_gather_add_transpose(ct, tangents, operand, *, select_prim, window_dimensions,
+                                     window_strides, padding, base_dilation, window_dilation):
+  """JAX's `_select_and_gather_add_transpose`: scatter the cotangent back to the selected
+  elements with select_and_scatter_add; base dilation by padding the operand with holes that
+  are never selected, then striding them away."""
+  if ad.is_undefined_primal(operand):
+    raise ValueError("select_and_gather_add is not linear in its operand (it only selects "
+                     "positions); transpose it in `tangents` only.")
+  if any(d != 1 for d in window_dilation):
+    raise NotImplementedError(
+        f"VJP not implemented for select_and_gather (MaxPool) with window dilation, got "
+        f"window_dilation={window_dilation}. Use window_dilation=1 for reverse mode (forward "
+        f"mode, jvp, supports it).")
+  if type(ct) is ad.Zero:
+    return [ad.Zero(tangents.aval), None]
+  has_base_dilation = any(d != 1 for d in base_dilation)
+  if has_base_dilation:
+    dtype = core.get_aval(operand).dtype
+    identity = _max_identity if select_prim is elementwise.ge_p else _min_identity
+    operand = pad(operand, identity(dtype)[()], tuple((0, 0, d - 1) for d in base_dilation))
+  result = select_and_scatter_add_p.bind(
+      ct, operand, select_prim=select_prim, window_dimensions=window_dimensions,
+      window_strides=window_strides, padding=padding)
+  if has_base_dilation:
+    shape = core.get_aval(result).shape
+    result = _slice(result, (0,) * len(shape), shape, base_dilation)
+  return [result, None]
+
+
+select_and_gather_add_p.def_abstract_eval(_select_and_gather_add_abstract_eval)
+lowering.register_lowering(select_and_gather_add_p, _select_and_gather_add_lowering)
+ad.primitive_jvps[select_and_gather_add_p] = _select_and_gather_add_jvp
+ad.primitive_transposes[select_and_gather_add_p] = _select_and_gather_add_transpose
+
+
+def select_and_gather_add(tangents: Any, operand: Any, select_prim: Primitive,
+                          window_dimensions: Sequence[int], window_strides: Sequence[int],
+                          padding: str | Sequence[tuple[int, int]],
+                          base_dilation: Sequence[int] | None = None,
+                          window_dilation: Sequence[int] | None = None) -> Any:
+  """Gathers from `tangents` the element each window of `operand` selects (JAX's
+  `_select_and_gather_add`; the JVP of a max or min pool).
+
+  Args:
+    tangents: array `T[*s]`, of the shape and dtype of `operand`.
+    operand: array `T[*s]`, T bool, integer or floating.
+    select_prim: `lax.ge_p` (selects the first maximum of each window) or `lax.le_p` (the
+      first minimum).
+    window_dimensions, window_strides: per dimension.
+    padding: (lo, hi) pairs or a padding string; padding and base-dilation holes are never
+      selected (and contribute 0).
+    base_dilation, window_dilation: positive dilations per dimension; None means 1.
+
+  Returns:
+    `T[*o]`, shaped as `reduce_window_max(operand, ...)` with the same window params.
+
+  Raises:
+    TypeError: if the shapes or dtypes differ, or `select_prim` is not ge/le.
+
+  Examples:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> x = np.array([1., 3., 2., 0.], np.float32); t = np.array([10., 20., 30., 40.], np.float32)
+    >>> np.asarray(lax.select_and_gather_add(t, x, lax.ge_p, (2,), (2,), 'VALID'))
+    array([20., 30.], dtype=float32)
+  """
+  params = _window_params("select_and_gather_add", operand, window_dimensions, window_strides,
+                          padding, base_dilation, window_dilation)
+  return select_and_gather_add_p.bind(tangents, operand, select_prim=select_prim, **params)
 
 
 def reduce_window_shape_tuple(operand_shape: Sequence[int], window_dimensions: Sequence[int],
