@@ -5,11 +5,14 @@ real-to-complex (RFFT) or complex-to-real (IRFFT). The inverse transforms are no
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any, Sequence
+
+import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.interpreters.lowering import i64_array
 
 __all__ = ["FftType", "fft_p", "fft"]
@@ -68,9 +71,57 @@ def _fft_lowering(ctx, x, *, fft_type, fft_lengths):
                       f"fft_length = {i64_array(fft_lengths)}")
 
 
+def _hermitian_mask(n_freq: int, n: int, ndim: int, dtype) -> np.ndarray:
+  """Weights of the non-negative frequencies of a real signal of length `n`: 1 for the DC
+  term (and the Nyquist term when `n` is even), 2 for the others, which stand for a
+  conjugate pair. Shaped to broadcast along the last of `ndim` axes."""
+  mask = np.full((n_freq,), 2.0)
+  mask[0] = 1.0
+  if n % 2 == 0:
+    mask[-1] = 1.0
+  return mask.reshape((1,) * (ndim - 1) + (n_freq,)).astype(dtype)
+
+
+def _scale(x, c: np.ndarray):
+  """x * c for a host constant `c` that broadcasts against x (linear in x)."""
+  from stagecraft.lax.elementwise import mul
+  from stagecraft.lax.shape import broadcast_in_dim
+  aval = core.get_aval(x)
+  if c.shape != aval.shape:
+    keep = tuple(i for i, d in enumerate(c.shape) if d != 1)
+    c = broadcast_in_dim(c.reshape(tuple(c.shape[i] for i in keep)), aval.shape, keep)
+  return mul(x, c)
+
+
+def _fft_transpose(ct, x, *, fft_type, fft_lengths):
+  """JAX's `_fft_transpose_rule`: FFT and IFFT are symmetric (their own transposes); RFFT
+  transposes to a scaled IRFFT of the conjugate cotangent with the Hermitian weights divided
+  out, IRFFT to the conjugate of a weighted, 1/n-scaled RFFT."""
+  from stagecraft.lax.elementwise import conj
+  n = math.prod(fft_lengths)
+  ct_aval = core.get_aval(ct)
+  if fft_type == FftType.RFFT:
+    w = 1.0 / _hermitian_mask(ct_aval.shape[-1], fft_lengths[-1], ct_aval.ndim, np.float64)
+    out = fft_p.bind(_scale(conj(ct), (w * n).astype(ct_aval.dtype)), fft_type=FftType.IRFFT,
+                     fft_lengths=fft_lengths)
+  elif fft_type == FftType.IRFFT:
+    y = fft_p.bind(ct, fft_type=FftType.RFFT, fft_lengths=fft_lengths)
+    y_aval = core.get_aval(y)
+    w = _hermitian_mask(y_aval.shape[-1], fft_lengths[-1], y_aval.ndim, np.float64) / n
+    out = conj(_scale(y, w.astype(y_aval.dtype)))  # JAX's convention for complex gradients
+  else:
+    out = fft_p.bind(ct, fft_type=fft_type, fft_lengths=fft_lengths)
+  out_aval = core.get_aval(out)
+  if out_aval.weak_type != x.aval.weak_type:
+    from stagecraft.lax.elementwise import convert_element_type
+    out = convert_element_type(out, x.aval.dtype, x.aval.weak_type)
+  return [out]
+
+
 fft_p = Primitive("fft")
 fft_p.def_abstract_eval(_fft_abstract_eval)
 lowering.register_lowering(fft_p, _fft_lowering)
+ad.deflinear(fft_p, _fft_transpose)
 
 
 def fft(x: Any, fft_type: FftType | str, fft_lengths: Sequence[int]):
