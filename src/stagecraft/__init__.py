@@ -14,8 +14,10 @@ from stagecraft.runtime import (Array, block_until_ready, default_device, device
                                 process_count, process_index)
 from stagecraft import lax
 from stagecraft import numpy
-from stagecraft.api import (eval_shape, grad, jit, jvp, linearize, make_jaxpr, value_and_grad,
-                            vjp)
+from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, linearize,
+                            make_jaxpr, value_and_grad, vjp)
+from stagecraft.custom_derivatives import custom_jvp, custom_vjp
+from stagecraft.ad_checkpoint import checkpoint, remat
 from stagecraft import random, scipy, nn  # after api: they use jit
 
 __version__ = "0.1.0"

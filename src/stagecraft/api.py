@@ -926,3 +926,162 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
     out = vg(*args, **kwargs)
     return (out[1], out[0][1]) if has_aux else out[1]
   return grad_f
+
+
+# ---------------------------------------------------------------------------
+# Jacobians. The primal work is done once (linearize / vjp); the linear map is then applied
+# to each standard basis vector in turn. TODO(vmap issue): batch the basis with vmap.
+
+
+def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check_in: bool):
+  int_argnum = isinstance(argnums, int)
+  argnums_t = (argnums,) if int_argnum else tuple(argnums)
+  for i in argnums_t:
+    if not -len(args) <= i < len(args):
+      raise ValueError(f"{name}: argnums={argnums} refers to a positional argument that was "
+                       f"not passed: the function got only {len(args)} positional arguments.")
+  nums = tuple(i % len(args) for i in argnums_t)
+  dyn = tuple(args[i] for i in nums)
+  if check_in:
+    for x in tree_util.tree_leaves(dyn):
+      dt = core.get_aval(x).dtype
+      if holomorphic:
+        if not dtypes.is_complex(dt):
+          raise TypeError(f"{name} with holomorphic=True requires inputs with complex "
+                          f"dtype, but got {dt.name}.")
+      elif not dtypes.issubdtype(dt, np.floating):
+        raise TypeError(
+            f"{name} requires real-valued inputs (input dtype that is a sub-dtype of "
+            f"np.floating), but got {dt.name}. For holomorphic differentiation, pass "
+            f"holomorphic=True. For differentiation of non-holomorphic functions involving "
+            f"complex inputs or integer inputs, use stagecraft."
+            f"{'jvp' if name == 'jacfwd' else 'vjp'} directly.")
+
+  def partial_fun(*dyn_args):
+    full = list(args)
+    for i, a in zip(nums, dyn_args):
+      full[i] = a
+    return fun(*full, **kwargs)
+  return partial_fun, dyn, int_argnum
+
+
+def _basis(avals: Sequence[ShapedArray]):
+  """One tuple of flat tangents per standard basis vector (host arrays)."""
+  for j, a in enumerate(avals):
+    for k in range(int(np.prod(a.shape, dtype=np.int64))):
+      vecs = [np.zeros(b.shape, b.dtype) for b in avals]
+      vecs[j].reshape(-1)[k] = 1
+      yield j, k, vecs
+
+
+def _assemble(out_leaves_avals, in_avals, columns, out_major: bool):
+  """`columns[(j, k)]` holds, per output leaf, the derivative w.r.t. input leaf j element k
+  (out_major=False) or, per input leaf, the cotangent for output leaf j element k."""
+  from stagecraft import numpy as jnp
+  rows = []
+  if not out_major:   # forward: columns indexed by inputs
+    for oa in out_leaves_avals:
+      per_in = []
+      for j, ia in enumerate(in_avals):
+        n = int(np.prod(ia.shape, dtype=np.int64))
+        cols = [columns[(j, k)][len(rows)] for k in range(n)]
+        m = jnp.stack(cols, axis=-1) if n else jnp.zeros((*oa.shape, 0), oa.dtype)
+        per_in.append(jnp.reshape(m, (*oa.shape, *ia.shape)))
+      rows.append(per_in)
+    return rows
+  for i, oa in enumerate(out_leaves_avals):
+    n = int(np.prod(oa.shape, dtype=np.int64))
+    per_in = []
+    for j, ia in enumerate(in_avals):
+      cols = [columns[(i, k)][j] for k in range(n)]
+      m = jnp.stack(cols, axis=0) if n else jnp.zeros((0, *ia.shape), ia.dtype)
+      per_in.append(jnp.reshape(m, (*oa.shape, *ia.shape)))
+    rows.append(per_in)
+  return rows
+
+
+def _jac_tree(out_tree, in_tree, int_argnum, rows):
+  """Output structure outside, input structure (the argument, or a tuple of them) inside."""
+  inner = [optree.tree_unflatten(in_tree, per_in) for per_in in rows]
+  if int_argnum:
+    inner = [x[0] for x in inner]
+  return optree.tree_unflatten(out_tree, inner)
+
+
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable:
+  """The Jacobian of `fun` by forward mode (one JVP per input element), as JAX's `jacfwd`.
+
+  Returns:
+    A function with `fun`'s arguments returning the Jacobian: the output's pytree structure
+    outside, the differentiated argument's (a tuple of them for tuple argnums) inside; each
+    leaf has shape `out.shape + in.shape` (`(jac, aux)` with has_aux).
+
+  Raises:
+    TypeError: for integer inputs, or complex inputs without holomorphic=True.
+    ValueError: for argnums out of range.
+  """
+  @functools.wraps(fun)
+  def jacfun(*args, **kwargs):
+    partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacfwd",
+                                                holomorphic, True)
+    res = linearize(partial_fun, *dyn, has_aux=has_aux)
+    y, f_jvp = res[0], res[1]
+    in_leaves, in_tree = _flatten(dyn)
+    in_avals = [core.get_aval(x) for x in in_leaves]
+    out_leaves, out_tree = _flatten(y)
+    cols = {}
+    for j, k, vecs in _basis(in_avals):
+      cols[(j, k)] = _flatten(f_jvp(*optree.tree_unflatten(in_tree, vecs)))[0]
+    jac = _jac_tree(out_tree, in_tree, int_argnum,
+                    _assemble([core.get_aval(o) for o in out_leaves], in_avals, cols, False))
+    return (jac, res[2]) if has_aux else jac
+  return jacfun
+
+
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False, allow_int: bool = False) -> Callable:
+  """The Jacobian of `fun` by reverse mode (one VJP per output element), as JAX's `jacrev`.
+
+  Returns:
+    As `jacfwd`: output structure outside, input structure inside, leaves of shape
+    `out.shape + in.shape` (`(jac, aux)` with has_aux).
+
+  Raises:
+    TypeError: for integer inputs (unless allow_int), complex inputs or outputs without
+      holomorphic=True.
+    ValueError: for argnums out of range.
+  """
+  @functools.wraps(fun)
+  def jacfun(*args, **kwargs):
+    partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacrev",
+                                                holomorphic, not allow_int)
+    res = vjp(partial_fun, *dyn, has_aux=has_aux)
+    y, vjp_fn = res[0], res[1]
+    in_leaves, in_tree = _flatten(dyn)
+    in_avals = [core.get_aval(x) for x in in_leaves]
+    out_leaves, out_tree = _flatten(y)
+    out_avals = [core.get_aval(o) for o in out_leaves]
+    for a in out_avals:
+      if holomorphic and not dtypes.is_complex(a.dtype):
+        raise TypeError(f"jacrev with holomorphic=True requires outputs with complex dtype, "
+                        f"but got {a.dtype.name}.")
+      if not holomorphic and not dtypes.issubdtype(a.dtype, np.floating):
+        raise TypeError(
+            f"jacrev requires real-valued outputs (output dtype that is a sub-dtype of "
+            f"np.floating), but got {a.dtype.name}. For holomorphic differentiation, pass "
+            f"holomorphic=True. For differentiation of non-holomorphic functions involving "
+            f"complex outputs, use stagecraft.vjp directly.")
+    cols = {}
+    for i, k, vecs in _basis(out_avals):
+      cols[(i, k)] = _flatten(vjp_fn(optree.tree_unflatten(out_tree, vecs)))[0]
+    jac = _jac_tree(out_tree, in_tree, int_argnum, _assemble(out_avals, in_avals, cols, True))
+    return (jac, res[2]) if has_aux else jac
+  return jacfun
+
+
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+            holomorphic: bool = False) -> Callable:
+  """The Hessian of a scalar function: `jacfwd(jacrev(fun))`, as JAX's `hessian`; leaves have
+  shape `out.shape + in.shape + in.shape`."""
+  return jacfwd(jacrev(fun, argnums, has_aux, holomorphic), argnums, has_aux, holomorphic)

@@ -1,0 +1,648 @@
+"""User-defined derivative rules: `custom_jvp` and `custom_vjp`.
+
+Both are call primitives carrying the closed jaxpr of the primal function plus the user's
+rules as Python callables, with a rule in every interpreter:
+
+- evaluation: with no transformation active the primal function runs as plain Python;
+  otherwise `custom_jvp_call` / `custom_vjp_call` evaluate their jaxpr (impl) or are staged
+  as one equation (lowered as a call of the primal jaxpr);
+- JVP: `custom_jvp_call` runs the user's JVP rule; `custom_vjp_call` runs the user's fwd
+  rule for the primal outputs and residuals, and its output tangents come from a
+  `custom_lin` equation that is linear in the input tangents;
+- transpose: `custom_lin`'s transpose runs the user's bwd rule on the residuals and output
+  cotangents. `custom_lin` is never evaluated forward: forward mode (jvp) of a custom_vjp
+  function is an error, as in JAX.
+
+Semantics and error messages follow JAX's `jax.custom_jvp` / `jax.custom_vjp` (see JAX's
+"Custom derivative rules for JAX-transformable Python functions").
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Sequence
+
+import optree
+
+from stagecraft import core, dtypes, tree_util
+from stagecraft.core import ClosedJaxpr, ShapedArray
+from stagecraft.errors import UnexpectedTracerError
+from stagecraft.interpreters import ad, lowering, partial_eval as pe
+
+__all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
+           "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p"]
+
+_NS = tree_util.NAMESPACE
+
+
+def _flatten(tree):
+  return optree.tree_flatten(tree, none_is_leaf=False, namespace=_NS)
+
+
+def _unflatten(treedef, leaves):
+  return optree.tree_unflatten(treedef, leaves)
+
+
+def _fun_name(f: Callable) -> str:
+  f = getattr(f, "func", f)   # functools.partial
+  return getattr(f, "__name__", None) or type(f).__name__
+
+
+def _tree_str(treedef, avals: Sequence[ShapedArray]) -> str:
+  return str(_unflatten(treedef, [a.str_short() for a in avals])).replace("'", "")
+
+
+class SymbolicZero:
+  """A zero tangent (custom_jvp with `symbolic_zeros=True`) or cotangent (custom_vjp bwd)
+  that was never materialized: `aval`, `shape` and `dtype` describe it. Rules may return
+  one for an output whose (co)tangent is zero."""
+  __slots__ = ("aval",)
+
+  def __init__(self, aval: ShapedArray):
+    self.aval = aval
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: self.aval.dtype)
+
+  def __repr__(self):
+    return f"SymbolicZero({self.aval.str_short()})"
+
+
+optree.register_pytree_node(SymbolicZero, lambda z: ((), z.aval), lambda aval, _: SymbolicZero(aval),
+                            namespace=_NS)
+
+
+class CustomVJPPrimal:
+  """A primal input of a custom_vjp fwd rule with `symbolic_zeros=True`: `value` and
+  whether it is `perturbed` (has a nonzero tangent)."""
+  __slots__ = ("value", "perturbed")
+
+  def __init__(self, value: Any, perturbed: bool):
+    self.value = value
+    self.perturbed = perturbed
+
+  def __repr__(self):
+    return f"CustomVJPPrimal(value={self.value!r}, perturbed={self.perturbed})"
+
+
+def _resolve_args(fun: Callable, args: tuple, kwargs: dict, kind: str) -> tuple:
+  """Binds keyword arguments to positions (custom rules take positional arguments)."""
+  if not kwargs:
+    return args
+  try:
+    sig = inspect.signature(fun)
+    ba = sig.bind(*args, **kwargs)
+    ba.apply_defaults()
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"The input arguments to the {kind}-decorated function {_fun_name(fun)} "
+                    f"could not be resolved to positional-only arguments. Binding failed "
+                    f"with the error:\n{e}") from e
+  if ba.kwargs:
+    raise TypeError(f"The input arguments to the {kind}-decorated function "
+                    f"{_fun_name(fun)} could not be resolved to positional-only arguments: "
+                    f"keyword-only arguments {sorted(ba.kwargs)} are not supported.")
+  return tuple(ba.args)
+
+
+def _check_nondiff_argnums(nondiff_argnums, nargs: int, name: str, kind: str):
+  for i in nondiff_argnums:
+    if not -nargs <= i < nargs:
+      raise ValueError(f"{kind} function {name} has nondiff_argnums={tuple(nondiff_argnums)} "
+                       f"but was called with only {nargs} positional arguments.")
+  return tuple(sorted(i % nargs for i in nondiff_argnums))
+
+
+def _trace_primal(flat_fun: Callable, in_avals: Sequence[ShapedArray], name: str):
+  """Traces the flat primal function; its constants (closed-over arrays and tracers of outer
+  traces) become leading arguments of the returned closed jaxpr."""
+  jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals)
+  return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts)
+
+
+def _is_eval_trace() -> bool:
+  return type(core.current_trace()) is core.EvalTrace
+
+
+def _stop_gradient_tree(x):
+  from stagecraft.lax.ad_util import stop_gradient
+  return tree_util.tree_map(
+      lambda v: stop_gradient(v) if isinstance(v, core.Tracer) else v, x)
+
+
+def _closed_over_error(kind: str) -> TypeError:
+  what = "JVP" if kind == "custom_jvp" else "VJP"
+  rules = "JVP rule" if kind == "custom_jvp" else "fwd and bwd rules"
+  return TypeError(
+      f"Detected differentiation of a {kind} function with respect to a closed-over value. "
+      f"That isn't supported because the custom {what} rule only specifies how to "
+      f"differentiate the {kind} function with respect to explicit input parameters. Try "
+      f"passing the closed-over value into the {kind} function as an argument, and "
+      f"adapting the {kind} {rules}.")
+
+
+# ---------------------------------------------------------------------------
+# custom_jvp
+
+
+class custom_jvp:
+  """A function with a custom JVP rule, used by every transformation that differentiates.
+
+  Usage (as JAX's `custom_jvp`)::
+
+    @custom_jvp
+    def f(x, y):
+      return np.sin(x) * y
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+      (x, y), (x_dot, y_dot) = primals, tangents
+      return f(x, y), np.cos(x) * x_dot * y + np.sin(x) * y_dot
+
+  Args:
+    fun: the primal function, of arrays (pytrees) to arrays (pytrees).
+    nondiff_argnums: positions of arguments that are not differentiated (Python values such
+      as functions, or arrays treated as constants); the JVP rule is called as
+      `jvp(*nondiff_args, primals, tangents)` with `primals` the remaining arguments.
+
+  Calling it raises AttributeError when no rule was defined, and TypeError when the rule's
+  outputs do not match the primal function's (tree structure, shapes or dtypes).
+  """
+
+  def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+    functools.update_wrapper(self, fun)
+    self.fun = fun
+    self.nondiff_argnums = tuple(nondiff_argnums)
+    self.jvp: Callable | None = None
+    self.symbolic_zeros = False
+
+  def __get__(self, obj, objtype=None):
+    if obj is None:
+      return self
+    return functools.partial(self, obj)
+
+  def defjvp(self, jvp: Callable, symbolic_zeros: bool = False) -> Callable:
+    """Sets the JVP rule `jvp(primals, tangents) -> (primal_out, tangent_out)`; with
+    `symbolic_zeros=True` zero tangents arrive as `SymbolicZero` objects. Returns `jvp`."""
+    self.jvp = jvp
+    self.symbolic_zeros = symbolic_zeros
+    return jvp
+
+  def defjvps(self, *jvps: Callable | None) -> None:
+    """One rule per argument, `jvp_i(t_i, primal_out, *primals)`, whose contributions are
+    summed (None: that argument's tangent contributes nothing).
+
+    Raises:
+      TypeError: with nondiff_argnums (unsupported, as in JAX).
+    """
+    if self.nondiff_argnums:
+      raise TypeError("Can't use ``defjvps`` with ``nondiff_argnums``.")
+
+    def jvp(primals, tangents):
+      primal_out = self(*primals)
+      acc = None
+      for t, rule in zip(tangents, jvps):
+        if rule is None:
+          continue
+        contrib = rule(t, primal_out, *primals)
+        acc = contrib if acc is None else tree_util.tree_map(lambda a, b: a + b, acc, contrib)
+      if acc is None:
+        acc = tree_util.tree_map(lambda p: ad.zeros_like_aval(ad.tangent_aval(
+            core.get_aval(p))), primal_out)
+      return primal_out, acc
+
+    jvp.__name__ = f"{_fun_name(self.fun)}_jvps"
+    self.defjvp(jvp)
+
+  def __call__(self, *args, **kwargs):
+    name = _fun_name(self.fun)
+    if self.jvp is None:
+      raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
+    args = _resolve_args(self.fun, args, kwargs, "custom_jvp")
+    nondiff = _check_nondiff_argnums(self.nondiff_argnums, len(args), name, "custom_jvp")
+    if _is_eval_trace():
+      return self.fun(*args)
+    # Non-differentiable arguments are constants for the rule (their tangents are dropped).
+    static = {i: _stop_gradient_tree(args[i]) for i in nondiff}
+    dyn = [a for i, a in enumerate(args) if i not in static]
+    in_leaves, in_tree = _flatten(tuple(dyn))
+    in_avals = [core.get_aval(x) for x in in_leaves]
+
+    def merge(dyn_args):
+      it = iter(dyn_args)
+      return [static[i] if i in static else next(it) for i in range(len(args))]
+
+    store: dict = {}
+
+    def flat_fun(*leaves):
+      out = self.fun(*merge(_unflatten(in_tree, leaves)))
+      out_leaves, out_tree = _flatten(out)
+      store["out_tree"] = out_tree
+      return out_leaves
+
+    call_jaxpr, consts = _trace_primal(flat_fun, in_avals, name)
+    out_tree = store["out_tree"]
+    flat_jvp = _make_flat_jvp(self, static, merge, in_tree, out_tree, call_jaxpr.out_avals,
+                              len(consts))
+    outs = custom_jvp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, jvp=flat_jvp,
+                                  num_consts=len(consts), symbolic_zeros=self.symbolic_zeros,
+                                  name=name)
+    return _unflatten(out_tree, outs)
+
+
+def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
+                   out_avals: Sequence[ShapedArray], num_consts: int) -> Callable:
+  """The user's JVP rule on flat primals and tangents (tangents may be ad.Zero); returns
+  flat primal outputs and tangent outputs (ad.Zero for symbolic zeros), checked."""
+  jvp_rule = cj.jvp
+  name, jvp_name = _fun_name(cj.fun), _fun_name(jvp_rule)
+  static_args = [static[i] for i in sorted(static)]
+
+  def flat_jvp(primals, tangents):
+    if cj.symbolic_zeros:
+      ts = [SymbolicZero(t.aval) if type(t) is ad.Zero else t for t in tangents]
+    else:
+      ts = [ad.instantiate_zeros(t) for t in tangents]
+    py_primals = tuple(_unflatten(in_tree, primals))
+    py_tangents = tuple(_unflatten(in_tree, ts))
+    pair = jvp_rule(*static_args, py_primals, py_tangents)
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+      raise TypeError(f"Custom JVP rule {jvp_name} for function {name} must produce a pair "
+                      f"(list or tuple of length two) representing primal and tangent "
+                      f"outputs, but got {pair}.")
+    p_out, t_out = pair
+    p_leaves, p_tree = _flatten(p_out)
+    t_leaves, t_tree = optree.tree_flatten(t_out, none_is_leaf=False, namespace=_NS,
+                                           is_leaf=lambda x: type(x) is SymbolicZero)
+    if p_tree != t_tree:
+      raise TypeError(f"Custom JVP rule {jvp_name} for function {name} must produce primal "
+                      f"and tangent outputs with equal container (pytree) structures, but "
+                      f"got {p_tree} and {t_tree} respectively.")
+    p_avals = [core.get_aval(p) for p in p_leaves]
+    if p_tree != out_tree:
+      raise TypeError(
+          f"Custom JVP rule {jvp_name} for function {name} must produce a pair (list or "
+          f"tuple of length two) where the first element represents the primal output "
+          f"(equal in value to the output of the custom_jvp-decorated function {name}, and "
+          f"in particular of the same container/pytree structure), but instead the JVP "
+          f"rule output's first element had container/pytree structure:\n"
+          f"    {_tree_str(p_tree, p_avals)}\nwhile the custom_jvp-decorated function "
+          f"{name} had output container/pytree structure:\n"
+          f"    {_tree_str(out_tree, out_avals)}.")
+    if any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(p_avals, out_avals)):
+      raise TypeError(
+          f"Custom JVP rule {jvp_name} for function {name} must produce a pair (list or "
+          f"tuple of length two) where the first element represents the primal output "
+          f"(equal in value to the output of the custom_jvp-decorated function {name}, and "
+          f"in particular with leaves of the same shape/dtype), but instead the JVP rule "
+          f"output's first element had shapes/dtypes of:\n    {_tree_str(p_tree, p_avals)}"
+          f"\nwhile the custom_jvp-decorated function {name} had output shapes/dtypes of:\n"
+          f"    {_tree_str(out_tree, out_avals)}")
+    tangents_out, bad = [], []
+    for p_aval, t in zip(p_avals, t_leaves):
+      want = ad.tangent_aval(p_aval)
+      if type(t) is SymbolicZero:
+        got = t.aval
+        t = ad.Zero(want)
+      elif want.dtype == dtypes.float0:
+        got = want   # any tangent of an integer output is a zero
+        t = ad.Zero(want)
+      else:
+        got = core.get_aval(t)
+      if got.shape != want.shape or got.dtype != want.dtype:
+        bad.append((p_aval, want, got))
+      tangents_out.append(t)
+    if bad:
+      if len(p_avals) == 1:
+        p_aval, want, got = bad[0]
+        raise TypeError(f"Custom JVP rule must produce primal and tangent outputs with "
+                        f"corresponding shapes and dtypes. Expected {want.str_short()} "
+                        f"(tangent type of {p_aval.str_short()}) but got {got.str_short()}.")
+      lines = "\n".join(f"  primal {p.str_short()} with tangent {g.str_short()}, expecting "
+                        f"tangent {w.str_short()}" for p, w, g in bad)
+      raise TypeError(f"Custom JVP rule must produce primal and tangent outputs with "
+                      f"corresponding shapes and dtypes, but got:\n{lines}")
+    return list(p_leaves), tangents_out
+
+  flat_jvp.__name__ = jvp_name
+  return flat_jvp
+
+
+custom_jvp_call_p = core.Primitive("custom_jvp_call")
+custom_jvp_call_p.multiple_results = True
+
+
+def _custom_call_abstract_eval(*avals, call_jaxpr: ClosedJaxpr, **_):
+  return call_jaxpr.out_avals
+
+
+def _custom_call_impl(*args, call_jaxpr: ClosedJaxpr, **_):
+  return core.eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *args)
+
+
+def _custom_call_lowering(ctx, *args, call_jaxpr: ClosedJaxpr, name: str, **_):
+  return lowering.lower_call(ctx, name, call_jaxpr, args)
+
+
+def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts, symbolic_zeros,
+                         name):
+  if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
+    raise _closed_over_error("custom_jvp")
+  return jvp(list(primals[num_consts:]), list(tangents[num_consts:]))
+
+
+custom_jvp_call_p.def_abstract_eval(_custom_call_abstract_eval)
+custom_jvp_call_p.def_impl(_custom_call_impl)
+lowering.register_lowering(custom_jvp_call_p, _custom_call_lowering)
+ad.primitive_jvps[custom_jvp_call_p] = _custom_jvp_call_jvp
+core.pp_param_order[custom_jvp_call_p] = ("name", "call_jaxpr", "jvp", "symbolic_zeros")
+
+
+# ---------------------------------------------------------------------------
+# custom_vjp
+
+
+class custom_vjp:
+  """A function with a custom VJP rule (a forward pass saving residuals and a backward pass),
+  used by reverse-mode differentiation (`grad`, `vjp`); forward mode (`jvp`) raises.
+
+  Usage (as JAX's `custom_vjp`)::
+
+    @custom_vjp
+    def f(x, y):
+      return np.sin(x) * y
+
+    def f_fwd(x, y):
+      return f(x, y), (np.cos(x), np.sin(x), y)     # output, residuals
+
+    def f_bwd(res, g):
+      cos_x, sin_x, y = res
+      return (cos_x * g * y, sin_x * g)             # one cotangent (or None) per argument
+
+    f.defvjp(f_fwd, f_bwd)
+
+  Args:
+    fun: the primal function.
+    nondiff_argnums: positions of non-array arguments (e.g. functions); `bwd` is then called
+      as `bwd(*nondiff_args, residuals, g)` and returns cotangents for the other arguments.
+      Tracers may not be passed in these positions (UnexpectedTracerError).
+
+  Calling it raises AttributeError when no rule was defined; differentiation raises
+  TypeError/ValueError when `fwd`'s primal output or `bwd`'s cotangents do not match the
+  function's output and inputs (tree structure, shapes, dtypes).
+  """
+
+  def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+    functools.update_wrapper(self, fun)
+    self.fun = fun
+    self.nondiff_argnums = tuple(nondiff_argnums)
+    self.fwd: Callable | None = None
+    self.bwd: Callable | None = None
+    self.symbolic_zeros = False
+
+  def __get__(self, obj, objtype=None):
+    if obj is None:
+      return self
+    return functools.partial(self, obj)
+
+  def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False) -> None:
+    """Sets the rules: `fwd(*args) -> (out, residuals)` and `bwd(residuals, g) -> tuple` of
+    one cotangent per (differentiable) argument, None meaning zero. With
+    `symbolic_zeros=True`, `fwd` receives `CustomVJPPrimal(value, perturbed)` arguments and
+    `bwd` may receive `SymbolicZero` output cotangents."""
+    self.fwd = fwd
+    self.bwd = bwd
+    self.symbolic_zeros = symbolic_zeros
+
+  def __call__(self, *args, **kwargs):
+    name = _fun_name(self.fun)
+    if self.fwd is None or self.bwd is None:
+      raise AttributeError(f"No VJP defined for custom_vjp function {name} using defvjp.")
+    args = _resolve_args(self.fun, args, kwargs, "custom_vjp")
+    nondiff = _check_nondiff_argnums(self.nondiff_argnums, len(args), name, "custom_vjp")
+    for i in nondiff:
+      for leaf in tree_util.tree_leaves(args[i]):
+        if isinstance(leaf, core.Tracer):
+          raise UnexpectedTracerError(
+              f"Found a stagecraft Tracer object passed as an argument to a custom_vjp "
+              f"function ({name}) in a position indicated by nondiff_argnums as "
+              f"non-differentiable (argument {i}). Tracers cannot be passed as "
+              f"non-differentiable arguments to custom_vjp functions; instead, "
+              f"nondiff_argnums should only be used for arguments that can't be or contain "
+              f"tracers, e.g. function-valued arguments. In particular, array-valued "
+              f"arguments should typically not be indicated as nondiff_argnums.")
+    if _is_eval_trace():
+      return self.fun(*args)
+    static = {i: args[i] for i in nondiff}
+    dyn = [a for i, a in enumerate(args) if i not in static]
+    in_leaves, in_tree = _flatten(tuple(dyn))
+    in_avals = [core.get_aval(x) for x in in_leaves]
+
+    def merge(dyn_args):
+      it = iter(dyn_args)
+      return [static[i] if i in static else next(it) for i in range(len(args))]
+
+    store: dict = {}
+
+    def flat_fun(*leaves):
+      out = self.fun(*merge(_unflatten(in_tree, leaves)))
+      out_leaves, out_tree = _flatten(out)
+      store["out_tree"] = out_tree
+      return out_leaves
+
+    call_jaxpr, consts = _trace_primal(flat_fun, in_avals, name)
+    out_tree = store["out_tree"]
+    fwd = _make_flat_fwd(self, static, merge, in_tree, in_avals, out_tree,
+                         call_jaxpr.out_avals)
+    outs = custom_vjp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, fwd=fwd,
+                                  num_consts=len(consts), symbolic_zeros=self.symbolic_zeros,
+                                  name=name)
+    return _unflatten(out_tree, outs)
+
+
+def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_tree,
+                   out_avals) -> Callable:
+  """The user's fwd rule on flat primals: returns `(primal_outs, residual_leaves, bwd)`
+  where `bwd(residual_leaves, cts) -> cts_in` is the user's bwd rule on flat values."""
+  name, fwd_name = _fun_name(cv.fun), _fun_name(cv.fwd)
+  static_args = [static[i] for i in sorted(static)]
+
+  def flat_fwd(primals, nonzeros):
+    if cv.symbolic_zeros:
+      leaves = [CustomVJPPrimal(p, nz) for p, nz in zip(primals, nonzeros)]
+    else:
+      leaves = list(primals)
+    py_args = merge(_unflatten(in_tree, leaves))
+    pair = cv.fwd(*py_args)
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+      raise TypeError(
+          f"Custom VJP fwd rule {fwd_name} for function {name} must produce a pair (list or "
+          f"tuple of length two) where the first element represents the primal output "
+          f"(equal to those of the custom_vjp-decorated function {name}) and the second "
+          f"element represents residuals (i.e. values stored from the forward pass for use "
+          f"on the backward pass), but instead of a pair the fwd rule {fwd_name} produced "
+          f"{pair}.")
+    p_out, res = pair
+    p_leaves, p_tree = _flatten(p_out)
+    p_avals = [core.get_aval(p) for p in p_leaves]
+    if p_tree != out_tree:
+      raise TypeError(
+          f"Custom VJP fwd rule {fwd_name} for function {name} must produce a pair (list "
+          f"or tuple of length two) where the first element represents the primal output "
+          f"(equal to the output of the custom_vjp-decorated function {name}) and the "
+          f"second element represents residuals, but instead the fwd rule output's first "
+          f"element had container/pytree structure:\n    {_tree_str(p_tree, p_avals)}\n"
+          f"while the custom_vjp-decorated function {name} had output container/pytree "
+          f"structure:\n    {_tree_str(out_tree, out_avals)}.")
+    if any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(p_avals, out_avals)):
+      raise TypeError(
+          f"Custom VJP fwd rule {fwd_name} for function {name} must produce a pair (list "
+          f"or tuple of length two) where the first element represents the primal output "
+          f"(equal to the output of the custom_vjp-decorated function {name}) and the "
+          f"second element represents residuals, but instead the fwd rule output's first "
+          f"element had shapes/dtypes of:\n    {_tree_str(p_tree, p_avals)}\nwhile the "
+          f"custom_vjp-decorated function {name} had output shapes/dtypes of:\n"
+          f"    {_tree_str(out_tree, out_avals)}")
+    res_leaves, res_tree = _flatten(res)
+    for path, leaf in tree_util.tree_flatten_with_path(res)[0]:
+      if not core.valid_array_type(leaf):
+        raise TypeError(f"Custom VJP fwd rule {fwd_name} for function {name} returned a "
+                        f"residual of type {type(leaf).__name__} at residuals"
+                        f"{tree_util.keystr(path)}; residuals must be arrays (pytrees of "
+                        f"arrays). Pass non-array data through nondiff_argnums.")
+
+    def flat_bwd(res_leaves_, cts):
+      return _call_bwd(cv, static_args, res_tree, res_leaves_, out_tree, cts, in_tree,
+                       in_avals, name)
+    flat_bwd.__name__ = _fun_name(cv.bwd)
+    return list(p_leaves), list(res_leaves), flat_bwd
+
+  flat_fwd.__name__ = fwd_name
+  return flat_fwd
+
+
+def _call_bwd(cv: custom_vjp, static_args, res_tree, res_leaves, out_tree, cts, in_tree,
+              in_avals, name) -> list[Any]:
+  """Runs the user's bwd rule; returns one cotangent (ad.Zero for none) per flat input."""
+  if cv.symbolic_zeros:
+    cts = [SymbolicZero(c.aval) if type(c) is ad.Zero else c for c in cts]
+  else:
+    cts = [ad.instantiate_zeros(c) for c in cts]
+  py_res = _unflatten(res_tree, res_leaves)
+  py_cts = _unflatten(out_tree, cts)
+  cts_in = cv.bwd(*static_args, py_res, py_cts)
+  n_dyn = in_tree.num_children
+  if isinstance(cts_in, list) and len(cts_in) == n_dyn:
+    cts_in = tuple(cts_in)
+  bad_structure = TypeError(
+      f"Custom VJP bwd rule must produce an output with the same container (pytree) "
+      f"structure as the args tuple of the primal function, and in particular must produce "
+      f"a tuple of length equal to the number of arguments to the primal function, but got "
+      f"bwd output structure {_flatten(cts_in)[1]} for primal input structure {in_tree}.")
+  if not isinstance(cts_in, tuple) or len(cts_in) != n_dyn:
+    raise bad_structure
+  children = in_tree.children()
+  flat: list[Any] = []
+  for ct, sub in zip(cts_in, children):
+    if ct is None:
+      flat.extend([None] * sub.num_leaves)
+      continue
+    leaves, tree = optree.tree_flatten(ct, none_is_leaf=True, namespace=_NS,
+                                       is_leaf=lambda x: type(x) is SymbolicZero)
+    if tree != sub:
+      # None leaves inside a subtree are allowed where the primal has leaves.
+      leaves2, tree2 = optree.tree_flatten(ct, none_is_leaf=False, namespace=_NS,
+                                           is_leaf=lambda x: type(x) is SymbolicZero)
+      if tree2 != sub:
+        raise bad_structure
+      leaves = leaves2
+    flat.extend(leaves)
+  paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(
+      _unflatten(in_tree, [0] * in_tree.num_leaves))[0]]
+  out = []
+  for path, aval, ct in zip(paths, in_avals, flat):
+    want = ad.tangent_aval(aval)
+    if ct is None or want.dtype == dtypes.float0:
+      out.append(ad.Zero(want))
+      continue
+    if type(ct) is SymbolicZero:
+      if ct.aval.shape != want.shape or ct.aval.dtype != want.dtype:
+        raise ValueError(f"Custom VJP bwd rule produced a SymbolicZero with a shape/dtype "
+                         f"that does not match the corresponding input tangent shape/dtype: "
+                         f"at output{path} the SymbolicZero had shape/dtype "
+                         f"{ct.aval.str_short()} while the corresponding input had "
+                         f"shape/dtype {aval.str_short()}. Consider just returning a None "
+                         f"here instead of a SymbolicZero object.")
+      out.append(ad.Zero(want))
+      continue
+    got = core.get_aval(ct)
+    if got.shape != want.shape or got.dtype != want.dtype:
+      raise ValueError(f"Custom VJP bwd rule must produce an output with the same type as "
+                       f"the args tuple of the primal function, but at output{path} the bwd "
+                       f"rule produced an output of type {got.str_short()} corresponding to "
+                       f"an input of type {aval.str_short()}.")
+    out.append(ct)
+  return out
+
+
+custom_vjp_call_p = core.Primitive("custom_vjp_call")
+custom_vjp_call_p.multiple_results = True
+
+
+def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd, num_consts, symbolic_zeros,
+                         name):
+  if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
+    raise _closed_over_error("custom_vjp")
+  args, ts = primals[num_consts:], tangents[num_consts:]
+  nonzeros = [type(t) is not ad.Zero for t in ts]
+  p_out, res, bwd = fwd(list(args), nonzeros)
+  out_t_avals = [ad.tangent_aval(a) for a in call_jaxpr.out_avals]
+  lin_outs = [a.dtype != dtypes.float0 for a in out_t_avals]
+
+  def lin_bwd(res_, cts_):
+    # The bwd rule sees one cotangent per primal output; integer outputs get float0 zeros.
+    it = iter(cts_)
+    return bwd(res_, [next(it) if l else ad.Zero(a) for a, l in zip(out_t_avals, lin_outs)])
+  lin_bwd.__name__ = bwd.__name__
+
+  t_lin = custom_lin_p.bind(
+      *res, *[t for t in ts if type(t) is not ad.Zero], num_res=len(res), bwd=lin_bwd,
+      nonzeros=tuple(nonzeros), out_avals=tuple(a for a, l in zip(out_t_avals, lin_outs) if l))
+  it = iter(t_lin)
+  return p_out, [next(it) if l else ad.Zero(a) for a, l in zip(out_t_avals, lin_outs)]
+
+
+custom_vjp_call_p.def_abstract_eval(_custom_call_abstract_eval)
+custom_vjp_call_p.def_impl(_custom_call_impl)
+lowering.register_lowering(custom_vjp_call_p, _custom_call_lowering)
+ad.primitive_jvps[custom_vjp_call_p] = _custom_vjp_call_jvp
+core.pp_param_order[custom_vjp_call_p] = ("name", "call_jaxpr", "fwd", "symbolic_zeros")
+
+
+# custom_lin(*residuals, *nonzero tangents): the tangent outputs of a custom_vjp function,
+# linear in the tangents; only its transpose (the user's bwd) is ever run.
+custom_lin_p = core.Primitive("custom_lin")
+custom_lin_p.multiple_results = True
+
+
+def _custom_lin_abstract_eval(*avals, out_avals, **_):
+  return list(out_avals)
+
+
+def _custom_lin_impl(*args, **params):
+  raise TypeError("can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
+
+
+def _custom_lin_lowering(ctx, *args, **params):
+  raise TypeError("can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
+
+
+def _custom_lin_transpose(cts, *args, num_res, bwd, nonzeros, out_avals):
+  cts_in = bwd(list(args[:num_res]), list(cts))
+  return [None] * num_res + [c for c, nz in zip(cts_in, nonzeros) if nz]
+
+
+custom_lin_p.def_abstract_eval(_custom_lin_abstract_eval)
+custom_lin_p.def_impl(_custom_lin_impl)
+lowering.register_lowering(custom_lin_p, _custom_lin_lowering)
+ad.primitive_transposes[custom_lin_p] = _custom_lin_transpose
+core.pp_param_order[custom_lin_p] = ("num_res", "bwd")
