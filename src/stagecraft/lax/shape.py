@@ -18,10 +18,10 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
-from stagecraft.lax.elementwise import convert_element_type
+from stagecraft.lax.elementwise import convert_element_type, sub
 
 __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p",
            "concatenate_p", "pad_p", "iota_p",
@@ -110,6 +110,24 @@ def _broadcast_in_dim_lowering(ctx, x, *, shape, broadcast_dimensions):
 
 broadcast_in_dim_p.def_abstract_eval(_broadcast_in_dim_abstract_eval)
 lowering.register_lowering(broadcast_in_dim_p, _broadcast_in_dim_lowering)
+
+
+def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
+  """Sums `ct` over the broadcast dimensions and the dimensions that size-1 operand
+  dimensions expanded into (JAX's rule); unsorted `broadcast_dimensions` transpose back."""
+  from stagecraft.lax.reduction import reduce_sum
+  in_shape = operand.aval.shape
+  kept = [b for d, b in zip(in_shape, broadcast_dimensions) if d != 1]
+  axes = tuple(i for i in range(len(shape)) if i not in kept)
+  summed = reduce_sum(ct, axes) if axes else ct
+  # The kept dimensions come out of the sum in increasing order; the operand wants them in
+  # the order of `broadcast_dimensions`.
+  order = sorted(kept)
+  summed = transpose(summed, tuple(order.index(b) for b in kept))
+  return [reshape(summed, in_shape)]
+
+
+ad.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 
 
 def broadcast_in_dim(operand: Any, shape: Sequence[int],
@@ -212,6 +230,8 @@ def _reshape_lowering(ctx, x, *, new_sizes, dimensions):
 
 reshape_p.def_abstract_eval(_reshape_abstract_eval)
 lowering.register_lowering(reshape_p, _reshape_lowering)
+ad.deflinear(reshape_p, lambda ct, operand, *, new_sizes, dimensions: [
+    reshape(ct, operand.aval.shape)])
 
 
 def reshape(operand: Any, new_sizes: Sequence[int],
@@ -281,6 +301,8 @@ def _transpose_lowering(ctx, x, *, permutation):
 
 transpose_p.def_abstract_eval(_transpose_abstract_eval)
 lowering.register_lowering(transpose_p, _transpose_lowering)
+ad.deflinear(transpose_p, lambda ct, operand, *, permutation: [
+    transpose(ct, tuple(int(i) for i in np.argsort(permutation)))])
 
 
 def transpose(operand: Any, permutation: Sequence[int]) -> Any:
@@ -329,6 +351,8 @@ def _squeeze_lowering(ctx, x, *, dimensions):
 
 squeeze_p.def_abstract_eval(_squeeze_abstract_eval)
 lowering.register_lowering(squeeze_p, _squeeze_lowering)
+ad.deflinear(squeeze_p, lambda ct, operand, *, dimensions: [
+    reshape(ct, operand.aval.shape)])
 
 
 def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
@@ -402,6 +426,7 @@ def _rev_lowering(ctx, x, *, dimensions):
 
 rev_p.def_abstract_eval(_rev_abstract_eval)
 lowering.register_lowering(rev_p, _rev_lowering)
+ad.deflinear(rev_p, lambda ct, operand, *, dimensions: [rev_p.bind(ct, dimensions=dimensions)])
 
 
 def rev(operand: Any, dimensions: Sequence[int]) -> Any:
@@ -453,6 +478,21 @@ def _concatenate_lowering(ctx, *xs, dimension):
 
 concatenate_p.def_abstract_eval(_concatenate_abstract_eval)
 lowering.register_lowering(concatenate_p, _concatenate_lowering)
+
+
+def _concatenate_transpose(ct, *operands, dimension):
+  """Each linear operand gets its slice of `ct` along `dimension`; the others get None."""
+  from stagecraft.lax.slicing import slice_in_dim
+  cts, start = [], 0
+  for x in operands:
+    n = (x.aval if ad.is_undefined_primal(x) else core.get_aval(x)).shape[dimension]
+    cts.append(slice_in_dim(ct, start, start + n, axis=dimension)
+               if ad.is_undefined_primal(x) else None)
+    start += n
+  return cts
+
+
+ad.deflinear(concatenate_p, _concatenate_transpose)
 
 
 def concatenate(operands: Sequence[Any], dimension: int) -> Any:
@@ -526,6 +566,38 @@ pad_p.def_abstract_eval(_pad_abstract_eval)
 lowering.register_lowering(pad_p, _pad_lowering)
 
 
+def _pad_jvp(primals, tangents, *, padding_config):
+  operand, padding_value = primals
+  t_operand, t_padding_value = tangents
+  out = pad_p.bind(operand, padding_value, padding_config=padding_config)
+  # NB: a zero padding-value tangent is a literal scalar, not a materialized array.
+  t_pv = (np.zeros((), core.get_aval(operand).dtype) if type(t_padding_value) is ad.Zero
+          else t_padding_value)
+  return out, pad_p.bind(ad.instantiate_zeros(t_operand), t_pv, padding_config=padding_config)
+
+
+def _pad_transpose(ct, operand, padding_value, *, padding_config):
+  """JAX's `_pad_transpose`: the operand's cotangent is `ct` with the edge padding undone
+  (a pad by `(-lo, -hi)`: negative padding crops, and cropped elements get zeros) and the
+  interior padding skipped by a strided slice; the padding value's is the sum of the rest."""
+  from stagecraft.lax.reduction import reduce_sum
+  from stagecraft.lax.slicing import slice as slice_
+  ct_aval = core.get_aval(ct)
+  unpad = tuple((-lo, -hi, 0) for lo, hi, _ in padding_config)
+  unpadded = pad_p.bind(ct, np.zeros((), ct_aval.dtype), padding_config=unpad)
+  t_operand = slice_(unpadded, (0,) * ct_aval.ndim, core.get_aval(unpadded).shape,
+                     tuple(i + 1 for _, _, i in padding_config))
+  t_padding_value = None
+  if ad.is_undefined_primal(padding_value):
+    axes = tuple(range(ct_aval.ndim))
+    t_padding_value = sub(reduce_sum(ct, axes), reduce_sum(t_operand, axes))
+  return [t_operand if ad.is_undefined_primal(operand) else None, t_padding_value]
+
+
+ad.primitive_jvps[pad_p] = _pad_jvp
+ad.primitive_transposes[pad_p] = _pad_transpose
+
+
 def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]]) -> Any:
   """Pads `operand` with `padding_value` (JAX's lax.pad).
 
@@ -575,6 +647,7 @@ def _iota_lowering(ctx, *, dtype, shape, dimension):
 
 iota_p.def_abstract_eval(_iota_abstract_eval)
 lowering.register_lowering(iota_p, _iota_lowering)
+ad.defjvp_zero(iota_p)   # NB: iota takes no operands, so nothing is ever differentiated
 
 
 def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
