@@ -17,7 +17,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering, partial_eval as pe
+from stagecraft.interpreters import ad, lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import _compare
@@ -182,6 +182,85 @@ reduce_or = _reduce_wrapper(reduce_or_p, "logical (bool) or bitwise (integer) OR
 reduce_xor = _reduce_wrapper(reduce_xor_p, "logical (bool) or bitwise (integer) XOR",
                              "bool or integer", "False (0 for integers)")
 
+
+# -- Autodiff rules (JAX's)
+
+
+def _kept_dims(ndim: int, axes) -> tuple[int, ...]:
+  return tuple(i for i in range(ndim) if i not in axes)
+
+
+def _reduce_sum_transpose(ct, operand, *, axes):
+  from stagecraft.lax.shape import broadcast_in_dim
+  shape = operand.aval.shape
+  return [broadcast_in_dim(ct, shape, _kept_dims(len(shape), axes))]
+
+
+def _reduce_chooser_jvp(t, ans, operand, *, axes):
+  """JAX's `_reduce_chooser_jvp_rule`: the tangent at the locations of the extremum,
+  averaged over ties."""
+  from stagecraft.lax.shape import broadcast_in_dim
+  aval = core.get_aval(operand)
+  dtype = core.get_aval(t).dtype
+  location_indicators = elementwise.convert_element_type(
+      elementwise.eq(operand, broadcast_in_dim(ans, aval.shape, _kept_dims(aval.ndim, axes))),
+      dtype)
+  counts = reduce_sum(location_indicators, axes)
+  return elementwise.div(reduce_sum(elementwise.mul(t, location_indicators), axes), counts)
+
+
+def _reduce_tree_jvp(reducer: Callable, init_values: Sequence[Any], primals: Sequence[Any],
+                     tangents: Sequence[Any], axes: Sequence[int]):
+  """JAX's `_reduce_jvp`: the JVP of reducing `primals` over `axes` by a balanced tree of
+  elementwise `reducer(*xs, *ys) -> zs` applications (the reduced axes moved to the front
+  and flattened; an odd half padded with the init values). Exact with zeros in a product,
+  where dividing the product by an element is not.
+
+  Returns:
+    `(primal outputs, tangent outputs)`, lists with one entry per operand.
+  """
+  from stagecraft.lax.shape import full, pad, reshape, squeeze
+  from stagecraft.lax.slicing import slice_in_dim
+  aval = core.get_aval(primals[0])
+  non_axes = _kept_dims(aval.ndim, axes)
+  n = int(np.prod([aval.shape[a] for a in axes]))
+  out_shape = tuple(aval.shape[d] for d in non_axes)
+  new_shape = (n,) + out_shape
+  permutation = tuple(axes) + non_axes
+
+  def reduce_tree(*xs):
+    xs = [reshape(x, new_shape, permutation) for x in xs]
+    while core.get_aval(xs[0]).shape[0] > 1:
+      m = core.get_aval(xs[0]).shape[0]
+      m1 = (m + 1) // 2
+      xs1 = [slice_in_dim(x, 0, m1) for x in xs]
+      xs2 = [slice_in_dim(x, m1, None) for x in xs]
+      if m - m1 != m1:
+        config = ((0, 1, 0),) + ((0, 0, 0),) * len(out_shape)
+        xs2 = [pad(x, init, config) for x, init in zip(xs2, init_values)]
+      xs = list(reducer(*xs1, *xs2))
+    if core.get_aval(xs[0]).shape[0] == 0:
+      return [full(out_shape, init) for init in init_values]
+    return [squeeze(x, (0,)) for x in xs]
+
+  return ad.jvp_flat(reduce_tree, list(primals), list(tangents))
+
+
+def _reduce_prod_jvp(primals, tangents, *, axes):
+  operand, = primals
+  one = np.ones((), core.get_aval(operand).dtype)
+  p_out, t_out = _reduce_tree_jvp(lambda x, y: [elementwise.mul(x, y)], [one], primals,
+                                  tangents, axes)
+  return p_out[0], t_out[0]
+
+
+ad.deflinear(reduce_sum_p, _reduce_sum_transpose)
+ad.primitive_jvps[reduce_prod_p] = _reduce_prod_jvp
+ad.defjvp2(reduce_max_p, _reduce_chooser_jvp)
+ad.defjvp2(reduce_min_p, _reduce_chooser_jvp)
+for _p in (reduce_and_p, reduce_or_p, reduce_xor_p):
+  ad.defjvp_zero(_p)   # bool and integer operands: never differentiated
+
 # ---------------------------------------------------------------------------
 # argmax / argmin: params `axes` (a 1-tuple) and `index_dtype`; result never weakly typed.
 
@@ -243,6 +322,8 @@ lowering.register_lowering(argmax_p, partial(_argminmax_lowering, "GT", _max_ide
 argmin_p = Primitive("argmin")
 argmin_p.def_abstract_eval(partial(_argminmax_abstract_eval, "argmin"))
 lowering.register_lowering(argmin_p, partial(_argminmax_lowering, "LT", _min_identity))
+ad.defjvp_zero(argmax_p)
+ad.defjvp_zero(argmin_p)
 
 
 def argmax(operand: Any, axis: int, index_dtype: Any):
@@ -345,6 +426,58 @@ reduce_p = Primitive("reduce")
 reduce_p.multiple_results = True
 reduce_p.def_abstract_eval(_reduce_general_abstract_eval)
 lowering.register_lowering(reduce_p, _reduce_general_lowering)
+
+
+def _elementwise_reducer(closed: core.ClosedJaxpr) -> Callable:
+  """The scalar computation `closed` applied elementwise to arrays of one shape (what JAX
+  gets by vmapping it): its equations are bound on the arrays, which is elementwise when
+  every value in it is a scalar.
+
+  Raises:
+    NotImplementedError: if the computation makes non-scalar values or its primitives do
+      not apply elementwise to arrays.
+  """
+  def unsupported(why: str):
+    return NotImplementedError(
+        f"Differentiating the general reduce (primitive 'reduce') applies its computation "
+        f"elementwise to arrays, but {why}. Write the computation with elementwise lax "
+        f"operations on its scalar arguments (add, mul, max, select, ...).")
+
+  if any(v.aval.shape != () for e in closed.eqns for v in (*e.invars, *e.outvars)):
+    raise unsupported("the computation makes non-scalar intermediate values")
+
+  def reducer(*args):
+    shape = core.get_aval(args[0]).shape
+    try:
+      outs = core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+    except (TypeError, ValueError) as e:
+      raise unsupported(f"a primitive of it rejected array operands ({e})") from e
+    from stagecraft.lax.shape import broadcast_in_dim
+    result = []
+    for o in outs:
+      o_shape = core.get_aval(o).shape
+      if o_shape == ():   # a value that does not depend on the arguments
+        o = broadcast_in_dim(o, shape, ())
+      elif o_shape != shape:
+        raise unsupported(f"on operands of shape {shape} it returned shape {o_shape}")
+      result.append(o)
+    return result
+  return reducer
+
+
+def _reduce_general_jvp(primals, tangents, *, computation, jaxpr, dimensions):
+  """JAX's `_reduce_jvp_rule`: the JVP of a balanced tree of `computation` applications."""
+  n = len(primals) // 2
+  if any(type(t) is not ad.Zero for t in tangents[n:]):
+    raise NotImplementedError(
+        "Gradient of the general reduce (primitive 'reduce') with non-zero tangents for the "
+        "initial values is not implemented (as in JAX). Pass constant init values (the "
+        "identity of the computation) and fold the traced ones in afterwards.")
+  return _reduce_tree_jvp(_elementwise_reducer(jaxpr), primals[n:], primals[:n],
+                          tangents[:n], tuple(sorted(dimensions)))
+
+
+ad.primitive_jvps[reduce_p] = _reduce_general_jvp
 
 
 @lru_cache(maxsize=1024)

@@ -24,11 +24,13 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
-from stagecraft.lax.elementwise import _compare, add, convert_element_type, lt, select
-from stagecraft.lax.shape import canonicalize_shape, check_shapelike, expand_dims, squeeze
+from stagecraft.lax.elementwise import (_compare, add, convert_element_type, div, eq, lt, mul,
+                                        neg, select, sub)
+from stagecraft.lax.shape import (broadcast_in_dim, canonicalize_shape, check_shapelike,
+                                  expand_dims, full, iota, pad, reshape, squeeze)
 
 __all__ = ["slice_p", "dynamic_slice_p", "dynamic_update_slice_p",
            "slice", "dynamic_slice", "dynamic_update_slice", "slice_in_dim", "index_in_dim",
@@ -86,6 +88,24 @@ def _slice_lowering(ctx, x, *, start_indices, limit_indices, strides):
 
 slice_p.def_abstract_eval(_slice_abstract_eval)
 lowering.register_lowering(slice_p, _slice_lowering)
+
+
+def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides):
+  """`ct` padded with zeros back to the operand's shape; strides become interior padding
+  (JAX's rule)."""
+  shape = operand.aval.shape
+  ct_shape = core.get_aval(ct).shape
+  if strides is None or all(s == 1 for s in strides):
+    config = tuple((lo, d - hi, 0) for lo, hi, d in zip(start_indices, limit_indices, shape))
+  else:
+    real_limits = [lo + (0 if n == 0 else 1 + (n - 1) * s)
+                   for lo, n, s in zip(start_indices, ct_shape, strides)]
+    config = tuple((lo, d - hi, s - 1)
+                   for lo, hi, d, s in zip(start_indices, real_limits, shape, strides))
+  return [pad(ct, np.zeros((), core.get_aval(ct).dtype), config)]
+
+
+ad.deflinear(slice_p, _slice_transpose)
 
 
 def slice(operand: Any, start_indices: Sequence[int], limit_indices: Sequence[int],
@@ -261,6 +281,26 @@ dynamic_slice_p.def_abstract_eval(_dynamic_slice_abstract_eval)
 lowering.register_lowering(dynamic_slice_p, _dynamic_slice_lowering)
 
 
+def _dynamic_slice_jvp(primals, tangents, *, slice_sizes):
+  operand, *start_indices = primals
+  out = dynamic_slice_p.bind(operand, *start_indices, slice_sizes=slice_sizes)
+  t = tangents[0]   # NB: the integer indices have no tangent
+  if type(t) is ad.Zero:
+    return out, ad.Zero(ad.tangent_aval(core.get_aval(out)))
+  return out, dynamic_slice_p.bind(t, *start_indices, slice_sizes=slice_sizes)
+
+
+def _dynamic_slice_transpose(ct, operand, *start_indices, slice_sizes):
+  """`ct` written into zeros at the (same, clamped) start indices; the indices get none."""
+  aval = operand.aval
+  zeros = full(aval.shape, 0, core.get_aval(ct).dtype)
+  return [dynamic_update_slice_p.bind(zeros, ct, *start_indices)] + [None] * len(start_indices)
+
+
+ad.primitive_jvps[dynamic_slice_p] = _dynamic_slice_jvp
+ad.primitive_transposes[dynamic_slice_p] = _dynamic_slice_transpose
+
+
 def dynamic_slice(operand: Any, start_indices: Sequence[Any], slice_sizes: Sequence[int], *,
                   allow_negative_indices: bool | Sequence[bool] = True) -> Any:
   """The slice of static size `slice_sizes` at dynamic `start_indices`.
@@ -365,6 +405,34 @@ def _dynamic_update_slice_lowering(ctx, x, update, *start_indices):
 
 dynamic_update_slice_p.def_abstract_eval(_dynamic_update_slice_abstract_eval)
 lowering.register_lowering(dynamic_update_slice_p, _dynamic_update_slice_lowering)
+
+
+def _dynamic_update_slice_jvp(primals, tangents):
+  operand, update, *start_indices = primals
+  t_operand, t_update = tangents[:2]
+  out = dynamic_update_slice_p.bind(operand, update, *start_indices)
+  if type(t_operand) is ad.Zero and type(t_update) is ad.Zero:
+    return out, ad.Zero(ad.tangent_aval(core.get_aval(out)))
+  return out, dynamic_update_slice_p.bind(ad.instantiate_zeros(t_operand),
+                                          ad.instantiate_zeros(t_update), *start_indices)
+
+
+def _dynamic_update_slice_transpose(ct, operand, update, *start_indices):
+  """The operand gets `ct` with the updated window zeroed, the update gets that window of
+  `ct` (JAX's rule); the indices get none."""
+  update_aval = update.aval if ad.is_undefined_primal(update) else core.get_aval(update)
+  dtype = core.get_aval(ct).dtype
+  t_operand = t_update = None
+  if ad.is_undefined_primal(operand):
+    t_operand = dynamic_update_slice_p.bind(ct, full(update_aval.shape, 0, dtype),
+                                            *start_indices)
+  if ad.is_undefined_primal(update):
+    t_update = dynamic_slice_p.bind(ct, *start_indices, slice_sizes=update_aval.shape)
+  return [t_operand, t_update] + [None] * len(start_indices)
+
+
+ad.primitive_jvps[dynamic_update_slice_p] = _dynamic_update_slice_jvp
+ad.primitive_transposes[dynamic_update_slice_p] = _dynamic_update_slice_transpose
 
 
 def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any], *,
@@ -750,6 +818,31 @@ gather_p.def_abstract_eval(_gather_abstract_eval)
 lowering.register_lowering(gather_p, _gather_lowering)
 
 
+def _gather_jvp(t, operand, indices, *, dimension_numbers, slice_sizes, unique_indices,
+                indices_are_sorted, mode, fill_value):
+  # NB: out-of-bounds windows of a FILL_OR_DROP gather are constant: their tangent is 0.
+  return gather(t, indices, dimension_numbers, slice_sizes, unique_indices=unique_indices,
+                indices_are_sorted=indices_are_sorted, mode=mode, fill_value=0)
+
+
+def _gather_transpose(ct, operand, indices, *, dimension_numbers, slice_sizes,
+                      unique_indices, indices_are_sorted, mode, fill_value):
+  """A scatter-add of `ct` into zeros with the mirrored dimension numbers (JAX's rule)."""
+  dn = dimension_numbers
+  zeros = full(operand.aval.shape, 0, core.get_aval(ct).dtype)
+  scatter_dn = ScatterDimensionNumbers(
+      update_window_dims=dn.offset_dims, inserted_window_dims=dn.collapsed_slice_dims,
+      scatter_dims_to_operand_dims=dn.start_index_map,
+      operand_batching_dims=dn.operand_batching_dims,
+      scatter_indices_batching_dims=dn.start_indices_batching_dims)
+  return [scatter_add(zeros, indices, ct, scatter_dn, unique_indices=unique_indices,
+                      indices_are_sorted=indices_are_sorted, mode=mode), None]
+
+
+ad.defjvp(gather_p, _gather_jvp, None)
+ad.primitive_transposes[gather_p] = _gather_transpose
+
+
 def _default_fill_value(dtype: np.dtype):
   """JAX's gather fill: NaN (inexact), the minimum (signed), the maximum (unsigned), True."""
   if dtypes.is_inexact(dtype):
@@ -1051,6 +1144,202 @@ scatter_min = _scatter_wrapper(scatter_min_p, "takes the minimum of operand and 
                                "bool, integer or floating")
 scatter_max = _scatter_wrapper(scatter_max_p, "takes the maximum of operand and updates",
                                "bool, integer or floating")
+
+
+# -- Autodiff rules of the scatters (JAX's). The integer indices are never differentiated:
+# they get no cotangent.
+
+
+def _gather_windows(x: Any, indices: Any, dn: ScatterDimensionNumbers,
+                    updates_shape: Sequence[int], mode: GatherScatterMode) -> Any:
+  """The gather that inverts a scatter with `dn`: the windows of `x` (operand-shaped) that
+  the updates of shape `updates_shape` land on, in the updates' layout (0 for windows a
+  FILL_OR_DROP scatter drops)."""
+  gather_dn = GatherDimensionNumbers(
+      offset_dims=dn.update_window_dims, collapsed_slice_dims=dn.inserted_window_dims,
+      start_index_map=dn.scatter_dims_to_operand_dims,
+      operand_batching_dims=dn.operand_batching_dims,
+      start_indices_batching_dims=dn.scatter_indices_batching_dims)
+  slice_sizes, pos = [], 0
+  for i in range(core.get_aval(x).ndim):
+    if i in dn.inserted_window_dims or i in dn.operand_batching_dims:
+      slice_sizes.append(1)
+    else:
+      slice_sizes.append(updates_shape[dn.update_window_dims[pos]])
+      pos += 1
+  return gather(x, indices, gather_dn, slice_sizes, mode=mode, fill_value=0)
+
+
+def _zero_tangent(x: Any) -> "ad.Zero":
+  return ad.Zero(ad.tangent_aval(core.get_aval(x)))
+
+
+def _zeros_like(x: Any) -> Any:
+  aval = core.get_aval(x)
+  return full(aval.shape, 0, aval.dtype)
+
+
+def _scatter_addsub_jvp(prim, primals, tangents, **params):
+  operand, indices, updates = primals
+  t_operand, _, t_updates = tangents
+  out = prim.bind(operand, indices, updates, **params)
+  if type(t_updates) is ad.Zero:   # NB: zero updates leave the operand's tangent as it is
+    return out, t_operand
+  return out, prim.bind(ad.instantiate_zeros(t_operand), indices, t_updates, **params)
+
+
+def _scatter_addsub_transpose(prim, ct, operand, indices, updates, *, dimension_numbers,
+                              indices_are_sorted, unique_indices, mode):
+  """The operand gets `ct`; the updates get the windows of `ct` they were added to
+  (negated for scatter-sub)."""
+  t_operand = ct if ad.is_undefined_primal(operand) else None
+  t_updates = None
+  if ad.is_undefined_primal(updates):
+    t_updates = _gather_windows(ct, indices, dimension_numbers, updates.aval.shape, mode)
+    if prim is scatter_sub_p:
+      t_updates = neg(t_updates)
+  return [t_operand, None, t_updates]
+
+
+for _p in (scatter_add_p, scatter_sub_p):
+  ad.primitive_jvps[_p] = partial(_scatter_addsub_jvp, _p)
+  ad.primitive_transposes[_p] = partial(_scatter_addsub_transpose, _p)
+
+
+def _scatter_jvp(primals, tangents, *, dimension_numbers, indices_are_sorted, unique_indices,
+                 mode):
+  """JAX's `_scatter_jvp`. With `unique_indices` the tangent is the scatter of the tangents.
+  Otherwise which of several updates to one location wins is unspecified, so the winners
+  are found by scattering a distinct positive id per update and gathering the ids back;
+  the losing updates and the overwritten operand elements are masked to 0, and the primal
+  and tangent outputs are scatter-adds of the masked values (so no scatter transpose is
+  needed)."""
+  operand, indices, updates = primals
+  t_operand, _, t_updates = tangents
+  dn = dimension_numbers
+  params = dict(dimension_numbers=dn, indices_are_sorted=indices_are_sorted,
+                unique_indices=unique_indices, mode=mode)
+  t_operand, t_updates = ad.instantiate_zeros(t_operand), ad.instantiate_zeros(t_updates)
+  if unique_indices:
+    return (scatter_p.bind(operand, indices, updates, **params),
+            scatter_p.bind(t_operand, indices, t_updates, **params))
+  u_shape = core.get_aval(updates).shape
+  ids_shape = tuple(1 if i in dn.update_window_dims else d for i, d in enumerate(u_shape))
+  num_ids = int(np.prod(ids_shape))
+  id_dtype = np.dtype(np.uint32 if num_ids < np.iinfo(np.uint32).max else np.uint64)
+  ids = add(reshape(iota(id_dtype, num_ids), ids_shape), np.ones((), id_dtype))
+  update_ids = broadcast_in_dim(ids, u_shape, tuple(range(len(u_shape))))
+  scattered_ids = scatter_p.bind(full(core.get_aval(operand).shape, 0, id_dtype), indices,
+                                 update_ids, **params)
+  gathered_ids = _gather_windows(scattered_ids, indices, dn, u_shape, mode)
+  operand_kept = eq(scattered_ids, np.zeros((), id_dtype))
+  update_won = eq(update_ids, gathered_ids)
+  masked = lambda pred, x: select(pred, x, _zeros_like(x))
+  out = scatter_add_p.bind(masked(operand_kept, operand), indices,
+                           masked(update_won, updates), **params)
+  t_out = scatter_add_p.bind(masked(operand_kept, t_operand), indices,
+                             masked(update_won, t_updates), **params)
+  return out, t_out
+
+
+def _scatter_transpose(ct, operand, indices, updates, *, dimension_numbers,
+                       indices_are_sorted, unique_indices, mode):
+  """With unique indices (the only case the JVP transposes): the operand gets `ct` with the
+  overwritten windows zeroed, the updates get those windows of `ct`."""
+  if not unique_indices:
+    raise NotImplementedError(
+        "scatter transpose is only implemented where unique_indices=True. The JVP of a "
+        "scatter with possibly repeated indices is built of scatter-adds, which transpose; "
+        "transpose a scatter only when its indices are promised unique.")
+  t_operand = t_updates = None
+  u_shape = (updates.aval if ad.is_undefined_primal(updates) else core.get_aval(updates)).shape
+  if ad.is_undefined_primal(operand):
+    t_operand = scatter_p.bind(ct, indices, full(u_shape, 0, core.get_aval(ct).dtype),
+                               dimension_numbers=dimension_numbers,
+                               indices_are_sorted=indices_are_sorted, unique_indices=True,
+                               mode=mode)
+  if ad.is_undefined_primal(updates):
+    t_updates = _gather_windows(ct, indices, dimension_numbers, u_shape, mode)
+  return [t_operand, None, t_updates]
+
+
+ad.primitive_jvps[scatter_p] = _scatter_jvp
+ad.primitive_transposes[scatter_p] = _scatter_transpose
+
+
+def _scatter_mul_jvp_updates(t, operand, indices, updates, *, dimension_numbers,
+                             indices_are_sorted, unique_indices, mode):
+  if not unique_indices:
+    raise NotImplementedError(
+        "scatter_mul gradients with respect to the updates are only implemented if "
+        "unique_indices=True (as in JAX): with repeated indices the product of several "
+        "updates lands on one element. If the indices do not repeat, pass "
+        "unique_indices=True (`x.at[idx].multiply(v, unique_indices=True)`); the gradient "
+        "with respect to the operand needs no such promise.")
+  return mul(operand, scatter_add_p.bind(
+      _zeros_like(operand), indices, t, dimension_numbers=dimension_numbers,
+      indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode))
+
+
+def _scatter_mul_transpose(ct, operand, indices, updates, *, dimension_numbers,
+                           indices_are_sorted, unique_indices, mode):
+  """Linear in the operand (for fixed updates): its cotangent is `ct` scattered-multiplied
+  by the updates. The updates' (unique indices only) are the windows of `ct * operand`."""
+  params = dict(dimension_numbers=dimension_numbers, indices_are_sorted=indices_are_sorted,
+                unique_indices=unique_indices, mode=mode)
+  t_operand = t_updates = None
+  if ad.is_undefined_primal(operand):
+    t_operand = scatter_mul_p.bind(ct, indices, updates, **params)
+  if ad.is_undefined_primal(updates):
+    if not unique_indices:
+      raise NotImplementedError(
+          "scatter_mul gradients with respect to the updates are only implemented if "
+          "unique_indices=True (as in JAX). Pass unique_indices=True if the indices do not "
+          "repeat.")
+    t_updates = _gather_windows(mul(ct, operand), indices, dimension_numbers,
+                                updates.aval.shape, mode)
+  return [t_operand, None, t_updates]
+
+
+ad.defjvp(scatter_mul_p,
+          lambda t, operand, indices, updates, **params: scatter_mul_p.bind(
+              t, indices, updates, **params),
+          None, _scatter_mul_jvp_updates)
+ad.primitive_transposes[scatter_mul_p] = _scatter_mul_transpose
+
+
+def _scatter_extremal_jvp(prim, primals, tangents, *, dimension_numbers, indices_are_sorted,
+                          unique_indices, mode):
+  """JAX's `_scatter_extremal_jvp`: where several values (the operand's and updates') tie for
+  the minimum or maximum at one location, the tangent there is the average of their
+  tangents, as for reduce_max."""
+  operand, indices, updates = primals
+  t_operand, _, t_updates = tangents
+  dn = dimension_numbers
+  params = dict(dimension_numbers=dn, indices_are_sorted=indices_are_sorted,
+                unique_indices=unique_indices, mode=mode)
+  out = prim.bind(operand, indices, updates, **params)
+  t_operand, t_updates = ad.instantiate_zeros(t_operand), ad.instantiate_zeros(t_updates)
+  u_shape = core.get_aval(updates).shape
+  windows = lambda x: _gather_windows(x, indices, dn, u_shape, mode)
+  scatter_sum = lambda u: scatter_add_p.bind(_zeros_like(operand), indices, u, **params)
+  ones, zeros = full(u_shape, 1, core.get_aval(updates).dtype), _zeros_like(updates)
+  target = windows(out)
+  successful_updates = eq(updates, target)
+  retained_values = eq(windows(operand), target)
+  num_updates = windows(scatter_sum(select(successful_updates, ones, zeros)))
+  num_refs = windows(scatter_sum(ones))
+  updates_normalizer = select(retained_values, div(ones, add(num_updates, ones)),
+                              div(ones, num_updates))
+  updates_coef = select(successful_updates, updates_normalizer, zeros)
+  operand_normalizer = select(retained_values, div(ones, add(num_updates, ones)), zeros)
+  operand_coef = div(sub(operand_normalizer, ones), num_refs)
+  t_windows = add(mul(windows(t_operand), operand_coef), mul(t_updates, updates_coef))
+  return out, scatter_add_p.bind(t_operand, indices, t_windows, **params)
+
+
+ad.primitive_jvps[scatter_min_p] = partial(_scatter_extremal_jvp, scatter_min_p)
+ad.primitive_jvps[scatter_max_p] = partial(_scatter_extremal_jvp, scatter_max_p)
 
 
 def index_take(src: Any, idxs: Sequence[Any], axes: Sequence[int]) -> Any:
