@@ -18,7 +18,8 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.errors import MissingRuleError
+from stagecraft.interpreters import ad, lowering
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import utils
 from stagecraft.lax.utils import any_dtype, floating, inexact, integer, number
@@ -81,6 +82,74 @@ def _unop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
 _binop = _unop  # same construction; the arity comes from the call site
 
 
+# ---------------------------------------------------------------------------
+# Autodiff helpers: the shape and zero bookkeeping of JAX's lax.py (`_maybe_broadcast`,
+# `_unbroadcast`, `_zeros`, `_replace_zero`, `_balanced_eq`). JVP rules are written with the
+# wrappers below (neg, mul, select, ...), defined later in this module; Python scalars in
+# them take the dtype of the other operand.
+
+
+def _full_like(x: Any, value) -> Any:
+  """An array of `x`'s shape and dtype filled with `value` (not weakly typed)."""
+  from stagecraft.lax.shape import broadcast_in_dim  # NB: shape.py imports this module
+  aval = core.get_aval(x)
+  return broadcast_in_dim(np.asarray(value, aval.dtype)[()], aval.shape, ())
+
+
+def _const(x: Any, value) -> np.generic:
+  """`value` as a scalar of `x`'s dtype. NB: primal operands of rules may be Python
+  scalars, so arithmetic on them alone needs typed constants (`sub(y, _const(y, 1))`)."""
+  return np.asarray(value, core.get_aval(x).dtype)[()]
+
+
+def _zeros(x: Any) -> Any:
+  return _full_like(x, 0)
+
+
+def _out_shape(*xs: Any) -> tuple[int, ...]:
+  """The result shape of an elementwise op on `xs` (each of that shape or rank 0)."""
+  return builtins.max((core.get_aval(x).shape for x in xs), key=len)
+
+
+def _maybe_broadcast(shape: tuple[int, ...], t: Any) -> Any:
+  """Broadcasts the tangent `t` of a rank-0 operand to the result `shape`."""
+  if core.get_aval(t).shape == tuple(shape):
+    return t
+  from stagecraft.lax.shape import broadcast_in_dim
+  return broadcast_in_dim(t, shape, ())
+
+
+def _unbroadcast(aval: ShapedArray, ct: Any) -> Any:
+  """Sums the cotangent `ct` of a broadcast rank-0 operand of `aval` down to shape ()."""
+  ct_shape = core.get_aval(ct).shape
+  if ct_shape == aval.shape:
+    return ct
+  from stagecraft.lax.reduction import reduce_sum  # NB: reduction.py imports this module
+  return reduce_sum(ct, tuple(range(len(ct_shape))))
+
+
+def _aval_of(x: Any) -> ShapedArray:
+  """The aval of a transpose rule's argument, linear (UndefinedPrimal) or not."""
+  return x.aval if ad.is_undefined_primal(x) else core.get_aval(x)
+
+
+def _zero_tangent(x: Any) -> ad.Zero:
+  """The symbolic zero tangent of a primal `x` (float0 for integer and bool `x`)."""
+  return ad.Zero(ad.tangent_aval(core.get_aval(x)))
+
+
+def _replace_zero(x: Any) -> Any:
+  """`x` with its zeros replaced by ones (a safe divisor or log argument)."""
+  return select(eq(x, _const(x, 0)), _full_like(x, 1), x)
+
+
+def _balanced_eq(x: Any, z: Any, y: Any) -> Any:
+  """The share of the tangent of `z = max(x, y)` (or min) that goes to `x`: 1 where only x
+  equals z, 1/2 at ties, 0 elsewhere (JAX's `_balanced_eq`)."""
+  return div(select(eq(x, z), _full_like(z, 1), _zeros(z)),
+             select(eq(y, z), _full_like(z, 2), _full_like(z, 1)))
+
+
 def _real_dtype(dtype):
   return {dtypes.complex64: dtypes.float32, dtypes.complex128: dtypes.float64}.get(dtype, dtype)
 
@@ -94,32 +163,62 @@ def _bool_dtype(_):
 # abstract eval (accepted dtypes) and lowering.
 
 neg_p = _unop("neg", number, "stablehlo.negate")
+ad.deflinear(neg_p, lambda ct, x: [neg(ct)])
 exp_p = _unop("exp", inexact, "stablehlo.exponential")
+ad.defjvp2(exp_p, lambda t, ans, x: mul(t, ans))
 log_p = _unop("log", inexact, "stablehlo.log")
+ad.defjvp(log_p, lambda t, x: div(t, x))
 log1p_p = _unop("log1p", inexact, "stablehlo.log_plus_one")
+ad.defjvp(log1p_p, lambda t, x: div(t, add(x, 1)))
 expm1_p = _unop("expm1", inexact, "stablehlo.exponential_minus_one")
+ad.defjvp2(expm1_p, lambda t, ans, x: mul(t, add(ans, 1)))
 sqrt_p = _unop("sqrt", inexact, "stablehlo.sqrt")
+ad.defjvp2(sqrt_p, lambda t, ans, x: mul(t, div(0.5, ans)))
 rsqrt_p = _unop("rsqrt", inexact, "stablehlo.rsqrt")
+ad.defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(-0.5, div(ans, x))))
 cbrt_p = _unop("cbrt", floating, "stablehlo.cbrt")
+ad.defjvp2(cbrt_p, lambda t, ans, x: mul(t, mul(1 / 3, integer_pow(ans, -2))))
 sin_p = _unop("sin", inexact, "stablehlo.sine")
+ad.defjvp(sin_p, lambda t, x: mul(t, cos(x)))
 cos_p = _unop("cos", inexact, "stablehlo.cosine")
+ad.defjvp(cos_p, lambda t, x: neg(mul(t, sin(x))))
 tan_p = _unop("tan", inexact, "stablehlo.tan")
+ad.defjvp2(tan_p, lambda t, ans, x: mul(t, add(1, square(ans))))
 tanh_p = _unop("tanh", inexact, "stablehlo.tanh")
+ad.defjvp2(tanh_p, lambda t, ans, x: mul(add(t, mul(t, ans)), sub(1, ans)))
 asin_p = _unop("asin", inexact, "chlo.asin")
+ad.defjvp(asin_p, lambda t, x: mul(t, rsqrt(sub(1, square(x)))))
 acos_p = _unop("acos", inexact, "chlo.acos")
+ad.defjvp(acos_p, lambda t, x: mul(t, neg(rsqrt(sub(1, square(x))))))
 atan_p = _unop("atan", inexact, "chlo.atan")
+ad.defjvp(atan_p, lambda t, x: div(t, add(1, square(x))))
 sinh_p = _unop("sinh", inexact, "chlo.sinh")
+ad.defjvp(sinh_p, lambda t, x: mul(t, cosh(x)))
 cosh_p = _unop("cosh", inexact, "chlo.cosh")
+ad.defjvp(cosh_p, lambda t, x: mul(t, sinh(x)))
 asinh_p = _unop("asinh", inexact, "chlo.asinh")
+ad.defjvp(asinh_p, lambda t, x: mul(t, rsqrt(add(square(x), 1))))
 acosh_p = _unop("acosh", inexact, "chlo.acosh")
+# NB: x^2 - 1 rather than (x - 1)(x + 1), as JAX: the domain is x >= 1.
+ad.defjvp(acosh_p, lambda t, x: mul(t, rsqrt(sub(square(x), 1))))
 atanh_p = _unop("atanh", inexact, "chlo.atanh")
+ad.defjvp(atanh_p, lambda t, x: mul(reciprocal(add(1, x)), div(t, sub(1, x))))
+_TWO_OVER_SQRT_PI = 2 / float(np.sqrt(np.pi))  # NB: a Python float takes the operand's dtype
 erf_p = _unop("erf", floating, "chlo.erf")
+ad.defjvp(erf_p, lambda t, x: mul(_TWO_OVER_SQRT_PI, mul(t, exp(neg(square(x))))))
 erfc_p = _unop("erfc", floating, "chlo.erfc")
+ad.defjvp(erfc_p, lambda t, x: mul(-_TWO_OVER_SQRT_PI, mul(t, exp(neg(square(x))))))
 erf_inv_p = _unop("erf_inv", floating, "chlo.erf_inv")
+ad.defjvp2(erf_inv_p, lambda t, ans, x: mul(1 / _TWO_OVER_SQRT_PI, mul(t, exp(square(ans)))))
+# Integer-valued results: zero derivative, as JAX.
 floor_p = _unop("floor", floating, "stablehlo.floor")
+ad.defjvp_zero(floor_p)
 ceil_p = _unop("ceil", floating, "stablehlo.ceil")
+ad.defjvp_zero(ceil_p)
 is_finite_p = _unop("is_finite", floating, "stablehlo.is_finite", _bool_dtype)
+ad.defjvp_zero(is_finite_p)
 not_p = _unop("not", _int_or_bool, "stablehlo.not")
+ad.defjvp_zero(not_p)
 abs_p = _unop("abs", _abs_dtypes, "stablehlo.abs", _real_dtype)
 # NB: abs of a complex number is real (see _abs_abstract_eval); the weak type is kept.
 
@@ -129,7 +228,15 @@ def _abs_abstract_eval(x):
   return ShapedArray(x.shape, _real_dtype(x.dtype), x.weak_type)
 
 
+def _abs_jvp(t, ans, x):
+  if dtypes.is_complex(core.get_aval(x).dtype):   # d|x| = Re(conj(x) dx) / |x|
+    return real(mul(t, div(conj(x), _replace_zero(convert_element_type(
+        ans, core.get_aval(x).dtype)))))
+  return select(ge(x, 0), t, neg(t))
+
+
 abs_p.def_abstract_eval(_abs_abstract_eval)
+ad.defjvp2(abs_p, _abs_jvp)
 
 
 # exp2(x) = exp(x * ln 2), as JAX lowers it (StableHLO has no exp2).
@@ -144,6 +251,7 @@ def _exp2_lowering(ctx, x):
 
 
 lowering.register_lowering(exp2_p, _exp2_lowering)
+ad.defjvp2(exp2_p, lambda t, ans, x: mul(float(np.log(2.0)), mul(t, ans)))
 
 
 # logistic(x) = 1 / (1 + exp(-x)); StableHLO's logistic op for real dtypes.
@@ -162,6 +270,7 @@ def _logistic_lowering(ctx, x):
 
 
 lowering.register_lowering(logistic_p, _logistic_lowering)
+ad.defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(1, ans))))
 
 
 # sign: -1, 0 or 1 (x / |x| for complex); for unsigned integers, x != 0.
@@ -180,6 +289,7 @@ def _sign_lowering(ctx, x):
 
 
 lowering.register_lowering(sign_p, _sign_lowering)
+ad.defjvp_zero(sign_p)
 
 
 # round(x, rounding_method): 0 = away from zero (default), 1 = to nearest even.
@@ -194,6 +304,7 @@ def _round_lowering(ctx, x, *, rounding_method):
 
 
 lowering.register_lowering(round_p, _round_lowering)
+ad.defjvp_zero(round_p)
 
 
 # integer_pow(x, y) for a static Python int y: repeated squaring, 1/x^|y| for y < 0.
@@ -227,25 +338,134 @@ def _integer_pow_lowering(ctx, x, *, y):
   return [acc]
 
 
+def _integer_pow_jvp(t, x, *, y):
+  if y == 0:
+    return _zero_tangent(x)
+  if y == 1:
+    return t
+  if y == 2:
+    return mul(t, mul(2, x))
+  return mul(t, mul(y, integer_pow(x, y - 1)))
+
+
 integer_pow_p.def_abstract_eval(_integer_pow_abstract_eval)
 lowering.register_lowering(integer_pow_p, _integer_pow_lowering)
+ad.defjvp(integer_pow_p, _integer_pow_jvp)
 
 
 # ---------------------------------------------------------------------------
 # Binary arithmetic
 
+# The transposes of the linear ones sum the cotangent of a broadcast rank-0 operand down to
+# shape () (`_unbroadcast`); the JVPs broadcast a rank-0 operand's lone tangent up.
+
+
+def _zero_cts(*args):
+  """Symbolic zero cotangents for the linear `args` of a transpose rule (None for others)."""
+  return [ad.Zero(ad.tangent_aval(a.aval)) if ad.is_undefined_primal(a) else None
+          for a in args]
+
+
 add_p = _binop("add", number, "stablehlo.add")
+
+
+def _add_jvp(primals, tangents):
+  x, y = primals
+  tx, ty = tangents
+  out = add_p.bind(x, y)
+  shape = core.get_aval(out).shape
+  if type(tx) is ad.Zero and type(ty) is ad.Zero:
+    return out, _zero_tangent(out)
+  if type(tx) is ad.Zero:
+    return out, _maybe_broadcast(shape, ty)
+  if type(ty) is ad.Zero:
+    return out, _maybe_broadcast(shape, tx)
+  return out, add(tx, ty)
+
+
+def _add_transpose(ct, x, y):
+  if type(ct) is ad.Zero:
+    return _zero_cts(x, y)
+  return [_unbroadcast(x.aval, ct) if ad.is_undefined_primal(x) else None,
+          _unbroadcast(y.aval, ct) if ad.is_undefined_primal(y) else None]
+
+
+ad.primitive_jvps[add_p] = _add_jvp
+ad.primitive_transposes[add_p] = _add_transpose
+
 sub_p = _binop("sub", number, "stablehlo.subtract")
+
+
+def _sub_jvp(primals, tangents):
+  x, y = primals
+  tx, ty = tangents
+  out = sub_p.bind(x, y)
+  shape = core.get_aval(out).shape
+  if type(tx) is ad.Zero and type(ty) is ad.Zero:
+    return out, _zero_tangent(out)
+  if type(tx) is ad.Zero:
+    return out, _maybe_broadcast(shape, neg(ty))
+  if type(ty) is ad.Zero:
+    return out, _maybe_broadcast(shape, tx)
+  return out, sub(tx, ty)
+
+
+def _sub_transpose(ct, x, y):
+  if type(ct) is ad.Zero:
+    return _zero_cts(x, y)
+  return [_unbroadcast(x.aval, ct) if ad.is_undefined_primal(x) else None,
+          _unbroadcast(y.aval, neg(ct)) if ad.is_undefined_primal(y) else None]
+
+
+ad.primitive_jvps[sub_p] = _sub_jvp
+ad.primitive_transposes[sub_p] = _sub_transpose
+
 mul_p = _binop("mul", number, "stablehlo.multiply")
+# NB: complex cotangents are not conjugated (JAX's convention: the transpose, not the adjoint).
+ad.defbilinear(mul_p, lambda ct, x, y: _unbroadcast(x.aval, mul(ct, y)),
+               lambda ct, x, y: _unbroadcast(y.aval, mul(x, ct)))
+
 div_p = _binop("div", number, "stablehlo.divide")     # integers: rounds toward zero
+
+
+def _div_transpose(ct, x, y):
+  if ad.is_undefined_primal(y):
+    raise ValueError(f"transpose of div: the divisor {y.aval.str_short()} is a linear input, "
+                     f"but x / y is linear in x only. Differentiate with respect to y through "
+                     f"jvp/grad (whose rule handles y), not by transposing div.")
+  if type(ct) is ad.Zero:
+    return _zero_cts(x, y)
+  return [_unbroadcast(x.aval, div(ct, y)), None]
+
+
+ad.defjvp(div_p, lambda t, x, y: div(t, y),
+          lambda t, x, y: mul(mul(neg(t), x), integer_pow(y, -2)))
+ad.primitive_transposes[div_p] = _div_transpose
+
 # rem: the sign of the dividend, as C's fmod. NB: no complex (XLA's CPU compiler crashes).
 rem_p = _binop("rem", (utils._int, utils._float), "stablehlo.remainder")
+# rem(x, y) = x - y * trunc(x / y): d/dx = 1, d/dy = -trunc(x / y), as JAX.
+ad.defjvp(rem_p, lambda t, x, y: _maybe_broadcast(_out_shape(x, y), t),
+          lambda t, x, y: mul(neg(t), mul(sign(div(x, y)), floor(abs(div(x, y))))))
+
 max_p = _binop("max", any_dtype, "stablehlo.maximum")  # NaN-propagating for floats
+# At ties x == y each operand gets half the tangent (JAX's `_balanced_eq`).
+ad.defjvp2(max_p, lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
+           lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)))
 min_p = _binop("min", any_dtype, "stablehlo.minimum")
+ad.defjvp2(min_p, lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
+           lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)))
+
 atan2_p = _binop("atan2", inexact, "stablehlo.atan2")
+ad.defjvp(atan2_p, lambda t, x, y: mul(t, div(y, add(square(x), square(y)))),
+          lambda t, x, y: mul(t, div(neg(x), add(square(x), square(y)))))
+
 and_p = _binop("and", _int_or_bool, "stablehlo.and")
+ad.defjvp_zero(and_p)
 or_p = _binop("or", _int_or_bool, "stablehlo.or")
+ad.defjvp_zero(or_p)
 xor_p = _binop("xor", _int_or_bool, "stablehlo.xor")
+ad.defjvp_zero(xor_p)
 
 # pow(x, y): x floating/complex; y of x's dtype, or an integer array (JAX >= 0.4.30).
 pow_p = Primitive("pow")
@@ -269,8 +489,26 @@ def _pow_lowering(ctx, x, y):
   return [ctx.elementwise("stablehlo.power", x, y)]
 
 
+def _pow_jvp_lhs(t, ans, x, y):
+  x_dtype = core.get_aval(x).dtype
+  if dtypes.is_integer(core.get_aval(y).dtype):
+    # NB: d/dx x**0 is 0 also at x = 0 (where y * x**(y - 1) is 0 * inf), as JAX.
+    y = convert_element_type(y, x_dtype)
+    jac = select(eq(y, 0), _zeros(ans), mul(_replace_zero(y), pow(x, sub(y, 1))))
+  else:
+    jac = mul(y, pow(x, sub(y, _const(y, 1))))
+  return mul(t, jac)
+
+
+def _pow_jvp_rhs(t, ans, x, y):
+  # d/dy x**y = log(x) x**y; log(x) is replaced by 0 at x = 0 (where x**y is 0 for y > 0
+  # and the product would be -inf * 0 = NaN), as JAX.
+  return mul(t, mul(log(_replace_zero(x)), ans))
+
+
 pow_p.def_abstract_eval(_pow_abstract_eval)
 lowering.register_lowering(pow_p, _pow_lowering)
+ad.defjvp2(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
 
 
 # ---------------------------------------------------------------------------
@@ -303,6 +541,7 @@ def _cmp(name: str, direction: str, accepted) -> Primitive:
     aval = ctx.avals_in[0].update(shape=ctx.avals_out[0].shape)
     return [_compare(ctx, direction, x, y, aval)]
   lowering.register_lowering(p, rule)
+  ad.defjvp_zero(p)   # bool results: float0 tangents
   return p
 
 
@@ -360,8 +599,40 @@ def _select_n_lowering(ctx, which, *cases):
   return [tree(0, len(cases))]
 
 
+def _select_n_jvp(primals, tangents):
+  which, *cases = primals
+  case_tangents = tangents[1:]
+  out = select_n_p.bind(which, *cases)
+  nonzero = [t for t in case_tangents if type(t) is not ad.Zero]
+  if not nonzero:
+    return out, _zero_tangent(out)
+  if len(nonzero) < len(case_tangents):   # one zero array shared by the zero cases
+    zero = _zeros(nonzero[0])
+    case_tangents = [zero if type(t) is ad.Zero else t for t in case_tangents]
+  return out, select_n_p.bind(which, *case_tangents)
+
+
+def _select_n_transpose(ct, which, *cases):
+  if ad.is_undefined_primal(which):
+    raise ValueError(f"transpose of select_n: the predicate `which` "
+                     f"({which.aval.str_short()}) is a linear input, but select_n is linear in "
+                     f"its cases only. Compute `which` from primal values.")
+  if type(ct) is ad.Zero:
+    return [None, *_zero_cts(*cases)]
+  if len(cases) == 1:
+    return [None, ct]
+  zeros = _zeros(ct)
+  if core.get_aval(which).dtype == dtypes.bool_:
+    return [None, select_n(which, ct, zeros) if ad.is_undefined_primal(cases[0]) else None,
+            select_n(which, zeros, ct) if ad.is_undefined_primal(cases[1]) else None]
+  return [None, *[select_n(eq(which, i), zeros, ct) if ad.is_undefined_primal(c) else None
+                  for i, c in enumerate(cases)]]
+
+
 select_n_p.def_abstract_eval(_select_n_abstract_eval)
 lowering.register_lowering(select_n_p, _select_n_lowering)
+ad.primitive_jvps[select_n_p] = _select_n_jvp
+ad.primitive_transposes[select_n_p] = _select_n_transpose
 
 # ---------------------------------------------------------------------------
 # convert_element_type(x, new_dtype, weak_type): casts; float -> bool is x != 0; complex
@@ -391,8 +662,24 @@ def _convert_element_type_lowering(ctx, x, *, new_dtype, weak_type):
   return ctx.op("stablehlo.convert", [x], [out], operand_avals=[src])
 
 
+def _convert_element_type_jvp(t, ans, x, *, new_dtype, weak_type):
+  if not dtypes.is_inexact(new_dtype):   # to integer or bool: float0, as JAX
+    return _zero_tangent(ans)
+  return convert_element_type_p.bind(t, new_dtype=new_dtype, weak_type=weak_type)
+
+
+def _convert_element_type_transpose(ct, x, *, new_dtype, weak_type):
+  # Converting back to the input's dtype and weak type is the transpose (complex -> real
+  # takes the real part, real -> complex adds 0j), as JAX.
+  if type(ct) is ad.Zero or not dtypes.is_inexact(x.aval.dtype):
+    return [ad.Zero(ad.tangent_aval(x.aval))]
+  return [convert_element_type_p.bind(ct, new_dtype=x.aval.dtype, weak_type=x.aval.weak_type)]
+
+
 convert_element_type_p.def_abstract_eval(_convert_element_type_abstract_eval)
 lowering.register_lowering(convert_element_type_p, _convert_element_type_lowering)
+ad.defjvp2(convert_element_type_p, _convert_element_type_jvp)
+ad.primitive_transposes[convert_element_type_p] = _convert_element_type_transpose
 
 
 # ---------------------------------------------------------------------------
@@ -587,6 +874,10 @@ shift_right_arithmetic_p = _nary("shift_right_arithmetic", integer,
                                  "stablehlo.shift_right_arithmetic")
 population_count_p = _unop("population_count", integer, "stablehlo.popcnt")
 clz_p = _unop("clz", integer, "stablehlo.count_leading_zeros")
+for _p in (shift_left_p, shift_right_logical_p, shift_right_arithmetic_p, population_count_p,
+           clz_p):
+  ad.defjvp_zero(_p)   # integer results: float0 tangents
+del _p
 
 
 def shift_left(x: Any, y: Any):
@@ -735,6 +1026,7 @@ def _bitcast_convert_type_lowering(ctx, x, *, new_dtype):
 
 bitcast_convert_type_p.def_abstract_eval(_bitcast_convert_type_abstract_eval)
 lowering.register_lowering(bitcast_convert_type_p, _bitcast_convert_type_lowering)
+ad.defjvp_zero(bitcast_convert_type_p)   # as JAX, also between float dtypes
 
 
 def bitcast_convert_type(operand: Any, new_dtype: Any):
@@ -786,8 +1078,24 @@ def _clamp_lowering(ctx, min, x, max):
   return [ctx.elementwise("stablehlo.clamp", *_broadcast_operands(ctx, (min, x, max)))]
 
 
+# JAX's JVP: the tangent of the operand passes where min < x < max (strictly: at a bound
+# neither gets it); that of min where x < min < max, that of max where max < x.
+def _clamp_jvp_min(t, min, x, max):
+  return select(bitwise_and(gt(min, x), lt(min, max)), _maybe_broadcast(_out_shape(x), t),
+                _zeros(x))
+
+
+def _clamp_jvp_operand(t, min, x, max):
+  return select(bitwise_and(gt(x, min), lt(x, max)), t, _zeros(x))
+
+
+def _clamp_jvp_max(t, min, x, max):
+  return select(lt(max, x), _maybe_broadcast(_out_shape(x), t), _zeros(x))
+
+
 clamp_p.def_abstract_eval(_clamp_abstract_eval)
 lowering.register_lowering(clamp_p, _clamp_lowering)
+ad.defjvp(clamp_p, _clamp_jvp_min, _clamp_jvp_operand, _clamp_jvp_max)
 
 
 def clamp(min: Any, x: Any, max: Any):
@@ -819,6 +1127,16 @@ def clamp(min: Any, x: Any, max: Any):
 # to chlo.next_after). NaN if either is NaN; y if x == y; from +-0.0 the smallest subnormal.
 # NB: XLA's CPU float32 expansion steps from -smallest_subnormal to +0.0 (C: -0.0), as JAX.
 nextafter_p = _nary("nextafter", floating, "chlo.next_after")
+
+
+def _nextafter_jvp(primals, tangents):
+  raise MissingRuleError(
+      "Primitive 'nextafter' is not differentiable (JAX defines no derivative for it "
+      "either): its result steps by one unit in the last place. Apply lax.stop_gradient to "
+      "its operands to treat the result as a constant.")
+
+
+ad.primitive_jvps[nextafter_p] = _nextafter_jvp
 
 
 def nextafter(x1: Any, x2: Any):
@@ -871,6 +1189,8 @@ def _reduce_precision_lowering(ctx, x, *, exponent_bits, mantissa_bits):
 
 reduce_precision_p.def_abstract_eval(_reduce_precision_abstract_eval)
 lowering.register_lowering(reduce_precision_p, _reduce_precision_lowering)
+# Linear, as JAX treats it: the tangent and the cotangent are rounded alike.
+ad.deflinear(reduce_precision_p, lambda ct, x, **params: [reduce_precision_p.bind(ct, **params)])
 
 
 def reduce_precision(operand: Any, exponent_bits: int, mantissa_bits: int):
@@ -911,7 +1231,9 @@ _f64 = ("float64", lambda d: d == dtypes.float64)
 _complex_elem = (_f32, _f64)
 
 real_p = _unop("real", (utils._complex,), "stablehlo.real", _real_dtype)
+ad.deflinear(real_p, lambda ct, x: [complex(ct, np.zeros((), core.get_aval(ct).dtype))])
 imag_p = _unop("imag", (utils._complex,), "stablehlo.imag", _real_dtype)
+ad.deflinear(imag_p, lambda ct, x: [complex(np.zeros((), core.get_aval(ct).dtype), neg(ct))])
 
 complex_p = Primitive("complex")
 complex_p.def_abstract_eval(_nary_abstract_eval("complex", _complex_elem, _complex_of.get))
@@ -924,7 +1246,31 @@ def _complex_lowering(ctx, x, y):
                 operand_avals=[a.update(shape=shape) for a in ctx.avals_in])
 
 
+def _complex_jvp(primals, tangents):
+  x, y = primals
+  tx, ty = tangents
+  out = complex_p.bind(x, y)
+  shape = core.get_aval(out).shape
+  if type(tx) is ad.Zero and type(ty) is ad.Zero:
+    return out, _zero_tangent(out)
+  # A zero part stays a rank-0 constant (broadcast by complex), not a materialized array.
+  if type(tx) is ad.Zero:
+    tx = np.zeros((), core.get_aval(ty).dtype)
+  elif type(ty) is ad.Zero:
+    ty = np.zeros((), core.get_aval(tx).dtype)
+  return out, _maybe_broadcast(shape, complex(tx, ty))
+
+
+def _complex_transpose(ct, x, y):
+  if type(ct) is ad.Zero:
+    return _zero_cts(x, y)
+  return [_unbroadcast(x.aval, real(ct)) if ad.is_undefined_primal(x) else None,
+          _unbroadcast(y.aval, imag(neg(ct))) if ad.is_undefined_primal(y) else None]
+
+
 lowering.register_lowering(complex_p, _complex_lowering)
+ad.primitive_jvps[complex_p] = _complex_jvp
+ad.primitive_transposes[complex_p] = _complex_transpose
 
 conj_p = Primitive("conj")
 
@@ -947,8 +1293,15 @@ def _conj_lowering(ctx, x, *, input_dtype):
   return ctx.op("stablehlo.complex", [x, y], operand_avals=[part, part])
 
 
+def _conj_transpose(ct, x, *, input_dtype):
+  if dtypes.is_complex(input_dtype):
+    return [conj(ct)]
+  return [real(ct)]   # a real input was widened to complex: the transpose takes the real part
+
+
 conj_p.def_abstract_eval(_conj_abstract_eval)
 lowering.register_lowering(conj_p, _conj_lowering)
+ad.deflinear(conj_p, _conj_transpose)
 
 
 def real(x: Any):

@@ -18,7 +18,7 @@ import numpy as np
 
 from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import broadcast_operand
 from stagecraft.lax.shape import canonicalize_shape
@@ -114,6 +114,7 @@ def _threefry2x32_lowering(ctx, key1, key2, x1, x2):
 
 threefry2x32_p.def_abstract_eval(_threefry2x32_abstract_eval)
 lowering.register_lowering(threefry2x32_p, _threefry2x32_lowering)
+ad.defjvp_zero(threefry2x32_p)   # uint32 bits: float0 tangents
 
 
 def threefry2x32(key1: Any, key2: Any, x1: Any, x2: Any) -> list[Any]:
@@ -183,6 +184,7 @@ def _iota_2x32_shape_lowering(ctx, *, shape):
 
 iota_2x32_shape_p.def_abstract_eval(_iota_2x32_shape_abstract_eval)
 lowering.register_lowering(iota_2x32_shape_p, _iota_2x32_shape_lowering)
+ad.defjvp_zero(iota_2x32_shape_p)
 
 
 def iota_2x32_shape(shape: Sequence[int]) -> list[Any]:
@@ -259,6 +261,7 @@ def _rng_bit_generator_lowering(ctx, key, *, shape, dtype, algorithm):
 
 rng_bit_generator_p.def_abstract_eval(_rng_bit_generator_abstract_eval)
 lowering.register_lowering(rng_bit_generator_p, _rng_bit_generator_lowering)
+ad.defjvp_zero(rng_bit_generator_p)
 
 
 def rng_bit_generator(key: Any, shape: Sequence[int], dtype: Any = np.uint32,
