@@ -8,6 +8,7 @@ formulas are JAX's, so values agree with JAX's `nn` to rounding. Weight initiali
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 from stagecraft import dtypes, lax
 from stagecraft import numpy as jnp
 from stagecraft.api import jit
+from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.nn import initializers  # noqa: F401
 from stagecraft.numpy.lax_numpy import promote_dtypes_inexact
 from stagecraft.scipy.special import _masked, logsumexp
@@ -37,9 +39,14 @@ def identity(x: Any):
   return jnp.asarray(x)
 
 
+@custom_jvp
 @jit
 def relu(x: Any):
   """Rectified linear unit `max(x, 0)` (JAX's `nn.relu`); NaN stays NaN.
+
+  Its derivative is taken to be 0 at `x == 0` (JAX's custom rule; see Bertoin et al.,
+  "Numerical influence of ReLU'(0) on backpropagation", NeurIPS 2021), not the 1/2 that
+  `maximum` gives at a tie.
 
   Examples:
     >>> import numpy as np
@@ -49,10 +56,18 @@ def relu(x: Any):
   return jnp.maximum(x, 0)
 
 
+relu.defjvps(lambda g, ans, x: lax.select(x > 0, g, lax.full_like(g, 0)))
+
+
+@custom_jvp
 @jit
 def relu6(x: Any):
-  """`min(max(x, 0), 6)` (JAX's `nn.relu6`)."""
+  """`min(max(x, 0), 6)` (JAX's `nn.relu6`); its derivative is taken to be 0 at 0 and at 6
+  (JAX's custom rule)."""
   return jnp.minimum(jnp.maximum(x, 0), 6.)
+
+
+relu6.defjvps(lambda g, ans, x: lax.select((x > 0) & (x < 6), g, lax.full_like(g, 0)))
 
 
 @jit
@@ -247,6 +262,9 @@ def softmax(x: Any, axis: Any = -1, where: Any = None):
   Returns:
     `T[*s]`, summing to 1 along `axis`.
 
+  The derivative is JAX's custom rule `y * (t - sum(y * t, axis))` with `y = softmax(x)`,
+  which neither differentiates through the max shift nor overflows for large inputs.
+
   Examples:
     >>> import numpy as np
     >>> softmax(np.array([0., 1000.], np.float32))
@@ -254,14 +272,26 @@ def softmax(x: Any, axis: Any = -1, where: Any = None):
   """
   # NB: not jitted, as in JAX (whose comment says jit changed numerics in a test).
   x = jnp.asarray(x)
-  axis = _axes(axis, x.ndim)
+  where = None if where is None else jnp.asarray(where)
+  return _softmax(x, _axes(axis, x.ndim), where)
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(1,))
+def _softmax(x, axis, where):
   x_safe = _masked(x, where, -np.inf)
   x_max = jnp.max(x_safe, axis, initial=-np.inf, keepdims=True)
-  unnormalized = jnp.exp(x_safe - lax.stop_gradient(x_max))
+  unnormalized = jnp.exp(x_safe - x_max)
   result = unnormalized / jnp.sum(_masked(unnormalized, where, 0), axis, keepdims=True)
   if where is not None:
     result = jnp.where(where, result, 0)
   return result
+
+
+@_softmax.defjvp
+def _softmax_jvp(axis, primals, tangents):
+  (x, where), (x_dot, _) = primals, tangents
+  y = _softmax(x, axis, where)
+  return y, y * (x_dot - jnp.sum(_masked(y * x_dot, where, 0), axis, keepdims=True))
 
 
 def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = False):
@@ -407,13 +437,18 @@ def hard_silu(x: Any):
 hard_swish = hard_silu
 
 
+@custom_jvp
 @jit
 def log1mexp(x: Any):
   """`log(1 - exp(-x))` for `x > 0`, accurate at both ends (JAX's `nn.log1mexp`): `log(-expm1(-x))`
-  below `log 2`, `log1p(-exp(-x))` above (Maechler 2012)."""
+  below `log 2`, `log1p(-exp(-x))` above (Maechler 2012). Its derivative is JAX's custom
+  rule `1 / expm1(x)`."""
   x = jnp.asarray(x)
   c = jnp.log(2.0)
   return jnp.where(x < c, jnp.log(-jnp.expm1(-x)), jnp.log1p(-jnp.exp(-x)))
+
+
+log1mexp.defjvps(lambda g, ans, x: g / jnp.expm1(x))
 
 
 tanh = jnp.tanh

@@ -4,6 +4,7 @@ primitives and registers no rules."""
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import operator
 from typing import Any, Sequence
@@ -12,6 +13,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
+from stagecraft.custom_derivatives import SymbolicZero, custom_jvp
 from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
 
@@ -1038,10 +1040,36 @@ def logaddexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   Returns:
     Array of the broadcast shape and promoted inexact dtype; NaN if either is NaN, and
     `inf`/`-inf` handled as NumPy does (`logaddexp(-inf, -inf) == -inf`).
+
+  Derivatives (real inputs) are JAX's custom rule `t1 * exp(x1 - out) + t2 * exp(x2 - out)`
+  with `+inf` replaced by 0 in `x1`, `x2` and `out`, so that they stay finite where an
+  input is infinite.
   """
   x1, x2 = _inexact_args("logaddexp", x1, x2)
   if dtypes.is_complex(_dtype(x1)):
     return log(add(exp(x1), exp(x2)))
+  return _logaddexp(x1, x2)
+
+
+def _replace_inf(x):
+  """`x` with `+inf` replaced by 0 (JAX's helper for the logaddexp derivatives)."""
+  return lax.select(lax.eq(x, _c(x, np.inf)), _full_c(x, 0), x)
+
+
+def _logaddexp_tangent(exp_fn, t1, t2, x1, x2, out):
+  """`t1 * exp_fn(x1 - out) + t2 * exp_fn(x2 - out)`, leaving out symbolic zero tangents."""
+  out_safe = _replace_inf(out)
+  acc = None
+  for t, x in ((t1, x1), (t2, x2)):
+    if type(t) is SymbolicZero:
+      continue
+    term = lax.mul(t, exp_fn(lax.sub(_replace_inf(x), out_safe)))
+    acc = term if acc is None else lax.add(acc, term)
+  return SymbolicZero(core.get_aval(out)) if acc is None else acc
+
+
+@custom_jvp
+def _logaddexp(x1, x2):
   amax = lax.max(x1, x2)
   delta = lax.sub(x1, x2)
   # NB: delta is NaN for equal infinities; x1 + x2 then gives the right inf (or NaN).
@@ -1049,15 +1077,36 @@ def logaddexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
                     lax.add(amax, lax.log1p(lax.exp(lax.neg(lax.abs(delta))))))
 
 
+def _logaddexp_jvp(primals, tangents):
+  out = _logaddexp(*primals)
+  return out, _logaddexp_tangent(lax.exp, *tangents, *primals, out)
+
+
+_logaddexp.defjvp(_logaddexp_jvp, symbolic_zeros=True)
+
+
 def logaddexp2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """log2(2**x1 + 2**x2) without overflow; see `logaddexp`."""
+  """log2(2**x1 + 2**x2) without overflow; see `logaddexp` (derivatives too, with `exp2`)."""
   x1, x2 = _inexact_args("logaddexp2", x1, x2)
   if dtypes.is_complex(_dtype(x1)):
     return log2(add(exp2(x1), exp2(x2)))
+  return _logaddexp2(x1, x2)
+
+
+@custom_jvp
+def _logaddexp2(x1, x2):
   amax = lax.max(x1, x2)
   delta = lax.sub(x1, x2)
   tail = lax.div(lax.log1p(lax.exp2(lax.neg(lax.abs(delta)))), _c(x1, np.log(2)))
   return lax.select(lax.ne(delta, delta), lax.add(x1, x2), lax.add(amax, tail))
+
+
+def _logaddexp2_jvp(primals, tangents):
+  out = _logaddexp2(*primals)
+  return out, _logaddexp_tangent(lax.exp2, *tangents, *primals, out)
+
+
+_logaddexp2.defjvp(_logaddexp2_jvp, symbolic_zeros=True)
 
 
 def hypot(x1: ArrayLike, x2: ArrayLike, /) -> Array:
@@ -1096,12 +1145,31 @@ radians, degrees = deg2rad, rad2deg
 
 
 def sinc(x: ArrayLike, /) -> Array:
-  """The normalized sinc function `sin(pi x) / (pi x)`, 1 at 0."""
+  """The normalized sinc function `sin(pi x) / (pi x)`, 1 at 0.
+
+  Derivatives of every order are exact at 0 too: there the value comes from the Maclaurin
+  series of `sin(y) / y` at `y = pi x`, whose k-th derivative is JAX's custom rule
+  (`(-1)**(k/2) / (k + 1)` for even k, 0 for odd k).
+  """
   x, = _inexact_args("sinc", x)
   eq_zero = lax.eq(x, _c(x, 0))
   pi_x = lax.mul(x, _c(x, np.pi))
   safe = lax.select(eq_zero, _full_c(x, 1), pi_x)
-  return lax.select(eq_zero, _full_c(x, 1), lax.div(lax.sin(safe), safe))
+  return lax.select(eq_zero, _sinc_maclaurin(0, pi_x), lax.div(lax.sin(safe), safe))
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(0,))
+def _sinc_maclaurin(k, x):
+  """The k-th derivative of `sin(y) / y` at `y = 0`, shaped like `x` (whose tangent, by the
+  custom rule, is the (k+1)-th derivative times the tangent of x)."""
+  zero = lax.mul(x, _c(x, 0))
+  return zero if k % 2 else lax.add(zero, _c(x, (-1) ** (k // 2) / (k + 1)))
+
+
+@_sinc_maclaurin.defjvp
+def _sinc_maclaurin_jvp(k, primals, tangents):
+  (x,), (t,) = primals, tangents
+  return _sinc_maclaurin(k, x), lax.mul(_sinc_maclaurin(k + 1, x), t)
 
 
 def heaviside(x1: ArrayLike, x2: ArrayLike, /) -> Array:
@@ -1413,10 +1481,18 @@ def frexp(x: ArrayLike, /) -> tuple[Array, Array]:
   """Mantissa in [0.5, 1) (with x's sign) and integer exponent with `x = m * 2**e`;
   (x, 0) for 0, inf and NaN. NB: XLA's CPU backend flushes subnormal inputs to zero.
 
+  The derivative of the mantissa is `t * 2**-e` (JAX's custom rule); the exponent has a
+  zero (float0) derivative.
+
   Raises:
     TypeError: for complex inputs.
   """
   x, = _inexact_args("frexp", x, allow_complex=False)
+  return _frexp(x)
+
+
+@custom_jvp
+def _frexp(x):
   dt = _dtype(x)
   calc = dt if dt in (dtypes.float32, dtypes.float64) else dtypes.float32
   xc = lax.convert_element_type(x, calc)
@@ -1442,6 +1518,14 @@ def frexp(x: ArrayLike, /) -> tuple[Array, Array]:
   m = lax.select(special, xc, m)
   e = lax.select(special, lax.broadcast_in_dim(np.zeros((), idt), _shape(e), ()), e)
   return lax.convert_element_type(m, dt), lax.convert_element_type(e, dtypes.int32)
+
+
+@_frexp.defjvp
+def _frexp_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  m, e = _frexp(x)
+  m_dot = lax.mul(t, lax.exp2(lax.neg(lax.convert_element_type(e, _dtype(t)))))
+  return (m, e), (m_dot, np.zeros(_shape(e), dtypes.float0))
 
 
 def nan_to_num(x: ArrayLike, copy: bool = True, nan: ArrayLike = 0.0,
@@ -2595,6 +2679,9 @@ def resize(a: ArrayLike, new_shape: int | Sequence[int]) -> Array:
 def i0(x: ArrayLike, /) -> Array:
   """The modified Bessel function of the first kind, order 0: `exp(|x|) * i0e(|x|)`.
 
+  Its derivative is 0 at `x == 0` (JAX's custom rule: `|x|` has no derivative there, and
+  `i0` is even, so its derivative vanishes at 0).
+
   Raises:
     ValueError: for complex input.
   """
@@ -2602,8 +2689,21 @@ def i0(x: ArrayLike, /) -> Array:
   x = _arr(x)
   if not dtypes.is_float(_dtype(x)):
     raise ValueError(f"Unsupported input type to stagecraft.numpy.i0: {_dtype(x)}")
+  return _i0(x)
+
+
+@custom_jvp
+def _i0(x):
   ax = lax.abs(x)
   return lax.mul(lax.exp(ax), lax.bessel_i0e(ax))
+
+
+@_i0.defjvp
+def _i0_jvp(primals, tangents):
+  from stagecraft.api import jvp
+  (x,), (t,) = primals, tangents
+  out, t_out = jvp(_i0.fun, (x,), (t,))
+  return out, lax.select(lax.eq(x, _c(x, 0)), _full_c(t_out, 0), t_out)
 
 
 def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Array:
