@@ -15,6 +15,7 @@ from stagecraft.lax.special import *  # noqa: F401,F403
 from stagecraft.lax.windowed import *  # noqa: F401,F403
 from stagecraft.lax.sort import *  # noqa: F401,F403
 from stagecraft.lax.cumulative import *  # noqa: F401,F403
+from stagecraft.lax.associative_scan import associative_scan  # noqa: F401
 from stagecraft.lax.random_bits import *  # noqa: F401,F403
 from stagecraft.lax.ad_util import *  # noqa: F401,F403
 from stagecraft.lax import control_flow as _control_flow

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.interpreters.lowering import ir_type
-from stagecraft.lax import utils
+from stagecraft.lax import elementwise, utils
+from stagecraft.lax.associative_scan import associative_scan
 from stagecraft.lax.elementwise import _compare
 from stagecraft.lax.windowed import emit_reduce_window
 from stagecraft.lax.reduction import (_max_identity, _min_identity, _prod_identity,
@@ -104,6 +105,35 @@ cummax_p = _cumulative("cummax", "stablehlo.maximum", _max_identity, _real)
 cummin_p = _cumulative("cummin", "stablehlo.minimum", _min_identity, _real)
 cumlogsumexp_p = _cumulative("cumlogsumexp", _logaddexp_region, _logaddexp_identity,
                              utils.floating)
+
+
+# -- Autodiff rules (JAX's). cumsum is linear; its transpose sums the other way. The others'
+# JVPs are the JVPs of `associative_scan` with their binary op, whose steps (slices, pads,
+# the op) are differentiable any number of times where reduce_window is not.
+
+
+def _logaddexp(a: Any, b: Any) -> Any:
+  """log(exp(a) + exp(b)) composed of lax ops as `_logaddexp_region` computes it (`a + b`
+  where `a - b` is NaN: infinities of one sign, or a NaN)."""
+  amax = elementwise.max(a, b)
+  delta = elementwise.sub(a, b)
+  finite = elementwise.add(amax, elementwise.log1p(elementwise.exp(
+      elementwise.neg(elementwise.abs(delta)))))
+  return elementwise.select(elementwise.ne(delta, delta), elementwise.add(a, b), finite)
+
+
+def _cumulative_jvp(combine_fn, primals, tangents, *, axis, reverse):
+  fun = lambda x: [associative_scan(combine_fn, x, reverse=reverse, axis=axis)]
+  p_out, t_out = ad.jvp_flat(fun, primals, tangents)
+  return p_out[0], t_out[0]
+
+
+ad.deflinear(cumsum_p, lambda ct, x, *, axis, reverse: [
+    cumsum_p.bind(ct, axis=axis, reverse=not reverse)])
+ad.primitive_jvps[cumprod_p] = partial(_cumulative_jvp, elementwise.mul)
+ad.primitive_jvps[cummax_p] = partial(_cumulative_jvp, elementwise.max)
+ad.primitive_jvps[cummin_p] = partial(_cumulative_jvp, elementwise.min)
+ad.primitive_jvps[cumlogsumexp_p] = partial(_cumulative_jvp, _logaddexp)
 
 
 def _cumulative_wrapper(p: Primitive, what: str, dtypes_doc: str, extra: str = ""):

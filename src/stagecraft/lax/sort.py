@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import dtypes
+from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 
 __all__ = ["sort_p", "top_k_p", "sort", "sort_key_val", "top_k", "approx_max_k", "approx_min_k"]
@@ -133,6 +133,36 @@ sort_p = Primitive("sort")
 sort_p.multiple_results = True
 sort_p.def_abstract_eval(_sort_abstract_eval)
 lowering.register_lowering(sort_p, _sort_lowering)
+
+
+def _take_along(t: Any, idx: Any, axis: int) -> Any:
+  """`t[..., idx, ...]` elementwise along `axis` (`take_along_axis`): one gather whose other
+  dimensions are batching dimensions. `idx` has the shape of the result."""
+  from stagecraft.lax.shape import expand_dims
+  from stagecraft.lax.slicing import GatherDimensionNumbers, gather
+  ndim = core.get_aval(t).ndim
+  batch = tuple(d for d in range(ndim) if d != axis)
+  dnums = GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(axis,),
+                                 start_index_map=(axis,), operand_batching_dims=batch,
+                                 start_indices_batching_dims=batch)
+  return gather(t, expand_dims(idx, (ndim,)), dnums, (1,) * ndim,
+                mode="promise_in_bounds")
+
+
+def _sort_jvp(primals, tangents, *, dimension, is_stable, num_keys):
+  """JAX's `_sort_jvp`: sort an iota along with the operands to get the permutation, and
+  gather every nonzero tangent through it."""
+  from stagecraft.lax.shape import broadcasted_iota
+  shape = core.get_aval(primals[0]).shape
+  index_dtype = np.int32 if shape[dimension] < np.iinfo(np.int32).max else np.int64
+  iota = broadcasted_iota(index_dtype, shape, dimension)
+  *outs, perm = sort_p.bind(*primals, iota, dimension=dimension, is_stable=is_stable,
+                            num_keys=num_keys)
+  return outs, [t if type(t) is ad.Zero else _take_along(t, perm, dimension)
+                for t in tangents]
+
+
+ad.primitive_jvps[sort_p] = _sort_jvp
 
 
 def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: int = 1) -> Any:
@@ -263,6 +293,17 @@ top_k_p = Primitive("top_k")
 top_k_p.multiple_results = True
 top_k_p.def_abstract_eval(_top_k_abstract_eval)
 lowering.register_lowering(top_k_p, _top_k_lowering)
+
+
+def _top_k_jvp(primals, tangents, *, k, axis):
+  """JAX's rule: the operand's tangent gathered at the returned indices; the indices have
+  none."""
+  values, indices = top_k_p.bind(*primals, k=k, axis=axis)
+  return [values, indices], [_take_along(tangents[0], indices, axis),
+                             ad.Zero(ad.tangent_aval(core.get_aval(indices)))]
+
+
+ad.primitive_jvps[top_k_p] = _top_k_jvp
 
 
 def top_k(operand: Any, k: int, *, axis: int = -1) -> tuple[Any, Any]:
