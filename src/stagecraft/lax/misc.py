@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 from stagecraft.lax import utils
 
 __all__ = ["optimization_barrier_p", "optimization_barrier", "platform_dependent", "composite",
@@ -19,6 +19,26 @@ optimization_barrier_p.def_abstract_eval(lambda *avals: list(avals))
 lowering.register_lowering(
     optimization_barrier_p,
     lambda ctx, *xs: ctx.op("stablehlo.optimization_barrier", list(xs)) if xs else [])
+
+
+def _optimization_barrier_jvp(primals, tangents):
+  # Primals and tangents each pass a barrier of their own (one joint barrier would make the
+  # primal outputs depend on the tangents, which linearize cannot split).
+  nz = [t for t in tangents if type(t) is not ad.Zero]
+  outs = optimization_barrier_p.bind(*primals)
+  it = iter(optimization_barrier_p.bind(*nz) if nz else [])
+  return outs, [t if type(t) is ad.Zero else next(it) for t in tangents]
+
+
+def _optimization_barrier_transpose(cts, *args):
+  nz = [c for c in cts if type(c) is not ad.Zero]
+  outs = iter(optimization_barrier_p.bind(*nz))
+  return [None if not ad.is_undefined_primal(a) else (c if type(c) is ad.Zero else next(outs))
+          for a, c in zip(args, cts)]
+
+
+ad.primitive_jvps[optimization_barrier_p] = _optimization_barrier_jvp
+ad.primitive_transposes[optimization_barrier_p] = _optimization_barrier_transpose
 
 
 def optimization_barrier(operand: Any) -> Any:
@@ -82,6 +102,7 @@ def _rng_uniform_lowering(ctx, a, b, *, shape):
 
 rng_uniform_p.def_abstract_eval(_rng_uniform_abstract_eval)
 lowering.register_lowering(rng_uniform_p, _rng_uniform_lowering)
+ad.defjvp_zero(rng_uniform_p)
 
 
 def rng_uniform(a: Any, b: Any, shape: tuple[int, ...]) -> Any:

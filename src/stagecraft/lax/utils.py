@@ -97,7 +97,11 @@ def convert_scalars(*args: Any) -> list[Any]:
       target = core.get_aval(a).dtype
       break
   if target is None:
-    return list(args)
+    # Only Python scalars: those of different kinds (2 and 0.5) meet at their weak result
+    # type, as inside derivative rules that scale a value by an integer constant.
+    if len({type(a) for a in args}) < 2:
+      return list(args)
+    target = dtypes.result_type(*args)
   out = []
   for a in args:
     t = type(a)
