@@ -10,8 +10,14 @@ gives NaNs, as in JAX. `triangular_solve` lowers to `stablehlo.triangular_solve`
 expands on every backend. Supported dtypes: float32, float64, complex64, complex128. Other
 platforms (cuSOLVER) are not implemented.
 
-`qr`, `lu_pivots_to_permutation` and the permutation output of `lu` are compositions here
-(JAX has `qr_p`, and a third `lu_p` output computed with a loop, which needs control flow).
+`qr` is a primitive, as in JAX, so that it is differentiated as a whole (JAX's `qr_jvp_rule`);
+it lowers to geqrf and householder_product. `lu_pivots_to_permutation` and the permutation
+output of `lu` are compositions here (JAX has a third `lu_p` output computed with a loop,
+which needs control flow).
+
+Derivatives follow JAX: JVP rules for cholesky, eigh, lu, qr, svd and triangular_solve
+(whose transpose in `b` is another triangular solve); geqrf and householder_product are not
+differentiable, as in JAX (differentiate `qr` instead).
 """
 from __future__ import annotations
 
@@ -21,11 +27,15 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.lowering import ir_type
+from stagecraft.lax import elementwise as ew
+from stagecraft.lax import reduction, shape, slicing
+from stagecraft.lax.dot import Precision, dot_general
 from stagecraft.lax.elementwise import _compare
 
-__all__ = ["cholesky_p", "lu_p", "geqrf_p", "householder_product_p", "eigh_p", "svd_p",
+__all__ = ["cholesky_p", "lu_p", "geqrf_p", "householder_product_p", "qr_p", "eigh_p", "svd_p",
            "triangular_solve_p", "cholesky", "lu", "lu_pivots_to_permutation", "geqrf",
            "householder_product", "qr", "eigh", "svd", "triangular_solve"]
 
@@ -139,6 +149,113 @@ def _batch(aval: ShapedArray) -> tuple[int, ...]:
   return aval.shape[:-2]
 
 
+def _inline(ctx, fun, avals, args) -> list[str]:
+  """Emits the lowering of `fun(*avals)` (a composition of stagecraft.lax ops, traced to a
+  jaxpr) at the current point of `ctx`'s function; returns its outputs' names."""
+  jaxpr, consts = pe.trace_to_jaxpr(lambda *xs: list(fun(*xs)), list(avals))
+  const_names = []
+  for c in consts:
+    c = np.asarray(c)
+    name = ctx.fb.fresh()
+    ctx.fb.emit(f"{name} = stablehlo.constant {lowering.dense_array(c)} : "
+                f"{ir_type(ShapedArray(c.shape, c.dtype))}")
+    const_names.append(name)
+  return lowering.jaxpr_subcomp(ctx.fb, jaxpr, const_names, list(args))
+
+
+# ---------------------------------------------------------------------------
+# Matrix helpers for the derivative rules (written with stagecraft.lax, so that the rules
+# themselves are differentiable: higher-order derivatives differentiate them again).
+
+
+def _shape_of(x) -> tuple[int, ...]:
+  return core.get_aval(x).shape
+
+
+def _dtype_of(x) -> np.dtype:
+  return core.get_aval(x).dtype
+
+
+def _T(x):
+  """Transposes the trailing two axes."""
+  nd = len(_shape_of(x))
+  return shape.transpose(x, (*range(nd - 2), nd - 1, nd - 2))
+
+
+def _H(x):
+  """The conjugate transpose of the trailing two axes."""
+  xt = _T(x)
+  return ew.conj(xt) if dtypes.is_complex(_dtype_of(x)) else xt
+
+
+def _mm(a, b):
+  """Batched matrix product `a[..., m, k] @ b[..., k, n]` at full precision."""
+  nb = len(_shape_of(a)) - 2
+  batch = tuple(range(nb))
+  return dot_general(a, b, (((nb + 1,), (nb,)), (batch, batch)),
+                     precision=(Precision.HIGHEST, Precision.HIGHEST))
+
+
+def _matrix_const(c: np.ndarray, shp: tuple[int, ...], dtype) -> Any:
+  """The host matrix `c` (shape `shp[-2:]`) broadcast over the batch dims of `shp`."""
+  c = np.asarray(c, dtype)
+  if c.shape == tuple(shp):
+    return c
+  nd = len(shp)
+  return shape.broadcast_in_dim(c, tuple(shp), (nd - 2, nd - 1))
+
+
+def _tri(x, k: int, lower: bool):
+  """`x` with the entries outside the lower (`j - i <= k`) or upper (`j - i >= k`) triangle
+  set to zero (numpy's tril/triu over the trailing two axes)."""
+  shp = _shape_of(x)
+  m, n = shp[-2:]
+  mask = np.tri(m, n, k, dtype=bool) if lower else ~np.tri(m, n, k - 1, dtype=bool)
+  if mask.all():
+    return x
+  return ew.select(_matrix_const(mask, shp, np.bool_), x, shape.full(shp, 0, _dtype_of(x)))
+
+
+def _tril(x, k: int = 0):
+  return _tri(x, k, True)
+
+
+def _triu(x, k: int = 0):
+  return _tri(x, k, False)
+
+
+def _eye_like(shp, dtype):
+  return _matrix_const(np.eye(shp[-2], shp[-1]), tuple(shp), dtype)
+
+
+def _extract_diagonal(x):
+  """The diagonal `[..., n]` of square matrices `x[..., n, n]` (linear in x)."""
+  shp = _shape_of(x)
+  return reduction.reduce_sum(ew.mul(x, _eye_like(shp, _dtype_of(x))), (len(shp) - 1,))
+
+
+def _rows(v, n: int):
+  """`v[..., k]` broadcast to `[..., n, k]`: entry `[i, j]` is `v[j]` (NumPy's v[..., None, :])."""
+  shp = _shape_of(v)
+  nb = len(shp) - 1
+  return shape.broadcast_in_dim(v, (*shp[:-1], n, shp[-1]), (*range(nb), nb + 1))
+
+
+def _cols(v, n: int):
+  """`v[..., k]` broadcast to `[..., k, n]`: entry `[i, j]` is `v[i]` (v[..., :, None])."""
+  shp = _shape_of(v)
+  nb = len(shp) - 1
+  return shape.broadcast_in_dim(v, (*shp[:-1], shp[-1], n), tuple(range(nb + 1)))
+
+
+def _astype(x, dtype):
+  return x if _dtype_of(x) == dtype else ew.convert_element_type(x, dtype)
+
+
+def _real_part(x):
+  return ew.real(x) if dtypes.is_complex(_dtype_of(x)) else x
+
+
 # ---------------------------------------------------------------------------
 # cholesky: the lower Cholesky factor L of a Hermitian positive-definite matrix (potrf).
 
@@ -160,9 +277,24 @@ def _cholesky_lowering(ctx, x):
   return [_select(ctx, _triangle_mask(ctx, aval, True), f, ctx.constant(0, aval), aval)]
 
 
+def _cholesky_jvp(primals, tangents):
+  """JAX's rule (Murray, "Differentiation of the Cholesky decomposition", arXiv:1602.07527):
+  `dL = L phi(L^-1 dA L^-H)`, phi taking the lower triangle with the diagonal halved."""
+  x, = primals
+  t, = tangents
+  L = cholesky_p.bind(x)
+  shp = _shape_of(x)
+  n = shp[-1]
+  phi = _matrix_const(np.tri(n, n) - 0.5 * np.eye(n), shp, _dtype_of(x))
+  tmp = triangular_solve(L, t, left_side=False, transpose_a=True, conjugate_a=True, lower=True)
+  inner = triangular_solve(L, tmp, left_side=True, transpose_a=False, lower=True)
+  return L, _mm(L, ew.mul(inner, phi))
+
+
 cholesky_p = Primitive("cholesky")
 cholesky_p.def_abstract_eval(_cholesky_abstract_eval)
 lowering.register_lowering(cholesky_p, _cholesky_lowering)
+ad.primitive_jvps[cholesky_p] = _cholesky_jvp
 
 
 def _symmetrize(x):
@@ -217,10 +349,53 @@ def _lu_lowering(ctx, x):
   return [_nan_if_failed(ctx, info, info_aval, f, aval, "GE"), piv]
 
 
+def _permutation_matrix(perm, dtype):
+  """The one-hot matrix `P[..., i, j] = (perm[..., i] == j)` (so `P @ a == a[perm]`)."""
+  shp = _shape_of(perm)
+  m = shp[-1]
+  full = (*shp, m)
+  rows = shape.broadcast_in_dim(perm, full, tuple(range(len(shp))))
+  cols = shape.broadcasted_iota(dtypes.int32, full, len(shp))
+  return ew.convert_element_type(ew.eq(rows, cols), dtype)
+
+
+def _lu_jvp(primals, tangents):
+  """JAX's `_lu_jvp_rule` (De Hoog, Anderssen, Lukas, "Differentiation of matrix functionals
+  using triangular factorization"): with `X = L^-1 P dA U^-1`,
+  `dLU = L tril(X, -1) + triu(X) U`. The pivots have zero (float0) tangents."""
+  a, = primals
+  a_dot, = tangents
+  lu_, pivots = lu_p.bind(a)
+  shp = _shape_of(a)
+  dtype = _dtype_of(a)
+  nd = len(shp)
+  m, n = shp[-2:]
+  k = min(m, n)
+  batch = shp[:-2]
+  zero = np.zeros((), dtype)[()]
+  no_pad = [(0, 0, 0)] * (nd - 2)
+  l = slicing.slice(lu_, (0,) * nd, (*batch, m, k))
+  l = shape.pad(_tril(l, -1), zero, [*no_pad, (0, 0, 0), (0, m - k, 0)])
+  l = ew.add(l, _eye_like((*batch, m, m), dtype))
+  u = slicing.slice(lu_, (0,) * nd, (*batch, k, n))
+  u = shape.pad(_triu(u), zero, [*no_pad, (0, n - k, 0), (0, 0, 0)])
+  u_eye = np.pad(np.eye(n - k), ((k, 0), (k, 0)))
+  if n > k:
+    u = ew.add(u, _matrix_const(u_eye, (*batch, n, n), dtype))
+  perm = lu_pivots_to_permutation(pivots, m)
+  pa_dot = _mm(_permutation_matrix(perm, dtype), a_dot)
+  la = triangular_solve(l, pa_dot, left_side=True, transpose_a=False, lower=True,
+                        unit_diagonal=True)
+  lau = triangular_solve(u, la, left_side=False, transpose_a=False, lower=False)
+  lu_dot = ew.add(_mm(l, _tril(lau, -1)), _mm(_triu(lau), u))
+  return [lu_, pivots], [lu_dot, ad.Zero(ad.tangent_aval(core.get_aval(pivots)))]
+
+
 lu_p = Primitive("lu")
 lu_p.multiple_results = True
 lu_p.def_abstract_eval(_lu_abstract_eval)
 lowering.register_lowering(lu_p, _lu_lowering)
+ad.primitive_jvps[lu_p] = _lu_jvp
 
 
 def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Any:
@@ -327,20 +502,21 @@ def householder_product(a: Any, taus: Any) -> Any:
   return householder_product_p.bind(a, taus)
 
 
-def qr(x: Any, *, full_matrices: bool = True) -> tuple[Any, Any]:
-  """QR decomposition `x = Q @ R` (via geqrf and householder_product, as JAX lowers it).
+# qr(x): params full_matrices; outputs q `T[..., m, k]` and r `T[..., k, n]`, k = m if
+# full_matrices else min(m, n). Lowered as JAX lowers it: geqrf, then householder_product.
 
-  Args:
-    x: `T[..., m, n]`.
-    full_matrices: Q `[..., m, m]` and R `[..., m, n]`; else Q `[..., m, k]` and R
-      `[..., k, n]` with `k = min(m, n)`.
 
-  Returns:
-    `(q, r)`, r upper triangular.
-  """
-  from stagecraft.lax import elementwise as ew, shape, slicing
+def _qr_abstract_eval(x: ShapedArray, *, full_matrices):
+  _check_matrix("qr", x)
+  m, n = x.shape[-2:]
+  k = m if full_matrices else min(m, n)
+  b = _batch(x)
+  return [ShapedArray((*b, m, k), x.dtype), ShapedArray((*b, k, n), x.dtype)]
+
+
+def _qr_composition(x, *, full_matrices):
+  """q, r from geqrf and householder_product (JAX's `_qr_lowering`)."""
   aval = core.get_aval(x)
-  _check_matrix("qr", aval)
   m, n = aval.shape[-2:]
   nb = aval.ndim - 2
   r, taus = geqrf(x)
@@ -352,11 +528,111 @@ def qr(x: Any, *, full_matrices: bool = True) -> tuple[Any, Any]:
   else:
     q = householder_product(r, taus)
     r = slicing.slice(r, (0,) * aval.ndim, (*_batch(aval), n, n))
-  raval = core.get_aval(r)
-  rows = shape.broadcasted_iota(dtypes.int32, raval.shape, nb)
-  cols = shape.broadcasted_iota(dtypes.int32, raval.shape, nb + 1)
-  r = ew.select(ew.le(rows, cols), r, shape.full(raval.shape, 0, raval.dtype))
-  return q, r
+  return q, _triu(r)
+
+
+def _qr_lowering(ctx, x, *, full_matrices):
+  return _inline(ctx, lambda v: _qr_composition(v, full_matrices=full_matrices),
+                 ctx.avals_in, [x])
+
+
+def _thin_qr_jvp(q, r, dx):
+  """JAX's `_thin_qr_jvp` for `x[..., m, n] = q r` with m >= n (J. Townsend, "Differentiating
+  the QR decomposition"): with `C = q^H dx r^-1` and `dO` the skew-Hermitian part built from
+  its strict lower triangle, `dq = q (dO - C) + dx r^-1` and `dr = (C - dO) r`."""
+  dx_rinv = triangular_solve(r, dx)  # dx r^-1 (right side, upper)
+  qt_dx_rinv = _mm(_H(q), dx_rinv)
+  lower = _tril(qt_dx_rinv, -1)
+  do = ew.sub(lower, _H(lower))  # skew-Hermitian
+  if dtypes.is_complex(_dtype_of(q)):  # the imaginary part of the diagonal, for complex inputs
+    shp = _shape_of(qt_dx_rinv)
+    imag_part = ew.sub(qt_dx_rinv, _astype(ew.real(qt_dx_rinv), _dtype_of(q)))
+    do = ew.add(do, ew.mul(_eye_like(shp, _dtype_of(q)), imag_part))
+  dq = ew.add(_mm(q, ew.sub(do, qt_dx_rinv)), dx_rinv)
+  dr = _mm(ew.sub(qt_dx_rinv, do), r)
+  return dq, dr
+
+
+def _solve_adjoint(a, b):
+  """Solves `a^H x = b` for square `a` by LU with partial pivoting (primal values only)."""
+  lu_, pivots = lu_p.bind(a)
+  y = triangular_solve(lu_, b, left_side=True, lower=False, transpose_a=True,
+                       conjugate_a=True)
+  y = triangular_solve(lu_, y, left_side=True, lower=True, transpose_a=True, conjugate_a=True,
+                       unit_diagonal=True)
+  perm = lu_pivots_to_permutation(pivots, _shape_of(a)[-1])
+  # a[perm] = L U, so a^H = U^H L^H P and x = P^T y.
+  return _mm(_T(_permutation_matrix(perm, _dtype_of(a))), y)
+
+
+def _qr_jvp(primals, tangents, *, full_matrices):
+  """JAX's `qr_jvp_rule`: the thin rule on the leading square block for wide matrices (with
+  `dR2 = dQ^H X2 + Q^H dX2`), and for full_matrices with m > n the completion of dQ from
+  Roberts and Roberts, arXiv:2409.13374 (eqs. 32-33)."""
+  x, = primals
+  dx, = tangents
+  q, r = qr_p.bind(x, full_matrices=full_matrices)
+  shp = _shape_of(x)
+  nd = len(shp)
+  batch = shp[:-2]
+  m, n = shp[-2:]
+  dtype = _dtype_of(x)
+  zero_idx = (0,) * nd
+
+  def cols(v, lo, hi):
+    vs = _shape_of(v)
+    return slicing.slice(v, (*zero_idx[:-1], lo), (*vs[:-1], hi))
+
+  def rows(v, lo, hi):
+    vs = _shape_of(v)
+    return slicing.slice(v, (*zero_idx[:-2], lo, 0), (*vs[:-2], hi, vs[-1]))
+
+  if m < n:
+    dq, dr1 = _thin_qr_jvp(q, cols(r, 0, m), cols(dx, 0, m))
+    dr2 = ew.add(_mm(_H(dq), cols(x, m, n)), _mm(_H(q), cols(dx, m, n)))
+    return [q, r], [dq, shape.concatenate([dr1, dr2], nd - 1)]
+  q_mn = cols(q, 0, n) if full_matrices else q
+  r_nn = rows(r, 0, n) if full_matrices else r
+  dq_mn, dr_nn = _thin_qr_jvp(q_mn, r_nn, dx)
+  if not full_matrices or m == n:
+    return [q, r], [dq_mn, dr_nn]
+  q_nn, q_pn, q_mp = rows(q_mn, 0, n), rows(q_mn, n, m), cols(q, n, m)
+  dq_nn, dq_pn = rows(dq_mn, 0, n), rows(dq_mn, n, m)
+  # Eq. 33: Z_pn = Q_pn (Q_nn - I)^-1, from (Q_nn - I)^H Z_pn^H = Q_pn^H.
+  z_pn_h = _solve_adjoint(ew.sub(q_nn, _eye_like((*batch, n, n), dtype)), _H(q_pn))
+  z_pn = _H(z_pn_h)
+  # Eq. 32: dQ_mp = dQ_mn Z_pn^H - (Q_mn + Q_mp Z_pn) (dQ_pn - Z_pn dQ_nn)^H.
+  dq_mp = ew.sub(_mm(dq_mn, z_pn_h),
+                 _mm(ew.add(q_mn, _mm(q_mp, z_pn)), _H(ew.sub(dq_pn, _mm(z_pn, dq_nn)))))
+  dq = shape.concatenate([dq_mn, dq_mp], nd - 1)
+  zero = np.zeros((), dtype)[()]
+  dr = shape.pad(dr_nn, zero, [(0, 0, 0)] * (nd - 2) + [(0, m - n, 0), (0, 0, 0)])
+  return [q, r], [dq, dr]
+
+
+qr_p = Primitive("qr")
+qr_p.multiple_results = True
+qr_p.def_abstract_eval(_qr_abstract_eval)
+lowering.register_lowering(qr_p, _qr_lowering)
+ad.primitive_jvps[qr_p] = _qr_jvp
+
+
+def qr(x: Any, *, full_matrices: bool = True) -> tuple[Any, Any]:
+  """QR decomposition `x = Q @ R` (the `qr` primitive; lowered via geqrf and
+  householder_product, as in JAX).
+
+  Args:
+    x: `T[..., m, n]`, T in float32, float64, complex64, complex128.
+    full_matrices: Q `[..., m, m]` and R `[..., m, n]`; else Q `[..., m, k]` and R
+      `[..., k, n]` with `k = min(m, n)`.
+
+  Returns:
+    `(q, r)`, q with orthonormal columns, r upper triangular.
+
+  Raises:
+    TypeError: for other dtypes. ValueError: for rank < 2 input.
+  """
+  return tuple(qr_p.bind(x, full_matrices=bool(full_matrices)))
 
 
 # ---------------------------------------------------------------------------
@@ -383,10 +659,36 @@ def _eigh_lowering(ctx, x, *, lower, sort_eigenvalues, subset_by_index):
           _nan_if_failed(ctx, info, info_aval, w, w_aval)]
 
 
+def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues, subset_by_index):
+  """JAX's `_eigh_jvp_rule` (nondegenerate perturbation theory; Giles, "An extended
+  collection of matrix derivative results", 2008): with `S = V^H dA V`,
+  `dw = real(diag(S))` and `dV = V (F * S)`, `F[i, j] = 1 / (w[j] - w[i])` off the diagonal
+  and 0 on it. Repeated eigenvalues give infinite or NaN eigenvector tangents, as in JAX."""
+  a, = primals
+  a_dot, = tangents
+  shp = _shape_of(a)
+  n = shp[-1]
+  if not (subset_by_index is None or tuple(subset_by_index) == (0, n)):
+    raise NotImplementedError("Derivatives not defined for partial eigen decomposition.")
+  v, w_real = eigh_p.bind(a, lower=lower, sort_eigenvalues=sort_eigenvalues,
+                          subset_by_index=subset_by_index)
+  dtype = _dtype_of(a)
+  w = _astype(w_real, dtype)
+  eye = _eye_like(shp, dtype)
+  # NB: 1 / (eye + w[j] - w[i]) - eye: finite on the diagonal without a select.
+  diffs = ew.add(eye, ew.sub(_rows(w, n), _cols(w, n)))
+  fmat = ew.sub(ew.div(shape.full(shp, 1, dtype), diffs), eye)
+  vdag_adot_v = _mm(_mm(_H(v), a_dot), v)
+  dv = _mm(v, ew.mul(fmat, vdag_adot_v))
+  dw = _extract_diagonal(_real_part(vdag_adot_v))
+  return [v, w_real], [dv, dw]
+
+
 eigh_p = Primitive("eigh")
 eigh_p.multiple_results = True
 eigh_p.def_abstract_eval(_eigh_abstract_eval)
 lowering.register_lowering(eigh_p, _eigh_lowering)
+ad.primitive_jvps[eigh_p] = _eigh_jvp
 
 
 def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True,
@@ -462,10 +764,65 @@ def _svd_lowering(ctx, x, *, full_matrices, compute_uv, subset_by_index):
   return outs
 
 
+def _svd_jvp(primals, tangents, *, full_matrices, compute_uv, subset_by_index):
+  """JAX's `_svd_jvp_rule` (Townsend, "Differentiating the singular value decomposition",
+  2016): with `dS = U^H dA V`, `ds = real(diag(dS))`; the singular vectors' tangents use
+  `F[i, j] = 1 / (s[j]^2 - s[i]^2)` (0 on the diagonal) plus, for non-square matrices, the
+  components outside the span of U (or V). Repeated singular values give infinite tangents.
+
+  Raises:
+    NotImplementedError: for `compute_uv` with `full_matrices` on non-square matrices (as
+      JAX; pass `full_matrices=False`).
+  """
+  A, = primals
+  dA, = tangents
+  shp = _shape_of(A)
+  m, n = shp[-2:]
+  if compute_uv and full_matrices and m != n:
+    raise NotImplementedError(
+        "Singular value decomposition JVP not implemented for full matrices: the tangents "
+        "of the extra singular vectors are not unique. Differentiate svd(x, "
+        "full_matrices=False) instead.")
+  s, U, Vt = svd_p.bind(A, full_matrices=False, compute_uv=True,
+                        subset_by_index=subset_by_index)
+  dtype = _dtype_of(A)
+  k = min(m, n)
+  Ut, V = _H(U), _H(Vt)
+  dS = _mm(_mm(Ut, dA), V)
+  ds = _extract_diagonal(_real_part(dS))
+  if not compute_uv:
+    return [s], [ds]
+  s_row, s_col = _rows(s, k), _cols(s, k)  # s[j] and s[i] at [i, j]
+  rdtype = _dtype_of(s)
+  eye_r = _eye_like((*shp[:-2], k, k), rdtype)
+  s_diffs = ew.mul(ew.add(s_row, s_col), ew.sub(s_row, s_col))
+  F = _astype(ew.sub(ew.div(shape.full(_shape_of(s_diffs), 1, rdtype), ew.add(s_diffs, eye_r)),
+                     eye_r), dtype)
+  dSS = ew.mul(_astype(s_row, dtype), dS)   # dS diag(s)
+  SdS = ew.mul(_astype(s_col, dtype), dS)   # diag(s) dS
+  s_zeros = ew.convert_element_type(ew.eq(s, np.zeros((), rdtype)[()]), rdtype)
+  s_inv = ew.sub(ew.div(shape.full(_shape_of(s), 1, rdtype), ew.add(s, s_zeros)), s_zeros)
+  s_inv_mat = ew.mul(_cols(s_inv, k), eye_r)
+  half = np.asarray(0.5, dtype)[()]
+  dUdV_diag = ew.mul(ew.mul(ew.sub(dS, _H(dS)), half), _astype(s_inv_mat, dtype))
+  dU = _mm(U, ew.add(ew.mul(F, ew.add(dSS, _H(dSS))), dUdV_diag))
+  dV = _mm(V, ew.mul(F, ew.add(SdS, _H(SdS))))
+  if m > n:
+    dAV = _mm(dA, V)
+    inv_s = _astype(ew.div(shape.full((*shp[:-2], m, k), 1, rdtype), _rows(s, m)), dtype)
+    dU = ew.add(dU, ew.mul(ew.sub(dAV, _mm(U, _mm(Ut, dAV))), inv_s))
+  if n > m:
+    dAHU = _mm(_H(dA), U)
+    inv_s = _astype(ew.div(shape.full((*shp[:-2], n, k), 1, rdtype), _rows(s, n)), dtype)
+    dV = ew.add(dV, ew.mul(ew.sub(dAHU, _mm(V, _mm(Vt, dAHU))), inv_s))
+  return [s, U, Vt], [ds, dU, _H(dV)]
+
+
 svd_p = Primitive("svd")
 svd_p.multiple_results = True
 svd_p.def_abstract_eval(_svd_abstract_eval)
 lowering.register_lowering(svd_p, _svd_lowering)
+ad.primitive_jvps[svd_p] = _svd_jvp
 
 
 def svd(x: Any, *, full_matrices: bool = True, compute_uv: bool = True,
@@ -534,9 +891,49 @@ def _triangular_solve_lowering(ctx, a, b, *, left_side, lower, transpose_a, conj
                       f"{b_(unit_diagonal)}, transpose_a = #stablehlo<transpose {t}>")
 
 
+def _triangular_solve_jvp_a(g_a, ans, a, b, *, left_side, lower, transpose_a, conjugate_a,
+                            unit_diagonal):
+  """JAX's `_triangular_solve_jvp_rule_a`: `dX = -op(A)^-1 op(dA) X` (left side) or
+  `-X op(dA) op(A)^-1`, with dA restricted to the triangle the solve reads, in whichever
+  order of product and solve is cheaper."""
+  m, n = _shape_of(b)[-2:]
+  k = 1 if unit_diagonal else 0
+  g_a = _tril(g_a, -k) if lower else _triu(g_a, k)
+  g_a = ew.neg(g_a)
+  g_a = _T(g_a) if transpose_a else g_a
+  g_a = ew.conj(g_a) if conjugate_a and dtypes.is_complex(_dtype_of(g_a)) else g_a
+
+  def a_inverse(rhs):
+    return triangular_solve(a, rhs, left_side=left_side, lower=lower, transpose_a=transpose_a,
+                            conjugate_a=conjugate_a, unit_diagonal=unit_diagonal)
+
+  if left_side:
+    return a_inverse(_mm(g_a, ans)) if m > n else _mm(a_inverse(g_a), ans)
+  return a_inverse(_mm(ans, g_a)) if m < n else _mm(ans, a_inverse(g_a))
+
+
+def _triangular_solve_jvp_b(g_b, ans, a, b, **params):
+  return triangular_solve_p.bind(a, g_b, **params)
+
+
+def _triangular_solve_transpose(ct, a, b, *, left_side, lower, transpose_a, conjugate_a,
+                                unit_diagonal):
+  """Linear in `b` (like division, swapped): the transpose solves with `op(a)^T`."""
+  if ad.is_undefined_primal(a):
+    raise ValueError("triangular_solve is not linear in `a`; it can be transposed in `b` "
+                     "only.")
+  if type(ct) is ad.Zero:
+    return [None, ad.Zero(b.aval)]
+  return [None, triangular_solve_p.bind(a, ct, left_side=left_side, lower=lower,
+                                        transpose_a=not transpose_a, conjugate_a=conjugate_a,
+                                        unit_diagonal=unit_diagonal)]
+
+
 triangular_solve_p = Primitive("triangular_solve")
 triangular_solve_p.def_abstract_eval(_triangular_solve_abstract_eval)
 lowering.register_lowering(triangular_solve_p, _triangular_solve_lowering)
+ad.defjvp2(triangular_solve_p, _triangular_solve_jvp_a, _triangular_solve_jvp_b)
+ad.primitive_transposes[triangular_solve_p] = _triangular_solve_transpose
 
 
 def triangular_solve(a: Any, b: Any, left_side: bool = False, lower: bool = False,
