@@ -121,12 +121,34 @@ def _jit_transpose(cts, *args, jaxpr: ClosedJaxpr, name: str):
   return [next(it) if u else None for u in undefined]
 
 
+_dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _jit_dce(used_outs, eqn):
+  # Unused outputs of a call, and the work and inputs only they needed, go.
+  if not any(used_outs):
+    return [False] * len(eqn.invars), None
+  closed = eqn.params["jaxpr"]
+
+  def make():
+    j, used_ins = pe.dce_jaxpr(closed.jaxpr, used_outs)
+    return ClosedJaxpr(j, []), used_ins
+  new_closed, used_ins = _memo(_dce_cache, closed, tuple(used_outs), make)
+  if all(used_outs) and all(used_ins):
+    return used_ins, eqn
+  return used_ins, eqn.replace(
+      invars=[v for v, u in zip(eqn.invars, used_ins) if u],
+      outvars=[v for v, u in zip(eqn.outvars, used_outs) if u],
+      params={**eqn.params, "jaxpr": new_closed})
+
+
 jit_p.def_abstract_eval(_jit_abstract_eval)
 jit_p.def_impl(_jit_impl)
 lowering.register_lowering(jit_p, _jit_lowering)
 ad.primitive_jvps[jit_p] = _jit_jvp
 ad.partial_eval_rules[jit_p] = _jit_partial_eval
 ad.primitive_transposes[jit_p] = _jit_transpose
+pe.dce_rules[jit_p] = _jit_dce
 core.pp_param_order[jit_p] = ("name", "jaxpr")
 
 

@@ -298,6 +298,11 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
     unknown_vars.update(v for v, u in zip(eqn.outvars, out_unknowns) if u)
   out_unknown = [(type(v) is Var and v in unknown_vars) or inst
                  for v, inst in zip(jaxpr.outvars, instantiate)]
+  # Dead tangent work (e.g. a JVP whose result a stop_gradient drops) goes, and with it the
+  # residuals only it read; the known side is pruned to what remains needed below.
+  unknown_eqns = pe.dce_jaxpr(
+      Jaxpr([], [], [v for v, u in zip(jaxpr.outvars, out_unknown) if u], unknown_eqns),
+      [True] * sum(out_unknown))[0].eqns
   # Residuals: known variables read by unknown equations or returned as unknown outputs.
   res: list[Var] = []
   seen: set[Var] = set()
@@ -309,6 +314,7 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
       res.append(v)
   known = Jaxpr(jaxpr.constvars, [v for v, u in zip(jaxpr.invars, unknowns) if not u],
                 [*[v for v, u in zip(jaxpr.outvars, out_unknown) if not u], *res], known_eqns)
+  known = pe.dce_jaxpr(known, [True] * len(known.outvars), instantiate=True)[0]
   sub = {v: Var(v.aval) for v in res}
   unknown_eqns = [e.replace(invars=[sub.get(v, v) if type(v) is Var else v for v in e.invars])
                   for e in unknown_eqns]
