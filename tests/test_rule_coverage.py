@@ -1,5 +1,6 @@
-"""Every primitive has the rules this stage of the project needs: abstract eval and a lowering
-(jvp/transpose/batching rules arrive with the autodiff and vmap issues, and extend this test)."""
+"""Every primitive has the rules this stage of the project needs: abstract eval, a lowering,
+a JVP rule, and a transpose rule for the linear ones (batching rules arrive with the vmap
+issue and extend this test)."""
 import importlib
 import pkgutil
 
@@ -7,13 +8,15 @@ import pytest
 
 import stagecraft
 from stagecraft import api, core, lax
-from stagecraft.interpreters import lowering
+from stagecraft.interpreters import ad, lowering
 
 
 def all_primitives():
   prims = {}
-  mods = [api] + [importlib.import_module(f"stagecraft.lax.{m.name}")
-                  for m in pkgutil.iter_modules(lax.__path__)]
+  from stagecraft import ad_checkpoint, custom_derivatives
+  from stagecraft.interpreters import ad as ad_mod
+  mods = [api, ad_mod, ad_checkpoint, custom_derivatives] + [
+      importlib.import_module(f"stagecraft.lax.{m.name}") for m in pkgutil.iter_modules(lax.__path__)]
   for mod in mods:
     for name, obj in vars(mod).items():
       if isinstance(obj, core.Primitive):
@@ -50,3 +53,39 @@ def test_missing_lowering_error_names_the_primitive():
   with pytest.raises(stagecraft.errors.MissingRuleError if hasattr(stagecraft, "errors") else
                      NotImplementedError, match="Primitive 'my_new_op' has no lowering rule"):
     p.bind(stagecraft.numpy.ones(3))
+
+
+# Primitives without a JVP rule, as in JAX: LAPACK building blocks differentiated one level up
+# (the `qr` primitive), and custom_vjp's linear part, which is only ever transposed.
+NO_JVP = {"geqrf": "differentiated through the qr primitive",
+          "householder_product": "differentiated through the qr primitive",
+          "custom_lin": "only transposed (forward mode of custom_vjp is an error)"}
+
+# The linear primitives the autodiff issue names (expand_dims is reshape/broadcast_in_dim
+# here; there is no copy primitive).
+LINEAR = """add sub neg mul div dot_general reduce_sum broadcast_in_dim reshape transpose squeeze
+concatenate pad slice dynamic_slice dynamic_update_slice gather scatter-add select_n
+convert_element_type rev cumsum conv_general_dilated reduce_window_sum real imag complex conj
+fft add_any jit checkpoint custom_lin""".split()
+
+
+@pytest.mark.parametrize("name", sorted(PRIMS))
+def test_primitive_has_jvp_rule(name):
+  if name in NO_JVP:
+    assert PRIMS[name] not in ad.primitive_jvps, f"{name} now has a JVP: drop it from NO_JVP"
+    return
+  assert PRIMS[name] in ad.primitive_jvps, f"{name} has no JVP rule"
+
+
+@pytest.mark.parametrize("name", LINEAR)
+def test_linear_primitive_has_transpose_rule(name):
+  assert PRIMS[name] in ad.primitive_transposes, f"{name} has no transpose rule"
+
+
+def test_missing_jvp_rule_error_names_the_primitive():
+  p = core.Primitive("my_op_without_jvp")
+  p.def_abstract_eval(lambda x: x)
+  p.def_impl(lambda x: x)
+  with pytest.raises(stagecraft.errors.MissingRuleError,
+                     match="Primitive 'my_op_without_jvp' has no JVP rule"):
+    stagecraft.jvp(lambda x: p.bind(x), (1.0,), (1.0,))
