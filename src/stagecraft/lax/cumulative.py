@@ -7,6 +7,10 @@ it (after it for `reverse`): output element i reduces elements 0..i (i..n-1). XL
 such a window into a log-depth parallel prefix scan, so this is not the O(n^2) it looks.
 The window's region applies the binary op, started from its identity, as the reduce_*
 primitives do (lax/reduction.py).
+
+Autodiff (JAX's rules): cumsum is linear (its transpose is the cumsum the other way); the
+others' JVPs are those of `associative_scan` with their binary op, since reduce_window is not
+differentiable any number of times.
 """
 from __future__ import annotations
 

@@ -7,6 +7,11 @@ from the op's identity (so reducing a zero-size axis gives the identity, as in J
 `argmax`/`argmin` lower to a variadic reduce over (values, iota indices) with JAX's
 NaN-aware comparator: a NaN wins, and among equal values the lowest index wins.
 Params and messages follow JAX's `lax` (JAX 0.10).
+
+Autodiff (JAX's rules): reduce_sum is linear; reduce_max/min send the tangent to the
+extremum (averaged over ties); reduce_prod and the general reduce differentiate a balanced
+tree of the binary op (exact with zeros); the logical and index reductions have zero
+derivative.
 """
 from __future__ import annotations
 
@@ -260,6 +265,7 @@ ad.defjvp2(reduce_max_p, _reduce_chooser_jvp)
 ad.defjvp2(reduce_min_p, _reduce_chooser_jvp)
 for _p in (reduce_and_p, reduce_or_p, reduce_xor_p):
   ad.defjvp_zero(_p)   # bool and integer operands: never differentiated
+del _p
 
 # ---------------------------------------------------------------------------
 # argmax / argmin: params `axes` (a 1-tuple) and `index_dtype`; result never weakly typed.

@@ -7,6 +7,9 @@ wrappers normalize what users pass (lists, NumPy ints, negative axes). The value
 operand are only moved, never computed, so each primitive keeps the operand's dtype and weak
 type (`iota` makes a strongly typed array). Each lowers to the StableHLO op of the same
 meaning (`reshape` and `squeeze` both to `stablehlo.reshape`).
+
+Autodiff: all are linear (pad in its operand and padding value jointly) and have JAX's
+transposes: a broadcast sums, a pad slices, a concatenate splits, the others invert.
 """
 from __future__ import annotations
 

@@ -12,6 +12,12 @@ one integer dtype.
 vector is the last dimension of the indices) and a `GatherScatterMode`. They lower as JAX
 does: a FILL_OR_DROP gather is a plain gather followed by a `select` against an in-bounds mask;
 a CLIP scatter clamps its indices first (XLA's gather clamps by itself; its scatter drops).
+
+Autodiff (JAX's rules): slice, dynamic_slice, dynamic_update_slice, gather, scatter-add and
+scatter-sub are linear in their array operands; each transposes into the other of its pair
+(slice and pad, dynamic_slice and dynamic_update_slice, gather and scatter-add). scatter,
+scatter-mul, scatter-min and scatter-max have JVPs of their own. Integer indices are never
+differentiated.
 """
 from __future__ import annotations
 
@@ -1204,6 +1210,7 @@ def _scatter_addsub_transpose(prim, ct, operand, indices, updates, *, dimension_
 for _p in (scatter_add_p, scatter_sub_p):
   ad.primitive_jvps[_p] = partial(_scatter_addsub_jvp, _p)
   ad.primitive_transposes[_p] = partial(_scatter_addsub_transpose, _p)
+del _p
 
 
 def _scatter_jvp(primals, tangents, *, dimension_numbers, indices_are_sorted, unique_indices,
@@ -1353,8 +1360,7 @@ def index_take(src: Any, idxs: Sequence[Any], axes: Sequence[int]) -> Any:
   Returns:
     `T[N, *s without axes]` (JAX's `lax.index_take`), out-of-range indices clamped.
   """
-  from stagecraft.lax.shape import concatenate, reshape
-  from stagecraft.lax.elementwise import convert_element_type
+  from stagecraft.lax.shape import concatenate
   axes = tuple(int(a) for a in axes)
   nd = len(_shape_of(src))
   cols = [reshape(convert_element_type(i, np.int32), (_shape_of(i)[0], 1)) for i in idxs]

@@ -12,6 +12,10 @@ lexicographically, the first primary. `top_k` lowers to `chlo.top_k` (XLA's TopK
 `(x, broadcasted_iota(int32, x.shape, d))` along `d` with `num_keys=1` and take the second
 output; with `is_stable=True` equal keys keep their input order, as
 `numpy.argsort(kind='stable')` does.
+
+Autodiff (JAX's rules): tangents follow the permutation, gathered along the sorted axis
+(sort finds it by sorting an iota along; top_k returns it); keys that tie keep the stable
+sort's order, so their tangents do too.
 """
 from __future__ import annotations
 
