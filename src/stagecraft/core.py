@@ -152,6 +152,18 @@ for _dt in (dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2):
   pytype_aval_mappings[_dt.type] = _npscalar_aval
 
 
+def _void_aval(x):
+  # NumPy scalars of float0 (the tangent type of integers) are np.void values.
+  if x.dtype != dtypes.float0:
+    raise TypeError(f"Value {x!r} of type {type(x).__name__} is not a valid array type: "
+                    f"expected an Array, a NumPy array or scalar, or a Python "
+                    f"bool/int/float/complex.")
+  return ShapedArray((), dtypes.float0, False)
+
+
+pytype_aval_mappings[np.void] = _void_aval
+
+
 class WeakScalarValue:
   """A host scalar of a given dtype that is weakly typed (a Python scalar that lax converted
   to the dtype of its typed operand). Staged as a Literal."""

@@ -45,9 +45,14 @@ def _axpy(a: float, x, y):
   return tree_util.tree_map(f, x, y)
 
 
+def _differentiable(*leaves) -> bool:
+  """Whether a leaf pair carries derivatives (float0 and integer leaves do not)."""
+  return all(dtypes.is_inexact(np.asarray(a).dtype) for a in leaves)
+
+
 def _vdot(x, y) -> complex:
   return sum(np.vdot(np.asarray(a, np.complex128).ravel(), np.asarray(b, np.complex128).ravel())
-             for a, b in zip(_leaves(x), _leaves(y)) if dtypes.is_inexact(np.asarray(a).dtype))
+             for a, b in zip(_leaves(x), _leaves(y)) if _differentiable(a, b))
 
 
 def numerical_jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any],
@@ -55,9 +60,12 @@ def numerical_jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any],
   """Central difference (f(x + eps t) - f(x - eps t)) / (2 eps), leafwise in float64."""
   up = f(*_axpy(eps, tangents, primals))
   down = f(*_axpy(-eps, tangents, primals))
-  return tree_util.tree_map(
-      lambda u, d: (np.asarray(u, np.complex128 if np.iscomplexobj(u) else np.float64)
-                    - np.asarray(d)) / (2 * eps), up, down)
+  def diff(u, d):
+    if not _differentiable(u):
+      return np.zeros(np.shape(u), dtypes.float0)
+    return (np.asarray(u, np.complex128 if np.iscomplexobj(u) else np.float64)
+            - np.asarray(d)) / (2 * eps)
+  return tree_util.tree_map(diff, up, down)
 
 
 def _assert_close(x, y, atol, rtol, what: str):
