@@ -256,7 +256,8 @@ def test_grad_through_float32_float64_round_trip():
     g = sc.grad(f)(x)
     assert np.asarray(g).dtype == np.float32
     np.testing.assert_allclose(g, np.cos(x) * x + np.sin(x), rtol=1e-6)
-    _, t = sc.jvp(lambda x: lax.convert_element_type(x, np.float64), (x,), (np.ones(3, np.float32),))
+    _, t = sc.jvp(lambda x: lax.convert_element_type(x, np.float64), (x,),
+                  (np.ones(3, np.float32),))
     assert np.asarray(t).dtype == np.float64
     # Linear, so finite differences are exact up to float32 rounding: a wide step.
     check_grads(lambda x: lax.convert_element_type(
@@ -430,7 +431,8 @@ def test_select_n_with_a_constant_case():
   x = np.float32([1.0, 2.0, 3.0])
   g = sc.grad(lambda x: lax.select(pred, lax.sin(x), np.float32([7, 8, 9])).sum())(x)
   np.testing.assert_allclose(g, np.where(pred, np.cos(x), 0), rtol=1e-6)
-  _, t = sc.jvp(lambda x: lax.select(pred, np.float32([7, 8, 9]), x), (x,), (np.ones(3, np.float32),))
+  _, t = sc.jvp(lambda x: lax.select(pred, np.float32([7, 8, 9]), x), (x,),
+                (np.ones(3, np.float32),))
   np.testing.assert_array_equal(t, [0.0, 1.0, 0.0])
 
 
