@@ -128,11 +128,6 @@ def _unbroadcast(aval: ShapedArray, ct: Any) -> Any:
   return reduce_sum(ct, tuple(range(len(ct_shape))))
 
 
-def _aval_of(x: Any) -> ShapedArray:
-  """The aval of a transpose rule's argument, linear (UndefinedPrimal) or not."""
-  return x.aval if ad.is_undefined_primal(x) else core.get_aval(x)
-
-
 def _zero_tangent(x: Any) -> ad.Zero:
   """The symbolic zero tangent of a primal `x` (float0 for integer and bool `x`)."""
   return ad.Zero(ad.tangent_aval(core.get_aval(x)))
@@ -210,7 +205,7 @@ erfc_p = _unop("erfc", floating, "chlo.erfc")
 ad.defjvp(erfc_p, lambda t, x: mul(-_TWO_OVER_SQRT_PI, mul(t, exp(neg(square(x))))))
 erf_inv_p = _unop("erf_inv", floating, "chlo.erf_inv")
 ad.defjvp2(erf_inv_p, lambda t, ans, x: mul(1 / _TWO_OVER_SQRT_PI, mul(t, exp(square(ans)))))
-# Integer-valued results: zero derivative, as JAX.
+# Integral, bool or bitwise results: zero derivative (float0 for bool and integers), as JAX.
 floor_p = _unop("floor", floating, "stablehlo.floor")
 ad.defjvp_zero(floor_p)
 ceil_p = _unop("ceil", floating, "stablehlo.ceil")
