@@ -268,3 +268,20 @@ def test_checkpoint_prevent_cse_barrier_in_lowering():
 def test_checkpoint_policy_error():
   with pytest.raises(NotImplementedError, match="policy=None"):
     sc.checkpoint(lambda x: x, policy=lambda *a, **k: True)
+
+
+def test_check_grads_complex_and_detects_wrong_rules():
+  with sc.enable_x64():
+    z = np.array([0.3 + 0.2j, 1.2 - 0.5j])
+    check_grads(lambda z: jnp.sin(z) * z, (z,), order=2)
+    check_grads(lambda z: jnp.abs(z) ** 2, (z,), order=2)
+    check_grads(lambda x: jnp.exp(1j * x), (np.array([0.3, 1.2]),), order=2)
+
+    @sc.custom_jvp
+    def f(z):
+      return jnp.sin(z)
+    f.defjvp(lambda p, t: (f(*p), jnp.cos(jnp.conj(p[0])) * t[0]))   # wrong for complex
+    with pytest.raises(AssertionError):
+      check_grads(f, (z,), order=1, modes=("fwd",))
+    with pytest.raises(AssertionError):
+      check_grads(f, (z,), order=1, modes=("rev",))

@@ -41,7 +41,8 @@ def _axpy(a: float, x, y):
     yi = np.asarray(yi)
     if not dtypes.is_inexact(yi.dtype):
       return yi
-    return (a * np.asarray(xi, np.float64) + yi.astype(np.float64)).astype(yi.dtype)
+    wide = np.complex128 if dtypes.is_complex(yi.dtype) else np.float64
+    return (a * np.asarray(xi, wide) + yi.astype(wide)).astype(yi.dtype)
   return tree_util.tree_map(f, x, y)
 
 
@@ -50,9 +51,16 @@ def _differentiable(*leaves) -> bool:
   return all(dtypes.is_inexact(np.asarray(a).dtype) for a in leaves)
 
 
-def _vdot(x, y) -> complex:
-  return sum(np.vdot(np.asarray(a, np.complex128).ravel(), np.asarray(b, np.complex128).ravel())
-             for a, b in zip(_leaves(x), _leaves(y)) if _differentiable(a, b))
+def _vdot(x, y) -> float:
+  """Re <x, y> = Re sum(conj(x) * y) over the differentiable leaf pairs."""
+  return float(sum(np.real(np.vdot(np.asarray(a, np.complex128).ravel(),
+                                   np.asarray(b, np.complex128).ravel()))
+                   for a, b in zip(_leaves(x), _leaves(y)) if _differentiable(a, b)))
+
+
+def _conj(tree):
+  return tree_util.tree_map(
+      lambda x: np.conj(x) if dtypes.is_complex(np.asarray(x).dtype) else x, tree)
 
 
 def numerical_jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any],
@@ -90,12 +98,13 @@ def check_jvp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps
 
 def check_vjp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps: float,
               rng: np.random.Generator) -> None:
-  """Checks `<vjp(ct), t> == <ct, J t>` with J t from central differences."""
+  """Checks `Re<t, conj(vjp(conj(ct)))> == Re<J t, ct>` with J t from central differences
+  (JAX's convention: the VJP is the transpose, so complex cotangents are conjugated)."""
   from stagecraft import api
   out, vjp_fn = api.vjp(f, *args)
   ct = _rand_like(rng, out)
   t = _rand_like(rng, tuple(args))
-  lhs = _vdot(t, vjp_fn(ct))
+  lhs = _vdot(t, _conj(vjp_fn(_conj(ct))))
   rhs = _vdot(numerical_jvp(f, args, t, eps), ct)
   np.testing.assert_allclose(lhs, rhs, atol=atol, rtol=rtol,
                              err_msg="VJP is not the adjoint of the finite-difference JVP")
