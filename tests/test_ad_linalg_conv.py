@@ -395,7 +395,6 @@ def _triangular(n, lower, batch=()):
 LINALG_CASES = {
     "cholesky": (lax_linalg.cholesky, lambda: (_spd(4, (2,)),)),
     "eigh": (lax_linalg.eigh, lambda: (_with_eigenvalues([-1., 0.5, 2., 4.]),)),
-    "lu_square": (lambda x: lax_linalg.lu(x)[0], lambda: (_randn(4, 4),)),
     "lu_wide_batched": (lambda x: lax_linalg.lu(x)[0], lambda: (_randn(2, 3, 5),)),
     "lu_tall": (lambda x: lax_linalg.lu(x)[0], lambda: (_randn(5, 3),)),
     "triangular_solve_left_lower": (
@@ -465,6 +464,27 @@ COMPLEX_LINALG_CASES = {
 def test_lax_linalg_complex_matches_jax(name):
   f, jf, make_args = COMPLEX_LINALG_CASES[name]
   _compare_with_jax(f, jf, make_args())
+
+
+COMPLEX_GRAD_CASES = {
+    "dot": (lambda x, y: lax.dot(x, y), lambda: (_crandn(3, 4), _crandn(4, 2))),
+    "conv": (lambda x, w: lax.conv_general_dilated(x, w, (2,), "SAME"),
+             lambda: (_crandn(2, 3, 6), _crandn(4, 3, 3))),
+    "fft": (lambda x: lax.fft(x, "fft", (4,)), lambda: (_crandn(3, 4),)),
+    "ifft": (lambda x: lax.fft(x, "ifft", (2, 3)), lambda: (_crandn(2, 3),)),
+    "irfft": (lambda x: lax.fft(x, "irfft", (6,)), lambda: (_crandn(3, 4),)),
+    "cholesky": (lax_linalg.cholesky, lambda: (_hpd(3),)),
+    "qr_full": (lambda x: lax_linalg.qr(x), lambda: (_crandn(4, 3),)),
+    "triangular_solve": (COMPLEX_LINALG_CASES["triangular_solve_adjoint"][0],
+                         COMPLEX_LINALG_CASES["triangular_solve_adjoint"][2]),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPLEX_GRAD_CASES))
+def test_complex_inputs_grads(name):
+  f, make_args = COMPLEX_GRAD_CASES[name]
+  with stagecraft.enable_x64():
+    check_grads(f, make_args(), 2)
 
 
 def test_linalg_real_matches_jax():
