@@ -1449,15 +1449,20 @@ def isscalar(element: Any) -> bool:
 
 
 def fmax(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """Elementwise maximum that ignores NaN (NaN only where both are NaN)."""
+  """Elementwise maximum that ignores NaN (NaN only where both are NaN).
+
+  As JAX's numpy, `where(x1 > x2 or isnan(x2), x1, x2)`: at a tie the derivative goes to
+  `x2` alone (unlike `maximum`, which splits it).
+  """
   x1, x2 = promote_dtypes(x1, x2)
-  return where(isnan(x1), x2, where(isnan(x2), x1, maximum(x1, x2)))
+  return where(logical_or(greater(x1, x2), isnan(x2)), x1, x2)
 
 
 def fmin(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """Elementwise minimum that ignores NaN (NaN only where both are NaN)."""
+  """Elementwise minimum that ignores NaN (NaN only where both are NaN); at a tie the
+  derivative goes to `x2` (see `fmax`)."""
   x1, x2 = promote_dtypes(x1, x2)
-  return where(isnan(x1), x2, where(isnan(x2), x1, minimum(x1, x2)))
+  return where(logical_or(less(x1, x2), isnan(x2)), x1, x2)
 
 
 def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
