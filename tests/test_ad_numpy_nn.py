@@ -198,6 +198,8 @@ COMPLEX_CASES = [
 @pytest.mark.parametrize("name,f", COMPLEX_CASES, ids=[c[0] for c in COMPLEX_CASES])
 def test_numpy_complex_check_grads(name, f):
   _check(lambda re, im: _split(f(re + 1j * im)), [_away(2, 3), _away(2, 3)])
+  # And directly on complex inputs (check_grads perturbs them in complex directions).
+  _check(f, [_away(2, 3) + 1j * _away(2, 3)])
 
 
 ZERO_DERIVATIVE = ["floor", "ceil", "trunc", "round", "rint", "sign"]
@@ -422,6 +424,10 @@ FFT_CASES = [
     ("hfft", _cplx(lambda z: jnp.fft.hfft(z, n=6)), [_normal(4), _normal(4)]),
     ("ihfft", lambda x: _split(jnp.fft.ihfft(x)), [_normal(6)]),
     ("fftshift", jnp.fft.fftshift, [_normal(5)]),
+    ("fft_direct", jnp.fft.fft, [_normal(2, 4) + 1j * _normal(2, 4)]),
+    ("ifft2_direct", jnp.fft.ifft2, [_normal(3, 4) + 1j * _normal(3, 4)]),
+    ("irfft_direct", lambda z: jnp.fft.irfft(z, n=6), [_normal(4) + 1j * _normal(4)]),
+    ("rfft_direct", jnp.fft.rfft, [_normal(6)]),
     ("fft_power", lambda x: jnp.abs(jnp.fft.fft(x)) ** 2, [_normal(6)]),
 ]
 
