@@ -93,18 +93,23 @@ def _jit_partial_eval(eqn, unknowns):
   # Splits a call with partly unknown inputs into a known call (known outputs + residuals)
   # and an unknown call reading the residuals: linearize keeps both staged.
   closed, name = eqn.params["jaxpr"], eqn.params["name"]
-  known, unknown, nres, out_unknowns = _memo(
-      _pe_cache, closed, tuple(unknowns),
-      lambda: ad.partial_eval_jaxpr(closed.jaxpr, unknowns, [False] * len(closed.out_avals)))
+  def make():
+    k, u, nres, out_unknowns = ad.partial_eval_jaxpr(closed.jaxpr, unknowns,
+                                                     [False] * len(closed.out_avals))
+    # One ClosedJaxpr per split, so the executables compiled for it are reused.
+    return ClosedJaxpr(k, []), ClosedJaxpr(u, []), nres, out_unknowns
+  known_closed, unknown_closed, nres, out_unknowns = _memo(_pe_cache, closed, tuple(unknowns),
+                                                           make)
+  known = known_closed.jaxpr
   res_vars = [core.Var(v.aval) for v in known.outvars[len(known.outvars) - nres:]]
   known_outs = [v for v, u in zip(eqn.outvars, out_unknowns) if not u]
   known_eqn = core.JaxprEqn(
       [v for v, u in zip(eqn.invars, unknowns) if not u], [*known_outs, *res_vars], jit_p,
-      {"jaxpr": ClosedJaxpr(known, []), "name": name})
+      {"jaxpr": known_closed, "name": name})
   unknown_eqn = core.JaxprEqn(
       [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
       [v for v, u in zip(eqn.outvars, out_unknowns) if u], jit_p,
-      {"jaxpr": ClosedJaxpr(unknown, []), "name": name})
+      {"jaxpr": unknown_closed, "name": name})
   return known_eqn, unknown_eqn, out_unknowns
 
 

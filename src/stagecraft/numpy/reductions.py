@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import dtypes, lax
+from stagecraft import core, dtypes, lax
+from stagecraft.runtime.array import Array
 from stagecraft.numpy import lax_numpy as jnp
 from stagecraft.numpy.lax_numpy import ArrayLike, _dtype, _shape, asarray
 
@@ -58,7 +59,15 @@ def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=Non
       raise ValueError(f"zero-size array to reduction operation {name} which has no identity.")
     r = fn_(a, axes) if axes else a
     if initial is not None:
-      r = init_op(r, lax.convert_element_type(asarray(initial), _dtype(r)))
+      if isinstance(initial, (Array, core.Tracer)):
+        init = lax.convert_element_type(initial, _dtype(r))
+      else:   # host values stay literals, so XLA can fold e.g. max(x, -inf)
+        try:
+          with np.errstate(invalid="raise", over="raise"):
+            init = np.asarray(initial, _dtype(r))
+        except (OverflowError, ValueError, FloatingPointError):   # e.g. -inf for ints: XLA's
+          init = lax.convert_element_type(asarray(initial), _dtype(r))   # conversion rules
+      r = init_op(r, init)
     if r.weak_type:    # reductions give strongly typed results, as in JAX's numpy
       r = lax.convert_element_type(r, _dtype(r), weak_type=False)
     return _keepdims(r, axes, in_shape) if keepdims else r
