@@ -15,7 +15,7 @@ from stagecraft.runtime import (Array, block_until_ready, default_device, device
 from stagecraft import lax
 from stagecraft import numpy
 from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, linearize,
-                            make_jaxpr, value_and_grad, vjp)
+                            make_jaxpr, value_and_grad, vjp, vmap)
 from stagecraft.custom_derivatives import custom_jvp, custom_vjp
 from stagecraft.ad_checkpoint import checkpoint, remat
 from stagecraft import random, scipy, nn  # after api: they use jit

@@ -1112,3 +1112,133 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fal
   """The Hessian of a scalar function: `jacfwd(jacrev(fun))`, as JAX's `hessian`; leaves have
   shape `out.shape + in.shape + in.shape`."""
   return jacfwd(jacrev(fun, argnums, has_aux, holomorphic), argnums, has_aux, holomorphic)
+
+
+# ---------------------------------------------------------------------------
+# vmap (interpreters/batching.py)
+
+
+def _flatten_axes(what: str, prefix, full_tree, leaves_tree_def) -> list:
+  """One axis spec per leaf of `full_tree` from a pytree prefix of it (ints or None)."""
+  p_leaves, p_def = optree.tree_flatten(prefix, none_is_leaf=True, namespace=_NS)
+  try:
+    subtrees = p_def.flatten_up_to(full_tree)
+  except ValueError:
+    raise ValueError(f"vmap {what} specification must be a tree prefix of the corresponding "
+                     f"value, got specification {prefix!r} for value tree "
+                     f"{leaves_tree_def}.") from None
+  out = []
+  for ax, sub in zip(p_leaves, subtrees):
+    if ax is not None and not isinstance(ax, (int, np.integer)):
+      raise TypeError(f"vmap {what} must be an int, None, or (nested) container with those "
+                      f"types as leaves, but got {ax!r}.")
+    out.extend([None if ax is None else int(ax)] * len(_flatten(sub)[0]))
+  return out
+
+
+def _describe_arg(path: str) -> str:
+  return f"argument {path}" if path else "the argument"
+
+
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
+         axis_size: int | None = None, spmd_axis_name: Any = None) -> Callable:
+  """Vectorizes `fun` over a new leading (or `in_axes`) axis of its arguments, as JAX's
+  `vmap`: the function is run once on batched tracers and every primitive's batching rule
+  handles the batch axis (no Python loop).
+
+  Args:
+    fun: a function of arrays (pytrees) returning arrays (pytrees).
+    in_axes: an int, None, or a pytree prefix of the positional-argument tuple with int/None
+      leaves: the axis of each argument to map over (negative counts from the end; None:
+      broadcast the argument). Keyword arguments are always mapped over axis 0.
+    out_axes: an int, None, or a pytree prefix of the output: where the mapped axis goes in
+      each output (None: the output must not depend on mapped inputs).
+    axis_name: a name for the mapped axis, for collectives (`lax.psum(x, axis_name)`).
+    axis_size: the mapped size; required when no argument is mapped.
+    spmd_axis_name: accepted for compatibility (there is no SPMD partitioning of vmap here).
+
+  Returns:
+    The vectorized function; each mapped output has the batch axis at its out_axes.
+
+  Raises:
+    ValueError: for inconsistent mapped sizes (naming each argument and its size), axes out
+      of range, no mapped input without axis_size, in_axes/out_axes that are not tree
+      prefixes, or a mapped output whose out_axes is None.
+    TypeError: for in_axes leaves that are not ints or None.
+  """
+  from stagecraft.interpreters import batching
+  if isinstance(in_axes, list):
+    in_axes = tuple(in_axes)
+  if not (in_axes is None or isinstance(in_axes, (int, np.integer, tuple, dict)) or
+          optree.tree_flatten(in_axes, none_is_leaf=True, namespace=_NS)[1].num_nodes > 1):
+    raise TypeError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding "
+                    f"to the positional arguments passed to the function, but got {in_axes}.")
+  name = _fun_name(fun)
+
+  @functools.wraps(fun)
+  def vmap_f(*args, **kwargs):
+    if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+      raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries "
+                       f"corresponding to the positional arguments passed to the function, "
+                       f"but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
+    leaves, in_tree = _flatten((args, kwargs))
+    args_tree = _flatten(args)[1]
+    axes = _flatten_axes("in_axes", in_axes, args, args_tree)
+    axes += [0] * (len(leaves) - len(axes))
+    paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(args)[0]]
+    paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
+    sizes, dims = [], []
+    for x, ax, path in zip(leaves, axes, paths):
+      if ax is None:
+        dims.append(None)
+        continue
+      aval = core.get_aval(x)
+      nd = len(aval.shape)
+      if not -nd <= ax < nd:
+        raise ValueError(f"vmap was requested to map its argument along axis {ax}, which "
+                         f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
+                         f"is only {nd} (its shape is {aval.shape}).")
+      d = ax % nd
+      dims.append(d)
+      sizes.append((aval.shape[d], d, path, aval))
+    if not sizes and axis_size is None:
+      raise ValueError("vmap must have at least one non-None value in in_axes")
+    distinct = {s for s, *_ in sizes} | ({axis_size} if axis_size is not None else set())
+    if len(distinct) > 1:
+      lines = [f"  * axis_size was given as {axis_size};"] if axis_size is not None else []
+      for s, d, path, aval in sizes:
+        lines.append(f"  * one axis had size {s}: axis {d} of {_describe_arg(path)} of type "
+                     f"{aval.str_short()};")
+      raise ValueError("vmap got inconsistent sizes for array axes to be mapped:\n"
+                       + "\n".join(lines))
+    size = axis_size if axis_size is not None else sizes[0][0]
+    axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
+    store: list = []
+
+    def flat(*xs):
+      a, kw = optree.tree_unflatten(in_tree, xs)
+      out = fun(*a, **kw)
+      out_leaves, out_tree = _flatten(out)
+      _check_out_leaves(out_leaves, out_tree, name, "vmap")
+      store[:] = [out, out_tree]
+      return out_leaves
+
+    outs, out_dims = batching.batch_flat(flat, leaves, dims, axis_data)
+    out, out_tree = store
+    o_axes = _flatten_axes("out_axes", out_axes, out, out_tree)
+    results = []
+    for o, d, ax in zip(outs, out_dims, o_axes):
+      if ax is None:
+        if d is not None:
+          raise ValueError(f"vmap has mapped output (axis_name={axis_name}) but out_axes is "
+                           f"None")
+        results.append(o)
+        continue
+      nd = len(core.get_aval(o).shape) + (d is None)
+      if not -nd <= ax < nd:
+        raise ValueError(f"vmap out_axes specification {ax} is out of range for an output "
+                         f"of rank {nd} (including the mapped axis).")
+      results.append(batching.matchaxis(o, d, ax % nd, size))
+    return optree.tree_unflatten(out_tree, results)
+
+  return vmap_f

@@ -1,0 +1,263 @@
+"""Automatic batching (vmap): a trace whose tracers carry a batched value and the position of
+its batch dimension, and one batching rule per primitive.
+
+Rule signature (registry `primitive_batchers`, filled beside each primitive):
+  rule(batched_args, batch_dims, **params) -> (out, out_dim)     (lists for multiple results)
+where each batch dim is an int or `not_mapped` (None: that argument is the same for every
+batch element). Rules move batch dimensions as little as possible: elementwise primitives keep
+the operand's batch dim, dot_general and gather/scatter take it as a batch dimension, etc.
+
+Primitives that depend on the named axis (collectives such as psum, axis_index) register in
+`axis_primitive_batchers` with `rule(axis_data, batched_args, batch_dims, **params)`; they are
+called even when no argument is batched, because the axis itself is what they read.
+
+Design after JAX's `batching.py` (BatchTrace, `not_mapped`, `broadcast_batcher`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from stagecraft import core
+from stagecraft.core import ShapedArray, Trace, Tracer
+from stagecraft.errors import MissingRuleError
+
+not_mapped = None
+
+primitive_batchers: dict[core.Primitive, Callable] = {}
+axis_primitive_batchers: dict[core.Primitive, Callable] = {}
+
+
+class AxisData(NamedTuple):
+  """The vmapped axis: its name (None when unnamed), size and spmd_axis_name."""
+  name: Any
+  size: int
+  spmd_name: Any = None
+
+
+class BatchTracer(Tracer):
+  """A batched value: `val` has the batch axis at `batch_dim` (an int, never not_mapped:
+  unbatched values are not wrapped)."""
+  __slots__ = ("val", "batch_dim")
+
+  def __init__(self, trace: "BatchTrace", val: Any, batch_dim: int):
+    self._trace = trace
+    self.val = val
+    self.batch_dim = batch_dim
+
+  @property
+  def aval(self) -> ShapedArray:
+    a = core.get_aval(self.val)
+    shape = a.shape[:self.batch_dim] + a.shape[self.batch_dim + 1:]
+    return a.update(shape=shape)
+
+
+class BatchTrace(Trace):
+  """Runs each primitive's batching rule; the rule's own binds go to `parent`."""
+  __slots__ = ("parent", "axis_data")
+
+  def __init__(self, parent: Trace, axis_data: AxisData):
+    super().__init__()
+    self.parent = parent
+    self.axis_data = axis_data
+
+  def to_batch_info(self, x: Any):
+    if type(x) is BatchTracer and x._trace is self:
+      return x.val, x.batch_dim
+    if isinstance(x, Tracer) and not x._trace._valid:
+      raise core.escaped_tracer_error(x)
+    return x, not_mapped
+
+  def process_primitive(self, prim, args, params):
+    vals, dims = [], []
+    for x in args:
+      v, d = self.to_batch_info(x)
+      vals.append(v)
+      dims.append(d)
+    axis_rule = axis_primitive_batchers.get(prim)
+    with core.set_current_trace(self.parent):
+      if axis_rule is not None:
+        out, out_dim = axis_rule(self.axis_data, vals, dims, **params)
+      elif all(d is not_mapped for d in dims):
+        return prim.bind(*vals, **params)
+      else:
+        rule = primitive_batchers.get(prim)
+        if rule is None:
+          raise MissingRuleError(
+              f"Primitive '{prim.name}' has no batching rule, which vmap needs. Register one "
+              f"beside the primitive: stagecraft.interpreters.batching.primitive_batchers"
+              f"[{prim.name}_p] = rule (or batching.defvectorized / defbroadcasting).")
+        out, out_dim = rule(vals, dims, **params)
+    if prim.multiple_results:
+      return [self._wrap(o, d) for o, d in zip(out, out_dim)]
+    return self._wrap(out, out_dim)
+
+  def _wrap(self, val, dim):
+    return val if dim is not_mapped else BatchTracer(self, val, dim)
+
+
+# ---------------------------------------------------------------------------
+# Helpers for rules
+
+
+def _ndim(x) -> int:
+  return len(core.get_aval(x).shape)
+
+
+def moveaxis(x: Any, src: int, dst: int) -> Any:
+  """`x` with axis `src` moved to position `dst` (a transpose; no-op when equal)."""
+  from stagecraft import lax
+  nd = _ndim(x)
+  src, dst = src % nd, dst % nd
+  if src == dst:
+    return x
+  perm = [i for i in range(nd) if i != src]
+  perm.insert(dst, src)
+  return lax.transpose(x, perm)
+
+
+def broadcast(x: Any, size: int, axis: int) -> Any:
+  """An unbatched `x` with a new axis of `size` inserted at `axis` (materialized)."""
+  from stagecraft import lax
+  a = core.get_aval(x)
+  shape = list(a.shape)
+  axis = axis % (len(shape) + 1)
+  shape.insert(axis, size)
+  dims = [i for i in range(len(shape)) if i != axis]
+  return lax.broadcast_in_dim(x, tuple(shape), tuple(dims))
+
+
+def bdim_at_front(x: Any, bdim: int | None, size: int) -> Any:
+  """`x` with its batch axis first (broadcast to `size` when not mapped)."""
+  if bdim is not_mapped:
+    return broadcast(x, size, 0)
+  return moveaxis(x, bdim, 0)
+
+
+def matchaxis(x: Any, src: int | None, dst: int | None, size: int) -> Any:
+  """Moves (or, from not_mapped, broadcasts) the batch axis of `x` from `src` to `dst`."""
+  if src == dst:
+    return x
+  if src is not_mapped:
+    return broadcast(x, size, dst)
+  if dst is not_mapped:
+    raise ValueError("matchaxis: cannot unbatch a batched value")
+  return moveaxis(x, src, dst)
+
+
+def defvectorized(prim: core.Primitive) -> None:
+  """Batching for a unary elementwise primitive (or one whose other operands are never
+  batched): apply it to the batched value; the batch dim stays where it is."""
+  def rule(args, dims, **params):
+    return prim.bind(*args, **params), dims[0]
+  primitive_batchers[prim] = rule
+
+
+def defbroadcasting(prim: core.Primitive) -> None:
+  """Batching for an n-ary elementwise primitive (rank-0 operands broadcast): batched
+  operands are aligned at one batch dim; unbatched rank-0 operands stay as they are."""
+  def rule(args, dims, **params):
+    args, out_dim = _align_elementwise(args, dims)
+    return prim.bind(*args, **params), out_dim
+  primitive_batchers[prim] = rule
+
+
+def _unbatched_shape(x, d):
+  s = core.get_aval(x).shape
+  return s if d is not_mapped else s[:d] + s[d + 1:]
+
+
+def _align_elementwise(args, dims):
+  """Aligns the operands of an elementwise op (each of the unbatched shape S or rank 0) at one
+  batch dim; returns the operands and that dim."""
+  from stagecraft import lax
+  size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims) if d is not not_mapped)
+  full = next((_unbatched_shape(x, d) for x, d in zip(args, dims)
+               if _unbatched_shape(x, d)), ())
+  bdims = {d for x, d in zip(args, dims) if d is not not_mapped}
+  full_batched = all(_unbatched_shape(x, d) == full for x, d in zip(args, dims)
+                     if d is not not_mapped)
+  out_dim = bdims.pop() if len(bdims) == 1 and full_batched else 0
+  out = []
+  for x, d in zip(args, dims):
+    if d is not_mapped:
+      out.append(broadcast(x, size, out_dim) if _ndim(x) else x)
+    elif _unbatched_shape(x, d) != full:          # a batched scalar among full operands
+      out.append(lax.broadcast_in_dim(x, (size, *full), (0,)))
+    else:
+      out.append(moveaxis(x, d, out_dim))
+  return out, out_dim
+
+
+# ---------------------------------------------------------------------------
+# Batching functions and jaxprs
+
+
+def batch_flat(fun: Callable[..., Sequence[Any]], args: Sequence[Any],
+               in_dims: Sequence[int | None], axis_data: AxisData
+               ) -> tuple[list[Any], list[int | None]]:
+  """Runs the flat `fun` batched: returns its outputs and their batch dims (not_mapped for
+  outputs that do not depend on a batched input)."""
+  trace = BatchTrace(core.current_trace(), axis_data)
+  ins = [a if d is not_mapped else BatchTracer(trace, a, d) for a, d in zip(args, in_dims)]
+  try:
+    with core.set_current_trace(trace):
+      outs = fun(*ins)
+    vals, dims = [], []
+    for x in outs:
+      v, d = trace.to_batch_info(x)
+      vals.append(v)
+      dims.append(d)
+    return vals, dims
+  finally:
+    trace.invalidate()
+
+
+def batch_jaxpr(closed: core.ClosedJaxpr, axis_data: AxisData, in_dims: Sequence[int | None],
+                out_dims_to: Sequence[int | None] | None = None):
+  """The batched version of `closed` as a new jaxpr taking `(consts..., args...)` where each
+  batched arg has its batch axis at `in_dims[i]` (None: unbatched, unchanged aval).
+
+  Args:
+    out_dims_to: where each output's batch axis must end up (None: unbatched allowed; an int
+      forces that output to be batched there, broadcasting if needed). Default: all 0.
+
+  Returns:
+    `(batched_closed, consts, out_dims)` with the outputs' batch dims.
+  """
+  from stagecraft.interpreters import partial_eval as pe
+  size = axis_data.size
+  in_avals = []
+  for a, d in zip(closed.in_avals, in_dims):
+    if d is not_mapped:
+      in_avals.append(a)
+    else:
+      shape = list(a.shape)
+      shape.insert(d, size)
+      in_avals.append(a.update(shape=tuple(shape)))
+  n_out = len(closed.out_avals)
+  targets = [0] * n_out if out_dims_to is None else list(out_dims_to)
+  final_dims: list = []
+
+  def fun(*args):
+    outs, dims = batch_flat(core.jaxpr_as_fun(closed), args, in_dims, axis_data)
+    res = []
+    final_dims[:] = []
+    for o, d, t in zip(outs, dims, targets):
+      if t is not_mapped:
+        res.append(o)
+        final_dims.append(d)
+      else:
+        res.append(matchaxis(o, d, t, size))
+        final_dims.append(t)
+    return res
+
+  jaxpr, consts = pe.trace_to_jaxpr(fun, in_avals)
+  return (core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts),
+          list(final_dims))
+
+
+__all__ = ["not_mapped", "primitive_batchers", "axis_primitive_batchers", "AxisData",
+           "BatchTrace", "BatchTracer", "moveaxis", "broadcast", "bdim_at_front", "matchaxis",
+           "defvectorized", "defbroadcasting", "batch_flat", "batch_jaxpr"]
