@@ -21,7 +21,7 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import convert_element_type, sub
@@ -133,6 +133,32 @@ def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
 ad.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 
 
+def _broadcast_in_dim_batch_rule(args, dims, *, shape, broadcast_dimensions):
+  """The operand stays as it is: its batch dim becomes a new result dim placed where the
+  order of `broadcast_dimensions` keeps (right before the result dim of the operand dim that
+  follows it), so no transpose is needed."""
+  operand, = args
+  bdim, = dims
+  size = _shape_of(operand)[bdim]
+  nd = len(broadcast_dimensions)
+  if nd == 0:
+    out_b = 0
+  elif bdim < nd:
+    out_b = broadcast_dimensions[bdim]
+  else:
+    out_b = max(broadcast_dimensions) + 1
+  shift = lambda d: d + 1 if d >= out_b else d
+  new_dims = [shift(d) for d in broadcast_dimensions]
+  new_dims.insert(bdim, out_b)
+  new_shape = list(shape)
+  new_shape.insert(out_b, size)
+  return broadcast_in_dim_p.bind(operand, shape=tuple(new_shape),
+                                 broadcast_dimensions=tuple(new_dims)), out_b
+
+
+batching.primitive_batchers[broadcast_in_dim_p] = _broadcast_in_dim_batch_rule
+
+
 def broadcast_in_dim(operand: Any, shape: Sequence[int],
                      broadcast_dimensions: Sequence[int]) -> Any:
   """Broadcasts `operand` to `shape`, placing its dimension i at `broadcast_dimensions[i]`.
@@ -237,6 +263,18 @@ ad.deflinear(reshape_p, lambda ct, operand, *, new_sizes, dimensions: [
     reshape(ct, operand.aval.shape)])
 
 
+def _reshape_batch_rule(args, dims, *, new_sizes, dimensions):
+  """JAX's rule: the batch dim goes first (a row-major reshape keeps a leading dim)."""
+  operand, = args
+  bdim, = dims
+  operand = batching.moveaxis(operand, bdim, 0)
+  size = _shape_of(operand)[0]
+  return reshape_p.bind(operand, new_sizes=(size,) + tuple(new_sizes), dimensions=None), 0
+
+
+batching.primitive_batchers[reshape_p] = _reshape_batch_rule
+
+
 def reshape(operand: Any, new_sizes: Sequence[int],
             dimensions: Sequence[int] | None = None) -> Any:
   """Reshapes `operand` to `new_sizes`, reading its elements in row-major order.
@@ -308,6 +346,22 @@ ad.deflinear(transpose_p, lambda ct, operand, *, permutation: [
     transpose(ct, tuple(int(i) for i in np.argsort(permutation)))])
 
 
+def _transpose_batch_rule(args, dims, *, permutation):
+  """One transpose: the batch dim goes first, the others as `permutation` says."""
+  operand, = args
+  bdim, = dims
+  perm = (bdim,) + tuple(i if i < bdim else i + 1 for i in permutation)
+  return transpose_p.bind(operand, permutation=perm), 0
+
+
+batching.primitive_batchers[transpose_p] = _transpose_batch_rule
+
+
+def _batched_axis(d: int, bdim: int) -> int:
+  """Unbatched axis `d` of a value batched at `bdim`, as an axis of the batched value."""
+  return d if d < bdim else d + 1
+
+
 def transpose(operand: Any, permutation: Sequence[int]) -> Any:
   """Permutes the dimensions of `operand`: result dimension i is operand dimension
   `permutation[i]`.
@@ -356,6 +410,17 @@ squeeze_p.def_abstract_eval(_squeeze_abstract_eval)
 lowering.register_lowering(squeeze_p, _squeeze_lowering)
 ad.deflinear(squeeze_p, lambda ct, operand, *, dimensions: [
     reshape(ct, operand.aval.shape)])
+
+
+def _squeeze_batch_rule(args, dims, *, dimensions):
+  operand, = args
+  bdim, = dims
+  new_dims = tuple(_batched_axis(d, bdim) for d in dimensions)
+  out_b = bdim - sum(1 for d in new_dims if d < bdim)
+  return squeeze_p.bind(operand, dimensions=new_dims), out_b
+
+
+batching.primitive_batchers[squeeze_p] = _squeeze_batch_rule
 
 
 def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
@@ -432,6 +497,15 @@ lowering.register_lowering(rev_p, _rev_lowering)
 ad.deflinear(rev_p, lambda ct, operand, *, dimensions: [rev_p.bind(ct, dimensions=dimensions)])
 
 
+def _rev_batch_rule(args, dims, *, dimensions):
+  operand, = args
+  bdim, = dims
+  return rev_p.bind(operand, dimensions=tuple(_batched_axis(d, bdim) for d in dimensions)), bdim
+
+
+batching.primitive_batchers[rev_p] = _rev_batch_rule
+
+
 def rev(operand: Any, dimensions: Sequence[int]) -> Any:
   """Reverses `operand` along `dimensions`.
 
@@ -496,6 +570,17 @@ def _concatenate_transpose(ct, *operands, dimension):
 
 
 ad.deflinear(concatenate_p, _concatenate_transpose)
+
+
+def _concatenate_batch_rule(args, dims, *, dimension):
+  """Every operand's batch dim at the first batched operand's (unbatched ones broadcast)."""
+  size, bdim = next((_shape_of(x)[d], d) for x, d in zip(args, dims)
+                    if d is not batching.not_mapped)
+  operands = [batching.matchaxis(x, d, bdim, size) for x, d in zip(args, dims)]
+  return concatenate_p.bind(*operands, dimension=_batched_axis(dimension, bdim)), bdim
+
+
+batching.primitive_batchers[concatenate_p] = _concatenate_batch_rule
 
 
 def concatenate(operands: Sequence[Any], dimension: int) -> Any:
@@ -599,6 +684,31 @@ def _pad_transpose(ct, operand, padding_value, *, padding_config):
 
 ad.primitive_jvps[pad_p] = _pad_jvp
 ad.primitive_transposes[pad_p] = _pad_transpose
+
+
+def _pad_batch_rule(args, dims, *, padding_config):
+  """JAX's rule: the batch dim is not padded; a batched padding value is put in with a
+  `select` against a mask of the padded positions."""
+  from stagecraft.lax.elementwise import select
+  operand, padding_value = args
+  operand_bdim, pv_bdim = dims
+  if operand_bdim is batching.not_mapped:
+    operand_bdim = 0
+    operand = batching.broadcast(operand, _shape_of(padding_value)[pv_bdim], 0)
+  config = list(padding_config)
+  config.insert(operand_bdim, (0, 0, 0))
+  config = tuple(config)
+  if pv_bdim is batching.not_mapped:
+    return pad_p.bind(operand, padding_value, padding_config=config), operand_bdim
+  aval = core.get_aval(operand)
+  x = pad_p.bind(operand, np.zeros((), aval.dtype), padding_config=config)
+  mask = pad_p.bind(full(aval.shape, True, np.bool_), np.zeros((), np.bool_),
+                    padding_config=config)
+  padding = broadcast_in_dim(padding_value, _shape_of(x), (operand_bdim,))
+  return select(mask, x, padding), operand_bdim
+
+
+batching.primitive_batchers[pad_p] = _pad_batch_rule
 
 
 def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]]) -> Any:
