@@ -30,7 +30,7 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import (_compare, add, convert_element_type, div, eq, lt, mul,
@@ -112,6 +112,25 @@ def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides):
 
 
 ad.deflinear(slice_p, _slice_transpose)
+
+
+def _slice_batch_rule(args, dims, *, start_indices, limit_indices, strides):
+  """The batch dim is taken whole; it stays where it is."""
+  operand, = args
+  bdim, = dims
+  size = _shape_of(operand)[bdim]
+  start, limit = list(start_indices), list(limit_indices)
+  start.insert(bdim, 0)
+  limit.insert(bdim, size)
+  if strides is not None:
+    strides = list(strides)
+    strides.insert(bdim, 1)
+    strides = tuple(strides)
+  return slice_p.bind(operand, start_indices=tuple(start), limit_indices=tuple(limit),
+                      strides=strides), bdim
+
+
+batching.primitive_batchers[slice_p] = _slice_batch_rule
 
 
 def slice(operand: Any, start_indices: Sequence[int], limit_indices: Sequence[int],
@@ -307,6 +326,45 @@ ad.primitive_jvps[dynamic_slice_p] = _dynamic_slice_jvp
 ad.primitive_transposes[dynamic_slice_p] = _dynamic_slice_transpose
 
 
+def _batch_dynamic_slice_indices(indices, dims):
+  """The scalar start indices as one index vector `I[n]` (unbatched) or `I[B, n]` (batch
+  dim 0), as JAX's `_batch_dynamic_slice_indices`."""
+  from stagecraft.lax.shape import concatenate
+  size = next((_shape_of(i)[d] for i, d in zip(indices, dims)
+               if d is not batching.not_mapped), None)
+  if size is None:
+    return concatenate([broadcast_in_dim(i, (1,), ()) for i in indices], 0), None
+  cols = [broadcast_in_dim(i, (size, 1), ()) if d is batching.not_mapped
+          else broadcast_in_dim(i, (size, 1), (0,)) for i, d in zip(indices, dims)]
+  return concatenate(cols, 1), 0
+
+
+def _dynamic_slice_batch_rule(args, dims, *, slice_sizes):
+  """With unbatched start indices: a dynamic_slice that takes the whole batch dim, which
+  stays where it is. With batched indices: a gather (JAX's rule), through the gather
+  batching rule."""
+  operand, *indices = args
+  operand_bdim, *index_dims = dims
+  if all(d is batching.not_mapped for d in index_dims):
+    zero = np.zeros((), core.get_aval(indices[0]).dtype) if indices else np.int32(0)
+    indices = list(indices)
+    indices.insert(operand_bdim, zero)
+    sizes = list(slice_sizes)
+    sizes.insert(operand_bdim, _shape_of(operand)[operand_bdim])
+    return dynamic_slice_p.bind(operand, *indices, slice_sizes=tuple(sizes)), operand_bdim
+  nd = len(slice_sizes)
+  dnums = GatherDimensionNumbers(offset_dims=tuple(range(nd)), collapsed_slice_dims=(),
+                                 start_index_map=tuple(range(nd)))
+  index, index_bdim = _batch_dynamic_slice_indices(indices, index_dims)
+  return _gather_batch_rule([operand, index], [operand_bdim, index_bdim],
+                            dimension_numbers=dnums, slice_sizes=slice_sizes,
+                            unique_indices=True, indices_are_sorted=True,
+                            mode=GatherScatterMode.PROMISE_IN_BOUNDS, fill_value=None)
+
+
+batching.primitive_batchers[dynamic_slice_p] = _dynamic_slice_batch_rule
+
+
 def dynamic_slice(operand: Any, start_indices: Sequence[Any], slice_sizes: Sequence[int], *,
                   allow_negative_indices: bool | Sequence[bool] = True) -> Any:
   """The slice of static size `slice_sizes` at dynamic `start_indices`.
@@ -439,6 +497,37 @@ def _dynamic_update_slice_transpose(ct, operand, update, *start_indices):
 
 ad.primitive_jvps[dynamic_update_slice_p] = _dynamic_update_slice_jvp
 ad.primitive_transposes[dynamic_update_slice_p] = _dynamic_update_slice_transpose
+
+
+def _dynamic_update_slice_batch_rule(args, dims):
+  """With unbatched start indices: a dynamic_update_slice with the operand and the update
+  batched at one dim (index 0 there). With batched indices: a CLIP scatter (which clamps as
+  dynamic_update_slice does; JAX's rule), through the scatter batching rule."""
+  operand, update, *indices = args
+  operand_bdim, update_bdim, *index_dims = dims
+  size = next(_shape_of(x)[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
+  if all(d is batching.not_mapped for d in index_dims):
+    bdim = operand_bdim if operand_bdim is not batching.not_mapped else update_bdim
+    operand = batching.matchaxis(operand, operand_bdim, bdim, size)
+    update = batching.matchaxis(update, update_bdim, bdim, size)
+    zero = np.zeros((), core.get_aval(indices[0]).dtype) if indices else np.int32(0)
+    indices = list(indices)
+    indices.insert(bdim, zero)
+    return dynamic_update_slice_p.bind(operand, update, *indices), bdim
+  u_shape = _shape_of(update)
+  if update_bdim is not batching.not_mapped:
+    u_shape = u_shape[:update_bdim] + u_shape[update_bdim + 1:]
+  nd = len(u_shape)
+  dnums = ScatterDimensionNumbers(update_window_dims=tuple(range(nd)), inserted_window_dims=(),
+                                  scatter_dims_to_operand_dims=tuple(range(nd)))
+  index, index_bdim = _batch_dynamic_slice_indices(indices, index_dims)
+  return _scatter_batch_rule(scatter_p, [operand, index, update],
+                             [operand_bdim, index_bdim, update_bdim], dimension_numbers=dnums,
+                             indices_are_sorted=True, unique_indices=True,
+                             mode=GatherScatterMode.CLIP)
+
+
+batching.primitive_batchers[dynamic_update_slice_p] = _dynamic_update_slice_batch_rule
 
 
 def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any], *,
@@ -847,6 +936,50 @@ def _gather_transpose(ct, operand, indices, *, dimension_numbers, slice_sizes,
 
 ad.defjvp(gather_p, _gather_jvp, None)
 ad.primitive_transposes[gather_p] = _gather_transpose
+
+
+def _gather_batch_rule(args, dims, *, dimension_numbers, slice_sizes, unique_indices,
+                       indices_are_sorted, mode, fill_value):
+  """JAX's `_gather_batching_rule`. Operand batched: its batch dim (moved first) is a new
+  offset dim taken whole. Indices batched: their batch dim (moved first) is a new batch dim
+  of the gather. Both: the two batch dims are paired as operand/start-indices batching
+  dims. The result's batch dim is 0."""
+  operand, indices = args
+  operand_bdim, indices_bdim = dims
+  dn = dimension_numbers
+  up = lambda ds: tuple(d + 1 for d in ds)
+  params = dict(unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
+                mode=mode, fill_value=fill_value)
+  if indices_bdim is batching.not_mapped:
+    operand = batching.moveaxis(operand, operand_bdim, 0)
+    dnums = GatherDimensionNumbers(
+        offset_dims=(0,) + up(dn.offset_dims), collapsed_slice_dims=up(dn.collapsed_slice_dims),
+        start_index_map=up(dn.start_index_map), operand_batching_dims=up(dn.operand_batching_dims),
+        start_indices_batching_dims=dn.start_indices_batching_dims)
+    sizes = (_shape_of(operand)[0],) + tuple(slice_sizes)
+    return gather_p.bind(operand, indices, dimension_numbers=dnums, slice_sizes=sizes,
+                         **params), 0
+  indices = batching.moveaxis(indices, indices_bdim, 0)
+  if operand_bdim is batching.not_mapped:
+    dnums = GatherDimensionNumbers(
+        offset_dims=up(dn.offset_dims), collapsed_slice_dims=dn.collapsed_slice_dims,
+        start_index_map=dn.start_index_map, operand_batching_dims=dn.operand_batching_dims,
+        start_indices_batching_dims=up(dn.start_indices_batching_dims))
+    # NB: gathers from one operand at batched indices may no longer be sorted or unique.
+    params.update(unique_indices=False, indices_are_sorted=False)
+    return gather_p.bind(operand, indices, dimension_numbers=dnums, slice_sizes=slice_sizes,
+                         **params), 0
+  operand = batching.moveaxis(operand, operand_bdim, 0)
+  dnums = GatherDimensionNumbers(
+      offset_dims=up(dn.offset_dims), collapsed_slice_dims=up(dn.collapsed_slice_dims),
+      start_index_map=up(dn.start_index_map),
+      operand_batching_dims=(0,) + up(dn.operand_batching_dims),
+      start_indices_batching_dims=(0,) + up(dn.start_indices_batching_dims))
+  return gather_p.bind(operand, indices, dimension_numbers=dnums,
+                       slice_sizes=(1,) + tuple(slice_sizes), **params), 0
+
+
+batching.primitive_batchers[gather_p] = _gather_batch_rule
 
 
 def _default_fill_value(dtype: np.dtype):
@@ -1347,6 +1480,45 @@ def _scatter_extremal_jvp(prim, primals, tangents, *, dimension_numbers, indices
 
 ad.primitive_jvps[scatter_min_p] = partial(_scatter_extremal_jvp, scatter_min_p)
 ad.primitive_jvps[scatter_max_p] = partial(_scatter_extremal_jvp, scatter_max_p)
+
+
+def _scatter_batch_rule(prim, args, dims, *, dimension_numbers, indices_are_sorted,
+                        unique_indices, mode):
+  """JAX's `_scatter_batching_rule`: the operand and the updates get their batch dim first
+  (broadcast when unbatched). Unbatched indices: the batch dim is a new window dim taken
+  whole. Batched indices (moved first): the batch dims are paired as operand/indices
+  batching dims. The result's batch dim is 0."""
+  operand, indices, updates = args
+  operand_bdim, indices_bdim, updates_bdim = dims
+  size = next(_shape_of(x)[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
+  operand = batching.bdim_at_front(operand, operand_bdim, size)
+  updates = batching.bdim_at_front(updates, updates_bdim, size)
+  dn = dimension_numbers
+  up = lambda ds: tuple(d + 1 for d in ds)
+  params = dict(indices_are_sorted=indices_are_sorted, unique_indices=unique_indices,
+                mode=mode)
+  if indices_bdim is batching.not_mapped:
+    dnums = ScatterDimensionNumbers(
+        update_window_dims=(0,) + up(dn.update_window_dims),
+        inserted_window_dims=up(dn.inserted_window_dims),
+        scatter_dims_to_operand_dims=up(dn.scatter_dims_to_operand_dims),
+        operand_batching_dims=up(dn.operand_batching_dims),
+        scatter_indices_batching_dims=dn.scatter_indices_batching_dims)
+    return prim.bind(operand, indices, updates, dimension_numbers=dnums, **params), 0
+  indices = batching.moveaxis(indices, indices_bdim, 0)
+  dnums = ScatterDimensionNumbers(
+      update_window_dims=up(dn.update_window_dims),
+      inserted_window_dims=up(dn.inserted_window_dims),
+      scatter_dims_to_operand_dims=up(dn.scatter_dims_to_operand_dims),
+      operand_batching_dims=(0,) + up(dn.operand_batching_dims),
+      scatter_indices_batching_dims=(0,) + up(dn.scatter_indices_batching_dims))
+  return prim.bind(operand, indices, updates, dimension_numbers=dnums, **params), 0
+
+
+for _p in (scatter_p, scatter_add_p, scatter_sub_p, scatter_mul_p, scatter_min_p,
+           scatter_max_p):
+  batching.primitive_batchers[_p] = partial(_scatter_batch_rule, _p)
+del _p
 
 
 def index_take(src: Any, idxs: Sequence[Any], axes: Sequence[int]) -> Any:
