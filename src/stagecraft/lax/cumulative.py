@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.associative_scan import associative_scan
@@ -138,6 +138,19 @@ ad.primitive_jvps[cumprod_p] = partial(_cumulative_jvp, elementwise.mul)
 ad.primitive_jvps[cummax_p] = partial(_cumulative_jvp, elementwise.max)
 ad.primitive_jvps[cummin_p] = partial(_cumulative_jvp, elementwise.min)
 ad.primitive_jvps[cumlogsumexp_p] = partial(_cumulative_jvp, _logaddexp)
+
+
+
+def _cumulative_batch_rule(prim, args, dims, *, axis, reverse):
+  """The batch dim stays where it is; the axis skips it."""
+  operand, = args
+  bdim, = dims
+  return prim.bind(operand, axis=axis if axis < bdim else axis + 1, reverse=reverse), bdim
+
+
+for _p in (cumsum_p, cumprod_p, cummax_p, cummin_p, cumlogsumexp_p):
+  batching.primitive_batchers[_p] = partial(_cumulative_batch_rule, _p)
+del _p
 
 
 def _cumulative_wrapper(p: Primitive, what: str, dtypes_doc: str, extra: str = ""):

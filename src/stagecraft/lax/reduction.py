@@ -22,7 +22,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import _compare
@@ -267,6 +267,27 @@ for _p in (reduce_and_p, reduce_or_p, reduce_xor_p):
   ad.defjvp_zero(_p)   # bool and integer operands: never differentiated
 del _p
 
+
+def _batched_axes(axes, bdim: int) -> tuple[int, ...]:
+  """The unbatched `axes` as axes of a value batched at `bdim`."""
+  return tuple(a if a < bdim else a + 1 for a in axes)
+
+
+def _reducer_batch_rule(prim, args, dims, **params):
+  """JAX's `_reducer_batcher`: the axes skip the batch dim, which stays (shifted left by the
+  reduced axes before it)."""
+  operand, = args
+  bdim, = dims
+  axes = _batched_axes(params.pop("axes"), bdim)
+  out_b = bdim - sum(1 for a in axes if a < bdim)
+  return prim.bind(operand, axes=axes, **params), out_b
+
+
+for _p in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, reduce_and_p,
+           reduce_or_p, reduce_xor_p):
+  batching.primitive_batchers[_p] = partial(_reducer_batch_rule, _p)
+del _p
+
 # ---------------------------------------------------------------------------
 # argmax / argmin: params `axes` (a 1-tuple) and `index_dtype`; result never weakly typed.
 
@@ -330,6 +351,9 @@ argmin_p.def_abstract_eval(partial(_argminmax_abstract_eval, "argmin"))
 lowering.register_lowering(argmin_p, partial(_argminmax_lowering, "LT", _min_identity))
 ad.defjvp_zero(argmax_p)
 ad.defjvp_zero(argmin_p)
+
+batching.primitive_batchers[argmax_p] = partial(_reducer_batch_rule, argmax_p)
+batching.primitive_batchers[argmin_p] = partial(_reducer_batch_rule, argmin_p)
 
 
 def argmax(operand: Any, axis: int, index_dtype: Any):
@@ -484,6 +508,31 @@ def _reduce_general_jvp(primals, tangents, *, computation, jaxpr, dimensions):
 
 
 ad.primitive_jvps[reduce_p] = _reduce_general_jvp
+
+
+def _reduce_general_batch_rule(args, dims, *, computation, jaxpr, dimensions):
+  """JAX's `_reduce_batch_rule` with unbatched init values: the operands' batch dims are
+  aligned at the first batched operand's (unbatched operands broadcast), the dimensions
+  skip it."""
+  n = len(args) // 2
+  operands, inits = args[:n], args[n:]
+  operand_dims, init_dims = dims[:n], dims[n:]
+  if any(d is not batching.not_mapped for d in init_dims):
+    raise NotImplementedError(
+        "vmap of the general reduce (primitive 'reduce') with batched initial values is not "
+        "implemented (as in JAX). Pass init values that do not depend on the mapped axis "
+        "(the identity of the computation) and combine the batched ones afterwards.")
+  size, bdim = next((core.get_aval(x).shape[d], d) for x, d in zip(operands, operand_dims)
+                    if d is not batching.not_mapped)
+  operands = [batching.matchaxis(x, d, bdim, size) for x, d in zip(operands, operand_dims)]
+  new_dims = _batched_axes(dimensions, bdim)
+  out_b = bdim - sum(1 for a in new_dims if a < bdim)
+  outs = reduce_p.bind(*operands, *inits, computation=computation, jaxpr=jaxpr,
+                       dimensions=new_dims)
+  return outs, [out_b] * n
+
+
+batching.primitive_batchers[reduce_p] = _reduce_general_batch_rule
 
 
 @lru_cache(maxsize=1024)

@@ -26,7 +26,7 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 
 __all__ = ["sort_p", "top_k_p", "sort", "sort_key_val", "top_k", "approx_max_k", "approx_min_k"]
@@ -169,6 +169,21 @@ def _sort_jvp(primals, tangents, *, dimension, is_stable, num_keys):
 ad.primitive_jvps[sort_p] = _sort_jvp
 
 
+def _sort_batch_rule(args, dims, *, dimension, is_stable, num_keys):
+  """JAX's `_sort_batch_rule`: every operand batched at the first batched operand's dim
+  (unbatched ones broadcast); the sorted dimension skips it."""
+  size, bdim = next((core.get_aval(x).shape[d], d) for x, d in zip(args, dims)
+                    if d is not batching.not_mapped)
+  operands = [batching.matchaxis(x, d, bdim, size) for x, d in zip(args, dims)]
+  new_dimension = dimension + (bdim <= dimension)
+  outs = sort_p.bind(*operands, dimension=new_dimension, is_stable=is_stable,
+                     num_keys=num_keys)
+  return outs, [bdim] * len(operands)
+
+
+batching.primitive_batchers[sort_p] = _sort_batch_rule
+
+
 def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: int = 1) -> Any:
   """Sorts `operand` along `dimension` (JAX's `lax.sort`, XLA's Sort).
 
@@ -308,6 +323,18 @@ def _top_k_jvp(primals, tangents, *, k, axis):
 
 
 ad.primitive_jvps[top_k_p] = _top_k_jvp
+
+
+def _top_k_batch_rule(args, dims, *, k, axis):
+  """The batch dim stays where it is (top_k here takes an `axis`, so it may even be last);
+  the axis skips it."""
+  operand, = args
+  bdim, = dims
+  outs = top_k_p.bind(operand, k=k, axis=axis + (bdim <= axis))
+  return outs, [bdim, bdim]
+
+
+batching.primitive_batchers[top_k_p] = _top_k_batch_rule
 
 
 def top_k(operand: Any, k: int, *, axis: int = -1) -> tuple[Any, Any]:
