@@ -59,7 +59,8 @@ def test_missing_lowering_error_names_the_primitive():
 # (the `qr` primitive), and custom_vjp's linear part, which is only ever transposed.
 NO_JVP = {"geqrf": "differentiated through the qr primitive",
           "householder_product": "differentiated through the qr primitive",
-          "custom_lin": "only transposed (forward mode of custom_vjp is an error)"}
+          "custom_lin": "only transposed (forward mode of custom_vjp is an error)",
+          "pmax": "no derivative in JAX either", "pmin": "no derivative in JAX either"}
 
 # The linear primitives the autodiff issue names (expand_dims is reshape/broadcast_in_dim
 # here; there is no copy primitive).

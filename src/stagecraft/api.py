@@ -147,6 +147,21 @@ def _jit_dce(used_outs, eqn):
       params={**eqn.params, "jaxpr": new_closed})
 
 
+_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _jit_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, name: str):
+  # vmap of a call is a call of the batched jaxpr: it stays one staged `jit` equation. An
+  # axis rule (called even with no batched argument) so collectives inside see the axis.
+  from stagecraft.interpreters import batching
+  key = (tuple(dims), axis_data)
+  b_closed, consts, out_dims = _memo(
+      _batch_cache, jaxpr, key,
+      lambda: batching.batch_jaxpr(jaxpr, axis_data, dims, [None] * len(jaxpr.out_avals)))
+  outs = jit_p.bind(*consts, *args, jaxpr=b_closed, name=name)
+  return outs, out_dims
+
+
 jit_p.def_abstract_eval(_jit_abstract_eval)
 jit_p.def_impl(_jit_impl)
 lowering.register_lowering(jit_p, _jit_lowering)
@@ -154,6 +169,15 @@ ad.primitive_jvps[jit_p] = _jit_jvp
 ad.partial_eval_rules[jit_p] = _jit_partial_eval
 ad.primitive_transposes[jit_p] = _jit_transpose
 pe.dce_rules[jit_p] = _jit_dce
+
+
+def _register_batching():
+  from stagecraft.interpreters import batching
+  batching.axis_primitive_batchers[jit_p] = _jit_batch
+  batching.defbroadcasting(ad.add_any_p)
+
+
+_register_batching()
 core.pp_param_order[jit_p] = ("name", "jaxpr")
 
 

@@ -15,6 +15,8 @@ Design after JAX's `batching.py` (BatchTrace, `not_mapped`, `broadcast_batcher`)
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -27,6 +29,37 @@ not_mapped = None
 
 primitive_batchers: dict[core.Primitive, Callable] = {}
 axis_primitive_batchers: dict[core.Primitive, Callable] = {}
+
+
+class _AxisEnv(threading.local):
+  def __init__(self):
+    self.frames: list[tuple[Any, int]] = []
+
+
+_axis_env = _AxisEnv()
+
+
+@contextmanager
+def extend_axis_env(name: Any, size: int):
+  """Binds the axis `name` of `size` for collectives traced in the body (vmap's axis_name;
+  pmap binds its axes the same way)."""
+  _axis_env.frames.append((name, size))
+  try:
+    yield
+  finally:
+    _axis_env.frames.pop()
+
+
+def bound_axis_names() -> list:
+  return [n for n, _ in _axis_env.frames if n is not None]
+
+
+def axis_size(name: Any) -> int | None:
+  """The size of the innermost bound axis called `name` (None if unbound)."""
+  for n, size in reversed(_axis_env.frames):
+    if n == name:
+      return size
+  return None
 
 
 class AxisData(NamedTuple):
@@ -202,7 +235,7 @@ def batch_flat(fun: Callable[..., Sequence[Any]], args: Sequence[Any],
   trace = BatchTrace(core.current_trace(), axis_data)
   ins = [a if d is not_mapped else BatchTracer(trace, a, d) for a, d in zip(args, in_dims)]
   try:
-    with core.set_current_trace(trace):
+    with core.set_current_trace(trace), extend_axis_env(axis_data.name, axis_data.size):
       outs = fun(*ins)
     vals, dims = [], []
     for x in outs:
@@ -258,6 +291,6 @@ def batch_jaxpr(closed: core.ClosedJaxpr, axis_data: AxisData, in_dims: Sequence
           list(final_dims))
 
 
-__all__ = ["not_mapped", "primitive_batchers", "axis_primitive_batchers", "AxisData",
+__all__ = ["extend_axis_env", "axis_size", "bound_axis_names", "not_mapped", "primitive_batchers", "axis_primitive_batchers", "AxisData",
            "BatchTrace", "BatchTracer", "moveaxis", "broadcast", "bdim_at_front", "matchaxis",
            "defvectorized", "defbroadcasting", "batch_flat", "batch_jaxpr"]

@@ -24,3 +24,5 @@ from stagecraft.lax.conv import *  # noqa: F401,F403
 from stagecraft.lax.fft import *  # noqa: F401,F403
 from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)
 from stagecraft.lax.misc import *  # noqa: F401,F403
+from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, pmax, pmean, pmin,  # noqa: F401
+                                     ppermute, psum)

@@ -1,0 +1,453 @@
+"""Collectives over named axes: `psum`, `pmean`, `pmax`, `pmin`, `all_gather`, `axis_index`,
+`ppermute`, `all_to_all`.
+
+A collective reads the axis it names: under `vmap(..., axis_name=...)` its batching rule (an
+axis rule, called even when no operand is batched) computes it over the batch dimension;
+names that belong to an outer axis are passed on to the enclosing transformation. Outside any
+axis of that name it raises NameError. The pmap issue adds their SPMD lowerings; until then a
+collective that reaches lowering is an unbound axis.
+
+Semantics (values and the axis names they accept) follow JAX's `jax.lax` collectives.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import core, dtypes, tree_util
+from stagecraft.core import ShapedArray
+from stagecraft.interpreters import ad, batching, lowering
+
+__all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
+           "all_to_all", "psum_p", "pmax_p", "pmin_p", "all_gather_p", "axis_index_p",
+           "ppermute_p", "all_to_all_p"]
+
+
+def _axis_size(name) -> int:
+  size = batching.axis_size(name)
+  if size is None:
+    raise _unbound(name)
+  return size
+
+
+def _unbound(name) -> NameError:
+  bound = batching.bound_axis_names()
+  return NameError(f"unbound axis name: {name}. The following axis names (e.g. defined by "
+                   f"pmap or vmap's axis_name) are available to collective operations: "
+                   f"{bound}")
+
+
+def _names(axis_name) -> tuple:
+  return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _check_bound(axes):
+  for n in axes:
+    _axis_size(n)
+
+
+def _unbound_lowering(name_param: str):
+  def rule(ctx, *args, **params):
+    name = params[name_param]
+    raise _unbound(name[0] if isinstance(name, tuple) else name)
+  return rule
+
+
+def _unbound_impl(name_param: str):
+  def impl(*args, **params):
+    raise _unbound(params[name_param])
+  return impl
+
+
+# ---------------------------------------------------------------------------
+# psum / pmax / pmin: reductions over the named axes (several operands bound together).
+
+
+def _reduction_prim(name: str):
+  p = core.Primitive(name)
+  p.multiple_results = True
+
+  def abstract_eval(*avals, axes, axis_index_groups):
+    _check_bound(axes)
+    return list(avals)
+
+  def impl(*args, axes, axis_index_groups):
+    raise _unbound(axes[0])
+
+  p.def_abstract_eval(abstract_eval)
+  p.def_impl(impl)
+  lowering.register_lowering(p, _unbound_lowering("axes"))
+  return p
+
+
+psum_p = _reduction_prim("psum")
+pmax_p = _reduction_prim("pmax")
+pmin_p = _reduction_prim("pmin")
+
+
+def _reduction_batcher(prim, reduce_fn, unbatched_fn):
+  def rule(axis_data, args, dims, *, axes, axis_index_groups):
+    if axis_index_groups is not None:
+      raise NotImplementedError(f"{prim.name} with axis_index_groups is not supported under "
+                                f"vmap.")
+    if axis_data.name is None or axis_data.name not in axes:
+      # Not our axis: reduce over the outer axes with the batch dim kept where it is.
+      return prim.bind(*args, axes=axes, axis_index_groups=None), list(dims)
+    outs = [unbatched_fn(x, axis_data.size) if d is batching.not_mapped else reduce_fn(x, d)
+            for x, d in zip(args, dims)]
+    rest = tuple(a for a in axes if a != axis_data.name)
+    if rest:
+      outs = prim.bind(*outs, axes=rest, axis_index_groups=None)
+    return outs, [batching.not_mapped] * len(outs)
+  batching.axis_primitive_batchers[prim] = rule
+
+
+def _reduce_sum(x, d):
+  from stagecraft import lax
+  return lax.reduce_sum(x, (d,))
+
+
+def _reduce_max(x, d):
+  from stagecraft import lax
+  return lax.reduce_max(x, (d,))
+
+
+def _reduce_min(x, d):
+  from stagecraft import lax
+  return lax.reduce_min(x, (d,))
+
+
+def _times_size(x, n):
+  """psum of a value that is the same on every member: n times it."""
+  from stagecraft import lax
+  aval = core.get_aval(x)
+  return lax.mul(x, lax.full_like(x, n) if aval.shape else np.asarray(n, aval.dtype)[()])
+
+
+_reduction_batcher(psum_p, _reduce_sum, _times_size)
+_reduction_batcher(pmax_p, _reduce_max, lambda x, n: x)
+_reduction_batcher(pmin_p, _reduce_min, lambda x, n: x)
+
+
+def _psum_transpose(cts, *args, axes, axis_index_groups):
+  nz = [c for c in cts if type(c) is not ad.Zero]
+  outs = iter(psum_p.bind(*nz, axes=axes, axis_index_groups=axis_index_groups) if nz else [])
+  return [c if type(c) is ad.Zero else next(outs) for c in cts]
+
+
+def _psum_jvp(primals, tangents, *, axes, axis_index_groups):
+  outs = psum_p.bind(*primals, axes=axes, axis_index_groups=axis_index_groups)
+  nz = [t for t in tangents if type(t) is not ad.Zero]
+  it = iter(psum_p.bind(*nz, axes=axes, axis_index_groups=axis_index_groups) if nz else [])
+  return outs, [t if type(t) is ad.Zero else next(it) for t in tangents]
+
+
+ad.primitive_jvps[psum_p] = _psum_jvp
+ad.primitive_transposes[psum_p] = _psum_transpose
+
+
+def _tree_collective(prim, x, axis_name, axis_index_groups=None):
+  leaves, treedef = tree_util.tree_flatten(x)
+  axes = _names(axis_name)
+  outs = prim.bind(*leaves, axes=axes, axis_index_groups=axis_index_groups)
+  return tree_util.tree_unflatten(treedef, outs)
+
+
+def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+  """The sum of `x` (a pytree of arrays) over the named axis (or tuple of axes); every member
+  of the axis gets the same result. `psum(1, name)` is the axis size.
+
+  Raises:
+    NameError: if `axis_name` is not bound by an enclosing vmap/pmap.
+  """
+  return _tree_collective(psum_p, x, axis_name, axis_index_groups)
+
+
+def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+  """The mean of `x` over the named axis (or axes): `psum(x) / axis size`."""
+  n = 1
+  for name in _names(axis_name):
+    n *= _axis_size(name)
+  from stagecraft import lax
+  return tree_util.tree_map(lambda s: lax.div(s, np.asarray(n, core.get_aval(s).dtype)[()]),
+                            psum(x, axis_name, axis_index_groups=axis_index_groups))
+
+
+def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+  """The maximum of `x` over the named axis (or axes)."""
+  return _tree_collective(pmax_p, x, axis_name, axis_index_groups)
+
+
+def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+  """The minimum of `x` over the named axis (or axes)."""
+  return _tree_collective(pmin_p, x, axis_name, axis_index_groups)
+
+
+# ---------------------------------------------------------------------------
+# axis_index
+
+
+axis_index_p = core.Primitive("axis_index")
+
+
+def _axis_index_abstract_eval(*, axis_name):
+  _axis_size(axis_name)
+  return ShapedArray((), dtypes.int32, False)
+
+
+def _axis_index_batcher(axis_data, args, dims, *, axis_name):
+  from stagecraft import lax
+  if axis_data.name != axis_name:
+    return axis_index_p.bind(axis_name=axis_name), batching.not_mapped
+  return lax.iota(np.int32, axis_data.size), 0
+
+
+axis_index_p.def_abstract_eval(_axis_index_abstract_eval)
+axis_index_p.def_impl(_unbound_impl("axis_name"))
+lowering.register_lowering(axis_index_p, _unbound_lowering("axis_name"))
+batching.axis_primitive_batchers[axis_index_p] = _axis_index_batcher
+ad.defjvp_zero(axis_index_p)
+
+
+def axis_index(axis_name: Any) -> Any:
+  """The position (int32 scalar) of this member along the named axis."""
+  return axis_index_p.bind(axis_name=axis_name)
+
+
+# ---------------------------------------------------------------------------
+# all_gather
+
+
+all_gather_p = core.Primitive("all_gather")
+
+
+def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size):
+  _axis_size(axis_name)
+  shape = list(x.shape)
+  if tiled:
+    shape[axis] *= axis_size
+  else:
+    shape.insert(axis, axis_size)
+  return x.update(shape=tuple(shape), weak_type=False)
+
+
+def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_size):
+  from stagecraft import lax
+  (x,), (d,) = args, dims
+  if axis_data.name != axis_name:
+    if d is batching.not_mapped:
+      return all_gather_p.bind(x, axis_name=axis_name, axis=axis, tiled=tiled,
+                               axis_size=axis_size), batching.not_mapped
+    x = batching.moveaxis(x, d, 0)
+    out = all_gather_p.bind(x, axis_name=axis_name, axis=axis + 1, tiled=tiled,
+                            axis_size=axis_size)
+    return out, 0
+  if d is batching.not_mapped:
+    x = batching.broadcast(x, axis_data.size, axis)
+  else:
+    x = batching.moveaxis(x, d, axis)
+  if tiled:
+    shape = list(core.get_aval(x).shape)
+    shape[axis:axis + 2] = [shape[axis] * shape[axis + 1]]
+    x = lax.reshape(x, tuple(shape))
+  return x, batching.not_mapped
+
+
+def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size):
+  from stagecraft import lax
+  summed = psum(ct, axis_name)
+  idx = axis_index(axis_name)
+  n = x.aval.shape[axis] if tiled else 1
+  piece = lax.dynamic_slice_in_dim(summed, lax.mul(idx, np.int32(n)), n, axis)
+  return [piece if tiled else lax.squeeze(piece, (axis,))]
+
+
+all_gather_p.def_abstract_eval(_all_gather_abstract_eval)
+all_gather_p.def_impl(_unbound_impl("axis_name"))
+lowering.register_lowering(all_gather_p, _unbound_lowering("axis_name"))
+batching.axis_primitive_batchers[all_gather_p] = _all_gather_batcher
+ad.deflinear(all_gather_p, _all_gather_transpose)
+
+
+def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
+               tiled: bool = False) -> Any:
+  """Every member's `x` (a pytree of arrays), stacked along a new axis `axis` (or, with
+  `tiled=True`, concatenated along `axis`), the same on every member.
+
+  Raises:
+    NameError: for an unbound axis name; NotImplementedError for axis_index_groups.
+  """
+  if axis_index_groups is not None:
+    raise NotImplementedError("all_gather: axis_index_groups is not supported yet.")
+  size = _axis_size(axis_name)
+
+  def one(leaf):
+    nd = len(core.get_aval(leaf).shape)
+    ax = axis % (nd + (0 if tiled else 1)) if nd or not tiled else 0
+    return all_gather_p.bind(leaf, axis_name=axis_name, axis=ax, tiled=tiled, axis_size=size)
+  return tree_util.tree_map(one, x)
+
+
+# ---------------------------------------------------------------------------
+# ppermute
+
+
+ppermute_p = core.Primitive("ppermute")
+
+
+def _ppermute_abstract_eval(x, *, axis_name, perm):
+  _axis_size(axis_name)
+  return x
+
+
+def _ppermute_batcher(axis_data, args, dims, *, axis_name, perm):
+  from stagecraft import lax
+  (x,), (d,) = args, dims
+  if axis_data.name != axis_name:
+    return ppermute_p.bind(x, axis_name=axis_name, perm=perm), d
+  n = axis_data.size
+  src_of = np.full(n, -1)
+  for s, t in perm:
+    src_of[t] = s
+  if d is batching.not_mapped:
+    x = batching.broadcast(x, n, 0)
+    d = 0
+  idx = np.where(src_of < 0, 0, src_of).astype(np.int32)
+  out = _take(x, idx, d)
+  if (src_of < 0).any():
+    shape = core.get_aval(out).shape
+    mask = lax.broadcast_in_dim(np.asarray(src_of >= 0), shape, (d,))
+    out = lax.select_n(mask, lax.full_like(out, 0), out)
+  return out, d
+
+
+def _take(x, idx, axis):
+  from stagecraft import numpy as jnp
+  return jnp.take(x, idx, axis=axis)
+
+
+def _ppermute_transpose(ct, x, *, axis_name, perm):
+  inverse = tuple((t, s) for s, t in perm)
+  return [ppermute_p.bind(ct, axis_name=axis_name, perm=inverse)]
+
+
+ppermute_p.def_abstract_eval(_ppermute_abstract_eval)
+ppermute_p.def_impl(_unbound_impl("axis_name"))
+lowering.register_lowering(ppermute_p, _unbound_lowering("axis_name"))
+batching.axis_primitive_batchers[ppermute_p] = _ppermute_batcher
+ad.deflinear(ppermute_p, _ppermute_transpose)
+
+
+def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
+  """Sends each member's `x` to another: `perm` is a list of (source, destination) index
+  pairs; members that receive nothing get zeros.
+
+  Raises:
+    ValueError: if a source or destination repeats or is out of range.
+  """
+  n = _axis_size(axis_name)
+  perm = tuple((int(s), int(t)) for s, t in perm)
+  srcs, dsts = [s for s, _ in perm], [t for _, t in perm]
+  if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):
+    raise ValueError(f"ppermute sources and destinations must be unique, got {perm}.")
+  if any(not 0 <= i < n for i in srcs + dsts):
+    raise ValueError(f"ppermute indices must be in [0, {n}) for axis {axis_name!r} of size "
+                     f"{n}, got {perm}.")
+  return tree_util.tree_map(lambda leaf: ppermute_p.bind(leaf, axis_name=axis_name, perm=perm),
+                            x)
+
+
+# ---------------------------------------------------------------------------
+# all_to_all
+
+
+all_to_all_p = core.Primitive("all_to_all")
+
+
+def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_size):
+  _axis_size(axis_name)
+  shape = list(x.shape)
+  shape[split_axis] //= axis_size
+  shape[concat_axis] *= axis_size
+  return x.update(shape=tuple(shape))
+
+
+def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_axis,
+                        axis_size):
+  from stagecraft import lax
+  (x,), (d,) = args, dims
+  if axis_data.name != axis_name:
+    if d is batching.not_mapped:
+      return all_to_all_p.bind(x, axis_name=axis_name, split_axis=split_axis,
+                               concat_axis=concat_axis, axis_size=axis_size), d
+    x = batching.moveaxis(x, d, 0)
+    return all_to_all_p.bind(x, axis_name=axis_name, split_axis=split_axis + 1,
+                             concat_axis=concat_axis + 1, axis_size=axis_size), 0
+  n = axis_data.size
+  x = batching.bdim_at_front(x, d, n)              # [i, ...]: member i's operand
+  shape = core.get_aval(x).shape[1:]
+  chunk = shape[split_axis] // n
+  # Split: [i, ..., (j, chunk) at split_axis, ...] -> member j gets chunk j of every i.
+  split_shape = (n, *shape[:split_axis], n, chunk, *shape[split_axis + 1:])
+  x = lax.reshape(x, split_shape)
+  j_pos = 1 + split_axis
+  x = batching.moveaxis(x, j_pos, 0)               # [j, i, ..., chunk, ...]
+  # Concat the i axis into concat_axis (of the per-member shape after the split).
+  per = [*shape[:split_axis], chunk, *shape[split_axis + 1:]]
+  x = batching.moveaxis(x, 1, 1 + concat_axis)      # i just before concat_axis's dim
+  out_shape = list(per)
+  out_shape[concat_axis] *= n
+  return lax.reshape(x, (n, *out_shape)), 0
+
+
+def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size):
+  return [all_to_all_p.bind(ct, axis_name=axis_name, split_axis=concat_axis,
+                            concat_axis=split_axis, axis_size=axis_size)]
+
+
+all_to_all_p.def_abstract_eval(_all_to_all_abstract_eval)
+all_to_all_p.def_impl(_unbound_impl("axis_name"))
+lowering.register_lowering(all_to_all_p, _unbound_lowering("axis_name"))
+batching.axis_primitive_batchers[all_to_all_p] = _all_to_all_batcher
+ad.deflinear(all_to_all_p, _all_to_all_transpose)
+
+
+def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
+               axis_index_groups: Any = None, tiled: bool = False) -> Any:
+  """Splits `x` along `split_axis` into axis-size chunks, sends chunk j to member j, and
+  concatenates the received chunks along `concat_axis` (with `tiled=False` the split axis
+  must have the axis size and is removed, and a new axis is inserted at concat_axis, as
+  JAX).
+
+  Raises:
+    ValueError: if the split axis is not divisible by the axis size.
+  """
+  if axis_index_groups is not None:
+    raise NotImplementedError("all_to_all: axis_index_groups is not supported yet.")
+  from stagecraft import lax
+  n = _axis_size(axis_name)
+
+  def one(leaf):
+    shape = core.get_aval(leaf).shape
+    nd = len(shape)
+    sa, ca = split_axis % nd, concat_axis % nd
+    if shape[sa] % n:
+      raise ValueError(f"all_to_all: split_axis {split_axis} of size {shape[sa]} is not "
+                       f"divisible by the axis size {n} of {axis_name!r}.")
+    if not tiled and shape[sa] != n:
+      raise ValueError(f"all_to_all with tiled=False requires the split axis to have the axis "
+                       f"size {n}, got {shape[sa]}.")
+    if tiled:
+      return all_to_all_p.bind(leaf, axis_name=axis_name, split_axis=sa, concat_axis=ca,
+                               axis_size=n)
+    # Untiled: a new size-1 axis receives the chunks (placed so that, once the emptied
+    # split axis is squeezed, it sits at concat_axis), as JAX's shape rule
+    # insert(delete(shape, split_axis), concat_axis, n).
+    q = ca if ca <= sa else ca + 1
+    sa1 = sa + 1 if q <= sa else sa
+    x1 = lax.expand_dims(leaf, (q,))
+    out = all_to_all_p.bind(x1, axis_name=axis_name, split_axis=sa1, concat_axis=q,
+                            axis_size=n)
+    return lax.squeeze(out, (sa1,))
+  return tree_util.tree_map(one, x)
