@@ -177,3 +177,25 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
 
 
 remat = checkpoint
+
+
+_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _remat_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated,
+                 policy):
+  from stagecraft.interpreters import batching
+  b_closed, consts, out_dims = _memo(
+      _batch_cache, jaxpr, (tuple(dims), axis_data),
+      lambda: batching.batch_jaxpr(jaxpr, axis_data, dims, [None] * len(jaxpr.out_avals)))
+  outs = remat_p.bind(*consts, *args, jaxpr=b_closed, prevent_cse=prevent_cse,
+                      differentiated=differentiated, policy=policy)
+  return outs, out_dims
+
+
+def _register_batching():
+  from stagecraft.interpreters import batching
+  batching.axis_primitive_batchers[remat_p] = _remat_batch
+
+
+_register_batching()
