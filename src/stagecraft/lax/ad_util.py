@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from stagecraft import core, dtypes, tree_util
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 
 __all__ = ["stop_gradient", "stop_gradient_p"]
 
@@ -13,6 +13,7 @@ stop_gradient_p.def_abstract_eval(lambda x: x)
 lowering.register_lowering(stop_gradient_p, lambda ctx, x: [x])
 ad.primitive_jvps[stop_gradient_p] = lambda primals, tangents: (
     stop_gradient_p.bind(*primals), ad.Zero.from_value(primals[0]))
+batching.defvectorized(stop_gradient_p)
 
 
 def stop_gradient(x: Any) -> Any:

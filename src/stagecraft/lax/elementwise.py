@@ -19,7 +19,7 @@ import numpy as np
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.errors import MissingRuleError
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import utils
 from stagecraft.lax.utils import any_dtype, floating, inexact, integer, number
@@ -76,10 +76,69 @@ def _unop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
   p = Primitive(name)
   p.def_abstract_eval(_naryop_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
+  batching.defvectorized(p)   # the batch dim stays where it is
   return p
 
 
-_binop = _unop  # same construction; the arity comes from the call site
+def _binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
+  p = Primitive(name)
+  p.def_abstract_eval(_naryop_abstract_eval(name, accepted, result_dtype))
+  lowering.register_lowering(p, _hlo_lowering(op))
+  defbroadcasting(p)
+  return p
+
+
+# ---------------------------------------------------------------------------
+# Batching (vmap) of elementwise primitives, as JAX's `broadcast_batcher`: operands batched at
+# one dim with equal shapes are bound as they are; otherwise they are aligned at the batch dim
+# of a full-shaped batched operand (moving as few as possible), batched scalars are broadcast
+# into it, and unbatched rank-0 operands stay rank 0 where the primitive allows it.
+
+
+def align_batched(args, dims, scalar_ok=None):
+  """Aligns the operands of an elementwise primitive at one batch dim.
+
+  Args:
+    args, dims: the operands and their batch dims (each unbatched operand has the unbatched
+      full shape S or rank 0; each batched one S or (), plus the batch axis).
+    scalar_ok: per operand, whether an unbatched rank-0 operand may stay rank 0 (the
+      primitive broadcasts it); default: all.
+
+  Returns:
+    `(args, out_dim)`: operands all of the batched full shape (or unbatched rank 0).
+  """
+  from stagecraft.lax.shape import broadcast_in_dim
+  if scalar_ok is None:
+    scalar_ok = [True] * len(args)
+  size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
+  ushapes = [batching._unbatched_shape(x, d) for x, d in zip(args, dims)]
+  full = builtins.max(ushapes, key=len)
+  # The batch dim of the first full-shaped batched operand (0 if there is none).
+  out_dim = next((d for s, d in zip(ushapes, dims) if d is not None and s == full), 0)
+  out_shape = full[:out_dim] + (size,) + full[out_dim:]
+  out = []
+  for x, d, s, ok in zip(args, dims, ushapes, scalar_ok):
+    if d is None:
+      if s == () and ok:
+        out.append(x)
+      elif s:
+        out.append(batching.broadcast(x, size, out_dim))
+      else:
+        out.append(broadcast_in_dim(x, out_shape, ()))
+    elif s == full:
+      out.append(batching.moveaxis(x, d, out_dim))
+    else:   # a batched scalar among full-shaped operands
+      out.append(broadcast_in_dim(x, out_shape, (out_dim,)))
+  return out, out_dim
+
+
+def defbroadcasting(p: Primitive, scalar_ok=None) -> None:
+  """Registers the batching rule of an n-ary elementwise primitive (see `align_batched`)."""
+  def rule(args, dims, **params):
+    args, out_dim = align_batched(args, dims, scalar_ok)
+    out = p.bind(*args, **params)
+    return (out, [out_dim] * len(out)) if p.multiple_results else (out, out_dim)
+  batching.primitive_batchers[p] = rule
 
 
 # ---------------------------------------------------------------------------
@@ -247,6 +306,7 @@ def _exp2_lowering(ctx, x):
 
 lowering.register_lowering(exp2_p, _exp2_lowering)
 ad.defjvp2(exp2_p, lambda t, ans, x: mul(float(np.log(2.0)), mul(t, ans)))
+batching.defvectorized(exp2_p)
 
 
 # logistic(x) = 1 / (1 + exp(-x)); StableHLO's logistic op for real dtypes.
@@ -266,6 +326,7 @@ def _logistic_lowering(ctx, x):
 
 lowering.register_lowering(logistic_p, _logistic_lowering)
 ad.defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(1, ans))))
+batching.defvectorized(logistic_p)
 
 
 # sign: -1, 0 or 1 (x / |x| for complex); for unsigned integers, x != 0.
@@ -285,6 +346,7 @@ def _sign_lowering(ctx, x):
 
 lowering.register_lowering(sign_p, _sign_lowering)
 ad.defjvp_zero(sign_p)
+batching.defvectorized(sign_p)
 
 
 # round(x, rounding_method): 0 = away from zero (default), 1 = to nearest even.
@@ -300,6 +362,7 @@ def _round_lowering(ctx, x, *, rounding_method):
 
 lowering.register_lowering(round_p, _round_lowering)
 ad.defjvp_zero(round_p)
+batching.defvectorized(round_p)
 
 
 # integer_pow(x, y) for a static Python int y: repeated squaring, 1/x^|y| for y < 0.
@@ -346,6 +409,7 @@ def _integer_pow_jvp(t, x, *, y):
 integer_pow_p.def_abstract_eval(_integer_pow_abstract_eval)
 lowering.register_lowering(integer_pow_p, _integer_pow_lowering)
 ad.defjvp(integer_pow_p, _integer_pow_jvp)
+batching.defvectorized(integer_pow_p)
 
 
 # ---------------------------------------------------------------------------
@@ -504,6 +568,7 @@ def _pow_jvp_rhs(t, ans, x, y):
 pow_p.def_abstract_eval(_pow_abstract_eval)
 lowering.register_lowering(pow_p, _pow_lowering)
 ad.defjvp2(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
+defbroadcasting(pow_p)
 
 
 # ---------------------------------------------------------------------------
@@ -537,6 +602,7 @@ def _cmp(name: str, direction: str, accepted) -> Primitive:
     return [_compare(ctx, direction, x, y, aval)]
   lowering.register_lowering(p, rule)
   ad.defjvp_zero(p)   # bool results: float0 tangents
+  defbroadcasting(p)
   return p
 
 
@@ -629,6 +695,16 @@ lowering.register_lowering(select_n_p, _select_n_lowering)
 ad.primitive_jvps[select_n_p] = _select_n_jvp
 ad.primitive_transposes[select_n_p] = _select_n_transpose
 
+
+def _select_n_batch(args, dims):
+  # JAX's `_select_batch_rule`: an unbatched scalar `which` stays a scalar; a batched scalar
+  # `which` is broadcast into the cases' shape at their batch dim; the cases are aligned.
+  args, out_dim = align_batched(args, dims, [True] + [False] * (len(args) - 1))
+  return select_n_p.bind(*args), out_dim
+
+
+batching.primitive_batchers[select_n_p] = _select_n_batch
+
 # ---------------------------------------------------------------------------
 # convert_element_type(x, new_dtype, weak_type): casts; float -> bool is x != 0; complex
 # -> real (bool included) takes the real part first (as JAX does; NumPy warns, and its
@@ -675,6 +751,7 @@ convert_element_type_p.def_abstract_eval(_convert_element_type_abstract_eval)
 lowering.register_lowering(convert_element_type_p, _convert_element_type_lowering)
 ad.defjvp2(convert_element_type_p, _convert_element_type_jvp)
 ad.primitive_transposes[convert_element_type_p] = _convert_element_type_transpose
+batching.defvectorized(convert_element_type_p)
 
 
 # ---------------------------------------------------------------------------
@@ -848,6 +925,7 @@ def _nary(name: str, accepted, op: str, result_dtype=None) -> Primitive:
   p = Primitive(name)
   p.def_abstract_eval(_nary_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
+  defbroadcasting(p)
   return p
 
 
@@ -1024,6 +1102,20 @@ lowering.register_lowering(bitcast_convert_type_p, _bitcast_convert_type_lowerin
 ad.defjvp_zero(bitcast_convert_type_p)   # as JAX, also between float dtypes
 
 
+def _bitcast_convert_type_batch(args, dims, *, new_dtype):
+  # Vectorized (as JAX), except that a wider new_dtype consumes the trailing axis, which must
+  # not be the batch axis: that one moves to the front first.
+  (x,), (d,) = args, dims
+  aval = core.get_aval(x)
+  d = d % len(aval.shape)
+  if new_dtype.itemsize > aval.dtype.itemsize and d == len(aval.shape) - 1:
+    x, d = batching.moveaxis(x, d, 0), 0
+  return bitcast_convert_type_p.bind(x, new_dtype=new_dtype), d
+
+
+batching.primitive_batchers[bitcast_convert_type_p] = _bitcast_convert_type_batch
+
+
 def bitcast_convert_type(operand: Any, new_dtype: Any):
   """Reinterprets the bits of `operand` as `new_dtype` (`stablehlo.bitcast_convert`).
 
@@ -1091,6 +1183,9 @@ def _clamp_jvp_max(t, min, x, max):
 clamp_p.def_abstract_eval(_clamp_abstract_eval)
 lowering.register_lowering(clamp_p, _clamp_lowering)
 ad.defjvp(clamp_p, _clamp_jvp_min, _clamp_jvp_operand, _clamp_jvp_max)
+# As JAX's `_clamp_batch_rule`: unbatched rank-0 bounds stay rank 0; batched scalar bounds
+# are broadcast into x's shape at its batch dim; an unbatched x is broadcast.
+defbroadcasting(clamp_p, scalar_ok=(True, False, True))
 
 
 def clamp(min: Any, x: Any, max: Any):
@@ -1186,6 +1281,7 @@ reduce_precision_p.def_abstract_eval(_reduce_precision_abstract_eval)
 lowering.register_lowering(reduce_precision_p, _reduce_precision_lowering)
 # Linear, as JAX treats it: the tangent and the cotangent are rounded alike.
 ad.deflinear(reduce_precision_p, lambda ct, x, **params: [reduce_precision_p.bind(ct, **params)])
+batching.defvectorized(reduce_precision_p)
 
 
 def reduce_precision(operand: Any, exponent_bits: int, mantissa_bits: int):
@@ -1266,6 +1362,7 @@ def _complex_transpose(ct, x, y):
 lowering.register_lowering(complex_p, _complex_lowering)
 ad.primitive_jvps[complex_p] = _complex_jvp
 ad.primitive_transposes[complex_p] = _complex_transpose
+defbroadcasting(complex_p)
 
 conj_p = Primitive("conj")
 
@@ -1297,6 +1394,7 @@ def _conj_transpose(ct, x, *, input_dtype):
 conj_p.def_abstract_eval(_conj_abstract_eval)
 lowering.register_lowering(conj_p, _conj_lowering)
 ad.deflinear(conj_p, _conj_transpose)
+batching.defvectorized(conj_p)
 
 
 def real(x: Any):

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import utils
 
 __all__ = ["optimization_barrier_p", "optimization_barrier", "platform_dependent", "composite",
@@ -39,6 +41,9 @@ def _optimization_barrier_transpose(cts, *args):
 
 ad.primitive_jvps[optimization_barrier_p] = _optimization_barrier_jvp
 ad.primitive_transposes[optimization_barrier_p] = _optimization_barrier_transpose
+# As JAX: the barrier of the batched values; every batch dim stays.
+batching.primitive_batchers[optimization_barrier_p] = (
+    lambda args, dims: (optimization_barrier_p.bind(*args), list(dims)))
 
 
 def optimization_barrier(operand: Any) -> Any:
@@ -103,6 +108,33 @@ def _rng_uniform_lowering(ctx, a, b, *, shape):
 rng_uniform_p.def_abstract_eval(_rng_uniform_abstract_eval)
 lowering.register_lowering(rng_uniform_p, _rng_uniform_lowering)
 ad.defjvp_zero(rng_uniform_p)
+
+
+def _rng_uniform_batch(args, dims, *, shape):
+  """Batched bounds (JAX has no rule): one draw of shape `(batch, *shape)`, mapped from the
+  unit interval (floats: `a + (b - a) u`, u in [0, 1)) or reduced modulo `b - a` (integers,
+  from draws in [0, iinfo.max), so with a negligible bias for small ranges) into each batch
+  element's `[a, b)`."""
+  from stagecraft import lax
+  a, b = args
+  size = next(core.get_aval(x).shape[0] for x, d in zip(args, dims) if d is not None)
+  dtype = core.get_aval(a).dtype
+  out_shape = (size, *shape)
+
+  def bound(x, d):   # u[batch] -> T[batch, *shape]
+    if d is None:
+      return x
+    return lax.broadcast_in_dim(x, out_shape, (0,))
+  a, b = bound(a, dims[0]), bound(b, dims[1])
+  if dtypes.is_integer(dtype):
+    hi = np.asarray(np.iinfo(dtype).max, dtype)[()]
+    r = rng_uniform_p.bind(np.zeros((), dtype)[()], hi, shape=out_shape)
+    return lax.add(lax.rem(r, lax.sub(b, a)), a), 0
+  u = rng_uniform_p.bind(np.zeros((), dtype)[()], np.ones((), dtype)[()], shape=out_shape)
+  return lax.add(a, lax.mul(lax.sub(b, a), u)), 0
+
+
+batching.primitive_batchers[rng_uniform_p] = _rng_uniform_batch
 
 
 def rng_uniform(a: Any, b: Any, shape: tuple[int, ...]) -> Any:

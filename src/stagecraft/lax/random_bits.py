@@ -16,10 +16,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes
+from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import utils
+from stagecraft.lax import elementwise
 from stagecraft.lax.elementwise import broadcast_operand
 from stagecraft.lax.shape import canonicalize_shape
 
@@ -115,6 +116,8 @@ def _threefry2x32_lowering(ctx, key1, key2, x1, x2):
 threefry2x32_p.def_abstract_eval(_threefry2x32_abstract_eval)
 lowering.register_lowering(threefry2x32_p, _threefry2x32_lowering)
 ad.defjvp_zero(threefry2x32_p)   # uint32 bits: float0 tangents
+# Elementwise with rank-0 broadcasting (JAX: `batching.defbroadcasting(threefry2x32_p)`).
+elementwise.defbroadcasting(threefry2x32_p)
 
 
 def threefry2x32(key1: Any, key2: Any, x1: Any, x2: Any) -> list[Any]:
@@ -185,6 +188,7 @@ def _iota_2x32_shape_lowering(ctx, *, shape):
 iota_2x32_shape_p.def_abstract_eval(_iota_2x32_shape_abstract_eval)
 lowering.register_lowering(iota_2x32_shape_p, _iota_2x32_shape_lowering)
 ad.defjvp_zero(iota_2x32_shape_p)
+# No batching rule: iota_2x32_shape has no operands, so it is never batched.
 
 
 def iota_2x32_shape(shape: Sequence[int]) -> list[Any]:
@@ -262,6 +266,25 @@ def _rng_bit_generator_lowering(ctx, key, *, shape, dtype, algorithm):
 rng_bit_generator_p.def_abstract_eval(_rng_bit_generator_abstract_eval)
 lowering.register_lowering(rng_bit_generator_p, _rng_bit_generator_lowering)
 ad.defjvp_zero(rng_bit_generator_p)
+
+
+def _rng_bit_generator_batch(args, dims, *, shape, dtype, algorithm):
+  """JAX's `_rng_bit_generator_batching_rule`: the bits of the whole batch come from the
+  FIRST key (one generator call of shape `(batch, *shape)`), whose new state replaces it;
+  the other keys are returned unchanged. So, as in JAX, vmap over keys is not a loop over
+  them."""
+  from stagecraft.lax.slicing import dynamic_update_index_in_dim, index_in_dim
+  (keys,), (d,) = args, dims
+  keys = batching.moveaxis(keys, d, 0)
+  size = core.get_aval(keys).shape[0]
+  key = index_in_dim(keys, 0, 0, keepdims=False)
+  new_key, bits = rng_bit_generator_p.bind(key, shape=(size, *shape), dtype=dtype,
+                                           algorithm=algorithm)
+  new_keys = dynamic_update_index_in_dim(keys, new_key, np.int32(0), 0)
+  return [new_keys, bits], [0, 0]
+
+
+batching.primitive_batchers[rng_bit_generator_p] = _rng_bit_generator_batch
 
 
 def rng_bit_generator(key: Any, shape: Sequence[int], dtype: Any = np.uint32,

@@ -22,7 +22,7 @@ import numpy as np
 
 from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.lax import elementwise as ew
 from stagecraft.lax.elementwise import (_const, _convert_scalars, _nary, _nary_abstract_eval,
@@ -291,6 +291,7 @@ lowering.register_lowering(bessel_i0e_p, _upcast_lowering(
 # i0e'(x) = i1e(x) - sign(x) i0e(x).
 ad.defjvp2(bessel_i0e_p,
            lambda t, y, x: ew.mul(t, ew.sub(bessel_i1e(x), ew.mul(ew.sign(x), y))))
+batching.defvectorized(bessel_i0e_p)
 
 
 def bessel_i0e(x: Any):
@@ -510,6 +511,8 @@ igammac_p = Primitive("igammac")
 igammac_p.def_abstract_eval(_nary_abstract_eval("igammac", floating))
 lowering.register_lowering(igammac_p, _upcast_lowering(
     lambda ctx, a, x, *, dtype: _igamma_impl(ctx, a, x, dtype=dtype, complement=True)))
+ew.defbroadcasting(igamma_p)
+ew.defbroadcasting(igammac_p)
 
 
 def _igamma_gradx(a, x):
@@ -566,6 +569,7 @@ def _igamma_grad_a_jvp_a(t, a, x):
 igamma_grad_a_p = Primitive("igamma_grad_a")
 igamma_grad_a_p.def_abstract_eval(_nary_abstract_eval("igamma_grad_a", floating))
 lowering.register_lowering(igamma_grad_a_p, _upcast_lowering(_igamma_grad_a_impl))
+ew.defbroadcasting(igamma_grad_a_p)
 # d/dx dP/da = d/da dP/dx = dP/dx (log x - digamma(a)).
 ad.defjvp(igamma_grad_a_p, _igamma_grad_a_jvp_a,
           lambda t, a, x: ew.mul(t, ew.mul(_igamma_gradx(a, x),
