@@ -21,7 +21,7 @@ import numpy as np
 
 from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray, get_aval
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax.dot import Precision, canonicalize_precision
 from stagecraft.lax.elementwise import convert_element_type
@@ -548,6 +548,72 @@ conv_general_dilated_p.def_abstract_eval(_conv_general_dilated_abstract_eval)
 lowering.register_lowering(conv_general_dilated_p, _conv_general_dilated_lowering)
 ad.defbilinear(conv_general_dilated_p, _conv_general_dilated_transpose_lhs,
                _conv_general_dilated_transpose_rhs)
+
+
+def _conv_general_dilated_batch_rule(batched_args, batch_dims, *, window_strides, padding,
+                                     lhs_dilation, rhs_dilation, dimension_numbers,
+                                     feature_group_count, batch_group_count, precision,
+                                     preferred_element_type):
+  """JAX's `_conv_general_dilated_batch_rule`: the vmapped axis is folded into the input's
+  batch dimension (lhs batched), the kernel's output features (rhs batched) or, both batched,
+  into feature (or batch) groups; the output is then split back, its batch axis at the
+  output's batch or feature dimension."""
+  lhs, rhs = batched_args
+  lhs_bdim, rhs_bdim = batch_dims
+  lhs_spec, rhs_spec, out_spec = dimension_numbers
+
+  def conv(l, r, fgc, bgc):
+    return conv_general_dilated_p.bind(
+        l, r, window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
+        feature_group_count=fgc, batch_group_count=bgc, precision=precision,
+        preferred_element_type=preferred_element_type)
+
+  if lhs_bdim is not None and rhs_bdim is not None:
+    size = get_aval(lhs).shape[lhs_bdim]
+    if batch_group_count > 1:
+      new_lhs = _reshape_axis_into(lhs_bdim, lhs_spec[0], lhs)
+      fgc, bgc = feature_group_count, batch_group_count * size
+    else:
+      new_lhs = _reshape_axis_into(lhs_bdim, lhs_spec[1], lhs)
+      fgc, bgc = feature_group_count * size, batch_group_count
+    new_rhs = _reshape_axis_into(rhs_bdim, rhs_spec[0], rhs)
+    out = conv(new_lhs, new_rhs, fgc, bgc)
+    return _reshape_axis_out_of(out_spec[1], size, out), out_spec[1]
+
+  if lhs_bdim is not None:
+    size = get_aval(lhs).shape[lhs_bdim]
+    if batch_group_count == 1:
+      new_lhs = _reshape_axis_into(lhs_bdim, lhs_spec[0], lhs)
+    else:  # the batch groups stay outermost in the input's batch dimension
+      new_lhs = _reshape_axis_out_of(lhs_spec[0] + int(lhs_bdim <= lhs_spec[0]),
+                                     batch_group_count, lhs)
+      new_lhs = _reshape_axis_into(lhs_bdim + int(lhs_spec[0] < lhs_bdim), lhs_spec[0] + 1,
+                                   new_lhs)
+      new_lhs = _reshape_axis_into(lhs_spec[0], lhs_spec[0], new_lhs)
+    out = conv(new_lhs, rhs, feature_group_count, batch_group_count)
+    return _reshape_axis_out_of(out_spec[0], size, out), out_spec[0]
+
+  size = get_aval(rhs).shape[rhs_bdim]
+  if feature_group_count == 1 and batch_group_count == 1:
+    new_rhs = _reshape_axis_into(rhs_bdim, rhs_spec[0], rhs)
+    out = conv(lhs, new_rhs, feature_group_count, batch_group_count)
+    return _reshape_axis_out_of(out_spec[1], size, out), out_spec[1]
+  # The groups must stay outermost in the kernel's output features: factor them out, fold
+  # the batch into the rest, put them back; the same on the output.
+  group_count = feature_group_count if feature_group_count > 1 else batch_group_count
+  new_rhs = _reshape_axis_out_of(rhs_spec[0] + int(rhs_bdim <= rhs_spec[0]), group_count, rhs)
+  new_rhs = _reshape_axis_into(rhs_bdim + int(rhs_spec[0] < rhs_bdim), rhs_spec[0] + 1,
+                               new_rhs)
+  new_rhs = _reshape_axis_into(rhs_spec[0], rhs_spec[0], new_rhs)
+  out = conv(lhs, new_rhs, feature_group_count, batch_group_count)
+  out = _reshape_axis_out_of(out_spec[1], group_count, out)
+  out = _reshape_axis_out_of(out_spec[1] + 1, size, out)
+  out = _reshape_axis_into(out_spec[1], out_spec[1] + 1, out)
+  return out, out_spec[1]
+
+
+batching.primitive_batchers[conv_general_dilated_p] = _conv_general_dilated_batch_rule
 
 
 def _int_tuple(name: str, xs: Any) -> tuple[int, ...]:

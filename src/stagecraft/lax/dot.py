@@ -23,7 +23,7 @@ from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray, get_aval
 from stagecraft.lax.elementwise import convert_element_type
 from stagecraft.lax.shape import transpose
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 
 __all__ = ["Precision", "PrecisionLike", "DotDimensionNumbers", "dot_general_p", "dot_general",
            "dot", "batch_matmul"]
@@ -246,6 +246,45 @@ dot_general_p = Primitive("dot_general")
 dot_general_p.def_abstract_eval(_dot_general_abstract_eval)
 lowering.register_lowering(dot_general_p, _dot_general_lowering)
 ad.defbilinear(dot_general_p, _dot_general_transpose_lhs, _dot_general_transpose_rhs)
+
+
+def _bump_dims(dims, b):
+  return tuple(int(d) + (1 if d >= b else 0) for d in dims)
+
+
+def _dot_general_batch_dim_nums(ndims, batch_dims, dimension_numbers):
+  """JAX's `_dot_general_batch_dim_nums`: the dimension numbers of the batched dot and the
+  result's batch dim. Both operands batched: their batch dims become a new leading dot batch
+  dimension (result dim 0). One operand batched: its batch dim stays a free dimension, so no
+  operand is transposed; the result dim is where that free dimension lands."""
+  lhs_ndim, rhs_ndim = ndims  # of the batched operands (the unbatched one: its own rank)
+  lbd, rbd = batch_dims
+  (lc, rc), (lb, rb) = dimension_numbers
+  if lbd is not None and rbd is not None:
+    lb2 = (lbd,) + _bump_dims(lb, lbd)
+    rb2 = (rbd,) + _bump_dims(rb, rbd)
+    return ((_bump_dims(lc, lbd), _bump_dims(rc, rbd)), (lb2, rb2)), 0
+  if lbd is not None:
+    lc2, lb2 = _bump_dims(lc, lbd), _bump_dims(lb, lbd)
+    free = _free_dims(lhs_ndim, lc2, lb2)
+    return ((lc2, rc), (lb2, rb)), len(lb) + free.index(lbd)
+  rc2, rb2 = _bump_dims(rc, rbd), _bump_dims(rb, rbd)
+  free = _free_dims(rhs_ndim, rc2, rb2)
+  n_lhs_free = lhs_ndim - len(lc) - len(lb)
+  return ((lc, rc2), (lb, rb2)), len(lb) + n_lhs_free + free.index(rbd)
+
+
+def _dot_general_batch_rule(batched_args, batch_dims, *, dimension_numbers, precision,
+                            preferred_element_type):
+  lhs, rhs = batched_args
+  dims, out_dim = _dot_general_batch_dim_nums((get_aval(lhs).ndim, get_aval(rhs).ndim),
+                                              batch_dims, dimension_numbers)
+  out = dot_general_p.bind(lhs, rhs, dimension_numbers=dims, precision=precision,
+                           preferred_element_type=preferred_element_type)
+  return out, out_dim
+
+
+batching.primitive_batchers[dot_general_p] = _dot_general_batch_rule
 
 
 def _index_tuple(name: str, dims: Any) -> tuple[int, ...]:

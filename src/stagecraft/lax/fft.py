@@ -12,7 +12,7 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 
 __all__ = ["FftType", "fft_p", "fft"]
@@ -122,6 +122,20 @@ fft_p = Primitive("fft")
 fft_p.def_abstract_eval(_fft_abstract_eval)
 lowering.register_lowering(fft_p, _fft_lowering)
 ad.deflinear(fft_p, _fft_transpose)
+
+
+def _fft_batch_rule(batched_args, batch_dims, *, fft_type, fft_lengths):
+  """JAX's `_fft_batching_rule`: the transform is over the trailing dims, so a batch axis
+  among the leading ones stays where it is; one among the transformed dims moves to the
+  front."""
+  (x,), (bdim,) = batched_args, batch_dims
+  ndim = core.get_aval(x).ndim
+  if bdim >= ndim - len(fft_lengths):
+    x, bdim = batching.moveaxis(x, bdim, 0), 0
+  return fft_p.bind(x, fft_type=fft_type, fft_lengths=fft_lengths), bdim
+
+
+batching.primitive_batchers[fft_p] = _fft_batch_rule
 
 
 def fft(x: Any, fft_type: FftType | str, fft_lengths: Sequence[int]):

@@ -21,13 +21,14 @@ differentiable, as in JAX (differentiate `qr` instead).
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import elementwise as ew
@@ -196,6 +197,36 @@ def _mm(a, b):
                      precision=(Precision.HIGHEST, Precision.HIGHEST))
 
 
+# ---------------------------------------------------------------------------
+# Batching: the decompositions already accept leading batch dims, so a vmapped axis among
+# them stays where it is; one among the matrix (vector) dims moves to the front.
+
+
+def _leading_bdims(args, dims, cores):
+  """Operands aligned at one batch dim among their leading (batch) dims, each operand's
+  trailing `cores[i]` dims being its matrix/vector dims: kept in place when every operand is
+  batched at the same leading position, else all moved (or broadcast) to the front."""
+  size = next(_shape_of(x)[d] for x, d in zip(args, dims) if d is not None)
+  kept = {d for d in dims}
+  if len(kept) == 1:
+    d = kept.pop()
+    if d is not None and all(d < len(_shape_of(x)) - c for x, c in zip(args, cores)):
+      return list(args), d
+  return [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)], 0
+
+
+def _linalg_batch_rule(prim, cores, batched_args, batch_dims, **params):
+  args, bdim = _leading_bdims(batched_args, batch_dims, cores)
+  out = prim.bind(*args, **params)
+  return (out, [bdim] * len(out)) if prim.multiple_results else (out, bdim)
+
+
+def _defbatching(prim, *cores):
+  """Registers the leading-batch-dim rule for `prim`, whose operand `i` has `cores[i]`
+  trailing non-batch dims."""
+  batching.primitive_batchers[prim] = partial(_linalg_batch_rule, prim, cores)
+
+
 def _matrix_const(c: np.ndarray, shp: tuple[int, ...], dtype) -> Any:
   """The host matrix `c` (shape `shp[-2:]`) broadcast over the batch dims of `shp`."""
   c = np.asarray(c, dtype)
@@ -295,6 +326,7 @@ cholesky_p = Primitive("cholesky")
 cholesky_p.def_abstract_eval(_cholesky_abstract_eval)
 lowering.register_lowering(cholesky_p, _cholesky_lowering)
 ad.primitive_jvps[cholesky_p] = _cholesky_jvp
+_defbatching(cholesky_p, 2)
 
 
 def _symmetrize(x):
@@ -396,6 +428,7 @@ lu_p.multiple_results = True
 lu_p.def_abstract_eval(_lu_abstract_eval)
 lowering.register_lowering(lu_p, _lu_lowering)
 ad.primitive_jvps[lu_p] = _lu_jvp
+_defbatching(lu_p, 2)
 
 
 def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Any:
@@ -463,6 +496,7 @@ geqrf_p = Primitive("geqrf")
 geqrf_p.multiple_results = True
 geqrf_p.def_abstract_eval(_geqrf_abstract_eval)
 lowering.register_lowering(geqrf_p, _geqrf_lowering)
+_defbatching(geqrf_p, 2)
 
 
 def geqrf(x: Any) -> tuple[Any, Any]:
@@ -494,6 +528,7 @@ def _householder_product_lowering(ctx, a, taus):
 householder_product_p = Primitive("householder_product")
 householder_product_p.def_abstract_eval(_householder_product_abstract_eval)
 lowering.register_lowering(householder_product_p, _householder_product_lowering)
+_defbatching(householder_product_p, 2, 1)
 
 
 def householder_product(a: Any, taus: Any) -> Any:
@@ -615,6 +650,7 @@ qr_p.multiple_results = True
 qr_p.def_abstract_eval(_qr_abstract_eval)
 lowering.register_lowering(qr_p, _qr_lowering)
 ad.primitive_jvps[qr_p] = _qr_jvp
+_defbatching(qr_p, 2)
 
 
 def qr(x: Any, *, full_matrices: bool = True) -> tuple[Any, Any]:
@@ -689,6 +725,7 @@ eigh_p.multiple_results = True
 eigh_p.def_abstract_eval(_eigh_abstract_eval)
 lowering.register_lowering(eigh_p, _eigh_lowering)
 ad.primitive_jvps[eigh_p] = _eigh_jvp
+_defbatching(eigh_p, 2)
 
 
 def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True,
@@ -823,6 +860,7 @@ svd_p.multiple_results = True
 svd_p.def_abstract_eval(_svd_abstract_eval)
 lowering.register_lowering(svd_p, _svd_lowering)
 ad.primitive_jvps[svd_p] = _svd_jvp
+_defbatching(svd_p, 2)
 
 
 def svd(x: Any, *, full_matrices: bool = True, compute_uv: bool = True,
@@ -934,6 +972,36 @@ triangular_solve_p.def_abstract_eval(_triangular_solve_abstract_eval)
 lowering.register_lowering(triangular_solve_p, _triangular_solve_lowering)
 ad.defjvp2(triangular_solve_p, _triangular_solve_jvp_a, _triangular_solve_jvp_b)
 ad.primitive_transposes[triangular_solve_p] = _triangular_solve_transpose
+
+
+def _triangular_solve_batch_rule(batched_args, batch_dims, *, left_side, lower, transpose_a,
+                                 conjugate_a, unit_diagonal):
+  """JAX's `_triangular_solve_batching_rule`: with only `b` batched, its batch axis is
+  folded into b's columns (left side) or rows (right side): one solve with many right-hand
+  sides; otherwise both operands are aligned at a leading batch dim."""
+  a, b = batched_args
+  bda, bdb = batch_dims
+  params = dict(left_side=left_side, lower=lower, transpose_a=transpose_a,
+                conjugate_a=conjugate_a, unit_diagonal=unit_diagonal)
+  if bda is None:
+    nd = len(_shape_of(b))
+    if left_side:   # b[..., n, k, B] -> b[..., n, k*B]
+      b = batching.moveaxis(b, bdb, nd - 1)
+      shp = _shape_of(b)
+      flat = shape.reshape(b, (*shp[:-2], shp[-2] * shp[-1]))
+      out_dim = nd - 1
+    else:           # b[..., k, B, n] -> b[..., k*B, n]
+      b = batching.moveaxis(b, bdb, nd - 2)
+      shp = _shape_of(b)
+      flat = shape.reshape(b, (*shp[:-3], shp[-3] * shp[-2], shp[-1]))
+      out_dim = nd - 2
+    out = triangular_solve_p.bind(a, flat, **params)
+    return shape.reshape(out, shp), out_dim
+  (a, b), bdim = _leading_bdims([a, b], [bda, bdb], (2, 2))
+  return triangular_solve_p.bind(a, b, **params), bdim
+
+
+batching.primitive_batchers[triangular_solve_p] = _triangular_solve_batch_rule
 
 
 def triangular_solve(a: Any, b: Any, left_side: bool = False, lower: bool = False,

@@ -20,7 +20,7 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.conv import _conv_general_vjp_lhs_padding, padtype_to_pads
@@ -176,6 +176,43 @@ def _reduce_window_chooser_jvp(select_prim, t, operand, *, window_dimensions, wi
 ad.deflinear(reduce_window_sum_p, _reduce_window_sum_transpose)
 ad.defjvp(reduce_window_max_p, partial(_reduce_window_chooser_jvp, elementwise.ge_p))
 ad.defjvp(reduce_window_min_p, partial(_reduce_window_chooser_jvp, elementwise.le_p))
+
+
+def _insert_window_dim(bdim, window_dimensions, window_strides, padding, base_dilation=None,
+                       window_dilation=None):
+  """Window params with a window of size 1, stride 1, no padding or dilation inserted at
+  `bdim` (the batch axis), so that each batch element is windowed on its own."""
+  def ins(xs, v):
+    xs = list(xs)
+    xs.insert(bdim, v)
+    return tuple(xs)
+  out = dict(window_dimensions=ins(window_dimensions, 1), window_strides=ins(window_strides, 1),
+             padding=ins(padding, (0, 0)))
+  if base_dilation is not None:
+    out.update(base_dilation=ins(base_dilation, 1), window_dilation=ins(window_dilation, 1))
+  return out
+
+
+def _reduce_window_batch_rule(prim, batched_args, batch_dims, *, window_dimensions,
+                              window_strides, padding, base_dilation, window_dilation):
+  """JAX's `_reduce_window_batch_rule`: a size-1 window along the batch axis, kept in
+  place."""
+  (operand,), (bdim,) = batched_args, batch_dims
+  params = _insert_window_dim(bdim, window_dimensions, window_strides, padding, base_dilation,
+                              window_dilation)
+  return prim.bind(operand, **params), bdim
+
+
+for _p in (reduce_window_sum_p, reduce_window_max_p, reduce_window_min_p):
+  batching.primitive_batchers[_p] = partial(_reduce_window_batch_rule, _p)
+
+
+def _common_bdim(xs, dims):
+  """Two operands of the same windowing aligned at one batch dim (the first batched one's,
+  unbatched ones broadcast there)."""
+  size = next(core.get_aval(x).shape[d] for x, d in zip(xs, dims) if d is not None)
+  bdim = next(d for d in dims if d is not None)
+  return [batching.matchaxis(x, d, bdim, size) for x, d in zip(xs, dims)], bdim
 
 
 def _window_params(name, operand, window_dimensions, window_strides, padding, base_dilation,
@@ -405,6 +442,19 @@ ad.primitive_jvps[select_and_scatter_add_p] = _select_and_scatter_add_jvp
 ad.primitive_transposes[select_and_scatter_add_p] = _select_and_scatter_add_transpose
 
 
+def _select_and_scatter_add_batch_rule(batched_args, batch_dims, *, select_prim,
+                                       window_dimensions, window_strides, padding):
+  """JAX's `_select_and_scatter_add_batch_rule`: source and operand aligned at one batch
+  dim, with a size-1 window there (so the source keeps the batch size)."""
+  (source, operand), bdim = _common_bdim(batched_args, batch_dims)
+  params = _insert_window_dim(bdim, window_dimensions, window_strides, padding)
+  return select_and_scatter_add_p.bind(source, operand, select_prim=select_prim,
+                                       **params), bdim
+
+
+batching.primitive_batchers[select_and_scatter_add_p] = _select_and_scatter_add_batch_rule
+
+
 def select_and_scatter_add(source: Any, operand: Any, select_prim: Primitive,
                            window_dimensions: Sequence[int], window_strides: Sequence[int],
                            padding: str | Sequence[tuple[int, int]]) -> Any:
@@ -540,6 +590,21 @@ select_and_gather_add_p.def_abstract_eval(_select_and_gather_add_abstract_eval)
 lowering.register_lowering(select_and_gather_add_p, _select_and_gather_add_lowering)
 ad.primitive_jvps[select_and_gather_add_p] = _select_and_gather_add_jvp
 ad.primitive_transposes[select_and_gather_add_p] = _select_and_gather_add_transpose
+
+
+def _select_and_gather_add_batch_rule(batched_args, batch_dims, *, select_prim,
+                                      window_dimensions, window_strides, padding,
+                                      base_dilation, window_dilation):
+  """JAX's `_select_and_gather_add_batching_rule`: tangents and operand aligned at one
+  batch dim, with a size-1 window there."""
+  (tangents, operand), bdim = _common_bdim(batched_args, batch_dims)
+  params = _insert_window_dim(bdim, window_dimensions, window_strides, padding, base_dilation,
+                              window_dilation)
+  return select_and_gather_add_p.bind(tangents, operand, select_prim=select_prim,
+                                      **params), bdim
+
+
+batching.primitive_batchers[select_and_gather_add_p] = _select_and_gather_add_batch_rule
 
 
 def select_and_gather_add(tangents: Any, operand: Any, select_prim: Primitive,
