@@ -358,3 +358,23 @@ def test_numpy_take_along_sort_cumsum_concatenate():
   _check(lambda x: jnp.cumsum(x, axis=1), [xs], [2], rtol=1e-5)
   _check(lambda x: jnp.cumsum(x), [xs], [0], rtol=1e-5)
   _check(lambda x, y: jnp.concatenate([x, y], axis=0), [xs, xs[..., 0]], [2, None])
+
+
+def test_nested_vmap_indexing():
+  """Two vmaps stack batching dims on gathers/scatters that already have some."""
+  xs, idx = _batched((2, 6), 0), _idx((2,), 0, 6)
+  f = lambda x, i: jnp.asarray(x)[i]
+  got = vmap(vmap(f, in_axes=(1, 0)), in_axes=(0, 1))(np.moveaxis(xs, 1, 2), idx.T)
+  want = np.array([[xs[a, b, idx[a, b]] for b in range(2)] for a in range(3)])
+  np.testing.assert_allclose(np.asarray(got), want)
+  g = lambda x, i, u: jnp.asarray(x).at[i].add(u)
+  u = _batched((2,), 0)
+  got = vmap(vmap(g))(xs, idx, u)
+  want = xs.copy()
+  for a in range(3):
+    for b in range(2):
+      want[a, b, idx[a, b]] += u[a, b]
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+  k = _batched((2, 4, 5), 0)
+  got = vmap(vmap(lambda x: lax.sort(x, 0)), in_axes=1)(k)
+  np.testing.assert_allclose(np.asarray(got), np.sort(np.moveaxis(k, 1, 0), axis=2))
