@@ -395,3 +395,73 @@ def test_vmap_of_jit_linalg():
   f = jit(lambda a, b: slinalg.triangular_solve(slinalg.cholesky(a), b, left_side=True,
                                                 lower=True))
   check(f, (a, b), (0, 0), rtol=1e-3, atol=1e-3)
+
+
+def test_triangular_solve_a_batched_at_leading_dim_stays():
+  a = np.stack([np.stack([_tri(3) for _ in range(B)]) for _ in range(2)])  # (2, B, 3, 3)
+  b = _r(2, 3, 2)
+  f = lambda a, b: slinalg.triangular_solve(a, b, left_side=True, lower=True)
+  jp = make_jaxpr(vmap(f, in_axes=(1, None), out_axes=1))(a, b)
+  assert "transpose" not in _eqn_names(jp), jp
+  check(f, (a, b), (1, None), out_axes=1, rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------------------
+# Compositions: nested vmap, per-example gradients through convolutions and pooling
+
+
+def test_nested_vmap_dot_and_conv():
+  x = _r(2, B, 4, 5)
+  y = _r(5, 2)
+  f = lambda a, b: a @ b
+  got = vmap(vmap(f, in_axes=(0, None)), in_axes=(1, None))(x, y)
+  want = np.einsum("ibjk,kl->bijl", x, y)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+  lhs = _r(2, B, 1, 3, 6)
+  rhs = _r(2, 4, 3, 3)
+  conv = lambda l, r: lax.conv(l, r, (1,), "SAME")
+  got = vmap(vmap(conv, in_axes=(0, 0)), in_axes=(1, None))(lhs, rhs)
+  want = np.stack([np.stack([np.asarray(conv(lhs[i, b], rhs[i])) for i in range(2)])
+                   for b in range(B)])
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("fgc", [1, 2])
+def test_per_example_conv_gradients(fgc):
+  w = _r(4, 4 // fgc, 3, 3)
+  xs = _r(B, 1, 4, 5, 5)
+
+  def loss(w, x):
+    y = lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=fgc)
+    return snp.sum(snp.tanh(y) ** 2)
+
+  g = grad(loss)
+  check(g, (w, xs), (None, 0), rtol=1e-3, atol=1e-3)
+  check(grad(loss, argnums=1), (w, xs), (None, 0), rtol=1e-3, atol=1e-3)
+
+
+@given(st.integers(1, 3), st.integers(1, 3), st.sampled_from([0, 1, 2, 3, None]),
+       st.sampled_from([0, 1, 2, 3, None]), st.integers(1, 2))
+def test_conv_hypothesis(c, o, ax_l, ax_r, stride):
+  if ax_l is None and ax_r is None:
+    ax_l = 0
+  lhs = _batched(_r(2, c, 5), ax_l)
+  rhs = _batched(_r(o, c, 2), ax_r)
+  f = lambda l, r: lax.conv(l, r, (stride,), "VALID")
+  check(f, (lhs, rhs), (ax_l, ax_r), rtol=1e-3, atol=1e-3)
+
+
+def test_reduce_window_dilations():
+  x = _batched(_r(6, 7), 1)
+  f = lambda v: lax.reduce_window(v, 0.0, lax.add, (2, 2), (1, 2), ((1, 0), (0, 2)),
+                                  base_dilation=(2, 1), window_dilation=(1, 2))
+  check(f, (x,), (1,), out_axes=-1)
+
+
+def test_fft_2d_batch_inside():
+  x = (_r(4, B, 6) + 1j * _r(4, B, 6)).astype(np.complex64)
+  f = lambda v: lax.fft(v, "FFT", (4, 6))
+  check(f, (x,), (1,), rtol=1e-3, atol=1e-3)
+  got = vmap(f, in_axes=1)(x)
+  np.testing.assert_allclose(np.asarray(got), np.fft.fft2(np.moveaxis(x, 1, 0)), rtol=1e-3,
+                             atol=1e-3)

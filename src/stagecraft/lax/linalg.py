@@ -204,14 +204,17 @@ def _mm(a, b):
 
 def _leading_bdims(args, dims, cores):
   """Operands aligned at one batch dim among their leading (batch) dims, each operand's
-  trailing `cores[i]` dims being its matrix/vector dims: kept in place when every operand is
-  batched at the same leading position, else all moved (or broadcast) to the front."""
+  trailing `cores[i]` dims being its matrix/vector dims: kept in place when every batched
+  operand has it at the same leading position (unbatched ones are broadcast there), else all
+  moved (or broadcast) to the front."""
   size = next(_shape_of(x)[d] for x, d in zip(args, dims) if d is not None)
-  kept = {d for d in dims}
+  kept = {d for d in dims if d is not None}
   if len(kept) == 1:
     d = kept.pop()
-    if d is not None and all(d < len(_shape_of(x)) - c for x, c in zip(args, cores)):
-      return list(args), d
+    # batched operands: d among their batch dims; unbatched ones: d a place to insert one
+    if all(d < len(_shape_of(x)) - c if dx is not None else d <= len(_shape_of(x)) - c
+           for x, dx, c in zip(args, dims, cores)):
+      return [batching.matchaxis(x, dx, d, size) for x, dx in zip(args, dims)], d
   return [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)], 0
 
 
