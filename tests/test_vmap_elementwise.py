@@ -252,7 +252,10 @@ def test_select_n_scalar_predicate():
                                   (0, None, None), (1, 1, None), (0, -1, 0)], ids=str)
 @pytest.mark.parametrize("scalar_bounds", [False, True])
 def test_clamp(axes, scalar_bounds):
-  lo, hi = (np.float32(-0.5), np.float32(0.7)) if scalar_bounds else (f32(2, 3, hi=0.), f32(2, 3, lo=0.))
+  if scalar_bounds:
+    lo, hi = np.float32(-0.5), np.float32(0.7)
+  else:
+    lo, hi = f32(2, 3, hi=0.), f32(2, 3, lo=0.)
   if scalar_bounds:
     # Batched bounds are batched scalars (B,); the batch axis of a rank-0 is 0 or -1.
     axes = tuple(None if a is None else (0 if i != 1 else a) for i, a in enumerate(axes))
@@ -312,6 +315,12 @@ def test_random_over_keys():
     check(f, [keys], [0], rtol=1e-6)
     check(f, [keys.T], [1], rtol=1e-6)
   check(lambda k: random.normal(k, (3,)), [keys], [0], jit=True)
+  # Typed keys (random.key), batched along axis 0.
+  typed = random.split(random.key(3), 4)
+  got = sc.vmap(lambda k: random.uniform(k, (2,)))(typed)
+  data = np.asarray(random.key_data(typed))
+  want = np.stack([np.asarray(random.uniform(random.wrap_key_data(d), (2,))) for d in data])
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
   # Same values as JAX's vmap over the same keys.
   with jax.enable_x64(False):
     want = jax.vmap(lambda k: jax.random.normal(k, (3,)))(keys)

@@ -84,7 +84,7 @@ def _binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
   p = Primitive(name)
   p.def_abstract_eval(_naryop_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
-  defbroadcasting(p)
+  _defbroadcasting(p)
   return p
 
 
@@ -95,7 +95,7 @@ def _binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
 # into it, and unbatched rank-0 operands stay rank 0 where the primitive allows it.
 
 
-def align_batched(args, dims, scalar_ok=None):
+def _align_batched(args, dims, scalar_ok=None):
   """Aligns the operands of an elementwise primitive at one batch dim.
 
   Args:
@@ -132,10 +132,10 @@ def align_batched(args, dims, scalar_ok=None):
   return out, out_dim
 
 
-def defbroadcasting(p: Primitive, scalar_ok=None) -> None:
-  """Registers the batching rule of an n-ary elementwise primitive (see `align_batched`)."""
+def _defbroadcasting(p: Primitive, scalar_ok=None) -> None:
+  """Registers the batching rule of an n-ary elementwise primitive (see `_align_batched`)."""
   def rule(args, dims, **params):
-    args, out_dim = align_batched(args, dims, scalar_ok)
+    args, out_dim = _align_batched(args, dims, scalar_ok)
     out = p.bind(*args, **params)
     return (out, [out_dim] * len(out)) if p.multiple_results else (out, out_dim)
   batching.primitive_batchers[p] = rule
@@ -568,7 +568,7 @@ def _pow_jvp_rhs(t, ans, x, y):
 pow_p.def_abstract_eval(_pow_abstract_eval)
 lowering.register_lowering(pow_p, _pow_lowering)
 ad.defjvp2(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
-defbroadcasting(pow_p)
+_defbroadcasting(pow_p)
 
 
 # ---------------------------------------------------------------------------
@@ -602,7 +602,7 @@ def _cmp(name: str, direction: str, accepted) -> Primitive:
     return [_compare(ctx, direction, x, y, aval)]
   lowering.register_lowering(p, rule)
   ad.defjvp_zero(p)   # bool results: float0 tangents
-  defbroadcasting(p)
+  _defbroadcasting(p)
   return p
 
 
@@ -699,7 +699,7 @@ ad.primitive_transposes[select_n_p] = _select_n_transpose
 def _select_n_batch(args, dims):
   # JAX's `_select_batch_rule`: an unbatched scalar `which` stays a scalar; a batched scalar
   # `which` is broadcast into the cases' shape at their batch dim; the cases are aligned.
-  args, out_dim = align_batched(args, dims, [True] + [False] * (len(args) - 1))
+  args, out_dim = _align_batched(args, dims, [True] + [False] * (len(args) - 1))
   return select_n_p.bind(*args), out_dim
 
 
@@ -925,7 +925,7 @@ def _nary(name: str, accepted, op: str, result_dtype=None) -> Primitive:
   p = Primitive(name)
   p.def_abstract_eval(_nary_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
-  defbroadcasting(p)
+  _defbroadcasting(p)
   return p
 
 
@@ -1185,7 +1185,7 @@ lowering.register_lowering(clamp_p, _clamp_lowering)
 ad.defjvp(clamp_p, _clamp_jvp_min, _clamp_jvp_operand, _clamp_jvp_max)
 # As JAX's `_clamp_batch_rule`: unbatched rank-0 bounds stay rank 0; batched scalar bounds
 # are broadcast into x's shape at its batch dim; an unbatched x is broadcast.
-defbroadcasting(clamp_p, scalar_ok=(True, False, True))
+_defbroadcasting(clamp_p, scalar_ok=(True, False, True))
 
 
 def clamp(min: Any, x: Any, max: Any):
@@ -1362,7 +1362,7 @@ def _complex_transpose(ct, x, y):
 lowering.register_lowering(complex_p, _complex_lowering)
 ad.primitive_jvps[complex_p] = _complex_jvp
 ad.primitive_transposes[complex_p] = _complex_transpose
-defbroadcasting(complex_p)
+_defbroadcasting(complex_p)
 
 conj_p = Primitive("conj")
 

@@ -117,7 +117,7 @@ threefry2x32_p.def_abstract_eval(_threefry2x32_abstract_eval)
 lowering.register_lowering(threefry2x32_p, _threefry2x32_lowering)
 ad.defjvp_zero(threefry2x32_p)   # uint32 bits: float0 tangents
 # Elementwise with rank-0 broadcasting (JAX: `batching.defbroadcasting(threefry2x32_p)`).
-elementwise.defbroadcasting(threefry2x32_p)
+elementwise._defbroadcasting(threefry2x32_p)
 
 
 def threefry2x32(key1: Any, key2: Any, x1: Any, x2: Any) -> list[Any]:
@@ -188,7 +188,10 @@ def _iota_2x32_shape_lowering(ctx, *, shape):
 iota_2x32_shape_p.def_abstract_eval(_iota_2x32_shape_abstract_eval)
 lowering.register_lowering(iota_2x32_shape_p, _iota_2x32_shape_lowering)
 ad.defjvp_zero(iota_2x32_shape_p)
-# No batching rule: iota_2x32_shape has no operands, so it is never batched.
+# iota_2x32_shape has no operands, so vmap never calls this rule (it is registered so that
+# every primitive has one): the result does not depend on the batch.
+batching.primitive_batchers[iota_2x32_shape_p] = lambda args, dims, *, shape: (
+    iota_2x32_shape_p.bind(shape=shape), [batching.not_mapped] * 2)
 
 
 def iota_2x32_shape(shape: Sequence[int]) -> list[Any]:
