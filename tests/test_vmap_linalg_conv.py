@@ -189,6 +189,8 @@ CONV_CASES = [
      dict(rhs_dilation=(2,), padding=((1, 2),))),
     ((4, 3, 7), (6, 3, 2), ("NCH", "OIH", "NCH"), 1, 2,
      dict(lhs_dilation=(2,), padding=((0, 1),))),
+    ((7, 3, 4), (2, 6, 3), ("HCN", "HOI", "CHN"), 1, 2, dict(padding=((1, 0),))),
+    ((7, 4, 2), (3, 2, 6), ("HCN", "HIO", "NHC"), 2, 1, dict(window_strides=(2,))),
 ]
 
 
@@ -465,3 +467,30 @@ def test_fft_2d_batch_inside():
   got = vmap(f, in_axes=1)(x)
   np.testing.assert_allclose(np.asarray(got), np.fft.fft2(np.moveaxis(x, 1, 0)), rtol=1e-3,
                              atol=1e-3)
+
+
+def _hpd(n):
+  a = _r(n, n, dtype=np.float64) + 1j * _r(n, n, dtype=np.float64)
+  return a @ a.conj().T + n * np.eye(n)
+
+
+@pytest.mark.parametrize("ax", [0, 2])
+def test_complex128_linalg(ax):
+  with stagecraft.enable_x64():
+    x = np.stack([_hpd(3) for _ in range(B)], axis=ax)
+    b = _r(3, 2, dtype=np.float64) + 1j * _r(3, 2, dtype=np.float64)
+
+    def f(a, b):
+      l = slinalg.cholesky(a)
+      y = slinalg.triangular_solve(l, b, left_side=True, lower=True)
+      x = slinalg.triangular_solve(l, y, left_side=True, lower=True, transpose_a=True,
+                                   conjugate_a=True)
+      return x, slinalg.eigh(a)[1], slinalg.svd(a, compute_uv=False)
+
+    got = vmap(f, in_axes=(ax, None))(x, b)
+    want = _loop(f, (x, b), (ax, None))
+    for g, w in zip(got, want):
+      assert np.asarray(g).dtype == w.dtype
+      np.testing.assert_allclose(np.asarray(g), w, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(got[0]),
+                               np.linalg.solve(np.moveaxis(x, ax, 0), b), rtol=1e-10)
