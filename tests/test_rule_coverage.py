@@ -1,14 +1,14 @@
 """Every primitive has the rules this stage of the project needs: abstract eval, a lowering,
-a JVP rule, and a transpose rule for the linear ones (batching rules arrive with the vmap
-issue and extend this test)."""
+a JVP rule, a transpose rule for the linear ones, and a batching rule."""
 import importlib
 import pkgutil
 
+import numpy as np
 import pytest
 
 import stagecraft
 from stagecraft import api, core, lax
-from stagecraft.interpreters import ad, lowering
+from stagecraft.interpreters import ad, batching, lowering
 
 
 def all_primitives():
@@ -90,3 +90,27 @@ def test_missing_jvp_rule_error_names_the_primitive():
   with pytest.raises(stagecraft.errors.MissingRuleError,
                      match="Primitive 'my_op_without_jvp' has no JVP rule"):
     stagecraft.jvp(lambda x: p.bind(x), (1.0,), (1.0,))
+
+
+# Primitives without a batching rule: iota has no operands (vmap never sees it batched);
+# custom_lin is never evaluated forward (only transposed, by the bwd rule).
+NO_BATCHING = {"iota", "custom_lin"}
+
+
+@pytest.mark.parametrize("name", sorted(PRIMS))
+def test_primitive_has_batching_rule(name):
+  prim = PRIMS[name]
+  has = prim in batching.primitive_batchers or prim in batching.axis_primitive_batchers
+  if name in NO_BATCHING:
+    assert not has, f"{name} now has a batching rule: drop it from NO_BATCHING"
+    return
+  assert has, f"{name} has no batching rule"
+
+
+def test_missing_batching_rule_error_names_the_primitive():
+  p = core.Primitive("my_op_without_batching")
+  p.def_abstract_eval(lambda x: x)
+  p.def_impl(lambda x: x)
+  with pytest.raises(stagecraft.errors.MissingRuleError,
+                     match="Primitive 'my_op_without_batching' has no batching rule"):
+    stagecraft.vmap(lambda x: p.bind(x))(np.ones(2))
