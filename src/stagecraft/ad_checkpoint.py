@@ -50,13 +50,7 @@ _jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _memo(table, closed: ClosedJaxpr, key, make):
-  per = table.get(closed)
-  if per is None:
-    per = table[closed] = {}
-  if key not in per:
-    per[key] = make()
-  return per[key]
+_memo = core.memo_on_jaxpr
 
 
 def _remat_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated, policy):

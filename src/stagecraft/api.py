@@ -62,13 +62,7 @@ def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str):
   return lowering.lower_call(ctx, name, jaxpr, args)
 
 
-def _memo(table: "weakref.WeakKeyDictionary", closed: ClosedJaxpr, key, make):
-  per = table.get(closed)
-  if per is None:
-    per = table[closed] = {}
-  if key not in per:
-    per[key] = make()
-  return per[key]
+_memo = core.memo_on_jaxpr
 
 
 _jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -297,6 +297,18 @@ class Jaxpr:
     return Jaxpr(**d)
 
 
+def memo_on_jaxpr(table, closed: "ClosedJaxpr", key, make):
+  """`make()` cached per (`closed`, `key`) in `table`, a WeakKeyDictionary keyed by closed
+  jaxprs (the derived jaxprs of call-like primitives: their JVPs, transposes, batched and
+  split versions), so that a derived jaxpr is built once and its executables are reused."""
+  per = table.get(closed)
+  if per is None:
+    per = table[closed] = {}
+  if key not in per:
+    per[key] = make()
+  return per[key]
+
+
 class ClosedJaxpr:
   """A Jaxpr with values for its constvars. Hashed by identity (params carry them)."""
   __slots__ = ("jaxpr", "consts", "__weakref__")

@@ -119,6 +119,32 @@ def _trace_primal(flat_fun: Callable, in_avals: Sequence[ShapedArray], name: str
   return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts)
 
 
+class _TracedPrimal:
+  """The primal function traced on the differentiable arguments (`static` maps the positions
+  of the others to their values): flat inputs, `merge` (flat dynamic args -> all args), the
+  closed jaxpr (constants as leading arguments) and the output tree."""
+
+  def __init__(self, fun: Callable, args: tuple, static: dict, name: str):
+    dyn = [a for i, a in enumerate(args) if i not in static]
+    self.in_leaves, self.in_tree = _flatten(tuple(dyn))
+    self.in_avals = [core.get_aval(x) for x in self.in_leaves]
+    n = len(args)
+
+    def merge(dyn_args):
+      it = iter(dyn_args)
+      return [static[i] if i in static else next(it) for i in range(n)]
+    self.merge = merge
+    store: dict = {}
+
+    def flat_fun(*leaves):
+      out = fun(*merge(_unflatten(self.in_tree, leaves)))
+      out_leaves, store["out_tree"] = _flatten(out)
+      return out_leaves
+
+    self.call_jaxpr, self.consts = _trace_primal(flat_fun, self.in_avals, name)
+    self.out_tree = store["out_tree"]
+
+
 def _is_eval_trace() -> bool:
   return type(core.current_trace()) is core.EvalTrace
 
@@ -223,24 +249,9 @@ class custom_jvp:
       return self.fun(*args)
     # Non-differentiable arguments are constants for the rule (their tangents are dropped).
     static = {i: _stop_gradient_tree(args[i]) for i in nondiff}
-    dyn = [a for i, a in enumerate(args) if i not in static]
-    in_leaves, in_tree = _flatten(tuple(dyn))
-    in_avals = [core.get_aval(x) for x in in_leaves]
-
-    def merge(dyn_args):
-      it = iter(dyn_args)
-      return [static[i] if i in static else next(it) for i in range(len(args))]
-
-    store: dict = {}
-
-    def flat_fun(*leaves):
-      out = self.fun(*merge(_unflatten(in_tree, leaves)))
-      out_leaves, out_tree = _flatten(out)
-      store["out_tree"] = out_tree
-      return out_leaves
-
-    call_jaxpr, consts = _trace_primal(flat_fun, in_avals, name)
-    out_tree = store["out_tree"]
+    t = _TracedPrimal(self.fun, args, static, name)
+    in_leaves, in_tree, merge, call_jaxpr, consts, out_tree = (
+        t.in_leaves, t.in_tree, t.merge, t.call_jaxpr, t.consts, t.out_tree)
     flat_jvp = _make_flat_jvp(self, static, merge, in_tree, out_tree, call_jaxpr.out_avals,
                               len(consts))
     outs = custom_jvp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, jvp=flat_jvp,
@@ -433,24 +444,9 @@ class custom_vjp:
     if _is_eval_trace():
       return self.fun(*args)
     static = {i: args[i] for i in nondiff}
-    dyn = [a for i, a in enumerate(args) if i not in static]
-    in_leaves, in_tree = _flatten(tuple(dyn))
-    in_avals = [core.get_aval(x) for x in in_leaves]
-
-    def merge(dyn_args):
-      it = iter(dyn_args)
-      return [static[i] if i in static else next(it) for i in range(len(args))]
-
-    store: dict = {}
-
-    def flat_fun(*leaves):
-      out = self.fun(*merge(_unflatten(in_tree, leaves)))
-      out_leaves, out_tree = _flatten(out)
-      store["out_tree"] = out_tree
-      return out_leaves
-
-    call_jaxpr, consts = _trace_primal(flat_fun, in_avals, name)
-    out_tree = store["out_tree"]
+    t = _TracedPrimal(self.fun, args, static, name)
+    in_leaves, in_tree, in_avals, merge, call_jaxpr, consts, out_tree = (
+        t.in_leaves, t.in_tree, t.in_avals, t.merge, t.call_jaxpr, t.consts, t.out_tree)
     fwd = _make_flat_fwd(self, static, merge, in_tree, in_avals, out_tree,
                          call_jaxpr.out_avals)
     outs = custom_vjp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, fwd=fwd,
