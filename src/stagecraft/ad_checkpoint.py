@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import optree
 

@@ -721,7 +721,6 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
   size = axis_data.size
 
   def batched_fwd(primals, nonzeros):
-    n = len(primals)
     store: dict = {}
 
     def f(*xs):

@@ -19,7 +19,6 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Sequence
 
-import numpy as np
 
 from stagecraft import core
 from stagecraft.core import ShapedArray, Trace, Tracer
