@@ -8,8 +8,8 @@ backward pass runs the forward again instead of reading residuals. The transpose
 again a `checkpoint` (with `differentiated=True`), and with `prevent_cse=True` its inputs go
 through an optimization barrier so XLA cannot merge the recomputation with the forward pass.
 
-After JAX's `jax.checkpoint` (Chen et al. 2016, "Training deep nets with sublinear memory
-cost", for the idea).
+After JAX's `checkpoint` transformation (Chen et al. 2016, "Training deep nets with
+sublinear memory cost", for the idea).
 """
 from __future__ import annotations
 

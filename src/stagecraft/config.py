@@ -81,5 +81,5 @@ def enable_x64(new_val: bool = True):
 
 
 def disable_jit(disable: bool = True):
-  """Context manager under which `jit` runs its function eagerly (as `jax.disable_jit`)."""
+  """Context manager under which `jit` runs its function eagerly (as JAX's `disable_jit`)."""
   return config._override("disable_jit", disable)

@@ -13,8 +13,8 @@ rules as Python callables, with a rule in every interpreter:
   cotangents. `custom_lin` is never evaluated forward: forward mode (jvp) of a custom_vjp
   function is an error, as in JAX.
 
-Semantics and error messages follow JAX's `jax.custom_jvp` / `jax.custom_vjp` (see JAX's
-"Custom derivative rules for JAX-transformable Python functions").
+Semantics and error messages follow JAX's `custom_jvp` / `custom_vjp` decorators (see JAX's
+notebook "Custom derivative rules for JAX-transformable Python functions").
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Derivative checks against central finite differences (as `jax.test_util.check_grads`)."""
+"""Derivative checks against central finite differences (as JAX's test utility `check_grads`)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence

@@ -7,7 +7,7 @@ names that belong to an outer axis are passed on to the enclosing transformation
 axis of that name it raises NameError. The pmap issue adds their SPMD lowerings; until then a
 collective that reaches lowering is an unbound axis.
 
-Semantics (values and the axis names they accept) follow JAX's `jax.lax` collectives.
+Semantics (values and the axis names they accept) follow JAX's `lax` collectives.
 """
 from __future__ import annotations
 
