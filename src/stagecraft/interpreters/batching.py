@@ -186,39 +186,60 @@ def defvectorized(prim: core.Primitive) -> None:
   primitive_batchers[prim] = rule
 
 
-def defbroadcasting(prim: core.Primitive) -> None:
-  """Batching for an n-ary elementwise primitive (rank-0 operands broadcast): batched
-  operands are aligned at one batch dim; unbatched rank-0 operands stay as they are."""
+def defbroadcasting(prim: core.Primitive, scalar_ok: Sequence[bool] | None = None) -> None:
+  """Batching for an n-ary elementwise primitive (rank-0 operands broadcast), as JAX's
+  `broadcast_batcher`: the operands are aligned by `align_elementwise`; multiple results all
+  get the same batch dim."""
   def rule(args, dims, **params):
-    args, out_dim = _align_elementwise(args, dims)
-    return prim.bind(*args, **params), out_dim
+    args, out_dim = align_elementwise(args, dims, scalar_ok)
+    out = prim.bind(*args, **params)
+    return (out, [out_dim] * len(out)) if prim.multiple_results else (out, out_dim)
   primitive_batchers[prim] = rule
 
 
-def _unbatched_shape(x, d):
+def unbatched_shape(x: Any, d: int | None) -> tuple[int, ...]:
+  """The shape of `x` without its batch axis `d` (all of it when not mapped)."""
   s = core.get_aval(x).shape
   return s if d is not_mapped else s[:d] + s[d + 1:]
 
 
-def _align_elementwise(args, dims):
-  """Aligns the operands of an elementwise op (each of the unbatched shape S or rank 0) at one
-  batch dim; returns the operands and that dim."""
+def align_elementwise(args: Sequence[Any], dims: Sequence[int | None],
+                      scalar_ok: Sequence[bool] | None = None) -> tuple[list[Any], int]:
+  """Aligns the operands of an elementwise primitive at one batch dim, moving as few as
+  possible: the batch dim of the first full-shaped batched operand is kept, other batched
+  operands are moved there, batched scalars are broadcast into it, and unbatched full-shaped
+  operands are broadcast along it.
+
+  Args:
+    args, dims: the operands and their batch dims; each operand's unbatched shape is the
+      full shape S or ().
+    scalar_ok: per operand, whether an unbatched rank-0 operand may stay rank 0 (the
+      primitive broadcasts it); default: all.
+
+  Returns:
+    `(args, out_dim)`: operands of the batched full shape (or unbatched rank 0).
+  """
   from stagecraft import lax
+  if scalar_ok is None:
+    scalar_ok = [True] * len(args)
   size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims) if d is not not_mapped)
-  full = next((_unbatched_shape(x, d) for x, d in zip(args, dims)
-               if _unbatched_shape(x, d)), ())
-  bdims = {d for x, d in zip(args, dims) if d is not not_mapped}
-  full_batched = all(_unbatched_shape(x, d) == full for x, d in zip(args, dims)
-                     if d is not not_mapped)
-  out_dim = bdims.pop() if len(bdims) == 1 and full_batched else 0
+  ushapes = [unbatched_shape(x, d) for x, d in zip(args, dims)]
+  full = max(ushapes, key=len)
+  out_dim = next((d for s, d in zip(ushapes, dims) if d is not not_mapped and s == full), 0)
+  out_shape = full[:out_dim] + (size,) + full[out_dim:]
   out = []
-  for x, d in zip(args, dims):
+  for x, d, s, ok in zip(args, dims, ushapes, scalar_ok):
     if d is not_mapped:
-      out.append(broadcast(x, size, out_dim) if _ndim(x) else x)
-    elif _unbatched_shape(x, d) != full:          # a batched scalar among full operands
-      out.append(lax.broadcast_in_dim(x, (size, *full), (0,)))
-    else:
+      if s == () and ok:
+        out.append(x)
+      elif s:
+        out.append(broadcast(x, size, out_dim))
+      else:
+        out.append(lax.broadcast_in_dim(x, out_shape, ()))
+    elif s == full:
       out.append(moveaxis(x, d, out_dim))
+    else:   # a batched scalar among full-shaped operands
+      out.append(lax.broadcast_in_dim(x, out_shape, (out_dim,)))
   return out, out_dim
 
 
@@ -292,4 +313,5 @@ def batch_jaxpr(closed: core.ClosedJaxpr, axis_data: AxisData, in_dims: Sequence
 
 __all__ = ["extend_axis_env", "axis_size", "bound_axis_names", "not_mapped", "primitive_batchers", "axis_primitive_batchers", "AxisData",
            "BatchTrace", "BatchTracer", "moveaxis", "broadcast", "bdim_at_front", "matchaxis",
-           "defvectorized", "defbroadcasting", "batch_flat", "batch_jaxpr"]
+           "defvectorized", "defbroadcasting", "align_elementwise", "unbatched_shape",
+           "batch_flat", "batch_jaxpr"]

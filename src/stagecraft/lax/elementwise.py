@@ -84,61 +84,8 @@ def _binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
   p = Primitive(name)
   p.def_abstract_eval(_naryop_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
-  _defbroadcasting(p)
+  batching.defbroadcasting(p)
   return p
-
-
-# ---------------------------------------------------------------------------
-# Batching (vmap) of elementwise primitives, as JAX's `broadcast_batcher`: operands batched at
-# one dim with equal shapes are bound as they are; otherwise they are aligned at the batch dim
-# of a full-shaped batched operand (moving as few as possible), batched scalars are broadcast
-# into it, and unbatched rank-0 operands stay rank 0 where the primitive allows it.
-
-
-def _align_batched(args, dims, scalar_ok=None):
-  """Aligns the operands of an elementwise primitive at one batch dim.
-
-  Args:
-    args, dims: the operands and their batch dims (each unbatched operand has the unbatched
-      full shape S or rank 0; each batched one S or (), plus the batch axis).
-    scalar_ok: per operand, whether an unbatched rank-0 operand may stay rank 0 (the
-      primitive broadcasts it); default: all.
-
-  Returns:
-    `(args, out_dim)`: operands all of the batched full shape (or unbatched rank 0).
-  """
-  from stagecraft.lax.shape import broadcast_in_dim
-  if scalar_ok is None:
-    scalar_ok = [True] * len(args)
-  size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
-  ushapes = [batching._unbatched_shape(x, d) for x, d in zip(args, dims)]
-  full = builtins.max(ushapes, key=len)
-  # The batch dim of the first full-shaped batched operand (0 if there is none).
-  out_dim = next((d for s, d in zip(ushapes, dims) if d is not None and s == full), 0)
-  out_shape = full[:out_dim] + (size,) + full[out_dim:]
-  out = []
-  for x, d, s, ok in zip(args, dims, ushapes, scalar_ok):
-    if d is None:
-      if s == () and ok:
-        out.append(x)
-      elif s:
-        out.append(batching.broadcast(x, size, out_dim))
-      else:
-        out.append(broadcast_in_dim(x, out_shape, ()))
-    elif s == full:
-      out.append(batching.moveaxis(x, d, out_dim))
-    else:   # a batched scalar among full-shaped operands
-      out.append(broadcast_in_dim(x, out_shape, (out_dim,)))
-  return out, out_dim
-
-
-def _defbroadcasting(p: Primitive, scalar_ok=None) -> None:
-  """Registers the batching rule of an n-ary elementwise primitive (see `_align_batched`)."""
-  def rule(args, dims, **params):
-    args, out_dim = _align_batched(args, dims, scalar_ok)
-    out = p.bind(*args, **params)
-    return (out, [out_dim] * len(out)) if p.multiple_results else (out, out_dim)
-  batching.primitive_batchers[p] = rule
 
 
 # ---------------------------------------------------------------------------
@@ -568,7 +515,7 @@ def _pow_jvp_rhs(t, ans, x, y):
 pow_p.def_abstract_eval(_pow_abstract_eval)
 lowering.register_lowering(pow_p, _pow_lowering)
 ad.defjvp2(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
-_defbroadcasting(pow_p)
+batching.defbroadcasting(pow_p)
 
 
 # ---------------------------------------------------------------------------
@@ -602,7 +549,7 @@ def _cmp(name: str, direction: str, accepted) -> Primitive:
     return [_compare(ctx, direction, x, y, aval)]
   lowering.register_lowering(p, rule)
   ad.defjvp_zero(p)   # bool results: float0 tangents
-  _defbroadcasting(p)
+  batching.defbroadcasting(p)
   return p
 
 
@@ -699,7 +646,7 @@ ad.primitive_transposes[select_n_p] = _select_n_transpose
 def _select_n_batch(args, dims):
   # JAX's `_select_batch_rule`: an unbatched scalar `which` stays a scalar; a batched scalar
   # `which` is broadcast into the cases' shape at their batch dim; the cases are aligned.
-  args, out_dim = _align_batched(args, dims, [True] + [False] * (len(args) - 1))
+  args, out_dim = batching.align_elementwise(args, dims, [True] + [False] * (len(args) - 1))
   return select_n_p.bind(*args), out_dim
 
 
@@ -925,7 +872,7 @@ def _nary(name: str, accepted, op: str, result_dtype=None) -> Primitive:
   p = Primitive(name)
   p.def_abstract_eval(_nary_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
-  _defbroadcasting(p)
+  batching.defbroadcasting(p)
   return p
 
 
@@ -1185,7 +1132,7 @@ lowering.register_lowering(clamp_p, _clamp_lowering)
 ad.defjvp(clamp_p, _clamp_jvp_min, _clamp_jvp_operand, _clamp_jvp_max)
 # As JAX's `_clamp_batch_rule`: unbatched rank-0 bounds stay rank 0; batched scalar bounds
 # are broadcast into x's shape at its batch dim; an unbatched x is broadcast.
-_defbroadcasting(clamp_p, scalar_ok=(True, False, True))
+batching.defbroadcasting(clamp_p, scalar_ok=(True, False, True))
 
 
 def clamp(min: Any, x: Any, max: Any):
@@ -1362,7 +1309,7 @@ def _complex_transpose(ct, x, y):
 lowering.register_lowering(complex_p, _complex_lowering)
 ad.primitive_jvps[complex_p] = _complex_jvp
 ad.primitive_transposes[complex_p] = _complex_transpose
-_defbroadcasting(complex_p)
+batching.defbroadcasting(complex_p)
 
 conj_p = Primitive("conj")
 

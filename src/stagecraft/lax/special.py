@@ -511,8 +511,8 @@ igammac_p = Primitive("igammac")
 igammac_p.def_abstract_eval(_nary_abstract_eval("igammac", floating))
 lowering.register_lowering(igammac_p, _upcast_lowering(
     lambda ctx, a, x, *, dtype: _igamma_impl(ctx, a, x, dtype=dtype, complement=True)))
-ew._defbroadcasting(igamma_p)
-ew._defbroadcasting(igammac_p)
+batching.defbroadcasting(igamma_p)
+batching.defbroadcasting(igammac_p)
 
 
 def _igamma_gradx(a, x):
@@ -569,7 +569,7 @@ def _igamma_grad_a_jvp_a(t, a, x):
 igamma_grad_a_p = Primitive("igamma_grad_a")
 igamma_grad_a_p.def_abstract_eval(_nary_abstract_eval("igamma_grad_a", floating))
 lowering.register_lowering(igamma_grad_a_p, _upcast_lowering(_igamma_grad_a_impl))
-ew._defbroadcasting(igamma_grad_a_p)
+batching.defbroadcasting(igamma_grad_a_p)
 # d/dx dP/da = d/da dP/dx = dP/dx (log x - digamma(a)).
 ad.defjvp(igamma_grad_a_p, _igamma_grad_a_jvp_a,
           lambda t, a, x: ew.mul(t, ew.mul(_igamma_gradx(a, x),
