@@ -145,6 +145,23 @@ class _TracedPrimal:
     self.out_tree = store["out_tree"]
 
 
+def _check_primal_out(rule: str, kind: str, name: str, second: str, p_tree, p_avals,
+                      out_tree, out_avals) -> None:
+  """Raises JAX's TypeError when a rule's primal output differs from the primal function's
+  in tree structure or in leaf shapes/dtypes."""
+  head = (f"{rule} must produce a pair (list or tuple of length two) where the first element "
+          f"represents the primal output (equal to the output of the {kind}-decorated "
+          f"function {name}){second}, but instead the rule output's first element had")
+  if p_tree != out_tree:
+    raise TypeError(f"{head} container/pytree structure:\n    {_tree_str(p_tree, p_avals)}\n"
+                    f"while the {kind}-decorated function {name} had output container/pytree "
+                    f"structure:\n    {_tree_str(out_tree, out_avals)}.")
+  if any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(p_avals, out_avals)):
+    raise TypeError(f"{head} shapes/dtypes of:\n    {_tree_str(p_tree, p_avals)}\nwhile the "
+                    f"{kind}-decorated function {name} had output shapes/dtypes of:\n"
+                    f"    {_tree_str(out_tree, out_avals)}")
+
+
 def _is_eval_trace() -> bool:
   return type(core.current_trace()) is core.EvalTrace
 
@@ -289,25 +306,8 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
                       f"and tangent outputs with equal container (pytree) structures, but "
                       f"got {p_tree} and {t_tree} respectively.")
     p_avals = [core.get_aval(p) for p in p_leaves]
-    if p_tree != out_tree:
-      raise TypeError(
-          f"Custom JVP rule {jvp_name} for function {name} must produce a pair (list or "
-          f"tuple of length two) where the first element represents the primal output "
-          f"(equal in value to the output of the custom_jvp-decorated function {name}, and "
-          f"in particular of the same container/pytree structure), but instead the JVP "
-          f"rule output's first element had container/pytree structure:\n"
-          f"    {_tree_str(p_tree, p_avals)}\nwhile the custom_jvp-decorated function "
-          f"{name} had output container/pytree structure:\n"
-          f"    {_tree_str(out_tree, out_avals)}.")
-    if any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(p_avals, out_avals)):
-      raise TypeError(
-          f"Custom JVP rule {jvp_name} for function {name} must produce a pair (list or "
-          f"tuple of length two) where the first element represents the primal output "
-          f"(equal in value to the output of the custom_jvp-decorated function {name}, and "
-          f"in particular with leaves of the same shape/dtype), but instead the JVP rule "
-          f"output's first element had shapes/dtypes of:\n    {_tree_str(p_tree, p_avals)}"
-          f"\nwhile the custom_jvp-decorated function {name} had output shapes/dtypes of:\n"
-          f"    {_tree_str(out_tree, out_avals)}")
+    _check_primal_out(f"Custom JVP rule {jvp_name} for function {name}", "custom_jvp", name,
+                      "", p_tree, p_avals, out_tree, out_avals)
     tangents_out, bad = [], []
     for p_aval, t in zip(p_avals, t_leaves):
       want = ad.tangent_aval(p_aval)
@@ -480,24 +480,9 @@ def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_t
     p_out, res = pair
     p_leaves, p_tree = _flatten(p_out)
     p_avals = [core.get_aval(p) for p in p_leaves]
-    if p_tree != out_tree:
-      raise TypeError(
-          f"Custom VJP fwd rule {fwd_name} for function {name} must produce a pair (list "
-          f"or tuple of length two) where the first element represents the primal output "
-          f"(equal to the output of the custom_vjp-decorated function {name}) and the "
-          f"second element represents residuals, but instead the fwd rule output's first "
-          f"element had container/pytree structure:\n    {_tree_str(p_tree, p_avals)}\n"
-          f"while the custom_vjp-decorated function {name} had output container/pytree "
-          f"structure:\n    {_tree_str(out_tree, out_avals)}.")
-    if any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(p_avals, out_avals)):
-      raise TypeError(
-          f"Custom VJP fwd rule {fwd_name} for function {name} must produce a pair (list "
-          f"or tuple of length two) where the first element represents the primal output "
-          f"(equal to the output of the custom_vjp-decorated function {name}) and the "
-          f"second element represents residuals, but instead the fwd rule output's first "
-          f"element had shapes/dtypes of:\n    {_tree_str(p_tree, p_avals)}\nwhile the "
-          f"custom_vjp-decorated function {name} had output shapes/dtypes of:\n"
-          f"    {_tree_str(out_tree, out_avals)}")
+    _check_primal_out(f"Custom VJP fwd rule {fwd_name} for function {name}", "custom_vjp", name,
+                      " and the second element represents residuals", p_tree, p_avals,
+                      out_tree, out_avals)
     res_leaves, res_tree = _flatten(res)
     for path, leaf in tree_util.tree_flatten_with_path(res)[0]:
       if not core.valid_array_type(leaf):
