@@ -21,7 +21,7 @@ import optree
 
 from stagecraft import core, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr
-from stagecraft.interpreters import ad, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 
 __all__ = ["checkpoint", "remat", "remat_p"]
 
@@ -109,12 +109,26 @@ def _remat_transpose(cts, *args, jaxpr: ClosedJaxpr, prevent_cse, differentiated
   return [next(it) if u else None for u in undefined]
 
 
+_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _remat_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated,
+                 policy):
+  b_closed, consts, out_dims = _memo(
+      _batch_cache, jaxpr, (tuple(dims), axis_data),
+      lambda: batching.batch_jaxpr(jaxpr, axis_data, dims, [None] * len(jaxpr.out_avals)))
+  outs = remat_p.bind(*consts, *args, jaxpr=b_closed, prevent_cse=prevent_cse,
+                      differentiated=differentiated, policy=policy)
+  return outs, out_dims
+
+
 remat_p.def_abstract_eval(_remat_abstract_eval)
 remat_p.def_impl(_remat_impl)
 lowering.register_lowering(remat_p, _remat_lowering)
 ad.primitive_jvps[remat_p] = _remat_jvp
 ad.partial_eval_rules[remat_p] = _remat_partial_eval
 ad.primitive_transposes[remat_p] = _remat_transpose
+batching.axis_primitive_batchers[remat_p] = _remat_batch
 core.pp_param_order[remat_p] = ("jaxpr", "prevent_cse", "differentiated", "policy")
 
 
@@ -172,24 +186,3 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
 
 remat = checkpoint
 
-
-_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _remat_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated,
-                 policy):
-  from stagecraft.interpreters import batching
-  b_closed, consts, out_dims = _memo(
-      _batch_cache, jaxpr, (tuple(dims), axis_data),
-      lambda: batching.batch_jaxpr(jaxpr, axis_data, dims, [None] * len(jaxpr.out_avals)))
-  outs = remat_p.bind(*consts, *args, jaxpr=b_closed, prevent_cse=prevent_cse,
-                      differentiated=differentiated, policy=policy)
-  return outs, out_dims
-
-
-def _register_batching():
-  from stagecraft.interpreters import batching
-  batching.axis_primitive_batchers[remat_p] = _remat_batch
-
-
-_register_batching()

@@ -18,7 +18,7 @@ import optree
 from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
-from stagecraft.interpreters import ad, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
 
@@ -147,7 +147,6 @@ _batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def _jit_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, name: str):
   # vmap of a call is a call of the batched jaxpr: it stays one staged `jit` equation. An
   # axis rule (called even with no batched argument) so collectives inside see the axis.
-  from stagecraft.interpreters import batching
   key = (tuple(dims), axis_data)
   b_closed, consts, out_dims = _memo(
       _batch_cache, jaxpr, key,
@@ -163,15 +162,7 @@ ad.primitive_jvps[jit_p] = _jit_jvp
 ad.partial_eval_rules[jit_p] = _jit_partial_eval
 ad.primitive_transposes[jit_p] = _jit_transpose
 pe.dce_rules[jit_p] = _jit_dce
-
-
-def _register_batching():
-  from stagecraft.interpreters import batching
-  batching.axis_primitive_batchers[jit_p] = _jit_batch
-  batching.defbroadcasting(ad.add_any_p)
-
-
-_register_batching()
+batching.axis_primitive_batchers[jit_p] = _jit_batch
 core.pp_param_order[jit_p] = ("name", "jaxpr")
 
 

@@ -27,7 +27,7 @@ import optree
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.errors import UnexpectedTracerError
-from stagecraft.interpreters import ad, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p"]
@@ -338,6 +338,16 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
   return flat_jvp
 
 
+# ---------------------------------------------------------------------------
+# Batching: the primal jaxpr is batched, and the rules are wrapped so that they run batched
+# (the batch axis of every batched value is moved to the front first).
+
+
+def _front(args, dims):
+  return ([x if d is None else batching.moveaxis(x, d, 0) for x, d in zip(args, dims)],
+          [None if d is None else 0 for d in dims])
+
+
 custom_jvp_call_p = core.Primitive("custom_jvp_call")
 custom_jvp_call_p.multiple_results = True
 
@@ -361,10 +371,50 @@ def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts, symb
   return jvp(list(primals[num_consts:]), list(tangents[num_consts:]))
 
 
+def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp, num_consts,
+                           symbolic_zeros, name):
+  n_out = len(call_jaxpr.out_avals)
+  if all(d is None for d in dims):
+    return custom_jvp_call_p.bind(*args, call_jaxpr=call_jaxpr, jvp=jvp, num_consts=num_consts,
+                                  symbolic_zeros=symbolic_zeros, name=name), [None] * n_out
+  args, dims = _front(args, dims)
+  b_closed, b_consts, _ = batching.batch_jaxpr(call_jaxpr, axis_data, dims, [0] * n_out)
+  arg_dims = dims[num_consts:]
+  arg_avals = call_jaxpr.in_avals[num_consts:]
+
+  def batched_jvp(primals, tangents):
+    nz = [type(t) is not ad.Zero for t in tangents]
+    n = len(primals)
+    zero_out: list = []
+
+    def f(*xs):
+      it = iter(xs[n:])
+      ts = [next(it) if z else ad.Zero(ad.tangent_aval(a)) for z, a in zip(nz, arg_avals)]
+      p_out, t_out = jvp(list(xs[:n]), ts)
+      zero_out[:] = [type(t) is ad.Zero for t in t_out]
+      return [*p_out, *[t for t in t_out if type(t) is not ad.Zero]]
+
+    vals = [*primals, *[t for t, z in zip(tangents, nz) if z]]
+    vdims = [*arg_dims, *[d for d, z in zip(arg_dims, nz) if z]]
+    outs, odims = batching.batch_flat(f, vals, vdims, axis_data)
+    outs = [batching.matchaxis(o, d, 0, axis_data.size) for o, d in zip(outs, odims)]
+    p_out, rest = outs[:n_out], iter(outs[n_out:])
+    t_out = [ad.Zero(ad.tangent_aval(core.get_aval(p))) if z else next(rest)
+             for p, z in zip(p_out, zero_out)]
+    return p_out, t_out
+  batched_jvp.__name__ = getattr(jvp, "__name__", "jvp")
+
+  outs = custom_jvp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed, jvp=batched_jvp,
+                                num_consts=len(b_consts) + num_consts,
+                                symbolic_zeros=symbolic_zeros, name=name)
+  return outs, [0] * n_out
+
+
 custom_jvp_call_p.def_abstract_eval(_custom_call_abstract_eval)
 custom_jvp_call_p.def_impl(_custom_call_impl)
 lowering.register_lowering(custom_jvp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_jvp_call_p] = _custom_jvp_call_jvp
+batching.axis_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
 core.pp_param_order[custom_jvp_call_p] = ("name", "call_jaxpr", "jvp", "symbolic_zeros")
 
 
@@ -592,10 +642,66 @@ def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd, num_consts, symb
   return p_out, [next(it) if l else ad.Zero(a) for a, l in zip(out_t_avals, lin_outs)]
 
 
+def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts,
+                           symbolic_zeros, name):
+  n_out = len(call_jaxpr.out_avals)
+  if all(d is None for d in dims):
+    return custom_vjp_call_p.bind(*args, call_jaxpr=call_jaxpr, fwd=fwd, num_consts=num_consts,
+                                  symbolic_zeros=symbolic_zeros, name=name), [None] * n_out
+  args, dims = _front(args, dims)
+  b_closed, b_consts, _ = batching.batch_jaxpr(call_jaxpr, axis_data, dims, [0] * n_out)
+  arg_dims = dims[num_consts:]
+  size = axis_data.size
+
+  def batched_fwd(primals, nonzeros):
+    store: dict = {}
+
+    def f(*xs):
+      p_out, res, bwd = fwd(list(xs), nonzeros)
+      store["bwd"], store["n_res"] = bwd, len(res)
+      return [*p_out, *res]
+
+    outs, odims = batching.batch_flat(f, list(primals), arg_dims, axis_data)
+    p_out = [batching.matchaxis(o, d, 0, size) for o, d in zip(outs[:n_out], odims[:n_out])]
+    res, res_dims = outs[n_out:], odims[n_out:]
+    bwd = store["bwd"]
+
+    def batched_bwd(res_vals, cts):
+      ct_nz = [type(c) is not ad.Zero for c in cts]
+
+      def g(*xs):
+        r, it = xs[:len(res_vals)], iter(xs[len(res_vals):])
+        cs = [next(it) if z else ad.Zero(c.aval.update(shape=c.aval.shape[1:]))
+              for z, c in zip(ct_nz, cts)]
+        return [ad.instantiate_zeros(c) for c in bwd(list(r), cs)]
+
+      vals = [*res_vals, *[c for c, z in zip(cts, ct_nz) if z]]
+      vdims = [*res_dims, *[0 for z in ct_nz if z]]
+      outs, odims = batching.batch_flat(g, vals, vdims, axis_data)
+      result = []
+      from stagecraft import lax
+      for o, d, ad_ in zip(outs, odims, arg_dims):
+        if ad_ is None:      # an unbatched input: its cotangent sums over the batch
+          result.append(lax.reduce_sum(o, (d,)) if d is not None else
+                        lax.mul(o, lax.full_like(o, size)))
+        else:
+          result.append(batching.matchaxis(o, d, 0, size))
+      return result
+    batched_bwd.__name__ = getattr(bwd, "__name__", "bwd")
+    return p_out, list(res), batched_bwd
+  batched_fwd.__name__ = getattr(fwd, "__name__", "fwd")
+
+  outs = custom_vjp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed, fwd=batched_fwd,
+                                num_consts=len(b_consts) + num_consts,
+                                symbolic_zeros=symbolic_zeros, name=name)
+  return outs, [0] * n_out
+
+
 custom_vjp_call_p.def_abstract_eval(_custom_call_abstract_eval)
 custom_vjp_call_p.def_impl(_custom_call_impl)
 lowering.register_lowering(custom_vjp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_vjp_call_p] = _custom_vjp_call_jvp
+batching.axis_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch
 core.pp_param_order[custom_vjp_call_p] = ("name", "call_jaxpr", "fwd", "symbolic_zeros")
 
 
@@ -627,132 +733,3 @@ custom_lin_p.def_impl(_custom_lin_impl)
 lowering.register_lowering(custom_lin_p, _custom_lin_lowering)
 ad.primitive_transposes[custom_lin_p] = _custom_lin_transpose
 core.pp_param_order[custom_lin_p] = ("num_res", "bwd")
-
-
-# ---------------------------------------------------------------------------
-# Batching: the primal jaxpr is batched, and the rules are wrapped so that they run batched
-# (the batch axis of every batched value is moved to the front first).
-
-
-def _unbatched_aval(aval: ShapedArray, d) -> ShapedArray:
-  return aval if d is None else aval.update(shape=aval.shape[:d] + aval.shape[d + 1:])
-
-
-def _front(args, dims):
-  from stagecraft.interpreters import batching
-  return ([x if d is None else batching.moveaxis(x, d, 0) for x, d in zip(args, dims)],
-          [None if d is None else 0 for d in dims])
-
-
-def _run_batched(fun, vals, dims, axis_data, out_to=0):
-  """Runs the flat `fun` batched; outputs moved to `out_to` (0), or left where they are."""
-  from stagecraft.interpreters import batching
-  outs, odims = batching.batch_flat(fun, vals, dims, axis_data)
-  if out_to is None:
-    return outs, odims
-  return [batching.matchaxis(o, d, 0, axis_data.size) for o, d in zip(outs, odims)], \
-      [0] * len(outs)
-
-
-def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp, num_consts,
-                           symbolic_zeros, name):
-  from stagecraft.interpreters import batching
-  n_out = len(call_jaxpr.out_avals)
-  if all(d is None for d in dims):
-    return custom_jvp_call_p.bind(*args, call_jaxpr=call_jaxpr, jvp=jvp, num_consts=num_consts,
-                                  symbolic_zeros=symbolic_zeros, name=name), [None] * n_out
-  args, dims = _front(args, dims)
-  b_closed, b_consts, _ = batching.batch_jaxpr(call_jaxpr, axis_data, dims, [0] * n_out)
-  arg_dims = dims[num_consts:]
-  arg_avals = call_jaxpr.in_avals[num_consts:]
-
-  def batched_jvp(primals, tangents):
-    nz = [type(t) is not ad.Zero for t in tangents]
-    n = len(primals)
-    zero_out: list = []
-
-    def f(*xs):
-      it = iter(xs[n:])
-      ts = [next(it) if z else ad.Zero(ad.tangent_aval(a)) for z, a in zip(nz, arg_avals)]
-      p_out, t_out = jvp(list(xs[:n]), ts)
-      zero_out[:] = [type(t) is ad.Zero for t in t_out]
-      return [*p_out, *[t for t in t_out if type(t) is not ad.Zero]]
-
-    vals = [*primals, *[t for t, z in zip(tangents, nz) if z]]
-    vdims = [*arg_dims, *[d for d, z in zip(arg_dims, nz) if z]]
-    outs, _ = _run_batched(f, vals, vdims, axis_data)
-    p_out, rest = outs[:n_out], iter(outs[n_out:])
-    t_out = [ad.Zero(ad.tangent_aval(core.get_aval(p))) if z else next(rest)
-             for p, z in zip(p_out, zero_out)]
-    return p_out, t_out
-  batched_jvp.__name__ = getattr(jvp, "__name__", "jvp")
-
-  outs = custom_jvp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed, jvp=batched_jvp,
-                                num_consts=len(b_consts) + num_consts,
-                                symbolic_zeros=symbolic_zeros, name=name)
-  return outs, [0] * n_out
-
-
-def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts,
-                           symbolic_zeros, name):
-  from stagecraft.interpreters import batching
-  n_out = len(call_jaxpr.out_avals)
-  if all(d is None for d in dims):
-    return custom_vjp_call_p.bind(*args, call_jaxpr=call_jaxpr, fwd=fwd, num_consts=num_consts,
-                                  symbolic_zeros=symbolic_zeros, name=name), [None] * n_out
-  args, dims = _front(args, dims)
-  b_closed, b_consts, _ = batching.batch_jaxpr(call_jaxpr, axis_data, dims, [0] * n_out)
-  arg_dims = dims[num_consts:]
-  size = axis_data.size
-
-  def batched_fwd(primals, nonzeros):
-    store: dict = {}
-
-    def f(*xs):
-      p_out, res, bwd = fwd(list(xs), nonzeros)
-      store["bwd"], store["n_res"] = bwd, len(res)
-      return [*p_out, *res]
-
-    outs, odims = batching.batch_flat(f, list(primals), arg_dims, axis_data)
-    p_out = [batching.matchaxis(o, d, 0, size) for o, d in zip(outs[:n_out], odims[:n_out])]
-    res, res_dims = outs[n_out:], odims[n_out:]
-    bwd = store["bwd"]
-
-    def batched_bwd(res_vals, cts):
-      ct_nz = [type(c) is not ad.Zero for c in cts]
-
-      def g(*xs):
-        r, it = xs[:len(res_vals)], iter(xs[len(res_vals):])
-        cs = [next(it) if z else ad.Zero(_unbatched_aval(c.aval, 0))
-              for z, c in zip(ct_nz, cts)]
-        return [ad.instantiate_zeros(c) for c in bwd(list(r), cs)]
-
-      vals = [*res_vals, *[c for c, z in zip(cts, ct_nz) if z]]
-      vdims = [*res_dims, *[0 for z in ct_nz if z]]
-      outs, odims = batching.batch_flat(g, vals, vdims, axis_data)
-      result = []
-      from stagecraft import lax
-      for o, d, ad_ in zip(outs, odims, arg_dims):
-        if ad_ is None:      # an unbatched input: its cotangent sums over the batch
-          result.append(lax.reduce_sum(o, (d,)) if d is not None else
-                        lax.mul(o, lax.full_like(o, size)))
-        else:
-          result.append(batching.matchaxis(o, d, 0, size))
-      return result
-    batched_bwd.__name__ = getattr(bwd, "__name__", "bwd")
-    return p_out, list(res), batched_bwd
-  batched_fwd.__name__ = getattr(fwd, "__name__", "fwd")
-
-  outs = custom_vjp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed, fwd=batched_fwd,
-                                num_consts=len(b_consts) + num_consts,
-                                symbolic_zeros=symbolic_zeros, name=name)
-  return outs, [0] * n_out
-
-
-def _register_batching():
-  from stagecraft.interpreters import batching
-  batching.axis_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
-  batching.axis_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch
-
-
-_register_batching()

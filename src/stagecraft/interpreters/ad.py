@@ -20,7 +20,7 @@ import numpy as np
 from stagecraft import core, dtypes
 from stagecraft.core import Jaxpr, Literal, ShapedArray, Trace, Tracer, Var
 from stagecraft.errors import MissingRuleError
-from stagecraft.interpreters import lowering, partial_eval as pe
+from stagecraft.interpreters import batching, lowering, partial_eval as pe
 
 primitive_jvps: dict[core.Primitive, Callable] = {}
 primitive_transposes: dict[core.Primitive, Callable] = {}
@@ -177,6 +177,7 @@ add_any_p.def_abstract_eval(_add_any_abstract_eval)
 deflinear(add_any_p, lambda ct, x, y: [ct, ct])
 lowering.register_lowering(add_any_p,
                            lambda ctx, x, y: [ctx.elementwise("stablehlo.add", x, y)])
+batching.defbroadcasting(add_any_p)
 
 
 # ---------------------------------------------------------------------------
