@@ -1118,8 +1118,17 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
 def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
             holomorphic: bool = False) -> Callable:
-  """The Hessian of a scalar function: `jacfwd(jacrev(fun))`, as JAX's `hessian`; leaves have
-  shape `out.shape + in.shape + in.shape`."""
+  """The Hessian of a scalar function: `jacfwd(jacrev(fun))`, as JAX's `hessian`.
+
+  Returns:
+    A function with `fun`'s arguments returning the Hessian: leaves of shape
+    `out.shape + in.shape + in.shape` (nested per argument for tuple argnums), in the
+    inputs' floating dtype (`(hessian, aux)` with has_aux).
+
+  Raises:
+    TypeError: for integer inputs, or complex inputs/outputs without holomorphic=True.
+    ValueError: for argnums out of range.
+  """
   return jacfwd(jacrev(fun, argnums, has_aux, holomorphic), argnums, has_aux, holomorphic)
 
 

@@ -155,17 +155,30 @@ def _tree_collective(prim, x, axis_name, axis_index_groups=None):
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-  """The sum of `x` (a pytree of arrays) over the named axis (or tuple of axes); every member
-  of the axis gets the same result. `psum(1, name)` is the axis size.
+  """The sum of `x` over the named axis (or tuple of axes); every member of the axis gets the
+  same result. `psum(1, name)` is the axis size.
+
+  Args:
+    x: a pytree of arrays `T[*s]`, T numeric.
+    axis_name: a name bound by an enclosing vmap (or pmap), or a tuple of names.
+
+  Returns:
+    The same structure, shapes and dtypes as `x`.
 
   Raises:
     NameError: if `axis_name` is not bound by an enclosing vmap/pmap.
+    NotImplementedError: for axis_index_groups under vmap.
   """
   return _tree_collective(psum_p, x, axis_name, axis_index_groups)
 
 
 def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-  """The mean of `x` over the named axis (or axes): `psum(x) / axis size`."""
+  """The mean of `x` (a pytree of floating arrays `T[*s]`) over the named axis (or axes):
+  `psum(x) / axis size`, with `x`'s structure, shapes and dtypes.
+
+  Raises:
+    NameError: if an axis name is not bound by an enclosing vmap/pmap.
+  """
   n = 1
   for name in _names(axis_name):
     n *= _axis_size(name)
@@ -175,12 +188,22 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
 
 
 def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-  """The maximum of `x` over the named axis (or axes)."""
+  """The maximum of `x` (a pytree of arrays `T[*s]`, T real) over the named axis (or axes),
+  with `x`'s structure, shapes and dtypes.
+
+  Raises:
+    NameError: if an axis name is not bound by an enclosing vmap/pmap.
+  """
   return _tree_collective(pmax_p, x, axis_name, axis_index_groups)
 
 
 def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-  """The minimum of `x` over the named axis (or axes)."""
+  """The minimum of `x` (a pytree of arrays `T[*s]`, T real) over the named axis (or axes),
+  with `x`'s structure, shapes and dtypes.
+
+  Raises:
+    NameError: if an axis name is not bound by an enclosing vmap/pmap.
+  """
   return _tree_collective(pmin_p, x, axis_name, axis_index_groups)
 
 
@@ -211,7 +234,11 @@ ad.defjvp_zero(axis_index_p)
 
 
 def axis_index(axis_name: Any) -> Any:
-  """The position (int32 scalar) of this member along the named axis."""
+  """The position of this member along the named axis: an `int32[]` in `[0, axis size)`.
+
+  Raises:
+    NameError: if `axis_name` is not bound by an enclosing vmap/pmap.
+  """
   return axis_index_p.bind(axis_name=axis_name)
 
 
