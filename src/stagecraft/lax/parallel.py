@@ -350,8 +350,9 @@ def _ppermute_batcher(axis_data, args, dims, *, axis_name, perm):
 
 
 def _take(x, idx, axis):
-  from stagecraft import numpy as jnp
-  return jnp.take(x, idx, axis=axis)
+  """`x` indexed by the host int32 vector `idx` along `axis` (which keeps its position)."""
+  from stagecraft import lax
+  return batching.moveaxis(lax.index_take(x, (idx,), (axis,)), 0, axis)
 
 
 def _ppermute_transpose(ct, x, *, axis_name, perm):
