@@ -115,7 +115,8 @@ def test_get_aval_python_int_overflow():
 
 
 def test_get_aval_x64_keeps_64_bit():
-  stagecraft.config.update("enable_x64", True)
+  stagecraft.config.update("jax_enable_x64", True)   # JAX's spelling names the same flag
+  assert stagecraft.config.enable_x64
   try:
     assert get_aval(np.ones(3)) == ShapedArray((3,), np.dtype(np.float64))
     assert get_aval(np.int64(1)) == ShapedArray((), np.dtype(np.int64))
@@ -124,6 +125,8 @@ def test_get_aval_x64_keeps_64_bit():
   finally:
     stagecraft.config.update("enable_x64", False)
   assert get_aval(np.ones(3)) == ShapedArray((3,), F32)
+  with pytest.raises(AttributeError, match="Unknown config flag 'jax_no_such_flag'"):
+    stagecraft.config.update("jax_no_such_flag", True)
 
 
 def test_get_aval_arrays():

@@ -965,8 +965,8 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
 
 
 # ---------------------------------------------------------------------------
-# Jacobians. The primal work is done once (linearize / vjp); the linear map is then applied
-# to each standard basis vector in turn. TODO(vmap issue): batch the basis with vmap.
+# Jacobians. The primal work is done once (linearize / vjp); the linear map is then vmapped
+# over the standard basis (JAX's `_std_basis`): one batched program for all columns.
 
 
 def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check_in: bool):
@@ -1001,39 +1001,38 @@ def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check
   return partial_fun, dyn, int_argnum
 
 
-def _basis(avals: Sequence[ShapedArray]):
-  """One tuple of flat tangents per standard basis vector (host arrays)."""
-  for j, a in enumerate(avals):
-    for k in range(int(np.prod(a.shape, dtype=np.int64))):
-      vecs = [np.zeros(b.shape, b.dtype) for b in avals]
-      vecs[j].reshape(-1)[k] = 1
-      yield j, k, vecs
+def _std_basis(avals: Sequence[ShapedArray]):
+  """The identity of size N (the leaves' total element count) cut along its second axis into
+  one host array per leaf, of shape `(N, *leaf.shape)` in the leaf's dtype; with the leaves'
+  sizes and offsets into N."""
+  sizes = [int(np.prod(a.shape, dtype=np.int64)) for a in avals]
+  offsets = np.cumsum([0, *sizes])[:-1].tolist()
+  eye = np.eye(sum(sizes))
+  return ([eye[:, o:o + n].reshape(len(eye), *a.shape).astype(a.dtype)
+           for a, o, n in zip(avals, offsets, sizes)], sizes, offsets)
 
 
-def _assemble(out_leaves_avals, in_avals, columns, out_major: bool):
-  """`columns[(j, k)]` holds, per output leaf, the derivative w.r.t. input leaf j element k
-  (out_major=False) or, per input leaf, the cotangent for output leaf j element k."""
-  from stagecraft import numpy as jnp
-  rows = []
-  if not out_major:   # forward: columns indexed by inputs
-    for oa in out_leaves_avals:
-      per_in = []
-      for j, ia in enumerate(in_avals):
-        n = int(np.prod(ia.shape, dtype=np.int64))
-        cols = [columns[(j, k)][len(rows)] for k in range(n)]
-        m = jnp.stack(cols, axis=-1) if n else jnp.zeros((*oa.shape, 0), oa.dtype)
-        per_in.append(jnp.reshape(m, (*oa.shape, *ia.shape)))
-      rows.append(per_in)
-    return rows
-  for i, oa in enumerate(out_leaves_avals):
-    n = int(np.prod(oa.shape, dtype=np.int64))
-    per_in = []
-    for j, ia in enumerate(in_avals):
-      cols = [columns[(i, k)][j] for k in range(n)]
-      m = jnp.stack(cols, axis=0) if n else jnp.zeros((0, *ia.shape), ia.dtype)
-      per_in.append(jnp.reshape(m, (*oa.shape, *ia.shape)))
-    rows.append(per_in)
-  return rows
+def _map_basis(linear_fn, basis_tree, n: int, axis: int, result_avals, batched_shape):
+  """`linear_fn` vmapped over the basis (the batch at `axis` of each flat result); zeros of
+  `batched_shape(aval)` when the basis is empty (vmap needs a non-empty axis) and float0
+  results (integer inputs of jacrev with allow_int) as float0 arrays."""
+  if n:
+    flat = _flatten(vmap(linear_fn, out_axes=axis)(*basis_tree))[0]
+  else:
+    flat = [None] * len(result_avals)
+  return [np.zeros(batched_shape(a), a.dtype) if x is None or a.dtype == dtypes.float0
+          else x for x, a in zip(flat, result_avals)]
+
+
+def _split_blocks(x, axis: int, sizes, offsets, shapes):
+  """Cuts `x` along `axis` into `sizes` pieces reshaped to `shapes` (one Jacobian block per
+  leaf on the basis side)."""
+  from stagecraft import lax, numpy as jnp
+  if isinstance(x, np.ndarray) and x.dtype == dtypes.float0:
+    return [np.zeros(shape, x.dtype) for shape in shapes]
+  whole = len(sizes) == 1
+  return [jnp.reshape(x if whole else lax.slice_in_dim(x, o, o + n, axis=axis), shape)
+          for o, n, shape in zip(offsets, sizes, shapes)]
 
 
 def _jac_tree(out_tree, in_tree, int_argnum, rows):
@@ -1066,11 +1065,14 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     in_leaves, in_tree = _flatten(dyn)
     in_avals = [core.get_aval(x) for x in in_leaves]
     out_leaves, out_tree = _flatten(y)
-    cols = {}
-    for j, k, vecs in _basis(in_avals):
-      cols[(j, k)] = _flatten(f_jvp(*optree.tree_unflatten(in_tree, vecs)))[0]
-    jac = _jac_tree(out_tree, in_tree, int_argnum,
-                    _assemble([core.get_aval(o) for o in out_leaves], in_avals, cols, False))
+    out_avals = [core.get_aval(o) for o in out_leaves]
+    basis, sizes, offsets = _std_basis(in_avals)
+    cols = _map_basis(f_jvp, optree.tree_unflatten(in_tree, basis), sum(sizes), -1, out_avals,
+                      lambda a: (*a.shape, 0))
+    rows = [_split_blocks(c, len(oa.shape), sizes, offsets,
+                          [(*oa.shape, *ia.shape) for ia in in_avals])
+            for c, oa in zip(cols, out_avals)]
+    jac = _jac_tree(out_tree, in_tree, int_argnum, rows)
     return (jac, res[2]) if has_aux else jac
   return jacfun
 
@@ -1108,10 +1110,13 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
             f"np.floating), but got {a.dtype.name}. For holomorphic differentiation, pass "
             f"holomorphic=True. For differentiation of non-holomorphic functions involving "
             f"complex outputs, use stagecraft.vjp directly.")
-    cols = {}
-    for i, k, vecs in _basis(out_avals):
-      cols[(i, k)] = _flatten(vjp_fn(optree.tree_unflatten(out_tree, vecs)))[0]
-    jac = _jac_tree(out_tree, in_tree, int_argnum, _assemble(out_avals, in_avals, cols, True))
+    basis, sizes, offsets = _std_basis(out_avals)
+    cts = _map_basis(vjp_fn, (optree.tree_unflatten(out_tree, basis),), sum(sizes), 0,
+                     in_avals, lambda a: (0, *a.shape))
+    per_in = [_split_blocks(c, 0, sizes, offsets, [(*oa.shape, *ia.shape) for oa in out_avals])
+              for c, ia in zip(cts, in_avals)]
+    jac = _jac_tree(out_tree, in_tree, int_argnum, [list(r) for r in zip(*per_in)] if per_in
+                    else [[] for _ in out_avals])
     return (jac, res[2]) if has_aux else jac
   return jacfun
 

@@ -43,10 +43,14 @@ class Config:
   def update(self, name: str, value) -> None:
     """Sets flag `name` to `value`.
 
+    JAX's spellings with the `jax_` prefix (`"jax_enable_x64"`) name the same flags.
+
     Raises:
       AttributeError: if `name` is not a known flag (the message lists them).
       TypeError: if a boolean flag is given a non-bool value.
     """
+    if name.startswith("jax_") and name[4:] in self._defaults:
+      name = name[4:]
     if name not in self._defaults:
       raise AttributeError(
           f"Unknown config flag {name!r}. Known flags: {sorted(self._defaults)}.")

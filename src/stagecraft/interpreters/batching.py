@@ -19,8 +19,10 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Sequence
 
+import numpy as np
 
-from stagecraft import core
+
+from stagecraft import core, dtypes
 from stagecraft.core import ShapedArray, Trace, Tracer
 from stagecraft.errors import MissingRuleError
 
@@ -150,12 +152,15 @@ def moveaxis(x: Any, src: int, dst: int) -> Any:
 
 
 def broadcast(x: Any, size: int, axis: int) -> Any:
-  """An unbatched `x` with a new axis of `size` inserted at `axis` (materialized)."""
+  """An unbatched `x` with a new axis of `size` inserted at `axis` (materialized; float0
+  values, which have no runtime representation, stay host zeros)."""
   from stagecraft import lax
   a = core.get_aval(x)
   shape = list(a.shape)
   axis = axis % (len(shape) + 1)
   shape.insert(axis, size)
+  if a.dtype == dtypes.float0:
+    return np.zeros(shape, dtypes.float0)
   dims = [i for i in range(len(shape)) if i != axis]
   return lax.broadcast_in_dim(x, tuple(shape), tuple(dims))
 

@@ -36,31 +36,27 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type
   if not sa or not sb:
     raise ValueError(f"matmul: 0-d operands are not allowed (shapes {sa} and {sb}); use "
                      f"multiply or the * operator.")
-  squeeze = []
-  if len(sa) == 1:
-    a = jnp.reshape(a, (1, sa[0]))
-    squeeze.append(-2)
-  if len(sb) == 1:
-    b = jnp.reshape(b, (sb[0], 1))
-    squeeze.append(-1)
-  sa, sb = _shape(a), _shape(b)
-  if sa[-1] != sb[-2]:
-    raise ValueError(f"matmul: contracting dimensions differ: {sa[-1]} (last of the first "
-                     f"operand {sa}) and {sb[-2]} (second to last of the second {sb}).")
-  if len(sb) == 2:
-    out = _dot(a, b, ((len(sa) - 1,), (0,)), precision=precision,
-               preferred_element_type=preferred_element_type)
-  else:
-    batch = jnp.broadcast_shapes(sa[:-2], sb[:-2])
-    a = jnp.broadcast_to(a, (*batch, *sa[-2:]))
-    b = jnp.broadcast_to(b, (*batch, *sb[-2:]))
-    nb = len(batch)
-    out = _dot(a, b, ((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))),
-               precision=precision, preferred_element_type=preferred_element_type)
-  if squeeze:
-    nd = len(_shape(out))
-    out = jnp.squeeze(out, tuple(nd + s for s in squeeze))
-  return out
+  kw = dict(precision=precision, preferred_element_type=preferred_element_type)
+  ca = len(sa) - 1
+  cb = 0 if len(sb) == 1 else len(sb) - 2
+  if sa[ca] != sb[cb]:
+    raise ValueError(f"matmul: contracting dimensions differ: {sa[ca]} (last of the first "
+                     f"operand {sa}) and {sb[cb]} ({'the only' if len(sb) == 1 else 'second to last'} of the "
+                     f"second {sb}).")
+  if len(sa) == 1 or len(sb) <= 2:
+    # A vector operand or an unbatched right matrix: one dot_general whose output is already
+    # in matmul's order (a's free dims, then b's), no reshape or transpose.
+    return _dot(a, b, ((ca,), (cb,)), **kw)
+  if len(sa) == 2:
+    # [n, k] @ [..., k, m]: contract without broadcasting a, then move n next to m.
+    out = _dot(a, b, ((1,), (cb,)), **kw)
+    nb = len(sb) - 2
+    return lax.transpose(out, (*range(1, nb + 1), 0, nb + 1))
+  batch = jnp.broadcast_shapes(sa[:-2], sb[:-2])
+  a = jnp.broadcast_to(a, (*batch, *sa[-2:]))
+  b = jnp.broadcast_to(b, (*batch, *sb[-2:]))
+  nb = len(batch)
+  return _dot(a, b, ((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))), **kw)
 
 
 def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None):
