@@ -56,7 +56,7 @@ def main(argv=None):
   args = ap.parse_args(argv)
   run_s, run_j, trace_s, trace_j = setup()
   rows = []
-  a, b = paired(run_s, run_j, pairs=4 if args.quick else 300)
+  a, b = paired(run_s, run_j, pairs=4 if args.quick else 1000)
   rows.append(("jit(vmap(grad)) MLP, batch 256", a, b, "us", 1.05))
   ts, tj = [], []
   for i in range(2 if args.quick else 20):

@@ -344,16 +344,17 @@ class _CompiledCall:
     self.out_avals = out_avals
     self.out_tree = out_tree
     self.donated = donated            # leaf indices donated, or ()
-    self.simple = not const_bufs and kept is None and not donated and device is None
+    self.simple = not const_bufs and not donated and device is None
     self.single = out_tree.num_leaves == 1 and out_tree.num_nodes == 1
     self.text = text
     self.device = device
 
   def call_arrays(self, args: Sequence[Array]):
     """The fast path: every argument is an Array on the default device."""
+    bufs = ([x._buf for x in args] if self.kept is None
+            else [args[i]._buf for i in self.kept])
     try:
-      results = self.exe.execute_sharded(
-          [x._buf for x in args]).disassemble_into_single_device_arrays()
+      results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
     except TypeError:
       dispatch._raise_if_donated(args)
       raise
@@ -510,14 +511,16 @@ class JitWrapped:
   # -- calls
 
   def __call__(self, *args, **kwargs):
-    # Fast path: flat Array arguments on the default device, signature compiled before.
+    # Fast path: positional arguments whose leaves are all Arrays on the default device, a
+    # signature compiled before (keyed by the arguments' tree structure and avals).
     if (not kwargs and self._fast and core._state.trace is core.eval_trace
         and not dispatch.placement_used[0] and not config.disable_jit):
-      avals = [a.aval for a in args if type(a) is Array]
-      if len(avals) == len(args):
-        call = self._cache.get((len(args), config.state_key, *avals))
+      leaves, treedef = _flatten(args)
+      avals = [a.aval for a in leaves if type(a) is Array]
+      if len(avals) == len(leaves):
+        call = self._cache.get((treedef, config.state_key, *avals))
         if call is not None:
-          return call.call_arrays(args)
+          return call.call_arrays(leaves)
     return self._call(args, kwargs)
 
   def _call(self, args, kwargs):
@@ -540,9 +543,9 @@ class JitWrapped:
         entry.device_calls[dev] = call
       else:
         entry.executable = call
-        if (not kwargs and self._fast and call.simple
-            and all(type(a) is Array for a in args)):
-          self._cache[(len(args), config.state_key, *[a.aval for a in args])] = call
+        if not kwargs and self._fast and call.simple and all(type(a) is Array
+                                                               for a in leaves):
+          self._cache[(_flatten(args)[1], config.state_key, *[a.aval for a in leaves])] = call
     return call(leaves)
 
   def _trace(self, args, kwargs, static_argnums) -> _Traced:
