@@ -18,8 +18,8 @@ from stagecraft.lax.cumulative import *  # noqa: F401,F403
 from stagecraft.lax.associative_scan import associative_scan  # noqa: F401
 from stagecraft.lax.random_bits import *  # noqa: F401,F403
 from stagecraft.lax.ad_util import *  # noqa: F401,F403
-from stagecraft.lax import control_flow as _control_flow
-map = _control_flow.map
+from stagecraft.lax.control_flow import *  # noqa: F401,F403
+from stagecraft.lax.control_flow import map  # noqa: F401
 from stagecraft.lax.conv import *  # noqa: F401,F403
 from stagecraft.lax.fft import *  # noqa: F401,F403
 from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)

@@ -1,0 +1,7 @@
+"""Structured control flow: `cond`/`switch` (one `cond` primitive), `while_loop`,
+`fori_loop`, `scan` and `map`, each a primitive carrying closed jaxprs with its rules
+(abstract eval, lowering, jvp, partial eval/transpose, batching, DCE) beside it."""
+from stagecraft.lax.control_flow.conditionals import *  # noqa: F401,F403
+from stagecraft.lax.control_flow.while_loop import *  # noqa: F401,F403
+from stagecraft.lax.control_flow.loops import *  # noqa: F401,F403
+from stagecraft.lax.control_flow._map_old import map  # noqa: F401  (replaced by loops.map)

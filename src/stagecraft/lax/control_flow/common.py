@@ -1,0 +1,141 @@
+"""Shared pieces of the control-flow primitives (cond, while, scan).
+
+Bodies are traced into `ClosedJaxpr`s whose constants are *leading invars* (the call
+convention of `jit`): the primitives take the constant values as operands, so closed-over
+arrays and tracers of outer traces (a scan body closing over a jitted function's argument)
+flow through every transformation like any other operand, and nothing is baked into the
+program text.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Sequence
+
+import optree
+
+from stagecraft import core, tree_util
+from stagecraft.config import config
+from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
+from stagecraft.interpreters import partial_eval as pe
+
+_NS = tree_util.NAMESPACE
+
+
+def flatten(tree) -> tuple[list, Any]:
+  return optree.tree_flatten(tree, none_is_leaf=False, namespace=_NS)
+
+
+def unflatten(treedef, leaves):
+  return optree.tree_unflatten(treedef, leaves)
+
+
+_trace_cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+
+
+def trace_jaxpr(fun: Callable, in_tree, in_avals: Sequence[ShapedArray], what: str
+                ) -> tuple[ClosedJaxpr, list[Any], Any]:
+  """Traces `fun(*unflatten(in_tree, args))` at `in_avals`.
+
+  Args:
+    fun: the user's body (takes the pytree arguments of `in_tree`, returns a pytree).
+    what: the function's role for error messages (`"body_fun"`, `"true_fun"`).
+
+  Returns:
+    `(closed, consts, out_tree)`: `closed` takes `(*consts, *args)` (consts are its leading
+    invars; `closed.consts` is empty) and returns the flat outputs.
+
+  Traces are cached per (fun, in_tree, avals) while `fun` is alive, unless a constant is a
+  tracer of an outer trace (then the jaxpr belongs to that trace and is rebuilt each time).
+
+  Raises:
+    TypeError: if `fun` returns a leaf that is not an array or scalar (naming its path).
+  """
+  key = (in_tree, tuple(in_avals), config.state_key)
+  try:
+    per_fun = _trace_cache.get(fun)
+  except TypeError:    # not weakly referenceable
+    per_fun = None
+  if per_fun is not None and key in per_fun:
+    return per_fun[key]
+  out_tree_box = []
+
+  def flat_fun(*flat):
+    out = fun(*unflatten(in_tree, list(flat)))
+    leaves, out_tree = flatten(out)
+    for i, leaf in enumerate(leaves):
+      if not isinstance(leaf, core.Tracer) and not core.valid_array_type(leaf):
+        paths = tree_util.tree_flatten_with_path(out)[0]
+        raise TypeError(
+            f"{what} returned a value of type {type(leaf).__name__} at output"
+            f"{tree_util.keystr(paths[i][0]) or ' (the whole output)'}, which is not a valid "
+            f"array type. Return arrays, scalars, or pytrees of them.")
+    out_tree_box.append(out_tree)
+    return leaves
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals)
+  result = (ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), out_tree_box[0])
+  if not any(isinstance(c, core.Tracer) for c in consts):
+    try:
+      _trace_cache.setdefault(fun, {})[key] = result
+    except TypeError:
+      pass
+  return result
+
+
+def pad_invars(closed: ClosedJaxpr, before: Sequence[ShapedArray],
+               after: Sequence[ShapedArray] = ()) -> ClosedJaxpr:
+  """`closed` with unused invars of `before` avals prepended and `after` appended (to give
+  jaxprs a common signature, e.g. every cond branch takes every branch's consts)."""
+  j = closed.jaxpr
+  return ClosedJaxpr(j.replace(invars=[*[Var(a) for a in before], *j.invars,
+                                       *[Var(a) for a in after]]), [])
+
+
+def aval_str(a: ShapedArray) -> str:
+  return a.str_short()
+
+
+def type_diffs(avals1: Sequence[ShapedArray], avals2: Sequence[ShapedArray],
+               paths: Sequence[str], name1: str, name2: str) -> list[str]:
+  """One sentence per position whose shape or dtype differ (weak types are ignored), e.g.
+  `the input carry component c[1] has type int32[] but the corresponding output carry
+  component has type float32[], so the dtypes do not match`."""
+  out = []
+  for a, b, p in zip(avals1, avals2, paths):
+    if a.shape == b.shape and a.dtype == b.dtype:
+      continue
+    what = ("the shapes do not match" if a.dtype == b.dtype else
+            "the dtypes do not match" if a.shape == b.shape else
+            "the shapes and dtypes do not match")
+    out.append(f"{name1} {p} has type {a.str_short()} but the corresponding {name2} has type "
+               f"{b.str_short()}, so {what}")
+  return out
+
+
+def leaf_paths(tree_def, prefix: str) -> list[str]:
+  """Readable key paths (`carry[1]['w']`) of the leaves of `tree_def` under `prefix`."""
+  dummy = unflatten(tree_def, list(range(tree_def.num_leaves)))
+  return [prefix + tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+
+
+def typematch(a: ShapedArray, b: ShapedArray) -> bool:
+  """Equal shapes and dtypes (weak types may differ)."""
+  return a.shape == b.shape and a.dtype == b.dtype
+
+
+def promote_weak(in_avals: Sequence[ShapedArray], out_avals: Sequence[ShapedArray]
+                 ) -> list[ShapedArray] | None:
+  """Input avals made strong where the input is weakly typed and the matching output is
+  not (JAX's `_promote_weak_typed_inputs`: `fori_loop(0, n, f, 0.0)` with an f32 body); None
+  when nothing changes."""
+  new = [a.update(weak_type=False) if a.weak_type and not b.weak_type and typematch(a, b)
+         else a for a, b in zip(in_avals, out_avals)]
+  return None if new == list(in_avals) else new
+
+
+def jaxpr_invar_avals(closed: ClosedJaxpr) -> list[ShapedArray]:
+  return [v.aval for v in closed.jaxpr.invars]
+
+
+__all__ = ["trace_jaxpr", "pad_invars", "type_diffs", "leaf_paths", "typematch",
+           "promote_weak", "flatten", "unflatten"]
