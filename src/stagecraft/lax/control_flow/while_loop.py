@@ -1,2 +1,456 @@
-"""Placeholder: filled in by the control-flow work."""
-__all__: list = []
+"""`while_loop`: one `while` primitive carrying the cond and body as closed jaxprs, with every
+rule beside it (abstract eval, lowering to `stablehlo.while`, jvp, partial eval, a transpose
+that explains why reverse mode is not available, batching, DCE).
+
+Operands are `(*cond_consts, *body_consts, *init)`; `cond_jaxpr` takes
+`(*cond_consts, *carry)` and returns one bool scalar, `body_jaxpr` takes
+`(*body_consts, *carry)` and returns the new carry. Design after JAX's `while_p`
+(`_while_loop_jvp`, `_while_partial_eval`, `_while_loop_batching_rule`, `_while_dce_rule`).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Sequence
+
+from stagecraft import core, dtypes
+from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.lax.control_flow import common
+
+__all__ = ["while_loop", "while_p"]
+
+_BOOL = ShapedArray((), dtypes.bool_)
+_memo = core.memo_on_jaxpr
+
+
+def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
+               init_val: Any) -> Any:
+  """Runs `body_fun` on a carry while `cond_fun` of it is true (JAX's `lax.while_loop`).
+
+  Semantically::
+
+    val = init_val
+    while cond_fun(val):
+      val = body_fun(val)
+    return val
+
+  staged as one `while` equation (lowered to `stablehlo.while`), so the trip count may
+  depend on traced values.
+
+  Args:
+    cond_fun: carry -> bool scalar (`bool[]`).
+    body_fun: carry -> carry of the same tree structure, shapes and dtypes.
+    init_val: the initial carry, a pytree of arrays or scalars `T_i[*s_i]`.
+
+  Returns:
+    The final carry, a pytree like `init_val` with leaves `T_i[*s_i]`.
+
+  Raises:
+    TypeError: if `cond_fun` does not return a boolean scalar; if `body_fun` returns a
+      different tree structure than `init_val`, or leaves of other shapes or dtypes (naming
+      the carry path, e.g. `init_val[1]['w']`). A weakly typed leaf of `init_val` (a Python
+      scalar) whose body output has the same dtype but strong type is promoted, as JAX does.
+    ValueError: from reverse-mode differentiation (`grad`, `vjp`) through the loop: the trip
+      count is dynamic, so no tape can be kept; use `scan` or `fori_loop` with static bounds.
+
+  Examples:
+    >>> import stagecraft as sc
+    >>> int(sc.lax.while_loop(lambda i: i < 10, lambda i: i + 3, 0))
+    12
+  """
+  if not callable(cond_fun) or not callable(body_fun):
+    raise TypeError(f"while_loop: cond_fun and body_fun must be callable; got "
+                    f"{type(cond_fun).__name__} and {type(body_fun).__name__}.")
+  init_vals, in_tree = common.flatten(init_val)
+  args_tree = common.flatten((init_val,))[1]
+  avals = [core.get_aval(x) for x in init_vals]
+  cond_closed, cond_consts, body_closed, body_consts = _trace_loop(
+      cond_fun, body_fun, args_tree, in_tree, avals)
+  new_avals = common.promote_weak(avals, body_closed.out_avals)
+  if new_avals is not None:
+    from stagecraft.lax.elementwise import convert_element_type
+    init_vals = [convert_element_type(x, b.dtype) if a.weak_type and not b.weak_type else x
+                 for x, a, b in zip(init_vals, avals, new_avals)]
+    cond_closed, cond_consts, body_closed, body_consts = _trace_loop(
+        cond_fun, body_fun, args_tree, in_tree, new_avals)
+  outs = while_p.bind(*cond_consts, *body_consts, *init_vals, cond_jaxpr=cond_closed,
+                      body_jaxpr=body_closed, cond_nconsts=len(cond_consts),
+                      body_nconsts=len(body_consts))
+  return common.unflatten(in_tree, outs)
+
+
+def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
+  """Traces cond and body at the carry `avals` (`args_tree`: the tree of `(carry,)`;
+  `in_tree`: the carry's) and checks their output types."""
+  cond_closed, cond_consts, cond_tree = common.trace_jaxpr(cond_fun, args_tree, avals,
+                                                           "cond_fun")
+  c_out = cond_closed.out_avals
+  if cond_tree.num_leaves != 1 or c_out[0].shape != () or c_out[0].dtype != dtypes.bool_:
+    raise TypeError(
+        f"cond_fun must return a boolean scalar, but got output type(s) "
+        f"[{', '.join(a.str_short() for a in c_out)}]. Return a bool[] such as "
+        f"`x < n`, or reduce an array predicate with `.any()` / `.all()`.")
+  body_closed, body_consts, body_tree = common.trace_jaxpr(body_fun, args_tree, avals,
+                                                           "body_fun")
+  if body_tree != in_tree:
+    raise TypeError(
+        f"body_fun output and input must have same type structure, got {body_tree} and "
+        f"{in_tree}. Return a carry built like init_val (same containers, same keys, same "
+        f"number of leaves).")
+  diffs = common.type_diffs(avals, body_closed.out_avals, common.leaf_paths(in_tree, "init_val"),
+                            "the input carry component", "output carry component")
+  if diffs:
+    shown = [f"  {d}." for d in diffs[:5]]
+    if len(diffs) > 5:
+      shown.append(f"  and {len(diffs) - 5} more.")
+    raise TypeError(
+        "body_fun output and input must have identical types, got\n" + "\n".join(shown) +
+        "\nMake body_fun return leaves of the shapes and dtypes of init_val (cast with "
+        "`.astype` or give init_val the dtype the body computes in).")
+  return cond_closed, cond_consts, body_closed, body_consts
+
+
+# ---------------------------------------------------------------------------
+# The primitive and its rules
+
+
+def _split(xs: Sequence[Any], cond_nconsts: int, body_nconsts: int):
+  return (list(xs[:cond_nconsts]), list(xs[cond_nconsts:cond_nconsts + body_nconsts]),
+          list(xs[cond_nconsts + body_nconsts:]))
+
+
+def _while_abstract_eval(*avals, cond_jaxpr: ClosedJaxpr, body_jaxpr: ClosedJaxpr,
+                         cond_nconsts: int, body_nconsts: int):
+  return list(body_jaxpr.in_avals[body_nconsts:])
+
+
+def _while_lowering(ctx, *args, cond_jaxpr: ClosedJaxpr, body_jaxpr: ClosedJaxpr,
+                    cond_nconsts: int, body_nconsts: int):
+  # NB: as JAX does, the consts travel as loop-carried values the body returns unchanged, so
+  # the regions read nothing from the enclosing scope.
+  avals = list(ctx.avals_in)
+  nc, nconsts = cond_nconsts, cond_nconsts + body_nconsts
+
+  def cond_region(*xs):
+    return lowering.jaxpr_subcomp(ctx.fb, cond_jaxpr.jaxpr, [], [*xs[:nc], *xs[nconsts:]])
+
+  def body_region(*xs):
+    outs = lowering.jaxpr_subcomp(ctx.fb, body_jaxpr.jaxpr, [], xs[nc:])
+    return [*xs[:nconsts], *outs]
+
+  cond_r = ctx.region(avals, [_BOOL], cond_region)
+  body_r = ctx.region(avals, avals, body_region)
+  outs = ctx.op("stablehlo.while", list(args), avals, regions=[cond_r, body_r],
+                operand_avals=avals)
+  return outs[nconsts:]
+
+
+# -- jvp
+
+def _differentiable(a: ShapedArray) -> bool:
+  return ad.tangent_aval(a).dtype != dtypes.float0
+
+
+def _nonzero(t: Any, a: ShapedArray) -> bool:
+  return type(t) is not ad.Zero and _differentiable(a)
+
+
+def _jvp_jaxpr(closed: ClosedJaxpr, nonzeros: Sequence[bool], instantiate: Sequence[bool]):
+  """Like `ad.jvp_jaxpr`, but output tangents marked in `instantiate` are materialized zeros
+  when symbolically zero, and tangents of integer outputs are always dropped.
+
+  Returns:
+    `(jvp_closed, consts, out_nonzeros)`: jvp_closed takes `(consts, primals, nonzero
+    tangents)` and returns `(primal outs, tangent outs where out_nonzeros)`.
+  """
+  avals, out_avals = closed.in_avals, closed.out_avals
+  n = len(avals)
+  out_nz: list[bool] = []
+
+  def fun(*args):
+    it = iter(args[n:])
+    tangents = [next(it) if nz else ad.Zero(ad.tangent_aval(a)) for a, nz in zip(avals, nonzeros)]
+    p_out, t_out = ad.jvp_flat(core.jaxpr_as_fun(closed), args[:n], tangents)
+    out_nz[:] = [_differentiable(a) and (inst or type(t) is not ad.Zero)
+                 for a, t, inst in zip(out_avals, t_out, instantiate)]
+    return [*p_out, *[ad.instantiate_zeros(t) for t, nz in zip(t_out, out_nz) if nz]]
+
+  t_avals = [ad.tangent_aval(a) for a, nz in zip(avals, nonzeros) if nz]
+  jaxpr, consts = pe.trace_to_jaxpr(fun, [*avals, *t_avals])
+  return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), list(out_nz)
+
+
+_jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _while_jvp_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, bconst_nz, init_nz):
+  carry_avals = body_jaxpr.in_avals[body_nconsts:]
+  carry_nz = list(init_nz)
+  # Fixpoint: a carry's tangent is nonzero if the body makes it depend on a nonzero one.
+  while True:
+    _, _, out_nz = _jvp_jaxpr(body_jaxpr, [*bconst_nz, *carry_nz], carry_nz)
+    new = [a or b for a, b in zip(carry_nz, out_nz)]
+    if new == carry_nz:
+      break
+    carry_nz = new
+  body_jvp, jvp_consts, _ = _jvp_jaxpr(body_jaxpr, [*bconst_nz, *carry_nz], carry_nz)
+  # Reorder the invars (jc, bconsts, carry, bconst tangents, carry tangents) into the while
+  # convention (body consts first: jc, bconsts, bconst tangents; then the carry).
+  nj, nb, ncarry = len(jvp_consts), body_nconsts, len(carry_avals)
+  nbt = sum(bconst_nz)
+  iv = body_jvp.jaxpr.invars
+  jc, bp, cp = iv[:nj], iv[nj:nj + nb], iv[nj + nb:nj + nb + ncarry]
+  bt, ct = iv[nj + nb + ncarry:nj + nb + ncarry + nbt], iv[nj + nb + ncarry + nbt:]
+  body_new = ClosedJaxpr(body_jvp.jaxpr.replace(invars=[*jc, *bp, *bt, *cp, *ct]), [])
+  t_avals = [ad.tangent_aval(a) for a, nz in zip(carry_avals, carry_nz) if nz]
+  cond_new = common.pad_invars(cond_jaxpr, [], t_avals)
+  return cond_new, body_new, jvp_consts, carry_nz
+
+
+def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  # The JVP is one while over (primals, nonzero tangents); the cond ignores the tangents.
+  avals = [*cond_jaxpr.in_avals[:cond_nconsts], *body_jaxpr.in_avals]
+  nz = [_nonzero(t, a) for t, a in zip(tangents, avals)]
+  _, bconst_nz, init_nz = _split(nz, cond_nconsts, body_nconsts)
+  key = (cond_jaxpr, cond_nconsts, body_nconsts, tuple(bconst_nz), tuple(init_nz))
+  cond_new, body_new, jvp_consts, carry_nz = _memo(
+      _jvp_cache, body_jaxpr, key,
+      lambda: _while_jvp_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
+                                bconst_nz, init_nz))
+  cconst_p, bconst_p, init_p = _split(primals, cond_nconsts, body_nconsts)
+  _, bconst_t, init_t = _split(tangents, cond_nconsts, body_nconsts)
+  bt = [t for t, z in zip(bconst_t, bconst_nz) if z]
+  ct = [ad.zeros_like_aval(ad.tangent_aval(a)) if type(t) is ad.Zero or not _nonzero(t, a)
+        else t for t, a, z in zip(init_t, body_jaxpr.in_avals[body_nconsts:], carry_nz) if z]
+  outs = while_p.bind(*cconst_p, *jvp_consts, *bconst_p, *bt, *init_p, *ct,
+                      cond_jaxpr=cond_new, body_jaxpr=body_new, cond_nconsts=cond_nconsts,
+                      body_nconsts=len(jvp_consts) + body_nconsts + len(bt))
+  n = len(init_p)
+  it = iter(outs[n:])
+  t_out = [next(it) if z else ad.Zero(ad.tangent_aval(a))
+           for z, a in zip(carry_nz, body_jaxpr.in_avals[body_nconsts:])]
+  return outs[:n], t_out
+
+
+# -- partial eval
+
+_pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _known_part(closed: ClosedJaxpr, unknowns: Sequence[bool], n_known_out: int):
+  """The jaxpr computing the known outputs of `closed` from its known inputs only."""
+  known, _, nres, _ = ad.partial_eval_jaxpr(closed.jaxpr, unknowns,
+                                            [False] * len(closed.out_avals))
+  keep = [True] * (len(known.outvars) - nres) + [False] * nres
+  assert len(known.outvars) - nres == n_known_out
+  return ClosedJaxpr(pe.dce_jaxpr(known, keep, instantiate=True)[0], [])
+
+
+def _while_pe_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, unknowns):
+  cconst_uk, bconst_uk, init_uk = _split(unknowns, cond_nconsts, body_nconsts)
+  carry_uk = list(init_uk)
+  while True:   # fixpoint: which carries are unknown
+    _, _, _, out_uk = ad.partial_eval_jaxpr(body_jaxpr.jaxpr, [*bconst_uk, *carry_uk],
+                                            [False] * len(carry_uk))
+    new = [a or b for a, b in zip(carry_uk, out_uk)]
+    if new == carry_uk:
+      break
+    carry_uk = new
+  _, _, _, cond_uk = ad.partial_eval_jaxpr(cond_jaxpr.jaxpr, [*cconst_uk, *carry_uk], [False])
+  if cond_uk[0]:
+    return None
+  cond_known = _known_part(cond_jaxpr, [*cconst_uk, *carry_uk], 1)
+  body_known = _known_part(body_jaxpr, [*bconst_uk, *carry_uk], carry_uk.count(False))
+  return cond_known, body_known, carry_uk
+
+
+def _while_partial_eval(eqn, unknowns):
+  # JAX's `_while_partial_eval`: if the predicate reads only known values, a known while
+  # computes the known carries, and the unknown equation is the whole while again (it
+  # recomputes the known part), reading the known inputs as residuals.
+  p = eqn.params
+  nc, nb = p["cond_nconsts"], p["body_nconsts"]
+  res = _memo(_pe_cache, p["body_jaxpr"], (p["cond_jaxpr"], nc, nb, tuple(unknowns)),
+              lambda: _while_pe_jaxprs(p["cond_jaxpr"], p["body_jaxpr"], nc, nb, unknowns))
+  if res is None:
+    return None, eqn, [True] * len(eqn.outvars)
+  cond_known, body_known, carry_uk = res
+  if not any(carry_uk):
+    return eqn, None, carry_uk
+  cconst_uk, bconst_uk, _ = _split(unknowns, nc, nb)
+  cconsts, bconsts, init = _split(eqn.invars, nc, nb)
+  known_cc = [v for v, u in zip(cconsts, cconst_uk) if not u]
+  known_bc = [v for v, u in zip(bconsts, bconst_uk) if not u]
+  known_eqn = core.JaxprEqn(
+      [*known_cc, *known_bc, *[v for v, u in zip(init, carry_uk) if not u]],
+      [v for v, u in zip(eqn.outvars, carry_uk) if not u], while_p,
+      {"cond_jaxpr": cond_known, "body_jaxpr": body_known, "cond_nconsts": len(known_cc),
+       "body_nconsts": len(known_bc)})
+  unknown_eqn = eqn.replace(outvars=[v if u else pe.DropVar(v.aval)
+                                     for v, u in zip(eqn.outvars, carry_uk)])
+  return known_eqn, unknown_eqn, carry_uk
+
+
+# -- transpose
+
+def _while_transpose(cts, *args, **params):
+  raise ValueError(
+      "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with "
+      "dynamic start/stop values. Try using lax.scan, or using fori_loop with static "
+      "start/stop.")
+
+
+# -- batching
+
+_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _batched_avals(avals, batched, size):
+  return [a.update(shape=(size, *a.shape)) if b else a for a, b in zip(avals, batched)]
+
+
+def _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, axis_data,
+                        cconst_b, bconst_b, init_b):
+  from stagecraft import lax
+  size = axis_data.size
+  dim = lambda b: 0 if b else None   # noqa: E731
+  carry_b = list(init_b)
+  while True:   # fixpoint: which carries are batched
+    _, _, out_dims = batching.batch_jaxpr(body_jaxpr, axis_data,
+                                          [dim(b) for b in (*bconst_b, *carry_b)],
+                                          [None] * len(carry_b))
+    new = [b or d is not None for b, d in zip(carry_b, out_dims)]
+    if new == carry_b:
+      break
+    carry_b = new
+  _, _, (pred_dim,) = batching.batch_jaxpr(cond_jaxpr, axis_data,
+                                           [dim(b) for b in (*cconst_b, *carry_b)], [None])
+  if pred_dim is None:
+    cond_b, cond_c, _ = batching.batch_jaxpr(cond_jaxpr, axis_data,
+                                             [dim(b) for b in (*cconst_b, *carry_b)], [None])
+    body_b, body_c, _ = batching.batch_jaxpr(body_jaxpr, axis_data,
+                                             [dim(b) for b in (*bconst_b, *carry_b)],
+                                             [dim(b) for b in carry_b])
+    return cond_b, [*cond_c, _CC], body_b, [*body_c, _BC], carry_b
+  # A batched predicate: every carry is batched; the loop runs while any lane's predicate
+  # holds, and lanes whose predicate is false keep their carry (a select per carry).
+  carry_b = [True] * len(carry_b)
+  cond_b, cond_c, _ = batching.batch_jaxpr(cond_jaxpr, axis_data,
+                                           [dim(b) for b in (*cconst_b, *carry_b)], [0])
+  body_b, body_c, _ = batching.batch_jaxpr(body_jaxpr, axis_data,
+                                           [dim(b) for b in (*bconst_b, *carry_b)],
+                                           [0] * len(carry_b))
+  cc_avals = [*cond_b.in_avals[:len(cond_c) + cond_nconsts]]
+  bc_avals = [*body_b.in_avals[:len(body_c) + body_nconsts]]
+  carry_avals = cond_b.in_avals[len(cc_avals):]
+  ncc, nbc = len(cc_avals), len(bc_avals)
+
+  def new_cond(*args):
+    pred = core.jaxpr_as_fun(cond_b)(*args)[0]
+    return [lax.reduce_or(pred, (0,))]
+
+  def new_body(*args):
+    cc, bc, carry = args[:ncc], args[ncc:ncc + nbc], args[ncc + nbc:]
+    pred = core.jaxpr_as_fun(cond_b)(*cc, *carry)[0]
+    new = core.jaxpr_as_fun(body_b)(*bc, *carry)
+    outs = []
+    for x_new, x_old in zip(new, carry):
+      shape = core.get_aval(x_old).shape
+      p = lax.broadcast_in_dim(pred, shape, (0,))
+      outs.append(lax.select(p, x_new, x_old))
+    return outs
+
+  jc, cc_consts = pe.trace_to_jaxpr(new_cond, [*cc_avals, *carry_avals])
+  jb, bc_consts = pe.trace_to_jaxpr(new_body, [*cc_avals, *bc_avals, *carry_avals])
+  cond_new = ClosedJaxpr(pe.convert_constvars_jaxpr(jc), [])
+  body_new = ClosedJaxpr(pe.convert_constvars_jaxpr(jb), [])
+  return (cond_new, [*cc_consts, *cond_c, _CC], body_new,
+          [*bc_consts, *cond_c, _CC, *body_c, _BC], carry_b)
+
+
+# Markers in an operand layout: where the original cond / body consts go.
+_CC, _BC = object(), object()
+
+
+def _while_batch(axis_data, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts,
+                 body_nconsts):
+  # An axis rule (called even when nothing is batched, so collectives in the bodies see the
+  # axis). Batched operands are moved to axis 0; the outputs are batched at 0 or not at all.
+  size = axis_data.size
+  batched = [d is not None for d in dims]
+  cconst_b, bconst_b, init_b = _split(batched, cond_nconsts, body_nconsts)
+  key = (cond_jaxpr, cond_nconsts, body_nconsts, axis_data, tuple(batched))
+  cond_new, cond_layout, body_new, body_layout, carry_b = _memo(
+      _batch_cache, body_jaxpr, key,
+      lambda: _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
+                                  axis_data, cconst_b, bconst_b, init_b))
+  args = [batching.moveaxis(x, d, 0) if d is not None else x for x, d in zip(args, dims)]
+  cconsts, bconsts, init = _split(args, cond_nconsts, body_nconsts)
+  init = [batching.broadcast(x, size, 0) if b and not ib else x
+          for x, b, ib in zip(init, carry_b, init_b)]
+
+  def expand(layout):
+    out = []
+    for x in layout:
+      out.extend(cconsts if x is _CC else bconsts if x is _BC else [x])
+    return out
+  cc, bc = expand(cond_layout), expand(body_layout)
+  outs = while_p.bind(*cc, *bc, *init, cond_jaxpr=cond_new, body_jaxpr=body_new,
+                      cond_nconsts=len(cc), body_nconsts=len(bc))
+  return outs, [0 if b else None for b in carry_b]
+
+
+# -- DCE
+
+_dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _while_dce_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, used_outs):
+  nc, nb = cond_nconsts, body_nconsts
+  _, cond_used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
+  live = [u or c for u, c in zip(used_outs, cond_used[nc:])]
+  while True:   # fixpoint: a carry is live if the body computes a live carry from it
+    _, body_used = pe.dce_jaxpr(body_jaxpr.jaxpr, live)
+    new = [a or b for a, b in zip(live, body_used[nb:])]
+    if new == live:
+      break
+    live = new
+  cond_j, cond_used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True], instantiate=[False] * nc + live)
+  body_j, body_used = pe.dce_jaxpr(body_jaxpr.jaxpr, live, instantiate=[False] * nb + live)
+  return (ClosedJaxpr(cond_j, []), ClosedJaxpr(body_j, []), cond_used[:nc], body_used[:nb],
+          live)
+
+
+def _while_dce(used_outs, eqn):
+  # Dead carries (no used output reads them, nor the cond, nor any live carry's update) and
+  # the work only they needed go from the cond and body; unused consts are pruned. As in
+  # JAX, a while none of whose outputs is used is removed (it has no effects).
+  if not any(used_outs):
+    return [False] * len(eqn.invars), None
+  p = eqn.params
+  nc, nb = p["cond_nconsts"], p["body_nconsts"]
+  cond_new, body_new, cc_used, bc_used, live = _memo(
+      _dce_cache, p["body_jaxpr"], (p["cond_jaxpr"], nc, nb, tuple(used_outs)),
+      lambda: _while_dce_jaxprs(p["cond_jaxpr"], p["body_jaxpr"], nc, nb, used_outs))
+  used_ins = [*cc_used, *bc_used, *live]
+  if all(used_ins):
+    return used_ins, eqn
+  return used_ins, eqn.replace(
+      invars=[v for v, u in zip(eqn.invars, used_ins) if u],
+      outvars=[v for v, u in zip(eqn.outvars, live) if u],
+      params={"cond_jaxpr": cond_new, "body_jaxpr": body_new, "cond_nconsts": sum(cc_used),
+              "body_nconsts": sum(bc_used)})
+
+
+while_p = core.Primitive("while")
+while_p.multiple_results = True
+# impl: the generic one (lower the one-equation jaxpr, run the cached executable)
+while_p.def_abstract_eval(_while_abstract_eval)
+lowering.register_lowering(while_p, _while_lowering)
+ad.primitive_jvps[while_p] = _while_jvp
+ad.partial_eval_rules[while_p] = _while_partial_eval
+ad.primitive_transposes[while_p] = _while_transpose
+batching.axis_primitive_batchers[while_p] = _while_batch
+pe.dce_rules[while_p] = _while_dce
+# Printed as JAX does (params sorted by name).
+core.pp_param_order[while_p] = ("body_jaxpr", "body_nconsts", "cond_jaxpr", "cond_nconsts")
