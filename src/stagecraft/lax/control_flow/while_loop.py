@@ -275,8 +275,6 @@ def _while_partial_eval(eqn, unknowns):
   if res is None:
     return None, eqn, [True] * len(eqn.outvars)
   cond_known, body_known, carry_uk = res
-  if not any(carry_uk):
-    return eqn, None, carry_uk
   cconst_uk, bconst_uk, _ = _split(unknowns, nc, nb)
   cconsts, bconsts, init = _split(eqn.invars, nc, nb)
   known_cc = [v for v, u in zip(cconsts, cconst_uk) if not u]
@@ -286,6 +284,8 @@ def _while_partial_eval(eqn, unknowns):
       [v for v, u in zip(eqn.outvars, carry_uk) if not u], while_p,
       {"cond_jaxpr": cond_known, "body_jaxpr": body_known, "cond_nconsts": len(known_cc),
        "body_nconsts": len(known_bc)})
+  if not any(carry_uk):   # only unused consts are unknown
+    return known_eqn, None, carry_uk
   unknown_eqn = eqn.replace(outvars=[v if u else pe.DropVar(v.aval)
                                      for v, u in zip(eqn.outvars, carry_uk)])
   return known_eqn, unknown_eqn, carry_uk
