@@ -1,2 +1,477 @@
-"""Placeholder: filled in by the control-flow work."""
-__all__: list = []
+"""Conditionals: `cond` and `switch`, both one `cond` primitive (JAX's `lax.cond` and
+`lax.switch`).
+
+`cond[branches=(b_0, ..., b_{n-1})] index *consts *ops` runs `b_index(*consts, *ops)`: the
+index is an int32 scalar in `[0, n)`, and every branch is a `ClosedJaxpr` taking the consts
+of *all* branches (each reads its own and ignores the others') followed by the flat operands.
+Closed-over arrays and outer tracers are operands, so they flow through every transformation.
+
+Rules, all beside the primitive: abstract eval (outputs weakly typed only where every branch's
+is), lowering to `stablehlo.case` (regions read the operands from the enclosing scope), jvp
+(one cond of the branches' JVPs), partial eval (a known cond computing the residuals of every
+branch, each branch returning zeros for the others', and an unknown cond reading them),
+transpose (one cond of the transposed branches), batching (a cond of batched branches, or, for
+a batched index, every branch run and the results picked by `select_n`, as JAX does) and DCE
+(outputs no one reads go from every branch, inputs no branch reads go from the equation).
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import ClosedJaxpr, ShapedArray, Var
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.lax import elementwise, shape as lax_shape
+from stagecraft.lax.control_flow import common
+
+__all__ = ["cond", "switch", "cond_p"]
+
+_MAX_DIFFS = 5
+
+
+# ---------------------------------------------------------------------------
+# The user-facing functions
+
+
+def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
+  """Applies `branches[index]` to `operands` (JAX's `lax.switch`).
+
+  Args:
+    index: an integer scalar (any integer dtype, weak Python ints too); values out of range
+      are clamped to `[0, len(branches) - 1]` (negative values pick branch 0).
+    branches: a non-empty sequence of functions, each taking `*operands` and returning a
+      pytree of arrays with the same structure, shapes and dtypes as the others (weak types
+      may differ; the output is strongly typed where any branch's is).
+    *operands: pytrees of arrays or scalars passed to the chosen branch.
+
+  Returns:
+    The chosen branch's output pytree. A concrete `index` (a Python int, NumPy value or
+    concrete Array, not a tracer) calls the branch directly and stages no `cond`; a traced
+    one stages a `cond` equation with every branch traced.
+
+  Raises:
+    TypeError: if `branches` is not a sequence of callables, `index` is not a scalar or not
+      of an integer dtype, or branch outputs differ in tree structure, shape or dtype.
+    ValueError: if `branches` is empty.
+  """
+  if not isinstance(branches, Sequence) or not all(callable(b) for b in branches):
+    raise TypeError(f"switch: branches argument should be a sequence of callables, got "
+                    f"{type(branches).__name__}. Pass a list of functions.")
+  aval = _scalar_aval(index, "Branch index must be scalar", "Index type must be an integer")
+  if aval.dtype.kind not in "iu":
+    raise TypeError(f"Index type must be an integer, got {index} as {aval.dtype}. Cast it "
+                    f"with .astype(int) or use cond for a boolean.")
+  branches = tuple(branches)
+  if not branches:
+    raise ValueError("Empty branch sequence: switch needs at least one branch function.")
+  n = len(branches)
+  if n == 1:
+    return branches[0](*operands)
+  if not isinstance(index, core.Tracer):
+    return branches[max(0, min(int(index), n - 1))](*operands)
+  index = elementwise.convert_element_type(index, np.int32)
+  index = elementwise.clamp(np.int32(0), index, np.int32(n - 1))
+  return _bind_cond(index, branches, [f"branch {i}" for i in range(n)], operands)
+
+
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
+  """`true_fun(*operands)` if `pred` else `false_fun(*operands)` (JAX's `lax.cond`).
+
+  Args:
+    pred: a scalar bool or number (nonzero means true; NaN is nonzero).
+    true_fun, false_fun: functions taking `*operands` and returning pytrees of arrays of the
+      same structure, shapes and dtypes (weak types may differ).
+    *operands: pytrees of arrays or scalars.
+
+  Returns:
+    The chosen function's output. A concrete `pred` (not a tracer) calls it directly and
+    stages nothing; a traced one stages one `cond` equation with branches
+    `(false_fun, true_fun)` indexed by `pred` as int32.
+
+  Raises:
+    TypeError: if a function is not callable, `pred` is not a scalar or not of a bool or
+      integer/floating dtype, or the outputs differ in tree structure, shape or dtype.
+  """
+  if not (callable(true_fun) and callable(false_fun)):
+    raise TypeError("cond: true_fun and false_fun arguments should be callable, got "
+                    f"{type(true_fun).__name__} and {type(false_fun).__name__}.")
+  if pred is None:
+    raise TypeError("cond predicate is None. Pass a scalar bool or number.")
+  if isinstance(pred, (list, tuple)):
+    raise TypeError(f"Pred must be a scalar, got {pred} of type {type(pred).__name__}. "
+                    f"Pass one bool, e.g. x[0] > 0 or jnp.all(...).")
+  aval = _scalar_aval(pred, "Pred must be a scalar", "Pred type must be either boolean or number")
+  if aval.dtype.kind not in "biuf":
+    raise TypeError(f"Pred type must be either boolean or number, got {aval.dtype}. "
+                    f"Compare it explicitly, e.g. x != 0.")
+  if not isinstance(pred, core.Tracer):
+    return true_fun(*operands) if bool(pred) else false_fun(*operands)
+  if aval.dtype.kind != "b":
+    pred = elementwise.ne(pred, np.zeros((), aval.dtype))
+  index = elementwise.convert_element_type(pred, np.int32)
+  return _bind_cond(index, (false_fun, true_fun), ["false_fun", "true_fun"], operands)
+
+
+def _scalar_aval(x: Any, what: str, type_msg: str) -> ShapedArray:
+  try:
+    aval = core.get_aval(x)
+  except TypeError as e:
+    raise TypeError(f"{type_msg}, got {x!r} of type {type(x).__name__}.") from e
+  if aval.shape != ():
+    raise TypeError(f"{what}, got {x} of shape {aval.shape}. Reduce it to "
+                    f"one value (e.g. index it, or use jnp.any / jnp.all) or use vmap.")
+  return aval
+
+
+def _bind_cond(index: Any, funs: Sequence[Callable], names: Sequence[str],
+               operands: tuple) -> Any:
+  """Traces every branch at the operands' avals, checks that their outputs agree, and binds
+  one `cond`. `funs[i]` is the branch of index i; `names` name them in errors."""
+  ops, in_tree = common.flatten(operands)
+  avals = []
+  for path, x in zip(common.leaf_paths(in_tree, "operands"), ops):
+    try:
+      avals.append(core.get_aval(x))
+    except TypeError as e:
+      raise TypeError(f"cond/switch operand {path} of type {type(x).__name__} is not an array "
+                      f"or scalar. Pass arrays, or close over non-array values.") from e
+  traced = [common.trace_jaxpr(f, in_tree, avals, name) for f, name in zip(funs, names)]
+  # Errors name the two branches as JAX does: cond compares true_fun with false_fun, switch
+  # compares each branch with branch 0.
+  is_cond = names[0] == "false_fun"
+  pairs = [(1, 0)] if is_cond else [(0, i) for i in range(1, len(funs))]
+  for a, b in pairs:
+    prefix = ("true_fun and false_fun output" if is_cond else f"branch {a} and {b} outputs")
+    tree_a, tree_b = traced[a][2], traced[b][2]
+    if tree_a != tree_b:
+      raise TypeError(f"{prefix} must have same type structure, got {tree_a} and {tree_b}.")
+    diffs = common.type_diffs(traced[a][0].out_avals, traced[b][0].out_avals,
+                              common.leaf_paths(tree_a, "output"), names[a],
+                              f"{names[b]} output")
+    if diffs:
+      more = len(diffs) - _MAX_DIFFS
+      lines = diffs[:_MAX_DIFFS] + ([f"and {more} more"] if more > 0 else [])
+      raise TypeError(f"{prefix} must have identical types, got\n"
+                      + "\n".join("  " + ln for ln in lines)
+                      + "\nMake the branches return the same shapes and dtypes "
+                        "(e.g. with .astype or jnp.broadcast_to).")
+  branches, consts = _join_consts([(closed, c) for closed, c, _ in traced])
+  outs = cond_p.bind(index, *consts, *ops, branches=tuple(branches))
+  return common.unflatten(traced[0][2], outs)
+
+
+# ---------------------------------------------------------------------------
+# Branch jaxprs with a common signature
+
+
+def _join_consts(traced: Sequence[tuple[ClosedJaxpr, Sequence[Any]]]
+                 ) -> tuple[list[ClosedJaxpr], list[Any]]:
+  """Gives jaxprs that take their own consts first a common signature.
+
+  Args:
+    traced: `(closed, consts)` pairs; `closed` takes `(*consts, *args)` (args alike for all).
+
+  Returns:
+    `(branches, all_consts)`: every branch takes `(*all_consts, *args)`, ignoring the consts
+    of the others. A const shared by several branches (the same object, e.g. a closed-over
+    outer tracer) is passed once.
+  """
+  all_consts: list[Any] = []
+  avals: list[ShapedArray] = []
+  first_pos: dict[int, int] = {}
+  positions = []
+  for closed, consts in traced:
+    pos_i, used = [], set()
+    for c, v in zip(consts, closed.jaxpr.invars):
+      p = first_pos.get(id(c))
+      if p is None or p in used:
+        p = len(all_consts)
+        all_consts.append(c)
+        avals.append(v.aval)
+        first_pos.setdefault(id(c), p)
+      used.add(p)
+      pos_i.append(p)
+    positions.append(pos_i)
+  out = []
+  for (closed, consts), pos_i in zip(traced, positions):
+    j = closed.jaxpr
+    nc = len(consts)
+    own = dict(zip(pos_i, j.invars[:nc]))
+    invars = [own[p] if p in own else Var(avals[p]) for p in range(len(all_consts))]
+    out.append(ClosedJaxpr(j.replace(invars=[*invars, *j.invars[nc:]]), []))
+  return out, all_consts
+
+
+def _trace(fun: Callable[..., Sequence[Any]], in_avals: Sequence[ShapedArray]
+           ) -> tuple[ClosedJaxpr, list[Any]]:
+  """Traces the flat `fun` into a jaxpr taking its consts first."""
+  jaxpr, consts = pe.trace_to_jaxpr(fun, in_avals)
+  return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts)
+
+
+_memo = core.memo_on_jaxpr
+
+
+def _memo_branches(table, branches: tuple[ClosedJaxpr, ...], key, make):
+  # Keyed by the first branch (weakly) and the whole tuple (the branches live as long as the
+  # equation that holds them).
+  return _memo(table, branches[0], (branches, key), make)
+
+
+# ---------------------------------------------------------------------------
+# The primitive and its rules
+
+cond_p = core.Primitive("cond")
+cond_p.multiple_results = True
+
+
+def _cond_abstract_eval(index: ShapedArray, *avals: ShapedArray,
+                        branches: tuple[ClosedJaxpr, ...]) -> list[ShapedArray]:
+  if index.shape != () or index.dtype != np.int32:
+    raise TypeError(f"cond: the index must be an int32 scalar, got {index.str_short()}.")
+  if not branches:
+    raise TypeError("cond: needs at least one branch.")
+  out0 = branches[0].out_avals
+  for i, br in enumerate(branches):
+    ins = br.in_avals
+    if len(ins) != len(avals) or not all(map(common.typematch, ins, avals)):
+      raise TypeError(
+          f"cond: branch {i} takes ({', '.join(a.str_short() for a in ins)}) but the operands "
+          f"are ({', '.join(a.str_short() for a in avals)}).")
+    outs = br.out_avals
+    if len(outs) != len(out0) or not all(map(common.typematch, outs, out0)):
+      raise TypeError(
+          f"cond: branch {i} returns ({', '.join(a.str_short() for a in outs)}) but branch 0 "
+          f"returns ({', '.join(a.str_short() for a in out0)}).")
+  return [a.update(weak_type=all(br.out_avals[j].weak_type for br in branches))
+          for j, a in enumerate(out0)]
+
+
+def _cond_lowering(ctx, index: str, *args: str, branches: tuple[ClosedJaxpr, ...]):
+  # `stablehlo.case`: one region per branch, no block arguments; each reads the operands
+  # from the enclosing scope and ends in `stablehlo.return`.
+  regions = [ctx.region([], ctx.avals_out,
+                        lambda br=br: lowering.jaxpr_subcomp(ctx.fb, br.jaxpr, [], args))
+             for br in branches]
+  return ctx.op("stablehlo.case", [index], ctx.avals_out, regions=regions,
+                operand_avals=ctx.avals_in[:1])
+
+
+_jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _jvp_branches(branches, nonzeros):
+  """Every branch's JVP, all returning the same tangent outputs: a tangent output is
+  nonzero when it is in any branch (the others return instantiated zeros)."""
+  jvps = [ad.jvp_jaxpr(br, nonzeros) for br in branches]
+  out_avals = branches[0].out_avals
+  out_nz = [any(j[2][k] for j in jvps) and ad.tangent_aval(a).dtype != dtypes.float0
+            for k, a in enumerate(out_avals)]
+  n_out = len(out_avals)
+  in_avals = [*branches[0].in_avals,
+              *[ad.tangent_aval(a) for a, nz in zip(branches[0].in_avals, nonzeros) if nz]]
+  traced = []
+  for jvp_closed, consts, nz_i in jvps:
+    def fun(*args, jvp_closed=jvp_closed, consts=consts, nz_i=nz_i):
+      outs = core.jaxpr_as_fun(jvp_closed)(*consts, *args)
+      it = iter(outs[n_out:])
+      t_all = [next(it) if nz else None for nz in nz_i]
+      t_out = [ad.zeros_like_aval(ad.tangent_aval(a)) if t is None else t
+               for t, a in zip(t_all, out_avals)]
+      return [*outs[:n_out], *[t for t, nz in zip(t_out, out_nz) if nz]]
+    traced.append(_trace(fun, in_avals))
+  new_branches, consts = _join_consts(traced)
+  return tuple(new_branches), consts, out_nz
+
+
+def _cond_jvp(primals, tangents, *, branches):
+  # One cond of the branches' JVPs taking (index, consts, primals, nonzero tangents).
+  index, *ops = primals
+  nonzeros = tuple(type(t) is not ad.Zero and core.get_aval(t).dtype != dtypes.float0
+                   for t in tangents[1:])
+  jvp_branches, consts, out_nz = _memo_branches(_jvp_cache, branches, nonzeros,
+                                                lambda: _jvp_branches(branches, nonzeros))
+  outs = cond_p.bind(index, *consts, *ops, *[t for t, nz in zip(tangents[1:], nonzeros) if nz],
+                     branches=jvp_branches)
+  n = len(branches[0].out_avals)
+  it = iter(outs[n:])
+  return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
+                    for nz, a in zip(out_nz, branches[0].out_avals)]
+
+
+def _pe_branches(branches, unknowns):
+  n_out = len(branches[0].out_avals)
+  out_uk = [False] * n_out
+  for br in branches:
+    out_uk = [a or b for a, b in zip(out_uk, ad.partial_eval_jaxpr(br.jaxpr, unknowns,
+                                                                   [False] * n_out)[3])]
+  splits = [ad.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk) for br in branches]
+  res_avals = [[v.aval for v in k.outvars[len(k.outvars) - nres:]] for k, _, nres, _ in splits]
+  known_in = [a for a, u in zip(branches[0].in_avals, unknowns) if not u]
+  # Known side: branch i returns its known outputs, then the residuals of every branch (zeros
+  # for those of the others).
+  known, unknown = [], []
+  for i, (k, u, nres, _) in enumerate(splits):
+    def fun(*args, k=k, nres=nres, i=i):
+      outs = core.eval_jaxpr(k, [], *args)
+      nk = len(outs) - nres
+      res = [outs[nk:] if j == i else [ad.zeros_like_aval(a) for a in res_avals[j]]
+             for j in range(len(splits))]
+      return [*outs[:nk], *[r for rs in res for r in rs]]
+    closed, consts = _trace(fun, known_in)
+    if consts:
+      return None
+    known.append(closed)
+    before = [Var(a) for rs in res_avals[:i] for a in rs]
+    after = [Var(a) for rs in res_avals[i + 1:] for a in rs]
+    unknown.append(ClosedJaxpr(u.replace(invars=[*before, *u.invars[:nres], *after,
+                                                 *u.invars[nres:]]), []))
+  return tuple(known), tuple(unknown), [a for rs in res_avals for a in rs], out_uk
+
+
+def _cond_partial_eval(eqn, unknowns):
+  # A known index: a known cond (known outputs + every branch's residuals) and an unknown
+  # cond reading them. An unknown index: the whole equation is unknown.
+  n_out = len(eqn.outvars)
+  if unknowns[0]:
+    return None, eqn, [True] * n_out
+  branches = eqn.params["branches"]
+  split = _memo_branches(_pe_cache, branches, tuple(unknowns[1:]),
+                         lambda: _pe_branches(branches, unknowns[1:]))
+  if split is None:   # a branch split needs constants (never seen): keep it whole
+    return None, eqn, [True] * n_out
+  known, unknown, res_avals, out_uk = split
+  index, *ins = eqn.invars
+  res_vars = [Var(a) for a in res_avals]
+  known_eqn = core.JaxprEqn(
+      [index, *[v for v, u in zip(ins, unknowns[1:]) if not u]],
+      [*[v for v, u in zip(eqn.outvars, out_uk) if not u], *res_vars], cond_p,
+      {"branches": known})
+  unknown_eqn = core.JaxprEqn(
+      [index, *res_vars, *[v for v, u in zip(ins, unknowns[1:]) if u]],
+      [v for v, u in zip(eqn.outvars, out_uk) if u], cond_p, {"branches": unknown})
+  return known_eqn, unknown_eqn, out_uk
+
+
+def _transpose_branches(branches, undefined, ct_nonzeros, wanted):
+  """Every branch transposed: takes `(consts, non-linear args, nonzero cts)`, returns the
+  cotangents of the linear args marked in `wanted` (float0 ones are left out)."""
+  in_avals, out_avals = branches[0].in_avals, branches[0].out_avals
+  res_avals = [a for a, u in zip(in_avals, undefined) if not u]
+  ct_avals = [ad.tangent_aval(a) for a, nz in zip(out_avals, ct_nonzeros) if nz]
+  nres = len(res_avals)
+  traced = []
+  for br in branches:
+    def fun(*args, br=br):
+      it_res, it_ct = iter(args[:nres]), iter(args[nres:])
+      primals = [ad.UndefinedPrimal(a) if u else next(it_res)
+                 for a, u in zip(in_avals, undefined)]
+      cts = [next(it_ct) if nz else ad.Zero(ad.tangent_aval(a))
+             for a, nz in zip(out_avals, ct_nonzeros)]
+      cts_in = ad.backward_pass(br.jaxpr, primals, cts)
+      return [ad.instantiate_zeros(c) for c, w in zip(cts_in, wanted) if w]
+    traced.append(_trace(fun, [*res_avals, *ct_avals]))
+  new_branches, consts = _join_consts(traced)
+  return tuple(new_branches), consts
+
+
+def _cond_transpose(cts, index, *args, branches):
+  # One cond of the transposed branches; the index and the residuals are non-linear.
+  undefined = tuple(ad.is_undefined_primal(a) for a in args)
+  wanted = tuple(u and a.aval.dtype != dtypes.float0 and
+                 ad.tangent_aval(a.aval).dtype != dtypes.float0
+                 for a, u in zip(args, undefined))
+  ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
+  t_branches, consts = _memo_branches(
+      _transpose_cache, branches, (undefined, ct_nonzeros),
+      lambda: _transpose_branches(branches, undefined, ct_nonzeros, wanted))
+  outs = cond_p.bind(index, *consts, *[a for a, u in zip(args, undefined) if not u],
+                     *[c for c in cts if type(c) is not ad.Zero], branches=t_branches)
+  it = iter(outs)
+  return [None, *[next(it) if w else (ad.Zero(ad.tangent_aval(a.aval)) if u else None)
+                  for a, u, w in zip(args, undefined, wanted)]]
+
+
+def _batch_branches(branches, axis_data, dims):
+  """Every branch batched with the same in dims; an output batched in any branch is batched
+  at 0 in all of them."""
+  n_out = len(branches[0].out_avals)
+  first = [batching.batch_jaxpr(br, axis_data, dims, [None] * n_out) for br in branches]
+  out_batched = [any(b[2][k] is not batching.not_mapped for b in first) for k in range(n_out)]
+  targets = [0 if b else None for b in out_batched]
+  traced = [batching.batch_jaxpr(br, axis_data, dims, targets) for br in branches]
+  new_branches, consts = _join_consts([(c, k) for c, k, _ in traced])
+  return tuple(new_branches), consts, [0 if b else batching.not_mapped for b in out_batched]
+
+
+def _select_branches(branches, axis_data, dims):
+  return [batching.batch_jaxpr(br, axis_data, dims, [0] * len(br.out_avals))[:2]
+          for br in branches]
+
+
+def _cond_batch(axis_data, args, dims, *, branches):
+  # An axis rule (called even when nothing is batched, so collectives in branches see the
+  # axis). Unbatched index: one cond of the batched branches. Batched index: every branch runs
+  # on the batch and `select_n` picks each example's result (JAX's conversion).
+  index, *ops = args
+  idim, *op_dims = dims
+  key = (tuple(op_dims), axis_data)
+  if idim is batching.not_mapped:
+    b_branches, consts, out_dims = _memo_branches(
+        _batch_cache, branches, key, lambda: _batch_branches(branches, axis_data, op_dims))
+    return cond_p.bind(index, *consts, *ops, branches=b_branches), out_dims
+  selected = _memo_branches(_batch_cache, branches, ("select", key),
+                            lambda: _select_branches(branches, axis_data, op_dims))
+  index = batching.moveaxis(index, idim, 0)
+  index = elementwise.clamp(np.int32(0), index, np.int32(len(branches) - 1))
+  results = [core.jaxpr_as_fun(b)(*consts, *ops) for b, consts in selected]
+  outs = []
+  for cases in zip(*results):
+    shape = core.get_aval(cases[0]).shape
+    which = lax_shape.broadcast_in_dim(index, shape, (0,))
+    outs.append(elementwise.select_n(which, *cases))
+  return outs, [0] * len(outs)
+
+
+def _dce_branches(branches, used_outs):
+  used_ops = [False] * len(branches[0].in_avals)
+  for br in branches:
+    used_ops = [a or b for a, b in zip(used_ops, pe.dce_jaxpr(br.jaxpr, used_outs)[1])]
+  new = tuple(ClosedJaxpr(pe.dce_jaxpr(br.jaxpr, used_outs, instantiate=used_ops)[0], [])
+              for br in branches)
+  return new, used_ops
+
+
+def _cond_dce(used_outs, eqn):
+  # Outputs no one reads go from every branch; an operand stays if any branch reads it.
+  if not any(used_outs):
+    return [False] * len(eqn.invars), None
+  branches = eqn.params["branches"]
+  new, used_ops = _memo_branches(_dce_cache, branches, tuple(used_outs),
+                                 lambda: _dce_branches(branches, list(used_outs)))
+  used_ins = [True, *used_ops]
+  if all(used_outs) and all(used_ops):
+    return used_ins, eqn
+  return used_ins, eqn.replace(
+      invars=[v for v, u in zip(eqn.invars, used_ins) if u],
+      outvars=[v for v, u in zip(eqn.outvars, used_outs) if u],
+      params={**eqn.params, "branches": new})
+
+
+# impl: the generic one (lower the one-equation jaxpr, run the cached executable)
+cond_p.def_abstract_eval(_cond_abstract_eval)
+lowering.register_lowering(cond_p, _cond_lowering)
+ad.primitive_jvps[cond_p] = _cond_jvp
+ad.partial_eval_rules[cond_p] = _cond_partial_eval
+ad.primitive_transposes[cond_p] = _cond_transpose
+batching.axis_primitive_batchers[cond_p] = _cond_batch
+pe.dce_rules[cond_p] = _cond_dce
+core.pp_param_order[cond_p] = ("branches",)
