@@ -423,9 +423,14 @@ def _closed_with_const_args(jaxpr: Jaxpr, consts: Sequence[Any]):
   return core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts)
 
 
-def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool]):
+def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool],
+              instantiate: bool | Sequence[bool] = False):
   """The JVP of `closed` as a new jaxpr taking `(consts..., primals..., nonzero tangents...)`
   and returning `(primal outs..., nonzero tangent outs...)`.
+
+  Args:
+    instantiate: bool or one per output; True makes that output's tangent a (materialized)
+      nonzero output even when it is a symbolic zero (loops need fixed carry signatures).
 
   Returns:
     `(jvp_closed, consts, out_nonzeros)`.
@@ -433,11 +438,15 @@ def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool]):
   avals = closed.in_avals
   n = len(avals)
   out_nz: list[bool] = []
+  if isinstance(instantiate, bool):
+    instantiate = [instantiate] * len(closed.out_avals)
 
   def fun(*args):
     it = iter(args[n:])
     tangents = [next(it) if nz else Zero(tangent_aval(a)) for a, nz in zip(avals, nonzeros)]
     p_out, t_out = jvp_flat(core.jaxpr_as_fun(closed), args[:n], tangents)
+    t_out = [instantiate_zeros(t) if inst and type(t) is Zero else t
+             for t, inst in zip(t_out, instantiate)]
     out_nz[:] = [type(t) is not Zero for t in t_out]
     return [*p_out, *[t for t in t_out if type(t) is not Zero]]
 

@@ -4,4 +4,3 @@
 from stagecraft.lax.control_flow.conditionals import *  # noqa: F401,F403
 from stagecraft.lax.control_flow.while_loop import *  # noqa: F401,F403
 from stagecraft.lax.control_flow.loops import *  # noqa: F401,F403
-from stagecraft.lax.control_flow._map_old import map  # noqa: F401  (replaced by loops.map)

@@ -92,14 +92,16 @@ def pad_invars(closed: ClosedJaxpr, before: Sequence[ShapedArray],
 
 
 def aval_str(a: ShapedArray) -> str:
-  return a.str_short()
+  """JAX's spelling of a type in control-flow errors: `float32[3,4]`."""
+  return f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]"
 
 
 def type_diffs(avals1: Sequence[ShapedArray], avals2: Sequence[ShapedArray],
                paths: Sequence[str], name1: str, name2: str) -> list[str]:
   """One sentence per position whose shape or dtype differ (weak types are ignored), e.g.
   `the input carry component c[1] has type int32[] but the corresponding output carry
-  component has type float32[], so the dtypes do not match`."""
+  component has type float32[], so the dtypes do not match` (types spelled as JAX does,
+  `aval_str`)."""
   out = []
   for a, b, p in zip(avals1, avals2, paths):
     if a.shape == b.shape and a.dtype == b.dtype:
@@ -107,8 +109,8 @@ def type_diffs(avals1: Sequence[ShapedArray], avals2: Sequence[ShapedArray],
     what = ("the shapes do not match" if a.dtype == b.dtype else
             "the dtypes do not match" if a.shape == b.shape else
             "the shapes and dtypes do not match")
-    out.append(f"{name1} {p} has type {a.str_short()} but the corresponding {name2} has type "
-               f"{b.str_short()}, so {what}")
+    out.append(f"{name1} {p} has type {aval_str(a)} but the corresponding {name2} has type "
+               f"{aval_str(b)}, so {what}")
   return out
 
 

@@ -1,2 +1,668 @@
-"""Placeholder: filled in by the control-flow work."""
-__all__: list = []
+"""`scan` (one `scan` primitive with all its rules), `fori_loop` and `map` built on it.
+
+`scan_p` operands are `(*consts, *init, *xs)`; its `jaxpr` takes `(consts, carry, x)` and
+returns `(carry_out, y)`; the outputs are the final carry and the `ys` stacked along a new
+leading axis of size `length`. The rules follow JAX's (`_scan_jvp`, `_scan_partial_eval`,
+`_scan_transpose`, `_scan_batching_rule`, `_scan_dce_rule` in JAX's `lax/control_flow/loops`):
+fixed points decide which carries are nonzero (jvp), unknown (partial eval), batched and live
+(DCE); partial evaluation forwards residuals that are the loop's own constants or `xs`
+instead of stacking copies of them.
+"""
+from __future__ import annotations
+
+import operator
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from stagecraft import core, dtypes
+from stagecraft.core import ClosedJaxpr, ShapedArray, Var
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.lax.control_flow import common
+
+__all__ = ["scan", "scan_p", "fori_loop", "map"]
+
+_memo = core.memo_on_jaxpr
+_I32 = ShapedArray((), np.dtype(np.int32))
+
+
+def _split(xs, *sizes):
+  out, i = [], 0
+  for n in sizes:
+    out.append(list(xs[i:i + n]))
+    i += n
+  out.append(list(xs[i:]))
+  return out
+
+
+# ---------------------------------------------------------------------------
+# The public function
+
+
+def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
+         reverse: bool = False, unroll: int | bool = 1) -> tuple[Any, Any]:
+  """Loops `f` over the leading axis of `xs`, carrying state: JAX's `lax.scan`.
+
+  Semantics (one primitive, staged as a `stablehlo.while`):
+
+      def scan(f, init, xs, length=None):
+        carry, ys = init, []
+        for x in xs:
+          carry, y = f(carry, x)
+          ys.append(y)
+        return carry, stack(ys)
+
+  Args:
+    f: `f(carry, x) -> (carry, y)`; the carry keeps its pytree structure, shapes and dtypes.
+    init: the initial carry, a pytree of arrays.
+    xs: a pytree of arrays `T[length, ...]` scanned along axis 0, or None.
+    length: the number of iterations; required when `xs` has no leaves.
+    reverse: scan from the end (`ys` still in index order).
+    unroll: iterations per loop step (an int >= 1; True unrolls fully).
+
+  Returns:
+    `(final_carry, ys)`, `ys` the stacked `y`s with leading axis `length`.
+
+  Raises:
+    TypeError: if `f` is not callable, its output is not a pair, or the carry output
+      differs from the carry input in structure, shape or dtype (naming the positions).
+    ValueError: for `xs` leaves with different leading sizes, scalars in `xs`, a `length`
+      that disagrees with them, or no `xs` and no `length`.
+  """
+  if not callable(f):
+    raise TypeError(f"scan: f argument should be a callable, got {type(f).__name__}.")
+  xs_flat, xs_tree = common.flatten(xs)
+  xs_avals = [core.get_aval(x) for x in xs_flat]
+  for p, a in zip(common.leaf_paths(xs_tree, "xs"), xs_avals):
+    if not a.shape:
+      raise ValueError(f"scan got value with no leading axis to scan over: {p} has shape "
+                       f"(); every leaf of xs needs a leading axis of size length.")
+  sizes = sorted({a.shape[0] for a in xs_avals})
+  if length is not None:
+    try:
+      length = operator.index(length)
+    except TypeError:
+      raise TypeError(f"scan: length must be a concrete int, got {length!r}.") from None
+    if length < 0:
+      raise ValueError(f"scan: length must be non-negative, got {length}.")
+    if sizes and sizes != [length]:
+      raise ValueError(f"scan got `length` argument of {length} which disagrees with leading "
+                       f"axis sizes {sizes}.")
+  elif not sizes:
+    raise ValueError("scan got no values to scan over and `length` not provided.")
+  elif len(sizes) > 1:
+    msg = ", ".join(f"{p} of leading size {a.shape[0]}" for p, a in
+                    zip(common.leaf_paths(xs_tree, "xs"), xs_avals))
+    raise ValueError(f"scan got values with different leading axis sizes: {msg}. All leaves "
+                     f"of xs must share the leading axis.")
+  else:
+    length = sizes[0]
+  if isinstance(unroll, bool):
+    unroll = max(length, 1) if unroll else 1
+  try:
+    unroll = operator.index(unroll)
+  except TypeError:
+    raise TypeError(f"scan: unroll must be an int or a bool, got {unroll!r}.") from None
+  if unroll < 1:
+    raise ValueError(f"scan: unroll must be >= 1 (or a bool), got {unroll}.")
+  init_flat, init_tree = common.flatten(init)
+  carry_avals = [core.get_aval(x) for x in init_flat]
+  x_avals = [a.update(shape=a.shape[1:]) for a in xs_avals]
+  in_tree = _pair_tree(init_tree, xs_tree)
+  closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, carry_avals, x_avals)
+  nk = len(init_flat)
+  promoted = common.promote_weak(carry_avals, closed.out_avals[:nk])
+  if promoted is not None:
+    closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, promoted, x_avals)
+  _check_carry(init_tree, carry_tree, carry_avals, closed.out_avals[:nk])
+  outs = scan_p.bind(*consts, *init_flat, *xs_flat, jaxpr=closed, num_consts=len(consts),
+                     num_carry=nk, length=length, reverse=bool(reverse),
+                     unroll=max(1, min(unroll, length)))
+  return (common.unflatten(carry_tree, outs[:nk]), common.unflatten(y_tree, outs[nk:]))
+
+
+def _pair_tree(a_tree, b_tree):
+  """The treedef of the pair `(a, b)` from the treedefs of a and b."""
+  a = common.unflatten(a_tree, [0] * a_tree.num_leaves)
+  b = common.unflatten(b_tree, [0] * b_tree.num_leaves)
+  return common.flatten((a, b))[1]
+
+
+def _trace_body(f, in_tree, init_tree, carry_avals, x_avals):
+  closed, consts, out_tree = common.trace_jaxpr(f, in_tree, [*carry_avals, *x_avals],
+                                                "scan body")
+  dummy = common.unflatten(out_tree, list(range(out_tree.num_leaves)))
+  if not isinstance(dummy, (tuple, list)) or len(dummy) != 2:
+    raise TypeError(f"scan body output must be a pair (carry, y), got a value of structure "
+                    f"{out_tree}.")
+  carry_tree = common.flatten(dummy[0])[1]
+  y_tree = common.flatten(dummy[1])[1]
+  return closed, consts, carry_tree, y_tree
+
+
+def _check_carry(init_tree, carry_tree, in_avals, out_avals):
+  if carry_tree != init_tree:
+    raise TypeError(
+        f"scan body function carry input and carry output must have the same pytree "
+        f"structure, but they differ:\n\n  the input carry has structure {init_tree}\n  the "
+        f"output carry has structure {carry_tree}\n\nRevise the function so that the carry "
+        f"output has the same pytree structure as the carry input.")
+  diffs = common.type_diffs(in_avals, out_avals, common.leaf_paths(init_tree, "init"),
+                            "the input carry component", "output carry component")
+  if diffs:
+    raise TypeError(
+        "scan body function carry input and carry output must have equal types, but they "
+        "differ:\n\n" + "\n".join(f"  * {d};" for d in diffs) + "\n\nRevise the function so "
+        "that all output types match the corresponding input types.")
+
+
+# ---------------------------------------------------------------------------
+# The primitive: abstract eval and lowering
+
+scan_p = core.Primitive("scan")
+scan_p.multiple_results = True
+
+
+def _scan_abstract_eval(*avals, jaxpr: ClosedJaxpr, num_consts: int, num_carry: int,
+                        length: int, reverse: bool, unroll: int):
+  outs = jaxpr.out_avals
+  return [*outs[:num_carry], *[a.update(shape=(length, *a.shape)) for a in outs[num_carry:]]]
+
+
+_step_cache_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, steps: int,
+                state_avals):
+  """A jaxpr doing `steps` iterations on the loop state `(i, consts, xs, carry, ys)`: slices
+  `xs` at the iteration's position, runs the body, writes `y` into the `ys` buffers."""
+  from stagecraft.lax import slicing
+  nc, nk = num_consts, num_carry
+  nx = len(jaxpr.in_avals) - nc - nk
+
+  def step(i, *rest):
+    consts, xs, carry, ys = _split(list(rest), nc, nx, nk)
+    for k in range(steps):
+      idx = i + k if k else i
+      pos = (length - 1) - idx if reverse else idx
+      x = [slicing.dynamic_index_in_dim(a, pos, 0, keepdims=False,
+                                        allow_negative_indices=False) for a in xs]
+      outs = core.eval_jaxpr(jaxpr.jaxpr, [], *consts, *carry, *x)
+      carry, y = outs[:nk], outs[nk:]
+      ys = [slicing.dynamic_update_index_in_dim(b, v, pos, 0, allow_negative_indices=False)
+            for b, v in zip(ys, y)]
+    return [i + steps, *consts, *xs, *carry, *ys]
+
+  j, consts = pe.trace_to_jaxpr(step, state_avals)
+  if consts:
+    raise AssertionError("scan lowering: the loop step captured constants")
+  return j
+
+
+def _scan_lowering(ctx, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: int,
+                   length: int, reverse: bool, unroll: int):
+  nc, nk = num_consts, num_carry
+  consts, init, xs = _split(list(args), nc, nk)
+  c_avals, k_avals, x_avals = _split(list(ctx.avals_in), nc, nk)
+  y_avals = list(ctx.avals_out[nk:])
+  # The loop state: the step counter, consts and xs (read only), carry, ys buffers.
+  state_avals = [_I32, *c_avals, *x_avals, *ctx.avals_out[:nk], *y_avals]
+  state = [ctx.constant(0, _I32), *consts, *xs, *init, *[ctx.constant(0, a) for a in y_avals]]
+  key = (nc, nk, length, reverse, tuple(state_avals))
+
+  def step(n):
+    return _memo(_step_cache_tables, jaxpr, (*key, n), lambda: _step_jaxpr(
+        jaxpr, nc, nk, length, reverse, n, state_avals))
+
+  fb = ctx.fb
+  iters, rem = divmod(length, unroll)
+  if iters == 1:
+    state = lowering.jaxpr_subcomp(fb, step(unroll), [], state)
+  elif iters > 1:
+    body_j = step(unroll)
+    bound = iters * unroll
+
+    def cond_body(*names):
+      lim = lowering.constant(fb, bound, _I32)
+      return lowering.emit_op(
+          fb, "stablehlo.compare", [names[0], lim], ["tensor<i32>", "tensor<i32>"],
+          ["tensor<i1>"], "comparison_direction = #stablehlo<comparison_direction LT>, "
+          "compare_type = #stablehlo<comparison_type SIGNED>")
+
+    cond = ctx.region(state_avals, [ShapedArray((), np.dtype(np.bool_))], cond_body)
+    body = ctx.region(state_avals, state_avals,
+                      lambda *names: lowering.jaxpr_subcomp(fb, body_j, [], names))
+    state = ctx.op("stablehlo.while", state, state_avals, regions=[cond, body],
+                   operand_avals=state_avals)
+  if rem:
+    one = step(1)
+    for _ in range(rem):
+      state = lowering.jaxpr_subcomp(fb, one, [], state)
+  _, _, _, carry, ys = _split(state, 1, nc, len(x_avals), nk)
+  return [*carry, *ys]
+
+
+
+scan_p.def_abstract_eval(_scan_abstract_eval)
+lowering.register_lowering(scan_p, _scan_lowering)
+core.pp_param_order[scan_p] = ("length", "reverse", "unroll", "num_consts", "num_carry",
+                               "jaxpr")
+
+
+# ---------------------------------------------------------------------------
+# JVP: a fixed point on which carries have nonzero tangents, then one scan over
+# (primals, tangents).
+
+_jvp_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _nonzero(t) -> bool:
+  return type(t) is not ad.Zero and core.get_aval(t).dtype != dtypes.float0
+
+
+def _differentiable(a: ShapedArray) -> bool:
+  return ad.tangent_aval(a).dtype != dtypes.float0
+
+
+def _scan_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, num_consts: int, num_carry: int,
+              length: int, reverse: bool, unroll: int):
+  nc, nk = num_consts, num_carry
+  nx = len(primals) - nc - nk
+  ny = len(jaxpr.out_avals) - nk
+  nz = tuple(_nonzero(t) for t in tangents)
+  const_nz, init_nz, xs_nz = _split(list(nz), nc, nk)
+
+  def make():
+    carry_nz = list(init_nz)
+    diff = [_differentiable(a) for a in jaxpr.in_avals[nc:nc + nk]]
+    for _ in range(nk + 1):
+      jc, jconsts, out_nz = ad.jvp_jaxpr(jaxpr, [*const_nz, *carry_nz, *xs_nz],
+                                         instantiate=[*carry_nz, *[False] * ny])
+      new = [(a or b) and d for a, b, d in zip(carry_nz, out_nz[:nk], diff)]
+      if new == carry_nz:
+        break
+      carry_nz = new
+    # Reorder the JVP jaxpr's invars (jconsts, primals, tangents) into the scan's groups
+    # (consts, carry, xs) and its outvars (primal outs, tangent outs) into (carry, ys).
+    j = jc.jaxpr
+    nj = len(jconsts)
+    p_c, p_k, p_x = _split(j.invars[nj:nj + nc + nk + nx], nc, nk)
+    t_c, t_k, t_x = _split(j.invars[nj + nc + nk + nx:], sum(const_nz), sum(carry_nz))
+    outs = j.outvars
+    po_k, po_y = outs[:nk], outs[nk:nk + ny]
+    t_out = outs[nk + ny:]
+    to_k, to_y = t_out[:sum(carry_nz)], t_out[sum(carry_nz):]
+    new_j = j.replace(invars=[*j.invars[:nj], *p_c, *t_c, *p_k, *t_k, *p_x, *t_x],
+                      outvars=[*po_k, *to_k, *po_y, *to_y])
+    return ClosedJaxpr(new_j, []), jconsts, carry_nz, out_nz[nk:]
+
+  new_closed, jconsts, carry_nz, ys_nz = _memo(_jvp_tables, jaxpr, nz, make)
+  consts, init, xs = _split(list(primals), nc, nk)
+  t_c, t_k, t_x = _split(list(tangents), nc, nk)
+  t_c = [t for t, n in zip(t_c, const_nz) if n]
+  t_k = [ad.instantiate_zeros(t) for t, n in zip(t_k, carry_nz) if n]
+  t_x = [t for t, n in zip(t_x, xs_nz) if n]
+  outs = scan_p.bind(*jconsts, *consts, *t_c, *init, *t_k, *xs, *t_x, jaxpr=new_closed,
+                     num_consts=len(jconsts) + nc + len(t_c), num_carry=nk + len(t_k),
+                     length=length, reverse=reverse, unroll=unroll)
+  nkt = len(t_k)
+  carry_out, carry_t, ys, ys_t = _split(outs, nk, nkt, ny)
+  it_k, it_y = iter(carry_t), iter(ys_t)
+  out_avals = _scan_abstract_eval(jaxpr=jaxpr, num_consts=nc, num_carry=nk, length=length,
+                                  reverse=reverse, unroll=unroll)
+  tan_out = [next(it_k) if n else ad.Zero(ad.tangent_aval(a))
+             for n, a in zip(carry_nz, out_avals[:nk])]
+  tan_out += [next(it_y) if n else ad.Zero(ad.tangent_aval(a))
+              for n, a in zip(ys_nz, out_avals[nk:])]
+  return [*carry_out, *ys], tan_out
+
+
+ad.primitive_jvps[scan_p] = _scan_jvp
+
+
+# ---------------------------------------------------------------------------
+# Partial evaluation (linearize, grad): a known scan computes the known carries and ys and
+# stacks the per-iteration residuals; an unknown scan reads them. Residuals that are the
+# loop's constants or xs are forwarded instead of stacked.
+
+_pe_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _scan_partial_eval(eqn, unknowns):
+  p = eqn.params
+  jaxpr, nc, nk, length = p["jaxpr"], p["num_consts"], p["num_carry"], p["length"]
+  ny = len(jaxpr.out_avals) - nk
+  const_uk, init_uk, xs_uk = _split(list(unknowns), nc, nk)
+
+  def make():
+    carry_uk = list(init_uk)
+    for _ in range(nk + 1):
+      known, unknown, nres, out_uk = ad.partial_eval_jaxpr(
+          jaxpr.jaxpr, [*const_uk, *carry_uk, *xs_uk], [*carry_uk, *[False] * ny])
+      new = [a or b for a, b in zip(carry_uk, out_uk[:nk])]
+      if new == carry_uk:
+        break
+      carry_uk = new
+    ys_uk = out_uk[nk:]
+    # known: invars = known (consts, carry, xs); outvars = known carry, known ys, residuals.
+    k_in = known.invars
+    kc, kk, kx = _split(k_in, nc - sum(const_uk), nk - sum(carry_uk))
+    res_vars = known.outvars[len(known.outvars) - nres:]
+    # Classify each residual: a known const (forward as a const of the unknown scan), a
+    # known xs (forward that xs), or per-iteration (stacked as an extra ys of the known scan).
+    kinds = []
+    for r in res_vars:
+      if r in kc:
+        kinds.append(("const", kc.index(r)))
+      elif r in kx:
+        kinds.append(("xs", kx.index(r)))
+      else:
+        kinds.append(("stacked", None))
+    stacked = [r for r, (k, _) in zip(res_vars, kinds) if k == "stacked"]
+    known_j = known.replace(outvars=[*known.outvars[:len(known.outvars) - nres], *stacked])
+    # unknown: invars = residuals then unknown (consts, carry, xs); regroup into
+    # consts = (forwarded consts, unknown consts), carry = unknown carry,
+    # xs = (stacked residuals, forwarded xs, unknown xs).
+    u_res = unknown.invars[:nres]
+    uc, uk_, ux = _split(unknown.invars[nres:], sum(const_uk), sum(carry_uk))
+    r_const = [v for v, (k, _) in zip(u_res, kinds) if k == "const"]
+    r_stacked = [v for v, (k, _) in zip(u_res, kinds) if k == "stacked"]
+    r_xs = [v for v, (k, _) in zip(u_res, kinds) if k == "xs"]
+    unknown_j = unknown.replace(invars=[*r_const, *uc, *uk_, *r_stacked, *r_xs, *ux])
+    return (ClosedJaxpr(known_j, []), ClosedJaxpr(unknown_j, []), carry_uk, ys_uk, kinds,
+            [v.aval for v in stacked])
+
+  known_c, unknown_c, carry_uk, ys_uk, kinds, stacked_avals = _memo(
+      _pe_tables, jaxpr, tuple(unknowns), make)
+  ins_c, ins_k, ins_x = _split(list(eqn.invars), nc, nk)
+  k_c = [v for v, u in zip(ins_c, const_uk) if not u]
+  k_k = [v for v, u in zip(ins_k, carry_uk) if not u]
+  k_x = [v for v, u in zip(ins_x, xs_uk) if not u]
+  # A carry that is known at entry but becomes unknown in the loop enters the unknown scan
+  # with its known initial value.
+  u_c = [v for v, u in zip(ins_c, const_uk) if u]
+  u_k = [v for v, u in zip(ins_k, carry_uk) if u]
+  u_x = [v for v, u in zip(ins_x, xs_uk) if u]
+  outs_k, outs_y = _split(list(eqn.outvars), nk)
+  stacked_vars = [Var(a.update(shape=(length, *a.shape))) for a in stacked_avals]
+  known_outs = [*[v for v, u in zip(outs_k, carry_uk) if not u],
+                *[v for v, u in zip(outs_y, ys_uk) if not u]]
+  base = {"length": length, "reverse": p["reverse"], "unroll": p["unroll"]}
+  known_eqn = core.JaxprEqn(
+      [*k_c, *k_k, *k_x], [*known_outs, *stacked_vars], scan_p,
+      {**base, "jaxpr": known_c, "num_consts": len(k_c), "num_carry": len(k_k)})
+  r_const = [k_c[i] for k, i in kinds if k == "const"]
+  r_xs = [k_x[i] for k, i in kinds if k == "xs"]
+  unknown_eqn = core.JaxprEqn(
+      [*r_const, *u_c, *u_k, *stacked_vars, *r_xs, *u_x],
+      [*[v for v, u in zip(outs_k, carry_uk) if u], *[v for v, u in zip(outs_y, ys_uk) if u]],
+      scan_p, {**base, "jaxpr": unknown_c, "num_consts": len(r_const) + len(u_c),
+               "num_carry": len(u_k)})
+  return known_eqn, unknown_eqn, [*carry_uk, *ys_uk]
+
+
+ad.partial_eval_rules[scan_p] = _scan_partial_eval
+
+
+# ---------------------------------------------------------------------------
+# Transpose: a scan in the opposite direction over the output cotangents, carrying the
+# carry cotangents and accumulating the cotangents of the linear constants.
+
+_transpose_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _scan_transpose(cts, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: int,
+                    length: int, reverse: bool, unroll: int):
+  nc, nk = num_consts, num_carry
+  consts, init, xs = _split(list(args), nc, nk)
+  c_lin = tuple(ad.is_undefined_primal(a) for a in consts)
+  k_lin = tuple(ad.is_undefined_primal(a) for a in init)
+  x_lin = tuple(ad.is_undefined_primal(a) for a in xs)
+  # NB: every carry is treated as linear. A carry whose initial value is known (a zero
+  # tangent instantiated before partial evaluation) still carries cotangents backwards; its
+  # own cotangent is simply not returned (as in JAX).
+  ct_k, ct_y = cts[:nk], cts[nk:]
+  y_nz = tuple(type(c) is not ad.Zero for c in ct_y)
+  in_avals = jaxpr.in_avals
+  c_avals, k_avals, x_avals = _split(list(in_avals), nc, nk)
+  y_avals = jaxpr.out_avals[nk:]
+
+  def make():
+    res_c_avals = [a for a, lin in zip(c_avals, c_lin) if not lin]
+    acc_avals = [ad.tangent_aval(a) for a, lin in zip(c_avals, c_lin) if lin]
+    ctk_avals = [ad.tangent_aval(a) for a in k_avals]
+    cty_avals = [ad.tangent_aval(a) for a, n in zip(y_avals, y_nz) if n]
+    res_x_avals = [a for a, lin in zip(x_avals, x_lin) if not lin]
+
+    def body(*a):
+      res_c, acc, ctk, cty, res_x = _split(list(a), len(res_c_avals), len(acc_avals),
+                                           len(ctk_avals), len(cty_avals))
+      it_c, it_x = iter(res_c), iter(res_x)
+      primals = [ad.UndefinedPrimal(av) if lin else next(it_c) for av, lin in zip(c_avals, c_lin)]
+      primals += [ad.UndefinedPrimal(av) for av in k_avals]
+      primals += [ad.UndefinedPrimal(av) if lin else next(it_x) for av, lin in zip(x_avals, x_lin)]
+      it_y = iter(cty)
+      cts_out = [*ctk, *[next(it_y) if n else ad.Zero(ad.tangent_aval(av))
+                         for av, n in zip(y_avals, y_nz)]]
+      cts_in = ad.backward_pass(jaxpr.jaxpr, primals, cts_out)
+      ct_c, ct_k2, ct_x = _split(cts_in, nc, nk)
+      new_acc = [ad.add_tangents(s, c) if type(c) is not ad.Zero else s
+                 for s, c in zip(acc, [c for c, lin in zip(ct_c, c_lin) if lin])]
+      return [*new_acc, *[ad.instantiate_zeros(c) for c in ct_k2],
+              *[ad.instantiate_zeros(c) for c, lin in zip(ct_x, x_lin) if lin]]
+
+    j, tconsts = pe.trace_to_jaxpr(body, [*res_c_avals, *acc_avals, *ctk_avals, *cty_avals,
+                                          *res_x_avals])
+    return (ClosedJaxpr(pe.convert_constvars_jaxpr(j), []), list(tconsts), acc_avals)
+
+  t_closed, tconsts, acc_avals = _memo(_transpose_tables, jaxpr, (c_lin, x_lin, y_nz), make)
+  res_c = [a for a, lin in zip(consts, c_lin) if not lin]
+  res_x = [a for a, lin in zip(xs, x_lin) if not lin]
+  acc0 = [ad.zeros_like_aval(a) for a in acc_avals]
+  ctk0 = [ad.instantiate_zeros(c) for c in ct_k]
+  cty = [c for c, n in zip(ct_y, y_nz) if n]
+  outs = scan_p.bind(*tconsts, *res_c, *acc0, *ctk0, *cty, *res_x, jaxpr=t_closed,
+                     num_consts=len(tconsts) + len(res_c), num_carry=len(acc0) + nk,
+                     length=length, reverse=not reverse, unroll=unroll)
+  acc, ct_init, ct_xs = _split(outs, len(acc0), nk)
+  it_acc, it_x = iter(acc), iter(ct_xs)
+  return ([next(it_acc) if lin else None for lin in c_lin]
+          + [c if lin else None for c, lin in zip(ct_init, k_lin)]
+          + [next(it_x) if lin else None for lin in x_lin])
+
+
+ad.primitive_transposes[scan_p] = _scan_transpose
+
+
+# ---------------------------------------------------------------------------
+# Batching: a fixed point on which carries are batched; batch dims at 0 inside the body
+# (axis 1 of the stacked xs and ys).
+
+_batch_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _scan_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, num_consts: int,
+                num_carry: int, length: int, reverse: bool, unroll: int):
+  nc, nk = num_consts, num_carry
+  ny = len(jaxpr.out_avals) - nk
+  size = axis_data.size
+  c_d, k_d, x_d = _split(list(dims), nc, nk)
+  c_b = [d is not batching.not_mapped for d in c_d]
+  x_b = [d is not batching.not_mapped for d in x_d]
+
+  def make():
+    k_b = [d is not batching.not_mapped for d in k_d]
+    for _ in range(nk + 1):
+      in_dims = [0 if b else None for b in (*c_b, *k_b, *x_b)]
+      _, _, out_dims = batching.batch_jaxpr(jaxpr, axis_data, in_dims, [None] * (nk + ny))
+      new = [a or d is not None for a, d in zip(k_b, out_dims[:nk])]
+      if new == k_b:
+        break
+      k_b = new
+    y_b = [d is not None for d in out_dims[nk:]]
+    in_dims = [0 if b else None for b in (*c_b, *k_b, *x_b)]
+    targets = [0 if b else None for b in (*k_b, *y_b)]
+    b_closed, bconsts, _ = batching.batch_jaxpr(jaxpr, axis_data, in_dims, targets)
+    return b_closed, bconsts, k_b, y_b
+
+  b_closed, bconsts, k_b, y_b = _memo(_batch_tables, jaxpr, (tuple(dims), axis_data), make)
+  consts, init, xs = _split(list(args), nc, nk)
+  consts = [batching.moveaxis(a, d, 0) if d is not None else a for a, d in zip(consts, c_d)]
+  init = [batching.matchaxis(a, d, 0, size) if b else a for a, d, b in zip(init, k_d, k_b)]
+  xs = [batching.moveaxis(a, d, 1) if d is not None else a for a, d in zip(xs, x_d)]
+  outs = scan_p.bind(*bconsts, *consts, *init, *xs, jaxpr=b_closed,
+                     num_consts=len(bconsts) + nc, num_carry=nk, length=length,
+                     reverse=reverse, unroll=unroll)
+  return outs, [*[0 if b else None for b in k_b], *[1 if b else None for b in y_b]]
+
+
+batching.axis_primitive_batchers[scan_p] = _scan_batch
+
+
+# ---------------------------------------------------------------------------
+# DCE: a fixed point on the live carries (a carry is live if its output is used or the body
+# computes something live from it); dead carries, unused ys, consts and xs go.
+
+_dce_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _scan_dce(used_outs, eqn):
+  if not any(used_outs):
+    return [False] * len(eqn.invars), None
+  p = eqn.params
+  jaxpr, nc, nk = p["jaxpr"], p["num_consts"], p["num_carry"]
+  nx = len(eqn.invars) - nc - nk
+
+  def make():
+    live = list(used_outs[:nk])
+    used_y = list(used_outs[nk:])
+    for _ in range(nk + 1):
+      _, used_ins = pe.dce_jaxpr(jaxpr.jaxpr, [*live, *used_y])
+      new = [a or b for a, b in zip(live, used_ins[nc:nc + nk])]
+      if new == live:
+        break
+      live = new
+    j, used_ins = pe.dce_jaxpr(jaxpr.jaxpr, [*live, *used_y],
+                               instantiate=[False] * nc + live + [False] * nx)
+    return ClosedJaxpr(j, []), live, used_ins
+
+  new_closed, live, used_ins = _memo(_dce_tables, jaxpr, tuple(used_outs), make)
+  if all(used_ins) and all(live) and all(used_outs[nk:]):
+    return used_ins, eqn
+  outs_k, outs_y = _split(list(eqn.outvars), nk)
+  new_eqn = eqn.replace(
+      invars=[v for v, u in zip(eqn.invars, used_ins) if u],
+      outvars=[*[v for v, u in zip(outs_k, live) if u],
+               *[v for v, u in zip(outs_y, used_outs[nk:]) if u]],
+      params={**p, "jaxpr": new_closed, "num_consts": sum(used_ins[:nc]),
+              "num_carry": sum(live)})
+  return used_ins, new_eqn
+
+
+pe.dce_rules[scan_p] = _scan_dce
+
+
+# ---------------------------------------------------------------------------
+# fori_loop and map
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
+              unroll: int | bool | None = None) -> Any:
+  """`for i in range(lower, upper): val = body_fun(i, val)`; returns `val` (JAX's
+  `lax.fori_loop`).
+
+  With concrete (static) `lower` and `upper` this is a `scan` of `upper - lower` steps, so it
+  is reverse-differentiable; with traced bounds it is a `while_loop` (forward mode only).
+
+  Args:
+    lower, upper: scalar integers (the loop index `i` has their common dtype).
+    body_fun: `body_fun(i, val) -> val` with `val`'s structure, shapes and dtypes.
+    init_val: the initial value, a pytree of arrays.
+    unroll: iterations per loop step (static bounds only).
+
+  Raises:
+    TypeError: if the bounds are not scalar integers, or `unroll` is given with traced
+      bounds; as `scan`/`while_loop` for a body that changes the value's type.
+  """
+  from stagecraft import lax
+  from stagecraft.lax.control_flow.while_loop import while_loop
+  for name, b in (("lower", lower), ("upper", upper)):
+    a = core.get_aval(b)
+    if a.shape or not dtypes.is_integer(a.dtype):
+      raise TypeError(f"fori_loop: {name} must be a scalar integer, got "
+                      f"{a.str_short()}.")
+  la, ua = core.get_aval(lower), core.get_aval(upper)
+  dtype = dtypes.result_type(lower, upper)
+  static = not isinstance(lower, core.Tracer) and not isinstance(upper, core.Tracer)
+  if static:
+    lo, hi = int(np.asarray(lower)), int(np.asarray(upper))
+    n = max(hi - lo, 0)
+
+    def step(carry, _):
+      i, x = carry
+      return (i + 1, body_fun(i, x)), None
+
+    i0 = lax.convert_element_type(lo, dtype) if not (la.weak_type and ua.weak_type) else lo
+    (_, out), _ = scan(step, (i0, init_val), None, length=n,
+                       unroll=1 if unroll is None else unroll)
+    return out
+  if unroll is not None and unroll is not False and unroll != 1:
+    raise TypeError("fori_loop: unroll can only be given with static (concrete) lower and "
+                    "upper bounds; with traced bounds the loop is a while_loop.")
+  lower = lax.convert_element_type(lower, dtype)
+  upper = lax.convert_element_type(upper, dtype)
+
+  def cond(c):
+    return lax.lt(c[0], c[1])
+
+  def body(c):
+    i, hi, x = c
+    return (lax.add(i, lax.convert_element_type(1, dtype)), hi, body_fun(i, x))
+
+  return while_loop(cond, body, (lower, upper, init_val))[2]
+
+
+def map(f: Callable[[Any], Any], xs: Any, *, batch_size: int | None = None) -> Any:
+  """Applies `f` to each slice of `xs` along its leading axis and stacks the results (JAX's
+  `lax.map`): a `scan` with no carry.
+
+  Args:
+    f: a function of one pytree slice `T[*s]` returning a pytree.
+    xs: a pytree of arrays `T[n, *s]` sharing the leading dimension n.
+    batch_size: if given, `f` is vmapped over chunks of this many slices (a scan over
+      `n // batch_size` chunks, the remainder vmapped once).
+
+  Returns:
+    The pytree of results of `f`, each stacked to `U[n, *u]`.
+
+  Raises:
+    ValueError: if the leaves of `xs` have different leading dimensions, or none.
+  """
+  from stagecraft import api, lax
+  if batch_size is None:
+    return scan(lambda _, x: ((), f(x)), (), xs)[1]
+  batch_size = operator.index(batch_size)
+  if batch_size < 1:
+    raise ValueError(f"lax.map: batch_size must be >= 1, got {batch_size}.")
+  leaves, tree = common.flatten(xs)
+  if not leaves or any(not core.get_aval(x).shape for x in leaves):
+    raise ValueError("lax.map: every leaf of xs needs a leading axis to map over.")
+  n = core.get_aval(leaves[0]).shape[0]
+  full, rem = divmod(n, batch_size)
+  vf = api.vmap(f)
+  parts = []
+  if full:
+    chunked = [lax.reshape(lax.slice_in_dim(x, 0, full * batch_size),
+                           (full, batch_size, *core.get_aval(x).shape[1:])) for x in leaves]
+    ys = scan(lambda _, x: ((), vf(x)), (), common.unflatten(tree, chunked))[1]
+    ys_leaves, y_tree = common.flatten(ys)
+    parts.append([lax.reshape(y, (full * batch_size, *core.get_aval(y).shape[2:]))
+                  for y in ys_leaves])
+  if rem:
+    tail = vf(common.unflatten(tree, [lax.slice_in_dim(x, full * batch_size, n)
+                                      for x in leaves]))
+    t_leaves, y_tree = common.flatten(tail)
+    parts.append(t_leaves)
+  out = parts[0] if len(parts) == 1 else [lax.concatenate(list(p), 0) for p in zip(*parts)]
+  return common.unflatten(y_tree, out)
