@@ -13,7 +13,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from stagecraft import core, dtypes
-from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
+from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.lax.control_flow import common
 
@@ -88,7 +88,7 @@ def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
   if cond_tree.num_leaves != 1 or c_out[0].shape != () or c_out[0].dtype != dtypes.bool_:
     raise TypeError(
         f"cond_fun must return a boolean scalar, but got output type(s) "
-        f"[{', '.join(a.str_short() for a in c_out)}]. Return a bool[] such as "
+        f"[{', '.join(common.aval_str(a) for a in c_out)}]. Return a bool[] such as "
         f"`x < n`, or reduce an array predicate with `.any()` / `.all()`.")
   body_closed, body_consts, body_tree = common.trace_jaxpr(body_fun, args_tree, avals,
                                                            "body_fun")
@@ -220,15 +220,15 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
   cconst_p, bconst_p, init_p = _split(primals, cond_nconsts, body_nconsts)
   _, bconst_t, init_t = _split(tangents, cond_nconsts, body_nconsts)
   bt = [t for t, z in zip(bconst_t, bconst_nz) if z]
-  ct = [ad.zeros_like_aval(ad.tangent_aval(a)) if type(t) is ad.Zero or not _nonzero(t, a)
-        else t for t, a, z in zip(init_t, body_jaxpr.in_avals[body_nconsts:], carry_nz) if z]
+  carry_avals = body_jaxpr.in_avals[body_nconsts:]
+  ct = [t if _nonzero(t, a) else ad.zeros_like_aval(ad.tangent_aval(a))
+        for t, a, z in zip(init_t, carry_avals, carry_nz) if z]
   outs = while_p.bind(*cconst_p, *jvp_consts, *bconst_p, *bt, *init_p, *ct,
                       cond_jaxpr=cond_new, body_jaxpr=body_new, cond_nconsts=cond_nconsts,
                       body_nconsts=len(jvp_consts) + body_nconsts + len(bt))
   n = len(init_p)
   it = iter(outs[n:])
-  t_out = [next(it) if z else ad.Zero(ad.tangent_aval(a))
-           for z, a in zip(carry_nz, body_jaxpr.in_avals[body_nconsts:])]
+  t_out = [next(it) if z else ad.Zero(ad.tangent_aval(a)) for z, a in zip(carry_nz, carry_avals)]
   return outs[:n], t_out
 
 
@@ -305,14 +305,9 @@ def _while_transpose(cts, *args, **params):
 _batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _batched_avals(avals, batched, size):
-  return [a.update(shape=(size, *a.shape)) if b else a for a, b in zip(avals, batched)]
-
-
 def _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, axis_data,
                         cconst_b, bconst_b, init_b):
   from stagecraft import lax
-  size = axis_data.size
   dim = lambda b: 0 if b else None   # noqa: E731
   carry_b = list(init_b)
   while True:   # fixpoint: which carries are batched
