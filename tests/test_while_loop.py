@@ -182,6 +182,12 @@ def test_partial_eval_unknown_predicate_makes_everything_unknown():
       core.ClosedJaxpr(unknown, []))) == 1
 
 
+def test_grad_through_cond_const_only_is_zero_not_an_error():
+  # No tangent reaches the carry, so nothing is transposed through the loop (as in JAX).
+  f = lambda b: lax.while_loop(lambda c: c < b, lambda c: c + 1.0, 0.0) * 0.0 + b * 2.0  # noqa
+  assert float(sc.grad(f)(3.5)) == 2.0
+
+
 def test_grad_raises_jax_error():
   with pytest.raises(ValueError, match="Reverse-mode differentiation does not work for "
                      "lax.while_loop or lax.fori_loop with dynamic start/stop values. Try "
@@ -270,6 +276,19 @@ def test_jvp_of_vmap():
   g = lambda x: jax.vmap(_jax_f(), (0, None))(x, 1.3)[1]   # noqa: E731
   _close(sc.jvp(f, (xs,), (np.ones(3, np.float32),)),
          jax.jvp(g, (xs,), (np.ones(3, np.float32),)))
+
+
+def test_jvp_and_linearize_of_vmap_with_batched_trip_counts():
+  h = lambda x, n: lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] * x),  # noqa
+                                  (0, 1.0))[1]
+  hj = lambda x, n: jax.lax.while_loop(lambda c: c[0] < n,   # noqa: E731
+                                       lambda c: (c[0] + 1, c[1] * x), (0, 1.0))[1]
+  xs, ns = np.array([1.5, 2.0, 0.5], np.float32), np.array([1, 2, 3], np.int32)
+  t = np.ones(3, np.float32)
+  ref = jax.jvp(lambda x: jax.vmap(hj)(x, ns), (xs,), (t,))
+  _close(sc.jvp(lambda x: sc.vmap(h)(x, ns), (xs,), (t,)), ref)
+  _close(sc.linearize(lambda x: sc.vmap(h)(x, ns), xs)[1](t), ref[1])
+  _close(sc.jit(lambda x, t: sc.jvp(lambda x: sc.vmap(h)(x, ns), (x,), (t,)))(xs, t), ref)
 
 
 @pytest.mark.xfail(strict=True, reason="add_any's batching rule keeps an unbatched rank-0 "
