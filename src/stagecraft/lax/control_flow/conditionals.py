@@ -314,27 +314,42 @@ def _pe_branches(branches, unknowns):
     out_uk = [a or b for a, b in zip(out_uk, ad.partial_eval_jaxpr(br.jaxpr, unknowns,
                                                                    [False] * n_out)[3])]
   splits = [ad.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk) for br in branches]
-  res_avals = [[v.aval for v in k.outvars[len(k.outvars) - nres:]] for k, _, nres, _ in splits]
+  # Residual slots shared between branches by type, as JAX's `_merge_branch_residuals`: the
+  # j-th residual of type T of any branch goes to the j-th slot of type T.
+  slot_avals: list[ShapedArray] = []
+  slots_of_type: dict[tuple, list[int]] = {}
+  slot_maps = []
+  for k, _, nres, _ in splits:
+    seen: dict[tuple, int] = {}
+    slot_map = []
+    for v in k.outvars[len(k.outvars) - nres:]:
+      key = (v.aval.shape, v.aval.dtype)
+      j = seen[key] = seen.get(key, -1) + 1
+      slots = slots_of_type.setdefault(key, [])
+      if j == len(slots):
+        slots.append(len(slot_avals))
+        slot_avals.append(v.aval.update(weak_type=False))
+      slot_map.append(slots[j])
+    slot_maps.append(slot_map)
   known_in = [a for a, u in zip(branches[0].in_avals, unknowns) if not u]
-  # Known side: branch i returns its known outputs, then the residuals of every branch (zeros
-  # for those of the others).
+  # Known side: branch i returns its known outputs, then every residual slot (zeros in the
+  # slots it does not use).
   known, unknown = [], []
-  for i, (k, u, nres, _) in enumerate(splits):
-    def fun(*args, k=k, nres=nres, i=i):
+  for (k, u, nres, _), slot_map in zip(splits, slot_maps):
+    def fun(*args, k=k, nres=nres, slot_map=slot_map):
       outs = core.eval_jaxpr(k, [], *args)
       nk = len(outs) - nres
-      res = [outs[nk:] if j == i else [ad.zeros_like_aval(a) for a in res_avals[j]]
-             for j in range(len(splits))]
-      return [*outs[:nk], *[r for rs in res for r in rs]]
+      res = dict(zip(slot_map, outs[nk:]))
+      return [*outs[:nk], *[res[s] if s in res else ad.zeros_like_aval(a)
+                            for s, a in enumerate(slot_avals)]]
     closed, consts = _trace(fun, known_in)
     if consts:
       return None
     known.append(closed)
-    before = [Var(a) for rs in res_avals[:i] for a in rs]
-    after = [Var(a) for rs in res_avals[i + 1:] for a in rs]
-    unknown.append(ClosedJaxpr(u.replace(invars=[*before, *u.invars[:nres], *after,
-                                                 *u.invars[nres:]]), []))
-  return tuple(known), tuple(unknown), [a for rs in res_avals for a in rs], out_uk
+    own = dict(zip(slot_map, u.invars[:nres]))
+    res_invars = [own[s] if s in own else Var(a) for s, a in enumerate(slot_avals)]
+    unknown.append(ClosedJaxpr(u.replace(invars=[*res_invars, *u.invars[nres:]]), []))
+  return tuple(known), tuple(unknown), slot_avals, out_uk
 
 
 def _cond_partial_eval(eqn, unknowns):
