@@ -312,3 +312,25 @@ def test_scan_errors():
     lax.scan(lambda c, x: (c, x), 0.0, np.ones(3), unroll=0)
   with pytest.raises(TypeError, match="f argument should be a callable"):
     lax.scan(3, 0.0, np.ones(3))
+
+
+def test_scan_inside_cond_inside_vmap_inside_grad():
+  # grad over w of a vmapped (over x, and a per-lane predicate) cond whose true branch scans.
+  def f(np_, lax_, w, x, p):
+    def branch_scan(x):
+      c, ys = lax_.scan(lambda c, xi: (np_.sin(c * w + xi), c), x[0], x)
+      return c + np_.sum(ys)
+    return lax_.cond(p > 0, branch_scan, lambda x: np_.sum(x * w), x)
+
+  xs, ps = _r(4, 5), np.array([1.0, -1.0, 2.0, -3.0], np.float32)
+  ours = lambda w: jnp.sum(sc.vmap(lambda x, p: f(jnp, lax, w, x, p))(xs, ps))
+  ref = lambda w: jjnp.sum(jax.vmap(lambda x, p: f(jjnp, jax.lax, w, x, p))(xs, ps))
+  w = np.float32(0.7)
+  np.testing.assert_allclose(sc.grad(ours)(w), jax.grad(ref)(w), rtol=1e-5)
+  np.testing.assert_allclose(sc.jit(sc.grad(ours))(w), jax.grad(ref)(w), rtol=1e-5)
+  np.testing.assert_allclose(sc.jvp(ours, (w,), (np.float32(1),))[1],
+                             jax.jvp(ref, (w,), (np.float32(1),))[1], rtol=1e-5)
+  # the same with an unbatched predicate (cond stays a cond under vmap)
+  ours2 = lambda w: jnp.sum(sc.vmap(lambda x: f(jnp, lax, w, x, 1.0))(xs))
+  ref2 = lambda w: jjnp.sum(jax.vmap(lambda x: f(jjnp, jax.lax, w, x, 1.0))(xs))
+  np.testing.assert_allclose(sc.grad(ours2)(w), jax.grad(ref2)(w), rtol=1e-5)

@@ -250,3 +250,12 @@ def test_checkpoint_under_vmap():
   np.testing.assert_allclose(sc.vmap(blk)(x), np.sin(np.sin(x)), rtol=1e-6)
   g = sc.grad(lambda x: jnp.sum(sc.vmap(blk)(x)))(x)
   np.testing.assert_allclose(g, np.cos(np.sin(x)) * np.cos(x), rtol=1e-5)
+
+
+def test_vmap_of_jvp_with_unbatched_scalar_tangent():
+  # add_any of a batched tangent and an unbatched scalar one (both operands of add_any must
+  # share a type, so the scalar is broadcast).
+  xs = np.linspace(0.1, 1.0, 3, dtype=np.float32)
+  y, t = sc.vmap(lambda x: sc.jvp(lambda a, b: a * b, (x, 2.0), (1.0, 1.0)))(xs)
+  np.testing.assert_allclose(y, 2 * xs, rtol=1e-6)
+  np.testing.assert_allclose(t, 2 + xs, rtol=1e-6)

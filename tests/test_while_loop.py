@@ -291,9 +291,6 @@ def test_jvp_and_linearize_of_vmap_with_batched_trip_counts():
   _close(sc.jit(lambda x, t: sc.jvp(lambda x: sc.vmap(h)(x, ns), (x,), (t,)))(xs, t), ref)
 
 
-@pytest.mark.xfail(strict=True, reason="add_any's batching rule keeps an unbatched rank-0 "
-                   "operand rank 0 (ad.py: defbroadcasting(add_any_p) needs scalar_ok=False); "
-                   "vmap(jvp(lambda a, b: a * b)) fails the same way without a while")
 def test_vmap_of_jvp():
   xs = np.linspace(0.1, 1.0, 3, dtype=np.float32)
   h = lambda x, n: lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] * x),  # noqa

@@ -177,7 +177,7 @@ add_any_p.def_abstract_eval(_add_any_abstract_eval)
 deflinear(add_any_p, lambda ct, x, y: [ct, ct])
 lowering.register_lowering(add_any_p,
                            lambda ctx, x, y: [ctx.elementwise("stablehlo.add", x, y)])
-batching.defbroadcasting(add_any_p)
+batching.defbroadcasting(add_any_p, scalar_ok=[False, False])
 
 
 # ---------------------------------------------------------------------------

@@ -2,5 +2,5 @@
 `fori_loop`, `scan` and `map`, each a primitive carrying closed jaxprs with its rules
 (abstract eval, lowering, jvp, partial eval/transpose, batching, DCE) beside it."""
 from stagecraft.lax.control_flow.conditionals import *  # noqa: F401,F403
-from stagecraft.lax.control_flow.while_loop import *  # noqa: F401,F403
+from stagecraft.lax.control_flow.while_op import *  # noqa: F401,F403
 from stagecraft.lax.control_flow.loops import *  # noqa: F401,F403

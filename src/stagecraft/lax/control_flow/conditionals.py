@@ -272,23 +272,10 @@ def _jvp_branches(branches, nonzeros):
   """Every branch's JVP, all returning the same tangent outputs: a tangent output is
   nonzero when it is in any branch (the others return instantiated zeros)."""
   jvps = [ad.jvp_jaxpr(br, nonzeros) for br in branches]
-  out_avals = branches[0].out_avals
-  out_nz = [any(j[2][k] for j in jvps) and ad.tangent_aval(a).dtype != dtypes.float0
-            for k, a in enumerate(out_avals)]
-  n_out = len(out_avals)
-  in_avals = [*branches[0].in_avals,
-              *[ad.tangent_aval(a) for a, nz in zip(branches[0].in_avals, nonzeros) if nz]]
-  traced = []
-  for jvp_closed, consts, nz_i in jvps:
-    def fun(*args, jvp_closed=jvp_closed, consts=consts, nz_i=nz_i):
-      outs = core.jaxpr_as_fun(jvp_closed)(*consts, *args)
-      it = iter(outs[n_out:])
-      t_all = [next(it) if nz else None for nz in nz_i]
-      t_out = [ad.zeros_like_aval(ad.tangent_aval(a)) if t is None else t
-               for t, a in zip(t_all, out_avals)]
-      return [*outs[:n_out], *[t for t, nz in zip(t_out, out_nz) if nz]]
-    traced.append(_trace(fun, in_avals))
-  new_branches, consts = _join_consts(traced)
+  out_nz = [any(nz) for nz in zip(*(j[2] for j in jvps))] or [False] * 0
+  jvps = [j if j[2] == out_nz else ad.jvp_jaxpr(br, nonzeros, instantiate=out_nz)
+          for j, br in zip(jvps, branches)]
+  new_branches, consts = _join_consts([(c, k) for c, k, _ in jvps])
   return tuple(new_branches), consts, out_nz
 
 

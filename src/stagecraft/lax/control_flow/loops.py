@@ -586,7 +586,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
       bounds; as `scan`/`while_loop` for a body that changes the value's type.
   """
   from stagecraft import lax
-  from stagecraft.lax.control_flow.while_loop import while_loop
+  from stagecraft.lax.control_flow.while_op import while_loop
   for name, b in (("lower", lower), ("upper", upper)):
     a = core.get_aval(b)
     if a.shape or not dtypes.is_integer(a.dtype):
