@@ -217,9 +217,9 @@ _memo = core.memo_on_jaxpr
 
 
 def _memo_branches(table, branches: tuple[ClosedJaxpr, ...], key, make):
-  # Keyed by the first branch (weakly) and the whole tuple (the branches live as long as the
-  # equation that holds them).
-  return _memo(table, branches[0], (branches, key), make)
+  # Keyed by the first branch and weak references to the others (a strong one in the key
+  # would keep the first branch's table entry alive forever).
+  return _memo(table, branches[0], (tuple(map(weakref.ref, branches[1:])), key), make)
 
 
 # ---------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def _jvp_branches(branches, nonzeros):
   """Every branch's JVP, all returning the same tangent outputs: a tangent output is
   nonzero when it is in any branch (the others return instantiated zeros)."""
   jvps = [ad.jvp_jaxpr(br, nonzeros) for br in branches]
-  out_nz = [any(nz) for nz in zip(*(j[2] for j in jvps))] or [False] * 0
+  out_nz = [any(nz) for nz in zip(*(j[2] for j in jvps))]
   jvps = [j if j[2] == out_nz else ad.jvp_jaxpr(br, nonzeros, instantiate=out_nz)
           for j, br in zip(jvps, branches)]
   new_branches, consts = _join_consts([(c, k) for c, k, _ in jvps])
