@@ -492,3 +492,41 @@ def test_output_type_errors():
   with pytest.raises(TypeError, match=r"branch 0 and 2 outputs must have identical types, got\n"
                                       r".*output .*shapes do not match"):
     sc.jit(g)(0, Y)
+
+
+def test_vmap_output_batched_in_one_branch_only():
+  f = lambda p, x: lax.cond(p, lambda x: (x * 2.0, 1.0), lambda x: (jnp.zeros(3), 2.0), x)
+  g = lambda p, x: jlax.cond(p, lambda x: (x * 2.0, 1.0), lambda x: (jjnp.zeros(3), 2.0), x)
+  xs = np.stack([Y, -Y])
+  for p in (True, False):
+    _close(sc.vmap(f, in_axes=(None, 0))(p, xs), jax.vmap(g, in_axes=(None, 0))(p, xs))
+
+
+def test_grad_of_one_output_of_two():
+  def f(p, x):
+    a, b = lax.cond(p, lambda x: (jnp.sin(x), jnp.exp(x)), lambda x: (x * x, jnp.cos(x)), x)
+    return jnp.sum(a)
+
+  def g(p, x):
+    a, b = jlax.cond(p, lambda x: (jjnp.sin(x), jjnp.exp(x)), lambda x: (x * x, jjnp.cos(x)), x)
+    return jjnp.sum(a)
+  for p in (True, False):
+    _close(sc.jit(sc.grad(f, argnums=1))(p, Y), jax.grad(g, argnums=1)(p, Y), rtol=1e-5)
+
+
+def test_derived_jaxpr_caches_are_released():
+  import gc
+  from stagecraft.lax.control_flow import conditionals
+
+  def run():
+    f = lambda p, x: lax.cond(p, lambda x: jnp.sin(x) * x, jnp.exp, x)
+    sc.grad(lambda x: jnp.sum(sc.jit(f)(True, x)))(Y)
+    sc.vmap(f)(np.array([True, False]), np.stack([Y, Y]))
+  run()
+  gc.collect()
+  tables = (conditionals._jvp_cache, conditionals._pe_cache, conditionals._transpose_cache,
+            conditionals._batch_cache, conditionals._dce_cache)
+  before = [len(t) for t in tables]
+  run()
+  gc.collect()
+  assert [len(t) for t in tables] == before
