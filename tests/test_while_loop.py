@@ -340,7 +340,7 @@ def test_dce_keeps_carry_read_by_cond_and_drops_whole_unused_loop():
 
 def test_error_cond_not_boolean_scalar():
   with pytest.raises(TypeError, match=r"cond_fun must return a boolean scalar, but got output "
-                     r"type\(s\) \[float32\[\]\]\."):
+                     r"type\(s\) \[f32\[\]\]\."):
     lax.while_loop(lambda c: c * 1.0, lambda c: c, 1.0)
   with pytest.raises(TypeError, match=r"got output type\(s\) \[bool\[3\]\]"):
     lax.while_loop(lambda c: c < 1.0, lambda c: c, np.zeros(3, np.float32))
@@ -358,9 +358,9 @@ def test_error_body_types_name_key_path():
     lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, {"w": c[1]["w"] * 0.5}), init)
   msg = str(e.value)
   assert msg.startswith("body_fun output and input must have identical types, got\n")
-  assert ("the input carry component init_val[1]['w'] has type int32[2] but the corresponding "
-          "output carry component has type float32[2], so the dtypes do not match") in msg
-  with pytest.raises(TypeError, match=r"init_val\[0\] has type float32\[\] .* has type "
-                     r"float32\[2\], so the shapes do not match"):
+  assert ("the input carry component init_val[1]['w'] has type i32[2] but the corresponding "
+          "output carry component has type f32[2], so the dtypes do not match") in msg
+  with pytest.raises(TypeError, match=r"init_val\[0\] has type f32\[\] .* has type "
+                     r"f32\[2\], so the shapes do not match"):
     lax.while_loop(lambda c: c[0] < 3.0, lambda c: (c[0] + np.ones(2, np.float32),),
                    (np.float32(0.0),))

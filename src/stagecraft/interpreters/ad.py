@@ -276,8 +276,9 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
     residuals then the unknown invars and returns the outputs that depend on unknowns or are
     instantiated; `out_unknowns` says which outputs depend on unknowns.
 
-  Primitives with a rule in `partial_eval_rules` (call primitives) are split into a known
-  and an unknown equation instead of going wholly to the unknown side.
+  Primitives with a rule in `partial_eval_rules` (call primitives, loops) are split into
+  known equation(s) (the rule may return a list) and an unknown equation instead of going
+  wholly to the unknown side.
   """
   unknown_vars: set[Var] = {v for v, u in zip(jaxpr.invars, unknowns) if u}
   known_eqns, unknown_eqns = [], []
@@ -292,7 +293,9 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
       unknown_vars.update(eqn.outvars)
       continue
     known_eqn, unknown_eqn, out_unknowns = rule(eqn, in_unknown)
-    if known_eqn is not None:
+    if isinstance(known_eqn, list):     # a rule may emit several known equations
+      known_eqns.extend(known_eqn)
+    elif known_eqn is not None:
       known_eqns.append(known_eqn)
     if unknown_eqn is not None:
       unknown_eqns.append(unknown_eqn)

@@ -92,16 +92,15 @@ def pad_invars(closed: ClosedJaxpr, before: Sequence[ShapedArray],
 
 
 def aval_str(a: ShapedArray) -> str:
-  """JAX's spelling of a type in control-flow errors: `float32[3,4]`."""
-  return f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]"
+  """The house spelling of a type in errors: `f32[3,4]` (as jaxprs print avals)."""
+  return a.str_short()
 
 
 def type_diffs(avals1: Sequence[ShapedArray], avals2: Sequence[ShapedArray],
                paths: Sequence[str], name1: str, name2: str) -> list[str]:
   """One sentence per position whose shape or dtype differ (weak types are ignored), e.g.
-  `the input carry component c[1] has type int32[] but the corresponding output carry
-  component has type float32[], so the dtypes do not match` (types spelled as JAX does,
-  `aval_str`)."""
+  `the input carry component c[1] has type i32[] but the corresponding output carry
+  component has type f32[], so the dtypes do not match` (avals spelled as jaxprs print them)."""
   out = []
   for a, b, p in zip(avals1, avals2, paths):
     if a.shape == b.shape and a.dtype == b.dtype:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import operator
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from stagecraft import core, dtypes
-from stagecraft.core import ClosedJaxpr, ShapedArray, Var
+from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.lax.control_flow import common
 
@@ -349,31 +349,42 @@ def _scan_partial_eval(eqn, unknowns):
     k_in = known.invars
     kc, kk, kx = _split(k_in, nc - sum(const_uk), nk - sum(carry_uk))
     res_vars = known.outvars[len(known.outvars) - nres:]
-    # Classify each residual: a known const (forward as a const of the unknown scan), a
-    # known xs (forward that xs), or per-iteration (stacked as an extra ys of the known scan).
+    # Classify each residual: a known const (forwarded as a const of the unknown scan), a
+    # known xs (that xs forwarded), loop-invariant (computed from consts only: hoisted out of
+    # the loop, computed once) or per-iteration (stacked as an extra ys of the known scan).
+    variant = set(kk) | set(kx)
+    for e in known.eqns:
+      if any(type(v) is Var and v in variant for v in e.invars):
+        variant.update(e.outvars)
     kinds = []
     for r in res_vars:
       if r in kc:
         kinds.append(("const", kc.index(r)))
       elif r in kx:
         kinds.append(("xs", kx.index(r)))
+      elif r not in variant:
+        kinds.append(("hoist", None))
       else:
         kinds.append(("stacked", None))
     stacked = [r for r, (k, _) in zip(res_vars, kinds) if k == "stacked"]
+    hoisted = [r for r, (k, _) in zip(res_vars, kinds) if k == "hoist"]
+    hoist_j = pe.dce_jaxpr(Jaxpr([], kc, hoisted, known.eqns), [True] * len(hoisted),
+                           instantiate=True)[0]
     known_j = known.replace(outvars=[*known.outvars[:len(known.outvars) - nres], *stacked])
+    known_j = pe.dce_jaxpr(known_j, [True] * len(known_j.outvars), instantiate=True)[0]
     # unknown: invars = residuals then unknown (consts, carry, xs); regroup into
-    # consts = (forwarded consts, unknown consts), carry = unknown carry,
+    # consts = (forwarded consts, hoisted, unknown consts), carry = unknown carry,
     # xs = (stacked residuals, forwarded xs, unknown xs).
     u_res = unknown.invars[:nres]
     uc, uk_, ux = _split(unknown.invars[nres:], sum(const_uk), sum(carry_uk))
-    r_const = [v for v, (k, _) in zip(u_res, kinds) if k == "const"]
-    r_stacked = [v for v, (k, _) in zip(u_res, kinds) if k == "stacked"]
-    r_xs = [v for v, (k, _) in zip(u_res, kinds) if k == "xs"]
-    unknown_j = unknown.replace(invars=[*r_const, *uc, *uk_, *r_stacked, *r_xs, *ux])
+    by_kind = {k: [v for v, (kind, _) in zip(u_res, kinds) if kind == k]
+               for k in ("const", "hoist", "stacked", "xs")}
+    unknown_j = unknown.replace(invars=[*by_kind["const"], *by_kind["hoist"], *uc, *uk_,
+                                        *by_kind["stacked"], *by_kind["xs"], *ux])
     return (ClosedJaxpr(known_j, []), ClosedJaxpr(unknown_j, []), carry_uk, ys_uk, kinds,
-            [v.aval for v in stacked])
+            [v.aval for v in stacked], hoist_j)
 
-  known_c, unknown_c, carry_uk, ys_uk, kinds, stacked_avals = _memo(
+  known_c, unknown_c, carry_uk, ys_uk, kinds, stacked_avals, hoist_j = _memo(
       _pe_tables, jaxpr, tuple(unknowns), make)
   ins_c, ins_k, ins_x = _split(list(eqn.invars), nc, nk)
   k_c = [v for v, u in zip(ins_c, const_uk) if not u]
@@ -394,12 +405,26 @@ def _scan_partial_eval(eqn, unknowns):
       {**base, "jaxpr": known_c, "num_consts": len(k_c), "num_carry": len(k_k)})
   r_const = [k_c[i] for k, i in kinds if k == "const"]
   r_xs = [k_x[i] for k, i in kinds if k == "xs"]
+  hoist_eqns, r_hoist = _inline(hoist_j, k_c)
   unknown_eqn = core.JaxprEqn(
-      [*r_const, *u_c, *u_k, *stacked_vars, *r_xs, *u_x],
+      [*r_const, *r_hoist, *u_c, *u_k, *stacked_vars, *r_xs, *u_x],
       [*[v for v, u in zip(outs_k, carry_uk) if u], *[v for v, u in zip(outs_y, ys_uk) if u]],
-      scan_p, {**base, "jaxpr": unknown_c, "num_consts": len(r_const) + len(u_c),
-               "num_carry": len(u_k)})
-  return known_eqn, unknown_eqn, [*carry_uk, *ys_uk]
+      scan_p, {**base, "jaxpr": unknown_c,
+               "num_consts": len(r_const) + len(r_hoist) + len(u_c), "num_carry": len(u_k)})
+  return [*hoist_eqns, known_eqn], unknown_eqn, [*carry_uk, *ys_uk]
+
+
+def _inline(jaxpr: Jaxpr, args: Sequence[Any]) -> tuple[list, list]:
+  """`jaxpr`'s equations with its invars replaced by `args` and fresh variables for the
+  rest (to emit them into another jaxpr); returns the equations and the output atoms."""
+  env: dict[Var, Any] = dict(zip(jaxpr.invars, args))
+  eqns = []
+  for e in jaxpr.eqns:
+    outs = [Var(v.aval) for v in e.outvars]
+    eqns.append(e.replace(invars=[env.get(v, v) if type(v) is Var else v for v in e.invars],
+                          outvars=outs))
+    env.update(zip(e.outvars, outs))
+  return eqns, [env.get(v, v) if type(v) is Var else v for v in jaxpr.outvars]
 
 
 ad.partial_eval_rules[scan_p] = _scan_partial_eval
@@ -582,8 +607,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
     unroll: iterations per loop step (static bounds only).
 
   Raises:
-    TypeError: if the bounds are not scalar integers, or `unroll` is given with traced
-      bounds; as `scan`/`while_loop` for a body that changes the value's type.
+    TypeError: if the bounds are not scalar integers; as `scan`/`while_loop` for a body
+      that changes the value's type.
+    ValueError: if `unroll` is given with traced bounds.
   """
   from stagecraft import lax
   from stagecraft.lax.control_flow.while_op import while_loop
@@ -608,8 +634,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
                        unroll=1 if unroll is None else unroll)
     return out
   if unroll is not None and unroll is not False and unroll != 1:
-    raise TypeError("fori_loop: unroll can only be given with static (concrete) lower and "
-                    "upper bounds; with traced bounds the loop is a while_loop.")
+    raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "
+                     "known: pass Python ints (not traced values) as lower and upper, or drop "
+                     "unroll.")
   lower = lax.convert_element_type(lower, dtype)
   upper = lax.convert_element_type(upper, dtype)
 
