@@ -84,9 +84,9 @@ def bench_fori(pairs: int, n: int = 10_000):
   body_s = lambda i, x: x * 0.999 + 0.001 * i
   fs = sc.jit(lambda x: lax.fori_loop(0, n, body_s, x))
   fj = jax.jit(lambda x: jax.lax.fori_loop(0, n, body_s, x))
-  x = np.float32(1.0)
-  np.testing.assert_allclose(np.asarray(fs(x)), np.asarray(fj(x)), rtol=1e-4)
-  a, b = paired(lambda: sc.block_until_ready(fs(x)), lambda: jax.block_until_ready(fj(x)),
+  xs, xj = sc.device_put(np.float32(1.0)), jax.device_put(np.float32(1.0))
+  np.testing.assert_allclose(np.asarray(fs(xs)), np.asarray(fj(xj)), rtol=1e-4)
+  a, b = paired(lambda: sc.block_until_ready(fs(xs)), lambda: jax.block_until_ready(fj(xj)),
                 pairs=pairs)
   return a / n * 1e3, b / n * 1e3    # ns per iteration
 
