@@ -558,6 +558,40 @@ class JitWrapped:
                            self._static_argnames, "jit")
     return traced
 
+  # -- ahead-of-time stages (stagecraft.stages)
+
+  def trace(self, *args, **kwargs):
+    """Traces `fun` for the signature of `args` (arrays, scalars, ShapeDtypeStructs or any
+    object with `shape` and `dtype`; static arguments as concrete values).
+
+    Returns:
+      A `stagecraft.stages.Traced` (`.jaxpr`, `.out_info`, `.lower()`).
+
+    Raises:
+      TypeError: as a call would for bad arguments, and whatever `fun` raises when traced.
+    """
+    from stagecraft import stages   # NB: stages builds on this module
+    return stages.trace_jit(self, args, kwargs)
+
+  def lower(self, *args, **kwargs):
+    """Traces and lowers `fun` for the signature of `args` (as `trace`).
+
+    Returns:
+      A `stagecraft.stages.Lowered` (`.as_text()`, `.compile()`, `.cost_analysis()`, ...).
+    """
+    return self.trace(*args, **kwargs).lower()
+
+  def _stage(self, args, kwargs):
+    """The traced signature of a call (from the jit cache, tracing on a miss) with its flat
+    dynamic leaves, device, static argnums and donated leaf indices."""
+    static_argnums, donate_argnums = self._argnums_for(len(args))
+    key, leaves, dev = self._key(args, kwargs, static_argnums)
+    entry = self._cache.get(key)
+    if entry is None:
+      entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
+    donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
+    return entry, leaves, dev, static_argnums, donated
+
   def _donated_leaves(self, args, kwargs, static_argnums, donate_argnums) -> set[int]:
     """Flat indices of the dynamic leaves that belong to donated arguments."""
     if not donate_argnums and not self._donate_argnames:
@@ -597,11 +631,24 @@ def _leaf_sig(x):
   return _abstractify(x, "?", "jit")
 
 
-def compile_traced(entry: _Traced, donated: set[int], keep_unused: bool, name: str,
-                   device=None) -> _CompiledCall:
-  """Lowers and compiles a traced signature for `device` (None: the default device):
-  unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
-  donated leaves are marked."""
+class LoweredSignature:
+  """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
+  const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
+  __slots__ = ("entry", "text", "used_consts", "kept", "donated")
+
+  def __init__(self, entry: _Traced, text: str, used_consts: list[int], kept: list[int] | None,
+               donated: tuple[int, ...]):
+    self.entry = entry
+    self.text = text
+    self.used_consts = used_consts
+    self.kept = kept
+    self.donated = donated
+
+
+def lower_traced(entry: _Traced, donated: set[int], keep_unused: bool,
+                 name: str) -> LoweredSignature:
+  """Lowers a traced signature to a StableHLO module: unused inputs are pruned (unless
+  `keep_unused`), donated leaves are marked."""
   jaxpr = entry.jaxpr.jaxpr
   nconst = len(entry.consts)
   n_in = len(jaxpr.invars)
@@ -611,13 +658,31 @@ def compile_traced(entry: _Traced, donated: set[int], keep_unused: bool, name: s
   kept_leaves = [i - nconst for i in range(nconst, n_in) if used[i]]
   donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
   text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
-  exe = dispatch.compile_module(text, None if device is None else [device])
+  kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
+  return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
+
+
+def compile_lowered(lowered: LoweredSignature, device=None, exe=None) -> _CompiledCall:
+  """Compiles a lowered signature for `device` (None: the default device), unless the
+  executable `exe` is given; consts become device buffers once."""
+  entry = lowered.entry
+  jaxpr = entry.jaxpr.jaxpr
+  nconst = len(entry.consts)
+  if exe is None:
+    exe = dispatch.compile_module(lowered.text, None if device is None else [device])
   in_avals = [v.aval for v in jaxpr.invars[nconst:]]
   const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device)
-                for i in used_consts]
-  kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
-  return _CompiledCall(exe, kept, const_bufs, in_avals, jaxpr.out_avals, entry.out_tree,
-                       tuple(sorted(donated)), text, device)
+                for i in lowered.used_consts]
+  return _CompiledCall(exe, lowered.kept, const_bufs, in_avals, jaxpr.out_avals,
+                       entry.out_tree, lowered.donated, lowered.text, device)
+
+
+def compile_traced(entry: _Traced, donated: set[int], keep_unused: bool, name: str,
+                   device=None) -> _CompiledCall:
+  """Lowers and compiles a traced signature for `device` (None: the default device):
+  unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
+  donated leaves are marked."""
+  return compile_lowered(lower_traced(entry, donated, keep_unused, name), device)
 
 
 def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,

@@ -1,0 +1,348 @@
+"""Ahead-of-time stages of `jit`: `jit(f).trace(...)` -> `Traced`, `.lower()` -> `Lowered`,
+`.compile()` -> `Compiled`.
+
+Each stage is specialized to the argument signature it was made for (tree structure, shape and
+dtype of each leaf, values of static arguments). A `Compiled` runs that executable only; it
+type-checks its arguments against the signature (every dynamic argument, also those the
+program does not read) and refuses to be transformed.
+
+    >>> import stagecraft as sc
+    >>> def f(x, y): return 2 * x + y
+    >>> lowered = sc.jit(f).lower(3, 4)
+    >>> compiled = lowered.compile()
+    >>> compiled(3, 4)
+    Array(10, dtype=int32, weak_type=True)
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import optree
+from jaxlib import xla_client as xc
+
+from stagecraft import api, core, tree_util
+from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
+from stagecraft.runtime import client, dispatch
+
+__all__ = ["ArgInfo", "Traced", "Lowered", "Compiled", "CostAnalysis"]
+
+_MAX_LISTED = 5
+
+
+class ArgInfo:
+  """What a stage knows of one dynamic argument leaf: its aval (`shape`, `dtype`,
+  `weak_type`) and whether it is donated."""
+  __slots__ = ("_aval", "donated")
+
+  def __init__(self, aval: ShapedArray, donated: bool):
+    self._aval = aval
+    self.donated = donated
+
+  shape = property(lambda self: self._aval.shape)
+  dtype = property(lambda self: self._aval.dtype)
+  weak_type = property(lambda self: self._aval.weak_type)
+
+  def __repr__(self):
+    return f"ArgInfo({self._aval.str_short()}, donated={self.donated})"
+
+  def __eq__(self, other):
+    return (isinstance(other, ArgInfo) and self._aval == other._aval
+            and self.donated == other.donated)
+
+  def __hash__(self):
+    return hash((self._aval, self.donated))
+
+
+class CostAnalysis(dict):
+  """XLA's cost analysis: property name (`'flops'`, `'bytes accessed'`, ...) -> float.
+
+  NB: older JAX returned a list with one such dict per computation; `costs[0]` returns the
+  dict itself so that code written for either form reads `costs[0]['flops']`.
+  """
+
+  def __getitem__(self, key):
+    if key == 0 and type(key) is int:
+      return self
+    return dict.__getitem__(self, key)
+
+
+def _sds(aval: ShapedArray) -> ShapeDtypeStruct:
+  return ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+class _Signature:
+  """What every stage shares: the traced signature, the jit options and the argument
+  structure (`in_tree` of `(dyn_args, dyn_kwargs)`, one name per leaf)."""
+  __slots__ = ("entry", "in_tree", "arg_names", "in_avals", "donated", "keep_unused", "name",
+               "device")
+
+  def __init__(self, entry, in_tree, arg_names, in_avals, donated, keep_unused, name, device):
+    self.entry = entry
+    self.in_tree = in_tree
+    self.arg_names = arg_names
+    self.in_avals = in_avals
+    self.donated = donated
+    self.keep_unused = keep_unused
+    self.name = name
+    self.device = device
+
+  def args_info(self):
+    infos = [ArgInfo(a, i in self.donated) for i, a in enumerate(self.in_avals)]
+    return optree.tree_unflatten(self.in_tree, infos)
+
+  def out_info(self):
+    return optree.tree_unflatten(self.entry.out_tree,
+                                 [_sds(a) for a in self.entry.jaxpr.out_avals])
+
+
+def trace_jit(wrapped: api.JitWrapped, args: tuple, kwargs: dict) -> Traced:
+  """`jit(f).trace(*args, **kwargs)`: the traced signature of the call (see `Traced`)."""
+  entry, leaves, dev, static_argnums, donated = wrapped._stage(args, kwargs)
+  dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+  dyn = (tuple(args[i] for i in dyn_argnums),
+         {k: v for k, v in kwargs.items() if k not in wrapped._static_argnames})
+  in_tree = api._flatten(dyn)[1]
+  with_paths = tree_util.tree_flatten_with_path(dyn)[0]
+  names, _ = api._arg_names(api._signature(wrapped._fun), dyn_argnums, list(dyn[1]),
+                            with_paths)
+  nconst = len(entry.consts)
+  in_avals = tuple(v.aval for v in entry.jaxpr.jaxpr.invars[nconst:])
+  device = wrapped._device if wrapped._device is not None else dev
+  sig = _Signature(entry, in_tree, names, in_avals, frozenset(donated), wrapped._keep_unused,
+                   api._fun_name(wrapped._fun), device)
+  return Traced(sig)
+
+
+class Traced:
+  """A function traced for one argument signature.
+
+  Attributes:
+    jaxpr: the ClosedJaxpr of the traced function (its consts closed over; the flat dynamic
+      arguments are its invars).
+    out_info: the output pytree of ShapeDtypeStructs.
+    in_tree / out_tree: the tree structures of `(dyn_args, dyn_kwargs)` and of the output.
+    args_info: `(dyn_args, dyn_kwargs)` with an `ArgInfo` per leaf.
+  """
+
+  __slots__ = ("_sig",)
+
+  def __init__(self, sig: _Signature):
+    self._sig = sig
+
+  @property
+  def jaxpr(self) -> ClosedJaxpr:
+    entry = self._sig.entry
+    jaxpr = entry.jaxpr.jaxpr
+    n = len(entry.consts)
+    return ClosedJaxpr(jaxpr.replace(constvars=jaxpr.invars[:n], invars=jaxpr.invars[n:]),
+                       entry.consts)
+
+  out_info = property(lambda self: self._sig.out_info())
+  args_info = property(lambda self: self._sig.args_info())
+  in_tree = property(lambda self: self._sig.in_tree)
+  out_tree = property(lambda self: self._sig.entry.out_tree)
+
+  def lower(self) -> Lowered:
+    """Lowers the traced function to a StableHLO module (unused arguments pruned unless
+    `keep_unused`; static arguments are constants of the module)."""
+    sig = self._sig
+    return Lowered(sig, api.lower_traced(sig.entry, set(sig.donated), sig.keep_unused,
+                                         sig.name))
+
+  def __repr__(self):
+    return f"Traced({self._sig.name})"
+
+
+class Lowered:
+  """A function lowered to a StableHLO module for one argument signature.
+
+  Attributes:
+    in_tree / out_tree, args_info, out_info: as on `Traced`.
+  """
+
+  __slots__ = ("_sig", "_lowered", "_computation")
+
+  def __init__(self, sig: _Signature, lowered: api.LoweredSignature):
+    self._sig = sig
+    self._lowered = lowered
+    self._computation = None
+
+  out_info = property(lambda self: self._sig.out_info())
+  args_info = property(lambda self: self._sig.args_info())
+  in_tree = property(lambda self: self._sig.in_tree)
+  out_tree = property(lambda self: self._sig.entry.out_tree)
+
+  def _xla_computation(self):
+    if self._computation is None:
+      self._computation = xc._xla.mlir.mlir_module_to_xla_computation(
+          self._lowered.text, use_tuple_args=False, return_tuple=False)
+    return self._computation
+
+  def as_text(self, dialect: str = "stablehlo") -> str:
+    """The module as text.
+
+    Args:
+      dialect: `"stablehlo"` (the module handed to XLA) or `"hlo"` (XLA's HLO text of it,
+        before optimization).
+
+    Raises:
+      ValueError: for another dialect.
+    """
+    if dialect == "stablehlo":
+      return self._lowered.text
+    if dialect == "hlo":
+      return self._xla_computation().as_hlo_text()
+    raise ValueError(f"Lowered.as_text: unknown dialect {dialect!r}; expected 'stablehlo' "
+                     f"or 'hlo'.")
+
+  def compiler_ir(self, dialect: str = "stablehlo"):
+    """The module in the compiler's representation.
+
+    Args:
+      dialect: `"stablehlo"` gives the module text (str); `"hlo"` gives XLA's computation
+        object (`as_hlo_text()`, `as_serialized_hlo_module_proto()`, `as_hlo_dot_graph()`).
+
+    Raises:
+      ValueError: for another dialect.
+    """
+    if dialect == "stablehlo":
+      return self._lowered.text
+    if dialect == "hlo":
+      return self._xla_computation()
+    raise ValueError(f"Lowered.compiler_ir: unknown dialect {dialect!r}; expected "
+                     f"'stablehlo' or 'hlo'.")
+
+  def cost_analysis(self) -> CostAnalysis:
+    """XLA's HLO cost analysis of the unoptimized module (`'flops'`, `'bytes accessed'`,
+    ...), for the default backend."""
+    backend = (self._sig.device or client.default_device()).client
+    return CostAnalysis(xc._xla.hlo_module_cost_analysis(
+        backend, self._xla_computation().as_hlo_module()))
+
+  def compile(self, compiler_options: dict[str, Any] | None = None) -> Compiled:
+    """Compiles the module with XLA.
+
+    Args:
+      compiler_options: XLA options by name (for example
+        `{"xla_cpu_enable_fast_math": False}`), passed as option overrides; None or empty:
+        the defaults (and the in-memory compilation cache).
+
+    Returns:
+      A `Compiled` callable with the dynamic arguments of the signature.
+
+    Raises:
+      TypeError: if `compiler_options` is not a dict of str to bool/int/float/str.
+    """
+    sig = self._sig
+    exe = None
+    if compiler_options:
+      exe = _compile_with_options(self._lowered.text, sig.device, compiler_options)
+    call = api.compile_lowered(self._lowered, sig.device, exe)
+    return Compiled(sig, call)
+
+  def __repr__(self):
+    return f"Lowered({self._sig.name})"
+
+
+def _compile_with_options(text: str, device, options: dict[str, Any]):
+  if not isinstance(options, dict):
+    raise TypeError(f"compile: compiler_options must be a dict of option name to value, got "
+                    f"{type(options).__name__}.")
+  for k, v in options.items():
+    if not isinstance(k, str) or not isinstance(v, (bool, int, float, str)):
+      raise TypeError(f"compile: compiler_options must map option names (str) to bool, int, "
+                      f"float or str values; got {k!r}: {v!r}.")
+  device = device or client.default_device()
+  opts = client.compile_options(1, 1, [[device.id]])
+  opts.env_option_overrides = list(options.items())
+  dispatch.compile_count[0] += 1
+  return device.client.compile_and_load(text, client.device_list((device,)), opts)
+
+
+class Compiled:
+  """A function compiled for one argument signature. Call it with the dynamic arguments of
+  that signature (the static ones are built in).
+
+  Raises (on call):
+    TypeError: if the arguments' tree structure differs from `in_tree`, if a leaf's shape or
+      dtype differs from the compiled one (every leaf is checked, also those the program
+      does not read), or if an argument is a tracer (a Compiled cannot be transformed by
+      jit, grad, vmap, ...).
+  """
+
+  # NB: slots, no __dict__: `jit(compiled)` copies a wrapped function's __dict__ onto itself.
+  __slots__ = ("_sig", "_executable")
+
+  def __init__(self, sig: _Signature, call: api._CompiledCall):
+    self._sig = sig
+    self._executable = call
+
+  out_info = property(lambda self: self._sig.out_info())
+  args_info = property(lambda self: self._sig.args_info())
+  in_tree = property(lambda self: self._sig.in_tree)
+  out_tree = property(lambda self: self._sig.entry.out_tree)
+
+  def __call__(self, *args, **kwargs):
+    leaves, tree = api._flatten((args, kwargs))
+    for x in leaves:
+      if isinstance(x, core.Tracer):
+        raise TypeError(
+            f"Cannot apply JAX-style transformations to a function lowered and compiled for a "
+            f"particular signature. Detected argument of Tracer type {type(x)}. Call the "
+            f"jitted function (`jit(f)`) inside transformations instead of its compiled "
+            f"stage.")
+    sig = self._sig
+    if tree != sig.in_tree:
+      raise TypeError(
+          f"Function compiled with input pytree does not match the input pytree it was "
+          f"called with. Compiled for the structure of (args, kwargs)\n  {sig.in_tree}\nand "
+          f"called with\n  {tree}.\nCall with arguments of the compiled structure (static "
+          f"arguments left out), or lower and compile again.")
+    self._check_types(leaves)
+    return self._executable(leaves)
+
+  def _check_types(self, leaves: Sequence[Any]):
+    sig = self._sig
+    fun_name = sig.name
+    mismatches = []
+    for name, x, ref in zip(sig.arg_names, leaves, sig.in_avals):
+      aval = x.aval if type(x) is api.Array else api._abstractify(x, name, fun_name)
+      if aval.shape != ref.shape or aval.dtype != ref.dtype:
+        mismatches.append(f"Argument '{name}' compiled with {ref.str_short()} and called "
+                          f"with {aval.str_short()}")
+    if mismatches:
+      listed = mismatches[:_MAX_LISTED]
+      if len(mismatches) > _MAX_LISTED:
+        listed.append(f"and {len(mismatches) - _MAX_LISTED} more")
+      raise TypeError(
+          "Argument types differ from the types for which this computation was compiled. "
+          "The mismatches are:\n" + "\n".join(listed) +
+          "\nCall with matching types, or lower and compile again for the new types.")
+
+  def as_text(self) -> str:
+    """The optimized HLO text of the executable."""
+    modules = self._executable.exe.hlo_modules()
+    return "\n".join(m.to_string() for m in modules)
+
+  def cost_analysis(self) -> CostAnalysis | None:
+    """XLA's cost analysis of the compiled executable, or None if the backend has none."""
+    try:
+      return CostAnalysis(self._executable.exe.cost_analysis())
+    except (RuntimeError, NotImplementedError):   # NB: backends without a cost model
+      return None
+
+  def memory_analysis(self):
+    """XLA's memory statistics of the executable (`argument_size_in_bytes`,
+    `output_size_in_bytes`, `temp_size_in_bytes`, `generated_code_size_in_bytes`, ...), or
+    None if the backend has none."""
+    try:
+      return self._executable.exe.get_compiled_memory_stats()
+    except (RuntimeError, NotImplementedError):
+      return None
+
+  def runtime_executable(self):
+    """The PJRT loaded executable."""
+    return self._executable.exe
+
+  def __repr__(self):
+    return f"Compiled({self._sig.name})"
