@@ -4,8 +4,16 @@
 A collective reads the axis it names: under `vmap(..., axis_name=...)` its batching rule (an
 axis rule, called even when no operand is batched) computes it over the batch dimension;
 names that belong to an outer axis are passed on to the enclosing transformation. Outside any
-axis of that name it raises NameError. The pmap issue adds their SPMD lowerings; until then a
-collective that reaches lowering is an unbound axis.
+axis of that name it raises NameError.
+
+Lowering: a collective that reaches lowering reads its axes from the module's axis
+environment (`ModuleContext.axis_env`, outermost axis first, as `xla_computation(axis_env=...)`
+and pmap set it up) and becomes a StableHLO collective over replica groups: device `d` of
+an environment `[('i', 4), ('j', 2)]` is `d = i * 2 + j` (the outermost axis varies slowest),
+so `psum(x, 'i')` reduces over the groups `[[0, 2, 4, 6], [1, 3, 5, 7]]`. A module with one
+partition addresses replicas (`replica_id`, no channels); one with several partitions
+addresses devices by global id (`partition_id`, a channel per collective,
+`use_global_device_ids`). A name the environment does not bind is an unbound axis (NameError).
 
 Semantics (values and the axis names they accept) follow JAX's `lax` collectives.
 """
@@ -21,7 +29,7 @@ from stagecraft.interpreters import ad, batching, lowering
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
            "all_to_all", "psum_p", "pmax_p", "pmin_p", "all_gather_p", "axis_index_p",
-           "ppermute_p", "all_to_all_p"]
+           "ppermute_p", "all_to_all_p", "axis_groups"]
 
 
 def _axis_size(name) -> int:
@@ -47,11 +55,159 @@ def _check_bound(axes):
     _axis_size(n)
 
 
-def _unbound_lowering(name_param: str):
-  def rule(ctx, *args, **params):
-    name = params[name_param]
-    raise _unbound(name[0] if isinstance(name, tuple) else name)
+# ---------------------------------------------------------------------------
+# Lowering against the module's axis environment (replica groups).
+
+
+def _env_positions(ctx, names: Sequence[Any]) -> tuple[list[int], list[int]]:
+  """The positions of `names` in the module's axis environment and the environment's sizes.
+
+  Raises:
+    NameError: for a name the environment does not bind (listing the names it binds).
+  """
+  env = ctx.module.axis_env
+  env_names = [n for n, _ in env]
+  positions = []
+  for name in names:
+    if name not in env_names:
+      raise NameError(f"unbound axis name: {name}. The following axis names (e.g. defined by "
+                      f"pmap or vmap's axis_name) are available to collective operations: "
+                      f"{env_names}")
+    positions.append(env_names.index(name))
+  return positions, [int(s) for _, s in env]
+
+
+def axis_groups(axis_env: Sequence[tuple[Any, int]], names: Sequence[Any]) -> list[list[int]]:
+  """The device groups of a collective over `names` in `axis_env` (outermost axis first).
+
+  Device ids number the environment's grid row-major (the outermost axis varies slowest). Each
+  group holds the devices that differ only in the named axes, ordered by the named axes in
+  the order given; groups are ordered by the remaining axes.
+
+  >>> axis_groups([('i', 4), ('j', 2)], ['i'])
+  [[0, 2, 4, 6], [1, 3, 5, 7]]
+
+  Raises:
+    NameError: for a name `axis_env` does not bind.
+  """
+  env_names = [n for n, _ in axis_env]
+  sizes = [int(s) for _, s in axis_env]
+  for n in names:
+    if n not in env_names:
+      raise _unbound(n)
+  pos = [env_names.index(n) for n in names]
+  ids = np.arange(int(np.prod(sizes, dtype=np.int64))).reshape(sizes)
+  moved = np.moveaxis(ids, pos, list(range(len(pos))))
+  group_size = int(np.prod([sizes[p] for p in pos], dtype=np.int64))
+  return np.reshape(moved, (group_size, -1)).T.tolist()
+
+
+def _replica_groups(ctx, names: Sequence[Any], axis_index_groups=None) -> list[list[int]]:
+  _env_positions(ctx, names)
+  groups = axis_groups(ctx.module.axis_env, names)
+  if axis_index_groups is not None:
+    groups = [[g[i] for i in sub] for g in groups for sub in axis_index_groups]
+  return groups
+
+
+def _groups_attr(groups: Sequence[Sequence[int]]) -> str:
+  rows = ", ".join("[" + ", ".join(str(int(i)) for i in g) + "]" for g in groups)
+  n, m = len(groups), len(groups[0]) if groups else 0
+  return f"replica_groups = dense<[{rows}]> : tensor<{n}x{m}xi64>"
+
+
+def _spmd(ctx) -> bool:
+  return ctx.module.num_partitions > 1
+
+
+def _channel_attrs(ctx, *, global_ids: bool = True) -> list[str]:
+  """A channel handle (and global device ids) for a collective of an SPMD module; nothing
+  for a module of replicas."""
+  if not _spmd(ctx):
+    return []
+  attrs = [f"channel_handle = #stablehlo.channel_handle<handle = {ctx.module.new_channel()}, "
+           f"type = 1>"]
+  if global_ids:
+    attrs.append("use_global_device_ids")
+  return attrs
+
+
+def _reduction_lowering(scalar_op: str, bool_op: str):
+  """Lowers psum/pmax/pmin: one `all_reduce` per operand over the axes' replica groups."""
+  def rule(ctx, *args, axes, axis_index_groups):
+    groups = _replica_groups(ctx, axes, axis_index_groups)
+    outs = []
+    for x, aval in zip(args, ctx.avals_in):
+      scalar = ShapedArray((), aval.dtype)
+      op = bool_op if aval.dtype == dtypes.bool_ else scalar_op
+
+      def body(a, b, op=op, scalar=scalar):
+        return [ctx.elementwise(op, a, b, aval=scalar)]
+      region = ctx.region([scalar, scalar], [scalar], body)
+      attrs = ", ".join([*_channel_attrs(ctx), _groups_attr(groups)])
+      outs += ctx.op("stablehlo.all_reduce", [x], [aval], attrs, [region],
+                     operand_avals=[aval])
+    return outs
   return rule
+
+
+def _axis_index_lowering(ctx, *, axis_name):
+  names = _names(axis_name)
+  positions, sizes = _env_positions(ctx, names)
+  # The index along several axes counts them row-major in the order named.
+  u32 = ShapedArray((), np.dtype(np.uint32))
+  dev = ctx.fb.fresh()
+  ctx.fb.emit(f"{dev} = stablehlo.{'partition_id' if _spmd(ctx) else 'replica_id'} : "
+              f"tensor<ui32>")
+  total = None
+  for p in positions:
+    stride = int(np.prod(sizes[p + 1:], dtype=np.int64))
+    q = ctx.elementwise("stablehlo.divide", dev, ctx.constant(stride, u32), aval=u32)
+    r = ctx.elementwise("stablehlo.remainder", q, ctx.constant(sizes[p], u32), aval=u32)
+    if total is None:
+      total = r
+    else:
+      t = ctx.elementwise("stablehlo.multiply", total, ctx.constant(sizes[p], u32), aval=u32)
+      total = ctx.elementwise("stablehlo.add", t, r, aval=u32)
+  out = ctx.fb.fresh()
+  ctx.fb.emit(f"{out} = stablehlo.convert {total} : (tensor<ui32>) -> "
+              f"{lowering.ir_type(ctx.avals_out[0])}")
+  return [out]
+
+
+def _all_gather_lowering(ctx, x, *, axis_name, axis, tiled, axis_size):
+  groups = _replica_groups(ctx, _names(axis_name))
+  aval_in, aval_out = ctx.avals_in[0], ctx.avals_out[0]
+  if not tiled:
+    shape = list(aval_in.shape)
+    shape.insert(axis, 1)
+    expanded = aval_in.update(shape=tuple(shape))
+    dims = [d for d in range(len(shape)) if d != axis]
+    x = ctx.op("stablehlo.broadcast_in_dim", [x], [expanded],
+               f"broadcast_dimensions = {lowering.i64_array(dims)}")[0]
+    aval_in = expanded
+  attrs = ", ".join([f"all_gather_dim = {axis} : i64", *_channel_attrs(ctx),
+                     _groups_attr(groups)])
+  return ctx.op("stablehlo.all_gather", [x], [aval_out], attrs, operand_avals=[aval_in])
+
+
+def _ppermute_lowering(ctx, x, *, axis_name, perm):
+  groups = _replica_groups(ctx, _names(axis_name))
+  pairs = [(g[s], g[t]) for g in groups for s, t in perm]
+  body = ", ".join(f"[{s}, {t}]" for s, t in pairs)
+  attrs = [*_channel_attrs(ctx, global_ids=False)]
+  attrs.append(f"source_target_pairs = dense<[{body}]> : tensor<{len(pairs)}x2xi64>"
+               if pairs else "source_target_pairs = dense<> : tensor<0x2xi64>")
+  return ctx.op("stablehlo.collective_permute", [x], attrs=", ".join(attrs))
+
+
+def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_size):
+  groups = _replica_groups(ctx, _names(axis_name))
+  attrs = ", ".join([f"split_dimension = {split_axis} : i64",
+                     f"concat_dimension = {concat_axis} : i64",
+                     f"split_count = {axis_size} : i64", *_channel_attrs(ctx, global_ids=False),
+                     _groups_attr(groups)])
+  return ctx.op("stablehlo.all_to_all", [x], attrs=attrs)
 
 
 def _unbound_impl(name_param: str):
@@ -77,13 +233,15 @@ def _reduction_prim(name: str):
 
   p.def_abstract_eval(abstract_eval)
   p.def_impl(impl)
-  lowering.register_lowering(p, _unbound_lowering("axes"))
   return p
 
 
 psum_p = _reduction_prim("psum")
 pmax_p = _reduction_prim("pmax")
 pmin_p = _reduction_prim("pmin")
+lowering.register_lowering(psum_p, _reduction_lowering("stablehlo.add", "stablehlo.or"))
+lowering.register_lowering(pmax_p, _reduction_lowering("stablehlo.maximum", "stablehlo.or"))
+lowering.register_lowering(pmin_p, _reduction_lowering("stablehlo.minimum", "stablehlo.and"))
 
 
 def _reduction_batcher(prim, reduce_fn, unbatched_fn):
@@ -228,7 +386,7 @@ def _axis_index_batcher(axis_data, args, dims, *, axis_name):
 
 axis_index_p.def_abstract_eval(_axis_index_abstract_eval)
 axis_index_p.def_impl(_unbound_impl("axis_name"))
-lowering.register_lowering(axis_index_p, _unbound_lowering("axis_name"))
+lowering.register_lowering(axis_index_p, _axis_index_lowering)
 batching.axis_primitive_batchers[axis_index_p] = _axis_index_batcher
 ad.defjvp_zero(axis_index_p)
 
@@ -292,7 +450,7 @@ def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size):
 
 all_gather_p.def_abstract_eval(_all_gather_abstract_eval)
 all_gather_p.def_impl(_unbound_impl("axis_name"))
-lowering.register_lowering(all_gather_p, _unbound_lowering("axis_name"))
+lowering.register_lowering(all_gather_p, _all_gather_lowering)
 batching.axis_primitive_batchers[all_gather_p] = _all_gather_batcher
 ad.deflinear(all_gather_p, _all_gather_transpose)
 
@@ -362,7 +520,7 @@ def _ppermute_transpose(ct, x, *, axis_name, perm):
 
 ppermute_p.def_abstract_eval(_ppermute_abstract_eval)
 ppermute_p.def_impl(_unbound_impl("axis_name"))
-lowering.register_lowering(ppermute_p, _unbound_lowering("axis_name"))
+lowering.register_lowering(ppermute_p, _ppermute_lowering)
 batching.axis_primitive_batchers[ppermute_p] = _ppermute_batcher
 ad.deflinear(ppermute_p, _ppermute_transpose)
 
@@ -436,7 +594,7 @@ def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_siz
 
 all_to_all_p.def_abstract_eval(_all_to_all_abstract_eval)
 all_to_all_p.def_impl(_unbound_impl("axis_name"))
-lowering.register_lowering(all_to_all_p, _unbound_lowering("axis_name"))
+lowering.register_lowering(all_to_all_p, _all_to_all_lowering)
 batching.axis_primitive_batchers[all_to_all_p] = _all_to_all_batcher
 ad.deflinear(all_to_all_p, _all_to_all_transpose)
 
