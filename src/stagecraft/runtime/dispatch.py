@@ -5,6 +5,7 @@ Eager `prim.bind(*arrays)` lowers a one-equation jaxpr, compiles it once per
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Sequence
 
@@ -14,7 +15,8 @@ from jaxlib import xla_client as xc
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.interpreters import lowering
-from stagecraft.runtime import client
+from stagecraft.config import config
+from stagecraft.runtime import cache, client
 from stagecraft.runtime.array import Array
 
 try:  # the runtime's own array type, accepted wherever an Array is
@@ -143,8 +145,16 @@ compile_count = [0]   # number of XLA compilations (tests and benchmarks read it
 
 def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_replicas: int = 1,
                    num_partitions: int = 1) -> Any:
-  """Compiles StableHLO `text` for `devices` (default: the default device); cached in memory
-  on the text and options."""
+  """Compiles StableHLO `text` for `devices` (default: the default device).
+
+  Cached in memory on the text and options, and, when `config.compilation_cache_dir` is set,
+  on disk (runtime/cache.py): an in-memory miss first looks for an entry there (keyed on the
+  text, options, device kind and jaxlib version) and stores what it compiles. A bad entry
+  or an unusable directory warns and compiles; it never fails the call.
+
+  Returns:
+    the runtime LoadedExecutable.
+  """
   devs = tuple(devices) if devices is not None else (client.default_device(),)
   key = (text, devs, num_replicas, num_partitions)
   exe = _compile_cache.get(key)
@@ -159,8 +169,17 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       ids = np.array([d.id for d in devs])
       assignment = ids.reshape(num_replicas, num_partitions)
       opts = client.compile_options(num_replicas, num_partitions, assignment)
-      exe = backend.compile_and_load(text, client.device_list(devs), opts)
-      compile_count[0] += 1
+      cache_dir = config.compilation_cache_dir
+      disk_key = None
+      if cache_dir:
+        cache_dir = os.fspath(cache_dir)
+        disk_key = cache.cache_key(text, devs, num_replicas, num_partitions)
+        exe = cache.lookup(cache_dir, disk_key, devs, opts)
+      if exe is None:
+        exe = backend.compile_and_load(text, client.device_list(devs), opts)
+        compile_count[0] += 1
+        if disk_key is not None:
+          cache.store(cache_dir, disk_key, exe)
       _compile_cache[key] = exe
   return exe
 

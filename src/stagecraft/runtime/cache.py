@@ -1,0 +1,320 @@
+"""Executable serialization and the persistent (on-disk) compilation cache.
+
+Serialized executables are the PJRT runtime's own bytes (`client.serialize_executable`)
+wrapped in a stagecraft header, so a reader can tell what it holds before handing any bytes
+to the runtime::
+
+  magic          8 bytes   b"SCEXEC\\x00\\x01"
+  sizes          16 bytes  big-endian: format version (u16), jaxlib version length (u16),
+                           metadata length (u32), payload length (u64)
+  jaxlib version UTF-8 text
+  metadata       JSON (UTF-8): {"meta": <caller's dict>, "devices": [...], ...}
+  checksum       32 bytes  SHA-256 of everything above it followed by the payload
+  payload        the runtime's serialized executable
+
+Nothing is ever unpickled: the metadata is JSON and the payload goes only to the runtime's
+deserializer after its checksum matched. A cache entry whose header or checksum does not
+match is removed and the program recompiled.
+
+The cache directory is `stagecraft.config.compilation_cache_dir` (env
+`STAGECRAFT_COMPILATION_CACHE_DIR`); `dispatch.compile_module` consults it on every in-memory
+miss. Entries are written to a temporary file in the same directory and moved into place with
+`os.replace`, so readers never see a partial file and two processes storing the same key both
+succeed (the last rename wins; both wrote the same program).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+import threading
+import warnings
+from typing import Any, Sequence
+
+import jaxlib
+
+from stagecraft.runtime import client
+
+#: The version of the header layout below; bump it when the layout changes.
+FORMAT_VERSION = 1
+#: The jaxlib that wrote (and may read) the runtime payload.
+JAXLIB_VERSION: str = jaxlib.__version__
+
+_MAGIC = b"SCEXEC\x00\x01"
+_SIZES = struct.Struct(">HHIQ")   # format version, jaxlib version len, meta len, payload len
+_DIGEST = 32
+_SUFFIX = ".scexe"
+
+#: Counters of the persistent cache in this process (tests and benchmarks read them):
+#: hits, misses (no entry), writes, corrupt (entries dropped), errors (I/O failures).
+stats: dict[str, int] = {"hits": 0, "misses": 0, "writes": 0, "corrupt": 0, "errors": 0}
+_stats_lock = threading.Lock()
+
+
+def reset_stats() -> None:
+  """Sets every counter of `stats` back to 0."""
+  with _stats_lock:
+    for k in stats:
+      stats[k] = 0
+
+
+def _count(name: str) -> None:
+  with _stats_lock:
+    stats[name] += 1
+
+
+class CorruptExecutableError(ValueError):
+  """Serialized executable bytes that are truncated, damaged, or not ours."""
+
+
+class VersionMismatchError(ValueError):
+  """Serialized executable bytes written by another header format or jaxlib version."""
+
+
+# ---------------------------------------------------------------------------
+# The byte format
+
+
+def _pack(payload: bytes, header: dict, jaxlib_version: str | None = None,
+          format_version: int | None = None) -> bytes:
+  ver = (JAXLIB_VERSION if jaxlib_version is None else jaxlib_version).encode()
+  fmt = FORMAT_VERSION if format_version is None else format_version
+  meta = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+  head = _MAGIC + _SIZES.pack(fmt, len(ver), len(meta), len(payload)) + ver + meta
+  digest = hashlib.sha256(head)
+  digest.update(payload)
+  return b"".join((head, digest.digest(), payload))
+
+
+def _unpack(data: bytes) -> tuple[dict, bytes]:
+  """(header dict, payload) of `data`.
+
+  Raises:
+    CorruptExecutableError: bad magic, truncated data, bad checksum or bad metadata.
+    VersionMismatchError: another format version or jaxlib version wrote `data`.
+  """
+  if not isinstance(data, (bytes, bytearray, memoryview)):
+    raise TypeError(f"expected the bytes of a serialized executable, got "
+                    f"{type(data).__name__}.")
+  data = bytes(data)
+  n0 = len(_MAGIC)
+  if data[:n0] != _MAGIC:
+    raise CorruptExecutableError(
+        f"these {len(data)} bytes are not a stagecraft serialized executable (they do not "
+        f"start with the magic {_MAGIC!r}); pass bytes made by serialize_executable or "
+        f"Compiled.serialize().")
+  if len(data) < n0 + _SIZES.size:
+    raise CorruptExecutableError(
+        f"serialized executable truncated: {len(data)} bytes, shorter than its header.")
+  fmt, nver, nmeta, npay = _SIZES.unpack_from(data, n0)
+  if fmt != FORMAT_VERSION:
+    raise VersionMismatchError(
+        f"cannot load this serialized executable: it has stagecraft format version {fmt}, "
+        f"but this stagecraft reads format version {FORMAT_VERSION}. Recompile the function "
+        f"(and serialize it again) with this version.")
+  off = n0 + _SIZES.size
+  ver = data[off:off + nver].decode("utf-8", "replace")
+  if len(data) >= off + nver and ver != JAXLIB_VERSION:
+    raise VersionMismatchError(
+        f"cannot load this serialized executable: it was written by jaxlib {ver}, but this "
+        f"process runs jaxlib {JAXLIB_VERSION}; executables only load in the jaxlib version "
+        f"that compiled them. Recompile the function (and serialize it again) here.")
+  off += nver
+  expected = off + nmeta + _DIGEST + npay
+  if len(data) != expected:
+    raise CorruptExecutableError(
+        f"serialized executable has {len(data)} bytes but its header announces {expected} "
+        f"(truncated or padded).")
+  meta_bytes = data[off:off + nmeta]
+  off += nmeta
+  digest = data[off:off + _DIGEST]
+  payload = data[off + _DIGEST:]
+  h = hashlib.sha256(data[:off])
+  h.update(payload)
+  if h.digest() != digest:
+    raise CorruptExecutableError("serialized executable is damaged: its SHA-256 checksum "
+                                 "does not match its contents.")
+  try:
+    header = json.loads(meta_bytes.decode("utf-8"))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:  # pragma: no cover (checksummed)
+    raise CorruptExecutableError(f"serialized executable metadata unreadable: {e}") from None
+  if not isinstance(header, dict):  # pragma: no cover
+    raise CorruptExecutableError("serialized executable metadata is not a JSON object.")
+  return header, payload
+
+
+# ---------------------------------------------------------------------------
+# Public serialization API
+
+
+def serialize_executable(exe: Any, meta: dict | None = None) -> bytes:
+  """The bytes of a compiled executable and `meta`, loadable by `deserialize_executable`.
+
+  Args:
+    exe: a runtime LoadedExecutable (from `dispatch.compile_module`).
+    meta: a dict of JSON-able values (str keys; str, int, float, bool, None, lists, dicts)
+      stored alongside, e.g. input/output avals and tree descriptions for a Compiled.
+
+  Returns:
+    bytes: header (magic, format version, jaxlib version, lengths, SHA-256) + payload.
+
+  Raises:
+    TypeError: if `meta` is not a dict of JSON-able values.
+  """
+  meta = {} if meta is None else meta
+  if not isinstance(meta, dict):
+    raise TypeError(f"serialize_executable: meta must be a dict of JSON-able values, got "
+                    f"{type(meta).__name__}.")
+  devs = list(exe.local_devices())
+  header = {"meta": meta, "devices": [d.id for d in devs],
+            "platform": devs[0].platform if devs else None,
+            "device_kind": devs[0].device_kind if devs else None}
+  try:
+    json.dumps(header)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"serialize_executable: meta must hold only JSON-able values "
+                    f"(str, int, float, bool, None, list, dict): {e}") from None
+  payload = exe.client.serialize_executable(exe)
+  return _pack(payload, header)
+
+
+def deserialize_executable(data: bytes, devices: Sequence[Any] | None = None
+                           ) -> tuple[Any, dict]:
+  """Loads bytes made by `serialize_executable`, without recompiling.
+
+  Args:
+    data: the bytes.
+    devices: the devices to load onto (default: the devices of this process's default
+      backend with the ids the executable was compiled for).
+
+  Returns:
+    (exe, meta): the runtime LoadedExecutable and the caller's `meta` dict.
+
+  Raises:
+    ValueError (VersionMismatchError): if another stagecraft format version or jaxlib version
+      wrote `data`; the message names both versions.
+    ValueError (CorruptExecutableError): if `data` is truncated, damaged or not ours.
+    ValueError: if the devices it was compiled for do not exist here.
+  """
+  header, payload = _unpack(data)
+  if devices is None:
+    devices = _devices_by_id(header.get("devices") or [client.default_device().id],
+                             header.get("platform"))
+  exe = _load(payload, tuple(devices))
+  return exe, header.get("meta", {})
+
+
+def _devices_by_id(ids, platform):
+  backend = client.get_backend(None if platform in (None, client.default_device().platform)
+                               else platform)
+  by_id = {d.id: d for d in backend.local_devices()}
+  missing = [i for i in ids if i not in by_id]
+  if missing:
+    raise ValueError(f"the serialized executable was compiled for devices {list(ids)}, but "
+                     f"this process has only devices {sorted(by_id)}; start the process with "
+                     f"as many devices (or pass devices=...).")
+  return [by_id[i] for i in ids]
+
+
+def _load(payload: bytes, devs: tuple, opts=None) -> Any:
+  backend = devs[0].client
+  return backend.deserialize_executable(payload, client.device_list(devs), opts)
+
+
+# ---------------------------------------------------------------------------
+# The persistent compilation cache
+
+
+def cache_key(text: str, devs: Sequence[Any], num_replicas: int, num_partitions: int) -> str:
+  """Hex SHA-256 of everything that changes the compiled program: the StableHLO `text`,
+  the compile options (replicas, partitions, device assignment), the platform and device
+  kind, the jaxlib version, this format version and `XLA_FLAGS`."""
+  d0 = devs[0]
+  h = hashlib.sha256()
+  parts = (f"format={FORMAT_VERSION}", f"jaxlib={JAXLIB_VERSION}", f"platform={d0.platform}",
+           f"kind={d0.device_kind}", f"platform_version={d0.client.platform_version}",
+           f"replicas={num_replicas}", f"partitions={num_partitions}",
+           "devices=" + ",".join(str(d.id) for d in devs),
+           f"xla_flags={os.environ.get('XLA_FLAGS', '')}")
+  for p in parts:
+    h.update(p.encode())
+    h.update(b"\x00")
+  h.update(text.encode())
+  return h.hexdigest()
+
+
+def _entry_path(cache_dir: str, key: str) -> str:
+  return os.path.join(cache_dir, key + _SUFFIX)
+
+
+def _warn(msg: str) -> None:
+  warnings.warn(f"stagecraft persistent compilation cache: {msg} Compiling without it.",
+                RuntimeWarning, stacklevel=4)
+
+
+def lookup(cache_dir: str, key: str, devs: tuple, opts=None) -> Any | None:
+  """The executable stored under `key` in `cache_dir`, or None (a miss). A corrupt,
+  truncated or foreign entry is removed (counted in `stats["corrupt"]`) and is a miss;
+  never raises for a bad entry or an unreadable directory (it warns)."""
+  path = _entry_path(cache_dir, key)
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except FileNotFoundError:
+    _count("misses")
+    return None
+  except OSError as e:
+    _count("errors")
+    _count("misses")
+    _warn(f"cannot read {path}: {e}.")
+    return None
+  try:
+    _, payload = _unpack(data)
+    exe = _load(payload, devs, opts)
+  except Exception as e:   # noqa: BLE001 (any bad entry is dropped, never fatal)
+    _count("corrupt")
+    _count("misses")
+    _remove(path)
+    warnings.warn(f"stagecraft persistent compilation cache: dropped the bad entry {path} "
+                  f"({e}); recompiling.", RuntimeWarning, stacklevel=3)
+    return None
+  _count("hits")
+  return exe
+
+
+def _remove(path: str) -> None:
+  try:
+    os.remove(path)
+  except OSError:
+    pass
+
+
+def store(cache_dir: str, key: str, exe: Any) -> bool:
+  """Writes `exe` under `key` in `cache_dir` atomically (temp file + `os.replace`).
+  Returns whether it was written; an I/O failure warns and returns False."""
+  try:
+    data = _pack(exe.client.serialize_executable(exe), {"key": key})
+  except Exception as e:   # noqa: BLE001 (a program the runtime cannot serialize)
+    _count("errors")
+    _warn(f"cannot serialize the executable: {e}.")
+    return False
+  tmp = None
+  try:
+    os.makedirs(cache_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + key[:16] + "-", suffix=_SUFFIX, dir=cache_dir)
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.chmod(tmp, 0o644)   # mkstemp makes it 0600; an entry is no secret
+    os.replace(tmp, _entry_path(cache_dir, key))
+    tmp = None
+  except OSError as e:
+    _count("errors")
+    _warn(f"cannot write to {cache_dir!r}: {e}.")
+    return False
+  finally:
+    if tmp is not None:
+      _remove(tmp)
+  _count("writes")
+  return True
