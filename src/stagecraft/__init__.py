@@ -19,5 +19,7 @@ from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp,
 from stagecraft.custom_derivatives import custom_jvp, custom_vjp
 from stagecraft.ad_checkpoint import checkpoint, remat
 from stagecraft import random, scipy, nn  # after api: they use jit
+from stagecraft import stages
+from stagecraft.xla_computation import xla_computation
 
 __version__ = "0.1.0"
