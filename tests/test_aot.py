@@ -1,5 +1,6 @@
 """AOT stages: jit(f).trace / .lower / .compile — every example of reference/aot.md with its
 documented result, argument checks at call time, refusal of transformations, analyses."""
+import os
 import re
 
 import jax
@@ -361,3 +362,56 @@ def test_module_exports():
   assert isinstance(sc.jit(f).trace(1, 2), stages.Traced)
   assert isinstance(sc.jit(f).lower(1, 2), stages.Lowered)
   assert isinstance(sc.jit(f).lower(1, 2).compile(), stages.Compiled)
+
+
+# ---------------------------------------------------------------------------
+# Compiled.serialize / stages.deserialize_compiled
+
+
+def test_serialize_round_trip_in_a_fresh_process(tmp_path):
+  import subprocess
+  import sys
+  import textwrap
+  from stagecraft import stages
+  w = np.arange(3, dtype=np.float32)
+
+  def f(x, d):   # closes over w (a constant of the executable)
+    return {"y": x * w + d["b"], "s": jnp.sum(x)}
+  compiled = sc.jit(f).lower(np.ones(3, np.float32), {"b": np.float32(2)}).compile()
+  data = compiled.serialize()
+  again = stages.deserialize_compiled(data, compiled.in_tree, compiled.out_tree)
+  out = again(np.ones(3, np.float32), {"b": np.float32(2)})
+  np.testing.assert_allclose(out["y"], w + 2)
+  with pytest.raises(TypeError, match=re.escape("Argument 'x' compiled with f32[3] and called "
+                                                "with f32[4]")):
+    again(np.ones(4, np.float32), {"b": np.float32(2)})
+  (tmp_path / "exe.bin").write_bytes(data)
+  script = textwrap.dedent(f"""
+      import numpy as np, optree
+      import stagecraft as sc
+      from stagecraft import stages
+      from stagecraft.runtime import dispatch
+      in_tree = optree.tree_structure(((np.ones(3), {{"b": 1.0}}), {{}}),
+                                      namespace=sc.tree_util.NAMESPACE)
+      out_tree = optree.tree_structure({{"s": 1.0, "y": 1.0}}, namespace=sc.tree_util.NAMESPACE)
+      c = stages.deserialize_compiled(open({str(tmp_path / "exe.bin")!r}, "rb").read(),
+                                      in_tree, out_tree)
+      out = c(np.full(3, 2, np.float32), {{"b": np.float32(1)}})
+      print(np.asarray(out["y"]).tolist(), float(out["s"]), dispatch.compile_count[0])
+  """)
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+  res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=env, timeout=120)
+  assert res.returncode == 0, res.stderr
+  assert res.stdout.split() == ["[1.0,", "3.0,", "5.0]", "6.0", "0"]
+
+
+def test_deserialize_errors():
+  from stagecraft import stages
+  compiled = sc.jit(lambda x: x + 1).lower(np.float32(1)).compile()
+  data = compiled.serialize()
+  with pytest.raises(ValueError, match="the trees do not fit the executable"):
+    stages.deserialize_compiled(data, sc.tree_util.tree_structure((1.0, 2.0)),
+                                compiled.out_tree)
+  with pytest.raises(ValueError):
+    stages.deserialize_compiled(data[:-7], compiled.in_tree, compiled.out_tree)

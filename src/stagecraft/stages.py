@@ -15,16 +15,18 @@ program does not read) and refuses to be transformed.
 """
 from __future__ import annotations
 
+import base64
 from typing import Any, Sequence
 
+import numpy as np
 import optree
 from jaxlib import xla_client as xc
 
-from stagecraft import api, core, tree_util
+from stagecraft import api, core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
-from stagecraft.runtime import client, dispatch
+from stagecraft.runtime import cache, client, dispatch
 
-__all__ = ["ArgInfo", "Traced", "Lowered", "Compiled", "CostAnalysis"]
+__all__ = ["ArgInfo", "Traced", "Lowered", "Compiled", "CostAnalysis", "deserialize_compiled"]
 
 _MAX_LISTED = 5
 
@@ -344,5 +346,95 @@ class Compiled:
     """The PJRT loaded executable."""
     return self._executable.exe
 
+  def serialize(self) -> bytes:
+    """The executable and what calling it needs (argument names and avals, output avals,
+    closed-over constants) as bytes, for `deserialize_compiled` in this or another process
+    with the same jaxlib. The format (`runtime.cache`) has a header with a format version,
+    the jaxlib version and a SHA-256 checksum; no pickle is involved.
+
+    Raises:
+      ValueError: for an executable placed on a non-default device (not supported).
+    """
+    call, sig = self._executable, self._sig
+    if call.device is not None:
+      raise ValueError("Compiled.serialize: only executables for the default device can be "
+                       "serialized; compile without `device=`.")
+    consts = [np.asarray(b) for b in call.const_bufs]
+    meta = {
+        "kind": "stagecraft.Compiled", "name": sig.name, "arg_names": list(sig.arg_names),
+        "in_avals": [_aval_json(a) for a in call.in_avals],
+        "out_avals": [_aval_json(a) for a in call.out_avals],
+        "kept": call.kept, "donated": list(call.donated),
+        "consts": [{"aval": _aval_json(core.get_aval(c)),
+                    "data": base64.b64encode(np.ascontiguousarray(c).tobytes()).decode()}
+                   for c in consts],
+    }
+    return cache.serialize_executable(call.exe, meta)
+
   def __repr__(self):
     return f"Compiled({self._sig.name})"
+
+
+def _aval_json(a: ShapedArray) -> list:
+  return [list(a.shape), a.dtype.name, bool(a.weak_type)]
+
+
+def _aval_from_json(j) -> ShapedArray:
+  shape, dtype, weak = j
+  return ShapedArray(tuple(shape), dtypes.canonicalize_dtype(np.dtype(dtype)), weak)
+
+
+class _LoadedEntry:
+  """The part of a traced signature a deserialized Compiled needs (its outputs)."""
+  __slots__ = ("out_tree", "jaxpr")
+
+  def __init__(self, out_tree, out_avals):
+    self.out_tree = out_tree
+    self.jaxpr = _OutAvals(out_avals)
+
+
+class _OutAvals:
+  __slots__ = ("out_avals",)
+
+  def __init__(self, out_avals):
+    self.out_avals = out_avals
+
+
+def deserialize_compiled(data: bytes, in_tree, out_tree) -> Compiled:
+  """Rebuilds a `Compiled` from `Compiled.serialize()` bytes without tracing or compiling.
+
+  Args:
+    data: the bytes.
+    in_tree: the treedef of the call's `(args, kwargs)` (`compiled.in_tree` when it was
+      serialized); out_tree: the treedef of its output (`compiled.out_tree`).
+
+  Returns:
+    A `Compiled` for the default device, type-checking its arguments as the original did.
+
+  Raises:
+    ValueError: bytes that are not a serialized Compiled, are corrupt, or come from another
+      format or jaxlib version (naming both); trees whose leaf counts disagree with it.
+  """
+  exe, meta = cache.deserialize_executable(data)
+  if meta.get("kind") != "stagecraft.Compiled":
+    raise ValueError("deserialize_compiled: these bytes hold an executable but not a "
+                     "serialized Compiled (Compiled.serialize() makes those).")
+  in_avals = tuple(_aval_from_json(a) for a in meta["in_avals"])
+  out_avals = [_aval_from_json(a) for a in meta["out_avals"]]
+  if in_tree.num_leaves != len(in_avals) or out_tree.num_leaves != len(out_avals):
+    raise ValueError(
+        f"deserialize_compiled: the trees do not fit the executable: in_tree has "
+        f"{in_tree.num_leaves} leaves for {len(in_avals)} arguments and out_tree "
+        f"{out_tree.num_leaves} leaves for {len(out_avals)} outputs. Pass the in_tree and "
+        f"out_tree of the Compiled that was serialized.")
+  consts = []
+  for c in meta["consts"]:
+    aval = _aval_from_json(c["aval"])
+    arr = np.frombuffer(base64.b64decode(c["data"]), aval.dtype).reshape(aval.shape)
+    consts.append(dispatch.to_buffer(arr, aval))
+  kept = meta["kept"]
+  call = api._CompiledCall(exe, kept, consts, list(in_avals), out_avals, out_tree,
+                           tuple(meta["donated"]), "", None)
+  sig = _Signature(_LoadedEntry(out_tree, out_avals), in_tree, tuple(meta["arg_names"]),
+                   in_avals, frozenset(meta["donated"]), False, meta["name"], None)
+  return Compiled(sig, call)
