@@ -450,10 +450,6 @@ def _custom_dce_partial_eval(eqn, unknowns):
             list(out_unknowns))
   known_closed, unknown_closed, out_unknowns = core.memo_on_jaxpr(_pe_cache, fun_jaxpr,
                                                                   unknowns, make)
-  if not any(out_unknowns):
-    # The unknown inputs are dead: the whole call is known, minus those inputs.
-    return None, None, out_unknowns  # pragma: no cover (partial_eval_jaxpr DCEs first)
-
   def known_make(used):
     it = iter(used)
     full = tuple(False if u else next(it) for u in out_unknowns)
@@ -473,10 +469,12 @@ def _custom_dce_partial_eval(eqn, unknowns):
         [v for v, u in zip(eqn.invars, unknowns) if not u],
         [v for v, u in zip(eqn.outvars, out_unknowns) if not u], custom_dce_call_p,
         {"fun_jaxpr": known_closed, "dce_thunk": _Thunk(known_make), "name": name})
-  unknown_eqn = core.JaxprEqn(
-      list(eqn.invars), [v for v, u in zip(eqn.outvars, out_unknowns) if u],
-      custom_dce_call_p,
-      {"fun_jaxpr": unknown_closed, "dce_thunk": _Thunk(unknown_make), "name": name})
+  unknown_eqn = None
+  if any(out_unknowns):   # else the unknown inputs are dead: the call is wholly known
+    unknown_eqn = core.JaxprEqn(
+        list(eqn.invars), [v for v, u in zip(eqn.outvars, out_unknowns) if u],
+        custom_dce_call_p,
+        {"fun_jaxpr": unknown_closed, "dce_thunk": _Thunk(unknown_make), "name": name})
   return known_eqn, unknown_eqn, out_unknowns
 
 
