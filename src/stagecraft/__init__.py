@@ -18,6 +18,7 @@ from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp,
                             make_jaxpr, value_and_grad, vjp, vmap)
 from stagecraft.custom_derivatives import custom_jvp, custom_vjp
 from stagecraft.ad_checkpoint import checkpoint, remat
+from stagecraft.custom_dce import custom_dce
 from stagecraft import random, scipy, nn  # after api: they use jit
 from stagecraft import stages
 from stagecraft.xla_computation import xla_computation
