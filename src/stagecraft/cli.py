@@ -1,0 +1,242 @@
+"""`stagecraft inspect`: print one compilation stage of a function from the command line.
+
+    stagecraft inspect MODULE:FUNCTION --args 'f32[8,784]' 'i32[]' [--static 1=3]
+        --stage jaxpr|stablehlo|hlo|optimized-hlo|dot|cost
+
+MODULE is imported (it must be importable from the current directory or `sys.path`);
+FUNCTION may be a dotted attribute path (`models.MLP.apply`). Each `--args` spec is a dtype
+and a shape (`f32[8,784]`, `float32[3]`, `i32[]` for a scalar) and becomes a
+`ShapeDtypeStruct` filling, in order, the positional arguments that are not static.
+`--static N=VALUE` makes positional argument N static with the Python literal VALUE
+(`ast.literal_eval`), folded into the program as a constant.
+
+Stages: `jaxpr` (the traced jaxpr), `stablehlo` and `hlo` (the lowered module),
+`optimized-hlo` (the HLO after XLA's optimizations), `dot` (a Graphviz graph of the HLO),
+`cost` (XLA's cost analysis of the compiled program, `key: value` lines sorted by key).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import os
+import re
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes
+
+__all__ = ["main", "parse_shape_spec", "parse_static", "resolve_function", "inspect_stage",
+           "STAGES", "DTYPE_NAMES"]
+
+STAGES = ("jaxpr", "stablehlo", "hlo", "optimized-hlo", "dot", "cost")
+
+_DTYPES = (dtypes.bool_, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8,
+           dtypes.uint16, dtypes.uint32, dtypes.uint64, dtypes.bfloat16, dtypes.float16,
+           dtypes.float32, dtypes.float64, dtypes.complex64, dtypes.complex128,
+           dtypes.float8_e4m3fn, dtypes.float8_e5m2)
+
+# Short names as printed in avals (f32, i32, ...) and NumPy's long names (float32, ...).
+DTYPE_NAMES: dict[str, np.dtype] = {}
+for _d in _DTYPES:
+  DTYPE_NAMES[dtypes.short_name(_d)] = _d
+for _d in _DTYPES:
+  DTYPE_NAMES.setdefault(_d.name, _d)
+del _d
+
+_SPEC_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\[\s*([0-9,\s]*)\]\s*$")
+_SPEC_HINT = "expected a dtype and shape like f32[8,784] or i32[]"
+
+
+class CliError(Exception):
+  """A user error on the command line (reported as `stagecraft inspect: error: ...`)."""
+
+
+def parse_shape_spec(spec: str):
+  """Parses `'f32[8,784]'` (or `'float32[8,784]'`, `'i32[]'`) into a `ShapeDtypeStruct`.
+
+  Args:
+    spec: a dtype name (one of `DTYPE_NAMES`) followed by a bracketed, comma-separated list
+      of non-negative dimension sizes; `[]` is a scalar.
+
+  Returns:
+    `stagecraft.ShapeDtypeStruct(shape, dtype)`.
+
+  Raises:
+    CliError: when the spec does not have that form, or names an unknown dtype (the message
+      lists the known names).
+  """
+  from stagecraft.core import ShapeDtypeStruct
+  m = _SPEC_RE.match(spec)
+  if m is None:
+    raise CliError(f"{_SPEC_HINT}, got {spec!r}")
+  name, dims = m.group(1), m.group(2).strip()
+  if name not in DTYPE_NAMES:
+    raise CliError(f"unknown dtype {name!r} in shape spec {spec!r}; known dtypes: "
+                   f"{', '.join(DTYPE_NAMES)}")
+  parts = [p.strip() for p in dims.split(",")] if dims else []
+  if dims.endswith(","):
+    parts = parts[:-1]  # allow a trailing comma: f32[3,]
+  if any(not p for p in parts):
+    raise CliError(f"{_SPEC_HINT}, got {spec!r} (empty dimension)")
+  return ShapeDtypeStruct(tuple(int(p) for p in parts), DTYPE_NAMES[name])
+
+
+def parse_static(spec: str) -> tuple[int, Any]:
+  """Parses a `--static N=VALUE` spec into `(N, value)`.
+
+  Args:
+    spec: `N=VALUE` with N a non-negative integer position and VALUE a Python literal
+      (`3`, `2.5`, `'relu'`, `(1, 2)`, `True`, `None`), read with `ast.literal_eval`.
+
+  Raises:
+    CliError: when there is no `=`, N is not a non-negative integer, or VALUE is not a
+      Python literal.
+  """
+  pos, eq, value = spec.partition("=")
+  if not eq:
+    raise CliError(f"--static: expected N=VALUE (e.g. 1=3 or 2='relu'), got {spec!r}")
+  pos = pos.strip()
+  if not pos.isdigit():
+    raise CliError(f"--static: expected a non-negative integer argument position before '=', "
+                   f"got {pos!r} in {spec!r}")
+  try:
+    val = ast.literal_eval(value.strip())
+  except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+    raise CliError(f"--static: expected a Python literal after '=' (a number, string, tuple, "
+                   f"True/False/None; quote strings: 2=\"'relu'\"), got {value!r} in "
+                   f"{spec!r}") from None
+  return int(pos), val
+
+
+def resolve_function(target: str):
+  """Imports `MODULE:FUNCTION` (FUNCTION may be a dotted attribute path) and returns it.
+
+  Raises:
+    CliError: for a target without `:`, a module that cannot be imported (with the import
+      error), a missing attribute (naming what the object has), or a non-callable result.
+  """
+  mod_name, colon, attr = target.partition(":")
+  if not colon or not mod_name or not attr:
+    raise CliError(f"expected MODULE:FUNCTION (e.g. mypkg.models:predict), got {target!r}")
+  try:
+    obj = importlib.import_module(mod_name)
+  except ImportError as e:
+    raise CliError(f"cannot import module {mod_name!r}: {e} (is it on sys.path / "
+                   f"PYTHONPATH, or in the current directory?)") from None
+  path = mod_name
+  for part in attr.split("."):
+    if not hasattr(obj, part):
+      public = sorted(n for n in dir(obj) if not n.startswith("_"))
+      shown = ", ".join(public[:20]) + (", ..." if len(public) > 20 else "")
+      raise CliError(f"{path!r} has no attribute {part!r} (looking up {target!r}); it has: "
+                     f"{shown or '(nothing public)'}")
+    obj = getattr(obj, part)
+    path = f"{path}.{part}"
+  if not callable(obj):
+    raise CliError(f"{target!r} is a {type(obj).__name__}, not a callable")
+  return obj
+
+
+def _build_args(specs: Sequence[str], statics: Sequence[str]):
+  shapes = [parse_shape_spec(s) for s in specs]
+  static = {}
+  for s in statics:
+    pos, val = parse_static(s)
+    if pos in static:
+      raise CliError(f"--static: argument {pos} given twice")
+    static[pos] = val
+  n = len(shapes) + len(static)
+  out_of_range = sorted(p for p in static if p >= n)
+  if out_of_range:
+    raise CliError(f"--static: position(s) {out_of_range} out of range: there are {n} "
+                   f"positional arguments ({len(shapes)} from --args and {len(static)} static); "
+                   f"positions count from 0 across both")
+  it = iter(shapes)
+  args = [static[i] if i in static else next(it) for i in range(n)]
+  return args, tuple(sorted(static))
+
+
+def inspect_stage(fun, args: Sequence[Any], static_argnums: Sequence[int], stage: str) -> str:
+  """Returns the text of `stage` (one of `STAGES`) of `fun` for the positional `args`.
+
+  `args` holds `ShapeDtypeStruct`s (or arrays) and, at `static_argnums`, static values.
+
+  Raises:
+    ValueError: for a stage not in `STAGES`; whatever tracing/lowering raises.
+  """
+  import stagecraft as sc
+  from stagecraft.xla_computation import xla_computation
+  static_argnums = tuple(static_argnums)
+  if stage == "dot":
+    return xla_computation(fun, static_argnums=static_argnums)(*args).as_hlo_dot_graph()
+  jitted = sc.jit(fun, static_argnums=static_argnums)
+  if stage == "jaxpr":
+    return str(jitted.trace(*args).jaxpr)
+  if stage not in STAGES:
+    raise ValueError(f"unknown stage {stage!r}; expected one of {list(STAGES)}")
+  lowered = jitted.lower(*args)
+  if stage in ("stablehlo", "hlo"):
+    return lowered.as_text(stage)
+  compiled = lowered.compile()
+  if stage == "optimized-hlo":
+    return compiled.as_text()
+  cost = compiled.cost_analysis() or {}
+  return "\n".join(f"{k}: {cost[k]}" for k in sorted(cost))
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+  p = argparse.ArgumentParser(prog="stagecraft",
+                              description="stagecraft command-line tools.")
+  sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+  ins = sub.add_parser(
+      "inspect", help="print one compilation stage of a function",
+      description="Trace, lower or compile MODULE:FUNCTION for argument shapes and print "
+                  "one stage.",
+      epilog="example: stagecraft inspect mymodel:predict --args 'f32[8,784]' 'i32[]' "
+             "--static 2=3 --stage stablehlo")
+  ins.add_argument("target", metavar="MODULE:FUNCTION",
+                   help="module to import and function in it (dotted path allowed)")
+  ins.add_argument("--args", nargs="*", default=[], metavar="SPEC",
+                   help="shape specs of the non-static positional arguments, in order: "
+                        "f32[8,784], i32[] (scalar), float32[3]")
+  ins.add_argument("--static", action="append", default=[], metavar="N=VALUE",
+                   help="positional argument N is static with the Python literal VALUE "
+                        "(repeatable)")
+  ins.add_argument("--stage", choices=STAGES, default="jaxpr",
+                   help="what to print (default: jaxpr)")
+  ins.add_argument("--x64", action="store_true",
+                   help="enable 64-bit types (else f64/i64 specs are narrowed to 32 bits)")
+  return p, ins
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Entry point of the `stagecraft` command; returns the exit status.
+
+  Usage errors (bad shape spec, unknown dtype, module not importable, missing function, bad
+  `--static`, unknown stage) print `stagecraft inspect: error: ...` to stderr and exit with
+  status 2 (`SystemExit`), as argparse does. When the function itself fails to trace, lower
+  or compile, the exception is printed to stderr and the status is 1.
+  """
+  parser, inspect_parser = _parser()
+  ns = parser.parse_args(argv)
+  if os.getcwd() not in sys.path and "" not in sys.path:
+    sys.path.insert(0, os.getcwd())  # as `python -m` does: import modules from here
+  try:
+    fun = resolve_function(ns.target)
+    args, static_argnums = _build_args(ns.args, ns.static)
+  except CliError as e:
+    inspect_parser.error(str(e))
+  import stagecraft as sc
+  try:
+    with sc.enable_x64(ns.x64):
+      text = inspect_stage(fun, args, static_argnums, ns.stage)
+  except Exception as e:  # the user's function failed to trace/lower/compile
+    sys.stderr.write(f"stagecraft inspect: error: stage {ns.stage!r} of {ns.target} failed for "
+                     f"arguments {args!r}: {type(e).__name__}: {e}\n")
+    return 1
+  sys.stdout.write(text if text.endswith("\n") else text + "\n")
+  return 0
+
