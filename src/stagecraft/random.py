@@ -15,10 +15,10 @@ keys. Floats come from the top mantissa bits, as in JAX's `uniform`.
 Every sampler is a jitted function of the key data (shapes and dtypes static), so eager
 calls compile once per signature, as JAX's do.
 
-Not yet: `gamma`, `loggamma`, `beta`, `dirichlet` (and what builds on them: `t`,
-`chisquare`, `f`, `generalized_normal`, `ball`), `poisson`, `binomial`: JAX samples them with
-rejection loops (`lax.while_loop`), which arrive with control flow; they raise
-NotImplementedError. 64-bit draws need x64, which this module does not support.
+The gamma family (`gamma`, `loggamma`, `beta`, `dirichlet`, `t`, `chisquare`, `f`,
+`generalized_normal`, `ball`), `poisson` and `binomial` use JAX's rejection samplers in
+`while_loop`s with JAX's key splitting, so they draw JAX's samples too (up to rounding where
+an acceptance test is close). 64-bit draws need x64, which this module does not support.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ import numpy as np
 
 from stagecraft import dtypes, lax, tree_util
 from stagecraft import numpy as jnp
-from stagecraft.api import jit
+from stagecraft.api import jit, vmap
+from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.lax import random_bits, utils as lax_utils
 from stagecraft.lax.shape import canonicalize_shape
 from stagecraft.numpy.lax_numpy import promote_dtypes_inexact
@@ -42,6 +43,7 @@ __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data
            "laplace", "logistic", "exponential", "cauchy", "rademacher", "maxwell",
            "double_sided_maxwell", "pareto", "weibull_min", "lognormal", "rayleigh",
            "triangular", "wald", "geometric", "gamma", "loggamma", "beta", "dirichlet",
+           "t", "chisquare", "f", "generalized_normal", "ball", "poisson", "binomial",
            "default_prng_impl", "key_dtype"]
 
 _u32 = np.dtype(np.uint32)
@@ -1280,21 +1282,664 @@ def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
                  p.ndim == 1)
 
 
+def _check_all_safe_to_cast(name: str, dtype: np.dtype, *args) -> None:
+  """JAX's check for parameters of `beta`, `t`, `chisquare`, `f`: each must promote to the
+  sample dtype (Python scalars always do), e.g. no float32 array for float16 samples.
+
+  Raises:
+    TypePromotionError (a ValueError): for a parameter whose dtype does not.
+  """
+  for arg in args:
+    if dtypes.dtype(arg) != dtype and dtypes.result_type(arg, dtype) != dtype:
+      raise dtypes.TypePromotionError(
+          f"In arguments to {name}, cannot safely cast argument of type "
+          f"{dtypes.dtype(arg, canonicalize=True)} to {dtype}")
+
+
 # ---------------------------------------------------------------------------
-# Gamma family: JAX's Marsaglia-Tsang rejection loop needs `while_loop`.
+# Gamma family: Marsaglia-Tsang rejection in `lax.while_loop`, one loop per element under
+# `vmap` (JAX's `_gamma_one` / `_gamma_impl`), so the stream is JAX's.
 
 
-def _needs_control_flow(name):
-  def f(*args, **kwargs):
-    raise NotImplementedError(
-        f"stagecraft.random.{name} needs lax.while_loop (JAX's Marsaglia-Tsang rejection "
-        f"sampler loops until acceptance), which arrives with the control-flow issue.")
-  f.__name__ = f.__qualname__ = name
-  f.__doc__ = f"`stagecraft.random.{name}`: not implemented yet (needs `lax.while_loop`)."
-  return f
+def _gamma_one(data, alpha, log_space: bool):
+  """One Gamma(alpha) sample (its log if `log_space`) from key data `u32[2]`, `alpha: T[]`.
+
+  Algorithm: Marsaglia and Tsang, "A simple method for generating gamma variables" (2000),
+  as JAX's `_gamma_one`: with `d = alpha - 1/3`, `c = 1 / (3 sqrt d)`, draw normals x until
+  `v = 1 + c x > 0`, accept `d v^3` when `u < 1 - 0.0331 x^4` or
+  `log u < x^2 / 2 + d (1 - v^3 + log v^3)`. For `alpha < 1` sample `Gamma(alpha + 1)` and
+  multiply by `u^(1/alpha)` (the boost); in log space add `-e / alpha`, e exponential.
+  """
+  dtype = alpha.dtype
+  zero, one, two, minus_one = (np.array(v, dtype) for v in (0, 1, 2, -1))
+  one_over_two, one_over_three = np.array(0.5, dtype), np.array(1. / 3., dtype)
+  squeeze_const = np.array(0.0331, dtype)
+  boost_mask = lax.ge(alpha, one)
+  alpha_orig = alpha
+  alpha = lax.select(boost_mask, alpha, lax.add(alpha, one))
+  d = lax.sub(alpha, one_over_three)
+  c = lax.div(one_over_three, lax.sqrt(d))
+
+  def cond_fn(kXVU):
+    _, X, V, U = kXVU
+    # NB: both tests are evaluated (as JAX: a `cond` would not batch better).
+    return lax.bitwise_and(
+        lax.ge(U, lax.sub(one, lax.mul(squeeze_const, lax.mul(X, X)))),
+        lax.ge(lax.log(U), lax.add(lax.mul(X, one_over_two),
+                                   lax.mul(d, lax.add(lax.sub(one, V), lax.log(V))))))
+
+  def next_kxv(kxv):
+    keys = _split_data(kxv[0], (2,))
+    x = _normal_real(keys[1], (), dtype)
+    return keys[0], x, lax.add(one, lax.mul(x, c))
+
+  def body_fn(kXVU):
+    keys = _split_data(kXVU[0], (3,))
+    _, x, v = lax.while_loop(lambda kxv: lax.le(kxv[2], zero), next_kxv,
+                             (keys[1], zero, minus_one))
+    X = lax.mul(x, x)
+    V = lax.mul(lax.mul(v, v), v)
+    U = _uniform_impl(keys[2], 0., 1., (), dtype)
+    return keys[0], X, V, U
+
+  keys = _split_data(data, (2,))
+  # The initial state makes cond_fn true: U = 2 passes both tests.
+  _, _, V, _ = lax.while_loop(cond_fn, body_fn, (keys[0], zero, one, two))
+  subkey = keys[1]
+  if log_space:
+    log_samples = lax.neg(_exponential(subkey, (), dtype))
+    log_boost = lax.select(lax.bitwise_or(boost_mask, lax.eq(log_samples, zero)), zero,
+                           lax.mul(log_samples, lax.div(one, alpha_orig)))
+    return lax.add(lax.add(lax.log(d), lax.log(V)), log_boost)
+  samples = lax.sub(one, _uniform_impl(subkey, 0., 1., (), dtype))
+  boost = lax.select(boost_mask, one, lax.pow(samples, lax.div(one, alpha_orig)))
+  return lax.mul(lax.mul(d, V), boost)
 
 
-gamma = _needs_control_flow("gamma")
-loggamma = _needs_control_flow("loggamma")
-beta = _needs_control_flow("beta")
-dirichlet = _needs_control_flow("dirichlet")
+def _gamma_batched(data, a, log_space: bool):
+  """Samples `T[*s]` for `a: T[*s]`: one key per element (`split(key, a.size)`), each element
+  its own rejection loop (`vmap` of `_gamma_one`: the loop runs until all accept)."""
+  if a.size == 0:
+    return jnp.zeros(a.shape, a.dtype)
+  keys = _split_data(data, (a.size,))
+  samples = vmap(partial(_gamma_one, log_space=log_space))(keys, jnp.reshape(a, (a.size,)))
+  return jnp.reshape(samples, a.shape)
+
+
+def _random_gamma_grad(a, x):
+  """`dx/da` at fixed CDF value for `x ~ Gamma(a)` (implicit reparameterization, as JAX's
+  `random_gamma_grad`): `-(dP(a, x)/da) / (dP(a, x)/dx)`, P the regularized lower incomplete
+  gamma function; 0 at `x = 0`. Computed in float32 for 16-bit dtypes."""
+  dtype = a.dtype
+  if dtypes.finfo(dtype).bits < 32:
+    a, x = a.astype(np.float32), x.astype(np.float32)
+  log_density = lax.sub(lax.sub(lax.mul(lax.sub(a, np.array(1, a.dtype)), lax.log(x)), x),
+                        lax.lgamma(a))
+  grad = lax.div(lax.neg(lax.igamma_grad_a(a, x)), lax.exp(log_density))
+  grad = jnp.where(x == 0, jnp.zeros_like(grad), grad)
+  return grad.astype(dtype)
+
+
+def _gamma_grad(sample, a, log_space: bool):
+  if log_space:
+    # d log(x) = dx / x; exp(log x) may round to 0: use the smallest normal float instead.
+    x = lax.exp(sample)
+    x = jnp.where(x == 0, jnp.full_like(x, dtypes.finfo(x.dtype).tiny), x)
+    return lax.div(_random_gamma_grad(a, x), x)
+  return _random_gamma_grad(a, sample)
+
+
+def _make_gamma_sampler(log_space: bool):
+  # NB: a custom_jvp (not a primitive): vmap and jit see the loops; differentiation sees the
+  # implicit-reparameterization rule. The key data's tangent is float0 and ignored.
+  def sampler(data, a):
+    return _gamma_batched(data, a, log_space)
+  sampler.__name__ = sampler.__qualname__ = "loggamma_sampler" if log_space else "gamma_sampler"
+  sampler = custom_jvp(sampler)
+
+  @sampler.defjvp
+  def sampler_jvp(primals, tangents):
+    data, a = primals
+    a_dot = tangents[1]
+    out = sampler(data, a)
+    return out, lax.mul(a_dot, _gamma_grad(out, a, log_space))
+  return sampler
+
+
+_gamma_sampler = {False: _make_gamma_sampler(False), True: _make_gamma_sampler(True)}
+
+
+@partial(jit, static_argnums=(2, 3, 4))
+def _gamma(data, a, shape, dtype, log_space):
+  a = lax.convert_element_type(a, dtype)
+  if tuple(np.shape(a)) != tuple(shape):
+    a = jnp.broadcast_to(a, shape)
+  return _gamma_sampler[log_space](data, a)
+
+
+def _gamma_shape(name: str, shape, a) -> tuple[int, ...]:
+  if shape is None:
+    return tuple(np.shape(a))
+  shape = _canonical_shape(name, shape)
+  _check_shape(name, shape, np.shape(a))
+  return tuple(shape)
+
+
+def gamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
+  """Standard gamma samples, density `x^(a-1) e^-x / Gamma(a)` on `x >= 0` (JAX's
+  `random.gamma`). Divide by a rate (or multiply by a scale) for other gamma distributions.
+
+  Args:
+    key: a single key (typed `key<fry>[]` or raw `u32[2]`).
+    a: the shape parameter(s) `a > 0`, broadcastable to `shape`.
+    shape: the result shape `s`; default `a`'s shape.
+    dtype: a floating dtype T of 8, 16 or 32 bits (default float32); `a` is converted to T.
+
+  Returns:
+    `T[*s]`. Differentiable with respect to `a` by implicit reparameterization (the
+    derivative of the sample at a fixed CDF value, `-(dP/da) / (dP/dx)`), as JAX.
+
+  Raises:
+    ValueError: if T is not floating, or `a`'s shape does not broadcast to `shape`.
+    TypeError: for invalid key data.
+
+  Algorithm: Marsaglia-Tsang rejection (`_gamma_one`), one `while_loop` per element under
+  `vmap`, element i keyed by `split(key, a.size)[i]`, exactly as JAX: for the same key the
+  samples are JAX's up to the rounding of the transcendental functions (rare rounding
+  differences can flip an acceptance test, giving a different sample there).
+
+  Examples:
+    >>> x = gamma(PRNGKey(0), 2.0, (1000,))
+    >>> x.shape, x.dtype
+    ((1000,), dtype('float32'))
+  """
+  data, _ = _check_prng_key("gamma", key)
+  dt = _float_dtype("gamma", dtype)
+  return _gamma(data, a, _gamma_shape("gamma", shape, a), dt, False)
+
+
+def loggamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
+  """Logarithms of standard gamma samples (JAX's `random.loggamma`):
+  `exp(loggamma(key, a, s))` equals `gamma(key, a, s)` up to rounding, but stays accurate
+  (no underflow to 0) for small `a`, where samples crowd near 0.
+
+  Args:
+    key: a single key.
+    a: the shape parameter(s) `a > 0`, broadcastable to `shape`.
+    shape: the result shape `s`; default `a`'s shape.
+    dtype: a floating dtype T (default float32).
+
+  Returns:
+    `T[*s]`; differentiable with respect to `a` (as `gamma`, divided by the sample).
+
+  Raises:
+    ValueError: if T is not floating (the message names `gamma`, as JAX's does), or the
+      shapes do not broadcast.
+  """
+  data, _ = _check_prng_key("loggamma", key)
+  dt = _float_dtype("gamma", dtype)
+  return _gamma(data, a, _gamma_shape("gamma", shape, a), dt, True)
+
+
+@partial(jit, static_argnums=(3, 4))
+def _beta(data, a, b, shape, dtype):
+  a = jnp.broadcast_to(lax.convert_element_type(a, dtype), shape)
+  b = jnp.broadcast_to(lax.convert_element_type(b, dtype), shape)
+  key_a, key_b = _split_data(data, (2,))
+  log_gamma_a = _gamma(key_a, a, shape, dtype, True)
+  log_gamma_b = _gamma(key_b, b, shape, dtype, True)
+  # gamma_a / (gamma_a + gamma_b) without underflow: scale both by the larger.
+  log_max = lax.max(log_gamma_a, log_gamma_b)
+  gamma_a_scaled = lax.exp(log_gamma_a - log_max)
+  gamma_b_scaled = lax.exp(log_gamma_b - log_max)
+  return gamma_a_scaled / (gamma_a_scaled + gamma_b_scaled)
+
+
+def beta(key: Any, a: Any, b: Any, shape: Sequence[int] | None = None,
+         dtype: Any = None) -> Any:
+  """Beta(a, b) samples, density proportional to `x^(a-1) (1-x)^(b-1)` on `[0, 1]`
+  (JAX's `random.beta`).
+
+  Args:
+    key: a single key.
+    a, b: positive parameters, broadcastable to `shape`.
+    shape: the result shape `s`; default: the broadcast shape of `a` and `b`.
+    dtype: a floating dtype T (default float32).
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: if T is not floating or the shapes do not broadcast to `shape`.
+
+  Algorithm: `G_a / (G_a + G_b)` from two log-space gamma samples (keys `split(key)`).
+  """
+  data, _ = _check_prng_key("beta", key)
+  dt = _float_dtype("beta", dtype)
+  _check_all_safe_to_cast("beta", dt, a, b)
+  shape = _broadcast_shape_of("beta", shape, a, b)
+  return _beta(data, a, b, tuple(shape), dt)
+
+
+@partial(jit, static_argnums=(2, 3))
+def _dirichlet(data, alpha, shape, dtype):
+  alpha = lax.convert_element_type(alpha, dtype)
+  log_gamma_samples = _gamma(data, alpha, (*shape, alpha.shape[-1]), dtype, True)
+  # softmax over the last axis, as JAX's: the normalized gammas.
+  m = lax.stop_gradient(jnp.max(log_gamma_samples, axis=-1, keepdims=True))
+  unnormalized = lax.exp(log_gamma_samples - m)
+  return unnormalized / jnp.sum(unnormalized, axis=-1, keepdims=True)
+
+
+def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
+              dtype: Any = None) -> Any:
+  """Dirichlet samples, density proportional to `prod_i x_i^(alpha_i - 1)` on the simplex
+  (JAX's `random.dirichlet`).
+
+  Args:
+    key: a single key.
+    alpha: concentrations `f[*b, n]` (positive).
+    shape: the batch shape `s`, broadcast-compatible with `b`; default `b`.
+    dtype: a floating dtype T (default float32).
+
+  Returns:
+    `T[*s, n]`, each row summing to 1.
+
+  Raises:
+    ValueError: if T is not floating, `alpha` is a scalar, or `b` does not broadcast to `s`.
+
+  Algorithm: the softmax of log-space gamma samples `loggamma(key, alpha, (*s, n))`.
+  """
+  data, _ = _check_prng_key("dirichlet", key)
+  dt = _float_dtype("dirichlet", dtype)
+  if not np.ndim(alpha) >= 1:
+    raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == {np.ndim(alpha)}")
+  if shape is None:
+    shape = tuple(np.shape(alpha)[:-1])
+  else:
+    shape = _canonical_shape("dirichlet", shape)
+    _check_shape("dirichlet", shape, np.shape(alpha)[:-1])
+  return _dirichlet(data, alpha, tuple(shape), dt)
+
+
+@partial(jit, static_argnums=(2, 3))
+def _t(data, df, shape, dtype):
+  df = lax.convert_element_type(df, dtype)
+  key_n, key_g = _split_data(data, (2,))
+  n = _normal_real(key_n, shape, dtype)
+  half_df = lax.div(df, np.array(2, dtype))
+  g = _gamma(key_g, half_df, shape, dtype, False)
+  return n * lax.sqrt(half_df / g)
+
+
+def t(key: Any, df: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
+  """Student's t samples with `df` degrees of freedom (JAX's `random.t`):
+  `n * sqrt((df/2) / g)`, n standard normal, g ~ Gamma(df/2).
+
+  Returns:
+    `T[*s]`, s = `shape` (default `df`'s shape), T a float dtype (default float32).
+
+  Raises:
+    ValueError: if T is not floating or `df` does not broadcast to `shape`.
+  """
+  data, _ = _check_prng_key("t", key)
+  dt = _float_dtype("t", dtype)
+  _check_all_safe_to_cast("t", dt, df)
+  shape = _broadcast_shape_of("t", shape, df)
+  return _t(data, df, tuple(shape), dt)
+
+
+def _chisquare_impl(data, df, shape, dtype):
+  df = lax.convert_element_type(df, dtype)
+  half_df = lax.div(df, np.array(2, dtype))
+  log_g = _gamma(data, half_df, shape, dtype, True)
+  return lax.mul(lax.exp(log_g), np.array(2, dtype))
+
+
+_chisquare = jit(_chisquare_impl, static_argnums=(2, 3))
+
+
+def chisquare(key: Any, df: Any, shape: Sequence[int] | None = None,
+              dtype: Any = None) -> Any:
+  """Chi-square samples with `df` degrees of freedom (JAX's `random.chisquare`):
+  `2 exp(loggamma(key, df / 2))`.
+
+  Returns:
+    `T[*s]`, s = `shape` (default `df`'s shape), T a float dtype (default float32).
+
+  Raises:
+    ValueError: if T is not floating or `df` does not broadcast to `shape`.
+  """
+  data, _ = _check_prng_key("chisquare", key)
+  dt = _float_dtype("chisquare", dtype)
+  _check_all_safe_to_cast("chisquare", dt, df)
+  shape = _broadcast_shape_of("chisquare", shape, df)
+  return _chisquare(data, df, tuple(shape), dt)
+
+
+@partial(jit, static_argnums=(3, 4))
+def _f(data, dfnum, dfden, shape, dtype):
+  dfden = lax.convert_element_type(dfden, dtype)
+  dfnum = lax.convert_element_type(dfnum, dtype)
+  key_dfd, key_dfn = _split_data(data, (2,))
+  chi2_dfn = _chisquare_impl(key_dfn, dfnum, shape, dtype)
+  chi2_dfd = _chisquare_impl(key_dfd, dfden, shape, dtype)
+  return (chi2_dfn / dfnum) / (chi2_dfd / dfden)
+
+
+def f(key: Any, dfnum: Any, dfden: Any, shape: Sequence[int] | None = None,
+      dtype: Any = None) -> Any:
+  """F-distribution samples (JAX's `random.f`): `(c1 / dfnum) / (c2 / dfden)` for
+  chi-square samples c1, c2 with `dfnum`, `dfden` degrees of freedom.
+
+  Returns:
+    `T[*s]`, s = `shape` (default: the parameters' broadcast shape), T float (default
+    float32).
+
+  Raises:
+    ValueError: if T is not floating or the parameters do not broadcast to `shape`.
+  """
+  data, _ = _check_prng_key("f", key)
+  dt = _float_dtype("f", dtype)
+  _check_all_safe_to_cast("f", dt, dfnum, dfden)
+  shape = _broadcast_shape_of("f", shape, dfnum, dfden)
+  return _f(data, dfnum, dfden, tuple(shape), dt)
+
+
+def _generalized_normal_impl(data, p, shape, dtype):
+  k_g, k_r = _split_data(data, (2,))
+  inv_p = lax.div(np.array(1, dtype), lax.convert_element_type(p, dtype))
+  g = _gamma(k_g, inv_p, shape, dtype, False)
+  r = _rademacher(k_r, shape, dtype)
+  return r * lax.pow(g, jnp.broadcast_to(inv_p, shape))
+
+
+_generalized_normal = jit(_generalized_normal_impl, static_argnums=(2, 3))
+
+
+def generalized_normal(key: Any, p: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
+  """Generalized normal samples, density proportional to `exp(-|x|^p)` (JAX's
+  `random.generalized_normal`): `r * g^(1/p)`, r a random sign, g ~ Gamma(1/p).
+
+  Args:
+    key: a single key.
+    p: the shape parameter `p > 0`, a scalar.
+    shape: the result shape `s`.
+    dtype: a floating dtype T (default float32).
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: if T is not floating.
+  """
+  data, _ = _check_prng_key("generalized_normal", key)
+  dt = _float_dtype("generalized_normal", dtype)
+  return _generalized_normal(data, p, _canonical_shape("generalized_normal", shape), dt)
+
+
+@partial(jit, static_argnums=(2, 3, 4))
+def _ball(data, p, d, shape, dtype):
+  k1, k2 = _split_data(data, (2,))
+  g = _generalized_normal_impl(k1, p, (*shape, d), dtype)
+  e = _exponential(k2, shape, dtype)
+  p = lax.convert_element_type(p, dtype)
+  return g / (((jnp.abs(g) ** p).sum(-1) + e) ** (1 / p))[..., None]
+
+
+def ball(key: Any, d: int, p: Any = 2, shape: Sequence[int] = (), dtype: Any = None) -> Any:
+  """Uniform samples from the unit Lp ball in d dimensions (JAX's `random.ball`; Barthe,
+  Guedon, Mendelson and Naor, arXiv:math/0503650): `g / (sum |g|^p + e)^(1/p)`, g
+  generalized normal, e exponential.
+
+  Args:
+    key: a single key.
+    d: the dimension, a non-negative int (static).
+    p: the norm's p, a scalar.
+    shape: the batch shape `s`.
+    dtype: a floating dtype T (default float32).
+
+  Returns:
+    `T[*s, d]`.
+
+  Raises:
+    ValueError: if T is not floating.
+    TypeError: if `d` is not an int.
+  """
+  data, _ = _check_prng_key("ball", key)
+  dt = _float_dtype("ball", dtype)
+  shape = _canonical_shape("ball", shape)
+  return _ball(data, p, operator.index(d), shape, dt)
+
+
+# ---------------------------------------------------------------------------
+# Poisson and binomial: JAX's rejection loops over whole arrays (one loop, a batched
+# acceptance mask), so the bits are JAX's.
+
+
+def _poisson_knuth(data, lam, shape, dtype, max_iters):
+  # Knuth: count uniforms until their product drops below exp(-lam).
+  def body_fn(carry):
+    i, k, key, log_prod = carry
+    keys = _split_data(key, (2,))
+    k = lax.select(log_prod > -lam, k + 1, k)
+    u = _uniform_impl(keys[1], 0., 1., shape, np.dtype(np.float32))
+    return i + 1, k, keys[0], log_prod + lax.log(u)
+
+  def cond_fn(carry):
+    i, log_prod = carry[0], carry[3]
+    return jnp.any(log_prod > -lam) & (i < max_iters)
+
+  k_init = jnp.zeros(shape, dtype)
+  log_rate_init = jnp.zeros(shape, np.float32)
+  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), k_init, data, log_rate_init))[1]
+  return (k - 1).astype(dtype)
+
+
+def _poisson_rejection(data, lam, shape, dtype, max_iters):
+  # Hörmann (1993), "The transformed rejection method for generating Poisson random
+  # variables" (PTRS), as JAX.
+  log_lam = lax.log(lam)
+  b = 0.931 + 2.53 * lax.sqrt(lam)
+  a = -0.059 + 0.02483 * b
+  inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
+  v_r = 0.9277 - 3.6224 / (b - 2)
+
+  def body_fn(carry):
+    i, k_out, accepted, key = carry
+    keys = _split_data(key, (3,))
+    u = _uniform_impl(keys[1], 0., 1., shape, lam.dtype) - 0.5
+    v = _uniform_impl(keys[2], 0., 1., shape, lam.dtype)
+    u_shifted = 0.5 - abs(u)
+    k = lax.floor((2 * a / u_shifted + b) * u + lam + 0.43)
+    s = lax.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
+    tt = -lam + k * log_lam - lax.lgamma(k + 1)
+    accept1 = (u_shifted >= 0.07) & (v <= v_r)
+    reject = (k < 0) | ((u_shifted < 0.013) & (v > u_shifted))
+    accept2 = s <= tt
+    accept = accept1 | (~reject & accept2)
+    k_out = lax.select(accept, k, k_out)
+    return i + 1, k_out, accepted | accept, keys[0]
+
+  def cond_fn(carry):
+    i, _, accepted, _ = carry
+    return jnp.any(~accepted) & (i < max_iters)
+
+  k_init = jnp.full(shape, -1, lam.dtype)
+  accepted = jnp.zeros(shape, bool)
+  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), k_init, accepted, data))[1]
+  return k.astype(dtype)
+
+
+@partial(jit, static_argnums=(2, 3))
+def _poisson(data, lam, shape, dtype):
+  use_knuth = (lam != lam) | (lam < 10)
+  lam_knuth = lax.select(use_knuth, lam, jnp.zeros_like(lam))
+  # Rejection accepts at most ~89% as lam grows: an arbitrary large rate for masked lanes.
+  lam_rejection = lax.select(use_knuth, jnp.full_like(lam, 1e5), lam)
+  max_iters = np.int32(min(np.iinfo(dtype).max, np.iinfo(np.int32).max))
+  result = lax.select(use_knuth, _poisson_knuth(data, lam_knuth, shape, dtype, max_iters),
+                      _poisson_rejection(data, lam_rejection, shape, dtype, max_iters))
+  return lax.select(lam == 0, jnp.zeros_like(result), result)
+
+
+def poisson(key: Any, lam: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
+  """Poisson samples with rate `lam` (JAX's `random.poisson`).
+
+  Args:
+    key: a single key.
+    lam: rates `>= 0`, broadcastable to `shape` (computed in float32).
+    shape: the result shape `s`; default `lam`'s shape.
+    dtype: an integer dtype I (default int32).
+
+  Returns:
+    `I[*s]`: 0 where `lam == 0`, -1 where `lam` is NaN (as JAX).
+
+  Raises:
+    ValueError: if I is not an integer dtype or `lam` does not broadcast to `shape`.
+
+  Algorithm: as JAX (and TensorFlow, NumPy): Knuth's product of uniforms for `lam < 10`,
+  Hörmann's transformed rejection (PTRS) otherwise; both loops run over the whole array
+  and the result selects per element.
+  """
+  data, _ = _check_prng_key("poisson", key)
+  dt = dtypes.canonicalize_dtype(int if dtype is None else dtype)
+  if not dtypes.is_integer(dt):
+    raise ValueError(f"dtype argument to `poisson` must be an int dtype, got {dt.name}")
+  if shape is None:
+    shape = tuple(np.shape(lam))
+  else:
+    shape = _canonical_shape("poisson", shape)
+    _check_shape("poisson", shape, np.shape(lam))
+  lam = lax.convert_element_type(jnp.broadcast_to(lam, shape), np.float32)
+  return _poisson(data, lam, tuple(shape), dt)
+
+
+def _stirling_approx_tail(k):
+  tail_vals = np.array([0.0810614667953272, 0.0413406959554092, 0.0276779256849983,
+                        0.02079067210376509, 0.0166446911898211, 0.0138761288230707,
+                        0.0118967099458917, 0.0104112652619720, 0.00925546218271273,
+                        0.00833056343336287], dtype=k.dtype)
+  use_tail_values = k <= 9
+  k = lax.clamp(np.array(0., k.dtype), k, np.array(9., k.dtype))
+  kp1sq = (k + 1) * (k + 1)
+  approx = (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / kp1sq) / kp1sq) / (k + 1)
+  idx = lax.floor(k).astype(np.int32)
+  return lax.select(use_tail_values, jnp.take(jnp.asarray(tail_vals), idx), approx)
+
+
+def _binomial_inversion(data, count, prob, shape, dtype, max_iters):
+  # Count geometric waiting times until they exceed `count`.
+  log1minusprob = lax.log1p(-prob)
+
+  def body_fn(carry):
+    i, num_geom, geom_sum, key = carry
+    keys = _split_data(key, (2,))
+    subkey, key = keys[0], keys[1]
+    num_geom_out = lax.select(geom_sum <= count, num_geom + 1, num_geom)
+    u = _uniform_impl(subkey, 0., 1., shape, prob.dtype)
+    geom = lax.ceil(lax.log(u) / log1minusprob)
+    return i + 1, num_geom_out, geom_sum + geom, key
+
+  def cond_fn(carry):
+    i, geom_sum = carry[0], carry[2]
+    return jnp.any(geom_sum <= count) & (i < max_iters)
+
+  init = jnp.zeros(shape, prob.dtype)
+  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), init, init, data))[1]
+  return (k - 1).astype(dtype)
+
+
+def _btrs(data, count, prob, shape, dtype, max_iters):
+  # Hörmann (1993), "The generation of binomial random variates" (BTRS), as JAX.
+  stddev = lax.sqrt(count * prob * (1 - prob))
+  b = 1.15 + 2.53 * stddev
+  a = -0.0873 + 0.0248 * b + 0.01 * prob
+  c = count * prob + 0.5
+  v_r = 0.92 - 4.2 / b
+  r = prob / (1 - prob)
+  alpha = (2.83 + 5.1 / b) * stddev
+  m = lax.floor((count + 1) * prob)
+
+  def body_fn(carry):
+    i, k_out, accepted, key = carry
+    keys = _split_data(key, (3,))
+    u = _uniform_impl(keys[1], 0., 1., shape, prob.dtype)
+    v = _uniform_impl(keys[2], 0., 1., shape, prob.dtype)
+    u = u - 0.5
+    us = 0.5 - jnp.abs(u)
+    accept1 = (us >= 0.07) & (v <= v_r)
+    k = lax.floor((2 * a / us + b) * u + c)
+    reject = (k < 0) | (k > count)
+    v = lax.log(v * alpha / (a / (us * us) + b))
+    ub = ((m + 0.5) * lax.log((m + 1) / (r * (count - m + 1)))
+          + (count + 1) * lax.log((count - m + 1) / (count - k + 1))
+          + (k + 0.5) * lax.log(r * (count - k + 1) / (k + 1))
+          + _stirling_approx_tail(m) + _stirling_approx_tail(count - m)
+          - _stirling_approx_tail(k) - _stirling_approx_tail(count - k))
+    accept = accept1 | (~reject & (v <= ub))
+    return i + 1, lax.select(accept, k, k_out), accepted | accept, keys[0]
+
+  def cond_fn(carry):
+    i, accepted = carry[0], carry[2]
+    return jnp.any(~accepted) & (i < max_iters)
+
+  init = (np.int32(0), jnp.full(shape, -1, prob.dtype), jnp.zeros(shape, bool), data)
+  return lax.while_loop(cond_fn, body_fn, init)[1].astype(dtype)
+
+
+@partial(jit, static_argnums=(3, 4))
+def _binomial(data, count, prob, shape, dtype):
+  prob, = promote_dtypes_inexact(prob)
+  count = jnp.broadcast_to(lax.convert_element_type(count, prob.dtype), shape)
+  prob = jnp.broadcast_to(prob, shape)
+  p_lt_half = prob < 0.5
+  q = lax.select(p_lt_half, prob, 1.0 - prob)
+  count_nan_or_neg = (count != count) | (count < 0.0)
+  count_inf = jnp.isinf(count)
+  q_is_nan = q != q
+  q_l_0 = q < 0.0
+  q = lax.select(q_is_nan | q_l_0, jnp.full_like(q, 0.01), q)
+  use_inversion = count_nan_or_neg | (count * q <= 10.0)
+  count = lax.floor(count)   # as numpy for a float count
+  count_inv = lax.select(use_inversion, count, jnp.zeros_like(count))
+  count_btrs = lax.select(use_inversion, jnp.full_like(count, 1e4), count)
+  q_btrs = lax.select(use_inversion, jnp.full_like(q, 0.5), q)
+  # NB: JAX's bound is finfo(dtype).max, i.e. never; an int32 count cannot exceed 2**31 - 1.
+  max_iters = np.int32(np.iinfo(np.int32).max)
+  samples = lax.select(use_inversion,
+                       _binomial_inversion(data, count_inv, q, shape, dtype, max_iters),
+                       _btrs(data, count_btrs, q_btrs, shape, dtype, max_iters))
+  invalid = q_l_0 | q_is_nan | count_nan_or_neg
+  samples = lax.select(invalid, jnp.full_like(samples, np.nan), samples)
+  samples = lax.select(count_inf & ~invalid, jnp.full_like(samples, np.inf), samples)
+  return lax.select(p_lt_half | count_nan_or_neg | q_is_nan | count_inf, samples,
+                    count.astype(dtype) - samples)
+
+
+def binomial(key: Any, n: Any, p: Any, shape: Sequence[int] | None = None,
+             dtype: Any = None) -> Any:
+  """Binomial(n, p) samples as floats (JAX's `random.binomial`).
+
+  Args:
+    key: a single key.
+    n: numbers of trials (floats are floored), broadcastable to `shape`.
+    p: success probabilities, broadcastable to `shape`.
+    shape: the result shape `s`; default: the broadcast shape of `n` and `p`.
+    dtype: a floating dtype T (default float32).
+
+  Returns:
+    `T[*s]`: NaN where `p` is NaN or negative or `n` is NaN or negative; inf where `n` is
+    inf.
+
+  Raises:
+    ValueError: if T is not floating or the shapes do not broadcast to `shape`.
+
+  Algorithm: as JAX (TensorFlow): with `q = min(p, 1 - p)`, geometric waiting times
+  (inversion) where `n q <= 10`, Hörmann's BTRS transformed rejection elsewhere; `n - k`
+  for `p >= 1/2`.
+  """
+  data, _ = _check_prng_key("binomial", key)
+  dt = _float_dtype("binomial", dtype)
+  shape = _broadcast_shape_of("binomial", shape, n, p)
+  return _binomial(data, n, p, tuple(shape), dt)
