@@ -386,7 +386,6 @@ def test_statistical_sanity():
      "Incompatible shapes for broadcasting"),
     (lambda: random.truncated_normal(random.PRNGKey(0), np.zeros(3), 1., (1,)), ValueError,
      "truncated_normal parameter shapes must be broadcast-compatible"),
-    (lambda: random.gamma(random.PRNGKey(0), 1.0), NotImplementedError, "while_loop"),
 ])
 def test_errors(call, err, match):
   with pytest.raises(err, match=match):
