@@ -31,14 +31,6 @@ remat_p = core.Primitive("checkpoint")
 remat_p.multiple_results = True
 
 
-def _remat_abstract_eval(*avals, jaxpr: ClosedJaxpr, **_):
-  return jaxpr.out_avals
-
-
-def _remat_impl(*args, jaxpr: ClosedJaxpr, **_):
-  return core.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *args)
-
-
 def _remat_lowering(ctx, *args, jaxpr: ClosedJaxpr, prevent_cse: bool, differentiated: bool,
                     policy):
   if differentiated and prevent_cse and args:
@@ -122,8 +114,7 @@ def _remat_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, prevent_cse, diff
   return outs, out_dims
 
 
-remat_p.def_abstract_eval(_remat_abstract_eval)
-remat_p.def_impl(_remat_impl)
+core.def_closed_call(remat_p, "jaxpr")
 lowering.register_lowering(remat_p, _remat_lowering)
 ad.primitive_jvps[remat_p] = _remat_jvp
 ad.partial_eval_rules[remat_p] = _remat_partial_eval

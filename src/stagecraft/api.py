@@ -950,6 +950,19 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
   return primals_out, vjp_fn
 
 
+def _argnums_partial(fun: Callable, argnums: Sequence[int], args: tuple, kwargs: dict):
+  """`fun` as a function of the positional arguments at `argnums` only (the others and
+  `kwargs` fixed), and the values of those arguments. Indices must be in range."""
+  nums = tuple(i % len(args) for i in argnums)
+
+  def partial_fun(*dyn_args):
+    full = list(args)
+    for i, a in zip(nums, dyn_args):
+      full[i] = a
+    return fun(*full, **kwargs)
+  return partial_fun, tuple(args[i] for i in nums)
+
+
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
                    holomorphic: bool = False, allow_int: bool = False):
   """A function returning `fun`'s value and its gradient with respect to `argnums`.
@@ -979,8 +992,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         raise ValueError(f"differentiating with respect to argnums={argnums} requires at "
                          f"least {max(argnums_t) + 1} positional arguments to be passed by "
                          f"the caller, but got only {len(args)} positional arguments.")
-    nums = tuple(i % len(args) for i in argnums_t)
-    dyn = [args[i] for i in nums]
+    partial_fun, dyn = _argnums_partial(fun, argnums_t, args, kwargs)
     for x in tree_util.tree_leaves(dyn):
       dt = core.get_aval(x).dtype
       if holomorphic and not dtypes.is_complex(dt):
@@ -991,13 +1003,6 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                         f"is a sub-dtype of np.inexact), but got {dt.name}. If you want to "
                         f"use Boolean- or integer-valued inputs, use vjp or set allow_int "
                         f"to True.")
-
-    def partial_fun(*dyn_args):
-      full = list(args)
-      for i, a in zip(nums, dyn_args):
-        full[i] = a
-      return fun(*full, **kwargs)
-
     res = vjp(partial_fun, *dyn, has_aux=has_aux)
     ans, vjp_fn = res[0], res[1]
     aval = core.get_aval(ans) if core.valid_array_type(ans) else None
@@ -1044,8 +1049,7 @@ def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check
     if not -len(args) <= i < len(args):
       raise ValueError(f"{name}: argnums={argnums} refers to a positional argument that was "
                        f"not passed: the function got only {len(args)} positional arguments.")
-  nums = tuple(i % len(args) for i in argnums_t)
-  dyn = tuple(args[i] for i in nums)
+  partial_fun, dyn = _argnums_partial(fun, argnums_t, args, kwargs)
   if check_in:
     for x in tree_util.tree_leaves(dyn):
       dt = core.get_aval(x).dtype
@@ -1060,12 +1064,6 @@ def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check
             f"holomorphic=True. For differentiation of non-holomorphic functions involving "
             f"complex inputs or integer inputs, use stagecraft."
             f"{'jvp' if name == 'jacfwd' else 'vjp'} directly.")
-
-  def partial_fun(*dyn_args):
-    full = list(args)
-    for i, a in zip(nums, dyn_args):
-      full[i] = a
-    return fun(*full, **kwargs)
   return partial_fun, dyn, int_argnum
 
 

@@ -674,6 +674,20 @@ def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any) -> list[Any]:
   return [v.val if type(v) is Literal else env[v] for v in jaxpr.outvars]
 
 
+def def_closed_call(prim: "Primitive", param: str) -> None:
+  """Gives `prim`, a primitive that runs the ClosedJaxpr held in its parameter `param` on its
+  operands, that jaxpr's output avals as its abstract eval and its evaluation as its impl
+  (the call-like primitives: checkpoint, custom_jvp_call, custom_vjp_call, custom_dce_call)."""
+  def abstract_eval(*avals, **params):
+    return params[param].out_avals
+
+  def impl(*args, **params):
+    closed = params[param]
+    return eval_jaxpr(closed.jaxpr, closed.consts, *args)
+  prim.def_abstract_eval(abstract_eval)
+  prim.def_impl(impl)
+
+
 def jaxpr_as_fun(closed_jaxpr: ClosedJaxpr) -> Callable[..., list[Any]]:
   """A Python function `f(*args) -> list of outputs` that evaluates `closed_jaxpr`."""
   def fun(*args):

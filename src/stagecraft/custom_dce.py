@@ -314,14 +314,6 @@ def _eval(closed: ClosedJaxpr, *args):
 # The primitive: custom_dce_call[name fun_jaxpr dce_thunk] operands
 
 
-def _custom_dce_abstract_eval(*avals, fun_jaxpr: ClosedJaxpr, **_):
-  return fun_jaxpr.out_avals
-
-
-def _custom_dce_impl(*args, fun_jaxpr: ClosedJaxpr, **_):
-  return _eval(fun_jaxpr, *args)
-
-
 def _dense_constant(ctx, value: Any, aval: ShapedArray) -> str:
   arr = np.asarray(value, dtype=aval.dtype)
   flat = arr.reshape(-1)
@@ -521,8 +513,7 @@ def _custom_dce_batch(axis_data, args, dims, *, fun_jaxpr: ClosedJaxpr, dce_thun
 
 custom_dce_call_p = core.Primitive("custom_dce_call")
 custom_dce_call_p.multiple_results = True
-custom_dce_call_p.def_abstract_eval(_custom_dce_abstract_eval)
-custom_dce_call_p.def_impl(_custom_dce_impl)
+core.def_closed_call(custom_dce_call_p, "fun_jaxpr")
 lowering.register_lowering(custom_dce_call_p, _custom_dce_lowering)
 ad.primitive_jvps[custom_dce_call_p] = _custom_dce_jvp
 ad.partial_eval_rules[custom_dce_call_p] = _custom_dce_partial_eval

@@ -352,14 +352,6 @@ custom_jvp_call_p = core.Primitive("custom_jvp_call")
 custom_jvp_call_p.multiple_results = True
 
 
-def _custom_call_abstract_eval(*avals, call_jaxpr: ClosedJaxpr, **_):
-  return call_jaxpr.out_avals
-
-
-def _custom_call_impl(*args, call_jaxpr: ClosedJaxpr, **_):
-  return core.eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *args)
-
-
 def _custom_call_lowering(ctx, *args, call_jaxpr: ClosedJaxpr, name: str, **_):
   return lowering.lower_call(ctx, name, call_jaxpr, args)
 
@@ -410,8 +402,7 @@ def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp, num_consts
   return outs, [0] * n_out
 
 
-custom_jvp_call_p.def_abstract_eval(_custom_call_abstract_eval)
-custom_jvp_call_p.def_impl(_custom_call_impl)
+core.def_closed_call(custom_jvp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_jvp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_jvp_call_p] = _custom_jvp_call_jvp
 batching.axis_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
@@ -697,8 +688,7 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
   return outs, [0] * n_out
 
 
-custom_vjp_call_p.def_abstract_eval(_custom_call_abstract_eval)
-custom_vjp_call_p.def_impl(_custom_call_impl)
+core.def_closed_call(custom_vjp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_vjp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_vjp_call_p] = _custom_vjp_call_jvp
 batching.axis_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch

@@ -715,6 +715,25 @@ def _is_sorted(dims, op, name):
     raise TypeError(f"{name} in {op} op must be sorted; got {dims}")
 
 
+def _check_batching_dims(op: str, operand, indices, obatch, ibatch, index_vector_dim: int,
+                         ibatch_name: str) -> None:
+  """The checks gather and scatter share on their indices' batching dims and how they pair
+  with the operand's (`op` is "Gather" or "Scatter")."""
+  _no_duplicate_dims(ibatch, op.lower(), ibatch_name)
+  _dims_in_range(ibatch, indices.ndim, op.lower(), ibatch_name)
+  if index_vector_dim in ibatch:
+    raise TypeError(f"{op} op cannot have the index vector dimension as a batching "
+                    f"dimension; got {ibatch}.")
+  if len(obatch) != len(ibatch):
+    raise TypeError(f"{op} op requires equal numbers of operand_batching_dims and "
+                    f"{ibatch_name}, got {obatch} and {ibatch}.")
+  obshape = tuple(operand.shape[i] for i in obatch)
+  ibshape = tuple(indices.shape[i] for i in ibatch)
+  if obshape != ibshape:
+    raise TypeError(f"{op} op requires operand batching dimensions and indices batching "
+                    f"dimensions to have the same shape, got {obshape} and {ibshape}.")
+
+
 def _no_duplicate_dims(dims, op, name):
   if len(set(dims)) != len(dims):
     raise TypeError(f"{name} in {op} op must not repeat; got: {dims}.")
@@ -778,19 +797,8 @@ def _gather_abstract_eval(operand, indices, *, dimension_numbers, slice_sizes,
   _disjoint_dims(collapsed, obatch, "gather", "collapsed_slice_dims", "operand_batching_dims")
   _disjoint_dims(start_index_map, obatch, "gather", "start_index_map",
                  "operand_batching_dims")
-  _no_duplicate_dims(ibatch, "gather", "start_indices_batching_dims")
-  _dims_in_range(ibatch, indices.ndim, "gather", "start_indices_batching_dims")
-  if index_vector_dim in ibatch:
-    raise TypeError(f"Gather op cannot have the index vector dimension as a batching "
-                    f"dimension; got {ibatch}.")
-  if len(obatch) != len(ibatch):
-    raise TypeError(f"Gather op requires equal numbers of operand_batching_dims and "
-                    f"start_indices_batching_dims, got {obatch} and {ibatch}.")
-  obshape = tuple(operand.shape[i] for i in obatch)
-  ibshape = tuple(indices.shape[i] for i in ibatch)
-  if obshape != ibshape:
-    raise TypeError(f"Gather op requires operand batching dimensions and indices batching "
-                    f"dimensions to have the same shape, got {obshape} and {ibshape}.")
+  _check_batching_dims("Gather", operand, indices, obatch, ibatch, index_vector_dim,
+                       "start_indices_batching_dims")
   if len(slice_sizes) != operand.ndim:
     raise TypeError(f"Gather op must have one slice size for every input dimension; got: "
                     f"len(slice_sizes)={len(slice_sizes)}, input_shape.rank={operand.ndim}")
@@ -1102,20 +1110,10 @@ def _scatter_abstract_eval(name, accepted, operand, indices, updates, *, dimensi
   _disjoint_dims(iwd, obatch, "scatter", "inserted_window_dims", "operand_batching_dims")
   _disjoint_dims(sd2od, obatch, "scatter", "scatter_dims_to_operand_dims",
                  "operand_batching_dims")
-  _no_duplicate_dims(ibatch, "scatter", "scatter_indices_batching_dims")
-  _dims_in_range(ibatch, indices.ndim, "scatter", "scatter_indices_batching_dims")
-  if index_vector_dim in ibatch:
-    raise TypeError(f"Scatter op cannot have the index vector dimension as a batching "
-                    f"dimension; got {ibatch}.")
-  if len(obatch) != len(ibatch):
-    raise TypeError(f"Scatter op requires equal numbers of operand_batching_dims and "
-                    f"scatter_indices_batching_dims, got {obatch} and {ibatch}.")
-  obshape = tuple(operand.shape[i] for i in obatch)
-  ibshape = tuple(indices.shape[i] for i in ibatch)
-  if obshape != ibshape:
-    raise TypeError(f"Scatter op requires operand batching dimensions and indices batching "
-                    f"dimensions to have the same shape, got {obshape} and {ibshape}.")
+  _check_batching_dims("Scatter", operand, indices, obatch, ibatch, index_vector_dim,
+                       "scatter_indices_batching_dims")
   ubdims = _updates_batching_dims(ibatch, uwd, index_vector_dim, updates.ndim)
+  obshape = tuple(operand.shape[i] for i in obatch)
   ubshape = tuple(updates.shape[i] for i in ubdims)
   if obshape != ubshape:
     raise TypeError(f"Scatter op requires operand batching dimensions and updates batching "

@@ -15,7 +15,7 @@ import optree
 
 from stagecraft import core, tree_util
 from stagecraft.config import config
-from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
+from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import partial_eval as pe
 
 _NS = tree_util.NAMESPACE
@@ -132,10 +132,6 @@ def promote_weak(in_avals: Sequence[ShapedArray], out_avals: Sequence[ShapedArra
   new = [a.update(weak_type=False) if a.weak_type and not b.weak_type and typematch(a, b)
          else a for a, b in zip(in_avals, out_avals)]
   return None if new == list(in_avals) else new
-
-
-def jaxpr_invar_avals(closed: ClosedJaxpr) -> list[ShapedArray]:
-  return [v.aval for v in closed.jaxpr.invars]
 
 
 __all__ = ["trace_jaxpr", "pad_invars", "type_diffs", "leaf_paths", "typematch",
