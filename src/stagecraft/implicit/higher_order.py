@@ -1,0 +1,316 @@
+"""Handlers of higher-order primitives for implicit operands: the body is re-traced under the
+implicit evaluator as a function of the implicit arrays' children (their flat leaves), and
+the primitive is bound again with the new body, so implicit arrays flow through without
+being materialized.
+
+What each handler does:
+  - `jit` (the call of `stagecraft.jit`) and `checkpoint`: re-trace the body, bind again; the
+    call stays one staged equation and its derived body is cached per (body, operand types),
+    so calling again with the same types does not recompile.
+  - `cond`: every branch re-traced; when the branches' outputs differ in implicit structure,
+    the outputs are materialized inside the branches.
+  - `while` and `scan`: implicit carries keep their static metadata (aux data) across
+    iterations; a carry whose implicit class or aux data changes in the body raises
+    TypeError; a carry that the body turns into a plain array is materialized before the
+    loop (and a plain carry that the body makes implicit is materialized in the body).
+    Still materialized: implicit `xs` of `scan` (a slice of an implicit array is not known
+    in general) and implicit `ys` (they are stacked).
+  - `custom_jvp_call`: the primal body is re-traced; the JVP rule sees materialized operands
+    (its tangents are the JVP of `materialize`), so only differentiation materializes.
+  - `custom_vjp_call`: materializes its implicit operands (the fwd/bwd rules are written for
+    arrays; what they compute is the user's).
+  - `custom_dce_call`: the body is evaluated inline under the implicit evaluator (the custom
+    DCE rule is dropped for that call).
+
+Register more (e.g. pmap's) with `stagecraft.implicit.register_higher_order(prim)`.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Sequence
+
+import optree
+
+from stagecraft import core, tree_util
+from stagecraft.config import config
+from stagecraft.core import ClosedJaxpr, ShapedArray, Var
+from stagecraft.implicit.core import (_fields, _is_implicit, _materialize_value,
+                                      eval_jaxpr_implicit, register_higher_order)
+from stagecraft.interpreters import ad
+from stagecraft.interpreters import partial_eval as pe
+
+_NS = tree_util.NAMESPACE
+
+
+def _flatten(tree):
+  return optree.tree_flatten(tree, namespace=_NS, none_is_leaf=False)
+
+
+def _leaf_aval(x) -> ShapedArray:
+  return x if isinstance(x, ShapedArray) else core.get_aval(x)
+
+
+_retrace_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class _Retraced:
+  """A body re-traced on flat leaves: `closed` takes `(*consts, *leaves)`; `out_trees` are
+  the per-output pytree structures (implicit outputs are pytrees of their children)."""
+  __slots__ = ("closed", "consts", "out_trees", "__weakref__")
+
+  def __init__(self, closed, consts, out_trees):
+    self.closed, self.consts, self.out_trees = closed, consts, out_trees
+
+  def unflatten(self, leaves: Sequence[Any]) -> list[Any]:
+    it = iter(leaves)
+    return [optree.tree_unflatten(t, [next(it) for _ in range(t.num_leaves)])
+            for t in self.out_trees]
+
+
+def retrace(closed: ClosedJaxpr, vals: Sequence[Any], materialize_outs: Sequence[bool] = (),
+            ) -> tuple[_Retraced, list[Any]]:
+  """Re-traces `closed` under the implicit evaluator at the types of `vals` (values, implicit
+  arrays, or ShapedArrays standing for plain operands).
+
+  Args:
+    closed: the body (its `consts` are kept as constants).
+    vals: one entry per invar of `closed`.
+    materialize_outs: per output, whether to materialize it inside the body.
+
+  Returns:
+    `(retraced, leaves)`: the leaves of `vals` (the new operands after `retraced.consts`).
+  """
+  leaves, in_tree = _flatten(list(vals))
+  avals = tuple(_leaf_aval(x) for x in leaves)
+  mat = tuple(materialize_outs)
+  key = (in_tree, avals, mat, config.state_key)
+  per = _retrace_cache.get(closed)
+  if per is not None and key in per:
+    return per[key], leaves
+  box = []
+
+  def flat(*ls):
+    vs = optree.tree_unflatten(in_tree, ls)
+    outs = eval_jaxpr_implicit(closed.jaxpr, closed.consts, *vs)
+    outs = [_materialize_value(o) if i < len(mat) and mat[i] else o for i, o in enumerate(outs)]
+    trees, out_leaves = [], []
+    for o in outs:
+      ls_o, t = _flatten(o)
+      trees.append(t)
+      out_leaves.extend(ls_o)
+    box.append(trees)
+    return out_leaves
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat, list(avals))
+  result = _Retraced(ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), box[0])
+  if not any(isinstance(c, core.Tracer) for c in consts):
+    _retrace_cache.setdefault(closed, {})[key] = result
+  return result, leaves
+
+
+def _avals_only(vals):
+  """Plain operands replaced by their avals (so the re-trace cache keys on types only)."""
+  return [v if _is_implicit(v) else core.get_aval(v) for v in vals]
+
+
+def _call_handler(prim, vals, params, param: str):
+  r, leaves = retrace(params[param], vals)
+  outs = prim.bind(*r.consts, *leaves, **{**params, param: r.closed})
+  return r.unflatten(outs)
+
+
+def _jit_handler(prim, vals, params):
+  return _call_handler(prim, vals, params, "jaxpr")
+
+
+def _remat_handler(prim, vals, params):
+  return _call_handler(prim, vals, params, "jaxpr")
+
+
+def _custom_dce_handler(prim, vals, params):
+  closed = params["fun_jaxpr"]
+  return eval_jaxpr_implicit(closed.jaxpr, closed.consts, *vals)
+
+
+# ---------------------------------------------------------------------------
+# cond
+
+_cond_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _cond_handler(prim, vals, params):
+  index, ops = _materialize_value(vals[0]), list(vals[1:])
+  branches = params["branches"]
+  nout = len(branches[0].out_avals)
+  retraced = [retrace(br, ops)[0] for br in branches]
+  if any(r.out_trees != retraced[0].out_trees for r in retraced[1:]):
+    retraced = [retrace(br, ops, [True] * nout)[0] for br in branches]
+  leaves = _flatten(ops)[0]
+  # One signature for all branches: every branch takes every branch's consts.
+  all_consts = [c for r in retraced for c in r.consts]
+  const_avals = [core.get_aval(c) for c in all_consts]
+  key = tuple(id(r) for r in retraced)
+  cacheable = not any(isinstance(c, core.Tracer) for c in all_consts)
+  per = _cond_cache.setdefault(retraced[0], {}) if cacheable else {}
+  new_branches = per.get(key)
+  if new_branches is None:
+    new_branches, start = [], 0
+    for r in retraced:
+      j = r.closed.jaxpr
+      nc = len(r.consts)
+      invars = [Var(a) for a in const_avals]
+      invars[start:start + nc] = j.invars[:nc]
+      new_branches.append(ClosedJaxpr(j.replace(invars=[*invars, *j.invars[nc:]]), []))
+      start += nc
+    new_branches = tuple(new_branches)
+    per[key] = new_branches
+  outs = prim.bind(index, *all_consts, *leaves, **{**params, "branches": new_branches})
+  return retraced[0].unflatten(outs)
+
+
+# ---------------------------------------------------------------------------
+# Loops: carries keep their implicit structure
+
+
+def _same_class(a, b) -> bool:
+  return _is_implicit(a) and _is_implicit(b) and type(a) is type(b)
+
+
+def _aux_desc(x) -> str:
+  if not _is_implicit(x):
+    return "a plain array"
+  aux = ", ".join(f"{n}={getattr(x, n)!r}" for n, is_aux in _fields(x) if is_aux)
+  return f"{type(x).__name__}({aux})"
+
+
+def _carry_fixpoint(what: str, carry: list, body_outs: Callable[[list, list], list]) -> tuple:
+  """Finds which carries stay implicit: `body_outs(carry_vals, plain)` re-traces the body
+  and returns its carry outputs (implicit or ShapedArray placeholders). Returns the carry
+  values (materialized where needed) and the `plain` mask."""
+  plain = [False] * len(carry)
+  for _ in range(len(carry) + 1):
+    vals = [_materialize_value(c) if p else c for c, p in zip(carry, plain)]
+    outs = body_outs(vals, plain)
+    changed = False
+    for i, (a, b) in enumerate(zip(vals, outs)):
+      ta, tb = _flatten(a)[1], _flatten(b)[1]
+      if ta == tb:
+        continue
+      if _same_class(a, b):
+        raise TypeError(
+            f"{what}: the carry at position {i} is {_aux_desc(a)} but the loop body returns "
+            f"{_aux_desc(b)}: an implicit-array carry must keep its static metadata (aux "
+            f"data) across iterations. Return a carry with the same aux fields, or "
+            f"materialize the carry before the loop.")
+      plain[i] = True
+      changed = True
+    if not changed:
+      return vals, plain
+  raise AssertionError("carry fixpoint did not converge")  # each step adds a plain carry
+
+
+def _placeholders(r: "_Retraced", out_avals):
+  """Body outputs as implicit-array skeletons or avals (enough to compare structures)."""
+  return [optree.tree_unflatten(t, [a] * t.num_leaves) for t, a in zip(r.out_trees, out_avals)]
+
+
+def _while_handler(prim, vals, params):
+  cn, bn = params["cond_nconsts"], params["body_nconsts"]
+  cconsts, bconsts, init = list(vals[:cn]), list(vals[cn:cn + bn]), list(vals[cn + bn:])
+  body = params["body_jaxpr"]
+  box = {}
+
+  def body_outs(carry, plain):
+    r, _ = retrace(body, _avals_only(bconsts) + _avals_only(carry), plain)
+    box["r"] = r
+    return _placeholders(r, body.out_avals)
+  init, plain = _carry_fixpoint("while_loop", init, body_outs)
+  br, bleaves = retrace(body, bconsts + init, plain)
+  cr, cleaves = retrace(params["cond_jaxpr"], cconsts + init, [True])
+  carry_leaves = _flatten(init)[0]
+  ncl = len(carry_leaves)
+  c_ops = [*cr.consts, *cleaves[:len(cleaves) - ncl]]
+  b_ops = [*br.consts, *bleaves[:len(bleaves) - ncl]]
+  outs = prim.bind(*c_ops, *b_ops, *carry_leaves, cond_jaxpr=cr.closed, body_jaxpr=br.closed,
+                   cond_nconsts=len(c_ops), body_nconsts=len(b_ops))
+  return br.unflatten(outs)
+
+
+def _scan_handler(prim, vals, params):
+  nc, nk = params["num_consts"], params["num_carry"]
+  closed = params["jaxpr"]
+  consts, init = list(vals[:nc]), list(vals[nc:nc + nk])
+  xs = [_materialize_value(x) for x in vals[nc + nk:]]   # slices of implicit xs: unknown
+  x_avals = [a.update(shape=a.shape[1:]) for a in map(core.get_aval, xs)]
+  ny = len(closed.out_avals) - nk
+
+  def body_outs(carry, plain):
+    r, _ = retrace(closed, _avals_only(consts) + _avals_only(carry) + x_avals,
+                   [*plain, *[True] * ny])
+    return _placeholders(r, closed.out_avals)[:nk]
+  init, plain = _carry_fixpoint("scan", init, body_outs)
+  r, leaves = retrace(closed, consts + init + x_avals, [*plain, *[True] * ny])
+  const_leaves = _flatten(consts)[0]
+  carry_leaves = _flatten(init)[0]
+  ops = [*r.consts, *const_leaves]
+  outs = prim.bind(*ops, *carry_leaves, *xs, **{**params, "jaxpr": r.closed,
+                                                "num_consts": len(ops),
+                                                "num_carry": len(carry_leaves)})
+  return r.unflatten(outs)
+
+
+# ---------------------------------------------------------------------------
+# Custom derivatives
+
+
+def _custom_jvp_handler(prim, vals, params):
+  nc = params["num_consts"]
+  consts = [_materialize_value(c) for c in vals[:nc]]
+  args = list(vals[nc:])
+  nout = len(params["call_jaxpr"].out_avals)
+  r, leaves = retrace(params["call_jaxpr"], consts + args, [True] * nout)
+  args_leaves, args_tree = _flatten(args)
+  arg_trees = [_flatten(a)[1] for a in args]
+  arg_avals = [a.aval if _is_implicit(a) else core.get_aval(a) for a in args]
+  jvp = params["jvp"]
+
+  def implicit_jvp(primals, tangents):
+    # primals/tangents: one per leaf of the implicit operands' children.
+    m_p, m_t, pos = [], [], 0
+    for tree, aval in zip(arg_trees, arg_avals):
+      n = tree.num_leaves
+      ps, ts = primals[pos:pos + n], tangents[pos:pos + n]
+      pos += n
+      if not optree.treespec_is_leaf(tree):
+        def mat(*ls, tree=tree):
+          return [_materialize_value(optree.tree_unflatten(tree, ls))]
+        (p,), (t,) = ad.jvp_flat(mat, ps, ts)
+        if type(t) is ad.Zero:
+          t = ad.Zero(ad.tangent_aval(aval))
+        m_p.append(p)
+        m_t.append(t)
+      else:
+        m_p.append(ps[0])
+        m_t.append(ts[0])
+    return jvp(m_p, m_t)
+  implicit_jvp.__name__ = getattr(jvp, "__name__", "jvp")
+  k = len(r.consts) + len(leaves) - len(args_leaves)
+  outs = prim.bind(*r.consts, *leaves, **{**params, "call_jaxpr": r.closed, "jvp": implicit_jvp,
+                                          "num_consts": k})
+  return r.unflatten(outs)
+
+
+def _materializing_handler(prim, vals, params):
+  return prim.bind(*[_materialize_value(v) for v in vals], **params)
+
+
+def _install():
+  for name, rule in (("jit", _jit_handler), ("checkpoint", _remat_handler),
+                     ("custom_dce_call", _custom_dce_handler), ("cond", _cond_handler),
+                     ("while", _while_handler), ("scan", _scan_handler),
+                     ("custom_jvp_call", _custom_jvp_handler),
+                     ("custom_vjp_call", _materializing_handler)):
+    register_higher_order(name)(rule)
+
+
+_install()
