@@ -502,7 +502,14 @@ def process_primitive(prim: core.Primitive, vals: Sequence[Any], params: dict) -
   found = _lookup(prim, vals)
   if found is not None:
     method, with_prim = found
-    return method(prim, *vals, **params) if with_prim else method(*vals, **params)
+    call = (lambda *a: method(prim, *a, **params)) if with_prim else (
+        lambda *a: method(*a, **params))
+    if implicit_depth(list(vals)) > 1:
+      # Operands with implicit children: the handler runs under the implicit evaluator, so
+      # its operations on those children go to their own handlers.
+      leaves, d = flatten_one_implicit_layer(list(vals))
+      return use_implicit(lambda *ls: call(*d.unflatten(ls)))(*leaves)
+    return call(*vals)
   ho = _higher_order.get(prim)
   if ho is not None:
     return ho(prim, vals, params)
@@ -565,10 +572,10 @@ def _trace_fn(fn: Callable, in_tree, avals: list[ShapedArray]):
   def flat_fun(*flat):
     args, kwargs = optree.tree_unflatten(in_tree, flat)
     out = fn(*args, **kwargs)
-    leaves, out_tree = optree.tree_flatten(out, namespace=_NS, is_leaf=_is_implicit)
+    # NB: implicit outputs are flattened into their children (rebuilt after evaluation).
+    leaves, out_tree = optree.tree_flatten(out, namespace=_NS)
     for i, leaf in enumerate(leaves):
-      if _is_implicit(leaf) or not (isinstance(leaf, core.Tracer) or core.valid_array_type(
-          leaf)):
+      if not (isinstance(leaf, core.Tracer) or core.valid_array_type(leaf)):
         raise TypeError(f"use_implicit: {getattr(fn, '__name__', 'fn')} returned a "
                         f"{type(leaf).__name__} at output leaf {i}; return arrays or "
                         f"pytrees of arrays.")
