@@ -16,11 +16,14 @@ from stagecraft import lax
 from stagecraft import numpy
 from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, linearize,
                             make_jaxpr, value_and_grad, vjp, vmap)
+from stagecraft.interpreters.pxla import pmap
+from stagecraft import sharding
 from stagecraft.custom_derivatives import custom_jvp, custom_vjp
 from stagecraft.ad_checkpoint import checkpoint, remat
 from stagecraft.custom_dce import custom_dce
 from stagecraft import random, scipy, nn  # after api: they use jit
 from stagecraft import stages
+from stagecraft import optim
 from stagecraft.xla_computation import xla_computation
 
 __version__ = "0.1.0"

@@ -18,7 +18,7 @@ import optree
 from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
-from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe, pxla
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
 
@@ -386,6 +386,42 @@ class _CompiledCall:
     return optree.tree_unflatten(self.out_tree, outs)
 
 
+class _SpmdCall:
+  """A compiled signature whose program spans several devices (jit of pmap): replicated
+  arguments in, replicated results out (one copy each)."""
+  simple = False
+
+  def __init__(self, lowered: LoweredSignature, exe=None):
+    entry = lowered.entry
+    jaxpr = entry.jaxpr.jaxpr
+    nconst = len(entry.consts)
+    devs = lowered.spmd_devices
+    if exe is None:
+      exe = dispatch.compile_module(lowered.text, devs, num_partitions=len(devs))
+    self.exe = exe
+    self.kept = lowered.kept
+    self.consts = [entry.consts[i] for i in lowered.used_consts]
+    self.in_avals = [v.aval for v in jaxpr.invars[nconst:]]
+    self.out_avals = jaxpr.out_avals
+    self.out_tree = entry.out_tree
+    self.donated = lowered.donated
+    self.text = lowered.text
+    self.device = None
+    mesh = pxla.Mesh(np.array(devs, dtype=object), ("devices",))
+    rep = pxla.NamedSharding(mesh, pxla.PartitionSpec())
+    const_avals = [jaxpr.invars[i].aval for i in lowered.used_consts]
+    idx = range(len(self.in_avals)) if self.kept is None else self.kept
+    self.program = pxla.SpmdExecutable(
+        exe, devs, [*const_avals, *[self.in_avals[i] for i in idx]], self.out_avals,
+        [rep] * (len(const_avals) + len(idx)), [rep] * len(self.out_avals), self.text,
+        [len(const_avals) + k for k, i in enumerate(idx) if i in self.donated])
+
+  def __call__(self, leaves: Sequence[Any]):
+    idx = range(len(leaves)) if self.kept is None else self.kept
+    outs = self.program.call([*self.consts, *[leaves[i] for i in idx]])
+    return optree.tree_unflatten(self.out_tree, outs)
+
+
 class JitWrapped:
   """The function returned by `jit`. Calling it runs the compiled program for the arguments'
   signature (tracing and compiling on the first call of a signature)."""
@@ -634,15 +670,16 @@ def _leaf_sig(x):
 class LoweredSignature:
   """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
   const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
-  __slots__ = ("entry", "text", "used_consts", "kept", "donated")
+  __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices")
 
   def __init__(self, entry: _Traced, text: str, used_consts: list[int], kept: list[int] | None,
-               donated: tuple[int, ...]):
+               donated: tuple[int, ...], spmd_devices: list | None = None):
     self.entry = entry
     self.text = text
     self.used_consts = used_consts
     self.kept = kept
     self.donated = donated
+    self.spmd_devices = spmd_devices   # the devices of a program containing pmaps, or None
 
 
 def lower_traced(entry: _Traced, donated: set[int], keep_unused: bool,
@@ -657,8 +694,13 @@ def lower_traced(entry: _Traced, donated: set[int], keep_unused: bool,
   used_consts = [i for i in range(nconst) if used[i]]
   kept_leaves = [i - nconst for i in range(nconst, n_in) if used[i]]
   donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
-  text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
   kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
+  chain = pxla.mesh_chain(dce_jaxpr)
+  if chain:   # jit of pmap: one SPMD program over the pmaps' devices
+    text = pxla.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask)
+    return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
+                            pxla.chain_devices(chain))
+  text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
   return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
 
 
@@ -668,6 +710,8 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None) -> _Compil
   entry = lowered.entry
   jaxpr = entry.jaxpr.jaxpr
   nconst = len(entry.consts)
+  if lowered.spmd_devices is not None:
+    return _SpmdCall(lowered, exe)
   if exe is None:
     exe = dispatch.compile_module(lowered.text, None if device is None else [device])
   in_avals = [v.aval for v in jaxpr.invars[nconst:]]

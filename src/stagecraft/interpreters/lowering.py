@@ -129,6 +129,10 @@ class ModuleContext:
     self.num_partitions = num_partitions
     self.platform = platform
     self._channel = 0
+    # SPMD modules of pmap (interpreters/pxla.py): the `sdy.mesh` axes `[(name, size)]`, and
+    # the depth of the manual region being lowered (None: outside any).
+    self.mesh: list[tuple[str, int]] | None = None
+    self.manual_depth: int | None = None
 
   def new_channel(self) -> int:
     self._channel += 1
@@ -380,6 +384,9 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
   main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
                             result_attrs=result_attrs)
   funcs = "\n".join([main, *module.funcs])
+  if module.mesh:
+    axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)
+    funcs = f"  sdy.mesh @mesh = <[{axes}]>\n{funcs}"
   return (f"module @{module.name} attributes {{mhlo.num_partitions = "
           f"{module.num_partitions} : i32, mhlo.num_replicas = {module.num_replicas} : i32}} "
           f"{{\n{funcs}\n}}\n")

@@ -18,14 +18,18 @@ class Array:
   Conversions (`np.asarray`, `float()`, `item()`, printing) copy the value to the host once
   and cache it.
   """
-  __slots__ = ("_buf", "aval", "_npy", "_device", "__weakref__")
+  __slots__ = ("_buf", "aval", "_npy", "_device", "_sharding", "__weakref__")
   __array_priority__ = 100
 
-  def __init__(self, buf: Any, aval: core.ShapedArray, device: Any = None):
+  def __init__(self, buf: Any, aval: core.ShapedArray, device: Any = None,
+               sharding: Any = None):
     self._buf = buf
     self.aval = aval
     self._npy = None
     self._device = device   # NB: None means the default device
+    # A NamedSharding for an Array split over several devices (`_buf` is then the runtime's
+    # multi-device array); None for one buffer on one device.
+    self._sharding = sharding
 
   shape = property(lambda self: self.aval.shape)
   dtype = property(lambda self: self.aval.dtype)
@@ -54,7 +58,9 @@ class Array:
   @property
   def _value(self) -> np.ndarray:
     v = self._npy
-    if v is None:
+    if v is None and self._sharding is not None:
+      v = self._npy = _gather(self)
+    elif v is None:
       buf = self._check_buf()
       v, did_copy = buf._single_device_array_to_np_array_did_copy()
       if not did_copy or v.flags.writeable:
@@ -87,15 +93,47 @@ class Array:
       self._buf = None
 
   def devices(self) -> set:
+    if self._sharding is not None:
+      return self._sharding.device_set
     return set(self._check_buf().devices())
 
   @property
   def device(self):
+    if self._sharding is not None:
+      raise ValueError(f"Array.device: this Array is split over {len(self.devices())} "
+                       f"devices ({self._sharding!r}); use .devices() or .sharding.")
     return next(iter(self.devices()))
 
   @property
   def sharding(self):
-    return self._check_buf().sharding
+    """The layout over devices: a NamedSharding for an Array split over several devices,
+    else a SingleDeviceSharding."""
+    if self._sharding is not None:
+      return self._sharding
+    from stagecraft.sharding import SingleDeviceSharding
+    return SingleDeviceSharding(next(iter(self.devices())))
+
+  @property
+  def is_fully_replicated(self) -> bool:
+    return self._sharding is None or self._sharding.is_fully_replicated
+
+  @property
+  def addressable_shards(self) -> list:
+    """One `Shard` per device holding a piece of this Array (device order of the sharding):
+    its device, index (slices into this Array), replica_id and data (an Array)."""
+    from stagecraft.sharding import Shard
+    if self._sharding is None:
+      idx = tuple(slice(None) for _ in self.aval.shape)
+      return [Shard(self.device, idx, 0, self)]
+    shards, seen = [], {}
+    for (dev, index), buf in zip(_indices(self), self._check_buf()._arrays):
+      key = tuple((s.start, s.stop) for s in index)
+      rid = seen[key] = seen.get(key, -1) + 1
+      shape = tuple(len(range(*s.indices(n))) for s, n in zip(index, self.aval.shape))
+      default = dev == _default_device()
+      shards.append(Shard(dev, index, rid, Array(buf, self.aval.update(shape=shape),
+                                                 None if default else dev)))
+    return shards
 
   @property
   def committed(self) -> bool:
@@ -166,6 +204,30 @@ class Array:
 
   def __dlpack__(self, *args, **kwargs):
     return self._value.__dlpack__(*args, **kwargs)
+
+
+def _default_device():
+  from stagecraft.runtime import client
+  return client.default_device()
+
+
+def _indices(x: Array) -> list:
+  """(device, index) per buffer of a split Array, in the order of its runtime buffers."""
+  m = x._sharding.devices_indices_map(x.aval.shape)
+  return [(d, m[d]) for d in x._sharding.mesh.devices.flat]
+
+
+def _gather(x: Array) -> np.ndarray:
+  """The host value of a split Array: each distinct piece copied once."""
+  out = np.empty(x.aval.shape, x.aval.dtype)
+  done = set()
+  for (dev, index), buf in zip(_indices(x), x._check_buf()._arrays):
+    key = tuple((s.start, s.stop) for s in index)
+    if key not in done:
+      done.add(key)
+      out[index] = buf._single_device_array_to_np_array_did_copy()[0]
+  out.flags.writeable = False
+  return out
 
 
 def _reconstruct(value: np.ndarray, weak_type: bool) -> Array:

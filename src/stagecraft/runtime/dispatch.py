@@ -46,6 +46,8 @@ def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -
     buf = x._buf
     if buf is None:
       x._check_buf()
+    if x._sharding is not None:   # split over devices: gathered onto one
+      return _move(x, device)
     if x._device is device or device is None and x._device is None:
       return buf
     return _move(x, device)

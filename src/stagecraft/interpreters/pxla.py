@@ -1,0 +1,916 @@
+"""pmap: a map primitive over devices, its rules, its SPMD lowering and its executables.
+
+`xla_pmap` carries a closed jaxpr of the per-device computation (mapped axes removed from its
+avals) and `in_axes`/`out_axes` (an int or None per operand/result); its operands and results
+are the global values (the mapped axis present). Every rule re-traces the body with the axis
+name bound, so collectives inside see it.
+
+Lowering (DESIGN.md, the SPMD form JAX 0.10 uses): a module that contains a pmap has an
+`sdy.mesh` whose axes are the pmap's axes, outermost first (nested pmaps add axes), and is
+compiled with num_partitions = the mesh size. A pmap equation met outside any manual region
+becomes an `sdy.manual_computation` manual over *all* mesh axes, its operands split along
+their in_axes over the outermost mesh axis (Shardy slices replicated operands) and its
+results likewise; inside, each device runs the body on its piece. A pmap met inside a manual
+region (a nested pmap) is lowered inline: each device slices its operand by its index along
+that pmap's mesh axis (from `partition_id`), runs the body, and all-gathers the results, so
+every value inside the region is addressed by global device ids and collectives use
+`use_global_device_ids` replica groups computed from the module's axis environment.
+
+Transposition follows JAX's conventions: psum's transpose is psum, so the cotangent of an
+out_axes=None result is divided by the axis size before entering the transposed body, and
+the cotangent of an in_axes=None operand is psum'med over the axis inside it.
+
+Collective-launch hazard (DESIGN.md): on a CPU host with fewer cores than devices, launching
+a program with collectives while an earlier one is still running can hang inside XLA and
+abort the process. `SpmdExecutable.call` waits for the previous collective program's
+results before launching the next one (nothing to wait for when a program has no
+collectives).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+import threading
+import weakref
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import optree
+from jaxlib import xla_client as xc
+
+from stagecraft import core, tree_util
+from stagecraft.config import config
+from stagecraft.core import ClosedJaxpr, Jaxpr, JaxprEqn, ShapedArray, Var
+from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import partial_eval as pe
+from stagecraft.runtime import client, dispatch
+from stagecraft.runtime.array import Array
+from stagecraft.sharding import Mesh, NamedSharding, PartitionSpec
+
+__all__ = ["xla_pmap_p", "pmap", "mesh_chain", "lower_spmd_module", "SpmdExecutable"]
+
+# ---------------------------------------------------------------------------
+# Avals
+
+
+def mapped_aval(aval: ShapedArray, axis: int | None) -> ShapedArray:
+  """The per-device aval of a global aval mapped along `axis` (None: unchanged)."""
+  if axis is None:
+    return aval
+  return aval.update(shape=aval.shape[:axis] + aval.shape[axis + 1:])
+
+
+def unmapped_aval(aval: ShapedArray, axis: int | None, size: int) -> ShapedArray:
+  """The global aval of a per-device aval whose mapped axis of `size` goes at `axis`."""
+  if axis is None:
+    return aval
+  return aval.update(shape=aval.shape[:axis] + (size,) + aval.shape[axis:])
+
+
+# ---------------------------------------------------------------------------
+# The primitive
+
+xla_pmap_p = core.Primitive("xla_pmap")
+xla_pmap_p.multiple_results = True
+core.pp_param_order[xla_pmap_p] = ("name", "axis_name", "axis_size", "in_axes", "out_axes",
+                                   "jaxpr")
+
+
+def _abstract_eval(*avals, jaxpr, axis_name, axis_size, in_axes, out_axes, **_):
+  return [unmapped_aval(a, ax, axis_size) for a, ax in zip(jaxpr.out_avals, out_axes)]
+
+
+xla_pmap_p.def_abstract_eval(_abstract_eval)
+
+
+def _bind(args, params, **updates):
+  p = {**params, **updates}
+  return xla_pmap_p.bind(*args, **p)
+
+
+def _env(params):
+  return batching.extend_axis_env(params["axis_name"], params["axis_size"])
+
+
+_memo = core.memo_on_jaxpr
+_jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _pmap_jvp(primals, tangents, **params):
+  closed, in_axes, out_axes = params["jaxpr"], params["in_axes"], params["out_axes"]
+  nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
+
+  def make():
+    with _env(params):
+      return ad.jvp_jaxpr(closed, nonzeros)
+  jvp_closed, consts, out_nz = _memo(_jvp_cache, closed, nonzeros, make)
+  nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
+  new_in = ((None,) * len(consts) + tuple(in_axes) +
+            tuple(ax for ax, nz in zip(in_axes, nonzeros) if nz))
+  new_out = tuple(out_axes) + tuple(ax for ax, nz in zip(out_axes, out_nz) if nz)
+  outs = _bind([*consts, *primals, *nz_tangents], params, jaxpr=jvp_closed, in_axes=new_in,
+               out_axes=new_out, donated_invars=(False,) * len(new_in),
+               name=f"jvp({params['name']})")
+  n = len(out_axes)
+  it = iter(outs[n:])
+  out_avals = _abstract_eval(**params)
+  return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
+                    for nz, a in zip(out_nz, out_avals)]
+
+
+def _pmap_partial_eval(eqn, unknowns):
+  params = eqn.params
+  closed, in_axes, out_axes = params["jaxpr"], params["in_axes"], params["out_axes"]
+  size = params["axis_size"]
+
+  def make():
+    with _env(params):
+      k, u, nres, out_unknowns = ad.partial_eval_jaxpr(closed.jaxpr, unknowns,
+                                                       [False] * len(out_axes))
+    return ClosedJaxpr(k, []), ClosedJaxpr(u, []), nres, out_unknowns
+  known, unknown, nres, out_unknowns = _memo(_pe_cache, closed, tuple(unknowns), make)
+  res_avals = known.out_avals[len(known.out_avals) - nres:]
+  res_vars = [Var(unmapped_aval(a, 0, size)) for a in res_avals]
+  k_in = tuple(ax for ax, u in zip(in_axes, unknowns) if not u)
+  k_out = tuple(ax for ax, u in zip(out_axes, out_unknowns) if not u) + (0,) * nres
+  u_in = (0,) * nres + tuple(ax for ax, u in zip(in_axes, unknowns) if u)
+  u_out = tuple(ax for ax, u in zip(out_axes, out_unknowns) if u)
+  known_eqn = JaxprEqn(
+      [v for v, u in zip(eqn.invars, unknowns) if not u],
+      [*[v for v, u in zip(eqn.outvars, out_unknowns) if not u], *res_vars], xla_pmap_p,
+      {**params, "jaxpr": known, "in_axes": k_in, "out_axes": k_out,
+       "donated_invars": (False,) * len(k_in)})
+  unknown_eqn = JaxprEqn(
+      [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
+      [v for v, u in zip(eqn.outvars, out_unknowns) if u], xla_pmap_p,
+      {**params, "jaxpr": unknown, "in_axes": u_in, "out_axes": u_out,
+       "donated_invars": (False,) * len(u_in)})
+  return known_eqn, unknown_eqn, out_unknowns
+
+
+def _pmap_transpose(cts, *args, **params):
+  closed, in_axes, out_axes = params["jaxpr"], params["in_axes"], params["out_axes"]
+  name, size = params["axis_name"], params["axis_size"]
+  undefined = tuple(ad.is_undefined_primal(a) for a in args)
+  ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
+
+  def make():
+    from stagecraft.lax import parallel
+    with _env(params):
+      t_closed, t_consts = ad.transpose_jaxpr(closed, undefined, ct_nonzeros)
+      res_avals = [mapped_aval(a.aval if ad.is_undefined_primal(a) else core.get_aval(a), ax)
+                   for a, ax, u in zip(args, in_axes, undefined) if not u]
+      ct_avals = [ad.tangent_aval(a) for a, nz in zip(closed.out_avals, ct_nonzeros) if nz]
+      ct_axes = [ax for ax, nz in zip(out_axes, ct_nonzeros) if nz]
+      lin_axes = [ax for ax, u in zip(in_axes, undefined) if u]
+      nres = len(res_avals)
+
+      def fun(*xs):
+        # NB: psum transposes to psum, so a replicated result's cotangent is shared out.
+        cts_in = [c / size if ax is None else c for c, ax in zip(xs[nres:], ct_axes)]
+        outs = core.jaxpr_as_fun(t_closed)(*t_consts, *xs[:nres], *cts_in)
+        return [parallel.psum(o, name) if ax is None else o for o, ax in zip(outs, lin_axes)]
+      jaxpr, consts = pe.trace_to_jaxpr(fun, [*res_avals, *ct_avals])
+    return (ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts))
+  t_closed, consts = _memo(_transpose_cache, closed, (undefined, ct_nonzeros), make)
+  new_in = ((None,) * len(consts) +
+            tuple(ax for ax, u in zip(in_axes, undefined) if not u) +
+            tuple(ax for ax, nz in zip(out_axes, ct_nonzeros) if nz))
+  new_out = tuple(ax for ax, u in zip(in_axes, undefined) if u)
+  outs = _bind([*consts, *[a for a, u in zip(args, undefined) if not u],
+                *[c for c in cts if type(c) is not ad.Zero]], params, jaxpr=t_closed,
+               in_axes=new_in, out_axes=new_out, donated_invars=(False,) * len(new_in),
+               name=f"transpose({params['name']})")
+  it = iter(outs)
+  return [next(it) if u else None for u in undefined]
+
+
+def _pmap_dce(used_outs, eqn):
+  if not any(used_outs):
+    return [False] * len(eqn.invars), None
+  params = eqn.params
+  closed = params["jaxpr"]
+
+  def make():
+    with _env(params):
+      j, used_ins = pe.dce_jaxpr(closed.jaxpr, used_outs)
+    return ClosedJaxpr(j, []), used_ins
+  new_closed, used_ins = _memo(_dce_cache, closed, tuple(used_outs), make)
+  if all(used_outs) and all(used_ins):
+    return used_ins, eqn
+  pick = lambda xs, m: tuple(x for x, u in zip(xs, m) if u)
+  return used_ins, eqn.replace(
+      invars=list(pick(eqn.invars, used_ins)), outvars=list(pick(eqn.outvars, used_outs)),
+      params={**params, "jaxpr": new_closed, "in_axes": pick(params["in_axes"], used_ins),
+              "out_axes": pick(params["out_axes"], used_outs),
+              "donated_invars": pick(params["donated_invars"], used_ins)})
+
+
+def _pmap_batch(axis_data, args, dims, **params):
+  # vmap of pmap: each batched operand's batch axis goes first (its pmap axis moves up one);
+  # the body is batched at axis 0 and so are all results.
+  closed, in_axes, out_axes = params["jaxpr"], params["in_axes"], params["out_axes"]
+  new_args, new_in, body_dims = [], [], []
+  for x, d, ax in zip(args, dims, in_axes):
+    if d is batching.not_mapped:
+      new_args.append(x)
+      new_in.append(ax)
+      body_dims.append(batching.not_mapped)
+    else:
+      new_args.append(batching.moveaxis(x, d, 0))
+      new_in.append(None if ax is None else ax + 1)
+      body_dims.append(0)
+  n_out = len(out_axes)
+  key = (tuple(body_dims), axis_data)
+
+  def make():
+    with _env(params):
+      return batching.batch_jaxpr(closed, axis_data, body_dims, [0] * n_out)
+  b_closed, consts, _ = _memo(_batch_cache, closed, key, make)
+  new_out = tuple(None if ax is None else ax + 1 for ax in out_axes)
+  new_in = (None,) * len(consts) + tuple(new_in)
+  outs = _bind([*consts, *new_args], params, jaxpr=b_closed, in_axes=new_in,
+               out_axes=new_out, donated_invars=(False,) * len(new_in))
+  return outs, [0] * n_out
+
+
+ad.primitive_jvps[xla_pmap_p] = _pmap_jvp
+ad.partial_eval_rules[xla_pmap_p] = _pmap_partial_eval
+ad.primitive_transposes[xla_pmap_p] = _pmap_transpose
+pe.dce_rules[xla_pmap_p] = _pmap_dce
+batching.axis_primitive_batchers[xla_pmap_p] = _pmap_batch
+
+
+# ---------------------------------------------------------------------------
+# The device mesh of a module
+
+
+def _subjaxprs(eqn) -> list[Jaxpr]:
+  out = []
+  for v in eqn.params.values():
+    for x in (v if isinstance(v, (tuple, list)) else (v,)):
+      if isinstance(x, ClosedJaxpr):
+        out.append(x.jaxpr)
+      elif isinstance(x, Jaxpr):
+        out.append(x)
+  return out
+
+
+def mesh_chain(jaxpr: Jaxpr) -> list[tuple[Any, int, Any]]:
+  """The mapped axes `(axis_name, axis_size, devices)` of the pmaps in `jaxpr`, outermost
+  first (a pmap nested in a pmap's body adds an axis): the mesh its module needs, or [].
+
+  Raises:
+    ValueError: if two pmaps at the same depth have different sizes.
+  """
+  found: list[tuple[Any, int, Any]] = []
+
+  def visit(j: Jaxpr, depth: int):
+    for eqn in j.eqns:
+      if eqn.primitive is xla_pmap_p:
+        p = eqn.params
+        if len(found) <= depth:
+          found.append((p["axis_name"], p["axis_size"], p["devices"]))
+        elif found[depth][1] != p["axis_size"]:
+          raise ValueError(
+              f"pmap: one program maps axes of sizes {found[depth][1]} ('{found[depth][0]}') "
+              f"and {p['axis_size']} ('{p['axis_name']}') at the same nesting depth; pmaps "
+              f"staged into one jit must use the same devices. Call them from separate jits.")
+        visit(p["jaxpr"].jaxpr, depth + 1)
+      else:
+        for sub in _subjaxprs(eqn):
+          visit(sub, depth)
+  visit(jaxpr, 0)
+  return found
+
+
+def _mesh_names(chain) -> list[str]:
+  names, used = [], set()
+  for k, (name, _, _) in enumerate(chain):
+    s = name if isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) \
+        else f"axis{k}"
+    if s in used:
+      s = f"{s}_{k}"
+    used.add(s)
+    names.append(s)
+  return names
+
+
+class _Unbound:
+  """An axis-environment entry for a mesh axis no pmap has bound yet (matches no name)."""
+  __slots__ = ("depth",)
+
+  def __init__(self, depth):
+    self.depth = depth
+
+  def __repr__(self):
+    return f"<mesh axis {self.depth}>"
+
+
+def chain_devices(chain, devices=None) -> list:
+  """The devices a module over `chain` runs on: `devices` (the outermost pmap's) or the first
+  local devices.
+
+  Raises:
+    ValueError: when more devices are needed than exist, or `devices` has the wrong length.
+  """
+  n = math.prod(s for _, s, _ in chain)
+  devices = devices if devices is not None else chain[0][2]
+  if devices is not None:
+    if len(devices) != n:
+      raise ValueError(f"pmap: the mapped axes {[(a, s) for a, s, _ in chain]} need {n} "
+                       f"devices, but `devices` has {len(devices)}. Pass as many devices "
+                       f"as the mapped axis size (nested pmaps: the product of their sizes).")
+    return list(devices)
+  local = client.local_devices()
+  if n > len(local):
+    raise ValueError(
+        f"compiling computation that requires {n} logical devices, but only {len(local)} XLA "
+        f"devices are available (num_replicas=1, num_partitions={n}): the mapped axes "
+        f"{[(a, s) for a, s, _ in chain]} need one device per position. Map over at most "
+        f"{len(local)} positions, or start Python with "
+        f"XLA_FLAGS=--xla_force_host_platform_device_count={n} for more CPU devices.")
+  return local[:n]
+
+
+def _sdy_sharding(ndim: int, dim: int | None, axis: str | None, *, attr: bool) -> str:
+  dims = ", ".join(f'{{"{axis}"}}' if d == dim else "{}" for d in range(ndim))
+  body = f"<@mesh, [{dims}]>"
+  return f"#sdy.sharding{body}" if attr else body
+
+
+# ---------------------------------------------------------------------------
+# Lowering
+
+
+def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, in_axes, out_axes, **_):
+  module = ctx.module
+  if getattr(module, "mesh", None) is None:
+    raise ValueError(
+        f"pmap ('{axis_name}') cannot be lowered into this module, which has no device mesh "
+        f"(for example inside xla_computation or an eager op); call it directly or from "
+        f"jit.")
+  if getattr(module, "manual_depth", None) is None:
+    return _lower_manual(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes)
+  return _lower_inline(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes)
+
+
+@functools.lru_cache(maxsize=None)
+def _reshape_line(src: str, dst: str) -> str:
+  return f"stablehlo.reshape {{}} : ({src}) -> {dst}"
+
+
+def _reshape(fb, x, src: ShapedArray, dst: ShapedArray) -> str:
+  r = fb.fresh()
+  fb.emit(f"{r} = stablehlo.reshape {x} : ({lowering.ir_type(src)}) -> "
+          f"{lowering.ir_type(dst)}")
+  return r
+
+
+def _lower_body(fb, module, jaxpr, depth, axis_name, axis_size, args):
+  saved_env, saved_depth = module.axis_env, module.manual_depth
+  env = list(saved_env)
+  env[depth] = (axis_name, axis_size)
+  module.axis_env, module.manual_depth = tuple(env), depth + 1
+  try:
+    return lowering.jaxpr_subcomp(fb, jaxpr.jaxpr, [], args)
+  finally:
+    module.axis_env, module.manual_depth = saved_env, saved_depth
+
+
+def _lower_manual(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
+  """The pmap as an `sdy.manual_computation` over all mesh axes, split on mesh axis 0."""
+  fb, module = ctx.fb, ctx.module
+  ax0 = module.mesh[0][0]
+  local_in = [unmapped_aval(a, ax, 1) for a, ax in zip(jaxpr.in_avals, in_axes)]
+  local_out = [unmapped_aval(a, ax, 1) for a, ax in zip(jaxpr.out_avals, out_axes)]
+  in_sh = [_sdy_sharding(len(a.shape), ax, ax0, attr=False)
+           for a, ax in zip(ctx.avals_in, in_axes)]
+  out_sh = [_sdy_sharding(len(a.shape), ax, ax0, attr=False)
+            for a, ax in zip(ctx.avals_out, out_axes)]
+  saved_lines, saved_consts = fb.lines, fb.consts
+  fb.lines, fb.consts = [], {}
+  try:
+    block_args = [fb.fresh() for _ in local_in]
+    body_args = [x if ax is None else _reshape(fb, x, lo, a)
+                 for x, ax, lo, a in zip(block_args, in_axes, local_in, jaxpr.in_avals)]
+    module.manual_depth = 0
+    try:
+      outs = _lower_body(fb, module, jaxpr, 0, axis_name, axis_size, body_args)
+    finally:
+      module.manual_depth = None
+    outs = [o if ax is None else _reshape(fb, o, a, lo)
+            for o, ax, a, lo in zip(outs, out_axes, jaxpr.out_avals, local_out)]
+    body = fb.lines
+  finally:
+    fb.lines, fb.consts = saved_lines, saved_consts
+  n = len(out_axes)
+  base = fb.fresh()
+  lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
+  manual = ", ".join(f'"{a}"' for a, _ in module.mesh)
+  blk = ", ".join(f"{b}: {lowering.ir_type(a)}" for b, a in zip(block_args, local_in))
+  ret_t = ", ".join(lowering.ir_type(a) for a in local_out)
+  ret = f"  sdy.return {', '.join(outs)} : {ret_t}" if n else "  sdy.return"
+  in_t = ", ".join(lowering.ir_type(a) for a in ctx.avals_in)
+  out_t = ", ".join(lowering.ir_type(a) for a in ctx.avals_out)
+  fb.emit(f"{lhs}sdy.manual_computation({', '.join(args)}) in_shardings=[{', '.join(in_sh)}] "
+          f"out_shardings=[{', '.join(out_sh)}] manual_axes={{{manual}}} ({blk}) {{")
+  fb.lines.extend("  " + ln for ln in body)
+  fb.emit(ret)
+  fb.emit(f"}} : ({in_t}) -> ({out_t})")
+  if n == 1:
+    return [base]
+  return [f"{base}#{i}" for i in range(n)]
+
+
+def _mesh_index(ctx, depth: int) -> str:
+  """This device's index along mesh axis `depth` (an i32 scalar), from partition_id."""
+  sizes = [int(s) for _, s in ctx.module.axis_env]
+  u32 = ShapedArray((), np.dtype(np.uint32))
+  dev = ctx.fb.fresh()
+  ctx.fb.emit(f"{dev} = stablehlo.partition_id : tensor<ui32>")
+  stride = math.prod(sizes[depth + 1:])
+  q = ctx.elementwise("stablehlo.divide", dev, ctx.constant(stride, u32), aval=u32)
+  r = ctx.elementwise("stablehlo.remainder", q, ctx.constant(sizes[depth], u32), aval=u32)
+  out = ctx.fb.fresh()
+  ctx.fb.emit(f"{out} = stablehlo.convert {r} : (tensor<ui32>) -> tensor<i32>")
+  return out
+
+
+def _lower_inline(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
+  """A pmap nested in a manual region: slice by this device's index, run, all-gather."""
+  from stagecraft.lax import parallel
+  fb, module = ctx.fb, ctx.module
+  depth = module.manual_depth
+  if depth >= len(module.mesh):
+    raise ValueError(f"pmap ('{axis_name}') is nested deeper than the module's mesh "
+                     f"{module.mesh}.")
+  i32 = ShapedArray((), np.dtype(np.int32))
+  idx = _mesh_index(ctx, depth)
+  zero = ctx.constant(0, i32)
+  body_args = []
+  for x, ax, g, a in zip(args, in_axes, ctx.avals_in, jaxpr.in_avals):
+    if ax is None:
+      body_args.append(x)
+      continue
+    lo = unmapped_aval(a, ax, 1)
+    starts = [idx if d == ax else zero for d in range(len(g.shape))]
+    s = ctx.op("stablehlo.dynamic_slice", [x, *starts], [lo],
+               f"slice_sizes = {lowering.i64_array(lo.shape)}",
+               operand_avals=[g, *[i32] * len(starts)])[0]
+    body_args.append(_reshape(fb, s, lo, a))
+  saved_env = module.axis_env
+  outs = _lower_body(fb, module, jaxpr, depth, axis_name, axis_size, body_args)
+  env = list(saved_env)
+  env[depth] = (axis_name, axis_size)
+  module.axis_env = tuple(env)
+  try:
+    results = []
+    for o, ax, a, g in zip(outs, out_axes, jaxpr.out_avals, ctx.avals_out):
+      if ax is None:
+        results.append(o)
+        continue
+      sub = ctx.replace(avals_in=[a], avals_out=[g])
+      results += parallel._all_gather_lowering(sub, o, axis_name=axis_name, axis=ax,
+                                               tiled=False, axis_size=axis_size)
+  finally:
+    module.axis_env = saved_env
+  return results
+
+
+lowering.register_lowering(xla_pmap_p, _pmap_lowering)
+
+
+def lower_spmd_module(name: str, jaxpr: Jaxpr, chain, *, arg_attrs=None, result_attrs=None,
+                      donated=None) -> str:
+  """Lowers `jaxpr` (which contains pmaps; `chain = mesh_chain(jaxpr)`) to an SPMD module
+  over the chain's mesh. Arguments and results without attributes are replicated."""
+  names = _mesh_names(chain)
+  n = math.prod(s for _, s, _ in chain)
+  module = lowering.ModuleContext(name, axis_env=[(_Unbound(k), s)
+                                                  for k, (_, s, _) in enumerate(chain)],
+                                  num_partitions=n)
+  module.mesh = [(m, s) for m, (_, s, _) in zip(names, chain)]
+  module.manual_depth = None
+  avals_in = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  if arg_attrs is None:
+    arg_attrs = [f"sdy.sharding = {_sdy_sharding(len(a.shape), None, None, attr=True)}"
+                 for a in avals_in]
+  if result_attrs is None:
+    result_attrs = [f"sdy.sharding = {_sdy_sharding(len(v.aval.shape), None, None, attr=True)}"
+                    for v in jaxpr.outvars]
+  return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
+                                        result_attrs=result_attrs, module=module)
+
+
+# ---------------------------------------------------------------------------
+# Executables
+
+_COLLECTIVE_HLO = re.compile(r"\b(all-reduce|all-gather|collective-permute|all-to-all|"
+                             r"reduce-scatter|collective-broadcast)(-start)?\(")
+_launch_lock = threading.Lock()
+_last_collective: list = [None]   # one result buffer per device of the last collective launch
+
+
+def _await_previous_collective():
+  prev = _last_collective[0]
+  if prev is not None:
+    for b in prev:
+      b.block_until_ready()
+    _last_collective[0] = None
+
+
+@functools.lru_cache(maxsize=256)
+def _piece_indices(sharding: NamedSharding, shape: tuple) -> list:
+  m = sharding.devices_indices_map(shape)
+  return [m[d] for d in sharding.mesh.devices.flat]
+
+
+def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
+  """The runtime's multi-device array holding `x` laid out by `sharding` (no copy when `x`
+  already is)."""
+  if type(x) is Array:
+    if x._sharding is not None and (x._sharding is sharding or x._sharding == sharding):
+      return x._check_buf()
+    v = x._value
+  elif isinstance(x, core.Tracer):
+    raise core.escaped_tracer_error(x)
+  else:
+    v = np.asarray(x, dtype=aval.dtype)
+  if v.dtype != aval.dtype:
+    v = v.astype(aval.dtype)
+  devs = list(sharding.mesh.devices.flat)
+  if sharding.is_fully_replicated:
+    pieces = [v] * len(devs)
+  else:
+    pieces = [v[idx] for idx in _piece_indices(sharding, aval.shape)]
+  return xc.batched_device_put(aval, sharding._runtime, pieces, devs, True, False,
+                               enable_x64=True)
+
+
+class SpmdExecutable:
+  """A program over several devices: global values in (each laid out by its sharding, split
+  by the runtime), global values out (`Array`s split over the devices, or one copy for a
+  replicated result)."""
+  __slots__ = ("exe", "devices", "in_avals", "out_avals", "in_shardings", "out_shardings",
+               "collective", "text", "donated", "_out_device")
+
+  def __init__(self, exe, devices, in_avals, out_avals, in_shardings, out_shardings, text,
+               donated=()):
+    self.exe = exe
+    self.devices = list(devices)
+    self.in_avals = list(in_avals)
+    self.out_avals = list(out_avals)
+    self.in_shardings = list(in_shardings)
+    self.out_shardings = list(out_shardings)
+    self.text = text
+    self.donated = tuple(donated)
+    try:
+      hlo = "\n".join(m.to_string() for m in exe.hlo_modules())
+    except Exception:   # pragma: no cover - a runtime without hlo_modules: be safe
+      hlo = "all-reduce("
+    self.collective = bool(_COLLECTIVE_HLO.search(hlo))
+    d0 = self.devices[0]
+    self._out_device = None if d0 == client.default_device() else d0
+    dispatch.placement_used[0] = True
+
+  def call(self, args: Sequence[Any]) -> list[Array]:
+    bufs = [shard_arg(x, av, sh)
+            for x, av, sh in zip(args, self.in_avals, self.in_shardings)]
+    if self.collective:
+      with _launch_lock:
+        _await_previous_collective()
+        results = self._execute(bufs, args)
+        outs = results.disassemble_into_single_device_arrays()
+        if outs:
+          _last_collective[0] = list(outs[0])
+        else:
+          for b in bufs:
+            b.block_until_ready()
+    else:
+      outs = self._execute(bufs, args).disassemble_into_single_device_arrays()
+    for i in self.donated:
+      x = args[i]
+      if type(x) is Array and x._buf is not None and x._buf.is_deleted():
+        x._buf = None
+    res = []
+    for pieces, av, sh in zip(outs, self.out_avals, self.out_shardings):
+      if sh.is_fully_replicated:
+        res.append(Array(pieces[0], av, self._out_device))
+      else:
+        buf = xc.ArrayImpl(av, sh._runtime, list(pieces), True, True)
+        res.append(Array(buf, av, None, sh))
+    return res
+
+  def _execute(self, bufs, args):
+    try:
+      return self.exe.execute_sharded(bufs)
+    except TypeError:
+      dispatch._raise_if_donated(args)
+      raise
+
+
+def _mesh_for(chain, devices) -> Mesh:
+  shape = [s for _, s, _ in chain]
+  return Mesh(np.array(devices, dtype=object).reshape(shape), _mesh_names(chain))
+
+
+def _sharding(mesh: Mesh, ndim: int, axis: int | None) -> NamedSharding:
+  spec = [None] * ndim
+  if axis is not None:
+    spec[axis] = mesh.axis_names[0]
+  return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+_pmap_executables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _compile_pmap(in_avals, params) -> SpmdExecutable:
+  invars = [Var(a) for a in in_avals]
+  outvars = [Var(a) for a in _abstract_eval(*in_avals, **params)]
+  jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, xla_pmap_p, params)])
+  chain = mesh_chain(jaxpr)
+  devices = chain_devices(chain, params["devices"])
+  mesh = _mesh_for(chain, devices)
+  in_sh = [_sharding(mesh, len(a.shape), ax) for a, ax in zip(in_avals, params["in_axes"])]
+  out_sh = [_sharding(mesh, len(v.aval.shape), ax)
+            for v, ax in zip(outvars, params["out_axes"])]
+  ax0 = mesh.axis_names[0]
+  arg_attrs = [f"sdy.sharding = {_sdy_sharding(len(a.shape), ax, ax0, attr=True)}"
+               for a, ax in zip(in_avals, params["in_axes"])]
+  res_attrs = [f"sdy.sharding = {_sdy_sharding(len(v.aval.shape), ax, ax0, attr=True)}"
+               for v, ax in zip(outvars, params["out_axes"])]
+  text = lower_spmd_module(f"pmap_{params['name']}", jaxpr, chain, arg_attrs=arg_attrs,
+                           result_attrs=res_attrs, donated=params["donated_invars"])
+  exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
+  donated = [i for i, d in enumerate(params["donated_invars"]) if d]
+  return SpmdExecutable(exe, devices, in_avals, [v.aval for v in outvars], in_sh, out_sh,
+                        text, donated)
+
+
+def _pmap_impl(*args, **params):
+  in_avals = tuple(x.aval if type(x) is Array else core.get_aval(x) for x in args)
+  key = (in_avals, *[(k, v) for k, v in params.items() if k != "jaxpr"])
+  table = _pmap_executables.setdefault(params["jaxpr"], {})
+  ex = table.get(key)
+  if ex is None:
+    ex = table[key] = _compile_pmap(in_avals, params)
+  return ex.call(args)
+
+
+xla_pmap_p.def_impl(_pmap_impl)
+
+
+# ---------------------------------------------------------------------------
+# Device-invariance of out_axes=None results
+
+
+_INVARIANT_COLLECTIVES = ("psum", "pmax", "pmin", "all_gather")
+
+
+def _varying_outputs(jaxpr: Jaxpr, varying_in: Sequence[bool], axis_name) -> list[bool]:
+  """Which outputs may differ between the devices of `axis_name` (a conservative dataflow
+  over the body: mapped inputs and axis_index vary; a psum/pmax/pmin/all_gather over the
+  axis makes its result the same everywhere)."""
+  varying = {v for v, m in zip(jaxpr.invars, varying_in) if m}
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    if name in _INVARIANT_COLLECTIVES:
+      axes = eqn.params.get("axes", eqn.params.get("axis_name"))
+      axes = axes if isinstance(axes, (tuple, list)) else (axes,)
+      if axis_name in axes and eqn.params.get("axis_index_groups") is None:
+        continue
+    if name == "axis_index" or any(isinstance(v, Var) and v in varying for v in eqn.invars):
+      varying.update(eqn.outvars)
+  return [isinstance(v, Var) and v in varying for v in jaxpr.outvars]
+
+
+# ---------------------------------------------------------------------------
+# The user-facing pmap
+
+
+def _flatten(x):
+  from stagecraft import api
+  return api._flatten(x)
+
+
+def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: Any = 0,
+         static_broadcasted_argnums: int | Sequence[int] = (), devices: Sequence[Any] | None =
+         None, backend: str | None = None, axis_size: int | None = None,
+         donate_argnums: int | Sequence[int] = (), global_arg_shapes=None) -> Callable:
+  """Maps `fun` over an axis of its arguments with one device per position, as JAX's `pmap`:
+  the body is traced once, compiled once per signature as one SPMD program over the
+  devices, and its collectives (`lax.psum(x, axis_name)`, ...) communicate across them.
+
+  Args:
+    fun: a function of arrays (pytrees) returning arrays (pytrees).
+    axis_name: a name for the mapped axis, for collectives.
+    in_axes: an int, None, or a pytree prefix of the positional arguments: the axis of each
+      argument to split across devices (None: every device gets the whole argument).
+      Keyword arguments are split on axis 0.
+    out_axes: an int, None, or a prefix of the output: where the device axis goes in each
+      result (None: the result must be the same on every device, e.g. a psum, and one copy
+      is returned).
+    static_broadcasted_argnums: positions of hashable arguments passed to `fun` as Python
+      values (a new value retraces).
+    devices: the devices to run on (default: the first local devices); nested pmaps use
+      the product of their sizes.
+    backend: a platform name ('cpu'); its devices are used.
+    axis_size: the mapped size when no argument is mapped.
+    donate_argnums: arguments whose buffers the program may reuse for its results.
+
+  Returns:
+    The mapped function. Mapped results are Arrays split over the devices (`.sharding`,
+    `.addressable_shards`); passing them to the same pmap again moves no data through the
+    host; indexing or NumPy conversion gathers them.
+
+  Raises:
+    ValueError: inconsistent mapped sizes (naming each argument), more positions than
+      devices (naming both counts), axes out of range, an out_axes=None result that varies
+      across devices.
+    TypeError: non-hashable static arguments, or arguments that are not arrays.
+    NameError: a collective naming an axis that no enclosing pmap/vmap binds.
+
+  Under `stagecraft.disable_jit()` the map runs eagerly, one primitive at a time over all
+  positions, with collectives computed across positions (JAX's MapTrace, which evaluates each
+  primitive with vmap over the mapped axis); results match the compiled path.
+  """
+  from stagecraft import api
+  if not callable(fun):
+    raise TypeError(f"pmap expects a callable, got {fun!r}.")
+  static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
+            else tuple(static_broadcasted_argnums))
+  donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+  if isinstance(in_axes, list):
+    in_axes = tuple(in_axes)
+  if backend is not None and devices is None:
+    devices = client.devices(backend)
+  devices = tuple(devices) if devices is not None else None
+  name = api._fun_name(fun)
+  cache: dict = {}
+
+  def prepare(args, kwargs):
+    nargs = len(args)
+    st = tuple(i % nargs if nargs else i for i in static)
+    for i in st:
+      if i >= nargs:
+        raise ValueError(f"pmap: static_broadcasted_argnums {static} refers to argument {i}, "
+                         f"but {name} was called with {nargs} positional arguments.")
+    static_vals = tuple(args[i] for i in st)
+    try:
+      hash(static_vals)
+    except TypeError as e:
+      raise TypeError(f"pmap: static_broadcasted_argnums must be hashable; argument "
+                      f"{st} gave: {e}") from None
+    dyn = tuple(a for i, a in enumerate(args) if i not in st)
+    dyn_axes = in_axes
+    if isinstance(in_axes, tuple):
+      if len(in_axes) != nargs:
+        raise ValueError(f"pmap in_axes must be an int, None, or a tuple of entries "
+                         f"corresponding to the positional arguments passed to the function, "
+                         f"but got len(in_axes)={len(in_axes)}, len(args)={nargs}")
+      dyn_axes = tuple(a for i, a in enumerate(in_axes) if i not in st)
+    return st, static_vals, dyn, dyn_axes
+
+  def call_fun(st, static_vals, dyn, kwargs):
+    it, sv = iter(dyn), iter(static_vals)
+    full = [next(sv) if i in st else next(it) for i in range(len(dyn) + len(st))]
+    return fun(*full, **kwargs)
+
+  @functools.wraps(fun)
+  def pmap_f(*args, **kwargs):
+    st, static_vals, dyn, dyn_axes = prepare(args, kwargs)
+    if config.disable_jit:
+      return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes)
+    leaves, in_tree = _flatten((dyn, kwargs))
+    dyn_tree = _flatten(dyn)[1]
+    axes = api._flatten_axes("in_axes", dyn_axes, dyn, dyn_tree)
+    axes += [0] * (len(leaves) - len(axes))
+    paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(dyn)[0]]
+    paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
+    avals, norm_axes, sizes = [], [], []
+    for x, ax, path in zip(leaves, axes, paths):
+      try:
+        aval = x.aval if type(x) is Array else core.get_aval(x)
+      except TypeError:
+        raise TypeError(f"pmap: the argument at {api._describe_arg(path)} of {name} is not "
+                        f"an array (got {type(x).__name__}); pass arrays, or mark it with "
+                        f"static_broadcasted_argnums.") from None
+      avals.append(aval)
+      if ax is None:
+        norm_axes.append(None)
+        continue
+      nd = len(aval.shape)
+      if not -nd <= ax < nd:
+        raise ValueError(f"pmap was requested to map its argument along axis {ax}, which "
+                         f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
+                         f"is only {nd} (its shape is {aval.shape}).")
+      norm_axes.append(ax % nd)
+      sizes.append((aval.shape[ax % nd], ax % nd, path, aval))
+    if not sizes and axis_size is None:
+      raise ValueError("pmap requires at least one argument with a mapped axis (in_axes not "
+                       "None), or axis_size.")
+    distinct = {s for s, *_ in sizes} | ({axis_size} if axis_size is not None else set())
+    if len(distinct) > 1:
+      lines = [f"  * axis_size was given as {axis_size};"] if axis_size is not None else []
+      for s, d, path, aval in sizes:
+        lines.append(f"  * one axis had size {s}: axis {d} of {api._describe_arg(path)} of "
+                     f"type {aval.str_short()};")
+      raise ValueError("pmap got inconsistent sizes for array axes to be mapped:\n"
+                       + "\n".join(lines))
+    size = axis_size if axis_size is not None else sizes[0][0]
+    if devices is not None and core._state.trace is core.eval_trace and \
+        len(devices) < size:
+      raise ValueError(f"pmap: the mapped axis has size {size} but only {len(devices)} "
+                       f"devices were given ({list(devices)}).")
+    key = (in_tree, static_vals, tuple(norm_axes), size, config.state_key, *avals)
+    entry = cache.get(key)
+    if entry is None:
+      entry = _trace(call_fun, st, static_vals, in_tree, avals, norm_axes, size)
+      if entry[4]:   # NB: a body closing over tracers is traced again each call
+        cache[key] = entry
+    closed, consts, out_tree, varying, _ = entry
+    o_axes = api._flatten_axes("out_axes", out_axes, optree.tree_unflatten(
+        out_tree, [0] * out_tree.num_leaves), out_tree)
+    for k, (ax, var) in enumerate(zip(o_axes, varying)):
+      if ax is None and var:
+        path = tree_util.keystr(tree_util.tree_flatten_with_path(optree.tree_unflatten(
+            out_tree, list(range(out_tree.num_leaves))))[0][k][0])
+        raise ValueError(f"pmap out_axes=None requires the output{(' at ' + path) if path else ''}"
+                         f" to be the same on every device, but it depends on mapped inputs "
+                         f"(axis_name={axis_name!r}). Reduce it over the axis first (e.g. "
+                         f"lax.psum / lax.pmean), or give it an out_axes.")
+    o_axes_n = []
+    for ax, a in zip(o_axes, closed.out_avals):
+      if ax is None:
+        o_axes_n.append(None)
+        continue
+      nd = len(a.shape) + 1
+      if not -nd <= ax < nd:
+        raise ValueError(f"pmap out_axes specification {ax} is out of range for an output of "
+                         f"rank {nd} (including the mapped axis).")
+      o_axes_n.append(ax % nd)
+    n_dyn = len(leaves)
+    don = [False] * n_dyn
+    if donate:
+      dyn_pos = [i for i in range(len(args)) if i not in st]
+      counts = [len(_flatten(a)[0]) for a in dyn]
+      start = 0
+      for pos, c in zip(dyn_pos, counts):
+        if pos in donate:
+          don[start:start + c] = [True] * c
+        start += c
+    outs = xla_pmap_p.bind(
+        *consts, *leaves, jaxpr=closed, axis_name=axis_name, axis_size=size,
+        in_axes=(None,) * len(consts) + tuple(norm_axes), out_axes=tuple(o_axes_n),
+        devices=devices, name=name, donated_invars=(False,) * len(consts) + tuple(don))
+    return optree.tree_unflatten(out_tree, outs)
+
+  def _trace(call_fun, st, static_vals, in_tree, avals, axes, size):
+    local = [mapped_aval(a, ax) for a, ax in zip(avals, axes)]
+    store = []
+
+    def flat(*xs):
+      d, kw = optree.tree_unflatten(in_tree, xs)
+      out = call_fun(st, static_vals, d, kw)
+      out_leaves, out_tree = _flatten(out)
+      api._check_out_leaves(out_leaves, out_tree, name, "pmap")
+      store[:] = [out_tree]
+      return out_leaves
+
+    with batching.extend_axis_env(axis_name, size):
+      jaxpr, consts = pe.trace_to_jaxpr(flat, local)
+    closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
+    varying = _varying_outputs(closed.jaxpr, [False] * len(consts) +
+                               [ax is not None for ax in axes], axis_name)
+    cacheable = not any(isinstance(c, core.Tracer) for c in consts)
+    return closed, consts, store[0], varying, cacheable
+
+  def _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes):
+    leaves = _flatten((dyn, kwargs))[0]
+    mapped = api._flatten_axes("in_axes", dyn_axes, dyn, _flatten(dyn)[1])
+    size = axis_size
+    for x, ax in zip(leaves, mapped + [0] * (len(leaves) - len(mapped))):
+      if ax is not None and size is None:
+        size = np.shape(x)[ax]
+    n = len(devices) if devices is not None else client.local_device_count()
+    if size is not None and size > n:
+      raise ValueError(
+          f"compiling computation that requires {size} logical devices, but only {n} XLA "
+          f"devices are available (num_replicas=1, num_partitions={size}).")
+    body = lambda d, kw: call_fun(st, static_vals, d, kw)
+    return api.vmap(body, in_axes=(dyn_axes, 0), out_axes=out_axes, axis_name=axis_name,
+                    axis_size=axis_size)(dyn, kwargs)
+
+  def lower(*args, **kwargs):
+    from stagecraft import stages
+    return stages.lower_pmap(pmap_f, args, kwargs)
+
+  pmap_f.lower = lower
+  pmap_f._pmap_fun = fun
+  return pmap_f

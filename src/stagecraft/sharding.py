@@ -1,0 +1,231 @@
+"""Shardings: how an Array's elements are laid out over devices.
+
+`Mesh(devices, axis_names)` names the axes of an n-d grid of devices; `PartitionSpec` (`P`)
+says, per array dimension, which mesh axes split it (None: not split); `NamedSharding(mesh,
+spec)` pairs them; `SingleDeviceSharding(device)` is one whole copy on one device. A
+dimension split over mesh axes of total size n is cut into n equal blocks (it must divide);
+mesh axes a spec does not mention replicate the array. Semantics follow JAX's
+`jax.sharding` classes of the same names; the runtime's own sharding objects are built from
+these only to hand buffers to PJRT.
+
+pmap's results are NamedShardings over a mesh of its devices whose axes are the mapped axes
+(outermost first), split on the out_axes dimension.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["Mesh", "PartitionSpec", "P", "NamedSharding", "SingleDeviceSharding", "Shard"]
+
+
+class Mesh:
+  """An n-d grid of devices with a name per axis.
+
+  Args:
+    devices: an n-d array (or nested sequence) of devices, each used once.
+    axis_names: one name per axis of `devices` (distinct, hashable).
+
+  Raises:
+    ValueError: when the number of names differs from `devices.ndim`, names repeat, or a
+      device appears twice.
+  """
+
+  def __init__(self, devices: Any, axis_names: Sequence[Any]):
+    if isinstance(axis_names, str):
+      axis_names = (axis_names,)
+    devs = np.empty(np.shape(np.asarray(devices, dtype=object)), dtype=object)
+    devs[...] = np.asarray(devices, dtype=object)
+    names = tuple(axis_names)
+    if devs.ndim != len(names):
+      raise ValueError(f"Mesh: devices has {devs.ndim} dimensions (shape {devs.shape}) but "
+                       f"{len(names)} axis names were given: {names}. Give one name per "
+                       f"axis.")
+    if len(set(names)) != len(names):
+      raise ValueError(f"Mesh: axis names must be distinct, got {names}.")
+    ids = [d.id for d in devs.flat]
+    if len(set(ids)) != len(ids):
+      raise ValueError(f"Mesh: a device appears more than once: ids {ids}.")
+    self.devices = devs
+    self.axis_names = names
+
+  @property
+  def shape(self) -> dict:
+    """{axis name: size}, in axis order."""
+    return dict(zip(self.axis_names, self.devices.shape))
+
+  @property
+  def size(self) -> int:
+    return int(self.devices.size)
+
+  @property
+  def device_ids(self) -> np.ndarray:
+    return np.vectorize(lambda d: d.id, otypes=[int])(self.devices)
+
+  def _key(self):
+    return (tuple(d.id for d in self.devices.flat), self.devices.shape, self.axis_names)
+
+  def __eq__(self, other):
+    return isinstance(other, Mesh) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
+  def __repr__(self):
+    axes = ", ".join(f"{n!r}: {s}" for n, s in self.shape.items())
+    return f"Mesh({axes})"
+
+  @functools.cached_property
+  def _runtime(self):
+    import jax.sharding   # the runtime's mesh object, needed to hand buffers to PJRT
+    return jax.sharding.Mesh(self.devices, tuple(str(n) for n in self.axis_names))
+
+
+class PartitionSpec(tuple):
+  """Per array dimension: None (not split), a mesh axis name, or a tuple of names (split
+  over their product, the first name outermost). Trailing dimensions may be left out."""
+
+  def __new__(cls, *entries):
+    return super().__new__(cls, entries)
+
+  def __repr__(self):
+    return "PartitionSpec(" + ", ".join(repr(e) for e in self) + ")"
+
+  def _names(self, i: int) -> tuple:
+    e = self[i] if i < len(self) else None
+    if e is None:
+      return ()
+    return tuple(e) if isinstance(e, (tuple, list)) else (e,)
+
+
+P = PartitionSpec
+
+
+class Shard:
+  """One device's piece of an Array: `device`, `index` (a tuple of slices into the global
+  array), `replica_id` (0 for the first copy of a replicated piece) and `data` (an Array on
+  that device)."""
+  __slots__ = ("device", "index", "replica_id", "data")
+
+  def __init__(self, device, index, replica_id, data):
+    self.device, self.index, self.replica_id, self.data = device, index, replica_id, data
+
+  def __repr__(self):
+    return (f"Shard(device={self.device!r}, index={self.index}, replica_id={self.replica_id}, "
+            f"data={self.data!r})")
+
+
+class NamedSharding:
+  """An array laid out over `mesh` by `spec` (see the module docstring).
+
+  Raises:
+    ValueError: if `spec` names an axis the mesh does not have, or one twice.
+  """
+
+  def __init__(self, mesh: Mesh, spec: PartitionSpec = PartitionSpec()):
+    if not isinstance(spec, PartitionSpec):
+      spec = PartitionSpec(*spec) if isinstance(spec, (tuple, list)) else PartitionSpec(spec)
+    used = [n for i in range(len(spec)) for n in spec._names(i)]
+    for n in used:
+      if n not in mesh.axis_names:
+        raise ValueError(f"NamedSharding: the spec {spec} names the axis {n!r}, which the "
+                         f"mesh does not have; its axes are {mesh.axis_names}.")
+    if len(set(used)) != len(used):
+      raise ValueError(f"NamedSharding: the spec {spec} uses a mesh axis more than once.")
+    self.mesh = mesh
+    self.spec = spec
+
+  @property
+  def device_set(self) -> set:
+    return set(self.mesh.devices.flat)
+
+  @property
+  def is_fully_replicated(self) -> bool:
+    return not any(self.spec._names(i) for i in range(len(self.spec)))
+
+  def _key(self):
+    # NB: equal layouts compare equal whatever the mesh axes are called.
+    pos = {n: i for i, n in enumerate(self.mesh.axis_names)}
+    spec = tuple(tuple(pos[n] for n in self.spec._names(i)) for i in range(len(self.spec)))
+    while spec and not spec[-1]:
+      spec = spec[:-1]
+    return (tuple(d.id for d in self.mesh.devices.flat), self.mesh.devices.shape, spec)
+
+  def __eq__(self, other):
+    return isinstance(other, NamedSharding) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
+  def __repr__(self):
+    return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
+
+  def shard_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of each device's piece of an array of `shape`.
+
+    Raises:
+      ValueError: when a split dimension is not divisible by its mesh axes' size.
+    """
+    out = []
+    for i, d in enumerate(shape):
+      n = math.prod(self.mesh.shape[a] for a in self.spec._names(i))
+      if d % n:
+        raise ValueError(f"NamedSharding {self.spec}: dimension {i} of shape {tuple(shape)} "
+                         f"has size {d}, which is not divisible by {n}, the size of the mesh "
+                         f"axes {self.spec._names(i)} it is split over.")
+      out.append(d // n)
+    return tuple(out)
+
+  def devices_indices_map(self, shape: Sequence[int]) -> dict:
+    """{device: tuple of slices} giving each device's piece of an array of `shape`."""
+    block = self.shard_shape(shape)
+    names = self.mesh.axis_names
+    out = {}
+    for pos in np.ndindex(*self.mesh.devices.shape):
+      coord = dict(zip(names, pos))
+      index = []
+      for i, b in enumerate(block):
+        k = 0
+        for a in self.spec._names(i):
+          k = k * self.mesh.shape[a] + coord[a]
+        index.append(slice(k * b, (k + 1) * b) if self.spec._names(i) else slice(None))
+      out[self.mesh.devices[pos]] = tuple(index)
+    return out
+
+  @functools.cached_property
+  def _runtime(self):
+    import jax.sharding   # the runtime's sharding object, needed to hand buffers to PJRT
+    spec = [tuple(str(n) for n in self.spec._names(i)) or None for i in range(len(self.spec))]
+    spec = [s[0] if s is not None and len(s) == 1 else s for s in spec]
+    return jax.sharding.NamedSharding(self.mesh._runtime, jax.sharding.PartitionSpec(*spec))
+
+
+class SingleDeviceSharding:
+  """The whole array on one device."""
+
+  def __init__(self, device):
+    self.device = device
+
+  @property
+  def device_set(self) -> set:
+    return {self.device}
+
+  is_fully_replicated = True
+
+  def shard_shape(self, shape):
+    return tuple(shape)
+
+  def devices_indices_map(self, shape) -> dict:
+    return {self.device: tuple(slice(None) for _ in shape)}
+
+  def __eq__(self, other):
+    return isinstance(other, SingleDeviceSharding) and other.device == self.device
+
+  def __hash__(self):
+    return hash(("single", self.device.id))
+
+  def __repr__(self):
+    return f"SingleDeviceSharding(device={self.device!r})"
