@@ -908,8 +908,12 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
                     axis_size=axis_size)(dyn, kwargs)
 
   def lower(*args, **kwargs):
-    from stagecraft import stages
-    return stages.lower_pmap(pmap_f, args, kwargs)
+    """`Lowered` for these arguments: the jit of this pmap (one SPMD program whose
+    arguments and results are replicated; `as_text()`, `compile()`)."""
+    def call(*a, **k):   # NB: not pmap_f itself, whose `lower` jit would copy over its own
+      return pmap_f(*a, **k)
+    call.__name__ = f"pmap_{name}"
+    return api.jit(call).lower(*args, **kwargs)
 
   pmap_f.lower = lower
   pmap_f._pmap_fun = fun

@@ -24,5 +24,6 @@ from stagecraft.lax.conv import *  # noqa: F401,F403
 from stagecraft.lax.fft import *  # noqa: F401,F403
 from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)
 from stagecraft.lax.misc import *  # noqa: F401,F403
-from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, pmax, pmean, pmin,  # noqa: F401
-                                     ppermute, psum)
+from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, axis_size,  # noqa: F401
+                                     pmax, pmean, pmin, ppermute, pshuffle, psum,
+                                     psum_scatter)

@@ -28,8 +28,9 @@ from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
-           "all_to_all", "psum_p", "pmax_p", "pmin_p", "all_gather_p", "axis_index_p",
-           "ppermute_p", "all_to_all_p", "axis_groups"]
+           "pshuffle", "psum_scatter", "axis_size", "all_to_all", "psum_p", "pmax_p", "pmin_p",
+           "all_gather_p", "axis_index_p", "ppermute_p", "all_to_all_p", "reduce_scatter_p",
+           "axis_groups"]
 
 
 def _axis_size(name) -> int:
@@ -327,7 +328,29 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     NameError: if `axis_name` is not bound by an enclosing vmap/pmap.
     NotImplementedError: for axis_index_groups under vmap.
   """
+  leaves = tree_util.tree_leaves(x)
+  if axis_index_groups is None and leaves and all(
+      isinstance(v, (int, float, complex, np.number)) and not isinstance(v, bool)
+      for v in leaves):
+    # NB: as JAX, a sum of Python/NumPy scalars (the same on every member) is static:
+    # `psum(1, name)` is the axis size as a Python int.
+    n = 1
+    for name in _names(axis_name):
+      n *= _axis_size(name)
+    return tree_util.tree_map(lambda v: v * n, x)
   return _tree_collective(psum_p, x, axis_name, axis_index_groups)
+
+
+def axis_size(axis_name: Any) -> int:
+  """The size of the named axis (a product for a tuple of names), a Python int.
+
+  Raises:
+    NameError: if a name is not bound by an enclosing vmap/pmap.
+  """
+  n = 1
+  for name in _names(axis_name):
+    n *= _axis_size(name)
+  return n
 
 
 def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
@@ -440,12 +463,9 @@ def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_s
 
 
 def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size):
-  from stagecraft import lax
-  summed = psum(ct, axis_name)
-  idx = axis_index(axis_name)
-  n = x.aval.shape[axis] if tiled else 1
-  piece = lax.dynamic_slice_in_dim(summed, lax.mul(idx, np.int32(n)), n, axis)
-  return [piece if tiled else lax.squeeze(piece, (axis,))]
+  # all_gather's transpose is psum_scatter: member i's cotangent is block i of the sum.
+  return [reduce_scatter_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
+                                scatter_dimension=axis, axis_size=axis_size, tiled=tiled)]
 
 
 all_gather_p.def_abstract_eval(_all_gather_abstract_eval)
@@ -542,6 +562,134 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
                      f"{n}, got {perm}.")
   return tree_util.tree_map(lambda leaf: ppermute_p.bind(leaf, axis_name=axis_name, perm=perm),
                             x)
+
+
+def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
+  """Member `i` receives `x` from member `perm[i]` (`perm` a permutation of
+  `range(axis size)`): `ppermute` with the pairs `(perm[i], i)`.
+
+  Raises:
+    ValueError: if `perm` is not a permutation of the axis positions.
+  """
+  perm = [int(p) for p in perm]
+  if sorted(perm) != list(range(len(perm))):
+    raise ValueError(f"pshuffle: `perm` must be a permutation of range(n), got {perm}.")
+  return ppermute(x, axis_name, list(zip(perm, range(len(perm)))))
+
+
+# ---------------------------------------------------------------------------
+# psum_scatter (reduce_scatter)
+
+
+reduce_scatter_p = core.Primitive("reduce_scatter")
+
+
+def _reduce_scatter_abstract_eval(x, *, axis_name, scatter_dimension, axis_size, tiled):
+  for n in _names(axis_name):
+    _axis_size(n)
+  shape = list(x.shape)
+  if tiled:
+    shape[scatter_dimension] //= axis_size
+  else:
+    del shape[scatter_dimension]
+  return x.update(shape=tuple(shape), weak_type=False)
+
+
+def _reduce_scatter_lowering(ctx, x, *, axis_name, scatter_dimension, axis_size, tiled):
+  groups = _replica_groups(ctx, _names(axis_name))
+  aval_in, aval_out = ctx.avals_in[0], ctx.avals_out[0]
+  scalar = ShapedArray((), aval_in.dtype)
+  op = "stablehlo.or" if aval_in.dtype == dtypes.bool_ else "stablehlo.add"
+  region = ctx.region([scalar, scalar], [scalar],
+                      lambda a, b: [ctx.elementwise(op, a, b, aval=scalar)])
+  shape = list(aval_in.shape)
+  shape[scatter_dimension] //= axis_size
+  tiled_aval = aval_in.update(shape=tuple(shape))
+  attrs = ", ".join([f"scatter_dimension = {scatter_dimension} : i64", *_channel_attrs(ctx),
+                     _groups_attr(groups)])
+  out = ctx.op("stablehlo.reduce_scatter", [x], [tiled_aval], attrs, [region],
+               operand_avals=[aval_in])
+  if tiled:
+    return out
+  return ctx.op("stablehlo.reshape", out, [aval_out], operand_avals=[tiled_aval])
+
+
+def _reduce_scatter_batcher(axis_data, args, dims, *, axis_name, scatter_dimension,
+                            axis_size, tiled):
+  from stagecraft import lax
+  (x,), (d,) = args, dims
+  names = _names(axis_name)
+  if axis_data.name not in names:
+    if d is batching.not_mapped:
+      return reduce_scatter_p.bind(x, axis_name=axis_name, scatter_dimension=scatter_dimension,
+                                   axis_size=axis_size, tiled=tiled), batching.not_mapped
+    x = batching.moveaxis(x, d, 0)
+    return reduce_scatter_p.bind(x, axis_name=axis_name,
+                                 scatter_dimension=scatter_dimension + 1,
+                                 axis_size=axis_size, tiled=tiled), 0
+  if len(names) > 1:
+    raise NotImplementedError("psum_scatter over several axis names under vmap is not "
+                              "supported.")
+  n = axis_data.size
+  if d is batching.not_mapped:
+    summed = _times_size(x, n)
+  else:
+    summed = lax.reduce_sum(x, (d,))
+  # Member i keeps block i of the scatter dimension: that dimension becomes the batch axis.
+  s = scatter_dimension
+  if tiled:
+    shape = list(core.get_aval(summed).shape)
+    shape[s:s + 1] = [n, shape[s] // n]
+    summed = lax.reshape(summed, tuple(shape))
+  return summed, s
+
+
+def _reduce_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size, tiled):
+  # psum_scatter's transpose is all_gather (and all_gather's is psum_scatter).
+  return [all_gather_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
+                            axis=scatter_dimension, tiled=tiled, axis_size=axis_size)]
+
+
+reduce_scatter_p.def_abstract_eval(_reduce_scatter_abstract_eval)
+reduce_scatter_p.def_impl(_unbound_impl("axis_name"))
+lowering.register_lowering(reduce_scatter_p, _reduce_scatter_lowering)
+batching.axis_primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
+ad.deflinear(reduce_scatter_p, _reduce_scatter_transpose)
+
+
+def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
+                 axis_index_groups: Any = None, tiled: bool = False) -> Any:
+  """The sum over the named axis of `x` (a pytree of arrays), scattered: member `i` gets
+  block `i` of the sum along `scatter_dimension`. Untiled, that dimension must have the axis
+  size and is removed; tiled, it must be divisible by it and shrinks by that factor.
+
+  Raises:
+    NameError: for an unbound axis name.
+    ValueError: when the scatter dimension's size does not fit the axis size.
+    NotImplementedError: for axis_index_groups, or several axis names.
+  """
+  if axis_index_groups is not None:
+    raise NotImplementedError("psum_scatter: axis_index_groups is not supported yet.")
+  names = _names(axis_name)
+  if len(names) != 1:
+    raise NotImplementedError(f"psum_scatter over several axes {names} is not supported; "
+                              f"scatter over one axis name.")
+  n = _axis_size(names[0])
+
+  def one(leaf):
+    shape = core.get_aval(leaf).shape
+    if not shape:
+      raise ValueError("psum_scatter needs an operand of rank >= 1, got a scalar.")
+    sd = scatter_dimension % len(shape)
+    if tiled and shape[sd] % n:
+      raise ValueError(f"psum_scatter: scatter_dimension {sd} of size {shape[sd]} is not "
+                       f"divisible by the size {n} of axis {names[0]!r}.")
+    if not tiled and shape[sd] != n:
+      raise ValueError(f"psum_scatter with tiled=False requires scatter_dimension {sd} to have "
+                       f"the size {n} of axis {names[0]!r}, got {shape[sd]} (shape {shape}).")
+    return reduce_scatter_p.bind(leaf, axis_name=names[0], scatter_dimension=sd, axis_size=n,
+                                 tiled=bool(tiled))
+  return tree_util.tree_map(one, x)
 
 
 # ---------------------------------------------------------------------------
