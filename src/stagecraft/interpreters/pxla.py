@@ -553,12 +553,21 @@ def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
                                enable_x64=True)
 
 
+_interned: dict = {}
+
+
+def intern_sharding(sh: NamedSharding) -> NamedSharding:
+  """One NamedSharding object per layout, so a result fed back into the program that made
+  it is recognised by identity."""
+  return _interned.setdefault(sh, sh)
+
+
 class SpmdExecutable:
   """A program over several devices: global values in (each laid out by its sharding, split
   by the runtime), global values out (`Array`s split over the devices, or one copy for a
   replicated result)."""
   __slots__ = ("exe", "devices", "in_avals", "out_avals", "in_shardings", "out_shardings",
-               "collective", "text", "donated", "_out_device")
+               "collective", "text", "donated", "_out_device", "_handlers", "_replicated")
 
   def __init__(self, exe, devices, in_avals, out_avals, in_shardings, out_shardings, text,
                donated=()):
@@ -566,8 +575,8 @@ class SpmdExecutable:
     self.devices = list(devices)
     self.in_avals = list(in_avals)
     self.out_avals = list(out_avals)
-    self.in_shardings = list(in_shardings)
-    self.out_shardings = list(out_shardings)
+    self.in_shardings = [intern_sharding(s) for s in in_shardings]
+    self.out_shardings = [intern_sharding(s) for s in out_shardings]
     self.text = text
     self.donated = tuple(donated)
     try:
@@ -577,6 +586,13 @@ class SpmdExecutable:
     self.collective = bool(_COLLECTIVE_HLO.search(hlo))
     d0 = self.devices[0]
     self._out_device = None if d0 == client.default_device() else d0
+    self._replicated = [s.is_fully_replicated for s in self.out_shardings]
+    # The runtime builds each split result's multi-device array itself; a replicated
+    # result keeps the first device's copy.
+    self._handlers = [_first_piece if rep else
+                      xc._xla.array_result_handler(av, sh._runtime, True, True)
+                      for av, sh, rep in zip(self.out_avals, self.out_shardings,
+                                             self._replicated)]
     dispatch.placement_used[0] = True
 
   def call(self, args: Sequence[Any]) -> list[Array]:
@@ -586,26 +602,24 @@ class SpmdExecutable:
       with _launch_lock:
         _await_previous_collective()
         results = self._execute(bufs, args)
-        outs = results.disassemble_into_single_device_arrays()
+        outs = results.consume_with_handlers(self._handlers)
         if outs:
-          _last_collective[0] = list(outs[0])
+          first = outs[0]
+          _last_collective[0] = [first] if self._replicated[0] else first._arrays
         else:
           for b in bufs:
             b.block_until_ready()
     else:
-      outs = self._execute(bufs, args).disassemble_into_single_device_arrays()
-    for i in self.donated:
-      x = args[i]
-      if type(x) is Array and x._buf is not None and x._buf.is_deleted():
-        x._buf = None
-    res = []
-    for pieces, av, sh in zip(outs, self.out_avals, self.out_shardings):
-      if sh.is_fully_replicated:
-        res.append(Array(pieces[0], av, self._out_device))
-      else:
-        buf = xc.ArrayImpl(av, sh._runtime, list(pieces), True, True)
-        res.append(Array(buf, av, None, sh))
-    return res
+      outs = self._execute(bufs, args).consume_with_handlers(self._handlers)
+    if self.donated:
+      for i in self.donated:
+        x = args[i]
+        if type(x) is Array and x._buf is not None and x._buf.is_deleted():
+          x._buf = None
+    dev = self._out_device
+    return [Array(o, av, dev) if rep else Array(o, av, None, sh)
+            for o, av, sh, rep in zip(outs, self.out_avals, self.out_shardings,
+                                      self._replicated)]
 
   def _execute(self, bufs, args):
     try:
@@ -613,6 +627,10 @@ class SpmdExecutable:
     except TypeError:
       dispatch._raise_if_donated(args)
       raise
+
+
+def _first_piece(pieces):
+  return pieces[0]
 
 
 def _mesh_for(chain, devices) -> Mesh:
@@ -653,14 +671,19 @@ def _compile_pmap(in_avals, params) -> SpmdExecutable:
                         text, donated)
 
 
-def _pmap_impl(*args, **params):
-  in_avals = tuple(x.aval if type(x) is Array else core.get_aval(x) for x in args)
+def _executable_for(in_avals: tuple, params: dict) -> SpmdExecutable:
+  """The compiled program of a pmap equation (cached per body jaxpr, avals and params)."""
   key = (in_avals, *[(k, v) for k, v in params.items() if k != "jaxpr"])
   table = _pmap_executables.setdefault(params["jaxpr"], {})
   ex = table.get(key)
   if ex is None:
     ex = table[key] = _compile_pmap(in_avals, params)
-  return ex.call(args)
+  return ex
+
+
+def _pmap_impl(*args, **params):
+  in_avals = tuple(x.aval if type(x) is Array else core.get_aval(x) for x in args)
+  return _executable_for(in_avals, params).call(args)
 
 
 xla_pmap_p.def_impl(_pmap_impl)
@@ -753,6 +776,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
   devices = tuple(devices) if devices is not None else None
   name = api._fun_name(fun)
   cache: dict = {}
+  fast: dict = {}   # (treedef, config, avals) -> (executable, consts, out_tree) at top level
 
   def prepare(args, kwargs):
     nargs = len(args)
@@ -784,6 +808,18 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
 
   @functools.wraps(fun)
   def pmap_f(*args, **kwargs):
+    # Fast path: a top-level call of a signature run before, every leaf an Array.
+    if not kwargs and not static and core._state.trace is core.eval_trace and \
+        not config.disable_jit:
+      leaves, treedef = _flatten(args)
+      try:
+        key = (treedef, config.state_key, *[x.aval for x in leaves])
+      except AttributeError:
+        key = None
+      hit = fast.get(key) if key is not None else None
+      if hit is not None:
+        ex, consts, out_tree = hit
+        return optree.tree_unflatten(out_tree, ex.call([*consts, *leaves]))
     st, static_vals, dyn, dyn_axes = prepare(args, kwargs)
     if config.disable_jit:
       return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes)
@@ -865,10 +901,17 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
         if pos in donate:
           don[start:start + c] = [True] * c
         start += c
-    outs = xla_pmap_p.bind(
-        *consts, *leaves, jaxpr=closed, axis_name=axis_name, axis_size=size,
-        in_axes=(None,) * len(consts) + tuple(norm_axes), out_axes=tuple(o_axes_n),
-        devices=devices, name=name, donated_invars=(False,) * len(consts) + tuple(don))
+    params = dict(jaxpr=closed, axis_name=axis_name, axis_size=size,
+                  in_axes=(None,) * len(consts) + tuple(norm_axes), out_axes=tuple(o_axes_n),
+                  devices=devices, name=name,
+                  donated_invars=(False,) * len(consts) + tuple(don))
+    if core._state.trace is not core.eval_trace:
+      return optree.tree_unflatten(out_tree, xla_pmap_p.bind(*consts, *leaves, **params))
+    in_avals = tuple(core.get_aval(c) for c in consts) + tuple(avals)
+    ex = _executable_for(in_avals, params)
+    outs = ex.call([*consts, *leaves])
+    if not kwargs and not static and entry[4] and all(type(x) is Array for x in leaves):
+      fast[(_flatten(args)[1], config.state_key, *avals)] = (ex, consts, out_tree)
     return optree.tree_unflatten(out_tree, outs)
 
   def _trace(call_fun, st, static_vals, in_tree, avals, axes, size):
