@@ -191,6 +191,7 @@ def test_materialize_error_propagates_with_context():
 
 
 def test_handler_by_type_and_output_stays_implicit():
+  assert use_implicit is implicit
   s = Scaled(jnp.arange(3.0))
   out = implicit(lambda s, y: s * y)(s, jnp.full(3, 2.0, np.float32))
   assert type(out) is Scaled
@@ -469,14 +470,21 @@ def test_custom_jvp_call_with_implicit_operand():
   np.testing.assert_allclose(np.asarray(d), [4, 4, 4])
 
 
-def test_custom_vjp_call_materializes_documented():
+def test_custom_vjp_call_with_implicit_operand():
   @sc.custom_vjp
-  def g(x):
-    return jnp.sum(x)
-  g.defvjp(lambda x: (g(x), None), lambda _, c: (jnp.ones(3) * c,))
-  s = Scaled(jnp.arange(3.0), 2.0)
-  np.testing.assert_allclose(float(implicit(g)(s)), 6.0)
-  assert _mat_calls[0] == 1
+  def g(x, y):
+    return jnp.sum(x * y)
+  g.defvjp(lambda x, y: (g(x, y), (x, y)), lambda res, c: (res[1] * c * 10.0, res[0] * c))
+  s, y = Scaled(jnp.arange(3.0), 2.0), jnp.ones(3)
+  np.testing.assert_allclose(float(implicit(g)(s, y)), 6.0)
+  np.testing.assert_allclose(float(sc.jit(implicit(g))(s, y)), 6.0)
+  _no_materialize()                          # the forward pass does not materialize
+  # grad: the bwd's cotangent for the materialized operand (10 * y) is pulled back to the
+  # child x through materialize (x * 2): 20 * y.
+  gx, gy = sc.grad(lambda x, y: implicit(g)(Scaled(x, 2.0), y), argnums=(0, 1))(
+      jnp.arange(3.0), y)
+  np.testing.assert_allclose(np.asarray(gx), [20, 20, 20])
+  np.testing.assert_allclose(np.asarray(gy), 2 * np.arange(3.0))
 
 
 def test_custom_dce_and_checkpoint_with_implicit_operand():

@@ -32,7 +32,7 @@ import plum
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
-from stagecraft.core import ClosedJaxpr, Literal, ShapedArray
+from stagecraft.core import Literal, ShapedArray
 from stagecraft.interpreters import partial_eval as pe
 
 _NS = tree_util.NAMESPACE
@@ -118,7 +118,7 @@ class ImplicitArray(abc.ABC):
 
   Example:
     >>> import dataclasses, stagecraft.numpy as jnp
-    >>> from stagecraft.implicit import ImplicitArray, implicit
+    >>> from stagecraft.implicit import ImplicitArray, aux_field, implicit
     >>> @dataclasses.dataclass
     ... class Scaled(ImplicitArray):
     ...   x: object
@@ -269,10 +269,10 @@ def tree_structure_with_implicit(tree: Any, is_leaf=None):
 def flatten_one_implicit_layer(tree: Any) -> tuple[list, Any]:
   """Flattens `tree` one implicit layer deep: implicit arrays at the top are opened into
   their children, implicit children stay whole. Returns `(leaves, treedef)`, and
-  `tree_unflatten(treedef, leaves)` rebuilds `tree`."""
+  `treedef.unflatten(leaves)` rebuilds `tree`."""
   def is_leaf(x):
     return _is_implicit(x) and x is not top[0]
-  leaves, out = [], []
+  leaves = []
   top = [None]
   outer, outer_def = tree_flatten_with_implicit(tree)
   subs = []

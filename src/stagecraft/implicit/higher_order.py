@@ -17,8 +17,9 @@ What each handler does:
     in general) and implicit `ys` (they are stacked).
   - `custom_jvp_call`: the primal body is re-traced; the JVP rule sees materialized operands
     (its tangents are the JVP of `materialize`), so only differentiation materializes.
-  - `custom_vjp_call`: materializes its implicit operands (the fwd/bwd rules are written for
-    arrays; what they compute is the user's).
+  - `custom_vjp_call`: the primal body is re-traced; the fwd and bwd rules see materialized
+    operands (the bwd's cotangents are pulled back to the children through the VJP of
+    `materialize`), so only differentiation materializes.
   - `custom_dce_call`: the body is evaluated inline under the implicit evaluator (the custom
     DCE rule is dropped for that call).
 
@@ -300,8 +301,57 @@ def _custom_jvp_handler(prim, vals, params):
   return r.unflatten(outs)
 
 
-def _materializing_handler(prim, vals, params):
-  return prim.bind(*[_materialize_value(v) for v in vals], **params)
+def _custom_vjp_handler(prim, vals, params):
+  nc = params["num_consts"]
+  consts = [_materialize_value(c) for c in vals[:nc]]
+  args = list(vals[nc:])
+  nout = len(params["call_jaxpr"].out_avals)
+  r, leaves = retrace(params["call_jaxpr"], consts + args, [True] * nout)
+  args_leaves = _flatten(args)[0]
+  arg_trees = [_flatten(a)[1] for a in args]
+  fwd = params["fwd"]
+
+  def implicit_fwd(primals, nonzeros):
+    # primals/nonzeros: one per leaf of the implicit operands' children. The user's rules
+    # see materialized operands; the children are saved to pull cotangents back to them.
+    m_p, m_nz, pos = [], [], 0
+    for tree in arg_trees:
+      n = tree.num_leaves
+      m_p.append(_materialize_value(optree.tree_unflatten(tree, primals[pos:pos + n])))
+      m_nz.append(any(nonzeros[pos:pos + n]))
+      pos += n
+    p_out, res, bwd = fwd(m_p, m_nz)
+    nres = len(res)
+
+    def implicit_bwd(res_, cts):
+      from stagecraft.api import vjp
+      res_, kids = list(res_[:nres]), list(res_[nres:])
+      m_cts = bwd(res_, cts)
+      out, pos = [], 0
+      for tree, ct, nz in zip(arg_trees, m_cts, m_nz):
+        n = tree.num_leaves
+        ks = kids[pos:pos + n]
+        pos += n
+        if optree.treespec_is_leaf(tree):
+          out.append(ct)
+          continue
+        k_avals = [core.get_aval(k) for k in ks]
+        if type(ct) is ad.Zero or not nz:
+          out.extend(ad.Zero(ad.tangent_aval(a)) for a in k_avals)
+          continue
+        _, pull = vjp(lambda *ls, tree=tree: _materialize_value(optree.tree_unflatten(tree, ls)),
+                      *ks)
+        for a, c in zip(k_avals, pull(ct)):
+          t = ad.tangent_aval(a)
+          out.append(ad.Zero(t) if t.dtype != a.dtype else c)
+      return out
+    implicit_bwd.__name__ = getattr(bwd, "__name__", "bwd")
+    return p_out, [*res, *primals], implicit_bwd
+  implicit_fwd.__name__ = getattr(fwd, "__name__", "fwd")
+  k = len(r.consts) + len(leaves) - len(args_leaves)
+  outs = prim.bind(*r.consts, *leaves, **{**params, "call_jaxpr": r.closed, "fwd": implicit_fwd,
+                                          "num_consts": k})
+  return r.unflatten(outs)
 
 
 def _install():
@@ -309,7 +359,7 @@ def _install():
                      ("custom_dce_call", _custom_dce_handler), ("cond", _cond_handler),
                      ("while", _while_handler), ("scan", _scan_handler),
                      ("custom_jvp_call", _custom_jvp_handler),
-                     ("custom_vjp_call", _materializing_handler)):
+                     ("custom_vjp_call", _custom_vjp_handler)):
     register_higher_order(name)(rule)
 
 

@@ -134,7 +134,7 @@ class ArrayNF4(QuantizedArray, warn_on_materialize=True):
       block_size: values per block (a positive even int).
 
     Returns:
-      ArrayNF4 standing for `f32[*s]`... of `w`'s dtype (float32 for non-float input).
+      ArrayNF4 standing for `T[*s]`, T the dtype of `w` (float32 for non-float input).
 
     Raises:
       ValueError: for a block size that is not a positive even int.
