@@ -24,6 +24,7 @@ from stagecraft.custom_dce import custom_dce
 from stagecraft import random, scipy, nn  # after api: they use jit
 from stagecraft import stages
 from stagecraft import optim
+from stagecraft import distributed
 from stagecraft.xla_computation import xla_computation
 
 __version__ = "0.1.0"

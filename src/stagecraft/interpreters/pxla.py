@@ -327,6 +327,12 @@ def chain_devices(chain, devices=None) -> list:
                        f"devices, but `devices` has {len(devices)}. Pass as many devices "
                        f"as the mapped axis size (nested pmaps: the product of their sizes).")
     return list(devices)
+  if client.process_count() > 1:   # a distributed run: every process's devices
+    glob = sorted(client.devices(), key=lambda d: (d.process_index, d.id))
+    if n > len(glob):
+      raise ValueError(f"pmap: the mapped axes {[(a, s) for a, s, _ in chain]} need {n} "
+                       f"devices, but the distributed run has {len(glob)}.")
+    return glob[:n]
   local = client.local_devices()
   if n > len(local):
     raise ValueError(
@@ -545,12 +551,33 @@ def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
   if v.dtype != aval.dtype:
     v = v.astype(aval.dtype)
   devs = list(sharding.mesh.devices.flat)
+  me = client.process_index()
+  if any(d.process_index != me for d in devs):
+    return _shard_local(v, aval, sharding, me)
   if sharding.is_fully_replicated:
     pieces = [v] * len(devs)
   else:
     pieces = [v[idx] for idx in _piece_indices(sharding, aval.shape)]
   return xc.batched_device_put(aval, sharding._runtime, pieces, devs, True, False,
                                enable_x64=True)
+
+
+def _shard_local(v: np.ndarray, aval: ShapedArray, sharding: NamedSharding, me: int):
+  """A distributed run: `v` is this process's part of the global value (its block of the
+  split dimensions; all of a replicated one); each local device gets its piece."""
+  m = sharding.devices_indices_map(aval.shape)
+  local = [d for d in sharding.mesh.devices.flat if d.process_index == me]
+  idx = [m[d] for d in local]
+  lo = [min(i[k].start or 0 for i in idx) for k in range(len(aval.shape))]
+  bufs = []
+  for d, index in zip(local, idx):
+    sl = tuple(slice(None) if s.start is None else slice(s.start - o, s.stop - o)
+               for s, o in zip(index, lo))
+    piece = np.ascontiguousarray(v[sl])
+    bufs.append(xc.batched_device_put(aval.update(shape=piece.shape),
+                                      client.single_device_sharding(d), [piece], [d], True,
+                                      False, enable_x64=True))
+  return xc.ArrayImpl(aval, sharding._runtime, bufs, True, True)
 
 
 _interned: dict = {}
@@ -860,6 +887,12 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
       raise ValueError("pmap got inconsistent sizes for array axes to be mapped:\n"
                        + "\n".join(lines))
     size = axis_size if axis_size is not None else sizes[0][0]
+    nproc = client.process_count() if devices is None else 1
+    if nproc > 1 and axis_size is None:
+      # A distributed run: each process passes its local part; the axis spans them all.
+      size *= nproc
+      avals = [a if ax is None else a.update(shape=a.shape[:ax] + (size,) + a.shape[ax + 1:])
+               for a, ax in zip(avals, norm_axes)]
     if devices is not None and core._state.trace is core.eval_trace and \
         len(devices) < size:
       raise ValueError(f"pmap: the mapped axis has size {size} but only {len(devices)} "

@@ -212,13 +212,26 @@ def _default_device():
 
 
 def _indices(x: Array) -> list:
-  """(device, index) per buffer of a split Array, in the order of its runtime buffers."""
+  """(device, index) per buffer of a split Array (the devices of this process), in the order
+  of its runtime buffers."""
+  from stagecraft.runtime import client
   m = x._sharding.devices_indices_map(x.aval.shape)
-  return [(d, m[d]) for d in x._sharding.mesh.devices.flat]
+  me = client.process_index()
+  return [(d, m[d]) for d in x._sharding.mesh.devices.flat if d.process_index == me]
 
 
 def _gather(x: Array) -> np.ndarray:
-  """The host value of a split Array: each distinct piece copied once."""
+  """The host value of a split Array: each distinct piece copied once.
+
+  Raises:
+    RuntimeError: if some pieces live on devices of other processes (a distributed run).
+  """
+  from stagecraft.runtime import client
+  me = client.process_index()
+  if any(d.process_index != me for d in x._sharding.mesh.devices.flat):
+    raise RuntimeError(
+        f"This Array ({x.aval.str_short()}) spans devices of other processes; only this "
+        f"process's pieces can be read: use `x.addressable_shards` (each shard's `.data`).")
   out = np.empty(x.aval.shape, x.aval.dtype)
   done = set()
   for (dev, index), buf in zip(_indices(x), x._check_buf()._arrays):
