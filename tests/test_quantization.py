@@ -221,3 +221,14 @@ def test_ste_quantization_aware_training():
   np.testing.assert_allclose(np.asarray(fake(w)), nf4_reference(w), atol=1e-6)
   g = sc.grad(lambda w: jnp.sum(fake(w) * x))(w)
   np.testing.assert_allclose(np.asarray(g), x)
+
+
+def test_vmap_over_a_stack_of_nf4_weights(count_materialize):
+  ws = f32(3, 32, 16)
+  qs_list = [ArrayNF4.quantize(w, 16) for w in ws]
+  qs = sc.tree_util.tree_map(lambda *a: jnp.stack(a), *qs_list)   # children stacked
+  x = f32(2, 32)
+  out = sc.vmap(implicit(lambda x, q: x @ q), in_axes=(None, 0))(x, qs)
+  want = np.stack([x @ nf4_reference(w, 16) for w in ws])
+  np.testing.assert_allclose(np.asarray(out), want, rtol=1e-4, atol=1e-4)
+  assert count_materialize == []
