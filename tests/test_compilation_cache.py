@@ -97,6 +97,40 @@ def test_jit_uses_the_cache(cache_dir):
   assert cache.stats["writes"] >= 1 and len(_entries(cache_dir)) >= 1
 
 
+def test_size_bound_evicts_least_recently_used(cache_dir):
+  texts = [_module_text(_fun(c), X) for c in (11.5, 12.5, 13.5)]
+  for t in texts:
+    _forget(t)
+  old = sc.config.compilation_cache_max_size
+  try:
+    _run(texts[0], X)
+    size = os.path.getsize(os.path.join(cache_dir, _entries(cache_dir)[0]))
+    # Room for two entries: storing the third evicts the least recently used one.
+    sc.config.update("compilation_cache_max_size", int(size * 2.5))
+    _run(texts[1], X)
+    os.utime(os.path.join(cache_dir, _entries(cache_dir)[0]), (1, 1))  # oldest on purpose
+    oldest = _entries(cache_dir)[0]
+    _run(texts[2], X)
+    left = _entries(cache_dir)
+    assert len(left) == 2 and oldest not in left
+    assert cache.stats["evictions"] == 1
+    total = sum(os.path.getsize(os.path.join(cache_dir, n)) for n in left)
+    assert total <= size * 2.5
+    # An evicted program is simply recompiled.
+    for t in texts:
+      _forget(t)
+      np.testing.assert_allclose(_run(t, X), _run(t, X))
+  finally:
+    sc.config.update("compilation_cache_max_size", old)
+    for t in texts:
+      _forget(t)
+
+
+def test_size_bound_must_be_an_int():
+  with pytest.raises(TypeError, match="expects an int number of bytes"):
+    sc.config.update("compilation_cache_max_size", "1GB")
+
+
 def test_cache_key_parts():
   text = _module_text(_fun(1.0), X)
   devs = (client.default_device(),)

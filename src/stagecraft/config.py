@@ -12,6 +12,8 @@ Flags:
     complex128 -> complex64), as in JAX.
   disable_jit (bool, default False): `jit` runs its function eagerly, op by op.
   compilation_cache_dir (str or None): directory of the persistent executable cache.
+  compilation_cache_max_size (int, default -1): bound in bytes on that directory's entries
+    (least recently used removed first); -1: unbounded.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ class Config:
       "enable_x64": _env_bool("STAGECRAFT_ENABLE_X64", False),
       "disable_jit": False,
       "compilation_cache_dir": os.environ.get("STAGECRAFT_COMPILATION_CACHE_DIR"),
+      "compilation_cache_max_size": int(os.environ.get(
+          "STAGECRAFT_COMPILATION_CACHE_MAX_SIZE", "-1")),
   }
 
   def __init__(self):
@@ -58,6 +62,10 @@ class Config:
       raise TypeError(f"Config flag {name!r} expects a bool, got {value!r}.")
     if isinstance(self._defaults[name], bool):
       value = bool(value)
+    if name == "compilation_cache_max_size" and (not isinstance(value, int) or
+                                                 isinstance(value, bool)):
+      raise TypeError(f"Config flag {name!r} expects an int number of bytes (-1: unbounded), "
+                      f"got {value!r}.")
     self.__dict__[name] = value
     self.state_key = (self.enable_x64,)
 

@@ -416,11 +416,21 @@ ad.defjvp_zero(axis_index_p)
 
 def axis_index(axis_name: Any) -> Any:
   """The position of this member along the named axis: an `int32[]` in `[0, axis size)`.
+  For a tuple of names, the position in their grid counted row-major in the order named
+  (`axis_index(('i', 'j')) == axis_index('i') * axis_size('j') + axis_index('j')`).
 
   Raises:
     NameError: if `axis_name` is not bound by an enclosing vmap/pmap.
   """
-  return axis_index_p.bind(axis_name=axis_name)
+  if not isinstance(axis_name, (tuple, list)):
+    return axis_index_p.bind(axis_name=axis_name)
+  from stagecraft import lax
+  idx = None
+  for name in axis_name:
+    i = axis_index_p.bind(axis_name=name)
+    idx = i if idx is None else lax.add(
+        lax.mul(idx, np.asarray(_axis_size(name), np.int32)[()]), i)
+  return idx if idx is not None else np.int32(0)
 
 
 # ---------------------------------------------------------------------------
@@ -431,7 +441,7 @@ all_gather_p = core.Primitive("all_gather")
 
 
 def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size):
-  _axis_size(axis_name)
+  _check_bound(_names(axis_name))
   shape = list(x.shape)
   if tiled:
     shape[axis] *= axis_size
@@ -443,6 +453,10 @@ def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size):
 def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_size):
   from stagecraft import lax
   (x,), (d,) = args, dims
+  if isinstance(axis_name, tuple) and axis_data.name in axis_name:
+    raise NotImplementedError(f"all_gather over several axis names {axis_name} including the "
+                              f"vmap axis {axis_data.name!r} is not supported; gather over "
+                              f"one name at a time.")
   if axis_data.name != axis_name:
     if d is batching.not_mapped:
       return all_gather_p.bind(x, axis_name=axis_name, axis=axis, tiled=tiled,
@@ -485,7 +499,10 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
   """
   if axis_index_groups is not None:
     raise NotImplementedError("all_gather: axis_index_groups is not supported yet.")
-  size = _axis_size(axis_name)
+  if isinstance(axis_name, (tuple, list)):
+    # NB: a tuple of names gathers over their grid, ordered row-major in the order named.
+    axis_name = tuple(axis_name) if len(axis_name) != 1 else axis_name[0]
+  size = axis_size(axis_name)
 
   def one(leaf):
     nd = len(core.get_aval(leaf).shape)

@@ -21,6 +21,12 @@ The cache directory is `stagecraft.config.compilation_cache_dir` (env
 miss. Entries are written to a temporary file in the same directory and moved into place with
 `os.replace`, so readers never see a partial file and two processes storing the same key both
 succeed (the last rename wins; both wrote the same program).
+
+Size bound: `config.compilation_cache_max_size` (bytes; env
+`STAGECRAFT_COMPILATION_CACHE_MAX_SIZE`; -1, the default, is unbounded). After each write
+the least recently used entries (by modification time, refreshed on every hit) are removed
+until the directory's entries fit; an entry another process removes concurrently is simply
+a miss for it.
 """
 from __future__ import annotations
 
@@ -49,7 +55,8 @@ _SUFFIX = ".scexe"
 
 #: Counters of the persistent cache in this process (tests and benchmarks read them):
 #: hits, misses (no entry), writes, corrupt (entries dropped), errors (I/O failures).
-stats: dict[str, int] = {"hits": 0, "misses": 0, "writes": 0, "corrupt": 0, "errors": 0}
+stats: dict[str, int] = {"hits": 0, "misses": 0, "writes": 0, "corrupt": 0, "errors": 0,
+                         "evictions": 0}
 _stats_lock = threading.Lock()
 
 
@@ -281,7 +288,41 @@ def lookup(cache_dir: str, key: str, devs: tuple, opts=None) -> Any | None:
                   f"({e}); recompiling.", RuntimeWarning, stacklevel=3)
     return None
   _count("hits")
+  try:
+    os.utime(path)   # NB: recently used, for eviction
+  except OSError:
+    pass
   return exe
+
+
+def evict(cache_dir: str, max_size: int) -> int:
+  """Removes the least recently used entries of `cache_dir` until their total size is at
+  most `max_size` bytes (< 0: no bound). Returns the number removed; never raises."""
+  if max_size is None or max_size < 0:
+    return 0
+  entries = []
+  try:
+    with os.scandir(cache_dir) as it:
+      for e in it:
+        if e.name.endswith(_SUFFIX) and not e.name.startswith(".tmp-"):
+          try:
+            st = e.stat()
+          except OSError:
+            continue
+          entries.append((st.st_mtime, st.st_size, e.path))
+  except OSError:
+    return 0
+  total = sum(size for _, size, _ in entries)
+  removed = 0
+  for _, size, path in sorted(entries):
+    if total <= max_size:
+      break
+    _remove(path)
+    total -= size
+    removed += 1
+  if removed:
+    _count("evictions")
+  return removed
 
 
 def _remove(path: str) -> None:

@@ -180,8 +180,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       if exe is None:
         exe = backend.compile_and_load(text, client.device_list(devs), opts)
         compile_count[0] += 1
-        if disk_key is not None:
-          cache.store(cache_dir, disk_key, exe)
+        if disk_key is not None and cache.store(cache_dir, disk_key, exe):
+          cache.evict(cache_dir, config.compilation_cache_max_size)
       _compile_cache[key] = exe
   return exe
 
