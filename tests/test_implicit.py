@@ -539,3 +539,16 @@ def test_implicit_inside_jit_and_grad_with_array_built_inside():
   d = sc.grad(lambda x: f(Scaled(x, 3.0), jnp.arange(3.0)))(jnp.ones(3))
   np.testing.assert_allclose(np.asarray(d), 3 * np.arange(3.0))
   _no_materialize()
+
+
+def test_scan_closed_over_const_reverse_mode():
+  def loss(w, s):
+    def f(s):
+      return lax.scan(lambda c, _: (c + jnp.sum(s * w), None), 0.0, None, length=3)[0]
+    return implicit(f)(s)
+  s = Scaled(jnp.arange(3.0))
+  g = sc.grad(loss)(jnp.ones(3), s)
+  np.testing.assert_allclose(np.asarray(g), 3 * 2 * np.arange(3.0))
+  g2 = sc.jit(sc.grad(loss))(jnp.ones(3), s)
+  np.testing.assert_allclose(np.asarray(g2), 3 * 2 * np.arange(3.0))
+  _no_materialize()

@@ -434,6 +434,19 @@ def register(primitive: core.Primitive | str, *, precedence: int = 0) -> Callabl
 
   Raises:
     ValueError: for an unknown primitive name (close matches are listed).
+
+  Example:
+    >>> import dataclasses, stagecraft.numpy as jnp
+    >>> from stagecraft.implicit import ImplicitArray, implicit, register
+    >>> @dataclasses.dataclass
+    ... class Zeros(ImplicitArray):
+    ...   def materialize(self):
+    ...     return jnp.zeros(self.shape, self.dtype)
+    >>> @register("reduce_sum")
+    ... def _(x: Zeros, *, axes, **_):
+    ...   return jnp.zeros([d for i, d in enumerate(x.shape) if i not in axes], x.dtype)
+    >>> implicit(jnp.sum)(Zeros(shape=(1000, 1000), dtype=np.float32))
+    Array(0., dtype=float32)
   """
   prim = _resolve(primitive)
 
