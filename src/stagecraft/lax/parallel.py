@@ -492,10 +492,12 @@ ad.deflinear(all_gather_p, _all_gather_transpose)
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
                tiled: bool = False) -> Any:
   """Every member's `x` (a pytree of arrays), stacked along a new axis `axis` (or, with
-  `tiled=True`, concatenated along `axis`), the same on every member.
+  `tiled=True`, concatenated along `axis`), the same on every member. A tuple of names
+  gathers over their grid, members ordered row-major in the order named.
 
   Raises:
-    NameError: for an unbound axis name; NotImplementedError for axis_index_groups.
+    NameError: for an unbound axis name; NotImplementedError for axis_index_groups, or a
+      tuple of names that includes a vmap axis.
   """
   if axis_index_groups is not None:
     raise NotImplementedError("all_gather: axis_index_groups is not supported yet.")
