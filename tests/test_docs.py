@@ -1,0 +1,46 @@
+"""Runs every ```python block of the user guide (docs/*.md).
+
+The blocks of one file run in order in one namespace, so later blocks use names defined by
+earlier ones. A block whose first line is `# skip-test` is not run. Each block asserts its own
+numbers, so a wrong statement in the guide fails here.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+
+import pytest
+
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+_BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+def _blocks(path: pathlib.Path) -> list[tuple[int, str]]:
+  text = path.read_text()
+  out = []
+  for m in _BLOCK.finditer(text):
+    code = m.group(1)
+    if code.lstrip().startswith("# skip-test"):
+      continue
+    out.append((text.count("\n", 0, m.start()) + 2, code))
+  return out
+
+
+_FILES = sorted(DOCS.glob("*.md"))
+
+
+def test_docs_exist():
+  assert _FILES, f"no Markdown files under {DOCS}"
+
+
+@pytest.mark.parametrize("path", _FILES, ids=[p.name for p in _FILES])
+def test_doc_blocks_run(path, tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)   # blocks that write files write them here
+  ns: dict = {"__name__": f"docs_{path.stem}"}
+  for line, code in _blocks(path):
+    try:
+      exec(compile(code, f"{path.name}:{line}", "exec"), ns)
+    except Exception as e:
+      raise AssertionError(f"the python block at {path.name} line {line} failed: "
+                           f"{type(e).__name__}: {e}") from e
