@@ -336,3 +336,28 @@ def test_psum_scatter_bad_size():
     sc.pmap(lambda x: lax.psum_scatter(x, "i"), "i")(np.zeros((N, 3), np.float32))
   with pytest.raises(ValueError, match="divisible"):
     sc.pmap(lambda x: lax.psum_scatter(x, "i", tiled=True), "i")(np.zeros((N, 6), np.float32))
+
+
+def test_axis_index_tuple_names():
+  body = lambda x: x * 0 + lax.axis_index(("i", "j"))
+  want = np.arange(4, dtype=np.float32).reshape(2, 2, 1) * np.ones((1, 1, 3), np.float32)
+  _close = lambda a, b: np.testing.assert_allclose(np.asarray(a), b)
+  _close(sc.pmap(sc.pmap(body, "j"), "i")(X22), want)
+  _close(sc.vmap(sc.vmap(body, axis_name="j"), axis_name="i")(X22), want)
+  _close(sc.pmap(sc.vmap(body, axis_name="j"), "i")(X22), want)
+  jwant = _jax(jax.vmap(jax.vmap(lambda x: x * 0 + jax.lax.axis_index(("i", "j")),
+                                 axis_name="j"), axis_name="i"), X22)
+  _close(sc.pmap(sc.pmap(body, "j"), "i")(X22), jwant)
+  # reversed order: j varies slowest
+  body_ji = lambda x: x * 0 + lax.axis_index(("j", "i"))
+  _close(sc.pmap(sc.pmap(body_ji, "j"), "i")(X22),
+         np.arange(4, dtype=np.float32).reshape(2, 2).T[..., None] * np.ones((1, 1, 3)))
+
+
+def test_all_gather_tuple_names_nested():
+  f = sc.pmap(sc.pmap(lambda x: lax.all_gather(x, ("i", "j")), "j"), "i")
+  np.testing.assert_allclose(np.asarray(f(X22)), np.broadcast_to(X22.reshape(4, 3),
+                                                                 (2, 2, 4, 3)))
+  g = sc.pmap(sc.pmap(lambda x: lax.all_gather(x, ("j", "i"), tiled=True), "j"), "i")
+  np.testing.assert_allclose(np.asarray(g(X22)), np.broadcast_to(
+      X22.transpose(1, 0, 2).reshape(12), (2, 2, 12)))
