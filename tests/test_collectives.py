@@ -361,3 +361,15 @@ def test_all_gather_tuple_names_nested():
   g = sc.pmap(sc.pmap(lambda x: lax.all_gather(x, ("j", "i"), tiled=True), "j"), "i")
   np.testing.assert_allclose(np.asarray(g(X22)), np.broadcast_to(
       X22.transpose(1, 0, 2).reshape(12), (2, 2, 12)))
+
+
+def test_axis_index_groups_psum_pmean_pmax_vs_jax():
+  x = _x(N, 3)
+  g = [[0, 1], [2, 3]]
+  g2 = [[0, 3], [1, 2]]
+  for body in [lambda L: lambda v: L.psum(v, "i", axis_index_groups=g),
+               lambda L: lambda v: L.pmean(v, "i", axis_index_groups=g),
+               lambda L: lambda v: L.pmax(v, "i", axis_index_groups=g2),
+               lambda L: lambda v: v * L.psum(1, "i", axis_index_groups=g)]:
+    want = _jax(jax.pmap(body(jax.lax), "i"), x)
+    np.testing.assert_allclose(np.asarray(sc.pmap(body(lax), "i")(x)), want, rtol=1e-5)

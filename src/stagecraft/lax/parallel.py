@@ -355,7 +355,8 @@ def axis_size(axis_name: Any) -> int:
 
 def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
   """The mean of `x` (a pytree of floating arrays `T[*s]`) over the named axis (or axes):
-  `psum(x) / axis size`, with `x`'s structure, shapes and dtypes.
+  `psum(x) / axis size` (the group size with `axis_index_groups`), with `x`'s structure,
+  shapes and dtypes.
 
   Raises:
     NameError: if an axis name is not bound by an enclosing vmap/pmap.
@@ -363,6 +364,8 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
   n = 1
   for name in _names(axis_name):
     n *= _axis_size(name)
+  if axis_index_groups is not None:
+    n = len(axis_index_groups[0])   # NB: the mean is over each group, as JAX
   from stagecraft import lax
   return tree_util.tree_map(lambda s: lax.div(s, np.asarray(n, core.get_aval(s).dtype)[()]),
                             psum(x, axis_name, axis_index_groups=axis_index_groups))
