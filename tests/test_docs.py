@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import sys
+import types
 
 import pytest
 
@@ -37,7 +39,10 @@ def test_docs_exist():
 @pytest.mark.parametrize("path", _FILES, ids=[p.name for p in _FILES])
 def test_doc_blocks_run(path, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)   # blocks that write files write them here
-  ns: dict = {"__name__": f"docs_{path.stem}"}
+  # A real module in sys.modules, so that dataclasses and pickling can find the namespace.
+  module = types.ModuleType(f"docs_{path.stem}")
+  monkeypatch.setitem(sys.modules, module.__name__, module)
+  ns = module.__dict__
   for line, code in _blocks(path):
     try:
       exec(compile(code, f"{path.name}:{line}", "exec"), ns)
