@@ -373,3 +373,16 @@ def test_axis_index_groups_psum_pmean_pmax_vs_jax():
                lambda L: lambda v: v * L.psum(1, "i", axis_index_groups=g)]:
     want = _jax(jax.pmap(body(jax.lax), "i"), x)
     np.testing.assert_allclose(np.asarray(sc.pmap(body(lax), "i")(x)), want, rtol=1e-5)
+
+
+def test_ppermute_tuple_names_nested():
+  ring = [(k, (k + 1) % N) for k in range(N)]
+  f = sc.pmap(sc.pmap(lambda x: lax.ppermute(x, ("i", "j"), ring), "j"), "i")
+  np.testing.assert_allclose(np.asarray(f(X22)),
+                             np.roll(X22.reshape(N, 3), 1, 0).reshape(2, 2, 3))
+  g = sc.pmap(sc.pmap(lambda x: lax.ppermute(x, ("j", "i"), ring), "j"), "i")
+  want = np.roll(X22.transpose(1, 0, 2).reshape(N, 3), 1, 0).reshape(2, 2, 3)
+  np.testing.assert_allclose(np.asarray(g(X22)), want.transpose(1, 0, 2))
+  gr = sc.grad(lambda x: jnp.sum(jnp.sin(f(x))))(X22)
+  want_g = np.roll(np.cos(np.roll(X22.reshape(N, 3), 1, 0)), -1, 0).reshape(2, 2, 3)
+  np.testing.assert_allclose(np.asarray(gr), want_g, rtol=1e-5)

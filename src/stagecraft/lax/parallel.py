@@ -524,13 +524,17 @@ ppermute_p = core.Primitive("ppermute")
 
 
 def _ppermute_abstract_eval(x, *, axis_name, perm):
-  _axis_size(axis_name)
+  _check_bound(_names(axis_name))
   return x
 
 
 def _ppermute_batcher(axis_data, args, dims, *, axis_name, perm):
   from stagecraft import lax
   (x,), (d,) = args, dims
+  if isinstance(axis_name, tuple) and axis_data.name in axis_name:
+    raise NotImplementedError(f"ppermute over several axis names {axis_name} including the "
+                              f"vmap axis {axis_data.name!r} is not supported; permute over "
+                              f"one name at a time.")
   if axis_data.name != axis_name:
     return ppermute_p.bind(x, axis_name=axis_name, perm=perm), d
   n = axis_data.size
@@ -571,10 +575,16 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
   """Sends each member's `x` to another: `perm` is a list of (source, destination) index
   pairs; members that receive nothing get zeros.
 
+  With a tuple of names, indices count the members of their grid row-major in the order
+  named (as `axis_index` of the tuple).
+
   Raises:
     ValueError: if a source or destination repeats or is out of range.
+    NotImplementedError: for a tuple of names that includes a vmap axis.
   """
-  n = _axis_size(axis_name)
+  if isinstance(axis_name, (tuple, list)):
+    axis_name = tuple(axis_name) if len(axis_name) != 1 else axis_name[0]
+  n = axis_size(axis_name)
   perm = tuple((int(s), int(t)) for s, t in perm)
   srcs, dsts = [s for s, _ in perm], [t for _, t in perm]
   if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):
