@@ -37,6 +37,16 @@ def test_docs_exist():
 
 
 @pytest.mark.parametrize("path", _FILES, ids=[p.name for p in _FILES])
+def test_every_python_block_is_found(path):
+  """A ```python fence that the runner would miss (indented, unterminated) is an error."""
+  text = path.read_text()
+  found = len(_BLOCK.findall(text))
+  fences = len(re.findall(r"```python", text))
+  assert found == fences, (f"{path.name}: {fences} ```python fences but {found} runnable "
+                           f"blocks; start each fence at column 0 and close it with ```.")
+
+
+@pytest.mark.parametrize("path", _FILES, ids=[p.name for p in _FILES])
 def test_doc_blocks_run(path, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)   # blocks that write files write them here
   # A real module in sys.modules, so that dataclasses and pickling can find the namespace.
