@@ -28,3 +28,4 @@ from stagecraft import distributed
 from stagecraft.xla_computation import xla_computation
 
 __version__ = "0.1.0"
+from stagecraft import implicit  # last: it looks primitives up by name

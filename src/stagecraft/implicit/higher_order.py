@@ -35,7 +35,7 @@ import optree
 from stagecraft import core, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
-from stagecraft.implicit.core import (_fields, _is_implicit, _materialize_value,
+from stagecraft.implicit.core import (MaterializationWarning, _fields, _is_implicit, _materialize_value,
                                       eval_jaxpr_implicit, register_higher_order)
 from stagecraft.interpreters import ad
 from stagecraft.interpreters import partial_eval as pe
@@ -354,8 +354,49 @@ def _custom_vjp_handler(prim, vals, params):
   return r.unflatten(outs)
 
 
+# ---------------------------------------------------------------------------
+# pmap
+
+
+def _pmap_handler(prim, vals, params):
+  """pmap with implicit operands. A replicated one (in_axes None) reaches every device as
+  its children and the body is re-traced on it, so it is never materialized; a mapped one
+  (in_axes an int) is materialized before the split (its children need not share the mapped
+  axis). Results are materialized inside the body when mapped, kept implicit (replicated)
+  when out_axes is None."""
+  from stagecraft.interpreters import batching, pxla
+  import warnings
+  from stagecraft.implicit.core import WARN_ENV, _warn_enabled
+  in_axes, out_axes = params["in_axes"], params["out_axes"]
+  mapped = [v for v, ax in zip(vals, in_axes) if _is_implicit(v) and ax is not None]
+  if mapped and _warn_enabled() and any(type(v).warn_on_materialize for v in mapped):
+    warnings.warn(f"pmap splits {', '.join(sorted({type(v).__name__ for v in mapped}))} along "
+                  f"a mapped axis (in_axes not None): materializing it first. Pass it "
+                  f"replicated (in_axes=None) to keep it implicit, or silence this with "
+                  f"warn_on_materialize=False on the class or {WARN_ENV}=0.",
+                  MaterializationWarning, stacklevel=4)
+  vals = [_materialize_value(v) if _is_implicit(v) and ax is not None else v
+          for v, ax in zip(vals, in_axes)]
+  body_vals = [v if _is_implicit(v) else pxla.mapped_aval(core.get_aval(v), ax)
+               for v, ax in zip(vals, in_axes)]
+  with batching.extend_axis_env(params["axis_name"], params["axis_size"]):
+    r, _ = retrace(params["jaxpr"], body_vals, [ax is not None for ax in out_axes])
+  leaves, new_in = [], [None] * len(r.consts)
+  for v, ax in zip(vals, in_axes):
+    ls = _flatten(v)[0] if _is_implicit(v) else [v]
+    leaves += ls
+    new_in += [None if _is_implicit(v) else ax] * len(ls)
+  new_out = []
+  for t, ax in zip(r.out_trees, out_axes):
+    new_out += [ax] * t.num_leaves
+  outs = prim.bind(*r.consts, *leaves, **{
+      **params, "jaxpr": r.closed, "in_axes": tuple(new_in), "out_axes": tuple(new_out),
+      "donated_invars": (False,) * len(new_in)})
+  return r.unflatten(outs)
+
+
 def _install():
-  for name, rule in (("jit", _jit_handler), ("checkpoint", _remat_handler),
+  for name, rule in (("jit", _jit_handler), ("xla_pmap", _pmap_handler), ("checkpoint", _remat_handler),
                      ("custom_dce_call", _custom_dce_handler), ("cond", _cond_handler),
                      ("while", _while_handler), ("scan", _scan_handler),
                      ("custom_jvp_call", _custom_jvp_handler),
