@@ -53,9 +53,15 @@ def test_doc_blocks_run(path, tmp_path, monkeypatch):
   module = types.ModuleType(f"docs_{path.stem}")
   monkeypatch.setitem(sys.modules, module.__name__, module)
   ns = module.__dict__
-  for line, code in _blocks(path):
-    try:
-      exec(compile(code, f"{path.name}:{line}", "exec"), ns)
-    except Exception as e:
-      raise AssertionError(f"the python block at {path.name} line {line} failed: "
-                           f"{type(e).__name__}: {e}") from e
+  from stagecraft.config import config
+  flags = {name: getattr(config, name) for name in config._defaults}
+  try:
+    for line, code in _blocks(path):
+      try:
+        exec(compile(code, f"{path.name}:{line}", "exec"), ns)
+      except Exception as e:
+        raise AssertionError(f"the python block at {path.name} line {line} failed: "
+                             f"{type(e).__name__}: {e}") from e
+  finally:   # a page that fails half-way must not leave its flags to the next test
+    for name, value in flags.items():
+      config.update(name, value)
