@@ -357,6 +357,9 @@ def test_disable_jit_runs_python_per_call():
 
 def test_collective_launch_hazard_chain_1000():
   code = textwrap.dedent("""
+      import os
+      if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 2:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])   # 4 devices, 2 cores
       import numpy as np
       import stagecraft as sc
       from stagecraft import lax
@@ -367,6 +370,15 @@ def test_collective_launch_hazard_chain_1000():
         y = f(y)
       out = np.asarray(y)
       assert np.allclose(out, 1000.0), out
+      # interleaved programs: collectives of several kinds, one without, a jit of a pmap
+      g = sc.pmap(lambda x: lax.all_gather(x, "i").mean(0) + 1.0, "i")
+      h = sc.pmap(lambda x: x * 1.0)
+      j = sc.jit(sc.pmap(lambda x: lax.pmean(x, "i") + 1.0, "i"))
+      y = x
+      for _ in range(250):
+        y = j(g(h(f(y))))
+      out = np.asarray(y)
+      assert np.allclose(out, 750.0), out
       print("OK")
   """)
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
