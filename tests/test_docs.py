@@ -6,7 +6,6 @@ numbers, so a wrong statement in the guide fails here.
 """
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import sys
