@@ -1,0 +1,2 @@
+"""Runnable examples: `python -m stagecraft.examples.digits` (the main, end-to-end example)."""
+from __future__ import annotations
