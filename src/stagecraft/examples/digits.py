@@ -63,14 +63,11 @@ DEFAULT_BATCH = 128
 # Arguments
 
 
-class _Parser(argparse.ArgumentParser):
-  """argparse with the program name of `python -m`."""
-
-
 def build_parser() -> argparse.ArgumentParser:
-  ap = _Parser(prog="python -m stagecraft.examples.digits",
-               description="Train, evaluate, quantize and inspect an MLP on scikit-learn's "
-                           "digits with stagecraft.")
+  ap = argparse.ArgumentParser(
+      prog="python -m stagecraft.examples.digits",
+      description="Train, evaluate, quantize and inspect an MLP on scikit-learn's digits with "
+                  "stagecraft.")
   ap.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                   help=f"training steps (default {DEFAULT_STEPS})")
   ap.add_argument("--batch", type=int, default=DEFAULT_BATCH,
@@ -302,26 +299,15 @@ def _compile_history(out: str, config: str, seconds: float) -> float | None:
   return prev if isinstance(prev, (int, float)) else None
 
 
-def main(argv: list[str] | None = None) -> int:
-  t_start = time.perf_counter()
-  args = parse_args(argv)
+def train(args, x_tr_host: np.ndarray, y_tr: np.ndarray, params, noise_key, cache_dir: str):
+  """Runs `args.steps` data-parallel Adam steps on seeded shuffled batches.
+
+  Returns:
+    `(params, opt_state, train_step, shard, next_batch, compile_s, train_s)`: the trained
+    parameters and Adam state, the jitted step, `shard(idx) -> (x f32[devices, batch/devices, 64], y i32[...])`, a function
+    giving the next batch's indices, the first call's seconds and the other steps' seconds.
+  """
   from stagecraft.runtime import cache
-  cache_dir = os.path.join(args.out, "compilation_cache")
-  stagecraft.config.update("compilation_cache_dir", cache_dir)
-
-  devices = stagecraft.devices()[:args.devices]
-  (x_tr, y_tr), (x_te, y_te) = load(args.seed)
-  x_tr, x_te = standardize(x_tr, x_te)
-  x_tr_host = np.asarray(x_tr)
-  y_te_dev = stagecraft.device_put(y_te)
-  print(f"digits: {len(y_tr)} train / {len(y_te)} test images (8x8), MLP "
-        f"{'-'.join(map(str, SIZES))} with gelu, Adam lr {args.lr}, batch {args.batch} over "
-        f"{args.devices} {devices[0].platform.upper()} devices ({args.batch // args.devices} each)"
-        + (f", DP-SGD (clip {args.clip}, noise multiplier {args.noise})" if args.dp else ""))
-
-  key = random.PRNGKey(args.seed)
-  init_key, noise_key = random.split(key)
-  params = init_params(init_key)
   opt = optim.adam(args.lr)
   opt_state = opt.init(params)
   train_step = make_train_step(opt, dp=args.dp, clip=args.clip, noise=args.noise,
@@ -337,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
   xb, yb = shard(next(batches))
   t0 = time.perf_counter()
   params, opt_state, loss = train_step(params, opt_state, xb, yb, noise_key, 0)
-  loss = float(loss)
+  first_loss = float(loss)
   compile_s = time.perf_counter() - t0
   hits, misses = cache.stats["hits"] - hits0, cache.stats["misses"] - misses0
   config = f"batch={args.batch} devices={args.devices} dp={args.dp}"
@@ -349,73 +335,73 @@ def main(argv: list[str] | None = None) -> int:
   sys.stdout.flush()   # before the progress bar writes to stderr
   bar = _progress(args.steps)
   t0 = time.perf_counter()
-  first_loss = loss
   for step in range(1, args.steps):
     xb, yb = shard(next(batches))
     params, opt_state, loss = train_step(params, opt_state, xb, yb, noise_key, step)
     if bar is not None:
       bar.update(1)
-      if step % 25 == 0 or step == args.steps - 1:
+      if step % 25 == 0 or step == args.steps - 1:   # NB: float() waits for the step
         rate = step / (time.perf_counter() - t0)
         bar.set_postfix(loss=f"{float(loss):.4f}", steps_s=f"{rate:.0f}")
   loss = float(loss)
   train_s = time.perf_counter() - t0
   if bar is not None:
     bar.close()
-  rate = (args.steps - 1) / train_s if args.steps > 1 else float("nan")
-  print(f"trained {args.steps} steps in {compile_s + train_s:.2f} s ({rate:.0f} steps/s after "
+  rate = f"{(args.steps - 1) / train_s:.0f}" if args.steps > 1 else "-"
+  print(f"trained {args.steps} steps in {compile_s + train_s:.2f} s ({rate} steps/s after "
         f"the first); loss {first_loss:.4f} -> {loss:.4f}")
+  return params, opt_state, train_step, shard, lambda: next(batches), compile_s, train_s
 
-  # -- accuracy and confusion matrix
-  train_acc, _ = evaluate(params, x_tr, stagecraft.device_put(y_tr))
-  test_acc, confusion = evaluate(params, x_te, y_te_dev)
-  test_acc = float(test_acc)
-  print(f"train accuracy {float(train_acc):.4f}")
-  print(f"test accuracy {test_acc:.4f}")
-  print_confusion(np.asarray(confusion))
 
-  # -- per-example gradients: vmap(grad) against a Python loop of grad
-  bsz = per_dev   # what one device of the --dp step vmaps over
-  xb_host, yb_host = x_tr_host[:bsz], y_tr[:bsz]
-  xb, yb = stagecraft.device_put(xb_host), stagecraft.device_put(yb_host)
+def report_per_example(args, params, init, x_host: np.ndarray, y_host: np.ndarray) -> None:
+  """Per-example gradient norms with `vmap(grad)` at init and trained, checked against and
+  timed beside a Python loop of `jit(grad)` over the same examples."""
+  bsz = len(y_host)
+  xb, yb = stagecraft.device_put(x_host), stagecraft.device_put(y_host)
   pe_norms = stagecraft.jit(lambda p, x, y: per_example_norms(per_example_grads(p, x, y)[1]))
-  init_norms = np.asarray(pe_norms(init_params(init_key), xb, yb))
+  init_norms = np.asarray(pe_norms(init, xb, yb))
   norms = np.asarray(pe_norms(params, xb, yb))
   vmap_s = _best_time(lambda: pe_norms(params, xb, yb).block_until_ready())
   one_grad = stagecraft.jit(lambda p, x, y: per_example_norms(
       stagecraft.tree_util.tree_map(lambda g: g[None],
                                     stagecraft.grad(example_loss)(p, x, y))))
-  one_grad(params, xb_host[0], yb_host[0]).block_until_ready()
-  loop = np.concatenate([np.asarray(one_grad(params, xb_host[i], yb_host[i]))
+  loop = np.concatenate([np.asarray(one_grad(params, x_host[i], y_host[i]))
                          for i in range(bsz)])
   loop_s = _best_time(lambda: stagecraft.block_until_ready(
-      [one_grad(params, xb_host[i], yb_host[i]) for i in range(bsz)]))
+      [one_grad(params, x_host[i], y_host[i]) for i in range(bsz)]))
   if not np.allclose(loop, norms, rtol=1e-3, atol=1e-6):
-    raise AssertionError("per-example gradient norms of vmap(grad) and of a loop of grad differ")
+    raise AssertionError("per-example gradient norms of vmap(grad) and of a loop of grad differ: "
+                         f"{norms[:4]} vs {loop[:4]}")
   for when, v in (("at init", init_norms), ("trained", norms)):
     print(f"per-example gradient norms ({when}, vmap(grad) on one batch of {bsz}): "
           f"min {v.min():.4f}, median {np.median(v):.4f}, max {v.max():.4f}; "
           f"{np.mean(v > args.clip):.0%} above --clip {args.clip}")
-  print(f"  vmap(grad): {vmap_s * 1e3:.1f} ms for all {bsz}; a Python loop of jit(grad): "
-        f"{loop_s * 1e3:.1f} ms ({loop_s / vmap_s:.0f}x slower) -- vmap is what makes "
-        f"per-example clipping (--dp) affordable")
+  print(f"  vmap(grad): {vmap_s * 1e3:.1f} ms for all {bsz} in one program; a Python loop of "
+        f"jit(grad), one dispatch per example: {loop_s * 1e3:.1f} ms ({loop_s / vmap_s:.1f}x); "
+        f"with vmap the --dp step clips every example inside one compiled step")
 
-  # -- quantized evaluation under implicit + jit
+
+def report_quantized(params, x_te, y_te, test_acc: float) -> None:
+  """Quantizes the weight matrices to int8 and NF4 (implicit arrays), evaluates each under
+  `jit(implicit(...))` and prints its bytes and accuracy change against float32."""
   eval_q = stagecraft.jit(implicit(lambda p, x, y: evaluate(p, x, y)[0]))
   f32_bytes = sum(int(np.prod(v.shape)) * 4 for v in params.values())
-  print(f"quantized weights (blockwise, block 64; biases stay float32), evaluated with "
-        f"jit(implicit(evaluate)):")
+  print("quantized weights (blockwise, block 64; biases stay float32), evaluated with "
+        "jit(implicit(evaluate)):")
   print(f"  float32  weights {_fmt_bytes(f32_bytes)}  1.000x  test accuracy {test_acc:.4f}")
   for name, cls in (("int8", Array8bit), ("nf4", ArrayNF4)):
     q = {k: (cls.quantize(v, block_size=64) if v.ndim == 2 else v) for k, v in params.items()}
-    nbytes = sum(v.nbytes if hasattr(v, "absmax") else int(np.prod(v.shape)) * 4
+    nbytes = sum(v.nbytes if isinstance(v, cls) else int(np.prod(v.shape)) * 4
                  for v in q.values())
-    acc = float(eval_q(q, x_te, y_te_dev))
+    acc = float(eval_q(q, x_te, y_te))
     print(f"  {name:<7s}  weights {_fmt_bytes(nbytes)}  {nbytes / f32_bytes:.3f}x  "
           f"{name} test accuracy {acc:.4f} ({(acc - test_acc) * 100:+.2f} points)")
 
-  # -- AOT: cost analysis and the compiled train step's text
-  lowered = train_step.lower(params, opt_state, *shard(next(batches)), noise_key, 0)
+
+def write_aot(args, train_step, step_args: tuple, train_s: float, cache_dir: str) -> None:
+  """Lowers and compiles the train step for `step_args`, prints its FLOPs and writes its
+  StableHLO, optimized HLO and HLO dot graph to `args.out`."""
+  lowered = train_step.lower(*step_args)
   compiled = lowered.compile()
   cost = compiled.cost_analysis() or lowered.cost_analysis() or {}
   flops = float(cost.get("flops", float("nan")))
@@ -427,11 +413,49 @@ def main(argv: list[str] | None = None) -> int:
   for fname, text in files.items():
     with open(os.path.join(args.out, fname), "w") as f:
       f.write(text)
-  print(f"train step FLOPs (cost_analysis, per device): {flops:,.0f} "
-        f"({flops * args.devices * args.steps / (compile_s + train_s) / 1e9:.2f} GFLOP/s "
-        f"over the run on {args.devices} devices)")
+  rate = ""
+  if args.steps > 1:
+    gflops = flops * args.devices * (args.steps - 1) / train_s / 1e9
+    rate = f" ({gflops:.2f} GFLOP/s over the training loop on {args.devices} devices)"
+  print(f"train step FLOPs (cost_analysis, per device): {flops:,.0f}{rate}")
   print(f"wrote {', '.join(os.path.join(args.out, n) for n in files)}; compilation cache in "
         f"{cache_dir}")
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs the example; returns the exit status (argument errors exit with 2 via argparse)."""
+  t_start = time.perf_counter()
+  args = parse_args(argv)
+  cache_dir = os.path.join(args.out, "compilation_cache")
+  stagecraft.config.update("compilation_cache_dir", cache_dir)
+
+  (x_tr, y_tr), (x_te, y_te) = load(args.seed)
+  x_tr, x_te = standardize(x_tr, x_te)
+  x_tr_host = np.asarray(x_tr)
+  y_te_dev = stagecraft.device_put(y_te)
+  platform = stagecraft.devices()[0].platform.upper()
+  print(f"digits: {len(y_tr)} train / {len(y_te)} test images (8x8), MLP "
+        f"{'-'.join(map(str, SIZES))} with gelu, Adam lr {args.lr}, batch {args.batch} over "
+        f"{args.devices} {platform} devices ({args.batch // args.devices} each)"
+        + (f", DP-SGD (clip {args.clip}, noise multiplier {args.noise})" if args.dp else ""))
+
+  init_key, noise_key = random.split(random.PRNGKey(args.seed))
+  init = init_params(init_key)
+  params, opt_state, train_step, shard, next_batch, compile_s, train_s = train(
+      args, x_tr_host, y_tr, init, noise_key, cache_dir)
+
+  train_acc, _ = evaluate(params, x_tr, stagecraft.device_put(y_tr))
+  test_acc, confusion = evaluate(params, x_te, y_te_dev)
+  test_acc = float(test_acc)
+  print(f"train accuracy {float(train_acc):.4f}")
+  print(f"test accuracy {test_acc:.4f}")
+  print_confusion(np.asarray(confusion))
+
+  per_dev = args.batch // args.devices   # what one device of the --dp step vmaps over
+  report_per_example(args, params, init, x_tr_host[:per_dev], y_tr[:per_dev])
+  report_quantized(params, x_te, y_te_dev, test_acc)
+  write_aot(args, train_step, (params, opt_state, *shard(next_batch()), noise_key, 0), train_s,
+            cache_dir)
   print(f"total {time.perf_counter() - t_start:.1f} s")
   return 0
 
