@@ -565,33 +565,21 @@ def test_in_out_axes_roundtrip_property(in_ax, out_ax, n):
 
 
 # ---------------------------------------------------------------------------
-# Known bugs (reported to the lead; strict xfail until fixed)
+# Collectives in loop bodies under pmap; autodiff of jit(pmap)
 
 
-@pytest.mark.xfail(strict=True, raises=NameError, reason=(
-    "scan's lowering re-traces its body (loops._step_jaxpr) while the module is lowered, "
-    "outside the pmap's axis environment, so a collective in a scan/fori_loop body inside "
-    "pmap fails its abstract eval with 'unbound axis name: i ... available: []'; the lowering "
-    "of a module with an axis_env (pxla's manual region, xla_computation) should bind its "
-    "axes (batching.extend_axis_env) while lowering"))
 def test_pmap_of_scan_with_psum():
   x = _x(N, 3)
   f = sc.pmap(lambda v: lax.scan(lambda c, e: (c + lax.psum(e, "i"), None), 0., v)[0], "i")
   _close(f(x), np.full(N, x.sum()), rtol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, raises=NameError, reason="as test_pmap_of_scan_with_psum")
 def test_pmap_of_fori_loop_with_psum():
   x = _x(N, 3)
   f = sc.pmap(lambda v: lax.fori_loop(0, 2, lambda k, c: c + lax.psum(v, "i"), v), "i")
   _close(f(x), x + 2 * x.sum(0), rtol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "jvp/grad/linearize of jit(pmap(f)): the derived jit equation is compiled by "
-    "api._jit_impl -> _compile_closed -> lowering.lower_jaxpr_to_module (no device mesh), "
-    "whose pmap lowering rule raises 'pmap cannot be lowered into this module, which has no "
-    "device mesh'; a jit whose jaxpr contains xla_pmap must take the SPMD path there too"))
 @pytest.mark.parametrize("mode", ["jvp", "grad", "linearize"])
 def test_autodiff_of_jit_of_pmap(mode):
   x = _x(N, 3)

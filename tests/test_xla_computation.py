@@ -315,3 +315,11 @@ def test_bad_arguments():
   with pytest.raises(TypeError, match="abstract array"):
     xla_computation(lambda x: x)("not an array")
   assert "add" in xla_computation(lambda x: x + 1, backend="cpu")(1.).as_hlo_text()
+
+
+def test_collective_inside_a_scan_body_lowers_against_the_axis_env():
+  # scan's lowering re-traces its body; the environment's axes stay bound meanwhile.
+  def body(v):
+    return lax.scan(lambda c, e: (c + lax.psum(e, "i"), None), 0., v)[0]
+  text = sc.xla_computation(body, axis_env=[("i", 4)])(np.ones(3, np.float32)).as_hlo_text()
+  assert "all-reduce" in text and "replica_groups={{0,1,2,3}}" in text

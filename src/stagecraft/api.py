@@ -53,6 +53,9 @@ def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
 
 def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
   assert not jaxpr.consts, "jit_p's jaxpr takes its consts as arguments"
+  chain = pxla.mesh_chain(jaxpr.jaxpr)
+  if chain:   # a jit containing pmaps (e.g. derived by autodiff): one SPMD program
+    return pxla.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain)
   text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr)
   return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
                              text)
@@ -407,14 +410,11 @@ class _SpmdCall:
     self.donated = lowered.donated
     self.text = lowered.text
     self.device = None
-    mesh = pxla.Mesh(np.array(devs, dtype=object), ("devices",))
-    rep = pxla.NamedSharding(mesh, pxla.PartitionSpec())
     const_avals = [jaxpr.invars[i].aval for i in lowered.used_consts]
     idx = range(len(self.in_avals)) if self.kept is None else self.kept
-    self.program = pxla.SpmdExecutable(
+    self.program = pxla.replicated_program(
         exe, devs, [*const_avals, *[self.in_avals[i] for i in idx]], self.out_avals,
-        [rep] * (len(const_avals) + len(idx)), [rep] * len(self.out_avals), self.text,
-        [len(const_avals) + k for k, i in enumerate(idx) if i in self.donated])
+        self.text, [len(const_avals) + k for k, i in enumerate(idx) if i in self.donated])
 
   def __call__(self, leaves: Sequence[Any]):
     idx = range(len(leaves)) if self.kept is None else self.kept

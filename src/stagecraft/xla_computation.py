@@ -149,7 +149,8 @@ def _module_text(name: str, jaxpr: core.Jaxpr, consts: Sequence[Any], *,
   const_vars, arg_vars = jaxpr.invars[:nconst], jaxpr.invars[nconst:]
   const_names = [_const_line(fb, c, v.aval) for c, v in zip(consts, const_vars)]
   arg_names = [f"%arg{i}" for i in range(len(arg_vars))]
-  outs = lowering.jaxpr_subcomp(fb, jaxpr, [], const_names + arg_names)
+  with lowering.bound_axes(axis_env):
+    outs = lowering.jaxpr_subcomp(fb, jaxpr, [], const_names + arg_names)
   args_txt = [f"{a}: {lowering.ir_type(v.aval)}"
               + (" {jax.buffer_donor = true}" if d else "")
               for a, v, d in zip(arg_names, arg_vars, donated)]

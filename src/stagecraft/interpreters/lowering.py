@@ -8,6 +8,7 @@ builders), which keeps lowering fast; the syntax follows the StableHLO spec
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any, Callable, Sequence
 
@@ -360,6 +361,17 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
   return [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
 
 
+@contextlib.contextmanager
+def bound_axes(axis_env: Sequence[tuple[Any, int]]):
+  """Binds the named axes of a module's environment while it is lowered, so bodies that a
+  lowering rule re-traces (scan's step) can hold collectives over them."""
+  from stagecraft.interpreters import batching
+  with contextlib.ExitStack() as stack:
+    for axis_name, size in axis_env:
+      stack.enter_context(batching.extend_axis_env(axis_name, size))
+    yield
+
+
 def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | None = None,
                           axis_env: Sequence[tuple[str, int]] = (), num_replicas: int = 1,
                           num_partitions: int = 1, result_names: Sequence[str] | None = None,
@@ -381,8 +393,9 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
     for i, d in enumerate(donated):
       if d:
         attrs[i] = ", ".join(filter(None, [attrs[i], "jax.buffer_donor = true"]))
-  main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
-                            result_attrs=result_attrs)
+  with bound_axes(module.axis_env):
+    main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
+                              result_attrs=result_attrs)
   funcs = "\n".join([main, *module.funcs])
   if module.mesh:
     axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)

@@ -312,6 +312,10 @@ class _Unbound:
     return f"<mesh axis {self.depth}>"
 
 
+def _axes_desc(chain) -> str:
+  return ", ".join(f"{'unnamed' if a is None else repr(a)} of size {s}" for a, s, _ in chain)
+
+
 def chain_devices(chain, devices=None) -> list:
   """The devices a module over `chain` runs on: `devices` (the outermost pmap's) or the first
   local devices.
@@ -323,14 +327,14 @@ def chain_devices(chain, devices=None) -> list:
   devices = devices if devices is not None else chain[0][2]
   if devices is not None:
     if len(devices) != n:
-      raise ValueError(f"pmap: the mapped axes {[(a, s) for a, s, _ in chain]} need {n} "
+      raise ValueError(f"pmap: the mapped axes ({_axes_desc(chain)}) need {n} "
                        f"devices, but `devices` has {len(devices)}. Pass as many devices "
                        f"as the mapped axis size (nested pmaps: the product of their sizes).")
     return list(devices)
   if client.process_count() > 1:   # a distributed run: every process's devices
     glob = sorted(client.devices(), key=lambda d: (d.process_index, d.id))
     if n > len(glob):
-      raise ValueError(f"pmap: the mapped axes {[(a, s) for a, s, _ in chain]} need {n} "
+      raise ValueError(f"pmap: the mapped axes ({_axes_desc(chain)}) need {n} "
                        f"devices, but the distributed run has {len(glob)}.")
     return glob[:n]
   local = client.local_devices()
@@ -338,7 +342,7 @@ def chain_devices(chain, devices=None) -> list:
     raise ValueError(
         f"compiling computation that requires {n} logical devices, but only {len(local)} XLA "
         f"devices are available (num_replicas=1, num_partitions={n}): the mapped axes "
-        f"{[(a, s) for a, s, _ in chain]} need one device per position. Map over at most "
+        f"({_axes_desc(chain)}) need one device per position. Map over at most "
         f"{len(local)} positions, or start Python with "
         f"XLA_FLAGS=--xla_force_host_platform_device_count={n} for more CPU devices.")
   return local[:n]
@@ -384,7 +388,9 @@ def _lower_body(fb, module, jaxpr, depth, axis_name, axis_size, args):
   env[depth] = (axis_name, axis_size)
   module.axis_env, module.manual_depth = tuple(env), depth + 1
   try:
-    return lowering.jaxpr_subcomp(fb, jaxpr.jaxpr, [], args)
+    # NB: bodies re-traced while lowering (scan's step) see the axis bound.
+    with batching.extend_axis_env(axis_name, axis_size):
+      return lowering.jaxpr_subcomp(fb, jaxpr.jaxpr, [], args)
   finally:
     module.axis_env, module.manual_depth = saved_env, saved_depth
 
@@ -658,6 +664,25 @@ class SpmdExecutable:
 
 def _first_piece(pieces):
   return pieces[0]
+
+
+def replicated_program(exe, devices, in_avals, out_avals, text, donated=()) -> SpmdExecutable:
+  """An SPMD program whose arguments and results are all replicated over `devices` (a jit
+  containing pmaps): each argument goes whole to every device, one copy of each result
+  comes back."""
+  mesh = Mesh(np.array(list(devices), dtype=object), ("devices",))
+  rep = NamedSharding(mesh, PartitionSpec())
+  return SpmdExecutable(exe, devices, in_avals, out_avals, [rep] * len(in_avals),
+                        [rep] * len(out_avals), text, donated)
+
+
+def replicated_executable(name: str, jaxpr: Jaxpr, chain) -> SpmdExecutable:
+  """Lowers and compiles `jaxpr` (containing pmaps) as a replicated SPMD program."""
+  devices = chain_devices(chain)
+  text = lower_spmd_module(name, jaxpr, chain)
+  exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
+  in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  return replicated_program(exe, devices, in_avals, [v.aval for v in jaxpr.outvars], text)
 
 
 def _mesh_for(chain, devices) -> Mesh:
@@ -980,8 +1005,16 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
           f"compiling computation that requires {size} logical devices, but only {n} XLA "
           f"devices are available (num_replicas=1, num_partitions={size}).")
     body = lambda d, kw: call_fun(st, static_vals, d, kw)
-    return api.vmap(body, in_axes=(dyn_axes, 0), out_axes=out_axes, axis_name=axis_name,
-                    axis_size=axis_size)(dyn, kwargs)
+    try:
+      return api.vmap(body, in_axes=(dyn_axes, 0), out_axes=out_axes, axis_name=axis_name,
+                      axis_size=axis_size)(dyn, kwargs)
+    except ValueError as e:
+      if "out_axes is None" not in str(e):
+        raise
+      raise ValueError(f"pmap out_axes=None requires the output to be the same on every "
+                       f"device, but it depends on mapped inputs (axis_name={axis_name!r}). "
+                       f"Reduce it over the axis first (e.g. lax.psum / lax.pmean), or give "
+                       f"it an out_axes.") from None
 
   def lower(*args, **kwargs):
     """`Lowered` for these arguments: the jit of this pmap (one SPMD program whose

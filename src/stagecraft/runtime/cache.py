@@ -55,6 +55,8 @@ _SUFFIX = ".scexe"
 
 #: Counters of the persistent cache in this process (tests and benchmarks read them):
 #: hits, misses (no entry), writes, corrupt (entries dropped), errors (I/O failures).
+#: Counters since the last `reset_stats()`: disk hits and misses, entries written, corrupt
+#: entries dropped, I/O errors, and entries evicted by the size bound.
 stats: dict[str, int] = {"hits": 0, "misses": 0, "writes": 0, "corrupt": 0, "errors": 0,
                          "evictions": 0}
 _stats_lock = threading.Lock()
@@ -320,7 +322,7 @@ def evict(cache_dir: str, max_size: int) -> int:
     _remove(path)
     total -= size
     removed += 1
-  if removed:
+  for _ in range(removed):
     _count("evictions")
   return removed
 
