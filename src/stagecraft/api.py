@@ -1273,6 +1273,43 @@ def _describe_arg(path: str) -> str:
   return f"argument {path}" if path else "the argument"
 
 
+def _mapped_axes(what: str, leaves, axes, paths, axis_size, no_mapped: str,
+                 aval_of=core.get_aval) -> tuple[list, int]:
+  """Normalizes the mapped axis of each leaf (None: not mapped) and finds the mapped size,
+  shared by vmap and pmap.
+
+  Raises:
+    ValueError: an axis out of range for its leaf's rank; no mapped leaf and no
+      `axis_size` (`no_mapped`); leaves (and `axis_size`) disagreeing on the size, listing
+      each with its key path and type.
+  """
+  dims, sizes = [], []
+  for x, ax, path in zip(leaves, axes, paths):
+    if ax is None:
+      dims.append(None)
+      continue
+    aval = aval_of(x)
+    nd = len(aval.shape)
+    if not -nd <= ax < nd:
+      raise ValueError(f"{what} was requested to map its argument along axis {ax}, which "
+                       f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
+                       f"is only {nd} (its shape is {aval.shape}).")
+    d = ax % nd
+    dims.append(d)
+    sizes.append((aval.shape[d], d, path, aval))
+  if not sizes and axis_size is None:
+    raise ValueError(no_mapped)
+  distinct = {s for s, *_ in sizes} | ({axis_size} if axis_size is not None else set())
+  if len(distinct) > 1:
+    lines = [f"  * axis_size was given as {axis_size};"] if axis_size is not None else []
+    for s, d, path, aval in sizes:
+      lines.append(f"  * one axis had size {s}: axis {d} of {_describe_arg(path)} of type "
+                   f"{aval.str_short()};")
+    raise ValueError(f"{what} got inconsistent sizes for array axes to be mapped:\n"
+                     + "\n".join(lines))
+  return dims, (axis_size if axis_size is not None else sizes[0][0])
+
+
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
          axis_size: int | None = None, spmd_axis_name: Any = None) -> Callable:
   """Vectorizes `fun` over a new leading (or `in_axes`) axis of its arguments, as JAX's
@@ -1320,31 +1357,8 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     axes += [0] * (len(leaves) - len(axes))
     paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(args)[0]]
     paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
-    sizes, dims = [], []
-    for x, ax, path in zip(leaves, axes, paths):
-      if ax is None:
-        dims.append(None)
-        continue
-      aval = core.get_aval(x)
-      nd = len(aval.shape)
-      if not -nd <= ax < nd:
-        raise ValueError(f"vmap was requested to map its argument along axis {ax}, which "
-                         f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
-                         f"is only {nd} (its shape is {aval.shape}).")
-      d = ax % nd
-      dims.append(d)
-      sizes.append((aval.shape[d], d, path, aval))
-    if not sizes and axis_size is None:
-      raise ValueError("vmap must have at least one non-None value in in_axes")
-    distinct = {s for s, *_ in sizes} | ({axis_size} if axis_size is not None else set())
-    if len(distinct) > 1:
-      lines = [f"  * axis_size was given as {axis_size};"] if axis_size is not None else []
-      for s, d, path, aval in sizes:
-        lines.append(f"  * one axis had size {s}: axis {d} of {_describe_arg(path)} of type "
-                     f"{aval.str_short()};")
-      raise ValueError("vmap got inconsistent sizes for array axes to be mapped:\n"
-                       + "\n".join(lines))
-    size = axis_size if axis_size is not None else sizes[0][0]
+    dims, size = _mapped_axes("vmap", leaves, axes, paths, axis_size,
+                              "vmap must have at least one non-None value in in_axes")
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
     store: list = []
 

@@ -881,37 +881,18 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     axes += [0] * (len(leaves) - len(axes))
     paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(dyn)[0]]
     paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
-    avals, norm_axes, sizes = [], [], []
-    for x, ax, path in zip(leaves, axes, paths):
+    avals = []
+    for x, path in zip(leaves, paths):
       try:
-        aval = x.aval if type(x) is Array else core.get_aval(x)
+        avals.append(x.aval if type(x) is Array else core.get_aval(x))
       except TypeError:
         raise TypeError(f"pmap: the argument at {api._describe_arg(path)} of {name} is not "
                         f"an array (got {type(x).__name__}); pass arrays, or mark it with "
                         f"static_broadcasted_argnums.") from None
-      avals.append(aval)
-      if ax is None:
-        norm_axes.append(None)
-        continue
-      nd = len(aval.shape)
-      if not -nd <= ax < nd:
-        raise ValueError(f"pmap was requested to map its argument along axis {ax}, which "
-                         f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
-                         f"is only {nd} (its shape is {aval.shape}).")
-      norm_axes.append(ax % nd)
-      sizes.append((aval.shape[ax % nd], ax % nd, path, aval))
-    if not sizes and axis_size is None:
-      raise ValueError("pmap requires at least one argument with a mapped axis (in_axes not "
-                       "None), or axis_size.")
-    distinct = {s for s, *_ in sizes} | ({axis_size} if axis_size is not None else set())
-    if len(distinct) > 1:
-      lines = [f"  * axis_size was given as {axis_size};"] if axis_size is not None else []
-      for s, d, path, aval in sizes:
-        lines.append(f"  * one axis had size {s}: axis {d} of {api._describe_arg(path)} of "
-                     f"type {aval.str_short()};")
-      raise ValueError("pmap got inconsistent sizes for array axes to be mapped:\n"
-                       + "\n".join(lines))
-    size = axis_size if axis_size is not None else sizes[0][0]
+    norm_axes, size = api._mapped_axes(
+        "pmap", avals, axes, paths, axis_size,
+        "pmap requires at least one argument with a mapped axis (in_axes not None), or "
+        "axis_size.", aval_of=lambda a: a)
     nproc = client.process_count() if devices is None else 1
     if nproc > 1 and axis_size is None:
       # A distributed run: each process passes its local part; the axis spans them all.
