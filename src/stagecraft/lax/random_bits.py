@@ -4,7 +4,7 @@ iota behind JAX's partitionable Threefry (`iota_2x32_shape`), and XLA's stateles
 
 `threefry2x32` lowers straight to StableHLO integer ops (add, xor, shift_left,
 shift_right_logical, or) in a 5-trip `stablehlo.while`: the 20-round Threefry-2x32 of Salmon
-et al., exactly as JAX's `jax._src.random.threefry2x32._threefry2x32_lowering` computes it
+et al., exactly as JAX's threefry2x32 lowering computes it
 (JAX's CPU lowering rolls the loop the same way), so that `stagecraft.random` reproduces
 JAX's `random` bit for bit.
 """
