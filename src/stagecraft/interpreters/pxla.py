@@ -370,11 +370,6 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, in_axes, out_axes, *
   return _lower_inline(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes)
 
 
-@functools.lru_cache(maxsize=None)
-def _reshape_line(src: str, dst: str) -> str:
-  return f"stablehlo.reshape {{}} : ({src}) -> {dst}"
-
-
 def _reshape(fb, x, src: ShapedArray, dst: ShapedArray) -> str:
   r = fb.fresh()
   fb.emit(f"{r} = stablehlo.reshape {x} : ({lowering.ir_type(src)}) -> "
@@ -557,15 +552,21 @@ def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
   if v.dtype != aval.dtype:
     v = v.astype(aval.dtype)
   devs = list(sharding.mesh.devices.flat)
-  me = client.process_index()
-  if any(d.process_index != me for d in devs):
-    return _shard_local(v, aval, sharding, me)
+  if _spans_processes(sharding):
+    return _shard_local(v, aval, sharding, client.process_index())
   if sharding.is_fully_replicated:
     pieces = [v] * len(devs)
   else:
     pieces = [v[idx] for idx in _piece_indices(sharding, aval.shape)]
   return xc.batched_device_put(aval, sharding._runtime, pieces, devs, True, False,
                                enable_x64=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _spans_processes(sharding: NamedSharding) -> bool:
+  """Whether some of `sharding`'s devices belong to other processes (checked once)."""
+  me = client.process_index()
+  return any(d.process_index != me for d in sharding.mesh.devices.flat)
 
 
 def _shard_local(v: np.ndarray, aval: ShapedArray, sharding: NamedSharding, me: int):
@@ -777,7 +778,7 @@ def _flatten(x):
 def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: Any = 0,
          static_broadcasted_argnums: int | Sequence[int] = (), devices: Sequence[Any] | None =
          None, backend: str | None = None, axis_size: int | None = None,
-         donate_argnums: int | Sequence[int] = (), global_arg_shapes=None) -> Callable:
+         donate_argnums: int | Sequence[int] = ()) -> Callable:
   """Maps `fun` over an axis of its arguments with one device per position, as JAX's `pmap`:
   the body is traced once, compiled once per signature as one SPMD program over the
   devices, and its collectives (`lax.psum(x, axis_name)`, ...) communicate across them.
