@@ -45,6 +45,11 @@ _jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, dispatch.Executable]" 
 
 
 def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
+  if dispatch.placement_used[0]:
+    placement = dispatch.target_placement(args)
+    if type(placement) is dispatch.Placement:   # arguments split over a mesh
+      from stagecraft.interpreters import sharded
+      return sharded.call_closed(jaxpr, name, args, placement)
   ex = _jit_executables.get(jaxpr)
   if ex is None:
     ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
@@ -56,6 +61,9 @@ def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
   chain = pxla.mesh_chain(jaxpr.jaxpr)
   if chain:   # a jit containing pmaps (e.g. derived by autodiff): one SPMD program
     return pxla.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain)
+  from stagecraft.interpreters import sharded
+  if sharded.jaxpr_meshes(jaxpr.jaxpr):   # shard_map / sharding constraints inside
+    return sharded.call_closed_executable(jaxpr, name)
   text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr)
   return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
                              text)
@@ -422,17 +430,90 @@ class _SpmdCall:
     return optree.tree_unflatten(self.out_tree, outs)
 
 
+class _ShardedCall:
+  """A compiled signature whose program spans a device mesh (sharded jit): arguments laid
+  out by the program's input shardings, results Arrays over the mesh."""
+  simple = False
+
+  def __init__(self, lowered: LoweredSignature, exe=None):
+    from stagecraft.interpreters import sharded
+    entry = lowered.entry
+    mesh, in_sh, out_sh = lowered.mesh_layout
+    jaxpr = entry.jaxpr.jaxpr
+    nconst = len(entry.consts)
+    self.kept = lowered.kept
+    self.in_avals = [v.aval for v in jaxpr.invars[nconst:]]
+    self.out_avals = jaxpr.out_avals
+    self.out_tree = entry.out_tree
+    self.donated = lowered.donated
+    self.text = lowered.text
+    self.device = None
+    idx = range(len(self.in_avals)) if self.kept is None else self.kept
+    mask = [False] * len(lowered.used_consts) + [i in self.donated for i in idx]
+    self.program = sharded.compile_sharded(lowered.name, lowered.dce_jaxpr, mesh, in_sh,
+                                           out_sh, donated=mask, text=lowered.text, exe=exe)
+    self.exe = self.program.exe
+    nc = len(lowered.used_consts)
+    # NB: constants go to the devices once, laid out as the program wants them.
+    self.consts = [Array(pxla.shard_arg(entry.consts[i], jaxpr.invars[i].aval, sh),
+                         jaxpr.invars[i].aval, None, sh)
+                   for i, sh in zip(lowered.used_consts, self.program.in_shardings[:nc])]
+    self.arg_shardings = self.program.in_shardings[nc:]
+    self.mesh = mesh
+    self.names = lowered.names
+
+  def __call__(self, leaves: Sequence[Any]):
+    idx = range(len(leaves)) if self.kept is None else self.kept
+    args = [leaves[i] for i in idx]
+    for k, (x, sh) in enumerate(zip(args, self.arg_shardings)):
+      if type(x) is Array and (x._sharding is not None or x._device is not None):
+        if x._sharding is not sh and x.sharding != sh:
+          self._mismatch(list(idx)[k], x, sh)
+    outs = self.program.call([*self.consts, *args])
+    return optree.tree_unflatten(self.out_tree, outs)
+
+  def _mismatch(self, i, x, sh):
+    from stagecraft.errors import DeviceAssignmentMismatchError
+    name = self.names[i] if self.names else f"{i}"
+    what = f"argument {name} with shape {x.aval.str_short()}"
+    if tuple(x.sharding._device_assignment) != tuple(sh._device_assignment):
+      raise DeviceAssignmentMismatchError(
+          f"Received incompatible devices for jitted computation. Got {what} with device ids "
+          f"{[d.id for d in x.sharding._device_assignment]} and the compiled input sharding "
+          f"with device ids {[d.id for d in sh._device_assignment]}. Move it first with "
+          f"stagecraft.device_put(x, sharding).")
+    raise ValueError(f"Array(s) sharding does not match the input(s) sharding. Here are the "
+                     f"1 mismatches:\nGot Array sharding: {x.sharding} and input sharding: "
+                     f"{sh} for {what}\nMove the argument with stagecraft.device_put(x, "
+                     f"sharding) first.")
+
+  def input_shardings(self) -> list:
+    """One sharding per dynamic leaf (pruned leaves: replicated over the mesh)."""
+    from stagecraft.sharding import NamedSharding, PartitionSpec
+    out = [NamedSharding(self.mesh, PartitionSpec())] * len(self.in_avals)
+    idx = range(len(self.in_avals)) if self.kept is None else self.kept
+    for i, sh in zip(idx, self.arg_shardings):
+      out[i] = sh
+    return out
+
+
 class JitWrapped:
   """The function returned by `jit`. Calling it runs the compiled program for the arguments'
   signature (tracing and compiling on the first call of a signature)."""
 
   def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
                donate_argnames, keep_unused: bool, inline: bool, device=None,
-               backend: str | None = None):
+               backend: str | None = None, in_shardings=None, out_shardings=None):
     if not callable(fun):
       raise TypeError(f"jit expects a callable, got {fun!r} of type {type(fun).__name__}.")
     if device is not None and backend is not None:
       raise ValueError("jit: pass at most one of `device` and `backend`.")
+    self._sharded = in_shardings is not None or out_shardings is not None
+    if self._sharded and (device is not None or backend is not None):
+      raise ValueError("jit: `device`/`backend` and in_shardings/out_shardings cannot be "
+                       "combined; the shardings name the devices.")
+    self._in_shardings = in_shardings
+    self._out_shardings = out_shardings
     if backend is not None:
       device = client.devices(backend)[0]
     if device is not None and not hasattr(device, "client"):
@@ -477,10 +558,12 @@ class JitWrapped:
     self._negative_argnums = any(i < 0 for i in (*static_argnums, *donate_argnums))
     self._keep_unused = bool(keep_unused)
     self._inline = bool(inline)
-    self._fast = not static_argnums and not static_argnames and self._device is None
+    self._fast = (not static_argnums and not static_argnames and self._device is None and
+                  not self._sharded)
     options = (static_argnums, static_argnames, donate_argnums, donate_argnames,
                self._keep_unused)
-    self._cache = _cache_for(fun, options)
+    # NB: shardings are per wrapper (prefix trees need not be hashable).
+    self._cache = {} if self._sharded else _cache_for(fun, options)
 
   def __repr__(self):
     return f"<jitted function {_fun_name(self._fun)}>"
@@ -526,8 +609,10 @@ class JitWrapped:
       self._raise_bad_leaf(args, kwargs, static_argnums)
       raise
     dev = self._device
-    if dev is None and dispatch.placement_used[0]:
-      dev = dispatch.target_device(leaves)
+    if dev is None and (dispatch.placement_used[0] or self._sharded):
+      dev = dispatch.target_placement(leaves)
+      if self._sharded and type(dev) is not dispatch.Placement:
+        dev = dispatch.Placement(dispatch._committed(x) for x in leaves)
     return (treedef, static, config.state_key, dev, *sig), leaves, dev
 
   def _raise_bad_leaf(self, args, kwargs, static_argnums):
@@ -574,6 +659,12 @@ class JitWrapped:
     call = entry.executable if dev is None else entry.device_calls.get(dev)
     if call is None:
       donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
+      if type(dev) is dispatch.Placement:
+        layout = self._layout(entry, args, kwargs, static_argnums, dev)
+        call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
+                                            _fun_name(self._fun), layout=layout))
+        entry.device_calls[dev] = call
+        return call(leaves)
       call = compile_traced(entry, donated, self._keep_unused, _fun_name(self._fun), dev)
       if dev is not None:
         entry.device_calls[dev] = call
@@ -593,6 +684,29 @@ class JitWrapped:
     traced, _ = trace_flat(self._fun, args, kwargs, static_argnums,
                            self._static_argnames, "jit")
     return traced
+
+  def _layout(self, entry, args, kwargs, static_argnums, placement) -> "_Layout":
+    """What a sharded signature's layout depends on: committed shardings, jit's shardings
+    (flattened per leaf) and names for error messages."""
+    from stagecraft.interpreters import sharded
+    dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+    dyn_args = tuple(args[i] for i in dyn_argnums)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+    explicit_in = explicit_out = None
+    if self._in_shardings is not None:
+      if dyn_kwargs:
+        raise ValueError(f"jit: {_fun_name(self._fun)} was called with keyword arguments "
+                         f"{sorted(dyn_kwargs)}, but in_shardings are given for positional "
+                         f"arguments only; pass them positionally.")
+      explicit_in = sharded.flatten_shardings(self._in_shardings, dyn_args,
+                                              "jit in_shardings")
+    if self._out_shardings is not None:
+      out_shape = optree.tree_unflatten(entry.out_tree, [0] * entry.out_tree.num_leaves)
+      explicit_out = sharded.flatten_shardings(self._out_shardings, out_shape,
+                                               "jit out_shardings")
+    with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
+    names, _ = _arg_names(_signature(self._fun), dyn_argnums, list(dyn_kwargs), with_paths)
+    return _Layout(list(placement), explicit_in, explicit_out, names, _fun_name(self._fun))
 
   # -- ahead-of-time stages (stagecraft.stages)
 
@@ -667,25 +781,51 @@ def _leaf_sig(x):
   return _abstractify(x, "?", "jit")
 
 
+class _Layout:
+  """A sharded jit signature's layout inputs: per dynamic leaf its committed sharding (or
+  None) and jit's in_sharding (or None), per output jit's out_sharding, leaf names."""
+  __slots__ = ("committed", "explicit_in", "explicit_out", "names", "fun_name")
+
+  def __init__(self, committed, explicit_in, explicit_out, names, fun_name):
+    self.committed = committed
+    self.explicit_in = explicit_in
+    self.explicit_out = explicit_out
+    self.names = names
+    self.fun_name = fun_name
+
+  def describe(self, avals):
+    return lambda i: (f"argument {self.names[i]} of {self.fun_name} with shape "
+                      f"{avals[i].str_short()}")
+
+
 class LoweredSignature:
   """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
   const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
-  __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices")
+  __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices",
+               "mesh_layout", "dce_jaxpr", "name", "names")
 
   def __init__(self, entry: _Traced, text: str, used_consts: list[int], kept: list[int] | None,
-               donated: tuple[int, ...], spmd_devices: list | None = None):
+               donated: tuple[int, ...], spmd_devices: list | None = None, mesh_layout=None,
+               dce_jaxpr=None, name: str = "", names=None):
     self.entry = entry
     self.text = text
     self.used_consts = used_consts
     self.kept = kept
     self.donated = donated
     self.spmd_devices = spmd_devices   # the devices of a program containing pmaps, or None
+    # A program over a user's mesh: (mesh, shardings of main's args, of its results).
+    self.mesh_layout = mesh_layout
+    self.dce_jaxpr = dce_jaxpr
+    self.name = name
+    self.names = names
 
 
 def lower_traced(entry: _Traced, donated: set[int], keep_unused: bool,
-                 name: str) -> LoweredSignature:
+                 name: str, layout: _Layout | None = None) -> LoweredSignature:
   """Lowers a traced signature to a StableHLO module: unused inputs are pruned (unless
-  `keep_unused`), donated leaves are marked."""
+  `keep_unused`), donated leaves are marked; a program over a device mesh (a `layout` from
+  sharded arguments or jit's shardings, or meshes used inside) gets its shardings
+  (`interpreters.sharded.resolve`)."""
   jaxpr = entry.jaxpr.jaxpr
   nconst = len(entry.consts)
   n_in = len(jaxpr.invars)
@@ -696,10 +836,27 @@ def lower_traced(entry: _Traced, donated: set[int], keep_unused: bool,
   donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
   kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
   chain = pxla.mesh_chain(dce_jaxpr)
-  if chain:   # jit of pmap: one SPMD program over the pmaps' devices
+  explicit = layout is not None and (layout.explicit_in is not None or
+                                     layout.explicit_out is not None)
+  if chain and not explicit:   # jit of pmap: one SPMD program over the pmaps' devices
     text = pxla.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask)
     return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                             pxla.chain_devices(chain))
+  from stagecraft.interpreters import sharded
+  n_dyn = n_in - nconst
+  if layout is not None or sharded.jaxpr_meshes(dce_jaxpr):
+    in_avals = [v.aval for v in jaxpr.invars[nconst:]]
+    lay = layout or _Layout([None] * n_dyn, None, None, [f"{i}" for i in range(n_dyn)], name)
+    resolved = sharded.resolve(jaxpr, nconst, lay.committed, lay.explicit_in,
+                               lay.explicit_out, lay.describe(in_avals))
+    if resolved is not None:
+      mesh, ins, outs = resolved
+      in_sh = [ins[i] for i in range(n_in) if used[i]]
+      text = sharded.lower_sharded_module(f"jit_{name}", dce_jaxpr, mesh, in_sh, outs,
+                                          donated=donated_mask)
+      return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
+                              mesh_layout=(mesh, in_sh, outs), dce_jaxpr=dce_jaxpr,
+                              name=f"jit_{name}", names=lay.names)
   text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
   return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
 
@@ -712,6 +869,8 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None) -> _Compil
   nconst = len(entry.consts)
   if lowered.spmd_devices is not None:
     return _SpmdCall(lowered, exe)
+  if lowered.mesh_layout is not None:
+    return _ShardedCall(lowered, exe)
   if exe is None:
     exe = dispatch.compile_module(lowered.text, None if device is None else [device])
   in_avals = [v.aval for v in jaxpr.invars[nconst:]]
@@ -733,7 +892,8 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
         static_argnames: str | Iterable[str] | None = None,
         donate_argnums: int | Sequence[int] | None = None,
         donate_argnames: str | Iterable[str] | None = None, keep_unused: bool = False,
-        device=None, backend: str | None = None, inline: bool = False):
+        device=None, backend: str | None = None, inline: bool = False,
+        in_shardings: Any = None, out_shardings: Any = None):
   """Compiles `fun` with XLA; traces once per argument signature.
 
   Args:
@@ -747,6 +907,14 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
     device: the device to run on (default: the device of committed inputs, else the
       default device). backend: a platform name ('cpu', 'gpu'); its first device.
     inline: accepted for compatibility; nested jits are always staged as calls.
+    in_shardings: how the positional arguments are laid out over a device mesh: a
+      NamedSharding (or a PartitionSpec inside `with mesh:`), None (unspecified: the
+      argument's own layout if it is committed, else the partitioner's choice), or a pytree
+      prefix of the positional arguments of those. The program is then one SPMD program
+      over the mesh, partitioned by XLA (Shardy); arguments given as NumPy arrays, scalars
+      or default-device Arrays are split on the host. A committed Array laid out otherwise
+      is an error (move it with `device_put(x, sharding)`).
+    out_shardings: the same for the outputs (None: the partitioner's choice).
 
   Returns:
     A callable with `fun`'s signature returning Arrays in `fun`'s output structure.
@@ -754,7 +922,10 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
   Raises:
     TypeError: for a non-callable `fun`, unhashable static arguments, arguments that are
       not arrays (naming their key path), traced static arguments, or a bad `device`.
-    ValueError: for arguments both static and donated, or both `device` and `backend`.
+    ValueError: for arguments both static and donated, or both `device` and `backend`;
+      at call time, for a committed argument laid out otherwise than its in_sharding.
+    DeviceAssignmentMismatchError: at call time, when committed arguments, shardings and
+      meshes used inside name different devices (each side named).
 
   Example:
     >>> import stagecraft, stagecraft.numpy as jnp
@@ -766,9 +937,10 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
     return functools.partial(jit, static_argnums=static_argnums,
                              static_argnames=static_argnames, donate_argnums=donate_argnums,
                              donate_argnames=donate_argnames, keep_unused=keep_unused,
-                             device=device, backend=backend, inline=inline)
+                             device=device, backend=backend, inline=inline,
+                             in_shardings=in_shardings, out_shardings=out_shardings)
   return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
-                    keep_unused, inline, device, backend)
+                    keep_unused, inline, device, backend, in_shardings, out_shardings)
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["Mesh", "PartitionSpec", "P", "NamedSharding", "SingleDeviceSharding", "Shard"]
+__all__ = ["Mesh", "PartitionSpec", "P", "NamedSharding", "SingleDeviceSharding", "Shard",
+           "make_mesh", "Sharding"]
+
+_mesh_stack: list = []   # meshes entered with `with mesh:` (innermost last)
+
+
+class Sharding:
+  """The base class of shardings (NamedSharding, SingleDeviceSharding)."""
 
 
 class Mesh:
@@ -83,6 +90,56 @@ class Mesh:
     import jax.sharding   # the runtime's mesh object, needed to hand buffers to PJRT
     return jax.sharding.Mesh(self.devices, tuple(str(n) for n in self.axis_names))
 
+  @property
+  def _flat_devices(self) -> tuple:
+    return tuple(self.devices.flat)
+
+  def __enter__(self):
+    """`with mesh:` lets `with_sharding_constraint` and `jit`'s shardings take bare
+    PartitionSpecs, meaning NamedSharding(mesh, spec)."""
+    _mesh_stack.append(self)
+    return self
+
+  def __exit__(self, *exc):
+    _mesh_stack.pop()
+    return False
+
+
+def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[Any], *,
+              devices: Sequence[Any] | None = None) -> Mesh:
+  """A Mesh of shape `axis_shapes` over the first `prod(axis_shapes)` devices (every
+  process's devices in a distributed run, ordered by process then id).
+
+  Args:
+    axis_shapes: the size of each mesh axis (ints).
+    axis_names: one name per axis.
+    devices: the devices to use, in mesh order (default: as above).
+
+  Raises:
+    ValueError: when more devices are needed than there are, or the counts disagree.
+  """
+  from stagecraft.runtime import client
+  shape = tuple(int(s) for s in axis_shapes)
+  if isinstance(axis_names, str):
+    axis_names = (axis_names,)
+  if len(shape) != len(tuple(axis_names)):
+    raise ValueError(f"make_mesh: {len(shape)} axis sizes {shape} but {len(tuple(axis_names))} "
+                     f"axis names {tuple(axis_names)}; give one name per axis.")
+  n = math.prod(shape)
+  if devices is None:
+    devices = sorted(client.devices(), key=lambda d: (d.process_index, d.id))
+    if n > len(devices):
+      raise ValueError(
+          f"make_mesh: a mesh of shape {shape} needs {n} devices, but only {len(devices)} "
+          f"are available. Use a smaller mesh, or start Python with "
+          f"XLA_FLAGS=--xla_force_host_platform_device_count={n} for more CPU devices.")
+    devices = devices[:n]
+  devices = list(devices)
+  if len(devices) != n:
+    raise ValueError(f"make_mesh: a mesh of shape {shape} needs {n} devices, but {len(devices)} "
+                     f"were given.")
+  return Mesh(np.array(devices, dtype=object).reshape(shape), tuple(axis_names))
+
 
 class PartitionSpec(tuple):
   """Per array dimension: None (not split), a mesh axis name, or a tuple of names (split
@@ -118,14 +175,20 @@ class Shard:
             f"data={self.data!r})")
 
 
-class NamedSharding:
+class NamedSharding(Sharding):
   """An array laid out over `mesh` by `spec` (see the module docstring).
 
   Raises:
+    TypeError: if `mesh` is not a Mesh.
     ValueError: if `spec` names an axis the mesh does not have, or one twice.
   """
 
   def __init__(self, mesh: Mesh, spec: PartitionSpec = PartitionSpec()):
+    if not isinstance(mesh, Mesh):
+      raise TypeError(f"NamedSharding: `mesh` must be a stagecraft.sharding.Mesh, got "
+                      f"{type(mesh).__name__}.")
+    if spec is None:
+      spec = PartitionSpec()
     if not isinstance(spec, PartitionSpec):
       spec = PartitionSpec(*spec) if isinstance(spec, (tuple, list)) else PartitionSpec(spec)
     used = [n for i in range(len(spec)) for n in spec._names(i)]
@@ -145,6 +208,40 @@ class NamedSharding:
   @property
   def is_fully_replicated(self) -> bool:
     return not any(self.spec._names(i) for i in range(len(self.spec)))
+
+  @property
+  def num_devices(self) -> int:
+    return self.mesh.size
+
+  @property
+  def addressable_devices(self) -> set:
+    """The devices of this process that hold a piece."""
+    from stagecraft.runtime import client
+    me = client.process_index()
+    return {d for d in self.mesh.devices.flat if d.process_index == me}
+
+  @property
+  def _device_assignment(self) -> tuple:
+    return self.mesh._flat_devices
+
+  def is_equivalent_to(self, other, ndim: int) -> bool:
+    """Whether `other` lays out an array of rank `ndim` the same way on the same devices."""
+    if isinstance(other, SingleDeviceSharding):
+      return self.mesh.size == 1 and self.mesh.devices.flat[0] == other.device
+    if not isinstance(other, NamedSharding):
+      return False
+    return self._key() == other._key()
+
+  def _sdy(self, ndim: int, open_dims: bool = False) -> str:
+    """The Shardy sharding `<@mesh, [{"a"}, {}]>` of an array of rank `ndim` (open_dims:
+    unnamed dimensions `{?}` and named ones `{"a", ?}`, left to the partitioner)."""
+    dims = []
+    for i in range(ndim):
+      names = [f'"{n}"' for n in self.spec._names(i)]
+      if open_dims:
+        names.append("?")
+      dims.append("{" + ", ".join(names) + "}")
+    return f"<@mesh, [{', '.join(dims)}]>"
 
   def _key(self):
     # NB: equal layouts compare equal whatever the mesh axes are called.
@@ -203,7 +300,7 @@ class NamedSharding:
     return jax.sharding.NamedSharding(self.mesh._runtime, jax.sharding.PartitionSpec(*spec))
 
 
-class SingleDeviceSharding:
+class SingleDeviceSharding(Sharding):
   """The whole array on one device."""
 
   def __init__(self, device):
@@ -220,6 +317,21 @@ class SingleDeviceSharding:
 
   def devices_indices_map(self, shape) -> dict:
     return {self.device: tuple(slice(None) for _ in shape)}
+
+  num_devices = 1
+
+  @property
+  def addressable_devices(self) -> set:
+    return {self.device}
+
+  @property
+  def _device_assignment(self) -> tuple:
+    return (self.device,)
+
+  def is_equivalent_to(self, other, ndim: int) -> bool:
+    if isinstance(other, NamedSharding):
+      return other.is_equivalent_to(self, ndim)
+    return self == other
 
   def __eq__(self, other):
     return isinstance(other, SingleDeviceSharding) and other.device == self.device

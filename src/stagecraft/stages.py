@@ -76,9 +76,11 @@ class _Signature:
   """What every stage shares: the traced signature, the jit options and the argument
   structure (`in_tree` of `(dyn_args, dyn_kwargs)`, one name per leaf)."""
   __slots__ = ("entry", "in_tree", "arg_names", "in_avals", "donated", "keep_unused", "name",
-               "device")
+               "device", "layout")
 
-  def __init__(self, entry, in_tree, arg_names, in_avals, donated, keep_unused, name, device):
+  def __init__(self, entry, in_tree, arg_names, in_avals, donated, keep_unused, name, device,
+               layout=None):
+    self.layout = layout   # a sharded signature's api._Layout, or None
     self.entry = entry
     self.in_tree = in_tree
     self.arg_names = arg_names
@@ -109,9 +111,12 @@ def trace_jit(wrapped: api.JitWrapped, args: tuple, kwargs: dict) -> Traced:
                             with_paths)
   nconst = len(entry.consts)
   in_avals = tuple(v.aval for v in entry.jaxpr.jaxpr.invars[nconst:])
+  layout = None
+  if type(dev) is dispatch.Placement:
+    layout, dev = wrapped._layout(entry, args, kwargs, static_argnums, dev), None
   device = wrapped._device if wrapped._device is not None else dev
   sig = _Signature(entry, in_tree, names, in_avals, frozenset(donated), wrapped._keep_unused,
-                   api._fun_name(wrapped._fun), device)
+                   api._fun_name(wrapped._fun), device, layout)
   return Traced(sig)
 
 
@@ -149,7 +154,7 @@ class Traced:
     `keep_unused`; static arguments are constants of the module)."""
     sig = self._sig
     return Lowered(sig, api.lower_traced(sig.entry, set(sig.donated), sig.keep_unused,
-                                         sig.name))
+                                         sig.name, layout=sig.layout))
 
   def __repr__(self):
     return f"Traced({self._sig.name})"
@@ -238,7 +243,9 @@ class Lowered:
     sig = self._sig
     exe = None
     if compiler_options:
-      exe = _compile_with_options(self._lowered.text, sig.device, compiler_options)
+      mesh = self._lowered.mesh_layout
+      exe = _compile_with_options(self._lowered.text, sig.device, compiler_options,
+                                  None if mesh is None else list(mesh[0].devices.flat))
     call = api.compile_lowered(self._lowered, sig.device, exe)
     return Compiled(sig, call)
 
@@ -246,7 +253,7 @@ class Lowered:
     return f"Lowered({self._sig.name})"
 
 
-def _compile_with_options(text: str, device, options: dict[str, Any]):
+def _compile_with_options(text: str, device, options: dict[str, Any], devices=None):
   if not isinstance(options, dict):
     raise TypeError(f"compile: compiler_options must be a dict of option name to value, got "
                     f"{type(options).__name__}.")
@@ -254,11 +261,11 @@ def _compile_with_options(text: str, device, options: dict[str, Any]):
     if not isinstance(k, str) or not isinstance(v, (bool, int, float, str)):
       raise TypeError(f"compile: compiler_options must map option names (str) to bool, int, "
                       f"float or str values; got {k!r}: {v!r}.")
-  device = device or client.default_device()
-  opts = client.compile_options(1, 1, [[device.id]])
+  devices = devices or [device or client.default_device()]
+  opts = client.compile_options(1, len(devices), np.array([[d.id for d in devices]]))
   opts.env_option_overrides = list(options.items())
   dispatch.compile_count[0] += 1
-  return device.client.compile_and_load(text, client.device_list((device,)), opts)
+  return devices[0].client.compile_and_load(text, client.device_list(tuple(devices)), opts)
 
 
 class Compiled:
@@ -321,6 +328,36 @@ class Compiled:
           "The mismatches are:\n" + "\n".join(listed) +
           "\nCall with matching types, or lower and compile again for the new types.")
 
+  @property
+  def input_shardings(self):
+    """The layout of each argument: `(args, kwargs)` with a sharding per leaf (a
+    NamedSharding for a program over a mesh, else the SingleDeviceSharding of its device)."""
+    return optree.tree_unflatten(self._sig.in_tree, self._leaf_shardings())
+
+  @property
+  def output_shardings(self):
+    """The layout of each output leaf, in the output's structure."""
+    call = self._executable
+    if isinstance(call, api._ShardedCall):
+      outs = list(call.program.out_shardings)
+    elif isinstance(call, api._SpmdCall):
+      outs = list(call.program.out_shardings)
+    else:
+      outs = [self._single()] * len(call.out_avals)
+    return optree.tree_unflatten(self._sig.entry.out_tree, outs)
+
+  def _single(self):
+    from stagecraft.sharding import SingleDeviceSharding
+    return SingleDeviceSharding(self._executable.device or client.default_device())
+
+  def _leaf_shardings(self) -> list:
+    call = self._executable
+    if isinstance(call, api._ShardedCall):
+      return call.input_shardings()
+    if isinstance(call, api._SpmdCall):
+      return [call.program.in_shardings[0]] * len(self._sig.in_avals)
+    return [self._single()] * len(self._sig.in_avals)
+
   def as_text(self) -> str:
     """The optimized HLO text of the executable."""
     modules = self._executable.exe.hlo_modules()
@@ -356,6 +393,9 @@ class Compiled:
       ValueError: for an executable placed on a non-default device (not supported).
     """
     call, sig = self._executable, self._sig
+    if not isinstance(call, api._CompiledCall):
+      raise ValueError("Compiled.serialize: programs over several devices (pmap, sharded "
+                       "jit) cannot be serialized yet; serialize a one-device program.")
     if call.device is not None:
       raise ValueError("Compiled.serialize: only executables for the default device can be "
                        "serialized; compile without `device=`.")

@@ -134,6 +134,8 @@ class ModuleContext:
     # the depth of the manual region being lowered (None: outside any).
     self.mesh: list[tuple[str, int]] | None = None
     self.manual_depth: int | None = None
+    # Programs over a user's device mesh (interpreters/sharded.py): its `Mesh`.
+    self.sdy_mesh = None
 
   def new_channel(self) -> int:
     self._channel += 1

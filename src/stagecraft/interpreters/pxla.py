@@ -360,6 +360,11 @@ def _sdy_sharding(ndim: int, dim: int | None, axis: str | None, *, attr: bool) -
 
 def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, in_axes, out_axes, **_):
   module = ctx.module
+  if module.sdy_mesh is not None:
+    raise ValueError(
+        f"pmap ('{axis_name}') cannot be staged into a program over a device mesh (jit with "
+        f"shardings, with_sharding_constraint or shard_map); use shard_map over the mesh "
+        f"instead, or call the pmap outside that jit.")
   if getattr(module, "mesh", None) is None:
     raise ValueError(
         f"pmap ('{axis_name}') cannot be lowered into this module, which has no device mesh "
@@ -390,6 +395,42 @@ def _lower_body(fb, module, jaxpr, depth, axis_name, axis_size, args):
     module.axis_env, module.manual_depth = saved_env, saved_depth
 
 
+def emit_manual_computation(ctx, args: Sequence[str], in_shardings: Sequence[str],
+                            out_shardings: Sequence[str], manual_axes: Sequence[str],
+                            local_in: Sequence[ShapedArray], local_out: Sequence[ShapedArray],
+                            body: Callable[[list[str]], list[str]]) -> list[str]:
+  """Emits `sdy.manual_computation(args)` with the given Shardy shardings (`<@mesh, ...>`)
+  manual over `manual_axes`; `body(block_args)` emits the per-device region (its arguments
+  have the avals `local_in`) and returns its results (avals `local_out`)."""
+  fb = ctx.fb
+  saved_lines, saved_consts = fb.lines, fb.consts
+  fb.lines, fb.consts = [], {}
+  try:
+    block_args = [fb.fresh() for _ in local_in]
+    outs = body(block_args)
+    lines = fb.lines
+  finally:
+    fb.lines, fb.consts = saved_lines, saved_consts
+  n = len(local_out)
+  base = fb.fresh()
+  lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
+  manual = ", ".join(f'"{a}"' for a in manual_axes)
+  blk = ", ".join(f"{b}: {lowering.ir_type(a)}" for b, a in zip(block_args, local_in))
+  ret_t = ", ".join(lowering.ir_type(a) for a in local_out)
+  ret = f"  sdy.return {', '.join(outs)} : {ret_t}" if n else "  sdy.return"
+  in_t = ", ".join(lowering.ir_type(a) for a in ctx.avals_in)
+  out_t = ", ".join(lowering.ir_type(a) for a in ctx.avals_out)
+  fb.emit(f"{lhs}sdy.manual_computation({', '.join(args)}) "
+          f"in_shardings=[{', '.join(in_shardings)}] "
+          f"out_shardings=[{', '.join(out_shardings)}] manual_axes={{{manual}}} ({blk}) {{")
+  fb.lines.extend("  " + ln for ln in lines)
+  fb.emit(ret)
+  fb.emit(f"}} : ({in_t}) -> ({out_t})")
+  if n == 1:
+    return [base]
+  return [f"{base}#{i}" for i in range(n)]
+
+
 def _lower_manual(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
   """The pmap as an `sdy.manual_computation` over all mesh axes, split on mesh axis 0."""
   fb, module = ctx.fb, ctx.module
@@ -400,10 +441,8 @@ def _lower_manual(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
            for a, ax in zip(ctx.avals_in, in_axes)]
   out_sh = [_sdy_sharding(len(a.shape), ax, ax0, attr=False)
             for a, ax in zip(ctx.avals_out, out_axes)]
-  saved_lines, saved_consts = fb.lines, fb.consts
-  fb.lines, fb.consts = [], {}
-  try:
-    block_args = [fb.fresh() for _ in local_in]
+
+  def body(block_args):
     body_args = [x if ax is None else _reshape(fb, x, lo, a)
                  for x, ax, lo, a in zip(block_args, in_axes, local_in, jaxpr.in_avals)]
     module.manual_depth = 0
@@ -411,28 +450,10 @@ def _lower_manual(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
       outs = _lower_body(fb, module, jaxpr, 0, axis_name, axis_size, body_args)
     finally:
       module.manual_depth = None
-    outs = [o if ax is None else _reshape(fb, o, a, lo)
+    return [o if ax is None else _reshape(fb, o, a, lo)
             for o, ax, a, lo in zip(outs, out_axes, jaxpr.out_avals, local_out)]
-    body = fb.lines
-  finally:
-    fb.lines, fb.consts = saved_lines, saved_consts
-  n = len(out_axes)
-  base = fb.fresh()
-  lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
-  manual = ", ".join(f'"{a}"' for a, _ in module.mesh)
-  blk = ", ".join(f"{b}: {lowering.ir_type(a)}" for b, a in zip(block_args, local_in))
-  ret_t = ", ".join(lowering.ir_type(a) for a in local_out)
-  ret = f"  sdy.return {', '.join(outs)} : {ret_t}" if n else "  sdy.return"
-  in_t = ", ".join(lowering.ir_type(a) for a in ctx.avals_in)
-  out_t = ", ".join(lowering.ir_type(a) for a in ctx.avals_out)
-  fb.emit(f"{lhs}sdy.manual_computation({', '.join(args)}) in_shardings=[{', '.join(in_sh)}] "
-          f"out_shardings=[{', '.join(out_sh)}] manual_axes={{{manual}}} ({blk}) {{")
-  fb.lines.extend("  " + ln for ln in body)
-  fb.emit(ret)
-  fb.emit(f"}} : ({in_t}) -> ({out_t})")
-  if n == 1:
-    return [base]
-  return [f"{base}#{i}" for i in range(n)]
+  return emit_manual_computation(ctx, args, in_sh, out_sh, [a for a, _ in module.mesh],
+                                 local_in, local_out, body)
 
 
 def _mesh_index(ctx, depth: int) -> str:
@@ -604,7 +625,7 @@ class SpmdExecutable:
                "collective", "text", "donated", "_out_device", "_handlers", "_replicated")
 
   def __init__(self, exe, devices, in_avals, out_avals, in_shardings, out_shardings, text,
-               donated=()):
+               donated=(), keep_replicated: bool = False):
     self.exe = exe
     self.devices = list(devices)
     self.in_avals = list(in_avals)
@@ -620,9 +641,11 @@ class SpmdExecutable:
     self.collective = bool(_COLLECTIVE_HLO.search(hlo))
     d0 = self.devices[0]
     self._out_device = None if d0 == client.default_device() else d0
-    self._replicated = [s.is_fully_replicated for s in self.out_shardings]
     # The runtime builds each split result's multi-device array itself; a replicated
-    # result keeps the first device's copy.
+    # result keeps the first device's copy (pmap), or every copy (keep_replicated: a mesh
+    # program's results stay on the mesh, as its next call wants them).
+    self._replicated = [s.is_fully_replicated and not keep_replicated
+                        for s in self.out_shardings]
     self._handlers = [_first_piece if rep else
                       xc._xla.array_result_handler(av, sh._runtime, True, True)
                       for av, sh, rep in zip(self.out_avals, self.out_shardings,

@@ -67,6 +67,41 @@ def _move(x: Array, device) -> Any:
   return _put_np(np.asarray(x._value), x.aval, device, True, False)
 
 
+class Placement(tuple):
+  """Per argument of a call that meets Arrays laid out over a mesh: its committed sharding
+  (NamedSharding / SingleDeviceSharding) or None (uncommitted). Part of jit cache keys."""
+  __slots__ = ()
+
+
+def target_placement(args: Sequence[Any]):
+  """Where a computation on `args` runs: None (the default device), a device (the one
+  non-default device of its Arrays), or a `Placement` when some Array is split over a mesh
+  (or some argument is a ShapeDtypeStruct carrying a sharding).
+
+  Raises:
+    DeviceAssignmentMismatchError: Arrays on two different single devices (no mesh).
+  """
+  for a in args:
+    t = type(a)
+    if (t is Array and a._sharding is not None) or (
+        t is core.ShapeDtypeStruct and a.sharding is not None):
+      return Placement(_committed(a) for a in args)
+  return target_device(args)
+
+
+def _committed(a):
+  from stagecraft.sharding import SingleDeviceSharding
+  t = type(a)
+  if t is Array:
+    if a._sharding is not None:
+      return a._sharding
+    return None if a._device is None else SingleDeviceSharding(a._device)
+  if t is core.ShapeDtypeStruct and a.sharding is not None:
+    from stagecraft.interpreters.sharded import to_named
+    return to_named(a.sharding, "ShapeDtypeStruct.sharding")
+  return None
+
+
 def target_device(args: Sequence[Any]):
   """The device a computation on `args` runs on: the one non-default device among its
   Array arguments, or None (the default device).
@@ -80,7 +115,8 @@ def target_device(args: Sequence[Any]):
       if dev is None:
         dev = a._device
       elif a._device != dev:
-        raise ValueError(
+        from stagecraft.errors import DeviceAssignmentMismatchError
+        raise DeviceAssignmentMismatchError(
             f"Received incompatible devices for a computation: arguments live on {dev} and "
             f"{a._device}. Move them to one device first with stagecraft.device_put(x, "
             f"device).")
@@ -92,16 +128,38 @@ def device_put(x: Any, device=None) -> Any:
 
   Args:
     x: Array, NumPy array, Python scalar, jax.Array, or a pytree of them.
-    device: a device from `stagecraft.devices()`, or None.
+    device: a device from `stagecraft.devices()`, a sharding (`NamedSharding(mesh, spec)`
+      splits each leaf on the host and places one piece per device;
+      `SingleDeviceSharding(d)` is device d), a pytree prefix of `x` of shardings, or None.
 
   Returns:
     The same tree of `Array`s, committed to `device` when one is given (uncommitted on the
     default device otherwise). Computations run on the device of their committed inputs.
+    This is the one way data moves between layouts: jit never reshards committed inputs.
 
   Raises:
-    TypeError: if `device` is not a device, or a leaf is not an array-like (its key path
-      is named).
+    TypeError: if `device` is not a device or sharding, or a leaf is not an array-like (its
+      key path is named).
+    ValueError: a split dimension not divisible by its mesh axes.
   """
+  from stagecraft.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+  if isinstance(device, SingleDeviceSharding):
+    device = device.device
+  if device is not None and not hasattr(device, "client"):
+    from stagecraft.interpreters import sharded
+    shs = sharded.flatten_shardings(device, x, "device_put")
+    with_paths, treedef = tree_util.tree_flatten_with_path(x)
+    out = []
+    for (path, leaf), s in zip(with_paths, shs):
+      if s is None:
+        out.append(_device_put_leaf(leaf, None, tree_util.keystr(path)))
+        continue
+      try:
+        out.append(sharded.device_put_sharded(leaf, s))
+      except (TypeError, ValueError) as e:
+        raise type(e)(f"device_put: the leaf at {tree_util.keystr(path) or 'the root'}: "
+                      f"{e}") from None
+    return tree_util.tree_unflatten(treedef, out)
   if device is not None and not hasattr(device, "client"):
     raise TypeError(f"device_put: expected a device from stagecraft.devices() or None, got "
                     f"{device!r}.")
@@ -246,8 +304,11 @@ _prim_cache: dict[Any, Executable] = {}
 
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
   """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
+  dev = target_placement(args) if placement_used[0] else None
+  if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
+    from stagecraft.interpreters import sharded
+    return sharded.apply_primitive(prim, args, params, dev)
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
-  dev = target_device(args) if placement_used[0] else None
   try:
     key = (prim, dev, *avals, *params.items())
     ex = _prim_cache.get(key)
