@@ -6,7 +6,8 @@ Public API with JAX's names: `jit`, `make_jaxpr`, `eval_shape`, `device_put`, `d
 from stagecraft.config import config, disable_jit, enable_x64
 from stagecraft import dtypes, tree_util
 from stagecraft.core import ShapeDtypeStruct, ShapedArray
-from stagecraft.errors import (ConcretizationTypeError, DonatedBufferError,
+from stagecraft.errors import (ConcretizationTypeError, DeviceAssignmentMismatchError,
+                               DonatedBufferError,
                                TracerArrayConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 from stagecraft.runtime import (Array, block_until_ready, default_device, device_count,
@@ -18,6 +19,10 @@ from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp,
                             make_jaxpr, value_and_grad, vjp, vmap)
 from stagecraft.interpreters.pxla import pmap
 from stagecraft import sharding
+from stagecraft.sharding import make_mesh
+from stagecraft.interpreters.sharded import (make_array_from_callback,
+                                             make_array_from_process_local_data,
+                                             make_array_from_single_device_arrays)
 from stagecraft.custom_derivatives import custom_jvp, custom_vjp
 from stagecraft.ad_checkpoint import checkpoint, remat
 from stagecraft.custom_dce import custom_dce

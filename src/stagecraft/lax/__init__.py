@@ -27,3 +27,4 @@ from stagecraft.lax.misc import *  # noqa: F401,F403
 from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, axis_size,  # noqa: F401
                                      pmax, pmean, pmin, ppermute, pshuffle, psum,
                                      psum_scatter)
+from stagecraft.interpreters.sharded import with_sharding_constraint  # noqa: F401,E402
