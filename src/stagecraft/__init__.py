@@ -20,6 +20,7 @@ from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp,
 from stagecraft.interpreters.pxla import pmap
 from stagecraft import sharding
 from stagecraft.sharding import make_mesh
+from stagecraft.shard_map import shard_map
 from stagecraft.interpreters.sharded import (make_array_from_callback,
                                              make_array_from_process_local_data,
                                              make_array_from_single_device_arrays)
