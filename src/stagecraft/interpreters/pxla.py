@@ -574,7 +574,11 @@ def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
     v = v.astype(aval.dtype)
   devs = list(sharding.mesh.devices.flat)
   if _spans_processes(sharding):
-    return _shard_local(v, aval, sharding, client.process_index())
+    # NB: `v` is either the global value (jit: as in JAX, a host value passed for a sharding
+    # that spans processes is the whole array) or this process's block of it (pmap: its
+    # local devices' rows). The two coincide when the process holds every block.
+    return _shard_local(v, aval, sharding, client.process_index(),
+                        local=tuple(v.shape) != tuple(aval.shape))
   if sharding.is_fully_replicated:
     pieces = [v] * len(devs)
   else:
@@ -590,18 +594,56 @@ def _spans_processes(sharding: NamedSharding) -> bool:
   return any(d.process_index != me for d in sharding.mesh.devices.flat)
 
 
-def _shard_local(v: np.ndarray, aval: ShapedArray, sharding: NamedSharding, me: int):
-  """A distributed run: `v` is this process's part of the global value (its block of the
-  split dimensions; all of a replicated one); each local device gets its piece."""
+def _local_blocks(sharding: NamedSharding, shape: tuple, me: int) -> list:
+  """Per dimension of an array of `shape`: {(start, stop) of a block held by a device of
+  process `me`: its offset in the process's local data}, the local data being the process's
+  distinct blocks in global order, concatenated (they need not be contiguous globally)."""
+  m = sharding.devices_indices_map(shape)
+  local = [m[d] for d in sharding.mesh.devices.flat if d.process_index == me]
+  out = []
+  for k, n in enumerate(shape):
+    spans = sorted({local_idx[k].indices(n)[:2] for local_idx in local})
+    offsets, o = {}, 0
+    for a, b in spans:
+      offsets[(a, b)] = o
+      o += b - a
+    out.append(offsets)
+  return out
+
+
+def _shard_local(v: np.ndarray, aval: ShapedArray, sharding: NamedSharding, me: int, *,
+                 local: bool = True):
+  """A distributed run: each device of process `me` gets its piece of the global value.
+
+  `local=True`: `v` is this process's part of the global value: per dimension, the distinct
+  blocks its devices hold, in global order, concatenated (all of a replicated dimension).
+  `local=False`: `v` is the whole global value.
+
+  Raises:
+    ValueError: when `v` does not have the shape this expects.
+  """
   m = sharding.devices_indices_map(aval.shape)
-  local = [d for d in sharding.mesh.devices.flat if d.process_index == me]
-  idx = [m[d] for d in local]
-  lo = [min(i[k].start or 0 for i in idx) for k in range(len(aval.shape))]
+  devs = [d for d in sharding.mesh.devices.flat if d.process_index == me]
+  if local:
+    blocks = _local_blocks(sharding, aval.shape, me)
+    want = tuple(sum(b - a for a, b in offs) for offs in blocks)
+  else:
+    want = tuple(aval.shape)
+  if tuple(v.shape) != want:
+    what = ("this process's block of the global value" if local else "the global value")
+    raise ValueError(f"{what.capitalize()} laid out by {sharding} with global shape "
+                     f"{tuple(aval.shape)} must have shape {want}, got {tuple(v.shape)}.")
   bufs = []
-  for d, index in zip(local, idx):
-    sl = tuple(slice(None) if s.start is None else slice(s.start - o, s.stop - o)
-               for s, o in zip(index, lo))
-    piece = np.ascontiguousarray(v[sl])
+  for d in devs:
+    index = m[d]
+    if local:
+      sl = []
+      for k, (s, n) in enumerate(zip(index, aval.shape)):
+        a, b = s.indices(n)[:2]
+        o = blocks[k][(a, b)]
+        sl.append(slice(o, o + b - a))
+      index = tuple(sl)
+    piece = np.ascontiguousarray(v[index])
     bufs.append(xc.batched_device_put(aval.update(shape=piece.shape),
                                       client.single_device_sharding(d), [piece], [d], True,
                                       False, enable_x64=True))

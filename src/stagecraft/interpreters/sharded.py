@@ -549,8 +549,11 @@ def make_array_from_process_local_data(sharding: NamedSharding, local_data: Any,
                        f"{sharding}, so the local data must have the global shape "
                        f"{global_shape}, got {v.shape}.")
     return device_put_sharded(v.astype(aval.dtype, copy=False), sharding)
-  buf = pxla._shard_local(v.astype(aval.dtype, copy=False), aval, sharding,
-                          client.process_index())
+  try:
+    buf = pxla._shard_local(v.astype(aval.dtype, copy=False), aval, sharding,
+                            client.process_index())
+  except ValueError as e:
+    raise ValueError(f"make_array_from_process_local_data: {e}") from None
   dispatch.placement_used[0] = True
   return Array(buf, aval, None, sharding)
 
@@ -575,6 +578,9 @@ def _grow(sharding: NamedSharding, local_shape) -> tuple:
         for n in names:
           k = k * mesh.shape[n] + coord[n]
         local_pos.add(k)
+    if not local_pos:
+      raise ValueError(f"make_array_from_process_local_data: no device of process {me} is in "
+                       f"the mesh of {sharding}; this process holds no block of it.")
     out.append(d * total // len(local_pos))
   return tuple(out)
 

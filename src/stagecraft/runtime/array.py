@@ -125,10 +125,10 @@ class Array:
     if self._sharding is None:
       idx = tuple(slice(None) for _ in self.aval.shape)
       return [Shard(self.device, idx, 0, self)]
-    shards, seen = [], {}
+    shards = []
+    rids = _replica_ids(self)
     for (dev, index), buf in zip(_indices(self), self._check_buf()._arrays):
-      key = tuple((s.start, s.stop) for s in index)
-      rid = seen[key] = seen.get(key, -1) + 1
+      rid = rids[dev]
       shape = tuple(len(range(*s.indices(n))) for s, n in zip(index, self.aval.shape))
       default = dev == _default_device()
       shards.append(Shard(dev, index, rid, Array(buf, self.aval.update(shape=shape),
@@ -220,15 +220,36 @@ def _indices(x: Array) -> list:
   return [(d, m[d]) for d in x._sharding.mesh.devices.flat if d.process_index == me]
 
 
+def _replica_ids(x: Array) -> dict:
+  """{device: replica_id} over all the sharding's devices (every process's, in mesh order):
+  the k-th device holding a given piece has replica_id k, as in JAX."""
+  m = x._sharding.devices_indices_map(x.aval.shape)
+  seen, out = {}, {}
+  for d in x._sharding.mesh.devices.flat:
+    key = tuple(s.indices(n)[:2] for s, n in zip(m[d], x.aval.shape))
+    out[d] = seen[key] = seen.get(key, -1) + 1
+  return out
+
+
 def _gather(x: Array) -> np.ndarray:
   """The host value of a split Array: each distinct piece copied once.
 
   Raises:
-    RuntimeError: if some pieces live on devices of other processes (a distributed run).
+    RuntimeError: if some pieces live only on devices of other processes (a distributed
+      run).
   """
   from stagecraft.runtime import client
   me = client.process_index()
-  if any(d.process_index != me for d in x._sharding.mesh.devices.flat):
+  m = x._sharding.devices_indices_map(x.aval.shape)
+
+  def pieces(ds):
+    return {tuple(s.indices(n)[:2] for s, n in zip(m[d], x.aval.shape)) for d in ds}
+
+  devs = list(x._sharding.mesh.devices.flat)
+  # NB: as in JAX, an Array spanning processes can be read when this process holds every
+  # piece (e.g. a replicated one).
+  if (any(d.process_index != me for d in devs)
+      and pieces(devs) != pieces(d for d in devs if d.process_index == me)):
     raise RuntimeError(
         f"This Array ({x.aval.str_short()}) spans devices of other processes; only this "
         f"process's pieces can be read: use `x.addressable_shards` (each shard's `.data`).")
