@@ -524,8 +524,8 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSh
 def make_array_from_process_local_data(sharding: NamedSharding, local_data: Any,
                                        global_shape: Sequence[int] | None = None) -> Array:
   """A global Array laid out by `sharding` over the devices of every process, from this
-  process's part `local_data` (the block of the global array its devices hold; all of a
-  replicated dimension).
+  process's part `local_data`: per dimension, the distinct blocks its devices hold, in global
+  order and concatenated when they are not contiguous (all of a replicated dimension).
 
   Args:
     sharding: a NamedSharding whose mesh may span processes.
