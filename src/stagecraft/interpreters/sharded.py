@@ -446,7 +446,10 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
 
 
 def _intern(s: NamedSharding) -> NamedSharding:
-  return pxla.intern_sharding(s)
+  # NB: the shared table holds one object per layout (equal whatever the axes are called,
+  # trailing Nones ignored); an Array keeps the sharding as it was spelled.
+  t = pxla.intern_sharding(s)
+  return t if t.mesh.axis_names == s.mesh.axis_names and tuple(t.spec) == tuple(s.spec) else s
 
 
 def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
@@ -456,13 +459,15 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
   Raises:
     ValueError: a dimension not divisible by its mesh axes, or a spec longer than the rank.
   """
+  aval = x.aval if type(x) is Array or isinstance(x, core.Tracer) else core.get_aval(x)
+  # NB: checked against the sharding given: the interned one may be an equal layout with a
+  # longer spec (trailing Nones) or other axis names.
+  _check_spec_fits(sharding, aval, "device_put")
   if isinstance(x, core.Tracer):
     return sharding_constraint_p.bind(x, sharding=sharding)
-  aval = x.aval if type(x) is Array else core.get_aval(x)
   s = _intern(sharding)
   if type(x) is Array and x._sharding is not None and x._sharding == s:
     return x
-  _check_spec_fits(s, aval, "device_put")
   buf = pxla.shard_arg(x, aval, s)
   dispatch.placement_used[0] = True
   return Array(buf, aval, None, s)
