@@ -243,7 +243,10 @@ def _check_spec_fits(s: NamedSharding, aval: ShapedArray, where: str):
     raise ValueError(f"{where}: the spec {s.spec} has {len(s.spec)} entries but the value "
                      f"{aval.str_short()} has rank {len(aval.shape)}; give at most one entry "
                      f"per dimension.")
-  s.shard_shape(aval.shape)   # raises for a dimension its axes do not divide
+  try:
+    s.shard_shape(aval.shape)   # raises for a dimension its axes do not divide
+  except ValueError as e:
+    raise ValueError(f"{where}: {e}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -390,7 +393,8 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
 
   Raises:
     DeviceAssignmentMismatchError: devices disagree (see the module docstring).
-    ValueError: a committed argument laid out otherwise than its explicit in_sharding.
+    ValueError: a committed argument laid out otherwise than its explicit in_sharding; a
+      sharding whose spec is longer than its value's rank or does not divide its shape.
   """
   n_in = len(jaxpr.invars) - nconst
   explicit_in = list(explicit_in) if explicit_in is not None else [None] * n_in
@@ -414,6 +418,15 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
   if not has_mesh:
     return None
   check_device_assignment(sources)
+  in_avals = [v.aval for v in jaxpr.invars[nconst:]]
+  for i, (s, c) in enumerate(zip(explicit_in, committed)):
+    for sh, what in ((s, "jit in_shardings"), (c, "the sharding")):
+      if isinstance(sh, NamedSharding):
+        _check_spec_fits(sh, in_avals[i], f"{what} of {describe_arg(i)}")
+  for k, (s, v) in enumerate(zip(explicit_out, jaxpr.outvars)):
+    if s is not None:
+      _check_spec_fits(s, v.aval, f"jit out_shardings of output {k} with shape "
+                                  f"{v.aval.str_short()}")
   mesh = None
   for s in (*explicit_in, *committed, *explicit_out):
     if isinstance(s, NamedSharding):
