@@ -5,7 +5,8 @@ drifts in the machine's load stay out of the ratio) and the ratio is stagecraft 
 (lower is better); the baseline is JAX unless the row says otherwise. Rows: jit dispatch,
 eager op, make_jaxpr of grad of a 100-layer MLP, trace+lower and compile of a 2000-op chain,
 an MLP train step, a transformer block forward+backward, per-example grads with vmap, a scan
-RNN grad, a pmap data-parallel step on 4 CPU devices, an NF4 matmul, and the cold start of a
+RNN grad, a pmap data-parallel step on 4 CPU devices, a 2-D-sharded MLP train step (jit with
+in/out shardings over a 2x2 mesh) and its trace+lower, an NF4 matmul, and the cold start of a
 new process. Also printed: the date and machine, peak RSS, and a CPU roofline reference
 (NumPy float32 matmul GFLOP/s).
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-# pmap runs on 4 CPU devices: the flag must be set before the runtime starts.
+# pmap and sharded jit run on 4 CPU devices: the flag must be set before the runtime starts.
 _FLAG = "--xla_force_host_platform_device_count=4"
 _USER_XLA_FLAGS = os.environ.get("XLA_FLAGS")
 if "xla_force_host_platform_device_count" not in (_USER_XLA_FLAGS or ""):
@@ -128,6 +129,22 @@ def pmap_step(quick):
           _row("  pmap dispatch, x + 1", *r["dispatch"], "us", 1.5)]
 
 
+def sharded_step(quick):
+  import jax
+  names = ["sharded MLP step (2x2 mesh)", "  sharded trace+lower"]
+  if len(jax.devices()) < NDEV:
+    return [_skip(n, f"needs {NDEV} devices, the runtime has {len(jax.devices())}: it was "
+                     "started before XLA_FLAGS could be set") for n in names]
+  from benchmarks import sharded
+  r = sharded.bench(*((2, 2, 2) if quick else (40, 4, 10)))
+  counts = ", ".join(f"{k} {r['collectives']['s'][k]}/{r['collectives']['j'][k]}"
+                     for k in sharded.COLLECTIVES if r["collectives"]["s"][k] or
+                     r["collectives"]["j"][k])
+  return [_row(names[0], *r["step"], "us", 1.05,
+               note=f"MLP 512-1024-1024-10 b256; collectives (stagecraft/JAX): {counts}"),
+          _row(names[1], *r["lower"], "ms", 1.0)]
+
+
 def nf4_matmul(quick):
   name = "NF4 matmul"
   try:
@@ -202,6 +219,7 @@ SECTIONS = {
     "per_example_grads": per_example_grads,
     "scan_rnn_grad": scan_rnn_grad,
     "pmap_step": pmap_step,
+    "sharded": sharded_step,
     "nf4_matmul": nf4_matmul,
     "cold_start": cold_start,
 }

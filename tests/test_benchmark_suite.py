@@ -18,7 +18,8 @@ EXPECTED = [
     "jit dispatch", "eager op", "make_jaxpr(grad) 100-layer MLP", "equations in that jaxpr",
     "trace+lower 2000-op chain", "compile 2000-op chain", "MLP SGD step",
     "transformer block fwd+bwd", "per-example grads", "scan RNN grad", "pmap DP-SGD step",
-    "pmap dispatch", "NF4 matmul vs f32", "cold start"]
+    "pmap dispatch", "sharded MLP step (2x2 mesh)", "sharded trace+lower",
+    "NF4 matmul vs f32", "cold start"]
 
 
 def test_quick_suite_table_and_json(tmp_path, capsys):

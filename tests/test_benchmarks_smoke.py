@@ -10,7 +10,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("name", ["foundation", "convnet", "indexing", "autodiff", "vmap",
-                                  "control_flow", "staging", "pmap", "implicit", "transformer"])
+                                  "control_flow", "staging", "pmap", "implicit", "transformer",
+                                  "sharded"])
 def test_benchmark_runs(name, tmp_path, capsys):
   mod = importlib.import_module(f"benchmarks.{name}")
   rows = mod.main(["--quick", "--json", str(tmp_path / "out.json")])
