@@ -363,26 +363,84 @@ def _contains_varying(jaxpr: Jaxpr) -> set:
   return out
 
 
+def _jaxpr_of(j) -> Jaxpr:
+  return j.jaxpr if isinstance(j, ClosedJaxpr) else j
+
+
+def _union(sets) -> frozenset:
+  return frozenset().union(*sets)
+
+
+def _loop_fixpoint(body: Jaxpr, fixed: list, carry: list, rest: list, extra=lambda c: ()):
+  """Varying axes of a loop body's carries (and other outputs) after any number of
+  iterations: the carries' sets grow until they are stable (`extra(carry)`: axes every
+  carry gets, e.g. a while loop predicate's)."""
+  nk = len(carry)
+  while True:
+    out = varying_axes(body, [*fixed, *carry, *rest])
+    new = [c | o | _union(extra(carry)) for c, o in zip(carry, out[:nk])]
+    if new == carry:
+      return carry, out
+    carry = new
+
+
+def _structured_varying(eqn, ins: list) -> list | None:
+  """Varying axes of the outputs of a control-flow or call equation, from its sub-jaxprs
+  (None: not one of these, or not in the expected form)."""
+  name, params, n_out = eqn.primitive.name, eqn.params, len(eqn.outvars)
+  if name in ("jit", "custom_jvp_call", "custom_vjp_call"):
+    sub = params.get("jaxpr", params.get("call_jaxpr"))
+    sub = _jaxpr_of(sub) if sub is not None else None
+    if sub is not None and len(sub.invars) == len(ins) and len(sub.outvars) == n_out:
+      return varying_axes(sub, ins)
+  elif name == "cond":
+    # NB: devices that take different branches (a varying index) may differ anywhere.
+    index, ops = ins[0], ins[1:]
+    outs = [varying_axes(_jaxpr_of(b), ops) for b in params["branches"]]
+    return [index | _union(os) for os in zip(*outs)]
+  elif name == "scan":
+    nc, nk = params["num_consts"], params["num_carry"]
+    carry, out = _loop_fixpoint(_jaxpr_of(params["jaxpr"]), ins[:nc], ins[nc:nc + nk],
+                                ins[nc + nk:])
+    # NB: after at least one iteration the carries are the body's last outputs.
+    return out if params["length"] > 0 else [*carry, *out[nk:]]
+  elif name == "while":
+    cn, bn = params["cond_nconsts"], params["body_nconsts"]
+    cond, body = _jaxpr_of(params["cond_jaxpr"]), _jaxpr_of(params["body_jaxpr"])
+    c_consts, b_consts, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+    # NB: where the predicate varies, devices may run different numbers of iterations.
+    carry, _ = _loop_fixpoint(body, b_consts, list(init), [],
+                              extra=lambda c: varying_axes(cond, [*c_consts, *c]))
+    return carry
+  return None
+
+
 def varying_axes(jaxpr: Jaxpr, in_vary: Sequence[frozenset]) -> list[frozenset]:
   """For each output of the body, the manual axes along which it may differ between devices
   (a conservative dataflow: inputs vary along the axes their spec splits over; psum, pmax,
   pmin and all_gather over an axis make their result the same along it; axis_index,
-  ppermute, all_to_all and psum_scatter make it vary)."""
+  ppermute, all_to_all and psum_scatter make it vary; cond, scan, while_loop and calls are
+  followed into their bodies, loops to a fixed point; other equations with sub-jaxprs vary
+  along everything their bodies' collectives may make vary)."""
   env: dict = {v: s for v, s in zip(jaxpr.invars, in_vary)}
   for eqn in jaxpr.eqns:
-    ins = frozenset().union(*[env.get(v, frozenset()) for v in eqn.invars
-                              if isinstance(v, Var)])
+    in_sets = [env.get(v, frozenset()) if isinstance(v, Var) else frozenset()
+               for v in eqn.invars]
+    ins = _union(in_sets)
     name = eqn.primitive.name
+    outs = None
     if name in _REDUCING and eqn.params.get("axis_index_groups") is None:
       out = ins - set(_names_of(eqn.params))
     elif name in _VARYING:
       out = ins | set(_names_of(eqn.params))
     else:
+      outs = _structured_varying(eqn, in_sets)
       out = ins
-      for sub in pxla._subjaxprs(eqn):
-        out = out | _contains_varying(sub)
-    for o in eqn.outvars:
-      env[o] = out
+      if outs is None:
+        for sub in pxla._subjaxprs(eqn):
+          out = out | _contains_varying(sub)
+    for k, o in enumerate(eqn.outvars):
+      env[o] = outs[k] if outs is not None else out
   return [env.get(v, frozenset()) if isinstance(v, Var) else frozenset()
           for v in jaxpr.outvars]
 
