@@ -438,7 +438,7 @@ class _ShardedCall:
   def __init__(self, lowered: LoweredSignature, exe=None):
     from stagecraft.interpreters import sharded
     entry = lowered.entry
-    mesh, in_sh, out_sh = lowered.mesh_layout
+    mesh, in_sh, out_sh, self._given_in = lowered.mesh_layout
     jaxpr = entry.jaxpr.jaxpr
     nconst = len(entry.consts)
     self.kept = lowered.kept
@@ -461,6 +461,8 @@ class _ShardedCall:
     self.arg_shardings = self.program.in_shardings[nc:]
     self.mesh = mesh
     self.names = lowered.names
+    kept = set(idx)
+    self._pruned = [i for i, g in enumerate(self._given_in) if i not in kept and g is not None]
 
   def __call__(self, leaves: Sequence[Any]):
     idx = range(len(leaves)) if self.kept is None else self.kept
@@ -469,6 +471,12 @@ class _ShardedCall:
       if type(x) is Array and (x._sharding is not None or x._device is not None):
         if x._sharding is not sh and x.sharding != sh:
           self._mismatch(list(idx)[k], x, sh)
+    if self.kept is not None:   # NB: a pruned leaf must still fit the layout it was given
+      for i in self._pruned:
+        x, sh = leaves[i], self._given_in[i]
+        if type(x) is Array and (x._sharding is not None or x._device is not None):
+          if x.sharding != sh:
+            self._mismatch(i, x, sh)
     outs = self.program.call([*self.consts, *args])
     return optree.tree_unflatten(self.out_tree, outs)
 
@@ -488,9 +496,11 @@ class _ShardedCall:
                      f"sharding) first.")
 
   def input_shardings(self) -> list:
-    """One sharding per dynamic leaf (pruned leaves: replicated over the mesh)."""
+    """One sharding per dynamic leaf (pruned leaves: the sharding given for them by
+    in_shardings or their committed layout, else replicated over the mesh)."""
     from stagecraft.sharding import NamedSharding, PartitionSpec
-    out = [NamedSharding(self.mesh, PartitionSpec())] * len(self.in_avals)
+    out = [NamedSharding(self.mesh, PartitionSpec()) if g is None else g
+           for g in self._given_in]
     idx = range(len(self.in_avals)) if self.kept is None else self.kept
     for i, sh in zip(idx, self.arg_shardings):
       out[i] = sh
@@ -813,7 +823,8 @@ class LoweredSignature:
     self.kept = kept
     self.donated = donated
     self.spmd_devices = spmd_devices   # the devices of a program containing pmaps, or None
-    # A program over a user's mesh: (mesh, shardings of main's args, of its results).
+    # A program over a user's mesh: (mesh, shardings of main's args, of its results, of
+    # every dynamic leaf pruned or not; None: left to the partitioner).
     self.mesh_layout = mesh_layout
     self.dce_jaxpr = dce_jaxpr
     self.name = name
@@ -855,7 +866,8 @@ def lower_traced(entry: _Traced, donated: set[int], keep_unused: bool,
       text = sharded.lower_sharded_module(f"jit_{name}", dce_jaxpr, mesh, in_sh, outs,
                                           donated=donated_mask)
       return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
-                              mesh_layout=(mesh, in_sh, outs), dce_jaxpr=dce_jaxpr,
+                              mesh_layout=(mesh, in_sh, outs, ins[nconst:]),
+                              dce_jaxpr=dce_jaxpr,
                               name=f"jit_{name}", names=lay.names)
   text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
   return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
