@@ -641,3 +641,43 @@ def test_output_shardings_match_jax(mesh, jmesh, case):
   for o, jo, ws in zip(outs, jouts, want):
     np.testing.assert_allclose(np.asarray(o), np.asarray(jo), rtol=1e-5, atol=1e-5)
     assert _norm(o.sharding.spec, o.ndim) == _norm(ws, o.ndim), (case, o.sharding, ws)
+
+
+_JAX_CASES = {
+    "contracted_dim_sharded": (lambda x, w: x @ w, [P(None, "model"), P("model", None)]),
+    "reshape_flat": (lambda x, w: x.reshape(64), [P("data", "model"), P()]),
+    "sum_axis0": (lambda x, w: x.sum(0), [P("data", "model"), P()]),
+    "outer_broadcast": (lambda x, w: x[:, None, :] + w[None], [P("data", None), P(None, "model")]),
+    "two_axes_one_dim": (lambda x, w: x * 2, [P(("data", "model")), P()]),
+    "different_layouts_add": (lambda x, w: x + w, [P("data"), P(None, "model")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_JAX_CASES))
+def test_square_output_shardings_match_jax(mesh, jmesh, case):
+  f, specs = _JAX_CASES[case]
+  x, w = _f32(8, 8), _f32(8, 8, seed=1)
+  out = sc.jit(f, in_shardings=tuple(NamedSharding(mesh, s) for s in specs))(x, w)
+  jout = jax.jit(f, in_shardings=tuple(jsh.NamedSharding(jmesh, jsh.PartitionSpec(*s))
+                                       for s in specs))(x, w)
+  np.testing.assert_allclose(np.asarray(out), np.asarray(jout), rtol=1e-5, atol=1e-5)
+  assert _norm(out.sharding.spec, out.ndim) == _norm(jout.sharding.spec, out.ndim), (
+      out.sharding, jout.sharding)
+
+
+def test_pruned_argument_keeps_its_in_sharding(mesh):
+  s = NamedSharding(mesh, P("data", "model"))
+  compiled = sc.jit(lambda x, y: x * 2, in_shardings=(s, s)).lower(_f32(8, 4),
+                                                                   _f32(8, 4)).compile()
+  assert compiled.input_shardings == ((s, s), {})
+  x = _f32(8, 4)
+  np.testing.assert_allclose(np.asarray(compiled(x, sc.device_put(x, s))), 2 * x)
+  with pytest.raises(ValueError, match=r"Array\(s\) sharding does not match(.|\n)*argument y "
+                                       r"with shape f32\[8,4\]"):
+    compiled(x, sc.device_put(x, NamedSharding(mesh, P("data"))))
+  with pytest.raises(DeviceAssignmentMismatchError, match=r"argument y .*device ids \[2\]"):
+    compiled(x, sc.device_put(x, sc.devices()[2]))
+  # through jit's own cache too
+  with pytest.raises(ValueError, match=r"Array\(s\) sharding does not match"):
+    sc.jit(lambda x, y: x * 2, in_shardings=(s, s))(x, sc.device_put(x, NamedSharding(
+        mesh, P("data"))))
