@@ -388,8 +388,8 @@ def _structured_varying(eqn, ins: list) -> list | None:
   """Varying axes of the outputs of a control-flow or call equation, from its sub-jaxprs
   (None: not one of these, or not in the expected form)."""
   name, params, n_out = eqn.primitive.name, eqn.params, len(eqn.outvars)
-  if name in ("jit", "custom_jvp_call", "custom_vjp_call"):
-    sub = params.get("jaxpr", params.get("call_jaxpr"))
+  if name in ("jit", "checkpoint", "custom_jvp_call", "custom_vjp_call", "custom_dce_call"):
+    sub = params.get("jaxpr", params.get("call_jaxpr", params.get("fun_jaxpr")))
     sub = _jaxpr_of(sub) if sub is not None else None
     if sub is not None and len(sub.invars) == len(ins) and len(sub.outvars) == n_out:
       return varying_axes(sub, ins)
@@ -419,9 +419,10 @@ def varying_axes(jaxpr: Jaxpr, in_vary: Sequence[frozenset]) -> list[frozenset]:
   """For each output of the body, the manual axes along which it may differ between devices
   (a conservative dataflow: inputs vary along the axes their spec splits over; psum, pmax,
   pmin and all_gather over an axis make their result the same along it; axis_index,
-  ppermute, all_to_all and psum_scatter make it vary; cond, scan, while_loop and calls are
-  followed into their bodies, loops to a fixed point; other equations with sub-jaxprs vary
-  along everything their bodies' collectives may make vary)."""
+  ppermute, all_to_all and psum_scatter make it vary; cond, scan, while_loop and calls (jit,
+  checkpoint, custom_jvp/vjp/dce) are followed into their bodies, loops to a fixed point;
+  other equations with sub-jaxprs vary along everything their bodies' collectives may make
+  vary)."""
   env: dict = {v: s for v, s in zip(jaxpr.invars, in_vary)}
   for eqn in jaxpr.eqns:
     in_sets = [env.get(v, frozenset()) if isinstance(v, Var) else frozenset()
