@@ -486,6 +486,28 @@ def test_partial_auto(mesh, kw):
     h(x)
 
 
+def test_partial_auto_with_model_sharded_inputs_and_grad(mesh):
+  x, w = _f32(4, 4), _f32(4, 4, seed=1)
+  f = sc.shard_map(lambda x, w: lax.psum(jnp.tanh(x @ w), "data"), mesh,
+                   in_specs=(P("data"), P()), out_specs=P(), axis_names={"data"})
+  want = np.tanh(x[:2] @ w) + np.tanh(x[2:] @ w)
+  # "model" is automatic: the inputs may arrive split over it, and the partitioner keeps it.
+  g = sc.jit(f, in_shardings=(NamedSharding(mesh, P("data", "model")),
+                              NamedSharding(mesh, P(None, "model"))))
+  np.testing.assert_allclose(np.asarray(g(x, w)), want, rtol=1e-4, atol=1e-5)
+  xs = sc.device_put(x, NamedSharding(mesh, P("data", "model")))
+  np.testing.assert_allclose(np.asarray(f(xs, w)), want, rtol=1e-4, atol=1e-5)
+  # The check still applies along the manual axis.
+  with pytest.raises(ValueError, match="'data'"):
+    sc.shard_map(lambda x: x * 2, mesh, in_specs=P("data"), out_specs=P(),
+                 axis_names={"data"})(x)
+  loss = lambda x, w: (f(x, w) ** 2).sum()
+  dense = lambda x, w: ((jnp_ref.tanh(x[:2] @ w) + jnp_ref.tanh(x[2:] @ w)) ** 2).sum()
+  for grad in (sc.grad(loss, argnums=(0, 1)), sc.jit(sc.grad(loss, argnums=(0, 1)))):
+    _assert_tree_close(grad(x, w), jax.grad(dense, argnums=(0, 1))(x, w), rtol=1e-4,
+                       atol=1e-5)
+
+
 # ---------------------------------------------------------------------------
 # 7. check_rep
 
@@ -598,6 +620,10 @@ def test_spec_errors(mesh):
     sc.shard_map(ident, mesh, in_specs=("data",), out_specs=P())(x)
   with pytest.raises(TypeError, match="callable"):
     sc.shard_map(3, mesh, in_specs=P(), out_specs=P())
+  with pytest.raises(ValueError, match=r"1 entries, for a value of rank 0 \(f32\[\]\)"):
+    sc.shard_map(lambda x: x.sum(), mesh, in_specs=P("data"), out_specs=P("data"))(x)
+  with pytest.raises(TypeError, match=r"args\[0\] of <lambda> is not an array \(got str\)"):
+    sc.shard_map(ident, mesh, in_specs=P(), out_specs=P())("abc")
 
 
 def test_indivisible_dimension_error(mesh):
