@@ -656,7 +656,8 @@ _interned: dict = {}
 def intern_sharding(sh: NamedSharding) -> NamedSharding:
   """One NamedSharding object per layout, so a result fed back into the program that made
   it is recognised by identity."""
-  return _interned.setdefault(sh, sh)
+  # NB: keyed on the spec as written too, so P("a") and P("a", None) keep their own repr.
+  return _interned.setdefault((sh, tuple(sh.spec), sh.mesh.axis_names), sh)
 
 
 class SpmdExecutable:
