@@ -92,11 +92,10 @@ def collective_counts(hlo_text: str) -> dict:
   return {name: len(re.findall(rf"\s{name}(?:-start)?\(", hlo_text)) for name in COLLECTIVES}
 
 
-def _time(fn, n):
+def _time(fn):
   t = time.perf_counter()
-  for _ in range(n):
-    fn()
-  return (time.perf_counter() - t) / n
+  fn()
+  return time.perf_counter() - t
 
 
 def setup():
@@ -146,7 +145,7 @@ def setup():
 def bench(repeats: int, inner: int, lower_repeats: int):
   """Medians over `repeats` ABBA pairs of the per-step time (us, `inner` steps per timed
   batch) and over `lower_repeats` pairs of trace+lower+as_text (ms). Returns
-  {"step": (ours, jax), "lower": (ours, jax), "collectives": {side: counts}, "loss": ...}."""
+  {"step": (ours, jax), "lower": (ours, jax), "collectives": {"s"|"j": {op: count}}}."""
   sides = setup()
   state = {k: sides[k]["args"][0] for k in "sj"}
 
@@ -171,13 +170,13 @@ def bench(repeats: int, inner: int, lower_repeats: int):
     return lower
 
   out = {}
-  for key, (a, b, n, reps) in {"step": (runner("s"), runner("j"), 1, repeats),
-                               "lower": (lowerer("s"), lowerer("j"), 1, lower_repeats)}.items():
+  for key, (a, b, reps) in {"step": (runner("s"), runner("j"), repeats),
+                            "lower": (lowerer("s"), lowerer("j"), lower_repeats)}.items():
     a(), b()   # warm-up
     ts, tj = [], []
     for i in range(reps):
       for fn in ((a, b) if i % 2 == 0 else (b, a)):
-        (ts if fn is a else tj).append(_time(fn, n))
+        (ts if fn is a else tj).append(_time(fn))
     scale = 1e6 / inner if key == "step" else 1e3
     out[key] = (statistics.median(ts) * scale, statistics.median(tj) * scale)
   out["collectives"] = {k: collective_counts(sides[k]["step"].lower(*sides[k]["args"])
