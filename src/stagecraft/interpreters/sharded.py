@@ -71,9 +71,10 @@ def _is_sharding_leaf(x) -> bool:
   return x is None or isinstance(x, (NamedSharding, SingleDeviceSharding, PartitionSpec))
 
 
-def flatten_shardings(prefix, tree, what: str) -> list:
+def flatten_shardings(prefix, tree, what: str, keep_single: bool = False) -> list:
   """One sharding (or None) per leaf of `tree`, from a pytree prefix of it whose leaves are
-  shardings, PartitionSpecs or None.
+  shardings, PartitionSpecs or None (NamedShardings; SingleDeviceShardings kept as they are
+  when `keep_single`, else over a one-device mesh).
 
   Raises:
     ValueError: when `prefix` is not a tree prefix of `tree`.
@@ -90,7 +91,8 @@ def flatten_shardings(prefix, tree, what: str) -> list:
                      f"{prefix!r} for the tree {_flatten(tree)[1]}.") from None
   out = []
   for s, sub in zip(p_leaves, subtrees):
-    out.extend([to_named(s, what)] * len(_flatten(sub)[0]))
+    s = s if keep_single and isinstance(s, SingleDeviceSharding) else to_named(s, what)
+    out.extend([s] * len(_flatten(sub)[0]))
   return out
 
 

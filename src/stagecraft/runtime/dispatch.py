@@ -147,12 +147,13 @@ def device_put(x: Any, device=None) -> Any:
     device = device.device
   if device is not None and not hasattr(device, "client"):
     from stagecraft.interpreters import sharded
-    shs = sharded.flatten_shardings(device, x, "device_put")
+    shs = sharded.flatten_shardings(device, x, "device_put", keep_single=True)
     with_paths, treedef = tree_util.tree_flatten_with_path(x)
     out = []
     for (path, leaf), s in zip(with_paths, shs):
-      if s is None:
-        out.append(_device_put_leaf(leaf, None, tree_util.keystr(path)))
+      if s is None or isinstance(s, SingleDeviceSharding):
+        out.append(_device_put_leaf(leaf, None if s is None else s.device,
+                                    tree_util.keystr(path)))
         continue
       try:
         out.append(sharded.device_put_sharded(leaf, s))
