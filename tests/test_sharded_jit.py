@@ -294,6 +294,20 @@ def test_device_put_pytree_prefix_and_errors(mesh):
     sc.device_put(tree["b"], NamedSharding(mesh, P("data", "model")))
 
 
+def test_device_put_tree_mixing_single_device_and_named(mesh):
+  x = _f32(8, 4)
+  d1, d2 = sc.devices()[1], sc.devices()[2]
+  out = sc.device_put({"a": x, "b": x, "c": [x, x]},
+                      {"a": SingleDeviceSharding(d1), "b": NamedSharding(mesh, P("data")),
+                       "c": [SingleDeviceSharding(d2), None]})
+  assert out["a"].sharding == SingleDeviceSharding(d1)
+  assert out["c"][0].sharding == SingleDeviceSharding(d2)
+  assert out["b"].sharding == NamedSharding(mesh, P("data"))
+  for leaf in sc.tree_util.tree_leaves(out):
+    np.testing.assert_array_equal(np.asarray(leaf), x)
+  np.testing.assert_array_equal(np.asarray(out["a"] + 1), x + 1)
+
+
 def test_device_put_reshards_and_back_to_one_device(mesh):
   x = _f32(8, 4)
   a = sc.device_put(x, NamedSharding(mesh, P("data")))
@@ -390,6 +404,15 @@ def test_single_device_and_one_device_mesh_shardings():
   assert z.sharding == NamedSharding(m1, P())
   w = sc.device_put(x, NamedSharding(m1, P("x"))) + 1
   np.testing.assert_allclose(np.asarray(w), x + 1)
+
+
+@pytest.mark.xfail(reason="a SingleDeviceSharding in in_shardings/out_shardings becomes a "
+                   "NamedSharding over a one-device mesh '_single', and results report that "
+                   "instead of the SingleDeviceSharding JAX reports", strict=True)
+def test_single_device_sharding_is_reported_as_given():
+  dev = sc.devices()[1]
+  y = sc.jit(lambda x: x + 1, out_shardings=SingleDeviceSharding(dev))(_f32(4))
+  assert y.sharding == SingleDeviceSharding(dev)
 
 
 @pytest.mark.xfail(reason="a jit with in_shardings called inside another jit drops its "
