@@ -101,33 +101,9 @@ def _missing_axes(spec: PartitionSpec, params) -> tuple:
 # Rules
 
 _memo = core.memo_on_jaxpr
-_jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _REP = PartitionSpec()
-
-
-def _jvp(primals, tangents, **params):
-  closed, in_specs, out_specs = params["jaxpr"], params["in_specs"], params["out_specs"]
-  nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
-
-  def make():
-    with _penv(params):
-      return ad.jvp_jaxpr(closed, nonzeros)
-  jvp_closed, consts, out_nz = _memo(_jvp_cache, closed, nonzeros, make)
-  nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
-  new_in = ((_REP,) * len(consts) + tuple(in_specs) +
-            tuple(s for s, nz in zip(in_specs, nonzeros) if nz))
-  new_out = tuple(out_specs) + tuple(s for s, nz in zip(out_specs, out_nz) if nz)
-  outs = _bind([*consts, *primals, *nz_tangents], params, jaxpr=jvp_closed, in_specs=new_in,
-               out_specs=new_out, name=f"jvp({params['name']})")
-  n = len(out_specs)
-  it = iter(outs[n:])
-  out_avals = _abstract_eval(**params)
-  return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
-                    for nz, a in zip(out_nz, out_avals)]
 
 
 def _partial_eval(eqn, unknowns):
@@ -182,64 +158,6 @@ def _partial_eval(eqn, unknowns):
   return known_eqn, unknown_eqn, out_unknowns
 
 
-def _transpose(cts, *args, **params):
-  closed, in_specs, out_specs = params["jaxpr"], params["in_specs"], params["out_specs"]
-  mesh = params["mesh"]
-  undefined = tuple(ad.is_undefined_primal(a) for a in args)
-  ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
-
-  def make():
-    from stagecraft.lax import parallel
-    with _penv(params):
-      t_closed, t_consts = ad.transpose_jaxpr(closed, undefined, ct_nonzeros)
-      res_avals = [local_aval(a.aval if ad.is_undefined_primal(a) else core.get_aval(a), s,
-                              mesh)
-                   for a, s, u in zip(args, in_specs, undefined) if not u]
-      ct_avals = [ad.tangent_aval(a) for a, nz in zip(closed.out_avals, ct_nonzeros) if nz]
-      ct_rep = [_missing_axes(s, params) for s, nz in zip(out_specs, ct_nonzeros) if nz]
-      lin_rep = [_missing_axes(s, params) for s, u in zip(in_specs, undefined) if u]
-      nres = len(res_avals)
-
-      def fun(*xs):
-        # NB: psum transposes to psum: a replicated result's cotangent is shared out.
-        cts_in = [c / math.prod(mesh.shape[n] for n in rep) if rep else c
-                  for c, rep in zip(xs[nres:], ct_rep)]
-        outs = core.jaxpr_as_fun(t_closed)(*t_consts, *xs[:nres], *cts_in)
-        return [parallel.psum(o, rep) if rep else o for o, rep in zip(outs, lin_rep)]
-      jaxpr, consts = pe.trace_to_jaxpr(fun, [*res_avals, *ct_avals])
-    return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts)
-  t_closed, consts = _memo(_transpose_cache, closed, (undefined, ct_nonzeros), make)
-  new_in = ((_REP,) * len(consts) +
-            tuple(s for s, u in zip(in_specs, undefined) if not u) +
-            tuple(s for s, nz in zip(out_specs, ct_nonzeros) if nz))
-  new_out = tuple(s for s, u in zip(in_specs, undefined) if u)
-  outs = _bind([*consts, *[a for a, u in zip(args, undefined) if not u],
-                *[c for c in cts if type(c) is not ad.Zero]], params, jaxpr=t_closed,
-               in_specs=new_in, out_specs=new_out, name=f"transpose({params['name']})")
-  it = iter(outs)
-  return [next(it) if u else None for u in undefined]
-
-
-def _dce(used_outs, eqn):
-  if not any(used_outs):
-    return [False] * len(eqn.invars), None
-  params = eqn.params
-  closed = params["jaxpr"]
-
-  def make():
-    with _penv(params):
-      j, used_ins = pe.dce_jaxpr(closed.jaxpr, used_outs)
-    return ClosedJaxpr(j, []), used_ins
-  new_closed, used_ins = _memo(_dce_cache, closed, tuple(used_outs), make)
-  if all(used_outs) and all(used_ins):
-    return used_ins, eqn
-  pick = lambda xs, m: tuple(x for x, u in zip(xs, m) if u)
-  return used_ins, eqn.replace(
-      invars=list(pick(eqn.invars, used_ins)), outvars=list(pick(eqn.outvars, used_outs)),
-      params={**params, "jaxpr": new_closed, "in_specs": pick(params["in_specs"], used_ins),
-              "out_specs": pick(params["out_specs"], used_outs)})
-
-
 def _batch(axis_data, args, dims, **params):
   # vmap of shard_map: a batched operand's batch axis goes first and is not split; the body
   # is batched at axis 0 and so is every result.
@@ -268,10 +186,15 @@ def _batch(axis_data, args, dims, **params):
   return outs, [0] * n_out
 
 
-ad.primitive_jvps[shard_map_p] = _jvp
+def _replicated_over(spec: PartitionSpec, params) -> tuple[tuple, int]:
+  names = _missing_axes(spec, params)
+  return names, math.prod(params["mesh"].shape[n] for n in names)
+
+
+pxla.MapRules(shard_map_p, "in_specs", "out_specs", _REP, _penv,
+              lambda aval, spec, params: local_aval(aval, spec, params["mesh"]),
+              _replicated_over).register()
 ad.partial_eval_rules[shard_map_p] = _partial_eval
-ad.primitive_transposes[shard_map_p] = _transpose
-pe.dce_rules[shard_map_p] = _dce
 batching.axis_primitive_batchers[shard_map_p] = _batch
 
 

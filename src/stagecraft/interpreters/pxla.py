@@ -94,33 +94,116 @@ def _env(params):
 
 
 _memo = core.memo_on_jaxpr
-_jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _pmap_jvp(primals, tangents, **params):
-  closed, in_axes, out_axes = params["jaxpr"], params["in_axes"], params["out_axes"]
-  nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
+class MapRules:
+  """The jvp, transpose and DCE rules shared by the map primitives over devices (pmap,
+  shard_map). Each describes operands and results by a per-position entry under `in_key` /
+  `out_key` (pmap: an axis or None; shard_map: a PartitionSpec); `rep` is the entry of a
+  value every device gets whole; `env(params)` binds the body's axes; `local_aval(aval,
+  entry, params)` is a device's piece; `replicated_over(entry, params)` gives the axis names
+  a value with that entry is the same along, and their total size; `reset` names per-operand
+  params rebuilt as all-False (donation) when operands change.
 
-  def make():
-    with _env(params):
-      return ad.jvp_jaxpr(closed, nonzeros)
-  jvp_closed, consts, out_nz = _memo(_jvp_cache, closed, nonzeros, make)
-  nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
-  new_in = ((None,) * len(consts) + tuple(in_axes) +
-            tuple(ax for ax, nz in zip(in_axes, nonzeros) if nz))
-  new_out = tuple(out_axes) + tuple(ax for ax, nz in zip(out_axes, out_nz) if nz)
-  outs = _bind([*consts, *primals, *nz_tangents], params, jaxpr=jvp_closed, in_axes=new_in,
-               out_axes=new_out, donated_invars=(False,) * len(new_in),
-               name=f"jvp({params['name']})")
-  n = len(out_axes)
-  it = iter(outs[n:])
-  out_avals = _abstract_eval(**params)
-  return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
-                    for nz, a in zip(out_nz, out_avals)]
+  Transposition: psum's transpose is psum, so the cotangent of a result replicated over some
+  axes is divided by their size before it enters the transposed body, and the cotangent of
+  an operand replicated over some axes is psum'med over them inside it."""
+
+  def __init__(self, prim, in_key, out_key, rep, env, local_aval, replicated_over, reset=()):
+    self.prim, self.in_key, self.out_key, self.rep = prim, in_key, out_key, rep
+    self.env, self.local_aval, self.replicated_over = env, local_aval, replicated_over
+    self.reset = tuple(reset)
+    self._jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    self._transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    self._dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+  def bind(self, args, params, new_in, new_out, **updates):
+    p = {**params, self.in_key: new_in, self.out_key: new_out,
+         **{k: (False,) * len(new_in) for k in self.reset}, **updates}
+    return self.prim.bind(*args, **p)
+
+  def jvp(self, primals, tangents, **params):
+    closed, ins, outs_e = params["jaxpr"], params[self.in_key], params[self.out_key]
+    nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
+
+    def make():
+      with self.env(params):
+        return ad.jvp_jaxpr(closed, nonzeros)
+    jvp_closed, consts, out_nz = _memo(self._jvp_cache, closed, nonzeros, make)
+    nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
+    new_in = ((self.rep,) * len(consts) + tuple(ins) +
+              tuple(e for e, nz in zip(ins, nonzeros) if nz))
+    new_out = tuple(outs_e) + tuple(e for e, nz in zip(outs_e, out_nz) if nz)
+    outs = self.bind([*consts, *primals, *nz_tangents], params, new_in, new_out,
+                     jaxpr=jvp_closed, name=f"jvp({params['name']})")
+    n = len(outs_e)
+    it = iter(outs[n:])
+    out_avals = self.prim.abstract_eval(**params)
+    return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
+                      for nz, a in zip(out_nz, out_avals)]
+
+  def transpose(self, cts, *args, **params):
+    closed, ins, outs_e = params["jaxpr"], params[self.in_key], params[self.out_key]
+    undefined = tuple(ad.is_undefined_primal(a) for a in args)
+    ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
+
+    def make():
+      from stagecraft.lax import parallel
+      with self.env(params):
+        t_closed, t_consts = ad.transpose_jaxpr(closed, undefined, ct_nonzeros)
+        res_avals = [self.local_aval(a.aval if ad.is_undefined_primal(a) else
+                                     core.get_aval(a), e, params)
+                     for a, e, u in zip(args, ins, undefined) if not u]
+        ct_avals = [ad.tangent_aval(a) for a, nz in zip(closed.out_avals, ct_nonzeros) if nz]
+        ct_rep = [self.replicated_over(e, params)
+                  for e, nz in zip(outs_e, ct_nonzeros) if nz]
+        lin_rep = [self.replicated_over(e, params)[0] for e, u in zip(ins, undefined) if u]
+        nres = len(res_avals)
+
+        def fun(*xs):
+          cts_in = [c / size if names else c for c, (names, size) in zip(xs[nres:], ct_rep)]
+          outs = core.jaxpr_as_fun(t_closed)(*t_consts, *xs[:nres], *cts_in)
+          return [parallel.psum(o, names) if names else o for o, names in zip(outs, lin_rep)]
+        jaxpr, consts = pe.trace_to_jaxpr(fun, [*res_avals, *ct_avals])
+      return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts)
+    t_closed, consts = _memo(self._transpose_cache, closed, (undefined, ct_nonzeros), make)
+    new_in = ((self.rep,) * len(consts) +
+              tuple(e for e, u in zip(ins, undefined) if not u) +
+              tuple(e for e, nz in zip(outs_e, ct_nonzeros) if nz))
+    new_out = tuple(e for e, u in zip(ins, undefined) if u)
+    outs = self.bind([*consts, *[a for a, u in zip(args, undefined) if not u],
+                      *[c for c in cts if type(c) is not ad.Zero]], params, new_in, new_out,
+                     jaxpr=t_closed, name=f"transpose({params['name']})")
+    it = iter(outs)
+    return [next(it) if u else None for u in undefined]
+
+  def dce(self, used_outs, eqn):
+    if not any(used_outs):
+      return [False] * len(eqn.invars), None
+    params = eqn.params
+    closed = params["jaxpr"]
+
+    def make():
+      with self.env(params):
+        j, used_ins = pe.dce_jaxpr(closed.jaxpr, used_outs)
+      return ClosedJaxpr(j, []), used_ins
+    new_closed, used_ins = _memo(self._dce_cache, closed, tuple(used_outs), make)
+    if all(used_outs) and all(used_ins):
+      return used_ins, eqn
+    pick = lambda xs, m: tuple(x for x, u in zip(xs, m) if u)
+    return used_ins, eqn.replace(
+        invars=list(pick(eqn.invars, used_ins)), outvars=list(pick(eqn.outvars, used_outs)),
+        params={**params, "jaxpr": new_closed,
+                self.in_key: pick(params[self.in_key], used_ins),
+                self.out_key: pick(params[self.out_key], used_outs),
+                **{k: pick(params[k], used_ins) for k in self.reset}})
+
+  def register(self):
+    ad.primitive_jvps[self.prim] = self.jvp
+    ad.primitive_transposes[self.prim] = self.transpose
+    pe.dce_rules[self.prim] = self.dce
 
 
 def _pmap_partial_eval(eqn, unknowns):
@@ -153,64 +236,6 @@ def _pmap_partial_eval(eqn, unknowns):
   return known_eqn, unknown_eqn, out_unknowns
 
 
-def _pmap_transpose(cts, *args, **params):
-  closed, in_axes, out_axes = params["jaxpr"], params["in_axes"], params["out_axes"]
-  name, size = params["axis_name"], params["axis_size"]
-  undefined = tuple(ad.is_undefined_primal(a) for a in args)
-  ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
-
-  def make():
-    from stagecraft.lax import parallel
-    with _env(params):
-      t_closed, t_consts = ad.transpose_jaxpr(closed, undefined, ct_nonzeros)
-      res_avals = [mapped_aval(a.aval if ad.is_undefined_primal(a) else core.get_aval(a), ax)
-                   for a, ax, u in zip(args, in_axes, undefined) if not u]
-      ct_avals = [ad.tangent_aval(a) for a, nz in zip(closed.out_avals, ct_nonzeros) if nz]
-      ct_axes = [ax for ax, nz in zip(out_axes, ct_nonzeros) if nz]
-      lin_axes = [ax for ax, u in zip(in_axes, undefined) if u]
-      nres = len(res_avals)
-
-      def fun(*xs):
-        # NB: psum transposes to psum, so a replicated result's cotangent is shared out.
-        cts_in = [c / size if ax is None else c for c, ax in zip(xs[nres:], ct_axes)]
-        outs = core.jaxpr_as_fun(t_closed)(*t_consts, *xs[:nres], *cts_in)
-        return [parallel.psum(o, name) if ax is None else o for o, ax in zip(outs, lin_axes)]
-      jaxpr, consts = pe.trace_to_jaxpr(fun, [*res_avals, *ct_avals])
-    return (ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts))
-  t_closed, consts = _memo(_transpose_cache, closed, (undefined, ct_nonzeros), make)
-  new_in = ((None,) * len(consts) +
-            tuple(ax for ax, u in zip(in_axes, undefined) if not u) +
-            tuple(ax for ax, nz in zip(out_axes, ct_nonzeros) if nz))
-  new_out = tuple(ax for ax, u in zip(in_axes, undefined) if u)
-  outs = _bind([*consts, *[a for a, u in zip(args, undefined) if not u],
-                *[c for c in cts if type(c) is not ad.Zero]], params, jaxpr=t_closed,
-               in_axes=new_in, out_axes=new_out, donated_invars=(False,) * len(new_in),
-               name=f"transpose({params['name']})")
-  it = iter(outs)
-  return [next(it) if u else None for u in undefined]
-
-
-def _pmap_dce(used_outs, eqn):
-  if not any(used_outs):
-    return [False] * len(eqn.invars), None
-  params = eqn.params
-  closed = params["jaxpr"]
-
-  def make():
-    with _env(params):
-      j, used_ins = pe.dce_jaxpr(closed.jaxpr, used_outs)
-    return ClosedJaxpr(j, []), used_ins
-  new_closed, used_ins = _memo(_dce_cache, closed, tuple(used_outs), make)
-  if all(used_outs) and all(used_ins):
-    return used_ins, eqn
-  pick = lambda xs, m: tuple(x for x, u in zip(xs, m) if u)
-  return used_ins, eqn.replace(
-      invars=list(pick(eqn.invars, used_ins)), outvars=list(pick(eqn.outvars, used_outs)),
-      params={**params, "jaxpr": new_closed, "in_axes": pick(params["in_axes"], used_ins),
-              "out_axes": pick(params["out_axes"], used_outs),
-              "donated_invars": pick(params["donated_invars"], used_ins)})
-
-
 def _pmap_batch(axis_data, args, dims, **params):
   # vmap of pmap: each batched operand's batch axis goes first (its pmap axis moves up one);
   # the body is batched at axis 0 and so are all results.
@@ -239,10 +264,12 @@ def _pmap_batch(axis_data, args, dims, **params):
   return outs, [0] * n_out
 
 
-ad.primitive_jvps[xla_pmap_p] = _pmap_jvp
+MapRules(xla_pmap_p, "in_axes", "out_axes", None, _env,
+         lambda aval, ax, params: mapped_aval(aval, ax),
+         lambda ax, params: (((params["axis_name"],), params["axis_size"]) if ax is None
+                             else ((), 1)),
+         reset=("donated_invars",)).register()
 ad.partial_eval_rules[xla_pmap_p] = _pmap_partial_eval
-ad.primitive_transposes[xla_pmap_p] = _pmap_transpose
-pe.dce_rules[xla_pmap_p] = _pmap_dce
 batching.axis_primitive_batchers[xla_pmap_p] = _pmap_batch
 
 

@@ -308,8 +308,10 @@ def _spec_candidates(mesh: Mesh, ndim: int):
   for assign in itertools.product(range(ndim + 1), repeat=len(names)):
     per_dim = [[n for n, a in zip(names, assign) if a == d] for d in range(ndim)]
     for orders in itertools.product(*[itertools.permutations(p) for p in per_dim]):
-      yield PartitionSpec(*[None if not o else (o[0] if len(o) == 1 else tuple(o))
-                            for o in orders])
+      entries = [None if not o else (o[0] if len(o) == 1 else tuple(o)) for o in orders]
+      while entries and entries[-1] is None:   # NB: P("a"), as people write it
+        entries.pop()
+      yield PartitionSpec(*entries)
 
 
 def named_from_hlo(hlo_sharding, mesh: Mesh, ndim: int) -> NamedSharding | None:
