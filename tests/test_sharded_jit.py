@@ -415,14 +415,14 @@ def test_single_device_sharding_is_reported_as_given():
   assert y.sharding == SingleDeviceSharding(dev)
 
 
-@pytest.mark.xfail(reason="a jit with in_shardings called inside another jit drops its "
-                   "shardings (jit_p carries no layout); JAX applies them as constraints",
-                   strict=True)
 def test_inner_jit_shardings_act_as_constraints(mesh):
   s = NamedSharding(mesh, P("data", "model"))
-  out = sc.jit(lambda x: sc.jit(lambda y: y * 3, in_shardings=s, out_shardings=s)(x))(
-      _f32(8, 4))
+  inner = sc.jit(lambda y: y * 3, in_shardings=s, out_shardings=s)
+  outer = sc.jit(lambda x: inner(x))
+  out = outer(_f32(8, 4))
   assert out.sharding == s
+  np.testing.assert_allclose(np.asarray(out), 3 * _f32(8, 4))
+  assert outer.lower(_f32(8, 4)).as_text().count("sdy.sharding_constraint") == 2
 
 
 _SPECS = [P(), P("data"), P("model"), P(None, "data"), P("data", "model"),

@@ -663,6 +663,8 @@ class JitWrapped:
     if entry is None:
       entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
     if core._state.trace is not core.eval_trace:
+      if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
+        return self._constrained_call(entry, args, kwargs, static_argnums, leaves)
       outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr,
                         name=_fun_name(self._fun))
       return optree.tree_unflatten(entry.out_tree, outs)
@@ -694,6 +696,15 @@ class JitWrapped:
     traced, _ = trace_flat(self._fun, args, kwargs, static_argnums,
                            self._static_argnames, "jit")
     return traced
+
+  def _constrained_call(self, entry, args, kwargs, static_argnums, leaves):
+    from stagecraft.interpreters import sharded
+    lay = self._layout(entry, args, kwargs, static_argnums, [None] * len(leaves))
+    bind = lambda xs, shs: [x if s is None else sharded.sharding_constraint_p.bind(x, sharding=s)
+                            for x, s in zip(xs, shs or [None] * len(xs))]
+    outs = jit_p.bind(*entry.consts, *bind(leaves, lay.explicit_in), jaxpr=entry.jaxpr,
+                      name=_fun_name(self._fun))
+    return optree.tree_unflatten(entry.out_tree, bind(outs, lay.explicit_out))
 
   def _layout(self, entry, args, kwargs, static_argnums, placement) -> "_Layout":
     """What a sharded signature's layout depends on: committed shardings, jit's shardings

@@ -244,18 +244,29 @@ class NamedSharding(Sharding):
     return f"<@mesh, [{', '.join(dims)}]>"
 
   def _key(self):
-    # NB: equal layouts compare equal whatever the mesh axes are called.
-    pos = {n: i for i, n in enumerate(self.mesh.axis_names)}
-    spec = tuple(tuple(pos[n] for n in self.spec._names(i)) for i in range(len(self.spec)))
-    while spec and not spec[-1]:
-      spec = spec[:-1]
-    return (tuple(d.id for d in self.mesh.devices.flat), self.mesh.devices.shape, spec)
+    # NB: equal layouts compare equal whatever the mesh axes are called. Computed once:
+    # dispatch hashes the shardings of every argument on every call.
+    k = self.__dict__.get("_key_cache")
+    if k is None:
+      pos = {n: i for i, n in enumerate(self.mesh.axis_names)}
+      spec = tuple(tuple(pos[n] for n in self.spec._names(i)) for i in range(len(self.spec)))
+      while spec and not spec[-1]:
+        spec = spec[:-1]
+      k = (tuple(d.id for d in self.mesh.devices.flat), self.mesh.devices.shape, spec)
+      self.__dict__["_key_cache"] = k
+      self.__dict__["_hash_cache"] = hash(k)
+    return k
 
   def __eq__(self, other):
-    return isinstance(other, NamedSharding) and self._key() == other._key()
+    return other is self or (isinstance(other, NamedSharding) and
+                             self._key() == other._key())
 
   def __hash__(self):
-    return hash(self._key())
+    h = self.__dict__.get("_hash_cache")
+    if h is None:
+      self._key()
+      h = self.__dict__["_hash_cache"]
+    return h
 
   def __repr__(self):
     return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
