@@ -40,3 +40,27 @@ def tol(dtype) -> dict:
           np.dtype("complex64"): dict(rtol=2e-5, atol=2e-6)}.get(dtype, dict(rtol=1e-2, atol=1e-2)
                                                                 if "bfloat16" in dtype.name
                                                                 else dict(rtol=0, atol=0))
+
+
+# -- the 2x2 ("data", "model") mesh of the sharding tests (4 CPU devices, conftest.py)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mesh():
+  from stagecraft.sharding import make_mesh
+  return make_mesh((2, 2), ("data", "model"))
+
+
+@pytest.fixture(scope="module")
+def jmesh():
+  """The same 2x2 mesh as JAX objects (the oracle)."""
+  import jax
+  import jax.sharding as jsh
+  return jsh.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "model"))
+
+
+def f32(*shape, seed=0):
+  """A float32 array of standard normal values (seeded)."""
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)

@@ -18,26 +18,13 @@ from stagecraft import lax
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.sharding import NamedSharding, PartitionSpec as P, make_mesh
 
+from _util import f32 as _f32, jmesh, mesh  # noqa: E402,F401  (fixtures)
+
 pytestmark = pytest.mark.skipif(len(sc.devices()) < 4, reason="needs 4 devices")
-
-
-@pytest.fixture(scope="module")
-def mesh():
-  return make_mesh((2, 2), ("data", "model"))
-
-
-@pytest.fixture(scope="module")
-def jmesh():
-  """The same 2x2 mesh as JAX objects (the oracle)."""
-  return jsh.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "model"))
 
 
 def _rng(seed=0):
   return np.random.default_rng(seed)
-
-
-def _f32(*shape, seed=0):
-  return _rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _is_spec(s):

@@ -20,26 +20,13 @@ from stagecraft.runtime import dispatch
 from stagecraft.sharding import (Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSharding,
                                  make_mesh)
 
+from _util import f32 as _f32, jmesh, mesh  # noqa: E402,F401  (fixtures)
+
 pytestmark = pytest.mark.skipif(len(sc.devices()) < 4, reason="needs 4 devices")
-
-
-@pytest.fixture(scope="module")
-def mesh():
-  return make_mesh((2, 2), ("data", "model"))
-
-
-@pytest.fixture(scope="module")
-def jmesh():
-  """The same 2x2 mesh as JAX objects (the oracle)."""
-  return jsh.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "model"))
 
 
 def _rng(seed=0):
   return np.random.default_rng(seed)
-
-
-def _f32(*shape, seed=0):
-  return _rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _check_shards(x, sharding, ref):
