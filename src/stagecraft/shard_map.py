@@ -4,8 +4,8 @@
 PartitionSpec (dimension i split over the mesh axes named at i), runs `f` once per device on
 that device's blocks, with collectives (`lax.psum(x, "data")`, `lax.all_gather(y, "model")`,
 `lax.axis_index`, ...) over the mesh axis names, and assembles the results from the blocks
-by `out_specs`. Semantics follow JAX's `shard_map` (jax.shard_map / the former
-jax.experimental.shard_map): a mesh axis an out_spec does not mention means the result is the
+by `out_specs`. Semantics follow JAX's `shard_map` (top level in JAX 0.10, formerly under
+its experimental namespace): a mesh axis an out_spec does not mention means the result is the
 same on every device along that axis (checked when `check_rep`), and one copy is kept.
 
 Axes can be manual (the default: all of them) or automatic (`auto=` / `axis_names=`): over
