@@ -31,7 +31,6 @@ from stagecraft import core
 from stagecraft.core import ClosedJaxpr, Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import ad, batching, lowering, pxla
-from stagecraft.interpreters import partial_eval as pe
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
 from stagecraft.sharding import (Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding,
@@ -63,8 +62,9 @@ def to_named(s: Any, what: str) -> NamedSharding | None:
   if isinstance(s, SingleDeviceSharding):
     mesh = Mesh(np.array([s.device], dtype=object), ("_single",))
     return NamedSharding(mesh, PartitionSpec())
-  raise TypeError(f"{what}: expected a NamedSharding, a PartitionSpec (inside `with mesh:`) "
-                  f"or None, got {s!r} of type {type(s).__name__}.")
+  device = "a device from stagecraft.devices(), " if what == "device_put" else ""
+  raise TypeError(f"{what}: expected {device}a NamedSharding, a PartitionSpec (inside `with "
+                  f"mesh:`) or None, got {s!r} of type {type(s).__name__}.")
 
 
 def _is_sharding_leaf(x) -> bool:
@@ -464,13 +464,6 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
 # Arrays laid out over a mesh
 
 
-def _intern(s: NamedSharding) -> NamedSharding:
-  # NB: the shared table holds one object per layout (equal whatever the axes are called,
-  # trailing Nones ignored); an Array keeps the sharding as it was spelled.
-  t = pxla.intern_sharding(s)
-  return t if t.mesh.axis_names == s.mesh.axis_names and tuple(t.spec) == tuple(s.spec) else s
-
-
 def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
   """One leaf laid out by `sharding` (split on the host, one piece per device; no copy if
   it already is).
@@ -479,12 +472,10 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
     ValueError: a dimension not divisible by its mesh axes, or a spec longer than the rank.
   """
   aval = x.aval if type(x) is Array or isinstance(x, core.Tracer) else core.get_aval(x)
-  # NB: checked against the sharding given: the interned one may be an equal layout with a
-  # longer spec (trailing Nones) or other axis names.
   _check_spec_fits(sharding, aval, "device_put")
   if isinstance(x, core.Tracer):
     return sharding_constraint_p.bind(x, sharding=sharding)
-  s = _intern(sharding)
+  s = pxla.intern_sharding(sharding)
   if type(x) is Array and x._sharding is not None and x._sharding == s:
     return x
   buf = pxla.shard_arg(x, aval, s)
@@ -503,7 +494,7 @@ def make_array_from_callback(shape: Sequence[int], sharding: NamedSharding,
   """
   from stagecraft import dtypes
   shape = tuple(int(d) for d in shape)
-  sharding = _intern(to_named(sharding, "make_array_from_callback"))
+  sharding = pxla.intern_sharding(to_named(sharding, "make_array_from_callback"))
   m = sharding.devices_indices_map(shape)
   me = client.process_index()
   devs = [d for d in sharding.mesh.devices.flat if d.process_index == me]
@@ -533,7 +524,7 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSh
     ValueError: a wrong number of pieces or a piece of the wrong shape.
   """
   shape = tuple(int(d) for d in shape)
-  sharding = _intern(to_named(sharding, "make_array_from_single_device_arrays"))
+  sharding = pxla.intern_sharding(to_named(sharding, "make_array_from_single_device_arrays"))
   m = sharding.devices_indices_map(shape)
   me = client.process_index()
   devs = [d for d in sharding.mesh.devices.flat if d.process_index == me]
@@ -560,7 +551,7 @@ def make_array_from_process_local_data(sharding: NamedSharding, local_data: Any,
   Raises:
     ValueError: when the local block does not match the sharding.
   """
-  sharding = _intern(to_named(sharding, "make_array_from_process_local_data"))
+  sharding = pxla.intern_sharding(to_named(sharding, "make_array_from_process_local_data"))
   v = np.asarray(local_data)
   if global_shape is None:
     global_shape = _grow(sharding, v.shape)

@@ -142,7 +142,7 @@ def device_put(x: Any, device=None) -> Any:
       key path is named).
     ValueError: a split dimension not divisible by its mesh axes.
   """
-  from stagecraft.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+  from stagecraft.sharding import SingleDeviceSharding
   if isinstance(device, SingleDeviceSharding):
     device = device.device
   if device is not None and not hasattr(device, "client"):
@@ -158,12 +158,10 @@ def device_put(x: Any, device=None) -> Any:
       try:
         out.append(sharded.device_put_sharded(leaf, s))
       except (TypeError, ValueError) as e:
+        msg = str(e).removeprefix("device_put: ")
         raise type(e)(f"device_put: the leaf at {tree_util.keystr(path) or 'the root'}: "
-                      f"{e}") from None
+                      f"{msg}") from None
     return tree_util.tree_unflatten(treedef, out)
-  if device is not None and not hasattr(device, "client"):
-    raise TypeError(f"device_put: expected a device from stagecraft.devices() or None, got "
-                    f"{device!r}.")
   with_paths, treedef = tree_util.tree_flatten_with_path(x)
   out = [_device_put_leaf(leaf, device, tree_util.keystr(path)) for path, leaf in with_paths]
   return tree_util.tree_unflatten(treedef, out)
