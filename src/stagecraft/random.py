@@ -31,11 +31,12 @@ import numpy as np
 
 from stagecraft import dtypes, lax, tree_util
 from stagecraft import numpy as jnp
-from stagecraft.api import jit, vmap
 from stagecraft.custom_derivatives import custom_jvp
+from stagecraft.interpreters import batching
 from stagecraft.lax import random_bits, utils as lax_utils
 from stagecraft.lax.shape import canonicalize_shape
-from stagecraft.numpy.lax_numpy import promote_dtypes_inexact
+from stagecraft.numpy.util import promote_dtypes_inexact
+from stagecraft.pjit import jit
 
 __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
            "split", "fold_in", "clone", "bits", "uniform", "normal", "randint", "bernoulli",
@@ -1358,12 +1359,15 @@ def _gamma_one(data, alpha, log_space: bool):
 
 def _gamma_batched(data, a, log_space: bool):
   """Samples `T[*s]` for `a: T[*s]`: one key per element (`split(key, a.size)`), each element
-  its own rejection loop (`vmap` of `_gamma_one`: the loop runs until all accept)."""
+  its own rejection loop (`_gamma_one` batched as `vmap` batches it: the loop runs until all
+  accept)."""
   if a.size == 0:
     return jnp.zeros(a.shape, a.dtype)
   keys = _split_data(data, (a.size,))
-  samples = vmap(partial(_gamma_one, log_space=log_space))(keys, jnp.reshape(a, (a.size,)))
-  return jnp.reshape(samples, a.shape)
+  (samples,), (bdim,) = batching.batch_flat(
+      lambda key, alpha: [_gamma_one(key, alpha, log_space)], [keys, jnp.reshape(a, (a.size,))],
+      [0, 0], batching.AxisData(None, a.size))
+  return jnp.reshape(batching.matchaxis(samples, bdim, 0, a.size), a.shape)
 
 
 def _random_gamma_grad(a, x):

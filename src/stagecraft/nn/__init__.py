@@ -16,11 +16,12 @@ import numpy as np
 
 from stagecraft import dtypes, lax
 from stagecraft import numpy as jnp
-from stagecraft.api import jit
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.nn import initializers  # noqa: F401
-from stagecraft.numpy.lax_numpy import promote_dtypes_inexact
-from stagecraft.scipy.special import _masked, logsumexp
+from stagecraft.numpy.reductions import masked
+from stagecraft.numpy.util import promote_dtypes_inexact
+from stagecraft.pjit import jit
+from stagecraft.scipy.special import logsumexp
 
 __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "elu",
            "leaky_relu", "celu", "selu", "glu", "log_sigmoid", "softmax", "log_softmax",
@@ -236,10 +237,10 @@ def log_softmax(x: Any, axis: Any = -1, where: Any = None):
 
 
 def _log_softmax_impl(x, axis, where):
-  x_safe = _masked(x, where, -np.inf)
+  x_safe = masked(x, where, -np.inf)
   x_max = jnp.max(x_safe, axis, initial=-np.inf, keepdims=True)
   shifted = x_safe - lax.stop_gradient(x_max)
-  shifted_logsumexp = jnp.log(jnp.sum(_masked(jnp.exp(shifted), where, 0), axis,
+  shifted_logsumexp = jnp.log(jnp.sum(masked(jnp.exp(shifted), where, 0), axis,
                                       keepdims=True))
   result = shifted - shifted_logsumexp
   if where is not None:
@@ -278,10 +279,10 @@ def softmax(x: Any, axis: Any = -1, where: Any = None):
 
 @functools.partial(custom_jvp, nondiff_argnums=(1,))
 def _softmax(x, axis, where):
-  x_safe = _masked(x, where, -np.inf)
+  x_safe = masked(x, where, -np.inf)
   x_max = jnp.max(x_safe, axis, initial=-np.inf, keepdims=True)
   unnormalized = jnp.exp(x_safe - x_max)
-  result = unnormalized / jnp.sum(_masked(unnormalized, where, 0), axis, keepdims=True)
+  result = unnormalized / jnp.sum(masked(unnormalized, where, 0), axis, keepdims=True)
   if where is not None:
     result = jnp.where(where, result, 0)
   return result
@@ -291,7 +292,7 @@ def _softmax(x, axis, where):
 def _softmax_jvp(axis, primals, tangents):
   (x, where), (x_dot, _) = primals, tangents
   y = _softmax(x, axis, where)
-  return y, y * (x_dot - jnp.sum(_masked(y * x_dot, where, 0), axis, keepdims=True))
+  return y, y * (x_dot - jnp.sum(masked(y * x_dot, where, 0), axis, keepdims=True))
 
 
 def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = False):
@@ -336,7 +337,7 @@ def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None,
       return jnp.mean(v, axes, keepdims=True)
     v = jnp.asarray(v)
     count = jnp.sum(jnp.broadcast_to(where, v.shape).astype(v.dtype), axes, keepdims=True)
-    return jnp.sum(_masked(v, where, 0), axes, keepdims=True) / count
+    return jnp.sum(masked(v, where, 0), axes, keepdims=True) / count
   if mean is None:
     mean = masked_mean(x)
   if variance is None:

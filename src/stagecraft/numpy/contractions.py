@@ -13,8 +13,18 @@ import numpy as np
 import opt_einsum
 
 from stagecraft import dtypes, lax
-from stagecraft.numpy import lax_numpy as jnp
-from stagecraft.numpy.lax_numpy import ArrayLike, _dtype, _shape, asarray
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_creation import zeros_like
+from stagecraft.numpy.lax_numpy import pad
+from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_shapes, broadcast_to,
+                                           expand_dims, flip, moveaxis, ravel, reshape, squeeze,
+                                           stack)
+from stagecraft.numpy.ufuncs import conjugate, multiply, subtract
+from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, dtype_of, promote_dtypes,
+                                   promote_dtypes_inexact, shape_of, slice_axis)
+
+__all__ = ["matmul", "dot", "vdot", "tensordot", "einsum", "einsum_path", "outer", "inner",
+           "kron", "cross", "vecdot", "matvec", "vecmat", "convolve", "correlate"]
 
 
 def _dot(a, b, contract, batch=((), ()), precision=None, preferred_element_type=None):
@@ -31,8 +41,8 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type
   Raises:
     ValueError: for 0-d operands, mismatched contracting sizes or unbroadcastable batches.
   """
-  a, b = jnp.promote_dtypes(asarray(a), asarray(b))
-  sa, sb = _shape(a), _shape(b)
+  a, b = promote_dtypes(asarray(a), asarray(b))
+  sa, sb = shape_of(a), shape_of(b)
   if not sa or not sb:
     raise ValueError(f"matmul: 0-d operands are not allowed (shapes {sa} and {sb}); use "
                      f"multiply or the * operator.")
@@ -52,9 +62,9 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type
     out = _dot(a, b, ((1,), (cb,)), **kw)
     nb = len(sb) - 2
     return lax.transpose(out, (*range(1, nb + 1), 0, nb + 1))
-  batch = jnp.broadcast_shapes(sa[:-2], sb[:-2])
-  a = jnp.broadcast_to(a, (*batch, *sa[-2:]))
-  b = jnp.broadcast_to(b, (*batch, *sb[-2:]))
+  batch = broadcast_shapes(sa[:-2], sb[:-2])
+  a = broadcast_to(a, (*batch, *sa[-2:]))
+  b = broadcast_to(b, (*batch, *sb[-2:]))
   nb = len(batch)
   return _dot(a, b, ((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))), **kw)
 
@@ -63,10 +73,10 @@ def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=No
   """NumPy's `dot`: multiply for scalars, inner product of vectors, and for N-D the sum
   over the last axis of `a` and the second-to-last of `b` (result: a's free dims, then b's).
   """
-  a, b = jnp.promote_dtypes(asarray(a), asarray(b))
-  sa, sb = _shape(a), _shape(b)
+  a, b = promote_dtypes(asarray(a), asarray(b))
+  sa, sb = shape_of(a), shape_of(b)
   if not sa or not sb:
-    return jnp.multiply(a, b)
+    return multiply(a, b)
   cb = 0 if len(sb) == 1 else len(sb) - 2
   if sa[-1] != sb[cb]:
     raise ValueError(f"dot: shapes {sa} and {sb} not aligned: {sa[-1]} (dim {len(sa) - 1}) "
@@ -77,9 +87,9 @@ def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=No
 
 def vdot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None):
   """Dot product of the flattened inputs (the first conjugated for complex inputs)."""
-  a, b = jnp.ravel(asarray(a)), jnp.ravel(asarray(b))
-  if dtypes.is_complex(_dtype(a)):
-    a = jnp.conjugate(a)
+  a, b = ravel(asarray(a)), ravel(asarray(b))
+  if dtypes.is_complex(dtype_of(a)):
+    a = conjugate(a)
   return dot(a, b, precision=precision, preferred_element_type=preferred_element_type)
 
 
@@ -91,13 +101,13 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
   Raises:
     ValueError: for mismatched axis sizes or counts.
   """
-  a, b = jnp.promote_dtypes(asarray(a), asarray(b))
-  na, nb = len(_shape(a)), len(_shape(b))
+  a, b = promote_dtypes(asarray(a), asarray(b))
+  na, nb = len(shape_of(a)), len(shape_of(b))
   if isinstance(axes, (int, np.integer)):
     n = operator.index(axes)
     if n > min(na, nb) or n < 0:
-      raise ValueError(f"tensordot: axes={n} out of range for shapes {_shape(a)} and "
-                       f"{_shape(b)}.")
+      raise ValueError(f"tensordot: axes={n} out of range for shapes {shape_of(a)} and "
+                       f"{shape_of(b)}.")
     ca, cb = tuple(range(na - n, na)), tuple(range(n))
   else:
     if len(axes) != 2:
@@ -107,8 +117,8 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     ax_b = (ax_b,) if isinstance(ax_b, int) else tuple(ax_b)
     if len(ax_a) != len(ax_b):
       raise ValueError(f"tensordot: axes {ax_a} and {ax_b} differ in length.")
-    ca = tuple(jnp._canon_axis(x, na, "tensordot") for x in ax_a)
-    cb = tuple(jnp._canon_axis(x, nb, "tensordot") for x in ax_b)
+    ca = tuple(canonicalize_axis(x, na, "tensordot") for x in ax_a)
+    cb = tuple(canonicalize_axis(x, nb, "tensordot") for x in ax_b)
   return _dot(a, b, (ca, cb), precision=precision,
               preferred_element_type=preferred_element_type)
 
@@ -124,8 +134,8 @@ def einsum(subscripts: str, *operands: ArrayLike, optimize: str | bool = "auto",
     ValueError: for malformed subscripts or operand shapes (opt_einsum's message).
     NotImplementedError: for repeated indices within one operand (diagonals).
   """
-  operands = jnp.promote_dtypes(*[asarray(o) for o in operands])
-  shapes = [_shape(o) for o in operands]
+  operands = promote_dtypes(*[asarray(o) for o in operands])
+  shapes = [shape_of(o) for o in operands]
   # optimize=False: contract left to right, one pair at a time (opt_einsum's own False
   # contracts all operands in one step, which the pairwise lowering below cannot take).
   opt = "auto" if optimize is True else (
@@ -191,7 +201,7 @@ def einsum_path(subscripts: str, *operands: ArrayLike, optimize: str | bool = "a
     subscripts, operands: as for `einsum` (only the shapes of the operands are used).
     optimize: 'auto', 'greedy', 'optimal', True ('optimal') or False (left to right).
   """
-  shapes = [_shape(asarray(o)) if not hasattr(o, "shape") else tuple(o.shape) for o in operands]
+  shapes = [shape_of(asarray(o)) if not hasattr(o, "shape") else tuple(o.shape) for o in operands]
   if optimize is True:
     optimize = "optimal"
   elif optimize is False:
@@ -204,8 +214,8 @@ def outer(a: ArrayLike, b: ArrayLike, out: None = None):
   bool)."""
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.outer is not supported.")
-  a, b = jnp.ravel(asarray(a)), jnp.ravel(asarray(b))
-  return jnp.multiply(jnp.expand_dims(a, 1), jnp.expand_dims(b, 0))
+  a, b = ravel(asarray(a)), ravel(asarray(b))
+  return multiply(expand_dims(a, 1), expand_dims(b, 0))
 
 
 def inner(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None):
@@ -215,12 +225,12 @@ def inner(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=
   Raises:
     ValueError: if the last dimensions differ.
   """
-  a, b = jnp.promote_dtypes(asarray(a), asarray(b))
-  if not _shape(a) or not _shape(b):
-    return jnp.multiply(a, b)
-  if _shape(a)[-1] != _shape(b)[-1]:
-    raise ValueError(f"inner: the last dimensions differ: {_shape(a)} and {_shape(b)}.")
-  return _dot(a, b, ((len(_shape(a)) - 1,), (len(_shape(b)) - 1,)), precision=precision,
+  a, b = promote_dtypes(asarray(a), asarray(b))
+  if not shape_of(a) or not shape_of(b):
+    return multiply(a, b)
+  if shape_of(a)[-1] != shape_of(b)[-1]:
+    raise ValueError(f"inner: the last dimensions differ: {shape_of(a)} and {shape_of(b)}.")
+  return _dot(a, b, ((len(shape_of(a)) - 1,), (len(shape_of(b)) - 1,)), precision=precision,
               preferred_element_type=preferred_element_type)
 
 
@@ -231,17 +241,17 @@ def kron(a: ArrayLike, b: ArrayLike):
   Raises:
     TypeError: for bool inputs (as JAX's numpy).
   """
-  a, b = (asarray(v) for v in jnp.promote_dtypes(asarray(a), asarray(b)))
-  na, nb = len(_shape(a)), len(_shape(b))
+  a, b = (asarray(v) for v in promote_dtypes(asarray(a), asarray(b)))
+  na, nb = len(shape_of(a)), len(shape_of(b))
   if na < nb:
-    a = jnp.reshape(a, (1,) * (nb - na) + _shape(a))
+    a = reshape(a, (1,) * (nb - na) + shape_of(a))
   elif nb < na:
-    b = jnp.reshape(b, (1,) * (na - nb) + _shape(b))
-  nd = len(_shape(a))
-  big = tuple(d for pair in zip(_shape(a), _shape(b)) for d in pair)
+    b = reshape(b, (1,) * (na - nb) + shape_of(b))
+  nd = len(shape_of(a))
+  big = tuple(d for pair in zip(shape_of(a), shape_of(b)) for d in pair)
   ab = lax.broadcast_in_dim(a, big, tuple(range(0, 2 * nd, 2)))
   bb = lax.broadcast_in_dim(b, big, tuple(range(1, 2 * nd, 2)))
-  return jnp.reshape(lax.mul(ab, bb), tuple(x * y for x, y in zip(_shape(a), _shape(b))))
+  return reshape(lax.mul(ab, bb), tuple(x * y for x, y in zip(shape_of(a), shape_of(b))))
 
 
 def cross(a: ArrayLike, b: ArrayLike, axisa: int = -1, axisb: int = -1, axisc: int = -1,
@@ -255,23 +265,23 @@ def cross(a: ArrayLike, b: ArrayLike, axisa: int = -1, axisb: int = -1, axisc: i
   """
   if axis is not None:
     axisa = axisb = axisc = axis
-  a = jnp.moveaxis(asarray(a), axisa, -1)
-  b = jnp.moveaxis(asarray(b), axisb, -1)
-  if _shape(a)[-1] not in (2, 3) or _shape(b)[-1] not in (2, 3):
+  a = moveaxis(asarray(a), axisa, -1)
+  b = moveaxis(asarray(b), axisb, -1)
+  if shape_of(a)[-1] not in (2, 3) or shape_of(b)[-1] not in (2, 3):
     raise ValueError("Dimension must be either 2 or 3 for cross product")
 
   def comp(x, i):
-    return x[..., i] if i < _shape(x)[-1] else jnp.zeros_like(x[..., 0])
+    return x[..., i] if i < shape_of(x)[-1] else zeros_like(x[..., 0])
 
   a0, a1, a2 = (comp(a, i) for i in range(3))
   b0, b1, b2 = (comp(b, i) for i in range(3))
-  sub, mul = jnp.subtract, jnp.multiply
-  if _shape(a)[-1] == 2 and _shape(b)[-1] == 2:
+  sub, mul = subtract, multiply
+  if shape_of(a)[-1] == 2 and shape_of(b)[-1] == 2:
     return sub(mul(a0, b1), mul(a1, b0))
-  c = jnp.stack(jnp.broadcast_arrays(sub(mul(a1, b2), mul(a2, b1)),
+  c = stack(broadcast_arrays(sub(mul(a1, b2), mul(a2, b1)),
                                      sub(mul(a2, b0), mul(a0, b2)),
                                      sub(mul(a0, b1), mul(a1, b0))))
-  return jnp.moveaxis(c, 0, axisc)
+  return moveaxis(c, 0, axisc)
 
 
 def vecdot(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1, precision=None,
@@ -282,47 +292,47 @@ def vecdot(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1, precision=None,
   Raises:
     ValueError: if the vector dimensions differ.
   """
-  x1, x2 = jnp.promote_dtypes(asarray(x1), asarray(x2))
-  x1, x2 = jnp.moveaxis(x1, axis, -1), jnp.moveaxis(x2, axis, -1)
-  if _shape(x1)[-1] != _shape(x2)[-1]:
-    raise ValueError(f"vecdot: vector dimensions differ: {_shape(x1)} and {_shape(x2)}.")
-  return jnp.squeeze(jnp.squeeze(matmul(jnp.expand_dims(jnp.conjugate(x1), -2),
-                                        jnp.expand_dims(x2, -1), precision=precision,
+  x1, x2 = promote_dtypes(asarray(x1), asarray(x2))
+  x1, x2 = moveaxis(x1, axis, -1), moveaxis(x2, axis, -1)
+  if shape_of(x1)[-1] != shape_of(x2)[-1]:
+    raise ValueError(f"vecdot: vector dimensions differ: {shape_of(x1)} and {shape_of(x2)}.")
+  return squeeze(squeeze(matmul(expand_dims(conjugate(x1), -2),
+                                        expand_dims(x2, -1), precision=precision,
                                         preferred_element_type=preferred_element_type),
                                  -1), -1)
 
 
 def matvec(x1: ArrayLike, x2: ArrayLike, /):
   """Matrix-vector product with broadcast batches: `[..., m, n] x [..., n] -> [..., m]`."""
-  return jnp.squeeze(matmul(x1, jnp.expand_dims(asarray(x2), -1)), -1)
+  return squeeze(matmul(x1, expand_dims(asarray(x2), -1)), -1)
 
 
 def vecmat(x1: ArrayLike, x2: ArrayLike, /):
   """Vector-matrix product `conj(x1) @ x2` with broadcast batches:
   `[..., m] x [..., m, n] -> [..., n]`."""
-  return jnp.squeeze(matmul(jnp.expand_dims(jnp.conjugate(asarray(x1)), -2), x2), -2)
+  return squeeze(matmul(expand_dims(conjugate(asarray(x1)), -2), x2), -2)
 
 
 def _conv(x, y, mode, op, precision, preferred_element_type):
   x, y = asarray(x), asarray(y)
-  if len(_shape(x)) != 1 or len(_shape(y)) != 1:
+  if len(shape_of(x)) != 1 or len(shape_of(y)) != 1:
     raise ValueError(f"{op}() only support 1-dimensional inputs.")
   if preferred_element_type is None:
-    x, y = (asarray(v) for v in jnp.promote_dtypes_inexact(x, y))
+    x, y = (asarray(v) for v in promote_dtypes_inexact(x, y))
   else:
-    x, y = (asarray(v) for v in jnp.promote_dtypes(x, y))
-  if _shape(x)[0] == 0 or _shape(y)[0] == 0:
-    raise ValueError(f"{op}: inputs cannot be empty, got shapes {_shape(x)} and {_shape(y)}.")
+    x, y = (asarray(v) for v in promote_dtypes(x, y))
+  if shape_of(x)[0] == 0 or shape_of(y)[0] == 0:
+    raise ValueError(f"{op}: inputs cannot be empty, got shapes {shape_of(x)} and {shape_of(y)}.")
   reverse = False
   if op == "correlate":
-    y = jnp.conjugate(y)
-    if _shape(x)[0] < _shape(y)[0]:
+    y = conjugate(y)
+    if shape_of(x)[0] < shape_of(y)[0]:
       x, y, reverse = y, x, True
-  elif _shape(x)[0] < _shape(y)[0]:
+  elif shape_of(x)[0] < shape_of(y)[0]:
     x, y = y, x
   if op == "convolve":
-    y = jnp.flip(y)
-  m = _shape(y)[0]
+    y = flip(y)
+  m = shape_of(y)[0]
   if mode == "valid":
     padding = (0, 0)
   elif mode == "same":
@@ -331,23 +341,23 @@ def _conv(x, y, mode, op, precision, preferred_element_type):
     padding = (m - 1, m - 1)
   else:
     raise ValueError("mode must be one of ['full', 'same', 'valid']")
-  out = _correlate_valid(jnp.pad(x, [padding]), y, precision, preferred_element_type)
-  return jnp.flip(out) if reverse else out
+  out = _correlate_valid(pad(x, [padding]), y, precision, preferred_element_type)
+  return flip(out) if reverse else out
 
 
 def _correlate_valid(x, y, precision, preferred_element_type):
   """`out[i] = sum_j x[i + j] * y[j]` for the `n - m + 1` full overlaps: one
   `conv_general_dilated` (real dtypes), or a windowed dot product (complex, which XLA's CPU
   convolution does not take)."""
-  n, m = _shape(x)[0], _shape(y)[0]
-  if not dtypes.is_complex(_dtype(x)) and hasattr(lax, "conv_general_dilated"):
-    out = lax.conv_general_dilated(jnp.reshape(x, (1, 1, n)), jnp.reshape(y, (1, 1, m)), (1,),
+  n, m = shape_of(x)[0], shape_of(y)[0]
+  if not dtypes.is_complex(dtype_of(x)) and hasattr(lax, "conv_general_dilated"):
+    out = lax.conv_general_dilated(reshape(x, (1, 1, n)), reshape(y, (1, 1, m)), (1,),
                                    [(0, 0)], precision=precision,
                                    preferred_element_type=preferred_element_type)
-    return jnp.reshape(out, (n - m + 1,))
+    return reshape(out, (n - m + 1,))
   # Windows as a [n - m + 1, m] matrix built from m shifted slices, then a matvec.
   k = n - m + 1
-  win = jnp.stack([jnp._slice_axis(x, j, j + k, 0) for j in range(m)], axis=1)
+  win = stack([slice_axis(x, j, j + k, 0) for j in range(m)], axis=1)
   return _dot(win, y, ((1,), (0,)), precision=precision,
               preferred_element_type=preferred_element_type)
 

@@ -15,8 +15,12 @@ import numpy as np
 
 from stagecraft import dtypes, lax
 from stagecraft.lax.fft import FftType
-from stagecraft.numpy import lax_numpy as jnp
-from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.lax_numpy import pad, roll
+from stagecraft.numpy.manipulation import moveaxis
+from stagecraft.numpy.ufuncs import add, conjugate, divide, multiply, remainder, subtract
+from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, dtype_of, ndim_of,
+                                   shape_of, slice_axis, to_inexact_dtype)
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2",
            "fftn", "ifftn", "rfftn", "irfftn", "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
@@ -39,23 +43,23 @@ def _fft_nd(arr, fft_type: FftType, s):
   if len(s) <= 3:
     return lax.fft(arr, fft_type, tuple(s))
   n = 2 if len(s) == 4 else 3
-  nd = _ndim(arr)
+  nd = ndim_of(arr)
   src = tuple(range(nd - len(s), nd - n))
   dst = tuple(range(nd - len(s) + n, nd))
   if fft_type in (FftType.RFFT, FftType.FFT):
     arr = lax.fft(arr, fft_type, tuple(s)[-n:])
-    arr = jnp.moveaxis(arr, src, dst)
+    arr = moveaxis(arr, src, dst)
     arr = _fft_nd(arr, FftType.FFT, s[:-n])
-    return jnp.moveaxis(arr, dst, src)
-  arr = jnp.moveaxis(arr, src, dst)
+    return moveaxis(arr, dst, src)
+  arr = moveaxis(arr, src, dst)
   arr = _fft_nd(arr, FftType.IFFT, s[:-n])
-  arr = jnp.moveaxis(arr, dst, src)
+  arr = moveaxis(arr, dst, src)
   return lax.fft(arr, fft_type, tuple(s)[-n:])
 
 
 def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
   full = f"stagecraft.numpy.fft.{func_name}"
-  arr = _arr(a)
+  arr = as_array(a)
   if s is not None:
     s = tuple(operator.index(x) for x in s)
     if any(x <= 0 for x in s):
@@ -64,53 +68,53 @@ def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
     raise ValueError("Shape and axes have different lengths.")
   orig_axes = axes
   if axes is None:
-    axes = tuple(range(_ndim(arr))) if s is None else tuple(
-        range(_ndim(arr) - len(s), _ndim(arr)))
+    axes = tuple(range(ndim_of(arr))) if s is None else tuple(
+        range(ndim_of(arr) - len(s), ndim_of(arr)))
   else:
     axes = tuple(operator.index(ax) for ax in axes)
-  canon = tuple(jnp._canon_axis(ax, _ndim(arr), full) for ax in axes)
+  canon = tuple(canonicalize_axis(ax, ndim_of(arr), full) for ax in axes)
   if len(set(canon)) != len(canon):
     raise ValueError(f"{full} does not support repeated axes. Got axes {tuple(axes)}.")
   if orig_axes is not None:
-    axes = tuple(range(_ndim(arr) - len(axes), _ndim(arr)))
-    arr = jnp.moveaxis(arr, canon, axes)
+    axes = tuple(range(ndim_of(arr) - len(axes), ndim_of(arr)))
+    arr = moveaxis(arr, canon, axes)
   else:
     axes = canon
   if s is not None:
-    in_s = list(_shape(arr))
+    in_s = list(shape_of(arr))
     for ax, x in zip(axes, s):
       in_s[ax] = x
     if fft_type == FftType.IRFFT:
       in_s[-1] = in_s[-1] // 2 + 1
     # Crop, then zero-pad, to `in_s`.
     for ax, target in enumerate(in_s):
-      if _shape(arr)[ax] > target:
-        arr = jnp._slice_axis(arr, 0, target, ax)
-    widths = [(0, t - d) for t, d in zip(in_s, _shape(arr))]
+      if shape_of(arr)[ax] > target:
+        arr = slice_axis(arr, 0, target, ax)
+    widths = [(0, t - d) for t, d in zip(in_s, shape_of(arr))]
     if any(w for _, w in widths):
-      arr = jnp.pad(arr, widths)
+      arr = pad(arr, widths)
   else:
     if fft_type == FftType.IRFFT:
-      s = [_shape(arr)[ax] for ax in axes[:-1]]
+      s = [shape_of(arr)[ax] for ax in axes[:-1]]
       if axes:
-        s += [max(0, 2 * (_shape(arr)[axes[-1]] - 1))]
+        s += [max(0, 2 * (shape_of(arr)[axes[-1]] - 1))]
     else:
-      s = [_shape(arr)[ax] for ax in axes]
-  if fft_type == FftType.RFFT and dtypes.is_complex(_dtype(arr)):
+      s = [shape_of(arr)[ax] for ax in axes]
+  if fft_type == FftType.RFFT and dtypes.is_complex(dtype_of(arr)):
     raise ValueError("only real valued inputs supported for rfft")
-  if fft_type != FftType.RFFT and not dtypes.is_complex(_dtype(arr)):
-    arr = lax.convert_element_type(arr, dtypes.complex128 if _dtype(arr) == dtypes.float64
+  if fft_type != FftType.RFFT and not dtypes.is_complex(dtype_of(arr)):
+    arr = lax.convert_element_type(arr, dtypes.complex128 if dtype_of(arr) == dtypes.float64
                                    else dtypes.default_complex_dtype())
-  elif fft_type == FftType.RFFT and _dtype(arr) not in (dtypes.float32, dtypes.float64):
+  elif fft_type == FftType.RFFT and dtype_of(arr) not in (dtypes.float32, dtypes.float64):
     arr = lax.convert_element_type(arr, dtypes.default_float_dtype())
   out = _fft_nd(arr, fft_type, list(s)) if len(s) else arr
   factor = _norm_factor(s, func_name, norm)
   if factor is not None:
-    out = lax.mul(out, np.asarray(factor, _dtype(out))[()])
+    out = lax.mul(out, np.asarray(factor, dtype_of(out))[()])
   if out.weak_type:   # transforms give strongly typed results, as in JAX's numpy
-    out = lax.convert_element_type(out, _dtype(out))
+    out = lax.convert_element_type(out, dtype_of(out))
   if orig_axes is not None:
-    out = jnp.moveaxis(out, axes, canon)
+    out = moveaxis(out, axes, canon)
   return out
 
 
@@ -180,19 +184,19 @@ def hfft(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = 
   """The FFT of a signal with Hermitian symmetry given by its non-negative half: a real
   spectrum of length `n` (default `2 * (m - 1)`)."""
   _axis_1d("hfft", axis)
-  conj_a = jnp.conjugate(_arr(a))
-  nn = (_shape(conj_a)[axis] - 1) * 2 if n is None else n
+  conj_a = conjugate(as_array(a))
+  nn = (shape_of(conj_a)[axis] - 1) * 2 if n is None else n
   out = _fft_1d("hfft", FftType.IRFFT, conj_a, n, axis, norm)
-  return lax.mul(out, np.asarray(nn, _dtype(out))[()])
+  return lax.mul(out, np.asarray(nn, dtype_of(out))[()])
 
 
 def ihfft(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None):
   """The inverse of `hfft`: `conj(rfft(a)) / n`."""
   _axis_1d("ihfft", axis)
-  arr = _arr(a)
-  nn = _shape(arr)[axis] if n is None else n
+  arr = as_array(a)
+  nn = shape_of(arr)[axis] if n is None else n
   out = _fft_1d("ihfft", FftType.RFFT, arr, n, axis, norm)
-  return lax.mul(jnp.conjugate(out), np.asarray(1 / nn, _dtype(out))[()])
+  return lax.mul(conjugate(out), np.asarray(1 / nn, dtype_of(out))[()])
 
 
 def fft2(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1),
@@ -275,11 +279,11 @@ def fftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
   """
   n = _freq_args("fftfreq", n, d)
   out_dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  dt = jnp._to_inexact(out_dt)
+  dt = to_inexact_dtype(out_dt)
   i = lax.iota(dtypes.int32, n)
-  k = lax.convert_element_type(jnp.subtract(jnp.remainder(jnp.add(i, n // 2), max(n, 1)),
+  k = lax.convert_element_type(subtract(remainder(add(i, n // 2), max(n, 1)),
                                             n // 2), dt)
-  out = jnp.divide(k, jnp.multiply(jnp.asarray(d, dt), jnp.asarray(n, dt)))
+  out = divide(k, multiply(asarray(d, dt), asarray(n, dt)))
   return lax.convert_element_type(out, out_dt)
 
 
@@ -292,19 +296,19 @@ def rfftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
   n = _freq_args("rfftfreq", n, d)
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
   k = lax.iota(dt, n // 2 + 1)
-  return jnp.divide(k, jnp.multiply(jnp.asarray(d, dt), jnp.asarray(n, dt)))
+  return divide(k, multiply(asarray(d, dt), asarray(n, dt)))
 
 
 def _shift(x, axes, sign):
-  x = _arr(x)
+  x = as_array(x)
   if axes is None:
-    axes = tuple(range(_ndim(x)))
-    shift = [sign * (d // 2) for d in _shape(x)]
+    axes = tuple(range(ndim_of(x)))
+    shift = [sign * (d // 2) for d in shape_of(x)]
   elif isinstance(axes, int):
-    shift = sign * (_shape(x)[axes] // 2)
+    shift = sign * (shape_of(x)[axes] // 2)
   else:
-    shift = [sign * (_shape(x)[ax] // 2) for ax in axes]
-  return jnp.roll(x, shift, axes) if _ndim(x) else x
+    shift = [sign * (shape_of(x)[ax] // 2) for ax in axes]
+  return roll(x, shift, axes) if ndim_of(x) else x
 
 
 def fftshift(x: ArrayLike, axes: None | int | Sequence[int] = None):

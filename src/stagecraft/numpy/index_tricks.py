@@ -11,8 +11,13 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import Tracer
-from stagecraft.numpy import lax_numpy as jnp
-from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+from stagecraft.numpy.array_constructors import array, asarray
+from stagecraft.numpy.array_creation import arange, meshgrid, ones, zeros, zeros_like
+from stagecraft.numpy.lax_numpy import astype, linspace
+from stagecraft.numpy.manipulation import broadcast_shapes, concatenate, reshape, stack, transpose
+from stagecraft.numpy.ufuncs import add, clip, floor_divide, less, multiply, remainder, where
+from stagecraft.numpy.util import (ArrayLike, as_array, check_concrete, dtype_of, ndim_of,
+                                   promote_dtypes, shape_of)
 
 __all__ = ["mgrid", "ogrid", "r_", "c_", "s_", "index_exp", "ix_", "diag_indices",
            "diag_indices_from", "tril_indices", "triu_indices", "tril_indices_from",
@@ -24,12 +29,12 @@ index_exp = np.index_exp
 
 def _grid_1d(s: slice, op_name: str):
   for v, what in ((s.start, "start"), (s.stop, "stop"), (s.step, "step")):
-    jnp._concrete(v, op_name, f"slice {what}")
+    check_concrete(v, op_name, f"slice {what}")
   start = s.start or 0
   step = s.step or 1
   if np.iscomplex(step):
-    return jnp.linspace(start, s.stop, int(abs(step)))
-  return jnp.arange(start, s.stop, step)
+    return linspace(start, s.stop, int(abs(step)))
+  return arange(start, s.stop, step)
 
 
 class _Grid:
@@ -42,12 +47,12 @@ class _Grid:
   def __getitem__(self, key):
     if isinstance(key, slice):
       return _grid_1d(key, self.name)
-    out = jnp.promote_dtypes(*[_grid_1d(k, self.name) for k in key])
-    out = [_arr(o) for o in out]
-    grids = jnp.meshgrid(*out, indexing="ij", sparse=self.sparse)
+    out = promote_dtypes(*[_grid_1d(k, self.name) for k in key])
+    out = [as_array(o) for o in out]
+    grids = meshgrid(*out, indexing="ij", sparse=self.sparse)
     if self.sparse:
       return grids
-    return jnp.stack(grids, 0) if grids else jnp.arange(0)
+    return stack(grids, 0) if grids else arange(0)
 
 
 mgrid = _Grid(False, "mgrid")
@@ -83,15 +88,15 @@ class _AxisConcat:
       elif isinstance(item, str):
         raise ValueError("string directive must be placed at the beginning")
       else:
-        obj = _arr(item)
-        item_nd = _ndim(obj)
-      obj = jnp.array(obj, ndmin=ndmin)
+        obj = as_array(item)
+        item_nd = ndim_of(obj)
+      obj = array(obj, ndmin=ndmin)
       if trans1d != -1 and ndmin - item_nd > 0:
         order = tuple(range(ndmin))
         shifts = ndmin - abs(ndmin + trans1d + 1) % ndmin
-        obj = jnp.transpose(obj, order[shifts:] + order[:shifts])
+        obj = transpose(obj, order[shifts:] + order[:shifts])
       out.append(obj)
-    return jnp.concatenate(out, axis=axis)
+    return concatenate(out, axis=axis)
 
 
 r_ = _AxisConcat(0, 1, -1, "r_")
@@ -107,18 +112,18 @@ def ix_(*args: ArrayLike):
   n = len(args)
   out = []
   for i, a in enumerate(args):
-    a = _arr(a)
-    if _ndim(a) != 1:
+    a = as_array(a)
+    if ndim_of(a) != 1:
       raise ValueError(f"Arguments to stagecraft.numpy.ix_ must be 1-dimensional, got shape "
-                       f"{_shape(a)}")
-    if _dtype(a) == dtypes.bool_:
+                       f"{shape_of(a)}")
+    if dtype_of(a) == dtypes.bool_:
       raise NotImplementedError("Boolean arguments to stagecraft.numpy.ix_ are not supported.")
-    out.append(jnp.reshape(a, (1,) * i + (_shape(a)[0],) + (1,) * (n - i - 1)))
+    out.append(reshape(a, (1,) * i + (shape_of(a)[0],) + (1,) * (n - i - 1)))
   return tuple(out)
 
 
 def _int_arrays(*xs):
-  return tuple(jnp.array(np.asarray(x, np.int32)) for x in xs)
+  return tuple(array(np.asarray(x, np.int32)) for x in xs)
 
 
 def diag_indices(n: int, ndim: int = 2):
@@ -132,7 +137,7 @@ def diag_indices(n: int, ndim: int = 2):
   if n < 0 or ndim < 0:
     raise ValueError(f"n argument to diag_indices must be nonnegative, got {n}" if n < 0 else
                      f"ndim argument to diag_indices must be nonnegative, got {ndim}")
-  return (jnp.arange(n, dtype=dtypes.int32),) * ndim
+  return (arange(n, dtype=dtypes.int32),) * ndim
 
 
 def diag_indices_from(arr: ArrayLike):
@@ -141,7 +146,7 @@ def diag_indices_from(arr: ArrayLike):
   Raises:
     ValueError: for fewer than 2 dimensions or unequal ones.
   """
-  s = _shape(_arr(arr))
+  s = shape_of(as_array(arr))
   if len(s) < 2:
     raise ValueError("input array must be at least 2-d")
   if len(set(s)) != 1:
@@ -166,7 +171,7 @@ def tril_indices_from(arr: ArrayLike, k: int = 0):
 
   Raises:
     ValueError: for input that is not 2-D."""
-  s = _shape(_arr(arr))
+  s = shape_of(as_array(arr))
   if len(s) != 2:
     raise ValueError("Only 2-D inputs are accepted")
   return tril_indices(s[0], k, s[1])
@@ -177,7 +182,7 @@ def triu_indices_from(arr: ArrayLike, k: int = 0):
 
   Raises:
     ValueError: for input that is not 2-D."""
-  s = _shape(_arr(arr))
+  s = shape_of(as_array(arr))
   if len(s) != 2:
     raise ValueError("Only 2-D inputs are accepted")
   return triu_indices(s[0], k, s[1])
@@ -185,7 +190,7 @@ def triu_indices_from(arr: ArrayLike, k: int = 0):
 
 def mask_indices(n: int, mask_func: Any, k: int = 0, *, size: int | None = None):
   """The indices where `mask_func(ones((n, n)), k)` is nonzero (e.g. `mask_func=triu`)."""
-  mask = np.asarray(mask_func(jnp.ones((n, n), dtypes.int32), k)) != 0
+  mask = np.asarray(mask_func(ones((n, n), dtypes.int32), k)) != 0
   rows, cols = np.nonzero(mask)
   if size is not None:
     rows, cols = (np.resize(np.pad(v, (0, max(0, size - v.size))), size) for v in (rows, cols))
@@ -209,10 +214,10 @@ def ravel_multi_index(multi_index: Sequence[ArrayLike], dims: Sequence[int],
     raise ValueError(f"parameter multi_index must be a sequence of length {len(dims)}")
   if order not in ("C", "F"):
     raise ValueError("only 'C' or 'F' order is permitted")
-  idx = [jnp.asarray(i) for i in multi_index]
+  idx = [asarray(i) for i in multi_index]
   for i in idx:
-    if not dtypes.is_integer(_dtype(i)):
-      raise TypeError(f"only int indices permitted, got dtype {_dtype(i).name}")
+    if not dtypes.is_integer(dtype_of(i)):
+      raise TypeError(f"only int indices permitted, got dtype {dtype_of(i).name}")
   if mode == "raise":
     if any(isinstance(i, Tracer) for i in idx):
       raise core.ConcretizationTypeError(
@@ -224,32 +229,32 @@ def ravel_multi_index(multi_index: Sequence[ArrayLike], dims: Sequence[int],
       if ((h < 0) | (h >= d)).any():
         raise ValueError("invalid entry in coordinates array")
   elif mode == "wrap":
-    idx = [jnp.remainder(i, d) for i, d in zip(idx, dims)]
+    idx = [remainder(i, d) for i, d in zip(idx, dims)]
   elif mode == "clip":
-    idx = [jnp.clip(i, 0, d - 1) for i, d in zip(idx, dims)]
+    idx = [clip(i, 0, d - 1) for i, d in zip(idx, dims)]
   else:
     raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', or 'clip'")
   strides = np.cumprod((1,) + (dims[::-1][:-1] if order == "C" else dims[:-1]))
   strides = strides[::-1] if order == "C" else strides
-  out = jnp.zeros(jnp.broadcast_shapes(*[_shape(i) for i in idx]), dtypes.int32)
+  out = zeros(broadcast_shapes(*[shape_of(i) for i in idx]), dtypes.int32)
   for i, s in zip(idx, strides):
-    out = jnp.add(out, jnp.multiply(jnp.astype(i, dtypes.int32), int(s)))
+    out = add(out, multiply(astype(i, dtypes.int32), int(s)))
   return out
 
 
 def unravel_index(indices: ArrayLike, shape: Sequence[int]):
   """The index tuple (one int32 array per dimension) of flat `indices` into `shape`;
   out-of-range indices are clipped, and negative ones count from the end (as JAX's numpy)."""
-  idx = jnp.asarray(indices)
+  idx = asarray(indices)
   dims = tuple(operator.index(d) for d in shape)
   total = math.prod(dims)
-  if not dtypes.is_integer(_dtype(idx)):
-    raise TypeError(f"only int indices permitted, got dtype {_dtype(idx).name}")
-  idx = jnp.astype(idx, dtypes.int32)
-  idx = jnp.clip(idx, -total, max(total - 1, 0))
-  idx = jnp.where(jnp.less(idx, 0), jnp.add(idx, total), idx)
+  if not dtypes.is_integer(dtype_of(idx)):
+    raise TypeError(f"only int indices permitted, got dtype {dtype_of(idx).name}")
+  idx = astype(idx, dtypes.int32)
+  idx = clip(idx, -total, max(total - 1, 0))
+  idx = where(less(idx, 0), add(idx, total), idx)
   out = []
   for d in dims[::-1]:
-    out.append(jnp.remainder(idx, max(d, 1)) if d else jnp.zeros_like(idx))
-    idx = jnp.floor_divide(idx, max(d, 1))
+    out.append(remainder(idx, max(d, 1)) if d else zeros_like(idx))
+    idx = floor_divide(idx, max(d, 1))
   return tuple(out[::-1])

@@ -22,13 +22,18 @@ import numpy as np
 
 from stagecraft import dtypes, lax
 from stagecraft.core import Tracer
-from stagecraft.numpy import lax_numpy as jnp
+from stagecraft.numpy import array_constructors, ufuncs
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_creation import ones_like, zeros
+from stagecraft.numpy.manipulation import (atleast_1d, broadcast_shapes, broadcast_to, concatenate,
+                                           ravel, stack)
+from stagecraft.numpy.ufuncs import clip, not_equal, remainder
+from stagecraft.numpy.util import ArrayLike, as_array, canonicalize_axis, promote_dtypes, shape_of
 from stagecraft.runtime.array import Array
 
 __all__ = ["take", "take_along_axis", "put", "nonzero", "argwhere", "flatnonzero", "where",
            "NonConcreteBooleanIndexError"]
 
-ArrayLike = Any
 _index_dtype = np.dtype(np.int32)
 
 
@@ -89,7 +94,7 @@ def _classify(i, position: int):
   if isinstance(i, (list, tuple)):
     if not i:
       return _ARRAY, np.zeros((0,), _index_dtype)   # NB: [] would be float64 in NumPy
-    i = jnp.array(i) if _has_traced(i) else np.asarray(i)
+    i = array_constructors.array(i) if _has_traced(i) else np.asarray(i)
   if isinstance(i, (np.ndarray, Array, Tracer)):
     dt = np.dtype(i.dtype)
     if dt == dtypes.bool_:
@@ -316,7 +321,7 @@ def _broadcast_indices(arrays):
     elif isinstance(a, np.ndarray):
       out.append(np.broadcast_to(a, shape))
     else:
-      out.append(jnp.broadcast_to(a, shape))
+      out.append(broadcast_to(a, shape))
   return out, shape
 
 
@@ -438,7 +443,7 @@ def rewriting_take(x: ArrayLike, idx: Any, *, indices_are_sorted: bool = False,
       (NonConcreteBooleanIndexError) or traced slice bounds.
     TypeError: for float or string indices, or a non-tuple sequence of indices.
   """
-  x = jnp.asarray(x)
+  x = asarray(x)
   entries = _parse(idx, x.shape)
   parsed_mode = None if mode is None else lax.GatherScatterMode.from_any(mode)
   if parsed_mode in (None, lax.GatherScatterMode.PROMISE_IN_BOUNDS):
@@ -479,18 +484,18 @@ def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool
                     unique_indices: bool, mode: Any, normalize_indices: bool):
   """`x[idx] op= y` out of place (JAX's `_scatter_update`): one scatter of `y` broadcast to
   the shape of `x[idx]`; the result has the dtype and weak type of `x`."""
-  x = jnp.asarray(x)
+  x = asarray(x)
   if (type(y) is int and dtypes.is_integer(x.dtype)
       and np.iinfo(x.dtype).min <= y <= np.iinfo(x.dtype).max):
-    y = jnp.asarray(y, x.dtype)
+    y = asarray(y, x.dtype)
   else:
-    y = jnp.asarray(y)
+    y = asarray(y)
   gi = _index_to_gather(x.shape, _parse(idx, x.shape), normalize_indices)
   if 0 in gi.slice_shape:
     return x
   dtype, weak = x.dtype, x.weak_type
-  x, y = jnp.promote_dtypes(x, y)
-  y = jnp.broadcast_to(y, gi.slice_shape)
+  x, y = promote_dtypes(x, y)
+  y = broadcast_to(y, gi.slice_shape)
   if gi.newaxis_dims:
     y = lax.squeeze(y, gi.newaxis_dims)
   if gi.reversed_y_dims:
@@ -537,6 +542,11 @@ class _IndexUpdateHelper:
 
   def __repr__(self):
     return f"_IndexUpdateHelper({self.array!r})"
+
+
+def at(x) -> _IndexUpdateHelper:
+  """`x.at`, the property `array_methods` attaches to Array and tracers."""
+  return _IndexUpdateHelper(x)
 
 
 class _IndexUpdateRef:
@@ -605,8 +615,8 @@ class _IndexUpdateRef:
              unique_indices: bool = False, mode: Any = None,
              wrap_negative_indices: bool = True):
     """`x[idx] /= values`, out of place (true division: integers give floats, as JAX)."""
-    return jnp.divide(self.array, _scatter_update(
-        jnp.ones_like(self.array), self.index, values, lax.scatter_mul,
+    return ufuncs.divide(self.array, _scatter_update(
+        ones_like(self.array), self.index, values, lax.scatter_mul,
         indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode,
         normalize_indices=wrap_negative_indices))
 
@@ -614,8 +624,8 @@ class _IndexUpdateRef:
             unique_indices: bool = False, mode: Any = None,
             wrap_negative_indices: bool = True):
     """`x[idx] **= values`, out of place."""
-    return jnp.power(self.array, _scatter_update(
-        jnp.ones_like(self.array), self.index, values, lax.scatter_mul,
+    return ufuncs.power(self.array, _scatter_update(
+        ones_like(self.array), self.index, values, lax.scatter_mul,
         indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode,
         normalize_indices=wrap_negative_indices))
 
@@ -636,15 +646,8 @@ class _IndexUpdateRef:
 # take, take_along_axis, put
 
 
-def _canon_axis(axis: int, ndim: int, name: str) -> int:
-  axis = operator.index(axis)
-  if not -ndim <= axis < ndim:
-    raise ValueError(f"{name}: axis {axis} is out of bounds for an array of dimension {ndim}.")
-  return axis % ndim
-
-
 def _int_indices(name: str, indices):
-  indices = jnp.asarray(indices) if isinstance(indices, (list, tuple)) else indices
+  indices = asarray(indices) if isinstance(indices, (list, tuple)) else indices
   if not isinstance(indices, (np.ndarray, Array, Tracer)):
     indices = np.asarray(indices)
   if not dtypes.is_integer(np.dtype(indices.dtype)):
@@ -684,13 +687,13 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
   """
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.take is not supported.")
-  a = jnp.asarray(a)
+  a = asarray(a)
   indices = _int_indices("take", indices)
   if axis is None:
-    a = jnp.ravel(a)
+    a = ravel(a)
     axis = 0
   else:
-    axis = _canon_axis(axis, a.ndim, "take")
+    axis = canonicalize_axis(axis, a.ndim, "take")
   n = a.shape[axis]
   if mode is None or mode == "fill":
     gather_mode = lax.GatherScatterMode.FILL_OR_DROP
@@ -702,7 +705,7 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
   elif mode == "wrap":
     indices = _as_index(indices, n, False)   # NB: int32 first: n may not fit the index dtype
     indices = (np.mod(indices, n) if isinstance(indices, np.ndarray)
-               else jnp.remainder(indices, np.int32(n)))
+               else remainder(indices, np.int32(n)))
     gather_mode = lax.GatherScatterMode.PROMISE_IN_BOUNDS
   elif mode == "clip":
     gather_mode = lax.GatherScatterMode.CLIP
@@ -715,7 +718,7 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
       raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
     return a
   if int(np.prod(idx_shape)) == 0:
-    return jnp.zeros(a.shape[:axis] + idx_shape + a.shape[axis + 1:], a.dtype)
+    return zeros(a.shape[:axis] + idx_shape + a.shape[axis + 1:], a.dtype)
   slice_sizes[axis] = 1
   k = len(idx_shape)
   dnums = lax.GatherDimensionNumbers(
@@ -752,25 +755,25 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1,
     TypeError: for non-integer indices.
     ValueError: if the ranks differ, or `axis` is None and `indices` is not 1-D.
   """
-  a = jnp.asarray(arr)
+  a = asarray(arr)
   indices = _int_indices("take_along_axis", indices)
   idx_shape = tuple(np.shape(indices))
   if axis is None:
     if len(idx_shape) != 1:
       raise ValueError(f"take_along_axis indices must be 1D if axis=None, got shape "
                        f"{idx_shape}")
-    a = jnp.ravel(a)
+    a = ravel(a)
     axis = 0
   rank = a.ndim
   if rank != len(idx_shape):
     raise ValueError(f"indices and arr must have the same number of dimensions; "
                      f"{len(idx_shape)} vs. {rank}")
-  axis = _canon_axis(axis, rank, "take_along_axis")
+  axis = canonicalize_axis(axis, rank, "take_along_axis")
   axis_size = a.shape[axis]
   arr_shape = a.shape[:axis] + (1,) + a.shape[axis + 1:]
-  out_shape = jnp.broadcast_shapes(idx_shape, arr_shape)
+  out_shape = broadcast_shapes(idx_shape, arr_shape)
   if axis_size == 0:
-    return jnp.zeros(out_shape, a.dtype)
+    return zeros(out_shape, a.dtype)
   if wrap_negative_indices is None:
     wrap_negative_indices = mode != "promise_in_bounds"
   indices = _as_index(indices, axis_size, wrap_negative_indices)
@@ -811,12 +814,23 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1,
                     mode="fill" if mode is None else mode, fill_value=fill_value)
 
 
+def take_axis(x, idx, axis: int):
+  """x at the (traced or concrete) in-range integer indices `idx[m]` along `axis`, as one
+  `take_along_axis(..., mode="clip")`. A helper of the library, not in `stagecraft.numpy`."""
+  x = as_array(x)
+  idx = as_array(idx)
+  shape = list(shape_of(x))
+  shape[axis] = shape_of(idx)[0]
+  idx = lax.broadcast_in_dim(idx, tuple(shape), (axis,))
+  return take_along_axis(x, idx, axis=axis, mode="clip")
+
+
 def _tile_to_size(v, n: int):
   size = v.shape[0]
   if size == n:
     return v
   if size < n:
-    v = jnp.concatenate([v] * (-(-n // size)))
+    v = concatenate([v] * (-(-n // size)))
   return lax.slice(v, (0,), (n,))
 
 
@@ -842,25 +856,25 @@ def put(a: ArrayLike, ind: ArrayLike, v: ArrayLike, mode: str | None = None, *,
   if inplace:
     raise ValueError("stagecraft.numpy.put cannot modify arrays in-place, because JAX arrays are "
                      "immutable. Pass inplace=False to instead return an updated array.")
-  arr = jnp.asarray(a)
-  ind = jnp.ravel(jnp.asarray(_int_indices("put", ind)))
-  v = jnp.ravel(jnp.asarray(v))
+  arr = asarray(a)
+  ind = ravel(asarray(_int_indices("put", ind)))
+  v = ravel(asarray(v))
   size = arr.size
   if not size or not ind.size or not v.size:
     return arr
   v = _tile_to_size(v, ind.size)
   if mode is None:
-    ind = jnp.clip(ind, -size, size - 1)
-    ind = jnp.where(ind < 0, ind + size, ind)
+    ind = clip(ind, -size, size - 1)
+    ind = ufuncs.where(ind < 0, ind + size, ind)
   elif mode == "clip":
-    ind = jnp.clip(ind, 0, size - 1)
+    ind = clip(ind, 0, size - 1)
   elif mode == "wrap":
-    ind = jnp.remainder(ind, size)
+    ind = remainder(ind, size)
   elif mode == "raise":
     raise NotImplementedError("The 'raise' mode to jnp.put is not supported.")
   else:
     raise ValueError(f"mode should be one of 'wrap' or 'clip'; got mode={mode!r}")
-  flat = _scatter_update(jnp.ravel(arr), ind, v, lax.scatter, indices_are_sorted=False,
+  flat = _scatter_update(ravel(arr), ind, v, lax.scatter, indices_are_sorted=False,
                          unique_indices=False, mode="promise_in_bounds",
                          normalize_indices=False)
   return lax.reshape(flat, arr.shape)
@@ -904,7 +918,7 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
     >>> [np.asarray(i) for i in nonzero(np.array([0, 3, 0, 5]), size=3, fill_value=-1)]
     [array([ 1,  3, -1], dtype=int32)]
   """
-  arr = a if isinstance(a, (Array, Tracer, np.ndarray)) else jnp.asarray(a)
+  arr = a if isinstance(a, (Array, Tracer, np.ndarray)) else asarray(a)
   if np.ndim(arr) == 0:
     raise ValueError("Calling nonzero on 0d arrays is not allowed. Use "
                      "jnp.atleast_1d(scalar).nonzero() instead.")
@@ -918,12 +932,12 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
   if not isinstance(arr, Tracer):   # concrete: NumPy on the host
     found = np.nonzero(np.asarray(arr))
     if size is None:
-      return tuple(jnp.asarray(i.astype(_index_dtype)) for i in found)
+      return tuple(asarray(i.astype(_index_dtype)) for i in found)
     out = []
     for k, i in enumerate(found):
       i = i[:size].astype(_index_dtype)
       pad = np.full(size - i.shape[0], 0 if fills is None else fills[k], _index_dtype)
-      out.append(jnp.asarray(np.concatenate([i, pad])))
+      out.append(asarray(np.concatenate([i, pad])))
     return tuple(out)
   if size is None:
     raise arr._concretization_error(
@@ -931,13 +945,13 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
                        "use jnp.nonzero within transformations: pass size=N (and optionally "
                        "fill_value) to get at most N indices.")
   if arr.size == 0 or size == 0:
-    return tuple(jnp.zeros((size,), _index_dtype) for _ in shape)
-  mask = jnp.ravel(arr if arr.dtype == dtypes.bool_ else jnp.not_equal(arr, 0))
+    return tuple(zeros((size,), _index_dtype) for _ in shape)
+  mask = ravel(arr if arr.dtype == dtypes.bool_ else not_equal(arr, 0))
   mask = lax.convert_element_type(mask, _index_dtype)
   count = lax.cumsum(mask, axis=0)    # NB: inclusive: the k-th nonzero has count k
   slot = lax.select(lax.eq(mask, np.int32(1)), lax.sub(count, np.int32(1)),
                     lax.full(mask.shape, np.int32(size)))
-  flat = lax.scatter(jnp.zeros((size,), _index_dtype), lax.expand_dims(slot, (1,)),
+  flat = lax.scatter(zeros((size,), _index_dtype), lax.expand_dims(slot, (1,)),
                      lax.iota(_index_dtype, mask.shape[0]),
                      lax.ScatterDimensionNumbers((), (0,), (0,)), mode="drop")
   strides = np.cumprod((1,) + shape[::-1])[:-1][::-1]
@@ -945,14 +959,14 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
   if fills is not None:
     total = lax.slice(count, (count.shape[0] - 1,), (count.shape[0],))
     pad = lax.ge(lax.iota(_index_dtype, size), lax.broadcast_in_dim(total, (size,), (0,)))
-    out = [jnp.where(pad, f, o) for f, o in zip(fills, out)]
+    out = [ufuncs.where(pad, f, o) for f, o in zip(fills, out)]
   return tuple(out)
 
 
 def flatnonzero(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
   """Indices of the nonzero elements of the flattened `a`: `nonzero(ravel(a))[0]`
   (JAX's `numpy.flatnonzero`; `size` and `fill_value` as for `nonzero`)."""
-  return nonzero(jnp.ravel(a), size=size, fill_value=fill_value)[0]
+  return nonzero(ravel(a), size=size, fill_value=fill_value)[0]
 
 
 def argwhere(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
@@ -963,8 +977,8 @@ def argwhere(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
     `int32[n, ndim]` (`int32[n, 0]` for a 0-d `a`).
   """
   nd = np.ndim(a)
-  cols = nonzero(jnp.atleast_1d(a), size=size, fill_value=fill_value)
-  result = jnp.stack(cols, axis=1)
+  cols = nonzero(atleast_1d(a), size=size, fill_value=fill_value)
+  result = stack(cols, axis=1)
   if nd == 0:
     return lax.slice(result, (0, 0), (result.shape[0], 0))
   return result
@@ -990,4 +1004,4 @@ def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None, /, *,
   if x is None or y is None:
     raise ValueError(f"where: either both or neither of x and y must be given, got x={x!r} "
                      f"and y={y!r}. Pass both for a select, or neither for nonzero.")
-  return jnp.where(condition, x, y)
+  return ufuncs.where(condition, x, y)

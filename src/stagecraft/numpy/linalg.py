@@ -14,11 +14,20 @@ import numpy as np
 
 from stagecraft import dtypes, lax
 from stagecraft.lax import linalg as lax_linalg
-from stagecraft.numpy import lax_numpy as jnp
-from stagecraft.numpy import reductions
-from stagecraft.numpy.contractions import cross, matmul, outer, tensordot, vecdot  # noqa: F401
-from stagecraft.numpy.lax_numpy import (ArrayLike, _arr, _dtype, _ndim, _shape,  # noqa: F401
-                                        diagonal, matrix_transpose, trace)
+from stagecraft.numpy import reductions, ufuncs
+from stagecraft.numpy.array_constructors import array, asarray
+from stagecraft.numpy.array_creation import eye, ones, zeros
+from stagecraft.numpy.contractions import cross, matmul, outer, tensordot, vecdot
+from stagecraft.numpy.indexing import take_along_axis
+from stagecraft.numpy.lax_numpy import astype, trace
+from stagecraft.numpy.manipulation import (broadcast_shapes, broadcast_to, diagonal, expand_dims,
+                                           matrix_transpose, moveaxis, ravel, reshape, squeeze)
+from stagecraft.numpy.ufuncs import (absolute, add, conjugate, divide, equal, exp, greater,
+                                     greater_equal, isnan, less, log, logical_and, logical_not,
+                                     multiply, not_equal, power, real, remainder, sqrt, subtract,
+                                     where)
+from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, const, dtype_of, ndim_of,
+                                   promote_dtypes_inexact, real_dtype, shape_of)
 
 __all__ = ["cholesky", "det", "slogdet", "inv", "solve", "qr", "eigh", "eigvalsh", "svd",
            "svdvals", "norm", "vector_norm", "matrix_norm", "matrix_rank", "pinv", "lstsq",
@@ -49,18 +58,18 @@ class SVDResult(NamedTuple):
 
 
 def _inexact(name, a):
-  a, = jnp.promote_dtypes_inexact(_arr(a))
-  return _arr(a)
+  a, = promote_dtypes_inexact(as_array(a))
+  return as_array(a)
 
 
 def _square(name, a):
-  s = _shape(a)
+  s = shape_of(a)
   if len(s) < 2 or s[-1] != s[-2]:
     raise ValueError(f"Argument to {name}() must have shape [..., n, n], got {s}")
 
 
 def _H(x):
-  return jnp.conjugate(jnp.matrix_transpose(x))
+  return conjugate(matrix_transpose(x))
 
 
 def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True):
@@ -91,9 +100,9 @@ def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True
 
 def _lu_solve(lu, perm, b):
   """Solves `a x = b` from `a[perm] = L U`: b `[..., m, k]`."""
-  nd = _ndim(b)
-  idx = lax.broadcast_in_dim(perm, (*_shape(perm), 1), tuple(range(_ndim(perm))))
-  pb = jnp._take_along_axis(b, idx, nd - 2)
+  nd = ndim_of(b)
+  idx = lax.broadcast_in_dim(perm, (*shape_of(perm), 1), tuple(range(ndim_of(perm))))
+  pb = take_along_axis(b, idx, axis=nd - 2, mode="clip")
   y = lax_linalg.triangular_solve(lu, pb, left_side=True, lower=True, unit_diagonal=True)
   return lax_linalg.triangular_solve(lu, y, left_side=True, lower=False)
 
@@ -113,27 +122,27 @@ def solve(a: ArrayLike, b: ArrayLike):
 
   Algorithm: LU with partial pivoting (LAPACK getrf), then two triangular solves.
   """
-  a, b = (_arr(v) for v in jnp.promote_dtypes_inexact(_arr(a), _arr(b)))
-  if _ndim(a) < 2:
+  a, b = (as_array(v) for v in promote_dtypes_inexact(as_array(a), as_array(b)))
+  if ndim_of(a) < 2:
     raise ValueError(f"left hand array must be at least two dimensional; got a.shape="
-                     f"{_shape(a)}")
+                     f"{shape_of(a)}")
   _square("solve", a)
-  vec = _ndim(b) == 1
-  if not vec and _ndim(b) > 1 and _ndim(a) == _ndim(b) + 1 and _shape(a)[-1] == _shape(b)[-1] \
-      and _shape(a)[-1] != _shape(b)[-2]:
-    raise ValueError(f"Invalid shapes for solve: {_shape(a)}, {_shape(b)}. Use "
+  vec = ndim_of(b) == 1
+  if (not vec and ndim_of(b) > 1 and ndim_of(a) == ndim_of(b) + 1
+      and shape_of(a)[-1] == shape_of(b)[-1] and shape_of(a)[-1] != shape_of(b)[-2]):
+    raise ValueError(f"Invalid shapes for solve: {shape_of(a)}, {shape_of(b)}. Use "
                      f"solve(a, b[..., None]).squeeze(-1) for a batched 1-D solve.")
   if vec:
-    b = jnp.expand_dims(b, -1)
-  m = _shape(a)[-1]
-  if _shape(b)[-2] != m:
-    raise ValueError(f"solve: a {_shape(a)} and b {_shape(b)} do not fit (b needs {m} rows).")
-  batch = jnp.broadcast_shapes(_shape(a)[:-2], _shape(b)[:-2])
-  a = jnp.broadcast_to(a, (*batch, m, m))
-  b = jnp.broadcast_to(b, (*batch, *_shape(b)[-2:]))
+    b = expand_dims(b, -1)
+  m = shape_of(a)[-1]
+  if shape_of(b)[-2] != m:
+    raise ValueError(f"solve: a {shape_of(a)} and b {shape_of(b)} do not fit (b needs {m} rows).")
+  batch = broadcast_shapes(shape_of(a)[:-2], shape_of(b)[:-2])
+  a = broadcast_to(a, (*batch, m, m))
+  b = broadcast_to(b, (*batch, *shape_of(b)[-2:]))
   lu, _, perm = lax_linalg.lu(a)
   x = _lu_solve(lu, perm, b)
-  return jnp.squeeze(x, -1) if vec else x
+  return squeeze(x, -1) if vec else x
 
 
 def inv(a: ArrayLike):
@@ -142,41 +151,41 @@ def inv(a: ArrayLike):
   Raises:
     ValueError: for non-square input.
   """
-  a = _arr(a)
-  if _ndim(a) < 2 or _shape(a)[-1] != _shape(a)[-2]:
-    raise ValueError(f"Argument to inv must have shape [..., n, n], got {_shape(a)}.")
+  a = as_array(a)
+  if ndim_of(a) < 2 or shape_of(a)[-1] != shape_of(a)[-2]:
+    raise ValueError(f"Argument to inv must have shape [..., n, n], got {shape_of(a)}.")
   a = _inexact("inv", a)
-  n = _shape(a)[-1]
-  return solve(a, jnp.broadcast_to(jnp.eye(n, dtype=_dtype(a)), _shape(a)))
+  n = shape_of(a)[-1]
+  return solve(a, broadcast_to(eye(n, dtype=dtype_of(a)), shape_of(a)))
 
 
 def _slogdet_lu(a):
-  dt = _dtype(a)
-  n = _shape(a)[-1]
+  dt = dtype_of(a)
+  n = shape_of(a)[-1]
   lu, piv, _ = lax_linalg.lu(a)
-  diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
-  is_zero = reductions.any(jnp.equal(diag, jnp._c(diag, 0)), axis=-1)
-  parity = reductions.count_nonzero(jnp.not_equal(piv, lax.iota(dtypes.int32, n)), axis=-1)
+  diag = diagonal(lu, axis1=-2, axis2=-1)
+  is_zero = reductions.any(equal(diag, const(diag, 0)), axis=-1)
+  parity = reductions.count_nonzero(not_equal(piv, lax.iota(dtypes.int32, n)), axis=-1)
   if dtypes.is_complex(dt):
-    sign = reductions.prod(jnp.divide(diag, jnp.astype(jnp.absolute(diag), dt)), axis=-1)
+    sign = reductions.prod(divide(diag, astype(absolute(diag), dt)), axis=-1)
   else:
-    sign = jnp.array(1, dtype=dt)
-    parity = jnp.add(parity, reductions.count_nonzero(jnp.less(diag, 0), axis=-1))
-  flip = jnp.astype(jnp.subtract(1, jnp.multiply(2, jnp.remainder(parity, 2))), dt)
-  sign = jnp.where(is_zero, jnp.zeros((), dt), jnp.multiply(sign, flip))
-  logdet = jnp.where(is_zero, jnp.array(-np.inf, jnp._real(dt)),
-                     reductions.sum(jnp.log(jnp.absolute(diag)), axis=-1))
+    sign = array(1, dtype=dt)
+    parity = add(parity, reductions.count_nonzero(less(diag, 0), axis=-1))
+  flip = astype(subtract(1, multiply(2, remainder(parity, 2))), dt)
+  sign = where(is_zero, zeros((), dt), multiply(sign, flip))
+  logdet = where(is_zero, array(-np.inf, real_dtype(dt)),
+                     reductions.sum(log(absolute(diag)), axis=-1))
   return sign, logdet
 
 
 def _slogdet_small(a):
-  dt = _dtype(a)
-  d = a[..., 0, 0] if _shape(a)[-1] == 1 else jnp.subtract(
-      jnp.multiply(a[..., 0, 0], a[..., 1, 1]), jnp.multiply(a[..., 0, 1], a[..., 1, 0]))
-  absd = jnp.absolute(d)
-  sign = jnp.divide(d, jnp.astype(absd, dt)) if dtypes.is_complex(dt) else jnp.sign(d)
-  sign = jnp.where(jnp.equal(absd, 0), jnp.zeros((), dt), sign)
-  return sign, jnp.log(absd)
+  dt = dtype_of(a)
+  d = a[..., 0, 0] if shape_of(a)[-1] == 1 else subtract(
+      multiply(a[..., 0, 0], a[..., 1, 1]), multiply(a[..., 0, 1], a[..., 1, 0]))
+  absd = absolute(d)
+  sign = divide(d, astype(absd, dt)) if dtypes.is_complex(dt) else ufuncs.sign(d)
+  sign = where(equal(absd, 0), zeros((), dt), sign)
+  return sign, log(absd)
 
 
 def slogdet(a: ArrayLike, *, method: str | None = None):
@@ -193,10 +202,10 @@ def slogdet(a: ArrayLike, *, method: str | None = None):
   if method not in (None, "lu"):
     raise ValueError(f"Unknown slogdet method '{method}'. Supported methods are 'lu' "
                      f"(`None`).")
-  n = _shape(a)[-1]
+  n = shape_of(a)[-1]
   if n == 0:
-    b = _shape(a)[:-2]
-    return SlogdetResult(jnp.ones(b, _dtype(a)), jnp.zeros(b, jnp._real(_dtype(a))))
+    b = shape_of(a)[:-2]
+    return SlogdetResult(ones(b, dtype_of(a)), zeros(b, real_dtype(dtype_of(a))))
   return SlogdetResult(*(_slogdet_small(a) if n <= 2 else _slogdet_lu(a)))
 
 
@@ -207,13 +216,13 @@ def det(a: ArrayLike):
     ValueError: for non-square input.
   """
   a = _inexact("det", a)
-  s = _shape(a)
+  s = shape_of(a)
   if len(s) < 2 or s[-1] != s[-2]:
     raise ValueError(f"Argument to _det() must have shape [..., n, n], got {s}")
   n = s[-1]
-  m = jnp.multiply
+  m = multiply
   if n == 2:
-    return jnp.subtract(m(a[..., 0, 0], a[..., 1, 1]), m(a[..., 0, 1], a[..., 1, 0]))
+    return subtract(m(a[..., 0, 0], a[..., 1, 1]), m(a[..., 0, 1], a[..., 1, 0]))
   if n == 3:
     terms = [m(m(a[..., 0, 0], a[..., 1, 1]), a[..., 2, 2]),
              m(m(a[..., 0, 1], a[..., 1, 2]), a[..., 2, 0]),
@@ -221,10 +230,10 @@ def det(a: ArrayLike):
     neg = [m(m(a[..., 0, 2], a[..., 1, 1]), a[..., 2, 0]),
            m(m(a[..., 0, 0], a[..., 1, 2]), a[..., 2, 1]),
            m(m(a[..., 0, 1], a[..., 1, 0]), a[..., 2, 2])]
-    out = jnp.add(jnp.add(terms[0], terms[1]), terms[2])
-    return jnp.subtract(jnp.subtract(jnp.subtract(out, neg[0]), neg[1]), neg[2])
+    out = add(add(terms[0], terms[1]), terms[2])
+    return subtract(subtract(subtract(out, neg[0]), neg[1]), neg[2])
   sign, logdet = slogdet(a)
-  return jnp.multiply(sign, jnp.astype(jnp.exp(logdet), _dtype(sign)))
+  return multiply(sign, astype(exp(logdet), dtype_of(sign)))
 
 
 def qr(a: ArrayLike, mode: str = "reduced"):
@@ -243,7 +252,7 @@ def qr(a: ArrayLike, mode: str = "reduced"):
   a = _inexact("qr", a)
   if mode == "raw":
     h, taus = lax_linalg.geqrf(a)
-    return QRResult(jnp.matrix_transpose(h), taus)
+    return QRResult(matrix_transpose(h), taus)
   if mode in ("reduced", "r", "full"):
     full = False
   elif mode == "complete":
@@ -295,15 +304,15 @@ def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True,
   a = _inexact("svd", a)
   if hermitian:
     v, w = lax_linalg.eigh(a)
-    s = jnp.absolute(w)
+    s = absolute(w)
     if not compute_uv:
-      return lax.rev(lax.sort(s, dimension=-1), (_ndim(s) - 1,))
-    sgn = jnp.sign(w)
-    idxs = lax.broadcasted_iota(dtypes.int32, _shape(s), _ndim(s) - 1)
+      return lax.rev(lax.sort(s, dimension=-1), (ndim_of(s) - 1,))
+    sgn = ufuncs.sign(w)
+    idxs = lax.broadcasted_iota(dtypes.int32, shape_of(s), ndim_of(s) - 1)
     s, idxs, sgn = lax.sort((s, idxs, sgn), dimension=-1, num_keys=1)
-    s, idxs, sgn = (lax.rev(t, (_ndim(s) - 1,)) for t in (s, idxs, sgn))
-    u = jnp._take_along_axis(v, jnp.expand_dims(idxs, -2), _ndim(v) - 1)
-    vh = _H(jnp.multiply(u, jnp.astype(jnp.expand_dims(sgn, -2), _dtype(u))))
+    s, idxs, sgn = (lax.rev(t, (ndim_of(s) - 1,)) for t in (s, idxs, sgn))
+    u = take_along_axis(v, expand_dims(idxs, -2), axis=ndim_of(v) - 1, mode="clip")
+    vh = _H(multiply(u, astype(expand_dims(sgn, -2), dtype_of(u))))
     return SVDResult(u, s, vh)
   if compute_uv:
     u, s, vt = lax_linalg.svd(a, full_matrices=full_matrices, compute_uv=True,
@@ -319,7 +328,7 @@ def svdvals(x: ArrayLike, /):
 
 
 def _sq_sum(x, axis, keepdims):
-  return jnp.sqrt(reductions.sum(jnp.real(jnp.multiply(x, jnp.conjugate(x))), axis=axis,
+  return sqrt(reductions.sum(real(multiply(x, conjugate(x))), axis=axis,
                                  keepdims=keepdims))
 
 
@@ -340,18 +349,18 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | None = None,
       msg += f" Use '{'-' if ord[0] == '-' else ''}stagecraft.numpy.inf' instead."
     raise ValueError(msg)
   if ord == np.inf:
-    return reductions.max(jnp.absolute(x), axis=axis, keepdims=keepdims, initial=0)
+    return reductions.max(absolute(x), axis=axis, keepdims=keepdims, initial=0)
   if ord == -np.inf:
-    return reductions.min(jnp.absolute(x), axis=axis, keepdims=keepdims)
+    return reductions.min(absolute(x), axis=axis, keepdims=keepdims)
   if ord == 0:
-    return reductions.sum(jnp.not_equal(x, 0), dtype=jnp._real(_dtype(x)), axis=axis,
+    return reductions.sum(not_equal(x, 0), dtype=real_dtype(dtype_of(x)), axis=axis,
                           keepdims=keepdims)
   if ord == 1:
-    return reductions.sum(jnp.absolute(x), axis=axis, keepdims=keepdims)
-  ax = jnp.absolute(x)
-  p = np.asarray(ord, _dtype(ax))[()]
-  out = reductions.sum(jnp.power(ax, p), axis=axis, keepdims=keepdims)
-  return jnp.power(out, np.asarray(1.0 / float(ord), _dtype(ax))[()])
+    return reductions.sum(absolute(x), axis=axis, keepdims=keepdims)
+  ax = absolute(x)
+  p = np.asarray(ord, dtype_of(ax))[()]
+  out = reductions.sum(power(ax, p), axis=axis, keepdims=keepdims)
+  return power(out, np.asarray(1.0 / float(ord), dtype_of(ax))[()])
 
 
 def norm(x: ArrayLike, ord: int | float | str | None = None,
@@ -374,15 +383,15 @@ def norm(x: ArrayLike, ord: int | float | str | None = None,
     ValueError: for an invalid `ord` or number of axes.
   """
   x = _inexact("norm", x)
-  nd = _ndim(x)
+  nd = ndim_of(x)
   if axis is None:
     if ord is None:
       return _sq_sum(x, None, keepdims)
     axis = tuple(range(nd))
   elif isinstance(axis, tuple):
-    axis = tuple(jnp._canon_axis(a, nd, "norm") for a in axis)
+    axis = tuple(canonicalize_axis(a, nd, "norm") for a in axis)
   else:
-    axis = (jnp._canon_axis(axis, nd, "norm"),)
+    axis = (canonicalize_axis(axis, nd, "norm"),)
   if len(axis) == 1:
     return vector_norm(x, ord=2 if ord is None else ord, axis=axis, keepdims=keepdims)
   if len(axis) != 2:
@@ -397,17 +406,17 @@ def norm(x: ArrayLike, ord: int | float | str | None = None,
     if not keepdims and then > over:
       then -= 1
     kw = {"initial": 0} if red is reductions.max else {}
-    return red(reductions.sum(jnp.absolute(x), axis=over, keepdims=keepdims), axis=then,
+    return red(reductions.sum(absolute(x), axis=over, keepdims=keepdims), axis=then,
                keepdims=keepdims, **kw)
   if ord in ("nuc", 2, -2):
-    s = svd(jnp.moveaxis(x, axis, (-2, -1)), compute_uv=False)
+    s = svd(moveaxis(x, axis, (-2, -1)), compute_uv=False)
     if ord == 2:
       y = reductions.max(s, axis=-1, initial=0)
     elif ord == -2:
       y = reductions.min(s, axis=-1)
     else:
       y = reductions.sum(s, axis=-1)
-    return jnp.expand_dims(y, axis) if keepdims else y
+    return expand_dims(y, axis) if keepdims else y
   raise ValueError(f"Invalid order '{ord}' for matrix norm.")
 
 
@@ -425,16 +434,16 @@ def matrix_rank(M: ArrayLike, rtol: ArrayLike | None = None, *, hermitian: bool 
       raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
     rtol = tol
   M = _inexact("matrix_rank", M)
-  if _ndim(M) < 2:
-    return jnp.astype(reductions.any(jnp.not_equal(M, 0)), dtypes.int32)
+  if ndim_of(M) < 2:
+    return astype(reductions.any(not_equal(M, 0)), dtypes.int32)
   S = svd(M, full_matrices=False, compute_uv=False, hermitian=hermitian)
   if rtol is None:
-    thr = jnp.multiply(reductions.max(S, axis=-1),
-                       float(max(_shape(M)[-2:]) * dtypes.finfo(_dtype(S)).eps))
+    thr = multiply(reductions.max(S, axis=-1),
+                       float(max(shape_of(M)[-2:]) * dtypes.finfo(dtype_of(S)).eps))
   else:
-    thr = _arr(rtol)
-  thr = jnp.expand_dims(thr, _ndim(thr))
-  return reductions.sum(jnp.greater(S, thr), axis=-1)
+    thr = as_array(rtol)
+  thr = expand_dims(thr, ndim_of(thr))
+  return reductions.sum(greater(S, thr), axis=-1)
 
 
 def pinv(a: ArrayLike, rtol: ArrayLike | None = None, hermitian: bool = False, *,
@@ -446,20 +455,20 @@ def pinv(a: ArrayLike, rtol: ArrayLike | None = None, hermitian: bool = False, *
       raise ValueError("pinv: only one of rtol and rcond may be specified.")
     rtol = rcond
   arr = _inexact("pinv", a)
-  m, n = _shape(arr)[-2:]
+  m, n = shape_of(arr)[-2:]
   if m == 0 or n == 0:
-    return jnp.zeros((*_shape(arr)[:-2], n, m), _dtype(arr))
-  arr = jnp.conjugate(arr)
+    return zeros((*shape_of(arr)[:-2], n, m), dtype_of(arr))
+  arr = conjugate(arr)
   if rtol is None:
-    rtol = 10.0 * max(m, n) * float(dtypes.finfo(_dtype(arr)).eps)
-  rtol = _arr(rtol)
+    rtol = 10.0 * max(m, n) * float(dtypes.finfo(dtype_of(arr)).eps)
+  rtol = as_array(rtol)
   u, s, vh = svd(arr, full_matrices=False, hermitian=hermitian)
-  rtol = jnp.reshape(rtol, (*_shape(rtol), *(1,) * (_ndim(s) - _ndim(rtol))))
-  cutoff = jnp.multiply(rtol, s[..., 0:1])
-  s = jnp.astype(jnp.where(jnp.greater(s, cutoff), s, np.inf), _dtype(u))
-  res = matmul(jnp.matrix_transpose(vh), jnp.divide(jnp.matrix_transpose(u),
-                                                    jnp.expand_dims(s, -1)))
-  return jnp.astype(res, _dtype(arr))
+  rtol = reshape(rtol, (*shape_of(rtol), *(1,) * (ndim_of(s) - ndim_of(rtol))))
+  cutoff = multiply(rtol, s[..., 0:1])
+  s = astype(where(greater(s, cutoff), s, np.inf), dtype_of(u))
+  res = matmul(matrix_transpose(vh), divide(matrix_transpose(u),
+                                                    expand_dims(s, -1)))
+  return astype(res, dtype_of(arr))
 
 
 def lstsq(a: ArrayLike, b: ArrayLike, rcond: float | None = None, *,
@@ -478,39 +487,39 @@ def lstsq(a: ArrayLike, b: ArrayLike, rcond: float | None = None, *,
   Raises:
     ValueError: for mismatched leading dimensions. TypeError: for a or b of the wrong rank.
   """
-  a, b = (_arr(v) for v in jnp.promote_dtypes_inexact(_arr(a), _arr(b)))
-  if _shape(a)[0] != _shape(b)[0]:
+  a, b = (as_array(v) for v in promote_dtypes_inexact(as_array(a), as_array(b)))
+  if shape_of(a)[0] != shape_of(b)[0]:
     raise ValueError("Leading dimensions of input arrays must match")
-  b_vec = _ndim(b) == 1
+  b_vec = ndim_of(b) == 1
   if b_vec:
-    b = jnp.expand_dims(b, 1)
-  if _ndim(a) != 2:
-    raise TypeError(f"{_ndim(a)}-dimensional array given. Array must be two-dimensional")
-  if _ndim(b) != 2:
-    raise TypeError(f"{_ndim(b)}-dimensional array given. Array must be one or "
+    b = expand_dims(b, 1)
+  if ndim_of(a) != 2:
+    raise TypeError(f"{ndim_of(a)}-dimensional array given. Array must be two-dimensional")
+  if ndim_of(b) != 2:
+    raise TypeError(f"{ndim_of(b)}-dimensional array given. Array must be one or "
                     f"two-dimensional")
-  m, n = _shape(a)
-  dt = _dtype(a)
+  m, n = shape_of(a)
+  dt = dtype_of(a)
   if m * n == 0:
-    s = jnp.zeros((0,), jnp._real(dt))
-    rank = jnp.array(0, dtype=dtypes.int32)
-    x = jnp.zeros((n, *_shape(b)[1:]), dt)
+    s = zeros((0,), real_dtype(dt))
+    rank = array(0, dtype=dtypes.int32)
+    x = zeros((n, *shape_of(b)[1:]), dt)
   else:
     eps = float(dtypes.finfo(dt).eps)
-    rc = eps * max(n, m) if rcond is None else jnp.where(jnp.less(rcond, 0), eps, rcond)
+    rc = eps * max(n, m) if rcond is None else where(less(rcond, 0), eps, rcond)
     u, s, vt = svd(a, full_matrices=False)
-    mask = jnp.greater_equal(s, jnp.multiply(jnp.asarray(rc, _dtype(s)), s[0]))
+    mask = greater_equal(s, multiply(asarray(rc, dtype_of(s)), s[0]))
     rank = reductions.sum(mask)
-    safe = jnp.astype(jnp.where(mask, s, 1), dt)
-    s_inv = jnp.expand_dims(jnp.where(mask, jnp.divide(1, safe), jnp.zeros((), dt)), 1)
+    safe = astype(where(mask, s, 1), dt)
+    s_inv = expand_dims(where(mask, divide(1, safe), zeros((), dt)), 1)
     utb = matmul(_H(u), b)
-    x = matmul(_H(vt), jnp.multiply(s_inv, utb))
+    x = matmul(_H(vt), multiply(s_inv, utb))
   if numpy_resid and (int(rank) < n or m <= n):
-    resid = jnp.zeros((0,), jnp._real(dt))
+    resid = zeros((0,), real_dtype(dt))
   else:
-    resid = jnp.power(norm(jnp.subtract(b, matmul(a, x)), axis=0), 2)
+    resid = power(norm(subtract(b, matmul(a, x)), axis=0), 2)
   if b_vec:
-    x = jnp.ravel(x)
+    x = ravel(x)
   return x, resid, rank, s
 
 
@@ -521,16 +530,16 @@ def matrix_power(a: ArrayLike, n: int):
   Raises:
     TypeError: for a non-integer `n`. ValueError: for non-square input.
   """
-  a = _arr(a)
+  a = as_array(a)
   try:
     n = operator.index(n)
   except TypeError as e:
     raise TypeError(f"exponent must be an integer, got {n}") from e
-  if _ndim(a) < 2 or _shape(a)[-1] != _shape(a)[-2]:
+  if ndim_of(a) < 2 or shape_of(a)[-1] != shape_of(a)[-2]:
     raise ValueError(f"matrix_power requires a batch of square matrices with shape "
-                     f"[..., m, m], got an array of shape {_shape(a)}")
+                     f"[..., m, m], got an array of shape {shape_of(a)}")
   if n == 0:
-    return jnp.broadcast_to(jnp.eye(_shape(a)[-1], dtype=_dtype(a)), _shape(a))
+    return broadcast_to(eye(shape_of(a)[-1], dtype=dtype_of(a)), shape_of(a))
   if n < 0:
     a, n = inv(a), -n
   z = result = None
@@ -549,7 +558,7 @@ def multi_dot(arrays: Sequence[ArrayLike], *, precision=None):
   Raises:
     ValueError: for fewer than two arrays.
   """
-  arrs = [_arr(a) for a in arrays]
+  arrs = [as_array(a) for a in arrays]
   if len(arrs) < 2:
     raise ValueError(f"multi_dot requires at least two arrays, got {len(arrs)}")
   return reduce(lambda x, y: matmul(x, y, precision=precision), arrs)
@@ -560,18 +569,18 @@ def cond(x: ArrayLike, p=None):
   `s_max / s_min` for p in (None, 2), else `norm(x, p) * norm(inv(x), p)`; inf for singular
   matrices."""
   x = _inexact("cond", x)
-  if _ndim(x) < 2:
+  if ndim_of(x) < 2:
     raise ValueError(f"jnp.linalg.cond: input array must be at least 2D, got "
-                     f"{_shape(x)}")
+                     f"{shape_of(x)}")
   if p is None or p == 2:
     s = svd(x, compute_uv=False)
-    r = jnp.divide(s[..., 0], s[..., -1])
+    r = divide(s[..., 0], s[..., -1])
   elif p == -2:
     s = svd(x, compute_uv=False)
-    r = jnp.divide(s[..., -1], s[..., 0])
+    r = divide(s[..., -1], s[..., 0])
   else:
     _square("cond", x)
-    r = jnp.multiply(norm(x, ord=p, axis=(-2, -1)), norm(inv(x), ord=p, axis=(-2, -1)))
-  nan_in = reductions.any(jnp.isnan(x), axis=(-2, -1))
-  return jnp.where(jnp.logical_and(jnp.isnan(r), jnp.logical_not(nan_in)),
-                   jnp.asarray(np.inf, _dtype(r)), r)
+    r = multiply(norm(x, ord=p, axis=(-2, -1)), norm(inv(x), ord=p, axis=(-2, -1)))
+  nan_in = reductions.any(isnan(x), axis=(-2, -1))
+  return where(logical_and(isnan(r), logical_not(nan_in)),
+                   asarray(np.inf, dtype_of(r)), r)

@@ -8,8 +8,17 @@ import numpy as np
 
 from stagecraft import core, lax
 from stagecraft.core import Tracer
-from stagecraft.numpy import lax_numpy as jnp
-from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+from stagecraft.numpy import linalg, reductions
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_creation import ones, zeros
+from stagecraft.numpy.contractions import convolve
+from stagecraft.numpy.lax_numpy import pad
+from stagecraft.numpy.manipulation import (broadcast_shapes, broadcast_to, concatenate, expand_dims,
+                                           stack, transpose)
+from stagecraft.numpy.ufuncs import (add, divide, multiply, negative, power, sqrt, subtract,
+                                     true_divide)
+from stagecraft.numpy.util import (ArrayLike, as_array, dtype_of, ndim_of, promote_dtypes,
+                                   promote_dtypes_inexact, shape_of, slice_axis)
 
 __all__ = ["polyval", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint",
            "polyfit", "poly", "vander", "trim_zeros"]
@@ -33,34 +42,34 @@ def polyval(p: ArrayLike, x: ArrayLike, *, unroll: int = 16):
     >>> jnp.polyval(jnp.array([1, 2, 3]), jnp.array([0, 1, 2]))
     Array([ 3,  6, 11], dtype=int32)
   """
-  p, x = (_arr(v) for v in jnp.promote_dtypes(_arr(p), _arr(x)))
-  if _ndim(p) == 0:
+  p, x = (as_array(v) for v in promote_dtypes(as_array(p), as_array(x)))
+  if ndim_of(p) == 0:
     raise ValueError("polyval: p must have at least one dimension (the coefficients).")
-  shape = jnp.broadcast_shapes(_shape(p)[1:], _shape(x))
-  y = jnp.zeros(shape, _dtype(x))
+  shape = broadcast_shapes(shape_of(p)[1:], shape_of(x))
+  y = zeros(shape, dtype_of(x))
   if x.weak_type and p.weak_type:
-    y = lax.convert_element_type(y, _dtype(x), weak_type=True)
-  for i in range(_shape(p)[0]):
-    y = jnp.add(jnp.multiply(y, x), p[i])
+    y = lax.convert_element_type(y, dtype_of(x), weak_type=True)
+  for i in range(shape_of(p)[0]):
+    y = add(multiply(y, x), p[i])
   return y
 
 
 def _pad_front(a, n):
-  return jnp.pad(a, [(n - _shape(a)[0], 0)] + [(0, 0)] * (_ndim(a) - 1))
+  return pad(a, [(n - shape_of(a)[0], 0)] + [(0, 0)] * (ndim_of(a) - 1))
 
 
 def polyadd(a1: ArrayLike, a2: ArrayLike):
   """The sum of two polynomials (the shorter padded with leading zeros)."""
-  a1, a2 = (_arr(v) for v in jnp.promote_dtypes(_arr(a1), _arr(a2)))
-  n = max(_shape(a1)[0], _shape(a2)[0])
-  return jnp.add(_pad_front(a1, n), _pad_front(a2, n))
+  a1, a2 = (as_array(v) for v in promote_dtypes(as_array(a1), as_array(a2)))
+  n = max(shape_of(a1)[0], shape_of(a2)[0])
+  return add(_pad_front(a1, n), _pad_front(a2, n))
 
 
 def polysub(a1: ArrayLike, a2: ArrayLike):
   """The difference of two polynomials (the shorter padded with leading zeros)."""
-  a1, a2 = (_arr(v) for v in jnp.promote_dtypes(_arr(a1), _arr(a2)))
-  n = max(_shape(a1)[0], _shape(a2)[0])
-  return jnp.subtract(_pad_front(a1, n), _pad_front(a2, n))
+  a1, a2 = (as_array(v) for v in promote_dtypes(as_array(a1), as_array(a2)))
+  n = max(shape_of(a1)[0], shape_of(a2)[0])
+  return subtract(_pad_front(a1, n), _pad_front(a2, n))
 
 
 def polymul(a1: ArrayLike, a2: ArrayLike, *, trim_leading_zeros: bool = False):
@@ -70,14 +79,13 @@ def polymul(a1: ArrayLike, a2: ArrayLike, *, trim_leading_zeros: bool = False):
   Raises:
     ConcretizationTypeError: for `trim_leading_zeros` with traced inputs.
   """
-  a1, a2 = (_arr(v) for v in jnp.promote_dtypes_inexact(_arr(a1), _arr(a2)))
-  if trim_leading_zeros and (_shape(a1)[0] > 1 or _shape(a2)[0] > 1):
+  a1, a2 = (as_array(v) for v in promote_dtypes_inexact(as_array(a1), as_array(a2)))
+  if trim_leading_zeros and (shape_of(a1)[0] > 1 or shape_of(a2)[0] > 1):
     a1, a2 = trim_zeros(a1, "f"), trim_zeros(a2, "f")
-  if _shape(a1)[0] == 0:
-    a1 = jnp.zeros((1,), _dtype(a2))
-  if _shape(a2)[0] == 0:
-    a2 = jnp.zeros((1,), _dtype(a1))
-  from stagecraft.numpy.contractions import convolve
+  if shape_of(a1)[0] == 0:
+    a1 = zeros((1,), dtype_of(a2))
+  if shape_of(a2)[0] == 0:
+    a2 = zeros((1,), dtype_of(a1))
   return convolve(a1, a2, mode="full")
 
 
@@ -87,16 +95,16 @@ def polyder(p: ArrayLike, m: int = 1):
   Raises:
     ValueError: for negative `m`.
   """
-  p, = (_arr(v) for v in jnp.promote_dtypes_inexact(_arr(p)))
+  p, = (as_array(v) for v in promote_dtypes_inexact(as_array(p)))
   m = operator.index(m)
   if m < 0:
     raise ValueError("Order of derivative must be positive")
   if m == 0:
     return p
-  n = _shape(p)[0]
+  n = shape_of(p)[0]
   coeff = np.prod(np.arange(m, n)[None, :] - np.arange(m)[:, None], axis=0)[::-1]
-  return jnp.multiply(jnp._slice_axis(p, 0, max(n - m, 0), 0),
-                      jnp.asarray(coeff.astype(np.float64), _dtype(p)))
+  return multiply(slice_axis(p, 0, max(n - m, 0), 0),
+                      asarray(coeff.astype(np.float64), dtype_of(p)))
 
 
 def polyint(p: ArrayLike, m: int = 1, k: ArrayLike | None = None):
@@ -106,18 +114,18 @@ def polyint(p: ArrayLike, m: int = 1, k: ArrayLike | None = None):
   Raises:
     ValueError: for negative `m` or `k` of the wrong size.
   """
-  p, = (_arr(v) for v in jnp.promote_dtypes_inexact(_arr(p)))
+  p, = (as_array(v) for v in promote_dtypes_inexact(as_array(p)))
   m = operator.index(m)
   if m < 0:
     raise ValueError("Order of integral must be positive (see polyder)")
   if m == 0:
     return p
-  k = jnp.broadcast_to(jnp.asarray(0 if k is None else k, _dtype(p)), (m,))
-  n = _shape(p)[0]
+  k = broadcast_to(asarray(0 if k is None else k, dtype_of(p)), (m,))
+  n = shape_of(p)[0]
   grid = np.arange(n + m)[None, :] - np.arange(m)[:, None]
   coeff = np.prod(np.maximum(1, grid), axis=0)[::-1]
-  return jnp.true_divide(jnp.concatenate([p, k]),
-                         jnp.asarray(coeff.astype(np.float64), _dtype(p)))
+  return true_divide(concatenate([p, k]),
+                         asarray(coeff.astype(np.float64), dtype_of(p)))
 
 
 def vander(x: ArrayLike, N: int | None = None, increasing: bool = False):
@@ -127,15 +135,15 @@ def vander(x: ArrayLike, N: int | None = None, increasing: bool = False):
   Raises:
     ValueError: if `x` is not 1-D or `N` is negative.
   """
-  x = _arr(x)
-  if _ndim(x) != 1:
+  x = as_array(x)
+  if ndim_of(x) != 1:
     raise ValueError("x must be a one-dimensional array")
-  N = _shape(x)[0] if N is None else operator.index(N)
+  N = shape_of(x)[0] if N is None else operator.index(N)
   if N < 0:
     raise ValueError("N must be nonnegative")
   powers = np.arange(N)[::1 if increasing else -1]
-  cols = [jnp.power(x, int(k)) for k in powers]
-  return jnp.stack(cols, axis=1) if cols else jnp.zeros((_shape(x)[0], 0), _dtype(x))
+  cols = [power(x, int(k)) for k in powers]
+  return stack(cols, axis=1) if cols else zeros((shape_of(x)[0], 0), dtype_of(x))
 
 
 def trim_zeros(filt: ArrayLike, trim: str = "fb"):
@@ -153,21 +161,21 @@ def trim_zeros(filt: ArrayLike, trim: str = "fb"):
   start = int(nz[0]) if nz.size and "f" in trim.lower() else (host.size if not nz.size else 0)
   stop = int(nz[-1]) + 1 if nz.size and "b" in trim.lower() else (
       host.size if nz.size or "f" not in trim.lower() else host.size)
-  return jnp._slice_axis(_arr(filt), start, max(start, stop), 0)
+  return slice_axis(as_array(filt), start, max(start, stop), 0)
 
 
 def polydiv(u: ArrayLike, v: ArrayLike, *, trim_leading_zeros: bool = False):
   """Quotient and remainder of polynomial division `u / v` (inexact dtype; the remainder
   keeps u's length unless `trim_leading_zeros`, which needs concrete values)."""
-  u, v = (_arr(a) for a in jnp.promote_dtypes_inexact(_arr(u), _arr(v)))
-  m, n = _shape(u)[0] - 1, _shape(v)[0] - 1
-  scale = jnp.divide(1.0, v[0])
+  u, v = (as_array(a) for a in promote_dtypes_inexact(as_array(u), as_array(v)))
+  m, n = shape_of(u)[0] - 1, shape_of(v)[0] - 1
+  scale = divide(1.0, v[0])
   qs, r = [], u
   for k in range(0, m - n + 1):
-    d = jnp.multiply(scale, r[k])
+    d = multiply(scale, r[k])
     qs.append(d)
-    r = jnp.subtract(r, jnp.pad(jnp.multiply(d, v), [(k, m - n - k)]))
-  q = jnp.stack(qs) if qs else jnp.zeros((1,), _dtype(u))
+    r = subtract(r, pad(multiply(d, v), [(k, m - n - k)]))
+  q = stack(qs) if qs else zeros((1,), dtype_of(u))
   if trim_leading_zeros:
     r = trim_zeros(r, "f")
   return q, r
@@ -181,35 +189,33 @@ def polyfit(x: ArrayLike, y: ArrayLike, deg: int, rcond: float | None = None,
   Raises:
     ValueError: for a negative degree or bad shapes. NotImplementedError: for `cov`.
   """
-  from stagecraft.numpy import linalg
   if cov:
     raise NotImplementedError("jnp.polyfit(cov=True) is not supported yet.")
-  x, y = (_arr(a) for a in jnp.promote_dtypes_inexact(_arr(x), _arr(y)))
+  x, y = (as_array(a) for a in promote_dtypes_inexact(as_array(x), as_array(y)))
   deg = operator.index(deg)
   if deg < 0:
     raise ValueError("expected deg >= 0")
-  if _ndim(x) != 1:
+  if ndim_of(x) != 1:
     raise TypeError("expected 1D vector for x")
-  if _shape(x)[0] == 0:
+  if shape_of(x)[0] == 0:
     raise TypeError("expected non-empty vector for x")
-  if _ndim(y) < 1 or _ndim(y) > 2:
+  if ndim_of(y) < 1 or ndim_of(y) > 2:
     raise TypeError("expected 1D or 2D array for y")
-  if _shape(x)[0] != _shape(y)[0]:
+  if shape_of(x)[0] != shape_of(y)[0]:
     raise TypeError("expected x and y to have same length")
-  n = _shape(x)[0]
+  n = shape_of(x)[0]
   if rcond is None:
-    rcond = n * float(np.finfo(np.dtype(_dtype(x))).eps)
+    rcond = n * float(np.finfo(np.dtype(dtype_of(x))).eps)
   lhs = vander(x, deg + 1)
   rhs = y
   if w is not None:
-    w = _arr(w)
-    lhs = jnp.multiply(lhs, jnp.expand_dims(w, 1))
-    rhs = jnp.multiply(rhs, w if _ndim(rhs) == 1 else jnp.expand_dims(w, 1))
-  from stagecraft.numpy.reductions import sum as _sum
-  scale = jnp.sqrt(_sum(jnp.multiply(lhs, lhs), axis=0))
-  lhs = jnp.divide(lhs, scale)
+    w = as_array(w)
+    lhs = multiply(lhs, expand_dims(w, 1))
+    rhs = multiply(rhs, w if ndim_of(rhs) == 1 else expand_dims(w, 1))
+  scale = sqrt(reductions.sum(multiply(lhs, lhs), axis=0))
+  lhs = divide(lhs, scale)
   c, resids, rank, s = linalg.lstsq(lhs, rhs, rcond)
-  c = jnp.transpose(jnp.divide(jnp.transpose(c), scale))
+  c = transpose(divide(transpose(c), scale))
   return (c, resids, rank, s, rcond) if full else c
 
 
@@ -219,15 +225,14 @@ def poly(seq_of_zeros: ArrayLike):
   Raises:
     NotImplementedError: for a 2-D input (it needs eigenvalues of general matrices).
   """
-  a = _arr(seq_of_zeros)
-  if _ndim(a) == 2:
+  a = as_array(seq_of_zeros)
+  if ndim_of(a) == 2:
     raise NotImplementedError("jnp.poly of a matrix needs jnp.linalg.eigvals (not "
                               "implemented).")
-  if _ndim(a) != 1:
+  if ndim_of(a) != 1:
     raise ValueError("input must be 1d or non-empty square 2d array.")
-  a, = (_arr(v) for v in jnp.promote_dtypes_inexact(a))
-  from stagecraft.numpy.contractions import convolve
-  out = jnp.ones((1,), _dtype(a))
-  for k in range(_shape(a)[0]):
-    out = convolve(out, jnp.stack([jnp.ones((), _dtype(a)), jnp.negative(a[k])]), mode="full")
+  a, = (as_array(v) for v in promote_dtypes_inexact(a))
+  out = ones((1,), dtype_of(a))
+  for k in range(shape_of(a)[0]):
+    out = convolve(out, stack([ones((), dtype_of(a)), negative(a[k])]), mode="full")
   return out

@@ -9,25 +9,30 @@ from typing import Any
 import numpy as np
 
 from stagecraft import core, dtypes, lax
+from stagecraft.numpy import ufuncs
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_creation import full, full_like
+from stagecraft.numpy.manipulation import broadcast_to, ravel, reshape
+from stagecraft.numpy.ufuncs import isnan, multiply, subtract
+from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, const, dtype_of,
+                                   promote_dtypes_inexact, real_dtype, reduction_axes, shape_of)
 from stagecraft.runtime.array import Array
-from stagecraft.numpy import lax_numpy as jnp
-from stagecraft.numpy.lax_numpy import ArrayLike, _dtype, _shape, asarray
+
+__all__ = ["sum", "prod", "max", "min", "amax", "amin", "all", "any", "mean", "var", "std",
+           "argmax", "argmin", "count_nonzero", "cumsum", "cumprod", "cumproduct", "nancumsum",
+           "nancumprod", "cumulative_sum", "cumulative_prod", "nansum", "nanprod", "nanmax",
+           "nanmin", "nanmean", "nanvar", "nanstd", "nanargmax", "nanargmin", "ptp", "average"]
 
 
-def _axes(axis, ndim: int, name: str) -> tuple[int, ...]:
-  if axis is None:
-    return tuple(range(ndim))
-  if isinstance(axis, (int, np.integer)):
-    axis = (axis,)
-  out = tuple(sorted(jnp._canon_axis(a, ndim, name) for a in axis))
-  if len(set(out)) != len(out):
-    raise ValueError(f"{name}: duplicate value in 'axis': {axis}.")
-  return out
+def masked(x, where, fill):
+  """`x` with the entries outside `where` replaced by `fill` (the `where=` of a reduction);
+  `x` itself for `where=None`. A helper of the library, not in `stagecraft.numpy`."""
+  return x if where is None else ufuncs.where(where, x, fill)
 
 
 def _keepdims(x, axes, in_shape):
   shape = tuple(1 if i in axes else d for i, d in enumerate(in_shape))
-  return jnp.reshape(x, shape)
+  return reshape(x, shape)
 
 
 def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=None,
@@ -41,7 +46,7 @@ def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=Non
     a = asarray(a)
     if where is not None:
       raise NotImplementedError(f"{name}: 'where=' is not supported yet.")
-    dt = _dtype(a)
+    dt = dtype_of(a)
     if dtype is not None:
       a = lax.convert_element_type(a, dtypes.canonicalize_dtype(dtype))
     elif upcast_int and (dt == dtypes.bool_ or dtypes.is_integer(dt)) and dt.itemsize < 4:
@@ -49,27 +54,27 @@ def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=Non
                                    else dtypes.default_int_dtype())
     elif upcast_int and dt == dtypes.bool_:
       a = lax.convert_element_type(a, dtypes.default_int_dtype())
-    if bool_op is not None and _dtype(a) == dtypes.bool_:
+    if bool_op is not None and dtype_of(a) == dtypes.bool_:
       fn_ = bool_op
     else:
       fn_ = lax_fn
-    in_shape = _shape(a)
-    axes = _axes(axis, len(in_shape), name)
+    in_shape = shape_of(a)
+    axes = reduction_axes(axis, len(in_shape), name)
     if not has_identity and initial is None and builtins.any(in_shape[i] == 0 for i in axes):
       raise ValueError(f"zero-size array to reduction operation {name} which has no identity.")
     r = fn_(a, axes) if axes else a
     if initial is not None:
       if isinstance(initial, (Array, core.Tracer)):
-        init = lax.convert_element_type(initial, _dtype(r))
+        init = lax.convert_element_type(initial, dtype_of(r))
       else:   # host values stay literals, so XLA can fold e.g. max(x, -inf)
         try:
           with np.errstate(invalid="raise", over="raise"):
-            init = np.asarray(initial, _dtype(r))
+            init = np.asarray(initial, dtype_of(r))
         except (OverflowError, ValueError, FloatingPointError):   # e.g. -inf for ints: XLA's
-          init = lax.convert_element_type(asarray(initial), _dtype(r))   # conversion rules
+          init = lax.convert_element_type(asarray(initial), dtype_of(r))   # conversion rules
       r = init_op(r, init)
     if r.weak_type:    # reductions give strongly typed results, as in JAX's numpy
-      r = lax.convert_element_type(r, _dtype(r), weak_type=False)
+      r = lax.convert_element_type(r, dtype_of(r), weak_type=False)
     return _keepdims(r, axes, in_shape) if keepdims else r
   fn.__name__ = fn.__qualname__ = name
   return fn
@@ -108,10 +113,10 @@ def _bool_reduction(name, lax_fn):
   def fn(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
          *, where: ArrayLike | None = None):
     a = asarray(a)
-    if _dtype(a) != dtypes.bool_:
-      a = lax.ne(a, np.zeros((), _dtype(a))[()])
-    in_shape = _shape(a)
-    axes = _axes(axis, len(in_shape), name)
+    if dtype_of(a) != dtypes.bool_:
+      a = lax.ne(a, np.zeros((), dtype_of(a))[()])
+    in_shape = shape_of(a)
+    axes = reduction_axes(axis, len(in_shape), name)
     r = lax_fn(a, axes) if axes else a
     return _keepdims(r, axes, in_shape) if keepdims else r
   fn.__name__ = fn.__qualname__ = name
@@ -131,11 +136,11 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
          keepdims: bool = False, *, where: ArrayLike | None = None):
   """Arithmetic mean over `axis`; integer inputs give the default float dtype."""
   a = asarray(a)
-  in_shape = _shape(a)
-  axes = _axes(axis, len(in_shape), "mean")
+  in_shape = shape_of(a)
+  axes = reduction_axes(axis, len(in_shape), "mean")
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
-      _dtype(a) if dtypes.is_inexact(_dtype(a)) else dtypes.default_float_dtype())
-  s = sum(lax.convert_element_type(a, dt) if _dtype(a) != dt else a, axis=axes,
+      dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
+  s = sum(lax.convert_element_type(a, dt) if dtype_of(a) != dt else a, axis=axes,
           keepdims=keepdims)
   n = _count(in_shape, axes)
   return lax.div(s, np.asarray(n if n else np.nan, dt)[()])   # NB: empty -> NaN, as NumPy
@@ -151,12 +156,12 @@ def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddo
   if correction is not None:
     ddof = correction
   a = asarray(a)
-  in_shape = _shape(a)
-  axes = _axes(axis, len(in_shape), "var")
+  in_shape = shape_of(a)
+  axes = reduction_axes(axis, len(in_shape), "var")
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
-      _dtype(a) if dtypes.is_inexact(_dtype(a)) else dtypes.default_float_dtype())
-  a = lax.convert_element_type(a, dt) if _dtype(a) != dt else a
-  centered = jnp.subtract(a, mean(a, axes, keepdims=True))
+      dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
+  a = lax.convert_element_type(a, dt) if dtype_of(a) != dt else a
+  centered = subtract(a, mean(a, axes, keepdims=True))
   if dtypes.is_complex(dt):
     sq = lax.real(lax.mul(centered, lax.conj(centered)))
   else:
@@ -164,7 +169,7 @@ def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddo
   n = _count(in_shape, axes) - ddof
   s = sum(sq, axis=axes, keepdims=keepdims)
   # n <= 0 divides by 0 (inf, or nan for 0/0), as NumPy does.
-  return lax.div(s, np.asarray(builtins.max(n, 0), _dtype(s))[()])
+  return lax.div(s, np.asarray(builtins.max(n, 0), dtype_of(s))[()])
 
 
 def std(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
@@ -178,14 +183,14 @@ def _arg_reduction(name, lax_fn):
   def fn(a: ArrayLike, axis: int | None = None, out: None = None, keepdims: bool = False):
     a = asarray(a)
     if axis is None:
-      shape = _shape(a)
+      shape = shape_of(a)
       if math.prod(shape) == 0:
         raise ValueError(f"attempt to get {name} of an empty sequence")
-      a = jnp.ravel(a)
+      a = ravel(a)
       r = lax_fn(a, 0, dtypes.default_int_dtype())
-      return jnp.reshape(r, (1,) * len(shape)) if keepdims else r
-    in_shape = _shape(a)
-    ax = jnp._canon_axis(axis, len(in_shape), name)
+      return reshape(r, (1,) * len(shape)) if keepdims else r
+    in_shape = shape_of(a)
+    ax = canonicalize_axis(axis, len(in_shape), name)
     if in_shape[ax] == 0:
       raise ValueError(f"attempt to get {name} of an empty sequence")
     r = lax_fn(a, ax, dtypes.default_int_dtype())
@@ -205,7 +210,7 @@ argmin = _arg_reduction("argmin", lax.argmin)
 def count_nonzero(a: ArrayLike, axis: Any = None, keepdims: bool = False):
   """The number of nonzero elements over `axis`, as the default integer dtype."""
   a = asarray(a)
-  return sum(lax.ne(a, jnp._c(a, 0)) if _dtype(a) != dtypes.bool_ else a, axis=axis,
+  return sum(lax.ne(a, const(a, 0)) if dtype_of(a) != dtypes.bool_ else a, axis=axis,
              dtype=dtypes.default_int_dtype(), keepdims=keepdims)
 
 
@@ -216,13 +221,13 @@ def count_nonzero(a: ArrayLike, axis: Any = None, keepdims: bool = False):
 def _cumulative(name: str, lax_fn, a, axis, dtype, fill_nan=False, fill_value=0,
                 promote_integers=False):
   a = asarray(a)
-  if axis is None or _shape(a) == ():
-    a = jnp.ravel(a)
+  if axis is None or shape_of(a) == ():
+    a = ravel(a)
     axis = 0
-  axis = jnp._canon_axis(axis, len(_shape(a)), name)
-  if fill_nan and dtypes.is_inexact(_dtype(a)):
-    a = jnp.where(jnp.isnan(a), jnp._c(a, fill_value), a)
-  dt = _dtype(a)
+  axis = canonicalize_axis(axis, len(shape_of(a)), name)
+  if fill_nan and dtypes.is_inexact(dtype_of(a)):
+    a = ufuncs.where(isnan(a), const(a, fill_value), a)
+  dt = dtype_of(a)
   if dtype is None:
     if promote_integers or dt == dtypes.bool_:
       res = _promote_integer(dt)
@@ -232,14 +237,14 @@ def _cumulative(name: str, lax_fn, a, axis, dtype, fill_nan=False, fill_value=0,
   elif dtypes.canonicalize_dtype(dtype) == dtypes.bool_:
     res = dtypes.bool_
     if dt != res:
-      a = lax.ne(a, jnp._c(a, 0))
+      a = lax.ne(a, const(a, 0))
     calc = dtypes.default_int_dtype()
   else:
     res = calc = dtypes.canonicalize_dtype(dtype)
-  a = lax.convert_element_type(a, calc) if _dtype(a) != calc else a
-  out = lax_fn(a, axis=axis) if _shape(a)[axis] else a
+  a = lax.convert_element_type(a, calc) if dtype_of(a) != calc else a
+  out = lax_fn(a, axis=axis) if shape_of(a)[axis] else a
   # NB: results are strongly typed, as in JAX's numpy.
-  return lax.convert_element_type(out, res) if (_dtype(out) != res or out.weak_type) else out
+  return lax.convert_element_type(out, res) if (dtype_of(out) != res or out.weak_type) else out
 
 
 def _promote_integer(dt):
@@ -297,20 +302,20 @@ def _cumulative_api(name, lax_fn, identity):
   def fn(x: ArrayLike, /, *, axis: int | None = None, dtype: Any = None,
          include_initial: bool = False):
     x = asarray(x)
-    if _shape(x) == ():
+    if shape_of(x) == ():
       raise ValueError(f"The input must be non-scalar to take a {name.split('_')[1]}, "
                        f"however a scalar value or scalar array was given.")
     if axis is None:
-      if len(_shape(x)) > 1:
-        raise ValueError(f"The input array has rank {len(_shape(x))}, however axis was not "
+      if len(shape_of(x)) > 1:
+        raise ValueError(f"The input array has rank {len(shape_of(x))}, however axis was not "
                          f"set to an explicit value. The axis argument is only optional for "
                          f"one-dimensional arrays.")
       axis = 0
-    axis = jnp._canon_axis(axis, len(_shape(x)), name)
+    axis = canonicalize_axis(axis, len(shape_of(x)), name)
     r = _cumulative(name, lax_fn, x, axis, dtype, promote_integers=True)
     if include_initial:
-      shape = tuple(1 if i == axis else d for i, d in enumerate(_shape(r)))
-      r = lax.concatenate([jnp.full(shape, identity, _dtype(r)), r], axis)
+      shape = tuple(1 if i == axis else d for i, d in enumerate(shape_of(r)))
+      r = lax.concatenate([full(shape, identity, dtype_of(r)), r], axis)
     return r
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"The Array API's {name}: like `cum{name.split('_')[1][:-3]}`, with narrow "
@@ -342,12 +347,12 @@ def _nan_reduction(name, reduction, init, nan_if_all_nan):
     kw = dict(axis=axis, keepdims=keepdims, initial=initial, where=where)
     if dtype is not None:
       kw["dtype"] = dtype
-    if not dtypes.is_inexact(_dtype(a)):
+    if not dtypes.is_inexact(dtype_of(a)):
       return reduction(a, **kw)
-    nan = jnp.isnan(a)
-    r = reduction(jnp.where(nan, jnp._c(a, init), a), **kw)
+    nan = isnan(a)
+    r = reduction(ufuncs.where(nan, const(a, init), a), **kw)
     if nan_if_all_nan:
-      r = jnp.where(all(nan, axis=axis, keepdims=keepdims), jnp._c(r, np.nan), r)
+      r = ufuncs.where(all(nan, axis=axis, keepdims=keepdims), const(r, np.nan), r)
     return r
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"`{reduction.__name__}` ignoring NaNs (treated as {init})"
@@ -367,10 +372,10 @@ def nanmean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   """Mean ignoring NaNs (NaN for all-NaN slices); integers give the default float."""
   _no_out("nanmean", out)
   a = asarray(a)
-  if not dtypes.is_inexact(_dtype(a)):
+  if not dtypes.is_inexact(dtype_of(a)):
     return mean(a, axis, dtype, keepdims=keepdims)
-  dt = _dtype(a) if dtype is None else dtypes.canonicalize_dtype(dtype)
-  valid = lax.bitwise_not(jnp.isnan(a))
+  dt = dtype_of(a) if dtype is None else dtypes.canonicalize_dtype(dtype)
+  valid = lax.bitwise_not(isnan(a))
   n = sum(valid, axis=axis, dtype=dt if not dtypes.is_complex(dt) else None,
           keepdims=keepdims)
   n = lax.convert_element_type(n, dt)
@@ -383,17 +388,17 @@ def nanvar(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   _no_out("nanvar", out)
   a = asarray(a)
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
-      _dtype(a) if dtypes.is_inexact(_dtype(a)) else dtypes.default_float_dtype())
-  a = lax.convert_element_type(a, dt) if _dtype(a) != dt else a
-  valid = lax.bitwise_not(jnp.isnan(a))
-  centered = jnp.subtract(a, nanmean(a, axis, keepdims=True))
-  centered = jnp.where(valid, centered, jnp._c(centered, 0))
-  rdt = jnp._real(dt)
+      dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
+  a = lax.convert_element_type(a, dt) if dtype_of(a) != dt else a
+  valid = lax.bitwise_not(isnan(a))
+  centered = subtract(a, nanmean(a, axis, keepdims=True))
+  centered = ufuncs.where(valid, centered, const(centered, 0))
+  rdt = real_dtype(dt)
   sq = lax.real(lax.mul(centered, lax.conj(centered))) if dtypes.is_complex(dt) else (
       lax.mul(centered, centered))
   n = lax.convert_element_type(sum(valid, axis=axis, keepdims=keepdims), rdt)
   denom = lax.sub(n, np.asarray(ddof, rdt)[()])
-  denom = jnp.where(lax.le(denom, np.zeros((), rdt)[()]), np.asarray(np.nan, rdt)[()], denom)
+  denom = ufuncs.where(lax.le(denom, np.zeros((), rdt)[()]), np.asarray(np.nan, rdt)[()], denom)
   return lax.div(sum(sq, axis=axis, keepdims=keepdims), denom)
 
 
@@ -407,11 +412,11 @@ def _nan_arg_reduction(name, arg_fn, fill):
   def fn(a: ArrayLike, axis: int | None = None, out: None = None, keepdims: bool = False):
     _no_out(name, out)
     a = asarray(a)
-    if not dtypes.is_inexact(_dtype(a)):
+    if not dtypes.is_inexact(dtype_of(a)):
       return arg_fn(a, axis, keepdims=keepdims)
-    nan = jnp.isnan(a)
-    r = arg_fn(jnp.where(nan, jnp._c(a, fill), a), axis, keepdims=keepdims)
-    return jnp.where(all(nan, axis=axis, keepdims=keepdims), jnp._c(r, -1), r)
+    nan = isnan(a)
+    r = arg_fn(ufuncs.where(nan, const(a, fill), a), axis, keepdims=keepdims)
+    return ufuncs.where(all(nan, axis=axis, keepdims=keepdims), const(r, -1), r)
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"`{arg_fn.__name__}` ignoring NaNs; -1 where a slice is all NaN (NumPy "
                 f"raises there instead).\n\nRaises:\n  ValueError: on an empty axis.")
@@ -425,7 +430,7 @@ nanargmin = _nan_arg_reduction("nanargmin", argmin, np.inf)
 def ptp(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False):
   """Peak to peak: `max - min` over `axis`."""
   _no_out("ptp", out)
-  return jnp.subtract(max(a, axis, keepdims=keepdims), min(a, axis, keepdims=keepdims))
+  return subtract(max(a, axis, keepdims=keepdims), min(a, axis, keepdims=keepdims))
 
 
 def average(a: ArrayLike, axis: Any = None, weights: ArrayLike | None = None,
@@ -448,24 +453,24 @@ def average(a: ArrayLike, axis: Any = None, weights: ArrayLike | None = None,
   a = asarray(a)
   if weights is None:
     avg = mean(a, axis, keepdims=keepdims)
-    wsum = jnp.full_like(avg, math.prod(_shape(a)) / builtins.max(math.prod(_shape(avg)), 1))
+    wsum = full_like(avg, math.prod(shape_of(a)) / builtins.max(math.prod(shape_of(avg)), 1))
   else:
-    a, w = jnp.promote_dtypes_inexact(a, asarray(weights))
+    a, w = promote_dtypes_inexact(a, asarray(weights))
     a, w = asarray(a), asarray(w)
-    sa, sw = _shape(a), _shape(w)
+    sa, sw = shape_of(a), shape_of(w)
     if sa != sw:
       if axis is None:
         raise ValueError("Axis must be specified when shapes of a and weights differ.")
-      axes = _axes(axis, len(sa), "average")
+      axes = reduction_axes(axis, len(sa), "average")
       if len(sw) != 1 or len(axes) != 1:
         raise ValueError("1D weights expected when shapes of a and weights differ.")
       if sw[0] != sa[axes[0]]:
         raise ValueError("Length of weights not compatible with specified axis.")
       w = lax.broadcast_in_dim(w, sa, axes)
     wsum = sum(w, axis, keepdims=keepdims)
-    avg = lax.div(sum(jnp.multiply(a, w), axis, keepdims=keepdims), wsum)
+    avg = lax.div(sum(multiply(a, w), axis, keepdims=keepdims), wsum)
   if returned:
-    if _shape(avg) != _shape(wsum):
-      wsum = jnp.broadcast_to(wsum, _shape(avg))
+    if shape_of(avg) != shape_of(wsum):
+      wsum = broadcast_to(wsum, shape_of(avg))
     return avg, wsum
   return avg

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from stagecraft import dtypes
+from stagecraft.numpy.array_constructors import array
 
 
 class _ScalarMeta(type):
@@ -24,7 +25,6 @@ class _ScalarMeta(type):
     return f"<class 'stagecraft.numpy.{cls.dtype.name}'>"
 
   def __call__(cls, x=0):
-    from stagecraft.numpy.lax_numpy import array
     return array(x, dtype=cls.dtype)
 
 

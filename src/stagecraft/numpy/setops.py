@@ -13,8 +13,13 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
-from stagecraft.numpy import lax_numpy as jnp
-from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+from stagecraft.numpy.array_creation import full, zeros
+from stagecraft.numpy.indexing import take_axis
+from stagecraft.numpy.lax_numpy import diff
+from stagecraft.numpy.manipulation import concatenate, moveaxis, ravel, reshape, squeeze, stack
+from stagecraft.numpy.ufuncs import isnan, where
+from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, check_concrete, const,
+                                   dtype_of, ndim_of, promote_dtypes, shape_of, slice_axis)
 
 __all__ = ["unique", "unique_values", "unique_counts", "unique_inverse", "unique_all", "isin",
            "in1d", "union1d", "intersect1d", "setdiff1d", "setxor1d"]
@@ -45,17 +50,17 @@ def _front(mask, *operands):
 def _take_padded(x, pos, k, pad_index=0):
   """x[pos[:k]] along axis 0, where `pos` (1-D, length n) is padded with `pad_index` if
   k > n."""
-  n = _shape(pos)[0]
+  n = shape_of(pos)[0]
   if k <= n:
-    pos = jnp._slice_axis(pos, 0, k, 0)
+    pos = slice_axis(pos, 0, k, 0)
   else:
-    pos = lax.pad(pos, jnp._c(pos, pad_index), ((0, k - n, 0),))
-  return jnp._take_axis(x, pos, 0) if k else jnp._slice_axis(x, 0, 0, 0)
+    pos = lax.pad(pos, const(pos, pad_index), ((0, k - n, 0),))
+  return take_axis(x, pos, 0) if k else slice_axis(x, 0, 0, 0)
 
 
 def _neq(x, y, equal_nan):
   ne = lax.ne(x, y)
-  if equal_nan and dtypes.is_inexact(_dtype(x)):
+  if equal_nan and dtypes.is_inexact(dtype_of(x)):
     ne = lax.bitwise_and(ne, lax.bitwise_not(lax.bitwise_and(lax.ne(x, x), lax.ne(y, y))))
   return ne
 
@@ -63,28 +68,28 @@ def _neq(x, y, equal_nan):
 def _sorted_runs(aux, equal_nan):
   """Sorts the rows of `aux` (`T[n, *rest]`) lexicographically; returns (sorted rows,
   the permutation, mask of the first row of each run of equal rows)."""
-  n, *rest = _shape(aux)
+  n, *rest = shape_of(aux)
   m = math.prod(rest)
   iota = _int_iota(n)
-  if dtypes.is_complex(_dtype(aux)):   # one canonical NaN, whichever part is NaN
-    aux = jnp.where(jnp.isnan(aux), jnp._c(aux, np.nan), aux)
+  if dtypes.is_complex(dtype_of(aux)):   # one canonical NaN, whichever part is NaN
+    aux = where(isnan(aux), const(aux, np.nan), aux)
   if not rest:
     aux_s, perm = lax.sort_key_val(aux, iota, dimension=0)
   elif m == 0:
     aux_s, perm = aux, iota
   else:
-    cols = jnp.reshape(aux, (n, m))
-    outs = lax.sort([jnp.squeeze(jnp._slice_axis(cols, j, j + 1, 1), 1) for j in range(m)]
+    cols = reshape(aux, (n, m))
+    outs = lax.sort([squeeze(slice_axis(cols, j, j + 1, 1), 1) for j in range(m)]
                     + [iota], dimension=0, num_keys=m)
-    aux_s = jnp.reshape(jnp.stack(outs[:-1], axis=1), (n, *rest))
+    aux_s = reshape(stack(outs[:-1], axis=1), (n, *rest))
     perm = outs[-1]
   if n == 0:
-    return aux_s, perm, jnp.zeros((0,), dtypes.bool_)
-  ne = _neq(jnp._slice_axis(aux_s, 1, n, 0), jnp._slice_axis(aux_s, 0, n - 1, 0), equal_nan)
+    return aux_s, perm, zeros((0,), dtypes.bool_)
+  ne = _neq(slice_axis(aux_s, 1, n, 0), slice_axis(aux_s, 0, n - 1, 0), equal_nan)
   if rest:
-    ne = lax.reduce_or(ne, tuple(range(1, len(rest) + 1))) if m else jnp.zeros(
+    ne = lax.reduce_or(ne, tuple(range(1, len(rest) + 1))) if m else zeros(
         (n - 1,), dtypes.bool_)
-  mask = lax.concatenate([jnp.full((1,), True, dtypes.bool_), ne], 0)
+  mask = lax.concatenate([full((1,), True, dtypes.bool_), ne], 0)
   return aux_s, perm, mask
 
 
@@ -122,58 +127,58 @@ def unique(ar: ArrayLike, return_index: bool = False, return_inverse: bool = Fal
     >>> jnp.unique(jnp.array([3, 1, 3, 2]), size=5, fill_value=0)
     Array([1, 2, 3, 0, 0], dtype=int32)
   """
-  arr = _arr(ar)
+  arr = as_array(ar)
   if size is not None:
-    size = operator.index(jnp._concrete(size, "unique", "size"))
+    size = operator.index(check_concrete(size, "unique", "size"))
   elif isinstance(arr, Tracer):
     raise core.ConcretizationTypeError(
         "Abstract tracer value encountered where concrete value is expected: the first "
         "argument of jnp.unique(). " + _SIZE_HINT.format(name="unique"))
-  in_shape = _shape(arr)
+  in_shape = shape_of(arr)
   if axis is None:
-    arr, ax = jnp.ravel(arr), 0
+    arr, ax = ravel(arr), 0
   else:
-    ax = jnp._canon_axis(axis, _ndim(arr), "unique")
-  n = _shape(arr)[ax]
+    ax = canonicalize_axis(axis, ndim_of(arr), "unique")
+  n = shape_of(arr)[ax]
   if n == 0 and size and fill_value is None:
     raise ValueError("jnp.unique: for zero-sized input with nonzero size argument, "
                      "fill_value must be specified")
-  aux_s, perm, mask = _sorted_runs(jnp.moveaxis(arr, ax, 0), equal_nan)
+  aux_s, perm, mask = _sorted_runs(moveaxis(arr, ax, 0), equal_nan)
   count = lax.reduce_sum(lax.convert_element_type(mask, dtypes.int32), (0,))
   k = size if size is not None else _static_count(count, "unique")
   iota = _int_iota(n)
   pos, = _front(mask, iota) if n else (iota,)
   if n and size is not None:   # padded entries take the first unique value, as JAX's numpy
     pos = _take_padded(pos, iota, k)
-    pos = jnp.where(lax.lt(_int_iota(k), lax.convert_element_type(count, _dtype(pos))), pos,
-                    jnp._c(pos, 0))
+    pos = where(lax.lt(_int_iota(k), lax.convert_element_type(count, dtype_of(pos))), pos,
+                    const(pos, 0))
   result = _take_padded(aux_s, pos, k)
   if size is not None and fill_value is not None:
-    fill = lax.convert_element_type(_arr(fill_value), _dtype(result))
+    fill = lax.convert_element_type(as_array(fill_value), dtype_of(result))
     valid = lax.lt(_int_iota(k), lax.convert_element_type(count, dtypes.default_int_dtype()))
-    valid = lax.broadcast_in_dim(valid, _shape(result), (0,))
-    result = jnp.where(valid, result, fill)
-  result = jnp.moveaxis(result, 0, ax)
+    valid = lax.broadcast_in_dim(valid, shape_of(result), (0,))
+    result = where(valid, result, fill)
+  result = moveaxis(result, 0, ax)
   ret = [result]
   if return_index:
     ret.append(_take_padded(perm, pos, k) if n else
-               jnp.zeros((k,), dtypes.default_int_dtype()))
+               zeros((k,), dtypes.default_int_dtype()))
   if return_inverse:
     if n:
       inv_sorted = lax.sub(lax.cumsum(lax.convert_element_type(mask, dtypes.default_int_dtype())),
-                           jnp._c(iota, 1))
+                           const(iota, 1))
       inv = lax.sort((perm, inv_sorted), dimension=0, num_keys=1)[1]
     else:
-      inv = jnp.zeros((0,), dtypes.default_int_dtype())
-    ret.append(jnp.reshape(inv, in_shape) if axis is None else inv)
+      inv = zeros((0,), dtypes.default_int_dtype())
+    ret.append(reshape(inv, in_shape) if axis is None else inv)
   if return_counts:
     if n:
-      ends, = _front(mask, jnp.where(mask, iota, jnp._c(iota, n)))
-      ends = lax.pad(ends, jnp._c(ends, n), ((0, 1, 0),))
+      ends, = _front(mask, where(mask, iota, const(iota, n)))
+      ends = lax.pad(ends, const(ends, n), ((0, 1, 0),))
       bounds = _take_padded(ends, _int_iota(n + 1), k + 1, pad_index=n)
-      ret.append(jnp.diff(bounds))
+      ret.append(diff(bounds))
     else:
-      ret.append(jnp.zeros((k,), dtypes.default_int_dtype()))
+      ret.append(zeros((k,), dtypes.default_int_dtype()))
   return ret[0] if len(ret) == 1 else tuple(ret)
 
 
@@ -229,10 +234,10 @@ def isin(element: ArrayLike, test_elements: ArrayLike, assume_unique: bool = Fal
   Algorithm: compares every pair (O(|element| * |test_elements|) work); `method` is
   accepted for compatibility.
   """
-  element, test = _arr(element), jnp.ravel(_arr(test_elements))
-  element, test = (_arr(x) for x in jnp.promote_dtypes(element, test))
-  shape = (*_shape(element), _shape(test)[0])
-  nd = _ndim(element)
+  element, test = as_array(element), ravel(as_array(test_elements))
+  element, test = (as_array(x) for x in promote_dtypes(element, test))
+  shape = (*shape_of(element), shape_of(test)[0])
+  nd = ndim_of(element)
   eq = lax.eq(lax.broadcast_in_dim(element, shape, tuple(range(nd))),
               lax.broadcast_in_dim(test, shape, (nd,)))
   out = lax.reduce_or(eq, (nd,))
@@ -241,33 +246,33 @@ def isin(element: ArrayLike, test_elements: ArrayLike, assume_unique: bool = Fal
 
 def in1d(ar1: ArrayLike, ar2: ArrayLike, assume_unique: bool = False, invert: bool = False):
   """`isin` of the flattened `ar1` (NumPy's older name)."""
-  return isin(jnp.ravel(_arr(ar1)), ar2, assume_unique, invert)
+  return isin(ravel(as_array(ar1)), ar2, assume_unique, invert)
 
 
 def _compact(x, mask, size, fill_value, name):
   """The entries of 1-D `x` where `mask`, in order; padded/truncated to `size` if given."""
-  n = _shape(x)[0]
+  n = shape_of(x)[0]
   count = lax.reduce_sum(lax.convert_element_type(mask, dtypes.int32), (0,))
   k = size if size is not None else _static_count(count, name)
   if n == 0:
     if k and fill_value is None:
       raise ValueError(f"jnp.{name}: for empty input with a nonzero size, fill_value must "
                        f"be specified")
-    return jnp.full((k,), 0 if fill_value is None else fill_value, _dtype(x))
+    return full((k,), 0 if fill_value is None else fill_value, dtype_of(x))
   vals, = _front(mask, x)
   out = _take_padded(vals, _int_iota(n), k)
   if size is not None:
-    fill = vals[0] if fill_value is None else lax.convert_element_type(_arr(fill_value),
-                                                                        _dtype(x))
+    fill = vals[0] if fill_value is None else lax.convert_element_type(as_array(fill_value),
+                                                                        dtype_of(x))
     valid = lax.lt(_int_iota(k), lax.convert_element_type(count, dtypes.default_int_dtype()))
-    out = jnp.where(valid, out, fill)
+    out = where(valid, out, fill)
   return out
 
 
 def union1d(ar1: ArrayLike, ar2: ArrayLike, *, size: int | None = None,
             fill_value: ArrayLike | None = None):
   """The sorted unique values in either array (`unique` of both, flattened)."""
-  return unique(jnp.concatenate([jnp.ravel(_arr(ar1)), jnp.ravel(_arr(ar2))]), size=size,
+  return unique(concatenate([ravel(as_array(ar1)), ravel(as_array(ar2))]), size=size,
                 fill_value=fill_value)
 
 
@@ -275,12 +280,12 @@ def setdiff1d(ar1: ArrayLike, ar2: ArrayLike, assume_unique: bool = False, *,
               size: int | None = None, fill_value: ArrayLike | None = None):
   """The sorted unique values of `ar1` not in `ar2` (padding: the first of them, or
   `fill_value`)."""
-  a = jnp.ravel(_arr(ar1))
-  n = _shape(a)[0]
+  a = ravel(as_array(ar1))
+  n = shape_of(a)[0]
   if isinstance(a, Tracer) and size is None:
     _static_count(a, "setdiff1d")
   if n == 0:
-    return _compact(a, jnp.zeros((0,), dtypes.bool_), size, fill_value, "setdiff1d")
+    return _compact(a, zeros((0,), dtypes.bool_), size, fill_value, "setdiff1d")
   aux_s, _, first = _sorted_runs(a, True)
   keep = lax.bitwise_and(first, isin(aux_s, ar2, invert=True))
   return _compact(aux_s, keep, size, fill_value, "setdiff1d")
@@ -296,9 +301,9 @@ def intersect1d(ar1: ArrayLike, ar2: ArrayLike, assume_unique: bool = False,
   """
   if return_indices:
     raise NotImplementedError("jnp.intersect1d(return_indices=True) is not supported yet.")
-  a = jnp.ravel(_arr(ar1))
-  if _shape(a)[0] == 0:
-    return _compact(a, jnp.zeros((0,), dtypes.bool_), size, fill_value, "intersect1d")
+  a = ravel(as_array(ar1))
+  if shape_of(a)[0] == 0:
+    return _compact(a, zeros((0,), dtypes.bool_), size, fill_value, "intersect1d")
   if isinstance(a, Tracer) and size is None:
     _static_count(a, "intersect1d")
   aux_s, _, first = _sorted_runs(a, True)
@@ -309,10 +314,10 @@ def intersect1d(ar1: ArrayLike, ar2: ArrayLike, assume_unique: bool = False,
 def setxor1d(ar1: ArrayLike, ar2: ArrayLike, assume_unique: bool = False, *,
              size: int | None = None, fill_value: ArrayLike | None = None):
   """The sorted unique values in exactly one of the arrays (padding as `setdiff1d`)."""
-  a, b = (jnp.ravel(_arr(v)) for v in jnp.promote_dtypes(_arr(ar1), _arr(ar2)))
-  both = jnp.concatenate([a, b])
-  if _shape(both)[0] == 0:
-    return _compact(both, jnp.zeros((0,), dtypes.bool_), size, fill_value, "setxor1d")
+  a, b = (ravel(as_array(v)) for v in promote_dtypes(as_array(ar1), as_array(ar2)))
+  both = concatenate([a, b])
+  if shape_of(both)[0] == 0:
+    return _compact(both, zeros((0,), dtypes.bool_), size, fill_value, "setxor1d")
   if isinstance(both, Tracer) and size is None:
     _static_count(both, "setxor1d")
   aux_s, _, first = _sorted_runs(both, True)

@@ -7,21 +7,23 @@ from __future__ import annotations
 from typing import Sequence
 
 from stagecraft import dtypes, lax
-from stagecraft.numpy import lax_numpy as jnp
-from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+from stagecraft.numpy.indexing import take_axis
+from stagecraft.numpy.manipulation import ravel, swapaxes
+from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, const, dtype_of, ndim_of,
+                                   promote_dtypes, shape_of)
 
 __all__ = ["sort", "argsort", "lexsort", "partition", "argpartition", "searchsorted",
            "sort_complex"]
 
 
 def _sort_axis(a, axis, name):
-  a = _arr(a)
+  a = as_array(a)
   if axis is None:
-    return jnp.ravel(a), 0
-  if _ndim(a) == 0:
+    return ravel(a), 0
+  if ndim_of(a) == 0:
     raise ValueError(f"{name}: axis {axis} is out of bounds for a 0-d array; pass "
                      f"axis=None to sort the flattened array.")
-  return a, jnp._canon_axis(axis, _ndim(a), name)
+  return a, canonicalize_axis(axis, ndim_of(a), name)
 
 
 def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None,
@@ -72,7 +74,7 @@ def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: No
   if order is not None:
     raise NotImplementedError("The 'order' argument to jnp.argsort is not supported.")
   a, axis = _sort_axis(a, axis, "argsort")
-  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), _shape(a), axis)
+  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), shape_of(a), axis)
   if descending and stable:
     # Reverse first so that equal keys keep their order once the result is reversed.
     a, iota = lax.rev(a, (axis,)), lax.rev(iota, (axis,))
@@ -94,22 +96,22 @@ def lexsort(keys: Sequence[ArrayLike], axis: int = -1):
     TypeError: for an empty sequence of keys.
     ValueError: if the keys' shapes differ, or for 0-d keys.
   """
-  key_list = [_arr(k) for k in (keys if not hasattr(keys, "shape") else
-                                [keys[i] for i in range(_shape(keys)[0])])]
+  key_list = [as_array(k) for k in (keys if not hasattr(keys, "shape") else
+                                [keys[i] for i in range(shape_of(keys)[0])])]
   if not key_list:
     raise TypeError("need sequence of keys with len > 0 in lexsort")
-  if len({_shape(k) for k in key_list}) > 1:
+  if len({shape_of(k) for k in key_list}) > 1:
     raise ValueError("all keys need to be the same shape")
-  if _ndim(key_list[0]) == 0:
+  if ndim_of(key_list[0]) == 0:
     raise TypeError("need sequence of keys with at least 1 dimension in lexsort")
-  axis = jnp._canon_axis(axis, _ndim(key_list[0]), "lexsort")
-  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), _shape(key_list[0]), axis)
+  axis = canonicalize_axis(axis, ndim_of(key_list[0]), "lexsort")
+  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), shape_of(key_list[0]), axis)
   return lax.sort((*key_list[::-1], iota), dimension=axis, num_keys=len(key_list))[-1]
 
 
 def _neg_order(x):
   """An order-reversing map of x's values: -x, or ~x for unsigned integers and bools."""
-  dt = _dtype(x)
+  dt = dtype_of(x)
   return lax.bitwise_not(x) if dt == dtypes.bool_ or dtypes.is_unsigned(dt) else lax.neg(x)
 
 
@@ -123,17 +125,17 @@ def partition(a: ArrayLike, kth: int, axis: int = -1):
   Raises:
     ValueError: for an out-of-range `kth` or axis, or complex input.
   """
-  a = _arr(a)
-  if _ndim(a) == 0:
+  a = as_array(a)
+  if ndim_of(a) == 0:
     raise TypeError("partition requires an input with at least one dimension.")
-  axis = jnp._canon_axis(axis, _ndim(a), "partition")
-  n = _shape(a)[axis]
-  kth = jnp._canon_axis(kth, n, "partition")
-  x = jnp.swapaxes(a, axis, -1)
+  axis = canonicalize_axis(axis, ndim_of(a), "partition")
+  n = shape_of(a)[axis]
+  kth = canonicalize_axis(kth, n, "partition")
+  x = swapaxes(a, axis, -1)
   bottom = _neg_order(lax.top_k(_neg_order(x), kth + 1)[0])
   top = lax.top_k(x, n - kth - 1)[0]
-  out = lax.concatenate([bottom, top], _ndim(x) - 1)
-  return jnp.swapaxes(out, -1, axis)
+  out = lax.concatenate([bottom, top], ndim_of(x) - 1)
+  return swapaxes(out, -1, axis)
 
 
 def argpartition(a: ArrayLike, kth: int, axis: int = -1):
@@ -146,22 +148,22 @@ def argpartition(a: ArrayLike, kth: int, axis: int = -1):
   Raises:
     ValueError: for an out-of-range `kth` or axis.
   """
-  a = _arr(a)
-  if _ndim(a) == 0:
+  a = as_array(a)
+  if ndim_of(a) == 0:
     raise TypeError("argpartition requires an input with at least one dimension.")
-  axis = jnp._canon_axis(axis, _ndim(a), "argpartition")
-  jnp._canon_axis(kth, _shape(a)[axis], "argpartition")
+  axis = canonicalize_axis(axis, ndim_of(a), "argpartition")
+  canonicalize_axis(kth, shape_of(a)[axis], "argpartition")
   return argsort(a, axis)
 
 
 def _total_order_keys(x):
   """Real keys that compare as `lax.sort` orders x: NaN canonical and last, -0.0 == 0.0;
   complex numbers become (real, imag)."""
-  dt = _dtype(x)
+  dt = dtype_of(x)
   if dtypes.is_complex(dt):
     return _total_order_keys(lax.real(x)) + _total_order_keys(lax.imag(x))
   if dtypes.is_float(dt):
-    return [lax.add(x, jnp._c(x, 0.0))]   # NB: -0.0 + 0.0 == +0.0
+    return [lax.add(x, const(x, 0.0))]   # NB: -0.0 + 0.0 == +0.0
   return [x]
 
 
@@ -169,11 +171,11 @@ def _lt(xs, ys, or_equal: bool):
   """Lexicographic total-order comparison of key lists (NaN greater than all, equal to NaN)."""
   out = None
   for x, y in zip(xs[::-1], ys[::-1]):
-    if dtypes.is_float(_dtype(x)):
+    if dtypes.is_float(dtype_of(x)):
       xn, yn = lax.ne(x, x), lax.ne(y, y)
       lt = lax.bitwise_or(lax.lt(x, y), lax.bitwise_and(lax.bitwise_not(xn), yn))
       eq = lax.bitwise_or(lax.eq(x, y), lax.bitwise_and(xn, yn))
-    elif _dtype(x) == dtypes.bool_:
+    elif dtype_of(x) == dtypes.bool_:
       lt = lax.bitwise_and(lax.bitwise_not(x), y)
       eq = lax.eq(x, y)
     else:
@@ -212,14 +214,14 @@ def searchsorted(a: ArrayLike, v: ArrayLike, side: str = "left", sorter: ArrayLi
   if method not in ("scan", "scan_unrolled", "sort", "compare_all"):
     raise ValueError(f"{method!r} is an invalid value for keyword 'method'. Expected one of "
                      f"['sort', 'scan', 'scan_unrolled', 'compare_all'].")
-  a, v = _arr(a), _arr(v)
-  if _ndim(a) != 1:
+  a, v = as_array(a), as_array(v)
+  if ndim_of(a) != 1:
     raise ValueError("a should be 1-dimensional")
   if sorter is not None:
-    a = jnp._take_axis(a, _arr(sorter), 0)
-  a, v = (_arr(x) for x in jnp.promote_dtypes(a, v))
-  n = _shape(a)[0]
-  qshape = _shape(v)
+    a = take_axis(a, as_array(sorter), 0)
+  a, v = (as_array(x) for x in promote_dtypes(a, v))
+  n = shape_of(a)[0]
+  qshape = shape_of(v)
   full = (n, *qshape)
   ak = [lax.broadcast_in_dim(k, full, (0,)) for k in _total_order_keys(a)]
   vk = [lax.broadcast_in_dim(k, full, tuple(range(1, len(full)))) for k in
@@ -232,7 +234,7 @@ def searchsorted(a: ArrayLike, v: ArrayLike, side: str = "left", sorter: ArrayLi
 def sort_complex(a: ArrayLike):
   """`a` sorted along its last axis and converted to a complex dtype."""
   a = sort(a)
-  dt = _dtype(a)
+  dt = dtype_of(a)
   if not dtypes.is_complex(dt):
     ft = dt if dtypes.is_inexact(dt) else dtypes.promote_types(dt, dtypes.default_float_dtype())
     a = lax.convert_element_type(a, dtypes.complex128 if ft == dtypes.float64 else

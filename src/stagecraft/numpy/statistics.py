@@ -16,10 +16,22 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
-from stagecraft.numpy import lax_numpy as jnp
 from stagecraft.numpy import reductions
-from stagecraft.numpy.lax_numpy import ArrayLike, _arr, _dtype, _ndim, _shape
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_creation import full, ones, ones_like, zeros, zeros_like
+from stagecraft.numpy.contractions import dot
+from stagecraft.numpy.indexing import take_along_axis, take_axis
+from stagecraft.numpy.lax_numpy import astype, diff, linspace
+from stagecraft.numpy.manipulation import (atleast_2d, concatenate, diagonal, expand_dims, flip,
+                                           moveaxis, ravel, reshape, squeeze, stack, transpose)
 from stagecraft.numpy.sorting import searchsorted
+from stagecraft.numpy.ufuncs import (absolute, add, clip, conjugate, divide, equal, greater,
+                                     greater_equal, imag, isnan, less, less_equal, logical_and,
+                                     logical_not, logical_or, maximum, multiply, real, remainder,
+                                     sqrt, subtract, true_divide, where)
+from stagecraft.numpy.util import (ArrayLike, as_array, check_concrete, const, dtype_of, ndim_of,
+                                   promote_dtypes_inexact, reduction_axes, shape_of, slice_axis,
+                                   to_inexact_dtype)
 
 __all__ = ["quantile", "percentile", "median", "nanquantile", "nanpercentile", "nanmedian",
            "cov", "corrcoef", "histogram", "histogram_bin_edges", "histogram2d", "histogramdd",
@@ -34,52 +46,52 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans):
                      "'nearest'")
   # NB: a and q promote separately: positions and weights are computed in q's dtype, the
   # result has a's (strongly typed), as in JAX's numpy.
-  a, = jnp.promote_dtypes_inexact(_arr(a))
-  q, = jnp.promote_dtypes_inexact(_arr(q))
-  a, q = _arr(a), _arr(q)
-  if dtypes.is_complex(_dtype(a)):
+  a, = promote_dtypes_inexact(as_array(a))
+  q, = promote_dtypes_inexact(as_array(q))
+  a, q = as_array(a), as_array(q)
+  if dtypes.is_complex(dtype_of(a)):
     raise ValueError("quantile does not support complex input, as the operation is poorly "
                      "defined.")
-  if _ndim(q) > 1:
-    raise ValueError(f"q must be have rank <= 1, got shape {_shape(q)}")
-  nd = _ndim(a)
-  axes = reductions._axes(axis, nd, name)
-  keep_shape = tuple(1 if i in axes else d for i, d in enumerate(_shape(a)))
+  if ndim_of(q) > 1:
+    raise ValueError(f"q must be have rank <= 1, got shape {shape_of(q)}")
+  nd = ndim_of(a)
+  axes = reduction_axes(axis, nd, name)
+  keep_shape = tuple(1 if i in axes else d for i, d in enumerate(shape_of(a)))
   kept = [i for i in range(nd) if i not in axes]
   # The reduced axes become one trailing axis.
-  a = jnp.transpose(a, (*kept, *axes)) if nd else a
-  rest = tuple(_shape(a)[:len(kept)])
-  n = math.prod(_shape(a)[len(kept):])
-  a = jnp.reshape(a, (*rest, n))
-  qdt = _dtype(q)
+  a = transpose(a, (*kept, *axes)) if nd else a
+  rest = tuple(shape_of(a)[:len(kept)])
+  n = math.prod(shape_of(a)[len(kept):])
+  a = reshape(a, (*rest, n))
+  qdt = dtype_of(q)
   if squash_nans:
     a = lax.sort(a, dimension=-1)   # NaNs sort last
-    counts = reductions.sum(lax.bitwise_not(jnp.isnan(a)), axis=-1, dtype=qdt)
+    counts = reductions.sum(lax.bitwise_not(isnan(a)), axis=-1, dtype=qdt)
   else:
-    a = jnp.where(reductions.any(jnp.isnan(a), axis=-1, keepdims=True), jnp._c(a, np.nan), a)
+    a = where(reductions.any(isnan(a), axis=-1, keepdims=True), const(a, np.nan), a)
     a = lax.sort(a, dimension=-1)
-    counts = jnp.full(rest, n, qdt)
+    counts = full(rest, n, qdt)
   # Positions per (q, slice): q_[*q, *rest].
-  qb = lax.broadcast_in_dim(q, (*_shape(q), *rest), tuple(range(_ndim(q))))
-  cb = lax.broadcast_in_dim(counts, (*_shape(q), *rest), tuple(range(_ndim(q), _ndim(qb))))
-  pos = lax.mul(qb, lax.sub(cb, jnp._c(cb, 1)))
+  qb = lax.broadcast_in_dim(q, (*shape_of(q), *rest), tuple(range(ndim_of(q))))
+  cb = lax.broadcast_in_dim(counts, (*shape_of(q), *rest), tuple(range(ndim_of(q), ndim_of(qb))))
+  pos = lax.mul(qb, lax.sub(cb, const(cb, 1)))
   low, high = lax.floor(pos), lax.ceil(pos)
   high_w = lax.sub(pos, low)
-  low_w = lax.sub(jnp._c(high_w, 1), high_w)
-  top = lax.max(lax.sub(cb, jnp._c(cb, 1)), jnp._c(cb, 0))
-  low = lax.max(jnp._c(low, 0), lax.min(low, top))
-  high = lax.max(jnp._c(high, 0), lax.min(high, top))
+  low_w = lax.sub(const(high_w, 1), high_w)
+  top = lax.max(lax.sub(cb, const(cb, 1)), const(cb, 0))
+  low = lax.max(const(low, 0), lax.min(low, top))
+  high = lax.max(const(high, 0), lax.min(high, top))
   idt = dtypes.default_int_dtype()
   low_i, high_i = lax.convert_element_type(low, idt), lax.convert_element_type(high, idt)
   # Gather along the sorted axis: indices [*rest, m] with m = prod(q's shape).
-  m = math.prod(_shape(q))
+  m = math.prod(shape_of(q))
 
   def gather(idx):
-    idx = jnp.reshape(jnp.moveaxis(jnp.reshape(idx, (m, *rest)), 0, -1), (*rest, m))
+    idx = reshape(moveaxis(reshape(idx, (m, *rest)), 0, -1), (*rest, m))
     if n == 0:
-      return jnp.full((*rest, m), np.nan, _dtype(a))
-    vals = jnp._take_along_axis(a, idx, len(rest))
-    return jnp.reshape(jnp.moveaxis(vals, -1, 0), (*_shape(q), *rest))
+      return full((*rest, m), np.nan, dtype_of(a))
+    vals = take_along_axis(a, idx, axis=len(rest), mode="clip")
+    return reshape(moveaxis(vals, -1, 0), (*shape_of(q), *rest))
 
   lo_v, hi_v = gather(low_i), gather(high_i)
   if method == "linear":
@@ -90,14 +102,14 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans):
   elif method == "higher":
     out = hi_v
   elif method == "nearest":
-    out = lax.select(lax.le(high_w, jnp._c(high_w, 0.5)), lo_v, hi_v)
+    out = lax.select(lax.le(high_w, const(high_w, 0.5)), lo_v, hi_v)
   else:
-    out = lax.mul(lax.add(lo_v, hi_v), jnp._c(lo_v, 0.5))
+    out = lax.mul(lax.add(lo_v, hi_v), const(lo_v, 0.5))
   if squash_nans:
-    out = jnp.where(lax.eq(cb, jnp._c(cb, 0)), jnp._c(out, np.nan), out)
+    out = where(lax.eq(cb, const(cb, 0)), const(out, np.nan), out)
   if keepdims:
-    out = jnp.reshape(out, (*_shape(q), *keep_shape))
-  return lax.convert_element_type(out, _dtype(a))
+    out = reshape(out, (*shape_of(q), *keep_shape))
+  return lax.convert_element_type(out, dtype_of(a))
 
 
 def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | None = None,
@@ -148,9 +160,9 @@ def _check_args(name, out, overwrite_input, interpolation):
 
 
 def _percent(q):
-  q = _arr(q)
-  q, = jnp.promote_dtypes_inexact(q)
-  return lax.div(_arr(q), jnp._c(q, 100))
+  q = as_array(q)
+  q, = promote_dtypes_inexact(q)
+  return lax.div(as_array(q), const(q, 100))
 
 
 def percentile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | None = None,
@@ -202,51 +214,51 @@ def cov(m: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, bias: boo
     RuntimeError: for weights of the wrong shape; TypeError: for non-integer fweights.
   """
   if y is not None:
-    m, y = (_arr(v) for v in jnp.promote_dtypes_inexact(m, y))
-    if _ndim(y) > 2:
+    m, y = (as_array(v) for v in promote_dtypes_inexact(m, y))
+    if ndim_of(y) > 2:
       raise ValueError("y has more than 2 dimensions")
   else:
-    m, = (_arr(v) for v in jnp.promote_dtypes_inexact(m))
-  if _ndim(m) > 2:
+    m, = (as_array(v) for v in promote_dtypes_inexact(m))
+  if ndim_of(m) > 2:
     raise ValueError("m has more than 2 dimensions")
   if dtype is not None and not dtypes.is_inexact(dtypes.canonicalize_dtype(dtype)):
     raise ValueError(f"cov: dtype must be a subclass of float or complex; got dtype={dtype}")
-  X = jnp.atleast_2d(m)
-  if not rowvar and _ndim(m) != 1:
-    X = jnp.transpose(X)
-  if _shape(X)[0] == 0:
-    return jnp.zeros((0, 0), _dtype(X))
+  X = atleast_2d(m)
+  if not rowvar and ndim_of(m) != 1:
+    X = transpose(X)
+  if shape_of(X)[0] == 0:
+    return zeros((0, 0), dtype_of(X))
   if y is not None:
-    yy = jnp.atleast_2d(y)
-    if not rowvar and _shape(yy)[0] != 1:
-      yy = jnp.transpose(yy)
-    X = jnp.concatenate([X, yy], axis=0)
-  nvar, nobs = _shape(X)
+    yy = atleast_2d(y)
+    if not rowvar and shape_of(yy)[0] != 1:
+      yy = transpose(yy)
+    X = concatenate([X, yy], axis=0)
+  nvar, nobs = shape_of(X)
   if nobs == 0:
-    return jnp.full(() if nvar == 1 else (nvar, nvar), np.nan, _dtype(X))
+    return full(() if nvar == 1 else (nvar, nvar), np.nan, dtype_of(X))
   if ddof is None:
     ddof = 1 if not bias else 0
   w = None
   if fweights is not None:
-    fweights = _arr(fweights)
-    if _ndim(fweights) > 1:
+    fweights = as_array(fweights)
+    if ndim_of(fweights) > 1:
       raise RuntimeError("cannot handle multidimensional fweights")
-    if _shape(fweights)[0] != nobs:
+    if shape_of(fweights)[0] != nobs:
       raise RuntimeError("incompatible numbers of samples and fweights")
-    if not dtypes.is_integer(_dtype(fweights)):
+    if not dtypes.is_integer(dtype_of(fweights)):
       raise TypeError("fweights must be integer.")
-    w = jnp.absolute(fweights)
+    w = absolute(fweights)
   if aweights is not None:
-    aweights = _arr(aweights)
-    if _ndim(aweights) > 1:
+    aweights = as_array(aweights)
+    if ndim_of(aweights) > 1:
       raise RuntimeError("cannot handle multidimensional aweights")
-    if _shape(aweights)[0] != nobs:
+    if shape_of(aweights)[0] != nobs:
       raise RuntimeError("incompatible numbers of samples and aweights")
-    aweights = jnp.absolute(aweights)
-    w = aweights if w is None else jnp.multiply(w, aweights)
+    aweights = absolute(aweights)
+    w = aweights if w is None else multiply(w, aweights)
   if dtype is not None:
-    X = jnp.astype(X, dtype)
-    w = jnp.astype(w, dtype) if w is not None else w
+    X = astype(X, dtype)
+    w = astype(w, dtype) if w is not None else w
   avg, w_sum = reductions.average(X, axis=1, weights=w, returned=True)
   w_sum = w_sum[0]
   if w is None:
@@ -254,14 +266,13 @@ def cov(m: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, bias: boo
   elif ddof == 0:
     f = w_sum
   elif aweights is None:
-    f = jnp.subtract(w_sum, ddof)
+    f = subtract(w_sum, ddof)
   else:
-    f = jnp.subtract(w_sum, jnp.divide(jnp.multiply(ddof, reductions.sum(
-        jnp.multiply(w, aweights))), w_sum))
-  X = jnp.subtract(X, jnp.expand_dims(avg, 1))
-  XT = jnp.transpose(X if w is None else jnp.multiply(X, w))
-  from stagecraft.numpy.contractions import dot
-  return jnp.squeeze(jnp.true_divide(dot(X, jnp.conjugate(XT)), f))
+    f = subtract(w_sum, divide(multiply(ddof, reductions.sum(
+        multiply(w, aweights))), w_sum))
+  X = subtract(X, expand_dims(avg, 1))
+  XT = transpose(X if w is None else multiply(X, w))
+  return squeeze(true_divide(dot(X, conjugate(XT)), f))
 
 
 def corrcoef(x: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, dtype: Any = None):
@@ -271,26 +282,26 @@ def corrcoef(x: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, dtyp
     raise ValueError(f"corrcoef: dtype must be a subclass of float or complex; got "
                      f"dtype={dtype}")
   c = cov(x, y, rowvar, dtype=dtype)
-  if _ndim(c) == 0:
-    return jnp.divide(c, c)
-  d = jnp.diagonal(c)
-  sd = jnp.astype(jnp.sqrt(jnp.real(d)), _dtype(c))
-  c = jnp.divide(jnp.divide(c, jnp.expand_dims(sd, 1)), jnp.expand_dims(sd, 0))
-  re = jnp.clip(jnp.real(c), -1, 1)
-  if dtypes.is_complex(_dtype(c)):
-    return lax.complex(re, jnp.clip(jnp.imag(c), -1, 1))
+  if ndim_of(c) == 0:
+    return divide(c, c)
+  d = diagonal(c)
+  sd = astype(sqrt(real(d)), dtype_of(c))
+  c = divide(divide(c, expand_dims(sd, 1)), expand_dims(sd, 0))
+  re = clip(real(c), -1, 1)
+  if dtypes.is_complex(dtype_of(c)):
+    return lax.complex(re, clip(imag(c), -1, 1))
   return re
 
 
 def _count_into(idx, length: int, weights):
   """`out[k] = sum(weights[idx == k])` for k in [0, length): a compare-all reduction
   (indices outside the range are dropped)."""
-  idx = jnp.ravel(idx)
-  n = _shape(idx)[0]
+  idx = ravel(idx)
+  n = shape_of(idx)[0]
   hot = lax.eq(lax.broadcast_in_dim(idx, (length, n), (1,)),
-               lax.broadcasted_iota(_dtype(idx), (length, n), 0))
-  w = lax.broadcast_in_dim(jnp.ravel(weights), (length, n), (1,))
-  return lax.reduce_sum(lax.select(hot, w, jnp.zeros_like(w)), (1,))
+               lax.broadcasted_iota(dtype_of(idx), (length, n), 0))
+  w = lax.broadcast_in_dim(ravel(weights), (length, n), (1,))
+  return lax.reduce_sum(lax.select(hot, w, zeros_like(w)), (1,))
 
 
 def bincount(x: ArrayLike, weights: ArrayLike | None = None, minlength: int = 0, *,
@@ -312,15 +323,15 @@ def bincount(x: ArrayLike, weights: ArrayLike | None = None, minlength: int = 0,
     ValueError: for `x` that is not 1-D, or weights of another shape.
     ConcretizationTypeError: if `x` is traced and `length` is not given.
   """
-  x = _arr(x)
-  if _dtype(x) == dtypes.bool_:
+  x = as_array(x)
+  if dtype_of(x) == dtypes.bool_:
     x = lax.convert_element_type(x, dtypes.int32)
-  if not dtypes.is_integer(_dtype(x)):
+  if not dtypes.is_integer(dtype_of(x)):
     raise TypeError(f"x argument to bincount must have an integer type; got "
-                    f"{_dtype(x).name}")
-  if _ndim(x) != 1:
+                    f"{dtype_of(x).name}")
+  if ndim_of(x) != 1:
     raise ValueError("only 1-dimensional input supported.")
-  minlength = operator.index(jnp._concrete(minlength, "bincount", "minlength"))
+  minlength = operator.index(check_concrete(minlength, "bincount", "minlength"))
   if length is None:
     if isinstance(x, Tracer):
       raise core.ConcretizationTypeError(
@@ -329,15 +340,15 @@ def bincount(x: ArrayLike, weights: ArrayLike | None = None, minlength: int = 0,
     host = np.asarray(x)
     length = builtins.max(minlength, host.size and int(builtins.max(0, host.max())) + 1)
   else:
-    length = operator.index(jnp._concrete(length, "bincount", "length"))
+    length = operator.index(check_concrete(length, "bincount", "length"))
   if weights is None:
-    weights = jnp.ones(_shape(x), dtypes.default_int_dtype())
+    weights = ones(shape_of(x), dtypes.default_int_dtype())
   else:
-    weights = _arr(weights)
-    if _shape(weights) != _shape(x):
-      raise ValueError(f"weights should have the same shape as x, got {_shape(weights)} and "
-                       f"{_shape(x)}.")
-  return _count_into(jnp.maximum(x, jnp._c(x, 0)), length, weights)
+    weights = as_array(weights)
+    if shape_of(weights) != shape_of(x):
+      raise ValueError(f"weights should have the same shape as x, got {shape_of(weights)} and "
+                       f"{shape_of(x)}.")
+  return _count_into(maximum(x, const(x, 0)), length, weights)
 
 
 def histogram_bin_edges(a: ArrayLike, bins: ArrayLike = 10,
@@ -352,22 +363,22 @@ def histogram_bin_edges(a: ArrayLike, bins: ArrayLike = 10,
   """
   if isinstance(bins, str):
     raise NotImplementedError("string values for `bins` not implemented.")
-  arr = _arr(a)
-  dt = jnp._to_inexact(_dtype(arr))
+  arr = as_array(a)
+  dt = to_inexact_dtype(dtype_of(arr))
   if np.ndim(bins) == 1:
-    return jnp.asarray(bins, dt)
-  nbins = operator.index(jnp._concrete(bins, "histogram_bin_edges", "bins"))
+    return asarray(bins, dt)
+  nbins = operator.index(check_concrete(bins, "histogram_bin_edges", "bins"))
   if range is None:
     lo, hi = reductions.min(arr), reductions.max(arr)
   else:
     if np.shape(range) != (2,):
       raise ValueError(f"`range` must be either None or a sequence of scalars, got {range}")
     lo, hi = range
-  lo, hi = jnp.asarray(lo, dt), jnp.asarray(hi, dt)
-  same = jnp.equal(lo, hi)
-  lo = jnp.where(same, jnp.subtract(lo, jnp._c(lo, 0.5)), lo)
-  hi = jnp.where(same, jnp.add(hi, jnp._c(hi, 0.5)), hi)
-  return jnp.linspace(lo, hi, nbins + 1, dtype=dt)
+  lo, hi = asarray(lo, dt), asarray(hi, dt)
+  same = equal(lo, hi)
+  lo = where(same, subtract(lo, const(lo, 0.5)), lo)
+  hi = where(same, add(hi, const(hi, 0.5)), hi)
+  return linspace(lo, hi, nbins + 1, dtype=dt)
 
 
 def histogram(a: ArrayLike, bins: ArrayLike = 10, range: Sequence[ArrayLike] | None = None,
@@ -389,20 +400,20 @@ def histogram(a: ArrayLike, bins: ArrayLike = 10, range: Sequence[ArrayLike] | N
     ValueError: if `weights` and `a` differ in shape.
   """
   if weights is None:
-    a, = (_arr(v) for v in jnp.promote_dtypes_inexact(a))
-    weights = jnp.ones_like(a)
+    a, = (as_array(v) for v in promote_dtypes_inexact(a))
+    weights = ones_like(a)
   else:
-    a, weights = _arr(a), _arr(weights)
-    if _shape(a) != _shape(weights):
+    a, weights = as_array(a), as_array(weights)
+    if shape_of(a) != shape_of(weights):
       raise ValueError("weights should have the same shape as a.")
-    a, weights = (_arr(v) for v in jnp.promote_dtypes_inexact(a, weights))
+    a, weights = (as_array(v) for v in promote_dtypes_inexact(a, weights))
   edges = histogram_bin_edges(a, bins, range, weights)
-  k = _shape(edges)[0]
+  k = shape_of(edges)[0]
   idx = searchsorted(edges, a, side="right")
-  idx = jnp.where(jnp.equal(a, edges[-1]), k - 1, idx)
-  counts = jnp._slice_axis(_count_into(idx, k + 1, weights), 1, k, 0)
+  idx = where(equal(a, edges[-1]), k - 1, idx)
+  counts = slice_axis(_count_into(idx, k + 1, weights), 1, k, 0)
   if density:
-    counts = jnp.divide(jnp.divide(counts, jnp.diff(edges)), reductions.sum(counts))
+    counts = divide(divide(counts, diff(edges)), reductions.sum(counts))
   return counts, edges
 
 
@@ -413,16 +424,16 @@ def digitize(x: ArrayLike, bins: ArrayLike, right: bool = False, *, method: str 
   Raises:
     ValueError: if `bins` is not 1-D.
   """
-  x, b = _arr(x), _arr(bins)
-  if _ndim(b) != 1:
+  x, b = as_array(x), as_array(bins)
+  if ndim_of(b) != 1:
     raise ValueError(f"digitize: bins must be a 1-dimensional array; got bins={bins}")
-  n = _shape(b)[0]
+  n = shape_of(b)[0]
   if n == 0:
-    return jnp.zeros(_shape(x), dtypes.int32)
+    return zeros(shape_of(x), dtypes.int32)
   side = "left" if right else "right"
   inc = searchsorted(b, x, side=side)
-  dec = jnp.subtract(n, searchsorted(jnp.flip(b), x, side=side))
-  return jnp.where(jnp.greater_equal(b[-1], b[0]), inc, dec)
+  dec = subtract(n, searchsorted(flip(b), x, side=side))
+  return where(greater_equal(b[-1], b[0]), inc, dec)
 
 
 def interp(x: ArrayLike, xp: ArrayLike, fp: ArrayLike, left: ArrayLike | str | None = None,
@@ -444,47 +455,47 @@ def interp(x: ArrayLike, xp: ArrayLike, fp: ArrayLike, left: ArrayLike | str | N
     ValueError: for `xp`, `fp` not 1-D of one size, complex `x`, a bad string, or a
       non-scalar period.
   """
-  x, xp, fp = _arr(x), _arr(xp), _arr(fp)
-  if _shape(xp) != _shape(fp) or _ndim(xp) != 1:
+  x, xp, fp = as_array(x), as_array(xp), as_array(fp)
+  if shape_of(xp) != shape_of(fp) or ndim_of(xp) != 1:
     raise ValueError("xp and fp must be one-dimensional arrays of equal size")
-  x, xp = (_arr(v) for v in jnp.promote_dtypes_inexact(x, xp))
-  fp, = (_arr(v) for v in jnp.promote_dtypes_inexact(fp))
+  x, xp = (as_array(v) for v in promote_dtypes_inexact(x, xp))
+  fp, = (as_array(v) for v in promote_dtypes_inexact(fp))
   ext = {}
   for nm, v in (("left", left), ("right", right)):
     if isinstance(v, str) and v != "extrapolate":
       raise ValueError(f"the only valid string value of `{nm}` is 'extrapolate', got: {v!r}")
     ext[nm] = isinstance(v, str)
-  if dtypes.is_complex(_dtype(x)):
+  if dtypes.is_complex(dtype_of(x)):
     raise ValueError("jnp.interp: complex x values not supported.")
   if period is not None:
     if np.ndim(period) != 0:
       raise ValueError(f"period must be a scalar; got {period}")
-    period = jnp.absolute(_arr(period))
-    x, xp = jnp.remainder(x, period), jnp.remainder(xp, period)
+    period = absolute(as_array(period))
+    x, xp = remainder(x, period), remainder(xp, period)
     xp, fp = lax.sort_key_val(xp, fp)
-    xp = jnp.concatenate([jnp.subtract(xp[-1:], period), xp, jnp.add(xp[:1], period)])
-    fp = jnp.concatenate([fp[-1:], fp, fp[:1]])
-  n = _shape(xp)[0]
-  i = jnp.clip(searchsorted(xp, x, side="right"), 1, n - 1)
-  flat = jnp.ravel(i)
+    xp = concatenate([subtract(xp[-1:], period), xp, add(xp[:1], period)])
+    fp = concatenate([fp[-1:], fp, fp[:1]])
+  n = shape_of(xp)[0]
+  i = clip(searchsorted(xp, x, side="right"), 1, n - 1)
+  flat = ravel(i)
 
   def at(v, idx):
-    return jnp.reshape(jnp._take_axis(v, idx, 0), _shape(x))
+    return reshape(take_axis(v, idx, 0), shape_of(x))
 
-  im1 = jnp.subtract(flat, 1)
+  im1 = subtract(flat, 1)
   fp_i, fp_im1, xp_i, xp_im1 = at(fp, flat), at(fp, im1), at(xp, flat), at(xp, im1)
-  df = jnp.subtract(fp_i, fp_im1)
-  dx = jnp.subtract(xp_i, xp_im1)
-  delta = jnp.subtract(x, xp_im1)
-  eps = np.spacing(np.finfo(_dtype(xp)).eps)
-  dx0 = jnp.less_equal(jnp.absolute(dx), eps)
-  f = jnp.where(dx0, fp_im1, jnp.add(fp_im1, jnp.multiply(
-      jnp.divide(delta, jnp.where(dx0, jnp._c(dx, 1), dx)), df)))
+  df = subtract(fp_i, fp_im1)
+  dx = subtract(xp_i, xp_im1)
+  delta = subtract(x, xp_im1)
+  eps = np.spacing(np.finfo(dtype_of(xp)).eps)
+  dx0 = less_equal(absolute(dx), eps)
+  f = where(dx0, fp_im1, add(fp_im1, multiply(
+      divide(delta, where(dx0, const(dx, 1), dx)), df)))
   if period is None:
     if not ext["left"]:
-      f = jnp.where(jnp.less(x, xp[0]), fp[0] if left is None else left, f)
+      f = where(less(x, xp[0]), fp[0] if left is None else left, f)
     if not ext["right"]:
-      f = jnp.where(jnp.greater(x, xp[-1]), fp[-1] if right is None else right, f)
+      f = where(greater(x, xp[-1]), fp[-1] if right is None else right, f)
   return f
 
 
@@ -504,11 +515,11 @@ def histogramdd(sample: ArrayLike, bins: Any = 10, range: Sequence[Any] | None =
   Raises:
     ValueError: for mismatched `bins`/`range` lengths or weights.
   """
-  sample = _arr(sample)
-  if _ndim(sample) == 1:
-    sample = jnp.expand_dims(sample, 1)
-  N, D = _shape(sample)
-  if weights is not None and _shape(_arr(weights)) != (N,):
+  sample = as_array(sample)
+  if ndim_of(sample) == 1:
+    sample = expand_dims(sample, 1)
+  N, D = shape_of(sample)
+  if weights is not None and shape_of(as_array(weights)) != (N,):
     raise ValueError("should have one weight for each sample.")
   if isinstance(bins, int) or np.ndim(bins) == 0 and not isinstance(bins, (list, tuple)):
     bins = [bins] * D
@@ -522,26 +533,26 @@ def histogramdd(sample: ArrayLike, bins: Any = 10, range: Sequence[Any] | None =
   for i in builtins.range(D):
     col = sample[:, i]
     e = histogram_bin_edges(col, bins[i], range[i], weights)
-    k = _shape(e)[0]
+    k = shape_of(e)[0]
     j = searchsorted(e, col, side="right")
-    j = jnp.where(jnp.equal(col, e[-1]), k - 1, j)
+    j = where(equal(col, e[-1]), k - 1, j)
     # Outside the edges (j == 0 or j == k): dropped, via an out-of-range flat index.
-    inside = jnp.logical_and(jnp.greater(j, 0), jnp.less(j, k))
-    j = jnp.subtract(j, 1)
-    idx = j if idx is None else jnp.add(jnp.multiply(idx, k - 1), j)
-    bad = jnp.logical_not(inside) if bad is None else jnp.logical_or(bad, jnp.logical_not(inside))
+    inside = logical_and(greater(j, 0), less(j, k))
+    j = subtract(j, 1)
+    idx = j if idx is None else add(multiply(idx, k - 1), j)
+    bad = logical_not(inside) if bad is None else logical_or(bad, logical_not(inside))
     edges.append(e)
     nb.append(k - 1)
   total = math.prod(nb)
-  idx = jnp.where(bad, total, idx)
-  w = jnp.ones((N,), dtypes.default_int_dtype()) if weights is None else _arr(weights)
-  counts = jnp.reshape(_count_into(idx, total, w), tuple(nb))
+  idx = where(bad, total, idx)
+  w = ones((N,), dtypes.default_int_dtype()) if weights is None else as_array(weights)
+  counts = reshape(_count_into(idx, total, w), tuple(nb))
   if density:
-    counts = jnp.divide(counts, reductions.sum(counts))
+    counts = divide(counts, reductions.sum(counts))
     for i, e in enumerate(edges):
       shape = [1] * D
       shape[i] = nb[i]
-      counts = jnp.divide(counts, jnp.reshape(jnp.diff(e), tuple(shape)))
+      counts = divide(counts, reshape(diff(e), tuple(shape)))
   return counts, edges
 
 
@@ -549,8 +560,8 @@ def histogram2d(x: ArrayLike, y: ArrayLike, bins: Any = 10, range: Sequence[Any]
                 weights: ArrayLike | None = None, density: bool | None = None):
   """A 2-D histogram of the points `(x, y)`: `(counts, xedges, yedges)` (see
   `histogramdd`)."""
-  x, y = (_arr(v) for v in jnp.promote_dtypes_inexact(_arr(x), _arr(y)))
+  x, y = (as_array(v) for v in promote_dtypes_inexact(as_array(x), as_array(y)))
   if not isinstance(bins, int) and np.ndim(bins) == 1 and len(bins) != 2:
     bins = [bins, bins]
-  counts, (ex, ey) = histogramdd(jnp.stack([x, y], axis=1), bins, range, weights, density)
+  counts, (ex, ey) = histogramdd(stack([x, y], axis=1), bins, range, weights, density)
   return counts, ex, ey

@@ -7,16 +7,19 @@ import operator
 import numpy as np
 
 from stagecraft import dtypes, lax
-from stagecraft.numpy import lax_numpy as jnp
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_creation import ones
+from stagecraft.numpy.ufuncs import absolute, add, cos, divide, i0, multiply, sqrt, subtract
+from stagecraft.numpy.util import check_concrete
 
 __all__ = ["bartlett", "blackman", "hamming", "hanning", "kaiser"]
 
 
 def _n(M: int, name: str):
-  M = operator.index(jnp._concrete(M, name, "M"))
+  M = operator.index(check_concrete(M, name, "M"))
   dt = dtypes.default_float_dtype()
   if M <= 1:
-    return M, None, jnp.ones((max(M, 0),), dt)
+    return M, None, ones((max(M, 0),), dt)
   return M, lax.iota(dt, M), None
 
 
@@ -25,9 +28,9 @@ def blackman(M: int):
   M, n, out = _n(M, "blackman")
   if out is not None:
     return out
-  t = jnp.divide(n, M - 1)
-  return jnp.add(jnp.subtract(0.42, jnp.multiply(0.5, jnp.cos(jnp.multiply(2 * np.pi, t)))),
-                 jnp.multiply(0.08, jnp.cos(jnp.multiply(4 * np.pi, t))))
+  t = divide(n, M - 1)
+  return add(subtract(0.42, multiply(0.5, cos(multiply(2 * np.pi, t)))),
+                 multiply(0.08, cos(multiply(4 * np.pi, t))))
 
 
 def bartlett(M: int):
@@ -35,7 +38,7 @@ def bartlett(M: int):
   M, n, out = _n(M, "bartlett")
   if out is not None:
     return out
-  return jnp.subtract(1, jnp.divide(jnp.absolute(jnp.subtract(jnp.add(jnp.multiply(2, n), 1),
+  return subtract(1, divide(absolute(subtract(add(multiply(2, n), 1),
                                                               M)), M - 1))
 
 
@@ -44,7 +47,7 @@ def hamming(M: int):
   M, n, out = _n(M, "hamming")
   if out is not None:
     return out
-  return jnp.subtract(0.54, jnp.multiply(0.46, jnp.cos(jnp.divide(jnp.multiply(2 * np.pi, n),
+  return subtract(0.54, multiply(0.46, cos(divide(multiply(2 * np.pi, n),
                                                                   M - 1))))
 
 
@@ -53,7 +56,7 @@ def hanning(M: int):
   M, n, out = _n(M, "hanning")
   if out is not None:
     return out
-  return jnp.multiply(0.5, jnp.subtract(1, jnp.cos(jnp.divide(jnp.multiply(2 * np.pi, n),
+  return multiply(0.5, subtract(1, cos(divide(multiply(2 * np.pi, n),
                                                               M - 1))))
 
 
@@ -63,6 +66,6 @@ def kaiser(M: int, beta: float):
   if out is not None:
     return out
   alpha = 0.5 * (M - 1)
-  r = jnp.divide(jnp.subtract(n, alpha), alpha)
-  arg = jnp.multiply(beta, jnp.sqrt(jnp.subtract(1, jnp.multiply(r, r))))
-  return jnp.divide(jnp.i0(arg), jnp.i0(jnp.asarray(beta, dtypes.default_float_dtype())))
+  r = divide(subtract(n, alpha), alpha)
+  arg = multiply(beta, sqrt(subtract(1, multiply(r, r))))
+  return divide(i0(arg), i0(asarray(beta, dtypes.default_float_dtype())))

@@ -1,2 +1,4 @@
 """`stagecraft.scipy`: SciPy functions with JAX's `scipy`'s semantics (for now `special`)."""
-from stagecraft.scipy import special  # noqa: F401
+from stagecraft.scipy import special
+
+__all__ = ["special"]

@@ -8,14 +8,10 @@ import numpy as np
 
 from stagecraft import dtypes, lax
 from stagecraft import numpy as jnp
-from stagecraft.numpy.lax_numpy import promote_dtypes_inexact
+from stagecraft.numpy.reductions import masked
+from stagecraft.numpy.util import promote_dtypes_inexact
 
 __all__ = ["logsumexp"]
-
-
-def _masked(x, where, fill):
-  """`x` with the entries outside `where` replaced by `fill` (the `where=` of a reduction)."""
-  return x if where is None else jnp.where(where, x, fill)
 
 
 def _reduction_dims(ndim: int, axis: Any) -> tuple[int, ...]:
@@ -71,13 +67,13 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
     b_arr = a_arr
   dims = _reduction_dims(a_arr.ndim, axis)
   real = jnp.real(a_arr) if dtypes.is_complex(a_arr.dtype) else a_arr
-  amax = jnp.max(_masked(real, where, -np.inf), axis=dims, keepdims=keepdims, initial=-np.inf)
+  amax = jnp.max(masked(real, where, -np.inf), axis=dims, keepdims=keepdims, initial=-np.inf)
   amax = lax.stop_gradient(jnp.where(jnp.isfinite(amax), amax, jnp.zeros_like(amax)))
   amax_with_dims = amax if keepdims else lax.expand_dims(amax, dims)
   exp_a = jnp.exp(a_arr - amax_with_dims.astype(a_arr.dtype))
   if b is not None:
     exp_a = exp_a * b_arr
-  sumexp = jnp.sum(_masked(exp_a, where, 0), axis=dims, keepdims=keepdims)
+  sumexp = jnp.sum(masked(exp_a, where, 0), axis=dims, keepdims=keepdims)
   sign = jnp.sign(sumexp)
   if return_sign or not dtypes.is_complex(a_arr.dtype):
     sumexp = jnp.abs(sumexp)

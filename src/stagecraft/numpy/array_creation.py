@@ -1,0 +1,213 @@
+"""Array creation without arithmetic: filled arrays (`full`, `zeros`, `ones`, `empty` and their
+`_like` forms), `arange`, `eye`, `identity`, `tri`, `meshgrid`, and Arrays from host data
+(`copy`, `frombuffer`, `fromstring`, `load`; `save` and `savez` write host data).
+
+Ranges computed in the graph (`linspace`, `logspace`, `geomspace`) and index grids (`indices`,
+`fromfunction`) are in `lax_numpy`, above the ufuncs and joins they use."""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from stagecraft import dtypes, lax
+from stagecraft.numpy.array_constructors import array, asarray
+from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
+                                   canonical_shape, check_concrete, convert_dtype, dtype_of,
+                                   ndim_of, shape_of)
+from stagecraft.runtime.array import Array
+
+__all__ = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_like", "empty_like",
+           "arange", "eye", "identity", "tri", "meshgrid", "copy", "frombuffer", "fromstring",
+           "fromiter", "fromfile", "load", "save", "savez"]
+
+
+# ---------------------------------------------------------------------------
+# Filled arrays
+
+
+def full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
+  """An array of `shape` filled with `fill_value` (its dtype unless `dtype` is given)."""
+  shape = canonical_shape(shape)
+  fill = asarray_or_scalar(fill_value)
+  if dtype is None:
+    dt = dtype_of(fill) if not dtypes.is_python_scalar(fill) else (
+        dtypes.python_scalar_dtype(type(fill)))
+  else:
+    dt = dtypes.canonicalize_dtype(dtype)
+  if shape_of(fill) == ():
+    fill = (np.asarray(fill, dt) if dtypes.is_python_scalar(fill) else
+            convert_dtype(fill, dt, False))
+    return lax.broadcast_in_dim(fill, shape, ())
+  fill = convert_dtype(fill, dt, False)
+  return broadcast_to_shape(fill, shape)
+
+
+def zeros(shape: Any, dtype: Any = None) -> Array:
+  """An array of zeros; dtype defaults to float32 (float64 with x64)."""
+  dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  return lax.broadcast_in_dim(np.zeros((), dt), canonical_shape(shape), ())
+
+
+def ones(shape: Any, dtype: Any = None) -> Array:
+  """An array of ones; dtype defaults to float32 (float64 with x64)."""
+  dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  return lax.broadcast_in_dim(np.ones((), dt), canonical_shape(shape), ())
+
+
+def empty(shape: Any, dtype: Any = None) -> Array:
+  """Like `zeros` (arrays are immutable, so "uninitialized" memory would be useless)."""
+  return zeros(shape, dtype)
+
+
+def _like_dtype(a, dtype):
+  return dtypes.canonicalize_dtype(dtype) if dtype is not None else dtype_of(a)
+
+
+def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+  """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
+  return zeros(shape_of(a) if shape is None else shape, _like_dtype(a, dtype))
+
+
+def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+  """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
+  return ones(shape_of(a) if shape is None else shape, _like_dtype(a, dtype))
+
+
+def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+  """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
+  return full(shape_of(a) if shape is None else shape, fill_value, _like_dtype(a, dtype))
+
+
+def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+  """Like `zeros_like`."""
+  return zeros_like(prototype, dtype, shape)
+
+
+# ---------------------------------------------------------------------------
+# Ranges, identity matrices and grids
+
+
+def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Array:
+  """Evenly spaced values in [start, stop) with `step` (all concrete, as in JAX's numpy).
+
+  Dtype: int32 for integer arguments, float32 if any is a float (64-bit with x64).
+
+  Raises:
+    ConcretizationTypeError: if an argument is traced.
+  """
+  for v, w in ((start, "start"), (stop, "stop"), (step, "step")):
+    check_concrete(v, "arange", w)
+  if stop is None and step is None and dtype is None and isinstance(start, (int, np.integer)):
+    return lax.iota(dtypes.default_int_dtype(), int(start))
+  vals = [np.asarray(v) for v in (start, stop, step) if v is not None]
+  if dtype is None:
+    dt = dtypes.result_type(*[v.item() if v.ndim == 0 and isinstance(
+        v.item(), (int, float)) else v for v in vals])
+  else:
+    dt = dtypes.canonicalize_dtype(dtype)
+  host = np.arange(*[np.asarray(v).item() if np.ndim(v) == 0 else v
+                     for v in (start, stop, step) if v is not None], dtype=dt)
+  return array(host, dtype=dt)
+
+
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
+  """A 2-D array with ones on the k-th diagonal."""
+  N = operator.index(check_concrete(N, "eye", "N"))
+  M = N if M is None else operator.index(check_concrete(M, "eye", "M"))
+  dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  rows = lax.broadcasted_iota(dtypes.int32, (N, M), 0)
+  cols = lax.broadcasted_iota(dtypes.int32, (N, M), 1)
+  return lax.convert_element_type(lax.eq(lax.add(rows, np.int32(k)), cols), dt)
+
+
+def identity(n: int, dtype: Any = None) -> Array:
+  """The n x n identity matrix: `eye(n, dtype=dtype)`."""
+  return eye(n, dtype=dtype)
+
+
+def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
+  """`[N, M]` with ones at and below the k-th diagonal (`j <= i + k`), zeros elsewhere.
+  Default dtype float32 (as JAX's numpy, also with x64)."""
+  N = operator.index(check_concrete(N, "tri", "N"))
+  M = N if M is None else operator.index(check_concrete(M, "tri", "M"))
+  dt = dtypes.float32 if dtype is None else dtypes.canonicalize_dtype(dtype)
+  rows = lax.broadcasted_iota(dtypes.int32, (N, M), 0)
+  cols = lax.broadcasted_iota(dtypes.int32, (N, M), 1)
+  mask = lax.ge(lax.add(rows, np.int32(k)), cols)
+  return mask if dt == dtypes.bool_ else lax.convert_element_type(mask, dt)
+
+
+def meshgrid(*xi: ArrayLike, copy: bool = True, sparse: bool = False,
+             indexing: str = "xy") -> list[Array]:
+  """Coordinate arrays from 1-D coordinate vectors `x_i[n_i]`.
+
+  Returns:
+    One array per input, each `[n_1, ..., n_k]` for `indexing='ij'` (`[n_2, n_1, n_3...]`
+    for 'xy'); with `sparse`, size 1 along every axis but its own.
+
+  Raises:
+    ValueError: for inputs that are not 1-D, `copy=False`, or another `indexing`.
+  """
+  args = [as_array(x) for x in xi]
+  if not copy:
+    raise ValueError("stagecraft.numpy.meshgrid only supports copy=True")
+  if indexing not in ("xy", "ij"):
+    raise ValueError(f"Valid values for indexing are 'xy' and 'ij', got {indexing}")
+  if any(ndim_of(a) != 1 for a in args):
+    raise ValueError(f"Arguments to stagecraft.numpy.meshgrid must be 1D, got shapes "
+                     f"{[shape_of(a) for a in args]}")
+  if indexing == "xy" and len(args) >= 2:
+    args[0], args[1] = args[1], args[0]
+  shape = [1 if sparse else shape_of(a)[0] for a in args]
+  out = []
+  for i, a in enumerate(args):
+    s = [*shape[:i], shape_of(a)[0], *shape[i + 1:]] if sparse else shape
+    out.append(lax.broadcast_in_dim(a, tuple(s), (i,)))
+  if indexing == "xy" and len(args) >= 2:
+    out[0], out[1] = out[1], out[0]
+  return out
+
+
+# ---------------------------------------------------------------------------
+# Arrays from host data
+
+
+def copy(a: ArrayLike, order: str | None = None) -> Array:
+  """A copy of `a` (Arrays are immutable, so this is `asarray(a)`)."""
+  return array(a, copy=True)
+
+
+def frombuffer(buffer: Any, dtype: Any = float, count: int = -1, offset: int = 0) -> Array:
+  """An Array from a bytes-like buffer (`numpy.frombuffer`, then copied to the device)."""
+  return array(np.frombuffer(buffer, dtype=dtype, count=count, offset=offset))
+
+
+def fromstring(string: str, dtype: Any = float, count: int = -1, *, sep: str) -> Array:
+  """An Array from text data (`numpy.fromstring` with a separator)."""
+  return array(np.fromstring(string, dtype=dtype, count=count, sep=sep))
+
+
+def fromiter(*args, **kwargs):
+  """Not supported: iterators may be impure; use `array(list(iterable))`."""
+  raise NotImplementedError("jnp.fromiter() is not implemented because it may be "
+                            "non-pure and thus unsafe for use with JIT and other JAX "
+                            "transformations. Consider using jnp.asarray(np.fromiter(...)) "
+                            "instead.")
+
+
+def fromfile(*args, **kwargs):
+  """Not supported: reading files is impure; use `asarray(numpy.fromfile(...))`."""
+  raise NotImplementedError("jnp.fromfile() is not implemented because it may be non-pure "
+                            "and thus unsafe for use with JIT and other JAX transformations. "
+                            "Consider using jnp.asarray(np.fromfile(...)) instead.")
+
+
+def load(file: Any, *args, **kwargs):
+  """`numpy.load`; arrays come back as Arrays."""
+  out = np.load(file, *args, **kwargs)
+  return asarray(out) if isinstance(out, np.ndarray) and out.dtype != np.dtype(object) else out
+
+
+save, savez = np.save, np.savez

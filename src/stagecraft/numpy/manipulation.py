@@ -1,0 +1,666 @@
+"""Shape manipulation built from shape primitives and selects, with no arithmetic: reshaping and
+transposing, joining and splitting, flipping, tiling and broadcasting, diagonals and triangles.
+
+Manipulation that computes (`roll`, `repeat`, `pad`, `insert`, `delete`, `trace`...) is in
+`lax_numpy`, above the ufuncs, reductions and gathers it uses."""
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from typing import Any, Sequence
+
+import numpy as np
+
+from stagecraft import dtypes, lax
+from stagecraft.core import Tracer
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_creation import tri, zeros, zeros_like
+from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_tuple,
+                                   broadcast_to_shape, canonical_shape, canonicalize_axis,
+                                   check_concrete, const, dtype_of, ndim_of, promote_dtypes,
+                                   shape_of, slice_axis)
+from stagecraft.runtime.array import Array
+
+__all__ = ["shape", "ndim", "size", "reshape", "ravel", "expand_dims", "squeeze", "atleast_1d",
+           "atleast_2d", "atleast_3d", "transpose", "permute_dims", "matrix_transpose", "swapaxes",
+           "moveaxis", "rollaxis", "flip", "fliplr", "flipud", "rot90", "concatenate", "concat",
+           "stack", "hstack", "vstack", "row_stack", "dstack", "column_stack", "block", "append",
+           "split", "array_split", "hsplit", "vsplit", "dsplit", "unstack", "tile", "resize",
+           "broadcast_shapes", "broadcast_to", "broadcast_arrays", "diagonal", "diag", "diagflat",
+           "tril", "triu", "apply_over_axes"]
+
+
+# ---------------------------------------------------------------------------
+# Shapes and reshaping
+
+
+def shape(a: ArrayLike) -> tuple[int, ...]:
+  """The shape of an array-like, as a tuple of ints."""
+  return shape_of(asarray_or_scalar(a))
+
+
+def ndim(a: ArrayLike) -> int:
+  """The number of dimensions of an array-like."""
+  return len(shape(a))
+
+
+def size(a: ArrayLike, axis: int | None = None) -> int:
+  """The number of elements (along `axis` when given)."""
+  s = shape(a)
+  return math.prod(s) if axis is None else s[axis]
+
+
+def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None) -> Array:
+  """`a` with a new shape of the same size; one dimension may be -1.
+
+  Raises:
+    TypeError: if the sizes differ (naming both shapes).
+    NotImplementedError: for `order` other than 'C'.
+  """
+  if shape is None:
+    shape = newshape
+  if order != "C":
+    raise NotImplementedError(f"reshape: only order='C' is supported, got {order!r}.")
+  a = asarray(a) if not isinstance(a, (Array, Tracer)) else a
+  if isinstance(shape, (int, np.integer)):
+    shape = (int(shape),)
+  shape = tuple(operator.index(d) for d in shape)
+  old = shape_of(a)
+  if builtins.sum(1 for d in shape if d == -1) > 1:
+    raise ValueError(f"reshape: can only specify one unknown dimension (-1), got {shape}.")
+  if -1 in shape:
+    known = math.prod(d for d in shape if d != -1)
+    total = math.prod(old)
+    if known == 0 or total % known:
+      raise TypeError(f"cannot reshape array of shape {old} (size {total}) into shape {shape}.")
+    shape = tuple(total // known if d == -1 else d for d in shape)
+  if math.prod(shape) != math.prod(old):
+    raise TypeError(f"cannot reshape array of shape {old} (size {math.prod(old)}) into shape "
+                    f"{shape} (size {math.prod(shape)}).")
+  if shape == old:
+    return a
+  return lax.reshape(a, shape)
+
+
+def ravel(a: ArrayLike, order: str = "C") -> Array:
+  """The array flattened to 1-D in C order: `T[*s] -> T[prod(s)]`."""
+  return reshape(a, (-1,), order)
+
+
+def expand_dims(a: ArrayLike, axis: int | Sequence[int]) -> Array:
+  """Inserts size-1 dimensions at `axis` (positions in the result)."""
+  a = asarray(a)
+  axis = (axis,) if isinstance(axis, int) else tuple(axis)
+  out_nd = ndim_of(a) + len(axis)
+  axes = sorted(canonicalize_axis(x, out_nd, "expand_dims") for x in axis)
+  return lax.expand_dims(a, tuple(axes))
+
+
+def squeeze(a: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
+  """Removes size-1 dimensions (`axis`, or all of them).
+
+  Raises:
+    ValueError: if a given axis does not have size 1.
+  """
+  a = asarray(a)
+  s = shape_of(a)
+  if axis is None:
+    dims = tuple(i for i, d in enumerate(s) if d == 1)
+  else:
+    axis = (axis,) if isinstance(axis, int) else tuple(axis)
+    dims = tuple(sorted(canonicalize_axis(x, len(s), "squeeze") for x in axis))
+    for d in dims:
+      if s[d] != 1:
+        raise ValueError(f"cannot select an axis to squeeze out which has size not equal to "
+                         f"one: axis {d} of shape {s}.")
+  if not dims:
+    return a
+  return lax.squeeze(a, dims)
+
+
+def atleast_1d(*arys):
+  """Each input as an Array with at least one dimension (0-d becomes shape (1,))."""
+  out = [reshape(asarray(a), (1,)) if ndim_of(asarray(a)) == 0 else asarray(a) for a in arys]
+  return out[0] if len(out) == 1 else out
+
+
+def atleast_2d(*arys):
+  """Each input viewed with at least 2 dimensions (1-D `[n]` becomes `[1, n]`)."""
+  out = []
+  for a in arys:
+    a = as_array(a)
+    out.append(reshape(a, (1,) * (2 - ndim_of(a)) + shape_of(a)) if ndim_of(a) < 2 else a)
+  return out[0] if len(out) == 1 else out
+
+
+def atleast_3d(*arys):
+  """Each input with at least 3 dimensions: `[n] -> [1, n, 1]`, `[m, n] -> [m, n, 1]`."""
+  out = []
+  for a in arys:
+    a = as_array(a)
+    s = shape_of(a)
+    if len(s) == 0:
+      a = reshape(a, (1, 1, 1))
+    elif len(s) == 1:
+      a = reshape(a, (1, s[0], 1))
+    elif len(s) == 2:
+      a = reshape(a, (*s, 1))
+    out.append(a)
+  return out[0] if len(out) == 1 else out
+
+
+# ---------------------------------------------------------------------------
+# Transposing and flipping
+
+
+def transpose(a: ArrayLike, axes: Sequence[int] | None = None) -> Array:
+  """Permutes dimensions: `T[s0..sn] -> T[s[axes[0]]..s[axes[n]]]` (reversed when `axes`
+  is None).
+
+  Raises:
+    ValueError: for an out-of-range axis.
+    TypeError: if `axes` is not a permutation of the dimensions.
+  """
+  a = asarray(a)
+  nd = ndim_of(a)
+  axes = tuple(range(nd))[::-1] if axes is None else tuple(
+      canonicalize_axis(x, nd, "transpose") for x in axes)
+  if sorted(axes) != list(range(nd)):
+    raise TypeError(f"transpose permutation isn't a permutation of operand dimensions, got "
+                    f"permutation {axes} for operand shape {shape_of(a)}.")
+  if axes == tuple(range(nd)):
+    return a
+  return lax.transpose(a, axes)
+
+
+def permute_dims(a: ArrayLike, axes: Sequence[int]) -> Array:
+  """Array API name of `transpose(a, axes)`."""
+  return transpose(a, axes)
+
+
+def matrix_transpose(x: ArrayLike, /) -> Array:
+  """Swaps the last two axes: `T[..., m, n] -> T[..., n, m]`.
+
+  Raises:
+    ValueError: for fewer than 2 dimensions."""
+  x = asarray(x)
+  nd = ndim_of(x)
+  if nd < 2:
+    raise ValueError(f"matrix_transpose needs at least 2 dimensions, got {nd}.")
+  return transpose(x, (*range(nd - 2), nd - 1, nd - 2))
+
+
+def swapaxes(a: ArrayLike, axis1: int, axis2: int) -> Array:
+  """Interchanges two axes.
+
+  Raises:
+    ValueError: for an out-of-range axis."""
+  a = asarray(a)
+  nd = ndim_of(a)
+  perm = list(range(nd))
+  i, j = canonicalize_axis(axis1, nd, "swapaxes"), canonicalize_axis(axis2, nd, "swapaxes")
+  perm[i], perm[j] = perm[j], perm[i]
+  return transpose(a, perm)
+
+
+def moveaxis(a: ArrayLike, source: int | Sequence[int], destination: int | Sequence[int]) -> Array:
+  """Moves axes `source` to positions `destination`, keeping the order of the others.
+
+  Raises:
+    ValueError: for out-of-range axes or source/destination of different lengths."""
+  a = asarray(a)
+  nd = ndim_of(a)
+  src = (source,) if isinstance(source, int) else tuple(source)
+  dst = (destination,) if isinstance(destination, int) else tuple(destination)
+  if len(src) != len(dst):
+    raise ValueError("moveaxis: source and destination must have the same number of axes, "
+                     f"got {src} and {dst}.")
+  src = [canonicalize_axis(s, nd, "moveaxis") for s in src]
+  dst = [canonicalize_axis(d, nd, "moveaxis") for d in dst]
+  order = [i for i in range(nd) if i not in src]
+  for d, s in sorted(zip(dst, src)):
+    order.insert(d, s)
+  return transpose(a, order)
+
+
+def rollaxis(a: ArrayLike, axis: int, start: int = 0) -> Array:
+  """Moves `axis` to before position `start` (NumPy's older spelling of moveaxis)."""
+  a = as_array(a)
+  nd = ndim_of(a)
+  axis = canonicalize_axis(axis, nd, "rollaxis")
+  if not -nd <= start <= nd:
+    raise ValueError(f"rollaxis: start {start} is out of range for dimension {nd}.")
+  start = start % (nd + 1) if start < 0 else start
+  if axis < start:
+    start -= 1
+  return moveaxis(a, axis, start)
+
+
+def flip(m: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
+  """Reverses the order of elements along `axis` (all axes when None).
+
+  Raises:
+    ValueError: for an out-of-range axis.
+  """
+  m = as_array(m)
+  axes = tuple(range(ndim_of(m))) if axis is None else axis_tuple(axis, ndim_of(m), "flip")
+  return lax.rev(m, tuple(sorted(set(axes)))) if axes else m
+
+
+def fliplr(m: ArrayLike) -> Array:
+  """Reverses axis 1 (left/right). Raises ValueError for fewer than 2 dimensions."""
+  m = as_array(m)
+  if ndim_of(m) < 2:
+    raise ValueError(f"fliplr requires an array of at least 2 dimensions, got {shape_of(m)}.")
+  return flip(m, 1)
+
+
+def flipud(m: ArrayLike) -> Array:
+  """Reverses axis 0 (up/down). Raises ValueError for 0-d input."""
+  m = as_array(m)
+  if ndim_of(m) < 1:
+    raise ValueError("flipud requires an array of at least 1 dimension, got a scalar.")
+  return flip(m, 0)
+
+
+def rot90(m: ArrayLike, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Array:
+  """Rotates by 90 degrees `k` times in the plane of `axes` (from the first axis towards
+  the second), as numpy.rot90.
+
+  Raises:
+    ValueError: for fewer than 2 dimensions or equal axes.
+  """
+  m = as_array(m)
+  nd = ndim_of(m)
+  if nd < 2:
+    raise ValueError(f"rot90 requires its first argument to have ndim at least two, but got "
+                     f"first argument of shape {shape_of(m)}, which has ndim {nd}")
+  ax1, ax2 = (canonicalize_axis(a, nd, "rot90") for a in axes)
+  if ax1 == ax2:
+    raise ValueError("Axes must be different")
+  k = operator.index(k) % 4
+  if k == 0:
+    return m
+  if k == 2:
+    return flip(m, (ax1, ax2))
+  perm = list(range(nd))
+  perm[ax1], perm[ax2] = perm[ax2], perm[ax1]
+  return transpose(flip(m, ax2), perm) if k == 1 else flip(transpose(m, perm), ax2)
+
+
+# ---------------------------------------------------------------------------
+# Joining
+
+
+def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0, dtype: Any = None) -> Array:
+  """Joins arrays along an existing axis (`axis=None` flattens first), promoting dtypes.
+
+  Raises:
+    ValueError: for an empty list, 0-d inputs or mismatched shapes off the axis.
+  """
+  if len(arrays) == 0:
+    raise ValueError("Need at least one array to concatenate.")
+  arrays = [asarray(a) for a in arrays]
+  if axis is None:
+    arrays = [ravel(a) for a in arrays]
+    axis = 0
+  if any(ndim_of(a) == 0 for a in arrays):
+    raise ValueError("Zero-dimensional arrays cannot be concatenated.")
+  arrays = promote_dtypes(*arrays)
+  if dtype is not None:
+    arrays = [lax.convert_element_type(a, dtypes.canonicalize_dtype(dtype)) for a in arrays]
+  axis = canonicalize_axis(axis, ndim_of(arrays[0]), "concatenate")
+  if len(arrays) == 1:
+    return arrays[0]
+  return lax.concatenate(arrays, axis)
+
+
+concat = concatenate
+
+
+def stack(arrays: Sequence[ArrayLike], axis: int = 0, dtype: Any = None) -> Array:
+  """Joins arrays of one shape along a new axis.
+
+  Raises:
+    ValueError: for an empty sequence or differing shapes.
+  """
+  if len(arrays) == 0:
+    raise ValueError("Need at least one array to stack.")
+  arrays = [asarray(a) for a in arrays]
+  shapes = {shape_of(a) for a in arrays}
+  if len(shapes) != 1:
+    raise ValueError(f"All input arrays must have the same shape, got "
+                     f"{[shape_of(a) for a in arrays]}.")
+  axis = canonicalize_axis(axis, ndim_of(arrays[0]) + 1, "stack")
+  return concatenate([expand_dims(a, axis) for a in arrays], axis, dtype=dtype)
+
+
+def _stack_check(name, tup):
+  if isinstance(tup, (Array, Tracer, np.ndarray)):
+    if isinstance(tup, np.ndarray):
+      return list(tup)
+    return [tup[i] for i in range(shape_of(tup)[0])]
+  if len(tup) == 0:
+    raise ValueError(f"{name}: need at least one array to concatenate.")
+  return list(tup)
+
+
+def hstack(tup: Sequence[ArrayLike], dtype: Any = None) -> Array:
+  """Concatenates along axis 1 (axis 0 for 1-D inputs)."""
+  arrs = [atleast_1d(as_array(a)) for a in _stack_check("hstack", tup)]
+  return concatenate(arrs, 0 if ndim_of(arrs[0]) == 1 else 1, dtype=dtype)
+
+
+def vstack(tup: Sequence[ArrayLike], dtype: Any = None) -> Array:
+  """Concatenates along axis 0 after `atleast_2d`."""
+  arrs = [atleast_2d(as_array(a)) for a in _stack_check("vstack", tup)]
+  return concatenate(arrs, 0, dtype=dtype)
+
+
+row_stack = vstack
+
+
+def dstack(tup: Sequence[ArrayLike], dtype: Any = None) -> Array:
+  """Concatenates along axis 2 after `atleast_3d`."""
+  arrs = [atleast_3d(as_array(a)) for a in _stack_check("dstack", tup)]
+  return concatenate(arrs, 2, dtype=dtype)
+
+
+def column_stack(tup: Sequence[ArrayLike]) -> Array:
+  """Stacks 1-D arrays as columns (`[n]` becomes `[n, 1]`), concatenating along axis 1."""
+  arrs = []
+  for a in _stack_check("column_stack", tup):
+    a = as_array(a)
+    arrs.append(reshape(a, (-1, 1)) if ndim_of(a) < 2 else a)
+  return concatenate(arrs, 1)
+
+
+def block(arrays: Any) -> Array:
+  """An array assembled from nested lists of blocks (numpy.block): the innermost lists
+  join along the last axis, the outer ones along earlier axes.
+
+  Raises:
+    ValueError: for empty lists or inconsistent nesting depths.
+  """
+  def depth(x):
+    if isinstance(x, list):
+      if not x:
+        raise ValueError("Lists cannot be empty")
+      ds = {depth(v) for v in x}
+      if len(ds) != 1:
+        raise ValueError("List depths are mismatched")
+      return 1 + ds.pop()
+    return 0
+
+  d = depth(arrays)
+  if d == 0:
+    return as_array(arrays)
+  leaves = []
+
+  def collect(x):
+    if isinstance(x, list):
+      for v in x:
+        collect(v)
+    else:
+      leaves.append(as_array(x))
+
+  collect(arrays)
+  nd = builtins.max(d, *(ndim_of(v) for v in leaves))
+
+  def build(x, level):
+    if not isinstance(x, list):
+      x = as_array(x)
+      return reshape(x, (1,) * (nd - ndim_of(x)) + shape_of(x))
+    return concatenate([build(v, level + 1) for v in x], axis=nd - d + level)
+
+  return build(arrays, 0)
+
+
+def append(arr: ArrayLike, values: ArrayLike, axis: int | None = None) -> Array:
+  """`values` appended to `arr` along `axis` (both flattened when None)."""
+  arr, values = as_array(arr), as_array(values)
+  if axis is None:
+    return concatenate([ravel(arr), ravel(values)], 0)
+  return concatenate([arr, values], axis)
+
+
+# ---------------------------------------------------------------------------
+# Splitting
+
+
+def _split(name: str, ary, indices_or_sections, axis: int) -> list[Array]:
+  ary = as_array(ary)
+  axis = canonicalize_axis(axis, ndim_of(ary), name)
+  size = shape_of(ary)[axis]
+  if isinstance(indices_or_sections, (tuple, list)) or (
+      isinstance(indices_or_sections, (np.ndarray, Array)) and np.ndim(indices_or_sections)):
+    bounds = [0] + [operator.index(check_concrete(i, name, "indices_or_sections"))
+                    for i in np.asarray(indices_or_sections).tolist()] + [size]
+    bounds = [builtins.min(builtins.max(b if b >= 0 else b + size, 0), size) for b in bounds]
+    pairs = [(bounds[i], builtins.max(bounds[i], bounds[i + 1]))
+             for i in range(len(bounds) - 1)]
+  else:
+    sections = operator.index(check_concrete(indices_or_sections, name, "indices_or_sections"))
+    if sections <= 0:
+      raise ValueError(f"{name}: number of sections must be larger than 0, got {sections}.")
+    part, r = builtins.divmod(size, sections)
+    if r and name != "array_split":
+      raise ValueError(f"array split does not result in an equal division: rest is {r}")
+    sizes = [part + 1] * r + [part] * (sections - r)
+    starts = np.cumsum([0] + sizes)
+    pairs = [(int(starts[i]), int(starts[i + 1])) for i in range(sections)]
+  return [slice_axis(ary, lo, hi, axis) for lo, hi in pairs]
+
+
+def split(ary: ArrayLike, indices_or_sections: int | Sequence[int], axis: int = 0
+          ) -> list[Array]:
+  """Splits into equal sections (an int) or at the given indices along `axis`.
+
+  Raises:
+    ValueError: if an int number of sections does not divide the axis.
+  """
+  return _split("split", ary, indices_or_sections, axis)
+
+
+def array_split(ary: ArrayLike, indices_or_sections: int | Sequence[int], axis: int = 0
+                ) -> list[Array]:
+  """Like `split`, but the sections may differ in size by one (the first ones larger)."""
+  return _split("array_split", ary, indices_or_sections, axis)
+
+
+def hsplit(ary: ArrayLike, indices_or_sections) -> list[Array]:
+  """`split` along axis 1 (axis 0 for 1-D input)."""
+  ary = as_array(ary)
+  return _split("hsplit", ary, indices_or_sections, 1 if ndim_of(ary) > 1 else 0)
+
+
+def vsplit(ary: ArrayLike, indices_or_sections) -> list[Array]:
+  """`split` along axis 0. Raises ValueError for fewer than 2 dimensions."""
+  ary = as_array(ary)
+  if ndim_of(ary) < 2:
+    raise ValueError("vsplit only works on arrays of 2 or more dimensions")
+  return _split("vsplit", ary, indices_or_sections, 0)
+
+
+def dsplit(ary: ArrayLike, indices_or_sections) -> list[Array]:
+  """`split` along axis 2. Raises ValueError for fewer than 3 dimensions."""
+  ary = as_array(ary)
+  if ndim_of(ary) < 3:
+    raise ValueError("dsplit only works on arrays of 3 or more dimensions")
+  return _split("dsplit", ary, indices_or_sections, 2)
+
+
+def unstack(x: ArrayLike, /, *, axis: int = 0) -> tuple[Array, ...]:
+  """The slices of `x` along `axis`, as a tuple."""
+  x = as_array(x)
+  if ndim_of(x) == 0:
+    raise ValueError("Unstack requires arrays with rank > 0, however a scalar array was "
+                     "passed.")
+  axis = canonicalize_axis(axis, ndim_of(x), "unstack")
+  return tuple(squeeze(slice_axis(x, i, i + 1, axis), axis)
+               for i in range(shape_of(x)[axis]))
+
+
+# ---------------------------------------------------------------------------
+# Tiling and broadcasting
+
+
+def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:
+  """`A` repeated `reps` times along each axis (reps and A's shape are left-padded with 1s
+  to a common length).
+
+  Returns:
+    Array of shape `A.shape * reps` elementwise, A's dtype.
+  """
+  A = as_array(A)
+  reps = (operator.index(reps),) if isinstance(reps, (int, np.integer)) else tuple(
+      operator.index(r) for r in reps)
+  nd = builtins.max(len(reps), ndim_of(A))
+  reps = (1,) * (nd - len(reps)) + reps
+  shape = (1,) * (nd - ndim_of(A)) + shape_of(A)
+  # Broadcast to [r0, s0, r1, s1, ...], then merge each pair.
+  big = tuple(d for pair in zip(reps, shape) for d in pair)
+  out = lax.broadcast_in_dim(reshape(A, shape), big, tuple(range(1, 2 * nd, 2)))
+  return reshape(out, tuple(r * s for r, s in zip(reps, shape)))
+
+
+def resize(a: ArrayLike, new_shape: int | Sequence[int]) -> Array:
+  """`a` flattened, repeated cyclically to fill `new_shape`."""
+  arr = ravel(as_array(a))
+  shape = canonical_shape(new_shape, "new_shape")
+  size = math.prod(shape)
+  if shape_of(arr)[0] == 0 or size == 0:
+    return zeros(shape, dtype_of(arr))
+  reps = -(-size // shape_of(arr)[0])
+  return reshape(slice_axis(tile(arr, reps), 0, size, 0), shape)
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+  """NumPy broadcasting of shapes. Raises ValueError naming the shapes."""
+  try:
+    return tuple(np.broadcast_shapes(*shapes))
+  except ValueError:
+    raise ValueError(f"Incompatible shapes for broadcasting: {', '.join(map(str, shapes))}."
+                     ) from None
+
+
+def broadcast_to(array_: ArrayLike, shape: Sequence[int]) -> Array:
+  """Broadcasts to `shape` under NumPy's rules. Raises ValueError if incompatible."""
+  return broadcast_to_shape(asarray(array_), canonical_shape(shape))
+
+
+def broadcast_arrays(*args: ArrayLike) -> list[Array]:
+  """The inputs broadcast to their common shape.
+
+  Raises:
+    ValueError: if the shapes do not broadcast."""
+  args = [asarray(a) for a in args]
+  shape = broadcast_shapes(*[shape_of(a) for a in args])
+  return [broadcast_to_shape(a, shape) for a in args]
+
+
+# ---------------------------------------------------------------------------
+# Diagonals and triangles
+
+
+def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
+  """The `offset` diagonal of the planes given by `axis1` and `axis2`.
+
+  Returns:
+    `T[*rest, d]`: the other axes in order, then the diagonal (length
+    `max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))`).
+
+  Raises:
+    ValueError: for fewer than 2 dimensions or equal axes.
+
+  Algorithm: on the flattened `[n1 * n2]` plane the diagonal is one strided slice (stride
+  `n2 + 1`), so no gather is needed.
+  """
+  a = as_array(a)
+  nd = ndim_of(a)
+  if nd < 2:
+    raise ValueError("diagonal requires an array of at least two dimensions.")
+  ax1, ax2 = canonicalize_axis(axis1, nd, "diagonal"), canonicalize_axis(axis2, nd, "diagonal")
+  if ax1 == ax2:
+    raise ValueError("axis1 and axis2 cannot be the same")
+  offset = operator.index(check_concrete(offset, "diagonal", "offset"))
+  a = moveaxis(a, (ax1, ax2), (-2, -1))
+  *rest, n1, n2 = shape_of(a)
+  d = builtins.max(0, builtins.min(n1 + builtins.min(offset, 0), n2 - builtins.max(offset, 0)))
+  if d == 0:
+    return zeros((*rest, 0), dtype_of(a)) if not a.weak_type else reshape(
+        slice_axis(reshape(a, (*rest, n1 * n2)), 0, 0, len(rest)), (*rest, 0))
+  flat = reshape(a, (*rest, n1 * n2))
+  start = offset if offset >= 0 else -offset * n2
+  return lax.slice_in_dim(flat, start, start + (d - 1) * (n2 + 1) + 1, n2 + 1, len(rest))
+
+
+def diag(v: ArrayLike, k: int = 0) -> Array:
+  """For 1-D `v` of length n: the `[n+|k|, n+|k|]` matrix with `v` on the k-th diagonal;
+  for 2-D `v`: its k-th diagonal.
+
+  Raises:
+    ValueError: for inputs that are not 1-D or 2-D.
+  """
+  v = as_array(v)
+  k = operator.index(check_concrete(k, "diag", "k"))
+  if ndim_of(v) == 2:
+    return diagonal(v, k)
+  if ndim_of(v) != 1:
+    raise ValueError("diag input must be 1d or 2d")
+  n = shape_of(v)[0] + builtins.abs(k)
+  # out[i, i + k] = v[i] (k >= 0) and out[j - k, j] = v[j] (k < 0): v padded at the end,
+  # broadcast along the rows or the columns, masked to the diagonal.
+  vp = lax.pad(v, const(v, 0), ((0, builtins.abs(k), 0),))
+  vb = lax.broadcast_in_dim(vp, (n, n), (0,) if k >= 0 else (1,))
+  rows = lax.broadcasted_iota(dtypes.int32, (n, n), 0)
+  cols = lax.broadcasted_iota(dtypes.int32, (n, n), 1)
+  mask = lax.eq(lax.add(rows, np.int32(k)), cols)
+  return lax.select(mask, vb, zeros_like(vb))
+
+
+def diagflat(v: ArrayLike, k: int = 0) -> Array:
+  """`diag` of the flattened input."""
+  return diag(ravel(as_array(v)), k)
+
+
+def _tri_select(name, m, k, lower: bool):
+  m = as_array(m)
+  s = shape_of(m)
+  if len(s) < 2:
+    raise ValueError(f"Argument to stagecraft.numpy.{name} must be at least 2D")
+  mask = tri(s[-2], s[-1], k if lower else k - 1, dtypes.bool_)
+  mask = lax.broadcast_in_dim(mask, s, (len(s) - 2, len(s) - 1))
+  z = zeros_like(m)
+  return lax.select(mask, m, z) if lower else lax.select(mask, z, m)
+
+
+def tril(m: ArrayLike, k: int = 0) -> Array:
+  """`m` with the elements above the k-th diagonal zeroed (on the last two axes).
+
+  Raises:
+    ValueError: for fewer than 2 dimensions."""
+  return _tri_select("tril", m, k, True)
+
+
+def triu(m: ArrayLike, k: int = 0) -> Array:
+  """`m` with the elements below the k-th diagonal zeroed (on the last two axes).
+
+  Raises:
+    ValueError: for fewer than 2 dimensions."""
+  return _tri_select("triu", m, k, False)
+
+
+# ---------------------------------------------------------------------------
+# Functions applied over axes
+
+
+def apply_over_axes(func: Any, a: ArrayLike, axes: Sequence[int]) -> Array:
+  """`func(a, axis)` applied for each axis in turn, keeping the rank (a reduced axis is
+  re-inserted with size 1)."""
+  a = as_array(a)
+  for ax in axes:
+    b = as_array(func(a, ax))
+    a = b if ndim_of(b) == ndim_of(a) else expand_dims(b, ax)
+  return a

@@ -1,0 +1,1065 @@
+"""Elementwise functions (NumPy's ufuncs and their relatives) with NumPy broadcasting and JAX's
+type promotion: arithmetic, comparison, logic and bitwise operations; exponentials, logarithms
+and trigonometry; rounding; floating-point classification and decomposition; complex parts;
+`where` and `clip`; comparison within tolerances (`isclose`, `allclose`); and the functions
+with JAX's custom derivatives (`logaddexp`, `sinc`, `frexp`, `i0`)."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from stagecraft import core, dtypes, lax
+from stagecraft.core import Tracer
+from stagecraft.custom_derivatives import SymbolicZero, custom_jvp
+from stagecraft.interpreters import ad
+from stagecraft.numpy.array_constructors import array, asarray
+from stagecraft.numpy.array_creation import full, full_like
+from stagecraft.numpy.manipulation import broadcast_shapes, ravel
+from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
+                                   const, dtype_of, promote_dtypes, promote_dtypes_inexact,
+                                   promote_dtypes_numeric, real_dtype, shape_of, to_bool)
+from stagecraft.runtime.array import Array
+
+__all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
+           "mod", "fmod", "divmod", "power", "pow", "float_power", "negative", "positive",
+           "absolute", "abs", "fabs", "sign", "square", "reciprocal", "maximum", "minimum", "fmax",
+           "fmin", "heaviside", "gcd", "lcm", "equal", "not_equal", "less", "less_equal", "greater",
+           "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "isclose",
+           "allclose", "array_equal", "array_equiv", "bitwise_and", "bitwise_or", "bitwise_xor",
+           "invert", "bitwise_not", "bitwise_invert", "left_shift", "right_shift",
+           "bitwise_left_shift", "bitwise_right_shift", "bitwise_count", "exp", "exp2", "log",
+           "log1p", "expm1", "log2", "log10", "sqrt", "cbrt", "sin", "cos", "tan", "tanh", "sinh",
+           "cosh", "arcsin", "arccos", "arctan", "arctan2", "arcsinh", "arccosh", "arctanh", "asin",
+           "acos", "atan", "asinh", "acosh", "atanh", "atan2", "hypot", "deg2rad", "rad2deg",
+           "radians", "degrees", "logaddexp", "logaddexp2", "sinc", "i0", "floor", "ceil", "trunc",
+           "round", "around", "rint", "modf", "isfinite", "isnan", "isinf", "isposinf", "isneginf",
+           "signbit", "copysign", "ldexp", "frexp", "nan_to_num", "spacing", "nextafter", "real",
+           "imag", "conjugate", "conj", "angle", "isreal", "iscomplex", "where", "clip"]
+
+
+# ---------------------------------------------------------------------------
+# Promotion and the ufunc constructors
+
+
+def _promote_shapes(*args):
+  shapes = [shape_of(a) for a in args]
+  nonscalar = [s for s in shapes if s != ()]
+  if len(set(nonscalar)) <= 1:
+    return list(args)       # equal shapes, or rank-0 operands: lax broadcasts those
+  shape = broadcast_shapes(*shapes)
+  return [a if s == () else broadcast_to_shape(a, shape) for a, s in zip(args, shapes)]
+
+
+def _needs_promotion(promote, dtype) -> bool:
+  """Whether a lone operand of `dtype` must still be converted by `promote`."""
+  if promote is promote_dtypes:
+    return False
+  if promote is promote_dtypes_inexact:
+    return not dtypes.is_inexact(dtype)
+  return dtype == dtypes.bool_   # promote_dtypes_numeric
+
+
+def _scalar_fits(t: type, dtype) -> bool:
+  """A Python scalar of type `t` meeting an array of `dtype` keeps `dtype` (JAX's weak
+  typing), so lax can take the scalar as it is."""
+  if t is float:
+    return dtypes.is_inexact(dtype)
+  if t is int:
+    return dtypes.is_inexact(dtype) or dtypes.is_integer(dtype)
+  if t is complex:
+    return dtypes.is_complex(dtype)
+  return False
+
+
+def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool_fn=None):
+  def fn(x: ArrayLike, y: ArrayLike, /):
+    # Fast paths: operands that already agree in shape, dtype and weak type, or an array
+    # with a Python scalar it absorbs, need neither promotion nor broadcasting.
+    ax, ay = getattr(x, "aval", None), getattr(y, "aval", None)
+    if ax is not None:
+      dt = ax.dtype
+      if ay is not None:
+        fast = (dt == ay.dtype and ax.shape == ay.shape and ax.weak_type == ay.weak_type)
+      else:
+        fast = _scalar_fits(type(y), dt)
+    elif ay is not None:
+      dt = ay.dtype
+      fast = _scalar_fits(type(x), dt)
+    else:
+      fast = False
+    if fast and not _needs_promotion(promote, dt):
+      return (bool_fn or lax_fn)(x, y) if dt == dtypes.bool_ else lax_fn(x, y)
+    x, y = promote(x, y)
+    x, y = _promote_shapes(x, y)
+    if bool_fn is not None and dtype_of(x) == dtypes.bool_:
+      return bool_fn(x, y)
+    return lax_fn(x, y)
+  fn.__name__ = fn.__qualname__ = name
+  fn.__doc__ = (f"{doc or name} (elementwise, NumPy broadcasting and JAX type promotion).\n\n"
+                f"Args:\n  x, y: array-likes with broadcast-compatible shapes.\n\nReturns:\n"
+                f"  Array of the broadcast shape and the promoted dtype.\n\nRaises:\n"
+                f"  ValueError: if the shapes do not broadcast.")
+  return fn
+
+
+def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
+  def fn(x: ArrayLike, /):
+    aval = getattr(x, "aval", None)
+    if aval is not None and not _needs_promotion(promote, aval.dtype):
+      return lax_fn(x)
+    x, = promote(x)
+    if not isinstance(x, (Array, Tracer)):
+      x = asarray(x)
+    return lax_fn(x)
+  fn.__name__ = fn.__qualname__ = name
+  fn.__doc__ = (f"{doc or name} (elementwise).\n\nArgs:\n  x: array-like T[*s].\n\nReturns:\n"
+                f"  Array [*s].")
+  return fn
+
+
+def _full_shapes(args):
+  """Arrays broadcast to their common shape (rank-0 ones too, unlike `_promote_shapes`)."""
+  args = [as_array(a) for a in args]
+  shape = broadcast_shapes(*[shape_of(a) for a in args])
+  return [broadcast_to_shape(a, shape) for a in args]
+
+
+def _inexact_args(name: str, *args, allow_complex: bool = True):
+  args = promote_dtypes_inexact(*args)
+  if not allow_complex and dtypes.is_complex(dtype_of(args[0])):
+    raise TypeError(f"jnp.{name} does not support complex-valued inputs; take the real part "
+                    f"or abs() first.")
+  return _full_shapes(args)
+
+
+def _full_c(x, v):
+  """`v` broadcast to x's shape with x's dtype, weakly typed (so selects keep x's weak type)."""
+  return lax.broadcast_in_dim(const(x, v), shape_of(x), ())
+
+
+# ---------------------------------------------------------------------------
+# Arithmetic
+
+
+def _true_divide(x, y):
+  return lax.div(x, y)
+
+
+def _floor_divide(x, y):
+  if dtypes.is_integer(dtype_of(x)) or dtype_of(x) == dtypes.bool_:
+    if dtype_of(x) == dtypes.bool_:
+      raise TypeError("floor_divide is not defined for bool operands.")
+    q = lax.div(x, y)
+    if dtypes.is_unsigned(dtype_of(x)):
+      return q
+    r = lax.rem(x, y)
+    zero = const(r, 0)
+    adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
+    return lax.select(adjust, lax.sub(q, const(q, 1)), q)
+  return lax.floor(lax.div(x, y))
+
+
+def _remainder(x, y):
+  r = lax.rem(x, y)
+  if dtypes.is_unsigned(dtype_of(x)):
+    return r
+  zero = const(r, 0)
+  adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
+  return lax.select(adjust, lax.add(r, y), r)
+
+
+add = _binary_ufunc("add", lax.add, doc="x + y (logical or for bool)", bool_fn=lax.bitwise_or)
+subtract = _binary_ufunc("subtract", lax.sub, doc="x - y")
+multiply = _binary_ufunc("multiply", lax.mul, doc="x * y (logical and for bool)",
+                         bool_fn=lax.bitwise_and)
+divide = _binary_ufunc("divide", _true_divide, promote_dtypes_inexact,
+                       doc="x / y (true division: integers give floats)")
+true_divide = divide
+floor_divide = _binary_ufunc("floor_divide", _floor_divide, promote_dtypes_numeric,
+                             doc="floor(x / y)")
+remainder = _binary_ufunc("remainder", _remainder, promote_dtypes_numeric,
+                          doc="x mod y with the sign of y (Python's %)")
+mod = remainder
+fmod = _binary_ufunc("fmod", lax.rem, promote_dtypes_numeric,
+                     doc="x mod y with the sign of x (C's fmod)")
+
+
+def divmod(x1: ArrayLike, x2: ArrayLike, /) -> tuple[Array, Array]:
+  """`(floor_divide(x1, x2), remainder(x1, x2))` (Python's divmod, elementwise)."""
+  return floor_divide(x1, x2), remainder(x1, x2)
+
+
+def power(x: ArrayLike, y: ArrayLike, /) -> Array:
+  """x ** y elementwise. A static Python int exponent uses repeated multiplication
+  (`integer_pow`), as JAX's numpy does; integer bases with integer array exponents use
+  binary exponentiation.
+
+  Raises:
+    ValueError: for integer bases with negative static exponents.
+  """
+  if type(y) is int and not isinstance(x, (list, tuple)):
+    x, = promote_dtypes_numeric(x) if dtype_of(x) == dtypes.bool_ else [asarray_or_scalar(x)]
+    if dtypes.is_python_scalar(x):
+      x = array(x)
+    if y < 0 and dtypes.is_integer(dtype_of(x)):
+      raise ValueError("Integers to negative integer powers are not allowed.")
+    return lax.integer_pow(x, y)
+  x, y = promote_dtypes_numeric(x, y)
+  x, y = _promote_shapes(x, y)
+  if dtypes.is_integer(dtype_of(x)):
+    return _integer_power(x, y)
+  return lax.pow(x, y)
+
+
+def _integer_power(x, y):
+  # Binary exponentiation over the bits of y (negative exponents give 0, except base +-1).
+  dt = dtype_of(x)
+  shape = broadcast_shapes(shape_of(x), shape_of(y))
+  x, y = broadcast_to_shape(x, shape), broadcast_to_shape(y, shape)
+  acc = lax.broadcast_in_dim(np.ones((), dt), shape, ())
+  signed = not dtypes.is_unsigned(dt)
+  base, e = x, lax.abs(y) if signed else y
+  for _ in range(dt.itemsize * 8):
+    bit = lax.ne(lax.bitwise_and(e, np.ones((), dt)[()]), np.zeros((), dt)[()])
+    acc = lax.select(bit, lax.mul(acc, base), acc)
+    base = lax.mul(base, base)
+    e = lax.div(e, np.asarray(2, dt)[()])
+  if signed:   # x ** -n is x ** n for x = +-1, else 0
+    unit = lax.bitwise_or(lax.eq(x, np.ones((), dt)[()]), lax.eq(x, np.asarray(-1, dt)[()]))
+    zero_out = lax.bitwise_and(lax.lt(y, np.zeros((), dt)[()]), lax.bitwise_not(unit))
+    acc = lax.select(zero_out, lax.broadcast_in_dim(np.zeros((), dt), shape, ()), acc)
+  return acc
+
+
+pow = power
+
+
+def float_power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """x1 ** x2 computed in the promoted inexact dtype (float32 unless x64 is on)."""
+  x1, x2 = _inexact_args("float_power", x1, x2)
+  return lax.pow(x1, x2)
+
+
+negative = _unary_ufunc("negative", lambda x: lax.neg(x), promote_dtypes_numeric, "-x")
+
+
+def positive(x: ArrayLike, /) -> Array:
+  """+x (a copy)."""
+  return asarray(x)
+
+
+def absolute(x: ArrayLike, /) -> Array:
+  """|x| elementwise (real for complex; identity for unsigned and bool)."""
+  x = asarray_or_scalar(x)
+  if not isinstance(x, (Array, Tracer)):
+    x = asarray(x)
+  dt = dtype_of(x)
+  if dt == dtypes.bool_ or dtypes.is_unsigned(dt):
+    return x
+  return lax.abs(x)
+
+
+abs = absolute
+
+
+def fabs(x: ArrayLike, /) -> Array:
+  """|x| as a float (integers give the default float).
+
+  Raises:
+    TypeError: for complex inputs.
+  """
+  x, = _inexact_args("fabs", x, allow_complex=False)
+  return lax.abs(x)
+
+
+def sign(x: ArrayLike, /) -> Array:
+  """-1, 0 or 1 elementwise (x/|x| for complex)."""
+  x = asarray_or_scalar(x)
+  if not isinstance(x, (Array, Tracer)):
+    x = asarray(x)
+  if dtype_of(x) == dtypes.bool_:
+    return x
+  return lax.sign(x)
+
+
+def square(x: ArrayLike, /) -> Array:
+  """x * x elementwise; bool promotes to the default integer."""
+  x, = promote_dtypes_numeric(x)
+  if dtypes.is_python_scalar(x):
+    x = array(x)
+  return lax.integer_pow(x, 2)
+
+
+def reciprocal(x: ArrayLike, /) -> Array:
+  """1 / x elementwise; integers give the default float."""
+  x, = promote_dtypes_inexact(x)
+  if not isinstance(x, (Array, Tracer)):
+    x = asarray(x)
+  return lax.div(lax.utils.weak_scalar(np.ones((), dtype_of(x))[()]), x)
+
+
+maximum = _binary_ufunc("maximum", lax.max, doc="Elementwise maximum (NaN-propagating)")
+minimum = _binary_ufunc("minimum", lax.min, doc="Elementwise minimum (NaN-propagating)")
+
+
+def fmax(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """Elementwise maximum that ignores NaN (NaN only where both are NaN).
+
+  As JAX's numpy, `where(x1 > x2 or isnan(x2), x1, x2)`: at a tie the derivative goes to
+  `x2` alone (unlike `maximum`, which splits it).
+  """
+  x1, x2 = promote_dtypes(x1, x2)
+  return where(logical_or(greater(x1, x2), isnan(x2)), x1, x2)
+
+
+def fmin(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """Elementwise minimum that ignores NaN (NaN only where both are NaN); at a tie the
+  derivative goes to `x2` (see `fmax`)."""
+  x1, x2 = promote_dtypes(x1, x2)
+  return where(logical_or(less(x1, x2), isnan(x2)), x1, x2)
+
+
+def heaviside(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """Step function: 0 where x1 < 0, `x2` where x1 == 0, 1 where x1 > 0 (NaN stays NaN)."""
+  x1, x2 = _inexact_args("heaviside", x1, x2)
+  zero = const(x1, 0)
+  out = lax.select(lax.ne(x1, x1), x1, x2)
+  out = lax.select(lax.gt(x1, zero), _full_c(x1, 1), out)
+  return lax.select(lax.lt(x1, zero), _full_c(x1, 0), out)
+
+
+def _integer_args(name: str, *args):
+  args = promote_dtypes(*args)
+  if not dtypes.is_integer(dtype_of(args[0])):
+    raise ValueError(f"Arguments to stagecraft.numpy.{name} must be integers.")
+  return _full_shapes(args)
+
+
+def gcd(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """Greatest common divisor of |x1| and |x2| (gcd(0, 0) == 0), elementwise.
+
+  Raises:
+    ValueError: for non-integer inputs.
+
+  Algorithm: Euclid's, unrolled for the worst case of the dtype's width (about 1.44 steps
+  per bit, Lamé's theorem), since loops are not yet staged.
+  """
+  x1, x2 = _integer_args("gcd", x1, x2)
+  shape = broadcast_shapes(shape_of(x1), shape_of(x2))
+  a, b = broadcast_to_shape(absolute(x1), shape), broadcast_to_shape(absolute(x2), shape)
+  dt = dtype_of(a)
+  zero = np.zeros((), dt)
+  one = lax.broadcast_in_dim(np.ones((), dt), shape, ())
+  for _ in range(int(dt.itemsize * 8 * 1.45) + 2):
+    nz = lax.ne(b, zero)
+    a, b = lax.select(nz, b, a), lax.select(nz, lax.rem(a, lax.select(nz, b, one)), b)
+  return a
+
+
+def lcm(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """Least common multiple of |x1| and |x2| (0 if either is 0), elementwise.
+
+  Raises:
+    ValueError: for non-integer inputs.
+  """
+  x1, x2 = _integer_args("lcm", x1, x2)
+  d = gcd(x1, x2)
+  safe = where(d == 0, 1, d)
+  return where(d == 0, 0, absolute(multiply(x1, floor_divide(x2, safe))))
+
+
+# ---------------------------------------------------------------------------
+# Comparison and logic
+
+
+equal = _binary_ufunc("equal", lax.eq, doc="x == y")
+not_equal = _binary_ufunc("not_equal", lax.ne, doc="x != y")
+less = _binary_ufunc("less", lax.lt, doc="x < y")
+less_equal = _binary_ufunc("less_equal", lax.le, doc="x <= y")
+greater = _binary_ufunc("greater", lax.gt, doc="x > y")
+greater_equal = _binary_ufunc("greater_equal", lax.ge, doc="x >= y")
+
+
+def _logical(lax_fn):
+  def fn(x, y):
+    return lax_fn(to_bool(x), to_bool(y))
+  return fn
+
+
+def _no_promote(*args):   # logical ops convert each operand to bool first, as JAX's numpy
+  return [asarray_or_scalar(a) for a in args]
+
+
+logical_and = _binary_ufunc("logical_and", _logical(lax.bitwise_and), _no_promote,
+                            doc="x and y")
+logical_or = _binary_ufunc("logical_or", _logical(lax.bitwise_or), _no_promote, doc="x or y")
+logical_xor = _binary_ufunc("logical_xor", _logical(lax.bitwise_xor), _no_promote,
+                            doc="x xor y")
+
+
+def logical_not(x: ArrayLike, /) -> Array:
+  """Elementwise NOT of `x != 0`; bool result."""
+  return lax.bitwise_not(to_bool(asarray_or_scalar(x) if not isinstance(x, (int, float))
+                                  else array(x)))
+
+
+def isclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLike = 1e-08,
+            equal_nan: bool = False) -> Array:
+  """`|a - b| <= atol + rtol * |b|` elementwise, with NumPy's handling of inf and NaN.
+
+  Args:
+    a, b: broadcast-compatible array-likes (promoted to a common inexact dtype).
+    rtol, atol: tolerances (converted to the real dtype of the promoted inputs).
+    equal_nan: whether NaN compares equal to NaN.
+
+  Returns:
+    bool Array of the broadcast shape. Infinities are close only to the same infinity.
+  """
+  a, b = _inexact_args("isclose", a, b)
+  rdt = real_dtype(dtype_of(a))
+  rtol = lax.convert_element_type(as_array(rtol), rdt)
+  atol = lax.convert_element_type(as_array(atol), rdt)
+  out = lax.le(lax.abs(lax.sub(a, b)), lax.add(atol, lax.mul(rtol, lax.abs(b))))
+  a_inf, b_inf = isinf(a), isinf(b)
+  out = logical_and(out, logical_not(logical_or(a_inf, b_inf)))
+  out = logical_or(out, logical_and(logical_and(a_inf, b_inf), lax.eq(a, b)))
+  a_nan, b_nan = isnan(a), isnan(b)
+  out = logical_and(out, logical_not(logical_or(a_nan, b_nan)))
+  if equal_nan:
+    out = logical_or(out, logical_and(a_nan, b_nan))
+  return out
+
+
+def allclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLike = 1e-08,
+             equal_nan: bool = False) -> Array:
+  """Whether `isclose(a, b, ...)` holds everywhere: a bool scalar Array."""
+  return lax.reduce_and(ravel(isclose(a, b, rtol, atol, equal_nan)), (0,))
+
+
+def array_equal(a1: ArrayLike, a2: ArrayLike, equal_nan: bool = False) -> Array:
+  """Whether `a1` and `a2` have the same shape and elements (a bool scalar Array; False for
+  different shapes, with no error)."""
+  a1, a2 = as_array(a1), as_array(a2)
+  if shape_of(a1) != shape_of(a2):
+    return array(False)
+  eq = equal(a1, a2)
+  if equal_nan:
+    eq = logical_or(eq, logical_and(isnan(a1), isnan(a2)))
+  return lax.reduce_and(ravel(eq), (0,))
+
+
+def array_equiv(a1: ArrayLike, a2: ArrayLike) -> Array:
+  """Whether `a1` and `a2` broadcast to one shape with equal elements (False, with no
+  error, if they do not broadcast)."""
+  a1, a2 = as_array(a1), as_array(a2)
+  try:
+    eq = equal(a1, a2)
+  except ValueError:
+    return array(False)
+  return lax.reduce_and(ravel(eq), (0,))
+
+
+# ---------------------------------------------------------------------------
+# Bitwise operations
+
+
+bitwise_and = _binary_ufunc("bitwise_and", lax.bitwise_and, doc="x & y")
+bitwise_or = _binary_ufunc("bitwise_or", lax.bitwise_or, doc="x | y")
+bitwise_xor = _binary_ufunc("bitwise_xor", lax.bitwise_xor, doc="x ^ y")
+
+
+def invert(x: ArrayLike, /) -> Array:
+  """Bitwise NOT (logical NOT for bool)."""
+  x = asarray_or_scalar(x)
+  if dtypes.is_python_scalar(x):
+    x = array(x)
+  return lax.bitwise_not(x)
+
+
+bitwise_not = bitwise_invert = invert
+
+
+def _shift_args(name, x1, x2):
+  x1, x2 = promote_dtypes_numeric(x1, x2)
+  if not dtypes.is_integer(dtype_of(x1)):
+    raise TypeError(f"jnp.{name} only accepts integer or bool inputs, got "
+                    f"{dtype_of(x1).name}.")
+  return _full_shapes((x1, x2))
+
+
+def left_shift(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """x1 << x2 elementwise (zeros shifted in; shifts >= the bit width give 0).
+
+  Raises:
+    TypeError: for non-integer inputs.
+  """
+  x1, x2 = _shift_args("left_shift", x1, x2)
+  return lax.shift_left(x1, x2)
+
+
+def right_shift(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """x1 >> x2 elementwise: arithmetic for signed dtypes, logical for unsigned.
+
+  Raises:
+    TypeError: for non-integer inputs.
+  """
+  x1, x2 = _shift_args("right_shift", x1, x2)
+  if dtypes.is_unsigned(dtype_of(x1)):
+    return lax.shift_right_logical(x1, x2)
+  return lax.shift_right_arithmetic(x1, x2)
+
+
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
+
+
+def bitwise_count(x: ArrayLike, /) -> Array:
+  """The number of 1 bits in |x|, as uint8 (as JAX's numpy).
+
+  Raises:
+    TypeError: for non-integer inputs.
+  """
+  x = as_array(x)
+  if dtype_of(x) == dtypes.bool_:
+    x = lax.convert_element_type(x, dtypes.uint8)
+  if not dtypes.is_integer(dtype_of(x)):
+    raise TypeError(f"bitwise_count requires an integer or bool input, got {dtype_of(x).name}.")
+  return lax.convert_element_type(lax.population_count(absolute(x)), dtypes.uint8)
+
+
+# ---------------------------------------------------------------------------
+# Exponentials, logarithms and trigonometry
+
+
+exp = _unary_ufunc("exp", lax.exp, promote_dtypes_inexact, "e**x")
+exp2 = _unary_ufunc("exp2", lax.exp2, promote_dtypes_inexact, "2**x")
+log = _unary_ufunc("log", lax.log, promote_dtypes_inexact, "Natural logarithm")
+log1p = _unary_ufunc("log1p", lax.log1p, promote_dtypes_inexact, "log(1 + x)")
+expm1 = _unary_ufunc("expm1", lax.expm1, promote_dtypes_inexact, "e**x - 1")
+log2 = _unary_ufunc("log2", lambda x: lax.div(lax.log(x), lax.log(np.asarray(2, dtype_of(x))[()])),
+                    promote_dtypes_inexact, "Base-2 logarithm")
+log10 = _unary_ufunc("log10", lambda x: lax.div(lax.log(x),
+                                                lax.log(np.asarray(10, dtype_of(x))[()])),
+                     promote_dtypes_inexact, "Base-10 logarithm")
+sqrt = _unary_ufunc("sqrt", lax.sqrt, promote_dtypes_inexact, "Square root")
+cbrt = _unary_ufunc("cbrt", lax.cbrt, promote_dtypes_inexact, "Cube root")
+sin = _unary_ufunc("sin", lax.sin, promote_dtypes_inexact, "Sine (radians)")
+cos = _unary_ufunc("cos", lax.cos, promote_dtypes_inexact, "Cosine (radians)")
+tan = _unary_ufunc("tan", lax.tan, promote_dtypes_inexact, "Tangent (radians)")
+tanh = _unary_ufunc("tanh", lax.tanh, promote_dtypes_inexact, "Hyperbolic tangent")
+sinh = _unary_ufunc("sinh", lax.sinh, promote_dtypes_inexact, "Hyperbolic sine")
+cosh = _unary_ufunc("cosh", lax.cosh, promote_dtypes_inexact, "Hyperbolic cosine")
+arcsin = _unary_ufunc("arcsin", lax.asin, promote_dtypes_inexact, "Arcsine (radians)")
+arccos = _unary_ufunc("arccos", lax.acos, promote_dtypes_inexact, "Arccosine (radians)")
+arctan = _unary_ufunc("arctan", lax.atan, promote_dtypes_inexact, "Arctangent (radians)")
+
+
+arctan2 = _binary_ufunc("arctan2", lax.atan2, promote_dtypes_inexact,
+                        doc="Arctangent of x/y in radians, quadrant-aware")
+
+
+arcsinh = _unary_ufunc("arcsinh", lax.asinh, promote_dtypes_inexact, "Inverse hyperbolic sine")
+arccosh = _unary_ufunc("arccosh", lax.acosh, promote_dtypes_inexact,
+                       "Inverse hyperbolic cosine")
+arctanh = _unary_ufunc("arctanh", lax.atanh, promote_dtypes_inexact,
+                       "Inverse hyperbolic tangent")
+asin, acos, atan, asinh, acosh, atanh, atan2 = (arcsin, arccos, arctan, arcsinh, arccosh,
+                                               arctanh, arctan2)
+
+
+def hypot(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """sqrt(x1**2 + x2**2) without intermediate overflow (inf if either is infinite).
+
+  Raises:
+    ValueError: for complex inputs (take abs() first).
+  """
+  x1, x2 = _inexact_args("hypot", x1, x2)
+  if dtypes.is_complex(dtype_of(x1)):
+    raise ValueError("jnp.hypot is not well defined for complex-valued inputs. Please "
+                     "convert to real values first, such as by using abs(x)")
+  x1, x2 = lax.abs(x1), lax.abs(x2)
+  inf = const(x1, np.inf)
+  any_inf = lax.bitwise_or(lax.eq(x1, inf), lax.eq(x2, inf))
+  hi, lo = lax.max(x1, x2), lax.min(x1, x2)
+  zero = lax.eq(hi, const(hi, 0))
+  ratio = lax.div(lo, lax.select(zero, _full_c(hi, 1), hi))
+  out = lax.select(zero, hi, lax.mul(hi, lax.sqrt(lax.add(const(hi, 1), lax.mul(ratio, ratio)))))
+  return lax.select(any_inf, _full_c(out, np.inf), out)
+
+
+def deg2rad(x: ArrayLike, /) -> Array:
+  """Degrees to radians: `x * pi / 180` (integers give the default float)."""
+  x, = _inexact_args("deg2rad", x)
+  return lax.mul(x, const(x, np.pi / 180))
+
+
+def rad2deg(x: ArrayLike, /) -> Array:
+  """Radians to degrees: `x * 180 / pi` (integers give the default float)."""
+  x, = _inexact_args("rad2deg", x)
+  return lax.mul(x, const(x, 180 / np.pi))
+
+
+radians, degrees = deg2rad, rad2deg
+
+
+# ---------------------------------------------------------------------------
+# Functions with JAX's custom derivatives: logarithms of sums, sinc, i0
+
+
+def logaddexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """log(exp(x1) + exp(x2)) without overflow: `max + log1p(exp(-|x1 - x2|))`.
+
+  Args:
+    x1, x2: broadcast-compatible array-likes; integers promote to the default float.
+
+  Returns:
+    Array of the broadcast shape and promoted inexact dtype; NaN if either is NaN, and
+    `inf`/`-inf` handled as NumPy does (`logaddexp(-inf, -inf) == -inf`).
+
+  Derivatives (real inputs) are JAX's custom rule `t1 * exp(x1 - out) + t2 * exp(x2 - out)`
+  with `+inf` replaced by 0 in `x1`, `x2` and `out`, so that they stay finite where an
+  input is infinite.
+  """
+  x1, x2 = _inexact_args("logaddexp", x1, x2)
+  if dtypes.is_complex(dtype_of(x1)):
+    return log(add(exp(x1), exp(x2)))
+  return _logaddexp(x1, x2)
+
+
+def _replace_inf(x):
+  """`x` with `+inf` replaced by 0 (JAX's helper for the logaddexp derivatives)."""
+  return lax.select(lax.eq(x, const(x, np.inf)), _full_c(x, 0), x)
+
+
+def _logaddexp_tangent(exp_fn, t1, t2, x1, x2, out):
+  """`t1 * exp_fn(x1 - out) + t2 * exp_fn(x2 - out)`, leaving out symbolic zero tangents."""
+  out_safe = _replace_inf(out)
+  acc = None
+  for t, x in ((t1, x1), (t2, x2)):
+    if type(t) is SymbolicZero:
+      continue
+    term = lax.mul(t, exp_fn(lax.sub(_replace_inf(x), out_safe)))
+    acc = term if acc is None else lax.add(acc, term)
+  return SymbolicZero(core.get_aval(out)) if acc is None else acc
+
+
+@custom_jvp
+def _logaddexp(x1, x2):
+  amax = lax.max(x1, x2)
+  delta = lax.sub(x1, x2)
+  # NB: delta is NaN for equal infinities; x1 + x2 then gives the right inf (or NaN).
+  return lax.select(lax.ne(delta, delta), lax.add(x1, x2),
+                    lax.add(amax, lax.log1p(lax.exp(lax.neg(lax.abs(delta))))))
+
+
+def _logaddexp_jvp(primals, tangents):
+  out = _logaddexp(*primals)
+  return out, _logaddexp_tangent(lax.exp, *tangents, *primals, out)
+
+
+_logaddexp.defjvp(_logaddexp_jvp, symbolic_zeros=True)
+
+
+def logaddexp2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """log2(2**x1 + 2**x2) without overflow; see `logaddexp` (derivatives too, with `exp2`)."""
+  x1, x2 = _inexact_args("logaddexp2", x1, x2)
+  if dtypes.is_complex(dtype_of(x1)):
+    return log2(add(exp2(x1), exp2(x2)))
+  return _logaddexp2(x1, x2)
+
+
+@custom_jvp
+def _logaddexp2(x1, x2):
+  amax = lax.max(x1, x2)
+  delta = lax.sub(x1, x2)
+  tail = lax.div(lax.log1p(lax.exp2(lax.neg(lax.abs(delta)))), const(x1, np.log(2)))
+  return lax.select(lax.ne(delta, delta), lax.add(x1, x2), lax.add(amax, tail))
+
+
+def _logaddexp2_jvp(primals, tangents):
+  out = _logaddexp2(*primals)
+  return out, _logaddexp_tangent(lax.exp2, *tangents, *primals, out)
+
+
+_logaddexp2.defjvp(_logaddexp2_jvp, symbolic_zeros=True)
+
+
+def sinc(x: ArrayLike, /) -> Array:
+  """The normalized sinc function `sin(pi x) / (pi x)`, 1 at 0.
+
+  Derivatives of every order are exact at 0 too: there the value comes from the Maclaurin
+  series of `sin(y) / y` at `y = pi x`, whose k-th derivative is JAX's custom rule
+  (`(-1)**(k/2) / (k + 1)` for even k, 0 for odd k).
+  """
+  x, = _inexact_args("sinc", x)
+  eq_zero = lax.eq(x, const(x, 0))
+  pi_x = lax.mul(x, const(x, np.pi))
+  safe = lax.select(eq_zero, _full_c(x, 1), pi_x)
+  return lax.select(eq_zero, _sinc_maclaurin(0, pi_x), lax.div(lax.sin(safe), safe))
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(0,))
+def _sinc_maclaurin(k, x):
+  """The k-th derivative of `sin(y) / y` at `y = 0`, shaped like `x` (whose tangent, by the
+  custom rule, is the (k+1)-th derivative times the tangent of x)."""
+  zero = lax.mul(x, const(x, 0))
+  return zero if k % 2 else lax.add(zero, const(x, (-1) ** (k // 2) / (k + 1)))
+
+
+@_sinc_maclaurin.defjvp
+def _sinc_maclaurin_jvp(k, primals, tangents):
+  (x,), (t,) = primals, tangents
+  return _sinc_maclaurin(k, x), lax.mul(_sinc_maclaurin(k + 1, x), t)
+
+
+def i0(x: ArrayLike, /) -> Array:
+  """The modified Bessel function of the first kind, order 0: `exp(|x|) * i0e(|x|)`.
+
+  Its derivative is 0 at `x == 0` (JAX's custom rule: `|x|` has no derivative there, and
+  `i0` is even, so its derivative vanishes at 0).
+
+  Raises:
+    ValueError: for complex input.
+  """
+  x, = promote_dtypes_inexact(x)
+  x = as_array(x)
+  if not dtypes.is_float(dtype_of(x)):
+    raise ValueError(f"Unsupported input type to stagecraft.numpy.i0: {dtype_of(x)}")
+  return _i0(x)
+
+
+@custom_jvp
+def _i0(x):
+  ax = lax.abs(x)
+  return lax.mul(lax.exp(ax), lax.bessel_i0e(ax))
+
+
+@_i0.defjvp
+def _i0_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  (out,), (t_out,) = ad.jvp_flat(lambda x: [_i0.fun(x)], [x], [t])
+  t_out = ad.instantiate_zeros(t_out)
+  return out, lax.select(lax.eq(x, const(x, 0)), _full_c(t_out, 0), t_out)
+
+
+# ---------------------------------------------------------------------------
+# Rounding
+
+
+def _int_passthrough(lax_fn):
+  def fn(x):
+    return x if not dtypes.is_inexact(dtype_of(x)) else lax_fn(x)
+  return fn
+
+
+floor = _unary_ufunc("floor", _int_passthrough(lax.floor), doc="Floor")
+ceil = _unary_ufunc("ceil", _int_passthrough(lax.ceil), doc="Ceiling")
+trunc = _unary_ufunc("trunc", _int_passthrough(
+    lambda x: lax.select(lax.lt(x, np.zeros((), dtype_of(x))[()]), lax.ceil(x), lax.floor(x))),
+                     doc="Round toward zero")
+
+
+def round(a: ArrayLike, decimals: int = 0) -> Array:
+  """Rounds to `decimals` places, halves to even (as numpy.round)."""
+  a = asarray_or_scalar(a)
+  if not isinstance(a, (Array, Tracer)):
+    a = asarray(a)
+  if not dtypes.is_inexact(dtype_of(a)):
+    if decimals >= 0:
+      return a
+    raise NotImplementedError("round of integers to negative decimals")
+  if decimals == 0:
+    return lax.round(a, 1)
+  factor = np.asarray(10.0 ** decimals, dtype_of(a))[()]
+  return lax.div(lax.round(lax.mul(a, factor), 1), factor)
+
+
+around = round
+
+
+def rint(x: ArrayLike, /) -> Array:
+  """Rounds to the nearest integer, halves to even; integer inputs give the default float."""
+  x, = promote_dtypes_inexact(x)    # integers round to floats, as JAX's numpy.rint
+  return round(x)
+
+
+def modf(x: ArrayLike, /) -> tuple[Array, Array]:
+  """Fractional and integral parts, both with x's sign: `(x - trunc(x), trunc(x))`."""
+  x, = _inexact_args("modf", x, allow_complex=False)
+  whole = trunc(x)
+  return lax.sub(x, whole), whole
+
+
+# ---------------------------------------------------------------------------
+# Floating-point classification and decomposition
+
+
+isfinite = _unary_ufunc("isfinite", lambda x: lax.is_finite(x) if dtypes.is_float(dtype_of(x))
+                        else lax.broadcast_in_dim(np.True_, shape_of(x), ()), doc="Finite?")
+
+
+def isnan(x: ArrayLike, /) -> Array:
+  """x != x elementwise (False for integers)."""
+  x = asarray_or_scalar(x)
+  if not dtypes.is_inexact(dtype_of(x)):
+    return full(shape_of(x), False, dtypes.bool_)
+  return lax.ne(x, x)
+
+
+def isinf(x: ArrayLike, /) -> Array:
+  """|x| == inf elementwise (False for integers)."""
+  x = asarray_or_scalar(x)
+  if not dtypes.is_inexact(dtype_of(x)):
+    return full(shape_of(x), False, dtypes.bool_)
+  return lax.eq(lax.abs(x), np.asarray(np.inf, real_dtype(dtype_of(x)))[()])
+
+
+def isposinf(x: ArrayLike, /) -> Array:
+  """x == +inf elementwise (False for integers)."""
+  x = as_array(x)
+  if not dtypes.is_float(dtype_of(x)):
+    return full(shape_of(x), False, dtypes.bool_)
+  return lax.eq(x, const(x, np.inf))
+
+
+def isneginf(x: ArrayLike, /) -> Array:
+  """x == -inf elementwise (False for integers)."""
+  x = as_array(x)
+  if not dtypes.is_float(dtype_of(x)):
+    return full(shape_of(x), False, dtypes.bool_)
+  return lax.eq(x, const(x, -np.inf))
+
+
+def signbit(x: ArrayLike, /) -> Array:
+  """Whether the sign bit is set (True for -0.0 and negative NaNs); `x < 0` for integers.
+
+  Raises:
+    ValueError: for complex inputs.
+  """
+  x = as_array(x)
+  dt = dtype_of(x)
+  if dt == dtypes.bool_:
+    return full(shape_of(x), False, dtypes.bool_)
+  if dtypes.is_integer(dt):
+    return lax.lt(x, const(x, 0))
+  if dtypes.is_complex(dt):
+    raise ValueError(f"stagecraft.numpy.signbit is not well defined for {dt.name}")
+  if dt.itemsize == 1:   # float8: go through float32, which keeps the sign of zero and NaN
+    x, dt = lax.convert_element_type(x, dtypes.float32), dtypes.float32
+  idt = np.dtype(f"int{dt.itemsize * 8}")
+  return lax.lt(lax.bitcast_convert_type(x, idt), np.zeros((), idt)[()])
+
+
+def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """|x1| with the sign (bit) of x2, elementwise.
+
+  Raises:
+    TypeError: for complex inputs.
+  """
+  x1, x2 = _inexact_args("copysign", x1, x2, allow_complex=False)
+  return where(signbit(x2), negative(lax.abs(x1)), lax.abs(x1))
+
+
+def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """x1 * 2**x2 for integer exponents x2 (exact while the result is a normal float).
+
+  Raises:
+    ValueError: if x2 is not an integer array.
+  """
+  x2 = as_array(x2)
+  if not (dtypes.is_integer(dtype_of(x2)) or dtype_of(x2) == dtypes.bool_):
+    raise ValueError(f"jnp.ldexp: the exponent must be an integer, got {dtype_of(x2).name}.")
+  x1, = promote_dtypes_inexact(x1)
+  x1 = as_array(x1)
+  # NB: two factors keep 2**x2 finite for the exponents of subnormal results.
+  half = lax.convert_element_type(floor_divide(x2, 2), dtype_of(x1))
+  rest = lax.sub(lax.convert_element_type(x2, dtype_of(x1)), half)
+  return multiply(multiply(x1, exp2(half)), exp2(rest))
+
+
+def frexp(x: ArrayLike, /) -> tuple[Array, Array]:
+  """Mantissa in [0.5, 1) (with x's sign) and integer exponent with `x = m * 2**e`;
+  (x, 0) for 0, inf and NaN. NB: XLA's CPU backend flushes subnormal inputs to zero.
+
+  The derivative of the mantissa is `t * 2**-e` (JAX's custom rule); the exponent has a
+  zero (float0) derivative.
+
+  Raises:
+    TypeError: for complex inputs.
+  """
+  x, = _inexact_args("frexp", x, allow_complex=False)
+  return _frexp(x)
+
+
+@custom_jvp
+def _frexp(x):
+  dt = dtype_of(x)
+  calc = dt if dt in (dtypes.float32, dtypes.float64) else dtypes.float32
+  xc = lax.convert_element_type(x, calc)
+  info = np.finfo(calc)
+  nbits, nmant = calc.itemsize * 8, info.nmant
+  idt, udt = np.dtype(f"int{nbits}"), np.dtype(f"uint{nbits}")
+  # Scale subnormals into the normal range first.
+  sub = lax.lt(lax.abs(xc), np.asarray(info.tiny, calc)[()])
+  scaled = lax.select(sub, lax.mul(xc, np.asarray(2.0 ** nmant, calc)[()]), xc)
+  bits = lax.bitcast_convert_type(scaled, udt)
+  exp_bits = lax.bitwise_and(lax.shift_right_logical(bits, np.asarray(nmant, udt)[()]),
+                             np.asarray((1 << (nbits - nmant - 1)) - 1, udt)[()])
+  e = lax.sub(lax.convert_element_type(exp_bits, idt),
+              np.asarray(info.maxexp - 2, idt)[()])
+  e = lax.select(sub, lax.sub(e, np.asarray(nmant, idt)[()]), e)
+  mant_bits = lax.bitwise_or(
+      lax.bitwise_and(bits, np.asarray(~(((1 << (nbits - nmant - 1)) - 1) << nmant)
+                                       & ((1 << nbits) - 1), udt)[()]),
+      np.asarray((info.maxexp - 2) << nmant, udt)[()])
+  m = lax.bitcast_convert_type(mant_bits, calc)
+  special = lax.bitwise_or(lax.eq(xc, np.zeros((), calc)[()]),
+                           lax.bitwise_not(lax.is_finite(xc)))
+  m = lax.select(special, xc, m)
+  e = lax.select(special, lax.broadcast_in_dim(np.zeros((), idt), shape_of(e), ()), e)
+  return lax.convert_element_type(m, dt), lax.convert_element_type(e, dtypes.int32)
+
+
+@_frexp.defjvp
+def _frexp_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  m, e = _frexp(x)
+  m_dot = lax.mul(t, lax.exp2(lax.neg(lax.convert_element_type(e, dtype_of(t)))))
+  return (m, e), (m_dot, np.zeros(shape_of(e), dtypes.float0))
+
+
+def nan_to_num(x: ArrayLike, copy: bool = True, nan: ArrayLike = 0.0,
+               posinf: ArrayLike | None = None, neginf: ArrayLike | None = None) -> Array:
+  """NaN -> `nan`, +inf -> `posinf` (default: the dtype's max), -inf -> `neginf` (default:
+  its lowest); complex values have both parts replaced. Non-float inputs are returned as
+  they are."""
+  x = as_array(x)
+  dt = dtype_of(x)
+  if not dtypes.is_inexact(dt):
+    return x
+  if dtypes.is_complex(dt):
+    re = nan_to_num(lax.real(x), nan=nan, posinf=posinf, neginf=neginf)
+    im = nan_to_num(lax.imag(x), nan=nan, posinf=posinf, neginf=neginf)
+    return lax.complex(re, im)
+  info = dtypes.finfo(dt)
+  posinf = info.max if posinf is None else posinf
+  neginf = info.min if neginf is None else neginf
+  out = where(isnan(x), asarray(nan, dt), x)
+  out = where(isposinf(out), asarray(posinf, dt), out)
+  out = where(isneginf(out), asarray(neginf, dt), out)
+  return lax.convert_element_type(out, dt) if out.weak_type else out
+
+
+def spacing(x: ArrayLike, /) -> Array:
+  """The distance from |x| to the next larger representable number, with x's sign
+  (NumPy's definition); NaN for inf and NaN."""
+  x, = _inexact_args("spacing", x)
+  if dtypes.is_complex(dtype_of(x)):
+    raise ValueError("jnp.spacing is not defined for complex inputs.")
+  dt = dtype_of(x)
+  idt = np.dtype(f"int{dt.itemsize * 8}")
+  ax = lax.abs(x)
+  nxt = lax.bitcast_convert_type(lax.add(lax.bitcast_convert_type(ax, idt),
+                                         np.ones((), idt)[()]), dt)
+  out = lax.sub(nxt, ax)
+  out = where(signbit(x), negative(out), out)
+  return where(isfinite(x), out, full_like(x, np.nan))
+
+
+def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """The next representable float after x1 towards x2, elementwise."""
+  x1, x2 = _inexact_args("nextafter", x1, x2, allow_complex=False)
+  return lax.nextafter(x1, x2)
+
+
+# ---------------------------------------------------------------------------
+# Complex numbers
+
+
+def real(val: ArrayLike, /) -> Array:
+  """The real part (the input itself for real dtypes)."""
+  val = as_array(val)
+  return lax.real(val) if dtypes.is_complex(dtype_of(val)) else val
+
+
+def imag(val: ArrayLike, /) -> Array:
+  """The imaginary part (zeros of the input's dtype for real dtypes)."""
+  val = as_array(val)
+  return lax.imag(val) if dtypes.is_complex(dtype_of(val)) else full_like(val, 0)
+
+
+def conjugate(x: ArrayLike, /) -> Array:
+  """The complex conjugate (the input itself for real dtypes)."""
+  x = as_array(x)
+  return lax.conj(x) if dtypes.is_complex(dtype_of(x)) else x
+
+
+conj = conjugate
+
+
+def angle(z: ArrayLike, deg: bool = False) -> Array:
+  """The counterclockwise angle of complex `z` from the positive real axis, in radians (in
+  degrees with `deg`); 0 or pi for real inputs. Result: the real inexact dtype."""
+  z = as_array(z)
+  re, im = real(z), imag(z)
+  if not dtypes.is_complex(dtype_of(z)):
+    re, im = promote_dtypes_inexact(re, im)
+  out = lax.atan2(im, re)
+  return rad2deg(out) if deg else out
+
+
+def isreal(x: ArrayLike, /) -> Array:
+  """Whether the imaginary part is 0 (True everywhere for real dtypes)."""
+  x = as_array(x)
+  if not dtypes.is_complex(dtype_of(x)):
+    return full(shape_of(x), True, dtypes.bool_)
+  return lax.eq(lax.imag(x), const(lax.imag(x), 0))
+
+
+def iscomplex(x: ArrayLike, /) -> Array:
+  """Whether the imaginary part is nonzero (False everywhere for real dtypes)."""
+  return logical_not(isreal(x))
+
+
+# ---------------------------------------------------------------------------
+# Selection
+
+
+def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Array:
+  """`x` where `condition` else `y`, with broadcasting and promotion.
+
+  The three-argument form; `stagecraft.numpy.where` dispatches the one-argument form
+  (`nonzero`, with `size=`) to `stagecraft.numpy.indexing.where`.
+
+  Args:
+    condition: bool-like array.
+    x, y: array-likes.
+
+  Raises:
+    ValueError: if only one of x and y is given, or shapes do not broadcast.
+  """
+  if x is None or y is None:
+    raise ValueError("where: either both or neither of x and y must be given.")
+  condition = to_bool(asarray_or_scalar(condition) if not isinstance(condition, bool)
+                       else array(condition))
+  x, y = promote_dtypes(x, y)
+  shape = broadcast_shapes(shape_of(condition), shape_of(x), shape_of(y))
+  condition, x, y = (broadcast_to_shape(v, shape) if shape_of(v) != () or shape == () else v
+                     for v in (condition, x, y))
+  if dtypes.is_python_scalar(x):
+    x = array(x)
+  return lax.select(condition, *(broadcast_to_shape(v, shape) for v in (x, y)))
+
+
+def clip(a: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None, *, min=None,
+         max=None) -> Array:
+  """Limits values to [a_min, a_max] (either may be None). `min`/`max` are the NumPy 2
+  spellings."""
+  a_min = a_min if min is None else min
+  a_max = a_max if max is None else max
+  out = asarray_or_scalar(a)
+  if a_min is not None:
+    out = maximum(out, a_min)
+  if a_max is not None:
+    out = minimum(out, a_max)
+  return out if not isinstance(out, (int, float)) else array(out)

@@ -1,0 +1,222 @@
+"""Helpers shared by the modules of `stagecraft.numpy`, `stagecraft.scipy`, `stagecraft.nn` and
+`stagecraft.random` (internal: not part of the `stagecraft.numpy` namespace).
+
+They hold the dtype and shape of array-likes, conversion to Arrays, JAX's dtype promotion,
+broadcasting to a shape, weakly typed constants, axis canonicalization and the checks for
+arguments that must be static. They build on `array_constructors` only."""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from stagecraft import core, dtypes, lax
+from stagecraft.core import Tracer
+from stagecraft.numpy.array_constructors import array, asarray
+from stagecraft.runtime.array import Array
+
+ArrayLike = Any
+
+# ---------------------------------------------------------------------------
+# The dtype and shape of array-likes (Python scalars included)
+
+
+def dtype_of(x) -> np.dtype:
+  """The dtype of an array-like: a Python scalar's default dtype, else its aval's dtype."""
+  if dtypes.is_python_scalar(x):
+    return dtypes.python_scalar_dtype(type(x))
+  return core.get_aval(x).dtype
+
+
+def shape_of(x) -> tuple[int, ...]:
+  """The shape of an array-like (`()` for a Python scalar)."""
+  if dtypes.is_python_scalar(x):
+    return ()
+  return core.get_aval(x).shape
+
+
+def ndim_of(x) -> int:
+  """The number of dimensions of an array-like."""
+  return len(shape_of(x))
+
+
+def real_dtype(dt):
+  """The real dtype of the complex `dt` (`dt` itself for real dtypes)."""
+  return {dtypes.complex64: dtypes.float32, dtypes.complex128: dtypes.float64}.get(dt, dt)
+
+
+def to_inexact_dtype(dt):
+  """`dt` if it is inexact, else the default float dtype."""
+  return dt if dtypes.is_inexact(dt) else dtypes.default_float_dtype()
+
+
+# ---------------------------------------------------------------------------
+# Conversion and promotion
+
+
+def asarray_or_scalar(x):
+  """Lists and tuples become Arrays; arrays, tracers and scalars pass through."""
+  if isinstance(x, (list, tuple)):
+    return array(x)
+  return x
+
+
+def as_array(x):
+  """An Array (or tracer) for `x`; Python and weak scalars become weakly typed Arrays."""
+  if isinstance(x, (Array, Tracer)):
+    return x
+  if isinstance(x, core.WeakScalarValue):
+    return lax.convert_element_type(array(x.value), x.value.dtype, weak_type=True)
+  return asarray(asarray_or_scalar(x))
+
+
+def convert_dtype(x, dtype: np.dtype, weak: bool):
+  """`x` converted to `dtype` with weak type `weak`; a Python scalar stays a host scalar."""
+  if dtypes.is_python_scalar(x):
+    v = np.asarray(x, dtype)[()]
+    return lax.utils.weak_scalar(v) if weak or type(x) is not bool else v
+  aval = core.get_aval(x)
+  if aval.dtype == dtype and aval.weak_type == weak:
+    return x
+  return lax.convert_element_type(x, dtype, weak_type=weak)
+
+
+def promote_dtypes(*args):
+  """Converts `args` to their common dtype under JAX's promotion rules."""
+  args = [asarray_or_scalar(a) for a in args]
+  if len(args) < 2:
+    return args
+  dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
+  return [convert_dtype(a, dtype, weak) for a in args]
+
+
+def promote_dtypes_inexact(*args):
+  """Promotes, then converts integer/bool results to the default float (weak if weak)."""
+  args = [asarray_or_scalar(a) for a in args]
+  dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
+  if not dtypes.is_inexact(dtype):
+    dtype = dtypes.default_float_dtype()
+  return [convert_dtype(a, dtype, weak) for a in args]
+
+
+def promote_dtypes_numeric(*args):
+  """Promotes, then converts a bool result to the default integer dtype."""
+  args = [asarray_or_scalar(a) for a in args]
+  dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
+  if dtype == dtypes.bool_:
+    dtype = dtypes.default_int_dtype()
+  return [convert_dtype(a, dtype, weak) for a in args]
+
+
+def broadcast_to_shape(x, shape):
+  """`x` (an array-like) broadcast to `shape` under NumPy's rules.
+
+  Raises:
+    ValueError: if `x` has more dimensions than `shape` or a dimension does not match.
+  """
+  s = shape_of(x)
+  if s == tuple(shape):
+    return x
+  if len(s) > len(shape):
+    raise ValueError(f"Cannot broadcast an array of shape {s} to the lower-rank shape {shape}.")
+  dims = tuple(range(len(shape) - len(s), len(shape)))
+  for d, od in zip(s, (shape[i] for i in dims)):
+    if d != 1 and d != od:
+      raise ValueError(f"Incompatible shapes for broadcasting: {s} and requested shape "
+                       f"{tuple(shape)}.")
+  if dtypes.is_python_scalar(x):
+    x = array(x)
+  # size-1 dims are squeezed away first: broadcast_in_dim needs operand dims == or 1.
+  return lax.broadcast_in_dim(x, tuple(shape), dims)
+
+
+# ---------------------------------------------------------------------------
+# Weakly typed constants
+
+
+def const(x, v):
+  """`v` as a weakly typed scalar of x's dtype: lax ops with it keep x's weak type."""
+  return lax.utils.weak_scalar(np.asarray(v, dtype_of(x))[()])
+
+
+def to_bool(x):
+  """`x != 0` (bool `x` itself)."""
+  return x if dtype_of(x) == dtypes.bool_ else lax.ne(x, const(x, 0))
+
+
+# ---------------------------------------------------------------------------
+# Axes, slices and static arguments
+
+
+def canonicalize_axis(axis: int, ndim: int, name: str) -> int:
+  """`axis` as a non-negative axis index of an array of dimension `ndim`.
+
+  Raises:
+    ValueError: for an axis out of [-ndim, ndim), naming the function `name`.
+  """
+  axis = operator.index(axis)
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"{name}: axis {axis} is out of bounds for an array of dimension {ndim}.")
+  return axis % ndim if ndim else 0
+
+
+def axis_tuple(axis, ndim: int, name: str) -> tuple[int, ...]:
+  """An int or a sequence of ints as a tuple of canonical axes (in the given order)."""
+  axis = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+  return tuple(canonicalize_axis(a, ndim, name) for a in axis)
+
+
+def reduction_axes(axis, ndim: int, name: str) -> tuple[int, ...]:
+  """The sorted canonical axes a reduction over `axis` reduces (all of them for None).
+
+  Raises:
+    ValueError: for an out-of-range or repeated axis.
+  """
+  if axis is None:
+    return tuple(range(ndim))
+  if isinstance(axis, (int, np.integer)):
+    axis = (axis,)
+  out = tuple(sorted(canonicalize_axis(a, ndim, name) for a in axis))
+  if len(set(out)) != len(out):
+    raise ValueError(f"{name}: duplicate value in 'axis': {axis}.")
+  return out
+
+
+def slice_axis(x, start: int, stop: int, axis: int, stride: int = 1):
+  """`x[start:stop:stride]` along `axis` (static bounds); `x` itself for the full range."""
+  if start == 0 and stop == shape_of(x)[axis] and stride == 1:
+    return x
+  return lax.slice_in_dim(x, start, stop, stride, axis)
+
+
+def canonical_shape(shape, name="shape") -> tuple[int, ...]:
+  """A shape argument (an int or a sequence of ints) as a tuple of ints.
+
+  Raises:
+    TypeError: for values that are not static ints. ValueError: for negative dimensions.
+  """
+  if isinstance(shape, (int, np.integer)) or (isinstance(shape, (Array,)) and shape.ndim == 0):
+    shape = (shape,)
+  try:
+    out = tuple(operator.index(d) for d in shape)
+  except TypeError as e:
+    raise TypeError(f"{name} must be an int or a sequence of ints (static values, not traced "
+                    f"arrays), got {shape!r}.") from e
+  if any(d < 0 for d in out):
+    raise ValueError(f"{name} must not have negative dimensions, got {out}.")
+  return out
+
+
+def check_concrete(x, name: str, what: str):
+  """`x`, which jnp.`name` needs as a Python value for its argument `what`.
+
+  Raises:
+    ConcretizationTypeError: if `x` is traced.
+  """
+  if isinstance(x, Tracer):
+    raise core.ConcretizationTypeError(
+        f"Abstract tracer value encountered where concrete value is expected: {x!r} was "
+        f"passed as `{what}` of jnp.{name}, which needs a Python value to determine the "
+        f"shape of its result. Pass a concrete (static) value.")
+  return x
