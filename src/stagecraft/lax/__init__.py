@@ -1,4 +1,4 @@
-"""Primitives with JAX's JAX's `lax` names; each family module holds its primitives' rules."""
+"""Primitives with JAX's `lax` names; each family module holds its primitives' rules."""
 from stagecraft.lax.elementwise import *  # noqa: F401,F403
 from stagecraft.lax.elementwise import (abs, acos, acosh, add, asin, asinh, atan, atan2, atanh,
                                         bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cbrt,
@@ -18,8 +18,12 @@ from stagecraft.lax.cumulative import *  # noqa: F401,F403
 from stagecraft.lax.associative_scan import associative_scan  # noqa: F401
 from stagecraft.lax.random_bits import *  # noqa: F401,F403
 from stagecraft.lax.ad_util import *  # noqa: F401,F403
-from stagecraft.lax.control_flow import *  # noqa: F401,F403
-from stagecraft.lax.control_flow import map  # noqa: F401
+# NB: from control_flow's modules, whose `__all__` lists their lax names: a star import of the
+# package would also bring in its submodules (`loops`, `common`, ...).
+from stagecraft.lax.control_flow.conditionals import *  # noqa: F401,F403
+from stagecraft.lax.control_flow.while_op import *  # noqa: F401,F403
+from stagecraft.lax.control_flow.loops import *  # noqa: F401,F403
+from stagecraft.lax.control_flow.loops import map  # noqa: F401
 from stagecraft.lax.conv import *  # noqa: F401,F403
 from stagecraft.lax.fft import *  # noqa: F401,F403
 from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)
@@ -27,4 +31,4 @@ from stagecraft.lax.misc import *  # noqa: F401,F403
 from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, axis_size,  # noqa: F401
                                      pmax, pmean, pmin, ppermute, pshuffle, psum,
                                      psum_scatter)
-from stagecraft.interpreters.sharded import with_sharding_constraint  # noqa: F401,E402
+from stagecraft.lax.spmd import with_sharding_constraint  # noqa: F401,E402

@@ -15,8 +15,7 @@ import numpy as np
 from stagecraft import core, dtypes, tree_util
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import add, bitwise_or
-from stagecraft.lax.shape import concatenate, pad, rev
-from stagecraft.lax.slicing import slice_in_dim
+from stagecraft.lax.shape import concatenate, pad, rev, slice_in_dim
 
 __all__ = ["associative_scan"]
 

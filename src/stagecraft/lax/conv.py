@@ -443,8 +443,8 @@ def _reshape_axis_out_of(src: int, size1: int, x):
   return reshape(x, shape)
 
 
-def _conv_general_vjp_lhs_padding(in_shape, window_dimensions, window_strides, out_shape,
-                                  padding, lhs_dilation, rhs_dilation) -> tuple:
+def conv_general_vjp_lhs_padding(in_shape, window_dimensions, window_strides, out_shape,
+                                 padding, lhs_dilation, rhs_dilation) -> tuple:
   """The padding of the convolution that transposes one with respect to its input (JAX's
   `_conv_general_vjp_lhs_padding`); also used by `reduce_window_sum`'s transpose."""
   lhs_dilated = _dilate_shape(in_shape, lhs_dilation)
@@ -489,7 +489,7 @@ def _conv_general_dilated_transpose_lhs(ct, lhs, rhs, *, window_strides, padding
     feature_group_count = batch_group_count
   trans_dnums = ConvDimensionNumbers(tuple(out_spec), tuple(t_rhs_spec), tuple(lhs_spec))
   ct_shape = get_aval(ct).shape
-  pads = _conv_general_vjp_lhs_padding(
+  pads = conv_general_vjp_lhs_padding(
       _take(lhs_aval.shape, lhs_sdims), _take(rhs_aval.shape, rhs_sdims), window_strides,
       _take(ct_shape, out_sdims), padding, lhs_dilation, rhs_dilation)
   revd_weights = rev(rhs, tuple(rhs_sdims))

@@ -24,10 +24,9 @@ from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.associative_scan import associative_scan
-from stagecraft.lax.elementwise import _compare
+from stagecraft.lax.elementwise import emit_compare
+from stagecraft.lax.reduction import max_identity, min_identity, prod_identity, sum_identity
 from stagecraft.lax.windowed import emit_reduce_window
-from stagecraft.lax.reduction import (_max_identity, _min_identity, _prod_identity,
-                                      _sum_identity)
 
 __all__ = ["cumsum_p", "cumprod_p", "cummax_p", "cummin_p", "cumlogsumexp_p", "cumsum",
            "cumprod", "cummax", "cummin", "cumlogsumexp"]
@@ -35,8 +34,8 @@ __all__ = ["cumsum_p", "cumprod_p", "cummax_p", "cummin_p", "cumlogsumexp_p", "c
 # Accepted dtypes: JAX accepts every number type (not bool) for all five; here max/min reject
 # complex numbers (no order; as reduce_max here) and cumlogsumexp takes floating dtypes only
 # (JAX fails later, in lowering, for integers).
-_number = (utils._int, utils._float, utils._complex)
-_real = (utils._int, utils._float)
+_number = (utils.int_kind, utils.float_kind, utils.complex_kind)
+_real = (utils.int_kind, utils.float_kind)
 
 
 def _cumred_abstract_eval(name, accepted, x: ShapedArray, *, axis, reverse):
@@ -62,7 +61,7 @@ def _logaddexp_region(ctx, a: str, b: str, aval: ShapedArray) -> str:
   e = partial(ctx.elementwise, aval=aval)
   amax = e("stablehlo.maximum", a, b)
   delta = e("stablehlo.subtract", a, b)
-  isnan = _compare(ctx, "NE", delta, delta, aval)
+  isnan = emit_compare(ctx, "NE", delta, delta, aval)
   tail = e("stablehlo.log_plus_one",
            e("stablehlo.exponential", e("stablehlo.negate", e("stablehlo.abs", delta))))
   total, finite = e("stablehlo.add", a, b), e("stablehlo.add", amax, tail)
@@ -103,10 +102,10 @@ def _cumulative(name, op, identity, accepted) -> Primitive:
 
 
 # One line per primitive: abstract eval (accepted dtypes) and lowering (region op, identity).
-cumsum_p = _cumulative("cumsum", "stablehlo.add", _sum_identity, _number)
-cumprod_p = _cumulative("cumprod", "stablehlo.multiply", _prod_identity, _number)
-cummax_p = _cumulative("cummax", "stablehlo.maximum", _max_identity, _real)
-cummin_p = _cumulative("cummin", "stablehlo.minimum", _min_identity, _real)
+cumsum_p = _cumulative("cumsum", "stablehlo.add", sum_identity, _number)
+cumprod_p = _cumulative("cumprod", "stablehlo.multiply", prod_identity, _number)
+cummax_p = _cumulative("cummax", "stablehlo.maximum", max_identity, _real)
+cummin_p = _cumulative("cummin", "stablehlo.minimum", min_identity, _real)
 cumlogsumexp_p = _cumulative("cumlogsumexp", _logaddexp_region, _logaddexp_identity,
                              utils.floating)
 

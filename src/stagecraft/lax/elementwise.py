@@ -12,6 +12,7 @@ which XLA's compiler expands (same as JAX).
 from __future__ import annotations
 
 import builtins
+import operator
 from typing import Any
 
 import numpy as np
@@ -24,16 +25,40 @@ from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import utils
 from stagecraft.lax.utils import any_dtype, floating, inexact, integer, number
 
+# The lax functions and primitives, in the order defined; the shared rules (`unop`, `binop`,
+# `broadcast_operands`, `emit_compare`, ...) serve the other lax modules and are not listed.
+__all__ = ["neg_p", "exp_p", "log_p", "log1p_p", "expm1_p", "sqrt_p", "rsqrt_p", "cbrt_p",
+           "sin_p", "cos_p", "tan_p", "tanh_p", "asin_p", "acos_p", "atan_p", "sinh_p", "cosh_p",
+           "asinh_p", "acosh_p", "atanh_p", "erf_p", "erfc_p", "erf_inv_p", "floor_p", "ceil_p",
+           "is_finite_p", "not_p", "abs_p", "exp2_p", "logistic_p", "sign_p", "round_p",
+           "integer_pow_p", "add_p", "sub_p", "mul_p", "div_p", "rem_p", "max_p", "min_p",
+           "atan2_p", "and_p", "or_p", "xor_p", "pow_p", "eq_p", "ne_p", "lt_p", "le_p", "gt_p",
+           "ge_p", "select_n_p", "convert_element_type_p", "neg", "exp", "exp2", "log", "log1p",
+           "expm1", "sqrt", "rsqrt", "cbrt", "sin", "cos", "tan", "tanh", "asin", "acos", "atan",
+           "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "erf_inv", "floor", "ceil",
+           "is_finite", "bitwise_not", "abs", "sign", "logistic", "add", "sub", "mul", "div",
+           "rem", "max", "min", "atan2", "pow", "bitwise_and", "bitwise_or", "bitwise_xor", "eq",
+           "ne", "lt", "le", "gt", "ge", "integer_pow", "round", "select_n", "select",
+           "convert_element_type", "shift_left_p", "shift_right_logical_p",
+           "shift_right_arithmetic_p", "population_count_p", "clz_p", "shift_left",
+           "shift_right_logical", "shift_right_arithmetic", "population_count", "clz",
+           "bitcast_convert_type_p", "bitcast_convert_type", "clamp_p", "clamp", "nextafter_p",
+           "nextafter", "reduce_precision_p", "reduce_precision", "real_p", "imag_p", "complex_p",
+           "conj_p", "real", "imag", "conj", "complex", "reciprocal", "square", "dtype", "mulhi"]
+
 # NB: JAX's category order in the "Accepted dtypes" messages differs per primitive.
 _signed = ("signedinteger", lambda d: dtypes.is_integer(d) and not dtypes.is_unsigned(d))
-_abs_dtypes = (utils._float, utils._complex, _signed)  # stablehlo.abs rejects unsigned
-_int_or_bool = (utils._int, utils._bool)
+_abs_dtypes = (utils.float_kind, utils.complex_kind, _signed)  # stablehlo.abs rejects unsigned
+_int_or_bool = (utils.int_kind, utils.bool_kind)
 
 # ---------------------------------------------------------------------------
-# Shared rules
+# Shared rules (special.py builds its primitives with them too)
 
 
-def _naryop_abstract_eval(name, accepted, result_dtype=None):
+def naryop_abstract_eval(name: str, accepted, result_dtype=None):
+  """The abstract eval of an elementwise op: operands of `accepted` dtype kinds (see
+  lax/utils.py), one dtype, equal shapes or rank 0; the result has that shape, the dtype
+  `result_dtype(dtype)` (default: the operands'), and is weak only when every operand is."""
   def rule(*avals, **params):
     for i, a in enumerate(avals):
       utils.check_dtype(name, a, accepted, i if len(avals) > 1 else None)
@@ -56,7 +81,8 @@ def broadcast_operand(ctx, x: str, aval: ShapedArray, shape: tuple[int, ...]) ->
   return r
 
 
-def _broadcast_operands(ctx, operands):
+def broadcast_operands(ctx, operands: list[str]) -> list[str]:
+  """The operands of an elementwise lowering, rank-0 ones broadcast to the result's shape."""
   shape = ctx.avals_out[0].shape
   return [broadcast_operand(ctx, x, a, shape) for x, a in zip(operands, ctx.avals_in)]
 
@@ -64,7 +90,7 @@ def _broadcast_operands(ctx, operands):
 def _hlo_lowering(op: str):
   """Lowers to one StableHLO/CHLO op whose operands and result share a shape."""
   def rule(ctx, *operands, **params):
-    operands = _broadcast_operands(ctx, operands)
+    operands = broadcast_operands(ctx, operands)
     in_avals = [a.update(shape=ctx.avals_out[0].shape) for a in ctx.avals_in]
     if all(a.dtype == ctx.avals_out[0].dtype for a in in_avals) and op.startswith("stablehlo."):
       return [ctx.elementwise(op, *operands)]
@@ -72,17 +98,20 @@ def _hlo_lowering(op: str):
   return rule
 
 
-def _unop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
+def unop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
+  """A unary elementwise primitive: its abstract eval, its lowering to the StableHLO/CHLO
+  op `op`, and its batching rule (the JVP is the caller's)."""
   p = Primitive(name)
-  p.def_abstract_eval(_naryop_abstract_eval(name, accepted, result_dtype))
+  p.def_abstract_eval(naryop_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
   batching.defvectorized(p)   # the batch dim stays where it is
   return p
 
 
-def _binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
+def binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
+  """A binary elementwise primitive, as `unop` (batching broadcasts a rank-0 operand)."""
   p = Primitive(name)
-  p.def_abstract_eval(_naryop_abstract_eval(name, accepted, result_dtype))
+  p.def_abstract_eval(naryop_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
   batching.defbroadcasting(p)
   return p
@@ -95,17 +124,20 @@ def _binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
 # them take the dtype of the other operand.
 
 
+def _broadcast_scalar(x: Any, shape: tuple[int, ...]) -> Any:
+  """Broadcasts a rank-0 `x` to `shape`.
+
+  NB: the rules here broadcast with `broadcast_in_dim` (shape.py) and sum with `reduce_sum`
+  (reduction.py), whose modules build on this one (and whose rules use the ops here): this
+  helper and `_unbroadcast` import them when a rule runs."""
+  from stagecraft.lax.shape import broadcast_in_dim
+  return broadcast_in_dim(x, shape, ())
+
+
 def _full_like(x: Any, value) -> Any:
   """An array of `x`'s shape and dtype filled with `value` (not weakly typed)."""
-  from stagecraft.lax.shape import broadcast_in_dim  # NB: shape.py imports this module
   aval = core.get_aval(x)
-  return broadcast_in_dim(np.asarray(value, aval.dtype)[()], aval.shape, ())
-
-
-def _const(x: Any, value) -> np.generic:
-  """`value` as a scalar of `x`'s dtype. NB: primal operands of rules may be Python
-  scalars, so arithmetic on them alone needs typed constants (`sub(y, _const(y, 1))`)."""
-  return np.asarray(value, core.get_aval(x).dtype)[()]
+  return _broadcast_scalar(np.asarray(value, aval.dtype)[()], aval.shape)
 
 
 def _zeros(x: Any) -> Any:
@@ -121,8 +153,7 @@ def _maybe_broadcast(shape: tuple[int, ...], t: Any) -> Any:
   """Broadcasts the tangent `t` of a rank-0 operand to the result `shape`."""
   if core.get_aval(t).shape == tuple(shape):
     return t
-  from stagecraft.lax.shape import broadcast_in_dim
-  return broadcast_in_dim(t, shape, ())
+  return _broadcast_scalar(t, shape)
 
 
 def _unbroadcast(aval: ShapedArray, ct: Any) -> Any:
@@ -130,7 +161,7 @@ def _unbroadcast(aval: ShapedArray, ct: Any) -> Any:
   ct_shape = core.get_aval(ct).shape
   if ct_shape == aval.shape:
     return ct
-  from stagecraft.lax.reduction import reduce_sum  # NB: reduction.py imports this module
+  from stagecraft.lax.reduction import reduce_sum  # NB: see `_broadcast_scalar`
   return reduce_sum(ct, tuple(range(len(ct_shape))))
 
 
@@ -141,7 +172,7 @@ def _zero_tangent(x: Any) -> ad.Zero:
 
 def _replace_zero(x: Any) -> Any:
   """`x` with its zeros replaced by ones (a safe divisor or log argument)."""
-  return select(eq(x, _const(x, 0)), _full_like(x, 1), x)
+  return select(eq(x, utils.const(x, 0)), _full_like(x, 1), x)
 
 
 def _balanced_eq(x: Any, z: Any, y: Any) -> Any:
@@ -163,64 +194,64 @@ def _bool_dtype(_):
 # Unary arithmetic and transcendental functions: one line per primitive, with its
 # abstract eval (accepted dtypes) and lowering.
 
-neg_p = _unop("neg", number, "stablehlo.negate")
+neg_p = unop("neg", number, "stablehlo.negate")
 ad.deflinear(neg_p, lambda ct, x: [neg(ct)])
-exp_p = _unop("exp", inexact, "stablehlo.exponential")
+exp_p = unop("exp", inexact, "stablehlo.exponential")
 ad.defjvp2(exp_p, lambda t, ans, x: mul(t, ans))
-log_p = _unop("log", inexact, "stablehlo.log")
+log_p = unop("log", inexact, "stablehlo.log")
 ad.defjvp(log_p, lambda t, x: div(t, x))
-log1p_p = _unop("log1p", inexact, "stablehlo.log_plus_one")
+log1p_p = unop("log1p", inexact, "stablehlo.log_plus_one")
 ad.defjvp(log1p_p, lambda t, x: div(t, add(x, 1)))
-expm1_p = _unop("expm1", inexact, "stablehlo.exponential_minus_one")
+expm1_p = unop("expm1", inexact, "stablehlo.exponential_minus_one")
 ad.defjvp2(expm1_p, lambda t, ans, x: mul(t, add(ans, 1)))
-sqrt_p = _unop("sqrt", inexact, "stablehlo.sqrt")
+sqrt_p = unop("sqrt", inexact, "stablehlo.sqrt")
 ad.defjvp2(sqrt_p, lambda t, ans, x: mul(t, div(0.5, ans)))
-rsqrt_p = _unop("rsqrt", inexact, "stablehlo.rsqrt")
+rsqrt_p = unop("rsqrt", inexact, "stablehlo.rsqrt")
 ad.defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(-0.5, div(ans, x))))
-cbrt_p = _unop("cbrt", floating, "stablehlo.cbrt")
+cbrt_p = unop("cbrt", floating, "stablehlo.cbrt")
 ad.defjvp2(cbrt_p, lambda t, ans, x: mul(t, mul(1 / 3, integer_pow(ans, -2))))
-sin_p = _unop("sin", inexact, "stablehlo.sine")
+sin_p = unop("sin", inexact, "stablehlo.sine")
 ad.defjvp(sin_p, lambda t, x: mul(t, cos(x)))
-cos_p = _unop("cos", inexact, "stablehlo.cosine")
+cos_p = unop("cos", inexact, "stablehlo.cosine")
 ad.defjvp(cos_p, lambda t, x: neg(mul(t, sin(x))))
-tan_p = _unop("tan", inexact, "stablehlo.tan")
+tan_p = unop("tan", inexact, "stablehlo.tan")
 ad.defjvp2(tan_p, lambda t, ans, x: mul(t, add(1, square(ans))))
-tanh_p = _unop("tanh", inexact, "stablehlo.tanh")
+tanh_p = unop("tanh", inexact, "stablehlo.tanh")
 ad.defjvp2(tanh_p, lambda t, ans, x: mul(add(t, mul(t, ans)), sub(1, ans)))
-asin_p = _unop("asin", inexact, "chlo.asin")
+asin_p = unop("asin", inexact, "chlo.asin")
 ad.defjvp(asin_p, lambda t, x: mul(t, rsqrt(sub(1, square(x)))))
-acos_p = _unop("acos", inexact, "chlo.acos")
+acos_p = unop("acos", inexact, "chlo.acos")
 ad.defjvp(acos_p, lambda t, x: mul(t, neg(rsqrt(sub(1, square(x))))))
-atan_p = _unop("atan", inexact, "chlo.atan")
+atan_p = unop("atan", inexact, "chlo.atan")
 ad.defjvp(atan_p, lambda t, x: div(t, add(1, square(x))))
-sinh_p = _unop("sinh", inexact, "chlo.sinh")
+sinh_p = unop("sinh", inexact, "chlo.sinh")
 ad.defjvp(sinh_p, lambda t, x: mul(t, cosh(x)))
-cosh_p = _unop("cosh", inexact, "chlo.cosh")
+cosh_p = unop("cosh", inexact, "chlo.cosh")
 ad.defjvp(cosh_p, lambda t, x: mul(t, sinh(x)))
-asinh_p = _unop("asinh", inexact, "chlo.asinh")
+asinh_p = unop("asinh", inexact, "chlo.asinh")
 ad.defjvp(asinh_p, lambda t, x: mul(t, rsqrt(add(square(x), 1))))
-acosh_p = _unop("acosh", inexact, "chlo.acosh")
+acosh_p = unop("acosh", inexact, "chlo.acosh")
 # NB: x^2 - 1 rather than (x - 1)(x + 1), as JAX: the domain is x >= 1.
 ad.defjvp(acosh_p, lambda t, x: mul(t, rsqrt(sub(square(x), 1))))
-atanh_p = _unop("atanh", inexact, "chlo.atanh")
+atanh_p = unop("atanh", inexact, "chlo.atanh")
 ad.defjvp(atanh_p, lambda t, x: mul(reciprocal(add(1, x)), div(t, sub(1, x))))
 _TWO_OVER_SQRT_PI = 2 / float(np.sqrt(np.pi))  # NB: a Python float takes the operand's dtype
-erf_p = _unop("erf", floating, "chlo.erf")
+erf_p = unop("erf", floating, "chlo.erf")
 ad.defjvp(erf_p, lambda t, x: mul(_TWO_OVER_SQRT_PI, mul(t, exp(neg(square(x))))))
-erfc_p = _unop("erfc", floating, "chlo.erfc")
+erfc_p = unop("erfc", floating, "chlo.erfc")
 ad.defjvp(erfc_p, lambda t, x: mul(-_TWO_OVER_SQRT_PI, mul(t, exp(neg(square(x))))))
-erf_inv_p = _unop("erf_inv", floating, "chlo.erf_inv")
+erf_inv_p = unop("erf_inv", floating, "chlo.erf_inv")
 ad.defjvp2(erf_inv_p, lambda t, ans, x: mul(1 / _TWO_OVER_SQRT_PI, mul(t, exp(square(ans)))))
 # Integral, bool or bitwise results: zero derivative (float0 for bool and integers), as JAX.
-floor_p = _unop("floor", floating, "stablehlo.floor")
+floor_p = unop("floor", floating, "stablehlo.floor")
 ad.defjvp_zero(floor_p)
-ceil_p = _unop("ceil", floating, "stablehlo.ceil")
+ceil_p = unop("ceil", floating, "stablehlo.ceil")
 ad.defjvp_zero(ceil_p)
-is_finite_p = _unop("is_finite", floating, "stablehlo.is_finite", _bool_dtype)
+is_finite_p = unop("is_finite", floating, "stablehlo.is_finite", _bool_dtype)
 ad.defjvp_zero(is_finite_p)
-not_p = _unop("not", _int_or_bool, "stablehlo.not")
+not_p = unop("not", _int_or_bool, "stablehlo.not")
 ad.defjvp_zero(not_p)
-abs_p = _unop("abs", _abs_dtypes, "stablehlo.abs", _real_dtype)
+abs_p = unop("abs", _abs_dtypes, "stablehlo.abs", _real_dtype)
 # NB: abs of a complex number is real (see _abs_abstract_eval); the weak type is kept.
 
 
@@ -242,7 +273,7 @@ ad.defjvp2(abs_p, _abs_jvp)
 
 # exp2(x) = exp(x * ln 2), as JAX lowers it (StableHLO has no exp2).
 exp2_p = Primitive("exp2")
-exp2_p.def_abstract_eval(_naryop_abstract_eval("exp2", inexact))
+exp2_p.def_abstract_eval(naryop_abstract_eval("exp2", inexact))
 
 
 def _exp2_lowering(ctx, x):
@@ -258,7 +289,7 @@ batching.defvectorized(exp2_p)
 
 # logistic(x) = 1 / (1 + exp(-x)); StableHLO's logistic op for real dtypes.
 logistic_p = Primitive("logistic")
-logistic_p.def_abstract_eval(_naryop_abstract_eval("logistic", inexact))
+logistic_p.def_abstract_eval(naryop_abstract_eval("logistic", inexact))
 
 
 def _logistic_lowering(ctx, x):
@@ -278,7 +309,7 @@ batching.defvectorized(logistic_p)
 
 # sign: -1, 0 or 1 (x / |x| for complex); for unsigned integers, x != 0.
 sign_p = Primitive("sign")
-sign_p.def_abstract_eval(_naryop_abstract_eval("sign", number))
+sign_p.def_abstract_eval(naryop_abstract_eval("sign", number))
 
 
 def _sign_lowering(ctx, x):
@@ -286,7 +317,7 @@ def _sign_lowering(ctx, x):
   if dtypes.is_unsigned(aval.dtype):
     zero = broadcast_operand(ctx, ctx.constant(0, aval.update(shape=())),
                              aval.update(shape=()), aval.shape)
-    ne = _compare(ctx, "NE", x, zero, aval)
+    ne = emit_compare(ctx, "NE", x, zero, aval)
     return ctx.op("stablehlo.convert", [ne], operand_avals=[aval.update(dtype=dtypes.bool_)])
   return [ctx.elementwise("stablehlo.sign", x)]
 
@@ -299,7 +330,7 @@ batching.defvectorized(sign_p)
 # round(x, rounding_method): 0 = away from zero (default), 1 = to nearest even.
 round_p = Primitive("round")
 round_p.def_abstract_eval(
-    lambda x, *, rounding_method: _naryop_abstract_eval("round", floating)(x))
+    lambda x, *, rounding_method: naryop_abstract_eval("round", floating)(x))
 
 
 def _round_lowering(ctx, x, *, rounding_method):
@@ -372,7 +403,7 @@ def _zero_cts(*args):
           for a in args]
 
 
-add_p = _binop("add", number, "stablehlo.add")
+add_p = binop("add", number, "stablehlo.add")
 
 
 def _add_jvp(primals, tangents):
@@ -399,7 +430,7 @@ def _add_transpose(ct, x, y):
 ad.primitive_jvps[add_p] = _add_jvp
 ad.primitive_transposes[add_p] = _add_transpose
 
-sub_p = _binop("sub", number, "stablehlo.subtract")
+sub_p = binop("sub", number, "stablehlo.subtract")
 
 
 def _sub_jvp(primals, tangents):
@@ -426,12 +457,12 @@ def _sub_transpose(ct, x, y):
 ad.primitive_jvps[sub_p] = _sub_jvp
 ad.primitive_transposes[sub_p] = _sub_transpose
 
-mul_p = _binop("mul", number, "stablehlo.multiply")
+mul_p = binop("mul", number, "stablehlo.multiply")
 # NB: complex cotangents are not conjugated (JAX's convention: the transpose, not the adjoint).
 ad.defbilinear(mul_p, lambda ct, x, y: _unbroadcast(x.aval, mul(ct, y)),
                lambda ct, x, y: _unbroadcast(y.aval, mul(x, ct)))
 
-div_p = _binop("div", number, "stablehlo.divide")     # integers: rounds toward zero
+div_p = binop("div", number, "stablehlo.divide")     # integers: rounds toward zero
 
 
 def _div_transpose(ct, x, y):
@@ -449,28 +480,28 @@ ad.defjvp(div_p, lambda t, x, y: div(t, y),
 ad.primitive_transposes[div_p] = _div_transpose
 
 # rem: the sign of the dividend, as C's fmod. NB: no complex (XLA's CPU compiler crashes).
-rem_p = _binop("rem", (utils._int, utils._float), "stablehlo.remainder")
+rem_p = binop("rem", (utils.int_kind, utils.float_kind), "stablehlo.remainder")
 # rem(x, y) = x - y * trunc(x / y): d/dx = 1, d/dy = -trunc(x / y), as JAX.
 ad.defjvp(rem_p, lambda t, x, y: _maybe_broadcast(_out_shape(x, y), t),
           lambda t, x, y: mul(neg(t), mul(sign(div(x, y)), floor(abs(div(x, y))))))
 
-max_p = _binop("max", any_dtype, "stablehlo.maximum")  # NaN-propagating for floats
+max_p = binop("max", any_dtype, "stablehlo.maximum")  # NaN-propagating for floats
 # At ties x == y each operand gets half the tangent (JAX's `_balanced_eq`).
 ad.defjvp2(max_p, lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
            lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)))
-min_p = _binop("min", any_dtype, "stablehlo.minimum")
+min_p = binop("min", any_dtype, "stablehlo.minimum")
 ad.defjvp2(min_p, lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
            lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)))
 
-atan2_p = _binop("atan2", inexact, "stablehlo.atan2")
+atan2_p = binop("atan2", inexact, "stablehlo.atan2")
 ad.defjvp(atan2_p, lambda t, x, y: mul(t, div(y, add(square(x), square(y)))),
           lambda t, x, y: mul(t, div(neg(x), add(square(x), square(y)))))
 
-and_p = _binop("and", _int_or_bool, "stablehlo.and")
+and_p = binop("and", _int_or_bool, "stablehlo.and")
 ad.defjvp_zero(and_p)
-or_p = _binop("or", _int_or_bool, "stablehlo.or")
+or_p = binop("or", _int_or_bool, "stablehlo.or")
 ad.defjvp_zero(or_p)
-xor_p = _binop("xor", _int_or_bool, "stablehlo.xor")
+xor_p = binop("xor", _int_or_bool, "stablehlo.xor")
 ad.defjvp_zero(xor_p)
 
 # pow(x, y): x floating/complex; y of x's dtype, or an integer array (JAX >= 0.4.30).
@@ -483,11 +514,11 @@ def _pow_abstract_eval(x, y):
   if dtypes.is_integer(y.dtype):
     shape = utils.broadcasting_shape("pow", [x, y])
     return ShapedArray(shape, x.dtype, x.weak_type and y.weak_type)
-  return _naryop_abstract_eval("pow", inexact)(x, y)
+  return naryop_abstract_eval("pow", inexact)(x, y)
 
 
 def _pow_lowering(ctx, x, y):
-  x, y = _broadcast_operands(ctx, (x, y))
+  x, y = broadcast_operands(ctx, (x, y))
   out = ctx.avals_out[0]
   if dtypes.is_integer(ctx.avals_in[1].dtype):
     y = ctx.op("stablehlo.convert", [y], [out], operand_avals=[ctx.avals_in[1].update(
@@ -502,7 +533,7 @@ def _pow_jvp_lhs(t, ans, x, y):
     y = convert_element_type(y, x_dtype)
     jac = select(eq(y, 0), _zeros(ans), mul(_replace_zero(y), pow(x, sub(y, 1))))
   else:
-    jac = mul(y, pow(x, sub(y, _const(y, 1))))
+    jac = mul(y, pow(x, sub(y, utils.const(y, 1))))
   return mul(t, jac)
 
 
@@ -531,7 +562,9 @@ def _compare_type(dtype) -> str:
   return "SIGNED"
 
 
-def _compare(ctx, direction: str, x: str, y: str, aval: ShapedArray) -> str:
+def emit_compare(ctx, direction: str, x: str, y: str, aval: ShapedArray) -> str:
+  """Emits `stablehlo.compare` of `x` and `y` (both of `aval`) in `direction` ("EQ", "LT",
+  ...); returns the bool result's name."""
   r = ctx.fb.fresh()
   t = ir_type(aval)
   ctx.fb.emit(f"{r} = stablehlo.compare {direction}, {x}, {y}, {_compare_type(aval.dtype)} : "
@@ -541,19 +574,19 @@ def _compare(ctx, direction: str, x: str, y: str, aval: ShapedArray) -> str:
 
 def _cmp(name: str, direction: str, accepted) -> Primitive:
   p = Primitive(name)
-  p.def_abstract_eval(_naryop_abstract_eval(name, accepted, _bool_dtype))
+  p.def_abstract_eval(naryop_abstract_eval(name, accepted, _bool_dtype))
 
   def rule(ctx, x, y):
-    x, y = _broadcast_operands(ctx, (x, y))
+    x, y = broadcast_operands(ctx, (x, y))
     aval = ctx.avals_in[0].update(shape=ctx.avals_out[0].shape)
-    return [_compare(ctx, direction, x, y, aval)]
+    return [emit_compare(ctx, direction, x, y, aval)]
   lowering.register_lowering(p, rule)
   ad.defjvp_zero(p)   # bool results: float0 tangents
   batching.defbroadcasting(p)
   return p
 
 
-_ordered = (utils._int, utils._float, utils._bool)
+_ordered = (utils.int_kind, utils.float_kind, utils.bool_kind)
 eq_p = _cmp("eq", "EQ", any_dtype)
 ne_p = _cmp("ne", "NE", any_dtype)
 lt_p = _cmp("lt", "LT", _ordered)
@@ -602,7 +635,7 @@ def _select_n_lowering(ctx, which, *cases):
       return select(which, cases[1], cases[0])
     bound = broadcast_operand(ctx, ctx.constant(mid, waval.update(shape=())),
                               waval.update(shape=()), waval.shape)
-    pred = _compare(ctx, "LT", which, bound, waval)
+    pred = emit_compare(ctx, "LT", which, bound, waval)
     return select(pred, tree(lo, mid), tree(mid, hi))
   return [tree(0, len(cases))]
 
@@ -676,7 +709,7 @@ def _convert_element_type_lowering(ctx, x, *, new_dtype, weak_type):
   if out.dtype == dtypes.bool_:
     zero = broadcast_operand(ctx, ctx.constant(0, src.update(shape=())),
                              src.update(shape=()), src.shape)
-    return [_compare(ctx, "NE", x, zero, src)]
+    return [emit_compare(ctx, "NE", x, zero, src)]
   return ctx.op("stablehlo.convert", [x], [out], operand_avals=[src])
 
 
@@ -714,7 +747,7 @@ def _unary(p: Primitive, doc: str):
   return f
 
 
-_scalar_types = frozenset(dtypes._python_scalar_kind)
+_scalar_types = frozenset(dtypes.python_scalar_types)
 
 
 def _binary(p: Primitive, doc: str):
@@ -830,7 +863,7 @@ def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
     new_dtype[*s].
   """
   new_dtype = dtypes.canonicalize_dtype(new_dtype)
-  if type(x) in dtypes._python_scalar_kind:
+  if type(x) in _scalar_types:
     x = np.asarray(x, dtypes.result_type(x))[()] if type(x) is not bool else x
   aval = core.get_aval(x)
   if aval.dtype == new_dtype and aval.weak_type == weak_type and not isinstance(
@@ -840,60 +873,17 @@ def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
 
 
 # ---------------------------------------------------------------------------
-# Shared by the blocks below: binary ops whose same-dtype message names JAX's jnp
-# equivalent (or none, as JAX for clamp, complex, igamma), and scalar conversion.
-
-_JNP_EQUIVALENT = {"shift_left": "left_shift", "shift_right_logical": "right_shift",
-                   "shift_right_arithmetic": "right_shift", "nextafter": "nextafter"}
-
-
-def _check_same_dtypes(name: str, avals) -> None:
-  if len({a.dtype for a in avals}) > 1:
-    got = ", ".join(a.dtype.name for a in avals)
-    equiv = _JNP_EQUIVALENT.get(name)
-    tip = (f" (Tip: jnp.{equiv} is a similar function that does automatic type promotion "
-           f"on inputs).") if equiv else ""
-    raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got {got}.{tip}")
-
-
-def _nary_abstract_eval(name, accepted, result_dtype=None):
-  """Like `_naryop_abstract_eval`, with JAX's per-op same-dtype message."""
-  def rule(*avals):
-    for i, a in enumerate(avals):
-      utils.check_dtype(name, a, accepted, i if len(avals) > 1 else None)
-    _check_same_dtypes(name, avals)
-    shape = utils.broadcasting_shape(name, avals)
-    dtype = avals[0].dtype if result_dtype is None else result_dtype(avals[0].dtype)
-    return ShapedArray(shape, dtype, all(a.weak_type for a in avals))
-  return rule
-
-
-def _nary(name: str, accepted, op: str, result_dtype=None) -> Primitive:
-  p = Primitive(name)
-  p.def_abstract_eval(_nary_abstract_eval(name, accepted, result_dtype))
-  lowering.register_lowering(p, _hlo_lowering(op))
-  batching.defbroadcasting(p)
-  return p
-
-
-def _convert_scalars(*args):
-  if any(type(a) in _scalar_types for a in args):
-    return utils.convert_scalars(*args)
-  return args
-
-
-# ---------------------------------------------------------------------------
 # Shifts and bit counts (integers). Shift amounts are read as unsigned, as XLA does: an
 # amount >= the bit width, or negative, shifts every bit out (0, or the sign bits for
 # shift_right_arithmetic). shift_right_arithmetic of an unsigned integer fills with its top
 # bit, as XLA does.
 
-shift_left_p = _nary("shift_left", integer, "stablehlo.shift_left")
-shift_right_logical_p = _nary("shift_right_logical", integer, "stablehlo.shift_right_logical")
-shift_right_arithmetic_p = _nary("shift_right_arithmetic", integer,
+shift_left_p = binop("shift_left", integer, "stablehlo.shift_left")
+shift_right_logical_p = binop("shift_right_logical", integer, "stablehlo.shift_right_logical")
+shift_right_arithmetic_p = binop("shift_right_arithmetic", integer,
                                  "stablehlo.shift_right_arithmetic")
-population_count_p = _unop("population_count", integer, "stablehlo.popcnt")
-clz_p = _unop("clz", integer, "stablehlo.count_leading_zeros")
+population_count_p = unop("population_count", integer, "stablehlo.popcnt")
+clz_p = unop("clz", integer, "stablehlo.count_leading_zeros")
 for _p in (shift_left_p, shift_right_logical_p, shift_right_arithmetic_p, population_count_p,
            clz_p):
   ad.defjvp_zero(_p)   # integer results: float0 tangents
@@ -920,7 +910,7 @@ def shift_left(x: Any, y: Any):
     >>> lax.shift_left(np.array([1, 3, 1], np.int8), np.array([2, 6, 8], np.int8))
     Array([  4, -64,   0], dtype=int8)
   """
-  return shift_left_p.bind(*_convert_scalars(x, y))
+  return shift_left_p.bind(*utils.maybe_convert_scalars(x, y))
 
 
 def shift_right_logical(x: Any, y: Any):
@@ -942,7 +932,7 @@ def shift_right_logical(x: Any, y: Any):
     >>> lax.shift_right_logical(np.array([-128, 64, -1], np.int8), np.int8(1))
     Array([ 64,  32, 127], dtype=int8)
   """
-  return shift_right_logical_p.bind(*_convert_scalars(x, y))
+  return shift_right_logical_p.bind(*utils.maybe_convert_scalars(x, y))
 
 
 def shift_right_arithmetic(x: Any, y: Any):
@@ -964,7 +954,7 @@ def shift_right_arithmetic(x: Any, y: Any):
     >>> lax.shift_right_arithmetic(np.array([-128, 64, -1], np.int8), np.int8(9))
     Array([-1,  0, -1], dtype=int8)
   """
-  return shift_right_arithmetic_p.bind(*_convert_scalars(x, y))
+  return shift_right_arithmetic_p.bind(*utils.maybe_convert_scalars(x, y))
 
 
 def population_count(x: Any):
@@ -1100,7 +1090,7 @@ clamp_p = Primitive("clamp")
 def _clamp_abstract_eval(min, x, max):
   for i, a in enumerate((min, x, max)):
     utils.check_dtype("clamp", a, any_dtype, i)
-  _check_same_dtypes("clamp", (min, x, max))
+  utils.check_same_dtypes("clamp", (min, x, max))
   for arg, a in (("min", min), ("max", max)):
     if a.shape and a.shape != x.shape:
       raise TypeError(f"clamp requires {arg}.shape == operand.shape or {arg}.shape == (), got "
@@ -1109,7 +1099,7 @@ def _clamp_abstract_eval(min, x, max):
 
 
 def _clamp_lowering(ctx, min, x, max):
-  return [ctx.elementwise("stablehlo.clamp", *_broadcast_operands(ctx, (min, x, max)))]
+  return [ctx.elementwise("stablehlo.clamp", *broadcast_operands(ctx, (min, x, max)))]
 
 
 # JAX's JVP: the tangent of the operand passes where min < x < max (strictly: at a bound
@@ -1156,14 +1146,14 @@ def clamp(min: Any, x: Any, max: Any):
     >>> lax.clamp(0.0, np.array([-1.0, 0.5, 2.0], np.float32), 1.0)
     Array([0. , 0.5, 1. ], dtype=float32)
   """
-  return clamp_p.bind(*_convert_scalars(min, x, max))
+  return clamp_p.bind(*utils.maybe_convert_scalars(min, x, max))
 
 
 # ---------------------------------------------------------------------------
 # nextafter(x, y): the next representable value after x towards y (C's nextafter; lowers
 # to chlo.next_after). NaN if either is NaN; y if x == y; from +-0.0 the smallest subnormal.
 # NB: XLA's CPU float32 expansion steps from -smallest_subnormal to +0.0 (C: -0.0), as JAX.
-nextafter_p = _nary("nextafter", floating, "chlo.next_after")
+nextafter_p = binop("nextafter", floating, "chlo.next_after")
 
 
 def _nextafter_jvp(primals, tangents):
@@ -1196,15 +1186,13 @@ def nextafter(x1: Any, x2: Any):
     >>> lax.nextafter(np.float32(1.0), np.float32(2.0))
     Array(1.0000001, dtype=float32)
   """
-  return nextafter_p.bind(*_convert_scalars(x1, x2))
+  return nextafter_p.bind(*utils.maybe_convert_scalars(x1, x2))
 
 
 # ---------------------------------------------------------------------------
 # reduce_precision(x, exponent_bits, mantissa_bits): rounds x (to nearest even) to the
 # values of a float format with that many exponent and mantissa bits, keeping x's dtype;
 # overflow gives inf, underflow gives zero (no subnormals), NaN stays NaN.
-import operator  # noqa: E402
-
 reduce_precision_p = Primitive("reduce_precision")
 
 
@@ -1268,17 +1256,17 @@ _f32 = ("float32", lambda d: d == dtypes.float32)
 _f64 = ("float64", lambda d: d == dtypes.float64)
 _complex_elem = (_f32, _f64)
 
-real_p = _unop("real", (utils._complex,), "stablehlo.real", _real_dtype)
+real_p = unop("real", (utils.complex_kind,), "stablehlo.real", _real_dtype)
 ad.deflinear(real_p, lambda ct, x: [complex(ct, np.zeros((), core.get_aval(ct).dtype))])
-imag_p = _unop("imag", (utils._complex,), "stablehlo.imag", _real_dtype)
+imag_p = unop("imag", (utils.complex_kind,), "stablehlo.imag", _real_dtype)
 ad.deflinear(imag_p, lambda ct, x: [complex(np.zeros((), core.get_aval(ct).dtype), neg(ct))])
 
 complex_p = Primitive("complex")
-complex_p.def_abstract_eval(_nary_abstract_eval("complex", _complex_elem, _complex_of.get))
+complex_p.def_abstract_eval(naryop_abstract_eval("complex", _complex_elem, _complex_of.get))
 
 
 def _complex_lowering(ctx, x, y):
-  x, y = _broadcast_operands(ctx, (x, y))
+  x, y = broadcast_operands(ctx, (x, y))
   shape = ctx.avals_out[0].shape
   return ctx.op("stablehlo.complex", [x, y],
                 operand_avals=[a.update(shape=shape) for a in ctx.avals_in])
@@ -1315,7 +1303,7 @@ conj_p = Primitive("conj")
 
 
 def _conj_abstract_eval(x, *, input_dtype):
-  utils.check_dtype("conj", x, (_f32, utils._complex, _f64))
+  utils.check_dtype("conj", x, (_f32, utils.complex_kind, _f64))
   return ShapedArray(x.shape, _complex_of[x.dtype], x.weak_type)
 
 
@@ -1427,7 +1415,7 @@ def complex(x: Any, y: Any):
     >>> lax.complex(np.array([1.0, 2.0], np.float32), np.float32(-1.0))
     Array([1.-1.j, 2.-1.j], dtype=complex64)
   """
-  return complex_p.bind(*_convert_scalars(x, y))
+  return complex_p.bind(*utils.maybe_convert_scalars(x, y))
 
 
 # ---------------------------------------------------------------------------
@@ -1491,8 +1479,3 @@ def mulhi(x: Any, y: Any):
   out = sub(out, select(lt(x, zero), uy, uzeros))
   out = sub(out, select(lt(y, zero), ux, uzeros))
   return bitcast_convert_type(out, dt)
-
-
-def _broadcast_scalar(x: Any, shape: tuple[int, ...]):
-  from stagecraft.lax.shape import broadcast_in_dim
-  return broadcast_in_dim(x, shape, ())

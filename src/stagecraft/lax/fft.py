@@ -14,6 +14,8 @@ from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
+from stagecraft.lax.elementwise import conj, convert_element_type, mul
+from stagecraft.lax.shape import broadcast_in_dim
 
 __all__ = ["FftType", "fft_p", "fft"]
 
@@ -84,8 +86,6 @@ def _hermitian_mask(n_freq: int, n: int, ndim: int, dtype) -> np.ndarray:
 
 def _scale(x, c: np.ndarray):
   """x * c for a host constant `c` that broadcasts against x (linear in x)."""
-  from stagecraft.lax.elementwise import mul
-  from stagecraft.lax.shape import broadcast_in_dim
   aval = core.get_aval(x)
   if c.shape != aval.shape:
     keep = tuple(i for i, d in enumerate(c.shape) if d != 1)
@@ -97,7 +97,6 @@ def _fft_transpose(ct, x, *, fft_type, fft_lengths):
   """JAX's `_fft_transpose_rule`: FFT and IFFT are symmetric (their own transposes); RFFT
   transposes to a scaled IRFFT of the conjugate cotangent with the Hermitian weights divided
   out, IRFFT to the conjugate of a weighted, 1/n-scaled RFFT."""
-  from stagecraft.lax.elementwise import conj
   n = math.prod(fft_lengths)
   ct_aval = core.get_aval(ct)
   if fft_type == FftType.RFFT:
@@ -113,7 +112,6 @@ def _fft_transpose(ct, x, *, fft_type, fft_lengths):
     out = fft_p.bind(ct, fft_type=fft_type, fft_lengths=fft_lengths)
   out_aval = core.get_aval(out)
   if out_aval.weak_type != x.aval.weak_type:
-    from stagecraft.lax.elementwise import convert_element_type
     out = convert_element_type(out, x.aval.dtype, x.aval.weak_type)
   return [out]
 
@@ -161,7 +159,6 @@ def fft(x: Any, fft_type: FftType | str, fft_lengths: Sequence[int]):
     >>> np.asarray(fft(np.array([1., 0., 0., 0.], np.complex64), "fft", (4,)))
     array([1.+0.j, 1.+0.j, 1.+0.j, 1.+0.j], dtype=complex64)
   """
-  from stagecraft.lax.elementwise import convert_element_type
   if isinstance(fft_type, str):
     try:
       typ = FftType[fft_type.upper()]

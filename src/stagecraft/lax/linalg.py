@@ -32,9 +32,9 @@ from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import elementwise as ew
-from stagecraft.lax import reduction, shape, slicing
+from stagecraft.lax import reduction, shape
 from stagecraft.lax.dot import Precision, dot_general
-from stagecraft.lax.elementwise import _compare
+from stagecraft.lax.elementwise import emit_compare
 
 __all__ = ["cholesky_p", "lu_p", "geqrf_p", "householder_product_p", "qr_p", "eigh_p", "svd_p",
            "triangular_solve_p", "cholesky", "lu", "lu_pivots_to_permutation", "geqrf",
@@ -130,7 +130,7 @@ def _select(ctx, pred, a, b, aval: ShapedArray) -> str:
 def _nan_if_failed(ctx, info: str, info_aval: ShapedArray, x: str, aval: ShapedArray,
                    direction: str = "EQ") -> str:
   """x where `info <direction> 0` (per batch element), else NaN."""
-  ok = _compare(ctx, direction, info, ctx.constant(0, info_aval), info_aval)
+  ok = emit_compare(ctx, direction, info, ctx.constant(0, info_aval), info_aval)
   ok = _bcast(ctx, ok, info_aval.update(dtype=dtypes.bool_), aval.update(dtype=dtypes.bool_),
               tuple(range(info_aval.ndim)))
   return _select(ctx, ok, x, ctx.constant(np.nan, aval), aval)
@@ -143,7 +143,7 @@ def _triangle_mask(ctx, aval: ShapedArray, lower: bool) -> str:
                 operand_avals=[])[0]
   cols = ctx.op("stablehlo.iota", [], [idx], attrs=f"iota_dimension = {aval.ndim - 1} : i64",
                 operand_avals=[])[0]
-  return _compare(ctx, "GE" if lower else "LE", rows, cols, idx)
+  return emit_compare(ctx, "GE" if lower else "LE", rows, cols, idx)
 
 
 def _batch(aval: ShapedArray) -> tuple[int, ...]:
@@ -333,7 +333,6 @@ _defbatching(cholesky_p, 2)
 
 
 def _symmetrize(x):
-  from stagecraft.lax import elementwise as ew, shape
   nd = len(core.get_aval(x).shape)
   xt = shape.transpose(x, (*range(nd - 2), nd - 1, nd - 2))
   if dtypes.is_complex(core.get_aval(x).dtype):
@@ -409,10 +408,10 @@ def _lu_jvp(primals, tangents):
   batch = shp[:-2]
   zero = np.zeros((), dtype)[()]
   no_pad = [(0, 0, 0)] * (nd - 2)
-  l = slicing.slice(lu_, (0,) * nd, (*batch, m, k))
+  l = shape.slice(lu_, (0,) * nd, (*batch, m, k))
   l = shape.pad(_tril(l, -1), zero, [*no_pad, (0, 0, 0), (0, m - k, 0)])
   l = ew.add(l, _eye_like((*batch, m, m), dtype))
-  u = slicing.slice(lu_, (0,) * nd, (*batch, k, n))
+  u = shape.slice(lu_, (0,) * nd, (*batch, k, n))
   u = shape.pad(_triu(u), zero, [*no_pad, (0, n - k, 0), (0, 0, 0)])
   u_eye = np.pad(np.eye(n - k), ((k, 0), (k, 0)))
   if n > k:
@@ -440,7 +439,6 @@ def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Any:
 
   NB: unrolled (one one-hot step per pivot) until loops are staged.
   """
-  from stagecraft.lax import elementwise as ew, reduction, shape, slicing
   paval = core.get_aval(pivots)
   batch, k = paval.shape[:-1], paval.shape[-1]
   m = permutation_size
@@ -449,11 +447,11 @@ def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Any:
   iota = shape.broadcasted_iota(dtypes.int32, full, nb)
   perm = iota
   for i in range(k):
-    j = shape.broadcast_in_dim(shape.squeeze(slicing.slice_in_dim(pivots, i, i + 1, axis=nb),
+    j = shape.broadcast_in_dim(shape.squeeze(shape.slice_in_dim(pivots, i, i + 1, axis=nb),
                                              (nb,)), full, tuple(range(nb)))
     at_j = ew.eq(iota, j)
     pj = reduction.reduce_sum(ew.select(at_j, perm, shape.full(full, 0, dtypes.int32)), (nb,))
-    pi = slicing.slice_in_dim(perm, i, i + 1, axis=nb)
+    pi = shape.slice_in_dim(perm, i, i + 1, axis=nb)
     pj = shape.broadcast_in_dim(pj, full, tuple(range(nb)))
     pi = shape.broadcast_in_dim(shape.squeeze(pi, (nb,)), full, tuple(range(nb)))
     perm = ew.select(ew.eq(iota, np.int32(i)), pj, ew.select(at_j, pi, perm))
@@ -559,13 +557,13 @@ def _qr_composition(x, *, full_matrices):
   nb = aval.ndim - 2
   r, taus = geqrf(x)
   if m < n:
-    q = householder_product(slicing.slice(r, (0,) * aval.ndim, (*_batch(aval), m, m)), taus)
+    q = householder_product(shape.slice(r, (0,) * aval.ndim, (*_batch(aval), m, m)), taus)
   elif full_matrices:
     q = householder_product(shape.pad(r, np.zeros((), aval.dtype)[()],
                                       [(0, 0, 0)] * nb + [(0, 0, 0), (0, m - n, 0)]), taus)
   else:
     q = householder_product(r, taus)
-    r = slicing.slice(r, (0,) * aval.ndim, (*_batch(aval), n, n))
+    r = shape.slice(r, (0,) * aval.ndim, (*_batch(aval), n, n))
   return q, _triu(r)
 
 
@@ -619,11 +617,11 @@ def _qr_jvp(primals, tangents, *, full_matrices):
 
   def cols(v, lo, hi):
     vs = _shape_of(v)
-    return slicing.slice(v, (*zero_idx[:-1], lo), (*vs[:-1], hi))
+    return shape.slice(v, (*zero_idx[:-1], lo), (*vs[:-1], hi))
 
   def rows(v, lo, hi):
     vs = _shape_of(v)
-    return slicing.slice(v, (*zero_idx[:-2], lo, 0), (*vs[:-2], hi, vs[-1]))
+    return shape.slice(v, (*zero_idx[:-2], lo, 0), (*vs[:-2], hi, vs[-1]))
 
   if m < n:
     dq, dr1 = _thin_qr_jvp(q, cols(r, 0, m), cols(dx, 0, m))

@@ -9,6 +9,9 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import utils
+from stagecraft.lax.elementwise import add, mul, rem, sub
+from stagecraft.lax.shape import broadcast_in_dim
+from stagecraft.runtime import client
 
 __all__ = ["optimization_barrier_p", "optimization_barrier", "platform_dependent", "composite",
            "rng_uniform_p", "rng_uniform"]
@@ -61,7 +64,6 @@ def platform_dependent(*args: Any, default: Callable | None = None,
   Raises:
     NotImplementedError: if no function fits the platform and there is no default.
   """
-  from stagecraft.runtime import client
   platform = client.default_device().platform
   names = [platform] + (["cuda", "gpu"] if platform in ("cuda", "gpu") else [])
   for name in names:
@@ -115,7 +117,6 @@ def _rng_uniform_batch(args, dims, *, shape):
   unit interval (floats: `a + (b - a) u`, u in [0, 1)) or reduced modulo `b - a` (integers,
   from draws in [0, iinfo.max), so with a negligible bias for small ranges) into each batch
   element's `[a, b)`."""
-  from stagecraft import lax
   a, b = args
   size = next(core.get_aval(x).shape[0] for x, d in zip(args, dims) if d is not None)
   dtype = core.get_aval(a).dtype
@@ -124,14 +125,14 @@ def _rng_uniform_batch(args, dims, *, shape):
   def bound(x, d):   # u[batch] -> T[batch, *shape]
     if d is None:
       return x
-    return lax.broadcast_in_dim(x, out_shape, (0,))
+    return broadcast_in_dim(x, out_shape, (0,))
   a, b = bound(a, dims[0]), bound(b, dims[1])
   if dtypes.is_integer(dtype):
     hi = np.asarray(np.iinfo(dtype).max, dtype)[()]
     r = rng_uniform_p.bind(np.zeros((), dtype)[()], hi, shape=out_shape)
-    return lax.add(lax.rem(r, lax.sub(b, a)), a), 0
+    return add(rem(r, sub(b, a)), a), 0
   u = rng_uniform_p.bind(np.zeros((), dtype)[()], np.ones((), dtype)[()], shape=out_shape)
-  return lax.add(a, lax.mul(lax.sub(b, a), u)), 0
+  return add(a, mul(sub(b, a), u)), 0
 
 
 batching.primitive_batchers[rng_uniform_p] = _rng_uniform_batch

@@ -21,7 +21,8 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import broadcast_operand
-from stagecraft.lax.shape import canonicalize_shape
+from stagecraft.lax.shape import canonicalize_shape, index_in_dim
+from stagecraft.lax.slicing import dynamic_update_index_in_dim
 
 __all__ = ["threefry2x32_p", "iota_2x32_shape_p", "rng_bit_generator_p", "RandomAlgorithm",
            "threefry2x32", "iota_2x32_shape", "rng_bit_generator"]
@@ -275,7 +276,6 @@ def _rng_bit_generator_batch(args, dims, *, shape, dtype, algorithm):
   FIRST key (one generator call of shape `(batch, *shape)`), whose new state replaces it;
   the other keys are returned unchanged. So, as in JAX, vmap over keys is not a loop over
   them."""
-  from stagecraft.lax.slicing import dynamic_update_index_in_dim, index_in_dim
   (keys,), (d,) = args, dims
   keys = batching.moveaxis(keys, d, 0)
   size = core.get_aval(keys).shape[0]

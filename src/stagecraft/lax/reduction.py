@@ -25,7 +25,8 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
-from stagecraft.lax.elementwise import _compare
+from stagecraft.lax.elementwise import emit_compare
+from stagecraft.lax.shape import broadcast_in_dim, full, pad, reshape, slice_in_dim, squeeze
 
 __all__ = ["reduce_sum_p", "reduce_max_p", "reduce_min_p", "reduce_prod_p", "reduce_and_p",
            "reduce_or_p", "reduce_xor_p", "argmax_p", "argmin_p", "reduce_p", "reduce_sum",
@@ -33,18 +34,19 @@ __all__ = ["reduce_sum_p", "reduce_max_p", "reduce_min_p", "reduce_prod_p", "red
            "argmax", "argmin", "reduce"]
 
 # ---------------------------------------------------------------------------
-# Identities (JAX's _get_*_identity): the value `init` with op(init, x) == x.
+# Identities (JAX's _get_*_identity): the value `init` with op(init, x) == x. The windowed
+# and cumulative reductions start from them too.
 
 
-def _sum_identity(dtype):
+def sum_identity(dtype):
   return np.array(0, dtype)
 
 
-def _prod_identity(dtype):
+def prod_identity(dtype):
   return np.array(1, dtype)
 
 
-def _max_identity(dtype):
+def max_identity(dtype):
   if dtypes.is_inexact(dtype):
     return np.array(-np.inf, dtype)
   if dtypes.is_integer(dtype):
@@ -52,7 +54,7 @@ def _max_identity(dtype):
   return np.array(False)
 
 
-def _min_identity(dtype):
+def min_identity(dtype):
   if dtypes.is_inexact(dtype):
     return np.array(np.inf, dtype)
   if dtypes.is_integer(dtype):
@@ -60,13 +62,13 @@ def _min_identity(dtype):
   return np.array(True)
 
 
-def _and_identity(dtype):  # all bits set
+def and_identity(dtype):  # all bits set
   if dtype == dtypes.bool_:
     return np.array(True)
   return np.array(np.iinfo(dtype).max if dtypes.is_unsigned(dtype) else -1, dtype)
 
 
-def _or_identity(dtype):
+def or_identity(dtype):
   return np.array(0, dtype)
 
 
@@ -84,7 +86,7 @@ def _check_reduction_axes(name: str, x: ShapedArray, axes) -> None:
 
 
 _number = ("number", lambda d: dtypes.is_integer(d) or dtypes.is_inexact(d))
-_not_complex = (utils._bool, utils._int, utils._float)
+_not_complex = (utils.bool_kind, utils.int_kind, utils.float_kind)
 
 
 def _check_number(name, x):  # sum, prod: JAX's "subtypes of number" message
@@ -130,15 +132,15 @@ def _reduction(name, op, identity, check_dtype, keep_weak=True) -> Primitive:
 
 # One line per primitive: its abstract eval (accepted dtypes, weak type) and lowering
 # (region op and identity). max/min of floats propagate NaN, as numpy.max does.
-reduce_sum_p = _reduction("reduce_sum", "stablehlo.add", _sum_identity, _check_number)
-reduce_prod_p = _reduction("reduce_prod", "stablehlo.multiply", _prod_identity, _check_number)
-reduce_max_p = _reduction("reduce_max", "stablehlo.maximum", _max_identity, _check_ordered)
-reduce_min_p = _reduction("reduce_min", "stablehlo.minimum", _min_identity, _check_ordered)
-reduce_and_p = _reduction("reduce_and", "stablehlo.and", _and_identity, _check_logical,
+reduce_sum_p = _reduction("reduce_sum", "stablehlo.add", sum_identity, _check_number)
+reduce_prod_p = _reduction("reduce_prod", "stablehlo.multiply", prod_identity, _check_number)
+reduce_max_p = _reduction("reduce_max", "stablehlo.maximum", max_identity, _check_ordered)
+reduce_min_p = _reduction("reduce_min", "stablehlo.minimum", min_identity, _check_ordered)
+reduce_and_p = _reduction("reduce_and", "stablehlo.and", and_identity, _check_logical,
                           keep_weak=False)
-reduce_or_p = _reduction("reduce_or", "stablehlo.or", _or_identity, _check_logical,
+reduce_or_p = _reduction("reduce_or", "stablehlo.or", or_identity, _check_logical,
                          keep_weak=False)
-reduce_xor_p = _reduction("reduce_xor", "stablehlo.xor", _or_identity, _check_logical,
+reduce_xor_p = _reduction("reduce_xor", "stablehlo.xor", or_identity, _check_logical,
                           keep_weak=False)
 
 
@@ -196,7 +198,6 @@ def _kept_dims(ndim: int, axes) -> tuple[int, ...]:
 
 
 def _reduce_sum_transpose(ct, operand, *, axes):
-  from stagecraft.lax.shape import broadcast_in_dim
   shape = operand.aval.shape
   return [broadcast_in_dim(ct, shape, _kept_dims(len(shape), axes))]
 
@@ -204,7 +205,6 @@ def _reduce_sum_transpose(ct, operand, *, axes):
 def _reduce_chooser_jvp(t, ans, operand, *, axes):
   """JAX's `_reduce_chooser_jvp_rule`: the tangent at the locations of the extremum,
   averaged over ties."""
-  from stagecraft.lax.shape import broadcast_in_dim
   aval = core.get_aval(operand)
   dtype = core.get_aval(t).dtype
   location_indicators = elementwise.convert_element_type(
@@ -224,8 +224,6 @@ def _reduce_tree_jvp(reducer: Callable, init_values: Sequence[Any], primals: Seq
   Returns:
     `(primal outputs, tangent outputs)`, lists with one entry per operand.
   """
-  from stagecraft.lax.shape import full, pad, reshape, squeeze
-  from stagecraft.lax.slicing import slice_in_dim
   aval = core.get_aval(primals[0])
   non_axes = _kept_dims(aval.ndim, axes)
   n = int(np.prod([aval.shape[a] for a in axes]))
@@ -320,11 +318,12 @@ def _argminmax_lowering(direction: str, identity, ctx, x, *, axes, index_dtype):
   pred = ShapedArray((), dtypes.bool_)
 
   def comparator(a, ia, b, ib):  # JAX's _ArgMinMaxReducer; a is the accumulated operand
-    pick_a = _compare(ctx, direction, a, b, val)
+    pick_a = emit_compare(ctx, direction, a, b, val)
     if dtypes.is_inexact(val.dtype):  # NaN wins (ints/bools are never NaN)
-      pick_a = ctx.elementwise("stablehlo.or", pick_a, _compare(ctx, "NE", a, a, val), aval=pred)
-    first = ctx.elementwise("stablehlo.and", _compare(ctx, "EQ", a, b, val),
-                            _compare(ctx, "LT", ia, ib, idx), aval=pred)
+      pick_a = ctx.elementwise("stablehlo.or", pick_a, emit_compare(ctx, "NE", a, a, val),
+                               aval=pred)
+    first = ctx.elementwise("stablehlo.and", emit_compare(ctx, "EQ", a, b, val),
+                            emit_compare(ctx, "LT", ia, ib, idx), aval=pred)
     pick_ia = ctx.elementwise("stablehlo.or", pick_a, first, aval=pred)
     out = []
     for p, u, v, av in ((pick_a, a, b, val), (pick_ia, ia, ib, idx)):
@@ -344,11 +343,11 @@ def _argminmax_lowering(direction: str, identity, ctx, x, *, axes, index_dtype):
 
 argmax_p = Primitive("argmax")
 argmax_p.def_abstract_eval(partial(_argminmax_abstract_eval, "argmax"))
-lowering.register_lowering(argmax_p, partial(_argminmax_lowering, "GT", _max_identity))
+lowering.register_lowering(argmax_p, partial(_argminmax_lowering, "GT", max_identity))
 
 argmin_p = Primitive("argmin")
 argmin_p.def_abstract_eval(partial(_argminmax_abstract_eval, "argmin"))
-lowering.register_lowering(argmin_p, partial(_argminmax_lowering, "LT", _min_identity))
+lowering.register_lowering(argmin_p, partial(_argminmax_lowering, "LT", min_identity))
 ad.defjvp_zero(argmax_p)
 ad.defjvp_zero(argmin_p)
 
@@ -482,7 +481,6 @@ def _elementwise_reducer(closed: core.ClosedJaxpr) -> Callable:
       outs = core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
     except (TypeError, ValueError) as e:
       raise unsupported(f"a primitive of it rejected array operands ({e})") from e
-    from stagecraft.lax.shape import broadcast_in_dim
     result = []
     for o in outs:
       o_shape = core.get_aval(o).shape
@@ -581,14 +579,14 @@ def _monoid_reducer(computation, init_values):
     return None
   val, dtype = np.asarray(init), aval.dtype
   intlike = dtype == dtypes.bool_ or dtypes.is_integer(dtype)
-  candidates = [(elementwise.add, reduce_sum, _sum_identity),
-                (elementwise.mul, reduce_prod, _prod_identity),
-                (elementwise.max, reduce_max, _max_identity),
-                (elementwise.min, reduce_min, _min_identity)]
+  candidates = [(elementwise.add, reduce_sum, sum_identity),
+                (elementwise.mul, reduce_prod, prod_identity),
+                (elementwise.max, reduce_max, max_identity),
+                (elementwise.min, reduce_min, min_identity)]
   if intlike:
-    candidates += [(elementwise.bitwise_or, reduce_or, _or_identity),
-                   (elementwise.bitwise_and, reduce_and, _and_identity),
-                   (elementwise.bitwise_xor, reduce_xor, _or_identity)]
+    candidates += [(elementwise.bitwise_or, reduce_or, or_identity),
+                   (elementwise.bitwise_and, reduce_and, and_identity),
+                   (elementwise.bitwise_xor, reduce_xor, or_identity)]
   for op, reducer, identity in candidates:
     if computation is op:
       return reducer if np.equal(val, identity(dtype)) else None

@@ -1,6 +1,6 @@
 """Shape primitives: `broadcast_in_dim`, `reshape`, `transpose`, `squeeze`, `rev`,
-`concatenate`, `pad` and `iota`, with the wrappers composed of them (`broadcast`,
-`expand_dims`, `full`, `collapse`, `broadcasted_iota`).
+`concatenate`, `pad`, the static `slice` and `iota`, with the wrappers composed of them
+(`broadcast`, `expand_dims`, `full`, `collapse`, `slice_in_dim`, `broadcasted_iota`, ...).
 
 Params have JAX's `lax`'s names and are tuples of Python ints (hashable and static): the
 wrappers normalize what users pass (lists, NumPy ints, negative axes). The values of the
@@ -9,10 +9,12 @@ type (`iota` makes a strongly typed array). Each lowers to the StableHLO op of t
 meaning (`reshape` and `squeeze` both to `stablehlo.reshape`).
 
 Autodiff: all are linear (pad in its operand and padding value jointly) and have JAX's
-transposes: a broadcast sums, a pad slices, a concatenate splits, the others invert.
+transposes: a broadcast sums, a pad slices, a slice pads, a concatenate splits, the others
+invert.
 """
 from __future__ import annotations
 
+import builtins
 import math
 import operator
 from typing import Any, Sequence
@@ -24,17 +26,17 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
-from stagecraft.lax.elementwise import convert_element_type, sub
+from stagecraft.lax.elementwise import convert_element_type, select, sub
 
 __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p",
-           "concatenate_p", "pad_p", "iota_p",
+           "concatenate_p", "pad_p", "slice_p", "iota_p",
            "broadcast_in_dim", "broadcast", "reshape", "transpose", "squeeze", "expand_dims",
-           "rev", "concatenate", "pad", "iota", "broadcasted_iota", "full", "collapse",
-           "broadcast_shapes", "broadcast_to_rank", "full_like", "empty", "split", "tile",
-           "stack", "unstack"]
+           "rev", "concatenate", "pad", "slice", "slice_in_dim", "index_in_dim", "iota",
+           "broadcasted_iota", "full", "collapse", "broadcast_shapes", "broadcast_to_rank",
+           "full_like", "empty", "split", "tile", "stack", "unstack"]
 
 # ---------------------------------------------------------------------------
-# Shared helpers (also used by lax/slicing.py)
+# Shared helpers (also used by the other lax modules)
 
 
 def canonicalize_shape(name: str, arg_name: str, obj: Any) -> tuple[int, ...]:
@@ -72,6 +74,16 @@ def is_staged_value(x: Any) -> bool:
 
 def _shape_of(x: Any) -> tuple[int, ...]:
   return core.get_aval(x).shape
+
+
+def _reduce_sum(x: Any, axes: tuple[int, ...]) -> Any:
+  """`reduction.reduce_sum`, for the transposes of broadcast_in_dim and pad.
+
+  NB: imported when a transpose runs, the one place this module reaches forward:
+  broadcast_in_dim and reduce_sum are each other's transpose, and reduction.py builds on
+  this module."""
+  from stagecraft.lax.reduction import reduce_sum
+  return reduce_sum(x, axes)
 
 
 # ---------------------------------------------------------------------------
@@ -118,11 +130,10 @@ lowering.register_lowering(broadcast_in_dim_p, _broadcast_in_dim_lowering)
 def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
   """Sums `ct` over the broadcast dimensions and the dimensions that size-1 operand
   dimensions expanded into (JAX's rule); unsorted `broadcast_dimensions` transpose back."""
-  from stagecraft.lax.reduction import reduce_sum
   in_shape = operand.aval.shape
   kept = [b for d, b in zip(in_shape, broadcast_dimensions) if d != 1]
   axes = tuple(i for i in range(len(shape)) if i not in kept)
-  summed = reduce_sum(ct, axes) if axes else ct
+  summed = _reduce_sum(ct, axes) if axes else ct
   # The kept dimensions come out of the sum in increasing order; the operand wants them in
   # the order of `broadcast_dimensions`.
   order = sorted(kept)
@@ -316,7 +327,7 @@ def collapse(operand: Any, start_dimension: int, stop_dimension: int | None = No
     ValueError: if the range is reversed (stop before start).
   """
   shape = _shape_of(operand)
-  lo, hi, _ = slice(start_dimension, stop_dimension).indices(len(shape))
+  lo, hi, _ = builtins.slice(start_dimension, stop_dimension).indices(len(shape))
   if hi < lo:
     raise ValueError(f"Invalid dimension range passed to collapse: {shape}"
                      f"[{start_dimension}:{stop_dimension}]; stop must not precede start.")
@@ -559,7 +570,6 @@ lowering.register_lowering(concatenate_p, _concatenate_lowering)
 
 def _concatenate_transpose(ct, *operands, dimension):
   """Each linear operand gets its slice of `ct` along `dimension`; the others get None."""
-  from stagecraft.lax.slicing import slice_in_dim
   cts, start = [], 0
   for x in operands:
     n = (x.aval if ad.is_undefined_primal(x) else core.get_aval(x)).shape[dimension]
@@ -668,17 +678,15 @@ def _pad_transpose(ct, operand, padding_value, *, padding_config):
   """JAX's `_pad_transpose`: the operand's cotangent is `ct` with the edge padding undone
   (a pad by `(-lo, -hi)`: negative padding crops, and cropped elements get zeros) and the
   interior padding skipped by a strided slice; the padding value's is the sum of the rest."""
-  from stagecraft.lax.reduction import reduce_sum
-  from stagecraft.lax.slicing import slice as slice_
   ct_aval = core.get_aval(ct)
   unpad = tuple((-lo, -hi, 0) for lo, hi, _ in padding_config)
   unpadded = pad_p.bind(ct, np.zeros((), ct_aval.dtype), padding_config=unpad)
-  t_operand = slice_(unpadded, (0,) * ct_aval.ndim, core.get_aval(unpadded).shape,
-                     tuple(i + 1 for _, _, i in padding_config))
+  t_operand = slice(unpadded, (0,) * ct_aval.ndim, core.get_aval(unpadded).shape,
+                    tuple(i + 1 for _, _, i in padding_config))
   t_padding_value = None
   if ad.is_undefined_primal(padding_value):
     axes = tuple(range(ct_aval.ndim))
-    t_padding_value = sub(reduce_sum(ct, axes), reduce_sum(t_operand, axes))
+    t_padding_value = sub(_reduce_sum(ct, axes), _reduce_sum(t_operand, axes))
   return [t_operand if ad.is_undefined_primal(operand) else None, t_padding_value]
 
 
@@ -689,7 +697,6 @@ ad.primitive_transposes[pad_p] = _pad_transpose
 def _pad_batch_rule(args, dims, *, padding_config):
   """JAX's rule: the batch dim is not padded; a batched padding value is put in with a
   `select` against a mask of the padded positions."""
-  from stagecraft.lax.elementwise import select
   operand, padding_value = args
   operand_bdim, pv_bdim = dims
   if operand_bdim is batching.not_mapped:
@@ -736,6 +743,166 @@ def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]
                     f"triples, got {padding_config!r}.") from e
   operand, padding_value = utils.convert_scalars(operand, padding_value)
   return pad_p.bind(operand, padding_value, padding_config=config)
+
+
+# ---------------------------------------------------------------------------
+# slice(operand, start_indices, limit_indices, strides): elements start:limit:stride per
+# dimension; static, in bounds.
+slice_p = Primitive("slice")
+
+
+def _slice_abstract_eval(operand, *, start_indices, limit_indices, strides):
+  check_shapelike("slice", "start_indices", start_indices)
+  check_shapelike("slice", "limit_indices", limit_indices)
+  if operand.ndim != len(start_indices):
+    raise TypeError(f"slice start_indices must have length equal to the number of dimensions "
+                    f"of the operand, got indices {start_indices} for operand shape "
+                    f"{operand.shape}.")
+  if len(start_indices) != len(limit_indices):
+    raise TypeError(f"slice limit_indices must have the same length as start_indices, got "
+                    f"start_indices {start_indices} and limit_indices {limit_indices}.")
+  if not all(l <= d for l, d in zip(limit_indices, operand.shape)):
+    raise TypeError(f"slice limit_indices must be less than or equal to operand shape, got "
+                    f"limit_indices {limit_indices} for operand shape {operand.shape}.")
+  if not all(l >= s for s, l in zip(start_indices, limit_indices)):
+    raise TypeError(f"slice limit_indices must be greater than or equal to start_indices, got "
+                    f"start_indices {start_indices} and limit_indices {limit_indices}.")
+  diff = tuple(l - s for s, l in zip(start_indices, limit_indices))
+  if strides is not None:
+    check_shapelike("slice", "strides", strides)
+    if len(strides) != operand.ndim:
+      raise TypeError(f"slice strides must have length equal to the number of dimensions of "
+                      f"the operand, got strides {strides} for operand shape {operand.shape}.")
+    if not all(s >= 1 for s in strides):
+      raise TypeError(f"slice strides must be positive, got {strides}.")
+    diff = tuple(0 if d == 0 else (d - 1) // s + 1 for d, s in zip(diff, strides))
+  return ShapedArray(diff, operand.dtype, operand.weak_type)
+
+
+def _slice_lowering(ctx, x, *, start_indices, limit_indices, strides):
+  strides = (1,) * len(start_indices) if strides is None else strides
+  return ctx.op("stablehlo.slice", [x],
+                attrs=f"start_indices = {i64_array(start_indices)}, limit_indices = "
+                      f"{i64_array(limit_indices)}, strides = {i64_array(strides)}")
+
+
+slice_p.def_abstract_eval(_slice_abstract_eval)
+lowering.register_lowering(slice_p, _slice_lowering)
+
+
+def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides):
+  """`ct` padded with zeros back to the operand's shape; strides become interior padding
+  (JAX's rule)."""
+  shape = operand.aval.shape
+  ct_shape = core.get_aval(ct).shape
+  if strides is None or all(s == 1 for s in strides):
+    config = tuple((lo, d - hi, 0) for lo, hi, d in zip(start_indices, limit_indices, shape))
+  else:
+    real_limits = [lo + (0 if n == 0 else 1 + (n - 1) * s)
+                   for lo, n, s in zip(start_indices, ct_shape, strides)]
+    config = tuple((lo, d - hi, s - 1)
+                   for lo, hi, d, s in zip(start_indices, real_limits, shape, strides))
+  return [pad(ct, np.zeros((), core.get_aval(ct).dtype), config)]
+
+
+ad.deflinear(slice_p, _slice_transpose)
+
+
+def _slice_batch_rule(args, dims, *, start_indices, limit_indices, strides):
+  """The batch dim is taken whole; it stays where it is."""
+  operand, = args
+  bdim, = dims
+  size = _shape_of(operand)[bdim]
+  start, limit = list(start_indices), list(limit_indices)
+  start.insert(bdim, 0)
+  limit.insert(bdim, size)
+  if strides is not None:
+    strides = list(strides)
+    strides.insert(bdim, 1)
+    strides = tuple(strides)
+  return slice_p.bind(operand, start_indices=tuple(start), limit_indices=tuple(limit),
+                      strides=strides), bdim
+
+
+batching.primitive_batchers[slice_p] = _slice_batch_rule
+
+
+def slice(operand: Any, start_indices: Sequence[int], limit_indices: Sequence[int],
+          strides: Sequence[int] | None = None) -> Any:
+  """The static slice `operand[start:limit:stride, ...]`, one triple per dimension.
+
+  Args:
+    operand: array `T[*s]`.
+    start_indices: `0 <= start[k] <= limit[k]`, one per dimension.
+    limit_indices: `limit[k] <= s[k]` (exclusive), one per dimension.
+    strides: positive steps, one per dimension; None means all 1.
+
+  Returns:
+    `T[*r]` with `r[k] = ceil((limit[k] - start[k]) / stride[k])`.
+
+  Raises:
+    TypeError: if an index is out of bounds, the lengths differ from the operand's rank, or
+      a stride is not positive (the message shows the params and the operand shape).
+  """
+  return slice_p.bind(
+      operand, start_indices=canonicalize_shape("slice", "start_indices", start_indices),
+      limit_indices=canonicalize_shape("slice", "limit_indices", limit_indices),
+      strides=None if strides is None else canonicalize_shape("slice", "strides", strides))
+
+
+def slice_in_dim(operand: Any, start_index: int | None, limit_index: int | None,
+                 stride: int = 1, axis: int = 0) -> Any:
+  """`slice` along one dimension: `operand[..., start_index:limit_index:stride, ...]`.
+
+  Args:
+    operand: array `T[*s]`.
+    start_index: start along `axis`; negative counts from the end; None is 0.
+    limit_index: exclusive end along `axis`; negative counts from the end; None is `s[axis]`.
+    stride: positive step.
+    axis: the dimension sliced; negative counts from the end.
+
+  Returns:
+    `T[*s]` with `s[axis]` replaced by the slice's length.
+
+  Raises:
+    TypeError: if the wrapped bounds are out of range (see `slice`).
+    ValueError: if `axis` is out of range.
+  """
+  shape = _shape_of(operand)
+  (axis,) = utils.canonicalize_axes("slice_in_dim", (operator.index(axis),), len(shape))
+  n = shape[axis]
+  start = 0 if start_index is None else operator.index(start_index)
+  limit = n if limit_index is None else operator.index(limit_index)
+  start = start + n if start < 0 else start
+  limit = limit + n if limit < 0 else limit
+  starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
+  starts[axis], limits[axis], strides[axis] = start, limit, operator.index(stride)
+  return slice(operand, starts, limits, strides)
+
+
+def index_in_dim(operand: Any, index: int, axis: int = 0, keepdims: bool = True) -> Any:
+  """`operand[..., index, ...]` along `axis` (static index).
+
+  Args:
+    operand: array `T[*a, n, *b]`, `n` at `axis`.
+    index: `-n <= index < n`; negative counts from the end.
+    axis: the dimension indexed; negative counts from the end.
+    keepdims: keep the indexed dimension with size 1.
+
+  Returns:
+    `T[*a, 1, *b]` if `keepdims`, else `T[*a, *b]`.
+
+  Raises:
+    IndexError: if `index` is out of bounds.
+  """
+  shape = _shape_of(operand)
+  (axis,) = utils.canonicalize_axes("index_in_dim", (operator.index(axis),), len(shape))
+  index, n = operator.index(index), shape[axis]
+  wrapped = index + n if index < 0 else index
+  if not 0 <= wrapped < n:
+    raise IndexError(f"index {index} is out of bounds for axis {axis} with size {n}.")
+  result = slice_in_dim(operand, wrapped, wrapped + 1, 1, axis)
+  return result if keepdims else squeeze(result, (axis,))
 
 
 # ---------------------------------------------------------------------------
@@ -848,7 +1015,6 @@ def split(operand: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:
   Raises:
     ValueError: if the sizes do not sum to the dimension or are negative.
   """
-  from stagecraft.lax.slicing import slice_in_dim
   aval = core.get_aval(operand)
   axis = utils.canonicalize_axes("split", (axis,), aval.ndim)[0]
   sizes = [int(s) for s in sizes]
@@ -892,7 +1058,6 @@ def stack(operands: Sequence[Any], axis: int = 0) -> Any:
 
 def unstack(x: Any, axis: int = 0) -> tuple[Any, ...]:
   """The slices of `x` along `axis`: T[..., n, ...] -> n x T[...]."""
-  from stagecraft.lax.slicing import index_in_dim
   aval = core.get_aval(x)
   axis = utils.canonicalize_axes("unstack", (axis,), aval.ndim)[0]
   return tuple(index_in_dim(x, i, axis, keepdims=False) for i in range(aval.shape[axis]))

@@ -1,5 +1,6 @@
-"""Slicing primitives: `slice` (static bounds and strides), `dynamic_slice` and
-`dynamic_update_slice` (start indices are scalar arrays), with the `*_in_dim` wrappers.
+"""Slicing primitives: `dynamic_slice` and `dynamic_update_slice` (start indices are scalar
+arrays), with the `*_in_dim` wrappers, and `gather` and the scatters. The static `slice` is in
+shape.py, beside `pad`, its transpose.
 
 Dynamic start indices follow XLA: each is clamped so that the slice stays in bounds
 (`clamp(0, i, operand_dim - slice_dim)`), which is StableHLO's semantics, so the lowering is
@@ -13,9 +14,9 @@ vector is the last dimension of the indices) and a `GatherScatterMode`. They low
 does: a FILL_OR_DROP gather is a plain gather followed by a `select` against an in-bounds mask;
 a CLIP scatter clamps its indices first (XLA's gather clamps by itself; its scatter drops).
 
-Autodiff (JAX's rules): slice, dynamic_slice, dynamic_update_slice, gather, scatter-add and
+Autodiff (JAX's rules): dynamic_slice, dynamic_update_slice, gather, scatter-add and
 scatter-sub are linear in their array operands; each transposes into the other of its pair
-(slice and pad, dynamic_slice and dynamic_update_slice, gather and scatter-add). scatter,
+(dynamic_slice and dynamic_update_slice, gather and scatter-add). scatter,
 scatter-mul, scatter-min and scatter-max have JVPs of their own. Integer indices are never
 differentiated.
 """
@@ -33,13 +34,14 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
-from stagecraft.lax.elementwise import (_compare, add, convert_element_type, div, eq, lt, mul,
-                                        neg, select, sub)
+from stagecraft.lax.elementwise import (add, convert_element_type, div, emit_compare, eq, lt,
+                                        mul, neg, select, sub)
 from stagecraft.lax.shape import (broadcast_in_dim, canonicalize_shape, check_shapelike,
-                                  expand_dims, full, iota, pad, reshape, squeeze)
+                                  concatenate, expand_dims, full, index_in_dim, iota, reshape,
+                                  squeeze)
 
-__all__ = ["slice_p", "dynamic_slice_p", "dynamic_update_slice_p",
-           "slice", "dynamic_slice", "dynamic_update_slice", "slice_in_dim", "index_in_dim",
+__all__ = ["dynamic_slice_p", "dynamic_update_slice_p",
+           "dynamic_slice", "dynamic_update_slice",
            "dynamic_slice_in_dim", "dynamic_index_in_dim", "dynamic_update_slice_in_dim",
            "dynamic_update_index_in_dim",
            "gather_p", "scatter_p", "scatter_add_p", "scatter_sub_p", "scatter_mul_p",
@@ -47,168 +49,9 @@ __all__ = ["slice_p", "dynamic_slice_p", "dynamic_update_slice_p",
            "GatherScatterMode", "gather", "scatter", "scatter_add", "scatter_sub", "scatter_mul",
            "scatter_min", "scatter_max", "index_take"]
 
+
 def _shape_of(x: Any) -> tuple[int, ...]:
   return core.get_aval(x).shape
-
-
-# ---------------------------------------------------------------------------
-# slice(operand, start_indices, limit_indices, strides): elements start:limit:stride per
-# dimension; static, in bounds.
-slice_p = Primitive("slice")
-
-
-def _slice_abstract_eval(operand, *, start_indices, limit_indices, strides):
-  check_shapelike("slice", "start_indices", start_indices)
-  check_shapelike("slice", "limit_indices", limit_indices)
-  if operand.ndim != len(start_indices):
-    raise TypeError(f"slice start_indices must have length equal to the number of dimensions "
-                    f"of the operand, got indices {start_indices} for operand shape "
-                    f"{operand.shape}.")
-  if len(start_indices) != len(limit_indices):
-    raise TypeError(f"slice limit_indices must have the same length as start_indices, got "
-                    f"start_indices {start_indices} and limit_indices {limit_indices}.")
-  if not all(l <= d for l, d in zip(limit_indices, operand.shape)):
-    raise TypeError(f"slice limit_indices must be less than or equal to operand shape, got "
-                    f"limit_indices {limit_indices} for operand shape {operand.shape}.")
-  if not all(l >= s for s, l in zip(start_indices, limit_indices)):
-    raise TypeError(f"slice limit_indices must be greater than or equal to start_indices, got "
-                    f"start_indices {start_indices} and limit_indices {limit_indices}.")
-  diff = tuple(l - s for s, l in zip(start_indices, limit_indices))
-  if strides is not None:
-    check_shapelike("slice", "strides", strides)
-    if len(strides) != operand.ndim:
-      raise TypeError(f"slice strides must have length equal to the number of dimensions of "
-                      f"the operand, got strides {strides} for operand shape {operand.shape}.")
-    if not all(s >= 1 for s in strides):
-      raise TypeError(f"slice strides must be positive, got {strides}.")
-    diff = tuple(0 if d == 0 else (d - 1) // s + 1 for d, s in zip(diff, strides))
-  return ShapedArray(diff, operand.dtype, operand.weak_type)
-
-
-def _slice_lowering(ctx, x, *, start_indices, limit_indices, strides):
-  strides = (1,) * len(start_indices) if strides is None else strides
-  return ctx.op("stablehlo.slice", [x],
-                attrs=f"start_indices = {i64_array(start_indices)}, limit_indices = "
-                      f"{i64_array(limit_indices)}, strides = {i64_array(strides)}")
-
-
-slice_p.def_abstract_eval(_slice_abstract_eval)
-lowering.register_lowering(slice_p, _slice_lowering)
-
-
-def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides):
-  """`ct` padded with zeros back to the operand's shape; strides become interior padding
-  (JAX's rule)."""
-  shape = operand.aval.shape
-  ct_shape = core.get_aval(ct).shape
-  if strides is None or all(s == 1 for s in strides):
-    config = tuple((lo, d - hi, 0) for lo, hi, d in zip(start_indices, limit_indices, shape))
-  else:
-    real_limits = [lo + (0 if n == 0 else 1 + (n - 1) * s)
-                   for lo, n, s in zip(start_indices, ct_shape, strides)]
-    config = tuple((lo, d - hi, s - 1)
-                   for lo, hi, d, s in zip(start_indices, real_limits, shape, strides))
-  return [pad(ct, np.zeros((), core.get_aval(ct).dtype), config)]
-
-
-ad.deflinear(slice_p, _slice_transpose)
-
-
-def _slice_batch_rule(args, dims, *, start_indices, limit_indices, strides):
-  """The batch dim is taken whole; it stays where it is."""
-  operand, = args
-  bdim, = dims
-  size = _shape_of(operand)[bdim]
-  start, limit = list(start_indices), list(limit_indices)
-  start.insert(bdim, 0)
-  limit.insert(bdim, size)
-  if strides is not None:
-    strides = list(strides)
-    strides.insert(bdim, 1)
-    strides = tuple(strides)
-  return slice_p.bind(operand, start_indices=tuple(start), limit_indices=tuple(limit),
-                      strides=strides), bdim
-
-
-batching.primitive_batchers[slice_p] = _slice_batch_rule
-
-
-def slice(operand: Any, start_indices: Sequence[int], limit_indices: Sequence[int],
-          strides: Sequence[int] | None = None) -> Any:
-  """The static slice `operand[start:limit:stride, ...]`, one triple per dimension.
-
-  Args:
-    operand: array `T[*s]`.
-    start_indices: `0 <= start[k] <= limit[k]`, one per dimension.
-    limit_indices: `limit[k] <= s[k]` (exclusive), one per dimension.
-    strides: positive steps, one per dimension; None means all 1.
-
-  Returns:
-    `T[*r]` with `r[k] = ceil((limit[k] - start[k]) / stride[k])`.
-
-  Raises:
-    TypeError: if an index is out of bounds, the lengths differ from the operand's rank, or
-      a stride is not positive (the message shows the params and the operand shape).
-  """
-  return slice_p.bind(
-      operand, start_indices=canonicalize_shape("slice", "start_indices", start_indices),
-      limit_indices=canonicalize_shape("slice", "limit_indices", limit_indices),
-      strides=None if strides is None else canonicalize_shape("slice", "strides", strides))
-
-
-def slice_in_dim(operand: Any, start_index: int | None, limit_index: int | None,
-                 stride: int = 1, axis: int = 0) -> Any:
-  """`slice` along one dimension: `operand[..., start_index:limit_index:stride, ...]`.
-
-  Args:
-    operand: array `T[*s]`.
-    start_index: start along `axis`; negative counts from the end; None is 0.
-    limit_index: exclusive end along `axis`; negative counts from the end; None is `s[axis]`.
-    stride: positive step.
-    axis: the dimension sliced; negative counts from the end.
-
-  Returns:
-    `T[*s]` with `s[axis]` replaced by the slice's length.
-
-  Raises:
-    TypeError: if the wrapped bounds are out of range (see `slice`).
-    ValueError: if `axis` is out of range.
-  """
-  shape = _shape_of(operand)
-  (axis,) = utils.canonicalize_axes("slice_in_dim", (operator.index(axis),), len(shape))
-  n = shape[axis]
-  start = 0 if start_index is None else operator.index(start_index)
-  limit = n if limit_index is None else operator.index(limit_index)
-  start = start + n if start < 0 else start
-  limit = limit + n if limit < 0 else limit
-  starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
-  starts[axis], limits[axis], strides[axis] = start, limit, operator.index(stride)
-  return slice(operand, starts, limits, strides)
-
-
-def index_in_dim(operand: Any, index: int, axis: int = 0, keepdims: bool = True) -> Any:
-  """`operand[..., index, ...]` along `axis` (static index).
-
-  Args:
-    operand: array `T[*a, n, *b]`, `n` at `axis`.
-    index: `-n <= index < n`; negative counts from the end.
-    axis: the dimension indexed; negative counts from the end.
-    keepdims: keep the indexed dimension with size 1.
-
-  Returns:
-    `T[*a, 1, *b]` if `keepdims`, else `T[*a, *b]`.
-
-  Raises:
-    IndexError: if `index` is out of bounds.
-  """
-  shape = _shape_of(operand)
-  (axis,) = utils.canonicalize_axes("index_in_dim", (operator.index(axis),), len(shape))
-  index, n = operator.index(index), shape[axis]
-  wrapped = index + n if index < 0 else index
-  if not 0 <= wrapped < n:
-    raise IndexError(f"index {index} is out of bounds for axis {axis} with size {n}.")
-  result = slice_in_dim(operand, wrapped, wrapped + 1, 1, axis)
-  return result if keepdims else squeeze(result, (axis,))
 
 
 # ---------------------------------------------------------------------------
@@ -329,7 +172,6 @@ ad.primitive_transposes[dynamic_slice_p] = _dynamic_slice_transpose
 def _batch_dynamic_slice_indices(indices, dims):
   """The scalar start indices as one index vector `I[n]` (unbatched) or `I[B, n]` (batch
   dim 0), as JAX's `_batch_dynamic_slice_indices`."""
-  from stagecraft.lax.shape import concatenate
   size = next((_shape_of(i)[d] for i, d in zip(indices, dims)
                if d is not batching.not_mapped), None)
   if size is None:
@@ -880,8 +722,8 @@ def _in_bounds_mask(ctx, indices: str, i_aval: ShapedArray, upper: Sequence[int]
   up_aval = ShapedArray((len(upper),), idt)
   up = _emit_broadcast(ctx, _emit_constant_array(ctx, np.asarray(upper, idt)), up_aval,
                        wide.shape, (wide.ndim - 1,))
-  ok = ctx.elementwise("stablehlo.and", _compare(ctx, "GE", x, zero, wide),
-                       _compare(ctx, "LE", x, up, wide), aval=pred)
+  ok = ctx.elementwise("stablehlo.and", emit_compare(ctx, "GE", x, zero, wide),
+                       emit_compare(ctx, "LE", x, up, wide), aval=pred)
   scalar = ShapedArray((), dtypes.bool_)
   body = ctx.region([scalar, scalar], [scalar],
                     lambda a, b: [ctx.elementwise("stablehlo.and", a, b, aval=scalar)])
@@ -1207,8 +1049,8 @@ def _combiner(op: str, bool_op: str | None = None):
 _scatter_dtypes = {
     "scatter": utils.any_dtype, "scatter-add": utils.any_dtype,
     "scatter-mul": utils.any_dtype, "scatter-sub": utils.number,
-    "scatter-min": (utils._bool, utils._int, utils._float),
-    "scatter-max": (utils._bool, utils._int, utils._float),
+    "scatter-min": (utils.bool_kind, utils.int_kind, utils.float_kind),
+    "scatter-max": (utils.bool_kind, utils.int_kind, utils.float_kind),
 }
 
 
@@ -1530,7 +1372,6 @@ def index_take(src: Any, idxs: Sequence[Any], axes: Sequence[int]) -> Any:
   Returns:
     `T[N, *s without axes]` (JAX's `lax.index_take`), out-of-range indices clamped.
   """
-  from stagecraft.lax.shape import concatenate
   axes = tuple(int(a) for a in axes)
   nd = len(_shape_of(src))
   cols = [reshape(convert_element_type(i, np.int32), (_shape_of(i)[0], 1)) for i in idxs]

@@ -28,6 +28,9 @@ from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
+from stagecraft.lax.elementwise import neg
+from stagecraft.lax.shape import broadcasted_iota, expand_dims
+from stagecraft.lax.slicing import GatherDimensionNumbers, gather
 
 __all__ = ["sort_p", "top_k_p", "sort", "sort_key_val", "top_k", "approx_max_k", "approx_min_k"]
 
@@ -142,8 +145,6 @@ lowering.register_lowering(sort_p, _sort_lowering)
 def _take_along(t: Any, idx: Any, axis: int) -> Any:
   """`t[..., idx, ...]` elementwise along `axis` (`take_along_axis`): one gather whose other
   dimensions are batching dimensions. `idx` has the shape of the result."""
-  from stagecraft.lax.shape import expand_dims
-  from stagecraft.lax.slicing import GatherDimensionNumbers, gather
   ndim = core.get_aval(t).ndim
   batch = tuple(d for d in range(ndim) if d != axis)
   dnums = GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(axis,),
@@ -156,7 +157,6 @@ def _take_along(t: Any, idx: Any, axis: int) -> Any:
 def _sort_jvp(primals, tangents, *, dimension, is_stable, num_keys):
   """JAX's `_sort_jvp`: sort an iota along with the operands to get the permutation, and
   gather every nonzero tangent through it."""
-  from stagecraft.lax.shape import broadcasted_iota
   shape = core.get_aval(primals[0]).shape
   index_dtype = np.int32 if shape[dimension] < np.iinfo(np.int32).max else np.int64
   iota = broadcasted_iota(index_dtype, shape, dimension)
@@ -390,7 +390,6 @@ def approx_min_k(operand: Any, k: int, reduction_dimension: int = -1,
                  aggregate_to_topk: bool = True) -> tuple[Any, Any]:
   """The `k` smallest values along `reduction_dimension` and their int32 indices (exact on
   CPU; see `approx_max_k`)."""
-  from stagecraft.lax.elementwise import neg
   if not aggregate_to_topk:
     raise NotImplementedError("approx_min_k(aggregate_to_topk=False) is not supported.")
   values, idx = top_k(neg(operand), k, axis=reduction_dimension)

@@ -25,11 +25,10 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.lax import elementwise as ew
-from stagecraft.lax.elementwise import (_const, _convert_scalars, _nary, _nary_abstract_eval,
-                                        _naryop_abstract_eval, _unop)
+from stagecraft.lax.elementwise import binop, naryop_abstract_eval, unop
 from stagecraft.lax.reduction import reduce_or
 from stagecraft.lax.shape import full
-from stagecraft.lax.utils import floating
+from stagecraft.lax.utils import const, floating, maybe_convert_scalars
 
 __all__ = ["lgamma_p", "digamma_p", "polygamma_p", "igamma_p", "igammac_p", "bessel_i0e_p",
            "bessel_i1e_p", "lgamma", "digamma", "polygamma", "igamma", "igammac",
@@ -83,7 +82,7 @@ def _upcast_lowering(impl: Callable) -> Callable:
   *operands, dtype)` in `_compute_dtype`, and converts back (JAX's `_up_and_broadcast`)."""
   def rule(ctx, *operands):
     out = ctx.avals_out[0]
-    operands = ew._broadcast_operands(ctx, operands)
+    operands = ew.broadcast_operands(ctx, operands)
     wide = out.update(dtype=_compute_dtype(out.dtype), weak_type=False)
     if wide.dtype != out.dtype:
       operands = [ctx.op("stablehlo.convert", [x], [wide], operand_avals=[out])[0]
@@ -98,11 +97,11 @@ def _upcast_lowering(impl: Callable) -> Callable:
 # ---------------------------------------------------------------------------
 # lgamma, digamma, polygamma, bessel_i1e: one CHLO op each.
 
-lgamma_p = _unop("lgamma", floating, "chlo.lgamma")
+lgamma_p = unop("lgamma", floating, "chlo.lgamma")
 ad.defjvp(lgamma_p, lambda t, x: ew.mul(t, digamma(x)))
-digamma_p = _unop("digamma", floating, "chlo.digamma")
-ad.defjvp(digamma_p, lambda t, x: ew.mul(t, polygamma(_const(x, 1), x)))
-bessel_i1e_p = _unop("bessel_i1e", floating, "chlo.bessel_i1e")
+digamma_p = unop("digamma", floating, "chlo.digamma")
+ad.defjvp(digamma_p, lambda t, x: ew.mul(t, polygamma(const(x, 1), x)))
+bessel_i1e_p = unop("bessel_i1e", floating, "chlo.bessel_i1e")
 
 
 def _bessel_i1e_jvp(t, y, x):
@@ -115,7 +114,7 @@ def _bessel_i1e_jvp(t, y, x):
 
 
 ad.defjvp2(bessel_i1e_p, _bessel_i1e_jvp)
-polygamma_p = _nary("polygamma", floating, "chlo.polygamma")
+polygamma_p = binop("polygamma", floating, "chlo.polygamma")
 
 
 def _polygamma_jvp_m(t, m, x):
@@ -125,8 +124,8 @@ def _polygamma_jvp_m(t, m, x):
 
 
 ad.defjvp(polygamma_p, _polygamma_jvp_m,
-          lambda t, m, x: ew.mul(t, polygamma(ew.add(m, _const(m, 1)), x)))
-zeta_p = _nary("zeta", floating, "chlo.zeta")
+          lambda t, m, x: ew.mul(t, polygamma(ew.add(m, const(m, 1)), x)))
+zeta_p = binop("zeta", floating, "chlo.zeta")
 
 
 def _zeta_jvp_x(t, x, q):
@@ -137,7 +136,7 @@ def _zeta_jvp_x(t, x, q):
 
 # d/dq sum_k (k + q)^-x = -x zeta(x + 1, q).
 ad.defjvp(zeta_p, _zeta_jvp_x,
-          lambda t, x, q: ew.mul(t, ew.mul(ew.neg(x), zeta(ew.add(x, _const(x, 1)), q))))
+          lambda t, x, q: ew.mul(t, ew.mul(ew.neg(x), zeta(ew.add(x, const(x, 1)), q))))
 
 
 def lgamma(x: Any):
@@ -209,7 +208,7 @@ def polygamma(m: Any, x: Any):
     >>> lax.polygamma(np.float32(0.5), np.float32(1.0))
     Array(nan, dtype=float32)
   """
-  return polygamma_p.bind(*_convert_scalars(m, x))
+  return polygamma_p.bind(*maybe_convert_scalars(m, x))
 
 
 def bessel_i1e(x: Any):
@@ -284,7 +283,7 @@ def _i0e_impl(x, *, dtype):
 
 
 bessel_i0e_p = Primitive("bessel_i0e")
-bessel_i0e_p.def_abstract_eval(_naryop_abstract_eval("bessel_i0e", floating))
+bessel_i0e_p.def_abstract_eval(naryop_abstract_eval("bessel_i0e", floating))
 lowering.register_lowering(bessel_i0e_p, _upcast_lowering(
     lambda ctx, x, *, dtype: _inline(ctx, lambda v: _i0e_impl(v, dtype=dtype),
                                      ctx.avals_in, [x])[0]))
@@ -504,11 +503,11 @@ def _igamma_impl(ctx, a, x, *, dtype, complement: bool):
 
 
 igamma_p = Primitive("igamma")
-igamma_p.def_abstract_eval(_nary_abstract_eval("igamma", floating))
+igamma_p.def_abstract_eval(naryop_abstract_eval("igamma", floating))
 lowering.register_lowering(igamma_p, _upcast_lowering(
     lambda ctx, a, x, *, dtype: _igamma_impl(ctx, a, x, dtype=dtype, complement=False)))
 igammac_p = Primitive("igammac")
-igammac_p.def_abstract_eval(_nary_abstract_eval("igammac", floating))
+igammac_p.def_abstract_eval(naryop_abstract_eval("igammac", floating))
 lowering.register_lowering(igammac_p, _upcast_lowering(
     lambda ctx, a, x, *, dtype: _igamma_impl(ctx, a, x, dtype=dtype, complement=True)))
 batching.defbroadcasting(igamma_p)
@@ -517,7 +516,7 @@ batching.defbroadcasting(igammac_p)
 
 def _igamma_gradx(a, x):
   """dP(a, x)/dx = x^(a-1) e^-x / Γ(a)."""
-  return ew.exp(ew.sub(ew.sub(ew.mul(ew.sub(a, _const(a, 1)), ew.log(x)), x), lgamma(a)))
+  return ew.exp(ew.sub(ew.sub(ew.mul(ew.sub(a, const(a, 1)), ew.log(x)), x), lgamma(a)))
 
 
 # dP/da is the primitive igamma_grad_a (below); Q = 1 - P.
@@ -567,7 +566,7 @@ def _igamma_grad_a_jvp_a(t, a, x):
 
 
 igamma_grad_a_p = Primitive("igamma_grad_a")
-igamma_grad_a_p.def_abstract_eval(_nary_abstract_eval("igamma_grad_a", floating))
+igamma_grad_a_p.def_abstract_eval(naryop_abstract_eval("igamma_grad_a", floating))
 lowering.register_lowering(igamma_grad_a_p, _upcast_lowering(_igamma_grad_a_impl))
 batching.defbroadcasting(igamma_grad_a_p)
 # d/dx dP/da = d/da dP/dx = dP/dx (log x - digamma(a)).
@@ -603,7 +602,7 @@ def igamma(a: Any, x: Any):
     >>> float(lax.igamma(np.float32(1.0), np.float32(1.0)))  # 1 - exp(-1)
     0.63212...
   """
-  return igamma_p.bind(*_convert_scalars(a, x))
+  return igamma_p.bind(*maybe_convert_scalars(a, x))
 
 
 def igammac(a: Any, x: Any):
@@ -630,7 +629,7 @@ def igammac(a: Any, x: Any):
     >>> float(lax.igammac(np.float32(1.0), np.float32(20.0)))  # exp(-20)
     2.061...e-09
   """
-  return igammac_p.bind(*_convert_scalars(a, x))
+  return igammac_p.bind(*maybe_convert_scalars(a, x))
 
 
 def igamma_grad_a(a: Any, x: Any):
@@ -656,7 +655,7 @@ def igamma_grad_a(a: Any, x: Any):
     >>> float(lax.igamma_grad_a(np.float32(1.0), np.float32(1.0)))  # FD of gammainc: -0.43173
     -0.4317...
   """
-  return igamma_grad_a_p.bind(*_convert_scalars(a, x))
+  return igamma_grad_a_p.bind(*maybe_convert_scalars(a, x))
 
 
 def zeta(x: Any, q: Any):
@@ -671,4 +670,4 @@ def zeta(x: Any, q: Any):
   Raises:
     TypeError: for non-floating or mismatched dtypes.
   """
-  return zeta_p.bind(*_convert_scalars(x, q))
+  return zeta_p.bind(*maybe_convert_scalars(x, q))

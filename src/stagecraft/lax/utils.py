@@ -9,33 +9,37 @@ import numpy as np
 from stagecraft import core, dtypes
 from stagecraft.core import ShapedArray, WeakScalarValue
 
-# Dtype categories, as JAX names them in its messages.
-_bool = ("bool", lambda d: d == dtypes.bool_)
-_int = ("integer", dtypes.is_integer)
-_float = ("floating", dtypes.is_float)
-_complex = ("complexfloating", dtypes.is_complex)
+# NB: helpers for the lax modules, not lax functions: none is in `stagecraft.lax`.
+__all__: list[str] = []
 
-bool_or_int = (_bool, _int)
-number = (_int, _float, _complex)
-inexact = (_float, _complex)
-floating = (_float,)
-integer = (_int,)
-any_dtype = (_bool, _int, _float, _complex)
-signed_or_float = (_int, _float, _complex)
+# Dtype kinds, `(name, predicate)`, as JAX names them in its messages.
+bool_kind = ("bool", lambda d: d == dtypes.bool_)
+int_kind = ("integer", dtypes.is_integer)
+float_kind = ("floating", dtypes.is_float)
+complex_kind = ("complexfloating", dtypes.is_complex)
+
+# The kinds a primitive accepts, in the order its "Accepted dtypes" message lists them.
+bool_or_int = (bool_kind, int_kind)
+number = (int_kind, float_kind, complex_kind)
+inexact = (float_kind, complex_kind)
+floating = (float_kind,)
+integer = (int_kind,)
+any_dtype = (bool_kind, int_kind, float_kind, complex_kind)
+signed_or_float = (int_kind, float_kind, complex_kind)
 
 
-_all_dtypes = (dtypes.bool_, *dtypes._ints, *dtypes._inexacts)
-_allowed: dict[tuple, frozenset] = {}
+_accepts: dict[tuple, bool] = {}
 
 
 def check_dtype(name: str, aval: ShapedArray, accepted, pos: int | None = None) -> None:
-  """Raises TypeError (JAX's message) unless `aval.dtype` is in one of `accepted` (a tuple
-  of (kind name, predicate) pairs; the accepted dtypes are computed once per tuple)."""
-  allowed = _allowed.get(accepted)
-  if allowed is None:
-    allowed = _allowed[accepted] = frozenset(
-        d for d in _all_dtypes if any(pred(d) for _, pred in accepted))
-  if aval.dtype in allowed:
+  """Raises TypeError (JAX's message) unless `aval.dtype` is of one of the kinds `accepted`
+  (a tuple of (kind name, predicate) pairs; the answer is computed once per kinds and
+  dtype)."""
+  key = (accepted, aval.dtype)
+  ok = _accepts.get(key)
+  if ok is None:
+    ok = _accepts[key] = any(pred(aval.dtype) for _, pred in accepted)
+  if ok:
     return
   kinds = ", ".join(k for k, _ in accepted)
   at = f" at position {pos}" if pos is not None else ""
@@ -87,13 +91,16 @@ def broadcasting_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ..
   return () if shape is None else shape
 
 
+_python_scalar_types = frozenset(dtypes.python_scalar_types)
+
+
 def convert_scalars(*args: Any) -> list[Any]:
   """Weakly typed Python scalars among `args` take the dtype of the first typed operand when
   that dtype can hold them (as in `lax.add(f32[3], 2) -> add a 2.0:f32[]`); they stay
   weakly typed."""
   target = None
   for a in args:
-    if type(a) not in dtypes._python_scalar_kind:
+    if type(a) not in _python_scalar_types:
       target = core.get_aval(a).dtype
       break
   if target is None:
@@ -113,6 +120,20 @@ def convert_scalars(*args: Any) -> list[Any]:
 
 
 _convertible = (int, float, complex)
+
+
+def maybe_convert_scalars(*args: Any) -> Sequence[Any]:
+  """`convert_scalars(*args)` when a Python scalar is among `args`, else `args` unchanged
+  (the common case, which needs no aval)."""
+  if any(type(a) in _python_scalar_types for a in args):
+    return convert_scalars(*args)
+  return args
+
+
+def const(x: Any, value: Any) -> np.generic:
+  """`value` as a scalar of `x`'s dtype. NB: primal operands of rules may be Python
+  scalars, so arithmetic on them alone needs typed constants (`sub(y, const(y, 1))`)."""
+  return np.asarray(value, core.get_aval(x).dtype)[()]
 
 
 def weak_scalar(value: np.generic) -> Any:

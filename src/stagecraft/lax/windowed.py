@@ -23,11 +23,10 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax import elementwise, utils
-from stagecraft.lax.conv import _conv_general_vjp_lhs_padding, padtype_to_pads
-from stagecraft.lax.elementwise import _compare
-from stagecraft.lax.reduction import _max_identity, _min_identity, _sum_identity
-from stagecraft.lax.shape import canonicalize_shape, check_shapelike, pad
-from stagecraft.lax.slicing import slice as _slice
+from stagecraft.lax.conv import conv_general_vjp_lhs_padding, padtype_to_pads
+from stagecraft.lax.elementwise import emit_compare
+from stagecraft.lax.reduction import max_identity, min_identity, sum_identity
+from stagecraft.lax.shape import canonicalize_shape, check_shapelike, pad, slice as _slice
 
 __all__ = ["reduce_window_shape_tuple", "reduce_window_sum_p", "reduce_window_max_p",
            "reduce_window_min_p", "select_and_scatter_add_p", "select_and_gather_add_p",
@@ -126,7 +125,7 @@ def _reduce_window_lowering(op, identity, ctx, x, *, window_dimensions, window_s
 
 
 _number = ("number", lambda d: dtypes.is_integer(d) or dtypes.is_inexact(d))
-_ordered = (utils._bool, utils._int, utils._float)
+_ordered = (utils.bool_kind, utils.int_kind, utils.float_kind)
 
 
 def _reduce_window_primitive(name, op, identity, accepted) -> Primitive:
@@ -137,11 +136,11 @@ def _reduce_window_primitive(name, op, identity, accepted) -> Primitive:
 
 
 reduce_window_sum_p = _reduce_window_primitive("reduce_window_sum", "stablehlo.add",
-                                               _sum_identity, (_number,))
+                                               sum_identity, (_number,))
 reduce_window_max_p = _reduce_window_primitive("reduce_window_max", "stablehlo.maximum",
-                                               _max_identity, _ordered)
+                                               max_identity, _ordered)
 reduce_window_min_p = _reduce_window_primitive("reduce_window_min", "stablehlo.minimum",
-                                               _min_identity, _ordered)
+                                               min_identity, _ordered)
 
 
 def _reduce_window_sum_transpose(ct, operand, *, window_dimensions, window_strides, padding,
@@ -151,7 +150,7 @@ def _reduce_window_sum_transpose(ct, operand, *, window_dimensions, window_strid
   strides and padded as for a convolution's input gradient."""
   in_shape = operand.aval.shape
   ct_aval = core.get_aval(ct)
-  pads = _conv_general_vjp_lhs_padding(in_shape, window_dimensions, window_strides,
+  pads = conv_general_vjp_lhs_padding(in_shape, window_dimensions, window_strides,
                                        ct_aval.shape, padding, base_dilation, window_dilation)
   config = [(lo, hi, s - 1) for (lo, hi), s in zip(pads, window_strides)]
   padded = pad(ct, np.zeros((), ct_aval.dtype)[()], config)
@@ -276,9 +275,9 @@ reduce_window_max = _reduce_window_wrapper(reduce_window_max_p, "maximum", "max"
 reduce_window_min = _reduce_window_wrapper(reduce_window_min_p, "minimum", "min",
                                            "bool, integer or floating")
 
-_monoids = {elementwise.add: (reduce_window_sum_p, _sum_identity, elementwise.add),
-            elementwise.max: (reduce_window_max_p, _max_identity, elementwise.max),
-            elementwise.min: (reduce_window_min_p, _min_identity, elementwise.min)}
+_monoids = {elementwise.add: (reduce_window_sum_p, sum_identity, elementwise.add),
+            elementwise.max: (reduce_window_max_p, max_identity, elementwise.max),
+            elementwise.min: (reduce_window_min_p, min_identity, elementwise.min)}
 
 
 def reduce_window(operand: Any, init_value: Any, computation: Callable,
@@ -372,7 +371,7 @@ def _select_and_scatter_add_lowering(ctx, source, operand, *, select_prim, windo
   scalar = ShapedArray((), x_aval.dtype)
   # NB: as JAX on CPU and GPU (XLA bugs b/161704903, b/182390722): pad the operand with the
   # select's identity and select_and_scatter without padding, then slice the padding off.
-  identity = _max_identity if select_prim is elementwise.ge_p else _min_identity
+  identity = max_identity if select_prim is elementwise.ge_p else min_identity
   padded_shape = tuple(d + lo + hi for d, (lo, hi) in zip(x_aval.shape, padding))
   padded_aval = x_aval.update(shape=padded_shape)
   if padded_shape != x_aval.shape:
@@ -388,7 +387,7 @@ def _select_and_scatter_add_lowering(ctx, source, operand, *, select_prim, windo
   direction = "GE" if select_prim is elementwise.ge_p else "LE"
   pred = ShapedArray((), dtypes.bool_)
   select = ctx.region([scalar, scalar], [pred],
-                      lambda a, b: [_compare(ctx, direction, a, b, scalar)])
+                      lambda a, b: [emit_compare(ctx, direction, a, b, scalar)])
   add = "stablehlo.or" if x_aval.dtype == dtypes.bool_ else "stablehlo.add"
   scatter = ctx.region([scalar, scalar], [scalar],
                        lambda a, b: [ctx.elementwise(add, a, b, aval=scalar)])
@@ -517,14 +516,14 @@ def _select_and_gather_add_lowering(ctx, tangents, operand, *, select_prim, wind
   t_aval, x_aval = ctx.avals_in
   out_aval, = ctx.avals_out
   scalar = ShapedArray((), x_aval.dtype)
-  identity = _max_identity if select_prim is elementwise.ge_p else _min_identity
+  identity = max_identity if select_prim is elementwise.ge_p else min_identity
   init_x = ctx.constant(identity(x_aval.dtype), scalar)
   init_t = ctx.constant(0, scalar)
   direction = "GE" if select_prim is elementwise.ge_p else "LE"
   pred = ShapedArray((), dtypes.bool_)
 
   def body(kx, vx, ky, vy):
-    which = _compare(ctx, direction, kx, ky, scalar)
+    which = emit_compare(ctx, direction, kx, ky, scalar)
     out = []
     for a, b in ((kx, ky), (vx, vy)):
       r = ctx.fb.fresh()
@@ -575,7 +574,7 @@ def _select_and_gather_add_transpose(ct, tangents, operand, *, select_prim, wind
   has_base_dilation = any(d != 1 for d in base_dilation)
   if has_base_dilation:
     dtype = core.get_aval(operand).dtype
-    identity = _max_identity if select_prim is elementwise.ge_p else _min_identity
+    identity = max_identity if select_prim is elementwise.ge_p else min_identity
     operand = pad(operand, identity(dtype)[()], tuple((0, 0, d - 1) for d in base_dilation))
   result = select_and_scatter_add_p.bind(
       ct, operand, select_prim=select_prim, window_dimensions=window_dimensions,
