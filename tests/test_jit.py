@@ -1,4 +1,4 @@
-"""api.jit: the trace cache and its keys, static arguments, pytrees, argument errors, nested
+"""pjit.jit: the trace cache and its keys, static arguments, pytrees, argument errors, nested
 jit, donation, keep_unused, x64, disable_jit and Python scalars (JAX's jit as the oracle)."""
 import gc
 import re
@@ -11,7 +11,7 @@ import pytest
 
 import stagecraft
 import stagecraft.numpy as jnp
-from stagecraft import api
+from stagecraft import pjit
 from stagecraft.core import ShapedArray
 
 F32 = np.dtype(np.float32)
@@ -261,7 +261,7 @@ def _jit_and_call_local():
   jf = stagecraft.jit(f)
   jf(f32(2))
   jf(stagecraft.device_put(f32(2)))
-  assert f in api._fun_caches
+  assert f in pjit._fun_caches
   return weakref.ref(f), weakref.ref(jf)
 
 
@@ -270,7 +270,7 @@ def test_cache_released_when_function_collected():
   gc.collect()
   assert ref_jf() is None
   assert ref_f() is None
-  assert all(k is not None for k in api._fun_caches.keys())
+  assert all(k is not None for k in pjit._fun_caches.keys())
 
 
 # ---------------------------------------------------------------------------

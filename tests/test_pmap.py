@@ -17,7 +17,7 @@ import pytest
 import stagecraft as sc
 import stagecraft.numpy as jnp
 from stagecraft import lax
-from stagecraft.interpreters import pxla
+from stagecraft.runtime import spmd
 from stagecraft.sharding import NamedSharding
 
 N = 4
@@ -63,12 +63,12 @@ def test_sharded_result_feeds_back_without_host_copy(monkeypatch):
   x = _x(N, 3)
   y = centered(x)
   calls = []
-  real = pxla.xc.batched_device_put
+  real = spmd.xc.batched_device_put
 
   def counting(*a, **k):
     calls.append(1)
     return real(*a, **k)
-  monkeypatch.setattr(pxla.xc, "batched_device_put", counting)
+  monkeypatch.setattr(spmd.xc, "batched_device_put", counting)
   z = centered(y)
   z = centered(z)
   assert calls == []
@@ -418,6 +418,36 @@ def test_error_out_axes_none_varying():
   with pytest.raises(ValueError, match="out_axes=None"):
     sc.pmap(lambda x: x * lax.axis_index("i"), "i", in_axes=None, out_axes=None,
             axis_size=N)(np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize("wrap", ["jit", "checkpoint", "custom_jvp", "cond", "scan"])
+def test_out_axes_none_sees_through_calls_and_control_flow(wrap):
+  # The replication analysis follows call and control-flow bodies: a value from
+  # axis_index varies over the axis however it is wrapped (jit used to hide it and return
+  # device 0's value), and a psum'med one does not.
+  def through(f):
+    if wrap == "jit":
+      return sc.jit(f)
+    if wrap == "checkpoint":
+      return sc.checkpoint(f)
+    if wrap == "custom_jvp":
+      g = sc.custom_jvp(f)
+      g.defjvp(lambda p, t: (f(*p), t[0]))
+      return g
+    if wrap == "cond":   # a predicate that is the same on every device
+      return lambda x: lax.cond(lax.psum(x, "i") > -1e9, f, lambda y: f(y), x)
+    return lambda x: lax.scan(lambda c, _: (f(c), None), x, None, length=2)[0]
+  x = np.arange(N, dtype=np.float32)
+  # The wrapped function's operand is the same on every device; only axis_index inside varies.
+  varying = through(lambda w: w * 0 + lax.axis_index("i").astype(np.float32))
+  with pytest.raises(ValueError, match="out_axes=None"):
+    sc.pmap(lambda v: varying(lax.psum(v, "i")), "i", out_axes=None)(x)
+  with pytest.raises(ValueError, match="out_axes=None"):
+    sc.pmap(lambda v: sc.jit(lambda: lax.axis_index("i"))(), "i", out_axes=None)(x)
+  # A mapped operand reduced inside the wrapped function is the same on every device.
+  summed = through(lambda w: lax.psum(w, "i"))
+  out = sc.pmap(lambda v: summed(v), "i", out_axes=None)(x)
+  _close(out, np.full((), x.sum()) if wrap != "scan" else x.sum() * N)
 
 
 def test_error_bad_in_axes():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import stagecraft
-from stagecraft import api, core, lax
+from stagecraft import core, lax, pjit
 from stagecraft.interpreters import ad, batching, lowering
 
 
@@ -15,7 +15,7 @@ def all_primitives():
   prims = {}
   from stagecraft import ad_checkpoint, custom_derivatives
   from stagecraft.interpreters import ad as ad_mod
-  mods = [api, ad_mod, ad_checkpoint, custom_derivatives] + [
+  mods = [pjit, ad_mod, ad_checkpoint, custom_derivatives] + [
       importlib.import_module(f"stagecraft.lax.{m.name}") for m in pkgutil.iter_modules(lax.__path__)]
   for mod in mods:
     for name, obj in vars(mod).items():

@@ -14,14 +14,13 @@ sublinear memory cost", for the idea).
 from __future__ import annotations
 
 import functools
-import weakref
 from typing import Callable, Sequence
 
 import optree
 
 from stagecraft import core, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr
-from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, calls, lowering, partial_eval as pe
 
 __all__ = ["checkpoint", "remat", "remat_p"]
 
@@ -36,26 +35,6 @@ def _remat_lowering(ctx, *args, jaxpr: ClosedJaxpr, prevent_cse: bool, different
   if differentiated and prevent_cse and args:
     args = ctx.op("stablehlo.optimization_barrier", list(args), result_avals=ctx.avals_in)
   return lowering.lower_call(ctx, "checkpoint", jaxpr, args)
-
-
-_jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-_memo = core.memo_on_jaxpr
-
-
-def _remat_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated, policy):
-  nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
-  jvp_closed, consts, out_nz = _memo(_jvp_cache, jaxpr, nonzeros,
-                                     lambda: ad.jvp_jaxpr(jaxpr, nonzeros))
-  outs = remat_p.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
-                      jaxpr=jvp_closed, prevent_cse=prevent_cse, differentiated=True,
-                      policy=policy)
-  n = len(jaxpr.out_avals)
-  it = iter(outs[n:])
-  return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
-                    for nz, a in zip(out_nz, jaxpr.out_avals)]
 
 
 def _remat_partial_eval(eqn, unknowns):
@@ -89,37 +68,14 @@ def _remat_partial_eval(eqn, unknowns):
   return known_eqn, unknown_eqn, out_unknowns
 
 
-def _remat_transpose(cts, *args, jaxpr: ClosedJaxpr, prevent_cse, differentiated, policy):
-  undefined = tuple(ad.is_undefined_primal(a) for a in args)
-  ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
-  t_closed, consts = _memo(_transpose_cache, jaxpr, (undefined, ct_nonzeros),
-                           lambda: ad.transpose_jaxpr(jaxpr, undefined, ct_nonzeros))
-  outs = remat_p.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
-                      *[c for c in cts if type(c) is not ad.Zero], jaxpr=t_closed,
-                      prevent_cse=prevent_cse, differentiated=True, policy=policy)
-  it = iter(outs)
-  return [next(it) if u else None for u in undefined]
-
-
-_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _remat_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated,
-                 policy):
-  b_closed, consts, out_dims = _memo(
-      _batch_cache, jaxpr, (tuple(dims), axis_data),
-      lambda: batching.batch_jaxpr(jaxpr, axis_data, dims, [None] * len(jaxpr.out_avals)))
-  outs = remat_p.bind(*consts, *args, jaxpr=b_closed, prevent_cse=prevent_cse,
-                      differentiated=differentiated, policy=policy)
-  return outs, out_dims
-
-
 core.def_closed_call(remat_p, "jaxpr")
 lowering.register_lowering(remat_p, _remat_lowering)
-ad.primitive_jvps[remat_p] = _remat_jvp
+# NB: the JVP and transpose of a checkpoint are checkpoints of the derived jaxprs, marked
+# differentiated (their lowering keeps the recomputation from being merged back).
+calls.CallRules(remat_p, "jaxpr", lambda params, what: (
+    {**params, "differentiated": True} if what in ("jvp", "transpose") else params)
+).register(partial_eval=False, dce=False)
 ad.partial_eval_rules[remat_p] = _remat_partial_eval
-ad.primitive_transposes[remat_p] = _remat_transpose
-batching.axis_primitive_batchers[remat_p] = _remat_batch
 core.pp_param_order[remat_p] = ("jaxpr", "prevent_cse", "differentiated", "policy")
 
 

@@ -1,970 +1,31 @@
-"""User-facing transformations: `jit`, `make_jaxpr`, `eval_shape`.
-
-`jit` traces its function once per signature — the tree structure of the arguments, the aval
-(shape, dtype, weak type) of each array leaf, the values of static arguments and the x64
-flag — and caches the traced jaxpr and the compiled executable under that key. Caches hang
-off the function object through a weak reference, so they go when the function does.
-"""
+"""User-facing transformations: `make_jaxpr`, `eval_shape`, `jvp`, `linearize`, `vjp`,
+`grad`, `value_and_grad`, `jacfwd`, `jacrev`, `hessian`, `vmap`, `pmap` (`jit` lives in
+`stagecraft.pjit`, below the libraries that use it)."""
 from __future__ import annotations
 
 import functools
-import inspect
-import weakref
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import optree
 
 from stagecraft import core, dtypes, tree_util
+from stagecraft.api_util import (check_out_leaves, describe_arg, flatten, flatten_axes,
+                                 fun_name, mapped_axes, normalize_argnums)
 from stagecraft.config import config
-from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
-from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe, pxla
-from stagecraft.runtime import client, dispatch
+from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
+from stagecraft import lax, numpy as jnp
+from stagecraft.interpreters import ad, batching, partial_eval as pe
+from stagecraft.interpreters.mapping import mapped_aval, varying_axes
+from stagecraft.lax.spmd import pmap_executable, xla_pmap_p
+from stagecraft.pjit import jit, trace_flat
+from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
 
+__all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
+           "jacfwd", "jacrev", "hessian", "vmap", "pmap", "jit"]
+
 _NS = tree_util.NAMESPACE
-
-
-def _flatten(tree):
-  return optree.tree_flatten(tree, none_is_leaf=False, namespace=_NS)
-
-
-# ---------------------------------------------------------------------------
-# The call primitive of jit: `jit[name=f jaxpr={...}] args`.
-
-jit_p = core.Primitive("jit")
-jit_p.multiple_results = True
-
-
-def _jit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str):
-  return jaxpr.out_avals
-
-
-_jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, dispatch.Executable]" = (
-    weakref.WeakKeyDictionary())
-
-
-def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
-  if dispatch.placement_used[0]:
-    placement = dispatch.target_placement(args)
-    if type(placement) is dispatch.Placement:   # arguments split over a mesh
-      from stagecraft.interpreters import sharded
-      return sharded.call_closed(jaxpr, name, args, placement)
-  ex = _jit_executables.get(jaxpr)
-  if ex is None:
-    ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
-  return ex.call(args)
-
-
-def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
-  assert not jaxpr.consts, "jit_p's jaxpr takes its consts as arguments"
-  chain = pxla.mesh_chain(jaxpr.jaxpr)
-  if chain:   # a jit containing pmaps (e.g. derived by autodiff): one SPMD program
-    return pxla.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain)
-  from stagecraft.interpreters import sharded
-  if sharded.jaxpr_meshes(jaxpr.jaxpr):   # shard_map / sharding constraints inside
-    return sharded.call_closed_executable(jaxpr, name)
-  text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr)
-  return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
-                             text)
-
-
-def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str):
-  return lowering.lower_call(ctx, name, jaxpr, args)
-
-
-_memo = core.memo_on_jaxpr
-
-
-_jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _jit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str):
-  # The JVP of a call is a call of the JVP jaxpr: it stays one staged `jit` equation.
-  nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
-  jvp_closed, consts, out_nz = _memo(_jvp_cache, jaxpr, nonzeros,
-                                     lambda: ad.jvp_jaxpr(jaxpr, nonzeros))
-  outs = jit_p.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
-                    jaxpr=jvp_closed, name=f"jvp({name})")
-  n = len(jaxpr.out_avals)
-  it = iter(outs[n:])
-  return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
-                    for nz, a in zip(out_nz, jaxpr.out_avals)]
-
-
-def _jit_partial_eval(eqn, unknowns):
-  # Splits a call with partly unknown inputs into a known call (known outputs + residuals)
-  # and an unknown call reading the residuals: linearize keeps both staged.
-  closed, name = eqn.params["jaxpr"], eqn.params["name"]
-  def make():
-    k, u, nres, out_unknowns = ad.partial_eval_jaxpr(closed.jaxpr, unknowns,
-                                                     [False] * len(closed.out_avals))
-    # One ClosedJaxpr per split, so the executables compiled for it are reused.
-    return ClosedJaxpr(k, []), ClosedJaxpr(u, []), nres, out_unknowns
-  known_closed, unknown_closed, nres, out_unknowns = _memo(_pe_cache, closed, tuple(unknowns),
-                                                           make)
-  known = known_closed.jaxpr
-  res_vars = [core.Var(v.aval) for v in known.outvars[len(known.outvars) - nres:]]
-  known_outs = [v for v, u in zip(eqn.outvars, out_unknowns) if not u]
-  known_eqn = core.JaxprEqn(
-      [v for v, u in zip(eqn.invars, unknowns) if not u], [*known_outs, *res_vars], jit_p,
-      {"jaxpr": known_closed, "name": name})
-  unknown_eqn = core.JaxprEqn(
-      [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
-      [v for v, u in zip(eqn.outvars, out_unknowns) if u], jit_p,
-      {"jaxpr": unknown_closed, "name": name})
-  return known_eqn, unknown_eqn, out_unknowns
-
-
-def _jit_transpose(cts, *args, jaxpr: ClosedJaxpr, name: str):
-  # The transpose of a linear call is a call of the transposed jaxpr.
-  undefined = tuple(ad.is_undefined_primal(a) for a in args)
-  ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
-  t_closed, consts = _memo(_transpose_cache, jaxpr, (undefined, ct_nonzeros),
-                           lambda: ad.transpose_jaxpr(jaxpr, undefined, ct_nonzeros))
-  outs = jit_p.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
-                    *[c for c in cts if type(c) is not ad.Zero], jaxpr=t_closed,
-                    name=f"transpose({name})")
-  it = iter(outs)
-  return [next(it) if u else None for u in undefined]
-
-
-_dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _jit_dce(used_outs, eqn):
-  # Unused outputs of a call, and the work and inputs only they needed, go.
-  if not any(used_outs):
-    return [False] * len(eqn.invars), None
-  closed = eqn.params["jaxpr"]
-
-  def make():
-    j, used_ins = pe.dce_jaxpr(closed.jaxpr, used_outs)
-    return ClosedJaxpr(j, []), used_ins
-  new_closed, used_ins = _memo(_dce_cache, closed, tuple(used_outs), make)
-  if all(used_outs) and all(used_ins):
-    return used_ins, eqn
-  return used_ins, eqn.replace(
-      invars=[v for v, u in zip(eqn.invars, used_ins) if u],
-      outvars=[v for v, u in zip(eqn.outvars, used_outs) if u],
-      params={**eqn.params, "jaxpr": new_closed})
-
-
-_batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _jit_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, name: str):
-  # vmap of a call is a call of the batched jaxpr: it stays one staged `jit` equation. An
-  # axis rule (called even with no batched argument) so collectives inside see the axis.
-  key = (tuple(dims), axis_data)
-  b_closed, consts, out_dims = _memo(
-      _batch_cache, jaxpr, key,
-      lambda: batching.batch_jaxpr(jaxpr, axis_data, dims, [None] * len(jaxpr.out_avals)))
-  outs = jit_p.bind(*consts, *args, jaxpr=b_closed, name=name)
-  return outs, out_dims
-
-
-jit_p.def_abstract_eval(_jit_abstract_eval)
-jit_p.def_impl(_jit_impl)
-lowering.register_lowering(jit_p, _jit_lowering)
-ad.primitive_jvps[jit_p] = _jit_jvp
-ad.partial_eval_rules[jit_p] = _jit_partial_eval
-ad.primitive_transposes[jit_p] = _jit_transpose
-pe.dce_rules[jit_p] = _jit_dce
-batching.axis_primitive_batchers[jit_p] = _jit_batch
-core.pp_param_order[jit_p] = ("name", "jaxpr")
-
-
-# ---------------------------------------------------------------------------
-# Argument handling shared by jit, make_jaxpr and eval_shape
-
-
-def _abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
-  t = type(x)
-  if t is Array:
-    return x.aval
-  try:
-    return core.get_aval(x)
-  except TypeError:
-    pass
-  if isinstance(x, ShapeDtypeStruct) or (hasattr(x, "shape") and hasattr(x, "dtype")
-                                         and not isinstance(x, type)):
-    try:
-      return ShapedArray(tuple(int(d) for d in x.shape), dtypes.canonicalize_dtype(x.dtype),
-                         bool(getattr(x, "weak_type", False)))
-    except TypeError:
-      pass
-  raise TypeError(
-      f"Error interpreting argument to {fun_name} as an abstract array. The problematic value "
-      f"is of type {type(x)} and was passed to the function at path {path}. This typically "
-      f"means that a jit-wrapped function was called with a non-array argument, and this "
-      f"argument was not marked as static using the static_argnums or static_argnames "
-      f"parameters of jit.")
-
-
-def _fun_name(fun: Callable) -> str:
-  return getattr(fun, "__name__", None) or type(fun).__name__
-
-
-def _signature(fun: Callable):
-  try:
-    return inspect.signature(fun)
-  except (TypeError, ValueError):
-    return None
-
-
-def _arg_names(sig, dyn_argnums: Sequence[int], dyn_kwarg_names: Sequence[str],
-               args_tree_with_paths) -> tuple[tuple[str, ...], tuple[int | str, ...]]:
-  """One readable name per flat leaf (`x`, `params['w']`) and the top-level origin."""
-  params = list(sig.parameters.values()) if sig is not None else []
-  positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
-                                                     p.POSITIONAL_OR_KEYWORD)]
-  var_pos = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
-  names, origins = [], []
-  for path, _ in args_tree_with_paths:
-    top, rest = path[0], path[1:]   # (args, kwargs) tuple
-    if top.idx == 0:
-      i = rest[0].idx
-      argnum = dyn_argnums[i]
-      if argnum < len(positional):
-        base = positional[argnum]
-      elif var_pos is not None:
-        base = f"{var_pos}[{argnum - len(positional)}]"
-      else:
-        base = f"args[{argnum}]"
-      names.append(base + tree_util.keystr(rest[1:]))
-      origins.append(argnum)
-    else:
-      key = rest[0].key
-      names.append(str(key) + tree_util.keystr(rest[1:]))
-      origins.append(str(key))
-  return tuple(names), tuple(origins)
-
-
-def _check_out_leaves(leaves, out_tree, fun_name: str, what: str):
-  for i, leaf in enumerate(leaves):
-    if isinstance(leaf, core.Tracer) or type(leaf) is Array:
-      continue
-    if not core.valid_array_type(leaf):
-      paths = tree_util.tree_flatten_with_path(tree_util.tree_unflatten(out_tree, leaves))[0]
-      path = tree_util.keystr(paths[i][0]) if i < len(paths) else f"leaf {i}"
-      raise TypeError(
-          f"The function {fun_name} passed to {what} returned a value of type "
-          f"{type(leaf).__name__} at output{path or ' (the whole output)'}, which is not a "
-          f"valid array type. Return arrays, scalars, or pytrees of them.")
-
-
-class _Traced:
-  """The result of tracing one signature: the jaxpr with consts as leading invars, and its
-  compiled calls (for the default device, and per other device)."""
-  __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "__weakref__")
-
-  def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree):
-    self.jaxpr = jaxpr
-    self.consts = consts
-    self.out_tree = out_tree
-    self.executable = None
-    self.device_calls = {}
-
-
-def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequence[int],
-               static_argnames: Sequence[str], traced_for: str,
-               in_avals: Sequence[ShapedArray] | None = None) -> tuple[_Traced, Any]:
-  """Traces `fun(*args, **kwargs)` with the static arguments fixed; returns the traced
-  signature (consts as leading invars) and the flat dynamic leaves."""
-  fun_name = _fun_name(fun)
-  dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
-  dyn_args = tuple(args[i] for i in dyn_argnums)
-  dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
-  leaves, in_tree = _flatten((dyn_args, dyn_kwargs))
-  sig = _signature(fun)
-  with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
-  names, origins = _arg_names(sig, dyn_argnums, list(dyn_kwargs), with_paths)
-  if in_avals is None:
-    in_avals = [_abstractify(x, names[i], fun_name) for i, x in enumerate(leaves)]
-  debug = DebugInfo(traced_for, fun_name, names, origins)
-  out_tree_box = []
-
-  def flat_fun(*flat):
-    d_args, d_kwargs = optree.tree_unflatten(in_tree, flat)
-    full = list(d_args)
-    for i in sorted(static_argnums):
-      if i < len(args):
-        full.insert(i, args[i])
-    all_kwargs = {**{k: v for k, v in kwargs.items() if k in static_argnames}, **d_kwargs}
-    out = fun(*full, **all_kwargs)
-    out_leaves, out_tree = _flatten(out)
-    _check_out_leaves(out_leaves, out_tree, fun_name, traced_for)
-    out_tree_box.append(out_tree)
-    return out_leaves
-
-  jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
-  closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
-  return _Traced(closed, list(consts), out_tree_box[0]), leaves
-
-
-# ---------------------------------------------------------------------------
-# jit
-
-_fun_caches: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
-
-
-def _cache_for(fun: Callable, options: tuple) -> dict:
-  try:
-    per_fun = _fun_caches.get(fun)
-    if per_fun is None:
-      per_fun = _fun_caches[fun] = {}
-  except TypeError:   # not weakly referenceable: a cache for this wrapper only
-    return {}
-  return per_fun.setdefault(options, {})
-
-
-def _normalize_argnums(argnums, name: str) -> tuple[int, ...]:
-  if argnums is None:
-    return ()
-  if isinstance(argnums, int):
-    argnums = (argnums,)
-  try:
-    return tuple(int(i) for i in argnums)
-  except TypeError:
-    raise TypeError(f"jit: {name} must be an int or a sequence of ints, got {argnums!r}.")
-
-
-def _normalize_argnames(argnames, name: str) -> tuple[str, ...]:
-  if argnames is None:
-    return ()
-  if isinstance(argnames, str):
-    return (argnames,)
-  return tuple(argnames)
-
-
-class _CompiledCall:
-  """A compiled signature's call: leaves in, Arrays out. `device` is where it runs (None:
-  the default device)."""
-  __slots__ = ("exe", "kept", "const_bufs", "in_avals", "out_avals", "out_tree", "donated",
-               "simple", "single", "text", "device")
-
-  def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text,
-               device):
-    self.exe = exe
-    self.kept = kept                  # indices of the leaves the program reads, or None: all
-    self.const_bufs = const_bufs
-    self.in_avals = in_avals          # avals of all dynamic leaves
-    self.out_avals = out_avals
-    self.out_tree = out_tree
-    self.donated = donated            # leaf indices donated, or ()
-    self.simple = not const_bufs and not donated and device is None
-    self.single = out_tree.num_leaves == 1 and out_tree.num_nodes == 1
-    self.text = text
-    self.device = device
-
-  def call_arrays(self, args: Sequence[Array]):
-    """The fast path: every argument is an Array on the default device."""
-    bufs = ([x._buf for x in args] if self.kept is None
-            else [args[i]._buf for i in self.kept])
-    try:
-      results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
-    except TypeError:
-      dispatch._raise_if_donated(args)
-      raise
-    if self.single:
-      return Array(results[0][0], self.out_avals[0])
-    return optree.tree_unflatten(self.out_tree, [
-        Array(r[0], av) for r, av in zip(results, self.out_avals)])
-
-  def __call__(self, leaves: Sequence[Any]):
-    in_avals, dev = self.in_avals, self.device
-    idx = range(len(leaves)) if self.kept is None else self.kept
-    if dev is None and not dispatch.placement_used[0]:
-      bufs = [leaves[i]._buf if type(leaves[i]) is Array
-              else dispatch.to_buffer(leaves[i], in_avals[i]) for i in idx]
-    else:
-      bufs = [dispatch.to_buffer(leaves[i], in_avals[i], dev) for i in idx]
-    if self.const_bufs:
-      bufs = [*self.const_bufs, *bufs]
-    try:
-      results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
-    except TypeError:
-      dispatch._raise_if_donated(leaves)
-      raise
-    for i in self.donated:
-      x = leaves[i]
-      if type(x) is Array and x._buf is not None and x._buf.is_deleted():
-        x._buf = None
-    outs = [Array(r[0], av, dev) for r, av in zip(results, self.out_avals)]
-    return optree.tree_unflatten(self.out_tree, outs)
-
-
-class _SpmdCall:
-  """A compiled signature whose program spans several devices (jit of pmap): replicated
-  arguments in, replicated results out (one copy each)."""
-  simple = False
-
-  def __init__(self, lowered: LoweredSignature, exe=None):
-    entry = lowered.entry
-    jaxpr = entry.jaxpr.jaxpr
-    nconst = len(entry.consts)
-    devs = lowered.spmd_devices
-    if exe is None:
-      exe = dispatch.compile_module(lowered.text, devs, num_partitions=len(devs))
-    self.exe = exe
-    self.kept = lowered.kept
-    self.consts = [entry.consts[i] for i in lowered.used_consts]
-    self.in_avals = [v.aval for v in jaxpr.invars[nconst:]]
-    self.out_avals = jaxpr.out_avals
-    self.out_tree = entry.out_tree
-    self.donated = lowered.donated
-    self.text = lowered.text
-    self.device = None
-    const_avals = [jaxpr.invars[i].aval for i in lowered.used_consts]
-    idx = range(len(self.in_avals)) if self.kept is None else self.kept
-    self.program = pxla.replicated_program(
-        exe, devs, [*const_avals, *[self.in_avals[i] for i in idx]], self.out_avals,
-        self.text, [len(const_avals) + k for k, i in enumerate(idx) if i in self.donated])
-
-  def __call__(self, leaves: Sequence[Any]):
-    idx = range(len(leaves)) if self.kept is None else self.kept
-    outs = self.program.call([*self.consts, *[leaves[i] for i in idx]])
-    return optree.tree_unflatten(self.out_tree, outs)
-
-
-class _ShardedCall:
-  """A compiled signature whose program spans a device mesh (sharded jit): arguments laid
-  out by the program's input shardings, results Arrays over the mesh."""
-  simple = False
-
-  def __init__(self, lowered: LoweredSignature, exe=None):
-    from stagecraft.interpreters import sharded
-    entry = lowered.entry
-    mesh, in_sh, out_sh, self._given_in = lowered.mesh_layout
-    jaxpr = entry.jaxpr.jaxpr
-    nconst = len(entry.consts)
-    self.kept = lowered.kept
-    self.in_avals = [v.aval for v in jaxpr.invars[nconst:]]
-    self.out_avals = jaxpr.out_avals
-    self.out_tree = entry.out_tree
-    self.donated = lowered.donated
-    self.text = lowered.text
-    self.device = None
-    idx = range(len(self.in_avals)) if self.kept is None else self.kept
-    mask = [False] * len(lowered.used_consts) + [i in self.donated for i in idx]
-    self.program = sharded.compile_sharded(lowered.name, lowered.dce_jaxpr, mesh, in_sh,
-                                           out_sh, donated=mask, text=lowered.text, exe=exe)
-    self.exe = self.program.exe
-    nc = len(lowered.used_consts)
-    # NB: constants go to the devices once, laid out as the program wants them.
-    self.consts = [Array(pxla.shard_arg(entry.consts[i], jaxpr.invars[i].aval, sh),
-                         jaxpr.invars[i].aval, None, sh)
-                   for i, sh in zip(lowered.used_consts, self.program.in_shardings[:nc])]
-    self.arg_shardings = self.program.in_shardings[nc:]
-    self.mesh = mesh
-    self.names = lowered.names
-    kept = set(idx)
-    self._pruned = [i for i, g in enumerate(self._given_in) if i not in kept and g is not None]
-
-  def __call__(self, leaves: Sequence[Any]):
-    idx = range(len(leaves)) if self.kept is None else self.kept
-    args = [leaves[i] for i in idx]
-    for k, (x, sh) in enumerate(zip(args, self.arg_shardings)):
-      if type(x) is Array and (x._sharding is not None or x._device is not None):
-        if x._sharding is not sh and x.sharding != sh:
-          self._mismatch(list(idx)[k], x, sh)
-    if self.kept is not None:   # NB: a pruned leaf must still fit the layout it was given
-      for i in self._pruned:
-        x, sh = leaves[i], self._given_in[i]
-        if type(x) is Array and (x._sharding is not None or x._device is not None):
-          if x.sharding != sh:
-            self._mismatch(i, x, sh)
-    outs = self.program.call([*self.consts, *args])
-    return optree.tree_unflatten(self.out_tree, outs)
-
-  def _mismatch(self, i, x, sh):
-    from stagecraft.errors import DeviceAssignmentMismatchError
-    name = self.names[i] if self.names else f"{i}"
-    what = f"argument {name} with shape {x.aval.str_short()}"
-    if tuple(x.sharding._device_assignment) != tuple(sh._device_assignment):
-      raise DeviceAssignmentMismatchError(
-          f"Received incompatible devices for jitted computation. Got {what} with device ids "
-          f"{[d.id for d in x.sharding._device_assignment]} and the compiled input sharding "
-          f"with device ids {[d.id for d in sh._device_assignment]}. Move it first with "
-          f"stagecraft.device_put(x, sharding).")
-    raise ValueError(f"Array(s) sharding does not match the input(s) sharding. Here are the "
-                     f"1 mismatches:\nGot Array sharding: {x.sharding} and input sharding: "
-                     f"{sh} for {what}\nMove the argument with stagecraft.device_put(x, "
-                     f"sharding) first.")
-
-  def input_shardings(self) -> list:
-    """One sharding per dynamic leaf (pruned leaves: the sharding given for them by
-    in_shardings or their committed layout, else replicated over the mesh)."""
-    from stagecraft.sharding import NamedSharding, PartitionSpec
-    out = [NamedSharding(self.mesh, PartitionSpec()) if g is None else g
-           for g in self._given_in]
-    idx = range(len(self.in_avals)) if self.kept is None else self.kept
-    for i, sh in zip(idx, self.arg_shardings):
-      out[i] = sh
-    return out
-
-
-class JitWrapped:
-  """The function returned by `jit`. Calling it runs the compiled program for the arguments'
-  signature (tracing and compiling on the first call of a signature)."""
-
-  def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
-               donate_argnames, keep_unused: bool, inline: bool, device=None,
-               backend: str | None = None, in_shardings=None, out_shardings=None):
-    if not callable(fun):
-      raise TypeError(f"jit expects a callable, got {fun!r} of type {type(fun).__name__}.")
-    if device is not None and backend is not None:
-      raise ValueError("jit: pass at most one of `device` and `backend`.")
-    self._sharded = in_shardings is not None or out_shardings is not None
-    if self._sharded and (device is not None or backend is not None):
-      raise ValueError("jit: `device`/`backend` and in_shardings/out_shardings cannot be "
-                       "combined; the shardings name the devices.")
-    self._in_shardings = in_shardings
-    self._out_shardings = out_shardings
-    if backend is not None:
-      device = client.devices(backend)[0]
-    if device is not None and not hasattr(device, "client"):
-      raise TypeError(f"jit: `device` must be a device from stagecraft.devices(), got "
-                      f"{device!r}.")
-    # NB: None stands for the default device everywhere in dispatch.
-    self._device = None if device is None or device == client.default_device() else device
-    if self._device is not None:
-      dispatch.placement_used[0] = True
-    functools.update_wrapper(self, fun)
-    self._fun = fun
-    sig = _signature(fun)
-    static_argnums = _normalize_argnums(static_argnums, "static_argnums")
-    static_argnames = _normalize_argnames(static_argnames, "static_argnames")
-    donate_argnums = _normalize_argnums(donate_argnums, "donate_argnums")
-    donate_argnames = _normalize_argnames(donate_argnames, "donate_argnames")
-    pos: list[str] = []
-    var_positional = sig is None
-    if sig is not None:
-      params = list(sig.parameters.values())
-      pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-      var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
-      if not var_positional:
-        # NB: with *args, negative positions depend on each call's length (resolved then).
-        static_argnums = tuple(i + len(pos) if i < 0 else i for i in static_argnums)
-        donate_argnums = tuple(i + len(pos) if i < 0 else i for i in donate_argnums)
-      # Infer each of static_argnums/static_argnames from the other, as JAX does.
-      static_argnames = tuple(dict.fromkeys(
-          [*static_argnames, *(pos[i] for i in static_argnums if 0 <= i < len(pos))]))
-      static_argnums = tuple(sorted(set(
-          [*static_argnums, *(pos.index(k) for k in static_argnames if k in pos)])))
-      donate_argnums = tuple(sorted(set(
-          [*donate_argnums, *(pos.index(k) for k in donate_argnames if k in pos)])))
-    if set(static_argnums) & set(donate_argnums):
-      raise ValueError(f"jit: arguments {sorted(set(static_argnums) & set(donate_argnums))} "
-                       f"are both static and donated; static arguments cannot be donated.")
-    self._pos_names = pos
-    self._static_argnums = static_argnums
-    self._static_argnames = static_argnames
-    self._donate_argnums = donate_argnums
-    self._donate_argnames = donate_argnames
-    self._negative_argnums = any(i < 0 for i in (*static_argnums, *donate_argnums))
-    self._keep_unused = bool(keep_unused)
-    self._inline = bool(inline)
-    self._fast = (not static_argnums and not static_argnames and self._device is None and
-                  not self._sharded)
-    options = (static_argnums, static_argnames, donate_argnums, donate_argnames,
-               self._keep_unused)
-    # NB: shardings are per wrapper (prefix trees need not be hashable).
-    self._cache = {} if self._sharded else _cache_for(fun, options)
-
-  def __repr__(self):
-    return f"<jitted function {_fun_name(self._fun)}>"
-
-  def __get__(self, obj, objtype=None):
-    if obj is None:
-      return self
-    return functools.partial(self, obj)
-
-  def _argnums_for(self, nargs: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """static_argnums and donate_argnums for a call with `nargs` positional arguments."""
-    if not self._negative_argnums:
-      return self._static_argnums, self._donate_argnums
-    return (tuple(sorted(i % nargs if i < 0 else i for i in self._static_argnums)),
-            tuple(sorted(i % nargs if i < 0 else i for i in self._donate_argnums)))
-
-  # -- keys
-
-  def _key(self, args, kwargs, static_argnums):
-    if self._fast:
-      leaves, treedef = _flatten((args, kwargs))
-      static = ()
-    else:
-      static = tuple(args[i] for i in static_argnums if i < len(args)) + tuple(
-          (k, kwargs[k]) for k in self._static_argnames if k in kwargs)
-      dyn_args = tuple(a for i, a in enumerate(args) if i not in static_argnums)
-      dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
-      leaves, treedef = _flatten((dyn_args, dyn_kwargs))
-      try:
-        hash(static)
-      except TypeError as e:
-        bad = next(s for s in static if not _hashable(s))
-        bad = bad[1] if isinstance(bad, tuple) and len(bad) == 2 and isinstance(
-            bad[0], str) and not _hashable(bad[1]) else bad
-        raise TypeError(
-            f"Non-hashable static arguments are not supported. An error occurred while "
-            f"trying to hash an object of type {type(bad)}, {bad!r}. The error was:\n"
-            f"TypeError: {e}") from None
-    try:
-      sig = [x.aval if type(x) is Array or isinstance(x, core.Tracer) else _leaf_sig(x)
-             for x in leaves]
-    except (TypeError, OverflowError):
-      self._raise_bad_leaf(args, kwargs, static_argnums)
-      raise
-    dev = self._device
-    if dev is None and (dispatch.placement_used[0] or self._sharded):
-      dev = dispatch.target_placement(leaves)
-      if self._sharded and type(dev) is not dispatch.Placement:
-        dev = dispatch.Placement(dispatch._committed(x) for x in leaves)
-    return (treedef, static, config.state_key, dev, *sig), leaves, dev
-
-  def _raise_bad_leaf(self, args, kwargs, static_argnums):
-    """Re-raises a signature error naming the argument's key path."""
-    dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
-    dyn = (tuple(args[i] for i in dyn_argnums),
-           {k: v for k, v in kwargs.items() if k not in self._static_argnames})
-    with_paths = tree_util.tree_flatten_with_path(dyn)[0]
-    names, _ = _arg_names(_signature(self._fun), dyn_argnums, list(dyn[1]), with_paths)
-    for name, (_, x) in zip(names, with_paths):
-      try:
-        _abstractify(x, name, _fun_name(self._fun))
-      except OverflowError as e:
-        raise OverflowError(f"{e} The value was passed to {_fun_name(self._fun)} as the "
-                            f"argument at path {name}.") from None
-
-  # -- calls
-
-  def __call__(self, *args, **kwargs):
-    # Fast path: positional arguments whose leaves are all Arrays on the default device, a
-    # signature compiled before (keyed by the arguments' tree structure and avals).
-    if (not kwargs and self._fast and core._state.trace is core.eval_trace
-        and not dispatch.placement_used[0] and not config.disable_jit):
-      leaves, treedef = _flatten(args)
-      avals = [a.aval for a in leaves if type(a) is Array]
-      if len(avals) == len(leaves):
-        call = self._cache.get((treedef, config.state_key, *avals))
-        if call is not None:
-          return call.call_arrays(leaves)
-    return self._call(args, kwargs)
-
-  def _call(self, args, kwargs):
-    if config.disable_jit:
-      return self._fun(*args, **kwargs)
-    static_argnums, donate_argnums = self._argnums_for(len(args))
-    key, leaves, dev = self._key(args, kwargs, static_argnums)
-    entry = self._cache.get(key)
-    if entry is None:
-      entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
-    if core._state.trace is not core.eval_trace:
-      if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
-        return self._constrained_call(entry, args, kwargs, static_argnums, leaves)
-      outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr,
-                        name=_fun_name(self._fun))
-      return optree.tree_unflatten(entry.out_tree, outs)
-    call = entry.executable if dev is None else entry.device_calls.get(dev)
-    if call is None:
-      donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
-      if type(dev) is dispatch.Placement:
-        layout = self._layout(entry, args, kwargs, static_argnums, dev)
-        call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
-                                            _fun_name(self._fun), layout=layout))
-        entry.device_calls[dev] = call
-        return call(leaves)
-      call = compile_traced(entry, donated, self._keep_unused, _fun_name(self._fun), dev)
-      if dev is not None:
-        entry.device_calls[dev] = call
-      else:
-        entry.executable = call
-        if not kwargs and self._fast and call.simple and all(type(a) is Array
-                                                               for a in leaves):
-          self._cache[(_flatten(args)[1], config.state_key, *[a.aval for a in leaves])] = call
-    return call(leaves)
-
-  def _trace(self, args, kwargs, static_argnums) -> _Traced:
-    for i in static_argnums:
-      if i < len(args) and isinstance(args[i], core.Tracer):
-        raise TypeError(f"jit: static argument {i} of {_fun_name(self._fun)} is a traced "
-                        f"value ({args[i].aval.str_short()}); static arguments must be "
-                        f"concrete, hashable Python values.")
-    traced, _ = trace_flat(self._fun, args, kwargs, static_argnums,
-                           self._static_argnames, "jit")
-    return traced
-
-  def _constrained_call(self, entry, args, kwargs, static_argnums, leaves):
-    from stagecraft.interpreters import sharded
-    lay = self._layout(entry, args, kwargs, static_argnums, [None] * len(leaves))
-    bind = lambda xs, shs: [x if s is None else sharded.sharding_constraint_p.bind(x, sharding=s)
-                            for x, s in zip(xs, shs or [None] * len(xs))]
-    outs = jit_p.bind(*entry.consts, *bind(leaves, lay.explicit_in), jaxpr=entry.jaxpr,
-                      name=_fun_name(self._fun))
-    return optree.tree_unflatten(entry.out_tree, bind(outs, lay.explicit_out))
-
-  def _layout(self, entry, args, kwargs, static_argnums, placement) -> "_Layout":
-    """What a sharded signature's layout depends on: committed shardings, jit's shardings
-    (flattened per leaf) and names for error messages."""
-    from stagecraft.interpreters import sharded
-    dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
-    dyn_args = tuple(args[i] for i in dyn_argnums)
-    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
-    explicit_in = explicit_out = None
-    if self._in_shardings is not None:
-      if dyn_kwargs:
-        raise ValueError(f"jit: {_fun_name(self._fun)} was called with keyword arguments "
-                         f"{sorted(dyn_kwargs)}, but in_shardings are given for positional "
-                         f"arguments only; pass them positionally.")
-      explicit_in = sharded.flatten_shardings(self._in_shardings, dyn_args,
-                                              "jit in_shardings")
-    if self._out_shardings is not None:
-      out_shape = optree.tree_unflatten(entry.out_tree, [0] * entry.out_tree.num_leaves)
-      explicit_out = sharded.flatten_shardings(self._out_shardings, out_shape,
-                                               "jit out_shardings")
-    with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
-    names, _ = _arg_names(_signature(self._fun), dyn_argnums, list(dyn_kwargs), with_paths)
-    return _Layout(list(placement), explicit_in, explicit_out, names, _fun_name(self._fun))
-
-  # -- ahead-of-time stages (stagecraft.stages)
-
-  def trace(self, *args, **kwargs):
-    """Traces `fun` for the signature of `args` (arrays, scalars, ShapeDtypeStructs or any
-    object with `shape` and `dtype`; static arguments as concrete values).
-
-    Returns:
-      A `stagecraft.stages.Traced` (`.jaxpr`, `.out_info`, `.lower()`).
-
-    Raises:
-      TypeError: as a call would for bad arguments, and whatever `fun` raises when traced.
-    """
-    from stagecraft import stages   # NB: stages builds on this module
-    return stages.trace_jit(self, args, kwargs)
-
-  def lower(self, *args, **kwargs):
-    """Traces and lowers `fun` for the signature of `args` (as `trace`).
-
-    Returns:
-      A `stagecraft.stages.Lowered` (`.as_text()`, `.compile()`, `.cost_analysis()`, ...).
-    """
-    return self.trace(*args, **kwargs).lower()
-
-  def _stage(self, args, kwargs):
-    """The traced signature of a call (from the jit cache, tracing on a miss) with its flat
-    dynamic leaves, device, static argnums and donated leaf indices."""
-    static_argnums, donate_argnums = self._argnums_for(len(args))
-    key, leaves, dev = self._key(args, kwargs, static_argnums)
-    entry = self._cache.get(key)
-    if entry is None:
-      entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
-    donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
-    return entry, leaves, dev, static_argnums, donated
-
-  def _donated_leaves(self, args, kwargs, static_argnums, donate_argnums) -> set[int]:
-    """Flat indices of the dynamic leaves that belong to donated arguments."""
-    if not donate_argnums and not self._donate_argnames:
-      return set()
-    out, pos = set(), 0
-    for i, a in enumerate(args):
-      if i in static_argnums:
-        continue
-      n = len(_flatten(a)[0])
-      if i in donate_argnums:
-        out.update(range(pos, pos + n))
-      pos += n
-    for k in sorted(kwargs):   # NB: dict leaves flatten in sorted-key order
-      if k in self._static_argnames:
-        continue
-      n = len(_flatten(kwargs[k])[0])
-      if k in self._donate_argnames:
-        out.update(range(pos, pos + n))
-      pos += n
-    return out
-
-
-def _hashable(x) -> bool:
-  try:
-    hash(x)
-    return True
-  except TypeError:
-    return False
-
-
-def _leaf_sig(x):
-  t = type(x)
-  if t in dtypes._python_scalar_kind:
-    return core.get_aval(x)
-  if t is np.ndarray:
-    return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
-  return _abstractify(x, "?", "jit")
-
-
-class _Layout:
-  """A sharded jit signature's layout inputs: per dynamic leaf its committed sharding (or
-  None) and jit's in_sharding (or None), per output jit's out_sharding, leaf names."""
-  __slots__ = ("committed", "explicit_in", "explicit_out", "names", "fun_name")
-
-  def __init__(self, committed, explicit_in, explicit_out, names, fun_name):
-    self.committed = committed
-    self.explicit_in = explicit_in
-    self.explicit_out = explicit_out
-    self.names = names
-    self.fun_name = fun_name
-
-  def describe(self, avals):
-    return lambda i: (f"argument {self.names[i]} of {self.fun_name} with shape "
-                      f"{avals[i].str_short()}")
-
-
-class LoweredSignature:
-  """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
-  const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
-  __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices",
-               "mesh_layout", "dce_jaxpr", "name", "names")
-
-  def __init__(self, entry: _Traced, text: str, used_consts: list[int], kept: list[int] | None,
-               donated: tuple[int, ...], spmd_devices: list | None = None, mesh_layout=None,
-               dce_jaxpr=None, name: str = "", names=None):
-    self.entry = entry
-    self.text = text
-    self.used_consts = used_consts
-    self.kept = kept
-    self.donated = donated
-    self.spmd_devices = spmd_devices   # the devices of a program containing pmaps, or None
-    # A program over a user's mesh: (mesh, shardings of main's args, of its results, of
-    # every dynamic leaf pruned or not; None: left to the partitioner).
-    self.mesh_layout = mesh_layout
-    self.dce_jaxpr = dce_jaxpr
-    self.name = name
-    self.names = names
-
-
-def lower_traced(entry: _Traced, donated: set[int], keep_unused: bool,
-                 name: str, layout: _Layout | None = None) -> LoweredSignature:
-  """Lowers a traced signature to a StableHLO module: unused inputs are pruned (unless
-  `keep_unused`), donated leaves are marked; a program over a device mesh (a `layout` from
-  sharded arguments or jit's shardings, or meshes used inside) gets its shardings
-  (`interpreters.sharded.resolve`)."""
-  jaxpr = entry.jaxpr.jaxpr
-  nconst = len(entry.consts)
-  n_in = len(jaxpr.invars)
-  instantiate = [False] * nconst + [keep_unused] * (n_in - nconst)
-  dce_jaxpr, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
-  used_consts = [i for i in range(nconst) if used[i]]
-  kept_leaves = [i - nconst for i in range(nconst, n_in) if used[i]]
-  donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
-  kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
-  chain = pxla.mesh_chain(dce_jaxpr)
-  explicit = layout is not None and (layout.explicit_in is not None or
-                                     layout.explicit_out is not None)
-  if chain and not explicit:   # jit of pmap: one SPMD program over the pmaps' devices
-    text = pxla.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask)
-    return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
-                            pxla.chain_devices(chain))
-  from stagecraft.interpreters import sharded
-  n_dyn = n_in - nconst
-  if layout is not None or sharded.jaxpr_meshes(dce_jaxpr):
-    in_avals = [v.aval for v in jaxpr.invars[nconst:]]
-    lay = layout or _Layout([None] * n_dyn, None, None, [f"{i}" for i in range(n_dyn)], name)
-    resolved = sharded.resolve(jaxpr, nconst, lay.committed, lay.explicit_in,
-                               lay.explicit_out, lay.describe(in_avals))
-    if resolved is not None:
-      mesh, ins, outs = resolved
-      in_sh = [ins[i] for i in range(n_in) if used[i]]
-      text = sharded.lower_sharded_module(f"jit_{name}", dce_jaxpr, mesh, in_sh, outs,
-                                          donated=donated_mask)
-      return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
-                              mesh_layout=(mesh, in_sh, outs, ins[nconst:]),
-                              dce_jaxpr=dce_jaxpr,
-                              name=f"jit_{name}", names=lay.names)
-  text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
-  return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
-
-
-def compile_lowered(lowered: LoweredSignature, device=None, exe=None) -> _CompiledCall:
-  """Compiles a lowered signature for `device` (None: the default device), unless the
-  executable `exe` is given; consts become device buffers once."""
-  entry = lowered.entry
-  jaxpr = entry.jaxpr.jaxpr
-  nconst = len(entry.consts)
-  if lowered.spmd_devices is not None:
-    return _SpmdCall(lowered, exe)
-  if lowered.mesh_layout is not None:
-    return _ShardedCall(lowered, exe)
-  if exe is None:
-    exe = dispatch.compile_module(lowered.text, None if device is None else [device])
-  in_avals = [v.aval for v in jaxpr.invars[nconst:]]
-  const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device)
-                for i in lowered.used_consts]
-  return _CompiledCall(exe, lowered.kept, const_bufs, in_avals, jaxpr.out_avals,
-                       entry.out_tree, lowered.donated, lowered.text, device)
-
-
-def compile_traced(entry: _Traced, donated: set[int], keep_unused: bool, name: str,
-                   device=None) -> _CompiledCall:
-  """Lowers and compiles a traced signature for `device` (None: the default device):
-  unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
-  donated leaves are marked."""
-  return compile_lowered(lower_traced(entry, donated, keep_unused, name), device)
-
-
-def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,
-        static_argnames: str | Iterable[str] | None = None,
-        donate_argnums: int | Sequence[int] | None = None,
-        donate_argnames: str | Iterable[str] | None = None, keep_unused: bool = False,
-        device=None, backend: str | None = None, inline: bool = False,
-        in_shardings: Any = None, out_shardings: Any = None):
-  """Compiles `fun` with XLA; traces once per argument signature.
-
-  Args:
-    fun: a function of arrays (pytrees of arrays, scalars) returning arrays or pytrees.
-    static_argnums: positions of arguments that are compile-time constants (hashable);
-      each new value retraces. Inferred from `static_argnames` and vice versa.
-    static_argnames: names of keyword/positional arguments that are static.
-    donate_argnums / donate_argnames: arguments whose buffers the computation may reuse for
-      its outputs; a donated Array cannot be used afterwards (DonatedBufferError).
-    keep_unused: keep arguments the computation does not read (they are pruned otherwise).
-    device: the device to run on (default: the device of committed inputs, else the
-      default device). backend: a platform name ('cpu', 'gpu'); its first device.
-    inline: accepted for compatibility; nested jits are always staged as calls.
-    in_shardings: how the positional arguments are laid out over a device mesh: a
-      NamedSharding (or a PartitionSpec inside `with mesh:`), None (unspecified: the
-      argument's own layout if it is committed, else the partitioner's choice), or a pytree
-      prefix of the positional arguments of those. The program is then one SPMD program
-      over the mesh, partitioned by XLA (Shardy); arguments given as NumPy arrays, scalars
-      or default-device Arrays are split on the host. A committed Array laid out otherwise
-      is an error (move it with `device_put(x, sharding)`).
-    out_shardings: the same for the outputs (None: the partitioner's choice).
-
-  Returns:
-    A callable with `fun`'s signature returning Arrays in `fun`'s output structure.
-
-  Raises:
-    TypeError: for a non-callable `fun`, unhashable static arguments, arguments that are
-      not arrays (naming their key path), traced static arguments, or a bad `device`.
-    ValueError: for arguments both static and donated, or both `device` and `backend`;
-      at call time, for a committed argument laid out otherwise than its in_sharding.
-    DeviceAssignmentMismatchError: at call time, when committed arguments, shardings and
-      meshes used inside name different devices (each side named).
-
-  Example:
-    >>> import stagecraft, stagecraft.numpy as jnp
-    >>> f = stagecraft.jit(lambda x, y: jnp.sin(x) * y)
-    >>> f(jnp.arange(3.0), 2.0)
-    Array([0.       , 1.6829419, 1.8185948], dtype=float32)
-  """
-  if fun is None:
-    return functools.partial(jit, static_argnums=static_argnums,
-                             static_argnames=static_argnames, donate_argnums=donate_argnums,
-                             donate_argnames=donate_argnames, keep_unused=keep_unused,
-                             device=device, backend=backend, inline=inline,
-                             in_shardings=in_shardings, out_shardings=out_shardings)
-  return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
-                    keep_unused, inline, device, backend, in_shardings, out_shardings)
-
 
 # ---------------------------------------------------------------------------
 # make_jaxpr, eval_shape
@@ -988,7 +49,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
     >>> print(stagecraft.make_jaxpr(lambda x: jnp.sin(x) * 2.0)(jnp.ones(3)))
     { lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[3] = mul b 2.0:f32[] in (c,) }
   """
-  static_argnums = _normalize_argnums(static_argnums, "static_argnums")
+  static_argnums = normalize_argnums(static_argnums, "static_argnums")
 
   @functools.wraps(fun)
   def make(*args, **kwargs):
@@ -1031,12 +92,12 @@ def _flat_fun(fun: Callable, in_tree, has_aux: bool, store: list):
     aux = None
     if has_aux:
       if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise TypeError(f"has_aux=True requires {_fun_name(fun)} to return a pair "
+        raise TypeError(f"has_aux=True requires {fun_name(fun)} to return a pair "
                         f"(output, auxiliary data), got {type(out).__name__}.")
       out, aux = out
-    out_leaves, out_tree = _flatten(out)
-    _check_out_leaves(out_leaves, out_tree, _fun_name(fun), "differentiation")
-    aux_leaves, aux_tree = _flatten(aux)
+    out_leaves, out_tree = flatten(out)
+    check_out_leaves(out_leaves, out_tree, fun_name(fun), "differentiation")
+    aux_leaves, aux_tree = flatten(aux)
     store[:] = [out_tree, len(out_leaves), aux_tree]
     return [*out_leaves, *aux_leaves]
   return flat
@@ -1089,8 +150,8 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
     raise TypeError(f"primal and tangent arguments to jvp must be tuples or lists; found "
                     f"{type(primals).__name__} and {type(tangents).__name__}.")
-  p_leaves, p_tree = _flatten(tuple(primals))
-  t_leaves, t_tree = _flatten(tuple(tangents))
+  p_leaves, p_tree = flatten(tuple(primals))
+  t_leaves, t_tree = flatten(tuple(tangents))
   if p_tree != t_tree:
     raise TypeError(f"primal and tangent arguments to jvp must have the same tree "
                     f"structure; primals have tree structure {p_tree} whereas tangents "
@@ -1118,7 +179,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
     `(primals_out, f_jvp)` (and aux with has_aux), where `f_jvp(*tangents)` gives the
     output tangents.
   """
-  p_leaves, p_tree = _flatten(tuple(primals))
+  p_leaves, p_tree = flatten(tuple(primals))
   store: list = []
   flat = _flat_fun(fun, p_tree, has_aux, store)
   p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
@@ -1126,7 +187,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
   primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
 
   def f_jvp(*tangents):
-    t_leaves, t_tree = _flatten(tuple(tangents))
+    t_leaves, t_tree = flatten(tuple(tangents))
     if t_tree != p_tree:
       raise TypeError(f"linearized function called with tangents of structure {t_tree}; "
                       f"expected {p_tree}.")
@@ -1156,7 +217,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     TypeError: if the cotangent structure or dtypes differ from the output's, or a
       primitive lacks a transpose rule (MissingRuleError).
   """
-  p_leaves, p_tree = _flatten(tuple(primals))
+  p_leaves, p_tree = flatten(tuple(primals))
   store: list = []
   flat = _flat_fun(fun, p_tree, has_aux, store)
   p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
@@ -1166,7 +227,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
   nonzero_out_idx = [i for i, z in enumerate(zero_outs) if not z]
 
   def vjp_fn(cotangents):
-    ct_leaves, ct_tree = _flatten(cotangents)
+    ct_leaves, ct_tree = flatten(cotangents)
     if ct_tree != out_tree:
       raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match "
                       f"structure of primal output {out_tree}.")
@@ -1322,7 +383,7 @@ def _map_basis(linear_fn, basis_tree, n: int, axis: int, result_avals, batched_s
   `batched_shape(aval)` when the basis is empty (vmap needs a non-empty axis) and float0
   results (integer inputs of jacrev with allow_int) as float0 arrays."""
   if n:
-    flat = _flatten(vmap(linear_fn, out_axes=axis)(*basis_tree))[0]
+    flat = flatten(vmap(linear_fn, out_axes=axis)(*basis_tree))[0]
   else:
     flat = [None] * len(result_avals)
   return [np.zeros(batched_shape(a), a.dtype) if x is None or a.dtype == dtypes.float0
@@ -1332,7 +393,6 @@ def _map_basis(linear_fn, basis_tree, n: int, axis: int, result_avals, batched_s
 def _split_blocks(x, axis: int, sizes, offsets, shapes):
   """Cuts `x` along `axis` into `sizes` pieces reshaped to `shapes` (one Jacobian block per
   leaf on the basis side)."""
-  from stagecraft import lax, numpy as jnp
   if isinstance(x, np.ndarray) and x.dtype == dtypes.float0:
     return [np.zeros(shape, x.dtype) for shape in shapes]
   whole = len(sizes) == 1
@@ -1367,9 +427,9 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
                                                 holomorphic, True)
     res = linearize(partial_fun, *dyn, has_aux=has_aux)
     y, f_jvp = res[0], res[1]
-    in_leaves, in_tree = _flatten(dyn)
+    in_leaves, in_tree = flatten(dyn)
     in_avals = [core.get_aval(x) for x in in_leaves]
-    out_leaves, out_tree = _flatten(y)
+    out_leaves, out_tree = flatten(y)
     out_avals = [core.get_aval(o) for o in out_leaves]
     basis, sizes, offsets = _std_basis(in_avals)
     cols = _map_basis(f_jvp, optree.tree_unflatten(in_tree, basis), sum(sizes), -1, out_avals,
@@ -1401,9 +461,9 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
                                                 holomorphic, not allow_int)
     res = vjp(partial_fun, *dyn, has_aux=has_aux)
     y, vjp_fn = res[0], res[1]
-    in_leaves, in_tree = _flatten(dyn)
+    in_leaves, in_tree = flatten(dyn)
     in_avals = [core.get_aval(x) for x in in_leaves]
-    out_leaves, out_tree = _flatten(y)
+    out_leaves, out_tree = flatten(y)
     out_avals = [core.get_aval(o) for o in out_leaves]
     for a in out_avals:
       if holomorphic and not dtypes.is_complex(a.dtype):
@@ -1446,65 +506,6 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fal
 # vmap (interpreters/batching.py)
 
 
-def _flatten_axes(what: str, prefix, full_tree, leaves_tree_def) -> list:
-  """One axis spec per leaf of `full_tree` from a pytree prefix of it (ints or None)."""
-  p_leaves, p_def = optree.tree_flatten(prefix, none_is_leaf=True, namespace=_NS)
-  try:
-    subtrees = p_def.flatten_up_to(full_tree)
-  except ValueError:
-    raise ValueError(f"vmap {what} specification must be a tree prefix of the corresponding "
-                     f"value, got specification {prefix!r} for value tree "
-                     f"{leaves_tree_def}.") from None
-  out = []
-  for ax, sub in zip(p_leaves, subtrees):
-    if ax is not None and not isinstance(ax, (int, np.integer)):
-      raise TypeError(f"vmap {what} must be an int, None, or (nested) container with those "
-                      f"types as leaves, but got {ax!r}.")
-    out.extend([None if ax is None else int(ax)] * len(_flatten(sub)[0]))
-  return out
-
-
-def _describe_arg(path: str) -> str:
-  return f"argument {path}" if path else "the argument"
-
-
-def _mapped_axes(what: str, leaves, axes, paths, axis_size, no_mapped: str,
-                 aval_of=core.get_aval) -> tuple[list, int]:
-  """Normalizes the mapped axis of each leaf (None: not mapped) and finds the mapped size,
-  shared by vmap and pmap.
-
-  Raises:
-    ValueError: an axis out of range for its leaf's rank; no mapped leaf and no
-      `axis_size` (`no_mapped`); leaves (and `axis_size`) disagreeing on the size, listing
-      each with its key path and type.
-  """
-  dims, sizes = [], []
-  for x, ax, path in zip(leaves, axes, paths):
-    if ax is None:
-      dims.append(None)
-      continue
-    aval = aval_of(x)
-    nd = len(aval.shape)
-    if not -nd <= ax < nd:
-      raise ValueError(f"{what} was requested to map its argument along axis {ax}, which "
-                       f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
-                       f"is only {nd} (its shape is {aval.shape}).")
-    d = ax % nd
-    dims.append(d)
-    sizes.append((aval.shape[d], d, path, aval))
-  if not sizes and axis_size is None:
-    raise ValueError(no_mapped)
-  distinct = {s for s, *_ in sizes} | ({axis_size} if axis_size is not None else set())
-  if len(distinct) > 1:
-    lines = [f"  * axis_size was given as {axis_size};"] if axis_size is not None else []
-    for s, d, path, aval in sizes:
-      lines.append(f"  * one axis had size {s}: axis {d} of {_describe_arg(path)} of type "
-                   f"{aval.str_short()};")
-    raise ValueError(f"{what} got inconsistent sizes for array axes to be mapped:\n"
-                     + "\n".join(lines))
-  return dims, (axis_size if axis_size is not None else sizes[0][0])
-
-
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
          axis_size: int | None = None, spmd_axis_name: Any = None) -> Callable:
   """Vectorizes `fun` over a new leading (or `in_axes`) axis of its arguments, as JAX's
@@ -1531,14 +532,13 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       prefixes, or a mapped output whose out_axes is None.
     TypeError: for in_axes leaves that are not ints or None.
   """
-  from stagecraft.interpreters import batching
   if isinstance(in_axes, list):
     in_axes = tuple(in_axes)
   if not (in_axes is None or isinstance(in_axes, (int, np.integer, tuple, dict)) or
           optree.tree_flatten(in_axes, none_is_leaf=True, namespace=_NS)[1].num_nodes > 1):
     raise TypeError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding "
                     f"to the positional arguments passed to the function, but got {in_axes}.")
-  name = _fun_name(fun)
+  name = fun_name(fun)
 
   @functools.wraps(fun)
   def vmap_f(*args, **kwargs):
@@ -1546,13 +546,13 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries "
                        f"corresponding to the positional arguments passed to the function, "
                        f"but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
-    leaves, in_tree = _flatten((args, kwargs))
-    args_tree = _flatten(args)[1]
-    axes = _flatten_axes("in_axes", in_axes, args, args_tree)
+    leaves, in_tree = flatten((args, kwargs))
+    args_tree = flatten(args)[1]
+    axes = flatten_axes("in_axes", in_axes, args, args_tree)
     axes += [0] * (len(leaves) - len(axes))
     paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(args)[0]]
     paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
-    dims, size = _mapped_axes("vmap", leaves, axes, paths, axis_size,
+    dims, size = mapped_axes("vmap", leaves, axes, paths, axis_size,
                               "vmap must have at least one non-None value in in_axes")
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
     store: list = []
@@ -1560,14 +560,14 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     def flat(*xs):
       a, kw = optree.tree_unflatten(in_tree, xs)
       out = fun(*a, **kw)
-      out_leaves, out_tree = _flatten(out)
-      _check_out_leaves(out_leaves, out_tree, name, "vmap")
+      out_leaves, out_tree = flatten(out)
+      check_out_leaves(out_leaves, out_tree, name, "vmap")
       store[:] = [out, out_tree]
       return out_leaves
 
     outs, out_dims = batching.batch_flat(flat, leaves, dims, axis_data)
     out, out_tree = store
-    o_axes = _flatten_axes("out_axes", out_axes, out, out_tree)
+    o_axes = flatten_axes("out_axes", out_axes, out, out_tree)
     results = []
     for o, d, ax in zip(outs, out_dims, o_axes):
       if ax is None:
@@ -1584,3 +584,245 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     return optree.tree_unflatten(out_tree, results)
 
   return vmap_f
+
+
+
+# ---------------------------------------------------------------------------
+# pmap (lax/spmd.py holds its primitive, runtime/spmd.py its executables)
+
+def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: Any = 0,
+         static_broadcasted_argnums: int | Sequence[int] = (), devices: Sequence[Any] | None =
+         None, backend: str | None = None, axis_size: int | None = None,
+         donate_argnums: int | Sequence[int] = ()) -> Callable:
+  """Maps `fun` over an axis of its arguments with one device per position, as JAX's `pmap`:
+  the body is traced once, compiled once per signature as one SPMD program over the
+  devices, and its collectives (`lax.psum(x, axis_name)`, ...) communicate across them.
+
+  Args:
+    fun: a function of arrays (pytrees) returning arrays (pytrees).
+    axis_name: a name for the mapped axis, for collectives.
+    in_axes: an int, None, or a pytree prefix of the positional arguments: the axis of each
+      argument to split across devices (None: every device gets the whole argument).
+      Keyword arguments are split on axis 0.
+    out_axes: an int, None, or a prefix of the output: where the device axis goes in each
+      result (None: the result must be the same on every device, e.g. a psum, and one copy
+      is returned).
+    static_broadcasted_argnums: positions of hashable arguments passed to `fun` as Python
+      values (a new value retraces).
+    devices: the devices to run on (default: the first local devices); nested pmaps use
+      the product of their sizes.
+    backend: a platform name ('cpu'); its devices are used.
+    axis_size: the mapped size when no argument is mapped.
+    donate_argnums: arguments whose buffers the program may reuse for its results.
+
+  Returns:
+    The mapped function. Mapped results are Arrays split over the devices (`.sharding`,
+    `.addressable_shards`); passing them to the same pmap again moves no data through the
+    host; indexing or NumPy conversion gathers them.
+
+  Raises:
+    ValueError: inconsistent mapped sizes (naming each argument), more positions than
+      devices (naming both counts), axes out of range, an out_axes=None result that varies
+      across devices.
+    TypeError: non-hashable static arguments, or arguments that are not arrays.
+    NameError: a collective naming an axis that no enclosing pmap/vmap binds.
+
+  Under `stagecraft.disable_jit()` the map runs eagerly, one primitive at a time over all
+  positions, with collectives computed across positions (JAX's MapTrace, which evaluates each
+  primitive with vmap over the mapped axis); results match the compiled path.
+  """
+  if not callable(fun):
+    raise TypeError(f"pmap expects a callable, got {fun!r}.")
+  static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
+            else tuple(static_broadcasted_argnums))
+  donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+  if isinstance(in_axes, list):
+    in_axes = tuple(in_axes)
+  if backend is not None and devices is None:
+    devices = client.devices(backend)
+  devices = tuple(devices) if devices is not None else None
+  name = fun_name(fun)
+  cache: dict = {}
+  fast: dict = {}   # (treedef, config, avals) -> (executable, consts, out_tree) at top level
+
+  def prepare(args, kwargs):
+    nargs = len(args)
+    st = tuple(i % nargs if nargs else i for i in static)
+    for i in st:
+      if i >= nargs:
+        raise ValueError(f"pmap: static_broadcasted_argnums {static} refers to argument {i}, "
+                         f"but {name} was called with {nargs} positional arguments.")
+    static_vals = tuple(args[i] for i in st)
+    try:
+      hash(static_vals)
+    except TypeError as e:
+      raise TypeError(f"pmap: static_broadcasted_argnums must be hashable; argument "
+                      f"{st} gave: {e}") from None
+    dyn = tuple(a for i, a in enumerate(args) if i not in st)
+    dyn_axes = in_axes
+    if isinstance(in_axes, tuple):
+      if len(in_axes) != nargs:
+        raise ValueError(f"pmap in_axes must be an int, None, or a tuple of entries "
+                         f"corresponding to the positional arguments passed to the function, "
+                         f"but got len(in_axes)={len(in_axes)}, len(args)={nargs}")
+      dyn_axes = tuple(a for i, a in enumerate(in_axes) if i not in st)
+    return st, static_vals, dyn, dyn_axes
+
+  def call_fun(st, static_vals, dyn, kwargs):
+    it, sv = iter(dyn), iter(static_vals)
+    full = [next(sv) if i in st else next(it) for i in range(len(dyn) + len(st))]
+    return fun(*full, **kwargs)
+
+  @functools.wraps(fun)
+  def pmap_f(*args, **kwargs):
+    # Fast path: a top-level call of a signature run before, every leaf an Array.
+    if not kwargs and not static and core.trace_state.trace is core.eval_trace and \
+        not config.disable_jit:
+      leaves, treedef = flatten(args)
+      try:
+        key = (treedef, config.state_key, *[x.aval for x in leaves])
+      except AttributeError:
+        key = None
+      hit = fast.get(key) if key is not None else None
+      if hit is not None:
+        ex, consts, out_tree = hit
+        return optree.tree_unflatten(out_tree, ex.call([*consts, *leaves]))
+    st, static_vals, dyn, dyn_axes = prepare(args, kwargs)
+    if config.disable_jit:
+      return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes)
+    leaves, in_tree = flatten((dyn, kwargs))
+    dyn_tree = flatten(dyn)[1]
+    axes = flatten_axes("in_axes", dyn_axes, dyn, dyn_tree)
+    axes += [0] * (len(leaves) - len(axes))
+    paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(dyn)[0]]
+    paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
+    avals = []
+    for x, path in zip(leaves, paths):
+      try:
+        avals.append(x.aval if type(x) is Array else core.get_aval(x))
+      except TypeError:
+        raise TypeError(f"pmap: the argument at {describe_arg(path)} of {name} is not "
+                        f"an array (got {type(x).__name__}); pass arrays, or mark it with "
+                        f"static_broadcasted_argnums.") from None
+    norm_axes, size = mapped_axes(
+        "pmap", avals, axes, paths, axis_size,
+        "pmap requires at least one argument with a mapped axis (in_axes not None), or "
+        "axis_size.", aval_of=lambda a: a)
+    nproc = client.process_count() if devices is None else 1
+    if nproc > 1 and axis_size is None:
+      # A distributed run: each process passes its local part; the axis spans them all.
+      size *= nproc
+      avals = [a if ax is None else a.update(shape=a.shape[:ax] + (size,) + a.shape[ax + 1:])
+               for a, ax in zip(avals, norm_axes)]
+    if devices is not None and core.trace_state.trace is core.eval_trace and \
+        len(devices) < size:
+      raise ValueError(f"pmap: the mapped axis has size {size} but only {len(devices)} "
+                       f"devices were given ({list(devices)}).")
+    key = (in_tree, static_vals, tuple(norm_axes), size, config.state_key, *avals)
+    entry = cache.get(key)
+    if entry is None:
+      entry = _trace(call_fun, st, static_vals, in_tree, avals, norm_axes, size)
+      if entry[4]:   # NB: a body closing over tracers is traced again each call
+        cache[key] = entry
+    closed, consts, out_tree, varying, _ = entry
+    o_axes = flatten_axes("out_axes", out_axes, optree.tree_unflatten(
+        out_tree, [0] * out_tree.num_leaves), out_tree)
+    for k, (ax, var) in enumerate(zip(o_axes, varying)):
+      if ax is None and var:
+        path = tree_util.keystr(tree_util.tree_flatten_with_path(optree.tree_unflatten(
+            out_tree, list(range(out_tree.num_leaves))))[0][k][0])
+        raise ValueError(f"pmap out_axes=None requires the output{(' at ' + path) if path else ''}"
+                         f" to be the same on every device, but it depends on mapped inputs "
+                         f"(axis_name={axis_name!r}). Reduce it over the axis first (e.g. "
+                         f"lax.psum / lax.pmean), or give it an out_axes.")
+    o_axes_n = []
+    for ax, a in zip(o_axes, closed.out_avals):
+      if ax is None:
+        o_axes_n.append(None)
+        continue
+      nd = len(a.shape) + 1
+      if not -nd <= ax < nd:
+        raise ValueError(f"pmap out_axes specification {ax} is out of range for an output of "
+                         f"rank {nd} (including the mapped axis).")
+      o_axes_n.append(ax % nd)
+    n_dyn = len(leaves)
+    don = [False] * n_dyn
+    if donate:
+      dyn_pos = [i for i in range(len(args)) if i not in st]
+      counts = [len(flatten(a)[0]) for a in dyn]
+      start = 0
+      for pos, c in zip(dyn_pos, counts):
+        if pos in donate:
+          don[start:start + c] = [True] * c
+        start += c
+    params = dict(jaxpr=closed, axis_name=axis_name, axis_size=size,
+                  in_axes=(None,) * len(consts) + tuple(norm_axes), out_axes=tuple(o_axes_n),
+                  devices=devices, name=name,
+                  donated_invars=(False,) * len(consts) + tuple(don))
+    if core.trace_state.trace is not core.eval_trace:
+      return optree.tree_unflatten(out_tree, xla_pmap_p.bind(*consts, *leaves, **params))
+    in_avals = tuple(core.get_aval(c) for c in consts) + tuple(avals)
+    ex = pmap_executable(in_avals, params)
+    outs = ex.call([*consts, *leaves])
+    if not kwargs and not static and entry[4] and all(type(x) is Array for x in leaves):
+      fast[(flatten(args)[1], config.state_key, *avals)] = (ex, consts, out_tree)
+    return optree.tree_unflatten(out_tree, outs)
+
+  def _trace(call_fun, st, static_vals, in_tree, avals, axes, size):
+    local = [mapped_aval(a, ax) for a, ax in zip(avals, axes)]
+    store = []
+
+    def flat(*xs):
+      d, kw = optree.tree_unflatten(in_tree, xs)
+      out = call_fun(st, static_vals, d, kw)
+      out_leaves, out_tree = flatten(out)
+      check_out_leaves(out_leaves, out_tree, name, "pmap")
+      store[:] = [out_tree]
+      return out_leaves
+
+    with batching.extend_axis_env(axis_name, size):
+      jaxpr, consts = pe.trace_to_jaxpr(flat, local)
+    closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
+    on_axis = frozenset((axis_name,))
+    varying = [axis_name in v for v in varying_axes(
+        closed.jaxpr, [frozenset()] * len(consts) +
+        [on_axis if ax is not None else frozenset() for ax in axes])]
+    cacheable = not any(isinstance(c, core.Tracer) for c in consts)
+    return closed, consts, store[0], varying, cacheable
+
+  def _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes):
+    leaves = flatten((dyn, kwargs))[0]
+    mapped = flatten_axes("in_axes", dyn_axes, dyn, flatten(dyn)[1])
+    size = axis_size
+    for x, ax in zip(leaves, mapped + [0] * (len(leaves) - len(mapped))):
+      if ax is not None and size is None:
+        size = np.shape(x)[ax]
+    n = len(devices) if devices is not None else client.local_device_count()
+    if size is not None and size > n:
+      raise ValueError(
+          f"compiling computation that requires {size} logical devices, but only {n} XLA "
+          f"devices are available (num_replicas=1, num_partitions={size}).")
+    body = lambda d, kw: call_fun(st, static_vals, d, kw)
+    try:
+      return vmap(body, in_axes=(dyn_axes, 0), out_axes=out_axes, axis_name=axis_name,
+                      axis_size=axis_size)(dyn, kwargs)
+    except ValueError as e:
+      if "out_axes is None" not in str(e):
+        raise
+      raise ValueError(f"pmap out_axes=None requires the output to be the same on every "
+                       f"device, but it depends on mapped inputs (axis_name={axis_name!r}). "
+                       f"Reduce it over the axis first (e.g. lax.psum / lax.pmean), or give "
+                       f"it an out_axes.") from None
+
+  def lower(*args, **kwargs):
+    """`Lowered` for these arguments: the jit of this pmap (one SPMD program whose
+    arguments and results are replicated; `as_text()`, `compile()`)."""
+    def call(*a, **k):   # NB: not pmap_f itself, whose `lower` jit would copy over its own
+      return pmap_f(*a, **k)
+    call.__name__ = f"pmap_{name}"
+    return jit(call).lower(*args, **kwargs)
+
+  pmap_f.lower = lower
+  pmap_f._pmap_fun = fun
+  return pmap_f
+

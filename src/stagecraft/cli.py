@@ -26,7 +26,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import stagecraft as sc
 from stagecraft import dtypes
+from stagecraft.core import ShapeDtypeStruct
+from stagecraft.xla_computation import xla_computation
 
 __all__ = ["main", "parse_shape_spec", "parse_static", "resolve_function", "inspect_stage",
            "STAGES", "DTYPE_NAMES"]
@@ -68,7 +71,6 @@ def parse_shape_spec(spec: str):
     CliError: when the spec does not have that form, or names an unknown dtype (the message
       lists the known names).
   """
-  from stagecraft.core import ShapeDtypeStruct
   m = _SPEC_RE.match(spec)
   if m is None:
     raise CliError(f"{_SPEC_HINT}, got {spec!r}")
@@ -167,8 +169,6 @@ def inspect_stage(fun, args: Sequence[Any], static_argnums: Sequence[int], stage
   Raises:
     ValueError: for a stage not in `STAGES`; whatever tracing/lowering raises.
   """
-  import stagecraft as sc
-  from stagecraft.xla_computation import xla_computation
   static_argnums = tuple(static_argnums)
   if stage == "dot":
     return xla_computation(fun, static_argnums=static_argnums)(*args).as_hlo_dot_graph()
@@ -229,7 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, static_argnums = _build_args(ns.args, ns.static)
   except CliError as e:
     inspect_parser.error(str(e))
-  import stagecraft as sc
   try:
     with sc.enable_x64(ns.x64):
       text = inspect_stage(fun, args, static_argnums, ns.stage)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+__all__ = ["Config", "config", "enable_x64", "disable_jit"]
+
 
 def _env_bool(name: str, default: bool) -> bool:
   v = os.environ.get(name)

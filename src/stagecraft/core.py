@@ -19,6 +19,13 @@ from stagecraft.errors import (ConcretizationTypeError, JaxprTypeError,
                                TracerArrayConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 
+__all__ = ["ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
+           "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
+           "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
+           "pp_jaxpr", "Primitive", "Trace", "EvalTrace", "eval_trace", "current_trace",
+           "set_current_trace", "escaped_tracer_error", "Tracer", "eval_jaxpr", "closed_calls",
+           "def_closed_call", "jaxpr_as_fun", "check_jaxpr"]
+
 # ---------------------------------------------------------------------------
 # Avals
 
@@ -113,7 +120,7 @@ def _scalar_aval(typ):
     if aval is None:
       aval = avals[x64] = ShapedArray((), dtypes.python_scalar_dtype(typ), typ is not bool)
     if typ is int:
-      _check_int_range(x, aval.dtype)
+      check_int_range(x, aval.dtype)
     return aval
   return handler
 
@@ -122,7 +129,7 @@ _int_bounds = {np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max))
                for t in (np.int32, np.int64)}
 
 
-def _check_int_range(x: int, dt: np.dtype):
+def check_int_range(x: int, dt: np.dtype):
   lo, hi = _int_bounds[dt]
   if not lo <= x <= hi:
     raise OverflowError(
@@ -330,6 +337,17 @@ class ClosedJaxpr:
   __repr__ = __str__
 
 
+def subjaxprs(eqn: "JaxprEqn"):
+  """Yields the jaxprs an equation's params hold (bodies of calls, branches, loops, maps):
+  each a `Jaxpr` (a ClosedJaxpr's jaxpr), params holding tuples or lists of them included."""
+  for v in eqn.params.values():
+    for x in (v if isinstance(v, (tuple, list)) else (v,)):
+      if isinstance(x, ClosedJaxpr):
+        yield x.jaxpr
+      elif isinstance(x, Jaxpr):
+        yield x
+
+
 # ---------------------------------------------------------------------------
 # Printer (JAX's textual format)
 
@@ -470,7 +488,7 @@ class Primitive:
     return self.name
 
   def bind(self, *args, **params):
-    return _state.trace.process_primitive(self, args, params)
+    return trace_state.trace.process_primitive(self, args, params)
 
   def def_impl(self, impl: Callable) -> Callable:
     self.impl = impl
@@ -482,14 +500,14 @@ class Primitive:
 
 
 #: The generic impl (set by the runtime): lower a one-equation jaxpr, compile once, execute.
-_default_impl: list[Callable | None] = [None]
+default_impl: list[Callable | None] = [None]
 
 
 def _run_impl(prim: Primitive, args, params):
   impl = prim.impl
   if impl is not None:
     return impl(*args, **params)
-  return _default_impl[0](prim, args, params)
+  return default_impl[0](prim, args, params)
 
 
 # ---------------------------------------------------------------------------
@@ -535,23 +553,23 @@ class _TraceState(threading.local):
     self.trace: Trace = eval_trace
 
 
-_state = _TraceState()
+trace_state = _TraceState()
 
 
 def current_trace() -> Trace:
   """The trace that `Primitive.bind` uses now (the evaluation trace at the bottom)."""
-  return _state.trace
+  return trace_state.trace
 
 
 @contextmanager
 def set_current_trace(trace: Trace):
   """Context manager that makes `trace` current for its body."""
-  prev = _state.trace
-  _state.trace = trace
+  prev = trace_state.trace
+  trace_state.trace = trace
   try:
     yield trace
   finally:
-    _state.trace = prev
+    trace_state.trace = prev
 
 
 def escaped_tracer_error(tracer: "Tracer", prim: Primitive | None = None) -> UnexpectedTracerError:
@@ -674,10 +692,19 @@ def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any) -> list[Any]:
   return [v.val if type(v) is Literal else env[v] for v in jaxpr.outvars]
 
 
+# The call-like primitives and the parameter holding their called ClosedJaxpr (operands in,
+# results out): analyses that follow calls (replication over mapped axes) read it.
+closed_calls: dict["Primitive", str] = {}
+
+
 def def_closed_call(prim: "Primitive", param: str) -> None:
   """Gives `prim`, a primitive that runs the ClosedJaxpr held in its parameter `param` on its
   operands, that jaxpr's output avals as its abstract eval and its evaluation as its impl
-  (the call-like primitives: checkpoint, custom_jvp_call, custom_vjp_call, custom_dce_call)."""
+  (the call-like primitives: jit, checkpoint, custom_jvp_call, custom_vjp_call,
+  custom_dce_call), and records it in `closed_calls`. A primitive may set its own impl
+  afterwards (jit compiles)."""
+  closed_calls[prim] = param
+
   def abstract_eval(*avals, **params):
     return params[param].out_avals
 

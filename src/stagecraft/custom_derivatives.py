@@ -28,6 +28,8 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.errors import UnexpectedTracerError
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.lax import elementwise, reduction, shape as lax_shape
+from stagecraft.lax.ad_util import stop_gradient
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p"]
@@ -167,7 +169,6 @@ def _is_eval_trace() -> bool:
 
 
 def _stop_gradient_tree(x):
-  from stagecraft.lax.ad_util import stop_gradient
   return tree_util.tree_map(
       lambda v: stop_gradient(v) if isinstance(v, core.Tracer) else v, x)
 
@@ -670,11 +671,10 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
       vdims = [*res_dims, *[0 for z in ct_nz if z]]
       outs, odims = batching.batch_flat(g, vals, vdims, axis_data)
       result = []
-      from stagecraft import lax
       for o, d, ad_ in zip(outs, odims, arg_dims):
         if ad_ is None:      # an unbatched input: its cotangent sums over the batch
-          result.append(lax.reduce_sum(o, (d,)) if d is not None else
-                        lax.mul(o, lax.full_like(o, size)))
+          result.append(reduction.reduce_sum(o, (d,)) if d is not None else
+                        elementwise.mul(o, lax_shape.full_like(o, size)))
         else:
           result.append(batching.matchaxis(o, d, 0, size))
       return result

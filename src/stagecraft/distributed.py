@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from stagecraft.runtime import client
+
 __all__ = ["initialize", "shutdown", "is_initialized"]
 
 _state = {"initialized": False}
@@ -57,7 +59,6 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
                      f"got {process_id}.")
   if _state["initialized"]:
     raise RuntimeError("distributed.initialize should only be called once.")
-  from stagecraft.runtime import client
   if client.get_backend.cache_info().currsize:
     raise RuntimeError("distributed.initialize must be called before any computation (the "
                        "backend has already started in this process). Call it first, right "

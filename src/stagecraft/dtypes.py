@@ -15,6 +15,13 @@ import numpy as np
 
 from stagecraft.config import config
 
+__all__ = ["bool_", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float0",
+           "python_scalar_types", "short_name", "canonicalize_dtype", "default_int_dtype",
+           "default_uint_dtype", "default_float_dtype", "default_complex_dtype",
+           "python_scalar_dtype", "is_python_scalar", "TypePromotionError", "promote_types",
+           "result_type", "dtype", "is_weakly_typed", "issubdtype", "is_float", "is_inexact",
+           "is_complex", "is_integer", "is_unsigned", "finfo", "iinfo"]
+
 bool_ = np.dtype(np.bool_)
 int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 uint8, uint16, uint32, uint64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
@@ -40,7 +47,7 @@ _short_names = {
 }
 
 python_scalar_types = (bool, int, float, complex)
-_python_scalar_kind = {bool: bool_, int: "i*", float: "f*", complex: "c*"}
+python_scalar_kind = {bool: bool_, int: "i*", float: "f*", complex: "c*"}
 
 
 def short_name(dtype: np.dtype) -> str:
@@ -54,7 +61,7 @@ def short_name(dtype: np.dtype) -> str:
 def _to_np_dtype(dtype: Any) -> np.dtype:
   if isinstance(dtype, np.dtype):
     return dtype
-  if dtype in _python_scalar_kind and dtype is not bool:
+  if dtype in python_scalar_kind and dtype is not bool:
     # np.dtype(float) is float64 (then narrowed); same convention as jnp.zeros(3, float).
     return np.dtype(dtype)
   try:
@@ -118,7 +125,7 @@ def python_scalar_dtype(typ: type) -> np.dtype:
 
 def is_python_scalar(x: Any) -> bool:
   """Whether `x` is a Python bool, int, float or complex."""
-  return type(x) in _python_scalar_kind
+  return type(x) in python_scalar_kind
 
 
 # ---------------------------------------------------------------------------
@@ -208,8 +215,8 @@ def _kind_to_dtype(k):
 
 def _dtype_and_weak(x: Any):
   t = type(x)
-  if t in _python_scalar_kind:
-    return None, _python_scalar_kind[t]
+  if t in python_scalar_kind:
+    return None, python_scalar_kind[t]
   if isinstance(x, np.dtype):
     d = canonicalize_dtype(x)
     return d, d
@@ -222,7 +229,7 @@ def _dtype_and_weak(x: Any):
     # As JAX, canonicalize inputs before the join (x64 off: int8 with uint64 is int8 with uint32).
     dt = canonicalize_dtype(dt)
     return dt, _kind_of(dt, bool(weak))
-  if x in _python_scalar_kind:   # the types bool, int, float, complex: strong, as in JAX
+  if x in python_scalar_kind:   # the types bool, int, float, complex: strong, as in JAX
     d = python_scalar_dtype(x)
     return d, d
   d = canonicalize_dtype(x)
@@ -269,7 +276,7 @@ def _result_from_kinds(kinds: tuple, x64: bool):
 def dtype(x: Any, *, canonicalize: bool = False) -> np.dtype:
   """The dtype of an array, scalar, or dtype-like `x` (Python scalars give their default)."""
   t = type(x)
-  if t in _python_scalar_kind:
+  if t in python_scalar_kind:
     dt = _to_np_dtype(t) if t is not bool else bool_
     return canonicalize_dtype(dt) if canonicalize else dt
   dt = getattr(x, "dtype", None)
@@ -282,7 +289,7 @@ def dtype(x: Any, *, canonicalize: bool = False) -> np.dtype:
 
 def is_weakly_typed(x: Any) -> bool:
   """Whether `x` is weakly typed (a Python number other than bool, or a weak aval)."""
-  if type(x) in _python_scalar_kind:
+  if type(x) in python_scalar_kind:
     return type(x) is not bool
   w = getattr(x, "weak_type", None)
   if w is None:

@@ -2,6 +2,10 @@
 what was given, where, and how to fix it."""
 from __future__ import annotations
 
+__all__ = ["ConcretizationTypeError", "TracerArrayConversionError",
+           "TracerIntegerConversionError", "UnexpectedTracerError", "JaxprTypeError",
+           "MissingRuleError", "DeviceAssignmentMismatchError", "DonatedBufferError"]
+
 
 class ConcretizationTypeError(TypeError):
   """A traced (abstract) value was used where Python needs a concrete one.

@@ -19,6 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from stagecraft.runtime import client
+
 __all__ = ["Mesh", "PartitionSpec", "P", "NamedSharding", "SingleDeviceSharding", "Shard",
            "make_mesh", "Sharding"]
 
@@ -118,7 +120,6 @@ def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[Any], *,
   Raises:
     ValueError: when more devices are needed than there are, or the counts disagree.
   """
-  from stagecraft.runtime import client
   shape = tuple(int(s) for s in axis_shapes)
   if isinstance(axis_names, str):
     axis_names = (axis_names,)
@@ -216,7 +217,6 @@ class NamedSharding(Sharding):
   @property
   def addressable_devices(self) -> set:
     """The devices of this process that hold a piece."""
-    from stagecraft.runtime import client
     me = client.process_index()
     return {d for d in self.mesh.devices.flat if d.process_index == me}
 
@@ -352,3 +352,29 @@ class SingleDeviceSharding(Sharding):
 
   def __repr__(self):
     return f"SingleDeviceSharding(device={self.device!r})"
+
+
+def current_mesh() -> Mesh | None:
+  """The innermost mesh entered with `with mesh:`, or None."""
+  return _mesh_stack[-1] if _mesh_stack else None
+
+
+def to_named(s: Any, what: str) -> NamedSharding | None:
+  """`s` as a NamedSharding (a bare PartitionSpec inside `with mesh:`), or None.
+
+  Raises:
+    TypeError: for anything else; ValueError: a PartitionSpec with no mesh entered.
+  """
+  if s is None or isinstance(s, NamedSharding):
+    return s
+  if isinstance(s, PartitionSpec):
+    if not _mesh_stack:
+      raise ValueError(f"{what}: a bare PartitionSpec {s} needs a mesh: use "
+                       f"NamedSharding(mesh, spec), or call inside `with mesh:`.")
+    return NamedSharding(_mesh_stack[-1], s)
+  if isinstance(s, SingleDeviceSharding):
+    mesh = Mesh(np.array([s.device], dtype=object), ("_single",))
+    return NamedSharding(mesh, PartitionSpec())
+  device = "a device from stagecraft.devices(), " if what == "device_put" else ""
+  raise TypeError(f"{what}: expected {device}a NamedSharding, a PartitionSpec (inside `with "
+                  f"mesh:`) or None, got {s!r} of type {type(s).__name__}.")

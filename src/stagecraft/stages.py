@@ -22,9 +22,11 @@ import numpy as np
 import optree
 from jaxlib import xla_client as xc
 
-from stagecraft import api, core, dtypes, tree_util
+from stagecraft import api_util, core, dtypes, pjit, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
 from stagecraft.runtime import cache, client, dispatch
+from stagecraft.runtime.array import Array
+from stagecraft.sharding import SingleDeviceSharding
 
 __all__ = ["ArgInfo", "Traced", "Lowered", "Compiled", "CostAnalysis", "deserialize_compiled"]
 
@@ -80,7 +82,7 @@ class _Signature:
 
   def __init__(self, entry, in_tree, arg_names, in_avals, donated, keep_unused, name, device,
                layout=None):
-    self.layout = layout   # a sharded signature's api._Layout, or None
+    self.layout = layout   # a sharded signature's pjit.SignatureLayout, or None
     self.entry = entry
     self.in_tree = in_tree
     self.arg_names = arg_names
@@ -99,15 +101,15 @@ class _Signature:
                                  [_sds(a) for a in self.entry.jaxpr.out_avals])
 
 
-def trace_jit(wrapped: api.JitWrapped, args: tuple, kwargs: dict) -> Traced:
+def trace_jit(wrapped: pjit.JitWrapped, args: tuple, kwargs: dict) -> Traced:
   """`jit(f).trace(*args, **kwargs)`: the traced signature of the call (see `Traced`)."""
   entry, leaves, dev, static_argnums, donated = wrapped._stage(args, kwargs)
   dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
   dyn = (tuple(args[i] for i in dyn_argnums),
          {k: v for k, v in kwargs.items() if k not in wrapped._static_argnames})
-  in_tree = api._flatten(dyn)[1]
+  in_tree = api_util.flatten(dyn)[1]
   with_paths = tree_util.tree_flatten_with_path(dyn)[0]
-  names, _ = api._arg_names(api._signature(wrapped._fun), dyn_argnums, list(dyn[1]),
+  names, _ = api_util.arg_names(api_util.fun_signature(wrapped._fun), dyn_argnums, list(dyn[1]),
                             with_paths)
   nconst = len(entry.consts)
   in_avals = tuple(v.aval for v in entry.jaxpr.jaxpr.invars[nconst:])
@@ -116,7 +118,7 @@ def trace_jit(wrapped: api.JitWrapped, args: tuple, kwargs: dict) -> Traced:
     layout, dev = wrapped._layout(entry, args, kwargs, static_argnums, dev), None
   device = wrapped._device if wrapped._device is not None else dev
   sig = _Signature(entry, in_tree, names, in_avals, frozenset(donated), wrapped._keep_unused,
-                   api._fun_name(wrapped._fun), device, layout)
+                   api_util.fun_name(wrapped._fun), device, layout)
   return Traced(sig)
 
 
@@ -153,7 +155,7 @@ class Traced:
     """Lowers the traced function to a StableHLO module (unused arguments pruned unless
     `keep_unused`; static arguments are constants of the module)."""
     sig = self._sig
-    return Lowered(sig, api.lower_traced(sig.entry, set(sig.donated), sig.keep_unused,
+    return Lowered(sig, pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused,
                                          sig.name, layout=sig.layout))
 
   def __repr__(self):
@@ -169,7 +171,7 @@ class Lowered:
 
   __slots__ = ("_sig", "_lowered", "_computation")
 
-  def __init__(self, sig: _Signature, lowered: api.LoweredSignature):
+  def __init__(self, sig: _Signature, lowered: pjit.LoweredSignature):
     self._sig = sig
     self._lowered = lowered
     self._computation = None
@@ -246,7 +248,7 @@ class Lowered:
       mesh = self._lowered.mesh_layout
       exe = _compile_with_options(self._lowered.text, sig.device, compiler_options,
                                   None if mesh is None else list(mesh[0].devices.flat))
-    call = api.compile_lowered(self._lowered, sig.device, exe)
+    call = pjit.compile_lowered(self._lowered, sig.device, exe)
     return Compiled(sig, call)
 
   def __repr__(self):
@@ -282,7 +284,7 @@ class Compiled:
   # NB: slots, no __dict__: `jit(compiled)` copies a wrapped function's __dict__ onto itself.
   __slots__ = ("_sig", "_executable")
 
-  def __init__(self, sig: _Signature, call: api._CompiledCall):
+  def __init__(self, sig: _Signature, call: pjit.CompiledCall):
     self._sig = sig
     self._executable = call
 
@@ -292,7 +294,7 @@ class Compiled:
   out_tree = property(lambda self: self._sig.entry.out_tree)
 
   def __call__(self, *args, **kwargs):
-    leaves, tree = api._flatten((args, kwargs))
+    leaves, tree = api_util.flatten((args, kwargs))
     for x in leaves:
       if isinstance(x, core.Tracer):
         raise TypeError(
@@ -315,7 +317,7 @@ class Compiled:
     fun_name = sig.name
     mismatches = []
     for name, x, ref in zip(sig.arg_names, leaves, sig.in_avals):
-      aval = x.aval if type(x) is api.Array else api._abstractify(x, name, fun_name)
+      aval = x.aval if type(x) is Array else api_util.abstractify(x, name, fun_name)
       if aval.shape != ref.shape or aval.dtype != ref.dtype:
         mismatches.append(f"Argument '{name}' compiled with {ref.str_short()} and called "
                           f"with {aval.str_short()}")
@@ -338,23 +340,22 @@ class Compiled:
   def output_shardings(self):
     """The layout of each output leaf, in the output's structure."""
     call = self._executable
-    if isinstance(call, api._ShardedCall):
+    if isinstance(call, pjit.ShardedCall):
       outs = list(call.program.out_shardings)
-    elif isinstance(call, api._SpmdCall):
+    elif isinstance(call, pjit.SpmdCall):
       outs = list(call.program.out_shardings)
     else:
       outs = [self._single()] * len(call.out_avals)
     return optree.tree_unflatten(self._sig.entry.out_tree, outs)
 
   def _single(self):
-    from stagecraft.sharding import SingleDeviceSharding
     return SingleDeviceSharding(self._executable.device or client.default_device())
 
   def _leaf_shardings(self) -> list:
     call = self._executable
-    if isinstance(call, api._ShardedCall):
+    if isinstance(call, pjit.ShardedCall):
       return call.input_shardings()
-    if isinstance(call, api._SpmdCall):
+    if isinstance(call, pjit.SpmdCall):
       return [call.program.in_shardings[0]] * len(self._sig.in_avals)
     return [self._single()] * len(self._sig.in_avals)
 
@@ -393,7 +394,7 @@ class Compiled:
       ValueError: for an executable placed on a non-default device (not supported).
     """
     call, sig = self._executable, self._sig
-    if not isinstance(call, api._CompiledCall):
+    if not isinstance(call, pjit.CompiledCall):
       raise ValueError("Compiled.serialize: programs over several devices (pmap, sharded "
                        "jit) cannot be serialized yet; serialize a one-device program.")
     if call.device is not None:
@@ -473,7 +474,7 @@ def deserialize_compiled(data: bytes, in_tree, out_tree) -> Compiled:
     arr = np.frombuffer(base64.b64decode(c["data"]), aval.dtype).reshape(aval.shape)
     consts.append(dispatch.to_buffer(arr, aval))
   kept = meta["kept"]
-  call = api._CompiledCall(exe, kept, consts, list(in_avals), out_avals, out_tree,
+  call = pjit.CompiledCall(exe, kept, consts, list(in_avals), out_avals, out_tree,
                            tuple(meta["donated"]), "", None)
   sig = _Signature(_LoadedEntry(out_tree, out_avals), in_tree, tuple(meta["arg_names"]),
                    in_avals, frozenset(meta["donated"]), False, meta["name"], None)

@@ -5,7 +5,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, tree_util
+from stagecraft import api, dtypes, tree_util
+
+__all__ = ["numerical_jvp", "check_jvp", "check_vjp", "check_grads"]
 
 _DEFAULT_EPS = {np.dtype(np.float64): 1e-4, np.dtype(np.float32): 1e-3,
                 np.dtype(np.float16): 1e-1, dtypes.bfloat16: 1e-1,
@@ -89,7 +91,6 @@ def _assert_close(x, y, atol, rtol, what: str):
 def check_jvp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps: float,
               rng: np.random.Generator) -> None:
   """Checks `jvp(f)` along a random direction against central differences."""
-  from stagecraft import api
   tangents = _rand_like(rng, tuple(args))
   _, t_out = api.jvp(f, tuple(args), tangents)
   expected = numerical_jvp(f, args, tangents, eps)
@@ -100,7 +101,6 @@ def check_vjp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps
               rng: np.random.Generator) -> None:
   """Checks `Re<t, conj(vjp(conj(ct)))> == Re<J t, ct>` with J t from central differences
   (JAX's convention: the VJP is the transpose, so complex cotangents are conjugated)."""
-  from stagecraft import api
   out, vjp_fn = api.vjp(f, *args)
   ct = _rand_like(rng, out)
   t = _rand_like(rng, tuple(args))
@@ -137,7 +137,6 @@ def check_grads(f: Callable, args: Sequence[Any], order: int,
   atol = _DEFAULT_TOL.get(dt, 1e-5) if atol is None else atol
   rtol = _DEFAULT_TOL.get(dt, 1e-5) if rtol is None else rtol
   rng = np.random.default_rng(seed)
-  from stagecraft import api
 
   def _check(f, order):
     if "fwd" in modes:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import api, core
+from stagecraft import api_util, core, pjit
 from stagecraft.core import ShapeDtypeStruct
 from stagecraft.interpreters import batching, lowering
 
@@ -205,8 +205,8 @@ def xla_computation(fun: Callable, static_argnums: int | Sequence[int] = (),
   if not callable(fun):
     raise TypeError(f"xla_computation: expected a callable as fun, got {fun!r} of type "
                     f"{type(fun).__name__}.")
-  static_argnums = api._normalize_argnums(static_argnums, "static_argnums")
-  donate_argnums = api._normalize_argnums(donate_argnums, "donate_argnums")
+  static_argnums = api_util.normalize_argnums(static_argnums, "static_argnums")
+  donate_argnums = api_util.normalize_argnums(donate_argnums, "donate_argnums")
   both = sorted(set(static_argnums) & set(donate_argnums))
   if both:
     raise ValueError(f"xla_computation: arguments {both} are both static (static_argnums) and "
@@ -215,21 +215,21 @@ def xla_computation(fun: Callable, static_argnums: int | Sequence[int] = (),
   if backend is not None and backend not in _PLATFORMS:
     raise ValueError(f"xla_computation: unknown backend {backend!r}; expected one of "
                      f"{list(_PLATFORMS)} or None.")
-  fun_name = api._fun_name(fun)
+  fun_name = api_util.fun_name(fun)
 
   @functools.wraps(fun)
   def computation_maker(*args, **kwargs):
     with contextlib.ExitStack() as stack:
       for name, size in env:
         stack.enter_context(batching.extend_axis_env(name, size))
-      traced, leaves = api.trace_flat(fun, args, kwargs, static_argnums, (),
+      traced, leaves = pjit.trace_flat(fun, args, kwargs, static_argnums, (),
                                       "xla_computation")
     # Which flat leaves are donated: leaves of the donated positional arguments.
     donated = []
     for i in range(len(args)):
       if i in static_argnums:
         continue
-      n = len(api._flatten(args[i])[0])
+      n = len(api_util.flatten(args[i])[0])
       donated += [i in donate_argnums] * n
     donated += [False] * (len(leaves) - len(donated))
     jaxpr = traced.jaxpr.jaxpr

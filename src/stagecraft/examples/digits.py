@@ -52,6 +52,7 @@ import stagecraft.numpy as jnp  # noqa: E402
 from stagecraft import lax, optim, random  # noqa: E402
 from stagecraft.implicit import implicit  # noqa: E402
 from stagecraft.implicit.quantization import Array8bit, ArrayNF4  # noqa: E402
+from stagecraft.runtime import cache  # noqa: E402
 
 AXIS = "batch"
 SIZES = (64, 256, 256, 10)
@@ -307,7 +308,6 @@ def train(args, x_tr_host: np.ndarray, y_tr: np.ndarray, params, noise_key, cach
     parameters and Adam state, the jitted step, `shard(idx) -> (x f32[devices, batch/devices, 64], y i32[...])`, a function
     giving the next batch's indices, the first call's seconds and the other steps' seconds.
   """
-  from stagecraft.runtime import cache
   opt = optim.adam(args.lr)
   opt_state = opt.init(params)
   train_step = make_train_step(opt, dp=args.dp, clip=args.clip, noise=args.noise,

@@ -34,6 +34,11 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import Literal, ShapedArray
 from stagecraft.interpreters import partial_eval as pe
+# NB: every module that defines primitives, so that handlers can name any of them.
+from stagecraft import ad_checkpoint, custom_dce, lax  # noqa: F401
+from stagecraft.api import eval_shape
+from stagecraft.custom_derivatives import custom_vjp
+from stagecraft.lax import convert_element_type
 
 _NS = tree_util.NAMESPACE
 
@@ -91,7 +96,7 @@ def aux_field(metadata: dict | None = None, **kwargs) -> Any:
   return dataclasses.field(metadata=metadata, **kwargs)
 
 
-def _fields(cls_or_obj) -> list[tuple[str, bool]]:
+def fields(cls_or_obj) -> list[tuple[str, bool]]:
   return [(f.name, bool(f.metadata.get("implicit_array_aux")))
           for f in dataclasses.fields(cls_or_obj)]
 
@@ -198,14 +203,14 @@ class ImplicitArray(abc.ABC):
   def _tree_unflatten(cls, aux, children):
     obj = object.__new__(cls)
     kids, auxs = iter(children), iter(aux)
-    for name, is_aux in _fields(cls):
+    for name, is_aux in fields(cls):
       object.__setattr__(obj, name, next(auxs) if is_aux else next(kids))
     return obj
 
 
 def _flatten_with_keys(x: ImplicitArray):
   children, aux = [], []
-  for name, is_aux in _fields(x):
+  for name, is_aux in fields(x):
     v = getattr(x, name)
     if is_aux:
       aux.append(v)
@@ -218,12 +223,11 @@ core.pytype_aval_mappings[ImplicitArray] = lambda x: x.aval
 
 
 def _materialization_aval(x: ImplicitArray) -> ShapedArray:
-  from stagecraft.api import eval_shape
   leaves, treedef = optree.tree_flatten(x, namespace=_NS)
   structs = [core.ShapeDtypeStruct(core.get_aval(v).shape, core.get_aval(v).dtype)
              for v in leaves]
   try:
-    out = eval_shape(lambda *ls: _materialize_value(optree.tree_unflatten(treedef, ls),
+    out = eval_shape(lambda *ls: materialize_value(optree.tree_unflatten(treedef, ls),
                                                     convert=False), *structs)
   except MaterializationError as e:
     raise TypeError(f"{type(x).__name__}: shape and dtype were not given and could not be "
@@ -236,14 +240,14 @@ def _materialization_aval(x: ImplicitArray) -> ShapedArray:
 # Tree utilities that treat implicit arrays as leaves
 
 
-def _is_implicit(x) -> bool:
+def is_implicit(x) -> bool:
   return isinstance(x, ImplicitArray)
 
 
 def _combine(is_leaf):
   if is_leaf is None:
-    return _is_implicit
-  return lambda x: _is_implicit(x) or is_leaf(x)
+    return is_implicit
+  return lambda x: is_implicit(x) or is_leaf(x)
 
 
 def tree_map_with_implicit(f: Callable, tree: Any, *rest: Any, is_leaf=None) -> Any:
@@ -271,13 +275,13 @@ def flatten_one_implicit_layer(tree: Any) -> tuple[list, Any]:
   their children, implicit children stay whole. Returns `(leaves, treedef)`, and
   `treedef.unflatten(leaves)` rebuilds `tree`."""
   def is_leaf(x):
-    return _is_implicit(x) and x is not top[0]
+    return is_implicit(x) and x is not top[0]
   leaves = []
   top = [None]
   outer, outer_def = tree_flatten_with_implicit(tree)
   subs = []
   for leaf in outer:
-    if _is_implicit(leaf):
+    if is_implicit(leaf):
       top[0] = leaf
       ls, d = tree_util.tree_flatten(leaf, is_leaf=is_leaf)
       leaves.extend(ls)
@@ -316,8 +320,8 @@ def implicit_depth(tree: Any) -> int:
   with array children, 2 when one has an implicit child, and so on."""
   depth = 0
   for leaf in tree_leaves_with_implicit(tree):
-    if _is_implicit(leaf):
-      kids = [getattr(leaf, n) for n, aux in _fields(leaf) if not aux]
+    if is_implicit(leaf):
+      kids = [getattr(leaf, n) for n, aux in fields(leaf) if not aux]
       depth = max(depth, 1 + implicit_depth(kids))
   return depth
 
@@ -326,17 +330,17 @@ def implicit_depth(tree: Any) -> int:
 # Materialization
 
 
-def _warn_enabled() -> bool:
+def warn_enabled() -> bool:
   return os.environ.get(WARN_ENV, "1").lower() not in ("0", "false", "off", "no")
 
 
-def _materialize_value(x: Any, convert: bool = True) -> Any:
+def materialize_value(x: Any, convert: bool = True) -> Any:
   """Materializes `x` fully (nested implicit arrays included); other values pass through."""
-  if not _is_implicit(x):
+  if not is_implicit(x):
     return x
-  kids = [getattr(x, n) for n, aux in _fields(x) if not aux]
+  kids = [getattr(x, n) for n, aux in fields(x) if not aux]
   try:
-    if any(_is_implicit(k) for k in tree_leaves_with_implicit(kids)):
+    if any(is_implicit(k) for k in tree_leaves_with_implicit(kids)):
       # A nested implicit array: run materialize under the implicit evaluator, so that the
       # operations on the implicit children go to their handlers.
       leaves, d = flatten_one_implicit_layer(x)
@@ -350,9 +354,8 @@ def _materialize_value(x: Any, convert: bool = True) -> Any:
         f"materialize() of {type(x).__name__} (standing for "
         f"{x.aval.str_short() if x.shape is not None and x.dtype is not None else 'an array'})"
         f" raised {type(e).__name__}: {e}") from e
-  out = _materialize_value(out, convert)
+  out = materialize_value(out, convert)
   if convert and x.dtype is not None:
-    from stagecraft.lax import convert_element_type
     if core.get_aval(out).dtype != x.dtype:
       out = convert_element_type(out, x.dtype)
   return out
@@ -365,7 +368,7 @@ def materialize(x: Any) -> Any:
   Raises:
     MaterializationError: when the class's `materialize()` raises (the cause is kept).
   """
-  return _materialize_value(x)
+  return materialize_value(x)
 
 
 # ---------------------------------------------------------------------------
@@ -378,11 +381,6 @@ _prim_index: dict[str, core.Primitive] = {}
 
 
 def _scan_primitives() -> dict[str, core.Primitive]:
-  import stagecraft.lax  # noqa: F401  (loads every primitive family)
-  import stagecraft.api  # noqa: F401
-  import stagecraft.custom_derivatives  # noqa: F401
-  import stagecraft.custom_dce  # noqa: F401
-  import stagecraft.ad_checkpoint  # noqa: F401
   for mod_name, mod in list(sys.modules.items()):
     if mod is None or not mod_name.startswith("stagecraft."):
       continue
@@ -493,15 +491,15 @@ def _lookup(prim: core.Primitive, vals: tuple) -> tuple[Callable, bool] | None:
 
 
 def _default_process(prim: core.Primitive, vals: Sequence[Any], params: dict) -> Any:
-  impl = [v for v in vals if _is_implicit(v)]
+  impl = [v for v in vals if is_implicit(v)]
   names = sorted({type(v).__name__ for v in impl})
-  if _warn_enabled() and any(type(v).warn_on_materialize for v in impl):
+  if warn_enabled() and any(type(v).warn_on_materialize for v in impl):
     warnings.warn(f"No implicit-array handler for primitive `{prim.name}` with operand types "
                   f"({', '.join(type(v).__name__ for v in vals)}): materializing "
                   f"{', '.join(names)}. Register one with stagecraft.implicit.register("
                   f"{prim.name!r}), or silence this with warn_on_materialize=False on the "
                   f"class or {WARN_ENV}=0.", MaterializationWarning, stacklevel=4)
-  arrays = [_materialize_value(v) for v in vals]
+  arrays = [materialize_value(v) for v in vals]
   return prim.bind(*arrays, **params)
 
 
@@ -510,7 +508,7 @@ def process_primitive(prim: core.Primitive, vals: Sequence[Any], params: dict) -
   higher-order handler, else materialize and bind. Returns what `prim.bind` would (a list
   for multiple results)."""
   vals = tuple(vals)
-  if not any(_is_implicit(v) for v in vals):
+  if not any(is_implicit(v) for v in vals):
     return prim.bind(*vals, **params)
   found = _lookup(prim, vals)
   if found is not None:
@@ -531,7 +529,7 @@ def process_primitive(prim: core.Primitive, vals: Sequence[Any], params: dict) -
 
 def _check_out(eqn: core.JaxprEqn, outs: list) -> None:
   for i, (v, o) in enumerate(zip(eqn.outvars, outs)):
-    a = o.aval if _is_implicit(o) else core.get_aval(o)
+    a = o.aval if is_implicit(o) else core.get_aval(o)
     if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
       raise TypeError(
           f"The implicit-array handler for `{eqn.primitive.name}` returned output {i} of type "
@@ -547,7 +545,7 @@ def eval_jaxpr_implicit(jaxpr: core.Jaxpr, consts: Sequence[Any], *args: Any) ->
   env.update(zip(jaxpr.invars, args))
   for eqn in jaxpr.eqns:
     invals = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
-    if any(_is_implicit(v) for v in invals):
+    if any(is_implicit(v) for v in invals):
       outs = process_primitive(eqn.primitive, invals, eqn.params)
       outs = list(outs) if eqn.primitive.multiple_results else [outs]
       if len(outs) != len(eqn.outvars):
@@ -569,7 +567,7 @@ _fn_traces: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDiction
 
 
 def _leaf_aval(x: Any) -> ShapedArray:
-  return x.aval if _is_implicit(x) else core.get_aval(x)
+  return x.aval if is_implicit(x) else core.get_aval(x)
 
 
 def _trace_fn(fn: Callable, in_tree, avals: list[ShapedArray]):
@@ -622,8 +620,8 @@ def use_implicit(fn: Callable) -> Callable:
     TypeError: when a handler returns a value of the wrong shape or dtype.
   """
   def implicit_f(*args, **kwargs):
-    leaves, in_tree = optree.tree_flatten((args, kwargs), namespace=_NS, is_leaf=_is_implicit)
-    if not any(_is_implicit(x) for x in leaves):
+    leaves, in_tree = optree.tree_flatten((args, kwargs), namespace=_NS, is_leaf=is_implicit)
+    if not any(is_implicit(x) for x in leaves):
       return fn(*args, **kwargs)
     avals = [_leaf_aval(x) for x in leaves]
     jaxpr, consts, out_tree = _trace_fn(fn, in_tree, avals)
@@ -652,7 +650,6 @@ def ste(fn: Callable) -> Callable:
       array is materialized in the backward pass). `args`/`kwargs` are constants (no
       gradient flows to them).
   """
-  from stagecraft.custom_derivatives import custom_vjp
 
   def wrapped(x, *args, **kwargs):
     @custom_vjp
@@ -663,7 +660,7 @@ def ste(fn: Callable) -> Callable:
       return f(x), None
 
     def bwd(_, g):
-      g = tree_map_with_implicit(_materialize_value, g)
+      g = tree_map_with_implicit(materialize_value, g)
       return (g,)
     f.defvjp(fwd, bwd)
     return f(x)

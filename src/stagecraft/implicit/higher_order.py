@@ -33,11 +33,13 @@ from typing import Any, Callable, Sequence
 import optree
 
 from stagecraft import core, tree_util
+from stagecraft.api import vjp
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
-from stagecraft.implicit.core import (MaterializationWarning, _fields, _is_implicit, _materialize_value,
-                                      eval_jaxpr_implicit, register_higher_order)
-from stagecraft.interpreters import ad
+from stagecraft.implicit.core import (WARN_ENV, MaterializationWarning, eval_jaxpr_implicit,
+                                      fields, is_implicit, materialize_value,
+                                      register_higher_order, warn_enabled)
+from stagecraft.interpreters import ad, batching, mapping
 from stagecraft.interpreters import partial_eval as pe
 
 _NS = tree_util.NAMESPACE
@@ -93,7 +95,7 @@ def retrace(closed: ClosedJaxpr, vals: Sequence[Any], materialize_outs: Sequence
   def flat(*ls):
     vs = optree.tree_unflatten(in_tree, ls)
     outs = eval_jaxpr_implicit(closed.jaxpr, closed.consts, *vs)
-    outs = [_materialize_value(o) if i < len(mat) and mat[i] else o for i, o in enumerate(outs)]
+    outs = [materialize_value(o) if i < len(mat) and mat[i] else o for i, o in enumerate(outs)]
     trees, out_leaves = [], []
     for o in outs:
       ls_o, t = _flatten(o)
@@ -111,7 +113,7 @@ def retrace(closed: ClosedJaxpr, vals: Sequence[Any], materialize_outs: Sequence
 
 def _avals_only(vals):
   """Plain operands replaced by their avals (so the re-trace cache keys on types only)."""
-  return [v if _is_implicit(v) else core.get_aval(v) for v in vals]
+  return [v if is_implicit(v) else core.get_aval(v) for v in vals]
 
 
 def _call_handler(prim, vals, params, param: str):
@@ -140,7 +142,7 @@ _cond_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _cond_handler(prim, vals, params):
-  index, ops = _materialize_value(vals[0]), list(vals[1:])
+  index, ops = materialize_value(vals[0]), list(vals[1:])
   branches = params["branches"]
   nout = len(branches[0].out_avals)
   retraced = [retrace(br, ops)[0] for br in branches]
@@ -174,13 +176,13 @@ def _cond_handler(prim, vals, params):
 
 
 def _same_class(a, b) -> bool:
-  return _is_implicit(a) and _is_implicit(b) and type(a) is type(b)
+  return is_implicit(a) and is_implicit(b) and type(a) is type(b)
 
 
 def _aux_desc(x) -> str:
-  if not _is_implicit(x):
+  if not is_implicit(x):
     return "a plain array"
-  aux = ", ".join(f"{n}={getattr(x, n)!r}" for n, is_aux in _fields(x) if is_aux)
+  aux = ", ".join(f"{n}={getattr(x, n)!r}" for n, is_aux in fields(x) if is_aux)
   return f"{type(x).__name__}({aux})"
 
 
@@ -190,7 +192,7 @@ def _carry_fixpoint(what: str, carry: list, body_outs: Callable[[list, list], li
   values (materialized where needed) and the `plain` mask."""
   plain = [False] * len(carry)
   for _ in range(len(carry) + 1):
-    vals = [_materialize_value(c) if p else c for c, p in zip(carry, plain)]
+    vals = [materialize_value(c) if p else c for c, p in zip(carry, plain)]
     outs = body_outs(vals, plain)
     changed = False
     for i, (a, b) in enumerate(zip(vals, outs)):
@@ -241,7 +243,7 @@ def _scan_handler(prim, vals, params):
   nc, nk = params["num_consts"], params["num_carry"]
   closed = params["jaxpr"]
   consts, init = list(vals[:nc]), list(vals[nc:nc + nk])
-  xs = [_materialize_value(x) for x in vals[nc + nk:]]   # slices of implicit xs: unknown
+  xs = [materialize_value(x) for x in vals[nc + nk:]]   # slices of implicit xs: unknown
   x_avals = [a.update(shape=a.shape[1:]) for a in map(core.get_aval, xs)]
   ny = len(closed.out_avals) - nk
 
@@ -266,13 +268,13 @@ def _scan_handler(prim, vals, params):
 
 def _custom_jvp_handler(prim, vals, params):
   nc = params["num_consts"]
-  consts = [_materialize_value(c) for c in vals[:nc]]
+  consts = [materialize_value(c) for c in vals[:nc]]
   args = list(vals[nc:])
   nout = len(params["call_jaxpr"].out_avals)
   r, leaves = retrace(params["call_jaxpr"], consts + args, [True] * nout)
   args_leaves, args_tree = _flatten(args)
   arg_trees = [_flatten(a)[1] for a in args]
-  arg_avals = [a.aval if _is_implicit(a) else core.get_aval(a) for a in args]
+  arg_avals = [a.aval if is_implicit(a) else core.get_aval(a) for a in args]
   jvp = params["jvp"]
 
   def implicit_jvp(primals, tangents):
@@ -284,7 +286,7 @@ def _custom_jvp_handler(prim, vals, params):
       pos += n
       if not optree.treespec_is_leaf(tree):
         def mat(*ls, tree=tree):
-          return [_materialize_value(optree.tree_unflatten(tree, ls))]
+          return [materialize_value(optree.tree_unflatten(tree, ls))]
         (p,), (t,) = ad.jvp_flat(mat, ps, ts)
         if type(t) is ad.Zero:
           t = ad.Zero(ad.tangent_aval(aval))
@@ -303,7 +305,7 @@ def _custom_jvp_handler(prim, vals, params):
 
 def _custom_vjp_handler(prim, vals, params):
   nc = params["num_consts"]
-  consts = [_materialize_value(c) for c in vals[:nc]]
+  consts = [materialize_value(c) for c in vals[:nc]]
   args = list(vals[nc:])
   nout = len(params["call_jaxpr"].out_avals)
   r, leaves = retrace(params["call_jaxpr"], consts + args, [True] * nout)
@@ -317,14 +319,13 @@ def _custom_vjp_handler(prim, vals, params):
     m_p, m_nz, pos = [], [], 0
     for tree in arg_trees:
       n = tree.num_leaves
-      m_p.append(_materialize_value(optree.tree_unflatten(tree, primals[pos:pos + n])))
+      m_p.append(materialize_value(optree.tree_unflatten(tree, primals[pos:pos + n])))
       m_nz.append(any(nonzeros[pos:pos + n]))
       pos += n
     p_out, res, bwd = fwd(m_p, m_nz)
     nres = len(res)
 
     def implicit_bwd(res_, cts):
-      from stagecraft.api import vjp
       res_, kids = list(res_[:nres]), list(res_[nres:])
       m_cts = bwd(res_, cts)
       out, pos = [], 0
@@ -339,7 +340,7 @@ def _custom_vjp_handler(prim, vals, params):
         if type(ct) is ad.Zero or not nz:
           out.extend(ad.Zero(ad.tangent_aval(a)) for a in k_avals)
           continue
-        _, pull = vjp(lambda *ls, tree=tree: _materialize_value(optree.tree_unflatten(tree, ls)),
+        _, pull = vjp(lambda *ls, tree=tree: materialize_value(optree.tree_unflatten(tree, ls)),
                       *ks)
         for a, c in zip(k_avals, pull(ct)):
           t = ad.tangent_aval(a)
@@ -364,28 +365,26 @@ def _pmap_handler(prim, vals, params):
   (in_axes an int) is materialized before the split (its children need not share the mapped
   axis). Results are materialized inside the body when mapped, kept implicit (replicated)
   when out_axes is None."""
-  from stagecraft.interpreters import batching, pxla
   import warnings
-  from stagecraft.implicit.core import WARN_ENV, _warn_enabled
   in_axes, out_axes = params["in_axes"], params["out_axes"]
-  mapped = [v for v, ax in zip(vals, in_axes) if _is_implicit(v) and ax is not None]
-  if mapped and _warn_enabled() and any(type(v).warn_on_materialize for v in mapped):
+  mapped = [v for v, ax in zip(vals, in_axes) if is_implicit(v) and ax is not None]
+  if mapped and warn_enabled() and any(type(v).warn_on_materialize for v in mapped):
     warnings.warn(f"pmap splits {', '.join(sorted({type(v).__name__ for v in mapped}))} along "
                   f"a mapped axis (in_axes not None): materializing it first. Pass it "
                   f"replicated (in_axes=None) to keep it implicit, or silence this with "
                   f"warn_on_materialize=False on the class or {WARN_ENV}=0.",
                   MaterializationWarning, stacklevel=4)
-  vals = [_materialize_value(v) if _is_implicit(v) and ax is not None else v
+  vals = [materialize_value(v) if is_implicit(v) and ax is not None else v
           for v, ax in zip(vals, in_axes)]
-  body_vals = [v if _is_implicit(v) else pxla.mapped_aval(core.get_aval(v), ax)
+  body_vals = [v if is_implicit(v) else mapping.mapped_aval(core.get_aval(v), ax)
                for v, ax in zip(vals, in_axes)]
   with batching.extend_axis_env(params["axis_name"], params["axis_size"]):
     r, _ = retrace(params["jaxpr"], body_vals, [ax is not None for ax in out_axes])
   leaves, new_in = [], [None] * len(r.consts)
   for v, ax in zip(vals, in_axes):
-    ls = _flatten(v)[0] if _is_implicit(v) else [v]
+    ls = _flatten(v)[0] if is_implicit(v) else [v]
     leaves += ls
-    new_in += [None if _is_implicit(v) else ax] * len(ls)
+    new_in += [None if is_implicit(v) else ax] * len(ls)
   new_out = []
   for t, ax in zip(r.out_trees, out_axes):
     new_out += [ax] * t.num_leaves

@@ -25,7 +25,8 @@ from typing import Any, ClassVar, Union
 
 import numpy as np
 
-from stagecraft import core
+import stagecraft.numpy as jnp
+from stagecraft import core, lax
 from stagecraft.implicit.core import ImplicitArray, aux_field, register
 from stagecraft.runtime.array import Array
 
@@ -47,7 +48,6 @@ ArrayLike = Union[Array, core.Tracer, np.ndarray, np.generic, float, int]
 def _blocks(w, block_size: int):
   """`w` flattened, zero-padded and cut into `f32[n_blocks, block_size]`, with its absmax
   (a block of zeros gets scale 1)."""
-  import stagecraft.numpy as jnp
   flat = jnp.reshape(jnp.asarray(w, np.float32), (-1,))
   pad = (-flat.shape[0]) % block_size
   if pad:
@@ -90,8 +90,6 @@ class QuantizedArray(ImplicitArray):
     raise NotImplementedError
 
   def materialize(self):
-    import stagecraft.numpy as jnp
-    from stagecraft import lax
     vals = self.dequantize_blocks(self._data(), self.absmax)
     n = int(np.prod(self.stored_shape, dtype=np.int64))
     out = jnp.reshape(jnp.reshape(vals, (-1,))[:n], self.stored_shape)
@@ -139,8 +137,6 @@ class ArrayNF4(QuantizedArray, warn_on_materialize=True):
     Raises:
       ValueError: for a block size that is not a positive even int.
     """
-    import stagecraft.numpy as jnp
-    from stagecraft import lax
     _check_block_size(cls.__name__, block_size, even=True)
     aval = core.get_aval(w)
     blocks, absmax = _blocks(w, block_size)
@@ -153,8 +149,6 @@ class ArrayNF4(QuantizedArray, warn_on_materialize=True):
     return cls(absmax, block_size=block_size, packed=packed, shape=aval.shape, dtype=dtype)
 
   def dequantize_blocks(self, data, absmax):
-    import stagecraft.numpy as jnp
-    from stagecraft import lax
     hi = lax.shift_right_logical(data, np.uint8(4))
     lo = lax.bitwise_and(data, np.uint8(15))
     codes = jnp.reshape(jnp.stack([hi, lo], axis=-1), (data.shape[0], -1))
@@ -179,7 +173,6 @@ class Array8bit(QuantizedArray):
     Raises:
       ValueError: for a block size that is not a positive int.
     """
-    import stagecraft.numpy as jnp
     _check_block_size(cls.__name__, block_size, even=False)
     aval = core.get_aval(w)
     blocks, absmax = _blocks(w, block_size)
@@ -212,8 +205,6 @@ def _chunk_rows(q: QuantizedArray) -> int | None:
 def _matmul_2d(x2, q: QuantizedArray, contract_stored: int, precision, pet):
   """`x2: f[m, k]` times the stored 2-D weight `S` of `q`: `x2 @ S` when
   `contract_stored == 0`, `x2 @ S.T` when 1; chunked over the rows of `S`."""
-  import stagecraft.numpy as jnp
-  from stagecraft import lax
   rows, cols = q.stored_shape
   dims = (((1,), (contract_stored,)), ((), ()))
   r = _chunk_rows(q)
@@ -250,8 +241,6 @@ def _matmul_2d(x2, q: QuantizedArray, contract_stored: int, precision, pet):
 
 def _dot(x, q: QuantizedArray, q_is_lhs: bool, dimension_numbers, precision,
          preferred_element_type):
-  import stagecraft.numpy as jnp
-  from stagecraft import lax
   (lc, rc), (lb, rbd) = dimension_numbers
   qc, xc = (lc, rc) if q_is_lhs else (rc, lc)
   x_aval = core.get_aval(x)
@@ -296,7 +285,6 @@ def _transpose_q(x: QuantizedArray, *, permutation):
     return dataclasses.replace(x, transposed=not x.transposed, shape=x.shape[::-1])
   if tuple(permutation) == tuple(range(len(x.shape))):
     return x
-  from stagecraft import lax
   return lax.transpose(x.materialize(), permutation)
 
 
@@ -304,7 +292,6 @@ def _transpose_q(x: QuantizedArray, *, permutation):
 def _reshape_q(x: QuantizedArray, *, new_sizes, dimensions, **_):
   if not x.transposed and dimensions is None:
     return dataclasses.replace(x, shape=tuple(new_sizes))   # row-major blocks: free
-  from stagecraft import lax
   return lax.reshape(x.materialize(), new_sizes, dimensions)
 
 
@@ -312,5 +299,4 @@ def _reshape_q(x: QuantizedArray, *, new_sizes, dimensions, **_):
 def _convert_q(x: QuantizedArray, *, new_dtype, weak_type, **_):
   if np.issubdtype(np.dtype(new_dtype), np.floating) and not weak_type:
     return x.astype(new_dtype)
-  from stagecraft import lax
   return lax.convert_element_type(x.materialize(), new_dtype, weak_type)

@@ -22,6 +22,13 @@ from stagecraft.core import Jaxpr, Literal, ShapedArray, Trace, Tracer, Var
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching, lowering, partial_eval as pe
 
+__all__ = ["primitive_jvps", "primitive_transposes", "partial_eval_rules", "tangent_aval",
+           "Zero", "zeros_like_aval", "instantiate_zeros", "add_tangents", "UndefinedPrimal",
+           "is_undefined_primal", "defjvp", "defjvp2", "defjvp_zero", "deflinear",
+           "defbilinear", "add_any_p", "JVPTracer", "JVPTrace", "jvp_flat",
+           "partial_eval_jaxpr", "linearize_flat", "backward_pass", "jvp_jaxpr",
+           "transpose_jaxpr"]
+
 primitive_jvps: dict[core.Primitive, Callable] = {}
 primitive_transposes: dict[core.Primitive, Callable] = {}
 #: `rule(eqn, unknowns_in) -> (known_eqn | None, unknown_eqn | None, out_unknowns)`: splits a
@@ -60,8 +67,9 @@ def zeros_like_aval(aval: ShapedArray) -> Any:
   """A concrete (or staged) zero of `aval`; float0 zeros are host arrays, as in JAX."""
   if aval.dtype == dtypes.float0:
     return np.zeros(aval.shape, dtypes.float0)
-  from stagecraft import lax
-  return lax.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
+  # NB: a staged zero is a lax primitive, and lax registers its rules here (as in JAX).
+  from stagecraft.lax import shape as lax_shape
+  return lax_shape.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
 
 
 def instantiate_zeros(t: Any) -> Any:

@@ -25,6 +25,7 @@ import numpy as np
 from stagecraft import core, dtypes
 from stagecraft.core import ShapedArray, Trace, Tracer
 from stagecraft.errors import MissingRuleError
+from stagecraft.interpreters import partial_eval as pe
 
 not_mapped = None
 
@@ -141,20 +142,22 @@ def _ndim(x) -> int:
 
 def moveaxis(x: Any, src: int, dst: int) -> Any:
   """`x` with axis `src` moved to position `dst` (a transpose; no-op when equal)."""
-  from stagecraft import lax
+  # NB: moving batch axes takes lax's shape primitives, which register batching rules here.
+  from stagecraft.lax import shape as lax_shape
   nd = _ndim(x)
   src, dst = src % nd, dst % nd
   if src == dst:
     return x
   perm = [i for i in range(nd) if i != src]
   perm.insert(dst, src)
-  return lax.transpose(x, perm)
+  return lax_shape.transpose(x, perm)
 
 
 def broadcast(x: Any, size: int, axis: int) -> Any:
   """An unbatched `x` with a new axis of `size` inserted at `axis` (materialized; float0
   values, which have no runtime representation, stay host zeros)."""
-  from stagecraft import lax
+  # NB: moving batch axes takes lax's shape primitives, which register batching rules here.
+  from stagecraft.lax import shape as lax_shape
   a = core.get_aval(x)
   shape = list(a.shape)
   axis = axis % (len(shape) + 1)
@@ -162,7 +165,7 @@ def broadcast(x: Any, size: int, axis: int) -> Any:
   if a.dtype == dtypes.float0:
     return np.zeros(shape, dtypes.float0)
   dims = [i for i in range(len(shape)) if i != axis]
-  return lax.broadcast_in_dim(x, tuple(shape), tuple(dims))
+  return lax_shape.broadcast_in_dim(x, tuple(shape), tuple(dims))
 
 
 def bdim_at_front(x: Any, bdim: int | None, size: int) -> Any:
@@ -224,7 +227,8 @@ def align_elementwise(args: Sequence[Any], dims: Sequence[int | None],
   Returns:
     `(args, out_dim)`: operands of the batched full shape (or unbatched rank 0).
   """
-  from stagecraft import lax
+  # NB: moving batch axes takes lax's shape primitives, which register batching rules here.
+  from stagecraft.lax import shape as lax_shape
   if scalar_ok is None:
     scalar_ok = [True] * len(args)
   size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims) if d is not not_mapped)
@@ -240,11 +244,11 @@ def align_elementwise(args: Sequence[Any], dims: Sequence[int | None],
       elif s:
         out.append(broadcast(x, size, out_dim))
       else:
-        out.append(lax.broadcast_in_dim(x, out_shape, ()))
+        out.append(lax_shape.broadcast_in_dim(x, out_shape, ()))
     elif s == full:
       out.append(moveaxis(x, d, out_dim))
     else:   # a batched scalar among full-shaped operands
-      out.append(lax.broadcast_in_dim(x, out_shape, (out_dim,)))
+      out.append(lax_shape.broadcast_in_dim(x, out_shape, (out_dim,)))
   return out, out_dim
 
 
@@ -284,7 +288,6 @@ def batch_jaxpr(closed: core.ClosedJaxpr, axis_data: AxisData, in_dims: Sequence
   Returns:
     `(batched_closed, consts, out_dims)` with the outputs' batch dims.
   """
-  from stagecraft.interpreters import partial_eval as pe
   size = axis_data.size
   in_avals = []
   for a, d in zip(closed.in_avals, in_dims):

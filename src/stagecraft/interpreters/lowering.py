@@ -17,6 +17,13 @@ import numpy as np
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
 from stagecraft.errors import MissingRuleError
+from stagecraft.interpreters import batching
+
+__all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_scalar",
+           "dense_array", "i64_array", "dense_i64", "ModuleContext", "FuncBuilder",
+           "LoweringRuleContext", "emit_op", "constant", "build_region", "sanitize_name",
+           "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
+           "lower_jaxpr_to_module"]
 
 _lowerings: dict[core.Primitive, Callable] = {}
 
@@ -130,11 +137,11 @@ class ModuleContext:
     self.num_partitions = num_partitions
     self.platform = platform
     self._channel = 0
-    # SPMD modules of pmap (interpreters/pxla.py): the `sdy.mesh` axes `[(name, size)]`, and
+    # SPMD modules of pmap (interpreters/mapping.py): the `sdy.mesh` axes `[(name, size)]`, and
     # the depth of the manual region being lowered (None: outside any).
     self.mesh: list[tuple[str, int]] | None = None
     self.manual_depth: int | None = None
-    # Programs over a user's device mesh (interpreters/sharded.py): its `Mesh`.
+    # Programs over a user's device mesh (runtime/spmd.py): its `Mesh`.
     self.sdy_mesh = None
 
   def new_channel(self) -> int:
@@ -367,7 +374,6 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
 def bound_axes(axis_env: Sequence[tuple[Any, int]]):
   """Binds the named axes of a module's environment while it is lowered, so bodies that a
   lowering rule re-traces (scan's step) can hold collectives over them."""
-  from stagecraft.interpreters import batching
   with contextlib.ExitStack() as stack:
     for axis_name, size in axis_env:
       stack.enter_context(batching.extend_axis_env(axis_name, size))

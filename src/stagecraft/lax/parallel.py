@@ -25,7 +25,8 @@ import numpy as np
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
-from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import ad, batching, lowering, mapping
+from stagecraft.lax import elementwise, reduction, shape as lax_shape, slicing
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
            "pshuffle", "psum_scatter", "axis_size", "all_to_all", "psum_p", "pmax_p", "pmin_p",
@@ -176,7 +177,7 @@ def _axis_index_lowering(ctx, *, axis_name):
   return [out]
 
 
-def _all_gather_lowering(ctx, x, *, axis_name, axis, tiled, axis_size):
+def all_gather_lowering(ctx, x, *, axis_name, axis, tiled, axis_size):
   groups = _replica_groups(ctx, _names(axis_name))
   aval_in, aval_out = ctx.avals_in[0], ctx.avals_out[0]
   if not tiled:
@@ -263,25 +264,21 @@ def _reduction_batcher(prim, reduce_fn, unbatched_fn):
 
 
 def _reduce_sum(x, d):
-  from stagecraft import lax
-  return lax.reduce_sum(x, (d,))
+  return reduction.reduce_sum(x, (d,))
 
 
 def _reduce_max(x, d):
-  from stagecraft import lax
-  return lax.reduce_max(x, (d,))
+  return reduction.reduce_max(x, (d,))
 
 
 def _reduce_min(x, d):
-  from stagecraft import lax
-  return lax.reduce_min(x, (d,))
+  return reduction.reduce_min(x, (d,))
 
 
 def _times_size(x, n):
   """psum of a value that is the same on every member: n times it."""
-  from stagecraft import lax
   aval = core.get_aval(x)
-  return lax.mul(x, lax.full_like(x, n) if aval.shape else np.asarray(n, aval.dtype)[()])
+  return elementwise.mul(x, lax_shape.full_like(x, n) if aval.shape else np.asarray(n, aval.dtype)[()])
 
 
 _reduction_batcher(psum_p, _reduce_sum, _times_size)
@@ -366,8 +363,7 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     n *= _axis_size(name)
   if axis_index_groups is not None:
     n = len(axis_index_groups[0])   # NB: the mean is over each group, as JAX
-  from stagecraft import lax
-  return tree_util.tree_map(lambda s: lax.div(s, np.asarray(n, core.get_aval(s).dtype)[()]),
+  return tree_util.tree_map(lambda s: elementwise.div(s, np.asarray(n, core.get_aval(s).dtype)[()]),
                             psum(x, axis_name, axis_index_groups=axis_index_groups))
 
 
@@ -404,10 +400,9 @@ def _axis_index_abstract_eval(*, axis_name):
 
 
 def _axis_index_batcher(axis_data, args, dims, *, axis_name):
-  from stagecraft import lax
   if axis_data.name != axis_name:
     return axis_index_p.bind(axis_name=axis_name), batching.not_mapped
-  return lax.iota(np.int32, axis_data.size), 0
+  return lax_shape.iota(np.int32, axis_data.size), 0
 
 
 axis_index_p.def_abstract_eval(_axis_index_abstract_eval)
@@ -427,12 +422,11 @@ def axis_index(axis_name: Any) -> Any:
   """
   if not isinstance(axis_name, (tuple, list)):
     return axis_index_p.bind(axis_name=axis_name)
-  from stagecraft import lax
   idx = None
   for name in axis_name:
     i = axis_index_p.bind(axis_name=name)
-    idx = i if idx is None else lax.add(
-        lax.mul(idx, np.asarray(_axis_size(name), np.int32)[()]), i)
+    idx = i if idx is None else elementwise.add(
+        elementwise.mul(idx, np.asarray(_axis_size(name), np.int32)[()]), i)
   return idx if idx is not None else np.int32(0)
 
 
@@ -454,7 +448,6 @@ def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size):
 
 
 def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_size):
-  from stagecraft import lax
   (x,), (d,) = args, dims
   if isinstance(axis_name, tuple) and axis_data.name in axis_name:
     raise NotImplementedError(f"all_gather over several axis names {axis_name} including the "
@@ -475,7 +468,7 @@ def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_s
   if tiled:
     shape = list(core.get_aval(x).shape)
     shape[axis:axis + 2] = [shape[axis] * shape[axis + 1]]
-    x = lax.reshape(x, tuple(shape))
+    x = lax_shape.reshape(x, tuple(shape))
   return x, batching.not_mapped
 
 
@@ -487,7 +480,7 @@ def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size):
 
 all_gather_p.def_abstract_eval(_all_gather_abstract_eval)
 all_gather_p.def_impl(_unbound_impl("axis_name"))
-lowering.register_lowering(all_gather_p, _all_gather_lowering)
+lowering.register_lowering(all_gather_p, all_gather_lowering)
 batching.axis_primitive_batchers[all_gather_p] = _all_gather_batcher
 ad.deflinear(all_gather_p, _all_gather_transpose)
 
@@ -529,7 +522,6 @@ def _ppermute_abstract_eval(x, *, axis_name, perm):
 
 
 def _ppermute_batcher(axis_data, args, dims, *, axis_name, perm):
-  from stagecraft import lax
   (x,), (d,) = args, dims
   if isinstance(axis_name, tuple) and axis_data.name in axis_name:
     raise NotImplementedError(f"ppermute over several axis names {axis_name} including the "
@@ -548,15 +540,14 @@ def _ppermute_batcher(axis_data, args, dims, *, axis_name, perm):
   out = _take(x, idx, d)
   if (src_of < 0).any():
     shape = core.get_aval(out).shape
-    mask = lax.broadcast_in_dim(np.asarray(src_of >= 0), shape, (d,))
-    out = lax.select_n(mask, lax.full_like(out, 0), out)
+    mask = lax_shape.broadcast_in_dim(np.asarray(src_of >= 0), shape, (d,))
+    out = elementwise.select_n(mask, lax_shape.full_like(out, 0), out)
   return out, d
 
 
 def _take(x, idx, axis):
   """`x` indexed by the host int32 vector `idx` along `axis` (which keeps its position)."""
-  from stagecraft import lax
-  return batching.moveaxis(lax.index_take(x, (idx,), (axis,)), 0, axis)
+  return batching.moveaxis(slicing.index_take(x, (idx,), (axis,)), 0, axis)
 
 
 def _ppermute_transpose(ct, x, *, axis_name, perm):
@@ -648,7 +639,6 @@ def _reduce_scatter_lowering(ctx, x, *, axis_name, scatter_dimension, axis_size,
 
 def _reduce_scatter_batcher(axis_data, args, dims, *, axis_name, scatter_dimension,
                             axis_size, tiled):
-  from stagecraft import lax
   (x,), (d,) = args, dims
   names = _names(axis_name)
   if axis_data.name not in names:
@@ -666,13 +656,13 @@ def _reduce_scatter_batcher(axis_data, args, dims, *, axis_name, scatter_dimensi
   if d is batching.not_mapped:
     summed = _times_size(x, n)
   else:
-    summed = lax.reduce_sum(x, (d,))
+    summed = reduction.reduce_sum(x, (d,))
   # Member i keeps block i of the scatter dimension: that dimension becomes the batch axis.
   s = scatter_dimension
   if tiled:
     shape = list(core.get_aval(summed).shape)
     shape[s:s + 1] = [n, shape[s] // n]
-    summed = lax.reshape(summed, tuple(shape))
+    summed = lax_shape.reshape(summed, tuple(shape))
   return summed, s
 
 
@@ -741,7 +731,6 @@ def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_siz
 
 def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_axis,
                         axis_size):
-  from stagecraft import lax
   (x,), (d,) = args, dims
   if axis_data.name != axis_name:
     if d is batching.not_mapped:
@@ -756,7 +745,7 @@ def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_
   chunk = shape[split_axis] // n
   # Split: [i, ..., (j, chunk) at split_axis, ...] -> member j gets chunk j of every i.
   split_shape = (n, *shape[:split_axis], n, chunk, *shape[split_axis + 1:])
-  x = lax.reshape(x, split_shape)
+  x = lax_shape.reshape(x, split_shape)
   j_pos = 1 + split_axis
   x = batching.moveaxis(x, j_pos, 0)               # [j, i, ..., chunk, ...]
   # Concat the i axis into concat_axis (of the per-member shape after the split).
@@ -764,7 +753,7 @@ def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_
   x = batching.moveaxis(x, 1, 1 + concat_axis)      # i just before concat_axis's dim
   out_shape = list(per)
   out_shape[concat_axis] *= n
-  return lax.reshape(x, (n, *out_shape)), 0
+  return lax_shape.reshape(x, (n, *out_shape)), 0
 
 
 def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size):
@@ -791,7 +780,6 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
   """
   if axis_index_groups is not None:
     raise NotImplementedError("all_to_all: axis_index_groups is not supported yet.")
-  from stagecraft import lax
   n = _axis_size(axis_name)
 
   def one(leaf):
@@ -812,8 +800,35 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     # insert(delete(shape, split_axis), concat_axis, n).
     q = ca if ca <= sa else ca + 1
     sa1 = sa + 1 if q <= sa else sa
-    x1 = lax.expand_dims(leaf, (q,))
+    x1 = lax_shape.expand_dims(leaf, (q,))
     out = all_to_all_p.bind(x1, axis_name=axis_name, split_axis=sa1, concat_axis=q,
                             axis_size=n)
-    return lax.squeeze(out, (sa1,))
+    return lax_shape.squeeze(out, (sa1,))
   return tree_util.tree_map(one, x)
+
+
+# ---------------------------------------------------------------------------
+# Replication rules (interpreters/mapping.py): which mapped axes a result may vary along.
+
+
+def _reducing_replication(in_vary, *, axes, axis_index_groups):
+  # Every member of the axes gets the same result, unless groups split them.
+  if axis_index_groups is not None:
+    return list(in_vary)
+  return [v - frozenset(axes) for v in in_vary]
+
+
+def _gathering_replication(in_vary, *, axis_name, **_):
+  return [in_vary[0] - frozenset(_names(axis_name))]
+
+
+def _varying_replication(in_vary, *, axis_name, **_):
+  # Each member gets its own piece (or its own index): the result varies along the axes.
+  return [frozenset().union(*in_vary) | frozenset(_names(axis_name))]
+
+
+for _p in (psum_p, pmax_p, pmin_p):
+  mapping.replication_rules[_p] = _reducing_replication
+mapping.replication_rules[all_gather_p] = _gathering_replication
+for _p in (axis_index_p, ppermute_p, reduce_scatter_p, all_to_all_p):
+  mapping.replication_rules[_p] = _varying_replication

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from jaxlib import xla_client as xc
 
 from stagecraft import core, dtypes
 from stagecraft.errors import DonatedBufferError
+from stagecraft.runtime import client
+from stagecraft.sharding import Shard, SingleDeviceSharding
+
+__all__ = ["Array"]
 
 
 class Array:
@@ -110,7 +115,6 @@ class Array:
     else a SingleDeviceSharding."""
     if self._sharding is not None:
       return self._sharding
-    from stagecraft.sharding import SingleDeviceSharding
     return SingleDeviceSharding(next(iter(self.devices())))
 
   @property
@@ -121,7 +125,6 @@ class Array:
   def addressable_shards(self) -> list:
     """One `Shard` per device holding a piece of this Array (device order of the sharding):
     its device, index (slices into this Array), replica_id and data (an Array)."""
-    from stagecraft.sharding import Shard
     if self._sharding is None:
       idx = tuple(slice(None) for _ in self.aval.shape)
       return [Shard(self.device, idx, 0, self)]
@@ -207,14 +210,12 @@ class Array:
 
 
 def _default_device():
-  from stagecraft.runtime import client
   return client.default_device()
 
 
 def _indices(x: Array) -> list:
   """(device, index) per buffer of a split Array (the devices of this process), in the order
   of its runtime buffers."""
-  from stagecraft.runtime import client
   m = x._sharding.devices_indices_map(x.aval.shape)
   me = client.process_index()
   return [(d, m[d]) for d in x._sharding.mesh.devices.flat if d.process_index == me]
@@ -238,7 +239,6 @@ def _gather(x: Array) -> np.ndarray:
     RuntimeError: if some pieces live only on devices of other processes (a distributed
       run).
   """
-  from stagecraft.runtime import client
   me = client.process_index()
   m = x._sharding.devices_indices_map(x.aval.shape)
 
@@ -265,11 +265,12 @@ def _gather(x: Array) -> np.ndarray:
 
 
 def _reconstruct(value: np.ndarray, weak_type: bool) -> Array:
-  from stagecraft.runtime.dispatch import device_put
-  x = device_put(value)
-  if weak_type:
-    x = Array(x._buf, x.aval.update(weak_type=True))
-  return x
+  """An unpickled Array: its value on the default device, uncommitted."""
+  aval = core.ShapedArray(value.shape, value.dtype, weak_type)
+  dev = client.default_device()
+  buf = xc.batched_device_put(aval, client.single_device_sharding(dev), [value], [dev], False,
+                              True, enable_x64=True)
+  return Array(buf, aval)
 
 
 core.pytype_aval_mappings[Array] = lambda x: x.aval

@@ -43,6 +43,10 @@ import jaxlib
 
 from stagecraft.runtime import client
 
+__all__ = ["FORMAT_VERSION", "JAXLIB_VERSION", "stats", "reset_stats",
+           "CorruptExecutableError", "VersionMismatchError", "serialize_executable",
+           "deserialize_executable", "cache_key", "lookup", "evict", "store"]
+
 #: The version of the header layout below; bump it when the layout changes.
 FORMAT_VERSION = 1
 #: The jaxlib that wrote (and may read) the runtime payload.

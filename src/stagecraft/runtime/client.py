@@ -7,6 +7,10 @@ from typing import Any
 from jax.extend import backend as xb
 from jaxlib import xla_client as xc
 
+__all__ = ["get_backend", "devices", "local_devices", "device_count", "local_device_count",
+           "default_device", "process_index", "process_count", "single_device_sharding",
+           "device_list", "compile_options"]
+
 _KNOWN_BACKENDS = ("cpu", "cuda", "gpu", "rocm", "tpu")
 
 

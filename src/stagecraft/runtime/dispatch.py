@@ -16,8 +16,14 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.interpreters import lowering
 from stagecraft.config import config
+from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.runtime import cache, client
 from stagecraft.runtime.array import Array
+from stagecraft.sharding import SingleDeviceSharding, to_named
+
+__all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "target_device",
+           "device_put_leaf", "block_until_ready", "compile_count", "compile_module",
+           "Executable", "mesh_apply_primitive", "apply_primitive"]
 
 try:  # the runtime's own array type, accepted wherever an Array is
   from jaxlib._jax import ArrayImpl as _JaxArray
@@ -85,19 +91,17 @@ def target_placement(args: Sequence[Any]):
     t = type(a)
     if (t is Array and a._sharding is not None) or (
         t is core.ShapeDtypeStruct and a.sharding is not None):
-      return Placement(_committed(a) for a in args)
+      return Placement(committed_sharding(a) for a in args)
   return target_device(args)
 
 
-def _committed(a):
-  from stagecraft.sharding import SingleDeviceSharding
+def committed_sharding(a):
   t = type(a)
   if t is Array:
     if a._sharding is not None:
       return a._sharding
     return None if a._device is None else SingleDeviceSharding(a._device)
   if t is core.ShapeDtypeStruct and a.sharding is not None:
-    from stagecraft.interpreters.sharded import to_named
     return to_named(a.sharding, "ShapeDtypeStruct.sharding")
   return None
 
@@ -115,7 +119,6 @@ def target_device(args: Sequence[Any]):
       if dev is None:
         dev = a._device
       elif a._device != dev:
-        from stagecraft.errors import DeviceAssignmentMismatchError
         raise DeviceAssignmentMismatchError(
             f"Received incompatible devices for a computation: arguments live on {dev} and "
             f"{a._device}. Move them to one device first with stagecraft.device_put(x, "
@@ -123,51 +126,7 @@ def target_device(args: Sequence[Any]):
   return dev
 
 
-def device_put(x: Any, device=None) -> Any:
-  """Places `x` (a pytree of arrays or scalars) on `device` (default: the first device).
-
-  Args:
-    x: Array, NumPy array, Python scalar, jax.Array, or a pytree of them.
-    device: a device from `stagecraft.devices()`, a sharding (`NamedSharding(mesh, spec)`
-      splits each leaf on the host and places one piece per device;
-      `SingleDeviceSharding(d)` is device d), a pytree prefix of `x` of shardings, or None.
-
-  Returns:
-    The same tree of `Array`s, committed to `device` when one is given (uncommitted on the
-    default device otherwise). Computations run on the device of their committed inputs.
-    This is the one way data moves between layouts: jit never reshards committed inputs.
-
-  Raises:
-    TypeError: if `device` is not a device or sharding, or a leaf is not an array-like (its
-      key path is named).
-    ValueError: a split dimension not divisible by its mesh axes.
-  """
-  from stagecraft.sharding import SingleDeviceSharding
-  if isinstance(device, SingleDeviceSharding):
-    device = device.device
-  if device is not None and not hasattr(device, "client"):
-    from stagecraft.interpreters import sharded
-    shs = sharded.flatten_shardings(device, x, "device_put", keep_single=True)
-    with_paths, treedef = tree_util.tree_flatten_with_path(x)
-    out = []
-    for (path, leaf), s in zip(with_paths, shs):
-      if s is None or isinstance(s, SingleDeviceSharding):
-        out.append(_device_put_leaf(leaf, None if s is None else s.device,
-                                    tree_util.keystr(path)))
-        continue
-      try:
-        out.append(sharded.device_put_sharded(leaf, s))
-      except (TypeError, ValueError) as e:
-        msg = str(e).removeprefix("device_put: ")
-        raise type(e)(f"device_put: the leaf at {tree_util.keystr(path) or 'the root'}: "
-                      f"{msg}") from None
-    return tree_util.tree_unflatten(treedef, out)
-  with_paths, treedef = tree_util.tree_flatten_with_path(x)
-  out = [_device_put_leaf(leaf, device, tree_util.keystr(path)) for path, leaf in with_paths]
-  return tree_util.tree_unflatten(treedef, out)
-
-
-def _device_put_leaf(x, device, path):
+def device_put_leaf(x, device, path):
   try:
     aval = core.get_aval(x)
   except (TypeError, OverflowError) as e:
@@ -270,7 +229,7 @@ class Executable:
     try:
       outs = self.exe.execute_sharded(self._buffers(args)).disassemble_into_single_device_arrays()
     except TypeError:
-      _raise_if_donated(args)
+      raise_if_donated(args)
       raise
     dev = self.device
     return [Array(o[0], av, dev) for o, av in zip(outs, self.out_avals)]
@@ -281,12 +240,12 @@ class Executable:
       out = self.exe.execute_sharded(
           self._buffers(args)).disassemble_into_single_device_arrays()[0][0]
     except TypeError:
-      _raise_if_donated(args)
+      raise_if_donated(args)
       raise
     return Array(out, self.out_avals[0], self.device)
 
 
-def _raise_if_donated(args):
+def raise_if_donated(args):
   """After a failed execute: a donated (deleted) Array among `args` raises
   DonatedBufferError; otherwise returns and the caller re-raises the original error."""
   for a in args:
@@ -300,13 +259,16 @@ def _params_key(params: dict) -> tuple:
 
 _prim_cache: dict[Any, Executable] = {}
 
+# NB: eager ops on Arrays split over a mesh run as SPMD programs (runtime/spmd.py, which
+# builds on this module and installs its `apply_primitive` here).
+mesh_apply_primitive: list = [None]
+
 
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
   """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
   dev = target_placement(args) if placement_used[0] else None
   if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
-    from stagecraft.interpreters import sharded
-    return sharded.apply_primitive(prim, args, params, dev)
+    return mesh_apply_primitive[0](prim, args, params, dev)
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
   try:
     key = (prim, dev, *avals, *params.items())
@@ -335,7 +297,7 @@ def _compile_primitive(prim, avals, params, device=None) -> Executable:
   return Executable(exe, avals, out_avals, text, device)
 
 
-core._default_impl[0] = apply_primitive
+core.default_impl[0] = apply_primitive
 
 if _JaxArray is not None:
   def _jax_array_aval(x):

@@ -24,7 +24,7 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
-from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax import elementwise, shape as lax_shape
 from stagecraft.lax.control_flow import common
 
@@ -468,6 +468,13 @@ def _cond_dce(used_outs, eqn):
       params={**eqn.params, "branches": new})
 
 
+def _cond_replication(in_vary, *, branches):
+  # NB: devices that take different branches (a varying index) may differ anywhere.
+  index, ops = in_vary[0], in_vary[1:]
+  outs = [mapping.varying_axes(b.jaxpr, ops) for b in branches]
+  return [index.union(*os) for os in zip(*outs)]
+
+
 # impl: the generic one (lower the one-equation jaxpr, run the cached executable)
 cond_p.def_abstract_eval(_cond_abstract_eval)
 lowering.register_lowering(cond_p, _cond_lowering)
@@ -476,4 +483,5 @@ ad.partial_eval_rules[cond_p] = _cond_partial_eval
 ad.primitive_transposes[cond_p] = _cond_transpose
 batching.axis_primitive_batchers[cond_p] = _cond_batch
 pe.dce_rules[cond_p] = _cond_dce
+mapping.replication_rules[cond_p] = _cond_replication
 core.pp_param_order[cond_p] = ("branches",)

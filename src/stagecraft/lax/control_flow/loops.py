@@ -18,8 +18,10 @@ import numpy as np
 
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
-from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import common
+from stagecraft.lax import elementwise, shape as lax_shape, slicing
+from stagecraft.lax.control_flow.while_op import while_loop
 
 __all__ = ["scan", "scan_p", "fori_loop", "map"]
 
@@ -177,7 +179,6 @@ def _step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, step
                 state_avals):
   """A jaxpr doing `steps` iterations on the loop state `(i, consts, xs, carry, ys)`: slices
   `xs` at the iteration's position, runs the body, writes `y` into the `ys` buffers."""
-  from stagecraft.lax import slicing
   nc, nk = num_consts, num_carry
   nx = len(jaxpr.in_avals) - nc - nk
 
@@ -588,6 +589,17 @@ def _scan_dce(used_outs, eqn):
 pe.dce_rules[scan_p] = _scan_dce
 
 
+def _scan_replication(in_vary, *, jaxpr, num_consts, num_carry, length, **_):
+  nc, nk = num_consts, num_carry
+  carry, out = mapping.loop_fixpoint(jaxpr.jaxpr, in_vary[:nc], list(in_vary[nc:nc + nk]),
+                                     in_vary[nc + nk:])
+  # NB: after at least one iteration the carries are the body's last outputs.
+  return out if length > 0 else [*carry, *out[nk:]]
+
+
+mapping.replication_rules[scan_p] = _scan_replication
+
+
 # ---------------------------------------------------------------------------
 # fori_loop and map
 
@@ -611,8 +623,6 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
       that changes the value's type.
     ValueError: if `unroll` is given with traced bounds.
   """
-  from stagecraft import lax
-  from stagecraft.lax.control_flow.while_op import while_loop
   for name, b in (("lower", lower), ("upper", upper)):
     a = core.get_aval(b)
     if a.shape or not dtypes.is_integer(a.dtype):
@@ -629,7 +639,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
       i, x = carry
       return (i + 1, body_fun(i, x)), None
 
-    i0 = lax.convert_element_type(lo, dtype) if not (la.weak_type and ua.weak_type) else lo
+    i0 = elementwise.convert_element_type(lo, dtype) if not (la.weak_type and ua.weak_type) else lo
     (_, out), _ = scan(step, (i0, init_val), None, length=n,
                        unroll=1 if unroll is None else unroll)
     return out
@@ -637,15 +647,15 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
     raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "
                      "known: pass Python ints (not traced values) as lower and upper, or drop "
                      "unroll.")
-  lower = lax.convert_element_type(lower, dtype)
-  upper = lax.convert_element_type(upper, dtype)
+  lower = elementwise.convert_element_type(lower, dtype)
+  upper = elementwise.convert_element_type(upper, dtype)
 
   def cond(c):
-    return lax.lt(c[0], c[1])
+    return elementwise.lt(c[0], c[1])
 
   def body(c):
     i, hi, x = c
-    return (lax.add(i, lax.convert_element_type(1, dtype)), hi, body_fun(i, x))
+    return (elementwise.add(i, elementwise.convert_element_type(1, dtype)), hi, body_fun(i, x))
 
   return while_loop(cond, body, (lower, upper, init_val))[2]
 
@@ -666,7 +676,6 @@ def map(f: Callable[[Any], Any], xs: Any, *, batch_size: int | None = None) -> A
   Raises:
     ValueError: if the leaves of `xs` have different leading dimensions, or none.
   """
-  from stagecraft import api, lax
   if batch_size is None:
     return scan(lambda _, x: ((), f(x)), (), xs)[1]
   batch_size = operator.index(batch_size)
@@ -677,19 +686,38 @@ def map(f: Callable[[Any], Any], xs: Any, *, batch_size: int | None = None) -> A
     raise ValueError("lax.map: every leaf of xs needs a leading axis to map over.")
   n = core.get_aval(leaves[0]).shape[0]
   full, rem = divmod(n, batch_size)
-  vf = api.vmap(f)
+  vf = _vmap_leading(f)
   parts = []
   if full:
-    chunked = [lax.reshape(lax.slice_in_dim(x, 0, full * batch_size),
+    chunked = [lax_shape.reshape(lax_shape.slice_in_dim(x, 0, full * batch_size),
                            (full, batch_size, *core.get_aval(x).shape[1:])) for x in leaves]
     ys = scan(lambda _, x: ((), vf(x)), (), common.unflatten(tree, chunked))[1]
     ys_leaves, y_tree = common.flatten(ys)
-    parts.append([lax.reshape(y, (full * batch_size, *core.get_aval(y).shape[2:]))
+    parts.append([lax_shape.reshape(y, (full * batch_size, *core.get_aval(y).shape[2:]))
                   for y in ys_leaves])
   if rem:
-    tail = vf(common.unflatten(tree, [lax.slice_in_dim(x, full * batch_size, n)
+    tail = vf(common.unflatten(tree, [lax_shape.slice_in_dim(x, full * batch_size, n)
                                       for x in leaves]))
     t_leaves, y_tree = common.flatten(tail)
     parts.append(t_leaves)
-  out = parts[0] if len(parts) == 1 else [lax.concatenate(list(p), 0) for p in zip(*parts)]
+  out = parts[0] if len(parts) == 1 else [lax_shape.concatenate(list(p), 0) for p in zip(*parts)]
   return common.unflatten(y_tree, out)
+
+
+def _vmap_leading(f: Callable) -> Callable:
+  """`f` of one pytree mapped over the leading axis of each of its leaves (vmap with
+  in_axes=0, out_axes=0), through the batching interpreter."""
+  def vf(x):
+    leaves, tree = common.flatten(x)
+    size = core.get_aval(leaves[0]).shape[0]
+    store = []
+
+    def flat(*xs):
+      out_leaves, out_tree = common.flatten(f(common.unflatten(tree, list(xs))))
+      store[:] = [out_tree]
+      return out_leaves
+    outs, dims = batching.batch_flat(flat, leaves, [0] * len(leaves),
+                                     batching.AxisData(None, size))
+    return common.unflatten(store[0], [batching.matchaxis(o, d, 0, size)
+                                       for o, d in zip(outs, dims)])
+  return vf

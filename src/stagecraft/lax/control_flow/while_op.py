@@ -14,8 +14,9 @@ from typing import Any, Callable, Sequence
 
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, ShapedArray
-from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
+from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import common
+from stagecraft.lax import elementwise, reduction, shape as lax_shape
 
 __all__ = ["while_loop", "while_p"]
 
@@ -68,8 +69,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
       cond_fun, body_fun, args_tree, in_tree, avals)
   new_avals = common.promote_weak(avals, body_closed.out_avals)
   if new_avals is not None:
-    from stagecraft.lax.elementwise import convert_element_type
-    init_vals = [convert_element_type(x, b.dtype) if a.weak_type and not b.weak_type else x
+    init_vals = [elementwise.convert_element_type(x, b.dtype)
+                 if a.weak_type and not b.weak_type else x
                  for x, a, b in zip(init_vals, avals, new_avals)]
     cond_closed, cond_consts, body_closed, body_consts = _trace_loop(
         cond_fun, body_fun, args_tree, in_tree, new_avals)
@@ -307,7 +308,6 @@ _batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, axis_data,
                         cconst_b, bconst_b, init_b):
-  from stagecraft import lax
   dim = lambda b: 0 if b else None   # noqa: E731
   carry_b = list(init_b)
   while True:   # fixpoint: which carries are batched
@@ -342,7 +342,7 @@ def _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, axis
 
   def new_cond(*args):
     pred = core.jaxpr_as_fun(cond_b)(*args)[0]
-    return [lax.reduce_or(pred, (0,))]
+    return [reduction.reduce_or(pred, (0,))]
 
   def new_body(*args):
     cc, bc, carry = args[:ncc], args[ncc:ncc + nbc], args[ncc + nbc:]
@@ -351,8 +351,8 @@ def _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, axis
     outs = []
     for x_new, x_old in zip(new, carry):
       shape = core.get_aval(x_old).shape
-      p = lax.broadcast_in_dim(pred, shape, (0,))
-      outs.append(lax.select(p, x_new, x_old))
+      p = lax_shape.broadcast_in_dim(pred, shape, (0,))
+      outs.append(elementwise.select(p, x_new, x_old))
     return outs
 
   jc, cc_consts = pe.trace_to_jaxpr(new_cond, [*cc_avals, *carry_avals])
@@ -437,6 +437,17 @@ def _while_dce(used_outs, eqn):
               "body_nconsts": sum(bc_used)})
 
 
+def _while_replication(in_vary, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  c_consts = in_vary[:cond_nconsts]
+  b_consts = in_vary[cond_nconsts:cond_nconsts + body_nconsts]
+  init = in_vary[cond_nconsts + body_nconsts:]
+  # NB: where the predicate varies, devices may run different numbers of iterations.
+  carry, _ = mapping.loop_fixpoint(
+      body_jaxpr.jaxpr, b_consts, list(init), [],
+      extra=lambda c: mapping.varying_axes(cond_jaxpr.jaxpr, [*c_consts, *c]))
+  return carry
+
+
 while_p = core.Primitive("while")
 while_p.multiple_results = True
 # impl: the generic one (lower the one-equation jaxpr, run the cached executable)
@@ -447,5 +458,6 @@ ad.partial_eval_rules[while_p] = _while_partial_eval
 ad.primitive_transposes[while_p] = _while_transpose
 batching.axis_primitive_batchers[while_p] = _while_batch
 pe.dce_rules[while_p] = _while_dce
+mapping.replication_rules[while_p] = _while_replication
 # Printed as JAX does (params sorted by name).
 core.pp_param_order[while_p] = ("body_jaxpr", "body_nconsts", "cond_jaxpr", "cond_nconsts")

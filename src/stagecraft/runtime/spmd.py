@@ -1,4 +1,6 @@
-"""Programs over a device mesh: sharded jit, `with_sharding_constraint`, sharded Arrays.
+"""The SPMD runtime: programs over several devices (pmap, jit of pmap, jit over a device
+mesh, shard_map, eager ops on mesh Arrays), multi-device arguments and results, and the
+device-assignment and layout rules for programs over a `Mesh`.
 
 A jit whose inputs are laid out over a `Mesh` (by `in_shardings`, or because its arguments
 are Arrays already split over the mesh), whose outputs are (`out_shardings`), or whose body
@@ -16,55 +18,302 @@ every mesh used inside the program must name the same devices in the same order,
 sharding differs from an explicit in_sharding is an error too: data moves between layouts
 only through `device_put(x, sharding)`, never silently. Uncommitted values (NumPy arrays,
 scalars, Arrays on the default device) are placed as the program wants.
+
+Collective-launch hazard (DESIGN.md): on a CPU host with fewer cores than devices, launching
+a program with collectives while an earlier one is still running can hang inside XLA and
+abort the process. `SpmdExecutable.call` waits for the previous collective program's
+results before launching the next one (nothing to wait for when a program has no
+collectives).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import re
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import optree
 from jaxlib import xla_client as xc
 
-from stagecraft import core
+from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.errors import DeviceAssignmentMismatchError
-from stagecraft.interpreters import ad, batching, lowering, pxla
+from stagecraft.interpreters import lowering, mapping
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
 from stagecraft.sharding import (Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding,
-                                 _mesh_stack)
+                                 to_named)
 
-__all__ = ["sharding_constraint_p", "with_sharding_constraint", "jaxpr_meshes",
-           "lower_sharded_module", "compile_sharded", "device_put_sharded",
-           "make_array_from_callback", "make_array_from_single_device_arrays",
-           "make_array_from_process_local_data"]
+__all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program",
+           "replicated_executable", "chain_devices", "flatten_shardings",
+           "check_device_assignment", "on_mesh", "jaxpr_meshes", "lower_sharded_module",
+           "named_from_hlo", "compile_sharded", "resolve", "traced_device_put",
+           "check_spec_fits", "device_put_sharded", "make_array_from_callback",
+           "make_array_from_single_device_arrays", "make_array_from_process_local_data",
+           "apply_primitive", "call_closed", "call_closed_executable", "device_put"]
+
+# ---------------------------------------------------------------------------
+# Executables
+
+_COLLECTIVE_HLO = re.compile(r"\b(all-reduce|all-gather|collective-permute|all-to-all|"
+                             r"reduce-scatter|collective-broadcast)(-start)?\(")
+_launch_lock = threading.Lock()
+_last_collective: list = [None]   # one result buffer per device of the last collective launch
+
+
+def _await_previous_collective():
+  prev = _last_collective[0]
+  if prev is not None:
+    for b in prev:
+      b.block_until_ready()
+    _last_collective[0] = None
+
+
+@functools.lru_cache(maxsize=256)
+def _piece_indices(sharding: NamedSharding, shape: tuple) -> list:
+  m = sharding.devices_indices_map(shape)
+  return [m[d] for d in sharding.mesh.devices.flat]
+
+
+def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
+  """The runtime's multi-device array holding `x` laid out by `sharding` (no copy when `x`
+  already is)."""
+  if type(x) is Array:
+    if x._sharding is not None and (x._sharding is sharding or x._sharding == sharding):
+      return x._check_buf()
+    v = x._value
+  elif isinstance(x, core.Tracer):
+    raise core.escaped_tracer_error(x)
+  else:
+    v = np.asarray(x, dtype=aval.dtype)
+  if v.dtype != aval.dtype:
+    v = v.astype(aval.dtype)
+  devs = list(sharding.mesh.devices.flat)
+  if _spans_processes(sharding):
+    # NB: `v` is either the global value (jit: as in JAX, a host value passed for a sharding
+    # that spans processes is the whole array) or this process's block of it (pmap: its
+    # local devices' rows). The two coincide when the process holds every block.
+    return _shard_local(v, aval, sharding, client.process_index(),
+                        local=tuple(v.shape) != tuple(aval.shape))
+  if sharding.is_fully_replicated:
+    pieces = [v] * len(devs)
+  else:
+    pieces = [v[idx] for idx in _piece_indices(sharding, aval.shape)]
+  return xc.batched_device_put(aval, sharding._runtime, pieces, devs, True, False,
+                               enable_x64=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _spans_processes(sharding: NamedSharding) -> bool:
+  """Whether some of `sharding`'s devices belong to other processes (checked once)."""
+  me = client.process_index()
+  return any(d.process_index != me for d in sharding.mesh.devices.flat)
+
+
+def _local_blocks(sharding: NamedSharding, shape: tuple, me: int) -> list:
+  """Per dimension of an array of `shape`: {(start, stop) of a block held by a device of
+  process `me`: its offset in the process's local data}, the local data being the process's
+  distinct blocks in global order, concatenated (they need not be contiguous globally)."""
+  m = sharding.devices_indices_map(shape)
+  local = [m[d] for d in sharding.mesh.devices.flat if d.process_index == me]
+  out = []
+  for k, n in enumerate(shape):
+    spans = sorted({local_idx[k].indices(n)[:2] for local_idx in local})
+    offsets, o = {}, 0
+    for a, b in spans:
+      offsets[(a, b)] = o
+      o += b - a
+    out.append(offsets)
+  return out
+
+
+def _shard_local(v: np.ndarray, aval: ShapedArray, sharding: NamedSharding, me: int, *,
+                 local: bool = True):
+  """A distributed run: each device of process `me` gets its piece of the global value.
+
+  `local=True`: `v` is this process's part of the global value: per dimension, the distinct
+  blocks its devices hold, in global order, concatenated (all of a replicated dimension).
+  `local=False`: `v` is the whole global value.
+
+  Raises:
+    ValueError: when `v` does not have the shape this expects.
+  """
+  m = sharding.devices_indices_map(aval.shape)
+  devs = [d for d in sharding.mesh.devices.flat if d.process_index == me]
+  if local:
+    blocks = _local_blocks(sharding, aval.shape, me)
+    want = tuple(sum(b - a for a, b in offs) for offs in blocks)
+  else:
+    want = tuple(aval.shape)
+  if tuple(v.shape) != want:
+    what = ("this process's block of the global value" if local else "the global value")
+    raise ValueError(f"{what.capitalize()} laid out by {sharding} with global shape "
+                     f"{tuple(aval.shape)} must have shape {want}, got {tuple(v.shape)}.")
+  bufs = []
+  for d in devs:
+    index = m[d]
+    if local:
+      sl = []
+      for k, (s, n) in enumerate(zip(index, aval.shape)):
+        a, b = s.indices(n)[:2]
+        o = blocks[k][(a, b)]
+        sl.append(slice(o, o + b - a))
+      index = tuple(sl)
+    piece = np.ascontiguousarray(v[index])
+    bufs.append(xc.batched_device_put(aval.update(shape=piece.shape),
+                                      client.single_device_sharding(d), [piece], [d], True,
+                                      False, enable_x64=True))
+  return xc.ArrayImpl(aval, sharding._runtime, bufs, True, True)
+
+
+_interned: dict = {}
+
+
+def intern_sharding(sh: NamedSharding) -> NamedSharding:
+  """One NamedSharding object per layout, so a result fed back into the program that made
+  it is recognised by identity."""
+  # NB: keyed on the spec as written too, so P("a") and P("a", None) keep their own repr.
+  return _interned.setdefault((sh, tuple(sh.spec), sh.mesh.axis_names), sh)
+
+
+class SpmdExecutable:
+  """A program over several devices: global values in (each laid out by its sharding, split
+  by the runtime), global values out (`Array`s split over the devices, or one copy for a
+  replicated result)."""
+  __slots__ = ("exe", "devices", "in_avals", "out_avals", "in_shardings", "out_shardings",
+               "collective", "text", "donated", "_out_device", "_handlers", "_replicated")
+
+  def __init__(self, exe, devices, in_avals, out_avals, in_shardings, out_shardings, text,
+               donated=(), keep_replicated: bool = False):
+    self.exe = exe
+    self.devices = list(devices)
+    self.in_avals = list(in_avals)
+    self.out_avals = list(out_avals)
+    self.in_shardings = [intern_sharding(s) for s in in_shardings]
+    self.out_shardings = [intern_sharding(s) for s in out_shardings]
+    self.text = text
+    self.donated = tuple(donated)
+    try:
+      hlo = "\n".join(m.to_string() for m in exe.hlo_modules())
+    except Exception:   # pragma: no cover - a runtime without hlo_modules: be safe
+      hlo = "all-reduce("
+    self.collective = bool(_COLLECTIVE_HLO.search(hlo))
+    d0 = self.devices[0]
+    self._out_device = None if d0 == client.default_device() else d0
+    # The runtime builds each split result's multi-device array itself; a replicated
+    # result keeps the first device's copy (pmap), or every copy (keep_replicated: a mesh
+    # program's results stay on the mesh, as its next call wants them).
+    self._replicated = [s.is_fully_replicated and not keep_replicated
+                        for s in self.out_shardings]
+    self._handlers = [_first_piece if rep else
+                      xc._xla.array_result_handler(av, sh._runtime, True, True)
+                      for av, sh, rep in zip(self.out_avals, self.out_shardings,
+                                             self._replicated)]
+    dispatch.placement_used[0] = True
+
+  def call(self, args: Sequence[Any]) -> list[Array]:
+    bufs = [shard_arg(x, av, sh)
+            for x, av, sh in zip(args, self.in_avals, self.in_shardings)]
+    if self.collective:
+      with _launch_lock:
+        _await_previous_collective()
+        results = self._execute(bufs, args)
+        outs = results.consume_with_handlers(self._handlers)
+        if outs:
+          first = outs[0]
+          _last_collective[0] = [first] if self._replicated[0] else first._arrays
+        else:
+          for b in bufs:
+            b.block_until_ready()
+    else:
+      outs = self._execute(bufs, args).consume_with_handlers(self._handlers)
+    if self.donated:
+      for i in self.donated:
+        x = args[i]
+        if type(x) is Array and x._buf is not None and x._buf.is_deleted():
+          x._buf = None
+    dev = self._out_device
+    return [Array(o, av, dev) if rep else Array(o, av, None, sh)
+            for o, av, sh, rep in zip(outs, self.out_avals, self.out_shardings,
+                                      self._replicated)]
+
+  def _execute(self, bufs, args):
+    try:
+      return self.exe.execute_sharded(bufs)
+    except TypeError:
+      dispatch.raise_if_donated(args)
+      raise
+
+
+def _first_piece(pieces):
+  return pieces[0]
+
+
+def replicated_program(exe, devices, in_avals, out_avals, text, donated=()) -> SpmdExecutable:
+  """An SPMD program whose arguments and results are all replicated over `devices` (a jit
+  containing pmaps): each argument goes whole to every device, one copy of each result
+  comes back."""
+  mesh = Mesh(np.array(list(devices), dtype=object), ("devices",))
+  rep = NamedSharding(mesh, PartitionSpec())
+  return SpmdExecutable(exe, devices, in_avals, out_avals, [rep] * len(in_avals),
+                        [rep] * len(out_avals), text, donated)
+
+
+def replicated_executable(name: str, jaxpr: Jaxpr, chain) -> SpmdExecutable:
+  """Lowers and compiles `jaxpr` (containing pmaps) as a replicated SPMD program."""
+  devices = chain_devices(chain)
+  text = mapping.lower_spmd_module(name, jaxpr, chain)
+  exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
+  in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  return replicated_program(exe, devices, in_avals, [v.aval for v in jaxpr.outvars], text)
+
+
+
+
+def chain_devices(chain, devices=None) -> list:
+  """The devices a module over `chain` runs on: `devices` (the outermost pmap's) or the first
+  local devices.
+
+  Raises:
+    ValueError: when more devices are needed than exist, or `devices` has the wrong length.
+  """
+  n = math.prod(s for _, s, _ in chain)
+  devices = devices if devices is not None else chain[0][2]
+  if devices is not None:
+    if len(devices) != n:
+      raise ValueError(f"pmap: the mapped axes ({mapping.describe_axes(chain)}) need {n} "
+                       f"devices, but `devices` has {len(devices)}. Pass as many devices "
+                       f"as the mapped axis size (nested pmaps: the product of their sizes).")
+    return list(devices)
+  if client.process_count() > 1:   # a distributed run: every process's devices
+    glob = sorted(client.devices(), key=lambda d: (d.process_index, d.id))
+    if n > len(glob):
+      raise ValueError(f"pmap: the mapped axes ({mapping.describe_axes(chain)}) need {n} "
+                       f"devices, but the distributed run has {len(glob)}.")
+    return glob[:n]
+  local = client.local_devices()
+  if n > len(local):
+    raise ValueError(
+        f"compiling computation that requires {n} logical devices, but only {len(local)} XLA "
+        f"devices are available (num_replicas=1, num_partitions={n}): the mapped axes "
+        f"({mapping.describe_axes(chain)}) need one device per position. Map over at most "
+        f"{len(local)} positions, or start Python with "
+        f"XLA_FLAGS=--xla_force_host_platform_device_count={n} for more CPU devices.")
+  return local[:n]
+
+
 
 
 # ---------------------------------------------------------------------------
 # Shardings given by users
 
 
-def to_named(s: Any, what: str) -> NamedSharding | None:
-  """`s` as a NamedSharding (a bare PartitionSpec inside `with mesh:`), or None.
-
-  Raises:
-    TypeError: for anything else; ValueError: a PartitionSpec with no mesh entered.
-  """
-  if s is None or isinstance(s, NamedSharding):
-    return s
-  if isinstance(s, PartitionSpec):
-    if not _mesh_stack:
-      raise ValueError(f"{what}: a bare PartitionSpec {s} needs a mesh: use "
-                       f"NamedSharding(mesh, spec), or call inside `with mesh:`.")
-    return NamedSharding(_mesh_stack[-1], s)
-  if isinstance(s, SingleDeviceSharding):
-    mesh = Mesh(np.array([s.device], dtype=object), ("_single",))
-    return NamedSharding(mesh, PartitionSpec())
-  device = "a device from stagecraft.devices(), " if what == "device_put" else ""
-  raise TypeError(f"{what}: expected {device}a NamedSharding, a PartitionSpec (inside `with "
-                  f"mesh:`) or None, got {s!r} of type {type(s).__name__}.")
+def _leaves_and_tree(tree):
+  return optree.tree_flatten(tree, none_is_leaf=False, namespace=tree_util.NAMESPACE)
 
 
 def _is_sharding_leaf(x) -> bool:
@@ -79,20 +328,17 @@ def flatten_shardings(prefix, tree, what: str, keep_single: bool = False) -> lis
   Raises:
     ValueError: when `prefix` is not a tree prefix of `tree`.
   """
-  import optree
-  from stagecraft import tree_util
-  from stagecraft.api import _flatten
   p_leaves, p_def = optree.tree_flatten(prefix, is_leaf=_is_sharding_leaf, none_is_leaf=True,
                                         namespace=tree_util.NAMESPACE)
   try:
     subtrees = p_def.flatten_up_to(tree)
   except ValueError:
     raise ValueError(f"{what} must be a tree prefix of the value it describes, got "
-                     f"{prefix!r} for the tree {_flatten(tree)[1]}.") from None
+                     f"{prefix!r} for the tree {_leaves_and_tree(tree)[1]}.") from None
   out = []
   for s, sub in zip(p_leaves, subtrees):
     s = s if keep_single and isinstance(s, SingleDeviceSharding) else to_named(s, what)
-    out.extend([s] * len(_flatten(sub)[0]))
+    out.extend([s] * len(_leaves_and_tree(sub)[0]))
   return out
 
 
@@ -143,113 +389,6 @@ def on_mesh(s: NamedSharding, mesh: Mesh) -> NamedSharding:
                    f"sharding of the program, or device_put the inputs onto it.")
 
 
-# ---------------------------------------------------------------------------
-# with_sharding_constraint
-
-sharding_constraint_p = core.Primitive("sharding_constraint")
-
-
-def _sc_abstract_eval(aval, *, sharding):
-  return aval
-
-
-sharding_constraint_p.def_abstract_eval(_sc_abstract_eval)
-
-
-def _sc_impl(x, *, sharding):
-  # NB: eagerly, the constraint is the layout asked for: an explicit device_put.
-  return device_put_sharded(x, sharding)
-
-
-sharding_constraint_p.def_impl(_sc_impl)
-
-
-def _sc_jvp(primals, tangents, *, sharding):
-  (x,), (t,) = primals, tangents
-  out = sharding_constraint_p.bind(x, sharding=sharding)
-  if type(t) is ad.Zero:
-    return out, t
-  return out, sharding_constraint_p.bind(t, sharding=sharding)
-
-
-def _sc_transpose(ct, x, *, sharding):
-  if type(ct) is ad.Zero:
-    return [None]
-  return [sharding_constraint_p.bind(ct, sharding=sharding)]
-
-
-def _sc_batch(args, dims, *, sharding):
-  (x,), (d,) = args, dims
-  spec = list(sharding.spec) + [None] * (x.ndim - 1 - len(sharding.spec))
-  spec.insert(d, None)
-  return sharding_constraint_p.bind(x, sharding=NamedSharding(sharding.mesh,
-                                                              PartitionSpec(*spec))), d
-
-
-def _sc_lowering(ctx, x, *, sharding):
-  module = ctx.module
-  mesh = module.sdy_mesh
-  if mesh is None or module.manual_depth is not None:
-    return [x]   # no mesh (xla_computation, a pmap program) or inside shard_map: nothing
-  s = on_mesh(sharding, mesh)
-  aval = ctx.avals_in[0]
-  r = ctx.fb.fresh()
-  ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {s._sdy(len(aval.shape))} : "
-              f"{lowering.ir_type(aval)}")
-  return [r]
-
-
-ad.primitive_jvps[sharding_constraint_p] = _sc_jvp
-ad.primitive_transposes[sharding_constraint_p] = _sc_transpose
-batching.primitive_batchers[sharding_constraint_p] = _sc_batch
-lowering.register_lowering(sharding_constraint_p, _sc_lowering)
-
-
-def with_sharding_constraint(x: Any, shardings: Any) -> Any:
-  """Asks that the value(s) `x` be laid out by `shardings` at this point of a program (the
-  partitioner reshards around it as needed), as JAX's `lax.with_sharding_constraint`.
-  Outside jit it is `device_put(x, shardings)`.
-
-  Args:
-    x: an array or a pytree of arrays.
-    shardings: a NamedSharding (or a PartitionSpec inside `with mesh:`) or a pytree prefix
-      of `x` of them.
-
-  Returns:
-    `x`, unchanged in value; in StableHLO each leaf passes through `sdy.sharding_constraint`.
-
-  Raises:
-    ValueError: a spec naming a dimension the value does not have, a dimension not
-      divisible by its mesh axes, or a tree mismatch.
-    TypeError: for something that is not a sharding.
-  """
-  from stagecraft import tree_util
-  from stagecraft.api import _flatten
-  import optree
-  leaves, treedef = _flatten(x)
-  shs = flatten_shardings(shardings, x, "with_sharding_constraint shardings")
-  paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(x)[0]]
-  outs = []
-  for leaf, s, path in zip(leaves, shs, paths):
-    if s is None:
-      outs.append(leaf)
-      continue
-    aval = core.get_aval(leaf)
-    _check_spec_fits(s, aval, f"with_sharding_constraint at {path or 'the value'}")
-    outs.append(sharding_constraint_p.bind(leaf, sharding=s))
-  return optree.tree_unflatten(treedef, outs)
-
-
-def _check_spec_fits(s: NamedSharding, aval: ShapedArray, where: str):
-  if len(s.spec) > len(aval.shape):
-    raise ValueError(f"{where}: the spec {s.spec} has {len(s.spec)} entries but the value "
-                     f"{aval.str_short()} has rank {len(aval.shape)}; give at most one entry "
-                     f"per dimension.")
-  try:
-    s.shard_shape(aval.shape)   # raises for a dimension its axes do not divide
-  except ValueError as e:
-    raise ValueError(f"{where}: {e}") from None
-
 
 # ---------------------------------------------------------------------------
 # The mesh a program uses
@@ -265,11 +404,12 @@ def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, str]]:
 
 def _collect(jaxpr: Jaxpr, found: list):
   for eqn in jaxpr.eqns:
-    if eqn.primitive is sharding_constraint_p:
-      found.append((eqn.params["sharding"].mesh, "with_sharding_constraint inside jit"))
-    elif "mesh" in eqn.params and isinstance(eqn.params["mesh"], Mesh):
-      found.append((eqn.params["mesh"], f"{eqn.primitive.name} inside jit"))
-    for sub in pxla._subjaxprs(eqn):
+    for v in eqn.params.values():   # a mesh, or a sharding over one (constraints)
+      if isinstance(v, Mesh):
+        found.append((v, f"{eqn.primitive.name} inside jit"))
+      elif isinstance(v, NamedSharding):
+        found.append((v.mesh, f"{eqn.primitive.name} inside jit"))
+    for sub in core.subjaxprs(eqn):
       _collect(sub, found)
 
 
@@ -286,7 +426,7 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
   `sdy.sharding` attribute per argument/result given a sharding (None: left to the
   partitioner)."""
   module = lowering.ModuleContext(
-      name, axis_env=[(pxla._Unbound(k), s) for k, s in enumerate(mesh.devices.shape)],
+      name, axis_env=[(mapping.UnboundAxis(k), s) for k, s in enumerate(mesh.devices.shape)],
       num_partitions=mesh.size)
   module.mesh = [(str(n), int(s)) for n, s in mesh.shape.items()]
   module.sdy_mesh = mesh
@@ -330,7 +470,7 @@ def compile_sharded(name: str, jaxpr: Jaxpr, mesh: Mesh,
                     in_shardings: Sequence[NamedSharding | None],
                     out_shardings: Sequence[NamedSharding | None], *,
                     donated: Sequence[bool] | None = None, text: str | None = None,
-                    exe=None) -> pxla.SpmdExecutable:
+                    exe=None) -> SpmdExecutable:
   """Lowers (unless `text` is given) and compiles `jaxpr` over `mesh`; shardings left None
   are read back from the executable (what the partitioner chose).
 
@@ -358,7 +498,7 @@ def compile_sharded(name: str, jaxpr: Jaxpr, mesh: Mesh,
                      for f in final_out]
     text = exe = None
   donated_idx = [i for i, d in enumerate(donated or ()) if d]
-  return pxla.SpmdExecutable(exe, devices, avals_in, avals_out,
+  return SpmdExecutable(exe, devices, avals_in, avals_out,
                              [on_mesh(s, mesh) for s in final_in],
                              [on_mesh(s, mesh) for s in final_out], text, donated_idx,
                              keep_replicated=True)
@@ -426,10 +566,10 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
   for i, (s, c) in enumerate(zip(explicit_in, committed)):
     for sh, what in ((s, "jit in_shardings"), (c, "the sharding")):
       if isinstance(sh, NamedSharding):
-        _check_spec_fits(sh, in_avals[i], f"{what} of {describe_arg(i)}")
+        check_spec_fits(sh, in_avals[i], f"{what} of {describe_arg(i)}")
   for k, (s, v) in enumerate(zip(explicit_out, jaxpr.outvars)):
     if s is not None:
-      _check_spec_fits(s, v.aval, f"jit out_shardings of output {k} with shape "
+      check_spec_fits(s, v.aval, f"jit out_shardings of output {k} with shape "
                                   f"{v.aval.str_short()}")
   mesh = None
   for s in (*explicit_in, *committed, *explicit_out):
@@ -464,6 +604,25 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
 # Arrays laid out over a mesh
 
 
+# NB: device_put of a traced value under a NamedSharding is a sharding constraint; its
+# primitive lives in lax/spmd.py, which installs the bind here (the runtime imports no
+# primitive).
+traced_device_put: list[Callable[[Any, NamedSharding], Any] | None] = [None]
+
+
+def check_spec_fits(s: NamedSharding, aval: ShapedArray, where: str):
+  """Raises ValueError naming `where` when `s`'s spec is longer than `aval`'s rank or a
+  dimension is not divisible by its mesh axes."""
+  if len(s.spec) > len(aval.shape):
+    raise ValueError(f"{where}: the spec {s.spec} has {len(s.spec)} entries but the value "
+                     f"{aval.str_short()} has rank {len(aval.shape)}; give at most one entry "
+                     f"per dimension.")
+  try:
+    s.shard_shape(aval.shape)   # raises for a dimension its axes do not divide
+  except ValueError as e:
+    raise ValueError(f"{where}: {e}") from None
+
+
 def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
   """One leaf laid out by `sharding` (split on the host, one piece per device; no copy if
   it already is).
@@ -472,13 +631,13 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
     ValueError: a dimension not divisible by its mesh axes, or a spec longer than the rank.
   """
   aval = x.aval if type(x) is Array or isinstance(x, core.Tracer) else core.get_aval(x)
-  _check_spec_fits(sharding, aval, "device_put")
+  check_spec_fits(sharding, aval, "device_put")
   if isinstance(x, core.Tracer):
-    return sharding_constraint_p.bind(x, sharding=sharding)
-  s = pxla.intern_sharding(sharding)
+    return traced_device_put[0](x, sharding)
+  s = intern_sharding(sharding)
   if type(x) is Array and x._sharding is not None and x._sharding == s:
     return x
-  buf = pxla.shard_arg(x, aval, s)
+  buf = shard_arg(x, aval, s)
   dispatch.placement_used[0] = True
   return Array(buf, aval, None, s)
 
@@ -492,9 +651,8 @@ def make_array_from_callback(shape: Sequence[int], sharding: NamedSharding,
   Raises:
     ValueError: a piece of the wrong shape, or shape not divisible by the mesh axes.
   """
-  from stagecraft import dtypes
   shape = tuple(int(d) for d in shape)
-  sharding = pxla.intern_sharding(to_named(sharding, "make_array_from_callback"))
+  sharding = intern_sharding(to_named(sharding, "make_array_from_callback"))
   m = sharding.devices_indices_map(shape)
   me = client.process_index()
   devs = [d for d in sharding.mesh.devices.flat if d.process_index == me]
@@ -524,7 +682,7 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSh
     ValueError: a wrong number of pieces or a piece of the wrong shape.
   """
   shape = tuple(int(d) for d in shape)
-  sharding = pxla.intern_sharding(to_named(sharding, "make_array_from_single_device_arrays"))
+  sharding = intern_sharding(to_named(sharding, "make_array_from_single_device_arrays"))
   m = sharding.devices_indices_map(shape)
   me = client.process_index()
   devs = [d for d in sharding.mesh.devices.flat if d.process_index == me]
@@ -551,21 +709,20 @@ def make_array_from_process_local_data(sharding: NamedSharding, local_data: Any,
   Raises:
     ValueError: when the local block does not match the sharding.
   """
-  sharding = pxla.intern_sharding(to_named(sharding, "make_array_from_process_local_data"))
+  sharding = intern_sharding(to_named(sharding, "make_array_from_process_local_data"))
   v = np.asarray(local_data)
   if global_shape is None:
     global_shape = _grow(sharding, v.shape)
   global_shape = tuple(int(d) for d in global_shape)
-  from stagecraft import dtypes
   aval = ShapedArray(global_shape, dtypes.canonicalize_dtype(v.dtype))
-  if client.process_count() == 1 or not pxla._spans_processes(sharding):
+  if client.process_count() == 1 or not _spans_processes(sharding):
     if v.shape != global_shape:
       raise ValueError(f"make_array_from_process_local_data: one process holds all of "
                        f"{sharding}, so the local data must have the global shape "
                        f"{global_shape}, got {v.shape}.")
     return device_put_sharded(v.astype(aval.dtype, copy=False), sharding)
   try:
-    buf = pxla._shard_local(v.astype(aval.dtype, copy=False), aval, sharding,
+    buf = _shard_local(v.astype(aval.dtype, copy=False), aval, sharding,
                             client.process_index())
   except ValueError as e:
     raise ValueError(f"make_array_from_process_local_data: {e}") from None
@@ -654,10 +811,56 @@ def call_closed(closed: ClosedJaxpr, name: str, args: Sequence[Any],
   return ex.call(args)
 
 
-def call_closed_executable(closed: ClosedJaxpr, name: str) -> pxla.SpmdExecutable:
+def call_closed_executable(closed: ClosedJaxpr, name: str) -> SpmdExecutable:
   """The program of a jit equation whose body uses a mesh (shard_map, constraints) and whose
   arguments are not laid out over one: shardings left to the partitioner."""
   n = len(closed.in_avals)
   mesh, ins, outs = resolve(closed.jaxpr, 0, [None] * n, None, None,
                             _describe_leaf(name, closed.in_avals))
   return compile_sharded(f"jit_{name}", closed.jaxpr, mesh, ins, outs)
+
+
+def device_put(x: Any, device=None) -> Any:
+  """Places `x` (a pytree of arrays or scalars) on `device` (default: the first device).
+
+  Args:
+    x: Array, NumPy array, Python scalar, jax.Array, or a pytree of them.
+    device: a device from `stagecraft.devices()`, a sharding (`NamedSharding(mesh, spec)`
+      splits each leaf on the host and places one piece per device;
+      `SingleDeviceSharding(d)` is device d), a pytree prefix of `x` of shardings, or None.
+
+  Returns:
+    The same tree of `Array`s, committed to `device` when one is given (uncommitted on the
+    default device otherwise). Computations run on the device of their committed inputs.
+    This is the one way data moves between layouts: jit never reshards committed inputs.
+
+  Raises:
+    TypeError: if `device` is not a device or sharding, or a leaf is not an array-like (its
+      key path is named).
+    ValueError: a split dimension not divisible by its mesh axes.
+  """
+  if isinstance(device, SingleDeviceSharding):
+    device = device.device
+  if device is not None and not hasattr(device, "client"):
+    shs = flatten_shardings(device, x, "device_put", keep_single=True)
+    with_paths, treedef = tree_util.tree_flatten_with_path(x)
+    out = []
+    for (path, leaf), s in zip(with_paths, shs):
+      if s is None or isinstance(s, SingleDeviceSharding):
+        out.append(dispatch.device_put_leaf(leaf, None if s is None else s.device,
+                                    tree_util.keystr(path)))
+        continue
+      try:
+        out.append(device_put_sharded(leaf, s))
+      except (TypeError, ValueError) as e:
+        msg = str(e).removeprefix("device_put: ")
+        raise type(e)(f"device_put: the leaf at {tree_util.keystr(path) or 'the root'}: "
+                      f"{msg}") from None
+    return tree_util.tree_unflatten(treedef, out)
+  with_paths, treedef = tree_util.tree_flatten_with_path(x)
+  out = [dispatch.device_put_leaf(leaf, device, tree_util.keystr(path)) for path, leaf in with_paths]
+  return tree_util.tree_unflatten(treedef, out)
+
+
+
+dispatch.mesh_apply_primitive[0] = apply_primitive

@@ -1,0 +1,177 @@
+"""Argument handling shared by the transformations and staging APIs: flattening arguments,
+abstractifying leaves, naming arguments and functions for messages, normalizing
+static/donated argument numbers and names, and per-leaf mapped axes (vmap, pmap)."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import optree
+
+from stagecraft import core, dtypes, tree_util
+from stagecraft.core import ShapedArray, ShapeDtypeStruct
+from stagecraft.runtime.array import Array
+
+__all__ = ["flatten", "abstractify", "fun_name", "fun_signature", "arg_names",
+           "check_out_leaves", "normalize_argnums", "normalize_argnames", "flatten_axes",
+           "describe_arg", "mapped_axes"]
+
+_NS = tree_util.NAMESPACE
+
+
+def flatten(tree):
+  return optree.tree_flatten(tree, none_is_leaf=False, namespace=_NS)
+
+
+def abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
+  t = type(x)
+  if t is Array:
+    return x.aval
+  try:
+    return core.get_aval(x)
+  except TypeError:
+    pass
+  if isinstance(x, ShapeDtypeStruct) or (hasattr(x, "shape") and hasattr(x, "dtype")
+                                         and not isinstance(x, type)):
+    try:
+      return ShapedArray(tuple(int(d) for d in x.shape), dtypes.canonicalize_dtype(x.dtype),
+                         bool(getattr(x, "weak_type", False)))
+    except TypeError:
+      pass
+  raise TypeError(
+      f"Error interpreting argument to {fun_name} as an abstract array. The problematic value "
+      f"is of type {type(x)} and was passed to the function at path {path}. This typically "
+      f"means that a jit-wrapped function was called with a non-array argument, and this "
+      f"argument was not marked as static using the static_argnums or static_argnames "
+      f"parameters of jit.")
+
+
+def fun_name(fun: Callable) -> str:
+  return getattr(fun, "__name__", None) or type(fun).__name__
+
+
+def fun_signature(fun: Callable):
+  try:
+    return inspect.signature(fun)
+  except (TypeError, ValueError):
+    return None
+
+
+def arg_names(sig, dyn_argnums: Sequence[int], dyn_kwarg_names: Sequence[str],
+               args_tree_with_paths) -> tuple[tuple[str, ...], tuple[int | str, ...]]:
+  """One readable name per flat leaf (`x`, `params['w']`) and the top-level origin."""
+  params = list(sig.parameters.values()) if sig is not None else []
+  positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                     p.POSITIONAL_OR_KEYWORD)]
+  var_pos = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+  names, origins = [], []
+  for path, _ in args_tree_with_paths:
+    top, rest = path[0], path[1:]   # (args, kwargs) tuple
+    if top.idx == 0:
+      i = rest[0].idx
+      argnum = dyn_argnums[i]
+      if argnum < len(positional):
+        base = positional[argnum]
+      elif var_pos is not None:
+        base = f"{var_pos}[{argnum - len(positional)}]"
+      else:
+        base = f"args[{argnum}]"
+      names.append(base + tree_util.keystr(rest[1:]))
+      origins.append(argnum)
+    else:
+      key = rest[0].key
+      names.append(str(key) + tree_util.keystr(rest[1:]))
+      origins.append(str(key))
+  return tuple(names), tuple(origins)
+
+
+def check_out_leaves(leaves, out_tree, fun_name: str, what: str):
+  for i, leaf in enumerate(leaves):
+    if isinstance(leaf, core.Tracer) or type(leaf) is Array:
+      continue
+    if not core.valid_array_type(leaf):
+      paths = tree_util.tree_flatten_with_path(tree_util.tree_unflatten(out_tree, leaves))[0]
+      path = tree_util.keystr(paths[i][0]) if i < len(paths) else f"leaf {i}"
+      raise TypeError(
+          f"The function {fun_name} passed to {what} returned a value of type "
+          f"{type(leaf).__name__} at output{path or ' (the whole output)'}, which is not a "
+          f"valid array type. Return arrays, scalars, or pytrees of them.")
+
+
+def normalize_argnums(argnums, name: str) -> tuple[int, ...]:
+  if argnums is None:
+    return ()
+  if isinstance(argnums, int):
+    argnums = (argnums,)
+  try:
+    return tuple(int(i) for i in argnums)
+  except TypeError:
+    raise TypeError(f"jit: {name} must be an int or a sequence of ints, got {argnums!r}.")
+
+
+def normalize_argnames(argnames, name: str) -> tuple[str, ...]:
+  if argnames is None:
+    return ()
+  if isinstance(argnames, str):
+    return (argnames,)
+  return tuple(argnames)
+
+
+def flatten_axes(what: str, prefix, full_tree, leaves_tree_def) -> list:
+  """One axis spec per leaf of `full_tree` from a pytree prefix of it (ints or None)."""
+  p_leaves, p_def = optree.tree_flatten(prefix, none_is_leaf=True, namespace=_NS)
+  try:
+    subtrees = p_def.flatten_up_to(full_tree)
+  except ValueError:
+    raise ValueError(f"vmap {what} specification must be a tree prefix of the corresponding "
+                     f"value, got specification {prefix!r} for value tree "
+                     f"{leaves_tree_def}.") from None
+  out = []
+  for ax, sub in zip(p_leaves, subtrees):
+    if ax is not None and not isinstance(ax, (int, np.integer)):
+      raise TypeError(f"vmap {what} must be an int, None, or (nested) container with those "
+                      f"types as leaves, but got {ax!r}.")
+    out.extend([None if ax is None else int(ax)] * len(flatten(sub)[0]))
+  return out
+
+
+def describe_arg(path: str) -> str:
+  return f"argument {path}" if path else "the argument"
+
+
+def mapped_axes(what: str, leaves, axes, paths, axis_size, no_mapped: str,
+                 aval_of=core.get_aval) -> tuple[list, int]:
+  """Normalizes the mapped axis of each leaf (None: not mapped) and finds the mapped size,
+  shared by vmap and pmap.
+
+  Raises:
+    ValueError: an axis out of range for its leaf's rank; no mapped leaf and no
+      `axis_size` (`no_mapped`); leaves (and `axis_size`) disagreeing on the size, listing
+      each with its key path and type.
+  """
+  dims, sizes = [], []
+  for x, ax, path in zip(leaves, axes, paths):
+    if ax is None:
+      dims.append(None)
+      continue
+    aval = aval_of(x)
+    nd = len(aval.shape)
+    if not -nd <= ax < nd:
+      raise ValueError(f"{what} was requested to map its argument along axis {ax}, which "
+                       f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
+                       f"is only {nd} (its shape is {aval.shape}).")
+    d = ax % nd
+    dims.append(d)
+    sizes.append((aval.shape[d], d, path, aval))
+  if not sizes and axis_size is None:
+    raise ValueError(no_mapped)
+  distinct = {s for s, *_ in sizes} | ({axis_size} if axis_size is not None else set())
+  if len(distinct) > 1:
+    lines = [f"  * axis_size was given as {axis_size};"] if axis_size is not None else []
+    for s, d, path, aval in sizes:
+      lines.append(f"  * one axis had size {s}: axis {d} of {describe_arg(path)} of type "
+                   f"{aval.str_short()};")
+    raise ValueError(f"{what} got inconsistent sizes for array axes to be mapped:\n"
+                     + "\n".join(lines))
+  return dims, (axis_size if axis_size is not None else sizes[0][0])

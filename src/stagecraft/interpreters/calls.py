@@ -1,0 +1,135 @@
+"""The rules shared by call-like primitives: a primitive whose parameter holds a closed jaxpr
+taking the equation's operands and giving its results (`jit`, `checkpoint`). Each derived
+call (the JVP, the transpose, the batched call, the pieces partial evaluation splits off, the
+call without its dead outputs) stays one staged equation of the same primitive whose jaxpr is
+derived once per (jaxpr, key) and cached, so its compiled executables are reused.
+
+`custom_dce_call`, `custom_jvp_call` and `custom_vjp_call` carry rules of their own (the user's
+rules must survive each transformation) and use only the generic pieces of `core` and the
+interpreters.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+from stagecraft import core
+from stagecraft.core import ClosedJaxpr
+from stagecraft.interpreters import ad, batching
+from stagecraft.interpreters import partial_eval as pe
+
+__all__ = ["CallRules"]
+
+_memo = core.memo_on_jaxpr
+
+
+def _keep(params: dict, what: str) -> dict:
+  return params
+
+
+class CallRules:
+  """jvp, transpose, batching, DCE and partial-eval rules for the call-like primitive `prim`,
+  whose parameter `param` holds the called ClosedJaxpr (consts passed as leading operands).
+
+  `derived(params, what)` gives the params of a derived call, `what` being "jvp",
+  "transpose", "batch", "known", "unknown" or "dce" (e.g. jit renames it `jvp(f)`; checkpoint
+  marks it differentiated); the called jaxpr is set afterwards."""
+
+  def __init__(self, prim: core.Primitive, param: str = "jaxpr",
+               derived: Callable[[dict, str], dict] = _keep):
+    self.prim, self.param, self.derived = prim, param, derived
+    self._jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    self._transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    self._pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    self._dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    self._batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+  def _params(self, params: dict, what: str, closed: ClosedJaxpr) -> dict:
+    return {**self.derived(params, what), self.param: closed}
+
+  def jvp(self, primals, tangents, **params):
+    """The JVP of a call is a call of the JVP jaxpr: it stays one staged equation."""
+    closed = params[self.param]
+    nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
+    jvp_closed, consts, out_nz = _memo(self._jvp_cache, closed, nonzeros,
+                                       lambda: ad.jvp_jaxpr(closed, nonzeros))
+    outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
+                          **self._params(params, "jvp", jvp_closed))
+    n = len(closed.out_avals)
+    it = iter(outs[n:])
+    return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
+                      for nz, a in zip(out_nz, closed.out_avals)]
+
+  def transpose(self, cts, *args, **params):
+    """The transpose of a linear call is a call of the transposed jaxpr."""
+    closed = params[self.param]
+    undefined = tuple(ad.is_undefined_primal(a) for a in args)
+    ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
+    t_closed, consts = _memo(self._transpose_cache, closed, (undefined, ct_nonzeros),
+                             lambda: ad.transpose_jaxpr(closed, undefined, ct_nonzeros))
+    outs = self.prim.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
+                          *[c for c in cts if type(c) is not ad.Zero],
+                          **self._params(params, "transpose", t_closed))
+    it = iter(outs)
+    return [next(it) if u else None for u in undefined]
+
+  def batch(self, axis_data, args, dims, **params):
+    """vmap of a call is a call of the batched jaxpr. An axis rule (called even with no
+    batched operand) so that collectives inside see the axis."""
+    closed = params[self.param]
+    b_closed, consts, out_dims = _memo(
+        self._batch_cache, closed, (tuple(dims), axis_data),
+        lambda: batching.batch_jaxpr(closed, axis_data, dims, [None] * len(closed.out_avals)))
+    outs = self.prim.bind(*consts, *args, **self._params(params, "batch", b_closed))
+    return outs, out_dims
+
+  def partial_eval(self, eqn, unknowns):
+    """Splits a call with partly unknown operands into a known call (known results and
+    residuals) and an unknown call reading the residuals: linearize keeps both staged."""
+    closed = eqn.params[self.param]
+
+    def make():
+      k, u, nres, out_unknowns = ad.partial_eval_jaxpr(closed.jaxpr, unknowns,
+                                                       [False] * len(closed.out_avals))
+      # One ClosedJaxpr per split, so the executables compiled for it are reused.
+      return ClosedJaxpr(k, []), ClosedJaxpr(u, []), nres, out_unknowns
+    known, unknown, nres, out_unknowns = _memo(self._pe_cache, closed, tuple(unknowns), make)
+    res_vars = [core.Var(v.aval) for v in known.jaxpr.outvars[len(known.jaxpr.outvars) - nres:]]
+    known_eqn = core.JaxprEqn(
+        [v for v, u in zip(eqn.invars, unknowns) if not u],
+        [*[v for v, u in zip(eqn.outvars, out_unknowns) if not u], *res_vars], self.prim,
+        self._params(eqn.params, "known", known))
+    unknown_eqn = core.JaxprEqn(
+        [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
+        [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
+        self._params(eqn.params, "unknown", unknown))
+    return known_eqn, unknown_eqn, out_unknowns
+
+  def dce(self, used_outs, eqn):
+    """Unused results of a call, and the work and operands only they needed, go."""
+    if not any(used_outs):
+      return [False] * len(eqn.invars), None
+    closed = eqn.params[self.param]
+
+    def make():
+      j, used_ins = pe.dce_jaxpr(closed.jaxpr, used_outs)
+      return ClosedJaxpr(j, []), used_ins
+    new_closed, used_ins = _memo(self._dce_cache, closed, tuple(used_outs), make)
+    if all(used_outs) and all(used_ins):
+      return used_ins, eqn
+    return used_ins, eqn.replace(
+        invars=[v for v, u in zip(eqn.invars, used_ins) if u],
+        outvars=[v for v, u in zip(eqn.outvars, used_outs) if u],
+        params=self._params(eqn.params, "dce", new_closed))
+
+  def register(self, *, partial_eval: bool = True, dce: bool = True) -> "CallRules":
+    """Registers the rules (partial evaluation and DCE optional: a primitive may keep its
+    own, as checkpoint's partial evaluation saves no residuals)."""
+    ad.primitive_jvps[self.prim] = self.jvp
+    ad.primitive_transposes[self.prim] = self.transpose
+    batching.axis_primitive_batchers[self.prim] = self.batch
+    if partial_eval:
+      ad.partial_eval_rules[self.prim] = self.partial_eval
+    if dce:
+      pe.dce_rules[self.prim] = self.dce
+    return self

@@ -1,0 +1,523 @@
+"""The SPMD primitives, each with all its rules: `xla_pmap` (pmap's map over devices),
+`shard_map` (a per-device function over the blocks of a mesh) and `sharding_constraint`
+(`with_sharding_constraint`).
+
+`xla_pmap` carries a closed jaxpr of the per-device computation (mapped axes removed from its
+avals) and `in_axes`/`out_axes` (an int or None per operand/result); its operands and results
+are the global values (the mapped axis present). Every rule re-traces the body with the axis
+name bound, so collectives inside see it.
+
+Lowering (DESIGN.md, the SPMD form JAX 0.10 uses): a module that contains a pmap has an
+`sdy.mesh` whose axes are the pmap's axes, outermost first (nested pmaps add axes), and is
+compiled with num_partitions = the mesh size. A pmap equation met outside any manual region
+becomes an `sdy.manual_computation` manual over *all* mesh axes, its operands split along
+their in_axes over the outermost mesh axis (Shardy slices replicated operands) and its
+results likewise; inside, each device runs the body on its piece. A pmap met inside a manual
+region (a nested pmap) is lowered inline: each device slices its operand by its index along
+that pmap's mesh axis (from `partition_id`), runs the body, and all-gathers the results, so
+every value inside the region is addressed by global device ids and collectives use
+`use_global_device_ids` replica groups computed from the module's axis environment.
+
+`shard_map` carries the per-device closed jaxpr and the mesh, specs and manual axes; its
+rules are pmap's generalized to several axes (`mapping.MapRules`): psum transposes to psum,
+so the cotangent of a result replicated over manual axes is divided by their size before the
+transposed body, and the cotangent of an operand replicated over manual axes is psum'med
+over them. Residuals of partial evaluation are per-device values: each gets a leading axis
+split over all manual axes. Lowering emits an `sdy.manual_computation` (as JAX does) inside
+the program over the mesh.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import weakref
+from typing import Any
+
+import numpy as np
+import optree
+
+from stagecraft import core, tree_util
+from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
+from stagecraft.interpreters import ad, batching, lowering, mapping
+from stagecraft.interpreters.mapping import mapped_aval, unmapped_aval
+from stagecraft.lax import parallel
+from stagecraft.lax.shape import reshape
+from stagecraft.runtime import dispatch, spmd
+from stagecraft.runtime.array import Array
+from stagecraft.runtime.spmd import SpmdExecutable, check_spec_fits
+from stagecraft.sharding import Mesh, NamedSharding, PartitionSpec
+
+__all__ = ["xla_pmap_p", "sharding_constraint_p", "with_sharding_constraint", "shard_map_p",
+           "global_aval", "local_aval", "split_size", "shard_map_env", "pmap_executable"]
+
+# ===========================================================================
+# xla_pmap
+
+# ---------------------------------------------------------------------------
+# The primitive
+
+xla_pmap_p = core.Primitive("xla_pmap")
+xla_pmap_p.multiple_results = True
+core.pp_param_order[xla_pmap_p] = ("name", "axis_name", "axis_size", "in_axes", "out_axes",
+                                   "jaxpr")
+
+
+def _pmap_abstract_eval(*avals, jaxpr, axis_name, axis_size, in_axes, out_axes, **_):
+  return [unmapped_aval(a, ax, axis_size) for a, ax in zip(jaxpr.out_avals, out_axes)]
+
+
+xla_pmap_p.def_abstract_eval(_pmap_abstract_eval)
+
+
+def _pmap_env(params):
+  return batching.extend_axis_env(params["axis_name"], params["axis_size"])
+
+
+
+
+mapping.MapRules(
+    xla_pmap_p, "in_axes", "out_axes", rep=None, env=_pmap_env,
+    local_aval=lambda aval, ax, params: mapped_aval(aval, ax),
+    global_aval=lambda aval, ax, params: unmapped_aval(aval, ax, params["axis_size"]),
+    replicated_over=lambda ax, params: (((params["axis_name"],), params["axis_size"])
+                                        if ax is None else ((), 1)),
+    residual_entry=lambda params: 0,
+    batched_entry=lambda ax: None if ax is None else ax + 1,
+    psum=parallel.psum, reshape=reshape, reset=("donated_invars",)).register()
+mapping.device_maps[xla_pmap_p] = lambda p: (p["axis_name"], p["axis_size"], p["devices"],
+                                             p["jaxpr"].jaxpr)
+
+
+# ---------------------------------------------------------------------------
+# Lowering
+
+
+def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, in_axes, out_axes, **_):
+  module = ctx.module
+  if module.sdy_mesh is not None:
+    raise ValueError(
+        f"pmap ('{axis_name}') cannot be staged into a program over a device mesh (jit with "
+        f"shardings, with_sharding_constraint or shard_map); use shard_map over the mesh "
+        f"instead, or call the pmap outside that jit.")
+  if getattr(module, "mesh", None) is None:
+    raise ValueError(
+        f"pmap ('{axis_name}') cannot be lowered into this module, which has no device mesh "
+        f"(for example inside xla_computation or an eager op); call it directly or from "
+        f"jit.")
+  if getattr(module, "manual_depth", None) is None:
+    return _lower_manual(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes)
+  return _lower_inline(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes)
+
+
+def _reshape(fb, x, src: ShapedArray, dst: ShapedArray) -> str:
+  r = fb.fresh()
+  fb.emit(f"{r} = stablehlo.reshape {x} : ({lowering.ir_type(src)}) -> "
+          f"{lowering.ir_type(dst)}")
+  return r
+
+
+def _lower_body(fb, module, jaxpr, depth, axis_name, axis_size, args):
+  saved_env, saved_depth = module.axis_env, module.manual_depth
+  env = list(saved_env)
+  env[depth] = (axis_name, axis_size)
+  module.axis_env, module.manual_depth = tuple(env), depth + 1
+  try:
+    # NB: bodies re-traced while lowering (scan's step) see the axis bound.
+    with batching.extend_axis_env(axis_name, axis_size):
+      return lowering.jaxpr_subcomp(fb, jaxpr.jaxpr, [], args)
+  finally:
+    module.axis_env, module.manual_depth = saved_env, saved_depth
+
+
+
+
+def _lower_manual(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
+  """The pmap as an `sdy.manual_computation` over all mesh axes, split on mesh axis 0."""
+  fb, module = ctx.fb, ctx.module
+  ax0 = module.mesh[0][0]
+  local_in = [unmapped_aval(a, ax, 1) for a, ax in zip(jaxpr.in_avals, in_axes)]
+  local_out = [unmapped_aval(a, ax, 1) for a, ax in zip(jaxpr.out_avals, out_axes)]
+  in_sh = [mapping.sdy_sharding(len(a.shape), ax, ax0, attr=False)
+           for a, ax in zip(ctx.avals_in, in_axes)]
+  out_sh = [mapping.sdy_sharding(len(a.shape), ax, ax0, attr=False)
+            for a, ax in zip(ctx.avals_out, out_axes)]
+
+  def body(block_args):
+    body_args = [x if ax is None else _reshape(fb, x, lo, a)
+                 for x, ax, lo, a in zip(block_args, in_axes, local_in, jaxpr.in_avals)]
+    module.manual_depth = 0
+    try:
+      outs = _lower_body(fb, module, jaxpr, 0, axis_name, axis_size, body_args)
+    finally:
+      module.manual_depth = None
+    return [o if ax is None else _reshape(fb, o, a, lo)
+            for o, ax, a, lo in zip(outs, out_axes, jaxpr.out_avals, local_out)]
+  return mapping.emit_manual_computation(ctx, args, in_sh, out_sh, [a for a, _ in module.mesh],
+                                 local_in, local_out, body)
+
+
+def _mesh_index(ctx, depth: int) -> str:
+  """This device's index along mesh axis `depth` (an i32 scalar), from partition_id."""
+  sizes = [int(s) for _, s in ctx.module.axis_env]
+  u32 = ShapedArray((), np.dtype(np.uint32))
+  dev = ctx.fb.fresh()
+  ctx.fb.emit(f"{dev} = stablehlo.partition_id : tensor<ui32>")
+  stride = math.prod(sizes[depth + 1:])
+  q = ctx.elementwise("stablehlo.divide", dev, ctx.constant(stride, u32), aval=u32)
+  r = ctx.elementwise("stablehlo.remainder", q, ctx.constant(sizes[depth], u32), aval=u32)
+  out = ctx.fb.fresh()
+  ctx.fb.emit(f"{out} = stablehlo.convert {r} : (tensor<ui32>) -> tensor<i32>")
+  return out
+
+
+def _lower_inline(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
+  """A pmap nested in a manual region: slice by this device's index, run, all-gather."""
+  fb, module = ctx.fb, ctx.module
+  depth = module.manual_depth
+  if depth >= len(module.mesh):
+    raise ValueError(f"pmap ('{axis_name}') is nested deeper than the module's mesh "
+                     f"{module.mesh}.")
+  i32 = ShapedArray((), np.dtype(np.int32))
+  idx = _mesh_index(ctx, depth)
+  zero = ctx.constant(0, i32)
+  body_args = []
+  for x, ax, g, a in zip(args, in_axes, ctx.avals_in, jaxpr.in_avals):
+    if ax is None:
+      body_args.append(x)
+      continue
+    lo = unmapped_aval(a, ax, 1)
+    starts = [idx if d == ax else zero for d in range(len(g.shape))]
+    s = ctx.op("stablehlo.dynamic_slice", [x, *starts], [lo],
+               f"slice_sizes = {lowering.i64_array(lo.shape)}",
+               operand_avals=[g, *[i32] * len(starts)])[0]
+    body_args.append(_reshape(fb, s, lo, a))
+  saved_env = module.axis_env
+  outs = _lower_body(fb, module, jaxpr, depth, axis_name, axis_size, body_args)
+  env = list(saved_env)
+  env[depth] = (axis_name, axis_size)
+  module.axis_env = tuple(env)
+  try:
+    results = []
+    for o, ax, a, g in zip(outs, out_axes, jaxpr.out_avals, ctx.avals_out):
+      if ax is None:
+        results.append(o)
+        continue
+      sub = ctx.replace(avals_in=[a], avals_out=[g])
+      results += parallel.all_gather_lowering(sub, o, axis_name=axis_name, axis=ax,
+                                               tiled=False, axis_size=axis_size)
+  finally:
+    module.axis_env = saved_env
+  return results
+
+
+lowering.register_lowering(xla_pmap_p, _pmap_lowering)
+
+
+
+def _mesh_for(chain, devices) -> Mesh:
+  shape = [s for _, s, _ in chain]
+  return Mesh(np.array(devices, dtype=object).reshape(shape), mapping.mesh_names(chain))
+
+
+def _sharding(mesh: Mesh, ndim: int, axis: int | None) -> NamedSharding:
+  spec = [None] * ndim
+  if axis is not None:
+    spec[axis] = mesh.axis_names[0]
+  return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+_pmap_executables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _compile_pmap(in_avals, params) -> SpmdExecutable:
+  invars = [Var(a) for a in in_avals]
+  outvars = [Var(a) for a in _pmap_abstract_eval(*in_avals, **params)]
+  jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, xla_pmap_p, params)])
+  chain = mapping.mesh_chain(jaxpr)
+  devices = spmd.chain_devices(chain, params["devices"])
+  mesh = _mesh_for(chain, devices)
+  in_sh = [_sharding(mesh, len(a.shape), ax) for a, ax in zip(in_avals, params["in_axes"])]
+  out_sh = [_sharding(mesh, len(v.aval.shape), ax)
+            for v, ax in zip(outvars, params["out_axes"])]
+  ax0 = mesh.axis_names[0]
+  arg_attrs = [f"sdy.sharding = {mapping.sdy_sharding(len(a.shape), ax, ax0, attr=True)}"
+               for a, ax in zip(in_avals, params["in_axes"])]
+  res_attrs = [f"sdy.sharding = {mapping.sdy_sharding(len(v.aval.shape), ax, ax0, attr=True)}"
+               for v, ax in zip(outvars, params["out_axes"])]
+  text = mapping.lower_spmd_module(f"pmap_{params['name']}", jaxpr, chain, arg_attrs=arg_attrs,
+                           result_attrs=res_attrs, donated=params["donated_invars"])
+  exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
+  donated = [i for i, d in enumerate(params["donated_invars"]) if d]
+  return SpmdExecutable(exe, devices, in_avals, [v.aval for v in outvars], in_sh, out_sh,
+                        text, donated)
+
+
+def pmap_executable(in_avals: tuple, params: dict) -> SpmdExecutable:
+  """The compiled program of a pmap equation (cached per body jaxpr, avals and params)."""
+  key = (in_avals, *[(k, v) for k, v in params.items() if k != "jaxpr"])
+  table = _pmap_executables.setdefault(params["jaxpr"], {})
+  ex = table.get(key)
+  if ex is None:
+    ex = table[key] = _compile_pmap(in_avals, params)
+  return ex
+
+
+def _pmap_impl(*args, **params):
+  in_avals = tuple(x.aval if type(x) is Array else core.get_aval(x) for x in args)
+  return pmap_executable(in_avals, params).call(args)
+
+
+xla_pmap_p.def_impl(_pmap_impl)
+
+
+
+# ===========================================================================
+# sharding_constraint
+
+sharding_constraint_p = core.Primitive("sharding_constraint")
+
+
+def _sc_abstract_eval(aval, *, sharding):
+  return aval
+
+
+sharding_constraint_p.def_abstract_eval(_sc_abstract_eval)
+
+
+def _sc_impl(x, *, sharding):
+  # NB: eagerly, the constraint is the layout asked for: an explicit device_put.
+  return spmd.device_put_sharded(x, sharding)
+
+
+sharding_constraint_p.def_impl(_sc_impl)
+
+
+def _sc_jvp(primals, tangents, *, sharding):
+  (x,), (t,) = primals, tangents
+  out = sharding_constraint_p.bind(x, sharding=sharding)
+  if type(t) is ad.Zero:
+    return out, t
+  return out, sharding_constraint_p.bind(t, sharding=sharding)
+
+
+def _sc_transpose(ct, x, *, sharding):
+  if type(ct) is ad.Zero:
+    return [None]
+  return [sharding_constraint_p.bind(ct, sharding=sharding)]
+
+
+def _sc_batch(args, dims, *, sharding):
+  (x,), (d,) = args, dims
+  spec = list(sharding.spec) + [None] * (x.ndim - 1 - len(sharding.spec))
+  spec.insert(d, None)
+  return sharding_constraint_p.bind(x, sharding=NamedSharding(sharding.mesh,
+                                                              PartitionSpec(*spec))), d
+
+
+def _sc_lowering(ctx, x, *, sharding):
+  module = ctx.module
+  mesh = module.sdy_mesh
+  if mesh is None or module.manual_depth is not None:
+    return [x]   # no mesh (xla_computation, a pmap program) or inside shard_map: nothing
+  s = spmd.on_mesh(sharding, mesh)
+  aval = ctx.avals_in[0]
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {s._sdy(len(aval.shape))} : "
+              f"{lowering.ir_type(aval)}")
+  return [r]
+
+
+ad.primitive_jvps[sharding_constraint_p] = _sc_jvp
+ad.primitive_transposes[sharding_constraint_p] = _sc_transpose
+batching.primitive_batchers[sharding_constraint_p] = _sc_batch
+lowering.register_lowering(sharding_constraint_p, _sc_lowering)
+
+
+def with_sharding_constraint(x: Any, shardings: Any) -> Any:
+  """Asks that the value(s) `x` be laid out by `shardings` at this point of a program (the
+  partitioner reshards around it as needed), as JAX's `lax.with_sharding_constraint`.
+  Outside jit it is `device_put(x, shardings)`.
+
+  Args:
+    x: an array or a pytree of arrays.
+    shardings: a NamedSharding (or a PartitionSpec inside `with mesh:`) or a pytree prefix
+      of `x` of them.
+
+  Returns:
+    `x`, unchanged in value; in StableHLO each leaf passes through `sdy.sharding_constraint`.
+
+  Raises:
+    ValueError: a spec naming a dimension the value does not have, a dimension not
+      divisible by its mesh axes, or a tree mismatch.
+    TypeError: for something that is not a sharding.
+  """
+  leaves, treedef = optree.tree_flatten(x, none_is_leaf=False, namespace=tree_util.NAMESPACE)
+  shs = spmd.flatten_shardings(shardings, x, "with_sharding_constraint shardings")
+  paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(x)[0]]
+  outs = []
+  for leaf, s, path in zip(leaves, shs, paths):
+    if s is None:
+      outs.append(leaf)
+      continue
+    aval = core.get_aval(leaf)
+    check_spec_fits(s, aval, f"with_sharding_constraint at {path or 'the value'}")
+    outs.append(sharding_constraint_p.bind(leaf, sharding=s))
+  return optree.tree_unflatten(treedef, outs)
+
+
+spmd.traced_device_put[0] = lambda x, s: sharding_constraint_p.bind(x, sharding=s)
+
+
+# ===========================================================================
+# shard_map
+
+shard_map_p = core.Primitive("shard_map")
+shard_map_p.multiple_results = True
+core.pp_param_order[shard_map_p] = ("name", "in_specs", "out_specs", "manual_axes", "jaxpr")
+
+
+# ---------------------------------------------------------------------------
+# Avals
+
+
+def split_size(mesh: Mesh, spec: PartitionSpec, i: int) -> int:
+  """Into how many blocks `spec` splits dimension `i` over `mesh`."""
+  return math.prod(mesh.shape[n] for n in spec._names(i))
+
+
+def global_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh) -> ShapedArray:
+  """The global aval of a per-device block `aval` assembled by `spec`."""
+  return aval.update(shape=tuple(d * split_size(mesh, spec, i) for i, d in enumerate(aval.shape)))
+
+
+def local_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh) -> ShapedArray:
+  """The per-device block of a global `aval` split by `spec` (dimensions divide)."""
+  return aval.update(shape=tuple(d // split_size(mesh, spec, i)
+                                 for i, d in enumerate(aval.shape)))
+
+
+def _shard_map_abstract_eval(*avals, jaxpr, mesh, out_specs, **_):
+  return [global_aval(a, s, mesh) for a, s in zip(jaxpr.out_avals, out_specs)]
+
+
+shard_map_p.def_abstract_eval(_shard_map_abstract_eval)
+
+
+@contextlib.contextmanager
+def shard_map_env(mesh: Mesh, manual_axes):
+  """Binds the manual mesh axes (outermost first) for collectives in the body."""
+  with contextlib.ExitStack() as stack:
+    for n in mesh.axis_names:
+      if n in manual_axes:
+        stack.enter_context(batching.extend_axis_env(n, mesh.shape[n]))
+    yield
+
+
+def _shard_map_params_env(params):
+  return shard_map_env(params["mesh"], params["manual_axes"])
+
+
+def _manual_names(params) -> tuple:
+  return tuple(n for n in params["mesh"].axis_names if n in params["manual_axes"])
+
+
+def _missing_axes(spec: PartitionSpec, params) -> tuple:
+  """The manual axes `spec` does not split over (the value is replicated along them)."""
+  used = {n for i in range(len(spec)) for n in spec._names(i)}
+  return tuple(n for n in _manual_names(params) if n not in used)
+
+
+# ---------------------------------------------------------------------------
+# Rules
+
+_REP = PartitionSpec()
+
+
+def _residual_spec(params) -> PartitionSpec:
+  # NB: residuals are per-device values: each gets a leading axis split over every manual
+  # axis (global shape (n_devices_manual, *block)).
+  manual = _manual_names(params)
+  return PartitionSpec(manual if len(manual) != 1 else manual[0]) if manual else _REP
+
+
+def _replicated_over(spec: PartitionSpec, params) -> tuple[tuple, int]:
+  names = _missing_axes(spec, params)
+  return names, math.prod(params["mesh"].shape[n] for n in names)
+
+
+mapping.MapRules(
+    shard_map_p, "in_specs", "out_specs", rep=_REP, env=_shard_map_params_env,
+    local_aval=lambda aval, spec, params: local_aval(aval, spec, params["mesh"]),
+    global_aval=lambda aval, spec, params: global_aval(aval, spec, params["mesh"]),
+    replicated_over=_replicated_over, residual_entry=_residual_spec,
+    batched_entry=lambda spec: PartitionSpec(None, *spec),
+    psum=parallel.psum, reshape=reshape).register()
+
+
+
+# ---------------------------------------------------------------------------
+# Lowering and eager evaluation
+
+
+def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, manual_axes, name, **_):
+  module = ctx.module
+  if module.sdy_mesh is None:
+    raise ValueError(f"shard_map ({name}) cannot be lowered into this module, which has no "
+                     f"device mesh (xla_computation, or a pmap program); call it directly "
+                     f"or from jit.")
+  if module.manual_depth is not None:
+    raise NotImplementedError(f"shard_map ({name}) nested inside another shard_map or pmap "
+                              f"is not supported; use one shard_map over several mesh axes.")
+  if module.sdy_mesh != mesh:
+    raise ValueError(f"shard_map ({name}) uses {mesh!r}, but the program runs over "
+                     f"{module.sdy_mesh!r}; use one Mesh for every sharding of the program.")
+  auto = any(n not in manual_axes for n in mesh.axis_names)
+  in_sh = [NamedSharding(mesh, s)._sdy(len(a.shape), open_dims=auto)
+           for s, a in zip(in_specs, ctx.avals_in)]
+  out_sh = [NamedSharding(mesh, s)._sdy(len(a.shape), open_dims=auto)
+            for s, a in zip(out_specs, ctx.avals_out)]
+
+  def body(block_args):
+    saved_env, saved_depth = module.axis_env, module.manual_depth
+    env = list(saved_env)
+    for k, n in enumerate(mesh.axis_names):
+      if n in manual_axes:
+        env[k] = (n, mesh.shape[n])
+    module.axis_env, module.manual_depth = tuple(env), 0
+    try:
+      with shard_map_env(mesh, manual_axes):
+        consts = [lowering.constant(ctx.fb, c, core.get_aval(c)) for c in jaxpr.consts]
+        return lowering.jaxpr_subcomp(ctx.fb, jaxpr.jaxpr, consts, block_args)
+    finally:
+      module.axis_env, module.manual_depth = saved_env, saved_depth
+  manual = [str(n) for n in mesh.axis_names if n in manual_axes]
+  return mapping.emit_manual_computation(ctx, args, in_sh, out_sh, manual, jaxpr.in_avals,
+                                      jaxpr.out_avals, body)
+
+
+lowering.register_lowering(shard_map_p, _shard_map_lowering)
+
+_shard_map_executables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _shard_map_impl(*args, **params):
+  in_avals = tuple(x.aval if type(x) is Array else core.get_aval(x) for x in args)
+  key = (in_avals, *[(k, v) for k, v in params.items() if k != "jaxpr"])
+  table = _shard_map_executables.setdefault(params["jaxpr"], {})
+  ex = table.get(key)
+  if ex is None:
+    invars = [Var(a) for a in in_avals]
+    outvars = [Var(a) for a in _shard_map_abstract_eval(*in_avals, **params)]
+    jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, shard_map_p, params)])
+    mesh = params["mesh"]
+    # NB: the in_specs are the layout asked for: arguments are split by them.
+    ex = table[key] = spmd.compile_sharded(
+        f"shard_map_{params['name']}", jaxpr, mesh,
+        [NamedSharding(mesh, s) for s in params["in_specs"]],
+        [NamedSharding(mesh, s) for s in params["out_specs"]])
+  return ex.call(args)
+
+
+shard_map_p.def_impl(_shard_map_impl)
+
+

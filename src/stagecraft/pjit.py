@@ -1,0 +1,772 @@
+"""`jit`: the `jit` call primitive with all its rules, jit's wrapper and its caches, and
+lowering/compiling a traced signature (single device, jit of pmap, sharded over a mesh).
+
+`jit` traces its function once per signature — the tree structure of the arguments, the aval
+(shape, dtype, weak type) of each array leaf, the values of static arguments and the x64
+flag — and caches the traced jaxpr and the compiled executable under that key. Caches hang
+off the function object through a weak reference, so they go when the function does.
+(JAX calls this module pjit; `jit.py` would shadow the `stagecraft.jit` function.)
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import optree
+
+from stagecraft import core, dtypes, tree_util
+from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, flatten, fun_name,
+                                 fun_signature, normalize_argnames, normalize_argnums)
+from stagecraft.config import config
+from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray
+from stagecraft.errors import DeviceAssignmentMismatchError
+from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
+from stagecraft.lax.spmd import sharding_constraint_p
+from stagecraft.runtime import client, dispatch, spmd
+from stagecraft.runtime.array import Array
+from stagecraft.sharding import NamedSharding, PartitionSpec
+
+__all__ = ["jit", "jit_p", "JitWrapped", "TracedSignature", "trace_flat", "SignatureLayout",
+           "LoweredSignature", "lower_traced", "CompiledCall", "SpmdCall", "ShardedCall",
+           "compile_lowered", "compile_traced"]
+
+
+# ---------------------------------------------------------------------------
+# The call primitive of jit: `jit[name=f jaxpr={...}] args`.
+
+jit_p = core.Primitive("jit")
+jit_p.multiple_results = True
+
+
+_jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, dispatch.Executable]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
+  if dispatch.placement_used[0]:
+    placement = dispatch.target_placement(args)
+    if type(placement) is dispatch.Placement:   # arguments split over a mesh
+      return spmd.call_closed(jaxpr, name, args, placement)
+  ex = _jit_executables.get(jaxpr)
+  if ex is None:
+    ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
+  return ex.call(args)
+
+
+def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
+  assert not jaxpr.consts, "jit_p's jaxpr takes its consts as arguments"
+  chain = mapping.mesh_chain(jaxpr.jaxpr)
+  if chain:   # a jit containing pmaps (e.g. derived by autodiff): one SPMD program
+    return spmd.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain)
+  if spmd.jaxpr_meshes(jaxpr.jaxpr):   # shard_map / sharding constraints inside
+    return spmd.call_closed_executable(jaxpr, name)
+  text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr)
+  return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
+                             text)
+
+
+def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str):
+  return lowering.lower_call(ctx, name, jaxpr, args)
+
+
+core.def_closed_call(jit_p, "jaxpr")
+jit_p.def_impl(_jit_impl)
+lowering.register_lowering(jit_p, _jit_lowering)
+calls.CallRules(jit_p, "jaxpr", lambda params, what: (
+    {**params, "name": f"{what}({params['name']})"} if what in ("jvp", "transpose")
+    else params)).register()
+core.pp_param_order[jit_p] = ("name", "jaxpr")
+
+
+
+class TracedSignature:
+  """The result of tracing one signature: the jaxpr with consts as leading invars, and its
+  compiled calls (for the default device, and per other device)."""
+  __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "__weakref__")
+
+  def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree):
+    self.jaxpr = jaxpr
+    self.consts = consts
+    self.out_tree = out_tree
+    self.executable = None
+    self.device_calls = {}
+
+
+def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequence[int],
+               static_argnames: Sequence[str], traced_for: str,
+               in_avals: Sequence[ShapedArray] | None = None) -> tuple[TracedSignature, Any]:
+  """Traces `fun(*args, **kwargs)` with the static arguments fixed; returns the traced
+  signature (consts as leading invars) and the flat dynamic leaves."""
+  name = fun_name(fun)
+  dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+  dyn_args = tuple(args[i] for i in dyn_argnums)
+  dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
+  leaves, in_tree = flatten((dyn_args, dyn_kwargs))
+  sig = fun_signature(fun)
+  with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
+  names, origins = arg_names(sig, dyn_argnums, list(dyn_kwargs), with_paths)
+  if in_avals is None:
+    in_avals = [abstractify(x, names[i], name) for i, x in enumerate(leaves)]
+  debug = DebugInfo(traced_for, name, names, origins)
+  out_tree_box = []
+
+  def flat_fun(*flat):
+    d_args, d_kwargs = optree.tree_unflatten(in_tree, flat)
+    full = list(d_args)
+    for i in sorted(static_argnums):
+      if i < len(args):
+        full.insert(i, args[i])
+    all_kwargs = {**{k: v for k, v in kwargs.items() if k in static_argnames}, **d_kwargs}
+    out = fun(*full, **all_kwargs)
+    out_leaves, out_tree = flatten(out)
+    check_out_leaves(out_leaves, out_tree, name, traced_for)
+    out_tree_box.append(out_tree)
+    return out_leaves
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
+  closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
+  return TracedSignature(closed, list(consts), out_tree_box[0]), leaves
+
+
+# ---------------------------------------------------------------------------
+# jit
+
+_fun_caches: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+
+
+def _cache_for(fun: Callable, options: tuple) -> dict:
+  try:
+    per_fun = _fun_caches.get(fun)
+    if per_fun is None:
+      per_fun = _fun_caches[fun] = {}
+  except TypeError:   # not weakly referenceable: a cache for this wrapper only
+    return {}
+  return per_fun.setdefault(options, {})
+
+
+
+class CompiledCall:
+  """A compiled signature's call: leaves in, Arrays out. `device` is where it runs (None:
+  the default device)."""
+  __slots__ = ("exe", "kept", "const_bufs", "in_avals", "out_avals", "out_tree", "donated",
+               "simple", "single", "text", "device")
+
+  def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text,
+               device):
+    self.exe = exe
+    self.kept = kept                  # indices of the leaves the program reads, or None: all
+    self.const_bufs = const_bufs
+    self.in_avals = in_avals          # avals of all dynamic leaves
+    self.out_avals = out_avals
+    self.out_tree = out_tree
+    self.donated = donated            # leaf indices donated, or ()
+    self.simple = not const_bufs and not donated and device is None
+    self.single = out_tree.num_leaves == 1 and out_tree.num_nodes == 1
+    self.text = text
+    self.device = device
+
+  def call_arrays(self, args: Sequence[Array]):
+    """The fast path: every argument is an Array on the default device."""
+    bufs = ([x._buf for x in args] if self.kept is None
+            else [args[i]._buf for i in self.kept])
+    try:
+      results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+    except TypeError:
+      dispatch.raise_if_donated(args)
+      raise
+    if self.single:
+      return Array(results[0][0], self.out_avals[0])
+    return optree.tree_unflatten(self.out_tree, [
+        Array(r[0], av) for r, av in zip(results, self.out_avals)])
+
+  def __call__(self, leaves: Sequence[Any]):
+    in_avals, dev = self.in_avals, self.device
+    idx = range(len(leaves)) if self.kept is None else self.kept
+    if dev is None and not dispatch.placement_used[0]:
+      bufs = [leaves[i]._buf if type(leaves[i]) is Array
+              else dispatch.to_buffer(leaves[i], in_avals[i]) for i in idx]
+    else:
+      bufs = [dispatch.to_buffer(leaves[i], in_avals[i], dev) for i in idx]
+    if self.const_bufs:
+      bufs = [*self.const_bufs, *bufs]
+    try:
+      results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+    except TypeError:
+      dispatch.raise_if_donated(leaves)
+      raise
+    for i in self.donated:
+      x = leaves[i]
+      if type(x) is Array and x._buf is not None and x._buf.is_deleted():
+        x._buf = None
+    outs = [Array(r[0], av, dev) for r, av in zip(results, self.out_avals)]
+    return optree.tree_unflatten(self.out_tree, outs)
+
+
+class _MultiDeviceCall:
+  """What the compiled calls of programs over several devices share: the signature's avals,
+  tree, kept and donated leaves and module text (`device` None: the program names its own
+  devices)."""
+  simple = False
+
+  def __init__(self, lowered: LoweredSignature):
+    entry = lowered.entry
+    jaxpr = entry.jaxpr.jaxpr
+    self.kept = lowered.kept
+    self.in_avals = [v.aval for v in jaxpr.invars[len(entry.consts):]]
+    self.out_avals = jaxpr.out_avals
+    self.out_tree = entry.out_tree
+    self.donated = lowered.donated
+    self.text = lowered.text
+    self.device = None
+
+  def _kept(self):
+    return range(len(self.in_avals)) if self.kept is None else self.kept
+
+
+class SpmdCall(_MultiDeviceCall):
+  """A compiled signature whose program spans several devices (jit of pmap): replicated
+  arguments in, replicated results out (one copy each)."""
+
+  def __init__(self, lowered: LoweredSignature, exe=None):
+    super().__init__(lowered)
+    entry = lowered.entry
+    jaxpr = entry.jaxpr.jaxpr
+    devs = lowered.spmd_devices
+    if exe is None:
+      exe = dispatch.compile_module(lowered.text, devs, num_partitions=len(devs))
+    self.exe = exe
+    self.consts = [entry.consts[i] for i in lowered.used_consts]
+    const_avals = [jaxpr.invars[i].aval for i in lowered.used_consts]
+    idx = self._kept()
+    self.program = spmd.replicated_program(
+        exe, devs, [*const_avals, *[self.in_avals[i] for i in idx]], self.out_avals,
+        self.text, [len(const_avals) + k for k, i in enumerate(idx) if i in self.donated])
+
+  def __call__(self, leaves: Sequence[Any]):
+    idx = range(len(leaves)) if self.kept is None else self.kept
+    outs = self.program.call([*self.consts, *[leaves[i] for i in idx]])
+    return optree.tree_unflatten(self.out_tree, outs)
+
+
+class ShardedCall(_MultiDeviceCall):
+  """A compiled signature whose program spans a device mesh (sharded jit): arguments laid
+  out by the program's input shardings, results Arrays over the mesh."""
+
+  def __init__(self, lowered: LoweredSignature, exe=None):
+    super().__init__(lowered)
+    entry = lowered.entry
+    mesh, in_sh, out_sh, self._given_in = lowered.mesh_layout
+    jaxpr = entry.jaxpr.jaxpr
+    idx = self._kept()
+    mask = [False] * len(lowered.used_consts) + [i in self.donated for i in idx]
+    self.program = spmd.compile_sharded(lowered.name, lowered.dce_jaxpr, mesh, in_sh, out_sh,
+                                        donated=mask, text=lowered.text, exe=exe)
+    self.exe = self.program.exe
+    nc = len(lowered.used_consts)
+    # NB: constants go to the devices once, laid out as the program wants them.
+    self.consts = [Array(spmd.shard_arg(entry.consts[i], jaxpr.invars[i].aval, sh),
+                         jaxpr.invars[i].aval, None, sh)
+                   for i, sh in zip(lowered.used_consts, self.program.in_shardings[:nc])]
+    self.arg_shardings = self.program.in_shardings[nc:]
+    self.mesh = mesh
+    self.names = lowered.names
+    kept = set(idx)
+    self._pruned = [i for i, g in enumerate(self._given_in) if i not in kept and g is not None]
+
+  def __call__(self, leaves: Sequence[Any]):
+    idx = range(len(leaves)) if self.kept is None else self.kept
+    args = [leaves[i] for i in idx]
+    for k, (x, sh) in enumerate(zip(args, self.arg_shardings)):
+      if type(x) is Array and (x._sharding is not None or x._device is not None):
+        if x._sharding is not sh and x.sharding != sh:
+          self._mismatch(list(idx)[k], x, sh)
+    if self.kept is not None:   # NB: a pruned leaf must still fit the layout it was given
+      for i in self._pruned:
+        x, sh = leaves[i], self._given_in[i]
+        if type(x) is Array and (x._sharding is not None or x._device is not None):
+          if x.sharding != sh:
+            self._mismatch(i, x, sh)
+    outs = self.program.call([*self.consts, *args])
+    return optree.tree_unflatten(self.out_tree, outs)
+
+  def _mismatch(self, i, x, sh):
+    name = self.names[i] if self.names else f"{i}"
+    what = f"argument {name} with shape {x.aval.str_short()}"
+    if tuple(x.sharding._device_assignment) != tuple(sh._device_assignment):
+      raise DeviceAssignmentMismatchError(
+          f"Received incompatible devices for jitted computation. Got {what} with device ids "
+          f"{[d.id for d in x.sharding._device_assignment]} and the compiled input sharding "
+          f"with device ids {[d.id for d in sh._device_assignment]}. Move it first with "
+          f"stagecraft.device_put(x, sharding).")
+    raise ValueError(f"Array(s) sharding does not match the input(s) sharding. Here are the "
+                     f"1 mismatches:\nGot Array sharding: {x.sharding} and input sharding: "
+                     f"{sh} for {what}\nMove the argument with stagecraft.device_put(x, "
+                     f"sharding) first.")
+
+  def input_shardings(self) -> list:
+    """One sharding per dynamic leaf (pruned leaves: the sharding given for them by
+    in_shardings or their committed layout, else replicated over the mesh)."""
+    out = [NamedSharding(self.mesh, PartitionSpec()) if g is None else g
+           for g in self._given_in]
+    idx = range(len(self.in_avals)) if self.kept is None else self.kept
+    for i, sh in zip(idx, self.arg_shardings):
+      out[i] = sh
+    return out
+
+
+class JitWrapped:
+  """The function returned by `jit`. Calling it runs the compiled program for the arguments'
+  signature (tracing and compiling on the first call of a signature)."""
+
+  def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
+               donate_argnames, keep_unused: bool, inline: bool, device=None,
+               backend: str | None = None, in_shardings=None, out_shardings=None):
+    if not callable(fun):
+      raise TypeError(f"jit expects a callable, got {fun!r} of type {type(fun).__name__}.")
+    if device is not None and backend is not None:
+      raise ValueError("jit: pass at most one of `device` and `backend`.")
+    self._sharded = in_shardings is not None or out_shardings is not None
+    if self._sharded and (device is not None or backend is not None):
+      raise ValueError("jit: `device`/`backend` and in_shardings/out_shardings cannot be "
+                       "combined; the shardings name the devices.")
+    self._in_shardings = in_shardings
+    self._out_shardings = out_shardings
+    if backend is not None:
+      device = client.devices(backend)[0]
+    if device is not None and not hasattr(device, "client"):
+      raise TypeError(f"jit: `device` must be a device from stagecraft.devices(), got "
+                      f"{device!r}.")
+    # NB: None stands for the default device everywhere in dispatch.
+    self._device = None if device is None or device == client.default_device() else device
+    if self._device is not None:
+      dispatch.placement_used[0] = True
+    functools.update_wrapper(self, fun)
+    self._fun = fun
+    sig = fun_signature(fun)
+    static_argnums = normalize_argnums(static_argnums, "static_argnums")
+    static_argnames = normalize_argnames(static_argnames, "static_argnames")
+    donate_argnums = normalize_argnums(donate_argnums, "donate_argnums")
+    donate_argnames = normalize_argnames(donate_argnames, "donate_argnames")
+    pos: list[str] = []
+    var_positional = sig is None
+    if sig is not None:
+      params = list(sig.parameters.values())
+      pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+      var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
+      if not var_positional:
+        # NB: with *args, negative positions depend on each call's length (resolved then).
+        static_argnums = tuple(i + len(pos) if i < 0 else i for i in static_argnums)
+        donate_argnums = tuple(i + len(pos) if i < 0 else i for i in donate_argnums)
+      # Infer each of static_argnums/static_argnames from the other, as JAX does.
+      static_argnames = tuple(dict.fromkeys(
+          [*static_argnames, *(pos[i] for i in static_argnums if 0 <= i < len(pos))]))
+      static_argnums = tuple(sorted(set(
+          [*static_argnums, *(pos.index(k) for k in static_argnames if k in pos)])))
+      donate_argnums = tuple(sorted(set(
+          [*donate_argnums, *(pos.index(k) for k in donate_argnames if k in pos)])))
+    if set(static_argnums) & set(donate_argnums):
+      raise ValueError(f"jit: arguments {sorted(set(static_argnums) & set(donate_argnums))} "
+                       f"are both static and donated; static arguments cannot be donated.")
+    self._pos_names = pos
+    self._static_argnums = static_argnums
+    self._static_argnames = static_argnames
+    self._donate_argnums = donate_argnums
+    self._donate_argnames = donate_argnames
+    self._negative_argnums = any(i < 0 for i in (*static_argnums, *donate_argnums))
+    self._keep_unused = bool(keep_unused)
+    self._inline = bool(inline)
+    self._fast = (not static_argnums and not static_argnames and self._device is None and
+                  not self._sharded)
+    options = (static_argnums, static_argnames, donate_argnums, donate_argnames,
+               self._keep_unused)
+    # NB: shardings are per wrapper (prefix trees need not be hashable).
+    self._cache = {} if self._sharded else _cache_for(fun, options)
+
+  def __repr__(self):
+    return f"<jitted function {fun_name(self._fun)}>"
+
+  def __get__(self, obj, objtype=None):
+    if obj is None:
+      return self
+    return functools.partial(self, obj)
+
+  def _argnums_for(self, nargs: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """static_argnums and donate_argnums for a call with `nargs` positional arguments."""
+    if not self._negative_argnums:
+      return self._static_argnums, self._donate_argnums
+    return (tuple(sorted(i % nargs if i < 0 else i for i in self._static_argnums)),
+            tuple(sorted(i % nargs if i < 0 else i for i in self._donate_argnums)))
+
+  # -- keys
+
+  def _key(self, args, kwargs, static_argnums):
+    if self._fast:
+      leaves, treedef = flatten((args, kwargs))
+      static = ()
+    else:
+      static = tuple(args[i] for i in static_argnums if i < len(args)) + tuple(
+          (k, kwargs[k]) for k in self._static_argnames if k in kwargs)
+      dyn_args = tuple(a for i, a in enumerate(args) if i not in static_argnums)
+      dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+      leaves, treedef = flatten((dyn_args, dyn_kwargs))
+      try:
+        hash(static)
+      except TypeError as e:
+        bad = next(s for s in static if not _hashable(s))
+        bad = bad[1] if isinstance(bad, tuple) and len(bad) == 2 and isinstance(
+            bad[0], str) and not _hashable(bad[1]) else bad
+        raise TypeError(
+            f"Non-hashable static arguments are not supported. An error occurred while "
+            f"trying to hash an object of type {type(bad)}, {bad!r}. The error was:\n"
+            f"TypeError: {e}") from None
+    try:
+      sig = [x.aval if type(x) is Array or isinstance(x, core.Tracer) else _leaf_sig(x)
+             for x in leaves]
+    except (TypeError, OverflowError):
+      self._raise_bad_leaf(args, kwargs, static_argnums)
+      raise
+    dev = self._device
+    if dev is None and (dispatch.placement_used[0] or self._sharded):
+      dev = dispatch.target_placement(leaves)
+      if self._sharded and type(dev) is not dispatch.Placement:
+        dev = dispatch.Placement(dispatch.committed_sharding(x) for x in leaves)
+    return (treedef, static, config.state_key, dev, *sig), leaves, dev
+
+  def _raise_bad_leaf(self, args, kwargs, static_argnums):
+    """Re-raises a signature error naming the argument's key path."""
+    dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+    dyn = (tuple(args[i] for i in dyn_argnums),
+           {k: v for k, v in kwargs.items() if k not in self._static_argnames})
+    with_paths = tree_util.tree_flatten_with_path(dyn)[0]
+    names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn[1]), with_paths)
+    for name, (_, x) in zip(names, with_paths):
+      try:
+        abstractify(x, name, fun_name(self._fun))
+      except OverflowError as e:
+        raise OverflowError(f"{e} The value was passed to {fun_name(self._fun)} as the "
+                            f"argument at path {name}.") from None
+
+  # -- calls
+
+  def __call__(self, *args, **kwargs):
+    # Fast path: positional arguments whose leaves are all Arrays on the default device, a
+    # signature compiled before (keyed by the arguments' tree structure and avals).
+    if (not kwargs and self._fast and core.trace_state.trace is core.eval_trace
+        and not dispatch.placement_used[0] and not config.disable_jit):
+      leaves, treedef = flatten(args)
+      avals = [a.aval for a in leaves if type(a) is Array]
+      if len(avals) == len(leaves):
+        call = self._cache.get((treedef, config.state_key, *avals))
+        if call is not None:
+          return call.call_arrays(leaves)
+    return self._call(args, kwargs)
+
+  def _call(self, args, kwargs):
+    if config.disable_jit:
+      return self._fun(*args, **kwargs)
+    static_argnums, donate_argnums = self._argnums_for(len(args))
+    key, leaves, dev = self._key(args, kwargs, static_argnums)
+    entry = self._cache.get(key)
+    if entry is None:
+      entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
+    if core.trace_state.trace is not core.eval_trace:
+      if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
+        return self._constrained_call(entry, args, kwargs, static_argnums, leaves)
+      outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr,
+                        name=fun_name(self._fun))
+      return optree.tree_unflatten(entry.out_tree, outs)
+    call = entry.executable if dev is None else entry.device_calls.get(dev)
+    if call is None:
+      donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
+      if type(dev) is dispatch.Placement:
+        layout = self._layout(entry, args, kwargs, static_argnums, dev)
+        call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
+                                            fun_name(self._fun), layout=layout))
+        entry.device_calls[dev] = call
+        return call(leaves)
+      call = compile_traced(entry, donated, self._keep_unused, fun_name(self._fun), dev)
+      if dev is not None:
+        entry.device_calls[dev] = call
+      else:
+        entry.executable = call
+        if not kwargs and self._fast and call.simple and all(type(a) is Array
+                                                               for a in leaves):
+          self._cache[(flatten(args)[1], config.state_key, *[a.aval for a in leaves])] = call
+    return call(leaves)
+
+  def _trace(self, args, kwargs, static_argnums) -> TracedSignature:
+    for i in static_argnums:
+      if i < len(args) and isinstance(args[i], core.Tracer):
+        raise TypeError(f"jit: static argument {i} of {fun_name(self._fun)} is a traced "
+                        f"value ({args[i].aval.str_short()}); static arguments must be "
+                        f"concrete, hashable Python values.")
+    traced, _ = trace_flat(self._fun, args, kwargs, static_argnums,
+                           self._static_argnames, "jit")
+    return traced
+
+  def _constrained_call(self, entry, args, kwargs, static_argnums, leaves):
+    lay = self._layout(entry, args, kwargs, static_argnums, [None] * len(leaves))
+    bind = lambda xs, shs: [x if s is None else sharding_constraint_p.bind(x, sharding=s)
+                            for x, s in zip(xs, shs or [None] * len(xs))]
+    outs = jit_p.bind(*entry.consts, *bind(leaves, lay.explicit_in), jaxpr=entry.jaxpr,
+                      name=fun_name(self._fun))
+    return optree.tree_unflatten(entry.out_tree, bind(outs, lay.explicit_out))
+
+  def _layout(self, entry, args, kwargs, static_argnums, placement) -> "SignatureLayout":
+    """What a sharded signature's layout depends on: committed shardings, jit's shardings
+    (flattened per leaf) and names for error messages."""
+    dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+    dyn_args = tuple(args[i] for i in dyn_argnums)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+    explicit_in = explicit_out = None
+    if self._in_shardings is not None:
+      if dyn_kwargs:
+        raise ValueError(f"jit: {fun_name(self._fun)} was called with keyword arguments "
+                         f"{sorted(dyn_kwargs)}, but in_shardings are given for positional "
+                         f"arguments only; pass them positionally.")
+      explicit_in = spmd.flatten_shardings(self._in_shardings, dyn_args,
+                                              "jit in_shardings")
+    if self._out_shardings is not None:
+      out_shape = optree.tree_unflatten(entry.out_tree, [0] * entry.out_tree.num_leaves)
+      explicit_out = spmd.flatten_shardings(self._out_shardings, out_shape,
+                                               "jit out_shardings")
+    with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
+    names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn_kwargs), with_paths)
+    return SignatureLayout(list(placement), explicit_in, explicit_out, names, fun_name(self._fun))
+
+  # -- ahead-of-time stages (stagecraft.stages)
+
+  def trace(self, *args, **kwargs):
+    """Traces `fun` for the signature of `args` (arrays, scalars, ShapeDtypeStructs or any
+    object with `shape` and `dtype`; static arguments as concrete values).
+
+    Returns:
+      A `stagecraft.stages.Traced` (`.jaxpr`, `.out_info`, `.lower()`).
+
+    Raises:
+      TypeError: as a call would for bad arguments, and whatever `fun` raises when traced.
+    """
+    from stagecraft import stages   # NB: stages builds on this module
+    return stages.trace_jit(self, args, kwargs)
+
+  def lower(self, *args, **kwargs):
+    """Traces and lowers `fun` for the signature of `args` (as `trace`).
+
+    Returns:
+      A `stagecraft.stages.Lowered` (`.as_text()`, `.compile()`, `.cost_analysis()`, ...).
+    """
+    return self.trace(*args, **kwargs).lower()
+
+  def _stage(self, args, kwargs):
+    """The traced signature of a call (from the jit cache, tracing on a miss) with its flat
+    dynamic leaves, device, static argnums and donated leaf indices."""
+    static_argnums, donate_argnums = self._argnums_for(len(args))
+    key, leaves, dev = self._key(args, kwargs, static_argnums)
+    entry = self._cache.get(key)
+    if entry is None:
+      entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
+    donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
+    return entry, leaves, dev, static_argnums, donated
+
+  def _donated_leaves(self, args, kwargs, static_argnums, donate_argnums) -> set[int]:
+    """Flat indices of the dynamic leaves that belong to donated arguments."""
+    if not donate_argnums and not self._donate_argnames:
+      return set()
+    out, pos = set(), 0
+    for i, a in enumerate(args):
+      if i in static_argnums:
+        continue
+      n = len(flatten(a)[0])
+      if i in donate_argnums:
+        out.update(range(pos, pos + n))
+      pos += n
+    for k in sorted(kwargs):   # NB: dict leaves flatten in sorted-key order
+      if k in self._static_argnames:
+        continue
+      n = len(flatten(kwargs[k])[0])
+      if k in self._donate_argnames:
+        out.update(range(pos, pos + n))
+      pos += n
+    return out
+
+
+def _hashable(x) -> bool:
+  try:
+    hash(x)
+    return True
+  except TypeError:
+    return False
+
+
+def _leaf_sig(x):
+  t = type(x)
+  if t in dtypes.python_scalar_kind:
+    return core.get_aval(x)
+  if t is np.ndarray:
+    return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
+  return abstractify(x, "?", "jit")
+
+
+class SignatureLayout:
+  """A sharded jit signature's layout inputs: per dynamic leaf its committed sharding (or
+  None) and jit's in_sharding (or None), per output jit's out_sharding, leaf names."""
+  __slots__ = ("committed", "explicit_in", "explicit_out", "names", "fun_name")
+
+  def __init__(self, committed, explicit_in, explicit_out, names, fun_name):
+    self.committed = committed
+    self.explicit_in = explicit_in
+    self.explicit_out = explicit_out
+    self.names = names
+    self.fun_name = fun_name
+
+  def describe(self, avals):
+    return lambda i: (f"argument {self.names[i]} of {self.fun_name} with shape "
+                      f"{avals[i].str_short()}")
+
+
+class LoweredSignature:
+  """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
+  const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
+  __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices",
+               "mesh_layout", "dce_jaxpr", "name", "names")
+
+  def __init__(self, entry: TracedSignature, text: str, used_consts: list[int], kept: list[int] | None,
+               donated: tuple[int, ...], spmd_devices: list | None = None, mesh_layout=None,
+               dce_jaxpr=None, name: str = "", names=None):
+    self.entry = entry
+    self.text = text
+    self.used_consts = used_consts
+    self.kept = kept
+    self.donated = donated
+    self.spmd_devices = spmd_devices   # the devices of a program containing pmaps, or None
+    # A program over a user's mesh: (mesh, shardings of main's args, of its results, of
+    # every dynamic leaf pruned or not; None: left to the partitioner).
+    self.mesh_layout = mesh_layout
+    self.dce_jaxpr = dce_jaxpr
+    self.name = name
+    self.names = names
+
+
+def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
+                 name: str, layout: SignatureLayout | None = None) -> LoweredSignature:
+  """Lowers a traced signature to a StableHLO module: unused inputs are pruned (unless
+  `keep_unused`), donated leaves are marked; a program over a device mesh (a `layout` from
+  sharded arguments or jit's shardings, or meshes used inside) gets its shardings
+  (`runtime.spmd.resolve`)."""
+  jaxpr = entry.jaxpr.jaxpr
+  nconst = len(entry.consts)
+  n_in = len(jaxpr.invars)
+  instantiate = [False] * nconst + [keep_unused] * (n_in - nconst)
+  dce_jaxpr, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
+  used_consts = [i for i in range(nconst) if used[i]]
+  kept_leaves = [i - nconst for i in range(nconst, n_in) if used[i]]
+  donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
+  kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
+  chain = mapping.mesh_chain(dce_jaxpr)
+  explicit = layout is not None and (layout.explicit_in is not None or
+                                     layout.explicit_out is not None)
+  if chain and not explicit:   # jit of pmap: one SPMD program over the pmaps' devices
+    text = mapping.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask)
+    return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
+                            spmd.chain_devices(chain))
+  n_dyn = n_in - nconst
+  if layout is not None or spmd.jaxpr_meshes(dce_jaxpr):
+    in_avals = [v.aval for v in jaxpr.invars[nconst:]]
+    lay = layout or SignatureLayout([None] * n_dyn, None, None, [f"{i}" for i in range(n_dyn)], name)
+    resolved = spmd.resolve(jaxpr, nconst, lay.committed, lay.explicit_in,
+                               lay.explicit_out, lay.describe(in_avals))
+    if resolved is not None:
+      mesh, ins, outs = resolved
+      in_sh = [ins[i] for i in range(n_in) if used[i]]
+      text = spmd.lower_sharded_module(f"jit_{name}", dce_jaxpr, mesh, in_sh, outs,
+                                          donated=donated_mask)
+      return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
+                              mesh_layout=(mesh, in_sh, outs, ins[nconst:]),
+                              dce_jaxpr=dce_jaxpr,
+                              name=f"jit_{name}", names=lay.names)
+  text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
+  return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
+
+
+def compile_lowered(lowered: LoweredSignature, device=None, exe=None) -> CompiledCall:
+  """Compiles a lowered signature for `device` (None: the default device), unless the
+  executable `exe` is given; consts become device buffers once."""
+  entry = lowered.entry
+  jaxpr = entry.jaxpr.jaxpr
+  nconst = len(entry.consts)
+  if lowered.spmd_devices is not None:
+    return SpmdCall(lowered, exe)
+  if lowered.mesh_layout is not None:
+    return ShardedCall(lowered, exe)
+  if exe is None:
+    exe = dispatch.compile_module(lowered.text, None if device is None else [device])
+  in_avals = [v.aval for v in jaxpr.invars[nconst:]]
+  const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device)
+                for i in lowered.used_consts]
+  return CompiledCall(exe, lowered.kept, const_bufs, in_avals, jaxpr.out_avals,
+                       entry.out_tree, lowered.donated, lowered.text, device)
+
+
+def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool, name: str,
+                   device=None) -> CompiledCall:
+  """Lowers and compiles a traced signature for `device` (None: the default device):
+  unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
+  donated leaves are marked."""
+  return compile_lowered(lower_traced(entry, donated, keep_unused, name), device)
+
+
+def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,
+        static_argnames: str | Iterable[str] | None = None,
+        donate_argnums: int | Sequence[int] | None = None,
+        donate_argnames: str | Iterable[str] | None = None, keep_unused: bool = False,
+        device=None, backend: str | None = None, inline: bool = False,
+        in_shardings: Any = None, out_shardings: Any = None):
+  """Compiles `fun` with XLA; traces once per argument signature.
+
+  Args:
+    fun: a function of arrays (pytrees of arrays, scalars) returning arrays or pytrees.
+    static_argnums: positions of arguments that are compile-time constants (hashable);
+      each new value retraces. Inferred from `static_argnames` and vice versa.
+    static_argnames: names of keyword/positional arguments that are static.
+    donate_argnums / donate_argnames: arguments whose buffers the computation may reuse for
+      its outputs; a donated Array cannot be used afterwards (DonatedBufferError).
+    keep_unused: keep arguments the computation does not read (they are pruned otherwise).
+    device: the device to run on (default: the device of committed inputs, else the
+      default device). backend: a platform name ('cpu', 'gpu'); its first device.
+    inline: accepted for compatibility; nested jits are always staged as calls.
+    in_shardings: how the positional arguments are laid out over a device mesh: a
+      NamedSharding (or a PartitionSpec inside `with mesh:`), None (unspecified: the
+      argument's own layout if it is committed, else the partitioner's choice), or a pytree
+      prefix of the positional arguments of those. The program is then one SPMD program
+      over the mesh, partitioned by XLA (Shardy); arguments given as NumPy arrays, scalars
+      or default-device Arrays are split on the host. A committed Array laid out otherwise
+      is an error (move it with `device_put(x, sharding)`).
+    out_shardings: the same for the outputs (None: the partitioner's choice).
+
+  Returns:
+    A callable with `fun`'s signature returning Arrays in `fun`'s output structure.
+
+  Raises:
+    TypeError: for a non-callable `fun`, unhashable static arguments, arguments that are
+      not arrays (naming their key path), traced static arguments, or a bad `device`.
+    ValueError: for arguments both static and donated, or both `device` and `backend`;
+      at call time, for a committed argument laid out otherwise than its in_sharding.
+    DeviceAssignmentMismatchError: at call time, when committed arguments, shardings and
+      meshes used inside name different devices (each side named).
+
+  Example:
+    >>> import stagecraft, stagecraft.numpy as jnp
+    >>> f = stagecraft.jit(lambda x, y: jnp.sin(x) * y)
+    >>> f(jnp.arange(3.0), 2.0)
+    Array([0.       , 1.6829419, 1.8185948], dtype=float32)
+  """
+  if fun is None:
+    return functools.partial(jit, static_argnums=static_argnums,
+                             static_argnames=static_argnames, donate_argnums=donate_argnums,
+                             donate_argnames=donate_argnames, keep_unused=keep_unused,
+                             device=device, backend=backend, inline=inline,
+                             in_shardings=in_shardings, out_shardings=out_shardings)
+  return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
+                    keep_unused, inline, device, backend, in_shardings, out_shardings)
