@@ -13,7 +13,7 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.api_util import (check_out_leaves, describe_arg, flatten, flatten_axes,
                                  fun_name, mapped_axes, normalize_argnums)
 from stagecraft.config import config
-from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
+from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft import lax, numpy as jnp
 from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.interpreters.mapping import mapped_aval, varying_axes
@@ -59,9 +59,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
     closed = ClosedJaxpr(jaxpr.replace(constvars=jaxpr.invars[:nconst],
                                        invars=jaxpr.invars[nconst:]), traced.consts)
     if return_shape:
-      shapes = optree.tree_unflatten(traced.out_tree, [
-          ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in jaxpr.out_avals])
-      return closed, shapes
+      return closed, traced.out_shapes()
     return closed
   return make
 
@@ -75,9 +73,7 @@ def eval_shape(fun: Callable, *args, **kwargs):
     The output pytree with a ShapeDtypeStruct (keeping weak types) at each leaf.
   """
   traced, _ = trace_flat(fun, args, kwargs, (), (), "eval_shape")
-  return optree.tree_unflatten(traced.out_tree, [
-      ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
-      for a in traced.jaxpr.out_avals])
+  return traced.out_shapes()
 
 
 # ---------------------------------------------------------------------------
@@ -101,6 +97,18 @@ def _flat_fun(fun: Callable, in_tree, has_aux: bool, store: list):
     store[:] = [out_tree, len(out_leaves), aux_tree]
     return [*out_leaves, *aux_leaves]
   return flat
+
+
+def _linearize(fun: Callable, primals: Sequence[Any], has_aux: bool):
+  """`fun` linearized at `primals` (shared by linearize and vjp): the flat primals and
+  their tree, the flat outputs (aux last), the linear jaxpr and its residuals, which outputs
+  have zero tangents, the output tree, the number of outputs and the aux tree."""
+  p_leaves, p_tree = flatten(tuple(primals))
+  store: list = []
+  flat = _flat_fun(fun, p_tree, has_aux, store)
+  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
+  out_tree, n_out, aux_tree = store
+  return p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out, aux_tree
 
 
 def _check_tangent(p, t, path: str):
@@ -179,11 +187,8 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
     `(primals_out, f_jvp)` (and aux with has_aux), where `f_jvp(*tangents)` gives the
     output tangents.
   """
-  p_leaves, p_tree = flatten(tuple(primals))
-  store: list = []
-  flat = _flat_fun(fun, p_tree, has_aux, store)
-  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
-  out_tree, n_out, aux_tree = store
+  (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
+   aux_tree) = _linearize(fun, primals, has_aux)
   primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
 
   def f_jvp(*tangents):
@@ -217,11 +222,8 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     TypeError: if the cotangent structure or dtypes differ from the output's, or a
       primitive lacks a transpose rule (MissingRuleError).
   """
-  p_leaves, p_tree = flatten(tuple(primals))
-  store: list = []
-  flat = _flat_fun(fun, p_tree, has_aux, store)
-  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
-  out_tree, n_out, aux_tree = store
+  (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
+   aux_tree) = _linearize(fun, primals, has_aux)
   primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
   n_res = len(residuals)
   nonzero_out_idx = [i for i, z in enumerate(zero_outs) if not z]

@@ -20,7 +20,7 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
 from stagecraft.config import config
-from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray
+from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
 from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
 from stagecraft.lax.spmd import sharding_constraint_p
@@ -92,6 +92,12 @@ class TracedSignature:
     self.out_tree = out_tree
     self.executable = None
     self.device_calls = {}
+
+  def out_shapes(self):
+    """The output pytree with a ShapeDtypeStruct (weak types kept) at each leaf."""
+    return optree.tree_unflatten(self.out_tree, [
+        ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+        for a in self.jaxpr.out_avals])
 
 
 def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequence[int],

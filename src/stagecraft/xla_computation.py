@@ -15,10 +15,8 @@ import operator
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-import optree
 
 from stagecraft import api_util, core, pjit
-from stagecraft.core import ShapeDtypeStruct
 from stagecraft.interpreters import batching, lowering
 
 __all__ = ["xla_computation", "XlaComputation", "computation_from_stablehlo"]
@@ -238,8 +236,6 @@ def xla_computation(fun: Callable, static_argnums: int | Sequence[int] = (),
     tup = len(leaves) > 100 if tuple_args is None else bool(tuple_args)
     comp = computation_from_stablehlo(text, tuple_args=tup, return_tuple=True)
     if return_shape:
-      shapes = optree.tree_unflatten(traced.out_tree, [
-          ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in jaxpr.out_avals])
-      return comp, shapes
+      return comp, traced.out_shapes()
     return comp
   return computation_maker
