@@ -64,3 +64,67 @@ def jmesh():
 def f32(*shape, seed=0):
   """A float32 array of standard normal values (seeded)."""
   return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# -- comparing output trees
+
+def _is_array_like(x) -> bool:
+  return isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)) or hasattr(x, "__array__")
+
+
+def _flatten_with_paths(tree, path: str = "") -> list:
+  """[(path, leaf)] of a pytree of stagecraft's or JAX's making. Tuples (namedtuples too),
+  lists and dicts are walked by index / key; None is kept as a leaf, so an output that is
+  None on one side and missing on the other is told apart; any other node is flattened by
+  stagecraft's registry, then JAX's. Array-likes (stagecraft, JAX and NumPy arrays,
+  scalars) are leaves."""
+  if tree is None or _is_array_like(tree):
+    return [(path, tree)]
+  if isinstance(tree, (tuple, list)):
+    return [pl for i, c in enumerate(tree) for pl in _flatten_with_paths(c, f"{path}[{i}]")]
+  if isinstance(tree, dict):
+    try:
+      keys = sorted(tree)
+    except TypeError:
+      keys = list(tree)
+    return [pl for k in keys for pl in _flatten_with_paths(tree[k], f"{path}[{k!r}]")]
+  import jax
+  for flatten, keystr in ((tree_util.tree_flatten_with_path, tree_util.keystr),
+                          (jax.tree_util.tree_flatten_with_path, jax.tree_util.keystr)):
+    children = flatten(tree)[0]
+    if [p for p, _ in children] != [()]:
+      return [pl for p, c in children for pl in _flatten_with_paths(c, path + keystr(p))]
+  return [(path, tree)]
+
+
+def assert_trees_allclose(actual, expected, *, rtol: float = 1e-7, atol: float = 0.0,
+                          check_dtypes: bool = False, err_msg: str = "") -> None:
+  """Asserts two output pytrees agree: first the same leaves (a missing or extra output fails,
+  naming its path), then for each leaf the same shape, the same dtype (with `check_dtypes`)
+  and values within `np.testing.assert_allclose(rtol=, atol=)`. Leaves may be stagecraft,
+  JAX or NumPy arrays or scalars; tuple vs list and namedtuple vs tuple are not told apart;
+  None matches only None."""
+  def where(path):
+    return f"leaf {path or '<root>'}" + (f" ({err_msg})" if err_msg else "")
+
+  got, want = _flatten_with_paths(actual), _flatten_with_paths(expected)
+  got_paths, want_paths = [p for p, _ in got], [p for p, _ in want]
+  if got_paths != want_paths:
+    missing = [p or "<root>" for p in want_paths if p not in set(got_paths)]
+    extra = [p or "<root>" for p in got_paths if p not in set(want_paths)]
+    raise AssertionError(
+        f"tree structures differ{f' ({err_msg})' if err_msg else ''}: actual has {len(got)} "
+        f"leaves, expected {len(want)}; missing from actual: {missing}; extra in actual: "
+        f"{extra}" + ("" if missing or extra else
+                      f"; leaf order differs: {got_paths} vs {want_paths}"))
+  for (path, a), (_, e) in zip(got, want):
+    if a is None or e is None:
+      if not (a is None and e is None):
+        raise AssertionError(f"{where(path)}: actual {a!r}, expected {e!r}")
+      continue
+    a, e = np.asarray(a), np.asarray(e)
+    if a.shape != e.shape:
+      raise AssertionError(f"{where(path)}: shape {a.shape} != expected {e.shape}")
+    if check_dtypes and a.dtype != e.dtype:
+      raise AssertionError(f"{where(path)}: dtype {a.dtype} != expected {e.dtype}")
+    np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=where(path))

@@ -13,6 +13,8 @@ from stagecraft import lax
 from stagecraft.interpreters import ad, lowering, partial_eval as pe
 from stagecraft.test_util import check_grads
 
+from _util import assert_trees_allclose
+
 
 def _count(jaxpr, name=None):
   """Equations in a jaxpr, recursively through sub-jaxprs (params holding jaxprs)."""
@@ -67,12 +69,9 @@ def test_grad_of_3_layer_mlp_equals_jax():
   y = rng.standard_normal((5, 4)).astype(np.float32)
   ours = sc.grad(_mlp_loss(jnp, jnp.tanh))(params, x, y)
   ref = jax.grad(_mlp_loss(jjnp, jjnp.tanh))(params, x, y)
-  for (gw, gb), (rw, rb) in zip(ours, ref):
-    np.testing.assert_allclose(gw, rw, rtol=2e-5, atol=2e-6)
-    np.testing.assert_allclose(gb, rb, rtol=2e-5, atol=2e-6)
+  assert_trees_allclose(ours, ref, rtol=2e-5, atol=2e-6)
   jitted = sc.jit(sc.grad(_mlp_loss(jnp, jnp.tanh)))(params, x, y)
-  for (gw, gb), (rw, rb) in zip(jitted, ref):
-    np.testing.assert_allclose(gw, rw, rtol=2e-5, atol=2e-6)
+  assert_trees_allclose(jitted, ref, rtol=2e-5, atol=2e-6)
 
 
 def test_grad_jaxpr_has_no_duplicated_forward_and_no_more_equations_than_jax():

@@ -15,6 +15,8 @@ from stagecraft.lax import elementwise as ew
 from stagecraft.lax import random_bits
 from stagecraft.test_util import check_grads
 
+from _util import assert_trees_allclose
+
 R = np.array([-1.3, -0.4, 0.35, 1.1])       # real line, away from 0
 POS = np.array([0.4, 0.9, 1.7, 2.5])        # x > 0
 UNIT = np.array([-0.7, -0.2, 0.3, 0.6])     # |x| < 1
@@ -129,8 +131,7 @@ def test_clamp_boundaries_match_jax():
     return (clamp(lo, x, hi) * np.float32([1, 2, 3, 4, 5])).sum()
   got = sc.grad(lambda *a: f(*a, lax.clamp), argnums=(0, 1, 2))(lo, x, hi)
   want = jax.grad(lambda *a: f(*a, jax.lax.clamp), argnums=(0, 1, 2))(lo, x, hi)
-  for g, w in zip(got, want):
-    np.testing.assert_array_equal(g, w)
+  assert_trees_allclose(got, want, rtol=0, atol=0)
   assert np.asarray(want[1]).tolist() == [0, 0, 0, 0, 0]   # strict inequalities at the bounds
 
 
@@ -501,5 +502,4 @@ def test_random_bit_primitives_have_float0_tangents():
     assert len(ts) == len(want) and all(type(t) is ad.Zero for t in ts)
     assert [t.aval.shape for t in ts] == [np.shape(w) for w in want]
     assert all(t.aval.dtype == dtypes.float0 for t in ts)
-    for o, w in zip(outs, want):
-      np.testing.assert_array_equal(o, w)
+    assert_trees_allclose(outs, want, rtol=0, atol=0)

@@ -16,6 +16,8 @@ from stagecraft.interpreters import lowering, partial_eval as pe
 from stagecraft.lax import linalg as lax_linalg
 from stagecraft.test_util import check_grads
 
+from _util import assert_trees_allclose
+
 RNG = np.random.default_rng(0)
 
 
@@ -35,11 +37,7 @@ def _crandn(*shape):
 
 
 def _allclose_tree(got, want, **tol):
-  got_leaves = jax.tree_util.tree_leaves(tuple(got) if isinstance(got, list) else got)
-  want_leaves = jax.tree_util.tree_leaves(tuple(want) if isinstance(want, list) else want)
-  assert len(got_leaves) == len(want_leaves)
-  for g, w in zip(got_leaves, want_leaves):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), **tol)
+  assert_trees_allclose(got, want, **tol)
 
 
 def _like(out, rng, cplx_imag=True):
@@ -212,12 +210,9 @@ def test_conv_net_grad_matches_jax():
   val, grads = stagecraft.value_and_grad(loss)(params, x, y)
   jval, jgrads = jax.jit(jax.value_and_grad(jloss))(params, x, y)
   np.testing.assert_allclose(np.asarray(val), jval, rtol=1e-5)
-  for g, jg in zip(grads, jgrads):
-    assert g.shape == jg.shape and g.dtype == jg.dtype
-    np.testing.assert_allclose(np.asarray(g), jg, rtol=2e-4, atol=2e-5)
+  assert_trees_allclose(grads, jgrads, rtol=2e-4, atol=2e-5, check_dtypes=True)
   jitted = stagecraft.jit(stagecraft.grad(loss))(params, x, y)
-  for g, jg in zip(jitted, jgrads):
-    np.testing.assert_allclose(np.asarray(g), jg, rtol=2e-4, atol=2e-5)
+  assert_trees_allclose(jitted, jgrads, rtol=2e-4, atol=2e-5)
 
 
 # ---------------------------------------------------------------------------
@@ -589,5 +584,4 @@ def test_numpy_linalg_grads(name):
     grads = stagecraft.grad(lambda *a: jnp.sum(jnp.sin(_first(f(*a)))), argnums)(*args)
   with jax.enable_x64(True):
     jgrads = jax.jit(jax.grad(lambda *a: jjnp.sum(jjnp.sin(_first(jf(*a)))), argnums))(*args)
-  for g, jg in zip(grads, jgrads):
-    np.testing.assert_allclose(np.asarray(g), jg, rtol=1e-7, atol=1e-8)
+  assert_trees_allclose(grads, jgrads, rtol=1e-7, atol=1e-8)

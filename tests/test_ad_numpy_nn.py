@@ -26,6 +26,8 @@ from stagecraft import nn
 from stagecraft.scipy import special
 from stagecraft.test_util import check_grads
 
+from _util import assert_trees_allclose
+
 SC = types.SimpleNamespace(np=jnp, nn=nn, sp=special, grad=sc.grad, jvp=sc.jvp, vjp=sc.vjp)
 JX = types.SimpleNamespace(np=jjnp, nn=jax.nn, sp=jax.scipy.special, grad=jax.grad,
                            jvp=jax.jvp, vjp=jax.vjp)
@@ -582,9 +584,9 @@ def test_special_points_match_jax(name, fn, args, argnums):
   # differentiates through the stop_gradient'ed max shift, equal up to rounding).
   with jax.softmax_custom_jvp(True):
     theirs = _jvp_and_vjp(JX, fn, args, argnums)
+  # Equal up to float32 rounding (XLA's transcendental functions, summation order).
+  assert_trees_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
   for a, b in zip(ours, theirs):
-    # Equal up to float32 rounding (XLA's transcendental functions, summation order).
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, equal_nan=True)
     np.testing.assert_array_equal(np.isfinite(a), np.isfinite(b))
 
 

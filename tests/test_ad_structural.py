@@ -16,6 +16,8 @@ import stagecraft.numpy as jnp
 from stagecraft import dtypes, lax
 from stagecraft.test_util import check_grads
 
+from _util import assert_trees_allclose
+
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((5, 4))
 X3 = RNG.standard_normal((3, 1, 4))
@@ -166,10 +168,7 @@ def _both_grads(f_sc, f_jax, *args, argnums=0):
 
 
 def _assert_tree_close(got, want, rtol=1e-12, atol=1e-12):
-  got, want = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
-  assert len(got) == len(want)
-  for g, w in zip(got, want):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+  assert_trees_allclose(got, want, rtol=rtol, atol=atol)
 
 
 W = RNG.standard_normal((3,))

@@ -17,15 +17,14 @@ from stagecraft.interpreters import partial_eval as pe
 from stagecraft.lax.control_flow.conditionals import cond_p
 from stagecraft.test_util import check_grads
 
+from _util import assert_trees_allclose
+
 jlax = jax.lax
 jjnp = jax.numpy
 
 
 def _close(a, b, **kw):
-  la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-  assert len(la) == len(lb)
-  for x, y in zip(la, lb):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), **({"rtol": 2e-5, "atol": 2e-6} | kw))
+  assert_trees_allclose(a, b, **({"rtol": 2e-5, "atol": 2e-6} | kw))
 
 
 def _conds(jaxpr):

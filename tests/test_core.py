@@ -31,6 +31,8 @@ from stagecraft.errors import (ConcretizationTypeError, JaxprTypeError,
                                UnexpectedTracerError)
 from stagecraft.lax import elementwise
 
+from _util import assert_trees_allclose
+
 F32 = np.dtype(np.float32)
 
 
@@ -352,12 +354,9 @@ def test_eval_jaxpr_matches_function(i):
   closed = stagecraft.make_jaxpr(f)(*args)
   got = jaxpr_as_fun(closed)(*args)
   want = jax.tree_util.tree_leaves(f(*args))
-  assert len(got) == len(want)
-  for g, w in zip(got, want):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+  assert_trees_allclose(got, want, rtol=1e-6)
   got2 = eval_jaxpr(closed.jaxpr, closed.consts, *args)
-  for g, w in zip(got2, want):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+  assert_trees_allclose(got2, want, rtol=1e-6)
 
 
 def test_eval_jaxpr_wrong_arity():
@@ -382,10 +381,8 @@ def test_property_eager_jit_eval_jaxpr_agree(fname, f, x):
   eager = jax.tree_util.tree_leaves(f(x))
   jitted = jax.tree_util.tree_leaves(stagecraft.jit(f)(x))
   evaled = jaxpr_as_fun(stagecraft.make_jaxpr(f)(x))(x)
-  for e, j, v in zip(eager, jitted, evaled):
-    np.testing.assert_allclose(np.asarray(j), np.asarray(e), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(v), np.asarray(e), rtol=1e-5, atol=1e-6)
-    assert np.asarray(j).dtype == np.asarray(e).dtype == np.asarray(v).dtype
+  assert_trees_allclose(jitted, eager, rtol=1e-5, atol=1e-6, check_dtypes=True)
+  assert_trees_allclose(evaled, eager, rtol=1e-5, atol=1e-6, check_dtypes=True)
 
 
 # ---------------------------------------------------------------------------

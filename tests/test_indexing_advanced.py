@@ -16,6 +16,8 @@ import stagecraft.numpy as jnp
 from stagecraft.errors import ConcretizationTypeError
 from stagecraft.numpy.indexing import NonConcreteBooleanIndexError
 
+from _util import assert_trees_allclose
+
 A0 = np.array(5.0, np.float32)
 A1 = np.arange(7, dtype=np.float32) * 1.5 - 3            # (7,)
 A2 = np.arange(24, dtype=np.int32).reshape(4, 6)          # (4, 6)
@@ -70,6 +72,11 @@ def _check(got, want):
   assert got.shape == want.shape, (got.shape, want.shape)
   assert np.dtype(got.dtype) == want.dtype, (got.dtype, want.dtype)
   np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def _check_all(got, want):
+  """`_check` for each output of a multi-output function (the same number of outputs)."""
+  assert_trees_allclose(got, want, rtol=0, atol=0, check_dtypes=True)
 
 
 def test_table_size():
@@ -339,12 +346,10 @@ NZ = [np.array([0, 3, 0, 5, 1]), np.array([[0, 1], [2, 0], [0, 0]], np.float32),
 
 @pytest.mark.parametrize("a", NZ, ids=lambda a: f"{a.dtype}{a.shape}")
 def test_nonzero_argwhere_flatnonzero_vs_numpy(a):
-  for got, want in zip(jnp.nonzero(a), np.nonzero(a)):
-    _check(got, want.astype(np.int32))
+  _check_all(jnp.nonzero(a), [w.astype(np.int32) for w in np.nonzero(a)])
   _check(jnp.argwhere(a), np.argwhere(a).astype(np.int32))
   _check(jnp.flatnonzero(a), np.flatnonzero(a).astype(np.int32))
-  for got, want in zip(jnp.where(a), np.where(a)):
-    _check(got, want.astype(np.int32))
+  _check_all(jnp.where(a), [w.astype(np.int32) for w in np.where(a)])
 
 
 @pytest.mark.parametrize("size", [0, 2, 6])
@@ -353,20 +358,16 @@ def test_nonzero_with_size_under_jit(a, size):
   want = [np.asarray(w) for w in jjnp.nonzero(a, size=size, fill_value=-1)]
   got_eager = jnp.nonzero(a, size=size, fill_value=-1)
   got_jit = sc.jit(lambda v: jnp.nonzero(v, size=size, fill_value=-1))(a)
-  for ge, gj, w in zip(got_eager, got_jit, want):
-    _check(ge, w)
-    _check(gj, w)
-  got = sc.jit(lambda v: jnp.nonzero(v, size=size))(a)
-  for g, w in zip(got, jjnp.nonzero(a, size=size)):
-    _check(g, np.asarray(w))
+  _check_all(got_eager, want)
+  _check_all(got_jit, want)
+  _check_all(sc.jit(lambda v: jnp.nonzero(v, size=size))(a), jjnp.nonzero(a, size=size))
   _check(sc.jit(lambda v: jnp.argwhere(v, size=size))(a),
          np.asarray(jjnp.argwhere(a, size=size)))
   _check(sc.jit(lambda v: jnp.flatnonzero(v, size=size, fill_value=9))(a),
          np.asarray(jjnp.flatnonzero(a, size=size, fill_value=9)))
   fills = tuple(range(10, 10 + a.ndim))
-  for g, w in zip(sc.jit(lambda v: jnp.where(v, size=size, fill_value=fills))(a),
-                  jjnp.where(a, size=size, fill_value=fills)):
-    _check(g, np.asarray(w))
+  _check_all(sc.jit(lambda v: jnp.where(v, size=size, fill_value=fills))(a),
+             jjnp.where(a, size=size, fill_value=fills))
 
 
 def test_nonzero_indices_index_the_array():

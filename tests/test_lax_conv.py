@@ -16,9 +16,7 @@ from stagecraft.interpreters import lowering, partial_eval as pe
 sys.path.insert(0, os.path.dirname(__file__))
 from _util import staged_call  # noqa: E402
 
-f16, f32, i32, i8, u8, b1 = (np.dtype(t) for t in (np.float16, np.float32, np.int32, np.int8,
-                                                   np.uint8, np.bool_))
-bf16, c64 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.complex64)
+from _cases import b1, bf16, c64, f16, f32, i8, i32, u8  # noqa: E402
 
 
 def _data(rng, shape, dtype):

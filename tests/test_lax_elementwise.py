@@ -16,7 +16,6 @@ import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
-import ml_dtypes
 import numpy as np
 import pytest
 import scipy.special
@@ -30,20 +29,13 @@ from stagecraft.interpreters import partial_eval as pe
 import sys, os; sys.path.insert(0, os.path.dirname(__file__))  # noqa: E401,E702
 from _util import staged_call, tol  # noqa: E402
 
-f32, f16, i32, i8, u8, u32 = (np.dtype(t) for t in ("float32", "float16", "int32", "int8",
-                                                   "uint8", "uint32"))
-bf16 = np.dtype(ml_dtypes.bfloat16)
-bool_ = np.dtype(np.bool_)
-c64 = np.dtype(np.complex64)
+from _cases import (FLOATS, SHAPES, b1 as bool_, bf16, c64, f16, f32, i8, i32, u8,  # noqa: E402
+                    u32)
 
-FLOATS = (f32, f16, bf16)
 INEXACT = (*FLOATS, c64)
 INTS = (i32, i8, u8, u32)
 NUMBERS = (*FLOATS, *INTS, c64)
 ALL = (*FLOATS, *INTS, bool_, c64)
-
-# Shapes come from this pool (every distinct aval compiles a program).
-SHAPES = [(), (0,), (3,), (2, 3)]
 
 
 def _is_inexact(dtype) -> bool:

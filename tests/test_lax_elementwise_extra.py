@@ -25,12 +25,9 @@ from stagecraft.interpreters import lowering, partial_eval as pe
 sys.path.insert(0, os.path.dirname(__file__))
 from _util import staged_call  # noqa: E402
 
-f32, f16, f64, i32, i8, i16, u8, u16, u32 = (np.dtype(t) for t in (
-    "float32", "float16", "float64", "int32", "int8", "int16", "uint8", "uint16", "uint32"))
-bf16 = np.dtype(ml_dtypes.bfloat16)
-c64, b1 = np.dtype(np.complex64), np.dtype(np.bool_)
+from _cases import (SHAPES, b1, bf16, c64, f16, f32, i8, i16, i32, u8, u16,  # noqa: E402
+                    u32)
 INTS = (i8, u8, i32, u32)
-SHAPES = [(), (0,), (3,), (2, 3)]
 
 
 # ---------------------------------------------------------------------------

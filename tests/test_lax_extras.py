@@ -8,6 +8,8 @@ import pytest
 import stagecraft
 from stagecraft import lax
 
+from _util import assert_trees_allclose
+
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 3, 4)).astype(np.float32)
 
@@ -27,11 +29,9 @@ def test_against_jax(name, args):
 
 def test_shape_helpers():
   assert lax.broadcast_shapes((2, 1), (1, 3)) == jax.lax.broadcast_shapes((2, 1), (1, 3))
-  for a, b in zip(lax.split(X, [1, 3], 2), jax.lax.split(X, [1, 3], 2)):
-    close(a, b)
+  assert_trees_allclose(lax.split(X, [1, 3], 2), jax.lax.split(X, [1, 3], 2), check_dtypes=True)
   close(lax.stack([X, X], 1), jax.lax.stack([X, X], 1))
-  for a, b in zip(lax.unstack(X, 2), jax.lax.unstack(X, 2)):
-    close(a, b)
+  assert_trees_allclose(lax.unstack(X, 2), jax.lax.unstack(X, 2), check_dtypes=True)
   assert lax.empty((2, 3), np.int32).shape == (2, 3)
   assert lax.dtype(1.0) == jax.lax.dtype(1.0)
   with pytest.raises(ValueError, match="Sum of sizes 3 must be equal to dimension 2"):

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _util import staged_call  # noqa: E402
 
 GDN, SDN = lax.GatherDimensionNumbers, lax.ScatterDimensionNumbers
-f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
+from _cases import f32  # noqa: E402
 
 
 def _data(rng, shape, dtype):

@@ -18,9 +18,7 @@ from stagecraft.runtime import dispatch
 sys.path.insert(0, os.path.dirname(__file__))
 from _util import staged_call  # noqa: E402
 
-f16, f32, i32, u8, i8 = (np.dtype(t) for t in (np.float16, np.float32, np.int32, np.uint8,
-                                               np.int8))
-bf16, b1, c64 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.bool_), np.dtype(np.complex64)
+from _cases import b1, bf16, c64, f16, f32, i8, i32, u8  # noqa: E402
 FLOATS = (f16, bf16, f32)
 
 
@@ -64,6 +62,7 @@ def _both(fun, *args):
   eager = tuple(fun(*args))
   staged = staged_call(lambda *a: list(fun(*a)), *args)
   staged = staged if isinstance(staged, list) else [staged]
+  assert len(staged) == len(eager)
   for e, s in zip(eager, staged):
     np.testing.assert_array_equal(_bits(e), _bits(s))
   _check_abstract_eval(fun, args, eager)

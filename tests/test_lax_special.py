@@ -8,7 +8,6 @@ import warnings
 from typing import Callable, NamedTuple
 
 import jax
-import ml_dtypes
 import numpy as np
 import pytest
 import scipy.special as sp
@@ -22,10 +21,7 @@ from stagecraft.interpreters import lowering, partial_eval as pe
 sys.path.insert(0, os.path.dirname(__file__))
 from _util import staged_call  # noqa: E402
 
-f32, f16, f64, i32, c64 = (np.dtype(t) for t in ("float32", "float16", "float64", "int32",
-                                                  "complex64"))
-bf16 = np.dtype(ml_dtypes.bfloat16)
-FLOATS = (f32, f16, bf16)
+from _cases import FLOATS, bf16, c64, f16, f32, f64, i32  # noqa: E402
 
 # Tolerances against SciPy (|out - ref| <= atol + rtol |ref|), measured with margin: the
 # CHLO/Cephes approximations are a few ulps off in float32; float16/bfloat16 round the result.

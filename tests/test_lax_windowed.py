@@ -17,7 +17,7 @@ from stagecraft.interpreters import lowering, partial_eval as pe
 sys.path.insert(0, os.path.dirname(__file__))
 from _util import staged_call  # noqa: E402
 
-f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
+from _cases import f32  # noqa: E402
 UFUNC = {"add": np.add, "max": np.maximum, "min": np.minimum}
 LAX = {"add": lax.add, "max": lax.max, "min": lax.min}
 JLAX = {"add": jax.lax.add, "max": jax.lax.max, "min": jax.lax.min}

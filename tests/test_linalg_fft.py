@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _util import staged_call  # noqa: E402
+from _util import assert_trees_allclose, staged_call  # noqa: E402
 
 import stagecraft as sc  # noqa: E402
 import stagecraft.numpy as jnp  # noqa: E402
@@ -21,7 +21,7 @@ from stagecraft import core, lax  # noqa: E402
 from stagecraft.interpreters import lowering, partial_eval as pe  # noqa: E402
 from stagecraft.lax import linalg as lax_linalg  # noqa: E402
 
-f32, c64, i32 = np.dtype(np.float32), np.dtype(np.complex64), np.dtype(np.int32)
+from _cases import c64, f32, i32  # noqa: E402
 RNG = np.random.default_rng(1)
 
 
@@ -58,6 +58,7 @@ def check(fn, args, np_fn=None, rtol=2e-5, atol=2e-5, jax_fn=None, staged=False)
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
   if staged:
     st_ = _flat(staged_call(lambda *a: fn(jnp, *a), *args))
+    assert len(st_) == len(got)
     for s, g in zip(st_, got):
       assert s.aval == g.aval
       np.testing.assert_allclose(np.asarray(s), np.asarray(g), rtol=1e-6, atol=1e-6)
@@ -233,8 +234,7 @@ def test_decompositions_reconstruct():
   assert piv.dtype == i32 and piv.shape == (2, 3) and perm.shape == (2, 4)
   x, resid, rank, s = jnp.linalg.lstsq(A[0, :, :3], B[0])
   want = np.linalg.lstsq(A[0, :, :3], B[0], rcond=None)
-  for g, w in zip((x, resid, rank, s), want):
-    np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4)
+  assert_trees_allclose((x, resid, rank, s), want, rtol=1e-4, atol=1e-4)
 
 
 def test_lax_linalg_primitives_staged_and_abstract_eval():
@@ -247,9 +247,7 @@ def test_lax_linalg_primitives_staged_and_abstract_eval():
       jaxpr, _ = pe.trace_to_jaxpr(f, [core.get_aval(x)])
       eager = f(x)
       assert jaxpr.out_avals == [o.aval for o in eager]
-      staged = _flat(staged_call(f, x))
-      for s, e in zip(staged, eager):
-        np.testing.assert_allclose(np.asarray(s), np.asarray(e), rtol=1e-6, atol=1e-6)
+      assert_trees_allclose(_flat(staged_call(f, x)), eager, rtol=1e-6, atol=1e-6)
   text = lowering.lower_jaxpr_to_module(
       "f", pe.trace_to_jaxpr(lambda a: [lax_linalg.cholesky(a)], [core.get_aval(S)])[0])
   assert 'call_target_name = "lapack_spotrf_ffi"' in text and "api_version = 4" in text

@@ -22,8 +22,7 @@ from stagecraft.scipy.special import logsumexp
 sys.path.insert(0, os.path.dirname(__file__))
 from _util import staged_call  # noqa: E402
 
-f16, f32, bf16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
-i32 = np.dtype(np.int32)
+from _cases import bf16, f16, f32, i32  # noqa: E402
 SHAPES = [(7,), (2, 5)]
 
 

@@ -24,9 +24,7 @@ import stagecraft as sc  # noqa: E402
 import stagecraft.numpy as jnp  # noqa: E402
 from stagecraft.runtime.array import Array  # noqa: E402
 
-f32, f64, i32, i8, u8, b1 = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int8,
-                                                   np.uint8, np.bool_))
-bf16 = np.dtype(ml_dtypes.bfloat16)
+from _cases import b1, bf16, f32, f64, i8, i32, u8  # noqa: E402
 ALL = (f32, i32, i8, u8, b1, bf16)
 NUM = (f32, i32, i8, u8, bf16)
 FLOATS = (f32, bf16)

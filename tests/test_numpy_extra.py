@@ -10,7 +10,6 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jjnp
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -26,10 +25,7 @@ from stagecraft import core  # noqa: E402
 from stagecraft.interpreters import partial_eval as pe  # noqa: E402
 from stagecraft.runtime.array import Array  # noqa: E402
 
-f16, f32, f64, i32, i8, u8, u32, b1, c64 = (np.dtype(t) for t in (
-    np.float16, np.float32, np.float64, np.int32, np.int8, np.uint8, np.uint32, np.bool_,
-    np.complex64))
-bf16 = np.dtype(ml_dtypes.bfloat16)
+from _cases import b1, bf16, c64, f16, f32, i8, i32, u8  # noqa: E402
 RNG = np.random.default_rng(0)
 
 

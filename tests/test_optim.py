@@ -11,6 +11,8 @@ import stagecraft as sc
 import stagecraft.numpy as jnp
 from stagecraft import optim, tree_util
 
+from _util import assert_trees_allclose
+
 RNG = np.random.default_rng(0)
 SHAPES = {"w": (3, 4), "b": (4,)}
 STEPS = 4
@@ -53,10 +55,8 @@ def _np_run(step_fn, params, grads_seq):
 
 def _assert_close(actual_seq, expected_seq, dtype):
   tol = 1e-5 if dtype == np.float32 else 1e-12
-  for a, e in zip(actual_seq, expected_seq):
-    for k in e:
-      assert a[k].dtype == dtype, (k, a[k].dtype)
-      np.testing.assert_allclose(a[k], e[k], rtol=tol, atol=tol)
+  assert all(a.dtype == dtype for a in tree_util.tree_leaves(actual_seq))
+  assert_trees_allclose(actual_seq, expected_seq, rtol=tol, atol=tol)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,10 +142,8 @@ def test_against_numpy_equations_f32(name):
   got, _ = _run(make(), params, grads)
   expected = _np_run(np_step, {k: v.astype(np.float64) for k, v in params.items()},
                      [{k: v.astype(np.float64) for k, v in g.items()} for g in grads])
-  for a, e in zip(got, expected):
-    for k in e:
-      assert a[k].dtype == np.float32
-      np.testing.assert_allclose(a[k], e[k], rtol=2e-5, atol=2e-6)
+  assert all(a.dtype == np.float32 for a in tree_util.tree_leaves(got))
+  assert_trees_allclose(got, expected, rtol=2e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("name", ["momentum", "adamw", "rmsprop_centered", "adafactor"])
@@ -164,12 +162,8 @@ def test_jit_update_equals_eager_and_state_survives_jit():
   eager, s_eager = _run(opt, params, grads)
   jitted, s_jit = _run(opt, params, grads, jit=True)
   assert tree_util.tree_structure(s_eager) == tree_util.tree_structure(s_jit)
-  for a, b in zip(tree_util.tree_leaves(s_eager), tree_util.tree_leaves(s_jit)):
-    assert a.dtype == b.dtype and a.shape == b.shape
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
-  for a, b in zip(eager, jitted):
-    for k in a:
-      np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-7)
+  assert_trees_allclose(s_jit, s_eager, rtol=1e-6, atol=1e-7, check_dtypes=True)
+  assert_trees_allclose(jitted, eager, rtol=1e-6, atol=1e-7)
   adam_state = s_jit[1][0]
   assert adam_state.count.dtype == np.int32 and int(adam_state.count) == 3
   # a whole train step under jit: state in, state out
@@ -194,9 +188,7 @@ def test_schedule_learning_rate_used_per_step():
   got, _ = _run(optim.adam(sched), params, grads, jit=True)
   np_sched = lambda t: 0.1 / (1.0 + t)
   expected = _np_run(_np_adam(np_sched), params, grads)
-  for a, e in zip(got, expected):
-    for k in e:
-      np.testing.assert_allclose(a[k], e[k], rtol=2e-5, atol=2e-6)
+  assert_trees_allclose(got, expected, rtol=2e-5, atol=2e-6)
 
 
 def test_adamw_mask_and_float_dtypes_preserved():
@@ -362,9 +354,9 @@ def test_against_optax():
   for ours, theirs in pairs:
     got, _ = _run(ours, params, grads)
     p = {k: jjnp.asarray(v) for k, v in params.items()}
-    s = theirs.init(p)
-    for g, a in zip(grads, got):
+    s, want = theirs.init(p), []
+    for g in grads:
       u, s = theirs.update({k: jjnp.asarray(v) for k, v in g.items()}, s, p)
       p = optax.apply_updates(p, u)
-      for k in p:
-        np.testing.assert_allclose(a[k], np.asarray(p[k]), rtol=1e-5, atol=1e-6)
+      want.append(p)
+    assert_trees_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -21,8 +21,7 @@ from stagecraft.interpreters import partial_eval as pe
 sys.path.insert(0, os.path.dirname(__file__))
 from _util import staged_call  # noqa: E402
 
-f16, f32, bf16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
-u8, u16, u32 = np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)
+from _cases import bf16, f16, f32, u8, u16, u32  # noqa: E402
 SEEDS = [0, 1, 42, 2**31 - 1, 123456789]
 FLOAT_DTYPES = [f32, bf16, f16]
 
@@ -244,6 +243,7 @@ def test_threefry2x32_matches_jax_primitive(shape, seed):
   args = [rng.integers(0, 2**32, shape, dtype=np.uint32) for _ in range(4)]
   expected = [np.asarray(y) for y in jax_threefry2x32_p.bind(*args)]
   for actual in (lax.threefry2x32(*args), staged_call(lambda *a: lax.threefry2x32(*a), *args)):
+    assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
       _same(a, e, True)
   # rank-0 keys broadcast against the counts, as in JAX
@@ -274,6 +274,7 @@ def test_rng_bit_generator_matches_jax(algorithm, dtype):
   ours = lax.rng_bit_generator(key, (3, 5), dtype, algorithm)
   theirs = jax.lax.rng_bit_generator(key, (3, 5), dtype,
                                      jax.lax.RandomAlgorithm(int(algorithm)))
+  assert len(ours) == len(theirs)
   for a, e in zip(ours, theirs):
     _same(a, e, True)
   staged = staged_call(lambda k: list(lax.rng_bit_generator(k, (3, 5), dtype, algorithm)), key)

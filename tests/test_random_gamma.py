@@ -7,7 +7,6 @@ Compiles dominate the run time, so each test reuses few signatures."""
 import re
 
 import jax
-import ml_dtypes
 import numpy as np
 import pytest
 import scipy.special
@@ -16,7 +15,8 @@ import scipy.stats
 import stagecraft as sc
 from stagecraft import random
 
-f16, f32, bf16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)
+from _cases import bf16, f16, f32
+
 ALPHAS = np.array([0.2, 1.0, 3.5, 50.0], np.float32)
 N = 5000
 # Knuth below 10, PTRS above; 0 gives 0 and NaN gives -1, as JAX.

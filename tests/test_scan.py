@@ -14,6 +14,8 @@ from stagecraft import lax
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.test_util import check_grads
 
+from _util import assert_trees_allclose
+
 R = np.random.default_rng(0)
 
 
@@ -22,8 +24,7 @@ def _r(*shape, scale=1.0):
 
 
 def _close(a, b, tol=1e-5):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+  assert_trees_allclose(a, b, rtol=tol, atol=tol)
 
 
 def _loop(f, init, xs, reverse=False):

@@ -18,7 +18,7 @@ from stagecraft import lax
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.sharding import NamedSharding, PartitionSpec as P, make_mesh
 
-from _util import f32 as _f32, jmesh, mesh  # noqa: E402,F401  (fixtures)
+from _util import assert_trees_allclose, f32 as _f32, jmesh, mesh  # noqa: E402,F401  (fixtures)
 
 pytestmark = pytest.mark.skipif(len(sc.devices()) < 4, reason="needs 4 devices")
 
@@ -54,11 +54,7 @@ def _both(make_body, mesh, jmesh, in_specs, out_specs, *args, jit=False, **kw):
 
 
 def _assert_tree_close(a, b, rtol=1e-5, atol=1e-5):
-  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-  assert len(la) == len(lb)
-  for x, y in zip(la, lb):
-    assert np.shape(x) == np.shape(y)
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+  assert_trees_allclose(a, b, rtol=rtol, atol=atol)
 
 
 # ---------------------------------------------------------------------------

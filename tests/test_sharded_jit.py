@@ -20,7 +20,7 @@ from stagecraft.runtime import dispatch
 from stagecraft.sharding import (Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSharding,
                                  make_mesh)
 
-from _util import f32 as _f32, jmesh, mesh  # noqa: E402,F401  (fixtures)
+from _util import assert_trees_allclose, f32 as _f32, jmesh, mesh  # noqa: E402,F401  (fixtures)
 
 pytestmark = pytest.mark.skipif(len(sc.devices()) < 4, reason="needs 4 devices")
 
@@ -271,8 +271,7 @@ def test_device_put_pytree_prefix_and_errors(mesh):
   tree = {"a": [_f32(8, 2), _f32(4)], "b": _f32(6)}
   out = sc.device_put(tree, {"a": s, "b": r})
   assert out["a"][0].sharding == s and out["a"][1].sharding == s and out["b"].sharding == r
-  for got, want in zip(sc.tree_util.tree_leaves(out), sc.tree_util.tree_leaves(tree)):
-    np.testing.assert_array_equal(np.asarray(got), want)
+  assert_trees_allclose(out, tree, rtol=0, atol=0, check_dtypes=True)
   with pytest.raises(ValueError, match=r"\['b'\].*size 6, which is not divisible by 4"):
     sc.device_put(tree, {"a": r, "b": NamedSharding(mesh, P(("data", "model")))})
   with pytest.raises(ValueError, match="tree prefix"):
@@ -683,8 +682,9 @@ def test_output_shardings_match_jax(mesh, jmesh, case):
   outs = sc.jit(f, in_shardings=ins)(x, w)
   want = _jax_out_specs(jmesh, jf, specs, (x, w))
   jouts = jax.jit(jf)(x, w)
-  for o, jo, ws in zip(outs, jouts, want):
-    np.testing.assert_allclose(np.asarray(o), np.asarray(jo), rtol=1e-5, atol=1e-5)
+  assert_trees_allclose(outs, jouts, rtol=1e-5, atol=1e-5)
+  assert len(want) == len(outs)
+  for o, ws in zip(outs, want):
     assert _norm(o.sharding.spec, o.ndim) == _norm(ws, o.ndim), (case, o.sharding, ws)
 
 

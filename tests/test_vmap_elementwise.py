@@ -13,6 +13,8 @@ from stagecraft import lax, random
 from stagecraft.lax import random_bits
 from stagecraft.lax import misc
 
+from _util import assert_trees_allclose
+
 RNG = np.random.default_rng(0)
 
 
@@ -37,15 +39,7 @@ def check(f, args, in_axes, out_axes=0, rtol=1e-6, atol=1e-6, jit=False):
   g = sc.jit(f) if jit else f
   got = sc.vmap(g, in_axes=tuple(in_axes), out_axes=out_axes)(*args)
   want = loop(f, args, in_axes, out_axes)
-  if isinstance(want, list):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-      assert np.asarray(a).dtype == b.dtype
-      np.testing.assert_allclose(np.asarray(a), b, rtol=rtol, atol=atol)
-  else:
-    got = np.asarray(got)
-    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+  assert_trees_allclose(got, want, rtol=rtol, atol=atol, check_dtypes=True)
 
 
 def batched(x, axis, size=3):

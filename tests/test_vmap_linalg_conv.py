@@ -10,6 +10,8 @@ from stagecraft import numpy as snp
 from stagecraft.lax import linalg as slinalg
 from stagecraft.lax import windowed
 
+from _util import assert_trees_allclose
+
 B = 3
 rng = np.random.default_rng(0)
 
@@ -40,14 +42,10 @@ def _batched(x, ax, size=B):
 def check(f, args, in_axes, out_axes=0, rtol=2e-4, atol=2e-4, jit_too=False):
   got = vmap(f, in_axes=in_axes, out_axes=out_axes)(*args)
   want = _loop(f, args, in_axes, out_axes)
-  if isinstance(want, list):
-    for g, w in zip(got, want):
-      np.testing.assert_allclose(np.asarray(g), w, rtol=rtol, atol=atol)
-  else:
-    np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=atol)
+  assert_trees_allclose(got, want, rtol=rtol, atol=atol)
   if jit_too:
     got = vmap(jit(f), in_axes=in_axes, out_axes=out_axes)(*args)
-    np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=atol)
+    assert_trees_allclose(got, want, rtol=rtol, atol=atol)
 
 
 def _eqn_names(jaxpr):
@@ -489,8 +487,6 @@ def test_complex128_linalg(ax):
 
     got = vmap(f, in_axes=(ax, None))(x, b)
     want = _loop(f, (x, b), (ax, None))
-    for g, w in zip(got, want):
-      assert np.asarray(g).dtype == w.dtype
-      np.testing.assert_allclose(np.asarray(g), w, rtol=1e-10, atol=1e-10)
+    assert_trees_allclose(got, want, rtol=1e-10, atol=1e-10, check_dtypes=True)
     np.testing.assert_allclose(np.asarray(got[0]),
                                np.linalg.solve(np.moveaxis(x, ax, 0), b), rtol=1e-10)

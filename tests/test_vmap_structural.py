@@ -11,6 +11,8 @@ from stagecraft import jit, lax, make_jaxpr, vmap
 from stagecraft.lax.slicing import (GatherDimensionNumbers, GatherScatterMode,
                                     ScatterDimensionNumbers)
 
+from _util import assert_trees_allclose
+
 RNG = np.random.default_rng(0)
 f32, i32 = np.float32, np.int32
 
@@ -33,14 +35,7 @@ def _check(f, args, in_axes, out_axes=0, rtol=1e-6, jitted=False):
   g = jit(f) if jitted else f
   got = vmap(g, in_axes=tuple(in_axes), out_axes=out_axes)(*args)
   want = _loop(f, args, in_axes, out_axes)
-  if isinstance(want, tuple):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-      assert np.asarray(a).shape == b.shape
-      np.testing.assert_allclose(np.asarray(a), b, rtol=rtol, atol=1e-6)
-  else:
-    assert np.asarray(got).shape == want.shape
-    np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=1e-6)
+  assert_trees_allclose(got, want, rtol=rtol, atol=1e-6)
 
 
 def _batched(shape, ax, n=3, dtype=f32):

@@ -12,10 +12,11 @@ from stagecraft import core
 from stagecraft.interpreters import ad, lowering, partial_eval as pe
 from stagecraft.test_util import check_grads
 
+from _util import assert_trees_allclose
+
 
 def _close(a, b, tol=1e-5):
-  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+  assert_trees_allclose(a, b, rtol=tol, atol=tol)
 
 
 def _prims(jaxpr):

@@ -16,6 +16,8 @@ from stagecraft.interpreters import batching, lowering
 from stagecraft.lax.parallel import axis_groups
 from stagecraft.xla_computation import XlaComputation, xla_computation
 
+from _util import assert_trees_allclose
+
 ENV = [("i", 4), ("j", 2)]
 
 
@@ -183,9 +185,7 @@ def test_replicated_execution_matches_nested_vmap():
   got = [np.stack([np.asarray(s) for s in o]) for o in outs]
   jax.block_until_ready(outs)
   want = sc.vmap(sc.vmap(h, axis_name="j"), axis_name="i")(xs)
-  for g, w in zip(got, want):
-    w = np.asarray(w)
-    np.testing.assert_allclose(g, w.reshape(4, *w.shape[2:]), rtol=1e-6)
+  assert_trees_allclose(got, [np.reshape(w, (4, *np.shape(w)[2:])) for w in want], rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------
