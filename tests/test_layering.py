@@ -179,6 +179,26 @@ def test_modules_of_a_package_skip_its_facade(package):
   assert not bad, f"imports of the {package} facade from inside it: {bad}"
 
 
+def test_top_level_imports_have_no_cycle():
+  # Only the few lazy (NB) imports may close a cycle; the top-level import graph is a DAG.
+  graph = {m: {i.dst for i in imports if not i.lazy and i.dst and i.dst != m}
+           for m, (imports, _, _) in ANALYSIS.items()}
+  state: dict = {}
+
+  def visit(m, path):
+    state[m] = "open"
+    for d in sorted(graph.get(m, ())):
+      if state.get(d) == "open":
+        cycle = path[path.index(d):] + [d] if d in path else [m, d]
+        raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
+      if d not in state:
+        visit(d, path + [d])
+    state[m] = "done"
+  for m in sorted(graph):
+    if m not in state:
+      visit(m, [m])
+
+
 def test_few_lazy_imports():
   lazy = [(m, i.dst) for m, (imports, _, _) in ANALYSIS.items() for i in imports if i.lazy]
   assert len(lazy) <= 12, f"{len(lazy)} function-level imports (at most a handful): {lazy}"
