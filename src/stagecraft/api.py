@@ -10,8 +10,8 @@ import numpy as np
 import optree
 
 from stagecraft import core, dtypes, tree_util
-from stagecraft.api_util import (check_out_leaves, describe_arg, flatten, flatten_axes,
-                                 fun_name, mapped_axes, normalize_argnums)
+from stagecraft.api_util import (check_out_leaves, describe_arg, flat_mapped_args, flatten,
+                                 flatten_axes, fun_name, mapped_axes, normalize_argnums)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft import lax, numpy as jnp
@@ -548,12 +548,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries "
                        f"corresponding to the positional arguments passed to the function, "
                        f"but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
-    leaves, in_tree = flatten((args, kwargs))
-    args_tree = flatten(args)[1]
-    axes = flatten_axes("in_axes", in_axes, args, args_tree)
-    axes += [0] * (len(leaves) - len(axes))
-    paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(args)[0]]
-    paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
+    leaves, in_tree, axes, paths = flat_mapped_args("in_axes", in_axes, args, kwargs)
     dims, size = mapped_axes("vmap", leaves, axes, paths, axis_size,
                               "vmap must have at least one non-None value in in_axes")
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
@@ -692,12 +687,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     st, static_vals, dyn, dyn_axes = prepare(args, kwargs)
     if config.disable_jit:
       return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes)
-    leaves, in_tree = flatten((dyn, kwargs))
-    dyn_tree = flatten(dyn)[1]
-    axes = flatten_axes("in_axes", dyn_axes, dyn, dyn_tree)
-    axes += [0] * (len(leaves) - len(axes))
-    paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(dyn)[0]]
-    paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
+    leaves, in_tree, axes, paths = flat_mapped_args("in_axes", dyn_axes, dyn, kwargs)
     avals = []
     for x, path in zip(leaves, paths):
       try:

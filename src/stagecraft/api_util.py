@@ -15,7 +15,7 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["flatten", "abstractify", "fun_name", "fun_signature", "arg_names",
            "check_out_leaves", "normalize_argnums", "normalize_argnames", "flatten_axes",
-           "describe_arg", "mapped_axes"]
+           "flat_mapped_args", "describe_arg", "mapped_axes"]
 
 _NS = tree_util.NAMESPACE
 
@@ -120,20 +120,29 @@ def normalize_argnames(argnames, name: str) -> tuple[str, ...]:
 
 def flatten_axes(what: str, prefix, full_tree, leaves_tree_def) -> list:
   """One axis spec per leaf of `full_tree` from a pytree prefix of it (ints or None)."""
-  p_leaves, p_def = optree.tree_flatten(prefix, none_is_leaf=True, namespace=_NS)
   try:
-    subtrees = p_def.flatten_up_to(full_tree)
+    axes = tree_util.broadcast_prefix(prefix, full_tree)
   except ValueError:
     raise ValueError(f"vmap {what} specification must be a tree prefix of the corresponding "
                      f"value, got specification {prefix!r} for value tree "
                      f"{leaves_tree_def}.") from None
-  out = []
-  for ax, sub in zip(p_leaves, subtrees):
+  for ax in axes:
     if ax is not None and not isinstance(ax, (int, np.integer)):
       raise TypeError(f"vmap {what} must be an int, None, or (nested) container with those "
                       f"types as leaves, but got {ax!r}.")
-    out.extend([None if ax is None else int(ax)] * len(flatten(sub)[0]))
-  return out
+  return [None if ax is None else int(ax) for ax in axes]
+
+
+def flat_mapped_args(what: str, in_axes, args: tuple, kwargs: dict):
+  """The leaves of `(args, kwargs)` with their tree, the mapped axis spec of each leaf
+  (`in_axes` a prefix of `args`; keyword arguments map over axis 0) and each leaf's key
+  path for messages: what vmap and pmap read their arguments with."""
+  leaves, in_tree = flatten((args, kwargs))
+  axes = flatten_axes(what, in_axes, args, flatten(args)[1])
+  axes += [0] * (len(leaves) - len(axes))
+  paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(args)[0]]
+  paths += [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(kwargs)[0]]
+  return leaves, in_tree, axes, paths
 
 
 def describe_arg(path: str) -> str:

@@ -48,24 +48,18 @@ def _spec_leaf(x) -> bool:
 
 
 def _flat_specs(prefix, tree, what: str, fun_name: str) -> list[PartitionSpec]:
-  p_leaves, p_def = optree.tree_flatten(prefix, is_leaf=_spec_leaf, none_is_leaf=True,
-                                        namespace=tree_util.NAMESPACE)
   try:
-    subtrees = p_def.flatten_up_to(tree)
+    specs = tree_util.broadcast_prefix(prefix, tree, is_leaf=_spec_leaf)
   except ValueError:
     raise ValueError(f"shard_map applied to the function '{fun_name}' was given {what} "
                      f"{prefix!r}, which is not a tree prefix of the "
                      f"{'arguments tuple' if what == 'in_specs' else 'output'}; give one "
                      f"PartitionSpec per argument (or a prefix of their structure).") from None
-  out = []
-  for s, sub in zip(p_leaves, subtrees):
-    if s is None:
-      s = PartitionSpec()
-    if not isinstance(s, PartitionSpec):
+  for s in specs:
+    if s is not None and not isinstance(s, PartitionSpec):
       raise TypeError(f"shard_map {what} entries must be PartitionSpecs (or None), got "
                       f"{s!r}.")
-    out.extend([s] * len(optree.tree_leaves(sub, namespace=tree_util.NAMESPACE)))
-  return out
+  return [PartitionSpec() if s is None else s for s in specs]
 
 
 def _check_spec(spec: PartitionSpec, aval: ShapedArray, mesh: Mesh, manual, where: str,

@@ -251,6 +251,23 @@ def tree_all(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> bool
   return all(tree_leaves(tree, is_leaf))
 
 
+def broadcast_prefix(prefix: Any, tree: Any,
+                     is_leaf: Callable[[Any], bool] | None = None) -> list:
+  """One leaf of `prefix` per leaf of `tree`, for a `prefix` that is a pytree prefix of
+  `tree` (None is a leaf of the prefix: in_axes, shardings and specs use it).
+
+  Raises:
+    ValueError: when `prefix` is not a tree prefix of `tree`.
+  """
+  p_leaves, p_def = optree.tree_flatten(prefix, is_leaf=is_leaf, none_is_leaf=True,
+                                        namespace=NAMESPACE)
+  out = []
+  for p, sub in zip(p_leaves, p_def.flatten_up_to(tree)):
+    out.extend([p] * len(optree.tree_leaves(sub, none_is_leaf=_NONE_IS_LEAF,
+                                            namespace=NAMESPACE)))
+  return out
+
+
 def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
                    pytree_to_transpose: Any) -> Any:
   """Turns an outer tree of inner trees into an inner tree of outer trees.

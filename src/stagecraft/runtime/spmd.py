@@ -328,18 +328,13 @@ def flatten_shardings(prefix, tree, what: str, keep_single: bool = False) -> lis
   Raises:
     ValueError: when `prefix` is not a tree prefix of `tree`.
   """
-  p_leaves, p_def = optree.tree_flatten(prefix, is_leaf=_is_sharding_leaf, none_is_leaf=True,
-                                        namespace=tree_util.NAMESPACE)
   try:
-    subtrees = p_def.flatten_up_to(tree)
+    shs = tree_util.broadcast_prefix(prefix, tree, is_leaf=_is_sharding_leaf)
   except ValueError:
     raise ValueError(f"{what} must be a tree prefix of the value it describes, got "
                      f"{prefix!r} for the tree {_leaves_and_tree(tree)[1]}.") from None
-  out = []
-  for s, sub in zip(p_leaves, subtrees):
-    s = s if keep_single and isinstance(s, SingleDeviceSharding) else to_named(s, what)
-    out.extend([s] * len(_leaves_and_tree(sub)[0]))
-  return out
+  return [s if keep_single and isinstance(s, SingleDeviceSharding) else to_named(s, what)
+          for s in shs]
 
 
 def _da_desc(da: Sequence[Any]) -> str:
