@@ -131,6 +131,20 @@ def test_size_bound_must_be_an_int():
     sc.config.update("compilation_cache_max_size", "1GB")
 
 
+@pytest.mark.parametrize("value,err", [(123, TypeError), (b"dir", TypeError),
+                                       ("", ValueError)])
+def test_cache_dir_must_be_a_path(value, err, tmp_path):
+  old = sc.config.compilation_cache_dir
+  with pytest.raises(err, match="compilation_cache_dir"):
+    sc.config.update("compilation_cache_dir", value)
+  assert sc.config.compilation_cache_dir == old   # a refused value changes nothing
+  try:
+    sc.config.update("compilation_cache_dir", tmp_path / "cc")   # a PathLike is accepted
+    assert sc.config.compilation_cache_dir == str(tmp_path / "cc")
+  finally:
+    sc.config.update("compilation_cache_dir", old)
+
+
 def test_cache_key_parts():
   text = _module_text(_fun(1.0), X)
   devs = (client.default_device(),)
@@ -183,6 +197,78 @@ def test_corrupt_entry_is_dropped_and_recompiled(cache_dir, damage):
   _run(text, X)
   assert cache.stats["hits"] == 1
   _forget(text)
+
+
+@pytest.mark.parametrize("copy_from", ["another_program", "another_arity"])
+def test_foreign_entry_is_a_miss_not_another_program(cache_dir, copy_from):
+  # An entry copied over another program's (same format, valid checksum) must never run:
+  # its recorded key is checked against the key looked up.
+  text_a = _module_text(_fun(1.5), X)
+  if copy_from == "another_program":
+    text_b = _module_text(_fun(-7.0), X)
+  else:
+    text_b = _module_text(lambda x, y: x * y, X, X)
+  for t in (text_a, text_b):
+    _forget(t)
+  _run(text_a, X)
+  name_a = _entries(cache_dir)[0]
+  if copy_from == "another_program":
+    _run(text_b, X)
+  else:
+    exe = dispatch.compile_module(text_b)
+    del exe
+  (name_b,) = [n for n in _entries(cache_dir) if n != name_a]
+  path_a = os.path.join(cache_dir, name_a)
+  with open(path_a, "wb") as f:
+    f.write(_read(os.path.join(cache_dir, name_b)))
+  _forget(text_a)
+  n0 = dispatch.compile_count[0]
+  with pytest.warns(RuntimeWarning, match="another program"):
+    out = _run(text_a, X)
+  np.testing.assert_allclose(out, np.sin(X) * 1.5 + np.cos(X), rtol=1e-6)
+  assert cache.stats["foreign"] == 1 and dispatch.compile_count[0] == n0 + 1
+  header, _ = cache._unpack(_read(path_a))
+  assert header["key"] == name_a[:-len(".scexe")]   # replaced by A's own executable
+  for t in (text_a, text_b):
+    _forget(t)
+
+
+_NOT_A_FILE = textwrap.dedent("""
+    import os, sys, warnings
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    import stagecraft as sc
+    import stagecraft.numpy as jnp
+    from stagecraft.runtime import cache, dispatch
+    from stagecraft.interpreters import lowering
+    d, kind = sys.argv[2], sys.argv[3]
+    sc.config.update("compilation_cache_dir", d)
+    closed = sc.make_jaxpr(lambda x: jnp.sin(x) * 4.0)(np.ones(3, np.float32))
+    text = lowering.lower_jaxpr_to_module("cache_test", closed.jaxpr)
+    dev = sc.devices()[0]
+    path = os.path.join(d, cache.cache_key(text, (dev,), 1, 1) + ".scexe")
+    os.makedirs(d, exist_ok=True)
+    if kind == "fifo":
+      os.mkfifo(path)
+    else:
+      os.symlink("/dev/zero", path)
+    with warnings.catch_warnings(record=True) as w:
+      warnings.simplefilter("always")
+      exe = dispatch.compile_module(text)
+    print(cache.stats["foreign"], cache.stats["hits"], len(w), "not a regular file" in str(w[0].message))
+    """)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink_to_dev_zero"])
+def test_entry_that_is_not_a_regular_file_is_a_miss(tmp_path, kind):
+  # A FIFO would block a plain open() forever and /dev/zero reads without bound; both are
+  # misses with one warning. In a subprocess, so a regression cannot hang the suite.
+  if not hasattr(os, "mkfifo"):
+    pytest.skip("no FIFOs on this platform")
+  p = subprocess.run([sys.executable, "-c", _NOT_A_FILE, SRC, str(tmp_path / "cc"), kind],
+                     capture_output=True, text=True, env=_env(), timeout=60)
+  assert p.returncode == 0, p.stderr
+  assert p.stdout.split() == ["1", "0", "1", "True"]
 
 
 def test_unwritable_dir_warns_and_compiles(tmp_path):

@@ -53,7 +53,9 @@ class Config:
 
     Raises:
       AttributeError: if `name` is not a known flag (the message lists them).
-      TypeError: if a boolean flag is given a non-bool value.
+      TypeError: if a boolean flag is given a non-bool value, compilation_cache_max_size a
+        non-int, or compilation_cache_dir something that is not a path or None.
+      ValueError: for an empty compilation_cache_dir.
     """
     if name.startswith("jax_") and name[4:] in self._defaults:
       name = name[4:]
@@ -68,6 +70,15 @@ class Config:
                                                  isinstance(value, bool)):
       raise TypeError(f"Config flag {name!r} expects an int number of bytes (-1: unbounded), "
                       f"got {value!r}.")
+    if name == "compilation_cache_dir":
+      if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"Config flag {name!r} expects a directory path (str or os.PathLike) "
+                        f"or None, got {value!r} of type {type(value).__name__}.")
+      if value is not None:
+        value = os.fspath(value)
+        if not value:
+          raise ValueError(f"Config flag {name!r} expects a directory path or None, got an "
+                           f"empty path; pass None to turn the persistent cache off.")
     self.__dict__[name] = value
     self.state_key = (self.enable_x64,)
 

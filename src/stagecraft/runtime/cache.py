@@ -22,6 +22,14 @@ miss. Entries are written to a temporary file in the same directory and moved in
 `os.replace`, so readers never see a partial file and two processes storing the same key both
 succeed (the last rename wins; both wrote the same program).
 
+Trust model: whoever can write the directory decides nothing. An entry is loaded only when it
+is a regular file (not a link, FIFO or device) of bounded size whose header, checksum and
+recorded key (the SHA-256 of the program text, compile options, devices, platform and
+versions) equal the key being looked up; anything else is a miss (one warning per entry), so a
+foreign, copied or tampered entry makes the program recompile, never run another program.
+The checksum guards against damage, not against a writer who re-checksums: the key check is
+what binds an entry to its program. Entries are not secret (mode 0644).
+
 Size bound: `config.compilation_cache_max_size` (bytes; env
 `STAGECRAFT_COMPILATION_CACHE_MAX_SIZE`; -1, the default, is unbounded). After each write
 the least recently used entries (by modification time, refreshed on every hit) are removed
@@ -33,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 import tempfile
 import threading
@@ -45,7 +54,7 @@ from stagecraft.runtime import client
 
 __all__ = ["FORMAT_VERSION", "JAXLIB_VERSION", "stats", "reset_stats",
            "CorruptExecutableError", "VersionMismatchError", "serialize_executable",
-           "deserialize_executable", "cache_key", "lookup", "evict", "store"]
+           "deserialize_executable", "cache_key", "MAX_ENTRY_BYTES", "lookup", "evict", "store"]
 
 #: The version of the header layout below; bump it when the layout changes.
 FORMAT_VERSION = 1
@@ -60,9 +69,10 @@ _SUFFIX = ".scexe"
 #: Counters of the persistent cache in this process (tests and benchmarks read them):
 #: hits, misses (no entry), writes, corrupt (entries dropped), errors (I/O failures).
 #: Counters since the last `reset_stats()`: disk hits and misses, entries written, corrupt
-#: entries dropped, I/O errors, and entries evicted by the size bound.
+#: entries dropped, I/O errors, entries evicted by the size bound, and foreign entries
+#: ignored (not a regular file, or another program's).
 stats: dict[str, int] = {"hits": 0, "misses": 0, "writes": 0, "corrupt": 0, "errors": 0,
-                         "evictions": 0}
+                         "evictions": 0, "foreign": 0}
 _stats_lock = threading.Lock()
 
 
@@ -267,14 +277,57 @@ def _warn(msg: str) -> None:
                 RuntimeWarning, stacklevel=4)
 
 
+#: Entries larger than this are never read (a bound on what a lookup may read; executables
+#: of real programs are far smaller).
+MAX_ENTRY_BYTES = 1 << 31
+_warned: set = set()
+
+
+def _warn_once(path: str, msg: str) -> None:
+  if path not in _warned:
+    _warned.add(path)
+    warnings.warn(f"stagecraft persistent compilation cache: {msg}", RuntimeWarning,
+                  stacklevel=4)
+
+
+def _read_regular(path: str) -> bytes | None:
+  """The bytes of `path` if it is a regular file of at most MAX_ENTRY_BYTES (not followed
+  through a symlink, never blocking on a FIFO), else None (FileNotFoundError when absent)."""
+  flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+  try:
+    fd = os.open(path, flags)
+  except OSError as e:
+    if isinstance(e, FileNotFoundError):
+      raise
+    if os.path.islink(path):
+      return None
+    raise
+  try:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+      return None
+    chunks, left = [], st.st_size + 1   # one byte more: a file that grew is caught
+    while left > 0:
+      chunk = os.read(fd, min(left, 1 << 24))
+      if not chunk:
+        break
+      chunks.append(chunk)
+      left -= len(chunk)
+    data = b"".join(chunks)
+    return data if len(data) == st.st_size else None
+  finally:
+    os.close(fd)
+
+
 def lookup(cache_dir: str, key: str, devs: tuple, opts=None) -> Any | None:
-  """The executable stored under `key` in `cache_dir`, or None (a miss). A corrupt,
-  truncated or foreign entry is removed (counted in `stats["corrupt"]`) and is a miss;
-  never raises for a bad entry or an unreadable directory (it warns)."""
+  """The executable stored under `key` in `cache_dir`, or None (a miss). Only a regular
+  file of bounded size whose recorded key is `key` is loaded (see the trust model above).
+  A corrupt or truncated entry is removed (counted in `stats["corrupt"]`); an entry that is
+  not a regular file, or records another key, is left alone and is a miss with one warning
+  (`stats["foreign"]`). Never raises for a bad entry or an unreadable directory (it warns)."""
   path = _entry_path(cache_dir, key)
   try:
-    with open(path, "rb") as f:
-      data = f.read()
+    data = _read_regular(path)
   except FileNotFoundError:
     _count("misses")
     return None
@@ -283,10 +336,32 @@ def lookup(cache_dir: str, key: str, devs: tuple, opts=None) -> Any | None:
     _count("misses")
     _warn(f"cannot read {path}: {e}.")
     return None
+  if data is None:
+    _count("foreign")
+    _count("misses")
+    _warn_once(path, f"ignored {path}: not a regular file of at most {MAX_ENTRY_BYTES} "
+                     f"bytes; compiling without it.")
+    return None
   try:
-    _, payload = _unpack(data)
-    exe = _load(payload, devs, opts)
+    header, payload = _unpack(data)
   except Exception as e:   # noqa: BLE001 (any bad entry is dropped, never fatal)
+    _count("corrupt")
+    _count("misses")
+    _remove(path)
+    warnings.warn(f"stagecraft persistent compilation cache: dropped the bad entry {path} "
+                  f"({e}); recompiling.", RuntimeWarning, stacklevel=3)
+    return None
+  if header.get("key") != key:
+    # NB: a well-formed entry of another program (copied or renamed): never run it; the
+    # store after compiling replaces it.
+    _count("foreign")
+    _count("misses")
+    _warn_once(path, f"ignored {path}: it holds the executable of another program (its "
+                     f"recorded key differs from its name); recompiling.")
+    return None
+  try:
+    exe = _load(payload, devs, opts)
+  except Exception as e:   # noqa: BLE001
     _count("corrupt")
     _count("misses")
     _remove(path)
@@ -312,7 +387,7 @@ def evict(cache_dir: str, max_size: int) -> int:
       for e in it:
         if e.name.endswith(_SUFFIX) and not e.name.startswith(".tmp-"):
           try:
-            st = e.stat()
+            st = e.stat(follow_symlinks=False)
           except OSError:
             continue
           entries.append((st.st_mtime, st.st_size, e.path))
