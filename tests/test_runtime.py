@@ -327,3 +327,42 @@ def test_arrays_on_two_devices_meeting_raise():
   b = stagecraft.device_put(np.ones(2, np.float32), stagecraft.devices()[3])
   with pytest.raises(ValueError, match="incompatible devices"):
     a + b
+
+
+_FORK = r"""
+import os, sys, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import stagecraft as sc
+f = sc.jit(lambda x: x * 2 + 1)
+f(np.ones(3, np.float32))
+pid = os.fork()
+if pid == 0:
+  out = []
+  out.append(float(np.asarray(f(np.ones(3, np.float32)))[0]))   # compiled before the fork
+  try:
+    f(np.ones(4, np.float32))                                   # a new program: compiles
+    out.append("compiled")
+  except RuntimeError as e:
+    out.append("spawn" in str(e) and "fork" in str(e))
+  print(out, flush=True)
+  os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("parent", status, flush=True)
+"""
+
+
+def test_compiling_in_a_forked_child_raises_instead_of_deadlocking():
+  # XLA's threads do not survive fork(): compiling in the child would hang (as JAX does).
+  import os
+  import subprocess
+  import sys
+  if not hasattr(os, "fork"):
+    pytest.skip("no fork() on this platform")
+  src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+  env = dict(os.environ, PYTHONPATH=src)
+  p = subprocess.run([sys.executable, "-c", _FORK], capture_output=True, text=True,
+                     env=env, timeout=60)
+  assert p.returncode == 0, p.stderr
+  lines = p.stdout.strip().splitlines()
+  assert lines == ["[3.0, True]", "parent 0"], p.stdout

@@ -242,6 +242,7 @@ def _devices_by_id(ids, platform):
 
 
 def _load(payload: bytes, devs: tuple, opts=None) -> Any:
+  client.check_not_forked()
   backend = devs[0].client
   return backend.deserialize_executable(payload, client.device_list(devs), opts)
 

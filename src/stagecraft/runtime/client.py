@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 from jax.extend import backend as xb
 from jaxlib import xla_client as xc
 
-__all__ = ["get_backend", "devices", "local_devices", "device_count", "local_device_count",
+__all__ = ["check_not_forked", "get_backend", "devices", "local_devices", "device_count", "local_device_count",
            "default_device", "process_index", "process_count", "single_device_sharding",
            "device_list", "compile_options"]
 
@@ -23,11 +24,38 @@ def get_backend(backend: str | None = None):
   """
   if backend is not None and not isinstance(backend, str):
     raise TypeError(f"backend must be a string such as 'cpu' or 'gpu', got {backend!r}.")
+  check_not_forked()
   try:
-    return xb.get_backend(backend)
+    b = xb.get_backend(backend)
+    if _started_in[0] is None:
+      _started_in[0] = os.getpid()
+    return b
   except RuntimeError as e:
     raise RuntimeError(f"Backend {backend!r} is not available: {e}. Available backends: "
                        f"{sorted(xb.backends())}.") from e
+
+
+# The process the runtime started in: its thread pools do not survive fork(), so a forked
+# child that compiles (or starts a backend) would deadlock inside XLA (JAX's too).
+_started_in: list = [None]
+
+
+def check_not_forked() -> None:
+  """Raises RuntimeError in a process forked after the runtime started (compiling there
+  would deadlock; running executables compiled before the fork and transfers still work);
+  does nothing otherwise.
+
+  Raises:
+    RuntimeError: naming both processes and the fix.
+  """
+  pid = _started_in[0]
+  if pid is not None and pid != os.getpid():
+    raise RuntimeError(
+        f"The stagecraft runtime (XLA) was started in process {pid}, and this process "
+        f"({os.getpid()}) is a fork of it: XLA's threads do not survive fork(), so compiling "
+        f"here would deadlock. Start worker processes with the 'spawn' or "
+        f"'forkserver' start method (multiprocessing.get_context('spawn')), or fork before "
+        f"the first stagecraft computation.")
 
 
 def devices(backend: str | None = None) -> list[Any]:

@@ -172,12 +172,16 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
 
   Returns:
     the runtime LoadedExecutable.
+
+  Raises:
+    RuntimeError: in a process forked after the runtime started (it would deadlock).
   """
   devs = tuple(devices) if devices is not None else (client.default_device(),)
   key = (text, devs, num_replicas, num_partitions)
   exe = _compile_cache.get(key)
   if exe is not None:
     return exe
+  client.check_not_forked()   # NB: before the lock, which a forked child may find held
   with _compile_lock:
     exe = _compile_cache.get(key)
     if exe is None:
