@@ -726,3 +726,19 @@ def test_pruned_argument_keeps_its_in_sharding(mesh):
   with pytest.raises(ValueError, match=r"Array\(s\) sharding does not match"):
     sc.jit(lambda x, y: x * 2, in_shardings=(s, s))(x, sc.device_put(x, NamedSharding(
         mesh, P("data"))))
+
+
+@pytest.mark.parametrize("names", [('d"x', "m"), ("a\\b", "é"), ('x]> , "y"=9', "z"), (0, 1)])
+def test_mesh_axis_names_never_reach_the_module_text_raw(names):
+  # Quotes, backslashes and non-ASCII in axis names used to break (or rewrite) the module.
+  mesh = sc.make_mesh((2, 2), names)
+  x = np.arange(16, dtype=np.float32).reshape(4, 4)
+  f = sc.jit(lambda a: a * 2, in_shardings=NamedSharding(mesh, P(names[0], names[1])))
+  text = f.lower(x).as_text()
+  assert 'sdy.mesh @mesh = <["' in text and "=9" not in text
+  out = f(x)
+  np.testing.assert_array_equal(np.asarray(out), x * 2)
+  assert out.sharding.spec == P(names[0], names[1])
+  g = sc.shard_map(lambda a: sc.lax.psum(a, names[0]), mesh=mesh, in_specs=P(names[0], names[1]),
+                   out_specs=P(None, names[1]))
+  np.testing.assert_array_equal(np.asarray(g(x)), x[:2] + x[2:])

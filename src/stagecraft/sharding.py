@@ -88,6 +88,22 @@ class Mesh:
     return f"Mesh({axes})"
 
   @functools.cached_property
+  def sdy_axis_names(self) -> dict:
+    """{axis name: the name a module's `sdy.mesh` gives that axis}: the name itself when it
+    is printable ASCII without quotes or backslashes, else `axis<k>` (k its position), so a
+    name never reaches the module text unescaped (a quote would end the string; non-ASCII
+    names do not survive the runtime's attribute escaping)."""
+    out, used = {}, set()
+    for k, n in enumerate(self.axis_names):
+      s = n if (isinstance(n, str) and n and all(0x20 <= ord(c) < 0x7F for c in n)
+                and '"' not in n and "\\" not in n) else f"axis{k}"
+      while s in used:
+        s = f"{s}_{k}"
+      used.add(s)
+      out[n] = s
+    return out
+
+  @functools.cached_property
   def _runtime(self):
     import jax.sharding   # the runtime's mesh object, needed to hand buffers to PJRT
     return jax.sharding.Mesh(self.devices, tuple(str(n) for n in self.axis_names))
@@ -237,7 +253,7 @@ class NamedSharding(Sharding):
     unnamed dimensions `{?}` and named ones `{"a", ?}`, left to the partitioner)."""
     dims = []
     for i in range(ndim):
-      names = [f'"{n}"' for n in self.spec._names(i)]
+      names = [f'"{self.mesh.sdy_axis_names[n]}"' for n in self.spec._names(i)]
       if open_dims:
         names.append("?")
       dims.append("{" + ", ".join(names) + "}")
@@ -378,3 +394,4 @@ def to_named(s: Any, what: str) -> NamedSharding | None:
   device = "a device from stagecraft.devices(), " if what == "device_put" else ""
   raise TypeError(f"{what}: expected {device}a NamedSharding, a PartitionSpec (inside `with "
                   f"mesh:`) or None, got {s!r} of type {type(s).__name__}.")
+

@@ -490,7 +490,7 @@ def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, manual_axe
         return lowering.jaxpr_subcomp(ctx.fb, jaxpr.jaxpr, consts, block_args)
     finally:
       module.axis_env, module.manual_depth = saved_env, saved_depth
-  manual = [str(n) for n in mesh.axis_names if n in manual_axes]
+  manual = [mesh.sdy_axis_names[n] for n in mesh.axis_names if n in manual_axes]
   return mapping.emit_manual_computation(ctx, args, in_sh, out_sh, manual, jaxpr.in_avals,
                                       jaxpr.out_avals, body)
 

@@ -423,7 +423,7 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
   module = lowering.ModuleContext(
       name, axis_env=[(mapping.UnboundAxis(k), s) for k, s in enumerate(mesh.devices.shape)],
       num_partitions=mesh.size)
-  module.mesh = [(str(n), int(s)) for n, s in mesh.shape.items()]
+  module.mesh = [(mesh.sdy_axis_names[n], int(s)) for n, s in mesh.shape.items()]
   module.sdy_mesh = mesh
   avals_in = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
   arg_attrs = [None if s is None else
