@@ -415,3 +415,7 @@ def test_deserialize_errors():
                                 compiled.out_tree)
   with pytest.raises(ValueError):
     stages.deserialize_compiled(data[:-7], compiled.in_tree, compiled.out_tree)
+  with pytest.raises(TypeError, match="in_tree must be the treedef .* got 0 of type int"):
+    stages.deserialize_compiled(data, 0, compiled.out_tree)
+  with pytest.raises(TypeError, match="out_tree must be the treedef"):
+    stages.deserialize_compiled(data, compiled.in_tree, None)

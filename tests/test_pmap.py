@@ -412,6 +412,11 @@ def test_error_inconsistent_sizes_names_arguments():
   assert "u" in str(e.value) and "v" in str(e.value)
 
 
+def test_error_size_zero_axis():
+  with pytest.raises(ValueError, match="mapped axis of size 0"):
+    sc.pmap(lambda v: v + 1)(np.zeros((0, 3), np.float32))
+
+
 def test_error_out_axes_none_varying():
   with pytest.raises(ValueError, match="out_axes=None"):
     sc.pmap(lambda x: x + 1, "i", out_axes=None)(np.zeros((N, 2), np.float32))

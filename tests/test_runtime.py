@@ -366,3 +366,18 @@ def test_compiling_in_a_forked_child_raises_instead_of_deadlocking():
   assert p.returncode == 0, p.stderr
   lines = p.stdout.strip().splitlines()
   assert lines == ["[3.0, True]", "parent 0"], p.stdout
+
+
+def test_deleted_array_says_deleted_not_donated():
+  # As JAX: a deleted Array raises RuntimeError naming its shape, not the donation error.
+  x = jnp.ones(3)
+  x.delete()
+  assert x.is_deleted()
+  with pytest.raises(RuntimeError, match=r"Array has been deleted with shape=float32\[3\]\.") as e:
+    x + 1
+  assert type(e.value) is RuntimeError
+  y = jax.numpy.ones(3)
+  y.delete()
+  with pytest.raises(RuntimeError) as je:
+    y + 1
+  assert str(e.value) == str(je.value)

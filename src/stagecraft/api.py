@@ -700,6 +700,10 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
         "pmap", avals, axes, paths, axis_size,
         "pmap requires at least one argument with a mapped axis (in_axes not None), or "
         "axis_size.", aval_of=lambda a: a)
+    if size == 0:
+      raise ValueError(f"pmap of {name} got a mapped axis of size 0: pmap runs one position "
+                       f"per device, so it needs at least one. Skip the call for empty "
+                       f"inputs, or map with vmap.")
     nproc = client.process_count() if devices is None else 1
     if nproc > 1 and axis_size is None:
       # A distributed run: each process passes its local part; the axis spans them all.

@@ -453,9 +453,15 @@ def deserialize_compiled(data: bytes, in_tree, out_tree) -> Compiled:
     A `Compiled` for the default device, type-checking its arguments as the original did.
 
   Raises:
+    TypeError: `in_tree` or `out_tree` is not a PyTreeDef.
     ValueError: bytes that are not a serialized Compiled, are corrupt, or come from another
       format or jaxlib version (naming both); trees whose leaf counts disagree with it.
   """
+  for what, tree in (("in_tree", in_tree), ("out_tree", out_tree)):
+    if not isinstance(tree, tree_util.PyTreeDef):
+      raise TypeError(f"deserialize_compiled: {what} must be the treedef (a PyTreeDef) of the "
+                      f"Compiled that was serialized (compiled.{what}), got {tree!r} of type "
+                      f"{type(tree).__name__}.")
   exe, meta = cache.deserialize_executable(data)
   if meta.get("kind") != "stagecraft.Compiled":
     raise ValueError("deserialize_compiled: these bytes hold an executable but not a "

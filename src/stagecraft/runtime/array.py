@@ -23,7 +23,8 @@ class Array:
   Conversions (`np.asarray`, `float()`, `item()`, printing) copy the value to the host once
   and cache it.
   """
-  __slots__ = ("_buf", "aval", "_npy", "_device", "_sharding", "__weakref__")
+  # NB: `_deleted` is set only by delete() (left unset otherwise: no cost per Array).
+  __slots__ = ("_buf", "aval", "_npy", "_device", "_sharding", "_deleted", "__weakref__")
   __array_priority__ = 100
 
   def __init__(self, buf: Any, aval: core.ShapedArray, device: Any = None,
@@ -54,6 +55,9 @@ class Array:
 
   def _check_buf(self):
     if self._buf is None:
+      if getattr(self, "_deleted", False):
+        shape = ",".join(map(str, self.aval.shape))
+        raise RuntimeError(f"Array has been deleted with shape={self.aval.dtype.name}[{shape}].")
       raise DonatedBufferError(
           f"This Array ({self.aval.str_short()}) was donated to a jitted computation "
           f"(donate_argnums) and its buffer is gone. Use the computation's outputs instead, "
@@ -93,9 +97,11 @@ class Array:
     return self._buf is None or self._buf.is_deleted()
 
   def delete(self) -> None:
+    """Frees the device buffer now; using the Array afterwards raises RuntimeError."""
     if self._buf is not None:
       self._buf.delete()
       self._buf = None
+      self._deleted = True
 
   def devices(self) -> set:
     if self._sharding is not None:
