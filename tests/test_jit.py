@@ -496,3 +496,19 @@ def test_jax_array_arguments():
   out = stagecraft.jit(lambda x: x * 2)(jjnp.ones(3))
   assert type(out) is stagecraft.Array
   np.testing.assert_array_equal(out, 2 * np.ones(3, np.float32))
+
+
+def test_jit_of_jvp_with_integer_outputs_returns_float0_tangents():
+  # float0 tangents never reach the runtime: i1 zeros inside the program, host float0 zeros
+  # at the boundary, as JAX returns them (this failed to lower: "data type 'u0'").
+  f = lambda x: (x * 2, jnp.argmax(x))
+  jf = lambda x: (x * 2, jjnp.argmax(x))
+  x, t = np.arange(3.0, dtype=np.float32), np.ones(3, np.float32)
+  (p, i), (tp, ti) = stagecraft.jit(lambda x, t: stagecraft.jvp(f, (x,), (t,)))(x, t)
+  (jp, ji), (jtp, jti) = jax.jit(lambda x, t: jax.jvp(jf, (x,), (t,)))(x, t)
+  np.testing.assert_array_equal(np.asarray(tp), np.asarray(jtp))
+  assert int(i) == int(ji) and ti.dtype == stagecraft.dtypes.float0 and ti.shape == jti.shape
+  xi, t0 = np.arange(3), np.zeros(3, stagecraft.dtypes.float0)   # float0 arguments too
+  out, t_out = stagecraft.jit(lambda x, t: stagecraft.jvp(lambda a: a * 2, (x,), (t,)))(xi, t0)
+  np.testing.assert_array_equal(np.asarray(out), xi * 2)
+  assert t_out.dtype == stagecraft.dtypes.float0 and t_out.shape == (3,)

@@ -157,7 +157,7 @@ class CompiledCall:
   """A compiled signature's call: leaves in, Arrays out. `device` is where it runs (None:
   the default device)."""
   __slots__ = ("exe", "kept", "const_bufs", "in_avals", "out_avals", "out_tree", "donated",
-               "simple", "single", "text", "device")
+               "simple", "single", "text", "device", "float0_outs")
 
   def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text,
                device):
@@ -168,8 +168,13 @@ class CompiledCall:
     self.out_avals = out_avals
     self.out_tree = out_tree
     self.donated = donated            # leaf indices donated, or ()
-    self.simple = not const_bufs and not donated and device is None
-    self.single = out_tree.num_leaves == 1 and out_tree.num_nodes == 1
+    # NB: float0 results (tangents of integers) are i1 zeros in the program; they come back
+    # as host float0 zeros, as in JAX.
+    self.float0_outs = [i for i, a in enumerate(out_avals) if a.dtype == dtypes.float0]
+    self.simple = (not const_bufs and not donated and device is None
+                   and not self.float0_outs)
+    self.single = (out_tree.num_leaves == 1 and out_tree.num_nodes == 1
+                   and not self.float0_outs)
     self.text = text
     self.device = device
 
@@ -207,6 +212,8 @@ class CompiledCall:
       if type(x) is Array and x._buf is not None and x._buf.is_deleted():
         x._buf = None
     outs = [Array(r[0], av, dev) for r, av in zip(results, self.out_avals)]
+    for i in self.float0_outs:
+      outs[i] = np.zeros(self.out_avals[i].shape, dtypes.float0)
     return optree.tree_unflatten(self.out_tree, outs)
 
 

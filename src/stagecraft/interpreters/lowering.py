@@ -49,6 +49,9 @@ _ELT = {
     dtypes.float32: "f32", dtypes.float64: "f64", dtypes.complex64: "complex<f32>",
     dtypes.complex128: "complex<f64>", dtypes.float8_e4m3fn: "f8E4M3FN",
     dtypes.float8_e5m2: "f8E5M2",
+    # NB: float0 (the tangent type of integers) has no runtime representation; in a module it
+    # is i1 zeros, as in JAX, and the compiled call's boundary turns it back into host float0.
+    dtypes.float0: "i1",
 }
 
 _type_cache: dict[Any, str] = {}
@@ -81,6 +84,8 @@ def _float_bits(v: Any, dtype: np.dtype) -> str:
 
 def dense_scalar(v: Any, dtype: np.dtype) -> str:
   """The element literal of a splat `dense<...>` attribute for value `v` of `dtype`."""
+  if dtype == dtypes.float0:
+    return "false"
   v = np.asarray(v, dtype)[()]
   if dtype == dtypes.bool_:
     return "true" if bool(v) else "false"
