@@ -350,3 +350,21 @@ def test_grad_hoists_loop_invariant_residuals():
   assert any(e.primitive.name == "transpose" for e in jaxpr.eqns)   # hoisted W.T
   np.testing.assert_allclose(sc.grad(lambda W: loss(jnp, lax, W, xs))(W),
                              jax.grad(lambda W: loss(jjnp, jax.lax, W, xs))(W), rtol=1e-5)
+
+
+@pytest.mark.parametrize("init", [0, 0.0, np.int32(0)])
+def test_weak_int_carry_promotes_as_jax(init):
+  # A weakly typed Python int carry meeting a float32 body becomes float32 (JAX promotes
+  # weak carries); a strong int32 carry stays an error in both.
+  xs = np.arange(3.0, dtype=np.float32)
+  body = lambda c, x: (c + x * 0.5, c)
+  if isinstance(init, np.integer):
+    with pytest.raises(TypeError, match="carry"):
+      lax.scan(body, init, xs)
+    with pytest.raises(TypeError):
+      jax.lax.scan(body, init, xs)
+    return
+  got, want = lax.scan(body, init, xs), jax.lax.scan(body, init, xs)
+  assert_trees_allclose(got, want, check_dtypes=True)
+  got = sc.jit(lambda xs: lax.scan(body, init, xs))(xs)
+  assert_trees_allclose(got, want, check_dtypes=True)

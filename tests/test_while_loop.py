@@ -365,3 +365,14 @@ def test_error_body_types_name_key_path():
                      r"f32\[2\], so the shapes do not match"):
     lax.while_loop(lambda c: c[0] < 3.0, lambda c: (c[0] + np.ones(2, np.float32),),
                    (np.float32(0.0),))
+
+
+def test_weak_int_carry_promotes_as_jax():
+  got = lax.while_loop(lambda c: c < 3, lambda c: c + 0.5, 0)
+  want = jax.lax.while_loop(lambda c: c < 3, lambda c: c + 0.5, 0)
+  assert float(got) == float(want) == 3.0
+  assert np.asarray(got).dtype == np.asarray(want).dtype == np.float32
+  got = sc.jit(lambda n: lax.while_loop(lambda c: c < n, lambda c: c + 0.5, 0))(3.0)
+  assert float(got) == 3.0 and np.asarray(got).dtype == np.float32
+  with pytest.raises(TypeError, match="identical types"):
+    lax.while_loop(lambda c: c < 3, lambda c: c + 0.5, np.int32(0))

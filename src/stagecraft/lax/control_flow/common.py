@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import optree
 
-from stagecraft import core, tree_util
+from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import partial_eval as pe
@@ -126,11 +126,17 @@ def typematch(a: ShapedArray, b: ShapedArray) -> bool:
 
 def promote_weak(in_avals: Sequence[ShapedArray], out_avals: Sequence[ShapedArray]
                  ) -> list[ShapedArray] | None:
-  """Input avals made strong where the input is weakly typed and the matching output is
-  not (JAX's `_promote_weak_typed_inputs`: `fori_loop(0, n, f, 0.0)` with an f32 body); None
-  when nothing changes."""
-  new = [a.update(weak_type=False) if a.weak_type and not b.weak_type and typematch(a, b)
-         else a for a, b in zip(in_avals, out_avals)]
+  """Input avals promoted where the input is weakly typed and the matching output is not of
+  its type, as JAX's `_promote_weak_typed_inputs`: a weak input takes the dtype it promotes
+  to with the output (`scan` with init `0` and a float32 body carries float32), and becomes
+  strong where the output is (`fori_loop(0, n, f, 0.0)` with an f32 body). None when
+  nothing changes."""
+  new = []
+  for a, b in zip(in_avals, out_avals):
+    if a.weak_type and a.shape == b.shape and (a.dtype != b.dtype or not b.weak_type):
+      dt, weak = dtypes.result_type(a, b, return_weak_type_flag=True)
+      a = a.update(dtype=dt, weak_type=weak and b.weak_type)
+    new.append(a)
   return None if new == list(in_avals) else new
 
 

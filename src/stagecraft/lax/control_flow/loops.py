@@ -116,6 +116,9 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
   nk = len(init_flat)
   promoted = common.promote_weak(carry_avals, closed.out_avals[:nk])
   if promoted is not None:
+    init_flat = [x if a.dtype == p.dtype else elementwise.convert_element_type(x, p.dtype)
+                 for x, a, p in zip(init_flat, carry_avals, promoted)]
+    carry_avals = promoted
     closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, promoted, x_avals)
   _check_carry(init_tree, carry_tree, carry_avals, closed.out_avals[:nk])
   outs = scan_p.bind(*consts, *init_flat, *xs_flat, jaxpr=closed, num_consts=len(consts),

@@ -69,11 +69,12 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
       cond_fun, body_fun, args_tree, in_tree, avals)
   new_avals = common.promote_weak(avals, body_closed.out_avals)
   if new_avals is not None:
-    init_vals = [elementwise.convert_element_type(x, b.dtype)
-                 if a.weak_type and not b.weak_type else x
+    init_vals = [x if a == b else elementwise.convert_element_type(x, b.dtype)
                  for x, a, b in zip(init_vals, avals, new_avals)]
+    avals = new_avals
     cond_closed, cond_consts, body_closed, body_consts = _trace_loop(
-        cond_fun, body_fun, args_tree, in_tree, new_avals)
+        cond_fun, body_fun, args_tree, in_tree, avals)
+  _check_carry(in_tree, avals, body_closed.out_avals)
   outs = while_p.bind(*cond_consts, *body_consts, *init_vals, cond_jaxpr=cond_closed,
                       body_jaxpr=body_closed, cond_nconsts=len(cond_consts),
                       body_nconsts=len(body_consts))
@@ -82,7 +83,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
 
 def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
   """Traces cond and body at the carry `avals` (`args_tree`: the tree of `(carry,)`;
-  `in_tree`: the carry's) and checks their output types."""
+  `in_tree`: the carry's) and checks cond's output type and body's output structure (the
+  carry's types are checked by `_check_carry`, after weak carries are promoted)."""
   cond_closed, cond_consts, cond_tree = common.trace_jaxpr(cond_fun, args_tree, avals,
                                                            "cond_fun")
   c_out = cond_closed.out_avals
@@ -98,7 +100,11 @@ def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
         f"body_fun output and input must have same type structure, got {body_tree} and "
         f"{in_tree}. Return a carry built like init_val (same containers, same keys, same "
         f"number of leaves).")
-  diffs = common.type_diffs(avals, body_closed.out_avals, common.leaf_paths(in_tree, "init_val"),
+  return cond_closed, cond_consts, body_closed, body_consts
+
+
+def _check_carry(in_tree, avals, out_avals):
+  diffs = common.type_diffs(avals, out_avals, common.leaf_paths(in_tree, "init_val"),
                             "the input carry component", "output carry component")
   if diffs:
     shown = [f"  {d}." for d in diffs[:5]]
@@ -108,7 +114,6 @@ def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
         "body_fun output and input must have identical types, got\n" + "\n".join(shown) +
         "\nMake body_fun return leaves of the shapes and dtypes of init_val (cast with "
         "`.astype` or give init_val the dtype the body computes in).")
-  return cond_closed, cond_consts, body_closed, body_consts
 
 
 # ---------------------------------------------------------------------------
