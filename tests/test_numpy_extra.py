@@ -668,3 +668,16 @@ def test_quantile_property(data):
   got = jnp.quantile(x, np.float32(q), axis=axis)
   want = np.quantile(x.astype(np.float64), np.float32(q), axis=axis)
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("fn", ["mean", "var", "std"])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_16_bit_statistics_accumulate_in_float32_as_jax(fn, dt):
+  # Summed in 16 bits, the mean of 10,000 bfloat16 threes was 3.015625 (JAX: 3.0).
+  x = np.full((4, 2500), 3.0, np.float32)
+  x[1] += np.linspace(-1, 1, 2500)
+  ours, theirs = jnp.asarray(x).astype(dt), jjnp.asarray(x).astype(dt)
+  for axis in (None, 1):
+    got, want = getattr(jnp, fn)(ours, axis=axis), getattr(jjnp, fn)(theirs, axis=axis)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))

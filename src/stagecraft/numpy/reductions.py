@@ -132,6 +132,12 @@ def _count(shape, axes) -> int:
   return math.prod(shape[i] for i in axes)
 
 
+def _upcast_f16(dt: np.dtype) -> np.dtype:
+  """The dtype mean and var accumulate in: float32 for 16-bit floats (as JAX's
+  `_upcast_f16`: summing 10,000 bfloat16 threes in bfloat16 gives 3.015625), else `dt`."""
+  return np.dtype(np.float32) if dt in (dtypes.float16, dtypes.bfloat16) else dt
+
+
 def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
          keepdims: bool = False, *, where: ArrayLike | None = None):
   """Arithmetic mean over `axis`; integer inputs give the default float dtype."""
@@ -140,10 +146,12 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   axes = reduction_axes(axis, len(in_shape), "mean")
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
       dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
-  s = sum(lax.convert_element_type(a, dt) if dtype_of(a) != dt else a, axis=axes,
+  ct = _upcast_f16(dt)
+  s = sum(lax.convert_element_type(a, ct) if dtype_of(a) != ct else a, axis=axes,
           keepdims=keepdims)
   n = _count(in_shape, axes)
-  return lax.div(s, np.asarray(n if n else np.nan, dt)[()])   # NB: empty -> NaN, as NumPy
+  out = lax.div(s, np.asarray(n if n else np.nan, ct)[()])   # NB: empty -> NaN, as NumPy
+  return out if ct == dt else lax.convert_element_type(out, dt)
 
 
 def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
@@ -160,16 +168,18 @@ def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddo
   axes = reduction_axes(axis, len(in_shape), "var")
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
       dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
-  a = lax.convert_element_type(a, dt) if dtype_of(a) != dt else a
+  ct = _upcast_f16(dt)
+  a = lax.convert_element_type(a, ct) if dtype_of(a) != ct else a
   centered = subtract(a, mean(a, axes, keepdims=True))
-  if dtypes.is_complex(dt):
+  if dtypes.is_complex(ct):
     sq = lax.real(lax.mul(centered, lax.conj(centered)))
   else:
     sq = lax.mul(centered, centered)
   n = _count(in_shape, axes) - ddof
   s = sum(sq, axis=axes, keepdims=keepdims)
   # n <= 0 divides by 0 (inf, or nan for 0/0), as NumPy does.
-  return lax.div(s, np.asarray(builtins.max(n, 0), dtype_of(s))[()])
+  out = lax.div(s, np.asarray(builtins.max(n, 0), dtype_of(s))[()])
+  return out if ct == dt else lax.convert_element_type(out, dt)
 
 
 def std(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
