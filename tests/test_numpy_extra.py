@@ -681,3 +681,21 @@ def test_16_bit_statistics_accumulate_in_float32_as_jax(fn, dt):
     got, want = getattr(jnp, fn)(ours, axis=axis), getattr(jjnp, fn)(theirs, axis=axis)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "uint8"])
+def test_nan_reductions_and_fmax_on_small_dtypes_as_jax(dt):
+  # A weak scalar (the NaN fill value) met a 16-bit/uint8 array and failed to promote.
+  x = np.array([1, np.nan, 3, 4, 2.5], np.float32) if dt != "uint8" else np.array([1, 2, 3, 4, 9])
+  ours, theirs = jnp.asarray(x).astype(dt), jjnp.asarray(x).astype(dt)
+  for f in ("nanmax", "nanmin", "nansum", "nanmean", "median", "nanmedian", "nanvar", "nanstd",
+            "nanprod"):
+    got, want = getattr(jnp, f)(ours), getattr(jjnp, f)(theirs)
+    assert got.dtype == want.dtype, f
+    # NB: 1 ulp of float32 between summation orders (uint8 nanvar); 16-bit results exact.
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                               rtol=2e-7, err_msg=f)
+  for f in ("fmax", "fmin"):
+    got, want = getattr(jnp, f)(ours, ours[::-1]), getattr(jjnp, f)(theirs, theirs[::-1])
+    assert got.dtype == want.dtype, f
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))

@@ -180,6 +180,11 @@ class WeakScalarValue:
     self.value = value
     self.aval = ShapedArray((), value.dtype, True)
 
+  # Array-like attributes, so promotion (`dtypes.result_type`) reads it as a weak scalar.
+  dtype = property(lambda self: self.aval.dtype)
+  shape = property(lambda self: ())
+  weak_type = property(lambda self: True)
+
   def __array__(self, dtype=None, copy=None):
     return np.asarray(self.value, dtype)
 

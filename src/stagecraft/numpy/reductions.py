@@ -399,17 +399,19 @@ def nanvar(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   a = asarray(a)
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
       dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
-  a = lax.convert_element_type(a, dt) if dtype_of(a) != dt else a
+  ct = _upcast_f16(dt)   # NB: accumulated in float32 for 16-bit floats, as var
+  a = lax.convert_element_type(a, ct) if dtype_of(a) != ct else a
   valid = lax.bitwise_not(isnan(a))
   centered = subtract(a, nanmean(a, axis, keepdims=True))
   centered = ufuncs.where(valid, centered, const(centered, 0))
-  rdt = real_dtype(dt)
-  sq = lax.real(lax.mul(centered, lax.conj(centered))) if dtypes.is_complex(dt) else (
+  rdt = real_dtype(ct)
+  sq = lax.real(lax.mul(centered, lax.conj(centered))) if dtypes.is_complex(ct) else (
       lax.mul(centered, centered))
   n = lax.convert_element_type(sum(valid, axis=axis, keepdims=keepdims), rdt)
   denom = lax.sub(n, np.asarray(ddof, rdt)[()])
   denom = ufuncs.where(lax.le(denom, np.zeros((), rdt)[()]), np.asarray(np.nan, rdt)[()], denom)
-  return lax.div(sum(sq, axis=axis, keepdims=keepdims), denom)
+  out = lax.div(sum(sq, axis=axis, keepdims=keepdims), denom)
+  return out if ct == dt else lax.convert_element_type(out, real_dtype(dt))
 
 
 def nanstd(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
