@@ -699,3 +699,12 @@ def test_nan_reductions_and_fmax_on_small_dtypes_as_jax(dt):
     got, want = getattr(jnp, f)(ours, ours[::-1]), getattr(jjnp, f)(theirs, theirs[::-1])
     assert got.dtype == want.dtype, f
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+@pytest.mark.parametrize("n", [3, 4, 7])
+@pytest.mark.parametrize("shape,axis", [((3,), -1), ((2, 3), 1), ((3, 2), 0)])
+def test_diff_of_order_beyond_the_axis_is_empty_as_jax(n, shape, axis):
+  x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+  got, want = jnp.diff(x, n, axis=axis), jjnp.diff(x, n, axis=axis)
+  assert got.shape == want.shape and got.dtype == want.dtype
+  assert got.shape == np.diff(x, n, axis=axis).shape

@@ -659,7 +659,9 @@ def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = N
     arr = concatenate(parts, axis)
   for _ in range(n):
     m = shape_of(arr)[axis]
-    hi, lo = slice_axis(arr, 1, m, axis), slice_axis(arr, 0, builtins.max(m - 1, 0), axis)
+    # NB: n beyond the axis length leaves it empty (as NumPy and JAX), never negative.
+    hi = slice_axis(arr, builtins.min(1, m), m, axis)
+    lo = slice_axis(arr, 0, builtins.max(m - 1, 0), axis)
     arr = not_equal(hi, lo) if dtype_of(arr) == dtypes.bool_ else subtract(hi, lo)
   return arr
 
