@@ -462,7 +462,54 @@ mul_p = binop("mul", number, "stablehlo.multiply")
 ad.defbilinear(mul_p, lambda ct, x, y: _unbroadcast(x.aval, mul(ct, y)),
                lambda ct, x, y: _unbroadcast(y.aval, mul(x, ct)))
 
-div_p = binop("div", number, "stablehlo.divide")     # integers: rounds toward zero
+
+def _emit_select(ctx, pred: str, on_true: str, on_false: str, aval: ShapedArray) -> str:
+  """Emits `stablehlo.select` of `on_true`/`on_false` (both of `aval`) by the bool `pred`."""
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = stablehlo.select {pred}, {on_true}, {on_false} : "
+              f"{ir_type(aval.update(dtype=dtypes.bool_))}, {ir_type(aval)}")
+  return r
+
+
+def _int_division_lowering(op: str):
+  """Lowers integer `div`/`rem` (`op`: "stablehlo.divide"/"stablehlo.remainder") without
+  ever handing XLA a divisor that traps; floats and complex lower to `op` as they are.
+
+  NB: StableHLO leaves x / 0 and INT_MIN / -1 implementation-defined (spec.md, `divide`),
+  and XLA's constant folder evaluates them natively when the divisor is a compile-time
+  constant: the process dies with SIGFPE. So the divisor is 1 wherever it is 0 (or -1 with
+  x = INT_MIN), and the results there are those of XLA's own kernels
+  (xla/service/elemental_ir_emitter.cc, EmitIntegerDivide/EmitIntegerRemainder), which JAX
+  returns for traced divisors: x / 0 = -1 (all ones: the maximum for unsigned), x % 0 = x,
+  INT_MIN / -1 = INT_MIN (= INT_MIN / 1) and INT_MIN % -1 = 0 (= INT_MIN % 1)."""
+  plain = _hlo_lowering(op)
+
+  def rule(ctx, x, y):
+    aval = ctx.avals_out[0]
+    if not dtypes.is_integer(aval.dtype):
+      return plain(ctx, x, y)
+    x, y = broadcast_operands(ctx, (x, y))
+    one = ctx.constant(1, aval)
+    by_zero = emit_compare(ctx, "EQ", y, ctx.constant(0, aval), aval)
+    unsafe = by_zero
+    if not dtypes.is_unsigned(aval.dtype):
+      overflow = ctx.elementwise(
+          "stablehlo.and",
+          emit_compare(ctx, "EQ", x, ctx.constant(np.iinfo(aval.dtype).min, aval), aval),
+          emit_compare(ctx, "EQ", y, ctx.constant(-1, aval), aval),
+          aval=aval.update(dtype=dtypes.bool_))
+      unsafe = ctx.elementwise("stablehlo.or", by_zero, overflow,
+                               aval=aval.update(dtype=dtypes.bool_))
+    out = ctx.elementwise(op, x, _emit_select(ctx, unsafe, one, y, aval))
+    at_zero = (ctx.constant(np.iinfo(aval.dtype).max if dtypes.is_unsigned(aval.dtype) else -1,
+                            aval) if op == "stablehlo.divide" else x)
+    return [_emit_select(ctx, by_zero, at_zero, out, aval)]
+  return rule
+
+
+# integers: rounds toward zero; x / 0 = -1 (unsigned: the maximum), INT_MIN / -1 = INT_MIN.
+div_p = binop("div", number, "stablehlo.divide")
+lowering.register_lowering(div_p, _int_division_lowering("stablehlo.divide"))
 
 
 def _div_transpose(ct, x, y):
@@ -479,8 +526,10 @@ ad.defjvp(div_p, lambda t, x, y: div(t, y),
           lambda t, x, y: mul(mul(neg(t), x), integer_pow(y, -2)))
 ad.primitive_transposes[div_p] = _div_transpose
 
-# rem: the sign of the dividend, as C's fmod. NB: no complex (XLA's CPU compiler crashes).
+# rem: the sign of the dividend, as C's fmod; integers: x % 0 = x, INT_MIN % -1 = 0.
+# NB: no complex (XLA's CPU compiler crashes).
 rem_p = binop("rem", (utils.int_kind, utils.float_kind), "stablehlo.remainder")
+lowering.register_lowering(rem_p, _int_division_lowering("stablehlo.remainder"))
 # rem(x, y) = x - y * trunc(x / y): d/dx = 1, d/dy = -trunc(x / y), as JAX.
 ad.defjvp(rem_p, lambda t, x, y: _maybe_broadcast(_out_shape(x, y), t),
           lambda t, x, y: mul(neg(t), mul(sign(div(x, y)), floor(abs(div(x, y))))))

@@ -146,27 +146,68 @@ def _true_divide(x, y):
   return lax.div(x, y)
 
 
+def _typed_scalars(x, y):
+  """`x`, `y` with a Python scalar operand (the ufuncs' fast path) as a weakly typed rank-0
+  array of the other's dtype, so that lax functions of it alone (`sign`) keep that dtype.
+  The conversion wraps out-of-range integers (uint8: -1 is 255), as JAX's."""
+  if dtypes.is_python_scalar(x):
+    return lax.convert_element_type(x, dtype_of(y), weak_type=True), y
+  if dtypes.is_python_scalar(y):
+    return x, lax.convert_element_type(y, dtype_of(x), weak_type=True)
+  return x, y
+
+
 def _floor_divide(x, y):
-  if dtypes.is_integer(dtype_of(x)) or dtype_of(x) == dtypes.bool_:
-    if dtype_of(x) == dtypes.bool_:
-      raise TypeError("floor_divide is not defined for bool operands.")
-    q = lax.div(x, y)
-    if dtypes.is_unsigned(dtype_of(x)):
-      return q
-    r = lax.rem(x, y)
-    zero = const(r, 0)
-    adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
-    return lax.select(adjust, lax.sub(q, const(q, 1)), q)
-  return lax.floor(lax.div(x, y))
+  x, y = _typed_scalars(x, y)
+  dtype = dtype_of(x)
+  if dtypes.is_complex(dtype):
+    raise TypeError("floor_divide does not support complex-valued inputs; take the real part "
+                    "or abs() first, or use divide for a complex quotient.")
+  if not dtypes.is_integer(dtype):
+    return _float_floor_divide(x, y)
+  q = lax.div(x, y)   # truncated; x // 0 = -1 (unsigned: the maximum), as XLA's kernels
+  if dtypes.is_unsigned(dtype):
+    return q
+  # NB: the truncated quotient is one too high where the remainder is nonzero and the signs
+  # differ. At y = 0 (where rem(x, 0) = x) this gives JAX's x // 0: -1 for x = 0, else -2.
+  r = lax.rem(x, y)
+  adjust = lax.bitwise_and(lax.ne(r, const(r, 0)), lax.ne(lax.sign(x), lax.sign(y)))
+  return lax.select(adjust, lax.sub(q, const(q, 1)), q)
+
+
+def _float_floor_divide(x, y):
+  """x // y for floating `x`, `y` by CPython's `float_divmod` (floatobject.c): divide
+  `x - fmod(x, y)`, an exact multiple of `y`, so the quotient is integral before it is
+  rounded (`floor(x / y)` is not: 1 // 0.1 is 9, but 1 / 0.1 rounds to 10), and step down
+  where fmod's sign differs from y's (so -0.5 // inf is -1, not -0). The operations are
+  JAX's (`jnp.divmod`), so float16/bfloat16 round the same way."""
+  mod = lax.rem(x, y)
+  # x - mod, except where y = 0 (mod is NaN there): x - 0 = x.
+  div = lax.div(lax.sub(x, lax.select(lax.eq(y, const(y, 0)), _full_c(mod, 0), mod)), y)
+  step = lax.bitwise_and(lax.ne(mod, const(mod, 0)), lax.ne(lax.sign(y), lax.sign(mod)))
+  return lax.round(lax.select(step, lax.sub(div, const(div, 1)), div))
+
+
+def _int_remainder(r, y):
+  """`r`, an integer remainder, with 0 where the divisor `y` is 0 (JAX's x % 0)."""
+  return lax.select(lax.eq(y, const(y, 0)), _full_c(r, 0), r)
 
 
 def _remainder(x, y):
-  r = lax.rem(x, y)
-  if dtypes.is_unsigned(dtype_of(x)):
-    return r
+  x, y = _typed_scalars(x, y)
+  r = lax.rem(x, y)   # the sign of x; integers: x % 0 = x, as XLA's kernels
+  if dtypes.is_unsigned(dtype_of(r)):
+    return _int_remainder(r, y)
   zero = const(r, 0)
   adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
-  return lax.select(adjust, lax.add(r, y), r)
+  r = lax.select(adjust, lax.add(r, y), r)
+  return _int_remainder(r, y) if dtypes.is_integer(dtype_of(r)) else r
+
+
+def _fmod(x, y):
+  x, y = _typed_scalars(x, y)
+  r = lax.rem(x, y)
+  return _int_remainder(r, y) if dtypes.is_integer(dtype_of(r)) else r
 
 
 add = _binary_ufunc("add", lax.add, doc="x + y (logical or for bool)", bool_fn=lax.bitwise_or)
@@ -177,16 +218,39 @@ divide = _binary_ufunc("divide", _true_divide, promote_dtypes_inexact,
                        doc="x / y (true division: integers give floats)")
 true_divide = divide
 floor_divide = _binary_ufunc("floor_divide", _floor_divide, promote_dtypes_numeric,
-                             doc="floor(x / y)")
+                             doc="floor(x / y) (Python's //; integers: x // 0 = -1 for x = 0, "
+                                 "else -2, unsigned: the maximum; complex: TypeError)")
 remainder = _binary_ufunc("remainder", _remainder, promote_dtypes_numeric,
-                          doc="x mod y with the sign of y (Python's %)")
+                          doc="x mod y with the sign of y (Python's %; integers: x % 0 = 0)")
 mod = remainder
-fmod = _binary_ufunc("fmod", lax.rem, promote_dtypes_numeric,
-                     doc="x mod y with the sign of x (C's fmod)")
+_fmod_ints = _binary_ufunc("fmod", _fmod, promote_dtypes_numeric)
+_fmod_bools = _binary_ufunc("fmod", lax.rem, promote_dtypes_numeric)
+
+
+def fmod(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """x mod y with the sign of x (C's fmod), elementwise, NumPy broadcasting and JAX type
+  promotion (bool promotes to int32).
+
+  Args:
+    x1, x2: array-likes with broadcast-compatible shapes.
+
+  Returns:
+    Array of the broadcast shape and the promoted dtype. fmod(x, 0) is 0 for integers, as
+    JAX; but 1 for two bool operands fmod(True, False), as JAX (whose zero-divisor
+    replacement looks at the dtype before bool promotes); NaN for floats.
+
+  Raises:
+    ValueError: if the shapes do not broadcast.
+  """
+  x1, x2 = asarray_or_scalar(x1), asarray_or_scalar(x2)
+  if dtypes.result_type(x1, x2) == dtypes.bool_:
+    return _fmod_bools(x1, x2)   # integer rem: x % 0 = x (XLA's kernels)
+  return _fmod_ints(x1, x2)
 
 
 def divmod(x1: ArrayLike, x2: ArrayLike, /) -> tuple[Array, Array]:
-  """`(floor_divide(x1, x2), remainder(x1, x2))` (Python's divmod, elementwise)."""
+  """`(floor_divide(x1, x2), remainder(x1, x2))` (Python's divmod, elementwise): integers
+  give x // 0 = -1 for x = 0, else -2 (unsigned: the maximum), and x % 0 = 0, as JAX."""
   return floor_divide(x1, x2), remainder(x1, x2)
 
 

@@ -101,11 +101,12 @@ def promote_dtypes_inexact(*args):
 
 
 def promote_dtypes_numeric(*args):
-  """Promotes, then converts a bool result to the default integer dtype."""
+  """Promotes, then converts a bool result to int32 (also with x64, as JAX's
+  `dtypes.to_numeric_dtype`)."""
   args = [asarray_or_scalar(a) for a in args]
   dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   if dtype == dtypes.bool_:
-    dtype = dtypes.default_int_dtype()
+    dtype = dtypes.int32
   return [convert_dtype(a, dtype, weak) for a in args]
 
 
