@@ -320,6 +320,15 @@ def _read_regular(path: str) -> bytes | None:
     os.close(fd)
 
 
+def _drop(path: str, e: Exception) -> None:
+  """A corrupt entry: counted, removed, warned about; the lookup is a miss."""
+  _count("corrupt")
+  _count("misses")
+  _remove(path)
+  warnings.warn(f"stagecraft persistent compilation cache: dropped the bad entry {path} "
+                f"({e}); recompiling.", RuntimeWarning, stacklevel=4)
+
+
 def lookup(cache_dir: str, key: str, devs: tuple, opts=None) -> Any | None:
   """The executable stored under `key` in `cache_dir`, or None (a miss). Only a regular
   file of bounded size whose recorded key is `key` is loaded (see the trust model above).
@@ -346,12 +355,7 @@ def lookup(cache_dir: str, key: str, devs: tuple, opts=None) -> Any | None:
   try:
     header, payload = _unpack(data)
   except Exception as e:   # noqa: BLE001 (any bad entry is dropped, never fatal)
-    _count("corrupt")
-    _count("misses")
-    _remove(path)
-    warnings.warn(f"stagecraft persistent compilation cache: dropped the bad entry {path} "
-                  f"({e}); recompiling.", RuntimeWarning, stacklevel=3)
-    return None
+    return _drop(path, e)
   if header.get("key") != key:
     # NB: a well-formed entry of another program (copied or renamed): never run it; the
     # store after compiling replaces it.
@@ -363,12 +367,7 @@ def lookup(cache_dir: str, key: str, devs: tuple, opts=None) -> Any | None:
   try:
     exe = _load(payload, devs, opts)
   except Exception as e:   # noqa: BLE001
-    _count("corrupt")
-    _count("misses")
-    _remove(path)
-    warnings.warn(f"stagecraft persistent compilation cache: dropped the bad entry {path} "
-                  f"({e}); recompiling.", RuntimeWarning, stacklevel=3)
-    return None
+    return _drop(path, e)
   _count("hits")
   try:
     os.utime(path)   # NB: recently used, for eviction
