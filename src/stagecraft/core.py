@@ -8,6 +8,7 @@ lifts values that are not its own tracers; the evaluation trace at the bottom ru
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Sequence
@@ -23,7 +24,8 @@ __all__ = ["ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScala
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_jaxpr", "Primitive", "Trace", "EvalTrace", "eval_trace", "current_trace",
-           "set_current_trace", "escaped_tracer_error", "Tracer", "eval_jaxpr", "closed_calls",
+           "set_current_trace", "escaped_tracer_error", "Tracer", "to_concrete_value",
+           "eval_jaxpr", "closed_calls",
            "def_closed_call", "jaxpr_as_fun", "check_jaxpr"]
 
 # ---------------------------------------------------------------------------
@@ -618,29 +620,42 @@ class Tracer:
         f"with shape {self.aval.str_short()}. The problem arose with the `{fname}` function."
         f"{origin}\n{fix.strip()}")
 
+  def to_concrete_value(self):
+    """The concrete value this tracer stands for, or None when it is abstract. A JVP
+    tracer outside `jit` knows its primal value (as in JAX), so Python control flow on
+    primal values works under `jvp`/`grad`; staged and batched values are abstract."""
+    return None
+
+  def _concrete(self, fname: str, cls=ConcretizationTypeError, fix: str = ""):
+    v = self.to_concrete_value()
+    if v is None:
+      raise self._concretization_error(fname, cls, fix)
+    return v
+
   def __bool__(self):
-    raise self._concretization_error("bool")
+    return bool(self._concrete("bool"))
 
   def __int__(self):
-    raise self._concretization_error("int")
+    return int(self._concrete("int"))
 
   def __float__(self):
-    raise self._concretization_error("float")
+    return float(self._concrete("float"))
 
   def __complex__(self):
-    raise self._concretization_error("complex")
+    return complex(self._concrete("complex"))
 
   def __index__(self):
-    raise self._concretization_error(
+    return operator.index(self._concrete(
         "__index__", TracerIntegerConversionError,
         " An integer-valued tracer cannot index a Python sequence or size a range; use "
-        "`stagecraft.lax.dynamic_slice`/array indexing, or make the value static.")
+        "`stagecraft.lax.dynamic_slice`/array indexing, or make the value static."))
 
   def __array__(self, dtype=None, copy=None):
-    raise self._concretization_error(
+    v = self._concrete(
         "__array__", TracerArrayConversionError,
         " NumPy cannot operate on traced values: use `stagecraft.numpy` instead of `numpy` "
         "inside transformed functions.")
+    return np.asarray(v, dtype)
 
   def __hash__(self):
     raise TypeError(f"unhashable type: {type(self).__name__} ({self.aval.str_short()}). "
@@ -656,11 +671,16 @@ class Tracer:
       raise TypeError("iteration over a 0-d array")
     return (self[i] for i in range(self.aval.shape[0]))
 
-  def item(self):
-    raise self._concretization_error("item")
+  def item(self, *args):
+    return self._concrete("item").item(*args)
 
   def tolist(self):
-    raise self._concretization_error("tolist")
+    return self._concrete("tolist").tolist()
+
+
+def to_concrete_value(x: Any) -> Any:
+  """`x` itself unless it is a tracer; a tracer's concrete value, or None if abstract."""
+  return x.to_concrete_value() if isinstance(x, Tracer) else x
 
 
 # ---------------------------------------------------------------------------

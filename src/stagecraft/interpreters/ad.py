@@ -26,7 +26,7 @@ __all__ = ["primitive_jvps", "primitive_transposes", "partial_eval_rules", "tang
            "Zero", "zeros_like_aval", "instantiate_zeros", "add_tangents", "UndefinedPrimal",
            "is_undefined_primal", "defjvp", "defjvp2", "defjvp_zero", "deflinear",
            "defbilinear", "add_any_p", "JVPTracer", "JVPTrace", "jvp_flat",
-           "partial_eval_jaxpr", "linearize_flat", "backward_pass", "jvp_jaxpr",
+           "partial_eval_jaxpr", "PartialEvalTrace", "linearize_flat", "backward_pass", "jvp_jaxpr",
            "transpose_jaxpr"]
 
 primitive_jvps: dict[core.Primitive, Callable] = {}
@@ -205,6 +205,9 @@ class JVPTracer(Tracer):
   def aval(self) -> ShapedArray:
     return core.get_aval(self.primal)
 
+  def to_concrete_value(self):
+    return core.to_concrete_value(self.primal)
+
 
 class JVPTrace(Trace):
   """Runs each primitive's JVP rule; the rule's own binds go to `parent`."""
@@ -337,8 +340,76 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
                                     for v in jaxpr.outvars]
 
 
+class PartialEvalTrace(pe.DynamicJaxprTrace):
+  """Partial evaluation by tracing (JAX's `JaxprTrace`): values are *known* (anything that
+  is not one of this trace's tracers: concrete arrays outside `jit`, tracers of the
+  enclosing trace inside it) or *unknown* (this trace's tracers, the tangents when
+  linearizing). A primitive with only known inputs is bound in `parent`, so it runs there
+  (eagerly outside `jit`: Python control flow on its result works); one with an unknown
+  input is recorded into this trace's jaxpr, reading its known inputs as constvars (the
+  residuals). Call-like primitives with a rule in `partial_eval_rules` are split: their
+  known part runs in `parent`, their unknown part is recorded.
+  """
+  __slots__ = ("parent",)
+
+  def __init__(self, parent: Trace):
+    super().__init__()
+    self.parent = parent
+
+  def is_unknown(self, x: Any) -> bool:
+    return type(x) is pe.DynamicJaxprTracer and x._trace is self
+
+  def process_primitive(self, prim, args, params):
+    for x in args:
+      if type(x) is pe.DynamicJaxprTracer and x._trace is self:
+        break
+    else:
+      with core.set_current_trace(self.parent):
+        return prim.bind(*args, **params)
+    rule = partial_eval_rules.get(prim)
+    if rule is None:
+      return super().process_primitive(prim, args, params)
+    return self._split(rule, prim, args, params)
+
+  def _split(self, rule, prim, args, params):
+    env: dict[Var, Any] = {}
+    invars, unknowns = [], []
+    for x in args:
+      if self.is_unknown(x):
+        invars.append(x.var)
+        unknowns.append(True)
+      else:
+        v = Var(core.get_aval(x))
+        env[v] = x
+        invars.append(v)
+        unknowns.append(False)
+    out_avals = prim.abstract_eval(*[v.aval for v in invars], **params)
+    multiple = prim.multiple_results
+    outvars = [Var(a) for a in (out_avals if multiple else [out_avals])]
+    known_eqns, unknown_eqn, out_unknowns = rule(
+        core.JaxprEqn(invars, outvars, prim, params), unknowns)
+    if known_eqns is None:
+      known_eqns = []
+    elif not isinstance(known_eqns, list):
+      known_eqns = [known_eqns]
+    with core.set_current_trace(self.parent):
+      for eqn in known_eqns:
+        ins = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
+        outs = eqn.primitive.bind(*ins, **eqn.params)
+        env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+    if unknown_eqn is not None:
+      self.eqns.append(unknown_eqn.replace(invars=[
+          v if type(v) is Literal or v not in env else self._lift(env[v])
+          for v in unknown_eqn.invars]))
+    outs = [pe.DynamicJaxprTracer(self, v.aval, v) if u else env[v]
+            for v, u in zip(outvars, out_unknowns)]
+    return outs if multiple else outs[0]
+
+
 def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
-  """Linearizes a flat function at `primals`.
+  """Linearizes a flat function at `primals`: the JVP runs over a `PartialEvalTrace`
+  whose unknowns are the tangents, so primal operations run in the enclosing trace (on
+  concrete values outside `jit`, as in JAX) and the tangent operations are recorded.
 
   Returns:
     `(primal_outs, linear_jaxpr, residuals, zero_outs)`: for the outputs not marked in
@@ -346,26 +417,22 @@ def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
     `eval_jaxpr(linear_jaxpr, [], *residuals, *tangents)`; `linear_jaxpr` is linear in the
     tangents.
   """
-  avals = [core.get_aval(p) for p in primals]
-  t_avals = [tangent_aval(a) for a in avals]
-  n = len(primals)
-  zero_outs: list[bool] = []
-
-  def jvp_fun(*args):
-    p_out, t_out = jvp_flat(fun, args[:n], [
-        Zero(a) if a.dtype == dtypes.float0 else t for a, t in zip(t_avals, args[n:])])
-    zero_outs[:] = [type(t) is Zero for t in t_out]
-    return [*p_out, *[t for t in t_out if type(t) is not Zero]]
-
-  jaxpr, consts = pe.trace_to_jaxpr(jvp_fun, [*avals, *t_avals])
-  n_out = len(zero_outs)
-  instantiate = [False] * n_out + [True] * (len(jaxpr.outvars) - n_out)
-  known, unknown, num_res, _ = partial_eval_jaxpr(jaxpr, [False] * n + [True] * n,
-                                                  instantiate)
-  if len(known.outvars) - num_res != n_out:
-    raise AssertionError("linearize: a primal output depends on a tangent input")
-  vals = core.eval_jaxpr(known, consts, *primals)
-  return vals[:n_out], unknown, vals[n_out:], zero_outs
+  trace = PartialEvalTrace(core.current_trace())
+  try:
+    t_args = [trace.new_arg(tangent_aval(core.get_aval(p))) for p in primals]
+    t_in = [Zero(t.aval) if t.aval.dtype == dtypes.float0 else t for t in t_args]
+    with core.set_current_trace(trace):
+      p_out, t_out = jvp_flat(fun, primals, t_in)
+    if any(trace.is_unknown(p) for p in p_out):
+      raise AssertionError("linearize: a primal output depends on a tangent input")
+    zero_outs = [type(t) is Zero for t in t_out]
+    jaxpr, consts = trace.to_jaxpr([t for t in t_out if type(t) is not Zero])
+  finally:
+    trace.invalidate()
+  # Dead tangent work (a JVP whose result a stop_gradient drops) goes, with its residuals.
+  jaxpr = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0]
+  jaxpr, consts = pe.prune_constvars(jaxpr, consts)
+  return p_out, pe.convert_constvars_jaxpr(jaxpr), consts, zero_outs
 
 
 # ---------------------------------------------------------------------------
