@@ -11,8 +11,14 @@ Beyond JAX (whose JVP drops the rule, see its TODO): the JVP of a `custom_dce_ca
 `custom_dce_call` whose rule is the JVP of the user's rule, and partial evaluation splits it
 into a known call (primal outputs, rule restricted to them) and an unknown call (tangent
 outputs, reading the known inputs as residuals and recomputing the primal work it needs), so
-`jit(jvp(f))` and `jit(grad(f))` still prune. The unknown call is transposed by running
-`ad.backward_pass` over its jaxpr inline.
+`jit(jvp(f))` and `jit(grad(f))` still prune. The unknown call is transposed inline: its
+jaxpr (nested custom_dce calls inlined) is split into the part reading only primal inputs,
+evaluated, and the linear rest, run through `ad.backward_pass`.
+
+Under `vmap` (as JAX's): an output is batched only where the function's batched output is, the
+batched call keeps a rule (the user's rule, traced inside the vmapped axis' environment so
+that collectives over it bind, then batched), and a call with no batched operand is batched
+too, so collectives in it see the axis.
 """
 from __future__ import annotations
 
@@ -175,7 +181,12 @@ class custom_dce:
       return flat_rule
 
     def make(used_outs):
-      rjaxpr, rconsts = pe.trace_to_jaxpr(flat_rule_for(used_outs), in_avals)
+      try:
+        rjaxpr, rconsts = pe.trace_to_jaxpr(flat_rule_for(used_outs), in_avals)
+      except UnexpectedTracerError as e:
+        # The rule is traced when the program is pruned, after the traces of the call site
+        # ended: a value of theirs it closes over has escaped.
+        raise UnexpectedTracerError(_closure_message(rule_name, str(e))) from e
       closed, used_dyn = _prune(rjaxpr, rconsts, rule_name)
       return closed, [False] * num_consts + used_dyn
 
@@ -278,11 +289,7 @@ def _prune(jaxpr: Jaxpr, consts: Sequence[Any], rule_name: str
   built and recurse forever (JAX swaps in a sentinel primitive for the same reason)."""
   for c in consts:
     if isinstance(c, core.Tracer):
-      raise UnexpectedTracerError(
-          f"The custom_dce rule {rule_name} closes over a traced value ({c.aval.str_short()}) "
-          "of an enclosing transformation; the rule is traced again when the program is "
-          "pruned, after that trace has ended. Pass the value to the custom_dce function as "
-          "an argument instead of closing over it.")
+      raise UnexpectedTracerError(_closure_message(rule_name, f"({c.aval.str_short()})"))
   live: set[Var] = {v for v in jaxpr.outvars if type(v) is Var}
   eqns = []
   for eqn in reversed(jaxpr.eqns):
@@ -295,6 +302,13 @@ def _prune(jaxpr: Jaxpr, consts: Sequence[Any], rule_name: str
   j = jaxpr.replace(invars=[v for v, u in zip(jaxpr.invars, used) if u], eqns=eqns)
   j, consts = pe.prune_constvars(j, consts)
   return ClosedJaxpr(j, list(consts)), used
+
+
+def _closure_message(rule_name: str, detail: str) -> str:
+  return (f"The custom_dce rule {rule_name} closes over a traced value of an enclosing "
+          "transformation (jit, vmap, grad); the rule is traced again when the program is "
+          "pruned, after that trace has ended. Pass the value to the custom_dce function as "
+          f"an argument instead of closing over it. Detail: {detail}")
 
 
 def _trace_and_prune(fun: Callable, in_avals: Sequence[ShapedArray], what: str):
@@ -470,45 +484,106 @@ def _custom_dce_partial_eval(eqn, unknowns):
   return known_eqn, unknown_eqn, out_unknowns
 
 
+def _eval_inlined(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any) -> list[Any]:
+  """`core.eval_jaxpr`, with every `custom_dce_call` (nested ones too) evaluated inline."""
+  env: dict[Var, Any] = dict(zip(jaxpr.constvars, consts))
+  env.update(zip(jaxpr.invars, args))
+  read = lambda v: env[v] if type(v) is Var else v.val
+  for eqn in jaxpr.eqns:
+    ins = [read(v) for v in eqn.invars]
+    if eqn.primitive is custom_dce_call_p:
+      f = eqn.params["fun_jaxpr"]
+      outs = _eval_inlined(f.jaxpr, f.consts, *ins)
+    else:
+      outs = eqn.primitive.bind(*ins, **eqn.params)
+      outs = outs if eqn.primitive.multiple_results else [outs]
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in jaxpr.outvars]
+
+
+def _split_linear(fun_jaxpr: ClosedJaxpr, undefined: tuple[bool, ...]):
+  """`fun_jaxpr` inlined, then split into the part reading only defined (non-linear)
+  inputs and the linear rest: `(known, consts, linear, num_res)`. `known` takes the jaxpr's
+  consts then the defined inputs and returns the residuals last; `linear` takes the
+  residuals then the undefined inputs."""
+  jaxpr, consts = pe.trace_to_jaxpr(lambda *xs: _eval_inlined(fun_jaxpr.jaxpr,
+                                                              fun_jaxpr.consts, *xs),
+                                    fun_jaxpr.in_avals)
+  jaxpr = pe.convert_constvars_jaxpr(jaxpr)
+  unknowns = [False] * len(consts) + list(undefined)
+  known, linear, nres, _ = ad.partial_eval_jaxpr(jaxpr, unknowns, [True] * len(jaxpr.outvars))
+  return known, list(consts), linear, nres
+
+
+_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _custom_dce_transpose(cts, *args, fun_jaxpr: ClosedJaxpr, **_):
-  # The linear call is transposed inline: its non-linear (primal) equations are evaluated,
-  # its linear ones transposed.
-  jaxpr = pe.convert_constvars_jaxpr(fun_jaxpr.jaxpr)
-  res = ad.backward_pass(jaxpr, [*fun_jaxpr.consts, *args], list(cts))
-  return res[len(fun_jaxpr.consts):]
+  # The unknown call of a JVP's partial evaluation reads the primal inputs and recomputes the
+  # primal work it needs, so it is not linear as a whole: equations reading both kinds of
+  # input (a scan carrying primal and tangent values, a mul of a tangent by a primal output
+  # of an inner custom_dce call) must be split first. The call is inlined (its nested
+  # custom_dce calls too: splitting them by their own rule would prune them by their DCE
+  # rules, and a rule that calls its own function would unfold forever), its known part
+  # evaluated here and its linear part transposed.
+  undefined = tuple(ad.is_undefined_primal(a) for a in args)
+  known, consts, linear, nres = core.memo_on_jaxpr(
+      _transpose_cache, fun_jaxpr, undefined, lambda: _split_linear(fun_jaxpr, undefined))
+  known_outs = core.eval_jaxpr(known, [], *consts,
+                               *[a for a, u in zip(args, undefined) if not u])
+  residuals = list(known_outs[len(known_outs) - nres:]) if nres else []
+  lin_cts = ad.backward_pass(linear, [*residuals, *[a for a, u in zip(args, undefined) if u]],
+                             list(cts))
+  it = iter(lin_cts[nres:])
+  return [next(it) if u else None for u in undefined]
 
 
 _batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _custom_dce_batch(axis_data, args, dims, *, fun_jaxpr: ClosedJaxpr, dce_thunk, name):
-  n_out = len(fun_jaxpr.out_avals)
-  if all(d is batching.not_mapped for d in dims):
-    return (custom_dce_call_p.bind(*args, fun_jaxpr=fun_jaxpr, dce_thunk=dce_thunk, name=name),
-            [batching.not_mapped] * n_out)
+  # An axis rule: called even when no operand is batched, so that collectives over the vmapped
+  # axis in the function (or its rule) see the axis. As JAX's, an output is batched only
+  # where the function's batched output is (so vmap's `out_axes=None` works for outputs of
+  # unbatched operands), and the batched rule must batch exactly those outputs.
   args = [x if d is batching.not_mapped else batching.moveaxis(x, d, 0)
           for x, d in zip(args, dims)]
   dims = tuple(batching.not_mapped if d is batching.not_mapped else 0 for d in dims)
-  b_closed, b_consts, _ = core.memo_on_jaxpr(
+  b_closed, b_consts, out_dims = core.memo_on_jaxpr(
       _batch_cache, fun_jaxpr, (dims, axis_data),
-      lambda: batching.batch_jaxpr(fun_jaxpr, axis_data, dims, [0] * n_out))
+      lambda: batching.batch_jaxpr(fun_jaxpr, axis_data, dims,
+                                   [batching.not_mapped] * len(fun_jaxpr.out_avals)))
   k = len(b_consts)
   in_avals = b_closed.in_avals
 
   def make(used):
-    # vmap keeps the rule: the batched rule, outputs batched at 0 like the primal's.
-    rule_closed, r_used = dce_thunk(*used)
+    # vmap keeps the rule: the batched rule, its outputs batched where the function's are.
+    # NB: the rule is traced inside the vmapped axis' environment, so a collective over the
+    # axis in the rule (as in the function) binds the axis it names.
+    with batching.extend_axis_env(axis_data.name, axis_data.size):
+      rule_closed, r_used = dce_thunk(*used)
+    used_dims = [d for d, u in zip(out_dims, used) if u]
 
     def g(*ins):
       xs = [x for x, u in zip(ins[k:], r_used) if u]
       ds = [d for d, u in zip(dims, r_used) if u]
       outs, odims = batching.batch_flat(lambda *a: _eval(rule_closed, *a), xs, ds, axis_data)
-      return [batching.matchaxis(o, d, 0, axis_data.size) for o, d in zip(outs, odims)]
+      res = []
+      for j, (o, d, t) in enumerate(zip(outs, odims, used_dims)):
+        if t is batching.not_mapped and d is not batching.not_mapped:
+          raise ValueError(
+              f"The custom_dce rule of {name}, batched by vmap, returns its used output {j} "
+              f"batched ({core.get_aval(o).str_short()}) where the function's output is not "
+              "batched: the rule reads a batched argument that the function does not use for "
+              "that output. Make the rule compute each output from the same arguments as the "
+              "function.")
+        res.append(batching.matchaxis(o, d, t, axis_data.size))
+      return res
     return _trace_and_prune(g, in_avals, f"vmap of the DCE rule of {name}")
 
   outs = custom_dce_call_p.bind(*b_consts, *args, fun_jaxpr=b_closed, dce_thunk=_Thunk(make),
                                 name=name)
-  return outs, [0] * n_out
+  return outs, list(out_dims)
 
 
 custom_dce_call_p = core.Primitive("custom_dce_call")

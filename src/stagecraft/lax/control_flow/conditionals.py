@@ -11,7 +11,9 @@ is), lowering to `stablehlo.case` (regions read the operands from the enclosing 
 (one cond of the branches' JVPs), partial eval (a known cond computing the residuals of every
 branch, each branch returning zeros for the others', and an unknown cond reading them),
 transpose (one cond of the transposed branches), batching (a cond of batched branches, or, for
-a batched index, every branch run and the results picked by `select_n`, as JAX does) and DCE
+a batched index, every branch run and the results picked by `select_n`, as JAX does, each
+branch reading its floating operands as `select(taken, x, stop_gradient(x))` so that an
+untaken branch's inf/NaN derivative never reaches a cotangent) and DCE
 (outputs no one reads go from every branch, inputs no branch reads go from the equation).
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
-from stagecraft.lax import elementwise, shape as lax_shape
+from stagecraft.lax import ad_util, elementwise, shape as lax_shape
 from stagecraft.lax.control_flow import common
 
 __all__ = ["cond", "switch", "cond_p"]
@@ -425,22 +427,47 @@ def _cond_batch(axis_data, args, dims, *, branches):
   # on the batch and `select_n` picks each example's result (JAX's conversion).
   index, *ops = args
   idim, *op_dims = dims
-  key = (tuple(op_dims), axis_data)
   if idim is batching.not_mapped:
+    key = (tuple(op_dims), axis_data)
     b_branches, consts, out_dims = _memo_branches(
         _batch_cache, branches, key, lambda: _batch_branches(branches, axis_data, op_dims))
     return cond_p.bind(index, *consts, *ops, branches=b_branches), out_dims
-  selected = _memo_branches(_batch_cache, branches, ("select", key),
-                            lambda: _select_branches(branches, axis_data, op_dims))
+  # NB: every branch runs on every example, so an example's untaken branch may compute inf or
+  # NaN (sqrt of a negative, 1/0) and so may its derivative. Its output is dropped by
+  # `select_n`, but in reverse mode the zero cotangent select_n sends it would still be
+  # multiplied by those infinities (0 * inf = NaN) and summed into the operands' cotangents.
+  # As JAX does, each branch reads its floating operands through
+  # `select(taken, x, stop_gradient(x))`: where the branch is not taken its operands are
+  # constants to AD, and select's transpose zeroes whatever the branch sends back there.
+  size = axis_data.size
   index = batching.moveaxis(index, idim, 0)
   index = elementwise.clamp(np.int32(0), index, np.int32(len(branches) - 1))
-  results = [core.jaxpr_as_fun(b)(*consts, *ops) for b, consts in selected]
+  inexact = [dtypes.is_inexact(core.get_aval(x).dtype) for x in ops]
+  ops = [batching.bdim_at_front(x, d, size) if f
+         else (x if d is batching.not_mapped else batching.moveaxis(x, d, 0))
+         for x, d, f in zip(ops, op_dims, inexact)]
+  op_dims = tuple(0 if f or d is not batching.not_mapped else batching.not_mapped
+                  for d, f in zip(op_dims, inexact))
+  selected = _memo_branches(_batch_cache, branches, ("select", op_dims, axis_data),
+                            lambda: _select_branches(branches, axis_data, op_dims))
+  results = []
+  for i, (b, consts) in enumerate(selected):
+    taken = elementwise.eq(index, np.int32(i))
+    ops_i = [_select_taken(taken, x) if f else x for x, f in zip(ops, inexact)]
+    results.append(core.jaxpr_as_fun(b)(*consts, *ops_i))
   outs = []
   for cases in zip(*results):
     shape = core.get_aval(cases[0]).shape
     which = lax_shape.broadcast_in_dim(index, shape, (0,))
     outs.append(elementwise.select_n(which, *cases))
   return outs, [0] * len(outs)
+
+
+def _select_taken(taken: Any, x: Any) -> Any:
+  """`x` where `taken` (bool[n], over x's leading batch axis), else `stop_gradient(x)`."""
+  shape = core.get_aval(x).shape
+  which = lax_shape.broadcast_in_dim(taken, shape, (0,))
+  return elementwise.select_n(which, ad_util.stop_gradient(x), x)
 
 
 def _dce_branches(branches, used_outs):
