@@ -13,9 +13,9 @@ from stagecraft.interpreters import ad, batching, lowering
 
 def all_primitives():
   prims = {}
-  from stagecraft import ad_checkpoint, custom_derivatives
+  from stagecraft import ad_checkpoint, custom_batching, custom_derivatives
   from stagecraft.interpreters import ad as ad_mod
-  mods = [pjit, ad_mod, ad_checkpoint, custom_derivatives] + [
+  mods = [pjit, ad_mod, ad_checkpoint, custom_derivatives, custom_batching] + [
       importlib.import_module(f"stagecraft.lax.{m.name}") for m in pkgutil.iter_modules(lax.__path__)]
   for mod in mods:
     for name, obj in vars(mod).items():

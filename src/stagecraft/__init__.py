@@ -24,6 +24,7 @@ from stagecraft.runtime.spmd import (make_array_from_callback,
                                      make_array_from_process_local_data,
                                      make_array_from_single_device_arrays)
 from stagecraft.custom_derivatives import custom_jvp, custom_vjp
+from stagecraft import custom_batching
 from stagecraft.ad_checkpoint import checkpoint, remat
 from stagecraft.custom_dce import custom_dce
 from stagecraft import random, scipy, nn  # after api: they use jit
