@@ -15,15 +15,17 @@ from stagecraft.runtime import (Array, block_until_ready, default_device, device
                                 process_count, process_index)
 from stagecraft import lax
 from stagecraft import numpy
-from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacrev, jit, jvp, linearize,
-                            make_jaxpr, pmap, value_and_grad, vjp, vmap)
+from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacobian, jacrev, jit, jvp,
+                            linear_transpose, linearize, make_jaxpr, pmap, value_and_grad, vjp,
+                            vmap)
 from stagecraft import sharding
 from stagecraft.sharding import make_mesh
 from stagecraft.shard_map import shard_map
 from stagecraft.runtime.spmd import (make_array_from_callback,
                                      make_array_from_process_local_data,
                                      make_array_from_single_device_arrays)
-from stagecraft.custom_derivatives import custom_jvp, custom_vjp
+from stagecraft.custom_derivatives import (closure_convert, custom_gradient, custom_jvp,
+                                           custom_vjp)
 from stagecraft import custom_batching
 from stagecraft.ad_checkpoint import checkpoint, remat
 from stagecraft.custom_dce import custom_dce

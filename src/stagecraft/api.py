@@ -23,7 +23,8 @@ from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
 
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
-           "jacfwd", "jacrev", "hessian", "vmap", "pmap", "jit"]
+           "jacfwd", "jacrev", "jacobian", "hessian", "linear_transpose", "vmap", "pmap",
+           "jit"]
 
 _NS = tree_util.NAMESPACE
 
@@ -132,8 +133,14 @@ def _is_float0(x) -> bool:
   return getattr(x, "dtype", None) == dtypes.float0
 
 
-def _out_tangent(t):
-  return ad.instantiate_zeros(t)
+def _out_tangent(t, primal):
+  """An output tangent for the user: zeros materialized, weakly typed iff its primal is
+  (JAX's tangents follow their primal's weak type)."""
+  t = ad.instantiate_zeros(t)
+  pa, ta = core.get_aval(primal), core.get_aval(t)
+  if ta.weak_type != pa.weak_type and ta.dtype == pa.dtype and ta.dtype != dtypes.float0:
+    return lax.convert_element_type(t, ta.dtype, weak_type=pa.weak_type)
+  return t
 
 
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False):
@@ -173,7 +180,8 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in)
   out_tree, n_out, aux_tree = store
   primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
-  tangents_out = optree.tree_unflatten(out_tree, [_out_tangent(t) for t in t_out[:n_out]])
+  tangents_out = optree.tree_unflatten(out_tree, [_out_tangent(t, p) for t, p in
+                                                  zip(t_out[:n_out], p_out)])
   if has_aux:
     return primals_out, tangents_out, optree.tree_unflatten(aux_tree, p_out[n_out:])
   return primals_out, tangents_out
@@ -200,7 +208,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
       _check_tangent(p, t, path)
     vals = core.eval_jaxpr(lin, [], *residuals, *t_leaves)
     it = iter(vals)
-    outs = [ad.zeros_like_aval(ad.tangent_aval(core.get_aval(p))) if z else next(it)
+    outs = [_out_tangent(ad.Zero(ad.tangent_aval(core.get_aval(p))) if z else next(it), p)
             for p, z in zip(p_out, zero_outs)]
     return optree.tree_unflatten(out_tree, outs[:n_out])
 
@@ -209,7 +217,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
   return primals_out, f_jvp
 
 
-def vjp(fun: Callable, *primals, has_aux: bool = False):
+def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = ()):
   """Reverse-mode derivative: `fun(*primals)` and a function pulling output cotangents back
   to the inputs (linearize, then transpose the linear jaxpr).
 
@@ -222,34 +230,76 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     TypeError: if the cotangent structure or dtypes differ from the output's, or a
       primitive lacks a transpose rule (MissingRuleError).
   """
+  if reduce_axes:
+    raise NotImplementedError("reduce_axes argument to vjp is deprecated")
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
    aux_tree) = _linearize(fun, primals, has_aux)
   primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
-  n_res = len(residuals)
-  nonzero_out_idx = [i for i, z in enumerate(zero_outs) if not z]
+  out_avals = [ad.tangent_aval(core.get_aval(p)) for p in p_out]
+  pullback = _Pullback(fun_name(fun), lin, out_tree, n_out, p_tree, out_avals,
+                       [i for i, z in enumerate(zero_outs) if not z])
+  vjp_fn = VJP(pullback, list(residuals))
+  if has_aux:
+    return primals_out, vjp_fn, optree.tree_unflatten(aux_tree, p_out[n_out:])
+  return primals_out, vjp_fn
 
-  def vjp_fn(cotangents):
+
+class _Pullback:
+  """What a VJP needs besides its residuals: the linear jaxpr (residuals, then tangents ->
+  the nonzero output tangents), the output and input trees and the output tangent avals.
+  Static (the pytree aux data of a VJP), compared by identity."""
+  __slots__ = ("name", "lin", "out_tree", "n_out", "in_tree", "out_avals", "nonzero_outs")
+
+  def __init__(self, name, lin, out_tree, n_out, in_tree, out_avals, nonzero_outs):
+    self.name, self.lin, self.out_tree, self.n_out = name, lin, out_tree, n_out
+    self.in_tree, self.out_avals, self.nonzero_outs = in_tree, out_avals, nonzero_outs
+
+  def __call__(self, residuals, cotangents):
     ct_leaves, ct_tree = flatten(cotangents)
-    if ct_tree != out_tree:
+    if ct_tree != self.out_tree:
       raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match "
-                      f"structure of primal output {out_tree}.")
-    for i, (ct, p) in enumerate(zip(ct_leaves, p_out[:n_out])):
-      want = ad.tangent_aval(core.get_aval(p))
-      got = core.get_aval(ct) if not _is_float0(ct) else ShapedArray(np.shape(ct),
-                                                                    dtypes.float0)
+                      f"structure of primal output {self.out_tree}.")
+    for i, (ct, want) in enumerate(zip(ct_leaves, self.out_avals)):
+      got = (ShapedArray(np.shape(ct), dtypes.float0) if _is_float0(ct) else
+             core.get_aval(ct))
       if got.shape != want.shape or got.dtype != want.dtype:
         raise TypeError(f"Type of cotangent input to vjp pullback function "
                         f"({got.str_short()}) is not the expected tangent type "
                         f"({want.str_short()}) of corresponding primal output {i}.")
-    cts = [ct_leaves[i] if i < n_out else ad.Zero(ad.tangent_aval(core.get_aval(p_out[i])))
-           for i in nonzero_out_idx]
-    args = [*residuals, *[ad.UndefinedPrimal(v.aval) for v in lin.invars[n_res:]]]
-    cts_in = ad.backward_pass(lin, args, cts)[n_res:]
-    return optree.tree_unflatten(p_tree, [ad.instantiate_zeros(c) for c in cts_in])
+    cts = [ct_leaves[i] if i < self.n_out else ad.Zero(self.out_avals[i])
+           for i in self.nonzero_outs]
+    n_res = len(residuals)
+    args = [*residuals, *[ad.UndefinedPrimal(v.aval) for v in self.lin.invars[n_res:]]]
+    cts_in = ad.backward_pass(self.lin, args, cts)[n_res:]
+    return optree.tree_unflatten(self.in_tree, [ad.instantiate_zeros(c) for c in cts_in])
 
-  if has_aux:
-    return primals_out, vjp_fn, optree.tree_unflatten(aux_tree, p_out[n_out:])
-  return primals_out, vjp_fn
+
+class VJP:
+  """The backward function `vjp` returns: `vjp_fn(cotangents)` takes a pytree of the
+  output's structure, shapes and dtypes and returns a tuple with one cotangent per primal.
+
+  A pytree whose leaves are the residuals saved by the forward pass (JAX 0.10's `VJP`), so
+  it can be returned from `jit`, passed through `make_jaxpr` and flattened.
+
+  Raises (when called):
+    TypeError: if the cotangent structure or dtypes differ from the output's, or a
+      primitive lacks a transpose rule (MissingRuleError).
+  """
+  __slots__ = ("_pullback", "residuals")
+
+  def __init__(self, pullback: _Pullback, residuals: list):
+    self._pullback = pullback
+    self.residuals = residuals
+
+  def __call__(self, cotangents):
+    return self._pullback(self.residuals, cotangents)
+
+  def __repr__(self):
+    return f"VJP(fun={self._pullback.name}, residuals={len(self.residuals)})"
+
+
+optree.register_pytree_node(VJP, lambda f: (f.residuals, f._pullback),
+                            lambda pb, res: VJP(pb, list(res)), namespace=_NS)
 
 
 def _argnums_partial(fun: Callable, argnums: Sequence[int], args: tuple, kwargs: dict):
@@ -266,7 +316,8 @@ def _argnums_partial(fun: Callable, argnums: Sequence[int], args: tuple, kwargs:
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-                   holomorphic: bool = False, allow_int: bool = False):
+                   holomorphic: bool = False, allow_int: bool = False,
+                   reduce_axes: Sequence = ()):
   """A function returning `fun`'s value and its gradient with respect to `argnums`.
 
   Args:
@@ -284,6 +335,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     TypeError: for non-scalar or complex outputs, integer inputs without allow_int.
     ValueError: for argnums out of range.
   """
+  if reduce_axes:
+    raise NotImplementedError("reduce_axes argument to grad is deprecated")
   int_argnum = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnum else tuple(argnums)
 
@@ -319,7 +372,17 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     if not dtypes.is_inexact(aval.dtype):
       raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype "
                       f"of np.floating), but got {aval.dtype.name}.")
-    g = vjp_fn(np.ones((), aval.dtype)[()])   # NB: a literal 1, not a staged constant
+    # The seed: a literal 1 (not a staged constant), weakly typed where the output is (a
+    # weak Array when evaluating eagerly).
+    one = np.ones((), aval.dtype)[()]
+    seed = one
+    if aval.weak_type:
+      seed = (lax.convert_element_type(one, aval.dtype, weak_type=True)
+              if type(core.current_trace()) is core.EvalTrace else core.WeakScalarValue(one))
+    g = vjp_fn(seed)
+    # The seed itself comes back where `fun` is the identity of an argument: an Array.
+    g = [lax.convert_element_type(one, aval.dtype, weak_type=aval.weak_type)
+         if c is seed and not isinstance(c, (Array, core.Tracer)) else c for c in g]
     g = g[0] if int_argnum else tuple(g)
     return ((ans, res[2]), g) if has_aux else (ans, g)
 
@@ -327,10 +390,10 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-         holomorphic: bool = False, allow_int: bool = False):
+         holomorphic: bool = False, allow_int: bool = False, reduce_axes: Sequence = ()):
   """The gradient of a scalar function with respect to `argnums`; arguments, results and
   errors as `value_and_grad` (this returns only the gradient, with aux if has_aux)."""
-  vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
+  vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, reduce_axes)
 
   @functools.wraps(fun)
   def grad_f(*args, **kwargs):
@@ -478,6 +541,9 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
             f"holomorphic=True. For differentiation of non-holomorphic functions involving "
             f"complex outputs, use stagecraft.vjp directly.")
     basis, sizes, offsets = _std_basis(out_avals)
+    # Cotangent seeds are weakly typed where the outputs are (as grad's seed).
+    basis = [lax.convert_element_type(b, a.dtype, weak_type=True) if a.weak_type else b
+             for b, a in zip(basis, out_avals)]
     cts = _map_basis(vjp_fn, (optree.tree_unflatten(out_tree, basis),), sum(sizes), 0,
                      in_avals, lambda a: (0, *a.shape))
     per_in = [_split_blocks(c, 0, sizes, offsets, [(*oa.shape, *ia.shape) for oa in out_avals])
@@ -486,6 +552,72 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
                     else [[] for _ in out_avals])
     return (jac, res[2]) if has_aux else jac
   return jacfun
+
+
+def jacobian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+             holomorphic: bool = False, allow_int: bool = False) -> Callable:
+  """The Jacobian by reverse mode: `jacrev` under JAX's other name (same arguments,
+  results and errors)."""
+  return jacrev(fun, argnums, has_aux, holomorphic, allow_int)
+
+
+def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Callable:
+  """The transpose of the linear function `fun`, as JAX's `linear_transpose`.
+
+  Args:
+    fun: a function linear in its arguments (pytrees of arrays).
+    *primals: example arguments (arrays or ShapeDtypeStructs) giving their shapes and
+      dtypes; only these are read, not their values.
+
+  Returns:
+    `transpose(cotangent)`: takes a pytree of `fun`'s output structure, shapes and dtypes
+    and returns a tuple with one cotangent per argument (zeros where nothing flows).
+
+  Raises:
+    TypeError: (from the returned function) if the cotangent's structure or types differ
+      from `fun`'s output, or if `fun` maps between floating and integer types; a
+      ValueError from a transpose rule when `fun` is not linear.
+    NotImplementedError: for a non-empty `reduce_axes` (removed from JAX).
+  """
+  if reduce_axes:
+    raise NotImplementedError("reduce_axes argument to transpose is deprecated")
+  in_leaves, in_tree = flatten(tuple(primals))
+  in_avals = [core.get_aval(x) for x in in_leaves]
+  store: list = []
+
+  def flat(*xs):
+    out_leaves, out_tree = flatten(fun(*optree.tree_unflatten(in_tree, xs)))
+    store[:] = [out_tree]
+    return out_leaves
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat, in_avals)
+  out_tree = store[0]
+  out_avals = jaxpr.out_avals
+  in_float = [dtypes.is_inexact(a.dtype) for a in in_avals]
+  out_float = [dtypes.is_inexact(a.dtype) for a in out_avals]
+  if not (all(in_float + out_float) or not any(in_float + out_float)):
+    raise TypeError(f"linear_transpose only supports [float or complex] -> [float or "
+                    f"complex], and integer -> integer functions, but got "
+                    f"{[a.dtype.name for a in in_avals]} -> "
+                    f"{[a.dtype.name for a in out_avals]}.")
+  lin = pe.convert_constvars_jaxpr(jaxpr)
+
+  def transposed(cotangent):
+    ct_leaves, ct_tree = flatten(cotangent)
+    got = [core.get_aval(c) for c in ct_leaves]
+    if ct_tree != out_tree or any(g.shape != a.shape or g.dtype != a.dtype
+                                  for g, a in zip(got, out_avals)):
+      raise TypeError(f"cotangent type does not match function output, expected "
+                      f"{[a.str_short() for a in out_avals]} (structure {out_tree}) but got "
+                      f"{[g.str_short() for g in got]} (structure {ct_tree}).")
+    args = [*consts, *[ad.UndefinedPrimal(a) for a in in_avals]]
+    cts = [ad.instantiate_zeros(c) for c in ad.backward_pass(lin, args, ct_leaves)[len(consts):]]
+    # A cotangent passed straight through comes back as an Array (host values converted).
+    cts = [c if isinstance(c, (Array, core.Tracer)) else
+           lax.convert_element_type(c, a.dtype, weak_type=core.get_aval(c).weak_type)
+           for c, a in zip(cts, in_avals)]
+    return optree.tree_unflatten(in_tree, cts)
+  return transposed
 
 
 def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

@@ -264,14 +264,24 @@ Atom = Var | Literal
 
 
 class JaxprEqn(NamedTuple):
-  """One equation: `outvars = primitive[params] invars`."""
+  """One equation: `outvars = primitive[params] invars`.
+
+  `source_info` is where the user's code bound the primitive (an object with a `summary()`
+  string `file:line:col (function)`), or None: it is recorded only while
+  `source_info_hook` is set (`ad_checkpoint.saved_residuals` sets it)."""
   invars: list[Atom]
   outvars: list[Var]
   primitive: "Primitive"
   params: dict[str, Any]
+  source_info: Any = None
 
   def replace(self, **kw) -> "JaxprEqn":
     return self._replace(**kw)
+
+
+#: None, or a callable `() -> source info` that the staging trace calls for each equation it
+#: records (set only while `ad_checkpoint.saved_residuals` traces, so tracing pays nothing).
+source_info_hook: Callable[[], Any] | None = None
 
 
 class DebugInfo(NamedTuple):
@@ -521,12 +531,19 @@ def _run_impl(prim: Primitive, args, params):
 # Traces
 
 
+_trace_counter = itertools.count()
+
+
 class Trace:
-  """Interprets primitives. Subclasses implement `process_primitive(prim, args, params)`."""
-  __slots__ = ("_valid", "__weakref__")
+  """Interprets primitives. Subclasses implement `process_primitive(prim, args, params)`.
+
+  `_level` orders traces by creation: a trace may only see tracers of traces created before
+  it (those it closes over); a live tracer of a later trace reaching it escaped its own."""
+  __slots__ = ("_valid", "_level", "__weakref__")
 
   def __init__(self):
     self._valid = True
+    self._level = next(_trace_counter)
 
   def process_primitive(self, prim: Primitive, args, params):
     raise NotImplementedError
@@ -584,6 +601,13 @@ def escaped_tracer_error(tracer: "Tracer", prim: Primitive | None = None) -> Une
   where = f" while binding `{prim.name}`" if prim is not None else ""
   trace = tracer._trace
   origin = trace.origin_msg(tracer)
+  if trace._valid:
+    return UnexpectedTracerError(
+        f"Encountered an unexpected tracer{where}: {tracer!r}. A function transformed by "
+        f"{trace!r} let one of its intermediate values reach a computation outside that "
+        f"transformation (through a closure, a global or an attribute; for example a "
+        f"custom_jvp or custom_vjp rule closing over a value being differentiated).{origin} "
+        f"Pass the value to the function as an explicit argument instead.")
   return UnexpectedTracerError(
       f"Encountered an unexpected tracer{where}: {tracer!r}. A function transformed by "
       f"{trace!r} stored one of its intermediate values in outer state (a global, a closure, "
@@ -622,8 +646,9 @@ class Tracer:
 
   def to_concrete_value(self):
     """The concrete value this tracer stands for, or None when it is abstract. A JVP
-    tracer outside `jit` knows its primal value (as in JAX), so Python control flow on
-    primal values works under `jvp`/`grad`; staged and batched values are abstract."""
+    tracer outside `jit` knows its primal value (as in JAX), so `bool()`, `int()`,
+    `operator.index()` and `item()` of primal values work under `jvp`/`grad`; staged and
+    batched values are abstract."""
     return None
 
   def _concrete(self, fname: str, cls=ConcretizationTypeError, fix: str = ""):
@@ -638,11 +663,13 @@ class Tracer:
   def __int__(self):
     return int(self._concrete("int"))
 
+  # NB: as in JAX, float(), complex(), np.asarray() and tolist() raise even for a tracer
+  # with a concrete value: they would silently drop its derivative.
   def __float__(self):
-    return float(self._concrete("float"))
+    raise self._concretization_error("float")
 
   def __complex__(self):
-    return complex(self._concrete("complex"))
+    raise self._concretization_error("complex")
 
   def __index__(self):
     return operator.index(self._concrete(
@@ -651,11 +678,10 @@ class Tracer:
         "`stagecraft.lax.dynamic_slice`/array indexing, or make the value static."))
 
   def __array__(self, dtype=None, copy=None):
-    v = self._concrete(
+    raise self._concretization_error(
         "__array__", TracerArrayConversionError,
         " NumPy cannot operate on traced values: use `stagecraft.numpy` instead of `numpy` "
         "inside transformed functions.")
-    return np.asarray(v, dtype)
 
   def __hash__(self):
     raise TypeError(f"unhashable type: {type(self).__name__} ({self.aval.str_short()}). "
@@ -672,10 +698,10 @@ class Tracer:
     return (self[i] for i in range(self.aval.shape[0]))
 
   def item(self, *args):
-    return self._concrete("item").item(*args)
+    return np.asarray(self._concrete("item")).item(*args)
 
   def tolist(self):
-    return self._concrete("tolist").tolist()
+    raise self._concretization_error("tolist")
 
 
 def to_concrete_value(x: Any) -> Any:

@@ -32,7 +32,8 @@ from stagecraft.lax import elementwise, reduction, shape as lax_shape
 from stagecraft.lax.ad_util import stop_gradient
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
-           "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p"]
+           "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p", "closure_convert",
+           "custom_gradient"]
 
 _NS = tree_util.NAMESPACE
 
@@ -164,10 +165,6 @@ def _check_primal_out(rule: str, kind: str, name: str, second: str, p_tree, p_av
                     f"    {_tree_str(out_tree, out_avals)}")
 
 
-def _is_eval_trace() -> bool:
-  return type(core.current_trace()) is core.EvalTrace
-
-
 def _stop_gradient_tree(x):
   return tree_util.tree_map(
       lambda v: stop_gradient(v) if isinstance(v, core.Tracer) else v, x)
@@ -263,25 +260,75 @@ class custom_jvp:
       raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
     args = _resolve_args(self.fun, args, kwargs, "custom_jvp")
     nondiff = _check_nondiff_argnums(self.nondiff_argnums, len(args), name, "custom_jvp")
-    if _is_eval_trace():
-      return self.fun(*args)
-    # Non-differentiable arguments are constants for the rule (their tangents are dropped).
-    static = {i: _stop_gradient_tree(args[i]) for i in nondiff}
-    t = _TracedPrimal(self.fun, args, static, name)
-    in_leaves, in_tree, merge, call_jaxpr, consts, out_tree = (
-        t.in_leaves, t.in_tree, t.merge, t.call_jaxpr, t.consts, t.out_tree)
-    flat_jvp = _make_flat_jvp(self, static, merge, in_tree, out_tree, call_jaxpr.out_avals,
-                              len(consts))
-    outs = custom_jvp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, jvp=flat_jvp,
-                                  num_consts=len(consts), symbolic_zeros=self.symbolic_zeros,
-                                  name=name)
-    return _unflatten(out_tree, outs)
+    return _apply_custom_jvp(self, args, nondiff, name)
+
+
+def _dyn_leaves(args: tuple, nondiff: Sequence[int]):
+  leaves, _ = _flatten(tuple(a for i, a in enumerate(args) if i not in nondiff))
+  return leaves
+
+
+def _apply_custom_jvp(cj: "custom_jvp", args: tuple, nondiff: tuple, name: str):
+  """Calls a custom_jvp function in the current trace, as JAX's `process_custom_jvp_call`
+  does: plain evaluation calls the function; a JVP trace calls the user's JVP rule on the
+  primal values (the function itself is not traced, so it runs as often as in JAX); a
+  partial-evaluation trace with no unknown input defers to the trace below it; any other
+  trace (staging, batching) gets a `custom_jvp_call` equation."""
+  trace = core.current_trace()
+  if type(trace) is core.EvalTrace:
+    return cj.fun(*args)
+  if type(trace) is ad.PartialEvalTrace and not any(
+      trace.is_unknown(x) for x in _dyn_leaves(args, nondiff)):
+    with core.set_current_trace(trace.parent):
+      return _apply_custom_jvp(cj, args, nondiff, name)
+  if type(trace) is ad.JVPTrace:
+    return _custom_jvp_in_jvp_trace(trace, cj, args, nondiff, name)
+  # Non-differentiable arguments are constants for the rule (their tangents are dropped).
+  static = {i: _stop_gradient_tree(args[i]) for i in nondiff}
+  t = _TracedPrimal(cj.fun, args, static, name)
+  in_leaves, in_tree, merge, call_jaxpr, consts, out_tree = (
+      t.in_leaves, t.in_tree, t.merge, t.call_jaxpr, t.consts, t.out_tree)
+  flat_jvp = _make_flat_jvp(cj, static, merge, in_tree, out_tree, call_jaxpr.out_avals)
+  outs = custom_jvp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, jvp=flat_jvp,
+                                num_consts=len(consts), symbolic_zeros=cj.symbolic_zeros,
+                                name=name)
+  return _unflatten(out_tree, outs)
+
+
+def _split_jvp_args(trace: "ad.JVPTrace", args: tuple, nondiff: tuple):
+  """The primal and tangent leaves of the differentiable arguments, the non-differentiable
+  ones as primal values (their tangents dropped), and `merge`."""
+  n = len(args)
+  static = {i: tree_util.tree_map(
+      lambda x: x.primal if type(x) is ad.JVPTracer and x._trace is trace else x, args[i])
+            for i in nondiff}
+  leaves, in_tree = _flatten(tuple(a for i, a in enumerate(args) if i not in static))
+  pts = [trace.to_primal_tangent(x) for x in leaves]
+
+  def merge(dyn_args):
+    it = iter(dyn_args)
+    return [static[i] if i in static else next(it) for i in range(n)]
+  return static, in_tree, merge, [p for p, _ in pts], [t for _, t in pts]
+
+
+def _custom_jvp_in_jvp_trace(trace, cj, args, nondiff, name):
+  static, in_tree, merge, primals, tangents = _split_jvp_args(trace, args, nondiff)
+  if all(type(t) is ad.Zero for t in tangents):
+    with core.set_current_trace(trace.parent):
+      return _apply_custom_jvp(cj, tuple(merge(_unflatten(in_tree, primals))), nondiff, name)
+  flat_jvp = _make_flat_jvp(cj, static, merge, in_tree, None, None)
+  with core.set_current_trace(trace.parent):
+    p_out, t_out = flat_jvp(primals, tangents)
+  return _unflatten(flat_jvp.out_tree[0], [trace._wrap(p, t) for p, t in zip(p_out, t_out)])
 
 
 def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
-                   out_avals: Sequence[ShapedArray], num_consts: int) -> Callable:
+                   out_avals: Sequence[ShapedArray] | None) -> Callable:
   """The user's JVP rule on flat primals and tangents (tangents may be ad.Zero); returns
-  flat primal outputs and tangent outputs (ad.Zero for symbolic zeros), checked."""
+  flat primal outputs and tangent outputs (ad.Zero for symbolic zeros), checked against
+  the primal function's output (`out_tree`, `out_avals`) when it was traced (None: not
+  traced, as when a JVP trace calls the rule directly). The rule's output tree is left in
+  `flat_jvp.out_tree[0]`."""
   jvp_rule = cj.jvp
   name, jvp_name = _fun_name(cj.fun), _fun_name(jvp_rule)
   static_args = [static[i] for i in sorted(static)]
@@ -307,8 +354,10 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
                       f"and tangent outputs with equal container (pytree) structures, but "
                       f"got {p_tree} and {t_tree} respectively.")
     p_avals = [core.get_aval(p) for p in p_leaves]
-    _check_primal_out(f"Custom JVP rule {jvp_name} for function {name}", "custom_jvp", name,
-                      "", p_tree, p_avals, out_tree, out_avals)
+    if out_tree is not None:
+      _check_primal_out(f"Custom JVP rule {jvp_name} for function {name}", "custom_jvp",
+                        name, "", p_tree, p_avals, out_tree, out_avals)
+    flat_jvp.out_tree[:] = [p_tree]
     tangents_out, bad = [], []
     for p_aval, t in zip(p_avals, t_leaves):
       want = ad.tangent_aval(p_aval)
@@ -336,6 +385,7 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
     return list(p_leaves), tangents_out
 
   flat_jvp.__name__ = jvp_name
+  flat_jvp.out_tree = [out_tree]
   return flat_jvp
 
 
@@ -483,18 +533,41 @@ class custom_vjp:
               f"nondiff_argnums should only be used for arguments that can't be or contain "
               f"tracers, e.g. function-valued arguments. In particular, array-valued "
               f"arguments should typically not be indicated as nondiff_argnums.")
-    if _is_eval_trace():
-      return self.fun(*args)
-    static = {i: args[i] for i in nondiff}
-    t = _TracedPrimal(self.fun, args, static, name)
-    in_leaves, in_tree, in_avals, merge, call_jaxpr, consts, out_tree = (
-        t.in_leaves, t.in_tree, t.in_avals, t.merge, t.call_jaxpr, t.consts, t.out_tree)
-    fwd = _make_flat_fwd(self, static, merge, in_tree, in_avals, out_tree,
-                         call_jaxpr.out_avals)
-    outs = custom_vjp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, fwd=fwd,
-                                  num_consts=len(consts), symbolic_zeros=self.symbolic_zeros,
-                                  name=name)
-    return _unflatten(out_tree, outs)
+    return _apply_custom_vjp(self, args, nondiff, name)
+
+
+def _apply_custom_vjp(cv: "custom_vjp", args: tuple, nondiff: tuple, name: str):
+  """Calls a custom_vjp function in the current trace (see `_apply_custom_jvp`): a JVP trace
+  runs the user's fwd rule on the primal values and emits the `custom_lin` equation whose
+  transpose is the bwd rule; the function itself runs only where JAX runs it."""
+  trace = core.current_trace()
+  if type(trace) is core.EvalTrace:
+    return cv.fun(*args)
+  if type(trace) is ad.PartialEvalTrace and not any(
+      trace.is_unknown(x) for x in _dyn_leaves(args, nondiff)):
+    with core.set_current_trace(trace.parent):
+      return _apply_custom_vjp(cv, args, nondiff, name)
+  if type(trace) is ad.JVPTrace:
+    static, in_tree, merge, primals, tangents = _split_jvp_args(trace, args, nondiff)
+    if all(type(t) is ad.Zero for t in tangents):
+      with core.set_current_trace(trace.parent):
+        return _apply_custom_vjp(cv, tuple(merge(_unflatten(in_tree, primals))), nondiff,
+                                 name)
+    in_avals = [core.get_aval(p) for p in primals]
+    fwd = _make_flat_fwd(cv, static, merge, in_tree, in_avals, None, None)
+    with core.set_current_trace(trace.parent):
+      p_out, t_out = _custom_vjp_jvp(fwd, primals, tangents,
+                                     lambda p_out: [core.get_aval(p) for p in p_out])
+    return _unflatten(fwd.out_tree[0], [trace._wrap(p, t) for p, t in zip(p_out, t_out)])
+  static = {i: args[i] for i in nondiff}
+  t = _TracedPrimal(cv.fun, args, static, name)
+  in_leaves, in_tree, in_avals, merge, call_jaxpr, consts, out_tree = (
+      t.in_leaves, t.in_tree, t.in_avals, t.merge, t.call_jaxpr, t.consts, t.out_tree)
+  fwd = _make_flat_fwd(cv, static, merge, in_tree, in_avals, out_tree, call_jaxpr.out_avals)
+  outs = custom_vjp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, fwd=fwd,
+                                num_consts=len(consts), symbolic_zeros=cv.symbolic_zeros,
+                                name=name)
+  return _unflatten(out_tree, outs)
 
 
 def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_tree,
@@ -522,9 +595,11 @@ def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_t
     p_out, res = pair
     p_leaves, p_tree = _flatten(p_out)
     p_avals = [core.get_aval(p) for p in p_leaves]
-    _check_primal_out(f"Custom VJP fwd rule {fwd_name} for function {name}", "custom_vjp", name,
-                      " and the second element represents residuals", p_tree, p_avals,
-                      out_tree, out_avals)
+    if out_tree is not None:
+      _check_primal_out(f"Custom VJP fwd rule {fwd_name} for function {name}", "custom_vjp",
+                        name, " and the second element represents residuals", p_tree,
+                        p_avals, out_tree, out_avals)
+    flat_fwd.out_tree[:] = [p_tree]
     res_leaves, res_tree = _flatten(res)
     for path, leaf in tree_util.tree_flatten_with_path(res)[0]:
       if not core.valid_array_type(leaf):
@@ -534,12 +609,13 @@ def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_t
                         f"arrays). Pass non-array data through nondiff_argnums.")
 
     def flat_bwd(res_leaves_, cts):
-      return _call_bwd(cv, static_args, res_tree, res_leaves_, out_tree, cts, in_tree,
+      return _call_bwd(cv, static_args, res_tree, res_leaves_, p_tree, cts, in_tree,
                        in_avals, name)
     flat_bwd.__name__ = _fun_name(cv.bwd)
     return list(p_leaves), list(res_leaves), flat_bwd
 
   flat_fwd.__name__ = fwd_name
+  flat_fwd.out_tree = [out_tree]
   return flat_fwd
 
 
@@ -550,6 +626,10 @@ def _call_bwd(cv: custom_vjp, static_args, res_tree, res_leaves, out_tree, cts, 
     cts = [SymbolicZero(c.aval) if type(c) is ad.Zero else c for c in cts]
   else:
     cts = [ad.instantiate_zeros(c) for c in cts]
+  # A weakly typed host scalar (grad's seed under a transformation) reaches the user's rule
+  # as an array.
+  cts = [elementwise.convert_element_type(c.value, c.dtype, weak_type=True)
+         if type(c) is core.WeakScalarValue else c for c in cts]
   py_res = _unflatten(res_tree, res_leaves)
   py_cts = _unflatten(out_tree, cts)
   cts_in = cv.bwd(*static_args, py_res, py_cts)
@@ -611,14 +691,13 @@ custom_vjp_call_p = core.Primitive("custom_vjp_call")
 custom_vjp_call_p.multiple_results = True
 
 
-def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd, num_consts, symbolic_zeros,
-                         name):
-  if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
-    raise _closed_over_error("custom_vjp")
-  args, ts = primals[num_consts:], tangents[num_consts:]
+def _custom_vjp_jvp(fwd, args, ts, out_avals_of):
+  """Runs the flat fwd rule on the primals `args` and returns `(primal_outs, tangents)`, the
+  tangents being `custom_lin` outputs (linear in the nonzero tangents `ts`; its transpose
+  runs the bwd rule). `out_avals_of(primal_outs)` gives the primal output avals."""
   nonzeros = [type(t) is not ad.Zero for t in ts]
   p_out, res, bwd = fwd(list(args), nonzeros)
-  out_t_avals = [ad.tangent_aval(a) for a in call_jaxpr.out_avals]
+  out_t_avals = [ad.tangent_aval(a) for a in out_avals_of(p_out)]
   lin_outs = [a.dtype != dtypes.float0 for a in out_t_avals]
 
   def lin_bwd(res_, cts_):
@@ -632,6 +711,14 @@ def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd, num_consts, symb
       nonzeros=tuple(nonzeros), out_avals=tuple(a for a, l in zip(out_t_avals, lin_outs) if l))
   it = iter(t_lin)
   return p_out, [next(it) if l else ad.Zero(a) for a, l in zip(out_t_avals, lin_outs)]
+
+
+def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd, num_consts, symbolic_zeros,
+                         name):
+  if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
+    raise _closed_over_error("custom_vjp")
+  return _custom_vjp_jvp(fwd, primals[num_consts:], tangents[num_consts:],
+                         lambda _: call_jaxpr.out_avals)
 
 
 def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts,
@@ -723,3 +810,108 @@ custom_lin_p.def_impl(_custom_lin_impl)
 lowering.register_lowering(custom_lin_p, _custom_lin_lowering)
 ad.primitive_transposes[custom_lin_p] = _custom_lin_transpose
 core.pp_param_order[custom_lin_p] = ("num_res", "bwd")
+
+
+# ---------------------------------------------------------------------------
+# closure_convert, custom_gradient
+
+
+def closure_convert(fun: Callable, *example_args) -> tuple[Callable, list[Any]]:
+  """Hoists the traced values `fun` closes over into explicit arguments, as JAX's
+  `closure_convert`: custom_vjp / custom_jvp rules may not close over values being
+  differentiated, but may take them as arguments.
+
+  Args:
+    fun: a function of arrays (pytrees); traced once on the shapes and dtypes of
+      `example_args` (arrays or ShapeDtypeStructs).
+
+  Returns:
+    `(converted, hoisted)`: `converted(*args, *hoisted)` computes `fun(*args)`; `hoisted`
+    lists the closed-over tracers of floating or complex dtype (empty when `fun` closes over
+    none, e.g. outside every transformation). Other constants stay closed over.
+  """
+  leaves, in_tree = _flatten(tuple(example_args))
+  store: dict = {}
+
+  def flat(*xs):
+    out = fun(*_unflatten(in_tree, xs))
+    out_leaves, store["tree"] = _flatten(out)
+    return out_leaves
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat, [core.get_aval(x) for x in leaves])
+  out_tree = store["tree"]
+  hoist = [isinstance(c, core.Tracer) and dtypes.is_inexact(core.get_aval(c).dtype)
+           for c in consts]
+  hoisted = [c for c, h in zip(consts, hoist) if h]
+  n_args = len(leaves)
+
+  def converted(*args):
+    if len(args) != len(example_args) + len(hoisted):
+      raise TypeError(f"closure_convert: the converted function takes "
+                      f"{len(example_args)} arguments and {len(hoisted)} hoisted values, "
+                      f"got {len(args)} arguments.")
+    xs, _ = _flatten(tuple(args[:len(example_args)]))
+    if len(xs) != n_args:
+      raise TypeError(f"closure_convert: the arguments have {len(xs)} leaves; "
+                      f"{fun_name} was traced with {n_args}.")
+    it = iter(args[len(example_args):])
+    vals = [next(it) if h else c for c, h in zip(consts, hoist)]
+    return _unflatten(out_tree, core.eval_jaxpr(jaxpr, vals, *xs))
+
+  fun_name = _fun_name(fun)
+  converted.__name__ = f"closure_converted_{fun_name}"
+  return converted, hoisted
+
+
+class _StagedRule:
+  """A pytree holding a traced backward function (`custom_gradient`'s rule): the jaxpr and
+  trees are static, the constants it read are the leaves (the residuals)."""
+  __slots__ = ("jaxpr", "in_tree", "consts")
+
+  def __init__(self, jaxpr, in_tree, consts):
+    self.jaxpr, self.in_tree, self.consts = jaxpr, in_tree, consts
+
+
+optree.register_pytree_node(_StagedRule, lambda r: (r.consts, (r.jaxpr, r.in_tree)),
+                            lambda aux, consts: _StagedRule(aux[0], aux[1], list(consts)),
+                            namespace=_NS)
+
+
+def custom_gradient(fun: Callable) -> custom_vjp:
+  """Defines a function together with its VJP, as JAX's `custom_gradient`: `fun(*args)`
+  returns `(output, vjp)` where `vjp(output_cotangent)` returns a tuple with one cotangent
+  per argument. The result is a custom_vjp function returning only `output`; the `vjp`
+  closure is traced in the forward pass (the values it reads become residuals), so it may
+  close over intermediate values.
+
+  Raises:
+    TypeError: (when differentiated) if `vjp` returns a structure other than one cotangent
+      per argument, as custom_vjp's bwd checks.
+  """
+  def primal(*args):
+    return fun(*args)[0]
+  functools.update_wrapper(primal, fun)
+  wrapped = custom_vjp(primal)
+
+  def fwd(*args):
+    ans, rule = fun(*args)
+    ans_leaves, ans_tree = _flatten(ans)
+    store: dict = {}
+
+    def flat_rule(*cts):
+      out = rule(_unflatten(ans_tree, cts))
+      leaves, store["tree"] = optree.tree_flatten(out, none_is_leaf=True, namespace=_NS)
+      return leaves
+
+    jaxpr, consts = pe.trace_to_jaxpr(
+        flat_rule, [ad.tangent_aval(core.get_aval(x)) for x in ans_leaves])
+    return ans, _StagedRule(jaxpr, store["tree"], list(consts))
+
+  def bwd(res, ct):
+    ct_leaves, _ = _flatten(ct)
+    outs = core.eval_jaxpr(res.jaxpr, res.consts, *ct_leaves)
+    cts = _unflatten(res.in_tree, outs)
+    return cts if isinstance(cts, tuple) else (cts,)
+
+  wrapped.defvjp(fwd, bwd)
+  return wrapped

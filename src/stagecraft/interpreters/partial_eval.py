@@ -54,7 +54,7 @@ class DynamicJaxprTrace(Trace):
 
   def _lift(self, x: Any):
     if isinstance(x, Tracer):
-      if not x._trace._valid:
+      if not x._trace._valid or x._trace._level > self._level:
         raise core.escaped_tracer_error(x)
       # A tracer of an outer, live trace: captured as a constvar (closure).
       return self._const_var(x, x.aval)
@@ -81,12 +81,14 @@ class DynamicJaxprTrace(Trace):
     to_atom = self.to_atom
     invars = [to_atom(x) for x in args]
     out_aval = prim.abstract_eval(*[v.aval for v in invars], **params)
+    hook = core.source_info_hook
+    src = None if hook is None else hook()
     if prim.multiple_results:
       outvars = [Var(a) for a in out_aval]
-      self.eqns.append(JaxprEqn(invars, outvars, prim, params))
+      self.eqns.append(JaxprEqn(invars, outvars, prim, params, src))
       return [DynamicJaxprTracer(self, v.aval, v) for v in outvars]
     v = Var(out_aval)
-    self.eqns.append(JaxprEqn(invars, [v], prim, params))
+    self.eqns.append(JaxprEqn(invars, [v], prim, params, src))
     return DynamicJaxprTracer(self, out_aval, v)
 
   def to_jaxpr(self, outs: Sequence[Any]) -> tuple[Jaxpr, list[Any]]:

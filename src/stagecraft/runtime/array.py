@@ -2,6 +2,7 @@
 `stagecraft.numpy` (they route to primitives); this module holds what needs the buffer."""
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,11 @@ from stagecraft.sharding import Shard, SingleDeviceSharding
 __all__ = ["Array"]
 
 
-class Array:
+class Array(metaclass=abc.ABCMeta):
   """An immutable array on a device.
+
+  Every tracer is a virtual subclass (`isinstance(tracer, Array)` is True inside `jit`,
+  `grad`, `vmap` and `pmap`, as `jax.Array` is for JAX's tracers): libraries branch on it.
 
   Attributes:
     aval: its ShapedArray (shape, dtype, weak type).
@@ -213,6 +217,9 @@ class Array:
 
   def __dlpack__(self, *args, **kwargs):
     return self._value.__dlpack__(*args, **kwargs)
+
+
+Array.register(core.Tracer)
 
 
 def _default_device():
