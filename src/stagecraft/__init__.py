@@ -27,7 +27,7 @@ from stagecraft.runtime.spmd import (make_array_from_callback,
 from stagecraft.custom_derivatives import (closure_convert, custom_gradient, custom_jvp,
                                            custom_vjp)
 from stagecraft import custom_batching
-from stagecraft.ad_checkpoint import checkpoint, remat
+from stagecraft.ad_checkpoint import checkpoint, checkpoint_policies, remat
 from stagecraft.custom_dce import custom_dce
 from stagecraft import random, scipy, nn  # after api: they use jit
 from stagecraft import stages

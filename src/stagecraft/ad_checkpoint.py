@@ -1,30 +1,307 @@
-"""Gradient checkpointing (rematerialization): `checkpoint` / `remat`.
+"""Gradient checkpointing (rematerialization): `checkpoint` / `remat`, its policies,
+`checkpoint_name` and the residual report `print_saved_residuals`.
 
-`checkpoint(f)` stages `f` as one `checkpoint` equation carrying its jaxpr. Under reverse-mode
-differentiation its partial-evaluation rule saves no intermediate values (policy None, JAX's
-`nothing_saveable`): the known (forward) equation computes only the primal outputs, and the
-unknown equation recomputes the forward from the primal inputs before the linear part, so the
-backward pass runs the forward again instead of reading residuals. The transposed equation is
-again a `checkpoint` (with `differentiated=True`), and with `prevent_cse=True` its inputs go
-through an optimization barrier so XLA cannot merge the recomputation with the forward pass.
+`checkpoint(f, policy=...)` stages `f` as one `checkpoint` equation carrying its jaxpr. Under
+reverse-mode differentiation its partial-evaluation rule decides, for each intermediate value
+of the forward pass, whether the backward pass reads it (a *residual*, kept in memory between
+the passes) or recomputes it:
+
+* policy None (JAX's `nothing_saveable`) saves nothing: the known (forward) equation computes
+  only the primal outputs, and the unknown equation recomputes the forward from the primal
+  inputs before the linear part.
+* another policy is asked, for each forward equation whose operands are all known,
+  `policy(prim, *operand_avals, **params) -> bool`: True makes its results residuals; False
+  recomputes the equation inside the unknown `checkpoint` equation. The forward equations
+  are inlined into the enclosing program (as JAX does), so a residual is reported as the
+  output of the primitive that computed it. Calls (`jit`, nested `checkpoint`) are split by
+  the same policy; other higher-order primitives (`scan`, `cond`, ...) are split by their
+  own rule and the policy then decides on their forward part as one equation.
+
+The unknown equation is again a `checkpoint` (with `differentiated=True`); with
+`prevent_cse=True` its inputs go through an optimization barrier so that XLA cannot merge the
+recomputation with the forward pass.
 
 After JAX's `checkpoint` transformation (Chen et al. 2016, "Training deep nets with
 sublinear memory cost", for the idea).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Callable, Sequence
+import itertools
+import os
+import sys
+import sysconfig
+import types
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Sequence
 
 import optree
 
-from stagecraft import core, tree_util
-from stagecraft.core import ClosedJaxpr, Jaxpr
-from stagecraft.interpreters import ad, calls, lowering, partial_eval as pe
+from stagecraft import api_util, core, dtypes, tree_util
+from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, Var
+from stagecraft.interpreters import ad, batching, calls, lowering, partial_eval as pe
+from stagecraft.lax.elementwise import reduce_precision_p
+from stagecraft.pjit import jit_p
 
-__all__ = ["checkpoint", "remat", "remat_p"]
+__all__ = ["checkpoint", "remat", "remat_p", "checkpoint_policies", "checkpoint_name",
+           "name_p", "print_saved_residuals", "saved_residuals", "everything_saveable",
+           "nothing_saveable", "dots_saveable", "checkpoint_dots",
+           "dots_with_no_batch_dims_saveable", "checkpoint_dots_with_no_batch_dims",
+           "offload_dot_with_no_batch_dims", "save_anything_except_these_names",
+           "save_any_names_but_these", "save_only_these_names", "save_from_both_policies",
+           "save_and_offload_only_these_names", "Recompute", "Saveable", "Offloadable",
+           "SourceInfo"]
 
 _NS = tree_util.NAMESPACE
+
+# ---------------------------------------------------------------------------
+# What a policy may return
+
+
+class _Recompute:
+  """Policy answer: recompute the value in the backward pass (same as False)."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "Recompute"
+
+
+class _Saveable:
+  """Policy answer: save the value as a residual (same as True)."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "Saveable"
+
+
+Recompute = _Recompute()
+Saveable = _Saveable()
+
+
+class Offloadable(NamedTuple):
+  """Policy answer: save the value in another memory space (`src` -> `dst`). Not supported
+  by stagecraft (partial evaluation raises NotImplementedError)."""
+  src: str
+  dst: str
+
+
+# ---------------------------------------------------------------------------
+# Policies: `policy(prim, *avals, **params) -> bool`
+
+
+def everything_saveable(*_, **__) -> bool:
+  """Saves every value the backward pass reads, as if `checkpoint` were not used."""
+  return True
+
+
+def nothing_saveable(*_, **__) -> bool:
+  """Saves nothing: the backward pass recomputes everything from the checkpoint's inputs
+  (the behaviour of `checkpoint` without a policy)."""
+  return False
+
+
+@dataclass(frozen=True)
+class DotsSaveable:
+  """Saves the results of matrix products (`dot_general`, and `conv_general_dilated` unless
+  `only_if_no_batch_dims`); with `only_if_no_batch_dims`, only `dot_general`s without batch
+  dimensions."""
+  only_if_no_batch_dims: bool
+
+  def __call__(self, prim, *avals, **params) -> bool:
+    if self.only_if_no_batch_dims:
+      if prim.name == "dot_general":
+        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+        return not lhs_batch and not rhs_batch
+      return False
+    return prim.name in ("dot_general", "conv_general_dilated")
+
+
+dots_saveable = checkpoint_dots = DotsSaveable(False)
+dots_with_no_batch_dims_saveable = checkpoint_dots_with_no_batch_dims = DotsSaveable(True)
+
+
+@dataclass(frozen=True)
+class SaveOnlyTheseNames:
+  """Saves only values named (`checkpoint_name`) with one of `saveable_names`."""
+  saveable_names: frozenset
+
+  def __call__(self, prim, *avals, **params) -> bool:
+    return prim is name_p and params["name"] in self.saveable_names
+
+
+@dataclass(frozen=True)
+class SaveAnyNamesButThese:
+  """Saves only named values (`checkpoint_name`), except those named with one of `names`."""
+  names: frozenset
+
+  def __call__(self, prim, *avals, **params) -> bool:
+    return prim is name_p and params["name"] not in self.names
+
+
+def save_only_these_names(*names_which_can_be_saved: str) -> SaveOnlyTheseNames:
+  """A policy saving only the values named (by `checkpoint_name`) with one of the names."""
+  return SaveOnlyTheseNames(frozenset(names_which_can_be_saved))
+
+
+def save_any_names_but_these(*names_not_to_save: str) -> SaveAnyNamesButThese:
+  """A policy saving only named values (by `checkpoint_name`), except the names given."""
+  return SaveAnyNamesButThese(frozenset(names_not_to_save))
+
+
+def save_anything_except_these_names(*names_not_to_save: str) -> Callable[..., bool]:
+  """As JAX 0.10.2: a policy that saves every value (the names are ignored, so it behaves
+  as `everything_saveable`)."""
+  del names_not_to_save
+
+  def policy(*_, **__) -> bool:
+    return True
+  return policy
+
+
+def save_from_both_policies(policy_1: Callable, policy_2: Callable) -> Callable[..., bool]:
+  """A policy saving a value when either policy saves it.
+
+  Raises (when the policy is used):
+    ValueError: if either policy returns something other than a bool.
+  """
+  def policy(prim, *args, **params) -> bool:
+    out1 = policy_1(prim, *args, **params)
+    out2 = policy_2(prim, *args, **params)
+    if not (isinstance(out1, bool) and isinstance(out2, bool)):
+      raise ValueError(
+          f"The return value of the policies should be a boolean. Got: {out1} and {out2}. "
+          f"Please write a custom policy function directly, rather than using this helper "
+          f"function.")
+    return out1 or out2
+  return policy
+
+
+def _offload_unsupported(what: str, instead: str) -> str:
+  return (f"checkpoint: {what} asks to offload residuals to another memory space "
+          f"(host memory), which stagecraft does not support: every residual stays in device "
+          f"memory (on CPU there is no separate host memory space to offload to). Use "
+          f"{instead} to save those values on the device, or nothing_saveable to recompute "
+          f"them.")
+
+
+def offload_dot_with_no_batch_dims(offload_src: str, offload_dst: str) -> Callable:
+  """JAX's policy offloading the results of `dot_general`s without batch dimensions to
+  `offload_dst` memory. Not supported: `checkpoint` raises NotImplementedError when given
+  it (use `dots_with_no_batch_dims_saveable`)."""
+  def policy(prim, *_, **params):
+    if prim.name == "dot_general":
+      (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+      if not lhs_batch and not rhs_batch:
+        return Offloadable(src=offload_src, dst=offload_dst)
+    return Recompute
+  policy.offload_message = _offload_unsupported(
+      "the policy offload_dot_with_no_batch_dims", "dots_with_no_batch_dims_saveable")
+  return policy
+
+
+def save_and_offload_only_these_names(*, names_which_can_be_saved,
+                                      names_which_can_be_offloaded, offload_src: str,
+                                      offload_dst: str) -> Callable:
+  """JAX's policy saving some named values and offloading others to `offload_dst` memory.
+  Not supported: `checkpoint` raises NotImplementedError when given it (use
+  `save_only_these_names` with both lists of names).
+
+  Raises:
+    ValueError: if a name is in both lists (as JAX).
+  """
+  saved = set(names_which_can_be_saved)
+  offloaded = set(names_which_can_be_offloaded)
+  both = saved & offloaded
+  if both:
+    raise ValueError(
+        f"The names should be exclusive and should not intersect in "
+        f"`names_which_can_be_saved` and `names_which_can_be_offloaded`. Got "
+        f"names_which_can_be_saved={saved}, names_which_can_be_offloaded={offloaded} and "
+        f"the intersection={both}")
+
+  def policy(prim, *_, **params):
+    if prim is name_p and params["name"] in saved:
+      return Saveable
+    if prim is name_p and params["name"] in offloaded:
+      return Offloadable(src=offload_src, dst=offload_dst)
+    return Recompute
+  policy.offload_message = _offload_unsupported(
+      "the policy save_and_offload_only_these_names", "save_only_these_names(*saved, "
+      "*offloaded)")
+  return policy
+
+
+checkpoint_policies = types.SimpleNamespace(
+    everything_saveable=everything_saveable,
+    nothing_saveable=nothing_saveable,
+    dots_saveable=dots_saveable,
+    checkpoint_dots=checkpoint_dots,
+    dots_with_no_batch_dims_saveable=dots_with_no_batch_dims_saveable,
+    checkpoint_dots_with_no_batch_dims=checkpoint_dots_with_no_batch_dims,
+    offload_dot_with_no_batch_dims=offload_dot_with_no_batch_dims,
+    save_anything_except_these_names=save_anything_except_these_names,
+    save_any_names_but_these=save_any_names_but_these,
+    save_only_these_names=save_only_these_names,
+    save_from_both_policies=save_from_both_policies,
+    save_and_offload_only_these_names=save_and_offload_only_these_names)
+
+
+def _saveable(policy: Callable, eqn: core.JaxprEqn) -> bool:
+  """Asks `policy` whether `eqn`'s results are saved (True) or recomputed (False)."""
+  out = policy(eqn.primitive, *[x.aval for x in eqn.invars], **eqn.params)
+  if isinstance(out, bool):
+    return out
+  if out is Saveable or out is Recompute:
+    return out is Saveable
+  if isinstance(out, Offloadable):
+    raise NotImplementedError(_offload_unsupported(
+        f"the policy {policy!r} (for the result of {eqn.primitive.name}, "
+        f"{out!r})", "a policy returning True for those values"))
+  raise TypeError(
+      f"Value returned by a remat policy should be a bool or `ad_checkpoint.Recompute`, "
+      f"`ad_checkpoint.Saveable` or `ad_checkpoint.Offloadable(...)`. Got {out} of type "
+      f"{type(out)}.")
+
+
+# ---------------------------------------------------------------------------
+# checkpoint_name: the `name` primitive (the identity, seen by policies)
+
+name_p = core.Primitive("name")
+name_p.def_abstract_eval(lambda x, *, name: x)
+name_p.def_impl(lambda x, *, name: x)
+lowering.register_lowering(name_p, lambda ctx, x, *, name: [x])
+# The tangent passes through unnamed (as JAX): policies see the primal value only.
+ad.primitive_jvps[name_p] = lambda primals, tangents, *, name: (
+    name_p.bind(primals[0], name=name), tangents[0])
+ad.primitive_transposes[name_p] = lambda ct, x, *, name: [ct]
+batching.defvectorized(name_p)
+
+
+def checkpoint_name(x: Any, name: str) -> Any:
+  """Names the arrays of `x` for checkpoint policies (`save_only_these_names`, ...).
+
+  Args:
+    x: an array or a pytree of arrays.
+    name: a string.
+
+  Returns:
+    `x` unchanged (same structure, shapes and dtypes); inside a `checkpoint`, each leaf is
+    the output of a `name[name=...]` equation that policies can select.
+
+  Raises:
+    TypeError: if `name` is not a string (JAX accepts it here and fails later, when the
+      jaxpr is printed).
+  """
+  if not isinstance(name, str):
+    raise TypeError(f"checkpoint_name: name must be a str, got {name!r} of type "
+                    f"{type(name).__name__}.")
+  return tree_util.tree_map(lambda leaf: name_p.bind(leaf, name=name), x)
+
+
+# ---------------------------------------------------------------------------
+# The checkpoint primitive
 
 remat_p = core.Primitive("checkpoint")
 remat_p.multiple_results = True
@@ -37,35 +314,229 @@ def _remat_lowering(ctx, *args, jaxpr: ClosedJaxpr, prevent_cse: bool, different
   return lowering.lower_call(ctx, "checkpoint", jaxpr, args)
 
 
-def _remat_partial_eval(eqn, unknowns):
-  # Policy None saves nothing: the known equation computes only the known outputs, and the
-  # unknown one recomputes everything it needs from the known *inputs* of the equation.
+class _Split(NamedTuple):
+  """A jaxpr split by a policy (see `_policy_split`)."""
+  known: Jaxpr        # known invars -> (known outputs, residuals)
+  staged: Jaxpr       # (residuals, every invar) -> outputs marked in `out_inst`
+  out_unknowns: list[bool]
+  out_inst: list[bool]   # outputs the staged jaxpr computes (unknown or recomputed)
+  num_res: int
+
+
+def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable) -> _Split:
+  """Splits `jaxpr` (no constvars) into a known part and a staged part by `policy`.
+
+  Each variable is (unknown, available-to-the-staged-side). The invars are all available
+  to the staged side. A known equation the policy saves stays in the known part only and
+  its results, where the staged part reads them, become residuals; one it does not save is
+  also copied to the staged part (recomputed there).
+  """
+  env: dict[Var, tuple[bool, bool]] = {v: (bool(u), True)
+                                       for v, u in zip(jaxpr.invars, unknowns)}
+  residuals: dict[Var, None] = {}     # an ordered set
+  known_eqns: list[core.JaxprEqn] = []
+  staged_eqns: list[core.JaxprEqn] = []
+
+  def read(x):
+    return env[x] if type(x) is Var else (False, True)
+
+  def stage(eqn):
+    for x in eqn.invars:
+      if type(x) is Var and not env[x][1]:
+        residuals[x] = None
+    staged_eqns.append(eqn)
+
+  def known(eqn):
+    known_eqns.append(eqn)
+    if _saveable(policy, eqn):
+      env.update((v, (False, False)) for v in eqn.outvars)
+    else:
+      stage(eqn)
+      env.update((v, (False, True)) for v in eqn.outvars)
+
+  for eqn in jaxpr.eqns:
+    unks = [read(x)[0] for x in eqn.invars]
+    prim = eqn.primitive
+    # Calls (their params need no change but the jaxpr, and `differentiated` for
+    # checkpoint) are split by the same policy, as JAX's partial_eval_jaxpr_custom rules do.
+    if prim is jit_p or prim is remat_p:
+      k_eqn, s_eqns, out_u, out_i = _split_call(eqn, unks, policy)
+      if k_eqn is not None:
+        known_eqns.append(k_eqn)
+        env.update((v, (False, False)) for v in k_eqn.outvars)
+      for s_eqn in s_eqns:
+        stage(s_eqn)
+      env.update((v, (u, i)) for v, u, i in zip(eqn.outvars, out_u, out_i))
+    elif not any(unks):
+      known(eqn)
+    else:
+      rule = ad.partial_eval_rules.get(prim)
+      if rule is None:
+        stage(eqn)
+        env.update((v, (True, True)) for v in eqn.outvars)
+        continue
+      k_eqns, u_eqn, out_u = rule(eqn, unks)
+      if k_eqns is None:
+        k_eqns = []
+      elif not isinstance(k_eqns, list):
+        k_eqns = [k_eqns]
+      for k in k_eqns:
+        known(k)
+      if u_eqn is not None:
+        stage(u_eqn)
+        env.update((v, (True, True)) for v in u_eqn.outvars)
+  out = [read(x) for x in jaxpr.outvars]
+  out_unknowns = [u for u, _ in out]
+  out_inst = [i for _, i in out]
+  res = list(residuals)
+  known_j = Jaxpr([], [v for v, u in zip(jaxpr.invars, unknowns) if not u],
+                  [*[x for x, u in zip(jaxpr.outvars, out_unknowns) if not u], *res],
+                  known_eqns)
+  staged_j = Jaxpr([], [*res, *jaxpr.invars],
+                   [x for x, i in zip(jaxpr.outvars, out_inst) if i], staged_eqns)
+  return _Split(known_j, staged_j, out_unknowns, out_inst, len(res))
+
+
+def _split_call(eqn, unknowns, policy):
+  """A `jit` or `checkpoint` equation inside a checkpointed function, split by the outer
+  policy: a known call computing the known results and the residuals; on the staged side,
+  a call recomputing the known results the staged side has (it reads no unknown value, so
+  transposition evaluates it forward) and a call computing the unknown results. Both read
+  the residuals and the operands they need.
+
+  Returns:
+    `(known_eqn | None, staged_eqns, out_unknowns, out_inst)`.
+  """
   closed = eqn.params["jaxpr"]
-  jaxpr = closed.jaxpr
-  n_out = len(jaxpr.outvars)
-  known, _, nres, out_unknowns = ad.partial_eval_jaxpr(jaxpr, unknowns, [False] * n_out)
-  params = dict(eqn.params)
-  known_eqn = unknown_eqn = None
-  n_known_out = n_out - sum(out_unknowns)
-  if n_known_out:
-    known_j, _ = pe.dce_jaxpr(known, [True] * n_known_out + [False] * nres, instantiate=True)
-    known_eqn = core.JaxprEqn([v for v, u in zip(eqn.invars, unknowns) if not u],
-                              [v for v, u in zip(eqn.outvars, out_unknowns) if not u],
-                              remat_p, {**params, "jaxpr": ClosedJaxpr(known_j, [])})
+  split = _policy_split(closed.jaxpr, unknowns, policy)
+  nres = split.num_res
+  staged_outs = [(u, v) for v, u, i in zip(eqn.outvars, split.out_unknowns, split.out_inst)
+                 if i]
+  parts = []
+  used_res = [False] * nres
+  for want in (False, True):     # recomputed known results, then unknown results
+    keep = [u is want for u, _ in staged_outs]
+    if not any(keep):
+      continue
+    j, used = pe.dce_jaxpr(split.staged, keep)
+    used_res = [a or b for a, b in zip(used_res, used[:nres])]
+    parts.append((j, used, [v for u, v in staged_outs if u is want]))
+  n_known_out = len(split.known.outvars) - nres
+  known, _ = pe.dce_jaxpr(split.known, [True] * n_known_out + used_res, instantiate=True)
+  res_vars = [Var(v.aval) if u else None for v, u in zip(split.staged.invars[:nres], used_res)]
+  derived = {"differentiated": True} if eqn.primitive is remat_p else {}
+  k_outs = [*[v for v, u in zip(eqn.outvars, split.out_unknowns) if not u],
+            *[v for v in res_vars if v is not None]]
+  k_eqn = None
+  if k_outs:
+    k_eqn = core.JaxprEqn([v for v, u in zip(eqn.invars, unknowns) if not u], k_outs,
+                          eqn.primitive, {**eqn.params, "jaxpr": ClosedJaxpr(known, [])},
+                          eqn.source_info)
+  s_eqns = []
+  for j, used, outs in parts:
+    ins = [*res_vars, *eqn.invars]
+    s_eqns.append(core.JaxprEqn(
+        [v for v, u in zip(ins, used) if u], outs, eqn.primitive,
+        {**eqn.params, **derived, "jaxpr": ClosedJaxpr(j, [])}, eqn.source_info))
+  return k_eqn, s_eqns, split.out_unknowns, split.out_inst
+
+
+_split_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _round_residuals(known: Jaxpr, num_res: int) -> Jaxpr:
+  """Rounds each floating residual that the forward pass also reads to its own dtype
+  (`reduce_precision` with the dtype's exponent and mantissa bits), as JAX does: the
+  forward uses and the saved value are then the same rounded value, even where XLA computes
+  the producer in excess precision."""
+  res = known.outvars[len(known.outvars) - num_res:]
+  read = {x for e in known.eqns for x in e.invars if type(x) is Var}
+  invars, eqns = list(known.invars), list(known.eqns)
+  for v in res:
+    if type(v) is not Var or v not in read or not dtypes.is_float(v.aval.dtype):
+      continue
+    info = dtypes.finfo(v.aval.dtype)
+    params = {"exponent_bits": int(info.nexp), "mantissa_bits": int(info.nmant)}
+    fresh = Var(v.aval)
+    if v in invars:
+      invars[invars.index(v)] = fresh
+      eqns.insert(0, core.JaxprEqn([fresh], [v], reduce_precision_p, params))
+      continue
+    i, eqn = next((i, e) for i, e in enumerate(eqns) if v in e.outvars)
+    if eqn.primitive is reduce_precision_p and eqn.params == params:
+      continue
+    eqns[i] = eqn.replace(outvars=[fresh if o is v else o for o in eqn.outvars])
+    eqns.insert(i + 1, core.JaxprEqn([fresh], [v], reduce_precision_p, params,
+                                     eqn.source_info))
+  return known.replace(invars=invars, eqns=eqns)
+
+
+def _top_split(closed: ClosedJaxpr, unknowns: tuple, policy):
+  """The policy split of a checkpoint's body for its partial evaluation: the known jaxpr
+  (known invars -> known outputs, residuals) and the staged jaxpr (used residuals, used
+  invars -> unknown outputs), cached per (body, unknowns, policy)."""
+  def make():
+    split = _policy_split(closed.jaxpr, unknowns, policy)
+    nres = split.num_res
+    keep = [u for u, i in zip(split.out_unknowns, split.out_inst) if i]
+    staged, used = pe.dce_jaxpr(split.staged, keep)
+    used_res, used_in = used[:nres], used[nres:]
+    n_known_out = len(split.known.outvars) - nres
+    known, _ = pe.dce_jaxpr(split.known, [True] * n_known_out + used_res, instantiate=True)
+    known = _round_residuals(known, len(known.outvars) - n_known_out)
+    return known, ClosedJaxpr(staged, []), split.out_unknowns, used_in
+  try:
+    hash(policy)
+  except TypeError:
+    return make()
+  return core.memo_on_jaxpr(_split_cache, closed, (unknowns, policy), make)
+
+
+def _remat_partial_eval(eqn, unknowns):
+  policy = eqn.params["policy"] or nothing_saveable
+  closed = eqn.params["jaxpr"]
+  known, staged, out_unknowns, used_in = _top_split(closed, tuple(unknowns), policy)
+  # The known part is inlined into the enclosing program (JAX evaluates it there), with
+  # fresh variables: its residuals are then the outputs of the primitives computing them.
+  n_known_out = len(out_unknowns) - sum(out_unknowns)
+  sub: dict[Var, Any] = dict(zip(known.invars,
+                                 [v for v, u in zip(eqn.invars, unknowns) if not u]))
+  outer_known_outs = [v for v, u in zip(eqn.outvars, out_unknowns) if not u]
+  # A known output computed by an equation is bound directly to the enclosing variable.
+  bind_to: dict[Var, Var] = {}
+  for x, o in zip(known.outvars[:n_known_out], outer_known_outs):
+    if type(x) is Var and x not in sub and x not in bind_to:
+      bind_to[x] = o
+  known_eqns = []
+  for e in known.eqns:
+    outs = []
+    for v in e.outvars:
+      nv = bind_to.get(v) or Var(v.aval)
+      sub[v] = nv
+      outs.append(nv)
+    known_eqns.append(e.replace(
+        invars=[sub[x] if type(x) is Var else x for x in e.invars], outvars=outs))
+  # Known outputs not computed by an equation of their own (an operand passed through, a
+  # literal, a value returned twice) are forwarded by a trivial call.
+  fwd_in, fwd_out = [], []
+  for x, o in zip(known.outvars[:n_known_out], outer_known_outs):
+    if not (type(x) is Var and bind_to.get(x) is o):
+      fwd_in.append(sub[x] if type(x) is Var else x)
+      fwd_out.append(o)
+  if fwd_out:
+    ins = [Var(o.aval) for o in fwd_out]
+    known_eqns.append(core.JaxprEqn(
+        fwd_in, fwd_out, remat_p,
+        {**eqn.params, "jaxpr": ClosedJaxpr(Jaxpr([], ins, ins, []), [])},
+        eqn.source_info))
+  unknown_eqn = None
   if any(out_unknowns):
-    k_in = [v for v, u in zip(jaxpr.invars, unknowns) if not u]
-    u_in = [v for v, u in zip(jaxpr.invars, unknowns) if u]
-    full = Jaxpr([], [*k_in, *u_in], [v for v, u in zip(jaxpr.outvars, out_unknowns) if u],
-                 jaxpr.eqns)
-    full, used = pe.dce_jaxpr(full, [True] * len(full.outvars),
-                              instantiate=[False] * len(k_in) + [True] * len(u_in))
-    outer_in = ([v for v, u in zip(eqn.invars, unknowns) if not u]
-                + [v for v, u in zip(eqn.invars, unknowns) if u])
-    unknown_eqn = core.JaxprEqn([v for v, k in zip(outer_in, used) if k],
-                                [v for v, u in zip(eqn.outvars, out_unknowns) if u],
-                                remat_p, {**params, "jaxpr": ClosedJaxpr(full, []),
-                                          "differentiated": True})
-  return known_eqn, unknown_eqn, out_unknowns
+    res = [sub[x] for x in known.outvars[n_known_out:]]
+    unknown_eqn = core.JaxprEqn(
+        [*res, *[v for v, u in zip(eqn.invars, used_in) if u]],
+        [v for v, u in zip(eqn.outvars, out_unknowns) if u], remat_p,
+        {**eqn.params, "jaxpr": staged, "differentiated": True}, eqn.source_info)
+  return known_eqns, unknown_eqn, out_unknowns
 
 
 core.def_closed_call(remat_p, "jaxpr")
@@ -88,20 +559,29 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     fun: a function of arrays (pytrees) returning arrays (pytrees).
     prevent_cse: keep XLA from merging the recomputation with the forward computation (an
       optimization barrier on the recomputation's inputs).
-    policy: only None (save nothing) is supported.
+    policy: None (save nothing) or a callable `policy(prim, *avals, **params) -> bool`
+      deciding which intermediate values are saved for the backward pass (True) instead of
+      recomputed; see `checkpoint_policies`.
     static_argnums: positions of arguments that are Python values, not arrays.
 
   Returns:
-    A function with `fun`'s signature and results whose derivatives recompute `fun`.
+    A function with `fun`'s signature and results whose derivatives recompute `fun`'s
+    intermediate values except those the policy saves.
 
   Raises:
-    NotImplementedError: for a policy other than None.
-    TypeError: for array-like static arguments that are tracers, or non-array leaves.
+    TypeError: for a policy that is not callable; for array-like static arguments that are
+      tracers, or non-array leaves.
+    NotImplementedError: for the offloading policies (`offload_dot_with_no_batch_dims`,
+      `save_and_offload_only_these_names`): residuals stay in device memory.
   """
-  if policy is not None:
-    raise NotImplementedError(
-        f"checkpoint: only policy=None (save nothing) is supported, got {policy!r}. Pass "
-        f"policy=None, or stage the values to keep outside the checkpointed function.")
+  if policy is not None and not callable(policy):
+    raise TypeError(
+        f"checkpoint: policy must be None or a callable `policy(prim, *avals, **params) -> "
+        f"bool` (for example checkpoint_policies.dots_saveable), got {policy!r} of type "
+        f"{type(policy).__name__}.")
+  if policy is not None and policy.__class__ is types.FunctionType and isinstance(
+      getattr(policy, "offload_message", None), str):
+    raise NotImplementedError(policy.offload_message)
   static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
   @functools.wraps(fun)
@@ -125,7 +605,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     jaxpr, consts = pe.trace_to_jaxpr(flat, [core.get_aval(x) for x in leaves])
     closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
     outs = remat_p.bind(*consts, *leaves, jaxpr=closed, prevent_cse=prevent_cse,
-                        differentiated=False, policy=None)
+                        differentiated=False, policy=policy)
     return optree.tree_unflatten(store["tree"], outs)
 
   return fun_remat
@@ -133,3 +613,136 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
 
 remat = checkpoint
 
+
+# ---------------------------------------------------------------------------
+# Where equations come from, and the residual report
+
+
+class SourceInfo(NamedTuple):
+  """Where user code bound a primitive: file, line, column (0-based, 0 if unknown) and the
+  qualified function name."""
+  file: str
+  line: int
+  column: int
+  function: str
+
+  def summary(self) -> str:
+    """`file:line:column (function)` (the column left out when it is 0), as JAX prints."""
+    if self.column:
+      return f"{self.file}:{self.line}:{self.column} ({self.function})"
+    return f"{self.file}:{self.line} ({self.function})"
+
+
+_INTERNAL_PREFIXES = tuple({
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.abspath(sysconfig.get_path("stdlib")) + os.sep,
+    os.path.dirname(os.path.abspath(contextlib.__file__)) + os.sep,
+})
+
+
+def _frame_source_info(frame) -> SourceInfo:
+  code = frame.f_code
+  line, col = frame.f_lineno, 0
+  try:
+    pos = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None))
+    if pos[0] is not None:
+      line = pos[0]
+    if pos[2] is not None:
+      col = pos[2]
+  except (AttributeError, StopIteration):
+    pass
+  return SourceInfo(code.co_filename, line, col, getattr(code, "co_qualname", code.co_name))
+
+
+def _current_source_info() -> SourceInfo | None:
+  """The innermost frame outside stagecraft and the standard library; or, when stagecraft
+  re-binds an equation that carries source info (evaluating a jaxpr, inlining a split), that
+  equation's. Installed as `core.source_info_hook` while `saved_residuals` traces."""
+  frame = sys._getframe(1)
+  while frame is not None:
+    code = frame.f_code
+    if not code.co_filename.startswith(_INTERNAL_PREFIXES):
+      return _frame_source_info(frame)
+    if "eqn" in code.co_varnames:
+      eqn = frame.f_locals.get("eqn")
+      if type(eqn) is core.JaxprEqn and eqn.source_info is not None:
+        return eqn.source_info
+    frame = frame.f_back
+  return None
+
+
+def saved_residuals(f: Callable, *args, **kwargs) -> list[tuple[core.ShapedArray, str]]:
+  """The values reverse-mode differentiation of `f(*args, **kwargs)` keeps for the backward
+  pass, as JAX's `saved_residuals`.
+
+  Args:
+    f: a function of arrays (pytrees).
+    *args, **kwargs: its arguments (arrays, or anything with `shape` and `dtype`).
+
+  Returns:
+    One `(aval, description)` per residual: literals first, then constants, then arguments
+    (`'from the argument params[0]'`), then the results of equations in program order
+    (`"output of dot_general from file.py:12:8 (fn)"`, `"named 'h' from ..."` for
+    `checkpoint_name`, `"output of jitted function 'g' from ..."`).
+
+  Raises:
+    TypeError: for arguments that are not arrays.
+  """
+  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False, namespace=_NS)
+  with_paths = tree_util.tree_flatten_with_path((args, kwargs))[0]
+  names, _ = api_util.arg_names(api_util.fun_signature(f), list(range(len(args))),
+                                list(kwargs), with_paths)
+  fname = api_util.fun_name(f)
+  avals = [api_util.abstractify(x, names[i], fname) for i, x in enumerate(leaves)]
+
+  def flat_fun(*xs):
+    a, kw = optree.tree_unflatten(in_tree, xs)
+    return optree.tree_leaves(f(*a, **kw), none_is_leaf=False, namespace=_NS)
+
+  def residuals_of(*xs):
+    return ad.linearize_flat(flat_fun, xs)[2]
+
+  previous = core.source_info_hook
+  core.source_info_hook = _current_source_info
+  try:
+    jaxpr, _ = pe.trace_to_jaxpr(residuals_of, avals)
+  finally:
+    core.source_info_hook = previous
+  # A residual rounded by `reduce_precision` is reported as the value it rounds (as JAX).
+  rounded = {e.outvars[0]: e.invars[0] for e in jaxpr.eqns
+             if e.primitive is reduce_precision_p and type(e.invars[0]) is Var}
+  res_vars = {rounded.get(x, x) for x in jaxpr.outvars if type(x) is Var}
+  results: list[tuple[core.ShapedArray, str]] = []
+  results += [(x.aval, "from a literal") for x in jaxpr.outvars if type(x) is Literal]
+  results += [(v.aval, "from a constant") for v in jaxpr.constvars if v in res_vars]
+  results += [(v.aval, f"from the argument {names[i]}")
+              for i, v in enumerate(jaxpr.invars) if v in res_vars]
+  for eqn in jaxpr.eqns:
+    for v in eqn.outvars:
+      if v in res_vars:
+        src = eqn.source_info.summary() if eqn.source_info is not None else ""
+        if eqn.primitive is name_p:
+          results.append((v.aval, f"named '{eqn.params['name']}' from {src}"))
+        elif eqn.primitive is jit_p:
+          results.append((v.aval, f"output of jitted function '{eqn.params['name']}' "
+                                  f"from {src}"))
+        else:
+          results.append((v.aval, f"output of {eqn.primitive.name} from {src}"))
+  return results
+
+
+def print_saved_residuals(f: Callable, *args, **kwargs) -> None:
+  """Prints one line per residual of `f(*args, **kwargs)` (see `saved_residuals`), e.g.
+  `f32[2,4] from the argument x` or `f32[2,8] output of tanh from model.py:10:8 (mlp)`.
+
+  Example:
+    >>> import numpy as np, stagecraft as sc, stagecraft.numpy as jnp
+    >>> w = np.ones((3, 3), np.float32)
+    >>> f = sc.checkpoint(lambda x: jnp.sum(jnp.sin(x @ w)),
+    ...                   policy=checkpoint_policies.dots_saveable)
+    >>> print_saved_residuals(f, np.ones((2, 3), np.float32))
+    f32[3,3] from a constant
+    f32[2,3] output of dot_general from <doctest ...>:1:... (<lambda>)
+  """
+  for aval, src in saved_residuals(f, *args, **kwargs):
+    print(f"{aval.str_short()} {src}")
