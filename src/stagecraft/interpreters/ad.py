@@ -69,6 +69,15 @@ def zeros_like_aval(aval: ShapedArray) -> Any:
     return np.zeros(aval.shape, dtypes.float0)
   # NB: a staged zero is a lax primitive, and lax registers its rules here (as in JAX).
   from stagecraft.lax import shape as lax_shape
+  trace = core.current_trace()
+  if type(trace) is PartialEvalTrace:
+    # A tangent zero made while linearizing belongs to the linear side (as JAX's tangent
+    # trace): computed in the backward pass, not saved as a residual.
+    trace.stage_known = True
+    try:
+      return lax_shape.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
+    finally:
+      trace.stage_known = False
   return lax_shape.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
 
 
@@ -350,11 +359,12 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
   residuals). Call-like primitives with a rule in `partial_eval_rules` are split: their
   known part runs in `parent`, their unknown part is recorded.
   """
-  __slots__ = ("parent",)
+  __slots__ = ("parent", "stage_known")
 
   def __init__(self, parent: Trace):
     super().__init__()
     self.parent = parent
+    self.stage_known = False   # True: record even all-known primitives (tangent zeros)
 
   def is_unknown(self, x: Any) -> bool:
     return type(x) is pe.DynamicJaxprTracer and x._trace is self
@@ -364,6 +374,8 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
       if type(x) is pe.DynamicJaxprTracer and x._trace is self:
         break
     else:
+      if self.stage_known:
+        return super().process_primitive(prim, args, params)
       with core.set_current_trace(self.parent):
         return prim.bind(*args, **params)
     rule = partial_eval_rules.get(prim)
