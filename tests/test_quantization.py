@@ -211,7 +211,7 @@ def test_nf4_weight_through_loops_and_custom_vjp(count_materialize):
   layer.defvjp(lambda x, w: (x @ w, (x, w)), lambda r, g: (g @ r[1].T, r[0].T @ g))
   gx = sc.grad(lambda x: jnp.sum(implicit(layer)(x, q) ** 2))(x)
   np.testing.assert_allclose(np.asarray(gx), 2 * (x @ wd) @ wd.T, rtol=1e-4, atol=1e-4)
-  assert count_materialize.count("ArrayNF4") == 1    # only the fwd rule of the grad
+  assert count_materialize == []    # the custom_vjp rules see the ArrayNF4 (NF4 matmuls)
 
 
 def test_ste_quantization_aware_training():

@@ -13,11 +13,21 @@ Higher-order primitives (jit's call, cond, while, scan, the custom-derivative an
 calls, checkpoint) have handlers in `stagecraft.implicit.higher_order` that re-run their
 bodies under the same evaluator; more can be added with `register_higher_order`.
 
+Under differentiation: `ste(fn)` of an implicit quantizer returns a `StraightThrough`
+(the implicit array forward, the input's tangent backward: primitives on it run the
+implicit array's handlers and add the dense tangent through a `custom_jvp`); custom_jvp /
+custom_vjp rules receive implicit operands as themselves and are traced and evaluated by
+the evaluator (`run_traced`), where using an implicit array as an array (`jnp.asarray(w)`,
+an operator) gives the dense stand-in `implicit_pack`, turned back into the implicit array.
+Outside the evaluator, operators on implicit arrays dispatch right away; other functions
+materialize them (with a MaterializationWarning).
+
 Design after eformer's jaximus and quax (Kidger): one multiple-dispatch table per primitive.
 """
 from __future__ import annotations
 
 import abc
+import contextvars
 import dataclasses
 import difflib
 import os
@@ -33,12 +43,19 @@ import plum
 from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import Literal, ShapedArray
+from stagecraft.errors import MissingRuleError
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters import partial_eval as pe
 # NB: every module that defines primitives, so that handlers can name any of them.
 from stagecraft import ad_checkpoint, custom_dce, lax  # noqa: F401
-from stagecraft.api import eval_shape
-from stagecraft.custom_derivatives import custom_vjp
-from stagecraft.lax import convert_element_type
+from stagecraft.api import eval_shape, vmap
+from stagecraft.custom_derivatives import SymbolicZero, custom_jvp
+from stagecraft.lax.ad_util import stop_gradient
+from stagecraft.lax.elementwise import add as lax_add
+from stagecraft.lax.elementwise import convert_element_type
+from stagecraft.lax.shape import full as lax_full
+from stagecraft.numpy.manipulation import stack as np_stack
+from stagecraft.runtime.array import Array
 
 _NS = tree_util.NAMESPACE
 
@@ -47,7 +64,7 @@ __all__ = [
     "implicit", "materialize", "ste", "MaterializationError", "MaterializationWarning",
     "tree_map_with_implicit", "tree_flatten_with_implicit", "tree_leaves_with_implicit",
     "tree_structure_with_implicit", "flatten_one_implicit_layer", "implicit_depth",
-    "find_primitive",
+    "find_primitive", "StraightThrough", "Stacked", "stack", "implicit_pack_p",
 ]
 
 #: Environment variable that silences the materialization warning when set to 0/false/off/no.
@@ -138,6 +155,9 @@ class ImplicitArray(abc.ABC):
   dtype: Any = aux_field(kw_only=True, default=None)
 
   warn_on_materialize: ClassVar[bool] = True
+  #: Whether `materialize` of an instance with implicit children runs under the implicit
+  #: evaluator (so that its operations on those children go to their handlers).
+  materialize_nested_under_implicit: ClassVar[bool] = True
   default_shape: ClassVar[tuple[int, ...] | None] = None
   default_dtype: ClassVar[Any] = None
 
@@ -199,6 +219,44 @@ class ImplicitArray(abc.ABC):
     """A copy standing for the array converted to `new_dtype` (materialize converts)."""
     return dataclasses.replace(self, dtype=dtypes.canonicalize_dtype(np.dtype(new_dtype)))
 
+  # -- scanning over the leading axis (`lax.scan` xs and ys under `implicit`)
+
+  def unstack(self) -> "ImplicitArray | None":
+    """This array, of shape `(n, *s)`, as one implicit array of shape `s` whose leaves carry
+    an extra leading axis of length `n` (slice `i` of every leaf makes slice `i` of the
+    array): the layout `lax.scan` needs to keep an implicit `xs` implicit. None (the
+    default) when the class has no such layout; `scan` then materializes it."""
+    return None
+
+  @classmethod
+  def stack(cls, stacked: "ImplicitArray", length: int) -> "ImplicitArray":
+    """The inverse of `unstack`: `stacked` is an instance of shape `s` whose leaves carry a
+    leading axis of `length` (`scan` stacks implicit `ys` so); returns an implicit array of
+    shape `(length, *s)`. The default wraps it in `Stacked`; classes with a natural stacked
+    layout (the quantized arrays) override it."""
+    return Stacked.from_stacked_leaves(stacked, length)
+
+  # -- use as an array: operators dispatch to the handlers, other functions materialize
+
+  #: NumPy defers to the reflected operators below instead of making object arrays.
+  __array_ufunc__ = None
+
+  def __jax_array__(self):
+    """The dense array, for functions that take arrays (`jnp.sum(x)`, `jnp.asarray(x)`):
+    inside a custom_jvp/custom_vjp rule run by the implicit evaluator it stays implicit
+    (the rule is traced and the evaluator dispatches what the rule does with it);
+    elsewhere it is materialized, with a MaterializationWarning."""
+    return as_array(self, "used as an array by a function")
+
+  @property
+  def T(self):
+    return _apply_op(_OPS["T"], self)
+
+  def __getitem__(self, idx):
+    if _rule_tracing.get():
+      return as_array(self)[idx]
+    return use_implicit(lambda a: a[idx])(self)
+
   @classmethod
   def _tree_unflatten(cls, aux, children):
     obj = object.__new__(cls)
@@ -206,6 +264,48 @@ class ImplicitArray(abc.ABC):
     for name, is_aux in fields(cls):
       object.__setattr__(obj, name, next(auxs) if is_aux else next(kids))
     return obj
+
+
+_OPS: dict[str, Callable] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "truediv": lambda a, b: a / b, "pow": lambda a, b: a ** b, "matmul": lambda a, b: a @ b,
+    "neg": lambda a: -a, "pos": lambda a: +a, "abs": lambda a: abs(a),
+    "T": lambda a: a.T,
+}
+
+
+def _operand_ok(x) -> bool:
+  return isinstance(x, (ImplicitArray, core.Tracer, Array, np.ndarray, np.generic, int, float,
+                        complex, bool))
+
+
+def _apply_op(fn: Callable, *args):
+  """`fn(*args)` with implicit operands: dispatched to the handlers right away (by
+  `use_implicit`), or, while a custom rule is traced, on dense stand-ins that the evaluator
+  turns back into the implicit arrays."""
+  if _rule_tracing.get():
+    return fn(*[as_array(a) if is_implicit(a) else a for a in args])
+  return use_implicit(fn)(*args)
+
+
+def _binop(name: str, swap: bool = False):
+  fn = _OPS[name]
+
+  def op(self, other):
+    if not _operand_ok(other):
+      return NotImplemented
+    return _apply_op(fn, other, self) if swap else _apply_op(fn, self, other)
+  op.__name__ = f"__{'r' if swap else ''}{name}__"
+  return op
+
+
+for _name in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+  setattr(ImplicitArray, f"__{_name}__", _binop(_name))
+  setattr(ImplicitArray, f"__r{_name}__", _binop(_name, True))
+for _name in ("neg", "pos", "abs"):
+  setattr(ImplicitArray, f"__{_name}__", (lambda fn: lambda self: _apply_op(fn, self))(
+      _OPS[_name]))
+del _name
 
 
 def _flatten_with_keys(x: ImplicitArray):
@@ -340,7 +440,9 @@ def materialize_value(x: Any, convert: bool = True) -> Any:
     return x
   kids = [getattr(x, n) for n, aux in fields(x) if not aux]
   try:
-    if any(is_implicit(k) for k in tree_leaves_with_implicit(kids)):
+    if not type(x).materialize_nested_under_implicit:
+      out = x.materialize()
+    elif any(is_implicit(k) for k in tree_leaves_with_implicit(kids)):
       # A nested implicit array: run materialize under the implicit evaluator, so that the
       # operations on the implicit children go to their handlers.
       leaves, d = flatten_one_implicit_layer(x)
@@ -369,6 +471,224 @@ def materialize(x: Any) -> Any:
     MaterializationError: when the class's `materialize()` raises (the cause is kept).
   """
   return materialize_value(x)
+
+
+# ---------------------------------------------------------------------------
+# Implicit arrays as arrays inside traced custom rules: `implicit_pack`
+#
+# A custom_jvp/custom_vjp rule receives implicit operands as themselves. It is traced (with
+# `_rule_tracing` set) and its jaxpr evaluated by `eval_jaxpr_implicit`; inside, whatever
+# uses an implicit array as an array (an operator, `jnp.sum(x)`, `jnp.asarray(x)`) gets the
+# dense stand-in `implicit_pack(*leaves)`, which the evaluator turns back into the implicit
+# array, so that what the rule does with it goes to the handlers. Outside an evaluator the
+# primitive materializes (its impl, JVP and batching rules are those of `materialize`).
+
+_rule_tracing: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "stagecraft_implicit_rule_tracing", default=False)
+
+implicit_pack_p = core.Primitive("implicit_pack")
+
+
+def _pack_value(leaves: Sequence[Any], tree) -> "ImplicitArray":
+  return optree.tree_unflatten(tree, list(leaves))
+
+
+def _pack_materialize(tree):
+  def mat(*leaves):
+    return [materialize_value(_pack_value(leaves, tree))]
+  return mat
+
+
+def _materialization_warning(x: "ImplicitArray", what: str) -> None:
+  if warn_enabled() and type(x).warn_on_materialize:
+    warnings.warn(f"{type(x).__name__} {what}: materializing it. Pass it to a function "
+                  f"wrapped with stagecraft.implicit.implicit so that the registered handlers "
+                  f"see it, or silence this with warn_on_materialize=False on the class or "
+                  f"{WARN_ENV}=0.", MaterializationWarning, stacklevel=4)
+
+
+def as_array(x: "ImplicitArray", what: str = "used as an array") -> Any:
+  """`x` as a dense array: the `implicit_pack` stand-in while a custom rule is traced under
+  the implicit evaluator, else `materialize(x)` (with a MaterializationWarning)."""
+  if _rule_tracing.get():
+    leaves, tree = optree.tree_flatten(x, namespace=_NS)
+    return implicit_pack_p.bind(*leaves, tree=tree)
+  _materialization_warning(x, what)
+  return materialize_value(x)
+
+
+def _pack_abstract_eval(*avals, tree):
+  return _pack_value([None] * tree.num_leaves, tree).aval
+
+
+def _pack_impl(*leaves, tree):
+  x = _pack_value(leaves, tree)
+  _materialization_warning(x, "was used as an array outside the implicit evaluator")
+  return materialize_value(x)
+
+
+def _pack_jvp(primals, tangents, *, tree):
+  (p,), (t,) = ad.jvp_flat(_pack_materialize(tree), primals, tangents)
+  return p, t
+
+
+def _pack_batch(axis_data, args, dims, *, tree):
+  (out,), (d,) = batching.batch_flat(_pack_materialize(tree), args, dims, axis_data)
+  return out, d
+
+
+def _pack_lowering(ctx, *args, tree):
+  name = type(_pack_value([None] * tree.num_leaves, tree)).__name__
+  raise MissingRuleError(
+      f"An implicit array ({name}) was used as an array inside a custom_jvp/custom_vjp rule "
+      f"in a place the implicit evaluator does not reach (a higher-order primitive without "
+      f"an implicit-array handler). Materialize it explicitly there with "
+      f"stagecraft.implicit.materialize.")
+
+
+implicit_pack_p.def_abstract_eval(_pack_abstract_eval)
+implicit_pack_p.def_impl(_pack_impl)
+ad.primitive_jvps[implicit_pack_p] = _pack_jvp
+batching.axis_primitive_batchers[implicit_pack_p] = _pack_batch
+lowering.register_lowering(implicit_pack_p, _pack_lowering)
+
+
+def has_tracer(values: Sequence[Any]) -> bool:
+  """Whether `values` (implicit arrays' leaves included) hold a tracer: then a traced
+  program that captured them as constants must not be cached."""
+  return any(isinstance(v, core.Tracer) for v in optree.tree_leaves(list(values),
+                                                                    namespace=_NS))
+
+
+def _is_static(x) -> bool:
+  return not (is_implicit(x) or isinstance(x, core.Tracer) or core.valid_array_type(x))
+
+
+def run_traced(fn: Callable, args: Sequence[Any]) -> list[Any]:
+  """Runs `fn(*args)` (a custom rule) under the implicit evaluator: implicit arrays in
+  `args` reach `fn` as themselves (with traced leaves), array arguments as tracers, other
+  values (symbolic zeros, None) unchanged; `fn` returns a pytree, flattened here. `fn` is
+  traced with `_rule_tracing` set and its jaxpr evaluated by `eval_jaxpr_implicit`, so what
+  it does with the implicit arrays goes to the handlers.
+
+  Returns:
+    The leaves of `fn`'s output; non-array leaves as `fn` returned them, array leaves as
+    evaluated (implicit arrays where handlers produced them).
+  """
+  in_leaves, in_specs = [], []
+  for a in args:
+    if _is_static(a):
+      in_specs.append(("static", a))
+    elif is_implicit(a):
+      ls, t = optree.tree_flatten(a, namespace=_NS)
+      in_specs.append(("implicit", t))
+      in_leaves.extend(ls)
+    else:
+      in_specs.append(("leaf", None))
+      # Host scalars (grad's seed, a WeakScalarValue) reach the rule and the handlers as
+      # arrays, as they do in custom_derivatives.
+      if type(a) is core.WeakScalarValue:
+        a = convert_element_type(a.value, a.dtype, weak_type=True)
+      elif isinstance(a, np.generic):
+        a = convert_element_type(a, a.dtype)
+      in_leaves.append(a)
+  box = []
+
+  def flat(*ls):
+    it = iter(ls)
+    vals = []
+    for kind, x in in_specs:
+      if kind == "static":
+        vals.append(x)
+      elif kind == "implicit":
+        vals.append(optree.tree_unflatten(x, [next(it) for _ in range(x.num_leaves)]))
+      else:
+        vals.append(next(it))
+    token = _rule_tracing.set(True)
+    try:
+      out = fn(*vals)
+    finally:
+      _rule_tracing.reset(token)
+    leaves, tree = optree.tree_flatten(out, namespace=_NS)
+    dyn = [not _is_static(v) for v in leaves]
+    box.append((tree, dyn, [v for v, d in zip(leaves, dyn) if not d]))
+    return [v for v, d in zip(leaves, dyn) if d]
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat, [_leaf_aval(x) for x in in_leaves])
+  jaxpr, consts = _pack_implicit_consts(jaxpr, consts)
+  outs = iter(eval_jaxpr_implicit(jaxpr, consts, *in_leaves))
+  _, dyn, statics = box[0]
+  statics = iter(statics)
+  return [next(outs) if d else next(statics) for d in dyn]
+
+
+def _pack_implicit_consts(jaxpr: core.Jaxpr, consts: list) -> tuple[core.Jaxpr, list]:
+  """A rule that hands an implicit array straight to a primitive (`jnp.tanh(w)`: the
+  primitive binds the object itself) leaves it as a constant of the traced jaxpr, with
+  leaves that are the rule's own tracers. Each such constant becomes an `implicit_pack` of
+  the variables of its leaves, placed before its first use, so that the evaluator sees the
+  implicit array."""
+  if not any(is_implicit(c) for c in consts):
+    return jaxpr, consts
+  defined = set(jaxpr.invars) | {v for e in jaxpr.eqns for v in e.outvars}
+  constvars, new_consts = [], []
+  packs = {}        # constvar holding an implicit array -> its implicit_pack equation
+  for v, c in zip(jaxpr.constvars, consts):
+    if not is_implicit(c):
+      constvars.append(v)
+      new_consts.append(c)
+      continue
+    leaves, tree = optree.tree_flatten(c, namespace=_NS)
+    invars = []
+    for leaf in leaves:
+      var = getattr(leaf, "var", None) if isinstance(leaf, pe.DynamicJaxprTracer) else None
+      if var is not None and var in defined:
+        invars.append(var)
+      elif isinstance(leaf, core.Tracer) and not leaf._trace._valid:
+        raise TypeError(
+            f"An implicit array ({type(c).__name__}) was passed directly to a primitive (a "
+            f"jnp/lax function) inside a function traced within a custom_jvp/custom_vjp "
+            f"rule; the implicit evaluator cannot see it there. Use Python operators on "
+            f"it (x @ w, w.T), jnp.asarray(w), or stagecraft.implicit.materialize(w).")
+      else:
+        nv = core.Var(core.get_aval(leaf))
+        constvars.append(nv)
+        new_consts.append(leaf)
+        invars.append(nv)
+    packs[v] = core.JaxprEqn(invars, [v], implicit_pack_p, {"tree": tree})
+  eqns = []
+  for e in jaxpr.eqns:
+    for a in e.invars:
+      if type(a) is not Literal and a in packs:
+        eqns.append(packs.pop(a))
+    eqns.append(e)
+  eqns.extend(packs.values())       # used only as outputs
+  return jaxpr.replace(constvars=constvars, eqns=eqns), new_consts
+
+
+def tangents_only(f: Callable, primals: Sequence[Any], positions: Sequence[int],
+                  tangents: Sequence[Any]) -> list[Any]:
+  """The tangent outputs of the flat function `f` at `primals` (values or implicit arrays)
+  along `tangents` of `primals[i]` for `i` in `positions`, without the primal computation
+  (it is traced, then dropped as dead code): the rest is evaluated by the implicit
+  evaluator. `f` must return floating outputs only."""
+  n = len(primals)
+
+  def traced(*args):
+    ps, ts = list(args[:n]), args[n:]
+
+    def g(*ws):
+      vs = list(ps)
+      for i, w in zip(positions, ws):
+        vs[i] = w
+      return f(*vs)
+    _, t_out = ad.jvp_flat(g, [ps[i] for i in positions], list(ts))
+    return [ad.instantiate_zeros(t) for t in t_out]
+
+  avals = [_leaf_aval(p) for p in primals] + [core.get_aval(t) for t in tangents]
+  jaxpr, consts = pe.trace_to_jaxpr(traced, avals)
+  jaxpr, _ = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)
+  return eval_jaxpr_implicit(jaxpr, consts, *primals, *tangents)
 
 
 # ---------------------------------------------------------------------------
@@ -510,6 +830,8 @@ def process_primitive(prim: core.Primitive, vals: Sequence[Any], params: dict) -
   vals = tuple(vals)
   if not any(is_implicit(v) for v in vals):
     return prim.bind(*vals, **params)
+  if prim not in _higher_order and any(isinstance(v, StraightThrough) for v in vals):
+    return _straight_through_process(prim, vals, params)
   found = _lookup(prim, vals)
   if found is not None:
     method, with_prim = found
@@ -537,6 +859,25 @@ def _check_out(eqn: core.JaxprEqn, outs: list) -> None:
           f"must return values with the primitive's output shapes and dtypes.")
 
 
+_has_pack_cache: "weakref.WeakKeyDictionary[core.Jaxpr, bool]" = weakref.WeakKeyDictionary()
+
+
+def has_pack(jaxpr: core.Jaxpr) -> bool:
+  """Whether `jaxpr` (or a body inside it) uses an implicit array as an array
+  (`implicit_pack`)."""
+  try:
+    return _has_pack_cache[jaxpr]
+  except (KeyError, TypeError):
+    pass
+  found = any(e.primitive is implicit_pack_p or any(has_pack(j) for j in core.subjaxprs(e))
+              for e in jaxpr.eqns)
+  try:
+    _has_pack_cache[jaxpr] = found
+  except TypeError:
+    pass
+  return found
+
+
 def eval_jaxpr_implicit(jaxpr: core.Jaxpr, consts: Sequence[Any], *args: Any) -> list[Any]:
   """`core.eval_jaxpr` where values may be implicit arrays: equations with implicit operands
   go through `process_primitive`. Returns one value per outvar (implicit or not)."""
@@ -545,7 +886,14 @@ def eval_jaxpr_implicit(jaxpr: core.Jaxpr, consts: Sequence[Any], *args: Any) ->
   env.update(zip(jaxpr.invars, args))
   for eqn in jaxpr.eqns:
     invals = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
-    if any(is_implicit(v) for v in invals):
+    if eqn.primitive is implicit_pack_p:
+      outs = [_pack_value(invals, eqn.params["tree"])]
+    elif (eqn.primitive in _higher_order and not any(is_implicit(v) for v in invals)
+          and any(has_pack(j) for j in core.subjaxprs(eqn))):
+      # A body traced in a custom rule that uses an implicit array as an array.
+      outs = _higher_order[eqn.primitive](eqn.primitive, invals, eqn.params)
+      outs = list(outs) if eqn.primitive.multiple_results else [outs]
+    elif any(is_implicit(v) for v in invals):
       outs = process_primitive(eqn.primitive, invals, eqn.params)
       outs = list(outs) if eqn.primitive.multiple_results else [outs]
       if len(outs) != len(eqn.outvars):
@@ -595,7 +943,7 @@ def _trace_fn(fn: Callable, in_tree, avals: list[ShapedArray]):
 
   jaxpr, consts = pe.trace_to_jaxpr(flat_fun, avals)
   result = (jaxpr, list(consts), box[0])
-  if not any(isinstance(c, core.Tracer) for c in consts):
+  if not has_tracer(consts):
     try:
       _fn_traces.setdefault(fn, {})[key] = result
     except TypeError:
@@ -640,30 +988,218 @@ implicit = use_implicit
 # Straight-through estimator
 
 
+@dataclasses.dataclass
+class StraightThrough(ImplicitArray):
+  """`ste(fn)(x)` when `fn` returns an implicit array: stands for `base` (the implicit
+  array `fn(x)`, its leaves gradient-stopped) and differentiates as `x` (the tangent of
+  `x` is its tangent: the straight-through estimator).
+
+  Every primitive applied to it under `implicit` runs on `base` (with `base`'s handlers, so
+  an `ArrayNF4` keeps its NF4 matmul) and adds the tangent the primitive has at the dense
+  point `materialize(base)` along `x`'s tangent, through `custom_jvp`: for a matmul
+  `lhs @ W` that is `lhs @ dx`, a dense gradient for `x` without materializing `W`.
+  Outputs that the base's handler returns implicit stay `StraightThrough`.
+  """
+  base: Any
+  x: Any
+
+  materialize_nested_under_implicit: ClassVar[bool] = False
+
+  def materialize(self):
+    return _straight_dense(self.x, self.base)
+
+  def unstack(self) -> "StraightThrough | None":
+    b = self.base.unstack()
+    if b is None:
+      return None
+    return StraightThrough(b, self.x, shape=b.shape, dtype=b.dtype)
+
+  @classmethod
+  def stack(cls, stacked: "StraightThrough", length: int) -> ImplicitArray:
+    b = type(stacked.base).stack(stacked.base, length)
+    return StraightThrough(b, stacked.x, shape=b.shape, dtype=b.dtype)
+
+
+def _cast_tangent(t, aval: ShapedArray):
+  if core.get_aval(t).dtype != aval.dtype:
+    t = convert_element_type(t, aval.dtype)
+  return t
+
+
+@custom_jvp
+def _straight_dense(x, base):
+  return materialize_value(base)
+
+
+@_straight_dense.defjvp
+def _straight_dense_jvp(primals, tangents):
+  x, base = primals
+  dx, _ = tangents
+  out = _straight_dense(x, base)
+  return out, _cast_tangent(dx, core.get_aval(out))
+
+
+@custom_jvp
+def _straight_identity(x, y):
+  return y
+
+
+@_straight_identity.defjvp
+def _straight_identity_jvp(primals, tangents):
+  x, y = primals
+  dx, _ = tangents
+  return y, _cast_tangent(dx, core.get_aval(y))
+
+
+def _straight_carrier(prim: core.Primitive, params: dict, positions: tuple,
+                      out_avals: list[ShapedArray]) -> custom_jvp:
+  """`carrier(xs, vals) -> zeros` (one per entry of `out_avals`) whose tangent is that of
+  `prim` at `vals` (the straight-through operands replaced by their bases) along the
+  tangents of `xs`, the straight-through operands' `x` at `positions`."""
+  multiple = prim.multiple_results
+
+  def carrier(xs, vals):
+    return [lax_full(a.shape, 0, a.dtype) for a in out_avals]
+
+  cj = custom_jvp(carrier)
+
+  def carrier_jvp(primals, tangents):
+    xs, vals = primals
+    dxs, _ = tangents
+    outs = cj(xs, vals)
+    live = [(p, dx) for p, dx in zip(positions, dxs) if type(dx) is not SymbolicZero]
+    if not live:
+      return outs, [SymbolicZero(ad.tangent_aval(a)) for a in out_avals]
+    dws = [_cast_tangent(dx, vals[p].aval) for p, dx in live]
+
+    def f(*vs):
+      out = prim.bind(*vs, **params)
+      out = list(out) if multiple else [out]
+      return [o for o in out if dtypes.is_inexact(core.get_aval(o).dtype)]
+    ts = tangents_only(f, list(vals), [p for p, _ in live], dws)
+    return outs, [t if not is_implicit(t) else materialize_value(t) for t in ts]
+
+  cj.defjvp(carrier_jvp, symbolic_zeros=True)
+  return cj
+
+
+def _straight_through_process(prim: core.Primitive, vals: tuple, params: dict) -> Any:
+  positions = tuple(i for i, v in enumerate(vals) if isinstance(v, StraightThrough))
+  inner = list(vals)
+  for i in positions:
+    inner[i] = vals[i].base
+  outs = process_primitive(prim, inner, params)
+  if not any(isinstance(vals[i].x, core.Tracer) for i in positions):
+    return outs             # a concrete `x` has no tangent: nothing to carry
+  outs = list(outs) if prim.multiple_results else [outs]
+  avals = [_leaf_aval(o) for o in outs]
+  diff = [dtypes.is_inexact(a.dtype) for a in avals]
+  if not any(diff):
+    return outs if prim.multiple_results else outs[0]
+  carrier = _straight_carrier(prim, params, positions, [a for a, d in zip(avals, diff) if d])
+  carried = iter(carrier([vals[i].x for i in positions], inner))
+  new = []
+  for o, a, d in zip(outs, avals, diff):
+    if not d:
+      new.append(o)
+      continue
+    c = next(carried)
+    if is_implicit(o):
+      new.append(StraightThrough(o, c, shape=a.shape, dtype=a.dtype))
+    else:
+      new.append(lax_add(o, c))
+  return new if prim.multiple_results else new[0]
+
+
 def ste(fn: Callable) -> Callable:
-  """Straight-through estimator: `ste(fn)(x, *args)` computes `fn(x, *args)` and its VJP
-  passes the cotangent to `x` unchanged (implicit cotangents are materialized). For
-  quantization-aware training: `w_q = ste(fake_quantize)(w)`.
+  """Straight-through estimator: `ste(fn)(x, *args)` computes `fn(x, *args)` and
+  differentiates as the identity in `x` (its tangent is `x`'s; no gradient flows through
+  `fn` nor to `args`/`kwargs`). For quantization-aware training: `w_q = ste(fake_quant)(w)`.
+
+  When `fn` returns an implicit array (`ste(lambda w: ArrayNF4.quantize(w))(w)`), the
+  result is a `StraightThrough` wrapping it: used under `implicit`, its operations run on
+  the implicit array's handlers (the forward matmul stays NF4) and the gradient reaching `w`
+  is the dense gradient with respect to the array it stands for.
 
   Args:
-    fn: `fn(x, *args, **kwargs)`, returning an array of `x`'s shape and dtype (an implicit
-      array is materialized in the backward pass). `args`/`kwargs` are constants (no
-      gradient flows to them).
+    fn: `fn(x, *args, **kwargs)`, returning an array or an implicit array of `x`'s shape
+      (or a pytree of them).
+
+  Raises:
+    TypeError: when an output of `fn` does not have `x`'s shape.
   """
 
   def wrapped(x, *args, **kwargs):
-    @custom_vjp
-    def f(x):
-      return fn(x, *args, **kwargs)
+    x_aval = core.get_aval(x)
+    y = fn(stop_gradient(x), *args, **kwargs)
 
-    def fwd(x):
-      return f(x), None
-
-    def bwd(_, g):
-      g = tree_map_with_implicit(materialize_value, g)
-      return (g,)
-    f.defvjp(fwd, bwd)
-    return f(x)
+    def one(leaf):
+      aval = _leaf_aval(leaf)
+      if aval.shape != x_aval.shape:
+        raise TypeError(f"ste({getattr(fn, '__name__', 'fn')}): the function returned "
+                        f"{aval.str_short()} for an input of {x_aval.str_short()}; the "
+                        f"straight-through estimator passes the gradient of each output to "
+                        f"the input unchanged, so they must have the same shape.")
+      if is_implicit(leaf):
+        base = stop_gradient(leaf)
+        return StraightThrough(base, x, shape=aval.shape, dtype=aval.dtype)
+      return _straight_identity(x, stop_gradient(leaf))
+    return tree_map_with_implicit(one, y)
   wrapped.__name__ = f"ste({getattr(fn, '__name__', 'fn')})"
   wrapped.__wrapped__ = fn
   return wrapped
+
+
+# ---------------------------------------------------------------------------
+# Stacks of implicit arrays (scan's implicit xs and ys)
+
+
+@dataclasses.dataclass
+class Stacked(ImplicitArray):
+  """A stack of `n` implicit arrays of one structure (`tree`), stored leaf by leaf:
+  `leaves[j]` is leaf `j` of every slice, stacked on a new leading axis. Stands for the
+  array of shape `(n, *slice_shape)`; `lax.scan` over it (under `implicit`) gives the body
+  each slice as the implicit array it is. Build one with `stack([...])`; `scan` returns
+  implicit `ys` of classes without a natural stacked layout as one."""
+  leaves: Any
+  tree: Any = aux_field(default=None)
+
+  materialize_nested_under_implicit: ClassVar[bool] = False
+
+  @classmethod
+  def from_stacked_leaves(cls, stacked: ImplicitArray, length: int) -> "Stacked":
+    leaves, tree = optree.tree_flatten(stacked, namespace=_NS)
+    return cls(list(leaves), tree=tree, shape=(int(length), *stacked.shape),
+               dtype=stacked.dtype)
+
+  def unstack(self) -> ImplicitArray:
+    return optree.tree_unflatten(self.tree, list(self.leaves))
+
+  def materialize(self):
+    tree = self.tree
+    return vmap(lambda *ls: materialize_value(optree.tree_unflatten(tree, list(ls))))(
+        *self.leaves)
+
+
+def stack(arrays: Sequence[ImplicitArray]) -> ImplicitArray:
+  """Stacks implicit arrays of one class, structure and aux data on a new leading axis:
+  an implicit array of shape `(len(arrays), *shape)` (the class's own layout where it has
+  one, e.g. the quantized arrays; `Stacked` otherwise), for `lax.scan` over its slices.
+
+  Raises:
+    TypeError: for an empty list or arrays of different structure or aux data.
+  """
+  arrays = list(arrays)
+  if not arrays or not all(is_implicit(a) for a in arrays):
+    raise TypeError("stagecraft.implicit.stack: expected a non-empty sequence of implicit "
+                    "arrays.")
+  flat = [optree.tree_flatten(a, namespace=_NS) for a in arrays]
+  tree = flat[0][1]
+  for i, (_, t) in enumerate(flat[1:], 1):
+    if t != tree:
+      raise TypeError(f"stagecraft.implicit.stack: array {i} has structure {t}, array 0 "
+                      f"has {tree}: stacked implicit arrays must share class, children "
+                      f"and aux data.")
+  leaves = [np_stack([ls[j] for ls, _ in flat]) for j in range(tree.num_leaves)]
+  stacked = optree.tree_unflatten(tree, leaves)
+  return type(arrays[0]).stack(stacked, len(arrays))

@@ -7,19 +7,26 @@ What each handler does:
   - `jit` (the call of `stagecraft.jit`) and `checkpoint`: re-trace the body, bind again; the
     call stays one staged equation and its derived body is cached per (body, operand types),
     so calling again with the same types does not recompile.
-  - `cond`: every branch re-traced; when the branches' outputs differ in implicit structure,
-    the outputs are materialized inside the branches.
+  - `cond`: every branch re-traced with the implicit operands; when the branches' outputs
+    differ in implicit structure, the outputs are materialized inside the branches. An
+    implicit index (a scalar) is materialized: the primitive needs the integer.
   - `while` and `scan`: implicit carries keep their static metadata (aux data) across
     iterations; a carry whose implicit class or aux data changes in the body raises
     TypeError; a carry that the body turns into a plain array is materialized before the
     loop (and a plain carry that the body makes implicit is materialized in the body).
-    Still materialized: implicit `xs` of `scan` (a slice of an implicit array is not known
-    in general) and implicit `ys` (they are stacked).
-  - `custom_jvp_call`: the primal body is re-traced; the JVP rule sees materialized operands
-    (its tangents are the JVP of `materialize`), so only differentiation materializes.
-  - `custom_vjp_call`: the primal body is re-traced; the fwd and bwd rules see materialized
-    operands (the bwd's cotangents are pulled back to the children through the VJP of
-    `materialize`), so only differentiation materializes.
+    An implicit `xs` of `scan` stays implicit when its class can `unstack` it (its leaves
+    then carry the scanned axis: the quantized arrays whose slices are whole blocks,
+    `Stacked`, `StraightThrough` over those); others are materialized, with a warning.
+    Implicit `ys` stay implicit: their leaves are stacked and the class's `stack` rebuilds
+    them (the quantized arrays' own layout, else `Stacked`).
+  - `custom_jvp_call`: the primal body is re-traced; the JVP rule sees implicit operands as
+    themselves (their tangents are dense: the JVP of `materialize`), and is traced and
+    evaluated under the evaluator (`run_traced`), so what it does with them goes to their
+    handlers.
+  - `custom_vjp_call`: the primal body is re-traced; the fwd and bwd rules see implicit
+    operands and implicit residuals as themselves, likewise; a dense cotangent the bwd
+    returns for an implicit operand is pulled back to its children through the VJP of
+    `materialize`.
   - `custom_dce_call`: the body is evaluated inline under the implicit evaluator (the custom
     DCE rule is dropped for that call).
 
@@ -27,6 +34,7 @@ Register more (e.g. pmap's) with `stagecraft.implicit.register_higher_order(prim
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -37,8 +45,9 @@ from stagecraft.api import vjp
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.implicit.core import (WARN_ENV, MaterializationWarning, eval_jaxpr_implicit,
-                                      fields, is_implicit, materialize_value,
-                                      register_higher_order, warn_enabled)
+                                      fields, has_tracer, is_implicit, materialize_value,
+                                      register_higher_order, run_traced, tangents_only,
+                                      warn_enabled)
 from stagecraft.interpreters import ad, batching, mapping
 from stagecraft.interpreters import partial_eval as pe
 
@@ -106,7 +115,7 @@ def retrace(closed: ClosedJaxpr, vals: Sequence[Any], materialize_outs: Sequence
 
   jaxpr, consts = pe.trace_to_jaxpr(flat, list(avals))
   result = _Retraced(ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), box[0])
-  if not any(isinstance(c, core.Tracer) for c in consts):
+  if not has_tracer(consts):
     _retrace_cache.setdefault(closed, {})[key] = result
   return result, leaves
 
@@ -153,7 +162,7 @@ def _cond_handler(prim, vals, params):
   all_consts = [c for r in retraced for c in r.consts]
   const_avals = [core.get_aval(c) for c in all_consts]
   key = tuple(id(r) for r in retraced)
-  cacheable = not any(isinstance(c, core.Tracer) for c in all_consts)
+  cacheable = not has_tracer(all_consts)
   per = _cond_cache.setdefault(retraced[0], {}) if cacheable else {}
   new_branches = per.get(key)
   if new_branches is None:
@@ -239,63 +248,129 @@ def _while_handler(prim, vals, params):
   return br.unflatten(outs)
 
 
+def _scan_xs(x, length: int):
+  """An `xs` operand of scan: `(operand leaves, per-step value for the body)`. An implicit
+  one stays implicit when its class can `unstack` it; otherwise it is materialized."""
+  if is_implicit(x):
+    u = x.unstack()
+    if u is not None:
+      leaves, tree = _flatten(u)
+      if all(core.get_aval(l).shape[:1] == (length,) for l in leaves):
+        step = optree.tree_unflatten(tree, [_step_aval(l) for l in leaves])
+        return leaves, step
+    if warn_enabled() and type(x).warn_on_materialize:
+      warnings.warn(f"scan over {type(x).__name__} as xs: the class has no stacked layout "
+                    f"(ImplicitArray.unstack returned None), materializing it. Define "
+                    f"unstack/stack on the class, build the xs with "
+                    f"stagecraft.implicit.stack, or silence this with warn_on_materialize="
+                    f"False on the class or {WARN_ENV}=0.", MaterializationWarning,
+                    stacklevel=5)
+    x = materialize_value(x)
+  return [x], _step_aval(x)
+
+
+def _step_aval(x) -> ShapedArray:
+  a = core.get_aval(x)
+  return a.update(shape=a.shape[1:])
+
+
 def _scan_handler(prim, vals, params):
   nc, nk = params["num_consts"], params["num_carry"]
   closed = params["jaxpr"]
+  length = params["length"]
   consts, init = list(vals[:nc]), list(vals[nc:nc + nk])
-  xs = [materialize_value(x) for x in vals[nc + nk:]]   # slices of implicit xs: unknown
-  x_avals = [a.update(shape=a.shape[1:]) for a in map(core.get_aval, xs)]
+  xs_leaves, x_steps = [], []
+  for x in vals[nc + nk:]:
+    ls, step = _scan_xs(x, length)
+    xs_leaves += ls
+    x_steps.append(step)
   ny = len(closed.out_avals) - nk
+  ys_mat = [False] * ny          # implicit ys are stacked leaf by leaf (ImplicitArray.stack)
 
   def body_outs(carry, plain):
-    r, _ = retrace(closed, _avals_only(consts) + _avals_only(carry) + x_avals,
-                   [*plain, *[True] * ny])
+    r, _ = retrace(closed, _avals_only(consts) + _avals_only(carry) + x_steps,
+                   [*plain, *ys_mat])
     return _placeholders(r, closed.out_avals)[:nk]
   init, plain = _carry_fixpoint("scan", init, body_outs)
-  r, leaves = retrace(closed, consts + init + x_avals, [*plain, *[True] * ny])
+  r, leaves = retrace(closed, consts + init + x_steps, [*plain, *ys_mat])
   const_leaves = _flatten(consts)[0]
   carry_leaves = _flatten(init)[0]
   ops = [*r.consts, *const_leaves]
-  outs = prim.bind(*ops, *carry_leaves, *xs, **{**params, "jaxpr": r.closed,
-                                                "num_consts": len(ops),
-                                                "num_carry": len(carry_leaves)})
-  return r.unflatten(outs)
+  outs = prim.bind(*ops, *carry_leaves, *xs_leaves, **{**params, "jaxpr": r.closed,
+                                                       "num_consts": len(ops),
+                                                       "num_carry": len(carry_leaves)})
+  outs = r.unflatten(outs)
+  return outs[:nk] + [type(y).stack(y, length) if is_implicit(y) else y for y in outs[nk:]]
 
 
 # ---------------------------------------------------------------------------
 # Custom derivatives
 
 
+def _split(trees, flat):
+  """`flat` (one entry per leaf of the operands) cut into one list per operand."""
+  out, pos = [], 0
+  for tree in trees:
+    n = tree.num_leaves
+    out.append(list(flat[pos:pos + n]))
+    pos += n
+  return out
+
+
+def _rebuild(tree, leaves):
+  """The operand the user's rule sees: the implicit array itself, or the plain value."""
+  return leaves[0] if optree.treespec_is_leaf(tree) else optree.tree_unflatten(tree, leaves)
+
+
+def _dense(x):
+  return materialize_value(x) if is_implicit(x) else x
+
+
+def _materialize_tangent(tree, aval, primals, tangents):
+  """The tangent of `materialize(implicit array)` along the tangents of its leaves: a
+  symbolic zero when they all are, else computed without materializing the primal."""
+  live = [i for i, t in enumerate(tangents) if type(t) is not ad.Zero]
+  if not live:
+    return ad.Zero(ad.tangent_aval(aval))
+
+  def mat(*ls):
+    return [materialize_value(optree.tree_unflatten(tree, list(ls)))]
+  (t,) = tangents_only(mat, list(primals), live, [tangents[i] for i in live])
+  return t
+
+
 def _custom_jvp_handler(prim, vals, params):
+  """The primal body is re-traced under the evaluator; the user's JVP rule sees implicit
+  operands as themselves (and dense tangents: the JVP of `materialize`), and runs traced
+  under the evaluator, so that what it does with them goes to their handlers."""
   nc = params["num_consts"]
   consts = [materialize_value(c) for c in vals[:nc]]
   args = list(vals[nc:])
   nout = len(params["call_jaxpr"].out_avals)
   r, leaves = retrace(params["call_jaxpr"], consts + args, [True] * nout)
-  args_leaves, args_tree = _flatten(args)
+  args_leaves = _flatten(args)[0]
   arg_trees = [_flatten(a)[1] for a in args]
   arg_avals = [a.aval if is_implicit(a) else core.get_aval(a) for a in args]
   jvp = params["jvp"]
 
   def implicit_jvp(primals, tangents):
-    # primals/tangents: one per leaf of the implicit operands' children.
-    m_p, m_t, pos = [], [], 0
-    for tree, aval in zip(arg_trees, arg_avals):
-      n = tree.num_leaves
-      ps, ts = primals[pos:pos + n], tangents[pos:pos + n]
-      pos += n
-      if not optree.treespec_is_leaf(tree):
-        def mat(*ls, tree=tree):
-          return [materialize_value(optree.tree_unflatten(tree, ls))]
-        (p,), (t,) = ad.jvp_flat(mat, ps, ts)
-        if type(t) is ad.Zero:
-          t = ad.Zero(ad.tangent_aval(aval))
-        m_p.append(p)
-        m_t.append(t)
-      else:
-        m_p.append(ps[0])
-        m_t.append(ts[0])
-    return jvp(m_p, m_t)
+    # primals/tangents: one per leaf of the operands (implicit ones opened into children).
+    m_p, m_t = [], []
+    for tree, aval, ps, ts in zip(arg_trees, arg_avals, _split(arg_trees, primals),
+                                  _split(arg_trees, tangents)):
+      m_p.append(_rebuild(tree, ps))
+      m_t.append(ts[0] if optree.treespec_is_leaf(tree) else
+                 _materialize_tangent(tree, aval, ps, ts))
+    n = len(m_p)
+    box = []
+
+    def rule(*xs):
+      p_out, t_out = jvp(list(xs[:n]), list(xs[n:]))
+      box.append(len(p_out))
+      return [*p_out, *t_out]
+    outs = run_traced(rule, [*m_p, *m_t])
+    k = box[0]
+    return [_dense(o) for o in outs[:k]], [_dense(o) for o in outs[k:]]
   implicit_jvp.__name__ = getattr(jvp, "__name__", "jvp")
   k = len(r.consts) + len(leaves) - len(args_leaves)
   outs = prim.bind(*r.consts, *leaves, **{**params, "call_jaxpr": r.closed, "jvp": implicit_jvp,
@@ -304,6 +379,10 @@ def _custom_jvp_handler(prim, vals, params):
 
 
 def _custom_vjp_handler(prim, vals, params):
+  """The primal body is re-traced under the evaluator; the user's fwd and bwd rules see
+  implicit operands (and implicit residuals) as themselves and run traced under the
+  evaluator. A dense cotangent the bwd rule returns for an implicit operand is pulled back
+  to its children through the VJP of `materialize`."""
   nc = params["num_consts"]
   consts = [materialize_value(c) for c in vals[:nc]]
   args = list(vals[nc:])
@@ -314,25 +393,34 @@ def _custom_vjp_handler(prim, vals, params):
   fwd = params["fwd"]
 
   def implicit_fwd(primals, nonzeros):
-    # primals/nonzeros: one per leaf of the implicit operands' children. The user's rules
-    # see materialized operands; the children are saved to pull cotangents back to them.
-    m_p, m_nz, pos = [], [], 0
-    for tree in arg_trees:
-      n = tree.num_leaves
-      m_p.append(materialize_value(optree.tree_unflatten(tree, primals[pos:pos + n])))
-      m_nz.append(any(nonzeros[pos:pos + n]))
-      pos += n
-    p_out, res, bwd = fwd(m_p, m_nz)
-    nres = len(res)
+    # primals/nonzeros: one per leaf of the operands (implicit ones opened into children).
+    m_p = [_rebuild(t, ps) for t, ps in zip(arg_trees, _split(arg_trees, primals))]
+    m_nz = [any(nz) for nz in _split(arg_trees, nonzeros)]
+    box = []
+
+    def rule(*xs):
+      p_out, res, bwd = fwd(list(xs), m_nz)
+      box.append((len(p_out), bwd))
+      return [*p_out, *res]
+    outs = run_traced(rule, m_p)
+    k, bwd = box[0]
+    p_out = [_dense(o) for o in outs[:k]]
+    # Residuals that came out implicit travel as their children.
+    res_trees, res_leaves = [], []
+    for x in outs[k:]:
+      ls, t = _flatten(x)
+      res_trees.append(t)
+      res_leaves.extend(ls)
+    nres = len(res_leaves)
 
     def implicit_bwd(res_, cts):
       res_, kids = list(res_[:nres]), list(res_[nres:])
-      m_cts = bwd(res_, cts)
-      out, pos = [], 0
-      for tree, ct, nz in zip(arg_trees, m_cts, m_nz):
-        n = tree.num_leaves
-        ks = kids[pos:pos + n]
-        pos += n
+      res_vals = [_rebuild(t, ls) for t, ls in zip(res_trees, _split(res_trees, res_))]
+      nr = len(res_vals)
+      m_cts = run_traced(lambda *xs: bwd(list(xs[:nr]), list(xs[nr:])), [*res_vals, *cts])
+      m_cts = [_dense(c) for c in m_cts]
+      out = []
+      for tree, ct, nz, ks in zip(arg_trees, m_cts, m_nz, _split(arg_trees, kids)):
         if optree.treespec_is_leaf(tree):
           out.append(ct)
           continue
@@ -347,7 +435,7 @@ def _custom_vjp_handler(prim, vals, params):
           out.append(ad.Zero(t) if t.dtype != a.dtype else c)
       return out
     implicit_bwd.__name__ = getattr(bwd, "__name__", "bwd")
-    return p_out, [*res, *primals], implicit_bwd
+    return p_out, [*res_leaves, *primals], implicit_bwd
   implicit_fwd.__name__ = getattr(fwd, "__name__", "fwd")
   k = len(r.consts) + len(leaves) - len(args_leaves)
   outs = prim.bind(*r.consts, *leaves, **{**params, "call_jaxpr": r.closed, "fwd": implicit_fwd,

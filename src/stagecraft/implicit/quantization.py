@@ -97,6 +97,38 @@ class QuantizedArray(ImplicitArray):
       out = lax.transpose(out, (1, 0))
     return lax.convert_element_type(out, self.dtype)
 
+  def _replace_data(self, data, absmax, shape):
+    raise NotImplementedError
+
+  def _whole_blocks(self, shape) -> int | None:
+    """Blocks in an array of `shape`, when it is a whole number of blocks."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return None if n % self.block_size else n // self.block_size
+
+  def unstack(self):
+    """Slices along the leading axis are runs of whole blocks when the slice size is a
+    multiple of `block_size`: the codes and scales are reshaped to `(n, blocks per slice,
+    ...)`, so `lax.scan` over the array gives the body each slice as a quantized array.
+    None otherwise (transposed, 1-D, or blocks straddling slices)."""
+    nb = self._whole_blocks(self.shape[1:])
+    if self.transposed or len(self.shape) < 2 or nb is None or self.absmax.ndim != 1:
+      return None
+    n, data = self.shape[0], self._data()
+    return self._replace_data(jnp.reshape(data, (n, nb, *data.shape[1:])),
+                              jnp.reshape(self.absmax, (n, nb)), tuple(self.shape[1:]))
+
+  @classmethod
+  def stack(cls, stacked, length):
+    """The inverse of `unstack` (slices of whole blocks are concatenated into one quantized
+    array of shape `(length, *shape)`); other stacks are wrapped in `Stacked`."""
+    nb = stacked._whole_blocks(stacked.shape)
+    if stacked.transposed or nb is None or stacked.absmax.shape != (length, nb):
+      return super().stack(stacked, length)
+    data = stacked._data()
+    return stacked._replace_data(jnp.reshape(data, (length * nb, *data.shape[2:])),
+                                 jnp.reshape(stacked.absmax, (length * nb,)),
+                                 (int(length), *stacked.shape))
+
   @property
   def nbytes(self) -> int:
     """Bytes of the stored data and scales."""
@@ -121,6 +153,9 @@ class ArrayNF4(QuantizedArray, warn_on_materialize=True):
 
   def _data(self):
     return self.packed
+
+  def _replace_data(self, data, absmax, shape):
+    return dataclasses.replace(self, absmax=absmax, packed=data, shape=shape)
 
   @classmethod
   def quantize(cls, w, block_size: int = 64) -> "ArrayNF4":
@@ -165,6 +200,9 @@ class Array8bit(QuantizedArray):
 
   def _data(self):
     return self.codes
+
+  def _replace_data(self, data, absmax, shape):
+    return dataclasses.replace(self, absmax=absmax, codes=data, shape=shape)
 
   @classmethod
   def quantize(cls, w, block_size: int = 64) -> "Array8bit":

@@ -59,6 +59,9 @@ class DynamicJaxprTrace(Trace):
       # A tracer of an outer, live trace: captured as a constvar (closure).
       return self._const_var(x, x.aval)
     t = type(x)
+    if hasattr(t, "__jax_array__"):
+      # An array-like object (e.g. an implicit array) is staged as the array it converts to.
+      return self.to_atom(x.__jax_array__())
     if t in _literal_types:
       aval = core.get_aval(x)
       return Literal(x, aval)
