@@ -71,13 +71,18 @@ def bench_trace(reps: int):
   ours = lambda: sc.make_jaxpr(sc.grad(ls))(params, x, y)
   theirs = lambda: jax.make_jaxpr(jax.grad(lj))(params, x, y)
   n_ours, n_theirs = count_eqns(ours()), count_eqns(theirs())
+  return (*_abba_ms(ours, theirs, reps), n_ours, n_theirs)
+
+
+def _abba_ms(ours, theirs, reps: int):
+  """Medians in ms of `reps` alternating (ABBA) calls of each side."""
   a, b = [], []
   for i in range(reps):
     for fn, out in ((ours, a), (theirs, b)) if i % 2 == 0 else ((theirs, b), (ours, a)):
       t = time.perf_counter()
       fn()
       out.append((time.perf_counter() - t) * 1e3)
-  return statistics.median(a), statistics.median(b), n_ours, n_theirs
+  return statistics.median(a), statistics.median(b)
 
 
 def bench_eager_grad(reps: int, warm: int = 3):
@@ -102,13 +107,7 @@ def bench_eager_grad(reps: int, warm: int = 3):
     np.testing.assert_allclose(np.asarray(b), np.asarray(d), rtol=2e-4, atol=1e-5)
   for _ in range(warm):
     ours(), theirs()
-  a, b = [], []
-  for i in range(reps):
-    for fn, out in ((ours, a), (theirs, b)) if i % 2 == 0 else ((theirs, b), (ours, a)):
-      t = time.perf_counter()
-      fn()
-      out.append((time.perf_counter() - t) * 1e3)
-  return statistics.median(a), statistics.median(b)
+  return _abba_ms(ours, theirs, reps)
 
 
 def setup_sgd(batch: int = 128, lr: float = 0.01):
