@@ -263,9 +263,17 @@ class custom_jvp:
     return _apply_custom_jvp(self, args, nondiff, name)
 
 
-def _dyn_leaves(args: tuple, nondiff: Sequence[int]):
+def _custom_call_trace(args: tuple, nondiff: Sequence[int]) -> core.Trace:
+  """The trace that handles a call of a custom_jvp/custom_vjp function: the current one,
+  except that a partial-evaluation trace none of whose tracers is among the differentiable
+  arguments passes the call to the trace below it."""
+  trace = core.current_trace()
+  if type(trace) is not ad.PartialEvalTrace:
+    return trace
   leaves, _ = _flatten(tuple(a for i, a in enumerate(args) if i not in nondiff))
-  return leaves
+  while type(trace) is ad.PartialEvalTrace and not any(trace.is_unknown(x) for x in leaves):
+    trace = trace.parent
+  return trace
 
 
 def _apply_custom_jvp(cj: "custom_jvp", args: tuple, nondiff: tuple, name: str):
@@ -274,13 +282,12 @@ def _apply_custom_jvp(cj: "custom_jvp", args: tuple, nondiff: tuple, name: str):
   primal values (the function itself is not traced, so it runs as often as in JAX); a
   partial-evaluation trace with no unknown input defers to the trace below it; any other
   trace (staging, batching) gets a `custom_jvp_call` equation."""
-  trace = core.current_trace()
+  trace = _custom_call_trace(args, nondiff)
+  if trace is not core.current_trace():
+    with core.set_current_trace(trace):
+      return _apply_custom_jvp(cj, args, nondiff, name)
   if type(trace) is core.EvalTrace:
     return cj.fun(*args)
-  if type(trace) is ad.PartialEvalTrace and not any(
-      trace.is_unknown(x) for x in _dyn_leaves(args, nondiff)):
-    with core.set_current_trace(trace.parent):
-      return _apply_custom_jvp(cj, args, nondiff, name)
   if type(trace) is ad.JVPTrace:
     return _custom_jvp_in_jvp_trace(trace, cj, args, nondiff, name)
   # Non-differentiable arguments are constants for the rule (their tangents are dropped).
@@ -540,13 +547,12 @@ def _apply_custom_vjp(cv: "custom_vjp", args: tuple, nondiff: tuple, name: str):
   """Calls a custom_vjp function in the current trace (see `_apply_custom_jvp`): a JVP trace
   runs the user's fwd rule on the primal values and emits the `custom_lin` equation whose
   transpose is the bwd rule; the function itself runs only where JAX runs it."""
-  trace = core.current_trace()
+  trace = _custom_call_trace(args, nondiff)
+  if trace is not core.current_trace():
+    with core.set_current_trace(trace):
+      return _apply_custom_vjp(cv, args, nondiff, name)
   if type(trace) is core.EvalTrace:
     return cv.fun(*args)
-  if type(trace) is ad.PartialEvalTrace and not any(
-      trace.is_unknown(x) for x in _dyn_leaves(args, nondiff)):
-    with core.set_current_trace(trace.parent):
-      return _apply_custom_vjp(cv, args, nondiff, name)
   if type(trace) is ad.JVPTrace:
     static, in_tree, merge, primals, tangents = _split_jvp_args(trace, args, nondiff)
     if all(type(t) is ad.Zero for t in tangents):
