@@ -19,8 +19,9 @@ LAYERS = {
     5: ["lax"],
     6: ["custom_derivatives", "custom_dce", "custom_batching", "ad_checkpoint", "api_util",
         "pjit"],
-    7: ["numpy", "scipy", "random", "nn"],
-    8: ["api", "stages", "shard_map", "xla_computation", "test_util", "distributed"],
+    7: ["numpy", "scipy", "random", "nn", "image", "ops", "flatten_util"],
+    8: ["api", "stages", "shard_map", "xla_computation", "test_util", "distributed",
+        "experimental"],
     9: ["implicit", "optim", "examples", "cli", "__main__"],
 }
 

@@ -37,3 +37,14 @@ from stagecraft.xla_computation import xla_computation
 
 __version__ = "0.1.0"
 from stagecraft import implicit  # last: it looks primitives up by name
+
+import importlib as _importlib
+
+# Subsystems loaded on first use (`stagecraft.image`, `import stagecraft.ops`).
+_LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental")
+
+
+def __getattr__(name):
+  if name in _LAZY_SUBMODULES:
+    return _importlib.import_module(f"{__name__}.{name}")
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
