@@ -31,6 +31,9 @@ from stagecraft.ad_checkpoint import checkpoint, checkpoint_policies, remat
 from stagecraft.custom_dce import custom_dce
 from stagecraft import random, scipy, nn  # after api: they use jit
 from stagecraft import stages
+from stagecraft import debug
+from stagecraft.callback import pure_callback
+from stagecraft.runtime.dispatch import effects_barrier
 from stagecraft import optim
 from stagecraft import distributed
 from stagecraft.xla_computation import xla_computation

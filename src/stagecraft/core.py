@@ -26,7 +26,8 @@ __all__ = ["ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScala
            "pp_jaxpr", "Primitive", "Trace", "EvalTrace", "eval_trace", "current_trace",
            "set_current_trace", "escaped_tracer_error", "Tracer", "to_concrete_value",
            "eval_jaxpr", "closed_calls",
-           "def_closed_call", "jaxpr_as_fun", "check_jaxpr"]
+           "def_closed_call", "jaxpr_as_fun", "check_jaxpr", "Effect", "Effects",
+           "no_effects", "EffectTypeSet", "ordered_effects", "AbstractToken", "abstract_token"]
 
 # ---------------------------------------------------------------------------
 # Avals
@@ -263,6 +264,64 @@ class Literal:
 Atom = Var | Literal
 
 
+# ---------------------------------------------------------------------------
+# Effects (JAX's `effects` module): what an equation does besides computing its outputs.
+
+
+class Effect:
+  """A side effect of an equation (printing, a host callback). Equations with effects are
+  never removed by dead-code elimination; effects of a type in `ordered_effects` also run
+  in program order (the lowering threads a token through them)."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return type(self).__name__
+
+
+Effects = frozenset
+no_effects: frozenset = frozenset()
+
+
+class EffectTypeSet:
+  """A set of effect types (`ordered_effects.add_type(MyEffect)`); `contains(effect)`
+  asks whether an effect is an instance of one of them."""
+
+  def __init__(self):
+    self._types: set[type] = set()
+
+  def add_type(self, t: type) -> None:
+    self._types.add(t)
+
+  def contains(self, eff: Effect) -> bool:
+    return any(isinstance(eff, t) for t in self._types)
+
+  def filter_in(self, effs) -> list:
+    return [e for e in effs if self.contains(e)]
+
+  def filter_not_in(self, effs) -> list:
+    return [e for e in effs if not self.contains(e)]
+
+
+#: Effect types that run in program order (io_callback(ordered=True), debug.print(ordered=True)).
+ordered_effects = EffectTypeSet()
+
+
+class AbstractToken:
+  """The type of the token that orders effects in a lowered program (`!stablehlo.token`);
+  `abstract_token` is its one instance."""
+  __slots__ = ()
+  shape = ()
+
+  def __repr__(self):
+    return "AbstractToken()"
+
+  def str_short(self, short_dtypes: bool = False) -> str:
+    return "Tok"
+
+
+abstract_token = AbstractToken()
+
+
 class JaxprEqn(NamedTuple):
   """One equation: `outvars = primitive[params] invars`.
 
@@ -277,6 +336,18 @@ class JaxprEqn(NamedTuple):
 
   def replace(self, **kw) -> "JaxprEqn":
     return self._replace(**kw)
+
+  @property
+  def effects(self) -> frozenset:
+    """The equation's effects: its primitive's (`Primitive.effects_rule` of its params)
+    and those of the jaxprs its params hold (a jit, cond, loop or map of an effect)."""
+    rule = self.primitive.effects_rule
+    effs = rule(**self.params) if rule is not None else no_effects
+    for j in subjaxprs(self):
+      e = j.effects
+      if e:
+        effs = effs | e
+    return effs
 
 
 #: None, or a callable `() -> source info` that the staging trace calls for each equation it
@@ -294,17 +365,32 @@ class DebugInfo(NamedTuple):
 
 
 class Jaxpr:
-  """A typed, first-order program: `{ lambda constvars ; invars . let eqns in outvars }`."""
-  __slots__ = ("constvars", "invars", "outvars", "eqns", "debug_info", "effects")
+  """A typed, first-order program: `{ lambda constvars ; invars . let eqns in outvars }`.
+
+  `effects` is the union of its equations' effects (computed on first use; build a new
+  Jaxpr, e.g. with `replace`, rather than editing `eqns` after that)."""
+  __slots__ = ("constvars", "invars", "outvars", "eqns", "debug_info", "_effects")
 
   def __init__(self, constvars: Sequence[Var], invars: Sequence[Var], outvars: Sequence[Atom],
-               eqns: Sequence[JaxprEqn], debug_info: DebugInfo | None = None, effects=()):
+               eqns: Sequence[JaxprEqn], debug_info: DebugInfo | None = None, effects=None):
     self.constvars = list(constvars)
     self.invars = list(invars)
     self.outvars = list(outvars)
     self.eqns = list(eqns)
     self.debug_info = debug_info
-    self.effects = effects
+    self._effects = None if effects is None else frozenset(effects)
+
+  @property
+  def effects(self) -> frozenset:
+    effs = self._effects
+    if effs is None:
+      effs = no_effects
+      for eqn in self.eqns:
+        e = eqn.effects
+        if e:
+          effs = effs | e
+      self._effects = effs
+    return effs
 
   in_avals = property(lambda self: [v.aval for v in self.invars])
   out_avals = property(lambda self: [v.aval for v in self.outvars])
@@ -316,7 +402,7 @@ class Jaxpr:
 
   def replace(self, **kw) -> "Jaxpr":
     d = dict(constvars=self.constvars, invars=self.invars, outvars=self.outvars,
-             eqns=self.eqns, debug_info=self.debug_info, effects=self.effects)
+             eqns=self.eqns, debug_info=self.debug_info)
     d.update(kw)
     return Jaxpr(**d)
 
@@ -431,6 +517,8 @@ pp_param_order: dict["Primitive", tuple[str, ...]] = {}
 
 def _pp_eqn(eqn: JaxprEqn, names: _Names, indent: int) -> str:
   lhs = " ".join(names.binder(v) for v in eqn.outvars)
+  # NB: an equation without results (an effect) prints as `prim[...] args`, as in JAX.
+  lhs = f"{lhs} =" if eqn.outvars else ""
   rhs_args = " ".join(names(v) for v in eqn.invars)
   order = pp_param_order.get(eqn.primitive)
   if order is None:
@@ -439,14 +527,14 @@ def _pp_eqn(eqn: JaxprEqn, names: _Names, indent: int) -> str:
     params = [(k, eqn.params[k]) for k in order if k in eqn.params]
   prim = eqn.primitive.name
   if not params:
-    return f"{lhs} = {prim} {rhs_args}".rstrip()
+    return f"{lhs} {prim} {rhs_args}".strip()
   one = " ".join(f"{k}={_pp_param(v, indent + 2)}" for k, v in params)
-  line = f"{lhs} = {prim}[{one}] {rhs_args}".rstrip()
+  line = f"{lhs} {prim}[{one}] {rhs_args}".strip()
   if "\n" not in line and indent + len(line) <= _PP_WIDTH:
     return line
   pad = " " * (indent + 2)
   body = "\n".join(f"{pad}{k}={_pp_param(v, indent + 2)}" for k, v in params)
-  return f"{lhs} = {prim}[\n{body}\n{' ' * indent}] {rhs_args}".rstrip()
+  return f"{lhs} {prim}[\n{body}\n{' ' * indent}] {rhs_args}".strip()
 
 
 def _pp_header(consts: list[str], ins: list[str], indent: int) -> str:
@@ -500,6 +588,8 @@ class Primitive:
     self.name = name
     self.impl: Callable | None = None
     self.abstract_eval: Callable | None = None
+    # `rule(**params) -> frozenset of Effect`, or None: the primitive itself is pure.
+    self.effects_rule: Callable | None = None
 
   def __repr__(self):
     return self.name
@@ -513,6 +603,12 @@ class Primitive:
 
   def def_abstract_eval(self, rule: Callable) -> Callable:
     self.abstract_eval = rule
+    return rule
+
+  def def_effects(self, rule: Callable) -> Callable:
+    """Registers `rule(**params) -> frozenset[Effect]`: the effects of an equation of this
+    primitive with those params (see `JaxprEqn.effects`)."""
+    self.effects_rule = rule
     return rule
 
 

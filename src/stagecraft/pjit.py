@@ -157,7 +157,7 @@ class CompiledCall:
   """A compiled signature's call: leaves in, Arrays out. `device` is where it runs (None:
   the default device)."""
   __slots__ = ("exe", "kept", "const_bufs", "in_avals", "out_avals", "out_tree", "donated",
-               "simple", "single", "text", "device", "float0_outs")
+               "simple", "single", "text", "device", "float0_outs", "callbacks")
 
   def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text,
                device):
@@ -171,8 +171,9 @@ class CompiledCall:
     # NB: float0 results (tangents of integers) are i1 zeros in the program; they come back
     # as host float0 zeros, as in JAX.
     self.float0_outs = [i for i, a in enumerate(out_avals) if a.dtype == dtypes.float0]
+    self.callbacks = dispatch.host_callbacks_of(text)
     self.simple = (not const_bufs and not donated and device is None
-                   and not self.float0_outs)
+                   and not self.float0_outs and not self.callbacks)
     self.single = (out_tree.num_leaves == 1 and out_tree.num_nodes == 1
                    and not self.float0_outs)
     self.text = text
@@ -203,7 +204,10 @@ class CompiledCall:
     if self.const_bufs:
       bufs = [*self.const_bufs, *bufs]
     try:
-      results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+      if self.callbacks:
+        results = dispatch.execute_with_callbacks(self.exe, bufs, self.callbacks)
+      else:
+        results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
     except TypeError:
       dispatch.raise_if_donated(leaves)
       raise

@@ -1,6 +1,10 @@
 """`stagecraft.experimental`: JAX's `jax.experimental` names (submodules load on first use)."""
 import importlib as _importlib
 
+from stagecraft.callback import io_callback
+
+__all__ = ["io_callback", "checkify", "ode"]
+
 _SUBMODULES = ("ode", "checkify")
 
 

@@ -23,7 +23,7 @@ __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_sc
            "dense_array", "i64_array", "dense_i64", "ModuleContext", "FuncBuilder",
            "LoweringRuleContext", "emit_op", "constant", "build_region", "sanitize_name",
            "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
-           "lower_jaxpr_to_module"]
+           "lower_jaxpr_to_module", "ModuleText", "has_ordered_effects"]
 
 _lowerings: dict[core.Primitive, Callable] = {}
 
@@ -66,7 +66,9 @@ def elt_type(dtype: np.dtype) -> str:
 
 
 def ir_type(aval: ShapedArray) -> str:
-  """`f32[3,4]` -> `tensor<3x4xf32>`."""
+  """`f32[3,4]` -> `tensor<3x4xf32>` (`core.abstract_token` -> `!stablehlo.token`)."""
+  if aval is core.abstract_token:
+    return "!stablehlo.token"
   key = (aval.shape, aval.dtype)
   t = _type_cache.get(key)
   if t is None:
@@ -148,6 +150,14 @@ class ModuleContext:
     self.manual_depth: int | None = None
     # Programs over a user's device mesh (runtime/spmd.py): its `Mesh`.
     self.sdy_mesh = None
+    # The Python callables of the host-callback custom calls, indexed by their `index`.
+    self.host_callbacks: list[Callable] = []
+
+  def add_host_callback(self, fn: Callable) -> int:
+    """Registers a host callback of this module; returns its index (the custom call's
+    `index` attribute, with which the runtime finds the callable at compile time)."""
+    self.host_callbacks.append(fn)
+    return len(self.host_callbacks) - 1
 
   def new_channel(self) -> int:
     self._channel += 1
@@ -172,6 +182,8 @@ class FuncBuilder:
     self.lines: list[str] = []
     self.counter = 0
     self.consts: dict[Any, str] = {}
+    # The current `!stablehlo.token` of ordered effects in this region (None: none yet).
+    self.token: str | None = None
 
   def fresh(self) -> str:
     self.counter += 1
@@ -197,6 +209,20 @@ class LoweringRuleContext:
   def replace(self, avals_in=None, avals_out=None) -> "LoweringRuleContext":
     return LoweringRuleContext(self.fb, self.avals_in if avals_in is None else avals_in,
                                self.avals_out if avals_out is None else avals_out)
+
+  # -- ordered effects: one token threaded through the region's ordered effects
+
+  def get_token(self) -> str:
+    """The current ordered-effect token (a fresh `stablehlo.after_all` if none yet)."""
+    fb = self.fb
+    if fb.token is None:
+      fb.token = fb.fresh()
+      fb.emit(f'{fb.token} = "stablehlo.after_all"() : () -> !stablehlo.token')
+    return fb.token
+
+  def set_token(self, token: str) -> None:
+    """Makes `token` (a result of the last ordered effect) the current token."""
+    self.fb.token = token
 
   # -- emission helpers
 
@@ -261,14 +287,14 @@ def build_region(fb: FuncBuilder, arg_avals: Sequence[ShapedArray],
                  ret_avals: Sequence[ShapedArray], body: Callable[..., Sequence[str]]) -> str:
   """Builds a one-block region: `body(*arg_names)` emits into it and returns the names of
   the values it returns (with `stablehlo.return`, typed by `ret_avals`)."""
-  saved_lines, saved_consts = fb.lines, fb.consts
-  fb.lines, fb.consts = [], {}
+  saved_lines, saved_consts, saved_token = fb.lines, fb.consts, fb.token
+  fb.lines, fb.consts, fb.token = [], {}, None
   try:
     args = [fb.fresh() for _ in arg_avals]
     results = list(body(*args))
     lines = fb.lines
   finally:
-    fb.lines, fb.consts = saved_lines, saved_consts
+    fb.lines, fb.consts, fb.token = saved_lines, saved_consts, saved_token
   header = "^bb0(" + ", ".join(f"{a}: {ir_type(av)}" for a, av in zip(args, arg_avals)) + "):"
   ret_types = ", ".join(ir_type(a) for a in ret_avals)
   ret = f'  "stablehlo.return"({", ".join(results)}) : ({ret_types}) -> ()'
@@ -318,15 +344,25 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
   return [read(v) for v in jaxpr.outvars]
 
 
+def has_ordered_effects(jaxpr: Jaxpr) -> bool:
+  """Whether `jaxpr` has an effect of an ordered type (its calls then thread a token)."""
+  effs = jaxpr.effects
+  return bool(effs) and any(core.ordered_effects.contains(e) for e in effs)
+
+
 def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
                        public: bool = False, arg_attrs: Sequence[str | None] | None = None,
-                       result_attrs: Sequence[str | None] | None = None) -> str:
+                       result_attrs: Sequence[str | None] | None = None,
+                       token: bool = False) -> str:
   """Emits `jaxpr` (constvars first, then invars, as arguments) as a `func.func`; returns
-  its text."""
+  its text. With `token`, the function takes the ordered-effect token first and returns the
+  last one first (a call of a jaxpr with ordered effects, `lower_call`)."""
   fb = FuncBuilder(module)
   in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
   arg_names = [f"%arg{i}" for i in range(len(in_avals))]
   nconst = len(jaxpr.constvars)
+  if token:
+    fb.token = "%argtok"
   outs = jaxpr_subcomp(fb, jaxpr, arg_names[:nconst], arg_names[nconst:])
   out_types = [ir_type(v.aval) for v in jaxpr.outvars]
   args_txt = []
@@ -337,6 +373,11 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
   for i, t in enumerate(out_types):
     attr = result_attrs[i] if result_attrs is not None else None
     res_txt.append(t + (f" {{{attr}}}" if attr else ""))
+  if token:
+    args_txt.insert(0, "%argtok: !stablehlo.token")
+    res_txt.insert(0, "!stablehlo.token")
+    outs = [fb.token, *outs]
+    out_types = ["!stablehlo.token", *out_types]
   vis = "public" if public else "private"
   body = "\n".join("    " + ln for ln in fb.lines)
   ret = f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else "    return"
@@ -358,21 +399,31 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
     raise ValueError(f"lower_call({name}): the called jaxpr has constants; convert them to "
                      f"arguments first (partial_eval.convert_constvars_jaxpr).")
   module = ctx.module
+  token = has_ordered_effects(closed_jaxpr.jaxpr)
   cached = module.call_cache.get(id(closed_jaxpr))
   if cached is None:
     fname = module.unique_func_name(name)
-    module.funcs.append(lower_jaxpr_to_fun(module, fname, closed_jaxpr.jaxpr))
+    module.funcs.append(lower_jaxpr_to_fun(module, fname, closed_jaxpr.jaxpr, token=token))
     module.call_cache[id(closed_jaxpr)] = (fname, closed_jaxpr)
   else:
     fname = cached[0]
   in_types = [ir_type(a) for a in ctx.avals_in]
   out_types = [ir_type(a) for a in ctx.avals_out]
+  args = list(args)
+  if token:
+    args.insert(0, ctx.get_token())
+    in_types.insert(0, "!stablehlo.token")
+    out_types.insert(0, "!stablehlo.token")
   n = len(out_types)
   base = ctx.fb.fresh()
   lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
   ctx.fb.emit(f"{lhs}func.call @{fname}({', '.join(args)}) : ({', '.join(in_types)}) -> "
               f"({', '.join(out_types)})")
-  return [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
+  outs = [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
+  if token:
+    ctx.set_token(outs[0])
+    outs = outs[1:]
+  return outs
 
 
 @contextlib.contextmanager
@@ -413,6 +464,19 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
   if module.mesh:
     axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)
     funcs = f"  sdy.mesh @mesh = <[{axes}]>\n{funcs}"
-  return (f"module @{module.name} attributes {{mhlo.num_partitions = "
+  text = (f"module @{module.name} attributes {{mhlo.num_partitions = "
           f"{module.num_partitions} : i32, mhlo.num_replicas = {module.num_replicas} : i32}} "
           f"{{\n{funcs}\n}}\n")
+  if module.host_callbacks:
+    return ModuleText(text, module.host_callbacks)
+  return text
+
+
+class ModuleText(str):
+  """StableHLO module text whose host-callback custom calls index `host_callbacks` (the
+  callables compile hands to the runtime). Plain `str` when a module has none."""
+
+  def __new__(cls, text: str, host_callbacks: Sequence[Callable]):
+    self = super().__new__(cls, text)
+    self.host_callbacks = tuple(host_callbacks)
+    return self

@@ -182,7 +182,7 @@ def convert_constvars_jaxpr(jaxpr: Jaxpr) -> Jaxpr:
 #: Per-primitive DCE rules: `rule(used_outputs, eqn) -> (used_inputs, new_eqn or None)`.
 dce_rules: dict[core.Primitive, Callable] = {}
 
-#: Primitives with side effects, never removed.
+#: Primitives never removed (equations with effects, `JaxprEqn.effects`, are kept too).
 effectful_primitives: set[core.Primitive] = set()
 
 
@@ -207,9 +207,12 @@ def dce_jaxpr(jaxpr: Jaxpr, used_outputs: Sequence[bool],
   for eqn in reversed(jaxpr.eqns):
     used_outs = [not isinstance(v, DropVar) and v in live for v in eqn.outvars]
     rule = dce_rules.get(eqn.primitive)
-    if rule is not None:
+    if not any(used_outs) and (eqn.primitive in effectful_primitives or eqn.effects):
+      # NB: an equation with effects stays, whole, even when no one reads its results.
+      used_ins, new_eqn = [True] * len(eqn.invars), eqn
+    elif rule is not None:
       used_ins, new_eqn = rule(used_outs, eqn)
-    elif any(used_outs) or eqn.primitive in effectful_primitives:
+    elif any(used_outs):
       used_ins, new_eqn = [True] * len(eqn.invars), eqn
     else:
       used_ins, new_eqn = [False] * len(eqn.invars), None

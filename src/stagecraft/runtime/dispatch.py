@@ -23,7 +23,8 @@ from stagecraft.sharding import SingleDeviceSharding, to_named
 
 __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "target_device",
            "device_put_leaf", "block_until_ready", "compile_count", "compile_module",
-           "Executable", "mesh_apply_primitive", "apply_primitive"]
+           "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
+           "host_callbacks_of", "execute_with_callbacks", "effects_barrier"]
 
 try:  # the runtime's own array type, accepted wherever an Array is
   from jaxlib._jax import ArrayImpl as _JaxArray
@@ -180,7 +181,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
     RuntimeError: in a process forked after the runtime started (it would deadlock).
   """
   devs = tuple(devices) if devices is not None else (client.default_device(),)
-  key = (text, devs, num_replicas, num_partitions)
+  callbacks = host_callbacks_of(text)
+  key = (text, devs, num_replicas, num_partitions, callbacks)
   exe = _compile_cache.get(key)
   if exe is not None:
     return exe
@@ -196,17 +198,117 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       opts = client.compile_options(num_replicas, num_partitions, assignment)
       cache_dir = config.compilation_cache_dir
       disk_key = None
-      if cache_dir:
+      if cache_dir and not callbacks:   # NB: Python callables cannot be stored on disk
         cache_dir = os.fspath(cache_dir)
         disk_key = cache.cache_key(text, devs, num_replicas, num_partitions)
         exe = cache.lookup(cache_dir, disk_key, devs, opts)
       if exe is None:
-        exe = backend.compile_and_load(text, client.device_list(devs), opts)
+        if callbacks:
+          exe = backend.compile_and_load(_mlir_module(text), client.device_list(devs), opts,
+                                         list(callbacks))
+        else:
+          exe = backend.compile_and_load(text, client.device_list(devs), opts)
         compile_count[0] += 1
         if disk_key is not None and cache.store(cache_dir, disk_key, exe):
           cache.evict(cache_dir, config.compilation_cache_max_size)
       _compile_cache[key] = exe
   return exe
+
+
+# ---------------------------------------------------------------------------
+# Host callbacks
+
+
+def host_callbacks_of(text: str) -> tuple:
+  """The host callbacks a module's custom calls index (`lowering.ModuleText`), or ()."""
+  return getattr(text, "host_callbacks", ())
+
+
+_mlir_context: list = []
+
+
+def _mlir_module(text: str):
+  """`text` parsed into an MLIR module of the runtime's MLIR bindings: the runtime takes the
+  callables of host callbacks only with a parsed module, not with text."""
+  # NB: jaxlib's MLIR bindings cost ~0.1 s to import; only modules with callbacks need them.
+  from jaxlib.mlir import ir
+  from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+  from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+  if not _mlir_context:
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    sdy.register_dialect(ctx)
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    _mlir_context.append(ctx)
+  with _mlir_context[0]:
+    return ir.Module.parse(str(text))
+
+
+class HostCallback:
+  """A Python function called by a running program (a host-callback custom call).
+
+  Called by the runtime with NumPy arrays (and the token first, for `token=True`); returns
+  the results as a tuple. An exception raised by `fn` is kept, so that the call site can
+  raise it (`finish_callbacks`) instead of the runtime's generic error."""
+  __slots__ = ("fn", "name", "token", "errors", "__weakref__")
+
+  def __init__(self, fn, name: str, token: bool = False):
+    self.fn = fn
+    self.name = name
+    self.token = token
+    self.errors: list[BaseException] = []
+
+  def __call__(self, *args):
+    try:
+      if self.token:
+        return (args[0], *self.fn(*args[1:]))
+      return tuple(self.fn(*args))
+    except BaseException as e:
+      self.errors.append(e)
+      raise
+
+
+_callbacks_lock = threading.Lock()
+
+
+def execute_with_callbacks(exe, bufs: Sequence[Any], callbacks: Sequence[HostCallback]):
+  """Runs a program with host callbacks to completion; returns its per-device results
+  (as `execute_sharded(...).disassemble_into_single_device_arrays()`).
+
+  Programs with callbacks complete before their call returns, so their callbacks run in
+  call order (ordered effects across calls) and their errors surface here.
+
+  Raises:
+    JaxRuntimeError: naming the callback that raised, chained to its exception.
+  """
+  error = outs = None
+  try:
+    res = exe.execute_sharded(bufs, with_tokens=True)
+    token = res.consume_token()
+    outs = res.disassemble_into_single_device_arrays()
+    token.block_until_ready()
+  except xc.XlaRuntimeError as e:
+    error = e
+  with _callbacks_lock:
+    raised = [(cb, cb.errors.pop(0)) for cb in callbacks if cb.errors]
+  if raised:
+    cb, original = raised[0]
+    raise xc.XlaRuntimeError(
+        f"{cb.name} raised {type(original).__name__}: {original} (the program that called "
+        f"it stopped; the runtime stays usable)") from original
+  if error is not None:
+    raise error
+  return outs
+
+
+def effects_barrier() -> None:
+  """Waits until every effect of the programs run so far has happened (JAX's
+  `effects_barrier`). Programs with host callbacks complete before their call returns, so
+  there is nothing left to wait for; kept for JAX programs that call it."""
 
 
 # ---------------------------------------------------------------------------
@@ -216,7 +318,7 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
 class Executable:
   """A compiled program with its input/output avals; `call(args)` takes flat array-likes.
   `device` is where it runs (None: the default device)."""
-  __slots__ = ("exe", "in_avals", "out_avals", "text", "device")
+  __slots__ = ("exe", "in_avals", "out_avals", "text", "device", "callbacks")
 
   def __init__(self, exe, in_avals, out_avals, text, device=None):
     self.exe = exe
@@ -224,6 +326,7 @@ class Executable:
     self.out_avals = tuple(out_avals)
     self.text = text
     self.device = device
+    self.callbacks = host_callbacks_of(text)
 
   def _buffers(self, args):
     dev = self.device
@@ -234,7 +337,11 @@ class Executable:
 
   def call(self, args: Sequence[Any]) -> list[Array]:
     try:
-      outs = self.exe.execute_sharded(self._buffers(args)).disassemble_into_single_device_arrays()
+      if self.callbacks:
+        outs = execute_with_callbacks(self.exe, self._buffers(args), self.callbacks)
+      else:
+        outs = self.exe.execute_sharded(
+            self._buffers(args)).disassemble_into_single_device_arrays()
     except TypeError:
       raise_if_donated(args)
       raise
@@ -243,6 +350,8 @@ class Executable:
 
   def call1(self, args: Sequence[Any]) -> Array:
     """`call` for a program with one result."""
+    if self.callbacks:
+      return self.call(args)[0]
     try:
       out = self.exe.execute_sharded(
           self._buffers(args)).disassemble_into_single_device_arrays()[0][0]

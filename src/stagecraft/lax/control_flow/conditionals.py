@@ -256,6 +256,20 @@ def _cond_abstract_eval(index: ShapedArray, *avals: ShapedArray,
 def _cond_lowering(ctx, index: str, *args: str, branches: tuple[ClosedJaxpr, ...]):
   # `stablehlo.case`: one region per branch, no block arguments; each reads the operands
   # from the enclosing scope and ends in `stablehlo.return`.
+  if any(lowering.has_ordered_effects(br.jaxpr) for br in branches):
+    # NB: ordered effects: each branch continues the enclosing token and returns its last.
+    token = ctx.get_token()
+
+    def branch(br):
+      ctx.fb.token = token
+      outs = lowering.jaxpr_subcomp(ctx.fb, br.jaxpr, [], args)
+      return [ctx.fb.token, *outs]
+    out_avals = [core.abstract_token, *ctx.avals_out]
+    regions = [ctx.region([], out_avals, lambda br=br: branch(br)) for br in branches]
+    outs = ctx.op("stablehlo.case", [index], out_avals, regions=regions,
+                  operand_avals=ctx.avals_in[:1])
+    ctx.set_token(outs[0])
+    return outs[1:]
   regions = [ctx.region([], ctx.avals_out,
                         lambda br=br: lowering.jaxpr_subcomp(ctx.fb, br.jaxpr, [], args))
              for br in branches]

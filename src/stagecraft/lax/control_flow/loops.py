@@ -234,11 +234,27 @@ def _scan_lowering(ctx, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: i
           ["tensor<i1>"], "comparison_direction = #stablehlo<comparison_direction LT>, "
           "compare_type = #stablehlo<comparison_type SIGNED>")
 
-    cond = ctx.region(state_avals, [ShapedArray((), np.dtype(np.bool_))], cond_body)
-    body = ctx.region(state_avals, state_avals,
-                      lambda *names: lowering.jaxpr_subcomp(fb, body_j, [], names))
-    state = ctx.op("stablehlo.while", state, state_avals, regions=[cond, body],
-                   operand_avals=state_avals)
+    if lowering.has_ordered_effects(body_j):
+      # NB: ordered effects in the loop: the token is a loop-carried value (first).
+      def tok_cond(tok, *names):
+        return cond_body(*names)
+
+      def tok_body(tok, *names):
+        fb.token = tok
+        outs = lowering.jaxpr_subcomp(fb, body_j, [], names)
+        return [fb.token, *outs]
+      tok_avals = [core.abstract_token, *state_avals]
+      cond = ctx.region(tok_avals, [ShapedArray((), np.dtype(np.bool_))], tok_cond)
+      body = ctx.region(tok_avals, tok_avals, tok_body)
+      tok, *state = ctx.op("stablehlo.while", [ctx.get_token(), *state], tok_avals,
+                           regions=[cond, body], operand_avals=tok_avals)
+      ctx.set_token(tok)
+    else:
+      cond = ctx.region(state_avals, [ShapedArray((), np.dtype(np.bool_))], cond_body)
+      body = ctx.region(state_avals, state_avals,
+                        lambda *names: lowering.jaxpr_subcomp(fb, body_j, [], names))
+      state = ctx.op("stablehlo.while", state, state_avals, regions=[cond, body],
+                     operand_avals=state_avals)
   if rem:
     one = step(1)
     for _ in range(rem):

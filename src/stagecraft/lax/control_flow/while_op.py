@@ -136,19 +136,31 @@ def _while_lowering(ctx, *args, cond_jaxpr: ClosedJaxpr, body_jaxpr: ClosedJaxpr
   # the regions read nothing from the enclosing scope.
   avals = list(ctx.avals_in)
   nc, nconsts = cond_nconsts, cond_nconsts + body_nconsts
+  # NB: ordered effects in the loop: the token is a loop-carried value (first).
+  tok = int(lowering.has_ordered_effects(body_jaxpr.jaxpr)
+            or lowering.has_ordered_effects(cond_jaxpr.jaxpr))
 
   def cond_region(*xs):
+    if tok:
+      ctx.fb.token, xs = xs[0], xs[1:]
     return lowering.jaxpr_subcomp(ctx.fb, cond_jaxpr.jaxpr, [], [*xs[:nc], *xs[nconsts:]])
 
   def body_region(*xs):
+    if tok:
+      ctx.fb.token, xs = xs[0], xs[1:]
     outs = lowering.jaxpr_subcomp(ctx.fb, body_jaxpr.jaxpr, [], xs[nc:])
-    return [*xs[:nconsts], *outs]
+    return [ctx.fb.token, *xs[:nconsts], *outs] if tok else [*xs[:nconsts], *outs]
 
+  if tok:
+    avals = [core.abstract_token, *avals]
+    args = [ctx.get_token(), *args]
   cond_r = ctx.region(avals, [_BOOL], cond_region)
   body_r = ctx.region(avals, avals, body_region)
   outs = ctx.op("stablehlo.while", list(args), avals, regions=[cond_r, body_r],
                 operand_avals=avals)
-  return outs[nconsts:]
+  if tok:
+    ctx.set_token(outs[0])
+  return outs[nconsts + tok:]
 
 
 # -- jvp

@@ -1,0 +1,178 @@
+"""`stagecraft.debug` (JAX's `jax.debug`): print and call back from inside transformed code.
+
+`print` and `callback` work eagerly and under jit, vmap (one call per example, in order),
+grad/jvp (primal values only), cond/while/scan bodies and maps over devices; they are never
+removed by dead-code elimination. `ordered=True` keeps them in program order.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import pdb
+import string
+import sys
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import optree
+
+from stagecraft import core, dtypes
+from stagecraft.lax import callback as cb
+from stagecraft.lax.callback import DebugEffect, OrderedDebugEffect
+from stagecraft.runtime.array import Array
+
+__all__ = ["print", "callback", "breakpoint", "log", "visualize_array_sharding",
+           "visualize_sharding", "inspect_array_sharding", "DebugEffect",
+           "OrderedDebugEffect"]
+
+
+def _is_array_leaf(x) -> bool:
+  return (isinstance(x, (core.Tracer, Array, np.ndarray, np.generic))
+          or type(x) in dtypes.python_scalar_kind)
+
+
+def _split_static(args, kwargs):
+  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=True)
+  dyn, static = [], []
+  for i, x in enumerate(leaves):
+    if _is_array_leaf(x):
+      dyn.append(x)
+    else:
+      static.append((i, x))
+  return dyn, tuple(static), in_tree
+
+
+def _check_format(fmt: str, args, kwargs) -> None:
+  # Fields that name missing arguments fail at trace time, as in JAX.
+  auto = 0
+  for _, field, _, _ in string.Formatter().parse(fmt):
+    if field is None:
+      continue
+    head = field.split(".")[0].split("[")[0]
+    if head == "":
+      if auto >= len(args):
+        raise IndexError(f"debug.print: format string {fmt!r} has more positional fields "
+                         f"than the {len(args)} positional argument(s) given.")
+      auto += 1
+    elif head.isdigit():
+      if int(head) >= len(args):
+        raise IndexError(f"debug.print: format field {{{field}}} of {fmt!r} refers to "
+                         f"positional argument {head}, but {len(args)} were given.")
+    elif head not in kwargs:
+      raise KeyError(f"debug.print: format field {{{field}}} of {fmt!r} names no keyword "
+                     f"argument (given: {sorted(kwargs)}).")
+
+
+def print(fmt: str | None = None, *args, ordered: bool = False, partitioned: bool = False,
+          skip_format_check: bool = False, **kwargs) -> None:
+  """Prints `fmt.format(*args, **kwargs)` when the program runs, with array arguments'
+  runtime values (printed as NumPy prints them, under the print options active now).
+
+  Args:
+    fmt: a `str.format` string. Array arguments (any shape and dtype, tracers included)
+      are passed at run time; other arguments (strings, objects) are fixed now.
+    ordered: keep this print in program order with other ordered effects.
+    partitioned: accepted for JAX compatibility (each device prints its own values).
+    skip_format_check: do not check now that the fields of `fmt` name given arguments.
+
+  Raises:
+    KeyError / IndexError: at trace time, for a field naming a missing argument.
+    ValueError: under vmap with `ordered=True` (as JAX).
+
+  Example: `debug.print("x={x} sum={}", jnp.sum(x), x=x)` prints `x=[0. 1. 2.] sum=3.0`.
+  """
+  if fmt is None:
+    return functools.partial(print, ordered=ordered, partitioned=partitioned,
+                             skip_format_check=skip_format_check)
+  if not isinstance(fmt, str):
+    raise TypeError(f"debug.print expects a format string first, got {type(fmt).__name__}: "
+                    f"{fmt!r}. Write debug.print('{{}}', x).")
+  if not skip_format_check:
+    _check_format(fmt, args, kwargs)
+  dyn, static, in_tree = _split_static(args, kwargs)
+  opts = tuple(np.get_printoptions().items())
+  has_placeholders = any(field is not None for _, field, _, _ in string.Formatter().parse(fmt))
+  cb.debug_print_p.bind(*dyn, fmt=fmt, has_placeholders=has_placeholders, in_tree=in_tree,
+                        logging_record=None, np_printoptions=opts, ordered=bool(ordered),
+                        partitioned=bool(partitioned), static_args=static)
+
+
+def callback(callback: Callable[..., None] | None = None, *args, ordered: bool = False,
+             partitioned: bool = False, **kwargs) -> None:
+  """Calls `callback(*args, **kwargs)` on the host when the program runs, with Arrays in
+  place of the array arguments; its return value is ignored.
+
+  Args:
+    callback: a Python function (it must not return a value anyone needs).
+    args, kwargs: pytrees of arrays (and Python scalars).
+    ordered: keep this call in program order with other ordered effects.
+
+  Raises:
+    TypeError: if `callback` is not callable.
+  """
+  if callback is None:
+    return functools.partial(globals()["callback"], ordered=ordered, partitioned=partitioned)
+  if not callable(callback):
+    raise TypeError(f"debug.callback expects a callable first, got {callback!r}.")
+  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False)
+  flat = cb.FlatCallback(callback, in_tree)
+  cb.debug_callback_p.bind(*leaves, callback=flat, ordered=bool(ordered),
+                           partitioned=bool(partitioned))
+
+
+def log(fmt: str, *args, level: int = 20, ordered: bool = False, **kwargs) -> None:
+  """`debug.print` to the `logging` module (logger `stagecraft.debug`) at `level`."""
+  def emit(*a, **k):
+    import logging  # noqa: PLC0415 (only when used)
+    logging.getLogger("stagecraft.debug").log(level, fmt.format(*a, **k))
+  callback(emit, *args, ordered=ordered, **kwargs)
+
+
+def breakpoint(*, backend: str | None = None, filter_frames: bool = True,
+               num_frames: int | None = None, ordered: bool = False, token=None,
+               **kwargs) -> None:
+  """Stops in the Python debugger (`pdb`) when the program reaches this point.
+
+  A documented subset of JAX's `debug.breakpoint`: the debugger opens on the host with the
+  Python frames of the call site; values of the traced program are not browsable by name
+  (print them with `debug.print` first).
+  """
+  frame = sys._getframe(1)
+
+  def stop(*_):
+    pdb.Pdb().set_trace(frame)
+  callback(stop, ordered=ordered)
+
+
+def inspect_array_sharding(value: Any, *, callback: Callable) -> None:
+  """Calls `callback(sharding)` with `value`'s sharding (at once for a concrete Array)."""
+  if isinstance(value, Array):
+    callback(value.sharding)
+    return
+  raise NotImplementedError("inspect_array_sharding of a traced value is not implemented; "
+                            "call it on a concrete Array.")
+
+
+def visualize_array_sharding(arr, **kwargs) -> None:
+  """Draws how `arr` (2-D at most) is laid out over devices (a table, with `rich`)."""
+  if not isinstance(arr, Array):
+    raise TypeError(f"visualize_array_sharding expects a concrete Array, got "
+                    f"{type(arr).__name__}.")
+  return visualize_sharding(arr.shape, arr.sharding, **kwargs)
+
+
+def visualize_sharding(shape: Sequence[int], sharding, *, use_color: bool = True,
+                       scale: float = 1.0, min_width: int = 9, max_width: int = 80,
+                       color_map=None) -> None:
+  """Draws the device layout of an array of `shape` under `sharding` as a table of the
+  blocks each device holds (JAX's drawing, with `rich`).
+
+  Raises:
+    ValueError: for more than 2 dimensions.
+  """
+  shape = tuple(shape)
+  if len(shape) > 2:
+    raise ValueError(f"visualize_sharding only supports 1-D and 2-D shapes, got {shape}.")
+  from stagecraft.debug_sharding import draw  # noqa: PLC0415  NB: imports rich
+  draw(shape, sharding, use_color=use_color, scale=scale, min_width=min_width,
+       max_width=max_width)

@@ -1,0 +1,407 @@
+"""Host callbacks: primitives whose program calls a Python function on the host.
+
+`pure_callback`, `io_callback`, `debug_callback` and `debug_print` (JAX's `callback.py` and
+`debugging.py`): each equation holds the flat Python callable in its params. Eager, the
+callable runs at once; in a compiled program it becomes a host-callback custom call of the
+runtime (`xla_ffi_python_cpu_callback`, the callables handed to compile: DESIGN.md), which
+calls it with the operands while the program runs.
+
+Effects: `io_callback` has `IOEffect`, `debug_callback`/`debug_print` have `DebugEffect`
+(the `Ordered*` variants with `ordered=True`), so DCE keeps them and ordered ones run in
+program order (a token threads through them). `pure_callback` has no effect: unused, it goes.
+
+Callables receive `Array`s (as in JAX) and return array-likes, checked against the declared
+result shapes and dtypes.
+"""
+from __future__ import annotations
+
+import builtins
+import sys
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import optree
+
+from stagecraft import core, dtypes
+from stagecraft.core import ShapedArray
+from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.lax import shape as lax_shape
+from stagecraft.lax.control_flow import loops
+from stagecraft.runtime import client, dispatch
+from stagecraft.runtime.array import Array
+
+__all__ = ["DebugEffect", "OrderedDebugEffect", "IOEffect", "OrderedIOEffect", "debug_effect",
+           "ordered_debug_effect", "io_effect", "ordered_io_effect", "FlatCallback",
+           "pure_callback_p", "io_callback_p", "debug_callback_p", "debug_print_p",
+           "VMAP_METHODS"]
+
+
+# ---------------------------------------------------------------------------
+# Effects
+
+
+class DebugEffect(core.Effect):
+  """`debug.print` / `debug.callback`: runs, in no particular order."""
+
+
+class OrderedDebugEffect(core.Effect):
+  """`debug.print(..., ordered=True)`: runs in program order."""
+
+
+class IOEffect(core.Effect):
+  """`io_callback`: runs, in no particular order."""
+
+
+class OrderedIOEffect(core.Effect):
+  """`io_callback(..., ordered=True)`: runs in program order."""
+
+
+debug_effect = DebugEffect()
+ordered_debug_effect = OrderedDebugEffect()
+io_effect = IOEffect()
+ordered_io_effect = OrderedIOEffect()
+core.ordered_effects.add_type(OrderedDebugEffect)
+core.ordered_effects.add_type(OrderedIOEffect)
+
+
+# ---------------------------------------------------------------------------
+# The callable held in params
+
+
+class FlatCallback:
+  """A user callback taking flat leaves: `__call__(*leaves)` rebuilds `(args, kwargs)` with
+  `in_tree`, calls `callback_func` and returns its result's leaves (hashed by identity)."""
+  __slots__ = ("callback_func", "in_tree", "out_tree")
+
+  def __init__(self, callback_func: Callable, in_tree):
+    self.callback_func = callback_func
+    self.in_tree = in_tree
+    self.out_tree = None
+
+  def __call__(self, *leaves):
+    args, kwargs = optree.tree_unflatten(self.in_tree, list(leaves))
+    out = self.callback_func(*args, **kwargs)
+    out_leaves, self.out_tree = optree.tree_flatten(out, none_is_leaf=False)
+    return out_leaves
+
+  @property
+  def name(self) -> str:
+    return getattr(self.callback_func, "__qualname__", None) or repr(self.callback_func)
+
+  def __repr__(self):
+    return f"_FlatCallback(callback_func={self.callback_func!r}, in_tree={self.in_tree})"
+
+
+def _to_arrays(leaves: Sequence[Any], avals: Sequence[ShapedArray]) -> list[Array]:
+  """Operands handed to a callable: host NumPy arrays (or eager values) become Arrays."""
+  out = []
+  for x, aval in zip(leaves, avals):
+    if type(x) is Array:
+      out.append(x)
+    else:
+      x = np.asarray(x, aval.dtype)
+      out.append(Array(dispatch.to_buffer(x, aval), aval))
+  return out
+
+
+def _check_results(outs: Sequence[Any], result_avals: Sequence[ShapedArray],
+                   what: str) -> list[np.ndarray]:
+  """The callable's results as NumPy arrays of the declared avals.
+
+  Raises:
+    RuntimeError: for another number of results, shape or dtype (JAX's messages).
+  """
+  if len(outs) != len(result_avals):
+    raise RuntimeError(f"Mismatched number of outputs from callback. Expected: "
+                       f"{len(result_avals)}, Actual: {len(outs)}")
+  res = []
+  for i, (o, aval) in enumerate(zip(outs, result_avals)):
+    if isinstance(o, (bool, int, float, complex)) and not isinstance(o, np.generic):
+      a = np.asarray(o, aval.dtype)   # NB: Python scalars take the declared dtype
+    else:
+      a = np.asarray(o)
+      if a.dtype != aval.dtype and dtypes.canonicalize_dtype(a.dtype) == aval.dtype:
+        a = a.astype(aval.dtype)
+    if a.shape != aval.shape:
+      raise RuntimeError(f"Incorrect output shape for return value #{i}: Expected: "
+                         f"{aval.shape}, Actual: {a.shape}")
+    if a.dtype != aval.dtype:
+      raise RuntimeError(f"Incorrect output dtype for return value #{i}: Expected: "
+                         f"{aval.dtype}, Actual: {a.dtype}")
+    res.append(a)
+  return res
+
+
+# ---------------------------------------------------------------------------
+# Lowering: one rule for every callback primitive
+
+
+def _emit_callback(ctx, operands: Sequence[str], host_fn: Callable, name: str, *,
+                   ordered: bool, side_effect: bool) -> list[str]:
+  """Emits the host-callback custom call of `host_fn(*numpy operands) -> tuple of numpy
+  results` (the results typed by `ctx.avals_out`); threads the ordered-effect token."""
+  platform = client.get_backend().platform
+  target = ("xla_ffi_python_gpu_callback" if platform in ("cuda", "rocm", "gpu")
+            else "xla_ffi_python_cpu_callback")
+  cb = dispatch.HostCallback(host_fn, name, token=ordered)
+  index = ctx.module.add_host_callback(cb)
+  in_types = [lowering.ir_type(a) for a in ctx.avals_in]
+  out_types = [lowering.ir_type(a) for a in ctx.avals_out]
+  in_layouts = [_layout(a) for a in ctx.avals_in]
+  out_layouts = [_layout(a) for a in ctx.avals_out]
+  operands = list(operands)
+  if ordered:
+    operands.insert(0, ctx.get_token())
+    in_types.insert(0, "!stablehlo.token")
+    out_types.insert(0, "!stablehlo.token")
+    in_layouts.insert(0, "dense<> : tensor<0xindex>")
+    out_layouts.insert(0, "dense<> : tensor<0xindex>")
+  attrs = (f'call_target_name = "{target}", api_version = 4 : i32, '
+           f'has_side_effect = {"true" if side_effect else "false"}, '
+           f"backend_config = {{index = {index} : ui64}}, "
+           f"operand_layouts = [{', '.join(in_layouts)}], "
+           f"result_layouts = [{', '.join(out_layouts)}]")
+  outs = lowering.emit_op(ctx.fb, "stablehlo.custom_call", operands, in_types, out_types, attrs)
+  if ordered:
+    ctx.set_token(outs[0])
+    outs = outs[1:]
+  return outs
+
+
+def _layout(aval: ShapedArray) -> str:
+  nd = len(aval.shape)
+  if nd == 0:
+    return "dense<> : tensor<0xindex>"
+  return f"dense<[{', '.join(str(i) for i in reversed(range(nd)))}]> : tensor<{nd}xindex>"
+
+
+def _result_avals_out(result_avals) -> list[ShapedArray]:
+  return [ShapedArray(a.shape, a.dtype, False) for a in result_avals]
+
+
+# ---------------------------------------------------------------------------
+# pure_callback and io_callback
+
+pure_callback_p = core.Primitive("pure_callback")
+pure_callback_p.multiple_results = True
+io_callback_p = core.Primitive("io_callback")
+io_callback_p.multiple_results = True
+
+VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all",
+                "legacy_vectorized")
+
+
+def _callback_abstract_eval(*avals, callback, result_avals, **_):
+  return _result_avals_out(result_avals)
+
+
+def _run_callback(callback: FlatCallback, result_avals, in_avals, leaves):
+  outs = callback(*_to_arrays(leaves, in_avals))
+  return _check_results(outs, result_avals, callback.name)
+
+
+def _callback_impl(*args, callback, result_avals, **_):
+  avals = [core.get_aval(a) if type(a) is not Array else a.aval for a in args]
+  res = _run_callback(callback, result_avals, avals, args)
+  return [Array(dispatch.to_buffer(r, a), a) for r, a in zip(res, result_avals)]
+
+
+def _callback_lowering_of(kind: str):
+  def rule(ctx, *operands, callback, result_avals, **params):
+    in_avals = list(ctx.avals_in)
+    ordered = bool(params.get("ordered", False))
+
+    def host_fn(*leaves):
+      return tuple(_run_callback(callback, result_avals, in_avals, leaves))
+    return _emit_callback(ctx, operands, host_fn, f"{kind} callback {callback.name}",
+                          ordered=ordered, side_effect=kind != "pure")
+  return rule
+
+
+def _pure_callback_jvp(primals, tangents, **params):
+  raise ValueError("Pure callbacks do not support JVP. Please use `jax.custom_jvp` to use "
+                   "callbacks while taking gradients.")
+
+
+def _io_callback_jvp(primals, tangents, **params):
+  raise ValueError("IO callbacks do not support JVP.")
+
+
+def _index(x, d, i):
+  return x if d is batching.not_mapped else lax_shape.index_in_dim(x, i, d, keepdims=False)
+
+
+def _batched_avals(result_avals, size):
+  return tuple(ShapedArray((size, *a.shape), a.dtype) for a in result_avals)
+
+
+def _sequential(prim, axis_size, args, dims, params, unrolled: bool):
+  """The callback once per example (JAX's `sequential` vmap_method: a `lax.map`;
+  `sequential_unrolled`: a Python loop)."""
+  if unrolled:
+    rows = [prim.bind(*[_index(x, d, i) for x, d in zip(args, dims)], **params)
+            for i in range(axis_size)]
+    outs = [lax_shape.concatenate([lax_shape.expand_dims(r[k], (0,)) for r in rows], 0)
+            if rows else None for k in range(len(params["result_avals"]))]
+    return outs, [0] * len(outs)
+  batched = [batching.moveaxis(x, d, 0) for x, d in zip(args, dims)
+             if d is not batching.not_mapped]
+
+  def body(xs):
+    it = iter(xs)
+    full = [x if d is batching.not_mapped else next(it) for x, d in zip(args, dims)]
+    return prim.bind(*full, **params)
+  outs = loops.map(body, batched)
+  return list(outs), [0] * len(outs)
+
+
+def _pure_callback_batch(args, dims, *, callback, result_avals, vmap_method, sharding):
+  size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims)
+              if d is not batching.not_mapped)
+  params = dict(callback=callback, result_avals=result_avals, vmap_method=vmap_method,
+                sharding=sharding)
+  if vmap_method in ("sequential", "sequential_unrolled"):
+    return _sequential(pure_callback_p, size, args, dims, params,
+                       vmap_method == "sequential_unrolled")
+  if vmap_method not in ("expand_dims", "broadcast_all", "legacy_vectorized"):
+    raise NotImplementedError(
+        "vmap is only supported for the pure_callback primitive when vmap_method is one of "
+        "'sequential', 'sequential_unrolled', 'expand_dims', 'broadcast_all', or "
+        f"'legacy_vectorized'. Got vmap_method={vmap_method!r}.")
+  new_args = []
+  for x, d in zip(args, dims):
+    if d is not batching.not_mapped:
+      new_args.append(batching.moveaxis(x, d, 0))
+    elif vmap_method == "expand_dims":
+      new_args.append(lax_shape.expand_dims(x, (0,)))
+    elif vmap_method == "broadcast_all":
+      new_args.append(batching.broadcast(x, size, 0))
+    else:
+      new_args.append(x)
+  outs = pure_callback_p.bind(*new_args, **{**params,
+                                            "result_avals": _batched_avals(result_avals, size)})
+  return outs, [0] * len(outs)
+
+
+def _io_callback_batch(args, dims, *, callback, result_avals, ordered, sharding):
+  if ordered:
+    raise ValueError("Cannot `vmap` ordered IO callback.")
+  size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims)
+              if d is not batching.not_mapped)
+  params = dict(callback=callback, result_avals=result_avals, ordered=ordered,
+                sharding=sharding)
+  return _sequential(io_callback_p, size, args, dims, params, unrolled=False)
+
+
+for _p in (pure_callback_p, io_callback_p):
+  _p.def_abstract_eval(_callback_abstract_eval)
+  _p.def_impl(_callback_impl)
+lowering.register_lowering(pure_callback_p, _callback_lowering_of("pure"))
+lowering.register_lowering(io_callback_p, _callback_lowering_of("io"))
+ad.primitive_jvps[pure_callback_p] = _pure_callback_jvp
+ad.primitive_jvps[io_callback_p] = _io_callback_jvp
+batching.primitive_batchers[pure_callback_p] = _pure_callback_batch
+batching.primitive_batchers[io_callback_p] = _io_callback_batch
+io_callback_p.def_effects(
+    lambda ordered, **_: frozenset({ordered_io_effect if ordered else io_effect}))
+core.pp_param_order[pure_callback_p] = ("callback", "result_avals", "sharding", "vmap_method")
+core.pp_param_order[io_callback_p] = ("callback", "ordered", "result_avals", "sharding")
+
+
+# ---------------------------------------------------------------------------
+# debug_callback and debug_print: no results; jvp sees primals only; vmap runs per example
+
+debug_callback_p = core.Primitive("debug_callback")
+debug_callback_p.multiple_results = True
+debug_print_p = core.Primitive("debug_print")
+debug_print_p.multiple_results = True
+
+
+def _debug_effects(ordered: bool, **_):
+  return frozenset({ordered_debug_effect if ordered else debug_effect})
+
+
+def _debug_callback_host(callback: FlatCallback, in_avals, leaves):
+  callback(*_to_arrays(leaves, in_avals))
+
+
+def format_print(fmt: str, in_tree, static_args, np_printoptions, leaves) -> str:
+  """The text `debug.print` prints: `fmt.format(*args, **kwargs)` with the array leaves
+  (Arrays) and the static ones put back, under the NumPy print options of trace time."""
+  it = iter(leaves)
+  statics = dict(static_args)
+  n = len(leaves) + len(static_args)
+  full = [statics[i] if i in statics else next(it) for i in range(n)]
+  args, kwargs = optree.tree_unflatten(in_tree, full)
+  with np.printoptions(**dict(np_printoptions)):
+    return fmt.format(*args, **kwargs)
+
+
+def _print_host(params, in_avals, leaves):
+  text = format_print(params["fmt"], params["in_tree"], params["static_args"],
+                      params["np_printoptions"], _to_arrays(leaves, in_avals))
+  builtins.print(text, file=sys.stdout, flush=True)
+
+
+def _debug_callback_impl(*args, callback, **_):
+  avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
+  _debug_callback_host(callback, avals, args)
+  return []
+
+
+def _debug_print_impl(*args, **params):
+  avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
+  _print_host(params, avals, args)
+  return []
+
+
+def _debug_callback_lowering(ctx, *operands, callback, ordered, partitioned):
+  in_avals = list(ctx.avals_in)
+
+  def host_fn(*leaves):
+    _debug_callback_host(callback, in_avals, leaves)
+    return ()
+  return _emit_callback(ctx, operands, host_fn, f"debug callback {callback.name}",
+                        ordered=ordered, side_effect=True)
+
+
+def _debug_print_lowering(ctx, *operands, **params):
+  in_avals = list(ctx.avals_in)
+
+  def host_fn(*leaves):
+    _print_host(params, in_avals, leaves)
+    return ()
+  return _emit_callback(ctx, operands, host_fn, "debug.print", ordered=params["ordered"],
+                        side_effect=True)
+
+
+def _debug_jvp_of(prim):
+  def rule(primals, tangents, **params):
+    prim.bind(*primals, **params)
+    return [], []
+  return rule
+
+
+def _debug_batch_of(prim):
+  def rule(args, dims, **params):
+    # NB: one call per example, in order, with static indices (as JAX prints under vmap).
+    size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims)
+                if d is not batching.not_mapped)
+    for i in range(size):
+      prim.bind(*[_index(x, d, i) for x, d in zip(args, dims)], **params)
+    return [], []
+  return rule
+
+
+for _p, _impl, _low in ((debug_callback_p, _debug_callback_impl, _debug_callback_lowering),
+                        (debug_print_p, _debug_print_impl, _debug_print_lowering)):
+  _p.def_abstract_eval(lambda *avals, **params: [])
+  _p.def_impl(_impl)
+  _p.def_effects(_debug_effects)
+  lowering.register_lowering(_p, _low)
+  ad.primitive_jvps[_p] = _debug_jvp_of(_p)
+  batching.primitive_batchers[_p] = _debug_batch_of(_p)
+core.pp_param_order[debug_callback_p] = ("callback", "ordered", "partitioned")
+core.pp_param_order[debug_print_p] = ("fmt", "has_placeholders", "in_tree", "logging_record",
+                                      "np_printoptions", "ordered", "partitioned",
+                                      "static_args")
