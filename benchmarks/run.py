@@ -216,6 +216,15 @@ def cold_start(quick):
   return rows
 
 
+def callbacks(quick):
+  from benchmarks import callbacks as cbs
+  a, b = cbs.bench_print_loop(pairs=2 if quick else 20)
+  c, d = cbs.bench_unused_pure_callback(pairs=4 if quick else 500)
+  return [_row("debug.print in a jitted 1000-step loop", a, b, "us", 1.5),
+          _row("  jit with an unused pure_callback", c, d, "us", 1.05,
+               baseline="no callback", note="DCE removes it")]
+
+
 SECTIONS = {
     "jit_dispatch": jit_dispatch,
     "eager_op": eager_op,
@@ -230,6 +239,7 @@ SECTIONS = {
     "sharded": sharded_step,
     "nf4_matmul": nf4_matmul,
     "cold_start": cold_start,
+    "callbacks": callbacks,
 }
 
 

@@ -15,7 +15,6 @@ result shapes and dtypes.
 """
 from __future__ import annotations
 
-import builtins
 import sys
 from typing import Any, Callable, Sequence
 
@@ -340,7 +339,9 @@ def format_print(fmt: str, in_tree, static_args, np_printoptions, leaves) -> str
 def _print_host(params, in_avals, leaves):
   text = format_print(params["fmt"], params["in_tree"], params["static_args"],
                       params["np_printoptions"], _to_arrays(leaves, in_avals))
-  builtins.print(text, file=sys.stdout, flush=True)
+  # NB: one write, so that lines printed by several devices at once do not interleave.
+  sys.stdout.write(text + "\n")
+  sys.stdout.flush()
 
 
 def _debug_callback_impl(*args, callback, **_):
