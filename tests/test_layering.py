@@ -13,7 +13,7 @@ PKG = SRC / "stagecraft"
 # Module prefixes per layer, lowest first (the longest matching prefix decides).
 LAYERS = {
     1: ["runtime.client", "runtime.cache", "sharding"],
-    2: ["core", "dtypes", "errors", "config", "tree_util"],
+    2: ["core", "dtypes", "errors", "config", "tree_util", "traceback_util"],
     3: ["interpreters"],
     4: ["runtime", "runtime.array", "runtime.dispatch", "runtime.spmd"],
     5: ["lax"],

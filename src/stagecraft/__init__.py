@@ -3,7 +3,7 @@
 Public API with JAX's names: `jit`, `make_jaxpr`, `eval_shape`, `device_put`, `devices`,
 `numpy`, `lax`, `tree_util`, `config`.
 """
-from stagecraft.config import config, disable_jit, enable_x64
+from stagecraft.config import config, debug_infs, debug_nans, disable_jit, enable_x64
 from stagecraft import dtypes, tree_util
 from stagecraft.core import ShapeDtypeStruct, ShapedArray
 from stagecraft.errors import (ConcretizationTypeError, DeviceAssignmentMismatchError,

@@ -39,6 +39,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import optree
 
+from stagecraft.traceback_util import api_boundary
 from stagecraft import api_util, core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, Var
 from stagecraft.interpreters import ad, batching, calls, lowering, partial_eval as pe
@@ -585,6 +586,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
   static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
   @functools.wraps(fun)
+  @api_boundary
   def fun_remat(*args, **kwargs):
     nargs = len(args)
     st = {i % nargs for i in static if -nargs <= i < nargs}

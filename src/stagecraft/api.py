@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
+from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, tree_util
 from stagecraft.api_util import (check_out_leaves, describe_arg, flat_mapped_args, flatten,
                                  flatten_axes, fun_name, mapped_axes, normalize_argnums)
@@ -53,6 +54,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
   static_argnums = normalize_argnums(static_argnums, "static_argnums")
 
   @functools.wraps(fun)
+  @api_boundary
   def make(*args, **kwargs):
     traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
     jaxpr = traced.jaxpr.jaxpr
@@ -65,6 +67,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
   return make
 
 
+@api_boundary
 def eval_shape(fun: Callable, *args, **kwargs):
   """Output shapes and dtypes of `fun(*args, **kwargs)` without running it.
 
@@ -143,6 +146,7 @@ def _out_tangent(t, primal):
   return t
 
 
+@api_boundary
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False):
   """Forward-mode derivative: `fun(*primals)` and its directional derivative along
   `tangents`.
@@ -187,6 +191,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   return primals_out, tangents_out
 
 
+@api_boundary
 def linearize(fun: Callable, *primals, has_aux: bool = False):
   """`fun(*primals)` and its linearization, a function of tangents evaluated from a staged
   linear jaxpr (the primal work is done once, here).
@@ -217,6 +222,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
   return primals_out, f_jvp
 
 
+@api_boundary
 def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = ()):
   """Reverse-mode derivative: `fun(*primals)` and a function pulling output cotangents back
   to the inputs (linearize, then transpose the linear jaxpr).
@@ -341,6 +347,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
   argnums_t = (argnums,) if int_argnum else tuple(argnums)
 
   @functools.wraps(fun)
+  @api_boundary
   def value_and_grad_f(*args, **kwargs):
     for i in argnums_t:
       if not -len(args) <= i < len(args):
@@ -396,6 +403,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
   vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, reduce_axes)
 
   @functools.wraps(fun)
+  @api_boundary
   def grad_f(*args, **kwargs):
     out = vg(*args, **kwargs)
     return (out[1], out[0][1]) if has_aux else out[1]
@@ -487,6 +495,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     ValueError: for argnums out of range.
   """
   @functools.wraps(fun)
+  @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacfwd",
                                                 holomorphic, True)
@@ -521,6 +530,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     ValueError: for argnums out of range.
   """
   @functools.wraps(fun)
+  @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacrev",
                                                 holomorphic, not allow_int)
@@ -675,6 +685,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
   name = fun_name(fun)
 
   @functools.wraps(fun)
+  @api_boundary
   def vmap_f(*args, **kwargs):
     if isinstance(in_axes, tuple) and len(in_axes) != len(args):
       raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries "
@@ -803,6 +814,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     return fun(*full, **kwargs)
 
   @functools.wraps(fun)
+  @api_boundary
   def pmap_f(*args, **kwargs):
     # Fast path: a top-level call of a signature run before, every leaf an Array.
     if not kwargs and not static and core.trace_state.trace is core.eval_trace and \

@@ -14,13 +14,17 @@ Flags:
   compilation_cache_dir (str or None): directory of the persistent executable cache.
   compilation_cache_max_size (int, default -1): bound in bytes on that directory's entries
     (least recently used removed first); -1: unbounded.
+  traceback_filtering (str, default "auto", env JAX_TRACEBACK_FILTERING): "auto", "off",
+    "tracebackhide", "remove_frames" or "quiet_remove_frames" (stagecraft.traceback_util).
+  debug_nans / debug_infs (bool, default False, env JAX_DEBUG_NANS / JAX_DEBUG_INFS): raise
+    FloatingPointError at the first primitive that produces a NaN / an inf.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 
-__all__ = ["Config", "config", "enable_x64", "disable_jit"]
+__all__ = ["Config", "config", "enable_x64", "disable_jit", "debug_nans", "debug_infs"]
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -40,11 +44,16 @@ class Config:
       "compilation_cache_dir": os.environ.get("STAGECRAFT_COMPILATION_CACHE_DIR"),
       "compilation_cache_max_size": int(os.environ.get(
           "STAGECRAFT_COMPILATION_CACHE_MAX_SIZE", "-1")),
+      "traceback_filtering": os.environ.get("JAX_TRACEBACK_FILTERING", "auto"),
+      "debug_nans": _env_bool("JAX_DEBUG_NANS", False),
+      "debug_infs": _env_bool("JAX_DEBUG_INFS", False),
   }
+  _choices = {"traceback_filtering": ("auto", "off", "tracebackhide", "remove_frames",
+                                      "quiet_remove_frames")}
 
   def __init__(self):
     self.__dict__.update(self._defaults)
-    self.state_key = (self.enable_x64,)
+    self.state_key = (self.enable_x64, self.debug_nans or self.debug_infs)
 
   def update(self, name: str, value) -> None:
     """Sets flag `name` to `value`.
@@ -66,6 +75,9 @@ class Config:
       raise TypeError(f"Config flag {name!r} expects a bool, got {value!r}.")
     if isinstance(self._defaults[name], bool):
       value = bool(value)
+    if name in self._choices and value not in self._choices[name]:
+      raise ValueError(f"Config flag {name!r} expects one of {self._choices[name]}, got "
+                       f"{value!r}.")
     if name == "compilation_cache_max_size" and (not isinstance(value, int) or
                                                  isinstance(value, bool)):
       raise TypeError(f"Config flag {name!r} expects an int number of bytes (-1: unbounded), "
@@ -80,7 +92,7 @@ class Config:
           raise ValueError(f"Config flag {name!r} expects a directory path or None, got an "
                            f"empty path; pass None to turn the persistent cache off.")
     self.__dict__[name] = value
-    self.state_key = (self.enable_x64,)
+    self.state_key = (self.enable_x64, self.debug_nans or self.debug_infs)
 
   def __setattr__(self, name, value):
     if name in self._defaults:
@@ -108,3 +120,13 @@ def enable_x64(new_val: bool = True):
 def disable_jit(disable: bool = True):
   """Context manager under which `jit` runs its function eagerly (as JAX's `disable_jit`)."""
   return config._override("disable_jit", disable)
+
+
+def debug_nans(new_val: bool = True):
+  """Context manager that sets `debug_nans` for its body (JAX's `debug_nans`)."""
+  return config._override("debug_nans", new_val)
+
+
+def debug_infs(new_val: bool = True):
+  """Context manager that sets `debug_infs` for its body (JAX's `debug_infs`)."""
+  return config._override("debug_infs", new_val)

@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes
+from stagecraft import dtypes, traceback_util
 from stagecraft.errors import (ConcretizationTypeError, JaxprTypeError,
                                TracerArrayConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
@@ -595,7 +595,12 @@ class Primitive:
     return self.name
 
   def bind(self, *args, **params):
-    return trace_state.trace.process_primitive(self, args, params)
+    __tracebackhide__ = True  # noqa: F841
+    try:
+      return trace_state.trace.process_primitive(self, args, params)
+    except Exception as e:   # NB: an API boundary for eager ops (zero cost until raised)
+      traceback_util.filter_exception(e)
+      raise
 
   def def_impl(self, impl: Callable) -> Callable:
     self.impl = impl
@@ -610,6 +615,9 @@ class Primitive:
     primitive with those params (see `JaxprEqn.effects`)."""
     self.effects_rule = rule
     return rule
+
+
+traceback_util.register_boundary(Primitive.bind)
 
 
 #: The generic impl (set by the runtime): lower a one-equation jaxpr, compile once, execute.

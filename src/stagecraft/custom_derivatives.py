@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 import optree
 
+from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.errors import UnexpectedTracerError
@@ -254,6 +255,7 @@ class custom_jvp:
     jvp.__name__ = f"{_fun_name(self.fun)}_jvps"
     self.defjvp(jvp)
 
+  @api_boundary
   def __call__(self, *args, **kwargs):
     name = _fun_name(self.fun)
     if self.jvp is None:
@@ -523,6 +525,7 @@ class custom_vjp:
     self.bwd = bwd
     self.symbolic_zeros = symbolic_zeros
 
+  @api_boundary
   def __call__(self, *args, **kwargs):
     name = _fun_name(self.fun)
     if self.fwd is None or self.bwd is None:

@@ -10,13 +10,14 @@ off the function object through a weak reference, so they go when the function d
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, traceback_util, tree_util
 from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
 from stagecraft.config import config
@@ -468,17 +469,22 @@ class JitWrapped:
   # -- calls
 
   def __call__(self, *args, **kwargs):
-    # Fast path: positional arguments whose leaves are all Arrays on the default device, a
-    # signature compiled before (keyed by the arguments' tree structure and avals).
-    if (not kwargs and self._fast and core.trace_state.trace is core.eval_trace
-        and not dispatch.placement_used[0] and not config.disable_jit):
-      leaves, treedef = flatten(args)
-      avals = [a.aval for a in leaves if type(a) is Array]
-      if len(avals) == len(leaves):
-        call = self._cache.get((treedef, config.state_key, *avals))
-        if call is not None:
-          return call.call_arrays(leaves)
-    return self._call(args, kwargs)
+    __tracebackhide__ = True  # noqa: F841
+    try:
+      # Fast path: positional arguments whose leaves are all Arrays on the default device,
+      # a signature compiled before (keyed by the arguments' tree structure and avals).
+      if (not kwargs and self._fast and core.trace_state.trace is core.eval_trace
+          and not dispatch.placement_used[0] and not config.disable_jit):
+        leaves, treedef = flatten(args)
+        avals = [a.aval for a in leaves if type(a) is Array]
+        if len(avals) == len(leaves):
+          call = self._cache.get((treedef, config.state_key, *avals))
+          if call is not None:
+            return call.call_arrays(leaves)
+      return self._call(args, kwargs)
+    except Exception as e:   # NB: an API boundary without a wrapper on the fast path
+      traceback_util.filter_exception(e)
+      raise
 
   def _call(self, args, kwargs):
     if config.disable_jit:
@@ -508,10 +514,29 @@ class JitWrapped:
         entry.device_calls[dev] = call
       else:
         entry.executable = call
-        if not kwargs and self._fast and call.simple and all(type(a) is Array
-                                                               for a in leaves):
+        if (not kwargs and self._fast and call.simple and not config.state_key[1]
+            and all(type(a) is Array for a in leaves)):
           self._cache[(flatten(args)[1], config.state_key, *[a.aval for a in leaves])] = call
+    if config.state_key[1]:   # debug_nans / debug_infs
+      return self._checked_call(call, leaves, args, kwargs)
     return call(leaves)
+
+  def _checked_call(self, call, leaves, args, kwargs):
+    """With debug_nans/debug_infs: a NaN (inf) in the results re-runs the function op by
+    op (JAX's "de-optimized version"), so the FloatingPointError names the primitive and
+    its traceback the user's line that produced it."""
+    out = call(leaves)
+    kind = dispatch.find_special(optree.tree_leaves(out))
+    if kind is None:
+      return out
+    print(f"Invalid {kind} value encountered in the output of a jit function. Calling the "
+          f"de-optimized version.", file=sys.stderr)
+    with config._override("disable_jit", True):
+      self._fun(*args, **kwargs)
+    raise FloatingPointError(
+        f"invalid value ({kind}) encountered in the output of jit({fun_name(self._fun)}), "
+        f"but the de-optimized (op-by-op) run of the function did not produce one: it "
+        f"likely comes from an optimization of the compiled program.")
 
   def _trace(self, args, kwargs, static_argnums) -> TracedSignature:
     for i in static_argnums:
@@ -607,6 +632,9 @@ class JitWrapped:
         out.update(range(pos, pos + n))
       pos += n
     return out
+
+
+traceback_util.register_boundary(JitWrapped.__call__)
 
 
 def _hashable(x) -> bool:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import optree
 
+from stagecraft.traceback_util import api_boundary
 from stagecraft import core, tree_util
 from stagecraft.api_util import check_out_leaves, flatten, fun_name as _fun_name
 from stagecraft.core import ClosedJaxpr, ShapedArray
@@ -188,6 +189,7 @@ def shard_map(f: Callable, mesh: Mesh | None = None, in_specs: Any = None,
     cacheable = not any(isinstance(c, core.Tracer) for c in consts)
     return closed, consts, out_tree, tuple(o_specs), cacheable
 
+  @api_boundary
   def wrapped(*args, **kwargs):
     if kwargs:
       raise TypeError(f"shard_map applied to the function '{fun_name}' was called with "

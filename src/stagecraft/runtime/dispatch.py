@@ -24,7 +24,8 @@ from stagecraft.sharding import SingleDeviceSharding, to_named
 __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "target_device",
            "device_put_leaf", "block_until_ready", "compile_count", "compile_module",
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
-           "host_callbacks_of", "execute_with_callbacks", "effects_barrier"]
+           "host_callbacks_of", "execute_with_callbacks", "effects_barrier", "find_special",
+           "check_special"]
 
 try:  # the runtime's own array type, accepted wherever an Array is
   from jaxlib._jax import ArrayImpl as _JaxArray
@@ -397,9 +398,36 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
       if len(_prim_cache) >= _MAX_CACHE:
         _prim_cache.clear()
       _prim_cache[key] = ex
+  if config.state_key[1]:   # debug_nans / debug_infs
+    outs = ex.call(args) if prim.multiple_results else [ex.call1(args)]
+    check_special(prim.name, outs)
+    return outs if prim.multiple_results else outs[0]
   if prim.multiple_results:
     return ex.call(args)
   return ex.call1(args)
+
+
+def find_special(values: Sequence[Any]) -> str | None:
+  """"nan" or "inf" if some inexact value among `values` is one that config `debug_nans` /
+  `debug_infs` asks to catch, else None (waits for the values)."""
+  for v in values:
+    dt = getattr(v, "dtype", None)
+    if dt is None or not dtypes.is_inexact(dt):
+      continue
+    a = np.asarray(v)
+    if config.debug_nans and np.isnan(a).any():
+      return "nan"
+    if config.debug_infs and np.isinf(a).any():
+      return "inf"
+  return None
+
+
+def check_special(name: str, values: Sequence[Any]) -> None:
+  """Raises FloatingPointError (JAX's message: `invalid value (nan) encountered in log`) if
+  `find_special(values)` finds one."""
+  kind = find_special(values)
+  if kind is not None:
+    raise FloatingPointError(f"invalid value ({kind}) encountered in {name}")
 
 
 def _compile_primitive(prim, avals, params, device=None) -> Executable:

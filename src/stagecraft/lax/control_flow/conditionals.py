@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
@@ -39,6 +40,7 @@ _MAX_DIFFS = 5
 # The user-facing functions
 
 
+@api_boundary
 def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   """Applies `branches[index]` to `operands` (JAX's `lax.switch`).
 
@@ -80,6 +82,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   return _bind_cond(index, branches, [f"branch {i}" for i in range(n)], operands)
 
 
+@api_boundary
 def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
   """`true_fun(*operands)` if `pred` else `false_fun(*operands)` (JAX's `lax.cond`).
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
@@ -42,6 +43,7 @@ def _split(xs, *sizes):
 # The public function
 
 
+@api_boundary
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
          reverse: bool = False, unroll: int | bool = 1) -> tuple[Any, Any]:
   """Loops `f` over the leading axis of `xs`, carrying state: JAX's `lax.scan`.
@@ -623,6 +625,7 @@ mapping.replication_rules[scan_p] = _scan_replication
 # fori_loop and map
 
 
+@api_boundary
 def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
               unroll: int | bool | None = None) -> Any:
   """`for i in range(lower, upper): val = body_fun(i, val)`; returns `val` (JAX's
@@ -679,6 +682,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
   return while_loop(cond, body, (lower, upper, init_val))[2]
 
 
+@api_boundary
 def map(f: Callable[[Any], Any], xs: Any, *, batch_size: int | None = None) -> Any:
   """Applies `f` to each slice of `xs` along its leading axis and stacks the results (JAX's
   `lax.map`): a `scan` with no carry.

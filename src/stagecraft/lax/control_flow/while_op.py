@@ -12,6 +12,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Sequence
 
+from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
@@ -24,6 +25,7 @@ _BOOL = ShapedArray((), dtypes.bool_)
 _memo = core.memo_on_jaxpr
 
 
+@api_boundary
 def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
                init_val: Any) -> Any:
   """Runs `body_fun` on a carry while `cond_fun` of it is true (JAX's `lax.while_loop`).
