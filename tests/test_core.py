@@ -72,7 +72,7 @@ def test_shaped_array_equality_and_hash_include_weak_type():
   assert len({a, ShapedArray((3,), F32), weak}) == 2
   assert weak.strip_weak_type() == a
   assert a.update(weak_type=True) == weak
-  assert repr(weak) == "ShapedArray(f32[3], weak_type=True)"
+  assert repr(weak) == "ShapedArray(float32[3], weak_type=True)"
 
 
 def test_shape_dtype_struct_keeps_weak_type():
@@ -127,7 +127,7 @@ def test_get_aval_x64_keeps_64_bit():
   finally:
     stagecraft.config.update("enable_x64", False)
   assert get_aval(np.ones(3)) == ShapedArray((3,), F32)
-  with pytest.raises(AttributeError, match="Unknown config flag 'jax_no_such_flag'"):
+  with pytest.raises(AttributeError, match="Unrecognized config option: jax_no_such_flag"):
     stagecraft.config.update("jax_no_such_flag", True)
 
 

@@ -53,7 +53,7 @@ def test_doc_blocks_run(path, tmp_path, monkeypatch):
   monkeypatch.setitem(sys.modules, module.__name__, module)
   ns = module.__dict__
   from stagecraft.config import config
-  flags = {name: getattr(config, name) for name in config._defaults}
+  flags = dict(config.values)
   try:
     for line, code in _blocks(path):
       try:
@@ -63,4 +63,5 @@ def test_doc_blocks_run(path, tmp_path, monkeypatch):
                              f"{type(e).__name__}: {e}") from e
   finally:   # a page that fails half-way must not leave its flags to the next test
     for name, value in flags.items():
-      config.update(name, value)
+      if config.read(name) is not value:
+        config.update(name, value)

@@ -4,6 +4,15 @@ Public API with JAX's names: `jit`, `make_jaxpr`, `eval_shape`, `device_put`, `d
 `numpy`, `lax`, `tree_util`, `config`.
 """
 from stagecraft.config import config, debug_infs, debug_nans, disable_jit, enable_x64
+from stagecraft.config import (allow_f16_reductions, array_garbage_collection_guard, auto_pcast,
+                               check_tracer_leaks, checking_leaks, debug_key_reuse,
+                               default_matmul_precision, default_prng_impl, enable_checks,
+                               enable_custom_prng, explain_cache_misses, legacy_prng_key,
+                               log_compiles, no_execution, no_tracing, numpy_dtype_promotion,
+                               numpy_rank_promotion, remove_size_one_mesh_axis_from_type,
+                               softmax_custom_jvp, thread_guard, threefry_partitionable,
+                               transfer_guard, transfer_guard_device_to_device,
+                               transfer_guard_device_to_host, transfer_guard_host_to_device)
 from stagecraft import dtypes, tree_util
 from stagecraft.core import ShapeDtypeStruct, ShapedArray
 from stagecraft.errors import (ConcretizationTypeError, DeviceAssignmentMismatchError,

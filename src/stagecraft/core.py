@@ -72,14 +72,17 @@ class ShapedArray:
   def strip_weak_type(self) -> "ShapedArray":
     return self if not self.weak_type else ShapedArray(self.shape, self.dtype, False)
 
-  def str_short(self) -> str:
-    return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+  def str_short(self, short_dtypes: bool = True) -> str:
+    """`f32[3,4]` (`float32[3,4]` with `short_dtypes=False`)."""
+    name = dtypes.short_name(self.dtype) if short_dtypes else self.dtype.name
+    return f"{name}[{','.join(map(str, self.shape))}]"
 
-  def __repr__(self):
+  def __repr__(self):   # JAX's: ShapedArray(float32[3], weak_type=True)
     w = ", weak_type=True" if self.weak_type else ""
-    return f"ShapedArray({self.str_short()}{w})"
+    return f"ShapedArray({self.str_short(False)}{w})"
 
-  __str__ = str_short
+  def __str__(self):
+    return self.str_short(False)
 
 
 class ShapeDtypeStruct:

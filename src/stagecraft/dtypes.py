@@ -261,12 +261,20 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
   if not args:
     raise ValueError("at least one array or dtype is required")
   kinds = tuple(_dtype_and_weak(x)[1] for x in args)
-  dt, weak = _result_from_kinds(kinds, config.enable_x64)
+  dt, weak = _result_from_kinds(kinds, config.enable_x64,
+                                config.numpy_dtype_promotion == "strict")
   return (dt, weak) if return_weak_type_flag else dt
 
 
 @functools.lru_cache(maxsize=4096)
-def _result_from_kinds(kinds: tuple, x64: bool):
+def _result_from_kinds(kinds: tuple, x64: bool, strict: bool = False):
+  if strict:   # jax_numpy_dtype_promotion=strict: distinct strong dtypes do not promote
+    strong = sorted({k.name for k in kinds if isinstance(k, np.dtype)})
+    if len(strong) > 1:
+      raise TypePromotionError(
+          f"Input dtypes {tuple(strong)} have no available implicit dtype promotion path "
+          f"when jax_numpy_dtype_promotion=strict. Try explicitly casting inputs to the "
+          f"desired output type, or set jax_numpy_dtype_promotion=standard.")
   kind = kinds[0]
   for k in kinds[1:]:
     kind = _join(kind, k)

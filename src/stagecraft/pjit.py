@@ -10,7 +10,9 @@ off the function object through a weak reference, so they go when the function d
 from __future__ import annotations
 
 import functools
+import logging
 import sys
+import time
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
@@ -32,6 +34,9 @@ from stagecraft.sharding import NamedSharding, PartitionSpec
 __all__ = ["jit", "jit_p", "JitWrapped", "TracedSignature", "trace_flat", "SignatureLayout",
            "LoweredSignature", "lower_traced", "CompiledCall", "SpmdCall", "ShardedCall",
            "compile_lowered", "compile_traced"]
+
+
+_logger = logging.getLogger("stagecraft")
 
 
 # ---------------------------------------------------------------------------
@@ -133,6 +138,8 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
     return out_leaves
 
   jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
+  if config.enable_checks:   # JAX's jax_enable_checks: type-check every traced jaxpr
+    core.check_jaxpr(jaxpr)
   closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
   return TracedSignature(closed, list(consts), out_tree_box[0]), leaves
 
@@ -493,6 +500,8 @@ class JitWrapped:
     key, leaves, dev = self._key(args, kwargs, static_argnums)
     entry = self._cache.get(key)
     if entry is None:
+      if config.explain_cache_misses:
+        self._explain_miss(key)
       entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
     if core.trace_state.trace is not core.eval_trace:
       if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
@@ -537,6 +546,33 @@ class JitWrapped:
         f"invalid value ({kind}) encountered in the output of jit({fun_name(self._fun)}), "
         f"but the de-optimized (op-by-op) run of the function did not produce one: it "
         f"likely comes from an optimization of the compiled program.")
+
+  def _explain_miss(self, key) -> None:
+    """Logs why this call traces again (config `explain_cache_misses`, as JAX)."""
+    name = fun_name(self._fun)
+    code = getattr(self._fun, "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
+    seen = [k for k in self._cache if isinstance(k, tuple) and len(k) == len(key)
+            and type(k[0]) is type(key[0])]
+    if not seen:
+      why = "  never seen function"
+    else:
+      prev = seen[-1]
+      parts = []
+      if prev[0] != key[0]:
+        parts.append(f"  different input pytree structure: {key[0]} (was {prev[0]})")
+      if prev[1] != key[1]:
+        parts.append(f"  different static arguments: {key[1]} (was {prev[1]})")
+      if prev[2] != key[2]:
+        parts.append(f"  different config state (x64, debug checks, promotion, ...): "
+                     f"{key[2]} (was {prev[2]})")
+      if prev[4:] != key[4:]:
+        parts.append("  never seen input type signature: "
+                     f"{', '.join(a.str_short() for a in key[4:] if hasattr(a, 'str_short'))}"
+                     f"\n  closest seen input type signature: "
+                     f"{', '.join(a.str_short() for a in prev[4:] if hasattr(a, 'str_short'))}")
+      why = "\n".join(parts) or "  a different placement of the arguments"
+    _logger.warning(f"TRACING CACHE MISS at {where} ({name}) because:\n{why}")
 
   def _trace(self, args, kwargs, static_argnums) -> TracedSignature:
     for i in static_argnums:
@@ -759,7 +795,16 @@ def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   """Lowers and compiles a traced signature for `device` (None: the default device):
   unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
   donated leaves are marked."""
-  return compile_lowered(lower_traced(entry, donated, keep_unused, name), device)
+  if not config.log_compiles:
+    return compile_lowered(lower_traced(entry, donated, keep_unused, name), device)
+  avals = entry.jaxpr.in_avals[len(entry.consts):]
+  _logger.warning(f"Compiling jit({name}) with global shapes and types "
+                  f"[{', '.join(repr(a) for a in avals)}].")
+  t = time.perf_counter()
+  call = compile_lowered(lower_traced(entry, donated, keep_unused, name), device)
+  _logger.warning(f"Finished XLA compilation of jit({name}) in "
+                  f"{time.perf_counter() - t:.6f} sec")
+  return call
 
 
 def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,

@@ -6,10 +6,12 @@ with JAX's custom derivatives (`logaddexp`, `sinc`, `frexp`, `i0`)."""
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 
 from stagecraft import core, dtypes, lax
+from stagecraft.config import config
 from stagecraft.core import Tracer
 from stagecraft.custom_derivatives import SymbolicZero, custom_jvp
 from stagecraft.interpreters import ad
@@ -42,11 +44,27 @@ __all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide
 # Promotion and the ufunc constructors
 
 
-def _promote_shapes(*args):
+def _rank_promotion(name: str, shapes) -> None:
+  """config numpy_rank_promotion 'raise'/'warn': operands of different ranks (JAX's text)."""
+  shp = " ".join(map(str, shapes))
+  if config.numpy_rank_promotion == "raise":
+    raise ValueError(f"Operands could not be broadcast together for {name} on shapes {shp} and "
+                     f"with the config option jax_numpy_rank_promotion='raise'. For more "
+                     f"information, see https://docs.jax.dev/en/latest/"
+                     f"rank_promotion_warning.html.")
+  warnings.warn(f"Following NumPy automatic rank promotion for {name} on shapes {shp}. Set the "
+                f"jax_numpy_rank_promotion config option to 'allow' to disable this warning; "
+                f"for more information, see https://docs.jax.dev/en/latest/"
+                f"rank_promotion_warning.html.", stacklevel=4)
+
+
+def _promote_shapes(*args, name: str = ""):
   shapes = [shape_of(a) for a in args]
   nonscalar = [s for s in shapes if s != ()]
   if len(set(nonscalar)) <= 1:
     return list(args)       # equal shapes, or rank-0 operands: lax broadcasts those
+  if config.numpy_rank_promotion != "allow" and len({len(s) for s in nonscalar}) > 1:
+    _rank_promotion(name, shapes)
   shape = broadcast_shapes(*shapes)
   return [a if s == () else broadcast_to_shape(a, shape) for a, s in zip(args, shapes)]
 
@@ -91,7 +109,7 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
     if fast and not _needs_promotion(promote, dt):
       return (bool_fn or lax_fn)(x, y) if dt == dtypes.bool_ else lax_fn(x, y)
     x, y = promote(x, y)
-    x, y = _promote_shapes(x, y)
+    x, y = _promote_shapes(x, y, name=name)
     if bool_fn is not None and dtype_of(x) == dtypes.bool_:
       return bool_fn(x, y)
     return lax_fn(x, y)
@@ -270,7 +288,7 @@ def power(x: ArrayLike, y: ArrayLike, /) -> Array:
       raise ValueError("Integers to negative integer powers are not allowed.")
     return lax.integer_pow(x, y)
   x, y = promote_dtypes_numeric(x, y)
-  x, y = _promote_shapes(x, y)
+  x, y = _promote_shapes(x, y, name="power")
   if dtypes.is_integer(dtype_of(x)):
     return _integer_power(x, y)
   return lax.pow(x, y)

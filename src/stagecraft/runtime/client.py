@@ -8,7 +8,7 @@ from typing import Any
 from jax.extend import backend as xb
 from jaxlib import xla_client as xc
 
-__all__ = ["check_not_forked", "get_backend", "devices", "local_devices", "device_count", "local_device_count",
+__all__ = ["configure", "check_not_forked", "get_backend", "devices", "local_devices", "device_count", "local_device_count",
            "default_device", "process_index", "process_count", "single_device_sharding",
            "device_list", "compile_options"]
 
@@ -25,6 +25,8 @@ def get_backend(backend: str | None = None):
   if backend is not None and not isinstance(backend, str):
     raise TypeError(f"backend must be a string such as 'cpu' or 'gpu', got {backend!r}.")
   check_not_forked()
+  if backend is None and _platforms[0]:
+    backend = _platforms[0].split(",")[0].strip() or None
   try:
     b = xb.get_backend(backend)
     if _started_in[0] is None:
@@ -33,6 +35,32 @@ def get_backend(backend: str | None = None):
   except RuntimeError as e:
     raise RuntimeError(f"Backend {backend!r} is not available: {e}. Available backends: "
                        f"{sorted(xb.backends())}.") from e
+
+
+_platforms: list = [None]
+
+
+def configure(option: str, value) -> None:
+  """Applies a runtime option set through `config.update` (called by the config layer):
+  `platforms` / `platform_name` pick the default backend; `num_cpu_devices` sets the number
+  of CPU devices, which the runtime reads when it starts.
+
+  Raises:
+    RuntimeError: for `num_cpu_devices` once the runtime has started (as JAX).
+  """
+  if option in ("platforms", "platform_name"):
+    if _started_in[0] is not None and value and value != _platforms[0]:
+      get_backend.cache_clear()
+    _platforms[0] = value or None
+  elif option == "num_cpu_devices":
+    if _started_in[0] is not None:
+      raise RuntimeError("jax_num_cpu_devices config should be updated before backends are "
+                         "initialized.")
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    if value is not None and value > 0:
+      flags.append(f"--xla_force_host_platform_device_count={int(value)}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
 
 
 # The process the runtime started in: its thread pools do not survive fork(), so a forked
