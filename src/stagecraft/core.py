@@ -602,7 +602,7 @@ class Primitive:
     try:
       return trace_state.trace.process_primitive(self, args, params)
     except Exception as e:   # NB: an API boundary for eager ops (zero cost until raised)
-      traceback_util.filter_exception(e)
+      traceback_util.filter_exception(e, note=False)
       raise
 
   def def_impl(self, impl: Callable) -> Callable:

@@ -101,9 +101,11 @@ def _mode() -> str:
   return mode
 
 
-def filter_exception(e: BaseException) -> None:
+def filter_exception(e: BaseException, note: bool = True) -> None:
   """Rewrites the traceback of `e`, caught in an API boundary's frame, per the filtering
-  mode; does nothing below another boundary (the outermost one filters)."""
+  mode; does nothing below another boundary (the outermost one filters). `note=False`
+  removes the frames without adding the note (an eager primitive's error: JAX's eager
+  `lax` calls add none, and users match their messages exactly)."""
   tb = e.__traceback__
   if tb is None or _under_boundary(tb.tb_frame):
     return
@@ -121,7 +123,8 @@ def filter_exception(e: BaseException) -> None:
     return
   e.with_traceback(filter_traceback(tb))
   if mode == "quiet_remove_frames":
-    e.add_note("--------------------\n" + _SIMPLIFIED)
+    if note:
+      e.add_note("--------------------\n" + _SIMPLIFIED)
   elif mode == "remove_frames":
     msg = "".join(traceback.format_exception_only(type(e), e)).strip()
     unfiltered = UnfilteredStackTrace(f"{msg}\n\n{_APPENDED}").with_traceback(tb)
