@@ -155,9 +155,25 @@ def _cache_for(fun: Callable, options: tuple) -> dict:
     per_fun = _fun_caches.get(fun)
     if per_fun is None:
       per_fun = _fun_caches[fun] = {}
+      # NB: when `fun` is collected, its executables leave the global compile cache too.
+      weakref.finalize(fun, _release_executables, per_fun)
   except TypeError:   # not weakly referenceable: a cache for this wrapper only
     return {}
   return per_fun.setdefault(options, {})
+
+
+def _release_executables(per_fun: dict) -> None:
+  texts = set()
+  for cache in per_fun.values():
+    for entry in cache.values():
+      calls = ([entry.executable, *entry.device_calls.values()]
+               if isinstance(entry, TracedSignature) else [entry])
+      texts.update(c.text for c in calls if c is not None and getattr(c, "text", None))
+  per_fun.clear()
+  for t in texts:
+    dispatch.forget_module(t)
+  if len(texts) >= 16:
+    dispatch.trim_host_memory()
 
 
 

@@ -5,6 +5,7 @@ Eager `prim.bind(*arrays)` lowers a one-equation jaxpr, compiles it once per
 """
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from typing import Any, Sequence
@@ -23,6 +24,7 @@ from stagecraft.sharding import SingleDeviceSharding, to_named
 
 __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "target_device",
            "device_put_leaf", "block_until_ready", "compile_count", "compile_module",
+           "forget_module", "trim_host_memory",
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
            "host_callbacks_of", "execute_with_callbacks", "effects_barrier", "find_special",
            "check_special"]
@@ -161,7 +163,89 @@ def block_until_ready(x: Any) -> Any:
 # Compilation
 
 _MAX_CACHE = 4096
+#: The global compile cache is bounded in bytes too (module text + generated code).
+_MAX_CACHE_BYTES = 256 << 20
 _compile_cache: dict[Any, Any] = {}
+_cache_sizes: dict[Any, int] = {}
+_cache_bytes = [0]
+_keys_by_text: dict[str, list] = {}
+
+
+def _evict_one() -> None:
+  key = next(iter(_compile_cache))   # NB: the oldest entry (insertion order)
+  _drop(key)
+
+
+def _drop(key) -> None:
+  _compile_cache.pop(key, None)
+  _cache_bytes[0] -= _cache_sizes.pop(key, 0)
+  keys = _keys_by_text.get(key[0])
+  if keys is not None:
+    if key in keys:
+      keys.remove(key)
+    if not keys:
+      del _keys_by_text[key[0]]
+
+
+_released = [0]
+
+
+def forget_module(text: str) -> None:
+  """Drops the executables compiled from `text` from the global compile cache (called when
+  the function that owns them is collected; owners still holding one keep it alive).
+
+  Every 64 executables released, the C allocator is asked to give freed memory back to the
+  system (glibc's `malloc_trim`), so that the process's RSS goes down, not only its heap."""
+  with _compile_lock:
+    for key in list(_keys_by_text.get(text, ())):
+      _drop(key)
+      _released[0] += 1
+  if _released[0] >= 64:
+    _released[0] = 0
+    trim_host_memory()
+  _trim_pending[0] = True
+
+
+_trim_pending = [False]
+
+
+def _after_gc(phase, info) -> None:
+  # NB: executables released by a collection (a function in a reference cycle) free most of
+  # their memory only when the cycle goes: trim once after that collection.
+  if phase == "stop" and _trim_pending[0] and info.get("collected", 0):
+    _trim_pending[0] = False
+    trim_host_memory()
+
+
+gc.callbacks.append(_after_gc)
+
+
+def trim_host_memory() -> None:
+  """Returns freed C heap memory to the operating system where the C library can
+  (glibc's `malloc_trim(0)`); does nothing elsewhere."""
+  try:
+    _libc().malloc_trim(0)
+  except (OSError, AttributeError):
+    pass
+
+
+_libc_handle: list = []
+
+
+def _libc():
+  if not _libc_handle:
+    import ctypes  # noqa: PLC0415 (only when executables are released)
+    _libc_handle.append(ctypes.CDLL("libc.so.6"))
+  return _libc_handle[0]
+
+
+def _size_of(text: str, exe) -> int:
+  try:
+    st = exe.get_compiled_memory_stats()
+    code = st.generated_code_size_in_bytes + st.host_generated_code_size_in_bytes
+  except Exception:  # noqa: BLE001 - a runtime without memory stats: count the text only
+    code = 0
+  return len(text) + code
 _compile_lock = threading.Lock()
 compile_count = [0]   # number of XLA compilations (tests and benchmarks read it)
 
@@ -191,8 +275,9 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
   with _compile_lock:
     exe = _compile_cache.get(key)
     if exe is None:
-      if len(_compile_cache) >= _MAX_CACHE:
-        _compile_cache.clear()   # NB: cheaper than LRU bookkeeping on every hit
+      while _compile_cache and (len(_compile_cache) >= _MAX_CACHE
+                                or _cache_bytes[0] >= _MAX_CACHE_BYTES):
+        _evict_one()
       backend = devs[0].client
       ids = np.array([d.id for d in devs])
       assignment = ids.reshape(num_replicas, num_partitions)
@@ -213,6 +298,9 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
         if disk_key is not None and cache.store(cache_dir, disk_key, exe):
           cache.evict(cache_dir, config.compilation_cache_max_size)
       _compile_cache[key] = exe
+      size = _cache_sizes[key] = _size_of(text, exe)
+      _cache_bytes[0] += size
+      _keys_by_text.setdefault(text, []).append(key)
   return exe
 
 
