@@ -486,3 +486,46 @@ def test_deserialize_in_fresh_process(tmp_path):
   res = json.loads(p.stdout.strip().splitlines()[-1])
   assert res["compiles"] == 0
   np.testing.assert_allclose(res["y"], np.sin(X) * -0.75 + np.cos(X), rtol=1e-6)
+
+
+_TAMPER = r"""
+import sys
+import numpy as np
+import stagecraft as sc, stagecraft.numpy as jnp
+from stagecraft.runtime import cache
+c = sc.jit(lambda x: x * 2).lower(jnp.ones(3)).compile()
+header, payload = cache._unpack(c.serialize())
+if sys.argv[1] == "device":
+  header["devices"] = [1]
+elif sys.argv[1] == "dtype":
+  header["meta"]["in_avals"][0][1] = "int32"
+elif sys.argv[1] == "shape":
+  header["meta"]["out_avals"][0][0] = [4]
+data = cache._pack(payload, header)   # re-checksummed: the checksum cannot tell
+try:
+  c2 = sc.stages.deserialize_compiled(data, c.in_tree, c.out_tree)
+  print("LOADED", np.asarray(c2(jnp.ones(3))))
+except ValueError as e:
+  print("ValueError", e)
+"""
+
+
+@pytest.mark.parametrize("field", ["device", "dtype", "shape"])
+def test_tampered_header_is_refused_not_run(field):
+  # A header that disagrees with its payload (or names another device) raises; it never
+  # aborts the process nor makes the runtime reinterpret bits. Run in a subprocess so that a
+  # regression (an abort in XLA) fails this test instead of killing the suite.
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  r = subprocess.run([sys.executable, "-c", _TAMPER, field], capture_output=True, text=True,
+                     timeout=300, env=env)
+  assert r.returncode == 0, r.stderr[-2000:]
+  out = r.stdout.strip().splitlines()[-1]
+  assert out.startswith("ValueError"), out
+  assert {"device": "header names devices [1]", "dtype": "arguments are (float32[3])",
+          "shape": "results are (float32[3])"}[field] in out
+
+
+def test_deserialize_compiled_rejects_non_trees():
+  c = sc.jit(lambda x: x * 2).lower(jnp.ones(3)).compile()
+  with pytest.raises(TypeError, match="in_tree must be the treedef"):
+    sc.stages.deserialize_compiled(c.serialize(), 0, c.out_tree)

@@ -462,7 +462,15 @@ def deserialize_compiled(data: bytes, in_tree, out_tree) -> Compiled:
       raise TypeError(f"deserialize_compiled: {what} must be the treedef (a PyTreeDef) of the "
                       f"Compiled that was serialized (compiled.{what}), got {tree!r} of type "
                       f"{type(tree).__name__}.")
-  exe, meta = cache.deserialize_executable(data)
+  # NB: a Compiled is serialized for the default device only; its payload runs there, so a
+  # header naming another device was altered (loading it there would crash the runtime).
+  header_devices = cache.header_of(data).get("devices")
+  default = client.default_device()
+  if header_devices != [default.id]:
+    raise ValueError(f"deserialize_compiled: the header names devices {header_devices}, but "
+                     f"a serialized Compiled runs on the default device ({default.id}); the "
+                     f"bytes were altered or come from another kind of program.")
+  exe, meta = cache.deserialize_executable(data, [default])
   if meta.get("kind") != "stagecraft.Compiled":
     raise ValueError("deserialize_compiled: these bytes hold an executable but not a "
                      "serialized Compiled (Compiled.serialize() makes those).")
@@ -480,6 +488,9 @@ def deserialize_compiled(data: bytes, in_tree, out_tree) -> Compiled:
     arr = np.frombuffer(base64.b64decode(c["data"]), aval.dtype).reshape(aval.shape)
     consts.append(dispatch.to_buffer(arr, aval))
   kept = meta["kept"]
+  used = [in_avals[i] for i in (range(len(in_avals)) if kept is None else kept)]
+  cache.check_signature(exe, [_aval_from_json(c["aval"]) for c in meta["consts"]] + used,
+                        out_avals, "deserialize_compiled")
   call = pjit.CompiledCall(exe, kept, consts, list(in_avals), out_avals, out_tree,
                            tuple(meta["donated"]), "", None)
   sig = _Signature(_LoadedEntry(out_tree, out_avals), in_tree, tuple(meta["arg_names"]),

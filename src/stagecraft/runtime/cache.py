@@ -52,7 +52,7 @@ import jaxlib
 
 from stagecraft.runtime import client
 
-__all__ = ["FORMAT_VERSION", "JAXLIB_VERSION", "stats", "reset_stats",
+__all__ = ["entry_signature", "check_signature", "header_of", "FORMAT_VERSION", "JAXLIB_VERSION", "stats", "reset_stats",
            "CorruptExecutableError", "VersionMismatchError", "serialize_executable",
            "deserialize_executable", "cache_key", "MAX_ENTRY_BYTES", "lookup", "evict", "store"]
 
@@ -203,6 +203,15 @@ def serialize_executable(exe: Any, meta: dict | None = None) -> bytes:
   return _pack(payload, header)
 
 
+def header_of(data: bytes) -> dict:
+  """The checked header of serialized executable bytes (its `devices`, `platform`, ...).
+
+  Raises:
+    ValueError (CorruptExecutableError / VersionMismatchError): as `deserialize_executable`.
+  """
+  return _unpack(data)[0]
+
+
 def deserialize_executable(data: bytes, devices: Sequence[Any] | None = None
                            ) -> tuple[Any, dict]:
   """Loads bytes made by `serialize_executable`, without recompiling.
@@ -227,6 +236,80 @@ def deserialize_executable(data: bytes, devices: Sequence[Any] | None = None
                              header.get("platform"))
   exe = _load(payload, tuple(devices))
   return exe, header.get("meta", {})
+
+
+_HLO_TYPES = {"pred": "bool", "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
+              "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+              "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+              "c64": "complex64", "c128": "complex128", "f8e4m3fn": "float8_e4m3fn",
+              "f8e5m2": "float8_e5m2"}
+
+
+def _split_top(text: str) -> list[str]:
+  out, depth, cur = [], 0, ""
+  for ch in text:
+    if ch in "([{":
+      depth += 1
+    elif ch in ")]}":
+      depth -= 1
+    if ch == "," and depth == 0:
+      out.append(cur.strip())
+      cur = ""
+    else:
+      cur += ch
+  if cur.strip():
+    out.append(cur.strip())
+  return out
+
+
+def _parse_shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
+  text = text.strip()
+  if text.startswith("(") and text.endswith(")"):
+    return [s for part in _split_top(text[1:-1]) for s in _parse_shapes(part)]
+  name, _, rest = text.partition("[")
+  dims = rest.split("]")[0]
+  shape = tuple(int(d) for d in dims.split(",") if d.strip())
+  return [(_HLO_TYPES.get(name.strip(), name.strip()), shape)]
+
+
+def entry_signature(exe) -> tuple[list, list]:
+  """([(dtype name, shape)] of the parameters, [...] of the results) of a loaded
+  executable, read from its compiled module's entry computation layout."""
+  header = exe.hlo_modules()[0].to_string().split("\n", 1)[0]
+  layout = header.split("entry_computation_layout={", 1)[1]
+  depth, end = 1, 0
+  for i, ch in enumerate(layout):
+    depth += ch == "{"
+    depth -= ch == "}"
+    if depth == 0:
+      end = i
+      break
+  ins, outs = layout[:end].rsplit("->", 1)
+  return _parse_shapes(ins), _parse_shapes(outs)
+
+
+def check_signature(exe, in_avals: Sequence[Any], out_avals: Sequence[Any], what: str) -> None:
+  """Checks that a loaded executable takes and returns exactly `in_avals` / `out_avals`
+  (shapes and dtypes; float0 travels as bool), so that a header that disagrees with its
+  payload never makes the runtime reinterpret bits.
+
+  Raises:
+    ValueError: naming the first mismatch.
+  """
+  def names(avals):
+    return [("bool" if a.dtype.name == "void" else a.dtype.name, tuple(a.shape))
+            for a in avals]
+  try:
+    ins, outs = entry_signature(exe)
+  except (IndexError, ValueError) as e:   # pragma: no cover (a runtime we do not know)
+    raise ValueError(f"{what}: cannot read the executable's signature ({e}).") from None
+  for side, have, want in (("arguments", ins, names(in_avals)),
+                           ("results", outs, names(out_avals))):
+    if have != want:
+      fmt = lambda xs: ", ".join(f"{d}{list(s)}" for d, s in xs)
+      raise ValueError(f"{what}: the executable's {side} are ({fmt(have)}) but its header "
+                       f"says ({fmt(want)}); the bytes were altered or belong to another "
+                       f"program. Serialize the Compiled again.")
 
 
 def _devices_by_id(ids, platform):
