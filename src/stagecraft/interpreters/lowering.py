@@ -14,10 +14,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, source_info_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
+from stagecraft.runtime import client
 
 __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_scalar",
            "dense_array", "i64_array", "dense_i64", "ModuleContext", "FuncBuilder",
@@ -134,15 +135,21 @@ class ModuleContext:
   the axis environment of named axes, and channel ids for collectives."""
 
   def __init__(self, name: str, *, axis_env: Sequence[tuple[str, int]] = (),
-               num_replicas: int = 1, num_partitions: int = 1, platform: str = "cpu"):
+               num_replicas: int = 1, num_partitions: int = 1, platform: str | None = None):
     self.name = sanitize_name(name)
+    self.raw_name = name
+    # Names of the enclosing equations while their rules lower nested jaxprs (named_scope):
+    # the labels of the path, and whether it holds a user's name (then ops get a `loc`).
+    self.name_stack: tuple[str, ...] = ()
+    self.name_stack_named = False
     self.funcs: list[str] = []
     self.func_names: set[str] = {"main"}
     self.call_cache: dict[int, tuple[str, Any]] = {}
     self.axis_env = tuple(axis_env)
     self.num_replicas = num_replicas
     self.num_partitions = num_partitions
-    self.platform = platform
+    # The platform the module is for (default: the default backend's, e.g. "cpu", "cuda").
+    self.platform = platform or client.get_backend().platform
     self._channel = 0
     # SPMD modules of pmap (interpreters/mapping.py): the `sdy.mesh` axes `[(name, size)]`, and
     # the depth of the manual region being lowered (None: outside any).
@@ -327,6 +334,7 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
     return env[v]
 
   lowerings = _lowerings
+  module = fb.module
   for eqn in jaxpr.eqns:
     prim = eqn.primitive
     rule = lowerings.get(prim)
@@ -336,12 +344,75 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
           f"Register one with stagecraft.interpreters.lowering.register_lowering({prim.name}_p,"
           f" rule).")
     ctx = LoweringRuleContext(fb, [v.aval for v in eqn.invars], [v.aval for v in eqn.outvars])
-    outs = rule(ctx, *[read(v) for v in eqn.invars], **eqn.params)
+    # NB: named_scope: the slow path only for equations with names, inside a named call
+    # site, or calls (whose bodies may hold names); everything else pays two checks.
+    if eqn.source_info is None and not module.name_stack and prim.name != "jit":
+      outs = rule(ctx, *[read(v) for v in eqn.invars], **eqn.params)
+    else:
+      outs = _lower_named_eqn(module, fb, eqn, rule, ctx, [read(v) for v in eqn.invars])
     if len(outs) != len(eqn.outvars):
       raise MissingRuleError(f"Lowering rule of '{prim.name}' returned {len(outs)} values for "
                              f"{len(eqn.outvars)} outputs.")
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
+
+
+def _op_label(eqn) -> str:
+  """The name of an equation's ops in a name stack (`sin`; `jit(g)` for a jit call)."""
+  if eqn.primitive.name == "jit" and "name" in eqn.params:
+    return f"jit({eqn.params['name']})"
+  return eqn.primitive.name
+
+
+def _module_label(module: ModuleContext) -> str:
+  """The root of a module's names: `jit(f)` for the module `jit_f`, as JAX names it."""
+  raw = module.raw_name or module.name
+  for kind in ("jit", "pmap"):
+    if raw.startswith(kind + "_"):
+      return f"{kind}({raw[len(kind) + 1:]})"
+  return raw
+
+
+_TRAILING_LOC = re.compile(r' loc\("(?:[^"\\]|\\.)*"\)$')
+
+
+def _mlir_string(s: str) -> str:
+  out = []
+  for ch in s:
+    if ch in ('"', "\\"):
+      out.append("\\" + ch)
+    elif " " <= ch <= "~":
+      out.append(ch)
+    else:
+      out.extend(f"\\{b:02X}" for b in ch.encode("utf-8"))
+  return "".join(out)
+
+
+def _lower_named_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
+                     operands: Sequence[str]) -> list[str]:
+  """Lowers one equation under the name stack (named_scope, `source_info_util`): its ops get
+  `loc("jit(f)/outer/op")` when the path holds a user's name, and its rule lowers nested
+  jaxprs with the path extended by its own names and label."""
+  own = source_info_util.name_stack_of(eqn.source_info)
+  saved = module.name_stack, module.name_stack_named
+  path = saved[0] + own
+  named = saved[1] or bool(own)
+  label = _op_label(eqn)
+  start = len(fb.lines)
+  module.name_stack, module.name_stack_named = path + (label,), named
+  try:
+    outs = rule(ctx, *operands, **eqn.params)
+  finally:
+    module.name_stack, module.name_stack_named = saved
+  if named:
+    loc = f' loc("{_mlir_string("/".join((_module_label(module), *path, label)))}")'
+    lines = fb.lines
+    for i in range(start, len(lines)):
+      line = lines[i]
+      # NB: ops of nested equations (a rule lowering a jaxpr into this region) keep theirs.
+      if not (line.endswith('")') and _TRAILING_LOC.search(line)):
+        lines[i] = line + loc
+  return outs
 
 
 def has_ordered_effects(jaxpr: Jaxpr) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -126,11 +127,32 @@ def target_device(args: Sequence[Any]):
       if dev is None:
         dev = a._device
       elif a._device != dev:
-        raise DeviceAssignmentMismatchError(
-            f"Received incompatible devices for a computation: arguments live on {dev} and "
-            f"{a._device}. Move them to one device first with stagecraft.device_put(x, "
-            f"device).")
+        _incompatible(dev, a._device)
+  if dev is not None:
+    # NB: an Array committed to the default device (device_put(x, devices()[0])) does not
+    # move either: meeting one on another device is an error, as in JAX.
+    for a in args:
+      if type(a) is Array and a._device is None and id(a) in committed_to_default:
+        _incompatible(client.default_device(), dev)
   return dev
+
+
+#: Arrays put on the default device explicitly (`device_put(x, devices()[0])`): committed,
+#: so that meeting an Array on another device is an error rather than a silent transfer.
+#: {id: weak reference} (Arrays are unhashable).
+committed_to_default: dict[int, Any] = {}
+
+
+def _mark_committed(a: Array) -> None:
+  key = id(a)
+  committed_to_default[key] = weakref.ref(a, lambda _, k=key: committed_to_default.pop(k, None))
+
+
+def _incompatible(d1, d2):
+  raise DeviceAssignmentMismatchError(
+      f"Received incompatible devices for jitted computation. Got arguments committed to "
+      f"device ids [{d1.id}] and [{d2.id}] on platform {d1.platform.upper()}. Move them to "
+      f"one device first with stagecraft.device_put(x, device).")
 
 
 def device_put_leaf(x, device, path):
@@ -145,10 +167,14 @@ def device_put_leaf(x, device, path):
   if dev is not None:
     placement_used[0] = True
   if type(x) is Array:
-    if x._device == dev and (dev is not None or x.committed):
+    if x._device == dev and (dev is not None or id(x) in committed_to_default):
       return x
-    return Array(_put_np(np.asarray(x._value), aval, device, True), aval, dev)
-  return Array(to_buffer(x, aval, device, committed=True), aval, dev)
+    out = Array(_put_np(np.asarray(x._value), aval, device, True), aval, dev)
+  else:
+    out = Array(to_buffer(x, aval, device, committed=True), aval, dev)
+  if dev is None:
+    _mark_committed(out)
+  return out
 
 
 def block_until_ready(x: Any) -> Any:
