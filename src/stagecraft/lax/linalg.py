@@ -18,9 +18,19 @@ which needs control flow).
 Derivatives follow JAX: JVP rules for cholesky, eigh, lu, qr, svd and triangular_solve
 (whose transpose in `b` is another triangular solve); geqrf and householder_product are not
 differentiable, as in JAX (differentiate `qr` instead).
+
+Also JAX's other `lax.linalg` functions: `eig` (geev; eigenvalue derivatives, eigenvector
+ones with `enable_eigvec_derivs`), `schur` (gees), `hessenberg` (gehrd), `tridiagonal`
+(sytrd/hetrd), `tridiagonal_solve` (gtsv; differentiable, transposable in `b`), `ormqr`
+(ormqr/unmqr), `qr(pivoting=True)` (geqp3), the `lu_pivots_to_permutation` primitive,
+`cholesky_update` and `symmetric_product` (compositions, differentiable), and `qdwh`
+(a `while_loop` of QR/Cholesky steps). schur, hessenberg, tridiagonal, ormqr and geqp3 have
+JVP rules that raise NotImplementedError, as JAX has none. The LAPACK-only primitives raise
+NotImplementedError naming themselves when lowered for a platform other than CPU.
 """
 from __future__ import annotations
 
+import enum
 from functools import partial
 from typing import Any
 
@@ -33,12 +43,19 @@ from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import elementwise as ew
 from stagecraft.lax import reduction, shape
+from stagecraft.lax.control_flow.conditionals import cond
+from stagecraft.lax.control_flow.while_op import while_loop
 from stagecraft.lax.dot import Precision, dot_general
 from stagecraft.lax.elementwise import emit_compare
 
 __all__ = ["cholesky_p", "lu_p", "geqrf_p", "householder_product_p", "qr_p", "eigh_p", "svd_p",
            "triangular_solve_p", "cholesky", "lu", "lu_pivots_to_permutation", "geqrf",
-           "householder_product", "qr", "eigh", "svd", "triangular_solve"]
+           "householder_product", "qr", "eigh", "svd", "triangular_solve",
+           "eig_p", "schur_p", "hessenberg_p", "tridiagonal_p", "tridiagonal_solve_p", "ormqr_p",
+           "geqp3_p", "lu_pivots_to_permutation_p", "cholesky_update_p", "symmetric_product_p",
+           "eig", "schur", "hessenberg", "tridiagonal", "tridiagonal_solve", "ormqr", "geqp3",
+           "cholesky_update", "symmetric_product", "qdwh", "EigImplementation",
+           "EighImplementation", "SvdAlgorithm"]
 
 _LAPACK_PREFIX = {dtypes.float32: "s", dtypes.float64: "d", dtypes.complex64: "c",
                   dtypes.complex128: "z"}
@@ -87,22 +104,33 @@ def _layout(aval: ShapedArray, nb: int) -> str:
   return f"dense<[{', '.join(map(str, dims))}]> : tensor<{r}xindex>"
 
 
-def _lapack_call(ctx, fn: str, operands, operand_avals, result_avals, config: dict[str, int],
-                 aliases: dict[int, int]):
-  """A typed-FFI custom call of jaxlib's `lapack_<p><fn>_ffi`; `config` holds ui8
-  attributes (LAPACK's character flags), `aliases` maps result to operand indices."""
+def _attr(v) -> str:
+  """An FFI attribute: bool -> `true`/`false`, np.int32 -> i32, int -> ui8 (LAPACK's
+  character flags)."""
+  if isinstance(v, (bool, np.bool_)):
+    return "true" if v else "false"
+  if isinstance(v, np.int32):
+    return f"{int(v)} : i32"
+  return f"{int(v)} : ui8"
+
+
+def _lapack_call(ctx, fn: str, operands, operand_avals, result_avals, config: dict[str, Any],
+                 aliases: dict[int, int], nb: int | None = None, target: str | None = None):
+  """A typed-FFI custom call of jaxlib's `lapack_<p><fn>_ffi`; `config` holds the
+  attributes (see `_attr`), `aliases` maps result to operand indices, `nb` is the number of
+  batch dims (default: those of the first operand, a matrix)."""
   if ctx.module.platform != "cpu":
     raise NotImplementedError(f"lax.linalg: the {fn} decomposition is implemented for CPU "
                               f"(LAPACK) only, not for platform {ctx.module.platform!r}.")
   _ensure_lapack()
-  target = f"lapack_{_LAPACK_PREFIX[operand_avals[0].dtype]}{fn}_ffi"
-  cfg = ", ".join(f"{k} = {int(v)} : ui8" for k, v in config.items())
+  target = target or f"lapack_{_LAPACK_PREFIX[operand_avals[0].dtype]}{fn}_ffi"
+  cfg = ", ".join(f"{k} = {_attr(v)}" for k, v in config.items())
   alias = ", ".join(
       f"#stablehlo.output_operand_alias<output_tuple_indices = "
       f"[{r}], operand_index = {o}, operand_tuple_indices = []>" if len(result_avals) > 1 else
       f"#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = {o}, "
       f"operand_tuple_indices = []>" for r, o in aliases.items())
-  nb = operand_avals[0].ndim - 2
+  nb = operand_avals[0].ndim - 2 if nb is None else nb
   attrs = (f'call_target_name = "{target}", api_version = 4 : i32, '
            f"backend_config = {{{cfg}}}, "
            f"operand_layouts = [{', '.join(_layout(a, nb) for a in operand_avals)}], "
@@ -437,7 +465,20 @@ def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Any:
   """The permutation `perm` (`int32[..., permutation_size]`) made by applying the row swaps
   `i <-> pivots[..., i]` in order to the identity: `a[perm] == l @ u`.
 
-  NB: unrolled (one one-hot step per pivot) until loops are staged.
+  Args:
+    pivots: `int32[..., k]`, 0-based (as `lu` returns them).
+    permutation_size: the number of rows, `>= k`.
+
+  Raises:
+    TypeError: for pivots that are not int32. ValueError: for `permutation_size < k`.
+  """
+  return lu_pivots_to_permutation_p.bind(pivots, permutation_size=int(permutation_size))
+
+
+def _pivots_to_permutation(pivots: Any, permutation_size: int) -> Any:
+  """The composition behind `lu_pivots_to_permutation_p`.
+
+  NB: unrolled (one one-hot step per pivot).
   """
   paval = core.get_aval(pivots)
   batch, k = paval.shape[:-1], paval.shape[-1]
@@ -542,20 +583,31 @@ def householder_product(a: Any, taus: Any) -> Any:
 # full_matrices else min(m, n). Lowered as JAX lowers it: geqrf, then householder_product.
 
 
-def _qr_abstract_eval(x: ShapedArray, *, full_matrices):
+def _qr_abstract_eval(x: ShapedArray, *, full_matrices, pivoting=False, use_magma=None):
   _check_matrix("qr", x)
   m, n = x.shape[-2:]
   k = m if full_matrices else min(m, n)
   b = _batch(x)
-  return [ShapedArray((*b, m, k), x.dtype), ShapedArray((*b, k, n), x.dtype)]
+  outs = [ShapedArray((*b, m, k), x.dtype), ShapedArray((*b, k, n), x.dtype)]
+  return outs + [ShapedArray((*b, n), dtypes.int32)] if pivoting else outs
 
 
-def _qr_composition(x, *, full_matrices):
-  """q, r from geqrf and householder_product (JAX's `_qr_lowering`)."""
+def _qr_composition(x, *, full_matrices, pivoting=False, use_magma=None):
+  """q, r (and the column permutation p with pivoting) from geqrf or geqp3, then
+  householder_product (JAX's `_qr_lowering`)."""
   aval = core.get_aval(x)
   m, n = aval.shape[-2:]
   nb = aval.ndim - 2
-  r, taus = geqrf(x)
+  if m == 0 or n == 0:
+    k = m if full_matrices else min(m, n)
+    q = _eye_like((*_batch(aval), m, k), aval.dtype)
+    r = shape.full((*_batch(aval), k, n), 0, aval.dtype)
+    return (q, r, shape.full((*_batch(aval), n), 0, dtypes.int32)) if pivoting else (q, r)
+  if pivoting:
+    r, p, taus = geqp3(x, shape.full((*_batch(aval), n), 0, dtypes.int32))
+    p = ew.sub(p, np.int32(1))  # geqp3's pivots are 1-based
+  else:
+    r, taus = geqrf(x)
   if m < n:
     q = householder_product(shape.slice(r, (0,) * aval.ndim, (*_batch(aval), m, m)), taus)
   elif full_matrices:
@@ -564,11 +616,12 @@ def _qr_composition(x, *, full_matrices):
   else:
     q = householder_product(r, taus)
     r = shape.slice(r, (0,) * aval.ndim, (*_batch(aval), n, n))
-  return q, _triu(r)
+  return (q, _triu(r), p) if pivoting else (q, _triu(r))
 
 
-def _qr_lowering(ctx, x, *, full_matrices):
-  return _inline(ctx, lambda v: _qr_composition(v, full_matrices=full_matrices),
+def _qr_lowering(ctx, x, *, full_matrices, pivoting=False, use_magma=None):
+  return _inline(ctx, lambda v: _qr_composition(v, full_matrices=full_matrices,
+                                                pivoting=pivoting),
                  ctx.avals_in, [x])
 
 
@@ -601,13 +654,24 @@ def _solve_adjoint(a, b):
   return _mm(_T(_permutation_matrix(perm, _dtype_of(a))), y)
 
 
-def _qr_jvp(primals, tangents, *, full_matrices):
+def _qr_jvp(primals, tangents, *, full_matrices, pivoting=False, use_magma=None):
   """JAX's `qr_jvp_rule`: the thin rule on the leading square block for wide matrices (with
   `dR2 = dQ^H X2 + Q^H dX2`), and for full_matrices with m > n the completion of dQ from
-  Roberts and Roberts, arXiv:2409.13374 (eqs. 32-33)."""
+  Roberts and Roberts, arXiv:2409.13374 (eqs. 32-33). With pivoting, `x[..., :, p] = q r`
+  for the (locally constant) permutation p, so the same rule applies to the permuted
+  columns; p has a zero (float0) tangent."""
   x, = primals
   dx, = tangents
-  q, r = qr_p.bind(x, full_matrices=full_matrices)
+  if pivoting:
+    q, r, p = qr_p.bind(x, full_matrices=full_matrices, pivoting=True, use_magma=use_magma)
+    pmat = _T(_permutation_matrix(p, _dtype_of(x)))  # y @ pmat == y[..., :, p]
+    dq, dr = _qr_tangents(_mm(x, pmat), _mm(dx, pmat), q, r, full_matrices)
+    return [q, r, p], [dq, dr, ad.Zero(ad.tangent_aval(core.get_aval(p)))]
+  q, r = qr_p.bind(x, full_matrices=full_matrices, pivoting=False, use_magma=use_magma)
+  return [q, r], list(_qr_tangents(x, dx, q, r, full_matrices))
+
+
+def _qr_tangents(x, dx, q, r, full_matrices):
   shp = _shape_of(x)
   nd = len(shp)
   batch = shp[:-2]
@@ -626,12 +690,12 @@ def _qr_jvp(primals, tangents, *, full_matrices):
   if m < n:
     dq, dr1 = _thin_qr_jvp(q, cols(r, 0, m), cols(dx, 0, m))
     dr2 = ew.add(_mm(_H(dq), cols(x, m, n)), _mm(_H(q), cols(dx, m, n)))
-    return [q, r], [dq, shape.concatenate([dr1, dr2], nd - 1)]
+    return dq, shape.concatenate([dr1, dr2], nd - 1)
   q_mn = cols(q, 0, n) if full_matrices else q
   r_nn = rows(r, 0, n) if full_matrices else r
   dq_mn, dr_nn = _thin_qr_jvp(q_mn, r_nn, dx)
   if not full_matrices or m == n:
-    return [q, r], [dq_mn, dr_nn]
+    return dq_mn, dr_nn
   q_nn, q_pn, q_mp = rows(q_mn, 0, n), rows(q_mn, n, m), cols(q, n, m)
   dq_nn, dq_pn = rows(dq_mn, 0, n), rows(dq_mn, n, m)
   # Eq. 33: Z_pn = Q_pn (Q_nn - I)^-1, from (Q_nn - I)^H Z_pn^H = Q_pn^H.
@@ -643,7 +707,7 @@ def _qr_jvp(primals, tangents, *, full_matrices):
   dq = shape.concatenate([dq_mn, dq_mp], nd - 1)
   zero = np.zeros((), dtype)[()]
   dr = shape.pad(dr_nn, zero, [(0, 0, 0)] * (nd - 2) + [(0, m - n, 0), (0, 0, 0)])
-  return [q, r], [dq, dr]
+  return dq, dr
 
 
 qr_p = Primitive("qr")
@@ -654,22 +718,56 @@ ad.primitive_jvps[qr_p] = _qr_jvp
 _defbatching(qr_p, 2)
 
 
-def qr(x: Any, *, full_matrices: bool = True) -> tuple[Any, Any]:
-  """QR decomposition `x = Q @ R` (the `qr` primitive; lowered via geqrf and
-  householder_product, as in JAX).
+def qr(x: Any, *, pivoting: bool = False, full_matrices: bool = True,
+       use_magma: bool | None = None) -> tuple[Any, ...]:
+  """QR decomposition `x = Q @ R` (the `qr` primitive; lowered via geqrf, or geqp3 with
+  pivoting, and householder_product, as in JAX).
 
   Args:
     x: `T[..., m, n]`, T in float32, float64, complex64, complex128.
+    pivoting: column pivoting (LAPACK geqp3): also return `p` with `x[..., :, p] = Q @ R`
+      and `|diag(R)|` non-increasing.
     full_matrices: Q `[..., m, m]` and R `[..., m, n]`; else Q `[..., m, k]` and R
       `[..., k, n]` with `k = min(m, n)`.
+    use_magma: accepted for JAX compatibility (it selects a GPU kernel there); unused.
 
   Returns:
-    `(q, r)`, q with orthonormal columns, r upper triangular.
+    `(q, r)`, q with orthonormal columns, r upper triangular; `(q, r, p)` with pivoting,
+    p `int32[..., n]`.
 
   Raises:
     TypeError: for other dtypes. ValueError: for rank < 2 input.
   """
-  return tuple(qr_p.bind(x, full_matrices=bool(full_matrices)))
+  return tuple(qr_p.bind(x, full_matrices=bool(full_matrices), pivoting=bool(pivoting),
+                         use_magma=use_magma))
+
+
+# ---------------------------------------------------------------------------
+# Enums with JAX's names and values (implementation/algorithm choices; on CPU LAPACK is
+# always used here).
+
+
+class EigImplementation(enum.Enum):
+  """Implementation of the nonsymmetric eigendecomposition (`eig`)."""
+  CUSOLVER = "cusolver"
+  MAGMA = "magma"
+  LAPACK = "lapack"
+
+
+class EighImplementation(enum.Enum):
+  """Implementation of the Hermitian eigendecomposition (`eigh`)."""
+  QR = "qr"
+  JACOBI = "jacobi"
+  QDWH = "qdwh"
+
+
+class SvdAlgorithm(enum.Enum):
+  """Algorithm of the singular value decomposition (`svd`)."""
+  DEFAULT = "default"
+  QR = "QR"
+  JACOBI = "Jacobi"
+  POLAR = "polar"
+  DIVIDE_AND_CONQUER = "divide_and_conquer"
 
 
 # ---------------------------------------------------------------------------
@@ -730,7 +828,8 @@ _defbatching(eigh_p, 2)
 
 
 def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True,
-         sort_eigenvalues: bool = True, subset_by_index: tuple[int, int] | None = None):
+         sort_eigenvalues: bool = True, subset_by_index: tuple[int, int] | None = None,
+         implementation: EighImplementation | None = None):
   """Eigendecomposition of Hermitian `x`: `x @ v = v * w`.
 
   Args:
@@ -738,11 +837,16 @@ def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True,
     lower: read the lower (else the upper) triangle when not symmetrizing.
     symmetrize_input: use `(x + x^H) / 2`.
     sort_eigenvalues: accepted; LAPACK returns ascending eigenvalues.
+    implementation: None or `EighImplementation.QR` (LAPACK syevd/heevd on CPU); JACOBI and
+      QDWH raise NotImplementedError (as JAX does on CPU for QDWH).
 
   Returns:
     `(v T[..., n, n], w R[..., n])`: eigenvectors in the columns of `v` and the eigenvalues
     `w` (real dtype R), ascending; NaN where LAPACK fails to converge.
   """
+  if implementation not in (None, EighImplementation.QR):
+    raise NotImplementedError(f"eigh: implementation={implementation} is not supported on "
+                              f"CPU; use None or EighImplementation.QR (LAPACK).")
   if symmetrize_input:
     _check_matrix("eigh", core.get_aval(x), square=True)
     x = _symmetrize(x)
@@ -865,18 +969,24 @@ _defbatching(svd_p, 2)
 
 
 def svd(x: Any, *, full_matrices: bool = True, compute_uv: bool = True,
-        subset_by_index: tuple[int, int] | None = None):
+        subset_by_index: tuple[int, int] | None = None,
+        algorithm: SvdAlgorithm | None = None):
   """Singular value decomposition `x = u @ diag(s) @ vt`.
 
   Args:
     x: `T[..., m, n]`, T in float32, float64, complex64, complex128.
     full_matrices: u `[..., m, m]`, vt `[..., n, n]`; else `[..., m, k]`, `[..., k, n]`.
     compute_uv: also return u and vt.
+    algorithm: None, DEFAULT, QR or DIVIDE_AND_CONQUER (all LAPACK gesdd here); JACOBI and
+      POLAR raise NotImplementedError (GPU/TPU algorithms in JAX).
 
   Returns:
     `(u, s, vt)` as JAX orders them (the primitive's outputs are `[s, u, vt]`), or `s`
     alone (`R[..., k]`, descending, real dtype R); NaN where LAPACK fails.
   """
+  if algorithm in (SvdAlgorithm.JACOBI, SvdAlgorithm.POLAR):
+    raise NotImplementedError(f"svd: algorithm={algorithm} is not supported on CPU; use "
+                              f"SvdAlgorithm.DEFAULT (LAPACK gesdd).")
   outs = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv),
                     subset_by_index=None if subset_by_index is None else
                     tuple(subset_by_index))
@@ -1027,3 +1137,874 @@ def triangular_solve(a: Any, b: Any, left_side: bool = False, lower: bool = Fals
                                  transpose_a=bool(transpose_a),
                                  conjugate_a=bool(conjugate_a),
                                  unit_diagonal=bool(unit_diagonal))
+
+
+# ---------------------------------------------------------------------------
+# Helpers shared by the primitives below.
+
+
+def _require_cpu(ctx, name: str, kernel: str) -> None:
+  """LAPACK-only primitives: a clear error on other platforms (no GPU kernel here)."""
+  if ctx.module.platform != "cpu":
+    raise NotImplementedError(
+        f"lax.linalg.{name} is implemented on CPU only (LAPACK {kernel}); there is no "
+        f"kernel for platform {ctx.module.platform!r}. Run it on a CPU device (e.g. "
+        f"jit(f, device=stagecraft.devices('cpu')[0])).")
+
+
+def _no_jvp(name: str):
+  """The JVP rule of a primitive that JAX does not differentiate either."""
+  def rule(primals, tangents, **params):
+    raise NotImplementedError(f"Differentiation rule for '{name}' not implemented (JAX does "
+                              f"not differentiate lax.linalg.{name} either).")
+  return rule
+
+
+def _complex_of(dtype) -> np.dtype:
+  return dtypes.complex128 if dtype in (dtypes.float64, dtypes.complex128) else dtypes.complex64
+
+
+def _solve(a, b):
+  """Solves `a x = b` for square `a[..., n, n]` and `b[..., n, k]` by LU with partial
+  pivoting (lu_p, then two triangular solves): differentiable."""
+  lu_, pivots = lu_p.bind(a)
+  perm = lu_pivots_to_permutation(pivots, _shape_of(a)[-1])
+  pb = _mm(_permutation_matrix(perm, _dtype_of(a)), b)
+  y = triangular_solve(lu_, pb, left_side=True, lower=True, unit_diagonal=True)
+  return triangular_solve(lu_, y, left_side=True, lower=False)
+
+
+def _sum_axis(x, axis: int):
+  return reduction.reduce_sum(x, (axis % len(_shape_of(x)),))
+
+
+# ---------------------------------------------------------------------------
+# eig: eigenvalues and left/right eigenvectors of general square matrices (geev).
+
+
+def _eig_abstract_eval(x: ShapedArray, *, compute_left_eigenvectors,
+                       compute_right_eigenvectors, enable_eigvec_derivs, implementation):
+  _check_matrix("eig", x, square=True)
+  c = _complex_of(x.dtype)
+  count = bool(compute_left_eigenvectors) + bool(compute_right_eigenvectors)
+  return [ShapedArray(x.shape[:-1], c)] + [ShapedArray(x.shape, c)] * count
+
+
+def _eig_lowering(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvectors,
+                  enable_eigvec_derivs, implementation):
+  _require_cpu(ctx, "eig", "geev")
+  if implementation not in (None, EigImplementation.LAPACK):
+    raise ValueError("Only the lapack implementation is supported on CPU.")
+  aval, = ctx.avals_in
+  w_aval = ctx.avals_out[0]
+  v_aval = ShapedArray(aval.shape, w_aval.dtype)
+  if aval.shape[-1] == 0:
+    return [ctx.constant(0, a) for a in ctx.avals_out]
+  info_aval = ShapedArray(_batch(aval), dtypes.int32)
+  real = not dtypes.is_complex(aval.dtype)
+  flags = {"compute_left": ord("V" if compute_left_eigenvectors else "N"),
+           "compute_right": ord("V" if compute_right_eigenvectors else "N")}
+  if real:
+    wr_aval = ShapedArray(aval.shape[:-1], aval.dtype)
+    wr, wi, vl, vr, info = _lapack_call(ctx, "geev", [x], [aval],
+                                        [wr_aval, wr_aval, v_aval, v_aval, info_aval], flags, {})
+    w = ctx.op("stablehlo.complex", [wr, wi], [w_aval], operand_avals=[wr_aval, wr_aval])[0]
+  else:
+    w, vl, vr, info = _lapack_call(ctx, "geev", [x], [aval],
+                                   [w_aval, v_aval, v_aval, info_aval], flags, {})
+  outs = [_nan_if_failed(ctx, info, info_aval, w, w_aval)]
+  if compute_left_eigenvectors:
+    outs.append(_nan_if_failed(ctx, info, info_aval, vl, v_aval))
+  if compute_right_eigenvectors:
+    outs.append(_nan_if_failed(ctx, info, info_aval, vr, v_aval))
+  return outs
+
+
+def _eig_vectors_jvp(w, v, da):
+  """Tangents of eigenvalues `w` and eigenvectors `v` (columns) of `a` along `da`, from
+  first-order perturbation theory: with `P = V^-1 dA V`, `dw = diag(P)` and
+  `dV = V (F * P) + V diag(c)`, `F[i, j] = 1 / (w[j] - w[i])` off the diagonal. The free
+  multiples `c` keep LAPACK's normalisation (unit 2-norm, largest-magnitude component
+  real): `Re(c_j) = -Re(v_j^H u_j)`, `Im(c_j) = -Im(u_kj) / v_kj` with
+  `u = V (F * P)` and `k = argmax_i |v_ij|`."""
+  shp = _shape_of(v)
+  n = shp[-1]
+  nd = len(shp)
+  dtype = _dtype_of(v)
+  eye = _eye_like(shp, dtype)
+  fmat = ew.sub(ew.div(shape.full(shp, 1, dtype),
+                       ew.add(eye, ew.sub(_rows(w, n), _cols(w, n)))), eye)
+  p = _mm(_solve(v, da), v)
+  dw = _extract_diagonal(p)
+  u = _mm(v, ew.mul(fmat, p))
+  absv = ew.abs(v)
+  # one-hot of the largest-magnitude component of each column (the first on ties)
+  colmax = shape.broadcast_in_dim(reduction.reduce_max(absv, (nd - 2,)), shp,
+                                  (*range(nd - 2), nd - 1))
+  is_max = ew.eq(absv, colmax)
+  iota = shape.broadcasted_iota(dtypes.int32, shp, nd - 2)
+  first = reduction.reduce_min(ew.select(is_max, iota, shape.full(shp, n, dtypes.int32)),
+                               (nd - 2,))
+  mask = _astype(ew.eq(iota, shape.broadcast_in_dim(first, shp, (*range(nd - 2), nd - 1))),
+                 dtype)
+  re_c = ew.neg(ew.real(_sum_axis(ew.mul(ew.conj(v), u), -2)))
+  im_c = ew.neg(ew.div(ew.imag(_sum_axis(ew.mul(mask, u), -2)),
+                       ew.real(_sum_axis(ew.mul(mask, v), -2))))
+  c = ew.complex(re_c, im_c)
+  return dw, ew.add(u, ew.mul(v, _rows(c, n)))
+
+
+def _eig_jvp(primals, tangents, *, compute_left_eigenvectors, compute_right_eigenvectors,
+             enable_eigvec_derivs, implementation):
+  """Eigenvalue tangents `dw = diag(V^-1 dA V)` always; eigenvector tangents (see
+  `_eig_vectors_jvp`; left ones from `A^H`) only with `enable_eigvec_derivs`, as in JAX."""
+  a, = primals
+  da, = tangents
+  if (compute_left_eigenvectors or compute_right_eigenvectors) and not enable_eigvec_derivs:
+    raise NotImplementedError(
+        "Derivatives of non-symmetric eigenvectors are only valid under assumptions on the "
+        "input that cannot be checked (distinct eigenvalues, no ties for the largest "
+        "component of an eigenvector). Pass enable_eigvec_derivs=True to "
+        "lax.linalg.eig to opt in, or differentiate only the eigenvalues "
+        "(compute_left_eigenvectors=False, compute_right_eigenvectors=False).")
+  params = dict(enable_eigvec_derivs=enable_eigvec_derivs, implementation=implementation)
+  outs = eig_p.bind(a, compute_left_eigenvectors=compute_left_eigenvectors,
+                    compute_right_eigenvectors=True, **params)
+  w, vr = outs[0], outs[-1]
+  da = _astype(da, _dtype_of(vr))
+  if not (compute_left_eigenvectors or compute_right_eigenvectors):
+    return [w], [_sum_axis(ew.mul(_solve(vr, da), _T(vr)), -1)]
+  dw, dvr = _eig_vectors_jvp(w, vr, da)
+  primal_out, tangent_out = [w], [dw]
+  if compute_left_eigenvectors:
+    _, dvl = _eig_vectors_jvp(ew.conj(w), outs[1], _H(da))
+    primal_out.append(outs[1])
+    tangent_out.append(dvl)
+  if compute_right_eigenvectors:
+    primal_out.append(vr)
+    tangent_out.append(dvr)
+  return primal_out, tangent_out
+
+
+eig_p = Primitive("eig")
+eig_p.multiple_results = True
+eig_p.def_abstract_eval(_eig_abstract_eval)
+lowering.register_lowering(eig_p, _eig_lowering)
+ad.primitive_jvps[eig_p] = _eig_jvp
+_defbatching(eig_p, 2)
+
+
+def eig(x: Any, *, compute_left_eigenvectors: bool = True,
+        compute_right_eigenvectors: bool = True, enable_eigvec_derivs: bool = False,
+        implementation: EigImplementation | None = None,
+        use_magma: bool | None = None) -> list[Any]:
+  """Eigendecomposition of general square matrices (LAPACK geev, CPU only).
+
+  Args:
+    x: `T[..., n, n]`, T in float32, float64, complex64, complex128.
+    compute_left_eigenvectors: also return `vl` (`vl[..., :, j]^H x = w[j] vl[..., :, j]^H`).
+    compute_right_eigenvectors: also return `vr` (`x vr[..., :, j] = w[j] vr[..., :, j]`).
+    enable_eigvec_derivs: allow differentiating the eigenvectors (valid only for distinct
+      eigenvalues; the tangent keeps geev's normalisation).
+    implementation: None or `EigImplementation.LAPACK` (others raise on CPU).
+    use_magma: deprecated in JAX; `True` selects MAGMA (an error here), `False` LAPACK.
+
+  Returns:
+    `[w, vl, vr]` (the vectors only where requested): `w C[..., n]` and `v C[..., n, n]`
+    with C the complex dtype of T; eigenvectors have unit 2-norm with their
+    largest-magnitude component real. NaN where LAPACK fails.
+
+  Raises:
+    TypeError: for other dtypes. ValueError: for non-square input.
+    NotImplementedError: on platforms other than CPU, and for eigenvector derivatives
+      without `enable_eigvec_derivs`.
+  """
+  if use_magma is not None:
+    implementation = EigImplementation.MAGMA if use_magma else EigImplementation.LAPACK
+  return list(eig_p.bind(x, compute_left_eigenvectors=bool(compute_left_eigenvectors),
+                         compute_right_eigenvectors=bool(compute_right_eigenvectors),
+                         enable_eigvec_derivs=bool(enable_eigvec_derivs),
+                         implementation=implementation))
+
+
+# ---------------------------------------------------------------------------
+# schur: `x = Q T Q^H` with T upper (quasi-)triangular (gees). Not differentiable (as JAX).
+
+
+def _schur_abstract_eval(x: ShapedArray, *, compute_schur_vectors, sort_eig_vals,
+                         select_callable):
+  _check_matrix("schur", x, square=True)
+  x = x.strip_weak_type()
+  return [x, x] if compute_schur_vectors else [x]
+
+
+def _schur_lowering(ctx, x, *, compute_schur_vectors, sort_eig_vals, select_callable):
+  _require_cpu(ctx, "schur", "gees")
+  if sort_eig_vals:
+    raise NotImplementedError("The sort feature of LAPACK's gees routine is not "
+                              "implemented.")
+  aval, = ctx.avals_in
+  if aval.shape[-1] == 0:
+    return [x] * len(ctx.avals_out)
+  info_aval = ShapedArray(_batch(aval), dtypes.int32)
+  w_aval = ShapedArray(aval.shape[:-1], aval.dtype)
+  ws = [w_aval] * (1 if dtypes.is_complex(aval.dtype) else 2)
+  flags = {"mode": ord("V" if compute_schur_vectors else "N"), "sort": ord("N")}
+  t, vs, *_, info = _lapack_call(ctx, "gees", [x], [aval],
+                                 [aval, aval, *ws, info_aval, info_aval], flags, {0: 0})
+  outs = [_nan_if_failed(ctx, info, info_aval, t, aval)]
+  if compute_schur_vectors:
+    outs.append(_nan_if_failed(ctx, info, info_aval, vs, aval))
+  return outs
+
+
+schur_p = Primitive("schur")
+schur_p.multiple_results = True
+schur_p.def_abstract_eval(_schur_abstract_eval)
+lowering.register_lowering(schur_p, _schur_lowering)
+ad.primitive_jvps[schur_p] = _no_jvp("schur")
+_defbatching(schur_p, 2)
+
+
+def schur(x: Any, *, compute_schur_vectors: bool = True, sort_eig_vals: bool = False,
+          select_callable: Any = None) -> tuple[Any, ...]:
+  """Schur decomposition `x = Q @ T @ Q^H` (LAPACK gees, CPU only).
+
+  Args:
+    x: `T[..., n, n]`, T in float32, float64, complex64, complex128.
+    compute_schur_vectors: also return Q.
+    sort_eig_vals: must be False (sorting is not implemented, as in JAX).
+    select_callable: unused (as in JAX).
+
+  Returns:
+    `(T, Q)` or `(T,)`: T upper triangular (complex input) or quasi upper triangular with
+    2x2 blocks for complex-conjugate eigenvalue pairs (real input); Q unitary. NaN where
+    LAPACK fails.
+
+  Raises:
+    NotImplementedError: for `sort_eig_vals`, on platforms other than CPU, and under
+      differentiation.
+  """
+  return tuple(schur_p.bind(x, compute_schur_vectors=bool(compute_schur_vectors),
+                            sort_eig_vals=bool(sort_eig_vals),
+                            select_callable=select_callable))
+
+
+# ---------------------------------------------------------------------------
+# hessenberg: reduction to upper Hessenberg form by Householder reflections (gehrd).
+
+
+def _hessenberg_abstract_eval(x: ShapedArray):
+  _check_matrix("hessenberg", x, square=True)
+  return [x.strip_weak_type(),
+          ShapedArray((*_batch(x), max(x.shape[-1] - 1, 0)), x.dtype)]
+
+
+def _hessenberg_lowering(ctx, x):
+  _require_cpu(ctx, "hessenberg", "gehrd")
+  aval, tau_aval = ctx.avals_out
+  n = aval.shape[-1]
+  if n == 0:
+    return [x, ctx.constant(0, tau_aval)]
+  info_aval = ShapedArray(_batch(aval), dtypes.int32)
+  a, taus, info = _lapack_call(ctx, "gehrd", [x], [aval], [aval, tau_aval, info_aval],
+                               {"high": np.int32(n), "low": np.int32(1)}, {0: 0})
+  return [_nan_if_failed(ctx, info, info_aval, a, aval),
+          _nan_if_failed(ctx, info, info_aval, taus, tau_aval)]
+
+
+hessenberg_p = Primitive("hessenberg")
+hessenberg_p.multiple_results = True
+hessenberg_p.def_abstract_eval(_hessenberg_abstract_eval)
+lowering.register_lowering(hessenberg_p, _hessenberg_lowering)
+ad.primitive_jvps[hessenberg_p] = _no_jvp("hessenberg")
+_defbatching(hessenberg_p, 2)
+
+
+def hessenberg(a: Any) -> tuple[Any, Any]:
+  """Reduces square matrices to upper Hessenberg form (LAPACK gehrd, CPU only).
+
+  Args:
+    a: `T[..., n, n]`, T in float32, float64, complex64, complex128.
+
+  Returns:
+    `(a, taus)`: the Hessenberg matrix in the upper triangle and first subdiagonal of
+    `a T[..., n, n]`, the Householder reflectors below it, and their scales
+    `taus T[..., n - 1]` (`Q = householder_product` of them, shifted by one row).
+
+  Raises:
+    NotImplementedError: on platforms other than CPU, and under differentiation.
+  """
+  return tuple(hessenberg_p.bind(a))
+
+
+# ---------------------------------------------------------------------------
+# tridiagonal: reduction of Hermitian matrices to real symmetric tridiagonal form (sytrd,
+# hetrd).
+
+
+def _tridiagonal_abstract_eval(a: ShapedArray, *, lower):
+  _check_matrix("tridiagonal", a, square=True)
+  n = a.shape[-1]
+  if n == 0:
+    raise ValueError(f"The input to tridiagonal must be a non-empty square matrix. Got "
+                     f"{a.str_short()}.")
+  b = _batch(a)
+  r = _real_of.get(a.dtype, a.dtype)
+  return [a.strip_weak_type(), ShapedArray((*b, n), r), ShapedArray((*b, n - 1), r),
+          ShapedArray((*b, n - 1), a.dtype)]
+
+
+def _tridiagonal_lowering(ctx, a, *, lower):
+  _require_cpu(ctx, "tridiagonal", "sytrd/hetrd")
+  avals = ctx.avals_out
+  info_aval = ShapedArray(_batch(avals[0]), dtypes.int32)
+  fn = "hetrd" if dtypes.is_complex(avals[0].dtype) else "sytrd"
+  *outs, info = _lapack_call(ctx, fn, [a], list(ctx.avals_in), [*avals, info_aval],
+                             {"uplo": ord("L" if lower else "U")}, {0: 0})
+  return [_nan_if_failed(ctx, info, info_aval, o, av) for o, av in zip(outs, avals)]
+
+
+tridiagonal_p = Primitive("tridiagonal")
+tridiagonal_p.multiple_results = True
+tridiagonal_p.def_abstract_eval(_tridiagonal_abstract_eval)
+lowering.register_lowering(tridiagonal_p, _tridiagonal_lowering)
+ad.primitive_jvps[tridiagonal_p] = _no_jvp("tridiagonal")
+_defbatching(tridiagonal_p, 2)
+
+
+def tridiagonal(a: Any, *, lower: bool = True) -> tuple[Any, Any, Any, Any]:
+  """Reduces Hermitian matrices to tridiagonal form `a = Q T Q^H` (LAPACK sytrd/hetrd, CPU
+  only).
+
+  Args:
+    a: `T[..., n, n]` (n >= 1); only the `lower` (else upper) triangle is read.
+
+  Returns:
+    `(a, d, e, taus)`: `a T[..., n, n]` holds T's diagonal and first sub- (super-)
+    diagonal with the Householder reflectors below (above) them; `d R[..., n]` the
+    diagonal and `e R[..., n - 1]` the off-diagonal of T (R real); `taus T[..., n - 1]`.
+
+  Raises:
+    ValueError: for empty or non-square input. NotImplementedError: on platforms other
+      than CPU, and under differentiation.
+  """
+  return tuple(tridiagonal_p.bind(a, lower=bool(lower)))
+
+
+# ---------------------------------------------------------------------------
+# tridiagonal_solve: A X = B with A tridiagonal (gtsv: LU with partial pivoting).
+
+
+def _tridiagonal_solve_abstract_eval(dl, d, du, b, *, perturb_singular):
+  for name, v in (("dl", dl), ("d", d), ("du", du), ("b", b)):
+    if v.dtype not in _LAPACK_PREFIX:
+      raise TypeError(f"tridiagonal_solve does not accept dtype {v.dtype.name} for {name}; "
+                      f"accepted: float32, float64, complex64, complex128.")
+  if not (dl.dtype == d.dtype == du.dtype == b.dtype):
+    raise TypeError(f"tridiagonal_solve requires arguments of one dtype, got "
+                    f"{dl.dtype.name}, {d.dtype.name}, {du.dtype.name} and {b.dtype.name}.")
+  if dl.shape != d.shape or dl.shape != du.shape:
+    raise TypeError("tridiagonal_solve requires that all diagonal arguments have the same "
+                    f"shape, got {dl.str_short()}, {d.str_short()} and {du.str_short()}.")
+  if b.ndim < 2 or dl.shape != b.shape[:-1]:
+    raise TypeError("tridiagonal_solve requires that the leading ndim-1 dimensions of b "
+                    f"equal the dimensions of the diagonal arguments, got {b.str_short()} "
+                    f"and diagonals {d.str_short()}.")
+  return b.strip_weak_type()
+
+
+def _tridiagonal_solve_lowering(ctx, dl, d, du, b, *, perturb_singular):
+  _require_cpu(ctx, "tridiagonal_solve", "gtsv")
+  avals = list(ctx.avals_in)
+  b_aval = avals[3]
+  nb = b_aval.ndim - 2
+  if b_aval.size == 0:
+    return [b]
+  if perturb_singular:
+    return _lapack_call(ctx, "gtsv", [dl, d, du, b], avals, [b_aval], {}, {}, nb=nb,
+                        target="tridiagonal_solve_perturbed_ffi")
+  info_aval = ShapedArray(_batch(b_aval), dtypes.int32)
+  *_, x, info = _lapack_call(ctx, "gtsv", [dl, d, du, b], avals, [*avals, info_aval], {},
+                             {0: 0, 1: 1, 2: 2, 3: 3}, nb=nb)
+  return [_nan_if_failed(ctx, info, info_aval, x, b_aval)]
+
+
+def _tridiagonal_product(dl, d, du, x):
+  """`A x` for tridiagonal A (`dl[i] = A[i, i-1]`, `d[i] = A[i, i]`, `du[i] = A[i, i+1]`)
+  and `x[..., m, k]`."""
+  shp = _shape_of(x)
+  nd = len(shp)
+  m = shp[-2]
+  dims = tuple(range(nd - 1))
+  zero = np.zeros((), _dtype_of(x))[()]
+  pad = [(0, 0, 0)] * (nd - 2)
+  y = ew.mul(shape.broadcast_in_dim(d, shp, dims), x)
+  if m > 1:
+    x_up = shape.pad(shape.slice_in_dim(x, 0, m - 1, axis=nd - 2), zero,
+                     [*pad, (1, 0, 0), (0, 0, 0)])      # x[i-1] at row i
+    x_down = shape.pad(shape.slice_in_dim(x, 1, m, axis=nd - 2), zero,
+                       [*pad, (0, 1, 0), (0, 0, 0)])    # x[i+1] at row i
+    y = ew.add(y, ew.mul(shape.broadcast_in_dim(dl, shp, dims), x_up))
+    y = ew.add(y, ew.mul(shape.broadcast_in_dim(du, shp, dims), x_down))
+  return y
+
+
+def _tridiagonal_solve_jvp(primals, tangents, *, perturb_singular):
+  """`dX = A^-1 (dB - dA X)`, with `dA` the tridiagonal matrix of the diagonals' tangents."""
+  dl, d, du, b = primals
+  *diag_dots, b_dot = tangents
+  x = tridiagonal_solve_p.bind(dl, d, du, b, perturb_singular=perturb_singular)
+  if all(type(t) is ad.Zero for t in diag_dots):
+    rhs = b_dot
+  else:
+    prod = _tridiagonal_product(*[ad.instantiate_zeros(t) for t in diag_dots], x)
+    rhs = ew.neg(prod) if type(b_dot) is ad.Zero else ew.sub(b_dot, prod)
+  if type(rhs) is ad.Zero:
+    return x, rhs
+  return x, tridiagonal_solve_p.bind(dl, d, du, rhs, perturb_singular=perturb_singular)
+
+
+def _tridiagonal_solve_transpose(ct, dl, d, du, b, *, perturb_singular):
+  """Linear in `b`: the transpose solves with `A^T`, whose diagonals are `d`, `du` shifted
+  down (sub) and `dl` shifted up (super)."""
+  if any(ad.is_undefined_primal(v) for v in (dl, d, du)):
+    raise ValueError("tridiagonal_solve is linear in b only; it cannot be transposed in "
+                     "its diagonals.")
+  if type(ct) is ad.Zero:
+    return [None, None, None, ad.Zero(b.aval)]
+  nd = len(_shape_of(d))
+  m = _shape_of(d)[-1]
+  zero = np.zeros((), _dtype_of(d))[()]
+  pad = [(0, 0, 0)] * (nd - 1)
+  dl_t = shape.pad(shape.slice_in_dim(du, 0, m - 1, axis=nd - 1), zero, [*pad, (1, 0, 0)])
+  du_t = shape.pad(shape.slice_in_dim(dl, 1, m, axis=nd - 1), zero, [*pad, (0, 1, 0)])
+  return [None, None, None, tridiagonal_solve_p.bind(dl_t, d, du_t, ct,
+                                                     perturb_singular=perturb_singular)]
+
+
+def _tridiagonal_solve_batch_rule(batched_args, batch_dims, *, perturb_singular):
+  """With only `b` batched, its batch axis joins b's columns (one solve, more right-hand
+  sides); otherwise all operands are aligned at a leading batch dim."""
+  dl, d, du, b = batched_args
+  *ddims, bdb = batch_dims
+  if all(v is None for v in ddims):
+    nd = len(_shape_of(b))
+    b = batching.moveaxis(b, bdb, nd - 1)
+    shp = _shape_of(b)
+    flat = shape.reshape(b, (*shp[:-2], shp[-2] * shp[-1]))
+    out = tridiagonal_solve_p.bind(dl, d, du, flat, perturb_singular=perturb_singular)
+    return shape.reshape(out, shp), nd - 1
+  args, bdim = _leading_bdims(list(batched_args), list(batch_dims), (1, 1, 1, 2))
+  return tridiagonal_solve_p.bind(*args, perturb_singular=perturb_singular), bdim
+
+
+tridiagonal_solve_p = Primitive("tridiagonal_solve")
+tridiagonal_solve_p.def_abstract_eval(_tridiagonal_solve_abstract_eval)
+lowering.register_lowering(tridiagonal_solve_p, _tridiagonal_solve_lowering)
+ad.primitive_jvps[tridiagonal_solve_p] = _tridiagonal_solve_jvp
+ad.primitive_transposes[tridiagonal_solve_p] = _tridiagonal_solve_transpose
+batching.primitive_batchers[tridiagonal_solve_p] = _tridiagonal_solve_batch_rule
+
+
+def tridiagonal_solve(dl: Any, d: Any, du: Any, b: Any, *,
+                      perturb_singular: bool = False) -> Any:
+  """Solves `A X = B` for tridiagonal A (LAPACK gtsv, CPU only).
+
+  Args:
+    dl: `T[..., m]`, the subdiagonal: `dl[i] = A[i, i-1]` (`dl[0]` is ignored, 0 by
+      convention).
+    d: `T[..., m]`, the diagonal.
+    du: `T[..., m]`, the superdiagonal: `du[i] = A[i, i+1]` (`du[m-1]` is ignored).
+    b: `T[..., m, k]`, the right-hand sides.
+    perturb_singular: perturb tiny pivots (by about `eps * max|U|`) so that singular
+      systems give finite results (jaxlib's perturbed kernel).
+
+  Returns:
+    `X T[..., m, k]`; NaN where A is singular (without `perturb_singular`).
+
+  Raises:
+    TypeError: for mismatched shapes or dtypes. NotImplementedError: on platforms other
+      than CPU.
+  """
+  return tridiagonal_solve_p.bind(dl, d, du, b, perturb_singular=bool(perturb_singular))
+
+
+# ---------------------------------------------------------------------------
+# ormqr: multiplies by Q from geqrf's reflectors without forming it (ormqr/unmqr).
+
+
+def _ormqr_abstract_eval(a, taus, c, *, left, transpose):
+  _check_matrix("ormqr", a)
+  _check_matrix("ormqr", c)
+  if not (a.dtype == taus.dtype == c.dtype):
+    raise TypeError(f"ormqr requires a, taus and c of one dtype, got {a.dtype.name}, "
+                    f"{taus.dtype.name} and {c.dtype.name}.")
+  m = a.shape[-2]
+  if left and c.shape[-2] != m:
+    raise ValueError("ormqr with left=True expects c to have the same number of rows as the "
+                     f"Householder matrix a. Got a {a.str_short()} and c {c.str_short()}.")
+  if not left and c.shape[-1] != m:
+    raise ValueError("ormqr with left=False expects c to have the same number of columns as "
+                     f"the Householder matrix a has rows. Got a {a.str_short()} and c "
+                     f"{c.str_short()}.")
+  if taus.shape[:-1] != _batch(a) or taus.shape[-1] > min(a.shape[-2:]) or (
+      _batch(c) != _batch(a)):
+    raise ValueError(f"ormqr: taus must be [..., k] with k <= min(m, n) and a, taus and c "
+                     f"must share batch dimensions, got a {a.str_short()}, taus "
+                     f"{taus.str_short()}, c {c.str_short()}.")
+  return c.strip_weak_type()
+
+
+def _ormqr_lowering(ctx, a, taus, c, *, left, transpose):
+  _require_cpu(ctx, "ormqr", "ormqr/unmqr")
+  c_aval, = ctx.avals_out
+  if c_aval.size == 0 or ctx.avals_in[1].shape[-1] == 0:
+    return [c]
+  fn = "unmqr" if dtypes.is_complex(c_aval.dtype) else "ormqr"
+  return _lapack_call(ctx, fn, [a, taus, c], list(ctx.avals_in), [c_aval],
+                      {"left": bool(left), "transpose": bool(transpose)}, {0: 2})
+
+
+ormqr_p = Primitive("ormqr")
+ormqr_p.def_abstract_eval(_ormqr_abstract_eval)
+lowering.register_lowering(ormqr_p, _ormqr_lowering)
+ad.primitive_jvps[ormqr_p] = _no_jvp("ormqr")
+_defbatching(ormqr_p, 2, 1, 2)
+
+
+def ormqr(a: Any, taus: Any, c: Any, *, left: bool = True, transpose: bool = False) -> Any:
+  """`Q @ c`, `Q^H @ c`, `c @ Q` or `c @ Q^H` for Q given by Householder reflectors (as
+  geqrf returns them), without forming Q (LAPACK ormqr/unmqr, CPU only).
+
+  Args:
+    a: `T[..., m, n]`, the reflectors below the diagonal.
+    taus: `T[..., k]`, their scales.
+    c: `T[..., m, p]` (left) or `T[..., p, m]`.
+    left: multiply from the left (else the right).
+    transpose: use `Q^T` (`Q^H` for complex dtypes).
+
+  Returns:
+    The product, shaped like `c`.
+
+  Raises:
+    ValueError: for shapes that do not fit. NotImplementedError: on platforms other than
+      CPU, and under differentiation.
+  """
+  return ormqr_p.bind(a, taus, c, left=bool(left), transpose=bool(transpose))
+
+
+# ---------------------------------------------------------------------------
+# geqp3: QR with column pivoting; the `qr(..., pivoting=True)` building block.
+
+
+def _geqp3_abstract_eval(a: ShapedArray, jpvt: ShapedArray, *, use_magma):
+  _check_matrix("geqp3", a)
+  if jpvt.dtype != dtypes.int32 or jpvt.shape != (*_batch(a), a.shape[-1]):
+    raise TypeError(f"geqp3: jpvt must be int32[..., n] matching a {a.str_short()}, got "
+                    f"{jpvt.str_short()}.")
+  return [a.strip_weak_type(), jpvt, ShapedArray((*_batch(a), min(a.shape[-2:])), a.dtype)]
+
+
+def _geqp3_lowering(ctx, a, jpvt, *, use_magma):
+  _require_cpu(ctx, "qr (pivoting=True)", "geqp3")
+  return _lapack_call(ctx, "geqp3", [a, jpvt], list(ctx.avals_in), list(ctx.avals_out), {},
+                      {0: 0, 1: 1})
+
+
+geqp3_p = Primitive("geqp3")
+geqp3_p.multiple_results = True
+geqp3_p.def_abstract_eval(_geqp3_abstract_eval)
+lowering.register_lowering(geqp3_p, _geqp3_lowering)
+ad.primitive_jvps[geqp3_p] = _no_jvp("geqp3")
+_defbatching(geqp3_p, 2, 1)
+
+
+def geqp3(a: Any, jpvt: Any, *, use_magma: bool | None = None) -> tuple[Any, Any, Any]:
+  """LAPACK's geqp3: `(a, jpvt, taus)` with R above the diagonal of `a`, the reflectors
+  below it, and 1-based column pivots `jpvt` (`a[..., :, jpvt - 1] = Q R`); columns with a
+  nonzero input `jpvt` are moved to the front first."""
+  return tuple(geqp3_p.bind(a, jpvt, use_magma=use_magma))
+
+
+# ---------------------------------------------------------------------------
+# lu_pivots_to_permutation as a primitive (JAX's), lowered to the unrolled composition.
+
+
+def _lu_pivots_to_permutation_abstract_eval(pivots: ShapedArray, *, permutation_size):
+  if pivots.dtype != dtypes.int32 or pivots.ndim < 1:
+    raise TypeError(f"lu_pivots_to_permutation requires int32[..., k] pivots, got "
+                    f"{pivots.str_short()}.")
+  if permutation_size < pivots.shape[-1]:
+    raise ValueError(f"Output permutation size {permutation_size} has to exceed the "
+                     f"trailing dimension of the pivots. Got pivots {pivots.str_short()}.")
+  return ShapedArray((*pivots.shape[:-1], permutation_size), dtypes.int32)
+
+
+def _lu_pivots_to_permutation_lowering(ctx, pivots, *, permutation_size):
+  return _inline(ctx, lambda p: [_pivots_to_permutation(p, permutation_size)],
+                 ctx.avals_in, [pivots])
+
+
+lu_pivots_to_permutation_p = Primitive("lu_pivots_to_permutation")
+lu_pivots_to_permutation_p.def_abstract_eval(_lu_pivots_to_permutation_abstract_eval)
+lowering.register_lowering(lu_pivots_to_permutation_p, _lu_pivots_to_permutation_lowering)
+ad.defjvp_zero(lu_pivots_to_permutation_p)
+_defbatching(lu_pivots_to_permutation_p, 1)
+
+
+# ---------------------------------------------------------------------------
+# cholesky_update: the Cholesky factor of `R^T R + w w^T` in O(n^2) (Givens rotations).
+
+
+def _cholesky_update_abstract_eval(r: ShapedArray, w: ShapedArray):
+  if r.dtype not in (dtypes.float32, dtypes.float64) or w.dtype != r.dtype:
+    raise TypeError(f"cholesky_update requires float32 or float64 arguments of one dtype, "
+                    f"got {r.dtype.name} and {w.dtype.name}.")
+  if r.ndim < 2 or r.shape[-1] != r.shape[-2] or w.shape != r.shape[:-1]:
+    raise ValueError("Rank-1 update to Cholesky decomposition takes a square matrix and a "
+                     f"vector of the same size as input. Got shapes {r.shape} and "
+                     f"{w.shape} instead")
+  return r.strip_weak_type()
+
+
+def _cholesky_update_composition(r, z):
+  """Row k of R and z are rotated so that z[k] becomes 0 (Golub & Van Loan, "Matrix
+  Computations", sec. 6.5.4): with `rho = hypot(R[k, k], z[k])`,
+  `R[k] <- (R[k, k] R[k] + z[k] z) / rho` and `z <- (R[k, k] z - z[k] R[k]) / rho`;
+  a zero `z[k]` leaves both unchanged. Unrolled over the n rows; leading batch dims."""
+  shp = _shape_of(r)
+  nd = len(shp)
+  n = shp[-1]
+  dtype = _dtype_of(r)
+  vshape = shp[:-1]
+  one, zero = np.ones((), dtype)[()], np.zeros((), dtype)[()]
+  for k in range(n):
+    row = shape.squeeze(shape.slice_in_dim(r, k, k + 1, axis=nd - 2), (nd - 2,))
+    x = shape.squeeze(shape.slice_in_dim(row, k, k + 1, axis=nd - 2), (nd - 2,))
+    y = shape.squeeze(shape.slice_in_dim(z, k, k + 1, axis=nd - 2), (nd - 2,))
+    is_zero = ew.eq(y, zero)
+    big = ew.max(ew.abs(x), ew.abs(y))
+    safe_big = ew.select(is_zero, shape.full(_shape_of(big), 1, dtype), big)
+    xs, ys = ew.div(x, safe_big), ew.div(y, safe_big)
+    inv = ew.rsqrt(ew.add(ew.mul(xs, xs), ew.mul(ys, ys)))
+    c = ew.select(is_zero, shape.full(_shape_of(x), one, dtype), ew.mul(xs, inv))
+    s = ew.select(is_zero, shape.full(_shape_of(x), zero, dtype), ew.mul(ys, inv))
+    cb = shape.broadcast_in_dim(c, vshape, tuple(range(nd - 2)))
+    sb = shape.broadcast_in_dim(s, vshape, tuple(range(nd - 2)))
+    new_row = ew.add(ew.mul(cb, row), ew.mul(sb, z))
+    z = ew.sub(ew.mul(cb, z), ew.mul(sb, row))
+    mask = _matrix_const(np.arange(n)[:, None] == k, shp, np.bool_)
+    r = ew.select(mask, shape.broadcast_in_dim(new_row, shp, (*range(nd - 2), nd - 1)), r)
+  return r
+
+
+def _cholesky_update_lowering(ctx, r, w):
+  return _inline(ctx, lambda a, b: [_cholesky_update_composition(a, b)], ctx.avals_in,
+                 [r, w])
+
+
+def _cholesky_update_jvp(primals, tangents):
+  """The JVP of the composition (differentiable where JAX's is not)."""
+  tangents = [ad.instantiate_zeros(t) if type(t) is ad.Zero else t for t in tangents]
+  (out,), (t_out,) = ad.jvp_flat(lambda a, b: [_cholesky_update_composition(a, b)],
+                                 list(primals), tangents)
+  return cholesky_update_p.bind(*primals), t_out
+
+
+cholesky_update_p = Primitive("cholesky_update")
+cholesky_update_p.def_abstract_eval(_cholesky_update_abstract_eval)
+lowering.register_lowering(cholesky_update_p, _cholesky_update_lowering)
+ad.primitive_jvps[cholesky_update_p] = _cholesky_update_jvp
+_defbatching(cholesky_update_p, 2, 1)
+
+
+def cholesky_update(r_matrix: Any, w_vector: Any) -> Any:
+  """The upper Cholesky factor of `R^T R + w w^T`, given upper `R` (`A = R^T R`), in
+  O(n^2) (Givens rotations).
+
+  Args:
+    r_matrix: `T[..., n, n]`, upper triangular, T float32 or float64.
+    w_vector: `T[..., n]`.
+
+  Returns:
+    `T[..., n, n]`, upper triangular with a positive diagonal (where R's is positive).
+
+  Raises:
+    TypeError: for other dtypes. ValueError: for shapes that do not fit.
+  """
+  return cholesky_update_p.bind(r_matrix, w_vector)
+
+
+# ---------------------------------------------------------------------------
+# symmetric_product: alpha A A^T + beta C (syrk).
+
+
+def _symmetric_product_abstract_eval(a: ShapedArray, c: ShapedArray, *, alpha, beta):
+  if a.dtype not in _LAPACK_PREFIX or c.dtype != a.dtype:
+    raise TypeError(f"symmetric_product requires arguments of one floating dtype, got "
+                    f"{a.dtype.name} and {c.dtype.name}.")
+  if (a.ndim < 2 or c.ndim < 2 or c.shape[-1] != c.shape[-2] or a.shape[-2] != c.shape[-1]
+      or _batch(a) != _batch(c)):
+    raise ValueError("symmetric_product expects a rectangular matrix of shape (m, n) and a "
+                     f"square matrix of shape (m, m). Got shapes {a.shape} and {c.shape}.")
+  return c.strip_weak_type()
+
+
+def _symmetric_product_composition(a, c, *, alpha, beta):
+  dtype = _dtype_of(a)
+  prod = ew.mul(_mm(a, _T(a)), np.asarray(alpha, dtype)[()])
+  return ew.add(prod, ew.mul(c, np.asarray(beta, dtype)[()]))
+
+
+def _symmetric_product_lowering(ctx, a, c, *, alpha, beta):
+  return _inline(ctx, lambda x, y: [_symmetric_product_composition(x, y, alpha=alpha,
+                                                                   beta=beta)],
+                 ctx.avals_in, [a, c])
+
+
+def _symmetric_product_jvp(primals, tangents, *, alpha, beta):
+  """`alpha (dA A^T + A dA^T) + beta dC`."""
+  a, c = primals
+  da, dc = tangents
+  out = symmetric_product_p.bind(a, c, alpha=alpha, beta=beta)
+  dtype = _dtype_of(a)
+  t = ad.Zero(ad.tangent_aval(core.get_aval(out)))
+  if type(da) is not ad.Zero:
+    prod = _mm(da, _T(a))
+    t = ew.mul(ew.add(prod, _T(prod)), np.asarray(alpha, dtype)[()])
+  if type(dc) is not ad.Zero:
+    t = ad.add_tangents(t, ew.mul(dc, np.asarray(beta, dtype)[()]))
+  return out, t
+
+
+symmetric_product_p = Primitive("symmetric_product")
+symmetric_product_p.def_abstract_eval(_symmetric_product_abstract_eval)
+lowering.register_lowering(symmetric_product_p, _symmetric_product_lowering)
+ad.primitive_jvps[symmetric_product_p] = _symmetric_product_jvp
+_defbatching(symmetric_product_p, 2, 2)
+
+
+def symmetric_product(a_matrix: Any, c_matrix: Any, *, alpha: float = 1.,
+                      beta: float = 0., symmetrize_output: bool = False) -> Any:
+  """`alpha A A^T + beta C` for `A T[..., m, n]` and symmetric `C T[..., m, m]`.
+
+  Args:
+    symmetrize_output: copy the lower triangle onto the upper one (the full product is
+      computed here, so this only matters for a non-symmetric `C`).
+
+  Returns:
+    `T[..., m, m]`.
+
+  Raises:
+    TypeError: for non-floating or differing dtypes. ValueError: for shapes that do not fit.
+  """
+  out = symmetric_product_p.bind(a_matrix, c_matrix, alpha=float(alpha), beta=float(beta))
+  if symmetrize_output:
+    out = ew.add(_tril(out), _T(_tril(out, -1)))
+  return out
+
+
+# ---------------------------------------------------------------------------
+# qdwh: the polar decomposition by the QR-based dynamically weighted Halley iteration.
+
+
+def qdwh(x: Any, *, is_hermitian: bool = False, max_iterations: int | None = None,
+         eps: float | None = None, dynamic_shape: tuple[int, int] | None = None):
+  """Polar decomposition `x = u @ h` by the QDWH iteration.
+
+  Args:
+    x: `T[m, n]` with m >= n, T in float32, float64, complex64, complex128.
+    is_hermitian: `x` is Hermitian (accepted; the iteration is the same).
+    max_iterations: the iteration limit (default 10).
+    eps: the working precision used in the stopping test (default: `finfo(T).eps`).
+    dynamic_shape: not supported (must be None).
+
+  Returns:
+    `(u, h, num_iters, is_converged)`: `u T[m, n]` with orthonormal columns, `h T[n, n]`
+    Hermitian positive semidefinite, the int32 number of iterations and a bool.
+
+  Raises:
+    ValueError: for input of rank other than 2 or with m < n. TypeError: for other dtypes.
+    NotImplementedError: for `dynamic_shape`.
+
+  Algorithm: Nakatsukasa, Bai and Gygi, "Optimizing Halley's iteration for computing the
+  matrix polar decomposition", SIAM J. Matrix Anal. Appl. 31 (2010), with the QR-based
+  step while the weight c > 100 and the Cholesky-based one after it (Nakatsukasa and
+  Higham, SIAM J. Sci. Comput. 35 (2013)). x is scaled by `sqrt(|x|_1 |x|_inf)` (an upper
+  bound of its 2-norm) and the lower bound of its smallest singular value starts at eps.
+  The loop stops when `|1 - l| <= 10 eps` and `|u_k - u_{k-1}|_F <= (5 eps)^(1/3)`.
+  """
+  aval = core.get_aval(x)
+  _check_matrix("qdwh", aval)
+  if aval.ndim != 2:
+    raise ValueError(f"qdwh requires a matrix (rank 2), got {aval.str_short()}; use vmap "
+                     f"for batches.")
+  m, n = aval.shape
+  if m < n:
+    raise ValueError(f"The input matrix of shape M x N must have M >= N. Got {aval.shape}. "
+                     f"Decompose the conjugate transpose instead.")
+  if dynamic_shape is not None:
+    raise NotImplementedError("qdwh: dynamic_shape is not supported.")
+  dtype = aval.dtype
+  rdtype = _real_of.get(dtype, dtype)
+  max_iterations = 10 if max_iterations is None else int(max_iterations)
+  eps = float(np.finfo(rdtype).eps) if eps is None else float(eps)
+  r = lambda v: np.asarray(v, rdtype)[()]  # noqa: E731
+  absx = ew.abs(x)
+  norm1 = reduction.reduce_max(reduction.reduce_sum(absx, (0,)), (0,))
+  norminf = reduction.reduce_max(reduction.reduce_sum(absx, (1,)), (0,))
+  alpha = ew.sqrt(ew.mul(norm1, norminf))
+  alpha = ew.select(ew.eq(alpha, r(0)), r(1), alpha)
+  u0 = ew.div(x, _astype(alpha, dtype))
+  eye_n = _eye_like((n, n), dtype)
+  tol_l, tol_norm = r(10 * eps), r((5 * eps) ** (1 / 3))
+
+  def qr_step(u, a, b, c):
+    sqrt_c = ew.sqrt(c)
+    y = shape.concatenate([ew.mul(u, _astype(sqrt_c, dtype)), eye_n], 0)
+    q, _ = qr(y, full_matrices=False)
+    q1 = shape.slice(q, (0, 0), (m, n))
+    q2 = shape.slice(q, (m, 0), (m + n, n))
+    e = ew.div(b, c)
+    return ew.add(ew.mul(u, _astype(e, dtype)),
+                  ew.mul(_mm(q1, _H(q2)), _astype(ew.div(ew.sub(a, e), sqrt_c), dtype)))
+
+  def chol_step(u, a, b, c):
+    z = ew.add(eye_n, ew.mul(_mm(_H(u), u), _astype(c, dtype)))
+    w = cholesky(z, symmetrize_input=False)
+    v = triangular_solve(w, u, left_side=False, lower=True, transpose_a=True,
+                         conjugate_a=True)
+    v = triangular_solve(w, v, left_side=False, lower=True)
+    e = ew.div(b, c)
+    return ew.add(ew.mul(u, _astype(e, dtype)), ew.mul(v, _astype(ew.sub(a, e), dtype)))
+
+  def body(carry):
+    k, u, l, _ = carry
+    l2 = ew.mul(l, l)
+    dd = ew.cbrt(ew.div(ew.mul(r(4), ew.sub(ew.div(r(1), l2), r(1))), l2))
+    sqd = ew.sqrt(ew.add(r(1), dd))
+    a = ew.add(sqd, ew.div(ew.sqrt(ew.add(ew.sub(r(8), ew.mul(r(4), dd)),
+                                          ew.div(ew.mul(r(8), ew.sub(r(2), l2)),
+                                                 ew.mul(l2, sqd)))), r(2)))
+    b = ew.div(ew.mul(ew.sub(a, r(1)), ew.sub(a, r(1))), r(4))
+    c = ew.sub(ew.add(a, b), r(1))
+    u_new = cond(ew.gt(c, r(100)), qr_step, chol_step, u, a, b, c)
+    l_new = ew.div(ew.mul(l, ew.add(a, ew.mul(b, l2))), ew.add(r(1), ew.mul(c, l2)))
+    diff = ew.sub(u_new, u)
+    dnorm = ew.sqrt(reduction.reduce_sum(_real_part(ew.mul(diff, ew.conj(diff)) if
+                                                    dtypes.is_complex(dtype) else
+                                                    ew.mul(diff, diff)), (0, 1)))
+    converged = ew.bitwise_and(ew.le(ew.abs(ew.sub(r(1), l_new)), tol_l),
+                               ew.le(dnorm, tol_norm))
+    return ew.add(k, np.int32(1)), u_new, ew.min(l_new, r(1)), converged
+
+  def keep_going(carry):
+    k, _, _, converged = carry
+    return ew.bitwise_and(ew.lt(k, np.int32(max_iterations)), ew.bitwise_not(converged))
+
+  init = (np.int32(0), u0, r(eps), np.asarray(False))
+  k, u, _, converged = while_loop(keep_going, body, init)
+  h = _mm(_H(u), x)
+  h = ew.mul(ew.add(h, _H(h)), np.asarray(0.5, dtype)[()])
+  return u, h, k, converged

@@ -33,7 +33,12 @@ __all__ = ["cholesky", "det", "slogdet", "inv", "solve", "qr", "eigh", "eigvalsh
            "svdvals", "norm", "vector_norm", "matrix_norm", "matrix_rank", "pinv", "lstsq",
            "matrix_power", "multi_dot", "cond", "cross", "matmul", "outer", "tensordot",
            "vecdot", "matrix_transpose", "trace", "diagonal", "EighResult", "QRResult",
-           "SlogdetResult", "SVDResult"]
+           "SlogdetResult", "SVDResult", "eig", "eigvals", "EigResult"]
+
+
+class EigResult(NamedTuple):
+  eigenvalues: Any
+  eigenvectors: Any
 
 
 class EighResult(NamedTuple):
@@ -282,6 +287,51 @@ def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True):
   _square("eigh", a)
   v, w = lax_linalg.eigh(a, lower=lower, symmetrize_input=symmetrize_input)
   return EighResult(w, v)
+
+
+def eig(a: ArrayLike):
+  """Eigenvalues and right eigenvectors of a general square matrix: `a @ v = v * w`.
+
+  Args:
+    a: `[..., n, n]` (integers promote to float32, as all inexact promotion).
+
+  Returns:
+    `EigResult(eigenvalues C[..., n], eigenvectors C[..., n, n])`, C the complex dtype of
+    `a`'s (complex64 for float32); each eigenvector (column) has unit 2-norm with its
+    largest-magnitude component real. The order is LAPACK's (not sorted). NaN where LAPACK
+    fails to converge.
+
+  Raises:
+    ValueError: for non-square or rank < 2 input.
+    NotImplementedError: on platforms other than CPU, and when differentiating the
+      eigenvectors (differentiate `eigvals` instead, as in JAX).
+
+  Algorithm: LAPACK geev (Hessenberg reduction and the shifted QR algorithm) through
+  `lax.linalg.eig`.
+
+  Examples:
+    >>> from stagecraft import numpy as jnp
+    >>> w, v = jnp.linalg.eig(jnp.array([[1., 2.], [2., 1.]]))
+    >>> w
+    Array([ 3.+0.j, -1.+0.j], dtype=complex64)
+  """
+  a = _inexact("eig", a)
+  _square("eig", a)
+  w, v = lax_linalg.eig(a, compute_left_eigenvectors=False)
+  return EigResult(w, v)
+
+
+def eigvals(a: ArrayLike):
+  """The eigenvalues `C[..., n]` of general square `a[..., n, n]` (see `eig`); differentiable
+  (`dw = diag(V^-1 da V)`).
+
+  Raises:
+    ValueError: for non-square or rank < 2 input.
+  """
+  a = _inexact("eigvals", a)
+  _square("eigvals", a)
+  return lax_linalg.eig(a, compute_left_eigenvectors=False,
+                        compute_right_eigenvectors=False)[0]
 
 
 def eigvalsh(a: ArrayLike, UPLO: str | None = "L", *, symmetrize_input: bool = True):
