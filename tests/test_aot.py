@@ -152,7 +152,7 @@ def test_traced_jaxpr_out_info_and_lower():
 
   traced = sc.jit(h).trace(jnp.ones(4), ShapeDtypeStruct((2,), np.float32))
   jaxpr = traced.jaxpr
-  assert [str(a) for a in jaxpr.in_avals] == ["f32[4]", "f32[2]"]
+  assert [str(a) for a in jaxpr.in_avals] == ["float32[4]", "float32[2]"]   # as JAX
   assert len(jaxpr.jaxpr.constvars) == len(jaxpr.consts)
   assert traced.out_info == {"s": ShapeDtypeStruct((4,), np.float32),
                              "t": ShapeDtypeStruct((2,), np.int32)}

@@ -388,7 +388,7 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     invars, unknowns = [], []
     for x in args:
       if self.is_unknown(x):
-        invars.append(x.var)
+        invars.append(x._var)
         unknowns.append(True)
       else:
         v = Var(core.get_aval(x))

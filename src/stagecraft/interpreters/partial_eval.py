@@ -18,12 +18,12 @@ from stagecraft.core import (ClosedJaxpr, DebugInfo, DropVar, Jaxpr, JaxprEqn, L
 
 class DynamicJaxprTracer(Tracer):
   """A tracer of the staging trace: its aval and the jaxpr variable that holds it."""
-  __slots__ = ("aval", "var")
+  __slots__ = ("aval", "_var")
 
   def __init__(self, trace: "DynamicJaxprTrace", aval: ShapedArray, var: Var):
     self._trace = trace
     self.aval = aval
-    self.var = var
+    self._var = var
 
 
 _literal_types = {bool, int, float, complex}
@@ -49,7 +49,7 @@ class DynamicJaxprTrace(Trace):
 
   def to_atom(self, x: Any):
     if type(x) is DynamicJaxprTracer and x._trace is self:
-      return x.var
+      return x._var
     return self._lift(x)
 
   def _lift(self, x: Any):
@@ -103,7 +103,7 @@ class DynamicJaxprTrace(Trace):
     info = self.debug_info
     if info is None or info.arg_names is None or not isinstance(tracer, DynamicJaxprTracer):
       return ""
-    progenitors = _find_progenitors(self, tracer.var)
+    progenitors = _find_progenitors(self, tracer._var)
     idxs = [i for i, v in enumerate(self.invars) if v in progenitors]
     if not idxs:
       return (f"\nWhile tracing the function {info.func_name} for {info.traced_for}, this "

@@ -26,6 +26,7 @@ import numpy as np
 
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes
+from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax import ad_util, elementwise, shape as lax_shape
@@ -53,9 +54,8 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     *operands: pytrees of arrays or scalars passed to the chosen branch.
 
   Returns:
-    The chosen branch's output pytree. A concrete `index` (a Python int, NumPy value or
-    concrete Array, not a tracer) calls the branch directly and stages no `cond`; a traced
-    one stages a `cond` equation with every branch traced.
+    The chosen branch's output pytree: a `cond` equation with every branch traced (a
+    concrete `index` runs it at once; only under `disable_jit` is the branch just called).
 
   Raises:
     TypeError: if `branches` is not a sequence of callables, `index` is not a scalar or not
@@ -73,12 +73,15 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   if not branches:
     raise ValueError("Empty branch sequence: switch needs at least one branch function.")
   n = len(branches)
+  if not isinstance(index, core.Tracer) and config.disable_jit:
+    return branches[max(0, min(int(index), n - 1))](*operands)
   if n == 1:
     return branches[0](*operands)
-  if not isinstance(index, core.Tracer):
-    return branches[max(0, min(int(index), n - 1))](*operands)
-  index = elementwise.convert_element_type(index, np.int32)
-  index = elementwise.clamp(np.int32(0), index, np.int32(n - 1))
+  if not isinstance(index, core.Tracer):   # a concrete index: a literal, clamped
+    index = np.int32(max(0, min(int(index), n - 1)))
+  else:
+    index = elementwise.convert_element_type(index, np.int32)
+    index = elementwise.clamp(np.int32(0), index, np.int32(n - 1))
   return _bind_cond(index, branches, [f"branch {i}" for i in range(n)], operands)
 
 
@@ -93,9 +96,9 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     *operands: pytrees of arrays or scalars.
 
   Returns:
-    The chosen function's output. A concrete `pred` (not a tracer) calls it directly and
-    stages nothing; a traced one stages one `cond` equation with branches
-    `(false_fun, true_fun)` indexed by `pred` as int32.
+    The chosen function's output, as Arrays: one `cond` equation with branches
+    `(false_fun, true_fun)` indexed by `pred` as int32 (a concrete `pred` runs it at once;
+    only under `disable_jit` is the chosen function just called).
 
   Raises:
     TypeError: if a function is not callable, `pred` is not a scalar or not of a bool or
@@ -113,11 +116,16 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
   if aval.dtype.kind not in "biuf":
     raise TypeError(f"Pred type must be either boolean or number, got {aval.dtype}. "
                     f"Compare it explicitly, e.g. x != 0.")
-  if not isinstance(pred, core.Tracer):
+  # NB: as JAX, a concrete predicate still traces both branches (their types must agree)
+  # and runs the `cond`, returning Arrays; only under disable_jit is the branch just called.
+  if not isinstance(pred, core.Tracer) and config.disable_jit:
     return true_fun(*operands) if bool(pred) else false_fun(*operands)
-  if aval.dtype.kind != "b":
-    pred = elementwise.ne(pred, np.zeros((), aval.dtype))
-  index = elementwise.convert_element_type(pred, np.int32)
+  if not isinstance(pred, core.Tracer):   # a concrete predicate: a literal index
+    index = np.int32(bool(pred))
+  else:
+    if aval.dtype.kind != "b":
+      pred = elementwise.ne(pred, np.zeros((), aval.dtype))
+    index = elementwise.convert_element_type(pred, np.int32)
   return _bind_cond(index, (false_fun, true_fun), ["false_fun", "true_fun"], operands)
 
 
