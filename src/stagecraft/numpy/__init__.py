@@ -27,3 +27,5 @@ from stagecraft.numpy.indexing import (argwhere, flatnonzero, nonzero, put, take
 from stagecraft.numpy import fft, linalg  # noqa: F401  (submodules)
 from stagecraft.numpy import array_methods as _array_methods  # noqa: F401  (attaches methods)
 from stagecraft.runtime.array import Array as ndarray  # noqa: F401
+from stagecraft.numpy.vectorize import apply_along_axis, vectorize  # noqa: F401
+from stagecraft.numpy.ufunc_api import frompyfunc, ufunc  # noqa: F401

@@ -5,13 +5,14 @@ The bottom of `stagecraft.numpy`: it imports no other module of the package, so 
 in `util` (which turn lists and scalars into Arrays) can build on it."""
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
-from stagecraft.runtime import dispatch
+from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
 
 __all__ = ["array", "asarray"]
@@ -41,7 +42,31 @@ def _stack_leaves(leaves: list) -> Array:
                           for a, aval in zip(leaves, avals)], 0)
 
 
-def array(object: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> Array:
+def _check_order(order):
+  if order is not None and order != "K":
+    raise NotImplementedError("Only implemented for order='K'")
+
+
+def copy_array(x):
+  """A new Array with the value of the Array `x`, on the same device or devices (a device
+  copy: the result survives `x.delete()` and donation of `x`); tracers are returned as they
+  are (a traced value has no buffer to share)."""
+  if isinstance(x, Tracer):
+    return x
+  # NB: one eager identity program: XLA allocates its result, distinct from the (undonated)
+  # operand, and the eager path keeps the operand's device or sharding.
+  return lax.optimization_barrier(x)
+
+
+def _place(out, device):
+  """`out` put on `device` (a device or sharding; committed), for concrete Arrays."""
+  if device is None or isinstance(out, Tracer):
+    return out
+  return spmd.device_put(out, device)
+
+
+def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str | None = "K",
+          ndmin: int = 0, device: Any = None, out_sharding: Any = None) -> Array:
   """Creates an Array from `object` (a nested list/tuple of scalars or arrays, a NumPy array,
   an Array, or a scalar).
 
@@ -50,24 +75,45 @@ def array(object: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> 
     dtype: the result dtype (canonicalized; default: inferred as JAX's numpy does — Python
       floats give float32 unless x64 is on; a bare Python scalar gives a weakly typed
       result).
-    copy, ndmin: as in NumPy.
+    copy: copy an Array input (default True, so the result never shares a buffer with it;
+      host data is always copied). Passing copy, order or ndmin positionally is deprecated,
+      as in JAX.
+    order: 'K' or None (other layouts are not supported).
+    ndmin: the least number of dimensions of the result (ones are prepended).
+    device: a device or sharding to commit the result to.
+    out_sharding: as `device` (a sharding).
 
   Returns:
     Array (or a tracer when `object` holds tracers).
 
   Raises:
     TypeError: for objects that are not array-like.
+    NotImplementedError: for `order` other than 'K' or None.
+    OverflowError: for a Python int out of the range of the result dtype.
   """
+  if args:
+    warnings.warn("Passing the copy, order, and ndmin arguments to jnp.array positionally "
+                  "is deprecated. Use keyword arguments instead.", DeprecationWarning,
+                  stacklevel=2)
+    if len(args) > 3:
+      raise TypeError(f"array() takes at most 5 positional arguments ({2 + len(args)} given)")
+    copy, order, ndmin = (*args, *(copy, order, ndmin)[len(args):])
+  _check_order(order)
+  device = device if device is not None else out_sharding
   if isinstance(object, (Array, Tracer)):
     out = object if dtype is None else lax.convert_element_type(
         object, dtypes.canonicalize_dtype(dtype))
+    if copy and out is object:
+      out = copy_array(out)
   elif isinstance(object, (list, tuple)) and _nested_has_traced(object):
-    out = _stack_leaves([array(o) for o in object]) if object else array(np.zeros((0,)))
+    out = _stack_leaves([array(o, copy=False) for o in object]) if object else (
+        array(np.zeros((0,))))
     if dtype is not None:
       out = lax.convert_element_type(out, dtypes.canonicalize_dtype(dtype))
   else:
     if hasattr(object, "__jax_array__"):
-      return array(object.__jax_array__(), dtype, copy, ndmin)
+      return array(object.__jax_array__(), dtype, copy=copy, order=order, ndmin=ndmin,
+                   device=device)
     is_scalar = dtypes.is_python_scalar(object)
     weak = is_scalar and type(object) is not bool and dtype is None
     if is_scalar:
@@ -92,12 +138,25 @@ def array(object: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> 
   shape = core.get_aval(out).shape
   if ndmin > len(shape):
     out = lax.reshape(out, (1,) * (ndmin - len(shape)) + shape)
-  return out
+  return _place(out, device)
 
 
-def asarray(a: Any, dtype: Any = None, order: str | None = None, *, copy=None) -> Array:
-  """Like `array`, without copying Arrays of the right dtype."""
+def asarray(a: Any, dtype: Any = None, order: str | None = None, *, copy: bool | None = None,
+            device: Any = None, out_sharding: Any = None) -> Array:
+  """Like `array`, but an Array (or tracer) of the right dtype is returned as it is unless
+  `copy=True`.
+
+  Args:
+    a, dtype, order, device, out_sharding: as for `array`.
+    copy: True: always copy; None or False: copy only where a conversion is needed (host
+      data is always copied to the device).
+
+  Raises:
+    As `array`.
+  """
+  _check_order(order)
+  device = device if device is not None else out_sharding
   if isinstance(a, (Array, Tracer)) and (dtype is None or
                                          dtypes.canonicalize_dtype(dtype) == a.dtype):
-    return a
-  return array(a, dtype=dtype)
+    return _place(copy_array(a) if copy else a, device)
+  return array(a, dtype=dtype, copy=bool(copy), device=device)

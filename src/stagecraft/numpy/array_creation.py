@@ -20,7 +20,7 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_like", "empty_like",
            "arange", "eye", "identity", "tri", "meshgrid", "copy", "frombuffer", "fromstring",
-           "fromiter", "fromfile", "load", "save", "savez"]
+           "fromiter", "fromfile", "load", "save", "savez", "from_dlpack"]
 
 
 # ---------------------------------------------------------------------------
@@ -211,3 +211,28 @@ def load(file: Any, *args, **kwargs):
 
 
 save, savez = np.save, np.savez
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Array:
+  """An Array from an object implementing the DLPack protocol (`__dlpack__`: NumPy arrays,
+  Arrays, jax.Arrays, CPU tensors of other libraries).
+
+  NB: the data is read through NumPy's DLPack import (host memory) and copied to the
+  device, so the result never aliases `x` (`copy=False` cannot be honoured and raises).
+
+  Args:
+    x: the DLPack-capable object.
+    device: a device or sharding to commit the result to.
+    copy: None or True.
+
+  Raises:
+    ValueError: `copy=False`.
+    TypeError: if `x` does not implement DLPack.
+  """
+  if copy is False:
+    raise ValueError("from_dlpack: copy=False is not supported (the data is copied to the "
+                     "device).")
+  if not hasattr(x, "__dlpack__"):
+    raise TypeError(f"from_dlpack: expected an object with a __dlpack__ method, got "
+                    f"{type(x).__name__}.")
+  return array(np.from_dlpack(x), device=device)

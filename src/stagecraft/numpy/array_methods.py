@@ -1,12 +1,19 @@
 """Python operators and NumPy-style methods of `Array` and of tracers, routed to
-`stagecraft.numpy` (and so to primitives). Attached at import, as JAX does."""
+`stagecraft.numpy` (and so to primitives). Attached at import, as JAX does; the set and the
+signatures are those of `jax.Array` (JAX 0.10.2)."""
 from __future__ import annotations
+
+import sys
+from typing import Any
 
 import numpy as np
 
-from stagecraft import core
+from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
-from stagecraft.numpy import contractions, indexing, lax_numpy, manipulation, reductions, ufuncs
+from stagecraft.errors import ConcretizationTypeError
+from stagecraft.numpy import (array_constructors, contractions, indexing, lax_numpy,
+                              manipulation, reductions, sorting, ufuncs)
+from stagecraft.runtime import spmd
 from stagecraft.runtime.array import Array
 
 try:
@@ -38,6 +45,162 @@ def _transpose(self, *axes):
   return manipulation.transpose(self, axes or None)
 
 
+def _round(self, decimals=0, out=None):
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.round is not supported.")
+  return ufuncs.round(self, decimals)
+
+
+def _operator_round(self, ndigits=None):
+  """`round(x)`: to the default integer dtype (as Python's round of a number); `round(x, n)`:
+  the float rounded to n decimals (as JAX's numpy)."""
+  out = ufuncs.round(self, ndigits or 0)
+  return out if ndigits is not None else lax_numpy.astype(out, int)
+
+
+def _contains(self, other):
+  """`other in x`: whether the 1-D `x` holds the scalar `other` (an Array; JAX's rules,
+  stricter than NumPy's)."""
+  if other is None or isinstance(other, str):
+    raise TypeError(f"Array.__contains__: unsupported operand type {type(other)}.")
+  query = array_constructors.asarray(other)
+  if self.ndim != 1:
+    raise ValueError(f"Array.__contains__: search array must be one-dimensional, got "
+                     f"arr.shape={self.shape}.")
+  if query.ndim != 0:
+    raise ValueError(f"Array.__contains__: query value must be a scalar, got "
+                     f"query.shape={query.shape}")
+  return reductions.any(ufuncs.equal(self, query))
+
+
+def _setitem(self, idx, value):
+  raise TypeError("JAX arrays are immutable and do not support in-place item assignment. "
+                  "Instead of x[idx] = y, use x = x.at[idx].set(y) or another .at[] method: "
+                  "https://docs.jax.dev/en/latest/_autosummary/jax.numpy.ndarray.at.html")
+
+
+def _flat(self):
+  raise NotImplementedError("JAX Arrays do not implement the arr.flat property: consider "
+                            "arr.flatten() instead.")
+
+
+def _array_namespace(self, *, api_version=None):
+  """The Array API namespace of these arrays: `stagecraft.numpy`."""
+  if api_version is not None and api_version not in ("2023.12", "2024.12"):
+    raise ValueError(f"Unrecognized array API version: {api_version!r}")
+  return sys.modules[__package__]   # NB: this package, already imported (no upward import)
+
+
+def view(self, dtype: Any = None, type: None = None):
+  """The bits of `self` reinterpreted as `dtype`; with a different item size, the last axis
+  shrinks or grows accordingly (bool counts as 8 bits, complex as two floats).
+
+  Raises:
+    NotImplementedError: for `type`.
+    ValueError: for a 0-d array and a different item size, or a last axis whose byte size
+      the new item size does not divide.
+  """
+  if type is not None:
+    raise NotImplementedError("`type` argument of array.view() is not supported.")
+  if dtype is None:
+    return self
+  dtype = dtypes.canonicalize_dtype(dtype)
+  src = self.dtype
+  bits_in, bits_out = src.itemsize * 8, dtype.itemsize * 8
+  if self.ndim == 0:
+    if bits_in != bits_out:
+      raise ValueError("view() of a 0d array is only supported if the itemsize is unchanged.")
+    return manipulation.squeeze(view(manipulation.expand_dims(self, 0), dtype))
+  if (self.shape[-1] * bits_in) % bits_out:
+    raise ValueError("When changing to a larger dtype, its size must be a divisor of the "
+                     "total size in bytes of the last axis of the array.")
+  if src == dtype:
+    return self
+  if src == dtypes.bool_:
+    return view(lax.convert_element_type(self, np.uint8), dtype)
+  if dtypes.is_complex(src):   # interleave (real, imag) pairs on the last axis
+    re, im = ufuncs.real(self), ufuncs.imag(self)
+    pairs = manipulation.stack([re, im], axis=-1)
+    return view(manipulation.reshape(pairs, (*self.shape[:-1], 2 * self.shape[-1])), dtype)
+  if dtype == dtypes.bool_:
+    return lax.convert_element_type(view(self, np.uint8), dtype)
+  if dtypes.is_complex(dtype):
+    part = np.dtype(f"float{dtype.itemsize * 4}")
+    flt = view(self, part)
+    flt = manipulation.reshape(flt, (*flt.shape[:-1], flt.shape[-1] // 2, 2))
+    return lax.complex(flt[..., 0], flt[..., 1])
+  if bits_in < bits_out:
+    k = bits_out // bits_in
+    return lax.bitcast_convert_type(
+        manipulation.reshape(self, (*self.shape[:-1], self.shape[-1] // k, k)), dtype)
+  if bits_in > bits_out:
+    out = lax.bitcast_convert_type(self, dtype)
+    return manipulation.reshape(out, (*self.shape[:-1], -1))
+  return lax.bitcast_convert_type(self, dtype)
+
+
+def byteswap(self):
+  """The array with the bytes of each element reversed (little- <-> big-endian); complex
+  values swap their real and imaginary parts separately."""
+  if dtypes.is_complex(self.dtype):
+    return lax.complex(byteswap(ufuncs.real(self)), byteswap(ufuncs.imag(self)))
+  if self.dtype.itemsize == 1:
+    return array_constructors.array(self, copy=True)
+  x = self if self.ndim else manipulation.expand_dims(self, 0)
+  u8 = view(x, np.uint8)
+  n = self.dtype.itemsize
+  u8 = manipulation.reshape(u8, (*x.shape, n))
+  u8 = lax.rev(u8, (u8.ndim - 1,))
+  out = view(manipulation.reshape(u8, (*x.shape[:-1], x.shape[-1] * n)), self.dtype)
+  return out if self.ndim else manipulation.squeeze(out, 0)
+
+
+def _multi_slice(self, start_indices, limit_indices, removed_dims):
+  """Slices `self[starts:limits]` for each entry, with the `removed_dims` squeezed."""
+  out = []
+  for starts, limits, removed in zip(start_indices, limit_indices, removed_dims):
+    sliced = lax.slice(self, starts, limits)
+    out.append(lax.squeeze(sliced, removed) if removed else sliced)
+  return out
+
+
+def _to_device(self, device, *, stream=None):
+  if stream is not None:
+    raise NotImplementedError("stream argument of array.to_device()")
+  if isinstance(self, Tracer):
+    return self   # NB: placement inside a trace is the enclosing computation's
+  return spmd.device_put(self, device)
+
+
+def _addressable_data(self, index: int):
+  return self.addressable_shards[index].data
+
+
+def _abstract_attribute(name: str):
+  def get(self):
+    raise ConcretizationTypeError(
+        f"Abstract tracer value encountered where concrete value is expected: traced array "
+        f"with shape {self.aval.str_short()}. The problem arose with the `{name}` attribute: "
+        f"a traced value has no device buffers. Use it outside the transformation.")
+  return property(get)
+
+
+def _tracer_device(self):
+  raise AttributeError(f"{type(self).__name__} has no attribute device")
+
+
+def _tracer_sharding(self):
+  raise AttributeError(f"The 'sharding' attribute is not available on traced array with "
+                       f"shape {self.aval.str_short()}.")
+
+
+def _tracer_copy_to_host_async(self):
+  raise ConcretizationTypeError(
+      f"Abstract tracer value encountered where concrete value is expected: traced array "
+      f"with shape {self.aval.str_short()}. The problem arose with the `copy_to_host_async` "
+      f"method.")
+
+
 _methods = {
     "__add__": _binop(ufuncs.add), "__radd__": _binop(ufuncs.add, True),
     "__sub__": _binop(ufuncs.subtract), "__rsub__": _binop(ufuncs.subtract, True),
@@ -45,36 +208,89 @@ _methods = {
     "__truediv__": _binop(ufuncs.divide), "__rtruediv__": _binop(ufuncs.divide, True),
     "__floordiv__": _binop(ufuncs.floor_divide), "__rfloordiv__": _binop(ufuncs.floor_divide, True),
     "__mod__": _binop(ufuncs.remainder), "__rmod__": _binop(ufuncs.remainder, True),
+    "__divmod__": _binop(ufuncs.divmod), "__rdivmod__": _binop(ufuncs.divmod, True),
     "__pow__": _binop(ufuncs.power), "__rpow__": _binop(ufuncs.power, True),
     "__matmul__": _binop(contractions.matmul), "__rmatmul__": _binop(contractions.matmul, True),
     "__and__": _binop(ufuncs.bitwise_and), "__rand__": _binop(ufuncs.bitwise_and, True),
     "__or__": _binop(ufuncs.bitwise_or), "__ror__": _binop(ufuncs.bitwise_or, True),
     "__xor__": _binop(ufuncs.bitwise_xor), "__rxor__": _binop(ufuncs.bitwise_xor, True),
+    "__lshift__": _binop(ufuncs.left_shift), "__rlshift__": _binop(ufuncs.left_shift, True),
+    "__rshift__": _binop(ufuncs.right_shift), "__rrshift__": _binop(ufuncs.right_shift, True),
     "__eq__": _binop(ufuncs.equal), "__ne__": _binop(ufuncs.not_equal),
     "__lt__": _binop(ufuncs.less), "__le__": _binop(ufuncs.less_equal),
     "__gt__": _binop(ufuncs.greater), "__ge__": _binop(ufuncs.greater_equal),
     "__neg__": ufuncs.negative, "__pos__": ufuncs.positive, "__abs__": ufuncs.absolute,
-    "__invert__": ufuncs.invert, "__getitem__": indexing.getitem,
-    "__round__": lambda self, ndigits=None: ufuncs.round(self, ndigits or 0),
-    "astype": lambda self, dtype, copy=False: lax_numpy.astype(self, dtype),
+    "__invert__": ufuncs.invert, "__getitem__": indexing.getitem, "__setitem__": _setitem,
+    "__round__": _operator_round, "__contains__": _contains,
+    "__copy__": lambda self: array_constructors.array(self, copy=True),
+    "__deepcopy__": lambda self, memo: array_constructors.array(self, copy=True),
+    "__array_namespace__": _array_namespace,
+    "__numpy_dtype__": property(lambda self: self.dtype),
+    "astype": lambda self, dtype, copy=False, device=None: array_constructors.asarray(
+        lax_numpy.astype(self, dtype), copy=copy, device=device),
     "reshape": _reshape, "transpose": _transpose,
     "T": property(lambda self: manipulation.transpose(self)),
     "mT": property(lambda self: manipulation.matrix_transpose(self)),
-    "ravel": manipulation.ravel, "flatten": lambda self, order="C": manipulation.ravel(self, order),
-    "squeeze": manipulation.squeeze, "swapaxes": manipulation.swapaxes, "clip": ufuncs.clip,
-    "round": ufuncs.round, "dot": contractions.dot,
+    "ravel": lambda self, order="C", *, out_sharding=None: manipulation.ravel(self, order),
+    "flatten": lambda self, order="C", *, out_sharding=None: manipulation.ravel(self, order),
+    "squeeze": lambda self, axis=None: manipulation.squeeze(self, axis),
+    "swapaxes": manipulation.swapaxes,
+    "clip": lambda self, min=None, max=None: ufuncs.clip(self, min=min, max=max),
+    "round": _round, "dot": contractions.dot,
+    "conj": ufuncs.conjugate, "conjugate": ufuncs.conjugate,
+    "real": property(ufuncs.real), "imag": property(ufuncs.imag),
     "sum": reductions.sum, "prod": reductions.prod, "max": reductions.max,
     "min": reductions.min, "mean": reductions.mean, "var": reductions.var,
     "std": reductions.std, "all": reductions.all, "any": reductions.any,
-    "argmax": reductions.argmax, "argmin": reductions.argmin,
+    "argmax": reductions.argmax, "argmin": reductions.argmin, "ptp": reductions.ptp,
+    "cumsum": reductions.cumsum, "cumprod": reductions.cumprod,
+    "sort": sorting.sort, "argsort": sorting.argsort, "argpartition": sorting.argpartition,
+    "searchsorted": sorting.searchsorted,
+    "nonzero": lambda self, *, fill_value=None, size=None: indexing.nonzero(
+        self, size=size, fill_value=fill_value),
+    "take": indexing.take,
+    "compress": lambda self, condition, axis=None, *, out=None, size=None, fill_value=0: (
+        lax_numpy.compress(condition, self, axis, size=size, fill_value=fill_value, out=out)),
+    "choose": lambda self, choices, out=None, mode="raise": lax_numpy.choose(
+        self, choices, out, mode),
+    "repeat": lambda self, repeats, axis=None, *, total_repeat_length=None, out_sharding=None: (
+        lax_numpy.repeat(self, repeats, axis, total_repeat_length=total_repeat_length)),
+    "diagonal": manipulation.diagonal, "trace": lax_numpy.trace,
+    "copy": lambda self: array_constructors.array(self, copy=True),
+    "view": view, "byteswap": byteswap,
+    "to_device": _to_device,
+    "_split": manipulation.split, "_multi_slice": _multi_slice,
+    "flat": property(_flat),
     "at": property(indexing.at),
 }
 
+# Attributes of a buffer: on Arrays they read the buffer; on tracers they raise as JAX's do.
+_array_only = {
+    "addressable_data": _addressable_data,
+    "is_fully_addressable": property(lambda self: True),   # NB: one process
+    "global_shards": property(lambda self: self.addressable_shards),
+    "tobytes": lambda self, order="C": np.asarray(self).tobytes(order),
+}
+_tracer_only = {
+    "nbytes": property(lambda self: self.size * self.dtype.itemsize),
+    "itemsize": property(lambda self: self.dtype.itemsize),
+    "device": property(_tracer_device),
+    "sharding": property(_tracer_sharding),
+    "copy_to_host_async": _tracer_copy_to_host_async,
+    **{name: _abstract_attribute(name) for name in (
+        "committed", "addressable_shards", "is_fully_replicated", "is_fully_addressable",
+        "global_shards")},
+    "addressable_data": lambda self, index: _abstract_attribute("addressable_data").fget(self),
+    "tobytes": lambda self, order="C": _abstract_attribute("tobytes").fget(self),
+}
 
-def _attach(cls):
-  for name, fn in _methods.items():
+
+def _attach(cls, methods):
+  for name, fn in methods.items():
     setattr(cls, name, fn)
 
 
-_attach(Array)
-_attach(Tracer)
+_attach(Array, _methods)
+_attach(Tracer, _methods)
+_attach(Array, _array_only)
+_attach(Tracer, _tracer_only)

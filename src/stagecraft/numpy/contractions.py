@@ -17,7 +17,7 @@ from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import zeros_like
 from stagecraft.numpy.lax_numpy import pad
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_shapes, broadcast_to,
-                                           expand_dims, flip, moveaxis, ravel, reshape, squeeze,
+                                           diagonal, expand_dims, flip, moveaxis, ravel, reshape, squeeze,
                                            stack)
 from stagecraft.numpy.ufuncs import conjugate, multiply, subtract
 from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, dtype_of, promote_dtypes,
@@ -123,26 +123,72 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
               preferred_element_type=preferred_element_type)
 
 
-def einsum(subscripts: str, *operands: ArrayLike, optimize: str | bool = "auto",
-           precision=None, preferred_element_type=None):
-  """Einstein summation, e.g. `einsum('bij,bjk->bik', x, y)`.
+class _LeftToRight(opt_einsum.paths.PathOptimizer):
+  """The path of `optimize=False`: contract the operands pairwise, left to right."""
 
-  The contraction order comes from opt_einsum (`optimize`: 'auto', 'greedy', 'optimal',
-  True or False); each pairwise contraction is one dot_general.
+  def __call__(self, inputs, output, size_dict, memory_limit=None):
+    return [(0, 1)] * (len(inputs) - 1)
+
+
+class _Shape:
+  """What opt_einsum sees of an operand: its shape (the operand stays on our side)."""
+
+  def __init__(self, shape):
+    self.shape = shape
+
+
+def _path_type(optimize):
+  return "optimal" if optimize is True else _LeftToRight() if optimize is False else optimize
+
+
+def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | list = "auto",
+           precision=None, preferred_element_type=None, out_sharding=None):
+  """Einstein summation, e.g. `einsum('bij,bjk->bik', x, y)`, with NumPy's conventions:
+  implicit output (the indices seen once, sorted), `...` for broadcast dimensions, repeated
+  indices within one operand (`'ii->i'` takes a diagonal, `'ii->'` a trace, `'iij->j'`),
+  and the interleaved form `einsum(x, [0, 1], y, [1, 2], [0, 2])`.
+
+  Args:
+    subscripts: the subscripts string, or the first operand of the interleaved form.
+    operands: arrays (after promotion to a common dtype).
+    out: unsupported (must be None).
+    optimize: the contraction order: 'auto' (default), any opt_einsum strategy ('greedy',
+      'optimal', 'dp', 'branch-2', 'random-greedy', 'auto-hq', ...), True ('optimal'),
+      False (left to right), or an explicit path such as `[(0, 1), (0, 1)]` (the first
+      result of `einsum_path`).
+    precision, preferred_element_type: passed to each `dot_general`.
+    out_sharding: accepted for compatibility; must be None.
+
+  Returns:
+    Array with the output indices' dimensions, in the promoted dtype (or
+    `preferred_element_type`).
 
   Raises:
-    ValueError: for malformed subscripts or operand shapes (opt_einsum's message).
-    NotImplementedError: for repeated indices within one operand (diagonals).
+    ValueError: for malformed subscripts or mismatched label sizes (opt_einsum's message).
+    NotImplementedError: for `out`, or an `out_sharding`.
+
+  Algorithm: opt_einsum (Smith & Gray, JOSS 2018) orders the contractions; in each step a
+  label repeated within one operand becomes a diagonal (a strided slice), labels seen in
+  only one operand and not kept are summed out, and a pair of operands is contracted by
+  one `dot_general` with batch and contracting dimensions.
   """
-  operands = promote_dtypes(*[asarray(o) for o in operands])
-  shapes = [shape_of(o) for o in operands]
-  # optimize=False: contract left to right, one pair at a time (opt_einsum's own False
-  # contracts all operands in one step, which the pairwise lowering below cannot take).
-  opt = "auto" if optimize is True else (
-      ([(0, 1)] * (len(operands) - 1) or [(0,)]) if optimize is False else optimize)
-  _, contractions = opt_einsum.contract_path(subscripts, *shapes, einsum_call=True,
-                                             use_blas=True, optimize=opt, shapes=True)
-  operands = list(operands)
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.einsum is not supported.")
+  if out_sharding is not None:
+    raise NotImplementedError("einsum: out_sharding is not supported.")
+  args = (subscripts, *operands)
+  if isinstance(subscripts, str):
+    is_array = [i > 0 for i in range(len(args))]
+  else:   # interleaved: arrays at even positions, sublists at odd ones, maybe an output one
+    is_array = [i % 2 == 0 and i != len(args) - 1 for i in range(len(args))]
+  arrays = [asarray(getattr(a, "__jax_array__", lambda: a)()) if arr else a
+            for a, arr in zip(args, is_array)]
+  proxies = [_Shape(shape_of(a)) if arr else a for a, arr in zip(arrays, is_array)]
+  ops_by_id = {id(p): a for p, a, arr in zip(proxies, arrays, is_array) if arr}
+  ordered, contractions = opt_einsum.contract_path(
+      *proxies, einsum_call=True, use_blas=True, optimize=_path_type(optimize))
+  operands = promote_dtypes(*[ops_by_id[id(p)] for p in ordered])
+  operands = [asarray(o) for o in operands]
   for contract_inds, _, einsum_str, _, _ in contractions:
     ops = [operands.pop(i) for i in contract_inds]
     inputs, output = einsum_str.split("->")
@@ -156,10 +202,16 @@ def einsum(subscripts: str, *operands: ArrayLike, optimize: str | bool = "auto",
   return operands[0]
 
 
-def _check_no_repeats(spec: str):
-  if len(set(spec)) != len(spec):
-    raise NotImplementedError(f"einsum: repeated indices within one operand ('{spec}', a "
-                              f"diagonal) are not supported yet.")
+def _take_diagonals(x, spec: str) -> tuple:
+  """`x` with each label repeated in `spec` reduced to one axis (the diagonal over the axes
+  carrying it), and the spec that labels the result."""
+  while len(set(spec)) != len(spec):
+    c = next(c for c in spec if spec.count(c) > 1)
+    i = spec.index(c)
+    j = spec.index(c, i + 1)
+    x = diagonal(x, 0, i, j)   # the two axes go, the diagonal is appended
+    spec = "".join(ch for k, ch in enumerate(spec) if k not in (i, j)) + c
+  return x, spec
 
 
 def _sum_out(x, spec: str, keep: set[str]):
@@ -171,15 +223,15 @@ def _sum_out(x, spec: str, keep: set[str]):
 
 
 def _einsum_unary(x, spec: str, out: str):
-  _check_no_repeats(spec)
+  x, spec = _take_diagonals(x, spec)
   x, spec = _sum_out(x, spec, set(out))
   perm = tuple(spec.index(c) for c in out)
   return lax.transpose(x, perm) if perm != tuple(range(len(perm))) else x
 
 
 def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_element_type):
-  _check_no_repeats(sa)
-  _check_no_repeats(sb)
+  a, sa = _take_diagonals(a, sa)
+  b, sb = _take_diagonals(b, sb)
   a, sa = _sum_out(a, sa, set(sb) | set(out))
   b, sb = _sum_out(b, sb, set(sa) | set(out))
   batch = [c for c in sa if c in sb and c in out]
@@ -194,19 +246,26 @@ def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_elemen
   return lax.transpose(r, perm) if perm != tuple(range(len(perm))) else r
 
 
-def einsum_path(subscripts: str, *operands: ArrayLike, optimize: str | bool = "auto"):
-  """The contraction order `einsum` would use: opt_einsum's `(path, report)`.
+def einsum_path(subscripts, /, *operands, optimize: str | bool | list = "auto"):
+  """The contraction order `einsum` would use, as opt_einsum reports it.
 
   Args:
-    subscripts, operands: as for `einsum` (only the shapes of the operands are used).
-    optimize: 'auto', 'greedy', 'optimal', True ('optimal') or False (left to right).
+    subscripts, operands: as for `einsum` (only the operands' shapes are used; objects with
+      a `shape`, such as `ShapeDtypeStruct`, are accepted).
+    optimize: as for `einsum`: 'auto', an opt_einsum strategy, True ('optimal'), False (left
+      to right) or an explicit path.
+
+  Returns:
+    `(path, info)`: the list of contracted position tuples (usable as `optimize=` of
+    `einsum`) and opt_einsum's `PathInfo` report (printable).
+
+  Raises:
+    ValueError: as `einsum`.
   """
-  shapes = [shape_of(asarray(o)) if not hasattr(o, "shape") else tuple(o.shape) for o in operands]
-  if optimize is True:
-    optimize = "optimal"
-  elif optimize is False:
-    optimize = [(0, 1)] * (len(shapes) - 1) or [(0,)]
-  return opt_einsum.contract_path(subscripts, *shapes, shapes=True, optimize=optimize)
+  args = [a if isinstance(a, (str, list)) or hasattr(a, "shape") or
+          (i > 0 and isinstance(a, tuple)) else asarray(a)
+          for i, a in enumerate((subscripts, *operands))]
+  return opt_einsum.contract_path(*args, optimize=_path_type(optimize))
 
 
 def outer(a: ArrayLike, b: ArrayLike, out: None = None):

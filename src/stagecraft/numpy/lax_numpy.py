@@ -10,14 +10,15 @@ import math
 import operator
 from typing import Any, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
-from stagecraft.numpy import reductions, sorting
+from stagecraft.numpy import reductions, scalar_types, sorting
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import arange, full_like, zeros, zeros_like
-from stagecraft.numpy.indexing import take_axis
+from stagecraft.numpy.indexing import at, take_axis
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_shapes, broadcast_to,
                                            concatenate, diagonal, expand_dims, flip, moveaxis,
                                            ravel, reshape, squeeze, stack, swapaxes, tile)
@@ -31,12 +32,13 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_
 from stagecraft.runtime.array import Array
 
 __all__ = ["astype", "iscomplexobj", "isrealobj", "isscalar", "result_type", "promote_types",
-           "can_cast", "issubdtype", "isdtype", "iinfo", "finfo", "dtype", "pi", "e", "inf", "nan",
+           "can_cast", "issubdtype", "isdtype", "iinfo", "finfo", "ComplexWarning", "dtype", "pi",
+           "e", "inf", "nan",
            "euler_gamma", "newaxis", "iterable", "linspace", "logspace", "geomspace", "indices",
            "fromfunction", "roll", "repeat", "pad", "delete", "insert", "fill_diagonal", "trace",
            "diff", "ediff1d", "gradient", "trapezoid", "unwrap", "select", "choose", "piecewise",
            "compress", "extract", "packbits", "unpackbits", "get_printoptions", "printoptions",
-           "set_printoptions", "array_repr", "array_str"]
+           "set_printoptions", "array_repr", "array_str", "put_along_axis", "place"]
 
 
 # ---------------------------------------------------------------------------
@@ -82,9 +84,43 @@ def can_cast(from_, to, casting: str = "safe") -> bool:
                      casting)
 
 
-def issubdtype(a, b) -> bool:
-  """`numpy.issubdtype` that knows bfloat16 and float8 are floating."""
-  return dtypes.issubdtype(a, b)
+def _issubdtype_arg(x):
+  """An abstract NumPy scalar class (np.floating...) as itself, anything else as a dtype."""
+  if isinstance(x, type) and issubclass(x, np.generic) and x in _ABSTRACT_SCALARS:
+    return x
+  return np.dtype(x)
+
+
+_ABSTRACT_SCALARS = frozenset({np.generic, np.number, np.integer, np.signedinteger,
+                               np.unsignedinteger, np.inexact, np.floating, np.complexfloating,
+                               np.character, np.flexible, np.bool_, np.object_})
+
+
+def issubdtype(arg1: Any, arg2: Any) -> bool:
+  """Whether the dtype (or scalar type) `arg1` is `arg2` or below it in NumPy's scalar
+  hierarchy, as `numpy.issubdtype`, and knowing the ml_dtypes types: bfloat16, the float8,
+  float6 and float4 types are `floating`, int1/int2/int4 `signedinteger`, uint1/2/4
+  `unsignedinteger` (as JAX's numpy).
+
+  Args:
+    arg1, arg2: dtypes, scalar types (`jnp.float32`, `np.int8`, `float`), dtype names, or
+      the abstract classes (`jnp.integer`, `jnp.inexact`, ...).
+
+  Returns:
+    bool.
+
+  Raises:
+    TypeError: if an argument names no dtype.
+  """
+  a, b = _issubdtype_arg(arg1), _issubdtype_arg(arg2)
+  if isinstance(a, type):          # abstract on the left: class inclusion
+    return isinstance(b, type) and issubclass(a, b)
+  if not isinstance(b, type):      # two dtypes: equality
+    return a == b
+  kind = scalar_types.extended_kinds.get(a)
+  if kind is not None:
+    return issubclass(kind, b)
+  return bool(np.issubdtype(a, b))
 
 
 def isdtype(dtype: Any, kind: Any) -> bool:
@@ -113,8 +149,11 @@ def isdtype(dtype: Any, kind: Any) -> bool:
   return False
 
 
-iinfo = dtypes.iinfo
-finfo = dtypes.finfo
+# NB: ml_dtypes' classes, as JAX's numpy exports them: they know bfloat16, float8 and int4,
+# and accept arrays and tracers (anything with a `dtype`) as well as dtypes.
+iinfo = ml_dtypes.iinfo
+finfo = ml_dtypes.finfo
+ComplexWarning = np.exceptions.ComplexWarning
 dtype = np.dtype
 pi, e, inf, nan, euler_gamma = np.pi, np.e, np.inf, np.nan, np.euler_gamma
 newaxis = None
@@ -1011,3 +1050,92 @@ def array_repr(arr: ArrayLike, max_line_width=None, precision=None, suppress_sma
 def array_str(a: ArrayLike, max_line_width=None, precision=None, suppress_small=None):
   """NumPy's `array_str` of the array's host value."""
   return np.array_str(np.asarray(a), max_line_width, precision, suppress_small)
+
+
+# ---------------------------------------------------------------------------
+# Functional forms of NumPy's in-place writes
+
+
+def _inplace_error(name: str):
+  return ValueError(f"jax.numpy.{name} cannot modify arrays in-place, because JAX arrays"
+                    f"{'' if name == 'put_along_axis' else ' '}are immutable. Pass "
+                    f"inplace=False to instead return an updated array.")
+
+
+def put_along_axis(arr: ArrayLike, indices: ArrayLike, values: ArrayLike, axis: int | None,
+                   inplace: bool = True, *, mode: str | None = None) -> Array:
+  """`arr` with `values` written at `indices` along `axis` (the functional form of
+  `numpy.put_along_axis`; the writes of `take_along_axis`'s reads).
+
+  Args:
+    arr: array `T[*s]`.
+    indices: integer array of the rank of `arr` (1-D when `axis` is None), broadcast against
+      `arr` on the other axes.
+    values: values broadcast to the indexed shape (converted to T).
+    axis: the axis; None writes into the flattened `arr`.
+    inplace: must be False (Arrays are immutable).
+    mode: out-of-bounds handling, as `x.at[...].set(mode=...)`.
+
+  Returns:
+    `T[*s]`; for repeated indices one of the writes wins.
+
+  Raises:
+    ValueError: `inplace` is True; ranks differ; `axis` is None and `indices` is not 1-D.
+  """
+  if inplace:
+    raise _inplace_error("put_along_axis")
+  a = asarray(arr)
+  indices = asarray(indices)
+  shape = shape_of(a)
+  if axis is None:
+    if ndim_of(indices) != 1:
+      raise ValueError(f"put_along_axis indices must be 1D if axis=None, got shape "
+                       f"{shape_of(indices)}")
+    return reshape(at(ravel(a))[indices].set(values, mode=mode), shape)
+  if ndim_of(indices) != len(shape):
+    raise ValueError(f"indices and arr must have the same number of dimensions; "
+                     f"{ndim_of(indices)} vs. {len(shape)}")
+  axis = canonicalize_axis(axis, len(shape), "put_along_axis")
+  idx = []
+  for d, n in enumerate(shape):
+    if d == axis:
+      idx.append(indices)
+    else:
+      grid = (1,) * d + (n,) + (1,) * (len(shape) - d - 1)
+      idx.append(reshape(arange(n), grid))
+  return at(a)[tuple(idx)].set(values, mode=mode)
+
+
+def place(arr: ArrayLike, mask: ArrayLike, vals: ArrayLike, *, inplace: bool = True) -> Array:
+  """`arr` with its entries where `mask` is True replaced, in order, by `vals` (repeated
+  cyclically when shorter), as `numpy.place`; traceable (the k-th True entry takes
+  `vals[k % len(vals)]`).
+
+  Args:
+    arr: array `T[*s]`.
+    mask: bool array of `arr`'s size.
+    vals: the values (flattened; converted to T).
+    inplace: must be False (Arrays are immutable).
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    ValueError: `inplace` is True, or the sizes of `mask` and `arr` differ.
+  """
+  if inplace:
+    raise _inplace_error("place")
+  a = asarray(arr)
+  m = ravel(to_bool(asarray(mask)))
+  if shape_of(m)[0] != math.prod(shape_of(a)):
+    raise ValueError(f"place: mask and data must be the same size, got mask of size "
+                     f"{shape_of(m)[0]} and arr of size {math.prod(shape_of(a))}")
+  v = ravel(asarray(vals))
+  n = shape_of(v)[0]
+  if n == 0:
+    return a
+  k = lax.sub(reductions.cumsum(m, dtype=dtypes.default_int_dtype()),
+              np.ones((), dtypes.default_int_dtype())[()])
+  picked = take_axis(lax.convert_element_type(v, dtype_of(a)),
+                     remainder(k, np.asarray(n, dtypes.default_int_dtype())[()]), 0)
+  return reshape(where(m, picked, ravel(a)), shape_of(a))

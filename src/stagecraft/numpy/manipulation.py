@@ -54,15 +54,27 @@ def size(a: ArrayLike, axis: int | None = None) -> int:
 def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None) -> Array:
   """`a` with a new shape of the same size; one dimension may be -1.
 
+  `order='F'` reads and writes the elements in Fortran (column-major) order: the reshape
+  of the reversed axes, reversed back.
+
   Raises:
     TypeError: if the sizes differ (naming both shapes).
-    NotImplementedError: for `order` other than 'C'.
+    NotImplementedError: for `order='A'`.
+    ValueError: for an `order` other than 'C', 'F' or 'A'.
   """
   if shape is None:
     shape = newshape
-  if order != "C":
-    raise NotImplementedError(f"reshape: only order='C' is supported, got {order!r}.")
+  if order == "A":
+    raise NotImplementedError("np.reshape order=A is not implemented.")
+  if order not in ("C", "F"):
+    raise ValueError(f"Unexpected value for 'order' argument: {order}.")
   a = asarray(a) if not isinstance(a, (Array, Tracer)) else a
+  if order == "F":
+    if isinstance(shape, (int, np.integer)):
+      shape = (int(shape),)
+    rev = tuple(shape)[::-1]
+    out = reshape(transpose(a), rev)
+    return transpose(out)
   if isinstance(shape, (int, np.integer)):
     shape = (int(shape),)
   shape = tuple(operator.index(d) for d in shape)
@@ -84,7 +96,14 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None)
 
 
 def ravel(a: ArrayLike, order: str = "C") -> Array:
-  """The array flattened to 1-D in C order: `T[*s] -> T[prod(s)]`."""
+  """The array flattened to 1-D in C (row-major) or F (column-major) order:
+  `T[*s] -> T[prod(s)]`.
+
+  Raises:
+    NotImplementedError: for `order` 'A' or 'K'.
+  """
+  if order == "K":
+    raise NotImplementedError("Ravel not implemented for order='K'.")
   return reshape(a, (-1,), order)
 
 

@@ -1,27 +1,28 @@
 """Polynomials as coefficient arrays, highest power first (NumPy's legacy `poly*` API):
-polyval, polyadd, polysub, polymul, polyder, polyint, vander, trim_zeros."""
+polyval, polyadd, polysub, polymul, polyder, polyint, vander, trim_zeros, roots."""
 from __future__ import annotations
 
 import operator
 
 import numpy as np
 
-from stagecraft import core, lax
+from stagecraft import core, dtypes, lax
+from stagecraft.lax import linalg as lax_linalg
 from stagecraft.core import Tracer
-from stagecraft.numpy import linalg, reductions
+from stagecraft.numpy import linalg, reductions, sorting
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import ones, zeros
 from stagecraft.numpy.contractions import convolve
 from stagecraft.numpy.lax_numpy import pad
-from stagecraft.numpy.manipulation import (broadcast_shapes, broadcast_to, concatenate, expand_dims,
-                                           stack, transpose)
+from stagecraft.numpy.manipulation import (atleast_1d, broadcast_shapes, broadcast_to,
+                                           concatenate, expand_dims, stack, transpose)
 from stagecraft.numpy.ufuncs import (add, divide, multiply, negative, power, sqrt, subtract,
-                                     true_divide)
-from stagecraft.numpy.util import (ArrayLike, as_array, dtype_of, ndim_of, promote_dtypes,
-                                   promote_dtypes_inexact, shape_of, slice_axis)
+                                     true_divide, where)
+from stagecraft.numpy.util import (ArrayLike, as_array, check_concrete, dtype_of, ndim_of,
+                                   promote_dtypes, promote_dtypes_inexact, shape_of, slice_axis)
 
 __all__ = ["polyval", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint",
-           "polyfit", "poly", "vander", "trim_zeros"]
+           "polyfit", "poly", "vander", "trim_zeros", "roots"]
 
 
 def polyval(p: ArrayLike, x: ArrayLike, *, unroll: int = 16):
@@ -236,3 +237,75 @@ def poly(seq_of_zeros: ArrayLike):
   for k in range(shape_of(a)[0]):
     out = convolve(out, stack([ones((), dtype_of(a)), negative(a[k])]), mode="full")
   return out
+
+
+def _companion_eigvals(p):
+  """The roots of the polynomial `p` (highest power first, `p[0] != 0`, length n + 1) as
+  the eigenvalues of its companion matrix (ones on the subdiagonal, `-p[1:] / p[0]` in the
+  first row): `C[n]` with C the complex dtype."""
+  n = shape_of(p)[0] - 1
+  first = expand_dims(divide(negative(p[1:]), p[0]), 0)
+  below = (lax.concatenate([_eye(n - 1, dtype_of(p)), zeros((n - 1, 1), dtype_of(p))], 1)
+           if n > 1 else zeros((0, n), dtype_of(p)))
+  companion = lax.concatenate([first, below], 0)
+  return lax_linalg.eig(companion, compute_left_eigenvectors=False,
+                        compute_right_eigenvectors=False)[0]
+
+
+def _eye(n, dt):
+  i = lax.broadcasted_iota(np.int32, (n, n), 0)
+  j = lax.broadcasted_iota(np.int32, (n, n), 1)
+  return lax.convert_element_type(lax.eq(i, j), dt)
+
+
+def roots(p: ArrayLike, *, strip_zeros: bool = True):
+  """The roots of the polynomial with coefficients `p` (highest power first), as
+  `numpy.roots`: the eigenvalues of the companion matrix (LAPACK geev, CPU only).
+
+  Args:
+    p: 1-D array of coefficients (promoted to an inexact dtype).
+    strip_zeros: drop leading zero coefficients first (they must be concrete); with False,
+      the roots they would remove are NaN (a traceable form with a fixed result size).
+
+  Returns:
+    Complex array `C[n]` of the roots (`n = len(p) - 1` less the stripped zeros; empty for
+    fewer than 2 coefficients).
+
+  Raises:
+    ValueError: if `p` is not 1-D.
+    ConcretizationTypeError: `strip_zeros` with traced coefficients.
+  """
+  p = atleast_1d(as_array(p))
+  p, = (as_array(v) for v in promote_dtypes_inexact(p))
+  if ndim_of(p) != 1:
+    raise ValueError("Input must be a rank-1 array.")
+  cdt = dtypes.canonicalize_dtype(np.result_type(dtype_of(p), np.complex64))
+  if shape_of(p)[0] < 2:
+    return zeros((0,), cdt)
+  is_zero = lax.eq(p, zeros((), dtype_of(p)))
+  n_lead = where(reductions.all(is_zero), shape_of(p)[0],
+                 reductions.argmin(is_zero))
+  if strip_zeros:
+    k = int(check_concrete(n_lead, "roots", "the number of leading zero coefficients "
+                           "(use strip_zeros=False under jit)"))
+    p = p[k:]
+    if shape_of(p)[0] < 2:
+      return zeros((0,), cdt)
+    return _companion_eigvals(p)
+  n = shape_of(p)[0]
+  # Leading zeros moved to the end: the extra roots are zeros there, reported as NaN.
+  shift = lax.rem(lax.convert_element_type(n_lead, np.int32), np.int32(n))
+  idx = lax.rem(lax.add(lax.broadcasted_iota(np.int32, (n,), 0), shift), np.int32(n))
+  rolled = p[idx]
+  r = _companion_eigvals(where(reductions.all(is_zero), _unit_polynomial(p), rolled))
+  # The zero roots (those of the moved zeros among them) go last, in a stable order.
+  r = r[sorting.argsort(lax.convert_element_type(lax.eq(r, zeros((), dtype_of(r))), np.int32))]
+  keep = lax.lt(lax.broadcasted_iota(np.int32, (n - 1,), 0),
+                lax.sub(np.int32(n - 1), lax.convert_element_type(n_lead, np.int32)))
+  return where(keep, r, np.asarray(complex(np.nan, np.nan), cdt)[()])
+
+
+def _unit_polynomial(p):
+  """`[1, 0, ..., 0]` in the dtype of `p` (a polynomial without roots)."""
+  return lax.convert_element_type(lax.eq(lax.broadcasted_iota(np.int32, shape_of(p), 0),
+                                         np.int32(0)), dtype_of(p))

@@ -35,101 +35,222 @@ def _keepdims(x, axes, in_shape):
   return reshape(x, shape)
 
 
-def _reduction(name: str, lax_fn, *, upcast_int=False, bool_op=None, init_op=None,
-               has_identity=True):
-  def fn(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
+def _no_out_immutable(name, out):
+  if out is not None:
+    raise NotImplementedError(f"{name}: the 'out' argument is not supported (arrays are "
+                              f"immutable).")
+
+
+def check_where(name: str, where: Any):
+  """The `where=` mask of a reduction as a bool Array (None stays None). A helper of the
+  library, not in `stagecraft.numpy`.
+
+  Raises:
+    TypeError: if `where` is not an array or scalar (lists are refused, as in JAX's numpy).
+    ValueError: if its dtype is not bool.
+  """
+  if where is None:
+    return None
+  if not (isinstance(where, (Array, core.Tracer, np.ndarray, np.generic))
+          or dtypes.is_python_scalar(where)):
+    raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(where)} at "
+                    f"position 0.")
+  where = asarray(where)
+  if dtype_of(where) != dtypes.bool_:
+    raise ValueError(f"jnp.{name}: where must be None or a boolean array; got "
+                     f"where.dtype={dtype_of(where)!r}.")
+  return where
+
+
+def _identity(kind: str, dt: np.dtype):
+  """The identity of the reduction `kind` in dtype `dt`, as a host scalar: 0, 1, the lowest
+  value (max) or the highest (min); for types without infinities, their finite extremes."""
+  if dt == dtypes.bool_:
+    return np.bool_(kind in ("prod", "min", "all"))
+  if kind in ("sum", "prod"):
+    return np.asarray(0 if kind == "sum" else 1, dt)[()]
+  sign = -1 if kind == "max" else 1
+  if dtypes.is_integer(dt):
+    info = np.iinfo(dt)
+    return np.asarray(info.min if sign < 0 else info.max, dt)[()]
+  with np.errstate(invalid="ignore", over="ignore"):
+    v = np.asarray(sign * np.inf, dt)
+  if not np.isinf(v):
+    fi = dtypes.finfo(dt)
+    v = np.asarray(fi.min if sign < 0 else fi.max, dt)
+  return v[()]
+
+
+def _host_initial(initial, dt):
+  """`initial` in dtype `dt`: a host scalar where it converts exactly (so XLA can fold e.g.
+  max(x, -inf)), else a converted Array (XLA's conversion rules, e.g. -inf to an int).
+
+  Raises:
+    ValueError: if `initial` is not a scalar.
+  """
+  if np.ndim(initial) != 0:
+    raise ValueError(f"initial value must be a scalar. Got array of shape "
+                     f"{tuple(np.shape(initial))}")
+  if isinstance(initial, (Array, core.Tracer)):
+    return lax.convert_element_type(initial, dt)
+  try:
+    with np.errstate(invalid="raise", over="raise"):
+      return np.asarray(initial, dt)[()]
+  except (OverflowError, ValueError, FloatingPointError, TypeError):
+    return lax.convert_element_type(asarray(initial), dt)
+
+
+_OPS = {   # kind -> (reduction, bool reduction, binary op, bool binary op)
+    "sum": (lax.reduce_sum, lax.reduce_or, lax.add, lax.bitwise_or),
+    "prod": (lax.reduce_prod, lax.reduce_and, lax.mul, lax.bitwise_and),
+    "max": (lax.reduce_max, lax.reduce_or, lax.max, lax.bitwise_or),
+    "min": (lax.reduce_min, lax.reduce_and, lax.min, lax.bitwise_and),
+}
+
+
+def _reduce(name: str, kind: str, a, axis, dtype, keepdims, initial, where, *,
+            numeric: bool, promote_integers: bool):
+  """The shared body of sum, prod, max and min (see `sum` for the arguments); `numeric`:
+  bool counts as int and 16-bit floats accumulate in float32 (sum and prod)."""
+  a = asarray(a)
+  where = check_where(name, where)
+  has_identity = kind in ("sum", "prod")
+  if initial is None and not has_identity and where is not None:
+    raise ValueError(f"reduction operation {name} does not have an identity, so to use a "
+                     f"where mask one has to specify 'initial'")
+  in_shape = shape_of(a)
+  axes = reduction_axes(axis, len(in_shape), name)
+  if not has_identity and initial is None and builtins.any(in_shape[i] == 0 for i in axes):
+    raise ValueError(f"zero-size array to reduction operation {name} which has no identity.")
+  dt = dtype_of(a)
+  if numeric and dt == dtypes.bool_:
+    dt = dtypes.int32   # NB: as JAX's to_numeric_dtype, also with x64
+  if dtype is not None:
+    res = dtypes.canonicalize_dtype(dtype)
+  else:
+    res = _promote_integer(dt) if numeric and promote_integers else dt
+  ct = _upcast_f16(res) if numeric and dtype is None else res
+  if dtype_of(a) != ct or a.weak_type:   # reductions give strongly typed results
+    a = lax.convert_element_type(a, ct, weak_type=False)
+  reduce_fn, bool_reduce, op, bool_op = _OPS[kind]
+  if ct == dtypes.bool_:
+    reduce_fn, op = bool_reduce, bool_op
+  if where is not None:
+    a = ufuncs.where(broadcast_to(where, in_shape), a, _identity(kind, ct))
+  r = reduce_fn(a, axes) if axes else a
+  if initial is not None:
+    r = op(_host_initial(initial, ct), r)
+  if ct != res:
+    r = lax.convert_element_type(r, res)
+  return _keepdims(r, axes, in_shape) if keepdims else r
+
+
+def sum(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
+        keepdims: bool = False, initial: ArrayLike | None = None,
+        where: ArrayLike | None = None, promote_integers: bool = True):
+  """Sum over `axis` (all axes when None), as JAX's numpy.
+
+  Args:
+    a: array `T[*s]`.
+    axis: int, tuple of ints or None (negative allowed).
+    dtype: accumulation and result dtype. Default: T, except that bool counts as int32 and,
+      with `promote_integers`, integers narrower than the default (u)int widen to it;
+      float16/bfloat16 accumulate in float32.
+    out: unsupported (must be None).
+    keepdims: keep the reduced axes with size 1.
+    initial: a scalar added to the result.
+    where: bool mask broadcastable to `s`: only the True entries are summed.
+    promote_integers: widen narrow integers as above.
+
+  Returns:
+    Array of the reduced shape, strongly typed.
+
+  Raises:
+    ValueError: out-of-range or duplicate axes; a non-scalar `initial`; a non-bool `where`.
+    TypeError: a `where` that is not an array (a list).
+    NotImplementedError: `out` given.
+  """
+  _no_out_immutable("sum", out)
+  return _reduce("sum", "sum", a, axis, dtype, keepdims, initial, where, numeric=True,
+                 promote_integers=promote_integers)
+
+
+def prod(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
          keepdims: bool = False, initial: ArrayLike | None = None,
-         where: ArrayLike | None = None):
-    if out is not None:
-      raise NotImplementedError(f"{name}: the 'out' argument is not supported (arrays are "
-                                f"immutable).")
-    a = asarray(a)
-    if where is not None:
-      raise NotImplementedError(f"{name}: 'where=' is not supported yet.")
-    dt = dtype_of(a)
-    if dtype is not None:
-      a = lax.convert_element_type(a, dtypes.canonicalize_dtype(dtype))
-    elif upcast_int and (dt == dtypes.bool_ or dtypes.is_integer(dt)) and dt.itemsize < 4:
-      a = lax.convert_element_type(a, dtypes.default_uint_dtype() if dtypes.is_unsigned(dt)
-                                   else dtypes.default_int_dtype())
-    elif upcast_int and dt == dtypes.bool_:
-      a = lax.convert_element_type(a, dtypes.default_int_dtype())
-    if bool_op is not None and dtype_of(a) == dtypes.bool_:
-      fn_ = bool_op
-    else:
-      fn_ = lax_fn
-    in_shape = shape_of(a)
-    axes = reduction_axes(axis, len(in_shape), name)
-    if not has_identity and initial is None and builtins.any(in_shape[i] == 0 for i in axes):
-      raise ValueError(f"zero-size array to reduction operation {name} which has no identity.")
-    r = fn_(a, axes) if axes else a
-    if initial is not None:
-      if isinstance(initial, (Array, core.Tracer)):
-        init = lax.convert_element_type(initial, dtype_of(r))
-      else:   # host values stay literals, so XLA can fold e.g. max(x, -inf)
-        try:
-          with np.errstate(invalid="raise", over="raise"):
-            init = np.asarray(initial, dtype_of(r))
-        except (OverflowError, ValueError, FloatingPointError):   # e.g. -inf for ints: XLA's
-          init = lax.convert_element_type(asarray(initial), dtype_of(r))   # conversion rules
-      r = init_op(r, init)
-    if r.weak_type:    # reductions give strongly typed results, as in JAX's numpy
-      r = lax.convert_element_type(r, dtype_of(r), weak_type=False)
-    return _keepdims(r, axes, in_shape) if keepdims else r
-  fn.__name__ = fn.__qualname__ = name
-  return fn
+         where: ArrayLike | None = None, promote_integers: bool = True):
+  """Product over `axis`; `initial` multiplies the result, entries outside `where` count
+  as 1. See `sum` for the arguments, dtypes and errors."""
+  _no_out_immutable("prod", out)
+  return _reduce("prod", "prod", a, axis, dtype, keepdims, initial, where, numeric=True,
+                 promote_integers=promote_integers)
 
 
-sum = _reduction("sum", lax.reduce_sum, upcast_int=True, bool_op=lax.reduce_or,
-                 init_op=lax.add)
-prod = _reduction("prod", lax.reduce_prod, upcast_int=True, bool_op=lax.reduce_and,
-                  init_op=lax.mul)
-max = _reduction("max", lax.reduce_max, bool_op=lax.reduce_or, init_op=lax.max,
-                 has_identity=False)
-min = _reduction("min", lax.reduce_min, bool_op=lax.reduce_and, init_op=lax.min,
-                 has_identity=False)
-sum.__doc__ = """Sum over `axis` (all axes when None).
+def max(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
+        initial: ArrayLike | None = None, where: ArrayLike | None = None):
+  """Maximum over `axis` (NaN-propagating), in the dtype of `a`.
 
-Args:
-  a: array T[*s]. axis: int, tuple of ints or None (negative allowed). dtype: accumulation and
-  result dtype (default: T, or the default int for bool/small ints). keepdims: keep reduced
-  axes with size 1. initial: a value added to the result.
+  `initial` takes part in the maximum; entries outside `where` are ignored. See `sum` for
+  the other arguments.
 
-Returns:
-  Array of the reduced shape.
+  Raises:
+    ValueError: reducing a zero-size axis, or using `where`, without `initial`; and as
+      `sum`.
+  """
+  _no_out_immutable("max", out)
+  return _reduce("max", "max", a, axis, None, keepdims, initial, where, numeric=False,
+                 promote_integers=False)
 
-Raises:
-  ValueError: for out-of-range or duplicate axes.
-"""
-prod.__doc__ = "Product over `axis`; see `sum` for the arguments."
-max.__doc__ = ("Maximum over `axis` (NaN-propagating); see `sum` for the arguments.\n\n"
-               "Raises:\n  ValueError: reducing a zero-size axis without `initial`.")
-min.__doc__ = ("Minimum over `axis` (NaN-propagating); see `sum` for the arguments.\n\n"
-               "Raises:\n  ValueError: reducing a zero-size axis without `initial`.")
+
+def min(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
+        initial: ArrayLike | None = None, where: ArrayLike | None = None):
+  """Minimum over `axis` (NaN-propagating); see `max`."""
+  _no_out_immutable("min", out)
+  return _reduce("min", "min", a, axis, None, keepdims, initial, where, numeric=False,
+                 promote_integers=False)
+
+
 amax, amin = max, min
 
 
-def _bool_reduction(name, lax_fn):
+def _bool_reduction(name, kind):
   def fn(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
          *, where: ArrayLike | None = None):
+    _no_out(name, out)
     a = asarray(a)
-    if dtype_of(a) != dtypes.bool_:
-      a = lax.ne(a, np.zeros((), dtype_of(a))[()])
+    where = check_where(name, where)
+    dt = dtype_of(a)
+    if dtypes.is_complex(dt):   # NB: the real part decides, as JAX's numpy (not NumPy)
+      a, dt = lax.real(a), real_dtype(dt)
+    if dt != dtypes.bool_:
+      a = lax.ne(a, np.zeros((), dt)[()])
     in_shape = shape_of(a)
     axes = reduction_axes(axis, len(in_shape), name)
-    r = lax_fn(a, axes) if axes else a
+    if where is not None:
+      a = ufuncs.where(broadcast_to(where, in_shape), a, _identity(kind, dtypes.bool_))
+    r = _OPS[kind][1](a, axes) if axes else a
     return _keepdims(r, axes, in_shape) if keepdims else r
   fn.__name__ = fn.__qualname__ = name
-  fn.__doc__ = f"Logical {'AND' if name == 'all' else 'OR'} over `axis` (bool result)."
+  fn.__doc__ = (f"Logical {'AND' if name == 'all' else 'OR'} over `axis` (bool result); "
+                f"entries outside the bool mask `where` count as "
+                f"{name == 'all'}. Nonzero counts as True (for complex input: a nonzero real "
+                f"part, as JAX's numpy).\n\nRaises:\n  ValueError, TypeError: as `sum`.")
   return fn
 
 
-all = _bool_reduction("all", lax.reduce_and)
-any = _bool_reduction("any", lax.reduce_or)
+all = _bool_reduction("all", "min")
+any = _bool_reduction("any", "max")
 
 
 def _count(shape, axes) -> int:
   return math.prod(shape[i] for i in axes)
+
+
+def _count_where(shape, axes, keepdims, where, dt):
+  """The number of entries each result of a reduction over `axes` sees, in dtype `dt`: a host
+  scalar without `where`, else the sum of the broadcast mask."""
+  if where is None:
+    return np.asarray(_count(shape, axes), dt)[()]
+  return sum(broadcast_to(where, shape), axis=axes, dtype=dt, keepdims=keepdims)
 
 
 def _upcast_f16(dt: np.dtype) -> np.dtype:
@@ -140,57 +261,121 @@ def _upcast_f16(dt: np.dtype) -> np.dtype:
 
 def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
          keepdims: bool = False, *, where: ArrayLike | None = None):
-  """Arithmetic mean over `axis`; integer inputs give the default float dtype."""
+  """Arithmetic mean over `axis`: sum / count.
+
+  Args:
+    a: array `T[*s]`. axis, keepdims: as `sum`.
+    dtype: result dtype (default: T if inexact, else the default float); 16-bit floats
+      accumulate in float32.
+    where: bool mask broadcastable to `s`: the mean of the True entries only (NaN where
+      none is True).
+
+  Returns:
+    Array of the reduced shape; NaN for an empty reduction.
+
+  Raises:
+    As `sum`.
+  """
+  _no_out("mean", out)
   a = asarray(a)
+  where = check_where("mean", where)
   in_shape = shape_of(a)
   axes = reduction_axes(axis, len(in_shape), "mean")
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
       dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
   ct = _upcast_f16(dt)
-  s = sum(lax.convert_element_type(a, ct) if dtype_of(a) != ct else a, axis=axes,
-          keepdims=keepdims)
-  n = _count(in_shape, axes)
-  out = lax.div(s, np.asarray(n if n else np.nan, ct)[()])   # NB: empty -> NaN, as NumPy
+  s = sum(a, axis=axes, dtype=ct, keepdims=keepdims, where=where)
+  out = lax.div(s, _count_where(in_shape, axes, keepdims, where, ct))   # 0/0: NaN
   return out if ct == dt else lax.convert_element_type(out, dt)
+
+
+_mean = mean
+
+
+def _var_dtypes(a_dtype, dtype):
+  """(computation dtype, result dtype) of var: as JAX's numpy, integers give the default
+  float, complex gives its real dtype, 16-bit floats compute in float32."""
+  if dtype is not None:
+    dtype = dtypes.canonicalize_dtype(dtype)
+    if dtypes.is_complex(a_dtype) and not dtypes.is_complex(dtype):
+      raise ValueError("jax.numpy.var does not yet support real dtype parameters when "
+                       "computing the variance of an array of complex values.")
+    return _upcast_f16(dtype), dtype
+  if not dtypes.is_inexact(a_dtype):
+    dt = dtypes.default_float_dtype()
+    return dt, dt
+  return _upcast_f16(a_dtype), real_dtype(a_dtype)
+
+
+def _squared_deviation(centered):
+  if dtypes.is_complex(dtype_of(centered)):
+    return lax.real(lax.mul(centered, lax.conj(centered)))
+  return lax.mul(centered, centered)
+
+
+def _correction(ddof, correction):
+  if correction is None:
+    return ddof
+  if not isinstance(ddof, int) or ddof != 0:
+    raise ValueError("ddof and correction can't be provided simultaneously.")
+  return correction
 
 
 def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
-        keepdims: bool = False, *, where: ArrayLike | None = None, correction=None):
-  """Variance over `axis`: mean(|x - mean(x)|**2) * n / (n - ddof).
+        keepdims: bool = False, *, where: ArrayLike | None = None,
+        mean: ArrayLike | None = None, correction: int | float | None = None):
+  """Variance over `axis`: sum(|x - mean(x)|**2) / (n - ddof).
 
-  Integer inputs give the default float; complex inputs give their real dtype
-  (`|x - mean|**2` is real).
+  Args:
+    a: array `T[*s]`. axis, keepdims: as `sum`.
+    dtype: result dtype (default: T for real floats, the default float for integers, the
+      real dtype for complex T); 16-bit floats compute in float32.
+    ddof, correction: the delta degrees of freedom (give one of them).
+    where: bool mask broadcastable to `s`: the variance of the True entries.
+    mean: a precomputed mean, broadcastable to `s` with the reduced axes kept (as from
+      `mean(a, axis, keepdims=True)`).
+
+  Returns:
+    Array of the reduced shape; where `n - ddof <= 0`, the sum divided by 0 (inf, or NaN
+    for 0/0), as NumPy (JAX's numpy gives NaN).
+
+  Raises:
+    ValueError: both `ddof` and `correction` given; a real `dtype` for complex `a`; and as
+      `sum`.
   """
-  if correction is not None:
-    ddof = correction
+  _no_out("var", out)
+  correction = _correction(ddof, correction)
   a = asarray(a)
+  where = check_where("var", where)
   in_shape = shape_of(a)
   axes = reduction_axes(axis, len(in_shape), "var")
-  dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
-      dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
-  ct = _upcast_f16(dt)
+  ct, dt = _var_dtypes(dtype_of(a), dtype)
   a = lax.convert_element_type(a, ct) if dtype_of(a) != ct else a
-  centered = subtract(a, mean(a, axes, keepdims=True))
-  if dtypes.is_complex(ct):
-    sq = lax.real(lax.mul(centered, lax.conj(centered)))
-  else:
-    sq = lax.mul(centered, centered)
-  n = _count(in_shape, axes) - ddof
-  s = sum(sq, axis=axes, keepdims=keepdims)
-  # n <= 0 divides by 0 (inf, or nan for 0/0), as NumPy does.
-  out = lax.div(s, np.asarray(builtins.max(n, 0), dtype_of(s))[()])
-  return out if ct == dt else lax.convert_element_type(out, dt)
+  m = (_mean(a, axes, dtype=ct, keepdims=True, where=where) if mean is None else
+       lax.convert_element_type(asarray(mean), ct))
+  sq = _squared_deviation(subtract(a, m))
+  rt = dtype_of(sq)
+  n = lax.sub(_count_where(in_shape, axes, keepdims, where, rt),
+              np.asarray(correction, rt)[()])
+  # NB: n <= 0 divides by 0 (inf, or NaN for 0/0), as NumPy does; JAX's numpy gives NaN
+  # there (tests/test_numpy.py pins NumPy's values).
+  n = lax.max(n, np.zeros((), rt)[()])
+  r = lax.div(sum(sq, axis=axes, dtype=rt, keepdims=keepdims, where=where), n)
+  return lax.convert_element_type(r, dt) if rt != dt else r
 
 
 def std(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
-        keepdims: bool = False, *, where: ArrayLike | None = None, correction=None):
-  """Standard deviation: sqrt(var(...))."""
-  return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where,
+        keepdims: bool = False, *, where: ArrayLike | None = None,
+        mean: ArrayLike | None = None, correction: int | float | None = None):
+  """Standard deviation: sqrt(var(...)); see `var` for the arguments."""
+  return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
                       correction=correction))
 
 
 def _arg_reduction(name, lax_fn):
-  def fn(a: ArrayLike, axis: int | None = None, out: None = None, keepdims: bool = False):
+  def fn(a: ArrayLike, axis: int | None = None, out: None = None,
+         keepdims: bool | None = None):
+    _no_out(name, out)
     a = asarray(a)
     if axis is None:
       shape = shape_of(a)
@@ -348,80 +533,95 @@ def _no_out(name, out):
 # NaN-ignoring reductions
 
 
-def _nan_reduction(name, reduction, init, nan_if_all_nan):
+def _nan_reduction(name, reduction, init, nan_if_all_nan, has_dtype):
   def fn(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
          keepdims: bool = False, initial: ArrayLike | None = None,
          where: ArrayLike | None = None):
     _no_out(name, out)
     a = asarray(a)
+    where = check_where(name, where)
     kw = dict(axis=axis, keepdims=keepdims, initial=initial, where=where)
     if dtype is not None:
       kw["dtype"] = dtype
     if not dtypes.is_inexact(dtype_of(a)):
       return reduction(a, **kw)
     nan = isnan(a)
-    r = reduction(ufuncs.where(nan, const(a, init), a), **kw)
+    r = reduction(ufuncs.where(nan, _identity(init, dtype_of(a)), a), **kw)
     if nan_if_all_nan:
       r = ufuncs.where(all(nan, axis=axis, keepdims=keepdims), const(r, np.nan), r)
     return r
-  fn.__name__ = fn.__qualname__ = name
-  fn.__doc__ = (f"`{reduction.__name__}` ignoring NaNs (treated as {init})"
-                + ("; NaN where a slice is all NaN" if nan_if_all_nan else "")
-                + ". See `sum` for the arguments.")
-  return fn
+  if not has_dtype:
+    def fn_no_dtype(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
+                    initial: ArrayLike | None = None, where: ArrayLike | None = None):
+      return fn(a, axis, None, out, keepdims, initial, where)
+    out_fn = fn_no_dtype
+  else:
+    out_fn = fn
+  out_fn.__name__ = out_fn.__qualname__ = name
+  out_fn.__doc__ = (f"`{reduction.__name__}` ignoring NaNs (treated as the identity of "
+                    f"{init})" + ("; NaN where a slice is all NaN" if nan_if_all_nan else "")
+                    + ". See `sum` for the arguments (`where`, `initial` included).")
+  return out_fn
 
 
-nansum = _nan_reduction("nansum", sum, 0, False)
-nanprod = _nan_reduction("nanprod", prod, 1, False)
-nanmax = _nan_reduction("nanmax", max, -np.inf, True)
-nanmin = _nan_reduction("nanmin", min, np.inf, True)
+nansum = _nan_reduction("nansum", sum, "sum", False, True)
+nanprod = _nan_reduction("nanprod", prod, "prod", False, True)
+nanmax = _nan_reduction("nanmax", max, "max", True, False)
+nanmin = _nan_reduction("nanmin", min, "min", True, False)
 
 
 def nanmean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
             keepdims: bool = False, where: ArrayLike | None = None):
-  """Mean ignoring NaNs (NaN for all-NaN slices); integers give the default float."""
+  """Mean ignoring NaNs (NaN for all-NaN slices, or where `where` selects nothing);
+  integers give the default float. See `mean` for the arguments."""
   _no_out("nanmean", out)
   a = asarray(a)
+  where = check_where("nanmean", where)
   if not dtypes.is_inexact(dtype_of(a)):
-    return mean(a, axis, dtype, keepdims=keepdims)
+    return mean(a, axis, dtype, keepdims=keepdims, where=where)
   dt = dtype_of(a) if dtype is None else dtypes.canonicalize_dtype(dtype)
   valid = lax.bitwise_not(isnan(a))
-  n = sum(valid, axis=axis, dtype=dt if not dtypes.is_complex(dt) else None,
-          keepdims=keepdims)
-  n = lax.convert_element_type(n, dt)
-  return lax.div(nansum(a, axis=axis, dtype=dt, keepdims=keepdims), n)
+  n = sum(valid, axis=axis, dtype=dt, keepdims=keepdims, where=where)
+  return lax.div(nansum(a, axis=axis, dtype=dt, keepdims=keepdims, where=where), n)
 
 
 def nanvar(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
-           ddof: int = 0, keepdims: bool = False, where: ArrayLike | None = None):
-  """Variance ignoring NaNs (NaN where fewer than ddof + 1 values remain)."""
+           ddof: int = 0, keepdims: bool = False, where: ArrayLike | None = None,
+           mean: ArrayLike | None = None):
+  """Variance ignoring NaNs (NaN where fewer than ddof + 1 values remain); see `var` for the
+  arguments and dtypes."""
   _no_out("nanvar", out)
   a = asarray(a)
-  dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
-      dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
-  ct = _upcast_f16(dt)   # NB: accumulated in float32 for 16-bit floats, as var
+  where = check_where("nanvar", where)
+  ct, dt = _var_dtypes(dtype_of(a), dtype)
   a = lax.convert_element_type(a, ct) if dtype_of(a) != ct else a
   valid = lax.bitwise_not(isnan(a))
-  centered = subtract(a, nanmean(a, axis, keepdims=True))
-  centered = ufuncs.where(valid, centered, const(centered, 0))
-  rdt = real_dtype(ct)
-  sq = lax.real(lax.mul(centered, lax.conj(centered))) if dtypes.is_complex(ct) else (
-      lax.mul(centered, centered))
-  n = lax.convert_element_type(sum(valid, axis=axis, keepdims=keepdims), rdt)
-  denom = lax.sub(n, np.asarray(ddof, rdt)[()])
-  denom = ufuncs.where(lax.le(denom, np.zeros((), rdt)[()]), np.asarray(np.nan, rdt)[()], denom)
-  out = lax.div(sum(sq, axis=axis, keepdims=keepdims), denom)
-  return out if ct == dt else lax.convert_element_type(out, real_dtype(dt))
+  m = (nanmean(a, axis, dtype=ct, keepdims=True, where=where) if mean is None else
+       lax.convert_element_type(asarray(mean), ct))
+  centered = subtract(a, m)
+  centered = ufuncs.where(valid, centered, const(centered, 0))   # NB: keeps gradients finite
+  sq = _squared_deviation(centered)
+  rt = dtype_of(sq)
+  n = sum(valid, axis=axis, keepdims=keepdims, where=where)
+  n = lax.sub(n, np.asarray(ddof, dtype_of(n))[()]) if isinstance(ddof, int) else (
+      lax.sub(lax.convert_element_type(n, rt), np.asarray(ddof, rt)[()]))
+  bad = lax.le(n, np.zeros((), dtype_of(n))[()])
+  n = lax.convert_element_type(ufuncs.where(bad, const(n, 1), n), rt)
+  r = lax.div(ufuncs.where(bad, np.asarray(np.nan, rt)[()],
+                           sum(sq, axis=axis, keepdims=keepdims, where=where)), n)
+  return lax.convert_element_type(r, dt) if rt != dt else r
 
 
 def nanstd(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
-           ddof: int = 0, keepdims: bool = False, where: ArrayLike | None = None):
+           ddof: int = 0, keepdims: bool = False, where: ArrayLike | None = None,
+           mean: ArrayLike | None = None):
   """Standard deviation ignoring NaNs: sqrt(nanvar(...))."""
-  return lax.sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where))
+  return lax.sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where, mean))
 
 
 def _nan_arg_reduction(name, arg_fn, fill):
-  def fn(a: ArrayLike, axis: int | None = None, out: None = None, keepdims: bool = False):
+  def fn(a: ArrayLike, axis: int | None = None, out: None = None,
+         keepdims: bool | None = None):
     _no_out(name, out)
     a = asarray(a)
     if not dtypes.is_inexact(dtype_of(a)):

@@ -1,0 +1,262 @@
+"""`ufunc` and `frompyfunc`: NumPy's universal-function objects for functions of scalars.
+
+A `ufunc` wraps a scalar function of `nin` arguments and `nout` results; calling it
+vectorizes the function (`vectorize`: batched, no Python loop), and a binary one gains
+NumPy's methods `reduce`, `accumulate`, `reduceat`, `outer` and the functional `at`, built on
+`lax.scan` and `lax.fori_loop` (sequential, as NumPy defines them; NumPy's "Universal
+functions (ufunc)" reference gives the semantics). The elementwise functions of
+`stagecraft.numpy` (`add`, `multiply`, ...) are plain functions here, not ufunc objects."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import numpy as np
+
+from stagecraft import lax
+from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.indexing import at as index_update
+from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_to, expand_dims,
+                                           moveaxis, ravel, reshape)
+from stagecraft.numpy.ufuncs import where as _where
+from stagecraft.numpy.util import canonicalize_axis, check_concrete, shape_of
+from stagecraft.numpy.vectorize import vectorize
+
+__all__ = ["ufunc", "frompyfunc"]
+
+
+class ufunc:  # noqa: N801  (NumPy's and JAX's name)
+  """A universal function: a scalar function of `nin` arguments and `nout` results applied
+  elementwise with broadcasting, plus NumPy's ufunc methods for binary functions.
+
+  Args:
+    func: the scalar function (it is traced once per call on batched values).
+    nin, nout: the numbers of arguments and results.
+    name: the name shown in the repr (default: `func.__name__`).
+    nargs: `nin` unless given (as JAX).
+    identity: the identity of a binary function, used by `reduce` as its start value and
+      for empty reductions (None: reductions start from the first element).
+    call, reduce, accumulate, at, reduceat: optional faster implementations replacing the
+      generic ones (same signatures as the methods, without `self`).
+  """
+
+  def __init__(self, func: Callable[..., Any], /, nin: int, nout: int, *,
+               name: str | None = None, nargs: int | None = None, identity: Any = None,
+               call: Callable | None = None, reduce: Callable | None = None,
+               accumulate: Callable | None = None, at: Callable | None = None,
+               reduceat: Callable | None = None):
+    self._func = func
+    self.nin = operator.index(nin)
+    self.nout = operator.index(nout)
+    self.nargs = self.nin if nargs is None else operator.index(nargs)
+    self.identity = identity
+    self.__name__ = name or getattr(func, "__name__", "ufunc")
+    self._call = call or vectorize(func)
+    self._reduce, self._accumulate, self._at, self._reduceat = reduce, accumulate, at, reduceat
+
+  def __repr__(self):
+    return f"<jnp.ufunc '{self.__name__}'>"
+
+  def __hash__(self):
+    return hash((self._func, self.__name__, self.identity, self.nin, self.nout))
+
+  def __eq__(self, other):
+    return isinstance(other, ufunc) and (self._func, self.__name__, self.identity, self.nin,
+                                         self.nout) == (other._func, other.__name__,
+                                                        other.identity, other.nin, other.nout)
+
+  def __call__(self, *args, out: None = None, where: None = None):
+    """The function applied elementwise to the broadcast `args`.
+
+    Raises:
+      NotImplementedError: for `out` or `where`.
+      TypeError: for a number of arguments other than `nin`.
+    """
+    if out is not None:
+      raise NotImplementedError(f"out argument of {self}")
+    if where is not None:
+      raise NotImplementedError(f"where argument of {self}")
+    if len(args) != self.nin:
+      raise TypeError(f"{self.__name__}() takes {self.nin} positional argument"
+                      f"{'s' if self.nin != 1 else ''} but {len(args)} were given")
+    return self._call(*args)
+
+  def _require_binary(self, method: str):
+    if self.nin != 2 or self.nout != 1:
+      raise ValueError(f"{method} only supported for binary ufuncs")
+
+  def reduce(self, a, axis: int | None = 0, dtype: Any = None, out: None = None,
+             keepdims: bool = False, initial: Any = None, where: Any = None):
+    """Folds the binary function over `axis`: `f(...f(f(start, a[0]), a[1])..., a[n-1])`,
+    `start` being `initial`, else the identity, else the first element (then skipped).
+
+    Args:
+      a: array `T[*s]`. axis: an int or None (all axes, flattened). dtype: convert `a`
+      first. keepdims: keep the axis with size 1. initial: the start value. where: bool
+      mask broadcastable to `s`: entries outside it are skipped.
+
+    Returns:
+      Array of shape `s` without `axis`.
+
+    Raises:
+      ValueError: not a binary ufunc; `where` or an empty axis without a start value.
+      NotImplementedError: a tuple of axes, or `out`.
+    """
+    self._require_binary("reduce")
+    if out is not None:
+      raise NotImplementedError(f"out argument of {self.__name__}.reduce()")
+    if self._reduce is not None:
+      return self._reduce(a, axis=axis, dtype=dtype, keepdims=keepdims, initial=initial,
+                          where=where)
+    a = asarray(a) if dtype is None else asarray(a, dtype=dtype)
+    if isinstance(axis, tuple):
+      raise NotImplementedError("tuple of axes")
+    start = initial if initial is not None else self.identity
+    if where is not None and start is None:
+      raise ValueError(f"reduction operation {self.__name__!r} does not have an identity, so "
+                       f"to use a where mask one has to specify 'initial'.")
+    shape = shape_of(a)
+    if axis is None:
+      x = ravel(a)
+      mask = None if where is None else ravel(broadcast_to(asarray(where), shape))
+      ax = 0
+    else:
+      ax = canonicalize_axis(axis, len(shape), "reduce")
+      x = moveaxis(a, ax, 0)
+      mask = None if where is None else moveaxis(broadcast_to(asarray(where), shape), ax, 0)
+    n, rest = shape_of(x)[0], shape_of(x)[1:]
+    if start is None and n == 0:
+      raise ValueError(f"zero-size array to reduction operation {self.__name__} which has no "
+                       f"identity")
+    if start is None:
+      carry, xs = x[0], x[1:]
+    else:
+      carry = broadcast_to(lax.convert_element_type(asarray(start), a.dtype), rest)
+      xs = x
+    if shape_of(xs)[0]:
+      def step(c, args):
+        v, m = args if mask is not None else (args, None)
+        new = asarray(self._call(c, v)).astype(c.dtype)
+        return (new if m is None else _where(m, new, c)), None
+      carry, _ = lax.scan(step, carry, xs if mask is None else (xs, mask))
+    if keepdims:
+      carry = reshape(carry, (1,) * len(shape)) if axis is None else expand_dims(carry, ax)
+    return carry
+
+  def accumulate(self, a, axis: int = 0, dtype: Any = None, out: None = None):
+    """The running fold along `axis`: `out[0] = a[0]`, `out[i] = f(out[i-1], a[i])`.
+
+    Raises:
+      ValueError: not a binary ufunc. NotImplementedError: for `out`.
+    """
+    self._require_binary("accumulate")
+    if out is not None:
+      raise NotImplementedError(f"out argument of {self.__name__}.accumulate()")
+    if self._accumulate is not None:
+      return self._accumulate(a, axis=axis, dtype=dtype)
+    a = asarray(a) if dtype is None else asarray(a, dtype=dtype)
+    ax = canonicalize_axis(axis, len(shape_of(a)), "accumulate")
+    x = moveaxis(a, ax, 0)
+    if shape_of(x)[0] == 0:
+      return a
+
+    def step(c, v):
+      new = asarray(self._call(c, v)).astype(c.dtype)
+      return new, new
+    _, rest = lax.scan(step, x[0], x[1:])
+    out_ = lax.concatenate([expand_dims(x[0], 0), rest], 0)
+    return moveaxis(out_, 0, ax)
+
+  def outer(self, A, B, /):
+    """`f(A[i..., None...], B[None..., j...])`: shape `A.shape + B.shape`.
+
+    Raises:
+      ValueError: not a binary ufunc.
+    """
+    if self.nin != 2:
+      raise ValueError("outer only supported for binary ufuncs")
+    A, B = asarray(A), asarray(B)
+    nb = len(shape_of(B))
+    return self(expand_dims(A, tuple(range(len(shape_of(A)), len(shape_of(A)) + nb))), B)
+
+  def at(self, a, indices, b=None, /, *, inplace: bool = True):
+    """`a` with `a[i] = f(a[i], b_i)` (or `f(a[i])` for a unary ufunc) applied once per
+    index entry, in order, so repeated indices accumulate (the functional form of
+    `numpy.ufunc.at`).
+
+    Args:
+      a: array. indices: an int, an integer array, or a tuple of them (broadcast
+      together). b: values broadcast to the index shape (binary ufuncs). inplace: must be
+      False.
+
+    Raises:
+      NotImplementedError: `inplace` is True.
+      ValueError: `b` missing for a binary ufunc or given for a unary one.
+    """
+    if inplace:
+      raise NotImplementedError(
+          "Because JAX arrays are immutable, jnp.ufunc.at() cannot operate inplace like\n"
+          "np.ufunc.at(). Instead, you can pass inplace=False and capture the result; e.g.\n"
+          ">>> arr = jnp.add.at(arr, ind, val, inplace=False)\n")
+    if self._at is not None:
+      return self._at(a, indices, b)
+    if (b is None) != (self.nin == 1):
+      what = "b is required" if b is None else "b is not accepted"
+      raise ValueError(f"{self.__name__}.at: {what} for a ufunc with nin={self.nin}")
+    a = asarray(a)
+    idx = indices if isinstance(indices, tuple) else (indices,)
+    idx = broadcast_arrays(*[asarray(i) for i in idx])
+    idx_shape = shape_of(idx[0])
+    idx = [ravel(i) for i in idx]
+    count = shape_of(idx[0])[0]
+    sub = shape_of(a)[len(idx):]
+    vals = None if b is None else reshape(broadcast_to(asarray(b), (*idx_shape, *sub)),
+                                          (count, *sub))
+
+    def body(k, acc):
+      where_ = tuple(lax.dynamic_index_in_dim(i, k, 0, keepdims=False) for i in idx)
+      cur = index_update(acc)[where_].get()
+      new = self._call(cur) if vals is None else self._call(
+          cur, lax.dynamic_index_in_dim(vals, k, 0, keepdims=False))
+      return index_update(acc)[where_].set(asarray(new).astype(acc.dtype))
+    return lax.fori_loop(0, count, body, a)
+
+  def reduceat(self, a, indices, axis: int = 0, dtype: Any = None, out: None = None):
+    """For each `i`: `reduce(a[indices[i]:indices[i+1]])` along `axis` when
+    `indices[i] < indices[i+1]`, else `a[indices[i]]` (the last runs to the end), as
+    `numpy.ufunc.reduceat`. NB: `indices` must be concrete here.
+
+    Raises:
+      ValueError: not a binary ufunc. NotImplementedError: for `out`.
+      ConcretizationTypeError: for traced `indices`.
+    """
+    self._require_binary("reduceat")
+    if out is not None:
+      raise NotImplementedError(f"out argument of {self.__name__}.reduceat()")
+    if self._reduceat is not None:
+      return self._reduceat(a, indices, axis=axis, dtype=dtype)
+    a = asarray(a) if dtype is None else asarray(a, dtype=dtype)
+    ax = canonicalize_axis(axis, len(shape_of(a)), "reduceat")
+    ind = np.asarray(check_concrete(indices, "reduceat", "indices")).astype(int).ravel()
+    n = shape_of(a)[ax]
+    x = moveaxis(a, ax, 0)
+    parts = []
+    for k, lo in enumerate(ind):
+      hi = ind[k + 1] if k + 1 < len(ind) else n
+      parts.append(self.reduce(x[lo:hi], axis=0) if lo < hi else x[lo])
+    return moveaxis(lax.concatenate([expand_dims(p, 0) for p in parts], 0), 0, ax)
+
+
+def frompyfunc(func: Callable[..., Any], /, nin: int, nout: int, *,
+               identity: Any = None) -> ufunc:
+  """A `ufunc` from a scalar function of `nin` arguments and `nout` results (JAX's and
+  NumPy's `frompyfunc`; the result works on Arrays of any dtype).
+
+  Example:
+    >>> import stagecraft.numpy as jnp
+    >>> f = jnp.frompyfunc(lambda x, y: x * y + 1, 2, 1, identity=1)
+    >>> f.reduce(jnp.arange(1, 4))
+    Array(16, dtype=int32)
+  """
+  return ufunc(func, nin, nout, identity=identity)
+
