@@ -18,7 +18,14 @@ calls compile once per signature, as JAX's do.
 The gamma family (`gamma`, `loggamma`, `beta`, `dirichlet`, `t`, `chisquare`, `f`,
 `generalized_normal`, `ball`), `poisson` and `binomial` use JAX's rejection samplers in
 `while_loop`s with JAX's key splitting, so they draw JAX's samples too (up to rounding where
-an acceptance test is close). 64-bit draws need x64, which this module does not support.
+an acceptance test is close).
+
+With x64 on (`stagecraft.enable_x64()`), as in JAX: seeds are 64-bit (the key is
+`[seed >> 32, seed mod 2**32]`), the default dtypes are float64/int64/uint64, and 64-bit
+draws take both Threefry words of a position, `y1 * 2**32 + y2`, instead of their xor.
+
+JAX's `random_gamma_p` (its gamma primitive) has no counterpart: `gamma` here is a
+`custom_jvp` over `lax` loops, since libraries register no primitives.
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import batching
 from stagecraft.lax import random_bits, utils as lax_utils
 from stagecraft.lax.shape import canonicalize_shape
-from stagecraft.numpy.util import promote_dtypes_inexact
+from stagecraft.numpy import util as jnp_util
 from stagecraft.pjit import jit
 
 __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
@@ -45,6 +52,7 @@ __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data
            "double_sided_maxwell", "pareto", "weibull_min", "lognormal", "rayleigh",
            "triangular", "wald", "geometric", "gamma", "loggamma", "beta", "dirichlet",
            "t", "chisquare", "f", "generalized_normal", "ball", "poisson", "binomial",
+           "multinomial", "multivariate_normal", "orthogonal",
            "default_prng_impl", "key_dtype"]
 
 _u32 = np.dtype(np.uint32)
@@ -222,17 +230,25 @@ def _seed_data(ctor_name: str, seed: Any) -> Any:
       hasattr(seed, "dtype") and dtypes.is_integer(np.dtype(seed.dtype))):
     raise TypeError(f"PRNG key seed must be an integer; got {seed!r}")
   if isinstance(seed, int):
-    # NB: as JAX without x64: the seed goes through int64 (OverflowError beyond it) and is
-    # then truncated to 32 bits, so the high word is always 0.
-    seed = np.int64(seed).astype(np.uint32)
+    # NB: as JAX: the seed goes through int64 (OverflowError beyond it); without x64 it is
+    # then truncated to 32 bits, so the high word is 0.
+    seed = np.int64(seed)
+    if not dtypes.canonicalize_dtype(np.int64).itemsize == 8:
+      seed = seed.astype(np.uint32)
   return _threefry_seed(seed)
 
 
 @jit
 def _threefry_seed(seed):
-  # NB: the high word is `seed >> 32`, which is 0 for every dtype without x64.
+  # The key is the 64-bit seed as two words: `[seed >> 32, seed mod 2**32]` (JAX's
+  # `threefry_seed`); the high word is 0 for seeds of 32 bits or fewer.
   k2 = lax.convert_element_type(seed, _u32)
-  return jnp.stack([jnp.zeros((), _u32), k2])
+  if np.dtype(seed.dtype).itemsize == 8:
+    k1 = lax.convert_element_type(
+        lax.shift_right_logical(seed, np.array(32, seed.dtype)), _u32)
+  else:
+    k1 = jnp.zeros((), _u32)
+  return jnp.stack([k1, k2])
 
 
 def PRNGKey(seed: Any, *, impl: Any = None) -> Any:
@@ -341,10 +357,17 @@ def _fold_in_data(data, msg):
 
 
 def _random_bits(data, bit_width: int, shape: tuple[int, ...]):
-  if bit_width == 64:
-    raise NotImplementedError("64-bit random bits need the x64 flag, which stagecraft does "
-                              "not implement for random; draw two uint32 arrays instead.")
+  """`uint{bit_width}[*shape]` bits from key data `u32[2]`: for 32 bits and fewer the
+  (truncated) xor of the two Threefry words of each position, for 64 bits (x64 only) the
+  two words concatenated, `y1 * 2**32 + y2` (JAX's partitionable Threefry)."""
   y1, y2 = _threefry_counts(data, shape)
+  if bit_width == 64:
+    if dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
+      raise TypeError("64-bit random bits need x64: enable it with "
+                      "`stagecraft.config.update('jax_enable_x64', True)`.")
+    hi = lax.convert_element_type(y1, _UINT[64])
+    lo = lax.convert_element_type(y2, _UINT[64])
+    return lax.bitwise_or(lax.shift_left(hi, np.array(32, _UINT[64])), lo)
   out = lax.bitwise_xor(y1, y2)
   return out if bit_width == 32 else lax.convert_element_type(out, _UINT[bit_width])
 
@@ -412,6 +435,15 @@ def _canonical_shape(name: str, shape: Any) -> tuple[int, ...]:
   return canonicalize_shape(name, "shape", shape)
 
 
+def _promote_inexact(*args):
+  """`promote_dtypes_inexact` with NumPy arrays first made canonical (`jnp.asarray`).
+
+  NB: `numpy.util.promote_dtypes_inexact` returns a float64 NumPy array unchanged without
+  x64 (its aval is already f32), which would then draw 64-bit bits."""
+  args = [a if dtypes.is_python_scalar(a) else jnp.asarray(a) for a in args]
+  return jnp_util.promote_dtypes_inexact(*args)
+
+
 def _float_dtype(name: str, dtype: Any, kinds: str = "float") -> np.dtype:
   dt = dtypes.canonicalize_dtype(float if dtype is None else dtype)
   ok = dtypes.is_float(dt) if kinds == "float" else dtypes.is_inexact(dt)
@@ -427,7 +459,8 @@ def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
   Args:
     key: a single key.
     shape: the result shape `s`.
-    dtype: uint8, uint16 or uint32 (the default; uint64 needs x64).
+    dtype: uint8, uint16, uint32 or uint64 (default uint32; uint64 under x64; without x64
+      uint64 is canonicalized to uint32).
 
   Returns:
     `dtype[*s]`.
@@ -476,8 +509,8 @@ def _uniform_impl(data, minval, maxval, shape, dtype):
   maxval = _broadcast_to_rank(lax.convert_element_type(maxval, dtype), len(shape))
   finfo = dtypes.finfo(dtype)
   nbits, nmant = finfo.bits, finfo.nmant
-  if nbits not in (8, 16, 32):
-    raise TypeError(f"uniform only accepts 8-, 16- or 32-bit dtypes (64 needs x64), got "
+  if nbits not in (8, 16, 32, 64):
+    raise TypeError(f"uniform only accepts 8-, 16-, 32- or 64-bit dtypes, got "
                     f"{np.dtype(dtype).name}.")
   rng_bits = 8 if nmant < 8 else nbits   # NB: bfloat16 (7 mantissa bits) draws 8 bits
   uint = _UINT[nbits]
@@ -500,7 +533,7 @@ def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any 
   Args:
     key: a single key.
     shape: the result shape `s`.
-    dtype: a floating dtype T of 8, 16 or 32 bits (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
     minval, maxval: bounds broadcastable to `s`.
 
   Returns:
@@ -546,8 +579,8 @@ def normal(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
   Args:
     key: a single key.
     shape: the result shape `s`.
-    dtype: a floating or complex dtype T (default float32). Complex samples have
-      independent real and imaginary parts of variance 1/2 each.
+    dtype: a floating or complex dtype T (default float32; float64 under x64). Complex
+      samples have independent real and imaginary parts of variance 1/2 each.
 
   Returns:
     `T[*s]`.
@@ -564,6 +597,132 @@ def normal(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
   data, _ = _check_prng_key("normal", key)
   dt = _float_dtype("normal", dtype, "inexact")
   return _normal(data, _canonical_shape("normal", shape), dt)
+
+
+def _factor_cov(cov, method: str):
+  """A matrix `A` with `A A^T = cov` (batched over leading axes)."""
+  if method == "svd":
+    u, sv, _ = jnp.linalg.svd(cov)
+    return u * jnp.sqrt(sv[..., None, :])
+  if method == "eigh":
+    w, v = jnp.linalg.eigh(cov)
+    return v * jnp.sqrt(w[..., None, :])
+  return jnp.linalg.cholesky(cov)
+
+
+@partial(jit, static_argnums=(3, 4, 5))
+def _multivariate_normal(data, mean, cov, shape, dtype, method):
+  factor = _factor_cov(cov, method)
+  n = _normal(data, (*shape, mean.shape[-1]), dtype)
+  return mean + jnp.einsum("...ij,...j->...i", factor, n)
+
+
+def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | None = None,
+                        dtype: Any = None, method: str = "cholesky") -> Any:
+  """Multivariate normal samples with `mean` and covariance `cov` (JAX's
+  `random.multivariate_normal`).
+
+  Args:
+    key: a single key.
+    mean: means `f[*b1, n]`.
+    cov: positive (semi-)definite covariances `f[*b2, n, n]`.
+    shape: the batch shape `s`, broadcast-compatible with `b1` and `b2`; default their
+      broadcast shape.
+    dtype: a floating dtype T of the normal draws (default: the promoted dtype of `mean`
+      and `cov`).
+    method: how to factor `cov = A A^T`: `'cholesky'` (default), `'svd'` (`A = U sqrt(S)`)
+      or `'eigh'` (`A = V sqrt(W)`); use the last two for singular `cov`.
+
+  Returns:
+    `mean + A z` with z standard normal `T[*s, n]` (`normal(key, (*s, n), T)`), of shape
+    `(*s, n)` and the promoted dtype of `mean`, `cov` and T.
+
+  Raises:
+    ValueError: for an unknown method, a non-floating T, `mean` of rank 0, `cov` of rank
+      below 2 or not `(..., n, n)`, or batch shapes that do not broadcast to `shape`.
+
+  Algorithm: the affine transformation of standard normals (e.g. Gentle, "Random Number
+  Generation and Monte Carlo Methods", 2003, sec. 5.3.1), with JAX's key use.
+
+  Examples:
+    >>> import numpy as np
+    >>> multivariate_normal(PRNGKey(0), np.zeros(2, np.float32), np.eye(2, dtype=np.float32),
+    ...                     (2,))
+    Array([[ 1.6226422 ,  2.0252647 ],
+           [-0.43359444, -0.07861735]], dtype=float32)
+  """
+  data, _ = _check_prng_key("multivariate_normal", key)
+  mean, cov = _promote_inexact(mean, cov)
+  if method not in ("svd", "eigh", "cholesky"):
+    raise ValueError("method must be one of {'svd', 'eigh', 'cholesky'}")
+  dt = (dtypes.dtype(mean, canonicalize=True) if dtype is None
+        else dtypes.canonicalize_dtype(dtype))
+  if not dtypes.is_float(dt):
+    raise ValueError(f"dtype argument to `multivariate_normal` must be a float dtype, "
+                     f"got {dt.name}")
+  mean_shape, cov_shape = np.shape(mean), np.shape(cov)
+  if len(mean_shape) < 1:
+    raise ValueError(f"multivariate_normal requires mean.ndim >= 1, got mean.ndim == "
+                     f"{len(mean_shape)}")
+  if len(cov_shape) < 2:
+    raise ValueError(f"multivariate_normal requires cov.ndim >= 2, got cov.ndim == "
+                     f"{len(cov_shape)}")
+  n = mean_shape[-1]
+  if tuple(cov_shape[-2:]) != (n, n):
+    raise ValueError(f"multivariate_normal requires cov.shape == (..., n, n) for n={n}, "
+                     f"but got cov.shape == {tuple(cov_shape)}.")
+  if shape is None:
+    shape = tuple(jnp.broadcast_shapes(mean_shape[:-1], cov_shape[:-2]))
+  else:
+    shape = _canonical_shape("multivariate_normal", shape)
+    _check_shape("normal", shape, mean_shape[:-1], cov_shape[:-2])
+  return _multivariate_normal(data, mean, cov, tuple(shape), dt, method)
+
+
+@partial(jit, static_argnums=(1, 2, 3, 4))
+def _orthogonal(data, n, m, shape, dtype):
+  z = _normal(data, (*shape, max(n, m), min(n, m)), dtype)
+  q, r = jnp.linalg.qr(z)
+  d = jnp.diagonal(r, axis1=-2, axis2=-1)   # NB: jnp.linalg.diagonal takes axes 0, 1 here
+  x = q * jnp.expand_dims(jnp.sign(d), -2)
+  return jnp.matrix_transpose(x) if n < m else x
+
+
+def orthogonal(key: Any, n: int, shape: Sequence[int] = (), dtype: Any = None,
+               m: int | None = None) -> Any:
+  """Uniform samples from the orthogonal group O(n) (the unitary group U(n) for a complex
+  dtype), or semi-orthogonal `n x m` matrices (JAX's `random.orthogonal`).
+
+  Args:
+    key: a single key.
+    n: the number of rows (static).
+    shape: the batch shape `s`.
+    dtype: a floating or complex dtype T (default float32; float64 under x64).
+    m: the number of columns (static); default `n`.
+
+  Returns:
+    `T[*s, n, m]` with orthonormal rows (`n <= m`) or columns (`m <= n`).
+
+  Raises:
+    ValueError: if T is not floating or complex.
+    TypeError: if `n` or `m` is not an integer.
+
+  Algorithm: Mezzadri, "How to generate random matrices from the classical compact
+  groups", Notices of the AMS 54(5), 2007: the Q of a QR factorization of a
+  `max(n, m) x min(n, m)` standard normal matrix, its columns multiplied by the signs
+  (phases) of R's diagonal; transposed (not conjugated) when `n < m`.
+
+  Examples:
+    >>> q = orthogonal(PRNGKey(0), 3)
+    >>> bool(abs(q @ q.T - np.eye(3)).max() < 1e-5)
+    True
+  """
+  shape = _canonical_shape("orthogonal", shape)
+  data, _ = _check_prng_key("orthogonal", key)
+  dt = _float_dtype("normal", dtype, "inexact")
+  n = operator.index(n)
+  m = n if m is None else operator.index(m)
+  return _orthogonal(data, n, m, shape, dt)
 
 
 @partial(jit, static_argnums=(3, 4))
@@ -588,7 +747,7 @@ def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | No
     key: a single key.
     lower, upper: bounds, broadcastable to `shape`.
     shape: the result shape `s`; default: the broadcast shape of the bounds.
-    dtype: a floating dtype T (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
 
   Returns:
     `T[*s]`, in the open interval `(lower, upper)`.
@@ -609,16 +768,53 @@ def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | No
   return _truncated_normal(data, lower, upper, tuple(shape), dt)
 
 
+def _bits_to_unit_float32(b):
+  """`f32[*s]` in (0, 1) from `u32[2, *s]`: the 64-bit fixed-point fraction `0.hi lo`
+  rounded down to float32 with all its leading zero bits turned into exponent, so that
+  values near 0 keep 24 significant bits (JAX's `_safe_int_to_float`)."""
+  u32 = lambda v: np.array(v, _u32)
+  hi, lo = b[0], b[1]
+  hiclz, loclz = lax.clz(hi), lax.clz(lo)
+  hi_zero = lax.eq(hiclz, u32(32))
+  # The 32 bits after the leading one (shifts by 32 give 0, as in XLA).
+  top = lax.bitwise_or(
+      lax.shift_left(hi, hiclz),
+      lax.select(hi_zero, lax.shift_left(lo, loclz),
+                 lax.shift_right_logical(lo, lax.sub(u32(32), hiclz))))
+  mantissa = lax.bitwise_and(lax.shift_right_logical(top, u32(8)), u32((1 << 23) - 1))
+  nzeros = lax.select(hi_zero, lax.add(u32(32), loclz), hiclz)
+  exponent = lax.shift_left(lax.sub(u32(126), nzeros), u32(23))
+  exponent = lax.bitwise_and(exponent, u32((1 << 30) - (1 << 22)))
+  return lax.bitcast_convert_type(lax.bitwise_or(exponent, mantissa), np.float32)
+
+
 @partial(jit, static_argnums=(1, 2, 3))
 def _gumbel(data, shape, dtype, mode):
   info = dtypes.finfo(dtype)
-  if mode == "high":
+  if mode == "highest" and dtype == np.float32:
+    # 64 random bits per sample: u as a 64-bit fixed-point fraction, with `1 - u` (exact
+    # in fixed point) when u < 1/2, so that both tails keep full float32 precision.
+    b = _random_bits(data, 32, (2, *shape))
+    neg = lax.bitwise_not(b)
+    carry = lax.convert_element_type(lax.eq(neg[1], np.array(0xFFFFFFFF, _u32)), _u32)
+    neg = lax.add(neg, jnp.stack([carry, jnp.ones_like(carry)]))
+    flip = lax.lt(b[0], np.array(1 << 31, _u32))
+    x = _bits_to_unit_float32(jnp.where(flip, b, neg))
+    return jnp.where(flip, -jnp.log(-jnp.log1p(-x)), -jnp.log(-jnp.log(x)))
+  if mode in ("high", "highest"):
     u = _uniform_impl(data, 0., 1., (2, *shape), dtype)
     high, low = u[0], u[1]
     x = jnp.where(high >= 0.5, high,
                   high + np.array(2. ** -info.nmant, dtype) * low + np.array(info.tiny, dtype))
     return -jnp.log(-jnp.log1p(-x))
   return -jnp.log(-jnp.log(_uniform_impl(data, np.array(info.tiny, dtype), 1., shape, dtype)))
+
+
+def _gumbel_mode(mode: str | None) -> str:
+  mode = "low" if mode is None else mode
+  if mode not in ("highest", "high", "low"):
+    raise ValueError(f"Must provide valid mode for gumbel got: {mode}")
+  return mode
 
 
 def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
@@ -628,9 +824,11 @@ def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
   Args:
     key: a single key.
     shape: the result shape `s`.
-    dtype: a floating dtype T (default float32).
-    mode: `"low"` (default: `-log(-log(u))`, u uniform in `[tiny, 1)`) or `"high"` (two
-      draws per sample for a finer u near 0). `"highest"` is not implemented.
+    dtype: a floating dtype T (default float32; float64 under x64).
+    mode: `"low"` (default: `-log(-log(u))`, u uniform in `[tiny, 1)`), `"high"` (two
+      draws per sample for a finer u near 0) or `"highest"` (float32: u from 64 random
+      bits with exact `1 - u`, so both tails reach ~float32's range; other dtypes: as
+      `"high"`).
 
   Returns:
     `T[*s]`.
@@ -640,15 +838,7 @@ def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
   """
   data, _ = _check_prng_key("gumbel", key)
   dt = _float_dtype("gumbel", dtype)
-  mode = "low" if mode is None else mode
-  if mode not in ("highest", "high", "low"):
-    raise ValueError(f"Must provide valid mode for gumbel got: {mode}")
-  if mode == "highest":
-    if dt == np.float32:
-      raise NotImplementedError("gumbel(mode='highest') for float32 is not implemented; "
-                                "use mode='high'.")
-    mode = "high"
-  return _gumbel(data, _canonical_shape("gumbel", shape), dt, mode)
+  return _gumbel(data, _canonical_shape("gumbel", shape), dt, _gumbel_mode(mode))
 
 
 def _unary_sampler(name: str, fn, doc: str):
@@ -663,7 +853,7 @@ def _unary_sampler(name: str, fn, doc: str):
   Args:
     key: a single key.
     shape: the result shape `s`.
-    dtype: a floating dtype T (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
 
   Returns:
     `T[*s]`.
@@ -890,11 +1080,14 @@ def _randint(data, minval, maxval, shape, dtype):
   span = jnp.where(maxval_out_of_range & (maxval > minval), span + np.array(1, unsigned), span)
   # (hi * 2**nbits + lo) mod span, without 2*nbits-bit integers:
   # (a * b) mod n = ((a mod n) * (b mod n)) mod n.
-  multiplier = jnp.remainder(np.array(2 ** (nbits // 2), unsigned), span)
-  multiplier = jnp.remainder(multiplier * multiplier, span)
-  random_offset = (jnp.remainder(higher_bits, span) * multiplier
-                   + jnp.remainder(lower_bits, span))
-  random_offset = jnp.remainder(random_offset, span)
+  span = jnp.broadcast_to(span, shape)
+  # NB: `lax.rem`, not `jnp.remainder`: a full range wraps the span to 0, and XLA's
+  # `x rem 0 = x` then leaves the bits as they are (JAX relies on this too).
+  multiplier = lax.rem(jnp.full_like(span, 2 ** (nbits // 2)), span)
+  multiplier = lax.rem(lax.mul(multiplier, multiplier), span)
+  random_offset = lax.add(lax.mul(lax.rem(higher_bits, span), multiplier),
+                          lax.rem(lower_bits, span))
+  random_offset = lax.rem(random_offset, span)
   return minval + lax.convert_element_type(random_offset, dtype)
 
 
@@ -907,7 +1100,7 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
     shape: the result shape `s`.
     minval, maxval: integer bounds broadcastable to `s`, clipped to the dtype's range (a
       `maxval` one past the dtype's maximum is allowed); `maxval <= minval` gives `minval`.
-    dtype: an integer dtype T (default int32).
+    dtype: an integer dtype T (default int32; int64 under x64).
 
   Returns:
     `T[*s]`.
@@ -985,7 +1178,8 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
 
 
 def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = int) -> Any:
-  """Uniform samples from {-1, 1} (JAX's `random.rademacher`); `T[*shape]`, T default int32."""
+  """Uniform samples from {-1, 1} (JAX's `random.rademacher`); `T[*shape]`, T default int32
+  (int64 under x64)."""
   data, _ = _check_prng_key("rademacher", key)
   dt = dtypes.canonicalize_dtype(dtype)
   return _rademacher(data, _canonical_shape("rademacher", shape), dt)
@@ -993,7 +1187,9 @@ def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = int) -> Any:
 
 @partial(jit, static_argnums=(1, 2))
 def _rademacher(data, shape, dtype):
-  bernoulli_samples = _bernoulli(data, jnp.asarray(np.float32(0.5)), shape, "low")
+  # NB: p = 0.5 is a Python float, so the uniforms are float64 under x64 (as JAX).
+  p = np.array(0.5, dtypes.default_float_dtype())
+  bernoulli_samples = _bernoulli(data, jnp.asarray(p), shape, "low")
   return (2 * bernoulli_samples.astype(dtype) - 1).astype(dtype)
 
 
@@ -1009,7 +1205,7 @@ def _geometric(data, p, shape, dtype):
 
 def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Geometric samples: the number of Bernoulli(p) trials up to the first success
-  (JAX's `random.geometric`); `I[*shape]`, I default int32.
+  (JAX's `random.geometric`); `I[*shape]`, I default int32 (int64 under x64).
 
   Raises:
     ValueError: if the dtype is not an integer dtype.
@@ -1019,7 +1215,7 @@ def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any =
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt.name}")
   shape = _broadcast_shape_of("geometric", shape, p)
-  p, = promote_dtypes_inexact(p)
+  p, = _promote_inexact(p)
   return _geometric(data, p, shape, dt)
 
 
@@ -1052,7 +1248,7 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | No
     shape: the result shape; it must end with the batch shape `b = (*b0, *b1)`. Default `b`.
     replace: with replacement (the Gumbel-max trick) or without (Gumbel top-k; the
       leading `shape[:-len(b)]` draws are distinct).
-    mode: the Gumbel sampler's mode (`"low"` default, or `"high"`).
+    mode: the Gumbel sampler's mode: None (`"low"`), `"low"`, `"high"` or `"highest"`.
 
   Returns:
     `int32[*shape]` category indices.
@@ -1082,9 +1278,7 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | No
     if k > logits.shape[axis]:
       raise ValueError(f"Number of samples without replacement ({k}) cannot exceed number "
                        f"of categories ({logits.shape[axis]}).")
-  mode = "low" if mode is None else mode
-  if mode not in ("high", "low"):
-    raise ValueError(f"Must provide valid mode for gumbel got: {mode}")
+  mode = _gumbel_mode(mode)
   return _categorical(data, logits, tuple(shape), batch_shape, axis, bool(replace), mode)
 
 
@@ -1186,12 +1380,13 @@ def _take(arr, ind, axis):
                     mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
-@partial(jit, static_argnums=(3, 4, 5, 6, 7))
-def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p):
+@partial(jit, static_argnums=(3, 4, 5, 6, 7, 8))
+def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p, mode):
   n_draws = math.prod(shape)
+  int_ = dtypes.default_int_dtype()   # NB: int64 under x64, which changes the bits drawn
   if not has_p:
     if replace:
-      ind = _randint(data, 0, n_inputs, shape, np.dtype(np.int32))
+      ind = _randint(data, 0, n_inputs, shape, int_)
       result = ind if arr.ndim == 0 else _take(arr, ind, axis)
     else:
       slices = (slice(None),) * axis + (slice(n_draws),)
@@ -1205,10 +1400,10 @@ def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p):
     if replace:
       p_cuml = lax.cumsum(p, 0)
       r = p_cuml[-1] * (1 - _uniform_impl(data, 0., 1., shape, p_cuml.dtype))
-      ind = _searchsorted_left(p_cuml, r)
+      ind = _searchsorted_left(p_cuml, r).astype(int_)
     else:
-      g = _gumbel(data, (n_inputs,), p.dtype, "low") + jnp.log(p)
-      ind = lax.top_k(g, n_draws)[1].astype(np.int32)
+      g = _gumbel(data, (n_inputs,), p.dtype, mode) + jnp.log(p)
+      ind = lax.top_k(g, n_draws)[1].astype(int_)
     result = ind if arr.ndim == 0 else _take(arr, ind, axis)
   return jnp.reshape(result, shape if arr.ndim == 0 else
                      arr.shape[0:axis] + tuple(shape) + arr.shape[axis + 1:])
@@ -1232,7 +1427,8 @@ def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
     replace: with (default) or without replacement.
     p: optional probabilities `f[n]` (need not be normalized).
     axis: the axis of `a` to sample along.
-    mode: the Gumbel mode (without replacement, with `p`); only `"low"`/None.
+    mode: the Gumbel sampler's mode (without replacement, with `p`): None (`"low"`),
+      `"low"`, `"high"` or `"highest"`, as for `gumbel`.
 
   Returns:
     `int32[*s]` for an int `a`, else `T[*a.shape[:axis], *s, *a.shape[axis+1:]]`.
@@ -1268,8 +1464,6 @@ def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
   if not replace and n_draws > n_inputs:
     raise ValueError(f"Cannot take a larger sample (size {n_draws}) than population (size "
                      f"{n_inputs}) when 'replace=False'")
-  if mode not in (None, "low"):
-    raise NotImplementedError(f"choice(mode={mode!r}): only the default 'low' mode.")
   if p is not None:
     p = jnp.asarray(p)
     if not dtypes.is_inexact(p.dtype):
@@ -1277,10 +1471,12 @@ def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
     if p.shape != (n_inputs,):
       raise ValueError(f"p must be None or a 1D vector with the same size as a.shape[axis]. "
                        f"p has shape {p.shape} and a.shape[axis] is {n_inputs}.")
+    # NB: as JAX, the mode is checked only where the Gumbel sampler is used.
+    mode = _gumbel_mode(mode) if not replace else None
   else:
-    p = np.zeros((), np.float32)
+    p, mode = np.zeros((), np.float32), None
   return _choice(data, arr, p, shape, bool(replace), axis if arr.ndim else 0, n_inputs,
-                 p.ndim == 1)
+                 p.ndim == 1, mode)
 
 
 def _check_all_safe_to_cast(name: str, dtype: np.dtype, *args) -> None:
@@ -1437,7 +1633,7 @@ def gamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = Non
     key: a single key (typed `key<fry>[]` or raw `u32[2]`).
     a: the shape parameter(s) `a > 0`, broadcastable to `shape`.
     shape: the result shape `s`; default `a`'s shape.
-    dtype: a floating dtype T of 8, 16 or 32 bits (default float32); `a` is converted to T.
+    dtype: a floating dtype T (default float32; float64 under x64); `a` is converted to T.
 
   Returns:
     `T[*s]`. Differentiable with respect to `a` by implicit reparameterization (the
@@ -1470,7 +1666,7 @@ def loggamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = 
     key: a single key.
     a: the shape parameter(s) `a > 0`, broadcastable to `shape`.
     shape: the result shape `s`; default `a`'s shape.
-    dtype: a floating dtype T (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
 
   Returns:
     `T[*s]`; differentiable with respect to `a` (as `gamma`, divided by the sample).
@@ -1507,7 +1703,7 @@ def beta(key: Any, a: Any, b: Any, shape: Sequence[int] | None = None,
     key: a single key.
     a, b: positive parameters, broadcastable to `shape`.
     shape: the result shape `s`; default: the broadcast shape of `a` and `b`.
-    dtype: a floating dtype T (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
 
   Returns:
     `T[*s]`.
@@ -1543,7 +1739,7 @@ def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
     key: a single key.
     alpha: concentrations `f[*b, n]` (positive).
     shape: the batch shape `s`, broadcast-compatible with `b`; default `b`.
-    dtype: a floating dtype T (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
 
   Returns:
     `T[*s, n]`, each row summing to 1.
@@ -1580,7 +1776,8 @@ def t(key: Any, df: Any, shape: Sequence[int] | None = None, dtype: Any = None) 
   `n * sqrt((df/2) / g)`, n standard normal, g ~ Gamma(df/2).
 
   Returns:
-    `T[*s]`, s = `shape` (default `df`'s shape), T a float dtype (default float32).
+    `T[*s]`, s = `shape` (default `df`'s shape), T a float dtype (default float32; float64
+    under x64).
 
   Raises:
     ValueError: if T is not floating or `df` does not broadcast to `shape`.
@@ -1608,7 +1805,8 @@ def chisquare(key: Any, df: Any, shape: Sequence[int] | None = None,
   `2 exp(loggamma(key, df / 2))`.
 
   Returns:
-    `T[*s]`, s = `shape` (default `df`'s shape), T a float dtype (default float32).
+    `T[*s]`, s = `shape` (default `df`'s shape), T a float dtype (default float32; float64
+    under x64).
 
   Raises:
     ValueError: if T is not floating or `df` does not broadcast to `shape`.
@@ -1668,7 +1866,7 @@ def generalized_normal(key: Any, p: Any, shape: Sequence[int] = (), dtype: Any =
     key: a single key.
     p: the shape parameter `p > 0`, a scalar.
     shape: the result shape `s`.
-    dtype: a floating dtype T (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
 
   Returns:
     `T[*s]`.
@@ -1700,7 +1898,7 @@ def ball(key: Any, d: int, p: Any = 2, shape: Sequence[int] = (), dtype: Any = N
     d: the dimension, a non-negative int (static).
     p: the norm's p, a scalar.
     shape: the batch shape `s`.
-    dtype: a floating dtype T (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
 
   Returns:
     `T[*s, d]`.
@@ -1793,7 +1991,7 @@ def poisson(key: Any, lam: Any, shape: Sequence[int] | None = None, dtype: Any =
     key: a single key.
     lam: rates `>= 0`, broadcastable to `shape` (computed in float32).
     shape: the result shape `s`; default `lam`'s shape.
-    dtype: an integer dtype I (default int32).
+    dtype: an integer dtype I (default int32; int64 under x64).
 
   Returns:
     `I[*s]`: 0 where `lam == 0`, -1 where `lam` is NaN (as JAX).
@@ -1897,7 +2095,7 @@ def _btrs(data, count, prob, shape, dtype, max_iters):
 
 @partial(jit, static_argnums=(3, 4))
 def _binomial(data, count, prob, shape, dtype):
-  prob, = promote_dtypes_inexact(prob)
+  prob, = _promote_inexact(prob)
   count = jnp.broadcast_to(lax.convert_element_type(count, prob.dtype), shape)
   prob = jnp.broadcast_to(prob, shape)
   p_lt_half = prob < 0.5
@@ -1933,7 +2131,7 @@ def binomial(key: Any, n: Any, p: Any, shape: Sequence[int] | None = None,
     n: numbers of trials (floats are floored), broadcastable to `shape`.
     p: success probabilities, broadcastable to `shape`.
     shape: the result shape `s`; default: the broadcast shape of `n` and `p`.
-    dtype: a floating dtype T (default float32).
+    dtype: a floating dtype T (default float32; float64 under x64).
 
   Returns:
     `T[*s]`: NaN where `p` is NaN or negative or `n` is NaN or negative; inf where `n` is
@@ -1950,3 +2148,68 @@ def binomial(key: Any, n: Any, p: Any, shape: Sequence[int] | None = None,
   dt = _float_dtype("binomial", dtype)
   shape = _broadcast_shape_of("binomial", shape, n, p)
   return _binomial(data, n, p, tuple(shape), dt)
+
+
+def _broadcasts_to(src, dst) -> bool:
+  src, dst = tuple(src), tuple(dst)
+  return len(src) <= len(dst) and all(a in (1, b) for a, b in zip(src[::-1], dst[::-1]))
+
+
+@partial(jit, static_argnums=(3, 4, 5))
+def _multinomial(data, n, p, shape, dtype, unroll):
+  n = jnp.broadcast_to(n, shape[:-1])
+  p = jnp.moveaxis(jnp.broadcast_to(p, shape), -1, 0)
+  remaining = lax.cumsum(p, 0, reverse=True)
+  ratios = p / jnp.where(remaining == 0, jnp.ones_like(remaining), remaining)
+  keys = _split_data(data, (ratios.shape[0],))
+
+  def step(remainder, ratio_key):
+    ratio, k = ratio_key
+    count = _binomial(k, remainder, jnp.clip(ratio, 0, 1), remainder.shape, remainder.dtype)
+    return remainder - count, count
+
+  _, counts = lax.scan(step, n, (ratios, keys), unroll=unroll)
+  return jnp.moveaxis(counts, 0, -1).astype(dtype)
+
+
+def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
+                dtype: Any = None, unroll: int | bool = 1) -> Any:
+  """Multinomial counts of `n` trials over outcomes with probabilities `p` (JAX's
+  `random.multinomial`).
+
+  Args:
+    key: a single key.
+    n: numbers of trials, broadcastable to `shape[:-1]`.
+    p: outcome probabilities `f[*b, k]`, outcomes along the last axis (rows should sum
+      to 1).
+    shape: the result shape `(*s, k)` (as JAX's code: the full shape, outcome axis
+      included), broadcast-compatible with `p`; default `p`'s shape.
+    dtype: the result dtype (default float32; float64 under x64).
+    unroll: the `lax.scan` unroll over the k outcomes.
+
+  Returns:
+    `dtype[*shape]` counts summing to `n` along the last axis.
+
+  Raises:
+    ValueError: if `n` or `p` does not broadcast to `shape`.
+
+  Algorithm: conditional binomials: with key i of `split(key, k)`, outcome i's count is
+  `binomial(n_left, p_i / (p_i + ... + p_k))`, `n_left` the trials not yet assigned (a
+  `scan` over the outcomes), as JAX; `n` and `p` are promoted to one floating dtype.
+
+  Examples:
+    >>> multinomial(PRNGKey(0), 10., np.array([0.2, 0.3, 0.5], np.float32))
+    Array([1., 1., 8.], dtype=float32)
+  """
+  data, _ = _check_prng_key("multinomial", key)
+  n, p = _promote_inexact(n, p)
+  shape = np.shape(p) if shape is None else _canonical_shape("multinomial", shape)
+  if not shape:
+    raise ValueError(f"multinomial needs p with at least one axis (the outcomes); got "
+                     f"shape {np.shape(p)}.")
+  if not (_broadcasts_to(np.shape(n), shape[:-1]) and _broadcasts_to(np.shape(p), shape)):
+    raise ValueError(f"multinomial: n of shape {np.shape(n)} and p of shape "
+                     f"{np.shape(p)} must broadcast to shape[:-1] = {shape[:-1]} and "
+                     f"shape = {shape}.")
+  dt = dtypes.canonicalize_dtype(float if dtype is None else dtype)
+  return _multinomial(data, n, p, shape, dt, unroll)
