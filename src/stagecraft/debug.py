@@ -170,9 +170,7 @@ def visualize_sharding(shape: Sequence[int], sharding, *, use_color: bool = True
   Raises:
     ValueError: for more than 2 dimensions.
   """
-  shape = tuple(shape)
-  if len(shape) > 2:
-    raise ValueError(f"visualize_sharding only supports 1-D and 2-D shapes, got {shape}.")
-  from stagecraft.debug_sharding import draw  # noqa: PLC0415  NB: imports rich
-  draw(shape, sharding, use_color=use_color, scale=scale, min_width=min_width,
-       max_width=max_width)
+  # NB: rich is imported on first use only.
+  from stagecraft.debug_sharding import draw
+  draw(tuple(shape), sharding, use_color=use_color, scale=scale, min_width=min_width,
+       max_width=max_width, color_map=color_map)

@@ -1,0 +1,171 @@
+"""Name stacks (JAX's `source_info_util` name stack): `named_scope` and `named_call`.
+
+While a `named_scope("outer")` is active, every equation the staging trace records carries
+the names of the scopes entered *inside the function being traced* (`NameStackInfo`, in the
+equation's `source_info`). Lowering then puts `loc("jit(f)/outer/sin")` on the ops of those
+equations, which XLA turns into the `op_name` metadata that HLO dumps and profiles show.
+
+Names are relative to the trace that records them, as in JAX: a function jitted inside a
+scope records its own scopes only, and lowering prefixes the names of the call sites
+(`jit(f)/outer/jit(g)/inner/cos`), so a cached inner jaxpr is the same wherever it is called.
+
+Cost: nothing while no scope is active. Entering the first scope installs
+`core.source_info_hook` (which the staging trace calls for each equation); leaving the last
+one restores the hook that was there before (e.g. `saved_residuals`'s, which this wraps).
+
+Not reproduced: JAX's transformation wrappers in names (`jvp(outer)`, `transpose(...)`,
+`vmap(outer)`); equations re-bound by an interpreter after tracing (a `vmap` of a jitted
+function applied outside any jit, `jit(..., inline=True)`) lose their names.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, NamedTuple, TypeVar
+
+from stagecraft import core
+
+__all__ = ["NameStackInfo", "named_scope", "named_call", "current_name_stack",
+           "name_stack_of"]
+
+F = TypeVar("F", bound=Callable)
+
+
+class NameStackInfo(NamedTuple):
+  """An equation's `source_info` while name scopes are active: the scope names relative to
+  the recording trace (outermost first) and the source info another hook recorded (an
+  `ad_checkpoint.SourceInfo`, or None)."""
+  name_stack: tuple[str, ...]
+  source_info: Any = None
+
+  def summary(self) -> str:
+    """The wrapped source info's summary (`file:line:col (function)`), or ''."""
+    return "" if self.source_info is None else self.source_info.summary()
+
+
+def name_stack_of(source_info: Any) -> tuple[str, ...]:
+  """The scope names an equation's `source_info` carries (() for none)."""
+  if type(source_info) is NameStackInfo:
+    return source_info.name_stack
+  return ()
+
+
+class _State(threading.local):
+  def __init__(self):
+    # (name, level of the trace current when the scope was entered), outermost first.
+    self.entries: list[tuple[str, int]] = []
+
+
+_state = _State()
+_lock = threading.Lock()
+_active = [0]                           # scopes active in all threads
+_installed: list[tuple[Callable, Any]] = []   # (our hook, the hook it replaced)
+
+
+def current_name_stack() -> tuple[str, ...]:
+  """The names of the active scopes of this thread that the current trace records."""
+  entries = _state.entries
+  if not entries:
+    return ()
+  level = core.current_trace()._level
+  # NB: a scope entered before the current trace was created (its level is lower) belongs
+  # to an enclosing trace: the call site, not the equations recorded here, carries it.
+  return tuple(n for n, lv in entries if lv >= level)
+
+
+def _make_hook(previous: Callable | None) -> Callable[[], Any]:
+  def hook():
+    inner = previous() if previous is not None else None
+    names = current_name_stack()
+    if not names:
+      return inner
+    if type(inner) is NameStackInfo:   # an equation re-bound with its own names
+      return NameStackInfo(names + inner.name_stack, inner.source_info)
+    return NameStackInfo(names, inner)
+  hook.is_name_stack_hook = True
+  return hook
+
+
+def _install() -> None:
+  with _lock:
+    _active[0] += 1
+    current = core.source_info_hook
+    if current is None or not getattr(current, "is_name_stack_hook", False):
+      hook = _make_hook(current)
+      _installed.append((hook, current))
+      core.source_info_hook = hook
+
+
+def _uninstall() -> None:
+  with _lock:
+    _active[0] -= 1
+    if _active[0]:
+      return
+    while _installed:
+      hook, previous = _installed.pop()
+      if core.source_info_hook is hook:
+        core.source_info_hook = previous
+
+
+class named_scope(contextlib.ContextDecorator):
+  """A context manager (or decorator) that adds `name` to the name stack of the operations
+  staged inside it, as `jax.named_scope`.
+
+  Under `jit`, the ops of equations recorded inside the scope get the location
+  `"jit(f)/name/op"`, which XLA keeps as their `op_name` metadata (HLO dumps, profiles).
+  Scopes nest (`outer/inner`). Outside tracing it does nothing visible.
+
+  Args:
+    name: the scope's name (a string).
+
+  Raises:
+    TypeError: if `name` is not a string.
+
+  Examples:
+    >>> import stagecraft, stagecraft.numpy as jnp
+    >>> def f(x):
+    ...   with named_scope("dot_product"):
+    ...     return x @ x
+    >>> "dot_product/dot_general" in stagecraft.jit(f).lower(jnp.ones(3)).as_text()
+    True
+  """
+
+  def __init__(self, name: str):
+    if not isinstance(name, str):
+      raise TypeError("named_scope name argument must be a string.")
+    self.name = name
+
+  def __enter__(self):
+    _state.entries.append((self.name, core.current_trace()._level))
+    _install()
+    return None
+
+  def __exit__(self, *exc):
+    _uninstall()
+    _state.entries.pop()
+    return False
+
+  def __repr__(self):
+    return f"named_scope({self.name!r})"
+
+
+def named_call(fun: F, *, name: str | None = None) -> F:
+  """`fun` wrapped so that what it stages is named `name` (default: `fun.__name__`), as
+  `jax.named_call`: its ops appear as `jit(f)/name/op` in the lowered program.
+
+  As in JAX 0.10, the call is not a separate staged computation: `fun` runs inside
+  `named_scope(name)`.
+
+  Args:
+    fun: any callable.
+    name: the name; `None` uses `fun.__name__`.
+
+  Returns:
+    A callable with `fun`'s signature (and `functools.wraps` metadata).
+
+  Raises:
+    AttributeError: if `name` is None and `fun` has no `__name__`.
+  """
+  if name is None:
+    name = fun.__name__
+  return named_scope(name)(fun)
