@@ -12,18 +12,20 @@ PKG = SRC / "stagecraft"
 
 # Module prefixes per layer, lowest first (the longest matching prefix decides).
 LAYERS = {
-    1: ["runtime.client", "runtime.cache", "sharding"],
-    2: ["core", "dtypes", "errors", "config", "tree_util", "traceback_util"],
+    1: ["runtime.client", "runtime.cache", "runtime.jax_runtime", "sharding", "version"],
+    2: ["core", "dtypes", "errors", "config", "tree_util", "traceback_util",
+        "source_info_util", "tree", "indexing"],
     3: ["interpreters"],
-    4: ["runtime", "runtime.array", "runtime.dispatch", "runtime.spmd"],
+    # typing: `ArrayLike` names the runtime's Array.
+    4: ["runtime", "runtime.array", "runtime.dispatch", "runtime.spmd", "typing"],
     5: ["lax"],
     6: ["custom_derivatives", "custom_dce", "custom_batching", "ad_checkpoint", "api_util",
         "pjit"],
     7: ["numpy", "scipy", "random", "nn", "image", "ops", "flatten_util", "callback",
-        "debug", "debug_sharding"],
+        "debug", "debug_sharding", "ffi"],
     8: ["api", "stages", "shard_map", "xla_computation", "test_util", "distributed",
-        "experimental"],
-    9: ["implicit", "optim", "examples", "cli", "__main__"],
+        "experimental", "profiler"],
+    9: ["implicit", "optim", "examples", "example_libraries", "compat", "cli", "__main__"],
 }
 
 # (importing module, imported module): why the upward import is intrinsic.

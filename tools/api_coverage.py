@@ -1,4 +1,5 @@
-"""Which public names of jax.numpy, jax.lax, jax.nn and jax.random stagecraft provides.
+"""Which public names of jax.numpy, jax.lax, jax.nn, jax.random, jax.tree and jax.tree_util
+stagecraft provides.
 
 Run: python -m tools.api_coverage [--missing]
 
@@ -14,7 +15,8 @@ import types
 
 
 PAIRS = [("jax.numpy", "stagecraft.numpy"), ("jax.lax", "stagecraft.lax"),
-         ("jax.nn", "stagecraft.nn"), ("jax.random", "stagecraft.random")]
+         ("jax.nn", "stagecraft.nn"), ("jax.random", "stagecraft.random"),
+         ("jax.tree", "stagecraft.tree"), ("jax.tree_util", "stagecraft.tree_util")]
 
 
 def public_functions(mod) -> set[str]:

@@ -13,22 +13,30 @@ from stagecraft.config import (allow_f16_reductions, array_garbage_collection_gu
                                softmax_custom_jvp, thread_guard, threefry_partitionable,
                                transfer_guard, transfer_guard_device_to_device,
                                transfer_guard_device_to_host, transfer_guard_host_to_device)
-from stagecraft import dtypes, tree_util
-from stagecraft.core import ShapeDtypeStruct, ShapedArray
+from stagecraft import dtypes, tree_util, tree, errors, version
+from stagecraft.version import __version__, __version_info__
+from stagecraft.dtypes import float0
+from stagecraft.core import ShapeDtypeStruct, ShapedArray, ensure_compile_time_eval
 from stagecraft.errors import (ConcretizationTypeError, DeviceAssignmentMismatchError,
                                DonatedBufferError,
                                TracerArrayConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
+from stagecraft.indexing import ds
 from stagecraft.runtime import (Array, block_until_ready, default_device, device_count,
                                 device_put, devices, local_device_count, local_devices,
                                 process_count, process_index)
+from stagecraft.runtime.client import (Device, default_backend, host_count, host_id, host_ids,
+                                       process_indices)
+from stagecraft.runtime.array import copy_to_host_async, device_get, live_arrays
+from stagecraft import typing
 from stagecraft import lax
 from stagecraft import numpy
 from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacobian, jacrev, jit, jvp,
                             linear_transpose, linearize, make_jaxpr, pmap, value_and_grad, vjp,
                             vmap)
+from stagecraft.api import clear_caches, fwd_and_bwd, print_environment_info, typeof
 from stagecraft import sharding
-from stagecraft.sharding import make_mesh
+from stagecraft.sharding import NamedSharding, P, Shard, make_mesh
 from stagecraft.shard_map import shard_map
 from stagecraft.runtime.spmd import (make_array_from_callback,
                                      make_array_from_process_local_data,
@@ -47,7 +55,6 @@ from stagecraft import optim
 from stagecraft import distributed
 from stagecraft.xla_computation import xla_computation
 
-__version__ = "0.1.0"
 from stagecraft import implicit  # last: it looks primitives up by name
 
 import importlib as _importlib

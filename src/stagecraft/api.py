@@ -25,7 +25,7 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
            "jacfwd", "jacrev", "jacobian", "hessian", "linear_transpose", "vmap", "pmap",
-           "jit"]
+           "jit", "typeof", "clear_caches", "fwd_and_bwd", "print_environment_info"]
 
 _NS = tree_util.NAMESPACE
 
@@ -966,3 +966,108 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
   pmap_f._pmap_fun = fun
   return pmap_f
 
+
+# ---------------------------------------------------------------------------
+# typeof, clear_caches, fwd_and_bwd, print_environment_info
+
+import platform as _platform   # noqa: E402 (this section's own imports)
+import sys as _sys   # noqa: E402
+
+import jaxlib as _jaxlib   # noqa: E402
+
+from stagecraft import version as _version   # noqa: E402
+from stagecraft.runtime import dispatch   # noqa: E402
+
+
+def typeof(x: Any) -> ShapedArray:
+  """The aval of `x`: an Array's, a tracer's, or that of a NumPy array or a Python scalar
+  (weakly typed), e.g. `ShapedArray(float32[3])`.
+
+    >>> import stagecraft.numpy as jnp
+    >>> typeof(jnp.ones(3))
+    ShapedArray(float32[3])
+    >>> typeof(1.0)
+    ShapedArray(float32[], weak_type=True)
+
+  Raises:
+    TypeError: if `x` is not an array-like value.
+  """
+  dt = getattr(x, "dtype", None)
+  if dt is not None and not isinstance(x, core.Tracer) and dtypes.issubdtype(
+      dt, dtypes.extended):   # typed PRNG keys: `ShapedArray(key<fry>[])`
+    return ShapedArray(tuple(x.shape), dt)
+  return core.get_aval(x)
+
+
+def clear_caches() -> None:
+  """Clears the caches of traced and compiled programs (the jit caches, the eager
+  primitives' executables, the in-memory compile cache), so that the next call of a function
+  traces, lowers and compiles it again. The persistent compilation cache on disk is kept; to
+  bypass it, leave `compilation_cache_dir` unset."""
+  dispatch.clear_caches()
+
+
+def fwd_and_bwd(fun: Callable, argnums: int | Sequence[int], has_aux: bool = False,
+                jitted: bool = True) -> tuple[Callable, Callable]:
+  """The forward and backward passes of `fun` as two functions, so that the backward pass
+  is compiled once and reused (unlike `jit` of a fresh `vjp` function each step).
+
+    >>> import stagecraft.numpy as jnp
+    >>> fwd, bwd = fwd_and_bwd(lambda x, w: x @ w, argnums=(0, 1))
+    >>> y, res = fwd(jnp.ones((2, 2)), jnp.ones((2, 2)))
+    >>> ct_x, ct_w = bwd(res, jnp.ones((2, 2)))
+
+  Args:
+    fun: the function to differentiate.
+    argnums: an int or a sequence of ints, the positional arguments to differentiate.
+    has_aux: `fun` returns `(output, aux)`; `fwd` then returns `aux` too.
+    jitted: return `jit` of both functions.
+
+  Returns:
+    `(fwd, bwd)`: `fwd(*args)` is `(fun(*args), residuals)` (`(out, residuals, aux)` with
+    `has_aux`), where `residuals` is the pytree `vjp` returns as its backward function;
+    `bwd(residuals, cotangent)` is the cotangent of the argument at `argnums` (a tuple of
+    them when `argnums` is a sequence).
+
+  Raises:
+    TypeError: if `fun` is not callable or `argnums` is not an int or a sequence of ints.
+
+  Semantics: JAX's `jax.fwd_and_bwd` (reverse mode by `vjp`).
+  """
+  if not callable(fun):
+    raise TypeError(f"fwd_and_bwd: expected a callable function, got {fun!r}.")
+  nums = normalize_argnums(argnums, "argnums")
+
+  def fwd(*args):
+    f_partial, dyn_args = _argnums_partial(fun, nums, args, {})
+    return vjp(f_partial, *dyn_args, has_aux=has_aux)
+
+  def bwd(f_vjp, outgrad):
+    g = f_vjp(outgrad)
+    return g[0] if isinstance(argnums, int) else g
+
+  if jitted:
+    fwd, bwd = jit(fwd), jit(bwd)
+  return fwd, bwd
+
+
+def print_environment_info(return_string: bool = False) -> str | None:
+  """Prints (or, with `return_string`, returns) the versions of stagecraft, jaxlib, NumPy
+  and Python, the devices and the process count, and the platform: what a bug report
+  needs."""
+  devs = client.devices()
+  lines = [
+      f"stagecraft: {_version.__version__}",
+      f"jaxlib:     {_jaxlib.__version__}",
+      f"numpy:      {np.__version__}",
+      f"python:     {_sys.version}",
+      f"device info: {devs[0].device_kind}-{len(devs)}, {client.local_device_count()} local "
+      f"devices",
+      f"process_count: {client.process_count()}",
+      f"platform: {_platform.uname()}",
+  ]
+  info = "\n".join(lines) + "\n"
+  if return_string:
+    return info
+  print(info)
+  return None

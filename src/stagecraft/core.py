@@ -17,14 +17,15 @@ import numpy as np
 
 from stagecraft import dtypes, traceback_util
 from stagecraft.errors import (ConcretizationTypeError, JaxprTypeError,
-                               TracerArrayConversionError, TracerIntegerConversionError,
-                               UnexpectedTracerError)
+                               TracerArrayConversionError, TracerBoolConversionError,
+                               TracerIntegerConversionError, UnexpectedTracerError)
 
 __all__ = ["ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_jaxpr", "Primitive", "Trace", "EvalTrace", "eval_trace", "current_trace",
-           "set_current_trace", "escaped_tracer_error", "Tracer", "to_concrete_value",
+           "set_current_trace", "CompileTimeEvalTrace", "ensure_compile_time_eval",
+           "escaped_tracer_error", "Tracer", "to_concrete_value",
            "eval_jaxpr", "closed_calls",
            "def_closed_call", "jaxpr_as_fun", "check_jaxpr", "Effect", "Effects",
            "no_effects", "EffectTypeSet", "ordered_effects", "AbstractToken", "abstract_token"]
@@ -703,6 +704,67 @@ def set_current_trace(trace: Trace):
     trace_state.trace = prev
 
 
+class CompileTimeEvalTrace(Trace):
+  """The trace current inside `ensure_compile_time_eval` under a transformation: a primitive
+  whose operands are all concrete (no tracer) runs now, on the evaluation trace; any other
+  goes to `parent`, the trace that was current, as if this one were not there (JAX's
+  `eager_constant_folding`)."""
+  __slots__ = ("parent",)
+
+  def __init__(self, parent: Trace):
+    self._valid = True
+    self._level = parent._level   # NB: it stands in for `parent` in the order of traces
+    self.parent = parent
+
+  def process_primitive(self, prim, args, params):
+    for a in args:
+      if isinstance(a, Tracer):
+        return self.parent.process_primitive(prim, args, params)
+    prev = trace_state.trace
+    trace_state.trace = eval_trace
+    try:
+      return _run_impl(prim, args, params)
+    finally:
+      trace_state.trace = prev
+
+  def origin_msg(self, tracer: "Tracer") -> str:
+    return self.parent.origin_msg(tracer)
+
+  def __repr__(self):
+    return f"CompileTimeEvalTrace({self.parent!r})"
+
+
+@contextmanager
+def ensure_compile_time_eval():
+  """Context manager: inside it, operations on concrete values run now, even while tracing.
+
+  Under `jit` (or any transformation) an operation whose operands are all concrete (Python
+  numbers, NumPy arrays, Arrays, not tracers of the transformation) is evaluated when it is
+  traced, and its result is a concrete Array that Python control flow can read; operations
+  on traced values are traced as usual. Outside transformations it changes nothing.
+
+    >>> import stagecraft as sc, stagecraft.numpy as jnp
+    >>> @sc.jit
+    ... def f(x):
+    ...   with sc.ensure_compile_time_eval():
+    ...     positive = jnp.sin(3.0) > 0     # a concrete Array, usable in `if`
+    ...   return jnp.sin(x) if positive else jnp.cos(x)
+    >>> float(f(0.0))
+    0.0
+
+  Semantics: JAX's `jax.ensure_compile_time_eval` (constant folding at trace time).
+  """
+  prev = trace_state.trace
+  if prev is eval_trace or type(prev) is CompileTimeEvalTrace:
+    yield
+    return
+  trace_state.trace = CompileTimeEvalTrace(prev)
+  try:
+    yield
+  finally:
+    trace_state.trace = prev
+
+
 def escaped_tracer_error(tracer: "Tracer", prim: Primitive | None = None) -> UnexpectedTracerError:
   """The UnexpectedTracerError for a tracer used after its trace ended."""
   where = f" while binding `{prim.name}`" if prim is not None else ""
@@ -746,10 +808,14 @@ class Tracer:
     origin = self._trace.origin_msg(self)
     fix = fix or (" Use `stagecraft.lax.cond` or `stagecraft.numpy.where` instead of a Python "
                   "`if`, or make the value static.")
-    return cls(
-        f"Abstract tracer value encountered where concrete value is expected: traced array "
-        f"with shape {self.aval.str_short()}. The problem arose with the `{fname}` function."
-        f"{origin}\n{fix.strip()}")
+    if cls is TracerBoolConversionError:   # JAX's first line, which users match
+      head = (f"Attempted boolean conversion of traced array with shape "
+              f"{self.aval.str_short(False)}.\nAbstract tracer value encountered where "
+              f"concrete value is expected. ")
+    else:
+      head = (f"Abstract tracer value encountered where concrete value is expected: traced "
+              f"array with shape {self.aval.str_short()}. ")
+    return cls(f"{head}The problem arose with the `{fname}` function.{origin}\n{fix.strip()}")
 
   def to_concrete_value(self):
     """The concrete value this tracer stands for, or None when it is abstract. A JVP
@@ -765,7 +831,7 @@ class Tracer:
     return v
 
   def __bool__(self):
-    return bool(self._concrete("bool"))
+    return bool(self._concrete("bool", TracerBoolConversionError))
 
   def __int__(self):
     return int(self._concrete("int"))

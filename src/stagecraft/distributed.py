@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from stagecraft.runtime import client
+from stagecraft.runtime.jax_runtime import jax_module
 
 __all__ = ["initialize", "shutdown", "is_initialized"]
 
@@ -63,7 +64,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
     raise RuntimeError("distributed.initialize must be called before any computation (the "
                        "backend has already started in this process). Call it first, right "
                        "after the imports.")
-  import jax   # the runtime's distributed service (coordinator + client, gloo collectives)
+  jax = jax_module("jax")   # the runtime's distributed service (coordinator, gloo collectives)
   try:
     jax.distributed.initialize(coordinator_address, num_processes, process_id,
                                local_device_ids, cluster_detection_method="deactivate",
@@ -79,6 +80,6 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
 def shutdown() -> None:
   """Leaves the distributed run (waits for the other processes to leave too)."""
   if _state["initialized"]:
-    import jax
+    jax = jax_module("jax")
     jax.distributed.shutdown()
     _state["initialized"] = False

@@ -20,7 +20,8 @@ __all__ = ["bool_", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float0",
            "default_uint_dtype", "default_float_dtype", "default_complex_dtype",
            "python_scalar_dtype", "is_python_scalar", "TypePromotionError", "promote_types",
            "result_type", "dtype", "is_weakly_typed", "issubdtype", "is_float", "is_inexact",
-           "is_complex", "is_integer", "is_unsigned", "finfo", "iinfo"]
+           "is_complex", "is_integer", "is_unsigned", "finfo", "iinfo", "extended", "prng_key",
+           "itemsize_bits", "scalar_type_of"]
 
 bool_ = np.dtype(np.bool_)
 int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
@@ -306,7 +307,11 @@ def is_weakly_typed(x: Any) -> bool:
 
 
 def issubdtype(a: Any, b: Any) -> bool:
-  """`np.issubdtype` that also knows bfloat16 and float8 are floating types."""
+  """`np.issubdtype` that also knows bfloat16 and float8 are floating types, and extended
+  dtypes (typed PRNG keys: `issubdtype(key.dtype, dtypes.prng_key)`)."""
+  ext = _extended_type(a)
+  if ext is not None:
+    return a == b or (isinstance(b, type) and issubclass(ext, b))
   try:
     da = _to_np_dtype(a)
   except TypeError:
@@ -365,3 +370,83 @@ def finfo(dtype: Any):
 def iinfo(dtype: Any):
   """Machine limits of an integer dtype."""
   return ml_dtypes.iinfo(_to_np_dtype(dtype))
+
+
+# ---------------------------------------------------------------------------
+# Extended dtypes (JAX's `dtypes.extended`): dtypes that are not NumPy's, such as the dtype
+# of typed PRNG keys. Their scalar types sit under these classes, so `issubdtype` can ask.
+
+
+class extended(np.generic):
+  """Scalar type of all extended dtypes: `issubdtype(key.dtype, dtypes.extended)` is True
+  for typed PRNG keys and False for every NumPy dtype."""
+
+
+class prng_key(extended):
+  """Scalar type of the dtypes of typed PRNG keys (`key<fry>`)."""
+
+
+def _extended_type(a: Any) -> type | None:
+  """The scalar type (a subclass of `extended`) of an extended dtype `a`; None otherwise."""
+  if isinstance(a, (np.dtype, type, str)) or a is None:
+    return None
+  t = getattr(a, "type", None)
+  if isinstance(t, type) and issubclass(t, extended):
+    return t
+  name = getattr(a, "name", None)
+  # NB: a key dtype that does not name its scalar type (`type`) is known by its printed
+  # form, `key<impl>`, which is how JAX prints every key dtype.
+  if isinstance(name, str) and name.startswith("key<"):
+    return prng_key
+  return None
+
+
+_sub_byte_bits = {np.dtype(getattr(ml_dtypes, n)): b for n, b in (
+    ("int2", 2), ("uint2", 2), ("int4", 4), ("uint4", 4), ("float4_e2m1fn", 4))
+    if hasattr(ml_dtypes, n)}
+
+
+def itemsize_bits(dtype: Any) -> int:
+  """The number of bits one element of `dtype` takes (4 for int4/float4, 8 for bool).
+
+  Args:
+    dtype: a dtype-like (NumPy dtype, scalar type or name).
+
+  Returns:
+    The bit width, as an int.
+
+  Raises:
+    ValueError: for an extended dtype (typed PRNG keys) or None.
+    TypeError: for a value that is not a dtype.
+  """
+  if dtype is None or _extended_type(dtype) is not None:
+    raise ValueError(f"unexpected input: {dtype=}")
+  dt = _to_np_dtype(dtype)
+  bits = _sub_byte_bits.get(dt)
+  return bits if bits is not None else dt.itemsize * 8
+
+
+def scalar_type_of(x: Any) -> type:
+  """The Python scalar type (`bool`, `int`, `float` or `complex`) matching the dtype of `x`.
+
+  Args:
+    x: an array, a NumPy or Python scalar, or anything with a `dtype`.
+
+  Returns:
+    `bool` for booleans, `int` for (unsigned) integers, `float` for floating dtypes (bfloat16
+    and float8 included), `complex` for complex ones.
+
+  Raises:
+    TypeError: if the dtype of `x` is not numeric.
+  """
+  dt = dtype(x)
+  if dt in _custom_floats or np.issubdtype(dt, np.floating):
+    return float
+  if dt == bool_:
+    return bool
+  if np.issubdtype(dt, np.integer):
+    return int
+  if np.issubdtype(dt, np.complexfloating):
+    return complex
+  raise TypeError(f"Invalid scalar value {x!r}: expected a value of a boolean, integer, "
+                  f"floating or complex dtype, got dtype {dt}.")

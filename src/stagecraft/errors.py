@@ -1,13 +1,38 @@
 """Typed errors. Each subclasses the built-in a user would catch and says what was expected,
-what was given, where, and how to fix it."""
+what was given, where, and how to fix it.
+
+The class tree is JAX's (`jax.errors`): the tracer errors are `JAXTypeError`s (so
+`TypeError`s), `NonConcreteBooleanIndexError` is a `JAXIndexError` (an `IndexError`),
+`TracerBoolConversionError` is a `ConcretizationTypeError`, and `JaxRuntimeError` is the
+runtime's own exception class (jaxlib's `XlaRuntimeError`), raised by XLA.
+"""
 from __future__ import annotations
 
-__all__ = ["ConcretizationTypeError", "TracerArrayConversionError",
+from jaxlib import xla_client as _xc
+
+__all__ = ["JAXTypeError", "JAXIndexError", "ConcretizationTypeError",
+           "TracerArrayConversionError", "TracerBoolConversionError",
            "TracerIntegerConversionError", "UnexpectedTracerError", "JaxprTypeError",
-           "MissingRuleError", "DeviceAssignmentMismatchError", "DonatedBufferError"]
+           "MissingRuleError", "DeviceAssignmentMismatchError", "DonatedBufferError",
+           "NonConcreteBooleanIndexError", "KeyReuseError", "InconclusiveDimensionOperation",
+           "JaxRuntimeError"]
 
 
-class ConcretizationTypeError(TypeError):
+class JAXTypeError(TypeError):
+  """The base class of stagecraft's `TypeError`s about traced values (JAX's name)."""
+
+
+class JAXIndexError(IndexError):
+  """The base class of stagecraft's `IndexError`s about traced indices (JAX's name)."""
+
+
+JaxRuntimeError = _xc.XlaRuntimeError
+"""The exception XLA raises at run time (out of memory, a failed host callback, a
+collective that timed out): the runtime's own class, so `except JaxRuntimeError` catches what
+jaxlib raises."""
+
+
+class ConcretizationTypeError(JAXTypeError):
   """A traced (abstract) value was used where Python needs a concrete one.
 
   Failing example::
@@ -21,19 +46,34 @@ class ConcretizationTypeError(TypeError):
   """
 
 
-class TracerArrayConversionError(TypeError):
+class TracerBoolConversionError(ConcretizationTypeError):
+  """`bool()` of a traced value: a Python `if`, `while`, `and`/`or`/`not` on a value whose
+  truth is known only when the compiled program runs.
+
+  Failing example::
+
+    @stagecraft.jit
+    def f(x):
+      return x if x > 0 else -x       # bool(x > 0) of a tracer
+
+  Fix: `stagecraft.numpy.where(x > 0, x, -x)` or `stagecraft.lax.cond`; or, when the value
+  is a constant of the program, pass it as a static argument (`static_argnums`).
+  """
+
+
+class TracerArrayConversionError(JAXTypeError):
   """A tracer was converted to a NumPy array (`np.asarray(tracer)`) inside a transformation.
 
   Fix: use `stagecraft.numpy` functions on traced values instead of NumPy's.
   """
 
 
-class TracerIntegerConversionError(TypeError):
+class TracerIntegerConversionError(JAXTypeError):
   """A tracer was used where Python needs an int (`__index__`, e.g. `range(tracer)` or
   `lst[tracer]`). Fix: mark the argument static, or use `stagecraft.lax.dynamic_slice`."""
 
 
-class UnexpectedTracerError(Exception):
+class UnexpectedTracerError(JAXTypeError):
   """A tracer escaped the transformation that created it and was used after it ended.
 
   Failing example::
@@ -77,3 +117,31 @@ class DonatedBufferError(RuntimeError):
   """An Array whose buffer was donated to a jitted computation was used again.
 
   Fix: do not reuse arguments passed at `donate_argnums`; use the function's outputs."""
+
+
+class NonConcreteBooleanIndexError(JAXIndexError):
+  """A boolean mask whose values are traced was used as an index: the result's shape would
+  depend on the values.
+
+  Failing example::
+
+    @stagecraft.jit
+    def f(x):
+      return x[x > 0].sum()
+
+  Fix: `stagecraft.numpy.where(x > 0, x, 0).sum()`, or give the result a static size
+  (`x[jnp.nonzero(x > 0, size=n, fill_value=...)]`).
+  """
+
+
+class KeyReuseError(JAXTypeError):
+  """A PRNG key was consumed twice while `config.debug_key_reuse` was on.
+
+  Fix: `stagecraft.random.split` the key and use each new key once.
+  """
+
+
+class InconclusiveDimensionOperation(Exception):
+  """A comparison or arithmetic on a symbolic dimension whose result depends on the
+  dimension's value (JAX's shape polymorphism; stagecraft's shapes are static, so it is
+  raised only by code written for symbolic shapes)."""

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from stagecraft.runtime import client
+from stagecraft.runtime.jax_runtime import jax_module
 
 __all__ = ["Mesh", "PartitionSpec", "P", "NamedSharding", "SingleDeviceSharding", "Shard",
            "make_mesh", "Sharding"]
@@ -105,7 +106,7 @@ class Mesh:
 
   @functools.cached_property
   def _runtime(self):
-    import jax.sharding   # the runtime's mesh object, needed to hand buffers to PJRT
+    jax = jax_module("jax")   # the runtime's mesh object, needed to hand buffers to PJRT
     return jax.sharding.Mesh(self.devices, tuple(str(n) for n in self.axis_names))
 
   @property
@@ -321,7 +322,7 @@ class NamedSharding(Sharding):
 
   @functools.cached_property
   def _runtime(self):
-    import jax.sharding   # the runtime's sharding object, needed to hand buffers to PJRT
+    jax = jax_module("jax")   # the runtime's sharding object, handed with buffers to PJRT
     spec = [tuple(str(n) for n in self.spec._names(i)) or None for i in range(len(self.spec))]
     spec = [s[0] if s is not None and len(s) == 1 else s for s in spec]
     return jax.sharding.NamedSharding(self.mesh._runtime, jax.sharding.PartitionSpec(*spec))

@@ -16,7 +16,7 @@ program does not read) and refuses to be transformed.
 from __future__ import annotations
 
 import base64
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 import optree
@@ -28,7 +28,8 @@ from stagecraft.runtime import cache, client, dispatch
 from stagecraft.runtime.array import Array
 from stagecraft.sharding import SingleDeviceSharding
 
-__all__ = ["ArgInfo", "Traced", "Lowered", "Compiled", "CostAnalysis", "deserialize_compiled"]
+__all__ = ["ArgInfo", "Traced", "Lowered", "Compiled", "CostAnalysis", "deserialize_compiled",
+           "CompilerOptions", "Wrapped"]
 
 _MAX_LISTED = 5
 
@@ -496,3 +497,25 @@ def deserialize_compiled(data: bytes, in_tree, out_tree) -> Compiled:
   sig = _Signature(_LoadedEntry(out_tree, out_avals), in_tree, tuple(meta["arg_names"]),
                    in_avals, frozenset(meta["donated"]), False, meta["name"], None)
   return Compiled(sig, call)
+
+
+CompilerOptions = dict[str, Union[str, bool]]
+"""The type of `Lowered.compile(compiler_options=...)`: XLA option names to values."""
+
+
+@runtime_checkable
+class Wrapped(Protocol):
+  """What `jit` returns: a function that can also be traced, lowered and compiled ahead of
+  time for given arguments (`isinstance(jit(f), Wrapped)` is True)."""
+
+  def __call__(self, *args, **kwargs):
+    """Runs the function, tracing, lowering and compiling it first when needed."""
+    raise NotImplementedError
+
+  def trace(self, *args, **kwargs) -> Traced:
+    """The `Traced` stage for these arguments (the jaxpr, not yet lowered)."""
+    raise NotImplementedError
+
+  def lower(self, *args, **kwargs) -> Lowered:
+    """The `Lowered` stage for these arguments (the StableHLO module, not yet compiled)."""
+    raise NotImplementedError

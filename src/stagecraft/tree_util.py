@@ -32,7 +32,9 @@ __all__ = [
     "tree_map_with_path", "tree_reduce", "tree_all", "tree_transpose", "treedef_children",
     "treedef_is_leaf", "all_leaves", "register_pytree_node", "register_pytree_with_keys",
     "register_pytree_node_class", "register_pytree_with_keys_class", "register_dataclass",
-    "register_static", "Partial",
+    "register_static", "Partial", "flatten_one_level", "flatten_one_level_with_keys",
+    "is_tree_node", "tree_broadcast", "tree_reduce_associative", "treedef_tuple",
+    "PyTreeRegistry", "default_registry",
 ]
 
 T = TypeVar("T")
@@ -203,33 +205,60 @@ def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
   return treedef.unflatten(map(f, leaves, *[treedef.flatten_up_to(r) for r in rest]))
 
 
-def tree_flatten_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
+def tree_flatten_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None,
+                           is_leaf_takes_path: bool = False):
   """Like `tree_flatten`, with the key path of each leaf.
+
+  Args:
+    tree: a pytree.
+    is_leaf: optional predicate marking subtrees as leaves: `is_leaf(x)`, or
+      `is_leaf(key_path, x)` with `is_leaf_takes_path=True`.
+    is_leaf_takes_path: pass each subtree's key path to `is_leaf` too.
 
   Returns:
     `([(key_path, leaf), ...], treedef)`; a key path is a tuple of `SequenceKey`, `DictKey`,
     `GetAttrKey`, `FlattenedIndexKey` or the keys a registration gives.
   """
+  if is_leaf_takes_path and is_leaf is not None:
+    return _flatten_with_path_predicate(tree, is_leaf)
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
       tree, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
   return [(_to_path(a), x) for a, x in zip(accessors, leaves)], treedef
 
 
-def tree_leaves_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
-  """The `(key_path, leaf)` pairs of `tree`, in `tree_flatten` order."""
-  return tree_flatten_with_path(tree, is_leaf)[0]
+def tree_leaves_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None,
+                          is_leaf_takes_path: bool = False) -> list:
+  """The `(key_path, leaf)` pairs of `tree`, in `tree_flatten` order (`is_leaf` and
+  `is_leaf_takes_path` as in `tree_flatten_with_path`)."""
+  return tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)[0]
 
 
 def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any,
-                       is_leaf: Callable[[Any], bool] | None = None) -> Any:
-  """Like `tree_map`, calling `f(key_path, x, *xs)`."""
+                       is_leaf: Callable[..., bool] | None = None,
+                       is_leaf_takes_path: bool = False) -> Any:
+  """Like `tree_map`, calling `f(key_path, x, *xs)` (`is_leaf` and `is_leaf_takes_path` as
+  in `tree_flatten_with_path`)."""
+  if is_leaf_takes_path and is_leaf is not None:
+    pairs, treedef = _flatten_with_path_predicate(tree, is_leaf)
+    return treedef.unflatten(map(f, *zip(*pairs), *[treedef.flatten_up_to(r) for r in rest])
+                             if pairs else [])
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
       tree, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
   paths = map(_to_path, accessors)
   return treedef.unflatten(map(f, paths, leaves, *[treedef.flatten_up_to(r) for r in rest]))
 
 
-_NO_INITIALIZER = object()
+class Unspecified:
+  """The type of `UNSPECIFIED`, the default of arguments that may be given any value
+  (`tree_reduce`'s initializer, `tree_reduce_associative`'s identity)."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "<unspecified>"
+
+
+UNSPECIFIED = Unspecified()
+_NO_INITIALIZER = UNSPECIFIED
 
 
 def tree_reduce(function: Callable[[Any, Any], Any], tree: Any,
@@ -249,6 +278,188 @@ def tree_reduce(function: Callable[[Any, Any], Any], tree: Any,
 def tree_all(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> bool:
   """Whether every leaf of `tree` is truthy (True for a tree without leaves)."""
   return all(tree_leaves(tree, is_leaf))
+
+
+def tree_reduce_associative(operation: Callable[[T, T], T], tree: Any, *,
+                            identity: Any = UNSPECIFIED,
+                            is_leaf: Callable[[Any], bool] | None = None) -> T:
+  """Reduces the leaves of `tree` with an associative `operation`, as a balanced tree of
+  calls (depth log2(n)): the leaves are split in halves (the first `n // 2`, the rest), each
+  half reduced, and the two results combined, as JAX does.
+
+  Args:
+    operation: `(a, b) -> c`, associative.
+    tree: a pytree.
+    identity: the result for a tree without leaves.
+    is_leaf: optional predicate marking extra leaves.
+
+  Returns:
+    `operation` applied over the leaves; the single leaf of a one-leaf tree.
+
+  Raises:
+    TypeError: if `tree` has no leaves and no `identity` is given.
+  """
+  leaves = tree_leaves(tree, is_leaf)
+  if not leaves:
+    if identity is UNSPECIFIED:
+      raise TypeError("Must specify identity for parallel reduction of empty sequence.")
+    return identity
+
+  def reduce(lo: int, hi: int):
+    if hi - lo == 1:
+      return leaves[lo]
+    mid = lo + (hi - lo) // 2
+    return operation(reduce(lo, mid), reduce(mid, hi))
+  return reduce(0, len(leaves))
+
+
+def tree_broadcast(prefix_tree: Any, full_tree: Any,
+                   is_leaf: Callable[[Any], bool] | None = None) -> Any:
+  """A tree of `full_tree`'s structure whose leaves under each leaf `p` of `prefix_tree` are
+  all `p`.
+
+    >>> tree_broadcast((1, 2), (0, {'a': 0, 'b': 0}))
+    (1, {'a': 2, 'b': 2})
+
+  Args:
+    prefix_tree: a pytree whose structure is a prefix of `full_tree`'s (`None` is a node).
+    full_tree: the pytree whose structure the result has.
+    is_leaf: optional predicate marking extra leaves of `prefix_tree`.
+
+  Raises:
+    ValueError: if `prefix_tree` is not a prefix of `full_tree`.
+  """
+  p_leaves, p_def = tree_flatten(prefix_tree, is_leaf)
+  try:
+    subtrees = p_def.flatten_up_to(full_tree)
+  except ValueError as e:
+    raise ValueError(f"tree_broadcast: prefix_tree of structure {p_def} is not a tree prefix "
+                     f"of full_tree of structure {tree_structure(full_tree)}: {e}") from None
+  out = []
+  for p, sub in zip(p_leaves, subtrees):
+    out.extend([p] * tree_structure(sub).num_leaves)
+  return tree_structure(full_tree).unflatten(out)
+
+
+def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
+  """The structure of a tuple whose children have the structures `treedefs`.
+
+    >>> treedef_tuple([tree_structure([1, 2]), tree_structure({'a': 3})])
+    PyTreeSpec(([*, *], {'a': *}))
+  """
+  return optree.treespec_tuple(list(treedefs), none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+
+
+def _one_level(tree: Any):
+  """(children, aux data, JAX keys) of the root node of `tree`; None for a leaf."""
+  if tree is None:
+    return [], None, []
+  try:
+    children, meta, _, _ = optree.tree_flatten_one_level(
+        tree, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  except ValueError:
+    return None
+  if isinstance(tree, dict):   # JAX's aux data of dicts holds the keys as a tuple
+    if isinstance(meta, list):
+      meta = tuple(meta)
+    elif isinstance(meta, tuple) and len(meta) == 2 and isinstance(meta[1], list):
+      meta = (meta[0], tuple(meta[1]))
+  pairs, _ = tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
+  return children, meta, [p[0] for p, _ in pairs]
+
+
+def flatten_one_level(tree: Any) -> tuple[list, Hashable]:
+  """The children and aux data of the root node of `tree` (dict keys sorted).
+
+    >>> flatten_one_level({'b': [1], 'a': 2})
+    ([2, [1]], ('a', 'b'))
+
+  Raises:
+    ValueError: if `tree` is a leaf ("can't tree-flatten type: ...").
+  """
+  out = _one_level(tree)
+  if out is None:
+    raise ValueError(f"can't tree-flatten type: {type(tree)}")
+  return list(out[0]), out[1]
+
+
+def flatten_one_level_with_keys(tree: Any) -> tuple[list, Hashable]:
+  """Like `flatten_one_level`, with children as `(key, child)` pairs.
+
+  Raises:
+    ValueError: if `tree` is a leaf ("can't tree-flatten type: ...").
+  """
+  out = _one_level(tree)
+  if out is None:
+    raise ValueError(f"can't tree-flatten type: {type(tree)}")
+  children, meta, keys = out
+  return list(zip(keys, children)), meta
+
+
+def is_tree_node(typ: type) -> bool:
+  """Whether instances of class `typ` are pytree nodes (containers, namedtuples, `None`'s
+  type and registered classes) rather than leaves."""
+  if not isinstance(typ, type):
+    raise TypeError(f"is_tree_node expects a type, got {typ!r} of type {type(typ).__name__}.")
+  return (optree.register_pytree_node.get(typ, namespace=NAMESPACE) is not None
+          or optree.is_namedtuple_class(typ) or optree.is_structseq_class(typ))
+
+
+def _flatten_with_path_predicate(tree: Any, is_leaf: Callable[[KeyPath, Any], bool]):
+  """`tree_flatten_with_path` with `is_leaf(key_path, x)`: a walk over the nodes that builds
+  the structure from the one-level structures of the nodes it enters."""
+  pairs = []
+  leaf_spec = optree.treespec_leaf(none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+
+  def visit(path, x):
+    out = None if is_leaf(path, x) else _one_level(x)
+    if out is None:
+      pairs.append((path, x))
+      return leaf_spec
+    children, _, keys = out
+    specs = iter([visit(path + (k,), c) for k, c in zip(keys, children)])
+    one = _C.flatten(x, lambda y: y is not x, _NONE_IS_LEAF, NAMESPACE)[1]
+    return one.transform(None, lambda _: next(specs))
+  treedef = visit((), tree)
+  return pairs, treedef
+
+
+class PyTreeRegistry:
+  """The registry of pytree node types (`default_registry`): the classes registered with
+  `register_pytree_node` and friends, seen through JAX's `PyTreeRegistry` methods."""
+
+  def flatten(self, tree: Any, leaf_predicate: Callable[[Any], bool] | None = None):
+    return tree_flatten(tree, leaf_predicate)
+
+  def flatten_one_level(self, tree: Any):
+    """`(children, aux_data)`, or None for a leaf."""
+    out = _one_level(tree)
+    return None if out is None else (list(out[0]), out[1])
+
+  def flatten_one_level_with_keys(self, tree: Any):
+    """`([(key, child), ...], aux_data)`, or None for a leaf."""
+    out = _one_level(tree)
+    return None if out is None else (list(zip(out[2], out[0])), out[1])
+
+  def flatten_with_path(self, tree: Any, leaf_predicate: Callable[[Any], bool] | None = None):
+    return tree_flatten_with_path(tree, leaf_predicate)
+
+  def is_node(self, typ: type) -> bool:
+    return is_tree_node(typ)
+
+  def register_node(self, type: type, to_iterable: Callable, from_iterable: Callable,
+                    to_iterable_with_keys: Callable | None = None) -> None:
+    register_pytree_node(type, to_iterable, from_iterable, to_iterable_with_keys)
+
+  def register_dataclass_node(self, type: type, data_fields: Sequence[str],
+                              meta_fields: Sequence[str]) -> None:
+    register_dataclass(type, data_fields, meta_fields)
+
+  def __repr__(self):
+    return f"PyTreeRegistry(namespace={NAMESPACE!r})"
+
+
+default_registry = PyTreeRegistry()
 
 
 def broadcast_prefix(prefix: Any, tree: Any,

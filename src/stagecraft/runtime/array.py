@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import abc
+import gc
 from typing import Any
 
 import numpy as np
 from jaxlib import xla_client as xc
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, tree_util
 from stagecraft.errors import DonatedBufferError
 from stagecraft.runtime import client
 from stagecraft.sharding import Shard, SingleDeviceSharding
 
-__all__ = ["Array"]
+__all__ = ["Array", "device_get", "copy_to_host_async", "live_arrays"]
 
 
 class Array(metaclass=abc.ABCMeta):
@@ -287,3 +288,54 @@ def _reconstruct(value: np.ndarray, weak_type: bool) -> Array:
 
 
 core.pytype_aval_mappings[Array] = lambda x: x.aval
+
+
+def copy_to_host_async(x: Any) -> Any:
+  """Starts copying every Array leaf of the pytree `x` to the host (without waiting); later
+  conversions (`np.asarray`, `device_get`) then find the data there. Tracers and leaves
+  without a `copy_to_host_async` method are left alone. Returns `x`."""
+  for leaf in tree_util.tree_leaves(x):
+    if isinstance(leaf, core.Tracer):
+      continue
+    copy = getattr(leaf, "copy_to_host_async", None)
+    if copy is not None:
+      copy()
+  return x
+
+
+def _to_host(x: Any) -> Any:
+  if isinstance(x, core.Tracer):
+    return x
+  to_array = getattr(x, "__array__", None)
+  return x if to_array is None else to_array()
+
+
+def device_get(x: Any) -> Any:
+  """Copies the Arrays of the pytree `x` to the host as NumPy arrays (read-only views, as
+  JAX's); other leaves with `__array__` become NumPy arrays too, and the rest (Python scalars,
+  `None`) are returned unchanged. The copies of all leaves are started before any is waited
+  for.
+
+    >>> import stagecraft.numpy as jnp
+    >>> device_get({'a': jnp.arange(3), 'n': 1})
+    {'a': array([0, 1, 2], dtype=int32), 'n': 1}
+  """
+  copy_to_host_async(x)
+  return tree_util.tree_map(_to_host, x)
+
+
+def live_arrays(platform: str | None = None) -> list[Array]:
+  """The Arrays alive now (not deleted or donated) on `platform`'s devices (None: the
+  default backend's), including those held by caches (constants of traced functions).
+
+  Found by walking the objects the garbage collector tracks, so that creating an Array costs
+  nothing extra; a call takes time proportional to the number of live Python objects.
+  """
+  platform = platform or client.get_backend().platform
+  out = []
+  for o in gc.get_objects():
+    if type(o) is Array and o._buf is not None and not o._buf.is_deleted():
+      devs = o._sharding.device_set if o._sharding is not None else o._buf.devices()
+      if any(d.platform == platform for d in devs):
+        out.append(o)
+  return out

@@ -3,14 +3,18 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any
 
 from jax.extend import backend as xb
 from jaxlib import xla_client as xc
 
+from stagecraft.runtime.jax_runtime import jax_module
+
 __all__ = ["configure", "check_not_forked", "get_backend", "devices", "local_devices", "device_count", "local_device_count",
            "default_device", "process_index", "process_count", "single_device_sharding",
-           "device_list", "compile_options"]
+           "device_list", "compile_options", "Device", "default_backend", "process_indices",
+           "host_id", "host_count", "host_ids"]
 
 _KNOWN_BACKENDS = ("cpu", "cuda", "gpu", "rocm", "tpu")
 
@@ -123,7 +127,7 @@ def process_count() -> int:
 
 @functools.lru_cache(maxsize=None)
 def single_device_sharding(device):
-  import jax.sharding  # the runtime's sharding objects, needed by PJRT transfers
+  jax = jax_module("jax")  # the runtime's sharding objects, needed by PJRT transfers
   return jax.sharding.SingleDeviceSharding(device)
 
 
@@ -136,3 +140,52 @@ def compile_options(num_replicas: int = 1, num_partitions: int = 1, device_assig
   """XLA compile options for `num_replicas` x `num_partitions` devices."""
   return xb.get_compile_options(num_replicas=num_replicas, num_partitions=num_partitions,
                                 device_assignment=device_assignment)
+
+
+Device = xc.Device
+"""The runtime's device class (`stagecraft.devices()[0]` is one): for `isinstance` checks."""
+
+
+def default_backend() -> str:
+  """The platform name of the default backend: `'cpu'`, `'gpu'` (CUDA or ROCm) or `'tpu'`."""
+  return get_backend().platform
+
+
+def _backend_devices(backend) -> list:
+  if backend is not None and not isinstance(backend, str):   # a client object, as JAX takes
+    return list(backend.devices())
+  return devices(backend)
+
+
+def process_indices(backend: str | Any | None = None) -> list[int]:
+  """The indices of the processes of a distributed run, `[0, ..., process_count() - 1]`.
+
+  Args:
+    backend: a backend name (`'cpu'`, `'gpu'`), a client, or None for the default backend.
+  """
+  return list(range(max(d.process_index for d in _backend_devices(backend)) + 1))
+
+
+def _renamed(old: str, new: str) -> None:
+  warnings.warn(f"jax.{old} has been renamed to jax.{new}. This alias will eventually be "
+                f"removed; please update your code.", UserWarning, stacklevel=3)
+
+
+def host_id(backend: str | Any | None = None) -> int:
+  """Deprecated alias of `process_index` (warns, as JAX does)."""
+  _renamed("host_id", "process_index")
+  if backend is not None and not isinstance(backend, str):
+    return backend.process_index()
+  return get_backend(backend).process_index()
+
+
+def host_count(backend: str | Any | None = None) -> int:
+  """Deprecated alias of `process_count` (warns, as JAX does)."""
+  _renamed("host_count", "process_count")
+  return len(process_indices(backend))
+
+
+def host_ids(backend: str | Any | None = None) -> list[int]:
+  """Deprecated alias of `process_indices` (warns, as JAX does)."""
+  _renamed("host_ids", "process_indices")
+  return process_indices(backend)

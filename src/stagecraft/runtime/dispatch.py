@@ -28,7 +28,7 @@ __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "targ
            "forget_module", "trim_host_memory",
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
            "host_callbacks_of", "execute_with_callbacks", "effects_barrier", "find_special",
-           "check_special"]
+           "check_special", "cache_clearers", "register_cache_clearer", "clear_caches"]
 
 try:  # the runtime's own array type, accepted wherever an Array is
   from jaxlib._jax import ArrayImpl as _JaxArray
@@ -562,3 +562,29 @@ if _JaxArray is not None:
     return ShapedArray(tuple(x.shape), dtypes.canonicalize_dtype(x.dtype),
                        bool(getattr(x, "weak_type", False)))
   core.pytype_aval_mappings[_JaxArray] = _jax_array_aval
+
+
+# ---------------------------------------------------------------------------
+# Clearing the caches (`stagecraft.clear_caches`)
+
+#: Functions that empty a cache of traced or compiled programs; each module with such a cache
+#: registers one, so that `clear_caches` reaches them without importing them.
+cache_clearers: list = []
+
+
+def register_cache_clearer(clear):
+  """Registers `clear()` (no arguments) to run in `clear_caches`; returns it (a decorator)."""
+  cache_clearers.append(clear)
+  return clear
+
+
+def clear_caches() -> None:
+  """Empties the in-memory compile cache, the eager primitives' executables and every cache
+  registered with `register_cache_clearer`, so that the next call traces and compiles again.
+  The persistent (on-disk) compilation cache is kept."""
+  with _compile_lock:
+    for key in list(_compile_cache):
+      _drop(key)
+  _prim_cache.clear()
+  for clear in list(cache_clearers):
+    clear()
