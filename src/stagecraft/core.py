@@ -82,8 +82,8 @@ class ShapedArray:
     w = ", weak_type=True" if self.weak_type else ""
     return f"ShapedArray({self.str_short(False)}{w})"
 
-  def __str__(self):
-    return self.str_short(False)
+  def __str__(self):   # JAX's: float32[3], ~float32[] when weakly typed
+    return ("~" if self.weak_type else "") + self.str_short(False)
 
 
 class ShapeDtypeStruct:

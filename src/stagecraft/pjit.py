@@ -162,6 +162,15 @@ def _cache_for(fun: Callable, options: tuple) -> dict:
   return per_fun.setdefault(options, {})
 
 
+@dispatch.register_cache_clearer
+def _clear_jit_caches() -> None:
+  # NB: emptied in place: JitWrapped objects keep references to these dicts.
+  for per_fun in list(_fun_caches.values()):
+    for cache in per_fun.values():
+      cache.clear()
+  _jit_executables.clear()
+
+
 def _release_executables(per_fun: dict) -> None:
   texts = set()
   for cache in per_fun.values():

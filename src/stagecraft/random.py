@@ -68,6 +68,7 @@ class KeyTy:
   name = "key<fry>"
   itemsize = 8
   impl = _IMPL_NAME
+  type = dtypes.prng_key   # jnp.issubdtype(key.dtype, dtypes.prng_key), as in JAX
 
   def __repr__(self):
     return self.name

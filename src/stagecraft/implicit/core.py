@@ -149,7 +149,7 @@ class ImplicitArray(abc.ABC):
     ...     return self.x * self.scale
     >>> s = Scaled(jnp.ones(3))
     >>> s.aval
-    ShapedArray(f32[3])
+    ShapedArray(float32[3])
   """
   shape: tuple[int, ...] | None = aux_field(kw_only=True, default=None)
   dtype: Any = aux_field(kw_only=True, default=None)

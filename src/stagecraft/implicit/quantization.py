@@ -147,7 +147,7 @@ class ArrayNF4(QuantizedArray, warn_on_materialize=True):
     >>> w = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
     >>> q = ArrayNF4.quantize(w)
     >>> q.aval, q.packed.shape, q.absmax.shape
-    (ShapedArray(f32[128,64]), (128, 32), (128,))
+    (ShapedArray(float32[128,64]), (128, 32), (128,))
   """
   packed: Any = None
 

@@ -20,6 +20,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from stagecraft.errors import NonConcreteBooleanIndexError
+from stagecraft.indexing import Slice as ds_Slice
 from stagecraft import dtypes, lax
 from stagecraft.core import Tracer
 from stagecraft.numpy import array_constructors, ufuncs
@@ -37,21 +39,7 @@ __all__ = ["take", "take_along_axis", "put", "nonzero", "argwhere", "flatnonzero
 _index_dtype = np.dtype(np.int32)
 
 
-class NonConcreteBooleanIndexError(IndexError):
-  """A boolean mask that is traced (its values unknown) was used as an index.
-
-  The shape of `x[mask]` is the number of True values, so it must be known when the
-  function is traced. Failing example::
-
-    @stagecraft.jit
-    def sum_of_positive(x):
-      return x[x > 0].sum()          # NonConcreteBooleanIndexError
-
-  Fixes: keep the shape and zero the rest, `jnp.where(x > 0, x, 0).sum()`; or ask for at
-  most N indices with a static size, `x[jnp.nonzero(x > 0, size=N)]`; or make the mask a
-  NumPy array (a constant).
-  """
-
+# NonConcreteBooleanIndexError: stagecraft.errors' (JAX's class tree).
 
 # ---------------------------------------------------------------------------
 # Parsing: each index becomes (kind, value).
@@ -78,6 +66,16 @@ def _classify(i, position: int):
     return _NONE, None
   if i is Ellipsis:
     return _ELLIPSIS, None
+  if isinstance(i, ds_Slice):   # stagecraft.ds(start, size, stride), as jax.ds
+    if not (i.is_dynamic_start or i.is_dynamic_size):
+      stop = i.start + i.size * i.stride if i.stride else None
+      return _SLICE, slice(int(i.start), stop, i.stride or None)
+    if i.is_dynamic_size:
+      raise IndexError(f"ds() with a traced size cannot index an array (position {position}):"
+                       f" the result's shape would depend on it.")
+    offsets = np.arange(int(i.size), dtype=_index_dtype) * i.stride
+    start = lax.convert_element_type(i.start, _index_dtype)
+    return _ARRAY, lax.add(lax.broadcast(start, (offsets.size,)), offsets)
   if isinstance(i, slice):
     for v in (i.start, i.stop, i.step):
       if v is not None and (isinstance(v, Tracer) or not hasattr(v, "__index__")):

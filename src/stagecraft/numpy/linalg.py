@@ -311,9 +311,9 @@ def eig(a: ArrayLike):
 
   Examples:
     >>> from stagecraft import numpy as jnp
-    >>> w, v = jnp.linalg.eig(jnp.array([[1., 2.], [2., 1.]]))
+    >>> w, v = jnp.linalg.eig(jnp.array([[2., 0.], [0., -1.]]))
     >>> w
-    Array([ 3.+0.j, -1.+0.j], dtype=complex64)
+    Array([ 2.+0.j, -1.+0.j], dtype=complex64)
   """
   a = _inexact("eig", a)
   _square("eig", a)
