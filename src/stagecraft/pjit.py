@@ -156,7 +156,7 @@ def _cache_for(fun: Callable, options: tuple) -> dict:
     if per_fun is None:
       per_fun = _fun_caches[fun] = {}
       # NB: when `fun` is collected, its executables leave the global compile cache too.
-      weakref.finalize(fun, _release_executables, per_fun)
+      weakref.finalize(fun, _release_executables, per_fun).atexit = False
   except TypeError:   # not weakly referenceable: a cache for this wrapper only
     return {}
   return per_fun.setdefault(options, {})
