@@ -1,0 +1,4 @@
+"""`stagecraft.scipy.cluster`: JAX's `jax.scipy.cluster` (the `vq` submodule)."""
+from stagecraft.scipy.cluster import vq
+
+__all__ = ["vq"]
