@@ -26,6 +26,7 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
+from stagecraft.lax import elementwise
 from stagecraft.lax.elementwise import convert_element_type, select, sub
 
 __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p",
@@ -999,8 +1000,11 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] |
               ) -> Any:
   """An array like `x` (its shape and dtype unless given) filled with `fill_value`."""
   aval = core.get_aval(x)
-  return full(aval.shape if shape is None else shape, fill_value,
-              aval.dtype if dtype is None else dtype)
+  out = full(aval.shape if shape is None else shape, fill_value,
+             aval.dtype if dtype is None else dtype)
+  if dtype is None and aval.weak_type:   # as JAX: like a weak value, the result is weak
+    out = elementwise.convert_element_type_p.bind(out, new_dtype=aval.dtype, weak_type=True)
+  return out
 
 
 def empty(shape: Sequence[int], dtype: Any) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from stagecraft import dtypes, lax
+from stagecraft.lax import elementwise
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
                                    canonical_shape, check_concrete, convert_dtype, dtype_of,
@@ -65,19 +66,33 @@ def _like_dtype(a, dtype):
   return dtypes.canonicalize_dtype(dtype) if dtype is not None else dtype_of(a)
 
 
+def _weak_like(a, dtype, out):
+  # As JAX: without a dtype, the result of *_like of a weakly typed value is weak.
+  if dtype is None and dtypes.is_weakly_typed(a):
+    return elementwise.convert_element_type_p.bind(out, new_dtype=dtype_of(out),
+                                                   weak_type=True)
+  return out
+
+
 def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
-  """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
-  return zeros(shape_of(a) if shape is None else shape, _like_dtype(a, dtype))
+  """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
+  when `a` is and no dtype is given, as in JAX."""
+  return _weak_like(a, dtype, zeros(shape_of(a) if shape is None else shape,
+                                    _like_dtype(a, dtype)))
 
 
 def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
-  """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
-  return ones(shape_of(a) if shape is None else shape, _like_dtype(a, dtype))
+  """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
+  when `a` is and no dtype is given, as in JAX."""
+  return _weak_like(a, dtype, ones(shape_of(a) if shape is None else shape,
+                                   _like_dtype(a, dtype)))
 
 
 def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
-  """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`)."""
-  return full(shape_of(a) if shape is None else shape, fill_value, _like_dtype(a, dtype))
+  """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly
+  typed when `a` is and no dtype is given, as in JAX."""
+  return _weak_like(a, dtype, full(shape_of(a) if shape is None else shape, fill_value,
+                                   _like_dtype(a, dtype)))
 
 
 def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:

@@ -46,9 +46,14 @@ def real_dtype(dt):
   return {dtypes.complex64: dtypes.float32, dtypes.complex128: dtypes.float64}.get(dt, dt)
 
 
-def to_inexact_dtype(dt):
-  """`dt` if it is inexact, else the default float dtype."""
-  return dt if dtypes.is_inexact(dt) else dtypes.default_float_dtype()
+def to_inexact_dtype(dt, weak: bool = False):
+  """`dt` if it is inexact, else the float dtype JAX converts it to: the default float for
+  weak (Python) ints, float64 for 64-bit integers, float32 for bool and narrower ints."""
+  if dtypes.is_inexact(dt):
+    return dt
+  if weak:
+    return dtypes.default_float_dtype()
+  return dtypes.canonicalize_dtype(np.dtype(np.float64 if dt.itemsize == 8 else np.float32))
 
 
 # ---------------------------------------------------------------------------
@@ -95,8 +100,7 @@ def promote_dtypes_inexact(*args):
   """Promotes, then converts integer/bool results to the default float (weak if weak)."""
   args = [asarray_or_scalar(a) for a in args]
   dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
-  if not dtypes.is_inexact(dtype):
-    dtype = dtypes.default_float_dtype()
+  dtype = to_inexact_dtype(dtype, weak)
   return [convert_dtype(a, dtype, weak) for a in args]
 
 
