@@ -1,4 +1,11 @@
-"""`stagecraft inspect`: print one compilation stage of a function from the command line.
+"""The `stagecraft` command: `run` a JAX program on stagecraft, `inspect` a compilation stage.
+
+    python -m stagecraft run script.py [args...]
+
+runs `script.py` as `python script.py [args...]` would (`sys.argv == [script.py, args...]`,
+`__name__ == "__main__"`, the script's directory first on `sys.path`, its exceptions and exit
+status passed through), with `import jax` served by stagecraft (`stagecraft.compat.install()`:
+`jax.X.Y` is `stagecraft.X.Y`).
 
     stagecraft inspect MODULE:FUNCTION --args 'f32[8,784]' 'i32[]' [--static 1=3]
         --stage jaxpr|stablehlo|hlo|optimized-hlo|dot|cost
@@ -21,18 +28,19 @@ import ast
 import importlib
 import os
 import re
+import runpy
 import sys
 from typing import Any, Sequence
 
 import numpy as np
 
 import stagecraft as sc
-from stagecraft import dtypes
+from stagecraft import compat, dtypes
 from stagecraft.core import ShapeDtypeStruct
 from stagecraft.xla_computation import xla_computation
 
-__all__ = ["main", "parse_shape_spec", "parse_static", "resolve_function", "inspect_stage",
-           "STAGES", "DTYPE_NAMES"]
+__all__ = ["main", "run_script", "parse_shape_spec", "parse_static", "resolve_function",
+           "inspect_stage", "STAGES", "DTYPE_NAMES"]
 
 STAGES = ("jaxpr", "stablehlo", "hlo", "optimized-hlo", "dot", "cost")
 
@@ -187,10 +195,83 @@ def inspect_stage(fun, args: Sequence[Any], static_argnums: Sequence[int], stage
   return "\n".join(f"{k}: {cost[k]}" for k in sorted(cost))
 
 
-def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+def run_script(path: str, args: Sequence[str] = ()) -> None:
+  """Runs the Python file `path` as `python path args...` would, with `jax` served by
+  stagecraft (`stagecraft.compat.install()`, which stays installed afterwards).
+
+  The script runs as `__main__` (`runpy.run_path`) with `sys.argv == [path, *args]` and the
+  script's directory first on `sys.path`; both are restored when it returns or raises.
+  `path` may also be a directory or zip file with a `__main__.py`, as for `python`.
+
+  Raises:
+    FileNotFoundError: if `path` does not exist.
+    Whatever the script raises, `SystemExit` (its `sys.exit(status)`) included.
+  """
+  if not os.path.exists(path):
+    raise FileNotFoundError(2, f"can't open file {os.path.abspath(path)!r}: no such file or "
+                               f"directory", path)
+  compat.install()
+  old_argv, old_path0 = sys.argv, sys.path[0] if sys.path else None
+  sys.argv = [path, *args]
+  script_dir = os.path.dirname(os.path.realpath(path)) if os.path.isfile(path) else path
+  if sys.path:
+    sys.path[0] = script_dir   # as `python script.py` does (`python -m` put the cwd there)
+  else:
+    sys.path.insert(0, script_dir)
+  try:
+    # NB: an absolute path, so the script's `__file__` and tracebacks read as under python.
+    runpy.run_path(os.path.abspath(path), run_name="__main__")
+  finally:
+    sys.argv = old_argv
+    if old_path0 is not None and sys.path and sys.path[0] == script_dir:
+      sys.path[0] = old_path0
+
+
+# The runner's own source files: this module and runpy (its code may say "<frozen runpy>").
+_RUNNER_FILES = {os.path.normcase(os.path.abspath(f)) for f in (__file__, runpy.__file__)}
+_RUNNER_FILES.add(runpy.run_path.__code__.co_filename)
+
+
+def _is_runner_frame(tb) -> bool:
+  name = tb.tb_frame.f_code.co_filename
+  return name in _RUNNER_FILES or os.path.normcase(os.path.abspath(name)) in _RUNNER_FILES
+
+
+def _script_traceback(tb):
+  """`tb` without its leading frames of the runner (this module and runpy), so that it
+  starts at the script, as `python script.py` prints it."""
+  while tb is not None and _is_runner_frame(tb):
+    tb = tb.tb_next
+  return tb
+
+
+def _run_main(parser: argparse.ArgumentParser, script: str, args: Sequence[str]) -> int:
+  if not os.path.exists(script):   # status 2, as `python missing.py`
+    parser.error(f"can't open file {os.path.abspath(script)!r}: no such file or directory")
+  try:
+    run_script(script, args)
+  except (SystemExit, KeyboardInterrupt):
+    raise
+  except BaseException as e:   # an uncaught exception of the script: print it, status 1
+    tb = _script_traceback(e.__traceback__)
+    sys.excepthook(type(e), e.with_traceback(tb), tb)   # NB: the hook prints e.__traceback__
+    return 1
+  return 0
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser,
+                       argparse.ArgumentParser]:
   p = argparse.ArgumentParser(prog="stagecraft",
                               description="stagecraft command-line tools.")
   sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+  run = sub.add_parser(
+      "run", help="run a JAX program with `import jax` served by stagecraft",
+      description="Run SCRIPT as `python SCRIPT ARGS...` would, with `import jax` (and "
+                  "`jax.numpy`, `jax.lax`, ...) served by stagecraft.",
+      epilog="example: python -m stagecraft run train.py --steps 100")
+  run.add_argument("script", metavar="SCRIPT", help="the Python file to run")
+  run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                   help="arguments passed to the script (its sys.argv[1:])")
   ins = sub.add_parser(
       "inspect", help="print one compilation stage of a function",
       description="Trace, lower or compile MODULE:FUNCTION for argument shapes and print "
@@ -209,19 +290,29 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                    help="what to print (default: jaxpr)")
   ins.add_argument("--x64", action="store_true",
                    help="enable 64-bit types (else f64/i64 specs are narrowed to 32 bits)")
-  return p, ins
+  return p, ins, run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
   """Entry point of the `stagecraft` command; returns the exit status.
 
-  Usage errors (bad shape spec, unknown dtype, module not importable, missing function, bad
-  `--static`, unknown stage) print `stagecraft inspect: error: ...` to stderr and exit with
-  status 2 (`SystemExit`), as argparse does. When the function itself fails to trace, lower
-  or compile, the exception is printed to stderr and the status is 1.
+  `run SCRIPT ARGS...`: the status is the script's (`sys.exit(n)` raises `SystemExit(n)`
+  through this function, as it would in `python SCRIPT`); an uncaught exception of the
+  script is printed by `sys.excepthook` with its traceback starting at the script, and the
+  status is 1. A missing SCRIPT is a usage error (status 2).
+
+  `inspect`: usage errors (bad shape spec, unknown dtype, module not importable, missing
+  function, bad `--static`, unknown stage) print `stagecraft inspect: error: ...` to stderr
+  and exit with status 2 (`SystemExit`), as argparse does. When the function itself fails to
+  trace, lower or compile, the exception is printed to stderr and the status is 1.
   """
-  parser, inspect_parser = _parser()
+  parser, inspect_parser, run_parser = _parser()
+  argv = list(sys.argv[1:] if argv is None else argv)
   ns = parser.parse_args(argv)
+  if ns.command == "run":
+    # The script's arguments verbatim (argparse would drop a `--` among them).
+    args = argv[2:] if argv[:2] == ["run", ns.script] else ns.args
+    return _run_main(run_parser, ns.script, args)
   if os.getcwd() not in sys.path and "" not in sys.path:
     sys.path.insert(0, os.getcwd())  # as `python -m` does: import modules from here
   try:

@@ -1,0 +1,156 @@
+"""Run unmodified JAX programs on stagecraft: `import jax` served by stagecraft.
+
+`install()` makes every later `import jax`, `import jax.numpy as jnp`,
+`from jax.scipy.stats import norm`, `import jax.example_libraries.optimizers`, ... give the
+stagecraft module of the same path (`jax.X.Y` -> `stagecraft.X.Y`), so a JAX program or
+notebook runs on stagecraft unchanged. `python -m stagecraft run script.py` calls it before
+running the script. `uninstall()` gives `import jax` back to JAX.
+
+  >>> from stagecraft import compat
+  >>> compat.install()
+  >>> import jax.numpy as jnp
+  >>> jnp.__name__
+  'stagecraft.numpy'
+  >>> compat.uninstall()
+
+How: a `sys.meta_path` finder answers the names `jax` and `jax.*` with a loader that imports
+the stagecraft module and puts that very module object into `sys.modules` under the JAX name
+(so `jax.numpy is stagecraft.numpy`, and the stagecraft module keeps its own `__spec__`).
+The real `jax.*` modules already imported are set aside while installed and put back by
+`uninstall()`. Two kinds of names are left to real JAX:
+
+- `jax._src.*`, JAX's internals: stagecraft's runtime calls into real jax/jaxlib (the XLA
+  runtime, DESIGN.md), whose code imports its internals lazily.
+- the real modules stagecraft's runtime reads (`stagecraft.runtime.jax_runtime`): captured
+  before the alias is installed, and read from there.
+
+A JAX module stagecraft does not provide (`jax.experimental.pallas`) raises a
+`ModuleNotFoundError` (an `ImportError`) that names it and says so.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
+
+import stagecraft
+from stagecraft.runtime import jax_runtime
+
+__all__ = ["install", "uninstall", "is_installed", "stagecraft_name"]
+
+_PREFIX = "jax"
+_PRIVATE = "jax._src"   # JAX's internals stay JAX's: real jax code imports them lazily
+
+_state: dict = {"finder": None, "saved": {}}
+
+
+def _served(name: str) -> bool:
+  """Whether the module name `name` is served by stagecraft while installed."""
+  if name != _PREFIX and not name.startswith(_PREFIX + "."):
+    return False
+  return not (name == _PRIVATE or name.startswith(_PRIVATE + "."))
+
+
+def stagecraft_name(name: str) -> str:
+  """The stagecraft module that serves the JAX module `name`: `jax.X.Y` -> `stagecraft.X.Y`.
+
+  Raises:
+    ValueError: if `name` is not `jax` or a `jax.*` name served by stagecraft (`jax._src.*`
+      stays JAX's).
+  """
+  if not _served(name):
+    raise ValueError(f"expected 'jax' or a 'jax.*' module name (not 'jax._src.*'), got "
+                     f"{name!r}")
+  return "stagecraft" + name[len(_PREFIX):]
+
+
+def _not_provided(name: str) -> ModuleNotFoundError:
+  return ModuleNotFoundError(
+      f"No module named {name!r}: stagecraft does not provide {name} (`import jax` is served "
+      f"by stagecraft, which has no module {stagecraft_name(name)!r}). Run this program with "
+      f"JAX itself (`python script.py`) to use it.", name=name)
+
+
+class _JaxAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """Finds `jax` and `jax.*` (but not `jax._src.*`) and loads them as stagecraft's modules."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    if not _served(fullname):
+      return None
+    target_name = stagecraft_name(fullname)
+    parent, _, child = target_name.rpartition(".")
+    if target_name not in sys.modules:
+      try:
+        spec = importlib.util.find_spec(target_name)
+      except ModuleNotFoundError:   # a parent is not a package (`jax.random.foo`)
+        spec = None
+      if spec is None:
+        raise _not_provided(fullname)
+    if parent:
+      attr = getattr(sys.modules[parent], child, None)
+      if attr is not None and not isinstance(attr, ModuleType):
+        # NB: `jax.config` is JAX's config object, not a module; importing
+        # `stagecraft.config` under that name would rebind `jax.config` to the module.
+        owner = fullname.rpartition(".")[0]
+        raise ModuleNotFoundError(
+            f"No module named {fullname!r}: {fullname} is not a module but an attribute of "
+            f"{owner} (use `from {owner} import {child}`).", name=fullname)
+    return importlib.machinery.ModuleSpec(fullname, self)
+
+  def create_module(self, spec):
+    return None   # a placeholder; exec_module swaps in the stagecraft module
+
+  def exec_module(self, module):
+    # The import system returns whatever sys.modules holds under the name after exec_module,
+    # so the stagecraft module itself is what the importer gets (and its spec is untouched).
+    sys.modules[module.__name__] = importlib.import_module(stagecraft_name(module.__name__))
+
+
+def is_installed() -> bool:
+  """Whether `import jax` is currently served by stagecraft."""
+  return _state["finder"] is not None
+
+
+def install() -> None:
+  """Serves `import jax` and `import jax.X.Y` from stagecraft (`stagecraft.X.Y`) from now on.
+
+  Modules that already hold the real `jax` keep it; only later imports are served by
+  stagecraft. stagecraft's runtime keeps using the real jax/jaxlib (the XLA runtime).
+  Calling it again while installed does nothing.
+
+  Example (a notebook cell, before the cell that imports jax)::
+
+    from stagecraft import compat
+    compat.install()
+    import jax, jax.numpy as jnp     # stagecraft, stagecraft.numpy
+  """
+  if is_installed():
+    return
+  jax_runtime.capture()   # the real modules the runtime reads, before `jax` is aliased
+  saved = {n: m for n, m in sys.modules.items() if _served(n)}
+  for n in saved:
+    del sys.modules[n]
+  sys.modules[_PREFIX] = stagecraft
+  finder = _JaxAliasFinder()
+  sys.meta_path.insert(0, finder)
+  _state["finder"], _state["saved"] = finder, saved
+  importlib.invalidate_caches()
+
+
+def uninstall() -> None:
+  """Gives `import jax` back to JAX: removes the finder and the `jax.*` aliases and restores
+  the real jax modules that `install()` set aside. Does nothing when not installed."""
+  finder = _state["finder"]
+  if finder is None:
+    return
+  if finder in sys.meta_path:
+    sys.meta_path.remove(finder)
+  for n in [n for n in sys.modules if _served(n)]:
+    del sys.modules[n]
+  sys.modules.update(_state["saved"])
+  _state["finder"], _state["saved"] = None, {}
+  importlib.invalidate_caches()
+
