@@ -190,7 +190,7 @@ class CompiledCall:
   """A compiled signature's call: leaves in, Arrays out. `device` is where it runs (None:
   the default device)."""
   __slots__ = ("exe", "kept", "const_bufs", "in_avals", "out_avals", "out_tree", "donated",
-               "simple", "single", "text", "device", "float0_outs", "callbacks")
+               "simple", "single", "text", "device", "float0_outs", "callbacks", "handlers")
 
   def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text,
                device):
@@ -211,20 +211,20 @@ class CompiledCall:
                    and not self.float0_outs)
     self.text = text
     self.device = device
+    self.handlers = dispatch.result_handlers(out_avals, device)
 
   def call_arrays(self, args: Sequence[Array]):
     """The fast path: every argument is an Array on the default device."""
     bufs = ([x._buf for x in args] if self.kept is None
             else [args[i]._buf for i in self.kept])
     try:
-      results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+      outs = self.exe.execute_sharded(bufs).consume_with_handlers(self.handlers)
     except TypeError:
       dispatch.raise_if_donated(args)
       raise
     if self.single:
-      return Array(results[0][0], self.out_avals[0])
-    return optree.tree_unflatten(self.out_tree, [
-        Array(r[0], av) for r, av in zip(results, self.out_avals)])
+      return outs[0]
+    return optree.tree_unflatten(self.out_tree, outs)
 
   def __call__(self, leaves: Sequence[Any]):
     in_avals, dev = self.in_avals, self.device
@@ -239,8 +239,9 @@ class CompiledCall:
     try:
       if self.callbacks:
         results = dispatch.execute_with_callbacks(self.exe, bufs, self.callbacks)
+        outs = [Array(r[0], av, dev) for r, av in zip(results, self.out_avals)]
       else:
-        results = self.exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+        outs = self.exe.execute_sharded(bufs).consume_with_handlers(self.handlers)
     except TypeError:
       dispatch.raise_if_donated(leaves)
       raise
@@ -248,7 +249,6 @@ class CompiledCall:
       x = leaves[i]
       if type(x) is Array and x._buf is not None and x._buf.is_deleted():
         x._buf = None
-    outs = [Array(r[0], av, dev) for r, av in zip(results, self.out_avals)]
     for i in self.float0_outs:
       outs[i] = np.zeros(self.out_avals[i].shape, dtypes.float0)
     return optree.tree_unflatten(self.out_tree, outs)
@@ -364,6 +364,17 @@ class ShardedCall(_MultiDeviceCall):
     for i, sh in zip(idx, self.arg_shardings):
       out[i] = sh
     return out
+
+
+class _FlatKey:
+  """Marks the keys of jit's fastest path (every positional argument an Array)."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "<flat>"
+
+
+_FLAT = _FlatKey()
 
 
 class JitWrapped:
@@ -507,6 +518,16 @@ class JitWrapped:
       # a signature compiled before (keyed by the arguments' tree structure and avals).
       if (not kwargs and self._fast and core.trace_state.trace is core.eval_trace
           and not dispatch.placement_used[0] and not config.disable_jit):
+        # Fastest: every positional argument an Array (no pytree to flatten).
+        avals = [_FLAT]
+        for a in args:
+          if type(a) is not Array:
+            break
+          avals.append(a.aval)
+        else:
+          call = self._cache.get((*avals, config.state_key))
+          if call is not None:
+            return call.call_arrays(args)
         leaves, treedef = flatten(args)
         avals = [a.aval for a in leaves if type(a) is Array]
         if len(avals) == len(leaves):
@@ -551,6 +572,8 @@ class JitWrapped:
         if (not kwargs and self._fast and call.simple and not config.state_key[1]
             and all(type(a) is Array for a in leaves)):
           self._cache[(flatten(args)[1], config.state_key, *[a.aval for a in leaves])] = call
+          if all(type(a) is Array for a in args):   # the flat key of the fastest path
+            self._cache[(_FLAT, *[a.aval for a in args], config.state_key)] = call
     if config.state_key[1]:   # debug_nans / debug_infs
       return self._checked_call(call, leaves, args, kwargs)
     return call(leaves)

@@ -28,7 +28,7 @@ __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "targ
            "forget_module", "trim_host_memory",
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
            "host_callbacks_of", "execute_with_callbacks", "effects_barrier", "find_special",
-           "check_special", "cache_clearers", "register_cache_clearer", "clear_caches"]
+           "check_special", "result_handlers", "cache_clearers", "register_cache_clearer", "clear_caches"]
 
 try:  # the runtime's own array type, accepted wherever an Array is
   from jaxlib._jax import ArrayImpl as _JaxArray
@@ -430,10 +430,16 @@ def effects_barrier() -> None:
 # Executables
 
 
+def result_handlers(out_avals: Sequence[ShapedArray], device=None) -> list:
+  """One handler per result for `execute_sharded(...).consume_with_handlers`: each makes
+  an Array of the result's buffer (cheaper than disassembling the results first)."""
+  return [lambda bufs, av=av, dev=device: Array(bufs[0], av, dev) for av in out_avals]
+
+
 class Executable:
   """A compiled program with its input/output avals; `call(args)` takes flat array-likes.
   `device` is where it runs (None: the default device)."""
-  __slots__ = ("exe", "in_avals", "out_avals", "text", "device", "callbacks")
+  __slots__ = ("exe", "in_avals", "out_avals", "text", "device", "callbacks", "handlers")
 
   def __init__(self, exe, in_avals, out_avals, text, device=None):
     self.exe = exe
@@ -442,6 +448,7 @@ class Executable:
     self.text = text
     self.device = device
     self.callbacks = host_callbacks_of(text)
+    self.handlers = result_handlers(self.out_avals, device)
 
   def _buffers(self, args):
     dev = self.device
@@ -454,26 +461,17 @@ class Executable:
     try:
       if self.callbacks:
         outs = execute_with_callbacks(self.exe, self._buffers(args), self.callbacks)
-      else:
-        outs = self.exe.execute_sharded(
-            self._buffers(args)).disassemble_into_single_device_arrays()
+        dev = self.device
+        return [Array(o[0], av, dev) for o, av in zip(outs, self.out_avals)]
+      return self.exe.execute_sharded(self._buffers(args)).consume_with_handlers(
+          self.handlers)
     except TypeError:
       raise_if_donated(args)
       raise
-    dev = self.device
-    return [Array(o[0], av, dev) for o, av in zip(outs, self.out_avals)]
 
   def call1(self, args: Sequence[Any]) -> Array:
     """`call` for a program with one result."""
-    if self.callbacks:
-      return self.call(args)[0]
-    try:
-      out = self.exe.execute_sharded(
-          self._buffers(args)).disassemble_into_single_device_arrays()[0][0]
-    except TypeError:
-      raise_if_donated(args)
-      raise
-    return Array(out, self.out_avals[0], self.device)
+    return self.call(args)[0]
 
 
 def raise_if_donated(args):
