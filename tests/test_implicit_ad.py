@@ -407,8 +407,8 @@ def test_scan_over_stacked_quantized_xs_stays_implicit(build, count_materialize)
   # The scanned program takes the codes (u8), not a float32 stack of weights.
   jaxpr = sc.make_jaxpr(implicit(_scan_net))(h, qs).jaxpr
   scan_eqn = [e for e in jaxpr.eqns if e.primitive.name == "scan"][0]
-  assert any(str(v.aval) == "u8[3,16,32]" for v in scan_eqn.invars)
-  assert not any(str(v.aval) == "f32[3,32,32]" for v in scan_eqn.invars)
+  assert any(v.aval.str_short() == "u8[3,16,32]" for v in scan_eqn.invars)
+  assert not any(v.aval.str_short() == "f32[3,32,32]" for v in scan_eqn.invars)
 
 
 def test_scan_reverse_and_implicit_ys(count_materialize):

@@ -51,16 +51,15 @@ from stagecraft import stages
 from stagecraft import debug
 from stagecraft.callback import pure_callback
 from stagecraft.runtime.dispatch import effects_barrier
-from stagecraft import optim
-from stagecraft import distributed
 from stagecraft.xla_computation import xla_computation
-
-from stagecraft import implicit  # last: it looks primitives up by name
+from stagecraft.source_info_util import named_call, named_scope
 
 import importlib as _importlib
 
 # Subsystems loaded on first use (`stagecraft.image`, `import stagecraft.ops`).
-_LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental")
+# NB: implicit arrays (and plum, which they use) cost ~0.2 s to import: on first use only.
+_LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental", "implicit", "optim",
+                    "distributed", "profiler", "ffi", "example_libraries", "compat", "extend")
 
 
 def __getattr__(name):
