@@ -106,7 +106,7 @@ def test_linear_layer_with_nf4_weight(count_materialize):
   assert count_materialize == []
   # The compiled program takes the packed codes and scales, not an f32[64,32] weight.
   jaxpr = sc.make_jaxpr(sc.jit(linear))(x, q, b)
-  in_avals = [str(a) for a in jaxpr.jaxpr.in_avals]
+  in_avals = [a.str_short() for a in jaxpr.jaxpr.in_avals]
   assert "u8[32,32]" in in_avals and "f32[64,32]" not in in_avals
 
 
