@@ -24,7 +24,7 @@ LAYERS = {
     7: ["numpy", "scipy", "random", "nn", "image", "ops", "flatten_util", "callback",
         "debug", "debug_sharding", "ffi"],
     8: ["api", "stages", "shard_map", "xla_computation", "test_util", "distributed",
-        "experimental", "profiler"],
+        "experimental", "profiler", "extend"],
     9: ["implicit", "optim", "examples", "example_libraries", "compat", "cli", "__main__"],
 }
 

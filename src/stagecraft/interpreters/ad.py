@@ -27,7 +27,8 @@ __all__ = ["primitive_jvps", "primitive_transposes", "partial_eval_rules", "tang
            "is_undefined_primal", "defjvp", "defjvp2", "defjvp_zero", "deflinear",
            "defbilinear", "add_any_p", "JVPTracer", "JVPTrace", "jvp_flat",
            "partial_eval_jaxpr", "PartialEvalTrace", "linearize_flat", "backward_pass", "jvp_jaxpr",
-           "transpose_jaxpr"]
+           "transpose_jaxpr", "add_jaxvals", "add_jaxvals_p", "deflinear2",
+           "get_primitive_transpose"]
 
 primitive_jvps: dict[core.Primitive, Callable] = {}
 primitive_transposes: dict[core.Primitive, Callable] = {}
@@ -57,6 +58,11 @@ class Zero:
 
   @staticmethod
   def from_value(x: Any) -> "Zero":
+    return Zero(tangent_aval(core.get_aval(x)))
+
+  @staticmethod
+  def from_primal_value(x: Any) -> "Zero":
+    """The symbolic zero tangent of the primal value `x` (JAX's name for `from_value`)."""
     return Zero(tangent_aval(core.get_aval(x)))
 
   def __repr__(self):
@@ -568,3 +574,48 @@ def transpose_jaxpr(closed: core.ClosedJaxpr, undefined: Sequence[bool],
   ct_avals = [tangent_aval(a) for a, nz in zip(out_avals, ct_nonzeros) if nz]
   jaxpr, consts = pe.trace_to_jaxpr(fun, [*res_avals, *ct_avals])
   return _closed_with_const_args(jaxpr, consts)
+
+
+# ---------------------------------------------------------------------------
+# The rest of JAX's public `jax.interpreters.ad` names (for libraries written against JAX)
+
+#: JAX's name for `add_any_p` (its primitive is also called `add_any`).
+add_jaxvals_p = add_any_p
+
+
+def add_jaxvals(x: Any, y: Any) -> Any:
+  """`x + y` for two (co)tangents of one type, as JAX's `ad.add_jaxvals` (binds `add_any`).
+
+  Raises:
+    TypeError: if the two avals differ in shape or dtype.
+  """
+  return add_any_p.bind(x, y)
+
+
+def deflinear2(prim: core.Primitive, transpose_rule: Callable) -> None:
+  """As JAX's `ad.deflinear2`: `prim` is linear in all its arguments, its JVP applies it to
+  the tangents, and `transpose_rule(ct, *args, **params)` (the linear args are
+  `UndefinedPrimal`s) returns one cotangent per argument. A symbolic `Zero` cotangent gives
+  zero cotangents without calling the rule.
+
+  NB: stagecraft's own `deflinear` already takes rules of this signature; JAX's `deflinear`
+  takes `transpose_rule(ct, **params)` (see docs/differences.md).
+  """
+  def transpose(ct, *args, **params):
+    if type(ct) is Zero:
+      return [Zero(tangent_aval(a.aval)) if is_undefined_primal(a) else None for a in args]
+    return transpose_rule(ct, *args, **params)
+  deflinear(prim, transpose)
+
+
+def get_primitive_transpose(p: core.Primitive) -> Callable:
+  """The transpose rule registered for `p` (JAX's `ad.get_primitive_transpose`).
+
+  Raises:
+    NotImplementedError: if `p` has none (JAX's message).
+  """
+  try:
+    return primitive_transposes[p]
+  except KeyError as e:
+    raise NotImplementedError(f"Transpose rule (for reverse-mode differentiation) for "
+                              f"'{p}' not implemented") from e

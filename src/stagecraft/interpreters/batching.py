@@ -153,9 +153,10 @@ def moveaxis(x: Any, src: int, dst: int) -> Any:
   return lax_shape.transpose(x, perm)
 
 
-def broadcast(x: Any, size: int, axis: int) -> Any:
+def broadcast(x: Any, size: int, axis: int, mesh_axis: Any = None) -> Any:
   """An unbatched `x` with a new axis of `size` inserted at `axis` (materialized; float0
-  values, which have no runtime representation, stay host zeros)."""
+  values, which have no runtime representation, stay host zeros). `mesh_axis`: accepted for
+  JAX's signature (explicit sharding is not implemented)."""
   # NB: moving batch axes takes lax's shape primitives, which register batching rules here.
   from stagecraft.lax import shape as lax_shape
   a = core.get_aval(x)
@@ -168,8 +169,9 @@ def broadcast(x: Any, size: int, axis: int) -> Any:
   return lax_shape.broadcast_in_dim(x, tuple(shape), tuple(dims))
 
 
-def bdim_at_front(x: Any, bdim: int | None, size: int) -> Any:
-  """`x` with its batch axis first (broadcast to `size` when not mapped)."""
+def bdim_at_front(x: Any, bdim: int | None, size: int, mesh_axis: Any = None) -> Any:
+  """`x` with its batch axis first (broadcast to `size` when not mapped). `mesh_axis`:
+  accepted for JAX's signature (explicit sharding is not implemented)."""
   if bdim is not_mapped:
     return broadcast(x, size, 0)
   return moveaxis(x, bdim, 0)
@@ -319,7 +321,51 @@ def batch_jaxpr(closed: core.ClosedJaxpr, axis_data: AxisData, in_dims: Sequence
           list(final_dims))
 
 
+# ---------------------------------------------------------------------------
+# The rest of JAX's public `jax.interpreters.batching` names
+
+#: JAX's name for the rules that also get the vmapped axis: `rule(axis_data, args, dims,
+#: **params)`, called even when no argument is batched (the registry `axis_primitive_batchers`;
+#: JAX's `axis_primitive_batchers` is a shim with another signature, see docs/differences.md).
+fancy_primitive_batchers = axis_primitive_batchers
+
+
+def defreducer(prim: core.Primitive) -> None:
+  """Batching for a reduction with an `axes` param (JAX's `batching.defreducer`): the reduced
+  axes skip the batch axis, which stays in the result (moved left past the reduced axes
+  before it). An `input_shape` param, if the primitive has one, becomes the batched shape."""
+  def rule(args, dims, *, axes, **params):
+    operand, = args
+    bdim, = dims
+    new_axes = tuple(a if a < bdim else a + 1 for a in axes)
+    out_dim = bdim - sum(1 for a in new_axes if a < bdim)
+    if "input_shape" in params:
+      params = dict(params, input_shape=tuple(core.get_aval(operand).shape))
+    return prim.bind(operand, axes=new_axes, **params), out_dim
+  primitive_batchers[prim] = rule
+
+
+def register_vmappable(data_type: type, spec_type: type, axis_size_type: type,
+                       to_elt: Callable, from_elt: Callable,
+                       make_iota: Callable | None) -> None:
+  """JAX's hook for types that vmap maps other than arrays (its internal jumbles).
+
+  Raises:
+    NotImplementedError: always: stagecraft's vmap maps arrays (and pytrees of them) only;
+      register `data_type` as a pytree (`tree_util.register_pytree_node`) instead.
+  """
+  raise NotImplementedError(
+      f"register_vmappable({data_type.__name__}, ...): stagecraft's vmap maps arrays and "
+      f"pytrees of arrays only. Register {data_type.__name__} as a pytree with "
+      f"stagecraft.tree_util.register_pytree_node so that vmap maps its leaves.")
+
+
+def unregister_vmappable(data_type: type) -> None:
+  """Does nothing (as JAX's `unregister_vmappable`)."""
+
+
 __all__ = ["extend_axis_env", "axis_size", "bound_axis_names", "not_mapped", "primitive_batchers", "axis_primitive_batchers", "AxisData",
            "BatchTrace", "BatchTracer", "moveaxis", "broadcast", "bdim_at_front", "matchaxis",
            "defvectorized", "defbroadcasting", "align_elementwise", "unbatched_shape",
-           "batch_flat", "batch_jaxpr"]
+           "batch_flat", "batch_jaxpr", "fancy_primitive_batchers", "defreducer",
+           "register_vmappable", "unregister_vmappable"]

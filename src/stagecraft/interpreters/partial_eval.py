@@ -243,5 +243,204 @@ def prune_constvars(jaxpr: Jaxpr, consts: Sequence[Any]) -> tuple[Jaxpr, list[An
           [consts[i] for i in keep])
 
 
+# ---------------------------------------------------------------------------
+# The rest of JAX's public `jax.interpreters.partial_eval` names (for libraries written
+# against JAX). A `fun` here may be a `linear_util.WrappedFun` (called with `call_wrapped`)
+# or a plain callable; either returns a sequence of outputs.
+
+#: A value (JAX's type alias).
+Val = Any
+
+
+def _call_flat(fun: Any) -> Callable[..., list[Any]]:
+  call = getattr(fun, "call_wrapped", fun)
+  return lambda *args: list(call(*args))
+
+
+class PartialVal(tuple):
+  """A partly known value: `(None, const)` when known, `(aval, None)` when unknown (JAX's
+  `PartialVal`, the inputs and outputs of `trace_to_jaxpr_nounits`)."""
+
+  def __new__(cls, xs: tuple[Any, Any]):
+    aval, const = xs
+    if (aval is None) == (const is None):
+      raise ValueError(f"PartialVal: expected (None, value) or (aval, None), got {xs!r}.")
+    return tuple.__new__(cls, xs)
+
+  @classmethod
+  def known(cls, const: Any) -> "PartialVal":
+    return cls((None, const))
+
+  @classmethod
+  def unknown(cls, aval: ShapedArray) -> "PartialVal":
+    return cls((aval, None))
+
+  def is_known(self) -> bool:
+    return self[0] is None
+
+  def get_known(self) -> Any:
+    """The known value, or None if unknown."""
+    return self[1] if self[0] is None else None
+
+  def get_aval(self) -> ShapedArray:
+    """The aval: given when unknown, the known value's otherwise."""
+    return core.get_aval(self[1]) if self[0] is None else self[0]
+
+
+def trace_to_jaxpr_dynamic(fun: Any, in_avals: Sequence[ShapedArray], *,
+                           keep_inputs: Sequence[bool] | None = None, lower: bool = False,
+                           auto_dce: bool = False) -> tuple[Jaxpr, list[ShapedArray], list[Any]]:
+  """Traces `fun` on `in_avals` (JAX's `pe.trace_to_jaxpr_dynamic`).
+
+  Args:
+    fun: a `linear_util.WrappedFun` or a callable of flat arrays returning a sequence.
+    in_avals: one aval per argument.
+    keep_inputs: one bool per argument; False leaves it out of the jaxpr's invars (the
+      function must then not read it).
+    lower: accepted for JAX compatibility (no effect).
+    auto_dce: remove equations whose results are unused (effects kept).
+
+  Returns:
+    `(jaxpr, out_avals, consts)`: the consts are the values of `jaxpr.constvars`.
+
+  Raises:
+    ValueError: if `keep_inputs` drops an argument that the function reads.
+  """
+  jaxpr, consts = trace_to_jaxpr(_call_flat(fun), in_avals)
+  if keep_inputs is not None:
+    keep = list(keep_inputs)
+    if len(keep) != len(jaxpr.invars):
+      raise ValueError(f"trace_to_jaxpr_dynamic: keep_inputs has {len(keep)} entries for "
+                       f"{len(jaxpr.invars)} inputs.")
+    read = {v for e in jaxpr.eqns for v in e.invars if isinstance(v, Var)}
+    read.update(v for v in jaxpr.outvars if isinstance(v, Var))
+    dropped = [i for i, (v, k) in enumerate(zip(jaxpr.invars, keep)) if not k and v in read]
+    if dropped:
+      raise ValueError(f"trace_to_jaxpr_dynamic: keep_inputs drops inputs {dropped}, which "
+                       f"the function reads.")
+    jaxpr = jaxpr.replace(invars=[v for v, k in zip(jaxpr.invars, keep) if k])
+  if auto_dce:
+    jaxpr = dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)[0]
+    jaxpr, consts = prune_constvars(jaxpr, consts)
+  return jaxpr, [v.aval for v in jaxpr.outvars], list(consts)
+
+
+def trace_to_jaxpr_nounits(fun: Any, pvals: Sequence[PartialVal],
+                           instantiate: bool | Sequence[bool] = False
+                           ) -> tuple[Jaxpr, list[PartialVal], list[Any]]:
+  """Partial evaluation (JAX's `pe.trace_to_jaxpr_nounits`): computes what depends only on
+  the known inputs now (binding each such equation in the current trace) and stages the
+  rest.
+
+  Args:
+    fun: a `linear_util.WrappedFun` or a callable of flat arrays returning a sequence.
+    pvals: one `PartialVal` per argument.
+    instantiate: bool or one per output; True makes a known output unknown (it becomes an
+      output of the jaxpr, read from a constvar).
+
+  Returns:
+    `(jaxpr, out_pvals, consts)`: `jaxpr` takes the unknown arguments and returns the
+    unknown outputs; its constvars (values `consts`) are the known values it reads; each
+    output's `PartialVal` holds its known value or its aval.
+  """
+  pvals = list(pvals)
+  full, full_consts = trace_to_jaxpr(_call_flat(fun), [pv.get_aval() for pv in pvals])
+  if isinstance(instantiate, bool):
+    instantiate = [instantiate] * len(full.outvars)
+  known: dict[Var, Any] = dict(zip(full.constvars, full_consts))
+  unknown_in = []
+  for v, pv in zip(full.invars, pvals):
+    if pv.is_known():
+      known[v] = pv.get_known()
+    else:
+      unknown_in.append(v)
+  unknown: set[Var] = set(unknown_in)
+  staged = []
+  for eqn in full.eqns:
+    if any(isinstance(v, Var) and v in unknown for v in eqn.invars):
+      staged.append(eqn)
+      unknown.update(eqn.outvars)
+      continue
+    outs = eqn.primitive.bind(*[v.val if type(v) is Literal else known[v]
+                                for v in eqn.invars], **eqn.params)
+    known.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+  out_unknown = [(isinstance(v, Var) and v in unknown) or inst
+                 for v, inst in zip(full.outvars, instantiate)]
+  out_pvals = []
+  for v, u in zip(full.outvars, out_unknown):
+    if u:
+      out_pvals.append(PartialVal.unknown(v.aval))
+    else:
+      out_pvals.append(PartialVal.known(v.val if type(v) is Literal else known[v]))
+  # Residuals: the known variables that the staged equations or unknown outputs read.
+  res: list[Var] = []
+  for v in [*(x for e in staged for x in e.invars),
+            *(x for x, u in zip(full.outvars, out_unknown) if u)]:
+    if isinstance(v, Var) and v not in unknown and v not in res:
+      res.append(v)
+  jaxpr = Jaxpr(res, unknown_in, [v for v, u in zip(full.outvars, out_unknown) if u], staged)
+  return jaxpr, out_pvals, [known[v] for v in res]
+
+
+def dce_jaxpr_consts(jaxpr: Jaxpr, used_outputs: Sequence[bool],
+                     instantiate: bool | Sequence[bool] = False
+                     ) -> tuple[Jaxpr, list[bool], list[bool]]:
+  """As `dce_jaxpr`, but unused constvars go too (JAX's `pe.dce_jaxpr_consts`).
+
+  Returns:
+    `(new_jaxpr, used_consts, used_inputs)`.
+  """
+  nconst = len(jaxpr.constvars)
+  if isinstance(instantiate, bool):
+    instantiate = [instantiate] * len(jaxpr.invars)
+  new, used = dce_jaxpr(convert_constvars_jaxpr(jaxpr), used_outputs,
+                        [False] * nconst + list(instantiate))
+  used_consts, used_inputs = used[:nconst], used[nconst:]
+  kept_consts = [v for v, u in zip(jaxpr.constvars, used_consts) if u]
+  new = new.replace(constvars=kept_consts, invars=new.invars[len(kept_consts):])
+  return new, used_consts, used_inputs
+
+
+def _dce_call_param(eqn: JaxprEqn) -> str:
+  for name in ("call_jaxpr", "jaxpr"):
+    if name in eqn.params:
+      return name
+  raise ValueError(f"DCE rule of '{eqn.primitive.name}': the equation has no 'call_jaxpr' "
+                   f"or 'jaxpr' param holding the called jaxpr (params: "
+                   f"{sorted(eqn.params)}).")
+
+
+def dce_jaxpr_call_rule(used_outputs: list[bool], eqn: JaxprEqn
+                        ) -> tuple[list[bool], JaxprEqn | None]:
+  """The DCE rule of a call primitive whose `call_jaxpr` param is a `Jaxpr` taking the
+  equation's operands (JAX's `pe.dce_jaxpr_call_rule`): unused results go, with the work
+  and operands only they need; an equation with effects stays."""
+  param = _dce_call_param(eqn)
+  if not any(used_outputs) and not eqn.effects:
+    return [False] * len(eqn.invars), None
+  new, used_inputs = dce_jaxpr(eqn.params[param], used_outputs)
+  new_eqn = eqn.replace(invars=[v for v, u in zip(eqn.invars, used_inputs) if u],
+                        outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
+                        params={**eqn.params, param: new})
+  return used_inputs, new_eqn
+
+
+def dce_jaxpr_closed_call_rule(used_outputs: list[bool], eqn: JaxprEqn
+                               ) -> tuple[list[bool], JaxprEqn | None]:
+  """As `dce_jaxpr_call_rule` for a `ClosedJaxpr` param (JAX's
+  `pe.dce_jaxpr_closed_call_rule`); its consts are kept."""
+  param = _dce_call_param(eqn)
+  if not any(used_outputs) and not eqn.effects:
+    return [False] * len(eqn.invars), None
+  closed = eqn.params[param]
+  new, used_inputs = dce_jaxpr(closed.jaxpr, used_outputs)
+  new_eqn = eqn.replace(invars=[v for v, u in zip(eqn.invars, used_inputs) if u],
+                        outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
+                        params={**eqn.params, param: ClosedJaxpr(new, closed.consts)})
+  return used_inputs, new_eqn
+
+
 __all__ = ["DynamicJaxprTrace", "DynamicJaxprTracer", "trace_to_jaxpr", "dce_jaxpr",
-           "dce_rules", "prune_constvars", "convert_constvars_jaxpr", "DropVar"]
+           "dce_rules", "prune_constvars", "convert_constvars_jaxpr", "DropVar", "Val",
+           "PartialVal", "trace_to_jaxpr_dynamic", "trace_to_jaxpr_nounits",
+           "dce_jaxpr_consts", "dce_jaxpr_call_rule", "dce_jaxpr_closed_call_rule"]
