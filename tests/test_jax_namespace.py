@@ -35,10 +35,9 @@ OWNED_ELSEWHERE = "owned by another issue, lands separately"
 SKIP = {
     "jax": {
         # owned by another issue, lands separately (remove from this list when it lands)
-        "named_call": OWNED_ELSEWHERE, "named_scope": OWNED_ELSEWHERE,
-        "profiler": OWNED_ELSEWHERE, "ffi": OWNED_ELSEWHERE, "set_mesh": OWNED_ELSEWHERE,
+        "set_mesh": OWNED_ELSEWHERE,
         "reshard": OWNED_ELSEWHERE, "smap": OWNED_ELSEWHERE, "ad": OWNED_ELSEWHERE,
-        "extend": OWNED_ELSEWHERE, "export": OWNED_ELSEWHERE, "dlpack": OWNED_ELSEWHERE,
+        "export": OWNED_ELSEWHERE, "dlpack": OWNED_ELSEWHERE,
         # mutable array references: need ref primitives and state effects through every
         # transformation (jit, grad, vmap, scan); not a cheap addition
         "Ref": "mutable array refs not implemented", "ref": "mutable array refs not implemented",
