@@ -323,7 +323,14 @@ def float_power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   return lax.pow(x1, x2)
 
 
-negative = _unary_ufunc("negative", lambda x: lax.neg(x), promote_dtypes_numeric, "-x")
+def _neg_no_bool(x):
+  if dtype_of(x) == dtypes.bool_:   # as JAX: negating booleans is an error, not int math
+    raise TypeError("neg does not accept dtype bool. Accepted dtypes are subtypes of integer, "
+                    "floating, complexfloating.")
+  return [x]
+
+
+negative = _unary_ufunc("negative", lambda x: lax.neg(x), _neg_no_bool, "-x")
 
 
 def positive(x: ArrayLike, /) -> Array:

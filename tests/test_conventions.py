@@ -1,0 +1,33 @@
+"""Conventions of JAX that programs rely on, against JAX: committed devices, negating
+booleans, concrete cond predicates."""
+import jax
+import jax.numpy as jjnp
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as jnp
+
+
+def test_arrays_committed_to_different_devices_raise_as_jax():
+  d, dj = sc.devices(), jax.devices()
+  for lib, devs, np_ in ((sc, d, jnp), (jax, dj, jjnp)):
+    a = lib.device_put(np.ones(2, np.float32), devs[0])
+    b = lib.device_put(np.ones(2, np.float32), devs[1])
+    with pytest.raises(ValueError, match="Received incompatible devices for jitted computation"):
+      a + b
+    with pytest.raises(ValueError, match="Received incompatible devices for jitted computation"):
+      lib.jit(lambda x, y: x * y)(a, b)
+    # uncommitted values (results of computations) move to the committed one
+    c = np_.ones(2) * 3
+    np.testing.assert_array_equal(np.asarray(c + b), [4.0, 4.0])
+  assert isinstance(sc.errors.DeviceAssignmentMismatchError("x"), ValueError)
+
+
+def test_negating_booleans_raises_as_jax():
+  for np_ in (jnp, jjnp):
+    with pytest.raises(TypeError, match="neg does not accept dtype bool"):
+      np_.negative(np_.array([True, False]))
+    with pytest.raises(TypeError, match="neg does not accept dtype bool"):
+      -np_.array([True])
+  np.testing.assert_array_equal(np.asarray(jnp.negative(jnp.arange(3))), [0, -1, -2])
