@@ -127,7 +127,8 @@ def _parse(idx, shape) -> list[tuple[str, Any]]:
 
 
 def _check_static_ints(entries, shape, normalize_indices: bool) -> None:
-  """IndexError for out-of-bounds static integers (NumPy's message)."""
+  """IndexError for static integers into a size-0 axis (NumPy's message); other
+  out-of-bounds static integers clamp, as in JAX."""
   nd = len(shape)
   consumed = sum(np.ndim(v) if k == _BOOL else 1 for k, v in entries
                  if k not in (_NONE, _ELLIPSIS))
@@ -141,7 +142,7 @@ def _check_static_ints(entries, shape, normalize_indices: bool) -> None:
       if kind == _INT:
         n = shape[axis]
         wrapped = v + n if normalize_indices and v < 0 else v
-        if not 0 <= wrapped < n:
+        if n == 0 and not 0 <= wrapped < n:   # NB: other out-of-bounds indices clamp (JAX)
           raise IndexError(f"index {v} is out of bounds for axis {axis} with size {n}")
       axis += 1
 
@@ -186,7 +187,10 @@ def _basic_take(x, entries, normalize_indices: bool):
       k = int(i)
       wrapped = k + n if normalize_indices and k < 0 else k
       if not 0 <= wrapped < n:
-        raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
+        if n == 0:
+          raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
+        # As JAX (a gather's start index): an out-of-bounds static index clamps.
+        wrapped = min(max(wrapped, 0), n - 1)
       start[dim], limit[dim] = wrapped, wrapped + 1
       squeeze_dims.append(dim)
     else:
@@ -436,7 +440,8 @@ def rewriting_take(x: ArrayLike, idx: Any, *, indices_are_sorted: bool = False,
   """`x[idx]`, with the options of `x.at[idx].get(...)` (JAX's numpy's `rewriting_take`).
 
   Raises:
-    IndexError: for out-of-bounds static integers (in the default mode), too many indices,
+    IndexError: for static integers into a size-0 axis (other out-of-bounds integers
+      clamp, as in JAX), too many indices,
       several ellipses, boolean masks of the wrong shape, traced boolean masks
       (NonConcreteBooleanIndexError) or traced slice bounds.
     TypeError: for float or string indices, or a non-tuple sequence of indices.
