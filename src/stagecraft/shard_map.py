@@ -1,28 +1,47 @@
 """shard_map: a function written per device, mapped over the blocks of a device mesh.
 
-`shard_map(f, mesh, in_specs, out_specs)(*args)` splits each argument into blocks by its
-PartitionSpec (dimension i split over the mesh axes named at i), runs `f` once per device on
-that device's blocks, with collectives (`lax.psum(x, "data")`, `lax.all_gather(y, "model")`,
-`lax.axis_index`, ...) over the mesh axis names, and assembles the results from the blocks
-by `out_specs`. Semantics follow JAX's `shard_map` (top level in JAX 0.10, formerly under
-its experimental namespace): a mesh axis an out_spec does not mention means the result is the
-same on every device along that axis (checked when `check_rep`), and one copy is kept.
+`shard_map(f, out_specs=..., in_specs=..., mesh=...)(*args)` splits each argument into blocks
+by its PartitionSpec (dimension i split over the mesh axes named at i), runs `f` once per
+device on that device's blocks, with collectives (`lax.psum(x, "data")`,
+`lax.all_gather(y, "model")`, `lax.axis_index`, ...) over the mesh axis names, and assembles
+the results from the blocks by `out_specs`. A mesh axis an out_spec does not mention means
+the result is the same on every device along that axis (checked when `check_vma`), and one
+copy is kept. Semantics follow JAX 0.10.2's `jax.shard_map`:
 
-Axes can be manual (the default: all of them) or automatic (`auto=` / `axis_names=`): over
-automatic axes the body sees whole values and XLA's partitioner handles them.
+- `f` is positional-only and may be left out (`@shard_map(out_specs=P('x'))`, or
+  `@partial(shard_map, out_specs=...)`); everything else is keyword-only.
+- `mesh=None` takes the mesh in context (`with set_mesh(mesh):`, or the enclosing shard_map
+  for a nested one), resolved at the first call and kept, as JAX does.
+- `in_specs` left out (`Infer`) is inferred from the arguments when every manual axis is
+  `Explicit`: an Array laid out by a NamedSharding over the mesh is split by its spec
+  (restricted to the manual axes), anything else is replicated. A `None` entry makes that
+  argument static (passed to `f` as it is, not traced).
+- `axis_names` (a set) makes `f` manual over those mesh axes only; over the others (automatic)
+  the body sees whole values and XLA's partitioner handles them. A shard_map nested in
+  another's body may be manual over further axes.
+- `check_vma=True` types each value inside as invariant or varying along each manual axis
+  (JAX's "varying manual axes"; `lax.pcast(x, name, to='varying')` makes an invariant value
+  varying) and rejects, with JAX's messages, out_specs that claim replication of a varying
+  value, loops whose carries change type and cond branches of different types
+  (interpreters/mapping.py's `varying_axes` in its strict mode).
+
+The form of JAX's former `jax.experimental.shard_map.shard_map(f, mesh, in_specs, out_specs,
+check_rep=True, auto=frozenset())` keeps working (any argument after `f` given positionally,
+or `check_rep`/`auto` given): there `None` specs mean replicated, the mesh is taken when
+shard_map is called, and `check_rep` runs the replication analysis of that API (fixed points
+for loops, a varying cond predicate makes results vary, all_gather's results are replicated).
 
 The primitive `shard_map` carries the per-device closed jaxpr and the mesh, specs and
 manual axes (stagecraft/lax/spmd.py); its rules are pmap's (interpreters/mapping.py's MapRules)
-generalized to several axes:
-psum transposes to psum, so the cotangent of a result replicated over manual axes is divided
-by their size before the transposed body, and the cotangent of an operand replicated over
-manual axes is psum'med over them. Residuals of partial evaluation are per-device values:
-each gets a leading axis split over all manual axes. Lowering emits an
-`sdy.manual_computation` (as JAX does) inside the program over the mesh
-(runtime/spmd.py). This module holds the user-facing function.
+generalized to several axes: psum transposes to psum, so the cotangent of a result
+replicated over manual axes is divided by their size before the transposed body, and the
+cotangent of an operand replicated over manual axes is psum'med over them. Lowering emits an
+`sdy.manual_computation` (as JAX does) inside the program over the mesh (runtime/spmd.py).
+This module holds the user-facing function.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import optree
@@ -32,23 +51,41 @@ from stagecraft import core, tree_util
 from stagecraft.api_util import check_out_leaves, flatten, fun_name as _fun_name
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.interpreters import partial_eval as pe
-from stagecraft.interpreters.mapping import varying_axes
-from stagecraft.lax.spmd import local_aval, shard_map_env, shard_map_p, split_size
-from stagecraft.runtime.array import Array
-from stagecraft.sharding import Mesh, PartitionSpec, current_mesh
+from stagecraft.interpreters.mapping import checking_vma, ordered_axes, varying_axes
+from stagecraft.lax.spmd import (enclosing_shard_map, local_aval, shard_map_env, shard_map_p,
+                                 split_size)
+from stagecraft.sharding import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
+                                 concrete_mesh, current_mesh, get_abstract_mesh)
 
-__all__ = ["shard_map"]
+__all__ = ["shard_map", "Infer"]
+
+
+class _InferType:
+  """The default of shard_map's `in_specs`: infer them from the arguments' shardings."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "Infer"
+
+
+Infer = _InferType()
+_MISSING = object()
 
 
 # ---------------------------------------------------------------------------
-# The user-facing shard_map
+# Specs
 
 
 def _spec_leaf(x) -> bool:
   return x is None or isinstance(x, PartitionSpec)
 
 
-def _flat_specs(prefix, tree, what: str, fun_name: str) -> list[PartitionSpec]:
+def _spec_names(spec: PartitionSpec) -> frozenset:
+  return frozenset(n for i in range(len(spec)) for n in spec._names(i))
+
+
+def _flat_specs(prefix, tree, what: str, fun_name: str, *, legacy: bool) -> list:
+  """One spec per leaf of `tree` (None entries kept, or replicated in the legacy form)."""
   try:
     specs = tree_util.broadcast_prefix(prefix, tree, is_leaf=_spec_leaf)
   except ValueError:
@@ -60,11 +97,42 @@ def _flat_specs(prefix, tree, what: str, fun_name: str) -> list[PartitionSpec]:
     if s is not None and not isinstance(s, PartitionSpec):
       raise TypeError(f"shard_map {what} entries must be PartitionSpecs (or None), got "
                       f"{s!r}.")
-  return [PartitionSpec() if s is None else s for s in specs]
+  if legacy or what == "out_specs":
+    return [PartitionSpec() if s is None else s for s in specs]
+  return specs
 
 
-def _check_spec(spec: PartitionSpec, aval: ShapedArray, mesh: Mesh, manual, where: str,
+def _check_specs_jax(specs: Any, manual: frozenset, what: str, mesh, legacy: bool):
+  """JAX's check of in_specs/out_specs: PartitionSpec leaves naming manual axes only."""
+  items = tree_util.tree_flatten_with_path(specs, is_leaf=_spec_leaf)[0]
+  bad_type = [f"  {what}{tree_util.keystr(k)} is {x} of type {type(x).__name__}, "
+              for k, x in items if x is not None and not isinstance(x, PartitionSpec)]
+  if bad_type:
+    raise TypeError(f"shard_map {what} argument must be a pytree of "
+                    f"`jax.sharding.PartitionSpec` instances, but:\n\n" + "\n\n".join(bad_type)
+                    + f"\n\nCheck the {what} values passed to shard_map.")
+  msgs = []
+  for k, p in items:
+    if p is None:
+      continue
+    for i in range(len(p)):
+      for n in p._names(i):
+        if n not in manual:
+          note = ""
+          if legacy and n in mesh.axis_names:
+            note = f" (the automatic axis {n!r}; specs may name only the manual axes)"
+          elif n not in mesh.axis_names:
+            note = "" if not legacy else f" (not an axis of the mesh {mesh.axis_names})"
+          msgs.append(f"  {what}{tree_util.keystr(k)} refers to {n!r}{note}")
+  if msgs:
+    raise ValueError(f"shard_map {what} argument must refer to an axis marked as manual "
+                     f"({manual}), but:\n\n" + "\n\n".join(msgs) + "\n\n"
+                     f"Check the {what} values passed to shard_map.")
+
+
+def _check_spec(spec: PartitionSpec, aval: ShapedArray, mesh: Mesh, where: str,
                 fun_name: str, *, split: bool):
+  """Rank, repeated axes and divisibility of one value's spec."""
   if len(spec) > len(aval.shape):
     raise ValueError(f"shard_map applied to the function '{fun_name}' was given {where} "
                      f"with spec {spec}, which has {len(spec)} entries, for a value of rank "
@@ -73,12 +141,6 @@ def _check_spec(spec: PartitionSpec, aval: ShapedArray, mesh: Mesh, manual, wher
   seen = []
   for i in range(len(spec)):
     for n in spec._names(i):
-      if n not in mesh.axis_names:
-        raise ValueError(f"shard_map: {where} has spec {spec}, which names the axis {n!r} "
-                         f"that the mesh does not have; its axes are {mesh.axis_names}.")
-      if n not in manual:
-        raise ValueError(f"shard_map: {where} has spec {spec}, which names the automatic "
-                         f"axis {n!r}; specs may name only the manual axes {tuple(manual)}.")
       if n in seen:
         raise ValueError(f"shard_map: {where} has spec {spec}, which uses the mesh axis "
                          f"{n!r} twice.")
@@ -91,135 +153,402 @@ def _check_spec(spec: PartitionSpec, aval: ShapedArray, mesh: Mesh, manual, wher
                        f"axes {spec._names(i)} its spec {spec} splits it over.")
 
 
-def shard_map(f: Callable, mesh: Mesh | None = None, in_specs: Any = None,
-              out_specs: Any = None, check_rep: bool = True, auto: Any = frozenset(), *,
-              axis_names: Any = None, check_vma: bool | None = None) -> Callable:
-  """Maps `f`, written for one device's blocks, over the devices of `mesh`.
+def _inferred_spec(x: Any, mesh: Mesh, manual: frozenset) -> PartitionSpec:
+  """The in_spec JAX infers for `x`: its sharding's spec over `mesh` restricted to the
+  manual axes (P() for a value not laid out over the mesh)."""
+  sh = getattr(core.get_aval(x), "sharding", None) if isinstance(x, core.Tracer) else \
+      getattr(x, "sharding", None)
+  if not isinstance(sh, NamedSharding) or not isinstance(sh.mesh, Mesh):
+    return PartitionSpec()
+  src = sh.mesh
+  if src.axis_names != mesh.axis_names:
+    if src.devices.shape != mesh.devices.shape or (
+        [d.id for d in src.devices.flat] != [d.id for d in mesh.devices.flat]):
+      return PartitionSpec()
+    rename = dict(zip(src.axis_names, mesh.axis_names))
+  else:
+    rename = {n: n for n in mesh.axis_names}
+  out = []
+  for i in range(len(sh.spec)):
+    names = [rename[n] for n in sh.spec._names(i)]
+    kept = [n if n in manual else None for n in names]
+    while kept and kept[-1] is None:
+      kept.pop()
+    if None in kept:
+      raise ValueError(f"Invalid spec: {sh.spec}")
+    out.append(None if not kept else kept[0] if len(kept) == 1 else tuple(kept))
+  while out and out[-1] is None:
+    out.pop()
+  return PartitionSpec(*out)
+
+
+# ---------------------------------------------------------------------------
+# The replication (varying manual axes) check of the results
+
+
+def _vma_error(fun_name: str, mesh: Mesh, fails: list[tuple[str, PartitionSpec, frozenset]],
+               legacy: bool) -> str:
+  """JAX's message for outputs whose out_specs claim replication along axes they may vary
+  along (`fails`: (out_specs path, spec, varying axes) per such output)."""
+  msgs = []
+  for path, spec, vary in fails:
+    used = _spec_names(spec)
+    unmentioned = [n for n in mesh.axis_names if n not in used]
+    if len(unmentioned) > 1:
+      need = ",".join(map(str, ordered_axes(used, mesh.axis_names)))
+      got = ",".join(map(str, ordered_axes(vary, mesh.axis_names)))
+      diff = ",".join(str(n) for n in unmentioned if n in vary)
+      msgs.append(f"* out_specs{path} is {spec} which implies that the corresponding output "
+                  f"value is only varying across mesh axes {{{need}}} and not {{{diff}}}, but "
+                  f"it was inferred to be possibly varying over {{{got}}}")
+    else:
+      msgs.append(f"* out_specs{path} is {spec} which implies that the corresponding output "
+                  f"value is replicated across mesh axis '{unmentioned[0]}', but could not "
+                  f"infer replication over any axes")
+  if len(msgs) == 1:
+    msgs = [msgs[0][2:]]
+  flag = ("the check_rep=False argument to `jax.experimental.shard_map.shard_map`" if legacy
+          else "the check_vma=False argument to `jax.shard_map`")
+  return (f"shard_map applied to the function '{fun_name}' was given out_specs which require "
+          f"replication which can't be statically inferred given the mesh:\n\n"
+          f"The mesh given has shape {tuple(mesh.shape.values())} with corresponding axis "
+          f"names {mesh.axis_names}.\n\n" + "\n\n".join(msgs) + "\n\n"
+          f"Check if these output values are meant to be replicated over those mesh axes. "
+          f"If not, consider revising the corresponding out_specs entries. If so, consider "
+          f"disabling the check by passing {flag}.")
+
+
+# ---------------------------------------------------------------------------
+# The mesh
+
+
+def _resolve_mesh(mesh: Any) -> tuple[Mesh, Any]:
+  """(the concrete Mesh to run over, the mesh whose axis types apply): `mesh` as given,
+  else the mesh in context (an enclosing shard_map's, `set_mesh`'s, or `with mesh:`'s).
+
+  Raises:
+    ValueError: no mesh in context, a mesh that differs from the one in context, an empty
+      mesh, or an AbstractMesh with no concrete mesh of its shape in context.
+    TypeError: something that is not a mesh.
+  """
+  ctx = get_abstract_mesh()
+  enclosing = enclosing_shard_map()
+  if mesh is None:
+    if enclosing is not None:
+      return enclosing[0], ctx
+    if ctx.empty:
+      legacy = current_mesh()
+      if legacy is None:
+        raise ValueError("The context mesh cannot be empty. Use `jax.set_mesh(mesh)` to "
+                         "enter into a mesh context")
+      return legacy, legacy
+    types_mesh, mesh = ctx, None
+  else:
+    if not isinstance(mesh, (Mesh, AbstractMesh)):
+      raise TypeError(f"shard_map requires a `jax.sharding.Mesh` or a "
+                      f"`jax.sharding.AbstractMesh` instance for its second argument, but got "
+                      f"{mesh} of type {type(mesh)}.")
+    if not ctx.empty and mesh.abstract_mesh != ctx:
+      raise ValueError(f"The context mesh {ctx} should match the mesh passed to shard_map "
+                       f"{mesh}")
+    if mesh.empty:
+      raise ValueError(f"shard_map requires a non-empty mesh. Got {mesh}")
+    if isinstance(mesh, Mesh):
+      return mesh, mesh
+    types_mesh = mesh
+  # An abstract mesh: run over the concrete mesh of its shape in context.
+  candidates = [enclosing[0] if enclosing else None, concrete_mesh(), current_mesh()]
+  for c in candidates:
+    if c is not None and (c.axis_sizes, c.axis_names) == (types_mesh.axis_sizes,
+                                                          types_mesh.axis_names):
+      return c, types_mesh
+  raise ValueError(f"shard_map over {types_mesh} needs devices: call it under "
+                   f"`with jax.set_mesh(mesh):` for a Mesh of the same axis sizes and names.")
+
+
+# ---------------------------------------------------------------------------
+# The user-facing shard_map
+
+
+def shard_map(f: Callable | None = None, /, *args: Any, out_specs: Any = _MISSING,
+              in_specs: Any = Infer, mesh: Mesh | AbstractMesh | None = None,
+              axis_names: Any = frozenset(), check_vma: bool | None = None,
+              check_rep: bool | None = None, auto: Any = None) -> Callable:
+  """Maps `f`, written for one device's blocks, over the devices of a mesh (JAX 0.10.2's
+  `jax.shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh=None, axis_names=frozenset(),
+  check_vma=True)`; see the module docstring, also for the older positional form).
 
   Args:
     f: a function of arrays (pytrees) returning arrays (pytrees), called with each device's
-      blocks; collectives over the mesh axis names communicate between devices.
-    mesh: the device Mesh (default: the mesh entered with `with mesh:`).
+      blocks; collectives over the mesh axis names communicate between devices. Left out,
+      shard_map returns a decorator.
+    out_specs: a PartitionSpec per output (or a pytree prefix of the outputs): how the
+      blocks assemble into the global result; a manual axis a spec leaves out means the
+      output is the same along it.
     in_specs: a PartitionSpec per positional argument (or a pytree prefix of the arguments
-      tuple): dimension i of the argument is split over the mesh axes the spec names at i
-      (it must divide); None or P() gives every device the whole argument.
-    out_specs: the same for the outputs: how the blocks assemble into the global result. A
-      manual mesh axis the spec does not name means the result is the same along that axis.
-    check_rep: check that results are the same along the axes their out_specs leave out
-      (psum/pmax/pmin/all_gather make values the same along an axis); raises otherwise.
-      (`check_vma` is accepted as JAX's newer name.)
-    auto: mesh axes left automatic (the body sees whole values along them and XLA's
-      partitioner handles them); the others are manual. `axis_names` (JAX's newer form)
-      names the manual axes instead.
+      tuple): dimension i is split over the mesh axes the spec names at i (it must
+      divide); P() gives every device the whole argument; a None entry makes the argument
+      static. Left out: inferred from the arguments (every manual axis must be Explicit).
+    mesh: a Mesh (or an AbstractMesh, run on the mesh of its shape set by `set_mesh`);
+      default: the mesh in context.
+    axis_names: the set of mesh axes `f` is manual over (default: all); over the others the
+      body sees whole values.
+    check_vma: check that outputs are the same along the manual axes their out_specs leave
+      out, typing values as JAX does (see the module docstring).
 
   Returns:
-    The mapped function; its results are Arrays laid out over the mesh by `out_specs`
-    (global shapes: each block dimension times the size of the axes it is split over).
+    The mapped function (or a decorator when `f` is None); its results are Arrays laid out
+    over the mesh by `out_specs` (global shapes: each block dimension times the size of
+    the axes it is split over).
 
   Raises:
-    ValueError: a spec naming an axis the mesh lacks (or an automatic one, or one twice),
-      more entries than the value's rank, a dimension not divisible by its axes, specs
-      that are not a tree prefix, an output that may vary along an axis its out_spec leaves
-      out (with check_rep), or no mesh.
-    TypeError: non-callable `f`, or a spec that is not a PartitionSpec.
+    TypeError: a non-callable `f`; specs that are not PartitionSpecs; `axis_names` that is
+      not a set; `in_specs` left out with axes that are not Explicit; loops or conds whose
+      varying manual axes do not match (check_vma).
+    ValueError: no mesh (in context); a mesh other than the one in context; axis names not
+      of the mesh; a spec naming an axis that is not manual, or one twice, or with more
+      entries than the value's rank, or a dimension not divisible by its axes; specs that are
+      not a tree prefix; an output that may vary along an axis its out_spec leaves out
+      (check_vma), with JAX's message.
     NameError: a collective over an axis the mesh does not bind manually.
   """
+  if args or check_rep is not None or auto is not None:
+    return _legacy_shard_map(f, args, out_specs, in_specs, mesh, axis_names, check_vma,
+                             check_rep, auto)
+  if out_specs is _MISSING:
+    raise TypeError("shard_map() missing 1 required keyword-only argument: 'out_specs'")
+  kwargs = dict(out_specs=out_specs, in_specs=in_specs, mesh=mesh, axis_names=axis_names,
+                check_vma=True if check_vma is None else check_vma)
+  if f is None:
+    return lambda g: _shard_map(g, **kwargs)
+  return _shard_map(f, **kwargs)
+
+
+def _legacy_shard_map(f, args, out_specs, in_specs, mesh, axis_names, check_vma, check_rep,
+                      auto):
+  """`shard_map(f, mesh, in_specs, out_specs, check_rep=True, auto=frozenset())`."""
+  names = ("mesh", "in_specs", "out_specs", "check_rep", "auto")
+  if len(args) > len(names):
+    raise TypeError(f"shard_map takes at most {len(names) + 1} positional arguments (f, "
+                    f"{', '.join(names)}), got {len(args) + 1}.")
+  given = dict(zip(names, args))
+  mesh = given.get("mesh", mesh)
+  in_specs = given.get("in_specs", in_specs)
+  out_specs = given.get("out_specs", out_specs)
+  check_rep = given.get("check_rep", check_rep)
+  auto = given.get("auto", auto)
   if not callable(f):
     raise TypeError(f"shard_map expects a callable, got {f!r}.")
   if mesh is None:
     mesh = current_mesh()
     if mesh is None:
       raise ValueError("shard_map needs a mesh: pass mesh=Mesh(...), or call inside "
-                       "`with mesh:`.")
+                       "`with jax.set_mesh(mesh):` (or `with mesh:`).")
   if not isinstance(mesh, Mesh):
     raise TypeError(f"shard_map: mesh must be a stagecraft.sharding.Mesh, got "
                     f"{type(mesh).__name__}.")
-  if check_vma is not None:
-    check_rep = check_vma
-  if axis_names is not None:
+  check = True if check_rep is None and check_vma is None else bool(
+      check_rep if check_rep is not None else check_vma)
+  if axis_names:
     manual = frozenset(axis_names if isinstance(axis_names, (set, frozenset, list, tuple))
                        else (axis_names,))
   else:
-    manual = frozenset(mesh.axis_names) - frozenset(auto)
+    manual = frozenset(mesh.axis_names) - frozenset(auto or ())
   for n in manual:
     if n not in mesh.axis_names:
-      raise ValueError(f"shard_map: axis {n!r} is not an axis of the mesh {mesh.axis_names}.")
-  fun_name = _fun_name(f)
-  manual_t = tuple(n for n in mesh.axis_names if n in manual)
-  traces: dict = {}
+      raise ValueError(f"jax.shard_map requires axis_names={manual} to be a subset of "
+                       f"mesh.axis_names={frozenset(mesh.axis_names)}: {n!r} is not an axis "
+                       f"of the mesh.")
+  return _Mapped(f, mesh, manual, None if in_specs is Infer else in_specs,
+                 None if out_specs is _MISSING else out_specs, check, legacy=True).wrapped
 
-  def trace(in_tree, avals, specs):
-    local = [local_aval(a, s, mesh) for a, s in zip(avals, specs)]
+
+def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma):
+  if not callable(f):
+    raise TypeError(f"shard_map requires a callable for its first argument, but got {f} of "
+                    f"type {type(f)}.")
+  state: dict = {}
+
+  @functools.wraps(f)
+  def wrapped(*args, **kwargs):
+    mapped = state.get("mapped")
+    if mapped is None or not mapped.fixed:
+      mapped = _new_form(f, mesh, axis_names, in_specs, out_specs, check_vma)
+      # NB: as JAX, a mesh taken from the context at the first call is kept (but one taken
+      # from an enclosing shard_map is looked up again: `f` may be traced in other bodies).
+      state["mapped"] = mapped
+    return mapped.wrapped(*args, **kwargs)
+  return wrapped
+
+
+def _new_form(f, mesh, axis_names, in_specs, out_specs, check_vma) -> "_Mapped":
+  nested = mesh is None and enclosing_shard_map() is not None
+  run_mesh, types_mesh = _resolve_mesh(mesh)
+  if not isinstance(axis_names, (set, frozenset)):
+    raise TypeError(f"`axis_names` argument of shard_map should be of type `frozenset` or "
+                    f"`set`. Got type: {type(axis_names)}")
+  axis_names = frozenset(axis_names) or frozenset(types_mesh.axis_names)
+  if not axis_names <= frozenset(types_mesh.axis_names):
+    raise ValueError(f"jax.shard_map requires axis_names={axis_names} to be a subset of "
+                     f"mesh.axis_names={frozenset(types_mesh.axis_names)}")
+  types = dict(zip(types_mesh.axis_names, types_mesh.axis_types))
+  ordered = [n for n in types_mesh.axis_names if n in axis_names]
+  if in_specs is Infer and not all(types[n] == AxisType.Explicit for n in ordered):
+    raise TypeError(f"shard_map in_specs argument must be a pytree of "
+                    f"`jax.sharding.PartitionSpec` instances, but it was `None` when "
+                    f"axis_names={axis_names} are of type "
+                    f"{', '.join(str(types[n]) for n in ordered)}")
+  if in_specs is not Infer and in_specs is not None:
+    _check_specs_jax(in_specs, axis_names, "in_specs", types_mesh, False)
+  _check_specs_jax(out_specs, axis_names, "out_specs", types_mesh, False)
+  already = frozenset(n for n in ordered if types[n] == AxisType.Manual)
+  manual = axis_names - already
+  for specs in (in_specs, out_specs):
+    if specs is Infer or specs is None:
+      continue
+    for p in tree_util.tree_leaves(specs, is_leaf=_spec_leaf):
+      if p is not None and _spec_names(p) & already:
+        raise NotImplementedError(
+            f"shard_map: the spec {p} names {sorted(map(str, _spec_names(p) & already))}, "
+            f"which an enclosing shard_map already maps over; a nested shard_map's specs "
+            f"may name only its own manual axes.")
+  mapped = _Mapped(f, run_mesh, manual, in_specs, out_specs, check_vma, legacy=False,
+                   infer=in_specs is Infer)
+  mapped.fixed = not nested
+  return mapped
+
+
+class _Mapped:
+  """A shard_map of `f` over a resolved mesh and manual axes, with its trace cache."""
+
+  def __init__(self, f, mesh: Mesh, manual: frozenset, in_specs, out_specs, check: bool, *,
+               legacy: bool, infer: bool = False):
+    if not callable(f):
+      raise TypeError(f"shard_map expects a callable, got {f!r}.")
+    self.f, self.mesh, self.manual = f, mesh, frozenset(manual)
+    self.in_specs, self.out_specs, self.check = in_specs, out_specs, bool(check)
+    self.legacy, self.infer, self.fixed = legacy, infer, True
+    self.fun_name = _fun_name(f)
+    self.traces: dict = {}
+    self.wrapped = self._make_wrapped()
+
+  def _trace(self, in_tree, avals, specs, static):
+    """Traces `f` on the blocks of the dynamic arguments (specs[i] None: static)."""
+    mesh, manual, fun_name = self.mesh, self.manual, self.fun_name
+    dyn_specs = [s for s in specs if s is not None]
+    local = [local_aval(a, s, mesh) for a, s in zip(avals, dyn_specs)]
     store = []
 
     def flat(*xs):
-      out = f(*optree.tree_unflatten(in_tree, xs))
-      leaves, out_tree = flatten(out)
-      check_out_leaves(leaves, out_tree, fun_name, "shard_map")
+      it, st = iter(xs), iter(static)
+      leaves = [next(st) if s is None else next(it) for s in specs]
+      out = self.f(*optree.tree_unflatten(in_tree, leaves))
+      out_leaves, out_tree = flatten(out)
+      check_out_leaves(out_leaves, out_tree, fun_name, "shard_map")
       store[:] = [out_tree]
-      return leaves
+      return out_leaves
     with shard_map_env(mesh, manual):
       jaxpr, consts = pe.trace_to_jaxpr(flat, local)
     closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
     out_tree = store[0]
-    o_specs = _flat_specs(out_specs, optree.tree_unflatten(out_tree, [0] * out_tree.num_leaves),
-                          "out_specs", fun_name)
+    out_shape = optree.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
+    o_specs = _flat_specs(self.out_specs, out_shape, "out_specs", fun_name, legacy=True)
     out_paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(
         optree.tree_unflatten(out_tree, list(range(out_tree.num_leaves))))[0]]
     for s, a, path in zip(o_specs, closed.out_avals, out_paths):
-      _check_spec(s, a, mesh, manual, f"out_specs{path}", fun_name, split=False)
-    if check_rep:
-      in_vary = [frozenset()] * len(consts) + [
-          frozenset(n for i in range(len(s)) for n in s._names(i)) for s in specs]
-      vary = varying_axes(closed.jaxpr, in_vary)
-      for k, (s, v) in enumerate(zip(o_specs, vary)):
-        used = {n for i in range(len(s)) for n in s._names(i)}
-        bad = [n for n in manual_t if n in v and n not in used]
-        if bad:
-          raise ValueError(
-              f"shard_map applied to the function '{fun_name}' was given out_specs which "
-              f"require replication which can't be statically inferred given the mesh:\n\n"
-              f"The mesh given has shape {tuple(mesh.devices.shape)} with corresponding axis "
-              f"names {mesh.axis_names}.\n\nout_specs{out_paths[k]} is {s} which implies "
-              f"that the corresponding output value is replicated across mesh axis "
-              f"{bad[0]!r}, but it may vary along {', '.join(map(repr, bad))}.\n\nCheck if "
-              f"these output values are meant to be replicated over those mesh axes (reduce "
-              f"them first, e.g. lax.psum). If not, revise the corresponding out_specs "
-              f"entries. If so, disable the check by passing check_rep=False to shard_map.")
+      if self.legacy:
+        self._check_names(s, f"out_specs{path}")
+      _check_spec(s, a, mesh, f"out_specs{path}", fun_name, split=False)
+    if self.check:
+      in_vary = [frozenset()] * len(consts) + [_spec_names(s) & manual for s in dyn_specs]
+      with checking_vma(not self.legacy, mesh.axis_names):
+        vary = varying_axes(closed.jaxpr, in_vary)
+      fails = [(path, s, v) for s, v, path in zip(o_specs, vary, out_paths)
+               if any(n in v and n not in _spec_names(s) for n in manual)]
+      if fails and self.legacy:
+        self._legacy_rep_error(*fails[0])
+      if fails:
+        # NB: JAX 0.10.2 reports the first such output only, without its key path.
+        raise ValueError(_vma_error(fun_name, mesh, [("", *fails[0][1:])], legacy=False))
     cacheable = not any(isinstance(c, core.Tracer) for c in consts)
     return closed, consts, out_tree, tuple(o_specs), cacheable
 
-  @api_boundary
-  def wrapped(*args, **kwargs):
-    if kwargs:
-      raise TypeError(f"shard_map applied to the function '{fun_name}' was called with "
-                      f"keyword arguments {sorted(kwargs)}; pass them positionally.")
-    leaves, in_tree = flatten(args)
-    specs = _flat_specs(in_specs, args, "in_specs", fun_name)
-    paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(args)[0]]
-    avals = []
-    for x, s, path in zip(leaves, specs, paths):
+  def _check_names(self, spec: PartitionSpec, where: str):
+    """The legacy form's checks of the axes a spec names."""
+    mesh = self.mesh
+    for n in _spec_names(spec):
+      if n not in mesh.axis_names:
+        raise ValueError(f"shard_map: {where} has spec {spec}, which names the axis {n!r} "
+                         f"that the mesh does not have; its axes are {mesh.axis_names}.")
+      if n not in self.manual:
+        raise ValueError(f"shard_map: {where} has spec {spec}, which names the automatic "
+                         f"axis {n!r}; specs may name only the manual axes "
+                         f"{tuple(a for a in mesh.axis_names if a in self.manual)}.")
+
+  def _legacy_rep_error(self, path: str, s: PartitionSpec, v: frozenset):
+    mesh = self.mesh
+    bad = [n for n in mesh.axis_names if n in self.manual and n in v and
+           n not in _spec_names(s)]
+    raise ValueError(
+        f"shard_map applied to the function '{self.fun_name}' was given out_specs which "
+        f"require replication which can't be statically inferred given the mesh:\n\n"
+        f"The mesh given has shape {tuple(mesh.devices.shape)} with corresponding axis "
+        f"names {mesh.axis_names}.\n\nout_specs{path} is {s} which implies "
+        f"that the corresponding output value is replicated across mesh axis "
+        f"{bad[0]!r}, but it may vary along {', '.join(map(repr, bad))}.\n\nCheck if "
+        f"these output values are meant to be replicated over those mesh axes (reduce "
+        f"them first, e.g. lax.psum). If not, revise the corresponding out_specs "
+        f"entries. If so, disable the check by passing check_rep=False to shard_map.")
+
+  def _make_wrapped(self):
+    fun_name, mesh = self.fun_name, self.mesh
+
+    @api_boundary
+    def wrapped(*args, **kwargs):
+      if kwargs:
+        raise TypeError(f"shard_map applied to the function '{fun_name}' was called with "
+                        f"keyword arguments {sorted(kwargs)}; pass them positionally.")
+      leaves, in_tree = flatten(args)
+      if self.infer:
+        specs = [_inferred_spec(x, mesh, self.manual) for x in leaves]
+      else:
+        specs = _flat_specs(self.in_specs, args, "in_specs", fun_name, legacy=self.legacy)
+      paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(args)[0]]
+      avals, dyn, static = [], [], []
+      for x, s, path in zip(leaves, specs, paths):
+        if s is None:
+          static.append(x)
+          continue
+        try:
+          aval = core.get_aval(x)
+        except TypeError:
+          raise TypeError(f"shard_map: the argument at args{path} of {fun_name} is not an "
+                          f"array (got {type(x).__name__}).") from None
+        if self.legacy:
+          self._check_names(s, f"the argument at args{path}")
+        _check_spec(s, aval, mesh, f"the argument at args{path}", fun_name, split=True)
+        avals.append(aval)
+        dyn.append(x)
+      key = (in_tree, tuple(specs), *avals)
       try:
-        aval = x.aval if type(x) is Array else core.get_aval(x)
+        key = (*key, *static) if static else key
+        hash(key)
       except TypeError:
-        raise TypeError(f"shard_map: the argument at args{path} of {fun_name} is not an "
-                        f"array (got {type(x).__name__}).") from None
-      _check_spec(s, aval, mesh, manual, f"the argument at args{path}", fun_name, split=True)
-      avals.append(aval)
-    key = (in_tree, tuple(specs), *avals)
-    entry = traces.get(key)
-    if entry is None:
-      entry = trace(in_tree, avals, specs)
-      if entry[4]:
-        traces[key] = entry
-    closed, consts, out_tree, o_specs, _ = entry
-    outs = shard_map_p.bind(
-        *consts, *leaves, jaxpr=closed, mesh=mesh,
-        in_specs=(PartitionSpec(),) * len(consts) + tuple(specs), out_specs=o_specs,
-        manual_axes=manual, check_rep=bool(check_rep), name=fun_name)
-    return optree.tree_unflatten(out_tree, outs)
+        key = None
+      entry = self.traces.get(key) if key is not None else None
+      if entry is None:
+        entry = self._trace(in_tree, avals, specs, static)
+        if entry[4] and key is not None:
+          self.traces[key] = entry
+      closed, consts, out_tree, o_specs, _ = entry
+      dyn_specs = tuple(s for s in specs if s is not None)
+      outs = shard_map_p.bind(
+          *consts, *dyn, jaxpr=closed, mesh=mesh,
+          in_specs=(PartitionSpec(),) * len(consts) + dyn_specs, out_specs=o_specs,
+          manual_axes=self.manual, check_rep=self.check, name=fun_name)
+      return optree.tree_unflatten(out_tree, outs)
 
-  wrapped.__name__ = f"shard_map_{fun_name}"
-  wrapped.__doc__ = getattr(f, "__doc__", None)
-  return wrapped
-
+    if self.legacy:
+      wrapped.__name__ = f"shard_map_{fun_name}"
+      wrapped.__doc__ = getattr(self.f, "__doc__", None)
+    return wrapped

@@ -1,18 +1,31 @@
-"""Shardings: how an Array's elements are laid out over devices.
+"""Shardings: how an Array's elements are laid out over devices, and the mesh in context.
 
-`Mesh(devices, axis_names)` names the axes of an n-d grid of devices; `PartitionSpec` (`P`)
-says, per array dimension, which mesh axes split it (None: not split); `NamedSharding(mesh,
-spec)` pairs them; `SingleDeviceSharding(device)` is one whole copy on one device. A
-dimension split over mesh axes of total size n is cut into n equal blocks (it must divide);
-mesh axes a spec does not mention replicate the array. Semantics follow JAX's
-`jax.sharding` classes of the same names; the runtime's own sharding objects are built from
-these only to hand buffers to PJRT.
+`Mesh(devices, axis_names, axis_types)` names the axes of an n-d grid of devices (each axis
+`AxisType.Explicit`, `Auto` or `Manual`); `AbstractMesh(axis_sizes, axis_names, axis_types)`
+is its shape without devices; `PartitionSpec` (`P`) says, per array dimension, which mesh
+axes split it (None: not split); `NamedSharding(mesh, spec)` pairs them;
+`SingleDeviceSharding(device)` is one whole copy on one device. A dimension split over mesh
+axes of total size n is cut into n equal blocks (it must divide); mesh axes a spec does not
+mention replicate the array. Semantics and reprs follow JAX 0.10.2's `jax.sharding` classes of
+the same names; the runtime's own sharding objects are built from these only to hand buffers
+to PJRT.
+
+The mesh in context: `set_mesh(mesh)` (a global setter, or a context manager that restores
+the previous mesh on exit) sets the concrete mesh (`get_mesh()`) and its abstract mesh
+(`get_abstract_mesh()`); `use_abstract_mesh(m)` sets only the latter. Under them a bare
+PartitionSpec means `NamedSharding(mesh, spec)` (device_put, jit's shardings,
+with_sharding_constraint, shard_map's mesh). The older `with mesh:` does the same for bare
+specs (JAX 0.10 deprecates it; it is kept for programs written against earlier JAX).
 
 pmap's results are NamedShardings over a mesh of its devices whose axes are the mapped axes
 (outermost first), split on the out_axes dimension.
 """
 from __future__ import annotations
 
+import collections
+import contextvars
+import dataclasses
+import enum
 import functools
 import math
 from typing import Any, Sequence
@@ -22,71 +35,214 @@ import numpy as np
 from stagecraft.runtime import client
 from stagecraft.runtime.jax_runtime import jax_module
 
-__all__ = ["Mesh", "PartitionSpec", "P", "NamedSharding", "SingleDeviceSharding", "Shard",
-           "make_mesh", "Sharding"]
+__all__ = ["Mesh", "AbstractMesh", "AbstractDevice", "AxisType", "PartitionSpec", "P",
+           "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh", "Sharding",
+           "set_mesh", "get_mesh", "get_abstract_mesh", "use_abstract_mesh"]
 
 _mesh_stack: list = []   # meshes entered with `with mesh:` (innermost last)
+
+# The mesh set by `set_mesh` (concrete) and its abstract mesh (also set by
+# `use_abstract_mesh` and, while a shard_map body is traced, with its manual axes typed
+# Manual). None: no mesh. Per thread (and per asyncio task), as JAX's are per thread.
+_concrete_mesh: contextvars.ContextVar = contextvars.ContextVar("stagecraft_mesh",
+                                                                default=None)
+_abstract_mesh: contextvars.ContextVar = contextvars.ContextVar("stagecraft_abstract_mesh",
+                                                                default=None)
+
+# NB: whether no transformation is tracing now (`set_mesh`/`get_mesh` are refused under
+# jit, as JAX's). The platform layer cannot see traces: stagecraft.lax.spmd installs the
+# check (core's current trace is the evaluation trace).
+outside_trace: list = [lambda: True]
+
+
+class AxisType(enum.Enum):
+  """How a mesh axis is used: `Explicit` (JAX's default for `make_mesh`: shardings along it
+  are part of array types), `Auto` (the compiler's partitioner decides) or `Manual` (inside
+  shard_map: each device holds its own piece). Values and reprs are JAX's."""
+  Auto = enum.auto()
+  Explicit = enum.auto()
+  Manual = enum.auto()
+
+  def __repr__(self):
+    return self.name
+
+
+def _normalize_axis_types(axis_names: tuple, axis_types: Any, where: str) -> tuple:
+  if axis_types is None:
+    axis_types = (AxisType.Auto,) * len(axis_names)
+  if not isinstance(axis_types, tuple):
+    axis_types = (axis_types,)
+  if not all(isinstance(a, AxisType) for a in axis_types):
+    raise TypeError(f"axis_types passed to {where} must be of type `jax.sharding.AxisType`. "
+                    f"Got {axis_types} of type {tuple(type(a) for a in axis_types)}")
+  if len(axis_names) != len(axis_types):
+    raise ValueError(f"Number of axis names should match the number of axis_types. Got "
+                     f"axis_names={axis_names} and axis_types={axis_types}")
+  return axis_types
+
+
+def _check_axis_names(names: tuple, where: str):
+  if any(n is None for n in names):
+    raise ValueError(f"Mesh axis names cannot be None. Got: {names}")
+  for n in names:
+    try:
+      hash(n)
+    except TypeError:
+      raise TypeError(f"{where}: mesh axis names must be hashable (usually strings), got "
+                      f"{n!r} of type {type(n).__name__}.") from None
+  if len(set(names)) != len(names):
+    raise ValueError(f"{where}: axis names must be distinct, got {names}.")
+
+
+class _MeshAxes:
+  """What Mesh and AbstractMesh share: the axis types by name."""
+  axis_names: tuple
+  axis_types: tuple
+
+  @property
+  def auto_axes(self) -> tuple:
+    return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == AxisType.Auto)
+
+  @property
+  def explicit_axes(self) -> tuple:
+    return tuple(n for n, t in zip(self.axis_names, self.axis_types)
+                 if t == AxisType.Explicit)
+
+  @property
+  def manual_axes(self) -> tuple:
+    return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == AxisType.Manual)
+
+  @property
+  def are_all_axes_auto(self) -> bool:
+    return bool(self.axis_types) and all(t == AxisType.Auto for t in self.axis_types)
+
+  @property
+  def are_all_axes_explicit(self) -> bool:
+    return bool(self.axis_types) and all(t == AxisType.Explicit for t in self.axis_types)
+
+  @property
+  def are_all_axes_manual(self) -> bool:
+    return bool(self.axis_types) and all(t == AxisType.Manual for t in self.axis_types)
+
+  def axis_type(self, name) -> AxisType:
+    """The AxisType of the axis `name`."""
+    return dict(zip(self.axis_names, self.axis_types))[name]
+
+  @property
+  def shape(self) -> "collections.OrderedDict":
+    """{axis name: size}, in axis order."""
+    return collections.OrderedDict(zip(self.axis_names, self.axis_sizes))
+
+  @property
+  def shape_tuple(self) -> tuple:
+    return tuple(zip(self.axis_names, self.axis_sizes))
+
+  @property
+  def empty(self) -> bool:
+    return self.size == 0
 
 
 class Sharding:
   """The base class of shardings (NamedSharding, SingleDeviceSharding)."""
 
 
-class Mesh:
-  """An n-d grid of devices with a name per axis.
+class Mesh(_MeshAxes):
+  """An n-d grid of devices with a name and an AxisType per axis.
 
   Args:
     devices: an n-d array (or nested sequence) of devices, each used once.
-    axis_names: one name per axis of `devices` (distinct, hashable).
+    axis_names: one name per axis of `devices` (distinct, hashable, not None; a str is one
+      name).
+    axis_types: an AxisType or a tuple of one per axis (default: all `AxisType.Auto`, as
+      JAX's `Mesh`; `make_mesh` defaults to Explicit).
 
   Raises:
-    ValueError: when the number of names differs from `devices.ndim`, names repeat, or a
-      device appears twice.
+    ValueError: when the number of names differs from `devices.ndim`, a name is None, names
+      repeat, or a device appears twice; or the number of axis types differs.
+    TypeError: an axis type that is not an AxisType.
+
+  Axis names reach compiled programs only through `sdy_axis_names` (names that are not
+  plain printable ASCII, or contain a quote or backslash, are renamed there), so any
+  hashable name is safe.
   """
 
-  def __init__(self, devices: Any, axis_names: Sequence[Any]):
+  def __init__(self, devices: Any, axis_names: Sequence[Any], axis_types: Any = None):
     if isinstance(axis_names, str):
       axis_names = (axis_names,)
+    names = tuple(axis_names)
     devs = np.empty(np.shape(np.asarray(devices, dtype=object)), dtype=object)
     devs[...] = np.asarray(devices, dtype=object)
-    names = tuple(axis_names)
+    _check_axis_names(names, "Mesh")
     if devs.ndim != len(names):
-      raise ValueError(f"Mesh: devices has {devs.ndim} dimensions (shape {devs.shape}) but "
-                       f"{len(names)} axis names were given: {names}. Give one name per "
-                       f"axis.")
-    if len(set(names)) != len(names):
-      raise ValueError(f"Mesh: axis names must be distinct, got {names}.")
-    ids = [d.id for d in devs.flat]
-    if len(set(ids)) != len(ids):
-      raise ValueError(f"Mesh: a device appears more than once: ids {ids}.")
+      raise ValueError(f"Mesh requires the ndim of its first argument (`devices`) to equal "
+                       f"the length of its second argument (`axis_names`), but got "
+                       f"devices.ndim == {devs.ndim} and len(axis_names) == {len(names)}.")
+    self.axis_types = _normalize_axis_types(names, axis_types, "Mesh")
+    empty = not names and devs.flat[0] is None
+    if not empty:
+      ids = [d.id for d in devs.flat]
+      if len(set(ids)) != len(ids):
+        raise ValueError(f"Mesh: a device appears more than once: ids {ids}.")
+    devs.flags.writeable = False
     self.devices = devs
     self.axis_names = names
+    self.size = 0 if empty else int(devs.size)
 
   @property
-  def shape(self) -> dict:
-    """{axis name: size}, in axis order."""
-    return dict(zip(self.axis_names, self.devices.shape))
-
-  @property
-  def size(self) -> int:
-    return int(self.devices.size)
+  def axis_sizes(self) -> tuple[int, ...]:
+    return self.devices.shape
 
   @property
   def device_ids(self) -> np.ndarray:
     return np.vectorize(lambda d: d.id, otypes=[int])(self.devices)
 
+  @property
+  def local_devices(self) -> list:
+    me = client.process_index()
+    return [d for d in self.devices.flat if d.process_index == me]
+
+  @property
+  def is_multi_process(self) -> bool:
+    return self.devices.size != len(self.local_devices)
+
+  @functools.cached_property
+  def abstract_mesh(self) -> "AbstractMesh":
+    """This mesh's AbstractMesh (sizes, names, types and the kind of its devices)."""
+    if not self.axis_names:
+      return empty_abstract_mesh
+    d = self.devices.flat[0]
+    cores = (getattr(d, "num_cores", None) if d.platform == "tpu" else
+             getattr(d, "core_count", None) if d.platform == "gpu" else None)
+    return AbstractMesh(self.axis_sizes, self.axis_names, self.axis_types,
+                        abstract_device=AbstractDevice(d.device_kind, cores, d.platform))
+
+  def update(self, devices=None, axis_names=None, axis_types=None) -> "Mesh":
+    """A copy with the given fields replaced."""
+    return Mesh(self.devices if devices is None else devices,
+                self.axis_names if axis_names is None else axis_names,
+                self.axis_types if axis_types is None else axis_types)
+
   def _key(self):
-    return (tuple(d.id for d in self.devices.flat), self.devices.shape, self.axis_names)
+    return (tuple(d.id for d in self.devices.flat) if self.size else (),
+            self.devices.shape, self.axis_names, self.axis_types)
 
   def __eq__(self, other):
-    return isinstance(other, Mesh) and self._key() == other._key()
+    return other is self or (isinstance(other, Mesh) and self._key() == other._key())
 
   def __hash__(self):
     return hash(self._key())
 
   def __repr__(self):
-    axes = ", ".join(f"{n!r}: {s}" for n, s in self.shape.items())
-    return f"Mesh({axes})"
+    if self.empty:
+      return "Mesh(axis_sizes=(), axis_names=())"
+    return (f"Mesh(axis_sizes={self.axis_sizes}, axis_names={self.axis_names!r}, "
+            f"axis_types={self.axis_types})")
+
+  def __str__(self):
+    if self.empty:
+      return "Mesh()"
+    axes = ", ".join(f"'{n}': {s}" for n, s in self.shape.items())
+    return f"Mesh({axes}, axis_types={self.axis_types})"
 
   @functools.cached_property
   def sdy_axis_names(self) -> dict:
@@ -114,8 +270,9 @@ class Mesh:
     return tuple(self.devices.flat)
 
   def __enter__(self):
-    """`with mesh:` lets `with_sharding_constraint` and `jit`'s shardings take bare
-    PartitionSpecs, meaning NamedSharding(mesh, spec)."""
+    """`with mesh:` lets `with_sharding_constraint`, `jit`'s shardings, device_put and
+    shard_map take bare PartitionSpecs, meaning NamedSharding(mesh, spec). (JAX 0.10
+    deprecates it for `with set_mesh(mesh):`, which does the same.)"""
     _mesh_stack.append(self)
     return self
 
@@ -124,39 +281,267 @@ class Mesh:
     return False
 
 
-def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[Any], *,
-              devices: Sequence[Any] | None = None) -> Mesh:
+@dataclasses.dataclass(frozen=True)
+class AbstractDevice:
+  """The kind of device an AbstractMesh stands for."""
+  device_kind: str
+  num_cores: int | None = None
+  platform: str | None = None
+
+  def __repr__(self):
+    return f"AbstractDevice({self._text()})"
+
+  def _text(self) -> str:
+    return (f"device_kind={self.device_kind}, num_cores={self.num_cores}, "
+            f"platform={self.platform}")
+
+
+class AbstractMesh(_MeshAxes):
+  """A mesh's axis sizes, names and types without devices (the mesh a traced program sees).
+
+  Args:
+    axis_sizes: the size of each axis (ints).
+    axis_names: one name per axis.
+    axis_types: an AxisType or one per axis (default: all Auto).
+    abstract_device: the kind of device (optional).
+
+  Raises:
+    ValueError / TypeError: as `Mesh` for the axis types; ValueError for sizes and names of
+      different lengths. Accessing `devices` (or `with` on it) raises ValueError.
+  """
+
+  def __init__(self, axis_sizes: Sequence[int], axis_names: Sequence[Any],
+               axis_types: Any = None, *, abstract_device: AbstractDevice | None = None):
+    if isinstance(axis_names, str):
+      axis_names = (axis_names,)
+    names = tuple(axis_names)
+    sizes = tuple(int(s) for s in axis_sizes)
+    _check_axis_names(names, "AbstractMesh")
+    if len(sizes) != len(names):
+      raise ValueError(f"AbstractMesh: {len(sizes)} axis sizes {sizes} but {len(names)} axis "
+                       f"names {names}; give one name per axis.")
+    self.axis_types = _normalize_axis_types(names, axis_types, "AbstractMesh")
+    self.axis_sizes = sizes
+    self.axis_names = names
+    self.abstract_device = abstract_device
+    self.size = math.prod(sizes) if sizes else 0
+
+  @property
+  def abstract_mesh(self) -> "AbstractMesh":
+    return self
+
+  def update(self, axis_sizes=None, axis_names=None, axis_types=None, **kwargs):
+    """A copy with the given fields replaced."""
+    kwargs.setdefault("abstract_device", self.abstract_device)
+    return AbstractMesh(self.axis_sizes if axis_sizes is None else axis_sizes,
+                        self.axis_names if axis_names is None else axis_names,
+                        self.axis_types if axis_types is None else axis_types, **kwargs)
+
+  def update_axis_types(self, name_to_type: dict) -> "AbstractMesh":
+    """A copy with the types of the axes named in `name_to_type` replaced."""
+    return self.update(axis_types=tuple(name_to_type.get(n, t)
+                                        for n, t in zip(self.axis_names, self.axis_types)))
+
+  def _key(self):
+    return (self.axis_sizes, self.axis_names, self.axis_types, self.abstract_device)
+
+  def __eq__(self, other):
+    return isinstance(other, AbstractMesh) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
+  def __repr__(self):
+    axes = (", ".join(f"'{n}': {s}" for n, s in self.shape_tuple) if self.shape_tuple
+            else "()")
+    dev = "" if self.abstract_device is None else f", {self.abstract_device._text()}"
+    return f"AbstractMesh({axes}, axis_types={self.axis_types}{dev})"
+
+  @property
+  def devices(self):
+    raise ValueError("AbstractMesh does not implement devices")
+
+  @property
+  def device_ids(self):
+    raise ValueError("AbstractMesh does not implement device_ids")
+
+  def __enter__(self):
+    raise ValueError("AbstractMesh does not implement __enter__")
+
+  def __exit__(self, *exc):
+    raise ValueError("AbstractMesh does not implement __exit__")
+
+
+empty_abstract_mesh = AbstractMesh((), ())
+empty_concrete_mesh = Mesh(np.empty((), dtype=object), ())
+
+
+def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[Any], axis_types: Any = None,
+              *, devices: Sequence[Any] | None = None) -> Mesh:
   """A Mesh of shape `axis_shapes` over the first `prod(axis_shapes)` devices (every
-  process's devices in a distributed run, ordered by process then id).
+  process's devices in a distributed run, ordered by process then id), as JAX's
+  `jax.make_mesh` on CPU and GPU.
 
   Args:
     axis_shapes: the size of each mesh axis (ints).
     axis_names: one name per axis.
-    devices: the devices to use, in mesh order (default: as above).
+    axis_types: an AxisType or one per axis (default: all `AxisType.Explicit`, as JAX 0.10).
+    devices: the devices to use, in mesh order (default: as above; extra devices are
+      left out).
 
   Raises:
-    ValueError: when more devices are needed than there are, or the counts disagree.
+    ValueError: when more devices are needed than there are, sizes are not ints, or the
+      counts of names, sizes and types disagree.
+    TypeError: an axis type that is not an AxisType.
   """
-  shape = tuple(int(s) for s in axis_shapes)
+  try:
+    shape = tuple(int(s) for s in axis_shapes)
+    if any(isinstance(s, bool) or int(s) != s for s in axis_shapes):
+      raise TypeError
+  except (TypeError, ValueError):
+    raise ValueError(f"`axis_shapes` passed to `make_mesh` should be a sequence of ints. Got "
+                     f"{axis_shapes}") from None
   if isinstance(axis_names, str):
     axis_names = (axis_names,)
-  if len(shape) != len(tuple(axis_names)):
-    raise ValueError(f"make_mesh: {len(shape)} axis sizes {shape} but {len(tuple(axis_names))} "
-                     f"axis names {tuple(axis_names)}; give one name per axis.")
+  axis_names = tuple(axis_names)
+  if len(shape) != len(axis_names):
+    raise ValueError(f"make_mesh: {len(shape)} axis sizes {shape} but {len(axis_names)} "
+                     f"axis names {axis_names}; give one name per axis.")
+  if axis_types is None:
+    axis_types = (AxisType.Explicit,) * len(shape)
   n = math.prod(shape)
   if devices is None:
     devices = sorted(client.devices(), key=lambda d: (d.process_index, d.id))
-    if n > len(devices):
-      raise ValueError(
-          f"make_mesh: a mesh of shape {shape} needs {n} devices, but only {len(devices)} "
-          f"are available. Use a smaller mesh, or start Python with "
-          f"XLA_FLAGS=--xla_force_host_platform_device_count={n} for more CPU devices.")
-    devices = devices[:n]
   devices = list(devices)
-  if len(devices) != n:
-    raise ValueError(f"make_mesh: a mesh of shape {shape} needs {n} devices, but {len(devices)} "
-                     f"were given.")
-  return Mesh(np.array(devices, dtype=object).reshape(shape), tuple(axis_names))
+  if n > len(devices):
+    raise ValueError(
+        f"Number of devices {len(devices)} must be >= the product of mesh_shape {shape}. "
+        f"Use a smaller mesh, or start Python with "
+        f"XLA_FLAGS=--xla_force_host_platform_device_count={n} for more CPU devices.")
+  devices = devices[:n]
+  return Mesh(np.array(devices, dtype=object).reshape(shape), axis_names, axis_types)
+
+
+# ---------------------------------------------------------------------------
+# The mesh in context
+
+
+class set_mesh:
+  """Sets the mesh in context: `set_mesh(mesh)` sets it until changed (a global setter);
+  `with set_mesh(mesh):` sets it for the block and then restores the previous one.
+
+  Under it, `get_mesh()` is `mesh`, `get_abstract_mesh()` is `mesh.abstract_mesh`, bare
+  PartitionSpecs mean `NamedSharding(mesh, spec)` (device_put, jit's shardings, reshard,
+  with_sharding_constraint) and shard_map without `mesh=` maps over it. `set_mesh(None)`
+  clears it.
+
+  Raises:
+    ValueError: `mesh` is not a Mesh (or None), has Manual axes, or a transformation (jit,
+      grad, ...) is tracing.
+  """
+  __slots__ = ("prev_abstract_mesh", "prev_mesh")
+
+  def __init__(self, mesh: Mesh | None):
+    if mesh is not None and not isinstance(mesh, Mesh):
+      raise ValueError(f"Expected mesh of type `jax.sharding.Mesh`. Got {type(mesh)}")
+    if not outside_trace[0]():
+      raise ValueError("`set_mesh` can only be used outside of `jax.jit`.")
+    if mesh is not None and AxisType.Manual in mesh.axis_types:
+      raise ValueError(f"mesh {mesh} contains manual axes which is not allowed when using "
+                       f"`jax.set_mesh`. Please use `jax.shard_map` to enter into `Manual` "
+                       f"mode instead.")
+    self.prev_abstract_mesh = _abstract_mesh.get()
+    self.prev_mesh = _concrete_mesh.get()
+    _abstract_mesh.set(None if mesh is None or mesh.empty else mesh.abstract_mesh)
+    _concrete_mesh.set(None if mesh is None or mesh.empty else mesh)
+
+  def __enter__(self):
+    return None
+
+  def __exit__(self, *exc):
+    _abstract_mesh.set(self.prev_abstract_mesh)
+    _concrete_mesh.set(self.prev_mesh)
+    return False
+
+
+def get_mesh() -> Mesh:
+  """The mesh set by `set_mesh` (an empty Mesh when none is).
+
+  Raises:
+    ValueError: when called while a transformation is tracing (use `get_abstract_mesh`).
+  """
+  if not outside_trace[0]():
+    raise ValueError("`get_mesh` can only be used outside of `jax.jit`. Maybe you want "
+                     "`jax.sharding.get_abstract_mesh()`?")
+  m = _concrete_mesh.get()
+  return empty_concrete_mesh if m is None else m
+
+
+def get_abstract_mesh() -> AbstractMesh:
+  """The abstract mesh in context (set by `set_mesh` or `use_abstract_mesh`; inside a
+  shard_map body its manual axes have type Manual); an empty AbstractMesh when none is."""
+  m = _abstract_mesh.get()
+  return empty_abstract_mesh if m is None else m
+
+
+class use_abstract_mesh:
+  """`with use_abstract_mesh(abstract_mesh):` sets only the abstract mesh in context.
+
+  Raises:
+    ValueError: `mesh` is not an AbstractMesh, or (on entry) its size differs from that of a
+      non-empty abstract mesh already in context.
+  """
+  __slots__ = ("mesh", "prev")
+
+  def __init__(self, mesh: AbstractMesh):
+    if not isinstance(mesh, AbstractMesh):
+      raise ValueError(f"Expected mesh of type `jax.sharding.AbstractMesh`. Got type: "
+                       f"{type(mesh)}")
+    self.mesh = mesh
+
+  def __enter__(self):
+    self.prev = _abstract_mesh.get()
+    if (self.prev is not None and not self.prev.empty and not self.mesh.empty
+        and self.prev.size != self.mesh.size):
+      raise ValueError(f"use_abstract_mesh cannot change the size of the mesh. Got new mesh: "
+                       f"{self.mesh} with size={self.mesh.size} and prev mesh: {self.prev} "
+                       f"with size={self.prev.size}")
+    _abstract_mesh.set(None if self.mesh.empty else self.mesh)
+
+  def __exit__(self, *exc):
+    _abstract_mesh.set(self.prev)
+    return False
+
+
+class abstract_mesh_context:
+  """Sets the abstract mesh in context for a block without use_abstract_mesh's checks (the
+  abstract mesh a shard_map body is traced under, its manual axes typed Manual)."""
+  __slots__ = ("mesh", "prev")
+
+  def __init__(self, mesh: AbstractMesh | None):
+    self.mesh = mesh
+
+  def __enter__(self):
+    self.prev = _abstract_mesh.get()
+    _abstract_mesh.set(self.mesh)
+
+  def __exit__(self, *exc):
+    _abstract_mesh.set(self.prev)
+    return False
+
+
+def concrete_mesh() -> Mesh | None:
+  """The Mesh set by `set_mesh`, or None (also while tracing, unlike `get_mesh`)."""
+  return _concrete_mesh.get()
+
+
+def current_mesh() -> Mesh | None:
+  """The mesh a bare PartitionSpec refers to: the one set by `set_mesh`, else the
+  innermost `with mesh:`, else None."""
+  m = _concrete_mesh.get()
+  if m is not None:
+    return m
+  return _mesh_stack[-1] if _mesh_stack else None
 
 
 class PartitionSpec(tuple):
@@ -167,7 +552,7 @@ class PartitionSpec(tuple):
     return super().__new__(cls, entries)
 
   def __repr__(self):
-    return "PartitionSpec(" + ", ".join(repr(e) for e in self) + ")"
+    return "P(" + repr(tuple(self))[1:-1] + ")"   # JAX's form: P('x',), P('x', 'y'), P()
 
   def _names(self, i: int) -> tuple:
     e = self[i] if i < len(self) else None
@@ -196,15 +581,23 @@ class Shard:
 class NamedSharding(Sharding):
   """An array laid out over `mesh` by `spec` (see the module docstring).
 
+  `mesh` may be an AbstractMesh (as in JAX): such a sharding describes a layout for traced
+  code (with_sharding_constraint, shard_map, jit's shardings) and is placed on the
+  concrete mesh set by `set_mesh` when a program runs; it has no devices of its own.
+
   Raises:
-    TypeError: if `mesh` is not a Mesh.
+    TypeError: if `mesh` is not a Mesh or an AbstractMesh.
     ValueError: if `spec` names an axis the mesh does not have, or one twice.
   """
 
-  def __init__(self, mesh: Mesh, spec: PartitionSpec = PartitionSpec()):
-    if not isinstance(mesh, Mesh):
-      raise TypeError(f"NamedSharding: `mesh` must be a stagecraft.sharding.Mesh, got "
-                      f"{type(mesh).__name__}.")
+  def __init__(self, mesh: Mesh | AbstractMesh, spec: PartitionSpec = PartitionSpec(), *,
+               memory_kind: str | None = None):
+    if not isinstance(mesh, (Mesh, AbstractMesh)):
+      raise TypeError(f"NamedSharding: `mesh` must be a stagecraft.sharding.Mesh or "
+                      f"AbstractMesh, got {type(mesh).__name__}.")
+    if memory_kind is None and isinstance(mesh, Mesh):
+      memory_kind = "device"   # NB: JAX fills in the devices' default memory kind
+    self.memory_kind = memory_kind
     if spec is None:
       spec = PartitionSpec()
     if not isinstance(spec, PartitionSpec):
@@ -261,15 +654,17 @@ class NamedSharding(Sharding):
     return f"<@mesh, [{', '.join(dims)}]>"
 
   def _key(self):
-    # NB: equal layouts compare equal whatever the mesh axes are called. Computed once:
-    # dispatch hashes the shardings of every argument on every call.
+    # NB: equal layouts compare equal whatever the mesh axes are called or typed. Computed
+    # once: dispatch hashes the shardings of every argument on every call.
     k = self.__dict__.get("_key_cache")
     if k is None:
       pos = {n: i for i, n in enumerate(self.mesh.axis_names)}
       spec = tuple(tuple(pos[n] for n in self.spec._names(i)) for i in range(len(self.spec)))
       while spec and not spec[-1]:
         spec = spec[:-1]
-      k = (tuple(d.id for d in self.mesh.devices.flat), self.mesh.devices.shape, spec)
+      m = self.mesh
+      k = ((tuple(d.id for d in m.devices.flat), m.devices.shape, spec)
+           if isinstance(m, Mesh) else ("abstract", m._key(), spec))
       self.__dict__["_key_cache"] = k
       self.__dict__["_hash_cache"] = hash(k)
     return k
@@ -286,7 +681,8 @@ class NamedSharding(Sharding):
     return h
 
   def __repr__(self):
-    return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
+    mem = "" if self.memory_kind is None else f", memory_kind={self.memory_kind}"
+    return f"NamedSharding(mesh={self.mesh}, spec={self.spec!r}{mem})"
 
   def shard_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
     """The shape of each device's piece of an array of `shape`.
@@ -371,28 +767,38 @@ class SingleDeviceSharding(Sharding):
     return f"SingleDeviceSharding(device={self.device!r})"
 
 
-def current_mesh() -> Mesh | None:
-  """The innermost mesh entered with `with mesh:`, or None."""
-  return _mesh_stack[-1] if _mesh_stack else None
-
-
 def to_named(s: Any, what: str) -> NamedSharding | None:
-  """`s` as a NamedSharding (a bare PartitionSpec inside `with mesh:`), or None.
+  """`s` as a NamedSharding over a concrete mesh, or None: a bare PartitionSpec means
+  NamedSharding(current_mesh(), spec) (the mesh of `set_mesh`, else of `with mesh:`); a
+  NamedSharding over an AbstractMesh is placed on the concrete mesh set by `set_mesh`.
 
   Raises:
-    TypeError: for anything else; ValueError: a PartitionSpec with no mesh entered.
+    TypeError: for anything else.
+    ValueError: a PartitionSpec with no mesh in context; an AbstractMesh with no concrete
+      mesh of its shape in context.
   """
-  if s is None or isinstance(s, NamedSharding):
+  if s is None:
     return s
+  if isinstance(s, NamedSharding):
+    if isinstance(s.mesh, Mesh):
+      return s
+    mesh = current_mesh()
+    if mesh is None or (mesh.axis_sizes, mesh.axis_names) != (s.mesh.axis_sizes,
+                                                               s.mesh.axis_names):
+      raise ValueError(f"{what}: the sharding {s} is over an AbstractMesh, which has no "
+                       f"devices; call it under `with jax.set_mesh(mesh):` for a Mesh of the "
+                       f"same axis sizes and names (in context now: {mesh}).")
+    return NamedSharding(mesh, s.spec)
   if isinstance(s, PartitionSpec):
-    if not _mesh_stack:
+    mesh = current_mesh()
+    if mesh is None:
       raise ValueError(f"{what}: a bare PartitionSpec {s} needs a mesh: use "
-                       f"NamedSharding(mesh, spec), or call inside `with mesh:`.")
-    return NamedSharding(_mesh_stack[-1], s)
+                       f"NamedSharding(mesh, spec), or call inside `with jax.set_mesh(mesh):` "
+                       f"(or `with mesh:`).")
+    return NamedSharding(mesh, s)
   if isinstance(s, SingleDeviceSharding):
     mesh = Mesh(np.array([s.device], dtype=object), ("_single",))
     return NamedSharding(mesh, PartitionSpec())
   device = "a device from stagecraft.devices(), " if what == "device_put" else ""
-  raise TypeError(f"{what}: expected {device}a NamedSharding, a PartitionSpec (inside `with "
-                  f"mesh:`) or None, got {s!r} of type {type(s).__name__}.")
-
+  raise TypeError(f"{what}: expected {device}a NamedSharding, a PartitionSpec (under "
+                  f"`set_mesh`) or None, got {s!r} of type {type(s).__name__}.")

@@ -8,6 +8,8 @@ program containing them, keyed by `Primitive` through registries so it imports n
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import re
 import weakref
@@ -21,7 +23,8 @@ from stagecraft.interpreters import partial_eval as pe
 __all__ = ["mapped_aval", "unmapped_aval", "MapRules", "device_maps", "mesh_chain",
            "replication_rules", "varying_axes", "call_replication_rule", "loop_fixpoint",
            "emit_manual_computation", "lower_spmd_module", "sdy_sharding", "mesh_names",
-           "UnboundAxis", "describe_axes"]
+           "UnboundAxis", "describe_axes", "vma_rules", "checking_vma", "strict_vma",
+           "vma_type", "ordered_axes"]
 
 # ---------------------------------------------------------------------------
 # Avals
@@ -386,8 +389,58 @@ def lower_spmd_module(name: str, jaxpr: Jaxpr, chain, *, arg_attrs=None, result_
 # rule: a result varies wherever an operand does; one with sub-jaxprs and no rule also varies
 # along every axis its bodies' collectives may make vary. pmap's
 # `out_axes=None` check and shard_map's `check_rep` both ask `varying_axes`.
+#
+# JAX 0.10's shard_map (`check_vma=True`) types values instead: each value is invariant or
+# varying along each manual axis ("varying manual axes", vma), and the analysis runs in its
+# *strict* mode (`checking_vma()`): a primitive's `vma_rules` entry, when it has one, replaces
+# its replication rule. The differences are JAX's typing rules: all_gather's result stays
+# varying; a loop's carries must keep their type (TypeError otherwise, not a fixed point);
+# cond's branches must agree (TypeError) and its predicate does not matter; `pvary` of an
+# axis the value already varies along is an error. Operands of an ordinary primitive that
+# mix invariant and varying values are fine (JAX inserts `pvary` itself, `jax_auto_pcast`).
 
 replication_rules: dict[core.Primitive, Callable[..., list[frozenset]]] = {}
+vma_rules: dict[core.Primitive, Callable[..., list[frozenset]]] = {}
+_strict: contextvars.ContextVar = contextvars.ContextVar("stagecraft_strict_vma",
+                                                         default=False)
+_axis_order: contextvars.ContextVar = contextvars.ContextVar("stagecraft_vma_order",
+                                                            default=())
+
+
+def strict_vma() -> bool:
+  """Whether the analysis runs in check_vma's strict mode now."""
+  return _strict.get()
+
+
+@contextlib.contextmanager
+def checking_vma(strict: bool = True, order: Sequence[Any] = ()):
+  """Runs `varying_axes` in its strict (check_vma) mode, or not, for the block; `order`
+  (the mesh's axis names) orders axes in messages."""
+  token, token_order = _strict.set(strict), _axis_order.set(tuple(order))
+  try:
+    yield
+  finally:
+    _strict.reset(token)
+    _axis_order.reset(token_order)
+
+
+def ordered_axes(vary, order: Sequence[Any] | None = None) -> tuple:
+  """The names in `vary` in `order` (default: the mesh's of `checking_vma`), then the rest."""
+  if order is None:
+    order = _axis_order.get()
+  return (*[n for n in order if n in vary],
+          *sorted((n for n in vary if n not in order), key=str))
+
+
+def vma_type(aval: ShapedArray, vary, order: Sequence[Any] | None = None) -> str:
+  """An aval with its varying axes as JAX prints them in vma errors: `float32[2,4]{V:x}`
+  (several axes: `{V:(x,y)}`, in `order` (default: the mesh's of `checking_vma`), then the
+  rest)."""
+  dims = ",".join(str(d) for d in aval.shape)
+  names = ordered_axes(vary, order)
+  text = ",".join(map(str, names))
+  v = "{V:" + (text if len(names) == 1 else f"({text})") + "}" if names else ""
+  return f"{aval.dtype.name}[{dims}]{v}"
 
 
 def _union(sets) -> frozenset:
@@ -412,10 +465,13 @@ def varying_axes(jaxpr: Jaxpr, in_vary: Sequence[frozenset]) -> list[frozenset]:
   over an axis makes its result the same along it, axis_index makes it vary; calls, cond,
   scan and while_loop follow their bodies, loops to a fixed point)."""
   env: dict = {v: s for v, s in zip(jaxpr.invars, in_vary)}
+  strict = _strict.get()
   for eqn in jaxpr.eqns:
     ins = [env.get(v, frozenset()) if isinstance(v, Var) else frozenset()
            for v in eqn.invars]
-    rule = replication_rules.get(eqn.primitive)
+    rule = vma_rules.get(eqn.primitive) if strict else None
+    if rule is None:
+      rule = replication_rules.get(eqn.primitive)
     if rule is None and eqn.primitive in core.closed_calls:
       rule = call_replication_rule(core.closed_calls[eqn.primitive])
     if rule is not None:

@@ -1,5 +1,5 @@
 """Collectives over named axes: `psum`, `pmean`, `pmax`, `pmin`, `all_gather`, `axis_index`,
-`ppermute`, `all_to_all`.
+`ppermute`, `all_to_all`, `psum_scatter`, and the type cast `pcast` (`pvary`).
 
 A collective reads the axis it names: under `vmap(..., axis_name=...)` its batching rule (an
 axis rule, called even when no operand is batched) computes it over the batch dimension;
@@ -31,7 +31,7 @@ from stagecraft.lax import elementwise, reduction, shape as lax_shape, slicing
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
            "pshuffle", "psum_scatter", "axis_size", "all_to_all", "psum_p", "pmax_p", "pmin_p",
            "all_gather_p", "axis_index_p", "ppermute_p", "all_to_all_p", "reduce_scatter_p",
-           "axis_groups"]
+           "axis_groups", "pvary", "pcast", "pvary_p"]
 
 
 def _axis_size(name) -> int:
@@ -431,6 +431,102 @@ def axis_index(axis_name: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------
+# pvary / pcast: invariant -> varying (shard_map's varying-manual-axes types)
+
+pvary_p = core.Primitive("pvary")
+
+
+def _pvary_abstract_eval(x, *, axes):
+  for n in axes:
+    if batching.axis_size(n) is None:
+      raise NameError(f"Found an unbound axis name: {n}. To fix this, please call pvary under "
+                      f"`jax.shard_map`.")
+  return x
+
+
+def _pvary_impl(x, *, axes):
+  raise ValueError("pvary should be called under jax.shard_map.")
+
+
+def _pvary_transpose(ct, x, *, axes):
+  # NB: identity, not JAX's psum: stagecraft's map rules psum the cotangent of an operand
+  # replicated over a manual axis where it enters the map (interpreters/mapping.MapRules),
+  # and transpose psum to psum, which together sum each cotangent exactly once as JAX's
+  # typed transposes (pvary^T = psum, psum^T = pvary) do.
+  return [ct]
+
+
+def _pvary_batcher(axis_data, args, dims, *, axes):
+  (x,), (d,) = args, dims
+  rest = tuple(a for a in axes if a != axis_data.name)
+  return (pvary_p.bind(x, axes=rest) if rest else x), d
+
+
+def _pvary_lowering(ctx, x, *, axes):
+  return [x]   # a change of type only
+
+
+pvary_p.def_abstract_eval(_pvary_abstract_eval)
+pvary_p.def_impl(_pvary_impl)
+lowering.register_lowering(pvary_p, _pvary_lowering)
+batching.axis_primitive_batchers[pvary_p] = _pvary_batcher
+ad.deflinear(pvary_p, _pvary_transpose)
+
+
+def pvary(x: Any, axis_name: Any) -> Any:
+  """Marks `x` (a pytree of arrays), invariant along the named manual axes of a shard_map,
+  as varying along them; values are unchanged. `pcast(x, axis_name, to='varying')`.
+
+  (JAX 0.10 removed `jax.lax.pvary` for `jax.lax.pcast`; this is the primitive's wrapper.)
+
+  Raises:
+    NameError: an axis not bound by an enclosing shard_map.
+    ValueError: outside shard_map; and (shard_map's check_vma) when `x` already varies along
+      the axes.
+  """
+  axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+  if not axes:
+    return x
+  return tree_util.tree_map(lambda leaf: pvary_p.bind(leaf, axes=axes), x)
+
+
+_PCAST_TO = ("unreduced", "varying", "reduced")
+
+
+def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
+  """Casts the varying-manual-axes type of `x` (a pytree of arrays) along the named manual
+  axes of a shard_map: `to='varying'` makes an invariant value varying (values unchanged),
+  as JAX's `jax.lax.pcast`.
+
+  Args:
+    x: a pytree of arrays inside a shard_map body.
+    axis_name: a manual axis name or a tuple of them (an empty tuple: `x` unchanged).
+    to: 'varying' ('reduced' and 'unreduced' are JAX's too, not supported here).
+
+  Returns:
+    `x`, typed as varying along the axes.
+
+  Raises:
+    TypeError: a set of axis names.
+    ValueError: an unknown `to`; outside shard_map; (check_vma) `x` already varying along
+      the axes ("Unsupported pcast from=varying, to='varying'").
+    NotImplementedError: to='reduced' or 'unreduced'.
+    NameError: an axis no enclosing shard_map binds.
+  """
+  if isinstance(axis_name, (set, frozenset)):
+    raise TypeError(f"{axis_name=} must be a tuple or a str. Got {axis_name}")
+  if not axis_name:
+    return x
+  if to not in _PCAST_TO:
+    raise ValueError("Got unexpected `to` value. Allowed `to` values are: "
+                     "{'unreduced', 'varying', 'reduced'}")
+  if to != "varying":
+    raise NotImplementedError(f"pcast to={to!r} (reduced/unreduced manual axes) is not "
+                              f"supported; only to='varying' is.")
+  return pvary(x, axis_name)
+
+
+# ---------------------------------------------------------------------------
 # all_gather
 
 
@@ -827,8 +923,29 @@ def _varying_replication(in_vary, *, axis_name, **_):
   return [frozenset().union(*in_vary) | frozenset(_names(axis_name))]
 
 
+def _pvary_replication(in_vary, *, axes):
+  if mapping.strict_vma():
+    already = [a for a in axes if a in in_vary[0]]
+    if already and len(already) == len(axes):
+      raise ValueError("Unsupported pcast from=varying, to='varying'")
+    if already:
+      raise ValueError(f"jax.lax.pcast can only accept axis_name which corresponds to one of "
+                       f"varying, unreduced, reduced or invarying state of the input. Got "
+                       f"axes: {tuple(axes)}, of which {tuple(already)} are varying and the "
+                       f"others invarying.")
+  return [in_vary[0] | frozenset(axes)]
+
+
+def _gathering_vma(in_vary, *, axis_name, **_):
+  # NB: JAX types all_gather's result as varying (the same values on every member, but not
+  # an invariant type); an invariant operand is first made varying (`jax_auto_pcast`).
+  return [in_vary[0] | frozenset(_names(axis_name))]
+
+
 for _p in (psum_p, pmax_p, pmin_p):
   mapping.replication_rules[_p] = _reducing_replication
 mapping.replication_rules[all_gather_p] = _gathering_replication
+mapping.vma_rules[all_gather_p] = _gathering_vma
+mapping.replication_rules[pvary_p] = _pvary_replication
 for _p in (axis_index_p, ppermute_p, reduce_scatter_p, all_to_all_p):
   mapping.replication_rules[_p] = _varying_replication

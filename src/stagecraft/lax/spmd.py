@@ -29,6 +29,7 @@ the program over the mesh.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import weakref
 from typing import Any
@@ -41,14 +42,23 @@ from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping
 from stagecraft.interpreters.mapping import mapped_aval, unmapped_aval
 from stagecraft.lax import parallel
+from stagecraft.lax.control_flow.conditionals import cond_p
+from stagecraft.lax.control_flow.loops import scan_p
+from stagecraft.lax.control_flow.while_op import while_p
 from stagecraft.lax.shape import reshape
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
 from stagecraft.runtime.spmd import SpmdExecutable, check_spec_fits
-from stagecraft.sharding import Mesh, NamedSharding, PartitionSpec
+from stagecraft import sharding
+from stagecraft.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 __all__ = ["xla_pmap_p", "sharding_constraint_p", "with_sharding_constraint", "shard_map_p",
-           "global_aval", "local_aval", "split_size", "shard_map_env", "pmap_executable"]
+           "global_aval", "local_aval", "split_size", "shard_map_env", "pmap_executable",
+           "enclosing_shard_map", "reshard"]
+
+# NB: `set_mesh`/`get_mesh` are refused while a transformation traces; the platform layer
+# (sharding.py) cannot see traces, so the check is installed from here.
+sharding.outside_trace[0] = lambda: core.current_trace() is core.eval_trace
 
 # ===========================================================================
 # xla_pmap
@@ -368,6 +378,19 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
 spmd.traced_device_put[0] = lambda x, s: sharding_constraint_p.bind(x, sharding=s)
 
 
+def reshard(xs: Any, out_shardings: Any) -> Any:
+  """Lays `xs` (an array or pytree) out by `out_shardings` (a NamedSharding, or a bare
+  PartitionSpec meaning NamedSharding(mesh set by `set_mesh`, spec), or a pytree prefix of
+  them), as JAX's `jax.reshard`: outside jit a device_put, inside jit a sharding constraint
+  (stagecraft keeps no shardings in types, so it is `with_sharding_constraint`).
+
+  Raises:
+    ValueError: a bare PartitionSpec with no mesh set; a spec that does not fit a value.
+    TypeError: something that is not a sharding.
+  """
+  return with_sharding_constraint(xs, out_shardings)
+
+
 # ===========================================================================
 # shard_map
 
@@ -403,14 +426,43 @@ def _shard_map_abstract_eval(*avals, jaxpr, mesh, out_specs, **_):
 shard_map_p.def_abstract_eval(_shard_map_abstract_eval)
 
 
+# The (mesh, manual axes) of the shard_map bodies being traced or lowered now, innermost
+# last: a nested shard_map without `mesh=` maps over the same mesh, manual over more axes.
+_enclosing: contextvars.ContextVar = contextvars.ContextVar("stagecraft_shard_map",
+                                                            default=None)
+
+
+def enclosing_shard_map() -> tuple[Mesh, frozenset] | None:
+  """(mesh, every manual axis) of the shard_map whose body is traced now, or None."""
+  return _enclosing.get()
+
+
 @contextlib.contextmanager
 def shard_map_env(mesh: Mesh, manual_axes):
-  """Binds the manual mesh axes (outermost first) for collectives in the body."""
-  with contextlib.ExitStack() as stack:
-    for n in mesh.axis_names:
-      if n in manual_axes:
-        stack.enter_context(batching.extend_axis_env(n, mesh.shape[n]))
-    yield
+  """Binds the manual mesh axes (outermost first) for collectives in the body, and sets the
+  abstract mesh in context (`get_abstract_mesh()`) to `mesh`'s with every manual axis (those
+  of enclosing shard_maps too) typed Manual, as JAX does."""
+  outer = _enclosing.get()
+  manual = frozenset(manual_axes)
+  if outer is not None and _same_mesh(outer[0], mesh):
+    manual = manual | outer[1]
+  abstract = mesh.abstract_mesh.update_axis_types({n: AxisType.Manual for n in manual})
+  token = _enclosing.set((mesh, manual))
+  try:
+    with contextlib.ExitStack() as stack:
+      stack.enter_context(sharding.abstract_mesh_context(abstract))
+      for n in mesh.axis_names:
+        if n in manual_axes:
+          stack.enter_context(batching.extend_axis_env(n, mesh.shape[n]))
+      yield
+  finally:
+    _enclosing.reset(token)
+
+
+def _same_mesh(a: Mesh, b: Mesh) -> bool:
+  """The same devices in the same grid with the same axis names (axis types aside)."""
+  return a is b or (a.axis_names == b.axis_names and a.devices.shape == b.devices.shape and
+                    [d.id for d in a.devices.flat] == [d.id for d in b.devices.flat])
 
 
 def _shard_map_params_env(params):
@@ -465,31 +517,42 @@ def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, manual_axe
     raise ValueError(f"shard_map ({name}) cannot be lowered into this module, which has no "
                      f"device mesh (xla_computation, or a pmap program); call it directly "
                      f"or from jit.")
-  if module.manual_depth is not None:
-    raise NotImplementedError(f"shard_map ({name}) nested inside another shard_map or pmap "
-                              f"is not supported; use one shard_map over several mesh axes.")
-  if module.sdy_mesh != mesh:
+  # Axes already manual here: those of the enclosing shard_maps (a nested shard_map is a
+  # manual computation inside the outer one's region, manual over further axes).
+  outer_manual = getattr(module, "manual_axes", None) or frozenset()
+  if module.manual_depth is not None and not outer_manual:
+    raise NotImplementedError(f"shard_map ({name}) nested inside a pmap is not supported; "
+                              f"use one shard_map over several mesh axes.")
+  if outer_manual & frozenset(manual_axes):
+    raise NotImplementedError(
+        f"shard_map ({name}) is manual over {sorted(outer_manual & frozenset(manual_axes))}, "
+        f"which an enclosing shard_map already is; a nested shard_map must be manual over "
+        f"other axes (its `axis_names`).")
+  if not _same_mesh(module.sdy_mesh, mesh):
     raise ValueError(f"shard_map ({name}) uses {mesh!r}, but the program runs over "
                      f"{module.sdy_mesh!r}; use one Mesh for every sharding of the program.")
-  auto = any(n not in manual_axes for n in mesh.axis_names)
+  mesh = module.sdy_mesh
+  now_manual = outer_manual | frozenset(manual_axes)
+  auto = any(n not in now_manual for n in mesh.axis_names)
   in_sh = [NamedSharding(mesh, s)._sdy(len(a.shape), open_dims=auto)
            for s, a in zip(in_specs, ctx.avals_in)]
   out_sh = [NamedSharding(mesh, s)._sdy(len(a.shape), open_dims=auto)
             for s, a in zip(out_specs, ctx.avals_out)]
 
   def body(block_args):
-    saved_env, saved_depth = module.axis_env, module.manual_depth
-    env = list(saved_env)
+    saved = module.axis_env, module.manual_depth, getattr(module, "manual_axes", None)
+    env = list(saved[0])
     for k, n in enumerate(mesh.axis_names):
       if n in manual_axes:
         env[k] = (n, mesh.shape[n])
-    module.axis_env, module.manual_depth = tuple(env), 0
+    module.axis_env, module.manual_depth = tuple(env), (saved[1] or 0)
+    module.manual_axes = now_manual
     try:
       with shard_map_env(mesh, manual_axes):
         consts = [lowering.constant(ctx.fb, c, core.get_aval(c)) for c in jaxpr.consts]
         return lowering.jaxpr_subcomp(ctx.fb, jaxpr.jaxpr, consts, block_args)
     finally:
-      module.axis_env, module.manual_depth = saved_env, saved_depth
+      module.axis_env, module.manual_depth, module.manual_axes = saved
   manual = [mesh.sdy_axis_names[n] for n in mesh.axis_names if n in manual_axes]
   return mapping.emit_manual_computation(ctx, args, in_sh, out_sh, manual, jaxpr.in_avals,
                                       jaxpr.out_avals, body)
@@ -519,5 +582,94 @@ def _shard_map_impl(*args, **params):
 
 
 shard_map_p.def_impl(_shard_map_impl)
+
+
+# ---------------------------------------------------------------------------
+# Replication (varying manual axes) of shard_map and, under check_vma, of control flow
+
+
+def _spec_axes(spec: PartitionSpec) -> frozenset:
+  return frozenset(n for i in range(len(spec)) for n in spec._names(i))
+
+
+def _shard_map_replication(in_vary, *, jaxpr, in_specs, manual_axes, **_):
+  # A nested shard_map: its body sees operands varying where they do outside and along the
+  # axes their specs split; its results are whole along its own manual axes.
+  body_in = [v | _spec_axes(s) for v, s in zip(in_vary, in_specs)]
+  outs = mapping.varying_axes(jaxpr.jaxpr, body_in)
+  return [o - frozenset(manual_axes) for o in outs]
+
+
+mapping.replication_rules[shard_map_p] = _shard_map_replication
+
+
+def _carry_mismatch(loop: str, invars, carry_in, carry_out):
+  """JAX's TypeError for a loop whose body changes a carry's varying manual axes."""
+  for k, (v, a, b) in enumerate(zip(invars, carry_in, carry_out)):
+    if a == b:
+      continue
+    extra = tuple(n for n in mapping.ordered_axes(b) if n not in a)
+    hint = ""
+    if extra:
+      hint = (f"This might be fixed by applying `jax.lax.pcast(..., {extra!r}, "
+              f"to='varying')`, to the initial carry value corresponding to the input carry "
+              f"component carry[{k}].\nSee https://docs.jax.dev/en/latest/notebooks/"
+              f"shard_map.html#scan-vma for more information.\n\n")
+    raise TypeError(
+        f"{loop} body function carry input and carry output must have equal types, but they "
+        f"differ:\n\nThe input carry component carry[{k}] has type "
+        f"{mapping.vma_type(v.aval, a)} but the corresponding output carry component has "
+        f"type {mapping.vma_type(v.aval, b)}, so the manual axis types do not match.\n\n"
+        f"{hint}Revise the function so that all output types match the corresponding input "
+        f"types.")
+
+
+def _scan_vma(in_vary, *, jaxpr, num_consts, num_carry, **_):
+  # NB: as JAX's typing: a carry keeps its type (no fixed point); a mismatch is an error.
+  nc, nk = num_consts, num_carry
+  carry = list(in_vary[nc:nc + nk])
+  out = mapping.varying_axes(jaxpr.jaxpr, list(in_vary))
+  _carry_mismatch("scan", jaxpr.jaxpr.invars[nc:nc + nk], carry, out[:nk])
+  return [*carry, *out[nk:]]
+
+
+def _while_vma(in_vary, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  # NB: a varying predicate does not change the carries' types (JAX's typing).
+  b_consts = in_vary[cond_nconsts:cond_nconsts + body_nconsts]
+  carry = list(in_vary[cond_nconsts + body_nconsts:])
+  mapping.varying_axes(cond_jaxpr.jaxpr, [*in_vary[:cond_nconsts], *carry])
+  out = mapping.varying_axes(body_jaxpr.jaxpr, [*b_consts, *carry])
+  _carry_mismatch("while_loop", body_jaxpr.jaxpr.invars[body_nconsts:], carry, out)
+  return carry
+
+
+def _cond_vma(in_vary, *, branches):
+  # NB: the branches must give equal types; the index does not matter (JAX's typing).
+  ops = in_vary[1:]
+  outs = [mapping.varying_axes(b.jaxpr, ops) for b in branches]
+  two = len(branches) == 2
+  for k, col in enumerate(zip(*outs)):
+    for i in range(1, len(col)):
+      if col[i] == col[0]:
+        continue
+      aval = branches[0].jaxpr.outvars[k].aval
+      # cond(pred, true_fun, false_fun): branch 1 is true_fun, branch 0 false_fun.
+      first, second = (("true_fun", col[1]), ("false_fun", col[0])) if two else (
+          ("branches[0]", col[0]), (f"branches[{i}]", col[i]))
+      revise = "true_fun and/or false_fun" if two else "the branches"
+      raise TypeError(
+          f"cond branches must have equal output types but they differ.\n\nThe output of "
+          f"{first[0]} has type {mapping.vma_type(aval, first[1])} but the corresponding "
+          f"output of {second[0]} has type {mapping.vma_type(aval, second[1])}, so the "
+          f"manual axis types do not match.\n\nRevise {revise} so that all output types "
+          f"match.")
+  return list(outs[0]) if outs else []
+
+
+# NB: these belong with their primitives in lax/control_flow; they are registered here, where
+# shard_map's check_vma is, until those modules take them.
+mapping.vma_rules[scan_p] = _scan_vma
+mapping.vma_rules[while_p] = _while_vma
+mapping.vma_rules[cond_p] = _cond_vma
 
 

@@ -177,7 +177,10 @@ def intern_sharding(sh: NamedSharding) -> NamedSharding:
   """One NamedSharding object per layout, so a result fed back into the program that made
   it is recognised by identity."""
   # NB: keyed on the spec as written too, so P("a") and P("a", None) keep their own repr.
-  return _interned.setdefault((sh, tuple(sh.spec), sh.mesh.axis_names), sh)
+  # (device_put/set_mesh: keyed on the mesh's axis types too, so an Array put on a mesh of
+  # Explicit axes does not report an equal layout interned earlier over Auto axes.)
+  return _interned.setdefault((sh, tuple(sh.spec), sh.mesh.axis_names, sh.mesh.axis_types),
+                              sh)
 
 
 class SpmdExecutable:
