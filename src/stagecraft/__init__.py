@@ -52,6 +52,8 @@ from stagecraft import debug
 from stagecraft.callback import pure_callback
 from stagecraft.runtime.dispatch import effects_barrier
 from stagecraft.xla_computation import xla_computation
+from stagecraft.sharding import set_mesh
+from stagecraft.lax.spmd import reshard
 from stagecraft.source_info_util import named_call, named_scope
 
 import importlib as _importlib
