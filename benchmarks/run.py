@@ -225,6 +225,15 @@ def callbacks(quick):
                baseline="no callback", note="DCE removes it")]
 
 
+def scipy_ops(quick):
+  from benchmarks import scipy_ops as ops
+  pairs = 4 if quick else 500
+  notes = {"cho_solve": "one right-hand side, float32; OpenBLAS on one thread",
+           "segment_sum": "unsorted segment ids"}
+  return [_row(name, *ops.bench(key, pairs), "us", 1.05, note=notes.get(key, ""))
+          for key, name in ops.ROWS]
+
+
 SECTIONS = {
     "jit_dispatch": jit_dispatch,
     "eager_op": eager_op,
@@ -240,6 +249,7 @@ SECTIONS = {
     "nf4_matmul": nf4_matmul,
     "cold_start": cold_start,
     "callbacks": callbacks,
+    "scipy_ops": scipy_ops,
 }
 
 
