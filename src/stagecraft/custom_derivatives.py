@@ -814,8 +814,15 @@ def _custom_lin_transpose(cts, *args, num_res, bwd, nonzeros, out_avals):
   return [None] * num_res + [c for c, nz in zip(cts_in, nonzeros) if nz]
 
 
+def _custom_lin_batch(args, dims, **params):
+  # NB: batching custom_lin means evaluating it forward (forward-mode jvp of a custom_vjp
+  # function under vmap): JAX's error, not a missing rule.
+  raise TypeError("can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
+
+
 custom_lin_p.def_abstract_eval(_custom_lin_abstract_eval)
 custom_lin_p.def_impl(_custom_lin_impl)
+batching.primitive_batchers[custom_lin_p] = _custom_lin_batch
 lowering.register_lowering(custom_lin_p, _custom_lin_lowering)
 ad.primitive_transposes[custom_lin_p] = _custom_lin_transpose
 core.pp_param_order[custom_lin_p] = ("num_res", "bwd")

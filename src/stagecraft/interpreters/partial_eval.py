@@ -70,7 +70,13 @@ class DynamicJaxprTrace(Trace):
     if isinstance(x, np.generic) or (t is np.ndarray and x.ndim == 0):
       aval = core.get_aval(x)
       return Literal(np.asarray(x, aval.dtype)[()], aval)
-    return self._const_var(x, core.get_aval(x))
+    aval = core.get_aval(x)
+    if (aval.shape == () and not aval.weak_type and t is not np.ndarray
+        and hasattr(x, "__array__")):
+      # NB: a concrete scalar (an Array) is inlined as a literal, as JAX does, so XLA folds
+      # it (`x - 0`, `x / 1` vanish) instead of reading it as an argument.
+      return Literal(np.asarray(x, aval.dtype)[()], aval)
+    return self._const_var(x, aval)
 
   def _const_var(self, x: Any, aval: ShapedArray) -> Var:
     v = self._const_ids.get(id(x))
