@@ -71,11 +71,15 @@ class DynamicJaxprTrace(Trace):
       aval = core.get_aval(x)
       return Literal(np.asarray(x, aval.dtype)[()], aval)
     aval = core.get_aval(x)
-    if (aval.shape == () and not aval.weak_type and t is not np.ndarray
-        and hasattr(x, "__array__")):
+    if aval.shape == () and t is not np.ndarray and hasattr(x, "__array__"):
       # NB: a concrete scalar (an Array) is inlined as a literal, as JAX does, so XLA folds
-      # it (`x - 0`, `x / 1` vanish) instead of reading it as an argument.
-      return Literal(np.asarray(x, aval.dtype)[()], aval)
+      # it (`x - 0`, `x / 1` vanish) instead of reading it as an argument. A weakly typed one
+      # becomes the Python scalar with the same aval (which stays weak when evaluated).
+      if not aval.weak_type:
+        return Literal(np.asarray(x, aval.dtype)[()], aval)
+      val = np.asarray(x).item()
+      if type(val) in _literal_types and core.get_aval(val) == aval:
+        return Literal(val, aval)
     return self._const_var(x, aval)
 
   def _const_var(self, x: Any, aval: ShapedArray) -> Var:
