@@ -6,7 +6,7 @@ On CPU the decompositions lower, as JAX's do, to `stablehlo.custom_call`s of the
 kernels that jaxlib registers with XLA (typed FFI, api_version 4: `lapack_spotrf_ffi`,
 `lapack_sgetrf_ffi`, ...); their operands and results use column-major matrix layouts, set
 with `operand_layouts`/`result_layouts`. A factorization that fails (LAPACK's `info != 0`)
-gives NaNs, as in JAX. `triangular_solve` lowers to `stablehlo.triangular_solve`, which XLA
+gives NaNs, as in JAX. `triangular_solve` lowers to LAPACK trsm on CPU (as JAX), else to `stablehlo.triangular_solve`, which XLA
 expands on every backend. Supported dtypes: float32, float64, complex64, complex128. Other
 platforms (cuSOLVER) are not implemented.
 
@@ -1034,6 +1034,14 @@ def _triangular_solve_lowering(ctx, a, b, *, left_side, lower, transpose_a, conj
     t = "TRANSPOSE"
   if b_aval.size == 0 or a_aval.size == 0:
     return [b]
+  if (ctx.module.platform == "cpu" and a_aval.dtype in _LAPACK_PREFIX
+      and a_aval.shape[:-2] == b_aval.shape[:-2]):
+    # As JAX on CPU: LAPACK's trsm (XLA's own triangular_solve expansion is much slower).
+    flag = {"NO_TRANSPOSE": ord("N"), "TRANSPOSE": ord("T"), "ADJOINT": ord("C")}[t]
+    return _lapack_call(ctx, "trsm", [a, b], [a_aval, b_aval], [b_aval],
+                        {"side": ord("L" if left_side else "R"),
+                         "uplo": ord("L" if lower else "U"), "trans_x": flag,
+                         "diag": ord("U" if unit_diagonal else "N")}, {0: 1})
   b_ = lambda v: "true" if v else "false"  # noqa: E731
   return ctx.op("stablehlo.triangular_solve", [a, b],
                 attrs=f"left_side = {b_(left_side)}, lower = {b_(lower)}, unit_diagonal = "
