@@ -6,8 +6,8 @@ On CPU the decompositions lower, as JAX's do, to `stablehlo.custom_call`s of the
 kernels that jaxlib registers with XLA (typed FFI, api_version 4: `lapack_spotrf_ffi`,
 `lapack_sgetrf_ffi`, ...); their operands and results use column-major matrix layouts, set
 with `operand_layouts`/`result_layouts`. A factorization that fails (LAPACK's `info != 0`)
-gives NaNs, as in JAX. `triangular_solve` lowers to LAPACK trsm on CPU (as JAX), else to `stablehlo.triangular_solve`, which XLA
-expands on every backend. Supported dtypes: float32, float64, complex64, complex128. Other
+gives NaNs, as in JAX. `triangular_solve` lowers to LAPACK trsm on CPU (as JAX), elsewhere
+to `stablehlo.triangular_solve`, which XLA expands. Supported dtypes: float32, float64, complex64, complex128. Other
 platforms (cuSOLVER) are not implemented.
 
 `qr` is a primitive, as in JAX, so that it is differentiated as a whole (JAX's `qr_jvp_rule`);
