@@ -79,9 +79,12 @@ def promote_types(a, b) -> np.dtype:
 
 
 def can_cast(from_, to, casting: str = "safe") -> bool:
-  """NumPy's `can_cast` on dtypes."""
-  return np.can_cast(np.dtype(from_) if not hasattr(from_, "dtype") else from_.dtype, to,
-                     casting)
+  """NumPy's `can_cast` on dtypes (a dtype, scalar type, array or Array `from_`)."""
+  if isinstance(from_, type) or not hasattr(from_, "dtype"):   # np.int32, 'float32', ...
+    from_ = np.dtype(from_)
+  else:
+    from_ = np.dtype(from_.dtype)
+  return np.can_cast(from_, np.dtype(to), casting)
 
 
 def _issubdtype_arg(x):
