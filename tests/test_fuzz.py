@@ -78,12 +78,6 @@ KNOWN: dict[str, str] = {
     "angle:*:*": (
         "jnp.angle(float16[]) is float32 in JAX, float16 in stagecraft; jnp.angle(1.0) is "
         "strongly typed in JAX, weak in stagecraft (numpy/ufuncs.py)"),
-    "maximum:complex64:*": "jnp.maximum(complex64) gives wrong values in stagecraft "
-                           "(not lexicographic: max(1-3j, 1+1j) -> 1-3j); " + _COMPLEX_ORDER,
-    "minimum:complex64:*": "jnp.minimum(complex64): wrong values in stagecraft; " + _COMPLEX_ORDER,
-    "lax.max:complex64:*": "lax.max(complex64): wrong values in stagecraft (the lowering is not "
-                           "lexicographic); " + _COMPLEX_ORDER,
-    "lax.min:complex64:*": "lax.min(complex64): wrong values in stagecraft; " + _COMPLEX_ORDER,
     **{f"{op}:complex64:*": f"jnp {op} on complex64: stagecraft raises TypeError, JAX computes "
        f"it; " + _COMPLEX_ORDER
        for op in ("less", "less_equal", "greater", "greater_equal", "x<y", "x>=y", "fmax", "fmin",
@@ -169,10 +163,6 @@ _KNOWN_REPRODUCERS: dict[str, tuple] = {
                                                                 0.5, method="higher")),
     "mean:*:*:x64": (True, lambda lib, np_: np_.mean(np.array([1, 2], np.int32))),
     "angle:*:*": (False, lambda lib, np_: (np_.angle(np.float16(1)), np_.angle(1.0))),
-    "maximum:complex64:*": (False, lambda lib, np_: np_.maximum(_C3, _C3[::-1])),
-    "minimum:complex64:*": (False, lambda lib, np_: np_.minimum(_C3, _C3[::-1])),
-    "lax.max:complex64:*": (False, lambda lib, np_: lib.lax.max(_C3, _C3[::-1])),
-    "lax.min:complex64:*": (False, lambda lib, np_: lib.lax.min(_C3, _C3[::-1])),
     "less:complex64:*": (False, lambda lib, np_: np_.less(_C3, _C3[::-1])),
     "less_equal:complex64:*": (False, lambda lib, np_: np_.less_equal(_C3, _C3[::-1])),
     "greater:complex64:*": (False, lambda lib, np_: np_.greater(_C3, _C3[::-1])),

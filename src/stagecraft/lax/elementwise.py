@@ -534,11 +534,39 @@ lowering.register_lowering(rem_p, _int_division_lowering("stablehlo.remainder"))
 ad.defjvp(rem_p, lambda t, x, y: _maybe_broadcast(_out_shape(x, y), t),
           lambda t, x, y: mul(neg(t), mul(sign(div(x, y)), floor(abs(div(x, y))))))
 
+def _complex_minmax_lowering(direction: str, op: str):
+  """max/min: lexicographic on complex numbers (real part, then imaginary part), as JAX;
+  one StableHLO op for the other dtypes."""
+  plain = _hlo_lowering(op)
+
+  def rule(ctx, x, y):
+    aval = ctx.avals_out[0]
+    if not dtypes.is_complex(aval.dtype):
+      return plain(ctx, x, y)
+    x, y = broadcast_operands(ctx, (x, y))
+    r_aval = aval.update(dtype=_real_dtype(aval.dtype))
+    b_aval = aval.update(dtype=dtypes.bool_)
+    cmp = lambda a, b, d: ctx.op(  # noqa: E731
+        "stablehlo.compare", [a, b], [b_aval], operand_avals=[r_aval, r_aval],
+        attrs=f"comparison_direction = #stablehlo<comparison_direction {d}>, "
+              f"compare_type = #stablehlo<comparison_type FLOAT>")[0]
+    part = lambda name, v: ctx.op(f"stablehlo.{name}", [v], [r_aval],  # noqa: E731
+                                  operand_avals=[aval])[0]
+    rx, ry, ix, iy = part("real", x), part("real", y), part("imag", x), part("imag", y)
+    pick = ctx.op("stablehlo.select", [cmp(rx, ry, "EQ"), cmp(ix, iy, direction),
+                                       cmp(rx, ry, direction)], [b_aval],
+                  operand_avals=[b_aval, b_aval, b_aval])[0]
+    return ctx.op("stablehlo.select", [pick, x, y], [aval], operand_avals=[b_aval, aval, aval])
+  return rule
+
+
 max_p = binop("max", any_dtype, "stablehlo.maximum")  # NaN-propagating for floats
+lowering.register_lowering(max_p, _complex_minmax_lowering("GT", "stablehlo.maximum"))
 # At ties x == y each operand gets half the tangent (JAX's `_balanced_eq`).
 ad.defjvp2(max_p, lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
            lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)))
 min_p = binop("min", any_dtype, "stablehlo.minimum")
+lowering.register_lowering(min_p, _complex_minmax_lowering("LT", "stablehlo.minimum"))
 ad.defjvp2(min_p, lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
            lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)))
 
