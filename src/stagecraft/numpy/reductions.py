@@ -15,7 +15,8 @@ from stagecraft.numpy.array_creation import full, full_like
 from stagecraft.numpy.manipulation import broadcast_to, ravel, reshape
 from stagecraft.numpy.ufuncs import isnan, multiply, subtract
 from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, const, dtype_of,
-                                   promote_dtypes_inexact, real_dtype, reduction_axes, shape_of)
+                                   promote_dtypes_inexact, real_dtype, reduction_axes, shape_of,
+                                   to_inexact_dtype)
 from stagecraft.runtime.array import Array
 
 __all__ = ["sum", "prod", "max", "min", "amax", "amin", "all", "any", "mean", "var", "std",
@@ -282,7 +283,7 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   in_shape = shape_of(a)
   axes = reduction_axes(axis, len(in_shape), "mean")
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
-      dtype_of(a) if dtypes.is_inexact(dtype_of(a)) else dtypes.default_float_dtype())
+      to_inexact_dtype(dtype_of(a), dtypes.is_weakly_typed(a)))
   ct = _upcast_f16(dt)
   s = sum(a, axis=axes, dtype=ct, keepdims=keepdims, where=where)
   out = lax.div(s, _count_where(in_shape, axes, keepdims, where, ct))   # 0/0: NaN
@@ -301,8 +302,8 @@ def _var_dtypes(a_dtype, dtype):
       raise ValueError("jax.numpy.var does not yet support real dtype parameters when "
                        "computing the variance of an array of complex values.")
     return _upcast_f16(dtype), dtype
-  if not dtypes.is_inexact(a_dtype):
-    dt = dtypes.default_float_dtype()
+  if not dtypes.is_inexact(a_dtype):   # as JAX: ints up to 32 bits -> float32
+    dt = to_inexact_dtype(a_dtype)
     return dt, dt
   return _upcast_f16(a_dtype), real_dtype(a_dtype)
 
