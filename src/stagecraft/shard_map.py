@@ -275,8 +275,9 @@ def shard_map(f: Callable | None = None, /, *args: Any, out_specs: Any = _MISSIN
               axis_names: Any = frozenset(), check_vma: bool | None = None,
               check_rep: bool | None = None, auto: Any = None) -> Callable:
   """Maps `f`, written for one device's blocks, over the devices of a mesh (JAX 0.10.2's
-  `jax.shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh=None, axis_names=frozenset(),
-  check_vma=True)`; see the module docstring, also for the older positional form).
+  `shard_map` signature: `shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh=None,
+  axis_names=frozenset(), check_vma=True)`; see the module docstring, also for the older
+  positional form).
 
   Args:
     f: a function of arrays (pytrees) returning arrays (pytrees), called with each device's

@@ -72,6 +72,8 @@ core.pp_param_order[xla_pmap_p] = ("name", "axis_name", "axis_size", "in_axes", 
                                    "jaxpr")
 
 
+_JAX_PCAST_NAME = "jax.lax.pcast"   # as JAX names it in its scan-vma error message
+
 def _pmap_abstract_eval(*avals, jaxpr, axis_name, axis_size, in_axes, out_axes, **_):
   return [unmapped_aval(a, ax, axis_size) for a, ax in zip(jaxpr.out_avals, out_axes)]
 
@@ -611,7 +613,8 @@ def _carry_mismatch(loop: str, invars, carry_in, carry_out):
     extra = tuple(n for n in mapping.ordered_axes(b) if n not in a)
     hint = ""
     if extra:
-      hint = (f"This might be fixed by applying `jax.lax.pcast(..., {extra!r}, "
+      # NB: JAX's message text (users match it); the name is only printed, never called.
+      hint = (f"This might be fixed by applying `{_JAX_PCAST_NAME}(..., {extra!r}, "
               f"to='varying')`, to the initial carry value corresponding to the input carry "
               f"component carry[{k}].\nSee https://docs.jax.dev/en/latest/notebooks/"
               f"shard_map.html#scan-vma for more information.\n\n")
