@@ -418,4 +418,8 @@ def test_deserialize_errors():
   with pytest.raises(TypeError, match="in_tree must be the treedef .* got 0 of type int"):
     stages.deserialize_compiled(data, 0, compiled.out_tree)
   with pytest.raises(TypeError, match="out_tree must be the treedef"):
-    stages.deserialize_compiled(data, compiled.in_tree, None)
+    stages.deserialize_compiled(data, compiled.in_tree, "tree")
+  # None (a stagecraft extension): the tree stored in the bytes.
+  again = stages.deserialize_compiled(data, compiled.in_tree, None)
+  assert again.out_tree == compiled.out_tree
+  assert float(again(np.float32(2))) == 3.0

@@ -17,14 +17,15 @@ LAYERS = {
         "source_info_util", "tree", "indexing"],
     3: ["interpreters"],
     # typing: `ArrayLike` names the runtime's Array.
-    4: ["runtime", "runtime.array", "runtime.dispatch", "runtime.spmd", "typing"],
+    # dlpack: `numpy.from_dlpack` (layer 7) calls it.
+    4: ["runtime", "runtime.array", "runtime.dispatch", "runtime.spmd", "typing", "dlpack"],
     5: ["lax"],
     6: ["custom_derivatives", "custom_dce", "custom_batching", "ad_checkpoint", "api_util",
         "pjit"],
     7: ["numpy", "scipy", "random", "nn", "image", "ops", "flatten_util", "callback",
         "debug", "debug_sharding", "ffi"],
     8: ["api", "stages", "shard_map", "xla_computation", "test_util", "distributed",
-        "experimental", "profiler", "extend"],
+        "experimental", "profiler", "extend", "export"],
     9: ["implicit", "optim", "examples", "example_libraries", "compat", "cli", "__main__"],
 }
 

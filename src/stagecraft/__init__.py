@@ -61,7 +61,8 @@ import importlib as _importlib
 # Subsystems loaded on first use (`stagecraft.image`, `import stagecraft.ops`).
 # NB: implicit arrays (and plum, which they use) cost ~0.2 s to import: on first use only.
 _LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental", "implicit", "optim",
-                    "distributed", "profiler", "ffi", "example_libraries", "compat", "extend")
+                    "distributed", "profiler", "ffi", "example_libraries", "compat", "extend",
+                    "export", "dlpack")
 
 
 def __getattr__(name):

@@ -16,7 +16,9 @@ program does not read) and refuses to be transformed.
 from __future__ import annotations
 
 import base64
-from typing import Any, Protocol, Sequence, Union, runtime_checkable
+import collections
+import json
+from typing import Any, Callable, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 import optree
@@ -26,10 +28,13 @@ from stagecraft import api_util, core, dtypes, pjit, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
 from stagecraft.runtime import cache, client, dispatch
 from stagecraft.runtime.array import Array
-from stagecraft.sharding import SingleDeviceSharding
+from stagecraft.runtime import spmd
+from stagecraft.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 __all__ = ["ArgInfo", "Traced", "Lowered", "Compiled", "CostAnalysis", "deserialize_compiled",
-           "CompilerOptions", "Wrapped"]
+           "CompilerOptions", "Wrapped", "register_pytree_node_serialization",
+           "register_namedtuple_serialization", "tree_to_json", "tree_from_json",
+           "aval_to_json", "aval_from_json"]
 
 _MAX_LISTED = 5
 
@@ -151,6 +156,11 @@ class Traced:
   args_info = property(lambda self: self._sig.args_info())
   in_tree = property(lambda self: self._sig.in_tree)
   out_tree = property(lambda self: self._sig.entry.out_tree)
+  fun_name = property(lambda self: self._sig.name)
+  # stagecraft extensions (used by `stagecraft.export`): jit's `keep_unused`, and whether
+  # the signature is laid out over a device mesh (jit's shardings or sharded arguments).
+  keep_unused = property(lambda self: self._sig.keep_unused)
+  sharded = property(lambda self: self._sig.layout is not None)
 
   def lower(self) -> Lowered:
     """Lowers the traced function to a StableHLO module (unused arguments pruned unless
@@ -341,9 +351,7 @@ class Compiled:
   def output_shardings(self):
     """The layout of each output leaf, in the output's structure."""
     call = self._executable
-    if isinstance(call, pjit.ShardedCall):
-      outs = list(call.program.out_shardings)
-    elif isinstance(call, pjit.SpmdCall):
+    if isinstance(call, (pjit.ShardedCall, pjit.SpmdCall, _LoadedMultiDeviceCall)):
       outs = list(call.program.out_shardings)
     else:
       outs = [self._single()] * len(call.out_avals)
@@ -356,7 +364,9 @@ class Compiled:
     call = self._executable
     if isinstance(call, pjit.ShardedCall):
       return call.input_shardings()
-    if isinstance(call, pjit.SpmdCall):
+    if isinstance(call, _LoadedMultiDeviceCall) and call.leaf_shardings is not None:
+      return list(call.leaf_shardings)
+    if isinstance(call, (pjit.SpmdCall, _LoadedMultiDeviceCall)):
       return [call.program.in_shardings[0]] * len(self._sig.in_avals)
     return [self._single()] * len(self._sig.in_avals)
 
@@ -386,44 +396,302 @@ class Compiled:
     return self._executable.exe
 
   def serialize(self) -> bytes:
-    """The executable and what calling it needs (argument names and avals, output avals,
-    closed-over constants) as bytes, for `deserialize_compiled` in this or another process
-    with the same jaxlib. The format (`runtime.cache`) has a header with a format version,
-    the jaxlib version and a SHA-256 checksum; no pickle is involved.
+    """The executable and everything calling it needs, as bytes that `deserialize_compiled`
+    loads in this or a fresh process with the same jaxlib, from the bytes alone.
+
+    Held: the runtime's executable; argument names and avals; output avals; closed-over
+    constants; the argument and output tree structures (`in_tree`, `out_tree`, in the
+    explicit encoding `tree_to_json` of `stagecraft.export`); for programs over several
+    devices (pmap inside jit, sharded jit) the device ids, the mesh and every layout. The
+    format (`runtime.cache`) has a header with a format version, the jaxlib version and a
+    SHA-256 checksum; no pickle is involved. A tree holding a node type that has no
+    serialization registered (`stagecraft.export.register_pytree_node_serialization`) is
+    left out: such bytes load only with the trees passed to `deserialize_compiled`.
 
     Raises:
-      ValueError: for an executable placed on a non-default device (not supported).
+      ValueError: for a one-device executable placed on a non-default device (compile
+        without `device=`).
     """
     call, sig = self._executable, self._sig
-    if not isinstance(call, pjit.CompiledCall):
-      raise ValueError("Compiled.serialize: programs over several devices (pmap, sharded "
-                       "jit) cannot be serialized yet; serialize a one-device program.")
-    if call.device is not None:
-      raise ValueError("Compiled.serialize: only executables for the default device can be "
-                       "serialized; compile without `device=`.")
-    consts = [np.asarray(b) for b in call.const_bufs]
-    meta = {
-        "kind": "stagecraft.Compiled", "name": sig.name, "arg_names": list(sig.arg_names),
-        "in_avals": [_aval_json(a) for a in call.in_avals],
-        "out_avals": [_aval_json(a) for a in call.out_avals],
-        "kept": call.kept, "donated": list(call.donated),
-        "consts": [{"aval": _aval_json(core.get_aval(c)),
-                    "data": base64.b64encode(np.ascontiguousarray(c).tobytes()).decode()}
-                   for c in consts],
-    }
-    return cache.serialize_executable(call.exe, meta)
+    meta = {"kind": "stagecraft.Compiled", "name": sig.name, "arg_names": list(sig.arg_names),
+            "in_avals": [aval_to_json(a) for a in sig.in_avals],
+            "kept": call.kept, "donated": list(call.donated)}
+    meta["in_tree"], meta["out_tree"], why = _trees_json(sig.in_tree, sig.entry.out_tree)
+    if why:
+      meta["tree_error"] = why
+    if isinstance(call, pjit.CompiledCall):
+      if call.device is not None:
+        raise ValueError("Compiled.serialize: only one-device executables for the default "
+                         "device can be serialized; compile without `device=`.")
+      meta["program"] = "single"
+      meta["out_avals"] = [aval_to_json(a) for a in call.out_avals]
+      meta["consts"] = [_const_json(np.asarray(b)) for b in call.const_bufs]
+      return cache.serialize_executable(call.exe, meta)
+    program = call.program
+    meta["program"] = "mesh" if _is_sharded(call) else "replicated"
+    meta["devices"] = [d.id for d in program.devices]
+    meta["main_in_avals"] = [aval_to_json(a) for a in program.in_avals]
+    meta["out_avals"] = [aval_to_json(a) for a in program.out_avals]
+    meta["program_donated"] = list(program.donated)
+    meta["consts"] = [_const_json(np.asarray(c)) for c in call.consts]
+    if meta["program"] == "mesh":
+      mesh = call.mesh
+      meta["mesh"] = {"ids": mesh.device_ids.tolist(), "shape": list(mesh.devices.shape),
+                      "names": list(mesh.axis_names),
+                      "types": [t.name for t in mesh.axis_types]}
+      meta["in_specs"] = [_spec_json(sh) for sh in program.in_shardings]
+      meta["out_specs"] = [_spec_json(sh) for sh in program.out_shardings]
+      meta["leaf_specs"] = [_spec_json(sh) for sh in self._leaf_shardings()]
+    return cache.serialize_executable(program.exe, meta)
 
   def __repr__(self):
     return f"Compiled({self._sig.name})"
 
 
-def _aval_json(a: ShapedArray) -> list:
+def _is_sharded(call) -> bool:
+  return isinstance(call, pjit.ShardedCall) or getattr(call, "mesh", None) is not None
+
+
+def _const_json(c: np.ndarray) -> dict:
+  return {"aval": aval_to_json(core.get_aval(c)),
+          "data": base64.b64encode(np.ascontiguousarray(c).tobytes()).decode()}
+
+
+def _const_from_json(c: dict) -> np.ndarray:
+  aval = aval_from_json(c["aval"])
+  return np.frombuffer(base64.b64decode(c["data"]), aval.dtype).reshape(aval.shape)
+
+
+def _spec_json(sh: NamedSharding) -> list:
+  return [None if p is None else (p if isinstance(p, str) else list(p)) for p in sh.spec]
+
+
+def _spec_from_json(mesh: Mesh, spec: list) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec(*[p if p is None or isinstance(p, str)
+                                              else tuple(p) for p in spec]))
+
+
+# ---------------------------------------------------------------------------
+# Avals and dtypes as JSON
+
+_DTYPES_BY_NAME = {np.dtype(d).name: np.dtype(d) for d in (
+    dtypes.bool_, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8,
+    dtypes.uint16, dtypes.uint32, dtypes.uint64, dtypes.bfloat16, dtypes.float16,
+    dtypes.float32, dtypes.float64, dtypes.complex64, dtypes.complex128,
+    dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float0)}
+
+
+def aval_to_json(a: ShapedArray) -> list:
+  """`[shape, dtype name, weak_type]` of an aval (the serialized formats' encoding)."""
   return [list(a.shape), a.dtype.name, bool(a.weak_type)]
 
 
-def _aval_from_json(j) -> ShapedArray:
-  shape, dtype, weak = j
-  return ShapedArray(tuple(shape), dtypes.canonicalize_dtype(np.dtype(dtype)), weak)
+def aval_from_json(j) -> ShapedArray:
+  """The ShapedArray of `aval_to_json`'s encoding.
+
+  Raises:
+    ValueError: for an encoding that is not `[list of int, known dtype name, bool]`.
+  """
+  try:
+    shape, name, weak = j
+    dtype = _DTYPES_BY_NAME[name]
+    shape = tuple(int(d) for d in shape)
+  except (TypeError, ValueError, KeyError):
+    raise ValueError(f"not a serialized aval (expected [shape, dtype name, weak_type]): "
+                     f"{j!r}") from None
+  if any(d < 0 for d in shape) or not isinstance(weak, bool):
+    raise ValueError(f"not a serialized aval (expected [shape, dtype name, weak_type]): "
+                     f"{j!r}")
+  return ShapedArray(shape, dtype, weak)
+
+
+# ---------------------------------------------------------------------------
+# Tree structures as JSON (the rules of JAX's `jax.export` serialization)
+#
+# A node is encoded as: "*" (a leaf), null (None), {"tuple": [...]}, {"list": [...]},
+# {"dict": [[key, child], ...]} (str keys, in the dict's order), or
+# {"custom": name, "aux": base64 bytes, "children": [...]} for a type registered with
+# `register_pytree_node_serialization` (namedtuples: `register_namedtuple_serialization`).
+
+_serialization_registry: dict[type, tuple[str, Callable[[Any], bytes]]] = {}
+_deserialization_registry: dict[str, tuple[type, Callable[[bytes], Any], Callable]] = {}
+
+
+def register_pytree_node_serialization(nodetype: type, *, serialized_name: str,
+                                       serialize_auxdata: Callable[[Any], bytes],
+                                       deserialize_auxdata: Callable[[bytes], Any],
+                                       from_children: Callable | None = None) -> type:
+  """Lets tree structures holding `nodetype` nodes be serialized (`Exported.serialize`,
+  `Compiled.serialize`). JAX's `jax.export.register_pytree_node_serialization`.
+
+  Args:
+    nodetype: a pytree node class (registered with `tree_util.register_pytree_node` unless
+      `from_children` is given).
+    serialized_name: the name stored in the bytes; deserialization looks it up.
+    serialize_auxdata: `aux_data -> bytes` (the aux data of the node's flatten function).
+    deserialize_auxdata: `bytes -> aux_data`.
+    from_children: `(aux_data, children) -> node`; default: the registered unflatten
+      function.
+
+  Returns:
+    `nodetype` (usable as a class decorator).
+
+  Raises:
+    ValueError: `nodetype` or `serialized_name` registered already; no `from_children`
+      for a type that is not a registered pytree node.
+  """
+  if nodetype in _serialization_registry:
+    raise ValueError(f"Duplicate serialization registration for type `{nodetype}`. Previous "
+                     f"registration was with serialized_name "
+                     f"`{_serialization_registry[nodetype][0]}`.")
+  if serialized_name in _deserialization_registry:
+    raise ValueError(f"Duplicate serialization registration for serialized_name "
+                     f"`{serialized_name}`. Previous registration was for type "
+                     f"`{_deserialization_registry[serialized_name][0]}`.")
+  if from_children is None:
+    entry = optree.register_pytree_node.get(nodetype, namespace=tree_util.NAMESPACE)
+    if entry is None or not tree_util.is_tree_node(nodetype):
+      raise ValueError(f"If `from_children` is not present, you must call first "
+                       f"`stagecraft.tree_util.register_pytree_node` for `{nodetype}`")
+    from_children = entry.unflatten_func
+  _serialization_registry[nodetype] = (serialized_name, serialize_auxdata)
+  _deserialization_registry[serialized_name] = (nodetype, deserialize_auxdata, from_children)
+  return nodetype
+
+
+def _is_namedtuple(t: type) -> bool:
+  return (isinstance(t, type) and issubclass(t, tuple)
+          and isinstance(getattr(t, "_fields", None), tuple)
+          and all(isinstance(f, str) for f in t._fields))
+
+
+def register_namedtuple_serialization(nodetype: type, *, serialized_name: str) -> type:
+  """Lets tree structures holding the namedtuple class `nodetype` be serialized (its field
+  names are stored and must match on deserialization). JAX's
+  `jax.export.register_namedtuple_serialization`.
+
+  Raises:
+    ValueError: `nodetype` is not a namedtuple class, or is registered already.
+  """
+  if not _is_namedtuple(nodetype):
+    raise ValueError("Use `stagecraft.export.register_pytree_node_serialization` for types "
+                     "other than `collections.namedtuple`.")
+
+  def from_children(fields, children):
+    if list(fields) != list(nodetype._fields):
+      raise ValueError(f"the serialized namedtuple `{serialized_name}` has fields "
+                       f"{list(fields)}, but {nodetype.__name__} has {list(nodetype._fields)}.")
+    return nodetype(*children)
+
+  return register_pytree_node_serialization(
+      nodetype, serialized_name=serialized_name,
+      serialize_auxdata=lambda _: json.dumps(list(nodetype._fields)).encode(),
+      deserialize_auxdata=lambda b: json.loads(b.decode()), from_children=from_children)
+
+
+def _ordered_dict_keys(keys) -> bytes:
+  if not all(isinstance(k, str) for k in keys):
+    raise NotImplementedError(f"Serialization of collections.OrderedDict is supported only "
+                              f"when the keys are strings. Found keys: {keys}.")
+  return json.dumps(list(keys)).encode()
+
+
+register_pytree_node_serialization(
+    collections.OrderedDict, serialized_name="collections.OrderedDict",
+    serialize_auxdata=_ordered_dict_keys, deserialize_auxdata=lambda b: json.loads(b.decode()),
+    from_children=lambda keys, children: collections.OrderedDict(zip(keys, children)))
+
+
+class _Leaf:
+  __slots__ = ()
+
+  def __repr__(self):
+    return "*"
+
+
+_LEAF = _Leaf()
+
+
+def tree_to_json(treedef) -> Any:
+  """The JSON-able encoding of a tree structure (see the comment above).
+
+  Raises:
+    TypeError: a dict with a key that is not a str.
+    ValueError: a node type without a registered serialization (the message says how to
+      register one).
+  """
+  def enc(x):
+    if x is _LEAF:
+      return "*"
+    if x is None:
+      return None
+    t = type(x)
+    if t is tuple:
+      return {"tuple": [enc(c) for c in x]}
+    if t is list:
+      return {"list": [enc(c) for c in x]}
+    if t is dict:
+      for k in x:
+        if not isinstance(k, str):
+          raise TypeError(f"Serialization is supported only for dictionaries with string "
+                          f"keys. Found key {k} of type {type(k)}.")
+      return {"dict": [[k, enc(v)] for k, v in x.items()]}
+    if t in _serialization_registry:
+      name, ser = _serialization_registry[t]
+      children, aux = tree_util.flatten_one_level(x)
+      data = ser(aux)
+      if not isinstance(data, (bytes, bytearray)):
+        raise ValueError(f"The custom serialization function for `{t}` must return a `bytes` "
+                         f"object. It returned a {type(data)}.")
+      return {"custom": name, "aux": base64.b64encode(bytes(data)).decode(),
+              "children": [enc(c) for c in children]}
+    raise ValueError(f"Cannot serialize PyTreeDef containing an unregistered type `{t}`. Use "
+                     f"`stagecraft.export.register_pytree_node_serialization` or "
+                     f"`stagecraft.export.register_namedtuple_serialization`.")
+  return enc(optree.tree_unflatten(treedef, [_LEAF] * treedef.num_leaves))
+
+
+def tree_from_json(obj: Any):
+  """The tree structure (a PyTreeDef) of `tree_to_json`'s encoding.
+
+  Raises:
+    ValueError: a malformed encoding, or a custom node name not registered in this process
+      (`register_pytree_node_serialization`).
+  """
+  def dec(x, depth):
+    if depth > 1000:
+      raise ValueError("serialized tree structure nested too deeply")
+    if x == "*":
+      return 0
+    if x is None:
+      return None
+    if isinstance(x, dict) and len(x) == 1 and "tuple" in x and isinstance(x["tuple"], list):
+      return tuple(dec(c, depth + 1) for c in x["tuple"])
+    if isinstance(x, dict) and len(x) == 1 and "list" in x and isinstance(x["list"], list):
+      return [dec(c, depth + 1) for c in x["list"]]
+    if isinstance(x, dict) and len(x) == 1 and "dict" in x and isinstance(x["dict"], list):
+      if not all(isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str)
+                 for kv in x["dict"]):
+        raise ValueError(f"malformed serialized dict node: {x!r:.200}")
+      return {k: dec(v, depth + 1) for k, v in x["dict"]}
+    if isinstance(x, dict) and set(x) == {"custom", "aux", "children"}:
+      name = x["custom"]
+      if name not in _deserialization_registry:
+        raise ValueError(f"Unknown custom PyTree node serialized_name `{name}`: register it "
+                         f"with stagecraft.export.register_pytree_node_serialization (or "
+                         f"register_namedtuple_serialization) before deserializing.")
+      _, deser, from_children = _deserialization_registry[name]
+      children = [dec(c, depth + 1) for c in x["children"]]
+      return from_children(deser(base64.b64decode(x["aux"])), children)
+    raise ValueError(f"malformed serialized tree node: {x!r:.200}")
+  return tree_util.tree_structure(dec(obj, 0))
+
+
+def _trees_json(in_tree, out_tree) -> tuple[Any, Any, str | None]:
+  try:
+    return tree_to_json(in_tree), tree_to_json(out_tree), None
+  except (TypeError, ValueError, NotImplementedError) as e:
+    return None, None, str(e)
 
 
 class _LoadedEntry:
@@ -442,61 +710,188 @@ class _OutAvals:
     self.out_avals = out_avals
 
 
-def deserialize_compiled(data: bytes, in_tree, out_tree) -> Compiled:
+class _LoadedMultiDeviceCall:
+  """A deserialized program over several devices: `program` (an SpmdExecutable), the
+  constants it takes first, and for a mesh program the layout each leaf must have."""
+  simple = False
+  device = None
+
+  def __init__(self, program, consts, kept, donated, in_avals, out_tree, mesh=None,
+               leaf_shardings=None, names=()):
+    self.program = program
+    self.exe = program.exe
+    self.consts = consts
+    self.kept = kept
+    self.donated = tuple(donated)
+    self.in_avals = in_avals
+    self.out_avals = program.out_avals
+    self.out_tree = out_tree
+    self.mesh = mesh
+    self.leaf_shardings = leaf_shardings
+    self.names = names
+
+  def __call__(self, leaves: Sequence[Any]):
+    idx = range(len(leaves)) if self.kept is None else self.kept
+    if self.leaf_shardings is not None:
+      for i in idx:
+        x, sh = leaves[i], self.leaf_shardings[i]
+        if type(x) is Array and (x._sharding is not None or x._device is not None):
+          if x.sharding != sh:
+            raise ValueError(
+                f"Array(s) sharding does not match the input(s) sharding. Got Array sharding: "
+                f"{x.sharding} and input sharding: {sh} for argument {self.names[i]} with "
+                f"shape {x.aval.str_short()}\nMove the argument with "
+                f"stagecraft.device_put(x, sharding) first.")
+    outs = self.program.call([*self.consts, *[leaves[i] for i in idx]])
+    return optree.tree_unflatten(self.out_tree, outs)
+
+
+def deserialize_compiled(data: bytes, in_tree=None, out_tree=None) -> Compiled:
   """Rebuilds a `Compiled` from `Compiled.serialize()` bytes without tracing or compiling.
 
   Args:
     data: the bytes.
     in_tree: the treedef of the call's `(args, kwargs)` (`compiled.in_tree` when it was
-      serialized); out_tree: the treedef of its output (`compiled.out_tree`).
+      serialized); out_tree: the treedef of its output (`compiled.out_tree`). Either may be
+      None (a stagecraft extension): the one stored in the bytes is used.
 
   Returns:
-    A `Compiled` for the default device, type-checking its arguments as the original did.
+    A `Compiled` for the devices it was compiled for (the default device for a one-device
+    program), type-checking its arguments as the original did.
 
   Raises:
-    TypeError: `in_tree` or `out_tree` is not a PyTreeDef.
+    TypeError: `in_tree` or `out_tree` is neither None nor a PyTreeDef.
     ValueError: bytes that are not a serialized Compiled, are corrupt, or come from another
-      format or jaxlib version (naming both); trees whose leaf counts disagree with it.
+      format or jaxlib version (naming both); trees whose leaf counts disagree with it; a
+      tree left as None that the bytes do not hold; devices this process lacks.
   """
   for what, tree in (("in_tree", in_tree), ("out_tree", out_tree)):
-    if not isinstance(tree, tree_util.PyTreeDef):
+    if tree is not None and not isinstance(tree, tree_util.PyTreeDef):
       raise TypeError(f"deserialize_compiled: {what} must be the treedef (a PyTreeDef) of the "
-                      f"Compiled that was serialized (compiled.{what}), got {tree!r} of type "
-                      f"{type(tree).__name__}.")
-  # NB: a Compiled is serialized for the default device only; its payload runs there, so a
-  # header naming another device was altered (loading it there would crash the runtime).
-  header_devices = cache.header_of(data).get("devices")
-  default = client.default_device()
-  if header_devices != [default.id]:
-    raise ValueError(f"deserialize_compiled: the header names devices {header_devices}, but "
-                     f"a serialized Compiled runs on the default device ({default.id}); the "
-                     f"bytes were altered or come from another kind of program.")
-  exe, meta = cache.deserialize_executable(data, [default])
-  if meta.get("kind") != "stagecraft.Compiled":
+                      f"Compiled that was serialized (compiled.{what}) or None, got {tree!r} "
+                      f"of type {type(tree).__name__}.")
+  header = cache.header_of(data)
+  meta = header.get("meta")
+  if not isinstance(meta, dict) or meta.get("kind") != "stagecraft.Compiled":
     raise ValueError("deserialize_compiled: these bytes hold an executable but not a "
                      "serialized Compiled (Compiled.serialize() makes those).")
-  in_avals = tuple(_aval_from_json(a) for a in meta["in_avals"])
-  out_avals = [_aval_from_json(a) for a in meta["out_avals"]]
+  try:
+    return _rebuild(data, header, meta, in_tree, out_tree)
+  except (KeyError, TypeError, IndexError) as e:   # a header of the right kind, malformed
+    raise ValueError(f"deserialize_compiled: the serialized Compiled's header is malformed "
+                     f"({type(e).__name__}: {e}); serialize the Compiled again.") from None
+
+
+def _rebuild(data, header, meta, in_tree, out_tree) -> Compiled:
+  program = meta.get("program", "single")
+  for what in ("in_tree", "out_tree"):
+    given = in_tree if what == "in_tree" else out_tree
+    if given is None:
+      if meta.get(what) is None:
+        raise ValueError(f"deserialize_compiled: these bytes hold no {what} (the tree held a "
+                         f"node type without a registered serialization: "
+                         f"{meta.get('tree_error', 'an older format')}); pass the {what} of "
+                         f"the Compiled that was serialized.")
+      given = tree_from_json(meta[what])
+    if what == "in_tree":
+      in_tree = given
+    else:
+      out_tree = given
+  in_avals = tuple(aval_from_json(a) for a in meta["in_avals"])
+  out_avals = [aval_from_json(a) for a in meta["out_avals"]]
   if in_tree.num_leaves != len(in_avals) or out_tree.num_leaves != len(out_avals):
     raise ValueError(
         f"deserialize_compiled: the trees do not fit the executable: in_tree has "
         f"{in_tree.num_leaves} leaves for {len(in_avals)} arguments and out_tree "
         f"{out_tree.num_leaves} leaves for {len(out_avals)} outputs. Pass the in_tree and "
         f"out_tree of the Compiled that was serialized.")
-  consts = []
-  for c in meta["consts"]:
-    aval = _aval_from_json(c["aval"])
-    arr = np.frombuffer(base64.b64decode(c["data"]), aval.dtype).reshape(aval.shape)
-    consts.append(dispatch.to_buffer(arr, aval))
   kept = meta["kept"]
+  if kept is not None and any(not isinstance(i, int) or not 0 <= i < len(in_avals)
+                              for i in kept):
+    raise ValueError(f"deserialize_compiled: the header's kept arguments {kept} do not fit "
+                     f"its {len(in_avals)} arguments; the bytes were altered.")
   used = [in_avals[i] for i in (range(len(in_avals)) if kept is None else kept)]
-  cache.check_signature(exe, [_aval_from_json(c["aval"]) for c in meta["consts"]] + used,
-                        out_avals, "deserialize_compiled")
-  call = pjit.CompiledCall(exe, kept, consts, list(in_avals), out_avals, out_tree,
-                           tuple(meta["donated"]), "", None)
-  sig = _Signature(_LoadedEntry(out_tree, out_avals), in_tree, tuple(meta["arg_names"]),
-                   in_avals, frozenset(meta["donated"]), False, meta["name"], None)
+  const_values = [_const_from_json(c) for c in meta["consts"]]
+  const_avals = [aval_from_json(c["aval"]) for c in meta["consts"]]
+  donated = tuple(meta["donated"])
+  names = tuple(meta["arg_names"])
+  if program == "single":
+    # NB: a one-device Compiled is serialized for the default device only; its payload runs
+    # there, so a header naming another device was altered (loading it there would crash
+    # the runtime).
+    header_devices = header.get("devices")
+    default = client.default_device()
+    if header_devices != [default.id]:
+      raise ValueError(f"deserialize_compiled: the header names devices {header_devices}, "
+                       f"but a serialized Compiled runs on the default device ({default.id}); "
+                       f"the bytes were altered or come from another kind of program.")
+    exe, _ = cache.deserialize_executable(data, [default])
+    cache.check_signature(exe, const_avals + used, out_avals, "deserialize_compiled")
+    consts = [dispatch.to_buffer(c, a) for c, a in zip(const_values, const_avals)]
+    call = pjit.CompiledCall(exe, kept, consts, list(in_avals), out_avals, out_tree, donated, "",
+                            None)
+  elif program in ("replicated", "mesh"):
+    devs = _devices(meta["devices"], header)
+    main_in = [aval_from_json(a) for a in meta["main_in_avals"]]
+    if main_in != const_avals + used:
+      raise ValueError("deserialize_compiled: the header's program arguments disagree with "
+                       "its constants and kept arguments; the bytes were altered.")
+    exe, _ = cache.deserialize_executable(data, devs)
+    # NB: an SPMD executable's entry layout is per device (shards): check the argument
+    # count and dtypes only, and let the mesh layouts (checked by the runtime) do the rest.
+    _check_counts(exe, main_in, out_avals)
+    pdonated = [int(i) for i in meta["program_donated"]]
+    if program == "replicated":
+      prog = spmd.replicated_program(exe, devs, main_in, out_avals, "", pdonated)
+      consts = const_values
+      call = _LoadedMultiDeviceCall(prog, consts, kept, donated, list(in_avals), out_tree)
+    else:
+      m = meta["mesh"]
+      by_id = {d.id: d for d in devs}
+      grid = np.array([by_id[i] for i in np.asarray(m["ids"]).flat],
+                      dtype=object).reshape(tuple(m["shape"]))
+      mesh = Mesh(grid, tuple(m["names"]), tuple(AxisType[t] for t in m["types"]))
+      in_sh = [_spec_from_json(mesh, s) for s in meta["in_specs"]]
+      out_sh = [_spec_from_json(mesh, s) for s in meta["out_specs"]]
+      prog = spmd.SpmdExecutable(exe, devs, main_in, out_avals, in_sh, out_sh, "",
+                                 pdonated, keep_replicated=True)
+      consts = [Array(spmd.shard_arg(c, a, sh), a, None, sh)
+                for c, a, sh in zip(const_values, const_avals, prog.in_shardings)]
+      leaf_sh = [_spec_from_json(mesh, s) for s in meta["leaf_specs"]]
+      call = _LoadedMultiDeviceCall(prog, consts, kept, donated, list(in_avals), out_tree,
+                                    mesh, leaf_sh, names)
+  else:
+    raise ValueError(f"deserialize_compiled: unknown program kind {program!r} in the header; "
+                     f"the bytes come from a newer stagecraft or were altered.")
+  sig = _Signature(_LoadedEntry(out_tree, out_avals), in_tree, names, in_avals,
+                   frozenset(donated), False, meta["name"], None)
   return Compiled(sig, call)
+
+
+def _devices(ids, header) -> list:
+  backend = client.get_backend(header.get("platform") if header.get("platform") !=
+                               client.default_device().platform else None)
+  by_id = {d.id: d for d in backend.local_devices()}
+  missing = [i for i in ids if i not in by_id]
+  if missing:
+    raise ValueError(f"deserialize_compiled: the program was compiled for devices {list(ids)}, "
+                     f"but this process has only devices {sorted(by_id)}; start the process "
+                     f"with as many devices (e.g. XLA_FLAGS="
+                     f"--xla_force_host_platform_device_count={len(ids)}).")
+  return [by_id[i] for i in ids]
+
+
+def _check_counts(exe, in_avals, out_avals) -> None:
+  try:
+    ins, outs = cache.entry_signature(exe)
+  except (IndexError, ValueError):   # pragma: no cover (a runtime we do not know)
+    return
+  want_in = ["bool" if a.dtype.name == "void" else a.dtype.name for a in in_avals]
+  want_out = ["bool" if a.dtype.name == "void" else a.dtype.name for a in out_avals]
+  if [d for d, _ in ins] != want_in or [d for d, _ in outs] != want_out:
+    raise ValueError("deserialize_compiled: the executable's arguments or results differ "
+                     "from its header; the bytes were altered or belong to another program. "
+                     "Serialize the Compiled again.")
 
 
 CompilerOptions = dict[str, Union[str, bool]]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import abc
+import enum
 import gc
 from typing import Any
 
 import numpy as np
+from jaxlib import _jax
 from jaxlib import xla_client as xc
 
 from stagecraft import core, dtypes, tree_util
@@ -14,7 +16,7 @@ from stagecraft.errors import DonatedBufferError
 from stagecraft.runtime import client
 from stagecraft.sharding import Shard, SingleDeviceSharding
 
-__all__ = ["Array", "device_get", "copy_to_host_async", "live_arrays"]
+__all__ = ["Array", "device_get", "copy_to_host_async", "live_arrays", "DLDeviceType"]
 
 
 class Array(metaclass=abc.ABCMeta):
@@ -216,11 +218,105 @@ class Array(metaclass=abc.ABCMeta):
   def copy_to_host_async(self):
     self._check_buf().copy_to_host_async()
 
-  def __dlpack__(self, *args, **kwargs):
-    return self._value.__dlpack__(*args, **kwargs)
+  # -- DLPack (the Python array API's exchange protocol; JAX's `jax.Array.__dlpack__`)
+
+  def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                 dl_device: tuple[int, int] | None = None, copy: bool | None = None):
+    """A DLPack capsule of this Array's device buffer, for `np.from_dlpack`, torch, ...
+
+    Without `copy` or `dl_device` the capsule shares this Array's memory (zero-copy); the
+    consumer must not write to it (Arrays are immutable).
+
+    Args:
+      stream: the consumer's stream to synchronize with (GPU; None on CPU).
+      max_version: the highest DLPack version `(major, minor)` the consumer reads; versions
+        below (0, 5) are refused.
+      dl_device: `(DLDeviceType, device id)` where the consumer wants the data (a copy when
+        it is not this Array's device).
+      copy: True: always a fresh copy; False: never copy (an error if a copy is needed);
+        None: copy only when needed.
+
+    Raises:
+      BufferError: for an Array split over several devices, an unsupported `dl_device`
+        type, or `max_version` below (0, 5).
+      ValueError: `copy=False` with a `dl_device` other than this Array's device.
+    """
+    if self._sharding is not None:
+      raise BufferError(
+          f"to_dlpack can only pack a dlpack tensor from an array on a singular device, but "
+          f"an array with a Sharding over {len(self._sharding.device_set)} devices was "
+          f"provided. Gather it first (`device_put(x, device)`) or export its shards "
+          f"(`x.addressable_shards[i].data`).")
+    if max_version is not None and tuple(max_version) < _MIN_DLPACK_VERSION:
+      raise BufferError(f"stagecraft does not support any DLPack version below "
+                        f"{_MIN_DLPACK_VERSION} but version ({max_version}) was requested.")
+    buf = self._check_buf()
+    src = next(iter(buf.devices()))
+    target = src
+    if dl_device is not None:
+      dl_type, hw_id = dl_device
+      platform = _DL_DEVICE_TO_PLATFORM.get(int(dl_type))
+      if platform is None:
+        raise BufferError(f"The device specification passed to to_dlpack contains an "
+                          f"unsupported device type (DLDeviceType: {dl_type})")
+      target = client.get_backend(platform).device_from_local_hardware_id(int(hw_id))
+    if target != src:
+      if copy is not None and not copy:
+        raise ValueError(
+            f"Specified device={target!r} which requires a copy since the source device is "
+            f"{src!r}, however copy=False. Set copy=True or copy=None to perform the "
+            f"requested operation.")
+      buf = _put_copy(self._value, self.aval, target)
+    elif copy:
+      buf = _put_copy(self._value, self.aval, src)
+    return _jax.buffer_to_dlpack_managed_tensor(buf, stream=stream)
+
+  def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
+    """`(DLDeviceType, device id)` of this Array's buffer (DLPack protocol).
+
+    Raises:
+      BufferError: for an Array split over several devices, or a platform DLPack cannot
+        name (only CPU, CUDA and ROCm can).
+    """
+    if self._sharding is not None:
+      raise BufferError("__dlpack__ only supported for unsharded arrays.")
+    dev = next(iter(self._check_buf().devices()))
+    if dev.platform == "cpu":
+      return DLDeviceType.kDLCPU, 0
+    if dev.platform in ("gpu", "cuda", "rocm"):
+      version = dev.client.platform_version
+      if "cuda" in version:
+        kind = DLDeviceType.kDLCUDA
+      elif "rocm" in version:
+        kind = DLDeviceType.kDLROCM
+      else:
+        raise BufferError(f"Unknown GPU platform for __dlpack__: {version}")
+      return kind, dev.local_hardware_id
+    raise BufferError(f"__dlpack__ device only supported for CPU and GPU, got platform: "
+                      f"{dev.platform}")
 
 
 Array.register(core.Tracer)
+
+
+class DLDeviceType(enum.IntEnum):
+  """DLPack's device types (the first item of `__dlpack_device__()`)."""
+  kDLCPU = 1
+  kDLCUDA = 2
+  kDLCUDAHost = 3
+  kDLROCM = 10
+
+
+_MIN_DLPACK_VERSION = (0, 5)
+_DL_DEVICE_TO_PLATFORM = {DLDeviceType.kDLCPU: "cpu", DLDeviceType.kDLCUDA: "cuda",
+                          DLDeviceType.kDLCUDAHost: "cuda", DLDeviceType.kDLROCM: "rocm"}
+
+
+def _put_copy(value: np.ndarray, aval: core.ShapedArray, device: Any) -> Any:
+  """A fresh buffer on `device` holding `value` (a host round trip: the runtime has no
+  device-to-device copy of one buffer)."""
+  return xc.batched_device_put(aval, client.single_device_sharding(device), [value],
+                               [device], True, True, enable_x64=True)
 
 
 def _default_device():

@@ -1,0 +1,839 @@
+"""Exporting jitted functions as versioned StableHLO (JAX's `jax.export`).
+
+`export(jit(f))(*specs)` traces and lowers `f` for the given argument shapes and dtypes and
+returns an `Exported`: the StableHLO module (as a StableHLO portable artifact, the
+versioned bytecode StableHLO guarantees to load in later versions), the avals and tree
+structures of the arguments and results, and the platform. `Exported.serialize()` gives
+bytes that `deserialize` loads in another process; `Exported.call(*args)` runs the module
+(eagerly, or inlined into the program being traced under `jit`), and is differentiable in
+reverse mode (`grad`, `vjp`) through the exported VJP (`Exported.vjp()`, kept in the bytes
+with `serialize(vjp_order=n)`), as in JAX.
+
+What stagecraft exports: programs on one device, with concrete shapes, for one platform,
+without host callbacks or ordered effects. The rest raises a clear error (NotImplementedError).
+
+The serialized format (not JAX's flatbuffers; `deserialize` reads only stagecraft's)::
+
+  magic           8 bytes   b"SCEXPORT"
+  sizes           14 bytes  big-endian: format version (u16), header length (u32),
+                            payload length (u64)
+  header          JSON (UTF-8): {"format": "stagecraft.Exported", "exported": [primal,
+                  vjp, vjp of vjp, ...]}, one object per function with its fun_name, trees
+                  (`stages.tree_to_json`), avals, platforms, calling convention version,
+                  kept arguments, and the offset and size of its module in the payload
+  checksum        32 bytes  SHA-256 of everything above it followed by the payload
+  payload         the modules' StableHLO portable artifacts, one after the other
+
+Nothing is unpickled; a module is checked against its header (argument and result types of
+its `main`) when it is loaded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import struct
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from jaxlib import xla_client as xc
+
+from stagecraft import api, api_util, core, custom_derivatives, dtypes, pjit, stages, tree_util
+from stagecraft.core import ShapedArray, ShapeDtypeStruct
+from stagecraft.interpreters import batching, lowering, mapping
+from stagecraft.interpreters import partial_eval as pe
+from stagecraft.runtime import client, spmd
+
+__all__ = ["DisabledSafetyCheck", "Exported", "export", "deserialize", "call",
+           "call_exported", "call_exported_p", "default_export_platform",
+           "minimum_supported_calling_convention_version",
+           "maximum_supported_calling_convention_version", "register_pytree_node_serialization",
+           "register_namedtuple_serialization", "symbolic_shape", "symbolic_args_specs",
+           "is_symbolic_dim", "SymbolicScope", "FORMAT_VERSION"]
+
+#: The calling conventions of exported modules this version writes and reads (JAX's range;
+#: stagecraft's modules follow version 10 for one platform without effects: `main` takes the
+#: kept array arguments and returns the results).
+minimum_supported_calling_convention_version = 9
+maximum_supported_calling_convention_version = 10
+_CALLING_CONVENTION_VERSION = 10
+
+#: The version of the byte format described in the module docstring.
+FORMAT_VERSION = 1
+_MAGIC = b"SCEXPORT"
+_SIZES = struct.Struct(">HIQ")
+_DIGEST = 32
+
+register_pytree_node_serialization = stages.register_pytree_node_serialization
+register_namedtuple_serialization = stages.register_namedtuple_serialization
+
+
+class DisabledSafetyCheck:
+  """A safety check to skip when exporting or calling (JAX's `DisabledSafetyCheck`): build
+  one with `platform()` or `custom_call(target_name)`."""
+
+  def __init__(self, _impl: str):
+    self._impl = _impl
+
+  @classmethod
+  def platform(cls) -> "DisabledSafetyCheck":
+    """Lets an Exported run on a platform other than the one it was exported for."""
+    return cls("platform")
+
+  @classmethod
+  def custom_call(cls, target_name: str) -> "DisabledSafetyCheck":
+    """Lets a custom call to `target_name`, which has no stability guarantee, be exported."""
+    return cls(f"custom_call:{target_name}")
+
+  def is_custom_call(self) -> str | None:
+    """The custom call target this check allows, or None."""
+    m = re.match(r"custom_call:(.+)$", self._impl)
+    return m.group(1) if m else None
+
+  def __str__(self):
+    return self._impl
+
+  __repr__ = __str__
+
+  def __eq__(self, other):
+    return isinstance(other, DisabledSafetyCheck) and self._impl == other._impl
+
+  def __hash__(self):
+    return hash(self._impl)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Exported:
+  """A jitted function lowered to StableHLO for one argument signature (JAX's `Exported`).
+
+  Attributes:
+    fun_name: the function's name (for messages).
+    in_tree: the PyTreeDef of `(args, kwargs)`; out_tree: that of the result.
+    in_avals / out_avals: the flat tuples of argument / result ShapedArrays.
+    in_shardings_hlo / out_shardings_hlo: one None per argument / result (stagecraft
+      exports one-device programs, whose layouts are unspecified).
+    nr_devices: 1.
+    platforms: the platforms the module was lowered for (one).
+    ordered_effects / unordered_effects: () (effectful programs are not exported).
+    disabled_safety_checks: the `DisabledSafetyCheck`s given to `export`.
+    mlir_module_serialized: the module as a StableHLO portable artifact (bytes).
+    calling_convention_version: 10.
+    module_kept_var_idx: the indices of the arguments the module takes (the others are
+      unused and were pruned), sorted.
+    uses_global_constants: False (no symbolic shapes, one platform).
+
+  An Exported is compared and hashed by identity.
+  """
+  fun_name: str
+  in_tree: Any
+  in_avals: tuple
+  out_tree: Any
+  out_avals: tuple
+  in_shardings_hlo: tuple
+  out_shardings_hlo: tuple
+  nr_devices: int
+  platforms: tuple
+  ordered_effects: tuple
+  unordered_effects: tuple
+  disabled_safety_checks: tuple
+  mlir_module_serialized: bytes
+  calling_convention_version: int
+  module_kept_var_idx: tuple
+  uses_global_constants: bool
+  _get_vjp: Callable[["Exported"], "Exported"] | None = None
+  _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+
+  def mlir_module(self) -> str:
+    """The module's text (the portable artifact printed by MLIR)."""
+    text = self._cache.get("text")
+    if text is None:
+      text = self._cache["text"] = str(_load_module(self.mlir_module_serialized))
+    return text
+
+  def __str__(self):
+    return f"Exported(fun_name={self.fun_name}, ...)"
+
+  __repr__ = __str__
+
+  def in_shardings_jax(self, mesh: Any) -> tuple:
+    """The argument layouts as shardings over `mesh`: None (unspecified) for each argument
+    of a one-device export."""
+    return tuple(None for _ in self.in_shardings_hlo)
+
+  def out_shardings_jax(self, mesh: Any) -> tuple:
+    """The result layouts as shardings over `mesh`: None (unspecified) for each."""
+    return tuple(None for _ in self.out_shardings_hlo)
+
+  def has_vjp(self) -> bool:
+    """Whether the VJP is available (`vjp()`): always for a fresh export, and for a
+    deserialized one when it was serialized with `vjp_order >= 1`."""
+    return self._get_vjp is not None
+
+  def vjp(self) -> "Exported":
+    """The exported VJP: takes the flat primal arguments then one cotangent per flat result,
+    and returns the tuple of the flat arguments' cotangents.
+
+    Raises:
+      ValueError: "No VJP is available" (deserialized with `vjp_order=0`).
+    """
+    if self._get_vjp is None:
+      raise ValueError("No VJP is available")
+    return self._get_vjp(self)
+
+  def serialize(self, vjp_order: int = 0) -> bytearray:
+    """The bytes of this Exported (the format of this module's docstring), with the VJP
+    functions up to `vjp_order` (2 allows `grad(grad(f))` of the deserialized function).
+
+    Raises:
+      ValueError: `vjp_order` negative, or more VJPs asked than are available; a tree
+        holding a node type with no registered serialization.
+      TypeError: a dict in a tree with a key that is not a str.
+    """
+    if not isinstance(vjp_order, int) or vjp_order < 0:
+      raise ValueError(f"serialize: vjp_order must be a non-negative int, got {vjp_order!r}.")
+    chain, exp = [], self
+    for k in range(vjp_order + 1):
+      chain.append(exp)
+      if k < vjp_order:
+        exp = exp.vjp()
+    headers, modules, offset = [], [], 0
+    for e in chain:
+      module = bytes(e.mlir_module_serialized)
+      headers.append(_header_of(e, offset, len(module)))
+      modules.append(module)
+      offset += len(module)
+    payload = b"".join(modules)
+    header = json.dumps({"format": "stagecraft.Exported", "exported": headers},
+                        sort_keys=True, separators=(",", ":")).encode()
+    head = _MAGIC + _SIZES.pack(FORMAT_VERSION, len(header), len(payload)) + header
+    digest = hashlib.sha256(head)
+    digest.update(payload)
+    return bytearray(head + digest.digest() + payload)
+
+  def call(self, *args, **kwargs):
+    """Runs the exported function on `args`/`kwargs` (the tree structure, shapes and dtypes
+    it was exported for), eagerly or inside `jit`; differentiable with `grad`/`vjp` (through
+    `vjp()`), not with `jvp` nor `vmap` (as in JAX).
+
+    Raises:
+      ValueError: another tree structure, rank, dtype or dimension than exported; another
+        platform than exported (unless `DisabledSafetyCheck.platform()`).
+    """
+    return call_exported(self)(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# Symbolic shapes: parsed, not exported
+
+
+class SymbolicScope:
+  """The scope of symbolic dimensions (JAX's `SymbolicScope`). stagecraft exports concrete
+  shapes only; this exists so that code naming it imports."""
+
+  def __init__(self, constraints: Sequence[str] = ()):
+    self.constraints = tuple(constraints)
+
+
+_CONCRETE_ONLY = ("stagecraft.export exports concrete shapes only: symbolic dimensions "
+                  "(shape polymorphism) are not supported. Export once per concrete shape "
+                  "instead.")
+
+
+class _SymbolicDim:
+  """A dimension variable or expression as `symbolic_shape` parsed it."""
+  __slots__ = ("expr", "scope")
+
+  def __init__(self, expr: str, scope: SymbolicScope):
+    self.expr = expr
+    self.scope = scope
+
+  def __repr__(self):
+    return self.expr
+
+  __str__ = __repr__
+
+  def __int__(self):
+    raise NotImplementedError(_CONCRETE_ONLY + f" (dimension {self.expr!r})")
+
+  __index__ = __int__
+
+
+_DIM = re.compile(r"^\s*(?:[A-Za-z_][A-Za-z0-9_]*|\d+|[-+*/()%\sA-Za-z0-9_]+)\s*$")
+
+
+def symbolic_shape(shape_spec: str | None, *, constraints: Sequence[str] = (),
+                   scope: SymbolicScope | None = None, like: Sequence[int | None] | None = None
+                   ) -> tuple:
+  """Parses a shape specification such as `"b, 4"` (JAX's `symbolic_shape`).
+
+  Returns:
+    A tuple with an int per constant dimension and a symbolic dimension per other one.
+    Symbolic dimensions cannot be exported by stagecraft (`export` raises
+    NotImplementedError, as does `int()` of one, e.g. in `ShapeDtypeStruct`).
+
+  Raises:
+    ValueError: a malformed specification, or one whose rank differs from `like`.
+  """
+  scope = scope or SymbolicScope(constraints)
+  spec = (shape_spec or "").strip()
+  if spec.startswith("(") and spec.endswith(")"):
+    spec = spec[1:-1]
+  parts = [p.strip() for p in spec.split(",")] if spec else []
+  if parts and parts[-1] == "":
+    parts = parts[:-1]
+  if like is not None and len(like) != len(parts):
+    raise ValueError(f"syntax error in polymorphic shape {shape_spec!r}: rank mismatch, the "
+                     f"shape has rank {len(parts)} but `like` {tuple(like)} has rank "
+                     f"{len(like)}.")
+  out = []
+  for i, p in enumerate(parts):
+    if p in ("", "...") or not _DIM.match(p):
+      raise ValueError(f"syntax error in polymorphic shape {shape_spec!r} in dimension {i}: "
+                       f"{p!r} is not a dimension expression.")
+    if p == "_":
+      if like is None or like[i] is None:
+        raise ValueError(f"syntax error in polymorphic shape {shape_spec!r}: '_' in "
+                         f"dimension {i} needs a known dimension in `like`.")
+      out.append(int(like[i]))
+    elif p.isdigit():
+      out.append(int(p))
+    else:
+      out.append(_SymbolicDim(p, scope))
+  return tuple(out)
+
+
+def is_symbolic_dim(p: Any) -> bool:
+  """Whether `p` is a symbolic dimension made by `symbolic_shape`."""
+  return isinstance(p, _SymbolicDim)
+
+
+def symbolic_args_specs(args: Any, shapes_specs: Any, constraints: Sequence[str] = (),
+                        scope: SymbolicScope | None = None):
+  """JAX's `symbolic_args_specs`: ShapeDtypeStructs with symbolic shapes for `args`.
+
+  Raises:
+    NotImplementedError: for a specification with a symbolic dimension (stagecraft
+      exports concrete shapes only); specifications of constants only give the concrete
+      ShapeDtypeStructs.
+  """
+  leaves, tree = tree_util.tree_flatten(args)
+  if shapes_specs is None or isinstance(shapes_specs, str):
+    specs = [shapes_specs] * len(leaves)
+  else:
+    specs = tree_util.broadcast_prefix(shapes_specs, args)
+  out = []
+  for x, spec in zip(leaves, specs):
+    shape = tuple(np.shape(x)) if spec is None else symbolic_shape(spec, like=np.shape(x))
+    if any(is_symbolic_dim(d) for d in shape):
+      raise NotImplementedError(_CONCRETE_ONLY + f" (specification {spec!r})")
+    out.append(ShapeDtypeStruct(shape, np.result_type(x)))
+  return tree_util.tree_unflatten(tree, out)
+
+
+# ---------------------------------------------------------------------------
+# Exporting
+
+
+def default_export_platform() -> str:
+  """The platform `export` lowers for by default: `'cpu'`, `'cuda'`, `'rocm'` or `'tpu'`."""
+  return _canonical_platform(client.default_device())
+
+
+def _canonical_platform(device) -> str:
+  p = device.platform
+  if p == "gpu":
+    return "rocm" if "rocm" in device.client.platform_version.lower() else "cuda"
+  return p
+
+
+def _lowering_platform(platform: str) -> str:
+  return "gpu" if platform in ("cuda", "rocm") else platform
+
+
+# Custom call targets with a stability guarantee (LAPACK/cuSOLVER kernels, partitioner
+# markers); anything else needs DisabledSafetyCheck.custom_call(target).
+_STABLE_TARGET = re.compile(
+    r"^(lapack_[a-z]+_ffi|cusolver_[a-z]+_ffi|hipsolver_[a-z]+_ffi|cu_lu_pivots_to_permutation|"
+    r"hip_lu_pivots_to_permutation|cusparse_gtsv2_ffi|cu_threefry2x32_ffi|"
+    r"hip_threefry2x32_ffi|Sharding|SPMDFullToShardShape|SPMDShardToFullShape|"
+    r"annotate_device_placement)$")
+_TARGET = re.compile(r'call_target_name\s*=\s*"([^"]*)"')
+
+
+def export(fun_jit: Any, *, platforms: Sequence[str] | None = None,
+           disabled_checks: Sequence[DisabledSafetyCheck] = ()) -> Callable[..., Exported]:
+  """Exports a jitted function for serialization (JAX's `jax.export.export`).
+
+  Args:
+    fun_jit: the result of `stagecraft.jit`.
+    platforms: the platform to lower for, as a one-element sequence (`'cpu'`, `'cuda'`,
+      `'rocm'`, `'tpu'`); None: `default_export_platform()`.
+    disabled_checks: `DisabledSafetyCheck`s to skip.
+
+  Returns:
+    A function taking the arguments (arrays, or `ShapeDtypeStruct`s / objects with `shape`
+    and `dtype`; static arguments as values) and returning an `Exported`.
+
+  Raises:
+    ValueError: `fun_jit` is not a jitted function; the module has custom calls with no
+      stability guarantee (not allowed by `disabled_checks`).
+    NotImplementedError: several platforms; symbolic dimensions; a program over several
+      devices (pmap, sharded jit, shard_map); host callbacks or ordered effects.
+
+  Example:
+    >>> import numpy as np, stagecraft as sc, stagecraft.numpy as jnp
+    >>> exp = export(sc.jit(jnp.sin))(np.arange(4, dtype=np.float32))
+    >>> exp.in_avals
+    (ShapedArray(float32[4]),)
+    >>> deserialize(exp.serialize()).call(np.zeros(4, np.float32))
+    Array([0., 0., 0., 0.], dtype=float32)
+  """
+  if not isinstance(fun_jit, pjit.JitWrapped):
+    raise ValueError(f"Function to be exported must be the result of `jit` but is: {fun_jit}")
+  if platforms is None:
+    platforms = (default_export_platform(),)
+  platforms = tuple(platforms)
+  if len(platforms) != 1:
+    raise NotImplementedError(f"export: stagecraft exports for one platform at a time, got "
+                              f"platforms={platforms}; export once per platform.")
+  if platforms[0] not in ("cpu", "cuda", "rocm", "tpu"):
+    raise ValueError(f"export: unknown platform {platforms[0]!r}; expected one of 'cpu', "
+                     f"'cuda', 'rocm', 'tpu'.")
+  disabled_checks = tuple(disabled_checks)
+  for dc in disabled_checks:
+    if not isinstance(dc, DisabledSafetyCheck):
+      raise TypeError(f"export: disabled_checks must hold DisabledSafetyCheck objects, got "
+                      f"{dc!r}.")
+
+  def do_export(*args, **kwargs) -> Exported:
+    for path, leaf in tree_util.tree_flatten_with_path((args, kwargs))[0]:
+      shape = getattr(leaf, "shape", ())
+      if isinstance(shape, tuple) and any(is_symbolic_dim(d) for d in shape):
+        raise NotImplementedError(_CONCRETE_ONLY + f" (argument {tree_util.keystr(path)})")
+    traced = fun_jit.trace(*args, **kwargs)
+    return _export_traced(traced, platforms, disabled_checks)
+
+  return do_export
+
+
+def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tuple
+                   ) -> Exported:
+  name = traced.fun_name
+  if traced.sharded:
+    raise NotImplementedError(f"export of {name}: programs laid out over several devices "
+                              f"(jit shardings, sharded arguments) are not exported by "
+                              f"stagecraft; export a one-device program.")
+  closed = traced.jaxpr
+  jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
+  nconst = len(closed.consts)
+  n_in = len(jaxpr.invars)
+  instantiate = [False] * nconst + [traced.keep_unused] * (n_in - nconst)
+  dce, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
+  if mapping.mesh_chain(dce) or spmd.jaxpr_meshes(dce):
+    raise NotImplementedError(f"export of {name}: programs over several devices (pmap, "
+                              f"shard_map, sharding constraints) are not exported by "
+                              f"stagecraft; export a one-device program.")
+  if dce.effects:
+    raise NotImplementedError(f"export of {name}: the program has effects "
+                              f"({sorted(map(str, dce.effects))}); stagecraft exports "
+                              f"effect-free programs only.")
+  consts = [closed.consts[i] for i in range(nconst) if used[i]]
+  kept = tuple(i - nconst for i in range(nconst, n_in) if used[i])
+  in_avals = tuple(v.aval for v in closed.jaxpr.invars)
+  out_avals = tuple(v.aval for v in closed.jaxpr.outvars)
+  text = _module_text(name, dce, consts, [in_avals[i] for i in kept], platforms[0])
+  _check_custom_calls(text, disabled_checks)
+  module = _to_artifact(text)
+  vjp_cache: list = []
+
+  def get_vjp(primal: Exported) -> Exported:
+    if not vjp_cache:
+      vjp_cache.append(_export_vjp(primal, closed))
+    return vjp_cache[0]
+
+  return Exported(
+      fun_name=name, in_tree=traced.in_tree, in_avals=in_avals, out_tree=traced.out_tree,
+      out_avals=out_avals, in_shardings_hlo=(None,) * len(in_avals),
+      out_shardings_hlo=(None,) * len(out_avals), nr_devices=1, platforms=platforms,
+      ordered_effects=(), unordered_effects=(), disabled_safety_checks=disabled_checks,
+      mlir_module_serialized=module, calling_convention_version=_CALLING_CONVENTION_VERSION,
+      module_kept_var_idx=kept, uses_global_constants=False, _get_vjp=get_vjp)
+
+
+def _module_text(name: str, jaxpr, consts: Sequence[Any], arg_avals: Sequence[ShapedArray],
+                 platform: str) -> str:
+  """A self-contained module: `main(kept args)` makes the constants (in the text) and calls
+  the lowered program."""
+  module = lowering.ModuleContext(f"jit_{name}", platform=_lowering_platform(platform))
+  body_name = module.unique_func_name(f"_{lowering.sanitize_name(name)}_body")
+  body = lowering.lower_jaxpr_to_fun(module, body_name, jaxpr)
+  if module.host_callbacks:
+    raise NotImplementedError("serialization of host_callbacks is not yet implemented")
+  lines, operands = [], []
+  for i, c in enumerate(consts):
+    c = np.asarray(c)
+    aval = jaxpr.invars[i].aval
+    lines.append(f"    %c{i} = stablehlo.constant {lowering.dense_array(c.astype(aval.dtype))}"
+                 f" : {lowering.ir_type(aval)}")
+    operands.append(f"%c{i}")
+  operands += [f"%arg{i}" for i in range(len(arg_avals))]
+  in_types = [lowering.ir_type(v.aval) for v in jaxpr.invars]
+  out_types = [lowering.ir_type(v.aval) for v in jaxpr.outvars]
+  n = len(out_types)
+  lhs = "%r = " if n == 1 else (f"%r:{n} = " if n else "")
+  lines.append(f"    {lhs}func.call @{body_name}({', '.join(operands)}) : "
+               f"({', '.join(in_types)}) -> ({', '.join(out_types)})")
+  results = ["%r"] if n == 1 else [f"%r#{i}" for i in range(n)]
+  lines.append(f"    return {', '.join(results)} : {', '.join(out_types)}" if n else
+               "    return")
+  args = ", ".join(f"%arg{i}: {lowering.ir_type(a)}" for i, a in enumerate(arg_avals))
+  main = (f"  func.func public @main({args}) -> ({', '.join(out_types)}) {{\n"
+          + "\n".join(lines) + "\n  }")
+  funcs = "\n".join([main, body, *module.funcs])
+  return (f"module @{module.name} attributes {{jax.uses_shape_polymorphism = false, "
+          f"mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n{funcs}\n}}\n")
+
+
+def _check_custom_calls(text: str, disabled_checks: Sequence[DisabledSafetyCheck]) -> None:
+  allowed = {dc.is_custom_call() for dc in disabled_checks} - {None}
+  bad = sorted({t for t in _TARGET.findall(text)
+                if not _STABLE_TARGET.match(t) and t not in allowed and "ALL" not in allowed})
+  if bad:
+    raise ValueError(
+        f"Cannot serialize code with custom calls whose targets have no compatibility "
+        f"guarantees. The targets are: {', '.join(bad)}. Allow one with "
+        f"disabled_checks=[DisabledSafetyCheck.custom_call(target_name)].")
+
+
+def _export_vjp(primal: Exported, closed) -> Exported:
+  """Exports the VJP of the primal's jaxpr: flat primal arguments and one cotangent per flat
+  result in, the tuple of the arguments' cotangents out (JAX's layout)."""
+  n_in = len(primal.in_avals)
+
+  def fun_vjp_jax(*args_and_cts):
+    primals, cts = args_and_cts[:n_in], args_and_cts[n_in:]
+    _, pullback = api.vjp(lambda *xs: core.eval_jaxpr(closed.jaxpr, closed.consts, *xs),
+                          *primals)
+    return tuple(pullback(list(cts)))
+
+  specs = [ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+           for a in (*primal.in_avals, *map(_tangent_aval, primal.out_avals))]
+  traced = pjit.jit(fun_vjp_jax).trace(*specs)
+  return _export_traced(traced, primal.platforms, primal.disabled_safety_checks)
+
+
+def _tangent_aval(a: ShapedArray) -> ShapedArray:
+  if dtypes.is_inexact(a.dtype):
+    return ShapedArray(a.shape, a.dtype, a.weak_type)
+  return ShapedArray(a.shape, dtypes.float0, a.weak_type)
+
+
+# ---------------------------------------------------------------------------
+# StableHLO portable artifacts (the runtime's MLIR bindings, loaded on first use)
+
+_mlir: dict = {}
+
+
+def _mlir_state():
+  """(ir module, context, target version) of the runtime's MLIR bindings."""
+  if not _mlir:
+    # NB: jaxlib's MLIR bindings cost ~0.1 s to import; only export needs them.
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import chlo, stablehlo
+    ctx = ir.Context()
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    ctx.allow_unregistered_dialects = True
+    _mlir.update(ir=ir, ctx=ctx, version=stablehlo.get_version_from_compatibility_requirement(
+        stablehlo.StablehloCompatibilityRequirement.WEEK_4))
+  return _mlir
+
+
+def _to_artifact(text: str) -> bytes:
+  st = _mlir_state()
+  return bytes(xc._xla.mlir.serialize_portable_artifact(text, st["version"]))
+
+
+def _load_module(artifact: bytes):
+  st = _mlir_state()
+  try:
+    return xc._xla.mlir.deserialize_portable_artifact(bytes(artifact), st["ctx"])
+  except Exception as e:   # noqa: BLE001 (the runtime's errors for bad bytecode vary)
+    raise ValueError(f"the exported module is not a readable StableHLO portable artifact "
+                     f"({type(e).__name__}: {e}); the bytes were altered.") from None
+
+
+def _main_signature(artifact: bytes) -> tuple[list[str], list[str]]:
+  """(argument types, result types) of the module's public `main`, as MLIR prints them."""
+  st = _mlir_state()
+  ir = st["ir"]
+  with st["ctx"]:
+    mod = _load_module(artifact)
+    for op in mod.body.operations:
+      if ir.StringAttr(op.attributes["sym_name"]).value == "main":
+        ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+        return [str(t) for t in ftype.inputs], [str(t) for t in ftype.results]
+  raise ValueError("the exported module has no `main` function; the bytes were altered.")
+
+
+def _inlined_functions(exported: Exported, module: lowering.ModuleContext) -> tuple[str, list]:
+  """The exported module's functions, renamed to be unique in `module` (its `main` made
+  private): (the name of its main, the functions' texts)."""
+  st = _mlir_state()
+  ir = st["ir"]
+  with st["ctx"], ir.Location.unknown():
+    mod = _load_module(exported.mlir_module_serialized)
+    ops = list(mod.body.operations)
+    olds = []
+    for op in ops:
+      if op.operation.name != "func.func":
+        raise NotImplementedError(f"call of exported {exported.fun_name}: its module holds "
+                                  f"{op.operation.name}, which stagecraft cannot inline.")
+      olds.append(ir.StringAttr(op.attributes["sym_name"]).value)
+    base = lowering.sanitize_name(f"call_exported_{exported.fun_name}")
+    news = [module.unique_func_name(base if o == "main" else f"{base}_{o}") for o in olds]
+    # NB: two passes through temporary names, so a new name equal to an old one is safe.
+    for stage in (0, 1):
+      for i, (op, old, new) in enumerate(zip(ops, olds, news)):
+        frm = old if stage == 0 else f"__stagecraft_tmp_{i}"
+        to = f"__stagecraft_tmp_{i}" if stage == 0 else new
+        ir.SymbolTable.replace_all_symbol_uses(frm, to, mod.operation)
+        ir.SymbolTable.set_symbol_name(op, to)
+    for op, old in zip(ops, olds):
+      if old == "main":
+        op.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    texts = ["  " + str(op).replace("\n", "\n  ") for op in ops]
+  return news[olds.index("main")], texts
+
+
+# ---------------------------------------------------------------------------
+# Serialization
+
+
+def _header_of(e: Exported, offset: int, size: int) -> dict:
+  return {"fun_name": e.fun_name, "in_tree": stages.tree_to_json(e.in_tree),
+          "out_tree": stages.tree_to_json(e.out_tree),
+          "in_avals": [stages.aval_to_json(a) for a in e.in_avals],
+          "out_avals": [stages.aval_to_json(a) for a in e.out_avals],
+          "nr_devices": e.nr_devices, "platforms": list(e.platforms),
+          "disabled_safety_checks": [str(d) for d in e.disabled_safety_checks],
+          "calling_convention_version": e.calling_convention_version,
+          "module_kept_var_idx": list(e.module_kept_var_idx),
+          "module_offset": offset, "module_size": size}
+
+
+def deserialize(blob: bytes | bytearray) -> Exported:
+  """Loads bytes made by `Exported.serialize` (in this or another process).
+
+  Raises:
+    TypeError: `blob` is not bytes.
+    ValueError: bytes that are not a serialized stagecraft Exported (JAX's flatbuffers
+      format is not read), are truncated or damaged (checksum), come from a newer format
+      version, or whose modules disagree with their headers.
+  """
+  if not isinstance(blob, (bytes, bytearray, memoryview)):
+    raise TypeError(f"deserialize: expected the bytes of Exported.serialize(), got "
+                    f"{type(blob).__name__}.")
+  data = bytes(blob)
+  if data[:len(_MAGIC)] != _MAGIC:
+    raise ValueError(f"deserialize: these {len(data)} bytes are not a serialized stagecraft "
+                     f"Exported (they do not start with {_MAGIC!r}); pass the bytes of "
+                     f"Exported.serialize(). (JAX's flatbuffers format is not read.)")
+  off = len(_MAGIC)
+  if len(data) < off + _SIZES.size:
+    raise ValueError(f"deserialize: truncated: {len(data)} bytes, shorter than the header.")
+  fmt, nhead, npay = _SIZES.unpack_from(data, off)
+  if fmt != FORMAT_VERSION:
+    raise ValueError(f"deserialize: these bytes have stagecraft export format version {fmt}, "
+                     f"but this stagecraft reads version {FORMAT_VERSION}; export the "
+                     f"function again with this version.")
+  off += _SIZES.size
+  expected = off + nhead + _DIGEST + npay
+  if len(data) != expected:
+    raise ValueError(f"deserialize: the bytes have length {len(data)} but their header "
+                     f"announces {expected} (truncated or padded).")
+  head, digest, payload = (data[off:off + nhead], data[off + nhead:off + nhead + _DIGEST],
+                           data[off + nhead + _DIGEST:])
+  h = hashlib.sha256(data[:off + nhead])
+  h.update(payload)
+  if h.digest() != digest:
+    raise ValueError("deserialize: the bytes are damaged: their SHA-256 checksum does not "
+                     "match their contents.")
+  try:
+    header = json.loads(head.decode("utf-8"))
+    if header.get("format") != "stagecraft.Exported":
+      raise ValueError(f"not a stagecraft.Exported header: {header.get('format')!r}")
+    entries = header["exported"]
+    if not isinstance(entries, list) or not entries:
+      raise ValueError("no exported function in the header")
+    chain = [_from_header(e, payload) for e in entries]
+  except (KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError,
+          json.JSONDecodeError, ValueError) as e:
+    raise ValueError(f"deserialize: the serialized Exported is malformed: {e}") from None
+  out = None
+  for e in reversed(chain):   # link each to its VJP
+    nxt = out
+    out = dataclasses.replace(e, _get_vjp=None if nxt is None else (lambda _, v=nxt: v))
+  return out
+
+
+def _from_header(h: dict, payload: bytes) -> Exported:
+  version = int(h["calling_convention_version"])
+  if not (minimum_supported_calling_convention_version <= version
+          <= maximum_supported_calling_convention_version):
+    raise ValueError(f"calling convention version {version} is outside the supported range "
+                     f"[{minimum_supported_calling_convention_version}.."
+                     f"{maximum_supported_calling_convention_version}]")
+  off, size = int(h["module_offset"]), int(h["module_size"])
+  if off < 0 or size <= 0 or off + size > len(payload):
+    raise ValueError(f"module bytes [{off}, {off + size}) outside the payload")
+  module = payload[off:off + size]
+  in_avals = tuple(stages.aval_from_json(a) for a in h["in_avals"])
+  out_avals = tuple(stages.aval_from_json(a) for a in h["out_avals"])
+  in_tree = stages.tree_from_json(h["in_tree"])
+  out_tree = stages.tree_from_json(h["out_tree"])
+  if in_tree.num_leaves != len(in_avals) or out_tree.num_leaves != len(out_avals):
+    raise ValueError(f"the trees have {in_tree.num_leaves} and {out_tree.num_leaves} leaves "
+                     f"for {len(in_avals)} arguments and {len(out_avals)} results")
+  kept = tuple(int(i) for i in h["module_kept_var_idx"])
+  if list(kept) != sorted(set(kept)) or any(not 0 <= i < len(in_avals) for i in kept):
+    raise ValueError(f"module_kept_var_idx {list(kept)} does not fit {len(in_avals)} "
+                     f"arguments")
+  ins, outs = _main_signature(module)
+  want_in = [lowering.ir_type(in_avals[i]) for i in kept]
+  want_out = [lowering.ir_type(a) for a in out_avals]
+  if ins != want_in or outs != want_out:
+    raise ValueError(f"the module's main takes ({', '.join(ins)}) and returns "
+                     f"({', '.join(outs)}), but the header says ({', '.join(want_in)}) -> "
+                     f"({', '.join(want_out)}); the bytes were altered")
+  platforms = tuple(str(p) for p in h["platforms"])
+  return Exported(
+      fun_name=str(h["fun_name"]), in_tree=in_tree, in_avals=in_avals, out_tree=out_tree,
+      out_avals=out_avals, in_shardings_hlo=(None,) * len(in_avals),
+      out_shardings_hlo=(None,) * len(out_avals), nr_devices=int(h["nr_devices"]),
+      platforms=platforms, ordered_effects=(), unordered_effects=(),
+      disabled_safety_checks=tuple(DisabledSafetyCheck(str(d))
+                                   for d in h["disabled_safety_checks"]),
+      mlir_module_serialized=module, calling_convention_version=version,
+      module_kept_var_idx=kept, uses_global_constants=False, _get_vjp=None)
+
+
+# ---------------------------------------------------------------------------
+# Calling an Exported: the call_exported primitive
+
+
+def _arg_descriptor(exported: Exported, arg_idx: int, dim_idx: int | None) -> str:
+  placeholder = tree_util.tree_unflatten(exported.in_tree, [0] * exported.in_tree.num_leaves)
+  paths = [p for p, _ in tree_util.tree_flatten_with_path(placeholder)[0]]
+  path = paths[arg_idx]
+  root = "args" if path and getattr(path[0], "idx", 0) == 0 else "kwargs"
+  desc = root + tree_util.keystr(tuple(path[1:]))
+  return desc if dim_idx is None else f"{desc}.shape[{dim_idx}]"
+
+
+def _call_exported_abstract_eval(*in_avals, exported: Exported):
+  if len(in_avals) != len(exported.in_avals):
+    raise ValueError(f"call of exported {exported.fun_name}: {len(in_avals)} arguments for "
+                     f"{len(exported.in_avals)} exported ones.")
+  for i, (want, got) in enumerate(zip(exported.in_avals, in_avals)):
+    if len(want.shape) != len(got.shape):
+      raise ValueError(f"Rank mismatch for {_arg_descriptor(exported, i, None)}: expected "
+                       f"{want.shape} and called with {got.shape}")
+    if want.dtype != got.dtype:
+      raise ValueError(f"Dtype mismatch for {_arg_descriptor(exported, i, None)}: expected "
+                       f"{want.dtype} and called with {got.dtype}")
+    for d, (w, g) in enumerate(zip(want.shape, got.shape)):
+      if w != g:
+        raise ValueError(f"Shape mismatch for {_arg_descriptor(exported, i, d)} (expected "
+                         f"same constant): expected {want.shape} and called with {got.shape}")
+  return [ShapedArray(a.shape, a.dtype, a.weak_type) for a in exported.out_avals]
+
+
+def _call_exported_lowering(ctx, *operands, exported: Exported):
+  module = ctx.module
+  here = module.platform
+  here = "cuda" if here == "gpu" else here
+  if (here not in exported.platforms and not (here == "cuda" and "rocm" in exported.platforms)
+      and DisabledSafetyCheck.platform() not in exported.disabled_safety_checks):
+    raise ValueError(f"Function '{exported.fun_name}' was exported for platforms "
+                     f"'{exported.platforms}' but it is used on '{(here,)}'.")
+  ndev = module.num_partitions * module.num_replicas
+  if exported.nr_devices != 1 and ndev != exported.nr_devices:
+    raise ValueError(f"Function {exported.fun_name} was exported for {exported.nr_devices} "
+                     f"devices and is called in a context with {ndev} devices, which is not "
+                     f"allowed.")
+  key = ("call_exported", id(exported))
+  cached = module.call_cache.get(key)
+  if cached is None:
+    fname, texts = _inlined_functions(exported, module)
+    module.funcs.extend(texts)
+    module.call_cache[key] = (fname, exported)
+  else:
+    fname = cached[0]
+  args = [operands[i] for i in exported.module_kept_var_idx]
+  in_types = [lowering.ir_type(exported.in_avals[i]) for i in exported.module_kept_var_idx]
+  out_types = [lowering.ir_type(a) for a in exported.out_avals]
+  n = len(out_types)
+  base = ctx.fb.fresh()
+  lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
+  ctx.fb.emit(f"{lhs}func.call @{fname}({', '.join(args)}) : ({', '.join(in_types)}) -> "
+              f"({', '.join(out_types)})")
+  return [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
+
+
+def _call_exported_batch_rule(args, dims, *, exported: Exported):
+  # NB: as in JAX, an exported module has one signature; vmap needs it re-exported batched.
+  raise NotImplementedError(f"Batching rule for 'call_exported' not implemented (vmap of the "
+                            f"exported {exported.fun_name}): export the vmapped function "
+                            f"instead, e.g. export(jit(vmap(f)))(...).")
+
+
+call_exported_p = core.Primitive("call_exported")
+call_exported_p.multiple_results = True
+# impl: the generic one (lower the one-equation program, which inlines the module; run it)
+call_exported_p.def_abstract_eval(_call_exported_abstract_eval)
+lowering.register_lowering(call_exported_p, _call_exported_lowering)
+batching.primitive_batchers[call_exported_p] = _call_exported_batch_rule
+# JVP: none, as in JAX: `call` wraps the primitive in a custom_vjp whose bwd calls vjp();
+# forward mode raises custom_vjp's error. DCE: the default (pure).
+
+
+def call_exported(exported: Exported) -> Callable[..., Any]:
+  """The function that runs `exported` (`Exported.call` is `call_exported(exported)(...)`).
+
+  Raises:
+    ValueError: `exported` is not an Exported.
+  """
+  if not isinstance(exported, Exported):
+    raise ValueError(f"The exported argument must be an export.Exported. Found {exported}.")
+
+  @custom_derivatives.custom_vjp
+  def f_flat(*args_flat):
+    return tuple(call_exported_p.bind(*args_flat, exported=exported))
+
+  def f_flat_fwd(*args_flat):
+    return f_flat(*args_flat), args_flat
+
+  def f_flat_bwd(residual, cts):
+    exp_vjp = exported.vjp()
+    fixed = [np.zeros(a.shape, dtypes.float0) if a.dtype == dtypes.float0 else ct
+             for ct, a in zip(cts, exp_vjp.in_avals[len(residual):])]
+    return tuple(call_exported(exp_vjp)(*residual, *fixed))
+
+  f_flat.defvjp(f_flat_fwd, f_flat_bwd)
+
+  def f_imported(*args, **kwargs):
+    leaves, in_tree = api_util.flatten((args, kwargs))
+    if in_tree != exported.in_tree:
+      raise ValueError(
+          f"The invocation args and kwargs must have the same pytree structure as when the "
+          f"function '{exported.fun_name}' was exported, but they differ: called with "
+          f"{in_tree}, exported for {exported.in_tree}.")
+    outs = f_flat(*leaves)
+    return tree_util.tree_unflatten(exported.out_tree, list(outs))
+
+  return f_imported
+
+
+call = call_exported
