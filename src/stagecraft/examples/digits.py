@@ -369,7 +369,9 @@ def report_per_example(args, params, init, x_host: np.ndarray, y_host: np.ndarra
                          for i in range(bsz)])
   loop_s = _best_time(lambda: stagecraft.block_until_ready(
       [one_grad(params, x_host[i], y_host[i]) for i in range(bsz)]))
-  if not np.allclose(loop, norms, rtol=1e-3, atol=1e-6):
+  # GPUs multiply float32 matrices in TF32 by default (~1e-3 relative error per product).
+  rtol = 1e-3 if stagecraft.default_backend() == "cpu" else 2e-2
+  if not np.allclose(loop, norms, rtol=rtol, atol=1e-6):
     raise AssertionError("per-example gradient norms of vmap(grad) and of a loop of grad differ: "
                          f"{norms[:4]} vs {loop[:4]}")
   for when, v in (("at init", init_norms), ("trained", norms)):
