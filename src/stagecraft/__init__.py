@@ -3,7 +3,7 @@
 Public API with JAX's names: `jit`, `make_jaxpr`, `eval_shape`, `device_put`, `devices`,
 `numpy`, `lax`, `tree_util`, `config`.
 """
-from stagecraft.config import config, debug_infs, debug_nans, disable_jit, enable_x64
+from stagecraft.config import config, debug_infs, debug_nans, default_device, disable_jit, enable_x64
 from stagecraft.config import (allow_f16_reductions, array_garbage_collection_guard, auto_pcast,
                                check_tracer_leaks, checking_leaks, debug_key_reuse,
                                default_matmul_precision, default_prng_impl, enable_checks,
@@ -22,7 +22,7 @@ from stagecraft.errors import (ConcretizationTypeError, DeviceAssignmentMismatch
                                TracerArrayConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 from stagecraft.indexing import ds
-from stagecraft.runtime import (Array, block_until_ready, default_device, device_count,
+from stagecraft.runtime import (Array, block_until_ready, device_count,
                                 device_put, devices, local_device_count, local_devices,
                                 process_count, process_index)
 from stagecraft.runtime.client import (Device, default_backend, host_count, host_id, host_ids,

@@ -204,7 +204,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "traceback_filtering": None, "compilation_cache_dir": None,
     "compilation_cache_max_size": None, "log_compiles": None, "explain_cache_misses": None,
     "platforms": None, "platform_name": None, "num_cpu_devices": None, "enable_checks": None,
-    "numpy_rank_promotion": None, "numpy_dtype_promotion": None,
+    "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,
     # values that are what stagecraft does anyway
     "threefry_partitionable": lambda v: v is True,
     "default_prng_impl": lambda v: v == "threefry2x32",
@@ -276,6 +276,13 @@ def _check(name: str, opt: _Opt, value):
       raise ValueError(f"Config option {jname!r} expects one of "
                        f"{[c for c in opt.choices]}, got {value!r}.")
     return value
+  if name == "default_device":
+    if value is not None and not isinstance(value, str) and not (
+        hasattr(value, "platform") and hasattr(value, "id")):
+      raise ValueError("jax.default_device must be passed either a Device object (e.g. "
+                       "`jax.devices('cpu')[0]`) or a platform name string like 'cpu' or "
+                       f"'gpu', got: {value!r}")
+    return value
   if opt.kind == "path":
     if value is not None and not isinstance(value, (str, os.PathLike)):
       raise TypeError(f"Config option {jname!r} expects a directory path (str or "
@@ -332,7 +339,7 @@ class Config:
     key = _normalize(name)
     opt = _OPTIONS[key]
     value = _check(key, opt, value)
-    if key in ("platforms", "platform_name", "num_cpu_devices"):
+    if key in ("platforms", "platform_name", "num_cpu_devices", "default_device"):
       # NB: a runtime option: the runtime (a lower layer, imported on first use) applies it.
       from stagecraft.runtime import client
       client.configure(key, value)

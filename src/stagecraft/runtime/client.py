@@ -55,7 +55,10 @@ def configure(option: str, value) -> None:
   if option in ("platforms", "platform_name"):
     if _started_in[0] is not None and value and value != _platforms[0]:
       get_backend.cache_clear()
+      _first_local_device.cache_clear()
     _platforms[0] = value or None
+  elif option == "default_device":
+    _default_device[0] = value
   elif option == "num_cpu_devices":
     if _started_in[0] is not None:
       raise RuntimeError("jax_num_cpu_devices config should be updated before backends are "
@@ -111,8 +114,34 @@ def local_device_count(backend: str | None = None) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def default_device():
+def _first_local_device():
   return local_devices()[0]
+
+
+#: The device `config.update("jax_default_device", d)` (or `with default_device(d):`) set:
+#: a Device, a platform name, or None for the default backend's first device.
+_default_device: list = [None]
+
+
+def default_device():
+  """The device uncommitted computations and transfers go to: the `jax_default_device`
+  option's device (a platform name gives that platform's first local device), else the
+  default backend's first local device."""
+  d = _default_device[0]
+  if d is None:
+    return _first_local_device()
+  if isinstance(d, str):
+    return local_devices(backend=d)[0]
+  return d
+
+
+default_device.cache_clear = _first_local_device.cache_clear
+
+
+def default_device_option():
+  """The `jax_default_device` option as set (a Device, a platform name or None): part of
+  the eager caches' keys, whose executables are compiled for the default device."""
+  return _default_device[0]
 
 
 def process_index() -> int:

@@ -500,7 +500,7 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
     return mesh_apply_primitive[0](prim, args, params, dev)
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
   try:
-    key = (prim, dev, *avals, *params.items())
+    key = (prim, dev, client.default_device_option(), *avals, *params.items())
     ex = _prim_cache.get(key)
   except TypeError:   # unhashable params: compile without caching
     key, ex = None, None
