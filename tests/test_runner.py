@@ -155,7 +155,7 @@ def test_install_serves_jax_from_stagecraft(installed):
   from jax.experimental import io_callback
   from jax.scipy.stats import norm
   assert jax is stagecraft and jnp is stagecraft.numpy and lax is stagecraft.lax
-  assert jax.__version__ == stagecraft.__version__
+  assert jax.__version__ == stagecraft.__version__ == compat.JAX_API_VERSION
   assert norm.__name__ == "stagecraft.scipy.stats.norm"
   assert optimizers.__name__ == "stagecraft.example_libraries.optimizers"
   assert io_callback is stagecraft.experimental.io_callback
@@ -236,3 +236,33 @@ def test_run_missing_script(tmp_path, capsys):
   assert e.value.code == 2
   assert "can't open file" in capsys.readouterr().err
   assert not compat.is_installed()
+
+
+def test_install_serves_jax_version_src_and_mirrors_pytree_registrations(installed):
+  import jax
+  import jax.tree_util as jtu
+  real_tree_util = jax_runtime.jax_module("jax.tree_util")
+  assert jax.__version__ == jax.version.__version__ == compat.JAX_API_VERSION
+  assert jax.__version_info__ == tuple(int(p) for p in compat.JAX_API_VERSION.split("."))
+  # JAX's internals stay JAX's, reachable as `jax._src`
+  import jax._src.traceback_util as tu
+  assert tu.__name__ == "jax._src.traceback_util"
+  assert jax._src is sys.modules["jax._src"]
+
+  class Node:
+    def __init__(self, a, b):
+      self.a, self.b = a, b
+  jtu.register_pytree_node(Node, lambda n: ((n.a, n.b), None), lambda _, c: Node(*c))
+  assert jtu.tree_leaves(Node(1, 2)) == [1, 2]
+  assert real_tree_util.tree_leaves(Node(3, 4)) == [3, 4]    # JAX's registry has it too
+  assert Node in sys.modules["jax._src.tree_util"]._registry
+
+
+def test_uninstall_restores_version_and_src():
+  version, info = stagecraft.__version__, stagecraft.__version_info__
+  compat.install()
+  compat.uninstall()
+  assert (stagecraft.__version__, stagecraft.__version_info__) == (version, info)
+  assert stagecraft.version.__version__ == version
+  assert "_src" not in vars(stagecraft)
+  assert not stagecraft.tree_util.registration_hooks

@@ -35,6 +35,7 @@ from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacobian, jacrev,
                             linear_transpose, linearize, make_jaxpr, pmap, value_and_grad, vjp,
                             vmap)
 from stagecraft.api import clear_caches, fwd_and_bwd, print_environment_info, typeof
+from stagecraft.api import Ref, freeze, new_ref
 from stagecraft import sharding
 from stagecraft.sharding import NamedSharding, P, Shard, make_mesh
 from stagecraft.shard_map import shard_map
@@ -62,7 +63,7 @@ import importlib as _importlib
 # NB: implicit arrays (and plum, which they use) cost ~0.2 s to import: on first use only.
 _LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental", "implicit", "optim",
                     "distributed", "profiler", "ffi", "example_libraries", "compat", "extend",
-                    "export", "dlpack")
+                    "export", "dlpack", "test_util")
 
 
 def __getattr__(name):

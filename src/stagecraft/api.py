@@ -25,7 +25,8 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
            "jacfwd", "jacrev", "jacobian", "hessian", "linear_transpose", "vmap", "pmap",
-           "jit", "typeof", "clear_caches", "fwd_and_bwd", "print_environment_info"]
+           "jit", "typeof", "clear_caches", "fwd_and_bwd", "print_environment_info", "Ref",
+           "new_ref", "freeze"]
 
 _NS = tree_util.NAMESPACE
 
@@ -1071,3 +1072,91 @@ def print_environment_info(return_string: bool = False) -> str | None:
     return info
   print(info)
   return None
+
+
+# ---------------------------------------------------------------------------
+# Ref: a mutable array reference (eager)
+
+
+class Ref:
+  """A mutable reference to an array, as JAX's `jax.Ref` (made by `new_ref`): `ref[...]`
+  reads the current value, `ref[idx] = v` writes into it (`ref.at[idx].set(v)` semantics).
+
+  stagecraft's refs are eager: they hold a concrete `Array`. Writing a traced value (inside
+  `jit`, `grad`, `vmap`, ...) raises `NotImplementedError`, since stagecraft has no state
+  effects to stage the write; reading one inside a trace reads its current value as a
+  constant. A ref is not an `Array` (`isinstance(ref, Array)` is False, as in JAX).
+
+  Attributes:
+    shape, dtype, ndim, size: those of the referenced array.
+  """
+  __slots__ = ("_value", "_frozen")
+
+  def __init__(self, value: Any):
+    self._value = value
+    self._frozen = False
+
+  shape = property(lambda self: self._value.shape)
+  dtype = property(lambda self: self._value.dtype)
+  ndim = property(lambda self: self._value.ndim)
+  size = property(lambda self: self._value.size)
+
+  def _check(self):
+    if self._frozen:
+      raise ValueError("this Ref was frozen (stagecraft.freeze) and can no longer be used")
+
+  def __getitem__(self, idx: Any) -> Any:
+    self._check()
+    return self._value if idx is Ellipsis else self._value[idx]
+
+  def __setitem__(self, idx: Any, value: Any) -> None:
+    self._check()
+    if any(isinstance(v, core.Tracer) for v in tree_util.tree_leaves(value)):
+      raise NotImplementedError(
+          "stagecraft's Ref is eager: writing a traced value (inside jit, grad, vmap, ...) "
+          "into a Ref is not supported; pass the value out of the transformed function and "
+          "write it afterwards.")
+    new = jnp.asarray(value, self._value.dtype)
+    if idx is Ellipsis:
+      if new.shape != self._value.shape:   # JAX does not broadcast a whole-ref write
+        raise ValueError(f"Invalid shape for `swap`. Ref shape: {self._value.shape}. Expected "
+                         f"shape: {self._value.shape}. Value shape: {new.shape}.")
+    else:
+      new = self._value.at[idx].set(new)
+    self._value = new
+
+  def __len__(self):
+    return len(self._value)
+
+  def __repr__(self):
+    return "Ref(" + repr(self._value).partition("(")[2]
+
+
+def new_ref(init_val: Any, *, memory_space: Any = None, kind: str | None = None) -> Ref:
+  """A new `Ref` holding `init_val` (an array-like; copied), as JAX's `jax.new_ref`.
+
+  Raises:
+    NotImplementedError: for a traced `init_val`, a `memory_space` or a `kind` (stagecraft's
+      refs are eager and live in device memory).
+  """
+  if memory_space is not None or kind is not None:
+    raise NotImplementedError(f"new_ref: memory_space={memory_space!r} / kind={kind!r} are "
+                              f"not supported by stagecraft")
+  if isinstance(init_val, core.Tracer):
+    raise NotImplementedError("stagecraft's Ref is eager: new_ref of a traced value (inside "
+                              "jit, grad, vmap, ...) is not supported.")
+  return Ref(jnp.array(init_val))
+
+
+def freeze(ref: Ref) -> Any:
+  """The value of `ref`, which can no longer be used afterwards (JAX's `jax.freeze`).
+
+  Raises:
+    TypeError: if `ref` is not a `Ref`.
+  """
+  if not isinstance(ref, Ref):
+    raise TypeError(f"freeze: expected a Ref, got {type(ref).__name__}")
+  ref._check()
+  value = ref._value
+  ref._frozen = True
+  return value

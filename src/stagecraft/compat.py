@@ -20,15 +20,26 @@ The real `jax.*` modules already imported are set aside while installed and put 
 `uninstall()`. Two kinds of names are left to real JAX:
 
 - `jax._src.*`, JAX's internals: stagecraft's runtime calls into real jax/jaxlib (the XLA
-  runtime, DESIGN.md), whose code imports its internals lazily.
+  runtime, DESIGN.md), whose code imports its internals lazily. While installed, the served
+  `jax` module's attribute `_src` is the real `jax._src` package too, so that a library's
+  `import jax._src.traceback_util as tu` or `jax._src.dispatch.wait_for_tokens` reaches
+  JAX's module (equinox, jaxtyping and chex reach for a few); `uninstall()` removes it.
+  Pytree types registered through the served `jax.tree_util` are registered with JAX's own
+  registry as well (flax.nnx reads `jax._src.tree_util._registry`).
 - the real modules stagecraft's runtime reads (`stagecraft.runtime.jax_runtime`): captured
   before the alias is installed, and read from there.
+
+While installed, `jax.__version__`, `jax.__version_info__` and `jax.version.__version__` /
+`__version_info__` read `JAX_API_VERSION`, the JAX release whose API stagecraft serves
+(libraries gate features on it: flax, optax, equinox); `uninstall()` puts stagecraft's own
+version back.
 
 A JAX module stagecraft does not provide (`jax.experimental.pallas`) raises a
 `ModuleNotFoundError` (an `ImportError`) that names it and says so.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -37,9 +48,14 @@ import sys
 from types import ModuleType
 
 import stagecraft
+from stagecraft import tree_util, version as _version
 from stagecraft.runtime import jax_runtime
 
-__all__ = ["install", "uninstall", "is_installed", "stagecraft_name"]
+__all__ = ["install", "uninstall", "is_installed", "stagecraft_name", "JAX_API_VERSION"]
+
+#: The JAX release whose API stagecraft mirrors (and whose jax/jaxlib runtime it pins).
+JAX_API_VERSION = "0.10.2"
+_VERSION_NAMES = ("__version__", "__version_info__")
 
 _PREFIX = "jax"
 _PRIVATE = "jax._src"   # JAX's internals stay JAX's: real jax code imports them lazily
@@ -109,6 +125,16 @@ class _JaxAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     sys.modules[module.__name__] = importlib.import_module(stagecraft_name(module.__name__))
 
 
+def _mirror_registration(real_tree_util, nodetype, flatten, unflatten) -> None:
+  """Registers `nodetype` (just registered with stagecraft's `tree_util`) with real JAX's
+  registry too, so that a library's `type(x) in jax._src.tree_util._registry` (flax.nnx's
+  test for pytree nodes) sees the types registered through the served `jax.tree_util`."""
+  try:
+    real_tree_util.register_pytree_node(nodetype, flatten, unflatten)
+  except ValueError:   # already registered with real JAX (imported before install())
+    pass
+
+
 def is_installed() -> bool:
   """Whether `import jax` is currently served by stagecraft."""
   return _state["finder"] is not None
@@ -130,10 +156,24 @@ def install() -> None:
   if is_installed():
     return
   jax_runtime.capture()   # the real modules the runtime reads, before `jax` is aliased
+  real_tree_util = jax_runtime.jax_module("jax.tree_util")
   saved = {n: m for n, m in sys.modules.items() if _served(n)}
   for n in saved:
     del sys.modules[n]
   sys.modules[_PREFIX] = stagecraft
+  real_src = sys.modules.get(_PRIVATE)
+  if real_src is not None and "_src" not in vars(stagecraft):
+    # NB: `import jax._src.x as y` reads the attribute `_src` of the module `jax` (stagecraft).
+    stagecraft._src = real_src
+    _state["set_src"] = True
+  _state["versions"] = [(m, n, getattr(m, n)) for m in (stagecraft, _version)
+                        for n in _VERSION_NAMES]
+  for m in (stagecraft, _version):
+    m.__version__ = JAX_API_VERSION
+    m.__version_info__ = tuple(int(p) for p in JAX_API_VERSION.split("."))
+  hook = functools.partial(_mirror_registration, real_tree_util)
+  tree_util.registration_hooks.append(hook)
+  _state["hook"] = hook
   finder = _JaxAliasFinder()
   sys.meta_path.insert(0, finder)
   _state["finder"], _state["saved"] = finder, saved
@@ -151,6 +191,13 @@ def uninstall() -> None:
   for n in [n for n in sys.modules if _served(n)]:
     del sys.modules[n]
   sys.modules.update(_state["saved"])
+  hook = _state.pop("hook", None)
+  if hook in tree_util.registration_hooks:
+    tree_util.registration_hooks.remove(hook)
+  for m, n, v in _state.pop("versions", ()):
+    setattr(m, n, v)
+  if _state.pop("set_src", False):
+    vars(stagecraft).pop("_src", None)
   _state["finder"], _state["saved"] = None, {}
   importlib.invalidate_caches()
 

@@ -29,6 +29,8 @@ JAX's `random_gamma_p` (its gamma primitive) has no counterpart: `gamma` here is
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import operator
 from functools import partial
@@ -36,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax, tree_util
+from stagecraft import dtypes, lax, sharding, tree_util
 from stagecraft import numpy as jnp
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import batching
@@ -44,6 +46,7 @@ from stagecraft.lax import random_bits, utils as lax_utils
 from stagecraft.lax.shape import canonicalize_shape
 from stagecraft.numpy import util as jnp_util
 from stagecraft.pjit import jit
+from stagecraft.runtime.array import Array
 
 __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
            "split", "fold_in", "clone", "bits", "uniform", "normal", "randint", "bernoulli",
@@ -157,6 +160,9 @@ class PRNGKeyArray:
 
 tree_util.register_pytree_node(PRNGKeyArray, lambda k: ((k._base_array,), None),
                                lambda _, children: PRNGKeyArray(children[0]))
+# Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
+# are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.
+Array.register(PRNGKeyArray)
 
 
 def key_dtype(impl: Any = None) -> KeyTy:
@@ -2214,3 +2220,57 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
                      f"shape = {shape}.")
   dt = dtypes.canonicalize_dtype(float if dtype is None else dtype)
   return _multinomial(data, n, p, shape, dt, unroll)
+
+
+# ---------------------------------------------------------------------------
+# out_sharding= (JAX's sharding in types)
+
+
+def _with_out_sharding(fun):
+  """`fun` with JAX's keyword-only `out_sharding=None` argument: one that splits no
+  dimension over a mesh axis is accepted (`typeof(x).sharding` outside explicit-sharding
+  mode, as flax.nnx's Dropout passes); `sharding.check_out_sharding` refuses the others."""
+  @functools.wraps(fun)
+  def sampler(*args, out_sharding=None, **kwargs):
+    sharding.check_out_sharding(out_sharding, f"random.{fun.__name__}")
+    return fun(*args, **kwargs)
+  sig = inspect.signature(fun)
+  sampler.__signature__ = sig.replace(parameters=[
+      *sig.parameters.values(),
+      inspect.Parameter("out_sharding", inspect.Parameter.KEYWORD_ONLY, default=None)])
+  return sampler
+
+
+ball = _with_out_sharding(ball)
+bernoulli = _with_out_sharding(bernoulli)
+beta = _with_out_sharding(beta)
+bits = _with_out_sharding(bits)
+categorical = _with_out_sharding(categorical)
+cauchy = _with_out_sharding(cauchy)
+chisquare = _with_out_sharding(chisquare)
+dirichlet = _with_out_sharding(dirichlet)
+exponential = _with_out_sharding(exponential)
+f = _with_out_sharding(f)
+gamma = _with_out_sharding(gamma)
+generalized_normal = _with_out_sharding(generalized_normal)
+geometric = _with_out_sharding(geometric)
+gumbel = _with_out_sharding(gumbel)
+laplace = _with_out_sharding(laplace)
+loggamma = _with_out_sharding(loggamma)
+logistic = _with_out_sharding(logistic)
+lognormal = _with_out_sharding(lognormal)
+maxwell = _with_out_sharding(maxwell)
+multivariate_normal = _with_out_sharding(multivariate_normal)
+normal = _with_out_sharding(normal)
+orthogonal = _with_out_sharding(orthogonal)
+pareto = _with_out_sharding(pareto)
+permutation = _with_out_sharding(permutation)
+poisson = _with_out_sharding(poisson)
+rademacher = _with_out_sharding(rademacher)
+randint = _with_out_sharding(randint)
+rayleigh = _with_out_sharding(rayleigh)
+t = _with_out_sharding(t)
+triangular = _with_out_sharding(triangular)
+truncated_normal = _with_out_sharding(truncated_normal)
+uniform = _with_out_sharding(uniform)
+wald = _with_out_sharding(wald)

@@ -37,7 +37,8 @@ from stagecraft.runtime.jax_runtime import jax_module
 
 __all__ = ["Mesh", "AbstractMesh", "AbstractDevice", "AxisType", "PartitionSpec", "P",
            "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh", "Sharding",
-           "set_mesh", "get_mesh", "get_abstract_mesh", "use_abstract_mesh"]
+           "set_mesh", "get_mesh", "get_abstract_mesh", "use_abstract_mesh",
+           "unsharded", "check_out_sharding"]
 
 _mesh_stack: list = []   # meshes entered with `with mesh:` (innermost last)
 
@@ -802,3 +803,35 @@ def to_named(s: Any, what: str) -> NamedSharding | None:
   device = "a device from stagecraft.devices(), " if what == "device_put" else ""
   raise TypeError(f"{what}: expected {device}a NamedSharding, a PartitionSpec (under "
                   f"`set_mesh`) or None, got {s!r} of type {type(s).__name__}.")
+
+
+def unsharded(ndim: int) -> NamedSharding:
+  """The sharding in an aval's type of an array laid out on no mesh axis: JAX's
+  `typeof(x).sharding` outside explicit-sharding mode, `NamedSharding(AbstractMesh((), ()),
+  P(None, ...))` with `ndim` entries."""
+  return NamedSharding(empty_abstract_mesh, PartitionSpec(*([None] * ndim)))
+
+
+def check_out_sharding(out_sharding: Any, where: str) -> None:
+  """Checks an `out_sharding=` argument of an operation (JAX's sharding-in-types API).
+
+  stagecraft has no explicit sharding in types: an `out_sharding` that splits no dimension
+  over a mesh axis (None, a `PartitionSpec` of Nones, or a `NamedSharding` with such a
+  spec, e.g. `typeof(x).sharding`) asks for what the operation does anyway and is accepted.
+
+  Raises:
+    NotImplementedError: for an `out_sharding` that names mesh axes (use
+      `with_sharding_constraint` or `reshard` on the result instead).
+    TypeError: for something that is not a sharding or a PartitionSpec.
+  """
+  if out_sharding is None:
+    return
+  spec = out_sharding.spec if isinstance(out_sharding, NamedSharding) else out_sharding
+  if not isinstance(spec, PartitionSpec):
+    raise TypeError(f"{where}: out_sharding must be None, a PartitionSpec or a "
+                    f"NamedSharding, got {type(out_sharding).__name__}")
+  if any(entry is not None for entry in spec):
+    raise NotImplementedError(
+        f"{where}: out_sharding={out_sharding!r} splits dimensions over mesh axes; stagecraft "
+        f"has no explicit sharding in types (constrain the result with "
+        f"with_sharding_constraint or reshard instead)")

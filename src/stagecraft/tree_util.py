@@ -34,7 +34,7 @@ __all__ = [
     "register_pytree_node_class", "register_pytree_with_keys_class", "register_dataclass",
     "register_static", "Partial", "flatten_one_level", "flatten_one_level_with_keys",
     "is_tree_node", "tree_broadcast", "tree_reduce_associative", "treedef_tuple",
-    "PyTreeRegistry", "default_registry",
+    "PyTreeRegistry", "default_registry", "registration_hooks",
 ]
 
 T = TypeVar("T")
@@ -517,6 +517,13 @@ def all_leaves(iterable: Iterable[Any], is_leaf: Callable[[Any], bool] | None = 
 # ---------------------------------------------------------------------------
 # Registration.
 
+#: Functions `hook(nodetype, flatten, unflatten)` called after each registration, with
+#: `flatten(x) -> (children, aux_data)` and `unflatten(aux_data, children) -> x`.
+#: `stagecraft.compat.install()` adds one that mirrors registrations into real JAX's registry
+#: (libraries such as flax.nnx test `type(x) in jax._src.tree_util._registry`).
+registration_hooks: list[Callable[[type, Callable, Callable], None]] = []
+
+
 def _register(nodetype, flatten, unflatten, entry_type):
   try:
     optree.register_pytree_node(nodetype, flatten, unflatten, path_entry_type=entry_type,
@@ -527,6 +534,13 @@ def _register(nodetype, flatten, unflatten, entry_type):
           f"Duplicate pytree node registration for {nodetype!r}: it is already registered "
           f"(each type may be registered once).") from None
     raise
+
+  def children_and_aux(x):
+    out = flatten(x)
+    return list(out[0]), out[1]
+
+  for hook in list(registration_hooks):
+    hook(nodetype, children_and_aux, unflatten)
 
 
 def register_pytree_node(nodetype: type, flatten_func: Callable[[Any], tuple[Iterable, Any]],

@@ -30,5 +30,5 @@ from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)
 from stagecraft.lax.misc import *  # noqa: F401,F403
 from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, axis_size,  # noqa: F401
                                      pmax, pmean, pmin, ppermute, pshuffle, psum,
-                                     psum_scatter, pcast)
+                                     psum_scatter, pcast, pswapaxes)
 from stagecraft.lax.spmd import with_sharding_constraint  # noqa: F401,E402

@@ -19,7 +19,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from stagecraft import dtypes
+from stagecraft import dtypes, sharding
 from stagecraft.core import Primitive, ShapedArray, get_aval
 from stagecraft.lax.elementwise import convert_element_type
 from stagecraft.lax.shape import transpose
@@ -308,7 +308,7 @@ def _canonicalize_dimension_numbers(dimension_numbers) -> tuple:
 
 
 def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = None,
-                preferred_element_type: Any = None):
+                preferred_element_type: Any = None, out_sharding: Any = None):
   """General tensor contraction (JAX's `lax.dot_general`, StableHLO `dot_general`).
 
   Args:
@@ -339,6 +339,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
     >>> dot_general(x, y, (((2,), (1,)), ((0,), (0,)))).shape   # batched matmul
     (2, 3, 5)
   """
+  if out_sharding is not None:
+    sharding.check_out_sharding(out_sharding, "lax.dot_general")
   pref = (None if preferred_element_type is None
           else dtypes.canonicalize_dtype(preferred_element_type))
   return dot_general_p.bind(lhs, rhs,
@@ -347,7 +349,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
                             preferred_element_type=pref)
 
 
-def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any = None):
+def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any = None,
+        out_sharding: Any = None):
   """Vector/matrix product (JAX's `lax.dot`): contracts the last axis of `lhs` with the
   first axis of `rhs`, for operands of rank 1 or 2.
 
@@ -365,6 +368,8 @@ def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any =
       with explicit dimension numbers for other cases).
     TypeError: as for `dot_general`.
   """
+  if out_sharding is not None:
+    sharding.check_out_sharding(out_sharding, "lax.dot")
   ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
   if not (1 <= len(ls) <= 2 and 1 <= len(rs) <= 2 and ls[-1] == rs[0]):
     raise ValueError(f"stagecraft.lax.dot: dimension_numbers must be specified when not performing "

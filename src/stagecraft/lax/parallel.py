@@ -29,7 +29,7 @@ from stagecraft.interpreters import ad, batching, lowering, mapping
 from stagecraft.lax import elementwise, reduction, shape as lax_shape, slicing
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
-           "pshuffle", "psum_scatter", "axis_size", "all_to_all", "psum_p", "pmax_p", "pmin_p",
+           "pshuffle", "psum_scatter", "axis_size", "all_to_all", "pswapaxes", "psum_p", "pmax_p", "pmin_p",
            "all_gather_p", "axis_index_p", "ppermute_p", "all_to_all_p", "reduce_scatter_p",
            "axis_groups", "pvary", "pcast", "pvary_p"]
 
@@ -949,3 +949,10 @@ mapping.vma_rules[all_gather_p] = _gathering_vma
 mapping.replication_rules[pvary_p] = _pvary_replication
 for _p in (axis_index_p, ppermute_p, reduce_scatter_p, all_to_all_p):
   mapping.replication_rules[_p] = _varying_replication
+
+
+def pswapaxes(x: Any, axis_name: Any, axis: int, *, axis_index_groups: Any = None) -> Any:
+  """Swaps the mapped axis `axis_name` with the positional axis `axis` of `x`, as JAX's
+  `lax.pswapaxes`: `all_to_all(x, axis_name, axis, axis, axis_index_groups=...)` (the axis
+  must have the mapped axis' size; member j receives chunk j of every member)."""
+  return all_to_all(x, axis_name, axis, axis, axis_index_groups=axis_index_groups)

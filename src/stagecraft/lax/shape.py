@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, sharding
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
@@ -172,7 +172,7 @@ batching.primitive_batchers[broadcast_in_dim_p] = _broadcast_in_dim_batch_rule
 
 
 def broadcast_in_dim(operand: Any, shape: Sequence[int],
-                     broadcast_dimensions: Sequence[int]) -> Any:
+                     broadcast_dimensions: Sequence[int], *, out_sharding: Any = None) -> Any:
   """Broadcasts `operand` to `shape`, placing its dimension i at `broadcast_dimensions[i]`.
 
   Args:
@@ -189,6 +189,8 @@ def broadcast_in_dim(operand: Any, shape: Sequence[int],
     TypeError: if `shape` or `broadcast_dimensions` are not sequences of integers, or do not
       fit the operand (the message gives the operand shape and the params).
   """
+  if out_sharding is not None:
+    sharding.check_out_sharding(out_sharding, "lax.broadcast_in_dim")
   shape = canonicalize_shape("broadcast_in_dim", "shape", shape)
   dims = canonicalize_shape("broadcast_in_dim", "broadcast_dimensions", broadcast_dimensions)
   if is_staged_value(operand) and _shape_of(operand) == shape and dims == tuple(
@@ -288,7 +290,7 @@ batching.primitive_batchers[reshape_p] = _reshape_batch_rule
 
 
 def reshape(operand: Any, new_sizes: Sequence[int],
-            dimensions: Sequence[int] | None = None) -> Any:
+            dimensions: Sequence[int] | None = None, *, out_sharding: Any = None) -> Any:
   """Reshapes `operand` to `new_sizes`, reading its elements in row-major order.
 
   Args:
@@ -304,6 +306,8 @@ def reshape(operand: Any, new_sizes: Sequence[int],
     TypeError: if the total size changes, a size is negative, or `dimensions` is not a
       permutation of the operand's dimensions.
   """
+  if out_sharding is not None:
+    sharding.check_out_sharding(out_sharding, "lax.reshape")
   new_sizes = canonicalize_shape("reshape", "new_sizes", new_sizes)
   if dimensions is not None:
     operand = transpose(operand, dimensions)

@@ -19,7 +19,7 @@ from stagecraft.lax.shape import canonicalize_shape
 __all__ = ["Initializer", "zeros", "ones", "constant", "uniform", "normal", "truncated_normal",
            "variance_scaling", "glorot_uniform", "glorot_normal", "xavier_uniform",
            "xavier_normal", "lecun_uniform", "lecun_normal", "he_uniform", "he_normal",
-           "kaiming_uniform", "kaiming_normal"]
+           "kaiming_uniform", "kaiming_normal", "orthogonal", "delta_orthogonal"]
 
 #: `init(key, shape, dtype=None) -> Array`.
 Initializer = Callable[..., Any]
@@ -193,3 +193,57 @@ xavier_uniform = glorot_uniform
 xavier_normal = glorot_normal
 kaiming_uniform = he_uniform
 kaiming_normal = he_normal
+
+
+def orthogonal(scale: Any = 1.0, column_axis: int = -1, dtype: Any = None) -> Initializer:
+  """An initializer of (scaled) orthogonal matrices along `column_axis`, as JAX's
+  `nn.initializers.orthogonal`: the array, viewed as a matrix whose columns run along
+  `column_axis` and rows over the other axes, has orthonormal rows or columns (whichever are
+  fewer), times `scale`.
+
+  Algorithm (Saxe, McClelland, Ganguli, arXiv:1312.6120): the QR factorization `A = QR` of a
+  standard-normal matrix `A`, with each column of `Q` multiplied by the sign of `R`'s
+  diagonal entry so that `Q` is Haar-distributed (Mezzadri, arXiv:math-ph/0609050).
+
+  The returned `init(key, shape, dtype)` raises `ValueError` for a shape of rank below 2.
+  """
+  def init(key: Any, shape: Sequence[int], dtype: Any = dtype):
+    dt = _dtype(dtype)
+    shape = canonicalize_shape("orthogonal", "shape", shape)
+    if len(shape) < 2:
+      raise ValueError(f"orthogonal initializer requires at least a 2D shape, got {shape}")
+    n_cols = shape[column_axis]
+    n_rows = math.prod(shape) // n_cols
+    mshape = (n_cols, n_rows) if n_rows < n_cols else (n_rows, n_cols)
+    a = random.normal(key, mshape, dt)
+    q, r = jnp.linalg.qr(a)
+    q = q * jnp.sign(jnp.diagonal(r))[None, :]
+    if n_rows < n_cols:
+      q = q.T
+    rest = tuple(d for i, d in enumerate(shape) if i != column_axis % len(shape))
+    q = jnp.reshape(q, rest + (n_cols,))
+    return scale * jnp.moveaxis(q, -1, column_axis)
+  return init
+
+
+def delta_orthogonal(scale: Any = 1.0, column_axis: int = -1, dtype: Any = None) -> Initializer:
+  """The delta-orthogonal initializer of convolution kernels, as JAX's
+  `nn.initializers.delta_orthogonal`: zero everywhere but the spatial center, which holds an
+  `orthogonal(scale, column_axis)` matrix of shape `shape[-2:]` (Xiao et al., "Dynamical
+  Isometry and a Mean Field Theory of CNNs", arXiv:1806.05393, Algorithm 2).
+
+  The returned `init(key, shape, dtype)` takes a 3-, 4- or 5-D shape (1-3 spatial axes, then
+  input and output features) with `shape[-2] <= shape[-1]`, else raises `ValueError`.
+  """
+  def init(key: Any, shape: Sequence[int], dtype: Any = dtype):
+    dt = _dtype(dtype)
+    shape = canonicalize_shape("delta_orthogonal", "shape", shape)
+    if len(shape) not in (3, 4, 5):
+      raise ValueError(f"Delta orthogonal initializer requires a 3D, 4D or 5D shape, got "
+                       f"{shape}.")
+    if shape[-1] < shape[-2]:
+      raise ValueError(f"`fan_in` must be less or equal than `fan_out`, got shape {shape}.")
+    ortho = orthogonal(scale=scale, column_axis=column_axis, dtype=dt)(key, shape[-2:])
+    center = tuple((k - 1) // 2 for k in shape[:-2])
+    return jnp.zeros(shape, dt).at[center].set(ortho)
+  return init
