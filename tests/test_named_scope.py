@@ -10,7 +10,7 @@ import pytest
 
 import stagecraft
 import stagecraft.numpy as jnp
-from stagecraft import core, lax
+from stagecraft import core, lax, source_info_util
 from stagecraft.ad_checkpoint import saved_residuals
 from stagecraft.source_info_util import (NameStackInfo, current_name_stack, named_call,
                                          named_scope)
@@ -98,7 +98,7 @@ def test_cached_inner_jaxpr_does_not_keep_the_outer_scope():
   calls = [e for e in jaxpr.eqns if e.primitive.name == "jit"]
   assert [e.source_info.name_stack for e in calls] == [("first",), ("second",)]
   body = calls[0].params["jaxpr"].jaxpr
-  assert all(e.source_info is None for e in body.eqns)
+  assert all(source_info_util.name_stack_of(e.source_info) == () for e in body.eqns)
 
 
 def test_named_call_matches_jax():
@@ -162,9 +162,10 @@ def test_hook_installed_only_while_a_scope_is_active():
     with named_scope("c"):
       1 / 0
   assert core.source_info_hook is None
-  # Without a scope the equations carry nothing (the zero-cost path).
+  # Without a scope the equations carry only the user's frame (no name stack).
   jaxpr = stagecraft.make_jaxpr(lambda x: jnp.sin(x) * 2)(jnp.ones(2)).jaxpr
-  assert all(e.source_info is None for e in jaxpr.eqns)
+  assert all(type(e.source_info) is core.UserFrame for e in jaxpr.eqns)
+  assert all("test_named_scope.py" in e.source_info.summary() for e in jaxpr.eqns)
 
 
 def test_eager_and_numbers_unchanged():
@@ -231,7 +232,7 @@ def test_equation_source_info():
   infos = [e.source_info for e in eqns]
   assert [type(i) for i in infos[:2]] == [NameStackInfo] * 2
   assert infos[0].name_stack == ("a", "b") and infos[1].name_stack == ("a",)
-  assert infos[2] is None and infos[0].summary() == ""
+  assert type(infos[2]) is core.UserFrame and "test_named_scope.py" in infos[0].summary()
 
 
 def test_grad_and_vmap_keep_forward_names():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import operator
+import re
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Sequence
@@ -53,6 +55,14 @@ class ShapedArray:
     self._hash = hash((shape, dtype, weak_type))
 
   ndim = property(lambda self: len(self.shape))
+
+  @property
+  def sharding(self):
+    """The sharding in this aval's type: no dimension split over a mesh axis (stagecraft has
+    no explicit sharding in types), `NamedSharding(AbstractMesh((), ()), P(None, ...))`."""
+    # NB: imported here: stagecraft.sharding imports the runtime, which imports core.
+    from stagecraft import sharding
+    return sharding.unsharded(len(self.shape))
 
   @property
   def size(self) -> int:
@@ -329,9 +339,10 @@ abstract_token = AbstractToken()
 class JaxprEqn(NamedTuple):
   """One equation: `outvars = primitive[params] invars`.
 
-  `source_info` is where the user's code bound the primitive (an object with a `summary()`
-  string `file:line:col (function)`), or None: it is recorded only while
-  `source_info_hook` is set (`ad_checkpoint.saved_residuals` sets it)."""
+  `source_info` is where the user's code bound the primitive: an object with a `summary()`
+  string `file:line:col (function)`, by default a `UserFrame` (recorded for every staged
+  equation, `current_source_info`), a `source_info_util.NameStackInfo` inside named scopes;
+  None for equations stagecraft builds itself (an eager op's one-equation program)."""
   invars: list[Atom]
   outvars: list[Var]
   primitive: "Primitive"
@@ -355,8 +366,185 @@ class JaxprEqn(NamedTuple):
 
 
 #: None, or a callable `() -> source info` that the staging trace calls for each equation it
-#: records (set only while `ad_checkpoint.saved_residuals` traces, so tracing pays nothing).
+#: records instead of `current_source_info` (set only while a named scope is active or
+#: `ad_checkpoint.saved_residuals` traces).
 source_info_hook: Callable[[], Any] | None = None
+
+
+# ---------------------------------------------------------------------------
+# Source locations (JAX's `source_info_util.current()` / `user_frame`)
+
+
+class UserFrame(tuple):
+  """Where user code bound a primitive: `(code, lasti)`, the code object and bytecode offset
+  of the innermost frame outside stagecraft (and outside paths given to
+  `traceback_util.register_exclusion`).
+
+  Recording it costs a few frame steps and one small tuple per staged equation; the file,
+  line, column and function are read from the code object only when asked (`position`,
+  `summary`), as JAX reads its tracebacks lazily.
+  """
+  __slots__ = ()
+
+  code = property(operator.itemgetter(0))
+  lasti = property(operator.itemgetter(1))
+
+  def position(self) -> tuple[str, int, int, int, int, str]:
+    """`(file, line, column, end_line, end_column, function)`: the span of the bytecode
+    instruction (columns 0-based, as Python's `co_positions` and JAX's locations give
+    them; 0 where unknown), the function's qualified name."""
+    pos = _positions.get(self)
+    if pos is None:
+      code, lasti = self
+      line = end_line = col = end_col = None
+      try:
+        line, end_line, col, end_col = next(
+            itertools.islice(code.co_positions(), lasti // 2, None))
+      except (AttributeError, StopIteration, ValueError):
+        pass
+      if line is None:   # NB: positions stripped (python -X no_debug_ranges): the line table
+        line = next((ln for start, end, ln in code.co_lines()
+                     if start <= lasti < end and ln is not None), code.co_firstlineno)
+      pos = (code.co_filename, line, col or 0, end_line or line, end_col or 0,
+             getattr(code, "co_qualname", code.co_name))
+      if len(_positions) > 65536:
+        _positions.clear()
+      _positions[self] = pos
+    return pos
+
+  file_name = property(lambda self: self.position()[0])
+  line = property(lambda self: self.position()[1])
+  column = property(lambda self: self.position()[2])
+  function_name = property(lambda self: self.position()[5])
+
+  def summary(self) -> str:
+    """`file:line:column (function)` (the column left out when 0), as JAX's
+    `source_info_util.summarize`."""
+    f, line, col, _, _, fn = self.position()
+    return f"{f}:{line}:{col} ({fn})" if col else f"{f}:{line} ({fn})"
+
+  def __repr__(self):
+    return f"UserFrame({self.summary()})"
+
+
+_positions: dict[UserFrame, tuple] = {}
+
+
+def source_summary(source_info: Any) -> str:
+  """`file:line:column (function)` of an equation's `source_info`, or '' when it has none."""
+  if source_info is None:
+    return ""
+  summary = getattr(source_info, "summary", None)
+  return summary() if summary is not None else ""
+
+
+def source_frame(source_info: Any) -> UserFrame | None:
+  """The `UserFrame` an equation's `source_info` holds (looking inside wrappers with a
+  `source_info` attribute, as `NameStackInfo`), or None."""
+  while source_info is not None and type(source_info) is not UserFrame:
+    source_info = getattr(source_info, "source_info", None)
+  return source_info
+
+
+class _SourceContext(threading.local):
+  def __init__(self):
+    # The source info that equations recorded now take instead of the caller's frame: the
+    # equation an interpreter is re-binding (eval_jaxpr, transposition), as JAX's
+    # `user_context`.
+    self.source_info: Any = None
+
+
+#: The thread's re-binding context (`source_context`); `source_contexts_active[0]` counts
+#: the active ones in all threads: while none is, recording an equation skips the
+#: thread-local read. (Public for the staging trace's inlined copy of `current_source_info`.)
+source_context_state = _SourceContext()
+source_contexts_active = [0]
+_source_context = source_context_state
+_source_contexts_active = source_contexts_active
+_internal_files = traceback_util.internal_files
+_user_files = traceback_util.user_files
+_getframe = sys._getframe
+
+
+def current_source_info(skip: int = 2) -> Any:
+  """The source info of an equation recorded now: the re-bound equation's (inside
+  `source_context`), else the innermost user frame (`UserFrame`) above the caller's `skip`
+  frames (which must be stagecraft's); None if there is no user frame.
+
+  NB: `DynamicJaxprTrace.process_primitive` inlines this (keep the two in step)."""
+  if _source_contexts_active[0]:
+    src = _source_context.source_info
+    if src is not None:
+      return src
+  return user_frame(_getframe(skip))
+
+
+def user_frame(f: Any) -> UserFrame | None:
+  """The innermost frame at or above the frame `f` that is not stagecraft's (nor under a path
+  given to `traceback_util.register_exclusion`), as a `UserFrame`; None if there is none."""
+  while f is not None:
+    code = f.f_code
+    name = code.co_filename
+    if name in _internal_files:
+      f = f.f_back
+    elif name in _user_files:
+      return UserFrame((code, f.f_lasti))
+    else:
+      traceback_util.classify_file(name)
+  return None
+
+
+class source_context:
+  """Context manager: equations recorded inside take `source_info` (that of an equation an
+  interpreter re-binds: transposition, partial evaluation), as JAX's
+  `source_info_util.user_context`; None: the caller's frame as usual. `set` switches to the
+  next equation's. An exception raised inside gets the note naming the current one's line
+  (`add_source_note`).
+
+  Example:
+    >>> with source_context(None) as ctx:
+    ...   for eqn in []:
+    ...     ctx.set(eqn.source_info)
+  """
+  __slots__ = ("source_info", "_prev")
+
+  def __init__(self, source_info: Any = None):
+    self.source_info = source_info
+
+  def __enter__(self) -> "source_context":
+    self._prev = _source_context.source_info
+    _source_context.source_info = self.source_info
+    _source_contexts_active[0] += 1
+    return self
+
+  def set(self, source_info: Any) -> None:
+    self.source_info = _source_context.source_info = source_info
+
+  def __exit__(self, typ, e, tb) -> bool:
+    _source_contexts_active[0] -= 1
+    _source_context.source_info = self._prev
+    if isinstance(e, Exception):
+      add_source_note(e, self.source_info)
+    return False
+
+
+_NOTE_PREFIX = "The operation that raised this was staged at "
+
+
+def add_source_note(e: BaseException, source_info: Any) -> None:
+  """Adds to `e` the note `The operation that raised this was staged at file:line (fn)`
+  (an equation stagecraft re-binds, e.g. while transposing, raised `e`; JAX chains a
+  `JaxStackTraceBeforeTransformation` for this) unless `e` has one already."""
+  summary = source_summary(source_info)
+  if not summary:
+    return
+  notes = getattr(e, "__notes__", None)
+  if notes and any(type(n) is str and n.startswith(_NOTE_PREFIX) for n in notes):
+    return
+  try:
+    e.add_note(_NOTE_PREFIX + summary)
+  except (AttributeError, TypeError):   # NB: exceptions that refuse notes
+    pass
 
 
 class DebugInfo(NamedTuple):
@@ -404,6 +592,23 @@ class Jaxpr:
 
   __repr__ = __str__
 
+  def pretty_print(self, *, source_info: bool = False, print_shapes: bool = True,
+                   name_stack: bool = False, custom_pp_eqn_rules: bool = True,
+                   use_color: bool = False, **kwargs) -> str:
+    """The jaxpr as text, as JAX's `Jaxpr.pretty_print`: `str(jaxpr)`, with each
+    equation's source line (`source_info=True`: `# file.py:12:4 (f)`) and/or name stack
+    (`name_stack=True`: `# [outer/inner]`) as aligned comments.
+
+    Raises:
+      NotImplementedError: for `print_shapes=False` (binders always print their types).
+    """
+    if not print_shapes:
+      raise NotImplementedError("pretty_print(print_shapes=False) is not supported: "
+                                "binders always print their types.")
+    if not (source_info or name_stack):
+      return pp_jaxpr(self)
+    return pp_jaxpr_annotated(self, source_info=source_info, name_stack=name_stack)
+
   def replace(self, **kw) -> "Jaxpr":
     d = dict(constvars=self.constvars, invars=self.invars, outvars=self.outvars,
              eqns=self.eqns, debug_info=self.debug_info)
@@ -442,6 +647,10 @@ class ClosedJaxpr:
     return pp_jaxpr(self.jaxpr)
 
   __repr__ = __str__
+
+  def pretty_print(self, **kwargs) -> str:
+    """`self.jaxpr.pretty_print(**kwargs)` (`source_info=True` adds source lines)."""
+    return self.jaxpr.pretty_print(**kwargs)
 
 
 def subjaxprs(eqn: "JaxprEqn"):
@@ -530,15 +739,72 @@ def _pp_eqn(eqn: JaxprEqn, names: _Names, indent: int) -> str:
   else:
     params = [(k, eqn.params[k]) for k in order if k in eqn.params]
   prim = eqn.primitive.name
+  mark = "" if _pp_state.notes is None else _pp_mark(eqn)
   if not params:
-    return f"{lhs} {prim} {rhs_args}".strip()
+    return f"{lhs} {prim} {rhs_args}".strip() + mark
   one = " ".join(f"{k}={_pp_param(v, indent + 2)}" for k, v in params)
   line = f"{lhs} {prim}[{one}] {rhs_args}".strip()
-  if "\n" not in line and indent + len(line) <= _PP_WIDTH:
-    return line
+  if "\n" not in line and indent + _pp_len(line) <= _PP_WIDTH:
+    return line + mark
   pad = " " * (indent + 2)
   body = "\n".join(f"{pad}{k}={_pp_param(v, indent + 2)}" for k, v in params)
-  return f"{lhs} {prim}[\n{body}\n{' ' * indent}] {rhs_args}".strip()
+  return f"{lhs} {prim}[{mark}\n{body}\n{' ' * indent}] {rhs_args}".strip()
+
+
+class _PPState(threading.local):
+  def __init__(self):
+    # While `pretty_print` annotates (source_info / name_stack): the annotations of each
+    # equation, which the text refers to by markers that take no width.
+    self.notes: list[list[str]] | None = None
+    self.source_info = self.name_stack = False
+
+
+_pp_state = _PPState()
+_MARK = re.compile("\ue000(\\d+)\ue001")
+
+
+def _pp_len(s: str) -> int:
+  return len(s) if _pp_state.notes is None else len(_MARK.sub("", s))
+
+
+def _pp_mark(eqn: JaxprEqn) -> str:
+  st = _pp_state
+  notes = []
+  if st.source_info:
+    notes.append(source_summary(eqn.source_info) or "unknown")
+  if st.name_stack:
+    notes.append(f"[{'/'.join(getattr(eqn.source_info, 'name_stack', ()))}]")
+  st.notes.append(notes)
+  return f"\ue000{len(st.notes) - 1}\ue001"
+
+
+def pp_jaxpr_annotated(jaxpr: "Jaxpr", *, source_info: bool = False,
+                       name_stack: bool = False) -> str:
+  """`pp_jaxpr(jaxpr)` with a `# file:line:col (function)` comment (`source_info`) and/or a
+  `# [scope/names]` comment (`name_stack`) after each equation, aligned one column past the
+  widest line, several on one line stacked below it, as JAX's
+  `pretty_print(source_info=True)` lays them out. The layout is the unannotated one."""
+  st = _pp_state
+  saved = st.notes, st.source_info, st.name_stack
+  st.notes, st.source_info, st.name_stack = [], source_info, name_stack
+  try:
+    text = pp_jaxpr(jaxpr)
+    notes = st.notes
+  finally:
+    st.notes, st.source_info, st.name_stack = saved
+  rows = []
+  for line in text.split("\n"):
+    idxs = [int(i) for i in _MARK.findall(line)]
+    rows.append((_MARK.sub("", line), [n for i in idxs for n in notes[i]]))
+  col = max(len(line) for line, _ in rows) + 1
+  out = []
+  for line, anns in rows:
+    if not anns:
+      out.append(line)
+      continue
+    out.append(line.ljust(col) + "# " + anns[0])
+    out.extend(" " * col + "# " + a for a in anns[1:])
+  return "\n".join(out)
 
 
 def _pp_header(consts: list[str], ins: list[str], indent: int) -> str:
@@ -569,7 +835,7 @@ def pp_jaxpr(jaxpr: Jaxpr, indent: int = 0) -> str:
   outs = ", ".join(names(v) for v in jaxpr.outvars)
   outs = f"({outs},)" if len(jaxpr.outvars) == 1 else f"({outs})"
   one = f"{head} {'; '.join(eqn_lines)} in {outs} }}" if eqn_lines else f"{head}  in {outs} }}"
-  if "\n" not in one and indent + len(one) <= _PP_WIDTH:
+  if "\n" not in one and indent + _pp_len(one) <= _PP_WIDTH:
     return one
   pad = " " * (indent + 4)
   body = "\n".join(pad + ln for ln in eqn_lines)
@@ -906,13 +1172,28 @@ def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any) -> list[Any]:
   env: dict[Var, Any] = {}
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
-  for eqn in jaxpr.eqns:
-    invals = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
-    outs = eqn.primitive.bind(*invals, **eqn.params)
-    if eqn.primitive.multiple_results:
-      env.update(zip(eqn.outvars, outs))
-    else:
-      env[eqn.outvars[0]] = outs
+  # NB: equations recorded while an equation is re-bound (a transformation tracing this
+  # jaxpr) keep its source info, as JAX's `user_context`; an error names its line (a note).
+  ctx = _source_context
+  prev = ctx.source_info
+  _source_contexts_active[0] += 1
+  eqn = None
+  try:
+    for eqn in jaxpr.eqns:
+      ctx.source_info = eqn.source_info
+      invals = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
+      outs = eqn.primitive.bind(*invals, **eqn.params)
+      if eqn.primitive.multiple_results:
+        env.update(zip(eqn.outvars, outs))
+      else:
+        env[eqn.outvars[0]] = outs
+  except Exception as e:
+    if eqn is not None:
+      add_source_note(e, eqn.source_info)
+    raise
+  finally:
+    _source_contexts_active[0] -= 1
+    ctx.source_info = prev
   return [v.val if type(v) is Literal else env[v] for v in jaxpr.outvars]
 
 
@@ -979,29 +1260,44 @@ def check_jaxpr(jaxpr: Jaxpr) -> None:
     bind(v, "invar")
   for i, eqn in enumerate(jaxpr.eqns):
     where = f"equation {i}: {eqn.primitive.name}"
-    for v in eqn.invars:
-      read(v, where)
-    for p in eqn.params.values():
-      for sub in (p if isinstance(p, tuple) else (p,)):
-        if isinstance(sub, ClosedJaxpr):
-          check_jaxpr(sub.jaxpr)
-        elif isinstance(sub, Jaxpr):
-          check_jaxpr(sub)
-    rule = eqn.primitive.abstract_eval
-    if rule is not None:
-      try:
-        out = rule(*[v.aval for v in eqn.invars], **eqn.params)
-      except Exception as e:
-        raise JaxprTypeError(f"{where}: abstract eval failed: {e}") from e
-      out = list(out) if eqn.primitive.multiple_results else [out]
-      if len(out) != len(eqn.outvars):
-        raise JaxprTypeError(f"{where}: {len(eqn.outvars)} outvars but abstract eval gives "
-                             f"{len(out)}.")
-      for v, a in zip(eqn.outvars, out):
-        if not _typematch(v.aval, a):
-          raise JaxprTypeError(f"{where}: outvar has type {v.aval.str_short()} but abstract "
-                               f"eval gives {a.str_short()}.")
+    try:
+      _check_eqn(eqn, where, read)
+    except JaxprTypeError as e:
+      src = source_summary(eqn.source_info)
+      if not src or getattr(e, "_stagecraft_sourced", False):
+        raise
+      # NB: as JAX's check_jaxpr, the message ends with the equation's source line.
+      err = JaxprTypeError(f"{e}\n\nfrom source: {src}")
+      err._stagecraft_sourced = True
+      raise err from e.__cause__
     for v in eqn.outvars:
       bind(v, where)
   for v in jaxpr.outvars:
     read(v, "outvars")
+
+
+def _check_eqn(eqn: JaxprEqn, where: str, read: Callable) -> None:
+  """`check_jaxpr`'s checks of one equation (its operands, nested jaxprs, output avals)."""
+  for v in eqn.invars:
+    read(v, where)
+  for p in eqn.params.values():
+    for sub in (p if isinstance(p, tuple) else (p,)):
+      if isinstance(sub, ClosedJaxpr):
+        check_jaxpr(sub.jaxpr)
+      elif isinstance(sub, Jaxpr):
+        check_jaxpr(sub)
+  rule = eqn.primitive.abstract_eval
+  if rule is not None:
+    try:
+      out = rule(*[v.aval for v in eqn.invars], **eqn.params)
+    except Exception as e:
+      raise JaxprTypeError(f"{where}: abstract eval failed: {e}") from e
+    out = list(out) if eqn.primitive.multiple_results else [out]
+    if len(out) != len(eqn.outvars):
+      raise JaxprTypeError(f"{where}: {len(eqn.outvars)} outvars but abstract eval gives "
+                           f"{len(out)}.")
+    for v, a in zip(eqn.outvars, out):
+      if not _typematch(v.aval, a):
+        raise JaxprTypeError(f"{where}: outvar has type {v.aval.str_short()} but abstract "
+                             f"eval gives {a.str_short()}.")
+

@@ -13,9 +13,14 @@ Cost: nothing while no scope is active. Entering the first scope installs
 `core.source_info_hook` (which the staging trace calls for each equation); leaving the last
 one restores the hook that was there before (e.g. `saved_residuals`'s, which this wraps).
 
+Equations re-bound by an interpreter after tracing (evaluating a jaxpr under vmap or jvp,
+transposition, partial evaluation) keep the source info of the equation they came from,
+names included (`core.source_context`). Without a scope every equation still records the
+user's frame (`core.UserFrame`, `core.current_source_info`); inside one its `NameStackInfo`
+wraps that frame.
+
 Not reproduced: JAX's transformation wrappers in names (`jvp(outer)`, `transpose(...)`,
-`vmap(outer)`); equations re-bound by an interpreter after tracing (a `vmap` of a jitted
-function applied outside any jit, `jit(..., inline=True)`) lose their names.
+`vmap(outer)`).
 """
 from __future__ import annotations
 
@@ -33,8 +38,8 @@ F = TypeVar("F", bound=Callable)
 
 class NameStackInfo(NamedTuple):
   """An equation's `source_info` while name scopes are active: the scope names relative to
-  the recording trace (outermost first) and the source info another hook recorded (an
-  `ad_checkpoint.SourceInfo`, or None)."""
+  the recording trace (outermost first) and the source info it wraps (the user's frame, a
+  `core.UserFrame`; an `ad_checkpoint.SourceInfo` while `saved_residuals` traces; or None)."""
   name_stack: tuple[str, ...]
   source_info: Any = None
 
@@ -75,7 +80,8 @@ def current_name_stack() -> tuple[str, ...]:
 
 def _make_hook(previous: Callable | None) -> Callable[[], Any]:
   def hook():
-    inner = previous() if previous is not None else None
+    # NB: skips this frame, process_primitive's and bind's.
+    inner = previous() if previous is not None else core.current_source_info(3)
     names = current_name_stack()
     if not names:
       return inner

@@ -25,6 +25,7 @@ import optree
 from jaxlib import xla_client as xc
 
 from stagecraft import api_util, core, dtypes, pjit, tree_util
+from stagecraft.interpreters import lowering
 from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
 from stagecraft.runtime import cache, client, dispatch
 from stagecraft.runtime.array import Array
@@ -198,17 +199,24 @@ class Lowered:
           self._lowered.text, use_tuple_args=False, return_tuple=False)
     return self._computation
 
-  def as_text(self, dialect: str = "stablehlo") -> str:
+  def as_text(self, dialect: str = "stablehlo", *, debug_info: bool = False) -> str:
     """The module as text.
 
     Args:
       dialect: `"stablehlo"` (the module handed to XLA) or `"hlo"` (XLA's HLO text of it,
         before optimization).
+      debug_info: with the user's source line on each op (`loc("jit(f)/sin"("f"("file.py":
+        3:9 to :20)))`, as JAX's `as_text(debug_info=True)`); the program is the same.
 
     Raises:
       ValueError: for another dialect.
     """
     if dialect == "stablehlo":
+      if debug_info:
+        sig = self._sig
+        with lowering.source_locations():
+          return pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused, sig.name,
+                                   layout=sig.layout).text
       return self._lowered.text
     if dialect == "hlo":
       return self._xla_computation().as_hlo_text()

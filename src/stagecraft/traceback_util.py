@@ -26,9 +26,9 @@ from typing import Callable, TypeVar
 
 from stagecraft.config import config
 
-__all__ = ["api_boundary", "filter_exception", "filter_traceback", "include_frame",
-           "register_exclusion", "UnfilteredStackTrace", "SimplifiedTraceback",
-           "is_boundary_frame"]
+__all__ = ["api_boundary", "classify_file", "filter_exception", "filter_traceback",
+           "include_frame", "register_exclusion", "UnfilteredStackTrace",
+           "SimplifiedTraceback", "is_boundary_frame"]
 
 C = TypeVar("C")
 
@@ -50,9 +50,27 @@ class SimplifiedTraceback(Exception):
     return _SIMPLIFIED
 
 
+#: File names already classified as stagecraft's own (or excluded) and as the user's: the
+#: source-location capture of every staged equation (`core.current_source_info`) tests a
+#: frame's file with one set lookup. Cleared by `register_exclusion`.
+internal_files: set[str] = set()
+user_files: set[str] = set()
+
+
 def register_exclusion(path: str) -> None:
-  """Hides the frames of files under `path` too (a library built on stagecraft)."""
+  """Hides the frames of files under `path` too (a library built on stagecraft): from
+  filtered tracebacks and from the source locations of staged equations."""
   _exclude_paths.append(os.path.abspath(path))
+  internal_files.clear()
+  user_files.clear()
+
+
+def classify_file(name: str) -> bool:
+  """Whether frames of the file `name` are internal (under an excluded path); records the
+  answer in `internal_files` or `user_files`."""
+  internal = any(name.startswith(p) for p in _exclude_paths)
+  (internal_files if internal else user_files).add(name)
+  return internal
 
 
 def include_frame(f: types.FrameType) -> bool:

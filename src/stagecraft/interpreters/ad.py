@@ -404,13 +404,16 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     out_avals = prim.abstract_eval(*[v.aval for v in invars], **params)
     multiple = prim.multiple_results
     outvars = [Var(a) for a in (out_avals if multiple else [out_avals])]
+    # NB: skips this frame and process_primitive's (the search starts at bind).
+    src = core.current_source_info(3)
     known_eqns, unknown_eqn, out_unknowns = rule(
-        core.JaxprEqn(invars, outvars, prim, params), unknowns)
+        core.JaxprEqn(invars, outvars, prim, params, src), unknowns)
     if known_eqns is None:
       known_eqns = []
     elif not isinstance(known_eqns, list):
       known_eqns = [known_eqns]
-    with core.set_current_trace(self.parent):
+    # The split equations keep the source info of the equation they came from.
+    with core.set_current_trace(self.parent), core.source_context(src):
       for eqn in known_eqns:
         ins = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
         outs = eqn.primitive.bind(*ins, **eqn.params)
@@ -418,7 +421,7 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     if unknown_eqn is not None:
       self.eqns.append(unknown_eqn.replace(invars=[
           v if type(v) is Literal or v not in env else self._lift(env[v])
-          for v in unknown_eqn.invars]))
+          for v in unknown_eqn.invars], source_info=unknown_eqn.source_info or src))
     outs = [pe.DynamicJaxprTracer(self, v.aval, v) if u else env[v]
             for v, u in zip(outvars, out_unknowns)]
     return outs if multiple else outs[0]
@@ -468,6 +471,13 @@ def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any]) -> 
       linear.add(v)
     else:
       primal_env[v] = a
+  # NB: equations recorded while an equation is evaluated or transposed keep its source
+  # info (JAX's `user_context`), so a transposed `sin`'s ops name the user's line of `sin`.
+  with core.source_context() as src_ctx:
+    return _backward_pass(jaxpr, args, cts_out, primal_env, linear, src_ctx)
+
+
+def _backward_pass(jaxpr, args, cts_out, primal_env, linear, src_ctx) -> list[Any]:
   # Forward: evaluate the non-linear equations (those reading no linear variable).
   linear_eqns = []
   for eqn in jaxpr.eqns:
@@ -475,6 +485,7 @@ def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any]) -> 
       linear.update(eqn.outvars)
       linear_eqns.append(eqn)
     else:
+      src_ctx.set(eqn.source_info)
       ins = [v.val if type(v) is Literal else primal_env[v] for v in eqn.invars]
       outs = eqn.primitive.bind(*ins, **eqn.params)
       primal_env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
@@ -502,6 +513,7 @@ def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any]) -> 
     ins = [UndefinedPrimal(v.aval) if type(v) is Var and v in linear else
            (v.val if type(v) is Literal else primal_env[v]) for v in eqn.invars]
     ct = cts if eqn.primitive.multiple_results else cts[0]
+    src_ctx.set(eqn.source_info)
     cts_in = rule(ct, *ins, **eqn.params)
     for v, c in zip(eqn.invars, cts_in):
       if type(v) is Var and v in linear:

@@ -98,11 +98,11 @@ class CallRules:
     known_eqn = core.JaxprEqn(
         [v for v, u in zip(eqn.invars, unknowns) if not u],
         [*[v for v, u in zip(eqn.outvars, out_unknowns) if not u], *res_vars], self.prim,
-        self._params(eqn.params, "known", known))
+        self._params(eqn.params, "known", known), eqn.source_info)
     unknown_eqn = core.JaxprEqn(
         [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
         [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
-        self._params(eqn.params, "unknown", unknown))
+        self._params(eqn.params, "unknown", unknown), eqn.source_info)
     return known_eqn, unknown_eqn, out_unknowns
 
   def dce(self, used_outs, eqn):

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from stagecraft import core, dtypes, source_info_util
+from stagecraft.source_info_util import NameStackInfo
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
@@ -24,7 +26,8 @@ __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_sc
            "dense_array", "i64_array", "dense_i64", "ModuleContext", "FuncBuilder",
            "LoweringRuleContext", "emit_op", "constant", "build_region", "sanitize_name",
            "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
-           "lower_jaxpr_to_module", "ModuleText", "has_ordered_effects"]
+           "lower_jaxpr_to_module", "ModuleText", "has_ordered_effects", "source_locations",
+           "strip_locations"]
 
 _lowerings: dict[core.Primitive, Callable] = {}
 
@@ -142,6 +145,8 @@ class ModuleContext:
     # the labels of the path, and whether it holds a user's name (then ops get a `loc`).
     self.name_stack: tuple[str, ...] = ()
     self.name_stack_named = False
+    # Whether ops get the user's source line too (`source_locations`).
+    self.source_locations = getattr(_locations_state, "enabled", False)
     self.funcs: list[str] = []
     self.func_names: set[str] = {"main"}
     self.call_cache: dict[int, tuple[str, Any]] = {}
@@ -345,8 +350,10 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
           f" rule).")
     ctx = LoweringRuleContext(fb, [v.aval for v in eqn.invars], [v.aval for v in eqn.outvars])
     # NB: named_scope: the slow path only for equations with names, inside a named call
-    # site, or calls (whose bodies may hold names); everything else pays two checks.
-    if eqn.source_info is None and not module.name_stack and prim.name != "jit":
+    # site, or calls (whose bodies may hold names), or when source locations are asked for;
+    # everything else pays three checks.
+    if (type(eqn.source_info) is not NameStackInfo and not module.name_stack
+        and prim.name != "jit" and not module.source_locations):
       outs = rule(ctx, *[read(v) for v in eqn.invars], **eqn.params)
     else:
       outs = _lower_named_eqn(module, fb, eqn, rule, ctx, [read(v) for v in eqn.invars])
@@ -373,7 +380,57 @@ def _module_label(module: ModuleContext) -> str:
   return raw
 
 
-_TRAILING_LOC = re.compile(r' loc\("(?:[^"\\]|\\.)*"\)$')
+_TRAILING_LOC = re.compile(r' loc\("(?:[^"\\]|\\.)*"(?:\(.*\))?\)$')
+
+
+def _file_loc(frame: core.UserFrame) -> str:
+  """`("function"("file":line:col to :end_col))`: the MLIR location of a user frame as JAX
+  writes the innermost frame of an op's location (a NameLoc of the function around a
+  FileLineColRange, with Python's 0-based columns)."""
+  text = _file_locs.get(frame)
+  if text is None:
+    file, line, col, end_line, end_col, fn = frame.position()
+    end = f":{end_col}" if end_line == line else f"{end_line}:{end_col}"
+    text = f'("{_mlir_string(fn)}"("{_mlir_string(file)}":{line}:{col} to {end}))'
+    if len(_file_locs) > 65536:
+      _file_locs.clear()
+    _file_locs[frame] = text
+  return text
+
+
+_file_locs: dict[core.UserFrame, str] = {}
+_locations_state = threading.local()
+
+
+@contextlib.contextmanager
+def source_locations(enabled: bool = True):
+  """Context manager: modules lowered inside (in this thread) put the user's source line on
+  each op, `loc("jit(f)/outer/sin"("f"("file.py":12:4 to :15)))`, as JAX's lowering does
+  (its `Lowered.as_text(debug_info=True)` shows them). Outside it, only ops under a
+  `named_scope` get a location (the name alone), so the program text stays short.
+
+  Example:
+    >>> import stagecraft, stagecraft.numpy as jnp
+    >>> with source_locations():
+    ...   text = stagecraft.jit(jnp.sin).lower(1.0).as_text()
+    >>> 'loc("jit(sin)/sin"' in text
+    True
+  """
+  prev = getattr(_locations_state, "enabled", False)
+  _locations_state.enabled = bool(enabled)
+  try:
+    yield
+  finally:
+    _locations_state.enabled = prev
+
+
+def strip_locations(text: str) -> str:
+  """`text` without the ` loc(...)` locations of its ops (what JAX's `as_text()` shows by
+  default; the module's program is unchanged)."""
+  return _ANY_LOC.sub("", text)
+
+
+_ANY_LOC = re.compile(r' loc\("(?:[^"\\]|\\.)*"(?:\((?:[^()"]|"(?:[^"\\]|\\.)*"|\((?:[^()"]|"(?:[^"\\]|\\.)*")*\))*\))?\)')
 
 
 def _mlir_string(s: str) -> str:
@@ -404,13 +461,15 @@ def _lower_named_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
     outs = rule(ctx, *operands, **eqn.params)
   finally:
     module.name_stack, module.name_stack_named = saved
-  if named:
-    loc = f' loc("{_mlir_string("/".join((_module_label(module), *path, label)))}")'
+  if named or module.source_locations:
+    name = _mlir_string("/".join((_module_label(module), *path, label)))
+    frame = core.source_frame(eqn.source_info) if module.source_locations else None
+    loc = f' loc("{name}"{_file_loc(frame)})' if frame is not None else f' loc("{name}")'
     lines = fb.lines
     for i in range(start, len(lines)):
       line = lines[i]
       # NB: ops of nested equations (a rule lowering a jaxpr into this region) keep theirs.
-      if not (line.endswith('")') and _TRAILING_LOC.search(line)):
+      if not (line.endswith(")") and _TRAILING_LOC.search(line)):
         lines[i] = line + loc
   return outs
 

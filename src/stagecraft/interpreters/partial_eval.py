@@ -7,13 +7,14 @@ constants are never baked into the program text.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import core
+from stagecraft import core, traceback_util
 from stagecraft.core import (ClosedJaxpr, DebugInfo, DropVar, Jaxpr, JaxprEqn, Literal,
-                             ShapedArray, Trace, Tracer, Var)
+                             ShapedArray, Trace, Tracer, UserFrame, Var)
 
 
 class DynamicJaxprTracer(Tracer):
@@ -27,6 +28,14 @@ class DynamicJaxprTracer(Tracer):
 
 
 _literal_types = {bool, int, float, complex}
+# NB: builds a JaxprEqn from its five fields without NamedTuple's Python-level `__new__`
+# (the staging trace's hot path).
+_new_eqn = tuple.__new__
+_getframe = sys._getframe
+_internal_files = traceback_util.internal_files
+_user_files = traceback_util.user_files
+_context = core.source_context_state
+_contexts_active = core.source_contexts_active
 
 
 class DynamicJaxprTrace(Trace):
@@ -95,13 +104,30 @@ class DynamicJaxprTrace(Trace):
     invars = [to_atom(x) for x in args]
     out_aval = prim.abstract_eval(*[v.aval for v in invars], **params)
     hook = core.source_info_hook
-    src = None if hook is None else hook()
+    if hook is not None:
+      src = hook()
+    elif _contexts_active[0] and _context.source_info is not None:
+      src = _context.source_info   # an equation being re-bound (eval_jaxpr, transposition)
+    else:
+      # NB: `core.current_source_info` inlined (the hot path of tracing): the innermost frame
+      # outside stagecraft, starting at bind's caller. Only that frame's (code, lasti) is kept.
+      f = _getframe(2)
+      code = f.f_code
+      while code.co_filename in _internal_files:
+        f = f.f_back
+        if f is None:
+          break
+        code = f.f_code
+      if f is not None and code.co_filename in _user_files:
+        src = UserFrame((code, f.f_lasti))
+      else:   # a file seen for the first time, or no user frame at all
+        src = core.current_source_info(2)
     if prim.multiple_results:
       outvars = [Var(a) for a in out_aval]
-      self.eqns.append(JaxprEqn(invars, outvars, prim, params, src))
+      self.eqns.append(_new_eqn(JaxprEqn, (invars, outvars, prim, params, src)))
       return [DynamicJaxprTracer(self, v.aval, v) for v in outvars]
     v = Var(out_aval)
-    self.eqns.append(JaxprEqn(invars, [v], prim, params, src))
+    self.eqns.append(_new_eqn(JaxprEqn, (invars, [v], prim, params, src)))
     return DynamicJaxprTracer(self, out_aval, v)
 
   def to_jaxpr(self, outs: Sequence[Any]) -> tuple[Jaxpr, list[Any]]:
@@ -366,14 +392,16 @@ def trace_to_jaxpr_nounits(fun: Any, pvals: Sequence[PartialVal],
       unknown_in.append(v)
   unknown: set[Var] = set(unknown_in)
   staged = []
-  for eqn in full.eqns:
-    if any(isinstance(v, Var) and v in unknown for v in eqn.invars):
-      staged.append(eqn)
-      unknown.update(eqn.outvars)
-      continue
-    outs = eqn.primitive.bind(*[v.val if type(v) is Literal else known[v]
-                                for v in eqn.invars], **eqn.params)
-    known.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+  with core.source_context() as src_ctx:   # NB: re-bound equations keep their source info
+    for eqn in full.eqns:
+      if any(isinstance(v, Var) and v in unknown for v in eqn.invars):
+        staged.append(eqn)
+        unknown.update(eqn.outvars)
+        continue
+      src_ctx.set(eqn.source_info)
+      outs = eqn.primitive.bind(*[v.val if type(v) is Literal else known[v]
+                                  for v in eqn.invars], **eqn.params)
+      known.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
   out_unknown = [(isinstance(v, Var) and v in unknown) or inst
                  for v, inst in zip(full.outvars, instantiate)]
   out_pvals = []

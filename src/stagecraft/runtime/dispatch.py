@@ -27,8 +27,9 @@ __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "targ
            "device_put_leaf", "block_until_ready", "compile_count", "compile_module",
            "forget_module", "trim_host_memory",
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
-           "host_callbacks_of", "execute_with_callbacks", "effects_barrier", "find_special",
-           "check_special", "result_handlers", "cache_clearers", "register_cache_clearer", "clear_caches"]
+           "host_callbacks_of", "execute_with_callbacks", "run_with_callbacks",
+           "effects_barrier", "find_special", "check_special", "result_handlers",
+           "cache_clearers", "register_cache_clearer", "clear_caches"]
 
 try:  # the runtime's own array type, accepted wherever an Array is
   from jaxlib._jax import ArrayImpl as _JaxArray
@@ -400,16 +401,30 @@ def execute_with_callbacks(exe, bufs: Sequence[Any], callbacks: Sequence[HostCal
   Raises:
     JaxRuntimeError: naming the callback that raised, chained to its exception.
   """
-  error = outs = None
+  return run_with_callbacks(exe, bufs, callbacks).disassemble_into_single_device_arrays()
+
+
+def run_with_callbacks(exe, bufs: Sequence[Any], callbacks: Sequence[HostCallback]):
+  """Runs a program with host callbacks (on one device or several: each calls them) to
+  completion; returns its `execute_sharded` results, not yet consumed.
+
+  Raises:
+    JaxRuntimeError: naming the callback that raised, chained to its exception (the first
+      one raised; the same callback raising on several devices is reported once).
+  """
+  error = res = None
   try:
     res = exe.execute_sharded(bufs, with_tokens=True)
     token = res.consume_token()
-    outs = res.disassemble_into_single_device_arrays()
     token.block_until_ready()
   except xc.XlaRuntimeError as e:
     error = e
   with _callbacks_lock:
-    raised = [(cb, cb.errors.pop(0)) for cb in callbacks if cb.errors]
+    raised = []
+    for cb in callbacks:
+      if cb.errors:
+        raised.append((cb, cb.errors[0]))
+        cb.errors.clear()   # NB: the other devices' errors of this call go with it
   if raised:
     cb, original = raised[0]
     raise xc.XlaRuntimeError(
@@ -417,7 +432,7 @@ def execute_with_callbacks(exe, bufs: Sequence[Any], callbacks: Sequence[HostCal
         f"it stopped; the runtime stays usable)") from original
   if error is not None:
     raise error
-  return outs
+  return res
 
 
 def effects_barrier() -> None:

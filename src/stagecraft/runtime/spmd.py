@@ -188,7 +188,8 @@ class SpmdExecutable:
   by the runtime), global values out (`Array`s split over the devices, or one copy for a
   replicated result)."""
   __slots__ = ("exe", "devices", "in_avals", "out_avals", "in_shardings", "out_shardings",
-               "collective", "text", "donated", "_out_device", "_handlers", "_replicated")
+               "collective", "text", "donated", "_out_device", "_handlers", "_replicated",
+               "callbacks")
 
   def __init__(self, exe, devices, in_avals, out_avals, in_shardings, out_shardings, text,
                donated=(), keep_replicated: bool = False):
@@ -200,6 +201,9 @@ class SpmdExecutable:
     self.out_shardings = [intern_sharding(s) for s in out_shardings]
     self.text = text
     self.donated = tuple(donated)
+    # The host callbacks of the program (each device calls them): it then runs to
+    # completion, and a callback's exception surfaces as on one device.
+    self.callbacks = dispatch.host_callbacks_of(text)
     try:
       hlo = "\n".join(m.to_string() for m in exe.hlo_modules())
     except Exception:   # pragma: no cover - a runtime without hlo_modules: be safe
@@ -246,6 +250,8 @@ class SpmdExecutable:
 
   def _execute(self, bufs, args):
     try:
+      if self.callbacks:
+        return dispatch.run_with_callbacks(self.exe, bufs, self.callbacks)
       return self.exe.execute_sharded(bufs)
     except TypeError:
       dispatch.raise_if_donated(args)
