@@ -597,7 +597,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     store: dict = {}
 
     def flat(*xs):
-      d, kw = optree.tree_unflatten(in_tree, xs)
+      d, kw = tree_util.tree_unflatten(in_tree, xs)
       it = iter(d)
       full = [args[i] if i in st else next(it) for i in range(nargs)]
       out = fun(*full, **kw)
@@ -608,7 +608,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
     outs = remat_p.bind(*consts, *leaves, jaxpr=closed, prevent_cse=prevent_cse,
                         differentiated=False, policy=policy)
-    return optree.tree_unflatten(store["tree"], outs)
+    return tree_util.tree_unflatten(store["tree"], outs)
 
   return fun_remat
 
@@ -698,7 +698,7 @@ def saved_residuals(f: Callable, *args, **kwargs) -> list[tuple[core.ShapedArray
   avals = [api_util.abstractify(x, names[i], fname) for i, x in enumerate(leaves)]
 
   def flat_fun(*xs):
-    a, kw = optree.tree_unflatten(in_tree, xs)
+    a, kw = tree_util.tree_unflatten(in_tree, xs)
     return optree.tree_leaves(f(*a, **kw), none_is_leaf=False, namespace=_NS)
 
   def residuals_of(*xs):

@@ -49,7 +49,7 @@ def _flatten(tree):
 
 
 def _unflatten(treedef, leaves):
-  return optree.tree_unflatten(treedef, leaves)
+  return tree_util.tree_unflatten(treedef, leaves)
 
 
 def _fun_name(fun: Callable, default: str = "<unnamed function>") -> str:

@@ -159,7 +159,7 @@ class custom_dce:
     out_tree_box: list = []
 
     def flat_fun(*flat):
-      out = self.fun(*merged(optree.tree_unflatten(in_tree, list(flat))))
+      out = self.fun(*merged(tree_util.tree_unflatten(in_tree, list(flat))))
       leaves, out_tree = _flatten(out)
       out_tree_box.append(out_tree)
       return leaves
@@ -173,8 +173,8 @@ class custom_dce:
 
     def flat_rule_for(used_outs):
       def flat_rule(*flat):
-        py_used = optree.tree_unflatten(out_tree, list(used_outs))
-        py_args = optree.tree_unflatten(in_tree, list(flat))
+        py_used = tree_util.tree_unflatten(out_tree, list(used_outs))
+        py_args = tree_util.tree_unflatten(in_tree, list(flat))
         py_out = user_rule(*static_args, py_used, *py_args)
         return _check_rule_output(py_out, used_outs, out_tree, out_avals, fun_name,
                                   rule_name)
@@ -192,7 +192,7 @@ class custom_dce:
 
     outs = custom_dce_call_p.bind(*consts, *args_flat, fun_jaxpr=fun_closed,
                                   dce_thunk=_Thunk(make), name=fun_name)
-    return optree.tree_unflatten(out_tree, outs)
+    return tree_util.tree_unflatten(out_tree, outs)
 
 
 def _check_rule_output(py_out, used_outs, out_tree, out_avals, fun_name, rule_name):
@@ -201,7 +201,7 @@ def _check_rule_output(py_out, used_outs, out_tree, out_avals, fun_name, rule_na
   if isinstance(py_out, list) and len(py_out) == len(out_tree.children()):
     py_out = tuple(py_out)
   sentinel = object()
-  dummy = optree.tree_unflatten(out_tree, [object()] * out_tree.num_leaves)
+  dummy = tree_util.tree_unflatten(out_tree, [object()] * out_tree.num_leaves)
   keypaths = [kp for kp, _ in tree_util.tree_flatten_with_path(dummy)[0]]
   out_flat: list = []
 

@@ -443,7 +443,7 @@ class _Mapped:
     def flat(*xs):
       it, st = iter(xs), iter(static)
       leaves = [next(st) if s is None else next(it) for s in specs]
-      out = self.f(*optree.tree_unflatten(in_tree, leaves))
+      out = self.f(*tree_util.tree_unflatten(in_tree, leaves))
       out_leaves, out_tree = flatten(out)
       check_out_leaves(out_leaves, out_tree, fun_name, "shard_map")
       store[:] = [out_tree]
@@ -452,10 +452,10 @@ class _Mapped:
       jaxpr, consts = pe.trace_to_jaxpr(flat, local)
     closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
     out_tree = store[0]
-    out_shape = optree.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
+    out_shape = tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
     o_specs = _flat_specs(self.out_specs, out_shape, "out_specs", fun_name, legacy=True)
     out_paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(
-        optree.tree_unflatten(out_tree, list(range(out_tree.num_leaves))))[0]]
+        tree_util.tree_unflatten(out_tree, list(range(out_tree.num_leaves))))[0]]
     for s, a, path in zip(o_specs, closed.out_avals, out_paths):
       if self.legacy:
         self._check_names(s, f"out_specs{path}")
@@ -547,7 +547,7 @@ class _Mapped:
           *consts, *dyn, jaxpr=closed, mesh=mesh,
           in_specs=(PartitionSpec(),) * len(consts) + dyn_specs, out_specs=o_specs,
           manual_axes=self.manual, check_rep=self.check, name=fun_name)
-      return optree.tree_unflatten(out_tree, outs)
+      return tree_util.tree_unflatten(out_tree, outs)
 
     if self.legacy:
       wrapped.__name__ = f"shard_map_{fun_name}"

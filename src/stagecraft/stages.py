@@ -101,10 +101,10 @@ class _Signature:
 
   def args_info(self):
     infos = [ArgInfo(a, i in self.donated) for i, a in enumerate(self.in_avals)]
-    return optree.tree_unflatten(self.in_tree, infos)
+    return tree_util.tree_unflatten(self.in_tree, infos)
 
   def out_info(self):
-    return optree.tree_unflatten(self.entry.out_tree,
+    return tree_util.tree_unflatten(self.entry.out_tree,
                                  [_sds(a) for a in self.entry.jaxpr.out_avals])
 
 
@@ -355,7 +355,7 @@ class Compiled:
   def input_shardings(self):
     """The layout of each argument: `(args, kwargs)` with a sharding per leaf (a
     NamedSharding for a program over a mesh, else the SingleDeviceSharding of its device)."""
-    return optree.tree_unflatten(self._sig.in_tree, self._leaf_shardings())
+    return tree_util.tree_unflatten(self._sig.in_tree, self._leaf_shardings())
 
   @property
   def output_shardings(self):
@@ -365,7 +365,7 @@ class Compiled:
       outs = list(call.program.out_shardings)
     else:
       outs = [self._single()] * len(call.out_avals)
-    return optree.tree_unflatten(self._sig.entry.out_tree, outs)
+    return tree_util.tree_unflatten(self._sig.entry.out_tree, outs)
 
   def _single(self):
     return SingleDeviceSharding(self._executable.device or client.default_device())
@@ -714,7 +714,7 @@ def tree_to_json(treedef) -> Any:
     raise ValueError(f"Cannot serialize PyTreeDef containing an unregistered type `{t}`. Use "
                      f"`stagecraft.export.register_pytree_node_serialization` or "
                      f"`stagecraft.export.register_namedtuple_serialization`.")
-  return enc(optree.tree_unflatten(treedef, [_LEAF] * treedef.num_leaves))
+  return enc(tree_util.tree_unflatten(treedef, [_LEAF] * treedef.num_leaves))
 
 
 def tree_from_json(obj: Any):
@@ -809,7 +809,7 @@ class _LoadedMultiDeviceCall:
                 f"shape {x.aval.str_short()}\nMove the argument with "
                 f"stagecraft.device_put(x, sharding) first.")
     outs = self.program.call([*self.consts, *[leaves[i] for i in idx]])
-    return optree.tree_unflatten(self.out_tree, outs)
+    return tree_util.tree_unflatten(self.out_tree, outs)
 
 
 def deserialize_compiled(data: bytes, in_tree=None, out_tree=None) -> Compiled:

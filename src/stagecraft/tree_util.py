@@ -15,6 +15,7 @@ directly; key paths are built only by the `*_with_path` functions.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import operator
@@ -157,14 +158,42 @@ def tree_flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
   return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
 
 
+def _sorted_dict_node(node: PyTreeDef) -> PyTreeDef:
+  """A one-level `node` whose dict (or defaultdict) rebuilds with its keys in sorted order."""
+  t = node.type
+  if t is not dict and t is not collections.defaultdict:
+    return node
+  leaf = optree.treespec_leaf(none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  children = dict.fromkeys(node.entries(), leaf)    # entries(): the sorted keys
+  if t is dict:
+    return optree.treespec_dict(children, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  factory = node.unflatten([None] * node.num_children).default_factory
+  return optree.treespec_defaultdict(factory, children, none_is_leaf=_NONE_IS_LEAF,
+                                     namespace=NAMESPACE)
+
+
+@functools.lru_cache(maxsize=4096)
+def canonical_treedef(treedef: PyTreeDef) -> PyTreeDef:
+  """`treedef` with every dict rebuilt in sorted key order, as JAX's treedefs rebuild them
+  (optree's remember the insertion order of the dict they were made from). Equal to
+  `treedef`; `tree_unflatten` and `tree_map` build their results with it, and so do the
+  transformations that hand trees back (jit, grad, vmap, ...).
+
+    >>> tree_map(lambda x: x, {"b": 1, "a": 2})
+    {'a': 2, 'b': 1}
+  """
+  return treedef.transform(f_node=_sorted_dict_node)
+
+
 def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
-  """Rebuilds the pytree of structure `treedef` from `leaves`.
+  """Rebuilds the pytree of structure `treedef` from `leaves` (dicts with sorted keys, as
+  JAX builds them).
 
   Raises:
     ValueError: if the number of leaves is not `treedef.num_leaves` (says expected / got).
   """
   try:
-    return treedef.unflatten(leaves)
+    return canonical_treedef(treedef).unflatten(leaves)
   except ValueError as e:
     msg = str(e)
     if not msg.startswith(("Too few leaves", "Too many leaves")):
@@ -201,8 +230,9 @@ def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
   """
   leaves, treedef = _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
   if not rest:
-    return treedef.unflatten(map(f, leaves))
-  return treedef.unflatten(map(f, leaves, *[treedef.flatten_up_to(r) for r in rest]))
+    return canonical_treedef(treedef).unflatten(map(f, leaves))
+  return canonical_treedef(treedef).unflatten(
+      map(f, leaves, *[treedef.flatten_up_to(r) for r in rest]))
 
 
 def tree_flatten_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None,
@@ -240,12 +270,13 @@ def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any,
   in `tree_flatten_with_path`)."""
   if is_leaf_takes_path and is_leaf is not None:
     pairs, treedef = _flatten_with_path_predicate(tree, is_leaf)
-    return treedef.unflatten(map(f, *zip(*pairs), *[treedef.flatten_up_to(r) for r in rest])
-                             if pairs else [])
+    return canonical_treedef(treedef).unflatten(
+        map(f, *zip(*pairs), *[treedef.flatten_up_to(r) for r in rest]) if pairs else [])
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
       tree, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
   paths = map(_to_path, accessors)
-  return treedef.unflatten(map(f, paths, leaves, *[treedef.flatten_up_to(r) for r in rest]))
+  return canonical_treedef(treedef).unflatten(
+      map(f, paths, leaves, *[treedef.flatten_up_to(r) for r in rest]))
 
 
 class Unspecified:
@@ -338,7 +369,7 @@ def tree_broadcast(prefix_tree: Any, full_tree: Any,
   out = []
   for p, sub in zip(p_leaves, subtrees):
     out.extend([p] * tree_structure(sub).num_leaves)
-  return tree_structure(full_tree).unflatten(out)
+  return canonical_treedef(tree_structure(full_tree)).unflatten(out)
 
 
 def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:

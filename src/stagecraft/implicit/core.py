@@ -327,7 +327,7 @@ def _materialization_aval(x: ImplicitArray) -> ShapedArray:
   structs = [core.ShapeDtypeStruct(core.get_aval(v).shape, core.get_aval(v).dtype)
              for v in leaves]
   try:
-    out = eval_shape(lambda *ls: materialize_value(optree.tree_unflatten(treedef, ls),
+    out = eval_shape(lambda *ls: materialize_value(tree_util.tree_unflatten(treedef, ls),
                                                     convert=False), *structs)
   except MaterializationError as e:
     raise TypeError(f"{type(x).__name__}: shape and dtype were not given and could not be "
@@ -490,7 +490,7 @@ implicit_pack_p = core.Primitive("implicit_pack")
 
 
 def _pack_value(leaves: Sequence[Any], tree) -> "ImplicitArray":
-  return optree.tree_unflatten(tree, list(leaves))
+  return tree_util.tree_unflatten(tree, list(leaves))
 
 
 def _pack_materialize(tree):
@@ -601,7 +601,7 @@ def run_traced(fn: Callable, args: Sequence[Any]) -> list[Any]:
       if kind == "static":
         vals.append(x)
       elif kind == "implicit":
-        vals.append(optree.tree_unflatten(x, [next(it) for _ in range(x.num_leaves)]))
+        vals.append(tree_util.tree_unflatten(x, [next(it) for _ in range(x.num_leaves)]))
       else:
         vals.append(next(it))
     token = _rule_tracing.set(True)
@@ -929,7 +929,7 @@ def _trace_fn(fn: Callable, in_tree, avals: list[ShapedArray]):
   box = []
 
   def flat_fun(*flat):
-    args, kwargs = optree.tree_unflatten(in_tree, flat)
+    args, kwargs = tree_util.tree_unflatten(in_tree, flat)
     out = fn(*args, **kwargs)
     # NB: implicit outputs are flattened into their children (rebuilt after evaluation).
     leaves, out_tree = optree.tree_flatten(out, namespace=_NS)
@@ -974,7 +974,7 @@ def use_implicit(fn: Callable) -> Callable:
     avals = [_leaf_aval(x) for x in leaves]
     jaxpr, consts, out_tree = _trace_fn(fn, in_tree, avals)
     outs = eval_jaxpr_implicit(jaxpr, consts, *leaves)
-    return optree.tree_unflatten(out_tree, outs)
+    return tree_util.tree_unflatten(out_tree, outs)
   implicit_f.__name__ = getattr(fn, "__name__", "implicit_f")
   implicit_f.__doc__ = getattr(fn, "__doc__", None)
   implicit_f.__wrapped__ = fn
@@ -1173,11 +1173,11 @@ class Stacked(ImplicitArray):
                dtype=stacked.dtype)
 
   def unstack(self) -> ImplicitArray:
-    return optree.tree_unflatten(self.tree, list(self.leaves))
+    return tree_util.tree_unflatten(self.tree, list(self.leaves))
 
   def materialize(self):
     tree = self.tree
-    return vmap(lambda *ls: materialize_value(optree.tree_unflatten(tree, list(ls))))(
+    return vmap(lambda *ls: materialize_value(tree_util.tree_unflatten(tree, list(ls))))(
         *self.leaves)
 
 
@@ -1201,5 +1201,5 @@ def stack(arrays: Sequence[ImplicitArray]) -> ImplicitArray:
                       f"has {tree}: stacked implicit arrays must share class, children "
                       f"and aux data.")
   leaves = [np_stack([ls[j] for ls, _ in flat]) for j in range(tree.num_leaves)]
-  stacked = optree.tree_unflatten(tree, leaves)
+  stacked = tree_util.tree_unflatten(tree, leaves)
   return type(arrays[0]).stack(stacked, len(arrays))

@@ -75,7 +75,7 @@ class _Retraced:
 
   def unflatten(self, leaves: Sequence[Any]) -> list[Any]:
     it = iter(leaves)
-    return [optree.tree_unflatten(t, [next(it) for _ in range(t.num_leaves)])
+    return [tree_util.tree_unflatten(t, [next(it) for _ in range(t.num_leaves)])
             for t in self.out_trees]
 
 
@@ -102,7 +102,7 @@ def retrace(closed: ClosedJaxpr, vals: Sequence[Any], materialize_outs: Sequence
   box = []
 
   def flat(*ls):
-    vs = optree.tree_unflatten(in_tree, ls)
+    vs = tree_util.tree_unflatten(in_tree, ls)
     outs = eval_jaxpr_implicit(closed.jaxpr, closed.consts, *vs)
     outs = [materialize_value(o) if i < len(mat) and mat[i] else o for i, o in enumerate(outs)]
     trees, out_leaves = [], []
@@ -223,7 +223,7 @@ def _carry_fixpoint(what: str, carry: list, body_outs: Callable[[list, list], li
 
 def _placeholders(r: "_Retraced", out_avals):
   """Body outputs as implicit-array skeletons or avals (enough to compare structures)."""
-  return [optree.tree_unflatten(t, [a] * t.num_leaves) for t, a in zip(r.out_trees, out_avals)]
+  return [tree_util.tree_unflatten(t, [a] * t.num_leaves) for t, a in zip(r.out_trees, out_avals)]
 
 
 def _while_handler(prim, vals, params):
@@ -256,7 +256,7 @@ def _scan_xs(x, length: int):
     if u is not None:
       leaves, tree = _flatten(u)
       if all(core.get_aval(l).shape[:1] == (length,) for l in leaves):
-        step = optree.tree_unflatten(tree, [_step_aval(l) for l in leaves])
+        step = tree_util.tree_unflatten(tree, [_step_aval(l) for l in leaves])
         return leaves, step
     if warn_enabled() and type(x).warn_on_materialize:
       warnings.warn(f"scan over {type(x).__name__} as xs: the class has no stacked layout "
@@ -319,7 +319,7 @@ def _split(trees, flat):
 
 def _rebuild(tree, leaves):
   """The operand the user's rule sees: the implicit array itself, or the plain value."""
-  return leaves[0] if optree.treespec_is_leaf(tree) else optree.tree_unflatten(tree, leaves)
+  return leaves[0] if optree.treespec_is_leaf(tree) else tree_util.tree_unflatten(tree, leaves)
 
 
 def _dense(x):
@@ -334,7 +334,7 @@ def _materialize_tangent(tree, aval, primals, tangents):
     return ad.Zero(ad.tangent_aval(aval))
 
   def mat(*ls):
-    return [materialize_value(optree.tree_unflatten(tree, list(ls)))]
+    return [materialize_value(tree_util.tree_unflatten(tree, list(ls)))]
   (t,) = tangents_only(mat, list(primals), live, [tangents[i] for i in live])
   return t
 
@@ -428,7 +428,7 @@ def _custom_vjp_handler(prim, vals, params):
         if type(ct) is ad.Zero or not nz:
           out.extend(ad.Zero(ad.tangent_aval(a)) for a in k_avals)
           continue
-        _, pull = vjp(lambda *ls, tree=tree: materialize_value(optree.tree_unflatten(tree, ls)),
+        _, pull = vjp(lambda *ls, tree=tree: materialize_value(tree_util.tree_unflatten(tree, ls)),
                       *ks)
         for a, c in zip(k_avals, pull(ct)):
           t = ad.tangent_aval(a)
