@@ -244,8 +244,23 @@ def test_at_dtypes_and_weak_types():
   assert not xi.at[0].set(5).weak_type
   w = jnp.asarray(2.0) * jnp.ones(3)                  # strong f32
   assert w.at[0].set(1).dtype == np.float32
-  b = jnp.zeros(3, bool).at[np.array([0, 0])].add(True)
-  _check(b, np.array([True, False, False]))
+  # bool arrays: add/multiply raise JAX 0.10.2's TypeError (lax add/mul reject bool);
+  # set/min/max work.
+  idx = np.array([0, 0])
+  for op, prim in [("add", "add"), ("multiply", "mul")]:
+    msg = (f"{prim} does not accept dtype bool at position 0. Accepted dtypes at position 0 "
+           "are subtypes of integer, floating, complexfloating.")
+    for m in (jnp, jjnp):
+      with pytest.raises(TypeError, match=re.escape(msg)):
+        getattr(m.zeros(3, bool).at[idx], op)(True)
+    with pytest.raises(TypeError, match=re.escape(msg)):
+      sc.jit(lambda a: getattr(a.at[idx], op)(True))(np.zeros(3, bool))
+  # NB: jax's message here is "sub does not accept dtype bool at position 0. ...".
+  with pytest.raises(TypeError, match="does not accept dtype bool"):
+    jnp.zeros(3, bool).at[idx].subtract(True)
+  _check(jnp.zeros(3, bool).at[idx].set(True), np.array([True, False, False]))
+  _check(jnp.zeros(3, bool).at[idx].max(True), np.array([True, False, False]))
+  _check(jnp.ones(3, bool).at[idx].min(False), np.array([False, True, True]))
   h = jnp.ones(3, np.float16).at[1].multiply(3.0)
   _check(h, np.array([1, 3, 1], np.float16))
 

@@ -371,6 +371,20 @@ def test_scatter_dtype_errors():
   with pytest.raises(ValueError, match="indices must have an integer type"):
     lax.scatter(np.zeros(3, np.float32), np.zeros((1, 1), np.float32),
                 np.zeros(1, np.float32), dn)
-  with pytest.raises(TypeError, match="scatter-max does not accept dtype complex64"):
-    lax.scatter_max(np.zeros(3, np.complex64), np.zeros((1, 1), np.int32),
-                    np.zeros(1, np.complex64), dn)
+
+
+def test_scatter_max_min_complex_lexicographic_as_jax():
+  # JAX 0.10.2 accepts complex scatter-max/min: real part first, then imaginary part.
+  dn = SDN((), (0,), (0,))
+  c64 = np.complex64
+  x = np.array([1 + 2j, 1 + 3j, -1 + 9j, 2 - 1j], c64)
+  idx = np.array([[0], [0], [1], [2], [3], [3]], np.int32)
+  u = np.array([1 + 1j, 9j, 1 + 2j, -1 + 10j, 2 - 1j, 2 - 2j], c64)
+  expected = {"scatter_max": [1 + 2j, 1 + 3j, -1 + 10j, 2 - 1j],
+              "scatter_min": [9j, 1 + 2j, -1 + 9j, 2 - 2j]}
+  for name, want in expected.items():
+    out = getattr(lax, name)(x, idx, u, dn)
+    _same(out, np.array(want, c64))
+    _same(out, getattr(jax.lax, name)(x, idx, u, _jax_sdn(dn)))
+    _same(staged_call(lambda a, i, b: getattr(lax, name)(a, i, b, dn), x, idx, u), out)
+    _check_aval(lambda a, i, b: getattr(lax, name)(a, i, b, dn), (x, idx, u), out)

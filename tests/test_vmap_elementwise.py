@@ -274,7 +274,21 @@ def test_bitcast_convert_type_width_changes(axis):
 def test_convert_element_type_weak_and_complex():
   check(lambda x: lax.convert_element_type(x, np.float32, weak_type=True),
         [batched(I32, 1)], [1])
-  check(lambda x: lax.convert_element_type(x, np.float32), [batched(C64, 0)], [0])
+  # Complex -> real keeps the real part and warns (NumPy's ComplexWarning), as JAX 0.10.2
+  # does, also under vmap.
+  x = batched(C64, 0)
+  f = lambda a: lax.convert_element_type(a, np.float32)  # noqa: E731
+  msg = "Casting complex values to real discards the imaginary part"
+  with pytest.warns(np.exceptions.ComplexWarning, match=msg):
+    got = sc.vmap(f)(x)
+  with pytest.warns(np.exceptions.ComplexWarning, match=msg):
+    want = jax.vmap(lambda a: jax.lax.convert_element_type(a, np.float32))(x)
+  assert got.dtype == np.float32 and got.shape == x.shape
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  np.testing.assert_array_equal(np.asarray(got), x.real)
+  with pytest.warns(np.exceptions.ComplexWarning, match=msg):
+    got_t = sc.vmap(f, in_axes=1, out_axes=1)(x.T)
+  np.testing.assert_array_equal(np.asarray(got_t), x.real.T)
 
 
 # ---------------------------------------------------------------------------

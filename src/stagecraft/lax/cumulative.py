@@ -31,11 +31,10 @@ from stagecraft.lax.windowed import emit_reduce_window
 __all__ = ["cumsum_p", "cumprod_p", "cummax_p", "cummin_p", "cumlogsumexp_p", "cumsum",
            "cumprod", "cummax", "cummin", "cumlogsumexp"]
 
-# Accepted dtypes: JAX accepts every number type (not bool) for all five; here max/min reject
-# complex numbers (no order; as reduce_max here) and cumlogsumexp takes floating dtypes only
-# (JAX fails later, in lowering, for integers).
+# Accepted dtypes: JAX accepts every number type (not bool) for all five; max/min order
+# complex numbers lexicographically (`elementwise.emit_minmax`, as reduce_max), and
+# cumlogsumexp takes floating dtypes only (JAX fails later, in lowering, for integers).
 _number = (utils.int_kind, utils.float_kind, utils.complex_kind)
-_real = (utils.int_kind, utils.float_kind)
 
 
 def _cumred_abstract_eval(name, accepted, x: ShapedArray, *, axis, reverse):
@@ -90,6 +89,10 @@ def _cumred_lowering(op, identity, ctx, x, *, axis, reverse):
                             ones)
 
 
+def _minmax_region(direction, ctx, a: str, b: str, aval: ShapedArray) -> str:
+  return elementwise.emit_minmax(ctx, direction, a, b, aval)
+
+
 def _logaddexp_identity(dtype):
   return np.array(-np.inf, dtype)
 
@@ -104,8 +107,8 @@ def _cumulative(name, op, identity, accepted) -> Primitive:
 # One line per primitive: abstract eval (accepted dtypes) and lowering (region op, identity).
 cumsum_p = _cumulative("cumsum", "stablehlo.add", sum_identity, _number)
 cumprod_p = _cumulative("cumprod", "stablehlo.multiply", prod_identity, _number)
-cummax_p = _cumulative("cummax", "stablehlo.maximum", max_identity, _real)
-cummin_p = _cumulative("cummin", "stablehlo.minimum", min_identity, _real)
+cummax_p = _cumulative("cummax", partial(_minmax_region, "GT"), max_identity, _number)
+cummin_p = _cumulative("cummin", partial(_minmax_region, "LT"), min_identity, _number)
 cumlogsumexp_p = _cumulative("cumlogsumexp", _logaddexp_region, _logaddexp_identity,
                              utils.floating)
 
@@ -180,10 +183,12 @@ cumsum = _cumulative_wrapper(cumsum_p, "sum", "integer, floating or complex (not
                              " Integers wrap around on overflow.")
 cumprod = _cumulative_wrapper(cumprod_p, "product", "integer, floating or complex (not bool)",
                               " Integers wrap around on overflow.")
-cummax = _cumulative_wrapper(cummax_p, "maximum", "integer or floating",
-                             " NaN propagates (as `numpy.maximum.accumulate`).")
-cummin = _cumulative_wrapper(cummin_p, "minimum", "integer or floating",
-                             " NaN propagates (as `numpy.minimum.accumulate`).")
+cummax = _cumulative_wrapper(cummax_p, "maximum", "integer, floating or complex (not bool)",
+                             " NaN propagates (as `numpy.maximum.accumulate`); complex "
+                             "numbers order lexicographically (real, then imaginary part).")
+cummin = _cumulative_wrapper(cummin_p, "minimum", "integer, floating or complex (not bool)",
+                             " NaN propagates (as `numpy.minimum.accumulate`); complex "
+                             "numbers order lexicographically (real, then imaginary part).")
 cumlogsumexp = _cumulative_wrapper(
     cumlogsumexp_p, "log-sum-exp (`log(cumsum(exp(x)))` without overflow)", "floating",
     " Computed with JAX's `logaddexp` (`max + log1p(exp(-|a - b|))`); -inf is the identity,"

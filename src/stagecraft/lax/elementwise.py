@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import operator
 from typing import Any
+import warnings
 
 import numpy as np
 
@@ -44,7 +45,8 @@ __all__ = ["neg_p", "exp_p", "log_p", "log1p_p", "expm1_p", "sqrt_p", "rsqrt_p",
            "shift_right_logical", "shift_right_arithmetic", "population_count", "clz",
            "bitcast_convert_type_p", "bitcast_convert_type", "clamp_p", "clamp", "nextafter_p",
            "nextafter", "reduce_precision_p", "reduce_precision", "real_p", "imag_p", "complex_p",
-           "conj_p", "real", "imag", "conj", "complex", "reciprocal", "square", "dtype", "mulhi"]
+           "conj_p", "real", "imag", "conj", "complex", "reciprocal", "square", "dtype", "mulhi",
+           "emit_minmax"]
 
 # NB: JAX's category order in the "Accepted dtypes" messages differs per primitive.
 _signed = ("signedinteger", lambda d: dtypes.is_integer(d) and not dtypes.is_unsigned(d))
@@ -350,8 +352,9 @@ integer_pow_p = Primitive("integer_pow")
 def _integer_pow_abstract_eval(x, *, y):
   utils.check_dtype("integer_pow", x, number)
   if y < 0 and dtypes.is_integer(x.dtype):
-    raise TypeError(f"integer_pow: a negative exponent ({y}) needs a floating or complex "
-                    f"base, got {x.dtype.name}.")
+    # JAX's message; a floating or complex base takes negative exponents.
+    raise TypeError(f"Integers cannot be raised to negative powers, got "
+                    f"integer_pow({x.dtype.name}[{','.join(map(str, x.shape))}], {y})")
   return x
 
 
@@ -534,9 +537,39 @@ lowering.register_lowering(rem_p, _int_division_lowering("stablehlo.remainder"))
 ad.defjvp(rem_p, lambda t, x, y: _maybe_broadcast(_out_shape(x, y), t),
           lambda t, x, y: mul(neg(t), mul(sign(div(x, y)), floor(abs(div(x, y))))))
 
+def emit_minmax(ctx, direction: str, x: str, y: str, aval: ShapedArray) -> str:
+  """Emits the maximum (`direction` "GT") or minimum ("LT") of `x` and `y` (both of `aval`);
+  returns the result's name. Complex numbers are ordered lexicographically (real part, then
+  imaginary part), as JAX's `lax.max`/`lax.min`, `reduce_max`, `cummax` and scatter-max do:
+  `select(re(x) == re(y), im(x) DIR im(y), re(x) DIR re(y))` picks `x`, so a NaN part picks
+  `y`. Other dtypes: one `stablehlo.maximum`/`minimum` (NaN-propagating for floats); bool
+  max/min are or/and. Used by the elementwise lowerings and the reduction, cumulative and
+  scatter regions."""
+  if not dtypes.is_complex(aval.dtype):
+    if aval.dtype == dtypes.bool_:
+      return ctx.elementwise("stablehlo.or" if direction == "GT" else "stablehlo.and", x, y,
+                             aval=aval)
+    return ctx.elementwise("stablehlo.maximum" if direction == "GT" else "stablehlo.minimum",
+                           x, y, aval=aval)
+  r_aval = aval.update(dtype=_real_dtype(aval.dtype))
+  b_aval = aval.update(dtype=dtypes.bool_)
+  cmp = lambda a, b, d: ctx.op(  # noqa: E731
+      "stablehlo.compare", [a, b], [b_aval], operand_avals=[r_aval, r_aval],
+      attrs=f"comparison_direction = #stablehlo<comparison_direction {d}>, "
+            f"compare_type = #stablehlo<comparison_type FLOAT>")[0]
+  part = lambda name, v: ctx.op(f"stablehlo.{name}", [v], [r_aval],  # noqa: E731
+                                operand_avals=[aval])[0]
+  rx, ry, ix, iy = part("real", x), part("real", y), part("imag", x), part("imag", y)
+  pick = ctx.op("stablehlo.select", [cmp(rx, ry, "EQ"), cmp(ix, iy, direction),
+                                     cmp(rx, ry, direction)], [b_aval],
+                operand_avals=[b_aval, b_aval, b_aval])[0]
+  return ctx.op("stablehlo.select", [pick, x, y], [aval],
+                operand_avals=[b_aval, aval, aval])[0]
+
+
 def _complex_minmax_lowering(direction: str, op: str):
-  """max/min: lexicographic on complex numbers (real part, then imaginary part), as JAX;
-  one StableHLO op for the other dtypes."""
+  """max/min: lexicographic on complex numbers (`emit_minmax`); one StableHLO op for the
+  other dtypes."""
   plain = _hlo_lowering(op)
 
   def rule(ctx, x, y):
@@ -544,19 +577,7 @@ def _complex_minmax_lowering(direction: str, op: str):
     if not dtypes.is_complex(aval.dtype):
       return plain(ctx, x, y)
     x, y = broadcast_operands(ctx, (x, y))
-    r_aval = aval.update(dtype=_real_dtype(aval.dtype))
-    b_aval = aval.update(dtype=dtypes.bool_)
-    cmp = lambda a, b, d: ctx.op(  # noqa: E731
-        "stablehlo.compare", [a, b], [b_aval], operand_avals=[r_aval, r_aval],
-        attrs=f"comparison_direction = #stablehlo<comparison_direction {d}>, "
-              f"compare_type = #stablehlo<comparison_type FLOAT>")[0]
-    part = lambda name, v: ctx.op(f"stablehlo.{name}", [v], [r_aval],  # noqa: E731
-                                  operand_avals=[aval])[0]
-    rx, ry, ix, iy = part("real", x), part("real", y), part("imag", x), part("imag", y)
-    pick = ctx.op("stablehlo.select", [cmp(rx, ry, "EQ"), cmp(ix, iy, direction),
-                                       cmp(rx, ry, direction)], [b_aval],
-                  operand_avals=[b_aval, b_aval, b_aval])[0]
-    return ctx.op("stablehlo.select", [pick, x, y], [aval], operand_avals=[b_aval, aval, aval])
+    return [emit_minmax(ctx, direction, x, y, aval)]
   return rule
 
 
@@ -937,12 +958,27 @@ def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
     new_dtype: dtype-like.
     weak_type: whether the result is weakly typed.
   Returns:
-    new_dtype[*s].
+    new_dtype[*s]. Complex to real (bool included) keeps the real part.
+
+  Warns:
+    numpy.exceptions.ComplexWarning: when casting a complex `x` to a real dtype (JAX's
+      warning; an error under `-W error`). Take `real(x)` first to cast silently.
   """
+  return _convert_element_type(x, new_dtype, weak_type)
+
+
+def _convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False,
+                          warn_on_complex_to_real_cast: bool = True):
+  """`convert_element_type`; library callers that mean to drop the imaginary part pass
+  `warn_on_complex_to_real_cast=False` (as JAX's internal `_convert_element_type`)."""
   new_dtype = dtypes.canonicalize_dtype(new_dtype)
   if type(x) in _scalar_types:
     x = np.asarray(x, dtypes.result_type(x))[()] if type(x) is not bool else x
   aval = core.get_aval(x)
+  if (warn_on_complex_to_real_cast and dtypes.is_complex(aval.dtype)
+      and not dtypes.is_complex(new_dtype)):
+    warnings.warn("Casting complex values to real discards the imaginary part",
+                  np.exceptions.ComplexWarning, stacklevel=3)
   if aval.dtype == new_dtype and aval.weak_type == weak_type and not isinstance(
       x, (np.generic, np.ndarray)):
     return x

@@ -76,6 +76,10 @@ def or_identity(dtype):
 # Shared rules
 
 
+def _emit_minmax(direction, ctx, a, b, scalar):
+  return elementwise.emit_minmax(ctx, direction, a, b, scalar)
+
+
 def _check_reduction_axes(name: str, x: ShapedArray, axes) -> None:
   if len(set(axes)) != len(axes):
     raise ValueError(f"duplicate value in 'axes' of reduction: {axes}")
@@ -93,8 +97,12 @@ def _check_number(name, x):  # sum, prod: JAX's "subtypes of number" message
   utils.check_dtype(name, x, (_number,))
 
 
-def _check_ordered(name, x):  # max, min: complex numbers have no order (JAX accepts them)
+def _check_ordered(name, x):  # argmax, argmin: complex numbers are rejected, as in JAX
   utils.check_dtype(name, x, _not_complex)
+
+
+def _check_any(name, x):  # max, min: every dtype; complex numbers order lexicographically
+  utils.check_dtype(name, x, utils.any_dtype)
 
 
 def _check_logical(name, x):  # and, or: logical for bool, bitwise for integers
@@ -113,12 +121,16 @@ def _reduce_abstract_eval(name, check_dtype, keep_weak, x, *, axes):
   return ShapedArray(shape, x.dtype, x.weak_type and keep_weak)
 
 
-def _reduce_lowering(op: str, identity, ctx, x, *, axes):
+def _reduce_lowering(op, identity, ctx, x, *, axes):
+  """`op`: a StableHLO op name, or `combine(ctx, a, b, scalar_aval) -> name` for the region."""
   aval_out = ctx.avals_out[0]
   scalar = ShapedArray((), aval_out.dtype)
   init = ctx.constant(identity(scalar.dtype), scalar)
-  body = ctx.region([scalar, scalar], [scalar],
-                    lambda a, b: [ctx.elementwise(op, a, b, aval=scalar)])
+  if callable(op):
+    combine = lambda a, b: [op(ctx, a, b, scalar)]  # noqa: E731
+  else:
+    combine = lambda a, b: [ctx.elementwise(op, a, b, aval=scalar)]  # noqa: E731
+  body = ctx.region([scalar, scalar], [scalar], combine)
   return ctx.op("stablehlo.reduce", [x, init], attrs=f"dimensions = {i64_array(axes)}",
                 regions=[body], operand_avals=[ctx.avals_in[0], scalar])
 
@@ -131,11 +143,12 @@ def _reduction(name, op, identity, check_dtype, keep_weak=True) -> Primitive:
 
 
 # One line per primitive: its abstract eval (accepted dtypes, weak type) and lowering
-# (region op and identity). max/min of floats propagate NaN, as numpy.max does.
+# (region op and identity). max/min of floats propagate NaN, as numpy.max does; complex
+# numbers compare lexicographically (`elementwise.emit_minmax`), as JAX's do.
 reduce_sum_p = _reduction("reduce_sum", "stablehlo.add", sum_identity, _check_number)
 reduce_prod_p = _reduction("reduce_prod", "stablehlo.multiply", prod_identity, _check_number)
-reduce_max_p = _reduction("reduce_max", "stablehlo.maximum", max_identity, _check_ordered)
-reduce_min_p = _reduction("reduce_min", "stablehlo.minimum", min_identity, _check_ordered)
+reduce_max_p = _reduction("reduce_max", partial(_emit_minmax, "GT"), max_identity, _check_any)
+reduce_min_p = _reduction("reduce_min", partial(_emit_minmax, "LT"), min_identity, _check_any)
 reduce_and_p = _reduction("reduce_and", "stablehlo.and", and_identity, _check_logical,
                           keep_weak=False)
 reduce_or_p = _reduction("reduce_or", "stablehlo.or", or_identity, _check_logical,
@@ -177,10 +190,10 @@ def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str)
 reduce_sum = _reduce_wrapper(reduce_sum_p, "sum", "a number type (not bool)", "0")
 reduce_prod = _reduce_wrapper(reduce_prod_p, "product", "a number type (not bool)", "1")
 reduce_max = _reduce_wrapper(
-    reduce_max_p, "maximum (NaN-propagating)", "bool, integer or floating",
+    reduce_max_p, "maximum (NaN-propagating; complex: lexicographic)", "any",
     "-inf (the minimum integer for integers, False for bool)")
 reduce_min = _reduce_wrapper(
-    reduce_min_p, "minimum (NaN-propagating)", "bool, integer or floating",
+    reduce_min_p, "minimum (NaN-propagating; complex: lexicographic)", "any",
     "+inf (the maximum integer for integers, True for bool)")
 reduce_and = _reduce_wrapper(reduce_and_p, "logical (bool) or bitwise (integer) AND",
                              "bool or integer", "True (all bits set for integers)")

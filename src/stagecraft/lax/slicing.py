@@ -33,7 +33,7 @@ from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
-from stagecraft.lax import utils
+from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import (add, convert_element_type, div, emit_compare, eq, lt,
                                         mul, neg, select, sub)
 from stagecraft.lax.shape import (broadcast_in_dim, canonicalize_shape, check_shapelike,
@@ -1049,8 +1049,7 @@ def _combiner(op: str, bool_op: str | None = None):
 _scatter_dtypes = {
     "scatter": utils.any_dtype, "scatter-add": utils.any_dtype,
     "scatter-mul": utils.any_dtype, "scatter-sub": utils.number,
-    "scatter-min": (utils.bool_kind, utils.int_kind, utils.float_kind),
-    "scatter-max": (utils.bool_kind, utils.int_kind, utils.float_kind),
+    "scatter-min": utils.any_dtype, "scatter-max": utils.any_dtype,
 }
 
 
@@ -1067,8 +1066,11 @@ scatter_add_p = _scatter_primitive("scatter-add", _combiner("stablehlo.add", "st
 scatter_sub_p = _scatter_primitive("scatter-sub", _combiner("stablehlo.subtract"))
 scatter_mul_p = _scatter_primitive("scatter-mul",
                                    _combiner("stablehlo.multiply", "stablehlo.and"))
-scatter_min_p = _scatter_primitive("scatter-min", _combiner("stablehlo.minimum", "stablehlo.and"))
-scatter_max_p = _scatter_primitive("scatter-max", _combiner("stablehlo.maximum", "stablehlo.or"))
+# min/max: complex numbers order lexicographically, as JAX (`elementwise.emit_minmax`).
+scatter_min_p = _scatter_primitive(
+    "scatter-min", lambda ctx, scalar, a, b: elementwise.emit_minmax(ctx, "LT", a, b, scalar))
+scatter_max_p = _scatter_primitive(
+    "scatter-max", lambda ctx, scalar, a, b: elementwise.emit_minmax(ctx, "GT", a, b, scalar))
 
 
 def _scatter_wrapper(p: Primitive, what: str, dtypes_doc: str):
@@ -1120,9 +1122,9 @@ scatter_sub = _scatter_wrapper(scatter_sub_p, "subtracts the updates from the op
 scatter_mul = _scatter_wrapper(scatter_mul_p, "multiplies the operand by the updates",
                                "any dtype (AND for bool)")
 scatter_min = _scatter_wrapper(scatter_min_p, "takes the minimum of operand and updates",
-                               "bool, integer or floating")
+                               "any dtype (complex: lexicographic order)")
 scatter_max = _scatter_wrapper(scatter_max_p, "takes the maximum of operand and updates",
-                               "bool, integer or floating")
+                               "any dtype (complex: lexicographic order)")
 
 
 # -- Autodiff rules of the scatters (JAX's). The integer indices are never differentiated:

@@ -94,6 +94,26 @@ def broadcasting_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ..
 _python_scalar_types = frozenset(dtypes.python_scalar_types)
 
 
+def python_scalar_value(x: Any, dtype: Any) -> np.generic:
+  """The Python scalar `x` as a NumPy scalar of `dtype`, as JAX converts weak literals: an
+  int must fit the default int type (int32, int64 under x64; else OverflowError with JAX's
+  message) and then wraps around to `dtype` (`uint8` -3 is 253); a float or complex
+  beyond `dtype`'s range becomes +-inf silently.
+
+  Raises:
+    OverflowError: for an int outside the default int type's range.
+  """
+  if type(x) is int:
+    info = np.iinfo(dtypes.default_int_dtype())
+    if not info.min <= x <= info.max:
+      raise OverflowError(f"An overflow was encountered while parsing an argument to a jitted "
+                          f"computation, whose argument path is y. Got {type(x)} with value "
+                          f"{x}")
+    return np.asarray(x, np.int64).astype(dtype)[()]
+  with np.errstate(over="ignore"):
+    return np.asarray(x, dtype)[()]
+
+
 def convert_scalars(*args: Any) -> list[Any]:
   """Weakly typed Python scalars among `args` take the dtype of the first typed operand when
   that dtype can hold them (as in `lax.add(f32[3], 2) -> add a 2.0:f32[]`); they stay
@@ -114,7 +134,7 @@ def convert_scalars(*args: Any) -> list[Any]:
     t = type(a)
     if t in _convertible and dtypes.python_scalar_dtype(t) != target and (
         dtypes.result_type(a, target) == target):
-      a = weak_scalar(np.asarray(a, target)[()])
+      a = weak_scalar(python_scalar_value(a, target))
     out.append(a)
   return out
 

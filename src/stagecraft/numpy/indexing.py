@@ -579,6 +579,13 @@ class _IndexUpdateRef:
                           unique_indices=unique_indices, mode=mode, fill_value=fill_value,
                           normalize_indices=wrap_negative_indices)
 
+  def _no_bool(self, name: str):
+    """add/multiply/divide/power of a bool array: JAX's TypeError (its scatter combiners are
+    the arithmetic lax ops, which reject bool)."""
+    if dtypes.dtype(self.array) == dtypes.bool_:
+      raise TypeError(f"{name} does not accept dtype bool at position 0. Accepted dtypes at "
+                      f"position 0 are subtypes of integer, floating, complexfloating.")
+
   def _update(self, values, op, indices_are_sorted, unique_indices, mode,
               wrap_negative_indices):
     return _scatter_update(self.array, self.index, values, op,
@@ -594,7 +601,12 @@ class _IndexUpdateRef:
 
   def add(self, values: ArrayLike, *, indices_are_sorted: bool = False,
           unique_indices: bool = False, mode: Any = None, wrap_negative_indices: bool = True):
-    """`x[idx] += values`, out of place; repeated indices accumulate (`np.add.at`)."""
+    """`x[idx] += values`, out of place; repeated indices accumulate (`np.add.at`).
+
+    Raises:
+      TypeError: if `x` is bool (as JAX).
+    """
+    self._no_bool("add")
     return self._update(values, lax.scatter_add, indices_are_sorted, unique_indices, mode,
                         wrap_negative_indices)
 
@@ -608,7 +620,12 @@ class _IndexUpdateRef:
   def multiply(self, values: ArrayLike, *, indices_are_sorted: bool = False,
                unique_indices: bool = False, mode: Any = None,
                wrap_negative_indices: bool = True):
-    """`x[idx] *= values`, out of place; repeated indices accumulate."""
+    """`x[idx] *= values`, out of place; repeated indices accumulate.
+
+    Raises:
+      TypeError: if `x` is bool (as JAX).
+    """
+    self._no_bool("mul")
     return self._update(values, lax.scatter_mul, indices_are_sorted, unique_indices, mode,
                         wrap_negative_indices)
 
@@ -617,7 +634,12 @@ class _IndexUpdateRef:
   def divide(self, values: ArrayLike, *, indices_are_sorted: bool = False,
              unique_indices: bool = False, mode: Any = None,
              wrap_negative_indices: bool = True):
-    """`x[idx] /= values`, out of place (true division: integers give floats, as JAX)."""
+    """`x[idx] /= values`, out of place (true division: integers give floats, as JAX).
+
+    Raises:
+      TypeError: if `x` is bool (as JAX).
+    """
+    self._no_bool("mul")
     return ufuncs.divide(self.array, _scatter_update(
         ones_like(self.array), self.index, values, lax.scatter_mul,
         indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode,
@@ -626,7 +648,12 @@ class _IndexUpdateRef:
   def power(self, values: ArrayLike, *, indices_are_sorted: bool = False,
             unique_indices: bool = False, mode: Any = None,
             wrap_negative_indices: bool = True):
-    """`x[idx] **= values`, out of place."""
+    """`x[idx] **= values`, out of place.
+
+    Raises:
+      TypeError: if `x` is bool (as JAX).
+    """
+    self._no_bool("mul")
     return ufuncs.power(self.array, _scatter_update(
         ones_like(self.array), self.index, values, lax.scatter_mul,
         indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode,
@@ -698,6 +725,8 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
   else:
     axis = canonicalize_axis(axis, a.ndim, "take")
   n = a.shape[axis]
+  if n == 0 and int(np.prod(np.shape(indices))) != 0 and mode != "raise":
+    raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
   if mode is None or mode == "fill":
     gather_mode = lax.GatherScatterMode.FILL_OR_DROP
     indices = _as_index(indices, n, True)
@@ -717,8 +746,6 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
   idx_shape = tuple(np.shape(indices))
   slice_sizes = list(a.shape)
   if n == 0:
-    if int(np.prod(idx_shape)) != 0:
-      raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
     return a
   if int(np.prod(idx_shape)) == 0:
     return zeros(a.shape[:axis] + idx_shape + a.shape[axis + 1:], a.dtype)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+import warnings
 from typing import Any, Sequence
 
 import ml_dtypes
@@ -46,9 +47,25 @@ __all__ = ["astype", "iscomplexobj", "isrealobj", "isscalar", "result_type", "pr
 
 
 def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False) -> Array:
-  """`x` converted to `dtype` (canonicalized)."""
+  """`x` converted to `dtype` (canonicalized).
+
+  Warns:
+    DeprecationWarning: casting complex `x` to a real dtype other than bool (JAX's warning:
+      such casts will become an error); take `real(x)` or `imag(x)` first. Complex to bool
+      tests both parts for nonzero, silently.
+  """
   x = asarray(x)
-  return lax.convert_element_type(x, dtypes.canonicalize_dtype(dtype))
+  dtype = dtypes.canonicalize_dtype(dtype)
+  if dtypes.is_complex(dtype_of(x)) and not dtypes.is_complex(dtype):
+    if dtype != dtypes.bool_:
+      warnings.warn("Casting from complex to real dtypes will soon raise a ValueError. Please "
+                    "first use jnp.real or jnp.imag to take the real/imaginary component of "
+                    "your input.", DeprecationWarning, stacklevel=2)
+    else:
+      return lax.ne(x, np.zeros((), dtype_of(x))[()])
+  with warnings.catch_warnings():   # the DeprecationWarning above replaces lax's warning
+    warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+    return lax.convert_element_type(x, dtype)
 
 
 def iscomplexobj(x) -> bool:
@@ -99,6 +116,13 @@ _ABSTRACT_SCALARS = frozenset({np.generic, np.number, np.integer, np.signedinteg
                                np.character, np.flexible, np.bool_, np.object_})
 
 
+def _is_extended_dtype(x: Any) -> bool:
+  """Whether `x` is an extended dtype instance (a typed PRNG key's `key<impl>`)."""
+  if x is None or isinstance(x, (type, str, np.dtype)):
+    return False
+  return dtypes.issubdtype(x, dtypes.extended)
+
+
 def issubdtype(arg1: Any, arg2: Any) -> bool:
   """Whether the dtype (or scalar type) `arg1` is `arg2` or below it in NumPy's scalar
   hierarchy, as `numpy.issubdtype`, and knowing the ml_dtypes types: bfloat16, the float8,
@@ -115,6 +139,10 @@ def issubdtype(arg1: Any, arg2: Any) -> bool:
   Raises:
     TypeError: if an argument names no dtype.
   """
+  if _is_extended_dtype(arg1):     # typed PRNG keys: issubdtype(key.dtype, dtypes.prng_key)
+    return dtypes.issubdtype(arg1, arg2)
+  if _is_extended_dtype(arg2):
+    return False
   a, b = _issubdtype_arg(arg1), _issubdtype_arg(arg2)
   if isinstance(a, type):          # abstract on the left: class inclusion
     return isinstance(b, type) and issubclass(a, b)
@@ -404,8 +432,9 @@ def pad(array: ArrayLike, pad_width: Any, mode: str = "constant", **kwargs) -> A
     `T[*r]` with `r[i] = s[i] + before[i] + after[i]`.
 
   Raises:
-    ValueError: for negative widths, an unknown mode, or padding an empty axis in a mode
-      that reads from it.
+    ValueError: for negative widths, an unknown mode, padding an empty axis in a mode
+      that reads from it, or a rank-0 array with a `pad_width` not of shape (0, 2), (1, 2),
+      (2,), (1,) or () (as JAX).
     NotImplementedError: for a callable mode.
   """
   arr = as_array(array)
@@ -422,6 +451,10 @@ def pad(array: ArrayLike, pad_width: Any, mode: str = "constant", **kwargs) -> A
   if bad:
     raise ValueError(f"unsupported keyword arguments for mode '{mode}': {sorted(bad)}")
   if nd == 0:
+    shape = np.shape(pad_width)
+    if shape not in ((0, 2), (1, 2), (2,), (1,), ()):   # JAX's check (NumPy's shapes)
+      raise ValueError(f"jnp.pad: pad_width with nd=0 has unsupported shape {shape}. Valid "
+                       f"shapes are (0, 2), (1, 2), (2,), (1,), or ().")
     return arr
   widths = _pad_pairs(pad_width, nd, "pad_width")
   if builtins.any(w < 0 for p in widths for w in p):

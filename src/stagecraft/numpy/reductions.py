@@ -228,7 +228,10 @@ def _bool_reduction(name, kind):
     axes = reduction_axes(axis, len(in_shape), name)
     if where is not None:
       a = ufuncs.where(broadcast_to(where, in_shape), a, _identity(kind, dtypes.bool_))
-    r = _OPS[kind][1](a, axes) if axes else a
+    if axes:
+      r = _OPS[kind][1](a, axes)
+    else:   # no axes: the result is still strongly typed, as JAX's reduce_or/reduce_and
+      r = lax.convert_element_type(a, dtypes.bool_, weak_type=False) if a.weak_type else a
     return _keepdims(r, axes, in_shape) if keepdims else r
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"Logical {'AND' if name == 'all' else 'OR'} over `axis` (bool result); "
@@ -360,8 +363,12 @@ def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddo
               np.asarray(correction, rt)[()])
   # NB: n <= 0 divides by 0 (inf, or NaN for 0/0), as NumPy does; JAX's numpy gives NaN
   # there (tests/test_numpy.py pins NumPy's values).
+  positive = lax.gt(n, np.zeros((), rt)[()])
   n = lax.max(n, np.zeros((), rt)[()])
   r = lax.div(sum(sq, axis=axes, dtype=rt, keepdims=keepdims, where=where), n)
+  # Where n - ddof <= 0 the value is a constant (JAX's NaN; NumPy's here), so its derivative
+  # is 0, as JAX's `where(normalizer > 0, result, nan)` gives.
+  r = ufuncs.where(positive, r, lax.stop_gradient(r))
   return lax.convert_element_type(r, dt) if rt != dt else r
 
 

@@ -62,6 +62,18 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans):
   a = transpose(a, (*kept, *axes)) if nd else a
   rest = tuple(shape_of(a)[:len(kept)])
   n = math.prod(shape_of(a)[len(kept):])
+  if n == 0 and math.prod(shape_of(q)) != 0:
+    # No element to take a quantile of: JAX's errors (its gather of one element fails
+    # statically; nanquantile's fails only when there are results, and indexes a scalar
+    # one first).
+    if squash_nans and math.prod(rest) == 0:
+      # An empty result: nothing to compute (a constant, so a zero derivative).
+      return lax.full(shape_of(q) + (keep_shape if keepdims else rest), np.nan, dtype_of(a))
+    if squash_nans and not rest:
+      raise IndexError("index is out of bounds for axis 0 with size 0")
+    else:
+      raise TypeError("Slice size at index 0 in gather op is out of range, must be "
+                      "within [0, 0 + 1), got 1.")
   a = reshape(a, (*rest, n))
   qdt = dtype_of(q)
   if squash_nans:
@@ -130,6 +142,9 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | None = No
 
   Raises:
     ValueError: for complex input, an unknown method, or `q` of rank > 1.
+    TypeError: when the reduced axes are empty and `q` is not (JAX's error; `nanquantile`
+      instead gives an empty result for an empty output and IndexError for a scalar one,
+      as JAX's).
 
   Examples:
     >>> from stagecraft import numpy as jnp

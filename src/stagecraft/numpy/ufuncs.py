@@ -6,6 +6,7 @@ with JAX's custom derivatives (`logaddexp`, `sinc`, `frexp`, `i0`)."""
 from __future__ import annotations
 
 import functools
+import operator
 import warnings
 
 import numpy as np
@@ -19,8 +20,9 @@ from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import full, full_like
 from stagecraft.numpy.manipulation import broadcast_shapes, ravel
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
-                                   const, dtype_of, promote_dtypes, promote_dtypes_inexact,
-                                   promote_dtypes_numeric, real_dtype, shape_of, to_bool)
+                                   const, dtype_of, ndim_of, promote_dtypes,
+                                   promote_dtypes_inexact, promote_dtypes_numeric, real_dtype,
+                                   shape_of, to_bool)
 from stagecraft.runtime.array import Array
 
 __all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
@@ -98,7 +100,10 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
     if ax is not None:
       dt = ax.dtype
       if ay is not None:
-        fast = (dt == ay.dtype and ax.shape == ay.shape and ax.weak_type == ay.weak_type)
+        # NB: promotion never gives a weak bool (JAX's lattice), so two weak bools take
+        # the promoting path.
+        fast = (dt == ay.dtype and ax.shape == ay.shape and ax.weak_type == ay.weak_type
+                and not (ax.weak_type and dt == dtypes.bool_))
       else:
         fast = _scalar_fits(type(y), dt)
     elif ay is not None:
@@ -272,45 +277,61 @@ def divmod(x1: ArrayLike, x2: ArrayLike, /) -> tuple[Array, Array]:
   return floor_divide(x1, x2), remainder(x1, x2)
 
 
+def _static_int(y):
+  """`operator.index(y)` for a concrete (untraced) `y` that has one (Python ints and bools,
+  NumPy integer scalars, rank-0 integer arrays), else None."""
+  if isinstance(y, Tracer):
+    return None
+  try:
+    return operator.index(y)
+  except TypeError:
+    return None
+
+
 def power(x: ArrayLike, y: ArrayLike, /) -> Array:
-  """x ** y elementwise. A static Python int exponent uses repeated multiplication
-  (`integer_pow`), as JAX's numpy does; integer bases with integer array exponents use
-  binary exponentiation.
+  """x ** y elementwise, with JAX's numpy's cases:
+
+  1. a concrete integer exponent (a Python int or bool, a NumPy integer scalar, a concrete
+     rank-0 integer array; not a traced value) is static: `lax.integer_pow` of x (bool x
+     becomes int32), which keeps x's dtype and weak type;
+  2. integer or bool operands otherwise: promoted together (bool to int32), then binary
+     exponentiation over the low 6 bits of the exponent taken as unsigned, as JAX (so a
+     negative exponent gives a wrapped product, not 0; e.g. `3 ** int8(-1) == -85`);
+  3. a floating/complex base with an integer exponent array: `lax.pow(x, y)` as they are;
+  4. otherwise both promoted to their common type, then `lax.pow`.
 
   Raises:
-    ValueError: for integer bases with negative static exponents.
+    TypeError: for an integer base with a static negative exponent (JAX's message).
   """
-  if type(y) is int and not isinstance(x, (list, tuple)):
-    x, = promote_dtypes_numeric(x) if dtype_of(x) == dtypes.bool_ else [asarray_or_scalar(x)]
-    if dtypes.is_python_scalar(x):
-      x = array(x)
-    if y < 0 and dtypes.is_integer(dtype_of(x)):
-      raise ValueError("Integers to negative integer powers are not allowed.")
-    return lax.integer_pow(x, y)
-  x, y = promote_dtypes_numeric(x, y)
+  n = _static_int(y)
+  if n is not None and not isinstance(x, (list, tuple)):
+    x, = promote_dtypes_numeric(x)
+    return lax.integer_pow(as_array(x), n)
+  x, y = as_array(asarray_or_scalar(x)), as_array(asarray_or_scalar(y))
   x, y = _promote_shapes(x, y, name="power")
-  if dtypes.is_integer(dtype_of(x)):
-    return _integer_power(x, y)
-  return lax.pow(x, y)
+  x_, y_ = promote_dtypes_numeric(x, y)
+  if dtypes.is_integer(dtype_of(x_)):
+    return _integer_power(x_, y_)
+  if dtypes.is_inexact(dtype_of(x)) and dtypes.is_integer(dtype_of(y)):
+    return lax.pow(x, y)
+  return lax.pow(x_, y_)
 
 
 def _integer_power(x, y):
-  # Binary exponentiation over the bits of y (negative exponents give 0, except base +-1).
+  """JAX's integer power: binary exponentiation over the low 6 bits of y (any larger
+  exponent overflows for |x| > 1), y's bits read as unsigned; 0 ** y is 0 for y != 0.
+  Strongly typed result."""
   dt = dtype_of(x)
   shape = broadcast_shapes(shape_of(x), shape_of(y))
   x, y = broadcast_to_shape(x, shape), broadcast_to_shape(y, shape)
-  acc = lax.broadcast_in_dim(np.ones((), dt), shape, ())
-  signed = not dtypes.is_unsigned(dt)
-  base, e = x, lax.abs(y) if signed else y
-  for _ in range(dt.itemsize * 8):
-    bit = lax.ne(lax.bitwise_and(e, np.ones((), dt)[()]), np.zeros((), dt)[()])
-    acc = lax.select(bit, lax.mul(acc, base), acc)
-    base = lax.mul(base, base)
-    e = lax.div(e, np.asarray(2, dt)[()])
-  if signed:   # x ** -n is x ** n for x = +-1, else 0
-    unit = lax.bitwise_or(lax.eq(x, np.ones((), dt)[()]), lax.eq(x, np.asarray(-1, dt)[()]))
-    zero_out = lax.bitwise_and(lax.lt(y, np.zeros((), dt)[()]), lax.bitwise_not(unit))
-    acc = lax.select(zero_out, lax.broadcast_in_dim(np.zeros((), dt), shape, ()), acc)
+  zero, one = np.zeros((), dt)[()], np.ones((), dt)[()]
+  full_of = lambda v: lax.broadcast_in_dim(v, shape, ())  # noqa: E731
+  acc = lax.select(lax.bitwise_and(lax.eq(x, zero), lax.ne(y, zero)), full_of(zero),
+                   full_of(one))
+  for _ in range(6):
+    acc = lax.select(lax.ne(lax.bitwise_and(y, one), zero), lax.mul(acc, x), acc)
+    x = lax.mul(x, x)
+    y = lax.shift_right_logical(y, one)
   return acc
 
 
@@ -319,7 +340,8 @@ pow = power
 
 def float_power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """x1 ** x2 computed in the promoted inexact dtype (float32 unless x64 is on)."""
-  x1, x2 = _inexact_args("float_power", x1, x2)
+  x1, x2 = promote_dtypes_inexact(x1, x2)
+  x1, x2 = _promote_shapes(x1, x2, name="float_power")
   return lax.pow(x1, x2)
 
 
@@ -464,27 +486,39 @@ def lcm(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 
 equal = _binary_ufunc("equal", lax.eq, doc="x == y")
 not_equal = _binary_ufunc("not_equal", lax.ne, doc="x != y")
-less = _binary_ufunc("less", lax.lt, doc="x < y")
-less_equal = _binary_ufunc("less_equal", lax.le, doc="x <= y")
-greater = _binary_ufunc("greater", lax.gt, doc="x > y")
-greater_equal = _binary_ufunc("greater_equal", lax.ge, doc="x >= y")
+
+
+def _ordered(lax_fn):
+  """An order comparison that takes complex operands lexicographically (the real parts, and
+  the imaginary parts where the real parts are equal), as JAX's numpy does: NaN in the
+  deciding part gives False. `lax.lt` and its kin reject complex operands, as JAX's lax."""
+  def fn(x, y):
+    if not dtypes.is_complex(dtype_of(x)):
+      return lax_fn(x, y)
+    x, y = _typed_scalars(x, y)
+    return lax.select(lax.eq(lax.real(x), lax.real(y)), lax_fn(lax.imag(x), lax.imag(y)),
+                      lax_fn(lax.real(x), lax.real(y)))
+  return fn
+
+
+less = _binary_ufunc("less", _ordered(lax.lt), doc="x < y")
+less_equal = _binary_ufunc("less_equal", _ordered(lax.le), doc="x <= y")
+greater = _binary_ufunc("greater", _ordered(lax.gt), doc="x > y")
+greater_equal = _binary_ufunc("greater_equal", _ordered(lax.ge), doc="x >= y")
 
 
 def _logical(lax_fn):
+  # As JAX's numpy: the operands are promoted together first (so the result is weakly typed
+  # when both are weak numbers, never for two bools), then each is compared with 0.
   def fn(x, y):
+    x, y = _typed_scalars(x, y)
     return lax_fn(to_bool(x), to_bool(y))
   return fn
 
 
-def _no_promote(*args):   # logical ops convert each operand to bool first, as JAX's numpy
-  return [asarray_or_scalar(a) for a in args]
-
-
-logical_and = _binary_ufunc("logical_and", _logical(lax.bitwise_and), _no_promote,
-                            doc="x and y")
-logical_or = _binary_ufunc("logical_or", _logical(lax.bitwise_or), _no_promote, doc="x or y")
-logical_xor = _binary_ufunc("logical_xor", _logical(lax.bitwise_xor), _no_promote,
-                            doc="x xor y")
+logical_and = _binary_ufunc("logical_and", _logical(lax.bitwise_and), doc="x and y")
+logical_or = _binary_ufunc("logical_or", _logical(lax.bitwise_or), doc="x or y")
+logical_xor = _binary_ufunc("logical_xor", _logical(lax.bitwise_xor), doc="x xor y")
 
 
 def logical_not(x: ArrayLike, /) -> Array:
@@ -705,19 +739,49 @@ def logaddexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     Array of the broadcast shape and promoted inexact dtype; NaN if either is NaN, and
     `inf`/`-inf` handled as NumPy does (`logaddexp(-inf, -inf) == -inf`).
 
-  Derivatives (real inputs) are JAX's custom rule `t1 * exp(x1 - out) + t2 * exp(x2 - out)`
-  with `+inf` replaced by 0 in `x1`, `x2` and `out`, so that they stay finite where an
-  input is infinite.
+  Complex inputs: JAX's formula (see `_complex_logaddexp`), the imaginary part wrapped into
+  [-pi, pi); a weak result for rank-0 weak inputs only, as JAX.
+
+  Derivatives are JAX's custom rule `t1 * exp(x1 - out) + t2 * exp(x2 - out)` with `+inf`
+  replaced by 0 in `x1`, `x2` and `out`, so that they stay finite where an input is
+  infinite.
   """
   x1, x2 = _inexact_args("logaddexp", x1, x2)
-  if dtypes.is_complex(dtype_of(x1)):
-    return log(add(exp(x1), exp(x2)))
   return _logaddexp(x1, x2)
 
 
 def _replace_inf(x):
-  """`x` with `+inf` replaced by 0 (JAX's helper for the logaddexp derivatives)."""
-  return lax.select(lax.eq(x, const(x, np.inf)), _full_c(x, 0), x)
+  """`x` with `+inf` (complex: a real part of +inf) replaced by 0 (JAX's helper for the
+  logaddexp derivatives)."""
+  re = lax.real(x) if dtypes.is_complex(dtype_of(x)) else x
+  return lax.select(lax.eq(re, const(re, np.inf)), _full_c(x, 0), x)
+
+
+def _lax_const(x, v):
+  """`v` in x's dtype as JAX's `lax._const` makes it: weakly typed for a rank-0 `x` only, so
+  a weak `x` of higher rank combined with it gives a strongly typed result."""
+  return const(x, v) if shape_of(x) == () else np.asarray(v, dtype_of(x))[()]
+
+
+def _wrap_between(x, a: float):
+  """`x` wrapped into [-a, a): `((x + a) mod 2a) - a` with a non-negative modulus."""
+  a_, two_a = _lax_const(x, a), _lax_const(x, 2 * a)
+  r = lax.rem(lax.add(x, a_), two_a)
+  r = lax.select(lax.lt(r, _lax_const(x, 0)), lax.add(r, two_a), r)
+  return lax.sub(r, a_)
+
+
+def _complex_logaddexp(x1, x2, exp_fn, scale, period):
+  """log(exp(x1) + exp(x2)) for complex numbers as JAX computes it: `m + s * log1p(exp_fn(x1 +
+  x2 - 2m))` with m the lexicographic maximum (so the exponent's real part is <= 0) and the
+  imaginary part wrapped into [-period, period)."""
+  amax = lax.max(x1, x2)
+  delta = lax.sub(lax.add(x1, x2), lax.mul(amax, _lax_const(amax, 2)))
+  tail = lax.log1p(exp_fn(delta))
+  if scale is not None:
+    tail = lax.mul(_lax_const(amax, scale), tail)
+  out = lax.add(amax, tail)
+  return lax.complex(lax.real(out), _wrap_between(lax.imag(out), period))
 
 
 def _logaddexp_tangent(exp_fn, t1, t2, x1, x2, out):
@@ -734,6 +798,8 @@ def _logaddexp_tangent(exp_fn, t1, t2, x1, x2, out):
 
 @custom_jvp
 def _logaddexp(x1, x2):
+  if dtypes.is_complex(dtype_of(x1)):
+    return _complex_logaddexp(x1, x2, lax.exp, None, np.pi)
   amax = lax.max(x1, x2)
   delta = lax.sub(x1, x2)
   # NB: delta is NaN for equal infinities; x1 + x2 then gives the right inf (or NaN).
@@ -752,13 +818,13 @@ _logaddexp.defjvp(_logaddexp_jvp, symbolic_zeros=True)
 def logaddexp2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """log2(2**x1 + 2**x2) without overflow; see `logaddexp` (derivatives too, with `exp2`)."""
   x1, x2 = _inexact_args("logaddexp2", x1, x2)
-  if dtypes.is_complex(dtype_of(x1)):
-    return log2(add(exp2(x1), exp2(x2)))
   return _logaddexp2(x1, x2)
 
 
 @custom_jvp
 def _logaddexp2(x1, x2):
+  if dtypes.is_complex(dtype_of(x1)):
+    return _complex_logaddexp(x1, x2, lax.exp2, 1 / np.log(2), np.pi / np.log(2))
   amax = lax.max(x1, x2)
   delta = lax.sub(x1, x2)
   tail = lax.div(lax.log1p(lax.exp2(lax.neg(lax.abs(delta)))), const(x1, np.log(2)))
@@ -849,27 +915,65 @@ trunc = _unary_ufunc("trunc", _int_passthrough(
 
 
 def round(a: ArrayLike, decimals: int = 0) -> Array:
-  """Rounds to `decimals` places, halves to even (as numpy.round)."""
+  """Rounds to `decimals` places, halves to even (as numpy.round).
+
+  Args:
+    a: array-like `T[*s]`: integer (returned as it is), floating or complex (the real and
+      imaginary parts are rounded separately, as JAX).
+    decimals: static int; negative values round to tens, hundreds, ... (floats only).
+
+  Returns:
+    Array `T[*s]`, weak type kept. float16 is scaled in float32 (as JAX) when `decimals` is
+    not 0; `decimals` beyond the dtype's range (`10**decimals > finfo.max`) returns `a`.
+
+  Raises:
+    ValueError: for bool input (as JAX: bool is not inexact).
+    NotImplementedError: integers with negative `decimals`.
+  """
   a = asarray_or_scalar(a)
   if not isinstance(a, (Array, Tracer)):
     a = asarray(a)
-  if not dtypes.is_inexact(dtype_of(a)):
+  dt = dtype_of(a)
+  if dtypes.is_integer(dt):
     if decimals >= 0:
       return a
     raise NotImplementedError("round of integers to negative decimals")
-  if decimals == 0:
-    return lax.round(a, 1)
-  factor = np.asarray(10.0 ** decimals, dtype_of(a))[()]
-  return lax.div(lax.round(lax.mul(a, factor), 1), factor)
+  if dt == dtypes.bool_:
+    raise ValueError("jnp.round: data type bool is not inexact; convert booleans to a "
+                     "number type first.")
+
+  def round_real(x):
+    if decimals == 0:
+      return lax.round(x, 1)
+    calc = dtypes.float32 if dtype_of(x) == dtypes.float16 else dtype_of(x)
+    x = lax.convert_element_type(x, calc) if calc != dtype_of(x) else x
+    factor = const(x, 10.0 ** decimals)
+    out = lax.div(lax.round(lax.mul(x, factor), 1), factor)
+    return lax.convert_element_type(out, dtypes.float16) if calc != real_dtype(dt) else out
+
+  if decimals > np.log10(float(dtypes.finfo(dt).max)):
+    return a   # rounding beyond the dtype's precision changes nothing, as JAX
+  if dtypes.is_complex(dt):
+    return lax.complex(round_real(lax.real(a)), round_real(lax.imag(a)))
+  return round_real(a)
 
 
 around = round
 
 
 def rint(x: ArrayLike, /) -> Array:
-  """Rounds to the nearest integer, halves to even; integer inputs give the default float."""
-  x, = promote_dtypes_inexact(x)    # integers round to floats, as JAX's numpy.rint
-  return round(x)
+  """Rounds to the nearest integer, halves to even.
+
+  Bool and integer inputs give the default float dtype (float64 under x64), strongly typed
+  (a cast, as JAX's numpy.rint); complex inputs round both parts.
+  """
+  x = as_array(x)
+  dt = dtype_of(x)
+  if dt == dtypes.bool_ or dtypes.is_integer(dt):
+    return lax.convert_element_type(x, dtypes.default_float_dtype())
+  if dtypes.is_complex(dt):
+    return lax.complex(rint(lax.real(x)), rint(lax.imag(x)))
+  return lax.round(x, 1)
 
 
 def modf(x: ArrayLike, /) -> tuple[Array, Array]:
@@ -883,15 +987,21 @@ def modf(x: ArrayLike, /) -> tuple[Array, Array]:
 # Floating-point classification and decomposition
 
 
-isfinite = _unary_ufunc("isfinite", lambda x: lax.is_finite(x) if dtypes.is_float(dtype_of(x))
-                        else lax.broadcast_in_dim(np.True_, shape_of(x), ()), doc="Finite?")
+def isfinite(x: ArrayLike, /) -> Array:
+  """Whether x is neither infinite nor NaN (both parts for complex); True for integers and
+  bool (a strongly typed result). Floating and complex inputs keep their weak type, as JAX."""
+  x = as_array(x)
+  dt = dtype_of(x)
+  if dtypes.is_float(dt):
+    return lax.is_finite(x)
+  if dtypes.is_complex(dt):
+    return lax.bitwise_and(lax.is_finite(lax.real(x)), lax.is_finite(lax.imag(x)))
+  return full(shape_of(x), True, dtypes.bool_)
 
 
 def isnan(x: ArrayLike, /) -> Array:
-  """x != x elementwise (False for integers)."""
-  x = asarray_or_scalar(x)
-  if not dtypes.is_inexact(dtype_of(x)):
-    return full(shape_of(x), False, dtypes.bool_)
+  """x != x elementwise (False for integers and bool); weakly typed for weak x, as JAX."""
+  x = as_array(x)
   return lax.ne(x, x)
 
 
@@ -904,19 +1014,31 @@ def isinf(x: ArrayLike, /) -> Array:
 
 
 def isposinf(x: ArrayLike, /) -> Array:
-  """x == +inf elementwise (False for integers)."""
+  """x == +inf elementwise (False for integers; a strongly typed result).
+
+  Raises:
+    ValueError: for complex inputs (as JAX).
+  """
   x = as_array(x)
+  if dtypes.is_complex(dtype_of(x)):
+    raise ValueError("isposinf/isneginf are not well defined for complex types")
   if not dtypes.is_float(dtype_of(x)):
     return full(shape_of(x), False, dtypes.bool_)
-  return lax.eq(x, const(x, np.inf))
+  return lax.eq(x, np.asarray(np.inf, dtype_of(x))[()])   # strong, as JAX
 
 
 def isneginf(x: ArrayLike, /) -> Array:
-  """x == -inf elementwise (False for integers)."""
+  """x == -inf elementwise (False for integers; a strongly typed result).
+
+  Raises:
+    ValueError: for complex inputs (as JAX).
+  """
   x = as_array(x)
+  if dtypes.is_complex(dtype_of(x)):
+    raise ValueError("isposinf/isneginf are not well defined for complex types")
   if not dtypes.is_float(dtype_of(x)):
     return full(shape_of(x), False, dtypes.bool_)
-  return lax.eq(x, const(x, -np.inf))
+  return lax.eq(x, np.asarray(-np.inf, dtype_of(x))[()])   # strong, as JAX
 
 
 def signbit(x: ArrayLike, /) -> Array:
@@ -929,8 +1051,8 @@ def signbit(x: ArrayLike, /) -> Array:
   dt = dtype_of(x)
   if dt == dtypes.bool_:
     return full(shape_of(x), False, dtypes.bool_)
-  if dtypes.is_integer(dt):
-    return lax.lt(x, const(x, 0))
+  if dtypes.is_integer(dt):   # a strongly typed 0 (JAX's `_constant_like`): a strong result
+    return lax.lt(x, np.zeros((), dt)[()])
   if dtypes.is_complex(dt):
     raise ValueError(f"stagecraft.numpy.signbit is not well defined for {dt.name}")
   if dt.itemsize == 1:   # float8: go through float32, which keeps the sign of zero and NaN
@@ -1088,21 +1210,26 @@ conj = conjugate
 
 def angle(z: ArrayLike, deg: bool = False) -> Array:
   """The counterclockwise angle of complex `z` from the positive real axis, in radians (in
-  degrees with `deg`); 0 or pi for real inputs. Result: the real inexact dtype."""
+  degrees with `deg`); 0 or pi for real inputs.
+
+  Result dtype, as JAX: the real dtype of complex `z` and of floating `z` with ndim > 0
+  (weak type kept); otherwise (integers, bool, rank-0 floats) the default float dtype,
+  strongly typed."""
   z = as_array(z)
   re, im = real(z), imag(z)
-  if not dtypes.is_complex(dtype_of(z)):
-    re, im = promote_dtypes_inexact(re, im)
+  dt = dtype_of(re)
+  if not dtypes.is_inexact(dt) or (dtypes.is_float(dtype_of(z)) and ndim_of(z) == 0):
+    dt = dtypes.default_float_dtype()
+    re, im = lax.convert_element_type(re, dt), lax.convert_element_type(im, dt)
   out = lax.atan2(im, re)
   return rad2deg(out) if deg else out
 
 
 def isreal(x: ArrayLike, /) -> Array:
-  """Whether the imaginary part is 0 (True everywhere for real dtypes)."""
-  x = as_array(x)
-  if not dtypes.is_complex(dtype_of(x)):
-    return full(shape_of(x), True, dtypes.bool_)
-  return lax.eq(lax.imag(x), const(lax.imag(x), 0))
+  """Whether the imaginary part is 0 (True everywhere for real dtypes); weakly typed for a
+  weak `x`, as JAX (`imag(x) == 0`)."""
+  i = imag(x)
+  return lax.eq(i, const(i, 0))
 
 
 def iscomplex(x: ArrayLike, /) -> Array:
@@ -1143,9 +1270,18 @@ def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Arr
 def clip(a: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None, *, min=None,
          max=None) -> Array:
   """Limits values to [a_min, a_max] (either may be None). `min`/`max` are the NumPy 2
-  spellings."""
+  spellings.
+
+  Raises:
+    ValueError: if `a`, `a_min` or `a_max` is complex (no order; JAX's message).
+  """
   a_min = a_min if min is None else min
   a_max = a_max if max is None else max
+  if any(v is not None and dtypes.is_complex(dtype_of(v)) for v in (a, a_min, a_max)):
+    raise ValueError("Clip received a complex value either through the input or the min/max "
+                     "keywords. Complex values have no ordering and cannot be clipped. Please "
+                     "convert to a real value or array by taking the real or imaginary "
+                     "components via stagecraft.numpy.real/imag respectively.")
   out = asarray_or_scalar(a)
   if a_min is not None:
     out = maximum(out, a_min)

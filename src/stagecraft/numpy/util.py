@@ -76,10 +76,14 @@ def as_array(x):
   return asarray(asarray_or_scalar(x))
 
 
+python_scalar_value = lax.utils.python_scalar_value
+
+
 def convert_dtype(x, dtype: np.dtype, weak: bool):
-  """`x` converted to `dtype` with weak type `weak`; a Python scalar stays a host scalar."""
+  """`x` converted to `dtype` with weak type `weak`; a Python scalar stays a host scalar
+  (converted as `python_scalar_value` does)."""
   if dtypes.is_python_scalar(x):
-    v = np.asarray(x, dtype)[()]
+    v = python_scalar_value(x, dtype)
     return lax.utils.weak_scalar(v) if weak or type(x) is not bool else v
   aval = core.get_aval(x)
   if aval.dtype == dtype and aval.weak_type == weak:
@@ -146,8 +150,12 @@ def const(x, v):
 
 
 def to_bool(x):
-  """`x != 0` (bool `x` itself)."""
-  return x if dtype_of(x) == dtypes.bool_ else lax.ne(x, const(x, 0))
+  """`x != 0` (bool `x` itself). As JAX's numpy (`lax._const`), the 0 is weakly typed only
+  for a rank-0 `x`, so a weak `x` of rank > 0 gives a strongly typed result."""
+  dt = dtype_of(x)
+  if dt == dtypes.bool_:
+    return x
+  return lax.ne(x, const(x, 0) if shape_of(x) == () else np.zeros((), dt)[()])
 
 
 # ---------------------------------------------------------------------------
