@@ -548,7 +548,7 @@ calls.CallRules(remat_p, "jaxpr", lambda params, what: (
     {**params, "differentiated": True} if what in ("jvp", "transpose") else params)
 ).register(partial_eval=False, dce=False)
 ad.partial_eval_rules[remat_p] = _remat_partial_eval
-core.pp_param_order[remat_p] = ("jaxpr", "prevent_cse", "differentiated", "policy")
+# Printed as JAX prints it: params sorted by name (the default).
 
 
 def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,

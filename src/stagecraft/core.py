@@ -12,6 +12,7 @@ import operator
 import re
 import sys
 import threading
+import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -25,41 +26,61 @@ from stagecraft.errors import (ConcretizationTypeError, JaxprTypeError,
 __all__ = ["ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
+           "pp_eqn_rules", "pp_named_calls", "pp_default_params", "JaxprPpContext",
            "pp_jaxpr", "Primitive", "Trace", "EvalTrace", "eval_trace", "current_trace",
            "set_current_trace", "CompileTimeEvalTrace", "ensure_compile_time_eval",
            "escaped_tracer_error", "Tracer", "to_concrete_value",
            "eval_jaxpr", "closed_calls",
            "def_closed_call", "jaxpr_as_fun", "check_jaxpr", "Effect", "Effects",
-           "no_effects", "EffectTypeSet", "ordered_effects", "AbstractToken", "abstract_token"]
+           "no_effects", "EffectTypeSet", "ordered_effects", "AbstractToken", "abstract_token",
+           "sharding_rules"]
 
 # ---------------------------------------------------------------------------
 # Avals
 
 
+_keep = object()   # ShapedArray.update: keep the sharding (None is a value)
+
+
 class ShapedArray:
-  """Abstract value of an array: shape, dtype and weak type (`f32[3,4]`).
+  """Abstract value of an array: shape, dtype, weak type and sharding (`f32[8@x,4]`).
 
   Args:
     shape: tuple of non-negative ints.
     dtype: a NumPy dtype (already canonical: callers canonicalize).
     weak_type: True for values that came from Python scalars and take the dtype of the
       typed operand they meet (JAX's weak types).
+    sharding: the sharding in the type (JAX's sharding in types): a `NamedSharding` over an
+      `AbstractMesh` whose spec has one entry per dimension and names only the mesh's
+      Explicit axes (a name, a tuple of names, or None), for a value with at least one
+      dimension split over Explicit mesh axes; None otherwise (the default: no dimension
+      split, which `sharding` reports as `NamedSharding(AbstractMesh((), ()), P(None, ...))`).
+      Callers normalize (`runtime.spmd.typed_aval`, the rules of `sharding_rules`).
   """
-  __slots__ = ("shape", "dtype", "weak_type", "_hash")
+  __slots__ = ("shape", "dtype", "weak_type", "_sharding", "_hash")
   array_abstraction_level = 1
 
-  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False):
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False,
+               sharding: Any = None):
     self.shape = shape
     self.dtype = dtype
     self.weak_type = weak_type
-    self._hash = hash((shape, dtype, weak_type))
+    self._sharding = sharding
+    if sharding is None:
+      self._hash = hash((shape, dtype, weak_type))
+    else:
+      self._hash = hash((shape, dtype, weak_type, sharding))
+      if not _sharding_in_types[0]:
+        _enable_sharding_rules()
 
   ndim = property(lambda self: len(self.shape))
 
   @property
   def sharding(self):
-    """The sharding in this aval's type: no dimension split over a mesh axis (stagecraft has
-    no explicit sharding in types), `NamedSharding(AbstractMesh((), ()), P(None, ...))`."""
+    """The sharding in this aval's type: its NamedSharding when a dimension is split over
+    Explicit mesh axes, else `NamedSharding(AbstractMesh((), ()), P(None, ...))`."""
+    if self._sharding is not None:
+      return self._sharding
     # NB: imported here: stagecraft.sharding imports the runtime, which imports core.
     from stagecraft import sharding
     return sharding.unsharded(len(self.shape))
@@ -70,23 +91,41 @@ class ShapedArray:
 
   def __eq__(self, other):
     return (type(other) is ShapedArray and self.shape == other.shape
-            and self.dtype == other.dtype and self.weak_type == other.weak_type)
+            and self.dtype == other.dtype and self.weak_type == other.weak_type
+            and self._sharding == other._sharding)
 
   def __hash__(self):
     return self._hash
 
-  def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
+  def update(self, shape=None, dtype=None, weak_type=None, sharding=_keep) -> "ShapedArray":
+    """A copy with the given fields replaced. The sharding is kept unless given, or dropped
+    when the shape changes (a sharding rule gives the new one)."""
+    if sharding is _keep:
+      sharding = self._sharding if shape is None or shape == self.shape else None
     return ShapedArray(self.shape if shape is None else shape,
                        self.dtype if dtype is None else dtype,
-                       self.weak_type if weak_type is None else weak_type)
+                       self.weak_type if weak_type is None else weak_type, sharding)
 
   def strip_weak_type(self) -> "ShapedArray":
-    return self if not self.weak_type else ShapedArray(self.shape, self.dtype, False)
+    return (self if not self.weak_type else
+            ShapedArray(self.shape, self.dtype, False, self._sharding))
 
   def str_short(self, short_dtypes: bool = True) -> str:
-    """`f32[3,4]` (`float32[3,4]` with `short_dtypes=False`)."""
+    """`f32[3,4]` (`float32[3,4]` with `short_dtypes=False`); a dimension split over mesh
+    axes shows them as JAX does: `f32[8@x,4]`, `f32[8@(x,y),4]`."""
     name = dtypes.short_name(self.dtype) if short_dtypes else self.dtype.name
-    return f"{name}[{','.join(map(str, self.shape))}]"
+    if self._sharding is None:
+      return f"{name}[{','.join(map(str, self.shape))}]"
+    dims = []
+    spec = tuple(self._sharding.spec) + (None,) * (len(self.shape) - len(self._sharding.spec))
+    for d, e in zip(self.shape, spec):
+      if e is None:
+        dims.append(str(d))
+      elif isinstance(e, tuple):
+        dims.append(f"{d}@({','.join(map(str, e))})")
+      else:
+        dims.append(f"{d}@{e}")
+    return f"{name}[{','.join(dims)}]"
 
   def __repr__(self):   # JAX's: ShapedArray(float32[3], weak_type=True)
     w = ", weak_type=True" if self.weak_type else ""
@@ -594,20 +633,17 @@ class Jaxpr:
 
   def pretty_print(self, *, source_info: bool = False, print_shapes: bool = True,
                    name_stack: bool = False, custom_pp_eqn_rules: bool = True,
-                   use_color: bool = False, **kwargs) -> str:
+                   use_color: bool = False, width: int = 80, **kwargs) -> str:
     """The jaxpr as text, as JAX's `Jaxpr.pretty_print`: `str(jaxpr)`, with each
     equation's source line (`source_info=True`: `# file.py:12:4 (f)`) and/or name stack
-    (`name_stack=True`: `# [outer/inner]`) as aligned comments.
-
-    Raises:
-      NotImplementedError: for `print_shapes=False` (binders always print their types).
-    """
-    if not print_shapes:
-      raise NotImplementedError("pretty_print(print_shapes=False) is not supported: "
-                                "binders always print their types.")
+    (`name_stack=True`: `# [outer/inner]`) as aligned comments; binders without their types
+    (`print_shapes=False`); every param of every equation, sorted
+    (`custom_pp_eqn_rules=False`); laid out to `width` columns."""
+    opts = dict(print_shapes=print_shapes, custom_pp_eqn_rules=custom_pp_eqn_rules,
+                width=width)
     if not (source_info or name_stack):
-      return pp_jaxpr(self)
-    return pp_jaxpr_annotated(self, source_info=source_info, name_stack=name_stack)
+      return pp_jaxpr(self, **opts)
+    return pp_jaxpr_annotated(self, source_info=source_info, name_stack=name_stack, **opts)
 
   def replace(self, **kw) -> "Jaxpr":
     d = dict(constvars=self.constvars, invars=self.invars, outvars=self.outvars,
@@ -666,8 +702,109 @@ def subjaxprs(eqn: "JaxprEqn"):
 
 # ---------------------------------------------------------------------------
 # Printer (JAX's textual format)
+#
+# Jaxprs are laid out as JAX lays them out: each is built as a document of texts, optional
+# line breaks, groups and nesting, then formatted to 80 columns by Lindig's "Strictly
+# Pretty" (2000) algorithm as JAX applies it: a group is printed flat when the group itself
+# (not the text that follows it) fits in what remains of the line, else its breaks become
+# newlines. Variables are named `a b c ...` in printing order over the whole text, sub-jaxprs
+# included; results of the top-level jaxpr that nothing reads print as `_`; a sub-jaxpr that
+# occurs twice, or that has more than 10 equations, is printed once before the jaxpr as
+# `let name = { ... } in` and referred to by its name.
 
 _PP_WIDTH = 80
+
+# Documents are tuples: (_TEXT, s, width), (_CAT, docs), (_BRK, s), (_GROUP, doc),
+# (_NEST, n, doc).
+_TEXT, _CAT, _BRK, _GROUP, _NEST = range(5)
+_NIL = (_CAT, ())
+
+
+def _text(s: str, width: int | None = None) -> tuple:
+  return (_TEXT, s, len(s) if width is None else width)
+
+
+def _cat(*docs) -> tuple:
+  return (_CAT, docs)
+
+
+def _brk(s: str = " ") -> tuple:
+  return (_BRK, s)
+
+
+def _group(doc) -> tuple:
+  return (_GROUP, doc)
+
+
+def _nest(n: int, doc) -> tuple:
+  return (_NEST, n, doc)
+
+
+def _join(sep, docs) -> tuple:
+  out = []
+  for i, d in enumerate(docs):
+    if i:
+      out.append(sep)
+    out.append(d)
+  return (_CAT, tuple(out))
+
+
+def _fits(doc, width: int) -> bool:
+  stack = [doc]
+  while stack:
+    if width < 0:
+      return False
+    d = stack.pop()
+    tag = d[0]
+    if tag == _TEXT:
+      width -= d[2]
+    elif tag == _CAT:
+      stack.extend(reversed(d[1]))
+    elif tag == _BRK:
+      width -= len(d[1])
+    elif tag == _NEST:
+      stack.append(d[2])
+    else:
+      stack.append(d[1])
+  return width >= 0
+
+
+def _flat(doc, out: list[str]) -> int:
+  """Appends `doc` laid out on one line to `out`; returns its width."""
+  tag = doc[0]
+  if tag == _TEXT:
+    out.append(doc[1])
+    return doc[2]
+  if tag == _CAT:
+    return sum(_flat(c, out) for c in doc[1])
+  if tag == _BRK:
+    out.append(doc[1])
+    return len(doc[1])
+  return _flat(doc[-1], out)   # group, nest
+
+
+def _format(doc, width: int = _PP_WIDTH) -> str:
+  out: list[str] = []
+  col = 0
+  agenda = [(0, doc)]   # (indent, doc), laid out in break mode (flat groups: `_flat`)
+  while agenda:
+    indent, d = agenda.pop()
+    tag = d[0]
+    if tag == _TEXT:
+      out.append(d[1])
+      col += d[2]
+    elif tag == _CAT:
+      agenda.extend([(indent, c) for c in reversed(d[1])])
+    elif tag == _BRK:
+      out.append("\n" + " " * indent)
+      col = indent
+    elif tag == _NEST:
+      agenda.append((indent + d[1], d[2]))
+    elif _fits(d[1], width - col):
+      col += _flat(d[1], out)
+    else:
+      agenda.append((indent, d[1]))
+  return "".join(out)
 
 
 def _encode_name(n: int) -> str:
@@ -679,23 +816,67 @@ def _encode_name(n: int) -> str:
       return s
 
 
-class _Names:
-  def __init__(self):
-    self.names: dict[Var, str] = {}
-    self.counter = itertools.count()
+class JaxprPpContext:
+  """The names of one printing: variables get `a b c ...` in the order they are printed
+  (skipping the names of shared jaxprs); `var_names` may be seeded (`_` for dropped
+  results). As JAX's `core.JaxprPpContext`."""
 
-  def __call__(self, v: Atom) -> str:
-    if isinstance(v, Literal):
-      return _pp_literal(v)
-    if isinstance(v, DropVar):
-      return "_"
-    name = self.names.get(v)
+  def __init__(self, var_names: dict | None = None, *, print_shapes: bool = True,
+               custom_pp_eqn_rules: bool = True):
+    self.var_names: dict[Var, str] = dict(var_names or {})
+    self.shared_jaxprs: dict[Jaxpr, str] = {}
+    self.shared_jaxpr_names: set[str] = set()
+    self.print_shapes = print_shapes
+    self.custom_pp_eqn_rules = custom_pp_eqn_rules
+    self._counter = itertools.count()
+
+  def name(self, v: Var) -> str:
+    name = self.var_names.get(v)
     if name is None:
-      name = self.names[v] = _encode_name(next(self.counter))
+      if isinstance(v, DropVar):
+        return "_"
+      name = _encode_name(next(self._counter))
+      while name in self.shared_jaxpr_names:
+        name = _encode_name(next(self._counter))
+      self.var_names[v] = name
     return name
 
-  def binder(self, v: Var) -> str:
-    return f"{self(v)}:{v.aval.str_short()}"
+  def suggest_same_var_names(self, for_vars: Sequence[Atom], like_vars: Sequence[Atom]):
+    """Names each of `for_vars` (a sub-jaxpr's binders) as the matching `like_vars` (the
+    equation's operands or results) where both are unnamed variables, each name used once:
+    how `jit` prints its body with its caller's names."""
+    if len(for_vars) != len(like_vars):
+      return
+    used: set[int] = set()
+    for v, like in zip(for_vars, like_vars):
+      if (isinstance(like, Var) and id(like) not in used and isinstance(v, Var)
+          and v not in self.var_names):
+        used.add(id(like))
+        self.var_names[v] = self.name(like)
+
+
+#: Per-primitive print rules, as JAX's `core.pp_eqn_rules`: `rule(eqn, context)` returns
+#: the params to print as (name, value) pairs in printed order (JAX hides some, adds
+#: defaults, reformats others); it may first call `context.suggest_same_var_names`. Without
+#: a rule an equation prints all its params sorted by name. Printing only: no rule is on
+#: the tracing path.
+pp_eqn_rules: dict["Primitive", Callable[["JaxprEqn", JaxprPpContext],
+                                         Sequence[tuple[str, Any]]]] = {}
+
+#: Primitives whose params print in a fixed order (others print sorted by name, as JAX does).
+pp_param_order: dict["Primitive", tuple[str, ...]] = {}
+
+#: Call-like primitives whose `name` param names their sub-jaxpr when it is printed shared
+#: (`let name = { ... } in`), as JAX names a shared `jit` body; others are named `jaxpr`.
+pp_named_calls: set["Primitive"] = set()
+
+#: Params that JAX's primitive of the same name carries and prints with their default value
+#: where stagecraft's primitive has no such param (printing only; for primitives whose
+#: module registers no `pp_eqn_rules` entry).
+pp_default_params: dict[str, tuple[tuple[str, Any], ...]] = {
+    "reduce_sum": (("out_sharding", None),),
+    "scatter": (("update_consts", ()), ("update_jaxpr", None)),
+}
 
 
 def _pp_literal(lit: Literal) -> str:
@@ -707,48 +888,149 @@ def _pp_literal(lit: Literal) -> str:
   return f"{v}:{lit.aval.str_short()}"
 
 
-def _pp_param(v: Any, indent: int) -> str:
-  if isinstance(v, ClosedJaxpr):
-    return pp_jaxpr(v.jaxpr, indent)
-  if isinstance(v, Jaxpr):
-    return pp_jaxpr(v, indent)
-  if isinstance(v, np.dtype):
-    return v.name
-  if isinstance(v, type) and issubclass(v, np.generic):
-    return np.dtype(v).name
-  if callable(v) and hasattr(v, "__name__"):
-    return v.__name__
-  if isinstance(v, tuple) and v and all(isinstance(x, (ClosedJaxpr, Jaxpr)) for x in v):
-    inner = ("\n" + " " * (indent + 2)).join(_pp_param(x, indent + 2) for x in v)
-    return "(\n" + " " * (indent + 2) + inner + "\n" + " " * indent + ")"
-  return str(v)
+def _pp_atom(v: Atom, context: JaxprPpContext) -> str:
+  return _pp_literal(v) if isinstance(v, Literal) else context.name(v)
 
 
-#: Primitives whose params print in a fixed order (others print sorted by name, as JAX does).
-pp_param_order: dict["Primitive", tuple[str, ...]] = {}
-
-
-def _pp_eqn(eqn: JaxprEqn, names: _Names, indent: int) -> str:
-  lhs = " ".join(names.binder(v) for v in eqn.outvars)
-  # NB: an equation without results (an effect) prints as `prim[...] args`, as in JAX.
-  lhs = f"{lhs} =" if eqn.outvars else ""
-  rhs_args = " ".join(names(v) for v in eqn.invars)
-  order = pp_param_order.get(eqn.primitive)
-  if order is None:
-    params = sorted(eqn.params.items())
+def _pp_vars(vs: Sequence[Atom], context: JaxprPpContext, *, separator: str = "",
+             binders: bool = False):
+  """Atoms separated by `separator` and a break of their own (so that they fill lines),
+  continuation lines indented by 2; binders carry their types (`a:f32[3]`)."""
+  if binders and context.print_shapes:
+    docs = [_text(f"{context.name(v)}:{v.aval.str_short()}") for v in vs]
   else:
-    params = [(k, eqn.params[k]) for k in order if k in eqn.params]
-  prim = eqn.primitive.name
-  mark = "" if _pp_state.notes is None else _pp_mark(eqn)
-  if not params:
-    return f"{lhs} {prim} {rhs_args}".strip() + mark
-  one = " ".join(f"{k}={_pp_param(v, indent + 2)}" for k, v in params)
-  line = f"{lhs} {prim}[{one}] {rhs_args}".strip()
-  if "\n" not in line and indent + _pp_len(line) <= _PP_WIDTH:
-    return line + mark
-  pad = " " * (indent + 2)
-  body = "\n".join(f"{pad}{k}={_pp_param(v, indent + 2)}" for k, v in params)
-  return f"{lhs} {prim}[{mark}\n{body}\n{' ' * indent}] {rhs_args}".strip()
+    docs = [_text(_pp_atom(v, context)) for v in vs]
+  return _nest(2, _group(_join(_cat(_text(separator), _group(_brk())), docs)))
+
+
+def _pp_param_value(v: Any, context: JaxprPpContext):
+  if type(v) is tuple and all(isinstance(x, (ClosedJaxpr, Jaxpr)) for x in v):
+    return _group(_cat(_nest(2, _cat(_text("("), _brk(""), _join(
+        _brk(), [_pp_jaxpr_doc(x.jaxpr if isinstance(x, ClosedJaxpr) else x, context)
+                 for x in v]))), _brk(""), _text(")")))
+  if isinstance(v, ClosedJaxpr):
+    return _pp_jaxpr_doc(v.jaxpr, context)
+  if isinstance(v, Jaxpr):
+    return _pp_jaxpr_doc(v, context)
+  if isinstance(v, np.dtype):
+    return _text(v.name)
+  if isinstance(v, type) and issubclass(v, np.generic):
+    return _text(np.dtype(v).name)
+  if isinstance(v, frozenset):
+    return _text(f"frozenset({{{', '.join(repr(e) for e in sorted(v))}}})")
+  if callable(v) and hasattr(v, "__name__"):
+    return _text(v.__name__)
+  return _text(str(v))
+
+
+def _pp_params(eqn: JaxprEqn, context: JaxprPpContext) -> Sequence[tuple[str, Any]]:
+  if not context.custom_pp_eqn_rules:
+    return sorted(eqn.params.items())
+  rule = pp_eqn_rules.get(eqn.primitive)
+  if rule is not None:
+    return rule(eqn, context)
+  order = pp_param_order.get(eqn.primitive)
+  if order is not None:
+    return [(k, eqn.params[k]) for k in order if k in eqn.params]
+  extra = pp_default_params.get(eqn.primitive.name)
+  if extra:
+    params = dict(extra)
+    params.update(eqn.params)
+    return sorted(params.items())
+  return sorted(eqn.params.items())
+
+
+def _pp_eqn(eqn: JaxprEqn, context: JaxprPpContext):
+  params = _pp_params(eqn, context)   # NB: first: a rule may suggest names
+  lhs = _pp_vars(eqn.outvars, context, binders=True)
+  prim = _text(eqn.primitive.name)
+  if _pp_state.notes is not None:
+    prim = _cat(prim, _text(_pp_mark(eqn), 0))
+  kvs = _NIL
+  if params:
+    kvs = _group(_cat(_nest(2, _cat(_text("["), _brk(""), _join(_brk(), [
+        _cat(_text(f"{k}="), _pp_param_value(v, context)) for k, v in params]))),
+        _brk(""), _text("]")))
+  rhs = _cat(prim, kvs, _text(" "), _pp_vars(eqn.invars, context))
+  # NB: an equation without results (an effect) prints as `prim[...] args`, as in JAX.
+  return _cat(lhs, _text(" = "), rhs) if eqn.outvars else rhs
+
+
+def _pp_jaxpr_doc(jaxpr: Jaxpr, context: JaxprPpContext):
+  name = context.shared_jaxprs.get(jaxpr)
+  if name is not None:
+    return _text(name)
+  consts = _pp_vars(jaxpr.constvars, context, binders=True)
+  ins = _pp_vars(jaxpr.invars, context, binders=True)
+  eqns = _join(_brk("; "), [_pp_eqn(e, context) for e in jaxpr.eqns])
+  outs = _cat(_text("("), _pp_vars(jaxpr.outvars, context, separator=","),
+              _text(",)" if len(jaxpr.outvars) == 1 else ")"))
+  return _cat(_group(_nest(2, _cat(
+      _text("{ lambda "), consts, _text("; "), ins, _text(". let"),
+      _nest(2, _cat(_brk(), eqns)), _brk(), _text("in "), outs))), _text(" }"))
+
+
+def _dropped_vars(jaxpr: Jaxpr) -> dict:
+  """`_` for each result of an equation of `jaxpr` that no later equation nor the output
+  reads (the top level only, as JAX)."""
+  used = {v for v in jaxpr.outvars if isinstance(v, Var)}
+  names = {}
+  for eqn in reversed(jaxpr.eqns):
+    for v in eqn.outvars:
+      if v not in used:
+        names[v] = "_"
+    used.update(v for v in eqn.invars if isinstance(v, Var))
+  return names
+
+
+def _shared_jaxprs(top: Jaxpr) -> list[tuple[str, Jaxpr]]:
+  """The sub-jaxprs printed once before `top` (those met more than once, counting one with
+  more than 10 equations twice), each named after its call (`name` param) or `jaxpr`,
+  numbered where names repeat."""
+  names: dict[Jaxpr, str] = {}
+  counts: dict[Jaxpr, int] = {}
+  queue = [top]
+  for jaxpr in queue:   # breadth first
+    counts[jaxpr] = counts.get(jaxpr, 0) + (2 if jaxpr is not top and
+                                             len(jaxpr.eqns) > 10 else 1)
+    for eqn in jaxpr.eqns:
+      name = eqn.params.get("name") if eqn.primitive in pp_named_calls else None
+      for sub in subjaxprs(eqn):
+        queue.append(sub)
+        if name is not None:
+          names.setdefault(sub, str(name).strip("<>"))
+  shared, taken = [], {}
+  for jaxpr, c in counts.items():
+    if c == 1:
+      continue
+    name = names.get(jaxpr, "jaxpr")
+    n = taken.get(name, 0)
+    if n:
+      taken[name] = n + 1
+      name += str(n)
+    taken[name] = taken.get(name, 0) + 1
+    shared.append((name, jaxpr))
+  return shared
+
+
+def pp_jaxpr(jaxpr: Jaxpr, *, print_shapes: bool = True, custom_pp_eqn_rules: bool = True,
+             width: int = _PP_WIDTH) -> str:
+  """Prints `jaxpr` as JAX does: one line when it fits in `width` (80) columns, else one
+  equation a line, with nested jaxprs in params indented (see the section comment)."""
+  context = JaxprPpContext(_dropped_vars(jaxpr), print_shapes=print_shapes,
+                           custom_pp_eqn_rules=custom_pp_eqn_rules)
+  shared = _shared_jaxprs(jaxpr)
+  for name, sub in shared:
+    context.shared_jaxpr_names.add(name)
+    context.shared_jaxprs[sub] = name
+  docs = []
+  for name, sub in shared:
+    del context.shared_jaxprs[sub]   # printed in full where it is defined
+    body = _pp_jaxpr_doc(sub, context)
+    context.shared_jaxprs[sub] = name
+    docs.append(_cat(_text(f"let {name} = "), body, _text(" in"), _brk()))
+  docs.append(_pp_jaxpr_doc(jaxpr, context))
+  return _format(_cat(*docs), width)
 
 
 class _PPState(threading.local):
@@ -763,10 +1045,6 @@ _pp_state = _PPState()
 _MARK = re.compile("\ue000(\\d+)\ue001")
 
 
-def _pp_len(s: str) -> int:
-  return len(s) if _pp_state.notes is None else len(_MARK.sub("", s))
-
-
 def _pp_mark(eqn: JaxprEqn) -> str:
   st = _pp_state
   notes = []
@@ -779,7 +1057,7 @@ def _pp_mark(eqn: JaxprEqn) -> str:
 
 
 def pp_jaxpr_annotated(jaxpr: "Jaxpr", *, source_info: bool = False,
-                       name_stack: bool = False) -> str:
+                       name_stack: bool = False, **opts) -> str:
   """`pp_jaxpr(jaxpr)` with a `# file:line:col (function)` comment (`source_info`) and/or a
   `# [scope/names]` comment (`name_stack`) after each equation, aligned one column past the
   widest line, several on one line stacked below it, as JAX's
@@ -788,7 +1066,7 @@ def pp_jaxpr_annotated(jaxpr: "Jaxpr", *, source_info: bool = False,
   saved = st.notes, st.source_info, st.name_stack
   st.notes, st.source_info, st.name_stack = [], source_info, name_stack
   try:
-    text = pp_jaxpr(jaxpr)
+    text = pp_jaxpr(jaxpr, **opts)
     notes = st.notes
   finally:
     st.notes, st.source_info, st.name_stack = saved
@@ -805,41 +1083,6 @@ def pp_jaxpr_annotated(jaxpr: "Jaxpr", *, source_info: bool = False,
     out.append(line.ljust(col) + "# " + anns[0])
     out.extend(" " * col + "# " + a for a in anns[1:])
   return "\n".join(out)
-
-
-def _pp_header(consts: list[str], ins: list[str], indent: int) -> str:
-  """`{ lambda consts; invars. let`, the binders filling lines of at most 80 columns
-  (not counting the `{ ` or the continuation indent), as JAX lays them out."""
-  tokens = ["lambda"]
-  tokens += [*consts[:-1], consts[-1] + ";"] if consts else [";"]
-  tokens += [*ins[:-1], ins[-1] + "."] if ins else ["."]
-  lines, line = [], tokens[0]
-  for tok in tokens[1:]:
-    if len(line) + 1 + len(tok) <= _PP_WIDTH:
-      line += " " + tok
-    else:
-      lines.append(line)
-      line = tok
-  lines.append(line + " let")
-  pad = "\n" + " " * (indent + 4)
-  return "{ " + pad.join(lines)
-
-
-def pp_jaxpr(jaxpr: Jaxpr, indent: int = 0) -> str:
-  """Prints `jaxpr` as JAX does: one line when it fits in 80 columns, else one equation a
-  line, with nested jaxprs in params indented."""
-  names = _Names()
-  head = _pp_header([names.binder(v) for v in jaxpr.constvars],
-                    [names.binder(v) for v in jaxpr.invars], indent)
-  eqn_lines = [_pp_eqn(e, names, indent + 4) for e in jaxpr.eqns]
-  outs = ", ".join(names(v) for v in jaxpr.outvars)
-  outs = f"({outs},)" if len(jaxpr.outvars) == 1 else f"({outs})"
-  one = f"{head} {'; '.join(eqn_lines)} in {outs} }}" if eqn_lines else f"{head}  in {outs} }}"
-  if "\n" not in one and indent + _pp_len(one) <= _PP_WIDTH:
-    return one
-  pad = " " * (indent + 4)
-  body = "\n".join(pad + ln for ln in eqn_lines)
-  return f"{head}\n{body}\n{' ' * (indent + 2)}in {outs} }}"
 
 
 # ---------------------------------------------------------------------------
@@ -877,7 +1120,10 @@ class Primitive:
     return impl
 
   def def_abstract_eval(self, rule: Callable) -> Callable:
-    self.abstract_eval = rule
+    # NB: once some aval has a sharding, `abstract_eval` also runs the sharding rule
+    # (`sharding_rules`); until then it is `rule` itself, so tracing pays nothing for it.
+    self.abstract_eval = _with_sharding_rule(self, rule) if _sharding_in_types[0] else rule
+    _primitives_with_rules[self] = rule
     return rule
 
   def def_effects(self, rule: Callable) -> Callable:
@@ -888,6 +1134,66 @@ class Primitive:
 
 
 traceback_util.register_boundary(Primitive.bind)
+
+
+# ---------------------------------------------------------------------------
+# Sharding in types
+
+#: Sharding rules (JAX's sharding in types): `rule(*avals, **params)` gives the sharding of
+#: the primitive's result (a NamedSharding over an AbstractMesh, spec normalized as
+#: `ShapedArray` says, or None for no split dimension; a list of them for a primitive with
+#: several results), or raises (JAX's `ShardingTypeError`). Consulted by abstract evaluation
+#: only when an operand's aval has a sharding. The rules live in `lax/sharding_rules.py`
+#: and beside their primitives; call-like primitives (`closed_calls`) need none (their
+#: results have the types of their bodies' results).
+sharding_rules: dict[Primitive, Callable] = {}
+
+#: True once an aval with a sharding has been made (then abstract evals check operands).
+_sharding_in_types = [False]
+_primitives_with_rules: "weakref.WeakKeyDictionary[Primitive, Callable]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _enable_sharding_rules() -> None:
+  """Makes every primitive's abstract eval consult `sharding_rules` from now on."""
+  _sharding_in_types[0] = True
+  for prim, rule in list(_primitives_with_rules.items()):
+    if prim.abstract_eval is rule:
+      prim.abstract_eval = _with_sharding_rule(prim, rule)
+
+
+def _with_sharding_rule(prim: Primitive, rule: Callable) -> Callable:
+  def abstract_eval(*avals, **params):
+    for a in avals:
+      if type(a) is ShapedArray and a._sharding is not None:
+        return _sharded_abstract_eval(prim, rule, avals, params)
+    return rule(*avals, **params)
+  abstract_eval.rule = rule
+  return abstract_eval
+
+
+def _sharded_abstract_eval(prim: Primitive, rule: Callable, avals, params):
+  """`prim`'s abstract eval when an operand has a sharding: the avals of `rule` with the
+  sharding its sharding rule gives."""
+  out = rule(*avals, **params)
+  srule = sharding_rules.get(prim)
+  if srule is None:
+    if prim in closed_calls:
+      return out
+    split = [a for a in avals if type(a) is ShapedArray and a._sharding is not None]
+    raise NotImplementedError(
+        f"Primitive '{prim.name}' has no sharding rule, and its operands are split over "
+        f"Explicit mesh axes ({', '.join(a.str_short() for a in split)}); stagecraft does not "
+        f"compute the sharding of its result yet. Reshard the operands first "
+        f"(`reshard(x, P())`), or use a mesh whose axes are Auto "
+        f"(`make_mesh(..., axis_types=(AxisType.Auto, ...))`).")
+  shardings = srule(*avals, **params)
+  if prim.multiple_results:
+    if shardings is None:
+      return out
+    return [o.update(sharding=s) if type(o) is ShapedArray else o
+            for o, s in zip(out, shardings)]
+  return out.update(sharding=shardings)
 
 
 #: The generic impl (set by the runtime): lower a one-equation jaxpr, compile once, execute.
@@ -924,6 +1230,13 @@ class Trace:
 
   def invalidate(self):
     self._valid = False
+
+  @property
+  def main(self) -> "Trace":
+    """JAX's (deprecated) `Trace.main`: what identifies the transformation a tracer belongs
+    to; libraries compare `tracer._trace.main is main` (equinox's `filter_jvp`). Here a
+    trace is one transformation's, so it is the trace itself."""
+    return self
 
   def origin_msg(self, tracer: "Tracer") -> str:
     return ""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Any, Callable, Sequence
 
 import optree
@@ -44,7 +45,7 @@ def _flatten(tree):
 
 
 def _unflatten(treedef, leaves):
-  return optree.tree_unflatten(treedef, leaves)
+  return tree_util.tree_unflatten(treedef, leaves)
 
 
 def _fun_name(f: Callable) -> str:
@@ -89,9 +90,33 @@ class CustomVJPPrimal:
     return f"CustomVJPPrimal(value={self.value!r}, perturbed={self.perturbed})"
 
 
+def _signature_with_defaults(fun: Callable):
+  """`fun`'s signature when a parameter has a default (else None: positional arguments need
+  no binding), remembered per function."""
+  try:
+    return _SIGNATURES[fun]
+  except (KeyError, TypeError):   # TypeError: an unhashable callable
+    pass
+  try:
+    sig = inspect.signature(fun)
+    sig = sig if any(p.default is not p.empty for p in sig.parameters.values()) else None
+  except (TypeError, ValueError):
+    sig = None
+  try:
+    _SIGNATURES[fun] = sig
+  except TypeError:
+    pass
+  return sig
+
+
+_SIGNATURES: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary()
+
+
 def _resolve_args(fun: Callable, args: tuple, kwargs: dict, kind: str) -> tuple:
-  """Binds keyword arguments to positions (custom rules take positional arguments)."""
-  if not kwargs:
+  """Binds keyword arguments to positions and fills in the defaults of parameters not
+  passed, as JAX does (custom rules take every argument positionally: `f(x, y=2)` called
+  as `f(1)` gives the rules `(1, 2)`; a defaulted parameter can be in `nondiff_argnums`)."""
+  if not kwargs and _signature_with_defaults(fun) is None:
     return args
   try:
     sig = inspect.signature(fun)
@@ -252,7 +277,7 @@ class custom_jvp:
             core.get_aval(p))), primal_out)
       return primal_out, acc
 
-    jvp.__name__ = f"{_fun_name(self.fun)}_jvps"
+    jvp.__name__ = "jvp"   # NB: as JAX names it (printed `jvp=jvp`)
     self.defjvp(jvp)
 
   @api_boundary
@@ -466,7 +491,17 @@ core.def_closed_call(custom_jvp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_jvp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_jvp_call_p] = _custom_jvp_call_jvp
 batching.axis_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
-core.pp_param_order[custom_jvp_call_p] = ("name", "call_jaxpr", "jvp", "symbolic_zeros")
+
+
+def _custom_jvp_call_pp_rule(eqn, context):
+  # As JAX: `name=` first, then the others sorted, the rule by its name, `num_consts` only
+  # when nonzero.
+  params = {k: v for k, v in eqn.params.items()
+            if k != "name" and not (k == "num_consts" and not v)}
+  return [("name", eqn.params["name"]), *sorted(params.items())]
+
+
+core.pp_eqn_rules[custom_jvp_call_p] = _custom_jvp_call_pp_rule
 
 
 # ---------------------------------------------------------------------------
@@ -624,6 +659,7 @@ def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_t
     return list(p_leaves), list(res_leaves), flat_bwd
 
   flat_fwd.__name__ = fwd_name
+  flat_fwd.bwd_name = _fun_name(cv.bwd)   # printed beside fwd, as JAX prints `bwd=`
   flat_fwd.out_tree = [out_tree]
   return flat_fwd
 
@@ -777,6 +813,7 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
     batched_bwd.__name__ = getattr(bwd, "__name__", "bwd")
     return p_out, list(res), batched_bwd
   batched_fwd.__name__ = getattr(fwd, "__name__", "fwd")
+  batched_fwd.bwd_name = getattr(fwd, "bwd_name", "bwd")
 
   outs = custom_vjp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed, fwd=batched_fwd,
                                 num_consts=len(b_consts) + num_consts,
@@ -788,7 +825,17 @@ core.def_closed_call(custom_vjp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_vjp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_vjp_call_p] = _custom_vjp_call_jvp
 batching.axis_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch
-core.pp_param_order[custom_vjp_call_p] = ("name", "call_jaxpr", "fwd", "symbolic_zeros")
+
+
+def _custom_vjp_call_pp_rule(eqn, context):
+  # As JAX: `name=` first, then the others sorted, with the bwd rule's name beside fwd's.
+  params = {k: v for k, v in eqn.params.items()
+            if k != "name" and not (k == "num_consts" and not v)}
+  params["bwd"] = getattr(eqn.params["fwd"], "bwd_name", "bwd")
+  return [("name", eqn.params["name"]), *sorted(params.items())]
+
+
+core.pp_eqn_rules[custom_vjp_call_p] = _custom_vjp_call_pp_rule
 
 
 # custom_lin(*residuals, *nonzero tangents): the tangent outputs of a custom_vjp function,

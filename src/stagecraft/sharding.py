@@ -38,7 +38,8 @@ from stagecraft.runtime.jax_runtime import jax_module
 __all__ = ["Mesh", "AbstractMesh", "AbstractDevice", "AxisType", "PartitionSpec", "P",
            "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh", "Sharding",
            "set_mesh", "get_mesh", "get_abstract_mesh", "use_abstract_mesh",
-           "unsharded", "check_out_sharding"]
+           "unsharded", "check_out_sharding", "type_sharding", "spec_entries",
+           "ShardingTypeError"]
 
 _mesh_stack: list = []   # meshes entered with `with mesh:` (innermost last)
 
@@ -54,6 +55,13 @@ _abstract_mesh: contextvars.ContextVar = contextvars.ContextVar("stagecraft_abst
 # jit, as JAX's). The platform layer cannot see traces: stagecraft.lax.spmd installs the
 # check (core's current trace is the evaluation trace).
 outside_trace: list = [lambda: True]
+
+
+class ShardingTypeError(Exception):
+  """A program whose shardings in types do not fit (JAX's `ShardingTypeError`): e.g.
+  `a + b` with `a: f32[8@x,4]` and `b: f32[8@y,4]`, or a matmul contracting a dimension
+  split on both sides without `out_sharding=`. Fix: `reshard` an operand, or pass
+  `out_sharding=` to the operation."""
 
 
 class AxisType(enum.Enum):
@@ -835,3 +843,32 @@ def check_out_sharding(out_sharding: Any, where: str) -> None:
         f"{where}: out_sharding={out_sharding!r} splits dimensions over mesh axes; stagecraft "
         f"has no explicit sharding in types (constrain the result with "
         f"with_sharding_constraint or reshard instead)")
+
+
+def type_sharding(s: Any, ndim: int) -> NamedSharding | None:
+  """The sharding in the type (aval) of a rank-`ndim` value laid out by `s` (JAX's sharding
+  in types): `NamedSharding(s.mesh.abstract_mesh, spec)` whose spec has `ndim` entries and
+  names only the mesh's Explicit axes (one name, a tuple of names, or None per dimension);
+  None when no dimension is split over an Explicit axis (the value's type is unsharded), or
+  when `s` is not a NamedSharding."""
+  if not isinstance(s, NamedSharding):
+    return None
+  mesh = s.mesh
+  if AxisType.Explicit not in mesh.axis_types:
+    return None
+  explicit = set(mesh.explicit_axes)
+  entries = []
+  for i in range(ndim):
+    names = tuple(n for n in s.spec._names(i) if n in explicit)
+    entries.append(None if not names else names[0] if len(names) == 1 else names)
+  if all(e is None for e in entries):
+    return None
+  return NamedSharding(mesh.abstract_mesh, PartitionSpec(*entries))
+
+
+def spec_entries(s: NamedSharding | None, ndim: int) -> tuple:
+  """Per dimension, the spec entry of a type sharding (`type_sharding`): None, a name or a
+  tuple of names; all None for `s` None."""
+  if s is None:
+    return (None,) * ndim
+  return tuple(s.spec) + (None,) * (ndim - len(s.spec))

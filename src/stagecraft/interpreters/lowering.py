@@ -340,6 +340,10 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
 
   lowerings = _lowerings
   module = fb.module
+  # NB: in a program over a mesh with Explicit axes, each value whose type says it is split
+  # is constrained to that layout (JAX's sharding in types); other programs pay one check.
+  typed = (module.sdy_mesh is not None and module.manual_depth is None
+           and bool(module.sdy_mesh.explicit_axes))
   for eqn in jaxpr.eqns:
     prim = eqn.primitive
     rule = lowerings.get(prim)
@@ -360,8 +364,35 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
     if len(outs) != len(eqn.outvars):
       raise MissingRuleError(f"Lowering rule of '{prim.name}' returned {len(outs)} values for "
                              f"{len(eqn.outvars)} outputs.")
+    if typed and prim.name in constrained_to_type:
+      outs = [_constrain_to_type(fb, o, v.aval) for o, v in zip(outs, eqn.outvars)]
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
+
+
+#: Names of the primitives whose results, in a program over a mesh with Explicit axes, are
+#: constrained to the sharding in their type: those whose layout the partitioner's
+#: propagation from the operands may not give (a contraction with `out_sharding`, reshapes,
+#: broadcasts). Elementwise ops, transposes and reductions propagate their operands'.
+constrained_to_type = {"dot_general", "reshape", "broadcast_in_dim", "concatenate"}
+
+
+def _constrain_to_type(fb: FuncBuilder, x: str, aval: Any) -> str:
+  """`x` under an `sdy.sharding_constraint` to the sharding in its type, if it has one over
+  the module's mesh."""
+  ts = getattr(aval, "_sharding", None)
+  mesh = fb.module.sdy_mesh
+  if ts is None or (ts.mesh.axis_names, ts.mesh.axis_sizes) != (mesh.axis_names,
+                                                                 mesh.axis_sizes):
+    return x
+  dims = []
+  spec = tuple(ts.spec) + (None,) * (len(aval.shape) - len(ts.spec))
+  for e in spec:
+    names = () if e is None else e if isinstance(e, tuple) else (e,)
+    dims.append("{" + ", ".join(f'"{mesh.sdy_axis_names[n]}"' for n in names) + "}")
+  r = fb.fresh()
+  fb.emit(f"{r} = sdy.sharding_constraint {x} <@mesh, [{', '.join(dims)}]> : {ir_type(aval)}")
+  return r
 
 
 def _op_label(eqn) -> str:

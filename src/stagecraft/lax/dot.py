@@ -19,7 +19,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from stagecraft import dtypes, sharding
+from stagecraft import core, dtypes, sharding
 from stagecraft.core import Primitive, ShapedArray, get_aval
 from stagecraft.lax.elementwise import convert_element_type
 from stagecraft.lax.shape import transpose
@@ -147,7 +147,7 @@ def _free_dims(ndim: int, contracting, batch) -> list[int]:
 
 
 def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_numbers,
-                               precision, preferred_element_type):
+                               precision, preferred_element_type, out_sharding=None):
   (lc, rc), (lb, rb) = dimension_numbers
   _check_dims("lhs", lhs, lc, lb)
   _check_dims("rhs", rhs, rc, rb)
@@ -165,7 +165,50 @@ def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_
   dtype = _dot_general_dtype(lhs, rhs, preferred_element_type)
   shape = (*lbs, *(lhs.shape[d] for d in _free_dims(lhs.ndim, lc, lb)),
            *(rhs.shape[d] for d in _free_dims(rhs.ndim, rc, rb)))
-  return ShapedArray(tuple(shape), dtype)  # NB: never weakly typed, as in JAX
+  # NB: never weakly typed, as in JAX. The type's sharding: `out_sharding`, else the
+  # sharding rule's (run by core when an operand is split).
+  return ShapedArray(tuple(shape), dtype, False,
+                     None if out_sharding is None else
+                     sharding.type_sharding(out_sharding, len(shape)))
+
+
+def _dot_general_sharding_rule(lhs, rhs, *, dimension_numbers, out_sharding=None, **_):
+  """JAX's dot_general sharding rule: batch dimensions (whose entries must agree), then the
+  free dimensions of lhs and of rhs, keep their mesh axes; a contracting dimension split on
+  one side only is all-gathered; split on both sides the result is ambiguous and needs
+  `out_sharding`."""
+  lm = lhs._sharding.mesh if lhs._sharding is not None else None
+  rm = rhs._sharding.mesh if rhs._sharding is not None else None
+  if lm is not None and rm is not None and lm != rm:
+    raise sharding.ShardingTypeError(f"Mesh of both lhs and rhs should match. Got lhs: {lm} "
+                                     f"and rhs: {rm}")
+  if out_sharding is not None:
+    ndim = len(_dot_general_abstract_eval(lhs, rhs, dimension_numbers=dimension_numbers,
+                                          precision=None, preferred_element_type=None).shape)
+    return sharding.type_sharding(out_sharding, ndim)
+  ls = sharding.spec_entries(lhs._sharding, lhs.ndim)
+  rs = sharding.spec_entries(rhs._sharding, rhs.ndim)
+  (lc, rc), (lb, rb) = dimension_numbers
+  lbs, rbs = tuple(ls[d] for d in lb), tuple(rs[d] for d in rb)
+  if any(a is not None and b is not None and a != b for a, b in zip(lbs, rbs)):
+    raise sharding.ShardingTypeError(
+        f"dot_general requires lhs batch dimensions and rhs batch dimensions to have the "
+        f"consistent sharding, got {lbs} and {rbs}.")
+  lcs, rcs = tuple(ls[d] for d in lc), tuple(rs[d] for d in rc)
+  if any(a is not None and b is not None and a != b for a, b in zip(lcs, rcs)):
+    raise sharding.ShardingTypeError(
+        f"dot_general requires contracting dimensions to have consistent sharding, got "
+        f"{lcs} and {rcs}.")
+  if any(a is not None and b is not None for a, b in zip(lcs, rcs)):
+    raise sharding.ShardingTypeError(
+        f"Contracting dimensions are sharded and it is ambiguous how the output should be "
+        f"sharded. Please specify the output sharding via the `out_sharding` parameter. Got "
+        f"lhs_contracting_spec={lcs} and rhs_contracting_spec={rcs}")
+  spec = (*lbs, *(ls[d] for d in _free_dims(lhs.ndim, lc, lb)),
+          *(rs[d] for d in _free_dims(rhs.ndim, rc, rb)))
+  if all(e is None for e in spec):
+    return None
+  return sharding.NamedSharding(lm if lm is not None else rm, sharding.PartitionSpec(*spec))
 
 
 def _dims_attr(dimension_numbers) -> str:
@@ -177,7 +220,7 @@ def _dims_attr(dimension_numbers) -> str:
 
 
 def _dot_general_lowering(ctx, lhs, rhs, *, dimension_numbers, precision,
-                          preferred_element_type):
+                          preferred_element_type, out_sharding=None):
   out = ctx.avals_out[0]
   avals_in = list(ctx.avals_in)
   if avals_in[0].dtype != avals_in[1].dtype:  # XLA's CPU/GPU codegen wants equal dtypes
@@ -209,7 +252,7 @@ def _ranges_like(*xs):
 
 
 def _dot_general_transpose_lhs(ct, x, y, *, dimension_numbers, precision,
-                               preferred_element_type, swap_ans=False):
+                               preferred_element_type, out_sharding=None, swap_ans=False):
   """JAX's `_dot_general_transpose_lhs`: contract the cotangent with `y` over y's free
   dimensions, keeping the batch dimensions, then permute into x's layout."""
   (x_contract, y_contract), (x_batch, y_batch) = dimension_numbers
@@ -224,8 +267,16 @@ def _dot_general_transpose_lhs(ct, x, y, *, dimension_numbers, precision,
   x_contract_sorted_by_y = [x_contract[i] for i in np.argsort(y_contract)]
   unsorted_axes = [*x_batch, *x_kept, *x_contract_sorted_by_y]
   out_axes = tuple(int(i) for i in np.argsort(unsorted_axes))
+  params = {}
+  ct_s, y_s = getattr(get_aval(ct), "_sharding", None), getattr(get_aval(y), "_sharding", None)
+  if x_aval._sharding is not None or ct_s is not None or y_s is not None:
+    # NB: as JAX, the cotangent gets x's type (the contraction may be ambiguous otherwise).
+    xs = sharding.spec_entries(x_aval._sharding, x_aval.ndim)
+    mesh = next(s.mesh for s in (x_aval._sharding, ct_s, y_s) if s is not None)
+    params["out_sharding"] = sharding.NamedSharding(
+        mesh, sharding.PartitionSpec(*[xs[d] for d in unsorted_axes]))
   out = dot_general_p.bind(ct, y, dimension_numbers=dims, precision=precision,
-                           preferred_element_type=preferred_element_type)
+                           preferred_element_type=preferred_element_type, **params)
   x_bar = transpose(out, out_axes)
   if get_aval(x_bar).dtype != x_aval.dtype:
     x_bar = convert_element_type(x_bar, x_aval.dtype, x_aval.weak_type)
@@ -233,7 +284,7 @@ def _dot_general_transpose_lhs(ct, x, y, *, dimension_numbers, precision,
 
 
 def _dot_general_transpose_rhs(ct, x, y, *, dimension_numbers, precision,
-                               preferred_element_type):
+                               preferred_element_type, out_sharding=None):
   """JAX's `_dot_general_transpose_rhs`: the lhs rule with the operands swapped."""
   (x_contract, y_contract), (x_batch, y_batch) = dimension_numbers
   swapped = ((y_contract, x_contract), (y_batch, x_batch))
@@ -242,9 +293,20 @@ def _dot_general_transpose_rhs(ct, x, y, *, dimension_numbers, precision,
                                     swap_ans=True)
 
 
+def _dot_general_pp_rule(eqn, context):
+  # As JAX prints it: params that are None hidden, the out_sharding too (the result's type
+  # shows it), dimension numbers as lists.
+  params = {k: v for k, v in eqn.params.items() if v is not None and k != "out_sharding"}
+  (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+  params["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
+  return sorted(params.items())
+
+
 dot_general_p = Primitive("dot_general")
 dot_general_p.def_abstract_eval(_dot_general_abstract_eval)
+core.sharding_rules[dot_general_p] = _dot_general_sharding_rule
 lowering.register_lowering(dot_general_p, _dot_general_lowering)
+core.pp_eqn_rules[dot_general_p] = _dot_general_pp_rule
 ad.defbilinear(dot_general_p, _dot_general_transpose_lhs, _dot_general_transpose_rhs)
 
 
@@ -275,12 +337,18 @@ def _dot_general_batch_dim_nums(ndims, batch_dims, dimension_numbers):
 
 
 def _dot_general_batch_rule(batched_args, batch_dims, *, dimension_numbers, precision,
-                            preferred_element_type):
+                            preferred_element_type, out_sharding=None):
   lhs, rhs = batched_args
   dims, out_dim = _dot_general_batch_dim_nums((get_aval(lhs).ndim, get_aval(rhs).ndim),
                                               batch_dims, dimension_numbers)
+  params = {}
+  if out_sharding is not None:   # the batch dimension is not split
+    spec = list(out_sharding.spec)
+    spec.insert(out_dim, None)
+    params["out_sharding"] = sharding.NamedSharding(out_sharding.mesh,
+                                                    sharding.PartitionSpec(*spec))
   out = dot_general_p.bind(lhs, rhs, dimension_numbers=dims, precision=precision,
-                           preferred_element_type=preferred_element_type)
+                           preferred_element_type=preferred_element_type, **params)
   return out, out_dim
 
 
@@ -339,14 +407,41 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
     >>> dot_general(x, y, (((2,), (1,)), ((0,), (0,)))).shape   # batched matmul
     (2, 3, 5)
   """
+  params = {}
+  out_sharding = _out_sharding(out_sharding, lhs, rhs, "lax.dot_general")
   if out_sharding is not None:
-    sharding.check_out_sharding(out_sharding, "lax.dot_general")
+    params["out_sharding"] = out_sharding
   pref = (None if preferred_element_type is None
           else dtypes.canonicalize_dtype(preferred_element_type))
   return dot_general_p.bind(lhs, rhs,
                             dimension_numbers=_canonicalize_dimension_numbers(dimension_numbers),
                             precision=canonicalize_precision(precision),
-                            preferred_element_type=pref)
+                            preferred_element_type=pref, **params)
+
+
+def _out_sharding(out_sharding: Any, lhs: Any, rhs: Any, where: str):
+  """`out_sharding=` as the primitive's param: a NamedSharding over the abstract mesh (a
+  PartitionSpec is over the mesh in context), or None when nothing asks for a sharding
+  (no mesh, or an unsplit result of unsplit operands)."""
+  if out_sharding is None:
+    return None
+  if isinstance(out_sharding, sharding.NamedSharding):
+    mesh = out_sharding.mesh.abstract_mesh
+    spec = out_sharding.spec
+  elif isinstance(out_sharding, sharding.PartitionSpec):
+    spec = out_sharding
+    mesh = sharding.get_abstract_mesh()
+    if mesh.empty:
+      typed = [a._sharding for a in (get_aval(lhs), get_aval(rhs))
+               if getattr(a, "_sharding", None) is not None]
+      mesh = typed[0].mesh if typed else None
+  else:
+    raise TypeError(f"{where}: out_sharding must be None, a PartitionSpec or a "
+                    f"NamedSharding, got {type(out_sharding).__name__}")
+  if mesh is None or mesh.empty or sharding.AxisType.Explicit not in mesh.axis_types:
+    sharding.check_out_sharding(out_sharding, where)   # NB: only an unsplit one is accepted
+    return None
+  return sharding.NamedSharding(mesh, spec)
 
 
 def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any = None,
@@ -368,15 +463,13 @@ def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any =
       with explicit dimension numbers for other cases).
     TypeError: as for `dot_general`.
   """
-  if out_sharding is not None:
-    sharding.check_out_sharding(out_sharding, "lax.dot")
   ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
   if not (1 <= len(ls) <= 2 and 1 <= len(rs) <= 2 and ls[-1] == rs[0]):
     raise ValueError(f"stagecraft.lax.dot: dimension_numbers must be specified when not performing "
                      f"simple un-batched matrix-matrix, matrix-vector, or vector-vector "
                      f"products; got lhs_shape={ls} rhs_shape={rs}. Use lax.dot_general.")
   return dot_general(lhs, rhs, (((len(ls) - 1,), (0,)), ((), ())), precision,
-                     preferred_element_type)
+                     preferred_element_type, out_sharding=out_sharding)
 
 
 def batch_matmul(lhs: Any, rhs: Any, precision: Any = None,

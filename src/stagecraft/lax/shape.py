@@ -124,8 +124,16 @@ def _broadcast_in_dim_lowering(ctx, x, *, shape, broadcast_dimensions):
                 attrs=f"broadcast_dimensions = {i64_array(broadcast_dimensions)}")
 
 
+def _broadcast_in_dim_pp_rule(eqn, context):
+  # As JAX prints it: the shape (and sharding) are the result's type; empty
+  # broadcast_dimensions are hidden.
+  return [(k, v) for k, v in sorted(eqn.params.items())
+          if k not in ("shape", "sharding") and not (k == "broadcast_dimensions" and not v)]
+
+
 broadcast_in_dim_p.def_abstract_eval(_broadcast_in_dim_abstract_eval)
 lowering.register_lowering(broadcast_in_dim_p, _broadcast_in_dim_lowering)
+core.pp_eqn_rules[broadcast_in_dim_p] = _broadcast_in_dim_pp_rule
 
 
 def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
@@ -273,6 +281,9 @@ def _reshape_lowering(ctx, x, *, new_sizes, dimensions):
 
 reshape_p.def_abstract_eval(_reshape_abstract_eval)
 lowering.register_lowering(reshape_p, _reshape_lowering)
+# NB: printed with JAX's `sharding=None` (stagecraft's reshape has no sharding param).
+core.pp_eqn_rules[reshape_p] = lambda eqn, context: sorted(
+    {"sharding": None, **eqn.params}.items())
 ad.deflinear(reshape_p, lambda ct, operand, *, new_sizes, dimensions: [
     reshape(ct, operand.aval.shape)])
 
@@ -932,6 +943,9 @@ def _iota_lowering(ctx, *, dtype, shape, dimension):
 
 iota_p.def_abstract_eval(_iota_abstract_eval)
 lowering.register_lowering(iota_p, _iota_lowering)
+# NB: printed with JAX's `sharding=None` (stagecraft's iota has no sharding param).
+core.pp_eqn_rules[iota_p] = lambda eqn, context: sorted(
+    {"sharding": None, **eqn.params}.items())
 ad.defjvp_zero(iota_p)   # NB: iota takes no operands, so nothing is ever differentiated
 
 

@@ -45,6 +45,7 @@ from stagecraft.lax import parallel
 from stagecraft.lax.control_flow.conditionals import cond_p
 from stagecraft.lax.control_flow.loops import scan_p
 from stagecraft.lax.control_flow.while_op import while_p
+from stagecraft.lax import sharding_rules
 from stagecraft.lax.shape import reshape
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
@@ -54,7 +55,7 @@ from stagecraft.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 __all__ = ["xla_pmap_p", "sharding_constraint_p", "with_sharding_constraint", "shard_map_p",
            "global_aval", "local_aval", "split_size", "shard_map_env", "pmap_executable",
-           "enclosing_shard_map", "reshard"]
+           "enclosing_shard_map", "reshard", "reshard_p", "reshard_to_type"]
 
 # NB: `set_mesh`/`get_mesh` are refused while a transformation traces; the platform layer
 # (sharding.py) cannot see traces, so the check is installed from here.
@@ -289,8 +290,18 @@ xla_pmap_p.def_impl(_pmap_impl)
 sharding_constraint_p = core.Primitive("sharding_constraint")
 
 
+def _sc_type(aval, s):
+  # NB: on a mesh with Explicit axes the constrained value has that layout in its type
+  # (an untyped operand takes it; a typed one must already have it: with_sharding_constraint
+  # checks); on other meshes the type is the operand's.
+  if AxisType.Explicit in s.mesh.axis_types:
+    return sharding.type_sharding(s, aval.ndim)
+  return aval._sharding
+
+
 def _sc_abstract_eval(aval, *, sharding):
-  return aval
+  ts = _sc_type(aval, sharding)
+  return aval if ts is aval._sharding else aval.update(sharding=ts)
 
 
 sharding_constraint_p.def_abstract_eval(_sc_abstract_eval)
@@ -339,6 +350,7 @@ def _sc_lowering(ctx, x, *, sharding):
   return [r]
 
 
+core.sharding_rules[sharding_constraint_p] = lambda x, *, sharding: _sc_type(x, sharding)
 ad.primitive_jvps[sharding_constraint_p] = _sc_jvp
 ad.primitive_transposes[sharding_constraint_p] = _sc_transpose
 batching.primitive_batchers[sharding_constraint_p] = _sc_batch
@@ -373,24 +385,138 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
       continue
     aval = core.get_aval(leaf)
     check_spec_fits(s, aval, f"with_sharding_constraint at {path or 'the value'}")
+    if s.mesh.are_all_axes_explicit and isinstance(leaf, core.Tracer):
+      want = sharding.type_sharding(s, aval.ndim)
+      if aval._sharding is not None and want != aval._sharding:
+        have = sharding.spec_entries(aval._sharding, aval.ndim)
+        raise AssertionError(
+            f"`with_sharding_constraint` acts as an assert when all axes of mesh are of type "
+            f"`Explicit`. The array sharding: {PartitionSpec(*have)!r} did not match the "
+            f"sharding provided: {s.spec!r}. Please use `jax.sharding.reshard` to shard your "
+            f"input to the sharding you want.")
     outs.append(sharding_constraint_p.bind(leaf, sharding=s))
-  return optree.tree_unflatten(treedef, outs)
+  return tree_util.tree_unflatten(treedef, outs)
 
 
-spmd.traced_device_put[0] = lambda x, s: sharding_constraint_p.bind(x, sharding=s)
+
+
+# ===========================================================================
+# reshard: changes the sharding in a value's type (JAX's `reshard_p`)
+
+reshard_p = core.Primitive("reshard")
+
+
+def _type_of(dst: NamedSharding, ndim: int):
+  return sharding.type_sharding(dst, ndim)
+
+
+def _reshard_abstract_eval(aval, *, dst_sharding):
+  return aval.update(sharding=_type_of(dst_sharding, aval.ndim))
+
+
+def _reshard_impl(x, *, dst_sharding):
+  dst = dst_sharding
+  src = x._sharding if type(x) is Array else None
+  if isinstance(src, NamedSharding) and isinstance(src.mesh, Mesh) and (
+      src.mesh.axis_names, src.mesh.axis_sizes) == (dst.mesh.axis_names,
+                                                    dst.mesh.axis_sizes):
+    # NB: eagerly the type's AbstractMesh is the mesh the operand lives on
+    return spmd.device_put_sharded(x, NamedSharding(src.mesh, dst.spec))
+  mesh = sharding.current_mesh()
+  if mesh is None or (mesh.axis_names, mesh.axis_sizes) != (dst.mesh.axis_names,
+                                                            dst.mesh.axis_sizes):
+    # NB: a value on no mesh (an eager cotangent made on one device): the next operation
+    # with an operand on the mesh places it.
+    return x
+  return spmd.device_put_sharded(x, NamedSharding(mesh, dst.spec))
+
+
+def _reshard_transpose(ct, x, *, dst_sharding):
+  if type(ct) is ad.Zero:
+    return [None]
+  return [reshard_to_type(ct, x.aval._sharding, core.get_aval(ct)._sharding)]
+
+
+def _reshard_batch(args, dims, *, dst_sharding):
+  (x,), (d,) = args, dims
+  spec = list(dst_sharding.spec) + [None] * (x.ndim - 1 - len(dst_sharding.spec))
+  spec.insert(d, None)
+  return reshard_p.bind(x, dst_sharding=NamedSharding(dst_sharding.mesh,
+                                                      PartitionSpec(*spec))), d
+
+
+def _reshard_lowering(ctx, x, *, dst_sharding):
+  module = ctx.module
+  mesh = module.sdy_mesh
+  if mesh is None or module.manual_depth is not None:
+    return [x]
+  if (mesh.axis_names, mesh.axis_sizes) != (dst_sharding.mesh.axis_names,
+                                            dst_sharding.mesh.axis_sizes):
+    raise ValueError(f"reshard: the sharding {dst_sharding} is over another mesh than the "
+                     f"program's ({mesh}).")
+  aval = ctx.avals_in[0]
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} "
+              f"{NamedSharding(mesh, dst_sharding.spec)._sdy(len(aval.shape))} : "
+              f"{lowering.ir_type(aval)}")
+  return [r]
+
+
+reshard_p.def_abstract_eval(_reshard_abstract_eval)
+reshard_p.def_impl(_reshard_impl)
+ad.deflinear(reshard_p, _reshard_transpose)
+batching.primitive_batchers[reshard_p] = _reshard_batch
+lowering.register_lowering(reshard_p, _reshard_lowering)
+core.sharding_rules[reshard_p] = lambda x, *, dst_sharding: _type_of(dst_sharding, x.ndim)
+
+
+def reshard_to_type(x: Any, ts: NamedSharding | None, have: NamedSharding | None) -> Any:
+  """`x` (of type sharding `have`) resharded to the type sharding `ts` (None: no
+  dimension split, over the mesh of `have`)."""
+  if ts is None:
+    if have is None:
+      return x
+    ts = NamedSharding(have.mesh, PartitionSpec())
+  return reshard_p.bind(x, dst_sharding=ts)
 
 
 def reshard(xs: Any, out_shardings: Any) -> Any:
   """Lays `xs` (an array or pytree) out by `out_shardings` (a NamedSharding, or a bare
   PartitionSpec meaning NamedSharding(mesh set by `set_mesh`, spec), or a pytree prefix of
-  them), as JAX's `jax.reshard`: outside jit a device_put, inside jit a sharding constraint
-  (stagecraft keeps no shardings in types, so it is `with_sharding_constraint`).
+  them), as JAX's `jax.sharding.reshard`: outside jit a device_put; traced, the `reshard`
+  primitive, whose result's type has the new sharding (`f32[8,4@x]`) when the mesh has
+  Explicit axes (on other meshes it is a sharding constraint).
 
   Raises:
     ValueError: a bare PartitionSpec with no mesh set; a spec that does not fit a value.
     TypeError: something that is not a sharding.
   """
-  return with_sharding_constraint(xs, out_shardings)
+  leaves, treedef = optree.tree_flatten(xs, none_is_leaf=False, namespace=tree_util.NAMESPACE)
+  shs = spmd.flatten_shardings(out_shardings, xs, "reshard out_shardings")
+  outs = []
+  for leaf, s in zip(leaves, shs):
+    if s is None:
+      outs.append(leaf)
+      continue
+    aval = core.get_aval(leaf)
+    check_spec_fits(s, aval, "reshard")
+    if not isinstance(leaf, core.Tracer):
+      outs.append(spmd.device_put_sharded(leaf, s))
+    elif AxisType.Explicit in s.mesh.axis_types:
+      outs.append(reshard_p.bind(leaf, dst_sharding=NamedSharding(s.mesh.abstract_mesh,
+                                                                  s.spec)))
+    else:
+      outs.append(sharding_constraint_p.bind(leaf, sharding=s))
+  return tree_util.tree_unflatten(treedef, outs)
+
+
+def _traced_device_put(x, s: NamedSharding):
+  if AxisType.Explicit in s.mesh.axis_types:
+    return reshard_p.bind(x, dst_sharding=NamedSharding(s.mesh.abstract_mesh, s.spec))
+  return sharding_constraint_p.bind(x, sharding=s)
+
+
+spmd.traced_device_put[0] = _traced_device_put
 
 
 # ===========================================================================
@@ -411,14 +537,22 @@ def split_size(mesh: Mesh, spec: PartitionSpec, i: int) -> int:
 
 
 def global_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh) -> ShapedArray:
-  """The global aval of a per-device block `aval` assembled by `spec`."""
-  return aval.update(shape=tuple(d * split_size(mesh, spec, i) for i, d in enumerate(aval.shape)))
+  """The global aval of a per-device block `aval` assembled by `spec` (typed by the
+  dimensions `spec` splits over Explicit mesh axes)."""
+  shape = tuple(d * split_size(mesh, spec, i) for i, d in enumerate(aval.shape))
+  ts = sharding.type_sharding(NamedSharding(mesh, spec), len(shape))
+  if ts is not None:   # NB: as JAX's shard_map results, without trailing None entries
+    entries = list(ts.spec)
+    while entries and entries[-1] is None:
+      entries.pop()
+    ts = NamedSharding(ts.mesh, PartitionSpec(*entries))
+  return aval.update(shape=shape, sharding=ts)
 
 
 def local_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh) -> ShapedArray:
   """The per-device block of a global `aval` split by `spec` (dimensions divide)."""
   return aval.update(shape=tuple(d // split_size(mesh, spec, i)
-                                 for i, d in enumerate(aval.shape)))
+                                 for i, d in enumerate(aval.shape)), sharding=None)
 
 
 def _shard_map_abstract_eval(*avals, jaxpr, mesh, out_specs, **_):
@@ -676,3 +810,10 @@ mapping.vma_rules[while_p] = _while_vma
 mapping.vma_rules[cond_p] = _cond_vma
 
 
+# ===========================================================================
+# Sharding in types: the maps' results have the types their abstract evals give; the
+# transposes of linear primitives keep their operands' types (lax/sharding_rules.py).
+
+core.sharding_rules[shard_map_p] = lambda *avals, **params: None
+core.sharding_rules[xla_pmap_p] = lambda *avals, **params: None
+sharding_rules.wrap_transposes(reshard_to_type)

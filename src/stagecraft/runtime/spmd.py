@@ -46,7 +46,7 @@ from stagecraft.interpreters import lowering, mapping
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
 from stagecraft.sharding import (Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding,
-                                 to_named)
+                                 to_named, type_sharding)
 
 __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program",
            "replicated_executable", "chain_devices", "flatten_shardings",
@@ -54,7 +54,8 @@ __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program
            "named_from_hlo", "compile_sharded", "resolve", "traced_device_put",
            "check_spec_fits", "device_put_sharded", "make_array_from_callback",
            "make_array_from_single_device_arrays", "make_array_from_process_local_data",
-           "apply_primitive", "call_closed", "call_closed_executable", "device_put"]
+           "apply_primitive", "call_closed", "call_closed_executable", "device_put",
+           "typed_aval", "from_type"]
 
 # ---------------------------------------------------------------------------
 # Executables
@@ -173,6 +174,26 @@ def _shard_local(v: np.ndarray, aval: ShapedArray, sharding: NamedSharding, me: 
 _interned: dict = {}
 
 
+_type_shardings: dict = {}
+
+
+def typed_aval(aval: ShapedArray, s: Any) -> ShapedArray:
+  """`aval` with the sharding in its type of a value laid out by `s` (JAX's sharding in
+  types: the dimensions split over Explicit mesh axes; none for other layouts)."""
+  try:
+    # NB: NamedShardings of equal layouts compare equal whatever their axes are called or
+    # typed; the type names the axes, so the key does too.
+    key = (s, tuple(s.spec), s.mesh.axis_names, s.mesh.axis_types, len(aval.shape))
+    ts = _type_shardings[key]
+  except KeyError:
+    ts = _type_shardings[key] = type_sharding(s, len(aval.shape))
+  except (TypeError, AttributeError):   # NB: not a NamedSharding
+    ts = None
+  if ts is aval._sharding:
+    return aval
+  return aval.update(sharding=ts)
+
+
 def intern_sharding(sh: NamedSharding) -> NamedSharding:
   """One NamedSharding object per layout, so a result fed back into the program that made
   it is recognised by identity."""
@@ -199,6 +220,7 @@ class SpmdExecutable:
     self.out_avals = list(out_avals)
     self.in_shardings = [intern_sharding(s) for s in in_shardings]
     self.out_shardings = [intern_sharding(s) for s in out_shardings]
+    self.out_avals = [typed_aval(a, s) for a, s in zip(self.out_avals, self.out_shardings)]
     self.text = text
     self.donated = tuple(donated)
     # The host callbacks of the program (each device calls them): it then runs to
@@ -411,7 +433,8 @@ def _collect(jaxpr: Jaxpr, found: list):
     for v in eqn.params.values():   # a mesh, or a sharding over one (constraints)
       if isinstance(v, Mesh):
         found.append((v, f"{eqn.primitive.name} inside jit"))
-      elif isinstance(v, NamedSharding):
+      elif isinstance(v, NamedSharding) and isinstance(v.mesh, Mesh):
+        # NB: a sharding over an AbstractMesh (a type: reshard, out_sharding) names no devices
         found.append((v.mesh, f"{eqn.primitive.name} inside jit"))
     for sub in core.subjaxprs(eqn):
       _collect(sub, found)
@@ -601,7 +624,34 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
                      "\nMove the argument with stagecraft.device_put(x, sharding) first, or "
                      "pass in_shardings matching it.")
   outs = [None if s is None else on_mesh(s, mesh) for s in explicit_out]
-  return mesh, [None] * nconst + ins, outs
+  ins = [None] * nconst + ins
+  if mesh.axis_names and mesh.are_all_axes_explicit:
+    # NB: on a mesh of Explicit axes a value whose type splits it has that layout (JAX's
+    # sharding in types), and one of an unsplit type is replicated; but when jit was given
+    # in_shardings/out_shardings, unsplit types are left to the partitioner (the avals of
+    # jit's in_shardings are not typed yet).
+    typed_only = not any(s is not None for s in (*explicit_in, *explicit_out)) and all(
+        not isinstance(c, NamedSharding) or
+        type_sharding(c, len(v.aval.shape)) == getattr(v.aval, "_sharding", None)
+        for c, v in zip(committed, jaxpr.invars[nconst:]))
+    ins = [s if s is not None or (getattr(v.aval, "_sharding", None) is None
+                                  and not typed_only)
+           else from_type(v.aval, mesh) for s, v in zip(ins, jaxpr.invars)]
+    outs = [s if s is not None or (getattr(v.aval, "_sharding", None) is None
+                                   and not typed_only)
+            else from_type(v.aval, mesh) for s, v in zip(outs, jaxpr.outvars)]
+  return mesh, ins, outs
+
+
+def from_type(aval: Any, mesh: Mesh) -> NamedSharding | None:
+  """The NamedSharding over `mesh` of a value of type `aval` (its split dimensions; a value
+  with none is replicated), or None when the type is over a mesh of other axes."""
+  ts = getattr(aval, "_sharding", None)
+  if ts is None:   # NB: JAX's spec of an unsplit value: P(None, ...), one per dimension
+    return NamedSharding(mesh, PartitionSpec(*[None] * len(getattr(aval, "shape", ()))))
+  if (ts.mesh.axis_names, ts.mesh.axis_sizes) != (mesh.axis_names, mesh.axis_sizes):
+    return None
+  return NamedSharding(mesh, ts.spec)
 
 
 # ---------------------------------------------------------------------------
@@ -639,7 +689,8 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
   if isinstance(x, core.Tracer):
     return traced_device_put[0](x, sharding)
   s = intern_sharding(sharding)
-  if type(x) is Array and x._sharding is not None and x._sharding == s:
+  aval = typed_aval(aval, s)
+  if type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval:
     return x
   buf = shard_arg(x, aval, s)
   dispatch.placement_used[0] = True
@@ -674,7 +725,8 @@ def make_array_from_callback(shape: Sequence[int], sharding: NamedSharding,
                                 [p.astype(dt, copy=False)], [d], True, False, enable_x64=True)
           for d, p in zip(devs, pieces)]
   dispatch.placement_used[0] = True
-  return Array(xc.ArrayImpl(aval, sharding._runtime, bufs, True, True), aval, None, sharding)
+  return Array(xc.ArrayImpl(aval, sharding._runtime, bufs, True, True),
+               typed_aval(aval, sharding), None, sharding)
 
 
 def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSharding,
@@ -731,7 +783,7 @@ def make_array_from_process_local_data(sharding: NamedSharding, local_data: Any,
   except ValueError as e:
     raise ValueError(f"make_array_from_process_local_data: {e}") from None
   dispatch.placement_used[0] = True
-  return Array(buf, aval, None, sharding)
+  return Array(buf, typed_aval(aval, sharding), None, sharding)
 
 
 def _grow(sharding: NamedSharding, local_shape) -> tuple:

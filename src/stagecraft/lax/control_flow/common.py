@@ -11,12 +11,14 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import optree
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import partial_eval as pe
+from stagecraft.lax import elementwise
 
 _NS = tree_util.NAMESPACE
 
@@ -26,7 +28,7 @@ def flatten(tree) -> tuple[list, Any]:
 
 
 def unflatten(treedef, leaves):
-  return optree.tree_unflatten(treedef, leaves)
+  return tree_util.tree_unflatten(treedef, leaves)
 
 
 _trace_cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
@@ -126,19 +128,27 @@ def typematch(a: ShapedArray, b: ShapedArray) -> bool:
 
 def promote_weak(in_avals: Sequence[ShapedArray], out_avals: Sequence[ShapedArray]
                  ) -> list[ShapedArray] | None:
-  """Input avals promoted where the input is weakly typed and the matching output is not of
-  its type, as JAX's `_promote_weak_typed_inputs`: a weak input takes the dtype it promotes
-  to with the output (`scan` with init `0` and a float32 body carries float32), and becomes
-  strong where the output is (`fori_loop(0, n, f, 0.0)` with an f32 body). None when
-  nothing changes."""
+  """Input avals promoted where the input is weakly typed and the matching output has
+  another dtype, as JAX's `_promote_weak_typed_input`: a weak input takes the dtype it
+  promotes to with the output, strongly typed (`scan` with init `0` and a float32 body
+  carries float32). A weak input whose output has its dtype but is strong stays weak (the
+  body converts it where it meets strong values, as in JAX). None when nothing changes."""
   new = []
   for a, b in zip(in_avals, out_avals):
-    if a.weak_type and a.shape == b.shape and (a.dtype != b.dtype or not b.weak_type):
-      dt, weak = dtypes.result_type(a, b, return_weak_type_flag=True)
-      a = a.update(dtype=dt, weak_type=weak and b.weak_type)
+    if a.weak_type and a.shape == b.shape and a.dtype != b.dtype:
+      a = a.update(dtype=dtypes.result_type(a, b), weak_type=False)
     new.append(a)
   return None if new == list(in_avals) else new
 
 
+def cast(x: Any, dtype) -> Any:
+  """`convert_element_type(x, dtype)`, done on the host for a Python or NumPy scalar (it
+  enters the jaxpr as a literal, as JAX converts constants), staged for arrays."""
+  if type(x) in (bool, int, float, complex) or isinstance(x, np.generic):
+    with np.errstate(all="ignore"):
+      return np.asarray(x).astype(dtype)[()]
+  return elementwise.convert_element_type(x, dtype)
+
+
 __all__ = ["trace_jaxpr", "pad_invars", "type_diffs", "leaf_paths", "typematch",
-           "promote_weak", "flatten", "unflatten"]
+           "promote_weak", "cast", "flatten", "unflatten"]

@@ -536,4 +536,3 @@ ad.primitive_transposes[cond_p] = _cond_transpose
 batching.axis_primitive_batchers[cond_p] = _cond_batch
 pe.dce_rules[cond_p] = _cond_dce
 mapping.replication_rules[cond_p] = _cond_replication
-core.pp_param_order[cond_p] = ("branches",)

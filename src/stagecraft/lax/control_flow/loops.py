@@ -118,7 +118,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
   nk = len(init_flat)
   promoted = common.promote_weak(carry_avals, closed.out_avals[:nk])
   if promoted is not None:
-    init_flat = [x if a.dtype == p.dtype else elementwise.convert_element_type(x, p.dtype)
+    init_flat = [x if a.dtype == p.dtype else common.cast(x, p.dtype)
                  for x, a, p in zip(init_flat, carry_avals, promoted)]
     carry_avals = promoted
     closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, promoted, x_avals)
@@ -265,11 +265,8 @@ def _scan_lowering(ctx, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: i
   return [*carry, *ys]
 
 
-
 scan_p.def_abstract_eval(_scan_abstract_eval)
 lowering.register_lowering(scan_p, _scan_lowering)
-core.pp_param_order[scan_p] = ("length", "reverse", "unroll", "num_consts", "num_carry",
-                               "jaxpr")
 
 
 # ---------------------------------------------------------------------------
@@ -661,23 +658,28 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
       i, x = carry
       return (i + 1, body_fun(i, x)), None
 
-    i0 = elementwise.convert_element_type(lo, dtype) if not (la.weak_type and ua.weak_type) else lo
-    (_, out), _ = scan(step, (i0, init_val), None, length=n,
+    # NB: the index starts as a Python int (weakly typed), whatever the bounds' dtype, as
+    # in JAX.
+    (_, out), _ = scan(step, (lo, init_val), None, length=n,
                        unroll=1 if unroll is None else unroll)
     return out
   if unroll is not None and unroll is not False and unroll != 1:
     raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "
                      "known: pass Python ints (not traced values) as lower and upper, or drop "
                      "unroll.")
-  lower = elementwise.convert_element_type(lower, dtype)
-  upper = elementwise.convert_element_type(upper, dtype)
+  # NB: bounds of the index's dtype are used as they are (no conversion), as in JAX.
+  if la.dtype != dtype:
+    lower = common.cast(lower, dtype)
+  if ua.dtype != dtype:
+    upper = common.cast(upper, dtype)
 
   def cond(c):
     return elementwise.lt(c[0], c[1])
 
   def body(c):
     i, hi, x = c
-    return (elementwise.add(i, elementwise.convert_element_type(1, dtype)), hi, body_fun(i, x))
+    return (elementwise.add(i, np.asarray(1, core.get_aval(i).dtype)[()]), hi,
+            body_fun(i, x))
 
   return while_loop(cond, body, (lower, upper, init_val))[2]
 

@@ -71,7 +71,7 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
       cond_fun, body_fun, args_tree, in_tree, avals)
   new_avals = common.promote_weak(avals, body_closed.out_avals)
   if new_avals is not None:
-    init_vals = [x if a == b else elementwise.convert_element_type(x, b.dtype)
+    init_vals = [x if a == b else common.cast(x, b.dtype)
                  for x, a, b in zip(init_vals, avals, new_avals)]
     avals = new_avals
     cond_closed, cond_consts, body_closed, body_consts = _trace_loop(
@@ -129,7 +129,7 @@ def _split(xs: Sequence[Any], cond_nconsts: int, body_nconsts: int):
 
 def _while_abstract_eval(*avals, cond_jaxpr: ClosedJaxpr, body_jaxpr: ClosedJaxpr,
                          cond_nconsts: int, body_nconsts: int):
-  return list(body_jaxpr.in_avals[body_nconsts:])
+  return list(body_jaxpr.out_avals)   # NB: a weak carry may come out strong, as in JAX
 
 
 def _while_lowering(ctx, *args, cond_jaxpr: ClosedJaxpr, body_jaxpr: ClosedJaxpr,
@@ -478,5 +478,3 @@ ad.primitive_transposes[while_p] = _while_transpose
 batching.axis_primitive_batchers[while_p] = _while_batch
 pe.dce_rules[while_p] = _while_dce
 mapping.replication_rules[while_p] = _while_replication
-# Printed as JAX does (params sorted by name).
-core.pp_param_order[while_p] = ("body_jaxpr", "body_nconsts", "cond_jaxpr", "cond_nconsts")
