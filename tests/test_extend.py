@@ -845,9 +845,6 @@ def test_tracers_are_arrays():
   assert seen == [(True, True)] * 6
 
 
-# NB: needs jnp.issubdtype to know extended dtypes (a patch to numpy/lax_numpy.py, reported
-# by the ecosystem work); drop the marker once it is in.
-@pytest.mark.xfail(raises=TypeError, reason="jnp.issubdtype does not know key dtypes yet")
 def test_jnp_issubdtype_of_typed_keys():
   key = sc.random.key(0)
   assert snp.issubdtype(key.dtype, sc.dtypes.prng_key)

@@ -363,8 +363,9 @@ def test_statistical_sanity():
      "expected 'high' or 'low'"),
     (lambda: random.gumbel(random.PRNGKey(0), (2,), mode="x"), ValueError,
      "Must provide valid mode for gumbel got: x"),
-    (lambda: random.uniform(random.PRNGKey(0), 3), TypeError,
-     "shape must be a sequence of integers"),
+    # NB: as JAX, samplers take an int shape (`uniform(key, 3)`: shape (3,)); choice not
+    (lambda: random.choice(random.PRNGKey(0), 3, 5), TypeError,
+     "shape argument of stagecraft.random.choice must be a sequence"),
     (lambda: random.choice(random.PRNGKey(0), 3, (5,), replace=False), ValueError,
      r"Cannot take a larger sample \(size 5\) than population \(size 3\) when "
      r"'replace=False'"),

@@ -266,3 +266,21 @@ def test_uninstall_restores_version_and_src():
   assert stagecraft.version.__version__ == version
   assert "_src" not in vars(stagecraft)
   assert not stagecraft.tree_util.registration_hooks
+
+
+def test_install_serves_stagecraft_exceptions_under_jax_src_names():
+  """`from jax._src.dtypes import TypePromotionError` (equinox catches it) is the class that
+  stagecraft raises while installed; JAX's own class is back after `uninstall()`."""
+  real_dtypes = jax_runtime.jax_module("jax._src.dtypes")
+  real_cls = real_dtypes.TypePromotionError
+  assert real_cls is not stagecraft.dtypes.TypePromotionError
+  compat.install()
+  try:
+    from jax._src.dtypes import TypePromotionError
+    assert TypePromotionError is stagecraft.dtypes.TypePromotionError
+    with stagecraft.numpy_dtype_promotion("strict"):
+      with pytest.raises(TypePromotionError):
+        stagecraft.numpy.ones(2, "float16") + stagecraft.numpy.ones(2, "float32")
+  finally:
+    compat.uninstall()
+  assert real_dtypes.TypePromotionError is real_cls

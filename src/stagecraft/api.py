@@ -3,7 +3,6 @@
 `stagecraft.pjit`, below the libraries that use it)."""
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -19,7 +18,7 @@ from stagecraft import lax, numpy as jnp
 from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.interpreters.mapping import mapped_aval, varying_axes
 from stagecraft.lax.spmd import pmap_executable, xla_pmap_p
-from stagecraft.pjit import jit, trace_flat
+from stagecraft.pjit import jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
 
@@ -54,7 +53,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
   """
   static_argnums = normalize_argnums(static_argnums, "static_argnums")
 
-  @functools.wraps(fun)
+  @wraps(fun)
   @api_boundary
   def make(*args, **kwargs):
     traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
@@ -88,7 +87,7 @@ def eval_shape(fun: Callable, *args, **kwargs):
 def _flat_fun(fun: Callable, in_tree, has_aux: bool, store: list):
   """`fun` on flat inputs with flat outputs; records (out_tree, n_out, aux_tree)."""
   def flat(*leaves):
-    args = optree.tree_unflatten(in_tree, leaves)
+    args = tree_util.tree_unflatten(in_tree, leaves)
     out = fun(*args)
     aux = None
     if has_aux:
@@ -99,9 +98,30 @@ def _flat_fun(fun: Callable, in_tree, has_aux: bool, store: list):
     out_leaves, out_tree = flatten(out)
     check_out_leaves(out_leaves, out_tree, fun_name(fun), "differentiation")
     aux_leaves, aux_tree = flatten(aux)
-    store[:] = [out_tree, len(out_leaves), aux_tree]
-    return [*out_leaves, *aux_leaves]
+    aux_spec = _AuxSpec(aux_tree, aux_leaves)
+    store[:] = [out_tree, len(out_leaves), aux_spec]
+    return [*out_leaves, *aux_spec.traced(aux_leaves)]
   return flat
+
+
+class _AuxSpec:
+  """How to rebuild the aux output of a `has_aux` function from its traced leaves: as in
+  JAX, aux leaves that are not tracers (strings, `object()`s, concrete arrays) come back
+  as they were, untouched; only the tracers go through the transformation (equinox returns
+  such aux data from `filter_grad` / `filter_vjp`)."""
+  __slots__ = ("tree", "static")
+
+  def __init__(self, tree, leaves: Sequence[Any]):
+    self.tree = tree
+    self.static = [None if isinstance(a, core.Tracer) else (a,) for a in leaves]
+
+  def traced(self, leaves: Sequence[Any]) -> list:
+    return [a for a, s in zip(leaves, self.static) if s is None]
+
+  def unflatten(self, traced: Sequence[Any]) -> Any:
+    it = iter(traced)
+    return tree_util.tree_unflatten(self.tree, [next(it) if s is None else s[0]
+                                             for s in self.static])
 
 
 def _linearize(fun: Callable, primals: Sequence[Any], has_aux: bool):
@@ -142,6 +162,11 @@ def _out_tangent(t, primal):
   (JAX's tangents follow their primal's weak type)."""
   t = ad.instantiate_zeros(t)
   pa, ta = core.get_aval(primal), core.get_aval(t)
+  if (isinstance(primal, (Array, core.Tracer)) and not isinstance(t, (Array, core.Tracer))
+      and ta.dtype != dtypes.float0):
+    # NB: a host tangent passed through untouched (the tangent of `x + 1` is the input's
+    # tangent `1.0`) comes back as an Array when its primal is one, as in JAX.
+    return lax.convert_element_type(t, ta.dtype, weak_type=pa.weak_type)
   if ta.weak_type != pa.weak_type and ta.dtype == pa.dtype and ta.dtype != dtypes.float0:
     return lax.convert_element_type(t, ta.dtype, weak_type=pa.weak_type)
   return t
@@ -184,11 +209,11 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   t_in = [ad.Zero.from_value(p) if _is_float0(t) else t for p, t in zip(p_leaves, t_leaves)]
   p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in)
   out_tree, n_out, aux_tree = store
-  primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
-  tangents_out = optree.tree_unflatten(out_tree, [_out_tangent(t, p) for t, p in
+  primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
+  tangents_out = tree_util.tree_unflatten(out_tree, [_out_tangent(t, p) for t, p in
                                                   zip(t_out[:n_out], p_out)])
   if has_aux:
-    return primals_out, tangents_out, optree.tree_unflatten(aux_tree, p_out[n_out:])
+    return primals_out, tangents_out, aux_tree.unflatten(p_out[n_out:])
   return primals_out, tangents_out
 
 
@@ -203,7 +228,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
   """
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
    aux_tree) = _linearize(fun, primals, has_aux)
-  primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
+  primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
 
   def f_jvp(*tangents):
     t_leaves, t_tree = flatten(tuple(tangents))
@@ -216,10 +241,10 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
     it = iter(vals)
     outs = [_out_tangent(ad.Zero(ad.tangent_aval(core.get_aval(p))) if z else next(it), p)
             for p, z in zip(p_out, zero_outs)]
-    return optree.tree_unflatten(out_tree, outs[:n_out])
+    return tree_util.tree_unflatten(out_tree, outs[:n_out])
 
   if has_aux:
-    return primals_out, f_jvp, optree.tree_unflatten(aux_tree, p_out[n_out:])
+    return primals_out, f_jvp, aux_tree.unflatten(p_out[n_out:])
   return primals_out, f_jvp
 
 
@@ -241,13 +266,13 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
     raise NotImplementedError("reduce_axes argument to vjp is deprecated")
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
    aux_tree) = _linearize(fun, primals, has_aux)
-  primals_out = optree.tree_unflatten(out_tree, p_out[:n_out])
+  primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
   out_avals = [ad.tangent_aval(core.get_aval(p)) for p in p_out]
   pullback = _Pullback(fun_name(fun), lin, out_tree, n_out, p_tree, out_avals,
                        [i for i, z in enumerate(zero_outs) if not z])
   vjp_fn = VJP(pullback, list(residuals))
   if has_aux:
-    return primals_out, vjp_fn, optree.tree_unflatten(aux_tree, p_out[n_out:])
+    return primals_out, vjp_fn, aux_tree.unflatten(p_out[n_out:])
   return primals_out, vjp_fn
 
 
@@ -278,7 +303,7 @@ class _Pullback:
     n_res = len(residuals)
     args = [*residuals, *[ad.UndefinedPrimal(v.aval) for v in self.lin.invars[n_res:]]]
     cts_in = ad.backward_pass(self.lin, args, cts)[n_res:]
-    return optree.tree_unflatten(self.in_tree, [ad.instantiate_zeros(c) for c in cts_in])
+    return tree_util.tree_unflatten(self.in_tree, [ad.instantiate_zeros(c) for c in cts_in])
 
 
 class VJP:
@@ -347,7 +372,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
   int_argnum = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnum else tuple(argnums)
 
-  @functools.wraps(fun)
+  @wraps(fun)
   @api_boundary
   def value_and_grad_f(*args, **kwargs):
     for i in argnums_t:
@@ -403,7 +428,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
   errors as `value_and_grad` (this returns only the gradient, with aux if has_aux)."""
   vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, reduce_axes)
 
-  @functools.wraps(fun)
+  @wraps(fun)
   @api_boundary
   def grad_f(*args, **kwargs):
     out = vg(*args, **kwargs)
@@ -476,10 +501,10 @@ def _split_blocks(x, axis: int, sizes, offsets, shapes):
 
 def _jac_tree(out_tree, in_tree, int_argnum, rows):
   """Output structure outside, input structure (the argument, or a tuple of them) inside."""
-  inner = [optree.tree_unflatten(in_tree, per_in) for per_in in rows]
+  inner = [tree_util.tree_unflatten(in_tree, per_in) for per_in in rows]
   if int_argnum:
     inner = [x[0] for x in inner]
-  return optree.tree_unflatten(out_tree, inner)
+  return tree_util.tree_unflatten(out_tree, inner)
 
 
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
@@ -495,7 +520,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     TypeError: for integer inputs, or complex inputs without holomorphic=True.
     ValueError: for argnums out of range.
   """
-  @functools.wraps(fun)
+  @wraps(fun)
   @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacfwd",
@@ -507,7 +532,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     out_leaves, out_tree = flatten(y)
     out_avals = [core.get_aval(o) for o in out_leaves]
     basis, sizes, offsets = _std_basis(in_avals)
-    cols = _map_basis(f_jvp, optree.tree_unflatten(in_tree, basis), sum(sizes), -1, out_avals,
+    cols = _map_basis(f_jvp, tree_util.tree_unflatten(in_tree, basis), sum(sizes), -1, out_avals,
                       lambda a: (*a.shape, 0))
     rows = [_split_blocks(c, len(oa.shape), sizes, offsets,
                           [(*oa.shape, *ia.shape) for ia in in_avals])
@@ -530,7 +555,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
       holomorphic=True.
     ValueError: for argnums out of range.
   """
-  @functools.wraps(fun)
+  @wraps(fun)
   @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacrev",
@@ -555,7 +580,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     # Cotangent seeds are weakly typed where the outputs are (as grad's seed).
     basis = [lax.convert_element_type(b, a.dtype, weak_type=True) if a.weak_type else b
              for b, a in zip(basis, out_avals)]
-    cts = _map_basis(vjp_fn, (optree.tree_unflatten(out_tree, basis),), sum(sizes), 0,
+    cts = _map_basis(vjp_fn, (tree_util.tree_unflatten(out_tree, basis),), sum(sizes), 0,
                      in_avals, lambda a: (0, *a.shape))
     per_in = [_split_blocks(c, 0, sizes, offsets, [(*oa.shape, *ia.shape) for oa in out_avals])
               for c, ia in zip(cts, in_avals)]
@@ -597,7 +622,7 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
   store: list = []
 
   def flat(*xs):
-    out_leaves, out_tree = flatten(fun(*optree.tree_unflatten(in_tree, xs)))
+    out_leaves, out_tree = flatten(fun(*tree_util.tree_unflatten(in_tree, xs)))
     store[:] = [out_tree]
     return out_leaves
 
@@ -627,7 +652,7 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
     cts = [c if isinstance(c, (Array, core.Tracer)) else
            lax.convert_element_type(c, a.dtype, weak_type=core.get_aval(c).weak_type)
            for c, a in zip(cts, in_avals)]
-    return optree.tree_unflatten(in_tree, cts)
+    return tree_util.tree_unflatten(in_tree, cts)
   return transposed
 
 
@@ -685,7 +710,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
                     f"to the positional arguments passed to the function, but got {in_axes}.")
   name = fun_name(fun)
 
-  @functools.wraps(fun)
+  @wraps(fun)
   @api_boundary
   def vmap_f(*args, **kwargs):
     if isinstance(in_axes, tuple) and len(in_axes) != len(args):
@@ -699,7 +724,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     store: list = []
 
     def flat(*xs):
-      a, kw = optree.tree_unflatten(in_tree, xs)
+      a, kw = tree_util.tree_unflatten(in_tree, xs)
       out = fun(*a, **kw)
       out_leaves, out_tree = flatten(out)
       check_out_leaves(out_leaves, out_tree, name, "vmap")
@@ -722,7 +747,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
         raise ValueError(f"vmap out_axes specification {ax} is out of range for an output "
                          f"of rank {nd} (including the mapped axis).")
       results.append(batching.matchaxis(o, d, ax % nd, size))
-    return optree.tree_unflatten(out_tree, results)
+    return tree_util.tree_unflatten(out_tree, results)
 
   return vmap_f
 
@@ -814,7 +839,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     full = [next(sv) if i in st else next(it) for i in range(len(dyn) + len(st))]
     return fun(*full, **kwargs)
 
-  @functools.wraps(fun)
+  @wraps(fun)
   @api_boundary
   def pmap_f(*args, **kwargs):
     # Fast path: a top-level call of a signature run before, every leaf an Array.
@@ -828,7 +853,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
       hit = fast.get(key) if key is not None else None
       if hit is not None:
         ex, consts, out_tree = hit
-        return optree.tree_unflatten(out_tree, ex.call([*consts, *leaves]))
+        return tree_util.tree_unflatten(out_tree, ex.call([*consts, *leaves]))
     st, static_vals, dyn, dyn_axes = prepare(args, kwargs)
     if config.disable_jit:
       return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes)
@@ -866,11 +891,11 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
       if entry[4]:   # NB: a body closing over tracers is traced again each call
         cache[key] = entry
     closed, consts, out_tree, varying, _ = entry
-    o_axes = flatten_axes("out_axes", out_axes, optree.tree_unflatten(
+    o_axes = flatten_axes("out_axes", out_axes, tree_util.tree_unflatten(
         out_tree, [0] * out_tree.num_leaves), out_tree)
     for k, (ax, var) in enumerate(zip(o_axes, varying)):
       if ax is None and var:
-        path = tree_util.keystr(tree_util.tree_flatten_with_path(optree.tree_unflatten(
+        path = tree_util.keystr(tree_util.tree_flatten_with_path(tree_util.tree_unflatten(
             out_tree, list(range(out_tree.num_leaves))))[0][k][0])
         raise ValueError(f"pmap out_axes=None requires the output{(' at ' + path) if path else ''}"
                          f" to be the same on every device, but it depends on mapped inputs "
@@ -901,20 +926,20 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
                   devices=devices, name=name,
                   donated_invars=(False,) * len(consts) + tuple(don))
     if core.trace_state.trace is not core.eval_trace:
-      return optree.tree_unflatten(out_tree, xla_pmap_p.bind(*consts, *leaves, **params))
+      return tree_util.tree_unflatten(out_tree, xla_pmap_p.bind(*consts, *leaves, **params))
     in_avals = tuple(core.get_aval(c) for c in consts) + tuple(avals)
     ex = pmap_executable(in_avals, params)
     outs = ex.call([*consts, *leaves])
     if not kwargs and not static and entry[4] and all(type(x) is Array for x in leaves):
       fast[(flatten(args)[1], config.state_key, *avals)] = (ex, consts, out_tree)
-    return optree.tree_unflatten(out_tree, outs)
+    return tree_util.tree_unflatten(out_tree, outs)
 
   def _trace(call_fun, st, static_vals, in_tree, avals, axes, size):
     local = [mapped_aval(a, ax) for a, ax in zip(avals, axes)]
     store = []
 
     def flat(*xs):
-      d, kw = optree.tree_unflatten(in_tree, xs)
+      d, kw = tree_util.tree_unflatten(in_tree, xs)
       out = call_fun(st, static_vals, d, kw)
       out_leaves, out_tree = flatten(out)
       check_out_leaves(out_leaves, out_tree, name, "pmap")

@@ -25,7 +25,10 @@ The real `jax.*` modules already imported are set aside while installed and put 
   `import jax._src.traceback_util as tu` or `jax._src.dispatch.wait_for_tokens` reaches
   JAX's module (equinox, jaxtyping and chex reach for a few); `uninstall()` removes it.
   Pytree types registered through the served `jax.tree_util` are registered with JAX's own
-  registry as well (flax.nnx reads `jax._src.tree_util._registry`).
+  registry as well (flax.nnx reads `jax._src.tree_util._registry`). A few names of JAX's
+  internals that libraries import to catch or test what stagecraft raises (`_SRC_ALIASES`:
+  `jax._src.dtypes.TypePromotionError`, which equinox catches) are rebound on the real
+  module to stagecraft's object while installed, and put back by `uninstall()`.
 - the real modules stagecraft's runtime reads (`stagecraft.runtime.jax_runtime`): captured
   before the alias is installed, and read from there.
 
@@ -48,7 +51,7 @@ import sys
 from types import ModuleType
 
 import stagecraft
-from stagecraft import tree_util, version as _version
+from stagecraft import dtypes, tree_util, version as _version
 from stagecraft.runtime import jax_runtime
 
 __all__ = ["install", "uninstall", "is_installed", "stagecraft_name", "JAX_API_VERSION"]
@@ -61,6 +64,11 @@ _PREFIX = "jax"
 _PRIVATE = "jax._src"   # JAX's internals stay JAX's: real jax code imports them lazily
 
 _state: dict = {"finder": None, "saved": {}}
+
+#: Names in JAX's internal modules that stagecraft serves while installed: `(module, name)`
+#: -> the stagecraft object. A library's `from jax._src.dtypes import TypePromotionError`
+#: (equinox's `except TypePromotionError`) must catch the class stagecraft raises.
+_SRC_ALIASES = {("jax._src.dtypes", "TypePromotionError"): dtypes.TypePromotionError}
 
 
 def _served(name: str) -> bool:
@@ -157,6 +165,12 @@ def install() -> None:
     return
   jax_runtime.capture()   # the real modules the runtime reads, before `jax` is aliased
   real_tree_util = jax_runtime.jax_module("jax.tree_util")
+  aliased = []
+  for (mod_name, attr), obj in _SRC_ALIASES.items():
+    mod = jax_runtime.jax_module(mod_name)
+    aliased.append((mod, attr, getattr(mod, attr)))
+    setattr(mod, attr, obj)
+  _state["src_aliases"] = aliased
   saved = {n: m for n, m in sys.modules.items() if _served(n)}
   for n in saved:
     del sys.modules[n]
@@ -195,6 +209,8 @@ def uninstall() -> None:
   if hook in tree_util.registration_hooks:
     tree_util.registration_hooks.remove(hook)
   for m, n, v in _state.pop("versions", ()):
+    setattr(m, n, v)
+  for m, n, v in _state.pop("src_aliases", ()):
     setattr(m, n, v)
   if _state.pop("set_src", False):
     vars(stagecraft).pop("_src", None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import sys
 import warnings
 from typing import Any, Callable, NamedTuple
 
@@ -362,6 +363,26 @@ class Config:
       warnings.warn(f"Config option {_jax_name(key)!r} is accepted but not implemented by "
                     f"stagecraft; the value {value!r} has no effect (docs/differences.md).",
                     stacklevel=3)
+
+  def parse_flags_with_absl(self) -> None:
+    """JAX's `config.parse_flags_with_absl()` (test programs call it at import): applies
+    the `--jax_<option>=<value>` arguments of `sys.argv` (values read as the environment
+    variables' are), and ignores every other argument. An unknown `--jax_` option or a bad
+    value warns and is skipped, as a bad environment variable is."""
+    for arg in sys.argv[1:]:
+      if not arg.startswith("--jax_"):
+        continue
+      name, _, text = arg[2:].partition("=")
+      try:
+        key = _normalize(name)
+        self.update(key, _parse_env(key, _OPTIONS[key], text or "true"))
+      except (AttributeError, TypeError, ValueError) as e:
+        warnings.warn(f"Ignoring the flag {arg!r}: {e}", stacklevel=2)
+
+  def config_with_absl(self) -> None:
+    """JAX's `config.config_with_absl()`: here the same as `parse_flags_with_absl()`
+    (stagecraft defines no absl flags)."""
+    self.parse_flags_with_absl()
 
   def add_update_listener(self, hook: Callable[[str, Any], None]) -> None:
     """Calls `hook(name, value)` before each update (it may raise to refuse the value);

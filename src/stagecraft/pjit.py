@@ -13,6 +13,7 @@ import functools
 import logging
 import sys
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
@@ -31,12 +32,38 @@ from stagecraft.runtime import client, dispatch, spmd
 from stagecraft.runtime.array import Array
 from stagecraft.sharding import NamedSharding, PartitionSpec
 
-__all__ = ["jit", "jit_p", "JitWrapped", "TracedSignature", "trace_flat", "SignatureLayout",
-           "LoweredSignature", "lower_traced", "CompiledCall", "SpmdCall", "ShardedCall",
-           "compile_lowered", "compile_traced"]
+__all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "trace_flat",
+           "SignatureLayout", "LoweredSignature", "lower_traced", "CompiledCall", "SpmdCall", "ShardedCall",
+           "compile_lowered", "compile_traced", "update_wrapper", "wraps"]
 
 
 _logger = logging.getLogger("stagecraft")
+
+
+def update_wrapper(wrapper: Any, wrapped: Callable) -> Any:
+  """`functools.update_wrapper(wrapper, wrapped)` that skips what it cannot copy, as JAX's
+  transformations do: a callable pytree (an equinox Module traced as the carry of a scan)
+  can answer `__name__` with a non-string, which `functools` would raise `TypeError` on.
+
+  Copies `__module__`, `__name__`, `__qualname__`, `__doc__`, `__annotations__` (each only
+  where reading and setting it succeed), updates `__dict__`, sets `__wrapped__`; returns
+  `wrapper`."""
+  for attr in functools.WRAPPER_ASSIGNMENTS:
+    try:
+      setattr(wrapper, attr, getattr(wrapped, attr))
+    except Exception:   # noqa: BLE001 -- absent or unusable: keep the wrapper's own
+      pass
+  try:
+    wrapper.__dict__.update(getattr(wrapped, "__dict__", {}))
+  except Exception:   # noqa: BLE001
+    pass
+  wrapper.__wrapped__ = wrapped
+  return wrapper
+
+
+def wraps(wrapped: Callable) -> Callable[[Any], Any]:
+  """The decorator form of `update_wrapper`: `@wraps(fun)` over a wrapper function."""
+  return functools.partial(update_wrapper, wrapped=wrapped)
 
 
 # ---------------------------------------------------------------------------
@@ -83,7 +110,19 @@ lowering.register_lowering(jit_p, _jit_lowering)
 calls.CallRules(jit_p, "jaxpr", lambda params, what: (
     {**params, "name": f"{what}({params['name']})"} if what in ("jvp", "transpose")
     else params)).register()
-core.pp_param_order[jit_p] = ("name", "jaxpr")
+
+
+def _jit_pp_rule(eqn, context):
+  # As JAX prints `jit`: `name=` first, then the other params sorted; the body's binders
+  # and results take the names of the equation's operands and results.
+  context.suggest_same_var_names(eqn.params["jaxpr"].jaxpr.invars, eqn.invars)
+  context.suggest_same_var_names(eqn.params["jaxpr"].jaxpr.outvars, eqn.outvars)
+  return [("name", eqn.params["name"]),
+          *sorted((k, v) for k, v in eqn.params.items() if k != "name")]
+
+
+core.pp_eqn_rules[jit_p] = _jit_pp_rule
+core.pp_named_calls.add(jit_p)
 
 
 
@@ -95,7 +134,7 @@ class TracedSignature:
   def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree):
     self.jaxpr = jaxpr
     self.consts = consts
-    self.out_tree = out_tree
+    self.out_tree = tree_util.canonical_treedef(out_tree)   # dicts rebuilt sorted, as JAX
     self.executable = None
     self.device_calls = {}
 
@@ -377,9 +416,11 @@ class _FlatKey:
 _FLAT = _FlatKey()
 
 
-class JitWrapped:
-  """The function returned by `jit`. Calling it runs the compiled program for the arguments'
-  signature (tracing and compiling on the first call of a signature)."""
+class PjitFunction:
+  """The function returned by `jit` (named as JAX's type is: chex's `assert_max_traces`
+  recognizes a jitted function by the name of its type). Calling it runs the compiled
+  program for the arguments' signature (tracing and compiling on the first call of a
+  signature). `JitWrapped` is another name for it."""
 
   def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
                donate_argnames, keep_unused: bool, inline: bool, device=None,
@@ -403,7 +444,7 @@ class JitWrapped:
     self._device = None if device is None or device == client.default_device() else device
     if self._device is not None:
       dispatch.placement_used[0] = True
-    functools.update_wrapper(self, fun)
+    update_wrapper(self, fun)
     self._fun = fun
     sig = fun_signature(fun)
     static_argnums = normalize_argnums(static_argnums, "static_argnums")
@@ -446,7 +487,8 @@ class JitWrapped:
     self._cache = {} if self._sharded else _cache_for(fun, options)
 
   def __repr__(self):
-    return f"<jitted function {fun_name(self._fun)}>"
+    # NB: JAX's repr of a jitted function.
+    return f"<PjitFunction of {self._fun!r}>"
 
   def __get__(self, obj, objtype=None):
     if obj is None:
@@ -718,6 +760,8 @@ class JitWrapped:
     return out
 
 
+JitWrapped = PjitFunction
+
 traceback_util.register_boundary(JitWrapped.__call__)
 
 
@@ -778,6 +822,38 @@ class LoweredSignature:
     self.names = names
 
 
+def _donation_aliases(in_avals: Sequence[Any], donated: Sequence[bool],
+                      out_avals: Sequence[Any]) -> list[int | None]:
+  """Per input, the output that reuses its buffer (None: not donated, or no output left of
+  its shape and dtype): each donated input, in order, takes the first free output of the
+  same type, as JAX pairs them."""
+  free: dict = {}
+  for k, a in enumerate(out_avals):
+    free.setdefault((tuple(a.shape), np.dtype(a.dtype)), []).append(k)
+  aliases: list[int | None] = []
+  for a, d in zip(in_avals, donated):
+    outs = free.get((tuple(a.shape), np.dtype(a.dtype))) if d else None
+    aliases.append(outs.pop(0) if outs else None)
+  return aliases
+
+
+def _warn_unusable_donations(donated_avals: Sequence[Any], out_avals: Sequence[Any]) -> None:
+  """Warns, as JAX does, about the donated inputs that no output can reuse (paired as
+  `_donation_aliases` pairs them): `UserWarning("Some donated buffers were not usable:
+  float32[10].")`."""
+  aliases = _donation_aliases(donated_avals, [True] * len(donated_avals), out_avals)
+  unused = []
+  for a, k in zip(donated_avals, aliases):
+    if k is None:
+      shape = ",".join(map(str, a.shape))
+      weak = "~" if getattr(a, "weak_type", False) else ""
+      unused.append(f"{weak}{np.dtype(a.dtype).name}[{shape}]")   # JAX's str of an aval
+  if unused:
+    warnings.warn(f"Some donated buffers were not usable: {', '.join(unused)}.\nSee an "
+                  f"explanation at https://docs.jax.dev/en/latest/faq.html#buffer-donation.",
+                  stacklevel=2)
+
+
 def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                  name: str, layout: SignatureLayout | None = None) -> LoweredSignature:
   """Lowers a traced signature to a StableHLO module: unused inputs are pruned (unless
@@ -787,6 +863,9 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   jaxpr = entry.jaxpr.jaxpr
   nconst = len(entry.consts)
   n_in = len(jaxpr.invars)
+  if donated:
+    _warn_unusable_donations([jaxpr.invars[nconst + i].aval for i in sorted(donated)],
+                             jaxpr.out_avals)
   instantiate = [False] * nconst + [keep_unused] * (n_in - nconst)
   dce_jaxpr, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
   used_consts = [i for i in range(nconst) if used[i]]
@@ -815,7 +894,15 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                               mesh_layout=(mesh, in_sh, outs, ins[nconst:]),
                               dce_jaxpr=dce_jaxpr,
                               name=f"jit_{name}", names=lay.names)
-  text = lowering.lower_jaxpr_to_module(f"jit_{name}", dce_jaxpr, donated=donated_mask)
+  # NB: as JAX: a donated input that an output of its type can reuse is aliased to that
+  # output (`tf.aliasing_output`), so the output lives in the input's buffer; the others
+  # stay buffer donors for XLA to use or free.
+  main_avals = [v.aval for v in (*dce_jaxpr.constvars, *dce_jaxpr.invars)]
+  aliases = _donation_aliases(main_avals, donated_mask, dce_jaxpr.out_avals)
+  attrs = [None if k is None else f"tf.aliasing_output = {k} : i32" for k in aliases]
+  text = lowering.lower_jaxpr_to_module(
+      f"jit_{name}", dce_jaxpr, arg_attrs=attrs,
+      donated=[d and k is None for d, k in zip(donated_mask, aliases)])
   return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
 
 

@@ -127,6 +127,8 @@ class PRNGKeyArray:
     return (PRNGKeyArray(self._base_array[i]) for i in range(self.shape[0]))
 
   def __getitem__(self, idx):
+    if idx is Ellipsis or (isinstance(idx, tuple) and idx in ((), (Ellipsis,))):
+      return self   # NB: as JAX's arrays: `keys[...] is keys` (flax.nnx's variables rely on it)
     idx = idx if isinstance(idx, tuple) else (idx,)
     if self.ndim == 0:
       raise IndexError("too many indices for a 0-d key array")
@@ -151,6 +153,45 @@ class PRNGKeyArray:
     return jnp.logical_not(self == other)
 
   __hash__ = None  # type: ignore[assignment]
+
+  def copy(self) -> "PRNGKeyArray":
+    """A copy of the keys (a new key array over copied key data)."""
+    return PRNGKeyArray(jnp.array(self._base_array, copy=True))
+
+  def reshape(self, *shape: Any, order: str = "C") -> "PRNGKeyArray":
+    """The keys in a new shape (`shape` as for `jnp.reshape`; -1 infers one axis)."""
+    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+      shape = tuple(shape[0])
+    return PRNGKeyArray(jnp.reshape(self._base_array, (*shape, 2), order=order))
+
+  def ravel(self, order: str = "C") -> "PRNGKeyArray":
+    """The keys as a 1-D key array."""
+    return self.reshape(-1, order=order)
+
+  flatten = ravel
+
+  def squeeze(self, axis: Any = None) -> "PRNGKeyArray":
+    """The keys without the given (default: every) axis of size 1."""
+    if axis is None:
+      axis = tuple(i for i, d in enumerate(self.shape) if d == 1)
+    axis = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    return PRNGKeyArray(jnp.squeeze(self._base_array, [a % max(self.ndim, 1) for a in axis]))
+
+  def transpose(self, *axes: Any) -> "PRNGKeyArray":
+    """The keys with their axes permuted (default: reversed); the key data stays last."""
+    if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+      axes = axes[0]
+    perm = (tuple(range(self.ndim))[::-1] if axes in ((), None)
+            else tuple(a % self.ndim for a in axes))
+    return PRNGKeyArray(jnp.transpose(self._base_array, (*perm, self.ndim)))
+
+  T = property(lambda self: self.transpose())
+
+  def swapaxes(self, axis1: int, axis2: int) -> "PRNGKeyArray":
+    """The keys with two axes exchanged."""
+    perm = list(range(self.ndim))
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    return self.transpose(perm)
 
   def block_until_ready(self):
     if hasattr(self._base_array, "block_until_ready"):
@@ -439,6 +480,11 @@ def fold_in(key: Any, data: Any) -> Any:
 
 
 def _canonical_shape(name: str, shape: Any) -> tuple[int, ...]:
+  """A sampler's `shape` as a tuple of ints; a single int `n` means `(n,)`, as in JAX
+  (`random.normal(key, 3)`; flax.nnx's tests draw so). `choice` alone insists on a
+  sequence (checked there)."""
+  if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+    shape = (shape,)
   return canonicalize_shape(name, "shape", shape)
 
 

@@ -23,7 +23,7 @@ from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray, get_aval
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
-from stagecraft.lax.dot import Precision, canonicalize_precision
+from stagecraft.lax.dot import Precision, canonicalize_precision, dot_general
 from stagecraft.lax.elementwise import convert_element_type
 from stagecraft.lax.shape import reshape, rev, transpose
 
@@ -31,7 +31,7 @@ __all__ = ["ConvDimensionNumbers", "ConvGeneralDilatedDimensionNumbers",
            "conv_general_dilated_p", "conv_general_dilated", "conv", "conv_with_general_padding",
            "conv_transpose", "conv_dimension_numbers", "conv_general_permutations",
            "conv_shape_tuple", "conv_general_shape_tuple", "conv_transpose_shape_tuple",
-           "padtype_to_pads", "conv_general_dilated_patches"]
+           "padtype_to_pads", "conv_general_dilated_patches", "conv_general_dilated_local"]
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -885,3 +885,54 @@ def conv_general_dilated_patches(lhs: Any, filter_shape: Sequence[int],
                               dnums, feature_group_count=channels,
                               precision=None if precision is None else (precision, "default"),
                               preferred_element_type=preferred_element_type)
+
+
+def conv_general_dilated_local(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: Any,
+                               filter_shape: Sequence[int],
+                               lhs_dilation: Sequence[int] | None = None,
+                               rhs_dilation: Sequence[int] | None = None,
+                               dimension_numbers: Any = None, precision: Any = None) -> Any:
+  """An unshared ("locally connected") convolution: every output position has its own
+  kernel (JAX's `lax.conv_general_dilated_local`).
+
+  Args:
+    lhs: `T[N, C, *in_spatial]` in the layout `dimension_numbers` gives (default NCHW-like).
+    rhs: the kernels, `T[O, I, *out_spatial]` in the rhs layout of `dimension_numbers`: its
+      spatial axes index the OUTPUT positions, and `I = C * prod(filter_shape)` runs over
+      (input channel, window position), channel-major, as `conv_general_dilated_patches`
+      orders its features.
+    window_strides, padding, lhs_dilation, rhs_dilation: as `conv_general_dilated` (the
+      dilations of the input and of the receptive window).
+    filter_shape: the receptive window's spatial sizes, in the rhs layout's spatial order.
+    dimension_numbers: as `conv_general_dilated`.
+    precision: a `Precision`, or a pair whose first entry is used for the patches.
+
+  Returns:
+    `T[N, O, *out_spatial]` in the output layout of `dimension_numbers`.
+
+  Raises:
+    TypeError / ValueError: from `conv_general_dilated_patches` or `dot_general` for shapes
+      that do not fit (`rhs`'s `I` must be `C * prod(filter_shape)`, its spatial sizes those
+      of the output).
+
+  Algorithm: the definition. The patches (`conv_general_dilated_patches`) hold, at each
+  output position, the window it sees; a `dot_general` contracts their features with the
+  kernels' `I` axis, batched over the output positions, and the result is laid out as
+  `dimension_numbers` asks.
+  """
+  first = precision[0] if isinstance(precision, (tuple, list)) else precision
+  patches = conv_general_dilated_patches(lhs, filter_shape, window_strides, padding,
+                                         lhs_dilation, rhs_dilation, dimension_numbers,
+                                         precision=first)
+  filter_shape = tuple(int(d) for d in filter_shape)
+  _, rhs_spec, out_spec = conv_dimension_numbers(get_aval(lhs).shape, (1, 1) + filter_shape,
+                                                 dimension_numbers)
+  nsp = len(filter_shape)
+  dn = (((out_spec[1],), (rhs_spec[1],)),
+        (tuple(out_spec[2:]), tuple(rhs_spec[2:])))
+  out = dot_general(patches, rhs, dn, precision=precision)   # [*out_spatial, N, O]
+  perm = [0] * (nsp + 2)
+  perm[out_spec[0]], perm[out_spec[1]] = nsp, nsp + 1
+  for i in range(nsp):
+    perm[out_spec[2 + i]] = i
+  return transpose(out, tuple(perm))

@@ -324,6 +324,13 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
   prim, identity, combine = _monoids[computation]
   params = _window_params("reduce_window", operand, window_dimensions, window_strides, padding,
                           base_dilation, window_dilation)
+  if not isinstance(init_value, core.Tracer) and np.ndim(init_value) == 0:
+    # NB: as JAX: a concrete init that is the identity of its own dtype (-inf for max, 0 for
+    # add) selects the plain reduction whatever the operand's dtype (equinox's MaxPool has
+    # init -inf, also over integer inputs).
+    init_dt = dtypes.dtype(init_value)
+    if np.asarray(init_value, init_dt) == identity(init_dt):
+      return prim.bind(operand, **params)
   operand, init_value = utils.convert_scalars(operand, init_value)
   x_aval, init_aval = core.get_aval(operand), core.get_aval(init_value)
   if init_aval.shape != () or init_aval.dtype != x_aval.dtype:

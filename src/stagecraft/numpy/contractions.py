@@ -7,7 +7,7 @@ each pairwise step is one `dot_general` with batch and contracting dimensions.
 from __future__ import annotations
 
 import operator
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import opt_einsum
@@ -28,6 +28,10 @@ __all__ = ["matmul", "dot", "vdot", "tensordot", "einsum", "einsum_path", "outer
 
 
 def _dot(a, b, contract, batch=((), ()), precision=None, preferred_element_type=None):
+  # NB: as JAX's jnp functions, the result dtype is passed as the preferred element type
+  # (printed `preferred_element_type=float32`).
+  if preferred_element_type is None:
+    preferred_element_type = dtypes.result_type(a, b)
   return lax.dot_general(a, b, (contract, batch), precision=precision,
                          preferred_element_type=preferred_element_type)
 
@@ -99,15 +103,18 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
   sequences of axes.
 
   Raises:
+    TypeError: for an int `axes` larger than either rank (JAX's error).
     ValueError: for mismatched axis sizes or counts.
   """
   a, b = promote_dtypes(asarray(a), asarray(b))
   na, nb = len(shape_of(a)), len(shape_of(b))
   if isinstance(axes, (int, np.integer)):
     n = operator.index(axes)
-    if n > min(na, nb) or n < 0:
-      raise ValueError(f"tensordot: axes={n} out of range for shapes {shape_of(a)} and "
-                       f"{shape_of(b)}.")
+    if n > min(na, nb):   # JAX's error (NumPy raises ValueError)
+      raise TypeError(f"Number of tensordot axes (axes {n}) exceeds input ranks "
+                      f"({shape_of(a)} and {shape_of(b)})")
+    if n < 0:
+      raise ValueError(f"tensordot: axes={n} must be non-negative.")
     ca, cb = tuple(range(na - n, na)), tuple(range(n))
   else:
     if len(axes) != 2:
@@ -142,7 +149,8 @@ def _path_type(optimize):
 
 
 def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | list = "auto",
-           precision=None, preferred_element_type=None, out_sharding=None):
+           precision=None, preferred_element_type=None, out_sharding=None,
+           _dot_general: Callable[..., Any] | None = None):
   """Einstein summation, e.g. `einsum('bij,bjk->bik', x, y)`, with NumPy's conventions:
   implicit output (the indices seen once, sorted), `...` for broadcast dimensions, repeated
   indices within one operand (`'ii->i'` takes a diagonal, `'ii->'` a trace, `'iij->j'`),
@@ -158,6 +166,9 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
       result of `einsum_path`).
     precision, preferred_element_type: passed to each `dot_general`.
     out_sharding: accepted for compatibility; must be None.
+    _dot_general: JAX's private override of the contraction, called as
+      `_dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type=...)`
+      in place of `lax.dot_general` (flax's fp8 and attention layers pass one).
 
   Returns:
     Array with the output indices' dimensions, in the promoted dtype (or
@@ -197,7 +208,7 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
       result = _einsum_unary(ops[0], in_specs[0], output)
     else:
       result = _einsum_binary(ops[0], ops[1], in_specs[0], in_specs[1], output, precision,
-                              preferred_element_type)
+                              preferred_element_type, _dot_general or lax.dot_general)
     operands.append(result)
   return operands[0]
 
@@ -229,7 +240,8 @@ def _einsum_unary(x, spec: str, out: str):
   return lax.transpose(x, perm) if perm != tuple(range(len(perm))) else x
 
 
-def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_element_type):
+def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_element_type,
+                   dot_general: Callable[..., Any] = lax.dot_general):
   a, sa = _take_diagonals(a, sa)
   b, sb = _take_diagonals(b, sb)
   a, sa = _sum_out(a, sa, set(sb) | set(out))
@@ -238,8 +250,10 @@ def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_elemen
   contract = [c for c in sa if c in sb and c not in out]
   dn = ((tuple(sa.index(c) for c in contract), tuple(sb.index(c) for c in contract)),
         (tuple(sa.index(c) for c in batch), tuple(sb.index(c) for c in batch)))
-  r = lax.dot_general(a, b, dn, precision=precision,
-                      preferred_element_type=preferred_element_type)
+  r = dot_general(a, b, dn, precision,
+                      preferred_element_type=(dtypes.result_type(a, b) if
+                                              preferred_element_type is None else
+                                              preferred_element_type))
   rspec = "".join(batch) + "".join(c for c in sa if c not in sb) + "".join(
       c for c in sb if c not in sa)
   perm = tuple(rspec.index(c) for c in out)

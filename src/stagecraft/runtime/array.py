@@ -100,6 +100,15 @@ class Array(metaclass=abc.ABCMeta):
   def is_ready(self) -> bool:
     return self._check_buf().is_ready()
 
+  def unsafe_buffer_pointer(self) -> int:
+    """The device address of this Array's buffer (JAX's `Array.unsafe_buffer_pointer`: an
+    address that a donated input's buffer keeps in the output that reuses it).
+
+    Raises:
+      RuntimeError / DonatedBufferError: for a deleted or donated Array, as `_check_buf`.
+    """
+    return self._check_buf().unsafe_buffer_pointer()
+
   def is_deleted(self) -> bool:
     return self._buf is None or self._buf.is_deleted()
 
