@@ -10,6 +10,7 @@ rejects ends the program (both libraries must then raise).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Any, Callable
@@ -924,3 +925,11 @@ def programs(draw, transform: str, x64: bool, exclude=frozenset(), max_steps: in
     if others:
       outputs.insert(0, draw(st.sampled_from(others)))
   return Program(b.nodes, tuple(outputs), x64, b.error)
+
+
+@contextlib.contextmanager
+def both_x64(on: bool):
+  """x64 mode `on` in stagecraft and in JAX together (for a differential check)."""
+  import stagecraft as sc   # NB: the generator module itself needs neither library's mode
+  with sc.enable_x64(on), jax.enable_x64(on):
+    yield

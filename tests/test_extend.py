@@ -984,3 +984,14 @@ def test_extend_mlir_submodules_are_stand_ins():
   with pytest.raises(NotImplementedError, match="lower_fun"):
     sext.lowering.JaxIrContext()
   assert "not available" in repr(smlir.ir)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.complex64, np.int32, np.uint8,
+                                np.bool_])
+def test_to_tangent_aval_as_jax(dt):
+  import jax
+  for weak in (False, True):
+    ours = sc_core.ShapedArray((2, 3), np.dtype(dt), weak).to_tangent_aval()
+    theirs = jax.core.ShapedArray((2, 3), np.dtype(dt), weak).to_tangent_aval()
+    assert repr(ours) == repr(theirs) and str(ours) == str(theirs)
+  assert str(sc.typeof(sc.random.key(0)).to_tangent_aval()) == "float0[]"

@@ -35,8 +35,8 @@ from hypothesis import given, settings, strategies as st
 import stagecraft as sc
 import stagecraft.numpy as snp
 
-from _fuzz_ops import (BF16, DIFF_TRANSFORMS, F16, TRANSFORMS, Aval, kind, make_value,
-                       programs)
+from _fuzz_ops import (BF16, DIFF_TRANSFORMS, F16, TRANSFORMS, Aval, both_x64, kind,
+                       make_value, programs)
 
 # -- known mismatches: signature -> "stagecraft gives X, JAX gives Y; why / which module".
 # A signature is "op:dtype:transform[:x32|:x64]": the op (an OPS name of tests/_fuzz_ops.py,
@@ -233,21 +233,8 @@ def differ(prog, transform, meta, args) -> str | None:
   return None
 
 
-def _x64(on):
-  class _Both:
-    def __enter__(self):
-      self.a, self.b = sc.enable_x64(on), jax.enable_x64(on)
-      self.a.__enter__()
-      self.b.__enter__()
-
-    def __exit__(self, *exc):
-      self.b.__exit__(*exc)
-      self.a.__exit__(*exc)
-  return _Both()
-
-
 def check(data, transform, x64):
-  with _x64(x64):
+  with both_x64(x64):
     prog = data.draw(programs(transform, x64, exclude=EXCLUDE), label="program")
     args, meta = _args(data, prog, transform)
     why = differ(prog, transform, meta, args)
@@ -291,7 +278,7 @@ def test_fuzz_long(transform, x64, data):
 def test_known_mismatches_still_differ(sig):
   x64, fn = _KNOWN_REPRODUCERS[sig]
   assert sig in KNOWN
-  with _x64(x64):
+  with both_x64(x64):
     outs = []
     for lib, np_ in ((sc, snp), (jax, jnp)):
       try:

@@ -21,22 +21,11 @@ import pytest
 import stagecraft as sc
 import stagecraft.numpy as snp
 
+from _fuzz_ops import both_x64
+
 C = np.array([1 + 1j, 2 - 1j, 1 - 3j, 1 + 2j], np.complex64)
 N = np.array([1 + 1j, np.nan + 0j, 1 + np.nan * 1j, 2], np.complex64)
 WI8 = np.array([-1, 0, 5, 2], np.int8)
-
-
-def _x64(on):
-  class _Both:
-    def __enter__(self):
-      self.a, self.b = sc.enable_x64(on), jax.enable_x64(on)
-      self.a.__enter__()
-      self.b.__enter__()
-
-    def __exit__(self, *exc):
-      self.b.__exit__(*exc)
-      self.a.__exit__(*exc)
-  return _Both()
 
 
 def _outcome(fn, lib, np_):
@@ -51,7 +40,7 @@ def _outcome(fn, lib, np_):
 
 def assert_same(fn, x64=False, message=True):
   """fn(lib, np_) gives the same leaves (values, dtype, weak type) or error on both."""
-  with _x64(x64):
+  with both_x64(x64):
     (gk, g), (wk, w) = _outcome(fn, sc, snp), _outcome(fn, jax, jjnp)
   assert gk == wk, (g, w)
   if gk == "raise":

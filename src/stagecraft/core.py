@@ -106,6 +106,13 @@ class ShapedArray:
                        self.dtype if dtype is None else dtype,
                        self.weak_type if weak_type is None else weak_type, sharding)
 
+  def to_tangent_aval(self) -> "ShapedArray":
+    """The aval of this aval's tangents (JAX's `to_tangent_aval`): the same shape and weak
+    type, float0 for integer and bool dtypes, the dtype itself for inexact ones."""
+    if dtypes.is_inexact(self.dtype):
+      return self
+    return ShapedArray(self.shape, dtypes.float0, self.weak_type, self._sharding)
+
   def strip_weak_type(self) -> "ShapedArray":
     return (self if not self.weak_type else
             ShapedArray(self.shape, self.dtype, False, self._sharding))
@@ -113,7 +120,8 @@ class ShapedArray:
   def str_short(self, short_dtypes: bool = True) -> str:
     """`f32[3,4]` (`float32[3,4]` with `short_dtypes=False`); a dimension split over mesh
     axes shows them as JAX does: `f32[8@x,4]`, `f32[8@(x,y),4]`."""
-    name = dtypes.short_name(self.dtype) if short_dtypes else self.dtype.name
+    name = (dtypes.short_name(self.dtype) if short_dtypes else
+            "float0" if self.dtype == dtypes.float0 else self.dtype.name)
     if self._sharding is None:
       return f"{name}[{','.join(map(str, self.shape))}]"
     dims = []
