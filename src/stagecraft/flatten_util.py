@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from typing import Any, Callable
+import warnings
 
 import numpy as np
 
@@ -72,7 +73,9 @@ class _Unravel:
     chunks = lax.split(flat, self.sizes)
     leaves = [lax.reshape(c, s) for c, s in zip(chunks, self.shapes)]
     if self.from_dtypes is not None:
-      leaves = [lax.convert_element_type(l, dt) for l, dt in zip(leaves, self.from_dtypes)]
+      with warnings.catch_warnings():   # as JAX: a complex flat array cast back to real
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)   # leaves is expected
+        leaves = [lax.convert_element_type(l, dt) for l, dt in zip(leaves, self.from_dtypes)]
     return tree_util.tree_unflatten(self.treedef, leaves)
 
 

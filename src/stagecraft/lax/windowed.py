@@ -333,7 +333,11 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
       return prim.bind(operand, **params)
   operand, init_value = utils.convert_scalars(operand, init_value)
   x_aval, init_aval = core.get_aval(operand), core.get_aval(init_value)
-  if init_aval.shape != () or init_aval.dtype != x_aval.dtype:
+  if init_aval.dtype != x_aval.dtype:   # JAX's message
+    raise TypeError(f"reduce_window got inconsistent dtypes for operands and init_values: got "
+                    f"operand dtypes [{x_aval.dtype!r}] and init_value dtypes "
+                    f"[{init_aval.dtype!r}].")
+  if init_aval.shape != ():
     raise TypeError(f"reduce_window init_value must be a scalar of the operand's dtype "
                     f"{x_aval.dtype.name}, got {init_aval.str_short()}.")
   concrete = not isinstance(init_value, core.Tracer)
