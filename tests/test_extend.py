@@ -995,3 +995,35 @@ def test_to_tangent_aval_as_jax(dt):
     theirs = jax.core.ShapedArray((2, 3), np.dtype(dt), weak).to_tangent_aval()
     assert repr(ours) == repr(theirs) and str(ours) == str(theirs)
   assert str(sc.typeof(sc.random.key(0)).to_tangent_aval()) == "float0[]"
+
+
+def test_def_effectful_abstract_eval_as_jax():
+  import jax
+  from jax.extend import core as jcore
+  from stagecraft.interpreters import partial_eval as pe
+
+  def build(ecore_mod):
+    class Noisy(ecore_mod.Effect):
+      pass
+    eff = Noisy()
+    p = ecore_mod.Primitive("noisy_id")
+    p.def_impl(lambda x: x)
+    p.def_effectful_abstract_eval(lambda x: (x, {eff} if x.ndim else set()))
+    return p
+
+  ps, pj = build(sext.core), build(jcore)
+
+  def prog(p):
+    def f(x, s):
+      p.bind(x)
+      p.bind(s)
+      return x + 1
+    return f
+
+  args = (np.ones(3, np.float32), np.float32(1))
+  ours, theirs = sc.make_jaxpr(prog(ps))(*args), jax.make_jaxpr(prog(pj))(*args)
+  assert str(ours) == str(theirs)
+  assert [len(e.effects) for e in ours.eqns] == [len(e.effects) for e in theirs.eqns] == [1, 0, 0]
+  assert len(ours.effects) == len(theirs.effects) == 1
+  kept = pe.dce_jaxpr(ours.jaxpr, [True])[0]
+  assert [e.primitive.name for e in kept.eqns] == ["noisy_id", "add"]   # the pure one goes

@@ -403,8 +403,15 @@ class JaxprEqn(NamedTuple):
   def effects(self) -> frozenset:
     """The equation's effects: its primitive's (`Primitive.effects_rule` of its params)
     and those of the jaxprs its params hold (a jit, cond, loop or map of an effect)."""
-    rule = self.primitive.effects_rule
-    effs = rule(**self.params) if rule is not None else no_effects
+    prim = self.primitive
+    rule = prim.effects_rule
+    if rule is not None:
+      effs = rule(**self.params)
+    elif prim.effectful_abstract_eval is not None:   # effects that depend on the avals
+      effs = frozenset(prim.effectful_abstract_eval(
+          *[v.aval for v in self.invars], **self.params)[1])
+    else:
+      effs = no_effects
     for j in subjaxprs(self):
       e = j.effects
       if e:
@@ -686,6 +693,7 @@ class ClosedJaxpr:
   in_avals = property(lambda self: self.jaxpr.in_avals)
   out_avals = property(lambda self: self.jaxpr.out_avals)
   eqns = property(lambda self: self.jaxpr.eqns)
+  effects = property(lambda self: self.jaxpr.effects)
 
   def __str__(self):
     return pp_jaxpr(self.jaxpr)
@@ -1111,6 +1119,8 @@ class Primitive:
     self.abstract_eval: Callable | None = None
     # `rule(**params) -> frozenset of Effect`, or None: the primitive itself is pure.
     self.effects_rule: Callable | None = None
+    # `rule(*avals, **params) -> (avals out, effects)` (`def_effectful_abstract_eval`).
+    self.effectful_abstract_eval: Callable | None = None
 
   def __repr__(self):
     return self.name
@@ -1132,6 +1142,15 @@ class Primitive:
     # (`sharding_rules`); until then it is `rule` itself, so tracing pays nothing for it.
     self.abstract_eval = _with_sharding_rule(self, rule) if _sharding_in_types[0] else rule
     _primitives_with_rules[self] = rule
+    return rule
+
+  def def_effectful_abstract_eval(self, rule: Callable) -> Callable:
+    """Registers JAX's effectful abstract evaluation: `rule(*avals, **params)` returns
+    `(out aval or avals, effects)`; the avals are this primitive's abstract evaluation and
+    the effects those of each of its equations (`JaxprEqn.effects`, computed from the
+    equation's input avals), so DCE keeps the equation when they are not empty."""
+    self.effectful_abstract_eval = rule
+    self.def_abstract_eval(lambda *avals, **params: rule(*avals, **params)[0])
     return rule
 
   def def_effects(self, rule: Callable) -> Callable:
