@@ -31,3 +31,34 @@ def test_negating_booleans_raises_as_jax():
     with pytest.raises(TypeError, match="neg does not accept dtype bool"):
       -np_.array([True])
   np.testing.assert_array_equal(np.asarray(jnp.negative(jnp.arange(3))), [0, -1, -2])
+
+
+def test_copy_deepcopy_and_pickle_of_tracers_and_arrays_as_jax():
+  import copy
+  import pickle
+
+  import jax
+  import jax.numpy as jjnp
+
+  def outcomes(lib, np_):
+    seen = []
+
+    def f(x):
+      seen.append(copy.copy(x) is x or type(copy.copy(x)) is type(x))
+      seen.append(type(copy.deepcopy(x)) is type(x))
+      try:
+        pickle.dumps(x)
+        seen.append("pickled")
+      except lib.errors.ConcretizationTypeError:
+        seen.append("ConcretizationTypeError")
+      return x
+
+    lib.jit(f)(np.ones(2, np.float32))
+    a = np_.arange(3.0)
+    b = pickle.loads(pickle.dumps(a))
+    seen += [np.asarray(b).tolist(), str(b.dtype), type(copy.deepcopy(a)) is type(a)]
+    return seen
+
+  got = outcomes(sc, jnp)
+  assert got == outcomes(jax, jjnp)
+  assert got[2] == "ConcretizationTypeError"

@@ -1450,6 +1450,10 @@ class Tracer:
   def __complex__(self):
     raise self._concretization_error("complex")
 
+  def __reduce__(self):   # as JAX: pickling needs the value, which a tracer does not have
+    raise self._concretization_error(
+        "pickle", fix=" Pickle concrete Arrays (outside transformations) instead.")
+
   def __index__(self):
     return operator.index(self._concrete(
         "__index__", TracerIntegerConversionError,
