@@ -53,10 +53,9 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type
   kw = dict(precision=precision, preferred_element_type=preferred_element_type)
   ca = len(sa) - 1
   cb = 0 if len(sb) == 1 else len(sb) - 2
-  if sa[ca] != sb[cb]:
-    raise ValueError(f"matmul: contracting dimensions differ: {sa[ca]} (last of the first "
-                     f"operand {sa}) and {sb[cb]} ({'the only' if len(sb) == 1 else 'second to last'} of the "
-                     f"second {sb}).")
+  if sa[ca] != sb[cb]:   # JAX's error (the contraction's)
+    raise TypeError(f"dot_general requires contracting dimensions to have the same shape, "
+                    f"got ({sa[ca]},) and ({sb[cb]},).")
   if len(sa) == 1 or len(sb) <= 2:
     # A vector operand or an unbatched right matrix: one dot_general whose output is already
     # in matmul's order (a's free dims, then b's), no reshape or transpose.
@@ -82,9 +81,9 @@ def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=No
   if not sa or not sb:
     return multiply(a, b)
   cb = 0 if len(sb) == 1 else len(sb) - 2
-  if sa[-1] != sb[cb]:
-    raise ValueError(f"dot: shapes {sa} and {sb} not aligned: {sa[-1]} (dim {len(sa) - 1}) "
-                     f"!= {sb[cb]} (dim {cb}).")
+  if sa[-1] != sb[cb]:   # JAX's error (the contraction's)
+    raise TypeError(f"dot_general requires contracting dimensions to have the same shape, "
+                    f"got ({sa[-1]},) and ({sb[cb]},).")
   return _dot(a, b, ((len(sa) - 1,), (cb,)), precision=precision,
               preferred_element_type=preferred_element_type)
 
@@ -113,8 +112,7 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     if n > min(na, nb):   # JAX's error (NumPy raises ValueError)
       raise TypeError(f"Number of tensordot axes (axes {n}) exceeds input ranks "
                       f"({shape_of(a)} and {shape_of(b)})")
-    if n < 0:
-      raise ValueError(f"tensordot: axes={n} must be non-negative.")
+    n = max(n, 0)          # as JAX: a negative count contracts nothing (an outer product)
     ca, cb = tuple(range(na - n, na)), tuple(range(n))
   else:
     if len(axes) != 2:
@@ -122,8 +120,9 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     ax_a, ax_b = axes
     ax_a = (ax_a,) if isinstance(ax_a, int) else tuple(ax_a)
     ax_b = (ax_b,) if isinstance(ax_b, int) else tuple(ax_b)
-    if len(ax_a) != len(ax_b):
-      raise ValueError(f"tensordot: axes {ax_a} and {ax_b} differ in length.")
+    if len(ax_a) != len(ax_b):   # JAX's error
+      raise TypeError(f"tensordot requires axes lists to have equal length, got {ax_a} and "
+                      f"{ax_b}.")
     ca = tuple(canonicalize_axis(x, na, "tensordot") for x in ax_a)
     cb = tuple(canonicalize_axis(x, nb, "tensordot") for x in ax_b)
   return _dot(a, b, (ca, cb), precision=precision,
