@@ -272,7 +272,7 @@ def test_checkpoint_saves_no_residuals():
   assert _count(plain, "sin") == 2
   assert _count(remat, "sin") == 3
   text = str(remat)
-  assert "checkpoint[" in text and "differentiated=True" in text
+  assert "remat2[" in text and "differentiated=True" in text
   # The linearized function's residuals are the checkpoint's inputs only.
   _, lin, residuals, _ = ad.linearize_flat(
       lambda x: [jnp.sum(sc.checkpoint(block)(x))], [x])

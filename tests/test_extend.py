@@ -532,7 +532,7 @@ MISSING_PRIMITIVES = {
     "select_and_scatter_p", "square_p",
 }
 # Same object, another name than JAX's.
-RENAMED_PRIMITIVES = {"remat_p": "checkpoint"}   # JAX: remat2
+RENAMED_PRIMITIVES: dict = {}
 
 
 def test_primitives_have_jax_names():

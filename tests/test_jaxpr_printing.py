@@ -565,10 +565,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "jit_closure_and_literal_args": "constants closed over by a jit body: JAX keeps them as "
                                     "constvars of the body; stagecraft passes them as leading "
                                     "operands of the jit equation (its call convention).",
-    "checkpoint_sin": "JAX 0.10 names the checkpoint primitive `remat2` and prints its params "
-                      "sorted; stagecraft's is `checkpoint`, printed in a fixed order "
-                      "(ad_checkpoint.py).",
-    "grad_checkpoint": "as checkpoint_sin.",
 }
 
 

@@ -67,7 +67,7 @@ NO_JVP = {"geqrf": "differentiated through the qr primitive",
 LINEAR = """add sub neg mul div dot_general reduce_sum broadcast_in_dim reshape transpose squeeze
 concatenate pad slice dynamic_slice dynamic_update_slice gather scatter-add select_n
 convert_element_type rev cumsum conv_general_dilated reduce_window_sum real imag complex conj
-fft add_any jit checkpoint custom_lin""".split()
+fft add_any jit remat2 custom_lin""".split()
 
 
 @pytest.mark.parametrize("name", sorted(PRIMS))

@@ -304,7 +304,7 @@ def checkpoint_name(x: Any, name: str) -> Any:
 # ---------------------------------------------------------------------------
 # The checkpoint primitive
 
-remat_p = core.Primitive("checkpoint")
+remat_p = core.Primitive("remat2")   # JAX 0.10.2's name
 remat_p.multiple_results = True
 
 

@@ -981,9 +981,9 @@ def _pp_jaxpr_doc(jaxpr: Jaxpr, context: JaxprPpContext):
   eqns = _join(_brk("; "), [_pp_eqn(e, context) for e in jaxpr.eqns])
   outs = _cat(_text("("), _pp_vars(jaxpr.outvars, context, separator=","),
               _text(",)" if len(jaxpr.outvars) == 1 else ")"))
-  return _cat(_group(_nest(2, _cat(
+  return _group(_cat(_nest(2, _cat(
       _text("{ lambda "), consts, _text("; "), ins, _text(". let"),
-      _nest(2, _cat(_brk(), eqns)), _brk(), _text("in "), outs))), _text(" }"))
+      _nest(2, _cat(_brk(), eqns)), _brk(), _text("in "), outs)), _text(" }")))
 
 
 def _dropped_vars(jaxpr: Jaxpr) -> dict:

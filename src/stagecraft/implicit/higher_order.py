@@ -483,7 +483,7 @@ def _pmap_handler(prim, vals, params):
 
 
 def _install():
-  for name, rule in (("jit", _jit_handler), ("xla_pmap", _pmap_handler), ("checkpoint", _remat_handler),
+  for name, rule in (("jit", _jit_handler), ("xla_pmap", _pmap_handler), ("remat2", _remat_handler),
                      ("custom_dce_call", _custom_dce_handler), ("cond", _cond_handler),
                      ("while", _while_handler), ("scan", _scan_handler),
                      ("custom_jvp_call", _custom_jvp_handler),
