@@ -6,7 +6,9 @@ process), and makes the CPU backend exchange collectives over gloo (TCP), so tha
 each process passes its local part of a mapped argument (leading axis = its local device
 count) and gets back results whose `addressable_shards` are its local pieces. This is the
 runtime's own distributed service (DESIGN.md: wrap it, don't write one); it must start
-before the backend does, i.e. before the first computation of the process.
+before the backend does, i.e. before the first computation of the process. It is the one
+part of the runtime that imports the real jax (on `initialize` only), whose backend
+registry then makes the clients with the service's collectives.
 """
 from __future__ import annotations
 
@@ -64,7 +66,10 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
     raise RuntimeError("distributed.initialize must be called before any computation (the "
                        "backend has already started in this process). Call it first, right "
                        "after the imports.")
-  jax = jax_module("jax")   # the runtime's distributed service (coordinator, gloo collectives)
+  # NB: the distributed service (coordinator, gloo collectives of the CPU client) is JAX's:
+  # from here on the runtime's clients come from JAX's backend registry, which wires them.
+  jax = jax_module("jax")
+  client.use_jax_backends("distributed.initialize")
   try:
     jax.distributed.initialize(coordinator_address, num_processes, process_id,
                                local_device_ids, cluster_detection_method="deactivate",

@@ -250,7 +250,8 @@ class CompiledCall:
                    and not self.float0_outs)
     self.text = text
     self.device = device
-    self.handlers = dispatch.result_handlers(out_avals, device)
+    # NB: the runtime's own result handlers: Python ones make jaxlib import jax
+    self.handlers = dispatch.runtime_handlers(out_avals, device)
 
   def call_arrays(self, args: Sequence[Array]):
     """The fast path: every argument is an Array on the default device."""
@@ -262,8 +263,9 @@ class CompiledCall:
       dispatch.raise_if_donated(args)
       raise
     if self.single:
-      return outs[0]
-    return optree.tree_unflatten(self.out_tree, outs)
+      return Array(outs[0], self.out_avals[0], self.device)
+    return optree.tree_unflatten(self.out_tree,
+                                 dispatch.wrap_results(outs, self.out_avals, self.device))
 
   def __call__(self, leaves: Sequence[Any]):
     in_avals, dev = self.in_avals, self.device
@@ -277,10 +279,11 @@ class CompiledCall:
       bufs = [*self.const_bufs, *bufs]
     try:
       if self.callbacks:
-        results = dispatch.execute_with_callbacks(self.exe, bufs, self.callbacks)
-        outs = [Array(r[0], av, dev) for r, av in zip(results, self.out_avals)]
+        results = dispatch.run_with_callbacks(self.exe, bufs, self.callbacks)
       else:
-        outs = self.exe.execute_sharded(bufs).consume_with_handlers(self.handlers)
+        results = self.exe.execute_sharded(bufs)
+      outs = dispatch.wrap_results(results.consume_with_handlers(self.handlers),
+                                   self.out_avals, dev)
     except TypeError:
       dispatch.raise_if_donated(leaves)
       raise

@@ -33,7 +33,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from stagecraft.runtime import client
-from stagecraft.runtime.jax_runtime import jax_module
 
 __all__ = ["Mesh", "AbstractMesh", "AbstractDevice", "AxisType", "PartitionSpec", "P",
            "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh", "Sharding",
@@ -271,8 +270,9 @@ class Mesh(_MeshAxes):
 
   @functools.cached_property
   def _runtime(self):
-    jax = jax_module("jax")   # the runtime's mesh object, needed to hand buffers to PJRT
-    return jax.sharding.Mesh(self.devices, tuple(str(n) for n in self.axis_names))
+    # The runtime's sharding of an array replicated over the mesh (its device list, needed
+    # to hand buffers to PJRT); NamedSharding._runtime splits dimensions over its axes.
+    return client.MeshSharding(self.devices, ())
 
   @property
   def _flat_devices(self) -> tuple:
@@ -727,10 +727,11 @@ class NamedSharding(Sharding):
 
   @functools.cached_property
   def _runtime(self):
-    jax = jax_module("jax")   # the runtime's sharding object, handed with buffers to PJRT
-    spec = [tuple(str(n) for n in self.spec._names(i)) or None for i in range(len(self.spec))]
-    spec = [s[0] if s is not None and len(s) == 1 else s for s in spec]
-    return jax.sharding.NamedSharding(self.mesh._runtime, jax.sharding.PartitionSpec(*spec))
+    # The runtime's sharding object (jaxlib's), handed with buffers to PJRT: per dimension,
+    # the positions of the mesh axes that split it.
+    pos = {n: k for k, n in enumerate(self.mesh.axis_names)}
+    return client.MeshSharding(self.mesh.devices, tuple(
+        tuple(pos[n] for n in self.spec._names(i)) for i in range(len(self.spec))))
 
 
 class SingleDeviceSharding(Sharding):

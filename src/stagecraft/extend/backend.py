@@ -23,7 +23,9 @@ __all__ = ["backend_xla_version", "backends", "clear_backends",
 
 
 def _xb():
-  # The runtime's real `jax.extend.backend` (even while `import jax` is served by stagecraft).
+  # The real `jax.extend.backend` (even while `import jax` is served by stagecraft), for what
+  # only JAX's backend registry does (plugin factories, compile options with JAX's extra
+  # keywords): imported on those paths only.
   return jax_runtime.jax_module("jax.extend.backend")
 
 
@@ -41,8 +43,7 @@ def get_backend(platform: str | Any | None = None) -> Any:
 
 def backends() -> dict[str, Any]:
   """The available PJRT clients, by platform name (initializing them on first use)."""
-  client.get_backend()   # starts the runtime the way stagecraft configures it
-  return dict(_xb().backends())
+  return client.backends()
 
 
 def backend_xla_version(platform: str | None = None) -> int | None:
@@ -82,10 +83,7 @@ def clear_backends() -> None:
   starts a new client. Arrays made before stay on the old client (as in JAX, do not use them
   afterwards)."""
   dispatch.clear_caches()
-  for cached in (client.get_backend, client.default_device, client.single_device_sharding,
-                 client.device_list):
-    cached.cache_clear()
-  _xb().clear_backends()
+  client.clear_backends()
 
 
 def register_backend_cache(cache: Any, for_what: str) -> None:
@@ -107,6 +105,8 @@ def register_backend_factory(name: str, factory: Callable, *, priority: int = 0,
                              fail_quietly: bool = True, experimental: bool = False,
                              make_topology: Callable | None = None) -> None:
   """Registers a PJRT client factory for platform `name` with the runtime (JAX's
-  `register_backend_factory`; it takes effect for clients not yet started)."""
+  `register_backend_factory`; it takes effect for clients not yet started, which then come
+  from JAX's backend registry)."""
+  client.use_jax_backends("register_backend_factory")
   _xb().register_backend_factory(name, factory, priority=priority, fail_quietly=fail_quietly,
                                  experimental=experimental, make_topology=make_topology)

@@ -19,6 +19,28 @@ from stagecraft.sharding import Shard, SingleDeviceSharding
 __all__ = ["Array", "device_get", "copy_to_host_async", "live_arrays", "DLDeviceType"]
 
 
+class _Capsule:
+  """A DLPack capsule in the protocol's clothes, for `np.from_dlpack`."""
+  __slots__ = ("capsule",)
+
+  def __init__(self, capsule):
+    self.capsule = capsule
+
+  def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    return self.capsule
+
+  def __dlpack_device__(self):
+    return 1, 0   # kDLCPU
+
+
+def _host_view(buf) -> np.ndarray:
+  """A NumPy view of a CPU buffer of a NumPy dtype (through DLPack; the view keeps the
+  buffer alive). NB: jaxlib's own conversion (`_single_device_array_to_np_array_did_copy`)
+  builds a JAX aval for the buffer, importing `jax.core` (all of jax) the first time."""
+  buf.block_until_ready()
+  return np.from_dlpack(_Capsule(_jax.buffer_to_dlpack_managed_tensor(buf)))
+
+
 class Array(metaclass=abc.ABCMeta):
   """An immutable array on a device.
 
@@ -78,7 +100,10 @@ class Array(metaclass=abc.ABCMeta):
       v = self._npy = _gather(self)
     elif v is None:
       buf = self._check_buf()
-      v, did_copy = buf._single_device_array_to_np_array_did_copy()
+      if self.aval.dtype.kind in "biufc" and not client.uses_jax():
+        v, did_copy = _host_view(buf), False
+      else:
+        v, did_copy = buf._single_device_array_to_np_array_did_copy()
       if not did_copy or v.flags.writeable:
         v = v.view()
         v.flags.writeable = False

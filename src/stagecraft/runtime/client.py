@@ -1,22 +1,110 @@
-"""The PJRT client and devices (jax/jaxlib used only as the XLA runtime; DESIGN.md)."""
+"""The PJRT client and devices (jaxlib is the XLA runtime; DESIGN.md).
+
+The CPU client is made here from jaxlib alone (`xla_client.make_cpu_client`, with jaxlib's
+LAPACK kernels registered as FFI targets), so `import stagecraft` and a first computation
+never import `jax`. The real jax (`jax_runtime.jax_module`, imported on that path only)
+supplies the clients instead where only it knows how to make them:
+
+- a platform other than the CPU: `jax_platforms` (or `JAX_PLATFORMS`) names one, or a PJRT
+  plugin package is installed (`jax_plugins`, `jax_cuda12_plugin`, ..., `libtpu`): plugin
+  discovery and initialization are JAX's;
+- a distributed run (`stagecraft.distributed.initialize`): the coordination service and the
+  gloo collectives of the CPU client (`use_jax_backends`).
+"""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import warnings
 from typing import Any
 
-from jax.extend import backend as xb
+import numpy as np
+from jaxlib import _jax
 from jaxlib import xla_client as xc
 
-from stagecraft.runtime.jax_runtime import jax_module
+from stagecraft.runtime import jax_runtime
 
 __all__ = ["configure", "check_not_forked", "get_backend", "devices", "local_devices", "device_count", "local_device_count",
            "default_device", "process_index", "process_count", "single_device_sharding",
            "device_list", "compile_options", "Device", "default_backend", "process_indices",
-           "host_id", "host_count", "host_ids"]
+           "host_id", "host_count", "host_ids", "backends", "clear_backends", "uses_jax",
+           "use_jax_backends"]
 
 _KNOWN_BACKENDS = ("cpu", "cuda", "gpu", "rocm", "tpu")
+
+#: Packages whose presence means a PJRT plugin (GPU, TPU) that JAX's discovery would load.
+_PLUGIN_MODULES = ("jax_plugins", "jax_cuda12_plugin", "jax_cuda13_plugin",
+                   "jax_rocm60_plugin", "jax_rocm7_plugin", "libtpu")
+
+#: Why the clients come from the real jax's backend registry (None: made here, CPU only).
+_via_jax: list = [None]
+
+
+def use_jax_backends(reason: str) -> None:
+  """Makes the runtime take its clients from the real jax's backend registry from now on
+  (called before the backend starts, e.g. by `distributed.initialize`)."""
+  _via_jax[0] = reason
+
+
+@functools.lru_cache(maxsize=None)
+def _plugins_installed() -> bool:
+  return any(importlib.util.find_spec(m) is not None for m in _PLUGIN_MODULES)
+
+
+def _requested_platforms() -> list[str]:
+  """The platforms `jax_platforms` (set through config, else `JAX_PLATFORMS`) asks for, in
+  priority order ([] when unset)."""
+  text = _platforms[0] if _platforms[0] is not None else os.environ.get("JAX_PLATFORMS")
+  return [p.strip().lower() for p in (text or "").split(",") if p.strip()]
+
+
+def uses_jax() -> bool:
+  """Whether the clients come from the real jax (a non-CPU platform, a PJRT plugin, or a
+  distributed run; see the module docstring) rather than from jaxlib directly."""
+  if _via_jax[0] is not None:
+    return True
+  plats = _requested_platforms()
+  if plats:
+    return any(p != "cpu" for p in plats)
+  return _plugins_installed()
+
+
+_cpu: list = [None]   # the CPU client made here (jaxlib alone)
+_kernels_registered = [False]
+
+
+def _register_cpu_kernels() -> None:
+  """Registers jaxlib's CPU LAPACK kernels (`lapack_*_ffi`, ...) as XLA FFI targets, as JAX
+  does when it imports its linear algebra (the same handlers: registering twice is fine)."""
+  if _kernels_registered[0]:
+    return
+  from jaxlib import lapack  # NB: a jaxlib module, loaded with the first CPU client only
+  for platform, targets in lapack.registrations().items():
+    for name, fn, api_version in targets:
+      xc.register_custom_call_target(name, fn, platform=platform, api_version=api_version)
+  for name in lapack.batch_partitionable_targets():
+    xc.register_custom_call_as_batch_partitionable(name)
+  _kernels_registered[0] = True
+
+
+def _num_cpu_devices() -> int | None:
+  """`jax_num_cpu_devices` (config, else `JAX_NUM_CPU_DEVICES`) when set (> 0); None leaves
+  the count to XLA_FLAGS `--xla_force_host_platform_device_count` (default 1)."""
+  n = _num_cpu[0]
+  if n is None:
+    try:
+      n = int(os.environ.get("JAX_NUM_CPU_DEVICES", "-1"))
+    except ValueError:
+      n = -1
+  return n if n > 0 else None
+
+
+def _cpu_client():
+  if _cpu[0] is None:
+    _register_cpu_kernels()
+    _cpu[0] = xc.make_cpu_client(asynchronous=True, num_devices=_num_cpu_devices())
+  return _cpu[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -29,19 +117,46 @@ def get_backend(backend: str | None = None):
   if backend is not None and not isinstance(backend, str):
     raise TypeError(f"backend must be a string such as 'cpu' or 'gpu', got {backend!r}.")
   check_not_forked()
-  if backend is None and _platforms[0]:
-    backend = _platforms[0].split(",")[0].strip() or None
-  try:
-    b = xb.get_backend(backend)
-    if _started_in[0] is None:
-      _started_in[0] = os.getpid()
-    return b
-  except RuntimeError as e:
-    raise RuntimeError(f"Backend {backend!r} is not available: {e}. Available backends: "
-                       f"{sorted(xb.backends())}.") from e
+  if backend is None and _requested_platforms():
+    backend = _requested_platforms()[0]
+  if uses_jax():
+    xb = jax_runtime.jax_module("jax.extend.backend")
+    try:
+      b = xb.get_backend(backend)
+    except RuntimeError as e:
+      raise RuntimeError(f"Backend {backend!r} is not available: {e}. Available backends: "
+                         f"{sorted(xb.backends())}.") from e
+  elif backend is None or backend.lower() == "cpu":
+    b = _cpu_client()
+  else:
+    raise RuntimeError(f"Backend {backend!r} is not available: no PJRT plugin for it is "
+                       f"installed (stagecraft's runtime has the CPU client). Available "
+                       f"backends: ['cpu'].")
+  if _started_in[0] is None:
+    _started_in[0] = os.getpid()
+  return b
+
+
+def backends() -> dict[str, Any]:
+  """The started PJRT clients by platform name (starting the default one first)."""
+  get_backend()
+  if uses_jax():
+    return dict(jax_runtime.jax_module("jax.extend.backend").backends())
+  return {"cpu": _cpu_client()}
+
+
+def clear_backends() -> None:
+  """Drops the clients and the caches here that refer to them; the next request starts a
+  new client."""
+  for cached in (get_backend, _first_local_device, single_device_sharding, device_list):
+    cached.cache_clear()
+  _cpu[0] = None
+  if "jax.extend.backend" in jax_runtime.captured():
+    jax_runtime.jax_runtime.jax_module("jax.extend.backend").clear_backends()
 
 
 _platforms: list = [None]
+_num_cpu: list = [None]   # jax_num_cpu_devices as set through config (None: unset)
 
 
 def configure(option: str, value) -> None:
@@ -63,6 +178,7 @@ def configure(option: str, value) -> None:
     if _started_in[0] is not None:
       raise RuntimeError("jax_num_cpu_devices config should be updated before backends are "
                          "initialized.")
+    _num_cpu[0] = value
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith("--xla_force_host_platform_device_count")]
     if value is not None and value > 0:
@@ -154,10 +270,113 @@ def process_count() -> int:
   return max(d.process_index for d in devices()) + 1
 
 
+# ---------------------------------------------------------------------------
+# The runtime's sharding objects, handed with buffers to PJRT (transfers, results)
+#
+# jaxlib's C++ sharding classes read a few attributes that JAX adds to them in Python
+# (`memory_kind`, and `_to_xla_hlo_sharding` for the layout of a buffer over its devices).
+# `_install_runtime_methods` gives the single-device class those two where they are missing
+# (JAX, if imported later, replaces them with its own, which read the same C++ fields);
+# a sharding over a mesh is a `MeshSharding` (below), which computes its HloSharding itself
+# (jaxlib's NamedSharding constructor would import jax).
+
+
+def _memory_kind(self):
+  return self._memory_kind
+
+
+def _replicated_hlo_sharding(self, num_dimensions: int):
+  return xc.HloSharding.replicate()
+
+
+def _install_runtime_methods() -> None:
+  cls = _jax.SingleDeviceSharding
+  if not hasattr(cls, "memory_kind"):
+    cls.memory_kind = property(_memory_kind)
+  if not hasattr(cls, "_to_xla_hlo_sharding"):
+    cls._to_xla_hlo_sharding = _replicated_hlo_sharding
+
+
+_install_runtime_methods()
+
+
 @functools.lru_cache(maxsize=None)
 def single_device_sharding(device):
-  jax = jax_module("jax")  # the runtime's sharding objects, needed by PJRT transfers
-  return jax.sharding.SingleDeviceSharding(device)
+  """The runtime's sharding of a buffer on `device` alone."""
+  return _jax.SingleDeviceSharding(device)
+
+
+class MeshSharding:
+  """The runtime's sharding of an array over a mesh of devices: `devices` (an ndarray of
+  devices, one mesh axis per dimension) and, per array dimension, the mesh axes (positions)
+  that split it, major to minor. PJRT reads its device list (`_internal_device_list`) and,
+  per array rank, its HloSharding (`_to_xla_hlo_sharding`).
+
+  The HloSharding tiles dimension i of the array by the product of the sizes of its mesh
+  axes; the tile of each device is its coordinate along those axes (the first one major);
+  the mesh axes no dimension uses replicate the tiles (a last, replicated tile dimension).
+  Axes of size 1 change nothing and are left out; a sharding that splits no dimension is
+  the replicated one.
+
+  A plain class: jaxlib reads these attributes of any sharding object (subclassing its C++
+  `Sharding` would inherit the Python members JAX attaches to that class once imported).
+  """
+
+  def __init__(self, devices: np.ndarray, dim_axes: tuple):
+    self.devices = devices
+    self.dim_axes = tuple(tuple(int(a) for a in axes) for axes in dim_axes)
+    self._internal_device_list = device_list(tuple(devices.flat))
+    self._hlo: dict = {}
+
+  memory_kind = None
+  _memory_kind = None
+
+  @property
+  def _device_assignment(self) -> tuple:
+    return tuple(self.devices.flat)
+
+  @property
+  def device_set(self) -> set:
+    return set(self.devices.flat)
+
+  def _to_xla_hlo_sharding(self, num_dimensions: int):
+    h = self._hlo.get(num_dimensions)
+    if h is None:
+      h = self._hlo[num_dimensions] = _mesh_hlo_sharding(self.devices.shape, self.dim_axes,
+                                                          num_dimensions)
+    return h
+
+  def __eq__(self, other):
+    return (type(other) is MeshSharding and self.dim_axes == other.dim_axes
+            and self.devices.shape == other.devices.shape
+            and tuple(self.devices.flat) == tuple(other.devices.flat))
+
+  def __hash__(self):
+    return hash((self.dim_axes, self.devices.shape, tuple(self.devices.flat)))
+
+  def __repr__(self):
+    return f"MeshSharding(mesh_shape={self.devices.shape}, dim_axes={self.dim_axes})"
+
+
+def _mesh_hlo_sharding(mesh_shape: tuple, dim_axes: tuple, num_dimensions: int):
+  keep = [a for a, n in enumerate(mesh_shape) if n > 1]   # axes of size 1 are no-ops
+  pos = {a: k for k, a in enumerate(keep)}
+  tiles, perm = [1] * num_dimensions, []
+  for d, axes in enumerate(dim_axes[:num_dimensions]):
+    for a in axes:
+      if a in pos:
+        tiles[d] *= mesh_shape[a]
+        perm.append(pos[a])
+  if not perm:
+    return xc.HloSharding.replicate()
+  rest = [pos[a] for a in keep if pos[a] not in perm]
+  subgroups = []
+  if rest:
+    tiles.append(int(np.prod([mesh_shape[keep[k]] for k in rest])))
+    perm.extend(rest)
+    subgroups = [xc.OpSharding.Type.REPLICATED]
+  return xc.HloSharding.iota_tile(dims=tiles, reshape_dims=[mesh_shape[a] for a in keep],
+                                  transpose_perm=perm, subgroup_types=subgroups)
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,9 +385,39 @@ def device_list(devs: tuple) -> Any:
 
 
 def compile_options(num_replicas: int = 1, num_partitions: int = 1, device_assignment=None):
-  """XLA compile options for `num_replicas` x `num_partitions` devices."""
-  return xb.get_compile_options(num_replicas=num_replicas, num_partitions=num_partitions,
-                                device_assignment=device_assignment)
+  """XLA compile options for `num_replicas` x `num_partitions` devices: JAX 0.10.2's (the
+  SPMD partitioner with Shardy; JAX's default effort levels, no autoFDO profile).
+
+  Args:
+    device_assignment: None, or device ids (or devices) of shape (num_replicas,
+      num_partitions) (a vector when num_partitions is 1).
+
+  Raises:
+    ValueError: if `device_assignment`'s shape does not match the counts.
+  """
+  opts = xc.CompileOptions()
+  opts.num_replicas = num_replicas
+  opts.num_partitions = num_partitions
+  build = opts.executable_build_options
+  build.use_spmd_partitioning = True
+  build.use_shardy_partitioner = True
+  if device_assignment is not None:
+    a = np.asarray(device_assignment)
+    if a.ndim == 1 and num_partitions == 1:
+      a = a[:, None]
+    if a.ndim != 2 or a.shape != (num_replicas, num_partitions):
+      raise ValueError(f"device_assignment of shape {a.shape} does not match num_replicas="
+                       f"{num_replicas} x num_partitions={num_partitions}.")
+    if a.dtype == object:
+      a = np.vectorize(lambda d: d.id, otypes=[int])(a)
+    opts.device_assignment = xc.DeviceAssignment.create(a)
+  build.exec_time_optimization_effort = 0.0
+  build.memory_fitting_effort = 0.0
+  build.optimization_level = 0        # JAX's EffortLevel.UNKNOWN
+  build.memory_fitting_level = 29     # JAX's EffortLevel.O2
+  opts.profile_version = -1           # no autoFDO profile, and none fetched
+  build.debug_options.xla_detailed_logging = True
+  return opts
 
 
 Device = xc.Device

@@ -29,6 +29,7 @@ __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "targ
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
            "host_callbacks_of", "execute_with_callbacks", "run_with_callbacks",
            "effects_barrier", "find_special", "check_special", "result_handlers",
+           "runtime_handlers", "wrap_results",
            "cache_clearers", "register_cache_clearer", "clear_caches"]
 
 try:  # the runtime's own array type, accepted wherever an Array is
@@ -447,8 +448,36 @@ def effects_barrier() -> None:
 
 def result_handlers(out_avals: Sequence[ShapedArray], device=None) -> list:
   """One handler per result for `execute_sharded(...).consume_with_handlers`: each makes
-  an Array of the result's buffer (cheaper than disassembling the results first)."""
+  an Array of the result's buffer (cheaper than disassembling the results first).
+
+  NB: jaxlib gives a Python handler its buffers as arrays with a JAX aval, and imports
+  `jax.core` (all of jax) the first time it builds one; `runtime_handlers` with
+  `wrap_results` do the same work without jax."""
   return [lambda bufs, av=av, dev=device: Array(bufs[0], av, dev) for av in out_avals]
+
+
+def _handler_aval(aval: ShapedArray) -> ShapedArray:
+  # float0 results are i1 buffers in the program (lowering.py)
+  if aval.dtype == dtypes.float0:
+    return aval.update(dtype=np.dtype(np.bool_), weak_type=False)
+  return aval
+
+
+def runtime_handlers(out_avals: Sequence[ShapedArray], device=None) -> list:
+  """One result handler of the runtime's (C++) per result, for
+  `execute_sharded(...).consume_with_handlers`: it gives the runtime's array of the result's
+  buffer on `device` (the default device when None), which `wrap_results` makes an Array.
+  Unlike Python handlers (`result_handlers`), these never make jaxlib import jax."""
+  dev = device if device is not None else client.default_device()
+  sh = client.single_device_sharding(dev)
+  return [xc._xla.array_result_handler(_handler_aval(av), sh, True, True)
+          for av in out_avals]
+
+
+def wrap_results(bufs: Sequence[Any], out_avals: Sequence[ShapedArray],
+                 device=None) -> list[Array]:
+  """Arrays of the runtime arrays `bufs` that `runtime_handlers` gave (one per aval)."""
+  return [Array(b, av, device) for b, av in zip(bufs, out_avals)]
 
 
 class Executable:
@@ -463,7 +492,7 @@ class Executable:
     self.text = text
     self.device = device
     self.callbacks = host_callbacks_of(text)
-    self.handlers = result_handlers(self.out_avals, device)
+    self.handlers = runtime_handlers(self.out_avals, device)
 
   def _buffers(self, args):
     dev = self.device
@@ -472,21 +501,24 @@ class Executable:
               for a, av in zip(args, self.in_avals)]
     return [to_buffer(a, av, dev) for a, av in zip(args, self.in_avals)]
 
-  def call(self, args: Sequence[Any]) -> list[Array]:
+  def _run(self, args: Sequence[Any]) -> list:
     try:
       if self.callbacks:
-        outs = execute_with_callbacks(self.exe, self._buffers(args), self.callbacks)
-        dev = self.device
-        return [Array(o[0], av, dev) for o, av in zip(outs, self.out_avals)]
-      return self.exe.execute_sharded(self._buffers(args)).consume_with_handlers(
-          self.handlers)
+        res = run_with_callbacks(self.exe, self._buffers(args), self.callbacks)
+      else:
+        res = self.exe.execute_sharded(self._buffers(args))
+      return res.consume_with_handlers(self.handlers)
     except TypeError:
       raise_if_donated(args)
       raise
 
+  def call(self, args: Sequence[Any]) -> list[Array]:
+    dev = self.device
+    return [Array(b, av, dev) for b, av in zip(self._run(args), self.out_avals)]
+
   def call1(self, args: Sequence[Any]) -> Array:
     """`call` for a program with one result."""
-    return self.call(args)[0]
+    return Array(self._run(args)[0], self.out_avals[0], self.device)
 
 
 def raise_if_donated(args):

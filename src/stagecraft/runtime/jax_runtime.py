@@ -1,7 +1,9 @@
 """The real `jax` modules that stagecraft's runtime uses, kept apart from user imports.
 
-stagecraft uses jax only as the XLA runtime (DESIGN.md): the PJRT client, the runtime's
-sharding objects handed to transfers, the distributed service. `stagecraft.compat.install()`
+stagecraft's runtime is jaxlib; it imports the real jax only on the paths that need it
+(`runtime/client.py`: clients of non-CPU platforms and PJRT plugins, a distributed run's
+service and collectives; `extend.backend.register_backend_factory`), never at
+`import stagecraft`. `stagecraft.compat.install()`
 (and `python -m stagecraft run script.py`) then serves the user's `import jax` from stagecraft,
 so from that point on an `import jax.sharding` would return `stagecraft.sharding`. The
 runtime therefore reads those modules through `jax_module`, which remembers each real module
@@ -17,7 +19,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["RUNTIME_MODULES", "jax_module", "capture"]
+__all__ = ["RUNTIME_MODULES", "jax_module", "capture", "captured"]
 
 #: The real jax modules stagecraft's runtime reads (client, sharding and distributed).
 RUNTIME_MODULES = ("jax", "jax.sharding", "jax.distributed", "jax.extend.backend")
@@ -57,3 +59,9 @@ def capture(names=RUNTIME_MODULES) -> dict[str, ModuleType]:
   """Imports and remembers the real modules `names` (default: all the runtime reads);
   returns them by name. Called by `stagecraft.compat.install()` before it aliases `jax`."""
   return {n: jax_module(n) for n in names}
+
+
+def captured() -> tuple[str, ...]:
+  """The names of the real jax modules the runtime has imported so far (none until a path
+  that needs jax runs, or `capture()`)."""
+  return tuple(_real)

@@ -254,7 +254,9 @@ class SpmdExecutable:
         outs = results.consume_with_handlers(self._handlers)
         if outs:
           first = outs[0]
-          _last_collective[0] = [first] if self._replicated[0] else first._arrays
+          # NB: the whole array (its block_until_ready waits for every device's piece);
+          # its `_arrays` would make jaxlib import jax to give each piece a JAX aval.
+          _last_collective[0] = [first]
         else:
           for b in bufs:
             b.block_until_ready()
