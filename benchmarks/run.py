@@ -176,6 +176,10 @@ def nf4_matmul(quick):
 
 def _cold_env():
   env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+  # NB: a user's Python writes bytecode caches at the first import (JAX's installed files
+  # have theirs from pip); without them every start compiles stagecraft's ~150 modules
+  # from source (~250 ms). The warm-up run below writes them.
+  env.pop("PYTHONDONTWRITEBYTECODE", None)
   if _USER_XLA_FLAGS is None:   # a fresh process as a user starts it, one CPU device
     env.pop("XLA_FLAGS", None)
   else:
