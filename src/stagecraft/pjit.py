@@ -21,23 +21,45 @@ import numpy as np
 import optree
 
 from stagecraft import core, dtypes, traceback_util, tree_util
-from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, flatten, fun_name,
+from stagecraft import api_util, sharding as sharding_lib
+from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
 from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
-from stagecraft.lax.spmd import sharding_constraint_p
+from stagecraft.lax.spmd import reshard, reshard_p, sharding_constraint_p
 from stagecraft.runtime import client, dispatch, spmd
 from stagecraft.runtime.array import Array
 from stagecraft.sharding import NamedSharding, PartitionSpec
 
 __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "trace_flat",
            "SignatureLayout", "LoweredSignature", "lower_traced", "CompiledCall", "SpmdCall", "ShardedCall",
-           "compile_lowered", "compile_traced", "update_wrapper", "wraps"]
+           "compile_lowered", "compile_traced", "update_wrapper", "wraps", "auto_axes",
+           "explicit_axes"]
 
 
 _logger = logging.getLogger("stagecraft")
+
+
+def abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
+  """`api_util.abstractify`, typed as JAX types a ShapeDtypeStruct with a sharding: the
+  dimensions it splits over Explicit mesh axes are in the aval (`f32[8@x,4]`); a bare
+  PartitionSpec refers to the abstract mesh in context."""
+  aval = api_util.abstractify(x, path, fun_name)
+  s = getattr(x, "sharding", None) if type(x) is ShapeDtypeStruct else None
+  if s is None or type(aval) is not ShapedArray:
+    return aval
+  if isinstance(s, PartitionSpec):
+    mesh = sharding_lib.get_abstract_mesh()
+    if mesh.empty:
+      return aval
+    s = NamedSharding(mesh, s)
+  try:
+    spmd.check_spec_fits(s, aval, "ShapeDtypeStruct")
+  except (ValueError, TypeError, AttributeError):
+    return aval   # NB: untyped: the layout's own check reports the misfit, naming the value
+  return spmd.typed_aval(aval, s)
 
 
 def update_wrapper(wrapper: Any, wrapped: Callable) -> Any:
@@ -998,3 +1020,136 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
                              in_shardings=in_shardings, out_shardings=out_shardings)
   return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
                     keep_unused, inline, device, backend, in_shardings, out_shardings)
+
+
+# ---------------------------------------------------------------------------
+# auto_axes / explicit_axes: changing mesh axis types for a block (JAX's, in jax.sharding)
+
+
+def _axes_mesh(axes, axis_type, name: str, shardings=None):
+  """(mesh in context, the same mesh with `axes` (all by default) of type `axis_type`), or
+  None when there is no mesh (JAX's rule: the mesh of `shardings` or the one in context,
+  which must agree)."""
+  cur = sharding_lib.get_abstract_mesh()
+  found = None
+  for s in optree.tree_leaves(shardings, none_is_leaf=False, namespace=tree_util.NAMESPACE):
+    if isinstance(s, NamedSharding):
+      m = s.mesh.abstract_mesh
+      if found is not None and found != m:
+        raise ValueError(f"Shardings passed to {name} should have the same mesh. Got one "
+                         f"mesh {found} and another {s.mesh}")
+      found = m
+  if (found is None or found.empty) and cur.empty:
+    return None
+  if found is not None and not found.empty and not cur.empty and (
+      (found.axis_names, found.axis_sizes) != (cur.axis_names, cur.axis_sizes)):
+    raise ValueError(f"Context mesh {cur} must match the mesh passed to shardings {found}. "
+                     f"Recommended approach is to use `jax.set_mesh` context manager.")
+  mesh = cur if not cur.empty else found
+  axes = mesh.axis_names if axes is None else axes if isinstance(axes, tuple) else (axes,)
+  for a in axes:
+    if dict(zip(mesh.axis_names, mesh.axis_types))[a] == sharding_lib.AxisType.Manual:
+      raise NotImplementedError("Going from `Manual` AxisType to `Auto` or `Explicit` "
+                                "AxisType is not allowed.")
+  return mesh, mesh.update_axis_types({a: axis_type for a in axes}), axes
+
+
+def _retype(x: Any, mesh, spec=None) -> Any:
+  """`x` traced with the type it has over `mesh` (its split entries on `mesh`'s Explicit
+  axes, or `spec`'s), through the `reshard` primitive (its layout is kept where the axes
+  became Auto: the partitioner decides there)."""
+  if not isinstance(x, core.Tracer):
+    return x
+  aval = core.get_aval(x)
+  if type(aval) is not ShapedArray:
+    return x
+  explicit = set(mesh.explicit_axes)
+  entries = sharding_lib.spec_entries(aval._sharding, aval.ndim) if spec is None else (
+      tuple(spec) + (None,) * (aval.ndim - len(spec)))
+  kept = []
+  for e in entries:
+    names = tuple(n for n in ((e,) if isinstance(e, str) else e or ()) if n in explicit)
+    kept.append(None if not names else names[0] if len(names) == 1 else names)
+  if spec is None and aval._sharding is None and not any(kept):
+    return x
+  return reshard_p.bind(x, dst_sharding=NamedSharding(mesh, PartitionSpec(*kept)))
+
+
+def _with_axes_types(fun, name: str, axis_type, axes, kw: str, given):
+  @functools.wraps(fun)
+  def wrapper(*args, **kwargs):
+    target = given
+    if target is None:
+      if kw not in kwargs:
+        raise TypeError(f"Missing required keyword argument: '{kw}'")
+      target = kwargs.pop(kw)
+    info = _axes_mesh(axes, axis_type, name, target if kw == "out_sharding" else None)
+    if info is None:
+      if kw == "in_sharding":
+        raise ValueError("Context mesh cannot be empty. Please use `jax.set_mesh` API to "
+                         "enter into a mesh context when using `explicit_axes` API.")
+      return fun(*args, **kwargs)
+    prev, new, names = info
+    if kw == "out_sharding" and set(prev.auto_axes) == set(names):
+      return fun(*args, **kwargs)
+
+    def body(*a, **k):
+      leaves, tree = optree.tree_flatten((a, k), none_is_leaf=False,
+                                         namespace=tree_util.NAMESPACE)
+      if kw == "in_sharding":
+        specs = spmd.flatten_shardings(target, (a, k)[0], f"{name} in_sharding")
+        leaves = [_retype(x, new, getattr(s, "spec", s) if s is not None else None)
+                  for x, s in zip(leaves, specs + [None] * (len(leaves) - len(specs)))]
+      else:
+        leaves = [_retype(x, new) for x in leaves]
+      a, k = optree.tree_unflatten(tree, leaves)
+      with sharding_lib.abstract_mesh_context(new):
+        out = fun(*a, **k)
+      if kw == "in_sharding":   # back to the types of the mesh outside
+        out = tree_util.tree_map(lambda o: _retype(o, prev), out)
+      return out
+    out = body(*args, **kwargs) if _tracing(args, kwargs) else jit(body)(*args, **kwargs)
+    return reshard(out, target) if kw == "out_sharding" else out
+  return wrapper
+
+
+def _tracing(args, kwargs) -> bool:
+  return core.current_trace() is not core.eval_trace or any(
+      isinstance(x, core.Tracer) for x in optree.tree_leaves(
+          (args, kwargs), none_is_leaf=False, namespace=tree_util.NAMESPACE))
+
+
+def auto_axes(f: Callable | None = None, /, *, axes: str | tuple[str, ...] | None = None,
+              out_sharding: Any = None):
+  """`f` run with the mesh axes `axes` (all by default) of type Auto (JAX's
+  `jax.sharding.auto_axes`): inside, values are not typed over them (the partitioner lays
+  them out, so operations whose sharding rule would ask for `out_sharding=` run), and the
+  result is resharded to `out_sharding` (given here or as a keyword of the call).
+
+  Raises:
+    TypeError: no `out_sharding`.
+    ValueError: shardings over another mesh than the one in context.
+  """
+  if f is None:
+    return lambda g: auto_axes(g, axes=axes, out_sharding=out_sharding)
+  return _with_axes_types(f, "auto_axes", sharding_lib.AxisType.Auto, axes, "out_sharding",
+                          out_sharding)
+
+
+def explicit_axes(f: Callable | None = None, /, *, axes: str | tuple[str, ...] | None = None,
+                  in_sharding: Any = None):
+  """`f` run with the mesh axes `axes` (all by default) of type Explicit (JAX's
+  `jax.sharding.explicit_axes`): its arguments are typed by `in_sharding` (given here or as
+  a keyword of the call), and its results come back without those axes in their types.
+
+  Raises:
+    TypeError: no `in_sharding`.
+    ValueError: no mesh in context (`set_mesh`).
+  """
+  if f is None:
+    return lambda g: explicit_axes(g, axes=axes, in_sharding=in_sharding)
+  return _with_axes_types(f, "explicit_axes", sharding_lib.AxisType.Explicit, axes,
+                          "in_sharding", in_sharding)
+
+
+sharding_lib.late_names.update(auto_axes=auto_axes, explicit_axes=explicit_axes)

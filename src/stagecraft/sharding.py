@@ -55,6 +55,17 @@ _abstract_mesh: contextvars.ContextVar = contextvars.ContextVar("stagecraft_abst
 # check (core's current trace is the evaluation trace).
 outside_trace: list = [lambda: True]
 
+# NB: JAX's `jax.sharding.reshard`, `auto_axes` and `explicit_axes` trace primitives, which
+# live above this layer: stagecraft.lax.spmd (reshard) and stagecraft.pjit (auto_axes,
+# explicit_axes) install them here, served by `__getattr__`.
+late_names: dict = {}
+
+
+def __getattr__(name: str):
+  if name in late_names:
+    return late_names[name]
+  raise AttributeError(f"module 'stagecraft.sharding' has no attribute '{name}'")
+
 
 class ShardingTypeError(Exception):
   """A program whose shardings in types do not fit (JAX's `ShardingTypeError`): e.g.

@@ -6,8 +6,11 @@ dimension); abstract evaluation of a primitive with such an operand asks
 `core.sharding_rules[prim]` for the sharding of the result. This module registers the rules
 of the primitives whose family modules predate sharding in types: elementwise n-ary ops,
 `select_n`, `convert_element_type`, `broadcast_in_dim`, `reshape`, `transpose`, `squeeze`,
-`rev`, `concatenate`, the reductions, `argmax`/`argmin`, the cumulative reductions and the
-control-flow primitives (whose results have their bodies' types). `dot_general` and
+`rev`, `concatenate`, the reductions, `argmax`/`argmin`, the cumulative reductions, `slice`,
+`dynamic_slice`, `dynamic_update_slice`, `pad`, `gather` and the scatters, `sort`, `top_k`,
+`conv_general_dilated`, `fft`, the windowed reductions, the batched linear-algebra
+primitives, the random-bit primitives and the control-flow primitives (whose results have
+their bodies' types). `dot_general` and
 `reshard` keep theirs beside them (lax/dot.py, lax/spmd.py). A primitive without a rule
 raises NotImplementedError when an operand is split (core's hook), never a wrong type.
 
@@ -24,6 +27,19 @@ written from that behaviour:
   is split; anything else asks for `out_sharding=`.
 - reductions drop the reduced dimensions' entries; cumulative ones need the reduced
   dimension unsplit.
+- slice, dynamic_slice, pad, windowed reductions and convolution (unsplit kernel and input
+  features) keep the operand's type; each resized split dimension must stay divisible by
+  its mesh axes. dynamic_update_slice needs operand and update of one type.
+- gather and scatter: JAX's rule (sliced dimensions full or unsplit, batch dimensions
+  agreeing, index vectors unsplit); otherwise JAX's request for `out_sharding=`.
+- concatenate: all operands of one type (along any dimension); sort and top_k: the sorted
+  dimension unsplit; fft keeps the type; linear algebra: matrix dimensions unsplit, batch
+  dimensions split alike, kept in every result.
+
+Where JAX's derivative rules make values of their primal's type and stagecraft's make
+unsplit ones (instantiated zero tangents, the zeros a transpose scatters into), those rules
+run with `_deriving` set, and the strict rules then let an unsplit operand take the split
+one's type.
 
 Transposition: the cotangent of a linear operand must have the operand's type (JAX passes
 the primal's sharding to the transposed op); `typed_transpose` reshards a cotangent whose
@@ -32,12 +48,19 @@ registered here.
 """
 from __future__ import annotations
 
+import contextvars
+import math
 from typing import Any, Sequence
 
 from stagecraft import core, dtypes
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad
-from stagecraft.lax import cumulative, elementwise, reduction, shape, special
+from stagecraft import sharding as sharding_lib
+from stagecraft.lax import (cumulative, elementwise, linalg, random_bits, reduction, shape,
+                            slicing, special, windowed)
+from stagecraft.lax.conv import conv_general_dilated_p
+from stagecraft.lax.fft import fft_p
+from stagecraft.lax.sort import sort_p, top_k_p
 from stagecraft.lax.ad_util import stop_gradient_p
 from stagecraft.lax.control_flow.conditionals import cond_p
 from stagecraft.lax.control_flow.loops import scan_p
@@ -45,7 +68,8 @@ from stagecraft.lax.control_flow.while_op import while_p
 from stagecraft.lax.misc import optimization_barrier_p
 from stagecraft.sharding import NamedSharding, PartitionSpec, ShardingTypeError
 
-__all__ = ["entries", "mesh_of", "make_sharding", "nary_rule", "register_nary"]
+__all__ = ["entries", "mesh_of", "make_sharding", "nary_rule", "register_nary",
+           "varying_out_shape"]
 
 
 # ---------------------------------------------------------------------------
@@ -189,7 +213,9 @@ core.sharding_rules[elementwise.bitcast_convert_type_p] = _bitcast_rule
 # Shape operations
 
 
-def _broadcast_in_dim_rule(x, *, shape, broadcast_dimensions, **_):
+def _broadcast_in_dim_rule(x, *, shape, broadcast_dimensions, sharding=None, **_):
+  if sharding is not None:   # NB: JAX's `sharding` param (`out_sharding=` of the wrapper)
+    return sharding_lib.type_sharding(sharding, len(shape))
   out = [None] * len(shape)
   for e, d in zip(entries(x), broadcast_dimensions):
     out[d] = e
@@ -209,25 +235,6 @@ def _squeeze_rule(x, *, dimensions):
 
 def _rev_rule(x, *, dimensions):
   return x._sharding
-
-
-def _concatenate_rule(*xs, dimension):
-  mesh = mesh_of(xs)
-  specs = [entries(x) for x in xs]
-  if any(s[dimension] is not None for s in specs):
-    raise NotImplementedError(
-        "concatenate along a dimension split over Explicit mesh axes (reshard the operands "
-        "first)")
-  out = list(specs[0])
-  for s in specs[1:]:
-    for i, e in enumerate(s):
-      if out[i] is None:
-        out[i] = e
-      elif e is not None and e != out[i]:
-        raise ShardingTypeError(
-            f"All operands should have the same sharding. Got shardings "
-            f"{', '.join(str(x.sharding) for x in xs)}")
-  return make_sharding(mesh, out)
 
 
 def _reshape_error(x, new_sizes):
@@ -255,7 +262,9 @@ def _split_axes(mesh, names: tuple, sizes: Sequence[int], x, new_sizes) -> list:
   return out
 
 
-def _reshape_rule(x, *, new_sizes, dimensions, **_):
+def _reshape_rule(x, *, new_sizes, dimensions, sharding=None, **_):
+  if sharding is not None:   # NB: JAX's `sharding` param (`out_sharding=` of the wrapper)
+    return sharding_lib.type_sharding(sharding, len(new_sizes))
   mesh = x._sharding.mesh
   old, new = tuple(x.shape), tuple(new_sizes)
   es = entries(x)
@@ -308,7 +317,6 @@ core.sharding_rules[shape.broadcast_in_dim_p] = _broadcast_in_dim_rule
 core.sharding_rules[shape.transpose_p] = _transpose_rule
 core.sharding_rules[shape.squeeze_p] = _squeeze_rule
 core.sharding_rules[shape.rev_p] = _rev_rule
-core.sharding_rules[shape.concatenate_p] = _concatenate_rule
 core.sharding_rules[shape.reshape_p] = _reshape_rule
 
 
@@ -339,6 +347,353 @@ for _p in (cumulative.cumsum_p, cumulative.cumprod_p, cumulative.cummax_p,
 
 
 # ---------------------------------------------------------------------------
+# Slicing, padding, gather/scatter, sorting, convolution, FFT, linear algebra, windows
+
+# NB: set while a JVP or transpose rule of a primitive with a rule here runs: the zeros
+# those rules instantiate (`ad.zeros_like_aval`) are unsplit where JAX's have their primal's
+# type, so there an unsplit operand defers to a split one instead of being a mismatch.
+_deriving: contextvars.ContextVar = contextvars.ContextVar("stagecraft_deriving",
+                                                           default=False)
+
+
+def _context_sharding(a) -> NamedSharding:
+  """JAX's `aval.sharding`: ours when split, else unsplit over the abstract mesh in context
+  (JAX's avals carry the mesh they were made under)."""
+  if a._sharding is not None:
+    return a._sharding
+  m = sharding_lib.get_abstract_mesh()
+  return sharding_lib.unsharded(a.ndim) if m.empty else NamedSharding(
+      m, PartitionSpec(*[None] * a.ndim))
+
+
+def _str_with_axis_types(a) -> str:
+  """JAX's `str_short(mesh_axis_types=True)`: `float32[8@x,4]({Explicit: ('x', 'y')})`."""
+  mesh = _context_sharding(a).mesh
+  groups: dict = {}
+  for n, t in zip(mesh.axis_names, mesh.axis_types):
+    groups.setdefault(t, []).append(n)
+  return f"{a.str_short(False)}({ {t: tuple(ns) for t, ns in groups.items()} })"
+
+
+def _sub_size(mesh, e) -> int:
+  return math.prod(mesh.shape[n] for n in _names(e))
+
+
+def _abstract(prim, avals, params):
+  """The avals `prim`'s abstract evaluation gives (its rule without the sharding hook)."""
+  return getattr(prim.abstract_eval, "rule", prim.abstract_eval)(*avals, **params)
+
+
+def varying_out_shape(out_shape, x, name: str):
+  """The result sharding of an operation whose result may change the sizes of `x`'s
+  dimensions (slice, pad, windows, convolution): `x`'s own, each resized split dimension
+  divisible by its mesh axes (JAX's rule; an uneven split is rejected)."""
+  if x._sharding is None:
+    return None
+  mesh = x._sharding.mesh
+  for d_in, d_out, e in zip(x.shape, out_shape, entries(x)):
+    if d_in != d_out and e is not None and d_out % _sub_size(mesh, e):
+      raise ShardingTypeError(
+          f"{name} on sharded dims where out dim ({d_out}) is not divisible by mesh axes "
+          f"({_sub_size(mesh, e)}) with spec ({e}) is not implemented. Got input "
+          f"type={x.str_short(True)} and output shape={tuple(out_shape)}")
+  return x._sharding
+
+
+def _varying_rule(prim, name: str):
+  def rule(x, *rest, **params):
+    out = _abstract(prim, (x, *rest), params)
+    return varying_out_shape(out.shape, x, name)
+  return rule
+
+
+core.sharding_rules[shape.slice_p] = _varying_rule(shape.slice_p, "slicing")
+core.sharding_rules[shape.pad_p] = _varying_rule(shape.pad_p, "padding")
+core.sharding_rules[slicing.dynamic_slice_p] = _varying_rule(slicing.dynamic_slice_p,
+                                                             "dynamic_slice")
+for _p in (windowed.reduce_window_sum_p, windowed.reduce_window_max_p,
+           windowed.reduce_window_min_p):
+  core.sharding_rules[_p] = _varying_rule(_p, "reduce_window")
+
+
+def _dus_rule(operand, update, *start_indices):
+  if entries(operand) != entries(update) or mesh_of((operand, update)) is None:
+    if _deriving.get() and (operand._sharding is None or update._sharding is None):
+      return operand._sharding or update._sharding
+    raise ShardingTypeError(
+        f"dynamic_update_slice operand sharding must be equal to update sharding, got "
+        f"operand sharding {_str_with_axis_types(operand)} and update sharding "
+        f"{_str_with_axis_types(update)}.")
+  return operand._sharding
+
+
+core.sharding_rules[slicing.dynamic_update_slice_p] = _dus_rule
+
+
+def _concatenate_rule(*xs, dimension):
+  mesh_of(xs)
+  typed = [x for x in xs if x._sharding is not None or (
+      not _deriving.get() and not sharding_lib.get_abstract_mesh().empty)]
+  first = entries(typed[0])
+  if any(entries(x) != first for x in typed[1:]):
+    raise ShardingTypeError(
+        f"All operands should have the same sharding. Got shardings "
+        f"{', '.join(str(_context_sharding(x)) for x in xs)}")
+  return typed[0]._sharding
+
+
+core.sharding_rules[shape.concatenate_p] = _concatenate_rule
+
+
+def _gather_spec(operand, indices, dnums, slice_sizes):
+  """The result entries of a gather (JAX's rule), None when they are ambiguous."""
+  ospec, ispec = list(entries(operand)), list(entries(indices))
+  if all(e is None for e in ospec + ispec):
+    return []
+  full_or_unsplit = all(slice_sizes[i] == operand.shape[i] or ospec[i] is None
+                        for i in dnums.start_index_map)
+  batching = list(zip(dnums.operand_batching_dims, dnums.start_indices_batching_dims))
+  resolvable = all(ispec[i] == ospec[o] or ospec[o] is None or ispec[i] is None
+                   for o, i in batching)
+  non_batch_unsplit = all(e is None for i, e in enumerate(ispec)
+                          if i not in dnums.start_indices_batching_dims)
+  if not (full_or_unsplit and resolvable and non_batch_unsplit):
+    return None
+  for o, i in batching:
+    ispec[i] = ispec[i] or ospec[o]
+  window = iter(i for i in range(operand.ndim) if i not in dnums.collapsed_slice_dims
+                and i not in dnums.operand_batching_dims)
+  batch = iter(ispec)
+  out = []
+  for d in range(len(dnums.offset_dims) + indices.ndim - 1):
+    out.append(ospec[next(window)] if d in dnums.offset_dims else next(batch))
+  return out
+
+
+def _gather_rule(operand, indices, *, dimension_numbers, slice_sizes, **_):
+  mesh = mesh_of((operand, indices))
+  out = _gather_spec(operand, indices, dimension_numbers, slice_sizes)
+  if out is None:
+    raise ShardingTypeError(
+        f"Use `.at[...].get(out_sharding=)` to provide output PartitionSpec for the gather "
+        f"indexing as out sharding could not be resolved unambiguously (or would require "
+        f"collectives on inputs). Got operand={operand!r}, indices={indices!r}")
+  return make_sharding(mesh, out)
+
+
+core.sharding_rules[slicing.gather_p] = _gather_rule
+
+
+def _scatter_spec(operand, indices, updates, dnums):
+  """The result entries of a scatter (JAX's rule), None when they are ambiguous. Unsplit
+  `updates` stand for the slice's layout that jnp's `.at[]` gives them in JAX."""
+  ospec, ispec, uspec = (list(entries(a)) for a in (operand, indices, updates))
+  ivd = indices.ndim - 1
+  window_o = [i for i in range(operand.ndim) if i not in dnums.inserted_window_dims
+              and i not in dnums.operand_batching_dims]
+  if updates._sharding is None:
+    for u, o in zip(dnums.update_window_dims, window_o):
+      uspec[u] = ospec[o]
+  if all(e is None for e in ospec + ispec + uspec):
+    return []
+  # updates' batching dims: the indices' batching dims, numbered in updates
+  scatter_dims = [d for d in range(updates.ndim) if d not in dnums.update_window_dims]
+  ubatch = [scatter_dims[i if i < ivd else i - 1]
+            for i in dnums.scatter_indices_batching_dims]
+  triples = list(zip(dnums.operand_batching_dims, dnums.scatter_indices_batching_dims, ubatch))
+
+  def resolvable(*es):
+    named = [e for e in es if e is not None]
+    return all(e == named[0] for e in named)
+  ok = (all(resolvable(ospec[o], ispec[i], uspec[u]) for o, i, u in triples)
+        and all((updates.shape[u] == operand.shape[o] and uspec[u] == ospec[o])
+                or (uspec[u] is None and ospec[o] is None)
+                for u, o in zip(dnums.update_window_dims, window_o))
+        and all(ospec[i] is None for i in dnums.inserted_window_dims)
+        and all(e is None for d, e in enumerate(uspec)
+                if d not in ubatch and d not in dnums.update_window_dims)
+        and all(e is None for d, e in enumerate(ispec[:ivd])
+                if d not in dnums.scatter_indices_batching_dims)
+        and ispec[ivd] is None)
+  if not ok:
+    return None
+  out = list(ospec)
+  for o, i, u in triples:
+    out[o] = out[o] or ispec[i] or uspec[u]
+  for u, o in zip(dnums.update_window_dims, window_o):
+    out[o] = out[o] or uspec[u]
+  return out
+
+
+def _scatter_rule(operand, indices, updates, *, dimension_numbers, **_):
+  mesh = mesh_of((operand, indices, updates))
+  out = _scatter_spec(operand, indices, updates, dimension_numbers)
+  if out is None:
+    if _deriving.get():
+      return operand._sharding
+    raise ShardingTypeError(
+        f"Use `.at[...].set/add/mul/...(out_sharding=)` to provide output PartitionSpec for "
+        f"the scatter update as out sharding could not be resolved unambiguously (or would "
+        f"require collectives on inputs). Got operand={operand!r}, indices={indices!r}, "
+        f"updates={updates!r}")
+  return make_sharding(mesh, out)
+
+
+for _p in (slicing.scatter_p, slicing.scatter_add_p, slicing.scatter_mul_p,
+           slicing.scatter_min_p, slicing.scatter_max_p, slicing.scatter_sub_p):
+  core.sharding_rules[_p] = _scatter_rule
+
+
+def _sort_rule(*avals, dimension, is_stable, num_keys):
+  # NB: JAX compares every operand's sharding; stagecraft's argsort adds an unsplit iota
+  # (JAX's has the keys' type), so unsplit operands take the split ones' type.
+  typed = [a._sharding for a in avals if a._sharding is not None]
+  ndim = len(avals[0].shape)
+  for s in typed:
+    if sharding_lib.spec_entries(s, ndim)[dimension] is not None:
+      raise ShardingTypeError(f"Arguments to sort must be unsharded over the sorting "
+                              f"dimension. Got arg sharding={s} and sorting "
+                              f"dimension={dimension}")
+    if (s.mesh != typed[0].mesh or sharding_lib.spec_entries(s, ndim) !=
+        sharding_lib.spec_entries(typed[0], ndim)):
+      raise ShardingTypeError(f"Arguments to sort must have equal shardings, got: "
+                              f"{' '.join(str(t) for t in typed)}")
+  return [typed[0]] * len(avals)
+
+
+def _top_k_rule(operand, *, k, axis):
+  if entries(operand)[axis] is not None:
+    raise ShardingTypeError(
+        f"The input should be unsharded over the axis along which to compute the top_k "
+        f"values. Got input type={operand} and axis={axis}")
+  return [operand._sharding, operand._sharding]
+
+
+core.sharding_rules[sort_p] = _sort_rule
+core.sharding_rules[top_k_p] = _top_k_rule
+
+
+def _conv_rule(lhs, rhs, *, dimension_numbers, **params):
+  if rhs._sharding is None and entries(lhs)[dimension_numbers.lhs_spec[1]] is None:
+    out = _abstract(conv_general_dilated_p, (lhs, rhs),
+                    dict(params, dimension_numbers=dimension_numbers))
+    return varying_out_shape(out.shape, lhs, "conv_general_dilated")
+  if _deriving.get():
+    # NB: the kernel's cotangent contracts the split batch away (JAX passes the kernel's
+    # type as `out_sharding`); transposition reshards it to its operand's type.
+    return None
+  raise ShardingTypeError("Please specify the output sharding via `out_sharding` parameter "
+                          "of `conv_general_dilated`")
+
+
+core.sharding_rules[conv_general_dilated_p] = _conv_rule
+core.sharding_rules[fft_p] = lambda x, **_: x._sharding
+
+
+def _linalg_rule(prim, ranks):
+  """JAX's rule of the batched linear-algebra primitives: the operands' matrix (or vector)
+  dimensions unsplit, their batch dimensions split alike; results keep the batch split."""
+  def rule(*avals, **params):
+    batch = []
+    for i, (rank, a) in enumerate(zip(ranks, avals)):
+      spec = entries(a)
+      if any(e is not None for e in spec[len(spec) - rank:]):
+        raise ShardingTypeError(f"Input {i} to {prim.name} must be unsharded on non-batch "
+                                f"dimensions, but got {_context_sharding(a).spec}.")
+      batch.append(spec[:len(spec) - rank])
+    if any(b != batch[0] for b in batch[1:]):
+      raise ShardingTypeError(f"All inputs to {prim.name} must have the same batch "
+                              f"sharding, but got {[PartitionSpec(*b) for b in batch]}.")
+    mesh = mesh_of(avals)
+    outs = _abstract(prim, avals, params)
+    def one(o):
+      return make_sharding(mesh, list(batch[0]) + [None] * (o.ndim - len(batch[0])))
+    return [one(o) for o in outs] if prim.multiple_results else one(outs)
+  return rule
+
+
+for _name, _ranks in (("cholesky", (2,)), ("eig", (2,)), ("eigh", (2,)),
+                      ("hessenberg", (2,)), ("householder_product", (2, 1)),
+                      ("ormqr", (2, 1, 2)), ("lu", (2,)), ("lu_pivots_to_permutation", (1,)),
+                      ("geqrf", (2,)), ("geqp3", (2, 1)), ("qr", (2,)), ("schur", (2,)),
+                      ("svd", (2,)), ("symmetric_product", (2, 2)), ("tridiagonal", (2,)),
+                      ("tridiagonal_solve", (1, 1, 1, 2))):
+  _p = getattr(linalg, f"{_name}_p", None)
+  if isinstance(_p, core.Primitive):
+    core.sharding_rules[_p] = _linalg_rule(_p, _ranks)
+
+
+def _triangular_solve_rule(a, b, *, left_side, transpose_a, **_):
+  sa, sb = entries(a), entries(b)
+  ba, bb = sa[:-2], sb[:-2]
+  if ba != bb:
+    raise ShardingTypeError(f"All inputs to triangular_solve must have the same batch "
+                            f"sharding, but got {ba} and {bb}.")
+  if sa[-2:][left_side ^ transpose_a] is not None:
+    raise ShardingTypeError(
+        f"triangular solve input `a` must be unsharded on the contracting axis, but got "
+        f"{_context_sharding(a).spec} with left_side={left_side} and "
+        f"transpose_a={transpose_a}.")
+  if sb[-2:][not left_side] is not None:
+    raise ShardingTypeError(
+        f"triangular solve input `b` must be unsharded on the contracting axis, but got "
+        f"{_context_sharding(b).spec} with left_side={left_side} and "
+        f"transpose_a={transpose_a}.")
+  out = ([sa[-2:][transpose_a], sb[-1]] if left_side else
+         [sb[-2], sa[-2:][not transpose_a]])
+  return make_sharding(mesh_of((a, b)), [*ba, *out])
+
+
+core.sharding_rules[linalg.triangular_solve_p] = _triangular_solve_rule
+
+
+def _select_and_gather_add_rule(tangents, operand, **params):
+  if entries(tangents) != entries(operand) and not _deriving.get():
+    raise ShardingTypeError(f"select_and_gather_add tangents and operand shardings must "
+                            f"match, got {_context_sharding(tangents)} and "
+                            f"{_context_sharding(operand)}.")
+  x = operand if operand._sharding is not None else tangents
+  out = _abstract(windowed.select_and_gather_add_p, (tangents, operand), params)
+  return varying_out_shape(out.shape, x, "reduce_window")
+
+
+core.sharding_rules[windowed.select_and_scatter_add_p] = (
+    lambda source, operand, **_: operand._sharding or source._sharding)
+core.sharding_rules[windowed.select_and_gather_add_p] = _select_and_gather_add_rule
+
+# Random bits: the counters are elementwise; rng_bit_generator's key keeps its type and its
+# bits are unsplit (JAX's rule without `out_sharding`).
+register_nary([random_bits.threefry2x32_p])
+core.sharding_rules[random_bits.rng_bit_generator_p] = (
+    lambda key, **_: [key._sharding, None])
+
+
+def _derivative_rules_keep_lenient() -> None:
+  """Runs the JVP rules of the primitives registered above with `_deriving` set (their
+  instantiated zero tangents are unsplit)."""
+  for p in (slicing.dynamic_update_slice_p, shape.concatenate_p, slicing.scatter_p,
+            slicing.scatter_add_p, slicing.scatter_mul_p, slicing.scatter_min_p,
+            slicing.scatter_max_p, slicing.scatter_sub_p, windowed.select_and_gather_add_p):
+    rule = ad.primitive_jvps.get(p)
+    if rule is not None and not hasattr(rule, "strict"):
+      ad.primitive_jvps[p] = _lenient(rule)
+
+
+def _lenient(rule):
+  def wrapped(*args, **params):
+    token = _deriving.set(True)
+    try:
+      return rule(*args, **params)
+    finally:
+      _deriving.reset(token)
+  wrapped.strict = rule
+  return wrapped
+
+
+_derivative_rules_keep_lenient()
+
+
+# ---------------------------------------------------------------------------
 # Primitives whose results have the types their bodies give
 
 
@@ -358,7 +713,11 @@ def typed_transpose(rule, reshard):
   """`rule` (a transpose rule) whose cotangents are resharded, where their type differs,
   to the type of their linear operand (`reshard(ct, sharding)`)."""
   def transpose(ct, *args, **params):
-    cts = rule(ct, *args, **params)
+    token = _deriving.set(True)
+    try:
+      cts = rule(ct, *args, **params)
+    finally:
+      _deriving.reset(token)
     if not any(type(a) is ad.UndefinedPrimal and type(a.aval) is ShapedArray
                for a in args):
       return cts

@@ -456,8 +456,11 @@ def _reshard_lowering(ctx, x, *, dst_sharding):
                      f"program's ({mesh}).")
   aval = ctx.avals_in[0]
   r = ctx.fb.fresh()
+  # NB: a type over a mesh with Auto axes (auto_axes/explicit_axes) says nothing about them:
+  # its dimensions stay open to the partitioner.
+  open_dims = bool(dst_sharding.mesh.auto_axes)
   ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} "
-              f"{NamedSharding(mesh, dst_sharding.spec)._sdy(len(aval.shape))} : "
+              f"{NamedSharding(mesh, dst_sharding.spec)._sdy(len(aval.shape), open_dims)} : "
               f"{lowering.ir_type(aval)}")
   return [r]
 
@@ -501,7 +504,10 @@ def reshard(xs: Any, out_shardings: Any) -> Any:
     aval = core.get_aval(leaf)
     check_spec_fits(s, aval, "reshard")
     if not isinstance(leaf, core.Tracer):
-      outs.append(spmd.device_put_sharded(leaf, s))
+      # NB: as JAX's, the result's spec has one entry per dimension
+      entries = sharding.spec_entries(NamedSharding(s.mesh, s.spec), aval.ndim)
+      outs.append(spmd.device_put_sharded(leaf, NamedSharding(s.mesh, PartitionSpec(*entries))
+                                          if len(s.spec) < aval.ndim else s))
     elif AxisType.Explicit in s.mesh.axis_types:
       outs.append(reshard_p.bind(leaf, dst_sharding=NamedSharding(s.mesh.abstract_mesh,
                                                                   s.spec)))
@@ -517,6 +523,7 @@ def _traced_device_put(x, s: NamedSharding):
 
 
 spmd.traced_device_put[0] = _traced_device_put
+sharding.late_names["reshard"] = reshard   # JAX's `jax.sharding.reshard`
 
 
 # ===========================================================================

@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import dtypes, lax
+from stagecraft import core, dtypes, lax
 from stagecraft.lax import elementwise
+from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
                                    canonical_shape, check_concrete, convert_dtype, dtype_of,
                                    ndim_of, shape_of)
+from stagecraft.runtime import spmd
 from stagecraft.runtime.array import Array
 
 __all__ = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_like", "empty_like",
@@ -25,11 +27,45 @@ __all__ = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_li
 
 
 # ---------------------------------------------------------------------------
+# Placement (`device=` and JAX's `out_sharding=`)
+
+
+def _placed(x: Any, device: Any, out_sharding: Any, where: str, like: Any = None) -> Any:
+  """`x` committed to `device` (a device or a sharding), or laid out by `out_sharding` (a
+  NamedSharding, or a PartitionSpec over the mesh of `set_mesh`): on a mesh of Explicit axes
+  the result's type has that sharding (`f32[8@x,4]`), as `reshard` gives it. Without
+  either, the `_like` forms (`like`: their prototype, when the shape is kept) keep the
+  prototype's sharding in types, as JAX's `full_like` does.
+
+  Raises:
+    ValueError: both `device` and `out_sharding` given; a bare PartitionSpec with no mesh
+      set; a spec that does not fit the shape.
+  """
+  if device is not None and out_sharding is not None:
+    raise ValueError(f"{where}: pass only one of `device` and `out_sharding`, got "
+                     f"device={device!r} and out_sharding={out_sharding!r}.")
+  if out_sharding is not None:
+    return reshard(x, out_sharding)
+  if device is not None:
+    return spmd.device_put(x, device)
+  ts = getattr(getattr(like, "aval", None), "_sharding", None)
+  if ts is not None and isinstance(like, (Array, core.Tracer)):
+    return reshard_to_type(x, ts, None)
+  return x
+
+
+# ---------------------------------------------------------------------------
 # Filled arrays
 
 
-def full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
-  """An array of `shape` filled with `fill_value` (its dtype unless `dtype` is given)."""
+def full(shape: Any, fill_value: ArrayLike, dtype: Any = None, *, device: Any = None,
+         out_sharding: Any = None) -> Array:
+  """An array of `shape` filled with `fill_value` (its dtype unless `dtype` is given),
+  committed to `device` or laid out by `out_sharding` (see `zeros`)."""
+  return _placed(_full(shape, fill_value, dtype), device, out_sharding, "full")
+
+
+def _full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
   shape = canonical_shape(shape)
   fill = asarray_or_scalar(fill_value)
   if dtype is None:
@@ -38,28 +74,47 @@ def full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
   else:
     dt = dtypes.canonicalize_dtype(dtype)
   if shape_of(fill) == ():
+    weak = dtype is None and dtypes.is_python_scalar(fill)
     fill = (np.asarray(fill, dt) if dtypes.is_python_scalar(fill) else
             convert_dtype(fill, dt, False))
-    return lax.broadcast_in_dim(fill, shape, ())
+    out = lax.broadcast_in_dim(fill, shape, ())
+    # NB: as JAX, a Python scalar fill without a dtype gives a weakly typed result.
+    return (elementwise.convert_element_type_p.bind(out, new_dtype=dt, weak_type=True)
+            if weak else out)
   fill = convert_dtype(fill, dt, False)
   return broadcast_to_shape(fill, shape)
 
 
-def zeros(shape: Any, dtype: Any = None) -> Array:
-  """An array of zeros; dtype defaults to float32 (float64 with x64)."""
+def zeros(shape: Any, dtype: Any = None, *, device: Any = None,
+          out_sharding: Any = None) -> Array:
+  """An array of zeros; dtype defaults to float32 (float64 with x64).
+
+  Args:
+    device: a device or sharding to commit the result to.
+    out_sharding: a NamedSharding or (under `set_mesh`) a PartitionSpec laying the result
+      out; on a mesh of Explicit axes it is the result's type (`float32[8@x,4]`).
+
+  Raises:
+    ValueError: both `device` and `out_sharding`; a spec that does not fit `shape`.
+  """
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  return lax.broadcast_in_dim(np.zeros((), dt), canonical_shape(shape), ())
+  return _placed(lax.broadcast_in_dim(np.zeros((), dt), canonical_shape(shape), ()), device,
+                 out_sharding, "zeros")
 
 
-def ones(shape: Any, dtype: Any = None) -> Array:
-  """An array of ones; dtype defaults to float32 (float64 with x64)."""
+def ones(shape: Any, dtype: Any = None, *, device: Any = None,
+         out_sharding: Any = None) -> Array:
+  """An array of ones; dtype defaults to float32 (float64 with x64); `device` and
+  `out_sharding` as in `zeros`."""
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  return lax.broadcast_in_dim(np.ones((), dt), canonical_shape(shape), ())
+  return _placed(lax.broadcast_in_dim(np.ones((), dt), canonical_shape(shape), ()), device,
+                 out_sharding, "ones")
 
 
-def empty(shape: Any, dtype: Any = None) -> Array:
+def empty(shape: Any, dtype: Any = None, *, device: Any = None,
+          out_sharding: Any = None) -> Array:
   """Like `zeros` (arrays are immutable, so "uninitialized" memory would be useless)."""
-  return zeros(shape, dtype)
+  return zeros(shape, dtype, device=device, out_sharding=out_sharding)
 
 
 def _like_dtype(a, dtype):
@@ -74,25 +129,31 @@ def _weak_like(a, dtype, out):
   return out
 
 
-def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: Any = None,
+               out_sharding: Any = None) -> Array:
   """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
-  return _weak_like(a, dtype, zeros(shape_of(a) if shape is None else shape,
-                                    _like_dtype(a, dtype)))
+  return _placed(_weak_like(a, dtype, zeros(shape_of(a) if shape is None else shape,
+                                             _like_dtype(a, dtype))), device, out_sharding,
+                 "zeros_like", a if shape is None else None)
 
 
-def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: Any = None,
+              out_sharding: Any = None) -> Array:
   """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
-  return _weak_like(a, dtype, ones(shape_of(a) if shape is None else shape,
-                                   _like_dtype(a, dtype)))
+  return _placed(_weak_like(a, dtype, ones(shape_of(a) if shape is None else shape,
+                                            _like_dtype(a, dtype))), device, out_sharding,
+                 "ones_like", a if shape is None else None)
 
 
-def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
+def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any = None, *,
+              device: Any = None, out_sharding: Any = None) -> Array:
   """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly
   typed when `a` is and no dtype is given, as in JAX."""
-  return _weak_like(a, dtype, full(shape_of(a) if shape is None else shape, fill_value,
-                                   _like_dtype(a, dtype)))
+  return _placed(_weak_like(a, dtype, _full(shape_of(a) if shape is None else shape,
+                                             fill_value, _like_dtype(a, dtype))), device,
+                 out_sharding, "full_like", a if shape is None else None)
 
 
 def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
@@ -104,8 +165,10 @@ def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None) -> Ar
 # Ranges, identity matrices and grids
 
 
-def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Array:
-  """Evenly spaced values in [start, stop) with `step` (all concrete, as in JAX's numpy).
+def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, *,
+           device: Any = None, out_sharding: Any = None) -> Array:
+  """Evenly spaced values in [start, stop) with `step` (all concrete, as in JAX's numpy),
+  committed to `device` or laid out by `out_sharding` (see `zeros`).
 
   Dtype: int32 for integer arguments, float32 if any is a float (64-bit with x64).
 
@@ -114,6 +177,10 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
   """
   for v, w in ((start, "start"), (stop, "stop"), (step, "step")):
     check_concrete(v, "arange", w)
+  return _placed(_arange(start, stop, step, dtype), device, out_sharding, "arange")
+
+
+def _arange(start: Any, stop: Any, step: Any, dtype: Any) -> Array:
   if stop is None and step is None and dtype is None and isinstance(start, (int, np.integer)):
     return lax.iota(dtypes.default_int_dtype(), int(start))
   vals = [np.asarray(v) for v in (start, stop, step) if v is not None]

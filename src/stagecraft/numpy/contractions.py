@@ -12,7 +12,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import opt_einsum
 
-from stagecraft import dtypes, lax
+from stagecraft import core, dtypes, lax
+from stagecraft.lax.spmd import reshard, reshard_to_type
+from stagecraft.runtime.array import Array
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import zeros_like
 from stagecraft.numpy.lax_numpy import pad
@@ -27,20 +29,25 @@ __all__ = ["matmul", "dot", "vdot", "tensordot", "einsum", "einsum_path", "outer
            "kron", "cross", "vecdot", "matvec", "vecmat", "convolve", "correlate"]
 
 
-def _dot(a, b, contract, batch=((), ()), precision=None, preferred_element_type=None):
+def _dot(a, b, contract, batch=((), ()), precision=None, preferred_element_type=None,
+         out_sharding=None):
   # NB: as JAX's jnp functions, the result dtype is passed as the preferred element type
   # (printed `preferred_element_type=float32`).
   if preferred_element_type is None:
     preferred_element_type = dtypes.result_type(a, b)
   return lax.dot_general(a, b, (contract, batch), precision=precision,
-                         preferred_element_type=preferred_element_type)
+                         preferred_element_type=preferred_element_type,
+                         out_sharding=out_sharding)
 
 
-def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None):
+def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None,
+           out_sharding=None):
   """Matrix product with NumPy's `matmul` semantics.
 
   Shapes: `[..., n, k] @ [..., k, m] -> [..., n, m]` with broadcast batch dimensions; a 1-D
-  operand is a vector (its dimension is removed from the result).
+  operand is a vector (its dimension is removed from the result). `out_sharding` (a
+  PartitionSpec or NamedSharding of the result) is the contraction's, as in
+  `lax.dot_general`: needed when a contracting dimension is split on both sides.
 
   Raises:
     ValueError: for 0-d operands, mismatched contracting sizes or unbroadcastable batches.
@@ -59,33 +66,38 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type
   if len(sa) == 1 or len(sb) <= 2:
     # A vector operand or an unbatched right matrix: one dot_general whose output is already
     # in matmul's order (a's free dims, then b's), no reshape or transpose.
-    return _dot(a, b, ((ca,), (cb,)), **kw)
+    return _dot(a, b, ((ca,), (cb,)), out_sharding=out_sharding, **kw)
   if len(sa) == 2:
     # [n, k] @ [..., k, m]: contract without broadcasting a, then move n next to m.
-    out = _dot(a, b, ((1,), (cb,)), **kw)
+    # NB: as JAX's matmul, `out_sharding` is the contraction's (dimensions n, *batch, m).
+    out = _dot(a, b, ((1,), (cb,)), out_sharding=out_sharding, **kw)
     nb = len(sb) - 2
     return lax.transpose(out, (*range(1, nb + 1), 0, nb + 1))
   batch = broadcast_shapes(sa[:-2], sb[:-2])
   a = broadcast_to(a, (*batch, *sa[-2:]))
   b = broadcast_to(b, (*batch, *sb[-2:]))
   nb = len(batch)
-  return _dot(a, b, ((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))), **kw)
+  return _dot(a, b, ((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))),
+              out_sharding=out_sharding, **kw)
 
 
-def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None):
+def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None,
+        out_sharding=None):
   """NumPy's `dot`: multiply for scalars, inner product of vectors, and for N-D the sum
   over the last axis of `a` and the second-to-last of `b` (result: a's free dims, then b's).
+  `out_sharding` is the contraction's, as in `lax.dot_general`.
   """
   a, b = promote_dtypes(asarray(a), asarray(b))
   sa, sb = shape_of(a), shape_of(b)
   if not sa or not sb:
-    return multiply(a, b)
+    out = multiply(a, b)
+    return out if out_sharding is None else reshard(out, out_sharding)
   cb = 0 if len(sb) == 1 else len(sb) - 2
   if sa[-1] != sb[cb]:   # JAX's error (the contraction's)
     raise TypeError(f"dot_general requires contracting dimensions to have the same shape, "
                     f"got ({sa[-1]},) and ({sb[cb]},).")
   return _dot(a, b, ((len(sa) - 1,), (cb,)), precision=precision,
-              preferred_element_type=preferred_element_type)
+              preferred_element_type=preferred_element_type, out_sharding=out_sharding)
 
 
 def vdot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None):
@@ -97,9 +109,9 @@ def vdot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=N
 
 
 def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision=None,
-              preferred_element_type=None):
+              preferred_element_type=None, out_sharding=None):
   """Sums products over `axes`: an int n (last n of a with first n of b) or a pair of
-  sequences of axes.
+  sequences of axes. `out_sharding` is the contraction's, as in `lax.dot_general`.
 
   Raises:
     TypeError: for an int `axes` larger than either rank (JAX's error).
@@ -126,7 +138,7 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     ca = tuple(canonicalize_axis(x, na, "tensordot") for x in ax_a)
     cb = tuple(canonicalize_axis(x, nb, "tensordot") for x in ax_b)
   return _dot(a, b, (ca, cb), precision=precision,
-              preferred_element_type=preferred_element_type)
+              preferred_element_type=preferred_element_type, out_sharding=out_sharding)
 
 
 class _LeftToRight(opt_einsum.paths.PathOptimizer):
@@ -164,7 +176,9 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
       False (left to right), or an explicit path such as `[(0, 1), (0, 1)]` (the first
       result of `einsum_path`).
     precision, preferred_element_type: passed to each `dot_general`.
-    out_sharding: accepted for compatibility; must be None.
+    out_sharding: the result's sharding (a NamedSharding, or a PartitionSpec under
+      `set_mesh`): as JAX's, the contractions run on unsplit operand types and the result
+      is resharded to it (its type on a mesh of Explicit axes).
     _dot_general: JAX's private override of the contraction, called as
       `_dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type=...)`
       in place of `lax.dot_general` (flax's fp8 and attention layers pass one).
@@ -175,7 +189,7 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
 
   Raises:
     ValueError: for malformed subscripts or mismatched label sizes (opt_einsum's message).
-    NotImplementedError: for `out`, or an `out_sharding`.
+    NotImplementedError: for `out`.
 
   Algorithm: opt_einsum (Smith & Gray, JOSS 2018) orders the contractions; in each step a
   label repeated within one operand becomes a diagonal (a strided slice), labels seen in
@@ -185,7 +199,11 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.einsum is not supported.")
   if out_sharding is not None:
-    raise NotImplementedError("einsum: out_sharding is not supported.")
+    unsplit = [reshard_to_type(x, None, getattr(core.get_aval(x), "_sharding", None))
+               if isinstance(x, (Array, core.Tracer)) else x for x in (subscripts, *operands)]
+    return reshard(einsum(*unsplit, optimize=optimize, precision=precision,
+                          preferred_element_type=preferred_element_type,
+                          _dot_general=_dot_general), out_sharding)
   args = (subscripts, *operands)
   if isinstance(subscripts, str):
     is_array = [i > 0 for i in range(len(args))]

@@ -14,6 +14,7 @@ import numpy as np
 
 from stagecraft import dtypes, lax
 from stagecraft.core import Tracer
+from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import tri, zeros, zeros_like
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_tuple,
@@ -51,11 +52,15 @@ def size(a: ArrayLike, axis: int | None = None) -> int:
   return math.prod(s) if axis is None else s[axis]
 
 
-def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None) -> Array:
+def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
+            copy: bool | None = None, out_sharding: Any = None) -> Array:
   """`a` with a new shape of the same size; one dimension may be -1.
 
   `order='F'` reads and writes the elements in Fortran (column-major) order: the reshape
-  of the reversed axes, reversed back.
+  of the reversed axes, reversed back. `copy` is accepted for NumPy compatibility (arrays
+  are immutable). `out_sharding` (a NamedSharding, or a PartitionSpec under `set_mesh`) is
+  the result's sharding, its type on a mesh of Explicit axes: for reshapes whose sharding
+  the rule cannot infer (split dimensions regrouped), as JAX's `out_sharding=`.
 
   Raises:
     TypeError: if the sizes differ (naming both shapes).
@@ -64,6 +69,10 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None)
   """
   if shape is None:
     shape = newshape
+  if out_sharding is not None:
+    if isinstance(a, (Array, Tracer)):
+      a = reshard_to_type(a, None, getattr(a.aval, "_sharding", None))
+    return reshard(reshape(a, shape, order), out_sharding)
   if order == "A":
     raise NotImplementedError("np.reshape order=A is not implemented.")
   if order not in ("C", "F"):
@@ -564,9 +573,12 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
                      ) from None
 
 
-def broadcast_to(array_: ArrayLike, shape: Sequence[int]) -> Array:
-  """Broadcasts to `shape` under NumPy's rules. Raises ValueError if incompatible."""
-  return broadcast_to_shape(asarray(array_), canonical_shape(shape))
+def broadcast_to(array_: ArrayLike, shape: Sequence[int], *, out_sharding: Any = None) -> Array:
+  """Broadcasts to `shape` under NumPy's rules, laid out by `out_sharding` when given (a
+  NamedSharding, or a PartitionSpec under `set_mesh`; the result's type on a mesh of
+  Explicit axes). Raises ValueError if incompatible."""
+  out = broadcast_to_shape(asarray(array_), canonical_shape(shape))
+  return out if out_sharding is None else reshard(out, out_sharding)
 
 
 def broadcast_arrays(*args: ArrayLike) -> list[Array]:

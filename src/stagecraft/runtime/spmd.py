@@ -46,7 +46,7 @@ from stagecraft.interpreters import lowering, mapping
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
 from stagecraft.sharding import (Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding,
-                                 to_named, type_sharding)
+                                 get_abstract_mesh, to_named, type_sharding)
 
 __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program",
            "replicated_executable", "chain_devices", "flatten_shardings",
@@ -630,9 +630,11 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
   if mesh.axis_names and mesh.are_all_axes_explicit:
     # NB: on a mesh of Explicit axes a value whose type splits it has that layout (JAX's
     # sharding in types), and one of an unsplit type is replicated; but when jit was given
-    # in_shardings/out_shardings, unsplit types are left to the partitioner (the avals of
-    # jit's in_shardings are not typed yet).
-    typed_only = not any(s is not None for s in (*explicit_in, *explicit_out)) and all(
+    # in_shardings/out_shardings outside `set_mesh`, unsplit types are left to the
+    # partitioner (JAX's avals traced there have no mesh: their layout is unspecified).
+    in_context = not get_abstract_mesh().empty
+    typed_only = (in_context or not any(s is not None for s in (*explicit_in,
+                                                                 *explicit_out))) and all(
         not isinstance(c, NamedSharding) or
         type_sharding(c, len(v.aval.shape)) == getattr(v.aval, "_sharding", None)
         for c, v in zip(committed, jaxpr.invars[nconst:]))
