@@ -1100,26 +1100,36 @@ def print_environment_info(return_string: bool = False) -> str | None:
 
 
 # ---------------------------------------------------------------------------
-# Ref: a mutable array reference (eager)
+# Ref: a mutable array reference (eager, or local to a trace)
 
 
 class Ref:
   """A mutable reference to an array, as JAX's `jax.Ref` (made by `new_ref`): `ref[...]`
   reads the current value, `ref[idx] = v` writes into it (`ref.at[idx].set(v)` semantics).
 
-  stagecraft's refs are eager: they hold a concrete `Array`. Writing a traced value (inside
-  `jit`, `grad`, `vmap`, ...) raises `NotImplementedError`, since stagecraft has no state
-  effects to stage the write; reading one inside a trace reads its current value as a
-  constant. A ref is not an `Array` (`isinstance(ref, Array)` is False, as in JAX).
+  A ref made outside any transformation is eager: it holds a concrete `Array`. A ref made
+  inside a traced function (`jit`, `grad`, `vmap`, `scan` bodies, ...) is local to that
+  trace and is discharged as it is traced: it holds the traced value, reads give it and
+  writes replace it, so the staged program computes what the sequence of reads and writes
+  means (JAX's state discharge, done at trace time). A ref is not an `Array`
+  (`isinstance(ref, Array)` is False, as in JAX), and not a pytree node.
+
+  Not supported (each raises `NotImplementedError` naming the fix): writing a traced value
+  into an eager ref, or reading an eager ref inside a staged function (`jit`, `scan`,
+  `cond`, ...), since stagecraft's `jit` cannot yet make a ref's value an input and an
+  output of the compiled program (its value would be baked in as a constant, and go stale
+  when the ref is written later); writing into a local ref from a nested trace (a `cond` or
+  `scan` body) a value traced there.
 
   Attributes:
     shape, dtype, ndim, size: those of the referenced array.
   """
-  __slots__ = ("_value", "_frozen")
+  __slots__ = ("_value", "_frozen", "_trace")
 
-  def __init__(self, value: Any):
+  def __init__(self, value: Any, trace: Any = None):
     self._value = value
     self._frozen = False
+    self._trace = trace    # the trace a local ref belongs to; None for an eager ref
 
   shape = property(lambda self: self._value.shape)
   dtype = property(lambda self: self._value.dtype)
@@ -1132,15 +1142,31 @@ class Ref:
 
   def __getitem__(self, idx: Any) -> Any:
     self._check()
+    if self._trace is None and _staging(core.current_trace()):
+      raise NotImplementedError(
+          "Reading a Ref made outside a staged function (jit, scan, cond, while_loop, ...) "
+          "inside it is not supported: stagecraft would bake its current value into the "
+          "compiled program. Pass `ref[...]` to the function as an argument instead (and "
+          "write results back to the ref after the call), or make the ref inside the "
+          "function with `new_ref`.")
     return self._value if idx is Ellipsis else self._value[idx]
 
   def __setitem__(self, idx: Any, value: Any) -> None:
     self._check()
-    if any(isinstance(v, core.Tracer) for v in tree_util.tree_leaves(value)):
+    tracers = [v for v in tree_util.tree_leaves(value) if isinstance(v, core.Tracer)]
+    if self._trace is None:
+      if tracers or _staging(core.current_trace()):
+        raise NotImplementedError(
+            "stagecraft's Refs made outside a transformation are eager: writing into one "
+            "inside jit, grad, vmap, ... is not supported; pass the value out of the "
+            "transformed function and write it afterwards (or make the ref inside the "
+            "function with `new_ref`).")
+    elif (core.current_trace() is not self._trace
+          or any(t._trace._level > self._trace._level for t in tracers)):
       raise NotImplementedError(
-          "stagecraft's Ref is eager: writing a traced value (inside jit, grad, vmap, ...) "
-          "into a Ref is not supported; pass the value out of the transformed function and "
-          "write it afterwards.")
+          "Writing into a Ref from a nested transformation (a cond, scan or while_loop "
+          "body, a vmap, ...) inside the function that made it is not supported by "
+          "stagecraft: return the value from the nested function and write it after.")
     new = jnp.asarray(value, self._value.dtype)
     if idx is Ellipsis:
       if new.shape != self._value.shape:   # JAX does not broadcast a whole-ref write
@@ -1154,23 +1180,33 @@ class Ref:
     return len(self._value)
 
   def __repr__(self):
+    if isinstance(self._value, core.Tracer):
+      return f"Ref{{{self._value.aval.str_short(short_dtypes=False)}}}"
     return "Ref(" + repr(self._value).partition("(")[2]
+
+
+def _staging(trace: Any) -> bool:
+  """Whether `trace` stages a program that may run again later (jit, scan/cond/while
+  bodies, make_jaxpr) rather than evaluating now (eager, or grad's linearization)."""
+  return isinstance(trace, pe.DynamicJaxprTrace) and not isinstance(trace, ad.PartialEvalTrace)
 
 
 def new_ref(init_val: Any, *, memory_space: Any = None, kind: str | None = None) -> Ref:
   """A new `Ref` holding `init_val` (an array-like; copied), as JAX's `jax.new_ref`.
 
+  Made outside any transformation, the ref is eager; made inside a traced function, it is
+  local to that trace (see `Ref`) and `init_val` may be traced.
+
   Raises:
-    NotImplementedError: for a traced `init_val`, a `memory_space` or a `kind` (stagecraft's
-      refs are eager and live in device memory).
+    NotImplementedError: for a `memory_space` or a `kind` (stagecraft's refs live in device
+      memory).
   """
   if memory_space is not None or kind is not None:
     raise NotImplementedError(f"new_ref: memory_space={memory_space!r} / kind={kind!r} are "
                               f"not supported by stagecraft")
-  if isinstance(init_val, core.Tracer):
-    raise NotImplementedError("stagecraft's Ref is eager: new_ref of a traced value (inside "
-                              "jit, grad, vmap, ...) is not supported.")
-  return Ref(jnp.array(init_val))
+  trace = core.current_trace()
+  local = None if type(trace) is core.EvalTrace else trace
+  return Ref(jnp.array(init_val), local)
 
 
 def freeze(ref: Ref) -> Any:

@@ -15,7 +15,8 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["flatten", "abstractify", "fun_name", "fun_signature", "arg_names",
            "check_out_leaves", "normalize_argnums", "normalize_argnames", "flatten_axes",
-           "flat_mapped_args", "describe_arg", "mapped_axes"]
+           "flat_mapped_args", "describe_arg", "mapped_axes", "debug_info", "flatten_fun",
+           "flatten_fun_nokwargs"]
 
 _NS = tree_util.NAMESPACE
 
@@ -184,3 +185,105 @@ def mapped_axes(what: str, leaves, axes, paths, axis_size, no_mapped: str,
     raise ValueError(f"{what} got inconsistent sizes for array axes to be mapped:\n"
                      + "\n".join(lines))
   return dims, (axis_size if axis_size is not None else sizes[0][0])
+
+
+# ---------------------------------------------------------------------------
+# JAX's library-author helpers (`jax.api_util`): debug info and flattening of wrapped
+# functions, as flax's `lazy_init` and `nn.scan` use them with `jax.extend.linear_util`.
+
+
+def debug_info(traced_for: str, fun: Callable, args: Sequence[Any], kwargs: dict, *,
+               static_argnums: Sequence[int] = (), static_argnames: Sequence[str] = (),
+               result_paths_thunk: Callable | None = None, sourceinfo: str | None = None,
+               signature: Any = None) -> core.DebugInfo:
+  """What a jaxpr traced from `fun(*args, **kwargs)` records about its origin (JAX's
+  `api_util.debug_info`): the transformation `traced_for`, the function's name and one name
+  per flat dynamic argument (`x`, `params['w']`).
+
+  Args:
+    traced_for: e.g. `"jit"`, `"lazy_init"`.
+    fun: the traced function.
+    args, kwargs: its arguments (anything: only their tree structure and the function's
+      signature are read; a PyTreeDef stands for no named arguments).
+    static_argnums, static_argnames: the arguments left out of the names.
+    result_paths_thunk, sourceinfo: accepted for JAX compatibility (not recorded).
+    signature: `fun`'s `inspect.Signature`, when already known.
+
+  Returns:
+    A `core.DebugInfo`.
+  """
+  del result_paths_thunk
+  name = sourceinfo or fun_name(fun)
+  try:
+    static = set(normalize_argnums(static_argnums, "static_argnums"))
+    dyn_argnums = [i for i in range(len(args)) if i not in static]
+    dyn_args = tuple(args[i] for i in dyn_argnums)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in set(static_argnames)}
+    with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
+    sig = signature if signature is not None else fun_signature(fun)
+    names, origins = arg_names(sig, dyn_argnums, list(dyn_kwargs), with_paths)
+  except (TypeError, ValueError, IndexError, AttributeError):
+    names, origins = None, None
+  return core.DebugInfo(traced_for, name, names, origins)
+
+
+class _OutTreeStore:
+  """Holds the output tree of one call of a flattened function (a linear_util store)."""
+  __slots__ = ("_val",)
+
+  def __init__(self):
+    self._val = _EMPTY
+
+  def store(self, val: Any) -> None:
+    self._val = val
+
+  @property
+  def val(self) -> Any:
+    if self._val is _EMPTY:
+      raise ValueError("the output tree of a flattened function is read before the function "
+                       "was called (call it, or trace it, first)")
+    return self._val
+
+  def reset(self) -> None:
+    self._val = _EMPTY
+
+
+_EMPTY = object()
+
+
+def _flat_call(f, store, in_tree, with_kwargs, *args_flat):
+  tree = tree_util.tree_unflatten(in_tree, list(args_flat))
+  out = f(*tree[0], **tree[1]) if with_kwargs else f(*tree)
+  leaves, out_tree = flatten(out)
+  store.store(out_tree)
+  return leaves
+
+
+def _flatten_wrapped(fun: Any, in_tree, with_kwargs: bool):
+  store = _OutTreeStore()
+  if hasattr(fun, "wrap") and hasattr(fun, "call_wrapped"):   # a linear_util.WrappedFun
+    return fun.wrap(_flat_call, (in_tree, with_kwargs), store), lambda: store.val
+
+  def flat_fun(*args_flat):
+    return _flat_call(fun, store, in_tree, with_kwargs, *args_flat)
+  return flat_fun, lambda: store.val
+
+
+def flatten_fun(fun: Any, in_tree) -> tuple[Any, Callable[[], Any]]:
+  """`fun(*args, **kwargs)` as a function of the flat leaves of `(args, kwargs)` (structure
+  `in_tree`) returning a flat list of output leaves (JAX's `api_util.flatten_fun`).
+
+  Args:
+    fun: a `stagecraft.extend.linear_util.WrappedFun` (or a plain callable).
+    in_tree: the PyTreeDef of `(args, kwargs)`.
+
+  Returns:
+    `(flat_fun, out_tree)`: `flat_fun` of the same kind as `fun`; `out_tree()` gives the
+    output's PyTreeDef once `flat_fun` has been called (ValueError before).
+  """
+  return _flatten_wrapped(fun, in_tree, True)
+
+
+def flatten_fun_nokwargs(fun: Any, in_tree) -> tuple[Any, Callable[[], Any]]:
+  """As `flatten_fun`, for `fun(*args)`: `in_tree` is the PyTreeDef of the tuple `args`."""
+  return _flatten_wrapped(fun, in_tree, False)

@@ -35,7 +35,7 @@ from stagecraft.lax.ad_util import stop_gradient
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p", "closure_convert",
-           "custom_gradient"]
+           "custom_gradient", "zero_from_primal"]
 
 _NS = tree_util.NAMESPACE
 
@@ -59,22 +59,47 @@ def _tree_str(treedef, avals: Sequence[ShapedArray]) -> str:
 
 class SymbolicZero:
   """A zero tangent (custom_jvp with `symbolic_zeros=True`) or cotangent (custom_vjp bwd)
-  that was never materialized: `aval`, `shape` and `dtype` describe it. Rules may return
-  one for an output whose (co)tangent is zero."""
+  that was never materialized: `aval` describes it, and its other attributes (`shape`,
+  `dtype`, `ndim`, `weak_type`, ...) are read from `aval`, as JAX's are. Rules may return
+  one for an output whose (co)tangent is zero. It is a pytree leaf (as in JAX) and prints
+  as `SymbolicZero`."""
   __slots__ = ("aval",)
 
   def __init__(self, aval: ShapedArray):
     self.aval = aval
 
-  shape = property(lambda self: self.aval.shape)
-  dtype = property(lambda self: self.aval.dtype)
+  def __getattr__(self, name):
+    if name == "aval":   # NB: not yet set (copy/pickle build the object without __init__)
+      raise AttributeError(name)
+    try:
+      return getattr(self.aval, name)
+    except AttributeError:
+      raise AttributeError(f"SymbolicZero has no attribute {name}") from None
 
   def __repr__(self):
-    return f"SymbolicZero({self.aval.str_short()})"
+    return "SymbolicZero"
+
+  @staticmethod
+  def from_primal_value(val: Any) -> "SymbolicZero":
+    """The symbolic zero tangent of the primal value `val` (its aval's tangent aval)."""
+    return SymbolicZero(core.get_aval(val).to_tangent_aval())
 
 
-optree.register_pytree_node(SymbolicZero, lambda z: ((), z.aval), lambda aval, _: SymbolicZero(aval),
-                            namespace=_NS)
+def zero_from_primal(val: Any, symbolic_zeros: bool = False) -> Any:
+  """Zero tangents for the primal pytree `val`, as JAX's `custom_derivatives.zero_from_primal`.
+
+  Args:
+    val: a pytree of arrays (or scalars).
+    symbolic_zeros: `True` gives a `SymbolicZero` per leaf; `False` materialized zeros of
+      each leaf's tangent aval (float0 for integer and boolean leaves).
+
+  Returns:
+    A pytree with `val`'s structure.
+  """
+  def one(x):
+    t_aval = core.get_aval(x).to_tangent_aval()
+    return SymbolicZero(t_aval) if symbolic_zeros else ad.zeros_like_aval(t_aval)
+  return tree_util.tree_map(one, val)
 
 
 class CustomVJPPrimal:

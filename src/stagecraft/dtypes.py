@@ -28,23 +28,78 @@ int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, 
 uint8, uint16, uint32, uint64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
 float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
 complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
+_bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+
+class _ScalarDTypeMeta(type):
+  """The metaclass of `bfloat16` below: the class stands for both the NumPy dtype and the
+  scalar type. It hashes and compares as the dtype (so it keys the same dict entries as
+  `np.dtype('bfloat16')`) and answers the dtype's attributes (`name`, `itemsize`, `type`,
+  `kind`); calling it makes a scalar and `isinstance` tests for scalars, as JAX's
+  `dtypes.bfloat16` (ml_dtypes' scalar type) does."""
+
+  def __call__(cls, *args, **kwargs):
+    return cls.scalar_type(*args, **kwargs)
+
+  def __instancecheck__(cls, x):
+    return isinstance(x, cls.scalar_type)
+
+  def __subclasscheck__(cls, sub):
+    return isinstance(sub, type) and issubclass(sub, cls.scalar_type)
+
+  def __eq__(cls, other):
+    if other is cls:
+      return True
+    try:
+      return cls.dtype == np.dtype(other)
+    except TypeError:
+      return False
+
+  def __ne__(cls, other):
+    return not _ScalarDTypeMeta.__eq__(cls, other)
+
+  def __hash__(cls):
+    return hash(cls.dtype)
+
+  def __getattr__(cls, name):
+    return getattr(cls.dtype, name)
+
+  def __repr__(cls):
+    return repr(cls.scalar_type)
+
+
+class bfloat16(metaclass=_ScalarDTypeMeta):
+  """bfloat16, as JAX's `jax.dtypes.bfloat16`: `bfloat16(1.5)` is an ml_dtypes scalar,
+  `isinstance(x, bfloat16)` tests for one, `np.dtype(bfloat16)` is the dtype, and it
+  compares and hashes equal to `np.dtype('bfloat16')`."""
+  dtype = _bfloat16
+  scalar_type = ml_dtypes.bfloat16
+
+
 float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 # NB: float0 is the dtype of tangents of integer inputs (JAX's definition: a zero-sized void).
 float0 = np.dtype([("float0", np.void, 0)])
 
-_float8s = (float8_e4m3fn, float8_e5m2)
-_custom_floats = (bfloat16, *_float8s)
+# The other 8-bit (and 4-bit) floats ml_dtypes defines (flax's fp8 ops use the fnuz ones).
+# Each is a floating dtype of its own, with no implicit promotion to or from another typed
+# dtype (JAX's lattice: only weak floats meet them).
+_more_float8s = tuple(np.dtype(getattr(ml_dtypes, n)) for n in (
+    "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4",
+    "float8_e8m0fnu", "float4_e2m1fn") if hasattr(ml_dtypes, n))
+_float8s = (float8_e4m3fn, float8_e5m2, *_more_float8s)
+_custom_floats = (_bfloat16, *_float8s)
 
 # x64 narrowing, applied when config.enable_x64 is off.
 _narrow = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
 
 _short_names = {
     bool_: "bool", int8: "i8", int16: "i16", int32: "i32", int64: "i64", uint8: "u8",
-    uint16: "u16", uint32: "u32", uint64: "u64", bfloat16: "bf16", float16: "f16",
+    uint16: "u16", uint32: "u32", uint64: "u64", _bfloat16: "bf16", float16: "f16",
     float32: "f32", float64: "f64", complex64: "c64", complex128: "c128",
     float8_e4m3fn: "f8_e4m3fn", float8_e5m2: "f8_e5m2", float0: "float0",
+    **{d: ("f4_" if d.name.startswith("float4") else "f8_") + d.name.partition("_")[2]
+       for d in _more_float8s},
 }
 
 python_scalar_types = (bool, int, float, complex)
@@ -137,14 +192,14 @@ def _lattice_edges():
   return {
       bool_: ["i*"],
       "i*": [uint8, int8],
-      "f*": ["c*", bfloat16, float16, *_float8s],
+      "f*": ["c*", _bfloat16, float16, *_float8s],
       "c*": [complex64],
       uint8: [uint16, int16], uint16: [uint32, int32], uint32: [uint64, int64],
       uint64: ["f*"],
       int8: [int16], int16: [int32], int32: [int64], int64: ["f*"],
-      bfloat16: [float32], float16: [float32], float32: [float64, complex64],
+      _bfloat16: [float32], float16: [float32], float32: [float64, complex64],
       float64: [complex128], complex64: [complex128], complex128: [],
-      float8_e4m3fn: [], float8_e5m2: [],
+      **{d: [] for d in _float8s},
   }
 
 

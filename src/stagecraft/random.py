@@ -92,7 +92,9 @@ class PRNGKeyArray:
   """An array of typed PRNG keys: `key<fry>[*s]` over `u32[*s, 2]` key data.
 
   Made by `key`, `wrap_key_data`, and by `split`/`fold_in` of typed keys. It is a pytree
-  with one leaf (the key data), so it passes through `jit` as an argument and a result.
+  leaf, as in JAX (`tree_leaves(key) == [key]`); the transformations (`jit`, `vmap`, `grad`,
+  `scan`, `cond`, ...) trace its key data, so it passes through them as an argument and a
+  result (`tree_util.register_staged_leaf`).
   It has no arithmetic; `key_data` gives the data.
 
   Attributes:
@@ -199,7 +201,9 @@ class PRNGKeyArray:
     return self
 
 
-tree_util.register_pytree_node(PRNGKeyArray, lambda k: ((k._base_array,), None),
+# A leaf for users (`tree_leaves(key) == [key]`, as in JAX); the transformations trace its
+# key data and rebuild the key around it.
+tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._base_array, None),
                                lambda _, children: PRNGKeyArray(children[0]))
 # Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
 # are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.

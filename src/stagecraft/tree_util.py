@@ -3,7 +3,15 @@
 Containers (tuples, lists, dicts, namedtuples, `None` and registered classes) are *nodes*;
 everything else is a *leaf*. As in JAX, `None` is a node with no children, dict keys are sorted,
 and every registration made here lives in optree's `NAMESPACE` (so it does not leak into other
-optree users). `tree_flatten`, `tree_unflatten` and `tree_map` call optree's C++ flattener
+optree users).
+
+Staged leaves (`register_staged_leaf`; typed PRNG key arrays) are leaves for the functions
+of this module, as JAX's key arrays are (`tree_leaves(key) == [key]`), but nodes over their
+array data in `NAMESPACE`, where the transformations (`jit`, `vmap`, `grad`, `scan`, ...)
+flatten with optree directly: they trace the data and rebuild the staged leaf around the
+traced value. A staged leaf has exactly one child, so leaf counts and key paths agree
+between the two views; `tree_flatten_traced`/`tree_map_traced` give the transformations'
+view. `tree_flatten`, `tree_unflatten` and `tree_map` call optree's C++ flattener
 directly; key paths are built only by the `*_with_path` functions.
 
   >>> tree = {'b': [1, (2, None)], 'a': 3}
@@ -35,12 +43,26 @@ __all__ = [
     "register_pytree_node_class", "register_pytree_with_keys_class", "register_dataclass",
     "register_static", "Partial", "flatten_one_level", "flatten_one_level_with_keys",
     "is_tree_node", "tree_broadcast", "tree_reduce_associative", "treedef_tuple",
-    "PyTreeRegistry", "default_registry", "registration_hooks",
+    "PyTreeRegistry", "default_registry", "registration_hooks", "register_staged_leaf",
+    "tree_flatten_traced", "tree_map_traced", "staged_leaf_data",
 ]
 
 T = TypeVar("T")
 NAMESPACE = "stagecraft"
 _NONE_IS_LEAF = False
+#: The staged-leaf classes (`register_staged_leaf`).
+_staged_types: set[type] = set()
+
+
+def _is_staged(x: Any) -> bool:
+  return type(x) in _staged_types
+
+
+def _leaf(is_leaf: Callable[[Any], bool] | None) -> Callable[[Any], bool]:
+  """`is_leaf` that also takes staged leaves as leaves (the users' view of a tree)."""
+  if is_leaf is None:
+    return _is_staged
+  return lambda x: type(x) in _staged_types or is_leaf(x)
 
 PyTreeDef = optree.PyTreeSpec
 """The structure of a pytree (optree's `PyTreeSpec`): `.num_leaves`, `.unflatten(leaves)`,
@@ -155,7 +177,7 @@ def tree_flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
   Returns:
     `(leaves, treedef)`.
   """
-  return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
+  return _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)
 
 
 def _sorted_dict_node(node: PyTreeDef) -> PyTreeDef:
@@ -206,12 +228,12 @@ def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
 
 def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
   """The leaves of `tree`, in `tree_flatten` order."""
-  return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)[0]
+  return _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)[0]
 
 
 def tree_structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> PyTreeDef:
   """The `PyTreeDef` of `tree`."""
-  return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)[1]
+  return _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)[1]
 
 
 def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
@@ -228,7 +250,7 @@ def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
   Raises:
     ValueError: if a tree in `rest` does not have `tree`'s structure as a prefix.
   """
-  leaves, treedef = _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
+  leaves, treedef = _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)
   if not rest:
     return canonical_treedef(treedef).unflatten(map(f, leaves))
   return canonical_treedef(treedef).unflatten(
@@ -252,7 +274,7 @@ def tree_flatten_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None
   if is_leaf_takes_path and is_leaf is not None:
     return _flatten_with_path_predicate(tree, is_leaf)
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
-      tree, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+      tree, _leaf(is_leaf), none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
   return [(_to_path(a), x) for a, x in zip(accessors, leaves)], treedef
 
 
@@ -273,7 +295,7 @@ def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any,
     return canonical_treedef(treedef).unflatten(
         map(f, *zip(*pairs), *[treedef.flatten_up_to(r) for r in rest]) if pairs else [])
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
-      tree, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+      tree, _leaf(is_leaf), none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
   paths = map(_to_path, accessors)
   return canonical_treedef(treedef).unflatten(
       map(f, paths, leaves, *[treedef.flatten_up_to(r) for r in rest]))
@@ -385,6 +407,8 @@ def _one_level(tree: Any):
   """(children, aux data, JAX keys) of the root node of `tree`; None for a leaf."""
   if tree is None:
     return [], None, []
+  if type(tree) in _staged_types:
+    return None
   try:
     children, meta, _, _ = optree.tree_flatten_one_level(
         tree, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
@@ -432,6 +456,8 @@ def is_tree_node(typ: type) -> bool:
   type and registered classes) rather than leaves."""
   if not isinstance(typ, type):
     raise TypeError(f"is_tree_node expects a type, got {typ!r} of type {type(typ).__name__}.")
+  if typ in _staged_types:
+    return False
   return (optree.register_pytree_node.get(typ, namespace=NAMESPACE) is not None
           or optree.is_namedtuple_class(typ) or optree.is_structseq_class(typ))
 
@@ -542,7 +568,8 @@ def treedef_is_leaf(treedef: PyTreeDef) -> bool:
 
 def all_leaves(iterable: Iterable[Any], is_leaf: Callable[[Any], bool] | None = None) -> bool:
   """Whether every element of `iterable` is a leaf."""
-  return optree.all_leaves(iterable, is_leaf, none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  return optree.all_leaves(iterable, _leaf(is_leaf), none_is_leaf=_NONE_IS_LEAF,
+                           namespace=NAMESPACE)
 
 
 # ---------------------------------------------------------------------------
@@ -572,6 +599,72 @@ def _register(nodetype, flatten, unflatten, entry_type):
 
   for hook in list(registration_hooks):
     hook(nodetype, children_and_aux, unflatten)
+
+
+def register_staged_leaf(nodetype: type, flatten_func: Callable[[Any], tuple[Any, Any]],
+                         unflatten_func: Callable[[Any, Sequence], Any]) -> None:
+  """Makes `nodetype` a pytree leaf that the transformations trace through its array data.
+
+  For users (this module's functions) an instance is a leaf, as JAX's typed PRNG key arrays
+  are: `tree_leaves(key) == [key]`, `tree_map(f, key)` calls `f(key)`. In `NAMESPACE`,
+  where the transformations flatten with optree directly, it is a node with one child, its
+  data: `jit`, `vmap`, `grad`, `scan`, `cond`, ... trace the data and hand the function
+  (and the caller) an instance rebuilt around the traced (or computed) data.
+
+  Args:
+    nodetype: the class.
+    flatten_func: `x -> (data, aux_data)`, `data` one array (or tracer).
+    unflatten_func: `(aux_data, [data]) -> x`.
+
+  Raises:
+    ValueError: if `nodetype` is already registered.
+  """
+  def flatten(x):
+    data, aux = flatten_func(x)
+    return (data,), aux
+
+  try:
+    optree.register_pytree_node(nodetype, flatten, unflatten_func,
+                                path_entry_type=optree.FlattenedEntry, namespace=NAMESPACE)
+  except ValueError as e:
+    if "already registered" in str(e):
+      raise ValueError(f"Duplicate pytree node registration for {nodetype!r}: it is already "
+                       f"registered (each type may be registered once).") from None
+    raise
+  _staged_types.add(nodetype)
+
+
+def tree_flatten_traced(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
+  """`tree_flatten` as the transformations flatten: a staged leaf (a typed PRNG key array)
+  gives its array data as the leaf, and the treedef rebuilds the staged leaf around it.
+  For library code that hands leaves to primitives (`stop_gradient`, `device_put`, ...).
+
+    >>> from stagecraft import random
+    >>> leaves, _ = tree_flatten_traced({'k': random.key(0)})
+    >>> leaves[0].dtype, leaves[0].shape
+    (dtype('uint32'), (2,))
+  """
+  return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
+
+
+def tree_map_traced(f: Callable[..., Any], tree: Any, *rest: Any,
+                    is_leaf: Callable[[Any], bool] | None = None) -> Any:
+  """`tree_map` over the leaves the transformations see (`tree_flatten_traced`): `f` gets a
+  staged leaf's data, and the result rebuilds the staged leaf around what `f` returns."""
+  leaves, treedef = _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
+  others = [treedef.flatten_up_to(r) for r in rest]
+  return tree_unflatten(treedef, [f(*xs) for xs in zip(leaves, *others)])
+
+
+def staged_leaf_data(x: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+  """For a staged leaf (a typed PRNG key array): `(data, rebuild)`, `rebuild(new_data)`
+  making a staged leaf of the same kind around `new_data`; `None` for anything else.
+  NumPy-level functions that accept key arrays (`broadcast_to`, `array_equal`) work on the
+  data, whose trailing axes follow the key array's own."""
+  if type(x) not in _staged_types:
+    return None
+  leaves, treedef = _C.flatten(x, None, _NONE_IS_LEAF, NAMESPACE)
+  return leaves[0], lambda data: treedef.unflatten([data])
 
 
 def register_pytree_node(nodetype: type, flatten_func: Callable[[Any], tuple[Iterable, Any]],

@@ -13,6 +13,7 @@ import re
 import threading
 from typing import Any, Callable, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from stagecraft import core, dtypes, source_info_util
@@ -53,6 +54,12 @@ _ELT = {
     dtypes.float32: "f32", dtypes.float64: "f64", dtypes.complex64: "complex<f32>",
     dtypes.complex128: "complex<f64>", dtypes.float8_e4m3fn: "f8E4M3FN",
     dtypes.float8_e5m2: "f8E5M2",
+    # The other float8/float4 types ml_dtypes defines (StableHLO's names).
+    **{np.dtype(getattr(ml_dtypes, n)): t for n, t in (
+        ("float8_e4m3fnuz", "f8E4M3FNUZ"), ("float8_e5m2fnuz", "f8E5M2FNUZ"),
+        ("float8_e4m3b11fnuz", "f8E4M3B11FNUZ"), ("float8_e4m3", "f8E4M3"),
+        ("float8_e3m4", "f8E3M4"), ("float8_e8m0fnu", "f8E8M0FNU"),
+        ("float4_e2m1fn", "f4E2M1FN")) if hasattr(ml_dtypes, n)},
     # NB: float0 (the tangent type of integers) has no runtime representation; in a module it
     # is i1 zeros, as in JAX, and the compiled call's boundary turns it back into host float0.
     dtypes.float0: "i1",

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import core, traceback_util
+from stagecraft import core, traceback_util, tree_util
 from stagecraft.core import (ClosedJaxpr, DebugInfo, DropVar, Jaxpr, JaxprEqn, Literal,
                              ShapedArray, Trace, Tracer, UserFrame, Var)
 
@@ -380,7 +380,21 @@ def trace_to_jaxpr_nounits(fun: Any, pvals: Sequence[PartialVal],
     output's `PartialVal` holds its known value or its aval.
   """
   pvals = list(pvals)
-  full, full_consts = trace_to_jaxpr(_call_flat(fun), [pv.get_aval() for pv in pvals])
+  call = _call_flat(fun)
+  # A known staged leaf (a typed PRNG key, a leaf of the caller's flattening) is traced as
+  # its data; the function gets the leaf rebuilt around the traced data.
+  rebuild = {}
+  for i, pv in enumerate(pvals):
+    staged = tree_util.staged_leaf_data(pv[1]) if pv.is_known() else None
+    if staged is not None:
+      pvals[i] = PartialVal.known(staged[0])
+      rebuild[i] = staged[1]
+  if rebuild:
+    flat_call = call
+
+    def call(*args):
+      return flat_call(*[rebuild[i](a) if i in rebuild else a for i, a in enumerate(args)])
+  full, full_consts = trace_to_jaxpr(call, [pv.get_aval() for pv in pvals])
   if isinstance(instantiate, bool):
     instantiate = [instantiate] * len(full.outvars)
   known: dict[Var, Any] = dict(zip(full.constvars, full_consts))

@@ -35,4 +35,4 @@ def stop_gradient(x: Any) -> Any:
     if dtypes.is_inexact(core.get_aval(leaf).dtype):
       return stop_gradient_p.bind(leaf)
     return leaf
-  return tree_util.tree_map(stop, x)
+  return tree_util.tree_map_traced(stop, x)   # typed keys: their (integer) data

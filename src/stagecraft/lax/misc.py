@@ -52,7 +52,7 @@ batching.primitive_batchers[optimization_barrier_p] = (
 def optimization_barrier(operand: Any) -> Any:
   """Returns `operand` (a pytree of arrays) unchanged, as a barrier XLA does not optimize
   across (e.g. to stop rematerialized values from being merged with their originals)."""
-  leaves, treedef = tree_util.tree_flatten(operand)
+  leaves, treedef = tree_util.tree_flatten_traced(operand)   # typed keys: their data
   return tree_util.tree_unflatten(treedef, optimization_barrier_p.bind(*leaves))
 
 

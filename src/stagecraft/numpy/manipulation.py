@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax
+from stagecraft import dtypes, lax, tree_util
 from stagecraft.core import Tracer
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
@@ -38,6 +38,8 @@ __all__ = ["shape", "ndim", "size", "reshape", "ravel", "expand_dims", "squeeze"
 
 def shape(a: ArrayLike) -> tuple[int, ...]:
   """The shape of an array-like, as a tuple of ints."""
+  if tree_util.staged_leaf_data(a) is not None:   # a typed PRNG key array
+    return tuple(a.shape)
   return shape_of(asarray_or_scalar(a))
 
 
@@ -577,6 +579,11 @@ def broadcast_to(array_: ArrayLike, shape: Sequence[int], *, out_sharding: Any =
   """Broadcasts to `shape` under NumPy's rules, laid out by `out_sharding` when given (a
   NamedSharding, or a PartitionSpec under `set_mesh`; the result's type on a mesh of
   Explicit axes). Raises ValueError if incompatible."""
+  staged = tree_util.staged_leaf_data(array_)
+  if staged is not None and out_sharding is None:   # a typed PRNG key array: broadcast its
+    data, rebuild = staged                          # data (the key data axes stay last)
+    return rebuild(broadcast_to_shape(data, (*canonical_shape(shape),
+                                             *shape_of(data)[len(array_.shape):])))
   out = broadcast_to_shape(asarray(array_), canonical_shape(shape))
   return out if out_sharding is None else reshard(out, out_sharding)
 

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax
+from stagecraft import core, dtypes, lax, tree_util
 from stagecraft.config import config
 from stagecraft.core import Tracer
 from stagecraft.custom_derivatives import SymbolicZero, custom_jvp
@@ -539,6 +539,8 @@ def isclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLike
   Returns:
     bool Array of the broadcast shape. Infinities are close only to the same infinity.
   """
+  if _any_keys(a, b):   # typed PRNG keys, as JAX: close means equal
+    return a == b
   a, b = _inexact_args("isclose", a, b)
   rdt = real_dtype(dtype_of(a))
   rtol = lax.convert_element_type(as_array(rtol), rdt)
@@ -560,9 +562,17 @@ def allclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLik
   return lax.reduce_and(ravel(isclose(a, b, rtol, atol, equal_nan)), (0,))
 
 
+def _any_keys(*args) -> bool:
+  return any(tree_util.staged_leaf_data(a) is not None for a in args)
+
+
 def array_equal(a1: ArrayLike, a2: ArrayLike, equal_nan: bool = False) -> Array:
   """Whether `a1` and `a2` have the same shape and elements (a bool scalar Array; False for
   different shapes, with no error)."""
+  if _any_keys(a1, a2):   # typed PRNG keys: equal data; False against anything else
+    if not (_any_keys(a1) and _any_keys(a2)) or a1.shape != a2.shape:
+      return array(False)
+    return lax.reduce_and(ravel(a1 == a2), (0,))
   a1, a2 = as_array(a1), as_array(a2)
   if shape_of(a1) != shape_of(a2):
     return array(False)

@@ -451,7 +451,7 @@ def device_get(x: Any) -> Any:
     {'a': array([0, 1, 2], dtype=int32), 'n': 1}
   """
   copy_to_host_async(x)
-  return tree_util.tree_map(_to_host, x)
+  return tree_util.tree_map_traced(_to_host, x)   # typed keys: their data, on the host
 
 
 def live_arrays(platform: str | None = None) -> list[Array]:

@@ -880,6 +880,14 @@ def call_closed_executable(closed: ClosedJaxpr, name: str) -> SpmdExecutable:
   return compile_sharded(f"jit_{name}", closed.jaxpr, mesh, ins, outs)
 
 
+def _leaves_with_paths(x: Any) -> tuple[list, Any]:
+  """`(path, leaf)` pairs and the treedef of `x`, a typed PRNG key's leaf being its data (as
+  jit sees it; the treedef rebuilds the key)."""
+  with_paths = tree_util.tree_flatten_with_path(x)[0]
+  leaves, treedef = tree_util.tree_flatten_traced(x)
+  return [(path, leaf) for (path, _), leaf in zip(with_paths, leaves)], treedef
+
+
 def device_put(x: Any, device=None) -> Any:
   """Places `x` (a pytree of arrays or scalars) on `device` (default: the first device).
 
@@ -903,7 +911,7 @@ def device_put(x: Any, device=None) -> Any:
     device = device.device
   if device is not None and not hasattr(device, "client"):
     shs = flatten_shardings(device, x, "device_put", keep_single=True)
-    with_paths, treedef = tree_util.tree_flatten_with_path(x)
+    with_paths, treedef = _leaves_with_paths(x)
     out = []
     for (path, leaf), s in zip(with_paths, shs):
       if s is None or isinstance(s, SingleDeviceSharding):
@@ -917,7 +925,7 @@ def device_put(x: Any, device=None) -> Any:
         raise type(e)(f"device_put: the leaf at {tree_util.keystr(path) or 'the root'}: "
                       f"{msg}") from None
     return tree_util.tree_unflatten(treedef, out)
-  with_paths, treedef = tree_util.tree_flatten_with_path(x)
+  with_paths, treedef = _leaves_with_paths(x)
   out = [dispatch.device_put_leaf(leaf, device, tree_util.keystr(path)) for path, leaf in with_paths]
   return tree_util.tree_unflatten(treedef, out)
 
