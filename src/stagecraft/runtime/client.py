@@ -128,10 +128,13 @@ def get_backend(backend: str | None = None):
                          f"{sorted(xb.backends())}.") from e
   elif backend is None or backend.lower() == "cpu":
     b = _cpu_client()
+  elif backend.lower() in ("gpu", "cuda", "rocm", "tpu", "metal"):
+    # JAX's words (libraries match "Unknown backend"), and why: no plugin is installed
+    raise RuntimeError(f"Unknown backend: '{backend}' requested, but no platforms that are "
+                       f"instances of {backend} are present. Platforms present are: cpu "
+                       f"(no PJRT plugin for {backend} is installed)")
   else:
-    raise RuntimeError(f"Backend {backend!r} is not available: no PJRT plugin for it is "
-                       f"installed (stagecraft's runtime has the CPU client). Available "
-                       f"backends: ['cpu'].")
+    raise RuntimeError(f"Unknown backend {backend}. Available backends are ['cpu']")
   if _started_in[0] is None:
     _started_in[0] = os.getpid()
   return b
