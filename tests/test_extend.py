@@ -1027,3 +1027,14 @@ def test_def_effectful_abstract_eval_as_jax():
   assert len(ours.effects) == len(theirs.effects) == 1
   kept = pe.dce_jaxpr(ours.jaxpr, [True])[0]
   assert [e.primitive.name for e in kept.eqns] == ["noisy_id", "add"]   # the pure one goes
+
+
+def test_shaped_array_takes_scalar_types_and_names_as_jax():
+  import jax.numpy as jjnp
+  from stagecraft import core
+  for dt in (snp.float32, np.int8, "bfloat16", snp.bfloat16, np.dtype("int16")):
+    ours = core.ShapedArray((2,), dt)
+    theirs = jax.core.ShapedArray((2,), getattr(jjnp, str(ours.dtype)))
+    assert ours.dtype == theirs.dtype == np.dtype(str(dt) if isinstance(dt, str) else dt)
+    assert isinstance(ours.dtype, np.dtype)
+    assert str(ours) == str(theirs)

@@ -62,6 +62,9 @@ class ShapedArray:
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False,
                sharding: Any = None):
+    if isinstance(dtype, (type, str)):   # a scalar type or name, as JAX accepts: its dtype
+      d = getattr(dtype, "dtype", None)
+      dtype = d if isinstance(d, np.dtype) else np.dtype(dtype)
     self.shape = shape
     self.dtype = dtype
     self.weak_type = weak_type
