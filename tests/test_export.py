@@ -333,16 +333,14 @@ def test_bad_bytes_raise_value_errors(exported):
 
 
 _TAMPER = r"""
-import hashlib, json, struct, sys
+import json, sys
 import numpy as np, stagecraft as sc, stagecraft.numpy as jnp
 from stagecraft import export
+from stagecraft.runtime import cache
+from stagecraft.export import _export
 e = export.export(sc.jit(lambda x: jnp.sin(x) * 2))(np.ones(3, np.float32))
-data = bytes(e.serialize())
-sizes = struct.Struct(">HIQ")
-fmt, nh, npay = sizes.unpack_from(data, 8)
-off = 8 + sizes.size
-header = json.loads(data[off:off + nh])
-payload = data[off + nh + 32:]
+(h0,), payload = cache.unseal(bytes(e.serialize()), b"SCEXPORT", _export.FORMAT_VERSION)
+header = json.loads(h0)
 what = sys.argv[1]
 if what == "shape":
   header["exported"][0]["in_avals"][0][0] = [4]
@@ -353,9 +351,8 @@ elif what == "module":
   header["exported"][0]["module_size"] = len(payload)
 elif what == "kept":
   header["exported"][0]["module_kept_var_idx"] = [3]
-h = json.dumps(header).encode()
-head = b"SCEXPORT" + sizes.pack(fmt, len(h), len(payload)) + h
-data = head + hashlib.sha256(head + payload).digest() + payload   # re-checksummed
+data = cache.seal(b"SCEXPORT", _export.FORMAT_VERSION, (json.dumps(header).encode(),),
+                  payload)   # re-checksummed
 try:
   d = export.deserialize(data)
   print("LOADED", d.call(np.ones(3, np.float32)))

@@ -30,10 +30,8 @@ its `main`) when it is loaded.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
-import struct
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -43,7 +41,7 @@ from stagecraft import api, api_util, core, custom_derivatives, dtypes, pjit, st
 from stagecraft.core import ShapedArray, ShapeDtypeStruct
 from stagecraft.interpreters import batching, lowering, mapping
 from stagecraft.interpreters import partial_eval as pe
-from stagecraft.runtime import client, spmd
+from stagecraft.runtime import cache, client, spmd
 
 __all__ = ["DisabledSafetyCheck", "Exported", "export", "deserialize", "call",
            "call_exported", "call_exported_p", "default_export_platform",
@@ -60,10 +58,8 @@ maximum_supported_calling_convention_version = 10
 _CALLING_CONVENTION_VERSION = 10
 
 #: The version of the byte format described in the module docstring.
-FORMAT_VERSION = 1
-_MAGIC = b"SCEXPORT"
-_SIZES = struct.Struct(">HIQ")
-_DIGEST = 32
+FORMAT_VERSION = 2
+_MAGIC = b"SCEXPORT"   # framed by runtime.cache.seal
 
 register_pytree_node_serialization = stages.register_pytree_node_serialization
 register_namedtuple_serialization = stages.register_namedtuple_serialization
@@ -206,10 +202,7 @@ class Exported:
     payload = b"".join(modules)
     header = json.dumps({"format": "stagecraft.Exported", "exported": headers},
                         sort_keys=True, separators=(",", ":")).encode()
-    head = _MAGIC + _SIZES.pack(FORMAT_VERSION, len(header), len(payload)) + header
-    digest = hashlib.sha256(head)
-    digest.update(payload)
-    return bytearray(head + digest.digest() + payload)
+    return bytearray(cache.seal(_MAGIC, FORMAT_VERSION, (header,), payload))
 
   def call(self, *args, **kwargs):
     """Runs the exported function on `args`/`kwargs` (the tree structure, shapes and dtypes
@@ -636,30 +629,24 @@ def deserialize(blob: bytes | bytearray) -> Exported:
     raise TypeError(f"deserialize: expected the bytes of Exported.serialize(), got "
                     f"{type(blob).__name__}.")
   data = bytes(blob)
-  if data[:len(_MAGIC)] != _MAGIC:
-    raise ValueError(f"deserialize: these {len(data)} bytes are not a serialized stagecraft "
-                     f"Exported (they do not start with {_MAGIC!r}); pass the bytes of "
-                     f"Exported.serialize(). (JAX's flatbuffers format is not read.)")
-  off = len(_MAGIC)
-  if len(data) < off + _SIZES.size:
-    raise ValueError(f"deserialize: truncated: {len(data)} bytes, shorter than the header.")
-  fmt, nhead, npay = _SIZES.unpack_from(data, off)
-  if fmt != FORMAT_VERSION:
-    raise ValueError(f"deserialize: these bytes have stagecraft export format version {fmt}, "
-                     f"but this stagecraft reads version {FORMAT_VERSION}; export the "
-                     f"function again with this version.")
-  off += _SIZES.size
-  expected = off + nhead + _DIGEST + npay
-  if len(data) != expected:
-    raise ValueError(f"deserialize: the bytes have length {len(data)} but their header "
-                     f"announces {expected} (truncated or padded).")
-  head, digest, payload = (data[off:off + nhead], data[off + nhead:off + nhead + _DIGEST],
-                           data[off + nhead + _DIGEST:])
-  h = hashlib.sha256(data[:off + nhead])
-  h.update(payload)
-  if h.digest() != digest:
-    raise ValueError("deserialize: the bytes are damaged: their SHA-256 checksum does not "
-                     "match their contents.")
+  try:
+    (head,), payload = cache.unseal(data, _MAGIC, FORMAT_VERSION)
+  except cache.SealError as e:
+    raise ValueError({
+        "magic": f"deserialize: these {len(data)} bytes are not a serialized stagecraft "
+                 f"Exported (they do not start with {_MAGIC!r}); pass the bytes of "
+                 f"Exported.serialize(). (JAX's flatbuffers format is not read.)",
+        "truncated": f"deserialize: truncated: {len(data)} bytes, shorter than the header.",
+        "version": f"deserialize: these bytes have stagecraft export format version "
+                   f"{e.found}, but this stagecraft reads version {FORMAT_VERSION}; export "
+                   f"the function again with this version.",
+        "length": f"deserialize: the bytes have length {len(data)} but their header "
+                  f"announces {e.found} (truncated or padded).",
+        "checksum": "deserialize: the bytes are damaged: their SHA-256 checksum does not "
+                    "match their contents.",
+    }[e.kind]) from None
+  except ValueError as e:   # more sections than one: not ours
+    raise ValueError(f"deserialize: the serialized Exported is malformed: {e}") from None
   try:
     header = json.loads(head.decode("utf-8"))
     if header.get("format") != "stagecraft.Exported":

@@ -52,17 +52,17 @@ import jaxlib
 
 from stagecraft.runtime import client
 
-__all__ = ["entry_signature", "check_signature", "header_of", "FORMAT_VERSION", "JAXLIB_VERSION", "stats", "reset_stats",
+__all__ = ["seal", "unseal", "SealError", "entry_signature", "check_signature", "header_of", "FORMAT_VERSION", "JAXLIB_VERSION", "stats", "reset_stats",
            "CorruptExecutableError", "VersionMismatchError", "serialize_executable",
            "deserialize_executable", "cache_key", "MAX_ENTRY_BYTES", "lookup", "evict", "store"]
 
 #: The version of the header layout below; bump it when the layout changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: The jaxlib that wrote (and may read) the runtime payload.
 JAXLIB_VERSION: str = jaxlib.__version__
 
 _MAGIC = b"SCEXEC\x00\x01"
-_SIZES = struct.Struct(">HHIQ")   # format version, jaxlib version len, meta len, payload len
+_SIZES = struct.Struct(">HHIIQ")   # see `seal`: version, 2 sections (jaxlib version, meta)
 _DIGEST = 32
 _SUFFIX = ".scexe"
 
@@ -100,15 +100,73 @@ class VersionMismatchError(ValueError):
 # The byte format
 
 
+def _sizes(n: int) -> struct.Struct:
+  return struct.Struct(f">HH{n}IQ")   # format version, n, n section sizes, payload size
+
+
+class SealError(ValueError):
+  """Sealed bytes (see `seal`) that fail a check; `kind` names it: "magic", "truncated",
+  "version" (`found` is the format version they carry), "length" (`found` is the length
+  their header announces) or "checksum"."""
+
+  def __init__(self, kind: str, found: int | None = None):
+    super().__init__(kind if found is None else f"{kind} {found}")
+    self.kind, self.found = kind, found
+
+
+def seal(magic: bytes, version: int, sections: Sequence[bytes], payload: bytes) -> bytes:
+  """Frames `payload` with `magic`, a format `version`, small `sections` (headers) and a
+  SHA-256 checksum of everything: `magic | version, n, n section sizes, payload size
+  (big-endian ">HH{n}IQ") | sections | sha256 | payload`. The one framing of stagecraft's
+  byte formats (serialized executables, cache entries, `export`); read with `unseal`."""
+  head = (magic + _sizes(len(sections)).pack(version, len(sections), *map(len, sections),
+                                             len(payload)) + b"".join(sections))
+  digest = hashlib.sha256(head)
+  digest.update(payload)
+  return b"".join((head, digest.digest(), payload))
+
+
+def unseal(data: bytes, magic: bytes, version: int) -> tuple[list[bytes], bytes]:
+  """The (sections, payload) of bytes made by `seal(magic, version, ...)`.
+
+  Raises:
+    SealError: another magic, truncated or padded bytes, another format version, or a
+      checksum that does not match (callers turn it into their own exception).
+  """
+  n0 = len(magic)
+  if data[:n0] != magic:
+    raise SealError("magic")
+  if len(data) < n0 + 4:
+    raise SealError("truncated")
+  fmt, n = struct.unpack_from(">HH", data, n0)
+  if fmt != version:
+    raise SealError("version", fmt)
+  sizes = _sizes(n)
+  if len(data) < n0 + sizes.size:
+    raise SealError("truncated")
+  *lens, npay = sizes.unpack_from(data, n0)[2:]
+  off = n0 + sizes.size
+  expected = off + sum(lens) + _DIGEST + npay
+  if len(data) != expected:
+    raise SealError("length", expected)
+  sections = []
+  for n_bytes in lens:
+    sections.append(data[off:off + n_bytes])
+    off += n_bytes
+  digest, payload = data[off:off + _DIGEST], data[off + _DIGEST:]
+  h = hashlib.sha256(data[:off])
+  h.update(payload)
+  if h.digest() != digest:
+    raise SealError("checksum")
+  return sections, payload
+
+
 def _pack(payload: bytes, header: dict, jaxlib_version: str | None = None,
           format_version: int | None = None) -> bytes:
   ver = (JAXLIB_VERSION if jaxlib_version is None else jaxlib_version).encode()
   fmt = FORMAT_VERSION if format_version is None else format_version
   meta = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-  head = _MAGIC + _SIZES.pack(fmt, len(ver), len(meta), len(payload)) + ver + meta
-  digest = hashlib.sha256(head)
-  digest.update(payload)
-  return b"".join((head, digest.digest(), payload))
+  return seal(_MAGIC, fmt, (ver, meta), payload)
 
 
 def _unpack(data: bytes) -> tuple[dict, bytes]:
@@ -122,43 +180,34 @@ def _unpack(data: bytes) -> tuple[dict, bytes]:
     raise TypeError(f"expected the bytes of a serialized executable, got "
                     f"{type(data).__name__}.")
   data = bytes(data)
-  n0 = len(_MAGIC)
-  if data[:n0] != _MAGIC:
-    raise CorruptExecutableError(
-        f"these {len(data)} bytes are not a stagecraft serialized executable (they do not "
-        f"start with the magic {_MAGIC!r}); pass bytes made by serialize_executable or "
-        f"Compiled.serialize().")
-  if len(data) < n0 + _SIZES.size:
-    raise CorruptExecutableError(
-        f"serialized executable truncated: {len(data)} bytes, shorter than its header.")
-  fmt, nver, nmeta, npay = _SIZES.unpack_from(data, n0)
-  if fmt != FORMAT_VERSION:
-    raise VersionMismatchError(
-        f"cannot load this serialized executable: it has stagecraft format version {fmt}, "
-        f"but this stagecraft reads format version {FORMAT_VERSION}. Recompile the function "
-        f"(and serialize it again) with this version.")
-  off = n0 + _SIZES.size
-  ver = data[off:off + nver].decode("utf-8", "replace")
-  if len(data) >= off + nver and ver != JAXLIB_VERSION:
+  try:
+    (ver, meta_bytes), payload = unseal(data, _MAGIC, FORMAT_VERSION)
+  except SealError as e:
+    if e.kind == "magic":
+      raise CorruptExecutableError(
+          f"these {len(data)} bytes are not a stagecraft serialized executable (they do not "
+          f"start with the magic {_MAGIC!r}); pass bytes made by serialize_executable or "
+          f"Compiled.serialize().") from None
+    if e.kind == "version":
+      raise VersionMismatchError(
+          f"cannot load this serialized executable: it has stagecraft format version "
+          f"{e.found}, but this stagecraft reads format version {FORMAT_VERSION}. Recompile "
+          f"the function (and serialize it again) with this version.") from None
+    if e.kind == "truncated":
+      raise CorruptExecutableError(f"serialized executable truncated: {len(data)} bytes, "
+                                   f"shorter than its header.") from None
+    if e.kind == "length":
+      raise CorruptExecutableError(
+          f"serialized executable has {len(data)} bytes but its header announces {e.found} "
+          f"(truncated or padded).") from None
+    raise CorruptExecutableError("serialized executable is damaged: its SHA-256 checksum "
+                                 "does not match its contents.") from None
+  ver = ver.decode("utf-8", "replace")
+  if ver != JAXLIB_VERSION:
     raise VersionMismatchError(
         f"cannot load this serialized executable: it was written by jaxlib {ver}, but this "
         f"process runs jaxlib {JAXLIB_VERSION}; executables only load in the jaxlib version "
         f"that compiled them. Recompile the function (and serialize it again) here.")
-  off += nver
-  expected = off + nmeta + _DIGEST + npay
-  if len(data) != expected:
-    raise CorruptExecutableError(
-        f"serialized executable has {len(data)} bytes but its header announces {expected} "
-        f"(truncated or padded).")
-  meta_bytes = data[off:off + nmeta]
-  off += nmeta
-  digest = data[off:off + _DIGEST]
-  payload = data[off + _DIGEST:]
-  h = hashlib.sha256(data[:off])
-  h.update(payload)
-  if h.digest() != digest:
-    raise CorruptExecutableError("serialized executable is damaged: its SHA-256 checksum "
-                                 "does not match its contents.")
   try:
     header = json.loads(meta_bytes.decode("utf-8"))
   except (UnicodeDecodeError, json.JSONDecodeError) as e:  # pragma: no cover (checksummed)
