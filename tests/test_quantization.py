@@ -18,13 +18,30 @@ def f32(*shape):
   return rng.standard_normal(shape).astype(np.float32)
 
 
-def nf4_reference(w: np.ndarray, bs: int = 64) -> np.ndarray:
-  """NumPy NF4 quantize + dequantize (nearest code value after absmax scaling)."""
+def double_quant_reference(absmax: np.ndarray, group: int = 256) -> np.ndarray:
+  """NumPy QLoRA double quantization of block scales: per group of `group` scales (the last
+  padded with its last scale), int8 codes of the deviation from the group mean."""
+  n = absmax.size
+  a = np.concatenate([absmax, np.full((-n) % group, absmax[-1], np.float32)]).reshape(-1, group)
+  offset = a.mean(1, keepdims=True, dtype=np.float32)
+  dev = a - offset
+  scale = np.abs(dev).max(1, keepdims=True)
+  scale[scale == 0] = 1
+  codes = np.round(dev / scale * np.float32(127)).astype(np.int8)
+  return (codes.astype(np.float32) * (scale / np.float32(127)) + offset).reshape(-1)[:n]
+
+
+def nf4_reference(w: np.ndarray, bs: int = 64, double_quant: bool = True) -> np.ndarray:
+  """NumPy NF4 quantize + dequantize (nearest code value after absmax scaling; the scales
+  double quantized as ArrayNF4.quantize's default)."""
   flat = w.reshape(-1).astype(np.float32)
   pad = (-flat.size) % bs
   blocks = np.concatenate([flat, np.zeros(pad, np.float32)]).reshape(-1, bs)
-  absmax = np.abs(blocks).max(1, keepdims=True)
+  absmax = np.abs(blocks).max(1)
   absmax[absmax == 0] = 1
+  if double_quant:
+    absmax = double_quant_reference(absmax)
+  absmax = absmax[:, None]
   idx = np.abs(blocks[..., None] / absmax[..., None] - NF4_VALUES).argmin(-1)
   return (NF4_VALUES[idx] * absmax).reshape(-1)[:flat.size].reshape(w.shape)
 
@@ -58,13 +75,17 @@ def test_nf4_code_values_are_the_papers():
   np.testing.assert_allclose(NF4_VALUES[8], 0.07958029955625534)
 
 
+@pytest.mark.parametrize("double_quant", [True, False])
 @pytest.mark.parametrize("shape,bs", [((64, 32), 64), ((7, 5), 16), ((100,), 64)])
-def test_nf4_round_trip_matches_numpy(shape, bs):
+def test_nf4_round_trip_matches_numpy(shape, bs, double_quant):
   w = f32(*shape)
-  q = ArrayNF4.quantize(w, block_size=bs)
+  q = ArrayNF4.quantize(w, block_size=bs, double_quant=double_quant)
   assert q.aval.shape == shape and q.packed.dtype == np.uint8
   assert q.packed.shape[1] == bs // 2
-  np.testing.assert_allclose(np.asarray(q.materialize()), nf4_reference(w, bs), atol=1e-6)
+  assert q.double_quantized == double_quant
+  assert q.absmax.dtype == (np.int8 if double_quant else np.float32)
+  np.testing.assert_allclose(np.asarray(q.materialize()),
+                             nf4_reference(w, bs, double_quant), rtol=2e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("shape,bs", [((64, 32), 64), ((7, 5), 16)])
@@ -77,7 +98,7 @@ def test_int8_round_trip_matches_numpy(shape, bs):
 
 def test_memory_and_nf4_error_on_standard_normal():
   w = rng.standard_normal((512, 256)).astype(np.float32)
-  q4, q8 = ArrayNF4.quantize(w), Array8bit.quantize(w)
+  q4, q8 = ArrayNF4.quantize(w, double_quant=False), Array8bit.quantize(w)
   assert q4.nbytes / w.nbytes <= 0.1407     # 4 bits + one f32 scale per 64 values: 0.1406
   assert q8.nbytes / w.nbytes <= 0.266
   mae = np.abs(np.asarray(q4.materialize()) - w).mean()
