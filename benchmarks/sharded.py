@@ -15,6 +15,13 @@ the batch x, y split over "data"; the loss replicated.
 2. trace+lower: `jit(step, in_shardings=..., out_shardings=...).lower(*args).as_text()` on a
    fresh jitted function each repeat (so no cache answers). Target <= 1.
 
+3. The same step in explicit-sharding mode (sharding in types, issue 24): a 2x2 mesh whose
+   axes are Explicit, the arguments placed as above and `jit(step)` with no shardings: the
+   types of the arguments give the layout, and the one contraction over the split hidden
+   dimension names its result's type (`matmul(h, W2, out_sharding=P("data", None))`, as
+   JAX asks). Its step time and trace+lower time (`jit(step).lower(*args).as_text()`, a
+   fresh function each repeat) under `set_mesh`. Targets <= 1.05 and <= 1.
+
 Both sides run alternately (ABBA) and the report gives medians and stagecraft / JAX. The
 losses and the updated parameters of both are checked to agree before anything is timed; the
 collectives in both optimized programs are counted (printed by `main`).
@@ -63,6 +70,23 @@ def make_step(mod, value_and_grad, tree_map):
       h = h @ w + b
       if i < len(params) - 1:
         h = mod.tanh(h)
+    logp = h - mod.log(mod.sum(mod.exp(h), axis=-1, keepdims=True))
+    return -mod.mean(mod.sum(logp * y, axis=-1))
+
+  def step(params, x, y):
+    val, g = value_and_grad(loss)(params, x, y)
+    return tree_map(lambda p, gi: p - LR * gi, params, g), val
+  return step
+
+
+def make_explicit_step(mod, value_and_grad, tree_map, P):
+  """The train step of `make_step` for explicit-sharding mode: the contraction over the
+  hidden dimension split over "model" gives its result the type P("data", None)."""
+  def loss(params, x, y):
+    (w1, b1), (w2, b2), (w3, b3) = params
+    h = mod.tanh(mod.matmul(x, w1) + b1)
+    h = mod.tanh(mod.matmul(h, w2, out_sharding=P("data", None)) + b2)
+    h = mod.matmul(h, w3) + b3
     logp = h - mod.log(mod.sum(mod.exp(h), axis=-1, keepdims=True))
     return -mod.mean(mod.sum(logp * y, axis=-1))
 
@@ -142,6 +166,101 @@ def setup():
   return sides
 
 
+def setup_explicit():
+  """Both sides' jitted explicit-sharding steps on a 2x2 Explicit mesh, the arguments placed
+  by the layout of `_shardings` (their types), checked to agree (losses, parameters and
+  their types).
+
+  Returns a dict per side ("s", "j") with `step`, `args`, `block`, `ctx` (a function giving
+  the `set_mesh` context) and `make` (a fresh jitted, untraced step).
+
+  Raises:
+    AssertionError: when the losses, parameters or parameter types differ.
+    RuntimeError: when the runtime has fewer than 4 devices.
+  """
+  import jax
+  import jax.numpy as jjnp
+  import stagecraft as sc
+  import stagecraft.numpy as jnp
+  from stagecraft.sharding import (AxisType, NamedSharding, PartitionSpec, make_mesh,
+                                   set_mesh)
+  if len(jax.devices()) < NDEV or len(sc.devices()) < NDEV:
+    raise RuntimeError(f"needs {NDEV} devices, the runtime has {len(jax.devices())}")
+  params, x, y = _init()
+  s_mesh = make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+  j_mesh = jax.make_mesh((2, 2), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+  libs = {"s": (sc, jnp, s_mesh, set_mesh, NamedSharding, PartitionSpec),
+          "j": (jax, jjnp, j_mesh, jax.set_mesh, jax.sharding.NamedSharding,
+                jax.sharding.PartitionSpec)}
+  sides = {}
+  for k, (lib, mod, mesh, set_m, named, P) in libs.items():
+    shs, _ = _shardings(mesh, named, P)
+    side = dict(block=lib.block_until_ready, ctx=lambda set_m=set_m, mesh=mesh: set_m(mesh),
+                make=lambda lib=lib, mod=mod, P=P: lib.jit(make_explicit_step(
+                    mod, lib.value_and_grad, lib.tree_util.tree_map, P)))
+    side["args"] = (
+        [tuple(lib.device_put(a, sh) for a, sh in zip(layer, sl))
+         for layer, sl in zip(params, shs[0])],
+        lib.device_put(x, shs[1]), lib.device_put(y, shs[2]))
+    side["step"] = side["make"]()
+    side["typeof"] = lib.typeof
+    sides[k] = side
+  res = {}
+  for k, side in sides.items():
+    with side["ctx"]():
+      res[k] = side["step"](*side["args"])
+  (ps, ls), (pj, lj) = res["s"], res["j"]
+  np.testing.assert_allclose(float(ls), float(lj), rtol=1e-4, err_msg="losses differ")
+  for (ws, bs), (wj, bj) in zip(ps, pj):
+    np.testing.assert_allclose(np.asarray(ws), np.asarray(wj), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(bs), np.asarray(bj), rtol=1e-4, atol=1e-5)
+    for a, b in ((ws, wj), (bs, bj)):
+      assert str(sides["s"]["typeof"](a)) == str(sides["j"]["typeof"](b)), (a, b)
+  return sides
+
+
+def bench_explicit(repeats: int, inner: int, lower_repeats: int):
+  """Medians over `repeats` ABBA pairs of the explicit-sharding step time (us, `inner`
+  steps per timed batch) and over `lower_repeats` pairs of its trace+lower+as_text (ms).
+  Returns {"step": (ours, jax), "lower": (ours, jax)}."""
+  sides = setup_explicit()
+  state = {k: sides[k]["args"][0] for k in "sj"}
+
+  def runner(k):
+    side = sides[k]
+    step, block, (_, x, y) = side["step"], side["block"], side["args"]
+
+    def run():
+      p = state[k]
+      with side["ctx"]():
+        for _ in range(inner):
+          p, loss = step(p, x, y)
+        block(loss)
+      state[k] = p
+    return run
+
+  def lowerer(k):
+    side = sides[k]
+
+    def lower():
+      with side["ctx"]():
+        return side["make"]().lower(*side["args"]).as_text()
+    return lower
+
+  out = {}
+  for key, (a, b, reps) in {"step": (runner("s"), runner("j"), repeats),
+                            "lower": (lowerer("s"), lowerer("j"), lower_repeats)}.items():
+    a(), b()   # warm-up
+    ts, tj = [], []
+    for i in range(reps):
+      for fn in ((a, b) if i % 2 == 0 else (b, a)):
+        (ts if fn is a else tj).append(_time(fn))
+    scale = 1e6 / inner if key == "step" else 1e3
+    out[key] = (statistics.median(ts) * scale, statistics.median(tj) * scale)
+  return out
+
+
 def bench(repeats: int, inner: int, lower_repeats: int):
   """Medians over `repeats` ABBA pairs of the per-step time (us, `inner` steps per timed
   batch) and over `lower_repeats` pairs of trace+lower+as_text (ms). Returns
@@ -193,8 +312,11 @@ def main(argv=None):
   print("collectives in the optimized programs (stagecraft / JAX):",
         ", ".join(f"{k} {r['collectives']['s'][k]}/{r['collectives']['j'][k]}"
                   for k in COLLECTIVES))
+  e = bench_explicit(*((2, 2, 2) if args.quick else (40, 4, 10)))
   rows = [("sharded MLP step (2x2 mesh)", *r["step"], "us", 1.05),
-          ("sharded trace+lower", *r["lower"], "ms", 1.0)]
+          ("sharded trace+lower", *r["lower"], "ms", 1.0),
+          ("explicit-sharding MLP step (2x2 Explicit mesh)", *e["step"], "us", 1.05),
+          ("explicit-sharding trace+lower", *e["lower"], "ms", 1.0)]
   return report(rows, args.json)
 
 

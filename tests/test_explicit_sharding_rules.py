@@ -527,12 +527,12 @@ def test_explicit_axes_matches_jax():
 
 
 def test_vmapped_random_over_split_keys_matches_jax(both):
-  """Keys split over 'x', one draw each: the same numbers and types as JAX (the layout's
-  spec is written P('x',) here, JAX's P('x', None): the jit inside `random` is batched
-  without types)."""
+  """Keys split over 'x', one draw each: the same numbers, types and layout as JAX (the jit
+  inside `random` is batched with its operands' types)."""
   r1, r2 = _both_results(both, lambda L, a: L.vmap(
       lambda k: (sc.random if L.ours else jax.random).normal(k, (4,)))(
           L.rs((sc.random if L.ours else jax.random).split(
               (sc.random if L.ours else jax.random).PRNGKey(0), 8), L.P("x"))))
   assert str(sc.typeof(r1)) == str(jax.typeof(r2)) == "float32[8@x,4]"
+  assert repr(r1.sharding.spec) == repr(r2.sharding.spec) == "P('x', None)"
   np.testing.assert_allclose(np.asarray(r1), np.asarray(r2), rtol=1e-6, atol=1e-6)

@@ -20,11 +20,12 @@ LAYERS = {
     # dlpack: `numpy.from_dlpack` (layer 7) calls it.
     4: ["runtime", "runtime.array", "runtime.dispatch", "runtime.spmd", "typing", "dlpack"],
     5: ["lax"],
+    # state: Refs at the jit boundary (pjit discharges them).
     6: ["custom_derivatives", "custom_dce", "custom_batching", "ad_checkpoint", "api_util",
-        "pjit"],
+        "pjit", "state"],
     7: ["numpy", "scipy", "random", "nn", "image", "ops", "flatten_util", "callback",
         "debug", "debug_sharding", "ffi"],
-    8: ["api", "stages", "shard_map", "xla_computation", "test_util", "distributed",
+    8: ["api", "ref", "stages", "shard_map", "xla_computation", "test_util", "distributed",
         "experimental", "profiler", "extend", "export"],
     9: ["implicit", "optim", "examples", "example_libraries", "compat", "cli", "__main__"],
 }

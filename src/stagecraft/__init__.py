@@ -63,7 +63,7 @@ import importlib as _importlib
 # NB: implicit arrays (and plum, which they use) cost ~0.2 s to import: on first use only.
 _LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental", "implicit", "optim",
                     "distributed", "profiler", "ffi", "example_libraries", "compat", "extend",
-                    "export", "dlpack", "test_util")
+                    "export", "dlpack", "test_util", "ref")
 
 
 def __getattr__(name):

@@ -10,6 +10,7 @@ import optree
 
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, tree_util
+from stagecraft import sharding as sharding_lib
 from stagecraft.api_util import (check_out_leaves, describe_arg, flat_mapped_args, flatten,
                                  flatten_axes, fun_name, mapped_axes, normalize_argnums)
 from stagecraft.config import config
@@ -21,6 +22,7 @@ from stagecraft.lax.spmd import pmap_executable, xla_pmap_p
 from stagecraft.pjit import jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
+from stagecraft.state import AbstractRef, Ref, freeze
 
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
            "jacfwd", "jacrev", "jacobian", "hessian", "linear_transpose", "vmap", "pmap",
@@ -67,6 +69,23 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
   return make
 
 
+def _mesh_reaching(jaxpr: core.Jaxpr) -> dict:
+  """Per variable of `jaxpr`, the mesh of the typed (split) values it is computed from, as
+  JAX's avals carry the mesh of their operands (absent: computed from none)."""
+  meshes: dict = {}
+  for v in jaxpr.invars:
+    if getattr(v.aval, "_sharding", None) is not None:
+      meshes[v] = v.aval._sharding.mesh
+  for eqn in jaxpr.eqns:
+    mesh = next((meshes[x] for x in eqn.invars if not isinstance(x, core.Literal)
+                 and x in meshes), None)
+    for o in eqn.outvars:
+      m = o.aval._sharding.mesh if getattr(o.aval, "_sharding", None) is not None else mesh
+      if m is not None:
+        meshes[o] = m
+  return meshes
+
+
 @api_boundary
 def eval_shape(fun: Callable, *args, **kwargs):
   """Output shapes and dtypes of `fun(*args, **kwargs)` without running it.
@@ -74,10 +93,24 @@ def eval_shape(fun: Callable, *args, **kwargs):
   Args may be arrays, scalars or ShapeDtypeStructs (anything with `shape` and `dtype`).
 
   Returns:
-    The output pytree with a ShapeDtypeStruct (keeping weak types) at each leaf.
+    The output pytree with a ShapeDtypeStruct (keeping weak types) at each leaf. As JAX's,
+    a leaf computed over a mesh carries its sharding type (`sharding=NamedSharding(
+    AbstractMesh, spec)`, one spec entry per dimension): the mesh of the inputs' or
+    results' types, else the mesh set by `sharding.set_mesh`; a result that is a constant
+    of the program, or of a program over no mesh, has `sharding=None`.
   """
   traced, _ = trace_flat(fun, args, kwargs, (), (), "eval_shape")
-  return traced.out_shapes()
+  jaxpr = traced.jaxpr
+  ctx = sharding_lib.get_abstract_mesh()
+  reaching = {} if not ctx.empty else _mesh_reaching(jaxpr.jaxpr)
+  leaves = []
+  for v, a in zip(jaxpr.jaxpr.outvars, jaxpr.out_avals):
+    mesh = None if isinstance(v, core.Literal) else (ctx if not ctx.empty else
+                                                     reaching.get(v))
+    s = None if mesh is None else sharding_lib.NamedSharding(
+        mesh, sharding_lib.PartitionSpec(*sharding_lib.spec_entries(a._sharding, a.ndim)))
+    leaves.append(core.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=s))
+  return optree.tree_unflatten(traced.out_tree, leaves)
 
 
 # ---------------------------------------------------------------------------
@@ -1005,9 +1038,10 @@ from stagecraft import version as _version   # noqa: E402
 from stagecraft.runtime import dispatch   # noqa: E402
 
 
-def typeof(x: Any) -> ShapedArray:
+def typeof(x: Any) -> ShapedArray | AbstractRef:
   """The aval of `x`: an Array's, a tracer's, or that of a NumPy array or a Python scalar
-  (weakly typed), e.g. `ShapedArray(float32[3])`.
+  (weakly typed), e.g. `ShapedArray(float32[3])`; a `Ref`'s is an `AbstractRef` (JAX's
+  `jax.ref.AbstractRef`, printed `Ref{float32[3]}`).
 
     >>> import stagecraft.numpy as jnp
     >>> typeof(jnp.ones(3))
@@ -1018,6 +1052,8 @@ def typeof(x: Any) -> ShapedArray:
   Raises:
     TypeError: if `x` is not an array-like value.
   """
+  if isinstance(x, Ref):
+    return x.aval
   dt = getattr(x, "dtype", None)
   if dt is not None and not isinstance(x, core.Tracer) and dtypes.issubdtype(
       dt, dtypes.extended):   # typed PRNG keys: `ShapedArray(key<fry>[])`
@@ -1103,94 +1139,6 @@ def print_environment_info(return_string: bool = False) -> str | None:
 # Ref: a mutable array reference (eager, or local to a trace)
 
 
-class Ref:
-  """A mutable reference to an array, as JAX's `jax.Ref` (made by `new_ref`): `ref[...]`
-  reads the current value, `ref[idx] = v` writes into it (`ref.at[idx].set(v)` semantics).
-
-  A ref made outside any transformation is eager: it holds a concrete `Array`. A ref made
-  inside a traced function (`jit`, `grad`, `vmap`, `scan` bodies, ...) is local to that
-  trace and is discharged as it is traced: it holds the traced value, reads give it and
-  writes replace it, so the staged program computes what the sequence of reads and writes
-  means (JAX's state discharge, done at trace time). A ref is not an `Array`
-  (`isinstance(ref, Array)` is False, as in JAX), and not a pytree node.
-
-  Not supported (each raises `NotImplementedError` naming the fix): writing a traced value
-  into an eager ref, or reading an eager ref inside a staged function (`jit`, `scan`,
-  `cond`, ...), since stagecraft's `jit` cannot yet make a ref's value an input and an
-  output of the compiled program (its value would be baked in as a constant, and go stale
-  when the ref is written later); writing into a local ref from a nested trace (a `cond` or
-  `scan` body) a value traced there.
-
-  Attributes:
-    shape, dtype, ndim, size: those of the referenced array.
-  """
-  __slots__ = ("_value", "_frozen", "_trace")
-
-  def __init__(self, value: Any, trace: Any = None):
-    self._value = value
-    self._frozen = False
-    self._trace = trace    # the trace a local ref belongs to; None for an eager ref
-
-  shape = property(lambda self: self._value.shape)
-  dtype = property(lambda self: self._value.dtype)
-  ndim = property(lambda self: self._value.ndim)
-  size = property(lambda self: self._value.size)
-
-  def _check(self):
-    if self._frozen:
-      raise ValueError("this Ref was frozen (stagecraft.freeze) and can no longer be used")
-
-  def __getitem__(self, idx: Any) -> Any:
-    self._check()
-    if self._trace is None and _staging(core.current_trace()):
-      raise NotImplementedError(
-          "Reading a Ref made outside a staged function (jit, scan, cond, while_loop, ...) "
-          "inside it is not supported: stagecraft would bake its current value into the "
-          "compiled program. Pass `ref[...]` to the function as an argument instead (and "
-          "write results back to the ref after the call), or make the ref inside the "
-          "function with `new_ref`.")
-    return self._value if idx is Ellipsis else self._value[idx]
-
-  def __setitem__(self, idx: Any, value: Any) -> None:
-    self._check()
-    tracers = [v for v in tree_util.tree_leaves(value) if isinstance(v, core.Tracer)]
-    if self._trace is None:
-      if tracers or _staging(core.current_trace()):
-        raise NotImplementedError(
-            "stagecraft's Refs made outside a transformation are eager: writing into one "
-            "inside jit, grad, vmap, ... is not supported; pass the value out of the "
-            "transformed function and write it afterwards (or make the ref inside the "
-            "function with `new_ref`).")
-    elif (core.current_trace() is not self._trace
-          or any(t._trace._level > self._trace._level for t in tracers)):
-      raise NotImplementedError(
-          "Writing into a Ref from a nested transformation (a cond, scan or while_loop "
-          "body, a vmap, ...) inside the function that made it is not supported by "
-          "stagecraft: return the value from the nested function and write it after.")
-    new = jnp.asarray(value, self._value.dtype)
-    if idx is Ellipsis:
-      if new.shape != self._value.shape:   # JAX does not broadcast a whole-ref write
-        raise ValueError(f"Invalid shape for `swap`. Ref shape: {self._value.shape}. Expected "
-                         f"shape: {self._value.shape}. Value shape: {new.shape}.")
-    else:
-      new = self._value.at[idx].set(new)
-    self._value = new
-
-  def __len__(self):
-    return len(self._value)
-
-  def __repr__(self):
-    if isinstance(self._value, core.Tracer):
-      return f"Ref{{{self._value.aval.str_short(short_dtypes=False)}}}"
-    return "Ref(" + repr(self._value).partition("(")[2]
-
-
-def _staging(trace: Any) -> bool:
-  """Whether `trace` stages a program that may run again later (jit, scan/cond/while
-  bodies, make_jaxpr) rather than evaluating now (eager, or grad's linearization)."""
-  return isinstance(trace, pe.DynamicJaxprTrace) and not isinstance(trace, ad.PartialEvalTrace)
-
-
 def new_ref(init_val: Any, *, memory_space: Any = None, kind: str | None = None) -> Ref:
   """A new `Ref` holding `init_val` (an array-like; copied), as JAX's `jax.new_ref`.
 
@@ -1207,17 +1155,3 @@ def new_ref(init_val: Any, *, memory_space: Any = None, kind: str | None = None)
   trace = core.current_trace()
   local = None if type(trace) is core.EvalTrace else trace
   return Ref(jnp.array(init_val), local)
-
-
-def freeze(ref: Ref) -> Any:
-  """The value of `ref`, which can no longer be used afterwards (JAX's `jax.freeze`).
-
-  Raises:
-    TypeError: if `ref` is not a `Ref`.
-  """
-  if not isinstance(ref, Ref):
-    raise TypeError(f"freeze: expected a Ref, got {type(ref).__name__}")
-  ref._check()
-  value = ref._value
-  ref._frozen = True
-  return value

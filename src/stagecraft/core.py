@@ -168,7 +168,8 @@ class ShapeDtypeStruct:
 
   def __repr__(self):
     w = ", weak_type=True" if self.weak_type else ""
-    return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{w})"
+    sh = "" if self.sharding is None else f", sharding={self.sharding!r}"
+    return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{sh}{w})"
 
   def __eq__(self, other):
     return (isinstance(other, ShapeDtypeStruct) and self.shape == other.shape

@@ -21,7 +21,7 @@ import numpy as np
 import optree
 
 from stagecraft import core, dtypes, traceback_util, tree_util
-from stagecraft import api_util, sharding as sharding_lib
+from stagecraft import api_util, sharding as sharding_lib, state
 from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
 from stagecraft.config import config
@@ -194,6 +194,8 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
     all_kwargs = {**{k: v for k, v in kwargs.items() if k in static_argnames}, **d_kwargs}
     out = fun(*full, **all_kwargs)
     out_leaves, out_tree = flatten(out)
+    if traced_for == "jit":
+      state.check_no_ref_out(fun, out_leaves)
     check_out_leaves(out_leaves, out_tree, name, traced_for)
     out_tree_box.append(out_tree)
     return out_leaves
@@ -510,6 +512,8 @@ class PjitFunction:
                self._keep_unused)
     # NB: shardings are per wrapper (prefix trees need not be hashable).
     self._cache = {} if self._sharded else _cache_for(fun, options)
+    self._refs: list | None = None   # the refs it closes over, once it has met a Ref
+    self._ref_cache: dict = {}
 
   def __repr__(self):
     # NB: JAX's repr of a jitted function.
@@ -610,12 +614,24 @@ class PjitFunction:
     if config.disable_jit:
       return self._fun(*args, **kwargs)
     static_argnums, donate_argnums = self._argnums_for(len(args))
-    key, leaves, dev = self._key(args, kwargs, static_argnums)
+    if self._refs is not None:
+      return self._ref_call(args, kwargs, static_argnums)
+    try:
+      key, leaves, dev = self._key(args, kwargs, static_argnums)
+    except TypeError:
+      if not state.ref_leaves(flatten((args, kwargs))[0]):
+        raise
+      return self._ref_call(args, kwargs, static_argnums)
     entry = self._cache.get(key)
     if entry is None:
       if config.explain_cache_misses:
         self._explain_miss(key)
-      entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
+      try:
+        entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
+      except state.RefMet as e:
+        if e.frame is not None:   # a ref outside an enclosing jit: that jit traces again
+          raise
+        return self._ref_call(args, kwargs, static_argnums, e.ref)
     if core.trace_state.trace is not core.eval_trace:
       if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
         return self._constrained_call(entry, args, kwargs, static_argnums, leaves)
@@ -695,9 +711,71 @@ class PjitFunction:
         raise TypeError(f"jit: static argument {i} of {fun_name(self._fun)} is a traced "
                         f"value ({args[i].aval.str_short()}); static arguments must be "
                         f"concrete, hashable Python values.")
-    traced, _ = trace_flat(self._fun, args, kwargs, static_argnums,
-                           self._static_argnames, "jit")
+    with state.jit_frame():   # a closed-over Ref met while tracing raises state.RefMet
+      traced, _ = trace_flat(self._fun, args, kwargs, static_argnums,
+                             self._static_argnames, "jit")
     return traced
+
+  def _ref_call(self, args, kwargs, static_argnums, met: Any = None):
+    """A call of a function that takes refs (as arguments, or closed over: `self._refs`,
+    JAX's implicit arguments): their values are extra inputs of the traced program, their
+    final values extra outputs, written back into the refs after the call (state
+    discharge at the jit boundary, `stagecraft.state`). A closed-over ref met while
+    tracing joins `self._refs` and the function is traced again."""
+    if self._refs is None:
+      self._refs = []
+    if met is not None:
+      self._refs.append(met)
+    name = fun_name(self._fun)
+    static = tuple(args[i] for i in static_argnums if i < len(args)) + tuple(
+        (k, kwargs[k]) for k in self._static_argnames if k in kwargs)
+    dyn = (tuple(a for i, a in enumerate(args) if i not in static_argnums),
+           {k: v for k, v in kwargs.items() if k not in self._static_argnames})
+    leaves, treedef = flatten(dyn)
+    is_ref = tuple(isinstance(x, state.Ref) for x in leaves)
+    arg_refs = [x for x, r in zip(leaves, is_ref) if r]
+    if len({id(r) for r in arg_refs}) < len(arg_refs):   # JAX's error for a ref passed twice
+      state.traced_with_refs(self._fun, args, kwargs, static_argnums, self._static_argnames,
+                             [], [])
+    while True:
+      implicit = [r for r in self._refs if all(r is not a for a in arg_refs)]
+      # NB: as JAX's, a ref's value enters strongly typed, but a closed-over one's as it is
+      # in an eager call.
+      eager = core.trace_state.trace is core.eval_trace
+      it = iter(state.carried_values(arg_refs))
+      vals = [*([r[...] for r in implicit] if eager else state.carried_values(implicit)),
+              *(next(it) if r else x for x, r in zip(leaves, is_ref))]
+      key = (treedef, static, config.state_key, is_ref,
+             tuple(next((j for j, r in enumerate(self._refs) if r is a), -1) for a in arg_refs),
+             *[x.aval if type(x) is Array or isinstance(x, core.Tracer) else _leaf_sig(x)
+               for x in vals])
+      cached = self._ref_cache.get(key)
+      if cached is not None:
+        break
+      try:
+        jaxpr, consts, out_tree, written = state.traced_with_refs(
+            self._fun, args, kwargs, static_argnums, self._static_argnames, implicit,
+            [core.get_aval(v) for v in vals])
+      except state.RefMet as e:
+        if e.frame is not None:
+          raise
+        self._refs.append(e.ref)
+        continue
+      n_out = len(jaxpr.outvars)
+      entry = TracedSignature(ClosedJaxpr(jaxpr, []), consts, flatten([0] * n_out)[1])
+      cached = self._ref_cache[key] = (entry, tree_util.canonical_treedef(out_tree), written)
+      break
+    entry, out_tree, written = cached
+    if core.trace_state.trace is core.eval_trace:
+      if entry.executable is None:
+        entry.executable = compile_traced(entry, set(), self._keep_unused, name)
+      outs = entry.executable(vals)
+    else:
+      outs = jit_p.bind(*entry.consts, *vals, jaxpr=entry.jaxpr, name=name)
+    n = out_tree.num_leaves
+    refs = [*implicit, *arg_refs]
+    state.write_back([refs[i] for i in written], outs[n:])
+    return optree.tree_unflatten(out_tree, outs[:n])
 
   def _constrained_call(self, entry, args, kwargs, static_argnums, leaves):
     lay = self._layout(entry, args, kwargs, static_argnums, [None] * len(leaves))
@@ -804,6 +882,9 @@ def _leaf_sig(x):
     return core.get_aval(x)
   if t is np.ndarray:
     return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
+  if t is state.Ref:   # PjitFunction._call takes refs on its own path
+    raise TypeError("a Ref is not an array: jit takes Refs when called, not in "
+                    "jit(f).trace()/.lower()")
   return abstractify(x, "?", "jit")
 
 

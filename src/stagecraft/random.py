@@ -42,7 +42,7 @@ from stagecraft import dtypes, lax, sharding, tree_util
 from stagecraft import numpy as jnp
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import batching
-from stagecraft.lax import random_bits, utils as lax_utils
+from stagecraft.lax import random_bits, spmd, utils as lax_utils
 from stagecraft.lax.shape import canonicalize_shape
 from stagecraft.numpy import util as jnp_util
 from stagecraft.pjit import jit
@@ -2277,13 +2277,40 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
 
 
 def _with_out_sharding(fun):
-  """`fun` with JAX's keyword-only `out_sharding=None` argument: one that splits no
-  dimension over a mesh axis is accepted (`typeof(x).sharding` outside explicit-sharding
-  mode, as flax.nnx's Dropout passes); `sharding.check_out_sharding` refuses the others."""
+  """`fun` with JAX's keyword-only `out_sharding=None` argument (a NamedSharding, or a
+  PartitionSpec over the mesh set by `sharding.set_mesh`): the sample is drawn as without
+  it (the same numbers) and then laid out by `out_sharding` with `lax.spmd.reshard`, so on
+  an Explicit mesh its type has that sharding (`float32[8@x,4]`), as JAX's, which draws it
+  under `auto_axes`. A NamedSharding that splits no dimension (`typeof(x).sharding`
+  outside explicit-sharding mode, as flax.nnx's Dropout passes) leaves the sample as drawn.
+
+  Raises:
+    TypeError: `out_sharding` is not a NamedSharding or a PartitionSpec (JAX's message).
+    ValueError: a PartitionSpec with no mesh set (JAX's message), or a spec that does not
+      fit the sample (from `reshard`).
+  """
+  name = fun.__name__
+
   @functools.wraps(fun)
   def sampler(*args, out_sharding=None, **kwargs):
-    sharding.check_out_sharding(out_sharding, f"random.{fun.__name__}")
-    return fun(*args, **kwargs)
+    if out_sharding is not None:
+      if not isinstance(out_sharding, (sharding.NamedSharding, sharding.PartitionSpec)):
+        raise TypeError(f"`out_sharding` argument of {name} only supports instances of "
+                        f"`NamedSharding` or `PartitionSpec`. Got {out_sharding} of type: "
+                        f"{type(out_sharding)}")
+      if (isinstance(out_sharding, sharding.PartitionSpec)
+          and sharding.get_abstract_mesh().empty):
+        raise ValueError("Using PartitionSpec when you are not under a mesh context is not "
+                         "allowed. Please pass a NamedSharding instance or enter into a mesh "
+                         f"context via `jax.set_mesh`. Got {out_sharding}")
+    out = fun(*args, **kwargs)
+    if out_sharding is None:
+      return out
+    spec = (out_sharding.spec if isinstance(out_sharding, sharding.NamedSharding)
+            else out_sharding)
+    if all(e is None for e in spec):
+      return out   # NB: the sample is unsplit already
+    return spmd.reshard(out, out_sharding)
   sig = inspect.signature(fun)
   sampler.__signature__ = sig.replace(parameters=[
       *sig.parameters.values(),

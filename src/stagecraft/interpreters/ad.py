@@ -69,22 +69,36 @@ class Zero:
     return f"Zero({self.aval.str_short()})"
 
 
-def zeros_like_aval(aval: ShapedArray) -> Any:
-  """A concrete (or staged) zero of `aval`; float0 zeros are host arrays, as in JAX."""
-  if aval.dtype == dtypes.float0:
-    return np.zeros(aval.shape, dtypes.float0)
+#: `retype(x, sharding)`: `x` given the type sharding `sharding` (split over Explicit mesh
+#: axes); set by lax/spmd.py (a `reshard`), so that zeros keep their aval's type.
+retype_zeros: Callable[[Any, Any], Any] | None = None
+
+
+def _zeros(aval: ShapedArray) -> Any:
   # NB: a staged zero is a lax primitive, and lax registers its rules here (as in JAX).
   from stagecraft.lax import shape as lax_shape
+  z = lax_shape.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
+  if aval._sharding is not None and retype_zeros is not None:
+    z = retype_zeros(z, aval._sharding)
+  return z
+
+
+def zeros_like_aval(aval: ShapedArray) -> Any:
+  """A concrete (or staged) zero of `aval`; float0 zeros are host arrays, as in JAX. A zero
+  of an aval split over Explicit mesh axes has its type (JAX gives instantiated zero
+  tangents and cotangents their primal's type)."""
+  if aval.dtype == dtypes.float0:
+    return np.zeros(aval.shape, dtypes.float0)
   trace = core.current_trace()
   if type(trace) is PartialEvalTrace:
     # A tangent zero made while linearizing belongs to the linear side (as JAX's tangent
     # trace): computed in the backward pass, not saved as a residual.
     trace.stage_known = True
     try:
-      return lax_shape.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
+      return _zeros(aval)
     finally:
       trace.stage_known = False
-  return lax_shape.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
+  return _zeros(aval)
 
 
 def instantiate_zeros(t: Any) -> Any:

@@ -65,10 +65,75 @@ def axis_size(name: Any) -> int | None:
 
 
 class AxisData(NamedTuple):
-  """The vmapped axis: its name (None when unnamed), size and spmd_axis_name."""
+  """The vmapped axis: its name (None when unnamed), size and spmd_axis_name; with sharding
+  in types, `explicit_mesh_axis` is the spec entry (Explicit mesh axes) of the batched
+  dimension of the batched operands (JAX's `explicit_mesh_axis`) and `sharding` the type
+  sharding of one such operand (its mesh), so that values rebuilt with the batch axis keep
+  their type."""
   name: Any
   size: int
   spmd_name: Any = None
+  explicit_mesh_axis: Any = None
+  sharding: Any = None
+
+
+def _entries(a: ShapedArray) -> list:
+  s = a._sharding
+  if s is None:
+    return [None] * len(a.shape)
+  return list(s.spec) + [None] * (len(a.shape) - len(s.spec))
+
+
+def _typed(a: ShapedArray, shape: tuple, es: list, like) -> ShapedArray:
+  """`a` with `shape` and the spec entries `es` over the mesh of the NamedSharding `like`
+  (untyped when no entry is split)."""
+  if type(a) is not ShapedArray:
+    return a.update(shape=shape)
+  if like is None or all(e is None for e in es):
+    return a.update(shape=shape, sharding=None)
+  # NB: built from `like`'s classes: stagecraft.sharding imports the runtime, which
+  # imports this module.
+  return a.update(shape=shape, sharding=type(like)(like.mesh, type(like.spec)(*es)))
+
+
+def mapped_aval_typed(a: ShapedArray, d: int) -> ShapedArray:
+  """The per-example aval of `a` batched at `d`: the batch dimension and its spec entry
+  dropped, the other dimensions keep theirs."""
+  shape = a.shape[:d] + a.shape[d + 1:]
+  if getattr(a, "_sharding", None) is None:
+    return a.update(shape=shape)
+  es = _entries(a)
+  del es[d]
+  return _typed(a, shape, es, a._sharding)
+
+
+def unmapped_aval_typed(a: ShapedArray, d: int, axis_data: AxisData) -> ShapedArray:
+  """The batched aval of the per-example aval `a` with the batch axis at `d`, its spec
+  entry `axis_data.explicit_mesh_axis` (JAX's `unmapped_aval` with an explicit mesh axis)."""
+  shape = a.shape[:d] + (axis_data.size,) + a.shape[d:]
+  if getattr(a, "_sharding", None) is None and axis_data.explicit_mesh_axis is None:
+    return a.update(shape=shape)
+  es = _entries(a) if type(a) is ShapedArray else [None] * len(a.shape)
+  es.insert(d, axis_data.explicit_mesh_axis)
+  like = a._sharding if getattr(a, "_sharding", None) is not None else axis_data.sharding
+  return _typed(a, shape, es, like)
+
+
+def _with_explicit_axis(axis_data: AxisData, args: Sequence[Any],
+                        in_dims: Sequence[int | None]) -> AxisData:
+  """`axis_data` with the spec entry (and sharding) of the first batched operand whose
+  batch dimension is split over Explicit mesh axes."""
+  if axis_data.explicit_mesh_axis is not None:
+    return axis_data
+  for x, d in zip(args, in_dims):
+    if d is not_mapped:
+      continue
+    a = core.get_aval(x)
+    if getattr(a, "_sharding", None) is not None:
+      e = _entries(a)[d]
+      if e is not None:
+        return axis_data._replace(explicit_mesh_axis=e, sharding=a._sharding)
+  return axis_data
 
 
 class BatchTracer(Tracer):
@@ -83,9 +148,7 @@ class BatchTracer(Tracer):
 
   @property
   def aval(self) -> ShapedArray:
-    a = core.get_aval(self.val)
-    shape = a.shape[:self.batch_dim] + a.shape[self.batch_dim + 1:]
-    return a.update(shape=shape)
+    return mapped_aval_typed(core.get_aval(self.val), self.batch_dim)
 
 
 class BatchTrace(Trace):
@@ -263,6 +326,7 @@ def batch_flat(fun: Callable[..., Sequence[Any]], args: Sequence[Any],
                ) -> tuple[list[Any], list[int | None]]:
   """Runs the flat `fun` batched: returns its outputs and their batch dims (not_mapped for
   outputs that do not depend on a batched input)."""
+  axis_data = _with_explicit_axis(axis_data, args, in_dims)
   trace = BatchTrace(core.current_trace(), axis_data)
   ins = [a if d is not_mapped else BatchTracer(trace, a, d) for a, d in zip(args, in_dims)]
   try:
@@ -296,9 +360,7 @@ def batch_jaxpr(closed: core.ClosedJaxpr, axis_data: AxisData, in_dims: Sequence
     if d is not_mapped:
       in_avals.append(a)
     else:
-      shape = list(a.shape)
-      shape.insert(d, size)
-      in_avals.append(a.update(shape=tuple(shape)))
+      in_avals.append(unmapped_aval_typed(a, d, axis_data))
   n_out = len(closed.out_avals)
   targets = [0] * n_out if out_dims_to is None else list(out_dims_to)
   final_dims: list = []

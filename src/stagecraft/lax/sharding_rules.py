@@ -36,10 +36,12 @@ written from that behaviour:
   dimension unsplit; fft keeps the type; linear algebra: matrix dimensions unsplit, batch
   dimensions split alike, kept in every result.
 
-Where JAX's derivative rules make values of their primal's type and stagecraft's make
-unsplit ones (instantiated zero tangents, the zeros a transpose scatters into), those rules
-run with `_deriving` set, and the strict rules then let an unsplit operand take the split
-one's type.
+Instantiated zero tangents and cotangents (`ad.zeros_like_aval`) have their aval's type,
+as JAX's. Where JAX's derivative rules make other values of their primal's type and
+stagecraft's make unsplit ones (the zeros the transposes of dynamic_slice, gather and
+dynamic_update_slice write into are `full(shape, 0)`; a convolution kernel's cotangent
+contracts the split batch away), those transpose rules run with `_deriving` set, and the
+strict rules then let an unsplit operand take the split one's type.
 
 Transposition: the cotangent of a linear operand must have the operand's type (JAX passes
 the primal's sharding to the transposed op); `typed_transpose` reshards a cotangent whose
@@ -349,9 +351,10 @@ for _p in (cumulative.cumsum_p, cumulative.cumprod_p, cumulative.cummax_p,
 # ---------------------------------------------------------------------------
 # Slicing, padding, gather/scatter, sorting, convolution, FFT, linear algebra, windows
 
-# NB: set while a JVP or transpose rule of a primitive with a rule here runs: the zeros
-# those rules instantiate (`ad.zeros_like_aval`) are unsplit where JAX's have their primal's
-# type, so there an unsplit operand defers to a split one instead of being a mismatch.
+# NB: set while a transpose rule of a primitive with a rule here runs: the zeros
+# some of those rules make (`full(shape, 0)` in lax/slicing.py's transposes) are unsplit
+# where JAX's have their primal's type, so there an unsplit operand defers to a split one
+# instead of being a mismatch.
 _deriving: contextvars.ContextVar = contextvars.ContextVar("stagecraft_deriving",
                                                            default=False)
 
@@ -663,34 +666,15 @@ core.sharding_rules[windowed.select_and_gather_add_p] = _select_and_gather_add_r
 
 # Random bits: the counters are elementwise; rng_bit_generator's key keeps its type and its
 # bits are unsplit (JAX's rule without `out_sharding`).
-register_nary([random_bits.threefry2x32_p])
+_threefry_nary = nary_rule(random_bits.threefry2x32_p.name)
+core.sharding_rules[random_bits.threefry2x32_p] = (   # NB: two results, both of one type
+    lambda *avals, **params: [_threefry_nary(*avals, **params)] * 2)
 core.sharding_rules[random_bits.rng_bit_generator_p] = (
     lambda key, **_: [key._sharding, None])
 
 
-def _derivative_rules_keep_lenient() -> None:
-  """Runs the JVP rules of the primitives registered above with `_deriving` set (their
-  instantiated zero tangents are unsplit)."""
-  for p in (slicing.dynamic_update_slice_p, shape.concatenate_p, slicing.scatter_p,
-            slicing.scatter_add_p, slicing.scatter_mul_p, slicing.scatter_min_p,
-            slicing.scatter_max_p, slicing.scatter_sub_p, windowed.select_and_gather_add_p):
-    rule = ad.primitive_jvps.get(p)
-    if rule is not None and not hasattr(rule, "strict"):
-      ad.primitive_jvps[p] = _lenient(rule)
-
-
-def _lenient(rule):
-  def wrapped(*args, **params):
-    token = _deriving.set(True)
-    try:
-      return rule(*args, **params)
-    finally:
-      _deriving.reset(token)
-  wrapped.strict = rule
-  return wrapped
-
-
-_derivative_rules_keep_lenient()
+# NB: the JVP rules need no leniency: the zero tangents they instantiate have their
+# primal's type (`ad.zeros_like_aval`).
 
 
 # ---------------------------------------------------------------------------

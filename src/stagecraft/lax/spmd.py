@@ -824,3 +824,5 @@ mapping.vma_rules[cond_p] = _cond_vma
 core.sharding_rules[shard_map_p] = lambda *avals, **params: None
 core.sharding_rules[xla_pmap_p] = lambda *avals, **params: None
 sharding_rules.wrap_transposes(reshard_to_type)
+# Instantiated zero tangents and cotangents have their primal's type, as JAX's.
+ad.retype_zeros = lambda x, ts: reshard_to_type(x, ts, None)
