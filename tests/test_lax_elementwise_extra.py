@@ -189,9 +189,11 @@ def test_bit_counts_extremes():
 
 def test_shift_python_scalar_and_weak_types():
   x = np.array([1, 2, 3], u8)
-  out = lax.shift_left(x, 2)
+  out = lax.shift_left(x, u8.type(2))
   assert out.dtype == u8 and not out.aval.weak_type
   np.testing.assert_array_equal(out, [4, 8, 12])
+  with pytest.raises(TypeError, match="got uint8, int32"):   # as JAX: 2 is int32
+    lax.shift_left(x, 2)
   w = lax.shift_left(1, 3)
   assert w.aval == core.ShapedArray((), i32, True) and int(w) == 8
   assert lax.population_count(7).aval == core.ShapedArray((), i32, True)
@@ -383,8 +385,11 @@ def test_clamp_python_scalars_and_weak_type():
   x = np.array([-1.0, 0.5, 2.0], f32)
   np.testing.assert_array_equal(lax.clamp(0.0, x, 1.0), [0.0, 0.5, 1.0])
   assert lax.clamp(0.0, x, 1.0).aval == core.ShapedArray((3,), f32)
-  h = lax.clamp(0, np.array([3, 300], u16), 7)  # ints take the array's dtype
+  h = lax.clamp(u16.type(0), np.array([3, 300], u16), u16.type(7))
   assert h.dtype == u16 and list(np.asarray(h)) == [3, 7]
+  with pytest.raises(TypeError, match=(   # as JAX: Python ints are int32
+      r"lax\.clamp requires arguments to have the same dtypes, got int32, uint16, int32\.")):
+    lax.clamp(0, np.array([3, 300], u16), 7)
   w = lax.clamp(0.0, 0.5, 1.0)
   assert w.aval == core.ShapedArray((), f32, True)
   jaxpr, _ = pe.trace_to_jaxpr(lambda x: [lax.clamp(0.0, x, 1.0)],

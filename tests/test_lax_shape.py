@@ -242,7 +242,11 @@ def test_pad_against_jax(x, config):
 def test_pad_against_numpy_with_python_scalar(x, widths):
   widths = widths[:x.ndim]
   want = np.pad(x, widths, constant_values=7) if x.ndim else x
-  check(lambda x: lax.pad(x, 7, [(lo, hi, 0) for lo, hi in widths]), want, x)
+  check(lambda x: lax.pad(x, x.dtype.type(7), [(lo, hi, 0) for lo, hi in widths]), want, x)
+  if x.dtype != np.int32:   # as JAX: the Python int 7 is int32, not promoted
+    with pytest.raises(TypeError, match="pad operand and padding_value must be same dtype: "
+                                        "got float32 and int32."):
+      lax.pad(x, 7, [(lo, hi, 0) for lo, hi in widths])
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.float32, np.float16, ml_dtypes.bfloat16,

@@ -207,8 +207,10 @@ def test_polygamma_orders_and_invalid_orders():
   out = np.asarray(lax.polygamma(bad, np.array([1.0, 1.0, 1.0, _NAN], f32)))
   assert np.all(np.isnan(out)), out
   _assert_same_bits(out, _jax("polygamma", bad, np.array([1.0, 1.0, 1.0, _NAN], f32)))
-  # A Python scalar order takes the array's dtype.
-  assert lax.polygamma(1, x).dtype == f32
+  # As JAX: a Python float order is float32; a Python int order is int32 (rejected).
+  assert lax.polygamma(1.0, x).dtype == f32
+  with pytest.raises(TypeError, match="polygamma does not accept dtype int32 at position 0"):
+    lax.polygamma(1, x)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -276,7 +278,10 @@ def test_weak_types_and_scalars():
   assert lax.lgamma(2.0).aval == core.ShapedArray((), f32, True)
   assert lax.igamma(1.0, 2.0).aval == core.ShapedArray((), f32, True)
   x = np.array([1.0, 2.0], f16)
-  out = lax.igamma(x, 2.0)   # the Python scalar takes float16
+  with pytest.raises(TypeError, match="lax.igamma requires arguments to have the same "
+                                      "dtypes, got float16, float32."):
+    lax.igamma(x, 2.0)   # as JAX: the Python float is float32, not promoted
+  out = lax.igamma(x, f16.type(2.0))
   assert out.aval == core.ShapedArray((2,), f16, False)
   _assert_close(out, sp.gammainc([1.0, 2.0], 2.0), f16)
   out = lax.igammac(np.float32(2.0), np.array([1.0, 3.0], f32))  # rank-0 `a` broadcasts

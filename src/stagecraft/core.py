@@ -201,8 +201,8 @@ def check_int_range(x: int, dt: np.dtype):
   lo, hi = _int_bounds[dt]
   if not lo <= x <= hi:
     raise OverflowError(
-        f"Python int {x} is too large to convert to {dt.name}. Use a smaller value, or "
-        f"enable 64-bit types with stagecraft.config.update('enable_x64', True).")
+        f"Python int {x} too large to convert to {dt.name} (use a smaller value, or "
+        f"enable 64-bit types with stagecraft.config.update('enable_x64', True))")
 
 
 def _ndarray_aval(x):

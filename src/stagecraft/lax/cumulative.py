@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import ir_type
@@ -33,7 +34,8 @@ __all__ = ["cumsum_p", "cumprod_p", "cummax_p", "cummin_p", "cumlogsumexp_p", "c
 
 # Accepted dtypes: JAX accepts every number type (not bool) for all five; max/min order
 # complex numbers lexicographically (`elementwise.emit_minmax`, as reduce_max), and
-# cumlogsumexp takes floating dtypes only (JAX fails later, in lowering, for integers).
+# cumlogsumexp takes floating and complex dtypes (JAX fails later, in lowering, for
+# integers; stagecraft rejects them in the abstract eval).
 _number = (utils.int_kind, utils.float_kind, utils.complex_kind)
 
 
@@ -56,7 +58,10 @@ def _cumred_abstract_eval(name, accepted, x: ShapedArray, *, axis, reverse):
 def _logaddexp_region(ctx, a: str, b: str, aval: ShapedArray) -> str:
   """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)), as JAX's lax.logaddexp: when a - b is
   NaN (a NaN operand, or infinities of one sign) the result is a + b, so -inf with -inf
-  stays -inf, +inf with +inf stays +inf and NaN propagates."""
+  stays -inf, +inf with +inf stays +inf and NaN propagates. Complex: see
+  `_complex_logaddexp_region`."""
+  if dtypes.is_complex(aval.dtype):
+    return _complex_logaddexp_region(ctx, a, b, aval)
   e = partial(ctx.elementwise, aval=aval)
   amax = e("stablehlo.maximum", a, b)
   delta = e("stablehlo.subtract", a, b)
@@ -68,6 +73,30 @@ def _logaddexp_region(ctx, a: str, b: str, aval: ShapedArray) -> str:
   ctx.fb.emit(f"{r} = stablehlo.select {isnan}, {total}, {finite} : tensor<i1>, "
               f"{ir_type(aval)}")
   return r
+
+
+def _complex_logaddexp_region(ctx, a: str, b: str, aval: ShapedArray) -> str:
+  """Complex log(exp(a) + exp(b)) as JAX's logaddexp computes it: with m the lexicographic
+  maximum, `m + log1p(exp(a + b - 2m))`, whose imaginary part is then wrapped into
+  [-pi, pi) (`rem(im + pi, 2pi)`, plus 2pi where negative, minus pi). -inf + 0j is the
+  identity; two infinite real parts give NaN, as in JAX."""
+  e = partial(ctx.elementwise, aval=aval)
+  amax = elementwise.emit_minmax(ctx, "GT", a, b, aval)
+  delta = e("stablehlo.subtract", e("stablehlo.add", a, b),
+            e("stablehlo.multiply", amax, ctx.constant(2, aval)))
+  out = e("stablehlo.add", amax, e("stablehlo.log_plus_one", e("stablehlo.exponential", delta)))
+  r_aval = aval.update(dtype=np.dtype(np.finfo(aval.dtype).dtype))
+  part = lambda name: ctx.op(f"stablehlo.{name}", [out], [r_aval],  # noqa: E731
+                             operand_avals=[aval])[0]
+  re, im = part("real"), part("imag")
+  r = partial(ctx.elementwise, aval=r_aval)
+  pi, two_pi = ctx.constant(np.pi, r_aval), ctx.constant(2 * np.pi, r_aval)
+  rem = r("stablehlo.remainder", r("stablehlo.add", im, pi), two_pi)
+  negative = emit_compare(ctx, "LT", rem, ctx.constant(0, r_aval), r_aval)
+  rem = ctx.op("stablehlo.select", [negative, r("stablehlo.add", rem, two_pi), rem], [r_aval],
+               operand_avals=[r_aval.update(dtype=dtypes.bool_), r_aval, r_aval])[0]
+  im = r("stablehlo.subtract", rem, pi)
+  return ctx.op("stablehlo.complex", [re, im], [aval], operand_avals=[r_aval, r_aval])[0]
 
 
 def _cumred_lowering(op, identity, ctx, x, *, axis, reverse):
@@ -110,7 +139,7 @@ cumprod_p = _cumulative("cumprod", "stablehlo.multiply", prod_identity, _number)
 cummax_p = _cumulative("cummax", partial(_minmax_region, "GT"), max_identity, _number)
 cummin_p = _cumulative("cummin", partial(_minmax_region, "LT"), min_identity, _number)
 cumlogsumexp_p = _cumulative("cumlogsumexp", _logaddexp_region, _logaddexp_identity,
-                             utils.floating)
+                             utils.inexact)
 
 
 # -- Autodiff rules (JAX's). cumsum is linear; its transpose sums the other way. The others'
@@ -120,8 +149,19 @@ cumlogsumexp_p = _cumulative("cumlogsumexp", _logaddexp_region, _logaddexp_ident
 
 def _logaddexp(a: Any, b: Any) -> Any:
   """log(exp(a) + exp(b)) composed of lax ops as `_logaddexp_region` computes it (`a + b`
-  where `a - b` is NaN: infinities of one sign, or a NaN)."""
+  where `a - b` is NaN: infinities of one sign, or a NaN); complex as
+  `_complex_logaddexp_region`."""
   amax = elementwise.max(a, b)
+  if dtypes.is_complex(core.get_aval(amax).dtype):
+    c = partial(utils.weak_const, amax)
+    out = elementwise.add(amax, elementwise.log1p(elementwise.exp(elementwise.sub(
+        elementwise.add(a, b), elementwise.mul(amax, c(2))))))
+    im = elementwise.imag(out)
+    pi = utils.weak_const(im, np.pi)
+    rem = elementwise.rem(elementwise.add(im, pi), utils.weak_const(im, 2 * np.pi))
+    rem = elementwise.select(elementwise.lt(rem, utils.weak_const(im, 0)),
+                             elementwise.add(rem, utils.weak_const(im, 2 * np.pi)), rem)
+    return elementwise.complex(elementwise.real(out), elementwise.sub(rem, pi))
   delta = elementwise.sub(a, b)
   finite = elementwise.add(amax, elementwise.log1p(elementwise.exp(
       elementwise.neg(elementwise.abs(delta)))))
@@ -190,9 +230,12 @@ cummin = _cumulative_wrapper(cummin_p, "minimum", "integer, floating or complex 
                              " NaN propagates (as `numpy.minimum.accumulate`); complex "
                              "numbers order lexicographically (real, then imaginary part).")
 cumlogsumexp = _cumulative_wrapper(
-    cumlogsumexp_p, "log-sum-exp (`log(cumsum(exp(x)))` without overflow)", "floating",
+    cumlogsumexp_p, "log-sum-exp (`log(cumsum(exp(x)))` without overflow)",
+    "floating or complex",
     " Computed with JAX's `logaddexp` (`max + log1p(exp(-|a - b|))`); -inf is the identity,"
-    " +inf absorbs, NaN propagates (as `numpy.logaddexp.accumulate`).")
+    " +inf absorbs, NaN propagates (as `numpy.logaddexp.accumulate`). Complex: the"
+    " lexicographic maximum m gives `m + log1p(exp(a + b - 2m))`, the imaginary part wrapped"
+    " into [-pi, pi), as JAX.")
 cumsum.__doc__ += """
   Examples:
     >>> import numpy as np

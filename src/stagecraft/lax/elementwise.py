@@ -4,7 +4,8 @@
 `conj`, `complex`). Special functions (lgamma, igamma, ...) are in special.py.
 
 Operands have equal shapes, or rank 0 (broadcast against the others, as JAX 0.10's lax
-allows), and equal dtypes; weakly typed Python scalars take the dtype of the typed operand.
+allows), and equal dtypes: a Python scalar is an array of its default dtype (int32, float32,
+complex64; 64-bit under x64) and is not promoted, as in JAX (`stagecraft.numpy` promotes).
 The result is weakly typed only when every operand is. Transcendental functions lower to
 StableHLO ops or, where StableHLO has none, to CHLO ops (`chlo.asin`, `chlo.erf_inv`, ...),
 which XLA's compiler expands (same as JAX).
@@ -25,6 +26,7 @@ from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import utils
 from stagecraft.lax.utils import any_dtype, floating, inexact, integer, number
+from stagecraft.lax.utils import weak_const as _c
 
 # The lax functions and primitives, in the order defined; the shared rules (`unop`, `binop`,
 # `broadcast_operands`, `emit_compare`, ...) serve the other lax modules and are not listed.
@@ -122,8 +124,8 @@ def binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
 # ---------------------------------------------------------------------------
 # Autodiff helpers: the shape and zero bookkeeping of JAX's lax.py (`_maybe_broadcast`,
 # `_unbroadcast`, `_zeros`, `_replace_zero`, `_balanced_eq`). JVP rules are written with the
-# wrappers below (neg, mul, select, ...), defined later in this module; Python scalars in
-# them take the dtype of the other operand.
+# wrappers below (neg, mul, select, ...), defined later in this module; their constants are
+# `_c(x, value)`, weakly typed scalars of x's dtype (lax does not promote Python scalars).
 
 
 def _broadcast_scalar(x: Any, shape: tuple[int, ...]) -> Any:
@@ -203,47 +205,48 @@ ad.defjvp2(exp_p, lambda t, ans, x: mul(t, ans))
 log_p = unop("log", inexact, "stablehlo.log")
 ad.defjvp(log_p, lambda t, x: div(t, x))
 log1p_p = unop("log1p", inexact, "stablehlo.log_plus_one")
-ad.defjvp(log1p_p, lambda t, x: div(t, add(x, 1)))
+ad.defjvp(log1p_p, lambda t, x: div(t, add(x, _c(x, 1))))
 expm1_p = unop("expm1", inexact, "stablehlo.exponential_minus_one")
-ad.defjvp2(expm1_p, lambda t, ans, x: mul(t, add(ans, 1)))
+ad.defjvp2(expm1_p, lambda t, ans, x: mul(t, add(ans, _c(ans, 1))))
 sqrt_p = unop("sqrt", inexact, "stablehlo.sqrt")
-ad.defjvp2(sqrt_p, lambda t, ans, x: mul(t, div(0.5, ans)))
+ad.defjvp2(sqrt_p, lambda t, ans, x: mul(t, div(_c(ans, 0.5), ans)))
 rsqrt_p = unop("rsqrt", inexact, "stablehlo.rsqrt")
-ad.defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(-0.5, div(ans, x))))
+ad.defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(_c(ans, -0.5), div(ans, x))))
 cbrt_p = unop("cbrt", floating, "stablehlo.cbrt")
-ad.defjvp2(cbrt_p, lambda t, ans, x: mul(t, mul(1 / 3, integer_pow(ans, -2))))
+ad.defjvp2(cbrt_p, lambda t, ans, x: mul(t, mul(_c(ans, 1 / 3), integer_pow(ans, -2))))
 sin_p = unop("sin", inexact, "stablehlo.sine")
 ad.defjvp(sin_p, lambda t, x: mul(t, cos(x)))
 cos_p = unop("cos", inexact, "stablehlo.cosine")
 ad.defjvp(cos_p, lambda t, x: neg(mul(t, sin(x))))
 tan_p = unop("tan", inexact, "stablehlo.tan")
-ad.defjvp2(tan_p, lambda t, ans, x: mul(t, add(1, square(ans))))
+ad.defjvp2(tan_p, lambda t, ans, x: mul(t, add(_c(ans, 1), square(ans))))
 tanh_p = unop("tanh", inexact, "stablehlo.tanh")
-ad.defjvp2(tanh_p, lambda t, ans, x: mul(add(t, mul(t, ans)), sub(1, ans)))
+ad.defjvp2(tanh_p, lambda t, ans, x: mul(add(t, mul(t, ans)), sub(_c(ans, 1), ans)))
 asin_p = unop("asin", inexact, "chlo.asin")
-ad.defjvp(asin_p, lambda t, x: mul(t, rsqrt(sub(1, square(x)))))
+ad.defjvp(asin_p, lambda t, x: mul(t, rsqrt(sub(_c(x, 1), square(x)))))
 acos_p = unop("acos", inexact, "chlo.acos")
-ad.defjvp(acos_p, lambda t, x: mul(t, neg(rsqrt(sub(1, square(x))))))
+ad.defjvp(acos_p, lambda t, x: mul(t, neg(rsqrt(sub(_c(x, 1), square(x))))))
 atan_p = unop("atan", inexact, "chlo.atan")
-ad.defjvp(atan_p, lambda t, x: div(t, add(1, square(x))))
+ad.defjvp(atan_p, lambda t, x: div(t, add(_c(x, 1), square(x))))
 sinh_p = unop("sinh", inexact, "chlo.sinh")
 ad.defjvp(sinh_p, lambda t, x: mul(t, cosh(x)))
 cosh_p = unop("cosh", inexact, "chlo.cosh")
 ad.defjvp(cosh_p, lambda t, x: mul(t, sinh(x)))
 asinh_p = unop("asinh", inexact, "chlo.asinh")
-ad.defjvp(asinh_p, lambda t, x: mul(t, rsqrt(add(square(x), 1))))
+ad.defjvp(asinh_p, lambda t, x: mul(t, rsqrt(add(square(x), _c(x, 1)))))
 acosh_p = unop("acosh", inexact, "chlo.acosh")
 # NB: x^2 - 1 rather than (x - 1)(x + 1), as JAX: the domain is x >= 1.
-ad.defjvp(acosh_p, lambda t, x: mul(t, rsqrt(sub(square(x), 1))))
+ad.defjvp(acosh_p, lambda t, x: mul(t, rsqrt(sub(square(x), _c(x, 1)))))
 atanh_p = unop("atanh", inexact, "chlo.atanh")
-ad.defjvp(atanh_p, lambda t, x: mul(reciprocal(add(1, x)), div(t, sub(1, x))))
-_TWO_OVER_SQRT_PI = 2 / float(np.sqrt(np.pi))  # NB: a Python float takes the operand's dtype
+ad.defjvp(atanh_p, lambda t, x: mul(reciprocal(add(_c(x, 1), x)), div(t, sub(_c(x, 1), x))))
+_TWO_OVER_SQRT_PI = 2 / float(np.sqrt(np.pi))
 erf_p = unop("erf", floating, "chlo.erf")
-ad.defjvp(erf_p, lambda t, x: mul(_TWO_OVER_SQRT_PI, mul(t, exp(neg(square(x))))))
+ad.defjvp(erf_p, lambda t, x: mul(_c(x, _TWO_OVER_SQRT_PI), mul(t, exp(neg(square(x))))))
 erfc_p = unop("erfc", floating, "chlo.erfc")
-ad.defjvp(erfc_p, lambda t, x: mul(-_TWO_OVER_SQRT_PI, mul(t, exp(neg(square(x))))))
+ad.defjvp(erfc_p, lambda t, x: mul(_c(x, -_TWO_OVER_SQRT_PI), mul(t, exp(neg(square(x))))))
 erf_inv_p = unop("erf_inv", floating, "chlo.erf_inv")
-ad.defjvp2(erf_inv_p, lambda t, ans, x: mul(1 / _TWO_OVER_SQRT_PI, mul(t, exp(square(ans)))))
+ad.defjvp2(erf_inv_p, lambda t, ans, x: mul(_c(ans, 1 / _TWO_OVER_SQRT_PI),
+                                                         mul(t, exp(square(ans)))))
 # Integral, bool or bitwise results: zero derivative (float0 for bool and integers), as JAX.
 floor_p = unop("floor", floating, "stablehlo.floor")
 ad.defjvp_zero(floor_p)
@@ -266,7 +269,7 @@ def _abs_jvp(t, ans, x):
   if dtypes.is_complex(core.get_aval(x).dtype):   # d|x| = Re(conj(x) dx) / |x|
     return real(mul(t, div(conj(x), _replace_zero(convert_element_type(
         ans, core.get_aval(x).dtype)))))
-  return select(ge(x, 0), t, neg(t))
+  return select(ge(x, _c(x, 0)), t, neg(t))
 
 
 abs_p.def_abstract_eval(_abs_abstract_eval)
@@ -285,7 +288,7 @@ def _exp2_lowering(ctx, x):
 
 
 lowering.register_lowering(exp2_p, _exp2_lowering)
-ad.defjvp2(exp2_p, lambda t, ans, x: mul(float(np.log(2.0)), mul(t, ans)))
+ad.defjvp2(exp2_p, lambda t, ans, x: mul(_c(ans, np.log(2.0)), mul(t, ans)))
 batching.defvectorized(exp2_p)
 
 
@@ -305,7 +308,7 @@ def _logistic_lowering(ctx, x):
 
 
 lowering.register_lowering(logistic_p, _logistic_lowering)
-ad.defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(1, ans))))
+ad.defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(_c(ans, 1), ans))))
 batching.defvectorized(logistic_p)
 
 
@@ -383,8 +386,8 @@ def _integer_pow_jvp(t, x, *, y):
   if y == 1:
     return t
   if y == 2:
-    return mul(t, mul(2, x))
-  return mul(t, mul(y, integer_pow(x, y - 1)))
+    return mul(t, mul(_c(x, 2), x))
+  return mul(t, mul(_c(x, y), integer_pow(x, y - 1)))
 
 
 integer_pow_p.def_abstract_eval(_integer_pow_abstract_eval)
@@ -608,10 +611,14 @@ pow_p = Primitive("pow")
 
 def _pow_abstract_eval(x, y):
   utils.check_dtype("pow", x, inexact, 0)
-  utils.check_dtype("pow", y, (*inexact, *integer), 1)
+  utils.check_dtype("pow", y, number, 1)
   if dtypes.is_integer(y.dtype):
     shape = utils.broadcasting_shape("pow", [x, y])
     return ShapedArray(shape, x.dtype, x.weak_type and y.weak_type)
+  if x.dtype != y.dtype:   # JAX's message (not check_same_dtypes')
+    raise TypeError(f"the first argument to pow must have an inexact dtype (float or complex), "
+                    f"and the second argument must have an inexact or integer dtype, and two "
+                    f"inexact dtypes must match, but got {x.dtype} and {y.dtype} respectively.")
   return naryop_abstract_eval("pow", inexact)(x, y)
 
 
@@ -629,7 +636,7 @@ def _pow_jvp_lhs(t, ans, x, y):
   if dtypes.is_integer(core.get_aval(y).dtype):
     # NB: d/dx x**0 is 0 also at x = 0 (where y * x**(y - 1) is 0 * inf), as JAX.
     y = convert_element_type(y, x_dtype)
-    jac = select(eq(y, 0), _zeros(ans), mul(_replace_zero(y), pow(x, sub(y, 1))))
+    jac = select(eq(y, _c(y, 0)), _zeros(ans), mul(_replace_zero(y), pow(x, sub(y, _c(y, 1)))))
   else:
     jac = mul(y, pow(x, sub(y, utils.const(y, 1))))
   return mul(t, jac)
@@ -699,18 +706,21 @@ select_n_p = Primitive("select_n")
 
 
 def _select_n_abstract_eval(which, *cases):
+  # JAX's checks and messages, in its order: shapes, then dtypes (named "select").
   if not cases:
-    raise TypeError("select_n requires at least one case.")
-  if which.dtype != dtypes.bool_ and not dtypes.is_integer(which.dtype):
-    raise TypeError(f"select_n `which` must be bool or int32, got {which.dtype.name}.")
-  if which.dtype == dtypes.bool_ and len(cases) > 2:
-    raise TypeError(f"select_n with a bool `which` takes at most 2 cases, got {len(cases)}.")
-  if len({(c.shape, c.dtype) for c in cases}) > 1:
-    got = ", ".join(c.str_short() for c in cases)
-    raise TypeError(f"select_n cases must have the same shapes and dtypes, got {got}.")
+    raise TypeError("select must have at least one case")
+  if any(c.shape != cases[0].shape for c in cases[1:]):
+    shapes = ", ".join(str(c.shape) for c in cases)
+    raise TypeError(f"select cases must have the same shapes, got [{shapes}].")
   if which.shape and which.shape != cases[0].shape:
-    raise TypeError(f"select_n `which` must be scalar or have the cases' shape "
-                    f"{cases[0].shape}, got {which.shape}.")
+    raise TypeError(f"select `which` must be scalar or have the same shape as cases, got "
+                    f"`which` shape {which.shape} but case shape {cases[0].shape}.")
+  utils.check_same_dtypes("select", cases)
+  if which.dtype != dtypes.bool_ and not dtypes.is_integer(which.dtype):
+    raise TypeError(f"select `which` must be boolean or integer type, got "
+                    f"{which.dtype.name}.")
+  if which.dtype == dtypes.bool_ and len(cases) > 2:
+    raise TypeError("select with boolean `which` cannot have > 2 cases.")
   return ShapedArray(cases[0].shape, cases[0].dtype, all(c.weak_type for c in cases))
 
 
@@ -764,7 +774,7 @@ def _select_n_transpose(ct, which, *cases):
   if core.get_aval(which).dtype == dtypes.bool_:
     return [None, select_n(which, ct, zeros) if ad.is_undefined_primal(cases[0]) else None,
             select_n(which, zeros, ct) if ad.is_undefined_primal(cases[1]) else None]
-  return [None, *[select_n(eq(which, i), zeros, ct) if ad.is_undefined_primal(c) else None
+  return [None, *[select_n(eq(which, _c(which, i)), zeros, ct) if ad.is_undefined_primal(c) else None
                   for i, c in enumerate(cases)]]
 
 
@@ -850,12 +860,11 @@ _scalar_types = frozenset(dtypes.python_scalar_types)
 
 def _binary(p: Primitive, doc: str):
   def f(x: Any, y: Any):
-    if type(x) in _scalar_types or type(y) in _scalar_types:
-      x, y = utils.convert_scalars(x, y)
     return p.bind(x, y)
   f.__name__ = f.__qualname__ = p.name
-  f.__doc__ = (f"{doc}\n\nArgs:\n  x, y: arrays T[*s] (or rank 0); Python scalars take the "
-               f"other operand's dtype.\n\nReturns:\n  T[*s] (bool[*s] for comparisons).\n\n"
+  f.__doc__ = (f"{doc}\n\nArgs:\n  x, y: arrays T[*s] (or rank 0); a Python scalar is an array of "
+               f"its default dtype (int32, float32, complex64; 64-bit under x64): no "
+               f"promotion.\n\nReturns:\n  T[*s] (bool[*s] for comparisons).\n\n"
                f"Raises:\n  TypeError: if the dtypes differ or are not accepted, or the shapes "
                f"are incompatible.")
   return f
@@ -935,13 +944,19 @@ def select_n(which: Any, *cases: Any):
   """`cases[which]` elementwise.
 
   Args:
-    which: bool (with at most 2 cases) or int32 array of the cases' shape, or rank 0.
-    *cases: arrays T[*s], all of the same shape and dtype.
+    which: bool (with at most 2 cases) or integer array of the cases' shape, or rank 0.
+    *cases: arrays T[*s], all of the same shape and dtype (a Python scalar is an array of
+      its default dtype: no promotion).
+
   Returns:
     T[*s].
+
   Raises:
-    TypeError: on mismatched cases or a bad `which`.
+    ValueError: without cases.
+    TypeError: on mismatched cases or a bad `which` (JAX's messages).
   """
+  if not cases:
+    raise ValueError("select_n() must have at least one case")
   return select_n_p.bind(which, *cases)
 
 
@@ -972,13 +987,27 @@ def _convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False,
   """`convert_element_type`; library callers that mean to drop the imaginary part pass
   `warn_on_complex_to_real_cast=False` (as JAX's internal `_convert_element_type`)."""
   new_dtype = dtypes.canonicalize_dtype(new_dtype)
-  if type(x) in _scalar_types:
+  if type(x) is int and new_dtype != dtypes.float0:
+    # As JAX: a Python int converts on the host, wrapping, so 2**40 -> float32 works.
+    x = np.asarray(x).astype(new_dtype)[()]
+  elif type(x) in _scalar_types:
     x = np.asarray(x, dtypes.result_type(x))[()] if type(x) is not bool else x
   aval = core.get_aval(x)
   if (warn_on_complex_to_real_cast and dtypes.is_complex(aval.dtype)
       and not dtypes.is_complex(new_dtype)):
     warnings.warn("Casting complex values to real discards the imaginary part",
                   np.exceptions.ComplexWarning, stacklevel=3)
+  if (not weak_type and isinstance(x, (bool, np.generic)) and new_dtype != dtypes.float0
+      and aval.dtype != new_dtype
+      and not (dtypes.is_inexact(aval.dtype) and dtypes.is_integer(new_dtype)
+               and not np.isfinite(x))):
+    # NB: as JAX, a scalar (Python or NumPy) converts on the host with NumPy's rules:
+    # complex -> bool tests both parts (True for 1j; arrays take the real part), and
+    # NumPy's own ComplexWarning follows the one above for complex -> real.
+    try:
+      x = np.asarray(x, dtype=new_dtype)[()]
+    except (OverflowError, TypeError, ValueError):
+      pass
   if aval.dtype == new_dtype and aval.weak_type == weak_type and not isinstance(
       x, (np.generic, np.ndarray)):
     return x
@@ -1008,7 +1037,7 @@ def shift_left(x: Any, y: Any):
 
   Args:
     x: array `T[*s]`, T an integer dtype.
-    y: shift amounts, array `T[*s]` (or rank 0); Python ints take T.
+    y: shift amounts, array `T[*s]` (or rank 0); a Python int is int32 (int64 under x64).
 
   Returns:
     `T[*s]`. Amounts `>= nbits(T)` or negative give 0 (XLA's semantics; C leaves them
@@ -1023,7 +1052,7 @@ def shift_left(x: Any, y: Any):
     >>> lax.shift_left(np.array([1, 3, 1], np.int8), np.array([2, 6, 8], np.int8))
     Array([  4, -64,   0], dtype=int8)
   """
-  return shift_left_p.bind(*utils.maybe_convert_scalars(x, y))
+  return shift_left_p.bind(x, y)
 
 
 def shift_right_logical(x: Any, y: Any):
@@ -1031,7 +1060,7 @@ def shift_right_logical(x: Any, y: Any):
 
   Args:
     x: array `T[*s]`, T an integer dtype.
-    y: shift amounts, array `T[*s]` (or rank 0); Python ints take T.
+    y: shift amounts, array `T[*s]` (or rank 0); a Python int is int32 (int64 under x64).
 
   Returns:
     `T[*s]`. Amounts `>= nbits(T)` or negative give 0.
@@ -1045,7 +1074,7 @@ def shift_right_logical(x: Any, y: Any):
     >>> lax.shift_right_logical(np.array([-128, 64, -1], np.int8), np.int8(1))
     Array([ 64,  32, 127], dtype=int8)
   """
-  return shift_right_logical_p.bind(*utils.maybe_convert_scalars(x, y))
+  return shift_right_logical_p.bind(x, y)
 
 
 def shift_right_arithmetic(x: Any, y: Any):
@@ -1053,7 +1082,7 @@ def shift_right_arithmetic(x: Any, y: Any):
 
   Args:
     x: array `T[*s]`, T an integer dtype (for unsigned T the top bit is also copied in).
-    y: shift amounts, array `T[*s]` (or rank 0); Python ints take T.
+    y: shift amounts, array `T[*s]` (or rank 0); a Python int is int32 (int64 under x64).
 
   Returns:
     `T[*s]`. Amounts `>= nbits(T)` or negative give all sign bits (-1 or 0).
@@ -1067,7 +1096,7 @@ def shift_right_arithmetic(x: Any, y: Any):
     >>> lax.shift_right_arithmetic(np.array([-128, 64, -1], np.int8), np.int8(9))
     Array([-1,  0, -1], dtype=int8)
   """
-  return shift_right_arithmetic_p.bind(*utils.maybe_convert_scalars(x, y))
+  return shift_right_arithmetic_p.bind(x, y)
 
 
 def population_count(x: Any):
@@ -1244,8 +1273,8 @@ def clamp(min: Any, x: Any, max: Any):
   Args:
     min: array `T[*s]` or rank 0.
     x: array `T[*s]`.
-    max: array `T[*s]` or rank 0. Python scalars among the three take the dtype of the
-      first typed operand.
+    max: array `T[*s]` or rank 0. A Python scalar among the three is an array of its
+      default dtype (int32, float32, ...; 64-bit under x64): no promotion.
 
   Returns:
     `T[*s]`. A NaN in `x` stays NaN. With `min > max` the result is `max`.
@@ -1259,7 +1288,7 @@ def clamp(min: Any, x: Any, max: Any):
     >>> lax.clamp(0.0, np.array([-1.0, 0.5, 2.0], np.float32), 1.0)
     Array([0. , 0.5, 1. ], dtype=float32)
   """
-  return clamp_p.bind(*utils.maybe_convert_scalars(min, x, max))
+  return clamp_p.bind(min, x, max)
 
 
 # ---------------------------------------------------------------------------
@@ -1283,7 +1312,8 @@ def nextafter(x1: Any, x2: Any):
   """Elementwise next representable value after `x1` in the direction of `x2`.
 
   Args:
-    x1, x2: arrays `T[*s]` (or rank 0), T a floating dtype; Python scalars take T.
+    x1, x2: arrays `T[*s]` (or rank 0), T a floating dtype; a Python float is float32
+      (float64 under x64).
 
   Returns:
     `T[*s]`: NaN where either is NaN, `x2` where `x1 == x2` (so the sign of a zero `x2` is
@@ -1299,7 +1329,7 @@ def nextafter(x1: Any, x2: Any):
     >>> lax.nextafter(np.float32(1.0), np.float32(2.0))
     Array(1.0000001, dtype=float32)
   """
-  return nextafter_p.bind(*utils.maybe_convert_scalars(x1, x2))
+  return nextafter_p.bind(x1, x2)
 
 
 # ---------------------------------------------------------------------------
@@ -1514,7 +1544,8 @@ def complex(x: Any, y: Any):
   """Elementwise `x + 1j * y`.
 
   Args:
-    x, y: arrays `R[*s]` (or rank 0), R float32 or float64; Python scalars take R.
+    x, y: arrays `R[*s]` (or rank 0), R float32 or float64; a Python float is float32
+      (float64 under x64).
 
   Returns:
     `C[*s]`, C complex64 (from float32) or complex128 (from float64).
@@ -1528,7 +1559,7 @@ def complex(x: Any, y: Any):
     >>> lax.complex(np.array([1.0, 2.0], np.float32), np.float32(-1.0))
     Array([1.-1.j, 2.-1.j], dtype=complex64)
   """
-  return complex_p.bind(*utils.maybe_convert_scalars(x, y))
+  return complex_p.bind(x, y)
 
 
 # ---------------------------------------------------------------------------
@@ -1564,8 +1595,6 @@ def mulhi(x: Any, y: Any):
   Raises:
     TypeError: for non-integer or mismatched dtypes.
   """
-  if type(x) in _scalar_types or type(y) in _scalar_types:
-    x, y = utils.convert_scalars(x, y)
   ax, ay = core.get_aval(x), core.get_aval(y)
   utils.check_dtype("mulhi", ax, integer, 0)
   utils.check_same_dtypes("mulhi", [ax, ay])

@@ -8,7 +8,6 @@ import numpy as np
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
-from stagecraft.lax import utils
 from stagecraft.lax.elementwise import add, mul, rem, sub
 from stagecraft.lax.shape import broadcast_in_dim
 from stagecraft.runtime import client
@@ -91,11 +90,14 @@ rng_uniform_p = core.Primitive("rng_uniform")
 
 
 def _rng_uniform_abstract_eval(a, b, *, shape):
+  # JAX's checks, messages and weak type.
+  if a.dtype != b.dtype:
+    raise ValueError(f"Arguments to rng_uniform must have identical dtypes, got {a.dtype} "
+                     f"and {b.dtype}.")
   if a.shape or b.shape:
-    raise TypeError(f"rng_uniform bounds must be scalars, got {a.str_short()} and "
-                    f"{b.str_short()}.")
-  utils.check_same_dtypes("rng_uniform", [a, b])
-  return ShapedArray(shape, a.dtype)
+    raise ValueError(f"Arguments to rng_uniform must be scalars; got shapes {a.shape} and "
+                     f"{b.shape}.")
+  return ShapedArray(shape, a.dtype, a.weak_type and b.weak_type)
 
 
 def _rng_uniform_lowering(ctx, a, b, *, shape):
@@ -142,10 +144,15 @@ def rng_uniform(a: Any, b: Any, shape: tuple[int, ...]) -> Any:
   """Uniform samples in [a, b) of `shape` from XLA's stateful generator.
 
   Args:
-    a, b: scalars of one dtype (floating or integer).
+    a, b: scalars of one dtype T (floating or integer); a Python scalar is an array of its
+      default dtype (float32, int32; 64-bit under x64): no promotion.
     shape: the output shape.
 
   Returns:
-    `T[*shape]`. Not reproducible; use `stagecraft.random` for reproducible numbers.
+    `T[*shape]`, weakly typed when both bounds are. Not reproducible; use
+    `stagecraft.random` for reproducible numbers.
+
+  Raises:
+    ValueError: if the dtypes differ or a bound is not a scalar (JAX's messages).
   """
-  return rng_uniform_p.bind(*utils.convert_scalars(a, b), shape=tuple(int(d) for d in shape))
+  return rng_uniform_p.bind(a, b, shape=tuple(int(d) for d in shape))

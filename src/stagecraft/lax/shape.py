@@ -242,6 +242,11 @@ def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
       integers.
   """
   shape = canonicalize_shape("full", "shape", shape)
+  if type(fill_value) is int and dtype is not None:
+    # NB: as JAX, a Python int converts on the host and wraps around (`full((2,), 300,
+    # int8)` is 44s; 2**40 fits float32 even without x64).
+    value = np.asarray(fill_value).astype(dtypes.canonicalize_dtype(dtype))[()]
+    return broadcast_in_dim_p.bind(value, shape=shape, broadcast_dimensions=())
   aval = core.get_aval(fill_value)
   if aval.shape:
     raise TypeError(f"full must be called with scalar fill_value, got fill_value of shape "
@@ -739,7 +744,8 @@ def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]
 
   Args:
     operand: array `T[*s]`.
-    padding_value: scalar `T[]` (a Python scalar takes T).
+    padding_value: scalar `T[]` (a Python scalar is an array of its default dtype, not
+      promoted: `0.0` is float32, float64 under x64).
     padding_config: one `(lo, hi, interior)` per dimension: `interior >= 0` values between
       adjacent elements, then `lo` before and `hi` after; negative `lo`/`hi` remove elements.
 
@@ -757,7 +763,6 @@ def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]
   except (TypeError, ValueError) as e:
     raise TypeError(f"pad padding_config must be a sequence of (lo, hi, interior) integer "
                     f"triples, got {padding_config!r}.") from e
-  operand, padding_value = utils.convert_scalars(operand, padding_value)
   return pad_p.bind(operand, padding_value, padding_config=config)
 
 

@@ -116,7 +116,7 @@ def _dynamic_slice_indices(name: str, operand: Any, start_indices: Sequence[Any]
       i = convert_element_type(i, index_dtype)
     if allow_negative and dtypes.is_integer(index_dtype) and not dtypes.is_unsigned(
         index_dtype):
-      i = select(lt(i, 0), add(i, d), i)
+      i = select(lt(i, utils.const(i, 0)), add(i, utils.const(i, d)), i)
     out.append(i)
   return out
 
@@ -380,7 +380,7 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any]
 
   Args:
     operand: array `T[*s]`.
-    update: array `T[*u]` of the same rank, `u[k] <= s[k]` (a Python scalar takes T).
+    update: array `T[*u]` of the same rank, `u[k] <= s[k]` (not promoted).
     start_indices: one scalar integer per dimension, converted to one integer dtype.
     allow_negative_indices: bool, or one per dimension: where True, a negative index counts
       from the end (once); where False a static negative index is an error and a traced one
@@ -395,7 +395,6 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any]
     TypeError: if the ranks or dtypes differ, `update` is larger than `operand`, or an index
       is not a scalar integer.
   """
-  operand, update = utils.convert_scalars(operand, update)
   idx = _dynamic_slice_indices("dynamic_update_slice", operand, start_indices,
                                allow_negative_indices)
   return dynamic_update_slice_p.bind(operand, update, *idx)
@@ -929,11 +928,11 @@ def _scatter_abstract_eval(name, accepted, operand, indices, updates, *, dimensi
                            indices_are_sorted, unique_indices, mode):
   """XLA's ShapeInference::InferScatterShape checks, with JAX's messages."""
   _check_index_dtype(name, indices)
-  if operand.dtype != updates.dtype:
-    raise TypeError(f"{name} requires operand and updates to have the same dtype, got "
-                    f"{operand.str_short()} and {updates.str_short()}. Convert the updates "
-                    f"(lax.convert_element_type), or use x.at[idx], which promotes.")
-  utils.check_dtype(name, operand, accepted)
+  utils.check_same_dtypes("scatter", (operand, updates))   # JAX's message, for all six
+  # NB: JAX checks the dtype where it traces the combining function (lax.add, lax.sub, ...),
+  # so its message names that function at position 0: "sub does not accept dtype bool ...".
+  utils.check_dtype(_scatter_combiner_names.get(name, name), operand, accepted,
+                    0 if name in _scatter_combiner_names else None)
   dn = dimension_numbers
   uwd, iwd, sd2od = (dn.update_window_dims, dn.inserted_window_dims,
                      dn.scatter_dims_to_operand_dims)
@@ -1047,10 +1046,12 @@ def _combiner(op: str, bool_op: str | None = None):
 
 
 _scatter_dtypes = {
-    "scatter": utils.any_dtype, "scatter-add": utils.any_dtype,
-    "scatter-mul": utils.any_dtype, "scatter-sub": utils.number,
+    "scatter": utils.any_dtype, "scatter-add": utils.number,
+    "scatter-mul": utils.number, "scatter-sub": utils.number,
     "scatter-min": utils.any_dtype, "scatter-max": utils.any_dtype,
 }
+# The lax function whose dtype check a scatter's message names (JAX's: its region's op).
+_scatter_combiner_names = {"scatter-add": "add", "scatter-sub": "sub", "scatter-mul": "mul"}
 
 
 def _scatter_primitive(name: str, combine) -> Primitive:
@@ -1060,12 +1061,11 @@ def _scatter_primitive(name: str, combine) -> Primitive:
   return p
 
 
-# One line per primitive: the region. On bool, add is OR and mul is AND (as for reductions).
+# One line per primitive: the region. scatter-add/sub/mul reject bool (abstract eval), as JAX.
 scatter_p = _scatter_primitive("scatter", lambda ctx, scalar, a, b: b)
-scatter_add_p = _scatter_primitive("scatter-add", _combiner("stablehlo.add", "stablehlo.or"))
+scatter_add_p = _scatter_primitive("scatter-add", _combiner("stablehlo.add"))
 scatter_sub_p = _scatter_primitive("scatter-sub", _combiner("stablehlo.subtract"))
-scatter_mul_p = _scatter_primitive("scatter-mul",
-                                   _combiner("stablehlo.multiply", "stablehlo.and"))
+scatter_mul_p = _scatter_primitive("scatter-mul", _combiner("stablehlo.multiply"))
 # min/max: complex numbers order lexicographically, as JAX (`elementwise.emit_minmax`).
 scatter_min_p = _scatter_primitive(
     "scatter-min", lambda ctx, scalar, a, b: elementwise.emit_minmax(ctx, "LT", a, b, scalar))
@@ -1077,7 +1077,6 @@ def _scatter_wrapper(p: Primitive, what: str, dtypes_doc: str):
   def f(operand: Any, scatter_indices: Any, updates: Any,
         dimension_numbers: ScatterDimensionNumbers, *, indices_are_sorted: bool = False,
         unique_indices: bool = False, mode: "str | GatherScatterMode | None" = None) -> Any:
-    operand, updates = utils.convert_scalars(operand, updates)
     return p.bind(operand, scatter_indices, updates,
                   dimension_numbers=_canonical_dnums(ScatterDimensionNumbers,
                                                      dimension_numbers),
@@ -1116,11 +1115,11 @@ def _scatter_wrapper(p: Primitive, what: str, dtypes_doc: str):
 scatter = _scatter_wrapper(scatter_p, "overwrites the operand with the updates",
                            "any dtype")
 scatter_add = _scatter_wrapper(scatter_add_p, "adds the updates to the operand",
-                               "any dtype (OR for bool)")
+                               "a number type (not bool, as JAX's lax.add)")
 scatter_sub = _scatter_wrapper(scatter_sub_p, "subtracts the updates from the operand",
                                "a number type (not bool)")
 scatter_mul = _scatter_wrapper(scatter_mul_p, "multiplies the operand by the updates",
-                               "any dtype (AND for bool)")
+                               "a number type (not bool, as JAX's lax.mul)")
 scatter_min = _scatter_wrapper(scatter_min_p, "takes the minimum of operand and updates",
                                "any dtype (complex: lexicographic order)")
 scatter_max = _scatter_wrapper(scatter_max_p, "takes the maximum of operand and updates",

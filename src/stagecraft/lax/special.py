@@ -29,7 +29,8 @@ from stagecraft.lax import elementwise as ew
 from stagecraft.lax.elementwise import binop, naryop_abstract_eval, unop
 from stagecraft.lax.reduction import reduce_or
 from stagecraft.lax.shape import full
-from stagecraft.lax.utils import const, floating, maybe_convert_scalars
+from stagecraft.lax.utils import const, floating
+from stagecraft.lax.utils import weak_const as _c
 
 __all__ = ["lgamma_p", "digamma_p", "polygamma_p", "igamma_p", "igammac_p", "bessel_i0e_p",
            "bessel_i1e_p", "lgamma", "digamma", "polygamma", "igamma", "igammac",
@@ -109,7 +110,7 @@ bessel_i1e_p = unop("bessel_i1e", floating, "chlo.bessel_i1e")
 def _bessel_i1e_jvp(t, y, x):
   # i1e'(x) = i0e(x) - y (sign(x) + 1/x), and 1/2 near 0 (JAX's rule).
   eps = float(dtypes.finfo(ew.dtype(x)).eps)
-  x_is_not_tiny = ew.gt(ew.abs(x), eps)
+  x_is_not_tiny = ew.gt(ew.abs(x), _c(x, eps))
   safe_x = ew.select(x_is_not_tiny, x, _full_like(x, eps))
   dy_dx = ew.sub(bessel_i0e(safe_x), ew.mul(y, ew.add(ew.sign(safe_x), ew.reciprocal(safe_x))))
   return ew.mul(t, ew.select(x_is_not_tiny, dy_dx, _full_like(x, 0.5)))
@@ -194,7 +195,8 @@ def polygamma(m: Any, x: Any):
 
   Args:
     m: array `T[*s]` (or rank 0) of non-negative integral values, T a floating dtype.
-    x: array `T[*s]` (or rank 0). Python scalars take the other operand's dtype.
+    x: array `T[*s]` (or rank 0). Python scalars are not promoted
+      (float32, float64 under x64).
 
   Returns:
     `T[*s]`; NaN where `m` is negative or not an integer.
@@ -210,7 +212,7 @@ def polygamma(m: Any, x: Any):
     >>> lax.polygamma(np.float32(0.5), np.float32(1.0))
     Array(nan, dtype=float32)
   """
-  return polygamma_p.bind(*maybe_convert_scalars(m, x))
+  return polygamma_p.bind(m, x)
 
 
 def bessel_i1e(x: Any):
@@ -272,16 +274,16 @@ def _chebyshev(x, coefficients):
   b0 = b1 = b2 = _full_like(x, 0.0)
   for c in coefficients:
     b2, b1 = b1, b0
-    b0 = ew.add(ew.sub(ew.mul(x, b1), b2), c)
-  return ew.mul(ew.sub(b0, b2), 0.5)
+    b0 = ew.add(ew.sub(ew.mul(x, b1), b2), _c(x, c))
+  return ew.mul(ew.sub(b0, b2), _c(b0, 0.5))
 
 
 def _i0e_impl(x, *, dtype):
   a, b = (_I0E_A64, _I0E_B64) if dtype == dtypes.float64 else (_I0E_A32, _I0E_B32)
   x = ew.abs(x)
-  small = _chebyshev(ew.sub(ew.mul(x, 0.5), 2.0), a)
-  large = ew.div(_chebyshev(ew.sub(ew.div(32.0, x), 2.0), b), ew.sqrt(x))
-  return (ew.select(ew.le(x, 8.0), small, large),)
+  small = _chebyshev(ew.sub(ew.mul(x, _c(x, 0.5)), _c(x, 2.0)), a)
+  large = ew.div(_chebyshev(ew.sub(ew.div(_c(x, 32.0), x), _c(x, 2.0)), b), ew.sqrt(x))
+  return (ew.select(ew.le(x, _c(x, 8.0)), small, large),)
 
 
 bessel_i0e_p = Primitive("bessel_i0e")
@@ -346,7 +348,7 @@ def _igamma_series(ctx, ax, x, a, enabled, dtype, derivative: bool = False):
     return _any(enabled)
 
   def body(enabled, r, c, ans, x, *deriv):
-    r1 = ew.add(r, 1.0)
+    r1 = ew.add(r, _c(r, 1.0))
     c1 = ew.mul(c, ew.div(x, r1))
     ans1 = ew.add(ans, c1)
     new, old = [r1, c1, ans1], [r, c, ans]
@@ -354,10 +356,11 @@ def _igamma_series(ctx, ax, x, a, enabled, dtype, derivative: bool = False):
       dc_da, dans_da = deriv
       dc_da1 = ew.sub(ew.mul(dc_da, ew.div(x, r1)), ew.div(ew.mul(c, x), ew.mul(r1, r1)))
       dans_da1 = ew.add(dans_da, dc_da1)
-      keep_going = ew.bitwise_and(enabled, ew.gt(ew.abs(ew.div(dc_da1, dans_da1)), eps))
+      keep_going = ew.bitwise_and(enabled,
+                                  ew.gt(ew.abs(ew.div(dc_da1, dans_da1)), _c(dc_da1, eps)))
       new, old = new + [dc_da1, dans_da1], old + [dc_da, dans_da]
     else:
-      keep_going = ew.bitwise_and(enabled, ew.gt(ew.div(c1, ans1), eps))
+      keep_going = ew.bitwise_and(enabled, ew.gt(ew.div(c1, ans1), _c(c1, eps)))
     sel = [ew.select(enabled, n, o) for n, o in zip(new, old)]
     return (keep_going, *sel[:3], x, *sel[3:])
 
@@ -368,7 +371,7 @@ def _igamma_series(ctx, ax, x, a, enabled, dtype, derivative: bool = False):
                    [out[3], ax, a])[0]
 
   def finish(ans, dans_da, ax, a, x):
-    dlogax_da = ew.sub(ew.log(x), digamma(ew.add(a, 1.0)))
+    dlogax_da = ew.sub(ew.log(x), digamma(ew.add(a, _c(a, 1.0))))
     return [ew.div(ew.mul(ax, ew.add(ew.mul(ans, dlogax_da), dans_da)), a)]
   return _inline(ctx, finish, [aval] * 5, [out[3], out[6], ax, a, x])[0]
 
@@ -383,9 +386,9 @@ def _igammac_continued_fraction(ctx, ax, x, a, enabled, dtype, derivative: bool 
   n_deriv = 5 if derivative else 0   # dpkm2/da, dqkm2/da, dpkm1/da, dqkm1/da, dans/da
 
   def init(a, x):
-    y = ew.sub(1.0, a)
-    z = ew.add(ew.add(x, y), 1.0)
-    pkm1 = ew.add(x, 1.0)
+    y = ew.sub(_c(a, 1.0), a)
+    z = ew.add(ew.add(x, y), _c(x, 1.0))
+    pkm1 = ew.add(x, _c(x, 1.0))
     qkm1 = ew.mul(z, x)
     ans = ew.div(pkm1, qkm1)
     c = full((), 0.0, dtype)
@@ -400,23 +403,23 @@ def _igammac_continued_fraction(ctx, ax, x, a, enabled, dtype, derivative: bool 
   state = _inline(ctx, init, [aval, aval], [a, x])
 
   def cond(enabled, ans, t, y, z, c, *_):
-    return ew.bitwise_and(ew.lt(c, 2000.0), _any(enabled))
+    return ew.bitwise_and(ew.lt(c, _c(c, 2000.0)), _any(enabled))
 
   def body(enabled, ans, t, y, z, c, pkm1, qkm1, pkm2, qkm2, *deriv):
-    c1 = ew.add(c, 1.0)
-    y1 = ew.add(y, 1.0)
-    z1 = ew.add(z, 2.0)
+    c1 = ew.add(c, _c(c, 1.0))
+    y1 = ew.add(y, _c(y, 1.0))
+    z1 = ew.add(z, _c(z, 2.0))
     yc = ew.mul(y1, c1)
     pk = ew.sub(ew.mul(pkm1, z1), ew.mul(pkm2, yc))
     qk = ew.sub(ew.mul(qkm1, z1), ew.mul(qkm2, yc))
-    qk_nonzero = ew.ne(qk, 0.0)
+    qk_nonzero = ew.ne(qk, _c(qk, 0.0))
     r = ew.div(pk, qk)
     t1 = ew.select(qk_nonzero, ew.abs(ew.div(ew.sub(ans, r), r)), _full_like(r, 1.0))
     ans1 = ew.select(qk_nonzero, r, ans)
-    rescale = ew.gt(ew.abs(pk), 1.0 / eps)
+    rescale = ew.gt(ew.abs(pk), _c(pk, 1.0 / eps))
 
     def rescaled(*vs):
-      return [ew.select(rescale, ew.mul(v, eps), v) for v in vs]
+      return [ew.select(rescale, ew.mul(v, _c(v, eps)), v) for v in vs]
 
     scaled = rescaled(pk, qk, pkm1, qkm1)   # the new pkm1, qkm1, pkm2, qkm2
     new, old = [ans1, t1, y1, z1], [ans, t, y, z]
@@ -430,12 +433,12 @@ def _igammac_continued_fraction(ctx, ax, x, a, enabled, dtype, derivative: bool 
                            dans_da)
       grad_change = ew.select(qk_nonzero, ew.abs(ew.sub(dans_da1, dans_da)),
                               _full_like(dans_da, 1.0))
-      keep_going = ew.bitwise_and(enabled, ew.gt(grad_change, eps))
+      keep_going = ew.bitwise_and(enabled, ew.gt(grad_change, _c(grad_change, eps)))
       dscaled = rescaled(dpkm1_da, dqkm1_da, dpk_da, dqk_da)   # new dpkm2, dqkm2, dpkm1, dqkm1
       tail = [ew.select(enabled, n, o) for n, o in
               zip([*dscaled, dans_da1], [dpkm2_da, dqkm2_da, dpkm1_da, dqkm1_da, dans_da])]
     else:
-      keep_going = ew.bitwise_and(enabled, ew.gt(t1, eps))
+      keep_going = ew.bitwise_and(enabled, ew.gt(t1, _c(t1, eps)))
       tail = []
     return (keep_going, *[ew.select(enabled, n, o) for n, o in zip(new, old)], c1,
             *[ew.select(enabled, n, o) for n, o in zip(scaled, (pkm1, qkm1, pkm2, qkm2))],
@@ -456,20 +459,20 @@ def _igammac_continued_fraction(ctx, ax, x, a, enabled, dtype, derivative: bool 
 def _igamma_prelude(a, x, *, dtype, complement: bool):
   """The masks and `ax = x^a e^-x / Γ(a)` of JAX's igamma_impl / igammac_impl."""
   is_nan = ew.bitwise_or(ew.ne(a, a), ew.ne(x, x))
-  x_is_inf = ew.eq(x, np.inf)
-  a_is_zero = ew.eq(a, 0.0)
-  x_is_zero = ew.eq(x, 0.0)
-  domain_error = ew.bitwise_or(ew.bitwise_or(ew.lt(x, 0.0), ew.lt(a, 0.0)),
+  x_is_inf = ew.eq(x, _c(x, np.inf))
+  a_is_zero = ew.eq(a, _c(a, 0.0))
+  x_is_zero = ew.eq(x, _c(x, 0.0))
+  domain_error = ew.bitwise_or(ew.bitwise_or(ew.lt(x, _c(x, 0.0)), ew.lt(a, _c(a, 0.0))),
                                ew.bitwise_or(ew.bitwise_and(a_is_zero, x_is_zero), is_nan))
   log_ax = ew.sub(ew.sub(ew.mul(a, ew.log(x)), x), lgamma(a))
-  underflow = ew.lt(log_ax, -float(np.log(dtypes.finfo(dtype).max)))
+  underflow = ew.lt(log_ax, _c(log_ax, -float(np.log(dtypes.finfo(dtype).max))))
   ax = ew.exp(log_ax)
   if complement:   # igammac: the series where x < 1 or x < a
-    use_series = ew.bitwise_or(ew.lt(x, 1.0), ew.lt(x, a))
+    use_series = ew.bitwise_or(ew.lt(x, _c(x, 1.0)), ew.lt(x, a))
     disabled = ew.bitwise_or(ew.bitwise_or(domain_error, underflow),
                              ew.bitwise_or(x_is_inf, a_is_zero))
   else:            # igamma: the continued fraction where x >= 1 and x > a
-    use_series = ew.bitwise_not(ew.bitwise_and(ew.ge(x, 1.0), ew.gt(x, a)))
+    use_series = ew.bitwise_not(ew.bitwise_and(ew.ge(x, _c(x, 1.0)), ew.gt(x, a)))
     disabled = ew.bitwise_or(ew.bitwise_or(x_is_zero, domain_error),
                              ew.bitwise_or(underflow, x_is_inf))
   enabled = ew.bitwise_not(disabled)
@@ -489,13 +492,13 @@ def _igamma_impl(ctx, a, x, *, dtype, complement: bool):
   cf = _igammac_continued_fraction(ctx, ax, x, a, cf_on, dtype)
 
   def igamma_epilogue(use_series, series, cf, x_is_zero, x_is_inf, a_is_zero, domain_error):
-    out = ew.select(use_series, series, ew.sub(1.0, cf))
+    out = ew.select(use_series, series, ew.sub(_c(cf, 1.0), cf))
     out = ew.select(x_is_zero, _full_like(out, 0.0), out)
     out = ew.select(x_is_inf, _full_like(out, 1.0), out)
     return (ew.select(domain_error, _full_like(out, np.nan), out),)
 
   def igammac_epilogue(use_series, series, cf, x_is_zero, x_is_inf, a_is_zero, domain_error):
-    out = ew.select(use_series, ew.sub(1.0, series), cf)
+    out = ew.select(use_series, ew.sub(_c(series, 1.0), series), cf)
     out = ew.select(ew.bitwise_or(x_is_inf, a_is_zero), _full_like(out, 0.0), out)
     return (ew.select(domain_error, _full_like(out, np.nan), out),)
 
@@ -535,11 +538,11 @@ ad.defjvp(igammac_p, lambda t, a, x: ew.neg(ew.mul(t, igamma_grad_a(a, x))),
 
 def _igamma_grad_a_prelude(a, x, *, dtype):
   is_nan = ew.bitwise_or(ew.ne(a, a), ew.ne(x, x))
-  x_is_zero = ew.eq(x, 0.0)
-  nan_out = ew.bitwise_or(ew.bitwise_or(ew.lt(x, 0.0), ew.le(a, 0.0)), is_nan)
-  use_cf = ew.bitwise_and(ew.gt(x, 1.0), ew.gt(x, a))
+  x_is_zero = ew.eq(x, _c(x, 0.0))
+  nan_out = ew.bitwise_or(ew.bitwise_or(ew.lt(x, _c(x, 0.0)), ew.le(a, _c(a, 0.0))), is_nan)
+  use_cf = ew.bitwise_and(ew.gt(x, _c(x, 1.0)), ew.gt(x, a))
   log_ax = ew.sub(ew.sub(ew.mul(a, ew.log(x)), x), lgamma(a))
-  underflow = ew.lt(log_ax, -float(np.log(dtypes.finfo(dtype).max)))
+  underflow = ew.lt(log_ax, _c(log_ax, -float(np.log(dtypes.finfo(dtype).max))))
   enabled = ew.bitwise_not(ew.bitwise_or(ew.bitwise_or(x_is_zero, nan_out), underflow))
   return (ew.exp(log_ax), ew.bitwise_and(enabled, ew.bitwise_not(use_cf)),
           ew.bitwise_and(enabled, use_cf), use_cf, x_is_zero, nan_out)
@@ -583,7 +586,8 @@ def igamma(a: Any, x: Any):
 
   Args:
     a: array `T[*s]` (or rank 0), T a floating dtype; the shape parameter, `a >= 0`.
-    x: array `T[*s]` (or rank 0), `x >= 0`. Python scalars take the other operand's dtype.
+    x: array `T[*s]` (or rank 0), `x >= 0`. Python scalars are not promoted
+      (float32, float64 under x64).
 
   Returns:
     `T[*s]` in `[0, 1]`: 0 at `x = 0` (for `a > 0`), 1 at `x = inf`; NaN where `x < 0`,
@@ -604,7 +608,7 @@ def igamma(a: Any, x: Any):
     >>> float(lax.igamma(np.float32(1.0), np.float32(1.0)))  # 1 - exp(-1)
     0.63212...
   """
-  return igamma_p.bind(*maybe_convert_scalars(a, x))
+  return igamma_p.bind(a, x)
 
 
 def igammac(a: Any, x: Any):
@@ -613,7 +617,8 @@ def igammac(a: Any, x: Any):
 
   Args:
     a: array `T[*s]` (or rank 0), T a floating dtype; the shape parameter, `a >= 0`.
-    x: array `T[*s]` (or rank 0), `x >= 0`. Python scalars take the other operand's dtype.
+    x: array `T[*s]` (or rank 0), `x >= 0`. Python scalars are not promoted
+      (float32, float64 under x64).
 
   Returns:
     `T[*s]` in `[0, 1]`: 0 at `x = inf` or `a = 0`; NaN where `x < 0`, `a < 0`,
@@ -631,7 +636,7 @@ def igammac(a: Any, x: Any):
     >>> float(lax.igammac(np.float32(1.0), np.float32(20.0)))  # exp(-20)
     2.061...e-09
   """
-  return igammac_p.bind(*maybe_convert_scalars(a, x))
+  return igammac_p.bind(a, x)
 
 
 def igamma_grad_a(a: Any, x: Any):
@@ -640,7 +645,8 @@ def igamma_grad_a(a: Any, x: Any):
 
   Args:
     a: array `T[*s]` (or rank 0), T a floating dtype, `a > 0`.
-    x: array `T[*s]` (or rank 0), `x >= 0`. Python scalars take the other operand's dtype.
+    x: array `T[*s]` (or rank 0), `x >= 0`. Python scalars are not promoted
+      (float32, float64 under x64).
 
   Returns:
     `T[*s]`, `<= 0`: 0 at `x = 0`; NaN where `x < 0`, `a <= 0`, or either is NaN.
@@ -657,7 +663,7 @@ def igamma_grad_a(a: Any, x: Any):
     >>> float(lax.igamma_grad_a(np.float32(1.0), np.float32(1.0)))  # FD of gammainc: -0.43173
     -0.4317...
   """
-  return igamma_grad_a_p.bind(*maybe_convert_scalars(a, x))
+  return igamma_grad_a_p.bind(a, x)
 
 
 def zeta(x: Any, q: Any):
@@ -672,7 +678,7 @@ def zeta(x: Any, q: Any):
   Raises:
     TypeError: for non-floating or mismatched dtypes.
   """
-  return zeta_p.bind(*maybe_convert_scalars(x, q))
+  return zeta_p.bind(x, q)
 
 
 # ---------------------------------------------------------------------------
@@ -689,26 +695,26 @@ def zeta(x: Any, q: Any):
 def _betainc_prelude(a, x_, b, *, dtype):
   """Special cases (JAX's and SciPy's), the symmetry swap and safe loop inputs."""
   x = x_
-  a_is_zero = ew.bitwise_or(ew.eq(a, 0.0), ew.eq(b, np.inf))
-  b_is_zero = ew.bitwise_or(ew.eq(b, 0.0), ew.eq(a, np.inf))
-  x_is_zero, x_is_one = ew.eq(x, 0.0), ew.eq(x, 1.0)
+  a_is_zero = ew.bitwise_or(ew.eq(a, _c(a, 0.0)), ew.eq(b, _c(b, np.inf)))
+  b_is_zero = ew.bitwise_or(ew.eq(b, _c(b, 0.0)), ew.eq(a, _c(a, np.inf)))
+  x_is_zero, x_is_one = ew.eq(x, _c(x, 0.0)), ew.eq(x, _c(x, 1.0))
   is_nan = ew.bitwise_or(ew.bitwise_or(ew.ne(a, a), ew.ne(b, b)), ew.ne(x, x))
   out_zero = ew.bitwise_or(ew.bitwise_and(b_is_zero, ew.bitwise_not(x_is_one)),
                            ew.bitwise_and(a_is_zero, x_is_zero))
   out_one = ew.bitwise_or(ew.bitwise_and(a_is_zero, ew.bitwise_not(x_is_zero)),
                           ew.bitwise_and(b_is_zero, x_is_one))
-  out_nan = ew.bitwise_or(ew.bitwise_or(ew.lt(a, 0.0), ew.lt(b, 0.0)),
-                          ew.bitwise_or(ew.lt(x, 0.0), ew.gt(x, 1.0)))
+  out_nan = ew.bitwise_or(ew.bitwise_or(ew.lt(a, _c(a, 0.0)), ew.lt(b, _c(b, 0.0))),
+                          ew.bitwise_or(ew.lt(x, _c(x, 0.0)), ew.gt(x, _c(x, 1.0))))
   out_nan = ew.bitwise_or(out_nan, ew.bitwise_or(ew.bitwise_and(a_is_zero, b_is_zero), is_nan))
   special = ew.bitwise_or(ew.bitwise_or(out_zero, out_one), out_nan)
   # Safe inputs where the answer is known, so that they cannot stall the loop.
   a = ew.select(special, _full_like(a, 1.0), a)
   b = ew.select(special, _full_like(b, 1.0), b)
   x = ew.select(special, _full_like(x, 0.5), x)
-  direct = ew.lt(x, ew.div(ew.add(a, 1.0), ew.add(ew.add(a, b), 2.0)))
+  direct = ew.lt(x, ew.div(ew.add(a, _c(a, 1.0)), ew.add(ew.add(a, b), _c(a, 2.0))))
   aa = ew.select(direct, a, b)
   bb = ew.select(direct, b, a)
-  xx = ew.select(direct, x, ew.sub(1.0, x))
+  xx = ew.select(direct, x, ew.sub(_c(x, 1.0), x))
   return aa, bb, xx, direct, out_zero, out_one, out_nan
 
 
@@ -723,34 +729,35 @@ def _betainc_impl(ctx, a, b, x, *, dtype):
       ctx, lambda a, b, x: _betainc_prelude(a, x, b, dtype=dtype), [aval] * 3, [a, b, x])
 
   def lentz_step(c, d, h, num):
-    d = ew.add(ew.mul(num, d), 1.0)
-    d = ew.reciprocal(ew.select(ew.lt(ew.abs(d), tiny), _full_like(d, tiny), d))
-    c = ew.add(ew.div(num, c), 1.0)
-    c = ew.select(ew.lt(ew.abs(c), tiny), _full_like(c, tiny), c)
+    d = ew.add(ew.mul(num, d), _c(num, 1.0))
+    d = ew.reciprocal(ew.select(ew.lt(ew.abs(d), _c(d, tiny)), _full_like(d, tiny), d))
+    c = ew.add(ew.div(num, c), _c(num, 1.0))
+    c = ew.select(ew.lt(ew.abs(c), _c(c, tiny)), _full_like(c, tiny), c)
     delta = ew.mul(c, d)
     return c, d, ew.mul(h, delta), delta
 
   def init(a, b, x):
     c = _full_like(a, 1.0)
-    d = ew.sub(1.0, ew.div(ew.mul(ew.add(a, b), x), ew.add(a, 1.0)))
-    d = ew.reciprocal(ew.select(ew.lt(ew.abs(d), tiny), _full_like(d, tiny), d))
+    d = ew.sub(_c(a, 1.0), ew.div(ew.mul(ew.add(a, b), x), ew.add(a, _c(a, 1.0))))
+    d = ew.reciprocal(ew.select(ew.lt(ew.abs(d), _c(d, tiny)), _full_like(d, tiny), d))
     return (full((), 0.0, dtype), ew.eq(a, a), c, d, d)
 
   m, unconverged, c, d, h = _inline(ctx, init, [aval] * 3, [aa, bb, xx])
 
   def cond(m, unconverged, *_):
-    return ew.bitwise_and(ew.lt(m, max_steps), _any(unconverged))
+    return ew.bitwise_and(ew.lt(m, _c(m, max_steps)), _any(unconverged))
 
   def body(m, unconverged, c, d, h, a, b, x):
-    m1 = ew.add(m, 1.0)
-    two_m = ew.mul(m1, 2.0)
+    m1 = ew.add(m, _c(m, 1.0))
+    two_m = ew.mul(m1, _c(m1, 2.0))
     even = ew.div(ew.mul(ew.mul(m1, ew.sub(b, m1)), x),
-                  ew.mul(ew.add(ew.sub(a, 1.0), two_m), ew.add(a, two_m)))
+                  ew.mul(ew.add(ew.sub(a, _c(a, 1.0)), two_m), ew.add(a, two_m)))
     c, d, h, _ = lentz_step(c, d, h, even)
     odd = ew.neg(ew.div(ew.mul(ew.mul(ew.add(a, m1), ew.add(ew.add(a, b), m1)), x),
-                        ew.mul(ew.add(a, two_m), ew.add(ew.add(a, two_m), 1.0))))
+                        ew.mul(ew.add(a, two_m), ew.add(ew.add(a, two_m), _c(a, 1.0)))))
     c, d, h, delta = lentz_step(c, d, h, odd)
-    return (m1, ew.ge(ew.abs(ew.sub(delta, 1.0)), eps), c, d, h, a, b, x)
+    converging = ew.ge(ew.abs(ew.sub(delta, _c(delta, 1.0))), _c(delta, eps))
+    return (m1, converging, c, d, h, a, b, x)
 
   out = _while(ctx, cond, body, [scalar, pred] + [aval] * 6,
                [m, unconverged, c, d, h, aa, bb, xx])
@@ -760,10 +767,11 @@ def _betainc_impl(ctx, a, b, x, *, dtype):
     lbeta_no_a = ew.sub(lgamma(b), lgamma(ew.add(a, b)))
     log_tail = ew.add(ew.mul(a, ew.log(x)), ew.mul(b, ew.log1p(ew.neg(x))))
     factor = ew.select(
-        ew.lt(a, 2.0 * tiny), ew.exp(ew.sub(ew.mul(b, ew.log1p(ew.neg(x))), lbeta_no_a)),
+        ew.lt(a, _c(a, 2.0 * tiny)),
+        ew.exp(ew.sub(ew.mul(b, ew.log1p(ew.neg(x))), lbeta_no_a)),
         ew.div(ew.exp(ew.sub(ew.sub(log_tail, lgamma(a)), lbeta_no_a)), a))
     res = ew.mul(cf, factor)
-    res = ew.select(direct, res, ew.sub(1.0, res))
+    res = ew.select(direct, res, ew.sub(_c(res, 1.0), res))
     res = ew.select(out_zero, _full_like(res, 0.0), res)
     res = ew.select(out_one, _full_like(res, 1.0), res)
     return (ew.select(out_nan, _full_like(res, np.nan), res),)
@@ -800,7 +808,8 @@ def betainc(a: Any, b: Any, x: Any):
 
   Args:
     a, b: arrays `T[*s]` (or rank 0), T a floating dtype; the shape parameters, `>= 0`.
-    x: array `T[*s]` (or rank 0), `0 <= x <= 1`. Python scalars take the others' dtype.
+    x: array `T[*s]` (or rank 0), `0 <= x <= 1`. Python scalars are not promoted
+      (float32, float64 under x64).
 
   Returns:
     `T[*s]` in `[0, 1]`: 0 at `x = 0` and 1 at `x = 1`; NaN where `a < 0`, `b < 0`,
@@ -820,4 +829,4 @@ def betainc(a: Any, b: Any, x: Any):
     >>> float(lax.betainc(np.float32(2.0), np.float32(3.0), np.float32(0.4)))  # 0.5248
     0.5248...
   """
-  return regularized_incomplete_beta_p.bind(*maybe_convert_scalars(a, b, x))
+  return regularized_incomplete_beta_p.bind(a, b, x)

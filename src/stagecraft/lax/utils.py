@@ -1,5 +1,7 @@
 """Helpers shared by the primitive families: dtype checks with JAX's messages, shape checks,
-and the conversion of weakly typed Python scalars at lax call sites."""
+and typed constants. NB: as JAX, lax does not promote: a Python scalar operand is an array
+of its default dtype (int32, float32, complex64; 64-bit under x64), so library code passes
+its constants as `weak_const(x, value)` (or `const`) of the operand's dtype."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -91,9 +93,6 @@ def broadcasting_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ..
   return () if shape is None else shape
 
 
-_python_scalar_types = frozenset(dtypes.python_scalar_types)
-
-
 def python_scalar_value(x: Any, dtype: Any) -> np.generic:
   """The Python scalar `x` as a NumPy scalar of `dtype`, as JAX converts weak literals: an
   int must fit the default int type (int32, int64 under x64; else OverflowError with JAX's
@@ -114,46 +113,23 @@ def python_scalar_value(x: Any, dtype: Any) -> np.generic:
     return np.asarray(x, dtype)[()]
 
 
-def convert_scalars(*args: Any) -> list[Any]:
-  """Weakly typed Python scalars among `args` take the dtype of the first typed operand when
-  that dtype can hold them (as in `lax.add(f32[3], 2) -> add a 2.0:f32[]`); they stay
-  weakly typed."""
-  target = None
-  for a in args:
-    if type(a) not in _python_scalar_types:
-      target = core.get_aval(a).dtype
-      break
-  if target is None:
-    # Only Python scalars: those of different kinds (2 and 0.5) meet at their weak result
-    # type, as inside derivative rules that scale a value by an integer constant.
-    if len({type(a) for a in args}) < 2:
-      return list(args)
-    target = dtypes.result_type(*args)
-  out = []
-  for a in args:
-    t = type(a)
-    if t in _convertible and dtypes.python_scalar_dtype(t) != target and (
-        dtypes.result_type(a, target) == target):
-      a = weak_scalar(python_scalar_value(a, target))
-    out.append(a)
-  return out
-
-
-_convertible = (int, float, complex)
-
-
-def maybe_convert_scalars(*args: Any) -> Sequence[Any]:
-  """`convert_scalars(*args)` when a Python scalar is among `args`, else `args` unchanged
-  (the common case, which needs no aval)."""
-  if any(type(a) in _python_scalar_types for a in args):
-    return convert_scalars(*args)
-  return args
-
-
 def const(x: Any, value: Any) -> np.generic:
   """`value` as a scalar of `x`'s dtype. NB: primal operands of rules may be Python
   scalars, so arithmetic on them alone needs typed constants (`sub(y, const(y, 1))`)."""
   return np.asarray(value, core.get_aval(x).dtype)[()]
+
+
+def weak_const(x: Any, value: Any) -> Any:
+  """`value` as a weakly typed scalar of `x`'s dtype (JAX's `lax._const`, but weak, so that a
+  result's weak type is the other operands'). Library code passes its Python constants
+  through this: lax functions do not promote (`add(x, weak_const(x, 1))`, not `add(x, 1)`).
+  An int converts with wraparound, a float beyond the dtype's range becomes +-inf."""
+  dtype = core.get_aval(x).dtype
+  with np.errstate(over="ignore", invalid="ignore"):
+    return weak_scalar(np.asarray(value).astype(dtype)[()])
+
+
+_convertible = (int, float, complex)
 
 
 def weak_scalar(value: np.generic) -> Any:

@@ -294,7 +294,8 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
 
   Args:
     operand: array `T[*s]` (a single array: pytrees of operands are not supported).
-    init_value: scalar of dtype T (a Python scalar takes T).
+    init_value: scalar of dtype T (a Python scalar is an array of its default dtype, not
+      promoted; an identity of `computation`, such as 0 for add, is accepted for any T).
     computation: `lax.add`, `lax.max` or `lax.min`.
     window_dimensions: window size per dimension.
     window_strides: step per dimension; None means 1.
@@ -331,15 +332,14 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
     init_dt = dtypes.dtype(init_value)
     if np.asarray(init_value, init_dt) == identity(init_dt):
       return prim.bind(operand, **params)
-  operand, init_value = utils.convert_scalars(operand, init_value)
   x_aval, init_aval = core.get_aval(operand), core.get_aval(init_value)
   if init_aval.dtype != x_aval.dtype:   # JAX's message
     raise TypeError(f"reduce_window got inconsistent dtypes for operands and init_values: got "
                     f"operand dtypes [{x_aval.dtype!r}] and init_value dtypes "
                     f"[{init_aval.dtype!r}].")
   if init_aval.shape != ():
-    raise TypeError(f"reduce_window init_value must be a scalar of the operand's dtype "
-                    f"{x_aval.dtype.name}, got {init_aval.str_short()}.")
+    raise TypeError(f"reduce_window expected init_values to be scalars but init_values have "
+                    f"shapes {[init_aval.shape]}.")
   concrete = not isinstance(init_value, core.Tracer)
   if concrete and np.asarray(init_value, x_aval.dtype) == identity(x_aval.dtype):
     return prim.bind(operand, **params)

@@ -20,7 +20,7 @@ from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import full, full_like
 from stagecraft.numpy.manipulation import broadcast_shapes, ravel
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
-                                   const, dtype_of, ndim_of, promote_dtypes,
+                                   const, convert_dtype, dtype_of, ndim_of, promote_dtypes,
                                    promote_dtypes_inexact, promote_dtypes_numeric, real_dtype,
                                    shape_of, to_bool)
 from stagecraft.runtime.array import Array
@@ -112,6 +112,11 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
     else:
       fast = False
     if fast and not _needs_promotion(promote, dt):
+      # NB: lax does not promote a Python scalar (it is int32/float32/...): give it `dt`.
+      if ax is None:
+        x = convert_dtype(x, dt, True)
+      elif ay is None:
+        y = convert_dtype(y, dt, True)
       return (bool_fn or lax_fn)(x, y) if dt == dtypes.bool_ else lax_fn(x, y)
     x, y = promote(x, y)
     x, y = _promote_shapes(x, y, name=name)
@@ -385,12 +390,14 @@ def fabs(x: ArrayLike, /) -> Array:
 
 
 def sign(x: ArrayLike, /) -> Array:
-  """-1, 0 or 1 elementwise (x/|x| for complex)."""
+  """-1, 0 or 1 elementwise (x/|x| for complex).
+
+  Raises:
+    TypeError: for bool `x` (as JAX: lax.sign's message; NumPy has no bool sign either).
+  """
   x = asarray_or_scalar(x)
   if not isinstance(x, (Array, Tracer)):
     x = asarray(x)
-  if dtype_of(x) == dtypes.bool_:
-    return x
   return lax.sign(x)
 
 
@@ -433,11 +440,17 @@ def fmin(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 
 def heaviside(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """Step function: 0 where x1 < 0, `x2` where x1 == 0, 1 where x1 > 0 (NaN stays NaN)."""
+  weak_consts = dtypes.is_python_scalar(x1)
   x1, x2 = _inexact_args("heaviside", x1, x2)
   zero = const(x1, 0)
+
+  def fill(v):   # as JAX: the 0 and 1 are strongly typed unless x1 is a Python scalar
+    if weak_consts:
+      return _full_c(x1, v)
+    return lax.broadcast_in_dim(np.asarray(v, dtype_of(x1))[()], shape_of(x1), ())
   out = lax.select(lax.ne(x1, x1), x1, x2)
-  out = lax.select(lax.gt(x1, zero), _full_c(x1, 1), out)
-  return lax.select(lax.lt(x1, zero), _full_c(x1, 0), out)
+  out = lax.select(lax.gt(x1, zero), fill(1), out)
+  return lax.select(lax.lt(x1, zero), fill(0), out)
 
 
 def _integer_args(name: str, *args):
