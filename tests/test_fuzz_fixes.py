@@ -245,3 +245,8 @@ def test_nanquantile_empty_axis():
   assert_same(lambda lib, np_: np_.median(np.zeros((0, 2, 0), np.float32), axis=0))
   assert_same(lambda lib, np_: np_.nanquantile(np.zeros((0, 2), np.float32), 0.5))
   assert_same(lambda lib, np_: np_.nanquantile(np.zeros((0, 0), np.float32), 0.5, axis=0))
+  # keepdims over every axis: JAX's gather error (TypeError), not the IndexError without it
+  for shape in [(0,), (0, 2), (3, 0, 2)]:
+    x = np.zeros(shape, np.float16)
+    assert_same(lambda lib, np_: lib.jvp(lambda x: np_.nanmedian(x, keepdims=True), (x,), (x,)))
+    assert_same(lambda lib, np_: np_.nanquantile(x, 0.5, keepdims=True))

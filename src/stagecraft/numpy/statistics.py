@@ -69,7 +69,7 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans):
     if squash_nans and math.prod(rest) == 0:
       # An empty result: nothing to compute (a constant, so a zero derivative).
       return lax.full(shape_of(q) + (keep_shape if keepdims else rest), np.nan, dtype_of(a))
-    if squash_nans and not rest:
+    if squash_nans and not rest and not keepdims:
       raise IndexError("index is out of bounds for axis 0 with size 0")
     else:
       raise TypeError("Slice size at index 0 in gather op is out of range, must be "
