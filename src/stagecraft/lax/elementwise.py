@@ -862,6 +862,7 @@ def _binary(p: Primitive, doc: str):
   def f(x: Any, y: Any):
     return p.bind(x, y)
   f.__name__ = f.__qualname__ = p.name
+  f.primitive = p   # NB: for numpy's eager fast path (numpy/ufuncs.py)
   f.__doc__ = (f"{doc}\n\nArgs:\n  x, y: arrays T[*s] (or rank 0); a Python scalar is an array of "
                f"its default dtype (int32, float32, complex64; 64-bit under x64): no "
                f"promotion.\n\nReturns:\n  T[*s] (bool[*s] for comparisons).\n\n"

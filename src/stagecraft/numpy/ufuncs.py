@@ -23,6 +23,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broad
                                    const, convert_dtype, dtype_of, ndim_of, promote_dtypes,
                                    promote_dtypes_inexact, promote_dtypes_numeric, real_dtype,
                                    shape_of, to_bool)
+from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
 
 __all__ = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
@@ -93,7 +94,20 @@ def _scalar_fits(t: type, dtype) -> bool:
 
 
 def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool_fn=None):
+  # NB: the primitive `lax_fn` binds, when it binds one with the generic eager impl:
+  # `x + y` on Arrays of one aval then runs its compiled program directly (dispatch).
+  prim = getattr(lax_fn, "primitive", None)
+  if prim is not None and (prim.impl is not None or prim.multiple_results):
+    prim = None
+
   def fn(x: ArrayLike, y: ArrayLike, /):
+    if (prim is not None and type(x) is Array and type(y) is Array and x.aval == y.aval
+        and core.trace_state.trace is core.eval_trace
+        and not ((bool_fn is not None or x.aval.weak_type) and x.aval.dtype == dtypes.bool_)
+        and not _needs_promotion(promote, x.aval.dtype)):
+      out = dispatch.eager_call1(prim, (x, y))
+      if out is not None:
+        return out
     # Fast paths: operands that already agree in shape, dtype and weak type, or an array
     # with a Python scalar it absorbs, need neither promotion nor broadcasting.
     ax, ay = getattr(x, "aval", None), getattr(y, "aval", None)

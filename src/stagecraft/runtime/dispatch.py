@@ -566,6 +566,16 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
   return ex.call1(args)
 
 
+def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
+  """`apply_primitive(prim, args, {})` for Arrays on the default device whose program is
+  compiled already (a primitive with one result, the generic impl and no params), or None:
+  the caller then takes the general path. The eager `x + y` of NumPy's operators."""
+  if placement_used[0] or config.state_key[1]:
+    return None
+  ex = _prim_cache.get((prim, None, client.default_device_option(), *[a.aval for a in args]))
+  return None if ex is None else ex.call1(args)
+
+
 def find_special(values: Sequence[Any]) -> str | None:
   """"nan" or "inf" if some inexact value among `values` is one that config `debug_nans` /
   `debug_infs` asks to catch, else None (waits for the values)."""
