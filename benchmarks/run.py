@@ -139,7 +139,8 @@ def pmap_step(quick):
 def sharded_step(quick):
   import jax
   names = ["sharded MLP step (2x2 mesh)", "  sharded trace+lower",
-           "explicit-sharding MLP step (2x2 Explicit mesh)", "  explicit-sharding trace+lower"]
+           "explicit-sharding MLP step (2x2 Explicit mesh)", "  explicit-sharding trace+lower",
+           "  sharded jit dispatch, x + 1 on a 2x2 mesh"]
   if len(jax.devices()) < NDEV:
     return [_skip(n, f"needs {NDEV} devices, the runtime has {len(jax.devices())}: it was "
                      "started before XLA_FLAGS could be set") for n in names]
@@ -154,7 +155,9 @@ def sharded_step(quick):
           _row(names[1], *r["lower"], "ms", 1.0),
           _row(names[2], *e["step"], "us", 1.05,
                note="the same step, layout from the arguments' types (sharding in types)"),
-          _row(names[3], *e["lower"], "ms", 1.0)]
+          _row(names[3], *e["lower"], "ms", 1.0),
+          _row(names[4], *sharded.bench_dispatch(*((200, 3) if quick else (2000, 9))), "us",
+               1.3, note="issue 25")]
 
 
 def nf4_matmul(quick):
