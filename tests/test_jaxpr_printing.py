@@ -529,10 +529,6 @@ def grad_custom_jvp_log1pexp(m):
 
 _JNP_JIT = ("JAX's jnp function is itself jitted (a `jit[name=...]` equation around its "
             "body); stagecraft's numpy inlines its body (numpy/).")
-_PREFERRED = ("jnp.dot/matmul/einsum pass `preferred_element_type=<result dtype>` to "
-              "dot_general in JAX (printed `preferred_element_type=float32`); stagecraft's "
-              "numpy/contractions.py passes None, which prints nothing.")
-
 #: Programs whose jaxprs differ from JAX's in content (other equations or params), each with
 #: the reason; none is a printing difference.
 KNOWN_DIFFERENCES: dict[str, str] = {
@@ -553,8 +549,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
               "converts the update with a convert_element_type equation.",
     "concatenate_stack": "JAX 0.10 has a `stack` primitive; stagecraft's jnp.stack is "
                          "broadcast_in_dim + concatenate.",
-    "einsum_ij_jk": _PREFERRED + " Also the contraction: stagecraft contracts (b, a) and "
-                    "transposes, JAX contracts (a, b).",
     "softmax": "JAX 0.10's nn.softmax is no custom_jvp (it stops the gradient of the max); "
                "stagecraft's is a custom_jvp_call, keeping dims by reshape.",
     "logsumexp": "stagecraft broadcasts the scalar 0.0 to f32[] for select_n and the max to "

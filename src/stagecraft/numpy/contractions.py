@@ -265,6 +265,11 @@ def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_elemen
   b, sb = _sum_out(b, sb, set(sa) | set(out))
   batch = [c for c in sa if c in sb and c in out]
   contract = [c for c in sa if c in sb and c not in out]
+  free = lambda s, t: "".join(c for c in s if c not in t)
+  if (out != "".join(batch) + free(sa, sb) + free(sb, sa)
+      and out == "".join(batch) + free(sb, sa) + free(sa, sb)):
+    # NB: the other operand order gives the result without a transpose (JAX's choice)
+    a, b, sa, sb = b, a, sb, sa
   dn = ((tuple(sa.index(c) for c in contract), tuple(sb.index(c) for c in contract)),
         (tuple(sa.index(c) for c in batch), tuple(sb.index(c) for c in batch)))
   r = dot_general(a, b, dn, precision,
