@@ -529,7 +529,7 @@ MISSING_PRIMITIVES = {
     "device_put_p", "empty2_p", "eq_to_p", "le_to_p", "lt_to_p", "get_p", "swap_p",
     "linear_solve_p", "ragged_all_to_all_p", "random_bits_p", "random_fold_in_p",
     "random_seed_p", "random_split_p", "random_gamma_p", "reduce_window_p",
-    "select_and_scatter_p", "square_p",
+    "select_and_scatter_p",
 }
 # Same object, another name than JAX's.
 RENAMED_PRIMITIVES: dict = {}

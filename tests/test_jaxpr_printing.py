@@ -532,8 +532,6 @@ _JNP_JIT = ("JAX's jnp function is itself jitted (a `jit[name=...]` equation aro
 #: Programs whose jaxprs differ from JAX's in content (other equations or params), each with
 #: the reason; none is a printing difference.
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "integer_pow_and_square": "JAX 0.10 has a `square` primitive (jnp.square); stagecraft "
-                              "computes it as integer_pow[y=2].",
     "where_select_n": _JNP_JIT + " (`_where`)",
     "cumsum": _JNP_JIT,
     "sort_1d": _JNP_JIT,

@@ -34,7 +34,7 @@ __all__ = ["neg_p", "exp_p", "log_p", "log1p_p", "expm1_p", "sqrt_p", "rsqrt_p",
            "sin_p", "cos_p", "tan_p", "tanh_p", "asin_p", "acos_p", "atan_p", "sinh_p", "cosh_p",
            "asinh_p", "acosh_p", "atanh_p", "erf_p", "erfc_p", "erf_inv_p", "floor_p", "ceil_p",
            "is_finite_p", "not_p", "abs_p", "exp2_p", "logistic_p", "sign_p", "round_p",
-           "integer_pow_p", "add_p", "sub_p", "mul_p", "div_p", "rem_p", "max_p", "min_p",
+           "integer_pow_p", "square_p", "add_p", "sub_p", "mul_p", "div_p", "rem_p", "max_p", "min_p",
            "atan2_p", "and_p", "or_p", "xor_p", "pow_p", "eq_p", "ne_p", "lt_p", "le_p", "gt_p",
            "ge_p", "select_n_p", "convert_element_type_p", "neg", "exp", "exp2", "log", "log1p",
            "expm1", "sqrt", "rsqrt", "cbrt", "sin", "cos", "tan", "tanh", "asin", "acos", "atan",
@@ -394,6 +394,22 @@ integer_pow_p.def_abstract_eval(_integer_pow_abstract_eval)
 lowering.register_lowering(integer_pow_p, _integer_pow_lowering)
 ad.defjvp(integer_pow_p, _integer_pow_jvp)
 batching.defvectorized(integer_pow_p)
+
+
+# square(x) = x * x: a primitive of its own, as JAX 0.10's (`jnp.square`, `x ** 2` stays
+# integer_pow[y=2]).
+square_p = unop("square", number, "chlo.square")
+ad.defjvp(square_p, lambda t, x: mul(t, mul(_c(x, 2), x)))
+
+
+def _square_lowering(ctx, x):
+  # NB: chlo.square takes floats and complex numbers; integers multiply (as JAX lowers them)
+  if dtypes.is_inexact(ctx.avals_in[0].dtype):
+    return ctx.op("chlo.square", [x], operand_avals=ctx.avals_in)
+  return [ctx.elementwise("stablehlo.multiply", x, x)]
+
+
+lowering.register_lowering(square_p, _square_lowering)
 
 
 # ---------------------------------------------------------------------------
@@ -1573,8 +1589,18 @@ def reciprocal(x: Any):
 
 
 def square(x: Any):
-  """Elementwise x * x. x: T[*s] (T a number type) -> T[*s]."""
-  return integer_pow(x, 2)
+  """Elementwise x * x (JAX's `square` primitive, lowered to `chlo.square`).
+
+  Args:
+    x: array T[*s], T a number type.
+
+  Returns:
+    T[*s].
+
+  Raises:
+    TypeError: if T is bool.
+  """
+  return square_p.bind(x)
 
 
 def dtype(x: Any) -> np.dtype:

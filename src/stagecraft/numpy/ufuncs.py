@@ -420,7 +420,7 @@ def square(x: ArrayLike, /) -> Array:
   x, = promote_dtypes_numeric(x)
   if dtypes.is_python_scalar(x):
     x = array(x)
-  return lax.integer_pow(x, 2)
+  return lax.square(x)
 
 
 def reciprocal(x: ArrayLike, /) -> Array:

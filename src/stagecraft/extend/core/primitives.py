@@ -20,8 +20,7 @@ JAX primitives stagecraft does not have (what it does instead):
   random_bits_p, random_fold_in_p, random_seed_p, random_split_p, random_gamma_p: typed
     PRNG keys are composed from `threefry2x32_p` in `stagecraft.random`;
   reduce_window_p, select_and_scatter_p: only the sum/max/min windowed reductions and
-    `select_and_scatter_add` exist;
-  square_p: `lax.square` is `integer_pow(x, 2)`.
+    `select_and_scatter_add` exist.
 """
 from __future__ import annotations
 
@@ -44,7 +43,7 @@ from stagecraft.lax.elementwise import (
     log_p, logistic_p, lt_p, max_p, min_p, mul_p, ne_p, neg_p, nextafter_p, not_p, or_p,
     population_count_p, pow_p, real_p, reduce_precision_p, rem_p, round_p, rsqrt_p,
     select_n_p, shift_left_p, shift_right_arithmetic_p, shift_right_logical_p, sign_p, sin_p,
-    sinh_p, sqrt_p, sub_p, tan_p, tanh_p, xor_p)
+    sinh_p, sqrt_p, square_p, sub_p, tan_p, tanh_p, xor_p)
 from stagecraft.lax.fft import fft_p
 from stagecraft.lax.linalg import (cholesky_p, eig_p, eigh_p, hessenberg_p,
                                    householder_product_p, lu_p, qr_p, schur_p, svd_p,
