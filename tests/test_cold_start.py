@@ -77,6 +77,12 @@ def test_first_computations_never_import_jax():
       r = sc.random.normal(sc.random.key(0), (2,))
       assert np.asarray(g).tolist() == [1.0, 1.0] and float(s) == 3.0 and r.shape == (2,)
       assert np.asarray(sc.vmap(jnp.sum)(jnp.ones((2, 3)))).tolist() == [3.0, 3.0]
+      # an Array's devices, sharding and DLPack device without JAX's Python layer
+      dev = sc.devices()[0]
+      assert y.devices() == {dev} and y.device == dev, y.devices()
+      assert y.sharding == sc.sharding.SingleDeviceSharding(dev)
+      assert y.__dlpack_device__()[0] == 1
+      assert sc.device_put(np.ones(2)).sharding.device_set == {dev}
       # (SciPy is loaded by linalg: jaxlib's LAPACK kernels call SciPy's LAPACK)
       print(sorted(m for m in ("jax", "jax.core") if m in sys.modules))
       """)

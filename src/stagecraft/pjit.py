@@ -564,7 +564,12 @@ class PjitFunction:
       dev = dispatch.target_placement(leaves)
       if self._sharded and type(dev) is not dispatch.Placement:
         dev = dispatch.Placement(dispatch.committed_sharding(x) for x in leaves)
-    return (treedef, static, config.state_key, dev, *sig), leaves, dev
+    state = config.state_key
+    ctx = sharding_lib.concrete_mesh()
+    am = sharding_lib.get_abstract_mesh()
+    if ctx is not None or not am.empty:   # NB: types and layouts depend on the mesh context
+      state = (state, ctx, am)
+    return (treedef, static, state, dev, *sig), leaves, dev
 
   def _raise_bad_leaf(self, args, kwargs, static_argnums):
     """Re-raises a signature error naming the argument's key path."""
@@ -986,7 +991,8 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
     return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                             spmd.chain_devices(chain))
   n_dyn = n_in - nconst
-  if layout is not None or spmd.jaxpr_meshes(dce_jaxpr):
+  if (layout is not None or spmd.jaxpr_meshes(dce_jaxpr) or
+      spmd.typed_context_mesh(jaxpr) is not None):
     in_avals = [v.aval for v in jaxpr.invars[nconst:]]
     lay = layout or SignatureLayout([None] * n_dyn, None, None, [f"{i}" for i in range(n_dyn)], name)
     resolved = spmd.resolve(jaxpr, nconst, lay.committed, lay.explicit_in,

@@ -172,11 +172,13 @@ def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_
                      sharding.type_sharding(out_sharding, len(shape)))
 
 
-def _dot_general_sharding_rule(lhs, rhs, *, dimension_numbers, out_sharding=None, **_):
+def _dot_general_sharding_rule(lhs, rhs, *, dimension_numbers, out_sharding=None,
+                               preferred_element_type=None, **_):
   """JAX's dot_general sharding rule: batch dimensions (whose entries must agree), then the
   free dimensions of lhs and of rhs, keep their mesh axes; a contracting dimension split on
   one side only is all-gathered; split on both sides the result is ambiguous and needs
-  `out_sharding`."""
+  `out_sharding`. A result naming one mesh axis on two dimensions (`a @ a.T` with `a` split
+  on its rows) is rejected with JAX's ShardingTypeError "illegally sharded result"."""
   lm = lhs._sharding.mesh if lhs._sharding is not None else None
   rm = rhs._sharding.mesh if rhs._sharding is not None else None
   if lm is not None and rm is not None and lm != rm:
@@ -208,7 +210,26 @@ def _dot_general_sharding_rule(lhs, rhs, *, dimension_numbers, out_sharding=None
           *(rs[d] for d in _free_dims(rhs.ndim, rc, rb)))
   if all(e is None for e in spec):
     return None
+  used = [n for e in spec if e is not None for n in (e if isinstance(e, tuple) else (e,))]
+  if len(used) != len(set(used)):
+    out = _dot_general_abstract_eval(lhs, rhs, dimension_numbers=dimension_numbers,
+                                     precision=None,
+                                     preferred_element_type=preferred_element_type)
+    raise sharding.ShardingTypeError(
+        f"dot_general operation with inputs: {lhs.str_short()}, {rhs.str_short()} produces "
+        f"an illegally sharded result: {_typed_str(out, spec)}")
   return sharding.NamedSharding(lm if lm is not None else rm, sharding.PartitionSpec(*spec))
+
+
+def _typed_str(aval: ShapedArray, spec) -> str:
+  """`f32[8@x,8@x]`: aval's short type with the spec entries `spec` (which need not form a
+  valid NamedSharding), as JAX prints it."""
+  dims = []
+  for d, e in zip(aval.shape, spec):
+    names = () if e is None else e if isinstance(e, tuple) else (e,)
+    dims.append(str(d) if not names else f"{d}@{names[0]}" if len(names) == 1 else
+                f"{d}@({','.join(map(str, names))})")
+  return f"{dtypes.short_name(aval.dtype)}[{','.join(dims)}]"
 
 
 def _dims_attr(dimension_numbers) -> str:

@@ -37,11 +37,14 @@ written from that behaviour:
   dimensions split alike, kept in every result.
 
 Instantiated zero tangents and cotangents (`ad.zeros_like_aval`) have their aval's type,
-as JAX's. Where JAX's derivative rules make other values of their primal's type and
-stagecraft's make unsplit ones (the zeros the transposes of dynamic_slice, gather and
-dynamic_update_slice write into are `full(shape, 0)`; a convolution kernel's cotangent
-contracts the split batch away), those transpose rules run with `_deriving` set, and the
-strict rules then let an unsplit operand take the split one's type.
+as JAX's, and so have the zeros the transposes of dynamic_slice, dynamic_update_slice and
+gather write the cotangent into (lax/slicing.py): the rules of dynamic_update_slice, the
+scatters, concatenate and select_and_gather_add are as strict under differentiation as
+JAX's. One leniency is left: a convolution kernel's cotangent contracts the split batch
+away (JAX passes the kernel's type as `out_sharding`, which stagecraft's
+conv_general_dilated does not take yet), so transpose rules run with `_deriving` set and
+`conv_general_dilated`'s rule then gives that cotangent an unsplit type, resharded to the
+kernel's by `typed_transpose`.
 
 Transposition: the cotangent of a linear operand must have the operand's type (JAX passes
 the primal's sharding to the transposed op); `typed_transpose` reshards a cotangent whose
@@ -351,10 +354,9 @@ for _p in (cumulative.cumsum_p, cumulative.cumprod_p, cumulative.cummax_p,
 # ---------------------------------------------------------------------------
 # Slicing, padding, gather/scatter, sorting, convolution, FFT, linear algebra, windows
 
-# NB: set while a transpose rule of a primitive with a rule here runs: the zeros
-# some of those rules make (`full(shape, 0)` in lax/slicing.py's transposes) are unsplit
-# where JAX's have their primal's type, so there an unsplit operand defers to a split one
-# instead of being a mismatch.
+# NB: set while a transpose rule of a primitive with a rule here runs; only the
+# convolution rule reads it (a kernel cotangent contracts the split batch away, where JAX
+# passes the kernel's type as `out_sharding`); see the module docstring.
 _deriving: contextvars.ContextVar = contextvars.ContextVar("stagecraft_deriving",
                                                            default=False)
 
@@ -421,8 +423,6 @@ for _p in (windowed.reduce_window_sum_p, windowed.reduce_window_max_p,
 
 def _dus_rule(operand, update, *start_indices):
   if entries(operand) != entries(update) or mesh_of((operand, update)) is None:
-    if _deriving.get() and (operand._sharding is None or update._sharding is None):
-      return operand._sharding or update._sharding
     raise ShardingTypeError(
         f"dynamic_update_slice operand sharding must be equal to update sharding, got "
         f"operand sharding {_str_with_axis_types(operand)} and update sharding "
@@ -435,8 +435,8 @@ core.sharding_rules[slicing.dynamic_update_slice_p] = _dus_rule
 
 def _concatenate_rule(*xs, dimension):
   mesh_of(xs)
-  typed = [x for x in xs if x._sharding is not None or (
-      not _deriving.get() and not sharding_lib.get_abstract_mesh().empty)]
+  typed = [x for x in xs if x._sharding is not None or
+           not sharding_lib.get_abstract_mesh().empty]
   first = entries(typed[0])
   if any(entries(x) != first for x in typed[1:]):
     raise ShardingTypeError(
@@ -532,8 +532,6 @@ def _scatter_rule(operand, indices, updates, *, dimension_numbers, **_):
   mesh = mesh_of((operand, indices, updates))
   out = _scatter_spec(operand, indices, updates, dimension_numbers)
   if out is None:
-    if _deriving.get():
-      return operand._sharding
     raise ShardingTypeError(
         f"Use `.at[...].set/add/mul/...(out_sharding=)` to provide output PartitionSpec for "
         f"the scatter update as out sharding could not be resolved unambiguously (or would "
@@ -651,7 +649,7 @@ core.sharding_rules[linalg.triangular_solve_p] = _triangular_solve_rule
 
 
 def _select_and_gather_add_rule(tangents, operand, **params):
-  if entries(tangents) != entries(operand) and not _deriving.get():
+  if entries(tangents) != entries(operand):
     raise ShardingTypeError(f"select_and_gather_add tangents and operand shardings must "
                             f"match, got {_context_sharding(tangents)} and "
                             f"{_context_sharding(operand)}.")

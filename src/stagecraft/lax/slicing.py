@@ -160,8 +160,9 @@ def _dynamic_slice_jvp(primals, tangents, *, slice_sizes):
 
 def _dynamic_slice_transpose(ct, operand, *start_indices, slice_sizes):
   """`ct` written into zeros at the (same, clamped) start indices; the indices get none."""
-  aval = operand.aval
-  zeros = full(aval.shape, 0, core.get_aval(ct).dtype)
+  # NB: zeros of the operand's type (its sharding too), as JAX's.
+  zeros = ad.zeros_like_aval(operand.aval.update(dtype=core.get_aval(ct).dtype,
+                                                 weak_type=False))
   return [dynamic_update_slice_p.bind(zeros, ct, *start_indices)] + [None] * len(start_indices)
 
 
@@ -330,8 +331,9 @@ def _dynamic_update_slice_transpose(ct, operand, update, *start_indices):
   dtype = core.get_aval(ct).dtype
   t_operand = t_update = None
   if ad.is_undefined_primal(operand):
-    t_operand = dynamic_update_slice_p.bind(ct, full(update_aval.shape, 0, dtype),
-                                            *start_indices)
+    t_operand = dynamic_update_slice_p.bind(   # NB: zeros of the update's type, as JAX's
+        ct, ad.zeros_like_aval(update_aval.update(dtype=dtype, weak_type=False)),
+        *start_indices)
   if ad.is_undefined_primal(update):
     t_update = dynamic_slice_p.bind(ct, *start_indices, slice_sizes=update_aval.shape)
   return [t_operand, t_update] + [None] * len(start_indices)
@@ -773,7 +775,8 @@ def _gather_transpose(ct, operand, indices, *, dimension_numbers, slice_sizes,
                       unique_indices, indices_are_sorted, mode, fill_value):
   """A scatter-add of `ct` into zeros with the mirrored dimension numbers (JAX's rule)."""
   dn = dimension_numbers
-  zeros = full(operand.aval.shape, 0, core.get_aval(ct).dtype)
+  zeros = ad.zeros_like_aval(operand.aval.update(dtype=core.get_aval(ct).dtype,
+                                                 weak_type=False))
   scatter_dn = ScatterDimensionNumbers(
       update_window_dims=dn.offset_dims, inserted_window_dims=dn.collapsed_slice_dims,
       scatter_dims_to_operand_dims=dn.start_index_map,

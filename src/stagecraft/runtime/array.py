@@ -41,6 +41,14 @@ def _host_view(buf) -> np.ndarray:
   return np.from_dlpack(_Capsule(_jax.buffer_to_dlpack_managed_tensor(buf)))
 
 
+
+def buffer_devices(buf) -> set:
+  """The devices of a runtime buffer (a jaxlib array), read from its sharding: jaxlib's own
+  `devices()` method is one JAX's Python layer adds, absent while jax is not imported."""
+  sh = buf._sharding
+  dev = getattr(sh, "_device", None)
+  return {dev} if dev is not None else set(sh._internal_device_list)
+
 class Array(metaclass=abc.ABCMeta):
   """An immutable array on a device.
 
@@ -147,7 +155,7 @@ class Array(metaclass=abc.ABCMeta):
   def devices(self) -> set:
     if self._sharding is not None:
       return self._sharding.device_set
-    return set(self._check_buf().devices())
+    return buffer_devices(self._check_buf())
 
   @property
   def device(self):
@@ -285,7 +293,7 @@ class Array(metaclass=abc.ABCMeta):
       raise BufferError(f"stagecraft does not support any DLPack version below "
                         f"{_MIN_DLPACK_VERSION} but version ({max_version}) was requested.")
     buf = self._check_buf()
-    src = next(iter(buf.devices()))
+    src = next(iter(buffer_devices(buf)))
     target = src
     if dl_device is not None:
       dl_type, hw_id = dl_device
@@ -314,7 +322,7 @@ class Array(metaclass=abc.ABCMeta):
     """
     if self._sharding is not None:
       raise BufferError("__dlpack__ only supported for unsharded arrays.")
-    dev = next(iter(self._check_buf().devices()))
+    dev = next(iter(buffer_devices(self._check_buf())))
     if dev.platform == "cpu":
       return DLDeviceType.kDLCPU, 0
     if dev.platform in ("gpu", "cuda", "rocm"):
@@ -465,7 +473,7 @@ def live_arrays(platform: str | None = None) -> list[Array]:
   out = []
   for o in gc.get_objects():
     if type(o) is Array and o._buf is not None and not o._buf.is_deleted():
-      devs = o._sharding.device_set if o._sharding is not None else o._buf.devices()
+      devs = o._sharding.device_set if o._sharding is not None else buffer_devices(o._buf)
       if any(d.platform == platform for d in devs):
         out.append(o)
   return out

@@ -45,13 +45,15 @@ from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import lowering, mapping
 from stagecraft.runtime import client, dispatch
 from stagecraft.runtime.array import Array
-from stagecraft.sharding import (Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding,
-                                 get_abstract_mesh, to_named, type_sharding)
+from stagecraft.sharding import (AxisType, Mesh, NamedSharding, PartitionSpec,
+                                 SingleDeviceSharding, concrete_mesh, get_abstract_mesh,
+                                 to_named, type_sharding)
 
 __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program",
            "replicated_executable", "chain_devices", "flatten_shardings",
            "check_device_assignment", "on_mesh", "jaxpr_meshes", "lower_sharded_module",
-           "named_from_hlo", "compile_sharded", "resolve", "traced_device_put",
+           "named_from_hlo", "compile_sharded", "resolve", "typed_context_mesh",
+           "traced_device_put",
            "check_spec_fits", "device_put_sharded", "make_array_from_callback",
            "make_array_from_single_device_arrays", "make_array_from_process_local_data",
            "apply_primitive", "call_closed", "call_closed_executable", "device_put",
@@ -588,6 +590,10 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
     sources.append((m._flat_devices, desc))
   has_mesh = (any(isinstance(c, NamedSharding) for c in committed) or
               any(s is not None for s in (*explicit_in, *explicit_out)) or bool(inner))
+  ctx = None if has_mesh else typed_context_mesh(jaxpr)
+  if ctx is not None:   # NB: as JAX, the program runs over the mesh of `set_mesh`
+    has_mesh = True
+    sources.append((ctx._flat_devices, "jit's context mesh"))
   if not has_mesh:
     return None
   check_device_assignment(sources)
@@ -606,7 +612,7 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
       mesh = s.mesh
       break
   if mesh is None:
-    mesh = inner[0][0]
+    mesh = ctx if ctx is not None else inner[0][0]
   errors = []
   ins = []
   for i, (s, c) in enumerate(zip(explicit_in, committed)):
@@ -645,6 +651,27 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
                                    and not typed_only)
             else from_type(v.aval, mesh) for s, v in zip(outs, jaxpr.outvars)]
   return mesh, ins, outs
+
+
+def typed_context_mesh(jaxpr: Jaxpr) -> Mesh | None:
+  """The mesh of `set_mesh` when a program's inputs (consts too) or outputs have types split
+  over its Explicit axes (`reshard(jnp.zeros(...), P("x"))` in a jit without arguments on a
+  mesh): JAX runs such a program over the context mesh, each value laid out as its type
+  says. None when no mesh is set or no input or output type is split over a mesh of its
+  axis names and sizes.
+
+  NB: JAX runs every jit under `set_mesh` over the context mesh; here only programs with
+  split types do, the others stay one-device programs (their values are the same).
+  """
+  ctx = concrete_mesh()
+  if ctx is None or ctx.empty or AxisType.Explicit not in ctx.axis_types:
+    return None
+  key = (ctx.axis_names, ctx.axis_sizes)
+  for v in (*jaxpr.constvars, *jaxpr.invars, *jaxpr.outvars):
+    ts = getattr(getattr(v, "aval", None), "_sharding", None)
+    if ts is not None and (ts.mesh.axis_names, ts.mesh.axis_sizes) == key:
+      return ctx
+  return None
 
 
 def from_type(aval: Any, mesh: Mesh) -> NamedSharding | None:
