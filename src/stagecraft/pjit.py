@@ -443,6 +443,33 @@ class _FlatKey:
 _FLAT = _FlatKey()
 
 
+class _PlacedKey(_FlatKey):
+  """Marks the keys of the fast path of placed calls: every positional argument an Array,
+  some on a mesh or a device (keyed by avals and layouts)."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "<placed>"
+
+
+_PLACED = _PlacedKey()
+
+
+def _placed_key(args) -> tuple | None:
+  """The fast-path key of positional `args` when all are Arrays (their avals and layouts,
+  the config and the mesh context), else None."""
+  key = [_PLACED]
+  for a in args:
+    if type(a) is not Array:
+      return None
+    key.append(a.aval)
+    key.append(a._sharding if a._sharding is not None else a._device)
+  key.append(config.state_key)
+  key.append(sharding_lib.concrete_mesh())
+  key.append(sharding_lib.get_abstract_mesh())
+  return tuple(key)
+
+
 class PjitFunction:
   """The function returned by `jit` (named as JAX's type is: chex's `assert_max_traces`
   recognizes a jitted function by the name of its type). Calling it runs the compiled
@@ -508,6 +535,8 @@ class PjitFunction:
     self._inline = bool(inline)
     self._fast = (not static_argnums and not static_argnames and self._device is None and
                   not self._sharded)
+    # NB: the fast path of placed calls (Arrays on a mesh or a device) admits shardings
+    self._placed_fast = not static_argnums and not static_argnames and self._device is None
     options = (static_argnums, static_argnames, donate_argnums, donate_argnames,
                self._keep_unused)
     # NB: shardings are per wrapper (prefix trees need not be hashable).
@@ -610,6 +639,13 @@ class PjitFunction:
           call = self._cache.get((treedef, config.state_key, *avals))
           if call is not None:
             return call.call_arrays(leaves)
+      elif (not kwargs and self._placed_fast and core.trace_state.trace is core.eval_trace
+            and not config.disable_jit and self._refs is None):
+        # Placed calls (Arrays on a mesh or a device): keyed by avals and layouts.
+        key = _placed_key(args)
+        call = None if key is None else self._cache.get(key)
+        if call is not None:
+          return call(list(args))
       return self._call(args, kwargs)
     except Exception as e:   # NB: an API boundary without a wrapper on the fast path
       traceback_util.filter_exception(e)
@@ -651,6 +687,7 @@ class PjitFunction:
         call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
                                             fun_name(self._fun), layout=layout))
         entry.device_calls[dev] = call
+        self._remember_placed(call, args, kwargs)
         return call(leaves)
       call = compile_traced(entry, donated, self._keep_unused, fun_name(self._fun), dev)
       if dev is not None:
@@ -662,9 +699,20 @@ class PjitFunction:
           self._cache[(flatten(args)[1], config.state_key, *[a.aval for a in leaves])] = call
           if all(type(a) is Array for a in args):   # the flat key of the fastest path
             self._cache[(_FLAT, *[a.aval for a in args], config.state_key)] = call
+    if dev is not None:
+      self._remember_placed(call, args, kwargs)
     if config.state_key[1]:   # debug_nans / debug_infs
       return self._checked_call(call, leaves, args, kwargs)
     return call(leaves)
+
+  def _remember_placed(self, call, args, kwargs) -> None:
+    """Keys `call` for the fast path of placed calls when every positional argument is an
+    Array (no keyword, static or ref arguments; no debug_nans)."""
+    if (not kwargs and self._placed_fast and self._refs is None and not config.state_key[1]
+        and dispatch.placement_used[0]):
+      key = _placed_key(args)
+      if key is not None:
+        self._cache[key] = call
 
   def _checked_call(self, call, leaves, args, kwargs):
     """With debug_nans/debug_infs: a NaN (inf) in the results re-runs the function op by
