@@ -122,6 +122,17 @@ def _time(fn):
   return time.perf_counter() - t
 
 
+def _abba(a, b, repeats: int) -> tuple[float, float]:
+  """Median seconds of `a()` and of `b()` over `repeats` ABBA-ordered pairs, after one
+  warm-up call of each."""
+  a(), b()
+  ts, tj = [], []
+  for i in range(repeats):
+    for fn in ((a, b) if i % 2 == 0 else (b, a)):
+      (ts if fn is a else tj).append(_time(fn))
+  return statistics.median(ts), statistics.median(tj)
+
+
 def setup():
   """Both sides' jitted steps, placed inputs and shardings; checks that they agree.
 
@@ -251,13 +262,8 @@ def bench_explicit(repeats: int, inner: int, lower_repeats: int):
   out = {}
   for key, (a, b, reps) in {"step": (runner("s"), runner("j"), repeats),
                             "lower": (lowerer("s"), lowerer("j"), lower_repeats)}.items():
-    a(), b()   # warm-up
-    ts, tj = [], []
-    for i in range(reps):
-      for fn in ((a, b) if i % 2 == 0 else (b, a)):
-        (ts if fn is a else tj).append(_time(fn))
     scale = 1e6 / inner if key == "step" else 1e3
-    out[key] = (statistics.median(ts) * scale, statistics.median(tj) * scale)
+    out[key] = tuple(t * scale for t in _abba(a, b, reps))
   return out
 
 
@@ -291,13 +297,8 @@ def bench(repeats: int, inner: int, lower_repeats: int):
   out = {}
   for key, (a, b, reps) in {"step": (runner("s"), runner("j"), repeats),
                             "lower": (lowerer("s"), lowerer("j"), lower_repeats)}.items():
-    a(), b()   # warm-up
-    ts, tj = [], []
-    for i in range(reps):
-      for fn in ((a, b) if i % 2 == 0 else (b, a)):
-        (ts if fn is a else tj).append(_time(fn))
     scale = 1e6 / inner if key == "step" else 1e3
-    out[key] = (statistics.median(ts) * scale, statistics.median(tj) * scale)
+    out[key] = tuple(t * scale for t in _abba(a, b, reps))
   out["collectives"] = {k: collective_counts(sides[k]["step"].lower(*sides[k]["args"])
                                              .compile().as_text()) for k in "sj"}
   return out
@@ -326,13 +327,8 @@ def bench_dispatch(n: int, repeats: int):
         y = f(xs)
       lib.block_until_ready(y)
     sides.append(run)
-  a, b = sides
-  a(), b()
-  ts, tj = [], []
-  for i in range(repeats):
-    for fn in ((a, b) if i % 2 == 0 else (b, a)):
-      (ts if fn is a else tj).append(_time(fn))
-  return statistics.median(ts) * 1e6 / n, statistics.median(tj) * 1e6 / n
+  ts, tj = _abba(*sides, repeats)
+  return ts * 1e6 / n, tj * 1e6 / n
 
 
 def main(argv=None):

@@ -7,59 +7,24 @@ import numpy as np
 import pytest
 
 import jax
-import jax.numpy as jjnp
 import jax.sharding as jsh
 
 import stagecraft as sc
 import stagecraft.numpy as jnp
 from stagecraft import lax
-from stagecraft.lax.spmd import reshard
-from stagecraft.sharding import AxisType, NamedSharding, P, make_mesh, set_mesh
+from stagecraft.sharding import NamedSharding, P, set_mesh
+
+from _explicit_sharding_util import Lib, both, check_same, meshes, value  # noqa: F401
 
 pytestmark = pytest.mark.skipif(len(sc.devices()) < 4, reason="needs 4 devices")
 
 JP = jsh.PartitionSpec
 
 
-@pytest.fixture(scope="module")
-def meshes():
-  mesh = make_mesh((2, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
-  jmesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(jsh.AxisType.Explicit,) * 2)
-  return mesh, jmesh
+_value, _Lib, _both = value, Lib, both
 
 
-def _value(shape=(8, 4), seed=0):
-  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-class _Lib:
-  """The library a program runs on."""
-
-  def __init__(self, ours: bool):
-    self.ours = ours
-    self.sc = sc if ours else jax
-    self.np, self.lax, self.P = (jnp, lax, P) if ours else (jjnp, jax.lax, JP)
-    self.random = sc.random if ours else jax.random
-    self.rs = reshard if ours else jax.sharding.reshard
-    self.NS = NamedSharding if ours else jsh.NamedSharding
-
-
-def _both(meshes, prog, spec=("x", None), shape=(8, 4)):
-  """prog(lib, mesh, x) on both libraries under their mesh, x laid out by `spec`."""
-  mesh, jmesh = meshes
-  v = _value(shape)
-  out = []
-  for lib, m, setm in ((_Lib(True), mesh, set_mesh), (_Lib(False), jmesh, jax.set_mesh)):
-    x = lib.sc.device_put(v, lib.NS(m, lib.P(*spec)))
-    with setm(m):
-      out.append(prog(lib, m, x))
-  return out
-
-
-def _check_same(r1, r2, rtol=0.0, atol=0.0):
-  assert str(sc.typeof(r1)) == str(jax.typeof(r2))
-  assert repr(r1.sharding.spec) == repr(r2.sharding.spec)
-  np.testing.assert_allclose(np.asarray(r1), np.asarray(r2), rtol=rtol, atol=atol)
+_check_same = check_same
 
 
 # ---------------------------------------------------------------------------
