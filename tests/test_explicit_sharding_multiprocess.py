@@ -50,7 +50,13 @@ with set_mesh(mesh):
     params, l = step(params, x, y)
     losses.append(float(np.asarray(l.addressable_shards[0].data)))
   out_types = [str(sc.typeof(v)) for v in (*params, l)]
+  pred = sc.jit(lambda p, x: jnp.tanh(x @ p[0] + p[1]))(params, x)
+  out_types.append(str(sc.typeof(pred)))
+from stagecraft.experimental import multihost_utils
+# every process gets the whole batch of predictions (its rows come from both processes)
+pred = np.asarray(multihost_utils.process_allgather(pred, tiled=True))
 print("RESULT " + json.dumps({
+    "pred": pred.tolist(),
     "pid": pid, "types": types, "out_types": out_types, "losses": losses,
     "w": np.asarray(params[0].addressable_shards[0].data).tolist(),
     "b": np.asarray(params[1].addressable_shards[0].data).tolist()}), flush=True)
@@ -79,7 +85,8 @@ def _reference(X, Y, W, B):
   for _ in range(3):
     params, l = step(params, X, Y)
     losses.append(float(l))
-  return losses, np.asarray(params[0]), np.asarray(params[1])
+  pred = np.tanh(X @ np.asarray(params[0]) + np.asarray(params[1]))
+  return losses, np.asarray(params[0]), np.asarray(params[1]), pred
 
 
 def test_two_process_explicit_data_parallel_train_step():
@@ -104,7 +111,7 @@ def test_two_process_explicit_data_parallel_train_step():
         q.kill()
       pytest.fail("a distributed worker hung")
     outs.append((p.returncode, out, err))
-  losses, w_ref, b_ref = _reference(X, Y, W, B)
+  losses, w_ref, b_ref, pred_ref = _reference(X, Y, W, B)
   assert losses[0] > losses[-1]   # the step trains
   for pid, (rc, out, err) in enumerate(outs):
     assert rc == 0, err[-3000:]
@@ -112,7 +119,9 @@ def test_two_process_explicit_data_parallel_train_step():
     r = json.loads(line[len("RESULT "):])
     assert r["pid"] == pid
     assert r["types"] == ["float32[8@data,6]", "float32[6,3]"]
-    assert r["out_types"] == ["float32[6,3]", "float32[3]", "float32[]"]
+    assert r["out_types"] == ["float32[6,3]", "float32[3]", "float32[]", "float32[8@data,3]"]
+    np.testing.assert_allclose(np.asarray(r["pred"], np.float32), pred_ref, rtol=1e-5,
+                               atol=1e-6)   # process_allgather of the split predictions
     np.testing.assert_allclose(r["losses"], losses, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(r["w"], np.float32), w_ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(r["b"], np.float32), b_ref, rtol=1e-5, atol=1e-6)

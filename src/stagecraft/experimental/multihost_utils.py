@@ -18,9 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import api, tree_util
+from stagecraft import api, pjit, tree_util
 from stagecraft.lax import parallel
+from stagecraft.lax import spmd as spmd_lax
 from stagecraft.runtime import client, spmd
+from stagecraft.runtime.array import Array
 from stagecraft.sharding import Mesh, NamedSharding, PartitionSpec
 
 __all__ = ["broadcast_one_to_all", "sync_global_devices", "process_allgather", "assert_equal",
@@ -87,21 +89,42 @@ def process_allgather(in_tree: Any, tiled: bool = False) -> Any:
 
   Returns:
     NumPy arrays: each leaf of shape `(process_count, *shape)`, or with `tiled`
-    `(process_count * shape[0], *shape[1:])` (scalars stay scalars with one process).
+    `(process_count * shape[0], *shape[1:])` (scalars stay scalars with one process); a
+    leaf that is an Array over the devices of several processes comes back whole, its
+    global shape (as in JAX).
   """
   leaves, treedef = tree_util.tree_flatten(in_tree)
-  hosts = [_host(x) for x in leaves]
+  out: list = [None] * len(leaves)
+  local = []
+  for i, x in enumerate(leaves):
+    if _spans_processes(x):
+      # NB: as JAX's, an Array over the devices of several processes comes back whole
+      # (replicated over its mesh, then read here); `tiled` does not apply to it.
+      rep = NamedSharding(x.sharding.mesh, PartitionSpec())
+      full = pjit.jit(lambda v: spmd_lax.reshard(v, rep), out_shardings=rep)(x)
+      out[i] = np.asarray(full.addressable_shards[0].data)
+    else:
+      local.append(i)
+  hosts = [_host(leaves[i]) for i in local]
   if client.process_count() == 1:
-    out = [h if tiled else h[None] for h in hosts]
+    for i, h in zip(local, hosts):
+      out[i] = h if tiled else h[None]
     return tree_util.tree_unflatten(treedef, out)
-  gathered = api.pmap(lambda *xs: [parallel.all_gather(x, "i") for x in xs], "i")(
-      *[_per_device(h, True) for h in hosts])
-  rows = _first_of_each_process()
-  out = []
-  for g in gathered:
-    full = np.asarray(g.addressable_shards[0].data)[0][rows]
-    out.append(np.concatenate(list(full), axis=0) if tiled and full.ndim > 1 else full)
+  if local:
+    gathered = api.pmap(lambda *xs: [parallel.all_gather(x, "i") for x in xs], "i")(
+        *[_per_device(h, True) for h in hosts])
+    rows = _first_of_each_process()
+    for i, g in zip(local, gathered):
+      full = np.asarray(g.addressable_shards[0].data)[0][rows]
+      out[i] = np.concatenate(list(full), axis=0) if tiled and full.ndim > 1 else full
   return tree_util.tree_unflatten(treedef, out)
+
+
+def _spans_processes(x: Any) -> bool:
+  """Whether `x` is an Array with pieces on the devices of other processes."""
+  sh = getattr(x, "_sharding", None) if type(x) is Array else None
+  me = client.process_index()
+  return sh is not None and any(d.process_index != me for d in sh.device_set)
 
 
 def assert_equal(in_tree: Any, fail_message: str = "") -> None:
