@@ -30,7 +30,7 @@ from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax import ad_util, elementwise, shape as lax_shape
-from stagecraft.lax.control_flow import common
+from stagecraft.lax.control_flow import common, refs as refs_lib
 
 __all__ = ["cond", "switch", "cond_p"]
 
@@ -142,6 +142,21 @@ def _scalar_aval(x: Any, what: str, type_msg: str) -> ShapedArray:
 
 def _bind_cond(index: Any, funs: Sequence[Callable], names: Sequence[str],
                operands: tuple) -> Any:
+  """`_bind_branches`, the branches reading and writing `Ref`s from outside them: their
+  values are passed through every branch (leading operands) and the final values of those
+  a branch writes are written back after the cond (JAX's state discharge; `refs.with_refs`).
+  """
+  def run(refs, values, written):
+    if refs is None:
+      return _bind_branches(index, funs, names, operands)
+    gs = [refs_lib.discharged(f, refs, written) for f in funs]
+    return _bind_branches(index, [lambda v, *o, g=g: g(v, *o) for g in gs], names,
+                          (values, *operands))
+  return refs_lib.with_refs(run)
+
+
+def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
+                   operands: tuple) -> Any:
   """Traces every branch at the operands' avals, checks that their outputs agree, and binds
   one `cond`. `funs[i]` is the branch of index i; `names` name them in errors."""
   ops, in_tree = common.flatten(operands)

@@ -20,7 +20,7 @@ from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
-from stagecraft.lax.control_flow import common
+from stagecraft.lax.control_flow import common, refs as refs_lib
 from stagecraft.lax import elementwise, shape as lax_shape, slicing
 from stagecraft.lax.control_flow.while_op import while_loop
 
@@ -68,12 +68,33 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
   Returns:
     `(final_carry, ys)`, `ys` the stacked `y`s with leading axis `length`.
 
+  `f` may read and write `Ref`s from outside it (closed over): their values are carried
+  through the loop (after the user's carry) and the final values of those written are
+  written back after it (JAX's state discharge; `refs.with_refs`).
+
   Raises:
     TypeError: if `f` is not callable, its output is not a pair, or the carry output
       differs from the carry input in structure, shape or dtype (naming the positions).
     ValueError: for `xs` leaves with different leading sizes, scalars in `xs`, a `length`
       that disagrees with them, or no `xs` and no `length`.
   """
+  def run(refs, values, written):
+    if refs is None:
+      return _scan(f, init, xs, length, reverse, unroll)
+    g = refs_lib.discharged(f, refs, written)
+
+    def body(carry, x):
+      c, vals = carry
+      (c2, y), finals = g(vals, c, x)
+      return (c2, finals), y
+    (c, finals), ys = _scan(body, (init, values), xs, length, reverse, unroll)
+    return (c, ys), finals
+  return refs_lib.with_refs(run)
+
+
+def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
+          unroll: int | bool) -> tuple[Any, Any]:
+  """`scan` of a body that meets no ref from outside."""
   if not callable(f):
     raise TypeError(f"scan: f argument should be a callable, got {type(f).__name__}.")
   xs_flat, xs_tree = common.flatten(xs)

@@ -16,7 +16,7 @@ from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
-from stagecraft.lax.control_flow import common
+from stagecraft.lax.control_flow import common, refs as refs_lib
 from stagecraft.lax import elementwise, reduction, shape as lax_shape
 
 __all__ = ["while_loop", "while_p"]
@@ -56,11 +56,28 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
     ValueError: from reverse-mode differentiation (`grad`, `vjp`) through the loop: the trip
       count is dynamic, so no tape can be kept; use `scan` or `fori_loop` with static bounds.
 
+  `cond_fun` and `body_fun` may read and write `Ref`s from outside them (closed over):
+  their values are carried through the loop (after the user's carry) and the final values
+  of those written are written back after it (JAX's state discharge; `refs.with_refs`).
+
   Examples:
     >>> import stagecraft as sc
     >>> int(sc.lax.while_loop(lambda i: i < 10, lambda i: i + 3, 0))
     12
   """
+  def run(refs, values, written):
+    if refs is None:
+      return _while_loop(cond_fun, body_fun, init_val)
+    gc = refs_lib.discharged(cond_fun, refs, written)
+    gb = refs_lib.discharged(body_fun, refs, written)
+    return _while_loop(lambda cv: gc(cv[1], cv[0])[0], lambda cv: gb(cv[1], cv[0]),
+                       (init_val, values))
+  return refs_lib.with_refs(run)
+
+
+def _while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
+                init_val: Any) -> Any:
+  """`while_loop` of functions that meet no ref from outside."""
   if not callable(cond_fun) or not callable(body_fun):
     raise TypeError(f"while_loop: cond_fun and body_fun must be callable; got "
                     f"{type(cond_fun).__name__} and {type(body_fun).__name__}.")
