@@ -31,6 +31,7 @@ Run: python -m benchmarks.sharded [--quick] [--json PATH]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
@@ -231,74 +232,53 @@ def setup_explicit():
   return sides
 
 
-def bench_explicit(repeats: int, inner: int, lower_repeats: int):
-  """Medians over `repeats` ABBA pairs of the explicit-sharding step time (us, `inner`
-  steps per timed batch) and over `lower_repeats` pairs of its trace+lower+as_text (ms).
-  Returns {"step": (ours, jax), "lower": (ours, jax)}."""
-  sides = setup_explicit()
+def _step_and_lower(sides, inner: int, repeats: int, lower_repeats: int, lower) -> dict:
+  """Medians over `repeats` ABBA pairs of each side's step time (us, `inner` steps per
+  timed batch, inside the side's "ctx" when it has one) and over `lower_repeats` pairs of
+  `lower(side)` (trace+lower+as_text, ms). Returns {"step": (ours, jax), "lower": (...)}."""
   state = {k: sides[k]["args"][0] for k in "sj"}
 
   def runner(k):
     side = sides[k]
     step, block, (_, x, y) = side["step"], side["block"], side["args"]
+    ctx = side.get("ctx", contextlib.nullcontext)
 
     def run():
       p = state[k]
-      with side["ctx"]():
+      with ctx():
         for _ in range(inner):
           p, loss = step(p, x, y)
         block(loss)
       state[k] = p
     return run
 
-  def lowerer(k):
-    side = sides[k]
-
-    def lower():
-      with side["ctx"]():
-        return side["make"]().lower(*side["args"]).as_text()
-    return lower
-
   out = {}
-  for key, (a, b, reps) in {"step": (runner("s"), runner("j"), repeats),
-                            "lower": (lowerer("s"), lowerer("j"), lower_repeats)}.items():
+  for key, (a, b, reps) in {
+      "step": (runner("s"), runner("j"), repeats),
+      "lower": (lambda: lower(sides["s"]), lambda: lower(sides["j"]), lower_repeats)}.items():
     scale = 1e6 / inner if key == "step" else 1e3
     out[key] = tuple(t * scale for t in _abba(a, b, reps))
   return out
 
 
+def bench_explicit(repeats: int, inner: int, lower_repeats: int):
+  """The explicit-sharding step: {"step": (ours, jax) us, "lower": (ours, jax) ms} (see
+  `_step_and_lower`)."""
+  def lower(side):
+    with side["ctx"]():
+      return side["make"]().lower(*side["args"]).as_text()
+  return _step_and_lower(setup_explicit(), inner, repeats, lower_repeats, lower)
+
+
 def bench(repeats: int, inner: int, lower_repeats: int):
-  """Medians over `repeats` ABBA pairs of the per-step time (us, `inner` steps per timed
-  batch) and over `lower_repeats` pairs of trace+lower+as_text (ms). Returns
-  {"step": (ours, jax), "lower": (ours, jax), "collectives": {"s"|"j": {op: count}}}."""
+  """The sharded step: {"step": (ours, jax) us, "lower": (ours, jax) ms (see
+  `_step_and_lower`), "collectives": {"s"|"j": {op: count}}}."""
   sides = setup()
-  state = {k: sides[k]["args"][0] for k in "sj"}
 
-  def runner(k):
-    side = sides[k]
-    step, block, (_, x, y) = side["step"], side["block"], side["args"]
-
-    def run():
-      p = state[k]
-      for _ in range(inner):
-        p, loss = step(p, x, y)
-      block(loss)
-      state[k] = p
-    return run
-
-  def lowerer(k):
-    side = sides[k]
-
-    def lower():
-      fn = side["jit"](side["make"](), in_shardings=side["in"], out_shardings=side["out"])
-      return fn.lower(*side["args"]).as_text()
-    return lower
-
-  out = {}
-  for key, (a, b, reps) in {"step": (runner("s"), runner("j"), repeats),
-                            "lower": (lowerer("s"), lowerer("j"), lower_repeats)}.items():
-    scale = 1e6 / inner if key == "step" else 1e3
-    out[key] = tuple(t * scale for t in _abba(a, b, reps))
+  def lower(side):
+    fn = side["jit"](side["make"](), in_shardings=side["in"], out_shardings=side["out"])
+    return fn.lower(*side["args"]).as_text()
+  out = _step_and_lower(sides, inner, repeats, lower_repeats, lower)
   out["collectives"] = {k: collective_counts(sides[k]["step"].lower(*sides[k]["args"])
                                              .compile().as_text()) for k in "sj"}
   return out
