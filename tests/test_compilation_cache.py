@@ -376,8 +376,11 @@ def test_two_processes_write_the_same_key(tmp_path):
     import time
     t0 = time.monotonic()
     while not all(os.path.exists(r) for r in ready):
-      assert time.monotonic() - t0 < 120 and all(p.poll() is None for p in procs), \
-          [p.communicate() for p in procs]
+      if time.monotonic() - t0 > 120 or any(p.poll() is not None for p in procs):
+        for p in procs:   # NB: the other writer waits for `go` forever: kill before reading
+          p.kill()
+        pytest.fail(f"a writer died or hung before it was ready: "
+                    f"{[p.communicate(timeout=30) for p in procs]}")
       time.sleep(0.01)
     open(go, "w").close()
     outs = [p.communicate(timeout=120) for p in procs]
