@@ -254,6 +254,11 @@ def scipy_ops(quick):
           for key, name in ops.ROWS]
 
 
+def memory(quick):
+  from benchmarks import memory as mem
+  return mem.rows(quick)
+
+
 SECTIONS = {
     "jit_dispatch": jit_dispatch,
     "eager_op": eager_op,
@@ -270,6 +275,7 @@ SECTIONS = {
     "cold_start": cold_start,
     "callbacks": callbacks,
     "scipy_ops": scipy_ops,
+    "memory": memory,
 }
 
 

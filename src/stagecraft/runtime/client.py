@@ -14,6 +14,7 @@ supplies the clients instead where only it knows how to make them:
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.util
 import os
 import warnings
@@ -70,6 +71,15 @@ def uses_jax() -> bool:
   return _plugins_installed()
 
 
+def _xla_gc_callback(*args) -> None:
+  """Frees what jaxlib queued for deletion (the Python tracebacks it keeps per execution and
+  buffer) whenever Python's garbage collector runs, as JAX does when it is imported; without
+  it, every dispatch leaks ~16 bytes per Python frame on the stack."""
+  _jax.collect_garbage()
+
+
+gc.callbacks.append(_xla_gc_callback)
+
 _cpu: list = [None]   # the CPU client made here (jaxlib alone)
 _kernels_registered = [False]
 
@@ -103,6 +113,10 @@ def _num_cpu_devices() -> int | None:
 def _cpu_client():
   if _cpu[0] is None:
     _register_cpu_kernels()
+    # jaxlib keeps a Python traceback per execution (for its profiler) and frees those of
+    # executions that finish on its threads only when something drains its queue: ~72 bytes
+    # kept per dispatch. Nothing here reads them; off, each dispatch is also ~0.3 us faster.
+    _jax.set_tracebacks_enabled(False)
     _cpu[0] = xc.make_cpu_client(asynchronous=True, num_devices=_num_cpu_devices())
   return _cpu[0]
 
