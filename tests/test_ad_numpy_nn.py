@@ -580,10 +580,7 @@ SPECIAL_CASES = [
                          ids=[c[0] for c in SPECIAL_CASES])
 def test_special_points_match_jax(name, fn, args, argnums):
   ours = _jvp_and_vjp(SC, fn, args, argnums)
-  # NB: JAX's softmax has the custom rule behind a flag (off by default: its default
-  # differentiates through the stop_gradient'ed max shift, equal up to rounding).
-  with jax.softmax_custom_jvp(True):
-    theirs = _jvp_and_vjp(JX, fn, args, argnums)
+  theirs = _jvp_and_vjp(JX, fn, args, argnums)   # softmax: both without the custom rule
   # Equal up to float32 rounding (XLA's transcendental functions, summation order).
   assert_trees_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
   for a, b in zip(ours, theirs):

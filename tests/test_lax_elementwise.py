@@ -725,9 +725,8 @@ def test_error_messages():
 
 # Messages where stagecraft differs from jax.lax 0.10.2 (pinned; JAX's message above each).
 def test_error_messages_that_differ_from_jax():
-  # jax: "add: arrays must have the same number of dimensions, got {1, 2}"
-  with pytest.raises(TypeError, match=re.escape(
-      "add got incompatible shapes for broadcasting: (2, 3), (3,).")):
+  with pytest.raises(TypeError, match=re.escape(   # JAX's words
+      "add: arrays must have the same number of dimensions, got {1, 2}")):
     lax.add(np.ones((2, 3), f32), _a3)
   # select_n: JAX's messages (its order: shapes, then dtypes).
   with pytest.raises(TypeError, match=re.escape(

@@ -3,9 +3,13 @@
 `clamp`, `nextafter`, `reduce_precision` and the complex-number primitives (`real`, `imag`,
 `conj`, `complex`). Special functions (lgamma, igamma, ...) are in special.py.
 
-Operands have equal shapes, or rank 0 (broadcast against the others, as JAX 0.10's lax
-allows), and equal dtypes: a Python scalar is an array of its default dtype (int32, float32,
-complex64; 64-bit under x64) and is not promoted, as in JAX (`stagecraft.numpy` promotes).
+Operands of the n-ary ops broadcast as JAX 0.10's lax broadcasts them: rank-0 operands
+against the others, and operands of one rank dimension by dimension where one has size 1
+(`f32[2,4] - f32[1,4]` is `f32[2,4]`, lowered with a `stablehlo.broadcast_in_dim`); no rank
+is added (`stagecraft.numpy` does that). `select_n` and `clamp` take equal shapes or rank 0
+only, as JAX's. Dtypes must be equal: a Python scalar is an array of its default dtype
+(int32, float32, complex64; 64-bit under x64) and is not promoted, as in JAX
+(`stagecraft.numpy` promotes).
 The result is weakly typed only when every operand is. Transcendental functions lower to
 StableHLO ops or, where StableHLO has none, to CHLO ops (`chlo.asin`, `chlo.erf_inv`, ...),
 which XLA's compiler expands (same as JAX).
@@ -60,14 +64,16 @@ _int_or_bool = (utils.int_kind, utils.bool_kind)
 
 
 def naryop_abstract_eval(name: str, accepted, result_dtype=None):
-  """The abstract eval of an elementwise op: operands of `accepted` dtype kinds (see
-  lax/utils.py), one dtype, equal shapes or rank 0; the result has that shape, the dtype
-  `result_dtype(dtype)` (default: the operands'), and is weak only when every operand is."""
+  """The abstract eval of an elementwise op: operands that broadcast
+  (`utils.broadcasting_shape`), of `accepted` dtype kinds (see lax/utils.py) and one dtype;
+  the result has the broadcast shape, the dtype `result_dtype(dtype)` (default: the
+  operands'), and is weak only when every operand is. Shapes are checked before dtypes, so
+  the errors come in JAX's order."""
   def rule(*avals, **params):
+    shape = utils.broadcasting_shape(name, avals)
     for i, a in enumerate(avals):
       utils.check_dtype(name, a, accepted, i if len(avals) > 1 else None)
     utils.check_same_dtypes(name, avals)
-    shape = utils.broadcasting_shape(name, avals)
     dtype = avals[0].dtype if result_dtype is None else result_dtype(avals[0].dtype)
     weak = all(a.weak_type for a in avals)   # comparisons of weak values are weak, as JAX
     return ShapedArray(shape, dtype, weak)
@@ -75,18 +81,21 @@ def naryop_abstract_eval(name: str, accepted, result_dtype=None):
 
 
 def broadcast_operand(ctx, x: str, aval: ShapedArray, shape: tuple[int, ...]) -> str:
-  """Broadcasts a rank-0 operand `x` to `shape` (no-op when shapes agree)."""
+  """Broadcasts the operand `x` of `aval`, rank 0 or of `shape`'s rank with size-1
+  dimensions, to `shape` (no-op when the shapes agree), as JAX lowers it:
+  `stablehlo.broadcast_in_dim` with `dims = []` or `dims = [0, 1, ...]`."""
   if aval.shape == shape:
     return x
   out = aval.update(shape=shape)
+  dims = ", ".join(map(str, range(len(aval.shape))))
   r = ctx.fb.fresh()
-  ctx.fb.emit(f"{r} = stablehlo.broadcast_in_dim {x}, dims = [] : ({ir_type(aval)}) -> "
+  ctx.fb.emit(f"{r} = stablehlo.broadcast_in_dim {x}, dims = [{dims}] : ({ir_type(aval)}) -> "
               f"{ir_type(out)}")
   return r
 
 
 def broadcast_operands(ctx, operands: list[str]) -> list[str]:
-  """The operands of an elementwise lowering, rank-0 ones broadcast to the result's shape."""
+  """The operands of an elementwise lowering, broadcast to the result's shape."""
   shape = ctx.avals_out[0].shape
   return [broadcast_operand(ctx, x, a, shape) for x, a in zip(operands, ctx.avals_in)]
 
@@ -113,12 +122,60 @@ def unop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
 
 
 def binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
-  """A binary elementwise primitive, as `unop` (batching broadcasts a rank-0 operand)."""
+  """A binary elementwise primitive, as `unop` (batching: `defbroadcasting` below)."""
   p = Primitive(name)
   p.def_abstract_eval(naryop_abstract_eval(name, accepted, result_dtype))
   lowering.register_lowering(p, _hlo_lowering(op))
-  batching.defbroadcasting(p)
+  defbroadcasting(p)
   return p
+
+
+def defbroadcasting(p: Primitive) -> None:
+  """Registers the batching rule of an n-ary elementwise primitive `p` whose operands
+  broadcast (`utils.broadcasting_shape`; multiple results all get the same batch dim):
+  operands of equal shapes or rank 0 are aligned by
+  `batching.align_elementwise` (the batch dim of the first full-shaped batched operand is
+  kept); with size-1 dimensions among them, by `_align_broadcasting`."""
+  def rule(args, dims, **params):
+    ranked = [batching.unbatched_shape(x, d) for x, d in zip(args, dims)]
+    ranked = [s for s in ranked if s]
+    if all(s == ranked[0] for s in ranked[1:]):
+      args, out_dim = batching.align_elementwise(args, dims)
+    else:
+      args, out_dim = _align_broadcasting(args, dims)
+    out = p.bind(*args, **params)
+    return (out, [out_dim] * len(out)) if p.multiple_results else (out, out_dim)
+  batching.primitive_batchers[p] = rule
+
+
+def _align_broadcasting(args, dims):
+  """Aligns batched operands that broadcast along size-1 dimensions at one batch dim, that
+  of the first batched operand that is not rank 0 (0 if there is none): other batched ones
+  move there; unbatched ones get a batch dimension of size 1 there (and the primitive
+  broadcasts it, as in JAX's `broadcast_batcher`); batched rank-0 ones become
+  `[1, ..., n, ..., 1]`. Unbatched rank-0 operands stay as they are.
+
+  NB: `batching.align_elementwise` (equal shapes or rank 0) is the common case; this one
+  is only reached when the unbatched shapes differ in size-1 dimensions."""
+  broadcast_in_dim = _shape_and_reduction()[0].broadcast_in_dim
+  size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims)
+              if d is not batching.not_mapped)
+  ushapes = [batching.unbatched_shape(x, d) for x, d in zip(args, dims)]
+  rank = builtins.max(len(s) for s in ushapes)
+  out_dim = next((d for s, d in zip(ushapes, dims) if d is not batching.not_mapped and s), 0)
+  out = []
+  for x, d, s in zip(args, dims, ushapes):
+    if not s and d is batching.not_mapped:
+      out.append(x)
+    elif not s:
+      shape = (1,) * out_dim + (size,) + (1,) * (rank - out_dim)
+      out.append(broadcast_in_dim(x, shape, (out_dim,)))
+    elif d is batching.not_mapped:
+      shape = s[:out_dim] + (1,) + s[out_dim:]
+      out.append(broadcast_in_dim(x, shape, tuple(i for i in range(rank + 1) if i != out_dim)))
+    else:
+      out.append(batching.moveaxis(x, d, out_dim))
+  return out, out_dim
 
 
 # ---------------------------------------------------------------------------
@@ -128,45 +185,71 @@ def binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
 # `_c(x, value)`, weakly typed scalars of x's dtype (lax does not promote Python scalars).
 
 
-def _broadcast_scalar(x: Any, shape: tuple[int, ...]) -> Any:
-  """Broadcasts a rank-0 `x` to `shape`.
+def _shape_and_reduction():
+  """The lax modules `shape` and `reduction`.
 
-  NB: the rules here broadcast with `broadcast_in_dim` (shape.py) and sum with `reduce_sum`
-  (reduction.py), whose modules build on this one (and whose rules use the ops here): this
-  helper and `_unbroadcast` import them when a rule runs."""
-  from stagecraft.lax.shape import broadcast_in_dim
-  return broadcast_in_dim(x, shape, ())
+  NB: the rules here broadcast and reshape with shape.py's ops and sum with reduction.py's
+  `reduce_sum`, whose modules build on this one (and whose rules use the ops here): they
+  are imported when a rule runs, here only."""
+  from stagecraft.lax import reduction, shape
+  return shape, reduction
+
+
+def _broadcast_scalar(x: Any, shape: tuple[int, ...]) -> Any:
+  """Broadcasts a rank-0 `x` to `shape`."""
+  return _shape_and_reduction()[0].broadcast_in_dim(x, shape, ())
 
 
 def _full_like(x: Any, value) -> Any:
-  """An array of `x`'s shape and dtype filled with `value` (not weakly typed)."""
+  """An array of `x`'s shape and dtype filled with `value` (not weakly typed): a
+  `broadcast_in_dim` of the constant, or for rank-0 `x` the constant itself (as JAX's
+  `full_like`, so that the jaxprs print alike: `select_n p 0.0:f32[] 1.0:f32[]`)."""
   aval = core.get_aval(x)
-  return _broadcast_scalar(np.asarray(value, aval.dtype)[()], aval.shape)
+  value = np.asarray(value, aval.dtype)[()]
+  return _broadcast_scalar(value, aval.shape) if aval.shape else value
 
 
 def _zeros(x: Any) -> Any:
   return _full_like(x, 0)
 
 
+def _ones(x: Any) -> Any:
+  return _full_like(x, 1)
+
+
 def _out_shape(*xs: Any) -> tuple[int, ...]:
-  """The result shape of an elementwise op on `xs` (each of that shape or rank 0)."""
-  return builtins.max((core.get_aval(x).shape for x in xs), key=len)
+  """The result shape of an elementwise op on `xs` (`utils.broadcasting_shape`)."""
+  return utils.broadcasting_shape("broadcast", [core.get_aval(x) for x in xs])
 
 
 def _maybe_broadcast(shape: tuple[int, ...], t: Any) -> Any:
-  """Broadcasts the tangent `t` of a rank-0 operand to the result `shape`."""
-  if core.get_aval(t).shape == tuple(shape):
+  """Broadcasts the tangent `t` of an operand that the op broadcast (rank 0, or with size-1
+  dimensions) to the result `shape`, as JAX's `_maybe_broadcast`: the broadcast dimensions
+  are reshaped away, then `broadcast_in_dim` puts back the others."""
+  t_shape = core.get_aval(t).shape
+  shape = tuple(shape)
+  if t_shape == shape:
     return t
-  return _broadcast_scalar(t, shape)
+  if not t_shape:
+    return _broadcast_scalar(t, shape)
+  lax_shape = _shape_and_reduction()[0]
+  dims = tuple(i for i, (a, b) in enumerate(zip(t_shape, shape)) if a == b)
+  return lax_shape.broadcast_in_dim(lax_shape.reshape(t, tuple(t_shape[i] for i in dims)),
+                                    shape, dims)
 
 
 def _unbroadcast(aval: ShapedArray, ct: Any) -> Any:
-  """Sums the cotangent `ct` of a broadcast rank-0 operand of `aval` down to shape ()."""
+  """Sums the cotangent `ct` of an operand of `aval` that the op broadcast back to its
+  shape, as JAX's `_unbroadcast`: over all dimensions for a rank-0 operand, else over those
+  where the operand has size 1 (`reduce_sum`), then `reshape` to `aval.shape`."""
   ct_shape = core.get_aval(ct).shape
   if ct_shape == aval.shape:
     return ct
-  from stagecraft.lax.reduction import reduce_sum  # NB: see `_broadcast_scalar`
-  return reduce_sum(ct, tuple(range(len(ct_shape))))
+  lax_shape, reduction = _shape_and_reduction()
+  if not aval.shape:
+    return reduction.reduce_sum(ct, tuple(range(len(ct_shape))))
+  dims = tuple(i for i, (a, b) in enumerate(zip(ct_shape, aval.shape)) if a != b)
+  return lax_shape.reshape(reduction.reduce_sum(ct, dims), aval.shape)
 
 
 def _zero_tangent(x: Any) -> ad.Zero:
@@ -415,8 +498,9 @@ lowering.register_lowering(square_p, _square_lowering)
 # ---------------------------------------------------------------------------
 # Binary arithmetic
 
-# The transposes of the linear ones sum the cotangent of a broadcast rank-0 operand down to
-# shape () (`_unbroadcast`); the JVPs broadcast a rank-0 operand's lone tangent up.
+# The transposes of the linear ones sum the cotangent of a broadcast operand (rank 0, or with
+# size-1 dimensions) back to its shape (`_unbroadcast`); the JVPs broadcast such an
+# operand's lone tangent up (`_maybe_broadcast`).
 
 
 def _zero_cts(*args):
@@ -626,10 +710,10 @@ pow_p = Primitive("pow")
 
 
 def _pow_abstract_eval(x, y):
+  shape = utils.broadcasting_shape("pow", [x, y])   # shapes first, as JAX
   utils.check_dtype("pow", x, inexact, 0)
   utils.check_dtype("pow", y, number, 1)
   if dtypes.is_integer(y.dtype):
-    shape = utils.broadcasting_shape("pow", [x, y])
     return ShapedArray(shape, x.dtype, x.weak_type and y.weak_type)
   if x.dtype != y.dtype:   # JAX's message (not check_same_dtypes')
     raise TypeError(f"the first argument to pow must have an inexact dtype (float or complex), "
@@ -650,11 +734,14 @@ def _pow_lowering(ctx, x, y):
 def _pow_jvp_lhs(t, ans, x, y):
   x_dtype = core.get_aval(x).dtype
   if dtypes.is_integer(core.get_aval(y).dtype):
-    # NB: d/dx x**0 is 0 also at x = 0 (where y * x**(y - 1) is 0 * inf), as JAX.
+    # NB: d/dx x**0 is 0 also at x = 0 (where y * x**(y - 1) is 0 * inf), as JAX; the
+    # select needs x and y broadcast to one shape.
     y = convert_element_type(y, x_dtype)
-    jac = select(eq(y, _c(y, 0)), _zeros(ans), mul(_replace_zero(y), pow(x, sub(y, _c(y, 1)))))
+    shape = _out_shape(x, y)
+    x, y = _maybe_broadcast(shape, x), _maybe_broadcast(shape, y)
+    jac = select(eq(y, _c(y, 0)), _zeros(ans), mul(_replace_zero(y), pow(x, sub(y, _ones(y)))))
   else:
-    jac = mul(y, pow(x, sub(y, utils.const(y, 1))))
+    jac = mul(y, pow(x, sub(y, _ones(y))))
   return mul(t, jac)
 
 
@@ -667,7 +754,7 @@ def _pow_jvp_rhs(t, ans, x, y):
 pow_p.def_abstract_eval(_pow_abstract_eval)
 lowering.register_lowering(pow_p, _pow_lowering)
 ad.defjvp2(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
-batching.defbroadcasting(pow_p)
+defbroadcasting(pow_p)
 
 
 # ---------------------------------------------------------------------------
@@ -703,7 +790,7 @@ def _cmp(name: str, direction: str, accepted) -> Primitive:
     return [emit_compare(ctx, direction, x, y, aval)]
   lowering.register_lowering(p, rule)
   ad.defjvp_zero(p)   # bool results: float0 tangents
-  batching.defbroadcasting(p)
+  defbroadcasting(p)
   return p
 
 
@@ -860,7 +947,8 @@ batching.defvectorized(convert_element_type_p)
 
 # ---------------------------------------------------------------------------
 # Public wrappers (JAX's lax names and signatures). Shapes: x: T[*s] -> T[*s]; binary ops
-# take equal shapes or rank-0 operands; dtypes must match (use stagecraft.numpy to promote).
+# take shapes that broadcast (rank 0, or one rank with size-1 dimensions); dtypes must match
+# (use stagecraft.numpy to promote).
 
 
 def _unary(p: Primitive, doc: str):
@@ -879,8 +967,9 @@ def _binary(p: Primitive, doc: str):
     return p.bind(x, y)
   f.__name__ = f.__qualname__ = p.name
   f.primitive = p   # NB: for numpy's eager fast path (numpy/ufuncs.py)
-  f.__doc__ = (f"{doc}\n\nArgs:\n  x, y: arrays T[*s] (or rank 0); a Python scalar is an array of "
-               f"its default dtype (int32, float32, complex64; 64-bit under x64): no "
+  f.__doc__ = (f"{doc}\n\nArgs:\n  x, y: arrays T[*s], rank 0, or of s's rank with size 1 "
+               f"where the other has a larger size (lax's broadcasting; no rank is added); a "
+               f"Python scalar is an array of its default dtype (int32, float32, complex64; 64-bit under x64): no "
                f"promotion.\n\nReturns:\n  T[*s] (bool[*s] for comparisons).\n\n"
                f"Raises:\n  TypeError: if the dtypes differ or are not accepted, or the shapes "
                f"are incompatible.")
@@ -1054,14 +1143,16 @@ def shift_left(x: Any, y: Any):
 
   Args:
     x: array `T[*s]`, T an integer dtype.
-    y: shift amounts, array `T[*s]` (or rank 0); a Python int is int32 (int64 under x64).
+    y: shift amounts, array `T[*s]` (or rank 0, or with size 1 where `s` is larger); a
+      Python int is int32 (int64 under x64).
 
   Returns:
     `T[*s]`. Amounts `>= nbits(T)` or negative give 0 (XLA's semantics; C leaves them
     undefined).
 
   Raises:
-    TypeError: if T is not an integer dtype, or `x` and `y` differ in dtype or shape.
+    TypeError: if T is not an integer dtype, `x` and `y` differ in dtype, or their shapes
+      do not broadcast (lax's broadcasting: rank 0, or size 1 in a dimension).
 
   Examples:
     >>> import numpy as np
@@ -1077,13 +1168,15 @@ def shift_right_logical(x: Any, y: Any):
 
   Args:
     x: array `T[*s]`, T an integer dtype.
-    y: shift amounts, array `T[*s]` (or rank 0); a Python int is int32 (int64 under x64).
+    y: shift amounts, array `T[*s]` (or rank 0, or with size 1 where `s` is larger); a
+      Python int is int32 (int64 under x64).
 
   Returns:
     `T[*s]`. Amounts `>= nbits(T)` or negative give 0.
 
   Raises:
-    TypeError: if T is not an integer dtype, or `x` and `y` differ in dtype or shape.
+    TypeError: if T is not an integer dtype, `x` and `y` differ in dtype, or their shapes
+      do not broadcast (lax's broadcasting: rank 0, or size 1 in a dimension).
 
   Examples:
     >>> import numpy as np
@@ -1099,13 +1192,15 @@ def shift_right_arithmetic(x: Any, y: Any):
 
   Args:
     x: array `T[*s]`, T an integer dtype (for unsigned T the top bit is also copied in).
-    y: shift amounts, array `T[*s]` (or rank 0); a Python int is int32 (int64 under x64).
+    y: shift amounts, array `T[*s]` (or rank 0, or with size 1 where `s` is larger); a
+      Python int is int32 (int64 under x64).
 
   Returns:
     `T[*s]`. Amounts `>= nbits(T)` or negative give all sign bits (-1 or 0).
 
   Raises:
-    TypeError: if T is not an integer dtype, or `x` and `y` differ in dtype or shape.
+    TypeError: if T is not an integer dtype, `x` and `y` differ in dtype, or their shapes
+      do not broadcast (lax's broadcasting: rank 0, or size 1 in a dimension).
 
   Examples:
     >>> import numpy as np
@@ -1329,8 +1424,8 @@ def nextafter(x1: Any, x2: Any):
   """Elementwise next representable value after `x1` in the direction of `x2`.
 
   Args:
-    x1, x2: arrays `T[*s]` (or rank 0), T a floating dtype; a Python float is float32
-      (float64 under x64).
+    x1, x2: arrays `T[*s]` (or rank 0, or with size-1 dimensions that broadcast), T a
+      floating dtype; a Python float is float32 (float64 under x64).
 
   Returns:
     `T[*s]`: NaN where either is NaN, `x2` where `x1 == x2` (so the sign of a zero `x2` is
@@ -1338,7 +1433,7 @@ def nextafter(x1: Any, x2: Any):
     CPU float32 expansion steps from `-smallest_subnormal` towards zero to `+0.0`).
 
   Raises:
-    TypeError: if T is not floating, or the dtypes or shapes differ.
+    TypeError: if T is not floating, the dtypes differ, or the shapes do not broadcast.
 
   Examples:
     >>> import numpy as np
@@ -1457,7 +1552,7 @@ def _complex_transpose(ct, x, y):
 lowering.register_lowering(complex_p, _complex_lowering)
 ad.primitive_jvps[complex_p] = _complex_jvp
 ad.primitive_transposes[complex_p] = _complex_transpose
-batching.defbroadcasting(complex_p)
+defbroadcasting(complex_p)
 
 conj_p = Primitive("conj")
 
@@ -1561,8 +1656,8 @@ def complex(x: Any, y: Any):
   """Elementwise `x + 1j * y`.
 
   Args:
-    x, y: arrays `R[*s]` (or rank 0), R float32 or float64; a Python float is float32
-      (float64 under x64).
+    x, y: arrays `R[*s]` (or rank 0, or with size-1 dimensions that broadcast), R float32
+      or float64; a Python float is float32 (float64 under x64).
 
   Returns:
     `C[*s]`, C complex64 (from float32) or complex128 (from float64).
@@ -1627,7 +1722,7 @@ def mulhi(x: Any, y: Any):
   utils.check_same_dtypes("mulhi", [ax, ay])
   dt = ax.dtype
   shape = utils.broadcasting_shape("mulhi", [ax, ay])
-  x, y = (v if a.shape == shape else _broadcast_scalar(v, shape) for v, a in ((x, ax), (y, ay)))
+  x, y = _maybe_broadcast(shape, x), _maybe_broadcast(shape, y)
   bits = dt.itemsize * 8
   udt = np.dtype(f"uint{bits}")
   ux = bitcast_convert_type(x, udt) if dt != udt else x

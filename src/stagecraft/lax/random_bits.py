@@ -20,7 +20,7 @@ from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import utils
-from stagecraft.lax.elementwise import broadcast_operand
+from stagecraft.lax.elementwise import broadcast_operand, defbroadcasting
 from stagecraft.lax.shape import canonicalize_shape, index_in_dim
 from stagecraft.lax.slicing import dynamic_update_index_in_dim
 
@@ -117,7 +117,7 @@ threefry2x32_p.def_abstract_eval(_threefry2x32_abstract_eval)
 lowering.register_lowering(threefry2x32_p, _threefry2x32_lowering)
 ad.defjvp_zero(threefry2x32_p)   # uint32 bits: float0 tangents
 # Elementwise with rank-0 broadcasting (JAX: `batching.defbroadcasting(threefry2x32_p)`).
-batching.defbroadcasting(threefry2x32_p)
+defbroadcasting(threefry2x32_p)
 
 
 def threefry2x32(key1: Any, key2: Any, x1: Any, x2: Any) -> list[Any]:

@@ -515,8 +515,8 @@ igammac_p = Primitive("igammac")
 igammac_p.def_abstract_eval(naryop_abstract_eval("igammac", floating))
 lowering.register_lowering(igammac_p, _upcast_lowering(
     lambda ctx, a, x, *, dtype: _igamma_impl(ctx, a, x, dtype=dtype, complement=True)))
-batching.defbroadcasting(igamma_p)
-batching.defbroadcasting(igammac_p)
+ew.defbroadcasting(igamma_p)
+ew.defbroadcasting(igammac_p)
 
 
 def _igamma_gradx(a, x):
@@ -573,7 +573,7 @@ def _igamma_grad_a_jvp_a(t, a, x):
 igamma_grad_a_p = Primitive("igamma_grad_a")
 igamma_grad_a_p.def_abstract_eval(naryop_abstract_eval("igamma_grad_a", floating))
 lowering.register_lowering(igamma_grad_a_p, _upcast_lowering(_igamma_grad_a_impl))
-batching.defbroadcasting(igamma_grad_a_p)
+ew.defbroadcasting(igamma_grad_a_p)
 # d/dx dP/da = d/da dP/dx = dP/dx (log x - digamma(a)).
 ad.defjvp(igamma_grad_a_p, _igamma_grad_a_jvp_a,
           lambda t, a, x: ew.mul(t, ew.mul(_igamma_gradx(a, x),
@@ -798,7 +798,7 @@ regularized_incomplete_beta_p = Primitive("regularized_incomplete_beta")
 regularized_incomplete_beta_p.def_abstract_eval(
     naryop_abstract_eval("regularized_incomplete_beta", floating))
 lowering.register_lowering(regularized_incomplete_beta_p, _upcast_lowering(_betainc_impl))
-batching.defbroadcasting(regularized_incomplete_beta_p)
+ew.defbroadcasting(regularized_incomplete_beta_p)
 ad.defjvp(regularized_incomplete_beta_p, _betainc_jvp_ab, _betainc_jvp_ab, _betainc_gradx)
 
 

@@ -79,18 +79,34 @@ def check_same_dtypes(name: str, avals: Sequence[ShapedArray]) -> None:
 
 
 def broadcasting_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ...]:
-  """The common shape of elementwise operands: equal shapes, or rank-0 operands that
-  broadcast (as JAX 0.10's lax allows)."""
-  shape = None
-  for a in avals:
-    if a.shape == ():
-      continue
-    if shape is None:
-      shape = a.shape
-    elif a.shape != shape:
-      shapes = ", ".join(str(b.shape) for b in avals)
-      raise TypeError(f"{name} got incompatible shapes for broadcasting: {shapes}.")
-  return () if shape is None else shape
+  """The result shape of elementwise operands, as JAX 0.10's lax broadcasts them: rank-0
+  operands broadcast against the others, which must all have one rank and, per dimension,
+  one size or size 1 ("degenerate" broadcasting: `f32[2,4] - f32[1,4]` is `f32[2,4]`).
+  No rank is ever added (stagecraft.numpy does that).
+
+  Raises:
+    TypeError: with JAX's messages, for operands of different ranks (`sub: arrays must have
+      the same number of dimensions, got {1, 2}`) or different sizes other than 1 in one
+      dimension (`sub got incompatible shapes for broadcasting: (4,), (2,).`; rank-0
+      operands are not listed).
+  """
+  shapes = [a.shape for a in avals if a.shape]
+  if not shapes:
+    return ()
+  first = shapes[0]
+  if all(s == first for s in shapes):
+    return first
+  ranks = {len(s) for s in shapes}
+  if len(ranks) != 1:
+    raise TypeError(f"{name}: arrays must have the same number of dimensions, got {ranks}")
+  out = []
+  for ds in zip(*shapes):
+    sizes = {d for d in ds if d != 1}
+    if len(sizes) > 1:
+      raise TypeError(f"{name} got incompatible shapes for broadcasting: "
+                      f"{', '.join(map(str, shapes))}.")
+    out.append(sizes.pop() if sizes else 1)
+  return tuple(out)
 
 
 def python_scalar_value(x: Any, dtype: Any) -> np.generic:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from stagecraft import dtypes, lax
+from stagecraft.config import config
 from stagecraft import numpy as jnp
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.nn import initializers  # noqa: F401
@@ -215,17 +216,24 @@ def _axes(axis, ndim):
   return tuple(_canonical_axis(a, ndim, "softmax") for a in axes)
 
 
+@functools.partial(jit, static_argnames=("axis",))
 def log_softmax(x: Any, axis: Any = -1, where: Any = None):
   """`x - logsumexp(x, axis, keepdims=True)`, computed stably (JAX's `nn.log_softmax`).
 
   Args:
     x: array `T[*s]`.
-    axis: an int, a tuple of ints, or None (all axes).
+    axis: an int, a tuple of ints, or None (all axes); static.
     where: optional boolean mask broadcastable to `s`: masked-out entries are left out of
       the sum and give `-inf`.
 
   Returns:
     `T[*s]`.
+
+  Raises:
+    ValueError: for an axis out of bounds.
+
+  Algorithm: the maximum along `axis` (its gradient stopped) is subtracted before
+  exponentiating, so large inputs do not overflow; jitted, as JAX's.
 
   Examples:
     >>> import numpy as np
@@ -233,22 +241,15 @@ def log_softmax(x: Any, axis: Any = -1, where: Any = None):
     Array([-0.6931472, -0.6931472], dtype=float32)
   """
   x = jnp.asarray(x)
-  return _log_softmax(x, _axes(axis, x.ndim), where)
-
-
-def _log_softmax_impl(x, axis, where):
-  x_safe = masked(x, where, -np.inf)
-  x_max = jnp.max(x_safe, axis, initial=-np.inf, keepdims=True)
+  axis = _axes(axis, x.ndim)
+  x_max = jnp.max(x, axis, where=where, initial=-np.inf, keepdims=True)
+  x_safe = x if where is None else jnp.where(where, x, -np.inf)
   shifted = x_safe - lax.stop_gradient(x_max)
-  shifted_logsumexp = jnp.log(jnp.sum(masked(jnp.exp(shifted), where, 0), axis,
-                                      keepdims=True))
+  shifted_logsumexp = jnp.log(jnp.sum(jnp.exp(shifted), axis, where=where, keepdims=True))
   result = shifted - shifted_logsumexp
   if where is not None:
     return jnp.where(where, result, -np.inf)
   return result
-
-
-_log_softmax = jit(_log_softmax_impl, static_argnums=(1,))
 
 
 def softmax(x: Any, axis: Any = -1, where: Any = None):
@@ -261,10 +262,15 @@ def softmax(x: Any, axis: Any = -1, where: Any = None):
       the sum and give 0.
 
   Returns:
-    `T[*s]`, summing to 1 along `axis`.
+    `T[*s]`, summing to 1 along `axis`. An input `+inf` makes the result NaN.
 
-  The derivative is JAX's custom rule `y * (t - sum(y * t, axis))` with `y = softmax(x)`,
-  which neither differentiates through the max shift nor overflows for large inputs.
+  Raises:
+    ValueError: for an axis out of bounds.
+
+  Algorithm: `exp(x - max(x))` normalized by its sum, with the maximum's gradient stopped
+  (it cancels out), as JAX 0.10's default. With the config option `softmax_custom_jvp`
+  (JAX's `jax_softmax_custom_jvp`) the derivative is instead the custom rule
+  `y * (t - sum(y * t, axis))` with `y = softmax(x)`.
 
   Examples:
     >>> import numpy as np
@@ -274,25 +280,38 @@ def softmax(x: Any, axis: Any = -1, where: Any = None):
   # NB: not jitted, as in JAX (whose comment says jit changed numerics in a test).
   x = jnp.asarray(x)
   where = None if where is None else jnp.asarray(where)
-  return _softmax(x, _axes(axis, x.ndim), where)
+  axis = _axes(axis, x.ndim)
+  if config.softmax_custom_jvp:
+    return _softmax(x, axis, where)
+  return _softmax_stop_gradient(x, axis, where)
+
+
+def _softmax_of(x, axis, where, shift):
+  """softmax, with `shift(max)` subtracted before exponentiating."""
+  x_max = jnp.max(x, axis, where=where, initial=-np.inf, keepdims=True)
+  x_safe = x if where is None else jnp.where(where, x, -np.inf)
+  unnormalized = jnp.exp(x_safe - shift(x_max))
+  result = unnormalized / jnp.sum(unnormalized, axis, where=where, keepdims=True)
+  if where is not None:
+    result = jnp.where(where, result, 0)
+  return result
+
+
+def _softmax_stop_gradient(x, axis, where):
+  # NB: the max's derivative cancels out; stopping it keeps -inf and ties out of the grad.
+  return _softmax_of(x, axis, where, lax.stop_gradient)
 
 
 @functools.partial(custom_jvp, nondiff_argnums=(1,))
 def _softmax(x, axis, where):
-  x_safe = masked(x, where, -np.inf)
-  x_max = jnp.max(x_safe, axis, initial=-np.inf, keepdims=True)
-  unnormalized = jnp.exp(x_safe - x_max)
-  result = unnormalized / jnp.sum(masked(unnormalized, where, 0), axis, keepdims=True)
-  if where is not None:
-    result = jnp.where(where, result, 0)
-  return result
+  return _softmax_of(x, axis, where, lambda m: m)
 
 
 @_softmax.defjvp
 def _softmax_jvp(axis, primals, tangents):
   (x, where), (x_dot, _) = primals, tangents
   y = _softmax(x, axis, where)
-  return y, y * (x_dot - jnp.sum(masked(y * x_dot, where, 0), axis, keepdims=True))
+  return y, y * (x_dot - jnp.sum(y * x_dot, axis, where=where, keepdims=True))
 
 
 def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = False):

@@ -2295,26 +2295,47 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
   if where is not None:
     a = jnp.where(where, a, 0)
   if b is not None:
-    a_arr, b_arr = promote_dtypes_inexact(a, b)
+    a_arr, b_arr = _promote_ranks(*promote_dtypes_inexact(a, b))
     a_arr = jnp.where(b_arr != 0, a_arr, -np.inf)
   else:
     a_arr, = promote_dtypes_inexact(a)
     b_arr = a_arr
   dims = _reduction_dims(a_arr.ndim, axis)
   real = jnp.real(a_arr) if dtypes.is_complex(a_arr.dtype) else a_arr
-  amax = jnp.max(masked(real, where, -np.inf), axis=dims, keepdims=keepdims, initial=-np.inf)
-  amax = lax.stop_gradient(jnp.where(jnp.isfinite(amax), amax, _full_like(amax, 0)))
+  amax = jnp.max(real, axis=dims, keepdims=keepdims, where=where, initial=-np.inf)
+  amax = lax.stop_gradient(lax.select(jnp.isfinite(amax), amax, _zeros_like(amax)))
   amax_with_dims = amax if keepdims else lax.expand_dims(amax, dims)
-  exp_a = jnp.exp(a_arr - amax_with_dims.astype(a_arr.dtype))
+  # NB: lax's sub and mul broadcast the size-1 dimensions of the maximum and of b.
+  exp_a = lax.exp(lax.sub(a_arr, amax_with_dims.astype(a_arr.dtype)))
   if b is not None:
-    exp_a = exp_a * b_arr
-  sumexp = jnp.sum(masked(exp_a, where, 0), axis=dims, keepdims=keepdims)
-  sign = jnp.sign(sumexp)
+    exp_a = lax.mul(exp_a, b_arr)
+  sumexp = jnp.sum(exp_a, axis=dims, keepdims=keepdims, where=where)
+  sign = lax.sign(sumexp)
   if return_sign or not dtypes.is_complex(a_arr.dtype):
     sumexp = jnp.abs(sumexp)
-  out = jnp.log(sumexp) + amax.astype(sumexp.dtype)
+  out = lax.add(lax.log(sumexp), amax.astype(sumexp.dtype))
   if return_sign:
     return out, sign
   if b is not None and not dtypes.is_complex(out.dtype):
     out = jnp.where(sign < 0, jnp.array(np.nan, dtype=out.dtype), out)
   return out
+
+
+def _promote_ranks(*args):
+  """`args` of different ranks with leading size-1 dimensions added up to the highest rank
+  (NumPy's rank promotion, the sizes are left to lax's broadcasting); the logsumexp helper."""
+  ranks = {jnp.ndim(x) for x in args}
+  if len(ranks - {0}) < 2:
+    return args
+  rank = max(ranks)
+  return tuple(lax.expand_dims(x, tuple(range(rank - jnp.ndim(x)))) if jnp.ndim(x) < rank
+               else x for x in args)
+
+
+def _zeros_like(x):
+  """Zeros of x's shape and dtype, weakly typed when x is: a constant for rank-0 `x` (as
+  JAX's `lax.full_like` gives), else `_full_like`; the logsumexp helper."""
+  if jnp.ndim(x):
+    return _full_like(x, 0)
+  zero = np.zeros((), x.dtype)[()]
+  return lax.convert_element_type(zero, x.dtype, weak_type=True) if x.weak_type else zero
