@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from stagecraft.numpy.ufuncs import isnan, multiply, subtract
 from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, const, dtype_of,
                                    promote_dtypes_inexact, real_dtype, reduction_axes, shape_of,
                                    to_inexact_dtype)
+from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
 __all__ = ["sum", "prod", "max", "min", "amax", "amin", "all", "any", "mean", "var", "std",
@@ -32,8 +34,9 @@ def masked(x, where, fill):
 
 
 def _keepdims(x, axes, in_shape):
-  shape = tuple(1 if i in axes else d for i, d in enumerate(in_shape))
-  return reshape(x, shape)
+  """`x`, reduced over `axes` of `in_shape`, with those axes back as size 1 (a
+  `broadcast_in_dim`, as JAX's `lax.expand_dims`)."""
+  return lax.expand_dims(x, axes)
 
 
 def _no_out_immutable(name, out):
@@ -325,10 +328,30 @@ def _correction(ddof, correction):
   return correction
 
 
+def _static_axis(axis):
+  """`axis` as a hashable static argument: None, an int, or a tuple of ints (as JAX's
+  `_ensure_optional_axes`).
+
+  Raises:
+    TypeError: for a traced or non-integer axis."""
+  if axis is None:
+    return None
+  if isinstance(axis, core.Tracer):
+    raise core.ConcretizationTypeError(
+        f"The axis argument must be known statically; got the traced value {axis!r}.")
+  try:
+    return operator.index(axis)
+  except TypeError:
+    return tuple(operator.index(i) for i in axis)
+
+
 def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
         keepdims: bool = False, *, where: ArrayLike | None = None,
         mean: ArrayLike | None = None, correction: int | float | None = None):
   """Variance over `axis`: sum(|x - mean(x)|**2) / (n - ddof).
+
+  As JAX's numpy, the computation is a jitted function, `_var` (static `axis`, `dtype` and
+  `keepdims`; the correction enters as a value, a Python number weakly typed).
 
   Args:
     a: array `T[*s]`. axis, keepdims: as `sum`.
@@ -340,44 +363,77 @@ def var(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddo
       `mean(a, axis, keepdims=True)`).
 
   Returns:
-    Array of the reduced shape; where `n - ddof <= 0`, the sum divided by 0 (inf, or NaN
-    for 0/0), as NumPy (JAX's numpy gives NaN).
+    Array of the reduced shape; NaN where `n - ddof <= 0` (as JAX's numpy; NumPy gives inf
+    there unless the sum is 0).
 
   Raises:
     ValueError: both `ddof` and `correction` given; a real `dtype` for complex `a`; and as
       `sum`.
+    NotImplementedError: for `out`.
   """
-  _no_out("var", out)
   correction = _correction(ddof, correction)
-  a = asarray(a)
+  ufuncs.check_arraylike("var", a)
+  return _var(asarray(a), axis=_static_axis(axis), dtype=dtype, out=out, correction=correction,
+              keepdims=keepdims, where=where, a_mean=mean)
+
+
+@jit(static_argnames=("axis", "dtype", "keepdims"))
+def _var(a, *, axis=None, dtype=None, out=None, correction=0, keepdims=False, where=None,
+         a_mean=None):
+  """The body of `var` (jitted under this name, as JAX's): the mean with the reduced axes
+  kept, the squared deviations (|z|**2 for complex), their sum divided by the count minus
+  `correction`, NaN where that normalizer is not positive (a select, so the derivative is
+  0 there)."""
+  _no_out("var", out)
   where = check_where("var", where)
   in_shape = shape_of(a)
   axes = reduction_axes(axis, len(in_shape), "var")
   ct, dt = _var_dtypes(dtype_of(a), dtype)
-  a = lax.convert_element_type(a, ct) if dtype_of(a) != ct else a
-  m = (_mean(a, axes, dtype=ct, keepdims=True, where=where) if mean is None else
-       lax.convert_element_type(asarray(mean), ct))
-  sq = _squared_deviation(subtract(a, m))
-  rt = dtype_of(sq)
-  n = lax.sub(_count_where(in_shape, axes, keepdims, where, rt),
-              np.asarray(correction, rt)[()])
-  # NB: n <= 0 divides by 0 (inf, or NaN for 0/0), as NumPy does; JAX's numpy gives NaN
-  # there (tests/test_numpy.py pins NumPy's values).
-  positive = lax.gt(n, np.zeros((), rt)[()])
-  n = lax.max(n, np.zeros((), rt)[()])
-  r = lax.div(sum(sq, axis=axes, dtype=rt, keepdims=keepdims, where=where), n)
-  # Where n - ddof <= 0 the value is a constant (JAX's NaN; NumPy's here), so its derivative
-  # is 0, as JAX's `where(normalizer > 0, result, nan)` gives.
-  r = ufuncs.where(positive, r, lax.stop_gradient(r))
-  return lax.convert_element_type(r, dt) if rt != dt else r
+  a = lax.convert_element_type(a, ct)
+  if a_mean is None:
+    a_mean = _mean(a, axes, dtype=ct, keepdims=True, where=where)
+  else:
+    a_mean = lax.convert_element_type(asarray(a_mean), ct)
+  centered = lax.sub(a, a_mean)   # NB: lax broadcasts the kept size-1 axes
+  if dtypes.is_complex(ct):
+    centered = lax.real(lax.mul(centered, lax.conj(centered)))
+    ct = dtype_of(centered)   # the sums and the normalizer are real
+  else:
+    centered = lax.square(centered)
+  normalizer = _count_where(in_shape, axes, keepdims, where, ct)
+  normalizer = lax.sub(normalizer, lax.convert_element_type(correction, ct))
+  result = sum(centered, axis=axes, dtype=ct, keepdims=keepdims, where=where)
+  result = lax.convert_element_type(lax.div(result, normalizer), dt)
+  return ufuncs.where(ufuncs.greater(normalizer, 0), result, np.nan)
 
 
 def std(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
         keepdims: bool = False, *, where: ArrayLike | None = None,
         mean: ArrayLike | None = None, correction: int | float | None = None):
-  """Standard deviation: sqrt(var(...)); see `var` for the arguments."""
-  return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
-                      correction=correction))
+  """Standard deviation: sqrt(var(...)); see `var` for the arguments. Jitted as JAX's:
+  `_std` around `_var`.
+
+  Raises:
+    ValueError: as `var`, and for a `dtype` that is not inexact.
+  """
+  correction = _correction(ddof, correction)
+  ufuncs.check_arraylike("std", a)
+  return _std(asarray(a), axis=_static_axis(axis), dtype=dtype, out=out,
+              correction=correction, keepdims=keepdims, where=where, mean=mean)
+
+
+@jit(static_argnames=("axis", "dtype", "keepdims"))
+def _std(a, *, axis=None, dtype=None, out=None, correction=0, keepdims=False, where=None,
+         mean=None):
+  """The body of `std` (jitted under this name, as JAX's): `sqrt(var(...))`."""
+  where = check_where("std", where)
+  if dtype is not None:
+    dtype = dtypes.canonicalize_dtype(dtype)
+    if not dtypes.is_inexact(dtype):
+      raise ValueError(f"dtype argument to jnp.std must be inexact; got {dtype}")
+  _no_out("std", out)
+  return lax.sqrt(var(a, axis=axis, dtype=dtype, correction=correction, keepdims=keepdims,
+                      where=where, mean=mean))
 
 
 def _arg_reduction(name, lax_fn):
@@ -423,31 +479,32 @@ def count_nonzero(a: ArrayLike, axis: Any = None, keepdims: bool = False):
 
 def _cumulative(name: str, lax_fn, a, axis, dtype, fill_nan=False, fill_value=0,
                 promote_integers=False):
+  """The body of the cumulative reductions (as JAX's numpy's): the array flattened for
+  `axis=None` (or a 0-d array), NaNs replaced by `fill_value` (`fill_nan`), converted to
+  the accumulation dtype, accumulated along `axis` by `lax_fn`, converted to the result
+  dtype. Results are strongly typed."""
+  ufuncs.check_arraylike(name, a)
   a = asarray(a)
   if axis is None or shape_of(a) == ():
     a = ravel(a)
     axis = 0
   axis = canonicalize_axis(axis, len(shape_of(a)), name)
-  if fill_nan and dtypes.is_inexact(dtype_of(a)):
-    a = ufuncs.where(isnan(a), const(a, fill_value), a)
   dt = dtype_of(a)
+  if fill_nan:
+    a = ufuncs.where(lax.ne(a, a), np.asarray(fill_value, dt)[()], a)
   if dtype is None:
-    if promote_integers or dt == dtypes.bool_:
-      res = _promote_integer(dt)
-    else:
-      res = dt
+    res = _promote_integer(dt) if promote_integers or dt == dtypes.bool_ else dt
     calc = res
   elif dtypes.canonicalize_dtype(dtype) == dtypes.bool_:
+    # lax accumulates numbers only: count the nonzero entries, then test the count.
     res = dtypes.bool_
     if dt != res:
       a = lax.ne(a, const(a, 0))
-    calc = dtypes.default_int_dtype()
+    calc = _promote_integer(res)
   else:
     res = calc = dtypes.canonicalize_dtype(dtype)
-  a = lax.convert_element_type(a, calc) if dtype_of(a) != calc else a
-  out = lax_fn(a, axis=axis) if shape_of(a)[axis] else a
-  # NB: results are strongly typed, as in JAX's numpy.
-  return lax.convert_element_type(out, res) if (dtype_of(out) != res or out.weak_type) else out
+  a = lax.convert_element_type(a, calc)
+  return lax.convert_element_type(lax_fn(a, axis=axis), res)
 
 
 def _promote_integer(dt):
@@ -461,8 +518,11 @@ def _promote_integer(dt):
   return dt
 
 
+@jit(static_argnames=("axis", "dtype"))
 def cumsum(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None = None):
   """Cumulative sum along `axis` (of the flattened array when None).
+
+  Jitted with `axis` and `dtype` static, as JAX's (`jit[name=cumsum]` in a traced program).
 
   Args:
     a: array `T[*s]`.
@@ -475,25 +535,30 @@ def cumsum(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None =
 
   Raises:
     ValueError: for an out-of-range axis.
+    NotImplementedError: for `out`.
   """
   _no_out("cumsum", out)
   return _cumulative("cumsum", lax.cumsum, a, axis, dtype)
 
 
+@jit(static_argnames=("axis", "dtype"))
 def cumprod(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None = None):
-  """Cumulative product along `axis`; see `cumsum` for the arguments."""
+  """Cumulative product along `axis`; see `cumsum` for the arguments (jitted the same
+  way)."""
   _no_out("cumprod", out)
   return _cumulative("cumprod", lax.cumprod, a, axis, dtype)
 
 
+@jit(static_argnames=("axis", "dtype"))
 def nancumsum(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None = None):
-  """`cumsum` with NaN counted as 0."""
+  """`cumsum` with NaN counted as 0 (jitted as `cumsum`)."""
   _no_out("nancumsum", out)
   return _cumulative("nancumsum", lax.cumsum, a, axis, dtype, fill_nan=True, fill_value=0)
 
 
+@jit(static_argnames=("axis", "dtype"))
 def nancumprod(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: None = None):
-  """`cumprod` with NaN counted as 1."""
+  """`cumprod` with NaN counted as 1 (jitted as `cumprod`)."""
   _no_out("nancumprod", out)
   return _cumulative("nancumprod", lax.cumprod, a, axis, dtype, fill_nan=True, fill_value=1)
 
@@ -501,7 +566,14 @@ def nancumprod(a: ArrayLike, axis: int | None = None, dtype: Any = None, out: No
 cumproduct = cumprod
 
 
-def _cumulative_api(name, lax_fn, identity):
+@jit(static_argnames=("axis", "dtype"))
+def _cumsum_with_promotion(a, axis=None, dtype=None, out=None):
+  """`cumsum` with narrow integers and bools accumulated in the default (unsigned)
+  integer: the body of `cumulative_sum` (jitted under this name, as JAX's)."""
+  return _cumulative("cumulative_sum", lax.cumsum, a, axis, dtype, promote_integers=True)
+
+
+def _cumulative_api(name, identity):
   def fn(x: ArrayLike, /, *, axis: int | None = None, dtype: Any = None,
          include_initial: bool = False):
     x = asarray(x)
@@ -515,21 +587,32 @@ def _cumulative_api(name, lax_fn, identity):
                          f"one-dimensional arrays.")
       axis = 0
     axis = canonicalize_axis(axis, len(shape_of(x)), name)
-    r = _cumulative(name, lax_fn, x, axis, dtype, promote_integers=True)
+    if dtype is not None:
+      dtype = dtypes.canonicalize_dtype(dtype)
+    if identity == 0:
+      r = _cumsum_with_promotion(x, axis=axis, dtype=dtype)
+    else:   # NB: as JAX 0.10.2's: not jitted, and narrow integers are not promoted
+      r = _cumulative(name, lax.cumprod, x, axis, dtype)
     if include_initial:
       shape = tuple(1 if i == axis else d for i, d in enumerate(shape_of(r)))
-      r = lax.concatenate([full(shape, identity, dtype_of(r)), r], axis)
+      r = lax.concatenate([lax.full(shape, identity, dtype_of(r)), r], axis)
     return r
   fn.__name__ = fn.__qualname__ = name
-  fn.__doc__ = (f"The Array API's {name}: like `cum{name.split('_')[1][:-3]}`, with narrow "
-                f"integers promoted as `sum` does, `axis` required for N-D input, and "
-                f"`include_initial` prepending the identity ({identity}).\n\nRaises:\n"
-                f"  ValueError: for 0-d input, or N-D input without `axis`.")
+  kind = "sum" if identity == 0 else "prod"
+  fn.__doc__ = (f"The Array API's {name}: like `cum{kind}`, with `axis` required for N-D "
+                f"input and `include_initial` prepending the identity ({identity})"
+                + (", narrow integers promoted as `sum` does (`_cumsum_with_promotion`, "
+                   "jitted)" if identity == 0 else ", narrow integers kept (as JAX's)")
+                + ".\n\nArgs:\n  x: array `T[*s]` (at least 1-D).\n  axis: the axis "
+                  "(optional for 1-D x).\n  dtype: result dtype.\n  include_initial: "
+                  "prepend the identity along `axis`.\n\nReturns:\n  Array of shape `s` "
+                  "(one longer along `axis` with `include_initial`).\n\nRaises:\n"
+                  "  ValueError: for 0-d input, or N-D input without `axis`.")
   return fn
 
 
-cumulative_sum = _cumulative_api("cumulative_sum", lax.cumsum, 0)
-cumulative_prod = _cumulative_api("cumulative_prod", lax.cumprod, 1)
+cumulative_sum = _cumulative_api("cumulative_sum", 0)
+cumulative_prod = _cumulative_api("cumulative_prod", 1)
 
 
 def _no_out(name, out):

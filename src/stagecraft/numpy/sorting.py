@@ -4,19 +4,24 @@ sort_complex, msort. Built on `lax.sort` (XLA's comparator sort, variadic) and
 sort by (real, imag), and indices are int32 (int64 with x64)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
+
+import numpy as np
 
 from stagecraft import dtypes, lax
 from stagecraft.numpy.indexing import take_axis
 from stagecraft.numpy.manipulation import ravel, swapaxes
+from stagecraft.numpy.ufuncs import check_arraylike
 from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, const, dtype_of, ndim_of,
                                    promote_dtypes, shape_of)
+from stagecraft.pjit import jit
 
 __all__ = ["sort", "argsort", "lexsort", "partition", "argpartition", "searchsorted",
            "sort_complex"]
 
 
 def _sort_axis(a, axis, name):
+  check_arraylike(name, a)
   a = as_array(a)
   if axis is None:
     return ravel(a), 0
@@ -26,9 +31,21 @@ def _sort_axis(a, axis, name):
   return a, canonicalize_axis(axis, ndim_of(a), name)
 
 
+def _no_kind_order(name, kind, order):
+  if kind is not None:
+    raise TypeError(f"'kind' argument to {name} is not supported. Use stable=True or "
+                    f"stable=False to specify sort stability.")
+  if order is not None:
+    raise TypeError(f"'order' argument to {name} is not supported.")
+
+
+@jit(static_argnames=("axis", "kind", "order", "stable", "descending"))
 def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None,
          stable: bool = True, descending: bool = False):
   """A sorted copy of `a` along `axis` (the flattened array when None).
+
+  Jitted with every argument but `a` static, as JAX's (`jit[name=sort]` in a traced
+  program).
 
   Args:
     a: array `T[*s]`.
@@ -41,40 +58,50 @@ def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None 
 
   Raises:
     ValueError: for an out-of-range axis.
-    NotImplementedError: for `order` (structured dtypes do not exist here).
+    TypeError: for `kind` or `order` (use `stable`; structured dtypes do not exist here),
+      or a list or tuple `a`.
 
   Examples:
     >>> from stagecraft import numpy as jnp
     >>> jnp.sort(jnp.array([3, 1, 2]))
     Array([1, 2, 3], dtype=int32)
   """
-  if order is not None:
-    raise NotImplementedError("The 'order' argument to jnp.sort is not supported.")
+  _no_kind_order("sort", kind, order)
   a, axis = _sort_axis(a, axis, "sort")
   out = lax.sort(a, dimension=axis, is_stable=stable)
   return lax.rev(out, (axis,)) if descending else out
 
 
+@jit(static_argnames=("axis", "kind", "order", "stable", "descending", "dtype"))
 def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None,
-            stable: bool = True, descending: bool = False):
+            stable: bool = True, descending: bool = False, dtype: Any = None):
   """The indices that sort `a` along `axis` (the flattened array when None).
+
+  Jitted with every argument but `a` static, as JAX's (`jit[name=argsort]`).
 
   Args:
     a: array `T[*s]`.
     axis: the axis, or None.
     stable: equal elements keep their original order (also when `descending`).
     descending: largest first.
+    dtype: the integer dtype of the indices (default: int32, int64 with x64).
 
   Returns:
-    `int32[*s]` (int64 with x64) indices along `axis`.
+    `int[*s]` indices along `axis` (`int[prod(s)]` for `axis=None`).
 
   Raises:
     ValueError: for an out-of-range axis.
+    TypeError: for `kind` or `order`, or a list or tuple `a`.
   """
-  if order is not None:
-    raise NotImplementedError("The 'order' argument to jnp.argsort is not supported.")
+  _no_kind_order("argsort", kind, order)
   a, axis = _sort_axis(a, axis, "argsort")
-  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), shape_of(a), axis)
+  if dtype is not None:
+    idx_dtype = dtypes.canonicalize_dtype(dtype)
+  elif shape_of(a)[axis] > np.iinfo(np.int32).max:
+    idx_dtype = dtypes.canonicalize_dtype(np.int64)
+  else:
+    idx_dtype = dtypes.default_int_dtype()
+  iota = lax.broadcasted_iota(idx_dtype, shape_of(a), axis)
   if descending and stable:
     # Reverse first so that equal keys keep their order once the result is reversed.
     a, iota = lax.rev(a, (axis,)), lax.rev(iota, (axis,))

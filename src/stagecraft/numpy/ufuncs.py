@@ -23,6 +23,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broad
                                    const, convert_dtype, dtype_of, ndim_of, promote_dtypes,
                                    promote_dtypes_inexact, promote_dtypes_numeric, real_dtype,
                                    shape_of, to_bool)
+from stagecraft.pjit import jit
 from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
 
@@ -61,14 +62,23 @@ def _rank_promotion(name: str, shapes) -> None:
                 f"rank_promotion_warning.html.", stacklevel=4)
 
 
-def _promote_shapes(*args, name: str = ""):
+def _promote_shapes(*args, name: str = "", lax_broadcasts: bool = False):
+  """NumPy broadcasting of `args`. Rank-0 operands pass as they are (lax takes them). With
+  `lax_broadcasts` (for a lax function of one elementwise primitive, as JAX 0.10's numpy):
+  operands of equal rank pass too (lax broadcasts their size-1 dimensions) and lower-rank
+  ones get leading size-1 dimensions; otherwise every operand of rank > 0 is broadcast to
+  the full common shape. Different ranks follow config numpy_rank_promotion."""
   shapes = [shape_of(a) for a in args]
   nonscalar = [s for s in shapes if s != ()]
-  if len(set(nonscalar)) <= 1:
-    return list(args)       # equal shapes, or rank-0 operands: lax broadcasts those
-  if config.numpy_rank_promotion != "allow" and len({len(s) for s in nonscalar}) > 1:
+  ranks = {len(s) for s in nonscalar}
+  if len(set(nonscalar)) <= 1 or (lax_broadcasts and len(ranks) <= 1):
+    return list(args)
+  if config.numpy_rank_promotion != "allow" and len(ranks) > 1:
     _rank_promotion(name, shapes)
   shape = broadcast_shapes(*shapes)
+  if lax_broadcasts:
+    return [a if len(s) == len(shape) else lax.broadcast_to_rank(as_array(a), len(shape))
+            for a, s in zip(args, shapes)]
   return [a if s == () else broadcast_to_shape(a, shape) for a, s in zip(args, shapes)]
 
 
@@ -93,7 +103,12 @@ def _scalar_fits(t: type, dtype) -> bool:
   return False
 
 
-def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool_fn=None):
+def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool_fn=None,
+                  lax_broadcasts: bool | None = None):
+  # NB: `lax_broadcasts`: whether `lax_fn` broadcasts size-1 dimensions itself (default: it
+  # binds one elementwise primitive), so operands are only rank-promoted, as in JAX's numpy.
+  if lax_broadcasts is None:
+    lax_broadcasts = hasattr(lax_fn, "primitive")
   # NB: the primitive `lax_fn` binds, when it binds one with the generic eager impl:
   # `x + y` on Arrays of one aval then runs its compiled program directly (dispatch).
   prim = getattr(lax_fn, "primitive", None)
@@ -133,7 +148,7 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
         y = convert_dtype(y, dt, True)
       return (bool_fn or lax_fn)(x, y) if dt == dtypes.bool_ else lax_fn(x, y)
     x, y = promote(x, y)
-    x, y = _promote_shapes(x, y, name=name)
+    x, y = _promote_shapes(x, y, name=name, lax_broadcasts=lax_broadcasts)
     if bool_fn is not None and dtype_of(x) == dtypes.bool_:
       return bool_fn(x, y)
     return lax_fn(x, y)
@@ -256,7 +271,7 @@ add = _binary_ufunc("add", lax.add, doc="x + y (logical or for bool)", bool_fn=l
 subtract = _binary_ufunc("subtract", lax.sub, doc="x - y")
 multiply = _binary_ufunc("multiply", lax.mul, doc="x * y (logical and for bool)",
                          bool_fn=lax.bitwise_and)
-divide = _binary_ufunc("divide", _true_divide, promote_dtypes_inexact,
+divide = _binary_ufunc("divide", _true_divide, promote_dtypes_inexact, lax_broadcasts=True,
                        doc="x / y (true division: integers give floats)")
 true_divide = divide
 floor_divide = _binary_ufunc("floor_divide", _floor_divide, promote_dtypes_numeric,
@@ -528,10 +543,10 @@ def _ordered(lax_fn):
   return fn
 
 
-less = _binary_ufunc("less", _ordered(lax.lt), doc="x < y")
-less_equal = _binary_ufunc("less_equal", _ordered(lax.le), doc="x <= y")
-greater = _binary_ufunc("greater", _ordered(lax.gt), doc="x > y")
-greater_equal = _binary_ufunc("greater_equal", _ordered(lax.ge), doc="x >= y")
+less = _binary_ufunc("less", _ordered(lax.lt), doc="x < y", lax_broadcasts=True)
+less_equal = _binary_ufunc("less_equal", _ordered(lax.le), doc="x <= y", lax_broadcasts=True)
+greater = _binary_ufunc("greater", _ordered(lax.gt), doc="x > y", lax_broadcasts=True)
+greater_equal = _binary_ufunc("greater_equal", _ordered(lax.ge), doc="x >= y", lax_broadcasts=True)
 
 
 def _logical(lax_fn):
@@ -543,9 +558,12 @@ def _logical(lax_fn):
   return fn
 
 
-logical_and = _binary_ufunc("logical_and", _logical(lax.bitwise_and), doc="x and y")
-logical_or = _binary_ufunc("logical_or", _logical(lax.bitwise_or), doc="x or y")
-logical_xor = _binary_ufunc("logical_xor", _logical(lax.bitwise_xor), doc="x xor y")
+logical_and = _binary_ufunc("logical_and", _logical(lax.bitwise_and), lax_broadcasts=True,
+                             doc="x and y")
+logical_or = _binary_ufunc("logical_or", _logical(lax.bitwise_or), lax_broadcasts=True,
+                             doc="x or y")
+logical_xor = _binary_ufunc("logical_xor", _logical(lax.bitwise_xor), lax_broadcasts=True,
+                             doc="x xor y")
 
 
 def logical_not(x: ArrayLike, /) -> Array:
@@ -614,10 +632,10 @@ def array_equiv(a1: ArrayLike, a2: ArrayLike) -> Array:
   error, if they do not broadcast)."""
   a1, a2 = as_array(a1), as_array(a2)
   try:
-    eq = equal(a1, a2)
+    broadcast_shapes(shape_of(a1), shape_of(a2))
   except ValueError:
     return array(False)
-  return lax.reduce_and(ravel(eq), (0,))
+  return lax.reduce_and(ravel(equal(a1, a2)), (0,))
 
 
 # ---------------------------------------------------------------------------
@@ -1278,50 +1296,96 @@ def iscomplex(x: ArrayLike, /) -> Array:
 # Selection
 
 
+def check_arraylike(name: str, *args) -> None:
+  """Raises JAX's TypeError for an argument that is not an array or a scalar (lists and
+  tuples included, as JAX's numpy refuses them; None is skipped). A helper of the library,
+  not in `stagecraft.numpy`.
+
+  Raises:
+    TypeError: `{name} requires ndarray or scalar arguments, got {type} at position {i}.`
+  """
+  for i, x in enumerate(args):
+    if x is None or isinstance(x, (Array, Tracer, np.ndarray, np.generic, core.WeakScalarValue)):
+      continue
+    if dtypes.is_python_scalar(x) or (hasattr(x, "shape") and hasattr(x, "dtype")):
+      continue
+    raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at "
+                    f"position {i}.")
+
+
 def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Array:
   """`x` where `condition` else `y`, with broadcasting and promotion.
 
   The three-argument form; `stagecraft.numpy.where` dispatches the one-argument form
-  (`nonzero`, with `size=`) to `stagecraft.numpy.indexing.where`.
+  (`nonzero`, with `size=`) to `stagecraft.numpy.indexing.where`. As in JAX's numpy, the
+  selection is a jitted function, `_where` (a `jit[name=_where]` equation in a traced
+  program; one compiled call when eager, so scalar operands are not materialized at the
+  full shape outside it); Python scalars enter it as weakly typed values.
 
   Args:
-    condition: bool-like array.
-    x, y: array-likes.
+    condition: bool-like array `[*c]` (nonzero counts as True).
+    x, y: array-likes `[*a]`, `[*b]`.
+
+  Returns:
+    Array of the broadcast shape of `c`, `a`, `b` and the promoted dtype of x and y.
 
   Raises:
     ValueError: if only one of x and y is given, or shapes do not broadcast.
   """
   if x is None or y is None:
     raise ValueError("where: either both or neither of x and y must be given.")
-  condition = to_bool(asarray_or_scalar(condition) if not isinstance(condition, bool)
-                       else array(condition))
+  return _where(*(asarray_or_scalar(v) for v in (condition, x, y)))
+
+
+@jit
+def _where(condition, x, y):
+  """The selection of `where` (jitted, named `_where` as JAX's): `condition != 0` unless
+  bool, x and y promoted to their common dtype, the three broadcast to one shape (a rank-0
+  condition is not: `select_n` takes it as it is), then `lax.select`; an empty result is
+  the broadcast `x`."""
+  condition, x, y = (as_array(v) for v in (condition, x, y))
+  condition = to_bool(condition)
   x, y = promote_dtypes(x, y)
-  shape = broadcast_shapes(shape_of(condition), shape_of(x), shape_of(y))
-  condition, x, y = (broadcast_to_shape(v, shape) if shape_of(v) != () or shape == () else v
-                     for v in (condition, x, y))
-  if dtypes.is_python_scalar(x):
-    x = array(x)
-  return lax.select(condition, *(broadcast_to_shape(v, shape) for v in (x, y)))
+  if ndim_of(condition) == 0:
+    shape = broadcast_shapes(shape_of(x), shape_of(y))
+  else:
+    shape = broadcast_shapes(shape_of(condition), shape_of(x), shape_of(y))
+    condition = broadcast_to_shape(condition, shape)
+  x, y = broadcast_to_shape(x, shape), broadcast_to_shape(y, shape)
+  if 0 in shape:
+    return x
+  return lax.select(condition, x, y)
 
 
-def clip(a: ArrayLike, a_min: ArrayLike = None, a_max: ArrayLike = None, *, min=None,
-         max=None) -> Array:
-  """Limits values to [a_min, a_max] (either may be None). `min`/`max` are the NumPy 2
-  spellings.
+@jit
+def clip(arr: ArrayLike | None = None, /, min: ArrayLike | None = None,
+         max: ArrayLike | None = None) -> Array:
+  """Limits values to [min, max] (either may be None): `minimum(max, maximum(min, arr))`,
+  so where `min > max` the result is `max`. Jitted, as JAX's (`jit[name=clip]`); Python
+  scalar bounds enter as weakly typed values.
+
+  Args:
+    arr: real array `T[*s]`.
+    min, max: real array-likes broadcastable with `arr` (or None: no bound).
+
+  Returns:
+    Array of the broadcast shape and the promoted dtype.
 
   Raises:
-    ValueError: if `a`, `a_min` or `a_max` is complex (no order; JAX's message).
+    ValueError: if `arr` is None, or `arr`, `min` or `max` is complex (no order; JAX's
+      message).
   """
-  a_min = a_min if min is None else min
-  a_max = a_max if max is None else max
-  if any(v is not None and dtypes.is_complex(dtype_of(v)) for v in (a, a_min, a_max)):
+  if arr is None:
+    raise ValueError("No input was provided to the clip function.")
+  check_arraylike("clip", arr)
+  if any(v is not None and dtypes.is_complex(dtype_of(v)) for v in (arr, min, max)):
     raise ValueError("Clip received a complex value either through the input or the min/max "
                      "keywords. Complex values have no ordering and cannot be clipped. Please "
                      "convert to a real value or array by taking the real or imaginary "
                      "components via stagecraft.numpy.real/imag respectively.")
-  out = asarray_or_scalar(a)
-  if a_min is not None:
-    out = maximum(out, a_min)
-  if a_max is not None:
-    out = minimum(out, a_max)
-  return out if not isinstance(out, (int, float)) else array(out)
+  out = as_array(arr)
+  if min is not None:
+    out = maximum(min, out)
+  if max is not None:
+    out = minimum(max, out)
+  return as_array(out)
