@@ -214,7 +214,9 @@ def test_jacobians_are_one_batched_program(n):
   jf = lambda x: jjnp.sin(x) * jjnp.sum(x ** 2)
   for ours_t, ref_t in ((sc.jacfwd, jax.jacfwd), (sc.jacrev, jax.jacrev)):
     eqns = sc.make_jaxpr(ours_t(f))(x).jaxpr.eqns
-    assert len(eqns) < 20 and sum(e.primitive.name == "sin" for e in eqns) == 1
+    # the basis is built in the trace (iota, eq, ...) as JAX's is: JAX stages 25 / 24 here
+    n_ref = len(jax.make_jaxpr(ref_t(jf))(x).jaxpr.eqns)
+    assert len(eqns) <= n_ref and sum(e.primitive.name == "sin" for e in eqns) == 1
     np.testing.assert_allclose(sc.jit(ours_t(f))(x), ref_t(jf)(x), rtol=1e-5, atol=1e-6)
 
 

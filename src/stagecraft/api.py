@@ -470,8 +470,10 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
 
 
 # ---------------------------------------------------------------------------
-# Jacobians. The primal work is done once (linearize / vjp); the linear map is then vmapped
-# over the standard basis (JAX's `_std_basis`): one batched program for all columns.
+# Jacobians, built as JAX builds them: the standard basis is made in the trace (`jnp.eye`:
+# iota, eq, convert), cut into one block per leaf; jacfwd vmaps the JVP over it (the primal
+# computation stays unbatched), jacrev vmaps the VJP's pullback; the batched results are cut
+# back into one block per leaf on the other side.
 
 
 def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check_in: bool):
@@ -499,15 +501,100 @@ def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check
   return partial_fun, dyn, int_argnum
 
 
-def _std_basis(avals: Sequence[ShapedArray]):
-  """The identity of size N (the leaves' total element count) cut along its second axis into
-  one host array per leaf, of shape `(N, *leaf.shape)` in the leaf's dtype; with the leaves'
-  sizes and offsets into N."""
+def _split(x, sizes: Sequence[int], axis: int) -> list:
+  """`x` cut along `axis` into pieces of `sizes` (x itself for a single piece)."""
+  return [x] if len(sizes) == 1 else lax.split(x, sizes, axis)
+
+
+def _downcast(x, aval: ShapedArray, always: bool = False):
+  """`x` converted to the dtype and weak type of `aval` (the real part for a real `aval`):
+  JAX's `_possible_downcast`. `always` binds the conversion even when it changes nothing,
+  as JAX's basis does (its conversion carries a sharding that keeps it in the jaxpr)."""
+  if dtypes.is_complex(x.dtype) and not dtypes.is_complex(aval.dtype):
+    x = lax.real(x)
+  if always:
+    return lax.convert_element_type_p.bind(x, new_dtype=aval.dtype,
+                                           weak_type=bool(aval.weak_type))
+  return lax.convert_element_type(x, aval.dtype, weak_type=aval.weak_type)
+
+
+def _std_basis(leaves: Sequence[Any]):
+  """JAX's `_std_basis`: the identity of size N (the leaves' total element count) in the
+  leaves' common dtype, made in the trace, cut along its second axis into one block per
+  leaf of shape `(N, *leaf.shape)` in the leaf's dtype and weak type; with the leaves'
+  element counts."""
+  avals = [core.get_aval(x) for x in leaves]
   sizes = [int(np.prod(a.shape, dtype=np.int64)) for a in avals]
-  offsets = np.cumsum([0, *sizes])[:-1].tolist()
-  eye = np.eye(sum(sizes))
-  return ([eye[:, o:o + n].reshape(len(eye), *a.shape).astype(a.dtype)
-           for a, o, n in zip(avals, offsets, sizes)], sizes, offsets)
+  n = sum(sizes)
+  eye = jnp.eye(n, dtype=dtypes.result_type(*leaves))
+  return ([_downcast(jnp.reshape(b, (n, *a.shape)), a, always=True)
+           for b, a in zip(_split(eye, sizes, 1), avals)], sizes)
+
+
+def _unravel(x, axis: int, sizes: Sequence[int], shapes, avals):
+  """Cuts `x` along `axis` into `sizes` pieces reshaped to `shapes` and converted to
+  `avals`' dtypes (one Jacobian block per leaf on the basis side; JAX's
+  `_unravel_array_into_pytree`)."""
+  if isinstance(x, np.ndarray) and x.dtype == dtypes.float0:
+    return [np.zeros(shape, x.dtype) for shape in shapes]
+  return [_downcast(jnp.reshape(b, shape), a)
+          for b, shape, a in zip(_split(x, sizes, axis), shapes, avals)]
+
+
+def _jac_tree(out_tree, in_tree, int_argnum, rows):
+  """Output structure outside, input structure (the argument, or a tuple of them) inside."""
+  inner = [tree_util.tree_unflatten(in_tree, per_in) for per_in in rows]
+  if int_argnum:
+    inner = [x[0] for x in inner]
+  return tree_util.tree_unflatten(out_tree, inner)
+
+
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable:
+  """The Jacobian of `fun` by forward mode (one JVP per input element), as JAX's `jacfwd`:
+  the JVP vmapped over the standard basis of the inputs.
+
+  Returns:
+    A function with `fun`'s arguments returning the Jacobian: the output's pytree structure
+    outside, the differentiated argument's (a tuple of them for tuple argnums) inside; each
+    leaf has shape `out.shape + in.shape` and the output's dtype (`(jac, aux)` with
+    has_aux).
+
+  Raises:
+    TypeError: for integer inputs, or complex inputs (or outputs) without holomorphic=True.
+    ValueError: for argnums out of range.
+  """
+  @wraps(fun)
+  @api_boundary
+  def jacfun(*args, **kwargs):
+    partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacfwd",
+                                                holomorphic, True)
+    in_leaves, in_tree = flatten(dyn)
+    in_avals = [core.get_aval(x) for x in in_leaves]
+    basis, sizes = _std_basis(in_leaves)
+    if sum(sizes):
+      pushfwd = lambda *tangents: jvp(partial_fun, dyn, tangents, has_aux=has_aux)
+      res = vmap(pushfwd, out_axes=(None, -1, None) if has_aux else (None, -1))(
+          *tree_util.tree_unflatten(in_tree, basis))
+      y, cols = res[0], flatten(res[1])[0]
+    else:   # NB: vmap needs a non-empty axis; all Jacobian blocks are empty
+      res = partial_fun(*dyn)
+      y = res[0] if has_aux else res
+      cols = [np.zeros((*core.get_aval(o).shape, 0), core.get_aval(o).dtype)
+              for o in flatten(y)[0]]
+    out_leaves, out_tree = flatten(y)
+    out_avals = [core.get_aval(o) for o in out_leaves]
+    if holomorphic:
+      for a in out_avals:
+        if not dtypes.is_complex(a.dtype):
+          raise TypeError(f"jacfwd with holomorphic=True requires outputs with complex "
+                          f"dtype, but got {a.dtype.name}.")
+    rows = [_unravel(c, len(oa.shape), sizes, [(*oa.shape, *ia.shape) for ia in in_avals],
+                     [oa] * len(in_avals))
+            for c, oa in zip(cols, out_avals)]
+    jac = _jac_tree(out_tree, in_tree, int_argnum, rows)
+    return (jac, res[2] if sum(sizes) else res[1]) if has_aux else jac
+  return jacfun
 
 
 def _map_basis(linear_fn, basis_tree, n: int, axis: int, result_avals, batched_shape):
@@ -522,66 +609,14 @@ def _map_basis(linear_fn, basis_tree, n: int, axis: int, result_avals, batched_s
           else x for x, a in zip(flat, result_avals)]
 
 
-def _split_blocks(x, axis: int, sizes, offsets, shapes):
-  """Cuts `x` along `axis` into `sizes` pieces reshaped to `shapes` (one Jacobian block per
-  leaf on the basis side)."""
-  if isinstance(x, np.ndarray) and x.dtype == dtypes.float0:
-    return [np.zeros(shape, x.dtype) for shape in shapes]
-  whole = len(sizes) == 1
-  return [jnp.reshape(x if whole else lax.slice_in_dim(x, o, o + n, axis=axis), shape)
-          for o, n, shape in zip(offsets, sizes, shapes)]
-
-
-def _jac_tree(out_tree, in_tree, int_argnum, rows):
-  """Output structure outside, input structure (the argument, or a tuple of them) inside."""
-  inner = [tree_util.tree_unflatten(in_tree, per_in) for per_in in rows]
-  if int_argnum:
-    inner = [x[0] for x in inner]
-  return tree_util.tree_unflatten(out_tree, inner)
-
-
-def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-           holomorphic: bool = False) -> Callable:
-  """The Jacobian of `fun` by forward mode (one JVP per input element), as JAX's `jacfwd`.
-
-  Returns:
-    A function with `fun`'s arguments returning the Jacobian: the output's pytree structure
-    outside, the differentiated argument's (a tuple of them for tuple argnums) inside; each
-    leaf has shape `out.shape + in.shape` (`(jac, aux)` with has_aux).
-
-  Raises:
-    TypeError: for integer inputs, or complex inputs without holomorphic=True.
-    ValueError: for argnums out of range.
-  """
-  @wraps(fun)
-  @api_boundary
-  def jacfun(*args, **kwargs):
-    partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacfwd",
-                                                holomorphic, True)
-    res = linearize(partial_fun, *dyn, has_aux=has_aux)
-    y, f_jvp = res[0], res[1]
-    in_leaves, in_tree = flatten(dyn)
-    in_avals = [core.get_aval(x) for x in in_leaves]
-    out_leaves, out_tree = flatten(y)
-    out_avals = [core.get_aval(o) for o in out_leaves]
-    basis, sizes, offsets = _std_basis(in_avals)
-    cols = _map_basis(f_jvp, tree_util.tree_unflatten(in_tree, basis), sum(sizes), -1, out_avals,
-                      lambda a: (*a.shape, 0))
-    rows = [_split_blocks(c, len(oa.shape), sizes, offsets,
-                          [(*oa.shape, *ia.shape) for ia in in_avals])
-            for c, oa in zip(cols, out_avals)]
-    jac = _jac_tree(out_tree, in_tree, int_argnum, rows)
-    return (jac, res[2]) if has_aux else jac
-  return jacfun
-
-
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
            holomorphic: bool = False, allow_int: bool = False) -> Callable:
-  """The Jacobian of `fun` by reverse mode (one VJP per output element), as JAX's `jacrev`.
+  """The Jacobian of `fun` by reverse mode (one VJP per output element), as JAX's `jacrev`:
+  the pullback vmapped over the standard basis of the outputs.
 
   Returns:
     As `jacfwd`: output structure outside, input structure inside, leaves of shape
-    `out.shape + in.shape` (`(jac, aux)` with has_aux).
+    `out.shape + in.shape` in the input's dtype (`(jac, aux)` with has_aux).
 
   Raises:
     TypeError: for integer inputs (unless allow_int), complex inputs or outputs without
@@ -609,13 +644,11 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
             f"np.floating), but got {a.dtype.name}. For holomorphic differentiation, pass "
             f"holomorphic=True. For differentiation of non-holomorphic functions involving "
             f"complex outputs, use stagecraft.vjp directly.")
-    basis, sizes, offsets = _std_basis(out_avals)
-    # Cotangent seeds are weakly typed where the outputs are (as grad's seed).
-    basis = [lax.convert_element_type(b, a.dtype, weak_type=True) if a.weak_type else b
-             for b, a in zip(basis, out_avals)]
+    basis, sizes = _std_basis(out_leaves)
     cts = _map_basis(vjp_fn, (tree_util.tree_unflatten(out_tree, basis),), sum(sizes), 0,
                      in_avals, lambda a: (0, *a.shape))
-    per_in = [_split_blocks(c, 0, sizes, offsets, [(*oa.shape, *ia.shape) for oa in out_avals])
+    per_in = [_unravel(c, 0, sizes, [(*oa.shape, *ia.shape) for oa in out_avals],
+                       [ia] * len(out_avals))
               for c, ia in zip(cts, in_avals)]
     jac = _jac_tree(out_tree, in_tree, int_argnum, [list(r) for r in zip(*per_in)] if per_in
                     else [[] for _ in out_avals])

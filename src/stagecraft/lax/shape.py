@@ -1,6 +1,7 @@
 """Shape primitives: `broadcast_in_dim`, `reshape`, `transpose`, `squeeze`, `rev`,
-`concatenate`, `pad`, the static `slice` and `iota`, with the wrappers composed of them
-(`broadcast`, `expand_dims`, `full`, `collapse`, `slice_in_dim`, `broadcasted_iota`, ...).
+`concatenate`, `stack`/`unstack`, `pad`, the static `slice` and `iota`, with the wrappers
+composed of them (`broadcast`, `expand_dims`, `full`, `collapse`, `slice_in_dim`,
+`broadcasted_iota`, ...).
 
 Params have JAX's `lax`'s names and are tuples of Python ints (hashable and static): the
 wrappers normalize what users pass (lists, NumPy ints, negative axes). The values of the
@@ -9,8 +10,8 @@ type (`iota` makes a strongly typed array). Each lowers to the StableHLO op of t
 meaning (`reshape` and `squeeze` both to `stablehlo.reshape`).
 
 Autodiff: all are linear (pad in its operand and padding value jointly) and have JAX's
-transposes: a broadcast sums, a pad slices, a slice pads, a concatenate splits, the others
-invert.
+transposes: a broadcast sums, a pad slices, a slice pads, a concatenate splits, stack and
+unstack are each other's, the others invert.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from stagecraft.lax import elementwise
 from stagecraft.lax.elementwise import convert_element_type, select, sub
 
 __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p",
-           "concatenate_p", "pad_p", "slice_p", "iota_p",
+           "concatenate_p", "stack_p", "unstack_p", "pad_p", "slice_p", "iota_p",
            "broadcast_in_dim", "broadcast", "reshape", "transpose", "squeeze", "expand_dims",
            "rev", "concatenate", "pad", "slice", "slice_in_dim", "index_in_dim", "iota",
            "broadcasted_iota", "full", "collapse", "broadcast_shapes", "broadcast_to_rank",
@@ -643,6 +644,233 @@ def concatenate(operands: Sequence[Any], dimension: int) -> Any:
 
 
 # ---------------------------------------------------------------------------
+# stack(*operands, axis): joins operands of one shape along a new dimension `axis`;
+# unstack(operand, axis): its inverse, one result per index along `axis`. Each is the
+# other's transpose (as in JAX 0.10, whose jnp.stack and jnp.unstack bind them).
+stack_p = Primitive("stack")
+
+
+def _stack_abstract_eval(*operands, axis):
+  if not operands:
+    raise ValueError("stack expects at least one operand, got 0.")
+  if len({o.ndim for o in operands}) != 1:
+    raise ValueError(f"Cannot stack arrays with different numbers of dimensions: got "
+                     f"{', '.join(str(o.shape) for o in operands)}.")
+  if len({o.shape for o in operands}) != 1:
+    raise ValueError(f"All input arrays must have the same shape. Got "
+                     f"{', '.join(str(o.shape) for o in operands)}.")
+  utils.check_same_dtypes("stack", operands)
+  ndim = operands[0].ndim
+  if type(axis) is not int or not 0 <= axis <= ndim:
+    raise ValueError(f"stack axis must be an int in [0, {ndim}] for operands "
+                     f"{operands[0].str_short()}, got {axis!r}.")
+  shape = list(operands[0].shape)
+  shape.insert(axis, len(operands))
+  return ShapedArray(tuple(shape), operands[0].dtype, all(o.weak_type for o in operands))
+
+
+def _stack_lowering(ctx, *xs, axis):
+  """Each operand gets a size-1 dimension at `axis` (broadcast_in_dim), then one
+  concatenate: the ops JAX emits."""
+  dims = [i for i in range(ctx.avals_in[0].ndim + 1) if i != axis]
+  expanded, expanded_avals = [], []
+  for x, aval in zip(xs, ctx.avals_in):
+    e_aval = ShapedArray(aval.shape[:axis] + (1,) + aval.shape[axis:], aval.dtype)
+    expanded += ctx.op("stablehlo.broadcast_in_dim", [x], result_avals=[e_aval],
+                       operand_avals=[aval], attrs=f"broadcast_dimensions = {i64_array(dims)}")
+    expanded_avals.append(e_aval)
+  return ctx.op("stablehlo.concatenate", expanded, operand_avals=expanded_avals,
+                attrs=f"dimension = {axis} : i64")
+
+
+def _stack_transpose(ct, *operands, axis):
+  """The cotangent's slices along `axis`, one per operand (an `unstack`)."""
+  return unstack_p.bind(ct, axis=axis)
+
+
+def _stack_batch_rule(args, dims, *, axis):
+  """Operands batched alike stack around their batch dimension; otherwise every batch
+  dimension moves to the front (unbatched operands broadcast), as JAX's rule does."""
+  bdim = dims[0]
+  if bdim is not batching.not_mapped and all(d == bdim for d in dims):
+    if axis <= bdim:
+      return stack_p.bind(*args, axis=axis), bdim + 1
+    return stack_p.bind(*args, axis=axis + 1), bdim
+  size = next(_shape_of(x)[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
+  operands = [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)]
+  return stack_p.bind(*operands, axis=axis + 1), 0
+
+
+def _context_sharding(a: ShapedArray) -> sharding.NamedSharding:
+  """JAX's `aval.sharding`: the aval's when split, else unsplit over the abstract mesh in
+  context (as in lax/sharding_rules.py)."""
+  if a._sharding is not None:
+    return a._sharding
+  m = sharding.get_abstract_mesh()
+  return sharding.unsharded(a.ndim) if m.empty else sharding.NamedSharding(
+      m, sharding.PartitionSpec(*[None] * a.ndim))
+
+
+def _type_sharding(mesh, spec) -> sharding.NamedSharding | None:
+  """The sharding of a result type with entries `spec` (None when nothing is split)."""
+  if mesh is None or all(e is None for e in spec):
+    return None
+  return sharding.NamedSharding(mesh, sharding.PartitionSpec(*spec))
+
+
+def _stack_sharding_rule(*operands, axis):
+  """JAX's rule: the operands typed over a mesh must agree; the new dimension is unsplit."""
+  typed = [o for o in operands
+           if o._sharding is not None or not sharding.get_abstract_mesh().empty]
+  if any(sharding.spec_entries(o._sharding, o.ndim) !=
+         sharding.spec_entries(typed[0]._sharding, typed[0].ndim) for o in typed[1:]):
+    raise sharding.ShardingTypeError(
+        f"All operands should have the same sharding. Got shardings "
+        f"{', '.join(str(_context_sharding(o)) for o in operands)}")
+  s = typed[0]._sharding
+  spec = list(sharding.spec_entries(s, typed[0].ndim))
+  spec.insert(axis, None)
+  return _type_sharding(None if s is None else s.mesh, spec)
+
+
+stack_p.def_abstract_eval(_stack_abstract_eval)
+lowering.register_lowering(stack_p, _stack_lowering)
+ad.deflinear(stack_p, _stack_transpose)
+batching.primitive_batchers[stack_p] = _stack_batch_rule
+core.sharding_rules[stack_p] = _stack_sharding_rule
+# DCE: the default rule (pure).
+
+
+unstack_p = Primitive("unstack")
+unstack_p.multiple_results = True
+
+
+def _unstack_abstract_eval(operand, *, axis):
+  if operand.ndim == 0:
+    raise ValueError(f"unstack requires arrays with rank > 0, however a scalar array of "
+                     f"shape {operand.shape} was passed.")
+  if type(axis) is not int or not 0 <= axis < operand.ndim:
+    raise ValueError(f"unstack axis must be an int in [0, {operand.ndim}) for operand "
+                     f"{operand.str_short()}, got {axis!r}.")
+  shape = operand.shape[:axis] + operand.shape[axis + 1:]
+  return [ShapedArray(shape, operand.dtype, operand.weak_type)] * operand.shape[axis]
+
+
+def _unstack_lowering(ctx, x, *, axis):
+  """Per result, a unit slice along `axis` and a reshape dropping it (JAX's ops)."""
+  aval, = ctx.avals_in
+  start, limit = [0] * aval.ndim, list(aval.shape)
+  slice_shape = list(aval.shape)
+  slice_shape[axis] = 1
+  slice_aval = ShapedArray(tuple(slice_shape), aval.dtype)
+  outs = []
+  for i, aval_out in enumerate(ctx.avals_out):
+    start[axis], limit[axis] = i, i + 1
+    piece, = ctx.op("stablehlo.slice", [x], result_avals=[slice_aval],
+                    attrs=f"start_indices = {i64_array(start)}, limit_indices = "
+                          f"{i64_array(limit)}, strides = {i64_array([1] * aval.ndim)}")
+    outs += ctx.op("stablehlo.reshape", [piece], result_avals=[aval_out],
+                   operand_avals=[slice_aval])
+  return outs
+
+
+def _unstack_jvp(primals, tangents, *, axis):
+  x, = primals
+  t, = tangents
+  outs = unstack_p.bind(x, axis=axis)
+  if type(t) is ad.Zero:
+    return outs, [ad.Zero(ad.tangent_aval(core.get_aval(o))) for o in outs]
+  return outs, unstack_p.bind(t, axis=axis)
+
+
+def _unstack_transpose(cts, operand, *, axis):
+  """The cotangents (zeros instantiated) stacked back along `axis`."""
+  return [stack_p.bind(*[ad.instantiate_zeros(ct) for ct in cts], axis=axis)]
+
+
+def _unstack_batch_rule(args, dims, *, axis):
+  operand, = args
+  bdim, = dims
+  if axis < bdim:
+    outs, out_bdim = unstack_p.bind(operand, axis=axis), bdim - 1
+  else:
+    outs, out_bdim = unstack_p.bind(operand, axis=axis + 1), bdim
+  return outs, [out_bdim] * len(outs)
+
+
+def _unstack_sharding_rule(operand, *, axis):
+  """JAX's rule: the unstacked dimension must be unsplit; the others keep their entries."""
+  spec = list(sharding.spec_entries(operand._sharding, operand.ndim))
+  if spec[axis] is not None:
+    raise sharding.ShardingTypeError(
+        f"unstack operand cannot be sharded on the unstacking axis {axis}. Got operand "
+        f"type={operand.str_short()}")
+  del spec[axis]
+  s = _type_sharding(operand._sharding.mesh, spec)
+  return [s] * operand.shape[axis]
+
+
+unstack_p.def_abstract_eval(_unstack_abstract_eval)
+lowering.register_lowering(unstack_p, _unstack_lowering)
+ad.primitive_jvps[unstack_p] = _unstack_jvp
+ad.primitive_transposes[unstack_p] = _unstack_transpose
+batching.primitive_batchers[unstack_p] = _unstack_batch_rule
+core.sharding_rules[unstack_p] = _unstack_sharding_rule
+
+
+def stack(operands: Sequence[Any], axis: int = 0) -> Any:
+  """Joins arrays of one shape along a new dimension `axis` (the `stack` primitive).
+
+  Args:
+    operands: non-empty sequence of arrays `T[*s]` of one shape and dtype (NumPy arrays and
+      Python scalars accepted; scalars are weakly typed).
+    axis: position of the new dimension in the result, in `[-(len(s) + 1), len(s)]`.
+
+  Returns:
+    `T[*s[:axis], n, *s[axis:]]` for `n` operands, weakly typed only when every operand is.
+
+  Raises:
+    IndexError: if `operands` is empty (as JAX's lax.stack).
+    ValueError: if `axis` is out of range, or the operands' ranks or shapes differ.
+    TypeError: if the dtypes differ (jnp.stack promotes them).
+
+  Example:
+    >>> import numpy as np
+    >>> from stagecraft import lax
+    >>> lax.stack([np.float32([1, 2]), np.float32([3, 4])], axis=1).tolist()
+    [[1.0, 3.0], [2.0, 4.0]]
+  """
+  operands = list(operands)
+  if not operands:
+    raise IndexError("stack expects at least one operand, got an empty sequence.")
+  ndim = len(_shape_of(operands[0]))
+  axis = operator.index(axis)
+  if not -(ndim + 1) <= axis <= ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension {ndim + 1}")
+  return stack_p.bind(*operands, axis=axis % (ndim + 1))
+
+
+def unstack(x: Any, axis: int = 0) -> tuple[Any, ...]:
+  """The slices of `x` along `axis` (the `unstack` primitive): T[..., n, ...] -> n x T[...].
+
+  Args:
+    x: array `T[*s]` of rank >= 1.
+    axis: the dimension to unstack, in `[-len(s), len(s))`.
+
+  Returns:
+    A tuple of `s[axis]` arrays `T[*s without axis]`, weakly typed when `x` is.
+
+  Raises:
+    ValueError: if `axis` is out of range (a scalar `x` has no axis).
+  """
+  ndim = len(_shape_of(x))
+  axis = operator.index(axis)
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension {ndim}")
+  return tuple(unstack_p.bind(x, axis=axis % ndim))
+
+
+# ---------------------------------------------------------------------------
 # pad(operand, padding_value, padding_config): per dimension (lo, hi, interior) pads with
 # `padding_value`: `interior` between elements, then `lo`/`hi` at the edges (negative lo/hi
 # remove elements).
@@ -1074,17 +1302,3 @@ def tile(operand: Any, reps: Sequence[int]) -> Any:
     dims.append(2 * i + 1)
   out = broadcast_in_dim(operand, tuple(shape), tuple(dims))
   return reshape(out, tuple(r * d for r, d in zip(reps, aval.shape)))
-
-
-def stack(operands: Sequence[Any], axis: int = 0) -> Any:
-  """Stacks arrays of one shape along a new `axis`: n x T[*s] -> T[..., n, ...]."""
-  ndim = core.get_aval(operands[0]).ndim
-  axis = utils.canonicalize_axes("stack", (axis,), ndim + 1)[0]
-  return concatenate([expand_dims(x, (axis,)) for x in operands], axis)
-
-
-def unstack(x: Any, axis: int = 0) -> tuple[Any, ...]:
-  """The slices of `x` along `axis`: T[..., n, ...] -> n x T[...]."""
-  aval = core.get_aval(x)
-  axis = utils.canonicalize_axes("unstack", (axis,), aval.ndim)[0]
-  return tuple(index_in_dim(x, i, axis, keepdims=False) for i in range(aval.shape[axis]))

@@ -22,7 +22,7 @@ import numpy as np
 
 from stagecraft.errors import NonConcreteBooleanIndexError
 from stagecraft.indexing import Slice as ds_Slice
-from stagecraft import dtypes, lax
+from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
 from stagecraft.numpy import array_constructors, ufuncs
 from stagecraft.numpy.array_constructors import asarray
@@ -328,14 +328,22 @@ def _broadcast_indices(arrays):
 
 
 def _stack_indices(pieces, shape) -> Any:
-  """int32[*shape, len(pieces)]: each piece broadcast from its start dim (JAX's layout)."""
+  """int32[*shape, len(pieces)]: each piece broadcast from its start dim (JAX's layout).
+
+  Static scalar pieces (integer indices, slice starts) are staged as JAX stages them under a
+  trace, a `broadcast_in_dim` of the literal per piece (and a `concatenate` of several);
+  outside any trace, and for pieces that are all index arrays, the indices are built on the
+  host."""
   if not pieces:
     return np.zeros((0,), _index_dtype)
   shape = tuple(shape)
-  if all(isinstance(g, np.ndarray) for g, _ in pieces):
+  host = all(isinstance(g, np.ndarray) for g, _ in pieces)
+  if host and (core.current_trace() is core.eval_trace
+               or all(g.ndim for g, _ in pieces)):
     cols = [np.broadcast_to(g.reshape((1,) * d + g.shape + (1,) * (len(shape) - d - g.ndim)),
                             shape) for g, d in pieces]
     return np.stack(cols, axis=-1).astype(_index_dtype)
+  pieces = [(g[()] if isinstance(g, np.ndarray) and g.ndim == 0 else g, d) for g, d in pieces]
   if len(pieces) == 1:
     g, _ = pieces[0]
     return lax.expand_dims(g, (np.ndim(g),))
@@ -497,7 +505,17 @@ def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool
   if 0 in gi.slice_shape:
     return x
   dtype, weak = x.dtype, x.weak_type
-  x, y = promote_dtypes(x, y)
+  if not isinstance(y, Tracer) and y.ndim == 0:
+    # NB: a concrete scalar update is converted on the host and enters the scatter as a
+    # literal, as JAX's tracing folds the conversion of a constant scalar.
+    to_dtype, to_weak = dtypes.result_type(x, y, return_weak_type_flag=True)
+    with np.errstate(over="ignore", invalid="ignore"):   # out of range: inf, as XLA gives
+      y_host = np.asarray(y).astype(to_dtype)[()]
+    x = x if (x.dtype, x.weak_type) == (to_dtype, to_weak) else lax.convert_element_type(
+        x, to_dtype, weak_type=to_weak)
+    y = lax.utils.weak_scalar(y_host) if to_weak else y_host
+  else:
+    x, y = promote_dtypes(x, y)
   y = broadcast_to(y, gi.slice_shape)
   if gi.newaxis_dims:
     y = lax.squeeze(y, gi.newaxis_dims)

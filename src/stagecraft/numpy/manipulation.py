@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax, tree_util
+from stagecraft import core, dtypes, lax, tree_util
 from stagecraft.core import Tracer
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
@@ -323,12 +323,54 @@ def rot90(m: ArrayLike, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Array:
 # Joining
 
 
+def _check_arraylike(name: str, arrays: Sequence[Any]) -> list[Any]:
+  """`arrays` as a list, each an array or a scalar.
+
+  Raises:
+    TypeError: for an element that is neither (a list, None, ...), with JAX's message.
+  """
+  arrays = list(arrays)
+  for pos, a in enumerate(arrays):
+    if dtypes.is_python_scalar(a):
+      continue
+    try:
+      core.get_aval(a)
+    except TypeError:
+      raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(a)} at "
+                      f"position {pos}.") from None
+  return arrays
+
+
+def _concatenate_array(arr: ArrayLike, axis: int | None, dtype: Any = None) -> Array:
+  """The concatenation of the slices `arr[0], arr[1], ...` of one array, without
+  unstacking it: one reshape that moves the leading axis next to `axis` (JAX's fast path
+  for an array argument of `concatenate`)."""
+  arr = asarray(arr, dtype=dtype)
+  shape = shape_of(arr)
+  if len(shape) == 0 or shape[0] == 0:
+    raise ValueError("Need at least one array to concatenate.")
+  if axis is None:
+    return lax.reshape(arr, (math.prod(shape),))
+  if len(shape) == 1:
+    raise ValueError("Zero-dimensional arrays cannot be concatenated.")
+  axis = canonicalize_axis(axis, len(shape) - 1, "concatenate")
+  new_shape = shape[1:axis + 1] + (shape[0] * shape[axis + 1],) + shape[axis + 2:]
+  dimensions = (*range(1, axis + 1), 0, *range(axis + 1, len(shape)))
+  return lax.reshape(arr, new_shape,
+                     None if dimensions == tuple(range(len(shape))) else dimensions)
+
+
 def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0, dtype: Any = None) -> Array:
   """Joins arrays along an existing axis (`axis=None` flattens first), promoting dtypes.
+
+  An array argument (rather than a sequence) stands for the sequence of its slices along
+  axis 0, joined by one reshape, as in JAX.
 
   Raises:
     ValueError: for an empty list, 0-d inputs or mismatched shapes off the axis.
   """
+  if isinstance(arrays, (np.ndarray, Array, Tracer)):
+    return _concatenate_array(arrays, axis, dtype)
   if len(arrays) == 0:
     raise ValueError("Need at least one array to concatenate.")
   arrays = [asarray(a) for a in arrays]
@@ -349,21 +391,38 @@ def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0, dtype: Any = 
 concat = concatenate
 
 
-def stack(arrays: Sequence[ArrayLike], axis: int = 0, dtype: Any = None) -> Array:
-  """Joins arrays of one shape along a new axis.
+def stack(arrays: Sequence[ArrayLike], axis: int = 0, out: None = None,
+          dtype: Any = None) -> Array:
+  """Joins arrays of one shape along a new axis (the `stack` primitive, as JAX's).
+
+  Args:
+    arrays: non-empty sequence of arrays `T_k[*s]` (or scalars) of one shape, promoted to
+      their common dtype T; an array `T[n, *s]` stands for the sequence of its slices.
+    axis: position of the new axis in the result, in `[-(len(s) + 1), len(s)]`.
+    out: unsupported (must be None), as in JAX.
+    dtype: the result dtype, to which every array is converted (instead of promotion).
+
+  Returns:
+    `T[*s[:axis], n, *s[axis:]]` for `n` arrays, weakly typed only when every array is.
 
   Raises:
-    ValueError: for an empty sequence or differing shapes.
+    ValueError: for an empty sequence, differing shapes or an out-of-range axis.
+    TypeError: for an element that is not an array or scalar (a nested list).
+    NotImplementedError: if `out` is given.
   """
-  if len(arrays) == 0:
+  if not len(arrays):
     raise ValueError("Need at least one array to stack.")
-  arrays = [asarray(a) for a in arrays]
-  shapes = {shape_of(a) for a in arrays}
-  if len(shapes) != 1:
-    raise ValueError(f"All input arrays must have the same shape, got "
-                     f"{[shape_of(a) for a in arrays]}.")
-  axis = canonicalize_axis(axis, ndim_of(arrays[0]) + 1, "stack")
-  return concatenate([expand_dims(a, axis) for a in arrays], axis, dtype=dtype)
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.stack is not supported.")
+  if isinstance(arrays, (np.ndarray, Array, Tracer)):
+    axis = canonicalize_axis(axis, ndim_of(arrays), "stack")
+    return concatenate(expand_dims(arrays, axis + 1), axis=axis, dtype=dtype)
+  arrays = _check_arraylike("stack", arrays)
+  if dtype is not None:
+    arrays = [asarray(a, dtype=dtype) for a in arrays]
+  else:
+    arrays = promote_dtypes(*arrays)
+  return lax.stack(arrays, axis)
 
 
 def _stack_check(name, tup):
@@ -522,14 +581,20 @@ def dsplit(ary: ArrayLike, indices_or_sections) -> list[Array]:
 
 
 def unstack(x: ArrayLike, /, *, axis: int = 0) -> tuple[Array, ...]:
-  """The slices of `x` along `axis`, as a tuple."""
+  """The slices of `x` along `axis`, as a tuple (the `unstack` primitive, as JAX's).
+
+  Args:
+    x: array `T[*s]` of rank >= 1.
+    axis: the axis to unstack, in `[-len(s), len(s))`.
+
+  Returns:
+    A tuple of `s[axis]` arrays `T[*s without axis]`.
+
+  Raises:
+    ValueError: for a scalar `x` or an out-of-range axis.
+  """
   x = as_array(x)
-  if ndim_of(x) == 0:
-    raise ValueError("Unstack requires arrays with rank > 0, however a scalar array was "
-                     "passed.")
-  axis = canonicalize_axis(axis, ndim_of(x), "unstack")
-  return tuple(squeeze(slice_axis(x, i, i + 1, axis), axis)
-               for i in range(shape_of(x)[axis]))
+  return lax.unstack(x, axis=canonicalize_axis(axis, ndim_of(x), "unstack"))
 
 
 # ---------------------------------------------------------------------------
