@@ -527,33 +527,14 @@ def grad_custom_jvp_log1pexp(m):
 
 # ------------------------------------------------------------------------------------------
 
-_JNP_JIT = ("JAX's jnp function is itself jitted (a `jit[name=...]` equation around its "
-            "body); stagecraft's numpy inlines its body (numpy/).")
 #: Programs whose jaxprs differ from JAX's in content (other equations or params), each with
 #: the reason; none is a printing difference.
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "where_select_n": _JNP_JIT + " (`_where`)",
-    "cumsum": _JNP_JIT,
-    "sort_1d": _JNP_JIT,
-    "clip_abs": _JNP_JIT,
-    "grad_custom_vjp": _JNP_JIT + " (jnp.clip in the bwd rule); stagecraft also converts the "
-                       "weak cotangent seed with a convert_element_type equation.",
-    "mean_and_var": _JNP_JIT + " (`_var`, shared as `let _var = ... in`, with a `_where` "
-                    "inside); stagecraft keeps dims by reshape where JAX uses broadcast_in_dim "
-                    "and computes the ddof correction otherwise.",
-    "thinking_in_jax_norm": "as mean_and_var (jnp.std is `jit[name=_std]` around `_var`).",
-    "at_set": "x.at[1].set: JAX stages the index as `broadcast_in_dim 1:i32[]` and passes "
-              "the update as a literal; stagecraft hoists the index array as a constvar and "
-              "converts the update with a convert_element_type equation.",
-    "concatenate_stack": "JAX 0.10 has a `stack` primitive; stagecraft's jnp.stack is "
-                         "broadcast_in_dim + concatenate.",
-    "softmax": "JAX 0.10's nn.softmax is no custom_jvp (it stops the gradient of the max); "
-               "stagecraft's is a custom_jvp_call, keeping dims by reshape.",
-    "logsumexp": "stagecraft broadcasts the scalar 0.0 to f32[] for select_n and the max to "
-                 "f32[4] before subtracting; JAX's select_n takes the literal and its sub "
-                 "broadcasts the f32[1] operand.",
-    "jacrev_small": "JAX's jacrev builds the identity basis in the trace (iota, eq, split); "
-                    "stagecraft closes over a constant identity (a constvar) and pads.",
+    "grad_custom_vjp": "stagecraft converts the weak cotangent seed of grad with a "
+                       "convert_element_type[weak_type=True] equation; JAX passes it as is.",
+    "jacrev_small": "JAX cuts the identity basis and the result with `split` equations (a "
+                    "primitive stagecraft lacks) and its mul batching rule broadcasts an "
+                    "unbatched operand to f32[1,n]; stagecraft slices and broadcasts in full.",
     "jit_closure_and_literal_args": "constants closed over by a jit body: JAX keeps them as "
                                     "constvars of the body; stagecraft passes them as leading "
                                     "operands of the jit equation (its call convention).",
