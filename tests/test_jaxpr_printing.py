@@ -530,8 +530,6 @@ def grad_custom_jvp_log1pexp(m):
 #: Programs whose jaxprs differ from JAX's in content (other equations or params), each with
 #: the reason; none is a printing difference.
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "grad_custom_vjp": "stagecraft converts the weak cotangent seed of grad with a "
-                       "convert_element_type[weak_type=True] equation; JAX passes it as is.",
     "jacrev_small": "JAX cuts the identity basis and the result with `split` equations (a "
                     "primitive stagecraft lacks) and its mul batching rule broadcasts an "
                     "unbatched operand to f32[1,n]; stagecraft slices and broadcasts in full.",
