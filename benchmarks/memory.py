@@ -29,7 +29,7 @@ and live buffers / RSS over many calls.
     live-array counts; "met" means flat: live arrays unchanged and growth <= FLAT_MIB (1 MiB,
     about 100 B a call; JAX's growth is 0-0.15 MiB).
     NB: stagecraft's process must not import jax, hence a fresh process (before stagecraft
-    turned jaxlib's per-execution tracebacks off, each dispatch kept ~72 B of them).
+    drained jaxlib's queue of per-execution tracebacks, each dispatch kept ~72 B of them).
 
 Peak RSS depends little on the machine's load, so the two libraries' processes run side by
 side (the pair's order alternating): the full run repeats (a) 3 times ((c) runs in the first
@@ -172,8 +172,8 @@ def leak_check(lib, calls: int, warmup: int | None = None) -> dict:
   `gc.collect()` (live arrays: `lib.live_arrays()`).
 
   NB (found with this check): stagecraft's dispatch grew ~72 B a call while jaxlib kept a
-  Python traceback per execution (freed only when something drained jaxlib's deletion
-  queue); `runtime.client` turns those tracebacks off.
+  Python traceback per execution (freed only when something drains jaxlib's deletion
+  queue); `runtime.client.count_execution` drains it every 1,024 launches.
   """
   warmup = max(100, calls // 5) if warmup is None else warmup
   jnp = lib.numpy

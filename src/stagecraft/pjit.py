@@ -285,6 +285,7 @@ class CompiledCall:
             else [args[i]._buf for i in self.kept])
     try:
       outs = self.exe.execute_sharded(bufs).consume_with_handlers(self.handlers)
+      client.count_execution()
     except TypeError:
       dispatch.raise_if_donated(args)
       raise
@@ -308,6 +309,7 @@ class CompiledCall:
         results = dispatch.run_with_callbacks(self.exe, bufs, self.callbacks)
       else:
         results = self.exe.execute_sharded(bufs)
+        client.count_execution()
       outs = dispatch.wrap_results(results.consume_with_handlers(self.handlers),
                                    self.out_avals, dev)
     except TypeError:
@@ -411,6 +413,7 @@ class ShardedCall(_MultiDeviceCall):
         bufs.append(x._buf)
       else:
         outs = self.exe.execute_sharded(bufs).consume_with_handlers(self.program._handlers)
+        client.count_execution()
         if self._single:
           av, sh = self._outs[0]
           return Array(outs[0], av, None, sh)

@@ -30,7 +30,7 @@ __all__ = ["configure", "check_not_forked", "get_backend", "devices", "local_dev
            "default_device", "process_index", "process_count", "single_device_sharding",
            "device_list", "compile_options", "Device", "default_backend", "process_indices",
            "host_id", "host_count", "host_ids", "backends", "clear_backends", "uses_jax",
-           "use_jax_backends"]
+           "use_jax_backends", "count_execution"]
 
 _KNOWN_BACKENDS = ("cpu", "cuda", "gpu", "rocm", "tpu")
 
@@ -80,6 +80,23 @@ def _xla_gc_callback(*args) -> None:
 
 gc.callbacks.append(_xla_gc_callback)
 
+# NB: jaxlib's tracebacks stay on (a global switch: JAX, imported beside stagecraft, reads them
+# for its source locations); their queue is drained every `_DRAIN_EVERY` executions instead.
+_DRAIN_EVERY = 1024
+_executions = [0]
+
+
+def count_execution() -> None:
+  """Called after each program launch: every `_DRAIN_EVERY` launches, frees the Python
+  tracebacks jaxlib kept for executions that finished on its own threads (queued for
+  deletion; ~72 bytes a launch otherwise stay until Python's garbage collector runs, which a
+  dispatch loop that allocates nothing lasting rarely triggers)."""
+  n = _executions[0] + 1
+  if n >= _DRAIN_EVERY:
+    _jax.collect_garbage()
+    n = 0
+  _executions[0] = n
+
 _cpu: list = [None]   # the CPU client made here (jaxlib alone)
 _kernels_registered = [False]
 
@@ -113,10 +130,6 @@ def _num_cpu_devices() -> int | None:
 def _cpu_client():
   if _cpu[0] is None:
     _register_cpu_kernels()
-    # jaxlib keeps a Python traceback per execution (for its profiler) and frees those of
-    # executions that finish on its threads only when something drains its queue: ~72 bytes
-    # kept per dispatch. Nothing here reads them; off, each dispatch is also ~0.3 us faster.
-    _jax.set_tracebacks_enabled(False)
     _cpu[0] = xc.make_cpu_client(asynchronous=True, num_devices=_num_cpu_devices())
   return _cpu[0]
 

@@ -416,6 +416,7 @@ def run_with_callbacks(exe, bufs: Sequence[Any], callbacks: Sequence[HostCallbac
   error = res = None
   try:
     res = exe.execute_sharded(bufs, with_tokens=True)
+    client.count_execution()
     token = res.consume_token()
     token.block_until_ready()
   except xc.XlaRuntimeError as e:
@@ -507,6 +508,7 @@ class Executable:
         res = run_with_callbacks(self.exe, self._buffers(args), self.callbacks)
       else:
         res = self.exe.execute_sharded(self._buffers(args))
+        client.count_execution()
       return res.consume_with_handlers(self.handlers)
     except TypeError:
       raise_if_donated(args)

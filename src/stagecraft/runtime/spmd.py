@@ -278,7 +278,9 @@ class SpmdExecutable:
     try:
       if self.callbacks:
         return dispatch.run_with_callbacks(self.exe, bufs, self.callbacks)
-      return self.exe.execute_sharded(bufs)
+      results = self.exe.execute_sharded(bufs)
+      client.count_execution()
+      return results
     except TypeError:
       dispatch.raise_if_donated(args)
       raise
