@@ -354,30 +354,36 @@ def test_vmap_matches_loop(name, sx, sy, in_axes):
   _close(sc.jit(sc.vmap(f, in_axes=in_axes, out_axes=1))(x, y), np.moveaxis(want, 0, 1))
 
 
-def test_vmap_moves_no_batch_dim_that_need_not_move():
-  x, y = np.ones((2, 3, 4), f32), np.ones((1, 3, 4), f32)
-  text = str(sc.make_jaxpr(sc.vmap(lax.sub, in_axes=(1, 1), out_axes=1))(x, y))
-  assert "transpose" not in text
-  text = str(sc.make_jaxpr(sc.vmap(lax.sub, in_axes=(0, None)))(np.ones((3, 2, 4), f32),
-                                                                 np.ones((1, 4), f32)))
-  # the unbatched operand gets a batch dimension of size 1, as JAX's broadcast_batcher
-  assert "f32[1,1,4] = broadcast_in_dim[broadcast_dimensions=(1, 2)] b" in text
+@pytest.mark.parametrize("in_axes,sx,sy", [
+    ((1, 1), (2, 3, 4), (1, 3, 4)),       # equal batch dims, shapes differing in size 1
+    ((0, None), (3, 2, 4), (1, 4)),       # an unbatched operand gets a leading size-1 dim
+    ((1, None), (2, 3), (2,)),            # a batched operand moves to the front
+    ((0, 0), (3, 2, 4), (3, 4)),          # both batched at 0, y with a size-1 dim
+])
+def test_vmap_batching_prints_as_jax(in_axes, sx, sy):
+  # JAX's broadcast_batcher: equal batched shapes and batch dims bind as they are; otherwise
+  # batch dims to the front, size-1 leading dims for unbatched operands (NumPy-int params).
+  x, y = np.ones(sx, f32), np.ones(sy, f32)
+  if len(sy) < len(sx) and in_axes[1] is not None:
+    y = np.ones(sy[:1] + (1,) * (len(sx) - len(sy)) + sy[1:], f32)
+  ours = str(sc.make_jaxpr(sc.vmap(lax.sub, in_axes=in_axes))(x, y))
+  theirs = str(jax.make_jaxpr(jax.vmap(jax.lax.sub, in_axes=in_axes))(x, y))
+  assert ours == theirs
 
 
-def test_align_broadcasting_batched_scalars():
-  # The rule of three-operand primitives: a batched rank-0 operand among operands with
-  # size-1 dimensions becomes [1, n, 1] at the kept batch dim.
+def test_broadcast_batcher_batched_scalars():
+  # A batched rank-0 operand among operands with size-1 dimensions gets trailing size-1
+  # dims after its batch dim moves to the front; unbatched rank-0 operands stay rank 0.
   a = np.arange(6, dtype=f32).reshape(2, 3, 1)    # batched at 1, unbatched (2, 1)
   b = np.arange(4, dtype=f32).reshape(1, 4)       # unbatched (1, 4)
   s = np.arange(3, dtype=f32)                     # batched rank 0
-  c = np.float32(7)                               # unbatched rank 0
-  out, out_dim = elementwise._align_broadcasting([a, b, s, c], [1, None, 0, None])
-  assert out_dim == 1
-  assert [np.shape(o) for o in out] == [(2, 3, 1), (1, 1, 4), (1, 3, 1), ()]
-  np.testing.assert_array_equal(np.asarray(out[2]).ravel(), s)
-  total = np.asarray(lax.add(lax.add(out[0], out[1]), lax.add(out[2], out[3])))
-  want = np.stack([a[:, i] + b + s[i] + c for i in range(3)], 1)
-  np.testing.assert_array_equal(total, want)
+  f = lambda L: lambda a, b, s: L.add(L.add(a, b), s)  # noqa: E731
+  got = sc.vmap(f(lax), in_axes=(1, None, 0))(a, b, s)
+  want = np.stack([a[:, i] + b + s[i] for i in range(3)], 0)
+  np.testing.assert_array_equal(np.asarray(got), want)
+  ours = str(sc.make_jaxpr(sc.vmap(f(lax), in_axes=(1, None, 0)))(a, b, s))
+  theirs = str(jax.make_jaxpr(jax.vmap(f(jax.lax), in_axes=(1, None, 0)))(a, b, s))
+  assert ours == theirs
 
 
 def test_vmap_of_grad():

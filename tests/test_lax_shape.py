@@ -441,7 +441,7 @@ x34 = np.zeros((3, 4), np.float32)
     (lambda: lax.reshape(np.zeros((3, 5)), (4, 4)), TypeError,
      r"reshape total size must be unchanged, got new_sizes \(4, 4\) for shape \(3, 5\)"),
     (lambda: lax.reshape(x34, (12,), (0, 0)), TypeError,
-     r"transpose permutation isn't a permutation of operand dimensions"),
+     r"reshape dimensions must be a permutation of operand dimensions"),
     (lambda: lax.reshape(x34, (2.5, 4)), TypeError, r"reshape new_sizes must be a sequence of "
      r"integers"),
     (lambda: lax.reshape(x34, 12), TypeError, r"Wrap it in a tuple: \(12,\)"),
@@ -510,8 +510,9 @@ x34 = np.zeros((3, 4), np.float32)
      r"update must have the same rank as operand"),
     (lambda: lax.dynamic_update_slice(x34, np.zeros((1, 1), np.int32), (0, 0)), TypeError,
      r"same dtypes, got float32, int32"),
-    (lambda: lax.reshape_p.bind(x34, new_sizes=(12,), dimensions=(1, 0)), ValueError,
-     r"dimensions param must be None"),
+    (lambda: lax.reshape_p.bind(x34, new_sizes=(12,), dimensions=(0, 0)), TypeError,
+     r"reshape dimensions must be a permutation of operand dimensions, got dimensions "
+     r"\(0, 0\) for shape \(3, 4\)"),
     (lambda: lax.broadcast_in_dim_p.bind(x34, shape=[3, 4], broadcast_dimensions=(0, 1)),
      TypeError, r"must be a tuple of Python ints"),
 ])

@@ -100,10 +100,9 @@ def test_at_set_int_array_float_update_equals_jax():
   assert ours == theirs
 
 
-# The Jacobians: the same equations as JAX's, except that JAX cuts the basis and the result
-# with `split` equations (stagecraft has no split primitive: one leaf needs no cut), and
-# JAX's batching rules print some params as NumPy ints or broadcast unbatched operands to a
-# size-1 batch dimension (the shapes differ, not the primitives).
+# The Jacobians print as JAX's: the basis and the result cut by `split` equations, JAX's
+# batching rules (unbatched operands broadcast to a size-1 batch dimension) and the NumPy
+# ints they leave in params.
 JACOBIANS = {
     "jacrev_small": (lambda m: m.lib.jacrev(lambda x: m.np.sin(x) * x[0]), (f32(2),)),
     "jacrev_sin": (lambda m: m.lib.jacrev(m.np.sin), (f32(3),)),
@@ -112,13 +111,9 @@ JACOBIANS = {
     "jacfwd_scalar_in": (lambda m: m.lib.jacfwd(lambda x: m.np.sin(x) * 2.), (np.float32(1.5),)),
     "jacfwd_small": (lambda m: m.lib.jacfwd(lambda x: m.np.sin(x) * x[0]), (f32(2),)),
     "jacrev_matrix": (lambda m: m.lib.jacrev(lambda x: x @ x), (f32(2, 2),)),
+    "hessian_small": (lambda m: m.lib.hessian(lambda x: m.np.sum(m.np.sin(x) * x[0])),
+                      (f32(3),)),
 }
-# (hessian: jacfwd of jacrev; JAX's batching of the inner cut differs in one transpose.)
-
-
-# jacrev_small: JAX transposes `squeeze` into a broadcast_in_dim, stagecraft into a reshape
-# (lax/shape.py's squeeze rule), which this comparison leaves aside.
-_JAC_DROP = {"jacrev_small": ("reshape", "broadcast_in_dim")}
 
 
 def _prims(jaxpr, drop=()):
@@ -130,8 +125,8 @@ def test_jacobian_equations_follow_jax(name):
   prog, args = JACOBIANS[name]
   ours = sc.make_jaxpr(prog(SC))(*args)
   theirs = jax.make_jaxpr(prog(JAX))(*args)
-  drop = _JAC_DROP.get(name, ())
-  assert _prims(ours, drop) == _prims(theirs, ("split", *drop))
+  # JAX's `split` cuts of the basis and of the result, batching and transposes included.
+  assert str(ours) == str(theirs), f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
   assert not ours.consts   # the basis is built in the trace, not closed over
   # The basis: an identity from iota/eq, converted to the leaf's dtype (JAX's lines).
   for line in ("iota[dimension=0 dtype=int32", "iota[dimension=1 dtype=int32",
@@ -145,8 +140,9 @@ def test_jacobians_of_several_leaves_follow_jax():
   prog = lambda m: m.lib.jacfwd(lambda x, y: x * y, argnums=(0, 1))
   ours = sc.make_jaxpr(prog(SC))(f32(2), f32(2))
   theirs = jax.make_jaxpr(prog(JAX))(f32(2), f32(2))
-  # JAX's one split with two results is two slices here.
-  assert _prims(ours, drop=("slice",)) == _prims(theirs, drop=("split",))
+  # One split with two results, as JAX's.
+  assert _prims(ours) == _prims(theirs)
+  assert str(ours) == str(theirs), f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
 
 
 # ---------------------------------------------------------------------------

@@ -502,8 +502,12 @@ def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check
 
 
 def _split(x, sizes: Sequence[int], axis: int) -> list:
-  """`x` cut along `axis` into pieces of `sizes` (x itself for a single piece)."""
-  return [x] if len(sizes) == 1 else lax.split(x, sizes, axis)
+  """`x` cut along `axis` into pieces of `sizes`: one `split` equation (also for a single
+  piece) with the sizes as NumPy ints, as JAX's `jnp.split` at the cumulative sizes leaves
+  them; a NumPy array is cut by NumPy (no equation)."""
+  if isinstance(x, np.ndarray):
+    return np.split(x, np.cumsum(sizes[:-1]).astype(int), axis)
+  return lax.split(x, tuple(np.int64(n) for n in sizes), axis)
 
 
 def _downcast(x, aval: ShapedArray, always: bool = False):

@@ -4,8 +4,10 @@ its batch dimension, and one batching rule per primitive.
 Rule signature (registry `primitive_batchers`, filled beside each primitive):
   rule(batched_args, batch_dims, **params) -> (out, out_dim)     (lists for multiple results)
 where each batch dim is an int or `not_mapped` (None: that argument is the same for every
-batch element). Rules move batch dimensions as little as possible: elementwise primitives keep
-the operand's batch dim, dot_general and gather/scatter take it as a batch dimension, etc.
+batch element). Rules move batch dimensions where JAX's rules move them (its jaxprs print the
+same): n-ary elementwise primitives keep a batch dim shared by all their operands and move
+them to the front otherwise (`broadcast_batcher`), dot_general and gather/scatter take it as
+a batch dimension, etc.
 
 Primitives that depend on the named axis (collectives such as psum, axis_index) register in
 `axis_primitive_batchers` with `rule(axis_data, batched_args, batch_dims, **params)`; they are
@@ -228,8 +230,10 @@ def broadcast(x: Any, size: int, axis: int, mesh_axis: Any = None) -> Any:
   shape.insert(axis, size)
   if a.dtype == dtypes.float0:
     return np.zeros(shape, dtypes.float0)
-  dims = [i for i in range(len(shape)) if i != axis]
-  return lax_shape.broadcast_in_dim(x, tuple(shape), tuple(dims))
+  # NB: as in JAX, the kept dimensions are NumPy ints (JAX's jaxprs print them as
+  # `np.int64(1)`), so the primitive is bound directly, past the wrapper's canonicalization.
+  dims = tuple(np.delete(np.arange(len(shape)), axis))
+  return lax_shape.broadcast_in_dim_p.bind(x, shape=tuple(shape), broadcast_dimensions=dims)
 
 
 def bdim_at_front(x: Any, bdim: int | None, size: int, mesh_axis: Any = None) -> Any:
@@ -259,11 +263,47 @@ def defvectorized(prim: core.Primitive) -> None:
   primitive_batchers[prim] = rule
 
 
+def broadcast_batcher(prim: core.Primitive, args: Sequence[Any], dims: Sequence[int | None],
+                      **params) -> tuple[Any, Any]:
+  """The batching rule of an n-ary elementwise primitive whose operands broadcast (rank-0
+  operands, and size-1 dimensions), as JAX's `broadcast_batcher`:
+
+  * when every operand that is not rank 0 (batched shape) has the shape of the first batched
+    operand and the same batch dim, the primitive is applied as it is (that batch dim);
+  * otherwise each batched operand has its batch dim moved to the front, each unbatched
+    operand that is not rank 0 gets a leading size-1 dimension (the primitive broadcasts it),
+    batched operands of lower rank get trailing size-1 dimensions, unbatched rank-0 operands
+    stay, and the result is batched at 0.
+
+  Multiple results all get the same batch dim.
+  """
+  # NB: moving batch axes takes lax's shape primitives, which register batching rules here.
+  from stagecraft.lax import shape as lax_shape
+  shape, dim = next((core.get_aval(x).shape, d) for x, d in zip(args, dims)
+                    if d is not not_mapped)
+  if all(core.get_aval(x).shape == shape and d == dim
+         for x, d in zip(args, dims) if _ndim(x)):
+    out = prim.bind(*args, **params)
+    return (out, [dim] * len(out)) if prim.multiple_results else (out, dim)
+  args = [bdim_at_front(x, d, 1) if _ndim(x) else x for x, d in zip(args, dims)]
+  nd = max(_ndim(x) for x in args)
+  args = [x if d is not_mapped or _ndim(x) == nd
+          else lax_shape.expand_dims(x, tuple(range(_ndim(x), nd)))
+          for x, d in zip(args, dims)]
+  out = prim.bind(*args, **params)
+  return (out, [0] * len(out)) if prim.multiple_results else (out, 0)
+
+
 def defbroadcasting(prim: core.Primitive, scalar_ok: Sequence[bool] | None = None) -> None:
-  """Batching for an n-ary elementwise primitive (rank-0 operands broadcast), as JAX's
-  `broadcast_batcher`: the operands are aligned by `align_elementwise`; multiple results all
-  get the same batch dim."""
+  """Batching for an n-ary elementwise primitive whose operands broadcast (JAX's
+  `batching.defbroadcasting`): `broadcast_batcher`.
+
+  With `scalar_ok` (per operand, whether an unbatched rank-0 operand may stay rank 0), for
+  primitives whose operands must have one shape (such as clamp's operand and add_any), the
+  operands are aligned at one batch dim by `align_elementwise` instead (no size-1 dims)."""
   def rule(args, dims, **params):
+    if scalar_ok is None:
+      return broadcast_batcher(prim, args, dims, **params)
     args, out_dim = align_elementwise(args, dims, scalar_ok)
     out = prim.bind(*args, **params)
     return (out, [out_dim] * len(out)) if prim.multiple_results else (out, out_dim)
@@ -428,6 +468,6 @@ def unregister_vmappable(data_type: type) -> None:
 
 __all__ = ["extend_axis_env", "axis_size", "bound_axis_names", "not_mapped", "primitive_batchers", "axis_primitive_batchers", "AxisData",
            "BatchTrace", "BatchTracer", "moveaxis", "broadcast", "bdim_at_front", "matchaxis",
-           "defvectorized", "defbroadcasting", "align_elementwise", "unbatched_shape",
+           "defvectorized", "defbroadcasting", "broadcast_batcher", "align_elementwise", "unbatched_shape",
            "batch_flat", "batch_jaxpr", "fancy_primitive_batchers", "defreducer",
            "register_vmappable", "unregister_vmappable"]

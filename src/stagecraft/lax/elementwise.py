@@ -132,50 +132,9 @@ def binop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
 
 def defbroadcasting(p: Primitive) -> None:
   """Registers the batching rule of an n-ary elementwise primitive `p` whose operands
-  broadcast (`utils.broadcasting_shape`; multiple results all get the same batch dim):
-  operands of equal shapes or rank 0 are aligned by
-  `batching.align_elementwise` (the batch dim of the first full-shaped batched operand is
-  kept); with size-1 dimensions among them, by `_align_broadcasting`."""
-  def rule(args, dims, **params):
-    ranked = [batching.unbatched_shape(x, d) for x, d in zip(args, dims)]
-    ranked = [s for s in ranked if s]
-    if all(s == ranked[0] for s in ranked[1:]):
-      args, out_dim = batching.align_elementwise(args, dims)
-    else:
-      args, out_dim = _align_broadcasting(args, dims)
-    out = p.bind(*args, **params)
-    return (out, [out_dim] * len(out)) if p.multiple_results else (out, out_dim)
-  batching.primitive_batchers[p] = rule
-
-
-def _align_broadcasting(args, dims):
-  """Aligns batched operands that broadcast along size-1 dimensions at one batch dim, that
-  of the first batched operand that is not rank 0 (0 if there is none): other batched ones
-  move there; unbatched ones get a batch dimension of size 1 there (and the primitive
-  broadcasts it, as in JAX's `broadcast_batcher`); batched rank-0 ones become
-  `[1, ..., n, ..., 1]`. Unbatched rank-0 operands stay as they are.
-
-  NB: `batching.align_elementwise` (equal shapes or rank 0) is the common case; this one
-  is only reached when the unbatched shapes differ in size-1 dimensions."""
-  broadcast_in_dim = _shape_and_reduction()[0].broadcast_in_dim
-  size = next(core.get_aval(x).shape[d] for x, d in zip(args, dims)
-              if d is not batching.not_mapped)
-  ushapes = [batching.unbatched_shape(x, d) for x, d in zip(args, dims)]
-  rank = builtins.max(len(s) for s in ushapes)
-  out_dim = next((d for s, d in zip(ushapes, dims) if d is not batching.not_mapped and s), 0)
-  out = []
-  for x, d, s in zip(args, dims, ushapes):
-    if not s and d is batching.not_mapped:
-      out.append(x)
-    elif not s:
-      shape = (1,) * out_dim + (size,) + (1,) * (rank - out_dim)
-      out.append(broadcast_in_dim(x, shape, (out_dim,)))
-    elif d is batching.not_mapped:
-      shape = s[:out_dim] + (1,) + s[out_dim:]
-      out.append(broadcast_in_dim(x, shape, tuple(i for i in range(rank + 1) if i != out_dim)))
-    else:
-      out.append(batching.moveaxis(x, d, out_dim))
-  return out, out_dim
+  broadcast (rank 0 and size-1 dimensions; multiple results all get the same batch dim):
+  `batching.broadcast_batcher`, as JAX's."""
+  batching.defbroadcasting(p)
 
 
 # ---------------------------------------------------------------------------
@@ -888,10 +847,35 @@ ad.primitive_transposes[select_n_p] = _select_n_transpose
 
 
 def _select_n_batch(args, dims):
-  # JAX's `_select_batch_rule`: an unbatched scalar `which` stays a scalar; a batched scalar
-  # `which` is broadcast into the cases' shape at their batch dim; the cases are aligned.
-  args, out_dim = batching.align_elementwise(args, dims, [True] + [False] * (len(args) - 1))
-  return select_n_p.bind(*args), out_dim
+  """As JAX's `_select_batch_rule`: when `which` and the cases are batched at one dim they
+  stay there (a batched scalar `which` broadcast into the cases' shape at it); an unbatched
+  scalar `which` keeps the cases' common batch dim (moving the others there when they
+  differ); otherwise every batch dim moves to the front (unbatched operands broadcast)."""
+  lax_shape = _shape_and_reduction()[0]
+  which, *cases = args
+  which_d, *case_ds = dims
+  shp = lambda v: core.get_aval(v).shape  # noqa: E731
+  size = next(shp(v)[d] for v, d in zip(args, dims) if d is not batching.not_mapped)
+  if all(d == which_d for d in case_ds):
+    if shp(which) != shp(cases[0]):
+      which = lax_shape.broadcast_in_dim(which, shp(cases[0]), (which_d,))
+    return select_n_p.bind(which, *cases), which_d
+  if not shp(which) and all(d is not batching.not_mapped for d in case_ds):
+    if all(d == case_ds[0] for d in case_ds[1:]):
+      return select_n_p.bind(which, *cases), case_ds[0]
+    if all(shp(c) == shp(cases[0]) for c in cases):
+      d0 = case_ds[0]
+      rest = [batching.moveaxis(c, d, d0) for c, d in zip(cases[1:], case_ds[1:])]
+      return select_n_p.bind(which, cases[0], *rest), d0
+  if shp(which):
+    which = batching.bdim_at_front(which, which_d, size)
+  if not all(shp(c) == () for c in cases):
+    cases = [batching.bdim_at_front(c, d, size) for c, d in zip(cases, case_ds)]
+  if 0 < len(shp(which)) < len(shp(cases[0])):
+    which = lax_shape.broadcast_in_dim(which, shp(cases[0]), (0,))
+  if len(shp(which)) > len(shp(cases[0])):
+    cases = [lax_shape.broadcast_in_dim(c, shp(which), ()) for c in cases]
+  return select_n_p.bind(which, *cases), 0
 
 
 batching.primitive_batchers[select_n_p] = _select_n_batch
@@ -1374,9 +1358,45 @@ def _clamp_jvp_max(t, min, x, max):
 clamp_p.def_abstract_eval(_clamp_abstract_eval)
 lowering.register_lowering(clamp_p, _clamp_lowering)
 ad.defjvp(clamp_p, _clamp_jvp_min, _clamp_jvp_operand, _clamp_jvp_max)
-# As JAX's `_clamp_batch_rule`: unbatched rank-0 bounds stay rank 0; batched scalar bounds
-# are broadcast into x's shape at its batch dim; an unbatched x is broadcast.
-batching.defbroadcasting(clamp_p, scalar_ok=(True, False, True))
+
+
+def _clamp_batch(args, dims):
+  """As JAX's `_clamp_batch_rule`: operands batched alike at one dim keep it (batched
+  rank-0 bounds broadcast into x's shape there), as do rank-0 bounds around a batched x;
+  otherwise the batch dims move to the front (unbatched operands broadcast) and rank-0 or
+  lower-rank bounds are broadcast to x's shape."""
+  lax_shape = _shape_and_reduction()[0]
+  lo, x, hi = args
+  lo_d, x_d, hi_d = dims
+  nd = lambda v: len(core.get_aval(v).shape)  # noqa: E731
+  shp = lambda v: core.get_aval(v).shape  # noqa: E731
+  size = next(shp(v)[d] for v, d in zip(args, dims) if d is not batching.not_mapped)
+  if lo_d == x_d == hi_d:
+    if shp(lo) == shp(x) == shp(hi) or nd(lo) == nd(hi) == 0:
+      return clamp_p.bind(lo, x, hi), x_d
+    if nd(lo) == nd(hi) == 1:
+      lo = lax_shape.broadcast_in_dim(lo, shp(x), (lo_d,))
+      hi = lax_shape.broadcast_in_dim(hi, shp(x), (hi_d,))
+      return clamp_p.bind(lo, x, hi), x_d
+  elif nd(lo) == 0 and nd(hi) == 0 and x_d is not batching.not_mapped:
+    return clamp_p.bind(lo, x, hi), x_d
+  lo = batching.bdim_at_front(lo, lo_d, size) if shp(lo) else lo
+  hi = batching.bdim_at_front(hi, hi_d, size) if shp(hi) else hi
+  x = batching.bdim_at_front(x, x_d, size) if shp(x) else x
+  if nd(lo) == 0 and nd(x) > 0:
+    lo = lax_shape.broadcast(lo, shp(x))
+  if nd(hi) == 0 and nd(x) > 0:
+    hi = lax_shape.broadcast(hi, shp(x))
+  if 0 < nd(lo) < nd(x):
+    lo = lax_shape.broadcast_in_dim(lo, shp(x), (0,))
+  if 0 < nd(hi) < nd(x):
+    hi = lax_shape.broadcast_in_dim(hi, shp(x), (0,))
+  if nd(lo) > nd(x):
+    x = lax_shape.broadcast(x, shp(lo))
+  return clamp_p.bind(lo, x, hi), 0
+
+
+batching.primitive_batchers[clamp_p] = _clamp_batch
 
 
 def clamp(min: Any, x: Any, max: Any):

@@ -26,7 +26,7 @@ from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import emit_compare
-from stagecraft.lax.shape import broadcast_in_dim, full, pad, reshape, slice_in_dim, squeeze
+from stagecraft.lax.shape import broadcast_in_dim, broadcast_in_dim_p, full, pad, reshape, slice_in_dim, squeeze
 
 __all__ = ["reduce_sum_p", "reduce_max_p", "reduce_min_p", "reduce_prod_p", "reduce_and_p",
            "reduce_or_p", "reduce_xor_p", "argmax_p", "argmin_p", "reduce_p", "reduce_sum",
@@ -211,8 +211,13 @@ def _kept_dims(ndim: int, axes) -> tuple[int, ...]:
 
 
 def _reduce_sum_transpose(ct, operand, *, axes):
-  shape = operand.aval.shape
-  return [broadcast_in_dim(ct, shape, _kept_dims(len(shape), axes))]
+  # As JAX's: the kept dims are NumPy ints (printed `np.int64(0)`), so the primitive is bound
+  # directly (the wrapper makes them Python ints).
+  shape = tuple(operand.aval.shape)
+  dims = tuple(np.delete(np.arange(len(shape)), list(axes)))
+  if core.get_aval(ct).shape == shape and dims == tuple(range(len(shape))):
+    return [ct]
+  return [broadcast_in_dim_p.bind(ct, shape=shape, broadcast_dimensions=dims)]
 
 
 def _reduce_chooser_jvp(t, ans, operand, *, axes):
@@ -220,9 +225,10 @@ def _reduce_chooser_jvp(t, ans, operand, *, axes):
   averaged over ties."""
   aval = core.get_aval(operand)
   dtype = core.get_aval(t).dtype
+  # `ans` keeps the reduced dims as size 1 (a reshape); `eq` broadcasts them, as in JAX.
+  kept_shape = tuple(1 if i in axes else d for i, d in enumerate(aval.shape))
   location_indicators = elementwise.convert_element_type(
-      elementwise.eq(operand, broadcast_in_dim(ans, aval.shape, _kept_dims(aval.ndim, axes))),
-      dtype)
+      elementwise.eq(operand, reshape(ans, kept_shape)), dtype)
   counts = reduce_sum(location_indicators, axes)
   return elementwise.div(reduce_sum(elementwise.mul(t, location_indicators), axes), counts)
 
@@ -281,7 +287,8 @@ del _p
 
 def _batched_axes(axes, bdim: int) -> tuple[int, ...]:
   """The unbatched `axes` as axes of a value batched at `bdim`."""
-  return tuple(a if a < bdim else a + 1 for a in axes)
+  # NB: NumPy ints, as JAX's `reducer_batcher` leaves them (its jaxprs print `np.int64(1)`).
+  return tuple(np.where(np.less(axes, bdim), axes, np.add(axes, 1)))
 
 
 def _reducer_batch_rule(prim, args, dims, **params):

@@ -1,17 +1,20 @@
 """Shape primitives: `broadcast_in_dim`, `reshape`, `transpose`, `squeeze`, `rev`,
-`concatenate`, `stack`/`unstack`, `pad`, the static `slice` and `iota`, with the wrappers
+`concatenate`, `stack`/`unstack`, `split`, `pad`, the static `slice` and `iota`, with the wrappers
 composed of them (`broadcast`, `expand_dims`, `full`, `collapse`, `slice_in_dim`,
 `broadcasted_iota`, ...).
 
 Params have JAX's `lax`'s names and are tuples of Python ints (hashable and static): the
-wrappers normalize what users pass (lists, NumPy ints, negative axes). The values of the
+wrappers normalize what users pass (lists, negative axes). Where JAX's batching and
+transpose rules (and `split`'s sizes) leave NumPy ints in params, so do these (JAX prints
+them as `np.int64(1)`). The values of the
 operand are only moved, never computed, so each primitive keeps the operand's dtype and weak
 type (`iota` makes a strongly typed array). Each lowers to the StableHLO op of the same
 meaning (`reshape` and `squeeze` both to `stablehlo.reshape`).
 
 Autodiff: all are linear (pad in its operand and padding value jointly) and have JAX's
-transposes: a broadcast sums, a pad slices, a slice pads, a concatenate splits, stack and
-unstack are each other's, the others invert.
+transposes: a broadcast sums, a pad slices, a slice pads, a concatenate slices, a split
+concatenates, stack and unstack are each other's, the others invert (squeeze by a
+broadcast_in_dim).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from stagecraft.lax import elementwise
 from stagecraft.lax.elementwise import convert_element_type, select, sub
 
 __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p",
-           "concatenate_p", "stack_p", "unstack_p", "pad_p", "slice_p", "iota_p",
+           "concatenate_p", "stack_p", "unstack_p", "split_p", "pad_p", "slice_p", "iota_p",
            "broadcast_in_dim", "broadcast", "reshape", "transpose", "squeeze", "expand_dims",
            "rev", "concatenate", "pad", "slice", "slice_in_dim", "index_in_dim", "iota",
            "broadcasted_iota", "full", "collapse", "broadcast_shapes", "broadcast_to_rank",
@@ -59,8 +62,10 @@ def canonicalize_shape(name: str, arg_name: str, obj: Any) -> tuple[int, ...]:
 
 
 def check_shapelike(name: str, arg_name: str, obj: Any) -> None:
-  """Raises TypeError unless `obj` is a tuple of non-negative Python ints (a valid param)."""
-  if type(obj) is not tuple or not all(type(d) is int for d in obj):
+  """Raises TypeError unless `obj` is a tuple of non-negative integers (Python ints, or NumPy
+  ints as JAX's batching and transpose rules leave in some params) (a valid param)."""
+  if type(obj) is not tuple or not all(type(d) is int or isinstance(d, np.integer)
+                                       for d in obj):
     raise TypeError(f"{name} {arg_name} must be a tuple of Python ints, got {obj!r}. Call "
                     f"the wrapper `lax.{name}`, which normalizes it.")
   if not all(d >= 0 for d in obj):
@@ -155,26 +160,17 @@ ad.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 
 
 def _broadcast_in_dim_batch_rule(args, dims, *, shape, broadcast_dimensions):
-  """The operand stays as it is: its batch dim becomes a new result dim placed where the
-  order of `broadcast_dimensions` keeps (right before the result dim of the operand dim that
-  follows it), so no transpose is needed."""
+  """JAX's rule: the operand's batch dim is moved to the front and becomes the result's
+  first dim; the other dims shift by one (NumPy ints, as JAX leaves them)."""
   operand, = args
   bdim, = dims
-  size = _shape_of(operand)[bdim]
-  nd = len(broadcast_dimensions)
-  if nd == 0:
-    out_b = 0
-  elif bdim < nd:
-    out_b = broadcast_dimensions[bdim]
-  else:
-    out_b = max(broadcast_dimensions) + 1
-  shift = lambda d: d + 1 if d >= out_b else d
-  new_dims = [shift(d) for d in broadcast_dimensions]
-  new_dims.insert(bdim, out_b)
-  new_shape = list(shape)
-  new_shape.insert(out_b, size)
-  return broadcast_in_dim_p.bind(operand, shape=tuple(new_shape),
-                                 broadcast_dimensions=tuple(new_dims)), out_b
+  operand = batching.moveaxis(operand, bdim, 0)
+  op_shape = _shape_of(operand)
+  new_dims = (0,) + tuple(np.add(1, broadcast_dimensions))
+  new_shape = (op_shape[0],) + tuple(shape)
+  if op_shape == new_shape and new_dims == tuple(range(len(new_shape))):
+    return operand, 0
+  return broadcast_in_dim_p.bind(operand, shape=new_shape, broadcast_dimensions=new_dims), 0
 
 
 batching.primitive_batchers[broadcast_in_dim_p] = _broadcast_in_dim_batch_rule
@@ -265,16 +261,18 @@ def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
 
 
 # ---------------------------------------------------------------------------
-# reshape(operand, new_sizes): the same elements in row-major order. JAX's optional
-# `dimensions` (a transpose applied first) is handled by the wrapper; the param is None.
+# reshape(operand, new_sizes, dimensions): the same elements in row-major order, after the
+# optional permutation `dimensions` (JAX's param; None when absent or the identity).
 reshape_p = Primitive("reshape")
 
 
 def _reshape_abstract_eval(operand, *, new_sizes, dimensions):
   check_shapelike("reshape", "new_sizes", new_sizes)
-  if dimensions is not None:
-    raise ValueError(f"reshape_p's dimensions param must be None, got {dimensions}. Call "
-                     f"`lax.reshape(operand, new_sizes, dimensions)`, which transposes first.")
+  if dimensions is not None and (type(dimensions) is not tuple
+                                 or set(dimensions) != set(range(operand.ndim))
+                                 or len(dimensions) != operand.ndim):
+    raise TypeError(f"reshape dimensions must be a permutation of operand dimensions, got "
+                    f"dimensions {dimensions} for shape {operand.shape}.")
   if math.prod(new_sizes) != operand.size:
     raise TypeError(f"reshape total size must be unchanged, got new_sizes {new_sizes} for "
                     f"shape {operand.shape}.")
@@ -282,6 +280,12 @@ def _reshape_abstract_eval(operand, *, new_sizes, dimensions):
 
 
 def _reshape_lowering(ctx, x, *, new_sizes, dimensions):
+  if dimensions is not None:   # JAX's lowering: the permutation first, as a transpose
+    aval, = ctx.avals_in
+    t_aval = aval.update(shape=tuple(aval.shape[d] for d in dimensions))
+    x, = ctx.op("stablehlo.transpose", [x], result_avals=[t_aval],
+                attrs=f"permutation = {i64_array(dimensions)}")
+    return ctx.op("stablehlo.reshape", [x], operand_avals=[t_aval])
   return ctx.op("stablehlo.reshape", [x])
 
 
@@ -290,8 +294,19 @@ lowering.register_lowering(reshape_p, _reshape_lowering)
 # NB: printed with JAX's `sharding=None` (stagecraft's reshape has no sharding param).
 core.pp_eqn_rules[reshape_p] = lambda eqn, context: sorted(
     {"sharding": None, **eqn.params}.items())
-ad.deflinear(reshape_p, lambda ct, operand, *, new_sizes, dimensions: [
-    reshape(ct, operand.aval.shape)])
+
+
+def _reshape_transpose(ct, operand, *, new_sizes, dimensions):
+  """JAX's rule: back to the operand's shape (permuted, then transposed back by the
+  inverse permutation when `dimensions` is given)."""
+  shape = operand.aval.shape
+  if dimensions is None:
+    return [reshape(ct, shape)]
+  out = reshape(ct, tuple(shape[d] for d in dimensions))
+  return [transpose(out, np.argsort(dimensions))]
+
+
+ad.deflinear(reshape_p, _reshape_transpose)
 
 
 def _reshape_batch_rule(args, dims, *, new_sizes, dimensions):
@@ -300,7 +315,10 @@ def _reshape_batch_rule(args, dims, *, new_sizes, dimensions):
   bdim, = dims
   operand = batching.moveaxis(operand, bdim, 0)
   size = _shape_of(operand)[0]
-  return reshape_p.bind(operand, new_sizes=(size,) + tuple(new_sizes), dimensions=None), 0
+  if dimensions is not None:
+    dimensions = (0,) + tuple(int(d) + 1 for d in dimensions)
+  return reshape_p.bind(operand, new_sizes=(size,) + tuple(new_sizes),
+                        dimensions=dimensions), 0
 
 
 batching.primitive_batchers[reshape_p] = _reshape_batch_rule
@@ -313,8 +331,9 @@ def reshape(operand: Any, new_sizes: Sequence[int],
   Args:
     operand: array `T[*s]`.
     new_sizes: the result shape `n`, with `prod(n) == prod(s)`.
-    dimensions: optional permutation of the operand's dimensions, applied (as `transpose`)
-      before reshaping, as in JAX's lax.reshape.
+    dimensions: optional permutation of the operand's dimensions, applied before reshaping
+      (JAX's lax.reshape: the `dimensions` param of the reshape equation, lowered as a
+      transpose; None for the identity).
 
   Returns:
     `T[*n]`.
@@ -327,10 +346,16 @@ def reshape(operand: Any, new_sizes: Sequence[int],
     sharding.check_out_sharding(out_sharding, "lax.reshape")
   new_sizes = canonicalize_shape("reshape", "new_sizes", new_sizes)
   if dimensions is not None:
-    operand = transpose(operand, dimensions)
-  if is_staged_value(operand) and _shape_of(operand) == new_sizes:
+    dimensions = canonicalize_shape("reshape", "dimensions", dimensions)
+    if dimensions == tuple(range(len(_shape_of(operand)))):
+      dimensions = None
+    elif getattr(core.get_aval(operand), "_sharding", None) is not None:
+      # NB: with sharding in types, the permutation is a transpose of its own (whose rule
+      # moves the spec entries), then a plain reshape.
+      operand, dimensions = transpose(operand, dimensions), None
+  if dimensions is None and is_staged_value(operand) and _shape_of(operand) == new_sizes:
     return operand
-  return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=None)
+  return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=dimensions)
 
 
 def collapse(operand: Any, start_dimension: int, stop_dimension: int | None = None) -> Any:
@@ -441,8 +466,8 @@ def _squeeze_lowering(ctx, x, *, dimensions):
 
 squeeze_p.def_abstract_eval(_squeeze_abstract_eval)
 lowering.register_lowering(squeeze_p, _squeeze_lowering)
-ad.deflinear(squeeze_p, lambda ct, operand, *, dimensions: [
-    reshape(ct, operand.aval.shape)])
+# As JAX's: the squeezed dims come back as size-1 dims by a `broadcast_in_dim`.
+ad.deflinear(squeeze_p, lambda ct, operand, *, dimensions: [expand_dims(ct, dimensions)])
 
 
 def _squeeze_batch_rule(args, dims, *, dimensions):
@@ -591,25 +616,26 @@ lowering.register_lowering(concatenate_p, _concatenate_lowering)
 
 
 def _concatenate_transpose(ct, *operands, dimension):
-  """Each linear operand gets its slice of `ct` along `dimension`; the others get None."""
-  cts, start = [], 0
-  for x in operands:
-    n = (x.aval if ad.is_undefined_primal(x) else core.get_aval(x)).shape[dimension]
-    cts.append(slice_in_dim(ct, start, start + n, axis=dimension)
-               if ad.is_undefined_primal(x) else None)
-    start += n
-  return cts
+  """JAX's rule: `ct` cut along `dimension` by one `split` into the operands' sizes; each
+  linear operand gets its piece, the others None."""
+  sizes = tuple((x.aval if ad.is_undefined_primal(x) else core.get_aval(x)).shape[dimension]
+                for x in operands)
+  if type(ct) is ad.Zero:
+    return [ad.Zero(x.aval) if ad.is_undefined_primal(x) else None for x in operands]
+  pieces = split_p.bind(ct, sizes=sizes, axis=dimension)
+  return [p if ad.is_undefined_primal(x) else None for p, x in zip(pieces, operands)]
 
 
 ad.deflinear(concatenate_p, _concatenate_transpose)
 
 
 def _concatenate_batch_rule(args, dims, *, dimension):
-  """Every operand's batch dim at the first batched operand's (unbatched ones broadcast)."""
-  size, bdim = next((_shape_of(x)[d], d) for x, d in zip(args, dims)
-                    if d is not batching.not_mapped)
-  operands = [batching.matchaxis(x, d, bdim, size) for x, d in zip(args, dims)]
-  return concatenate_p.bind(*operands, dimension=_batched_axis(dimension, bdim)), bdim
+  """JAX's rule: every batch dim moved to the front (unbatched operands broadcast there by
+  `lax.broadcast`); the result is batched at 0."""
+  size = next(_shape_of(x)[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
+  operands = [broadcast(x, (size,)) if d is batching.not_mapped else batching.moveaxis(x, d, 0)
+              for x, d in zip(args, dims)]
+  return concatenate(operands, dimension + 1), 0
 
 
 batching.primitive_batchers[concatenate_p] = _concatenate_batch_rule
@@ -697,7 +723,8 @@ def _stack_batch_rule(args, dims, *, axis):
       return stack_p.bind(*args, axis=axis), bdim + 1
     return stack_p.bind(*args, axis=axis + 1), bdim
   size = next(_shape_of(x)[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
-  operands = [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)]
+  operands = [broadcast(x, (size,)) if d is batching.not_mapped else batching.moveaxis(x, d, 0)
+              for x, d in zip(args, dims)]
   return stack_p.bind(*operands, axis=axis + 1), 0
 
 
@@ -818,6 +845,93 @@ batching.primitive_batchers[unstack_p] = _unstack_batch_rule
 core.sharding_rules[unstack_p] = _unstack_sharding_rule
 
 
+# ---------------------------------------------------------------------------
+# split(operand, sizes, axis): the pieces of `operand` along `axis`, of the given sizes (one
+# result per size; JAX 0.10's `split_p`). Its transpose is `concatenate`.
+split_p = Primitive("split")
+split_p.multiple_results = True
+
+
+def _split_abstract_eval(operand, *, sizes, axis):
+  """JAX's shape rule and errors: `axis` in range, sizes non-negative summing to its size."""
+  if type(axis) is not int or not 0 <= axis < operand.ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension {operand.ndim}")
+  if any(s < 0 for s in sizes):
+    raise ValueError(f"Sizes passed to split must be nonnegative, got {list(sizes)}")
+  if operand.shape[axis] != builtins.sum(sizes):
+    raise ValueError(f"Sum of sizes {np.sum(sizes)} must be equal to dimension {axis} of "
+                     f"the operand shape {list(operand.shape)}")
+  return [ShapedArray(operand.shape[:axis] + (int(n),) + operand.shape[axis + 1:],
+                      operand.dtype, operand.weak_type) for n in sizes]
+
+
+def _split_lowering(ctx, x, *, sizes, axis):
+  """One `stablehlo.slice` per piece (JAX's lowering)."""
+  aval, = ctx.avals_in
+  start, limit = [0] * aval.ndim, list(aval.shape)
+  outs = []
+  for aval_out in ctx.avals_out:
+    limit[axis] = start[axis] + aval_out.shape[axis]
+    outs += ctx.op("stablehlo.slice", [x], result_avals=[aval_out],
+                   attrs=f"start_indices = {i64_array(start)}, limit_indices = "
+                         f"{i64_array(limit)}, strides = {i64_array([1] * aval.ndim)}")
+    start[axis] = limit[axis]
+  return outs
+
+
+def _split_jvp(primals, tangents, *, sizes, axis):
+  x, = primals
+  t, = tangents
+  outs = split_p.bind(x, sizes=sizes, axis=axis)
+  if type(t) is ad.Zero:
+    return outs, [ad.Zero(ad.tangent_aval(core.get_aval(o))) for o in outs]
+  return outs, split_p.bind(t, sizes=sizes, axis=axis)
+
+
+def _split_transpose(cts, operand, *, sizes, axis):
+  """The cotangents (zeros instantiated) concatenated back along `axis`; all zero: zero."""
+  if all(type(ct) is ad.Zero for ct in cts):
+    return [ad.Zero(operand.aval)]
+  cts = [ad.instantiate_zeros(ct) for ct in cts]
+  return [cts[0] if len(cts) == 1 else concatenate_p.bind(*cts, dimension=axis)]
+
+
+def _split_batch_rule(args, dims, *, sizes, axis):
+  """The batch dim stays where it is; the split axis skips it."""
+  operand, = args
+  bdim, = dims
+  outs = split_p.bind(operand, sizes=sizes, axis=axis + 1 if axis >= bdim else axis)
+  return outs, [bdim] * len(outs)
+
+
+def _split_sharding_rule(operand, *, sizes, axis):
+  """JAX's rule: each piece keeps the operand's sharding; a split `axis` must stay divisible
+  by its mesh axes in every piece whose size differs."""
+  if operand._sharding is None:
+    return [None] * len(sizes)
+  mesh = operand._sharding.mesh
+  e = sharding.spec_entries(operand._sharding, operand.ndim)[axis]
+  if e is not None:
+    names = e if isinstance(e, tuple) else (e,)
+    n = math.prod(mesh.shape[name] for name in names)
+    for size in sizes:
+      if size != operand.shape[axis] and size % n:
+        out_shape = operand.shape[:axis] + (int(size),) + operand.shape[axis + 1:]
+        raise sharding.ShardingTypeError(
+            f"split on sharded dims where out dim ({size}) is not divisible by mesh axes "
+            f"({n}) with spec ({e}) is not implemented. Got input "
+            f"type={operand.str_short(True)} and output shape={out_shape}")
+  return [operand._sharding] * len(sizes)
+
+
+split_p.def_abstract_eval(_split_abstract_eval)
+lowering.register_lowering(split_p, _split_lowering)
+ad.primitive_jvps[split_p] = _split_jvp
+ad.primitive_transposes[split_p] = _split_transpose
+batching.primitive_batchers[split_p] = _split_batch_rule
+core.sharding_rules[split_p] = _split_sharding_rule
+
+
 def stack(operands: Sequence[Any], axis: int = 0) -> Any:
   """Joins arrays of one shape along a new dimension `axis` (the `stack` primitive).
 
@@ -886,7 +1000,8 @@ def _pad_abstract_eval(operand, padding_value, *, padding_config):
   if len(padding_config) != operand.ndim:
     raise ValueError(f"length of padding_config must equal the number of axes of operand, got "
                      f"padding_config {padding_config} for operand shape {operand.shape}.")
-  if not all(type(c) is tuple and len(c) == 3 and all(type(v) is int for v in c)
+  if not all(type(c) is tuple and len(c) == 3
+             and all(type(v) is int or isinstance(v, np.integer) for v in c)
              for c in padding_config):
     raise TypeError(f"padding_config must be a tuple of (lo, hi, interior) int triples, got "
                     f"{padding_config}.")
@@ -950,7 +1065,7 @@ def _pad_batch_rule(args, dims, *, padding_config):
   operand_bdim, pv_bdim = dims
   if operand_bdim is batching.not_mapped:
     operand_bdim = 0
-    operand = batching.broadcast(operand, _shape_of(padding_value)[pv_bdim], 0)
+    operand = broadcast(operand, (_shape_of(padding_value)[pv_bdim],))
   config = list(padding_config)
   config.insert(operand_bdim, (0, 0, 0))
   config = tuple(config)
@@ -1044,14 +1159,17 @@ def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides):
   (JAX's rule)."""
   shape = operand.aval.shape
   ct_shape = core.get_aval(ct).shape
+  # NB: the high padding (and interior) are NumPy ints, as JAX's rule computes them (its
+  # jaxprs print `np.int64(1)`); the primitive is bound directly to keep them.
   if strides is None or all(s == 1 for s in strides):
-    config = tuple((lo, d - hi, 0) for lo, hi, d in zip(start_indices, limit_indices, shape))
+    config = tuple(zip(start_indices, np.subtract(shape, limit_indices),
+                       (0,) * len(start_indices)))
   else:
-    real_limits = [lo + (0 if n == 0 else 1 + (n - 1) * s)
-                   for lo, n, s in zip(start_indices, ct_shape, strides)]
-    config = tuple((lo, d - hi, s - 1)
-                   for lo, hi, d, s in zip(start_indices, real_limits, shape, strides))
-  return [pad(ct, np.zeros((), core.get_aval(ct).dtype), config)]
+    real_limits = np.add(start_indices, np.where(
+        np.array(ct_shape) == 0, 0, np.add(1, np.multiply(np.subtract(ct_shape, 1), strides))))
+    config = tuple(zip(start_indices, np.subtract(shape, real_limits),
+                       np.subtract(strides, 1)))
+  return [pad_p.bind(ct, np.zeros((), core.get_aval(ct).dtype), padding_config=config)]
 
 
 ad.deflinear(slice_p, _slice_transpose)
@@ -1264,24 +1382,27 @@ def empty(shape: Sequence[int], dtype: Any) -> Any:
 
 
 def split(operand: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:
-  """Splits `operand` along `axis` into pieces of the given `sizes` (which sum to that
-  dimension).
+  """Splits `operand` along `axis` into pieces of the given `sizes` (the `split` primitive,
+  as JAX's `lax.split`; the sizes are kept as given in its params).
+
+  Args:
+    operand: array `T[*a, n, *b]` (`n` at `axis`; negative axes count from the end).
+    sizes: non-negative integers summing to `n`.
+    axis: the dimension to split.
+
+  Returns:
+    A list of `len(sizes)` arrays `T[*a, sizes[k], *b]`.
 
   Raises:
-    ValueError: if the sizes do not sum to the dimension or are negative.
+    ValueError: if `axis` is out of range, a size is negative, or the sizes do not sum to
+      the dimension.
   """
   aval = core.get_aval(operand)
-  axis = utils.canonicalize_axes("split", (axis,), aval.ndim)[0]
-  sizes = [int(s) for s in sizes]
-  if any(s < 0 for s in sizes) or sum(sizes) != aval.shape[axis]:
-    raise ValueError(f"Sum of sizes {sum(sizes)} must be equal to dimension {axis} of the "
-                     f"operand shape {aval.shape}, and sizes must be non-negative; got sizes "
-                     f"{tuple(sizes)}.")
-  out, start = [], 0
-  for size in sizes:
-    out.append(slice_in_dim(operand, start, start + size, axis=axis))
-    start += size
-  return out
+  axis = utils.canonicalize_axes("split", (operator.index(axis),), aval.ndim)[0]
+  sizes = tuple(sizes)
+  for n in sizes:
+    operator.index(n)
+  return split_p.bind(operand, sizes=sizes, axis=axis)
 
 
 def tile(operand: Any, reps: Sequence[int]) -> Any:
