@@ -530,9 +530,6 @@ def grad_custom_jvp_log1pexp(m):
 #: Programs whose jaxprs differ from JAX's in content (other equations or params), each with
 #: the reason; none is a printing difference.
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "jacrev_small": "JAX cuts the identity basis and the result with `split` equations (a "
-                    "primitive stagecraft lacks) and its mul batching rule broadcasts an "
-                    "unbatched operand to f32[1,n]; stagecraft slices and broadcasts in full.",
     "jit_closure_and_literal_args": "constants closed over by a jit body: JAX keeps them as "
                                     "constvars of the body; stagecraft passes them as leading "
                                     "operands of the jit equation (its call convention).",

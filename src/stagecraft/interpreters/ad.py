@@ -89,15 +89,9 @@ def zeros_like_aval(aval: ShapedArray) -> Any:
   tangents and cotangents their primal's type)."""
   if aval.dtype == dtypes.float0:
     return np.zeros(aval.shape, dtypes.float0)
-  trace = core.current_trace()
-  if type(trace) is PartialEvalTrace:
-    # A tangent zero made while linearizing belongs to the linear side (as JAX's tangent
-    # trace): computed in the backward pass, not saved as a residual.
-    trace.stage_known = True
-    try:
-      return _zeros(aval)
-    finally:
-      trace.stage_known = False
+  # NB: while linearizing, a zero made by a JVP rule has only known inputs, so it is
+  # computed on the primal side and saved as a residual, as JAX's linearize does (its
+  # `_ = broadcast_in_dim 0.0` follows the primal equation whose JVP made it).
   return _zeros(aval)
 
 

@@ -857,6 +857,8 @@ def _static_fill_value(fill_value, dtype: np.dtype):
   value = value.astype(dtype)[()].item()
   if isinstance(value, float) and np.isnan(value):
     return np.nan   # one NaN object, so params compare equal and the eager cache hits
+  if type(fill_value) in (bool, int, float) and value == fill_value:
+    return fill_value   # NB: kept as given where exact (JAX prints `fill_value=0` on f32)
   return value
 
 
@@ -1074,6 +1076,23 @@ scatter_min_p = _scatter_primitive(
     "scatter-min", lambda ctx, scalar, a, b: elementwise.emit_minmax(ctx, "LT", a, b, scalar))
 scatter_max_p = _scatter_primitive(
     "scatter-max", lambda ctx, scalar, a, b: elementwise.emit_minmax(ctx, "GT", a, b, scalar))
+
+
+def _scatter_pp_rule(combiner: Primitive, eqn: core.JaxprEqn, context) -> list:
+  """Printing only: JAX's scatter-add/sub/mul/min/max carry the combining function as
+  params (`update_consts=()`, `update_jaxpr={ lambda ; a b. let c = add a b in (c,) }`);
+  stagecraft's primitive is named by it, so the rule prints that jaxpr from `combiner`."""
+  scalar = ShapedArray((), eqn.invars[0].aval.dtype)
+  a, b, c = core.Var(scalar), core.Var(scalar), core.Var(scalar)
+  update_jaxpr = core.Jaxpr([], [a, b], [c], [core.JaxprEqn([a, b], [c], combiner, {})])
+  params = dict(eqn.params, update_consts=(), update_jaxpr=update_jaxpr)
+  return sorted(params.items())
+
+
+for _p, _combiner_p in ((scatter_add_p, elementwise.add_p), (scatter_sub_p, elementwise.sub_p),
+                        (scatter_mul_p, elementwise.mul_p), (scatter_min_p, elementwise.min_p),
+                        (scatter_max_p, elementwise.max_p)):
+  core.pp_eqn_rules[_p] = partial(_scatter_pp_rule, _combiner_p)
 
 
 def _scatter_wrapper(p: Primitive, what: str, dtypes_doc: str):

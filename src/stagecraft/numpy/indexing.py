@@ -299,14 +299,30 @@ def _as_index(i, n: int, normalize: bool):
   """`i` as int32 with negative values wrapped once (NumPy values on the host)."""
   if isinstance(i, int):
     return np.asarray(i + n if normalize and i < 0 else i, _index_dtype)
-  if isinstance(i, np.ndarray):
-    i = np.where(i < 0, i + n, i) if normalize and not dtypes.is_unsigned(i.dtype) else i
-    return i.astype(_index_dtype)
   signed = not dtypes.is_unsigned(i.dtype)
+  if isinstance(i, np.ndarray):
+    if not (normalize and signed and i.ndim and core.current_trace() is not core.eval_trace):
+      return (np.where(i < 0, i + n, i) if normalize and signed else i).astype(_index_dtype)
+    # NB: under a trace an index array is normalized as JAX does it: the sign test on the
+    # host, the wrap staged (`add`, `select_n`), in the index's own (canonical) dtype.
+    i = i.astype(dtypes.canonicalize_dtype(i.dtype))
+    if _fits(n, i.dtype):
+      i = lax.select(i < 0, lax.add(i, np.asarray(n, i.dtype)), i)
+      return lax.convert_element_type(i, _index_dtype) if i.dtype != _index_dtype else i
+    i = i.astype(_index_dtype)
+  if normalize and signed and i.dtype != _index_dtype and _fits(n, i.dtype):
+    # NB: wrapped in the index's dtype, then converted to int32 (JAX's order)
+    i = lax.select(lax.lt(i, np.zeros((), i.dtype)), lax.add(i, np.asarray(n, i.dtype)), i)
+    return lax.convert_element_type(i, _index_dtype)
   i = lax.convert_element_type(i, _index_dtype) if i.dtype != _index_dtype else i
   if normalize and signed:
     i = lax.select(lax.lt(i, np.int32(0)), lax.add(i, np.int32(n)), i)
   return i
+
+
+def _fits(n: int, dt) -> bool:
+  """Whether the axis size `n` is representable in the integer dtype `dt`."""
+  return n <= np.iinfo(dt).max
 
 
 def _broadcast_indices(arrays):

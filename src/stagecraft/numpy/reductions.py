@@ -141,7 +141,7 @@ def _reduce(name: str, kind: str, a, axis, dtype, keepdims, initial, where, *,
     reduce_fn, op = bool_reduce, bool_op
   if where is not None:
     a = ufuncs.where(broadcast_to(where, in_shape), a, _identity(kind, ct))
-  r = reduce_fn(a, axes) if axes else a
+  r = reduce_fn(a, axes)   # NB: also for axes=(), as JAX (a `reduce_sum[axes=()]`)
   if initial is not None:
     r = op(_host_initial(initial, ct), r)
   if ct != res:
@@ -225,16 +225,13 @@ def _bool_reduction(name, kind):
     dt = dtype_of(a)
     if dtypes.is_complex(dt):   # NB: the real part decides, as JAX's numpy (not NumPy)
       a, dt = lax.real(a), real_dtype(dt)
-    if dt != dtypes.bool_:
-      a = lax.ne(a, np.zeros((), dt)[()])
+    if dt != dtypes.bool_ or a.weak_type:   # nonzero is True, as JAX's astype(bool)
+      a = lax.convert_element_type(a, dtypes.bool_, weak_type=False)
     in_shape = shape_of(a)
     axes = reduction_axes(axis, len(in_shape), name)
     if where is not None:
       a = ufuncs.where(broadcast_to(where, in_shape), a, _identity(kind, dtypes.bool_))
-    if axes:
-      r = _OPS[kind][1](a, axes)
-    else:   # no axes: the result is still strongly typed, as JAX's reduce_or/reduce_and
-      r = lax.convert_element_type(a, dtypes.bool_, weak_type=False) if a.weak_type else a
+    r = _OPS[kind][1](a, axes)   # NB: also for axes=(), as JAX (`reduce_or[axes=()]`)
     return _keepdims(r, axes, in_shape) if keepdims else r
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"Logical {'AND' if name == 'all' else 'OR'} over `axis` (bool result); "
