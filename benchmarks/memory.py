@@ -544,11 +544,11 @@ def run_children(specs: list[dict], parallel: bool) -> list[dict]:
 
 def config(quick: bool) -> dict:
   """What a run measures: (a)'s workloads, steps and repeats, (b)'s example (the whole
-  example, or with `--quick` its set-up and training loop for 20 steps) and repeats, (c)'s
+  example, or with `--quick` its set-up and training loop for 5 steps) and repeats, (c)'s
   calls."""
   if quick:
     return dict(workloads=["mlp_sgd"], steps=2, reps=1,
-                digits_train_only=True, digits_argv=["--steps", "20"], digits_reps=1,
+                digits_train_only=True, digits_argv=["--steps", "5"], digits_reps=1,
                 calls=2_000)
   return dict(workloads=list(WORKLOADS), steps=20, reps=3,
               digits_train_only=False, digits_argv=[], digits_reps=2, calls=10_000)

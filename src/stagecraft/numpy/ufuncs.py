@@ -714,11 +714,28 @@ exp2 = _unary_ufunc("exp2", lax.exp2, promote_dtypes_inexact, "2**x")
 log = _unary_ufunc("log", lax.log, promote_dtypes_inexact, "Natural logarithm")
 log1p = _unary_ufunc("log1p", lax.log1p, promote_dtypes_inexact, "log(1 + x)")
 expm1 = _unary_ufunc("expm1", lax.expm1, promote_dtypes_inexact, "e**x - 1")
-log2 = _unary_ufunc("log2", lambda x: lax.div(lax.log(x), lax.log(np.asarray(2, dtype_of(x))[()])),
-                    promote_dtypes_inexact, "Base-2 logarithm")
-log10 = _unary_ufunc("log10", lambda x: lax.div(lax.log(x),
-                                                lax.log(np.asarray(10, dtype_of(x))[()])),
-                     promote_dtypes_inexact, "Base-10 logarithm")
+def _log2(x):
+  # NB: a complex logarithm's parts are scaled separately (JAX's): dividing by a complex
+  # log(2) would turn the imaginary part of log(-inf) into nan.
+  out = lax.log(x)
+  if dtypes.is_complex(dtype_of(x)):
+    re, im = lax.real(out), lax.imag(out)
+    den = lax.log(np.asarray(2, dtypes.finfo(dtype_of(x)).dtype)[()])
+    return lax.complex(lax.div(re, den), lax.div(im, den))
+  return lax.div(out, lax.log(np.asarray(2, dtype_of(x))[()]))
+
+
+def _log10(x):
+  out = lax.log(x)
+  if dtypes.is_complex(dtype_of(x)):   # NB: as in _log2
+    re, im = lax.real(out), lax.imag(out)
+    c = np.asarray(1 / np.log(10), dtypes.finfo(dtype_of(x)).dtype)[()]
+    return lax.complex(lax.mul(re, c), lax.mul(im, c))
+  return lax.mul(out, np.asarray(1 / np.log(10), dtype_of(x))[()])
+
+
+log2 = _unary_ufunc("log2", _log2, promote_dtypes_inexact, "Base-2 logarithm")
+log10 = _unary_ufunc("log10", _log10, promote_dtypes_inexact, "Base-10 logarithm")
 sqrt = _unary_ufunc("sqrt", lax.sqrt, promote_dtypes_inexact, "Square root")
 cbrt = _unary_ufunc("cbrt", lax.cbrt, promote_dtypes_inexact, "Cube root")
 sin = _unary_ufunc("sin", lax.sin, promote_dtypes_inexact, "Sine (radians)")
