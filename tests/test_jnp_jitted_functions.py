@@ -293,3 +293,20 @@ def test_log10_log2_values_and_jaxprs_match_jax(name, dtype):
   np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-6)
   assert (str(sc.make_jaxpr(getattr(jnp, name))(x))
           == str(jax.make_jaxpr(getattr(jjnp, name))(x)))
+
+
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("args", [(1.5, -1), (0.0, 2), (-2.0, 0.5), (np.float32(3.0), 1),
+                                  (1.5, np.float32(2.0)),
+                                  (np.array([-1, 0, 2], np.int32), 0.5)])
+def test_heaviside_weak_types_under_jit_match_jax(x64, args):
+  # A weakly typed x1 (a Python scalar passed to jit is a weak tracer) gives weak 0/1, as
+  # JAX's (found by the long fuzz run: jit(heaviside)(1.5, -1) was strongly typed).
+  ctx = sc.enable_x64() if x64 else sc.enable_x64(False)
+  with ctx, jax.enable_x64(x64):
+    for wrap_sc, wrap_jax in ((sc.jit, jax.jit), (lambda f: f, lambda f: f)):
+      ours = wrap_sc(lambda a, b: jnp.heaviside(a, b))(*args)
+      theirs = wrap_jax(lambda a, b: jjnp.heaviside(a, b))(*args)
+      assert ours.dtype == theirs.dtype
+      assert ours.aval.weak_type == theirs.aval.weak_type
+      np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))

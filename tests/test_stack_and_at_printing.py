@@ -476,3 +476,22 @@ def test_stack_sharding_rules_equal_jax():
       theirs = _error(lambda: jax.jit(prog(JAX))(ju, jv))
     assert theirs is not None and ours is not None
     assert ours[0].__name__ == theirs[0].__name__ and ours[1] == theirs[1]
+
+
+@pytest.mark.parametrize("method", ["add", "multiply", "divide", "power", "subtract"])
+@pytest.mark.parametrize("shape,idx", [((3,), slice(3, None)), ((2, 0), slice(None)),
+                                       ((3,), 1)])
+def test_at_arithmetic_on_bool_raises_unless_the_selection_is_empty(method, shape, idx):
+  # JAX returns x unchecked when x[idx] is empty (found by the long fuzz run: a vmapped
+  # `.at[1::2].multiply(False)` of a bool[2,3,0] raised here).
+  x = np.zeros(shape, bool)
+  outs = []
+  for np_ in (jjnp, jnp):
+    try:
+      r = getattr(np_.asarray(x).at[idx], method)(False)
+      outs.append((r.dtype, r.shape))
+    except TypeError as e:
+      outs.append(str(e))
+  assert outs[0] == outs[1]
+  assert sc.vmap(lambda v: v.at[:, 1::2].multiply(False))(
+      np.zeros((2, 3, 0), bool)).shape == (2, 3, 0)

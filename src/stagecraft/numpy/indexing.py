@@ -508,9 +508,15 @@ def getitem(x: ArrayLike, idx: Any):
 
 
 def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool,
-                    unique_indices: bool, mode: Any, normalize_indices: bool):
+                    unique_indices: bool, mode: Any, normalize_indices: bool,
+                    no_bool: str | None = None):
   """`x[idx] op= y` out of place (JAX's `_scatter_update`): one scatter of `y` broadcast to
-  the shape of `x[idx]`; the result has the dtype and weak type of `x`."""
+  the shape of `x[idx]`; the result has the dtype and weak type of `x`.
+
+  Raises:
+    TypeError: with `no_bool` (the combiner's name) for a bool `x`, unless `x[idx]` is empty
+      (JAX returns `x` then, unchecked).
+  """
   x = asarray(x)
   if (type(y) is int and dtypes.is_integer(x.dtype)
       and np.iinfo(x.dtype).min <= y <= np.iinfo(x.dtype).max):
@@ -520,6 +526,10 @@ def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool
   gi = _index_to_gather(x.shape, _parse(idx, x.shape), normalize_indices)
   if 0 in gi.slice_shape:
     return x
+  if no_bool is not None and x.dtype == dtypes.bool_:
+    # NB: JAX's scatter combiners are the arithmetic lax ops, which reject bool
+    raise TypeError(f"{no_bool} does not accept dtype bool at position 0. Accepted dtypes at "
+                    f"position 0 are subtypes of integer, floating, complexfloating.")
   dtype, weak = x.dtype, x.weak_type
   if not isinstance(y, Tracer) and y.ndim == 0:
     # NB: a concrete scalar update is converted on the host and enters the scatter as a
@@ -613,19 +623,12 @@ class _IndexUpdateRef:
                           unique_indices=unique_indices, mode=mode, fill_value=fill_value,
                           normalize_indices=wrap_negative_indices)
 
-  def _no_bool(self, name: str):
-    """add/multiply/divide/power of a bool array: JAX's TypeError (its scatter combiners are
-    the arithmetic lax ops, which reject bool)."""
-    if dtypes.dtype(self.array) == dtypes.bool_:
-      raise TypeError(f"{name} does not accept dtype bool at position 0. Accepted dtypes at "
-                      f"position 0 are subtypes of integer, floating, complexfloating.")
-
   def _update(self, values, op, indices_are_sorted, unique_indices, mode,
-              wrap_negative_indices):
+              wrap_negative_indices, no_bool=None):
     return _scatter_update(self.array, self.index, values, op,
                            indices_are_sorted=indices_are_sorted,
                            unique_indices=unique_indices, mode=mode,
-                           normalize_indices=wrap_negative_indices)
+                           normalize_indices=wrap_negative_indices, no_bool=no_bool)
 
   def set(self, values: ArrayLike, *, indices_are_sorted: bool = False,
           unique_indices: bool = False, mode: Any = None, wrap_negative_indices: bool = True):
@@ -638,11 +641,10 @@ class _IndexUpdateRef:
     """`x[idx] += values`, out of place; repeated indices accumulate (`np.add.at`).
 
     Raises:
-      TypeError: if `x` is bool (as JAX).
+      TypeError: if `x` is bool and `x[idx]` is not empty (as JAX).
     """
-    self._no_bool("add")
     return self._update(values, lax.scatter_add, indices_are_sorted, unique_indices, mode,
-                        wrap_negative_indices)
+                        wrap_negative_indices, no_bool="add")
 
   def subtract(self, values: ArrayLike, *, indices_are_sorted: bool = False,
                unique_indices: bool = False, mode: Any = None,
@@ -657,11 +659,10 @@ class _IndexUpdateRef:
     """`x[idx] *= values`, out of place; repeated indices accumulate.
 
     Raises:
-      TypeError: if `x` is bool (as JAX).
+      TypeError: if `x` is bool and `x[idx]` is not empty (as JAX).
     """
-    self._no_bool("mul")
     return self._update(values, lax.scatter_mul, indices_are_sorted, unique_indices, mode,
-                        wrap_negative_indices)
+                        wrap_negative_indices, no_bool="mul")
 
   mul = multiply
 
@@ -671,13 +672,12 @@ class _IndexUpdateRef:
     """`x[idx] /= values`, out of place (true division: integers give floats, as JAX).
 
     Raises:
-      TypeError: if `x` is bool (as JAX).
+      TypeError: if `x` is bool and `x[idx]` is not empty (as JAX).
     """
-    self._no_bool("mul")
     return ufuncs.divide(self.array, _scatter_update(
         ones_like(self.array), self.index, values, lax.scatter_mul,
         indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode,
-        normalize_indices=wrap_negative_indices))
+        normalize_indices=wrap_negative_indices, no_bool="mul"))
 
   def power(self, values: ArrayLike, *, indices_are_sorted: bool = False,
             unique_indices: bool = False, mode: Any = None,
@@ -685,13 +685,12 @@ class _IndexUpdateRef:
     """`x[idx] **= values`, out of place.
 
     Raises:
-      TypeError: if `x` is bool (as JAX).
+      TypeError: if `x` is bool and `x[idx]` is not empty (as JAX).
     """
-    self._no_bool("mul")
     return ufuncs.power(self.array, _scatter_update(
         ones_like(self.array), self.index, values, lax.scatter_mul,
         indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode,
-        normalize_indices=wrap_negative_indices))
+        normalize_indices=wrap_negative_indices, no_bool="mul"))
 
   def min(self, values: ArrayLike, *, indices_are_sorted: bool = False,
           unique_indices: bool = False, mode: Any = None, wrap_negative_indices: bool = True):

@@ -469,11 +469,12 @@ def fmin(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 
 def heaviside(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """Step function: 0 where x1 < 0, `x2` where x1 == 0, 1 where x1 > 0 (NaN stays NaN)."""
-  weak_consts = dtypes.is_python_scalar(x1)
   x1, x2 = _inexact_args("heaviside", x1, x2)
+  aval = core.get_aval(x1)
+  weak_consts = aval.weak_type and aval.shape == ()
   zero = const(x1, 0)
 
-  def fill(v):   # as JAX: the 0 and 1 are strongly typed unless x1 is a Python scalar
+  def fill(v):   # as JAX: the 0 and 1 are weakly typed where the promoted x1 is a weak scalar
     if weak_consts:
       return _full_c(x1, v)
     return lax.broadcast_in_dim(np.asarray(v, dtype_of(x1))[()], shape_of(x1), ())
