@@ -402,7 +402,16 @@ def test_enums_and_options():
   np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(a), atol=1e-4)
   s = L.svd(a, compute_uv=False, algorithm=L.SvdAlgorithm.QR)
   np.testing.assert_allclose(np.asarray(s), np.linalg.svd(a, compute_uv=False), atol=1e-4)
-  with pytest.raises(NotImplementedError, match="not supported on CPU"):
+  # JAX's messages (raised when lowered for CPU).
+  with pytest.raises(NotImplementedError, match="QDWH implementation is only supported on TPU"):
     L.eigh(a, implementation=L.EighImplementation.QDWH)
-  with pytest.raises(NotImplementedError, match="not supported on CPU"):
-    L.svd(a, algorithm=L.SvdAlgorithm.JACOBI)
+  if sc.default_backend() == "cpu":   # (cuSOLVER has Jacobi kernels: tests/test_linalg_gpu.py)
+    with pytest.raises(NotImplementedError, match="Jacobi implementation is not supported on "):
+      L.eigh(a, implementation=L.EighImplementation.JACOBI)
+    with pytest.raises(NotImplementedError, match="Jacobi and Polar algorithms are not "):
+      L.svd(a, algorithm=L.SvdAlgorithm.JACOBI)
+  # SvdAlgorithm.QR is LAPACK's gesvd on CPU (gesdd otherwise), as in JAX.
+  u, s, vt = L.svd(a, algorithm=L.SvdAlgorithm.QR)
+  np.testing.assert_allclose(np.asarray(u * s) @ np.asarray(vt), a, atol=1e-4)
+  assert sc.default_backend() != "cpu" or "lapack_sgesvd_ffi" in sc.jit(
+      lambda x: L.svd(x, algorithm=L.SvdAlgorithm.QR)).lower(a).as_text()

@@ -1118,12 +1118,16 @@ def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
   donated leaves are marked."""
   if not config.log_compiles:
-    return compile_lowered(lower_traced(entry, donated, keep_unused, name), device)
+    with lowering.for_device(device):
+      lowered = lower_traced(entry, donated, keep_unused, name)
+    return compile_lowered(lowered, device)
   avals = entry.jaxpr.in_avals[len(entry.consts):]
   _logger.warning(f"Compiling jit({name}) with global shapes and types "
                   f"[{', '.join(repr(a) for a in avals)}].")
   t = time.perf_counter()
-  call = compile_lowered(lower_traced(entry, donated, keep_unused, name), device)
+  with lowering.for_device(device):
+    lowered = lower_traced(entry, donated, keep_unused, name)
+  call = compile_lowered(lowered, device)
   _logger.warning(f"Finished XLA compilation of jit({name}) in "
                   f"{time.perf_counter() - t:.6f} sec")
   return call

@@ -167,8 +167,10 @@ class Traced:
     """Lowers the traced function to a StableHLO module (unused arguments pruned unless
     `keep_unused`; static arguments are constants of the module)."""
     sig = self._sig
-    return Lowered(sig, pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused,
-                                         sig.name, layout=sig.layout))
+    with lowering.for_device(sig.device):
+      lowered = pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused, sig.name,
+                                  layout=sig.layout)
+    return Lowered(sig, lowered)
 
   def __repr__(self):
     return f"Traced({self._sig.name})"
@@ -214,7 +216,7 @@ class Lowered:
     if dialect == "stablehlo":
       if debug_info:
         sig = self._sig
-        with lowering.source_locations():
+        with lowering.source_locations(), lowering.for_device(sig.device):
           return pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused, sig.name,
                                    layout=sig.layout).text
       return self._lowered.text

@@ -140,6 +140,22 @@ def dense_i64(xs: Sequence[int], shape: Sequence[int] | None = None) -> str:
 # Builders
 
 
+_platform_state = threading.local()
+
+
+@contextlib.contextmanager
+def for_device(device):
+  """Modules lowered inside (without an explicit platform) are for `device`'s platform, e.g.
+  a `jit(f, device=cpu_device)` on a GPU machine; None (or a placement over several
+  devices): unchanged (outermost: the default backend's)."""
+  prev = getattr(_platform_state, "platform", None)
+  _platform_state.platform = getattr(device, "platform", None) or prev
+  try:
+    yield
+  finally:
+    _platform_state.platform = prev
+
+
 class ModuleContext:
   """State shared by every function of one module: private functions emitted for calls,
   the axis environment of named axes, and channel ids for collectives."""
@@ -161,7 +177,8 @@ class ModuleContext:
     self.num_replicas = num_replicas
     self.num_partitions = num_partitions
     # The platform the module is for (default: the default backend's, e.g. "cpu", "cuda").
-    self.platform = platform or client.get_backend().platform
+    self.platform = (platform or getattr(_platform_state, "platform", None) or
+                     client.get_backend().platform)
     self._channel = 0
     # SPMD modules of pmap (interpreters/mapping.py): the `sdy.mesh` axes `[(name, size)]`, and
     # the depth of the manual region being lowered (None: outside any).

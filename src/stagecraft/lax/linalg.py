@@ -7,8 +7,14 @@ kernels that jaxlib registers with XLA (typed FFI, api_version 4: `lapack_spotrf
 `lapack_sgetrf_ffi`, ...); their operands and results use column-major matrix layouts, set
 with `operand_layouts`/`result_layouts`. A factorization that fails (LAPACK's `info != 0`)
 gives NaNs, as in JAX. `triangular_solve` lowers to LAPACK trsm on CPU (as JAX), elsewhere
-to `stablehlo.triangular_solve`, which XLA expands. Supported dtypes: float32, float64, complex64, complex128. Other
-platforms (cuSOLVER) are not implemented.
+to `stablehlo.triangular_solve`, which XLA expands. Supported dtypes: float32, float64,
+complex64, complex128.
+
+On GPUs they lower, as JAX 0.10.2's do, to the cuSOLVER kernels that jaxlib's CUDA plugin
+registers (`cusolver_potrf_ffi`, `cusolver_getrf_ffi`, `cusolver_geqrf_ffi`,
+`cusolver_orgqr_ffi`, `cusolver_syevd_ffi`, `cusolver_gesvdj_ffi` / `cusolver_gesvd_ffi`;
+hipSOLVER's on ROCm), one target per function for every dtype, with the same layouts; a
+module is lowered for the platform of the device it will run on (`lowering.for_device`).
 
 `qr` is a primitive, as in JAX, so that it is differentiated as a whole (JAX's `qr_jvp_rule`);
 it lowers to geqrf and householder_product. `lu_pivots_to_permutation` and the permutation
@@ -26,7 +32,8 @@ ones with `enable_eigvec_derivs`), `schur` (gees), `hessenberg` (gehrd), `tridia
 `cholesky_update` and `symmetric_product` (compositions, differentiable), and `qdwh`
 (a `while_loop` of QR/Cholesky steps). schur, hessenberg, tridiagonal, ormqr and geqp3 have
 JVP rules that raise NotImplementedError, as JAX has none. The LAPACK-only primitives raise
-NotImplementedError naming themselves when lowered for a platform other than CPU.
+NotImplementedError naming themselves when lowered for a platform other than CPU (JAX has
+GPU kernels for some of them: eig, tridiagonal, tridiagonal_solve; not here yet).
 """
 from __future__ import annotations
 
@@ -94,11 +101,13 @@ def _ensure_lapack() -> None:
   _lapack_ready[0] = True
 
 
-def _layout(aval: ShapedArray, nb: int) -> str:
+def _layout(aval: ShapedArray, nb: int, column_major: bool = True) -> str:
   """Column-major for matrices (rank nb + 2: rows, columns, then the batch dims from the
-  last), row-major for everything else (vectors and per-matrix scalars)."""
+  last), row-major for everything else (vectors and per-matrix scalars) and for matrices
+  when not `column_major`."""
   r = aval.ndim
-  dims = [r - 2, r - 1, *range(r - 3, -1, -1)] if r == nb + 2 else list(range(r - 1, -1, -1))
+  dims = ([r - 2, r - 1, *range(r - 3, -1, -1)] if r == nb + 2 and column_major
+          else list(range(r - 1, -1, -1)))
   if not dims:
     return "dense<> : tensor<0xindex>"
   return f"dense<[{', '.join(map(str, dims))}]> : tensor<{r}xindex>"
@@ -106,7 +115,7 @@ def _layout(aval: ShapedArray, nb: int) -> str:
 
 def _attr(v) -> str:
   """An FFI attribute: bool -> `true`/`false`, np.int32 -> i32, int -> ui8 (LAPACK's
-  character flags)."""
+  character flags, cuSOLVER's algorithm codes)."""
   if isinstance(v, (bool, np.bool_)):
     return "true" if v else "false"
   if isinstance(v, np.int32):
@@ -114,16 +123,12 @@ def _attr(v) -> str:
   return f"{int(v)} : ui8"
 
 
-def _lapack_call(ctx, fn: str, operands, operand_avals, result_avals, config: dict[str, Any],
-                 aliases: dict[int, int], nb: int | None = None, target: str | None = None):
-  """A typed-FFI custom call of jaxlib's `lapack_<p><fn>_ffi`; `config` holds the
+def _ffi_call(ctx, target: str, operands, operand_avals, result_avals, config: dict[str, Any],
+              aliases: dict[int, int], nb: int | None = None, column_major: bool = True):
+  """A typed-FFI (api_version 4) `stablehlo.custom_call` of `target`; `config` holds the
   attributes (see `_attr`), `aliases` maps result to operand indices, `nb` is the number of
-  batch dims (default: those of the first operand, a matrix)."""
-  if ctx.module.platform != "cpu":
-    raise NotImplementedError(f"lax.linalg: the {fn} decomposition is implemented for CPU "
-                              f"(LAPACK) only, not for platform {ctx.module.platform!r}.")
-  _ensure_lapack()
-  target = target or f"lapack_{_LAPACK_PREFIX[operand_avals[0].dtype]}{fn}_ffi"
+  batch dims (default: those of the first operand, a matrix); matrices are column-major
+  unless `column_major` is False."""
   cfg = ", ".join(f"{k} = {_attr(v)}" for k, v in config.items())
   alias = ", ".join(
       f"#stablehlo.output_operand_alias<output_tuple_indices = "
@@ -131,13 +136,39 @@ def _lapack_call(ctx, fn: str, operands, operand_avals, result_avals, config: di
       f"#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = {o}, "
       f"operand_tuple_indices = []>" for r, o in aliases.items())
   nb = operand_avals[0].ndim - 2 if nb is None else nb
+  lay = lambda a: _layout(a, nb, column_major)
   attrs = (f'call_target_name = "{target}", api_version = 4 : i32, '
            f"backend_config = {{{cfg}}}, "
-           f"operand_layouts = [{', '.join(_layout(a, nb) for a in operand_avals)}], "
-           f"result_layouts = [{', '.join(_layout(a, nb) for a in result_avals)}], "
+           f"operand_layouts = [{', '.join(lay(a) for a in operand_avals)}], "
+           f"result_layouts = [{', '.join(lay(a) for a in result_avals)}], "
            f"output_operand_aliases = [{alias}]")
   return ctx.op("stablehlo.custom_call", list(operands), result_avals, attrs=attrs,
                 operand_avals=operand_avals)
+
+
+def _lapack_call(ctx, fn: str, operands, operand_avals, result_avals, config: dict[str, Any],
+                 aliases: dict[int, int], nb: int | None = None, target: str | None = None):
+  """A typed-FFI custom call of jaxlib's `lapack_<p><fn>_ffi` (CPU only)."""
+  if ctx.module.platform != "cpu":
+    raise NotImplementedError(f"lax.linalg: the {fn} decomposition is implemented for CPU "
+                              f"(LAPACK) only, not for platform {ctx.module.platform!r}.")
+  _ensure_lapack()
+  target = target or f"lapack_{_LAPACK_PREFIX[operand_avals[0].dtype]}{fn}_ffi"
+  return _ffi_call(ctx, target, operands, operand_avals, result_avals, config, aliases, nb)
+
+
+def _gpu_prefix(ctx) -> str | None:
+  """`'cu'` where the module is lowered for CUDA, `'hip'` for ROCm, else None (CPU)."""
+  return {"cuda": "cu", "gpu": "cu", "rocm": "hip"}.get(ctx.module.platform)
+
+
+def _solver_call(ctx, fn: str, operands, operand_avals, result_avals, config: dict[str, Any],
+                 aliases: dict[int, int], column_major: bool = True):
+  """A typed-FFI custom call of the GPU solver kernels that jaxlib's CUDA (ROCm) plugin
+  registers with XLA: `cusolver_<fn>_ffi` (`hipsolver_<fn>_ffi`); one target per function,
+  dispatching on the dtype, with the same column-major layouts as LAPACK's."""
+  return _ffi_call(ctx, f"{_gpu_prefix(ctx)}solver_{fn}_ffi", operands, operand_avals,
+                   result_avals, config, aliases, column_major=column_major)
 
 
 def _bcast(ctx, x, aval: ShapedArray, out: ShapedArray, dims) -> str:
@@ -153,6 +184,15 @@ def _select(ctx, pred, a, b, aval: ShapedArray) -> str:
   ctx.fb.emit(f"{r} = stablehlo.select {pred}, {a}, {b} : "
               f"{ir_type(aval.update(dtype=dtypes.bool_))}, {ir_type(aval)}")
   return r
+
+
+def _slice(ctx, x, aval: ShapedArray, limits: tuple[int, ...]) -> str:
+  """The leading `limits` block of x."""
+  r = aval.ndim
+  return ctx.op("stablehlo.slice", [x], [aval.update(shape=tuple(limits))],
+                attrs=f"start_indices = {lowering.i64_array((0,) * r)}, limit_indices = "
+                      f"{lowering.i64_array(limits)}, strides = {lowering.i64_array((1,) * r)}",
+                operand_avals=[aval])[0]
 
 
 def _nan_if_failed(ctx, info: str, info_aval: ShapedArray, x: str, aval: ShapedArray,
@@ -269,13 +309,17 @@ def _matrix_const(c: np.ndarray, shp: tuple[int, ...], dtype) -> Any:
 
 def _tri(x, k: int, lower: bool):
   """`x` with the entries outside the lower (`j - i <= k`) or upper (`j - i >= k`) triangle
-  set to zero (numpy's tril/triu over the trailing two axes)."""
+  set to zero (numpy's tril/triu over the trailing two axes), staged as JAX stages it: an
+  iota mask `i + k >= j` (lower) or `i + k - 1 >= j` (upper, selecting zeros there)."""
   shp = _shape_of(x)
-  m, n = shp[-2:]
-  mask = np.tri(m, n, k, dtype=bool) if lower else ~np.tri(m, n, k - 1, dtype=bool)
-  if mask.all():
-    return x
-  return ew.select(_matrix_const(mask, shp, np.bool_), x, shape.full(shp, 0, _dtype_of(x)))
+  mn = tuple(shp[-2:])
+  rows = shape.broadcasted_iota(dtypes.int32, mn, 0)
+  rows = ew.add(rows, np.int32(k if lower else k - 1))
+  mask = ew.ge(rows, shape.broadcasted_iota(dtypes.int32, mn, 1))
+  if len(shp) > 2:
+    mask = shape.broadcast_in_dim(mask, tuple(shp), (len(shp) - 2, len(shp) - 1))
+  zeros = shape.full_like(x, 0)
+  return ew.select(mask, x, zeros) if lower else ew.select(mask, zeros, x)
 
 
 def _tril(x, k: int = 0):
@@ -332,11 +376,14 @@ def _cholesky_lowering(ctx, x):
   info_aval = ShapedArray(_batch(aval), dtypes.int32)
   if aval.shape[-1] == 0:
     return [x]
-  f, info = _lapack_call(ctx, "potrf", [x], [aval], [aval, info_aval],
-                         {"uplo": ord("L")}, {0: 0})
-  f = _nan_if_failed(ctx, info, info_aval, f, aval)
-  # NB: potrf leaves the strict upper triangle untouched; zero it.
-  return [_select(ctx, _triangle_mask(ctx, aval, True), f, ctx.constant(0, aval), aval)]
+  if _gpu_prefix(ctx):
+    f, info = _solver_call(ctx, "potrf", [x], [aval], [aval, info_aval], {"lower": True},
+                           {0: 0})
+  else:
+    f, info = _lapack_call(ctx, "potrf", [x], [aval], [aval, info_aval],
+                           {"uplo": ord("L")}, {0: 0})
+  # NB: potrf leaves the strict upper triangle untouched; `cholesky` zeroes it (as JAX's).
+  return [_nan_if_failed(ctx, info, info_aval, f, aval)]
 
 
 def _cholesky_jvp(primals, tangents):
@@ -344,7 +391,7 @@ def _cholesky_jvp(primals, tangents):
   `dL = L phi(L^-1 dA L^-H)`, phi taking the lower triangle with the diagonal halved."""
   x, = primals
   t, = tangents
-  L = cholesky_p.bind(x)
+  L = _tril(cholesky_p.bind(x))
   shp = _shape_of(x)
   n = shp[-1]
   phi = _matrix_const(np.tri(n, n) - 0.5 * np.eye(n), shp, _dtype_of(x))
@@ -365,8 +412,7 @@ def _symmetrize(x):
   xt = shape.transpose(x, (*range(nd - 2), nd - 1, nd - 2))
   if dtypes.is_complex(core.get_aval(x).dtype):
     xt = ew.conj(xt)
-  half = np.asarray(0.5, _real_of.get(core.get_aval(x).dtype, core.get_aval(x).dtype))
-  return ew.mul(ew.add(x, xt), ew.convert_element_type(half, core.get_aval(x).dtype))
+  return ew.div(ew.add(x, xt), np.asarray(2, core.get_aval(x).dtype))  # (x + x^H) / 2
 
 
 def cholesky(x: Any, *, symmetrize_input: bool = True) -> Any:
@@ -385,7 +431,7 @@ def cholesky(x: Any, *, symmetrize_input: bool = True) -> Any:
   if symmetrize_input:
     _check_matrix("cholesky", core.get_aval(x), square=True)
     x = _symmetrize(x)
-  return cholesky_p.bind(x)
+  return _tril(cholesky_p.bind(x))
 
 
 # ---------------------------------------------------------------------------
@@ -404,8 +450,8 @@ def _lu_lowering(ctx, x):
   info_aval = ShapedArray(_batch(aval), dtypes.int32)
   if min(aval.shape[-2:]) == 0:
     return [x, ctx.constant(0, piv_aval)]
-  f, piv, info = _lapack_call(ctx, "getrf", [x], [aval], [aval, piv_aval, info_aval], {},
-                              {0: 0})
+  call = _solver_call if _gpu_prefix(ctx) else _lapack_call
+  f, piv, info = call(ctx, "getrf", [x], [aval], [aval, piv_aval, info_aval], {}, {0: 0})
   piv = ctx.elementwise("stablehlo.subtract", piv, ctx.constant(1, piv_aval), aval=piv_aval)
   # NB: info > 0 flags an exactly singular U, which is still a valid factorization.
   return [_nan_if_failed(ctx, info, info_aval, f, aval, "GE"), piv]
@@ -531,7 +577,8 @@ def _geqrf_lowering(ctx, x):
   aval, tau_aval = ctx.avals_out
   if min(aval.shape[-2:]) == 0:
     return [x, ctx.constant(0, tau_aval)]
-  return _lapack_call(ctx, "geqrf", [x], [aval], [aval, tau_aval], {}, {0: 0})
+  call = _solver_call if _gpu_prefix(ctx) else _lapack_call
+  return call(ctx, "geqrf", [x], [aval], [aval, tau_aval], {}, {0: 0})
 
 
 geqrf_p = Primitive("geqrf")
@@ -563,6 +610,8 @@ def _householder_product_lowering(ctx, a, taus):
   aval, = ctx.avals_out
   if min(aval.shape[-2:]) == 0:
     return [a]
+  if _gpu_prefix(ctx):
+    return _solver_call(ctx, "orgqr", [a, taus], list(ctx.avals_in), [aval], {}, {0: 0})
   fn = "ungqr" if dtypes.is_complex(aval.dtype) else "orgqr"
   return _lapack_call(ctx, fn, [a, taus], list(ctx.avals_in), [aval], {}, {0: 0})
 
@@ -774,7 +823,8 @@ class SvdAlgorithm(enum.Enum):
 # eigh: eigenvalues (ascending, real) and eigenvectors of Hermitian matrices (syevd/heevd).
 
 
-def _eigh_abstract_eval(x: ShapedArray, *, lower, sort_eigenvalues, subset_by_index):
+def _eigh_abstract_eval(x: ShapedArray, *, lower, sort_eigenvalues, subset_by_index,
+                        algorithm=None):
   _check_matrix("eigh", x, square=True)
   if subset_by_index is not None and tuple(subset_by_index) != (0, x.shape[-1]):
     raise NotImplementedError("eigh: subset_by_index is not implemented.")
@@ -782,19 +832,31 @@ def _eigh_abstract_eval(x: ShapedArray, *, lower, sort_eigenvalues, subset_by_in
           ShapedArray(x.shape[:-1], _real_of.get(x.dtype, x.dtype))]
 
 
-def _eigh_lowering(ctx, x, *, lower, sort_eigenvalues, subset_by_index):
+def _eigh_lowering(ctx, x, *, lower, sort_eigenvalues, subset_by_index, algorithm=None):
   v_aval, w_aval = ctx.avals_out
   info_aval = ShapedArray(_batch(v_aval), dtypes.int32)
+  if algorithm == EighImplementation.QDWH:
+    raise NotImplementedError("QDWH implementation is only supported on TPU")
   if v_aval.shape[-1] == 0:
     return [x, ctx.constant(0, w_aval)]
-  v, w, info = _lapack_call(ctx, "syevd" if not dtypes.is_complex(v_aval.dtype) else "heevd",
-                            [x], [v_aval], [v_aval, w_aval, info_aval],
-                            {"mode": ord("V"), "uplo": ord("L" if lower else "U")}, {0: 0})
+  if _gpu_prefix(ctx):
+    # cuSOLVER syevd (heevd for complex): algorithm 0 lets the kernel choose (Jacobi,
+    # syevj, for small matrices), 1 is QR (syevd), 2 Jacobi.
+    code = 0 if algorithm is None else 2 if algorithm == EighImplementation.JACOBI else 1
+    v, w, info = _solver_call(ctx, "syevd", [x], [v_aval], [v_aval, w_aval, info_aval],
+                              {"algorithm": code, "lower": bool(lower)}, {0: 0})
+  else:
+    if algorithm == EighImplementation.JACOBI:
+      raise NotImplementedError("Jacobi implementation is not supported on CPU")
+    v, w, info = _lapack_call(ctx, "syevd" if not dtypes.is_complex(v_aval.dtype) else
+                              "heevd", [x], [v_aval], [v_aval, w_aval, info_aval],
+                              {"mode": ord("V"), "uplo": ord("L" if lower else "U")}, {0: 0})
   return [_nan_if_failed(ctx, info, info_aval, v, v_aval),
           _nan_if_failed(ctx, info, info_aval, w, w_aval)]
 
 
-def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues, subset_by_index):
+def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues, subset_by_index,
+              algorithm=None):
   """JAX's `_eigh_jvp_rule` (nondegenerate perturbation theory; Giles, "An extended
   collection of matrix derivative results", 2008): with `S = V^H dA V`,
   `dw = real(diag(S))` and `dV = V (F * S)`, `F[i, j] = 1 / (w[j] - w[i])` off the diagonal
@@ -806,7 +868,7 @@ def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues, subset_by_index):
   if not (subset_by_index is None or tuple(subset_by_index) == (0, n)):
     raise NotImplementedError("Derivatives not defined for partial eigen decomposition.")
   v, w_real = eigh_p.bind(a, lower=lower, sort_eigenvalues=sort_eigenvalues,
-                          subset_by_index=subset_by_index)
+                          subset_by_index=subset_by_index, algorithm=algorithm)
   dtype = _dtype_of(a)
   w = _astype(w_real, dtype)
   eye = _eye_like(shp, dtype)
@@ -836,23 +898,24 @@ def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True,
     x: `T[..., n, n]`, T in float32, float64, complex64, complex128.
     lower: read the lower (else the upper) triangle when not symmetrizing.
     symmetrize_input: use `(x + x^H) / 2`.
-    sort_eigenvalues: accepted; LAPACK returns ascending eigenvalues.
-    implementation: None or `EighImplementation.QR` (LAPACK syevd/heevd on CPU); JACOBI and
-      QDWH raise NotImplementedError (as JAX does on CPU for QDWH).
+    sort_eigenvalues: accepted; LAPACK and cuSOLVER return ascending eigenvalues.
+    implementation: the primitive's `algorithm`: None (the platform's default: LAPACK
+      syevd/heevd on CPU; on GPU cuSOLVER chooses, Jacobi for small matrices), `QR`
+      (syevd) or `JACOBI` (GPU only: cuSOLVER syevj).
 
   Returns:
     `(v T[..., n, n], w R[..., n])`: eigenvectors in the columns of `v` and the eigenvalues
-    `w` (real dtype R), ascending; NaN where LAPACK fails to converge.
+    `w` (real dtype R), ascending; NaN where the solver fails to converge.
+
+  Raises:
+    NotImplementedError: when lowered, for `JACOBI` on CPU and `QDWH` (TPU only), as JAX.
   """
-  if implementation not in (None, EighImplementation.QR):
-    raise NotImplementedError(f"eigh: implementation={implementation} is not supported on "
-                              f"CPU; use None or EighImplementation.QR (LAPACK).")
   if symmetrize_input:
     _check_matrix("eigh", core.get_aval(x), square=True)
     x = _symmetrize(x)
   v, w = eigh_p.bind(x, lower=bool(lower), sort_eigenvalues=bool(sort_eigenvalues),
                      subset_by_index=None if subset_by_index is None else
-                     tuple(subset_by_index))
+                     tuple(subset_by_index), algorithm=implementation)
   return v, w
 
 
@@ -860,7 +923,8 @@ def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True,
 # svd: singular values (descending) and vectors (gesdd, divide and conquer).
 
 
-def _svd_abstract_eval(x: ShapedArray, *, full_matrices, compute_uv, subset_by_index):
+def _svd_abstract_eval(x: ShapedArray, *, full_matrices, compute_uv, subset_by_index,
+                       algorithm=None):
   _check_matrix("svd", x)
   if subset_by_index is not None and tuple(subset_by_index) != (0, min(x.shape[-2:])):
     raise NotImplementedError("svd: subset_by_index is not implemented.")
@@ -875,7 +939,69 @@ def _svd_abstract_eval(x: ShapedArray, *, full_matrices, compute_uv, subset_by_i
   return [s, u, vt]
 
 
-def _svd_lowering(ctx, x, *, full_matrices, compute_uv, subset_by_index):
+def _svd_gpu(ctx, x, aval: ShapedArray, full_matrices: bool, compute_uv: bool, algorithm):
+  """cuSOLVER's SVD as JAX 0.10.2 calls it: Jacobi (gesvdj) by default for m, n <= 1024
+  (NVIDIA, "Fast singular value decomposition on GPUs", GTC 2019, slide 5) and for JACOBI,
+  else QR (gesvd, on the transpose where m < n). gesvdj returns V (not V^H) and has no
+  economy mode below 32 columns, so thin results are slices of the full ones.
+  Returns the names of s, u, vt (None without `compute_uv`) and info."""
+  m, n = aval.shape[-2:]
+  b = _batch(aval)
+  k = min(m, n)
+  nb = len(b)
+  real = _real_of.get(aval.dtype, aval.dtype)
+  s_aval = ShapedArray((*b, k), real)
+  info_aval = ShapedArray(b, dtypes.int32)
+  if algorithm in (SvdAlgorithm.POLAR, SvdAlgorithm.DIVIDE_AND_CONQUER):
+    raise NotImplementedError(f"svd: algorithm={algorithm} is not implemented for "
+                              f"platform {ctx.module.platform!r}; use DEFAULT, QR or JACOBI.")
+  jacobi = (algorithm == SvdAlgorithm.JACOBI or
+            (algorithm in (None, SvdAlgorithm.DEFAULT) and m <= 1024 and n <= 1024))
+  if jacobi:
+    econ = not full_matrices and m > 32 and n > 32
+    u_aval = ShapedArray((*b, m, k if econ else m), aval.dtype)
+    v_aval = ShapedArray((*b, n, k if econ else n), aval.dtype)
+    _, s, u, v, info = _solver_call(ctx, "gesvdj", [x], [aval],
+                                    [aval, s_aval, u_aval, v_aval, info_aval],
+                                    {"compute_uv": bool(compute_uv),
+                                     "full_matrices": not econ}, {0: 0})
+    if not compute_uv:
+      return s, None, None, info
+    vt_aval = ShapedArray((*b, v_aval.shape[-1], n), aval.dtype)
+    vt = ctx.op("stablehlo.transpose", [v], [vt_aval],
+                attrs=f"permutation = array<i64: {', '.join(map(str, (*range(nb), nb + 1, nb)))}>",
+                operand_avals=[v_aval])[0]
+    if dtypes.is_complex(aval.dtype):
+      vt = ctx.op("stablehlo.complex", [
+          ctx.op("stablehlo.real", [vt], [vt_aval.update(dtype=real)], operand_avals=[vt_aval])[0],
+          ctx.elementwise("stablehlo.negate", ctx.op(
+              "stablehlo.imag", [vt], [vt_aval.update(dtype=real)], operand_avals=[vt_aval])[0],
+              aval=vt_aval.update(dtype=real))],
+          [vt_aval], operand_avals=[vt_aval.update(dtype=real)] * 2)[0]
+    if not full_matrices and not econ:
+      u = _slice(ctx, u, u_aval, (*b, m, k))
+      vt = _slice(ctx, vt, vt_aval, (*b, k, n))
+    return s, u, vt, info
+  transposed = m < n
+  if compute_uv:
+    u_aval = ShapedArray((*b, m, m if full_matrices else k), aval.dtype)
+    vt_aval = ShapedArray((*b, n if full_matrices else k, n), aval.dtype)
+  else:
+    u_aval = vt_aval = ShapedArray((), aval.dtype)
+  # NB: with m < n the kernel factors the row-major view of x, i.e. x^T = V S U^T: its "u"
+  # result read row-major is vt, its "vt" is u.
+  outs = [aval, s_aval, vt_aval, u_aval] if transposed else [aval, s_aval, u_aval, vt_aval]
+  _, s, r2, r3, info = _solver_call(ctx, "gesvd", [x], [aval], [*outs, info_aval],
+                                    {"compute_uv": bool(compute_uv),
+                                     "full_matrices": bool(full_matrices),
+                                     "transposed": transposed}, {0: 0},
+                                    column_major=not transposed)
+  if not compute_uv:
+    return s, None, None, info
+  return (s, r3, r2, info) if transposed else (s, r2, r3, info)
+
+
+def _svd_lowering(ctx, x, *, full_matrices, compute_uv, subset_by_index, algorithm=None):
   aval, = ctx.avals_in
   m, n = aval.shape[-2:]
   b = _batch(aval)
@@ -895,10 +1021,17 @@ def _svd_lowering(ctx, x, *, full_matrices, compute_uv, subset_by_index):
   u_aval = ShapedArray((*b, m, m if (full_matrices or not compute_uv) else k), aval.dtype)
   vt_aval = ShapedArray((*b, n if (full_matrices or not compute_uv) else k, n), aval.dtype)
   info_aval = ShapedArray(b, dtypes.int32)
-  mode = ord("N") if not compute_uv else ord("A") if full_matrices else ord("S")
-  _, s, u, vt, info = _lapack_call(ctx, "gesdd", [x], [aval],
-                                   [aval, s_aval, u_aval, vt_aval, info_aval],
-                                   {"mode": mode}, {0: 0})
+  if _gpu_prefix(ctx):
+    s, u, vt, info = _svd_gpu(ctx, x, aval, full_matrices, compute_uv, algorithm)
+  elif algorithm in (SvdAlgorithm.JACOBI, SvdAlgorithm.POLAR):
+    raise NotImplementedError("The SVD Jacobi and Polar algorithms are not implemented on "
+                              "CPU.")
+  else:
+    mode = ord("N") if not compute_uv else ord("A") if full_matrices else ord("S")
+    fn = "gesvd" if algorithm == SvdAlgorithm.QR else "gesdd"
+    _, s, u, vt, info = _lapack_call(ctx, fn, [x], [aval],
+                                     [aval, s_aval, u_aval, vt_aval, info_aval],
+                                     {"mode": mode}, {0: 0})
   outs = [_nan_if_failed(ctx, info, info_aval, s, s_aval)]
   if compute_uv:
     outs += [_nan_if_failed(ctx, info, info_aval, u, u_aval),
@@ -906,7 +1039,8 @@ def _svd_lowering(ctx, x, *, full_matrices, compute_uv, subset_by_index):
   return outs
 
 
-def _svd_jvp(primals, tangents, *, full_matrices, compute_uv, subset_by_index):
+def _svd_jvp(primals, tangents, *, full_matrices, compute_uv, subset_by_index,
+             algorithm=None):
   """JAX's `_svd_jvp_rule` (Townsend, "Differentiating the singular value decomposition",
   2016): with `dS = U^H dA V`, `ds = real(diag(dS))`; the singular vectors' tangents use
   `F[i, j] = 1 / (s[j]^2 - s[i]^2)` (0 on the diagonal) plus, for non-square matrices, the
@@ -926,7 +1060,7 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv, subset_by_index):
         "of the extra singular vectors are not unique. Differentiate svd(x, "
         "full_matrices=False) instead.")
   s, U, Vt = svd_p.bind(A, full_matrices=False, compute_uv=True,
-                        subset_by_index=subset_by_index)
+                        subset_by_index=subset_by_index, algorithm=algorithm)
   dtype = _dtype_of(A)
   k = min(m, n)
   Ut, V = _H(U), _H(Vt)
@@ -977,19 +1111,21 @@ def svd(x: Any, *, full_matrices: bool = True, compute_uv: bool = True,
     x: `T[..., m, n]`, T in float32, float64, complex64, complex128.
     full_matrices: u `[..., m, m]`, vt `[..., n, n]`; else `[..., m, k]`, `[..., k, n]`.
     compute_uv: also return u and vt.
-    algorithm: None, DEFAULT, QR or DIVIDE_AND_CONQUER (all LAPACK gesdd here); JACOBI and
-      POLAR raise NotImplementedError (GPU/TPU algorithms in JAX).
+    algorithm: on CPU None, DEFAULT or DIVIDE_AND_CONQUER (LAPACK gesdd) or QR (gesvd);
+      on GPU (cuSOLVER) None/DEFAULT (Jacobi, gesvdj, for m, n <= 1024, else gesvd),
+      QR (gesvd) or JACOBI (gesvdj).
 
   Returns:
     `(u, s, vt)` as JAX orders them (the primitive's outputs are `[s, u, vt]`), or `s`
-    alone (`R[..., k]`, descending, real dtype R); NaN where LAPACK fails.
+    alone (`R[..., k]`, descending, real dtype R); NaN where the solver fails.
+
+  Raises:
+    NotImplementedError: when lowered, for JACOBI or POLAR on CPU, POLAR or
+      DIVIDE_AND_CONQUER on a CUDA GPU (as JAX).
   """
-  if algorithm in (SvdAlgorithm.JACOBI, SvdAlgorithm.POLAR):
-    raise NotImplementedError(f"svd: algorithm={algorithm} is not supported on CPU; use "
-                              f"SvdAlgorithm.DEFAULT (LAPACK gesdd).")
   outs = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv),
                     subset_by_index=None if subset_by_index is None else
-                    tuple(subset_by_index))
+                    tuple(subset_by_index), algorithm=algorithm)
   if not compute_uv:
     return outs[0]
   s, u, vt = outs

@@ -86,6 +86,20 @@ _DRAIN_EVERY = 1024
 _executions = [0]
 
 
+#: Whether this jaxlib's `array_result_handler` takes `_skip_checks` (0.10.2 does; a GPU
+#: machine's newer jaxlib may not).
+_HANDLER_SKIP_CHECKS = "_skip_checks" in (xc._xla.array_result_handler.__doc__ or "")
+
+
+def array_result_handler(aval, sharding):
+  """jaxlib's C++ result handler for a committed array of `aval` laid out by the runtime
+  sharding `sharding` (its checks skipped where this jaxlib allows: the program's own
+  sharding needs none)."""
+  if _HANDLER_SKIP_CHECKS:
+    return xc._xla.array_result_handler(aval, sharding, True, True)
+  return xc._xla.array_result_handler(aval, sharding, True)
+
+
 def count_execution() -> None:
   """Called after each program launch: every `_DRAIN_EVERY` launches, frees the Python
   tracebacks jaxlib kept for executions that finished on its own threads (queued for
@@ -441,11 +455,15 @@ def compile_options(num_replicas: int = 1, num_partitions: int = 1, device_assig
     if a.dtype == object:
       a = np.vectorize(lambda d: d.id, otypes=[int])(a)
     opts.device_assignment = xc.DeviceAssignment.create(a)
-  build.exec_time_optimization_effort = 0.0
-  build.memory_fitting_effort = 0.0
-  build.optimization_level = 0        # JAX's EffortLevel.UNKNOWN
-  build.memory_fitting_level = 29     # JAX's EffortLevel.O2
-  opts.profile_version = -1           # no autoFDO profile, and none fetched
+  # JAX 0.10.2's defaults; NB: other jaxlib versions (a GPU machine's own) may lack some of
+  # these fields, which then keep jaxlib's defaults.
+  for obj, field, value in ((build, "exec_time_optimization_effort", 0.0),
+                            (build, "memory_fitting_effort", 0.0),
+                            (build, "optimization_level", 0),      # EffortLevel.UNKNOWN
+                            (build, "memory_fitting_level", 29),   # EffortLevel.O2
+                            (opts, "profile_version", -1)):        # no autoFDO profile
+    if hasattr(obj, field):
+      setattr(obj, field, value)
   build.debug_options.xla_detailed_logging = True
   return opts
 

@@ -471,7 +471,7 @@ def runtime_handlers(out_avals: Sequence[ShapedArray], device=None) -> list:
   Unlike Python handlers (`result_handlers`), these never make jaxlib import jax."""
   dev = device if device is not None else client.default_device()
   sh = client.single_device_sharding(dev)
-  return [xc._xla.array_result_handler(_handler_aval(av), sh, True, True)
+  return [client.array_result_handler(_handler_aval(av), sh)
           for av in out_avals]
 
 
@@ -607,7 +607,8 @@ def _compile_primitive(prim, avals, params, device=None) -> Executable:
   invars = [Var(a) for a in avals]
   outvars = [Var(a) for a in out_avals]
   jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, prim, params)])
-  text = lowering.lower_jaxpr_to_module(prim.name, jaxpr)
+  with lowering.for_device(device):
+    text = lowering.lower_jaxpr_to_module(prim.name, jaxpr)
   exe = compile_module(text, None if device is None else [device])
   return Executable(exe, avals, out_avals, text, device)
 

@@ -241,7 +241,7 @@ class SpmdExecutable:
     self._replicated = [s.is_fully_replicated and not keep_replicated
                         for s in self.out_shardings]
     self._handlers = [_first_piece if rep else
-                      xc._xla.array_result_handler(av, sh._runtime, True, True)
+                      client.array_result_handler(av, sh._runtime)
                       for av, sh, rep in zip(self.out_avals, self.out_shardings,
                                              self._replicated)]
     dispatch.placement_used[0] = True
