@@ -18,8 +18,11 @@ import stagecraft as sc
 from stagecraft import export as sc_export
 
 
-def _ours(f, *args):
-  return sc_export.export(sc.jit(f), platforms=["cuda"])(*args).mlir_module()
+def _ours(f, *args, unstable_target=None):
+  checks = [] if unstable_target is None else [
+      sc_export.DisabledSafetyCheck.custom_call(unstable_target)]
+  return sc_export.export(sc.jit(f), platforms=["cuda"], disabled_checks=checks)(
+      *args).mlir_module()
 
 
 def _theirs(f, *args):
@@ -94,6 +97,55 @@ def test_cuda_lu_getrf_as_jax(dtype):
   ours = _calls(_ours(sc.lax.linalg.lu, x))
   theirs = _calls(_theirs(jax.lax.linalg.lu, jax.ShapeDtypeStruct((2, 4, 4), dtype)))
   assert ours == [c for c in theirs if c[0] == "cusolver_getrf_ffi"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_cuda_tridiagonal_ormqr_and_gtsv2_as_jax(dtype):
+  from jax._src.lax import linalg as jax_linalg
+  s_, j_ = sc.ShapeDtypeStruct, jax.ShapeDtypeStruct
+  for lower in (True, False):
+    ours = _calls(_ours(lambda a: sc.lax.linalg.tridiagonal(a, lower=lower), s_((2, 4, 4), dtype)))
+    theirs = _calls(_theirs(lambda a: jax.lax.linalg.tridiagonal(a, lower=lower),
+                            j_((2, 4, 4), dtype)))
+    assert ours == theirs and ours[0][0] == "cusolver_sytrd_ffi"
+  for left, transpose in ((True, False), (False, True)):
+    c_shape = (2, 4, 2) if left else (2, 2, 4)
+    ours = _calls(_ours(lambda a, t, c: sc.lax.linalg.ormqr(a, t, c, left=left, transpose=transpose),
+                        s_((2, 4, 3), dtype), s_((2, 3), dtype), s_(c_shape, dtype)))
+    theirs = _calls(_theirs(lambda a, t, c: jax_linalg.ormqr(a, t, c, left=left, transpose=transpose),
+                            j_((2, 4, 3), dtype), j_((2, 3), dtype), j_(c_shape, dtype)))
+    assert ours == theirs and ours[0][0] == "cusolver_ormqr_ffi"
+  for perturb in (False, True):
+    avals = [(2, 5), (2, 5), (2, 5), (2, 5, 3)]
+    ours = _calls(_ours(lambda *xs: sc.lax.linalg.tridiagonal_solve(*xs, perturb_singular=perturb),
+                        *[s_(a, dtype) for a in avals],
+                        unstable_target="cu_tridiagonal_solve_perturbed"))
+    theirs = _calls(_theirs(lambda *xs: jax.lax.linalg.tridiagonal_solve(
+        *xs, perturb_singular=perturb), *[j_(a, dtype) for a in avals]))
+    assert ours == theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_small_tridiagonal_solve_used_on_gpus(m):
+  """cuSPARSE's gtsv2 needs m >= 3: smaller systems are solved in the program (JAX too)."""
+  from stagecraft.lax.linalg import _small_tridiagonal_solve
+  rng = np.random.default_rng(m)
+  dl, d, du = (rng.standard_normal((3, m)).astype(np.float32) for _ in range(3))
+  d = d + 3
+  dl[:, 0] = 0
+  du[:, -1] = 0
+  b = rng.standard_normal((3, m, 2)).astype(np.float32)
+  x = np.asarray(sc.jit(_small_tridiagonal_solve)(dl, d, du, b))
+  a = np.zeros((3, m, m), np.float32)
+  for i in range(m):
+    a[:, i, i] = d[:, i]
+    if i:
+      a[:, i, i - 1] = dl[:, i]
+      a[:, i - 1, i] = du[:, i - 1]
+  np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-5, atol=1e-5)
+  text = _ours(sc.lax.linalg.tridiagonal_solve, *[sc.ShapeDtypeStruct(v.shape, v.dtype)
+                                                  for v in (dl, d, du, b)])
+  assert "custom_call" not in text
 
 
 def test_cuda_unsupported_algorithms_raise():
@@ -217,3 +269,34 @@ def test_modules_are_lowered_for_the_target_devices_platform():
   text = sc.jit(sc.lax.linalg.cholesky, device=cpu).lower(x).as_text()
   assert "lapack_spotrf_ffi" in text
   np.testing.assert_allclose(np.asarray(sc.jit(sc.lax.linalg.cholesky, device=cpu)(x)), x)
+
+
+@on_gpu
+def test_gpu_tridiagonal_ormqr_tridiagonal_solve():
+  rng = np.random.default_rng(5)
+  a = _spd(5, np.float32, (2,))
+  arr, d, e, taus = (np.asarray(t) for t in sc.lax.linalg.tridiagonal(a))
+  t = np.zeros_like(a)
+  idx = np.arange(5)
+  t[:, idx, idx] = d
+  t[:, idx[1:], idx[:-1]] = e
+  t[:, idx[:-1], idx[1:]] = e
+  np.testing.assert_allclose(np.linalg.eigvalsh(t), np.linalg.eigvalsh(a), rtol=1e-3, atol=1e-3)
+  x = rng.standard_normal((6, 4)).astype(np.float32)
+  q_ref, _ = np.linalg.qr(x, mode="complete")
+  h, tau = sc.lax.linalg.geqrf(x)
+  c = rng.standard_normal((6, 2)).astype(np.float32)
+  qc = np.asarray(sc.lax.linalg.ormqr(h, tau, c, left=True, transpose=False))
+  q = np.asarray(sc.lax.linalg.householder_product(
+      np.pad(np.asarray(h), ((0, 0), (0, 2))), np.pad(np.asarray(tau), (0, 2))))
+  np.testing.assert_allclose(qc, q @ c, rtol=1e-3, atol=1e-3)
+  for m in (2, 6):
+    dl, dd, du = (rng.standard_normal((m,)).astype(np.float32) for _ in range(3))
+    dd = dd + 4
+    dl[0] = 0
+    du[-1] = 0
+    b = rng.standard_normal((m, 3)).astype(np.float32)
+    full = np.diag(dd) + np.diag(dl[1:], -1) + np.diag(du[:-1], 1)
+    np.testing.assert_allclose(np.asarray(sc.lax.linalg.tridiagonal_solve(dl, dd, du, b)),
+                               np.linalg.solve(full, b), rtol=1e-3, atol=1e-3)
+

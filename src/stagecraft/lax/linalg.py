@@ -1336,6 +1336,9 @@ def _eig_abstract_eval(x: ShapedArray, *, compute_left_eigenvectors,
 
 def _eig_lowering(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvectors,
                   enable_eigvec_derivs, implementation):
+  # NB: JAX runs eig on GPUs with jaxlib's hybrid kernels (`cuhybrid_eig_real`/`_comp`,
+  # host LAPACK or MAGMA); emitted without `jaxlib.gpu_solver.initialize_hybrid_kernels()`
+  # first they crashed the process on an H100, and they are not yet checked with it.
   _require_cpu(ctx, "eig", "geev")
   if implementation not in (None, EigImplementation.LAPACK):
     raise ValueError("Only the lapack implementation is supported on CPU.")
@@ -1348,14 +1351,13 @@ def _eig_lowering(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvecto
   real = not dtypes.is_complex(aval.dtype)
   flags = {"compute_left": ord("V" if compute_left_eigenvectors else "N"),
            "compute_right": ord("V" if compute_right_eigenvectors else "N")}
+  call = lambda outs: _lapack_call(ctx, "geev", [x], [aval], outs, flags, {})
   if real:
     wr_aval = ShapedArray(aval.shape[:-1], aval.dtype)
-    wr, wi, vl, vr, info = _lapack_call(ctx, "geev", [x], [aval],
-                                        [wr_aval, wr_aval, v_aval, v_aval, info_aval], flags, {})
+    wr, wi, vl, vr, info = call([wr_aval, wr_aval, v_aval, v_aval, info_aval])
     w = ctx.op("stablehlo.complex", [wr, wi], [w_aval], operand_avals=[wr_aval, wr_aval])[0]
   else:
-    w, vl, vr, info = _lapack_call(ctx, "geev", [x], [aval],
-                                   [w_aval, v_aval, v_aval, info_aval], flags, {})
+    w, vl, vr, info = call([w_aval, v_aval, v_aval, info_aval])
   outs = [_nan_if_failed(ctx, info, info_aval, w, w_aval)]
   if compute_left_eigenvectors:
     outs.append(_nan_if_failed(ctx, info, info_aval, vl, v_aval))
@@ -1600,9 +1602,13 @@ def _tridiagonal_abstract_eval(a: ShapedArray, *, lower):
 
 
 def _tridiagonal_lowering(ctx, a, *, lower):
-  _require_cpu(ctx, "tridiagonal", "sytrd/hetrd")
   avals = ctx.avals_out
   info_aval = ShapedArray(_batch(avals[0]), dtypes.int32)
+  if _gpu_prefix(ctx):   # cuSOLVER sytrd (hetrd for complex), as JAX's
+    *outs, info = _solver_call(ctx, "sytrd", [a], list(ctx.avals_in), [*avals, info_aval],
+                               {"lower": bool(lower)}, {0: 0})
+    return [_nan_if_failed(ctx, info, info_aval, o, av) for o, av in zip(outs, avals)]
+  _require_cpu(ctx, "tridiagonal", "sytrd/hetrd")
   fn = "hetrd" if dtypes.is_complex(avals[0].dtype) else "sytrd"
   *outs, info = _lapack_call(ctx, fn, [a], list(ctx.avals_in), [*avals, info_aval],
                              {"uplo": ord("L" if lower else "U")}, {0: 0})
@@ -1658,13 +1664,40 @@ def _tridiagonal_solve_abstract_eval(dl, d, du, b, *, perturb_singular):
   return b.strip_weak_type()
 
 
+def _small_tridiagonal_solve(dl, d, du, b):
+  """Solves a tridiagonal system of size m <= 2 (cuSPARSE's gtsv2 needs m >= 3) by Cramer's
+  rule: `x = b / d` (m = 1), else the 2x2 inverse `[[d1, -du0], [-dl1, d0]] / det`."""
+  m = _shape_of(d)[-1]
+  col = lambda v, i: shape.expand_dims(shape.slice_in_dim(v, i, i + 1, axis=len(_shape_of(v)) - 1),
+                                       (len(_shape_of(v)),))
+  if m == 1:
+    return ew.div(b, col(d, 0))
+  d0, d1, du0, dl1 = col(d, 0), col(d, 1), col(du, 0), col(dl, 1)
+  nd = len(_shape_of(b))
+  b0 = shape.slice_in_dim(b, 0, 1, axis=nd - 2)
+  b1 = shape.slice_in_dim(b, 1, 2, axis=nd - 2)
+  det = ew.sub(ew.mul(d0, d1), ew.mul(du0, dl1))
+  x0 = ew.div(ew.sub(ew.mul(d1, b0), ew.mul(du0, b1)), det)
+  x1 = ew.div(ew.sub(ew.mul(d0, b1), ew.mul(dl1, b0)), det)
+  return shape.concatenate([x0, x1], nd - 2)
+
+
 def _tridiagonal_solve_lowering(ctx, dl, d, du, b, *, perturb_singular):
-  _require_cpu(ctx, "tridiagonal_solve", "gtsv")
   avals = list(ctx.avals_in)
   b_aval = avals[3]
   nb = b_aval.ndim - 2
   if b_aval.size == 0:
     return [b]
+  prefix = _gpu_prefix(ctx)
+  if prefix and perturb_singular:   # jaxlib's GPU kernel (no status output), as JAX's
+    return _ffi_call(ctx, f"{prefix}_tridiagonal_solve_perturbed", [dl, d, du, b], avals,
+                     [b_aval], {}, {}, nb=nb)
+  if prefix and avals[1].shape[-1] <= 2:
+    return _inline(ctx, lambda *xs: [_small_tridiagonal_solve(*xs)], avals, [dl, d, du, b])
+  if prefix:   # cuSPARSE gtsv2 (no pivoting), in place in b
+    return _ffi_call(ctx, f"{prefix}sparse_gtsv2_ffi", [dl, d, du, b], avals, [b_aval], {},
+                     {0: 3}, nb=nb)
+  _require_cpu(ctx, "tridiagonal_solve", "gtsv")
   if perturb_singular:
     return _lapack_call(ctx, "gtsv", [dl, d, du, b], avals, [b_aval], {}, {}, nb=nb,
                         target="tridiagonal_solve_perturbed_ffi")
@@ -1801,10 +1834,13 @@ def _ormqr_abstract_eval(a, taus, c, *, left, transpose):
 
 
 def _ormqr_lowering(ctx, a, taus, c, *, left, transpose):
-  _require_cpu(ctx, "ormqr", "ormqr/unmqr")
   c_aval, = ctx.avals_out
   if c_aval.size == 0 or ctx.avals_in[1].shape[-1] == 0:
     return [c]
+  if _gpu_prefix(ctx):   # cuSOLVER ormqr (unmqr for complex), as JAX's
+    return _solver_call(ctx, "ormqr", [a, taus, c], list(ctx.avals_in), [c_aval],
+                        {"left": bool(left), "transpose": bool(transpose)}, {0: 2})
+  _require_cpu(ctx, "ormqr", "ormqr/unmqr")
   fn = "unmqr" if dtypes.is_complex(c_aval.dtype) else "ormqr"
   return _lapack_call(ctx, fn, [a, taus, c], list(ctx.avals_in), [c_aval],
                       {"left": bool(left), "transpose": bool(transpose)}, {0: 2})
