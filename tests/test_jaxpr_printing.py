@@ -529,11 +529,7 @@ def grad_custom_jvp_log1pexp(m):
 
 #: Programs whose jaxprs differ from JAX's in content (other equations or params), each with
 #: the reason; none is a printing difference.
-KNOWN_DIFFERENCES: dict[str, str] = {
-    "jit_closure_and_literal_args": "constants closed over by a jit body: JAX keeps them as "
-                                    "constvars of the body; stagecraft passes them as leading "
-                                    "operands of the jit equation (its call convention).",
-}
+KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
 def _texts(name):

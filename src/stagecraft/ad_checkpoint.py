@@ -325,15 +325,17 @@ class _Split(NamedTuple):
 
 
 def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable) -> _Split:
-  """Splits `jaxpr` (no constvars) into a known part and a staged part by `policy`.
+  """Splits `jaxpr` into a known part and a staged part by `policy`.
 
   Each variable is (unknown, available-to-the-staged-side). The invars are all available
-  to the staged side. A known equation the policy saves stays in the known part only and
-  its results, where the staged part reads them, become residuals; one it does not save is
-  also copied to the staged part (recomputed there).
+  to the staged side; constvars (of a jit body) are known and both parts keep them. A
+  known equation the policy saves stays in the known part only and its results, where the
+  staged part reads them, become residuals; one it does not save is also copied to the
+  staged part (recomputed there).
   """
   env: dict[Var, tuple[bool, bool]] = {v: (bool(u), True)
                                        for v, u in zip(jaxpr.invars, unknowns)}
+  env.update((v, (False, True)) for v in jaxpr.constvars)
   residuals: dict[Var, None] = {}     # an ordered set
   known_eqns: list[core.JaxprEqn] = []
   staged_eqns: list[core.JaxprEqn] = []
@@ -390,10 +392,10 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable) -> _
   out_unknowns = [u for u, _ in out]
   out_inst = [i for _, i in out]
   res = list(residuals)
-  known_j = Jaxpr([], [v for v, u in zip(jaxpr.invars, unknowns) if not u],
+  known_j = Jaxpr(jaxpr.constvars, [v for v, u in zip(jaxpr.invars, unknowns) if not u],
                   [*[x for x, u in zip(jaxpr.outvars, out_unknowns) if not u], *res],
                   known_eqns)
-  staged_j = Jaxpr([], [*res, *jaxpr.invars],
+  staged_j = Jaxpr(jaxpr.constvars, [*res, *jaxpr.invars],
                    [x for x, i in zip(jaxpr.outvars, out_inst) if i], staged_eqns)
   return _Split(known_j, staged_j, out_unknowns, out_inst, len(res))
 
@@ -431,15 +433,21 @@ def _split_call(eqn, unknowns, policy):
   k_eqn = None
   if k_outs:
     k_eqn = core.JaxprEqn([v for v, u in zip(eqn.invars, unknowns) if not u], k_outs,
-                          eqn.primitive, {**eqn.params, "jaxpr": ClosedJaxpr(known, [])},
+                          eqn.primitive,
+                          {**eqn.params, "jaxpr": _closed(known, closed.consts)},
                           eqn.source_info)
   s_eqns = []
   for j, used, outs in parts:
     ins = [*res_vars, *eqn.invars]
     s_eqns.append(core.JaxprEqn(
         [v for v, u in zip(ins, used) if u], outs, eqn.primitive,
-        {**eqn.params, **derived, "jaxpr": ClosedJaxpr(j, [])}, eqn.source_info))
+        {**eqn.params, **derived, "jaxpr": _closed(j, closed.consts)}, eqn.source_info))
   return k_eqn, s_eqns, split.out_unknowns, split.out_inst
+
+
+def _closed(jaxpr: Jaxpr, consts: list) -> ClosedJaxpr:
+  """`jaxpr` closed over those of `consts` (a jit body's) it still reads."""
+  return ClosedJaxpr(*pe.prune_constvars(jaxpr, consts))
 
 
 _split_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

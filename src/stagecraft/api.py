@@ -59,10 +59,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
   @api_boundary
   def make(*args, **kwargs):
     traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
-    jaxpr = traced.jaxpr.jaxpr
-    nconst = len(traced.consts)
-    closed = ClosedJaxpr(jaxpr.replace(constvars=jaxpr.invars[:nconst],
-                                       invars=jaxpr.invars[nconst:]), traced.consts)
+    closed = traced.closed
     if return_shape:
       return closed, traced.out_shapes()
     return closed

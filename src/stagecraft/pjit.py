@@ -28,6 +28,7 @@ from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
 from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
+from stagecraft.lax.control_flow import conditionals, loops, while_op
 from stagecraft.lax.spmd import reshard, reshard_p, sharding_constraint_p
 from stagecraft.runtime import client, dispatch, spmd
 from stagecraft.runtime.array import Array
@@ -36,7 +37,7 @@ from stagecraft.sharding import NamedSharding, PartitionSpec
 __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "trace_flat",
            "SignatureLayout", "LoweredSignature", "lower_traced", "CompiledCall", "SpmdCall", "ShardedCall",
            "compile_lowered", "compile_traced", "update_wrapper", "wraps", "auto_axes",
-           "explicit_axes"]
+           "explicit_axes", "opened_call", "hoist_call_consts"]
 
 
 _logger = logging.getLogger("stagecraft")
@@ -97,7 +98,7 @@ jit_p = core.Primitive("jit")
 jit_p.multiple_results = True
 
 
-_jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, dispatch.Executable]" = (
+_jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, Any]" = (
     weakref.WeakKeyDictionary())
 
 
@@ -105,15 +106,34 @@ def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
   if dispatch.placement_used[0]:
     placement = dispatch.target_placement(args)
     if type(placement) is dispatch.Placement:   # arguments split over a mesh
-      return spmd.call_closed(jaxpr, name, args, placement)
+      opened, consts = opened_call(jaxpr)
+      return spmd.call_closed(opened, name, [*consts, *args],
+                              [None] * len(consts) + list(placement))
   ex = _jit_executables.get(jaxpr)
   if ex is None:
-    ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
+    opened, consts = opened_call(jaxpr)
+    ex = _compile_closed(opened, name)
+    if consts:
+      ex = _WithConsts(ex, consts, opened.in_avals)
+    _jit_executables[jaxpr] = ex
   return ex.call(args)
 
 
+class _WithConsts:
+  """An executable of a jit body whose constants (on the device once) lead its arguments."""
+  __slots__ = ("ex", "consts")
+
+  def __init__(self, ex, consts: list, avals: Sequence[ShapedArray]):
+    self.ex = ex
+    self.consts = [c if type(c) is Array else Array(dispatch.to_buffer(c, a), a)
+                   for c, a in zip(consts, avals)]
+
+  def call(self, args):
+    return self.ex.call([*self.consts, *args])
+
+
 def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
-  assert not jaxpr.consts, "jit_p's jaxpr takes its consts as arguments"
+  assert not jaxpr.consts, "the opened jaxpr takes its consts as arguments"
   chain = mapping.mesh_chain(jaxpr.jaxpr)
   if chain:   # a jit containing pmaps (e.g. derived by autodiff): one SPMD program
     return spmd.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain)
@@ -122,6 +142,119 @@ def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
   text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr)
   return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
                              text)
+
+
+# Constants closed over by a jit body stay in its ClosedJaxpr (as JAX prints them); to run
+# it, they are hoisted, with those of the jit equations inside (in loop and branch bodies
+# too), to leading arguments of the program, so they reach the device as buffers once and
+# never enter the program text. (A jit equation met in another body, custom_jvp's or
+# checkpoint's, is lowered with its constants as dense constants: `lowering.lower_call`.)
+
+_opened: "weakref.WeakKeyDictionary[ClosedJaxpr, tuple]" = weakref.WeakKeyDictionary()
+
+
+def opened_call(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
+  """`(opened, consts)`: `closed`'s jaxpr taking as leading arguments its constants and
+  those of the jit equations in it (cached per `closed`; `(closed, [])` when there are
+  none)."""
+  got = _opened.get(closed, _MISSING)
+  if got is _MISSING:
+    body, inner = hoist_call_consts(closed.jaxpr)
+    consts = [*closed.consts, *inner]
+    # NB: None for none: a value holding `closed` would keep its weak key alive.
+    got = _opened[closed] = None if not consts else (
+        ClosedJaxpr(pe.convert_constvars_jaxpr(body), []), consts)
+  return (closed, []) if got is None else got
+
+
+_MISSING = object()
+
+
+def _hoist_scan(eqn, lift):
+  opened, cs = opened_call(eqn.params["jaxpr"])
+  if not cs:
+    return eqn
+  return eqn.replace(invars=[*lift(cs, opened.jaxpr.invars), *eqn.invars],
+                     params={**eqn.params, "jaxpr": opened,
+                             "num_consts": eqn.params["num_consts"] + len(cs)})
+
+
+def _hoist_while(eqn, lift):
+  c_open, c_cs = opened_call(eqn.params["cond_jaxpr"])
+  b_open, b_cs = opened_call(eqn.params["body_jaxpr"])
+  if not c_cs and not b_cs:
+    return eqn
+  nc = eqn.params["cond_nconsts"]
+  ins = eqn.invars
+  return eqn.replace(
+      invars=[*lift(c_cs, c_open.jaxpr.invars), *ins[:nc],
+              *lift(b_cs, b_open.jaxpr.invars), *ins[nc:]],
+      params={**eqn.params, "cond_jaxpr": c_open, "body_jaxpr": b_open,
+              "cond_nconsts": nc + len(c_cs), "body_nconsts": eqn.params["body_nconsts"]
+              + len(b_cs)})
+
+
+def _hoist_cond(eqn, lift):
+  opened = [opened_call(b) for b in eqn.params["branches"]]
+  if not any(cs for _, cs in opened):
+    return eqn
+  # Every branch takes every branch's constants (one operand per distinct constant).
+  union: dict[int, tuple] = {}
+  for b, cs in opened:
+    for c, v in zip(cs, b.jaxpr.invars):
+      union.setdefault(id(c), (c, v.aval))
+  branches = []
+  for (b, cs), orig in zip(opened, eqn.params["branches"]):
+    own = {id(c): v for c, v in zip(cs, b.jaxpr.invars)}
+    lead = [own.get(k) or core.Var(a) for k, (_, a) in union.items()]
+    j = b.jaxpr
+    branches.append(ClosedJaxpr(j.replace(invars=[*lead, *j.invars[len(cs):]]), []))
+  values = [c for c, _ in union.values()]
+  return eqn.replace(
+      invars=[eqn.invars[0], *lift(values, [core.Var(a) for _, a in union.values()]),
+              *eqn.invars[1:]],
+      params={**eqn.params, "branches": tuple(branches)})
+
+
+_hoist_rules = {
+    loops.scan_p: _hoist_scan,
+    while_op.while_p: _hoist_while,
+    conditionals.cond_p: _hoist_cond,
+}
+
+
+def hoist_call_consts(jaxpr: core.Jaxpr) -> tuple[core.Jaxpr, list]:
+  """`jaxpr` whose jit equations (also inside the bodies of loops and branches, which then
+  take them as constant operands) take their bodies' constants as leading operands, read
+  from new constvars of `jaxpr` (appended; one per distinct constant), and their values."""
+  new_vars: dict[int, core.Var] = {}
+  consts: list = []
+
+  def lift(cs, binders):
+    ops = []
+    for c, b in zip(cs, binders):
+      v = new_vars.get(id(c))
+      if v is None:
+        v = new_vars[id(c)] = core.Var(b.aval)
+        consts.append(c)
+      ops.append(v)
+    return ops
+
+  eqns = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive is jit_p:
+      opened, cs = opened_call(eqn.params["jaxpr"])
+      if cs:
+        eqn = eqn.replace(invars=[*lift(cs, opened.jaxpr.invars), *eqn.invars],
+                          params={**eqn.params, "jaxpr": opened})
+    else:
+      rule = _hoist_rules.get(eqn.primitive)
+      if rule is not None:
+        eqn = rule(eqn, lift)
+    eqns.append(eqn)
+  if not consts:
+    return jaxpr, []
+  return jaxpr.replace(constvars=[*jaxpr.constvars, *new_vars.values()], eqns=eqns), consts
 
 
 def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str):
@@ -133,7 +266,7 @@ jit_p.def_impl(_jit_impl)
 lowering.register_lowering(jit_p, _jit_lowering)
 calls.CallRules(jit_p, "jaxpr", lambda params, what: (
     {**params, "name": f"{what}({params['name']})"} if what in ("jvp", "transpose")
-    else params)).register()
+    else params), closed_consts=True).register()
 
 
 def _jit_pp_rule(eqn, context):
@@ -151,16 +284,45 @@ core.pp_named_calls.add(jit_p)
 
 
 class TracedSignature:
-  """The result of tracing one signature: the jaxpr with consts as leading invars, and its
-  compiled calls (for the default device, and per other device)."""
-  __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "__weakref__")
+  """The result of tracing one signature.
 
-  def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree):
+  `jaxpr` takes as leading invars the constants `consts` (those the function closes over,
+  then those of the jit equations in it: `hoist_call_consts`): it is what is lowered, and
+  `consts` go to the device once. `call` is what a jit equation binds inside a trace, with
+  the operands `call_consts` before the arguments: as JAX, the constants stay in `call`'s
+  ClosedJaxpr, unless some are tracers of an enclosing trace (then all are operands).
+  `closed` is the traced jaxpr with all its constants as constvars (`make_jaxpr`)."""
+  __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "call",
+               "call_consts", "closed", "__weakref__")
+
+  def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree,
+               closed: ClosedJaxpr | None = None):
     self.jaxpr = jaxpr
     self.consts = consts
     self.out_tree = tree_util.canonical_treedef(out_tree)   # dicts rebuilt sorted, as JAX
     self.executable = None
     self.device_calls = {}
+    self.call, self.call_consts = jaxpr, consts
+    self.closed = closed or self.hoisted()
+
+  @classmethod
+  def of_traced(cls, jaxpr: core.Jaxpr, consts: list, out_tree) -> "TracedSignature":
+    """The signature of a traced `jaxpr` (its constvars valued by `consts`)."""
+    closed = ClosedJaxpr(jaxpr, consts)
+    if any(isinstance(c, core.Tracer) for c in consts):
+      return cls(ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), out_tree,
+                 closed)
+    hoisted, inner = hoist_call_consts(jaxpr)
+    self = cls(ClosedJaxpr(pe.convert_constvars_jaxpr(hoisted), []), [*consts, *inner],
+               out_tree, closed)
+    self.call, self.call_consts = closed, []
+    return self
+
+  def hoisted(self) -> ClosedJaxpr:
+    """`jaxpr` with `consts` as its constvars again: the traced jaxpr whose jit equations
+    take their constants as operands, read from its own."""
+    j, n = self.jaxpr.jaxpr, len(self.consts)
+    return ClosedJaxpr(j.replace(constvars=j.invars[:n], invars=j.invars[n:]), self.consts)
 
   def out_shapes(self):
     """The output pytree with a ShapeDtypeStruct (weak types kept) at each leaf."""
@@ -173,7 +335,7 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
                static_argnames: Sequence[str], traced_for: str,
                in_avals: Sequence[ShapedArray] | None = None) -> tuple[TracedSignature, Any]:
   """Traces `fun(*args, **kwargs)` with the static arguments fixed; returns the traced
-  signature (consts as leading invars) and the flat dynamic leaves."""
+  signature and the flat dynamic leaves."""
   name = fun_name(fun)
   dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
   dyn_args = tuple(args[i] for i in dyn_argnums)
@@ -205,8 +367,7 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
   jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
   if config.enable_checks:   # JAX's jax_enable_checks: type-check every traced jaxpr
     core.check_jaxpr(jaxpr)
-  closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
-  return TracedSignature(closed, list(consts), out_tree_box[0]), leaves
+  return TracedSignature.of_traced(jaxpr, list(consts), out_tree_box[0]), leaves
 
 
 # ---------------------------------------------------------------------------
@@ -703,7 +864,7 @@ class PjitFunction:
     if core.trace_state.trace is not core.eval_trace:
       if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
         return self._constrained_call(entry, args, kwargs, static_argnums, leaves)
-      outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr,
+      outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
                         name=fun_name(self._fun))
       return optree.tree_unflatten(entry.out_tree, outs)
     call = entry.executable if dev is None else entry.device_calls.get(dev)
@@ -842,7 +1003,10 @@ class PjitFunction:
         self._refs.append(e.ref)
         continue
       n_out = len(jaxpr.outvars)
-      entry = TracedSignature(ClosedJaxpr(jaxpr, []), consts, flatten([0] * n_out)[1])
+      hoisted, inner = hoist_call_consts(jaxpr)   # constants of jit equations inside
+      entry = TracedSignature(ClosedJaxpr(pe.convert_constvars_jaxpr(hoisted), []),
+                              [*inner, *consts], flatten([0] * n_out)[1])
+      entry.call, entry.call_consts = ClosedJaxpr(jaxpr, []), consts
       cached = self._ref_cache[key] = (entry, tree_util.canonical_treedef(out_tree), written)
       break
     entry, out_tree, written = cached
@@ -851,7 +1015,7 @@ class PjitFunction:
         entry.executable = compile_traced(entry, set(), self._keep_unused, name)
       outs = entry.executable(vals)
     else:
-      outs = jit_p.bind(*entry.consts, *vals, jaxpr=entry.jaxpr, name=name)
+      outs = jit_p.bind(*entry.call_consts, *vals, jaxpr=entry.call, name=name)
     n = out_tree.num_leaves
     refs = [*implicit, *arg_refs]
     state.write_back([refs[i] for i in written], outs[n:])
@@ -861,7 +1025,7 @@ class PjitFunction:
     lay = self._layout(entry, args, kwargs, static_argnums, [None] * len(leaves))
     bind = lambda xs, shs: [x if s is None else sharding_constraint_p.bind(x, sharding=s)
                             for x, s in zip(xs, shs or [None] * len(xs))]
-    outs = jit_p.bind(*entry.consts, *bind(leaves, lay.explicit_in), jaxpr=entry.jaxpr,
+    outs = jit_p.bind(*entry.call_consts, *bind(leaves, lay.explicit_in), jaxpr=entry.call,
                       name=fun_name(self._fun))
     return optree.tree_unflatten(entry.out_tree, bind(outs, lay.explicit_out))
 

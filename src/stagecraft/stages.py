@@ -147,21 +147,19 @@ class Traced:
 
   @property
   def jaxpr(self) -> ClosedJaxpr:
-    entry = self._sig.entry
-    jaxpr = entry.jaxpr.jaxpr
-    n = len(entry.consts)
-    return ClosedJaxpr(jaxpr.replace(constvars=jaxpr.invars[:n], invars=jaxpr.invars[n:]),
-                       entry.consts)
+    return self._sig.entry.closed
 
   out_info = property(lambda self: self._sig.out_info())
   args_info = property(lambda self: self._sig.args_info())
   in_tree = property(lambda self: self._sig.in_tree)
   out_tree = property(lambda self: self._sig.entry.out_tree)
   fun_name = property(lambda self: self._sig.name)
-  # stagecraft extensions (used by `stagecraft.export`): jit's `keep_unused`, and whether
-  # the signature is laid out over a device mesh (jit's shardings or sharded arguments).
+  # stagecraft extensions (used by `stagecraft.export`): jit's `keep_unused`, whether the
+  # signature is laid out over a device mesh (jit's shardings or sharded arguments), and
+  # the jaxpr that is lowered (the constants of its jit equations hoisted into its own).
   keep_unused = property(lambda self: self._sig.keep_unused)
   sharded = property(lambda self: self._sig.layout is not None)
+  lowered_jaxpr = property(lambda self: self._sig.entry.hoisted())
 
   def lower(self) -> Lowered:
     """Lowers the traced function to a StableHLO module (unused arguments pruned unless

@@ -417,7 +417,7 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
     raise NotImplementedError(f"export of {name}: programs laid out over several devices "
                               f"(jit shardings, sharded arguments) are not exported by "
                               f"stagecraft; export a one-device program.")
-  closed = traced.jaxpr
+  closed = traced.lowered_jaxpr
   jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
   nconst = len(closed.consts)
   n_in = len(jaxpr.invars)

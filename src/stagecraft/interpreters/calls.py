@@ -4,6 +4,10 @@ call (the JVP, the transpose, the batched call, the pieces partial evaluation sp
 call without its dead outputs) stays one staged equation of the same primitive whose jaxpr is
 derived once per (jaxpr, key) and cached, so its compiled executables are reused.
 
+Constants: `jit`, as JAX's, keeps the constants its body closes over in the ClosedJaxpr
+(`closed_consts=True`: printed as the body's constvars, not operands of the equation), and
+so do its derived calls; `checkpoint` passes them as leading operands, as JAX's `remat`.
+
 `custom_dce_call`, `custom_jvp_call` and `custom_vjp_call` carry rules of their own (the user's
 rules must survive each transformation) and use only the generic pieces of `core` and the
 interpreters.
@@ -27,17 +31,37 @@ def _keep(params: dict, what: str) -> dict:
   return params
 
 
+def _close_leading(closed: ClosedJaxpr, consts: list) -> ClosedJaxpr:
+  """`closed`, which takes `consts` as its leading arguments, with them closed over again
+  (its first invars become its constvars)."""
+  if not consts:
+    return closed
+  j, k = closed.jaxpr, len(consts)
+  return ClosedJaxpr(j.replace(constvars=[*j.constvars, *j.invars[:k]], invars=j.invars[k:]),
+                     [*closed.consts, *consts])
+
+
+def _pruned(jaxpr: core.Jaxpr, consts: list) -> ClosedJaxpr:
+  """`jaxpr` closed over those of `consts` it still reads."""
+  return ClosedJaxpr(*pe.prune_constvars(jaxpr, consts))
+
+
 class CallRules:
   """jvp, transpose, batching, DCE and partial-eval rules for the call-like primitive `prim`,
-  whose parameter `param` holds the called ClosedJaxpr (consts passed as leading operands).
+  whose parameter `param` holds the called ClosedJaxpr.
 
   `derived(params, what)` gives the params of a derived call, `what` being "jvp",
   "transpose", "batch", "known", "unknown" or "dce" (e.g. jit renames it `jvp(f)`; checkpoint
-  marks it differentiated); the called jaxpr is set afterwards."""
+  marks it differentiated); the called jaxpr is set afterwards.
+
+  `closed_consts`: the constants of a derived jaxpr stay in its ClosedJaxpr (jit, as JAX);
+  False: they become leading operands of the derived call and the called jaxprs close over
+  nothing (checkpoint)."""
 
   def __init__(self, prim: core.Primitive, param: str = "jaxpr",
-               derived: Callable[[dict, str], dict] = _keep):
+               derived: Callable[[dict, str], dict] = _keep, closed_consts: bool = False):
     self.prim, self.param, self.derived = prim, param, derived
+    self.closed_consts = closed_consts
     self._jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
     self._transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
     self._pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -47,12 +71,28 @@ class CallRules:
   def _params(self, params: dict, what: str, closed: ClosedJaxpr) -> dict:
     return {**self.derived(params, what), self.param: closed}
 
+  def _close(self, closed: ClosedJaxpr, consts: list, *rest):
+    """A derived `(jaxpr taking consts first, consts, ...)`, its consts closed over again
+    where this primitive keeps them in its jaxpr."""
+    if self.closed_consts and consts:
+      return (_close_leading(closed, consts), [], *rest)
+    return (closed, consts, *rest)
+
+  def _transpose_jaxpr(self, closed: ClosedJaxpr, undefined, ct_nonzeros):
+    if not closed.consts:
+      return self._close(*ad.transpose_jaxpr(closed, undefined, ct_nonzeros))
+    # The body's constants are non-linear arguments of the transposed jaxpr.
+    opened = ClosedJaxpr(pe.convert_constvars_jaxpr(closed.jaxpr), [])
+    t_closed, t_consts = ad.transpose_jaxpr(opened, (False,) * len(closed.consts) + undefined,
+                                            ct_nonzeros)
+    return self._close(t_closed, [*t_consts, *closed.consts])
+
   def jvp(self, primals, tangents, **params):
     """The JVP of a call is a call of the JVP jaxpr: it stays one staged equation."""
     closed = params[self.param]
     nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
     jvp_closed, consts, out_nz = _memo(self._jvp_cache, closed, nonzeros,
-                                       lambda: ad.jvp_jaxpr(closed, nonzeros))
+                                       lambda: self._close(*ad.jvp_jaxpr(closed, nonzeros)))
     outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
                           **self._params(params, "jvp", jvp_closed))
     n = len(closed.out_avals)
@@ -66,7 +106,7 @@ class CallRules:
     undefined = tuple(ad.is_undefined_primal(a) for a in args)
     ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
     t_closed, consts = _memo(self._transpose_cache, closed, (undefined, ct_nonzeros),
-                             lambda: ad.transpose_jaxpr(closed, undefined, ct_nonzeros))
+                             lambda: self._transpose_jaxpr(closed, undefined, ct_nonzeros))
     outs = self.prim.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
                           *[c for c in cts if type(c) is not ad.Zero],
                           **self._params(params, "transpose", t_closed))
@@ -79,7 +119,8 @@ class CallRules:
     closed = params[self.param]
     b_closed, consts, out_dims = _memo(
         self._batch_cache, closed, (tuple(dims), axis_data),
-        lambda: batching.batch_jaxpr(closed, axis_data, dims, [None] * len(closed.out_avals)))
+        lambda: self._close(*batching.batch_jaxpr(closed, axis_data, dims,
+                                                  [None] * len(closed.out_avals))))
     outs = self.prim.bind(*consts, *args, **self._params(params, "batch", b_closed))
     return outs, out_dims
 
@@ -92,7 +133,20 @@ class CallRules:
       k, u, nres, out_unknowns = ad.partial_eval_jaxpr(closed.jaxpr, unknowns,
                                                        [False] * len(closed.out_avals))
       # One ClosedJaxpr per split, so the executables compiled for it are reused.
-      return ClosedJaxpr(k, []), ClosedJaxpr(u, []), nres, out_unknowns
+      if not closed.consts:
+        return ClosedJaxpr(k, []), ClosedJaxpr(u, []), nres, out_unknowns
+      # Residuals that are constants of the body: the unknown side closes over them.
+      value = dict(zip(closed.jaxpr.constvars, closed.consts))
+      res = k.outvars[len(k.outvars) - nres:]
+      is_const = [type(v) is core.Var and v in value for v in res]
+      k = k.replace(outvars=[*k.outvars[:len(k.outvars) - nres],
+                             *[v for v, c in zip(res, is_const) if not c]])
+      u = u.replace(constvars=[v for v, c in zip(u.invars[:nres], is_const) if c],
+                    invars=[*[v for v, c in zip(u.invars[:nres], is_const) if not c],
+                            *u.invars[nres:]])
+      return (_pruned(k, closed.consts), ClosedJaxpr(u, [value[v] for v, c in zip(res, is_const)
+                                                           if c]),
+              nres - sum(is_const), out_unknowns)
     known, unknown, nres, out_unknowns = _memo(self._pe_cache, closed, tuple(unknowns), make)
     res_vars = [core.Var(v.aval) for v in known.jaxpr.outvars[len(known.jaxpr.outvars) - nres:]]
     known_eqn = core.JaxprEqn(
@@ -113,7 +167,7 @@ class CallRules:
 
     def make():
       j, used_ins = pe.dce_jaxpr(closed.jaxpr, used_outs)
-      return ClosedJaxpr(j, []), used_ins
+      return _pruned(j, closed.consts), used_ins
     new_closed, used_ins = _memo(self._dce_cache, closed, tuple(used_outs), make)
     if all(used_outs) and all(used_ins):
       return used_ins, eqn

@@ -24,9 +24,9 @@ from stagecraft.interpreters import batching
 from stagecraft.runtime import client
 
 __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_scalar",
-           "dense_array", "i64_array", "dense_i64", "ModuleContext", "FuncBuilder",
-           "LoweringRuleContext", "emit_op", "constant", "build_region", "sanitize_name",
-           "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
+           "dense_array", "dense_constant", "i64_array", "dense_i64", "ModuleContext",
+           "FuncBuilder", "LoweringRuleContext", "emit_op", "constant", "build_region",
+           "sanitize_name", "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
            "lower_jaxpr_to_module", "ModuleText", "has_ordered_effects", "source_locations",
            "strip_locations"]
 
@@ -319,6 +319,17 @@ def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   return name
 
 
+def dense_constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
+  """A `stablehlo.constant` holding the whole array `value` with `aval` (a splat when all
+  its elements are equal)."""
+  x = np.asarray(value, dtype=aval.dtype).reshape(aval.shape)
+  if x.size == 0 or x.size == 1 or (x.dtype != dtypes.bool_ and np.all(x == x.flat[0])):
+    return constant(fb, x.flat[0] if x.size else 0, aval)
+  name = fb.fresh()
+  fb.emit(f"{name} = stablehlo.constant {dense_array(x)} : {ir_type(aval)}")
+  return name
+
+
 def build_region(fb: FuncBuilder, arg_avals: Sequence[ShapedArray],
                  ret_avals: Sequence[ShapedArray], body: Callable[..., Sequence[str]]) -> str:
   """Builds a one-block region: `body(*arg_names)` emits into it and returns the names of
@@ -574,24 +585,29 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
                args: Sequence[str]) -> list[str]:
   """Lowers a call of `closed_jaxpr` as a private function and a `func.call`.
 
-  The jaxpr must take its constants as arguments (`partial_eval.convert_constvars_jaxpr`):
-  constants are never baked into the program text.
-
-  Raises:
-    ValueError: if `closed_jaxpr` still has consts.
+  The function takes the jaxpr's constants as leading arguments; the call site passes them
+  as dense constants. (jit hoists the constants of the calls it compiles to arguments of
+  the program first, `pjit.hoist_call_consts`; only calls inside loop or branch bodies get
+  here with constants.)
   """
-  if closed_jaxpr.consts or closed_jaxpr.jaxpr.constvars:
-    raise ValueError(f"lower_call({name}): the called jaxpr has constants; convert them to "
-                     f"arguments first (partial_eval.convert_constvars_jaxpr).")
   module = ctx.module
   token = has_ordered_effects(closed_jaxpr.jaxpr)
   cached = module.call_cache.get(id(closed_jaxpr))
   if cached is None:
     fname = module.unique_func_name(name)
-    module.funcs.append(lower_jaxpr_to_fun(module, fname, closed_jaxpr.jaxpr, token=token))
+    jaxpr = closed_jaxpr.jaxpr
+    if jaxpr.constvars:
+      jaxpr = jaxpr.replace(constvars=[], invars=[*jaxpr.constvars, *jaxpr.invars])
+    module.funcs.append(lower_jaxpr_to_fun(module, fname, jaxpr, token=token))
     module.call_cache[id(closed_jaxpr)] = (fname, closed_jaxpr)
   else:
     fname = cached[0]
+  if closed_jaxpr.consts:
+    consts = [dense_constant(ctx.fb, c, v.aval)
+              for c, v in zip(closed_jaxpr.consts, closed_jaxpr.jaxpr.constvars)]
+    args = [*consts, *args]
+    ctx = ctx.replace(avals_in=[*(v.aval for v in closed_jaxpr.jaxpr.constvars),
+                                *ctx.avals_in])
   in_types = [ir_type(a) for a in ctx.avals_in]
   out_types = [ir_type(a) for a in ctx.avals_out]
   args = list(args)
