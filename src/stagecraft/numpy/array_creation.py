@@ -17,8 +17,8 @@ from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
                                    canonical_shape, check_concrete, convert_dtype, dtype_of,
-                                   ndim_of, shape_of)
-from stagecraft.runtime import spmd
+                                   ndim_of, python_scalar_value, shape_of)
+from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
 
 __all__ = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_like", "empty_like",
@@ -68,21 +68,35 @@ def full(shape: Any, fill_value: ArrayLike, dtype: Any = None, *, device: Any = 
 def _full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
   shape = canonical_shape(shape)
   fill = asarray_or_scalar(fill_value)
-  if dtype is None:
-    dt = dtype_of(fill) if not dtypes.is_python_scalar(fill) else (
-        dtypes.python_scalar_dtype(type(fill)))
-  else:
-    dt = dtypes.canonicalize_dtype(dtype)
   if shape_of(fill) == ():
-    weak = dtype is None and dtypes.is_python_scalar(fill)
-    fill = (np.asarray(fill, dt) if dtypes.is_python_scalar(fill) else
-            convert_dtype(fill, dt, False))
-    out = lax.broadcast_in_dim(fill, shape, ())
-    # NB: as JAX, a Python scalar fill without a dtype gives a weakly typed result.
-    return (elementwise.convert_element_type_p.bind(out, new_dtype=dt, weak_type=True)
-            if weak else out)
-  fill = convert_dtype(fill, dt, False)
-  return broadcast_to_shape(fill, shape)
+    if dtype is not None:
+      dt = dtypes.canonicalize_dtype(dtype)
+    elif dtypes.is_python_scalar(fill):
+      dt = dtypes.python_scalar_dtype(type(fill))
+    else:
+      dt = dtype_of(fill)
+    # NB: as JAX, a weakly typed fill (a Python scalar) without a dtype gives a weak result.
+    return _filled(shape, fill, dt, dtype is None and dtypes.is_weakly_typed(fill))
+  # NB: as JAX, `asarray(fill, dtype)`: NumPy data converted on the host
+  return broadcast_to_shape(asarray(fill, dtype), shape)
+
+
+def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> Array:
+  """`T[*shape]` filled with the scalar `fill`, as JAX's `lax.full` builds it: the fill is
+  converted first (a static fill on the host, a Python int wrapping around; a traced one
+  by `convert_element_type`), then broadcast; for `shape == ()` there is nothing to
+  broadcast, so a static fill gives a constant (a literal in a jaxpr, no equation)."""
+  if isinstance(fill, core.Tracer):
+    value = convert_dtype(fill, dtype, weak)
+    return value if shape == () else lax.broadcast_in_dim(value, shape, ())
+  if dtypes.is_python_scalar(fill):
+    value = python_scalar_value(fill, dtype)
+  else:
+    value = np.asarray(fill).astype(dtype)[()]
+  if shape == ():
+    aval = core.ShapedArray((), dtype, weak)
+    return Array(dispatch.to_buffer(np.asarray(value), aval), aval)
+  return lax.broadcast_in_dim(lax.utils.weak_scalar(value) if weak else value, shape, ())
 
 
 def zeros(shape: Any, dtype: Any = None, *, device: Any = None,
@@ -98,8 +112,7 @@ def zeros(shape: Any, dtype: Any = None, *, device: Any = None,
     ValueError: both `device` and `out_sharding`; a spec that does not fit `shape`.
   """
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  return _placed(lax.broadcast_in_dim(np.zeros((), dt), canonical_shape(shape), ()), device,
-                 out_sharding, "zeros")
+  return _placed(_filled(canonical_shape(shape), 0, dt, False), device, out_sharding, "zeros")
 
 
 def ones(shape: Any, dtype: Any = None, *, device: Any = None,
@@ -107,8 +120,7 @@ def ones(shape: Any, dtype: Any = None, *, device: Any = None,
   """An array of ones; dtype defaults to float32 (float64 with x64); `device` and
   `out_sharding` as in `zeros`."""
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  return _placed(lax.broadcast_in_dim(np.ones((), dt), canonical_shape(shape), ()), device,
-                 out_sharding, "ones")
+  return _placed(_filled(canonical_shape(shape), 1, dt, False), device, out_sharding, "ones")
 
 
 def empty(shape: Any, dtype: Any = None, *, device: Any = None,
@@ -121,39 +133,42 @@ def _like_dtype(a, dtype):
   return dtypes.canonicalize_dtype(dtype) if dtype is not None else dtype_of(a)
 
 
-def _weak_like(a, dtype, out):
-  # As JAX: without a dtype, the result of *_like of a weakly typed value is weak.
-  if dtype is None and dtypes.is_weakly_typed(a):
-    return elementwise.convert_element_type_p.bind(out, new_dtype=dtype_of(out),
-                                                   weak_type=True)
-  return out
+def _filled_like(a, fill_value, dtype, shape) -> Array:
+  """`fill_value` with the shape and dtype of `a` (or the given ones); as JAX's `full_like`,
+  weakly typed when `a` is and no dtype is given, with no conversion equation."""
+  dt = _like_dtype(a, dtype)
+  shape = shape_of(a) if shape is None else canonical_shape(shape)
+  weak = dtype is None and dtypes.is_weakly_typed(a)
+  fill = asarray_or_scalar(fill_value)
+  if shape_of(fill) == ():
+    return _filled(shape, fill, dt, weak)
+  out = broadcast_to_shape(asarray(fill, dt), shape)
+  return elementwise.convert_element_type_p.bind(out, new_dtype=dt, weak_type=True) if (
+      weak) else out
 
 
 def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: Any = None,
                out_sharding: Any = None) -> Array:
   """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
-  return _placed(_weak_like(a, dtype, zeros(shape_of(a) if shape is None else shape,
-                                             _like_dtype(a, dtype))), device, out_sharding,
-                 "zeros_like", a if shape is None else None)
+  return _placed(_filled_like(a, 0, dtype, shape), device, out_sharding, "zeros_like",
+                 a if shape is None else None)
 
 
 def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: Any = None,
               out_sharding: Any = None) -> Array:
   """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
-  return _placed(_weak_like(a, dtype, ones(shape_of(a) if shape is None else shape,
-                                            _like_dtype(a, dtype))), device, out_sharding,
-                 "ones_like", a if shape is None else None)
+  return _placed(_filled_like(a, 1, dtype, shape), device, out_sharding, "ones_like",
+                 a if shape is None else None)
 
 
 def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any = None, *,
               device: Any = None, out_sharding: Any = None) -> Array:
   """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly
   typed when `a` is and no dtype is given, as in JAX."""
-  return _placed(_weak_like(a, dtype, _full(shape_of(a) if shape is None else shape,
-                                             fill_value, _like_dtype(a, dtype))), device,
-                 out_sharding, "full_like", a if shape is None else None)
+  return _placed(_filled_like(a, fill_value, dtype, shape), device, out_sharding,
+                 "full_like", a if shape is None else None)
 
 
 def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
@@ -194,14 +209,55 @@ def _arange(start: Any, stop: Any, step: Any, dtype: Any) -> Array:
   return array(host, dtype=dt)
 
 
-def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
-  """A 2-D array with ones on the k-th diagonal."""
-  N = operator.index(check_concrete(N, "eye", "N"))
-  M = N if M is None else operator.index(check_concrete(M, "eye", "M"))
+def _dims(name: str, N: Any, M: Any) -> tuple[int, int]:
+  N = operator.index(check_concrete(N, name, "N"))
+  M = N if M is None else operator.index(check_concrete(M, name, "M"))
+  if N < 0 or M < 0:
+    raise ValueError(f"negative dimensions are not allowed, got {N} and {M}")
+  return N, M
+
+
+def _offset(k: Any) -> Any:
+  """The diagonal offset `k` as JAX's numpy takes it: a Python int is a weakly typed scalar
+  of the default int dtype (int64 with x64), clipped to the int32 range; other values must
+  be scalar integer arrays (traced ones allowed)."""
+  if type(k) is int:
+    info = np.iinfo(np.int32)
+    return np.asarray(min(max(k, info.min), info.max), dtypes.default_int_dtype())
+  return k if isinstance(k, (Array, core.Tracer)) else asarray(k)
+
+
+def _add_offset(iota: Any, offset: Any) -> Any:
+  """`iota + offset` in the iota's dtype: a static offset as a literal, else converted."""
+  dt = dtype_of(iota)
+  if isinstance(offset, np.ndarray):
+    return lax.add(iota, offset.astype(dt)[()])
+  return lax.add(iota, offset if dtype_of(offset) == dt else lax.convert_element_type(offset, dt))
+
+
+def _as_dtype(mask: Any, dt: np.dtype) -> Array:
+  return mask if dt == dtypes.bool_ else lax.convert_element_type(mask, dt)
+
+
+def eye(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
+  """A 2-D array `dtype[N, M]` with ones on the k-th diagonal (`j == i + k`) and zeros
+  elsewhere; dtype defaults to float32 (float64 with x64).
+
+  Staged as JAX's numpy stages it: two `iota`s of the offset's integer dtype (the default
+  int for a Python `k`: int64 with x64), `add`, `eq`, `convert_element_type`.
+
+  Raises:
+    ValueError: `k` not a scalar integer; negative dimensions.
+    ConcretizationTypeError: traced `N` or `M`.
+  """
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  rows = lax.broadcasted_iota(dtypes.int32, (N, M), 0)
-  cols = lax.broadcasted_iota(dtypes.int32, (N, M), 1)
-  return lax.convert_element_type(lax.eq(lax.add(rows, np.int32(k)), cols), dt)
+  offset = _offset(k)
+  if np.ndim(offset) != 0 or not dtypes.is_integer(dtype_of(offset)):
+    raise ValueError(f"k must be a scalar integer; got {k}")
+  N, M = _dims("eye", N, M)
+  rows = lax.broadcasted_iota(dtype_of(offset), (N, M), 0)
+  cols = lax.broadcasted_iota(dtype_of(offset), (N, M), 1)
+  return _as_dtype(lax.eq(_add_offset(rows, offset), cols), dt)
 
 
 def identity(n: int, dtype: Any = None) -> Array:
@@ -209,16 +265,28 @@ def identity(n: int, dtype: Any = None) -> Array:
   return eye(n, dtype=dtype)
 
 
-def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
-  """`[N, M]` with ones at and below the k-th diagonal (`j <= i + k`), zeros elsewhere.
-  Default dtype float32 (as JAX's numpy, also with x64)."""
-  N = operator.index(check_concrete(N, "tri", "N"))
-  M = N if M is None else operator.index(check_concrete(M, "tri", "M"))
+def tri(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
+  """`dtype[N, M]` with ones at and below the k-th diagonal (`j <= i + k`), zeros elsewhere.
+  Default dtype float32 (as JAX's numpy, also with x64).
+
+  Staged as JAX's `lax._tri`: `iota` rows, `add` k, `iota` columns, `ge`, convert; the
+  iotas are int32 unless the shape or k's dtype needs int64 (a Python `k` with x64).
+
+  Raises:
+    TypeError: `k` not an integer.
+    ConcretizationTypeError: traced `N` or `M`.
+  """
   dt = dtypes.float32 if dtype is None else dtypes.canonicalize_dtype(dtype)
-  rows = lax.broadcasted_iota(dtypes.int32, (N, M), 0)
-  cols = lax.broadcasted_iota(dtypes.int32, (N, M), 1)
-  mask = lax.ge(lax.add(rows, np.int32(k)), cols)
-  return mask if dt == dtypes.bool_ else lax.convert_element_type(mask, dt)
+  offset = _offset(k)
+  if not dtypes.is_integer(dtype_of(offset)):
+    raise TypeError(f"offset must be an integer, got {k!r}")
+  N, M = _dims("tri", N, M)
+  shape_dt = dtypes.int32 if max(N, M) <= np.iinfo(np.int32).max else dtypes.int64
+  if np.iinfo(dtype_of(offset)).max > np.iinfo(shape_dt).max or (
+      np.iinfo(dtype_of(offset)).min < np.iinfo(shape_dt).min):
+    shape_dt = dtypes.int64
+  rows = _add_offset(lax.broadcasted_iota(shape_dt, (N, M), 0), offset)
+  return _as_dtype(lax.ge(rows, lax.broadcasted_iota(shape_dt, (N, M), 1)), dt)
 
 
 def meshgrid(*xi: ArrayLike, copy: bool = True, sparse: bool = False,

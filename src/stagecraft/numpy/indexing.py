@@ -2,16 +2,20 @@
 functions `take`, `take_along_axis`, `put`, `nonzero`, `argwhere`, `flatnonzero` and the
 one-argument `where`.
 
-Basic indices (integers, slices, None, Ellipsis, scalar integer arrays) become static
-`slice`/`rev` and, for traced integers, `dynamic_slice`, as in JAX's numpy. Everything else
-becomes one `gather` (reads) or `scatter` (updates), built as JAX's `_index_to_gather` builds
-it: integer arrays broadcast together and their dimensions replace the indexed ones, in
-place when the advanced indices are adjacent in the index tuple and at the front otherwise
-(NumPy's rule); slices become offset dimensions (step 1) or index arrays (other steps).
+Reads follow JAX's numpy's "auto" strategy, so that jaxprs print as JAX's: an index of
+static in-bounds integers, slices, None and Ellipsis is one static `slice` (then `rev` for
+negative steps, `squeeze` for the integers and `broadcast_in_dim` for the Nones); otherwise
+scalar integers of any kind (out-of-bounds Python ints, NumPy 0-d arrays, traced scalars),
+slices of step +-1 and `ds(start, size)` give one `dynamic_slice`, its start indices staged
+and wrapped by `lax.dynamic_slice`. Everything else becomes one `gather` (reads) or
+`scatter` (updates), built as JAX's `_index_to_gather` builds it: integer arrays broadcast
+together and their dimensions replace the indexed ones, in place when the advanced indices
+are adjacent in the index tuple and at the front otherwise (NumPy's rule); slices become
+offset dimensions (step 1) or index arrays (other steps: `start + step * iota`, staged).
 Boolean masks must be concrete (NumPy arrays, or Arrays outside a trace): they become integer
 arrays (`numpy.nonzero`) when the index is built, also under jit. Out-of-bounds indices follow
-JAX's numpy: reads clamp (or fill, with `mode='fill'`), updates drop; static out-of-bounds
-integers raise IndexError.
+JAX's numpy: reads clamp (or fill, with `mode='fill'`), updates drop; integers into an axis
+of size 0 raise IndexError.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ _index_dtype = np.dtype(np.int32)
 # Parsing: each index becomes (kind, value).
 
 _NONE, _ELLIPSIS, _SLICE, _INT, _BOOL, _ARRAY = "none", "ellipsis", "slice", "int", "bool", "array"
+_DSLICE = "dslice"   # a `ds(start, size, stride)`: static size, start static or traced
 
 
 def _non_tuple_error(idx) -> TypeError:
@@ -67,15 +72,10 @@ def _classify(i, position: int):
   if i is Ellipsis:
     return _ELLIPSIS, None
   if isinstance(i, ds_Slice):   # stagecraft.ds(start, size, stride), as jax.ds
-    if not (i.is_dynamic_start or i.is_dynamic_size):
-      stop = i.start + i.size * i.stride if i.stride else None
-      return _SLICE, slice(int(i.start), stop, i.stride or None)
     if i.is_dynamic_size:
       raise IndexError(f"ds() with a traced size cannot index an array (position {position}):"
                        f" the result's shape would depend on it.")
-    offsets = np.arange(int(i.size), dtype=_index_dtype) * i.stride
-    start = lax.convert_element_type(i.start, _index_dtype)
-    return _ARRAY, lax.add(lax.broadcast(start, (offsets.size,)), offsets)
+    return _DSLICE, i
   if isinstance(i, slice):
     for v in (i.start, i.stop, i.step):
       if v is not None and (isinstance(v, Tracer) or not hasattr(v, "__index__")):
@@ -86,13 +86,16 @@ def _classify(i, position: int):
   if isinstance(i, (bool, np.bool_)):
     return _BOOL, np.asarray(i)
   if isinstance(i, (int, np.integer)):
-    return _INT, int(i)
+    return _INT, i   # NB: kept as given (its NumPy dtype is the dynamic_slice index dtype)
   if isinstance(i, str):
     raise TypeError(f"stagecraft does not support string indexing; got idx={i!r}")
   if isinstance(i, (list, tuple)):
     if not i:
       return _ARRAY, np.zeros((0,), _index_dtype)   # NB: [] would be float64 in NumPy
-    i = array_constructors.array(i) if _has_traced(i) else np.asarray(i)
+    # NB: under a trace a list is an Array (JAX's `convert_sequences_to_arrays`): its sign
+    # test for negative indices is staged, as in JAX.
+    i = (array_constructors.array(i) if _has_traced(i)
+         else np.asarray(i) if core.current_trace() is core.eval_trace else asarray(i))
   if isinstance(i, (np.ndarray, Array, Tracer)):
     dt = np.dtype(i.dtype)
     if dt == dtypes.bool_:
@@ -140,87 +143,138 @@ def _check_static_ints(entries, shape, normalize_indices: bool) -> None:
       axis += np.ndim(v)
     elif kind != _NONE:
       if kind == _INT:
-        n = shape[axis]
+        n, v = shape[axis], int(v)
         wrapped = v + n if normalize_indices and v < 0 else v
         if n == 0 and not 0 <= wrapped < n:   # NB: other out-of-bounds indices clamp (JAX)
           raise IndexError(f"index {v} is out of bounds for axis {axis} with size {n}")
       axis += 1
 
 
-def _is_basic(entries) -> bool:
-  return all(k in (_NONE, _ELLIPSIS, _SLICE, _INT) or (k == _ARRAY and np.ndim(v) == 0)
-             for k, v in entries)
-
-
-# ---------------------------------------------------------------------------
-# Basic indexing: static slices, rev, dynamic_slice for traced scalars.
-
-
-def _basic_take(x, entries, normalize_indices: bool):
-  shape = x.shape
-  nd = len(shape)
+def _expand_ellipsis(entries, nd: int):
+  """The entries with the ellipsis and the implicit trailing axes as full slices."""
   consumed = sum(1 for k, _ in entries if k not in (_NONE, _ELLIPSIS))
-  if any(k == _ELLIPSIS for k, _ in entries):
-    k = next(j for j, (kind, _) in enumerate(entries) if kind == _ELLIPSIS)
-    entries = entries[:k] + [(_SLICE, slice(None))] * (nd - consumed) + entries[k + 1:]
-  else:
-    entries = entries + [(_SLICE, slice(None))] * (nd - consumed)
+  full = [(_SLICE, slice(None))] * (nd - consumed)
+  k = next((j for j, (kind, _) in enumerate(entries) if kind == _ELLIPSIS), None)
+  return entries + full if k is None else entries[:k] + full + entries[k + 1:]
 
-  start, limit, stride = [0] * nd, list(shape), [1] * nd
-  rev_dims, squeeze_dims, dynamic, out_shape = [], [], [], []
-  dim = 0
-  for kind, i in entries:
+
+def _finish_slice(out, rev_axes, squeeze_axes, newaxis_dims):
+  """The common tail of both slice strategies: rev, squeeze, then expand_dims (a
+  `broadcast_in_dim`) for the None (newaxis) entries, in JAX's order."""
+  if rev_axes:
+    out = lax.rev(out, tuple(rev_axes))
+  if squeeze_axes:
+    out = lax.squeeze(out, tuple(squeeze_axes))
+  if newaxis_dims:
+    out = lax.expand_dims(out, tuple(newaxis_dims))
+  return out
+
+
+def _static_slice_take(x, entries, normalize_indices: bool, clip: bool):
+  """`x[idx]` as one static `slice` (JAX's `_static_slice`), or None when the index is not
+  all static integers, slices, None and Ellipsis, or (unless `clip`) a static integer is
+  out of bounds: JAX then tries `_dynamic_slice_take`."""
+  if not all(k in (_NONE, _ELLIPSIS, _SLICE, _INT) for k, _ in entries):
+    return None
+  shape = x.shape
+  start, limit, strides = [], [], []
+  rev_axes, squeeze_axes, newaxis_dims = [], [], []
+  axis = 0
+  for kind, i in _expand_ellipsis(entries, len(shape)):
     if kind == _NONE:
-      out_shape.append(1)
+      newaxis_dims.append(len(start) - len(squeeze_axes) + len(newaxis_dims))
       continue
-    n = shape[dim]
-    if kind == _SLICE:
-      st, sp, step = i.indices(n)
-      length = len(range(st, sp, step))
-      if step < 0:
-        rev_dims.append(dim)
-        st, step = n - 1 - st, -step
-      start[dim], stride[dim] = st, step
-      limit[dim] = st + (length - 1) * step + 1 if length else st
-      out_shape.append(length)
-    elif kind == _INT or not isinstance(i, Tracer):   # static scalar (NumPy/Array 0-d too)
+    n = shape[axis]
+    if kind == _INT:
       k = int(i)
       wrapped = k + n if normalize_indices and k < 0 else k
-      if not 0 <= wrapped < n:
-        if n == 0:
-          raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
-        # As JAX (a gather's start index): an out-of-bounds static index clamps.
-        wrapped = min(max(wrapped, 0), n - 1)
-      start[dim], limit[dim] = wrapped, wrapped + 1
-      squeeze_dims.append(dim)
+      if not clip and not 0 <= wrapped < n:
+        return None
+      if n == 0:
+        raise IndexError(f"index {k} is out of bounds for axis {axis} with size {n}")
+      wrapped = min(max(wrapped, 0), n - 1)
+      start.append(wrapped)
+      limit.append(wrapped + 1)
+      strides.append(1)
+      squeeze_axes.append(axis)
     else:
-      dynamic.append((dim, i))
-      squeeze_dims.append(dim)
-    dim += 1
-
+      st, sp, step = i.indices(n)
+      if step < 0:   # NB: the same elements in ascending order, reversed after the slice
+        new_start = min(n, sp + 1 + abs(st - sp - 1) % -step)
+        start.append(new_start)
+        limit.append(max(new_start, st + 1))
+        strides.append(-step)
+        rev_axes.append(axis)
+      else:
+        start.append(st)
+        limit.append(max(st, sp))
+        strides.append(step)
+    axis += 1
   out = x
-  if rev_dims:
-    out = lax.rev(out, tuple(rev_dims))
-  if any(s != 0 for s in start) or list(limit) != list(shape) or any(s != 1 for s in stride):
-    out = lax.slice(out, tuple(start), tuple(limit),
-                    None if all(s == 1 for s in stride) else tuple(stride))
-  if dynamic:
-    cur = out.shape
-    starts = [np.int32(0)] * nd
-    sizes = list(cur)
-    for d, i in dynamic:
-      i = lax.convert_element_type(i, dtypes.int32) if i.dtype != dtypes.int32 else i
-      if normalize_indices:   # NB: negative counts from the end; dynamic_slice then clamps
-        i = lax.select(lax.lt(i, np.int32(0)), lax.add(i, np.int32(cur[d])), i)
-      starts[d] = i
-      sizes[d] = 1
-    # Already wrapped once above: lax must not wrap again (x[-7] of size 5 clamps to 0).
-    out = lax.dynamic_slice(out, starts, tuple(sizes), allow_negative_indices=False)
-  if squeeze_dims:
-    out = lax.squeeze(out, tuple(squeeze_dims))
-  if tuple(out.shape) != tuple(out_shape):   # inserts the None (newaxis) dimensions
-    out = lax.reshape(out, tuple(out_shape))
-  return out
+  unit = all(s == 1 for s in strides)
+  if not (unit and all((a, b) == (0, n) for a, b, n in zip(start, limit, shape))):
+    out = lax.slice(out, tuple(start), tuple(limit), None if unit else tuple(strides))
+  return _finish_slice(out, rev_axes, squeeze_axes, newaxis_dims)
+
+
+def _as_start_index(i, dtype):
+  """A start index converted to `dtype`: traced ones by `convert_element_type`, static ones
+  (Python, NumPy, concrete Arrays) on the host, as JAX folds them."""
+  if isinstance(i, Tracer):
+    return lax.convert_element_type(i, dtype)
+  return np.asarray(i).astype(dtype)
+
+
+def _dynamic_slice_take(x, entries, normalize_indices: bool):
+  """`x[idx]` as one `dynamic_slice` (JAX's `_dynamic_slice`): for indices of scalar
+  integers (static or traced), slices of step 1 or -1, None and Ellipsis; None otherwise.
+  Every start index is staged (with several, converted to int32 first) and wrapped by
+  `dynamic_slice` when negative, as in JAX."""
+  for k, v in entries:
+    if k == _SLICE and v.step not in (None, 1, -1) or k == _DSLICE and v.stride != 1:
+      return None
+    if k in (_BOOL, _ARRAY) and (k == _BOOL or np.ndim(v) != 0):
+      return None
+  shape = x.shape
+  starts, sizes = [], []
+  rev_axes, squeeze_axes, newaxis_dims = [], [], []
+  trivial = True
+  axis = 0
+  for kind, i in _expand_ellipsis(entries, len(shape)):
+    if kind == _NONE:
+      newaxis_dims.append(len(starts) - len(squeeze_axes) + len(newaxis_dims))
+      continue
+    n = shape[axis]
+    if kind in (_INT, _ARRAY):
+      trivial = False
+      if n == 0:
+        raise IndexError(f"index is out of bounds for axis {axis} with size 0")
+      starts.append(asarray(i))
+      sizes.append(1)
+      squeeze_axes.append(axis)
+    elif kind == _DSLICE:
+      trivial = False
+      starts.append(i.start)
+      sizes.append(int(i.size))
+    else:
+      trivial = trivial and i == slice(None)
+      st, sp, step = i.indices(n)
+      if step < 0:
+        starts.append(sp + 1)
+        sizes.append(max(0, st - sp))
+        rev_axes.append(axis)
+      else:
+        starts.append(st)
+        sizes.append(max(0, sp - st))
+    axis += 1
+  out = x
+  if not trivial:
+    if len(starts) > 1:
+      dt = _index_dtype if all(_fits(n, _index_dtype) for n in shape) else np.dtype(np.int64)
+      starts = [_as_start_index(i, dt) for i in starts]
+    out = lax.dynamic_slice(out, starts, tuple(sizes),
+                            allow_negative_indices=normalize_indices)
+  return _finish_slice(out, rev_axes, squeeze_axes, newaxis_dims)
 
 
 # ---------------------------------------------------------------------------
@@ -272,7 +326,7 @@ def _expand(shape, entries):
         raise _bool_error(v, pos)
       scalar_bool_dims.append(len(new_shape))
       new_shape.append(1)
-      items.append((_ARRAY, np.arange(int(bool(v)), dtype=_index_dtype), pos))
+      items.append((_ARRAY, np.arange(int(bool(v))), pos))   # NB: intp, as NumPy's (JAX's)
     elif kind == _BOOL:
       if isinstance(v, Tracer):
         raise _bool_error(v, pos)
@@ -281,12 +335,12 @@ def _expand(shape, entries):
       if mask.shape != tuple(want):
         raise IndexError(f"boolean index did not match shape of indexed array in index "
                          f"{pos}: got {mask.shape}, expected {tuple(want)}")
-      for i in np.nonzero(mask):
-        items.append((_ARRAY, i.astype(_index_dtype), pos))
+      for i in np.nonzero(mask):   # NB: intp indices, wrapped in their (canonical) dtype
+        items.append((_ARRAY, i, pos))
         new_shape.append(shape[axis])
         axis += 1
     else:
-      items.append((kind, v, pos))
+      items.append((kind, int(v) if kind == _INT else v, pos))
       new_shape.append(shape[axis])
       axis += 1
   for j in range(axis, nd):   # implicit trailing full slices
@@ -295,29 +349,41 @@ def _expand(shape, entries):
   return tuple(new_shape), items, tuple(scalar_bool_dims)
 
 
+def _normalize_index(i, n: int, normalize: bool):
+  """`i` with negative values wrapped once (JAX's `normalize_indices`), in its own
+  (canonical) dtype: Python ints on the host; NumPy arrays on the host outside a trace and,
+  under a trace, with the sign test on the host and the wrap staged (`add`, `select_n`), as
+  JAX does it; other arrays staged. Where `n` does not fit the index dtype, `i` is
+  converted to int32 first."""
+  if isinstance(i, int):
+    return i + n if normalize and i < 0 else i
+  if not normalize or dtypes.is_unsigned(i.dtype):
+    return i
+  if isinstance(i, np.ndarray):
+    i = i.astype(dtypes.canonicalize_dtype(i.dtype))
+    if not _fits(n, i.dtype):
+      i = i.astype(_index_dtype)
+    if core.current_trace() is core.eval_trace:
+      return np.where(i < 0, i + np.asarray(n, i.dtype), i)
+    return lax.select(i < 0, lax.add(i, np.asarray(n, i.dtype)), i)
+  if not _fits(n, i.dtype):
+    i = lax.convert_element_type(i, _index_dtype)
+  return lax.select(lax.lt(i, np.zeros((), i.dtype)), lax.add(i, np.asarray(n, i.dtype)), i)
+
+
+def _convert_index(i):
+  """`i` as int32 (not weakly typed): on the host for Python and NumPy values, else
+  staged."""
+  if isinstance(i, (int, np.integer, np.ndarray)):
+    return np.asarray(i).astype(_index_dtype)
+  if i.dtype != _index_dtype or i.weak_type:
+    return lax.convert_element_type(i, _index_dtype)
+  return i
+
+
 def _as_index(i, n: int, normalize: bool):
   """`i` as int32 with negative values wrapped once (NumPy values on the host)."""
-  if isinstance(i, int):
-    return np.asarray(i + n if normalize and i < 0 else i, _index_dtype)
-  signed = not dtypes.is_unsigned(i.dtype)
-  if isinstance(i, np.ndarray):
-    if not (normalize and signed and i.ndim and core.current_trace() is not core.eval_trace):
-      return (np.where(i < 0, i + n, i) if normalize and signed else i).astype(_index_dtype)
-    # NB: under a trace an index array is normalized as JAX does it: the sign test on the
-    # host, the wrap staged (`add`, `select_n`), in the index's own (canonical) dtype.
-    i = i.astype(dtypes.canonicalize_dtype(i.dtype))
-    if _fits(n, i.dtype):
-      i = lax.select(i < 0, lax.add(i, np.asarray(n, i.dtype)), i)
-      return lax.convert_element_type(i, _index_dtype) if i.dtype != _index_dtype else i
-    i = i.astype(_index_dtype)
-  if normalize and signed and i.dtype != _index_dtype and _fits(n, i.dtype):
-    # NB: wrapped in the index's dtype, then converted to int32 (JAX's order)
-    i = lax.select(lax.lt(i, np.zeros((), i.dtype)), lax.add(i, np.asarray(n, i.dtype)), i)
-    return lax.convert_element_type(i, _index_dtype)
-  i = lax.convert_element_type(i, _index_dtype) if i.dtype != _index_dtype else i
-  if normalize and signed:
-    i = lax.select(lax.lt(i, np.int32(0)), lax.add(i, np.int32(n)), i)
-  return i
+  return _convert_index(_normalize_index(i, n, normalize))
 
 
 def _fits(n: int, dt) -> bool:
@@ -381,6 +447,11 @@ def _index_to_gather(shape, entries, normalize_indices: bool = True) -> _GatherI
     if k != _NONE:
       x_axes_of[j] = x_axis
       x_axis += 1
+  # NB: every integer index is wrapped first, in index order, as JAX's `normalize_indices`
+  # does before it builds the gather indices (converted to int32 as they are used).
+  index_of = {j: _normalize_index(v, shape[x_axes_of[j]], normalize_indices)
+              for j, (k, v, _) in enumerate(items)
+              if k in (_INT, _ARRAY) and (j in advanced or shape[x_axes_of[j]] != 0)}
 
   offset_dims, collapsed_slice_dims, start_index_map = [], [], []
   pieces, gather_indices_shape = [], []
@@ -389,7 +460,8 @@ def _index_to_gather(shape, entries, normalize_indices: bool = True) -> _GatherI
   for j, (kind, v, _) in enumerate(items):
     if advanced and j == (advanced[0] if contiguous else 0):
       arrays, bshape = _broadcast_indices(
-          [_as_index(items[a][1], shape[x_axes_of[a]], normalize_indices) for a in advanced])
+          [index_of[a] for a in advanced])
+      arrays = [_convert_index(a) for a in arrays]
       start_dim = len(gather_indices_shape)
       pieces.extend((a, start_dim) for a in arrays)
       gather_indices_shape += bshape
@@ -410,25 +482,32 @@ def _index_to_gather(shape, entries, normalize_indices: bool = True) -> _GatherI
     if kind in (_INT, _ARRAY):   # a scalar index (no advanced indices around)
       if n == 0:
         raise IndexError(f"index is out of bounds for axis {x_axes_of[j]} with size 0")
-      pieces.append((_as_index(v, n, normalize_indices), len(gather_indices_shape)))
+      pieces.append((_convert_index(index_of[j]), len(gather_indices_shape)))
       collapsed_slice_dims.append(x_axes_of[j])
       gather_slice_shape.append(1)
       start_index_map.append(x_axes_of[j])
       continue
-    start, stop, step = v.indices(n)
-    size = len(range(start, stop, step))
+    if kind == _DSLICE:
+      start, step, size = v.start, v.stride, int(v.size)
+    else:
+      start, stop, step = v.indices(n)
+      size = len(range(start, stop, step))
     slice_shape.append(size)
     if step == 1:
       if size != n:
-        pieces.append((np.asarray(start, _index_dtype), len(gather_indices_shape)))
+        pieces.append((_convert_index(start), len(gather_indices_shape)))
         start_index_map.append(x_axes_of[j])
       gather_slice_shape.append(size)
       offset_dims.append(collapsed_y_axis)
     else:
-      idx = np.arange(start, stop, step, dtype=_index_dtype)
+      if core.current_trace() is core.eval_trace and not isinstance(start, Tracer):
+        idx = (int(start) + step * np.arange(size)).astype(_index_dtype)
+      else:   # NB: staged as JAX stages it: start + step * iota
+        idx = lax.add(_convert_index(start),
+                      lax.mul(np.asarray(step, _index_dtype), lax.iota(_index_dtype, size)))
       if step < 0:   # NB: gather ascending (sorted indices), then reverse, as JAX does
         reversed_y_dims.append(collapsed_y_axis)
-        idx = idx[::-1].copy()
+        idx = idx[::-1].copy() if isinstance(idx, np.ndarray) else lax.rev(idx, (0,))
       gather_slice_shape.append(1)
       pieces.append((idx, len(gather_indices_shape)))
       start_index_map.append(x_axes_of[j])
@@ -473,10 +552,17 @@ def rewriting_take(x: ArrayLike, idx: Any, *, indices_are_sorted: bool = False,
   x = asarray(x)
   entries = _parse(idx, x.shape)
   parsed_mode = None if mode is None else lax.GatherScatterMode.from_any(mode)
-  if parsed_mode in (None, lax.GatherScatterMode.PROMISE_IN_BOUNDS):
-    if _is_basic(entries):
-      return _basic_take(x, entries, normalize_indices)
-    _check_static_ints(entries, x.shape, normalize_indices)
+  # As JAX's "auto" strategy: a static slice, else a dynamic slice, else a gather.
+  if parsed_mode in (None, lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+                     lax.GatherScatterMode.CLIP):
+    if parsed_mode != lax.GatherScatterMode.CLIP:
+      _check_static_ints(entries, x.shape, normalize_indices)
+    out = _static_slice_take(x, entries, normalize_indices,
+                             clip=parsed_mode == lax.GatherScatterMode.CLIP)
+    if out is None:
+      out = _dynamic_slice_take(x, entries, normalize_indices)
+    if out is not None:
+      return out
   fill_value = _static_fill_value(fill_value)
   gi = _index_to_gather(x.shape, entries, normalize_indices)
   y = x

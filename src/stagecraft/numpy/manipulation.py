@@ -16,6 +16,7 @@ from stagecraft import core, dtypes, lax, tree_util
 from stagecraft.core import Tracer
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
+from stagecraft.pjit import jit
 from stagecraft.numpy.array_creation import tri, zeros, zeros_like
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_tuple,
                                    broadcast_to_shape, canonical_shape, canonicalize_axis,
@@ -519,6 +520,9 @@ def append(arr: ArrayLike, values: ArrayLike, axis: int | None = None) -> Array:
 
 
 def _split(name: str, ary, indices_or_sections, axis: int) -> list[Array]:
+  """The pieces as one `split` equation (JAX's `_split`: `lax.split` with the sizes as
+  `np.int64`, which its jaxpr prints); split points out of order, which JAX rejects, give
+  NumPy's (possibly overlapping) pieces, as static slices."""
   ary = as_array(ary)
   axis = canonicalize_axis(axis, ndim_of(ary), name)
   size = shape_of(ary)[axis]
@@ -527,8 +531,10 @@ def _split(name: str, ary, indices_or_sections, axis: int) -> list[Array]:
     bounds = [0] + [operator.index(check_concrete(i, name, "indices_or_sections"))
                     for i in np.asarray(indices_or_sections).tolist()] + [size]
     bounds = [builtins.min(builtins.max(b if b >= 0 else b + size, 0), size) for b in bounds]
-    pairs = [(bounds[i], builtins.max(bounds[i], bounds[i + 1]))
-             for i in range(len(bounds) - 1)]
+    if any(lo > hi for lo, hi in zip(bounds, bounds[1:])):
+      return [slice_axis(ary, bounds[i], builtins.max(bounds[i], bounds[i + 1]), axis)
+              for i in range(len(bounds) - 1)]
+    sizes = [hi - lo for lo, hi in zip(bounds, bounds[1:])]
   else:
     sections = operator.index(check_concrete(indices_or_sections, name, "indices_or_sections"))
     if sections <= 0:
@@ -537,9 +543,7 @@ def _split(name: str, ary, indices_or_sections, axis: int) -> list[Array]:
     if r and name != "array_split":
       raise ValueError(f"array split does not result in an equal division: rest is {r}")
     sizes = [part + 1] * r + [part] * (sections - r)
-    starts = np.cumsum([0] + sizes)
-    pairs = [(int(starts[i]), int(starts[i + 1])) for i in range(sections)]
-  return [slice_axis(ary, lo, hi, axis) for lo, hi in pairs]
+  return list(lax.split(ary, [np.int64(n) for n in sizes], axis=axis))
 
 
 def split(ary: ArrayLike, indices_or_sections: int | Sequence[int], axis: int = 0
@@ -733,22 +737,25 @@ def _tri_select(name, m, k, lower: bool):
   s = shape_of(m)
   if len(s) < 2:
     raise ValueError(f"Argument to stagecraft.numpy.{name} must be at least 2D")
-  mask = tri(s[-2], s[-1], k if lower else k - 1, dtypes.bool_)
-  mask = lax.broadcast_in_dim(mask, s, (len(s) - 2, len(s) - 1))
+  mask = lax.broadcast(tri(s[-2], s[-1], k if lower else k - 1, dtypes.bool_), s[:-2])
   z = zeros_like(m)
   return lax.select(mask, m, z) if lower else lax.select(mask, z, m)
 
 
+@jit(static_argnames=("k",))
 def tril(m: ArrayLike, k: int = 0) -> Array:
-  """`m` with the elements above the k-th diagonal zeroed (on the last two axes).
+  """`m` with the elements above the k-th diagonal zeroed (on the last two axes). Jitted
+  with `k` static, as JAX's (`jit[name=tril]` in a traced program).
 
   Raises:
     ValueError: for fewer than 2 dimensions."""
   return _tri_select("tril", m, k, True)
 
 
+@jit(static_argnames=("k",))
 def triu(m: ArrayLike, k: int = 0) -> Array:
-  """`m` with the elements below the k-th diagonal zeroed (on the last two axes).
+  """`m` with the elements below the k-th diagonal zeroed (on the last two axes). Jitted
+  with `k` static, as JAX's (`jit[name=triu]` in a traced program).
 
   Raises:
     ValueError: for fewer than 2 dimensions."""
