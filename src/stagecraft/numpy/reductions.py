@@ -12,9 +12,9 @@ import numpy as np
 from stagecraft import core, dtypes, lax
 from stagecraft.numpy import ufuncs
 from stagecraft.numpy.array_constructors import asarray
-from stagecraft.numpy.array_creation import full, full_like
-from stagecraft.numpy.manipulation import broadcast_to, ravel, reshape
-from stagecraft.numpy.ufuncs import isnan, multiply, subtract
+from stagecraft.numpy.array_creation import full_like
+from stagecraft.numpy.manipulation import broadcast_shapes, broadcast_to, ravel, reshape
+from stagecraft.numpy.ufuncs import isnan, multiply
 from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, const, dtype_of,
                                    promote_dtypes_inexact, real_dtype, reduction_axes, shape_of,
                                    to_inexact_dtype)
@@ -64,6 +64,18 @@ def check_where(name: str, where: Any):
     raise ValueError(f"jnp.{name}: where must be None or a boolean array; got "
                      f"where.dtype={dtype_of(where)!r}.")
   return where
+
+
+def _where_mask(where, in_shape):
+  """The `where=` mask of a reduction over an array of `in_shape`, for the selection: as it
+  is when it broadcasts to `in_shape` (the select broadcasts it, as JAX's `_where`), else
+  broadcast here (`broadcast_to` raises JAX's ValueError)."""
+  try:
+    if broadcast_shapes(shape_of(where), in_shape) == tuple(in_shape):
+      return where
+  except ValueError:
+    pass
+  return broadcast_to(where, in_shape)
 
 
 def _identity(kind: str, dt: np.dtype):
@@ -134,13 +146,17 @@ def _reduce(name: str, kind: str, a, axis, dtype, keepdims, initial, where, *,
   else:
     res = _promote_integer(dt) if numeric and promote_integers else dt
   ct = _upcast_f16(res) if numeric and dtype is None else res
+  if numeric and dtype_of(a) == dtypes.bool_ and ct != dtypes.bool_:
+    # NB: as JAX's numpy, bool becomes int32 first, then the accumulation dtype (two
+    # converts in a traced program for sum(b, dtype=float32)).
+    a = lax.convert_element_type(a, dtypes.int32, weak_type=False)
   if dtype_of(a) != ct or a.weak_type:   # reductions give strongly typed results
     a = lax.convert_element_type(a, ct, weak_type=False)
   reduce_fn, bool_reduce, op, bool_op = _OPS[kind]
   if ct == dtypes.bool_:
     reduce_fn, op = bool_reduce, bool_op
   if where is not None:
-    a = ufuncs.where(broadcast_to(where, in_shape), a, _identity(kind, ct))
+    a = ufuncs.where(_where_mask(where, in_shape), a, _identity(kind, ct))
   r = reduce_fn(a, axes)   # NB: also for axes=(), as JAX (a `reduce_sum[axes=()]`)
   if initial is not None:
     r = op(_host_initial(initial, ct), r)
@@ -230,7 +246,7 @@ def _bool_reduction(name, kind):
     in_shape = shape_of(a)
     axes = reduction_axes(axis, len(in_shape), name)
     if where is not None:
-      a = ufuncs.where(broadcast_to(where, in_shape), a, _identity(kind, dtypes.bool_))
+      a = ufuncs.where(_where_mask(where, in_shape), a, _identity(kind, dtypes.bool_))
     r = _OPS[kind][1](a, axes)   # NB: also for axes=(), as JAX (`reduce_or[axes=()]`)
     return _keepdims(r, axes, in_shape) if keepdims else r
   fn.__name__ = fn.__qualname__ = name
@@ -288,8 +304,8 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
       to_inexact_dtype(dtype_of(a), dtypes.is_weakly_typed(a)))
   ct = _upcast_f16(dt)
-  s = sum(a, axis=axes, dtype=ct, keepdims=keepdims, where=where)
-  out = lax.div(s, _count_where(in_shape, axes, keepdims, where, ct))   # 0/0: NaN
+  count = _count_where(in_shape, axes, keepdims, where, ct)   # NB: before the sum, as JAX's
+  out = lax.div(sum(a, axis=axes, dtype=ct, keepdims=keepdims, where=where), count)   # 0/0: NaN
   return out if ct == dt else lax.convert_element_type(out, dt)
 
 
@@ -309,12 +325,6 @@ def _var_dtypes(a_dtype, dtype):
     dt = to_inexact_dtype(a_dtype)
     return dt, dt
   return _upcast_f16(a_dtype), real_dtype(a_dtype)
-
-
-def _squared_deviation(centered):
-  if dtypes.is_complex(dtype_of(centered)):
-    return lax.real(lax.mul(centered, lax.conj(centered)))
-  return lax.mul(centered, centered)
 
 
 def _correction(ddof, correction):
@@ -463,11 +473,19 @@ argmax = _arg_reduction("argmax", lax.argmax)
 argmin = _arg_reduction("argmin", lax.argmin)
 
 
+@jit(static_argnames=("axis", "keepdims"))
 def count_nonzero(a: ArrayLike, axis: Any = None, keepdims: bool = False):
-  """The number of nonzero elements over `axis`, as the default integer dtype."""
+  """The number of nonzero elements over `axis`, as the default integer dtype. Jitted, as
+  JAX's (`jit[name=count_nonzero]`; static `axis`, `keepdims`).
+
+  Raises:
+    TypeError: `a` not an array or scalar (a list).
+    ValueError: an out-of-range axis.
+  """
+  ufuncs.check_arraylike("count_nonzero", a)
   a = asarray(a)
-  return sum(lax.ne(a, const(a, 0)) if dtype_of(a) != dtypes.bool_ else a, axis=axis,
-             dtype=dtypes.default_int_dtype(), keepdims=keepdims)
+  zero = np.zeros((), dtype_of(a))[()]
+  return sum(lax.ne(a, zero), axis=axis, dtype=dtypes.default_int_dtype(), keepdims=keepdims)
 
 
 # ---------------------------------------------------------------------------
@@ -621,105 +639,182 @@ def _no_out(name, out):
 # NaN-ignoring reductions
 
 
-def _nan_reduction(name, reduction, init, nan_if_all_nan, has_dtype):
-  def fn(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
-         keepdims: bool = False, initial: ArrayLike | None = None,
-         where: ArrayLike | None = None):
-    _no_out(name, out)
-    a = asarray(a)
-    where = check_where(name, where)
-    kw = dict(axis=axis, keepdims=keepdims, initial=initial, where=where)
-    if dtype is not None:
-      kw["dtype"] = dtype
-    if not dtypes.is_inexact(dtype_of(a)):
-      return reduction(a, **kw)
-    nan = isnan(a)
-    r = reduction(ufuncs.where(nan, _identity(init, dtype_of(a)), a), **kw)
-    if nan_if_all_nan:
-      r = ufuncs.where(all(nan, axis=axis, keepdims=keepdims), const(r, np.nan), r)
-    return r
-  if not has_dtype:
-    def fn_no_dtype(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
-                    initial: ArrayLike | None = None, where: ArrayLike | None = None):
-      return fn(a, axis, None, out, keepdims, initial, where)
-    out_fn = fn_no_dtype
-  else:
-    out_fn = fn
-  out_fn.__name__ = out_fn.__qualname__ = name
-  out_fn.__doc__ = (f"`{reduction.__name__}` ignoring NaNs (treated as the identity of "
-                    f"{init})" + ("; NaN where a slice is all NaN" if nan_if_all_nan else "")
-                    + ". See `sum` for the arguments (`where`, `initial` included).")
-  return out_fn
+def _nan_reduction(name, reduction, kind, nan_if_all_nan, a, axis, keepdims, where, **kw):
+  """The body of nansum, nanprod, nanmax and nanmin (as JAX's numpy's): integer and bool
+  input reduced as it is; else the NaNs replaced by the identity of `kind` (a strongly
+  typed scalar of a's dtype), reduced, and (`nan_if_all_nan`) NaN where a slice is all
+  NaN."""
+  ufuncs.check_arraylike(name, a)
+  a = asarray(a)
+  where = check_where(name, where)
+  if not dtypes.is_inexact(dtype_of(a)):
+    return reduction(a, axis=axis, keepdims=keepdims, where=where, **kw)
+  out = reduction(ufuncs.where(isnan(a), _identity(kind, dtype_of(a)), a), axis=axis,
+                  keepdims=keepdims, where=where, **kw)
+  if not nan_if_all_nan:
+    return out
+  return ufuncs.where(all(isnan(a), axis=axis, keepdims=keepdims),
+                      np.asarray(np.nan, dtype_of(a))[()], out)
 
 
-nansum = _nan_reduction("nansum", sum, "sum", False, True)
-nanprod = _nan_reduction("nanprod", prod, "prod", False, True)
-nanmax = _nan_reduction("nanmax", max, "max", True, False)
-nanmin = _nan_reduction("nanmin", min, "min", True, False)
+def _user_dtype(dtype):
+  return None if dtype is None else dtypes.canonicalize_dtype(dtype)
 
 
+@jit(static_argnames=("axis", "dtype", "keepdims"))
+def nansum(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
+           keepdims: bool = False, initial: ArrayLike | None = None,
+           where: ArrayLike | None = None):
+  """`sum` with NaN counted as 0. Jitted as JAX's (`jit[name=nansum]`; static `axis`,
+  `dtype`, `keepdims`). See `sum` for the arguments and dtypes.
+
+  Raises:
+    TypeError: `a` or `where` not an array or scalar (a list).
+    ValueError, NotImplementedError: as `sum`.
+  """
+  return _nan_reduction("nansum", sum, "sum", False, a, axis, keepdims, where,
+                        dtype=_user_dtype(dtype), out=out, initial=initial)
+
+
+@jit(static_argnames=("axis", "dtype", "keepdims"))
+def nanprod(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
+            keepdims: bool = False, initial: ArrayLike | None = None,
+            where: ArrayLike | None = None):
+  """`prod` with NaN counted as 1; jitted as `nansum`, which see."""
+  return _nan_reduction("nanprod", prod, "prod", False, a, axis, keepdims, where,
+                        dtype=_user_dtype(dtype), out=out, initial=initial)
+
+
+@jit(static_argnames=("axis", "keepdims"))
+def nanmax(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
+           initial: ArrayLike | None = None, where: ArrayLike | None = None):
+  """`max` ignoring NaNs: NaN where a slice is all NaN (unless `initial` is given). Jitted
+  as JAX's (`jit[name=nanmax]`; static `axis`, `keepdims`). See `max` for the arguments.
+
+  Raises:
+    TypeError: `a` or `where` not an array or scalar (a list).
+    ValueError: as `max` (an empty slice, or `where` without `initial`).
+  """
+  return _nan_reduction("nanmax", max, "max", initial is None, a, axis, keepdims, where,
+                        out=out, initial=initial)
+
+
+@jit(static_argnames=("axis", "keepdims"))
+def nanmin(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
+           initial: ArrayLike | None = None, where: ArrayLike | None = None):
+  """`min` ignoring NaNs; jitted as `nanmax`, which see."""
+  return _nan_reduction("nanmin", min, "min", initial is None, a, axis, keepdims, where,
+                        out=out, initial=initial)
+
+
+@jit(static_argnames=("axis", "dtype", "keepdims"))
 def nanmean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
             keepdims: bool = False, where: ArrayLike | None = None):
-  """Mean ignoring NaNs (NaN for all-NaN slices, or where `where` selects nothing);
-  integers give the default float. See `mean` for the arguments."""
-  _no_out("nanmean", out)
+  """Mean ignoring NaNs: `nansum / count of non-NaN entries` (NaN for all-NaN slices, or
+  where `where` selects nothing); integers and bool give `mean`. Jitted as JAX's
+  (`jit[name=nanmean]`, the sum a nested `nansum`). See `mean` for the arguments.
+
+  Raises:
+    TypeError: `a` or `where` not an array or scalar (a list).
+    NotImplementedError: for `out`.
+  """
+  ufuncs.check_arraylike("nanmean", a)
   a = asarray(a)
   where = check_where("nanmean", where)
+  _no_out("nanmean", out)
   if not dtypes.is_inexact(dtype_of(a)):
     return mean(a, axis, dtype, keepdims=keepdims, where=where)
-  dt = dtype_of(a) if dtype is None else dtypes.canonicalize_dtype(dtype)
-  valid = lax.bitwise_not(isnan(a))
-  n = sum(valid, axis=axis, dtype=dt, keepdims=keepdims, where=where)
-  return lax.div(nansum(a, axis=axis, dtype=dt, keepdims=keepdims, where=where), n)
+  dt = to_inexact_dtype(dtype_of(a)) if dtype is None else dtypes.canonicalize_dtype(dtype)
+  count = sum(lax.bitwise_not(isnan(a)), axis=axis, dtype=dt, keepdims=keepdims, where=where)
+  return lax.div(nansum(a, axis, dtype=dt, keepdims=keepdims, where=where), count)
 
 
+@jit(static_argnames=("axis", "dtype", "keepdims"))
 def nanvar(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
            ddof: int = 0, keepdims: bool = False, where: ArrayLike | None = None,
            mean: ArrayLike | None = None):
-  """Variance ignoring NaNs (NaN where fewer than ddof + 1 values remain); see `var` for the
-  arguments and dtypes."""
-  _no_out("nanvar", out)
+  """Variance ignoring NaNs: sum(|x - nanmean|**2) / (n - ddof) over the non-NaN entries,
+  NaN where `n - ddof <= 0`. Jitted as JAX's (`jit[name=nanvar]`, the mean a nested
+  `nanmean`; `ddof` a value). See `var` for the arguments and dtypes.
+
+  The deviations of NaN entries are replaced by 0 after the subtraction (a select), so the
+  gradient stays finite.
+
+  Raises:
+    TypeError: `a` or `where` not an array or scalar (a list).
+    ValueError: a real `dtype` for complex `a`.
+    NotImplementedError: for `out`.
+  """
+  ufuncs.check_arraylike("nanvar", a)
   a = asarray(a)
   where = check_where("nanvar", where)
+  dtype = _user_dtype(dtype)
+  _no_out("nanvar", out)
   ct, dt = _var_dtypes(dtype_of(a), dtype)
-  a = lax.convert_element_type(a, ct) if dtype_of(a) != ct else a
-  valid = lax.bitwise_not(isnan(a))
-  m = (nanmean(a, axis, dtype=ct, keepdims=True, where=where) if mean is None else
-       lax.convert_element_type(asarray(mean), ct))
-  centered = subtract(a, m)
-  centered = ufuncs.where(valid, centered, const(centered, 0))   # NB: keeps gradients finite
-  sq = _squared_deviation(centered)
-  rt = dtype_of(sq)
-  n = sum(valid, axis=axis, keepdims=keepdims, where=where)
-  n = lax.sub(n, np.asarray(ddof, dtype_of(n))[()]) if isinstance(ddof, int) else (
-      lax.sub(lax.convert_element_type(n, rt), np.asarray(ddof, rt)[()]))
-  bad = lax.le(n, np.zeros((), dtype_of(n))[()])
-  n = lax.convert_element_type(ufuncs.where(bad, const(n, 1), n), rt)
-  r = lax.div(ufuncs.where(bad, np.asarray(np.nan, rt)[()],
-                           sum(sq, axis=axis, keepdims=keepdims, where=where)), n)
-  return lax.convert_element_type(r, dt) if rt != dt else r
+  if dtype_of(a) != ct or a.weak_type:
+    a = lax.convert_element_type(a, ct, weak_type=False)
+  if mean is None:
+    a_mean = nanmean(a, axis, dtype=ct, keepdims=True, where=where)
+  else:
+    ufuncs.check_arraylike("nanvar", mean)
+    a_mean = asarray(mean)
+    if dtype_of(a_mean) != ct or a_mean.weak_type:
+      a_mean = lax.convert_element_type(a_mean, ct, weak_type=False)
+  nan = isnan(a)
+  centered = ufuncs.where(nan, 0, lax.sub(a, a_mean))   # NB: lax broadcasts size-1 axes
+  if dtypes.is_complex(dtype_of(centered)):
+    centered = lax.real(lax.mul(centered, lax.conj(centered)))
+  else:
+    centered = lax.square(centered)
+  n = sum(lax.bitwise_not(isnan(a)), axis=axis, keepdims=keepdims, where=where) - ddof
+  empty = lax.le(n, np.zeros((), dtype_of(n))[()])
+  result = sum(centered, axis, keepdims=keepdims, where=where)
+  result = ufuncs.where(empty, np.nan, result)
+  divisor = ufuncs.where(empty, 1, n)
+  result = lax.div(result, lax.convert_element_type(divisor, dtype_of(result)))
+  return result if dtype_of(result) == dt else lax.convert_element_type(result, dt)
 
 
+@jit(static_argnames=("axis", "dtype", "keepdims"))
 def nanstd(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
            ddof: int = 0, keepdims: bool = False, where: ArrayLike | None = None,
            mean: ArrayLike | None = None):
-  """Standard deviation ignoring NaNs: sqrt(nanvar(...))."""
-  return lax.sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where, mean))
+  """Standard deviation ignoring NaNs: `sqrt(nanvar(...))`, jitted as JAX's
+  (`jit[name=nanstd]` around a nested `nanvar`). See `nanvar` for the arguments and
+  errors."""
+  ufuncs.check_arraylike("nanstd", a)
+  a = asarray(a)
+  where = check_where("nanstd", where)
+  dtype = _user_dtype(dtype)
+  _no_out("nanstd", out)
+  return lax.sqrt(nanvar(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims,
+                         where=where, mean=mean))
 
 
 def _nan_arg_reduction(name, arg_fn, fill):
+  def body(a, axis=None, keepdims=False):
+    if not dtypes.is_inexact(dtype_of(a)):
+      return arg_fn(a, axis=axis, keepdims=keepdims)
+    nan = isnan(a)
+    r = arg_fn(ufuncs.where(nan, fill, a), axis=axis, keepdims=keepdims)
+    return ufuncs.where(all(nan, axis=axis, keepdims=keepdims), -1, r)
+  body.__name__ = body.__qualname__ = f"_{name}"
+  body.__doc__ = (f"The body of `{name}` (jitted under this name, as JAX's; static `axis` "
+                  f"and `keepdims`).")
+  jitted = jit(body, static_argnames=("axis", "keepdims"))
+
   def fn(a: ArrayLike, axis: int | None = None, out: None = None,
          keepdims: bool | None = None):
     _no_out(name, out)
-    a = asarray(a)
-    if not dtypes.is_inexact(dtype_of(a)):
-      return arg_fn(a, axis, keepdims=keepdims)
-    nan = isnan(a)
-    r = arg_fn(ufuncs.where(nan, const(a, fill), a), axis, keepdims=keepdims)
-    return ufuncs.where(all(nan, axis=axis, keepdims=keepdims), const(r, -1), r)
+    ufuncs.check_arraylike(name, a)
+    return jitted(asarray(a), None if axis is None else operator.index(axis),
+                  keepdims=bool(keepdims))
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"`{arg_fn.__name__}` ignoring NaNs; -1 where a slice is all NaN (NumPy "
-                f"raises there instead).\n\nRaises:\n  ValueError: on an empty axis.")
+                f"raises there instead). The computation is jitted, as JAX's "
+                f"(`jit[name=_{name}]`).\n\nRaises:\n  ValueError: on an empty axis.\n"
+                f"  TypeError: `a` not an array or scalar (a list), or a non-integer "
+                f"`axis`.\n  NotImplementedError: for `out`.")
   return fn
 
 
@@ -728,9 +823,23 @@ nanargmin = _nan_arg_reduction("nanargmin", argmin, np.inf)
 
 
 def ptp(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False):
-  """Peak to peak: `max - min` over `axis`."""
+  """Peak to peak: `max - min` over `axis`, in a's dtype. The computation is jitted, as
+  JAX's (`jit[name=_ptp]`, static `axis` and `keepdims`).
+
+  Raises:
+    TypeError: `a` not an array or scalar (a list).
+    ValueError: as `max`.
+    NotImplementedError: for `out`.
+  """
+  ufuncs.check_arraylike("ptp", a)
+  return _ptp(asarray(a), _static_axis(axis), out, keepdims)
+
+
+@jit(static_argnames=("axis", "keepdims"))
+def _ptp(a, axis=None, out=None, keepdims=False):
+  """The body of `ptp` (jitted under this name, as JAX's)."""
   _no_out("ptp", out)
-  return subtract(max(a, axis, keepdims=keepdims), min(a, axis, keepdims=keepdims))
+  return lax.sub(max(a, axis=axis, keepdims=keepdims), min(a, axis=axis, keepdims=keepdims))
 
 
 def average(a: ArrayLike, axis: Any = None, weights: ArrayLike | None = None,

@@ -9,11 +9,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from stagecraft import dtypes, lax
-from stagecraft.numpy.indexing import take_axis
+from stagecraft.interpreters import batching
+from stagecraft.numpy.indexing import at, take_axis
 from stagecraft.numpy.manipulation import ravel, swapaxes
 from stagecraft.numpy.ufuncs import check_arraylike
 from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, const, dtype_of, ndim_of,
-                                   promote_dtypes, shape_of)
+                                   promote_dtypes, shape_of, to_inexact_dtype)
 from stagecraft.pjit import jit
 
 __all__ = ["sort", "argsort", "lexsort", "partition", "argpartition", "searchsorted",
@@ -109,78 +110,137 @@ def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: No
   return lax.rev(idx, (axis,)) if descending else idx
 
 
+def _unstack(keys):
+  """The rows of an array as JAX's iteration over an Array gives them: a `slice` (unit
+  strides) and a `squeeze` each."""
+  nd = ndim_of(keys)
+  rest = shape_of(keys)[1:]
+  return [lax.squeeze(lax.slice(keys, (i,) + (0,) * (nd - 1), (i + 1, *rest), (1,) * nd),
+                      (0,)) for i in range(shape_of(keys)[0])]
+
+
+@jit(static_argnames=("axis",))
 def lexsort(keys: Sequence[ArrayLike], axis: int = -1):
-  """Indices that sort by several keys, the LAST key primary (numpy.lexsort).
+  """Indices that sort by several keys, the LAST key primary (numpy.lexsort). Jitted, as
+  JAX's (`jit[name=lexsort]`, static `axis`): one variadic `sort` of the keys (last first)
+  and an iota.
 
   Args:
-    keys: a sequence of arrays of one shape `s` (or a 2-D array: its rows are the keys).
+    keys: a sequence of arrays of one shape `s` (or an array: its rows are the keys).
     axis: the axis to sort along.
 
   Returns:
-    `int32[*s]` indices.
+    `int32[*s]` indices (int64 with x64); the scalar 0 for 0-d keys, as JAX.
 
   Raises:
-    TypeError: for an empty sequence of keys.
-    ValueError: if the keys' shapes differ, or for 0-d keys.
+    TypeError: for an empty sequence of keys, or a key that is not an array or scalar.
+    ValueError: if the keys' shapes differ, or for an out-of-range axis.
   """
-  key_list = [as_array(k) for k in (keys if not hasattr(keys, "shape") else
-                                [keys[i] for i in range(shape_of(keys)[0])])]
+  key_list = _unstack(keys) if hasattr(keys, "shape") else list(keys)
+  check_arraylike("lexsort", *key_list)
+  key_list = [as_array(k) for k in key_list]
   if not key_list:
     raise TypeError("need sequence of keys with len > 0 in lexsort")
   if len({shape_of(k) for k in key_list}) > 1:
     raise ValueError("all keys need to be the same shape")
+  idx_dtype = dtypes.default_int_dtype()
   if ndim_of(key_list[0]) == 0:
-    raise TypeError("need sequence of keys with at least 1 dimension in lexsort")
+    return lax.full((), 0, idx_dtype)
   axis = canonicalize_axis(axis, ndim_of(key_list[0]), "lexsort")
-  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), shape_of(key_list[0]), axis)
+  if shape_of(key_list[0])[axis] > np.iinfo(np.int32).max:
+    idx_dtype = np.dtype(np.int64)
+  iota = lax.broadcasted_iota(idx_dtype, shape_of(key_list[0]), axis)
   return lax.sort((*key_list[::-1], iota), dimension=axis, num_keys=len(key_list))[-1]
 
 
-def _neg_order(x):
-  """An order-reversing map of x's values: -x, or ~x for unsigned integers and bools."""
-  dt = dtype_of(x)
-  return lax.bitwise_not(x) if dt == dtypes.bool_ or dtypes.is_unsigned(dt) else lax.neg(x)
+def _partition_args(name, a, kth, axis):
+  check_arraylike(name, a)
+  a = as_array(a)
+  if dtypes.is_complex(dtype_of(a)):
+    raise NotImplementedError(f"jnp.{name} for complex dtype is not implemented.")
+  if ndim_of(a) == 0:
+    raise ValueError(f"{name}: axis {axis} is out of bounds for a 0-d array.")
+  axis = canonicalize_axis(axis, ndim_of(a), name)
+  kth = canonicalize_axis(kth, shape_of(a)[axis], name)
+  return swapaxes(a, axis, -1), kth, axis
 
 
+@jit(static_argnames=("kth", "axis"))
 def partition(a: ArrayLike, kth: int, axis: int = -1):
   """A copy of `a` with its `kth` smallest element (along `axis`) in position `kth`, smaller
-  ones before it and larger ones after.
+  ones before it and larger ones after. Jitted, as JAX's (`jit[name=partition]`; static
+  `kth` and `axis`).
 
-  As JAX's numpy (via `top_k`): the first `kth + 1` entries are ascending, the rest are
-  descending (NumPy leaves both parts in unspecified order).
+  As JAX's numpy (two `top_k`s): the first `kth + 1` entries are ascending, the rest are
+  descending (NumPy leaves both parts in unspecified order). Unsigned integers are shifted
+  by one for the negation (`-(a + 1)`), so that 0 stays the smallest.
+
+  Args:
+    a: array `T[*s]`, real (bool is refused by the negation, as in JAX).
+    kth: static int, negative counting from the end.
+    axis: static int.
+
+  Returns:
+    Array `T[*s]`.
 
   Raises:
-    ValueError: for an out-of-range `kth` or axis, or complex input.
+    TypeError: `a` not an array (a list), or bool `a`.
+    ValueError: an out-of-range `kth` or axis.
+    NotImplementedError: complex `a`.
   """
-  a = as_array(a)
-  if ndim_of(a) == 0:
-    raise TypeError("partition requires an input with at least one dimension.")
-  axis = canonicalize_axis(axis, ndim_of(a), "partition")
-  n = shape_of(a)[axis]
-  kth = canonicalize_axis(kth, n, "partition")
-  x = swapaxes(a, axis, -1)
-  bottom = _neg_order(lax.top_k(_neg_order(x), kth + 1)[0])
-  top = lax.top_k(x, n - kth - 1)[0]
-  out = lax.concatenate([bottom, top], ndim_of(x) - 1)
-  return swapaxes(out, -1, axis)
+  x, kth, axis = _partition_args("partition", a, kth, axis)
+  if dtypes.is_unsigned(dtype_of(x)):
+    bottom = -lax.top_k(-(x + 1), kth + 1)[0] - 1
+  else:
+    bottom = -lax.top_k(-x, kth + 1)[0]
+  top = lax.top_k(x, shape_of(x)[-1] - kth - 1)[0]
+  return swapaxes(lax.concatenate([bottom, top], ndim_of(x) - 1), -1, axis)
 
 
+def _set_to_zero(ones, idx):
+  """`ones.at[idx].set(0)` over the last axis, vmapped over the leading axes (as JAX's
+  argpartition: so the printed program holds JAX's batched scatter)."""
+  def one_row(o, i):
+    return at(o)[i].set(0)
+  fn = one_row
+  for _ in range(ndim_of(ones) - 1):
+    fn = _vmap0(fn)
+  return fn(ones, idx)
+
+
+def _vmap0(fun):
+  """`vmap(fun)` over axis 0 of both arguments (this layer has no `vmap`)."""
+  def batched(x, i):
+    size = shape_of(x)[0]
+    (out,), (d,) = batching.batch_flat(lambda x, i: [fun(x, i)], [x, i], [0, 0],
+                                       batching.AxisData(None, size))
+    return batching.matchaxis(out, d, 0, size)
+  return batched
+
+
+@jit(static_argnames=("kth", "axis"))
 def argpartition(a: ArrayLike, kth: int, axis: int = -1):
   """Indices that partition `a` along `axis` around its `kth` smallest element (see
-  `partition`).
+  `partition`). Jitted, as JAX's (`jit[name=argpartition]`).
 
-  NB: returns the full stable `argsort`, a valid argpartition (NumPy and JAX leave the
-  order within each part unspecified; JAX's own order differs).
+  As JAX's numpy: the indices of the `kth + 1` smallest (a `top_k` of the negation), then
+  those of the rest, found by a `top_k` of a proxy of ones with the first group's positions
+  set to 0 (so ties cannot select an index twice).
+
+  Returns:
+    int32 indices (`top_k`'s) of a's shape.
 
   Raises:
-    ValueError: for an out-of-range `kth` or axis.
+    TypeError, ValueError, NotImplementedError: as `partition`.
   """
-  a = as_array(a)
-  if ndim_of(a) == 0:
-    raise TypeError("argpartition requires an input with at least one dimension.")
-  axis = canonicalize_axis(axis, ndim_of(a), "argpartition")
-  canonicalize_axis(kth, shape_of(a)[axis], "argpartition")
-  return argsort(a, axis)
+  x, kth, axis = _partition_args("argpartition", a, kth, axis)
+  if dtypes.is_unsigned(dtype_of(x)):
+    bottom = lax.top_k(-(x + 1), kth + 1)[1]
+  else:
+    bottom = lax.top_k(-x, kth + 1)[1]
+  proxy = _set_to_zero(lax.full(shape_of(x), 1.0), bottom)
+  top = lax.top_k(proxy, shape_of(x)[-1] - kth - 1)[1]
+  return swapaxes(lax.concatenate([bottom, top], ndim_of(x) - 1), -1, axis)
 
 
 def _total_order_keys(x):
@@ -258,12 +318,20 @@ def searchsorted(a: ArrayLike, v: ArrayLike, side: str = "left", sorter: ArrayLi
   return lax.reduce_sum(lax.convert_element_type(below, idt), (0,))
 
 
+@jit
 def sort_complex(a: ArrayLike):
-  """`a` sorted along its last axis and converted to a complex dtype."""
-  a = sort(a)
+  """`a` sorted along its last axis (complex numbers by real, then imaginary part) and
+  converted to a complex dtype (complex128 for float64 and, with x64, integers). Jitted,
+  as JAX's (`jit[name=sort_complex]`).
+
+  Raises:
+    TypeError: `a` not an array or scalar (a list).
+  """
+  check_arraylike("sort_complex", a)
+  a = lax.sort(as_array(a), dimension=-1)
   dt = dtype_of(a)
   if not dtypes.is_complex(dt):
-    ft = dt if dtypes.is_inexact(dt) else dtypes.promote_types(dt, dtypes.default_float_dtype())
+    ft = to_inexact_dtype(dt)
     a = lax.convert_element_type(a, dtypes.complex128 if ft == dtypes.float64 else
                                  dtypes.complex64)
   return a

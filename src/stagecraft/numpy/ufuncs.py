@@ -214,57 +214,87 @@ def _typed_scalars(x, y):
   return x, y
 
 
-def _floor_divide(x, y):
-  x, y = _typed_scalars(x, y)
-  dtype = dtype_of(x)
-  if dtypes.is_complex(dtype):
-    raise TypeError("floor_divide does not support complex-valued inputs; take the real part "
-                    "or abs() first, or use divide for a complex quotient.")
-  if not dtypes.is_integer(dtype):
-    return _float_floor_divide(x, y)
-  q = lax.div(x, y)   # truncated; x // 0 = -1 (unsigned: the maximum), as XLA's kernels
-  if dtypes.is_unsigned(dtype):
-    return q
-  # NB: the truncated quotient is one too high where the remainder is nonzero and the signs
-  # differ. At y = 0 (where rem(x, 0) = x) this gives JAX's x // 0: -1 for x = 0, else -2.
-  r = lax.rem(x, y)
-  adjust = lax.bitwise_and(lax.ne(r, const(r, 0)), lax.ne(lax.sign(x), lax.sign(y)))
-  return lax.select(adjust, lax.sub(q, const(q, 1)), q)
+def _promote_args(name: str, promote, *args):
+  """JAX's numpy's `promote_args*`: the arguments checked (arrays or scalars), promoted by
+  `promote` and rank-promoted (equal ranks are left to lax, which broadcasts size-1
+  dimensions)."""
+  check_arraylike(name, *args)
+  args = promote(*args)
+  return _promote_shapes(*args, name=name, lax_broadcasts=True)
 
 
-def _float_floor_divide(x, y):
-  """x // y for floating `x`, `y` by CPython's `float_divmod` (floatobject.c): divide
-  `x - fmod(x, y)`, an exact multiple of `y`, so the quotient is integral before it is
-  rounded (`floor(x / y)` is not: 1 // 0.1 is 9, but 1 / 0.1 rounds to 10), and step down
-  where fmod's sign differs from y's (so -0.5 // inf is -1, not -0). The operations are
-  JAX's (`jnp.divmod`), so float16/bfloat16 round the same way."""
-  mod = lax.rem(x, y)
-  # x - mod, except where y = 0 (mod is NaN there): x - 0 = x.
-  div = lax.div(lax.sub(x, lax.select(lax.eq(y, const(y, 0)), _full_c(mod, 0), mod)), y)
-  step = lax.bitwise_and(lax.ne(mod, const(mod, 0)), lax.ne(lax.sign(y), lax.sign(mod)))
-  return lax.round(lax.select(step, lax.sub(div, const(div, 1)), div))
+def _ones_like(x):
+  """Ones of x's shape, dtype and weak type, as JAX's `lax._ones`: a host scalar for rank 0
+  (a literal in a traced program), else a broadcast."""
+  if ndim_of(x) == 0:
+    return const(x, 1) if core.get_aval(x).weak_type else np.ones((), dtype_of(x))[()]
+  return lax.full_like(x, 1)
 
 
-def _int_remainder(r, y):
-  """`r`, an integer remainder, with 0 where the divisor `y` is 0 (JAX's x % 0)."""
-  return lax.select(lax.eq(y, const(y, 0)), _full_c(r, 0), r)
+def _float_divmod(x1, x2):
+  """(x1 // x2, x1 % x2) for floats by CPython's `float_divmod` (floatobject.c): divide
+  `x1 - fmod(x1, x2)`, an exact multiple of `x2`, so the quotient is integral before it is
+  rounded (`floor(x1 / x2)` is not: 1 // 0.1 is 9, but 1 / 0.1 rounds to 10); where the
+  remainder's sign differs from x2's, add x2 to it and step the quotient down (so
+  -0.5 // inf is -1, not -0). At x2 = 0 the dividend is x1 itself."""
+  mod = lax.rem(x1, x2)
+  corrected = where(x2 == 0, x1, lax.sub(x1, mod))
+  div = lax.div(corrected, x2)
+  step = lax.bitwise_and(mod != 0, lax.sign(x2) != lax.sign(mod))
+  mod = lax.select(step, mod + x2, mod)
+  div = lax.select(step, div - 1.0, div)
+  return lax.round(div), mod
 
 
-def _remainder(x, y):
-  x, y = _typed_scalars(x, y)
-  r = lax.rem(x, y)   # the sign of x; integers: x % 0 = x, as XLA's kernels
-  if dtypes.is_unsigned(dtype_of(r)):
-    return _int_remainder(r, y)
-  zero = const(r, 0)
-  adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, zero)))
-  r = lax.select(adjust, lax.add(r, y), r)
-  return _int_remainder(r, y) if dtypes.is_integer(dtype_of(r)) else r
+@jit
+def floor_divide(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """floor(x1 / x2) elementwise (Python's //), NumPy broadcasting and JAX type promotion
+  (bool promotes to int32). Jitted, as JAX's (`jit[name=floor_divide]`).
+
+  Integers: the truncated quotient, one lower where the signs differ and the division is
+  inexact; x // 0 is XLA's (-1 for x >= 0, 1 for x < 0 truncated, then adjusted: -1 for 0,
+  -2 for other x; unsigned: the maximum). Floats: see `_float_divmod`.
+
+  Raises:
+    TypeError: an argument that is not an array or scalar (a list), or complex inputs.
+    ValueError: if the shapes do not broadcast.
+  """
+  x1, x2 = _promote_args("floor_divide", promote_dtypes_numeric, x1, x2)
+  dt = dtype_of(x1)
+  if dtypes.is_unsigned(dt):
+    return lax.div(x1, x2)
+  if dtypes.is_integer(dt):
+    quotient = lax.div(x1, x2)
+    step = logical_and(lax.sign(x1) != lax.sign(x2), lax.rem(x1, x2) != 0)
+    return where(step, quotient - 1, quotient)
+  if dtypes.is_complex(dt):
+    raise TypeError("floor_divide does not support complex-valued inputs")
+  return _float_divmod(x1, x2)[0]
 
 
-def _fmod(x, y):
-  x, y = _typed_scalars(x, y)
-  r = lax.rem(x, y)
-  return _int_remainder(r, y) if dtypes.is_integer(dtype_of(r)) else r
+@jit
+def remainder(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+  """x1 mod x2 with the sign of x2 (Python's %), elementwise, NumPy broadcasting and JAX
+  type promotion. Jitted, as JAX's (`jit[name=remainder]`).
+
+  The truncated remainder `rem(x1, x2)` plus x2 where it is nonzero and its sign differs
+  from x2's. For integers a zero divisor is replaced by 1 first, so x % 0 is 0.
+
+  Raises:
+    TypeError: an argument that is not an array or scalar (a list).
+    ValueError: if the shapes do not broadcast.
+  """
+  x1, x2 = _promote_args("remainder", promote_dtypes_numeric, x1, x2)
+  zero = np.zeros((), dtype_of(x1))[()]
+  if dtypes.is_integer(dtype_of(x2)):
+    x2 = where(x2 == 0, _ones_like(x2), x2)
+  r = lax.rem(x1, x2)
+  nonzero = lax.ne(r, zero)
+  add_x2 = lax.bitwise_and(lax.ne(lax.lt(r, zero), lax.lt(x2, zero)), nonzero)
+  return lax.select(add_x2, lax.add(r, x2), r)
+
+
+mod = remainder
 
 
 add = _binary_ufunc("add", lax.add, doc="x + y (logical or for bool)", bool_fn=lax.bitwise_or)
@@ -274,41 +304,51 @@ multiply = _binary_ufunc("multiply", lax.mul, doc="x * y (logical and for bool)"
 divide = _binary_ufunc("divide", _true_divide, promote_dtypes_inexact, lax_broadcasts=True,
                        doc="x / y (true division: integers give floats)")
 true_divide = divide
-floor_divide = _binary_ufunc("floor_divide", _floor_divide, promote_dtypes_numeric,
-                             doc="floor(x / y) (Python's //; integers: x // 0 = -1 for x = 0, "
-                                 "else -2, unsigned: the maximum; complex: TypeError)")
-remainder = _binary_ufunc("remainder", _remainder, promote_dtypes_numeric,
-                          doc="x mod y with the sign of y (Python's %; integers: x % 0 = 0)")
-mod = remainder
-_fmod_ints = _binary_ufunc("fmod", _fmod, promote_dtypes_numeric)
-_fmod_bools = _binary_ufunc("fmod", lax.rem, promote_dtypes_numeric)
 
 
+@jit
 def fmod(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """x mod y with the sign of x (C's fmod), elementwise, NumPy broadcasting and JAX type
-  promotion (bool promotes to int32).
+  promotion (bool promotes to int32). Jitted, as JAX's (`jit[name=fmod]`).
 
   Args:
     x1, x2: array-likes with broadcast-compatible shapes.
 
   Returns:
-    Array of the broadcast shape and the promoted dtype. fmod(x, 0) is 0 for integers, as
-    JAX; but 1 for two bool operands fmod(True, False), as JAX (whose zero-divisor
-    replacement looks at the dtype before bool promotes); NaN for floats.
+    Array of the broadcast shape and the promoted dtype. For integers a zero divisor is
+    replaced by 1 first (a `_where`), so fmod(x, 0) is 0, as JAX; two bool operands are
+    not integers there, so fmod(True, False) is 1 (XLA's x % 0 = x), as JAX; NaN for
+    floats.
 
   Raises:
+    TypeError: an argument that is not an array or scalar (a list).
     ValueError: if the shapes do not broadcast.
   """
-  x1, x2 = asarray_or_scalar(x1), asarray_or_scalar(x2)
-  if dtypes.result_type(x1, x2) == dtypes.bool_:
-    return _fmod_bools(x1, x2)   # integer rem: x % 0 = x (XLA's kernels)
-  return _fmod_ints(x1, x2)
+  check_arraylike("fmod", x1, x2)
+  if dtypes.is_integer(dtypes.result_type(x1, x2)):
+    x2 = as_array(x2)
+    x2 = where(x2 == 0, _ones_like(x2), x2)
+  x1, x2 = promote_dtypes_numeric(x1, x2)
+  x1, x2 = _promote_shapes(x1, x2, name="fmod", lax_broadcasts=True)
+  return lax.rem(x1, x2)
 
 
+@jit
 def divmod(x1: ArrayLike, x2: ArrayLike, /) -> tuple[Array, Array]:
-  """`(floor_divide(x1, x2), remainder(x1, x2))` (Python's divmod, elementwise): integers
-  give x // 0 = -1 for x = 0, else -2 (unsigned: the maximum), and x % 0 = 0, as JAX."""
-  return floor_divide(x1, x2), remainder(x1, x2)
+  """`(floor_divide(x1, x2), remainder(x1, x2))` (Python's divmod, elementwise). Jitted, as
+  JAX's (`jit[name=divmod]`): for integers the two jitted functions, for floats one
+  `_float_divmod`.
+
+  Raises:
+    TypeError: an argument that is not an array or scalar (a list).
+    ValueError: if the shapes do not broadcast.
+  """
+  x1, x2 = _promote_args("divmod", promote_dtypes_numeric, x1, x2)
+  if dtypes.is_integer(dtype_of(x1)):
+    return floor_divide(x1, x2), remainder(x1, x2)
+  if dtypes.is_complex(dtype_of(x1)):
+    raise TypeError("floor_divide does not support complex-valued inputs")
+  return _float_divmod(x1, x2)
 
 
 def _static_int(y):
@@ -450,37 +490,50 @@ maximum = _binary_ufunc("maximum", lax.max, doc="Elementwise maximum (NaN-propag
 minimum = _binary_ufunc("minimum", lax.min, doc="Elementwise minimum (NaN-propagating)")
 
 
+@jit
 def fmax(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """Elementwise maximum that ignores NaN (NaN only where both are NaN).
 
-  As JAX's numpy, `where(x1 > x2 or isnan(x2), x1, x2)`: at a tie the derivative goes to
-  `x2` alone (unlike `maximum`, which splits it).
+  As JAX's numpy, `where(x1 > x2 or isnan(x2), x1, x2)`, jitted (`jit[name=fmax]`): at a
+  tie the derivative goes to `x2` alone (unlike `maximum`, which splits it).
+
+  Raises:
+    TypeError: an argument that is not an array or scalar (a list).
   """
-  x1, x2 = promote_dtypes(x1, x2)
   return where(logical_or(greater(x1, x2), isnan(x2)), x1, x2)
 
 
+@jit
 def fmin(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """Elementwise minimum that ignores NaN (NaN only where both are NaN); at a tie the
-  derivative goes to `x2` (see `fmax`)."""
-  x1, x2 = promote_dtypes(x1, x2)
+  """Elementwise minimum that ignores NaN (NaN only where both are NaN); jitted, and at a
+  tie the derivative goes to `x2` (see `fmax`)."""
   return where(logical_or(less(x1, x2), isnan(x2)), x1, x2)
 
 
+@jit
 def heaviside(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """Step function: 0 where x1 < 0, `x2` where x1 == 0, 1 where x1 > 0 (NaN stays NaN)."""
-  x1, x2 = _inexact_args("heaviside", x1, x2)
-  aval = core.get_aval(x1)
-  weak_consts = aval.weak_type and aval.shape == ()
-  zero = const(x1, 0)
+  """Step function: 0 where x1 < 0, `x2` where x1 == 0, 1 where x1 > 0 (NaN stays NaN).
 
-  def fill(v):   # as JAX: the 0 and 1 are weakly typed where the promoted x1 is a weak scalar
-    if weak_consts:
-      return _full_c(x1, v)
-    return lax.broadcast_in_dim(np.asarray(v, dtype_of(x1))[()], shape_of(x1), ())
-  out = lax.select(lax.ne(x1, x1), x1, x2)
-  out = lax.select(lax.gt(x1, zero), fill(1), out)
-  return lax.select(lax.lt(x1, zero), fill(0), out)
+  Jitted, as JAX's (`jit[name=heaviside]`, three nested `_where`s); Python scalars enter as
+  weakly typed values.
+
+  Args:
+    x1, x2: broadcast-compatible array-likes; integers and bool promote to the default
+      float.
+
+  Returns:
+    Array of the broadcast shape and the promoted inexact dtype.
+
+  Raises:
+    TypeError: an argument that is not an array or scalar (a list).
+    ValueError: if the shapes do not broadcast.
+  """
+  check_arraylike("heaviside", x1, x2)
+  x1, x2 = promote_dtypes_inexact(x1, x2)
+  x1, x2 = _promote_shapes(x1, x2, name="heaviside", lax_broadcasts=True)
+  zero, one = _lax_const(x1, 0), _lax_const(x1, 1)
+  return where(lax.lt(x1, zero), zero,
+               where(lax.gt(x1, zero), one, where(isnan(x1), x1, x2)))
 
 
 def _integer_args(name: str, *args):
@@ -573,9 +626,13 @@ def logical_not(x: ArrayLike, /) -> Array:
                                   else array(x)))
 
 
+@jit(static_argnames=("equal_nan",))
 def isclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLike = 1e-08,
             equal_nan: bool = False) -> Array:
-  """`|a - b| <= atol + rtol * |b|` elementwise, with NumPy's handling of inf and NaN.
+  """`a == b or (isfinite(b) and |a - b| <= atol + rtol * |b|)` elementwise (NumPy's
+  isclose: infinities are close only to the same infinity, NaN to nothing unless
+  `equal_nan`). Jitted, as JAX's (`jit[name=isclose]`, static `equal_nan`); for typed PRNG
+  keys, close means equal.
 
   Args:
     a, b: broadcast-compatible array-likes (promoted to a common inexact dtype).
@@ -583,29 +640,42 @@ def isclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLike
     equal_nan: whether NaN compares equal to NaN.
 
   Returns:
-    bool Array of the broadcast shape. Infinities are close only to the same infinity.
+    bool Array of the broadcast shape.
+
+  Raises:
+    TypeError: an argument that is not an array or scalar (a list).
+    ValueError: if the shapes do not broadcast.
   """
   if _any_keys(a, b):   # typed PRNG keys, as JAX: close means equal
     return a == b
-  a, b = _inexact_args("isclose", a, b)
+  check_arraylike("isclose", a, b)
+  a, b = promote_dtypes(a, b)
+  a, b = _promote_shapes(a, b, name="isclose", lax_broadcasts=True)
+  a, b = promote_dtypes_inexact(a, b)
   rdt = real_dtype(dtype_of(a))
-  rtol = lax.convert_element_type(as_array(rtol), rdt)
-  atol = lax.convert_element_type(as_array(atol), rdt)
-  out = lax.le(lax.abs(lax.sub(a, b)), lax.add(atol, lax.mul(rtol, lax.abs(b))))
-  a_inf, b_inf = isinf(a), isinf(b)
-  out = logical_and(out, logical_not(logical_or(a_inf, b_inf)))
-  out = logical_or(out, logical_and(logical_and(a_inf, b_inf), lax.eq(a, b)))
-  a_nan, b_nan = isnan(a), isnan(b)
-  out = logical_and(out, logical_not(logical_or(a_nan, b_nan)))
-  if equal_nan:
-    out = logical_or(out, logical_and(a_nan, b_nan))
-  return out
+  # NB: untraced tolerances (the defaults) convert on the host, as JAX's: literals.
+  rtol, atol = (np.asarray(t, rdt)[()] if isinstance(t, (int, float, np.generic)) else
+                lax.convert_element_type(t, rdt) for t in (rtol, atol))
+  both_nan = logical_and(isnan(a), isnan(b))
+  finite_b = isfinite(b)
+  in_range = lax.le(lax.abs(lax.sub(a, b)), lax.add(atol, lax.mul(rtol, lax.abs(b))))
+  out = logical_or(lax.eq(a, b), logical_and(finite_b, in_range))
+  return logical_or(out, both_nan) if equal_nan else out
 
 
+@jit(static_argnames=("equal_nan",))
 def allclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLike = 1e-08,
              equal_nan: bool = False) -> Array:
-  """Whether `isclose(a, b, ...)` holds everywhere: a bool scalar Array."""
-  return lax.reduce_and(ravel(isclose(a, b, rtol, atol, equal_nan)), (0,))
+  """Whether `isclose(a, b, rtol, atol, equal_nan)` holds everywhere: a bool scalar Array.
+  Jitted, as JAX's (`jit[name=allclose]` around `isclose`).
+
+  Raises:
+    TypeError: an argument that is not an array or scalar (a list).
+    ValueError: if the shapes do not broadcast.
+  """
+  check_arraylike("allclose", a, b)
+  close = isclose(a, b, rtol, atol, equal_nan)
+  return lax.reduce_and(close, tuple(range(ndim_of(close))))
 
 
 def _any_keys(*args) -> bool:
@@ -692,12 +762,15 @@ def right_shift(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
 
 
+@jit
 def bitwise_count(x: ArrayLike, /) -> Array:
-  """The number of 1 bits in |x|, as uint8 (as JAX's numpy).
+  """The number of 1 bits in |x|, as uint8 (as JAX's numpy). Jitted, as JAX's
+  (`jit[name=bitwise_count]`).
 
   Raises:
-    TypeError: for non-integer inputs.
+    TypeError: `x` not an array or scalar (a list), or not an integer or bool.
   """
+  check_arraylike("bitwise_count", x)
   x = as_array(x)
   if dtype_of(x) == dtypes.bool_:
     x = lax.convert_element_type(x, dtypes.uint8)
@@ -755,8 +828,8 @@ arctan2 = _binary_ufunc("arctan2", lax.atan2, promote_dtypes_inexact,
 
 
 arcsinh = _unary_ufunc("arcsinh", lax.asinh, promote_dtypes_inexact, "Inverse hyperbolic sine")
-arccosh = _unary_ufunc("arccosh", lax.acosh, promote_dtypes_inexact,
-                       "Inverse hyperbolic cosine")
+arccosh = jit(_unary_ufunc("arccosh", lax.acosh, promote_dtypes_inexact,
+                           "Inverse hyperbolic cosine; jitted, as JAX's (`jit[name=arccosh]`)"))
 arctanh = _unary_ufunc("arctanh", lax.atanh, promote_dtypes_inexact,
                        "Inverse hyperbolic tangent")
 asin, acos, atan, asinh, acosh, atanh, atan2 = (arcsin, arccos, arctan, arcsinh, arccosh,
@@ -940,15 +1013,20 @@ def _sinc_maclaurin_jvp(k, primals, tangents):
   return _sinc_maclaurin(k, x), lax.mul(_sinc_maclaurin(k + 1, x), t)
 
 
+@jit
 def i0(x: ArrayLike, /) -> Array:
   """The modified Bessel function of the first kind, order 0: `exp(|x|) * i0e(|x|)`.
 
   Its derivative is 0 at `x == 0` (JAX's custom rule: `|x|` has no derivative there, and
   `i0` is even, so its derivative vanishes at 0).
 
+  Jitted, as JAX's (`jit[name=i0]`).
+
   Raises:
+    TypeError: `x` not an array or scalar (a list).
     ValueError: for complex input.
   """
+  check_arraylike("i0", x)
   x, = promote_dtypes_inexact(x)
   x = as_array(x)
   if not dtypes.is_float(dtype_of(x)):
@@ -982,38 +1060,55 @@ def _int_passthrough(lax_fn):
 
 floor = _unary_ufunc("floor", _int_passthrough(lax.floor), doc="Floor")
 ceil = _unary_ufunc("ceil", _int_passthrough(lax.ceil), doc="Ceiling")
-trunc = _unary_ufunc("trunc", _int_passthrough(
-    lambda x: lax.select(lax.lt(x, np.zeros((), dtype_of(x))[()]), lax.ceil(x), lax.floor(x))),
-                     doc="Round toward zero")
+@jit
+def trunc(x: ArrayLike) -> Array:
+  """Rounds toward zero: `where(x < 0, ceil(x), floor(x))`; integers and bool are returned
+  as they are. Jitted, as JAX's (`jit[name=trunc]`).
+
+  Raises:
+    TypeError: `x` not an array or scalar (a list).
+  """
+  check_arraylike("trunc", x)
+  x = as_array(x)
+  if not dtypes.is_inexact(dtype_of(x)):
+    return x
+  return where(lax.lt(x, _lax_const(x, 0)), ceil(x), floor(x))
 
 
-def round(a: ArrayLike, decimals: int = 0) -> Array:
-  """Rounds to `decimals` places, halves to even (as numpy.round).
+@jit(static_argnames=("decimals",))
+def round(a: ArrayLike, decimals: int = 0, out: None = None) -> Array:
+  """Rounds to `decimals` places, halves to even (as numpy.round). Jitted, as JAX's
+  (`jit[name=round]`, static `decimals`).
 
   Args:
     a: array-like `T[*s]`: integer (returned as it is), floating or complex (the real and
       imaginary parts are rounded separately, as JAX).
     decimals: static int; negative values round to tens, hundreds, ... (floats only).
+    out: unsupported (must be None).
 
   Returns:
-    Array `T[*s]`, weak type kept. float16 is scaled in float32 (as JAX) when `decimals` is
-    not 0; `decimals` beyond the dtype's range (`10**decimals > finfo.max`) returns `a`.
+    Array `T[*s]`, weak type kept. Rounding to `decimals != 0` scales by `10**decimals`,
+    rounds and divides back (float16 is scaled in float32, as JAX); `decimals` beyond the
+    dtype's range (`10**decimals > finfo.max`) returns `a`.
 
   Raises:
+    TypeError: `a` not an array or scalar (a list), or a non-integer `decimals`.
     ValueError: for bool input (as JAX: bool is not inexact).
-    NotImplementedError: integers with negative `decimals`.
+    NotImplementedError: integers with negative `decimals`; `out` given.
   """
-  a = asarray_or_scalar(a)
-  if not isinstance(a, (Array, Tracer)):
-    a = asarray(a)
+  check_arraylike("round", a)
+  decimals = operator.index(decimals)
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.round is not supported.")
+  a = as_array(a)
   dt = dtype_of(a)
   if dtypes.is_integer(dt):
     if decimals >= 0:
       return a
-    raise NotImplementedError("round of integers to negative decimals")
+    raise NotImplementedError("integer np.round not implemented for decimals < 0 (round of "
+                              "integers to negative decimals)")
   if dt == dtypes.bool_:
-    raise ValueError("jnp.round: data type bool is not inexact; convert booleans to a "
-                     "number type first.")
+    raise ValueError(f"data type {np.bool_} not inexact")
 
   def round_real(x):
     if decimals == 0:
@@ -1031,15 +1126,23 @@ def round(a: ArrayLike, decimals: int = 0) -> Array:
   return round_real(a)
 
 
-around = round
+@jit(static_argnames=("decimals",))
+def around(a: ArrayLike, decimals: int = 0, out: None = None) -> Array:
+  """`round` (jitted around it, as JAX's: `jit[name=around]` holding `jit[name=round]`)."""
+  return round(a, decimals, out)
 
 
+@jit
 def rint(x: ArrayLike, /) -> Array:
-  """Rounds to the nearest integer, halves to even.
+  """Rounds to the nearest integer, halves to even. Jitted, as JAX's (`jit[name=rint]`).
 
   Bool and integer inputs give the default float dtype (float64 under x64), strongly typed
   (a cast, as JAX's numpy.rint); complex inputs round both parts.
+
+  Raises:
+    TypeError: `x` not an array or scalar (a list).
   """
+  check_arraylike("rint", x)
   x = as_array(x)
   dt = dtype_of(x)
   if dt == dtypes.bool_ or dtypes.is_integer(dt):
@@ -1049,10 +1152,22 @@ def rint(x: ArrayLike, /) -> Array:
   return lax.round(x, 1)
 
 
+@jit
 def modf(x: ArrayLike, /) -> tuple[Array, Array]:
-  """Fractional and integral parts, both with x's sign: `(x - trunc(x), trunc(x))`."""
-  x, = _inexact_args("modf", x, allow_complex=False)
-  whole = trunc(x)
+  """Fractional and integral parts, both with x's sign: `(x - whole, whole)` with
+  `whole = where(x >= 0, floor(x), ceil(x))`; integers give the default float. Jitted, as
+  JAX's (`jit[name=modf]`).
+
+  Raises:
+    TypeError: `x` not an array or scalar (a list), or complex.
+  """
+  check_arraylike("modf", x)
+  x, = promote_dtypes_inexact(x)
+  x = as_array(x)
+  if dtypes.is_complex(dtype_of(x)):
+    raise TypeError("jnp.modf does not support complex-valued inputs; take the real part "
+                    "or abs() first.")
+  whole = where(lax.ge(x, _lax_const(x, 0)), floor(x), ceil(x))
   return lax.sub(x, whole), whole
 
 
@@ -1078,12 +1193,23 @@ def isnan(x: ArrayLike, /) -> Array:
   return lax.ne(x, x)
 
 
+@jit
 def isinf(x: ArrayLike, /) -> Array:
-  """|x| == inf elementwise (False for integers)."""
-  x = asarray_or_scalar(x)
-  if not dtypes.is_inexact(dtype_of(x)):
-    return full(shape_of(x), False, dtypes.bool_)
-  return lax.eq(lax.abs(x), np.asarray(np.inf, real_dtype(dtype_of(x)))[()])
+  """|x| == inf elementwise (for complex: either part infinite; False for integers and
+  bool). Jitted, as JAX's (`jit[name=isinf]`).
+
+  Raises:
+    TypeError: `x` not an array or scalar (a list).
+  """
+  check_arraylike("isinf", x)
+  x = as_array(x)
+  dt = dtype_of(x)
+  if dtypes.is_float(dt):
+    return lax.eq(lax.abs(x), np.asarray(np.inf, dt)[()])
+  if dtypes.is_complex(dt):
+    inf = np.asarray(np.inf, real_dtype(dt))[()]
+    return lax.bitwise_or(lax.eq(lax.abs(lax.real(x)), inf), lax.eq(lax.abs(lax.imag(x)), inf))
+  return full(shape_of(x), False, dtypes.bool_)
 
 
 def isposinf(x: ArrayLike, /) -> Array:
@@ -1114,12 +1240,17 @@ def isneginf(x: ArrayLike, /) -> Array:
   return lax.eq(x, np.asarray(-np.inf, dtype_of(x))[()])   # strong, as JAX
 
 
+@jit
 def signbit(x: ArrayLike, /) -> Array:
   """Whether the sign bit is set (True for -0.0 and negative NaNs); `x < 0` for integers.
+  Jitted, as JAX's (`jit[name=signbit]`): for floats the bits, as a signed integer of the
+  same width, are shifted right arithmetically by width - 1 and converted to bool.
 
   Raises:
+    TypeError: `x` not an array or scalar (a list).
     ValueError: for complex inputs.
   """
+  check_arraylike("signbit", x)
   x = as_array(x)
   dt = dtype_of(x)
   if dt == dtypes.bool_:
@@ -1131,17 +1262,25 @@ def signbit(x: ArrayLike, /) -> Array:
   if dt.itemsize == 1:   # float8: go through float32, which keeps the sign of zero and NaN
     x, dt = lax.convert_element_type(x, dtypes.float32), dtypes.float32
   idt = np.dtype(f"int{dt.itemsize * 8}")
-  return lax.lt(lax.bitcast_convert_type(x, idt), np.zeros((), idt)[()])
+  bits = lax.bitcast_convert_type(x, idt)
+  return lax.convert_element_type(
+      lax.shift_right_arithmetic(bits, const(bits, dt.itemsize * 8 - 1)), dtypes.bool_)
 
 
+@jit
 def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """|x1| with the sign (bit) of x2, elementwise.
+  """|x1| with the sign (bit) of x2, elementwise. Jitted, as JAX's (`jit[name=copysign]`,
+  holding `signbit` and a `_where`).
 
   Raises:
-    TypeError: for complex inputs.
+    TypeError: an argument that is not an array or scalar (a list), or complex inputs.
   """
-  x1, x2 = _inexact_args("copysign", x1, x2, allow_complex=False)
-  return where(signbit(x2), negative(lax.abs(x1)), lax.abs(x1))
+  check_arraylike("copysign", x1, x2)
+  x1, x2 = promote_dtypes_inexact(x1, x2)
+  x1, x2 = _promote_shapes(x1, x2, name="copysign", lax_broadcasts=True)
+  if dtypes.is_complex(dtype_of(x1)):
+    raise TypeError("copysign does not support complex-valued inputs")
+  return where(signbit(x2), lax.neg(lax.abs(x1)), lax.abs(x1))
 
 
 def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
@@ -1212,11 +1351,17 @@ def _frexp_jvp(primals, tangents):
   return (m, e), (m_dot, np.zeros(shape_of(e), dtypes.float0))
 
 
+@jit
 def nan_to_num(x: ArrayLike, copy: bool = True, nan: ArrayLike = 0.0,
                posinf: ArrayLike | None = None, neginf: ArrayLike | None = None) -> Array:
   """NaN -> `nan`, +inf -> `posinf` (default: the dtype's max), -inf -> `neginf` (default:
   its lowest); complex values have both parts replaced. Non-float inputs are returned as
-  they are."""
+  they are. Jitted, as JAX's (`jit[name=nan_to_num]`).
+
+  Raises:
+    TypeError: `x` not an array or scalar (a list).
+  """
+  check_arraylike("nan_to_num", x)
   x = as_array(x)
   dt = dtype_of(x)
   if not dtypes.is_inexact(dt):
@@ -1281,13 +1426,19 @@ def conjugate(x: ArrayLike, /) -> Array:
 conj = conjugate
 
 
+@jit(static_argnames=("deg",))
 def angle(z: ArrayLike, deg: bool = False) -> Array:
   """The counterclockwise angle of complex `z` from the positive real axis, in radians (in
   degrees with `deg`); 0 or pi for real inputs.
 
   Result dtype, as JAX: the real dtype of complex `z` and of floating `z` with ndim > 0
   (weak type kept); otherwise (integers, bool, rank-0 floats) the default float dtype,
-  strongly typed."""
+  strongly typed. Jitted, as JAX's (`jit[name=angle]`, static `deg`).
+
+  Raises:
+    TypeError: `z` not an array or scalar (a list).
+  """
+  check_arraylike("angle", z)
   z = as_array(z)
   re, im = real(z), imag(z)
   dt = dtype_of(re)
@@ -1298,16 +1449,30 @@ def angle(z: ArrayLike, deg: bool = False) -> Array:
   return rad2deg(out) if deg else out
 
 
+@jit
 def isreal(x: ArrayLike, /) -> Array:
   """Whether the imaginary part is 0 (True everywhere for real dtypes); weakly typed for a
-  weak `x`, as JAX (`imag(x) == 0`)."""
+  weak `x`, as JAX (`imag(x) == 0`). Jitted, as JAX's (`jit[name=isreal]`).
+
+  Raises:
+    TypeError: `x` not an array or scalar (a list).
+  """
+  check_arraylike("isreal", x)
   i = imag(x)
-  return lax.eq(i, const(i, 0))
+  return lax.eq(i, _lax_const(i, 0))
 
 
+@jit
 def iscomplex(x: ArrayLike, /) -> Array:
-  """Whether the imaginary part is nonzero (False everywhere for real dtypes)."""
-  return logical_not(isreal(x))
+  """Whether the imaginary part is nonzero (False everywhere for real dtypes). Jitted, as
+  JAX's (`jit[name=iscomplex]`).
+
+  Raises:
+    TypeError: `x` not an array or scalar (a list).
+  """
+  check_arraylike("iscomplex", x)
+  i = imag(x)
+  return lax.ne(i, _lax_const(i, 0))
 
 
 # ---------------------------------------------------------------------------
