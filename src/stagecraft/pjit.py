@@ -264,16 +264,19 @@ def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str):
 core.def_closed_call(jit_p, "jaxpr")
 jit_p.def_impl(_jit_impl)
 lowering.register_lowering(jit_p, _jit_lowering)
-calls.CallRules(jit_p, "jaxpr", lambda params, what: (
-    {**params, "name": f"{what}({params['name']})"} if what in ("jvp", "transpose")
-    else params), closed_consts=True).register()
+# NB: derived calls (jvp, transpose, batched, the known and unknown halves) keep the jit's
+# name, as JAX 0.10.2's: `grad(jit(f))` prints two `jit[name=f]` equations.
+calls.CallRules(jit_p, "jaxpr", lambda params, what: params, closed_consts=True).register()
 
 
 def _jit_pp_rule(eqn, context):
   # As JAX prints `jit`: `name=` first, then the other params sorted; the body's binders
-  # and results take the names of the equation's operands and results.
-  context.suggest_same_var_names(eqn.params["jaxpr"].jaxpr.invars, eqn.invars)
-  context.suggest_same_var_names(eqn.params["jaxpr"].jaxpr.outvars, eqn.outvars)
+  # and results take the names of the equation's operands and results (not those of a body
+  # printed once and shared by several equations: it gets fresh names, as in JAX).
+  body = eqn.params["jaxpr"].jaxpr
+  if body not in context.shared_jaxprs:
+    context.suggest_same_var_names(body.invars, eqn.invars)
+    context.suggest_same_var_names(body.outvars, eqn.outvars)
   return [("name", eqn.params["name"]),
           *sorted((k, v) for k, v in eqn.params.items() if k != "name")]
 

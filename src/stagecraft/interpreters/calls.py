@@ -51,7 +51,7 @@ class CallRules:
   whose parameter `param` holds the called ClosedJaxpr.
 
   `derived(params, what)` gives the params of a derived call, `what` being "jvp",
-  "transpose", "batch", "known", "unknown" or "dce" (e.g. jit renames it `jvp(f)`; checkpoint
+  "transpose", "batch", "known", "unknown" or "dce" (e.g. jit keeps its name, as JAX; checkpoint
   marks it differentiated); the called jaxpr is set afterwards.
 
   `closed_consts`: the constants of a derived jaxpr stay in its ClosedJaxpr (jit, as JAX);
