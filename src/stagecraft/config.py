@@ -306,6 +306,9 @@ def _normalize(name: str) -> str:
   raise AttributeError(f"Unrecognized config option: {name}")
 
 
+_STATE_IDS: dict[tuple, int] = {}
+
+
 class Config:
   """Holds the options. Read `config.enable_x64` (or `config.jax_enable_x64`,
   `config.read("jax_enable_x64")`, `config.values`); set with `config.update(name, value)`.
@@ -328,6 +331,9 @@ class Config:
                       d["default_matmul_precision"], d["default_prng_impl"],
                       d["threefry_partitionable"], d["softmax_custom_jvp"],
                       d["high_dynamic_range_gumbel"], id(d["default_device"]))
+    # NB: a small int per distinct state_key, for the hottest cache keys (jit's dispatch
+    # fast path): an int hashes in no time, a 10-tuple does not.
+    d["state_id"] = _STATE_IDS.setdefault(d["state_key"], len(_STATE_IDS))
 
   def update(self, name: str, value) -> None:
     """Sets option `name` (JAX's name, with or without `jax_`) to `value`.

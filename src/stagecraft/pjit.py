@@ -821,13 +821,13 @@ class PjitFunction:
             break
           avals.append(a.aval)
         else:
-          call = self._cache.get((*avals, config.state_key))
+          call = self._cache.get((*avals, config.state_id))
           if call is not None:
             return call.call_arrays(args)
         leaves, treedef = flatten(args)
         avals = [a.aval for a in leaves if type(a) is Array]
         if len(avals) == len(leaves):
-          call = self._cache.get((treedef, config.state_key, *avals))
+          call = self._cache.get((treedef, config.state_id, *avals))
           if call is not None:
             return call.call_arrays(leaves)
       elif (not kwargs and self._placed_fast and core.trace_state.trace is core.eval_trace
@@ -887,9 +887,9 @@ class PjitFunction:
         entry.executable = call
         if (not kwargs and self._fast and call.simple and not config.state_key[1]
             and all(type(a) is Array for a in leaves)):
-          self._cache[(flatten(args)[1], config.state_key, *[a.aval for a in leaves])] = call
+          self._cache[(flatten(args)[1], config.state_id, *[a.aval for a in leaves])] = call
           if all(type(a) is Array for a in args):   # the flat key of the fastest path
-            self._cache[(_FLAT, *[a.aval for a in args], config.state_key)] = call
+            self._cache[(_FLAT, *[a.aval for a in args], config.state_id)] = call
     if dev is not None:
       self._remember_placed(call, args, kwargs)
     if config.state_key[1]:   # debug_nans / debug_infs
