@@ -29,10 +29,11 @@ def _binop(fn, swap=False):
   def op(self, other):
     # NB: as JAX's operators: an operand with `__jax_array__` (a flax.nnx Variable) is
     # converted first, before the operand types are checked.
-    if hasattr(other, "__jax_array__"):
-      other = other.__jax_array__()
-    if not isinstance(other, _accepted):
-      return NotImplemented
+    if type(other) is not Array:
+      if hasattr(other, "__jax_array__"):
+        other = other.__jax_array__()
+      if not isinstance(other, _accepted):
+        return NotImplemented
     return fn(other, self) if swap else fn(self, other)
   return op
 

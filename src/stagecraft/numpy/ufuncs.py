@@ -116,7 +116,8 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
     prim = None
 
   def fn(x: ArrayLike, y: ArrayLike, /):
-    if (prim is not None and type(x) is Array and type(y) is Array and x.aval == y.aval
+    if (prim is not None and type(x) is Array and type(y) is Array
+        and (x.aval is y.aval or x.aval == y.aval)
         and core.trace_state.trace is core.eval_trace
         and not ((bool_fn is not None or x.aval.weak_type) and x.aval.dtype == dtypes.bool_)
         and not _needs_promotion(promote, x.aval.dtype)):
