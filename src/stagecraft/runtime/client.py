@@ -281,6 +281,8 @@ def _first_local_device():
 #: The device `config.update("jax_default_device", d)` (or `with default_device(d):`) set:
 #: a Device, a platform name, or None for the default backend's first device.
 _default_device: list = [None]
+#: The same one-element list, for hot paths that read the option without a call.
+default_device_cell = _default_device
 
 
 def default_device():

@@ -576,7 +576,7 @@ def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
   if placement_used[0] or config.state_key[1]:
     return None
   x, y = args
-  ex = _prim_cache.get((prim, None, client._default_device[0], x.aval, y.aval))
+  ex = _prim_cache.get((prim, None, client.default_device_cell[0], x.aval, y.aval))
   if ex is None or ex.callbacks:
     return None
   # NB: two Arrays on the default device: their buffers go straight in.
