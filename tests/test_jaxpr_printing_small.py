@@ -222,10 +222,6 @@ PROGRAMS = {
 
 #: Programs whose jaxprs still differ from JAX's, with the reason (none in stagecraft.numpy).
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "lax_full_scalar": "lax.full of shape () binds broadcast_in_dim; JAX returns the "
-                       "converted fill (a constant) (src/stagecraft/lax/shape.py).",
-    "lax_full_scalar_int": "as lax_full_scalar",
-    "lax_full_like_scalar": "lax.full_like calls lax.full (as lax_full_scalar)",
     "ds_traced_strided": "JAX's `jnp.array(start, dtype)` of a traced start stages a `copy` "
                          "equation; stagecraft has no copy primitive.",
 }

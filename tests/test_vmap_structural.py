@@ -278,7 +278,8 @@ def test_hyp_dynamic_slice(sb, data):
     (lambda x: lax.slice(x, (1, 1), (3, 4)), (4, 5), 1, 1),
     (lambda x: lax.squeeze(x, (0,)), (1, 5), 2, 1),
     (lambda x: lax.pad(x, np.float32(0), ((1, 1, 0),)), (4,), 1, 1),
-    (lambda x: lax.dynamic_slice(x, (1, 2), (2, 2)), (4, 5), 1, 1),
+    # (dynamic_slice: JAX 0.10.2 batches it into a gather with the batch dim in front, which
+    # stages a transpose; stagecraft does the same: tests/test_jaxpr_printing_lax.py)
 ])
 def test_no_transpose(f, shape, bdim, out_dim):
   """With out_axes at the rule's own output dim, no transpose is staged (as JAX), and the

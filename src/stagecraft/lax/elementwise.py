@@ -27,14 +27,17 @@ from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import utils
 from stagecraft.lax.utils import any_dtype, floating, inexact, integer, number
 from stagecraft.lax.utils import weak_const as _c
+from stagecraft.runtime import dispatch
+from stagecraft.runtime.array import Array
 
 # The lax functions and primitives, in the order defined; the shared rules (`unop`, `binop`,
 # `broadcast_operands`, `emit_compare`, ...) serve the other lax modules and are not listed.
-__all__ = ["neg_p", "exp_p", "log_p", "log1p_p", "expm1_p", "sqrt_p", "rsqrt_p", "cbrt_p",
+__all__ = ["stage", "neg_p", "exp_p", "log_p", "log1p_p", "expm1_p", "sqrt_p", "rsqrt_p", "cbrt_p",
            "sin_p", "cos_p", "tan_p", "tanh_p", "asin_p", "acos_p", "atan_p", "sinh_p", "cosh_p",
            "asinh_p", "acosh_p", "atanh_p", "erf_p", "erfc_p", "erf_inv_p", "floor_p", "ceil_p",
            "is_finite_p", "not_p", "abs_p", "exp2_p", "logistic_p", "sign_p", "round_p",
@@ -1075,33 +1078,83 @@ def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
 def _convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False,
                           warn_on_complex_to_real_cast: bool = True):
   """`convert_element_type`; library callers that mean to drop the imaginary part pass
-  `warn_on_complex_to_real_cast=False` (as JAX's internal `_convert_element_type`)."""
+  `warn_on_complex_to_real_cast=False` (as JAX's internal `_convert_element_type`).
+
+  NB: as JAX's, a host scalar converts on the host and is staged as it is (an Array; a
+  literal in a jaxpr) instead of binding a conversion: a Python int wraps around
+  (`2**40` -> float32 works), a Python or NumPy scalar converts with NumPy's rules (complex
+  -> bool tests both parts). While staging a jaxpr, the other host scalars (0-d NumPy
+  arrays, weak conversions) are folded on the host too, as JAX's constant folding of
+  `convert_element_type` does."""
   new_dtype = dtypes.canonicalize_dtype(new_dtype)
-  if type(x) is int and new_dtype != dtypes.float0:
-    # As JAX: a Python int converts on the host, wrapping, so 2**40 -> float32 works.
-    x = np.asarray(x).astype(new_dtype)[()]
-  elif type(x) in _scalar_types:
-    x = np.asarray(x, dtypes.result_type(x))[()] if type(x) is not bool else x
+  weak_type = bool(weak_type)
+  t = type(x)
+  if t is int and new_dtype != dtypes.float0:
+    return _stage(np.asarray(x).astype(new_dtype), weak_type)
   aval = core.get_aval(x)
   if (warn_on_complex_to_real_cast and dtypes.is_complex(aval.dtype)
       and not dtypes.is_complex(new_dtype)):
     warnings.warn("Casting complex values to real discards the imaginary part",
                   np.exceptions.ComplexWarning, stacklevel=3)
-  if (not weak_type and isinstance(x, (bool, np.generic)) and new_dtype != dtypes.float0
-      and aval.dtype != new_dtype
+  scalar = t in _scalar_types or isinstance(x, np.generic)
+  if scalar and aval.dtype == new_dtype and aval.weak_type == weak_type:
+    return _stage(np.asarray(x, new_dtype), weak_type)
+  if (scalar and not weak_type and new_dtype != dtypes.float0
       and not (dtypes.is_inexact(aval.dtype) and dtypes.is_integer(new_dtype)
                and not np.isfinite(x))):
-    # NB: as JAX, a scalar (Python or NumPy) converts on the host with NumPy's rules:
-    # complex -> bool tests both parts (True for 1j; arrays take the real part), and
-    # NumPy's own ComplexWarning follows the one above for complex -> real.
     try:
-      x = np.asarray(x, dtype=new_dtype)[()]
+      return _stage(np.asarray(x, dtype=new_dtype), False)
     except (OverflowError, TypeError, ValueError):
       pass
+  if (aval.shape == () and new_dtype != dtypes.float0
+      and (scalar or t is np.ndarray or t is core.WeakScalarValue)
+      and isinstance(core.current_trace(), pe.DynamicJaxprTrace)):
+    host = np.asarray(x)
+    if dtypes.is_complex(host.dtype) and not dtypes.is_complex(new_dtype):
+      host = host.real
+    with np.errstate(invalid="ignore", over="ignore"):
+      return _stage(host.astype(new_dtype), weak_type)
   if aval.dtype == new_dtype and aval.weak_type == weak_type and not isinstance(
       x, (np.generic, np.ndarray)):
     return x
-  return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
+  return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=weak_type)
+
+
+def stage(x: Any, /) -> Any:
+  """Lifts `x` into the current trace (JAX's `lax.stage`): the identity on values.
+
+  Args:
+    x: an Array or tracer (returned as it is), or a host value: a NumPy array or scalar
+      (its dtype canonicalized) or a Python scalar (weakly typed).
+
+  Returns:
+    An Array (a tracer under a transformation); staged into a jaxpr, a host scalar is a
+    literal (`1.0:f32[]`) and a host array a constant.
+
+  Raises:
+    TypeError: if `x` is not an array-like value.
+  """
+  if isinstance(x, (np.ndarray, np.generic)) or type(x) in _scalar_types:
+    aval = core.get_aval(x)
+    return _stage(np.asarray(x, aval.dtype), aval.weak_type)
+  core.get_aval(x)   # raises TypeError for a value that is not an array
+  return x
+
+
+def _stage(value: np.ndarray | np.generic, weak_type: bool = False) -> Any:
+  """A host value as an Array of its dtype (what JAX's `lax.stage` makes of a host value):
+  staged into a jaxpr, a scalar Array is a literal (`1.0:f32[]`).
+
+  Args:
+    value: a NumPy array or scalar whose dtype is canonical.
+    weak_type: whether the result is weakly typed.
+
+  Returns:
+    An Array with `value`'s shape and dtype on the default device.
+  """
+  host = np.asarray(value)
+  aval = ShapedArray(host.shape, host.dtype, weak_type)
+  return Array(dispatch.to_buffer(host, aval), aval)
 
 
 # ---------------------------------------------------------------------------

@@ -17,9 +17,10 @@ hipSOLVER's on ROCm), one target per function for every dtype, with the same lay
 module is lowered for the platform of the device it will run on (`lowering.for_device`).
 
 `qr` is a primitive, as in JAX, so that it is differentiated as a whole (JAX's `qr_jvp_rule`);
-it lowers to geqrf and householder_product. `lu_pivots_to_permutation` and the permutation
-output of `lu` are compositions here (JAX has a third `lu_p` output computed with a loop,
-which needs control flow).
+it lowers to geqrf and householder_product. `lu_p` has three results, as JAX's: the packed
+factors, the pivots and the permutation, which its lowering computes from the pivots with
+the unrolled composition behind `lu_pivots_to_permutation` (on GPUs too: no
+`cu_lu_pivots_to_permutation` kernel).
 
 Derivatives follow JAX: JVP rules for cholesky, eigh, lu, qr, svd and triangular_solve
 (whose transpose in `b` is another triangular solve); geqrf and householder_product are not
@@ -310,12 +311,16 @@ def _matrix_const(c: np.ndarray, shp: tuple[int, ...], dtype) -> Any:
 def _tri(x, k: int, lower: bool):
   """`x` with the entries outside the lower (`j - i <= k`) or upper (`j - i >= k`) triangle
   set to zero (numpy's tril/triu over the trailing two axes), staged as JAX stages it: an
-  iota mask `i + k >= j` (lower) or `i + k - 1 >= j` (upper, selecting zeros there)."""
+  iota mask `i + k >= j` (lower) or `i + k - 1 >= j` (upper, selecting zeros there).
+
+  NB: the iotas have the default integer dtype (int64 under x64), as JAX's `lax._tri`, which
+  widens them to hold its offset, a default-int scalar."""
   shp = _shape_of(x)
   mn = tuple(shp[-2:])
-  rows = shape.broadcasted_iota(dtypes.int32, mn, 0)
-  rows = ew.add(rows, np.int32(k if lower else k - 1))
-  mask = ew.ge(rows, shape.broadcasted_iota(dtypes.int32, mn, 1))
+  idx = dtypes.canonicalize_dtype(np.int64)
+  rows = shape.broadcasted_iota(idx, mn, 0)
+  rows = ew.add(rows, np.asarray(k if lower else k - 1, idx)[()])
+  mask = ew.ge(rows, shape.broadcasted_iota(idx, mn, 1))
   if len(shp) > 2:
     mask = shape.broadcast_in_dim(mask, tuple(shp), (len(shp) - 2, len(shp) - 1))
   zeros = shape.full_like(x, 0)
@@ -436,25 +441,32 @@ def cholesky(x: Any, *, symmetrize_input: bool = True) -> Any:
 
 # ---------------------------------------------------------------------------
 # lu: partial-pivoting LU (getrf): `lu` holds unit-lower L below the diagonal and U on and
-# above it; `pivots[i]` is the row swapped with row i (0-based).
+# above it; `pivots[i]` is the row swapped with row i (0-based); `permutation` applies the
+# swaps in order to the identity (`x[perm] == L @ U`), as JAX's third result.
 
 
 def _lu_abstract_eval(x: ShapedArray):
   _check_matrix("lu", x)
   m, n = x.shape[-2:]
-  return [x.strip_weak_type(), ShapedArray((*_batch(x), min(m, n)), dtypes.int32)]
+  return [x.strip_weak_type(), ShapedArray((*_batch(x), min(m, n)), dtypes.int32),
+          ShapedArray((*_batch(x), m), dtypes.int32)]
 
 
 def _lu_lowering(ctx, x):
-  aval, piv_aval = ctx.avals_out
+  aval, piv_aval, perm_aval = ctx.avals_out
   info_aval = ShapedArray(_batch(aval), dtypes.int32)
+  m = aval.shape[-2]
   if min(aval.shape[-2:]) == 0:
-    return [x, ctx.constant(0, piv_aval)]
-  call = _solver_call if _gpu_prefix(ctx) else _lapack_call
-  f, piv, info = call(ctx, "getrf", [x], [aval], [aval, piv_aval, info_aval], {}, {0: 0})
-  piv = ctx.elementwise("stablehlo.subtract", piv, ctx.constant(1, piv_aval), aval=piv_aval)
-  # NB: info > 0 flags an exactly singular U, which is still a valid factorization.
-  return [_nan_if_failed(ctx, info, info_aval, f, aval, "GE"), piv]
+    f, piv = x, ctx.constant(0, piv_aval)
+  else:
+    call = _solver_call if _gpu_prefix(ctx) else _lapack_call
+    f, piv, info = call(ctx, "getrf", [x], [aval], [aval, piv_aval, info_aval], {}, {0: 0})
+    piv = ctx.elementwise("stablehlo.subtract", piv, ctx.constant(1, piv_aval), aval=piv_aval)
+    # NB: info > 0 flags an exactly singular U, which is still a valid factorization.
+    f = _nan_if_failed(ctx, info, info_aval, f, aval, "GE")
+  # The permutation: the pivots' composition, inlined (as JAX's CPU/GPU lowering does).
+  perm, = _inline(ctx, lambda p: [_pivots_to_permutation(p, m)], [piv_aval], [piv])
+  return [f, piv, perm]
 
 
 def _permutation_matrix(perm, dtype):
@@ -470,10 +482,11 @@ def _permutation_matrix(perm, dtype):
 def _lu_jvp(primals, tangents):
   """JAX's `_lu_jvp_rule` (De Hoog, Anderssen, Lukas, "Differentiation of matrix functionals
   using triangular factorization"): with `X = L^-1 P dA U^-1`,
-  `dLU = L tril(X, -1) + triu(X) U`. The pivots have zero (float0) tangents."""
+  `dLU = L tril(X, -1) + triu(X) U`. The pivots and the permutation have zero (float0)
+  tangents."""
   a, = primals
   a_dot, = tangents
-  lu_, pivots = lu_p.bind(a)
+  lu_, pivots, perm = lu_p.bind(a)
   shp = _shape_of(a)
   dtype = _dtype_of(a)
   nd = len(shp)
@@ -490,13 +503,13 @@ def _lu_jvp(primals, tangents):
   u_eye = np.pad(np.eye(n - k), ((k, 0), (k, 0)))
   if n > k:
     u = ew.add(u, _matrix_const(u_eye, (*batch, n, n), dtype))
-  perm = lu_pivots_to_permutation(pivots, m)
   pa_dot = _mm(_permutation_matrix(perm, dtype), a_dot)
   la = triangular_solve(l, pa_dot, left_side=True, transpose_a=False, lower=True,
                         unit_diagonal=True)
   lau = triangular_solve(u, la, left_side=False, transpose_a=False, lower=False)
   lu_dot = ew.add(_mm(l, _tril(lau, -1)), _mm(_triu(lau), u))
-  return [lu_, pivots], [lu_dot, ad.Zero(ad.tangent_aval(core.get_aval(pivots)))]
+  return [lu_, pivots, perm], [lu_dot, ad.Zero(ad.tangent_aval(core.get_aval(pivots))),
+                               ad.Zero(ad.tangent_aval(core.get_aval(perm)))]
 
 
 lu_p = Primitive("lu")
@@ -558,8 +571,8 @@ def lu(x: Any) -> tuple[Any, Any, Any]:
   Raises:
     TypeError: for other dtypes. ValueError: for rank < 2 input.
   """
-  f, piv = lu_p.bind(x)
-  return f, piv, lu_pivots_to_permutation(piv, core.get_aval(x).shape[-2])
+  f, piv, perm = lu_p.bind(x)
+  return f, piv, perm
 
 
 # ---------------------------------------------------------------------------
@@ -693,12 +706,11 @@ def _thin_qr_jvp(q, r, dx):
 
 def _solve_adjoint(a, b):
   """Solves `a^H x = b` for square `a` by LU with partial pivoting (primal values only)."""
-  lu_, pivots = lu_p.bind(a)
+  lu_, _, perm = lu_p.bind(a)
   y = triangular_solve(lu_, b, left_side=True, lower=False, transpose_a=True,
                        conjugate_a=True)
   y = triangular_solve(lu_, y, left_side=True, lower=True, transpose_a=True, conjugate_a=True,
                        unit_diagonal=True)
-  perm = lu_pivots_to_permutation(pivots, _shape_of(a)[-1])
   # a[perm] = L U, so a^H = U^H L^H P and x = P^T y.
   return _mm(_T(_permutation_matrix(perm, _dtype_of(a))), y)
 
@@ -1267,8 +1279,11 @@ def triangular_solve(a: Any, b: Any, left_side: bool = False, lower: bool = Fals
 
   Args:
     a: `T[..., n, n]`; only the `lower` (else upper) triangle is read.
-    b: `T[..., n, k]` (left_side) or `T[..., k, n]`.
-    transpose_a, conjugate_a: `op(a)` is `a`, `a^T`, `conj(a)` or `a^H`.
+    b: `T[..., n, k]` (left_side) or `T[..., k, n]`; or, as in JAX, a batch of vectors
+      `T[..., n]` (one rank less than `a`), solved as the matrix `T[..., n, 1]` (left_side)
+      or `T[..., 1, n]`.
+    transpose_a, conjugate_a: `op(a)` is `a`, `a^T`, `conj(a)` or `a^H` (`conjugate_a` is
+      dropped for a real `a`, as JAX does).
     unit_diagonal: assume ones on the diagonal of `a` (it is not read).
 
   Returns:
@@ -1277,10 +1292,18 @@ def triangular_solve(a: Any, b: Any, left_side: bool = False, lower: bool = Fals
   Raises:
     TypeError: for other dtypes, differing dtypes, or shapes that do not fit.
   """
-  return triangular_solve_p.bind(a, b, left_side=bool(left_side), lower=bool(lower),
-                                 transpose_a=bool(transpose_a),
-                                 conjugate_a=bool(conjugate_a),
-                                 unit_diagonal=bool(unit_diagonal))
+  a_aval, b_aval = core.get_aval(a), core.get_aval(b)
+  conjugate_a = bool(conjugate_a) and dtypes.is_complex(a_aval.dtype)
+  vector = b_aval.ndim == a_aval.ndim - 1
+  if vector:
+    b = shape.expand_dims(b, (-1 if left_side else -2,))
+  out = triangular_solve_p.bind(a, b, left_side=bool(left_side), lower=bool(lower),
+                                transpose_a=bool(transpose_a), conjugate_a=conjugate_a,
+                                unit_diagonal=bool(unit_diagonal))
+  if vector:
+    nd = b_aval.ndim + 1
+    out = shape.squeeze(out, (nd - 1 if left_side else nd - 2,))
+  return out
 
 
 # ---------------------------------------------------------------------------
@@ -1311,8 +1334,7 @@ def _complex_of(dtype) -> np.dtype:
 def _solve(a, b):
   """Solves `a x = b` for square `a[..., n, n]` and `b[..., n, k]` by LU with partial
   pivoting (lu_p, then two triangular solves): differentiable."""
-  lu_, pivots = lu_p.bind(a)
-  perm = lu_pivots_to_permutation(pivots, _shape_of(a)[-1])
+  lu_, _, perm = lu_p.bind(a)
   pb = _mm(_permutation_matrix(perm, _dtype_of(a)), b)
   y = triangular_solve(lu_, pb, left_side=True, lower=True, unit_diagonal=True)
   return triangular_solve(lu_, y, left_side=True, lower=False)

@@ -198,9 +198,10 @@ def broadcast_in_dim(operand: Any, shape: Sequence[int],
     sharding.check_out_sharding(out_sharding, "lax.broadcast_in_dim")
   shape = canonicalize_shape("broadcast_in_dim", "shape", shape)
   dims = canonicalize_shape("broadcast_in_dim", "broadcast_dimensions", broadcast_dimensions)
-  if is_staged_value(operand) and _shape_of(operand) == shape and dims == tuple(
-      range(len(shape))):
-    return operand
+  if _shape_of(operand) == shape and dims == tuple(range(len(shape))):
+    # NB: as JAX (which forwards such an equation while staging), the identity broadcast
+    # is no operation; a host operand is staged (a literal in a jaxpr when a scalar).
+    return operand if is_staged_value(operand) else elementwise.stage(operand)
   return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=dims)
 
 
@@ -232,31 +233,29 @@ def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
       type (`full((2,), 1.0)` is a weakly typed `f32[2]`).
 
   Returns:
-    `dtype[*s]`.
+    `dtype[*s]`; for `s == ()` the converted fill value itself (an Array; a literal in a
+    jaxpr), with no broadcast, as JAX's.
 
   Raises:
     TypeError: if `fill_value` is not a scalar, or `shape` is not a sequence of non-negative
       integers.
   """
   shape = canonicalize_shape("full", "shape", shape)
-  if type(fill_value) is int and dtype is not None:
-    # NB: as JAX, a Python int converts on the host and wraps around (`full((2,), 300,
-    # int8)` is 44s; 2**40 fits float32 even without x64).
-    value = np.asarray(fill_value).astype(dtypes.canonicalize_dtype(dtype))[()]
-    return broadcast_in_dim_p.bind(value, shape=shape, broadcast_dimensions=())
-  aval = core.get_aval(fill_value)
-  if aval.shape:
+  fill_shape = np.shape(fill_value)
+  if fill_shape:
     raise TypeError(f"full must be called with scalar fill_value, got fill_value of shape "
-                    f"{aval.shape} ({aval.str_short()}).")
+                    f"{fill_shape} ({core.get_aval(fill_value).str_short()}).")
   if dtype is None:
+    aval = core.get_aval(fill_value)
     dtype, weak = aval.dtype, aval.weak_type
-  else:
+  else:   # NB: no aval of a Python int yet: it may fit only the target dtype (2**40 -> f32)
     dtype, weak = dtypes.canonicalize_dtype(dtype), False
-  if not is_staged_value(fill_value):  # convert on the host: no conversion op
-    value = np.asarray(fill_value, dtype)[()]
-    fill_value = utils.weak_scalar(value) if weak else value
-  elif aval.dtype != dtype or aval.weak_type != weak:
-    fill_value = convert_element_type(fill_value, dtype, weak)
+  # NB: as JAX's, a host fill value converts on the host (a Python int wraps around:
+  # `full((2,), 300, int8)` is 44s) and a rank-0 result is the converted fill value itself
+  # (a literal in a jaxpr), with no broadcast.
+  fill_value = convert_element_type(fill_value, dtype, weak)
+  if not shape:
+    return fill_value
   return broadcast_in_dim_p.bind(fill_value, shape=shape, broadcast_dimensions=())
 
 
@@ -1367,13 +1366,25 @@ def broadcast_to_rank(x: Any, rank: int) -> Any:
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] | None = None
               ) -> Any:
-  """An array like `x` (its shape and dtype unless given) filled with `fill_value`."""
+  """An array like `x` (its shape and dtype unless given) filled with `fill_value`.
+
+  Args:
+    x: array-like `T[*s]` (only its aval is read).
+    fill_value: a scalar, converted to the result dtype first (weakly typed when `x` is and
+      `dtype` is None, as JAX's).
+    dtype: the result dtype; None takes T.
+    shape: the result shape; None takes `s`.
+
+  Returns:
+    `full(shape, fill_value)` of that dtype (see `full`: a rank-0 result is the converted
+    fill value itself).
+  """
   aval = core.get_aval(x)
-  out = full(aval.shape if shape is None else shape, fill_value,
-             aval.dtype if dtype is None else dtype)
-  if dtype is None and aval.weak_type:   # as JAX: like a weak value, the result is weak
-    out = elementwise.convert_element_type_p.bind(out, new_dtype=aval.dtype, weak_type=True)
-  return out
+  # As JAX: the fill value is converted first (weakly typed when `x` is and no dtype is
+  # given), then broadcast.
+  weak = dtype is None and aval.weak_type
+  fill_value = convert_element_type(fill_value, aval.dtype if dtype is None else dtype, weak)
+  return full(aval.shape if shape is None else shape, fill_value)
 
 
 def empty(shape: Sequence[int], dtype: Any) -> Any:

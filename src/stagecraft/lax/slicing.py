@@ -173,6 +173,8 @@ ad.primitive_transposes[dynamic_slice_p] = _dynamic_slice_transpose
 def _batch_dynamic_slice_indices(indices, dims):
   """The scalar start indices as one index vector `I[n]` (unbatched) or `I[B, n]` (batch
   dim 0), as JAX's `_batch_dynamic_slice_indices`."""
+  if not indices:
+    return np.array([], np.int32), batching.not_mapped
   size = next((_shape_of(i)[d] for i, d in zip(indices, dims)
                if d is not batching.not_mapped), None)
   if size is None:
@@ -183,18 +185,10 @@ def _batch_dynamic_slice_indices(indices, dims):
 
 
 def _dynamic_slice_batch_rule(args, dims, *, slice_sizes):
-  """With unbatched start indices: a dynamic_slice that takes the whole batch dim, which
-  stays where it is. With batched indices: a gather (JAX's rule), through the gather
-  batching rule."""
+  """A gather that clamps as dynamic_slice does (mode CLIP), through the gather batching
+  rule, whether the start indices are batched or not (JAX's rule)."""
   operand, *indices = args
   operand_bdim, *index_dims = dims
-  if all(d is batching.not_mapped for d in index_dims):
-    zero = np.zeros((), core.get_aval(indices[0]).dtype) if indices else np.int32(0)
-    indices = list(indices)
-    indices.insert(operand_bdim, zero)
-    sizes = list(slice_sizes)
-    sizes.insert(operand_bdim, _shape_of(operand)[operand_bdim])
-    return dynamic_slice_p.bind(operand, *indices, slice_sizes=tuple(sizes)), operand_bdim
   nd = len(slice_sizes)
   dnums = GatherDimensionNumbers(offset_dims=tuple(range(nd)), collapsed_slice_dims=(),
                                  start_index_map=tuple(range(nd)))
@@ -202,7 +196,7 @@ def _dynamic_slice_batch_rule(args, dims, *, slice_sizes):
   return _gather_batch_rule([operand, index], [operand_bdim, index_bdim],
                             dimension_numbers=dnums, slice_sizes=slice_sizes,
                             unique_indices=True, indices_are_sorted=True,
-                            mode=GatherScatterMode.PROMISE_IN_BOUNDS, fill_value=None)
+                            mode=GatherScatterMode.CLIP, fill_value=None)
 
 
 batching.primitive_batchers[dynamic_slice_p] = _dynamic_slice_batch_rule
@@ -344,20 +338,10 @@ ad.primitive_transposes[dynamic_update_slice_p] = _dynamic_update_slice_transpos
 
 
 def _dynamic_update_slice_batch_rule(args, dims):
-  """With unbatched start indices: a dynamic_update_slice with the operand and the update
-  batched at one dim (index 0 there). With batched indices: a CLIP scatter (which clamps as
-  dynamic_update_slice does; JAX's rule), through the scatter batching rule."""
+  """A scatter that clamps as dynamic_update_slice does (mode CLIP), through the scatter
+  batching rule, whether the start indices are batched or not (JAX's rule)."""
   operand, update, *indices = args
   operand_bdim, update_bdim, *index_dims = dims
-  size = next(_shape_of(x)[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
-  if all(d is batching.not_mapped for d in index_dims):
-    bdim = operand_bdim if operand_bdim is not batching.not_mapped else update_bdim
-    operand = batching.matchaxis(operand, operand_bdim, bdim, size)
-    update = batching.matchaxis(update, update_bdim, bdim, size)
-    zero = np.zeros((), core.get_aval(indices[0]).dtype) if indices else np.int32(0)
-    indices = list(indices)
-    indices.insert(bdim, zero)
-    return dynamic_update_slice_p.bind(operand, update, *indices), bdim
   u_shape = _shape_of(update)
   if update_bdim is not batching.not_mapped:
     u_shape = u_shape[:update_bdim] + u_shape[update_bdim + 1:]
@@ -544,7 +528,9 @@ class GatherScatterMode(enum.Enum):
 
 
 def _dims_tuple(dims) -> tuple[int, ...]:
-  return tuple(operator.index(d) for d in dims)
+  # NB: NumPy ints are kept as given (JAX's wrappers pass dimension numbers through, and
+  # its rules make NumPy ints, which printed jaxprs show as `np.int64(1)`).
+  return tuple(d if isinstance(d, np.integer) else operator.index(d) for d in dims)
 
 
 def _canonical_dnums(cls, dnums):
@@ -799,36 +785,48 @@ def _gather_batch_rule(args, dims, *, dimension_numbers, slice_sizes, unique_ind
   operand, indices = args
   operand_bdim, indices_bdim = dims
   dn = dimension_numbers
-  up = lambda ds: tuple(d + 1 for d in ds)
   params = dict(unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
                 mode=mode, fill_value=fill_value)
   if indices_bdim is batching.not_mapped:
     operand = batching.moveaxis(operand, operand_bdim, 0)
     dnums = GatherDimensionNumbers(
-        offset_dims=(0,) + up(dn.offset_dims), collapsed_slice_dims=up(dn.collapsed_slice_dims),
-        start_index_map=up(dn.start_index_map), operand_batching_dims=up(dn.operand_batching_dims),
+        offset_dims=(0,) + _shift(dn.offset_dims), collapsed_slice_dims=_shift(
+            dn.collapsed_slice_dims), start_index_map=_shift(dn.start_index_map),
+        operand_batching_dims=_shift(dn.operand_batching_dims),
         start_indices_batching_dims=dn.start_indices_batching_dims)
-    sizes = (_shape_of(operand)[0],) + tuple(slice_sizes)
+    sizes = _int_tuple((_shape_of(operand)[0],) + tuple(slice_sizes))
     return gather_p.bind(operand, indices, dimension_numbers=dnums, slice_sizes=sizes,
                          **params), 0
   indices = batching.moveaxis(indices, indices_bdim, 0)
   if operand_bdim is batching.not_mapped:
     dnums = GatherDimensionNumbers(
-        offset_dims=up(dn.offset_dims), collapsed_slice_dims=dn.collapsed_slice_dims,
-        start_index_map=dn.start_index_map, operand_batching_dims=dn.operand_batching_dims,
-        start_indices_batching_dims=up(dn.start_indices_batching_dims))
+        offset_dims=tuple(1 + d for d in dn.offset_dims),
+        collapsed_slice_dims=dn.collapsed_slice_dims, start_index_map=dn.start_index_map,
+        operand_batching_dims=dn.operand_batching_dims,
+        start_indices_batching_dims=_shift(dn.start_indices_batching_dims))
     # NB: gathers from one operand at batched indices may no longer be sorted or unique.
     params.update(unique_indices=False, indices_are_sorted=False)
-    return gather_p.bind(operand, indices, dimension_numbers=dnums, slice_sizes=slice_sizes,
-                         **params), 0
+    return gather_p.bind(operand, indices, dimension_numbers=dnums,
+                         slice_sizes=_int_tuple(slice_sizes), **params), 0
   operand = batching.moveaxis(operand, operand_bdim, 0)
   dnums = GatherDimensionNumbers(
-      offset_dims=up(dn.offset_dims), collapsed_slice_dims=up(dn.collapsed_slice_dims),
-      start_index_map=up(dn.start_index_map),
-      operand_batching_dims=(0,) + up(dn.operand_batching_dims),
-      start_indices_batching_dims=(0,) + up(dn.start_indices_batching_dims))
+      offset_dims=_shift(dn.offset_dims), collapsed_slice_dims=_shift(dn.collapsed_slice_dims),
+      start_index_map=_shift(dn.start_index_map),
+      operand_batching_dims=(0,) + _shift(dn.operand_batching_dims),
+      start_indices_batching_dims=(0,) + _shift(dn.start_indices_batching_dims))
+  sizes = (0 if _shape_of(operand)[0] == 0 else 1,) + tuple(slice_sizes)
   return gather_p.bind(operand, indices, dimension_numbers=dnums,
-                       slice_sizes=(1,) + tuple(slice_sizes), **params), 0
+                       slice_sizes=_int_tuple(sizes), **params), 0
+
+
+def _shift(dims) -> tuple:
+  """`dims` shifted past a new leading batch dim, as JAX's batching rules shift them
+  (`tuple(np.add(1, dims))`: NumPy ints, which the printed jaxpr shows as JAX's does)."""
+  return tuple(np.add(1, dims, dtype=np.int64)) if len(dims) else ()
+
+
+def _int_tuple(xs) -> tuple[int, ...]:
+  return tuple(operator.index(x) for x in xs)
 
 
 batching.primitive_batchers[gather_p] = _gather_batch_rule
@@ -1357,7 +1355,7 @@ def _scatter_batch_rule(prim, args, dims, *, dimension_numbers, indices_are_sort
   operand = batching.bdim_at_front(operand, operand_bdim, size)
   updates = batching.bdim_at_front(updates, updates_bdim, size)
   dn = dimension_numbers
-  up = lambda ds: tuple(d + 1 for d in ds)
+  up = _shift
   params = dict(indices_are_sorted=indices_are_sorted, unique_indices=unique_indices,
                 mode=mode)
   if indices_bdim is batching.not_mapped:

@@ -199,6 +199,14 @@ def _tracer_sharding(self):
                        f"shape {self.aval.str_short()}.")
 
 
+def _tracer_iter(self):
+  """Iterates a traced array over its first axis, as JAX's tracers do: one
+  `lax.index_in_dim(x, i, keepdims=False)` (a slice and a squeeze) per row."""
+  if not self.ndim:
+    raise TypeError("iteration over a 0-d array")
+  return (lax.index_in_dim(self, i, keepdims=False) for i in range(self.shape[0]))
+
+
 def _tracer_copy_to_host_async(self):
   raise ConcretizationTypeError(
       f"Abstract tracer value encountered where concrete value is expected: traced array "
@@ -282,6 +290,7 @@ _tracer_only = {
     "device": property(_tracer_device),
     "sharding": property(_tracer_sharding),
     "copy_to_host_async": _tracer_copy_to_host_async,
+    "__iter__": _tracer_iter,
     **{name: _abstract_attribute(name) for name in (
         "committed", "addressable_shards", "is_fully_replicated", "is_fully_addressable",
         "global_shards")},
