@@ -11,7 +11,8 @@ import optree
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, tree_util
 from stagecraft import sharding as sharding_lib
-from stagecraft.api_util import (check_out_leaves, describe_arg, flat_mapped_args, flatten,
+from stagecraft.api_util import (check_out_leaves, describe_arg, ensure_inbounds,
+                                 flat_mapped_args, flatten,
                                  flatten_axes, fun_name, mapped_axes, normalize_argnums)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray
@@ -364,6 +365,44 @@ optree.register_pytree_node(VJP, lambda f: (f.residuals, f._pullback),
                             lambda pb, res: VJP(pb, list(res)), namespace=_NS)
 
 
+def _check_input_dtype_revderiv(name: str, holomorphic: bool, allow_int: bool, x) -> None:
+  """JAX's checks (types and words) of an input of grad, value_and_grad and jacrev."""
+  dt = typeof(x).dtype
+  if holomorphic and not dtypes.is_complex(dt):
+    raise TypeError(f"{name} with holomorphic=True requires inputs with complex dtype, "
+                    f"but got {dt.name}.")
+  if (dtypes.issubdtype(dt, dtypes.extended) or dtypes.issubdtype(dt, np.integer)
+      or dtypes.issubdtype(dt, np.bool_)):
+    if not allow_int:
+      raise TypeError(f"{name} requires real- or complex-valued inputs (input dtype that "
+                      f"is a sub-dtype of np.inexact), but got {dt.name}. If you want to "
+                      f"use Boolean- or integer-valued inputs, use vjp or set allow_int "
+                      f"to True.")
+  elif not dtypes.is_inexact(dt):
+    raise TypeError(f"{name} requires numerical-valued inputs (input dtype that is a "
+                    f"sub-dtype of np.bool_ or np.number), but got {dt.name}.")
+
+
+def _check_output_dtype_revderiv(name: str, holomorphic: bool, aval: ShapedArray) -> None:
+  """JAX's checks (types and words) of an output of grad, value_and_grad and jacrev."""
+  dt = aval.dtype
+  if dtypes.issubdtype(dt, dtypes.extended):
+    raise TypeError(f"{name} with output element type {dt.name}")
+  if holomorphic:
+    if not dtypes.is_complex(dt):
+      raise TypeError(f"{name} with holomorphic=True requires outputs with complex dtype, "
+                      f"but got {dt.name}.")
+  elif dtypes.is_complex(dt):
+    raise TypeError(f"{name} requires real-valued outputs (output dtype that is a sub-dtype "
+                    f"of np.floating), but got {dt.name}. For holomorphic differentiation, "
+                    f"pass holomorphic=True. For differentiation of non-holomorphic "
+                    f"functions involving complex outputs, use jax.vjp directly.")
+  elif not dtypes.issubdtype(dt, np.floating):
+    raise TypeError(f"{name} requires real-valued outputs (output dtype that is a sub-dtype "
+                    f"of np.floating), but got {dt.name}. For differentiation of functions "
+                    f"with integer outputs, use jax.vjp directly.")
+
+
 def _argnums_partial(fun: Callable, argnums: Sequence[int], args: tuple, kwargs: dict):
   """`fun` as a function of the positional arguments at `argnums` only (the others and
   `kwargs` fixed), and the values of those arguments. Indices must be in range."""
@@ -394,8 +433,10 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     argument's structure, or is a tuple of them for a tuple of argnums.
 
   Raises:
-    TypeError: for non-scalar or complex outputs, integer inputs without allow_int.
-    ValueError: for argnums out of range.
+    TypeError: for non-scalar, integer or key outputs, complex outputs without holomorphic
+      (real outputs with it), integer or key inputs without allow_int, or an argnum not
+      below the number of positional arguments (JAX's messages).
+    ValueError: for an argnum below -len(args).
   """
   if reduce_axes:
     raise NotImplementedError("reduce_axes argument to grad is deprecated")
@@ -405,36 +446,28 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
   @wraps(fun)
   @api_boundary
   def value_and_grad_f(*args, **kwargs):
-    for i in argnums_t:
-      if not -len(args) <= i < len(args):
-        raise ValueError(f"differentiating with respect to argnums={argnums} requires at "
-                         f"least {max(argnums_t) + 1} positional arguments to be passed by "
-                         f"the caller, but got only {len(args)} positional arguments.")
-    partial_fun, dyn = _argnums_partial(fun, argnums_t, args, kwargs)
+    if max(argnums_t) >= len(args):
+      raise TypeError(f"differentiating with respect to argnums={argnums} requires at "
+                      f"least {max(argnums_t) + 1} positional arguments to be passed by "
+                      f"the caller, but got only {len(args)} positional arguments.")
+    partial_fun, dyn = _argnums_partial(fun, ensure_inbounds(len(args), argnums_t), args,
+                                        kwargs)
     for x in tree_util.tree_leaves(dyn):
-      dt = core.get_aval(x).dtype
-      if holomorphic and not dtypes.is_complex(dt):
-        raise TypeError(f"grad with holomorphic=True requires inputs with complex dtype, "
-                        f"but got {dt.name}.")
-      if not dtypes.is_inexact(dt) and not allow_int:
-        raise TypeError(f"grad requires real- or complex-valued inputs (input dtype that "
-                        f"is a sub-dtype of np.inexact), but got {dt.name}. If you want to "
-                        f"use Boolean- or integer-valued inputs, use vjp or set allow_int "
-                        f"to True.")
+      _check_input_dtype_revderiv("grad", holomorphic, allow_int, x)
     res = vjp(partial_fun, *dyn, has_aux=has_aux)
     ans, vjp_fn = res[0], res[1]
-    aval = core.get_aval(ans) if core.valid_array_type(ans) else None
-    if aval is None or aval.shape != ():
-      shape = aval.shape if aval is not None else type(ans).__name__
+    try:
+      aval = typeof(ans)
+    except TypeError:
+      raise TypeError(f"Gradient only defined for scalar-output functions. Output was "
+                      f"{ans}.") from None
+    if not isinstance(aval, ShapedArray):
       raise TypeError(f"Gradient only defined for scalar-output functions. Output had "
-                      f"shape: {shape}.")
-    if dtypes.is_complex(aval.dtype) and not holomorphic:
-      raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype "
-                      f"of np.floating), but got {aval.dtype.name}. For holomorphic "
-                      f"differentiation, pass holomorphic=True.")
-    if not dtypes.is_inexact(aval.dtype):
-      raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype "
-                      f"of np.floating), but got {aval.dtype.name}.")
+                      f"abstract value {aval}.")
+    if aval.shape != ():
+      raise TypeError(f"Gradient only defined for scalar-output functions. Output had "
+                      f"shape: {aval.shape}.")
+    _check_output_dtype_revderiv("grad", holomorphic, aval)
     # The seed: a literal 1 (not a staged constant), weakly typed where the output is (a
     # weak Array when evaluating eagerly).
     one = np.ones((), aval.dtype)[()]
@@ -443,9 +476,11 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
       seed = (lax.convert_element_type(one, aval.dtype, weak_type=True)
               if type(core.current_trace()) is core.EvalTrace else core.WeakScalarValue(one))
     g = vjp_fn(seed)
-    # The seed itself comes back where `fun` is the identity of an argument: an Array.
-    g = [lax.convert_element_type(one, aval.dtype, weak_type=aval.weak_type)
-         if c is seed and not isinstance(c, (Array, core.Tracer)) else c for c in g]
+    # The seed itself comes back where `fun` is the identity of an argument: an Array (a
+    # literal in a jaxpr, `in (1.0:f32[],)`, as JAX's constant folding gives).
+    g = [tree_util.tree_map(
+        lambda c: lax.convert_element_type(one, aval.dtype, weak_type=aval.weak_type)
+        if c is seed and not isinstance(c, (Array, core.Tracer)) else c, gi) for gi in g]
     g = g[0] if int_argnum else tuple(g)
     return ((ans, res[2]), g) if has_aux else (ans, g)
 
@@ -473,28 +508,29 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
 # back into one block per leaf on the other side.
 
 
-def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool, check_in: bool):
+def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool,
+                 allow_int: bool = False):
   int_argnum = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnum else tuple(argnums)
-  for i in argnums_t:
-    if not -len(args) <= i < len(args):
-      raise ValueError(f"{name}: argnums={argnums} refers to a positional argument that was "
-                       f"not passed: the function got only {len(args)} positional arguments.")
-  partial_fun, dyn = _argnums_partial(fun, argnums_t, args, kwargs)
-  if check_in:
-    for x in tree_util.tree_leaves(dyn):
-      dt = core.get_aval(x).dtype
-      if holomorphic:
-        if not dtypes.is_complex(dt):
-          raise TypeError(f"{name} with holomorphic=True requires inputs with complex "
-                          f"dtype, but got {dt.name}.")
-      elif not dtypes.issubdtype(dt, np.floating):
-        raise TypeError(
-            f"{name} requires real-valued inputs (input dtype that is a sub-dtype of "
-            f"np.floating), but got {dt.name}. For holomorphic differentiation, pass "
-            f"holomorphic=True. For differentiation of non-holomorphic functions involving "
-            f"complex inputs or integer inputs, use stagecraft."
-            f"{'jvp' if name == 'jacfwd' else 'vjp'} directly.")
+  partial_fun, dyn = _argnums_partial(fun, ensure_inbounds(len(args), argnums_t), args,
+                                      kwargs)
+  for x in tree_util.tree_leaves(dyn):
+    if name == "jacrev":
+      _check_input_dtype_revderiv(name, holomorphic, allow_int, x)
+      continue
+    dt = typeof(x).dtype   # jacfwd (JAX's checks and words)
+    if dtypes.issubdtype(dt, dtypes.extended):
+      raise TypeError(f"jacfwd with input element type {dt.name}")
+    if holomorphic:
+      if not dtypes.is_complex(dt):
+        raise TypeError(f"jacfwd with holomorphic=True requires inputs with complex "
+                        f"dtype, but got {dt.name}.")
+    elif not dtypes.issubdtype(dt, np.floating):
+      raise TypeError(
+          f"jacfwd requires real-valued inputs (input dtype that is a sub-dtype of "
+          f"np.floating), but got {dt.name}. For holomorphic differentiation, pass "
+          f"holomorphic=True. For differentiation of non-holomorphic functions involving "
+          f"complex inputs or integer inputs, use jax.jvp directly.")
   return partial_fun, dyn, int_argnum
 
 
@@ -569,7 +605,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
   @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacfwd",
-                                                holomorphic, True)
+                                                holomorphic)
     in_leaves, in_tree = flatten(dyn)
     in_avals = [core.get_aval(x) for x in in_leaves]
     basis, sizes = _std_basis(in_leaves)
@@ -620,15 +656,16 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     `out.shape + in.shape` in the input's dtype (`(jac, aux)` with has_aux).
 
   Raises:
-    TypeError: for integer inputs (unless allow_int), complex inputs or outputs without
-      holomorphic=True.
+    TypeError: for integer or key inputs (unless allow_int), integer or key outputs,
+      complex outputs without holomorphic=True or real ones with it (JAX's messages;
+      complex inputs are accepted, as JAX's).
     ValueError: for argnums out of range.
   """
   @wraps(fun)
   @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacrev",
-                                                holomorphic, not allow_int)
+                                                holomorphic, allow_int)
     res = vjp(partial_fun, *dyn, has_aux=has_aux)
     y, vjp_fn = res[0], res[1]
     in_leaves, in_tree = flatten(dyn)
@@ -636,15 +673,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     out_leaves, out_tree = flatten(y)
     out_avals = [core.get_aval(o) for o in out_leaves]
     for a in out_avals:
-      if holomorphic and not dtypes.is_complex(a.dtype):
-        raise TypeError(f"jacrev with holomorphic=True requires outputs with complex dtype, "
-                        f"but got {a.dtype.name}.")
-      if not holomorphic and not dtypes.issubdtype(a.dtype, np.floating):
-        raise TypeError(
-            f"jacrev requires real-valued outputs (output dtype that is a sub-dtype of "
-            f"np.floating), but got {a.dtype.name}. For holomorphic differentiation, pass "
-            f"holomorphic=True. For differentiation of non-holomorphic functions involving "
-            f"complex outputs, use stagecraft.vjp directly.")
+      _check_output_dtype_revderiv("jacrev", holomorphic, a)
     basis, sizes = _std_basis(out_leaves)
     cts = _map_basis(vjp_fn, (tree_util.tree_unflatten(out_tree, basis),), sum(sizes), 0,
                      in_avals, lambda a: (0, *a.shape))
@@ -856,8 +885,9 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
   Raises:
     ValueError: inconsistent mapped sizes (naming each argument), more positions than
       devices (naming both counts), axes out of range, an out_axes=None result that varies
-      across devices.
-    TypeError: non-hashable static arguments, or arguments that are not arrays.
+      across devices; non-hashable static arguments, or static_broadcasted_argnums beyond
+      the positional arguments passed (JAX's messages).
+    TypeError: arguments that are not arrays.
     NameError: a collective naming an axis that no enclosing pmap/vmap binds.
 
   Under `stagecraft.disable_jit()` the map runs eagerly, one primitive at a time over all
@@ -880,17 +910,19 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
 
   def prepare(args, kwargs):
     nargs = len(args)
+    if any(i >= nargs for i in static):   # JAX's check and words
+      raise ValueError(f"pmapped function has static_broadcasted_argnums={static} but was "
+                       f"called with only {nargs} positional arguments. All static "
+                       f"broadcasted arguments must be passed positionally.")
     st = tuple(i % nargs if nargs else i for i in static)
-    for i in st:
-      if i >= nargs:
-        raise ValueError(f"pmap: static_broadcasted_argnums {static} refers to argument {i}, "
-                         f"but {name} was called with {nargs} positional arguments.")
     static_vals = tuple(args[i] for i in st)
-    try:
-      hash(static_vals)
-    except TypeError as e:
-      raise TypeError(f"pmap: static_broadcasted_argnums must be hashable; argument "
-                      f"{st} gave: {e}") from None
+    for i, a in zip(st, static_vals):
+      try:
+        hash(a)
+      except TypeError:
+        raise ValueError(f"Non-hashable static arguments are not supported, as this can lead "
+                         f"to unexpected cache-misses. Static argument (index {i}) of type "
+                         f"{type(a)} for function {name} is non-hashable.") from None
     dyn = tuple(a for i, a in enumerate(args) if i not in st)
     dyn_axes = in_axes
     if isinstance(in_axes, tuple):

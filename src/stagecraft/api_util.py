@@ -3,6 +3,7 @@ abstractifying leaves, naming arguments and functions for messages, normalizing
 static/donated argument numbers and names, and per-leaf mapped axes (vmap, pmap)."""
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Sequence
 
@@ -14,7 +15,7 @@ from stagecraft.core import ShapedArray, ShapeDtypeStruct
 from stagecraft.runtime.array import Array
 
 __all__ = ["flatten", "abstractify", "fun_name", "fun_signature", "arg_names",
-           "check_out_leaves", "normalize_argnums", "normalize_argnames", "flatten_axes",
+           "check_out_leaves", "normalize_argnums", "ensure_inbounds", "normalize_argnames", "flatten_axes",
            "flat_mapped_args", "describe_arg", "mapped_axes", "debug_info", "flatten_fun",
            "flatten_fun_nokwargs"]
 
@@ -49,7 +50,17 @@ def abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
 
 
 def fun_name(fun: Callable) -> str:
-  return getattr(fun, "__name__", None) or type(fun).__name__
+  """The name of `fun` for jaxprs and messages: its `__name__`; for a `functools.partial`
+  without one, the wrapped function's name (as JAX); else the name of its type.
+
+  NB: JAX names a callable object without `__name__` `<unnamed function>`.
+  """
+  name = getattr(fun, "__name__", None)
+  if name:
+    return name
+  if isinstance(fun, functools.partial):
+    return fun_name(fun.func)
+  return type(fun).__name__
 
 
 def fun_signature(fun: Callable):
@@ -109,6 +120,22 @@ def normalize_argnums(argnums, name: str) -> tuple[int, ...]:
     return tuple(int(i) for i in argnums)
   except TypeError:
     raise TypeError(f"jit: {name} must be an int or a sequence of ints, got {argnums!r}.")
+
+
+def ensure_inbounds(num_args: int, argnums: Sequence[int]) -> tuple[int, ...]:
+  """`argnums` with negative indices resolved against `num_args` positional arguments.
+
+  Raises:
+    ValueError: for an index outside `[-num_args, num_args)` (JAX's message).
+  """
+  out = []
+  for i in argnums:
+    if not -num_args <= i < num_args:
+      raise ValueError(f"Positional argument indices, e.g. for `static_argnums`, must have "
+                       f"value greater than or equal to -len(args) and less than len(args), "
+                       f"but got value {i} for len(args) == {num_args}.")
+    out.append(i % num_args)
+  return tuple(out)
 
 
 def normalize_argnames(argnames, name: str) -> tuple[str, ...]:

@@ -903,8 +903,9 @@ def _pp_literal(lit: Literal) -> str:
   v = lit.val
   if type(v) is WeakScalarValue:
     v = v.value
-  # NB: printed at the literal's own precision (1/3 as f32 is 0.3333333432674408), as JAX.
-  v = np.asarray(v, lit.aval.dtype).item()
+  # NB: printed at the precision of the value held, as JAX: a NumPy f32 1/3 prints
+  # 0.3333333432674408, a Python float passed to a jitted function (weakly typed f32) 0.1.
+  v = np.asarray(v).item()
   return f"{v}:{lit.aval.str_short()}"
 
 

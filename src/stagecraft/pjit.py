@@ -769,10 +769,11 @@ class PjitFunction:
         bad = next(s for s in static if not _hashable(s))
         bad = bad[1] if isinstance(bad, tuple) and len(bad) == 2 and isinstance(
             bad[0], str) and not _hashable(bad[1]) else bad
-        raise TypeError(
+        # NB: JAX's exact type and words (a ValueError, its text ending in a newline).
+        raise ValueError(
             f"Non-hashable static arguments are not supported. An error occurred while "
             f"trying to hash an object of type {type(bad)}, {bad!r}. The error was:\n"
-            f"TypeError: {e}") from None
+            f"TypeError: {e}\n") from None
     try:
       sig = [x.aval if type(x) is Array or isinstance(x, core.Tracer) else _leaf_sig(x)
              for x in leaves]
@@ -1332,9 +1333,10 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
     A callable with `fun`'s signature returning Arrays in `fun`'s output structure.
 
   Raises:
-    TypeError: for a non-callable `fun`, unhashable static arguments, arguments that are
-      not arrays (naming their key path), traced static arguments, or a bad `device`.
-    ValueError: for arguments both static and donated, or both `device` and `backend`;
+    TypeError: for a non-callable `fun`, arguments that are not arrays (naming their key
+      path), traced static arguments, or a bad `device`.
+    ValueError: for non-hashable static arguments (JAX's message), arguments both static
+      and donated, or both `device` and `backend`;
       at call time, for a committed argument laid out otherwise than its in_sharding.
     DeviceAssignmentMismatchError: at call time, when committed arguments, shardings and
       meshes used inside name different devices (each side named).

@@ -28,7 +28,7 @@ __all__ = ["primitive_jvps", "primitive_transposes", "partial_eval_rules", "tang
            "defbilinear", "add_any_p", "JVPTracer", "JVPTrace", "jvp_flat",
            "partial_eval_jaxpr", "PartialEvalTrace", "linearize_flat", "backward_pass", "jvp_jaxpr",
            "transpose_jaxpr", "add_jaxvals", "add_jaxvals_p", "deflinear2",
-           "get_primitive_transpose"]
+           "get_primitive_transpose", "folded_constant"]
 
 primitive_jvps: dict[core.Primitive, Callable] = {}
 primitive_transposes: dict[core.Primitive, Callable] = {}
@@ -74,10 +74,41 @@ class Zero:
 retype_zeros: Callable[[Any, Any], Any] | None = None
 
 
+def folded_constant(value: Any, aval: ShapedArray) -> Any | None:
+  """The host scalar `value` of the scalar `aval` as JAX's constant folding of
+  `convert_element_type` stages it (its scalar zeros): under a staging trace, a tracer whose
+  jaxpr atom is the Literal itself (printed `0.0:f32[]`, no equation), weakly typed where
+  `aval` is.
+
+  The staging trace is looked for below JVP, batching and partial-evaluation traces, which
+  bind a primitive of constants in their parent. Returns None when evaluating eagerly or
+  under any other trace: the caller then binds as usual.
+  """
+  trace = core.current_trace()
+  while type(trace) in (JVPTrace, batching.BatchTrace) or (
+      type(trace) is PartialEvalTrace and not trace.stage_known):
+    trace = trace.parent
+  if type(trace) is not pe.DynamicJaxprTrace:
+    return None
+  # NB: a weakly typed Literal holds a Python scalar (see `Literal`).
+  val = np.asarray(value, aval.dtype)[()]
+  return pe.DynamicJaxprTracer(trace, aval, Literal(val.item() if aval.weak_type else val,
+                                                    aval))
+
+
 def _zeros(aval: ShapedArray) -> Any:
+  zero = np.zeros((), aval.dtype)[()]
+  if aval.shape == () and aval._sharding is None:
+    folded = folded_constant(zero, aval)
+    if folded is not None:
+      return folded
   # NB: a staged zero is a lax primitive, and lax registers its rules here (as in JAX).
   from stagecraft.lax import shape as lax_shape
-  z = lax_shape.broadcast_in_dim(np.zeros((), aval.dtype), aval.shape, ())
+  # As JAX's zeros, weakly typed where the aval is. NB: bound, not `broadcast_in_dim`,
+  # which hands a scalar of the result's shape back as it is (a host value here).
+  z = lax_shape.broadcast_in_dim_p.bind(
+      core.WeakScalarValue(zero) if aval.weak_type else zero, shape=aval.shape,
+      broadcast_dimensions=())
   if aval._sharding is not None and retype_zeros is not None:
     z = retype_zeros(z, aval._sharding)
   return z
