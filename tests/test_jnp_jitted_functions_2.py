@@ -39,6 +39,7 @@ H = F.astype(np.float16)
 
 # name -> (m -> function, args); m is jax.numpy or stagecraft.numpy.
 CASES = {
+    "allclose": (lambda m: m.allclose, (F, G)),
     # ufuncs
     "heaviside": (lambda m: m.heaviside, (F, G)),
     "heaviside_scalar": (lambda m: lambda x: m.heaviside(x, 0.5), (F,)),
@@ -161,16 +162,13 @@ CASES = {
     "divmod_int": (lambda m: m.divmod, (I, I2 - 2)),
     "var_where": (lambda m: lambda x, w: m.var(x, axis=1, where=w), (F, B)),
     "nanvar_where": (lambda m: lambda x, w: m.nanvar(x, 1, where=w), (FNAN, B)),
+    # (the batched scatter's dimension numbers print as JAX's np.int64s)
+    "argpartition_2": (lambda m: lambda x: m.argpartition(x, 2), (F,)),
 }
 
 # Printed differently from JAX only through bugs outside these modules (see the report of
 # this test file): values are checked all the same.
 PRINT_XFAIL = {
-    # A Python float passed to a jitted function prints at float32 precision
-    # (9.999999747378752e-06, not 1e-05).
-    "allclose": (lambda m: m.allclose, (F, G)),
-    # The batched scatter's dimension numbers print as (1,), JAX's as (np.int64(1),).
-    "argpartition": (lambda m: lambda x: m.argpartition(x, 2), (F,)),
 }
 
 X64_CASES = ["heaviside_scalar", "fmod_int_scalar", "remainder_int", "floor_divide",
@@ -406,8 +404,6 @@ def test_out_of_range_axis_of_nanargmax_is_a_value_error():
     jnp.nanargmax(F, axis=2)
 
 
-@pytest.mark.xfail(strict=True, reason="stagecraft's jit raises TypeError for a non-hashable "
-                                       "static argument, JAX's ValueError")
 def test_list_axis_of_a_jitted_reduction_like_jax():
   with pytest.raises(ValueError, match="Non-hashable static arguments"):
     jnp.nansum(F, axis=[0])

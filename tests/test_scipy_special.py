@@ -20,6 +20,13 @@ def _u(lo, hi, n=12):
   return RNG.uniform(lo, hi, n)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rng():
+  """Each test draws the same inputs whatever ran before it in its worker."""
+  global RNG
+  RNG = np.random.default_rng(0)
+
+
 # name -> (argument generators (float64 host arrays), scipy reference, rtol f32, rtol f64)
 POS = lambda: _u(0.1, 8.0)            # noqa: E731
 REAL = lambda: _u(-6.0, 6.0)          # noqa: E731
@@ -60,7 +67,8 @@ BINARY = {
     "gammainc": ((POS, POS), ss.gammainc, 2e-5, 1e-12),
     "gammaincc": ((POS, POS), ss.gammaincc, 2e-5, 1e-12),
     "rel_entr": ((lambda: _u(-1, 4), lambda: _u(-1, 4)), ss.rel_entr, 2e-6, 1e-13),
-    "kl_div": ((lambda: _u(-1, 4), lambda: _u(-1, 4)), ss.kl_div, 2e-6, 1e-13),
+    # (x log(x/y) - x + y cancels where x ~ y: float32 loses ~2.6e-5 relative, as JAX's)
+    "kl_div": ((lambda: _u(-1, 4), lambda: _u(-1, 4)), ss.kl_div, 5e-5, 1e-13),
     "comb": ((lambda: _u(0, 20).round(), lambda: _u(-1, 20).round()), ss.comb, 5e-5, 1e-11),
     "poch": ((POS, lambda: _u(-0.9, 3)), ss.poch, 5e-5, 1e-11),
     "boxcox": ((POS, lambda: _u(-2, 2)), ss.boxcox, 5e-5, 1e-12),

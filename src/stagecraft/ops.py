@@ -17,23 +17,13 @@ from typing import Any, Callable
 import numpy as np
 
 from stagecraft import core, dtypes
-from stagecraft.core import Tracer
 from stagecraft.lax.slicing import GatherScatterMode
 from stagecraft.numpy import reductions
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import arange, full
-from stagecraft.runtime.array import Array
+from stagecraft.numpy.util import check_arraylike
 
 __all__ = ["segment_max", "segment_min", "segment_prod", "segment_sum"]
-
-
-def _check_arraylike(name: str, *args: Any) -> None:
-  for pos, x in enumerate(args):
-    ok = (dtypes.is_python_scalar(x) or isinstance(x, (Array, Tracer, np.ndarray, np.generic))
-          or (hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "__array__")))
-    if not ok:
-      raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at "
-                      f"position {pos}.")
 
 
 def _identity(kind: str, dtype: np.dtype) -> Any:
@@ -84,7 +74,7 @@ def _num_segments(name: str, num_segments: Any, segment_ids: Any) -> int:
 def _segment_reduce(name: str, kind: str, reducer: Callable, data: Any, segment_ids: Any,
                     num_segments: Any, indices_are_sorted: bool, unique_indices: bool,
                     bucket_size: int | None, mode: Any, out_sharding: Any) -> Any:
-  _check_arraylike(name, data, segment_ids)
+  check_arraylike(name, data, segment_ids)
   if out_sharding is not None:
     raise NotImplementedError(f"{name}: `out_sharding` is not supported by stagecraft yet; "
                               f"apply a sharding to the result instead.")

@@ -6,6 +6,7 @@ each pairwise step is one `dot_general` with batch and contracting dimensions.
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, Callable, Sequence
 
@@ -15,15 +16,17 @@ import opt_einsum
 from stagecraft import core, dtypes, lax
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.runtime.array import Array
-from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import zeros_like
 from stagecraft.numpy.lax_numpy import pad
-from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_shapes, broadcast_to,
-                                           diagonal, expand_dims, flip, moveaxis, ravel, reshape, squeeze,
-                                           stack)
-from stagecraft.numpy.ufuncs import conjugate, multiply, subtract
-from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, dtype_of, promote_dtypes,
-                                   promote_dtypes_inexact, shape_of, slice_axis)
+from stagecraft.numpy.manipulation import (broadcast_shapes, broadcast_to, diagonal, expand_dims,
+                                           flip, moveaxis, ravel, reshape, squeeze, stack)
+from stagecraft.numpy.ufuncs import conjugate, multiply
+from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, check_arraylike, dtype_of,
+                                   ensure_arraylike, promote_dtypes, promote_dtypes_inexact,
+                                   shape_of, slice_axis)
+from stagecraft.numpy.vectorize import vectorize
+from stagecraft.pjit import jit
 
 __all__ = ["matmul", "dot", "vdot", "tensordot", "einsum", "einsum_path", "outer", "inner",
            "kron", "cross", "vecdot", "matvec", "vecmat", "convolve", "correlate"]
@@ -266,9 +269,10 @@ def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_elemen
   batch = [c for c in sa if c in sb and c in out]
   contract = [c for c in sa if c in sb and c not in out]
   free = lambda s, t: "".join(c for c in s if c not in t)
-  if (out != "".join(batch) + free(sa, sb) + free(sb, sa)
-      and out == "".join(batch) + free(sb, sa) + free(sa, sb)):
-    # NB: the other operand order gives the result without a transpose (JAX's choice)
+  if out == "".join(batch) + free(sb, sa) + free(sa, sb):
+    # NB: as JAX's einsum, the second operand goes first when that order gives the result
+    # without a transpose (opt_einsum lists the operands of a step last first); else the
+    # given order, transposed if need be.
     a, b, sa, sb = b, a, sb, sa
   dn = ((tuple(sa.index(c) for c in contract), tuple(sb.index(c) for c in contract)),
         (tuple(sa.index(c) for c in batch), tuple(sb.index(c) for c in batch)))
@@ -349,33 +353,42 @@ def kron(a: ArrayLike, b: ArrayLike):
   return reshape(lax.mul(ab, bb), tuple(x * y for x, y in zip(shape_of(a), shape_of(b))))
 
 
+@jit(static_argnames=("axisa", "axisb", "axisc", "axis"))
 def cross(a: ArrayLike, b: ArrayLike, axisa: int = -1, axisb: int = -1, axisc: int = -1,
           axis: int | None = None):
   """The cross product of 2- or 3-vectors along the given axes (broadcast elsewhere); for
   two 2-vectors, the scalar z-component.
 
+  Jitted as JAX's (`jit[name=cross]`; static axes): the vector axes move last, the three
+  components are computed from the components of the inputs (a missing third one is 0) and
+  joined along a new leading axis (`concatenate`), which moves to `axisc`.
+
+  Args:
+    a, b: arrays `[*s, 2 or 3]` (the vector axis at `axisa` / `axisb`), broadcast together.
+    axisa, axisb, axisc: the vector axes of `a`, `b` and the result.
+    axis: overrides all three.
+
+  Returns:
+    `[*s, 3]` (vector axis at `axisc`), or `[*s]` for two 2-vectors.
+
   Raises:
+    TypeError: `a` or `b` not an array or scalar (a list).
     ValueError: if a vector dimension is neither 2 nor 3.
-    TypeError: for bool inputs.
   """
+  check_arraylike("cross", a, b)
   if axis is not None:
     axisa = axisb = axisc = axis
-  a = moveaxis(asarray(a), axisa, -1)
-  b = moveaxis(asarray(b), axisb, -1)
-  if shape_of(a)[-1] not in (2, 3) or shape_of(b)[-1] not in (2, 3):
+  a = moveaxis(a, axisa, -1)
+  b = moveaxis(b, axisb, -1)
+  if a.shape[-1] not in (2, 3) or b.shape[-1] not in (2, 3):
     raise ValueError("Dimension must be either 2 or 3 for cross product")
-
-  def comp(x, i):
-    return x[..., i] if i < shape_of(x)[-1] else zeros_like(x[..., 0])
-
-  a0, a1, a2 = (comp(a, i) for i in range(3))
-  b0, b1, b2 = (comp(b, i) for i in range(3))
-  sub, mul = subtract, multiply
-  if shape_of(a)[-1] == 2 and shape_of(b)[-1] == 2:
-    return sub(mul(a0, b1), mul(a1, b0))
-  c = stack(broadcast_arrays(sub(mul(a1, b2), mul(a2, b1)),
-                                     sub(mul(a2, b0), mul(a0, b2)),
-                                     sub(mul(a0, b1), mul(a1, b0))))
+  if a.shape[-1] == 2 and b.shape[-1] == 2:
+    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+  a0, a1 = a[..., 0], a[..., 1]
+  a2 = a[..., 2] if a.shape[-1] == 3 else zeros_like(a0)
+  b0, b1 = b[..., 0], b[..., 1]
+  b2 = b[..., 2] if b.shape[-1] == 3 else zeros_like(b0)
+  c = array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
   return moveaxis(c, 0, axisc)
 
 
@@ -384,17 +397,28 @@ def vecdot(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1, precision=None,
   """The (conjugated) dot product of vectors along `axis`, broadcasting the other axes:
   `sum(conj(x1) * x2, axis)`.
 
+  As JAX's: `vdot` vectorized over the broadcast batch (signature `(n),(n)->()`), so a traced
+  program holds one batched `dot_general`.
+
+  Args:
+    x1, x2: arrays `[*s1, n]`, `[*s2, n]` (the vector axis at `axis`), batch shapes
+      broadcast together.
+    axis: the vector axis.
+
+  Returns:
+    `[*broadcast(s1, s2)]`, the promoted dtype (or `preferred_element_type`).
+
   Raises:
+    TypeError: `x1` or `x2` not an array or scalar (a list).
     ValueError: if the vector dimensions differ.
   """
-  x1, x2 = promote_dtypes(asarray(x1), asarray(x2))
+  x1, x2 = ensure_arraylike("jnp.vecdot", x1, x2)
+  if x1.shape[axis] != x2.shape[axis]:
+    raise ValueError(f"axes must match; got shapes {x1.shape} and {x2.shape} with {axis=}")
   x1, x2 = moveaxis(x1, axis, -1), moveaxis(x2, axis, -1)
-  if shape_of(x1)[-1] != shape_of(x2)[-1]:
-    raise ValueError(f"vecdot: vector dimensions differ: {shape_of(x1)} and {shape_of(x2)}.")
-  return squeeze(squeeze(matmul(expand_dims(conjugate(x1), -2),
-                                        expand_dims(x2, -1), precision=precision,
-                                        preferred_element_type=preferred_element_type),
-                                 -1), -1)
+  return vectorize(functools.partial(vdot, precision=precision,
+                                     preferred_element_type=preferred_element_type),
+                   signature="(n),(n)->()")(x1, x2)
 
 
 def matvec(x1: ArrayLike, x2: ArrayLike, /):

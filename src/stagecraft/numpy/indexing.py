@@ -34,7 +34,9 @@ from stagecraft.numpy.array_creation import ones_like, zeros
 from stagecraft.numpy.manipulation import (atleast_1d, broadcast_shapes, broadcast_to, concatenate,
                                            ravel, stack)
 from stagecraft.numpy.ufuncs import clip, not_equal, remainder
-from stagecraft.numpy.util import ArrayLike, as_array, canonicalize_axis, promote_dtypes, shape_of
+from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, ensure_arraylike,
+                                   promote_dtypes, shape_of)
+from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
 __all__ = ["take", "take_along_axis", "put", "nonzero", "argwhere", "flatnonzero", "where",
@@ -809,6 +811,10 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
          indices_are_sorted: bool = False, fill_value: Any = None):
   """Elements of `a` at `indices` along `axis` (JAX's `numpy.take`), one gather.
 
+  As JAX's numpy, the computation is a jitted function, `_take` (static `axis`, `mode`,
+  `unique_indices`, `indices_are_sorted`, `fill_value`): a `jit[name=_take]` equation in a
+  traced program.
+
   Args:
     a: array `T[*s]`.
     indices: integer array `I[*i]`; negative values count from the end.
@@ -824,72 +830,82 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
     `T[*s[:axis], *i, *s[axis+1:]]`.
 
   Raises:
+    TypeError: for `a` or `indices` not an array or scalar (a list), or non-integer indices.
     NotImplementedError: for `out` or `mode='raise'` (NumPy's default).
     ValueError: for an unknown mode or an axis out of bounds.
     IndexError: when taking a non-empty set of indices from an empty axis.
-    TypeError: for non-integer indices.
 
   Examples:
     >>> import numpy as np
     >>> np.asarray(take(np.array([1., 2., 3.], np.float32), np.array([2, -1, 5])))
     array([ 3.,  3., nan], dtype=float32)
   """
+  return _take(a, indices, None if axis is None else operator.index(axis), out, mode,
+               unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
+               fill_value=fill_value)
+
+
+@jit(static_argnames=("axis", "mode", "unique_indices", "indices_are_sorted", "fill_value"))
+def _take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
+          indices_are_sorted=False, fill_value=None):
+  """The body of `take` (jitted under this name, as JAX's)."""
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.take is not supported.")
-  a = asarray(a)
-  indices = _int_indices("take", indices)
+  a, indices = ensure_arraylike("take", a, indices)
+  if not dtypes.is_integer(indices.dtype):
+    raise TypeError(f"take indices must be of integer type, got {indices.dtype}")
   if axis is None:
     a = ravel(a)
     axis = 0
   else:
     axis = canonicalize_axis(axis, a.ndim, "take")
   n = a.shape[axis]
-  if n == 0 and int(np.prod(np.shape(indices))) != 0 and mode != "raise":
-    raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
   if mode is None or mode == "fill":
     gather_mode = lax.GatherScatterMode.FILL_OR_DROP
-    indices = _as_index(indices, n, True)
+    # NB: gather takes no negative indices: they are wrapped once here.
+    indices = ufuncs.where(ufuncs.less(indices, 0), ufuncs.add(indices, n), indices)
   elif mode == "raise":
     raise NotImplementedError("The 'raise' mode to jnp.take is not supported: out-of-bounds "
                               "indices cannot raise inside a computation. Use 'fill' (the "
                               "default), 'clip' or 'wrap'.")
   elif mode == "wrap":
-    indices = _as_index(indices, n, False)   # NB: int32 first: n may not fit the index dtype
-    indices = (np.mod(indices, n) if isinstance(indices, np.ndarray)
-               else remainder(indices, np.int32(n)))
+    indices = remainder(indices, np.asarray(n, indices.dtype))
     gather_mode = lax.GatherScatterMode.PROMISE_IN_BOUNDS
   elif mode == "clip":
     gather_mode = lax.GatherScatterMode.CLIP
   else:
     raise ValueError(f"Invalid mode '{mode}' for np.take; expected 'fill', 'clip' or 'wrap'.")
-  idx_shape = tuple(np.shape(indices))
-  slice_sizes = list(a.shape)
+  k = indices.ndim
   if n == 0:
+    if indices.size != 0:
+      raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
     return a
-  if int(np.prod(idx_shape)) == 0:
-    return zeros(a.shape[:axis] + idx_shape + a.shape[axis + 1:], a.dtype)
-  slice_sizes[axis] = 1
-  k = len(idx_shape)
+  if indices.size == 0:
+    return lax.full_like(a, 0, shape=a.shape[:axis] + indices.shape + a.shape[axis + 1:])
+  slice_sizes = a.shape[:axis] + (1,) + a.shape[axis + 1:]
   dnums = lax.GatherDimensionNumbers(
-      offset_dims=tuple(list(range(axis)) + list(range(axis + k, a.ndim + k - 1))),
+      offset_dims=tuple(range(axis)) + tuple(range(axis + k, a.ndim + k - 1)),
       collapsed_slice_dims=(axis,), start_index_map=(axis,))
-  gather_indices = (indices[..., None] if isinstance(indices, np.ndarray)
-                    else lax.expand_dims(indices, (k,)))
-  return lax.gather(a, gather_indices, dnums, tuple(slice_sizes), mode=gather_mode,
+  return lax.gather(a, indices[..., None], dnums, slice_sizes, mode=gather_mode,
                     unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
                     fill_value=fill_value)
 
 
+@jit(static_argnames=("axis", "mode", "fill_value", "wrap_negative_indices"))
 def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1,
                     mode: Any = None, fill_value: Any = None, *,
                     wrap_negative_indices: bool | None = None):
   """`arr` indexed along `axis` by `indices` matched elementwise on the other axes
   (JAX's `numpy.take_along_axis`): one gather with batching dimensions.
 
+  As JAX's numpy, a jitted function (`jit[name=take_along_axis]` in a traced program;
+  static `axis`, `mode`, `fill_value`, `wrap_negative_indices`).
+
   Args:
     arr: array `T[*s]`.
     indices: integer array of the same rank, broadcast-compatible with `arr` on the other
-      axes (or 1-D when `axis` is None).
+      axes (or 1-D when `axis` is None). Where negative indices are wrapped, they are first
+      converted to int32 (int64 for an axis longer than the int32 range), as JAX's.
     axis: the axis; None flattens `arr`.
     mode: None/'fill' (out-of-bounds give `fill_value`), 'clip', 'promise_in_bounds'.
     fill_value: static scalar for 'fill' (JAX's default per dtype).
@@ -901,12 +917,22 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1,
     `indices`).
 
   Raises:
-    TypeError: for non-integer indices.
+    TypeError: for `arr` or `indices` not an array or scalar (a list), or non-integer
+      indices.
     ValueError: if the ranks differ, or `axis` is None and `indices` is not 1-D.
   """
-  a = asarray(arr)
-  indices = _int_indices("take_along_axis", indices)
-  idx_shape = tuple(np.shape(indices))
+  return _take_along_axis(arr, indices, axis, mode, fill_value,
+                          wrap_negative_indices=wrap_negative_indices)
+
+
+def _take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
+                     wrap_negative_indices=None):
+  """The body of `take_along_axis` (library callers that print no jit of their own use it
+  directly)."""
+  a, indices = ensure_arraylike("take_along_axis", arr, indices)
+  idx_shape = indices.shape
+  if not dtypes.is_integer(indices.dtype):
+    raise TypeError(f"take_along_axis indices must be of integer type, got {indices.dtype}")
   if axis is None:
     if len(idx_shape) != 1:
       raise ValueError(f"take_along_axis indices must be 1D if axis=None, got shape "
@@ -922,14 +948,17 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1,
   arr_shape = a.shape[:axis] + (1,) + a.shape[axis + 1:]
   out_shape = broadcast_shapes(idx_shape, arr_shape)
   if axis_size == 0:
-    return zeros(out_shape, a.dtype)
+    return lax.full(out_shape, 0, a.dtype)
   if wrap_negative_indices is None:
     wrap_negative_indices = mode != "promise_in_bounds"
-  indices = _as_index(indices, axis_size, wrap_negative_indices)
+  if wrap_negative_indices:
+    # NB: the sum of a negative index and the axis size must not overflow.
+    idt = np.dtype(np.int64 if axis_size > np.iinfo(np.int32).max else np.int32)
+    indices = lax.convert_element_type(indices, idt)
+    indices = lax.select(indices < 0, lax.add(indices, np.asarray(axis_size, idt)), indices)
   index_dims = [i for i, d in enumerate(idx_shape) if i == axis or d != 1]
   gather_index_shape = tuple(out_shape[i] for i in index_dims) + (1,)
-  gather_indices = (indices.reshape(gather_index_shape) if isinstance(indices, np.ndarray)
-                    else lax.reshape(indices, gather_index_shape))
+  gather_indices = lax.reshape(indices, gather_index_shape)
   slice_sizes, offset_dims, start_index_map, collapsed = [], [], [], []
   obatch, ibatch, squeeze = [], [], []
   new_i = j = 0
@@ -971,7 +1000,7 @@ def take_axis(x, idx, axis: int):
   shape = list(shape_of(x))
   shape[axis] = shape_of(idx)[0]
   idx = lax.broadcast_in_dim(idx, tuple(shape), (axis,))
-  return take_along_axis(x, idx, axis=axis, mode="clip")
+  return _take_along_axis(x, idx, axis=axis, mode="clip")
 
 
 def _tile_to_size(v, n: int):

@@ -18,7 +18,7 @@ from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
 from stagecraft.numpy import reductions, scalar_types, sorting
 from stagecraft.numpy.array_constructors import array, asarray
-from stagecraft.numpy.array_creation import arange, full_like, zeros, zeros_like
+from stagecraft.numpy.array_creation import arange, eye, full_like, zeros, zeros_like
 from stagecraft.numpy.indexing import at, take_axis
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_shapes, broadcast_to,
                                            concatenate, diagonal, expand_dims, flip, moveaxis,
@@ -28,8 +28,10 @@ from stagecraft.numpy.ufuncs import (absolute, add, clip, divide, equal, floor, 
                                      not_equal, power, remainder, round, sign, subtract, where)
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_tuple,
                                    broadcast_to_shape, canonicalize_axis, check_concrete, const,
-                                   dtype_of, ndim_of, promote_dtypes, promote_dtypes_inexact,
-                                   shape_of, slice_axis, to_bool, to_inexact_dtype)
+                                   dtype_of, ensure_arraylike, ndim_of, promote_dtypes,
+                                   promote_dtypes_inexact, shape_of, slice_axis, to_bool,
+                                   to_inexact_dtype)
+from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
 __all__ = ["astype", "iscomplexobj", "isrealobj", "isscalar", "result_type", "promote_types",
@@ -690,13 +692,54 @@ def fill_diagonal(a: ArrayLike, val: ArrayLike, wrap: bool = False, *,
   return reshape(where(array(is_diag), vals, ravel(a)), shape_of(a))
 
 
-def trace(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
-          out: None = None) -> Array:
-  """Sum along the `offset` diagonal of the planes `(axis1, axis2)`; dtype as `sum` (small
-  integers and bool accumulate in the default integer)."""
+@jit(static_argnames=("axis1", "axis2", "dtype"))
+def trace(a: ArrayLike, offset: int | ArrayLike = 0, axis1: int = 0, axis2: int = 1,
+          dtype: Any = None, out: None = None) -> Array:
+  """Sum along the `offset` diagonal of the planes `(axis1, axis2)`.
+
+  Jitted as JAX's (`jit[name=trace]`; static `axis1`, `axis2`, `dtype`; `offset` may be
+  traced): the planes move last, entries off the diagonal are masked to zero (an `eye` mask
+  built from iotas) and the last two axes are summed.
+
+  Args:
+    a: array `T[*b, n, m]` (the two axes anywhere), rank >= 2.
+    offset: the diagonal: `j == i + offset` (a Python or traced integer).
+    axis1, axis2: the axes of the planes (distinct).
+    dtype: the result dtype; default as `sum` (small integers and bool accumulate in the
+      default integer).
+
+  Returns:
+    `[*b]`.
+
+  Raises:
+    TypeError: `a` not an array or scalar (a list).
+    ValueError: `axis1 == axis2`, or an axis out of range.
+    NotImplementedError: for `out`.
+  """
+  a = ensure_arraylike("trace", a)
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.trace is not supported.")
-  return reductions.sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+  if canonicalize_axis(axis1, a.ndim, "trace") == canonicalize_axis(axis2, a.ndim, "trace"):
+    raise ValueError(f"axis1 and axis2 can not be same. axis1={axis1} and axis2={axis2}")
+  if dtype is not None:
+    dtype = dtypes.canonicalize_dtype(dtype)
+  a_shape = a.shape
+  a = moveaxis(a, (axis1, axis2), (-2, -1))
+  mask = _diagonal_mask(a_shape[axis1], a_shape[axis2], offset)
+  return reductions.sum(where(mask, a, zeros_like(a)), axis=(-2, -1), dtype=dtype)
+
+
+def _diagonal_mask(n: int, m: int, offset):
+  """`eye(n, m, k=offset, dtype=bool)`; a weakly typed traced offset is converted to a strong
+  one next to the `add`, as JAX's lax converts mixed weak operands."""
+  # NB: array_creation.eye adds such an offset without the conversion (so is bypassed).
+  aval = core.get_aval(offset) if isinstance(offset, Tracer) else None
+  if aval is None or not aval.weak_type or aval.shape or not dtypes.is_integer(aval.dtype):
+    return eye(n, m, k=offset, dtype=bool)
+  rows = lax.broadcasted_iota(aval.dtype, (n, m), 0)
+  cols = lax.broadcasted_iota(aval.dtype, (n, m), 1)
+  offset = lax.convert_element_type(offset, aval.dtype, weak_type=False)
+  return lax.eq(lax.add(rows, offset), cols)
 
 
 # ---------------------------------------------------------------------------

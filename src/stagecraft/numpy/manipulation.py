@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax, tree_util
+from stagecraft import dtypes, lax, tree_util
 from stagecraft.core import Tracer
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
@@ -20,8 +20,8 @@ from stagecraft.pjit import jit
 from stagecraft.numpy.array_creation import tri, zeros, zeros_like
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_tuple,
                                    broadcast_to_shape, canonical_shape, canonicalize_axis,
-                                   check_concrete, const, dtype_of, ndim_of, promote_dtypes,
-                                   shape_of, slice_axis)
+                                   check_arraylike, check_concrete, const, dtype_of, ndim_of,
+                                   promote_dtypes, shape_of, slice_axis)
 from stagecraft.runtime.array import Array
 
 __all__ = ["shape", "ndim", "size", "reshape", "ravel", "expand_dims", "squeeze", "atleast_1d",
@@ -324,24 +324,6 @@ def rot90(m: ArrayLike, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Array:
 # Joining
 
 
-def _check_arraylike(name: str, arrays: Sequence[Any]) -> list[Any]:
-  """`arrays` as a list, each an array or a scalar.
-
-  Raises:
-    TypeError: for an element that is neither (a list, None, ...), with JAX's message.
-  """
-  arrays = list(arrays)
-  for pos, a in enumerate(arrays):
-    if dtypes.is_python_scalar(a):
-      continue
-    try:
-      core.get_aval(a)
-    except TypeError:
-      raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(a)} at "
-                      f"position {pos}.") from None
-  return arrays
-
-
 def _concatenate_array(arr: ArrayLike, axis: int | None, dtype: Any = None) -> Array:
   """The concatenation of the slices `arr[0], arr[1], ...` of one array, without
   unstacking it: one reshape that moves the leading axis next to `axis` (JAX's fast path
@@ -418,7 +400,8 @@ def stack(arrays: Sequence[ArrayLike], axis: int = 0, out: None = None,
   if isinstance(arrays, (np.ndarray, Array, Tracer)):
     axis = canonicalize_axis(axis, ndim_of(arrays), "stack")
     return concatenate(expand_dims(arrays, axis + 1), axis=axis, dtype=dtype)
-  arrays = _check_arraylike("stack", arrays)
+  arrays = list(arrays)
+  check_arraylike("stack", *arrays)
   if dtype is not None:
     arrays = [asarray(a, dtype=dtype) for a in arrays]
   else:

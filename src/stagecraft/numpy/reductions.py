@@ -15,9 +15,9 @@ from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import full_like
 from stagecraft.numpy.manipulation import broadcast_shapes, broadcast_to, ravel, reshape
 from stagecraft.numpy.ufuncs import isnan, multiply
-from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, const, dtype_of,
-                                   promote_dtypes_inexact, real_dtype, reduction_axes, shape_of,
-                                   to_inexact_dtype)
+from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, check_arraylike, const,
+                                   dtype_of, promote_dtypes_inexact, real_dtype, reduction_axes,
+                                   shape_of, to_inexact_dtype)
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -55,10 +55,7 @@ def check_where(name: str, where: Any):
   """
   if where is None:
     return None
-  if not (isinstance(where, (Array, core.Tracer, np.ndarray, np.generic))
-          or dtypes.is_python_scalar(where)):
-    raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(where)} at "
-                    f"position 0.")
+  check_arraylike(name, where)
   where = asarray(where)
   if dtype_of(where) != dtypes.bool_:
     raise ValueError(f"jnp.{name}: where must be None or a boolean array; got "

@@ -1,10 +1,11 @@
 """Order statistics and data summaries: quantile, percentile, median (and their NaN-ignoring
 forms), cov, corrcoef, histogram, histogram_bin_edges, bincount, digitize, interp.
 
-Semantics follow JAX's numpy: quantiles sort along the reduced axes (`lax.sort`) and
-interpolate between the two nearest order statistics (NumPy's default 'linear' method and
-'lower', 'higher', 'midpoint', 'nearest'); counts are computed by comparing every element
-with every bin, so no scatter is needed."""
+Semantics follow JAX's numpy, and the functions JAX jits are jitted here under the same names
+with the same bodies, so traced programs print as JAX's: quantiles sort along the reduced
+axes (`lax.sort`) and gather the two nearest order statistics (NumPy's default 'linear'
+method and 'lower', 'higher', 'midpoint', 'nearest', 'inverted_cdf'); `bincount` is one
+scatter-add; histogram counts compare every element with every bin."""
 from __future__ import annotations
 
 import builtins
@@ -22,194 +23,348 @@ from stagecraft.numpy.array_creation import full, ones, ones_like, zeros, zeros_
 from stagecraft.numpy.contractions import dot
 from stagecraft.numpy.indexing import take_along_axis, take_axis
 from stagecraft.numpy.lax_numpy import astype, diff, linspace
-from stagecraft.numpy.manipulation import (atleast_2d, concatenate, diagonal, expand_dims, flip,
-                                           moveaxis, ravel, reshape, squeeze, stack, transpose)
+from stagecraft.numpy.manipulation import (atleast_2d, concatenate, diag, expand_dims, ravel,
+                                           reshape, squeeze, stack, transpose)
 from stagecraft.numpy.sorting import searchsorted
 from stagecraft.numpy.ufuncs import (absolute, add, clip, conjugate, divide, equal, greater,
-                                     greater_equal, imag, isnan, less, less_equal, logical_and,
-                                     logical_not, logical_or, maximum, multiply, real, remainder,
+                                     imag, isnan, less, less_equal, logical_and,
+                                     logical_not, logical_or, multiply, real, remainder,
                                      sqrt, subtract, true_divide, where)
-from stagecraft.numpy.util import (ArrayLike, as_array, check_concrete, const, dtype_of, ndim_of,
-                                   promote_dtypes_inexact, reduction_axes, shape_of, slice_axis,
-                                   to_inexact_dtype)
+from stagecraft.numpy.util import (ArrayLike, as_array, axis_tuple, canonicalize_axis,
+                                   check_arraylike, check_concrete, const, dtype_of,
+                                   ensure_arraylike, ndim_of, promote_dtypes_inexact, shape_of,
+                                   slice_axis, to_inexact_dtype)
+from stagecraft.pjit import jit
+from stagecraft.runtime.array import Array
 
 __all__ = ["quantile", "percentile", "median", "nanquantile", "nanpercentile", "nanmedian",
            "cov", "corrcoef", "histogram", "histogram_bin_edges", "histogram2d", "histogramdd",
            "bincount", "digitize", "interp"]
 
-_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
+_METHODS = ("linear", "lower", "higher", "midpoint", "nearest", "inverted_cdf")
 
 
-def _quantile(name, a, q, axis, method, keepdims, squash_nans):
+def _quantile(a, q, axis, method, keepdims, squash_nans, weights=None):
+  """The body shared by the jitted quantile functions (`a`, `q`, `weights` already Arrays).
+
+  Algorithm (NumPy's `quantile`, Hyndman & Fan (1996) definitions 1 and 7, laid out as JAX's
+  numpy lays it out so that traced programs print the same): the reduced axes become one
+  axis, which is sorted (NaN sorts last; without `squash_nans` a slice with a NaN becomes all
+  NaN first); the position `q * (n - 1)` of each quantile falls between the order statistics
+  `floor` and `ceil` of it, which are gathered and combined as `method` says. With
+  `squash_nans`, `n` counts the non-NaN entries of each slice. 'inverted_cdf' takes the first
+  order statistic whose cumulative weight reaches `q` times the total weight.
+  """
   if method not in _METHODS:
-    raise ValueError("method can only be 'linear', 'lower', 'higher', 'midpoint', or "
-                     "'nearest'")
-  # NB: a and q promote separately: positions and weights are computed in q's dtype, the
-  # result has a's (strongly typed), as in JAX's numpy.
-  a, = promote_dtypes_inexact(as_array(a))
-  q, = promote_dtypes_inexact(as_array(q))
-  a, q = as_array(a), as_array(q)
-  if dtypes.is_complex(dtype_of(a)):
+    raise ValueError("method can only be 'linear', 'lower', 'higher', 'midpoint', 'nearest' "
+                     "or 'inverted_cdf'")
+  if weights is not None:
+    if dtypes.is_complex(weights.dtype):
+      raise ValueError("Weights cannot be complex types.")
+    if method != "inverted_cdf":
+      raise NotImplementedError(f"{method} doesn't support weights. Only method "
+                                f"'inverted_cdf' supports weights.")
+    a, weights = promote_dtypes_inexact(a, weights)
+    if weights.shape != a.shape:
+      if axis is None:
+        raise ValueError("Weights shape must match 'a' shape when axis is None.")
+      axes = axis_tuple(axis, a.ndim, "quantile")
+      if weights.shape != tuple(a.shape[ax] for ax in axes):
+        raise ValueError(f"Weights shape {weights.shape} must match reduction axes "
+                         f"{tuple(a.shape[ax] for ax in axes)}")
+      weights = lax.broadcast_in_dim(weights, a.shape, axes)
+  else:
+    a, = promote_dtypes_inexact(a)
+  if dtypes.is_complex(a.dtype):
     raise ValueError("quantile does not support complex input, as the operation is poorly "
                      "defined.")
-  if ndim_of(q) > 1:
-    raise ValueError(f"q must be have rank <= 1, got shape {shape_of(q)}")
-  nd = ndim_of(a)
-  axes = reduction_axes(axis, nd, name)
-  keep_shape = tuple(1 if i in axes else d for i, d in enumerate(shape_of(a)))
-  kept = [i for i in range(nd) if i not in axes]
-  # The reduced axes become one trailing axis.
-  a = transpose(a, (*kept, *axes)) if nd else a
-  rest = tuple(shape_of(a)[:len(kept)])
-  n = math.prod(shape_of(a)[len(kept):])
-  if n == 0 and math.prod(shape_of(q)) != 0:
-    # No element to take a quantile of: JAX's errors (its gather of one element fails
-    # statically; nanquantile's fails only when there are results, and indexes a scalar
-    # one first).
-    if squash_nans and math.prod(rest) == 0:
-      # An empty result: nothing to compute (a constant, so a zero derivative).
-      return lax.full(shape_of(q) + (keep_shape if keepdims else rest), np.nan, dtype_of(a))
-    if squash_nans and not rest and not keepdims:
-      raise IndexError("index is out of bounds for axis 0 with size 0")
-    else:
-      raise TypeError("Slice size at index 0 in gather op is out of range, must be "
-                      "within [0, 0 + 1), got 1.")
-  a = reshape(a, (*rest, n))
-  qdt = dtype_of(q)
-  if squash_nans:
-    a = lax.sort(a, dimension=-1)   # NaNs sort last
-    counts = reductions.sum(lax.bitwise_not(isnan(a)), axis=-1, dtype=qdt)
+  keep_shape = []   # the shape of a kept-dims result, where reshaping is needed
+  if axis is None:
+    if keepdims:
+      keep_shape = [1] * a.ndim
+    a = ravel(a)
+    if weights is not None:
+      weights = ravel(weights)
+    axis = 0
+  elif isinstance(axis, tuple):
+    nd = a.ndim
+    axes = tuple(canonicalize_axis(ax, nd, "quantile") for ax in axis)
+    if len(set(axes)) != len(axes):
+      raise ValueError("repeated axis")
+    keep_shape = [1 if i in axes else d for i, d in enumerate(a.shape)]
+    # The kept axes move to the front by successive swaps (so the reduced ones are not in
+    # sorted order: the order of the flattened elements does not matter once sorted).
+    perm = list(range(nd))
+    for i, k in enumerate(sorted(set(range(nd)) - set(axes))):
+      perm[i], perm[k] = perm[k], perm[i]
+    new_shape = (tuple(d for i, d in enumerate(a.shape) if i not in axes)
+                 + (math.prod(a.shape[i] for i in axes),))
+    a = lax.reshape(a, new_shape, perm)
+    if weights is not None:
+      weights = lax.reshape(weights, new_shape, perm)
+    axis = a.ndim - 1
   else:
-    a = where(reductions.any(isnan(a), axis=-1, keepdims=True), const(a, np.nan), a)
-    a = lax.sort(a, dimension=-1)
-    counts = full(rest, n, qdt)
-  # Positions per (q, slice): q_[*q, *rest].
-  qb = lax.broadcast_in_dim(q, (*shape_of(q), *rest), tuple(range(ndim_of(q))))
-  cb = lax.broadcast_in_dim(counts, (*shape_of(q), *rest), tuple(range(ndim_of(q), ndim_of(qb))))
-  pos = lax.mul(qb, lax.sub(cb, const(cb, 1)))
-  low, high = lax.floor(pos), lax.ceil(pos)
-  high_w = lax.sub(pos, low)
-  low_w = lax.sub(const(high_w, 1), high_w)
-  top = lax.max(lax.sub(cb, const(cb, 1)), const(cb, 0))
-  low = lax.max(const(low, 0), lax.min(low, top))
-  high = lax.max(const(high, 0), lax.min(high, top))
+    axis = canonicalize_axis(axis, a.ndim, "quantile")
+  q_shape, q_ndim = q.shape, q.ndim
+  if q_ndim > 1:
+    raise ValueError(f"q must be have rank <= 1, got shape {q.shape}")
+  a_shape = a.shape
+  q_in = q
   idt = dtypes.default_int_dtype()
-  low_i, high_i = lax.convert_element_type(low, idt), lax.convert_element_type(high, idt)
-  # Gather along the sorted axis: indices [*rest, m] with m = prod(q's shape).
-  m = math.prod(shape_of(q))
-
-  def gather(idx):
-    idx = reshape(moveaxis(reshape(idx, (m, *rest)), 0, -1), (*rest, m))
-    if n == 0:
-      return full((*rest, m), np.nan, dtype_of(a))
-    vals = take_along_axis(a, idx, axis=len(rest), mode="clip")
-    return reshape(moveaxis(vals, -1, 0), (*shape_of(q), *rest))
-
-  lo_v, hi_v = gather(low_i), gather(high_i)
-  if method == "linear":
-    lo_v, hi_v = lax.convert_element_type(lo_v, qdt), lax.convert_element_type(hi_v, qdt)
-    out = lax.add(lax.mul(lo_v, low_w), lax.mul(hi_v, high_w))
-  elif method == "lower":
-    out = lo_v
-  elif method == "higher":
-    out = hi_v
-  elif method == "nearest":
-    out = lax.select(lax.le(high_w, const(high_w, 0.5)), lo_v, hi_v)
-  else:
-    out = lax.mul(lax.add(lo_v, hi_v), const(lo_v, 0.5))
   if squash_nans:
-    out = where(lax.eq(cb, const(cb, 0)), const(out, np.nan), out)
+    # NB: a NaN of either sign becomes a positive one, which sorts last.
+    a = where(isnan(a), np.nan, a)
+    if weights is not None:
+      a, weights = lax.sort_key_val(a, weights, dimension=axis)
+    else:
+      a = lax.sort(a, dimension=axis)
+    counts = reductions.sum(lax.bitwise_not(isnan(a)), axis=axis, dtype=q.dtype,
+                            keepdims=keepdims)
+    reduced_shape = counts.shape
+    q = lax.expand_dims(q, tuple(range(q_ndim, len(reduced_shape) + q_ndim)))
+    counts = lax.expand_dims(counts, tuple(range(q_ndim)))
+    q = lax.mul(q, lax.sub(counts, _strong(q, 1)))
+    low, high = lax.floor(q), lax.ceil(q)
+    high_weight = lax.sub(q, low)
+    low_weight = lax.sub(_strong(high_weight, 1), high_weight)
+    low = lax.max(_strong(low, 0), lax.min(low, counts - 1))
+    high = lax.max(_strong(high, 0), lax.min(high, counts - 1))
+    low = lax.convert_element_type(low, idt)
+    high = lax.convert_element_type(high, idt)
+    out_shape = q_shape + reduced_shape
+    index = [lax.broadcasted_iota(idt, out_shape, d + q_ndim)
+             for d in range(len(reduced_shape))]
+    if keepdims:
+      index[axis] = low
+    else:
+      index.insert(axis, low)
+    low_value = a[tuple(index)]
+    index[axis] = high
+    high_value = a[tuple(index)]
+  else:
+    a = where(reductions.any(isnan(a), axis=axis, keepdims=True), np.nan, a)
+    if weights is not None:
+      a, weights = lax.sort_key_val(a, weights, dimension=axis)
+    else:
+      a = lax.sort(a, dimension=axis)
+    n = lax.convert_element_type(a_shape[axis], q.dtype)
+    q = lax.mul(q, n - 1)
+    low, high = lax.floor(q), lax.ceil(q)
+    high_weight = lax.sub(q, low)
+    low_weight = lax.sub(_strong(high_weight, 1), high_weight)
+    low = lax.clamp(_strong(low, 0), low, n - 1)
+    high = lax.clamp(_strong(high, 0), high, n - 1)
+    low = lax.convert_element_type(low, idt)
+    high = lax.convert_element_type(high, idt)
+    slice_sizes = a_shape[:axis] + (1,) + a_shape[axis + 1:]
+    dnums = lax.GatherDimensionNumbers(
+        offset_dims=tuple(range(q_ndim, len(a_shape) + q_ndim - (0 if keepdims else 1))),
+        collapsed_slice_dims=() if keepdims else (axis,), start_index_map=(axis,))
+    low_value = lax.gather(a, low[..., None], dnums, slice_sizes,
+                           mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+    high_value = lax.gather(a, high[..., None], dnums, slice_sizes,
+                            mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+    if q_ndim == 1:
+      low_weight = lax.broadcast_in_dim(low_weight, low_value.shape, (0,))
+      high_weight = lax.broadcast_in_dim(high_weight, high_value.shape, (0,))
+  if method == "linear":
+    result = lax.add(lax.mul(astype(low_value, q.dtype), low_weight),
+                     lax.mul(astype(high_value, q.dtype), high_weight))
+  elif method == "lower":
+    result = low_value
+  elif method == "higher":
+    result = high_value
+  elif method == "nearest":
+    result = lax.select(lax.le(high_weight, _strong(high_weight, 0.5)), low_value, high_value)
+  elif method == "midpoint":
+    result = lax.mul(lax.add(low_value, high_value), _strong(low_value, 0.5))
+  else:
+    result = _inverted_cdf(a, q_in, weights, axis, keepdims, squash_nans, a_shape[axis])
+  if keepdims and keep_shape:
+    if q_ndim > 0:
+      keep_shape = [q_shape[0], *keep_shape]
+    result = reshape(result, tuple(keep_shape))
+  return lax.convert_element_type(result, a.dtype)
+
+
+def _inverted_cdf(a, q, weights, axis, keepdims, squash_nans, n):
+  """NumPy's 'inverted_cdf' quantile of the sorted `a` (weighted; unit weights without
+  `weights`): per quantile, the first order statistic whose cumulative weight reaches
+  `q * total`. NaN where a weight is negative or NaN, and where a slice has NaN data
+  (`squash_nans`: where it has nothing but NaN)."""
+  q_ndim = q.ndim
+  idt = dtypes.default_int_dtype()
+  if weights is None:
+    weights = lax.full_like(a, 1.0)
+  zero = lax.full_like(weights, 0)
+  bad_weights = lax.bitwise_or(lax.lt(weights, zero), isnan(weights))
+  nan_data = isnan(a)
+  clean = lax.select(lax.bitwise_or(bad_weights, nan_data), zero, weights)
+  cum = reductions.cumsum(clean, axis=axis)
+  total = lax.index_in_dim(cum, -1, axis=axis, keepdims=keepdims)
+  total_q = lax.expand_dims(total, tuple(range(q_ndim)))
+  target = lax.mul(lax.reshape(q, q.shape + (1,) * total.ndim), total_q)
+  if not keepdims:
+    target = lax.expand_dims(target, (axis + q_ndim,))
+  below = lax.lt(lax.expand_dims(cum, tuple(range(q_ndim))), target)
+  idx = reductions.sum(lax.convert_element_type(below, idt), axis=axis + q_ndim,
+                       keepdims=keepdims)
+  if squash_nans:
+    valid = reductions.sum(lax.bitwise_not(nan_data), axis=axis, dtype=q.dtype,
+                           keepdims=keepdims)
+  else:
+    valid = lax.full_like(total, n, dtype=q.dtype)
+  top = lax.convert_element_type(lax.sub(valid, _strong(valid, 1)), idt)
+  top = lax.convert_element_type(lax.expand_dims(top, tuple(range(q_ndim))), idx.dtype)
+  idx = lax.max(_strong(idx, 0), lax.min(idx, top))
+  take = lax.squeeze(idx, (q_ndim + axis,)) if keepdims else idx
+  if q_ndim == 0:
+    result = lax.squeeze(take_along_axis(a, lax.expand_dims(take, (axis,)), axis=axis),
+                         (axis,))
+  else:
+    # The quantile axis moves to `axis`, the one taken along, and back.
+    perm = [*range(q_ndim, q_ndim + axis), *range(q_ndim), *range(q_ndim + axis, take.ndim)]
+    result = take_along_axis(a, lax.transpose(take, tuple(perm)), axis=axis)
+    result = lax.transpose(result, tuple(perm.index(i) for i in range(len(perm))))
   if keepdims:
-    out = reshape(out, (*shape_of(q), *keep_shape))
-  return lax.convert_element_type(out, dtype_of(a))
+    result = lax.expand_dims(result, (q_ndim + axis,))
+  all_nan = lax.eq(valid, lax.full_like(valid, 0))
+  any_bad = reductions.any(bad_weights, axis=axis, keepdims=keepdims)
+  if squash_nans:
+    force_nan = lax.bitwise_or(any_bad, all_nan)
+  else:
+    force_nan = lax.bitwise_or(any_bad, reductions.any(nan_data, axis=axis,
+                                                       keepdims=keepdims))
+  force_nan = lax.expand_dims(force_nan, tuple(range(q_ndim)))
+  return where(force_nan, lax.full_like(result, np.nan), result)
 
 
+def _strong(x, v):
+  """`v` as a strongly typed NumPy scalar of x's dtype (JAX's `lax._const` of an array)."""
+  return np.asarray(v, x.dtype)
+
+
+def _no_overwrite(name, out, overwrite_input):
+  if overwrite_input or out is not None:
+    raise ValueError(f"jax.numpy.{name} does not support overwrite_input=True or "
+                     f"out != None")
+
+
+def _weights(name, weights):
+  return None if weights is None else ensure_arraylike(name, weights)
+
+
+@jit(static_argnames=("axis", "overwrite_input", "keepdims", "method"))
 def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | None = None,
              out: None = None, overwrite_input: bool = False, method: str = "linear",
-             keepdims: bool = False, *, interpolation: str | None = None):
+             keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
   """The `q`-th quantiles of `a` over `axis`.
 
+  Jitted as JAX's (`jit[name=quantile]`; static `axis`, `overwrite_input`, `keepdims`,
+  `method`).
+
   Args:
-    a: array `T[*s]`; integers promote to the default float.
-    q: quantiles in [0, 1], a scalar or `[k]` (may be traced).
-    axis: axes to reduce (None: all).
-    method: 'linear' (default), 'lower', 'higher', 'midpoint' or 'nearest' (ties at .5
-      take the lower value, as JAX's numpy).
+    a: array `T[*s]`; integers and bools promote to the default float.
+    q: quantiles in [0, 1], a scalar or `[k]` (may be traced); positions are computed in
+      q's dtype.
+    axis: an axis or a tuple of axes to reduce (None: all).
+    out, overwrite_input: unsupported (None, False).
+    method: 'linear' (default), 'lower', 'higher', 'midpoint', 'nearest' (ties at .5 take
+      the lower value, as JAX's numpy) or 'inverted_cdf'.
     keepdims: keep reduced axes with size 1.
+    weights: observation weights, shaped like `a` or like its reduced axes; only with
+      method 'inverted_cdf'.
 
   Returns:
-    Array `[*q.shape, *reduced s]` of the inexact dtype; NaN for slices containing NaN.
+    Array `[*q.shape, *reduced s]` of a's inexact dtype; NaN for slices containing NaN.
 
   Raises:
-    ValueError: for complex input, an unknown method, or `q` of rank > 1.
-    TypeError: when the reduced axes are empty and `q` is not (JAX's error; `nanquantile`
-      instead gives an empty result for an empty output and IndexError for a scalar one,
-      as JAX's).
+    TypeError: for `a`, `q` or `weights` not an array or scalar (a list).
+    ValueError: for `out` or `overwrite_input`, complex input, an unknown method, `q` of
+      rank > 1, a repeated axis, or weights of the wrong shape.
+    NotImplementedError: for weights with a method other than 'inverted_cdf'.
+
+  Algorithm: NumPy's `quantile` (Hyndman & Fan (1996), "Sample quantiles in statistical
+  packages", definitions 1 and 7).
 
   Examples:
     >>> from stagecraft import numpy as jnp
     >>> jnp.quantile(jnp.array([1., 2., 3., 4.]), 0.5)
     Array(2.5, dtype=float32)
   """
-  _check_args("quantile", out, overwrite_input, interpolation)
-  return _quantile("quantile", a, q, axis, method, keepdims, False)
+  a, q = ensure_arraylike("quantile", a, q)
+  weights = _weights("quantile", weights)
+  _no_overwrite("quantile", out, overwrite_input)
+  return _quantile(a, q, axis, method, keepdims, False, weights)
 
 
+@jit(static_argnames=("axis", "overwrite_input", "keepdims", "method"))
 def nanquantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | None = None,
                 out: None = None, overwrite_input: bool = False, method: str = "linear",
-                keepdims: bool = False, *, interpolation: str | None = None):
-  """`quantile` ignoring NaNs (NaN for all-NaN slices)."""
-  _check_args("nanquantile", out, overwrite_input, interpolation)
-  return _quantile("nanquantile", a, q, axis, method, keepdims, True)
+                keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
+  """`quantile` ignoring NaNs (NaN for all-NaN slices); jitted as `quantile`, which see."""
+  a, q = ensure_arraylike("nanquantile", a, q)
+  weights = _weights("nanquantile", weights)
+  _no_overwrite("nanquantile", out, overwrite_input)
+  return _quantile(a, q, axis, method, keepdims, True, weights)
 
 
-def _check_args(name, out, overwrite_input, interpolation):
-  if out is not None:
-    raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported.")
-  if overwrite_input:
-    raise ValueError(f"jnp.{name} does not support overwrite_input=True (arrays are "
-                     f"immutable).")
-  if interpolation is not None:
-    raise TypeError(f"{name}() argument interpolation was removed in NumPy 2.0; use "
-                    f"method= instead.")
-
-
-def _percent(q):
-  q = as_array(q)
-  q, = promote_dtypes_inexact(q)
-  return lax.div(as_array(q), const(q, 100))
-
-
+@jit(static_argnames=("axis", "overwrite_input", "keepdims", "method", "out_sharding"))
 def percentile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | None = None,
                out: None = None, overwrite_input: bool = False, method: str = "linear",
-               keepdims: bool = False, *, interpolation: str | None = None):
-  """`quantile(a, q / 100, ...)`: `q` in [0, 100]."""
-  _check_args("percentile", out, overwrite_input, interpolation)
-  return _quantile("percentile", a, _percent(q), axis, method, keepdims, False)
+               keepdims: bool = False, *, weights: ArrayLike | None = None,
+               out_sharding: Any = None) -> Array:
+  """`quantile(a, q / 100, ...)`: `q` in [0, 100], promoted to an inexact dtype first.
+  Jitted as JAX's (`jit[name=percentile]` around a nested `quantile`).
+
+  Raises:
+    NotImplementedError: for `out_sharding` (the result follows the partitioner).
+    As `quantile` otherwise.
+  """
+  a, q = ensure_arraylike("percentile", a, q)
+  weights = _weights("percentile", weights)
+  q, = promote_dtypes_inexact(q)
+  if out_sharding is not None:
+    raise NotImplementedError("jnp.percentile: out_sharding is not supported.")
+  return quantile(a, true_divide(q, 100), axis=axis, out=out,
+                  overwrite_input=overwrite_input, method=method, keepdims=keepdims,
+                  weights=weights)
 
 
+@jit(static_argnames=("axis", "overwrite_input", "keepdims", "method"))
 def nanpercentile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | None = None,
                   out: None = None, overwrite_input: bool = False, method: str = "linear",
-                  keepdims: bool = False, *, interpolation: str | None = None):
-  """`nanquantile(a, q / 100, ...)`."""
-  _check_args("nanpercentile", out, overwrite_input, interpolation)
-  return _quantile("nanpercentile", a, _percent(q), axis, method, keepdims, True)
+                  keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
+  """`nanquantile(a, q / 100, ...)`; jitted as `percentile`, which see."""
+  a, q = ensure_arraylike("nanpercentile", a, q)
+  weights = _weights("nanpercentile", weights)
+  q, = promote_dtypes_inexact(q)
+  return nanquantile(a, true_divide(q, 100), axis=axis, out=out,
+                     overwrite_input=overwrite_input, method=method, weights=weights,
+                     keepdims=keepdims)
 
 
+@jit(static_argnames=("axis", "overwrite_input", "keepdims"))
 def median(a: ArrayLike, axis: int | tuple[int, ...] | None = None, out: None = None,
-           overwrite_input: bool = False, keepdims: bool = False):
-  """The median over `axis` (`quantile(a, 0.5)`); NaN for slices containing NaN."""
-  _check_args("median", out, overwrite_input, None)
-  return _quantile("median", a, 0.5, axis, "midpoint", keepdims, False)
+           overwrite_input: bool = False, keepdims: bool = False) -> Array:
+  """The median over `axis`: `quantile(a, 0.5, method='midpoint')`, NaN for slices
+  containing NaN. Jitted as JAX's (`jit[name=median]` around a nested `quantile`)."""
+  a = ensure_arraylike("median", a)
+  return quantile(a, 0.5, axis=axis, out=out, overwrite_input=overwrite_input,
+                  keepdims=keepdims, method="midpoint")
 
 
+@jit(static_argnames=("axis", "overwrite_input", "keepdims"))
 def nanmedian(a: ArrayLike, axis: int | tuple[int, ...] | None = None, out: None = None,
-              overwrite_input: bool = False, keepdims: bool = False):
-  """The median ignoring NaNs."""
-  _check_args("nanmedian", out, overwrite_input, None)
-  return _quantile("nanmedian", a, 0.5, axis, "midpoint", keepdims, True)
+              overwrite_input: bool = False, keepdims: bool = False) -> Array:
+  """The median ignoring NaNs: `nanquantile(a, 0.5, method='midpoint')`; jitted as
+  `median`."""
+  a = ensure_arraylike("nanmedian", a)
+  return nanquantile(a, 0.5, axis=axis, out=out, overwrite_input=overwrite_input,
+                     keepdims=keepdims, method="midpoint")
 
 
+@jit(static_argnames=("rowvar", "bias", "ddof", "dtype"))
 def cov(m: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, bias: bool = False,
         ddof: int | None = None, fweights: ArrayLike | None = None,
         aweights: ArrayLike | None = None, dtype: Any = None):
@@ -229,10 +384,12 @@ def cov(m: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, bias: boo
     RuntimeError: for weights of the wrong shape; TypeError: for non-integer fweights.
   """
   if y is not None:
+    check_arraylike("cov", m, y)
     m, y = (as_array(v) for v in promote_dtypes_inexact(m, y))
     if ndim_of(y) > 2:
       raise ValueError("y has more than 2 dimensions")
   else:
+    check_arraylike("cov", m)
     m, = (as_array(v) for v in promote_dtypes_inexact(m))
   if ndim_of(m) > 2:
     raise ValueError("m has more than 2 dimensions")
@@ -255,7 +412,7 @@ def cov(m: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, bias: boo
     ddof = 1 if not bias else 0
   w = None
   if fweights is not None:
-    fweights = as_array(fweights)
+    fweights = ensure_arraylike("cov", fweights)
     if ndim_of(fweights) > 1:
       raise RuntimeError("cannot handle multidimensional fweights")
     if shape_of(fweights)[0] != nobs:
@@ -264,7 +421,7 @@ def cov(m: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, bias: boo
       raise TypeError("fweights must be integer.")
     w = absolute(fweights)
   if aweights is not None:
-    aweights = as_array(aweights)
+    aweights = ensure_arraylike("cov", aweights)
     if ndim_of(aweights) > 1:
       raise RuntimeError("cannot handle multidimensional aweights")
     if shape_of(aweights)[0] != nobs:
@@ -290,16 +447,18 @@ def cov(m: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, bias: boo
   return squeeze(true_divide(dot(X, conjugate(XT)), f))
 
 
+@jit(static_argnames=("rowvar", "dtype"))
 def corrcoef(x: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, dtype: Any = None):
   """Pearson correlation coefficients: `cov` normalized by the standard deviations, clipped
-  to [-1, 1]."""
+  to [-1, 1]. Jitted as JAX's (`jit[name=corrcoef]` around a nested `cov`)."""
+  check_arraylike("corrcoef", x)
   if dtype is not None and not dtypes.is_inexact(dtypes.canonicalize_dtype(dtype)):
     raise ValueError(f"corrcoef: dtype must be a subclass of float or complex; got "
                      f"dtype={dtype}")
   c = cov(x, y, rowvar, dtype=dtype)
   if ndim_of(c) == 0:
     return divide(c, c)
-  d = diagonal(c)
+  d = diag(c)
   sd = astype(sqrt(real(d)), dtype_of(c))
   c = divide(divide(c, expand_dims(sd, 1)), expand_dims(sd, 0))
   re = clip(real(c), -1, 1)
@@ -320,31 +479,36 @@ def _count_into(idx, length: int, weights):
 
 
 def bincount(x: ArrayLike, weights: ArrayLike | None = None, minlength: int = 0, *,
-             length: int | None = None):
+             length: int | None = None, out_sharding: Any = None):
   """Counts of each value 0, 1, ... in the non-negative integer array `x` (weighted sums
   with `weights`).
 
+  As JAX's: one scatter-add of the weights into zeros at `clip(x, 0)` (out-of-range values
+  dropped).
+
   Args:
-    x: `int[n]` (negative values count as 0, as JAX's numpy clips them).
-    weights: optional `[n]` weights; the result takes their dtype (else int32).
-    minlength: the minimum result length.
+    x: `int[n]` (bool counts as int32; negative values count as 0, as JAX's numpy clips
+      them).
+    weights: optional `[n]` weights; the result takes their dtype (else the default int).
+    minlength: the minimum result length (static).
     length: the static result length (values >= length are dropped); required under jit.
+    out_sharding: unsupported (must be None).
 
   Returns:
     `[length]` (or `[max(minlength, max(x) + 1)]`).
 
   Raises:
-    TypeError: for non-integer `x`.
+    TypeError: for `x` or `weights` not an array or scalar (a list), or non-integer `x`.
     ValueError: for `x` that is not 1-D, or weights of another shape.
     ConcretizationTypeError: if `x` is traced and `length` is not given.
+    NotImplementedError: for `out_sharding`.
   """
-  x = as_array(x)
-  if dtype_of(x) == dtypes.bool_:
+  x = ensure_arraylike("bincount", x)
+  if x.dtype == dtypes.bool_:
     x = lax.convert_element_type(x, dtypes.int32)
-  if not dtypes.is_integer(dtype_of(x)):
-    raise TypeError(f"x argument to bincount must have an integer type; got "
-                    f"{dtype_of(x).name}")
-  if ndim_of(x) != 1:
+  if not dtypes.is_integer(x.dtype):
+    raise TypeError(f"x argument to bincount must have an integer type; got {x.dtype}")
+  if x.ndim != 1:
     raise ValueError("only 1-dimensional input supported.")
   minlength = operator.index(check_concrete(minlength, "bincount", "minlength"))
   if length is None:
@@ -357,13 +521,16 @@ def bincount(x: ArrayLike, weights: ArrayLike | None = None, minlength: int = 0,
   else:
     length = operator.index(check_concrete(length, "bincount", "length"))
   if weights is None:
-    weights = ones(shape_of(x), dtypes.default_int_dtype())
+    weights = np.array(1, dtypes.default_int_dtype())
   else:
-    weights = as_array(weights)
-    if shape_of(weights) != shape_of(x):
-      raise ValueError(f"weights should have the same shape as x, got {shape_of(weights)} and "
-                       f"{shape_of(x)}.")
-  return _count_into(maximum(x, const(x, 0)), length, weights)
+    weights = ensure_arraylike("bincount", weights)
+    if weights.shape != x.shape:
+      raise ValueError(f"type of weights must match type of x. Got typeof(x)="
+                       f"{core.get_aval(x).str_short()} and typeof(weights)="
+                       f"{core.get_aval(weights).str_short()}")
+  if out_sharding is not None:
+    raise NotImplementedError("jnp.bincount: out_sharding is not supported.")
+  return zeros(length, weights.dtype).at[clip(x, 0)].add(weights, mode="drop")
 
 
 def histogram_bin_edges(a: ArrayLike, bins: ArrayLike = 10,
@@ -432,23 +599,34 @@ def histogram(a: ArrayLike, bins: ArrayLike = 10, range: Sequence[ArrayLike] | N
   return counts, edges
 
 
+@jit(static_argnames=("right", "method"))
 def digitize(x: ArrayLike, bins: ArrayLike, right: bool = False, *, method: str | None = None):
   """The index of the bin each value of `x` falls in, for monotonic `bins` (increasing or
-  decreasing), as numpy.digitize; int32 result.
+  decreasing), as numpy.digitize: `searchsorted` on the bins (reversed when they decrease).
+  Jitted as JAX's (`jit[name=digitize]`; static `right`, `method`).
+
+  Args:
+    x: values `[*s]`.
+    bins: `[n]`, monotonic.
+    right: whether the bins are closed on the right.
+    method: `searchsorted`'s method.
+
+  Returns:
+    `int32[*s]`.
 
   Raises:
+    TypeError: `x` or `bins` not an array or scalar (a list).
     ValueError: if `bins` is not 1-D.
   """
-  x, b = as_array(x), as_array(bins)
-  if ndim_of(b) != 1:
+  x, b = ensure_arraylike("digitize", x, bins)
+  if b.ndim != 1:
     raise ValueError(f"digitize: bins must be a 1-dimensional array; got bins={bins}")
-  n = shape_of(b)[0]
-  if n == 0:
-    return zeros(shape_of(x), dtypes.int32)
+  if b.shape[0] == 0:
+    return zeros_like(x, dtype=np.int32)
   side = "left" if right else "right"
-  inc = searchsorted(b, x, side=side)
-  dec = subtract(n, searchsorted(flip(b), x, side=side))
-  return where(greater_equal(b[-1], b[0]), inc, dec)
+  kw = {} if method is None else {"method": method}
+  return where(b[-1] >= b[0], searchsorted(b, x, side=side, **kw),
+               b.shape[0] - searchsorted(b[::-1], x, side=side, **kw))
 
 
 def interp(x: ArrayLike, xp: ArrayLike, fp: ArrayLike, left: ArrayLike | str | None = None,

@@ -19,10 +19,11 @@ from stagecraft.interpreters import ad
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import full, full_like
 from stagecraft.numpy.manipulation import broadcast_shapes, ravel
+# NB: `check_arraylike` (util's) is also read here by reductions, sorting and linalg.
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
-                                   const, convert_dtype, dtype_of, ndim_of, promote_dtypes,
-                                   promote_dtypes_inexact, promote_dtypes_numeric, real_dtype,
-                                   shape_of, to_bool)
+                                   check_arraylike, const, convert_dtype, dtype_of, ndim_of,
+                                   promote_dtypes, promote_dtypes_inexact,
+                                   promote_dtypes_numeric, real_dtype, shape_of, to_bool)
 from stagecraft.pjit import jit
 from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
@@ -1478,23 +1479,6 @@ def iscomplex(x: ArrayLike, /) -> Array:
 
 # ---------------------------------------------------------------------------
 # Selection
-
-
-def check_arraylike(name: str, *args) -> None:
-  """Raises JAX's TypeError for an argument that is not an array or a scalar (lists and
-  tuples included, as JAX's numpy refuses them; None is skipped). A helper of the library,
-  not in `stagecraft.numpy`.
-
-  Raises:
-    TypeError: `{name} requires ndarray or scalar arguments, got {type} at position {i}.`
-  """
-  for i, x in enumerate(args):
-    if x is None or isinstance(x, (Array, Tracer, np.ndarray, np.generic, core.WeakScalarValue)):
-      continue
-    if dtypes.is_python_scalar(x) or (hasattr(x, "shape") and hasattr(x, "dtype")):
-      continue
-    raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at "
-                    f"position {i}.")
 
 
 def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Array:

@@ -7,6 +7,7 @@ arguments that must be static. They build on `array_constructors` only."""
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Any
 
 import numpy as np
@@ -138,6 +139,63 @@ def broadcast_to_shape(x, shape):
     x = array(x)
   # size-1 dims are squeezed away first: broadcast_in_dim needs operand dims == or 1.
   return lax.broadcast_in_dim(x, tuple(shape), dims)
+
+
+# ---------------------------------------------------------------------------
+# Array-like arguments
+
+
+def is_arraylike(x) -> bool:
+  """Whether `x` counts as an array-like argument of the NumPy functions (JAX's rule): an
+  Array, a tracer, a NumPy array, any value with a registered aval (a `jax.Array`, an
+  implicit array), a value with `__jax_array__`, or a scalar in NumPy's sense
+  (`numpy.isscalar`: Python and NumPy scalars). Lists, tuples and None are not.
+
+  NB: strings and bytes are refused here; JAX's rule passes them (`numpy.isscalar`) and
+  every function then fails on them with a TypeError of its own."""
+  if isinstance(x, (str, bytes)):
+    return False
+  if isinstance(x, (Array, Tracer, np.ndarray)) or np.isscalar(x):
+    return True
+  if getattr(x, "__jax_array__", None) is not None:
+    return True
+  return any(t in core.pytype_aval_mappings for t in type(x).__mro__)
+
+
+def check_arraylike(fun_name: str, *args: Any, emit_warning: bool = False,
+                    stacklevel: int = 3) -> None:
+  """Checks that every one of `args` is an array or a scalar (`is_arraylike`), as the NumPy
+  and SciPy functions of JAX do before converting their arguments.
+
+  Args:
+    fun_name: the function named in the message (`"nansum"`, `"norm.logpdf"`).
+    *args: the arguments, numbered from 0 in the message.
+    emit_warning: warn (DeprecationWarning, for the first offending argument) instead of
+      raising.
+    stacklevel: the warning's stack level.
+
+  Raises:
+    TypeError: `{fun_name} requires ndarray or scalar arguments, got {type} at position {i}.`
+      for the first argument that is not array-like (a list, a tuple, None...).
+  """
+  for pos, arg in enumerate(args):
+    if is_arraylike(arg):
+      continue
+    msg = f"{fun_name} requires ndarray or scalar arguments, got {type(arg)} at position {pos}."
+    if emit_warning:
+      warnings.warn(msg + " In a future JAX release this will be an error.",
+                    category=DeprecationWarning, stacklevel=stacklevel)
+      return
+    raise TypeError(msg)
+
+
+def ensure_arraylike(fun_name: str, *args: Any):
+  """`check_arraylike`, then each argument as an Array (or tracer; Python scalars weakly
+  typed): one value for one argument, else a tuple, as JAX's `ensure_arraylike`."""
+  check_arraylike(fun_name, *args, stacklevel=4)
+  out = tuple(as_array(a.__jax_array__() if getattr(a, "__jax_array__", None) is not None
+                       and not isinstance(a, (Array, Tracer)) else a) for a in args)
+  return out[0] if len(out) == 1 else out
 
 
 # ---------------------------------------------------------------------------

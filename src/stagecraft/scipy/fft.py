@@ -9,18 +9,17 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax
+from stagecraft import dtypes, lax
 from stagecraft import numpy as jnp
 from stagecraft.numpy import fft as jnp_fft
-from stagecraft.numpy.util import canonicalize_axis, promote_dtypes_inexact
+from stagecraft.numpy.util import canonicalize_axis, check_arraylike, promote_dtypes_inexact
 from stagecraft.pjit import jit
 
 __all__ = ["dct", "dctn", "idct", "idctn"]
 
 
 def _check(name: str, x: Any, kind: int, norm: str | None):
-  if not (isinstance(x, (list, tuple)) or core.valid_array_type(x)):
-    raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x).__name__}.")
+  check_arraylike(name, x)
   if kind != 2:
     raise NotImplementedError("Only DCT type 2 is implemented.")
   if norm is not None and norm not in ("backward", "ortho"):

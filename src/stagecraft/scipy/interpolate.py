@@ -7,22 +7,15 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, tree_util
+from stagecraft import tree_util
 from stagecraft import numpy as jnp
 from stagecraft.numpy import lax_numpy
-from stagecraft.numpy.util import promote_dtypes_inexact
+from stagecraft.numpy.util import check_arraylike, promote_dtypes_inexact
 from stagecraft.pjit import jit
 
 __all__ = ["RegularGridInterpolator"]
 
 _METHODS = ("linear", "nearest")
-
-
-def _check_arraylike(*args: Any) -> None:
-  for i, a in enumerate(args):
-    if not core.valid_array_type(a):
-      raise TypeError(f"RegularGridInterpolator requires ndarray or scalar arguments, got "
-                      f"{type(a).__name__} at position {i}.")
 
 
 def _points_array(xi: Any, ndim: int):
@@ -33,7 +26,7 @@ def _points_array(xi: Any, ndim: int):
   if isinstance(xi, tuple):
     parts = jnp.broadcast_arrays(*[jnp.asarray(p) for p in xi])
     return jnp.stack([p.astype(float) for p in parts], axis=-1)
-  _check_arraylike(xi)
+  check_arraylike("_ndim_coords_from_arrays", xi)
   xi = jnp.asarray(xi)
   return xi.reshape(-1, ndim) if xi.ndim == 1 else xi
 
@@ -72,20 +65,20 @@ class RegularGridInterpolator:
     self.bounds_error = bounds_error
     if self.bounds_error:
       raise NotImplementedError("`bounds_error` takes no effect under JIT")
-    _check_arraylike(values)
+    check_arraylike("RegularGridInterpolator", values)
     values = jnp.asarray(values)
     if len(points) > values.ndim:
       raise ValueError(f"there are {len(points)} point arrays, but values has {values.ndim} "
                        "dimensions")
     values, = promote_dtypes_inexact(values)
     if fill_value is not None:
-      _check_arraylike(fill_value)
+      check_arraylike("RegularGridInterpolator", fill_value)
       fill_value = jnp.asarray(fill_value)
       if not lax_numpy.can_cast(fill_value.dtype, values.dtype, casting="same_kind"):
         raise ValueError("fill_value must be either 'None' or of a type compatible with "
                          "values")
     self.fill_value = fill_value
-    _check_arraylike(*points)
+    check_arraylike("RegularGridInterpolator", *points)
     self.grid = tuple(jnp.asarray(p) for p in points)
     self.values = values
 

@@ -15,20 +15,13 @@ from stagecraft import core, dtypes, lax
 from stagecraft import numpy as jnp
 from stagecraft.numpy import fft as jnp_fft
 from stagecraft.numpy import linalg
-from stagecraft.numpy.util import canonicalize_axis, promote_dtypes_inexact
+from stagecraft.numpy.util import canonicalize_axis, check_arraylike, promote_dtypes_inexact
 from stagecraft.pjit import jit
 
 __all__ = ["convolve", "convolve2d", "correlate", "correlate2d", "csd", "detrend",
            "fftconvolve", "istft", "stft", "welch"]
 
 _MODES = ("full", "same", "valid")
-
-
-def _check_arraylike(name: str, *args: Any) -> None:
-  for i, a in enumerate(args):
-    if not (isinstance(a, (list, tuple)) or core.valid_array_type(a)):
-      raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(a).__name__} "
-                      f"at position {i}.")
 
 
 def _static_int(x: Any, what: str) -> int:
@@ -68,7 +61,7 @@ def fftconvolve(in1: Any, in2: Any, mode: str = "full",
   Fourier transforms (`rfftn` for real inputs) and transform back, then take the centred
   part the mode asks for (as `scipy.signal.fftconvolve`).
   """
-  _check_arraylike("fftconvolve", in1, in2)
+  check_arraylike("fftconvolve", in1, in2)
   in1, in2 = promote_dtypes_inexact(jnp.asarray(in1), jnp.asarray(in2))
   if in1.ndim != in2.ndim:
     raise ValueError("in1 and in2 should have the same dimensionality")
@@ -215,7 +208,7 @@ def correlate(in1: Any, in2: Any, mode: str = "full", method: str = "auto",
   """N-dimensional cross-correlation (`scipy.signal.correlate`):
   `z[k] = sum_n in1[n + k] * conj(in2[n])`, i.e. the convolution of `in1` with the flipped
   conjugate of `in2`. Arguments, results and errors as `convolve`."""
-  _check_arraylike("correlate", in1, in2)
+  check_arraylike("correlate", in1, in2)
   in2 = jnp.asarray(in2)
   return convolve(in1, jnp.flip(jnp.conj(in2)), mode, method=method, precision=precision)
 
@@ -407,14 +400,14 @@ def _spectral_helper(x: Any, y: Any, fs: Any = 1.0, window: Any = "hann",
                      f"{list(_BOUNDARIES)}")
   axis = _static_int(axis, "axis of windowed-FFT")
   if y is None:
-    _check_arraylike("spectral_helper", x)
+    check_arraylike("spectral_helper", x)
     x, = promote_dtypes_inexact(jnp.asarray(x))
     axis = canonicalize_axis(axis, x.ndim, "spectral_helper")
     outershape = tuple(d for i, d in enumerate(x.shape) if i != axis)
   else:
     if mode != "psd":
       raise ValueError("two-argument mode is available only when mode=='psd'")
-    _check_arraylike("spectral_helper", x, y)
+    check_arraylike("spectral_helper", x, y)
     x, y = promote_dtypes_inexact(jnp.asarray(x), jnp.asarray(y))
     if x.ndim != y.ndim:
       raise ValueError(f"two-arguments must have the same rank ({x.ndim} vs {y.ndim}).")

@@ -23,7 +23,7 @@ from stagecraft import core, dtypes, lax
 from stagecraft import numpy as jnp
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.numpy.reductions import masked
-from stagecraft.numpy.util import promote_dtypes_inexact
+from stagecraft.numpy.util import check_arraylike, promote_dtypes_inexact
 from stagecraft.pjit import jit
 
 __all__ = [
@@ -41,19 +41,10 @@ ArrayLike = Any
 # Argument handling
 
 
-def _check_arraylike(name: str, *args: Any) -> None:
-  for i, a in enumerate(args):
-    if isinstance(a, (list, tuple)) or not (
-        dtypes.is_python_scalar(a) or isinstance(a, (np.ndarray, np.generic, core.Tracer))
-        or hasattr(a, "__jax_array__") or hasattr(a, "aval") or hasattr(a, "dtype")):
-      raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(a)} at "
-                      f"position {i}.")
-
-
 def _promote_inexact(name: str, *args: Any) -> list[Any]:
   """JAX's `promote_args_inexact`: checks array-likes, promotes to one inexact dtype (weak
   where every argument is weak) and broadcasts to one shape."""
-  _check_arraylike(name, *args)
+  check_arraylike(name, *args)
   args = [jnp.asarray(a) for a in promote_dtypes_inexact(*args)]
   if len(args) > 1:
     shape = lax.broadcast_shapes(*(a.shape for a in args))
@@ -1580,7 +1571,7 @@ def wofz(z: ArrayLike):
   `w(z) = 2 exp(-z²) - w(-z)` in the lower (accuracy about 1e-13 relative near the real
   axis, less far into the lower half plane where `exp(-z²)` dominates).
   """
-  _check_arraylike("wofz", z)
+  check_arraylike("wofz", z)
   z, = promote_dtypes_inexact(z)
   z = jnp.asarray(z)
   if not dtypes.is_complex(z.dtype):
@@ -2154,7 +2145,7 @@ def bessel_jn(z: ArrayLike, *, v: int, n_iter: int = 50):
   """
   v = _concrete_int(v, "Argument v of bessel_jn.")
   n_iter = _concrete_int(n_iter, "Argument n_iter of bessel_jn.")
-  _check_arraylike("bessel_jn", z)
+  check_arraylike("bessel_jn", z)
   z, = promote_dtypes_inexact(z)
   z = jnp.asarray(z)
   if dtypes.is_complex(z.dtype):

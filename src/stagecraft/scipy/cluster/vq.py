@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stagecraft import core
 from stagecraft import numpy as jnp
-from stagecraft.numpy.util import promote_dtypes_inexact
+from stagecraft.numpy.util import check_arraylike, promote_dtypes_inexact
 
 __all__ = ["vq"]
 
@@ -30,10 +29,7 @@ def vq(obs: Any, code_book: Any, check_finite: bool = True):
   Algorithm: all `M x K` Euclidean distances, then the argmin over codes.
   """
   del check_finite
-  for name, a in (("obs", obs), ("code_book", code_book)):
-    if not (isinstance(a, (list, tuple)) or core.valid_array_type(a)):
-      raise TypeError(f"scipy.cluster.vq.vq requires ndarray or scalar arguments, got "
-                      f"{type(a).__name__} for {name}.")
+  check_arraylike("scipy.cluster.vq.vq", obs, code_book)
   obs, cb = promote_dtypes_inexact(jnp.asarray(obs), jnp.asarray(code_book))
   if obs.ndim != cb.ndim:
     raise ValueError("Observation and code_book should have the same rank")

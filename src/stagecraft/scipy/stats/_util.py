@@ -11,27 +11,11 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft import numpy as jnp
-from stagecraft.numpy.util import as_array
+# NB: `check_arraylike` (numpy.util's, JAX's rule) is also read here by the distributions.
+from stagecraft.numpy.util import as_array, check_arraylike
 
 __all__ = ["check_arraylike", "promote_args_inexact", "promote_dtypes_inexact",
            "promote_args_numeric", "log1mexp", "log_diff_exp"]
-
-
-def check_arraylike(fun_name: str, *args: Any) -> None:
-  """Checks that every argument is an array or a scalar.
-
-  Raises:
-    TypeError: for a list, tuple, None or any other non-array argument, with JAX's message
-      (`norm.logpdf requires ndarray or scalar arguments, got <class 'list'> at position 0.`).
-  """
-  for pos, arg in enumerate(args):
-    if dtypes.is_python_scalar(arg):
-      continue
-    try:
-      core.get_aval(arg)
-    except TypeError:
-      raise TypeError(f"{fun_name} requires ndarray or scalar arguments, got {type(arg)} at "
-                      f"position {pos}.") from None
 
 
 def _to_inexact_dtype(dtype: np.dtype) -> np.dtype:
