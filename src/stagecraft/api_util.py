@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, shape_poly, tree_util
 from stagecraft.core import ShapedArray, ShapeDtypeStruct
 from stagecraft.runtime.array import Array
 
@@ -37,7 +37,8 @@ def abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
   if isinstance(x, ShapeDtypeStruct) or (hasattr(x, "shape") and hasattr(x, "dtype")
                                          and not isinstance(x, type)):
     try:
-      return ShapedArray(tuple(int(d) for d in x.shape), dtypes.canonicalize_dtype(x.dtype),
+      return ShapedArray(tuple(d if shape_poly.is_symbolic_dim(d) else int(d) for d in x.shape),
+                         dtypes.canonicalize_dtype(x.dtype),
                          bool(getattr(x, "weak_type", False)))
     except TypeError:
       pass

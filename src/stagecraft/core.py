@@ -18,10 +18,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, traceback_util
-from stagecraft.errors import (ConcretizationTypeError, JaxprTypeError,
-                               TracerArrayConversionError, TracerBoolConversionError,
-                               TracerIntegerConversionError, UnexpectedTracerError)
+from stagecraft import dtypes, shape_poly, traceback_util
+from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOperation,
+                               JaxprTypeError, TracerArrayConversionError,
+                               TracerBoolConversionError, TracerIntegerConversionError,
+                               UnexpectedTracerError)
 
 __all__ = ["ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
@@ -90,7 +91,10 @@ class ShapedArray:
 
   @property
   def size(self) -> int:
-    return int(np.prod(self.shape, dtype=np.int64))
+    try:
+      return int(np.prod(self.shape, dtype=np.int64))
+    except InconclusiveDimensionOperation:   # symbolic dimensions: a dimension expression
+      return shape_poly.prod(self.shape)
 
   def __eq__(self, other):
     return (type(other) is ShapedArray and self.shape == other.shape
@@ -158,7 +162,8 @@ class ShapeDtypeStruct:
   __slots__ = ("shape", "dtype", "weak_type", "sharding")
 
   def __init__(self, shape, dtype, *, weak_type: bool = False, sharding=None):
-    self.shape = tuple(int(d) for d in shape)
+    # NB: symbolic dimensions (stagecraft.export's shape polymorphism) stay as they are.
+    self.shape = tuple(d if shape_poly.is_symbolic_dim(d) else int(d) for d in shape)
     self.dtype = np.dtype(dtype)
     self.weak_type = bool(weak_type)
     self.sharding = sharding

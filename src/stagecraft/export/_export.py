@@ -9,8 +9,13 @@ bytes that `deserialize` loads in another process; `Exported.call(*args)` runs t
 reverse mode (`grad`, `vjp`) through the exported VJP (`Exported.vjp()`, kept in the bytes
 with `serialize(vjp_order=n)`), as in JAX.
 
-What stagecraft exports: programs on one device, with concrete shapes, for one platform,
-without host callbacks or ordered effects. The rest raises a clear error (NotImplementedError).
+What stagecraft exports: programs on one device, for one platform, without host callbacks
+or ordered effects. The rest raises a clear error (NotImplementedError). Shapes may hold
+symbolic dimensions (`symbolic_shape("b, 4")`, JAX's shape polymorphism) for a subset of
+primitives (elementwise operations, reductions, `dot_general`, transposes, concatenation,
+broadcasts, reshapes, iotas, static slices, `dim_as_value`; see `_SYMBOLIC_OK`): the module
+then takes dynamic types (`tensor<?x4xf32>`), and a call checks the concrete shapes (JAX's
+messages) and refines the module to them. Such exports have no VJP.
 
 The serialized format (not JAX's flatbuffers; `deserialize` reads only stagecraft's)::
 
@@ -30,6 +35,7 @@ its `main`) when it is loaded.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 from typing import Any, Callable, Sequence
@@ -37,8 +43,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from jaxlib import xla_client as xc
 
-from stagecraft import api, api_util, core, custom_derivatives, dtypes, pjit, stages, tree_util
+from stagecraft import (api, api_util, core, custom_derivatives, dtypes, pjit, shape_poly, stages,
+                        tree_util)
 from stagecraft.core import ShapedArray, ShapeDtypeStruct
+from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.interpreters import batching, lowering, mapping
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.runtime import cache, client, spmd
@@ -117,7 +125,8 @@ class Exported:
     calling_convention_version: 10.
     module_kept_var_idx: the indices of the arguments the module takes (the others are
       unused and were pruned), sorted.
-    uses_global_constants: False (no symbolic shapes, one platform).
+    uses_global_constants: whether the avals hold symbolic dimensions (the module reads
+      their values from the arguments' shapes).
 
   An Exported is compared and hashed by identity.
   """
@@ -217,109 +226,33 @@ class Exported:
 
 
 # ---------------------------------------------------------------------------
-# Symbolic shapes: parsed, not exported
+# Symbolic shapes (the expressions are in stagecraft.shape_poly)
 
-
-class SymbolicScope:
-  """The scope of symbolic dimensions (JAX's `SymbolicScope`). stagecraft exports concrete
-  shapes only; this exists so that code naming it imports."""
-
-  def __init__(self, constraints: Sequence[str] = ()):
-    self.constraints = tuple(constraints)
-
-
-_CONCRETE_ONLY = ("stagecraft.export exports concrete shapes only: symbolic dimensions "
-                  "(shape polymorphism) are not supported. Export once per concrete shape "
-                  "instead.")
-
-
-class _SymbolicDim:
-  """A dimension variable or expression as `symbolic_shape` parsed it."""
-  __slots__ = ("expr", "scope")
-
-  def __init__(self, expr: str, scope: SymbolicScope):
-    self.expr = expr
-    self.scope = scope
-
-  def __repr__(self):
-    return self.expr
-
-  __str__ = __repr__
-
-  def __int__(self):
-    raise NotImplementedError(_CONCRETE_ONLY + f" (dimension {self.expr!r})")
-
-  __index__ = __int__
-
-
-_DIM = re.compile(r"^\s*(?:[A-Za-z_][A-Za-z0-9_]*|\d+|[-+*/()%\sA-Za-z0-9_]+)\s*$")
-
-
-def symbolic_shape(shape_spec: str | None, *, constraints: Sequence[str] = (),
-                   scope: SymbolicScope | None = None, like: Sequence[int | None] | None = None
-                   ) -> tuple:
-  """Parses a shape specification such as `"b, 4"` (JAX's `symbolic_shape`).
-
-  Returns:
-    A tuple with an int per constant dimension and a symbolic dimension per other one.
-    Symbolic dimensions cannot be exported by stagecraft (`export` raises
-    NotImplementedError, as does `int()` of one, e.g. in `ShapeDtypeStruct`).
-
-  Raises:
-    ValueError: a malformed specification, or one whose rank differs from `like`.
-  """
-  scope = scope or SymbolicScope(constraints)
-  spec = (shape_spec or "").strip()
-  if spec.startswith("(") and spec.endswith(")"):
-    spec = spec[1:-1]
-  parts = [p.strip() for p in spec.split(",")] if spec else []
-  if parts and parts[-1] == "":
-    parts = parts[:-1]
-  if like is not None and len(like) != len(parts):
-    raise ValueError(f"syntax error in polymorphic shape {shape_spec!r}: rank mismatch, the "
-                     f"shape has rank {len(parts)} but `like` {tuple(like)} has rank "
-                     f"{len(like)}.")
-  out = []
-  for i, p in enumerate(parts):
-    if p in ("", "...") or not _DIM.match(p):
-      raise ValueError(f"syntax error in polymorphic shape {shape_spec!r} in dimension {i}: "
-                       f"{p!r} is not a dimension expression.")
-    if p == "_":
-      if like is None or like[i] is None:
-        raise ValueError(f"syntax error in polymorphic shape {shape_spec!r}: '_' in "
-                         f"dimension {i} needs a known dimension in `like`.")
-      out.append(int(like[i]))
-    elif p.isdigit():
-      out.append(int(p))
-    else:
-      out.append(_SymbolicDim(p, scope))
-  return tuple(out)
-
-
-def is_symbolic_dim(p: Any) -> bool:
-  """Whether `p` is a symbolic dimension made by `symbolic_shape`."""
-  return isinstance(p, _SymbolicDim)
+SymbolicScope = shape_poly.SymbolicScope
+symbolic_shape = shape_poly.symbolic_shape
+is_symbolic_dim = shape_poly.is_symbolic_dim
 
 
 def symbolic_args_specs(args: Any, shapes_specs: Any, constraints: Sequence[str] = (),
                         scope: SymbolicScope | None = None):
-  """JAX's `symbolic_args_specs`: ShapeDtypeStructs with symbolic shapes for `args`.
+  """JAX's `symbolic_args_specs`: ShapeDtypeStructs with symbolic shapes for `args` (one
+  specification per leaf, or a prefix tree of them; all in one scope).
 
   Raises:
-    NotImplementedError: for a specification with a symbolic dimension (stagecraft
-      exports concrete shapes only); specifications of constants only give the concrete
-      ShapeDtypeStructs.
+    ValueError: a malformed specification, or both `constraints` and `scope`.
   """
   leaves, tree = tree_util.tree_flatten(args)
   if shapes_specs is None or isinstance(shapes_specs, str):
     specs = [shapes_specs] * len(leaves)
   else:
     specs = tree_util.broadcast_prefix(shapes_specs, args)
+  if scope is not None and constraints:
+    raise ValueError("Cannot specify both a `scope` and `constraints`.")
+  scope = scope or SymbolicScope(constraints)
   out = []
   for x, spec in zip(leaves, specs):
-    shape = tuple(np.shape(x)) if spec is None else symbolic_shape(spec, like=np.shape(x))
-    if any(is_symbolic_dim(d) for d in shape):
-      raise NotImplementedError(_CONCRETE_ONLY + f" (specification {spec!r})")
+    shape = (tuple(np.shape(x)) if spec is None else
+             symbolic_shape(spec, like=np.shape(x), scope=scope))
     out.append(ShapeDtypeStruct(shape, np.result_type(x)))
   return tree_util.tree_unflatten(tree, out)
 
@@ -371,8 +304,12 @@ def export(fun_jit: Any, *, platforms: Sequence[str] | None = None,
   Raises:
     ValueError: `fun_jit` is not a jitted function; the module has custom calls with no
       stability guarantee (not allowed by `disabled_checks`).
-    NotImplementedError: several platforms; symbolic dimensions; a program over several
-      devices (pmap, sharded jit, shard_map); host callbacks or ordered effects.
+    NotImplementedError: several platforms; a primitive without a lowering for symbolic
+      dimensions (named in the message), or a dimension variable that is no argument's
+      dimension (alone or as `k*v + c`); a program over several devices (pmap, sharded
+      jit, shard_map); host callbacks or ordered effects.
+    InconclusiveDimensionOperation: the function compares symbolic dimensions whose order
+      depends on their values (JAX's error).
 
   Example:
     >>> import numpy as np, stagecraft as sc, stagecraft.numpy as jnp
@@ -400,10 +337,6 @@ def export(fun_jit: Any, *, platforms: Sequence[str] | None = None,
                       f"{dc!r}.")
 
   def do_export(*args, **kwargs) -> Exported:
-    for path, leaf in tree_util.tree_flatten_with_path((args, kwargs))[0]:
-      shape = getattr(leaf, "shape", ())
-      if isinstance(shape, tuple) and any(is_symbolic_dim(d) for d in shape):
-        raise NotImplementedError(_CONCRETE_ONLY + f" (argument {tree_util.keystr(path)})")
     traced = fun_jit.trace(*args, **kwargs)
     return _export_traced(traced, platforms, disabled_checks)
 
@@ -421,7 +354,12 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
   jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
   nconst = len(closed.consts)
   n_in = len(jaxpr.invars)
-  instantiate = [False] * nconst + [traced.keep_unused] * (n_in - nconst)
+  symbolic = any(_is_symbolic_aval(v.aval) for v in closed.jaxpr.invars)
+  if symbolic:
+    _check_scopes([v.aval for v in closed.jaxpr.invars], name)
+  # NB: with symbolic dimensions every argument is kept: the module reads the dimension
+  # variables from the arguments' shapes.
+  instantiate = [False] * nconst + [traced.keep_unused or symbolic] * (n_in - nconst)
   dce, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
   if mapping.mesh_chain(dce) or spmd.jaxpr_meshes(dce):
     raise NotImplementedError(f"export of {name}: programs over several devices (pmap, "
@@ -435,7 +373,10 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
   kept = tuple(i - nconst for i in range(nconst, n_in) if used[i])
   in_avals = tuple(v.aval for v in closed.jaxpr.invars)
   out_avals = tuple(v.aval for v in closed.jaxpr.outvars)
-  text = _module_text(name, dce, consts, [in_avals[i] for i in kept], platforms[0])
+  if symbolic:
+    text = _symbolic_module_text(name, dce, consts, [in_avals[i] for i in kept], platforms[0])
+  else:
+    text = _module_text(name, dce, consts, [in_avals[i] for i in kept], platforms[0])
   _check_custom_calls(text, disabled_checks)
   module = _to_artifact(text)
   vjp_cache: list = []
@@ -451,7 +392,8 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
       out_shardings_hlo=(None,) * len(out_avals), nr_devices=1, platforms=platforms,
       ordered_effects=(), unordered_effects=(), disabled_safety_checks=disabled_checks,
       mlir_module_serialized=module, calling_convention_version=_CALLING_CONVENTION_VERSION,
-      module_kept_var_idx=kept, uses_global_constants=False, _get_vjp=get_vjp)
+      module_kept_var_idx=kept, uses_global_constants=symbolic,
+      _get_vjp=_no_symbolic_vjp if symbolic else get_vjp)
 
 
 def _module_text(name: str, jaxpr, consts: Sequence[Any], arg_avals: Sequence[ShapedArray],
@@ -520,6 +462,559 @@ def _tangent_aval(a: ShapedArray) -> ShapedArray:
   if dtypes.is_inexact(a.dtype):
     return ShapedArray(a.shape, a.dtype, a.weak_type)
   return ShapedArray(a.shape, dtypes.float0, a.weak_type)
+
+
+# ---------------------------------------------------------------------------
+# Symbolic dimensions (shape polymorphism): export, lowering, calling
+#
+# A program traced with symbolic avals (`f32[b,4]`) lowers to a module whose `main` takes
+# dynamic types (`tensor<?x4xf32>`): it reads each dimension variable from an argument's
+# shape (`stablehlo.get_dimension_size`), and the ops whose shapes depend on them take
+# their shapes as runtime operands (`dynamic_broadcast_in_dim`, `dynamic_reshape`,
+# `dynamic_iota`), as JAX's modules do. A call for concrete shapes checks them against the
+# symbolic avals, then refines the module to those shapes (jaxlib's
+# `refine_polymorphic_shapes`, StableHLO's shape refinement) and runs or inlines the
+# refined module as a concrete one. The primitives supported with symbolic shapes are
+# those of `_SYMBOLIC_OK` and `_SYMBOLIC_RULES`; others raise NotImplementedError.
+
+
+class _Dyn:
+  """A dynamic dimension in a type: prints `?` (`tensor<?x4xf32>`)."""
+  __slots__ = ()
+
+  def __str__(self):
+    return "?"
+
+  __repr__ = __str__
+
+
+_DYN = _Dyn()
+
+
+def _is_symbolic_aval(a) -> bool:
+  return isinstance(a, ShapedArray) and not shape_poly.is_constant_shape(a.shape)
+
+
+def _dyn_aval(a):
+  """`a` with its symbolic dimensions made dynamic (for the types of the module)."""
+  if not _is_symbolic_aval(a):
+    return a
+  return ShapedArray(tuple(_DYN if shape_poly.is_symbolic_dim(d) else d for d in a.shape),
+                     a.dtype, a.weak_type)
+
+
+def _dyn_type(a) -> str:
+  return lowering.ir_type(_dyn_aval(a))
+
+
+def _check_scopes(avals: Sequence[ShapedArray], fun_name: str) -> None:
+  scopes = {id(d.scope): d for a in avals for d in a.shape if shape_poly.is_symbolic_dim(d)}
+  if len(scopes) > 1:
+    d1, d2 = list(scopes.values())[:2]
+    raise ValueError(f"Invalid mixing of symbolic scopes when exporting {fun_name}: the "
+                     f"dimensions '{d1}' and '{d2}' come from different scopes; parse them "
+                     f"with one `symbolic_shape` call, or pass `scope=`.")
+
+
+def _dim_solutions(avals: Sequence[ShapedArray], fun_name: str) -> dict:
+  """For each dimension variable, where its value comes from: (argument index, dimension
+  index, coefficient, constant) of the first argument dimension `coef*v + const` (JAX
+  solves more general systems; stagecraft these)."""
+  out: dict = {}
+  for i, a in enumerate(avals):
+    for j, d in enumerate(a.shape):
+      if not shape_poly.is_symbolic_dim(d) or len(d.get_vars()) != 1:
+        continue
+      (v,) = d.get_vars()
+      lin = d - shape_poly.parse_dim(v, d.scope)
+      const = lin if shape_poly.is_constant_dim(lin) else None
+      if const is None:   # not `v + c`: try `k*v + c`
+        for k in range(2, 65):
+          r = d - k * shape_poly.parse_dim(v, d.scope)
+          if shape_poly.is_constant_dim(r):
+            const = r
+            break
+        else:
+          continue
+      else:
+        k = 1
+      prev = out.get(v)
+      if prev is None or (prev[2], prev[3]) != (1, 0) and (k, const) == (1, 0):
+        out[v] = (i, j, k, const)
+  missing = sorted(set(shape_poly.dim_vars([a.shape for a in avals])) - set(out))
+  if missing:
+    raise NotImplementedError(
+        f"export of {fun_name}: the dimension variables {missing} do not appear alone (or "
+        f"as `k*v + c`) in an argument's shape; stagecraft solves only those. Use a "
+        f"specification where each variable is some argument's dimension.")
+  return out
+
+
+def _emit(fb, line: str) -> None:
+  fb.lines.append(line)
+
+
+def _i64_const(fb, k: int) -> str:
+  key = ("__dim_const", int(k))
+  r = fb.consts.get(key)
+  if r is None:
+    r = fb.fresh()
+    _emit(fb, f"{r} = stablehlo.constant dense<{int(k)}> : tensor<i64>")
+    fb.consts[key] = r
+  return r
+
+
+def _dim_value(fb, d) -> str:
+  """An SSA value `tensor<i64>` holding the dimension `d` (int or expression)."""
+  if shape_poly.is_constant_dim(d):
+    return _i64_const(fb, d)
+  key = ("__dim", d)
+  r = fb.consts.get(key)
+  if r is not None:
+    return r
+
+  def binop(op):
+    def f(a, b):
+      out = fb.fresh()
+      _emit(fb, f"{out} = stablehlo.{op} {a}, {b} : tensor<i64>")
+      return out
+    return f
+
+  add, mul, sub = binop("add"), binop("multiply"), binop("subtract")
+  div, rem = binop("divide"), binop("remainder")
+
+  def less_than_zero(x):
+    out = fb.fresh()
+    _emit(fb, f"{out} = stablehlo.compare LT, {x}, {_i64_const(fb, 0)}, SIGNED : "
+              f"(tensor<i64>, tensor<i64>) -> tensor<i1>")
+    return out
+
+  def select(c, a, b):
+    out = fb.fresh()
+    _emit(fb, f"{out} = stablehlo.select {c}, {a}, {b} : tensor<i1>, tensor<i64>")
+    return out
+
+  def floordiv(a, k):   # floor division by a positive constant
+    r = rem(a, _i64_const(fb, k))
+    return sub(div(a, _i64_const(fb, k)),
+               select(less_than_zero(r), _i64_const(fb, 1), _i64_const(fb, 0)))
+
+  def mod(a, k):
+    r = rem(a, _i64_const(fb, k))
+    return add(r, select(less_than_zero(r), _i64_const(fb, k), _i64_const(fb, 0)))
+
+  r = d.evaluate(fb.dim_env, add=add, mul=mul, const=lambda c: _i64_const(fb, c),
+                 floordiv=floordiv, mod=mod)
+  fb.consts[key] = r
+  return r
+
+
+def _shape_value(fb, shape) -> str:
+  """An SSA value `tensor<Nxi64>` holding `shape`."""
+  if not shape:
+    r = fb.fresh()
+    _emit(fb, f"{r} = stablehlo.constant dense<> : tensor<0xi64>")
+    return r
+  parts = []
+  for d in shape:
+    v = _dim_value(fb, d)
+    r = fb.fresh()
+    _emit(fb, f"{r} = stablehlo.reshape {v} : (tensor<i64>) -> tensor<1xi64>")
+    parts.append(r)
+  if len(parts) == 1:
+    return parts[0]
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.concatenate {', '.join(parts)}, dim = 0 : "
+            f"({', '.join(['tensor<1xi64>'] * len(parts))}) -> tensor<{len(parts)}xi64>")
+  return r
+
+
+#: StableHLO ops whose results need static shapes (or shapes given as attributes): a rule
+#: that emits one of them with a dynamic type has no symbolic lowering.
+_STATIC_OPS = re.compile(r"stablehlo\.(iota|reshape|slice|pad|reduce_window|gather|scatter|"
+                         r"dynamic_slice|dynamic_update_slice|rng|rng_bit_generator|"
+                         r"custom_call|fft|select_and_scatter|constant|broadcast_in_dim|"
+                         r"convolution|triangular_solve|cholesky)\b")
+_SPLAT = re.compile(r"^(%\S+) = stablehlo\.constant dense<([^\"<>]*)> : (tensor<[^>]*>)$")
+_BCAST = re.compile(r"^(%\S+) = stablehlo\.broadcast_in_dim (%\S+), dims = \[([^\]]*)\] : "
+                    r"\((tensor<[^>]*>)\) -> (tensor<[^>]*>)$")
+
+
+class _SymbolicFuncBuilder(lowering.FuncBuilder):
+  """A FuncBuilder for a body with symbolic dimensions: `dim_env` maps each dimension
+  variable to its `tensor<i64>` value; the lines that the ordinary lowering rules emit with
+  a dynamic type are checked (splat constants and broadcasts become dynamic broadcasts,
+  other static-shape ops raise NotImplementedError)."""
+
+  def __init__(self, module, dim_env: dict):
+    super().__init__(module)
+    self.dim_env = dim_env
+    self.eqn = None
+
+  def emit(self, line: str) -> None:
+    if "?" in line and self.eqn is not None:
+      line = self._dynamic(line)
+      if line is None:
+        return
+    self.lines.append(line)
+
+  def _shape_of_type(self, ty: str):
+    eqn = self.eqn
+    shapes = {a.shape for v in (*eqn.invars, *eqn.outvars)
+              for a in (v.aval,) if _is_symbolic_aval(a) and _dyn_type(a) == ty}
+    if len(shapes) != 1:
+      self._unsupported()
+    return shapes.pop()
+
+  def _unsupported(self):
+    eqn = self.eqn
+    avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if _is_symbolic_aval(v.aval)]
+    dims = sorted({str(d) for a in avals for d in a.shape if shape_poly.is_symbolic_dim(d)})
+    raise NotImplementedError(
+        f"export with symbolic dimensions: the primitive '{eqn.primitive.name}' on "
+        f"{', '.join(a.str_short() for a in avals)} is not supported with the symbolic "
+        f"dimension(s) {', '.join(repr(d) for d in dims)} (its lowering needs static "
+        f"shapes). Export with concrete shapes, or avoid '{eqn.primitive.name}' on "
+        f"symbolic axes.")
+
+  def _dynamic(self, line: str) -> str | None:
+    m = _SPLAT.match(line)
+    if m:
+      r, val, ty = m.groups()
+      shape = self._shape_of_type(ty)
+      elt = ty[ty.rindex("x") + 1:-1]
+      s = self.fresh()
+      self.lines.append(f"{s} = stablehlo.constant dense<{val}> : tensor<{elt}>")
+      sv = _shape_value(self, shape)
+      self.lines.append(f"{r} = stablehlo.dynamic_broadcast_in_dim {s}, {sv}, dims = [] : "
+                        f"(tensor<{elt}>, tensor<{len(shape)}xi64>) -> {ty}")
+      return None
+    m = _BCAST.match(line)
+    if m:
+      r, x, dims, tin, tout = m.groups()
+      shape = self._shape_of_type(tout)
+      sv = _shape_value(self, shape)
+      self.lines.append(f"{r} = stablehlo.dynamic_broadcast_in_dim {x}, {sv}, dims = [{dims}] "
+                        f": ({tin}, tensor<{len(shape)}xi64>) -> {tout}")
+      return None
+    if _STATIC_OPS.search(line):
+      self._unsupported()
+    return line
+
+
+def _sym_broadcast_in_dim(fb, eqn, x):
+  out = eqn.outvars[0].aval
+  sv = _shape_value(fb, out.shape)
+  r = fb.fresh()
+  dims = ", ".join(map(str, eqn.params["broadcast_dimensions"]))
+  _emit(fb, f"{r} = stablehlo.dynamic_broadcast_in_dim {x}, {sv}, dims = [{dims}] : "
+            f"({_dyn_type(eqn.invars[0].aval)}, tensor<{out.ndim}xi64>) -> {_dyn_type(out)}")
+  return [r]
+
+
+def _sym_reshape(fb, eqn, x, *rest):
+  if eqn.params.get("dimensions") is not None or rest:
+    fb._unsupported()
+  out = eqn.outvars[0].aval
+  sv = _shape_value(fb, out.shape)
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.dynamic_reshape {x}, {sv} : ({_dyn_type(eqn.invars[0].aval)}, "
+            f"tensor<{out.ndim}xi64>) -> {_dyn_type(out)}")
+  return [r]
+
+
+def _sym_squeeze(fb, eqn, x):
+  return _sym_reshape(fb, eqn, x)
+
+
+def _sym_iota(fb, eqn):
+  out = eqn.outvars[0].aval
+  sv = _shape_value(fb, out.shape)
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.dynamic_iota {sv}, dim = {eqn.params['dimension']} : "
+            f"(tensor<{out.ndim}xi64>) -> {_dyn_type(out)}")
+  return [r]
+
+
+def _sym_dim_as_value(fb, eqn):
+  v = _dim_value(fb, eqn.params["dim"])
+  out = eqn.outvars[0].aval
+  if out.dtype == np.int64:
+    return [v]
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.convert {v} : (tensor<i64>) -> {lowering.ir_type(out)}")
+  return [r]
+
+
+def _sym_slice(fb, eqn, x):
+  p = eqn.params
+  n = eqn.invars[0].aval.ndim
+  strides = p.get("strides") or (1,) * n
+  vals = [_shape_value(fb, p["start_indices"]), _shape_value(fb, p["limit_indices"]),
+          _shape_value(fb, strides)]
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.real_dynamic_slice {x}, {', '.join(vals)} : "
+            f"({_dyn_type(eqn.invars[0].aval)}, {', '.join([f'tensor<{n}xi64>'] * 3)}) -> "
+            f"{_dyn_type(eqn.outvars[0].aval)}")
+  return [r]
+
+
+_SYMBOLIC_RULES = {"broadcast_in_dim": _sym_broadcast_in_dim, "reshape": _sym_reshape,
+                   "slice": _sym_slice,
+                   "squeeze": _sym_squeeze, "iota": _sym_iota,
+                   "dim_as_value": _sym_dim_as_value}
+
+#: Primitives whose ordinary lowering rules depend on their operands' types only, so they
+#: lower unchanged with dynamic types (elementwise operations, reductions, contractions,
+#: transposes, concatenation); each still goes through `_SymbolicFuncBuilder`'s check.
+_SYMBOLIC_OK = {
+    "neg", "sign", "floor", "ceil", "round", "is_finite", "exp", "exp2", "log", "log1p",
+    "expm1", "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+    "asinh", "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "abs", "not", "erf", "erfc",
+    "erf_inv", "lgamma", "digamma", "real", "imag", "conj", "square", "integer_pow",
+    "add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "nextafter", "and",
+    "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "shift_left", "shift_right_logical",
+    "shift_right_arithmetic", "complex", "select_n", "clamp", "convert_element_type",
+    "copy", "copy_p", "stop_gradient", "reduce_precision", "population_count", "clz",
+    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+    "reduce_xor", "dot_general", "transpose", "concatenate", "rev", "optimization_barrier",
+}
+
+_CALL_PARAMS = ("jaxpr", "call_jaxpr")
+#: Call-like primitives whose bodies are lowered inline in a symbolic module (their
+#: operands are the body's arguments).
+_INLINED_CALLS = ("jit", "custom_jvp_call", "custom_vjp_call")
+
+
+def _ordinary_lowering(fb, eqn, operands: Sequence[str], to_aval: Callable) -> list[str]:
+  """Lowers `eqn` with its primitive's ordinary rule, its avals mapped by `to_aval`."""
+  ins = [core.Var(to_aval(v.aval)) for v in eqn.invars]
+  outs = [core.Var(to_aval(v.aval)) for v in eqn.outvars]
+  one = core.Jaxpr([], ins, outs, [eqn.replace(invars=ins, outvars=outs)])
+  return lowering.jaxpr_subcomp(fb, one, [], list(operands))
+
+
+def _symbolic_subcomp(fb: _SymbolicFuncBuilder, jaxpr, consts: Sequence[str],
+                      args: Sequence[str]) -> list[str]:
+  """`lowering.jaxpr_subcomp` for a jaxpr with symbolic avals: calls are inlined, the
+  shape-changing primitives get `_SYMBOLIC_RULES`, the others their ordinary rules."""
+  env: dict = {}
+  env.update(zip(jaxpr.constvars, consts))
+  env.update(zip(jaxpr.invars, args))
+
+  def read(v):
+    if type(v) is core.Literal:
+      return lowering.constant(fb, v.val, v.aval)
+    return env[v]
+
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    operands = [read(v) for v in eqn.invars]
+    symbolic = name == "dim_as_value" or any(
+        _is_symbolic_aval(v.aval) for v in (*eqn.invars, *eqn.outvars))
+    inner = next((eqn.params[k] for k in _CALL_PARAMS
+                  if isinstance(eqn.params.get(k), core.ClosedJaxpr)), None)
+    if name in _INLINED_CALLS and inner is not None:
+      cs = [lowering.dense_constant(fb, c, v.aval)
+            for c, v in zip(inner.consts, inner.jaxpr.constvars)]
+      outs = _symbolic_subcomp(fb, inner.jaxpr, cs, operands)
+    elif symbolic and name in _SYMBOLIC_RULES:
+      fb.eqn = eqn
+      outs = _SYMBOLIC_RULES[name](fb, eqn, *operands)
+    elif symbolic:
+      fb.eqn = eqn
+      if name not in _SYMBOLIC_OK:
+        fb._unsupported()
+      try:
+        outs = _ordinary_lowering(fb, eqn, operands, _dyn_aval)
+      except (InconclusiveDimensionOperation, TypeError):
+        fb._unsupported()
+    else:
+      fb.eqn = None
+      outs = _ordinary_lowering(fb, eqn, operands, lambda a: a)
+    fb.eqn = None
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in jaxpr.outvars]
+
+
+def _symbolic_module_text(name: str, jaxpr, consts: Sequence[Any],
+                          arg_avals: Sequence[ShapedArray], platform: str) -> str:
+  """The module of a program with symbolic avals: `main(dynamic args)` reads the dimension
+  variables from the argument shapes and computes the body inline."""
+  solutions = _dim_solutions(arg_avals, name)
+  module = lowering.ModuleContext(f"jit_{name}", platform=_lowering_platform(platform))
+  fb = _SymbolicFuncBuilder(module, {})
+  args = [f"%arg{i}" for i in range(len(arg_avals))]
+  for v, (i, j, k, c) in sorted(solutions.items()):
+    d32 = fb.fresh()
+    _emit(fb, f"{d32} = stablehlo.get_dimension_size {args[i]}, dim = {j} : "
+              f"({_dyn_type(arg_avals[i])}) -> tensor<i32>")
+    d = fb.fresh()
+    _emit(fb, f"{d} = stablehlo.convert {d32} : (tensor<i32>) -> tensor<i64>")
+    if c:
+      d2 = fb.fresh()
+      _emit(fb, f"{d2} = stablehlo.subtract {d}, {_i64_const(fb, c)} : tensor<i64>")
+      d = d2
+    if k != 1:
+      d2 = fb.fresh()
+      _emit(fb, f"{d2} = stablehlo.divide {d}, {_i64_const(fb, k)} : tensor<i64>")
+      d = d2
+    fb.dim_env[v] = d
+  const_names = []
+  for c, v in zip(consts, jaxpr.invars):
+    const_names.append(lowering.dense_constant(fb, np.asarray(c), v.aval))
+  outs = _symbolic_subcomp(fb, jaxpr, [], [*const_names, *args])
+  if module.host_callbacks:
+    raise NotImplementedError("serialization of host_callbacks is not yet implemented")
+  out_types = [_dyn_type(v.aval) for v in jaxpr.outvars]
+  body = "\n".join("    " + ln for ln in fb.lines)
+  ret = (f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else "    return")
+  sig = ", ".join(f"{a}: {_dyn_type(av)}" for a, av in zip(args, arg_avals))
+  main = (f"  func.func public @main({sig}) -> ({', '.join(out_types)}) {{\n{body}\n{ret}\n  }}")
+  funcs = "\n".join([main, *module.funcs])
+  return (f"module @{module.name} attributes {{jax.uses_shape_polymorphism = true, "
+          f"mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n{funcs}\n}}\n")
+
+
+def _no_symbolic_vjp(primal: Exported) -> Exported:
+  raise NotImplementedError(f"the VJP of {primal.fun_name}, exported with symbolic "
+                            f"dimensions, is not supported by stagecraft; export with "
+                            f"concrete shapes to differentiate the call.")
+
+
+def _symbolic_env(exported: Exported, in_avals: Sequence[ShapedArray]) -> dict:
+  """The values of the dimension variables for arguments of `in_avals` (concrete), checked
+  against the exported symbolic avals, with JAX's messages."""
+  specs = ",".join(f"{_arg_descriptor(exported, i, None)}.shape = "
+                   f"({', '.join(map(str, a.shape))}{',' if len(a.shape) == 1 else ''})"
+                   for i, a in enumerate(exported.in_avals))
+  tail = (f" Please see https://docs.jax.dev/en/latest/export/shape_poly.html"
+          f"#shape-assertion-errors for more details.")
+  env: dict = {}
+  found: list = []
+  for v, (i, j, k, c) in sorted(_dim_solutions(exported.in_avals, exported.fun_name).items()):
+    got = in_avals[i].shape[j]
+    q, r = divmod(got - c, k)
+    spec = exported.in_avals[i].shape[j]
+    if r:
+      raise ValueError(f"Input shapes do not match the polymorphic shapes specification. "
+                       f"Division had remainder {r} when computing the value of '{v}'. Using "
+                       f"the following polymorphic shapes specifications: {specs}. Obtained "
+                       f"dimension variables: {''.join(found)}.{tail}")
+    env[v] = q
+    found.append(f"'{v}' = {q} from specification '{spec}' for dimension "
+                 f"{_arg_descriptor(exported, i, j)} (= {got}), ")
+  scope = next(d.scope for a in exported.in_avals for d in a.shape
+               if shape_poly.is_symbolic_dim(d))
+  for v, q in sorted(env.items()):
+    lo, hi = scope.var_bounds(v)
+    if q < lo or q > hi:
+      want = f">= {lo}" if q < lo else f"<= {hi}"
+      raise ValueError(f"Input shapes do not match the polymorphic shapes specification. "
+                       f"Expected value {want} for dimension variable '{v}'. Using the "
+                       f"following polymorphic shapes specifications: {specs}. Obtained "
+                       f"dimension variables: {''.join(found)}.{tail}")
+  for i, (want, got) in enumerate(zip(exported.in_avals, in_avals)):
+    for j, (w, g) in enumerate(zip(want.shape, got.shape)):
+      if shape_poly.is_symbolic_dim(w) and w.evaluate(env) != g:
+        raise ValueError(f"Input shapes do not match the polymorphic shapes specification. "
+                         f"Found inconsistency between dimension size "
+                         f"{_arg_descriptor(exported, i, j)} (= {g}) and the specification "
+                         f"'{w}' (= {w.evaluate(env)}). Using the following polymorphic "
+                         f"shapes specifications: {specs}. Obtained dimension variables: "
+                         f"{''.join(found)}.{tail}")
+  for p in scope.constraint_polys():
+    if p.evaluate(env) < 0:
+      raise ValueError(f"Input shapes do not match the polymorphic shapes specification. "
+                       f"A constraint of the scope {scope} does not hold. Using the "
+                       f"following polymorphic shapes specifications: {specs}. Obtained "
+                       f"dimension variables: {''.join(found)}.{tail}")
+  return env
+
+
+def _concrete_aval(a: ShapedArray, env: dict) -> ShapedArray:
+  return ShapedArray(tuple(d.evaluate(env) if shape_poly.is_symbolic_dim(d) else d
+                           for d in a.shape), a.dtype, a.weak_type)
+
+
+def _refined(exported: Exported, in_avals: Sequence[ShapedArray]) -> Exported:
+  """`exported` specialized to the concrete `in_avals`: its module refined to static shapes
+  (cached per shapes)."""
+  key = ("refined", tuple((a.shape, a.dtype) for a in in_avals))
+  out = exported._cache.get(key)
+  if out is not None:
+    return out
+  env = _symbolic_env(exported, in_avals)
+  concrete_in = tuple(_concrete_aval(a, env) for a in exported.in_avals)
+  concrete_out = tuple(_concrete_aval(a, env) for a in exported.out_avals)
+  module = lowering.ModuleContext("refine", platform=_lowering_platform(exported.platforms[0]))
+  fname, texts = _inlined_functions(exported, module)
+  kept = exported.module_kept_var_idx
+  lines = []
+  operands = []
+  for n, i in enumerate(kept):
+    t_in, t_poly = lowering.ir_type(concrete_in[i]), _dyn_type(exported.in_avals[i])
+    lines.append(f"    %c{n} = stablehlo.convert %arg{n} : ({t_in}) -> {t_poly}")
+    operands.append(f"%c{n}")
+  poly_out = [_dyn_type(a) for a in exported.out_avals]
+  conc_out = [lowering.ir_type(a) for a in concrete_out]
+  nout = len(poly_out)
+  lhs = "%r = " if nout == 1 else (f"%r:{nout} = " if nout else "")
+  lines.append(f"    {lhs}func.call @{fname}({', '.join(operands)}) : "
+               f"({', '.join(_dyn_type(exported.in_avals[i]) for i in kept)}) -> "
+               f"({', '.join(poly_out)})")
+  results = ["%r"] if nout == 1 else [f"%r#{i}" for i in range(nout)]
+  outs = []
+  for n, (r, tp, tc) in enumerate(zip(results, poly_out, conc_out)):
+    lines.append(f"    %o{n} = stablehlo.convert {r} : ({tp}) -> {tc}")
+    outs.append(f"%o{n}")
+  lines.append(f"    return {', '.join(outs)} : {', '.join(conc_out)}" if nout else
+               "    return")
+  sig = ", ".join(f"%arg{n}: {lowering.ir_type(concrete_in[i])}" for n, i in enumerate(kept))
+  main = (f"  func.func public @main({sig}) -> ({', '.join(conc_out)}) {{\n"
+          + "\n".join(lines) + "\n  }")
+  text = ("module @refine attributes {jax.uses_shape_polymorphism = true, "
+          "mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
+          + "\n".join([main, *texts]) + "\n}\n")
+  st = _mlir_state()
+  with st["ctx"]:
+    parsed = st["ir"].Module.parse(text)
+    bytecode = _module_bytecode(parsed)
+  try:
+    refined = xc._xla.mlir.refine_polymorphic_shapes(bytecode, enable_shape_assertions=True,
+                                                     validate_static_shapes=True)
+  except Exception as e:   # noqa: BLE001 (the runtime's errors vary)
+    raise ValueError(f"call of exported {exported.fun_name}: refining its module to the "
+                     f"shapes {[a.str_short() for a in concrete_in]} failed: {e}") from None
+  with st["ctx"]:
+    refined_text = str(st["ir"].Module.parse(refined))
+  out = dataclasses.replace(
+      exported, in_avals=concrete_in, out_avals=concrete_out,
+      mlir_module_serialized=_to_artifact(refined_text), uses_global_constants=False,
+      _get_vjp=None, _cache={})
+  exported._cache[key] = out
+  return out
+
+
+def _module_bytecode(mod) -> bytes:
+  buf = io.BytesIO()
+  mod.operation.write_bytecode(buf)
+  return buf.getvalue()
+
+
+def _aval_to_json_sym(a: ShapedArray) -> list:
+  return [[d if shape_poly.is_constant_dim(d) else str(d) for d in a.shape], a.dtype.name,
+          bool(a.weak_type)]
+
+
+def _aval_from_json_sym(j, scope) -> ShapedArray:
+  shape, name, weak = j
+  if not any(isinstance(d, str) for d in shape):
+    return stages.aval_from_json(j)
+  dims = tuple(shape_poly.parse_dim(d, scope) if isinstance(d, str) else int(d)
+               for d in shape)
+  base = stages.aval_from_json([[1] * len(dims), name, weak])
+  return ShapedArray(dims, base.dtype, base.weak_type)
 
 
 # ---------------------------------------------------------------------------
@@ -607,8 +1102,10 @@ def _inlined_functions(exported: Exported, module: lowering.ModuleContext) -> tu
 def _header_of(e: Exported, offset: int, size: int) -> dict:
   return {"fun_name": e.fun_name, "in_tree": stages.tree_to_json(e.in_tree),
           "out_tree": stages.tree_to_json(e.out_tree),
-          "in_avals": [stages.aval_to_json(a) for a in e.in_avals],
-          "out_avals": [stages.aval_to_json(a) for a in e.out_avals],
+          "in_avals": [_aval_to_json_sym(a) for a in e.in_avals],
+          "out_avals": [_aval_to_json_sym(a) for a in e.out_avals],
+          "symbolic_constraints": list(_scope_of(e)._constraints_str)
+          if _scope_of(e) is not None else None,
           "nr_devices": e.nr_devices, "platforms": list(e.platforms),
           "disabled_safety_checks": [str(d) for d in e.disabled_safety_checks],
           "calling_convention_version": e.calling_convention_version,
@@ -676,8 +1173,10 @@ def _from_header(h: dict, payload: bytes) -> Exported:
   if off < 0 or size <= 0 or off + size > len(payload):
     raise ValueError(f"module bytes [{off}, {off + size}) outside the payload")
   module = payload[off:off + size]
-  in_avals = tuple(stages.aval_from_json(a) for a in h["in_avals"])
-  out_avals = tuple(stages.aval_from_json(a) for a in h["out_avals"])
+  constraints = h.get("symbolic_constraints")
+  scope = SymbolicScope(constraints) if constraints is not None else None
+  in_avals = tuple(_aval_from_json_sym(a, scope) for a in h["in_avals"])
+  out_avals = tuple(_aval_from_json_sym(a, scope) for a in h["out_avals"])
   in_tree = stages.tree_from_json(h["in_tree"])
   out_tree = stages.tree_from_json(h["out_tree"])
   if in_tree.num_leaves != len(in_avals) or out_tree.num_leaves != len(out_avals):
@@ -688,8 +1187,8 @@ def _from_header(h: dict, payload: bytes) -> Exported:
     raise ValueError(f"module_kept_var_idx {list(kept)} does not fit {len(in_avals)} "
                      f"arguments")
   ins, outs = _main_signature(module)
-  want_in = [lowering.ir_type(in_avals[i]) for i in kept]
-  want_out = [lowering.ir_type(a) for a in out_avals]
+  want_in = [_dyn_type(in_avals[i]) for i in kept]
+  want_out = [_dyn_type(a) for a in out_avals]
   if ins != want_in or outs != want_out:
     raise ValueError(f"the module's main takes ({', '.join(ins)}) and returns "
                      f"({', '.join(outs)}), but the header says ({', '.join(want_in)}) -> "
@@ -703,7 +1202,7 @@ def _from_header(h: dict, payload: bytes) -> Exported:
       disabled_safety_checks=tuple(DisabledSafetyCheck(str(d))
                                    for d in h["disabled_safety_checks"]),
       mlir_module_serialized=module, calling_convention_version=version,
-      module_kept_var_idx=kept, uses_global_constants=False, _get_vjp=None)
+      module_kept_var_idx=kept, uses_global_constants=scope is not None, _get_vjp=None)
 
 
 # ---------------------------------------------------------------------------
@@ -731,10 +1230,25 @@ def _call_exported_abstract_eval(*in_avals, exported: Exported):
       raise ValueError(f"Dtype mismatch for {_arg_descriptor(exported, i, None)}: expected "
                        f"{want.dtype} and called with {got.dtype}")
     for d, (w, g) in enumerate(zip(want.shape, got.shape)):
-      if w != g:
+      if shape_poly.is_constant_dim(w) and w != g:
         raise ValueError(f"Shape mismatch for {_arg_descriptor(exported, i, d)} (expected "
                          f"same constant): expected {want.shape} and called with {got.shape}")
+  if exported.uses_global_constants:   # symbolic dimensions
+    if any(_is_symbolic_aval(a) for a in in_avals):
+      raise NotImplementedError(f"call of exported {exported.fun_name} with symbolically "
+                                f"shaped arguments is not supported by stagecraft.")
+    env = _symbolic_env(exported, in_avals)
+    return [_concrete_aval(a, env) for a in exported.out_avals]
   return [ShapedArray(a.shape, a.dtype, a.weak_type) for a in exported.out_avals]
+
+
+def _scope_of(exported: Exported):
+  """The scope of the exported avals' symbolic dimensions (None: all are concrete)."""
+  for a in (*exported.in_avals, *exported.out_avals):
+    for d in a.shape:
+      if shape_poly.is_symbolic_dim(d):
+        return d.scope
+  return None
 
 
 def _call_exported_lowering(ctx, *operands, exported: Exported):
@@ -750,6 +1264,8 @@ def _call_exported_lowering(ctx, *operands, exported: Exported):
     raise ValueError(f"Function {exported.fun_name} was exported for {exported.nr_devices} "
                      f"devices and is called in a context with {ndev} devices, which is not "
                      f"allowed.")
+  if exported.uses_global_constants:   # symbolic dimensions: the module refined to these
+    exported = _refined(exported, ctx.avals_in)
   key = ("call_exported", id(exported))
   cached = module.call_cache.get(key)
   if cached is None:

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, shape_poly, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax.elementwise import add, mul, rem, sub
@@ -13,7 +13,7 @@ from stagecraft.lax.shape import broadcast_in_dim
 from stagecraft.runtime import client
 
 __all__ = ["optimization_barrier_p", "optimization_barrier", "platform_dependent", "composite",
-           "rng_uniform_p", "rng_uniform"]
+           "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value"]
 
 # optimization_barrier(*operands): the identity, which XLA may not move computations across
 # (stablehlo.optimization_barrier).
@@ -156,3 +156,35 @@ def rng_uniform(a: Any, b: Any, shape: tuple[int, ...]) -> Any:
     ValueError: if the dtypes differ or a bound is not a scalar (JAX's messages).
   """
   return rng_uniform_p.bind(a, b, shape=tuple(int(d) for d in shape))
+
+
+# dim_as_value[dim=d](): the value of the dimension `d` (a symbolic dimension of a program
+# traced by stagecraft.export, JAX's shape polymorphism) as an int32 scalar (int64 under
+# x64). stagecraft.export lowers it from the sizes of the arguments; elsewhere a constant
+# dimension lowers to a constant.
+
+
+def dimension_as_value(d: Any) -> Any:
+  """The dimension `d` (an int or a symbolic dimension) as a scalar integer array, computed
+  at run time for a symbolic one (JAX's `core.dimension_as_value`)."""
+  if not shape_poly.is_symbolic_dim(d):
+    return np.asarray(d, dtypes.canonicalize_dtype(np.int64))[()]
+  return dim_as_value_p.bind(dim=d)
+
+
+def _dim_as_value_lowering(ctx, *, dim):
+  if shape_poly.is_symbolic_dim(dim):
+    raise NotImplementedError(f"dim_as_value of the symbolic dimension '{dim}' lowers only "
+                              f"inside stagecraft.export.")
+  return [ctx.constant(int(dim), ctx.avals_out[0])]
+
+
+dim_as_value_p = core.Primitive("dim_as_value")
+# impl: the generic one
+dim_as_value_p.def_abstract_eval(
+    lambda *, dim: ShapedArray((), dtypes.canonicalize_dtype(np.int64)))
+lowering.register_lowering(dim_as_value_p, _dim_as_value_lowering)
+ad.defjvp_zero(dim_as_value_p)
+batching.primitive_batchers[dim_as_value_p] = (
+    lambda axis_size, args, dims, *, dim: (dim_as_value_p.bind(dim=dim), batching.not_mapped))
+# DCE: the default (pure)

@@ -25,8 +25,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes, sharding
+from stagecraft import core, dtypes, shape_poly, sharding
 from stagecraft.core import Primitive, ShapedArray
+from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
@@ -56,6 +57,8 @@ def canonicalize_shape(name: str, arg_name: str, obj: Any) -> tuple[int, ...]:
                     f"{obj!r}. Wrap it in a tuple: ({obj!r},).")
   try:
     return tuple(operator.index(d) for d in obj)
+  except InconclusiveDimensionOperation:   # symbolic dimensions (export): kept as they are
+    return tuple(d if shape_poly.is_symbolic_dim(d) else operator.index(d) for d in obj)
   except TypeError as e:
     raise TypeError(f"{name} {arg_name} must be a sequence of integers, got {obj!r}. Pass "
                     f"a tuple of static Python ints.") from e
@@ -66,6 +69,9 @@ def check_shapelike(name: str, arg_name: str, obj: Any) -> None:
   ints as JAX's batching and transpose rules leave in some params) (a valid param)."""
   if type(obj) is not tuple or not all(type(d) is int or isinstance(d, np.integer)
                                        for d in obj):
+    if type(obj) is tuple and all(shape_poly.is_symbolic_dim(d) or type(d) is int
+                                  for d in obj):
+      return   # symbolic dimensions (export), each at least 1
     raise TypeError(f"{name} {arg_name} must be a tuple of Python ints, got {obj!r}. Call "
                     f"the wrapper `lax.{name}`, which normalizes it.")
   if not all(d >= 0 for d in obj):

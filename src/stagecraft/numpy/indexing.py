@@ -26,7 +26,7 @@ import numpy as np
 
 from stagecraft.errors import NonConcreteBooleanIndexError
 from stagecraft.indexing import Slice as ds_Slice
-from stagecraft import core, dtypes, lax
+from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.core import Tracer
 from stagecraft.numpy import array_constructors, ufuncs
 from stagecraft.numpy.array_constructors import asarray
@@ -199,6 +199,10 @@ def _static_slice_take(x, entries, normalize_indices: bool, clip: bool):
       limit.append(wrapped + 1)
       strides.append(1)
       squeeze_axes.append(axis)
+    elif i == slice(None) and shape_poly.is_symbolic_dim(n):   # symbolic dimension (export)
+      start.append(0)
+      limit.append(n)
+      strides.append(1)
     else:
       st, sp, step = i.indices(n)
       if step < 0:   # NB: the same elements in ascending order, reversed after the slice

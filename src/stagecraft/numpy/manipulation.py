@@ -12,8 +12,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax, tree_util
+from stagecraft import dtypes, lax, shape_poly, tree_util
 from stagecraft.core import Tracer
+from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.pjit import jit
@@ -89,8 +90,10 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
     return transpose(out)
   if isinstance(shape, (int, np.integer)):
     shape = (int(shape),)
-  shape = tuple(operator.index(d) for d in shape)
   old = shape_of(a)
+  if not shape_poly.is_constant_shape(shape) or not shape_poly.is_constant_shape(old):
+    return _symbolic_reshape(a, shape, old)
+  shape = tuple(operator.index(d) for d in shape)
   if builtins.sum(1 for d in shape if d == -1) > 1:
     raise ValueError(f"reshape: can only specify one unknown dimension (-1), got {shape}.")
   if -1 in shape:
@@ -101,6 +104,24 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
     shape = tuple(total // known if d == -1 else d for d in shape)
   if math.prod(shape) != math.prod(old):
     raise TypeError(f"cannot reshape array of shape {old} (size {math.prod(old)}) into shape "
+                    f"{shape} (size {math.prod(shape)}).")
+  if shape == old:
+    return a
+  return lax.reshape(a, shape)
+
+
+def _symbolic_reshape(a, shape, old) -> Array:
+  """`reshape` where a dimension is symbolic (export): -1 is solved by division."""
+  shape = tuple(d if shape_poly.is_symbolic_dim(d) else operator.index(d) for d in shape)
+  if builtins.sum(1 for d in shape if shape_poly.is_constant_dim(d) and d == -1) > 1:
+    raise ValueError(f"reshape: can only specify one unknown dimension (-1), got {shape}.")
+  total = math.prod(old)
+  if builtins.any(shape_poly.is_constant_dim(d) and d == -1 for d in shape):
+    known = math.prod(d for d in shape if not (shape_poly.is_constant_dim(d) and d == -1))
+    shape = tuple(total // known if shape_poly.is_constant_dim(d) and d == -1 else d
+                  for d in shape)
+  if math.prod(shape) != total:
+    raise TypeError(f"cannot reshape array of shape {old} (size {total}) into shape "
                     f"{shape} (size {math.prod(shape)}).")
   if shape == old:
     return a
@@ -618,10 +639,32 @@ def resize(a: ArrayLike, new_shape: int | Sequence[int]) -> Array:
   return reshape(slice_axis(tile(arr, reps), 0, size, 0), shape)
 
 
+def _symbolic_broadcast_shapes(shapes) -> tuple:
+  """NumPy broadcasting of shapes holding symbolic dimensions: per dimension, equal sizes or
+  size 1."""
+  shapes = [tuple(s) if isinstance(s, (tuple, list)) else (s,) for s in shapes]
+  rank = builtins.max(len(s) for s in shapes)
+  out = []
+  for i in range(rank):
+    ds = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]
+    sizes = []
+    for d in ds:
+      if not (shape_poly.is_constant_dim(d) and d == 1) and not builtins.any(
+          d == e for e in sizes):
+        sizes.append(d)
+    if len(sizes) > 1:
+      raise ValueError(f"Incompatible shapes for broadcasting: "
+                       f"{', '.join(map(str, shapes))}.")
+    out.append(sizes[0] if sizes else 1)
+  return tuple(out)
+
+
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
   """NumPy broadcasting of shapes. Raises ValueError naming the shapes."""
   try:
     return tuple(np.broadcast_shapes(*shapes))
+  except InconclusiveDimensionOperation:   # symbolic dimensions (export)
+    return _symbolic_broadcast_shapes(shapes)
   except ValueError:
     raise ValueError(f"Incompatible shapes for broadcasting: {', '.join(map(str, shapes))}."
                      ) from None

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax
+from stagecraft import core, dtypes, lax, shape_poly
+from stagecraft.lax import misc as lax_misc
 from stagecraft.numpy import ufuncs
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import full_like
@@ -266,7 +267,10 @@ def _count_where(shape, axes, keepdims, where, dt):
   """The number of entries each result of a reduction over `axes` sees, in dtype `dt`: a host
   scalar without `where`, else the sum of the broadcast mask."""
   if where is None:
-    return np.asarray(_count(shape, axes), dt)[()]
+    n = _count(shape, axes)
+    if shape_poly.is_symbolic_dim(n):   # symbolic dimensions (export): computed at run time
+      return lax.convert_element_type(lax_misc.dimension_as_value(n), dt)
+    return np.asarray(n, dt)[()]
   return sum(broadcast_to(where, shape), axis=axes, dtype=dt, keepdims=keepdims)
 
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax
+from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.core import Tracer
+from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.runtime.array import Array
 
@@ -271,6 +272,8 @@ def canonical_shape(shape, name="shape") -> tuple[int, ...]:
     shape = (shape,)
   try:
     out = tuple(operator.index(d) for d in shape)
+  except InconclusiveDimensionOperation:   # symbolic dimensions (export): kept as they are
+    return tuple(d if shape_poly.is_symbolic_dim(d) else operator.index(d) for d in shape)
   except TypeError as e:
     raise TypeError(f"{name} must be an int or a sequence of ints (static values, not traced "
                     f"arrays), got {shape!r}.") from e

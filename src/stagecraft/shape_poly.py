@@ -1,0 +1,730 @@
+"""Symbolic dimensions (JAX's shape polymorphism): dimension expressions for avals.
+
+A `_DimExpr` is an integer polynomial over dimension variables (`b`, `batch`), with
+`floordiv(e, k)` and `mod(e, k)` of an expression by a constant as extra atoms. It is used as
+a dimension of a `ShapedArray` (`f32[b,4]`) when `stagecraft.export` traces a function for
+every size of a dimension at once. Arithmetic with ints and other expressions normalizes
+(`(2*b + 2) // 2` is `b + 1`, `b - b` is the int 0); comparisons are decided from bounds
+(each variable is at least 1, and the scope's constraints such as `"b >= 4"`,
+`"a >= b"`) and raise `InconclusiveDimensionOperation` when the answer depends on the values
+(as JAX's do). `==` answers True only when the two sides are the same polynomial.
+
+The printed form is JAX's: `b`, `2*b`, `b + 1`, `- b + 3`, `a*b^2`, `floordiv(b, 2)`,
+`mod(b, 3)`.
+
+The algebra is the ordinary one of polynomials over the integers (a term is a product of
+atoms with powers; terms are kept in a canonical sorted order); bounds follow interval
+arithmetic (Moore, "Interval Analysis", 1966) with every variable in [1, inf).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from stagecraft.errors import InconclusiveDimensionOperation
+
+__all__ = ["SymbolicScope", "symbolic_shape", "is_symbolic_dim", "is_constant_dim",
+           "is_constant_shape", "parse_dim", "InconclusiveDimensionOperation"]
+
+_INF = math.inf
+
+_TAIL = ("\nThis error arises for comparison operations with shapes that\n"
+         "are non-constant, and the result of the operation cannot be represented as\n"
+         "a boolean value for all values of the symbolic dimensions involved.\n\n"
+         "Please see https://docs.jax.dev/en/latest/export/shape_poly.html"
+         "#comparison-of-symbolic-dimensions-is-partially-supported\nfor more details.\n")
+
+
+def _inconclusive(msg: str) -> InconclusiveDimensionOperation:
+  return InconclusiveDimensionOperation(msg + _TAIL)
+
+
+class SymbolicScope:
+  """The scope of symbolic dimensions (JAX's `SymbolicScope`): the constraints that hold
+  for its variables, e.g. `("b >= 4", "a >= b", "c <= 16")`.
+
+  Each constraint is `e1 >= e2`, `e1 <= e2`, `e1 > e2` or `e1 < e2` over dimension
+  expressions (`==` constraints are not supported). Comparisons use them on top of every
+  variable being at least 1: a single-variable constraint bounds that variable, and any
+  constraint `p >= 0` decides `e >= 0` when `e - p` is known to be non-negative.
+
+  Raises:
+    ValueError: a constraint that does not parse.
+  """
+
+  def __init__(self, constraints_str: Sequence[str] = ()):
+    if isinstance(constraints_str, str):
+      raise ValueError(f"The symbolic constraints should be a sequence of strings. Got "
+                       f"{constraints_str!r}")
+    self._constraints_str = tuple(constraints_str)
+    self._var_bounds: dict[str, list] = {}
+    self._polys: list[_DimExpr] = []   # each p with p >= 0
+    for c in self._constraints_str:
+      self._add_constraint(c)
+
+  def _add_constraint(self, c: str) -> None:
+    m = re.fullmatch(r"\s*(.+?)\s*(>=|<=|>|<|==)\s*(.+?)\s*", c)
+    if m is None:
+      raise ValueError(f"Invalid constraint {c!r}: expected 'e1 >= e2', 'e1 <= e2', "
+                       f"'e1 > e2' or 'e1 < e2' over dimension expressions.")
+    lhs, op, rhs = m.groups()
+    if op == "==":
+      raise ValueError(f"Invalid constraint {c!r}: stagecraft supports inequality "
+                       f"constraints only (>=, <=, >, <).")
+    e1, e2 = _parse(lhs, self), _parse(rhs, self)
+    p = {">=": e1 - e2, "<=": e2 - e1, ">": e1 - e2 - 1, "<": e2 - e1 - 1}[op]
+    if isinstance(p, int):
+      if p < 0:
+        raise ValueError(f"Invalid constraint {c!r}: it is false.")
+      return
+    terms = p._terms
+    # A bound on one variable: coef*v + const >= 0.
+    if len(terms) <= 2 and all(len(t) <= 1 for t, _ in terms):
+      lin = [(t, k) for t, k in terms if t]
+      if len(lin) == 1 and len(lin[0][0]) == 1 and lin[0][0][0][1] == 1 \
+          and lin[0][0][0][0][0] == "var":
+        (((_, name), _),), k = lin[0]
+        const = dict(terms).get((), 0)
+        lo, hi = self._var_bounds.setdefault(name, [1, _INF])
+        if k > 0:   # v >= -const / k
+          self._var_bounds[name][0] = max(lo, math.ceil(-const / k))
+        else:       # v <= const / -k
+          self._var_bounds[name][1] = min(hi, math.floor(const / -k))
+        return
+    self._polys.append(p)
+
+  def constraint_polys(self) -> list:
+    """The constraints that bound no single variable, each as `p` with `p >= 0`."""
+    return list(self._polys)
+
+  def var_bounds(self, name: str) -> tuple:
+    lo, hi = self._var_bounds.get(name, (1, _INF))
+    return lo, hi
+
+  def __str__(self):
+    return f"SymbolicScope({', '.join(map(repr, self._constraints_str))})"
+
+  __repr__ = __str__
+
+
+_DEFAULT_SCOPE = SymbolicScope()
+
+# A factor is ("var", name) or ("floordiv" | "mod", operand _DimExpr or int, divisor int).
+# A term is a sorted tuple of (factor, power); () is the constant term.
+# An expression is a tuple of (term, coefficient), sorted as JAX prints them.
+
+
+def _factor_key(f) -> tuple:
+  if f[0] == "var":
+    return (0, f[1])
+  return (1, f[0], str(f[1]), f[2])
+
+
+def _term_key(t) -> tuple:
+  deg = sum(p for _, p in t)
+  return (deg, len(t), tuple((_factor_key(f), p) for f, p in t))
+
+
+def _factor_str(f) -> str:
+  if f[0] == "var":
+    return f[1]
+  return f"{f[0]}({f[1]}, {f[2]})"
+
+
+def _term_str(t) -> str:
+  return "*".join(_factor_str(f) + (f"^{p}" if p != 1 else "") for f, p in t)
+
+
+class _DimExpr:
+  """A symbolic dimension: an integer polynomial over dimension variables (JAX's
+  `_DimExpr`). Build them with `symbolic_shape`; combine them with ints by `+ - * // %`."""
+  __slots__ = ("_terms", "_scope", "_hash")
+
+  def __init__(self, terms: Mapping, scope: SymbolicScope):
+    self._terms = tuple(sorted(((t, k) for t, k in terms.items() if k != 0),
+                               key=lambda tk: _term_key(tk[0]), reverse=True))
+    self._scope = scope
+    self._hash = hash(self._terms)
+
+  # -- construction
+
+  @staticmethod
+  def _make(terms: Mapping, scope: SymbolicScope) -> "_DimExpr | int":
+    nz = {t: k for t, k in terms.items() if k != 0}
+    if not nz:
+      return 0
+    if list(nz) == [()]:
+      return nz[()]
+    return _DimExpr(nz, scope)
+
+  @staticmethod
+  def _var(name: str, scope: SymbolicScope) -> "_DimExpr":
+    return _DimExpr({((("var", name), 1),): 1}, scope)
+
+  @property
+  def scope(self) -> SymbolicScope:
+    return self._scope
+
+  def _dict(self) -> dict:
+    return dict(self._terms)
+
+  def _coerce(self, other) -> dict | None:
+    if isinstance(other, _DimExpr):
+      if other._scope is not self._scope:
+        raise ValueError(f"Invalid mixing of symbolic scopes when using symbolic dimension "
+                         f"'{self}' (scope {self._scope}) with '{other}' (scope "
+                         f"{other._scope}).")
+      return other._dict()
+    if isinstance(other, (int, _np_integer())) and not isinstance(other, bool):
+      return {(): int(other)} if int(other) else {}
+    if isinstance(other, bool):
+      return {(): int(other)} if other else {}
+    return None
+
+  # -- arithmetic
+
+  def __add__(self, other):
+    o = self._coerce(other)
+    if o is None:
+      return NotImplemented
+    d = self._dict()
+    for t, k in o.items():
+      d[t] = d.get(t, 0) + k
+    return _DimExpr._make(d, self._scope)
+
+  __radd__ = __add__
+
+  def __neg__(self):
+    return _DimExpr._make({t: -k for t, k in self._terms}, self._scope)
+
+  def __pos__(self):
+    return self
+
+  def __sub__(self, other):
+    o = self._coerce(other)
+    if o is None:
+      return NotImplemented
+    d = self._dict()
+    for t, k in o.items():
+      d[t] = d.get(t, 0) - k
+    return _DimExpr._make(d, self._scope)
+
+  def __rsub__(self, other):
+    o = self._coerce(other)
+    if o is None:
+      return NotImplemented
+    return (-self) + other
+
+  def __mul__(self, other):
+    o = self._coerce(other)
+    if o is None:
+      return NotImplemented
+    d: dict = {}
+    for t1, k1 in self._terms:
+      for t2, k2 in o.items():
+        t = _mul_terms(t1, t2)
+        d[t] = d.get(t, 0) + k1 * k2
+    return _DimExpr._make(d, self._scope)
+
+  __rmul__ = __mul__
+
+  def __pow__(self, n):
+    if not isinstance(n, int) or n < 0:
+      raise _inconclusive(f"Symbolic dimension '{self}' raised to the power {n!r}: only "
+                          f"non-negative int powers are supported.")
+    out: Any = 1
+    for _ in range(n):
+      out = out * self
+    return out
+
+  def _divmod(self, divisor) -> tuple:
+    """(quotient, remainder) of the division by an int or by a one-term expression."""
+    if isinstance(divisor, _DimExpr):
+      if divisor._scope is not self._scope:
+        self._coerce(divisor)
+      if len(divisor._terms) != 1:
+        raise _inconclusive(f"Cannot divide '{self}' by '{divisor}'.")
+      (dt, dk), = divisor._terms
+      q: dict = {}
+      for t, k in self._terms:
+        t2 = _div_term(t, dt)
+        if t2 is None or k % dk:
+          raise _inconclusive(f"Cannot divide '{self}' by '{divisor}'.")
+        q[t2] = k // dk
+      return _DimExpr._make(q, self._scope), 0
+    k = int(divisor)
+    if k == 0:
+      raise ZeroDivisionError(f"Symbolic dimension '{self}' divided by 0.")
+    if all(c % k == 0 for _, c in self._terms):
+      return _DimExpr._make({t: c // k for t, c in self._terms}, self._scope), 0
+    if k == 1:
+      return self, 0
+    quot = _DimExpr({((("floordiv", self, k), 1),): 1}, self._scope)
+    rem = _DimExpr({((("mod", self, k), 1),): 1}, self._scope)
+    return quot, rem
+
+  def __floordiv__(self, other):
+    if not isinstance(other, (int, _DimExpr, _np_integer())):
+      return NotImplemented
+    return self._divmod(other)[0]
+
+  def __rfloordiv__(self, other):
+    if not isinstance(other, (int, _np_integer())):
+      return NotImplemented
+    raise _inconclusive(f"Cannot divide '{other}' by '{self}'.")
+
+  def __mod__(self, other):
+    if not isinstance(other, (int, _DimExpr, _np_integer())):
+      return NotImplemented
+    return self._divmod(other)[1]
+
+  def __rmod__(self, other):
+    if not isinstance(other, (int, _np_integer())):
+      return NotImplemented
+    raise _inconclusive(f"Cannot compute '{other}' modulo '{self}'.")
+
+  def __divmod__(self, other):
+    return self._divmod(other)
+
+  def __truediv__(self, other):
+    if isinstance(other, _DimExpr) or (isinstance(other, int) and other != 0):
+      q, r = self._divmod(other)
+      if isinstance(r, int) and r == 0:
+        return q
+    raise _inconclusive(f"Cannot divide evenly the dimension '{self}' by '{other}'.")
+
+  # -- comparisons
+
+  def _bounds(self) -> tuple:
+    return _bounds(self._dict(), self._scope)
+
+  def _nonneg(self, diff, op: str, lhs, rhs) -> bool:
+    """Whether `diff >= 0` for all values (True/False), else InconclusiveDimensionOperation."""
+    if isinstance(diff, int):
+      return diff >= 0
+    lo, hi = diff._bounds()
+    if lo >= 0:
+      return True
+    if hi < 0:
+      return False
+    for p in self._scope._polys:   # diff >= p >= 0
+      d2 = diff - p
+      if isinstance(d2, int):
+        if d2 >= 0:
+          return True
+        continue
+      if d2._bounds()[0] >= 0:
+        return True
+    raise _inconclusive(f"Symbolic dimension comparison '{lhs}' {op} '{rhs}' is "
+                        f"inconclusive.")
+
+  def __ge__(self, other):
+    if self._coerce(other) is None:
+      return NotImplemented
+    return self._nonneg(self - other, ">=", self, other)
+
+  def __gt__(self, other):
+    if self._coerce(other) is None:
+      return NotImplemented
+    return self._nonneg(self - other - 1, ">", self, other)
+
+  def __le__(self, other):
+    if self._coerce(other) is None:
+      return NotImplemented
+    return self._nonneg(other - self, "<=", self, other)
+
+  def __lt__(self, other):
+    if self._coerce(other) is None:
+      return NotImplemented
+    return self._nonneg(other - self - 1, "<", self, other)
+
+  def __eq__(self, other):
+    if isinstance(other, _DimExpr):
+      return other._scope is self._scope and self._terms == other._terms
+    if isinstance(other, (int, _np_integer())) and not isinstance(other, bool):
+      return False
+    return NotImplemented
+
+  def __ne__(self, other):
+    r = self.__eq__(other)
+    return r if r is NotImplemented else not r
+
+  def __hash__(self):
+    return self._hash
+
+  # -- conversions
+
+  def __int__(self):
+    raise _inconclusive(f"Symbolic dimension '{self}' used in a context that requires a "
+                        f"constant")
+
+  __index__ = __int__
+
+  def __float__(self):
+    raise _inconclusive(f"Symbolic dimension '{self}' used in a context that requires a "
+                        f"constant")
+
+  def __bool__(self):
+    return True   # a dimension expression is a non-zero object (its value may be anything)
+
+  def __str__(self):
+    out = []
+    for t, k in self._terms:
+      if t:
+        mag = abs(k)
+        s = _term_str(t) if mag == 1 else f"{mag}*{_term_str(t)}"
+      else:
+        s = str(abs(k))
+      if not out:
+        out.append(s if k > 0 else f"- {s}")
+      else:
+        out.append(f"+ {s}" if k > 0 else f"- {s}")
+    return " ".join(out)
+
+  __repr__ = __str__
+
+  def __reduce__(self):
+    raise TypeError("symbolic dimensions are not picklable; serialize an Exported instead.")
+
+  # -- queries
+
+  def get_vars(self) -> set:
+    """The names of the variables in this expression."""
+    out: set = set()
+    for t, _ in self._terms:
+      for f, _ in t:
+        out |= _factor_vars(f)
+    return out
+
+  def evaluate(self, env: Mapping[str, Any], *, add: Callable = None, mul: Callable = None,
+               const: Callable = None, floordiv: Callable = None, mod: Callable = None):
+    """The value of the expression for `env` (variable name -> value). By default values
+    are Python ints; the callables let a lowering compute it with ops on runtime values
+    (`const(int)` makes a value, `add`/`mul` combine two, `floordiv`/`mod` take a value and
+    an int)."""
+    add = add or (lambda a, b: a + b)
+    mul = mul or (lambda a, b: a * b)
+    const = const or (lambda c: c)
+    floordiv = floordiv or (lambda a, k: a // k)
+    mod = mod or (lambda a, k: a % k)
+    ops = dict(add=add, mul=mul, const=const, floordiv=floordiv, mod=mod)
+
+    def ev(e):
+      return e.evaluate(env, **ops) if isinstance(e, _DimExpr) else const(int(e))
+
+    def factor(f):
+      if f[0] == "var":
+        if f[1] not in env:
+          raise KeyError(f"no value for the dimension variable {f[1]!r}")
+        return env[f[1]]
+      x = ev(f[1])
+      return floordiv(x, f[2]) if f[0] == "floordiv" else mod(x, f[2])
+
+    total = None
+    for t, k in self._terms:
+      v = None
+      for f, p in t:
+        fv = factor(f)
+        for _ in range(p):
+          v = fv if v is None else mul(v, fv)
+      v = const(k) if v is None else (v if k == 1 else mul(const(k), v))
+      total = v if total is None else add(total, v)
+    return total
+
+
+def _factor_vars(f) -> set:
+  if f[0] == "var":
+    return {f[1]}
+  return f[1].get_vars() if isinstance(f[1], _DimExpr) else set()
+
+
+def _mul_terms(t1, t2):
+  d = dict(t1)
+  for f, p in t2:
+    d[f] = d.get(f, 0) + p
+  return tuple(sorted(d.items(), key=lambda fp: _factor_key(fp[0])))
+
+
+def _div_term(t, dt):
+  d = dict(t)
+  for f, p in dt:
+    if d.get(f, 0) < p:
+      return None
+    d[f] -= p
+  return tuple(sorted(((f, p) for f, p in d.items() if p), key=lambda fp: _factor_key(fp[0])))
+
+
+def _factor_bounds(f, scope) -> tuple:
+  if f[0] == "var":
+    return scope.var_bounds(f[1])
+  lo, hi = (f[1], f[1]) if isinstance(f[1], int) else f[1]._bounds()
+  k = f[2]
+  if f[0] == "mod":
+    return (0, k - 1) if k > 0 else (k + 1, 0)
+  if k > 0:
+    return (math.floor(lo / k) if lo != -_INF else -_INF,
+            math.floor(hi / k) if hi != _INF else _INF)
+  return (-_INF, _INF)
+
+
+def _imul(a, b):
+  if a == 0 or b == 0:
+    return 0
+  return a * b
+
+
+def _bounds(terms: Mapping, scope) -> tuple:
+  """Interval bounds [lo, hi] of a polynomial."""
+  lo = hi = 0
+  for t, k in terms.items():
+    tlo = thi = 1
+    for f, p in t:
+      flo, fhi = _factor_bounds(f, scope)
+      for _ in range(p):
+        cands = [_imul(tlo, flo), _imul(tlo, fhi), _imul(thi, flo), _imul(thi, fhi)]
+        tlo, thi = min(cands), max(cands)
+    lo += min(_imul(k, tlo), _imul(k, thi))
+    hi += max(_imul(k, tlo), _imul(k, thi))
+  return lo, hi
+
+
+def _np_integer():
+  return np.integer
+
+
+# ---------------------------------------------------------------------------
+# Parsing
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|\*\*|[-+*%()^,]))")
+
+
+def _tokens(s: str) -> list:
+  out, pos = [], 0
+  s = s.rstrip()
+  while pos < len(s):
+    m = _TOKEN.match(s, pos)
+    if m is None or m.end() == pos:
+      raise ValueError(f"unexpected character {s[pos:].strip()[:1]!r}")
+    num, name, op = m.groups()
+    out.append(("num", int(num)) if num is not None else
+               ("name", name) if name is not None else ("op", op))
+    pos = m.end()
+  return out
+
+
+def _parse(s: str, scope: SymbolicScope):
+  """Parses one dimension expression (`b`, `2*b + 1`, `floordiv(b, 2)`, `b^2`)."""
+  toks = _tokens(s)
+  pos = [0]
+
+  def peek():
+    return toks[pos[0]] if pos[0] < len(toks) else (None, None)
+
+  def take(kind=None, val=None):
+    t = peek()
+    if t[0] is None or (kind and t[0] != kind) or (val is not None and t[1] != val):
+      want = val if val is not None else kind
+      raise ValueError(f"expected {want!r}, found {t[1]!r}" if t[0] else
+                       f"expected {want!r} at the end")
+    pos[0] += 1
+    return t
+
+  def expr():
+    t = peek()
+    neg = False
+    if t == ("op", "-"):
+      take()
+      neg = True
+    elif t == ("op", "+"):
+      take()
+    v = term()
+    v = -v if neg else v
+    while peek() in (("op", "+"), ("op", "-")):
+      op = take()[1]
+      r = term()
+      v = v + r if op == "+" else v - r
+    return v
+
+  def term():
+    v = power()
+    while peek() in (("op", "*"), ("op", "//"), ("op", "%")):
+      op = take()[1]
+      r = power()
+      v = v * r if op == "*" else v // r if op == "//" else v % r
+    return v
+
+  def power():
+    v = atom()
+    if peek() in (("op", "^"), ("op", "**")):
+      take()
+      n = take("num")[1]
+      v = v ** n if isinstance(v, _DimExpr) else int(v) ** n
+    return v
+
+  def atom():
+    t = peek()
+    if t[0] == "num":
+      take()
+      return t[1]
+    if t[0] == "name":
+      take()
+      if peek() == ("op", "(") and t[1] in ("floordiv", "mod"):
+        take()
+        a = expr()
+        take("op", ",")
+        b = expr()
+        take("op", ")")
+        return a // b if t[1] == "floordiv" else a % b
+      return _DimExpr._var(t[1], scope)
+    if t == ("op", "("):
+      take()
+      v = expr()
+      take("op", ")")
+      return v
+    raise ValueError(f"unexpected {t[1]!r}" if t[0] else "unexpected end")
+
+  v = expr()
+  if pos[0] != len(toks):
+    raise ValueError(f"unexpected {peek()[1]!r}")
+  return v
+
+
+def parse_dim(s: str, scope: SymbolicScope | None = None):
+  """One dimension expression from its text (an int when it is constant)."""
+  return _parse(s, scope or _DEFAULT_SCOPE)
+
+
+def _split_top(spec: str) -> list:
+  parts, depth, cur = [], 0, []
+  for ch in spec:
+    if ch == "(":
+      depth += 1
+    elif ch == ")":
+      depth -= 1
+    if ch == "," and depth == 0:
+      parts.append("".join(cur))
+      cur = []
+    else:
+      cur.append(ch)
+  parts.append("".join(cur))
+  return parts
+
+
+def symbolic_shape(shape_spec: str | None, *, constraints: Sequence[str] = (),
+                   scope: SymbolicScope | None = None,
+                   like: Sequence[int | None] | None = None) -> tuple:
+  """Parses a shape specification such as `"b, 4"` or `"(b, 2*b + 1)"` (JAX's
+  `symbolic_shape`).
+
+  Args:
+    shape_spec: comma-separated dimension expressions; `_` takes the dimension of `like`;
+      `...` stands for the remaining dimensions of `like`; None or "" for a scalar (or
+      `like`'s shape).
+    constraints: inequality constraints for a new scope (see `SymbolicScope`).
+    scope: the scope (default: a new one with `constraints`).
+    like: a concrete shape the specification is matched against.
+
+  Returns:
+    A tuple with an int per constant dimension and a `_DimExpr` per other one.
+
+  Raises:
+    ValueError: a malformed specification, or one whose rank differs from `like`, or both
+      `constraints` and `scope` given.
+  """
+  if scope is not None and constraints:
+    raise ValueError("Cannot specify both a `scope` and `constraints`.")
+  scope = scope or SymbolicScope(constraints)
+  if shape_spec is None:
+    return tuple(like) if like is not None else ()
+  if not isinstance(shape_spec, str):
+    raise ValueError(f"polymorphic shape {shape_spec!r} must be a string")
+  spec = shape_spec.strip()
+  if spec.startswith("(") and spec.endswith(")") and _balanced(spec[1:-1]):
+    spec = spec[1:-1]
+  parts = [p.strip() for p in _split_top(spec)] if spec.strip() else []
+  if parts and parts[-1] == "":
+    parts = parts[:-1]
+  if "..." in parts:
+    i = parts.index("...")
+    if i != len(parts) - 1 or like is None:
+      raise ValueError(f"syntax error in polymorphic shape {shape_spec!r}: '...' must be "
+                       f"last and needs `like`.")
+    n_rest = len(like) - i
+    if n_rest < 0:
+      raise ValueError(f"syntax error in polymorphic shape {shape_spec!r}: rank mismatch "
+                       f"with {tuple(like)}.")
+    parts = parts[:i] + ["_"] * n_rest
+  if like is not None and len(like) != len(parts):
+    raise ValueError(f"syntax error in polymorphic shape {shape_spec!r}: rank mismatch, the "
+                     f"shape has rank {len(parts)} but `like` {tuple(like)} has rank "
+                     f"{len(like)}.")
+  out = []
+  for i, p in enumerate(parts):
+    if p == "_":
+      if like is None or like[i] is None:
+        raise ValueError(f"syntax error in polymorphic shape {shape_spec!r}: '_' in "
+                         f"dimension {i} needs a known dimension in `like`.")
+      out.append(int(like[i]))
+      continue
+    try:
+      d = _parse(p, scope) if p else None
+    except ValueError as e:
+      raise ValueError(f"syntax error in polymorphic shape {shape_spec!r} in dimension "
+                       f"{i}: {e}") from None
+    if d is None:
+      raise ValueError(f"syntax error in polymorphic shape {shape_spec!r} in dimension "
+                       f"{i}: empty dimension.")
+    if isinstance(d, int) and d < 0:
+      raise ValueError(f"syntax error in polymorphic shape {shape_spec!r} in dimension "
+                       f"{i}: negative dimension {d}.")
+    if like is not None and like[i] is not None and isinstance(d, int) and d != like[i]:
+      raise ValueError(f"syntax error in polymorphic shape {shape_spec!r} in dimension "
+                       f"{i}: {d} does not match the known dimension {like[i]}.")
+    out.append(d)
+  return tuple(out)
+
+
+def _balanced(s: str) -> bool:
+  depth = 0
+  for ch in s:
+    depth += ch == "("
+    depth -= ch == ")"
+    if depth < 0:
+      return False
+  return depth == 0
+
+
+def is_symbolic_dim(p: Any) -> bool:
+  """Whether `p` is a symbolic dimension (a `_DimExpr`)."""
+  return type(p) is _DimExpr
+
+
+def is_constant_dim(d: Any) -> bool:
+  """Whether `d` is a concrete (int) dimension."""
+  return type(d) is not _DimExpr
+
+
+def is_constant_shape(shape: Sequence) -> bool:
+  """Whether every dimension of `shape` is concrete."""
+  return not any(type(d) is _DimExpr for d in shape)
+
+
+def prod(shape: Sequence) -> Any:
+  """The product of the dimensions of `shape` (an int or a dimension expression)."""
+  out: Any = 1
+  for d in shape:
+    out = out * d
+  return out
+
+
+def dim_vars(shapes: Sequence[Sequence]) -> list:
+  """The sorted names of the variables in `shapes`' symbolic dimensions."""
+  out: set = set()
+  for s in shapes:
+    for d in s:
+      if type(d) is _DimExpr:
+        out |= d.get_vars()
+  return sorted(out)
