@@ -148,6 +148,33 @@ def test_small_tridiagonal_solve_used_on_gpus(m):
   assert "custom_call" not in text
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+@pytest.mark.parametrize("left", [False, True])
+def test_cuda_eig_and_pivoted_qr_use_the_hybrid_kernels_as_jax(dtype, left):
+  """eig and qr(pivoting=True) lower to jaxlib's hybrid kernels (host LAPACK or MAGMA) with
+  JAX's attributes (`left`, `right`, `magma`) and layouts; JAX 0.10.2 without cuSOLVER's
+  geev (as when lowering on a CPU machine) does the same."""
+  s_, j_ = sc.ShapeDtypeStruct, jax.ShapeDtypeStruct
+  kind = "real" if dtype == np.float32 else "comp"
+  eig = lambda m: (lambda a: m.lax.linalg.eig(a, compute_left_eigenvectors=left))
+  ours = _calls(_ours(eig(sc), s_((2, 3, 3), dtype), unstable_target=f"cuhybrid_eig_{kind}"))
+  theirs = _calls(_theirs(eig(jax), j_((2, 3, 3), dtype)))
+  if theirs[0][0] == "cusolver_geev_ffi":
+    # JAX on a machine with cuSOLVER >= 11.7.1 and no left eigenvectors requested: cuSOLVER's
+    # geev. stagecraft keeps the hybrid kernel there (docs/differences.md).
+    assert not left and ours[0][0] == f"cuhybrid_eig_{kind}"
+  else:
+    assert ours == theirs and ours[0][0] == f"cuhybrid_eig_{kind}"
+  assert f'left = {"true" if left else "false"}' in ours[0][1]
+  qr = lambda m: (lambda a: m.lax.linalg.qr(a, pivoting=True, full_matrices=left))
+  ours = _calls(_ours(qr(sc), s_((4, 3), dtype), unstable_target="cuhybrid_geqp3"))
+  theirs = _calls(_theirs(qr(jax), j_((4, 3), dtype)))
+  assert ours == theirs and ours[0][0] == "cuhybrid_geqp3"
+  with pytest.raises(NotImplementedError, match="CUSOLVER"):
+    _ours(lambda a: sc.lax.linalg.eig(
+        a, implementation=sc.lax.linalg.EigImplementation.CUSOLVER), s_((3, 3), dtype))
+
+
 def test_cuda_unsupported_algorithms_raise():
   x = sc.ShapeDtypeStruct((4, 4), np.float32)
   with pytest.raises(NotImplementedError, match="POLAR"):
@@ -299,4 +326,22 @@ def test_gpu_tridiagonal_ormqr_tridiagonal_solve():
     full = np.diag(dd) + np.diag(dl[1:], -1) + np.diag(du[:-1], 1)
     np.testing.assert_allclose(np.asarray(sc.lax.linalg.tridiagonal_solve(dl, dd, du, b)),
                                np.linalg.solve(full, b), rtol=1e-3, atol=1e-3)
+
+
+@on_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_eig_and_pivoted_qr(dtype):
+  a = _rand((2, 5, 5), dtype)
+  w, vl, vr = (np.asarray(t) for t in sc.lax.linalg.eig(a))
+  ref = np.linalg.eigvals(a)
+  np.testing.assert_allclose(np.sort_complex(w), np.sort_complex(ref), rtol=1e-3, atol=1e-3)
+  np.testing.assert_allclose(a @ vr, vr * w[..., None, :], atol=1e-3)
+  np.testing.assert_allclose(np.conj(np.swapaxes(vl, -1, -2)) @ a,
+                             w[..., :, None] * np.conj(np.swapaxes(vl, -1, -2)), atol=1e-3)
+  w2 = np.asarray(sc.numpy.linalg.eigvals(a))
+  np.testing.assert_allclose(np.sort_complex(w2), np.sort_complex(ref), rtol=1e-3, atol=1e-3)
+  x = _rand((6, 4), dtype)
+  q, r, p = (np.asarray(t) for t in sc.lax.linalg.qr(x, pivoting=True, full_matrices=False))
+  np.testing.assert_allclose(q @ r, x[:, p], atol=1e-3)
+  assert np.all(np.diff(np.abs(np.diagonal(r))) <= 1e-4)   # pivoting: |R_ii| decreasing
 

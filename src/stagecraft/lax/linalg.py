@@ -32,9 +32,12 @@ ones with `enable_eigvec_derivs`), `schur` (gees), `hessenberg` (gehrd), `tridia
 (ormqr/unmqr), `qr(pivoting=True)` (geqp3), the `lu_pivots_to_permutation` primitive,
 `cholesky_update` and `symmetric_product` (compositions, differentiable), and `qdwh`
 (a `while_loop` of QR/Cholesky steps). schur, hessenberg, tridiagonal, ormqr and geqp3 have
-JVP rules that raise NotImplementedError, as JAX has none. The LAPACK-only primitives raise
-NotImplementedError naming themselves when lowered for a platform other than CPU (JAX has
-GPU kernels for some of them: eig, tridiagonal, tridiagonal_solve; not here yet).
+JVP rules that raise NotImplementedError, as JAX has none. On GPUs tridiagonal (sytrd),
+ormqr and tridiagonal_solve (cuSPARSE gtsv2) have cuSOLVER kernels, and eig and geqp3 run on
+jaxlib's hybrid kernels (`cuhybrid_eig_real`/`_comp`, `cuhybrid_geqp3`: host LAPACK or
+MAGMA, after `jaxlib.gpu_solver.initialize_hybrid_kernels()`, as JAX). schur and hessenberg
+are LAPACK-only, as in JAX: they raise NotImplementedError naming themselves when lowered
+for a platform other than CPU.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from stagecraft import core, dtypes
+from stagecraft.config import config as _config
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters import partial_eval as pe
@@ -89,6 +93,28 @@ def _check_matrix(name: str, x: ShapedArray, square: bool = False) -> None:
 _lapack_ready = [False]
 
 
+def _ensure_hybrid_kernels() -> None:
+  """Loads the host LAPACK (and MAGMA, where installed) function pointers of jaxlib's GPU
+  hybrid kernels (`cuhybrid_eig_real`, `cuhybrid_geqp3`, ...), as JAX does before lowering
+  to them; without it they crash the process. Idempotent."""
+  if _hybrid_ready[0]:
+    return
+  from jaxlib import gpu_solver  # NB: a jaxlib module; only where a GPU module is lowered
+  gpu_solver.initialize_hybrid_kernels()
+  _hybrid_ready[0] = True
+
+
+_hybrid_ready = [False]
+
+
+def _magma_mode(use_magma: bool | None) -> str:
+  """The hybrid kernels' `magma` attribute: 'on'/'off' when chosen, else JAX's
+  `jax_use_magma` option ('auto' by default)."""
+  if use_magma is not None:
+    return "on" if use_magma else "off"
+  return str(_config.jax_use_magma)
+
+
 def _ensure_lapack() -> None:
   """Loads the LAPACK function pointers (from scipy) that jaxlib's CPU kernels call.
 
@@ -116,9 +142,12 @@ def _layout(aval: ShapedArray, nb: int, column_major: bool = True) -> str:
 
 def _attr(v) -> str:
   """An FFI attribute: bool -> `true`/`false`, np.int32 -> i32, int -> ui8 (LAPACK's
-  character flags, cuSOLVER's algorithm codes)."""
+  character flags, cuSOLVER's algorithm codes), str -> a string (the hybrid kernels'
+  `magma` mode)."""
   if isinstance(v, (bool, np.bool_)):
     return "true" if v else "false"
+  if isinstance(v, str):
+    return '"' + v + '"'
   if isinstance(v, np.int32):
     return f"{int(v)} : i32"
   return f"{int(v)} : ui8"
@@ -1361,9 +1390,14 @@ def _eig_lowering(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvecto
   # NB: JAX runs eig on GPUs with jaxlib's hybrid kernels (`cuhybrid_eig_real`/`_comp`,
   # host LAPACK or MAGMA); emitted without `jaxlib.gpu_solver.initialize_hybrid_kernels()`
   # first they crashed the process on an H100, and they are not yet checked with it.
-  _require_cpu(ctx, "eig", "geev")
-  if implementation not in (None, EigImplementation.LAPACK):
-    raise ValueError("Only the lapack implementation is supported on CPU.")
+  gpu = _gpu_prefix(ctx)
+  if gpu is None:
+    _require_cpu(ctx, "eig", "geev")
+    if implementation not in (None, EigImplementation.LAPACK):
+      raise ValueError("Only the lapack implementation is supported on CPU.")
+  elif implementation == EigImplementation.CUSOLVER:
+    raise NotImplementedError("lax.linalg.eig: implementation=CUSOLVER (cusolver geev) is "
+                              "not implemented in stagecraft; use None (the hybrid kernel).")
   aval, = ctx.avals_in
   w_aval = ctx.avals_out[0]
   v_aval = ShapedArray(aval.shape, w_aval.dtype)
@@ -1373,7 +1407,19 @@ def _eig_lowering(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvecto
   real = not dtypes.is_complex(aval.dtype)
   flags = {"compute_left": ord("V" if compute_left_eigenvectors else "N"),
            "compute_right": ord("V" if compute_right_eigenvectors else "N")}
-  call = lambda outs: _lapack_call(ctx, "geev", [x], [aval], outs, flags, {})
+  if gpu is None:
+    call = lambda outs: _lapack_call(ctx, "geev", [x], [aval], outs, flags, {})
+  else:
+    # JAX 0.10.2 on GPUs: jaxlib's hybrid kernel (geev on the host, or MAGMA), same results
+    # as LAPACK's (JAX uses cuSOLVER's geev instead where cuSOLVER >= 11.7.1 and no left
+    # eigenvectors are requested; not here).
+    _ensure_hybrid_kernels()
+    magma = _magma_mode(None if implementation is None else
+                        implementation == EigImplementation.MAGMA)
+    target = f"{gpu}hybrid_eig_{'real' if real else 'comp'}"
+    gflags = {"left": bool(compute_left_eigenvectors),
+              "magma": magma, "right": bool(compute_right_eigenvectors)}
+    call = lambda outs: _ffi_call(ctx, target, [x], [aval], outs, gflags, {})
   if real:
     wr_aval = ShapedArray(aval.shape[:-1], aval.dtype)
     wr, wi, vl, vr, info = call([wr_aval, wr_aval, v_aval, v_aval, info_aval])
@@ -1466,7 +1512,8 @@ def eig(x: Any, *, compute_left_eigenvectors: bool = True,
         compute_right_eigenvectors: bool = True, enable_eigvec_derivs: bool = False,
         implementation: EigImplementation | None = None,
         use_magma: bool | None = None) -> list[Any]:
-  """Eigendecomposition of general square matrices (LAPACK geev, CPU only).
+  """Eigendecomposition of general square matrices (LAPACK geev on CPU; on GPUs jaxlib's
+  hybrid kernel, geev on the host or MAGMA's).
 
   Args:
     x: `T[..., n, n]`, T in float32, float64, complex64, complex128.
@@ -1474,8 +1521,9 @@ def eig(x: Any, *, compute_left_eigenvectors: bool = True,
     compute_right_eigenvectors: also return `vr` (`x vr[..., :, j] = w[j] vr[..., :, j]`).
     enable_eigvec_derivs: allow differentiating the eigenvectors (valid only for distinct
       eigenvalues; the tangent keeps geev's normalisation).
-    implementation: None or `EigImplementation.LAPACK` (others raise on CPU).
-    use_magma: deprecated in JAX; `True` selects MAGMA (an error here), `False` LAPACK.
+    implementation: None or `EigImplementation.LAPACK`; on GPUs also `MAGMA` (None: the
+      `jax_use_magma` option). `CUSOLVER` (cuSOLVER's geev) raises NotImplementedError.
+    use_magma: deprecated in JAX; `True` selects MAGMA (GPUs only), `False` LAPACK.
 
   Returns:
     `[w, vl, vr]` (the vectors only where requested): `w C[..., n]` and `v C[..., n, n]`
@@ -1484,8 +1532,8 @@ def eig(x: Any, *, compute_left_eigenvectors: bool = True,
 
   Raises:
     TypeError: for other dtypes. ValueError: for non-square input.
-    NotImplementedError: on platforms other than CPU, and for eigenvector derivatives
-      without `enable_eigvec_derivs`.
+    NotImplementedError: for `EigImplementation.CUSOLVER`, on platforms other than CPU
+      and CUDA/ROCm, and for eigenvector derivatives without `enable_eigvec_derivs`.
   """
   if use_magma is not None:
     implementation = EigImplementation.MAGMA if use_magma else EigImplementation.LAPACK
@@ -1909,6 +1957,11 @@ def _geqp3_abstract_eval(a: ShapedArray, jpvt: ShapedArray, *, use_magma):
 
 
 def _geqp3_lowering(ctx, a, jpvt, *, use_magma):
+  gpu = _gpu_prefix(ctx)
+  if gpu is not None:  # JAX 0.10.2: jaxlib's hybrid kernel (host LAPACK or MAGMA)
+    _ensure_hybrid_kernels()
+    return _ffi_call(ctx, f"{gpu}hybrid_geqp3", [a, jpvt], list(ctx.avals_in),
+                     list(ctx.avals_out), {"magma": _magma_mode(use_magma)}, {0: 0, 1: 1})
   _require_cpu(ctx, "qr (pivoting=True)", "geqp3")
   return _lapack_call(ctx, "geqp3", [a, jpvt], list(ctx.avals_in), list(ctx.avals_out), {},
                       {0: 0, 1: 1})
