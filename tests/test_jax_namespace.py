@@ -69,7 +69,6 @@ SKIP = {
         "ManualAxisType": "sharding in types not implemented",
         "auto_axes": "sharding in types not implemented",
         "explicit_axes": "sharding in types not implemented",
-        "make_single_device_sharding": "not implemented yet",
     },
     "jax.config": {
         # absl flag integration (JAX's absl-based tests and binaries)

@@ -35,7 +35,7 @@ from stagecraft.lax.ad_util import stop_gradient
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p", "closure_convert",
-           "custom_gradient", "zero_from_primal"]
+           "custom_gradient", "zero_from_primal", "linear_call", "linear_call_p"]
 
 _NS = tree_util.NAMESPACE
 
@@ -1005,3 +1005,177 @@ def custom_gradient(fun: Callable) -> custom_vjp:
 
   wrapped.defvjp(fwd, bwd)
   return wrapped
+
+
+# ---------------------------------------------------------------------------
+# linear_call: a linear function with a user-given transpose
+
+
+def linear_call(fun: Callable, fun_transpose: Callable, residual_args: Any,
+                linear_args: Any) -> Any:
+  """Calls `fun(residual_args, linear_args)`, a function linear in `linear_args`, whose
+  transpose is `fun_transpose` (JAX's `jax.custom_derivatives.linear_call`).
+
+  `fun :: r -> a -o b` and `fun_transpose :: r -> b -o a`: transposing the call (in `grad`,
+  `vjp`, `linear_transpose`) runs `fun_transpose(residual_args, cotangents)`, itself as a
+  `linear_call` whose transpose is `fun`, so transposing twice gives `fun` back.
+
+  Args:
+    fun: `fun(residual_args, linear_args)` -> a pytree of arrays, linear in `linear_args`.
+    fun_transpose: `fun_transpose(residual_args, cts)` with `cts` shaped as `fun`'s output
+      -> a pytree of the structure, shapes and dtypes of `linear_args`.
+    residual_args: a pytree of arrays in which `fun` need not be linear.
+    linear_args: a pytree of arrays in which `fun` is linear.
+
+  Returns:
+    `fun(residual_args, linear_args)`.
+
+  Raises:
+    TypeError: leaves that are not arrays; `fun_transpose` returning another tree structure
+      than `linear_args` (JAX's message) or other shapes/dtypes (when transposed).
+
+  The primitive `linear_call` holds `fun`'s closed jaxpr (`callee`, its constants as
+  leading operands) and a thunk tracing `fun_transpose` once, on first transposition. Its
+  JVP is itself on the linear tangents, plus the ordinary JVP of `callee` for tangents of
+  the residuals (JAX asserts those are zero); batching batches `callee` and the transpose;
+  lowering calls `callee`; evaluation runs it.
+  """
+  res_leaves, res_tree = _flatten(residual_args)
+  lin_leaves, lin_tree = _flatten(linear_args)
+  res_avals = [core.get_aval(x) for x in res_leaves]
+  lin_avals = [core.get_aval(x) for x in lin_leaves]
+  n_res = len(res_leaves)
+  store: dict = {}
+
+  def flat_fun(*leaves):
+    out = fun(_unflatten(res_tree, leaves[:n_res]), _unflatten(lin_tree, leaves[n_res:]))
+    out_leaves, store["out_tree"] = _flatten(out)
+    return out_leaves
+
+  callee, consts = _trace_primal(flat_fun, [*res_avals, *lin_avals], _fun_name(fun))
+  out_tree = store["out_tree"]
+  out_avals = callee.out_avals
+  cache: list = []
+
+  def transpose_thunk():
+    if not cache:
+      t_store: dict = {}
+
+      def flat_transpose(*leaves):
+        out = fun_transpose(_unflatten(res_tree, leaves[:n_res]),
+                            _unflatten(out_tree, leaves[n_res:]))
+        t_leaves, t_store["tree"] = _flatten(out)
+        return t_leaves
+
+      closed, t_consts = _trace_primal(flat_transpose, [*res_avals, *out_avals],
+                                       _fun_name(fun_transpose))
+      if t_store["tree"] != lin_tree:
+        raise TypeError(f"transpose output pytree structure must match that of linear inputs, "
+                        f"got output structure {t_store['tree']} and input structure "
+                        f"{lin_tree}.")
+      bad = [(a, b) for a, b in zip(closed.out_avals, lin_avals)
+             if (a.shape, a.dtype) != (b.shape, b.dtype)]
+      if bad:
+        raise TypeError(f"linear_call: fun_transpose {_fun_name(fun_transpose)} must return "
+                        f"cotangents with the shapes and dtypes of the linear inputs "
+                        f"{_tree_str(lin_tree, lin_avals)}, got "
+                        f"{_tree_str(lin_tree, closed.out_avals)}.")
+      cache.append((closed, t_consts))
+    return cache[0]
+
+  outs = linear_call_p.bind(*consts, *res_leaves, *lin_leaves, callee=callee,
+                            transpose_thunk=transpose_thunk, num_callee_consts=len(consts),
+                            num_res=n_res)
+  return _unflatten(out_tree, outs)
+
+
+linear_call_p = core.Primitive("linear_call")
+linear_call_p.multiple_results = True
+
+
+def _linear_call_jvp(primals, tangents, *, callee, transpose_thunk, num_callee_consts,
+                     num_res):
+  n_known = num_callee_consts + num_res
+  params = dict(callee=callee, transpose_thunk=transpose_thunk,
+                num_callee_consts=num_callee_consts, num_res=num_res)
+  out = linear_call_p.bind(*primals, **params)
+  lin_t = tangents[n_known:]
+  t_out: list = [ad.Zero(ad.tangent_aval(a)) for a in callee.out_avals]
+  if any(type(t) is not ad.Zero for t in lin_t):
+    lin_t = [ad.instantiate_zeros(t) for t in lin_t]
+    t_out = linear_call_p.bind(*primals[:n_known], *lin_t, **params)
+  if any(type(t) is not ad.Zero for t in tangents[:n_known]):
+    # NB: the callee is not linear in its constants and residuals: their tangents go
+    # through its ordinary JVP (the linear inputs held at their primal values).
+    zeros = [ad.Zero(ad.tangent_aval(core.get_aval(p))) for p in primals[n_known:]]
+    _, t_res = ad.jvp_flat(core.jaxpr_as_fun(callee), primals,
+                           [*tangents[:n_known], *zeros])
+    t_out = [ad.add_tangents(a, b) for a, b in zip(t_out, t_res)]
+  return out, t_out
+
+
+def _linear_call_transpose(cts, *args, callee, transpose_thunk, num_callee_consts, num_res):
+  transpose, t_consts = transpose_thunk()
+  n_known = num_callee_consts + num_res
+  f_consts, res, lin = args[:num_callee_consts], args[num_callee_consts:n_known], args[n_known:]
+  if any(ad.is_undefined_primal(x) for x in (*f_consts, *res)):
+    raise TypeError("linear_call: transposing with respect to residual_args (or values its "
+                    "function closes over) is not possible: the function is linear only in "
+                    "linear_args.")
+  cts = [ad.zeros_like_aval(a) if type(ct) is ad.Zero else ct
+         for ct, a in zip(cts, callee.out_avals)]
+
+  def transpose_of_transpose():
+    return callee, list(f_consts)
+
+  cts_lin = linear_call_p.bind(*t_consts, *res, *cts, callee=transpose,
+                               transpose_thunk=transpose_of_transpose,
+                               num_callee_consts=len(t_consts), num_res=num_res)
+  return [None] * n_known + [ct if ad.is_undefined_primal(x) else None
+                             for ct, x in zip(cts_lin, lin)]
+
+
+def _linear_call_batch(axis_data, args, dims, *, callee, transpose_thunk, num_callee_consts,
+                       num_res):
+  n_out = len(callee.out_avals)
+  params = dict(callee=callee, transpose_thunk=transpose_thunk,
+                num_callee_consts=num_callee_consts, num_res=num_res)
+  if all(d is None for d in dims):
+    return linear_call_p.bind(*args, **params), [None] * n_out
+  n_known = num_callee_consts + num_res
+  args, dims = _front(args, dims)
+  # NB: the linear inputs are all batched (unbatched ones broadcast), so that the batched
+  # transpose's outputs, batched at 0, have their shapes.
+  args = [*args[:n_known], *[batching.bdim_at_front(x, d, axis_data.size)
+                             for x, d in zip(args[n_known:], dims[n_known:])]]
+  dims = [*dims[:n_known], *[0] * (len(args) - n_known)]
+  b_callee, b_consts, _ = batching.batch_jaxpr(callee, axis_data, dims, [0] * n_out)
+  res_dims = dims[num_callee_consts:n_known]
+  n_lin = len(args) - n_known
+  cache: list = []
+
+  def batched_transpose_thunk():
+    if not cache:
+      transpose, t_consts = transpose_thunk()
+      t_dims = [None] * len(t_consts) + list(res_dims) + [0] * n_out
+      b_t, b_t_consts, _ = batching.batch_jaxpr(transpose, axis_data, t_dims, [0] * n_lin)
+      cache.append((b_t, [*b_t_consts, *t_consts]))
+    return cache[0]
+
+  outs = linear_call_p.bind(*b_consts, *args, callee=b_callee,
+                            transpose_thunk=batched_transpose_thunk,
+                            num_callee_consts=len(b_consts) + num_callee_consts,
+                            num_res=num_res)
+  return outs, [0] * n_out
+
+
+def _linear_call_lowering(ctx, *args, callee: ClosedJaxpr, **_):
+  return lowering.lower_call(ctx, "linear_call", callee, args)
+
+
+core.def_closed_call(linear_call_p, "callee")
+lowering.register_lowering(linear_call_p, _linear_call_lowering)
+ad.primitive_jvps[linear_call_p] = _linear_call_jvp
+ad.primitive_transposes[linear_call_p] = _linear_call_transpose
+batching.axis_primitive_batchers[linear_call_p] = _linear_call_batch
+core.pp_param_order[linear_call_p] = ("num_callee_consts", "num_res", "callee")

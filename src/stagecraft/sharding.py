@@ -38,7 +38,7 @@ __all__ = ["Mesh", "AbstractMesh", "AbstractDevice", "AxisType", "PartitionSpec"
            "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh", "Sharding",
            "set_mesh", "get_mesh", "get_abstract_mesh", "use_abstract_mesh",
            "unsharded", "check_out_sharding", "type_sharding", "spec_entries",
-           "ShardingTypeError"]
+           "ShardingTypeError", "make_single_device_sharding"]
 
 _mesh_stack: list = []   # meshes entered with `with mesh:` (innermost last)
 
@@ -786,6 +786,33 @@ class SingleDeviceSharding(Sharding):
 
   def __repr__(self):
     return f"SingleDeviceSharding(device={self.device!r})"
+
+
+def make_single_device_sharding(device: Any, *, memory_kind: str | None = None
+                                ) -> SingleDeviceSharding:
+  """The sharding that places a whole array on `device` (JAX's
+  `jax.sharding.make_single_device_sharding`).
+
+  Args:
+    device: a device (`stagecraft.devices()[i]`).
+    memory_kind: None or the device's default memory kind (`"device"`); stagecraft's
+      shardings place arrays in device memory only.
+
+  Raises:
+    ValueError: a memory kind the device cannot address (JAX's message).
+    NotImplementedError: another memory kind the device can address (`"pinned_host"`).
+  """
+  if memory_kind is not None:
+    kinds = [m.kind for m in device.addressable_memories()]
+    if memory_kind not in kinds:
+      raise ValueError(f"Could not find memory addressable by device {device.device_kind}. "
+                       f"Device {device.device_kind} can address the following memory kinds: "
+                       f"{', '.join(kinds)}. Got memory kind: {memory_kind}")
+    if memory_kind != device.default_memory().kind:
+      raise NotImplementedError(f"make_single_device_sharding: memory_kind={memory_kind!r}; "
+                                f"stagecraft places arrays in the device's default memory "
+                                f"({device.default_memory().kind!r}) only.")
+  return SingleDeviceSharding(device)
 
 
 def to_named(s: Any, what: str) -> NamedSharding | None:

@@ -13,12 +13,13 @@ device: a `psum` broadcasts (`broadcast_one_to_all`, `sync_global_devices`) and 
 """
 from __future__ import annotations
 
+import contextlib
 import zlib
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from stagecraft import api, pjit, tree_util
+from stagecraft import api, distributed, pjit, tree_util
 from stagecraft.lax import parallel
 from stagecraft.lax import spmd as spmd_lax
 from stagecraft.runtime import client, spmd
@@ -27,7 +28,7 @@ from stagecraft.sharding import Mesh, NamedSharding, PartitionSpec
 
 __all__ = ["broadcast_one_to_all", "sync_global_devices", "process_allgather", "assert_equal",
            "host_local_array_to_global_array", "global_array_to_host_local_array",
-           "reached_preemption_sync_point"]
+           "reached_preemption_sync_point", "live_devices", "ProcessFailureError"]
 
 
 def _host(x: Any) -> np.ndarray:
@@ -193,3 +194,39 @@ def reached_preemption_sync_point(step_id: int) -> bool:
   """Whether a preemption notice asks the processes to save at `step_id`. stagecraft runs no
   preemption service, so never (as JAX without one)."""
   return False
+
+
+class ProcessFailureError(Exception):
+  """Raised by `live_devices` when processes hosting some of its devices failed (JAX's
+  class). `failed_devices`: the set of those devices."""
+
+  def __init__(self, failed_devices: set):
+    self.failed_devices = failed_devices
+    super().__init__(f"Devices failed: {failed_devices}")
+
+
+@contextlib.contextmanager
+def live_devices(devices: Sequence[Any]) -> Iterator[list]:
+  """A context manager yielding the devices of `devices` whose processes are alive, sorted
+  by id (JAX's `multihost_utils.live_devices`, marked unstable there).
+
+  With one process, after `stagecraft.distributed.initialize`, every device is alive: it
+  yields `devices` sorted by id. Exceptions raised in the body propagate.
+
+  Raises:
+    RuntimeError: if `stagecraft.distributed.initialize` has not run (JAX's message).
+    ValueError: for no devices, or none of this process.
+    NotImplementedError: over several processes (stagecraft does not watch the health of
+      other processes).
+  """
+  if not distributed.is_initialized():
+    raise RuntimeError("Distributed JAX not initialized.")
+  if not devices:
+    raise ValueError("No devices provided.")
+  me = client.process_index()
+  if all(d.process_index != me for d in devices):
+    raise ValueError("Provided devices do not have any local devices.")
+  if client.process_count() > 1:
+    raise NotImplementedError("live_devices over several processes: stagecraft does not "
+                              "track the health of other processes.")
+  yield sorted(devices, key=lambda d: d.id)
