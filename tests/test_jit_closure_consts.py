@@ -144,8 +144,8 @@ def test_grad_keeps_the_constant_in_the_primal_call():
   text = str(sc.make_jaxpr(sc.grad(lambda x: g(x).sum()))(X))
   first = text[:text.index("reduce_sum")]
   # As JAX: the forward call closes over the constant and returns no copy of it.
-  assert "jaxpr={ lambda d:f32[3]; a:f32[3]. let" in first
-  assert "b:f32[3] c:f32[3] = jit[" in first
+  assert "jaxpr={ lambda e:f32[3]; b:f32[3]. let" in first
+  assert "c:f32[3] d:f32[3] = jit[" in first
 
 
 def test_grad_against_finite_differences():

@@ -36,6 +36,22 @@ primitive_transposes: dict[core.Primitive, Callable] = {}
 #: call-like equation whose inputs are partly unknown (its known outputs and residuals come
 #: from the known equation, which the unknown one reads).
 partial_eval_rules: dict[core.Primitive, Callable] = {}
+#: `rule(eqn, unknowns_in, const_ok) -> (known_eqn | None, unknown_eqn | None, out_unknowns,
+#: fwd)`: as a `partial_eval_rules` rule, forwarding residuals as JAX's jit does (used
+#: instead of it where registered). `fwd` maps the variables the equations leave undefined
+#: to what they stand for: a known result that is an operand to that operand (an atom of
+#: `eqn`), an operand of the unknown equation to `ForwardedConst(value)` (only where
+#: `const_ok`: the caller has a value for it).
+partial_eval_fwd_rules: dict[core.Primitive, Callable] = {}
+
+
+class ForwardedConst:
+  """A constant that a split call's unknown side reads, passed to it from outside (JAX's
+  forwarded constant residuals): `value` is the array."""
+  __slots__ = ("value",)
+
+  def __init__(self, value: Any):
+    self.value = value
 
 
 # ---------------------------------------------------------------------------
@@ -325,7 +341,8 @@ def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
 # Linearize: stage the JVP, split known (primal) from unknown (tangent) equations
 
 
-def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequence[bool]
+def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequence[bool],
+                       const_values: dict[Var, Any] | None = None
                        ) -> tuple[Jaxpr, Jaxpr, int]:
   """Splits `jaxpr` by which invars are unknown.
 
@@ -334,6 +351,9 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
     unknowns: one bool per invar.
     instantiate: one bool per outvar; True puts that output in the unknown jaxpr even if it
       is known (passed through as a residual).
+    const_values: the values of `jaxpr.constvars`, where the caller can take constants
+      that calls inside forward (`partial_eval_fwd_rules`): one that is not among them
+      becomes a new constvar of `known` (after `jaxpr`'s), added here with its value.
 
   Returns:
     `(known, unknown, num_res, out_unknowns)`: `known` takes the known invars (constvars
@@ -347,10 +367,39 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
   """
   unknown_vars: set[Var] = {v for v, u in zip(jaxpr.invars, unknowns) if u}
   known_eqns, unknown_eqns = [], []
+  # Variables a forwarding rule left undefined, and what they stand for.
+  alias: dict[Var, Any] = {}
+  new_constvars: list[Var] = []
+  const_ids: dict[int, Var] | None = None
   for eqn in jaxpr.eqns:
+    if alias:
+      eqn = eqn.replace(invars=[alias.get(v, v) if type(v) is Var else v
+                                for v in eqn.invars])
     in_unknown = [type(v) is Var and v in unknown_vars for v in eqn.invars]
     if not any(in_unknown):
       known_eqns.append(eqn)
+      continue
+    frule = partial_eval_fwd_rules.get(eqn.primitive)
+    if frule is not None:
+      known_eqn, unknown_eqn, out_unknowns, fwd = frule(eqn, in_unknown,
+                                                        const_values is not None)
+      for v, a in fwd.items():
+        if type(a) is ForwardedConst:
+          if const_ids is None:
+            const_ids = {id(c): cv for cv, c in const_values.items()}
+          cv = const_ids.get(id(a.value))
+          if cv is None:
+            cv = const_ids[id(a.value)] = Var(v.aval)
+            const_values[cv] = a.value
+            new_constvars.append(cv)
+          a = cv
+        alias[v] = a
+      if known_eqn is not None:
+        known_eqns.append(known_eqn)
+      if unknown_eqn is not None:
+        unknown_eqns.append(unknown_eqn.replace(invars=[
+            alias.get(v, v) if type(v) is Var else v for v in unknown_eqn.invars]))
+      unknown_vars.update(v for v, u in zip(eqn.outvars, out_unknowns) if u)
       continue
     rule = partial_eval_rules.get(eqn.primitive)
     if rule is None:
@@ -365,33 +414,37 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
     if unknown_eqn is not None:
       unknown_eqns.append(unknown_eqn)
     unknown_vars.update(v for v, u in zip(eqn.outvars, out_unknowns) if u)
+  outvars = jaxpr.outvars
+  if alias:
+    outvars = [alias.get(v, v) if type(v) is Var else v for v in outvars]
   out_unknown = [(type(v) is Var and v in unknown_vars) or inst
-                 for v, inst in zip(jaxpr.outvars, instantiate)]
+                 for v, inst in zip(outvars, instantiate)]
   # Dead tangent work (e.g. a JVP whose result a stop_gradient drops) goes, and with it the
   # residuals only it read; the known side is pruned to what remains needed below.
   unknown_eqns = pe.dce_jaxpr(
-      Jaxpr([], [], [v for v, u in zip(jaxpr.outvars, out_unknown) if u], unknown_eqns),
+      Jaxpr([], [], [v for v, u in zip(outvars, out_unknown) if u], unknown_eqns),
       [True] * sum(out_unknown))[0].eqns
   # Residuals: known variables read by unknown equations or returned as unknown outputs.
   res: list[Var] = []
   seen: set[Var] = set()
   needed = [v for e in unknown_eqns for v in e.invars]
-  needed += [v for v, u in zip(jaxpr.outvars, out_unknown) if u]
+  needed += [v for v, u in zip(outvars, out_unknown) if u]
   for v in needed:
     if type(v) is Var and v not in unknown_vars and v not in seen:
       seen.add(v)
       res.append(v)
-  known = Jaxpr(jaxpr.constvars, [v for v, u in zip(jaxpr.invars, unknowns) if not u],
-                [*[v for v, u in zip(jaxpr.outvars, out_unknown) if not u], *res], known_eqns)
+  known = Jaxpr([*jaxpr.constvars, *new_constvars],
+                [v for v, u in zip(jaxpr.invars, unknowns) if not u],
+                [*[v for v, u in zip(outvars, out_unknown) if not u], *res], known_eqns)
   known = pe.dce_jaxpr(known, [True] * len(known.outvars), instantiate=True)[0]
   sub = {v: Var(v.aval) for v in res}
   unknown_eqns = [e.replace(invars=[sub.get(v, v) if type(v) is Var else v for v in e.invars])
                   for e in unknown_eqns]
   unknown = Jaxpr([], [*(sub[v] for v in res), *(v for v, u in zip(jaxpr.invars, unknowns) if u)],
                   [sub.get(v, v) if type(v) is Var else v
-                   for v, u in zip(jaxpr.outvars, out_unknown) if u], unknown_eqns)
+                   for v, u in zip(outvars, out_unknown) if u], unknown_eqns)
   return known, unknown, len(res), [type(v) is Var and v in unknown_vars
-                                    for v in jaxpr.outvars]
+                                    for v in outvars]
 
 
 class PartialEvalTrace(pe.DynamicJaxprTrace):
@@ -429,6 +482,9 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     return self._split(rule, prim, args, params)
 
   def _split(self, rule, prim, args, params):
+    """Splits a call-like primitive with a `partial_eval_rules` rule (or, where registered,
+    a `partial_eval_fwd_rules` one): its known equations are bound in `parent`, its unknown
+    equation recorded, reading the known values (residuals) as constvars."""
     env: dict[Var, Any] = {}
     invars, unknowns = [], []
     for x in args:
@@ -445,8 +501,13 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     outvars = [Var(a) for a in (out_avals if multiple else [out_avals])]
     # NB: skips this frame and process_primitive's (the search starts at bind).
     src = core.current_source_info(3)
-    known_eqns, unknown_eqn, out_unknowns = rule(
-        core.JaxprEqn(invars, outvars, prim, params, src), unknowns)
+    eqn = core.JaxprEqn(invars, outvars, prim, params, src)
+    frule = partial_eval_fwd_rules.get(prim)
+    fwd = None
+    if frule is not None:
+      known_eqns, unknown_eqn, out_unknowns, fwd = frule(eqn, unknowns, True)
+    else:
+      known_eqns, unknown_eqn, out_unknowns = rule(eqn, unknowns)
     if known_eqns is None:
       known_eqns = []
     elif not isinstance(known_eqns, list):
@@ -457,6 +518,10 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
         ins = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
         outs = eqn.primitive.bind(*ins, **eqn.params)
         env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+    if fwd:
+      for v, a in fwd.items():
+        env[v] = (a.value if type(a) is ForwardedConst else
+                  a.val if type(a) is Literal else env[a])
     if unknown_eqn is not None:
       self.eqns.append(unknown_eqn.replace(invars=[
           v if type(v) is Literal or v not in env else self._lift(env[v])

@@ -7,6 +7,9 @@ derived once per (jaxpr, key) and cached, so its compiled executables are reused
 Constants: `jit`, as JAX's, keeps the constants its body closes over in the ClosedJaxpr
 (`closed_consts=True`: printed as the body's constvars, not operands of the equation), and
 so do its derived calls; `checkpoint` passes them as leading operands, as JAX's `remat`.
+When linearizing, a constant the tangent side of a jit needs is passed to it from outside (an
+operand), as are residuals that are operands or results of the primal call (JAX's residual
+forwarding; `CallRules.partial_eval_fwd`).
 
 `custom_dce_call`, `custom_jvp_call` and `custom_vjp_call` carry rules of their own (the user's
 rules must survive each transformation) and use only the generic pieces of `core` and the
@@ -159,6 +162,118 @@ class CallRules:
         self._params(eqn.params, "unknown", unknown), eqn.source_info)
     return known_eqn, unknown_eqn, out_unknowns
 
+  def _split_fwd(self, closed: ClosedJaxpr, unknowns: tuple, const_ok: bool):
+    """The split of `closed` with JAX's residual forwarding (its `_pjit_partial_eval` /
+    `_pjit_linearize`): a residual that is a known operand is not returned again (the
+    unknown call reads the operand), nor one that is a known result (it reads the result);
+    a residual that is a constant of the body is passed to the unknown call from outside
+    (`const_ok`; else the unknown call closes over it); a known result that is a known
+    operand is not returned either.
+
+    Returns:
+      `(known, unknown, out_unknowns, out_fwd, res_src)`: `out_fwd` has one entry per known
+      result, the index among the known operands of the one it forwards, or None;
+      `res_src` one per operand of `unknown` before the unknown operands: `("in", i)` the
+      i-th known operand, `("out", j)` the j-th known result, `("const", (value, aval))` a
+      constant or `("res", None)` the next residual result of `known`.
+    """
+    jaxpr = closed.jaxpr
+    value = dict(zip(jaxpr.constvars, closed.consts))
+    k, u, nres, out_unknowns = ad.partial_eval_jaxpr(jaxpr, unknowns,
+                                                     [False] * len(jaxpr.outvars),
+                                                     const_values=value)
+    # NB: `value` now also holds the constants that nested calls forward: those not among
+    # the body's own are constants of the known call, which returns them (as JAX).
+    own = set(jaxpr.constvars)
+    nk = len(k.outvars) - nres
+    outs, res = k.outvars[:nk], k.outvars[nk:]
+    in_pos = {v: i for i, v in enumerate(k.invars)}
+    out_fwd = [in_pos.get(v) if type(v) is core.Var else None for v in outs]
+    kept_outs = [v for v, f in zip(outs, out_fwd) if f is None]
+    out_pos = {}
+    for j, v in enumerate(outs):
+      out_pos.setdefault(v, j)
+    res_src, kept_res, closed_res = [], [], []
+    for v in res:
+      if v in in_pos:
+        res_src.append(("in", in_pos[v]))
+      elif v in own:
+        if const_ok:
+          res_src.append(("const", (value[v], v.aval)))
+        else:
+          res_src.append(None)
+          closed_res.append(v)
+      elif v in out_pos and out_fwd[out_pos[v]] is None:
+        res_src.append(("out", out_pos[v]))
+      else:
+        res_src.append(("res", None))
+        kept_res.append(v)
+    k = k.replace(outvars=[*kept_outs, *kept_res])
+    consts = [value[v] for v in k.constvars]
+    known = _pruned(k, consts)
+    if closed_res:
+      # The constants of the body the unknown side reads, closed over by it.
+      cset = set(closed_res)
+      u_res = u.invars[:nres]
+      u = u.replace(constvars=[r for v, r in zip(res, u_res) if v in cset],
+                    invars=[*[r for v, r in zip(res, u_res) if v not in cset],
+                            *u.invars[nres:]])
+      res_src = [s for s in res_src if s is not None]
+      unknown = ClosedJaxpr(u, [value[v] for v in res if v in cset])
+    else:
+      unknown = ClosedJaxpr(u, [])
+    return known, unknown, out_unknowns, out_fwd, res_src
+
+  def partial_eval_fwd(self, eqn, unknowns, const_ok: bool):
+    """As `partial_eval`, forwarding residuals as JAX does (see `_split_fwd`).
+
+    Returns:
+      `(known_eqn | None, unknown_eqn | None, out_unknowns, fwd)`: `fwd` maps the variables
+      the two equations leave undefined to what they stand for: a known result of `eqn`
+      that is one of its operands to that operand, an operand of `unknown_eqn` that is a
+      constant to `ad.ForwardedConst(value)`.
+    """
+    closed = eqn.params[self.param]
+    unknowns = tuple(unknowns)
+    known, unknown, out_unknowns, out_fwd, res_src = _memo(
+        self._pe_cache, closed, (unknowns, "fwd", const_ok),
+        lambda: self._split_fwd(closed, unknowns, const_ok))
+    known_ins = [v for v, u in zip(eqn.invars, unknowns) if not u]
+    # NB: a known result nothing reads may be a residual: it gets a variable of its own.
+    known_outs = [core.Var(v.aval) if type(v) is core.DropVar else v
+                  for v, u in zip(eqn.outvars, out_unknowns) if not u]
+    fwd: dict = {}
+    k_outs = []
+    for o, f in zip(known_outs, out_fwd):
+      if f is None:
+        k_outs.append(o)
+      else:
+        fwd[o] = known_ins[f]
+    res_avals = iter(v.aval for v in known.jaxpr.outvars[len(k_outs):])
+    res_ins = []
+    for kind, x in res_src:
+      if kind == "res":
+        v = core.Var(next(res_avals))
+        k_outs.append(v)
+      elif kind == "in":
+        v = known_ins[x]
+      elif kind == "out":
+        v = known_outs[x]
+      else:
+        v = core.Var(x[1])
+        fwd[v] = ad.ForwardedConst(x[0])
+      res_ins.append(v)
+    known_eqn = unknown_eqn = None
+    if k_outs or known.jaxpr.effects:
+      known_eqn = core.JaxprEqn(known_ins, k_outs, self.prim,
+                                self._params(eqn.params, "known", known), eqn.source_info)
+    if any(out_unknowns):
+      unknown_eqn = core.JaxprEqn(
+          [*res_ins, *[v for v, u in zip(eqn.invars, unknowns) if u]],
+          [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
+          self._params(eqn.params, "unknown", unknown), eqn.source_info)
+    return known_eqn, unknown_eqn, out_unknowns, fwd
+
   def dce(self, used_outs, eqn):
     """Unused results of a call, and the work and operands only they needed, go."""
     if not any(used_outs):
@@ -184,6 +299,8 @@ class CallRules:
     batching.axis_primitive_batchers[self.prim] = self.batch
     if partial_eval:
       ad.partial_eval_rules[self.prim] = self.partial_eval
+      if self.closed_consts:
+        ad.partial_eval_fwd_rules[self.prim] = self.partial_eval_fwd
     if dce:
       pe.dce_rules[self.prim] = self.dce
     return self
