@@ -229,3 +229,18 @@ def test_runtime_sharding_of_one_device():
   assert s.memory_kind in (None, "device")
   assert s._to_xla_hlo_sharding(2).is_replicated()
   assert isinstance(client.get_backend(), xc.Client)
+
+
+def test_no_xla_info_lines_on_stderr_as_jax():
+  """A program prints nothing on stderr (JAX prints no XLA INFO lines such as
+  `PjRt-IFRT device count`); `TF_CPP_MIN_LOG_LEVEL=0` still asks XLA for them."""
+  code = "import stagecraft as sc; print(sc.numpy.ones(3) + 1)"
+  e = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",
+                                                        "JAX_LOGGING_LEVEL")}
+  quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=240, env=e)
+  assert quiet.returncode == 0 and quiet.stdout.strip() == "[2. 2. 2.]"
+  assert "PjRt" not in quiet.stderr, quiet.stderr
+  loud = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=240, env={**e, "TF_CPP_MIN_LOG_LEVEL": "0"})
+  assert "PjRt-IFRT device count" in loud.stderr

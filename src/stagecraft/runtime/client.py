@@ -141,9 +141,21 @@ def _num_cpu_devices() -> int | None:
   return n if n > 0 else None
 
 
+def _quiet_info_logs() -> None:
+  """XLA's C++ INFO lines (`PjRt-IFRT device count: ...`) go to stderr when a client is made
+  with jaxlib alone; a process that imports JAX does not print them. Keep stderr as JAX's:
+  INFO is dropped unless `TF_CPP_MIN_LOG_LEVEL` or `jax_logging_level` asks for it."""
+  if "TF_CPP_MIN_LOG_LEVEL" in os.environ or os.environ.get("JAX_LOGGING_LEVEL", "NOTSET") \
+      not in ("NOTSET", ""):
+    return
+  from jaxlib import utils  # NB: jaxlib's absl switch (what jax_logging_level sets in JAX)
+  utils.absl_set_min_log_level(1)
+
+
 def _cpu_client():
   if _cpu[0] is None:
     _register_cpu_kernels()
+    _quiet_info_logs()
     _cpu[0] = xc.make_cpu_client(asynchronous=True, num_devices=_num_cpu_devices())
   return _cpu[0]
 
