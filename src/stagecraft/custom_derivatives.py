@@ -32,6 +32,7 @@ from stagecraft.errors import UnexpectedTracerError
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.lax import elementwise, reduction, shape as lax_shape
 from stagecraft.lax.ad_util import stop_gradient
+from stagecraft.lax.control_flow import solves as _solves
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p", "closure_convert",
@@ -1179,3 +1180,8 @@ ad.primitive_jvps[linear_call_p] = _linear_call_jvp
 ad.primitive_transposes[linear_call_p] = _linear_call_transpose
 batching.axis_primitive_batchers[linear_call_p] = _linear_call_batch
 core.pp_param_order[linear_call_p] = ("num_callee_consts", "num_res", "callee")
+
+
+# NB: `lax.custom_root` is a custom_jvp function, and lax (a lower layer) may not import this
+# module: the class is handed down when this module is imported (always, with stagecraft).
+_solves.install_custom_jvp(custom_jvp)

@@ -17,13 +17,15 @@ from __future__ import annotations
 import math
 import operator
 from functools import partial
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from stagecraft import dtypes, lax
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.lax import linalg as lax_linalg
+from stagecraft.interpreters import batching
+from stagecraft.lax.control_flow import solves
 from stagecraft.numpy import contractions, lax_numpy, manipulation, reductions, ufuncs
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import eye, ones, zeros, zeros_like
@@ -31,14 +33,16 @@ from stagecraft.numpy.contractions import einsum
 from stagecraft.numpy.indexing import take_along_axis
 from stagecraft.numpy.lax_numpy import astype
 from stagecraft.numpy.manipulation import (broadcast_shapes, broadcast_to, expand_dims,
-                                           moveaxis, ravel, reshape, squeeze)
+                                           moveaxis, ravel, reshape)
 from stagecraft.numpy.ufuncs import (absolute, add, check_arraylike, conjugate, divide, equal,
                                      exp, greater, greater_equal, isinf, isnan, less, log,
                                      logical_and, logical_not, logical_or, multiply,
                                      not_equal, power, real, remainder, sqrt, subtract, where)
+from stagecraft.numpy.vectorize import vectorize as np_vectorize
 from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, dtype_of, ndim_of,
                                    promote_dtypes_inexact, real_dtype, shape_of)
 from stagecraft.pjit import jit
+
 
 __all__ = ["cholesky", "det", "slogdet", "inv", "solve", "qr", "eigh", "eigvalsh", "svd",
            "svdvals", "norm", "vector_norm", "matrix_norm", "matrix_rank", "pinv", "lstsq",
@@ -142,30 +146,131 @@ def _lu_permute(b, perm):
   return take_along_axis(b, idx, axis=ndim_of(b) - 2, mode="clip")
 
 
-def _lu_solve(lu, perm, b):
-  """Solves `a x = b` from `a[perm] = L U`: b `[..., m, k]`."""
-  pb = _lu_permute(b, perm)
-  y = lax_linalg.triangular_solve(lu, pb, left_side=True, lower=True, unit_diagonal=True)
-  return lax_linalg.triangular_solve(lu, y, left_side=True, lower=False)
+def _vmap(fun: Callable, in_axes: Sequence[int | None], out_axis: int = 0) -> Callable:
+  """`vmap(fun, in_axes, out_axis)` for a function of positional arrays returning one array
+  (this layer has no `vmap`; `None` axes are unbatched, non-array arguments included)."""
+  def batched(*args):
+    size = next(shape_of(x)[d] for x, d in zip(args, in_axes) if d is not None)
+    dims = [None if d is None else d % ndim_of(x) for x, d in zip(args, in_axes)]
+    (out,), (d,) = batching.batch_flat(lambda *xs: [fun(*xs)], list(args), dims,
+                                       batching.AxisData(None, size))
+    return batching.matchaxis(out, d, out_axis % (ndim_of(out) + (d is None)), size)
+  return batched
+
+
+def _broadcast_to_batch(x, shape):
+  """`x` broadcast to `shape` over its leading axes (lax.linalg's `_broadcast_to`)."""
+  return lax.broadcast_in_dim(x, shape, tuple(range(len(shape) - ndim_of(x), len(shape))))
+
+
+def _lu_solve_core(lu, permutation, b, trans):
+  """Solves `a x = b` (trans 0), `a^T x = b` (1) or `a^H x = b` (2) from `a[perm] = L U`,
+  for one matrix: lu `[m, m]`, permutation `[m]`, b `[m, ...]`."""
+  m = shape_of(lu)[0]
+  x = lax.reshape(b, (m, math.prod(shape_of(b)[1:])))
+  if trans == 0:
+    x = x[permutation, :]
+    x = lax_linalg.triangular_solve(lu, x, left_side=True, lower=True, unit_diagonal=True)
+    x = lax_linalg.triangular_solve(lu, x, left_side=True, lower=False)
+  elif trans in (1, 2):
+    conj = trans == 2
+    x = lax_linalg.triangular_solve(lu, x, left_side=True, lower=False, transpose_a=True,
+                                    conjugate_a=conj)
+    x = lax_linalg.triangular_solve(lu, x, left_side=True, lower=True, unit_diagonal=True,
+                                    transpose_a=True, conjugate_a=conj)
+    _, ind = lax.sort_key_val(permutation, lax.iota(np.int32, shape_of(permutation)[0]))
+    x = x[ind, :]
+  else:
+    raise ValueError(f"'trans' value must be 0, 1, or 2, got {trans}")
+  return lax.reshape(x, shape_of(b))
+
+
+@partial(jit, static_argnums=(3,))
+def _lu_solve(lu, permutation, b, trans):
+  """JAX's `lax.linalg.lu_solve` (jitted as JAX's `_lu_solve`, `trans` static): b `[..., m]`
+  (a vector per matrix when b has one axis less than lu) or `[..., m, k]`, batch axes
+  broadcast."""
+  if ndim_of(lu) < 2 or shape_of(lu)[-1] != shape_of(lu)[-2]:
+    raise ValueError(f"last two dimensions of LU decomposition must be equal, got shape "
+                     f"{shape_of(lu)}")
+  if ndim_of(b) < 1:
+    raise ValueError(f"b matrix must have rank >= 1, got shape {shape_of(b)}")
+  rhs_vector = ndim_of(lu) == ndim_of(b) + 1
+  if rhs_vector:
+    if shape_of(b)[-1] != shape_of(lu)[-1]:
+      raise ValueError(f"When LU decomposition matrix and b have the same number of "
+                       f"dimensions, last axis of LU decomposition matrix (shape "
+                       f"{shape_of(lu)}) and b array (shape {shape_of(b)}) must match")
+    b = b[..., np.newaxis]
+  elif shape_of(b)[-2] != shape_of(lu)[-1]:
+    raise ValueError(f"When LU decomposition matrix and b different numbers of dimensions, "
+                     f"last axis of LU decomposition matrix (shape {shape_of(lu)}) and second "
+                     f"to last axis of b array (shape {shape_of(b)}) must match")
+  batch_shape = broadcast_shapes(shape_of(lu)[:-2], shape_of(permutation)[:-1],
+                                 shape_of(b)[:-2])
+  lu = _broadcast_to_batch(lu, (*batch_shape, *shape_of(lu)[-2:]))
+  permutation = _broadcast_to_batch(permutation, (*batch_shape, shape_of(permutation)[-1]))
+  b = _broadcast_to_batch(b, (*batch_shape, *shape_of(b)[-2:]))
+  fn = lambda lu, p, b: _lu_solve_core(lu, p, b, trans)  # noqa: E731
+  for _ in batch_shape:
+    fn = _vmap(fn, (0, 0, 0))
+  x = fn(lu, permutation, b)
+  return x[..., 0] if rhs_vector else x
+
+
+def _broadcasted_matvec(a, b):
+  """`a @ b` for a `[..., n, m]` and b `[..., m]`, batch axes broadcast, at HIGHEST
+  precision."""
+  batch_shape = broadcast_shapes(shape_of(a)[:-2], shape_of(b)[:-1])
+  n_batch = len(batch_shape)
+  a = _broadcast_to_batch(a, (*batch_shape, *shape_of(a)[-2:]))
+  b = _broadcast_to_batch(b, (*batch_shape, shape_of(b)[-1]))
+  dims = (([ndim_of(a) - 1], [ndim_of(b) - 1]), (list(range(n_batch)), list(range(n_batch))))
+  return lax.dot_general(a, b, dims, precision=lax.Precision.HIGHEST)
+
+
+def _solve_core(a, b):
+  """One solve of `a` `[m, m]` (batch axes of `a` lead) with b `[m]` or `[m, k]`: a
+  `custom_linear_solve` over one LU factorization (reused by the derivatives), vectorized
+  over b's columns, as JAX's `lax.linalg._solve`."""
+  if not (ndim_of(a) >= 2 and ndim_of(b) in (ndim_of(a), ndim_of(a) - 1)
+          and shape_of(a)[-1] == shape_of(a)[-2] == shape_of(b)[ndim_of(a) - 2]):
+    raise ValueError(f"The arguments to solve must have shapes a=[..., m, m] and "
+                     f"b=[..., m, k] or b=[..., m]; got a={shape_of(a)} and b={shape_of(b)}")
+  out_shape = tuple(d_a if d_b == 1 else d_b
+                    for d_a, d_b in zip((*shape_of(a)[:-1], 1), shape_of(b)))
+  b = lax.broadcast_in_dim(b, out_shape, tuple(range(ndim_of(b))))
+  lu_, _, permutation = lax_linalg.lu(lax.stop_gradient(a))
+  custom_solve = partial(
+      solves.custom_linear_solve, lambda x: _broadcasted_matvec(a, x),
+      solve=lambda _, x: _lu_solve(lu_, permutation, x, 0),
+      transpose_solve=lambda _, x: _lu_solve(lu_, permutation, x, 1))
+  if ndim_of(a) == ndim_of(b) + 1:
+    return custom_solve(b)
+  return _vmap(custom_solve, (ndim_of(b) - 1,), max(ndim_of(a), ndim_of(b)) - 1)(b)
 
 
 @jit
 def solve(a: ArrayLike, b: ArrayLike):
   """Solves `a @ x = b`.
 
-  Jitted as JAX's (`jit[name=solve]`). The body differs from JAX's (which vectorizes a
-  `custom_linear_solve`): here an LU factorization and two triangular solves, differentiated
-  through the rules of those primitives; values, dtypes and derivatives agree.
+  Jitted as JAX's (`jit[name=solve]`), with JAX's body: the LU factorization of
+  `stop_gradient(a)` and a `lax.custom_linear_solve` whose solves reuse it (jitted
+  `_lu_solve`), vectorized over the batch axes and over b's columns. The derivatives are
+  those of the linear system (one more solve with the same factors), not of the
+  factorization.
 
   Args:
     a: `[..., m, m]`.
     b: `[m]` (a vector), or `[..., m, n]`; batch axes broadcast against a's.
 
   Returns:
-    `x` shaped like the broadcast `b`; inf/NaN for singular `a`.
+    `x` shaped like the broadcast `b`, in the promoted inexact dtype; inf/NaN for singular
+    `a`.
 
   Raises:
     ValueError: for a of rank < 2 or shapes that do not fit.
+    TypeError: for a list or other non-array.
 
   Algorithm: LU with partial pivoting (LAPACK getrf), then two triangular solves.
   """
@@ -174,23 +279,14 @@ def solve(a: ArrayLike, b: ArrayLike):
   if ndim_of(a) < 2:
     raise ValueError(f"left hand array must be at least two dimensional; got a.shape="
                      f"{shape_of(a)}")
-  _square("solve", a)
-  vec = ndim_of(b) == 1
-  if (not vec and ndim_of(b) > 1 and ndim_of(a) == ndim_of(b) + 1
+  if (ndim_of(b) > 1 and ndim_of(a) == ndim_of(b) + 1
       and shape_of(a)[-1] == shape_of(b)[-1] and shape_of(a)[-1] != shape_of(b)[-2]):
-    raise ValueError(f"Invalid shapes for solve: {shape_of(a)}, {shape_of(b)}. Use "
-                     f"solve(a, b[..., None]).squeeze(-1) for a batched 1-D solve.")
-  if vec:
-    b = expand_dims(b, -1)
-  m = shape_of(a)[-1]
-  if shape_of(b)[-2] != m:
-    raise ValueError(f"solve: a {shape_of(a)} and b {shape_of(b)} do not fit (b needs {m} rows).")
-  batch = broadcast_shapes(shape_of(a)[:-2], shape_of(b)[:-2])
-  a = broadcast_to(a, (*batch, m, m))
-  b = broadcast_to(b, (*batch, *shape_of(b)[-2:]))
-  lu, _, perm = lax_linalg.lu(a)
-  x = _lu_solve(lu, perm, b)
-  return squeeze(x, -1) if vec else x
+    raise ValueError(f"Invalid shapes for solve: {shape_of(a)}, {shape_of(b)}. Prior to JAX "
+                     f"v0.5.0, this would have been treated as a batched 1-dimensional "
+                     f"solve. To recover this behavior, use solve(a, b[..., None])"
+                     f".squeeze(-1).")
+  signature = "(m,m),(m)->(m)" if ndim_of(b) == 1 else "(m,m),(m,n)->(m,n)"
+  return np_vectorize(_solve_core, signature=signature)(a, b)
 
 
 @jit

@@ -7,7 +7,7 @@ import importlib as _importlib
 from stagecraft.scipy import special
 
 __all__ = ["special", "linalg", "stats", "optimize", "signal", "ndimage", "integrate",
-           "interpolate", "spatial", "fft", "cluster"]
+           "interpolate", "spatial", "fft", "cluster", "sparse"]
 
 
 def __getattr__(name):

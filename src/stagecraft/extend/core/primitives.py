@@ -15,7 +15,6 @@ JAX primitives stagecraft does not have (what it does instead):
   empty2_p: `jnp.empty` is `zeros`;
   eq_to_p, le_to_p, lt_to_p: shape polymorphism (symbolic dimensions) is not implemented;
   get_p, swap_p: mutable array references are not implemented;
-  linear_solve_p: `lax.custom_linear_solve` is not implemented;
   ragged_all_to_all_p: not implemented;
   random_bits_p, random_fold_in_p, random_seed_p, random_split_p, random_gamma_p: typed
     PRNG keys are composed from `threefry2x32_p` in `stagecraft.random`;
@@ -30,6 +29,7 @@ from stagecraft.interpreters.ad import add_any_p as add_jaxvals_p
 from stagecraft.lax.ad_util import stop_gradient_p
 from stagecraft.lax.control_flow.conditionals import cond_p
 from stagecraft.lax.control_flow.loops import scan_p
+from stagecraft.lax.control_flow.solves import linear_solve_p
 from stagecraft.lax.control_flow.while_op import while_p
 from stagecraft.lax.conv import conv_general_dilated_p
 from stagecraft.lax.cumulative import (cumlogsumexp_p, cummax_p, cummin_p, cumprod_p,
