@@ -147,7 +147,69 @@ PROGRAMS = {
     "softmax_like": (lambda np_: lambda x: np_.exp(x - np_.max(x, axis=1, keepdims=True)) /
                      np_.sum(np_.exp(x), axis=1, keepdims=True), [(("b", 5), F32)], "b",
                      [1, 4]),
+    # dimensions as values
+    "div_by_dim": (lambda np_: lambda x: (x / x.shape[0], x.shape[0] * 2 + x,
+                                          x * (x.shape[0] - 1)),
+                   [(("b", 4), F32)], "b", [1, 3]),
+    "arange_dim": (lambda np_: lambda x: (np_.arange(x.shape[0]) + x[:, 0],
+                                          np_.arange(x.shape[0], dtype=np_.float32),
+                                          np_.arange(1, x.shape[0] + 1, 2)),
+                   [(("b", 4), F32)], "b", [1, 4]),
+    "zeros_ones_dim": (lambda np_: lambda x: (np_.zeros((x.shape[0], 3)) + 1,
+                                              np_.ones(x.shape[0] * 2, np_.int32)),
+                       [(("b", 4), F32)], "b", [2]),
+    "reshape_flat": (lambda np_: lambda x: (x.reshape(-1), x.reshape((x.shape[0] * 4,))),
+                     [(("b", 4), F32)], "b", [1, 3]),
+    "slices": (lambda np_: lambda x: (x[:x.shape[0] // 2], x[1:], x[:-1], x[::-1],
+                                      x[:, 1:3], x[1:, ::2]),
+               [(("b", 4), F32)], "b", [2, 5]),
+    "concat_sizes": (lambda np_: lambda x, y: (np_.concatenate([x, x[:1], y], 0),
+                                               np_.concatenate([x[1:], y], 0)),
+                     [(("b", 4), F32), (("c", 4), F32)], "b, c", [(2, 3), (1, 1)]),
+    # cumulative ops, sorting, gather and scatter
+    "cumulative": (lambda np_: lambda x: (np_.cumsum(x, 0), np_.cumprod(x, 0),
+                                          np_.cumsum(x, 1)),
+                   [(("b", 4), F32)], "b", [1, 5]),
+    "sort": (lambda np_: lambda x: (np_.sort(x, 0), np_.argsort(x, 0), np_.sort(x, 1)),
+             [(("b", 4), F32)], "b", [1, 6]),
+    "gather_take": (lambda np_: lambda x, i: (x[i], np_.take(x, i, axis=0), x[i, 1:],
+                                              x[-1], x[0, 2]),
+                    [(("b", 4), F32), ((3,), np.int32)], "b", [3, 5]),
+    "scatter": (lambda np_: lambda x, i: (x.at[1].set(0.), x.at[i].add(1.0),
+                                          x.at[:, 1].multiply(2.0)),
+                [(("b", 4), F32), ((2,), np.int32)], "b", [2, 4]),
+    "where_select": (lambda np_: lambda x: (np_.where(x > 0, x, 1.0), np_.maximum(x, 0.5)),
+                     [(("b", 4), F32)], "b", [1, 3]),
+    # control flow whose values have symbolic shapes
+    "cond": (lambda np_: lambda x: jax_or_sc(np_).lax.cond(
+        x.sum() > 0, lambda x: x * 2, lambda x: -x, x), [(("b", 4), F32)], "b", [1, 3]),
+    "while": (lambda np_: lambda x: jax_or_sc(np_).lax.while_loop(
+        lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2 + 1), (0, x))[1],
+        [(("b", 4), F32)], "b", [2]),
+    "fori_dim_bound": (lambda np_: lambda x: jax_or_sc(np_).lax.fori_loop(
+        0, x.shape[0], lambda i, c: c + x[i], np_.zeros(4, np_.float32)),
+        [(("b", 4), F32)], "b", [1, 4]),
+    "fori_const_bound": (lambda np_: lambda x: jax_or_sc(np_).lax.fori_loop(
+        0, 3, lambda i, c: c * 2 + i, x), [(("b", 4), F32)], "b", [2]),
+    "scan_over_dim": (lambda np_: lambda x: jax_or_sc(np_).lax.scan(
+        lambda c, r: (c + r, c * r), np_.zeros(4, np_.float32), x), [(("b", 4), F32)], "b",
+        [1, 4]),
+    "scan_symbolic_carry": (lambda np_: lambda x: jax_or_sc(np_).lax.scan(
+        lambda c, r: (c + r, r * 2), x[:, 0] * 0, x.T, reverse=True),
+        [(("b", 4), F32)], "b", [1, 3]),
+    "dynamic_slice": (lambda np_: lambda x, i: (
+        jax_or_sc(np_).lax.dynamic_slice(x, (i, 0), (1, 4)),
+        jax_or_sc(np_).lax.dynamic_slice(x.T, (1, i), (2, x.shape[0])),
+        jax_or_sc(np_).lax.dynamic_update_slice(x, np_.ones((1, 4), np_.float32), (i, 0))),
+        [(("b", 4), F32), ((), np.int32)], "b", [1, 4]),
+    "argmax_stack_eye_pad": (lambda np_: lambda x: (
+        np_.argmax(x, axis=0), np_.argmin(x, axis=1), np_.stack([x, -x], 1),
+        np_.eye(x.shape[0]), np_.pad(x, ((1, 2), (0, 1)))), [(("b", 4), F32)], "b", [1, 3]),
 }
+
+
+def jax_or_sc(np_):
+  return jax if np_ is jjnp else sc
 
 
 def _concrete(shape_list, dims_spec, size, rng):
@@ -254,9 +316,12 @@ def test_inconclusive_comparison_while_tracing_as_jax():
 
 def test_unsupported_primitive_names_it():
   b, = export.symbolic_shape("b")
-  with pytest.raises(NotImplementedError, match=r"'cumsum'.*'b'"):
-    export.export(sc.jit(lambda x: jnp.cumsum(x, axis=0)))(
+  with pytest.raises(NotImplementedError, match=r"'reduce_window_sum'.*'b'"):
+    export.export(sc.jit(lambda x: sc.lax.reduce_window(x, 0., sc.lax.add, (2, 1), (1, 1),
+                                                        "VALID")))(
         sc.ShapeDtypeStruct((b, 3), np.float32))
+  with pytest.raises(NotImplementedError, match=r"'cholesky'.*'b'"):
+    export.export(sc.jit(jnp.linalg.cholesky))(sc.ShapeDtypeStruct((b, 3, 3), np.float32))
 
 
 def test_symbolic_args_specs_and_constraints_round_trip():
@@ -266,8 +331,85 @@ def test_symbolic_args_specs_and_constraints_round_trip():
   exp = export.export(sc.jit(lambda x: jnp.sum(x, axis=0)))(*specs)
   rt = export.deserialize(exp.serialize())
   np.testing.assert_allclose(rt.call(np.ones((4, 8), np.float32)), 4 * np.ones(8))
-  with pytest.raises(ValueError, match=r"Expected value >= 2 for dimension variable 'b'"):
+  with pytest.raises(ValueError, match=r"symbolic shape constraint b >= 2"):
     rt.call(np.ones((1, 8), np.float32))
+
+
+@pytest.mark.parametrize("constraints, shapes", [
+    (("b >= 2",), [(1, 4)]), (("b <= 3",), [(4, 4)]), (("2*b >= b + 3",), [(2, 4)]),
+    (("a >= b",), [(1, 4), (2, 4)])])
+def test_constraint_violations_as_jax(constraints, shapes):
+  names = "a, b" if len(shapes) == 2 else "b"
+  dims = export.symbolic_shape(names, constraints=constraints)
+  jdims = jexport.symbolic_shape(names, constraints=constraints)
+  f = lambda *xs: sum(jnp.sum(x) for x in xs)
+  jf = lambda *xs: sum(jjnp.sum(x) for x in xs)
+  exp = export.export(sc.jit(f))(*[sc.ShapeDtypeStruct((d, 4), np.float32) for d in dims])
+  jexp = jexport.export(jax.jit(jf))(*[jax.ShapeDtypeStruct((d, 4), np.float32)
+                                       for d in jdims])
+  got, want = _call_errors(exp, jexp, [np.ones(s, np.float32) for s in shapes])
+  assert got == want
+
+
+def test_slices_needing_constraints():
+  # x[-2:] and x[1:3] have sizes min(2, b) and min(3, b) - 1: JAX represents them with
+  # `max`/`min` dimensions, stagecraft needs constraints that decide them.
+  b, = export.symbolic_shape("b")
+  with pytest.raises(InconclusiveDimensionOperation):
+    export.export(sc.jit(lambda x: x[1:3]))(sc.ShapeDtypeStruct((b, 4), np.float32))
+  b, = export.symbolic_shape("b", constraints=("b >= 3",))
+  jb, = jexport.symbolic_shape("b", constraints=("b >= 3",))
+  f = lambda x: (x[-2:], x[1:3], x[:-2] * 2)
+  exp = export.export(sc.jit(f))(sc.ShapeDtypeStruct((b, 4), np.float32))
+  jexp = jexport.export(jax.jit(f))(jax.ShapeDtypeStruct((jb, 4), np.float32))
+  assert [str(a) for a in exp.out_avals] == [str(a) for a in jexp.out_avals]
+  for n in (3, 6):
+    x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+    for g, w in zip(exp.call(x), jexp.call(x)):
+      np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_strided_slice_of_symbolic_axis():
+  # The size prints as `floordiv(b - 1, 2) + 1` (lax.slice's rule), JAX's jnp indexing
+  # (a gather) as `floordiv(b + 1, 2)`: the same values.
+  b, = export.symbolic_shape("b")
+  exp = export.export(sc.jit(lambda x: (x[::2], x[1::3])))(sc.ShapeDtypeStruct((b, 4),
+                                                                                np.float32))
+  for n in (1, 2, 5, 6):
+    x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+    for g, w in zip(exp.call(x), (x[::2], x[1::3])):
+      np.testing.assert_array_equal(np.asarray(g), w)
+
+
+GRAD_PROGRAMS = {
+    "sin_sum": lambda np_: lambda x: np_.sum(np_.sin(x) * x, axis=1),
+    "mean_div": lambda np_: lambda x: x / x.shape[0] - np_.mean(x, axis=0),
+    "cumsum": lambda np_: lambda x: np_.cumsum(x, 0) ** 2,
+    "slices": lambda np_: lambda x: x[1:] * x[:-1],
+    "gather_sort": lambda np_: lambda x: np_.sort(x, 0)[np_.array([0, 0, 1])] * 3,
+    "scan": lambda np_: lambda x: jax_or_sc(np_).lax.scan(
+        lambda c, r: (c * r + 1, c), np_.ones(4, np_.float32), x)[1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_PROGRAMS))
+def test_grad_of_call_as_jax(name):
+  make = GRAD_PROGRAMS[name]
+  b, = export.symbolic_shape("b")
+  jb, = jexport.symbolic_shape("b")
+  exp = export.export(sc.jit(make(jnp)))(sc.ShapeDtypeStruct((b, 4), np.float32))
+  jexp = jexport.export(jax.jit(make(jjnp)))(jax.ShapeDtypeStruct((jb, 4), np.float32))
+  assert [str(a) for a in exp.vjp().in_avals] == [str(a) for a in jexp.vjp().in_avals]
+  assert [str(a) for a in exp.vjp().out_avals] == [str(a) for a in jexp.vjp().out_avals]
+  rt = export.deserialize(exp.serialize(vjp_order=1))
+  for n in (2, 5):
+    x = np.random.default_rng(n).uniform(0.5, 1.5, (n, 4)).astype(np.float32)
+    want = jax.grad(lambda x: jjnp.sum(jexp.call(x)))(x)
+    for e in (exp, rt):
+      got = sc.grad(lambda x: jnp.sum(e.call(x)))(x)
+      np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+  with pytest.raises(ValueError, match="No VJP"):
+    export.deserialize(exp.serialize()).vjp()
 
 
 def test_concrete_exports_unchanged():

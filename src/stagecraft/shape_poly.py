@@ -62,6 +62,7 @@ class SymbolicScope:
     self._constraints_str = tuple(constraints_str)
     self._var_bounds: dict[str, list] = {}
     self._polys: list[_DimExpr] = []   # each p with p >= 0
+    self._checks: list[tuple] = []     # (constraint text, p with p >= 0), all of them
     for c in self._constraints_str:
       self._add_constraint(c)
 
@@ -80,6 +81,7 @@ class SymbolicScope:
       if p < 0:
         raise ValueError(f"Invalid constraint {c!r}: it is false.")
       return
+    self._checks.append((c.strip(), p))
     terms = p._terms
     # A bound on one variable: coef*v + const >= 0.
     if len(terms) <= 2 and all(len(t) <= 1 for t, _ in terms):
@@ -100,6 +102,10 @@ class SymbolicScope:
     """The constraints that bound no single variable, each as `p` with `p >= 0`."""
     return list(self._polys)
 
+  def constraint_checks(self) -> list:
+    """Every constraint as (its text, `p`), the constraint being `p >= 0`, in order."""
+    return list(self._checks)
+
   def var_bounds(self, name: str) -> tuple:
     lo, hi = self._var_bounds.get(name, (1, _INF))
     return lo, hi
@@ -111,6 +117,10 @@ class SymbolicScope:
 
 
 _DEFAULT_SCOPE = SymbolicScope()
+
+#: `d -> scalar integer array` computing a symbolic dimension at run time; set by
+#: `stagecraft.lax.misc` (its `dim_as_value` primitive), which this layer cannot import.
+dimension_as_value_hook: Callable | None = None
 
 # A factor is ("var", name) or ("floordiv" | "mod", operand _DimExpr or int, divisor int).
 # A term is a sorted tuple of (factor, power); () is the constant term.
@@ -142,6 +152,10 @@ class _DimExpr:
   """A symbolic dimension: an integer polynomial over dimension variables (JAX's
   `_DimExpr`). Build them with `symbolic_shape`; combine them with ints by `+ - * // %`."""
   __slots__ = ("_terms", "_scope", "_hash")
+  # NB: in dtype promotion a dimension is a weakly typed int (as the value `__jax_array__`
+  # makes of it, and a Python int): `x / x.shape[0]` keeps float32.
+  dtype = np.dtype(np.int64)
+  weak_type = True
 
   def __init__(self, terms: Mapping, scope: SymbolicScope):
     self._terms = tuple(sorted(((t, k) for t, k in terms.items() if k != 0),
@@ -260,6 +274,10 @@ class _DimExpr:
       raise ZeroDivisionError(f"Symbolic dimension '{self}' divided by 0.")
     if all(c % k == 0 for _, c in self._terms):
       return _DimExpr._make({t: c // k for t, c in self._terms}, self._scope), 0
+    if all(c % k == 0 for t, c in self._terms if t):   # (2*b + 3) // 2 is b + 1, as JAX's
+      c = dict(self._terms).get((), 0)
+      q = _DimExpr._make({t: ck // k for t, ck in self._terms if t}, self._scope)
+      return q + c // k, c % k
     if k == 1:
       return self, 0
     quot = _DimExpr({((("floordiv", self, k), 1),): 1}, self._scope)
@@ -318,6 +336,19 @@ class _DimExpr:
         continue
       if d2._bounds()[0] >= 0:
         return True
+    # k*floordiv(e, k) = e - mod(e, k): bounds of k*diff with the quotients replaced
+    d2 = diff
+    for _ in range(3):
+      d2 = _without_floordiv(d2)
+      if d2 is None:
+        break
+      if isinstance(d2, int):
+        return d2 >= 0
+      lo, hi = d2._bounds()
+      if lo >= 0:
+        return True
+      if hi < 0:
+        return False
     raise _inconclusive(f"Symbolic dimension comparison '{lhs}' {op} '{rhs}' is "
                         f"inconclusive.")
 
@@ -369,6 +400,14 @@ class _DimExpr:
 
   def __bool__(self):
     return True   # a dimension expression is a non-zero object (its value may be anything)
+
+  def __jax_array__(self):
+    """The dimension as a traced int scalar (int32, int64 under x64), as JAX's: used where a
+    dimension meets an array (`x / x.shape[0]`, `jnp.arange(x.shape[0])`)."""
+    if dimension_as_value_hook is None:
+      raise _inconclusive(f"Symbolic dimension '{self}' used as a value before "
+                          f"stagecraft.lax is imported")
+    return dimension_as_value_hook(self)
 
   def __str__(self):
     out = []
@@ -433,6 +472,25 @@ class _DimExpr:
       v = const(k) if v is None else (v if k == 1 else mul(const(k), v))
       total = v if total is None else add(total, v)
     return total
+
+
+def _without_floordiv(e: "_DimExpr"):
+  """`k*e` with one atom `floordiv(x, k)` (in terms of degree 1 in it) replaced by
+  `x - mod(x, k)`: an expression of the same sign with better bounds; None if `e` has no
+  such atom."""
+  f = next((f for t, _ in e._terms for f, p in t if f[0] == "floordiv" and p == 1 and
+            f[2] > 0), None)
+  if f is None:
+    return None
+  x, k = f[1], f[2]
+  out: Any = 0
+  for t, c in e._terms:
+    if any(g == f and p != 1 for g, p in t):
+      return None
+    rest = tuple((g, p) for g, p in t if g != f)
+    rest_e = _DimExpr._make({rest: 1}, e._scope)
+    out = out + (c * rest_e * (x - x % k) if len(rest) != len(t) else k * c * rest_e)
+  return out
 
 
 def _factor_vars(f) -> set:

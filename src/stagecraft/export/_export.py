@@ -13,9 +13,12 @@ What stagecraft exports: programs on one device, for one platform, without host 
 or ordered effects. The rest raises a clear error (NotImplementedError). Shapes may hold
 symbolic dimensions (`symbolic_shape("b, 4")`, JAX's shape polymorphism) for a subset of
 primitives (elementwise operations, reductions, `dot_general`, transposes, concatenation,
-broadcasts, reshapes, iotas, static slices, `dim_as_value`; see `_SYMBOLIC_OK`): the module
-then takes dynamic types (`tensor<?x4xf32>`), and a call checks the concrete shapes (JAX's
-messages) and refines the module to them. Such exports have no VJP.
+broadcasts, reshapes, pads, iotas, slices, dynamic slices and updates, gathers, scatters,
+sorts, cumulative reductions, argmin/argmax, cond, while, scan, `dim_as_value`; see
+`_SYMBOLIC_OK` and `_SYMBOLIC_RULES`): the module then takes dynamic types
+(`tensor<?x4xf32>`), and a call checks the concrete shapes (JAX's messages, those of JAX's
+`shape_assertion`s, checked here before the call rather than in the module) and refines the
+module to them. Their VJP has the same symbolic shapes.
 
 The serialized format (not JAX's flatbuffers; `deserialize` reads only stagecraft's)::
 
@@ -49,6 +52,10 @@ from stagecraft.core import ShapedArray, ShapeDtypeStruct
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.interpreters import batching, lowering, mapping
 from stagecraft.interpreters import partial_eval as pe
+from stagecraft import lax
+from stagecraft.lax import misc as lax_misc
+from stagecraft.lax import slicing
+from stagecraft.lax.control_flow import loops
 from stagecraft.runtime import cache, client, spmd
 
 __all__ = ["DisabledSafetyCheck", "Exported", "export", "deserialize", "call",
@@ -283,7 +290,7 @@ _STABLE_TARGET = re.compile(
     r"^(lapack_[a-z]+_ffi|cusolver_[a-z]+_ffi|hipsolver_[a-z]+_ffi|cu_lu_pivots_to_permutation|"
     r"hip_lu_pivots_to_permutation|cusparse_gtsv2_ffi|cu_threefry2x32_ffi|"
     r"hip_threefry2x32_ffi|Sharding|SPMDFullToShardShape|SPMDShardToFullShape|"
-    r"annotate_device_placement)$")
+    r"annotate_device_placement|stablehlo\.dynamic_reduce_window|shape_assertion)$")
 _TARGET = re.compile(r'call_target_name\s*=\s*"([^"]*)"')
 
 
@@ -393,7 +400,7 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
       ordered_effects=(), unordered_effects=(), disabled_safety_checks=disabled_checks,
       mlir_module_serialized=module, calling_convention_version=_CALLING_CONVENTION_VERSION,
       module_kept_var_idx=kept, uses_global_constants=symbolic,
-      _get_vjp=_no_symbolic_vjp if symbolic else get_vjp)
+      _get_vjp=get_vjp)
 
 
 def _module_text(name: str, jaxpr, consts: Sequence[Any], arg_avals: Sequence[ShapedArray],
@@ -631,10 +638,13 @@ def _shape_value(fb, shape) -> str:
 
 #: StableHLO ops whose results need static shapes (or shapes given as attributes): a rule
 #: that emits one of them with a dynamic type has no symbolic lowering.
-_STATIC_OPS = re.compile(r"stablehlo\.(iota|reshape|slice|pad|reduce_window|gather|scatter|"
-                         r"dynamic_slice|dynamic_update_slice|rng|rng_bit_generator|"
+_STATIC_OPS = re.compile(r"stablehlo\.(iota|reshape|slice|pad|reduce_window|"
+                         r"rng|rng_bit_generator|"
                          r"custom_call|fft|select_and_scatter|constant|broadcast_in_dim|"
                          r"convolution|triangular_solve|cholesky)\b")
+_OP_NAME = re.compile(r'^\s*(?:%[^=]*=\s*)?"?(stablehlo\.\w+)')
+_IOTA = re.compile(r'^(%\S+) = "stablehlo\.iota"\(\) \{iota_dimension = (\d+) : i64\} : '
+                   r'\(\) -> (tensor<[^>]*>)$')
 _SPLAT = re.compile(r"^(%\S+) = stablehlo\.constant dense<([^\"<>]*)> : (tensor<[^>]*>)$")
 _BCAST = re.compile(r"^(%\S+) = stablehlo\.broadcast_in_dim (%\S+), dims = \[([^\]]*)\] : "
                     r"\((tensor<[^>]*>)\) -> (tensor<[^>]*>)$")
@@ -650,6 +660,7 @@ class _SymbolicFuncBuilder(lowering.FuncBuilder):
     super().__init__(module)
     self.dim_env = dim_env
     self.eqn = None
+    self.subcomp = lambda jaxpr, consts, args: _symbolic_subcomp(self, jaxpr, consts, args)
 
   def emit(self, line: str) -> None:
     if "?" in line and self.eqn is not None:
@@ -660,13 +671,15 @@ class _SymbolicFuncBuilder(lowering.FuncBuilder):
 
   def _shape_of_type(self, ty: str):
     eqn = self.eqn
+    dims = ty[:ty.rindex("x") + 1] if "x" in ty else ty   # `tensor<?x4x`: any element type
     shapes = {a.shape for v in (*eqn.invars, *eqn.outvars)
-              for a in (v.aval,) if _is_symbolic_aval(a) and _dyn_type(a) == ty}
+              for a in (v.aval,) if _is_symbolic_aval(a) and _dyn_type(a).startswith(dims)
+              and _dyn_type(a).count("x") == ty.count("x")}
     if len(shapes) != 1:
       self._unsupported()
     return shapes.pop()
 
-  def _unsupported(self):
+  def _unsupported(self, cause: BaseException | None = None):
     eqn = self.eqn
     avals = [v.aval for v in (*eqn.invars, *eqn.outvars) if _is_symbolic_aval(v.aval)]
     dims = sorted({str(d) for a in avals for d in a.shape if shape_poly.is_symbolic_dim(d)})
@@ -675,7 +688,7 @@ class _SymbolicFuncBuilder(lowering.FuncBuilder):
         f"{', '.join(a.str_short() for a in avals)} is not supported with the symbolic "
         f"dimension(s) {', '.join(repr(d) for d in dims)} (its lowering needs static "
         f"shapes). Export with concrete shapes, or avoid '{eqn.primitive.name}' on "
-        f"symbolic axes.")
+        f"symbolic axes.") from cause
 
   def _dynamic(self, line: str) -> str | None:
     m = _SPLAT.match(line)
@@ -697,7 +710,16 @@ class _SymbolicFuncBuilder(lowering.FuncBuilder):
       self.lines.append(f"{r} = stablehlo.dynamic_broadcast_in_dim {x}, {sv}, dims = [{dims}] "
                         f": ({tin}, tensor<{len(shape)}xi64>) -> {tout}")
       return None
-    if _STATIC_OPS.search(line):
+    m = _IOTA.match(line)
+    if m:
+      r, dim, ty = m.groups()
+      shape = self._shape_of_type(ty)
+      sv = _shape_value(self, shape)
+      self.lines.append(f"{r} = stablehlo.dynamic_iota {sv}, dim = {dim} : "
+                        f"(tensor<{len(shape)}xi64>) -> {ty}")
+      return None
+    m = _OP_NAME.match(line)
+    if m and _STATIC_OPS.fullmatch(m.group(1)):   # the op itself, not those of its regions
       self._unsupported()
     return line
 
@@ -715,6 +737,10 @@ def _sym_broadcast_in_dim(fb, eqn, x):
 def _sym_reshape(fb, eqn, x, *rest):
   if eqn.params.get("dimensions") is not None or rest:
     fb._unsupported()
+  return _dynamic_reshape(fb, eqn, x)
+
+
+def _dynamic_reshape(fb, eqn, x):
   out = eqn.outvars[0].aval
   sv = _shape_value(fb, out.shape)
   r = fb.fresh()
@@ -724,7 +750,7 @@ def _sym_reshape(fb, eqn, x, *rest):
 
 
 def _sym_squeeze(fb, eqn, x):
-  return _sym_reshape(fb, eqn, x)
+  return _dynamic_reshape(fb, eqn, x)
 
 
 def _sym_iota(fb, eqn):
@@ -759,10 +785,237 @@ def _sym_slice(fb, eqn, x):
   return [r]
 
 
+def _lower_fun(fb, fun: Callable, eqn, operands: Sequence[str]) -> list[str]:
+  """Lowers `eqn` as `fun` (lax operations on tracers with the equation's symbolic avals)
+  traced and lowered symbolically (JAX's `mlir.lower_fun`)."""
+  jaxpr, consts = pe.trace_to_jaxpr(lambda *xs: list(fun(*xs)), [v.aval for v in eqn.invars])
+  cs = [lowering.dense_constant(fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
+  return _symbolic_subcomp(fb, jaxpr, cs, operands)
+
+
+def _to_i64(fb, x: str, aval) -> str:
+  if aval.dtype == np.int64:
+    return x
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.convert {x} : ({lowering.ir_type(aval)}) -> tensor<i64>")
+  return r
+
+
+def _vector(fb, scalars: Sequence[str]) -> str:
+  """`tensor<Nxi64>` from N `tensor<i64>` values."""
+  parts = []
+  for v in scalars:
+    r = fb.fresh()
+    _emit(fb, f"{r} = stablehlo.reshape {v} : (tensor<i64>) -> tensor<1xi64>")
+    parts.append(r)
+  if len(parts) == 1:
+    return parts[0]
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.concatenate {', '.join(parts)}, dim = 0 : "
+            f"({', '.join(['tensor<1xi64>'] * len(parts))}) -> tensor<{len(parts)}xi64>")
+  return r
+
+
+def _sym_dynamic_slice(fb, eqn, x, *starts):
+  sizes = eqn.params["slice_sizes"]
+  if shape_poly.is_constant_shape(sizes):   # a dynamic operand, static result sizes
+    return _ordinary_lowering(fb, eqn, [x, *starts], _dyn_aval)
+  # As JAX: `real_dynamic_slice` from the start indices clamped as dynamic_slice clamps them
+  # (to [0, dim - size]); the refinement of a call makes it static.
+  x_aval = eqn.invars[0].aval
+  zero = _i64_const(fb, 0)
+  clamped = []
+  for k, (st, v) in enumerate(zip(starts, eqn.invars[1:])):
+    s64 = _to_i64(fb, st, v.aval)
+    hi = _dim_value(fb, x_aval.shape[k] - sizes[k])
+    r = fb.fresh()
+    _emit(fb, f"{r} = stablehlo.clamp {zero}, {s64}, {hi} : tensor<i64>")
+    clamped.append(r)
+  start = _vector(fb, clamped)
+  n = x_aval.ndim
+  limit = fb.fresh()
+  _emit(fb, f"{limit} = stablehlo.add {start}, {_shape_value(fb, sizes)} : tensor<{n}xi64>")
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.real_dynamic_slice {x}, {start}, {limit}, "
+            f"{_shape_value(fb, (1,) * n)} : ({_dyn_type(x_aval)}, "
+            f"{', '.join([f'tensor<{n}xi64>'] * 3)}) -> {_dyn_type(eqn.outvars[0].aval)}")
+  return [r]
+
+
+def _sym_gather(fb, eqn, operand, indices):
+  p = eqn.params
+  x_aval, i_aval = (v.aval for v in eqn.invars)
+  sizes, dn = p["slice_sizes"], p["dimension_numbers"]
+  upper = [x_aval.shape[d] - sizes[d] for d in dn.start_index_map]
+  if (p["mode"] is slicing.GatherScatterMode.FILL_OR_DROP and dn.start_index_map
+      and not shape_poly.is_constant_shape(upper)):
+    # The in-bounds mask from the dimensions' values, around a gather that clamps.
+
+    def fill(x, i):
+      out = slicing.gather_p.bind(x, i, **{**p, "mode": slicing.GatherScatterMode.CLIP,
+                                           "fill_value": None})
+      iw = lax.convert_element_type(i, np.int64) if i.dtype != np.int64 else i
+      ups = lax.broadcast_in_dim(lax.concatenate(
+          [lax.broadcast_in_dim(lax.convert_element_type(u, np.int64), (1,), ())
+           for u in map(_dim_scalar, upper)], 0), iw.shape, (iw.ndim - 1,))
+      ok = lax.reduce_and(lax.bitwise_and(lax.ge(iw, lax.full_like(iw, 0)),
+                                          lax.le(iw, ups)), (iw.ndim - 1,))
+      batch = tuple(d for d in range(out.ndim) if d not in dn.offset_dims)
+      mask = lax.broadcast_in_dim(ok, out.shape, batch)
+      fv = p["fill_value"]
+      if fv is None:
+        fv = np.nan if np.issubdtype(out.dtype, np.inexact) else (
+            True if out.dtype == np.bool_ else np.iinfo(out.dtype).min)
+      return [lax.select(mask, out, lax.full_like(out, fv))]
+    return _lower_fun(fb, fill, eqn, [operand, indices])
+  if shape_poly.is_constant_shape(sizes):
+    return _ordinary_lowering(fb, eqn, [operand, indices], _dyn_aval)
+  if p["mode"] is slicing.GatherScatterMode.FILL_OR_DROP and dn.start_index_map:
+    fb._unsupported()
+  # Symbolic slice sizes: `dynamic_gather` takes them as an operand (made static by the
+  # refinement of a call).
+  attrs = (f"dimension_numbers = {slicing.gather_attrs(dn, i_aval.ndim - 1)}, "
+           f"indices_are_sorted = {str(bool(p['indices_are_sorted'])).lower()}")
+  r = fb.fresh()
+  _emit(fb, f'{r} = "stablehlo.dynamic_gather"({operand}, {indices}, '
+            f'{_shape_value(fb, sizes)}) {{{attrs}}} : ({_dyn_type(x_aval)}, '
+            f'{_dyn_type(i_aval)}, tensor<{len(sizes)}xi64>) -> '
+            f'{_dyn_type(eqn.outvars[0].aval)}')
+  return [r]
+
+
+def _zeros(fb, aval) -> str:
+  """A zero array of the (symbolic) `aval`."""
+  elt = lowering.elt_type(aval.dtype)
+  z = fb.fresh()
+  _emit(fb, f"{z} = stablehlo.constant dense<{lowering.dense_scalar(0, aval.dtype)}> : "
+            f"tensor<{elt}>")
+  if not aval.shape:
+    return z
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.dynamic_broadcast_in_dim {z}, {_shape_value(fb, aval.shape)}, "
+            f"dims = [] : (tensor<{elt}>, tensor<{aval.ndim}xi64>) -> {_dyn_type(aval)}")
+  return r
+
+
+def _split(xs, *sizes):
+  out, i = [], 0
+  for n in sizes:
+    out.append(list(xs[i:i + n]))
+    i += n
+  out.append(list(xs[i:]))
+  return out
+
+
+def _sym_scan(fb, eqn, *args):
+  """scan as a `while` over its steps (one per iteration), its length and the shapes of
+  its values symbolic: the loop state is (step, consts, xs, carry, ys buffers), as the
+  ordinary lowering's."""
+  p = eqn.params
+  nc, nk, length = p["num_consts"], p["num_carry"], p["length"]
+  if lowering.has_ordered_effects(p["jaxpr"].jaxpr):
+    fb._unsupported()
+  consts, init, xs = _split(list(args), nc, nk)
+  c_avals, _, x_avals = _split([v.aval for v in eqn.invars], nc, nk)
+  out_avals = [v.aval for v in eqn.outvars]
+  y_avals = out_avals[nk:]
+  i32 = ShapedArray((), np.dtype(np.int32))
+  state_avals = [i32, *c_avals, *x_avals, *out_avals[:nk], *y_avals]
+  step = loops.step_jaxpr(p["jaxpr"], nc, nk, length, p["reverse"], 1, state_avals)
+  state = [lowering.constant(fb, 0, i32), *consts, *xs, *init,
+           *[_zeros(fb, a) for a in y_avals]]
+  dyn = [_dyn_aval(a) for a in state_avals]
+
+  def cond_body(i, *_):
+    n = fb.fresh()
+    _emit(fb, f"{n} = stablehlo.convert {_dim_value(fb, length)} : (tensor<i64>) -> "
+              f"tensor<i32>")
+    r = fb.fresh()
+    _emit(fb, f"{r} = stablehlo.compare LT, {i}, {n}, SIGNED : (tensor<i32>, tensor<i32>) "
+              f"-> tensor<i1>")
+    return [r]
+
+  cond = lowering.build_region(fb, dyn, [ShapedArray((), np.dtype(np.bool_))], cond_body)
+  body = lowering.build_region(fb, dyn, dyn,
+                               lambda *names: _symbolic_subcomp(fb, step, [], names))
+  types = [_dyn_type(a) for a in state_avals]
+  state = lowering.emit_op(fb, "stablehlo.while", state, types, types, regions=[cond, body])
+  _, _, _, carry, ys = _split(state, 1, nc, len(x_avals), nk)
+  return [*carry, *ys]
+
+
+def _sym_cumulative(fb, eqn, x):
+  """cumsum/cumprod/cummax/cummin/cumlogsumexp as their ordinary lowering's reduce_window
+  (a window over the whole axis, padded before it), written as the
+  `stablehlo.dynamic_reduce_window` custom call, whose window and padding are operands
+  (made static by the refinement of a call), as JAX's modules do."""
+  rule = lowering.lowering_rule(eqn.primitive)
+  op, identity = rule.args   # NB: partial(cumulative._cumred_lowering, op, identity)
+  aval = eqn.invars[0].aval
+  axis, reverse = eqn.params["axis"], eqn.params["reverse"]
+  scalar = ShapedArray((), aval.dtype)
+  module = fb.module
+  body_name = module.unique_func_name(f"{eqn.primitive.name}_window_body")
+  bfb = lowering.FuncBuilder(module)
+  bctx = lowering.LoweringRuleContext(bfb, [scalar, scalar], [scalar])
+  if callable(op):
+    out = op(bctx, "%arg0", "%arg1", scalar)
+  else:
+    out = bctx.elementwise(op, "%arg0", "%arg1", aval=scalar)
+  st = lowering.ir_type(scalar)
+  module.funcs.append(
+      f"  func.func private @{body_name}(%arg0: {st}, %arg1: {st}) -> ({st}) {{\n"
+      + "".join(f"    {ln}\n" for ln in bfb.lines) + f"    return {out} : {st}\n  }}")
+  n, nd = aval.shape[axis], aval.ndim
+  window = _shape_value(fb, tuple(n if d == axis else 1 for d in range(nd)))
+  ones = _shape_value(fb, (1,) * nd)
+  pads = [p for d in range(nd) for p in (((0, n - 1) if reverse else (n - 1, 0))
+                                          if d == axis else (0, 0))]
+  pad = fb.fresh()
+  _emit(fb, f"{pad} = stablehlo.reshape {_shape_value(fb, pads)} : (tensor<{2 * nd}xi64>) -> "
+            f"tensor<{nd}x2xi64>")
+  init = lowering.constant(fb, np.asarray(identity(aval.dtype)), scalar)
+  r = fb.fresh()
+  vec = f"tensor<{nd}xi64>"
+  _emit(fb, f"{r} = stablehlo.custom_call @stablehlo.dynamic_reduce_window({x}, {init}, "
+            f"{window}, {ones}, {ones}, {ones}, {pad}) {{called_computations = [@{body_name}]}}"
+            f" : ({_dyn_type(aval)}, {st}, {vec}, {vec}, {vec}, {vec}, tensor<{nd}x2xi64>) -> "
+            f"{_dyn_type(eqn.outvars[0].aval)}")
+  return [r]
+
+
+def _sym_pad(fb, eqn, x, padding_value):
+  """pad as `stablehlo.dynamic_pad` (the paddings as operands, which may be symbolic)."""
+  cfg = eqn.params["padding_config"]
+  nd = len(cfg)
+  lo, hi, interior = (_shape_value(fb, [c[k] for c in cfg]) for k in range(3))
+  r = fb.fresh()
+  vec = f"tensor<{nd}xi64>"
+  _emit(fb, f"{r} = stablehlo.dynamic_pad {x}, {padding_value}, {lo}, {hi}, {interior} : "
+            f"({_dyn_type(eqn.invars[0].aval)}, {lowering.ir_type(eqn.invars[1].aval)}, "
+            f"{vec}, {vec}, {vec}) -> {_dyn_type(eqn.outvars[0].aval)}")
+  return [r]
+
+
+def _sym_stack(fb, eqn, *xs):
+  axis = eqn.params["axis"]
+  return _lower_fun(fb, lambda *xs: [lax.concatenate([lax.expand_dims(x, (axis,)) for x in xs],
+                                                     axis)], eqn, xs)
+
+
+def _dim_scalar(d):
+  return lax_misc.dimension_as_value(d)
+
+
 _SYMBOLIC_RULES = {"broadcast_in_dim": _sym_broadcast_in_dim, "reshape": _sym_reshape,
                    "slice": _sym_slice,
                    "squeeze": _sym_squeeze, "iota": _sym_iota,
-                   "dim_as_value": _sym_dim_as_value}
+                   "dim_as_value": _sym_dim_as_value,
+                   "dynamic_slice": _sym_dynamic_slice, "gather": _sym_gather,
+                   "scan": _sym_scan, "cumsum": _sym_cumulative, "cumprod": _sym_cumulative,
+                   "cummax": _sym_cumulative, "cummin": _sym_cumulative,
+                   "cumlogsumexp": _sym_cumulative, "pad": _sym_pad,
+                   "stack": _sym_stack}
 
 #: Primitives whose ordinary lowering rules depend on their operands' types only, so they
 #: lower unchanged with dynamic types (elementwise operations, reductions, contractions,
@@ -778,6 +1031,11 @@ _SYMBOLIC_OK = {
     "copy", "copy_p", "stop_gradient", "reduce_precision", "population_count", "clz",
     "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
     "reduce_xor", "dot_general", "transpose", "concatenate", "rev", "optimization_barrier",
+    # control flow: the bodies come back to `_symbolic_subcomp` (FuncBuilder.subcomp)
+    "cond", "while", "add_any",
+    # no static shape in their attributes
+    "dynamic_update_slice", "scatter", "scatter-add", "scatter-sub", "scatter-mul",
+    "scatter-min", "scatter-max", "sort", "argmax", "argmin",
 }
 
 _CALL_PARAMS = ("jaxpr", "call_jaxpr")
@@ -787,11 +1045,19 @@ _INLINED_CALLS = ("jit", "custom_jvp_call", "custom_vjp_call")
 
 
 def _ordinary_lowering(fb, eqn, operands: Sequence[str], to_aval: Callable) -> list[str]:
-  """Lowers `eqn` with its primitive's ordinary rule, its avals mapped by `to_aval`."""
-  ins = [core.Var(to_aval(v.aval)) for v in eqn.invars]
-  outs = [core.Var(to_aval(v.aval)) for v in eqn.outvars]
-  one = core.Jaxpr([], ins, outs, [eqn.replace(invars=ins, outvars=outs)])
-  return lowering.jaxpr_subcomp(fb, one, [], list(operands))
+  """Lowers `eqn` with its primitive's ordinary rule, its avals mapped by `to_aval` (the
+  jaxprs that rule lowers inline, branches and loop bodies, come back to
+  `_symbolic_subcomp` through `fb.subcomp`)."""
+  rule = lowering.lowering_rule(eqn.primitive)
+  if rule is None:
+    raise lowering.MissingRuleError(f"Primitive '{eqn.primitive.name}' has no lowering rule.")
+  ctx = lowering.LoweringRuleContext(fb, [to_aval(v.aval) for v in eqn.invars],
+                                     [to_aval(v.aval) for v in eqn.outvars])
+  outs = rule(ctx, *operands, **eqn.params)
+  if len(outs) != len(eqn.outvars):
+    raise lowering.MissingRuleError(f"Lowering rule of '{eqn.primitive.name}' returned "
+                                    f"{len(outs)} values for {len(eqn.outvars)} outputs.")
+  return list(outs)
 
 
 def _symbolic_subcomp(fb: _SymbolicFuncBuilder, jaxpr, consts: Sequence[str],
@@ -807,6 +1073,7 @@ def _symbolic_subcomp(fb: _SymbolicFuncBuilder, jaxpr, consts: Sequence[str],
       return lowering.constant(fb, v.val, v.aval)
     return env[v]
 
+  saved_eqn = fb.eqn   # NB: a nested body (a branch) is lowered inside its equation's rule
   for eqn in jaxpr.eqns:
     name = eqn.primitive.name
     operands = [read(v) for v in eqn.invars]
@@ -827,13 +1094,14 @@ def _symbolic_subcomp(fb: _SymbolicFuncBuilder, jaxpr, consts: Sequence[str],
         fb._unsupported()
       try:
         outs = _ordinary_lowering(fb, eqn, operands, _dyn_aval)
-      except (InconclusiveDimensionOperation, TypeError):
-        fb._unsupported()
+      except (InconclusiveDimensionOperation, TypeError) as e:
+        fb._unsupported(e)
     else:
       fb.eqn = None
       outs = _ordinary_lowering(fb, eqn, operands, lambda a: a)
     fb.eqn = None
     env.update(zip(eqn.outvars, outs))
+  fb.eqn = saved_eqn
   return [read(v) for v in jaxpr.outvars]
 
 
@@ -876,12 +1144,6 @@ def _symbolic_module_text(name: str, jaxpr, consts: Sequence[Any],
           f"mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n{funcs}\n}}\n")
 
 
-def _no_symbolic_vjp(primal: Exported) -> Exported:
-  raise NotImplementedError(f"the VJP of {primal.fun_name}, exported with symbolic "
-                            f"dimensions, is not supported by stagecraft; export with "
-                            f"concrete shapes to differentiate the call.")
-
-
 def _symbolic_env(exported: Exported, in_avals: Sequence[ShapedArray]) -> dict:
   """The values of the dimension variables for arguments of `in_avals` (concrete), checked
   against the exported symbolic avals, with JAX's messages."""
@@ -907,11 +1169,9 @@ def _symbolic_env(exported: Exported, in_avals: Sequence[ShapedArray]) -> dict:
   scope = next(d.scope for a in exported.in_avals for d in a.shape
                if shape_poly.is_symbolic_dim(d))
   for v, q in sorted(env.items()):
-    lo, hi = scope.var_bounds(v)
-    if q < lo or q > hi:
-      want = f">= {lo}" if q < lo else f"<= {hi}"
+    if q < 1:
       raise ValueError(f"Input shapes do not match the polymorphic shapes specification. "
-                       f"Expected value {want} for dimension variable '{v}'. Using the "
+                       f"Expected value >= 1 for dimension variable '{v}'. Using the "
                        f"following polymorphic shapes specifications: {specs}. Obtained "
                        f"dimension variables: {''.join(found)}.{tail}")
   for i, (want, got) in enumerate(zip(exported.in_avals, in_avals)):
@@ -923,11 +1183,13 @@ def _symbolic_env(exported: Exported, in_avals: Sequence[ShapedArray]) -> dict:
                          f"'{w}' (= {w.evaluate(env)}). Using the following polymorphic "
                          f"shapes specifications: {specs}. Obtained dimension variables: "
                          f"{''.join(found)}.{tail}")
-  for p in scope.constraint_polys():
-    if p.evaluate(env) < 0:
-      raise ValueError(f"Input shapes do not match the polymorphic shapes specification. "
-                       f"A constraint of the scope {scope} does not hold. Using the "
-                       f"following polymorphic shapes specifications: {specs}. Obtained "
+  # NB: as JAX's shape assertions: each constraint of the scope, in order.
+  for text, p in scope.constraint_checks():
+    val = p.evaluate(env)
+    if val < 0:
+      raise ValueError(f"Input shapes do not match the symbolic shape constraint {text}. "
+                       f"Expected '{p}' to be greater or equal to 0, but found {val}.  Using "
+                       f"the following polymorphic shapes specifications: {specs}. Obtained "
                        f"dimension variables: {''.join(found)}.{tail}")
   return env
 

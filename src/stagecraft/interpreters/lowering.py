@@ -44,6 +44,11 @@ def has_lowering(prim: core.Primitive) -> bool:
   return prim in _lowerings
 
 
+def lowering_rule(prim: core.Primitive) -> Callable | None:
+  """`prim`'s lowering rule (None if it has none)."""
+  return _lowerings.get(prim)
+
+
 # ---------------------------------------------------------------------------
 # Types and constants
 
@@ -212,6 +217,9 @@ class ModuleContext:
 class FuncBuilder:
   """Accumulates the lines of one function body; SSA names are `%N` from one counter, so
   values defined in nested regions never collide."""
+  # NB: a builder may lower the jaxprs that rules emit inline (branches, loop bodies) its own
+  # way: stagecraft.export's builder for symbolic dimensions sets this to its own subcomp.
+  subcomp: Callable | None = None
 
   def __init__(self, module: ModuleContext):
     self.module = module
@@ -364,6 +372,8 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
                   args: Sequence[str]) -> list[str]:
   """Emits `jaxpr`'s equations into `fb`, with SSA names for its constvars and invars;
   returns the names of its outputs."""
+  if fb.subcomp is not None:
+    return fb.subcomp(jaxpr, consts, args)
   env: dict[Var, str] = {}
   env.update(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))

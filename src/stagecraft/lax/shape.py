@@ -1342,7 +1342,8 @@ def iota(dtype: Any, size: int) -> Any:
   Raises:
     TypeError: if T is bool or not a number type, or `size` is negative.
   """
-  return broadcasted_iota(dtype, (operator.index(size),), 0)
+  return broadcasted_iota(dtype, (size if shape_poly.is_symbolic_dim(size)
+                                 else operator.index(size),), 0)
 
 
 # ---------------------------------------------------------------------------
