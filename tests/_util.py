@@ -128,3 +128,44 @@ def assert_trees_allclose(actual, expected, *, rtol: float = 1e-7, atol: float =
     if check_dtypes and a.dtype != e.dtype:
       raise AssertionError(f"{where(path)}: dtype {a.dtype} != expected {e.dtype}")
     np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=where(path))
+
+
+# -- stagecraft.numpy against jax.numpy, case by case (tests/test_jnp_jitted_functions_2.py,
+#    _3.py, test_jnp_printing_4.py). A case is `(mk, args)`: `mk(m)` builds the function from
+#    a numpy module `m` (jax.numpy or stagecraft.numpy).
+
+def jaxpr_texts(mk, args, x64: bool = False) -> tuple[str, str]:
+  """The printed jaxprs of `mk(stagecraft.numpy)` and `mk(jax.numpy)` at `args`
+  (stagecraft's first), x64 off or on for both."""
+  import jax
+  import jax.numpy as jjnp
+  import stagecraft
+  import stagecraft.numpy as snp
+  if x64:
+    with stagecraft.enable_x64(), jax.enable_x64(True):
+      return jaxpr_texts(mk, args)
+  return str(stagecraft.make_jaxpr(mk(snp))(*args)), str(jax.make_jaxpr(mk(jjnp))(*args))
+
+
+def as_x64(args) -> tuple:
+  """`args` with float32 arrays widened to float64 (the other dtypes kept)."""
+  return tuple(a.astype(np.float64) if getattr(a, "dtype", None) == np.float32 else a
+               for a in args)
+
+
+def assert_like_jax(got, want, name: str = "", *, rtol: float = 1e-5,
+                    atol: float = 1e-5) -> None:
+  """Asserts that the outputs `got` (stagecraft Arrays) match JAX's `want` leaf by leaf:
+  the same shape, dtype and weak type, and values within `rtol`/`atol` (2e-3 for float16),
+  NaNs equal."""
+  import jax
+  from stagecraft.runtime.array import Array
+  got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
+  assert len(got_leaves) == len(want_leaves), name
+  for g, w in zip(got_leaves, want_leaves):
+    assert isinstance(g, Array), (name, type(g))
+    assert (g.shape, g.dtype, g.weak_type) == (w.shape, w.dtype, w.weak_type), (
+        name, (g.shape, g.dtype, g.weak_type), (w.shape, w.dtype, w.weak_type))
+    r = 2e-3 if g.dtype == np.float16 else rtol
+    np.testing.assert_allclose(np.asarray(g, np.complex128), np.asarray(w, np.complex128),
+                               rtol=r, atol=atol, equal_nan=True, err_msg=name)

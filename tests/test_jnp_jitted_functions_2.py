@@ -21,8 +21,9 @@ import pytest
 
 import stagecraft as sc
 import stagecraft.numpy as jnp
-from stagecraft.runtime.array import Array
 from stagecraft.test_util import check_grads
+
+from _util import as_x64, assert_like_jax, jaxpr_texts
 
 _RNG = np.random.default_rng(1)
 F = _RNG.standard_normal((3, 4)).astype(np.float32)
@@ -177,42 +178,28 @@ X64_CASES = ["heaviside_scalar", "fmod_int_scalar", "remainder_int", "floor_divi
              "nansum_initial_where"]
 
 
-def _printed(mk, args):
-  return str(sc.make_jaxpr(mk(jnp))(*args)), str(jax.make_jaxpr(mk(jjnp))(*args))
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_printed_jaxpr_equals_jax(name):
-  ours, theirs = _printed(*CASES[name])
+  ours, theirs = jaxpr_texts(*CASES[name])
   assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
 
 
 @pytest.mark.parametrize("name", X64_CASES)
 def test_printed_jaxpr_equals_jax_x64(name):
   mk, args = CASES[name]
-  with sc.enable_x64(), jax.enable_x64(True):
-    args = tuple(a.astype(np.float64) if a.dtype == np.float32 else a for a in args)
-    ours, theirs = _printed(mk, args)
+  ours, theirs = jaxpr_texts(mk, as_x64(args), x64=True)
   assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
 
 
 @pytest.mark.xfail(strict=True, reason="printing bugs outside numpy/ (see PRINT_XFAIL)")
 @pytest.mark.parametrize("name", sorted(PRINT_XFAIL))
 def test_printed_jaxpr_known_differences(name):
-  ours, theirs = _printed(*PRINT_XFAIL[name])
+  ours, theirs = jaxpr_texts(*PRINT_XFAIL[name])
   assert ours == theirs
 
 
 def _assert_like(got, want, name):
-  got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
-  assert len(got_leaves) == len(want_leaves), name
-  for g, w in zip(got_leaves, want_leaves):
-    assert isinstance(g, Array), (name, type(g))
-    assert (g.shape, g.dtype, g.weak_type) == (w.shape, w.dtype, w.weak_type), (
-        name, (g.shape, g.dtype, g.weak_type), (w.shape, w.dtype, w.weak_type))
-    tol = 2e-3 if g.dtype == np.float16 else 2e-6
-    np.testing.assert_allclose(np.asarray(g, np.complex128), np.asarray(w, np.complex128),
-                               rtol=tol, atol=1e-6, equal_nan=True, err_msg=name)
+  assert_like_jax(got, want, name, rtol=2e-6, atol=1e-6)
 
 
 ALL = {**CASES, **PRINT_XFAIL}
@@ -230,8 +217,7 @@ def test_eager_and_jit_values_like_jax(name):
 def test_values_like_jax_x64(name):
   mk, args = CASES[name]
   with sc.enable_x64(), jax.enable_x64(True):
-    for a in (args, tuple(a.astype(np.float64) if a.dtype == np.float32 else a
-                          for a in args)):
+    for a in (args, as_x64(args)):
       _assert_like(mk(jnp)(*a), mk(jjnp)(*a), name)
 
 

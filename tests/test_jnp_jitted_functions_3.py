@@ -23,6 +23,8 @@ from stagecraft.numpy import util
 from stagecraft.runtime.array import Array
 from stagecraft.test_util import check_grads
 
+from _util import as_x64, assert_like_jax, jaxpr_texts
+
 _RNG = np.random.default_rng(3)
 F = _RNG.standard_normal((3, 4)).astype(np.float32)
 G = _RNG.standard_normal((2, 3, 4)).astype(np.float32)
@@ -126,73 +128,53 @@ CASES = {
                      (F, F.T, F)),
     "einsum_batch": (lambda m: lambda a, b: m.einsum("bij,bjk->kbi", a, b),
                      (G, G.transpose(0, 2, 1))),
+    "cov": (lambda m: m.cov, (F,)),
+    "cov_weights": (lambda m: lambda x, f, a: m.cov(x, fweights=f, aweights=a),
+                    (F, np.array([1, 2, 1, 3]), np.abs(V))),
+    "digitize": (lambda m: lambda x: m.digitize(x, np.array([-1., 0., 1.], np.float32)), (V,)),
+    "digitize_decreasing": (lambda m: lambda x: m.digitize(x, np.array([1., -1.], np.float32),
+                                                           right=True), (V,)),
+    "average": (lambda m: lambda x, w: m.average(x, axis=1, weights=w), (F, V)),
+    "einsum_diagonal": (lambda m: lambda a: m.einsum("ii->i", a), (F[:, :3],)),
+    "vecdot_mixed": (lambda m: m.vecdot, (A3.astype(np.int32), B3)),
 }
 
 X64_CASES = ["quantile_linear", "nanquantile_midpoint", "median_int_axis",
              "percentile", "bincount", "take", "take_along_axis", "trace_offset",
-             "trace_traced_offset", "cross", "vecdot", "einsum_matvec"]
+             "trace_traced_offset", "cross", "vecdot", "einsum_matvec", "digitize", "cov"]
 
-# Printed differently from JAX only through functions outside these modules, or (einsum
-# over repeated labels, dot of mixed dtypes) in ways not yet matched; values are checked all
-# the same. Each is asserted to differ, so that the list is revisited when the cause is fixed.
+# Printed differently from JAX through causes outside stagecraft.numpy; values are checked
+# all the same. Each is asserted to differ, so that the list is revisited when the cause is
+# fixed.
 PRINT_XFAIL = {
-    # jnp.atleast_2d is not jitted (JAX's is).
-    "cov": (lambda m: m.cov, (F,)),
-    "cov_weights": (lambda m: lambda x, f, a: m.cov(x, fweights=f, aweights=a),
-                    (F, np.array([1, 2, 1, 3]), np.abs(V))),
-    # ... and jnp.diag / jnp.diagonal are not jitted (JAX's are).
+    # JAX's jnp.diagonal of a square matrix is `platform_dependent` (a `platform_index` and
+    # a two-branch `cond` with `branches_platforms`); stagecraft has no platform_index
+    # primitive and stages the default (gather) branch alone.
     "corrcoef": (lambda m: m.corrcoef, (F,)),
-    # jnp.searchsorted is built otherwise (JAX: a scan with `lt_to`).
-    "digitize": (lambda m: lambda x: m.digitize(x, np.array([-1., 0., 1.], np.float32)), (V,)),
-    "digitize_decreasing": (lambda m: lambda x: m.digitize(x, np.array([1., -1.], np.float32),
-                                                           right=True), (V,)),
-    # jnp.average broadcasts its weights (JAX: a reshape) and keeps a dead broadcast.
-    "average": (lambda m: lambda x, w: m.average(x, axis=1, weights=w), (F, V)),
-    # repeated labels: JAX masks with a Kronecker delta and sums (here: a strided slice).
-    "einsum_diagonal": (lambda m: lambda a: m.einsum("ii->i", a), (F[:, :3],)),
-    # JAX's dot_general takes mixed operand dtypes (here: converted first).
-    "vecdot_mixed": (lambda m: m.vecdot, (A3.astype(np.int32), B3)),
 }
-
-
-def _printed(mk, args):
-  return str(sc.make_jaxpr(mk(jnp))(*args)), str(jax.make_jaxpr(mk(jjnp))(*args))
-
-
-def _x64(args):
-  return tuple(a.astype(np.float64) if a.dtype == np.float32 else a for a in args)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_printed_jaxpr_equals_jax(name):
-  ours, theirs = _printed(*CASES[name])
+  ours, theirs = jaxpr_texts(*CASES[name])
   assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
 
 
 @pytest.mark.parametrize("name", X64_CASES)
 def test_printed_jaxpr_equals_jax_x64(name):
   mk, args = CASES[name]
-  with sc.enable_x64(), jax.enable_x64(True):
-    ours, theirs = _printed(mk, _x64(args))
+  ours, theirs = jaxpr_texts(mk, as_x64(args), x64=True)
   assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
 
 
 @pytest.mark.parametrize("name", sorted(PRINT_XFAIL))
 def test_printed_jaxpr_known_differences(name):
-  ours, theirs = _printed(*PRINT_XFAIL[name])
+  ours, theirs = jaxpr_texts(*PRINT_XFAIL[name])
   assert ours != theirs, "now printed as JAX's: move this case to CASES"
 
 
 def _assert_like(got, want, name):
-  got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
-  assert len(got_leaves) == len(want_leaves), name
-  for g, w in zip(got_leaves, want_leaves):
-    assert isinstance(g, Array), (name, type(g))
-    assert (g.shape, g.dtype, g.weak_type) == (w.shape, w.dtype, w.weak_type), (
-        name, (g.shape, g.dtype, g.weak_type), (w.shape, w.dtype, w.weak_type))
-    tol = 2e-3 if g.dtype == np.float16 else 1e-5
-    np.testing.assert_allclose(np.asarray(g, np.complex128), np.asarray(w, np.complex128),
-                               rtol=tol, atol=1e-5, equal_nan=True, err_msg=name)
+  assert_like_jax(got, want, name, rtol=1e-5, atol=1e-5)
 
 
 ALL = {**CASES, **PRINT_XFAIL}
@@ -210,7 +192,7 @@ def test_eager_and_jit_values_like_jax(name):
 def test_values_like_jax_x64(name):
   mk, args = CASES[name]
   with sc.enable_x64(), jax.enable_x64(True):
-    for a in (args, _x64(args)):
+    for a in (args, as_x64(args)):
       _assert_like(mk(jnp)(*a), mk(jjnp)(*a), name)
 
 
@@ -279,7 +261,7 @@ def test_grad_like_jax(name):
 def test_grad_finite_differences(name):
   mk, args = GRAD_CASES[name]
   with sc.enable_x64():
-    check_grads(mk(jnp), _x64(args), order=1, modes=("fwd", "rev"))
+    check_grads(mk(jnp), as_x64(args), order=1, modes=("fwd", "rev"))
 
 
 def test_vmap_like_jax():

@@ -8,6 +8,10 @@ compared with `TOTALORDER`, which gives the order -inf < ... < -0.0 == 0.0 < ...
 complex keys compare by (real, imag) lexicographically; several keys compare
 lexicographically, the first primary. `top_k` lowers to `chlo.top_k` (XLA's TopK).
 
+`eq_to`, `lt_to` and `le_to` (JAX's `lax.eq_to_p`, ...) compare elementwise in that
+total order (`TOTALORDER` for floats; callers canonicalize -0.0 and NaN first, as the sort
+comparator does): `jnp.searchsorted` binds them, as JAX's does.
+
 `argsort` composes from `sort` (the numpy layer's job): sort the pair
 `(x, broadcasted_iota(int32, x.shape, d))` along `d` with `num_keys=1` and take the second
 output; with `is_stable=True` equal keys keep their input order, as
@@ -24,15 +28,18 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, shape_poly
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
-from stagecraft.lax.elementwise import neg
+from stagecraft.lax import utils
+from stagecraft.lax.elementwise import (broadcast_operands, defbroadcasting, naryop_abstract_eval,
+                                        neg)
 from stagecraft.lax.shape import broadcasted_iota, expand_dims
 from stagecraft.lax.slicing import GatherDimensionNumbers, gather
 
-__all__ = ["sort_p", "top_k_p", "sort", "sort_key_val", "top_k", "approx_max_k", "approx_min_k"]
+__all__ = ["sort_p", "top_k_p", "eq_to_p", "lt_to_p", "le_to_p", "sort", "sort_key_val", "top_k",
+           "approx_max_k", "approx_min_k"]
 
 
 def _canonicalize_axis(axis: int, ndim: int) -> int:
@@ -158,7 +165,8 @@ def _sort_jvp(primals, tangents, *, dimension, is_stable, num_keys):
   """JAX's `_sort_jvp`: sort an iota along with the operands to get the permutation, and
   gather every nonzero tangent through it."""
   shape = core.get_aval(primals[0]).shape
-  index_dtype = np.int32 if shape[dimension] < np.iinfo(np.int32).max else np.int64
+  index_dtype = (np.int32 if shape_poly.is_symbolic_dim(shape[dimension])   # NB: as JAX
+                 or shape[dimension] < np.iinfo(np.int32).max else np.int64)
   iota = broadcasted_iota(index_dtype, shape, dimension)
   *outs, perm = sort_p.bind(*primals, iota, dimension=dimension, is_stable=is_stable,
                             num_keys=num_keys)
@@ -253,6 +261,46 @@ def sort_key_val(keys: Any, values: Any, dimension: int = -1,
   dimension = _canonicalize_axis(dimension, len(np.shape(keys)))
   k, v = sort_p.bind(keys, values, dimension=dimension, is_stable=bool(is_stable), num_keys=1)
   return k, v
+
+
+# ---------------------------------------------------------------------------
+# eq_to, lt_to, le_to: elementwise comparisons in the total order (bool results).
+
+
+def _total_order_compare_type(dtype) -> str:
+  if dtypes.is_float(dtype):
+    return "TOTALORDER"
+  return "UNSIGNED" if dtype == dtypes.bool_ or dtypes.is_unsigned(dtype) else "SIGNED"
+
+
+def _total_order_cmp(name: str, direction: str) -> Primitive:
+  """A comparison primitive `name` (JAX's `eq_to_p`, ...): operands that broadcast as lax's
+  elementwise ops do, of one bool, integer or floating dtype; a bool result; lowered to
+  `stablehlo.compare` with `TOTALORDER` for floats (-0.0 < 0.0 and NaNs at the ends by
+  sign, so callers canonicalize them first), SIGNED/UNSIGNED otherwise; no tangents."""
+  p = Primitive(name)
+  p.def_abstract_eval(naryop_abstract_eval(
+      name, (utils.bool_kind, utils.int_kind, utils.float_kind), lambda _: dtypes.bool_))
+
+  def _lowering(ctx, x, y):
+    x, y = broadcast_operands(ctx, [x, y])
+    aval = ctx.avals_in[0].update(shape=ctx.avals_out[0].shape)
+    r = ctx.fb.fresh()
+    t = ir_type(aval)
+    ctx.fb.emit(f"{r} = stablehlo.compare {direction}, {x}, {y}, "
+                f"{_total_order_compare_type(aval.dtype)} : ({t}, {t}) -> "
+                f"{ir_type(ctx.avals_out[0])}")
+    return [r]
+
+  lowering.register_lowering(p, _lowering)
+  ad.defjvp_zero(p)   # bool results: float0 tangents
+  defbroadcasting(p)
+  return p
+
+
+eq_to_p = _total_order_cmp("eq_to", "EQ")
+lt_to_p = _total_order_cmp("lt_to", "LT")
+le_to_p = _total_order_cmp("le_to", "LE")
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax
+from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.lax import elementwise
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import array, asarray
@@ -196,22 +196,70 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, *,
 
 
 def _arange(start: Any, stop: Any, step: Any, dtype: Any) -> Array:
-  if stop is None and step is None and dtype is None and isinstance(start, (int, np.integer)):
-    return lax.iota(dtypes.default_int_dtype(), int(start))
-  vals = [np.asarray(v) for v in (start, stop, step) if v is not None]
-  if dtype is None:
-    dt = dtypes.result_type(*[v.item() if v.ndim == 0 and isinstance(
-        v.item(), (int, float)) else v for v in vals])
-  else:
+  """`arange` built in the graph as JAX's numpy builds it: `iota` (from 0), `start + iota`
+  (unit step) or `start + step * iota` (computed in float32 for 16-bit floats), so a traced
+  program holds the iota rather than a constant."""
+  if shape_poly.is_symbolic_dim(start) or shape_poly.is_symbolic_dim(stop):
+    return _symbolic_arange(start, stop, step, dtype)
+  start_name = "stop" if stop is None and step is None else "start"
+  for name, v in ((start_name, start), ("stop", stop), ("step", step)):
+    if v is not None and np.ndim(v) != 0:
+      raise ValueError(f"jax.numpy.arange: arguments must be scalars; got {name}={v}")
+  if dtype is not None:
     dt = dtypes.canonicalize_dtype(dtype)
-  host = np.arange(*[np.asarray(v).item() if np.ndim(v) == 0 else v
-                     for v in (start, stop, step) if v is not None], dtype=dt)
-  return array(host, dtype=dt)
+  else:
+    dt = dtypes.canonicalize_dtype(dtypes.result_type(
+        *(v for v in (start, stop, step) if v is not None)))
+  if any(v is not None and dtypes.is_complex(dtypes.result_type(v))
+         for v in (start, stop, step)):
+    raise ValueError("Passing complex start/stop/step to jnp.arange is no longer supported "
+                     "starting in JAX v0.10.0.")
+  if stop is None:
+    start, stop = 0, start
+  if step is not None:
+    work = (np.dtype(np.float32) if dtypes.is_float(dt) and np.dtype(dt).itemsize < 4
+            else dt)
+    size = max(0, int(np.ceil((stop - start) / step)))
+    return lax.convert_element_type(
+        lax.add(lax.convert_element_type(start, work),
+                lax.mul(lax.convert_element_type(step, work),
+                        lax.broadcasted_iota(work, (size,), 0))), dt)
+  if start == 0:
+    return lax.broadcasted_iota(dt, (max(0, int(np.ceil(stop))),), 0)
+  size = max(0, int(np.ceil(stop - start)))
+  return lax.add(lax.convert_element_type(start, dt), lax.broadcasted_iota(dt, (size,), 0))
+
+
+def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: Any) -> Array:
+  """`arange` with a symbolic dimension as a bound (export): an `iota` of the symbolic
+  length, for integer bounds and a positive int step.
+
+  Raises:
+    NotImplementedError: a float bound or step, or a step that is not a positive int.
+  """
+  if stop is None:
+    start, stop = 0, start
+  step = 1 if step is None else step
+  if not isinstance(step, (int, np.integer)) or step <= 0 or not all(
+      shape_poly.is_symbolic_dim(v) or isinstance(v, (int, np.integer)) for v in (start, stop)):
+    raise NotImplementedError(f"arange({start}, {stop}, {step}) with a symbolic dimension is "
+                              f"supported for int bounds and a positive int step only.")
+  dt = dtypes.default_int_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  size = (stop - start + step - 1) // step
+  if not size >= 0:   # NB: for a symbolic size, decided from its bounds (or inconclusive)
+    size = 0
+  out = lax.iota(dt, size)
+  if step != 1:
+    out = lax.mul(out, np.asarray(step, dt))
+  if not (isinstance(start, (int, np.integer)) and start == 0):
+    out = lax.add(out, lax.convert_element_type(start, dt))
+  return out
 
 
 def _dims(name: str, N: Any, M: Any) -> tuple[int, int]:
-  N = operator.index(check_concrete(N, name, "N"))
-  M = N if M is None else operator.index(check_concrete(M, name, "M"))
+  dim = lambda d: d if shape_poly.is_symbolic_dim(d) else operator.index(d)  # noqa: E731
+  N = dim(check_concrete(N, name, "N"))
+  M = N if M is None else dim(check_concrete(M, name, "M"))
   if N < 0 or M < 0:
     raise ValueError(f"negative dimensions are not allowed, got {N} and {M}")
   return N, M

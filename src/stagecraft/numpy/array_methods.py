@@ -268,7 +268,7 @@ _methods = {
         self, choices, out, mode),
     "repeat": lambda self, repeats, axis=None, *, total_repeat_length=None, out_sharding=None: (
         lax_numpy.repeat(self, repeats, axis, total_repeat_length=total_repeat_length)),
-    "diagonal": manipulation.diagonal, "trace": lax_numpy.trace,
+    "diagonal": lax_numpy.diagonal, "trace": lax_numpy.trace,
     "copy": lambda self: array_constructors.array(self, copy=True),
     "view": view, "byteswap": byteswap,
     "to_device": _to_device,

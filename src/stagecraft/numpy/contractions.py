@@ -6,6 +6,7 @@ each pairwise step is one `dot_general` with batch and contracting dimensions.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import operator
 from typing import Any, Callable, Sequence
@@ -19,7 +20,7 @@ from stagecraft.runtime.array import Array
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import zeros_like
 from stagecraft.numpy.lax_numpy import pad
-from stagecraft.numpy.manipulation import (broadcast_shapes, broadcast_to, diagonal, expand_dims,
+from stagecraft.numpy.manipulation import (broadcast_shapes, broadcast_to, expand_dims,
                                            flip, moveaxis, ravel, reshape, squeeze, stack)
 from stagecraft.numpy.ufuncs import conjugate, multiply
 from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, check_arraylike, dtype_of,
@@ -34,13 +35,17 @@ __all__ = ["matmul", "dot", "vdot", "tensordot", "einsum", "einsum_path", "outer
 
 def _dot(a, b, contract, batch=((), ()), precision=None, preferred_element_type=None,
          out_sharding=None):
-  # NB: as JAX's jnp functions, the result dtype is passed as the preferred element type
-  # (printed `preferred_element_type=float32`).
+  # NB: as JAX's jnp functions, the operands keep their dtypes (dot_general takes mixed
+  # ones) and the promoted dtype is passed as the preferred element type (printed
+  # `preferred_element_type=float32`); the result takes the promotion's weak type.
   if preferred_element_type is None:
-    preferred_element_type = dtypes.result_type(a, b)
-  return lax.dot_general(a, b, (contract, batch), precision=precision,
-                         preferred_element_type=preferred_element_type,
-                         out_sharding=out_sharding)
+    preferred_element_type, weak = dtypes.result_type(a, b, return_weak_type_flag=True)
+  else:
+    preferred_element_type, weak = dtypes.canonicalize_dtype(preferred_element_type), False
+  out = lax.dot_general(a, b, (contract, batch), precision=precision,
+                        preferred_element_type=preferred_element_type,
+                        out_sharding=out_sharding)
+  return lax.convert_element_type(out, preferred_element_type, weak)
 
 
 def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None,
@@ -55,7 +60,7 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type
   Raises:
     ValueError: for 0-d operands, mismatched contracting sizes or unbroadcastable batches.
   """
-  a, b = promote_dtypes(asarray(a), asarray(b))
+  a, b = asarray(a), asarray(b)
   sa, sb = shape_of(a), shape_of(b)
   if not sa or not sb:
     raise ValueError(f"matmul: 0-d operands are not allowed (shapes {sa} and {sb}); use "
@@ -90,11 +95,11 @@ def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=No
   over the last axis of `a` and the second-to-last of `b` (result: a's free dims, then b's).
   `out_sharding` is the contraction's, as in `lax.dot_general`.
   """
-  a, b = promote_dtypes(asarray(a), asarray(b))
+  a, b = asarray(a), asarray(b)
   sa, sb = shape_of(a), shape_of(b)
-  if not sa or not sb:
-    out = multiply(a, b)
-    return out if out_sharding is None else reshard(out, out_sharding)
+  if not sa or not sb:   # as JAX's: a dot_general that contracts nothing
+    return _dot(a, b, ((), ()), precision=precision,
+                preferred_element_type=preferred_element_type, out_sharding=out_sharding)
   cb = 0 if len(sb) == 1 else len(sb) - 2
   if sa[-1] != sb[cb]:   # JAX's error (the contraction's)
     raise TypeError(f"dot_general requires contracting dimensions to have the same shape, "
@@ -120,7 +125,7 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     TypeError: for an int `axes` larger than either rank (JAX's error).
     ValueError: for mismatched axis sizes or counts.
   """
-  a, b = promote_dtypes(asarray(a), asarray(b))
+  a, b = asarray(a), asarray(b)
   na, nb = len(shape_of(a)), len(shape_of(b))
   if isinstance(axes, (int, np.integer)):
     n = operator.index(axes)
@@ -195,7 +200,7 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
     NotImplementedError: for `out`.
 
   Algorithm: opt_einsum (Smith & Gray, JOSS 2018) orders the contractions; in each step a
-  label repeated within one operand becomes a diagonal (a strided slice), labels seen in
+  label repeated within one operand is masked with a Kronecker delta and summed, labels seen in
   only one operand and not kept are summed out, and a pair of operands is contracted by
   one `dot_general` with batch and contracting dimensions.
   """
@@ -218,54 +223,83 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
   ops_by_id = {id(p): a for p, a, arr in zip(proxies, arrays, is_array) if arr}
   ordered, contractions = opt_einsum.contract_path(
       *proxies, einsum_call=True, use_blas=True, optimize=_path_type(optimize))
-  operands = promote_dtypes(*[ops_by_id[id(p)] for p in ordered])
-  operands = [asarray(o) for o in operands]
+  operands = [asarray(ops_by_id[id(p)]) for p in ordered]
+  # NB: as JAX's: the operands keep their dtypes; sums convert to the promoted dtype and
+  # dot_general takes it as its preferred element type.
+  if preferred_element_type is None:
+    pet, weak = dtypes.result_type(*operands, return_weak_type_flag=True)
+  else:
+    pet, weak = dtypes.canonicalize_dtype(preferred_element_type), False
   for contract_inds, _, einsum_str, _, _ in contractions:
     ops = [operands.pop(i) for i in contract_inds]
     inputs, output = einsum_str.split("->")
     in_specs = inputs.split(",")
     if len(ops) == 1:
-      result = _einsum_unary(ops[0], in_specs[0], output)
+      result = _einsum_unary(ops[0], in_specs[0], output, pet)
     else:
       result = _einsum_binary(ops[0], ops[1], in_specs[0], in_specs[1], output, precision,
-                              preferred_element_type, _dot_general or lax.dot_general)
+                              pet, _dot_general or lax.dot_general)
     operands.append(result)
-  return operands[0]
+  return lax.convert_element_type(operands[0], pet, weak)
 
 
-def _take_diagonals(x, spec: str) -> tuple:
-  """`x` with each label repeated in `spec` reduced to one axis (the diagonal over the axes
-  carrying it), and the spec that labels the result."""
-  while len(set(spec)) != len(spec):
-    c = next(c for c in spec if spec.count(c) > 1)
-    i = spec.index(c)
-    j = spec.index(c, i + 1)
-    x = diagonal(x, 0, i, j)   # the two axes go, the diagonal is appended
-    spec = "".join(ch for k, ch in enumerate(spec) if k not in (i, j)) + c
+def _delta(shape: tuple, axes: list[int]):
+  """The bool Kronecker delta over `axes` of `shape`: true where the indices along `axes` are
+  all equal (uint32 iotas compared pairwise), broadcast along the other axes."""
+  base = tuple(shape[a] for a in axes)
+  iotas = [lax.broadcasted_iota(np.uint32, base, i) for i in range(len(base))]
+  eye = functools.reduce(lax.bitwise_and, [lax.eq(i, j) for i, j in zip(iotas[:-1], iotas[1:])])
+  if base == tuple(shape):
+    return eye
+  return lax.broadcast_in_dim(eye, tuple(shape), tuple(axes))
+
+
+def _summable(x, pet):
+  """`x` converted to `pet` where promoting with it changes x's dtype (JAX's einsum sums in
+  the promoted dtype)."""
+  return x if dtypes.result_type(x, pet) == dtype_of(x) else lax.convert_element_type(x, pet)
+
+
+def _sum_repeats(x, spec: str, keep: str, pet) -> tuple:
+  """`x` with each label repeated in `spec` reduced to one axis (kept, last of its axes, if
+  in `keep`) or summed out: masked with the Kronecker delta of its axes and summed (JAX's
+  einsum). Returns `(x, the spec that labels it)`."""
+  for c, count in collections.Counter(spec).items():
+    if count > 1:
+      axes = [i for i, n in enumerate(spec) if n == c]
+      x = lax.select(_delta(shape_of(x), axes), x, lax.full_like(x, 0))
+      x = _summable(x, pet)
+      if c not in keep:
+        x = lax.reduce_sum(x, tuple(axes))
+        spec = spec.replace(c, "")
+      else:
+        x = lax.reduce_sum(x, tuple(axes[:-1]))
+        spec = spec.replace(c, "", count - 1)
   return x, spec
 
 
-def _sum_out(x, spec: str, keep: set[str]):
-  axes = tuple(i for i, c in enumerate(spec) if c not in keep)
+def _sum_uniques(x, spec: str, keep: set[str], pet):
+  """`x` with the labels seen once in `spec` and not in `keep` summed out."""
+  axes = tuple(i for i, c in enumerate(spec) if c not in keep and spec.count(c) == 1)
   if axes:
-    x = lax.reduce_sum(x, axes)
-    spec = "".join(c for c in spec if c in keep)
+    x = lax.reduce_sum(_summable(x, pet), axes)
+    spec = "".join(c for i, c in enumerate(spec) if i not in axes)
   return x, spec
 
 
-def _einsum_unary(x, spec: str, out: str):
-  x, spec = _take_diagonals(x, spec)
-  x, spec = _sum_out(x, spec, set(out))
+def _einsum_unary(x, spec: str, out: str, pet):
+  x, spec = _sum_uniques(x, spec, set(out), pet)
+  x, spec = _sum_repeats(x, spec, out, pet)
   perm = tuple(spec.index(c) for c in out)
   return lax.transpose(x, perm) if perm != tuple(range(len(perm))) else x
 
 
 def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_element_type,
                    dot_general: Callable[..., Any] = lax.dot_general):
-  a, sa = _take_diagonals(a, sa)
-  b, sb = _take_diagonals(b, sb)
-  a, sa = _sum_out(a, sa, set(sb) | set(out))
-  b, sb = _sum_out(b, sb, set(sa) | set(out))
+  a, sa = _sum_uniques(a, sa, set(sb) | set(out), preferred_element_type)
+  b, sb = _sum_uniques(b, sb, set(sa) | set(out), preferred_element_type)
+  a, sa = _sum_repeats(a, sa, out + sb, preferred_element_type)
+  b, sb = _sum_repeats(b, sb, out + sa, preferred_element_type)
   batch = [c for c in sa if c in sb and c in out]
   contract = [c for c in sa if c in sb and c not in out]
   free = lambda s, t: "".join(c for c in s if c not in t)
@@ -277,9 +311,7 @@ def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_elemen
   dn = ((tuple(sa.index(c) for c in contract), tuple(sb.index(c) for c in contract)),
         (tuple(sa.index(c) for c in batch), tuple(sb.index(c) for c in batch)))
   r = dot_general(a, b, dn, precision,
-                      preferred_element_type=(dtypes.result_type(a, b) if
-                                              preferred_element_type is None else
-                                              preferred_element_type))
+                      preferred_element_type=preferred_element_type)
   rspec = "".join(batch) + "".join(c for c in sa if c not in sb) + "".join(
       c for c in sb if c not in sa)
   perm = tuple(rspec.index(c) for c in out)
@@ -324,7 +356,7 @@ def inner(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=
   Raises:
     ValueError: if the last dimensions differ.
   """
-  a, b = promote_dtypes(asarray(a), asarray(b))
+  a, b = asarray(a), asarray(b)
   if not shape_of(a) or not shape_of(b):
     return multiply(a, b)
   if shape_of(a)[-1] != shape_of(b)[-1]:

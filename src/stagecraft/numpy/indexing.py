@@ -27,6 +27,7 @@ import numpy as np
 from stagecraft.errors import NonConcreteBooleanIndexError
 from stagecraft.indexing import Slice as ds_Slice
 from stagecraft import core, dtypes, lax, shape_poly
+from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.core import Tracer
 from stagecraft.numpy import array_constructors, ufuncs
 from stagecraft.numpy.array_constructors import asarray
@@ -83,8 +84,8 @@ def _classify(i, position: int):
       if v is not None and (isinstance(v, Tracer) or not hasattr(v, "__index__")):
         raise IndexError(f"Slice entries must be static integers. Got {i} at position "
                          f"{position}. Use lax.dynamic_slice for traced bounds.")
-    return _SLICE, slice(*(None if v is None else operator.index(v)
-                           for v in (i.start, i.stop, i.step)))
+    return _SLICE, slice(*(None if v is None else v if shape_poly.is_symbolic_dim(v)
+                           else operator.index(v) for v in (i.start, i.stop, i.step)))
   if isinstance(i, (bool, np.bool_)):
     return _BOOL, np.asarray(i)
   if isinstance(i, (int, np.integer)):
@@ -199,10 +200,13 @@ def _static_slice_take(x, entries, normalize_indices: bool, clip: bool):
       limit.append(wrapped + 1)
       strides.append(1)
       squeeze_axes.append(axis)
-    elif i == slice(None) and shape_poly.is_symbolic_dim(n):   # symbolic dimension (export)
-      start.append(0)
-      limit.append(n)
-      strides.append(1)
+    elif shape_poly.is_symbolic_dim(n):   # symbolic dimension (export)
+      st, sp, step = _symbolic_slice(i, n)
+      if step < 0:   # only x[::-1]
+        rev_axes.append(axis)
+      start.append(st)
+      limit.append(sp)
+      strides.append(abs(step))
     else:
       st, sp, step = i.indices(n)
       if step < 0:   # NB: the same elements in ascending order, reversed after the slice
@@ -221,6 +225,47 @@ def _static_slice_take(x, entries, normalize_indices: bool, clip: bool):
   if not (unit and all((a, b) == (0, n) for a, b, n in zip(start, limit, shape))):
     out = lax.slice(out, tuple(start), tuple(limit), None if unit else tuple(strides))
   return _finish_slice(out, rev_axes, squeeze_axes, newaxis_dims)
+
+
+def _symbolic_slice(i: slice, n):
+  """(start, limit, step) of the slice `i` of an axis of symbolic size `n` (export), as
+  `slice.indices` then `max(start, stop)`, with comparisons of dimensions decided from
+  their bounds; a negative step only for `::-1` (as `(0, n, -1)`).
+
+  Raises:
+    InconclusiveDimensionOperation: a bound whose clamping to `[0, n]` depends on `n`.
+    NotImplementedError: another negative step."""
+  step = 1 if i.step is None else operator.index(i.step)
+  if step == 0:
+    raise ValueError("slice step cannot be zero")
+  if step < 0:
+    if i.start is None and i.stop is None and step == -1:
+      return 0, n, -1
+    raise NotImplementedError(f"slice {i} with a negative step of an axis of symbolic size "
+                              f"'{n}' is not supported by stagecraft.export; only '::-1'.")
+
+  def clamp(v, default):
+    if v is None:
+      return default
+    v = v if shape_poly.is_symbolic_dim(v) else operator.index(v)
+    return _min_dim(n, v) if v >= 0 else _max_dim(0, n + v)
+
+  start, stop = clamp(i.start, 0), clamp(i.stop, n)
+  return start, _max_dim(start, stop), step
+
+
+def _min_dim(a, b):
+  try:
+    return a if a <= b else b
+  except InconclusiveDimensionOperation:
+    return b if b <= a else a   # the other order may be decided (1 <= b)
+
+
+def _max_dim(a, b):
+  try:
+    return a if a >= b else b
+  except InconclusiveDimensionOperation:
+    return b if b >= a else a
 
 
 def _as_start_index(i, dtype):
@@ -365,6 +410,10 @@ def _normalize_index(i, n: int, normalize: bool):
     return i + n if normalize and i < 0 else i
   if not normalize or dtypes.is_unsigned(i.dtype):
     return i
+  if shape_poly.is_symbolic_dim(n):   # symbolic dimension (export): its value, staged
+    nv = lax.convert_element_type(n, i.dtype if _fits(n, i.dtype) else _index_dtype)
+    i = lax.convert_element_type(i, nv.dtype) if i.dtype != nv.dtype else i
+    return lax.select(lax.lt(i, lax.full_like(i, 0)), lax.add(i, nv), i)
   if isinstance(i, np.ndarray):
     i = i.astype(dtypes.canonicalize_dtype(i.dtype))
     if not _fits(n, i.dtype):
@@ -382,6 +431,8 @@ def _convert_index(i):
   staged."""
   if isinstance(i, (int, np.integer, np.ndarray)):
     return np.asarray(i).astype(_index_dtype)
+  if shape_poly.is_symbolic_dim(i):   # a symbolic dimension (export): its value, staged
+    return lax.convert_element_type(i, _index_dtype)
   if i.dtype != _index_dtype or i.weak_type:
     return lax.convert_element_type(i, _index_dtype)
   return i
@@ -393,8 +444,9 @@ def _as_index(i, n: int, normalize: bool):
 
 
 def _fits(n: int, dt) -> bool:
-  """Whether the axis size `n` is representable in the integer dtype `dt`."""
-  return n <= np.iinfo(dt).max
+  """Whether the axis size `n` is representable in the integer dtype `dt` (a symbolic one
+  is assumed to be, as JAX does)."""
+  return shape_poly.is_symbolic_dim(n) or n <= np.iinfo(dt).max
 
 
 def _broadcast_indices(arrays):
@@ -495,6 +547,12 @@ def _index_to_gather(shape, entries, normalize_indices: bool = True) -> _GatherI
       continue
     if kind == _DSLICE:
       start, step, size = v.start, v.stride, int(v.size)
+    elif shape_poly.is_symbolic_dim(n):   # symbolic dimension (export)
+      start, stop, step = _symbolic_slice(v, n)
+      if step < 0:
+        raise NotImplementedError(f"slice {v} with a negative step of an axis of symbolic "
+                                  f"size '{n}' mixed with array indices is not supported.")
+      size = (stop - start + step - 1) // step
     else:
       start, stop, step = v.indices(n)
       size = len(range(start, stop, step))
@@ -911,7 +969,9 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1,
       axes (or 1-D when `axis` is None). Where negative indices are wrapped, they are first
       converted to int32 (int64 for an axis longer than the int32 range), as JAX's.
     axis: the axis; None flattens `arr`.
-    mode: None/'fill' (out-of-bounds give `fill_value`), 'clip', 'promise_in_bounds'.
+    mode: None/'fill' (out-of-bounds give `fill_value`), 'clip', 'promise_in_bounds', or
+      'one_hot' (a contraction with the one-hot encoding of the indices, as JAX's; out of
+      bounds give 0).
     fill_value: static scalar for 'fill' (JAX's default per dtype).
     wrap_negative_indices: negative indices count from the end; default: True unless mode
       is 'promise_in_bounds' (JAX's legacy rule).
@@ -960,6 +1020,8 @@ def _take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
     idt = np.dtype(np.int64 if axis_size > np.iinfo(np.int32).max else np.int32)
     indices = lax.convert_element_type(indices, idt)
     indices = lax.select(indices < 0, lax.add(indices, np.asarray(axis_size, idt)), indices)
+  if mode == "one_hot":
+    return _take_one_hot(a, indices, axis, out_shape)
   index_dims = [i for i, d in enumerate(idx_shape) if i == axis or d != 1]
   gather_index_shape = tuple(out_shape[i] for i in index_dims) + (1,)
   gather_indices = lax.reshape(indices, gather_index_shape)
@@ -994,6 +1056,42 @@ def _take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
       start_indices_batching_dims=tuple(ibatch))
   return lax.gather(a, gather_indices, dnums, tuple(slice_sizes),
                     mode="fill" if mode is None else mode, fill_value=fill_value)
+
+
+@jit(static_argnames=("num_classes",))
+def _one_hot(x, num_classes: int):
+  """`x[..., None] == arange(num_classes)`: bool `[*s, num_classes]` (as JAX's
+  `nn.one_hot(x, num_classes, dtype=bool)`, jitted under this name)."""
+  nd = x.ndim
+  lhs = lax.expand_dims(x, (nd,))
+  rhs = lax.broadcasted_iota(x.dtype, (1,) * nd + (num_classes,), nd)
+  return lax.eq(lhs, rhs)
+
+
+def _take_one_hot(a, indices, axis: int, out_shape):
+  """`take_along_axis(..., mode='one_hot')`: a contraction of the one-hot encoding of the
+  (wrapped) indices with `a` along `axis` (JAX's einsum `'...yz,...z->...y'`, here one
+  `dot_general` over the other axes as batch dimensions, `Precision.HIGHEST` for rank > 1);
+  out-of-range indices give 0."""
+  n = a.shape[axis]
+  hot = _one_hot(indices, n)
+  nd = a.ndim
+  if nd == 1:
+    return lax.dot_general(hot, a, (((1,), (0,)), ((), ())), preferred_element_type=a.dtype)
+  if indices.shape != out_shape:
+    hot = broadcast_to(hot, (*out_shape, n))
+  a_shape = out_shape[:axis] + (n,) + out_shape[axis + 1:]
+  if a.shape != a_shape:
+    a = broadcast_to(a, a_shape)
+  pre, post = tuple(range(axis)), tuple(range(axis + 1, nd))
+  hp = lax.Precision.HIGHEST
+  if not post:
+    return lax.dot_general(hot, a, (((nd,), (axis,)), (pre, pre)), precision=(hp, hp),
+                           preferred_element_type=a.dtype)
+  out = lax.dot_general(a, hot, (((axis,), (nd,)), (pre + post, pre + post)),
+                        precision=(hp, hp), preferred_element_type=a.dtype)
+  # dot_general gives [*pre, *post, y]; the result is [*pre, y, *post].
+  return lax.transpose(out, (*pre, nd - 1, *range(axis, nd - 1)))
 
 
 def take_axis(x, idx, axis: int):

@@ -21,7 +21,7 @@ from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import arange, eye, full_like, zeros, zeros_like
 from stagecraft.numpy.indexing import at, take_axis
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_shapes, broadcast_to,
-                                           concatenate, diagonal, expand_dims, flip, moveaxis,
+                                           concatenate, expand_dims, flip, moveaxis,
                                            ravel, reshape, squeeze, stack, swapaxes, tile)
 from stagecraft.numpy.ufuncs import (absolute, add, clip, divide, equal, floor, floor_divide,
                                      greater, less, log10, logical_and, minimum, multiply, negative,
@@ -38,7 +38,8 @@ __all__ = ["astype", "iscomplexobj", "isrealobj", "isscalar", "result_type", "pr
            "can_cast", "issubdtype", "isdtype", "iinfo", "finfo", "ComplexWarning", "dtype", "pi",
            "e", "inf", "nan",
            "euler_gamma", "newaxis", "iterable", "linspace", "logspace", "geomspace", "indices",
-           "fromfunction", "roll", "repeat", "pad", "delete", "insert", "fill_diagonal", "trace",
+           "fromfunction", "roll", "repeat", "pad", "delete", "insert", "fill_diagonal",
+           "diagonal", "diag", "diagflat", "trace",
            "diff", "ediff1d", "gradient", "trapezoid", "unwrap", "select", "choose", "piecewise",
            "compress", "extract", "packbits", "unpackbits", "get_printoptions", "printoptions",
            "set_printoptions", "array_repr", "array_str", "put_along_axis", "place"]
@@ -690,6 +691,76 @@ def fill_diagonal(a: ArrayLike, val: ArrayLike, wrap: bool = False, *,
   src[flat_pos] = np.arange(n)
   vals = _take_static(val, src, 0) if n else zeros((size,), dtype_of(a))
   return reshape(where(array(is_diag), vals, ravel(a)), shape_of(a))
+
+
+@jit(static_argnames=("offset", "axis1", "axis2"))
+def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
+  """The `offset` diagonal of the planes given by `axis1` and `axis2`. Jitted, as JAX's
+  (`jit[name=diagonal]`; static `offset` and axes).
+
+  Args:
+    a: `T[*s]` of rank >= 2.
+    offset: the diagonal (> 0 above the main one, < 0 below).
+    axis1, axis2: the axes of the planes (distinct).
+
+  Returns:
+    `T[*rest, d]`: the other axes in order, then the diagonal (length
+    `max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))`).
+
+  Raises:
+    TypeError: for `a` not an array or scalar (a list).
+    ValueError: for fewer than 2 dimensions, out-of-range or equal axes.
+
+  Algorithm: one gather of the points `(i, i + offset)` (`a[..., i, j]` with `i`, `j`
+  aranges), as JAX's default (non-Mosaic) path.
+  """
+  a = ensure_arraylike("diagonal", a)
+  nd = ndim_of(a)
+  if nd < 2:
+    raise ValueError("diagonal requires an array of at least two dimensions.")
+  offset = operator.index(check_concrete(offset, "diagonal", "offset"))
+  ax1, ax2 = canonicalize_axis(axis1, nd, "diagonal"), canonicalize_axis(axis2, nd, "diagonal")
+  if ax1 == ax2:
+    raise ValueError("axis1 and axis2 cannot be the same")
+  s = shape_of(a)
+  a = moveaxis(a, (ax1, ax2), (-2, -1))
+  d = builtins.max(0, builtins.min(s[ax1] + builtins.min(offset, 0),
+                                   s[ax2] - builtins.max(offset, 0)))
+  i = arange(d)
+  j = arange(builtins.abs(offset), builtins.abs(offset) + d)
+  return a[..., i, j] if offset >= 0 else a[..., j, i]
+
+
+def diag(v: ArrayLike, k: int = 0) -> Array:
+  """For 1-D `v` of length n: the `[n+|k|, n+|k|]` matrix with `v` on the k-th diagonal;
+  for 2-D `v`: its k-th diagonal (`diagonal(v, k)`). Jitted as JAX's (`jit[name=_diag]`).
+
+  Raises:
+    TypeError: for `v` not an array or scalar (a list).
+    ValueError: for inputs that are not 1-D or 2-D.
+
+  Algorithm: `v` padded to n + |k| and broadcast along the rows, kept where
+  `eye(n + |k|, k=k)` is true (JAX's construction).
+  """
+  v = ensure_arraylike("diag", v)
+  return _diag(v, operator.index(check_concrete(k, "diag", "k")))
+
+
+@jit(static_argnames=("k",))
+def _diag(v, k: int):
+  if ndim_of(v) == 2:
+    return diagonal(v, offset=k)
+  if ndim_of(v) != 1:
+    raise ValueError("diag input must be 1d or 2d")
+  n = shape_of(v)[0] + builtins.abs(k)
+  zero = lax.full_like(v, 0, shape=())
+  v = lax.pad(v, zero, ((builtins.max(0, -k), builtins.max(0, k), 0),))
+  return where(eye(n, k=k, dtype=bool), v[:, None], zero)
+
+
+def diagflat(v: ArrayLike, k: int = 0) -> Array:
+  """`diag` of the flattened input: `[n] -> [n+|k|, n+|k|]`."""
+  return diag(ravel(as_array(v)), k)
 
 
 @jit(static_argnames=("axis1", "axis2", "dtype"))

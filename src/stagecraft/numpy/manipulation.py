@@ -30,7 +30,7 @@ __all__ = ["shape", "ndim", "size", "reshape", "ravel", "expand_dims", "squeeze"
            "moveaxis", "rollaxis", "flip", "fliplr", "flipud", "rot90", "concatenate", "concat",
            "stack", "hstack", "vstack", "row_stack", "dstack", "column_stack", "block", "append",
            "split", "array_split", "hsplit", "vsplit", "dsplit", "unstack", "tile", "resize",
-           "broadcast_shapes", "broadcast_to", "broadcast_arrays", "diagonal", "diag", "diagflat",
+           "broadcast_shapes", "broadcast_to", "broadcast_arrays",
            "tril", "triu", "apply_over_axes"]
 
 
@@ -171,33 +171,62 @@ def squeeze(a: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
   return lax.squeeze(a, dims)
 
 
+def _ndmin(a, n: int):
+  """`a` with leading size-1 dimensions added up to rank `n` (one `broadcast_in_dim`)."""
+  a = as_array(a)
+  return lax.expand_dims(a, tuple(range(n - ndim_of(a)))) if ndim_of(a) < n else a
+
+
+@jit
 def atleast_1d(*arys):
-  """Each input as an Array with at least one dimension (0-d becomes shape (1,))."""
-  out = [reshape(asarray(a), (1,)) if ndim_of(asarray(a)) == 0 else asarray(a) for a in arys]
+  """Each input as an Array with at least one dimension (`[] -> [1]`). Jitted, as JAX's
+  (`jit[name=atleast_1d]`).
+
+  Returns:
+    One Array for one input, else a list.
+
+  Raises:
+    TypeError: for an input that is not an array or scalar (a list).
+  """
+  check_arraylike("atleast_1d", *arys)
+  out = [_ndmin(a, 1) for a in arys]
   return out[0] if len(out) == 1 else out
 
 
+@jit
 def atleast_2d(*arys):
-  """Each input viewed with at least 2 dimensions (1-D `[n]` becomes `[1, n]`)."""
-  out = []
-  for a in arys:
-    a = as_array(a)
-    out.append(reshape(a, (1,) * (2 - ndim_of(a)) + shape_of(a)) if ndim_of(a) < 2 else a)
+  """Each input with at least 2 dimensions, new ones in front (`[n] -> [1, n]`). Jitted, as
+  JAX's (`jit[name=atleast_2d]`).
+
+  Returns:
+    One Array for one input, else a list.
+
+  Raises:
+    TypeError: for an input that is not an array or scalar (a list).
+  """
+  check_arraylike("atleast_2d", *arys)
+  out = [_ndmin(a, 2) for a in arys]
   return out[0] if len(out) == 1 else out
 
 
+@jit
 def atleast_3d(*arys):
-  """Each input with at least 3 dimensions: `[n] -> [1, n, 1]`, `[m, n] -> [m, n, 1]`."""
+  """Each input with at least 3 dimensions: `[] -> [1, 1, 1]`, `[n] -> [1, n, 1]`,
+  `[m, n] -> [m, n, 1]`. Jitted, as JAX's (`jit[name=atleast_3d]`).
+
+  Returns:
+    One Array for one input, else a list.
+
+  Raises:
+    TypeError: for an input that is not an array or scalar (a list).
+  """
+  check_arraylike("atleast_3d", *arys)
+  new_dims = {0: (0, 1, 2), 1: (0, 2), 2: (2,)}
   out = []
   for a in arys:
     a = as_array(a)
-    s = shape_of(a)
-    if len(s) == 0:
-      a = reshape(a, (1, 1, 1))
-    elif len(s) == 1:
-      a = reshape(a, (1, s[0], 1))
-    elif len(s) == 2:
-      a = reshape(a, (*s, 1))
+    if ndim_of(a) in new_dims:
+      a = lax.expand_dims(a, new_dims[ndim_of(a)])
     out.append(a)
   return out[0] if len(out) == 1 else out
 
@@ -695,67 +724,6 @@ def broadcast_arrays(*args: ArrayLike) -> list[Array]:
 
 # ---------------------------------------------------------------------------
 # Diagonals and triangles
-
-
-def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
-  """The `offset` diagonal of the planes given by `axis1` and `axis2`.
-
-  Returns:
-    `T[*rest, d]`: the other axes in order, then the diagonal (length
-    `max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))`).
-
-  Raises:
-    ValueError: for fewer than 2 dimensions or equal axes.
-
-  Algorithm: on the flattened `[n1 * n2]` plane the diagonal is one strided slice (stride
-  `n2 + 1`), so no gather is needed.
-  """
-  a = as_array(a)
-  nd = ndim_of(a)
-  if nd < 2:
-    raise ValueError("diagonal requires an array of at least two dimensions.")
-  ax1, ax2 = canonicalize_axis(axis1, nd, "diagonal"), canonicalize_axis(axis2, nd, "diagonal")
-  if ax1 == ax2:
-    raise ValueError("axis1 and axis2 cannot be the same")
-  offset = operator.index(check_concrete(offset, "diagonal", "offset"))
-  a = moveaxis(a, (ax1, ax2), (-2, -1))
-  *rest, n1, n2 = shape_of(a)
-  d = builtins.max(0, builtins.min(n1 + builtins.min(offset, 0), n2 - builtins.max(offset, 0)))
-  if d == 0:
-    return zeros((*rest, 0), dtype_of(a)) if not a.weak_type else reshape(
-        slice_axis(reshape(a, (*rest, n1 * n2)), 0, 0, len(rest)), (*rest, 0))
-  flat = reshape(a, (*rest, n1 * n2))
-  start = offset if offset >= 0 else -offset * n2
-  return lax.slice_in_dim(flat, start, start + (d - 1) * (n2 + 1) + 1, n2 + 1, len(rest))
-
-
-def diag(v: ArrayLike, k: int = 0) -> Array:
-  """For 1-D `v` of length n: the `[n+|k|, n+|k|]` matrix with `v` on the k-th diagonal;
-  for 2-D `v`: its k-th diagonal.
-
-  Raises:
-    ValueError: for inputs that are not 1-D or 2-D.
-  """
-  v = as_array(v)
-  k = operator.index(check_concrete(k, "diag", "k"))
-  if ndim_of(v) == 2:
-    return diagonal(v, k)
-  if ndim_of(v) != 1:
-    raise ValueError("diag input must be 1d or 2d")
-  n = shape_of(v)[0] + builtins.abs(k)
-  # out[i, i + k] = v[i] (k >= 0) and out[j - k, j] = v[j] (k < 0): v padded at the end,
-  # broadcast along the rows or the columns, masked to the diagonal.
-  vp = lax.pad(v, const(v, 0), ((0, builtins.abs(k), 0),))
-  vb = lax.broadcast_in_dim(vp, (n, n), (0,) if k >= 0 else (1,))
-  rows = lax.broadcasted_iota(dtypes.int32, (n, n), 0)
-  cols = lax.broadcasted_iota(dtypes.int32, (n, n), 1)
-  mask = lax.eq(lax.add(rows, np.int32(k)), cols)
-  return lax.select(mask, vb, zeros_like(vb))
-
-
-def diagflat(v: ArrayLike, k: int = 0) -> Array:
-  """`diag` of the flattened input."""
-  return diag(ravel(as_array(v)), k)
 
 
 def _tri_select(name, m, k, lower: bool):

@@ -17,7 +17,8 @@ from stagecraft.numpy.array_creation import full_like
 from stagecraft.numpy.manipulation import broadcast_shapes, broadcast_to, ravel, reshape
 from stagecraft.numpy.ufuncs import isnan, multiply
 from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, check_arraylike, const,
-                                   dtype_of, promote_dtypes_inexact, real_dtype, reduction_axes,
+                                   dtype_of, ensure_arraylike, ndim_of, promote_dtypes_inexact,
+                                   real_dtype, reduction_axes,
                                    shape_of, to_inexact_dtype)
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
@@ -858,25 +859,34 @@ def average(a: ArrayLike, axis: Any = None, weights: ArrayLike | None = None,
     The average (inexact dtype), or `(average, sum_of_weights)`.
 
   Raises:
-    ValueError: if the weights' shape fits neither form.
+    TypeError: for `a` or `weights` not an array or scalar (a list).
+    ValueError: if the weights' shape fits neither form, or differs from `a`'s with no
+      `axis`.
+
+  Algorithm: JAX's `average`: weights of another shape than `a` (the shape of `a` along
+  `axis`) are reshaped to `a`'s rank with 1s elsewhere, then multiplied and summed.
   """
-  a = asarray(a)
   if weights is None:
+    a = ensure_arraylike("average", a)
+    a, = promote_dtypes_inexact(a)
     avg = mean(a, axis, keepdims=keepdims)
-    wsum = full_like(avg, math.prod(shape_of(a)) / builtins.max(math.prod(shape_of(avg)), 1))
+    axes = reduction_axes(axis, ndim_of(a), "average")
+    wsum = lax.full((), math.prod(shape_of(a)[d] for d in axes), dtype_of(avg))
   else:
-    a, w = promote_dtypes_inexact(a, asarray(weights))
-    a, w = asarray(a), asarray(w)
+    a, w = ensure_arraylike("average", a, weights)
+    a, w = promote_dtypes_inexact(a, w)
     sa, sw = shape_of(a), shape_of(w)
     if sa != sw:
       if axis is None:
         raise ValueError("Axis must be specified when shapes of a and weights differ.")
-      axes = reduction_axes(axis, len(sa), "average")
-      if len(sw) != 1 or len(axes) != 1:
-        raise ValueError("1D weights expected when shapes of a and weights differ.")
-      if sw[0] != sa[axes[0]]:
-        raise ValueError("Length of weights not compatible with specified axis.")
-      w = lax.broadcast_in_dim(w, sa, axes)
+      ax = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+      ax = tuple(canonicalize_axis(d, len(sa), "average") for d in ax)
+      if sw != tuple(sa[d] for d in ax):
+        raise ValueError("Shape of weights must be consistent with shape of a along "
+                         "specified axis.")
+      # NB: as JAX's: the weights reshaped (not broadcast) to rank of `a`, 1 off `axis`.
+      w = lax.reshape(w, tuple(d if i in ax else 1 for i, d in enumerate(sa)),
+                      dimensions=tuple(int(i) for i in np.argsort(ax)))
     wsum = sum(w, axis, keepdims=keepdims)
     avg = lax.div(sum(multiply(a, w), axis, keepdims=keepdims), wsum)
   if returned:

@@ -1,20 +1,26 @@
 """Sorting and searching: sort, argsort, lexsort, partition, argpartition, searchsorted,
 sort_complex, msort. Built on `lax.sort` (XLA's comparator sort, variadic) and
 `lax.top_k`, with JAX's numpy's semantics: NaNs sort last, -0.0 equals 0.0, complex numbers
-sort by (real, imag), and indices are int32 (int64 with x64)."""
+sort by (real, imag), and argsort's indices are int32 (int64 with x64). `searchsorted` is
+JAX's: jitted, with its four methods (a binary search in a `scan`, unrolled or not, ranks by
+co-sorting, or comparing all pairs), comparing in `lax.sort`'s total order with the
+`lt_to`/`le_to`/`eq_to` primitives of `lax.sort`; its indices are int32 even with x64."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax
+from stagecraft import dtypes, lax, shape_poly
 from stagecraft.interpreters import batching
+from stagecraft.lax.sort import eq_to_p, le_to_p, lt_to_p
 from stagecraft.numpy.indexing import at, take_axis
 from stagecraft.numpy.manipulation import ravel, swapaxes
 from stagecraft.numpy.ufuncs import check_arraylike
-from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, const, dtype_of, ndim_of,
-                                   promote_dtypes, shape_of, to_inexact_dtype)
+from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, dtype_of,
+                                   ensure_arraylike, ndim_of, promote_dtypes, shape_of,
+                                   to_inexact_dtype)
 from stagecraft.pjit import jit
 
 __all__ = ["sort", "argsort", "lexsort", "partition", "argpartition", "searchsorted",
@@ -98,7 +104,8 @@ def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: No
   a, axis = _sort_axis(a, axis, "argsort")
   if dtype is not None:
     idx_dtype = dtypes.canonicalize_dtype(dtype)
-  elif shape_of(a)[axis] > np.iinfo(np.int32).max:
+  elif (not shape_poly.is_symbolic_dim(shape_of(a)[axis])   # NB: assumed to fit, as JAX
+        and shape_of(a)[axis] > np.iinfo(np.int32).max):
     idx_dtype = dtypes.canonicalize_dtype(np.int64)
   else:
     idx_dtype = dtypes.default_int_dtype()
@@ -243,79 +250,154 @@ def argpartition(a: ArrayLike, kth: int, axis: int = -1):
   return swapaxes(lax.concatenate([bottom, top], ndim_of(x) - 1), -1, axis)
 
 
-def _total_order_keys(x):
-  """Real keys that compare as `lax.sort` orders x: NaN canonical and last, -0.0 == 0.0;
-  complex numbers become (real, imag)."""
+def _canonical_float(x):
+  """-0.0 -> 0.0 and every NaN -> +NaN (JAX's `_canonicalize_float_for_sort`), so that the
+  total-order comparisons treat zeros as equal and put every NaN last."""
+  out = lax.select(lax.eq(x, _const_of(x, 0)), lax.full_like(x, 0), x)
+  return lax.select(lax.ne(x, x), lax.full_like(out, np.nan), out)
+
+
+def _sort_keys(x):
+  """The keys `lax.sort` compares for `x`: canonicalized floats; (real, imag) of complex."""
   dt = dtype_of(x)
   if dtypes.is_complex(dt):
-    return _total_order_keys(lax.real(x)) + _total_order_keys(lax.imag(x))
+    return [_canonical_float(lax.real(x)), _canonical_float(lax.imag(x))]
   if dtypes.is_float(dt):
-    return [lax.add(x, const(x, 0.0))]   # NB: -0.0 + 0.0 == +0.0
+    return [_canonical_float(x)]
   return [x]
 
 
-def _lt(xs, ys, or_equal: bool):
-  """Lexicographic total-order comparison of key lists (NaN greater than all, equal to NaN)."""
+def _sort_compare(x, y, or_equal: bool):
+  """`x < y` (`x <= y` with `or_equal`) in `lax.sort`'s total order, lexicographic over the
+  keys (JAX's `_sort_lt_comparator` / `_sort_le_comparator`)."""
   out = None
-  for x, y in zip(xs[::-1], ys[::-1]):
-    if dtypes.is_float(dtype_of(x)):
-      xn, yn = lax.ne(x, x), lax.ne(y, y)
-      lt = lax.bitwise_or(lax.lt(x, y), lax.bitwise_and(lax.bitwise_not(xn), yn))
-      eq = lax.bitwise_or(lax.eq(x, y), lax.bitwise_and(xn, yn))
-    elif dtype_of(x) == dtypes.bool_:
-      lt = lax.bitwise_and(lax.bitwise_not(x), y)
-      eq = lax.eq(x, y)
-    else:
-      lt, eq = lax.lt(x, y), lax.eq(x, y)
+  for xk, yk in zip(_sort_keys(x)[::-1], _sort_keys(y)[::-1]):
     if out is None:
-      out = lax.bitwise_or(lt, eq) if or_equal else lt
+      out = (le_to_p if or_equal else lt_to_p).bind(xk, yk)
     else:
-      out = lax.bitwise_or(lt, lax.bitwise_and(eq, out))
+      out = lax.bitwise_or(lt_to_p.bind(xk, yk),
+                           lax.bitwise_and(eq_to_p.bind(xk, yk), out))
   return out
 
 
+def _const_of(x, value):
+  """`value` as a rank-0 array of x's dtype (a literal in a traced program)."""
+  return np.array(value, dtype_of(x))
+
+
+def _vmap_query(fun, sorted_arr, query):
+  """`vmap(fun, in_axes=(None, 0))(sorted_arr, query)` (this layer has no `vmap`)."""
+  size = shape_of(query)[0]
+  (out,), (d,) = batching.batch_flat(lambda a, q: [fun(a, q)], [sorted_arr, query],
+                                     [batching.not_mapped, 0], batching.AxisData(None, size))
+  return batching.matchaxis(out, d, 0, size)
+
+
+@jit(static_argnames=("side", "dtype", "unrolled"))
+def _searchsorted_scan_impl(sorted_arr, query, side, dtype, unrolled):
+  """A binary search of each query value: `ceil(log2(n + 1))` halvings of `[low, high)`
+  in a `lax.scan` (unsigned indices, so `low + (high - low) // 2` cannot overflow), vmapped
+  over the query's dimensions."""
+  n = shape_of(sorted_arr)[0]
+  if n == 0:
+    return lax.full(shape_of(query), 0, dtype)
+  if ndim_of(query) > 0:
+    return _vmap_query(lambda a, q: _searchsorted_scan_impl(a, q, side=side, dtype=dtype,
+                                                            unrolled=unrolled),
+                       sorted_arr, query)
+  udt = np.uint64 if np.dtype(dtype).itemsize == 8 else np.uint32
+
+  def body(carry, _):
+    low, high = carry
+    mid = low + (high - low) // 2
+    go_left = _sort_compare(query, sorted_arr[mid], or_equal=(side == "left"))
+    return (lax.select(go_left, low, mid), lax.select(go_left, mid, high)), ()
+
+  levels = int(np.ceil(np.log2(n + 1)))
+  (_, high), _ = lax.scan(body, (udt(0), udt(n)), (), length=levels,
+                          unroll=levels if unrolled else 1)
+  return lax.convert_element_type(high, dtype)
+
+
+@jit(static_argnames=("side", "dtype"))
+def _searchsorted_sort_impl(sorted_arr, query, side, dtype):
+  """Ranks by co-sorting: the rank of each query among `sorted_arr` and the queries
+  (queries first for 'left', after for 'right'), less its rank among the queries."""
+  n, m = shape_of(sorted_arr)[0], int(np.prod(shape_of(query)))
+  work = np.int32 if n + m <= np.iinfo(np.int32).max else np.int64
+
+  def rank(x):
+    idx = lax.iota(work, shape_of(x)[0])
+    return at(lax.full_like(idx, 0))[lax.sort_key_val(x, idx)[1]].set(idx)
+
+  flat = lax.reshape(query, (m,))
+  if side == "left":
+    index = rank(lax.concatenate([flat, sorted_arr], 0))[:m]
+  else:
+    index = rank(lax.concatenate([sorted_arr, flat], 0))[n:]
+  return lax.convert_element_type(
+      lax.reshape(lax.sub(index, rank(lax.reshape(query, (m,)))), shape_of(query)), dtype)
+
+
+@jit(static_argnames=("side", "dtype"))
+def _searchsorted_compare_all_impl(sorted_arr, query, side, dtype):
+  """`sum(a < q)` ('left') or `sum(a <= q)` ('right') over `a` for each query: every
+  element compared with every query, no loop."""
+  size = shape_of(sorted_arr)[0]
+  (below,), (d,) = batching.batch_flat(
+      lambda a, q: [_sort_compare(a, q, or_equal=(side == "right"))], [sorted_arr, query],
+      [0, batching.not_mapped], batching.AxisData(None, size))
+  below = batching.matchaxis(below, d, 0, size)
+  return lax.reduce_sum(lax.convert_element_type(below, dtype), (0,))
+
+
+_SEARCHSORTED = {"scan": partial(_searchsorted_scan_impl, unrolled=False),
+                 "scan_unrolled": partial(_searchsorted_scan_impl, unrolled=True),
+                 "compare_all": _searchsorted_compare_all_impl,
+                 "sort": _searchsorted_sort_impl}
+
+
+@jit(static_argnames=("side", "method"))
 def searchsorted(a: ArrayLike, v: ArrayLike, side: str = "left", sorter: ArrayLike | None = None,
                  *, method: str = "scan"):
-  """Indices at which inserting `v` into sorted `a` keeps it sorted.
+  """Indices at which inserting `v` into sorted `a` keeps it sorted. Jitted, as JAX's
+  (`jit[name=searchsorted]`; static `side`, `method`).
 
   Args:
-    a: sorted 1-D array `T[n]` (in `lax.sort`'s order: NaNs last).
+    a: sorted 1-D array `T[n]` (in `lax.sort`'s order: NaNs last, -0.0 == 0.0).
     v: query values `U[*q]` (promoted with T).
     side: 'left' (first suitable index) or 'right' (last).
     sorter: optional `int[n]` indices that sort `a`.
-    method: accepted for compatibility ('scan', 'scan_unrolled', 'sort', 'compare_all');
-      every method computes the same 'compare_all' counting here.
+    method: 'scan' (a binary search in a `lax.scan`), 'scan_unrolled' (the same scan fully
+      unrolled), 'sort' (ranks by co-sorting `a` and `v`) or 'compare_all' (every element
+      of `a` compared with every query, summed).
 
   Returns:
-    `int32[*q]` (int64 with x64).
+    `int32[*q]` (int64 only for n > 2**31 - 1, x64 or not, as JAX's).
 
   Raises:
+    TypeError: for `a`, `v` or `sorter` not an array or scalar (a list).
     ValueError: for a non-1-D `a`, or an unknown `side` or `method`.
 
-  Algorithm: `sum(a < v)` ('left') or `sum(a <= v)` ('right') over `a`, with the sort's
-  total order; O(n * |v|) work, no loop.
+  Algorithm: the methods of JAX's `jnp.searchsorted`, each comparing with `lax.sort`'s
+  total order (`lt_to`/`le_to` on canonicalized keys; complex by (real, imag)).
   """
-  if side not in ("left", "right"):
-    raise ValueError(f"{side!r} is an invalid value for keyword 'side'. Expected one of "
-                     f"['left', 'right'].")
-  if method not in ("scan", "scan_unrolled", "sort", "compare_all"):
-    raise ValueError(f"{method!r} is an invalid value for keyword 'method'. Expected one of "
-                     f"['sort', 'scan', 'scan_unrolled', 'compare_all'].")
-  a, v = as_array(a), as_array(v)
+  if sorter is None:
+    a, v = ensure_arraylike("searchsorted", a, v)
+  else:
+    a, v, sorter = ensure_arraylike("searchsorted", a, v, sorter)
   if ndim_of(a) != 1:
     raise ValueError("a should be 1-dimensional")
-  if sorter is not None:
-    a = take_axis(a, as_array(sorter), 0)
   a, v = (as_array(x) for x in promote_dtypes(a, v))
-  n = shape_of(a)[0]
-  qshape = shape_of(v)
-  full = (n, *qshape)
-  ak = [lax.broadcast_in_dim(k, full, (0,)) for k in _total_order_keys(a)]
-  vk = [lax.broadcast_in_dim(k, full, tuple(range(1, len(full)))) for k in
-        _total_order_keys(v)]
-  below = _lt(ak, vk, or_equal=(side == "right"))
-  idt = dtypes.default_int_dtype()
-  return lax.reduce_sum(lax.convert_element_type(below, idt), (0,))
+  if sorter is not None:
+    a = a[sorter]
+  dtype = np.dtype(np.int64 if shape_of(a)[0] > np.iinfo(np.int32).max else np.int32)
+  if side not in ("left", "right"):
+    raise ValueError(f"invalid argument side={side!r}, expected 'left' or 'right'")
+  if method not in _SEARCHSORTED:
+    raise ValueError(f"invalid argument method={method!r}, expected one of "
+                     f"{sorted(_SEARCHSORTED)}")
+  return _SEARCHSORTED[method](a, v, side=side, dtype=dtype)
 
 
 @jit

@@ -22,8 +22,8 @@ from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import full, ones, ones_like, zeros, zeros_like
 from stagecraft.numpy.contractions import dot
 from stagecraft.numpy.indexing import take_along_axis, take_axis
-from stagecraft.numpy.lax_numpy import astype, diff, linspace
-from stagecraft.numpy.manipulation import (atleast_2d, concatenate, diag, expand_dims, ravel,
+from stagecraft.numpy.lax_numpy import astype, diag, diff, linspace
+from stagecraft.numpy.manipulation import (atleast_2d, concatenate, expand_dims, ravel,
                                            reshape, squeeze, stack, transpose)
 from stagecraft.numpy.sorting import searchsorted
 from stagecraft.numpy.ufuncs import (absolute, add, clip, conjugate, divide, equal, greater,

@@ -90,6 +90,16 @@ def convert_dtype(x, dtype: np.dtype, weak: bool):
   aval = core.get_aval(x)
   if aval.dtype == dtype and aval.weak_type == weak:
     return x
+  if (type(x) is Array and aval.shape == () and dtype != dtypes.float0
+      and not isinstance(core.current_trace(), core.EvalTrace)):
+    # NB: a scalar constant made while tracing (`full((), 0.1)`) converts on the host, as
+    # JAX's constant folding of `convert_element_type` converts it (a literal, no equation).
+    host = np.asarray(x)
+    if dtypes.is_complex(host.dtype) and not dtypes.is_complex(dtype):
+      host = host.real
+    with np.errstate(invalid="ignore", over="ignore"):
+      host = host.astype(dtype)
+    x = host if weak else host[()]
   return lax.convert_element_type(x, dtype, weak_type=weak)
 
 
@@ -269,6 +279,8 @@ def canonical_shape(shape, name="shape") -> tuple[int, ...]:
     TypeError: for values that are not static ints. ValueError: for negative dimensions.
   """
   if isinstance(shape, (int, np.integer)) or (isinstance(shape, (Array,)) and shape.ndim == 0):
+    shape = (shape,)
+  elif shape_poly.is_symbolic_dim(shape):
     shape = (shape,)
   try:
     out = tuple(operator.index(d) for d in shape)
