@@ -205,7 +205,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "traceback_filtering": None, "compilation_cache_dir": None,
     "compilation_cache_max_size": None, "log_compiles": None, "explain_cache_misses": None,
     "platforms": None, "platform_name": None, "num_cpu_devices": None, "enable_checks": None,
-    "softmax_custom_jvp": None,
+    "softmax_custom_jvp": None, "default_matmul_precision": None,
     "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,
     # values that are what stagecraft does anyway
     "threefry_partitionable": lambda v: v is True,

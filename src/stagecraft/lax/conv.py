@@ -23,7 +23,7 @@ from stagecraft import dtypes
 from stagecraft.core import Primitive, ShapedArray, get_aval
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
-from stagecraft.lax.dot import Precision, canonicalize_precision, dot_general
+from stagecraft.lax.dot import Precision, canonicalize_precision, dot_general, precision_config
 from stagecraft.lax.elementwise import convert_element_type
 from stagecraft.lax.shape import reshape, rev, transpose
 
@@ -407,7 +407,7 @@ def _conv_general_dilated_lowering(ctx, lhs, rhs, *, window_strides, padding, lh
   if any(lo < 0 or hi < 0 for lo, hi in padding):
     lhs, lhs_aval, padding = _crop_negative_padding(ctx, lhs, lhs_aval, padding, lhs_dilation,
                                                     dimension_numbers.lhs_spec)
-  p = precision or (Precision.DEFAULT, Precision.DEFAULT)
+  p = precision_config(precision)   # DEFAULT for None and for dot algorithms (as JAX)
   pad = f"[{', '.join(_ints(lo_hi) for lo_hi in padding)}]"
   reverse = f"[{', '.join(['false'] * len(window_strides))}]"
   window = (f"stride = {_ints(window_strides)}, pad = {pad}, lhs_dilate = "

@@ -1,8 +1,11 @@
 """`dot_general`: tensor contraction with batch dimensions, and its wrapper `dot`.
 
 Params follow JAX's `lax.dot_general` (JAX 0.10): `dimension_numbers =
-((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`, `precision` (None or a pair
-of `Precision`) and `preferred_element_type` (None or a dtype). The result has the batch
+((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`, `precision` (None, a pair
+of `Precision`, a `DotAlgorithmPreset` or a `DotAlgorithm`) and `preferred_element_type`
+(None or a dtype). A dot algorithm (StableHLO's `dot_general` `algorithm` attribute) names
+the operand and accumulation dtypes: the lowering converts the operands to them and the
+product back to the result dtype, as JAX's `_handle_dot_precision` does. The result has the batch
 dimensions first, then the free dimensions of `lhs`, then those of `rhs`.
 
 Dtypes follow JAX, which follows XLA's shape inference (`primitive_util::HigherPrecisionType`):
@@ -15,18 +18,19 @@ are converted to the result dtype before the dot, as JAX does on CPU and GPU.
 from __future__ import annotations
 
 import enum
-from typing import Any, Sequence, Union
+from typing import Any, NamedTuple, Sequence, Union
 
 import numpy as np
 
 from stagecraft import core, dtypes, sharding
+from stagecraft.config import config
 from stagecraft.core import Primitive, ShapedArray, get_aval
 from stagecraft.lax.elementwise import convert_element_type
 from stagecraft.lax.shape import transpose
 from stagecraft.interpreters import ad, batching, lowering
 
-__all__ = ["Precision", "PrecisionLike", "DotDimensionNumbers", "dot_general_p", "dot_general",
-           "dot", "batch_matmul"]
+__all__ = ["Precision", "PrecisionLike", "DotAlgorithm", "DotAlgorithmPreset",
+           "DotDimensionNumbers", "dot_general_p", "dot_general", "dot", "batch_matmul"]
 
 
 class Precision(enum.Enum):
@@ -45,30 +49,236 @@ class Precision(enum.Enum):
 
 
 _precision_strings = {
-    "default": Precision.DEFAULT, "fastest": Precision.DEFAULT, "bfloat16": Precision.DEFAULT,
-    "high": Precision.HIGH, "bfloat16_3x": Precision.HIGH, "tensorfloat32": Precision.HIGH,
     "highest": Precision.HIGHEST, "float32": Precision.HIGHEST,
+    "high": Precision.HIGH, "bfloat16_3x": Precision.HIGH, "tensorfloat32": Precision.HIGH,
+    "default": Precision.DEFAULT, "bfloat16": Precision.DEFAULT, "fastest": Precision.DEFAULT,
 }
+
+
+class DotAlgorithm(NamedTuple):
+  """How a dot product computes (JAX's `lax.DotAlgorithm`, StableHLO's `dot_algorithm`):
+  the dtypes the operands are rounded to, the accumulation dtype, how many components each
+  operand is split into and how many primitive products emulate the result, and whether a
+  lower-precision accumulation is allowed for some steps. Pass it as `precision=` of
+  `dot`/`dot_general`/`jnp.matmul`/`jnp.einsum`.
+
+  Support is per platform: the CPU backend accepts only the presets listed in
+  `DotAlgorithmPreset`'s docstring, so lowering a `DotAlgorithm` for CPU raises
+  ValueError (as JAX does); GPUs accept more.
+
+  Attributes:
+    lhs_precision_type, rhs_precision_type: dtype-likes the operands are converted to.
+    accumulation_type: dtype-like of the product's accumulator (the result is converted
+      to the primitive's result dtype afterwards).
+    lhs_component_count, rhs_component_count, num_primitive_operations: ints >= 1.
+    allow_imprecise_accumulation: bool.
+  """
+  lhs_precision_type: Any
+  rhs_precision_type: Any
+  accumulation_type: Any
+  lhs_component_count: int = 1
+  rhs_component_count: int = 1
+  num_primitive_operations: int = 1
+  allow_imprecise_accumulation: bool = False
+
+  def _compute_types(self, lhs_dtype, rhs_dtype, out_dtype):
+    del lhs_dtype, rhs_dtype, out_dtype
+    return (np.dtype(self.lhs_precision_type), np.dtype(self.rhs_precision_type),
+            np.dtype(self.accumulation_type))
+
+  def _attr(self, lhs_dtype, rhs_dtype) -> str:
+    del lhs_dtype, rhs_dtype
+    return _algorithm_attr(np.dtype(self.lhs_precision_type),
+                           np.dtype(self.rhs_precision_type),
+                           np.dtype(self.accumulation_type), self.lhs_component_count,
+                           self.rhs_component_count, self.num_primitive_operations,
+                           self.allow_imprecise_accumulation)
+
+
+_F8_NAMES = ("float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+             "float8_e5m2fnuz", "float8_e3m4", "float8_e4m3", "float8_e8m0fnu")
+
+
+def _f8_dtypes() -> tuple[np.dtype, ...]:
+  import ml_dtypes
+  return tuple(np.dtype(getattr(ml_dtypes, n)) for n in _F8_NAMES if hasattr(ml_dtypes, n))
+
+
+class DotAlgorithmPreset(enum.Enum):
+  """Named dot algorithms (JAX's `lax.DotAlgorithmPreset`), `LHS_RHS_ACCUM`: the operand
+  dtypes and the accumulation dtype; `_X3`/`_X6`/`_X9` emulate higher precision with 3, 6
+  or 9 products; `ANY_F8` takes any float8 operands; `_ANY` accumulates in
+  `preferred_element_type`; `FAST_ACCUM` allows imprecise accumulation. Pass a member, or
+  its name as a string, as `precision=`.
+
+  Operands of another dtype are converted before the product (e.g. f32 operands with
+  F16_F16_F32 become f16), and the product is converted back to the result dtype, which
+  stays what it would be without the algorithm.
+
+  On CPU only DEFAULT, F16_F16_F16, F32_F32_F32, F64_F64_F64, BF16_BF16_F32,
+  BF16_BF16_F32_X3 and BF16_BF16_F32_X6 lower; the others raise ValueError "The precision
+  '...' is not supported by dot_general on CPU" when lowered (as JAX).
+  """
+  DEFAULT = enum.auto()
+  ANY_F8_ANY_F8_F32 = enum.auto()
+  ANY_F8_ANY_F8_F32_FAST_ACCUM = enum.auto()
+  ANY_F8_ANY_F8_ANY = enum.auto()
+  ANY_F8_ANY_F8_ANY_FAST_ACCUM = enum.auto()
+  F16_F16_F16 = enum.auto()
+  F16_F16_F32 = enum.auto()
+  BF16_BF16_BF16 = enum.auto()
+  BF16_BF16_F32 = enum.auto()
+  BF16_BF16_F32_X3 = enum.auto()
+  BF16_BF16_F32_X6 = enum.auto()
+  BF16_BF16_F32_X9 = enum.auto()
+  TF32_TF32_F32 = enum.auto()
+  TF32_TF32_F32_X3 = enum.auto()
+  F32_F32_F32 = enum.auto()
+  F64_F64_F64 = enum.auto()
+
+  def __repr__(self):
+    return f"DotAlgorithmPreset.{self.name}"
+
+  def __str__(self):
+    return self.name
+
+  @property
+  def supported_lhs_types(self) -> tuple[np.dtype, ...] | None:
+    """The operand dtypes the algorithm takes as they are (None: any); another dtype is
+    converted to the first of them."""
+    n = self.name
+    if n == "DEFAULT" or n.startswith("ANY_F8"):
+      return None
+    if n.startswith("F16_"):
+      return (np.dtype(np.float16),)
+    if n in ("BF16_BF16_BF16", "BF16_BF16_F32"):
+      return (np.dtype(dtypes.bfloat16), np.dtype(np.float32))
+    if n == "F64_F64_F64":
+      return (np.dtype(np.float64),)
+    return (np.dtype(np.float32),)
+
+  @property
+  def supported_rhs_types(self) -> tuple[np.dtype, ...] | None:
+    """As `supported_lhs_types`."""
+    return self.supported_lhs_types
+
+  @property
+  def accumulation_type(self) -> np.dtype | None:
+    """The accumulator's dtype (None: the result dtype decides)."""
+    n = self.name
+    if n == "DEFAULT" or n.startswith("ANY_F8_ANY_F8_ANY"):
+      return None
+    return np.dtype({"F16_F16_F16": np.float16, "BF16_BF16_BF16": dtypes.bfloat16,
+                     "F64_F64_F64": np.float64}.get(n, np.float32))
+
+  def supported_output_types(self, lhs_dtype, rhs_dtype) -> tuple[np.dtype, ...] | None:
+    """The accumulation dtypes possible for these operand dtypes (None: any); the first
+    is used when the result dtype is not among them."""
+    n = self.name
+    if n.startswith("ANY_F8_ANY_F8_F32"):
+      import ml_dtypes
+      return (np.dtype(np.float32), np.dtype(np.float16), np.dtype(dtypes.bfloat16),
+              *(np.dtype(getattr(ml_dtypes, n)) for n in (
+                  "float8_e4m3fn", "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3fnuz",
+                  "float8_e4m3b11fnuz")))
+    if n in ("F16_F16_F32", "BF16_BF16_F32"):
+      low = np.dtype(np.float16 if n == "F16_F16_F32" else dtypes.bfloat16)
+      if dtypes.promote_types(lhs_dtype, rhs_dtype) == low:
+        return (np.dtype(np.float32), low)
+      return (np.dtype(np.float32),)
+    acc = self.accumulation_type
+    return None if acc is None else (acc,)
+
+  def _compute_types(self, lhs_dtype, rhs_dtype, out_dtype):
+    def pick(dt, supported):
+      return dt if supported is None or np.dtype(dt) in supported else supported[0]
+    lhs = pick(lhs_dtype, self.supported_lhs_types)
+    rhs = pick(rhs_dtype, self.supported_rhs_types)
+    return lhs, rhs, pick(out_dtype, self.supported_output_types(lhs, rhs))
+
+  def _attr(self, lhs_dtype, rhs_dtype) -> str | None:
+    n = self.name
+    if n == "DEFAULT":
+      return None
+    if n.startswith("ANY_F8"):
+      f8 = _f8_dtypes()
+      if lhs_dtype not in f8 or rhs_dtype not in f8:
+        raise ValueError(f"The dot algorithm '{self}' requires both inputs to have float8 "
+                         f"dtypes. Got {lhs_dtype} and {rhs_dtype} instead.")
+      return _algorithm_attr(lhs_dtype, rhs_dtype, np.dtype(np.float32), 1, 1, 1,
+                             n == "ANY_F8_ANY_F8_F32_FAST_ACCUM")
+    parts = n.split("_")
+    types = {"F16": "f16", "BF16": "bf16", "TF32": "tf32", "F32": "f32", "F64": "f64"}
+    ops = int(parts[3][1:]) if len(parts) == 4 else 1
+    return _algorithm_attr(types[parts[0]], types[parts[1]], types[parts[2]], 1, 1, ops, False)
+
+
+def _algorithm_attr(lhs, rhs, acc, lhs_count, rhs_count, ops, imprecise) -> str:
+  """`#stablehlo.dot_algorithm<...>`; the types are dtypes or MLIR type names."""
+  def t(x):
+    return x if isinstance(x, str) else lowering.elt_type(np.dtype(x))
+  return (f"#stablehlo.dot_algorithm<lhs_precision_type = {t(lhs)}, rhs_precision_type = "
+          f"{t(rhs)}, accumulation_type = {t(acc)}, lhs_component_count = {lhs_count}, "
+          f"rhs_component_count = {rhs_count}, num_primitive_operations = {ops}, "
+          f"allow_imprecise_accumulation = {str(bool(imprecise)).lower()}>")
+
+
+#: The presets XLA's CPU backend lowers (it ignores the others silently; JAX refuses them).
+_CPU_ALGORITHMS = frozenset({
+    DotAlgorithmPreset.DEFAULT, DotAlgorithmPreset.F16_F16_F16, DotAlgorithmPreset.F32_F32_F32,
+    DotAlgorithmPreset.F64_F64_F64, DotAlgorithmPreset.BF16_BF16_F32,
+    DotAlgorithmPreset.BF16_BF16_F32_X3, DotAlgorithmPreset.BF16_BF16_F32_X6})
 
 
 def _one_precision(p: Any) -> Precision | None:
   if isinstance(p, Precision):
     return p
   if isinstance(p, str):
-    return _precision_strings.get(p.lower()) or Precision.__members__.get(p)
-  if isinstance(p, enum.Enum) and p.name in Precision.__members__:  # e.g. JAX's lax.Precision
+    return _precision_strings.get(p)
+  if isinstance(p, enum.Enum) and type(p).__name__ == "Precision" \
+      and p.name in Precision.__members__:   # e.g. JAX's lax.Precision
     return Precision[p.name]
   return None
 
 
-def canonicalize_precision(precision: Any) -> tuple[Precision, Precision] | None:
-  """`precision` as the hashable param: None, or a pair (lhs, rhs) of `Precision`.
+def _foreign_algorithm(p: Any) -> Any:
+  """JAX's own DotAlgorithmPreset / DotAlgorithm objects as ours (None: not one)."""
+  if isinstance(p, enum.Enum) and type(p).__name__ == "DotAlgorithmPreset":
+    return DotAlgorithmPreset[p.name]
+  if type(p).__name__ == "DotAlgorithm" and hasattr(p, "_asdict"):
+    return DotAlgorithm(**p._asdict())
+  return None
+
+
+def canonicalize_precision(precision: Any):
+  """`precision` as the hashable param: None, a pair (lhs, rhs) of `Precision`, a
+  `DotAlgorithmPreset` or a `DotAlgorithm` (JAX's `canonicalize_precision`).
+
+  None takes the config option `default_matmul_precision` (`stagecraft.default_matmul_precision`
+  / `jax_default_matmul_precision`) when it is set.
 
   Raises:
-    ValueError: for anything but None, a `Precision`, one of its strings, or a pair of them.
+    ValueError: for anything but None, a `Precision`, one of its strings, a pair of them, a
+      `DotAlgorithmPreset` or its name, or a `DotAlgorithm` (JAX's message).
   """
   if precision is None:
-    return None
+    default = config.default_matmul_precision
+    if default is None:
+      return None
+    try:
+      return canonicalize_precision(default)
+    except ValueError:
+      raise ValueError(f"jax_default_matmul_precision flag must be set to None, a value in "
+                       f"{list(_precision_strings) + [None]}, or the name of a "
+                       f"lax.DotAlgorithmPreset, but got {default}") from None
+  if isinstance(precision, (DotAlgorithm, DotAlgorithmPreset)):
+    return precision
+  foreign = _foreign_algorithm(precision)
+  if foreign is not None:
+    return foreign
+  if isinstance(precision, str) and precision not in _precision_strings \
+      and precision in DotAlgorithmPreset.__members__:
+    return DotAlgorithmPreset[precision]
   p = _one_precision(precision)
   if p is not None:
     return (p, p)
@@ -76,9 +286,19 @@ def canonicalize_precision(precision: Any) -> tuple[Precision, Precision] | None
     pair = tuple(_one_precision(q) for q in precision)
     if None not in pair:
       return pair
-  raise ValueError(f"Precision argument must be one of:\n- None,\n- a string in "
-                   f"{list(_precision_strings)},\n- a lax.Precision value,\n- a tuple of two "
-                   f"lax.Precision values or strings;\nbut got {precision!r}.")
+  raise ValueError("Precision argument must be one of:\n- None,\n- a string in "
+                   f"{list(_precision_strings) + [None]},\n- a lax.Precision value,\n- a "
+                   "tuple of two lax.Precision values or strings,\n- a "
+                   "lax.DotAlgorithmPreset or the name of one of these presets, or\n- a "
+                   f"lax.DotAlgorithm value;\nbut got {precision}.")
+
+
+def precision_config(precision) -> tuple[Precision, Precision]:
+  """The (lhs, rhs) `Precision` pair a lowering writes into `precision_config`: DEFAULT for
+  None and for dot algorithms (which are lowered as an `algorithm` attribute instead)."""
+  if precision is None or isinstance(precision, (DotAlgorithm, DotAlgorithmPreset)):
+    return (Precision.DEFAULT, Precision.DEFAULT)
+  return precision
 
 
 # ---------------------------------------------------------------------------
@@ -104,7 +324,8 @@ def _bit_width(dt: np.dtype) -> int:
   return dt.itemsize * 8
 
 
-def _dot_general_dtype(lhs: ShapedArray, rhs: ShapedArray, preferred) -> np.dtype:
+def _dot_general_dtype(lhs: ShapedArray, rhs: ShapedArray, preferred,
+                       check_bit_width: bool = True) -> np.dtype:
   lp, rp = _type_properties(lhs.dtype), _type_properties(rhs.dtype)
   if lp > rp:
     out = lhs.dtype
@@ -117,7 +338,7 @@ def _dot_general_dtype(lhs: ShapedArray, rhs: ShapedArray, preferred) -> np.dtyp
     out = lhs.dtype
   if preferred is None or preferred == out:
     return out
-  if not dtypes.is_float(out) and _bit_width(preferred) < _bit_width(out):
+  if check_bit_width and not dtypes.is_float(out) and _bit_width(preferred) < _bit_width(out):
     raise TypeError(f"`preferred_element_type` must not be narrower than the original type, "
                     f"got preferred_element_type of {preferred.name} for result type of "
                     f"{out.name}.")
@@ -162,7 +383,10 @@ def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_
   if lcs != rcs:
     raise TypeError(f"dot_general requires contracting dimensions to have the same shape, "
                     f"got {lcs} and {rcs}.")
-  dtype = _dot_general_dtype(lhs, rhs, preferred_element_type)
+  # NB: as JAX, an explicit dot algorithm lifts the check that an integer result is not
+  # narrowed by `preferred_element_type`.
+  dtype = _dot_general_dtype(lhs, rhs, preferred_element_type,
+                             not isinstance(precision, (DotAlgorithm, DotAlgorithmPreset)))
   shape = (*lbs, *(lhs.shape[d] for d in _free_dims(lhs.ndim, lc, lb)),
            *(rhs.shape[d] for d in _free_dims(rhs.ndim, rc, rb)))
   # NB: never weakly typed, as in JAX. The type's sharding: `out_sharding`, else the
@@ -170,6 +394,15 @@ def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_
   return ShapedArray(tuple(shape), dtype, False,
                      None if out_sharding is None else
                      sharding.type_sharding(out_sharding, len(shape)))
+
+
+def dot_general_aval(lhs: ShapedArray, rhs: ShapedArray, dimension_numbers, precision=None,
+                     preferred_element_type=None) -> ShapedArray:
+  """The result aval of `dot_general` on these avals (for the dot-like primitives built on
+  it, e.g. `ragged_dot_general`); raises dot_general's TypeErrors."""
+  return _dot_general_abstract_eval(lhs, rhs, dimension_numbers=dimension_numbers,
+                                    precision=precision,
+                                    preferred_element_type=preferred_element_type)
 
 
 def _dot_general_sharding_rule(lhs, rhs, *, dimension_numbers, out_sharding=None,
@@ -240,29 +473,64 @@ def _dims_attr(dimension_numbers) -> str:
   return f"#stablehlo.dot<{body}>"
 
 
+def _convert(ctx, x: str, aval: ShapedArray, dtype) -> tuple[str, ShapedArray]:
+  if dtype is None or aval.dtype == np.dtype(dtype):
+    return x, aval
+  out = aval.update(dtype=np.dtype(dtype))
+  return ctx.op("stablehlo.convert", [x], [out], operand_avals=[aval])[0], out
+
+
+def dot_precision_operands(ctx, lhs: str, rhs: str, precision, what: str = "dot_general"):
+  """The operands, their avals, the accumulation aval and the extra attributes of a dot
+  lowering (JAX's `_handle_dot_precision`), from `ctx.avals_in[:2]` and `ctx.avals_out[0]`.
+
+  With a dot algorithm the operands are converted to its operand dtypes and the product is
+  accumulated in its accumulation dtype (the caller converts back to the result dtype);
+  otherwise operands of different dtypes are converted to the result dtype, which XLA's
+  CPU/GPU code generators want.
+
+  Raises:
+    ValueError: on CPU for an algorithm XLA's CPU backend does not lower (JAX's message).
+  """
+  la, ra = ctx.avals_in[0], ctx.avals_in[1]
+  out = ctx.avals_out[0]
+  acc, attrs = out, ""
+  if isinstance(precision, (DotAlgorithm, DotAlgorithmPreset)):
+    if ctx.module.platform == "cpu" and precision not in _CPU_ALGORITHMS:
+      raise ValueError(f"The precision '{precision}' is not supported by {what} on CPU")
+    lt, rt, at = precision._compute_types(la.dtype, ra.dtype, out.dtype)
+    lhs, la = _convert(ctx, lhs, la, lt)
+    rhs, ra = _convert(ctx, rhs, ra, rt)
+    if at is not None:
+      acc = out.update(dtype=np.dtype(at))
+    if precision != DotAlgorithmPreset.DEFAULT:
+      attrs = f", algorithm = {precision._attr(la.dtype, ra.dtype)}"
+  elif la.dtype != ra.dtype:
+    lhs, la = _convert(ctx, lhs, la, out.dtype)
+    rhs, ra = _convert(ctx, rhs, ra, out.dtype)
+  return lhs, rhs, la, ra, acc, attrs
+
+
 def _dot_general_lowering(ctx, lhs, rhs, *, dimension_numbers, precision,
                           preferred_element_type, out_sharding=None):
   out = ctx.avals_out[0]
-  avals_in = list(ctx.avals_in)
-  if avals_in[0].dtype != avals_in[1].dtype:  # XLA's CPU/GPU codegen wants equal dtypes
-    operands = []
-    for x, a in zip((lhs, rhs), avals_in):
-      operands.append(x if a.dtype == out.dtype else
-                      ctx.op("stablehlo.convert", [x], [a.update(dtype=out.dtype)],
-                             operand_avals=[a])[0])
-    lhs, rhs = operands
-    avals_in = [a.update(dtype=out.dtype) for a in avals_in]
-  p = precision or (Precision.DEFAULT, Precision.DEFAULT)
+  lhs, rhs, la, ra, acc, extra = dot_precision_operands(ctx, lhs, rhs, precision)
+  p = precision_config(precision)
   attrs = (f"dot_dimension_numbers = {_dims_attr(dimension_numbers)}, precision_config = "
-           f"[#stablehlo<precision {p[0].name}>, #stablehlo<precision {p[1].name}>]")
-  return ctx.op("stablehlo.dot_general", [lhs, rhs], attrs=attrs, operand_avals=avals_in)
+           f"[#stablehlo<precision {p[0].name}>, #stablehlo<precision {p[1].name}>]{extra}")
+  res = ctx.op("stablehlo.dot_general", [lhs, rhs], [acc], attrs=attrs, operand_avals=[la, ra])
+  if acc.dtype != out.dtype:
+    res = ctx.op("stablehlo.convert", res, [out], operand_avals=[acc])
+  return res
 
 
 #: ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), as JAX's lax names it.
 DotDimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
                             tuple[Sequence[int], Sequence[int]]]
 #: What `precision=` accepts: None, a Precision or its name, or a pair of them.
-PrecisionLike = Union[None, str, "Precision", tuple[str, str], tuple["Precision", "Precision"]]
+PrecisionLike = Union[None, str, "Precision", tuple[str, str], tuple["Precision", "Precision"],
+                      "DotAlgorithm", "DotAlgorithmPreset"]
+
 
 def _ranges_like(*xs):
   """Consecutive index ranges with the lengths of `xs`: ((0..len0), (len0..len0+len1), ...)."""
@@ -406,8 +674,10 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
     dimension_numbers: `((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`,
       sequences of axis indices in `[0, ndim)` (no negative indices, as in JAX); contracted
       and batch dimensions pair up in order and must have equal sizes.
-    precision: None, a `Precision`, one of the strings 'default'/'high'/'highest' (and
-      JAX's aliases), or a pair of these for (lhs, rhs).
+    precision: None (the `default_matmul_precision` option, if set), a `Precision`, one
+      of the strings 'default'/'high'/'highest' (and JAX's aliases), a pair of these for
+      (lhs, rhs), or a dot algorithm: a `DotAlgorithmPreset`, its name, or a
+      `DotAlgorithm` (see their docstrings for what XLA's CPU backend lowers).
     preferred_element_type: None or a dtype-like (canonicalized) for the result and the
       accumulation.
 
@@ -420,7 +690,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
     TypeError: for out-of-range, repeated or overlapping dimensions, mismatched batch or
       contracting sizes or counts, incompatible dtypes, or a `preferred_element_type`
       narrower than an integer result.
-    ValueError: for an invalid `precision`.
+    ValueError: for an invalid `precision`; on CPU, for a dot algorithm XLA's CPU backend
+      does not lower (when lowered).
 
   Examples:
     >>> import numpy as np

@@ -472,3 +472,6 @@ log1mexp.defjvps(lambda g, ans, x: g / jnp.expm1(x))
 
 
 tanh = jnp.tanh
+
+from stagecraft.nn.attention import dot_product_attention  # noqa: E402,F401
+__all__.append("dot_product_attention")

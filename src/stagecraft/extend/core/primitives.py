@@ -13,7 +13,6 @@ JAX primitives stagecraft does not have (what it does instead):
   copy_p: `jnp.array(x, copy=True)` copies without a primitive;
   device_put_p: `device_put` inside a trace needs no primitive here;
   empty2_p: `jnp.empty` is `zeros`;
-  eq_to_p, le_to_p, lt_to_p: shape polymorphism (symbolic dimensions) is not implemented;
   get_p, swap_p: mutable array references are not implemented;
   ragged_all_to_all_p: not implemented;
   random_bits_p, random_fold_in_p, random_seed_p, random_split_p, random_gamma_p: typed
@@ -40,7 +39,7 @@ from stagecraft.lax.elementwise import (
     bitcast_convert_type_p, cbrt_p, ceil_p, clamp_p, clz_p, complex_p, conj_p,
     convert_element_type_p, cos_p, cosh_p, div_p, eq_p, erf_inv_p, erf_p, erfc_p, exp2_p,
     exp_p, expm1_p, floor_p, ge_p, gt_p, imag_p, integer_pow_p, is_finite_p, le_p, log1p_p,
-    log_p, logistic_p, lt_p, max_p, min_p, mul_p, ne_p, neg_p, nextafter_p, not_p, or_p,
+    log_p, logistic_p, lt_p, max_p, min_p, mul_p, mulhi_p, ne_p, neg_p, nextafter_p, not_p, or_p,
     population_count_p, pow_p, real_p, reduce_precision_p, rem_p, round_p, rsqrt_p,
     select_n_p, shift_left_p, shift_right_arithmetic_p, shift_right_logical_p, sign_p, sin_p,
     sinh_p, sqrt_p, square_p, sub_p, tan_p, tanh_p, xor_p)
@@ -60,7 +59,8 @@ from stagecraft.lax.shape import (broadcast_in_dim_p, concatenate_p, iota_p, pad
 from stagecraft.lax.slicing import (dynamic_slice_p, dynamic_update_slice_p, gather_p,
                                     scatter_add_p, scatter_max_p, scatter_min_p, scatter_mul_p,
                                     scatter_p)
-from stagecraft.lax.sort import sort_p, top_k_p
+from stagecraft.lax.ragged import ragged_dot_general_p
+from stagecraft.lax.sort import eq_to_p, le_to_p, lt_to_p, sort_p, top_k_p
 from stagecraft.lax.special import (bessel_i0e_p, bessel_i1e_p, digamma_p, igamma_grad_a_p,
                                     igamma_p, igammac_p, lgamma_p, polygamma_p,
                                     regularized_incomplete_beta_p, zeta_p)
