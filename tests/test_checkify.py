@@ -86,25 +86,76 @@ def test_no_error_gives_none():
 
 
 @pytest.mark.parametrize("outer", [None, _jit, _jit_vmap])
-def test_automatic_checks_under_outer_transforms(outer):
+@pytest.mark.parametrize("div", ["lax", "floordiv"])
+def test_automatic_checks_under_outer_transforms(outer, div):
   # vmap of a checkified function gives a batched error: one message per failing index.
-  # NB: lax.div, not `//`: jnp.floor_divide is a jit whose checkified body is cached across
-  # checkify calls with its older check codes (test_cached_inner_jit_check_order below).
+  # `//` is jnp.floor_divide, a jit whose checkified body is cached across checkify calls.
   def case(L):
-    return lambda x, i, y: L.np.log(x[i]) + L.lax.div(i, y)
+    if div == "lax":
+      return lambda x, i, y: L.np.log(x[i]) + L.lax.div(i, y)
+    return lambda x, i, y: L.np.log(x[i]) + i // y
   msg = run_both(case, [X33, np.array([1, 4, 0], np.int32), np.array([1, 1, 0], np.int32)],
                  "all_checks", outer)
   assert msg is not None
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the checkified body of a jit is cached "
-                   "across checkify calls with the check codes of its first trace, so its "
-                   "checks rank before those traced earlier in a later program")
 def test_cached_inner_jit_check_order():
   # JAX reports the first failing check in program order: here the out-of-bounds index.
   args = [X33, np.array([1, 4, 0], np.int32), np.array([1, 1, 0], np.int32)]
   case = lambda L: lambda x, i, y: L.np.log(x[i]) + (i // y)
   run_both(case, args, "all_checks")   # eager: floor_divide's checkified body is cached
+  msg = run_both(case, args, "all_checks", _jit)
+  assert msg.startswith("out-of-bounds indexing")
+
+
+def test_second_call_of_one_jit_ranks_after_checks_before_it():
+  # Both calls of `g` see the same error kinds, so they share one checkified body; the
+  # second call's division check ranks after the out-of-bounds index before it.
+  def case(L):
+    g = L.api.jit(lambda v: L.lax.div(v, v - 1))
+    def f(x, i, a, b):
+      s = L.np.log(x[i * 0]).sum() + L.lax.div(a, a).sum()
+      return s + g(a).sum() + x[i].sum() + g(b).sum()
+    return f
+  args = [X33, np.array([4], np.int32), np.array([3], np.int32), np.array([1], np.int32)]
+  for outer in (None, _jit):
+    assert run_both(case, args, "all_checks", outer).startswith("out-of-bounds indexing")
+
+
+def _branch_div(i, y):
+  return i // y
+
+
+def _branch_mul(i, y):
+  return i * y
+
+
+def _scan_body(c, v):
+  return c + v // v, c
+
+
+def _while_cond(c):
+  return c[0] < 3
+
+
+def _while_body(c):
+  return c[0] + 1, c[1] // c[1]
+
+
+@pytest.mark.parametrize("which", ["cond", "scan", "while"])
+def test_cached_branch_and_loop_bodies_check_order(which):
+  # Module-level bodies: their checkified forms are cached by the first (eager) checkify and
+  # reused by the jitted one, after an out-of-bounds index made first.
+  def case(L):
+    def tail(i, y):
+      if which == "cond":
+        return L.lax.cond(True, _branch_div, _branch_mul, i, y).sum()
+      if which == "scan":
+        return L.lax.scan(_scan_body, 0, y)[0]
+      return L.lax.while_loop(_while_cond, _while_body, (0, y))[1].sum()
+    return lambda x, i, y: L.np.log(x[i]).sum() + tail(i, y)
+  args = [X33, np.array([1, 4, 0], np.int32), np.array([1, 1, 0], np.int32)]
+  run_both(case, args, "all_checks")
   msg = run_both(case, args, "all_checks", _jit)
   assert msg.startswith("out-of-bounds indexing")
 

@@ -186,7 +186,7 @@ def test_scalar_zero_made_while_linearizing_is_a_literal():
   f = lambda x: snp.sum(sc.lax.scan(lambda c, a: (c + a, c * a), 0.0, x)[1])
   text = str(sc.make_jaxpr(sc.grad(f))(V))
   assert "broadcast_in_dim 0.0" not in text
-  assert "] 0.0:f32[] j c a" in text
+  assert "] 0.0:f32[] j a c" in text   # JAX's operand order: xs residual, then stacked
   np.testing.assert_allclose(sc.grad(f)(V), jax.grad(
       lambda x: jjnp.sum(jax.lax.scan(lambda c, a: (c + a, c * a), 0.0, x)[1]))(V), rtol=1e-6)
 

@@ -219,7 +219,7 @@ PROGRAMS = {
     "full_like_traced_int": (lambda m: lambda x, i: m.np.full_like(x, i), (X6, I)),
     "full_like_array_fill": (lambda m: lambda x: m.np.full_like(x, np.arange(3.)),
                              (f32(3, 3),)),
-    # --- still different, for reasons outside stagecraft.numpy (KNOWN_DIFFERENCES)
+    # --- printed differently until the lax and copy fixes (kept as regression cases)
     "lax_full_scalar": (lambda m: lambda: m.lax.full((), 1.0), ()),
     "lax_full_scalar_int": (lambda m: lambda: m.lax.full((), 2), ()),
     "lax_full_like_scalar": (lambda m: lambda x: m.lax.full_like(x, 3), (np.float32(2),)),
@@ -227,11 +227,7 @@ PROGRAMS = {
 }
 
 #: Programs whose jaxprs still differ from JAX's, with the reason (none in stagecraft.numpy).
-KNOWN_DIFFERENCES: dict[str, str] = {
-    "ds_traced_strided": "JAX's `jnp.array(start, dtype)` of a traced start stages a `copy` "
-                         "equation; stagecraft's numpy/indexing.py converts the start "
-                         "without `array` (lax.copy_p and `array`'s copy exist now).",
-}
+KNOWN_DIFFERENCES: dict[str, str] = {}
 
 # The printed jaxprs of `vmap` (over a leading axis of size 2 of every argument) and of
 # `grad` (of the sum of the results, with respect to the first argument) equal JAX's.

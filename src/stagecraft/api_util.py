@@ -50,18 +50,16 @@ def abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
       f"parameters of jit.")
 
 
-def fun_name(fun: Callable) -> str:
-  """The name of `fun` for jaxprs and messages: its `__name__`; for a `functools.partial`
-  without one, the wrapped function's name (as JAX); else the name of its type.
-
-  NB: JAX names a callable object without `__name__` `<unnamed function>`.
-  """
+def fun_name(fun: Callable, default_name: str = "<unnamed function>") -> str:
+  """The name of `fun` for jaxprs and messages, as JAX's: its `__name__` (whatever it is,
+  an empty string too); for a `functools.partial` without one, the wrapped function's name;
+  else `default_name` (`<unnamed function>`: a callable object has no name of its own)."""
   name = getattr(fun, "__name__", None)
-  if name:
+  if name is not None:
     return name
   if isinstance(fun, functools.partial):
-    return fun_name(fun.func)
-  return type(fun).__name__
+    return fun_name(fun.func, default_name)
+  return default_name
 
 
 def fun_signature(fun: Callable):

@@ -23,7 +23,9 @@ with the error added to their operands and results (loops carry it). Custom-deri
 second, gradient-stopped evaluation whose results only feed the error.
 
 The first error is the one whose check was made first (the smallest code), as in JAX; among
-several errors of one kind the first executed one is kept.
+several errors of one kind the first executed one is kept. Checkified bodies of calls,
+branches and loops are cached with the codes of their first trace; each call site moves those
+codes to fresh ones after the call, so that they rank in program order.
 
 Design after JAX's checkify (Martens and Vikram, "checkify" in `jax.experimental`), read for
 behaviour: the error representation, the messages and the ordering of errors follow it.
@@ -31,13 +33,13 @@ behaviour: the error representation, the messages and the ordering of errors fol
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import threading
 import weakref
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from stagecraft import core, dtypes, pjit, tree_util
+from stagecraft import api_util, core, dtypes, pjit, tree_util
 from stagecraft.ad_checkpoint import remat_p
 from stagecraft.core import ClosedJaxpr, DebugInfo, Jaxpr, Literal, ShapeDtypeStruct, Var
 from stagecraft.interpreters import ad, batching, lowering
@@ -182,15 +184,67 @@ class _Site:
 
 
 # Codes are global and increase with each check made (at trace time), so the smallest code of
-# the errors that happened names the check made first.
-_next_code = itertools.count(1).__next__
+# the errors that happened names the check made first. A checkified body (of a jit, a branch,
+# a loop) is cached with the codes of its first trace, which lie in one window of numbers
+# (`_CodeWindow`); each call site renumbers them into fresh codes after the call
+# (`_renumber`), so that they rank after the checks made before that call site.
+_code_lock = threading.Lock()
+_last_code = 0
 _sites: dict[int, _Site] = {}
 
 
+def _alloc_codes(n: int) -> int:
+  """Reserves `n` consecutive codes; returns the first."""
+  global _last_code
+  with _code_lock:
+    first = _last_code + 1
+    _last_code += n
+  return first
+
+
 def _new_code(site: _Site) -> np.int32:
-  code = _next_code()
+  code = _alloc_codes(1)
   _sites[code] = site
   return np.int32(code)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CodeWindow:
+  """The codes `[start, stop)` made while a body was traced: every code its error output
+  can hold that did not come in with its error operand."""
+  start: int
+  stop: int
+
+  @classmethod
+  def since(cls, start: int) -> "_CodeWindow":
+    return cls(start, _last_code + 1)
+
+
+def _renumber(error: Error, windows: Sequence[_CodeWindow]) -> Error:
+  """`error` (the error output of a cached checkified body) with the codes of `windows`
+  moved to fresh codes for the same checks, in the same order.
+
+  NB: a code that came in with the error operand is older than the call site, so outside
+  the windows, unless the body was traced before this call site (then the window is older
+  than every code made since) or the code came from an `Error` value made elsewhere
+  (`check_error`); a fresh code names the same check as the one it replaces, so even then
+  the message is unchanged."""
+  for w in windows:
+    n = w.stop - w.start
+    if n <= 0 or not error._code:
+      continue
+    first = _alloc_codes(n)
+    for k in range(n):
+      site = _sites.get(w.start + k)
+      if site is not None:
+        _sites[first + k] = site
+    code = {}
+    for e, c in error._code.items():
+      inside = jnp.logical_and(jnp.greater_equal(c, np.int32(w.start)),
+                               jnp.less(c, np.int32(w.stop)))
+      code[e] = _strong(jnp.where(inside, c + np.int32(first - w.start), c))
+    error = Error(error._pred, code, error._payload)
+  return error
 
 
 # ---------------------------------------------------------------------------
@@ -546,7 +600,8 @@ def _trace_with_error(fun: Callable, sig: tuple, in_avals: Sequence[core.ShapedA
                       err_at: int):
   """Traces `fun(error, *args) -> (error, outs)` into a closed jaxpr taking
   `(*consts, *args[:err_at], *error_leaves, *args[err_at:])` and returning
-  `(*error_leaves, *outs)`. Returns it, its consts and the kinds of its error output."""
+  `(*error_leaves, *outs)`. Returns it, its consts, the kinds of its error output and the
+  `_CodeWindow` of the codes its checks were given (for `_renumber` at each call site)."""
   effects, err_avals = sig
   n_err = len(err_avals)
   box = []
@@ -559,8 +614,10 @@ def _trace_with_error(fun: Callable, sig: tuple, in_avals: Sequence[core.ShapedA
     return [*(_strong(x) for x in leaves), *outs]
 
   avals = [*in_avals[:err_at], *err_avals, *in_avals[err_at:]]
+  start = _last_code + 1
   jaxpr, consts = pe.trace_to_jaxpr(flat, avals)
-  return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), box[0]
+  return (ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), box[0],
+          _CodeWindow.since(start))
 
 
 def _checkify_closed(closed: ClosedJaxpr, enabled: frozenset, sig: tuple, in_avals,
@@ -589,11 +646,11 @@ def _call_rule(prim: core.Primitive, param: str):
   """jit and checkpoint: the called jaxpr takes and returns the error too."""
   def rule(error, enabled, *args, **params):
     leaves, _ = _error_flatten(error)
-    closed, consts, out_eff = _checkify_closed(params[param], enabled, _signature(error),
-                                               _avals(args))
+    closed, consts, out_eff, window = _checkify_closed(params[param], enabled,
+                                                       _signature(error), _avals(args))
     outs = prim.bind(*consts, *leaves, *args, **{**params, param: closed})
     n = _effect_num_leaves(out_eff)
-    return _error_unflatten(out_eff, outs[:n]), outs[n:]
+    return _renumber(_error_unflatten(out_eff, outs[:n]), [window]), outs[n:]
   return rule
 
 
@@ -614,7 +671,7 @@ def _closed_call_rule(prim: core.Primitive, param: str) -> Callable:
 
   def rule(error, enabled, *args, **params):
     callee = params[param]
-    _, _, eff = _checkify_closed(callee, enabled, ((), ()), _avals(args))
+    eff = _checkify_closed(callee, enabled, ((), ()), _avals(args))[2]
     if eff:
       stopped = [stop_gradient(a) for a in args]
       error, _ = _checkify_jaxpr(callee.jaxpr, callee.consts, enabled, error, *stopped)
@@ -645,9 +702,9 @@ def _cond_rule(error, enabled, index, *ops, branches):
   sig = _signature(error)
   traced = [_checkify_closed(br, enabled, sig, avals) for br in branches]
   # Every branch takes the consts of all branches (each ignores the others').
-  all_consts = [c for _, consts, _ in traced for c in consts]
+  all_consts = [c for _, consts, _, _ in traced for c in consts]
   new_branches, start = [], 0
-  for closed, consts, out_eff in traced:
+  for closed, consts, out_eff, _ in traced:
     assert out_eff == effects, (out_eff, effects)
     j = closed.jaxpr
     k = len(consts)
@@ -657,7 +714,7 @@ def _cond_rule(error, enabled, index, *ops, branches):
     start += k
   outs = cond_p.bind(index, *all_consts, *leaves, *ops, branches=tuple(new_branches))
   n = len(leaves)
-  return _error_unflatten(effects, outs[:n]), outs[n:]
+  return _renumber(_error_unflatten(effects, outs[:n]), [t[3] for t in traced]), outs[n:]
 
 
 error_checks[cond_p] = _cond_rule
@@ -671,14 +728,14 @@ def _scan_rule(error, enabled, *args, jaxpr, num_consts, num_carry, length, reve
   body_eff = _checkify_closed(jaxpr, enabled, _signature(error), in_avals, num_consts)[2]
   error = _with_effects(error, body_eff)
   leaves, effects = _error_flatten(error)
-  closed, new_consts, out_eff = _checkify_closed(jaxpr, enabled, _signature(error), in_avals,
-                                                 num_consts)
+  closed, new_consts, out_eff, window = _checkify_closed(jaxpr, enabled, _signature(error),
+                                                         in_avals, num_consts)
   assert out_eff == effects, (out_eff, effects)
   outs = scan_p.bind(*new_consts, *consts, *leaves, *carry, *xs, jaxpr=closed,
                      num_consts=len(new_consts) + num_consts, num_carry=len(leaves) + num_carry,
                      length=length, reverse=reverse, unroll=unroll, **params)
   n = len(leaves)
-  return _error_unflatten(effects, outs[:n]), outs[n:]
+  return _renumber(_error_unflatten(effects, outs[:n]), [window]), outs[n:]
 
 
 error_checks[scan_p] = _scan_rule
@@ -711,12 +768,12 @@ def _while_rule(error, enabled, *args, cond_jaxpr, body_jaxpr, cond_nconsts, bod
   error = _with_effects(error, traced_body(_signature(error))[2])
   leaves, effects = _error_flatten(error)
   sig = _signature(error)
-  new_body, body_consts, out_eff = traced_body(sig)
+  new_body, body_consts, out_eff, body_window = traced_body(sig)
   assert out_eff == effects, (out_eff, effects)
 
   cond_avals = [*_avals(cc), *_avals(init)]
   key = ("while_cond", enabled, sig, tuple(cond_avals))
-  new_cond, cond_consts, _ = core.memo_on_jaxpr(
+  new_cond, cond_consts, _, cond_window = core.memo_on_jaxpr(
       _checkified_cache, cond_jaxpr, key, lambda: _trace_with_error(
           lambda err, *xs: (init_error, _checkify_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts,
                                                         enabled, err, *xs)[1]),
@@ -726,7 +783,8 @@ def _while_rule(error, enabled, *args, cond_jaxpr, body_jaxpr, cond_nconsts, bod
                       cond_nconsts=len(cond_consts) + nc,
                       body_nconsts=len(body_consts) + nc + nb)
   n = len(leaves)
-  return _error_unflatten(effects, outs[:n]), outs[n:]
+  return (_renumber(_error_unflatten(effects, outs[:n]), [body_window, cond_window]),
+          outs[n:])
 
 
 error_checks[while_p] = _while_rule
@@ -738,7 +796,8 @@ def _pmap_rule(error, enabled, *args, jaxpr, axis_name, axis_size, in_axes, out_
            for a, ax in zip(_avals(args), in_axes)]
   leaves, _ = _error_flatten(error)
   with batching.extend_axis_env(axis_name, axis_size):
-    closed, consts, out_eff = _checkify_closed(jaxpr, enabled, _signature(error), local)
+    closed, consts, out_eff, window = _checkify_closed(jaxpr, enabled, _signature(error),
+                                                       local)
   n_in = len(consts) + len(leaves)
   n = _effect_num_leaves(out_eff)
   outs = spmd.xla_pmap_p.bind(
@@ -746,7 +805,7 @@ def _pmap_rule(error, enabled, *args, jaxpr, axis_name, axis_size, in_axes, out_
       in_axes=(None,) * n_in + tuple(in_axes), out_axes=(0,) * n + tuple(out_axes),
       donated_invars=(False,) * n_in + tuple(donated_invars), **params)
   # NB: as in JAX, the error keeps the mapped axis (one entry per device).
-  return _error_unflatten(out_eff, outs[:n]), outs[n:]
+  return _renumber(_error_unflatten(out_eff, outs[:n]), [window]), outs[n:]
 
 
 error_checks[spmd.xla_pmap_p] = _pmap_rule
@@ -935,7 +994,7 @@ def checkify(f: Callable[..., Out], errors: frozenset = user_checks
     'nan generated by primitive: sin.'
   """
   enabled = frozenset(errors)
-  name = getattr(f, "__name__", type(f).__name__)
+  name = api_util.fun_name(f)
 
   def checked_fun(*args, **kwargs):
     # Array arguments are traced as inputs; other leaves (Python scalars, objects) stay

@@ -15,6 +15,7 @@ from stagecraft.lax.special import *  # noqa: F401,F403
 from stagecraft.lax.windowed import *  # noqa: F401,F403
 from stagecraft.lax.sort import *  # noqa: F401,F403
 from stagecraft.lax.cumulative import *  # noqa: F401,F403
+from stagecraft.lax.ragged import *  # noqa: F401,F403
 from stagecraft.lax.associative_scan import associative_scan  # noqa: F401
 from stagecraft.lax.random_bits import *  # noqa: F401,F403
 from stagecraft.lax.ad_util import *  # noqa: F401,F403
@@ -24,6 +25,7 @@ from stagecraft.lax.control_flow.conditionals import *  # noqa: F401,F403
 from stagecraft.lax.control_flow.while_op import *  # noqa: F401,F403
 from stagecraft.lax.control_flow.loops import *  # noqa: F401,F403
 from stagecraft.lax.control_flow.loops import map  # noqa: F401
+from stagecraft.lax.control_flow.solves import *  # noqa: F401,F403
 from stagecraft.lax.conv import *  # noqa: F401,F403
 from stagecraft.lax.fft import *  # noqa: F401,F403
 from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)

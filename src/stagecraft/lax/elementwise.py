@@ -17,6 +17,7 @@ which XLA's compiler expands (same as JAX).
 from __future__ import annotations
 
 import builtins
+import enum
 import operator
 from typing import Any
 import warnings
@@ -54,8 +55,8 @@ __all__ = ["stage", "neg_p", "exp_p", "log_p", "log1p_p", "expm1_p", "sqrt_p", "
            "shift_right_logical", "shift_right_arithmetic", "population_count", "clz",
            "bitcast_convert_type_p", "bitcast_convert_type", "clamp_p", "clamp", "nextafter_p",
            "nextafter", "reduce_precision_p", "reduce_precision", "real_p", "imag_p", "complex_p",
-           "conj_p", "real", "imag", "conj", "complex", "reciprocal", "square", "dtype", "mulhi",
-           "emit_minmax"]
+           "conj_p", "real", "imag", "conj", "complex", "reciprocal", "square", "dtype", "mulhi_p",
+           "mulhi", "emit_minmax", "AccuracyMode", "Tolerance", "RoundingMethod"]
 
 # NB: JAX's category order in the "Accepted dtypes" messages differs per primitive.
 _signed = ("signedinteger", lambda d: dtypes.is_integer(d) and not dtypes.is_unsigned(d))
@@ -104,14 +105,104 @@ def broadcast_operands(ctx, operands: list[str]) -> list[str]:
 
 
 def _hlo_lowering(op: str):
-  """Lowers to one StableHLO/CHLO op whose operands and result share a shape."""
-  def rule(ctx, *operands, **params):
+  """Lowers to one StableHLO/CHLO op whose operands and result share a shape (with the
+  `result_accuracy` attribute of an `accuracy` param)."""
+  def rule(ctx, *operands, accuracy=None, **params):
     operands = broadcast_operands(ctx, operands)
     in_avals = [a.update(shape=ctx.avals_out[0].shape) for a in ctx.avals_in]
+    if accuracy_attr(accuracy) is not None:
+      return [_elementwise_with_accuracy(ctx, op, operands[0], accuracy)]
     if all(a.dtype == ctx.avals_out[0].dtype for a in in_avals) and op.startswith("stablehlo."):
       return [ctx.elementwise(op, *operands)]
     return ctx.op(op, operands, operand_avals=in_avals)
   return rule
+
+
+# ---------------------------------------------------------------------------
+# `accuracy=` of the transcendental functions (StableHLO's `result_accuracy`), and the
+# rounding methods of `round`: JAX 0.10's AccuracyMode, Tolerance and RoundingMethod.
+
+
+class AccuracyMode(enum.Enum):
+  """The accuracy an op's implementation should reach (JAX's `lax.AccuracyMode`): HIGHEST
+  asks the compiler for its most accurate implementation; DEFAULT for its default one."""
+  HIGHEST = 1
+  DEFAULT = 2
+
+
+class Tolerance:
+  """Error bounds an op's implementation must meet (JAX's `lax.Tolerance`): at most two of
+  an absolute tolerance, a relative one and a number of units in the last place.
+
+  Args:
+    atol: float >= 0.
+    rtol: float >= 0.
+    ulps: int >= 0.
+
+  Raises:
+    ValueError: if a tolerance is negative, or all of them are 0 (JAX's messages).
+
+  Equal tolerances compare (and hash) equal, so they share compiled programs.
+  """
+  __slots__ = ("atol", "rtol", "ulps")
+
+  def __init__(self, atol: float = 0.0, rtol: float = 0.0, ulps: int = 0):
+    if atol < 0.0 or rtol < 0.0 or ulps < 0.0:
+      raise ValueError("Tolerances must be non-negative.")
+    if atol == 0.0 and rtol == 0.0 and ulps == 0:
+      raise ValueError("At least one of atol, rtol, or ulps must be set.")
+    self.atol, self.rtol, self.ulps = atol, rtol, ulps
+
+  def _key(self):
+    return (float(self.atol), float(self.rtol), int(self.ulps))
+
+  def __eq__(self, other):
+    return isinstance(other, Tolerance) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(("Tolerance", self._key()))
+
+  def __repr__(self):
+    return f"Tolerance(atol={self.atol}, rtol={self.rtol}, ulps={self.ulps})"
+
+
+class RoundingMethod(enum.IntEnum):
+  """How `round` breaks ties (JAX's `lax.RoundingMethod`): AWAY_FROM_ZERO (0.5 -> 1,
+  -0.5 -> -1) or TO_NEAREST_EVEN (banker's rounding: 0.5 -> 0, 1.5 -> 2)."""
+  AWAY_FROM_ZERO = 0
+  TO_NEAREST_EVEN = 1
+
+
+def _check_accuracy(accuracy):
+  if accuracy is not None and not isinstance(accuracy, (AccuracyMode, Tolerance)):
+    raise NotImplementedError(f"Accuracy {accuracy} not supported")
+  return accuracy
+
+
+def accuracy_attr(accuracy) -> str | None:
+  """The `#stablehlo.result_accuracy<...>` attribute of an `accuracy` param, as JAX emits
+  it (None: no attribute, for None and AccuracyMode.DEFAULT)."""
+  if accuracy is None or accuracy == AccuracyMode.DEFAULT:
+    return None
+  if isinstance(accuracy, AccuracyMode):
+    return f"#stablehlo.result_accuracy<mode = #stablehlo.result_accuracy_mode<{accuracy.name}>>"
+  fields = []
+  if accuracy.atol:
+    fields.append(f"atol = {float(accuracy.atol):.6e}")
+  if accuracy.rtol:
+    fields.append(f"rtol = {float(accuracy.rtol):.6e}")
+  if accuracy.ulps:
+    fields.append(f"ulps = {int(accuracy.ulps)}")
+  fields.append("mode = #stablehlo.result_accuracy_mode<TOLERANCE>")
+  return f"#stablehlo.result_accuracy<{', '.join(fields)}>"
+
+
+def _elementwise_with_accuracy(ctx, op: str, x: str, accuracy, aval=None) -> str:
+  aval = ctx.avals_out[0] if aval is None else aval
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = {op} {x} {{result_accuracy = {accuracy_attr(accuracy)}}} : "
+              f"{ir_type(aval)}")
+  return r
 
 
 def unop(name: str, accepted, op: str, result_dtype=None) -> Primitive:
@@ -246,27 +337,27 @@ def _bool_dtype(_):
 neg_p = unop("neg", number, "stablehlo.negate")
 ad.deflinear(neg_p, lambda ct, x: [neg(ct)])
 exp_p = unop("exp", inexact, "stablehlo.exponential")
-ad.defjvp2(exp_p, lambda t, ans, x: mul(t, ans))
+ad.defjvp2(exp_p, lambda t, ans, x, **_: mul(t, ans))
 log_p = unop("log", inexact, "stablehlo.log")
-ad.defjvp(log_p, lambda t, x: div(t, x))
+ad.defjvp(log_p, lambda t, x, **_: div(t, x))
 log1p_p = unop("log1p", inexact, "stablehlo.log_plus_one")
-ad.defjvp(log1p_p, lambda t, x: div(t, add(x, _c(x, 1))))
+ad.defjvp(log1p_p, lambda t, x, **_: div(t, add(x, _c(x, 1))))
 expm1_p = unop("expm1", inexact, "stablehlo.exponential_minus_one")
-ad.defjvp2(expm1_p, lambda t, ans, x: mul(t, add(ans, _c(ans, 1))))
+ad.defjvp2(expm1_p, lambda t, ans, x, **_: mul(t, add(ans, _c(ans, 1))))
 sqrt_p = unop("sqrt", inexact, "stablehlo.sqrt")
-ad.defjvp2(sqrt_p, lambda t, ans, x: mul(t, div(_c(ans, 0.5), ans)))
+ad.defjvp2(sqrt_p, lambda t, ans, x, **_: mul(t, div(_c(ans, 0.5), ans)))
 rsqrt_p = unop("rsqrt", inexact, "stablehlo.rsqrt")
-ad.defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(_c(ans, -0.5), div(ans, x))))
+ad.defjvp2(rsqrt_p, lambda t, ans, x, **_: mul(t, mul(_c(ans, -0.5), div(ans, x))))
 cbrt_p = unop("cbrt", floating, "stablehlo.cbrt")
-ad.defjvp2(cbrt_p, lambda t, ans, x: mul(t, mul(_c(ans, 1 / 3), integer_pow(ans, -2))))
+ad.defjvp2(cbrt_p, lambda t, ans, x, **_: mul(t, mul(_c(ans, 1 / 3), integer_pow(ans, -2))))
 sin_p = unop("sin", inexact, "stablehlo.sine")
-ad.defjvp(sin_p, lambda t, x: mul(t, cos(x)))
+ad.defjvp(sin_p, lambda t, x, **_: mul(t, cos(x)))
 cos_p = unop("cos", inexact, "stablehlo.cosine")
-ad.defjvp(cos_p, lambda t, x: neg(mul(t, sin(x))))
+ad.defjvp(cos_p, lambda t, x, **_: neg(mul(t, sin(x))))
 tan_p = unop("tan", inexact, "stablehlo.tan")
-ad.defjvp2(tan_p, lambda t, ans, x: mul(t, add(_c(ans, 1), square(ans))))
+ad.defjvp2(tan_p, lambda t, ans, x, **_: mul(t, add(_c(ans, 1), square(ans))))
 tanh_p = unop("tanh", inexact, "stablehlo.tanh")
-ad.defjvp2(tanh_p, lambda t, ans, x: mul(add(t, mul(t, ans)), sub(_c(ans, 1), ans)))
+ad.defjvp2(tanh_p, lambda t, ans, x, **_: mul(add(t, mul(t, ans)), sub(_c(ans, 1), ans)))
 asin_p = unop("asin", inexact, "chlo.asin")
 ad.defjvp(asin_p, lambda t, x: mul(t, rsqrt(sub(_c(x, 1), square(x)))))
 acos_p = unop("acos", inexact, "chlo.acos")
@@ -326,14 +417,17 @@ exp2_p = Primitive("exp2")
 exp2_p.def_abstract_eval(naryop_abstract_eval("exp2", inexact))
 
 
-def _exp2_lowering(ctx, x):
+def _exp2_lowering(ctx, x, accuracy=None):
   ln2 = ctx.constant(np.log(2.0), ctx.avals_out[0].update(shape=()))
   ln2 = broadcast_operand(ctx, ln2, ctx.avals_out[0].update(shape=()), ctx.avals_out[0].shape)
-  return [ctx.elementwise("stablehlo.exponential", ctx.elementwise("stablehlo.multiply", x, ln2))]
+  y = ctx.elementwise("stablehlo.multiply", x, ln2)
+  if accuracy_attr(accuracy) is not None:
+    return [_elementwise_with_accuracy(ctx, "stablehlo.exponential", y, accuracy)]
+  return [ctx.elementwise("stablehlo.exponential", y)]
 
 
 lowering.register_lowering(exp2_p, _exp2_lowering)
-ad.defjvp2(exp2_p, lambda t, ans, x: mul(_c(ans, np.log(2.0)), mul(t, ans)))
+ad.defjvp2(exp2_p, lambda t, ans, x, **_: mul(_c(ans, np.log(2.0)), mul(t, ans)))
 batching.defvectorized(exp2_p)
 
 
@@ -342,7 +436,8 @@ logistic_p = Primitive("logistic")
 logistic_p.def_abstract_eval(naryop_abstract_eval("logistic", inexact))
 
 
-def _logistic_lowering(ctx, x):
+def _logistic_lowering(ctx, x, accuracy=None):
+  # NB: `accuracy` is not lowered, as in JAX 0.10 (whose logistic is a composition).
   aval = ctx.avals_out[0]
   if not dtypes.is_complex(aval.dtype):
     return [ctx.elementwise("stablehlo.logistic", x)]
@@ -353,7 +448,7 @@ def _logistic_lowering(ctx, x):
 
 
 lowering.register_lowering(logistic_p, _logistic_lowering)
-ad.defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(_c(ans, 1), ans))))
+ad.defjvp2(logistic_p, lambda t, ans, x, **_: mul(t, mul(ans, sub(_c(ans, 1), ans))))
 batching.defvectorized(logistic_p)
 
 
@@ -922,7 +1017,10 @@ def _convert_element_type_transpose(ct, x, *, new_dtype, weak_type):
   # takes the real part, real -> complex adds 0j), as JAX.
   if type(ct) is ad.Zero or not dtypes.is_inexact(x.aval.dtype):
     return [ad.Zero(ad.tangent_aval(x.aval))]
-  return [convert_element_type_p.bind(ct, new_dtype=x.aval.dtype, weak_type=x.aval.weak_type)]
+  # NB: through the wrapper, as JAX's staging: no equation for a conversion to the type `ct`
+  # has (JAX forwards it), and a host scalar `ct` (grad's seed) is converted on the host.
+  return [_convert_element_type(ct, x.aval.dtype, x.aval.weak_type,
+                                warn_on_complex_to_real_cast=False)]
 
 
 convert_element_type_p.def_abstract_eval(_convert_element_type_abstract_eval)
@@ -946,6 +1044,23 @@ def _unary(p: Primitive, doc: str):
   return f
 
 
+def _unary_accuracy(p: Primitive, doc: str):
+  """A unary wrapper with JAX's keyword `accuracy` (bound as a param only when given, so
+  jaxprs without it print as before: `exp a`)."""
+  def f(x: Any, *, accuracy: Any = None):
+    if accuracy is None:
+      return p.bind(x)
+    return p.bind(x, accuracy=_check_accuracy(accuracy))
+  f.__name__ = f.__qualname__ = p.name
+  f.__doc__ = (f"{doc}\n\nArgs:\n  x: array T[*s].\n  accuracy: None, an `AccuracyMode` or a "
+               f"`Tolerance`: the accuracy the compiler's implementation must reach "
+               f"(StableHLO's `result_accuracy`; on CPU XLA keeps its one implementation)."
+               f"\n\nReturns:\n  T[*s].\n\nRaises:\n  TypeError: if T is not accepted (the "
+               f"message lists the accepted dtypes).\n  NotImplementedError: for another "
+               f"`accuracy` (JAX's message).")
+  return f
+
+
 _scalar_types = frozenset(dtypes.python_scalar_types)
 
 
@@ -964,18 +1079,18 @@ def _binary(p: Primitive, doc: str):
 
 
 neg = _unary(neg_p, "Elementwise negation -x.")
-exp = _unary(exp_p, "Elementwise e**x.")
-exp2 = _unary(exp2_p, "Elementwise 2**x.")
-log = _unary(log_p, "Elementwise natural logarithm.")
-log1p = _unary(log1p_p, "Elementwise log(1 + x), accurate near 0.")
-expm1 = _unary(expm1_p, "Elementwise e**x - 1, accurate near 0.")
-sqrt = _unary(sqrt_p, "Elementwise square root.")
-rsqrt = _unary(rsqrt_p, "Elementwise 1 / sqrt(x).")
-cbrt = _unary(cbrt_p, "Elementwise cube root.")
-sin = _unary(sin_p, "Elementwise sine (radians).")
-cos = _unary(cos_p, "Elementwise cosine (radians).")
-tan = _unary(tan_p, "Elementwise tangent (radians).")
-tanh = _unary(tanh_p, "Elementwise hyperbolic tangent.")
+exp = _unary_accuracy(exp_p, "Elementwise e**x.")
+exp2 = _unary_accuracy(exp2_p, "Elementwise 2**x.")
+log = _unary_accuracy(log_p, "Elementwise natural logarithm.")
+log1p = _unary_accuracy(log1p_p, "Elementwise log(1 + x), accurate near 0.")
+expm1 = _unary_accuracy(expm1_p, "Elementwise e**x - 1, accurate near 0.")
+sqrt = _unary_accuracy(sqrt_p, "Elementwise square root.")
+rsqrt = _unary_accuracy(rsqrt_p, "Elementwise 1 / sqrt(x).")
+cbrt = _unary_accuracy(cbrt_p, "Elementwise cube root.")
+sin = _unary_accuracy(sin_p, "Elementwise sine (radians).")
+cos = _unary_accuracy(cos_p, "Elementwise cosine (radians).")
+tan = _unary_accuracy(tan_p, "Elementwise tangent (radians).")
+tanh = _unary_accuracy(tanh_p, "Elementwise hyperbolic tangent.")
 asin = _unary(asin_p, "Elementwise arcsine (radians).")
 acos = _unary(acos_p, "Elementwise arccosine (radians).")
 atan = _unary(atan_p, "Elementwise arctangent (radians).")
@@ -993,7 +1108,7 @@ is_finite = _unary(is_finite_p, "Elementwise test for finiteness (not inf, not N
 bitwise_not = _unary(not_p, "Elementwise logical/bitwise NOT.")
 abs = _unary(abs_p, "Elementwise absolute value (real result for complex input).")
 sign = _unary(sign_p, "Elementwise sign: -1, 0 or 1.")
-logistic = _unary(logistic_p, "Elementwise logistic sigmoid 1 / (1 + e**-x).")
+logistic = _unary_accuracy(logistic_p, "Elementwise logistic sigmoid 1 / (1 + e**-x).")
 
 add = _binary(add_p, "Elementwise x + y.")
 sub = _binary(sub_p, "Elementwise x - y.")
@@ -1027,10 +1142,15 @@ def integer_pow(x: Any, y: int):
   return integer_pow_p.bind(x, y=int(y))
 
 
-def round(x: Any, rounding_method: int = 0):
-  """Elementwise rounding to an integral value. `rounding_method`: 0 (away from zero, the
-  default, as JAX's `lax.round`) or 1 (to nearest even, as `numpy.round`)."""
-  return round_p.bind(x, rounding_method=int(rounding_method))
+def round(x: Any, rounding_method: Any = RoundingMethod.AWAY_FROM_ZERO):
+  """Elementwise rounding to an integral value. `rounding_method`: a `RoundingMethod` or
+  its value, 0 (away from zero, the default, as JAX's `lax.round`) or 1 (to nearest even,
+  as `numpy.round`).
+
+  Raises:
+    ValueError: for another `rounding_method` (from `RoundingMethod`, as in JAX).
+  """
+  return round_p.bind(x, rounding_method=RoundingMethod(rounding_method))
 
 
 def select_n(which: Any, *cases: Any):
@@ -1068,6 +1188,11 @@ def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
   Returns:
     new_dtype[*s]. Complex to real (bool included) keeps the real part.
 
+  Raises:
+    TypeError: for a Python `complex` scalar and a real dtype other than bool (NumPy's
+      message, as JAX: `float() argument must be a string or a real number, not
+      'complex'`); a NumPy complex scalar or an array keeps its real part.
+
   Warns:
     numpy.exceptions.ComplexWarning: when casting a complex `x` to a real dtype (JAX's
       warning; an error under `-W error`). Take `real(x)` first to cast silently.
@@ -1104,7 +1229,13 @@ def _convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False,
                and not np.isfinite(x))):
     try:
       return _stage(np.asarray(x, dtype=new_dtype), False)
-    except (OverflowError, TypeError, ValueError):
+    except TypeError:
+      # NB: as JAX's, a Python complex to a real dtype other than bool raises NumPy's
+      # TypeError (`float() argument must be a string or a real number, not 'complex'`),
+      # after the ComplexWarning; a NumPy complex scalar keeps its real part.
+      if t is builtins.complex:
+        raise
+    except (OverflowError, ValueError):
       pass
   if (aval.shape == () and new_dtype != dtypes.float0
       and (scalar or t is np.ndarray or t is core.WeakScalarValue)
@@ -1776,43 +1907,23 @@ def dtype(x: Any) -> np.dtype:
   return dtypes.dtype(x, canonicalize=True)
 
 
-def mulhi(x: Any, y: Any):
+# mulhi(x, y): the high half of the double-width integer product; CHLO's `mulhi`, which
+# XLA expands (JAX 0.10's lowering). Integer-valued: zero derivative.
+mulhi_p = binop("mulhi", integer, "chlo.mulhi")
+ad.defjvp_zero(mulhi_p)
+
+
+def mulhi(x: Any, y: Any, /):
   """The high half of the double-width product of integers x and y (JAX's `lax.mulhi`).
 
-  Computed from half-width pieces (schoolbook multiplication), so no wider type is needed.
-
   Args:
-    x, y: integer arrays `T[*s]` of one dtype.
+    x, y: integer arrays `T[*s]` of one dtype (lax broadcasting: rank 0, or size-1
+      dimensions).
 
   Returns:
-    `T[*s]`: `(x * y) >> bits(T)` with the full-width product.
+    `T[*s]`: `(x * y) >> bits(T)` with the full-width product (signed for signed T).
 
   Raises:
     TypeError: for non-integer or mismatched dtypes.
   """
-  ax, ay = core.get_aval(x), core.get_aval(y)
-  utils.check_dtype("mulhi", ax, integer, 0)
-  utils.check_same_dtypes("mulhi", [ax, ay])
-  dt = ax.dtype
-  shape = utils.broadcasting_shape("mulhi", [ax, ay])
-  x, y = _maybe_broadcast(shape, x), _maybe_broadcast(shape, y)
-  bits = dt.itemsize * 8
-  udt = np.dtype(f"uint{bits}")
-  ux = bitcast_convert_type(x, udt) if dt != udt else x
-  uy = bitcast_convert_type(y, udt) if dt != udt else y
-  half = np.asarray(bits // 2, udt)[()]
-  mask = np.asarray((1 << (bits // 2)) - 1, udt)[()]
-  a, b = shift_right_logical(ux, half), bitwise_and(ux, mask)
-  c, d = shift_right_logical(uy, half), bitwise_and(uy, mask)
-  lo, mid1, mid2, hi = mul(b, d), mul(a, d), mul(b, c), mul(a, c)
-  carry = shift_right_logical(add(add(shift_right_logical(lo, half), bitwise_and(mid1, mask)),
-                                  bitwise_and(mid2, mask)), half)
-  out = add(add(add(hi, shift_right_logical(mid1, half)), shift_right_logical(mid2, half)),
-            carry)
-  if dt == udt:
-    return out
-  # Signed: subtract y where x < 0 and x where y < 0 (two's complement correction).
-  zero, uzeros = np.zeros((), dt)[()], sub(ux, ux)
-  out = sub(out, select(lt(x, zero), uy, uzeros))
-  out = sub(out, select(lt(y, zero), ux, uzeros))
-  return bitcast_convert_type(out, dt)
+  return mulhi_p.bind(x, y)

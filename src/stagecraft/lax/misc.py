@@ -1,4 +1,5 @@
-"""Program-structure utilities: `optimization_barrier`, `platform_dependent`, `composite`."""
+"""Program-structure utilities: `optimization_barrier`, `platform_dependent`, `composite`,
+and the `copy` primitive."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -13,7 +14,7 @@ from stagecraft.lax.shape import broadcast_in_dim
 from stagecraft.runtime import client
 
 __all__ = ["optimization_barrier_p", "optimization_barrier", "platform_dependent", "composite",
-           "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value"]
+           "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value", "copy_p"]
 
 # optimization_barrier(*operands): the identity, which XLA may not move computations across
 # (stablehlo.optimization_barrier).
@@ -53,6 +54,20 @@ def optimization_barrier(operand: Any) -> Any:
   across (e.g. to stop rematerialized values from being merged with their originals)."""
   leaves, treedef = tree_util.tree_flatten_traced(operand)   # typed keys: their data
   return tree_util.tree_unflatten(treedef, optimization_barrier_p.bind(*leaves))
+
+
+# copy(x): a copy of `x`, JAX's `lax.copy_p`. It stands for making a copy of a run-time array
+# (`jnp.array(x, copy=True)` stages it for a tracer), so it stays in jaxprs: nothing
+# simplifies it away. Run eagerly it gives a new buffer (XLA allocates the result of a
+# program apart from its undonated operands).
+copy_p = core.Primitive("copy")
+# impl: the generic one (a one-equation program)
+copy_p.def_abstract_eval(lambda x: x)   # the aval as it is: weak type and sharding kept
+lowering.register_lowering(copy_p, lambda ctx, x: [x])
+# Linear: the JVP copies the tangent; the transpose copies the cotangent (as JAX's).
+ad.deflinear2(copy_p, lambda ct, x: [copy_p.bind(ct)])
+batching.defvectorized(copy_p)
+# DCE: the default (pure).
 
 
 def platform_dependent(*args: Any, default: Callable | None = None,
@@ -182,9 +197,10 @@ def _dim_as_value_lowering(ctx, *, dim):
 dim_as_value_p = core.Primitive("dim_as_value")
 # impl: the generic one
 dim_as_value_p.def_abstract_eval(
-    lambda *, dim: ShapedArray((), dtypes.canonicalize_dtype(np.int64)))
+    lambda *, dim: ShapedArray((), dtypes.canonicalize_dtype(np.int64), weak_type=True))
 lowering.register_lowering(dim_as_value_p, _dim_as_value_lowering)
 ad.defjvp_zero(dim_as_value_p)
 batching.primitive_batchers[dim_as_value_p] = (
     lambda axis_size, args, dims, *, dim: (dim_as_value_p.bind(dim=dim), batching.not_mapped))
 # DCE: the default (pure)
+shape_poly.dimension_as_value_hook = dimension_as_value   # `_DimExpr.__jax_array__`

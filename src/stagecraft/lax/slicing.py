@@ -29,9 +29,11 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, shape_poly
+from stagecraft.config import config
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import (add, convert_element_type, div, emit_compare, eq, lt,
@@ -116,7 +118,16 @@ def _dynamic_slice_indices(name: str, operand: Any, start_indices: Sequence[Any]
       i = convert_element_type(i, index_dtype)
     if allow_negative and dtypes.is_integer(index_dtype) and not dtypes.is_unsigned(
         index_dtype):
-      i = select(lt(i, utils.const(i, 0)), add(i, utils.const(i, d)), i)
+      # NB: as JAX's `i + convert_element_type(d, dtype)`: the dimension is strongly
+      # typed, so a weakly typed index is made strong for the sum (not for the test).
+      negative = lt(i, utils.const(i, 0))
+      strong = i
+      if core.get_aval(i).weak_type:   # a constant converts on the host (JAX folds it)
+        strong = convert_element_type(i if isinstance(i, core.Tracer) else np.asarray(i),
+                                      index_dtype)
+      dv = (convert_element_type(d, index_dtype) if shape_poly.is_symbolic_dim(d)
+            else np.asarray(d, index_dtype)[()])   # a symbolic dimension (export): staged
+      i = select(negative, add(strong, dv), i)
     out.append(i)
   return out
 
@@ -258,9 +269,48 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
   return dynamic_slice(operand, starts, sizes, allow_negative_indices=allow)
 
 
+# JAX's lax jits `dynamic_index_in_dim` and `dynamic_update_index_in_dim`: a traced program
+# shows a `jit[name=dynamic_index_in_dim]` equation, and an eager call runs one compiled
+# program. The jit primitive belongs to pjit (layer 6, above lax).
+# NB: it registers itself as a closed call in core (`core.closed_calls`), where `_jitted`
+# finds it by name at call time instead of importing upward; before pjit is loaded, and
+# under `disable_jit`, the body is simply called.
+_jitted_bodies: dict[tuple, core.ClosedJaxpr] = {}
+_JITTED_BODIES_MAX = 512
+
+
+def _jit_primitive() -> Primitive | None:
+  for prim in core.closed_calls:
+    if prim.name == "jit":
+      return prim
+  return None
+
+
+def _jitted(name: str, body, args: Sequence[Any], static: dict[str, Any]) -> Any:
+  """`body(*args, **static)` (one array result) as a call of the jit primitive named `name`:
+  traced once per argument types, static arguments and configuration (a bounded cache)."""
+  jit_p = _jit_primitive()
+  if jit_p is None or config.disable_jit:
+    return body(*args, **static)
+  avals = tuple(core.get_aval(x) for x in args)
+  key = (name, body, avals, tuple(static.items()), config.state_key)
+  closed = _jitted_bodies.get(key)
+  if closed is None:
+    jaxpr, consts = pe.trace_to_jaxpr(lambda *xs: [body(*xs, **static)], avals,
+                                      core.DebugInfo("jit", name, None))
+    closed = core.ClosedJaxpr(jaxpr, consts)
+    if len(_jitted_bodies) >= _JITTED_BODIES_MAX:
+      del _jitted_bodies[next(iter(_jitted_bodies))]
+    _jitted_bodies[key] = closed
+  return jit_p.bind(*args, jaxpr=closed, name=name)[0]
+
+
 def dynamic_index_in_dim(operand: Any, index: Any, axis: int = 0, keepdims: bool = True, *,
                          allow_negative_indices: bool = True) -> Any:
   """`operand[..., index, ...]` along `axis` for a dynamic scalar `index` (clamped).
+
+  As JAX's, a call of the `jit` primitive (named `dynamic_index_in_dim`) with `axis`,
+  `keepdims` and `allow_negative_indices` static.
 
   Args:
     operand: array `T[*a, n, *b]`, `n` at `axis`.
@@ -275,6 +325,12 @@ def dynamic_index_in_dim(operand: Any, index: Any, axis: int = 0, keepdims: bool
   Raises:
     TypeError: if `index` is not a scalar integer, or the axis has size 0.
   """
+  return _jitted("dynamic_index_in_dim", _dynamic_index_in_dim, (operand, index),
+                 {"axis": axis, "keepdims": keepdims,
+                  "allow_negative_indices": allow_negative_indices})
+
+
+def _dynamic_index_in_dim(operand, index, *, axis, keepdims, allow_negative_indices):
   result = dynamic_slice_in_dim(operand, index, 1, axis,
                                 allow_negative_indices=allow_negative_indices)
   return result if keepdims else squeeze(result, (axis,))
@@ -417,6 +473,9 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
                                 allow_negative_indices: bool = True) -> Any:
   """Writes `update` at position `index` along `axis`.
 
+  As JAX's, a call of the `jit` primitive (named `dynamic_update_index_in_dim`) with `axis`
+  and `allow_negative_indices` static.
+
   Args:
     operand: array `T[*a, n, *b]`, `n` at `axis`.
     update: array `T[*a, *b]` (expanded at `axis`) or `T[*a, 1, *b]`.
@@ -431,6 +490,12 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     TypeError: if `update`'s rank is neither the operand's nor one less, or as
       `dynamic_update_slice`.
   """
+  return _jitted("dynamic_update_index_in_dim", _dynamic_update_index_in_dim,
+                 (operand, update, index),
+                 {"axis": axis, "allow_negative_indices": allow_negative_indices})
+
+
+def _dynamic_update_index_in_dim(operand, update, index, *, axis, allow_negative_indices):
   ndim, undim = len(_shape_of(operand)), len(_shape_of(update))
   (axis,) = utils.canonicalize_axes("dynamic_update_index_in_dim", (operator.index(axis),),
                                     ndim)
@@ -655,7 +720,8 @@ def _gather_abstract_eval(operand, indices, *, dimension_numbers, slice_sizes,
   return ShapedArray(shape, operand.dtype, operand.weak_type)
 
 
-def _gather_attrs(dn: GatherDimensionNumbers, index_vector_dim: int) -> str:
+def gather_attrs(dn: GatherDimensionNumbers, index_vector_dim: int) -> str:
+  """The `#stablehlo.gather<...>` attribute of `dn` (also used by export's dynamic_gather)."""
   fields = [("offset_dims", dn.offset_dims), ("collapsed_slice_dims", dn.collapsed_slice_dims),
             ("operand_batching_dims", dn.operand_batching_dims),
             ("start_indices_batching_dims", dn.start_indices_batching_dims),
@@ -728,7 +794,7 @@ def _gather_lowering(ctx, operand, indices, *, dimension_numbers, slice_sizes,
   if out_aval.size == 0:   # as JAX: no gather for an empty result
     return [_emit_broadcast(ctx, ctx.constant(0, scalar), scalar, out_aval.shape, ())]
   dn = dimension_numbers
-  attrs = (f"dimension_numbers = {_gather_attrs(dn, i_aval.ndim - 1)}, indices_are_sorted = "
+  attrs = (f"dimension_numbers = {gather_attrs(dn, i_aval.ndim - 1)}, indices_are_sorted = "
            f"{str(bool(indices_are_sorted)).lower()}, slice_sizes = {i64_array(slice_sizes)}")
   out = ctx.op("stablehlo.gather", [operand, indices], attrs=attrs)[0]
   if mode is not GatherScatterMode.FILL_OR_DROP or not dn.start_index_map:

@@ -49,13 +49,20 @@ def _check_order(order):
 
 def copy_array(x):
   """A new Array with the value of the Array `x`, on the same device or devices (a device
-  copy: the result survives `x.delete()` and donation of `x`); tracers are returned as they
-  are (a traced value has no buffer to share)."""
+  copy: the result survives `x.delete()` and donation of `x`); for a tracer a staged `copy`
+  equation (`lax.copy_p`, as JAX's `jnp.array(x, copy=True)` stages it)."""
   if isinstance(x, Tracer):
-    return x
+    return lax.copy_p.bind(x)
   # NB: one eager identity program: XLA allocates its result, distinct from the (undonated)
   # operand, and the eager path keeps the operand's device or sharding.
   return lax.optimization_barrier(x)
+
+
+def _first_leaf(obj):
+  """The first non-sequence element of nested lists/tuples (`obj` itself otherwise)."""
+  while isinstance(obj, (list, tuple)) and obj:
+    obj = obj[0]
+  return obj
 
 
 def _place(out, device):
@@ -87,7 +94,8 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
     Array (or a tracer when `object` holds tracers).
 
   Raises:
-    TypeError: for objects that are not array-like.
+    TypeError: for objects that are not array-like, strings and bytes included (JAX's
+      message: "Value 'abc' with dtype <U3 is not a valid JAX array type. ...").
     NotImplementedError: for `order` other than 'K' or None.
     OverflowError: for a Python int out of the range of the result dtype.
   """
@@ -101,6 +109,8 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
   _check_order(order)
   device = device if device is not None else out_sharding
   if isinstance(object, (Array, Tracer)):
+    if copy and isinstance(object, Tracer):   # as JAX: the staged copy, then the conversion
+      object, copy = copy_array(object), False
     out = object if dtype is None else lax.convert_element_type(
         object, dtypes.canonicalize_dtype(dtype))
     if copy and out is object:
@@ -128,6 +138,10 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
       except Exception as e:
         raise TypeError(f"array: cannot convert an object of type {type(object).__name__} "
                         f"to an array: {e}") from e
+      if host.dtype.kind in "US":   # strings and bytes: JAX's TypeError and message
+        leaf = _first_leaf(object)
+        raise TypeError(f"Value '{leaf}' with dtype {np.asarray(leaf).dtype} is not a valid "
+                        f"JAX array type. Only arrays of numeric types are supported by JAX.")
       if host.dtype == _OBJECT_DTYPE:
         raise TypeError(f"array: expected numbers or nested lists of numbers, got an object "
                         f"array from {type(object).__name__}.")
@@ -136,8 +150,8 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
     aval = core.ShapedArray(host.shape, dt, weak)
     out = Array(dispatch.to_buffer(host, aval), aval)
   shape = core.get_aval(out).shape
-  if ndmin > len(shape):
-    out = lax.reshape(out, (1,) * (ndmin - len(shape)) + shape)
+  if ndmin > len(shape):   # as JAX's: a broadcast_in_dim adding leading dimensions
+    out = lax.expand_dims(out, tuple(range(ndmin - len(shape))))
   return _place(out, device)
 
 

@@ -567,7 +567,10 @@ def _index_to_gather(shape, entries, normalize_indices: bool = True) -> _GatherI
       if core.current_trace() is core.eval_trace and not isinstance(start, Tracer):
         idx = (int(start) + step * np.arange(size)).astype(_index_dtype)
       else:   # NB: staged as JAX stages it: start + step * iota
-        idx = lax.add(_convert_index(start),
+        # NB: a traced start goes through jnp.array(start, int32), a `copy`, as in JAX
+        first = (array_constructors.array(start, dtype=_index_dtype)
+                 if isinstance(start, Tracer) else _convert_index(start))
+        idx = lax.add(first,
                       lax.mul(np.asarray(step, _index_dtype), lax.iota(_index_dtype, size)))
       if step < 0:   # NB: gather ascending (sorted indices), then reverse, as JAX does
         reversed_y_dims.append(collapsed_y_axis)

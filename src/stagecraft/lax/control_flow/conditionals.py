@@ -480,8 +480,9 @@ def _cond_batch(axis_data, args, dims, *, branches):
   # `select(taken, x, stop_gradient(x))`: where the branch is not taken its operands are
   # constants to AD, and select's transpose zeroes whatever the branch sends back there.
   size = axis_data.size
+  # NB: no clamp: the index of a cond equation is in range (`switch` clamps it, `cond`'s is
+  # 0 or 1), as JAX's rule assumes.
   index = batching.moveaxis(index, idim, 0)
-  index = elementwise.clamp(np.int32(0), index, np.int32(len(branches) - 1))
   inexact = [dtypes.is_inexact(core.get_aval(x).dtype) for x in ops]
   ops = [batching.bdim_at_front(x, d, size) if f
          else (x if d is batching.not_mapped else batching.moveaxis(x, d, 0))

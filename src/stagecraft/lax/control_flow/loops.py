@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, shape_poly
 from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import common, refs as refs_lib
@@ -201,7 +201,7 @@ def _scan_abstract_eval(*avals, jaxpr: ClosedJaxpr, num_consts: int, num_carry: 
 _step_cache_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, steps: int,
+def step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, steps: int,
                 state_avals):
   """A jaxpr doing `steps` iterations on the loop state `(i, consts, xs, carry, ys)`: slices
   `xs` at the iteration's position, runs the body, writes `y` into the `ys` buffers."""
@@ -239,7 +239,7 @@ def _scan_lowering(ctx, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: i
   key = (nc, nk, length, reverse, tuple(state_avals))
 
   def step(n):
-    return _memo(_step_cache_tables, jaxpr, (*key, n), lambda: _step_jaxpr(
+    return _memo(_step_cache_tables, jaxpr, (*key, n), lambda: step_jaxpr(
         jaxpr, nc, nk, length, reverse, n, state_avals))
 
   fb = ctx.fb
@@ -367,6 +367,7 @@ ad.primitive_jvps[scan_p] = _scan_jvp
 # loop's constants or xs are forwarded instead of stacked.
 
 _pe_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_INTENSIVE = ("const", "hoist")   # the residual kinds that are loop constants
 
 
 def _scan_partial_eval(eqn, unknowns):
@@ -412,15 +413,15 @@ def _scan_partial_eval(eqn, unknowns):
                            instantiate=True)[0]
     known_j = known.replace(outvars=[*known.outvars[:len(known.outvars) - nres], *stacked])
     known_j = pe.dce_jaxpr(known_j, [True] * len(known_j.outvars), instantiate=True)[0]
-    # unknown: invars = residuals then unknown (consts, carry, xs); regroup into
-    # consts = (forwarded consts, hoisted, unknown consts), carry = unknown carry,
-    # xs = (stacked residuals, forwarded xs, unknown xs).
+    # unknown: invars = residuals then unknown (consts, carry, xs); regroup as JAX does into
+    # consts = (loop-invariant residuals: forwarded consts and hoisted, in residual order,
+    # then unknown consts), carry = unknown carry, xs = (unknown xs, then per-iteration
+    # residuals: stacked and forwarded xs, in residual order).
     u_res = unknown.invars[:nres]
     uc, uk_, ux = _split(unknown.invars[nres:], sum(const_uk), sum(carry_uk))
-    by_kind = {k: [v for v, (kind, _) in zip(u_res, kinds) if kind == k]
-               for k in ("const", "hoist", "stacked", "xs")}
-    unknown_j = unknown.replace(invars=[*by_kind["const"], *by_kind["hoist"], *uc, *uk_,
-                                        *by_kind["stacked"], *by_kind["xs"], *ux])
+    int_res = [v for v, (kind, _) in zip(u_res, kinds) if kind in _INTENSIVE]
+    ext_res = [v for v, (kind, _) in zip(u_res, kinds) if kind not in _INTENSIVE]
+    unknown_j = unknown.replace(invars=[*int_res, *uc, *uk_, *ux, *ext_res])
     return (ClosedJaxpr(known_j, []), ClosedJaxpr(unknown_j, []), carry_uk, ys_uk, kinds,
             [v.aval for v in stacked], hoist_j)
 
@@ -443,14 +444,18 @@ def _scan_partial_eval(eqn, unknowns):
   known_eqn = core.JaxprEqn(
       [*k_c, *k_k, *k_x], [*known_outs, *stacked_vars], scan_p,
       {**base, "jaxpr": known_c, "num_consts": len(k_c), "num_carry": len(k_k)})
-  r_const = [k_c[i] for k, i in kinds if k == "const"]
-  r_xs = [k_x[i] for k, i in kinds if k == "xs"]
   hoist_eqns, r_hoist = _inline(hoist_j, k_c)
+  by_kind = {"const": iter([k_c[i] for k, i in kinds if k == "const"]),
+             "xs": iter([k_x[i] for k, i in kinds if k == "xs"]),
+             "hoist": iter(r_hoist), "stacked": iter(stacked_vars)}
+  res = [(k, next(by_kind[k])) for k, _ in kinds]
+  int_res = [r for k, r in res if k in _INTENSIVE]
+  ext_res = [r for k, r in res if k not in _INTENSIVE]
   unknown_eqn = core.JaxprEqn(
-      [*r_const, *r_hoist, *u_c, *u_k, *stacked_vars, *r_xs, *u_x],
+      [*int_res, *u_c, *u_k, *u_x, *ext_res],
       [*[v for v, u in zip(outs_k, carry_uk) if u], *[v for v, u in zip(outs_y, ys_uk) if u]],
       scan_p, {**base, "jaxpr": unknown_c,
-               "num_consts": len(r_const) + len(r_hoist) + len(u_c), "num_carry": len(u_k)})
+               "num_consts": len(int_res) + len(u_c), "num_carry": len(u_k)})
   return [*hoist_eqns, known_eqn], unknown_eqn, [*carry_uk, *ys_uk]
 
 
@@ -492,28 +497,42 @@ def _scan_transpose(cts, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: 
   in_avals = jaxpr.in_avals
   c_avals, k_avals, x_avals = _split(list(in_avals), nc, nk)
   y_avals = jaxpr.out_avals[nk:]
+  ctk0 = [ad.instantiate_zeros(c) for c in ct_k]
+  # NB: the carried cotangents keep the weak types of the cotangents that enter (as JAX's
+  # transpose, whose carry is typed by them): a weakly typed primal carry met by a strong
+  # cotangent transposes its `convert_element_type` to no equation. The carry leaving the
+  # body may differ from the one entering it in weak type only.
+  ctk_weak = tuple(core.get_aval(c).weak_type for c in ctk0)
 
   def make():
     res_c_avals = [a for a, lin in zip(c_avals, c_lin) if not lin]
     acc_avals = [ad.tangent_aval(a) for a, lin in zip(c_avals, c_lin) if lin]
-    ctk_avals = [ad.tangent_aval(a) for a in k_avals]
+    ctk_avals = [ad.tangent_aval(a).update(weak_type=w) for a, w in zip(k_avals, ctk_weak)]
+    k_undef = [a.update(weak_type=w) if dtypes.is_inexact(a.dtype) else a
+               for a, w in zip(k_avals, ctk_weak)]
     cty_avals = [ad.tangent_aval(a) for a, n in zip(y_avals, y_nz) if n]
     res_x_avals = [a for a, lin in zip(x_avals, x_lin) if not lin]
+    # NB: the backward pass types a linear invar by its jaxpr variable: retype the carries.
+    lin_jaxpr = _retype_invars(jaxpr.jaxpr, {nc + i: a for i, a in enumerate(k_undef)})
+    # NB: the accumulated cotangents of the linear constants enter the backward pass as the
+    # cotangents of extra outputs (the constants themselves), so each contribution is added
+    # to them where it is made (JAX's accumulators), not after the pass.
+    lin_jaxpr = lin_jaxpr.replace(outvars=[
+        *lin_jaxpr.outvars, *[v for v, lin in zip(lin_jaxpr.invars[:nc], c_lin) if lin]])
 
     def body(*a):
       res_c, acc, ctk, cty, res_x = _split(list(a), len(res_c_avals), len(acc_avals),
                                            len(ctk_avals), len(cty_avals))
       it_c, it_x = iter(res_c), iter(res_x)
       primals = [ad.UndefinedPrimal(av) if lin else next(it_c) for av, lin in zip(c_avals, c_lin)]
-      primals += [ad.UndefinedPrimal(av) for av in k_avals]
+      primals += [ad.UndefinedPrimal(av) for av in k_undef]
       primals += [ad.UndefinedPrimal(av) if lin else next(it_x) for av, lin in zip(x_avals, x_lin)]
       it_y = iter(cty)
       cts_out = [*ctk, *[next(it_y) if n else ad.Zero(ad.tangent_aval(av))
-                         for av, n in zip(y_avals, y_nz)]]
-      cts_in = ad.backward_pass(jaxpr.jaxpr, primals, cts_out)
+                         for av, n in zip(y_avals, y_nz)], *acc]
+      cts_in = ad.backward_pass(lin_jaxpr, primals, cts_out)
       ct_c, ct_k2, ct_x = _split(cts_in, nc, nk)
-      new_acc = [ad.add_tangents(s, c) if type(c) is not ad.Zero else s
-                 for s, c in zip(acc, [c for c, lin in zip(ct_c, c_lin) if lin])]
+      new_acc = [ad.instantiate_zeros(c) for c, lin in zip(ct_c, c_lin) if lin]
       return [*new_acc, *[ad.instantiate_zeros(c) for c in ct_k2],
               *[ad.instantiate_zeros(c) for c, lin in zip(ct_x, x_lin) if lin]]
 
@@ -521,11 +540,11 @@ def _scan_transpose(cts, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: 
                                           *res_x_avals])
     return (ClosedJaxpr(pe.convert_constvars_jaxpr(j), []), list(tconsts), acc_avals)
 
-  t_closed, tconsts, acc_avals = _memo(_transpose_tables, jaxpr, (c_lin, x_lin, y_nz), make)
+  t_closed, tconsts, acc_avals = _memo(_transpose_tables, jaxpr,
+                                       (c_lin, x_lin, y_nz, ctk_weak), make)
   res_c = [a for a, lin in zip(consts, c_lin) if not lin]
   res_x = [a for a, lin in zip(xs, x_lin) if not lin]
   acc0 = [ad.zeros_like_aval(a) for a in acc_avals]
-  ctk0 = [ad.instantiate_zeros(c) for c in ct_k]
   cty = [c for c, n in zip(ct_y, y_nz) if n]
   outs = scan_p.bind(*tconsts, *res_c, *acc0, *ctk0, *cty, *res_x, jaxpr=t_closed,
                      num_consts=len(tconsts) + len(res_c), num_carry=len(acc0) + nk,
@@ -535,6 +554,21 @@ def _scan_transpose(cts, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: 
   return ([next(it_acc) if lin else None for lin in c_lin]
           + [c if lin else None for c, lin in zip(ct_init, k_lin)]
           + [next(it_x) if lin else None for lin in x_lin])
+
+
+def _retype_invars(jaxpr: Jaxpr, avals: dict[int, ShapedArray]) -> Jaxpr:
+  """`jaxpr` with invar `i` given aval `avals[i]` (a fresh variable, substituted in its
+  equations and outputs) where that differs from its own."""
+  sub = {}
+  invars = list(jaxpr.invars)
+  for i, aval in avals.items():
+    if invars[i].aval != aval:
+      sub[invars[i]] = invars[i] = Var(aval)
+  if not sub:
+    return jaxpr
+  rd = lambda v: sub.get(v, v) if type(v) is Var else v
+  eqns = [e.replace(invars=[rd(v) for v in e.invars]) for e in jaxpr.eqns]
+  return jaxpr.replace(invars=invars, eqns=eqns, outvars=[rd(v) for v in jaxpr.outvars])
 
 
 ad.primitive_transposes[scan_p] = _scan_transpose
@@ -663,6 +697,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
       that changes the value's type.
     ValueError: if `unroll` is given with traced bounds.
   """
+  # NB: a symbolic dimension (export) is a traced value: a while loop, as in JAX
+  lower, upper = (b.__jax_array__() if shape_poly.is_symbolic_dim(b) else b
+                  for b in (lower, upper))
   for name, b in (("lower", lower), ("upper", upper)):
     a = core.get_aval(b)
     if a.shape or not dtypes.is_integer(a.dtype):
