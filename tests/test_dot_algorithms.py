@@ -22,6 +22,10 @@ from stagecraft.test_util import check_grads
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
+
+#: What XLA:CPU supports and rejects (GPUs support more algorithms).
+cpu_only = pytest.mark.skipif(sc.default_backend() != "cpu", reason="XLA:CPU behaviour")
+
 def _rand(shape, dtype=np.float32, seed=0):
   return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
@@ -165,6 +169,7 @@ def test_preferred_element_type_with_algorithm_as_jax():
                                                preferred_element_type=np.int8), i).dtype)
 
 
+@cpu_only
 @pytest.mark.parametrize("precision", ["TF32_TF32_F32", "F16_F16_F32", "BF16_BF16_BF16",
                                        "ANY_F8_ANY_F8_F32",
                                        lax.DotAlgorithm(np.float32, np.float32, np.float32)])
@@ -228,6 +233,7 @@ def test_default_matmul_precision_as_jax():
   assert eqn.params["precision"] == (lax.Precision.DEFAULT, lax.Precision.DEFAULT)
 
 
+@cpu_only
 @given(st.sampled_from(CPU_PRESETS[1:]), st.integers(2, 4), st.integers(1, 6),
        st.integers(2, 4))
 def test_presets_match_a_float64_reference(preset, m, k, n):
@@ -240,6 +246,7 @@ def test_presets_match_a_float64_reference(preset, m, k, n):
   np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * k)
 
 
+@cpu_only
 def test_xla_cpu_rejects_algorithms_on_a_1x1_result_as_in_jax():
   x, y = np.ones((1, 2), np.float32), np.ones((2, 1), np.float32)
   with pytest.raises(jax.errors.JaxRuntimeError, match="ElementalIrEmitter"):
