@@ -134,3 +134,17 @@ def test_sharded_array_refuses():
     x.__dlpack__()
   with pytest.raises(BufferError, match="unsharded"):
     x.__dlpack_device__()
+
+
+def test_from_dlpack_on_a_non_default_device_turns_placement_checks_on(monkeypatch):
+  """A GPU machine's default device is the GPU; NumPy's DLPack tensors live on the host. The
+  result is committed to the host device, and jit's fast path must then check placements
+  (it handed the host buffer to a GPU program before: a crash inside XLA)."""
+  from stagecraft.runtime import client, dispatch
+  cpu = client.default_device()
+  other = type("OtherDevice", (), {"platform": "gpu", "id": 99})()
+  monkeypatch.setattr(dispatch, "placement_used", [False])
+  monkeypatch.setattr(client, "default_device", lambda: other)
+  a = _aligned(np.arange(6).reshape(2, 3), np.float32)
+  y = dlpack.from_dlpack(a)
+  assert dispatch.placement_used[0] and y.committed and y.devices() == {cpu}

@@ -24,7 +24,7 @@ from jaxlib import _jax
 from jaxlib import xla_client as xc
 
 from stagecraft import core, dtypes
-from stagecraft.runtime import client, spmd
+from stagecraft.runtime import client, dispatch, spmd
 from stagecraft.runtime.array import Array, DLDeviceType
 
 __all__ = ["from_dlpack", "is_supported_dtype", "SUPPORTED_DTYPES"]
@@ -122,6 +122,11 @@ def from_dlpack(external_array: Any, device: Any = None, copy: bool | None = Non
   dtype = np.dtype(buf.dtype)
   aval = core.ShapedArray(tuple(buf.shape), dtype, False)
   default = client.default_device()
+  if source != default:
+    # NB: an Array committed to another device than the default one: jit's fast path must
+    # check placements from now on (as device_put's do); else a GPU program would be handed
+    # a host buffer (a crash inside XLA, seen on a GPU machine)
+    dispatch.placement_used[0] = True
   out = Array(buf, aval, None if source == default else source)
   if dtypes.canonicalize_dtype(dtype) != dtype:   # x64 off: narrowed, on the host (a copy)
     out = spmd.device_put(np.asarray(out).astype(dtypes.canonicalize_dtype(dtype)),
