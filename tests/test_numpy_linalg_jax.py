@@ -75,25 +75,20 @@ SAME = [
     _case("vecdot", BATCH, A), _case("vecdot", RECT, RECT, axis=0),
     # jnp.diagonal jitted as JAX's; the `copy` of jnp.array(tracer, dtype) (lstsq's rcond).
     _case("diagonal", BATCH, offset=-1), _case("lstsq", RECT, RECT, rcond=0.1),
+    # solve as JAX's: a custom_linear_solve over one LU (vecmat by linear transposition, which
+    # records the identity broadcast of matvec's input); inv, matrix_power(n < 0),
+    # cond(p not in None/2/-2), tensorinv and tensorsolve call solve.
+    _case("solve", A, V), _case("solve", BATCH, A), _case("inv", A),
+    _case("matrix_power", A, n=-2), _case("cond", A, p=1), _case("cond", A, p="fro"),
+    _case("tensorinv", TINV), _case("tensorsolve", T236, ONES23),
 ]
 
 # The outer structure (one `jit[name=...]` equation, or none, as JAX's) is the same, but the
 # inner equations still differ, for the reasons given. Each is asserted to differ, so that
 # this list is revisited when the cause is fixed.
 DIFF = [
-    # solve is built as JAX's (a custom_linear_solve over one LU, vectorized; jitted
-    # _lu_solve), but prints differently for reasons outside numpy.linalg: the vecmat JAX's
-    # linear_transpose derives keeps a `reduce_sum[axes=()]` (the transpose of an identity
-    # broadcast_in_dim, which stagecraft's lax.broadcast_in_dim never emits), and a vmapped
-    # `squeeze` keeps its batch axis in place (JAX's rule moves it to the front first).
-    # inv, matrix_power(n < 0), cond(p not in None/2/-2), tensorinv and tensorsolve call
-    # solve.
-    _case("solve", A, V), _case("solve", BATCH, A), _case("inv", A),
-    _case("matrix_power", A, n=-2), _case("cond", A, p=1), _case("cond", A, p="fro"),
-    _case("tensorinv", TINV), _case("tensorsolve", T236, ONES23),
     # det (n >= 4) and slogdet (n >= 3): JAX's jnp.diagonal is a platform_index cond over
-    # two branches (here one gather), and JAX's jnp.array(tracer, dtype) emits a `copy`
-    # (stagecraft has no copy primitive).
+    # two branches (here one gather).
     _case("det", A), _case("slogdet", A), _case("slogdet", A, method="qr"),
 ]
 

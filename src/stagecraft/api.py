@@ -19,6 +19,7 @@ from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft import lax, numpy as jnp
 from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.interpreters.mapping import mapped_aval, varying_axes
+from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.spmd import pmap_executable, xla_pmap_p
 from stagecraft.pjit import jit, trace_flat, wraps
 from stagecraft.runtime import client
@@ -718,7 +719,10 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
   store: list = []
 
   def flat(*xs):
-    out_leaves, out_tree = flatten(fun(*tree_util.tree_unflatten(in_tree, xs)))
+    # NB: as JAX's linear_transpose (partial evaluation), an identity broadcast_in_dim of a
+    # value depending on the inputs is staged; its transpose is a `reduce_sum[axes=()]`.
+    with lax_shape.recording_identity_broadcasts(core.current_trace()):
+      out_leaves, out_tree = flatten(fun(*tree_util.tree_unflatten(in_tree, xs)))
     store[:] = [out_tree]
     return out_leaves
 

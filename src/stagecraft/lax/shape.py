@@ -19,9 +19,11 @@ broadcast_in_dim).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import math
 import operator
-from typing import Any, Sequence
+import threading
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -40,6 +42,8 @@ __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p
            "rev", "concatenate", "pad", "slice", "slice_in_dim", "index_in_dim", "iota",
            "broadcasted_iota", "full", "collapse", "broadcast_shapes", "broadcast_to_rank",
            "full_like", "empty", "split", "tile", "stack", "unstack"]
+# NB: `recording_identity_broadcasts` is for the transformations (api.linear_transpose,
+# custom_linear_solve's vecmat); it is not part of `stagecraft.lax`'s namespace.
 
 # ---------------------------------------------------------------------------
 # Shared helpers (also used by the other lax modules)
@@ -149,17 +153,26 @@ core.pp_eqn_rules[broadcast_in_dim_p] = _broadcast_in_dim_pp_rule
 
 
 def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
-  """Sums `ct` over the broadcast dimensions and the dimensions that size-1 operand
-  dimensions expanded into (JAX's rule); unsorted `broadcast_dimensions` transpose back."""
+  """JAX's rule: sums `ct` over the result dimensions that no operand dimension of size
+  other than 1 maps to, then puts the size-1 dimensions back (`expand_dims`). Unsorted
+  `broadcast_dimensions` (not allowed by JAX) transpose the sum back to the operand's order.
+
+  NB: as JAX's, the sum is staged even over no axes: an identity broadcast (staged only by
+  `linear_transpose`; see `recording_identity_broadcasts`) transposes to a `reduce_sum`
+  with `axes=()`."""
   in_shape = operand.aval.shape
-  kept = [b for d, b in zip(in_shape, broadcast_dimensions) if d != 1]
+  unit_dims = tuple(i for i, d in enumerate(in_shape) if d == 1)
+  kept = [b for i, b in enumerate(broadcast_dimensions) if i not in unit_dims]
   axes = tuple(i for i in range(len(shape)) if i not in kept)
-  summed = _reduce_sum(ct, axes) if axes else ct
-  # The kept dimensions come out of the sum in increasing order; the operand wants them in
-  # the order of `broadcast_dimensions`.
   order = sorted(kept)
-  summed = transpose(summed, tuple(order.index(b) for b in kept))
-  return [reshape(summed, in_shape)]
+  if kept == order:
+    summed = _reduce_sum(ct, axes)
+  else:
+    # The kept dimensions come out of the sum in increasing order; the operand wants them
+    # in the order of `broadcast_dimensions`.
+    summed = _reduce_sum(ct, axes) if axes else ct
+    summed = transpose(summed, tuple(order.index(b) for b in kept))
+  return [expand_dims(summed, unit_dims)]
 
 
 ad.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
@@ -204,11 +217,64 @@ def broadcast_in_dim(operand: Any, shape: Sequence[int],
     sharding.check_out_sharding(out_sharding, "lax.broadcast_in_dim")
   shape = canonicalize_shape("broadcast_in_dim", "shape", shape)
   dims = canonicalize_shape("broadcast_in_dim", "broadcast_dimensions", broadcast_dimensions)
-  if _shape_of(operand) == shape and dims == tuple(range(len(shape))):
+  if (_shape_of(operand) == shape and dims == tuple(range(len(shape)))
+      and not (shape and _records_identity(operand))):
     # NB: as JAX (which forwards such an equation while staging), the identity broadcast
     # is no operation; a host operand is staged (a literal in a jaxpr when a scalar).
     return operand if is_staged_value(operand) else elementwise.stage(operand)
   return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=dims)
+
+
+class _RecordingState(threading.local):
+  def __init__(self):
+    # trace -> [number of its equations seen, the variables that depend on its arguments]
+    self.traces: dict = {}
+
+
+_recording = _RecordingState()
+
+
+@contextlib.contextmanager
+def recording_identity_broadcasts(trace: Any) -> Iterator[None]:
+  """While active, `broadcast_in_dim` stages an identity broadcast (same shape, dimensions
+  in order, rank >= 1) into the staging `trace` when its operand is a tracer of `trace`
+  that depends on `trace`'s arguments.
+
+  JAX stages with two traces: `make_jaxpr`'s drops such an equation (it forwards the
+  operand), but `linear_transpose`'s partial evaluation records it when the operand depends
+  on the linear inputs, so the transpose holds its transpose, a `reduce_sum` over no axes
+  (printed in the `vecmat` of `jnp.linalg.solve`'s `custom_linear_solve`). Tracing a linear
+  function for transposition inside this context reproduces that; operands that depend
+  only on constants are still forwarded, as JAX evaluates them before staging.
+
+  Args:
+    trace: a staging trace (`interpreters.partial_eval.DynamicJaxprTrace`), current while
+      the function is traced.
+  """
+  state = _recording.traces
+  state[trace] = [0, set(trace.invars)]
+  try:
+    yield
+  finally:
+    del state[trace]
+
+
+def _records_identity(operand: Any) -> bool:
+  """Whether an identity broadcast of `operand` is staged (`recording_identity_broadcasts`)."""
+  state = _recording.traces
+  if not state or not isinstance(operand, core.Tracer):
+    return False
+  trace = core.current_trace()
+  entry = state.get(trace)
+  if entry is None or operand._trace is not trace:
+    return False
+  seen, deps = entry
+  eqns = trace.eqns
+  for eqn in eqns[seen:]:
+    if any(type(v) is core.Var and v in deps for v in eqn.invars):
+      deps.update(eqn.outvars)
+  entry[0] = len(eqns)
+  return trace.to_atom(operand) in deps
 
 
 def broadcast(operand: Any, sizes: Sequence[int]) -> Any:
@@ -476,11 +542,12 @@ ad.deflinear(squeeze_p, lambda ct, operand, *, dimensions: [expand_dims(ct, dime
 
 
 def _squeeze_batch_rule(args, dims, *, dimensions):
+  """JAX's rule: the batch dim is moved to the front (a transpose unless it is there) and
+  stays the result's first dim; the squeezed dims shift by one."""
   operand, = args
   bdim, = dims
-  new_dims = tuple(_batched_axis(d, bdim) for d in dimensions)
-  out_b = bdim - sum(1 for d in new_dims if d < bdim)
-  return squeeze_p.bind(operand, dimensions=new_dims), out_b
+  operand = batching.moveaxis(operand, bdim, 0)
+  return squeeze(operand, tuple(int(d) + 1 for d in dimensions)), 0
 
 
 batching.primitive_batchers[squeeze_p] = _squeeze_batch_rule

@@ -35,7 +35,7 @@ from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import (broadcast_operands, defbroadcasting, naryop_abstract_eval,
                                         neg)
-from stagecraft.lax.shape import broadcasted_iota, expand_dims
+from stagecraft.lax.shape import broadcast_in_dim, broadcasted_iota, expand_dims, transpose
 from stagecraft.lax.slicing import GatherDimensionNumbers, gather
 
 __all__ = ["sort_p", "top_k_p", "eq_to_p", "lt_to_p", "le_to_p", "sort", "sort_key_val", "top_k",
@@ -182,7 +182,17 @@ def _sort_batch_rule(args, dims, *, dimension, is_stable, num_keys):
   (unbatched ones broadcast); the sorted dimension skips it."""
   size, bdim = next((core.get_aval(x).shape[d], d) for x, d in zip(args, dims)
                     if d is not batching.not_mapped)
-  operands = [batching.matchaxis(x, d, bdim, size) for x, d in zip(args, dims)]
+  def at_bdim(x, d):   # NB: as JAX's: Python-int dims in the printed params
+    if d is batching.not_mapped:
+      shp = list(core.get_aval(x).shape)
+      shp.insert(bdim, size)
+      return broadcast_in_dim(x, tuple(shp), tuple(i for i in range(len(shp)) if i != bdim))
+    if d == bdim:
+      return x
+    perm = [i for i in range(core.get_aval(x).ndim) if i != d]
+    perm.insert(bdim, d)
+    return transpose(x, tuple(perm))
+  operands = [at_bdim(x, d) for x, d in zip(args, dims)]
   new_dimension = dimension + (bdim <= dimension)
   outs = sort_p.bind(*operands, dimension=new_dimension, is_stable=is_stable,
                      num_keys=num_keys)

@@ -38,6 +38,7 @@ from stagecraft import core
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import elementwise
+from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.control_flow import common
 from stagecraft.traceback_util import api_boundary
 
@@ -189,8 +190,12 @@ def custom_linear_solve(matvec: Callable, b: Any, solve: Callable[[Callable, Any
       vecmat: Callable = matvec
       vecmat_jaxpr, vecmat_consts = matvec_jaxpr, matvec_consts
     else:
-      flat_vecmat = _transpose_linear(matvec_jaxpr, len(matvec_consts), matvec_consts,
-                                      b_avals)
+      def recorded_matvec(x):   # NB: as JAX's vecmat = linear_transpose(matvec), whose
+        # trace records identity broadcasts (their transposes print as reduce_sum[axes=()])
+        with lax_shape.recording_identity_broadcasts(core.current_trace()):
+          return shape_checked(matvec, "matvec", False)(x)
+      lin_jaxpr, lin_consts, _ = _trace(recorded_matvec, args_tree, b_avals, "matvec")
+      flat_vecmat = _transpose_linear(lin_jaxpr, len(lin_consts), lin_consts, b_avals)
       vecmat = lambda y: common.unflatten(tree, flat_vecmat(*common.flatten(y)[0]))  # noqa: E731
       vecmat_jaxpr, vecmat_consts, _ = _trace(vecmat, args_tree, b_avals, "transpose_solve")
     tr_solve_jaxpr, tr_solve_consts, tr_tree = _trace(
