@@ -8,6 +8,23 @@ __all__ = ["io_callback", "checkify", "ode"]
 _SUBMODULES = ("ode", "checkify")
 
 
+def deprecation_getattr(module: str, deprecations: dict):
+  """A module `__getattr__` for deprecated names (JAX's `deprecation_getattr`): reading
+  `name` in `deprecations` (name -> (message, value)) warns with a DeprecationWarning the
+  first time in the process (the lookup is cached) and returns the value."""
+  import functools  # NB: only modules with deprecated names build one
+  import warnings
+
+  @functools.cache
+  def getattr_(name: str):
+    if name in deprecations:
+      message, value = deprecations[name]
+      warnings.warn(message, DeprecationWarning, stacklevel=2)
+      return value
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+  return getattr_
+
+
 def __getattr__(name):
   if name in _SUBMODULES:
     return _importlib.import_module(f"{__name__}.{name}")

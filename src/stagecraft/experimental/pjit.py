@@ -8,10 +8,9 @@ DeprecationWarning; use `stagecraft.jit` instead.
 """
 from __future__ import annotations
 
-import functools
-import warnings
 from typing import Any, Callable, Iterable, Sequence
 
+from stagecraft.experimental import deprecation_getattr
 from stagecraft.pjit import jit
 
 __all__ = ["pjit"]
@@ -62,12 +61,4 @@ _deprecated_pjit.__name__ = _deprecated_pjit.__qualname__ = "pjit"
 _deprecations = {"pjit": (_MESSAGE, _deprecated_pjit)}
 
 
-@functools.cache
-def __getattr__(name: str) -> Any:
-  # NB: as JAX's `deprecation_getattr`: the warning comes with the first read of the name in
-  # the process (the lookup is cached).
-  if name in _deprecations:
-    message, value = _deprecations[name]
-    warnings.warn(message, DeprecationWarning, stacklevel=2)
-    return value
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = deprecation_getattr(__name__, _deprecations)

@@ -13,10 +13,9 @@ warns once per process with JAX's DeprecationWarning; use `stagecraft.shard_map`
 """
 from __future__ import annotations
 
-import functools
-import warnings
 from typing import Any, Callable
 
+from stagecraft.experimental import deprecation_getattr
 from stagecraft.shard_map import shard_map as _new_shard_map
 from stagecraft.sharding import AbstractMesh, Mesh
 
@@ -59,12 +58,4 @@ _deprecated_shard_map.__name__ = _deprecated_shard_map.__qualname__ = "shard_map
 _deprecations = {"shard_map": (_MESSAGE, _deprecated_shard_map)}
 
 
-@functools.cache
-def __getattr__(name: str) -> Any:
-  # NB: as JAX's `deprecation_getattr`: the warning comes with the first read of the name in
-  # the process (the lookup is cached).
-  if name in _deprecations:
-    message, value = _deprecations[name]
-    warnings.warn(message, DeprecationWarning, stacklevel=2)
-    return value
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = deprecation_getattr(__name__, _deprecations)

@@ -622,18 +622,7 @@ def _shape_value(fb, shape) -> str:
     r = fb.fresh()
     _emit(fb, f"{r} = stablehlo.constant dense<> : tensor<0xi64>")
     return r
-  parts = []
-  for d in shape:
-    v = _dim_value(fb, d)
-    r = fb.fresh()
-    _emit(fb, f"{r} = stablehlo.reshape {v} : (tensor<i64>) -> tensor<1xi64>")
-    parts.append(r)
-  if len(parts) == 1:
-    return parts[0]
-  r = fb.fresh()
-  _emit(fb, f"{r} = stablehlo.concatenate {', '.join(parts)}, dim = 0 : "
-            f"({', '.join(['tensor<1xi64>'] * len(parts))}) -> tensor<{len(parts)}xi64>")
-  return r
+  return _vector(fb, [_dim_value(fb, d) for d in shape])
 
 
 #: StableHLO ops whose results need static shapes (or shapes given as attributes): a rule
