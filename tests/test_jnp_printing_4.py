@@ -155,6 +155,10 @@ CASES = {
                                  (np.float16(1),)),
     "asarray_scalar_plus_f16": (lambda m: lambda x: m.asarray(0.1) + x,
                                 (V.astype(np.float16),)),
+    "histogram": (lambda m: lambda x: m.histogram(x, 3), (F,)),
+    "interp": (lambda m: m.interp, (V, np.sort(F[0]), F[1])),
+    "average_tuple_axis": (lambda m: lambda x, w: m.average(x, axis=(2, 0), weights=w),
+                           (G, G[:, 0].T.copy())),
 }
 
 X64_CASES = ["searchsorted_scan_left", "searchsorted_sort_right", "searchsorted_compare_all_2d",
@@ -166,12 +170,6 @@ X64_CASES = ["searchsorted_scan_left", "searchsorted_sort_right", "searchsorted_
 # Programs still printed differently from JAX, with the cause; values are checked all the
 # same.
 KNOWN_DIFFERENCES = {
-    "histogram": ((lambda m: lambda x: m.histogram(x, 3), (F,)),
-                  "histogram_bin_edges: JAX takes ptp of asarray(range) and a jitted "
-                  "`_linspace` (start * (1 - t) + stop * t); stagecraft's linspace is "
-                  "`start + i * step`, unjitted; counts: JAX scatter-adds."),
-    "interp": ((lambda m: m.interp, (V, np.sort(F[0]), F[1])),
-               "JAX jits `_interp` and gathers with `fp[i]`; stagecraft uses take_along_axis."),
     "diagonal_square": ((lambda m: m.diagonal, (G[0],)),
                         "JAX's square-matrix diagonal is `platform_dependent` (a "
                         "`platform_index` primitive and a `cond` with `branches_platforms`); "
@@ -179,9 +177,6 @@ KNOWN_DIFFERENCES = {
     "dot_weak": ((lambda m: lambda: m.dot(m.asarray(2.0), 3.0), ()),
                  "stagecraft's dot_general of two weak operands is not weak (JAX's is), so "
                  "a convert_element_type[weak_type=True] follows."),
-    "average_tuple_axis": ((lambda m: lambda x, w: m.average(x, axis=(2, 0), weights=w),
-                            (G, G[:, 0].T.copy())),
-                           "jnp.sum sorts a tuple axis (JAX's reduce_sum keeps axes=(2, 0))."),
     "take_along_axis_one_hot_broadcast": (
         (lambda m: lambda x, i: m.take_along_axis(x, i, axis=1, mode="one_hot"), (F[:1], IDX)),
         "JAX's einsum squeezes the size-1 dimension of arr; stagecraft broadcasts it."),

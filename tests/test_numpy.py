@@ -260,7 +260,7 @@ def test_linspace_retstep(kw):
 
 
 def test_linspace_errors():
-  with pytest.raises(ValueError, match="num must be non-negative, got -1"):
+  with pytest.raises(ValueError, match="Number of samples, -1, must be non-negative"):
     jnp.linspace(0, 1, -1)
 
 

@@ -30,8 +30,8 @@ __all__ = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_li
 # Placement (`device=` and JAX's `out_sharding=`)
 
 
-def _placed(x: Any, device: Any, out_sharding: Any, where: str, like: Any = None) -> Any:
-  """`x` committed to `device` (a device or a sharding), or laid out by `out_sharding` (a
+def placed(x: Any, device: Any, out_sharding: Any, where: str, like: Any = None) -> Any:
+  """(A helper of the package, not in `stagecraft.numpy`.) `x` committed to `device` (a device or a sharding), or laid out by `out_sharding` (a
   NamedSharding, or a PartitionSpec over the mesh of `set_mesh`): on a mesh of Explicit axes
   the result's type has that sharding (`f32[8@x,4]`), as `reshard` gives it. Without
   either, the `_like` forms (`like`: their prototype, when the shape is kept) keep the
@@ -62,7 +62,7 @@ def full(shape: Any, fill_value: ArrayLike, dtype: Any = None, *, device: Any = 
          out_sharding: Any = None) -> Array:
   """An array of `shape` filled with `fill_value` (its dtype unless `dtype` is given),
   committed to `device` or laid out by `out_sharding` (see `zeros`)."""
-  return _placed(_full(shape, fill_value, dtype), device, out_sharding, "full")
+  return placed(_full(shape, fill_value, dtype), device, out_sharding, "full")
 
 
 def _full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
@@ -112,7 +112,7 @@ def zeros(shape: Any, dtype: Any = None, *, device: Any = None,
     ValueError: both `device` and `out_sharding`; a spec that does not fit `shape`.
   """
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  return _placed(_filled(canonical_shape(shape), 0, dt, False), device, out_sharding, "zeros")
+  return placed(_filled(canonical_shape(shape), 0, dt, False), device, out_sharding, "zeros")
 
 
 def ones(shape: Any, dtype: Any = None, *, device: Any = None,
@@ -120,7 +120,7 @@ def ones(shape: Any, dtype: Any = None, *, device: Any = None,
   """An array of ones; dtype defaults to float32 (float64 with x64); `device` and
   `out_sharding` as in `zeros`."""
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  return _placed(_filled(canonical_shape(shape), 1, dt, False), device, out_sharding, "ones")
+  return placed(_filled(canonical_shape(shape), 1, dt, False), device, out_sharding, "ones")
 
 
 def empty(shape: Any, dtype: Any = None, *, device: Any = None,
@@ -151,7 +151,7 @@ def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: An
                out_sharding: Any = None) -> Array:
   """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
-  return _placed(_filled_like(a, 0, dtype, shape), device, out_sharding, "zeros_like",
+  return placed(_filled_like(a, 0, dtype, shape), device, out_sharding, "zeros_like",
                  a if shape is None else None)
 
 
@@ -159,7 +159,7 @@ def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: Any
               out_sharding: Any = None) -> Array:
   """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
-  return _placed(_filled_like(a, 1, dtype, shape), device, out_sharding, "ones_like",
+  return placed(_filled_like(a, 1, dtype, shape), device, out_sharding, "ones_like",
                  a if shape is None else None)
 
 
@@ -167,7 +167,7 @@ def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any
               device: Any = None, out_sharding: Any = None) -> Array:
   """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly
   typed when `a` is and no dtype is given, as in JAX."""
-  return _placed(_filled_like(a, fill_value, dtype, shape), device, out_sharding,
+  return placed(_filled_like(a, fill_value, dtype, shape), device, out_sharding,
                  "full_like", a if shape is None else None)
 
 
@@ -192,7 +192,7 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, *,
   """
   for v, w in ((start, "start"), (stop, "stop"), (step, "step")):
     check_concrete(v, "arange", w)
-  return _placed(_arange(start, stop, step, dtype), device, out_sharding, "arange")
+  return placed(_arange(start, stop, step, dtype), device, out_sharding, "arange")
 
 
 def _arange(start: Any, stop: Any, step: Any, dtype: Any) -> Array:

@@ -9,15 +9,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
 from stagecraft.numpy.array_constructors import array, asarray
-from stagecraft.numpy.array_creation import arange, meshgrid, ones, zeros, zeros_like
+from stagecraft.numpy.array_creation import arange, meshgrid, ones, zeros_like
 from stagecraft.numpy.lax_numpy import astype, linspace
-from stagecraft.numpy.manipulation import broadcast_shapes, concatenate, reshape, stack, transpose
+from stagecraft.numpy.manipulation import concatenate, stack, transpose
 from stagecraft.numpy.ufuncs import add, clip, floor_divide, less, multiply, remainder, where
-from stagecraft.numpy.util import (ArrayLike, as_array, check_concrete, dtype_of, ndim_of,
-                                   promote_dtypes, shape_of)
+from stagecraft.numpy.util import (ArrayLike, as_array, check_concrete, dtype_of,
+                                   ensure_arraylike, ndim_of, promote_dtypes, shape_of)
 
 __all__ = ["mgrid", "ogrid", "r_", "c_", "s_", "index_exp", "ix_", "diag_indices",
            "diag_indices_from", "tril_indices", "triu_indices", "tril_indices_from",
@@ -104,21 +104,29 @@ c_ = _AxisConcat(-1, 2, 0, "c_")
 
 
 def ix_(*args: ArrayLike):
-  """Open-mesh index arrays from 1-D sequences: the k-th of n has shape (1,..,len,..,1).
+  """Open-mesh index arrays from 1-D sequences: the k-th of n has shape (1,..,len,..,1), a
+  `broadcast_in_dim` of the k-th argument (an empty one gives default-int zeros, as NumPy's
+  integer index type).
 
   Raises:
+    TypeError: an argument that is not an array or scalar (a list).
     ValueError: for inputs that are not 1-D.
+    NotImplementedError: for bool inputs.
   """
+  args = [ensure_arraylike("ix", a) for a in args]
   n = len(args)
   out = []
   for i, a in enumerate(args):
-    a = as_array(a)
     if ndim_of(a) != 1:
       raise ValueError(f"Arguments to stagecraft.numpy.ix_ must be 1-dimensional, got shape "
                        f"{shape_of(a)}")
     if dtype_of(a) == dtypes.bool_:
       raise NotImplementedError("Boolean arguments to stagecraft.numpy.ix_ are not supported.")
-    out.append(reshape(a, (1,) * i + (shape_of(a)[0],) + (1,) * (n - i - 1)))
+    shape = (1,) * i + (shape_of(a)[0],) + (1,) * (n - i - 1)
+    if shape_of(a)[0] == 0:
+      out.append(lax.full(shape, np.zeros((), dtypes.default_int_dtype())))
+    else:
+      out.append(lax.broadcast_in_dim(a, shape, (i,)))
   return tuple(out)
 
 
@@ -198,47 +206,68 @@ def mask_indices(n: int, mask_func: Any, k: int = 0, *, size: int | None = None)
 
 
 def ravel_multi_index(multi_index: Sequence[ArrayLike], dims: Sequence[int],
-                      mode: str = "raise", order: str = "C"):
-  """Flat indices (int32) of the index tuples `multi_index` into an array of shape `dims`.
+                      mode: str = "raise", order: str = "C", *, dtype: Any = None):
+  """Flat indices of the index tuples `multi_index` into an array of shape `dims`
+  (numpy.ravel_multi_index), as JAX's numpy: `sum(index_k * stride_k)` from 0.
 
   Args:
-    mode: 'raise' (indices must be in range; checked on concrete inputs), 'wrap' or 'clip'.
+    multi_index: one integer array per dimension (broadcast together).
+    dims: the shape (static ints).
+    mode: 'raise' (indices must be in range; checked on concrete inputs only), 'wrap',
+      'clip' or 'ignore' (no check).
     order: 'C' (row-major) or 'F' (column-major).
+    dtype: the result's integer dtype (default: the promotion of the indices with a Python
+      int, so int32 for int32 indices, uint8 for uint8 ones).
+
+  Returns:
+    `dtype[broadcast shape of the indices]`.
 
   Raises:
-    ValueError: for a wrong number of index arrays, out-of-range indices in 'raise' mode,
-      or an unknown mode or order.
+    ValueError: a wrong number of index arrays; out-of-range indices in 'raise' mode; a
+      dtype that is not an integer or too narrow for `prod(dims)`; an unknown mode or
+      order.
+    TypeError: non-integer indices, or an index that is not an array or scalar (a list).
+    ConcretizationTypeError: traced indices with mode 'raise'.
   """
-  dims = tuple(operator.index(d) for d in dims)
   if len(multi_index) != len(dims):
     raise ValueError(f"parameter multi_index must be a sequence of length {len(dims)}")
-  if order not in ("C", "F"):
-    raise ValueError("only 'C' or 'F' order is permitted")
-  idx = [asarray(i) for i in multi_index]
+  dims = tuple(operator.index(check_concrete(d, "ravel_multi_index", "dims")) for d in dims)
+  idx = [ensure_arraylike("ravel_multi_index", i) for i in multi_index]
+  # NB: a Python 0 stands for JAX's weakly typed `int`
+  dt = (dtypes.result_type(0, *idx) if dtype is None
+        else dtypes.canonicalize_dtype(dtype))
+  if not dtypes.is_integer(dt):
+    raise ValueError(f"dtype={dt!r} is not an integer type.")
+  if math.prod(dims) - 1 > np.iinfo(dt).max:
+    raise ValueError(f"jnp.ravel_multi_index: dtype={dt!r} not large enough to hold "
+                     f"flattened index for dims={dims}. Use the dtype argument to pass a "
+                     f"suitable dtype (e.g. dtype=np.min_scalar_type(prod(dims))).")
   for i in idx:
-    if not dtypes.is_integer(dtype_of(i)):
-      raise TypeError(f"only int indices permitted, got dtype {dtype_of(i).name}")
-  if mode == "raise":
-    if any(isinstance(i, Tracer) for i in idx):
+    if mode == "raise" and isinstance(i, Tracer):
       raise core.ConcretizationTypeError(
-          "Abstract tracer value encountered where concrete value is expected: "
-          "jnp.ravel_multi_index with mode='raise' checks the indices; use mode='wrap' or "
-          "mode='clip' under jit.")
-    for i, d in zip(idx, dims):
-      h = np.asarray(i)
-      if ((h < 0) | (h >= d)).any():
-        raise ValueError("invalid entry in coordinates array")
-  elif mode == "wrap":
-    idx = [remainder(i, d) for i, d in zip(idx, dims)]
+          "Abstract tracer value encountered where concrete value is expected: the indices "
+          "of jnp.ravel_multi_index. The error occurred because ravel_multi_index was "
+          "jit-compiled with mode='raise'. Use mode='wrap' or mode='clip' instead.")
+    if not dtypes.is_integer(dtype_of(i)):
+      raise TypeError("only int indices permitted")
+  if mode == "raise":
+    if any(((np.asarray(i) < 0) | (np.asarray(i) >= d)).any() for i, d in zip(idx, dims)):
+      raise ValueError("invalid entry in coordinates array")
   elif mode == "clip":
     idx = [clip(i, 0, d - 1) for i, d in zip(idx, dims)]
+  elif mode == "wrap":
+    idx = [remainder(i, d) for i, d in zip(idx, dims)]
+  elif mode != "ignore":
+    raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', 'clip', or 'ignore'.")
+  if order == "F":
+    strides = np.cumprod((1,) + dims[:-1])
+  elif order == "C":
+    strides = np.cumprod((1,) + dims[1:][::-1])[::-1]
   else:
-    raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', or 'clip'")
-  strides = np.cumprod((1,) + (dims[::-1][:-1] if order == "C" else dims[:-1]))
-  strides = strides[::-1] if order == "C" else strides
-  out = zeros(broadcast_shapes(*[shape_of(i) for i in idx]), dtypes.int32)
+    raise ValueError(f"invalid order={order!r}. Expected 'C' or 'F'")
+  out = array(0, dtype=dt)
   for i, s in zip(idx, strides):
-    out = add(out, multiply(astype(i, dtypes.int32), int(s)))
+    out = add(out, multiply(astype(i, dt), int(s)))
   return out
 
 

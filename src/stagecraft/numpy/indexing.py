@@ -29,14 +29,15 @@ from stagecraft.indexing import Slice as ds_Slice
 from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.core import Tracer
-from stagecraft.numpy import array_constructors, ufuncs
+from stagecraft.numpy import array_constructors, reductions, ufuncs
 from stagecraft.numpy.array_constructors import asarray
-from stagecraft.numpy.array_creation import ones_like, zeros
+from stagecraft.numpy.array_creation import arange, ones_like, zeros
 from stagecraft.numpy.manipulation import (atleast_1d, broadcast_shapes, broadcast_to, concatenate,
-                                           ravel, stack)
-from stagecraft.numpy.ufuncs import clip, not_equal, remainder
-from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, ensure_arraylike,
-                                   promote_dtypes, shape_of)
+                                           ravel, reshape, transpose, vstack)
+from stagecraft.numpy.ufuncs import (clip, floor_divide, greater_equal, not_equal,
+                                     remainder)
+from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, dtype_of,
+                                   ensure_arraylike, promote_dtypes, shape_of)
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -1177,12 +1178,14 @@ def _nonzero_fill(fill_value, ndim: int):
 
 def nonzero(a: ArrayLike, *, size: int | None = None,
             fill_value: Any = None) -> tuple[Any, ...]:
-  """Indices of the nonzero elements of `a`, one int32 array per dimension
+  """Indices of the nonzero elements of `a`, one default-int array per dimension
   (JAX's `numpy.nonzero`).
 
   The number of nonzeros depends on the values, so under jit (or for any traced `a`) the
   static `size` is required: the first `size` indices are returned, padded with
-  `fill_value` (default 0).
+  `fill_value` (default 0). As JAX's program: the flat index of the k-th nonzero is the
+  number of elements whose running count of nonzeros is below k + 1 (a `cumsum` of a
+  `bincount` of the running count), split into one index per dimension by `//` and `%`.
 
   Args:
     a: array `T[*s]` of rank >= 1.
@@ -1190,9 +1193,11 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
     fill_value: padding: a scalar or one scalar per dimension.
 
   Returns:
-    A tuple of `ndim` arrays `int32[n]` (`n = size`, or the number of nonzeros).
+    A tuple of `ndim` arrays `int[n]` (int32; int64 with x64; `n = size`, or the number of
+    nonzeros).
 
   Raises:
+    TypeError: `a` not an array or scalar (a list).
     ValueError: for a 0-d `a`, or a `fill_value` of the wrong length.
     ConcretizationTypeError: if `a` is traced and `size` is None.
 
@@ -1201,25 +1206,26 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
     >>> [np.asarray(i) for i in nonzero(np.array([0, 3, 0, 5]), size=3, fill_value=-1)]
     [array([ 1,  3, -1], dtype=int32)]
   """
-  arr = a if isinstance(a, (Array, Tracer, np.ndarray)) else asarray(a)
+  arr = ensure_arraylike("nonzero", a)
   if np.ndim(arr) == 0:
     raise ValueError("Calling nonzero on 0d arrays is not allowed. Use "
                      "jnp.atleast_1d(scalar).nonzero() instead.")
   shape = tuple(arr.shape)
+  idx_dt = dtypes.default_int_dtype()
   fills = None if fill_value is None else _nonzero_fill(fill_value, len(shape))
   if size is not None:
     if isinstance(size, Tracer):
       raise size._concretization_error(
           "nonzero", fix="The size argument of jnp.nonzero must be a static Python int.")
     size = operator.index(size)
-  if not isinstance(arr, Tracer):   # concrete: NumPy on the host
+  if not isinstance(arr, Tracer):   # concrete: NumPy on the host (the same values)
     found = np.nonzero(np.asarray(arr))
     if size is None:
-      return tuple(asarray(i.astype(_index_dtype)) for i in found)
+      return tuple(asarray(i.astype(idx_dt)) for i in found)
     out = []
     for k, i in enumerate(found):
-      i = i[:size].astype(_index_dtype)
-      pad = np.full(size - i.shape[0], 0 if fills is None else fills[k], _index_dtype)
+      i = i[:size].astype(idx_dt)
+      pad = np.full(size - i.shape[0], 0 if fills is None else fills[k], idx_dt)
       out.append(asarray(np.concatenate([i, pad])))
     return tuple(out)
   if size is None:
@@ -1228,22 +1234,18 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
                        "use jnp.nonzero within transformations: pass size=N (and optionally "
                        "fill_value) to get at most N indices.")
   if arr.size == 0 or size == 0:
-    return tuple(zeros((size,), _index_dtype) for _ in shape)
-  mask = ravel(arr if arr.dtype == dtypes.bool_ else not_equal(arr, 0))
-  mask = lax.convert_element_type(mask, _index_dtype)
-  count = lax.cumsum(mask, axis=0)    # NB: inclusive: the k-th nonzero has count k
-  slot = lax.select(lax.eq(mask, np.int32(1)), lax.sub(count, np.int32(1)),
-                    lax.full(mask.shape, np.int32(size)))
-  flat = lax.scatter(zeros((size,), _index_dtype), lax.expand_dims(slot, (1,)),
-                     lax.iota(_index_dtype, mask.shape[0]),
-                     lax.ScatterDimensionNumbers((), (0,), (0,)), mode="drop")
-  strides = np.cumprod((1,) + shape[::-1])[:-1][::-1]
-  out = [lax.rem(lax.div(flat, np.int32(s)), np.int32(d)) for s, d in zip(strides, shape)]
+    return tuple(zeros(size, idx_dt) for _ in shape)
+  mask = arr if arr.dtype == dtypes.bool_ else not_equal(arr, 0)
+  running = reductions.cumsum(mask)
+  # NB: `bincount(running, length=size)`, inlined (numpy.statistics is a higher layer)
+  counts = zeros(size, idx_dt).at[clip(running, 0)].add(np.array(1, idx_dt), mode="drop")
+  flat = reductions.cumsum(counts)
+  strides = (np.cumprod(shape[::-1])[::-1] // shape).astype(dtype_of(flat))
+  out = tuple(remainder(floor_divide(flat, st), d) for st, d in zip(strides, shape))
   if fills is not None:
-    total = lax.slice(count, (count.shape[0] - 1,), (count.shape[0],))
-    pad = lax.ge(lax.iota(_index_dtype, size), lax.broadcast_in_dim(total, (size,), (0,)))
-    out = [ufuncs.where(pad, f, o) for f, o in zip(fills, out)]
-  return tuple(out)
+    pad = greater_equal(arange(size), reductions.sum(mask))
+    out = tuple(ufuncs.where(pad, f, o) for f, o in zip(fills, out))
+  return out
 
 
 def flatnonzero(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
@@ -1254,17 +1256,20 @@ def flatnonzero(a: ArrayLike, *, size: int | None = None, fill_value: Any = None
 
 def argwhere(a: ArrayLike, *, size: int | None = None, fill_value: Any = None):
   """The indices of the nonzero elements of `a`, one row per element
-  (JAX's `numpy.argwhere`; `size` and `fill_value` as for `nonzero`).
+  (JAX's `numpy.argwhere`: the transposed stack of `nonzero`'s arrays; `size` and
+  `fill_value` as for `nonzero`).
 
   Returns:
-    `int32[n, ndim]` (`int32[n, 0]` for a 0-d `a`).
+    `int[n, ndim]` (`int[n, 0]` for a 0-d `a`).
+
+  Raises:
+    As `nonzero`.
   """
-  nd = np.ndim(a)
-  cols = nonzero(atleast_1d(a), size=size, fill_value=fill_value)
-  result = stack(cols, axis=1)
-  if nd == 0:
-    return lax.slice(result, (0, 0), (result.shape[0], 0))
-  return result
+  a = ensure_arraylike("argwhere", a)
+  result = transpose(vstack(nonzero(atleast_1d(a), size=size, fill_value=fill_value)))
+  if np.ndim(a) == 0:
+    return reshape(result[:0], (shape_of(result)[0], 0))
+  return reshape(result, (shape_of(result)[0], np.ndim(a)))
 
 
 def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None, /, *,

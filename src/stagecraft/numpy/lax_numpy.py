@@ -18,19 +18,20 @@ from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
 from stagecraft.numpy import reductions, scalar_types, sorting
 from stagecraft.numpy.array_constructors import array, asarray
-from stagecraft.numpy.array_creation import arange, eye, full_like, zeros, zeros_like
+from stagecraft.numpy.array_creation import (arange, empty, eye, full, full_like, placed, zeros,
+                                             zeros_like)
 from stagecraft.numpy.indexing import at, take_axis
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_shapes, broadcast_to,
-                                           concatenate, expand_dims, flip, moveaxis,
+                                           concatenate, flip, moveaxis,
                                            ravel, reshape, squeeze, stack, swapaxes, tile)
 from stagecraft.numpy.ufuncs import (absolute, add, clip, divide, equal, floor, floor_divide,
                                      greater, less, log10, logical_and, minimum, multiply, negative,
                                      not_equal, power, remainder, round, sign, subtract, where)
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_tuple,
-                                   broadcast_to_shape, canonicalize_axis, check_concrete, const,
+                                   canonicalize_axis, check_concrete, const,
                                    dtype_of, ensure_arraylike, ndim_of, promote_dtypes,
-                                   promote_dtypes_inexact, shape_of, slice_axis, to_bool,
-                                   to_inexact_dtype)
+                                   promote_dtypes_inexact, real_dtype, shape_of, slice_axis,
+                                   to_bool, to_inexact_dtype)
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -88,9 +89,16 @@ def isscalar(element: Any) -> bool:
   return dtypes.is_python_scalar(element)
 
 
+# The Python scalar types as weakly typed values: `result_type(int, np.uint8)` is uint8, as
+# in JAX (the type `int` promotes as a Python int does).
+_PYTHON_TYPE_VALUES = {int: 0, float: 0.0, complex: 0j, bool: False}
+
+
 def result_type(*args) -> np.dtype:
-  """The dtype JAX-style promotion gives `args` (see `stagecraft.dtypes.result_type`)."""
-  return dtypes.result_type(*args)
+  """The dtype JAX-style promotion gives `args` (see `stagecraft.dtypes.result_type`); the
+  Python types `int`, `float` and `complex` are weakly typed, as their values are."""
+  return dtypes.result_type(*(_PYTHON_TYPE_VALUES.get(a, a) if isinstance(a, type) else a
+                              for a in args))
 
 
 def promote_types(a, b) -> np.dtype:
@@ -203,60 +211,154 @@ def iterable(y: Any) -> bool:
 
 
 def linspace(start: ArrayLike, stop: ArrayLike, num: int = 50, endpoint: bool = True,
-             retstep: bool = False, dtype: Any = None, axis: int = 0):
-  """`num` evenly spaced samples over [start, stop] (the last excluded if not `endpoint`).
+             retstep: bool = False, dtype: Any = None, axis: int = 0, *,
+             device: Any = None):
+  """`num` evenly spaced samples over [start, stop] (the last excluded if not `endpoint`),
+  as JAX's numpy: the jitted `_linspace`, differentiable in `start` and `stop`.
 
-  Computed in the graph as start + i * step, so start/stop may be traced.
+  Sample i of n = `num - 1` (`num` without `endpoint`) intervals is the convex combination
+  `start * (1 - i/n) + stop * (i/n)` (exact at both ends in floating point, unlike
+  `start + i * step`); with `endpoint`, `stop` itself is the last sample.
+
+  Args:
+    start, stop: array-likes of broadcast-compatible shapes `s`.
+    num: number of samples, a non-negative Python int (static).
+    endpoint: include `stop`.
+    retstep: also return the step `(stop - start) / n`: NaN for `num == 0` and for
+      `num == 1` with `endpoint`.
+    dtype: result dtype (default: the inexact promotion of start and stop); integer dtypes
+      take the floor of the float samples.
+    axis: where the samples axis goes in the result (negative counts from the end).
+    device: a device or sharding to commit the samples to.
+
+  Returns:
+    `dtype[*s with num inserted at axis]`, or `(samples, step)` with `retstep`.
+
+  Raises:
+    ValueError: a negative `num`.
+    ConcretizationTypeError: a traced `num` or `axis`.
+    TypeError: `start` or `stop` not an array or scalar.
   """
   num = operator.index(check_concrete(num, "linspace", "num"))
+  axis = operator.index(check_concrete(axis, "linspace", "axis"))
+  if num < 0:   # NB: also checked in `_linspace`; here the message has no traceback note
+    raise ValueError(f"Number of samples, {num}, must be non-negative.")
+  out = _linspace(start, stop, num, endpoint, retstep, dtype, axis)
+  if device is None:
+    return out
+  if retstep:   # NB: as JAX's, only the samples are placed
+    return placed(out[0], device, None, "linspace"), out[1]
+  return placed(out, device, None, "linspace")
+
+
+@jit(static_argnames=("num", "endpoint", "retstep", "dtype", "axis"))
+def _linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+  """The body of `linspace` (jitted under this name, as JAX's)."""
   if num < 0:
-    raise ValueError(f"linspace: num must be non-negative, got {num}.")
-  start, stop = promote_dtypes_inexact(start, stop)
-  dt = dtype_of(start) if dtype is None else dtypes.canonicalize_dtype(dtype)
-  calc = dt if dtypes.is_inexact(dt) else dtypes.default_float_dtype()
-  start, stop = asarray(start, calc), asarray(stop, calc)
-  bshape = broadcast_shapes(shape_of(start), shape_of(stop))
-  start, stop = broadcast_to_shape(start, bshape), broadcast_to_shape(stop, bshape)
-  div = (num - 1) if endpoint else num
-  iota = lax.broadcasted_iota(calc, (num, *bshape), 0)
-  delta = subtract(stop, start)
-  step = divide(delta, div) if div > 0 else full_like(delta, np.nan)
-  # num == 1 with endpoint: step is NaN (as NumPy's retstep) but the sample is `start`.
-  out = add(expand_dims(start, 0),
-            multiply(iota, expand_dims(step if div > 0 else zeros_like(delta), 0)))
-  if endpoint and num > 1:
-    out = concatenate([out[:-1], expand_dims(stop, 0)], axis=0)
-  out = moveaxis(out, 0, axis)
-  out = out.astype(dt) if dt != calc else out
+    raise ValueError(f"Number of samples, {num}, must be non-negative.")
+  start, stop = ensure_arraylike("linspace", start, stop)
+  dt = (to_inexact_dtype(dtypes.result_type(start, stop)) if dtype is None
+        else dtypes.canonicalize_dtype(dtype))
+  calc = to_inexact_dtype(dt)
+  start, stop = astype(start, calc), astype(stop, calc)
+  bshape = list(broadcast_shapes(shape_of(start), shape_of(stop)))
+  start_b, stop_b = broadcast_to(start, bshape), broadcast_to(stop, bshape)
+  if axis < 0:
+    axis += len(bshape) + 1
+  out_shape = [*bshape[:axis], 1, *bshape[axis:]]
+  n = num - 1 if endpoint else num
+  if num > 1:
+    step = divide(lax.convert_element_type(subtract(stop, start), calc), np.asarray(n, calc))
+    rdt = real_dtype(calc)
+    t = reshape(lax.iota(rdt, n),
+                [n if i == axis else 1 for i in builtins.range(len(out_shape))])
+    t = astype(divide(t, np.asarray(n, rdt)), calc)
+    out = add(multiply(reshape(start_b, out_shape), subtract(1, t)),
+              multiply(reshape(stop_b, out_shape), t))
+    if endpoint:
+      out = lax.concatenate([out, lax.expand_dims(stop_b, (axis,))], axis % ndim_of(out))
+  elif num == 1:
+    step = asarray(np.nan if endpoint else subtract(stop, start), calc)
+    out = reshape(start_b, out_shape)
+  else:   # num == 0: an empty array, as NumPy
+    step = full((), np.nan, calc)
+    out = empty([*bshape[:axis], 0, *bshape[axis:]], dt)
+  if dtypes.is_integer(dt) and not dtypes.is_integer(dtype_of(out)):
+    out = lax.floor(out)
+  out = lax.convert_element_type(out, dt)
   return (out, step) if retstep else out
 
 
 def logspace(start: ArrayLike, stop: ArrayLike, num: int = 50, endpoint: bool = True,
              base: ArrayLike = 10.0, dtype: Any = None, axis: int = 0) -> Array:
-  """`base ** linspace(start, stop, num, endpoint)`; dtype: the inexact promotion of
-  start and stop unless given."""
+  """`base ** linspace(start, stop, num, endpoint, axis=axis)`, as JAX's numpy (the jitted
+  `_logspace`; `base` may be traced).
+
+  Args:
+    start, stop: exponents, array-likes of broadcast-compatible shapes `s`.
+    num, endpoint, axis: as `linspace`.
+    base: the base, an array-like broadcastable against the samples.
+    dtype: result dtype (default: the inexact promotion of start and stop).
+
+  Returns:
+    `dtype[*s with num inserted at axis]`.
+
+  Raises:
+    As `linspace`.
+  """
   num = operator.index(check_concrete(num, "logspace", "num"))
-  dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else to_inexact_dtype(
-      dtypes.result_type(start, stop))
+  axis = operator.index(check_concrete(axis, "logspace", "axis"))
+  return _logspace(start, stop, num, endpoint, base, dtype, axis)
+
+
+@jit(static_argnames=("num", "endpoint", "dtype", "axis"))
+def _logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
+  """The body of `logspace` (jitted under this name, as JAX's)."""
+  start, stop = ensure_arraylike("logspace", start, stop)
+  dt = (to_inexact_dtype(dtypes.result_type(start, stop)) if dtype is None
+        else dtypes.canonicalize_dtype(dtype))
   calc = to_inexact_dtype(dt)
-  lin = linspace(asarray(start, calc), asarray(stop, calc), num, endpoint=endpoint, axis=axis)
-  return lax.convert_element_type(power(as_array(base) if not isinstance(base, (int, float))
-                                        else base, lin), dt)
+  lin = linspace(astype(start, calc), astype(stop, calc), num, endpoint=endpoint, axis=axis)
+  return lax.convert_element_type(power(base, lin), dt)
 
 
 def geomspace(start: ArrayLike, stop: ArrayLike, num: int = 50, endpoint: bool = True,
               dtype: Any = None, axis: int = 0) -> Array:
-  """Numbers spaced evenly on a log scale from `start` to `stop` (same sign)."""
+  """Numbers spaced evenly on a log scale from `start` to `stop`, as JAX's numpy (the jitted
+  `_geomspace`): `sign(start) * logspace(log10(start / sign(start)),
+  log10(stop / sign(start)))`, so start and stop must have the same sign (else NaN).
+
+  Args:
+    start, stop: array-likes of broadcast-compatible shapes `s`, nonzero.
+    num, endpoint, axis: as `linspace`.
+    dtype: result dtype (default: the inexact promotion of start and stop).
+
+  Returns:
+    `dtype[*s with num inserted at axis]`.
+
+  Raises:
+    As `linspace`.
+  """
   num = operator.index(check_concrete(num, "geomspace", "num"))
-  dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else to_inexact_dtype(
-      dtypes.result_type(start, stop))
+  axis = operator.index(check_concrete(axis, "geomspace", "axis"))
+  return _geomspace(start, stop, num, endpoint, dtype, axis)
+
+
+@jit(static_argnames=("num", "endpoint", "dtype", "axis"))
+def _geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
+  """The body of `geomspace` (jitted under this name, as JAX's)."""
+  start, stop = ensure_arraylike("geomspace", start, stop)
+  dt = (to_inexact_dtype(dtypes.result_type(start, stop)) if dtype is None
+        else dtypes.canonicalize_dtype(dtype))
   calc = to_inexact_dtype(dt)
-  start, stop = asarray(start, calc), asarray(stop, calc)
+  start, stop = astype(start, calc), astype(stop, calc)
   sgn = sign(start)
   res = multiply(sgn, logspace(log10(divide(start, sgn)), log10(divide(stop, sgn)), num,
                                endpoint=endpoint, base=10.0, dtype=calc, axis=0))
+  axis = canonicalize_axis(axis, ndim_of(res), "geomspace")
   if axis != 0:
-    res = moveaxis(res, 0, axis)
+    res = lax.transpose(res, (*builtins.range(1, axis + 1), 0,
+                              *builtins.range(axis + 1, ndim_of(res))))
   return lax.convert_element_type(res, dt)
 
 
@@ -284,44 +386,76 @@ def fromfunction(function: Any, shape: Any, *, dtype: Any = float, **kwargs):
 # Manipulation that computes: rolls, repeats, padding, insertion and deletion, diagonals
 
 
+def _index_tuple(x) -> tuple[int, ...]:
+  """An int or a sequence of ints as a tuple (JAX's `_ensure_index_tuple`).
+
+  Raises:
+    TypeError: for anything else (a traced value among them)."""
+  if isinstance(x, Tracer):
+    raise TypeError("traced")
+  try:
+    return (operator.index(x),)
+  except TypeError:
+    return tuple(operator.index(i) for i in x)
+
+
 def roll(a: ArrayLike, shift: ArrayLike | Sequence[int],
          axis: int | Sequence[int] | None = None) -> Array:
-  """Rolls elements along `axis` by `shift` (elements leaving one end enter the other).
+  """Rolls elements along `axis` by `shift` (elements leaving one end enter the other), as
+  JAX's numpy: static shifts slice and concatenate (the jitted `_roll_static`); traced
+  shifts take a dynamic slice of the doubled array (the jitted `_roll_dynamic`).
 
   Args:
     a: array `T[*s]`.
-    shift: int or ints (one per axis, or broadcast); may be traced.
-    axis: axis or axes; None rolls the flattened array and restores the shape.
+    shift: an int or ints (one per axis, or broadcast against them); may be traced.
+    axis: an axis or axes; None rolls the flattened array and restores the shape.
 
   Returns:
     `T[*s]`.
+
+  Raises:
+    TypeError: `a` not an array or scalar (a list).
+    ValueError: an out-of-range axis; shifts and axes that do not broadcast (or are not
+      scalars or 1-D).
   """
-  a = as_array(a)
+  arr = ensure_arraylike("roll", a)
   if axis is None:
-    return reshape(roll(ravel(a), shift, 0), shape_of(a))
-  axes = axis_tuple(axis, ndim_of(a), "roll")
-  if isinstance(shift, Tracer):
-    shifts = [shift] if ndim_of(shift) == 0 else [shift[i] for i in range(shape_of(shift)[0])]
-  else:
-    shifts = [int(s) for s in np.ravel(np.asarray(shift))]
-  axes_b, shifts_b = (axes, shifts) if len(axes) == len(shifts) else (
-      (axes * len(shifts), shifts * len(axes)) if 1 in (len(axes), len(shifts)) else
-      (None, None))
-  if axes_b is None:
-    raise ValueError(f"roll: shift {shift} and axis {axis} do not broadcast.")
-  for ax, s in zip(axes_b, shifts_b):
+    return reshape(roll(ravel(arr), shift, 0), shape_of(arr))
+  axis = tuple(canonicalize_axis(ax, ndim_of(arr), "roll") for ax in _index_tuple(axis))
+  try:
+    shift = _index_tuple(shift)
+  except TypeError:
+    return _roll_dynamic(arr, asarray(shift), axis)
+  return _roll_static(arr, shift, axis)
+
+
+@jit(static_argnums=(1, 2))
+def _roll_static(a, shift, axis):
+  """`roll` by static shifts (jitted under this name, as JAX's): one slice-and-concatenate
+  per axis."""
+  for ax, s in zip(*np.broadcast_arrays(axis, shift)):
     n = shape_of(a)[ax]
     if n == 0:
       continue
-    if isinstance(s, Tracer):
-      s = remainder(s, n)
-      doubled = lax.concatenate([a, a], ax)
-      start = lax.sub(np.asarray(n, dtype_of(s))[()], lax.convert_element_type(s, dtype_of(s)))
-      a = lax.dynamic_slice_in_dim(doubled, start, n, ax)
-    else:
-      i = (-s) % n
-      if i:
-        a = lax.concatenate([slice_axis(a, i, n, ax), slice_axis(a, 0, i, ax)], ax)
+    i = int((-s) % n)
+    a = lax.concatenate([lax.slice_in_dim(a, i, n, axis=int(ax)),
+                         lax.slice_in_dim(a, 0, i, axis=int(ax))], int(ax))
+  return a
+
+
+@jit(static_argnums=(2,))
+def _roll_dynamic(a, shift, axis):
+  """`roll` by traced shifts (jitted under this name, as JAX's): per axis, the window of
+  `a` concatenated with itself that starts at `n - shift mod n`."""
+  b_shape = broadcast_shapes(shape_of(shift), np.shape(axis))
+  if len(b_shape) != 1:
+    raise ValueError("'shift' and 'axis' arguments to roll must be scalars or 1D arrays")
+  for x, i in zip(broadcast_to(shift, b_shape), np.broadcast_to(axis, b_shape)):
+    i = int(i)
+    n = asarray(shape_of(a)[i], dtypes.int32)
+    x = remainder(lax.convert_element_type(x, dtypes.int32), lax.max(n, np.int32(1)))
+    doubled = lax.concatenate([a, a], i)
+    a = lax.dynamic_slice_in_dim(doubled, lax.sub(n, x), shape_of(a)[i], axis=i)
   return a
 
 
@@ -817,26 +951,41 @@ def _diagonal_mask(n: int, m: int, offset):
 # Differences and integrals
 
 
+@jit(static_argnames=("n", "axis"))
 def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = None,
          append: ArrayLike | None = None) -> Array:
-  """The n-th discrete difference along `axis`: `out[i] = a[i+1] - a[i]`, applied `n`
-  times (`!=` for bool).
+  """The n-th discrete difference along `axis`: `out[i] = a[i+1] - a[i]` (`!=` for bool),
+  applied `n` times. Jitted as JAX's (`jit[name=diff]`, static `n` and `axis`).
+
+  Args:
+    a: array `T[*s]`, at least 1-D.
+    n: the number of differences (static, non-negative); beyond the axis length the
+      result is empty.
+    axis: the axis (static).
+    prepend, append: values put before / after `a` along `axis` first (scalars broadcast
+      to one slice).
+
+  Returns:
+    `T[*s]` with `s[axis]` reduced by `n` (after the prepended and appended values).
 
   Raises:
     ValueError: for negative `n` or 0-d input.
+    TypeError: `a`, `prepend` or `append` not an array or scalar (a list).
   """
-  arr = as_array(a)
+  arr = ensure_arraylike("diff", a)
   n = operator.index(check_concrete(n, "diff", "n"))
+  axis = operator.index(check_concrete(axis, "diff", "axis"))
   if n == 0:
     return arr
   if n < 0:
     raise ValueError(f"order must be non-negative but got {n}")
   if ndim_of(arr) == 0:
     raise ValueError(f"diff requires input that is at least one dimensional; got {a}")
-  axis = canonicalize_axis(axis, ndim_of(arr), "diff")
+  nd = ndim_of(arr)
+  axis = canonicalize_axis(axis, nd, "diff")
 
   def part(extra):
-    extra = as_array(extra)
+    extra = ensure_arraylike("diff", extra)
     if ndim_of(extra) == 0:
       extra = broadcast_to(extra, tuple(1 if i == axis else d
                                         for i, d in enumerate(shape_of(arr))))
@@ -846,12 +995,11 @@ def diff(a: ArrayLike, n: int = 1, axis: int = -1, prepend: ArrayLike | None = N
       [part(append)] if append is not None else [])
   if len(parts) > 1:
     arr = concatenate(parts, axis)
-  for _ in range(n):
-    m = shape_of(arr)[axis]
-    # NB: n beyond the axis length leaves it empty (as NumPy and JAX), never negative.
-    hi = slice_axis(arr, builtins.min(1, m), m, axis)
-    lo = slice_axis(arr, 0, builtins.max(m - 1, 0), axis)
-    arr = not_equal(hi, lo) if dtype_of(arr) == dtypes.bool_ else subtract(hi, lo)
+  hi = tuple(slice(1, None) if i == axis else slice(None) for i in builtins.range(nd))
+  lo = tuple(slice(None, -1) if i == axis else slice(None) for i in builtins.range(nd))
+  op = not_equal if dtype_of(arr) == dtypes.bool_ else subtract
+  for _ in builtins.range(n):
+    arr = op(arr[hi], arr[lo])
   return arr
 
 

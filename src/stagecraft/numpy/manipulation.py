@@ -19,10 +19,11 @@ from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.pjit import jit
 from stagecraft.numpy.array_creation import tri, zeros, zeros_like
-from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_tuple,
+from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar,
                                    broadcast_to_shape, canonical_shape, canonicalize_axis,
-                                   check_arraylike, check_concrete, const, dtype_of, ndim_of,
-                                   promote_dtypes, shape_of, slice_axis)
+                                   check_arraylike, check_concrete, const, dtype_of,
+                                   ensure_arraylike, ndim_of, promote_dtypes, shape_of,
+                                   slice_axis)
 from stagecraft.runtime.array import Array
 
 __all__ = ["shape", "ndim", "size", "reshape", "ravel", "expand_dims", "squeeze", "atleast_1d",
@@ -318,41 +319,81 @@ def rollaxis(a: ArrayLike, axis: int, start: int = 0) -> Array:
   return moveaxis(a, axis, start)
 
 
-def flip(m: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
-  """Reverses the order of elements along `axis` (all axes when None).
+def _static_axes(axis, name: str):
+  """`axis` as a hashable static argument: None, an int or a tuple of ints (JAX's
+  `_ensure_optional_axes`).
 
   Raises:
-    ValueError: for an out-of-range axis.
+    ConcretizationTypeError: a traced axis.
+    TypeError: a non-integer axis.
   """
-  m = as_array(m)
-  axes = tuple(range(ndim_of(m))) if axis is None else axis_tuple(axis, ndim_of(m), "flip")
-  return lax.rev(m, tuple(sorted(set(axes)))) if axes else m
+  if axis is None:
+    return None
+  check_concrete(axis, name, "axis")
+  try:
+    return operator.index(axis)
+  except TypeError:
+    return tuple(operator.index(i) for i in axis)
+
+
+def flip(m: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
+  """Reverses the order of elements along `axis` (all axes when None): one `rev`, jitted as
+  JAX's (`jit[name=_flip]`, static `axis`).
+
+  Args:
+    m: array `T[*s]`.
+    axis: an int, a sequence of ints or None (negative allowed).
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    TypeError: `m` not an array or scalar (a list).
+    ValueError: an out-of-range axis.
+  """
+  arr = ensure_arraylike("flip", m)
+  return _flip(arr, _static_axes(axis, "flip"))
+
+
+@jit(static_argnames=("axis",))
+def _flip(m, axis=None):
+  """The body of `flip` (jitted under this name, as JAX's): `rev` over the canonical axes,
+  in the order given."""
+  if axis is None:
+    return lax.rev(m, tuple(range(ndim_of(m))))
+  axes = (axis,) if isinstance(axis, int) else axis
+  return lax.rev(m, tuple(canonicalize_axis(a, ndim_of(m), "flip") for a in axes))
 
 
 def fliplr(m: ArrayLike) -> Array:
-  """Reverses axis 1 (left/right). Raises ValueError for fewer than 2 dimensions."""
-  m = as_array(m)
+  """Reverses axis 1 (left/right), as `flip(m, 1)`. Raises ValueError for fewer than 2
+  dimensions."""
+  m = ensure_arraylike("fliplr", m)
   if ndim_of(m) < 2:
     raise ValueError(f"fliplr requires an array of at least 2 dimensions, got {shape_of(m)}.")
-  return flip(m, 1)
+  return _flip(m, 1)
 
 
 def flipud(m: ArrayLike) -> Array:
-  """Reverses axis 0 (up/down). Raises ValueError for 0-d input."""
-  m = as_array(m)
+  """Reverses axis 0 (up/down), as `flip(m, 0)`. Raises ValueError for 0-d input."""
+  m = ensure_arraylike("flipud", m)
   if ndim_of(m) < 1:
     raise ValueError("flipud requires an array of at least 1 dimension, got a scalar.")
-  return flip(m, 0)
+  return _flip(m, 0)
 
 
+@jit(static_argnames=("k", "axes"))
 def rot90(m: ArrayLike, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Array:
   """Rotates by 90 degrees `k` times in the plane of `axes` (from the first axis towards
-  the second), as numpy.rot90.
+  the second), as numpy.rot90; jitted as JAX's (`jit[name=rot90]`, static `k` and `axes`):
+  a flip of the second axis and a transpose (k = 1), two flips (k = 2), or a transpose and
+  a flip (k = 3).
 
   Raises:
     ValueError: for fewer than 2 dimensions or equal axes.
+    TypeError: `m` not an array or scalar (a list).
   """
-  m = as_array(m)
+  m = ensure_arraylike("rot90", m)
   nd = ndim_of(m)
   if nd < 2:
     raise ValueError(f"rot90 requires its first argument to have ndim at least two, but got "
@@ -364,7 +405,7 @@ def rot90(m: ArrayLike, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Array:
   if k == 0:
     return m
   if k == 2:
-    return flip(m, (ax1, ax2))
+    return flip(flip(m, ax1), ax2)
   perm = list(range(nd))
   perm[ax1], perm[ax2] = perm[ax2], perm[ax1]
   return transpose(flip(m, ax2), perm) if k == 1 else flip(transpose(m, perm), ax2)

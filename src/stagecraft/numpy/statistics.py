@@ -4,8 +4,9 @@ forms), cov, corrcoef, histogram, histogram_bin_edges, bincount, digitize, inter
 Semantics follow JAX's numpy, and the functions JAX jits are jitted here under the same names
 with the same bodies, so traced programs print as JAX's: quantiles sort along the reduced
 axes (`lax.sort`) and gather the two nearest order statistics (NumPy's default 'linear'
-method and 'lower', 'higher', 'midpoint', 'nearest', 'inverted_cdf'); `bincount` is one
-scatter-add; histogram counts compare every element with every bin."""
+method and 'lower', 'higher', 'midpoint', 'nearest', 'inverted_cdf'); `bincount` and the
+histogram counts are one scatter-add; the histogram edges are a `linspace`; `interp` is the
+jitted `_interp`."""
 from __future__ import annotations
 
 import builtins
@@ -19,21 +20,20 @@ from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
 from stagecraft.numpy import reductions
 from stagecraft.numpy.array_constructors import asarray
-from stagecraft.numpy.array_creation import full, ones, ones_like, zeros, zeros_like
+from stagecraft.numpy.array_creation import full, ones_like, zeros, zeros_like
 from stagecraft.numpy.contractions import dot
-from stagecraft.numpy.indexing import take_along_axis, take_axis
+from stagecraft.numpy.index_tricks import ix_, ravel_multi_index
+from stagecraft.numpy.indexing import take_along_axis
 from stagecraft.numpy.lax_numpy import astype, diag, diff, linspace
 from stagecraft.numpy.manipulation import (atleast_2d, concatenate, expand_dims, ravel,
-                                           reshape, squeeze, stack, transpose)
+                                           reshape, squeeze, transpose)
 from stagecraft.numpy.sorting import searchsorted
 from stagecraft.numpy.ufuncs import (absolute, add, clip, conjugate, divide, equal, greater,
-                                     imag, isnan, less, less_equal, logical_and,
-                                     logical_not, logical_or, multiply, real, remainder,
-                                     sqrt, subtract, true_divide, where)
+                                     imag, isnan, less, multiply, real, remainder, sqrt,
+                                     subtract, true_divide, where)
 from stagecraft.numpy.util import (ArrayLike, as_array, axis_tuple, canonicalize_axis,
-                                   check_arraylike, check_concrete, const, dtype_of,
-                                   ensure_arraylike, ndim_of, promote_dtypes_inexact, shape_of,
-                                   slice_axis, to_inexact_dtype)
+                                   check_arraylike, check_concrete, dtype_of, ensure_arraylike,
+                                   ndim_of, promote_dtypes_inexact, shape_of, to_inexact_dtype)
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -467,17 +467,6 @@ def corrcoef(x: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, dtyp
   return re
 
 
-def _count_into(idx, length: int, weights):
-  """`out[k] = sum(weights[idx == k])` for k in [0, length): a compare-all reduction
-  (indices outside the range are dropped)."""
-  idx = ravel(idx)
-  n = shape_of(idx)[0]
-  hot = lax.eq(lax.broadcast_in_dim(idx, (length, n), (1,)),
-               lax.broadcasted_iota(dtype_of(idx), (length, n), 0))
-  w = lax.broadcast_in_dim(ravel(weights), (length, n), (1,))
-  return lax.reduce_sum(lax.select(hot, w, zeros_like(w)), (1,))
-
-
 def bincount(x: ArrayLike, weights: ArrayLike | None = None, minlength: int = 0, *,
              length: int | None = None, out_sharding: Any = None):
   """Counts of each value 0, 1, ... in the non-negative integer array `x` (weighted sums
@@ -536,67 +525,173 @@ def bincount(x: ArrayLike, weights: ArrayLike | None = None, minlength: int = 0,
 def histogram_bin_edges(a: ArrayLike, bins: ArrayLike = 10,
                         range: Sequence[ArrayLike] | None = None,
                         weights: ArrayLike | None = None):
-  """The edges of `bins` equal bins over `range` (default: [min(a), max(a)], widened by 0.5
-  on each side when empty); `bins` given as edges are returned as they are.
+  """The edges of the bins of `histogram`, as JAX's numpy (NumPy's default, equal widths).
+
+  Args:
+    a: the data, an array.
+    bins: the number of equal-width bins (a static int), or the edges themselves (`[k + 1]`,
+      returned converted to the inexact dtype of `a`).
+    range: `(lo, hi)` (default: `[min(a), max(a)]`); an empty range (`hi == lo`) is widened
+      by 0.5 on each side.
+    weights: unused (string `bins`, which would need them, are not supported).
+
+  Returns:
+    `[bins + 1]` edges `linspace(lo, hi, bins + 1)` in the inexact dtype of `a`.
 
   Raises:
     NotImplementedError: for string `bins`.
-    ValueError: for a malformed `range`.
+    TypeError: `a` or `bins` not an array or scalar (a list).
+    ValueError: a `range` that is not two scalars.
+    ConcretizationTypeError: a traced bin count.
   """
+  del weights   # NB: only string bins (unsupported, as in JAX) use the weights
   if isinstance(bins, str):
     raise NotImplementedError("string values for `bins` not implemented.")
-  arr = as_array(a)
+  check_arraylike("histogram_bin_edges", a, bins)
+  arr = asarray(a)
   dt = to_inexact_dtype(dtype_of(arr))
   if np.ndim(bins) == 1:
     return asarray(bins, dt)
   nbins = operator.index(check_concrete(bins, "histogram_bin_edges", "bins"))
   if range is None:
-    lo, hi = reductions.min(arr), reductions.max(arr)
-  else:
-    if np.shape(range) != (2,):
-      raise ValueError(f"`range` must be either None or a sequence of scalars, got {range}")
-    lo, hi = range
-  lo, hi = asarray(lo, dt), asarray(hi, dt)
-  same = equal(lo, hi)
-  lo = where(same, subtract(lo, const(lo, 0.5)), lo)
-  hi = where(same, add(hi, const(hi, 0.5)), hi)
+    range = [reductions.min(arr), reductions.max(arr)]
+  range = asarray(range, dt)
+  if np.shape(range) != (2,):
+    raise ValueError(f"`range` must be either None or a sequence of scalars, got {range}")
+  # NB: the spread is computed once per end, as in JAX's program
+  lo = where(equal(reductions.ptp(range), 0), subtract(range[0], 0.5), range[0])
+  hi = where(equal(reductions.ptp(range), 0), add(range[1], 0.5), range[1])
   return linspace(lo, hi, nbins + 1, dtype=dt)
 
 
 def histogram(a: ArrayLike, bins: ArrayLike = 10, range: Sequence[ArrayLike] | None = None,
               weights: ArrayLike | None = None, density: bool | None = None):
-  """A histogram of the flattened `a`.
+  """A histogram of the flattened `a`, as JAX's numpy: the bin of each value by
+  `searchsorted` on the edges, the counts by one scatter-add of the weights.
 
   Args:
     a: array of values (integers promote to the default float).
-    bins: the number of equal-width bins (static), or the bin edges `[k + 1]`.
+    bins: the number of equal-width bins (static), or the bin edges `[k + 1]` (an array).
     range: `(lo, hi)` for equal-width bins (default: the data's min and max).
     weights: optional weights shaped like `a`.
-    density: normalize so the histogram integrates to 1.
+    density: normalize so that the histogram integrates to 1 over the edges.
 
   Returns:
-    `(counts [k], edges [k + 1])`; counts have the (inexact) dtype of `a` or `weights`. The
-    last bin is closed, the others half-open; values outside the edges are not counted.
+    `(counts [k], edges [k + 1])`; counts have the (inexact) dtype of `a` and `weights`.
+    The last bin is closed, the others half-open; values outside the edges are not counted.
 
   Raises:
-    ValueError: if `weights` and `a` differ in shape.
+    TypeError: `a`, `bins` or `weights` not an array or scalar (a list).
+    ValueError: if `weights` and `a` differ in shape; as `histogram_bin_edges`.
   """
   if weights is None:
-    a, = (as_array(v) for v in promote_dtypes_inexact(a))
+    a, _ = ensure_arraylike("histogram", a, bins)
+    a, = promote_dtypes_inexact(a)
     weights = ones_like(a)
   else:
-    a, weights = as_array(a), as_array(weights)
+    a, _, weights = ensure_arraylike("histogram", a, bins, weights)
     if shape_of(a) != shape_of(weights):
       raise ValueError("weights should have the same shape as a.")
-    a, weights = (as_array(v) for v in promote_dtypes_inexact(a, weights))
+    a, weights = promote_dtypes_inexact(a, weights)
   edges = histogram_bin_edges(a, bins, range, weights)
   k = shape_of(edges)[0]
   idx = searchsorted(edges, a, side="right")
   idx = where(equal(a, edges[-1]), k - 1, idx)
-  counts = slice_axis(_count_into(idx, k + 1, weights), 1, k, 0)
+  counts = zeros(k, dtype_of(weights)).at[idx].add(weights)[1:]
   if density:
     counts = divide(divide(counts, diff(edges)), reductions.sum(counts))
   return counts, edges
+
+
+def histogram2d(x: ArrayLike, y: ArrayLike, bins: Any = 10, range: Sequence[Any] | None = None,
+                weights: ArrayLike | None = None, density: bool | None = None):
+  """A 2-D histogram of the points `(x[i], y[i])`, as JAX's numpy (`histogramdd` of the
+  `[N, 2]` sample).
+
+  Args:
+    x, y: `[N]` coordinates.
+    bins: an int (for both), a pair (one int or edge array each), or one edge array (for
+      both).
+    range, weights, density: as `histogramdd`.
+
+  Returns:
+    `(counts [bx, by], xedges [bx + 1], yedges [by + 1])`.
+
+  Raises:
+    As `histogramdd`.
+  """
+  x, y = ensure_arraylike("histogram2d", x, y)
+  try:
+    n = len(bins)
+  except TypeError:
+    n = 1
+  if n not in (1, 2):
+    bins = [asarray(bins)] * 2
+  counts, edges = histogramdd(transpose(asarray([x, y])), bins, range, weights, density)
+  return counts, edges[0], edges[1]
+
+
+def histogramdd(sample: ArrayLike, bins: Any = 10, range: Sequence[Any] | None = None,
+                weights: ArrayLike | None = None, density: bool | None = None):
+  """A D-dimensional histogram of the points `sample` (`[N, D]`), as JAX's numpy: the bin
+  of each coordinate by `searchsorted` on that dimension's edges (the outside ones counting
+  as bins 0 and k + 1), a flat index of the D bins (`ravel_multi_index`), a `bincount` of
+  it (weighted), and the inner bins kept.
+
+  Args:
+    sample: `[N, D]` points (integers promote to the default float).
+    bins: an int (bins per dimension), or one int or edge array per dimension.
+    range: None, or per dimension `(lo, hi)` or None.
+    weights: optional `[N]` weights.
+    density: normalize to a probability density (divided by the total and the bin volumes).
+
+  Returns:
+    `(counts [b_1, ..., b_D], [edges_1 [b_1 + 1], ..., edges_D [b_D + 1]])`; counts of the
+    default int dtype, or the weights' (inexact) dtype, or the sample's with `density`.
+
+  Raises:
+    TypeError: `sample` or `weights` not an array or scalar (a list).
+    ValueError: mismatched `bins`, `range` or `weights`.
+  """
+  if weights is None:
+    sample = ensure_arraylike("histogramdd", sample)
+    sample, = promote_dtypes_inexact(sample)
+  else:
+    sample, weights = ensure_arraylike("histogramdd", sample, weights)
+    if np.shape(weights) != np.shape(sample)[:1]:
+      raise ValueError("should have one weight for each sample.")
+    sample, weights = promote_dtypes_inexact(sample, weights)
+  n, d = shape_of(sample)
+  if range is not None and (len(range) != d or builtins.any(
+      r is not None and np.shape(r)[0] != 2 for r in range)):
+    raise ValueError(f"For sample.shape={(n, d)}, range must be a sequence of {d} pairs or "
+                     f"Nones; got {range=}")
+  try:
+    bins_per_dim = list(bins)
+  except TypeError:
+    bins_per_dim = [bins] * d
+  else:
+    if len(bins_per_dim) != d:
+      raise ValueError("should be a bin for each dimension.")
+  idx_by_dim, edges_by_dim = [], []
+  for i in builtins.range(d):
+    # NB: the column is indexed anew at each use, as in JAX's program
+    edges = histogram_bin_edges(sample[:, i], bins_per_dim[i],
+                                None if range is None else range[i], weights)
+    idx = searchsorted(edges, sample[:, i], side="right")
+    idx_by_dim.append(where(equal(sample[:, i], edges[-1]), subtract(idx, 1), idx))
+    edges_by_dim.append(edges)
+  nbins = tuple(shape_of(e)[0] + 1 for e in edges_by_dim)
+  widths = [diff(e) for e in edges_by_dim]
+  flat = ravel_multi_index(tuple(idx_by_dim), nbins, mode="clip")
+  counts = reshape(bincount(flat, weights, length=math.prod(nbins)), nbins)
+  counts = counts[(slice(1, -1),) * d]
+  if density:
+    counts = astype(counts, dtype_of(sample))
+    counts = divide(counts, reductions.sum(counts))
+    for w in ix_(*widths):
+      counts = divide(counts, w)
+  return counts, edges_by_dim
 
 
 @jit(static_argnames=("right", "method"))
@@ -629,14 +724,65 @@ def digitize(x: ArrayLike, bins: ArrayLike, right: bool = False, *, method: str 
                b.shape[0] - searchsorted(b[::-1], x, side=side, **kw))
 
 
+def _interp(x, xp, fp, left=None, right=None, period=None):
+  """The body of `interp` (jitted under this name, as JAX's): the segment of each query by
+  `searchsorted`, then `fp[i-1] + (x - xp[i-1]) / (xp[i] - xp[i-1]) * (fp[i] - fp[i-1])`
+  (the left value itself on a segment of zero width, so no NaN derivative)."""
+  x, xp, fp = ensure_arraylike("interp", x, xp, fp)
+  if shape_of(xp) != shape_of(fp) or ndim_of(xp) != 1:
+    raise ValueError("xp and fp must be one-dimensional arrays of equal size")
+  x, xp = promote_dtypes_inexact(x, xp)
+  fp, = promote_dtypes_inexact(fp)
+  extrapolate = {}
+  for name, v in (("left", left), ("right", right)):
+    if isinstance(v, str) and v != "extrapolate":
+      raise ValueError(f"the only valid string value of `{name}` is 'extrapolate', but got: "
+                       f"{v!r}")
+    extrapolate[name] = isinstance(v, str)
+  if dtypes.is_complex(dtype_of(x)):
+    raise ValueError("jnp.interp: complex x values not supported.")
+  if period is not None:
+    if np.ndim(period) != 0:
+      raise ValueError(f"period must be a scalar; got {period}")
+    period = absolute(period)
+    x, xp = remainder(x, period), remainder(xp, period)
+    xp, fp = lax.sort_key_val(xp, fp)
+    xp = concatenate([subtract(xp[-1:], period), xp, add(xp[:1], period)])
+    fp = concatenate([fp[-1:], fp, fp[:1]])
+  i = clip(searchsorted(xp, x, side="right"), 1, shape_of(xp)[0] - 1)
+  df = subtract(fp[i], fp[subtract(i, 1)])
+  dx = subtract(xp[i], xp[subtract(i, 1)])
+  delta = subtract(x, xp[subtract(i, 1)])
+  eps = np.spacing(np.finfo(dtype_of(xp)).eps)
+  dx0 = lax.abs(dx) <= eps
+  f = where(dx0, fp[subtract(i, 1)],
+            add(fp[subtract(i, 1)], multiply(divide(delta, where(dx0, 1, dx)), df)))
+  # NB: the fill values are taken (`fp[0]`, `fp[-1]`) also where `period` leaves them
+  # unused, as in JAX's program
+  if not extrapolate["left"]:
+    left_value = fp[0] if left is None else left
+    if period is None:
+      f = where(less(x, xp[0]), left_value, f)
+  if not extrapolate["right"]:
+    right_value = fp[-1] if right is None else right
+    if period is None:
+      f = where(greater(x, xp[-1]), right_value, f)
+  return f
+
+
+_INTERP_JITS: dict = {}
+
+
 def interp(x: ArrayLike, xp: ArrayLike, fp: ArrayLike, left: ArrayLike | str | None = None,
            right: ArrayLike | str | None = None, period: ArrayLike | None = None):
-  """Piecewise-linear interpolation of the points `(xp, fp)` at `x`.
+  """Piecewise-linear interpolation of the points `(xp, fp)` at `x` (numpy.interp), as JAX's
+  numpy: the jitted `_interp`, with `left`, `right` and `period` static where they are None
+  or strings, traced otherwise. Differentiable in `x`, `xp` and `fp`.
 
   Args:
-    x: query points `[*q]`.
-    xp: increasing sample points `[n]` (sorted first when `period` is given).
-    fp: sample values `[n]`.
+    x: query points `[*q]` (real).
+    xp: increasing sample points `[n]` (any order with `period`: they are sorted).
+    fp: sample values `[n]` (may be complex).
     left, right: values below `xp[0]` / above `xp[-1]` (default: `fp[0]` / `fp[-1]`), or
       'extrapolate' to extend the end segments.
     period: the period of periodic `x` (then `left`/`right` are ignored).
@@ -645,116 +791,13 @@ def interp(x: ArrayLike, xp: ArrayLike, fp: ArrayLike, left: ArrayLike | str | N
     `[*q]`, the inexact promotion of `fp`.
 
   Raises:
-    ValueError: for `xp`, `fp` not 1-D of one size, complex `x`, a bad string, or a
-      non-scalar period.
+    TypeError: an argument that is not an array or scalar (a list).
+    ValueError: `xp`, `fp` not 1-D of one size, complex `x`, a string other than
+      'extrapolate', or a non-scalar period.
   """
-  x, xp, fp = as_array(x), as_array(xp), as_array(fp)
-  if shape_of(xp) != shape_of(fp) or ndim_of(xp) != 1:
-    raise ValueError("xp and fp must be one-dimensional arrays of equal size")
-  x, xp = (as_array(v) for v in promote_dtypes_inexact(x, xp))
-  fp, = (as_array(v) for v in promote_dtypes_inexact(fp))
-  ext = {}
-  for nm, v in (("left", left), ("right", right)):
-    if isinstance(v, str) and v != "extrapolate":
-      raise ValueError(f"the only valid string value of `{nm}` is 'extrapolate', got: {v!r}")
-    ext[nm] = isinstance(v, str)
-  if dtypes.is_complex(dtype_of(x)):
-    raise ValueError("jnp.interp: complex x values not supported.")
-  if period is not None:
-    if np.ndim(period) != 0:
-      raise ValueError(f"period must be a scalar; got {period}")
-    period = absolute(as_array(period))
-    x, xp = remainder(x, period), remainder(xp, period)
-    xp, fp = lax.sort_key_val(xp, fp)
-    xp = concatenate([subtract(xp[-1:], period), xp, add(xp[:1], period)])
-    fp = concatenate([fp[-1:], fp, fp[:1]])
-  n = shape_of(xp)[0]
-  i = clip(searchsorted(xp, x, side="right"), 1, n - 1)
-  flat = ravel(i)
-
-  def at(v, idx):
-    return reshape(take_axis(v, idx, 0), shape_of(x))
-
-  im1 = subtract(flat, 1)
-  fp_i, fp_im1, xp_i, xp_im1 = at(fp, flat), at(fp, im1), at(xp, flat), at(xp, im1)
-  df = subtract(fp_i, fp_im1)
-  dx = subtract(xp_i, xp_im1)
-  delta = subtract(x, xp_im1)
-  eps = np.spacing(np.finfo(dtype_of(xp)).eps)
-  dx0 = less_equal(absolute(dx), eps)
-  f = where(dx0, fp_im1, add(fp_im1, multiply(
-      divide(delta, where(dx0, const(dx, 1), dx)), df)))
-  if period is None:
-    if not ext["left"]:
-      f = where(less(x, xp[0]), fp[0] if left is None else left, f)
-    if not ext["right"]:
-      f = where(greater(x, xp[-1]), fp[-1] if right is None else right, f)
-  return f
-
-
-def histogramdd(sample: ArrayLike, bins: Any = 10, range: Sequence[Any] | None = None,
-                weights: ArrayLike | None = None, density: bool | None = None):
-  """A D-dimensional histogram of the points `sample` (`[N, D]`).
-
-  Args:
-    bins: an int (bins per dimension), or one int or edge array per dimension.
-    range: per dimension `(lo, hi)` or None.
-    weights: optional `[N]` weights.
-    density: normalize to a probability density.
-
-  Returns:
-    `(counts [b_1, ..., b_D], [edges_1, ..., edges_D])`.
-
-  Raises:
-    ValueError: for mismatched `bins`/`range` lengths or weights.
-  """
-  sample = as_array(sample)
-  if ndim_of(sample) == 1:
-    sample = expand_dims(sample, 1)
-  N, D = shape_of(sample)
-  if weights is not None and shape_of(as_array(weights)) != (N,):
-    raise ValueError("should have one weight for each sample.")
-  if isinstance(bins, int) or np.ndim(bins) == 0 and not isinstance(bins, (list, tuple)):
-    bins = [bins] * D
-  if len(bins) != D:
-    raise ValueError("should be a bin for each dimension.")
-  if range is None:
-    range = [None] * D
-  if len(range) != D:
-    raise ValueError("should be a range for each dimension.")
-  edges, idx, bad, nb = [], None, None, []
-  for i in builtins.range(D):
-    col = sample[:, i]
-    e = histogram_bin_edges(col, bins[i], range[i], weights)
-    k = shape_of(e)[0]
-    j = searchsorted(e, col, side="right")
-    j = where(equal(col, e[-1]), k - 1, j)
-    # Outside the edges (j == 0 or j == k): dropped, via an out-of-range flat index.
-    inside = logical_and(greater(j, 0), less(j, k))
-    j = subtract(j, 1)
-    idx = j if idx is None else add(multiply(idx, k - 1), j)
-    bad = logical_not(inside) if bad is None else logical_or(bad, logical_not(inside))
-    edges.append(e)
-    nb.append(k - 1)
-  total = math.prod(nb)
-  idx = where(bad, total, idx)
-  w = ones((N,), dtypes.default_int_dtype()) if weights is None else as_array(weights)
-  counts = reshape(_count_into(idx, total, w), tuple(nb))
-  if density:
-    counts = divide(counts, reductions.sum(counts))
-    for i, e in enumerate(edges):
-      shape = [1] * D
-      shape[i] = nb[i]
-      counts = divide(counts, reshape(diff(e), tuple(shape)))
-  return counts, edges
-
-
-def histogram2d(x: ArrayLike, y: ArrayLike, bins: Any = 10, range: Sequence[Any] | None = None,
-                weights: ArrayLike | None = None, density: bool | None = None):
-  """A 2-D histogram of the points `(x, y)`: `(counts, xedges, yedges)` (see
-  `histogramdd`)."""
-  x, y = (as_array(v) for v in promote_dtypes_inexact(as_array(x), as_array(y)))
-  if not isinstance(bins, int) and np.ndim(bins) == 1 and len(bins) != 2:
-    bins = [bins, bins]
-  counts, (ex, ey) = histogramdd(stack([x, y], axis=1), bins, range, weights, density)
-  return counts, ex, ey
+  static = tuple(name for name, v in (("left", left), ("right", right), ("period", period))
+                 if v is None or (name != "period" and isinstance(v, str)))
+  fn = _INTERP_JITS.get(static)
+  if fn is None:
+    fn = _INTERP_JITS[static] = jit(_interp, static_argnames=static)
+  return fn(x, xp, fp, left, right, period)

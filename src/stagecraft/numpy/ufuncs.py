@@ -801,13 +801,18 @@ def _log2(x):
   return lax.div(out, lax.log(np.asarray(2, dtype_of(x))[()]))
 
 
+# log10(e) = 1 / ln(10) correctly rounded to float64, the constant JAX's log10 multiplies by
+# (the float64 quotient `1 / np.log(10)` is one ulp above it).
+_LOG10_E = 0.4342944819032518
+
+
 def _log10(x):
   out = lax.log(x)
   if dtypes.is_complex(dtype_of(x)):   # NB: as in _log2
     re, im = lax.real(out), lax.imag(out)
-    c = np.asarray(1 / np.log(10), dtypes.finfo(dtype_of(x)).dtype)[()]
+    c = np.asarray(_LOG10_E, dtypes.finfo(dtype_of(x)).dtype)[()]
     return lax.complex(lax.mul(re, c), lax.mul(im, c))
-  return lax.mul(out, np.asarray(1 / np.log(10), dtype_of(x))[()])
+  return lax.mul(out, np.asarray(_LOG10_E, dtype_of(x))[()])
 
 
 log2 = _unary_ufunc("log2", _log2, promote_dtypes_inexact, "Base-2 logarithm")

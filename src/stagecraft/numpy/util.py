@@ -250,7 +250,9 @@ def axis_tuple(axis, ndim: int, name: str) -> tuple[int, ...]:
 
 
 def reduction_axes(axis, ndim: int, name: str) -> tuple[int, ...]:
-  """The sorted canonical axes a reduction over `axis` reduces (all of them for None).
+  """The canonical axes a reduction over `axis` reduces, in the order given (all of them,
+  ascending, for None): JAX's numpy keeps that order in the `axes` param of its reductions
+  (`reduce_sum[axes=(2, 0)]` for `sum(x, axis=(2, -3))`).
 
   Raises:
     ValueError: for an out-of-range or repeated axis.
@@ -259,7 +261,7 @@ def reduction_axes(axis, ndim: int, name: str) -> tuple[int, ...]:
     return tuple(range(ndim))
   if isinstance(axis, (int, np.integer)):
     axis = (axis,)
-  out = tuple(sorted(canonicalize_axis(a, ndim, name) for a in axis))
+  out = tuple(canonicalize_axis(a, ndim, name) for a in axis)
   if len(set(out)) != len(out):
     raise ValueError(f"{name}: duplicate value in 'axis': {axis}.")
   return out
