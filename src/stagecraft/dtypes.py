@@ -285,9 +285,10 @@ def _dtype_and_weak(x: Any):
     # As JAX, canonicalize inputs before the join (x64 off: int8 with uint64 is int8 with uint32).
     dt = canonicalize_dtype(dt)
     return dt, _kind_of(dt, bool(weak))
-  if x in python_scalar_kind:   # the types bool, int, float, complex: strong, as in JAX
-    d = python_scalar_dtype(x)
-    return d, d
+  if x in python_scalar_kind:   # the types int, float, complex are weak, as in JAX; bool
+    if x is bool:               # is strong
+      return bool_, bool_
+    return None, python_scalar_kind[x]
   d = canonicalize_dtype(x)
   return d, d
 

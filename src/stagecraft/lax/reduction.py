@@ -158,10 +158,11 @@ reduce_xor_p = _reduction("reduce_xor", "stablehlo.xor", or_identity, _check_log
 
 
 def _normalize_axes(axes: Sequence[int]) -> tuple[int, ...]:
-  # NB: sorted, but negative and duplicate axes are kept so the abstract eval reports them.
+  # NB: in the order given (as JAX's params); negative and duplicate axes are kept so the
+  # abstract eval reports them.
   if isinstance(axes, (int, np.integer)):
     axes = (axes,)
-  return tuple(sorted(int(a) for a in axes))
+  return tuple(int(a) for a in axes)
 
 
 def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str):
