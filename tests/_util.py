@@ -169,3 +169,67 @@ def assert_like_jax(got, want, name: str = "", *, rtol: float = 1e-5,
     r = 2e-3 if g.dtype == np.float16 else rtol
     np.testing.assert_allclose(np.asarray(g, np.complex128), np.asarray(w, np.complex128),
                                rtol=r, atol=atol, equal_nan=True, err_msg=name)
+
+
+def jnp_printing_tests(cases: dict, x64_cases, known: dict | None = None, *,
+                       value_cases=None, x64_value_cases=None, x64_narrow_too: bool = True,
+                       rtol: float = 1e-5, atol: float = 1e-5,
+                       x64_tol: float | None = None) -> dict:
+  """The test functions shared by the jnp printing corpora (`tests/test_jnp_*`), for a
+  module to add with `globals().update(...)`:
+
+  - `test_printed_jaxpr_equals_jax` / `_x64`: `cases` (name -> (mk, args), `mk(np_module)`
+    the program) print as JAX's, x64 off and, for `x64_cases`, on (float32 args widened);
+  - `test_known_difference_still_differs`: the `known` programs (name -> (mk, args)) still
+    print differently, so a fix shows up as a failure asking to move the case;
+  - `test_eager_and_jit_values_like_jax`: eager and jitted values of `value_cases` (default:
+    every case, known ones included) match JAX's (shape, dtype, weak type, values);
+  - `test_values_like_jax_x64`: so under x64 for `x64_value_cases` (default `x64_cases`),
+    with the float32 args too when `x64_narrow_too`, within `x64_tol` (default: `rtol`,
+    `atol`)."""
+  import jax
+  import jax.numpy as jjnp
+  import stagecraft as sc
+  import stagecraft.numpy as snp
+  known = known or {}
+  every = {**cases, **known}
+  value_cases = sorted(every) if value_cases is None else value_cases
+  x64_value_cases = list(x64_cases) if x64_value_cases is None else x64_value_cases
+
+  @pytest.mark.parametrize("name", sorted(cases))
+  def test_printed_jaxpr_equals_jax(name):
+    ours, theirs = jaxpr_texts(*cases[name])
+    assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
+
+  @pytest.mark.parametrize("name", list(x64_cases))
+  def test_printed_jaxpr_equals_jax_x64(name):
+    mk, args = cases[name]
+    ours, theirs = jaxpr_texts(mk, as_x64(args), x64=True)
+    assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
+
+  @pytest.mark.parametrize("name", sorted(known))
+  def test_known_difference_still_differs(name):
+    ours, theirs = jaxpr_texts(*known[name])
+    assert ours != theirs, f"{name} now prints as JAX's: move it to the cases"
+
+  @pytest.mark.parametrize("name", value_cases)
+  def test_eager_and_jit_values_like_jax(name):
+    mk, args = every[name]
+    want = mk(jjnp)(*args)
+    assert_like_jax(mk(snp)(*args), want, name, rtol=rtol, atol=atol)
+    assert_like_jax(sc.jit(mk(snp))(*args), want, name, rtol=rtol, atol=atol)
+
+  @pytest.mark.parametrize("name", x64_value_cases)
+  def test_values_like_jax_x64(name):
+    mk, args = cases[name]
+    with sc.enable_x64(), jax.enable_x64(True):
+      for a in ((args, as_x64(args)) if x64_narrow_too else (as_x64(args),)):
+        assert_like_jax(mk(snp)(*a), mk(jjnp)(*a), name,
+                        rtol=rtol if x64_tol is None else x64_tol,
+                        atol=atol if x64_tol is None else x64_tol)
+
+  tests = [test_printed_jaxpr_equals_jax, test_printed_jaxpr_equals_jax_x64,
+           test_eager_and_jit_values_like_jax, test_values_like_jax_x64]
+  if known:
+    tests.append(test_known_difference_still_differs)
+  return {t.__name__: t for t in tests}

@@ -23,7 +23,7 @@ import stagecraft as sc
 import stagecraft.numpy as jnp
 from stagecraft.test_util import check_grads
 
-from _util import as_x64, assert_like_jax, jaxpr_texts
+from _util import assert_like_jax, jnp_printing_tests
 
 _RNG = np.random.default_rng(1)
 F = _RNG.standard_normal((3, 4)).astype(np.float32)
@@ -178,47 +178,11 @@ X64_CASES = ["heaviside_scalar", "fmod_int_scalar", "remainder_int", "floor_divi
              "nansum_initial_where"]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_printed_jaxpr_equals_jax(name):
-  ours, theirs = jaxpr_texts(*CASES[name])
-  assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
-
-
-@pytest.mark.parametrize("name", X64_CASES)
-def test_printed_jaxpr_equals_jax_x64(name):
-  mk, args = CASES[name]
-  ours, theirs = jaxpr_texts(mk, as_x64(args), x64=True)
-  assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
-
-
-@pytest.mark.xfail(strict=True, reason="printing bugs outside numpy/ (see PRINT_XFAIL)")
-@pytest.mark.parametrize("name", sorted(PRINT_XFAIL))
-def test_printed_jaxpr_known_differences(name):
-  ours, theirs = jaxpr_texts(*PRINT_XFAIL[name])
-  assert ours == theirs
+globals().update(jnp_printing_tests(CASES, X64_CASES, PRINT_XFAIL, rtol=2e-6, atol=1e-6))
 
 
 def _assert_like(got, want, name):
   assert_like_jax(got, want, name, rtol=2e-6, atol=1e-6)
-
-
-ALL = {**CASES, **PRINT_XFAIL}
-
-
-@pytest.mark.parametrize("name", sorted(ALL))
-def test_eager_and_jit_values_like_jax(name):
-  mk, args = ALL[name]
-  want = mk(jjnp)(*args)
-  _assert_like(mk(jnp)(*args), want, name)
-  _assert_like(sc.jit(mk(jnp))(*args), want, name)
-
-
-@pytest.mark.parametrize("name", X64_CASES)
-def test_values_like_jax_x64(name):
-  mk, args = CASES[name]
-  with sc.enable_x64(), jax.enable_x64(True):
-    for a in (args, as_x64(args)):
-      _assert_like(mk(jnp)(*a), mk(jjnp)(*a), name)
 
 
 # Python scalars (weak types) in and out.

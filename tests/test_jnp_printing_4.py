@@ -23,7 +23,7 @@ import stagecraft.numpy as jnp
 from stagecraft.lax.sort import eq_to_p, le_to_p, lt_to_p
 from stagecraft.test_util import check_grads
 
-from _util import as_x64, assert_like_jax, jaxpr_texts
+from _util import as_x64, assert_like_jax, jnp_printing_tests
 
 _RNG = np.random.default_rng(4)
 F = _RNG.standard_normal((3, 4)).astype(np.float32)
@@ -182,42 +182,8 @@ KNOWN_DIFFERENCES = {
         "JAX's einsum squeezes the size-1 dimension of arr; stagecraft broadcasts it."),
 }
 
-ALL = {**CASES, **{k: v for k, (v, _) in KNOWN_DIFFERENCES.items()}}
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_printed_jaxpr_equals_jax(name):
-  ours, theirs = jaxpr_texts(*CASES[name])
-  assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
-
-
-@pytest.mark.parametrize("name", X64_CASES)
-def test_printed_jaxpr_equals_jax_x64(name):
-  mk, args = CASES[name]
-  ours, theirs = jaxpr_texts(mk, as_x64(args), x64=True)
-  assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN_DIFFERENCES))
-def test_known_difference_still_differs(name):
-  ours, theirs = jaxpr_texts(*KNOWN_DIFFERENCES[name][0])
-  assert ours != theirs, f"{name} now prints as JAX's: move it to CASES"
-
-
-@pytest.mark.parametrize("name", sorted(ALL))
-def test_eager_and_jit_values_like_jax(name):
-  mk, args = ALL[name]
-  want = mk(jjnp)(*args)
-  assert_like_jax(mk(jnp)(*args), want, name)
-  assert_like_jax(sc.jit(mk(jnp))(*args), want, name)
-
-
-@pytest.mark.parametrize("name", X64_CASES)
-def test_values_like_jax_x64(name):
-  mk, args = CASES[name]
-  with sc.enable_x64(), jax.enable_x64(True):
-    for a in (args, as_x64(args)):
-      assert_like_jax(mk(jnp)(*a), mk(jjnp)(*a), name)
+globals().update(jnp_printing_tests(
+    CASES, X64_CASES, {k: v for k, (v, _) in KNOWN_DIFFERENCES.items()}))
 
 
 # ---------------------------------------------------------------------------

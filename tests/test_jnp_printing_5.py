@@ -22,7 +22,7 @@ import stagecraft as sc
 import stagecraft.numpy as jnp
 from stagecraft.test_util import check_grads
 
-from _util import as_x64, assert_like_jax, jaxpr_texts
+from _util import as_x64, assert_like_jax, jnp_printing_tests
 
 _RNG = np.random.default_rng(5)
 F = _RNG.standard_normal((3, 4)).astype(np.float32)
@@ -178,49 +178,17 @@ KNOWN_DIFFERENCES = {
                  "JAX's gradient is jitted per axis; stagecraft's is not."),
 }
 
-ALL = {**CASES, **{k: v for k, (v, _) in KNOWN_DIFFERENCES.items()}}
+_KNOWN = {k: v for k, (v, _) in KNOWN_DIFFERENCES.items()}
 # Programs printed as JAX's compute JAX's values; these slow ones (many small jitted
 # functions, each compiled eagerly) are only compared by their printed programs.
 _SLOW = {"histogram_default", "histogram_density", "histogram_int", "histogram2d",
          "histogram2d_weights", "histogram_range", "nonzero_2d", "argwhere", "flatnonzero",
          "unique_size", "where_one_arg", "roll_traced_axes", "interp_extrapolate"}
-VALUE_CASES = sorted(set(ALL) - _SLOW)
+VALUE_CASES = sorted((set(CASES) | set(_KNOWN)) - _SLOW)
 X64_VALUE_CASES = [k for k in X64_CASES if k not in ("histogram2d", "histogram_weights")]
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_printed_jaxpr_equals_jax(name):
-  ours, theirs = jaxpr_texts(*CASES[name])
-  assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
-
-
-@pytest.mark.parametrize("name", X64_CASES)
-def test_printed_jaxpr_equals_jax_x64(name):
-  mk, args = CASES[name]
-  ours, theirs = jaxpr_texts(mk, as_x64(args), x64=True)
-  assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN_DIFFERENCES))
-def test_known_difference_still_differs(name):
-  ours, theirs = jaxpr_texts(*KNOWN_DIFFERENCES[name][0])
-  assert ours != theirs, f"{name} now prints as JAX's: move it to CASES"
-
-
-@pytest.mark.parametrize("name", VALUE_CASES)
-def test_eager_and_jit_values_like_jax(name):
-  mk, args = ALL[name]
-  want = mk(jjnp)(*args)
-  assert_like_jax(mk(jnp)(*args), want, name)
-  assert_like_jax(sc.jit(mk(jnp))(*args), want, name)
-
-
-@pytest.mark.parametrize("name", X64_VALUE_CASES)
-def test_values_like_jax_x64(name):
-  mk, args = CASES[name]
-  with sc.enable_x64(), jax.enable_x64(True):
-    a = as_x64(args)
-    assert_like_jax(mk(jnp)(*a), mk(jjnp)(*a), name, rtol=1e-12, atol=1e-12)
+globals().update(jnp_printing_tests(
+    CASES, X64_CASES, _KNOWN, value_cases=VALUE_CASES, x64_value_cases=X64_VALUE_CASES,
+    x64_narrow_too=False, x64_tol=1e-12))
 
 
 # ---------------------------------------------------------------------------
