@@ -66,7 +66,13 @@ _LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental", "implicit", 
                     "export", "dlpack", "test_util", "ref")
 
 
+# Names defined in a lazily loaded submodule (JAX exports them at the top level too).
+_LAZY_NAMES = {"empty_ref": "ref", "free_ref": "ref"}
+
+
 def __getattr__(name):
   if name in _LAZY_SUBMODULES:
     return _importlib.import_module(f"{__name__}.{name}")
+  if name in _LAZY_NAMES:
+    return getattr(_importlib.import_module(f"{__name__}.{_LAZY_NAMES[name]}"), name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
