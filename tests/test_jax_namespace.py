@@ -36,8 +36,6 @@ SKIP = {
         # shard_map over the mesh in context) and `ad` (DontWant/DidntWant/GradRef/GradValue,
         # markers of its ref-aware vjp)
         "smap": "not implemented yet", "ad": "not implemented yet",
-        # needs user contexts in the jit cache keys (config.state_key, pjit's keys)
-        "make_user_context": "jit cache keys do not include user contexts yet",
         # memory spaces (jax.memory.Space: device/pinned host/...) are a TPU/GPU feature
         "memory": "TPU/GPU memory kinds; none on stagecraft's CPU runtime",
         # JAX's internal event-listener hooks; stagecraft reports compiles through
@@ -566,3 +564,26 @@ def test_empty_ref_and_free_ref_at_the_top_level_as_jax():
   assert (r.shape, r.dtype) == ((2, 3), np.float32)
   assert "empty_ref" in dir(jax) and "free_ref" in dir(jax)
   assert sc.free_ref is sc.ref.free_ref and sc.empty_ref is sc.ref.empty_ref
+
+
+def test_make_user_context_keys_jit_caches_as_jax():
+  traces = {"sc": 0, "jax": 0}
+
+  def counted(lib):
+    def f(x):
+      traces[lib] += 1
+      return x * 2
+    return f
+  f_sc, f_jax = sc.jit(counted("sc")), jax.jit(counted("jax"))
+  ctx, jctx = sc.make_user_context(default_value=None), jax.make_user_context(None)
+  for v in (1, 2, 1, 2, None):
+    with ctx(v), jctx(v):
+      assert float(f_sc(1.0)) == float(f_jax(1.0)) == 2.0
+      assert ctx.value == v
+  f_sc(1.0)
+  f_jax(1.0)
+  assert traces["sc"] == traces["jax"] == 3   # one trace per distinct value (1, 2, None)
+  assert ctx.value is None
+  with pytest.raises(TypeError):
+    with ctx([1]):
+      pass

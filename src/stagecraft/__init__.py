@@ -7,7 +7,7 @@ from stagecraft.config import config, debug_infs, debug_nans, default_device, di
 from stagecraft.config import (allow_f16_reductions, array_garbage_collection_guard, auto_pcast,
                                check_tracer_leaks, checking_leaks, debug_key_reuse,
                                default_matmul_precision, default_prng_impl, enable_checks,
-                               enable_custom_prng, explain_cache_misses, legacy_prng_key,
+                               enable_custom_prng, explain_cache_misses, legacy_prng_key, make_user_context,
                                log_compiles, no_execution, no_tracing, numpy_dtype_promotion,
                                numpy_rank_promotion, remove_size_one_mesh_axis_from_type,
                                softmax_custom_jvp, thread_guard, threefry_partitionable,

@@ -37,7 +37,7 @@ __all__ = ["Config", "config", "State", "enable_x64", "disable_jit", "debug_nans
            "no_execution", "no_tracing", "thread_guard", "array_garbage_collection_guard",
            "transfer_guard", "transfer_guard_host_to_device",
            "transfer_guard_device_to_device", "transfer_guard_device_to_host",
-           "HONOURED"]
+           "HONOURED", "UserContext", "make_user_context"]
 
 
 class _Opt(NamedTuple):
@@ -331,6 +331,8 @@ class Config:
                       d["default_matmul_precision"], d["default_prng_impl"],
                       d["threefry_partitionable"], d["softmax_custom_jvp"],
                       d["high_dynamic_range_gumbel"], id(d["default_device"]))
+    if _user_contexts:   # make_user_context: their values key the caches too
+      d["state_key"] += (tuple(c.value for c in _user_contexts),)
     # NB: a small int per distinct state_key, for the hottest cache keys (jit's dispatch
     # fast path): an int hashes in no time, a 10-tuple does not.
     d["state_id"] = _STATE_IDS.setdefault(d["state_key"], len(_STATE_IDS))
@@ -430,7 +432,50 @@ class Config:
       self.update(name, old)
 
 
+_user_contexts: list = []   # the UserContexts made so far (in state_key once there is one)
+
 config = Config()
+
+
+class UserContext:
+  """A context whose value keys jit's tracing, lowering and compile caches (JAX's
+  `jax.make_user_context`): `with ctx(value):` sets it for a block, `ctx.value` reads it.
+  Values must be hashable."""
+
+  def __init__(self, default_value=None):
+    self._value = default_value
+
+  @property
+  def value(self):
+    return self._value
+
+  @contextlib.contextmanager
+  def __call__(self, new_value):
+    hash(new_value)   # NB: a TypeError here names an unhashable value, as a cache key would
+    old, self._value = self._value, new_value
+    config._refresh()
+    try:
+      yield
+    finally:
+      self._value = old
+      config._refresh()
+
+  def __repr__(self):
+    return f"UserContext(value={self._value!r})"
+
+
+def make_user_context(default_value=None) -> UserContext:
+  """A new `UserContext` holding `default_value` (JAX's `jax.make_user_context`): jitted
+  functions called under `with ctx(v):` are traced and compiled again when `v` differs
+  from the value of their earlier calls. Not thread-safe to create (as JAX's).
+
+  Raises:
+    TypeError: when a value set with `ctx(value)` is not hashable.
+  """
+  ctx = UserContext(default_value)
+  _user_contexts.append(ctx)
+  config._refresh()
+  return ctx
 
 
 class State:
