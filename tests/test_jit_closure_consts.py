@@ -264,3 +264,21 @@ def test_x64_constants_keep_their_dtype():
     text = str(sc.make_jaxpr(f)(X.astype(np.float64)))
     assert "jaxpr={ lambda c:f64[3]; a:f64[3]. let" in text
     np.testing.assert_array_equal(sc.jit(f)(X.astype(np.float64)), X.astype(np.float64) * c64)
+
+
+def test_hoisting_a_branch_that_binds_one_constant_twice():
+  """A cond branch closing over a constant that an inner jit closes over too binds the same
+  object twice: both binders must be operands after hoisting (one was left unbound)."""
+  from stagecraft import core, pjit
+  from stagecraft.lax.control_flow.conditionals import cond_p
+  g = sc.jit(lambda x: x * C)
+  br = sc.make_jaxpr(lambda x: g(x) + C)(C)
+  i = core.Var(core.ShapedArray((), np.dtype(np.int32)))
+  x, o = core.Var(br.in_avals[0]), core.Var(br.out_avals[0])
+  jaxpr, consts = pjit.hoist_call_consts(
+      core.Jaxpr([], [i, x], [o], [core.JaxprEqn([i, x], [o], cond_p, {"branches": (br, br)})]))
+  assert len(consts) == 1
+  for b in jaxpr.eqns[0].params["branches"]:
+    core.check_jaxpr(b.jaxpr)
+  np.testing.assert_allclose(core.eval_jaxpr(jaxpr, consts, np.int32(1), C)[0], C * C + C,
+                             rtol=1e-6)

@@ -198,14 +198,20 @@ def _hoist_cond(eqn, lift):
   opened = [opened_call(b) for b in eqn.params["branches"]]
   if not any(cs for _, cs in opened):
     return eqn
-  # Every branch takes every branch's constants (one operand per distinct constant).
-  union: dict[int, tuple] = {}
+  # Every branch takes every branch's constants: one operand per distinct constant and
+  # occurrence (a branch may bind one constant object twice: its own and an inner jit's).
+  def keyed(cs):
+    seen: dict[int, int] = {}
+    for c in cs:
+      n = seen[id(c)] = seen.get(id(c), -1) + 1
+      yield (id(c), n), c
+  union: dict[tuple, tuple] = {}
   for b, cs in opened:
-    for c, v in zip(cs, b.jaxpr.invars):
-      union.setdefault(id(c), (c, v.aval))
+    for (k, c), v in zip(keyed(cs), b.jaxpr.invars):
+      union.setdefault(k, (c, v.aval))
   branches = []
   for (b, cs), orig in zip(opened, eqn.params["branches"]):
-    own = {id(c): v for c, v in zip(cs, b.jaxpr.invars)}
+    own = {k: v for (k, _), v in zip(keyed(cs), b.jaxpr.invars)}
     lead = [own.get(k) or core.Var(a) for k, (_, a) in union.items()]
     j = b.jaxpr
     branches.append(ClosedJaxpr(j.replace(invars=[*lead, *j.invars[len(cs):]]), []))

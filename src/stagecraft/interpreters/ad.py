@@ -564,24 +564,32 @@ def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
 # Transposition
 
 
-def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any]) -> list[Any]:
+def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any],
+                  consts: Sequence[Any] = ()) -> list[Any]:
   """Transposes the linear `jaxpr`: `args` give a value for each non-linear invar and an
-  UndefinedPrimal for each linear one; returns one cotangent per invar (Zero for invars
-  nothing flows to; None for non-linear ones)."""
-  primal_env: dict[Var, Any] = {}
+  UndefinedPrimal for each linear one, `consts` the values of its constvars; returns one
+  cotangent per invar (Zero for invars nothing flows to; None for non-linear ones)."""
+  primal_env: dict[Var, Any] = dict(zip(jaxpr.constvars, consts))
   linear: set[Var] = set()
+  # NB: a linear invar has the type of the UndefinedPrimal passed for it, which may differ
+  # from its variable's in weak type (a loop's carried cotangent: JAX types it by its
+  # accumulator); the transpose rules reading it see that type.
+  lin_avals: dict[Var, ShapedArray] = {}
   for v, a in zip(jaxpr.invars, args):
     if is_undefined_primal(a):
       linear.add(v)
+      if a.aval != v.aval:
+        lin_avals[v] = a.aval
     else:
       primal_env[v] = a
   # NB: equations recorded while an equation is evaluated or transposed keep its source
   # info (JAX's `user_context`), so a transposed `sin`'s ops name the user's line of `sin`.
   with core.source_context() as src_ctx:
-    return _backward_pass(jaxpr, args, cts_out, primal_env, linear, src_ctx)
+    return _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx)
 
 
-def _backward_pass(jaxpr, args, cts_out, primal_env, linear, src_ctx) -> list[Any]:
+def _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx
+                   ) -> list[Any]:
   # Forward: evaluate the non-linear equations (those reading no linear variable).
   linear_eqns = []
   for eqn in jaxpr.eqns:
@@ -614,7 +622,7 @@ def _backward_pass(jaxpr, args, cts_out, primal_env, linear, src_ctx) -> list[An
           f"Primitive '{eqn.primitive.name}' has no transpose rule, which grad/vjp needs. "
           f"Register one beside the primitive: ad.deflinear({eqn.primitive.name}_p, "
           f"_{eqn.primitive.name}_transpose) or ad.primitive_transposes[...] = rule.")
-    ins = [UndefinedPrimal(v.aval) if type(v) is Var and v in linear else
+    ins = [UndefinedPrimal(lin_avals.get(v, v.aval)) if type(v) is Var and v in linear else
            (v.val if type(v) is Literal else primal_env[v]) for v in eqn.invars]
     ct = cts if eqn.primitive.multiple_results else cts[0]
     src_ctx.set(eqn.source_info)
@@ -622,7 +630,7 @@ def _backward_pass(jaxpr, args, cts_out, primal_env, linear, src_ctx) -> list[An
     for v, c in zip(eqn.invars, cts_in):
       if type(v) is Var and v in linear:
         write_ct(v, c)
-  return [ct_env.get(v, Zero(tangent_aval(v.aval))) if is_undefined_primal(a) else None
+  return [ct_env.get(v, Zero(tangent_aval(a.aval))) if is_undefined_primal(a) else None
           for v, a in zip(jaxpr.invars, args)]
 
 

@@ -11,7 +11,6 @@ JAX primitives stagecraft does not have (what it does instead):
   approx_top_k_p: `lax.approx_max_k`/`approx_min_k` are exact (`top_k`);
   call_p, closed_call_p: calls are `jit_p` (or an `extend.core.CallPrimitive`);
   device_put_p: `device_put` inside a trace needs no primitive here;
-  empty2_p: `jnp.empty` is `zeros`;
   get_p, swap_p: mutable array references are not implemented;
   ragged_all_to_all_p: not implemented;
   random_bits_p, random_fold_in_p, random_seed_p, random_split_p, random_gamma_p: typed
@@ -25,7 +24,7 @@ from stagecraft.ad_checkpoint import name_p, remat_p
 from stagecraft.custom_derivatives import custom_jvp_call_p, custom_lin_p, custom_vjp_call_p
 from stagecraft.interpreters.ad import add_any_p as add_jaxvals_p
 from stagecraft.lax.ad_util import stop_gradient_p
-from stagecraft.lax.control_flow.conditionals import cond_p
+from stagecraft.lax.control_flow.conditionals import cond_p, empty2_p
 from stagecraft.lax.control_flow.loops import scan_p
 from stagecraft.lax.control_flow.solves import linear_solve_p
 from stagecraft.lax.control_flow.while_op import while_p
@@ -38,7 +37,7 @@ from stagecraft.lax.elementwise import (
     bitcast_convert_type_p, cbrt_p, ceil_p, clamp_p, clz_p, complex_p, conj_p,
     convert_element_type_p, cos_p, cosh_p, div_p, eq_p, erf_inv_p, erf_p, erfc_p, exp2_p,
     exp_p, expm1_p, floor_p, ge_p, gt_p, imag_p, integer_pow_p, is_finite_p, le_p, log1p_p,
-    log_p, logistic_p, lt_p, max_p, min_p, mul_p, mulhi_p, ne_p, neg_p, nextafter_p, not_p, or_p,
+    log_p, logistic_p, lt_p, max_p, min_p, mul_p, ne_p, neg_p, nextafter_p, not_p, or_p,
     population_count_p, pow_p, real_p, reduce_precision_p, rem_p, round_p, rsqrt_p,
     select_n_p, shift_left_p, shift_right_arithmetic_p, shift_right_logical_p, sign_p, sin_p,
     sinh_p, sqrt_p, square_p, sub_p, tan_p, tanh_p, xor_p)
@@ -58,7 +57,6 @@ from stagecraft.lax.shape import (broadcast_in_dim_p, concatenate_p, iota_p, pad
 from stagecraft.lax.slicing import (dynamic_slice_p, dynamic_update_slice_p, gather_p,
                                     scatter_add_p, scatter_max_p, scatter_min_p, scatter_mul_p,
                                     scatter_p)
-from stagecraft.lax.ragged import ragged_dot_general_p
 from stagecraft.lax.sort import eq_to_p, le_to_p, lt_to_p, sort_p, top_k_p
 from stagecraft.lax.special import (bessel_i0e_p, bessel_i1e_p, digamma_p, igamma_grad_a_p,
                                     igamma_p, igammac_p, lgamma_p, polygamma_p,

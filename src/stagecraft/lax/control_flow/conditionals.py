@@ -9,7 +9,9 @@ Closed-over arrays and outer tracers are operands, so they flow through every tr
 Rules, all beside the primitive: abstract eval (outputs weakly typed only where every branch's
 is), lowering to `stablehlo.case` (regions read the operands from the enclosing scope), jvp
 (one cond of the branches' JVPs), partial eval (a known cond computing the residuals of every
-branch, each branch returning zeros for the others', and an unknown cond reading them),
+branch, each branch returning `empty2` arrays in the others' slots, as JAX's, and an unknown
+cond reading them; constants a jit in a branch forwards are closed over by the known branch
+and returned as residuals),
 transpose (one cond of the transposed branches), batching (a cond of batched branches, or, for
 a batched index, every branch run and the results picked by `select_n`, as JAX does, each
 branch reading its floating operands as `select(taken, x, stop_gradient(x))` so that an
@@ -18,6 +20,7 @@ untaken branch's inf/NaN derivative never reaches a cotangent) and DCE
 """
 from __future__ import annotations
 
+import enum
 import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -234,6 +237,21 @@ def _join_consts(traced: Sequence[tuple[ClosedJaxpr, Sequence[Any]]]
   return out, all_consts
 
 
+def _derived_branches(traced: Sequence[tuple[ClosedJaxpr, Sequence[Any]]]
+                      ) -> tuple[list[ClosedJaxpr], list[Any]]:
+  """As `_join_consts`, for the branches a rule derives (JVP, transpose, batching): as
+  JAX's, each closes over its own constants (those of the branch it derives from, the
+  constants a jit in it forwards) where they are all values; tracers become operands."""
+  if any(isinstance(c, core.Tracer) for _, consts in traced for c in consts):
+    return _join_consts(traced)
+  out = []
+  for closed, consts in traced:
+    j, k = closed.jaxpr, len(consts)
+    out.append(ClosedJaxpr(j.replace(constvars=[*j.constvars, *j.invars[:k]],
+                                     invars=j.invars[k:]), [*closed.consts, *consts]))
+  return out, []
+
+
 def _trace(fun: Callable[..., Sequence[Any]], in_avals: Sequence[ShapedArray]
            ) -> tuple[ClosedJaxpr, list[Any]]:
   """Traces the flat `fun` into a jaxpr taking its consts first."""
@@ -288,7 +306,7 @@ def _cond_lowering(ctx, index: str, *args: str, branches: tuple[ClosedJaxpr, ...
 
     def branch(br):
       ctx.fb.token = token
-      outs = lowering.jaxpr_subcomp(ctx.fb, br.jaxpr, [], args)
+      outs = lowering.jaxpr_subcomp(ctx.fb, br.jaxpr, _branch_consts(ctx, br), args)
       return [ctx.fb.token, *outs]
     out_avals = [core.abstract_token, *ctx.avals_out]
     regions = [ctx.region([], out_avals, lambda br=br: branch(br)) for br in branches]
@@ -296,11 +314,18 @@ def _cond_lowering(ctx, index: str, *args: str, branches: tuple[ClosedJaxpr, ...
                   operand_avals=ctx.avals_in[:1])
     ctx.set_token(outs[0])
     return outs[1:]
-  regions = [ctx.region([], ctx.avals_out,
-                        lambda br=br: lowering.jaxpr_subcomp(ctx.fb, br.jaxpr, [], args))
-             for br in branches]
+  regions = [ctx.region([], ctx.avals_out, lambda br=br: lowering.jaxpr_subcomp(
+      ctx.fb, br.jaxpr, _branch_consts(ctx, br), args)) for br in branches]
   return ctx.op("stablehlo.case", [index], ctx.avals_out, regions=regions,
                 operand_avals=ctx.avals_in[:1])
+
+
+def _branch_consts(ctx, br: ClosedJaxpr) -> list[str]:
+  # NB: a branch may close over constants (those a jit in it forwards to the tangent side,
+  # returned as residuals by the known branch); outside jit, which hoists them to arguments
+  # (`pjit.hoist_call_consts`), they are dense constants of the region.
+  return [lowering.dense_constant(ctx.fb, c, v.aval)
+          for c, v in zip(br.consts, br.jaxpr.constvars)]
 
 
 _jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -317,7 +342,7 @@ def _jvp_branches(branches, nonzeros):
   out_nz = [any(nz) for nz in zip(*(j[2] for j in jvps))]
   jvps = [j if j[2] == out_nz else ad.jvp_jaxpr(br, nonzeros, instantiate=out_nz)
           for j, br in zip(jvps, branches)]
-  new_branches, consts = _join_consts([(c, k) for c, k, _ in jvps])
+  new_branches, consts = _derived_branches([(c, k) for c, k, _ in jvps])
   return tuple(new_branches), consts, out_nz
 
 
@@ -342,7 +367,19 @@ def _pe_branches(branches, unknowns):
   for br in branches:
     out_uk = [a or b for a, b in zip(out_uk, ad.partial_eval_jaxpr(br.jaxpr, unknowns,
                                                                    [False] * n_out)[3])]
-  splits = [ad.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk) for br in branches]
+  # NB: constants a jit inside a branch forwards to its tangent side become constants of the
+  # known branch, which returns them as residuals (as JAX's).
+  values = [dict(zip(br.jaxpr.constvars, br.consts)) for br in branches]
+  splits = [ad.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk, const_values=cv)
+            for br, cv in zip(branches, values)]
+  # NB: a forwarded constant is also a constant of the jit that forwards it; the known branch
+  # closes over another object with its value, as `pjit`'s hoisting of a branch's constants
+  # (`_hoist_cond`) takes one binder per distinct object.
+  for (k, *_), cv, br in zip(splits, values, branches):
+    own = set(br.jaxpr.constvars)
+    for v in k.constvars:
+      if v not in own:
+        cv[v] = _distinct(cv[v])
   # Residual slots shared between branches by type, as JAX's `_merge_branch_residuals`: the
   # j-th residual of type T of any branch goes to the j-th slot of type T.
   slot_avals: list[ShapedArray] = []
@@ -361,24 +398,29 @@ def _pe_branches(branches, unknowns):
       slot_map.append(slots[j])
     slot_maps.append(slot_map)
   known_in = [a for a, u in zip(branches[0].in_avals, unknowns) if not u]
-  # Known side: branch i returns its known outputs, then every residual slot (zeros in the
-  # slots it does not use).
+  # Known side: branch i returns its known outputs, then every residual slot: as JAX's
+  # `_join_cond_outputs`, an uninitialized array (`empty2`) is made for every slot and those
+  # the branch fills are replaced by its residuals (the unused ones stay in the jaxpr).
   known, unknown = [], []
-  for (k, u, nres, _), slot_map in zip(splits, slot_maps):
-    def fun(*args, k=k, nres=nres, slot_map=slot_map):
-      outs = core.eval_jaxpr(k, [], *args)
+  for (k, u, nres, _), slot_map, cv in zip(splits, slot_maps, values):
+    def fun(*args, k=k, nres=nres, slot_map=slot_map, kc=[cv[v] for v in k.constvars]):
+      outs = core.eval_jaxpr(k, kc, *args)
       nk = len(outs) - nres
-      res = dict(zip(slot_map, outs[nk:]))
-      return [*outs[:nk], *[res[s] if s in res else ad.zeros_like_aval(a)
-                            for s, a in enumerate(slot_avals)]]
-    closed, consts = _trace(fun, known_in)
-    if consts:
-      return None
-    known.append(closed)
+      res = [_empty_like(a) for a in slot_avals]
+      for s, r in zip(slot_map, outs[nk:]):
+        res[s] = r
+      return [*outs[:nk], *res]
+    jaxpr, consts = pe.trace_to_jaxpr(fun, known_in)
+    known.append(ClosedJaxpr(jaxpr, list(consts)))
     own = dict(zip(slot_map, u.invars[:nres]))
     res_invars = [own[s] if s in own else Var(a) for s, a in enumerate(slot_avals)]
     unknown.append(ClosedJaxpr(u.replace(invars=[*res_invars, *u.invars[nres:]]), []))
   return tuple(known), tuple(unknown), slot_avals, out_uk
+
+
+def _distinct(x: Any) -> Any:
+  """A new object with the value of the constant `x` (a view of a NumPy array)."""
+  return x.view() if isinstance(x, np.ndarray) else np.array(x)
 
 
 def _cond_partial_eval(eqn, unknowns):
@@ -388,11 +430,8 @@ def _cond_partial_eval(eqn, unknowns):
   if unknowns[0]:
     return None, eqn, [True] * n_out
   branches = eqn.params["branches"]
-  split = _memo_branches(_pe_cache, branches, tuple(unknowns[1:]),
-                         lambda: _pe_branches(branches, unknowns[1:]))
-  if split is None:   # a branch split needs constants (never seen): keep it whole
-    return None, eqn, [True] * n_out
-  known, unknown, res_avals, out_uk = split
+  known, unknown, res_avals, out_uk = _memo_branches(
+      _pe_cache, branches, tuple(unknowns[1:]), lambda: _pe_branches(branches, unknowns[1:]))
   index, *ins = eqn.invars
   res_vars = [Var(a) for a in res_avals]
   known_eqn = core.JaxprEqn(
@@ -420,10 +459,10 @@ def _transpose_branches(branches, undefined, ct_nonzeros, wanted):
                  for a, u in zip(in_avals, undefined)]
       cts = [next(it_ct) if nz else ad.Zero(ad.tangent_aval(a))
              for a, nz in zip(out_avals, ct_nonzeros)]
-      cts_in = ad.backward_pass(br.jaxpr, primals, cts)
+      cts_in = ad.backward_pass(br.jaxpr, primals, cts, consts=br.consts)
       return [ad.instantiate_zeros(c) for c, w in zip(cts_in, wanted) if w]
     traced.append(_trace(fun, [*res_avals, *ct_avals]))
-  new_branches, consts = _join_consts(traced)
+  new_branches, consts = _derived_branches(traced)
   return tuple(new_branches), consts
 
 
@@ -452,7 +491,7 @@ def _batch_branches(branches, axis_data, dims):
   out_batched = [any(b[2][k] is not batching.not_mapped for b in first) for k in range(n_out)]
   targets = [0 if b else None for b in out_batched]
   traced = [batching.batch_jaxpr(br, axis_data, dims, targets) for br in branches]
-  new_branches, consts = _join_consts([(c, k) for c, k, _ in traced])
+  new_branches, consts = _derived_branches([(c, k) for c, k, _ in traced])
   return tuple(new_branches), consts, [0 if b else batching.not_mapped for b in out_batched]
 
 
@@ -507,16 +546,18 @@ def _cond_batch(axis_data, args, dims, *, branches):
 def _select_taken(taken: Any, x: Any) -> Any:
   """`x` where `taken` (bool[n], over x's leading batch axis), else `stop_gradient(x)`."""
   shape = core.get_aval(x).shape
+  stopped = ad_util.stop_gradient(x)
   which = lax_shape.broadcast_in_dim(taken, shape, (0,))
-  return elementwise.select_n(which, ad_util.stop_gradient(x), x)
+  return elementwise.select_n(which, stopped, x)
 
 
 def _dce_branches(branches, used_outs):
   used_ops = [False] * len(branches[0].in_avals)
   for br in branches:
     used_ops = [a or b for a, b in zip(used_ops, pe.dce_jaxpr(br.jaxpr, used_outs)[1])]
-  new = tuple(ClosedJaxpr(pe.dce_jaxpr(br.jaxpr, used_outs, instantiate=used_ops)[0], [])
-              for br in branches)
+  new = tuple(ClosedJaxpr(*pe.prune_constvars(
+      pe.dce_jaxpr(br.jaxpr, used_outs, instantiate=used_ops)[0], br.consts))
+      for br in branches)
   return new, used_ops
 
 
@@ -552,3 +593,40 @@ ad.primitive_transposes[cond_p] = _cond_transpose
 batching.axis_primitive_batchers[cond_p] = _cond_batch
 pe.dce_rules[cond_p] = _cond_dce
 mapping.replication_rules[cond_p] = _cond_replication
+
+
+# ---------------------------------------------------------------------------
+# empty2: an uninitialized scalar (JAX's `lax.empty2_p`), what the known side of a split cond
+# returns in the residual slots of the other branches (`_pe_branches`). Its value is never
+# read; it lowers to a zero.
+
+
+class MemorySpace(enum.Enum):
+  """Where an array lives (JAX's `core.MemorySpace`; printed `MemorySpace.Device`)."""
+  Device = "device"
+
+
+def empty2(dtype: Any, *, memory_space: MemorySpace = MemorySpace.Device) -> Any:
+  """An uninitialized scalar of `dtype` (`dtype[]`; its value is unspecified: a zero here)."""
+  return empty2_p.bind(dtype=np.dtype(dtype), memory_space=memory_space)
+
+
+def _empty2_abstract_eval(*, dtype, memory_space):
+  return ShapedArray((), dtype, False)
+
+
+def _empty2_lowering(ctx, *, dtype, memory_space):
+  return [ctx.constant(0, ctx.avals_out[0])]
+
+
+def _empty_like(aval: ShapedArray) -> Any:
+  """An uninitialized array of `aval` (JAX's `empty_like_aval`: a broadcast `empty2`)."""
+  x = empty2(aval.dtype)
+  return lax_shape.broadcast_in_dim(x, aval.shape, ()) if aval.shape else x
+
+
+empty2_p = core.Primitive("empty2")
+# impl: the generic one
+empty2_p.def_abstract_eval(_empty2_abstract_eval)
+lowering.register_lowering(empty2_p, _empty2_lowering)
+ad.defjvp_zero(empty2_p)   # NB: empty2 takes no operands, so nothing is ever differentiated

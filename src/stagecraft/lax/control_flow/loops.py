@@ -6,7 +6,8 @@ leading axis of size `length`. The rules follow JAX's (`_scan_jvp`, `_scan_parti
 `_scan_transpose`, `_scan_batching_rule`, `_scan_dce_rule` in JAX's `lax/control_flow/loops`):
 fixed points decide which carries are nonzero (jvp), unknown (partial eval), batched and live
 (DCE); partial evaluation forwards residuals that are the loop's own constants or `xs`
-instead of stacking copies of them.
+instead of stacking copies of them. The front end forwards as JAX's `scan` does: a carry the
+body returns unchanged becomes a constant of the loop, a `y` that is an `x` is not stacked.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eva
 from stagecraft.lax.control_flow import common, refs as refs_lib
 from stagecraft.lax import elementwise, shape as lax_shape, slicing
 from stagecraft.lax.control_flow.while_op import while_loop
+from stagecraft.runtime import dispatch
 
 __all__ = ["scan", "scan_p", "fori_loop", "map"]
 
@@ -66,7 +68,9 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
     unroll: iterations per loop step (an int >= 1; True unrolls fully).
 
   Returns:
-    `(final_carry, ys)`, `ys` the stacked `y`s with leading axis `length`.
+    `(final_carry, ys)`, `ys` the stacked `y`s with leading axis `length`. As in JAX, a
+    carry leaf the body returns unchanged is the `init` leaf itself (a constant of the loop),
+    and a `y` leaf that is an `x` leaf is that `xs` leaf (a NumPy array put on the device).
 
   `f` may read and write `Ref`s from outside it (closed over): their values are carried
   through the loop (after the user's carry) and the final values of those written are
@@ -144,10 +148,76 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
     carry_avals = promoted
     closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, promoted, x_avals)
   _check_carry(init_tree, carry_tree, carry_avals, closed.out_avals[:nk])
-  outs = scan_p.bind(*consts, *init_flat, *xs_flat, jaxpr=closed, num_consts=len(consts),
-                     num_carry=nk, length=length, reverse=bool(reverse),
-                     unroll=max(1, min(unroll, length)))
-  return (common.unflatten(carry_tree, outs[:nk]), common.unflatten(y_tree, outs[nk:]))
+  closed, moved, ys_fwd = _memo(_fwd_tables, closed, (len(consts), nk), lambda: _forwarded(
+      closed, len(consts), nk))
+  init_c = [x for x, m in zip(init_flat, moved) if m]
+  init_k = [x for x, m in zip(init_flat, moved) if not m]
+  outs = scan_p.bind(*init_c, *consts, *init_k, *xs_flat, jaxpr=closed,
+                     num_consts=len(init_c) + len(consts), num_carry=len(init_k),
+                     length=length, reverse=bool(reverse), unroll=max(1, min(unroll, length)))
+  # A carry the body passes through is its initial value; a y that is an x is that x.
+  it_k, it_y = iter(outs[:len(init_k)]), iter(outs[len(init_k):])
+  carry = [x if m else next(it_k) for x, m in zip(init_flat, moved)]
+  ys = [next(it_y) if f is None else _maybe_put(xs_flat[f]) for f in ys_fwd]
+  return (common.unflatten(carry_tree, carry), common.unflatten(y_tree, ys))
+
+
+_fwd_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _forwarded(closed: ClosedJaxpr, nc: int, nk: int):
+  """The scan body without the outputs it forwards, as JAX's `scan` (it reads the
+  jaxpr's forwarding, `_jaxpr_forwarding`): a carry returned unchanged is read only, so it
+  becomes a constant of the loop (before the body's constants); a y that is an x is not
+  stacked again.
+
+  Returns:
+    `(closed, moved, ys_fwd)`: `moved` one bool per carry (now a constant), `ys_fwd` one
+    entry per y, the index among the xs of the x it is, or None.
+  """
+  j = closed.jaxpr
+  fwd = _jaxpr_forwarding(j)
+  moved = [f == nc + i for i, f in enumerate(fwd[:nk])]
+  ys_fwd = [f - nc - nk if f is not None and f >= nc + nk else None for f in fwd[nk:]]
+  if not any(moved) and all(f is None for f in ys_fwd):
+    return closed, moved, ys_fwd
+  c_in, k_in, x_in = _split(list(j.invars), nc, nk)
+  k_out, y_out = _split(list(j.outvars), nk)
+  j = j.replace(
+      invars=[*[v for v, m in zip(k_in, moved) if m], *c_in,
+              *[v for v, m in zip(k_in, moved) if not m], *x_in],
+      outvars=[*[v for v, m in zip(k_out, moved) if not m],
+               *[v for v, f in zip(y_out, ys_fwd) if f is None]])
+  return ClosedJaxpr(j, closed.consts), moved, ys_fwd
+
+
+def _jaxpr_forwarding(jaxpr: Jaxpr) -> list[int | None]:
+  """One entry per output of `jaxpr`: the index of the input it is (through conversions
+  and broadcasts that change nothing, as JAX's forwarding rules), or None."""
+  src: dict[Var, Var] = {}
+  for e in jaxpr.eqns:
+    x = e.invars[0] if e.invars else None
+    if type(x) is not Var:
+      continue
+    p = e.params
+    if e.primitive is elementwise.convert_element_type_p:
+      same = (x.aval.dtype == p["new_dtype"] and x.aval.weak_type == p["weak_type"]
+              and p.get("sharding") in (None, x.aval.sharding))
+    elif e.primitive is lax_shape.broadcast_in_dim_p:
+      same = (tuple(p["shape"]) == x.aval.shape
+              and p.get("sharding") in (None, x.aval.sharding))
+    else:
+      continue
+    if same:
+      src[e.outvars[0]] = src.get(x, x)
+  pos = {v: i for i, v in enumerate(jaxpr.invars)}
+  return [pos.get(src.get(v, v)) if type(v) is Var else None for v in jaxpr.outvars]
+
+
+def _maybe_put(x: Any) -> Any:
+  """`x` returned by `scan` as a result: a NumPy array goes to the device (JAX's
+  `_maybe_put`)."""
+  return dispatch.device_put_leaf(x, None, "") if isinstance(x, np.ndarray) else x
 
 
 def _pair_tree(a_tree, b_tree):
@@ -512,8 +582,8 @@ def _scan_transpose(cts, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: 
                for a, w in zip(k_avals, ctk_weak)]
     cty_avals = [ad.tangent_aval(a) for a, n in zip(y_avals, y_nz) if n]
     res_x_avals = [a for a, lin in zip(x_avals, x_lin) if not lin]
-    # NB: the backward pass types a linear invar by its jaxpr variable: retype the carries.
-    lin_jaxpr = _retype_invars(jaxpr.jaxpr, {nc + i: a for i, a in enumerate(k_undef)})
+    # NB: the backward pass types the carries by `k_undef` (the cotangents' weak types).
+    lin_jaxpr = jaxpr.jaxpr
     # NB: the accumulated cotangents of the linear constants enter the backward pass as the
     # cotangents of extra outputs (the constants themselves), so each contribution is added
     # to them where it is made (JAX's accumulators), not after the pass.
@@ -554,21 +624,6 @@ def _scan_transpose(cts, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: 
   return ([next(it_acc) if lin else None for lin in c_lin]
           + [c if lin else None for c, lin in zip(ct_init, k_lin)]
           + [next(it_x) if lin else None for lin in x_lin])
-
-
-def _retype_invars(jaxpr: Jaxpr, avals: dict[int, ShapedArray]) -> Jaxpr:
-  """`jaxpr` with invar `i` given aval `avals[i]` (a fresh variable, substituted in its
-  equations and outputs) where that differs from its own."""
-  sub = {}
-  invars = list(jaxpr.invars)
-  for i, aval in avals.items():
-    if invars[i].aval != aval:
-      sub[invars[i]] = invars[i] = Var(aval)
-  if not sub:
-    return jaxpr
-  rd = lambda v: sub.get(v, v) if type(v) is Var else v
-  eqns = [e.replace(invars=[rd(v) for v in e.invars]) for e in jaxpr.eqns]
-  return jaxpr.replace(invars=invars, eqns=eqns, outvars=[rd(v) for v in jaxpr.outvars])
 
 
 ad.primitive_transposes[scan_p] = _scan_transpose
