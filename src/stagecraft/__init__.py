@@ -38,7 +38,7 @@ from stagecraft.api import clear_caches, fwd_and_bwd, print_environment_info, ty
 from stagecraft.api import Ref, freeze, new_ref
 from stagecraft import sharding
 from stagecraft.sharding import NamedSharding, P, Shard, make_mesh
-from stagecraft.shard_map import shard_map
+from stagecraft.shard_map import shard_map, smap
 from stagecraft.runtime.spmd import (make_array_from_callback,
                                      make_array_from_process_local_data,
                                      make_array_from_single_device_arrays)

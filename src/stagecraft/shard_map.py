@@ -57,7 +57,7 @@ from stagecraft.lax.spmd import (enclosing_shard_map, local_aval, shard_map_env,
 from stagecraft.sharding import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
                                  concrete_mesh, current_mesh, get_abstract_mesh)
 
-__all__ = ["shard_map", "Infer"]
+__all__ = ["shard_map", "smap", "Infer"]
 
 
 class _InferType:
@@ -553,3 +553,55 @@ class _Mapped:
       wrapped.__name__ = f"shard_map_{fun_name}"
       wrapped.__doc__ = getattr(self.f, "__doc__", None)
     return wrapped
+
+
+def _axes_to_pspec(axis_name: Any, axis: int | None) -> PartitionSpec:
+  return PartitionSpec() if axis is None else PartitionSpec(*[None] * axis, axis_name)
+
+
+def smap(f: Callable | None = None, /, *, in_axes: Any = Infer, out_axes: Any,
+         axis_name: Any) -> Callable:
+  """A shard_map over one axis of the mesh in context (JAX 0.10.2's `jax.smap`): `f` is
+  manual over `axis_name` only and sees, of each argument, the block along its `in_axes`
+  axis (the other mesh axes stay automatic).
+
+  Args:
+    f: the function of one device's blocks; left out, `smap` returns a decorator.
+    in_axes: an int, None (replicated), or a tuple of those per positional argument (nested
+      containers as leaves allow); `Infer` (the default) infers the specs from the
+      arguments' shardings (Explicit mesh axes).
+    out_axes: an int, None, or a container of those: where the mapped axis appears in each
+      output.
+    axis_name: the mesh axis (a hashable name, not a sequence).
+
+  Returns:
+    `shard_map(f, mesh=None, in_specs=..., out_specs=..., axis_names={axis_name})`, the
+    specs built as `P(None, ..., None, axis_name)` with `axis_name` at the given axis.
+
+  Raises:
+    TypeError: for a sequence `axis_name`, or axes that are not ints/None (JAX's words);
+      when called, ValueError if no mesh is set (`stagecraft.set_mesh(mesh)`).
+  """
+  if f is None:
+    return functools.partial(smap, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name)
+  if isinstance(axis_name, (list, tuple)):
+    raise TypeError(f"smap axis_name should be a `str` or a `Hashable`, but got {axis_name}")
+  if in_axes is not None and in_axes is not Infer and not isinstance(in_axes, (int, tuple)):
+    raise TypeError("smap in_axes must be an int, None, jax.sharding.Infer, or a tuple of "
+                    "entries corresponding to the positional arguments passed to the "
+                    f"function, but got {in_axes}.")
+  leaf = lambda x: x is None  # noqa: E731
+  if in_axes is not Infer and not all(
+      isinstance(a, int) for a in optree.tree_leaves(in_axes, none_is_leaf=True) if a is not None):
+    raise TypeError("smap in_axes must be an int, None, jax.sharding.Infer, or (nested) "
+                    f"container with those types as leaves, but got {in_axes}.")
+  if not all(isinstance(a, int)
+             for a in optree.tree_leaves(out_axes, none_is_leaf=True) if a is not None):
+    raise TypeError("smap out_axes must be an int, None, or (nested) container with those "
+                    f"types as leaves, but got {out_axes}.")
+  to_spec = functools.partial(_axes_to_pspec, axis_name)
+  in_specs = (Infer if in_axes is Infer else
+              optree.tree_map(to_spec, in_axes, is_leaf=leaf, none_is_leaf=True))
+  out_specs = optree.tree_map(to_spec, out_axes, is_leaf=leaf, none_is_leaf=True)
+  return shard_map(f, mesh=None, in_specs=in_specs, out_specs=out_specs,
+                   axis_names={axis_name}, check_vma=True)

@@ -154,6 +154,20 @@ def _reduction_lowering(scalar_op: str, bool_op: str):
 
 
 def _axis_index_lowering(ctx, *, axis_name):
+  mesh = ctx.module.sdy_mesh
+  manual = getattr(ctx.module, "manual_axes", None)
+  if mesh is not None and manual:
+    auto = [mesh.sdy_axis_names[n] for n in mesh.axis_names if n not in manual]
+    if auto:
+      # NB: in a shard_map manual over some mesh axes only, XLA refuses a partition_id in
+      # the partly automatic region; as JAX, it goes in a region manual over the rest too.
+      return mapping.emit_manual_computation(
+          ctx, [], [], ["<@mesh, []>"], auto, [], list(ctx.avals_out),
+          lambda _: _axis_index_value(ctx, axis_name))
+  return _axis_index_value(ctx, axis_name)
+
+
+def _axis_index_value(ctx, axis_name) -> list[str]:
   names = _names(axis_name)
   positions, sizes = _env_positions(ctx, names)
   # The index along several axes counts them row-major in the order named.
