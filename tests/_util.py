@@ -174,7 +174,8 @@ def assert_like_jax(got, want, name: str = "", *, rtol: float = 1e-5,
 def jnp_printing_tests(cases: dict, x64_cases, known: dict | None = None, *,
                        value_cases=None, x64_value_cases=None, x64_narrow_too: bool = True,
                        rtol: float = 1e-5, atol: float = 1e-5,
-                       x64_tol: float | None = None) -> dict:
+                       x64_tol: float | None = None, grad_cases: dict | None = None,
+                       grad_atol: float = 1e-5) -> dict:
   """The test functions shared by the jnp printing corpora (`tests/test_jnp_*`), for a
   module to add with `globals().update(...)`:
 
@@ -186,7 +187,9 @@ def jnp_printing_tests(cases: dict, x64_cases, known: dict | None = None, *,
     every case, known ones included) match JAX's (shape, dtype, weak type, values);
   - `test_values_like_jax_x64`: so under x64 for `x64_value_cases` (default `x64_cases`),
     with the float32 args too when `x64_narrow_too`, within `x64_tol` (default: `rtol`,
-    `atol`)."""
+    `atol`);
+  - `test_grad_like_jax` (with `grad_cases`, name -> (mk, args) of a scalar function): the
+    gradients in every argument equal JAX's (rtol 1e-5, `grad_atol`)."""
   import jax
   import jax.numpy as jjnp
   import stagecraft as sc
@@ -228,8 +231,19 @@ def jnp_printing_tests(cases: dict, x64_cases, known: dict | None = None, *,
                         rtol=rtol if x64_tol is None else x64_tol,
                         atol=atol if x64_tol is None else x64_tol)
 
-  tests = [test_printed_jaxpr_equals_jax, test_printed_jaxpr_equals_jax_x64,
-           test_eager_and_jit_values_like_jax, test_values_like_jax_x64]
-  if known:
-    tests.append(test_known_difference_still_differs)
-  return {t.__name__: t for t in tests}
+  @pytest.mark.parametrize("name", sorted(grad_cases or {}))
+  def test_grad_like_jax(name):
+    mk, args = grad_cases[name]
+    argnums = tuple(range(len(args)))
+    got = sc.grad(mk(snp), argnums)(*args)
+    want = jax.grad(mk(jjnp), argnums)(*args)
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=grad_atol,
+                                 err_msg=name)
+
+  # NB: only the tests with cases (a module may call this twice: cases, then grad_cases)
+  tests = [(cases, test_printed_jaxpr_equals_jax), (x64_cases, test_printed_jaxpr_equals_jax_x64),
+           (value_cases, test_eager_and_jit_values_like_jax),
+           (x64_value_cases, test_values_like_jax_x64), (grad_cases, test_grad_like_jax),
+           (known, test_known_difference_still_differs)]
+  return {t.__name__: t for which, t in tests if which}

@@ -259,15 +259,7 @@ GRAD_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(GRAD_CASES))
-def test_grad_like_jax(name):
-  mk, args = GRAD_CASES[name]
-  argnums = tuple(range(len(args)))
-  got = sc.grad(mk(jnp), argnums)(*args)
-  want = jax.grad(mk(jjnp), argnums)(*args)
-  for g, w in zip(got, want):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6,
-                               err_msg=name)
+globals().update(jnp_printing_tests({}, [], grad_cases=GRAD_CASES, grad_atol=1e-6))
 
 
 @pytest.mark.parametrize("name", ["nanmean", "nanstd", "fmax", "copysign", "i0"])
