@@ -24,7 +24,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
                                TracerBoolConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 
-__all__ = ["ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
+__all__ = ["split_list", "ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_eqn_rules", "pp_named_calls", "pp_default_params", "JaxprPpContext",
@@ -1655,3 +1655,13 @@ def _check_eqn(eqn: JaxprEqn, where: str, read: Callable) -> None:
         raise JaxprTypeError(f"{where}: outvar has type {v.aval.str_short()} but abstract "
                              f"eval gives {a.str_short()}.")
 
+
+def split_list(xs, *sizes: int) -> list[list]:
+  """`xs` cut into consecutive lists of the given `sizes`, then the rest (JAX's
+  `util.split_list`): `split_list([1, 2, 3, 4], 1, 2)` is `[[1], [2, 3], [4]]`."""
+  out, i = [], 0
+  for n in sizes:
+    out.append(list(xs[i:i + n]))
+    i += n
+  out.append(list(xs[i:]))
+  return out

@@ -633,13 +633,7 @@ def _avals(xs) -> list[core.ShapedArray]:
   return [core.get_aval(x) for x in xs]
 
 
-def _split(xs, *ns):
-  out, i = [], 0
-  for n in ns:
-    out.append(list(xs[i:i + n]))
-    i += n
-  out.append(list(xs[i:]))
-  return out
+_split = core.split_list
 
 
 def _call_rule(prim: core.Primitive, param: str):

@@ -887,13 +887,7 @@ def _zeros(fb, aval) -> str:
   return r
 
 
-def _split(xs, *sizes):
-  out, i = [], 0
-  for n in sizes:
-    out.append(list(xs[i:i + n]))
-    i += n
-  out.append(list(xs[i:]))
-  return out
+_split = core.split_list
 
 
 def _sym_scan(fb, eqn, *args):

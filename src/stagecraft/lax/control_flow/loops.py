@@ -32,13 +32,7 @@ _memo = core.memo_on_jaxpr
 _I32 = ShapedArray((), np.dtype(np.int32))
 
 
-def _split(xs, *sizes):
-  out, i = [], 0
-  for n in sizes:
-    out.append(list(xs[i:i + n]))
-    i += n
-  out.append(list(xs[i:]))
-  return out
+_split = core.split_list
 
 
 # ---------------------------------------------------------------------------
