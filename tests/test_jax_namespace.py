@@ -32,9 +32,6 @@ from stagecraft.runtime import dispatch
 # name -> why stagecraft does not have it (yet).
 SKIP = {
     "jax": {
-        # JAX 0.10.2's newest experiment, not implemented here yet: `ad` (DontWant/DidntWant/
-        # GradRef/GradValue, markers of its ref-aware vjp)
-        "ad": "not implemented yet",
         # memory spaces (jax.memory.Space: device/pinned host/...) are a TPU/GPU feature
         "memory": "TPU/GPU memory kinds; none on stagecraft's CPU runtime",
         # JAX's internal event-listener hooks; stagecraft reports compiles through

@@ -36,6 +36,7 @@ from stagecraft.api import (eval_shape, grad, hessian, jacfwd, jacobian, jacrev,
                             vmap)
 from stagecraft.api import clear_caches, fwd_and_bwd, print_environment_info, typeof
 from stagecraft.api import Ref, freeze, new_ref
+from stagecraft import api as _api
 from stagecraft import sharding
 from stagecraft.sharding import NamedSharding, P, Shard, make_mesh
 from stagecraft.shard_map import shard_map, smap
@@ -58,6 +59,11 @@ from stagecraft.lax.spmd import reshard
 from stagecraft.source_info_util import named_call, named_scope
 
 import importlib as _importlib
+import types as _types
+
+# JAX's `jax.ad`: the destinations and results of `vjp(...)[1].with_refs`.
+ad = _types.SimpleNamespace(DontWant=_api.DontWant, DidntWant=_api.DidntWant,
+                            GradRef=_api.GradRef, GradValue=_api.GradValue)
 
 # Subsystems loaded on first use (`stagecraft.image`, `import stagecraft.ops`).
 # NB: implicit arrays (and plum, which they use) cost ~0.2 s to import: on first use only.

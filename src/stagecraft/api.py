@@ -3,6 +3,7 @@
 `stagecraft.pjit`, below the libraries that use it)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -29,7 +30,7 @@ from stagecraft.state import AbstractRef, Ref, freeze
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
            "jacfwd", "jacrev", "jacobian", "hessian", "linear_transpose", "vmap", "pmap",
            "jit", "typeof", "clear_caches", "fwd_and_bwd", "print_environment_info", "Ref",
-           "new_ref", "freeze"]
+           "new_ref", "freeze", "DontWant", "DidntWant", "GradRef", "GradValue"]
 
 _NS = tree_util.NAMESPACE
 
@@ -318,7 +319,7 @@ class _Pullback:
     self.name, self.lin, self.out_tree, self.n_out = name, lin, out_tree, n_out
     self.in_tree, self.out_avals, self.nonzero_outs = in_tree, out_avals, nonzero_outs
 
-  def __call__(self, residuals, cotangents):
+  def __call__(self, residuals, cotangents, wanted=None):
     ct_leaves, ct_tree = flatten(cotangents)
     if ct_tree != self.out_tree:
       raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match "
@@ -334,7 +335,8 @@ class _Pullback:
            for i in self.nonzero_outs]
     n_res = len(residuals)
     args = [*residuals, *[ad.UndefinedPrimal(v.aval) for v in self.lin.invars[n_res:]]]
-    cts_in = ad.backward_pass(self.lin, args, cts)[n_res:]
+    cts_in = ad.backward_pass(self.lin, args, cts, wanted=wanted and
+                              [True] * n_res + list(wanted))[n_res:]
     return tree_util.tree_unflatten(self.in_tree, [ad.instantiate_zeros(c) for c in cts_in])
 
 
@@ -358,8 +360,86 @@ class VJP:
   def __call__(self, cotangents):
     return self._pullback(self.residuals, cotangents)
 
+  def with_refs(self, *maybe_ct_refs) -> tree_util.Partial:
+    """The backward function with a destination per primal leaf (JAX's `VJP.with_refs`):
+    `maybe_ct_refs` has the primals' structure with, at each leaf, a `Ref` of the leaf's
+    shape and dtype (its cotangent is added into it; the result holds `GradRef()` there),
+    `DontWant()` (its cotangent is not computed: the equations feeding only it are not
+    transposed; the result holds `DidntWant()`), or `GradValue()` (the result holds the
+    cotangent, as `vjp_fn` returns it).
+
+    Returns:
+      A `tree_util.Partial` taking the output cotangents, as the VJP itself does.
+
+    Raises:
+      TypeError: if `maybe_ct_refs` differs from the primals in structure, or a leaf is
+        none of the three.
+      ValueError: (when called) if a `Ref`'s shape or dtype differs from its primal's
+        cotangent's, in `ref.addupdate`'s words.
+    """
+    leaves, tree = flatten(maybe_ct_refs)
+    if tree != self._pullback.in_tree:
+      raise TypeError(f"VJP.with_refs: the destinations must have the structure of the "
+                      f"primals, {self._pullback.in_tree}; got {tree}.")
+    for path, leaf in tree_util.tree_flatten_with_path(maybe_ct_refs)[0]:
+      if not isinstance(leaf, (Ref, DontWant, GradValue)):
+        raise TypeError(f"VJP.with_refs: each leaf must be a Ref, jax.ad.DontWant() or "
+                        f"jax.ad.GradValue(); got {type(leaf).__name__} at "
+                        f"maybe_ct_refs{tree_util.keystr(path)}.")
+    return tree_util.Partial(_vjp_with_refs, self, tuple(leaves))
+
   def __repr__(self):
     return f"VJP(fun={self._pullback.name}, residuals={len(self.residuals)})"
+
+
+# The destinations and results of `VJP.with_refs` (JAX's `jax.ad` namespace).
+@dataclasses.dataclass(frozen=True, slots=True)
+class GradValue:
+  """A `VJP.with_refs` destination: return this leaf's cotangent as a value."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DontWant:
+  """A `VJP.with_refs` destination: this leaf's cotangent is not needed (not computed)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GradRef:
+  """A `VJP.with_refs` result: this leaf's cotangent was added into its `Ref`. A pytree
+  without leaves."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DidntWant:
+  """A `VJP.with_refs` result: this leaf's cotangent was not computed (`DontWant`). A
+  pytree without leaves."""
+
+
+tree_util.register_dataclass(GradRef, [], [])
+tree_util.register_dataclass(DidntWant, [], [])
+
+
+def _vjp_with_refs(vjp_fn: VJP, dests: tuple, cotangents):
+  wanted = [not isinstance(d, DontWant) for d in dests]
+  cts = vjp_fn._pullback(vjp_fn.residuals, cotangents, wanted)
+  ct_leaves = vjp_fn._pullback.in_tree.flatten_up_to(cts)
+  out = []
+  for dest, ct in zip(dests, ct_leaves):
+    if isinstance(dest, DontWant):
+      out.append(DidntWant())
+    elif isinstance(dest, Ref):
+      cur, ct = dest[...], jnp.asarray(ct)
+      if ct.shape != cur.shape:   # as ref.addupdate (JAX's words)
+        raise ValueError(f"Invalid shape for `addupdate`. Ref shape: {dest.shape}. Expected "
+                         f"shape: {cur.shape}. Value shape: {ct.shape}. Transforms: (). ")
+      if ct.dtype != cur.dtype:
+        raise ValueError(f"Invalid dtype for `addupdate`. Ref dtype: {dest.dtype}. Value "
+                         f"shape: {ct.dtype}. ")
+      dest[...] = cur + ct
+      out.append(GradRef())
+    else:
+      out.append(ct)
+  return vjp_fn._pullback.in_tree.unflatten(out)
 
 
 optree.register_pytree_node(VJP, lambda f: (f.residuals, f._pullback),

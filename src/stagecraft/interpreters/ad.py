@@ -565,10 +565,15 @@ def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
 
 
 def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any],
-                  consts: Sequence[Any] = ()) -> list[Any]:
+                  consts: Sequence[Any] = (), wanted: Sequence[bool] | None = None
+                  ) -> list[Any]:
   """Transposes the linear `jaxpr`: `args` give a value for each non-linear invar and an
   UndefinedPrimal for each linear one, `consts` the values of its constvars; returns one
-  cotangent per invar (Zero for invars nothing flows to; None for non-linear ones)."""
+  cotangent per invar (Zero for invars nothing flows to; None for non-linear ones).
+
+  `wanted` (one bool per invar; default all) names the linear invars whose cotangents are
+  needed: equations whose linear inputs flow to none of them are not transposed, and the
+  unwanted invars get Zero (JAX's `NullAccum`, `jax.ad.DontWant`)."""
   primal_env: dict[Var, Any] = dict(zip(jaxpr.constvars, consts))
   linear: set[Var] = set()
   # NB: a linear invar has the type of the UndefinedPrimal passed for it, which may differ
@@ -585,10 +590,11 @@ def backward_pass(jaxpr: Jaxpr, args: Sequence[Any], cts_out: Sequence[Any],
   # NB: equations recorded while an equation is evaluated or transposed keep its source
   # info (JAX's `user_context`), so a transposed `sin`'s ops name the user's line of `sin`.
   with core.source_context() as src_ctx:
-    return _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx)
+    return _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx,
+                          wanted)
 
 
-def _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx
+def _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx, wanted
                    ) -> list[Any]:
   # Forward: evaluate the non-linear equations (those reading no linear variable).
   linear_eqns = []
@@ -602,10 +608,22 @@ def _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx
       outs = eqn.primitive.bind(*ins, **eqn.params)
       primal_env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
 
+  if wanted is not None:
+    # NB: the linear variables whose cotangents flow to a wanted invar: an equation is
+    # transposed only when one of its linear inputs is among them.
+    needed = {v for v, w in zip(jaxpr.invars, wanted) if w and v in linear}
+    for eqn in linear_eqns:
+      if any(type(v) is Var and v in needed for v in eqn.invars):
+        needed.update(eqn.outvars)
+    linear_eqns = [e for e in linear_eqns
+                   if any(type(v) is Var and v in needed for v in e.invars)]
+  else:
+    needed = linear
+
   ct_env: dict[Var, Any] = {}
 
   def write_ct(v, ct):
-    if type(v) is Var and ct is not None and type(ct) is not Zero:
+    if type(v) is Var and ct is not None and type(ct) is not Zero and v in needed:
       ct_env[v] = add_tangents(ct_env[v], ct) if v in ct_env else ct
 
   for v, ct in zip(jaxpr.outvars, cts_out):
