@@ -386,12 +386,31 @@ def test_vjp_function_returned_from_jit_and_make_jaxpr():
   np.testing.assert_allclose(doubled(jnp.ones(2))[0], 2 * np.cos(np.ones(2)), rtol=1e-6)
 
 
-def test_vjp_cotangent_errors_as_jax():
-  _, f_vjp = sc.vjp(lambda x: (x, 2 * x), jnp.ones(2))
-  with pytest.raises(TypeError, match="Tree structure of cotangent input"):
-    f_vjp(jnp.ones(2))
-  with pytest.raises(TypeError, match="is not the expected tangent type"):
-    f_vjp((jnp.ones(3), jnp.ones(2)))
+def _pair(x, d):
+  return (x * d["y"], {"z": (x, d["y"])})
+
+
+@pytest.mark.parametrize("ct", [
+    lambda m: m.ones(2),                                        # leaf for a tuple
+    lambda m: (m.ones(2),),                                     # shorter tuple
+    lambda m: [m.ones(2), {"z": (m.ones(2), m.ones(()))}],      # list for a tuple
+    lambda m: (m.ones(2), {"z": [m.ones(2), m.ones(())]}),      # nested list
+    lambda m: (m.ones(2), {"w": (m.ones(2), m.ones(()))}),      # other dict keys
+    lambda m: (m.ones(3), {"z": (m.ones(2), m.ones(()))}),      # shape
+    lambda m: (m.ones(2), {"z": (m.ones(2), m.ones((), m.int32))}),   # dtype
+])
+def test_vjp_cotangent_errors_as_jax(ct):
+  """Cotangents of the wrong structure or type raise JAX 0.10's ValueError, word for word
+  (the same function object, so the same source location in the message)."""
+  import jax
+  import jax.numpy as jjnp
+  msgs = []
+  for lib, m in ((sc, jnp), (jax, jjnp)):
+    _, f_vjp = lib.vjp(_pair, m.ones(2), {"y": m.float32(2.0)})
+    with pytest.raises(ValueError) as e:
+      f_vjp(ct(m))
+    msgs.append(str(e.value))
+  assert msgs[0] == msgs[1]
 
 
 # ---------------------------------------------------------------------------

@@ -318,8 +318,8 @@ def test_errors_name_expected_and_given():
   params = {"w": jnp.ones(2), "b": jnp.ones(3)}
   opt = optim.adam(0.1)
   state = opt.init(params)
-  with pytest.raises(ValueError, match=r"structure.*expected PyTreeSpec\(\{'b': \*, 'w': \*\}\)"
-                                       r" but got PyTreeSpec\(\{'w': \*\}\)"):
+  with pytest.raises(ValueError, match=r"structure.*expected PyTreeDef\(\{'b': \*, 'w': \*\}\)"
+                                       r" but got PyTreeDef\(\{'w': \*\}\)"):
     opt.update({"w": jnp.ones(2)}, state)
   with pytest.raises(ValueError, match=r"at \['b'\]: expected shape \(3,\) but got \(4,\)"):
     opt.update({"w": jnp.ones(2), "b": jnp.ones(4)}, state)

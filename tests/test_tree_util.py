@@ -499,3 +499,75 @@ def test_random_trees_match_jax(tree):
       jtu.tree_leaves_with_path(tree))
   f = lambda x: (x,)
   assert tu.tree_map(f, tree) == jtu.tree_map(f, tree)
+
+
+# ---------------------------------------------------------------------------
+# Treedefs in messages are written as JAX writes them (`PyTreeDef(...)`)
+
+import collections as _collections  # noqa: E402
+import dataclasses as _dataclasses  # noqa: E402
+
+import stagecraft as sc  # noqa: E402
+
+_Point = _collections.namedtuple("_Point", "a b")
+
+
+@_dataclasses.dataclass
+class _DC:
+  x: int
+  y: int
+
+
+def _treedef_cases(lib):
+  for reg in (lib.tree_util.register_dataclass,):
+    try:
+      reg(_DC, ["x"], ["y"])
+    except ValueError:   # registered by an earlier call
+      pass
+  return [(1, 2), [1, (2,)], {"b": 1, "a": None}, None, (), [[]], (1,), 1,
+          _Point(1, [2]), _collections.OrderedDict(b=1, a=2),
+          _collections.defaultdict(list, a=1), _DC(1, 2),
+          lib.tree_util.Partial(print, 1), {"a": (_Point(1, [2]),)}, lib.ad.DidntWant()]
+
+
+def test_treedef_str_is_jax_repr():
+  import jax
+  ours = [sc.tree_util.treedef_str(sc.tree.structure(t)) for t in _treedef_cases(sc)]
+  theirs = [str(jax.tree.structure(t)) for t in _treedef_cases(jax)]
+  assert ours == theirs
+
+
+def _message(thunk):
+  try:
+    thunk()
+  except Exception as e:  # noqa: BLE001 (the test compares any exception)
+    return type(e).__name__, str(e).split("\n")[0]
+  raise AssertionError("no exception")
+
+
+@pytest.mark.parametrize("case", ["jvp_trees", "while_body", "custom_jvp_trees",
+                                  "linearize_trees", "optimizers"])
+def test_structure_messages_as_jax(case):
+  import jax
+  import jax.example_libraries.optimizers as jopt
+  import stagecraft.example_libraries.optimizers as sopt
+
+  def run(lib, opt):
+    if case == "jvp_trees":
+      return lambda: lib.jvp(lambda x, y: x, (1.0, 2.0), (1.0, [2.0]))
+    if case == "while_body":
+      return lambda: lib.lax.while_loop(lambda c: False, lambda c: [c[0], c[1]], (1.0, 2.0))
+    if case == "custom_jvp_trees":
+      f = lib.custom_jvp(lambda x: x)
+      f.defjvp(lambda p, t: ((p[0], p[0]), t[0]))
+      return lambda: lib.jvp(f, (1.0,), (1.0,))
+    if case == "linearize_trees":
+      _, f_lin = lib.linearize(lambda x, y: x, 1.0, 2.0)
+      return lambda: f_lin(1.0)
+    init, update, _ = opt.sgd(0.1)
+    state = init({"w": 1.0, "b": 2.0})
+    return lambda: update(0, {"w": 1.0}, state)
+
+  ours = _message(run(sc, sopt))
+  theirs = _message(run(jax, jopt))
+  assert ours == theirs

@@ -14,7 +14,8 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.api_util import (check_out_leaves, describe_arg, ensure_inbounds,
                                  flat_mapped_args, flatten,
-                                 flatten_axes, fun_name, mapped_axes, normalize_argnums)
+                                 flatten_axes, fun_name, fun_source_info, mapped_axes,
+                                 normalize_argnums)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft import lax, numpy as jnp
@@ -26,6 +27,7 @@ from stagecraft.pjit import jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
 from stagecraft.state import AbstractRef, Ref, freeze
+from stagecraft.tree_util import treedef_str
 
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
            "jacfwd", "jacrev", "jacobian", "hessian", "linear_transpose", "vmap", "pmap",
@@ -231,9 +233,9 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   p_leaves, p_tree = flatten(tuple(primals))
   t_leaves, t_tree = flatten(tuple(tangents))
   if p_tree != t_tree:
-    raise TypeError(f"primal and tangent arguments to jvp must have the same tree "
-                    f"structure; primals have tree structure {p_tree} whereas tangents "
-                    f"have tree structure {t_tree}.")
+    raise TypeError(f"primal and tangent arguments to jax.jvp must have the same tree "
+                    f"structure; primals have tree structure {treedef_str(p_tree)} whereas "
+                    f"tangents have tree structure {treedef_str(t_tree)}.")
   paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(tuple(primals))[0]]
   for p, t, path in zip(p_leaves, t_leaves, paths):
     _check_tangent(p, t, path)
@@ -266,8 +268,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
   def f_jvp(*tangents):
     t_leaves, t_tree = flatten(tuple(tangents))
     if t_tree != p_tree:
-      raise TypeError(f"linearized function called with tangents of structure {t_tree}; "
-                      f"expected {p_tree}.")
+      raise TypeError(f"expected {treedef_str(p_tree)}, got {treedef_str(t_tree)}")
     for p, t, path in zip(p_leaves, t_leaves, [""] * len(t_leaves)):
       _check_tangent(p, t, path)
     vals = core.eval_jaxpr(lin, [], *residuals, *t_leaves)
@@ -291,17 +292,16 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
     the output's structure, shapes and dtypes and returns a tuple with one cotangent per
     primal (float0 zeros for integer primals).
 
-  Raises:
-    TypeError: if the cotangent structure or dtypes differ from the output's, or a
-      primitive lacks a transpose rule (MissingRuleError).
+  Raises (`vjp_fn`, when called):
+    ValueError: if the cotangents' structure, shapes or dtypes differ from the output's
+      (JAX 0.10's words); MissingRuleError: if a primitive lacks a transpose rule.
   """
   if reduce_axes:
     raise NotImplementedError("reduce_axes argument to vjp is deprecated")
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
    aux_tree) = _linearize(fun, primals, has_aux)
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
-  out_avals = [ad.tangent_aval(core.get_aval(p)) for p in p_out]
-  pullback = _Pullback(fun_name(fun), lin, out_tree, n_out, p_tree, out_avals,
+  pullback = _Pullback(fun, lin, out_tree, n_out, p_tree, [core.get_aval(p) for p in p_out],
                        [i for i, z in enumerate(zero_outs) if not z])
   vjp_fn = VJP(pullback, list(residuals))
   if has_aux:
@@ -313,24 +313,35 @@ class _Pullback:
   """What a VJP needs besides its residuals: the linear jaxpr (residuals, then tangents ->
   the nonzero output tangents), the output and input trees and the output tangent avals.
   Static (the pytree aux data of a VJP), compared by identity."""
-  __slots__ = ("name", "lin", "out_tree", "n_out", "in_tree", "out_avals", "nonzero_outs")
+  __slots__ = ("name", "src_info", "lin", "out_tree", "n_out", "in_tree", "out_avals",
+               "primal_out_avals", "nonzero_outs")
 
-  def __init__(self, name, lin, out_tree, n_out, in_tree, out_avals, nonzero_outs):
-    self.name, self.lin, self.out_tree, self.n_out = name, lin, out_tree, n_out
-    self.in_tree, self.out_avals, self.nonzero_outs = in_tree, out_avals, nonzero_outs
+  def __init__(self, fun, lin, out_tree, n_out, in_tree, primal_out_avals, nonzero_outs):
+    self.name, self.src_info = fun_name(fun), fun_source_info(fun)
+    self.lin, self.out_tree, self.n_out = lin, out_tree, n_out
+    self.in_tree, self.primal_out_avals = in_tree, primal_out_avals
+    self.out_avals = [ad.tangent_aval(a) for a in primal_out_avals]
+    self.nonzero_outs = nonzero_outs
 
   def __call__(self, residuals, cotangents, wanted=None):
     ct_leaves, ct_tree = flatten(cotangents)
-    if ct_tree != self.out_tree:
-      raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match "
-                      f"structure of primal output {self.out_tree}.")
-    for i, (ct, want) in enumerate(zip(ct_leaves, self.out_avals)):
+    if ct_tree != self.out_tree:   # JAX 0.10's ValueError and words
+      raise ValueError(
+          "unexpected tree structure.\n\nThe argument to a VJP function returned by "
+          "`jax.vjp` must match the pytree\nstructure of the differentiated function "
+          f"{self.src_info}.\n\nBut the tree structures differ:\n" + "\n".join(
+              f"  * out{tree_util.node_path_str(path)} was a {a} in the original output, "
+              f"but a {b} here, so {why}." for path, a, b, why
+              in tree_util.equality_errors_pytreedef(self.out_tree, ct_tree)))
+    for ct, want, primal in zip(ct_leaves, self.out_avals, self.primal_out_avals):
       got = (ShapedArray(np.shape(ct), dtypes.float0) if _is_float0(ct) else
              core.get_aval(ct))
       if got.shape != want.shape or got.dtype != want.dtype:
-        raise TypeError(f"Type of cotangent input to vjp pullback function "
-                        f"({got.str_short()}) is not the expected tangent type "
-                        f"({want.str_short()}) of corresponding primal output {i}.")
+        raise ValueError(
+            f"unexpected JAX type (e.g. shape/dtype) for argument to VJP function: got "
+            f"{got.str_short(short_dtypes=False)}, but expected "
+            f"{want.str_short(short_dtypes=False)} because the corresponding output of the "
+            f"differentiated function had JAX type {primal.str_short(short_dtypes=False)}")
     cts = [ct_leaves[i] if i < self.n_out else ad.Zero(self.out_avals[i])
            for i in self.nonzero_outs]
     n_res = len(residuals)
@@ -348,8 +359,8 @@ class VJP:
   it can be returned from `jit`, passed through `make_jaxpr` and flattened.
 
   Raises (when called):
-    TypeError: if the cotangent structure or dtypes differ from the output's, or a
-      primitive lacks a transpose rule (MissingRuleError).
+    ValueError: if the cotangents' structure, shapes or dtypes differ from the output's
+      (JAX 0.10's words); MissingRuleError: if a primitive lacks a transpose rule.
   """
   __slots__ = ("_pullback", "residuals")
 
@@ -380,7 +391,8 @@ class VJP:
     leaves, tree = flatten(maybe_ct_refs)
     if tree != self._pullback.in_tree:
       raise TypeError(f"VJP.with_refs: the destinations must have the structure of the "
-                      f"primals, {self._pullback.in_tree}; got {tree}.")
+                      f"primals, {treedef_str(self._pullback.in_tree)}; got "
+                      f"{treedef_str(tree)}.")
     for path, leaf in tree_util.tree_flatten_with_path(maybe_ct_refs)[0]:
       if not isinstance(leaf, (Ref, DontWant, GradValue)):
         raise TypeError(f"VJP.with_refs: each leaf must be a Ref, jax.ad.DontWant() or "

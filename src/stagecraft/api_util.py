@@ -12,6 +12,7 @@ import optree
 
 from stagecraft import core, dtypes, shape_poly, tree_util
 from stagecraft.core import ShapedArray, ShapeDtypeStruct
+from stagecraft.tree_util import treedef_str
 from stagecraft.runtime.array import Array
 
 __all__ = ["flatten", "abstractify", "fun_name", "fun_signature", "arg_names",
@@ -60,6 +61,16 @@ def fun_name(fun: Callable, default_name: str = "<unnamed function>") -> str:
   if isinstance(fun, functools.partial):
     return fun_name(fun.func, default_name)
   return default_name
+
+
+def fun_source_info(fun: Callable) -> str:
+  """`fun`'s name and where it is defined, as JAX's debug info writes it in messages:
+  `f at /path/to/file.py:12` (the name alone for a callable without code)."""
+  code = getattr(fun, "__code__", None)
+  if code is None and isinstance(fun, functools.partial):
+    code = getattr(fun.func, "__code__", None)
+  return (f"{fun_name(fun)} at {code.co_filename}:{code.co_firstlineno}" if code
+          else fun_name(fun))
 
 
 def fun_signature(fun: Callable):
@@ -152,7 +163,7 @@ def flatten_axes(what: str, prefix, full_tree, leaves_tree_def) -> list:
   except ValueError:
     raise ValueError(f"vmap {what} specification must be a tree prefix of the corresponding "
                      f"value, got specification {prefix!r} for value tree "
-                     f"{leaves_tree_def}.") from None
+                     f"{treedef_str(leaves_tree_def)}.") from None
   for ax in axes:
     if ax is not None and not isinstance(ax, (int, np.integer)):
       raise TypeError(f"vmap {what} must be an int, None, or (nested) container with those "

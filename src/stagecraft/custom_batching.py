@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import optree
 
 from stagecraft import core, dtypes, tree_util
+from stagecraft.tree_util import treedef_str
 from stagecraft.core import ClosedJaxpr
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.lax.control_flow import loops
@@ -63,15 +64,6 @@ def _fun_name(fun: Callable, default: str = "<unnamed function>") -> str:
 
 def _rule_name(rule: Callable) -> str:
   return getattr(rule, "__name__", "<unnamed rule>")
-
-
-def _treedef_str(treedef) -> str:
-  """A treedef as JAX prints it: `PyTreeDef((*, [*]))`."""
-  s = str(treedef)
-  s = re.sub(r", namespace='[^']*'\)$", ")", s)
-  if s.startswith("PyTreeSpec("):
-    s = "PyTreeDef(" + s[len("PyTreeSpec("):]
-  return s.replace("CustomTreeNode(", "CustomNode(")
 
 
 def _masked_repr(obj: Any) -> str:
@@ -112,7 +104,7 @@ class _TreeParam:
     return hash(self.treedef)
 
   def __str__(self):
-    return _treedef_str(self.treedef)
+    return treedef_str(self.treedef)
 
   __repr__ = __str__
 
@@ -121,13 +113,13 @@ def _check_rule_trees(name: str, original_out_tree, out_tree, out_batched_tree) 
   if out_tree != out_batched_tree:
     raise ValueError(
         f"structure of output value and output batching specification returned by custom "
-        f"vmap rule ({name}) do not match.\nOutput values: {_treedef_str(out_tree)}\n"
-        f"Batching spec: {_treedef_str(out_batched_tree)}")
+        f"vmap rule ({name}) do not match.\nOutput values: {treedef_str(out_tree)}\n"
+        f"Batching spec: {treedef_str(out_batched_tree)}")
   if out_tree != original_out_tree:
     raise ValueError(
         f"structure of output returned by custom vmap rule ({name}) does not match that of "
         f"original custom-vmapped function.\nOriginal output: "
-        f"{_treedef_str(original_out_tree)}\nRule output: {_treedef_str(out_tree)}")
+        f"{treedef_str(original_out_tree)}\nRule output: {treedef_str(out_tree)}")
 
 
 # ---------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import optree
 from stagecraft import core, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from stagecraft.errors import UnexpectedTracerError
+from stagecraft.tree_util import treedef_str
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 
 __all__ = ["custom_dce", "custom_dce_call_p"]
@@ -221,14 +222,14 @@ def _check_rule_output(py_out, used_outs, out_tree, out_avals, fun_name, rule_na
     raise TypeError(
         f"Custom DCE rule {rule_name} for function {fun_name} must produce an output with "
         f"the same container (pytree) structure as the output of the function {fun_name}. "
-        f"But, the DCE rule returned structure {rule_tree}, while {fun_name} returned "
-        f"{out_tree}.") from None
+        f"But, the DCE rule returned structure {treedef_str(rule_tree)}, while {fun_name} "
+        f"returned {treedef_str(out_tree)}.") from None
   if len(out_flat) != len(out_avals):
     raise TypeError(
         f"Custom DCE rule {rule_name} for function {fun_name} must produce an output with "
         f"the same container (pytree) structure as the output of the function {fun_name}. "
-        f"But, the DCE rule returned structure {rule_tree}, while {fun_name} returned "
-        f"{out_tree}.")
+        f"But, the DCE rule returned structure {treedef_str(rule_tree)}, while {fun_name} "
+        f"returned {treedef_str(out_tree)}.")
   results = []
   for kp, used, aval, val in zip(keypaths, used_outs, out_avals, out_flat):
     if not used:

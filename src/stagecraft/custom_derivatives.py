@@ -29,6 +29,7 @@ from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.errors import UnexpectedTracerError
+from stagecraft.tree_util import treedef_str
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.lax import elementwise, reduction, shape as lax_shape
 from stagecraft.lax.ad_util import stop_gradient
@@ -412,7 +413,7 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
     if p_tree != t_tree:
       raise TypeError(f"Custom JVP rule {jvp_name} for function {name} must produce primal "
                       f"and tangent outputs with equal container (pytree) structures, but "
-                      f"got {p_tree} and {t_tree} respectively.")
+                      f"got {treedef_str(p_tree)} and {treedef_str(t_tree)} respectively.")
     p_avals = [core.get_aval(p) for p in p_leaves]
     if out_tree is not None:
       _check_primal_out(f"Custom JVP rule {jvp_name} for function {name}", "custom_jvp",
@@ -713,7 +714,8 @@ def _call_bwd(cv: custom_vjp, static_args, res_tree, res_leaves, out_tree, cts, 
       f"Custom VJP bwd rule must produce an output with the same container (pytree) "
       f"structure as the args tuple of the primal function, and in particular must produce "
       f"a tuple of length equal to the number of arguments to the primal function, but got "
-      f"bwd output structure {_flatten(cts_in)[1]} for primal input structure {in_tree}.")
+      f"bwd output structure {treedef_str(_flatten(cts_in)[1])} for primal input "
+      f"structure {treedef_str(in_tree)}.")
   if not isinstance(cts_in, tuple) or len(cts_in) != n_dyn:
     raise bad_structure
   children = in_tree.children()
@@ -1072,8 +1074,8 @@ def linear_call(fun: Callable, fun_transpose: Callable, residual_args: Any,
                                        _fun_name(fun_transpose))
       if t_store["tree"] != lin_tree:
         raise TypeError(f"transpose output pytree structure must match that of linear inputs, "
-                        f"got output structure {t_store['tree']} and input structure "
-                        f"{lin_tree}.")
+                        f"got output structure {treedef_str(t_store['tree'])} and input "
+                        f"structure {treedef_str(lin_tree)}.")
       bad = [(a, b) for a, b in zip(closed.out_avals, lin_avals)
              if (a.shape, a.dtype) != (b.shape, b.dtype)]
       if bad:

@@ -156,9 +156,9 @@ def _check_trees(fn: str, grads, ref, ref_name: str, shapes: bool = True) -> Non
   if gdef != rdef:
     raise ValueError(
       f"{fn}: the pytree structure of `grads` does not match the structure of {ref_name}: "
-      f"expected {rdef} but got {gdef}. Call `init` with parameters of the same structure as "
-      f"the gradients passed to `update` (for example the output of `grad` of the loss with "
-      f"respect to those parameters).")
+      f"expected {tree_util.treedef_str(rdef)} but got {tree_util.treedef_str(gdef)}. Call "
+      f"`init` with parameters of the same structure as the gradients passed to `update` "
+      f"(for example the output of `grad` of the loss with respect to those parameters).")
   if not shapes:
     return
   g_leaves = tree_util.tree_leaves_with_path(grads)

@@ -323,7 +323,7 @@ class Compiled:
             f"stage.")
     sig = self._sig
     if tree != sig.in_tree:
-      errors = list(_tree_mismatches(sig.in_tree, tree))
+      errors = list(tree_util.equality_errors_pytreedef(sig.in_tree, tree))
       listed = "".join(f"\n    * at {_args_keystr(path)}, seen {a} but now given {b}, so {why}"
                        for path, a, b, why in errors)
       raise TypeError(
@@ -458,60 +458,11 @@ class Compiled:
     return f"Compiled({self._sig.name})"
 
 
-def _node_name(spec) -> str:
-  return "pytree leaf" if spec.is_leaf() else str(spec.type)
-
-
-def _children_word(n: int) -> str:
-  return f"{n} child" if n <= 1 else f"{n} children"
-
-
-def _tree_mismatches(expected, given, path: tuple = ()):
-  """Where two tree structures differ, as JAX's `equality_errors` reports it: yields
-  `(key path, expected node, given node, why)`; a key path holds `(node type, entry)` pairs."""
-  if expected.is_leaf() or given.is_leaf() or expected.type is not given.type:
-    if not (expected.is_leaf() and given.is_leaf()):
-      yield path, _node_name(expected), _node_name(given), "their Python types differ"
-    return
-  n1, n2 = expected.num_children, given.num_children
-  if expected.type in (tuple, list) and n1 != n2:
-    kind = expected.type.__name__
-    yield path, f"{kind} of length {n1}", f"{kind} of length {n2}", "the lengths do not match"
-    return
-  if n1 != n2:
-    why = "the numbers of children do not match"
-    if issubclass(expected.type, dict):
-      diff = set(expected.entries()) ^ set(given.entries())
-      why += f", with the symmetric difference of key sets: {diff}"
-    yield (path, f"{expected.type} with {_children_word(n1)}",
-           f"{given.type} with {_children_word(n2)}", why)
-    return
-  if list(expected.entries()) != list(given.entries()):
-    yield (path, f"{expected.type} with pytree metadata {tuple(expected.entries())}",
-           f"{given.type} with pytree metadata {tuple(given.entries())}",
-           "the pytree node metadata does not match")
-    return
-  found = False
-  for entry, c1, c2 in zip(expected.entries(), expected.children(), given.children()):
-    for err in _tree_mismatches(c1, c2, path + ((expected.type, entry),)):
-      found = True
-      yield err
-  if not found and expected != given:   # same children: the node's own data differs
-    yield path, str(expected.type), str(given.type), "the pytree node metadata does not match"
-
-
 def _args_keystr(path: tuple) -> str:
   """A key path into `(args, kwargs)` as JAX writes it: `args[0]['w']`, `kwargs['z'].a`."""
   if not path:
     return "(args, kwargs)"
-  out = "args" if path[0][1] == 0 else "kwargs"
-  for node_type, entry in path[1:]:
-    fields = getattr(node_type, "_fields", None)
-    if fields is not None and issubclass(node_type, tuple):
-      out += f".{fields[entry] if isinstance(entry, int) else entry}"
-    else:
-      out += f"[{entry!r}]"
-  return out
+  return ("args" if path[0][1] == 0 else "kwargs") + tree_util.node_path_str(path[1:])
 
 
 def _is_sharded(call) -> bool:

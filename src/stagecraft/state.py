@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 import optree
 
 from stagecraft import core, tree_util
-from stagecraft.api_util import arg_names, check_out_leaves, flatten, fun_name, fun_signature
+from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name, fun_signature,
+                                fun_source_info)
 from stagecraft.core import DebugInfo, ShapedArray
 from stagecraft.interpreters import partial_eval as pe
 # NB: re-exported (pjit uses jit_frame, carried_values and write_back from here).
@@ -39,12 +40,6 @@ def ref_leaves(leaves: Sequence[Any]) -> list[int]:
   return [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
 
 
-def _where(fun: Callable) -> str:
-  code = getattr(fun, "__code__", None)
-  return (f"{fun_name(fun)} at {code.co_filename}:{code.co_firstlineno}" if code
-          else fun_name(fun))
-
-
 def check_ref_args(fun: Callable, leaves: Sequence[Any], names: Sequence[str]) -> None:
   """Raises JAX's ValueError when one ref is passed twice among `leaves`."""
   seen: dict[int, int] = {}
@@ -53,8 +48,8 @@ def check_ref_args(fun: Callable, leaves: Sequence[Any], names: Sequence[str]) -
     if j != i:
       raise ValueError(
           f"only one reference to a mutable array may be passed as an argument to a "
-          f"function, but when tracing {_where(fun)} for jit the mutable array reference "
-          f"of type {leaves[i].aval} appeared at both {names[j]} and {names[i]}.")
+          f"function, but when tracing {fun_source_info(fun)} for jit the mutable array "
+          f"reference of type {leaves[i].aval} appeared at both {names[j]} and {names[i]}.")
 
 
 def check_no_ref_out(fun: Callable, out_leaves: Sequence[Any], in_leaves: Sequence[Any] = (),
@@ -66,8 +61,8 @@ def check_no_ref_out(fun: Callable, out_leaves: Sequence[Any], in_leaves: Sequen
       which = next((f"\n\nThe returned mutable array was passed in as the argument "
                     f"{names[i]}." for i, a in enumerate(in_leaves) if a is x), "")
       raise ValueError(
-          f"function {_where(fun)} traced for jit returned a mutable array reference of "
-          f"type {x.aval}, but mutable array references cannot be returned.{which}")
+          f"function {fun_source_info(fun)} traced for jit returned a mutable array reference "
+          f"of type {x.aval}, but mutable array references cannot be returned.{which}")
 
 
 def traced_with_refs(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequence[int],

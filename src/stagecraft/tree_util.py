@@ -69,6 +69,102 @@ PyTreeDef = optree.PyTreeSpec
 `.flatten_up_to(tree)`, `.children()`."""
 
 
+def treedef_str(treedef: PyTreeDef) -> str:
+  """`treedef` as JAX prints a PyTreeDef, for messages: `PyTreeDef((*, [*]))`,
+  `PyTreeDef(CustomNode(namedtuple[Point], [*, *]))` (optree's own repr says `PyTreeSpec`
+  and names custom nodes differently)."""
+  return f"PyTreeDef({_node_str(treedef)})"
+
+
+def _node_str(t: PyTreeDef) -> str:
+  kind = t.kind
+  if kind == optree.PyTreeKind.LEAF:
+    return "*"
+  if kind == optree.PyTreeKind.NONE:
+    return "None"
+  kids = [_node_str(c) for c in t.children()]
+  if kind == optree.PyTreeKind.TUPLE:
+    return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"
+  if kind == optree.PyTreeKind.LIST:
+    return "[" + ", ".join(kids) + "]"
+  data = t.entries()
+  if kind in (optree.PyTreeKind.DEFAULTDICT, optree.PyTreeKind.CUSTOM):
+    # NB: optree keeps a node's aux data to itself: rebuild the tree around placeholder
+    # leaves and flatten its root one level.
+    try:
+      node = t.unflatten([0] * t.num_leaves)
+      data = optree.tree_flatten_one_level(node, none_is_leaf=True, namespace=NAMESPACE)[1]
+    except Exception:   # a node type whose constructor refuses placeholders
+      data = "..."
+  if kind == optree.PyTreeKind.DICT:
+    return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(data, kids)) + "}"
+  if kind == optree.PyTreeKind.NAMEDTUPLE:
+    head = f"namedtuple[{t.type.__name__}]"
+  elif kind == optree.PyTreeKind.ORDEREDDICT:
+    head = f"OrderedDict[{tuple(data)!r}]"
+  elif kind == optree.PyTreeKind.DEFAULTDICT:
+    head = (f"defaultdict[({data[0]!r}, {tuple(data[1])!r})]" if isinstance(data, tuple)
+            else f"defaultdict[{data}]")
+  else:
+    head = f"{t.type.__name__}[{data!r}]"
+  return f"CustomNode({head}, [{', '.join(kids)}])"
+
+
+def equality_errors_pytreedef(expected: PyTreeDef, given: PyTreeDef, path: tuple = ()):
+  """Where two tree structures differ, as JAX's `equality_errors_pytreedef` reports it:
+  yields `(path, expected node, given node, why)`, a path being a tuple of
+  `(node type, entry)` pairs (`node_path_str` writes it as JAX's `keystr`)."""
+  if expected.is_leaf() or given.is_leaf() or expected.type is not given.type:
+    if not (expected.is_leaf() and given.is_leaf()):
+      yield path, _node_name(expected), _node_name(given), "their Python types differ"
+    return
+  n1, n2 = expected.num_children, given.num_children
+  if expected.type in (tuple, list) and n1 != n2:
+    kind = expected.type.__name__
+    yield path, f"{kind} of length {n1}", f"{kind} of length {n2}", "the lengths do not match"
+    return
+  if n1 != n2:
+    why = "the numbers of children do not match"
+    if issubclass(expected.type, dict):
+      diff = set(expected.entries()) ^ set(given.entries())
+      why += f", with the symmetric difference of key sets: {diff}"
+    yield (path, f"{expected.type} with {_children_word(n1)}",
+           f"{given.type} with {_children_word(n2)}", why)
+    return
+  if list(expected.entries()) != list(given.entries()):
+    yield (path, f"{expected.type} with pytree metadata {tuple(expected.entries())}",
+           f"{given.type} with pytree metadata {tuple(given.entries())}",
+           "the pytree node metadata does not match")
+    return
+  found = False
+  for entry, c1, c2 in zip(expected.entries(), expected.children(), given.children()):
+    for err in equality_errors_pytreedef(c1, c2, path + ((expected.type, entry),)):
+      found = True
+      yield err
+  if not found and expected != given:   # same children: the node's own data differs
+    yield path, str(expected.type), str(given.type), "the pytree node metadata does not match"
+
+
+def node_path_str(path: tuple) -> str:
+  """A path of `equality_errors_pytreedef` as JAX's `keystr` writes it: `[0]['w'].a`."""
+  out = ""
+  for node_type, entry in path:
+    fields = getattr(node_type, "_fields", None)
+    if fields is not None and issubclass(node_type, tuple):
+      out += f".{fields[entry] if isinstance(entry, int) else entry}"
+    else:
+      out += f"[{entry!r}]"
+  return out
+
+
+def _node_name(spec: PyTreeDef) -> str:
+  return "pytree leaf" if spec.is_leaf() else str(spec.type)
+
+
+def _children_word(n: int) -> str:
+  return f"{n} child" if n <= 1 else f"{n} children"
+
+
 # ---------------------------------------------------------------------------
 # Key path entries (as JAX's tree_util's).
 

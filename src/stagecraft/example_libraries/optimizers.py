@@ -31,6 +31,7 @@ from typing import Any, Callable, NamedTuple
 
 import stagecraft.numpy as jnp
 from stagecraft import tree_util
+from stagecraft.tree_util import treedef_str
 
 __all__ = ["Optimizer", "OptimizerState", "Schedule", "optimizer", "sgd", "momentum",
            "nesterov", "adagrad", "rmsprop", "rmsprop_momentum", "adam", "adamax", "sm3",
@@ -113,7 +114,7 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]
         raise TypeError(
             "optimizer update function was passed a gradient tree that did not match the "
             f"parameter tree structure with which it was initialized: parameter tree "
-            f"{treedef} and grad tree {grad_treedef}.")
+            f"{treedef_str(treedef)} and grad tree {treedef_str(grad_treedef)}.")
       states = _unflatten_states(subtree_defs, packed)
       new_packed, new_defs = _flatten_states(
           [update(step, g, s) for g, s in zip(grad_leaves, states)])

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from stagecraft import core, dtypes, tree_util
+from stagecraft.tree_util import treedef_str
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import add, bitwise_or
 from stagecraft.lax.shape import concatenate, pad, rev, slice_in_dim
@@ -105,7 +106,7 @@ def associative_scan(fn: Callable[[Any, Any], Any], elems: Any, reverse: bool = 
     c_flat, c_tree = tree_util.tree_flatten(c)
     if c_tree != tree:
       raise TypeError(f"associative_scan: fn must return a value with the structure of "
-                      f"elems, {tree}, but returned {c_tree}.")
+                      f"elems, {treedef_str(tree)}, but returned {treedef_str(c_tree)}.")
     return c_flat
 
   def scan(elems):

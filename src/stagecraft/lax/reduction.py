@@ -22,6 +22,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import Primitive, ShapedArray
+from stagecraft.tree_util import treedef_str
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
@@ -581,7 +582,8 @@ def _reduction_jaxpr(computation, flat_avals: tuple[ShapedArray, ...], tree):
     got = ", ".join(a.str_short() for a in out_avals)
     raise TypeError(
         f"reduce computation must return a value with the structure and types of the init "
-        f"values, {tree} of ({want}), but returned {out_tree[0]} of ({got}). Make "
+        f"values, {treedef_str(tree)} of ({want}), but returned {treedef_str(out_tree[0])} "
+        f"of ({got}). Make "
         f"`computation(x, y)` return as many scalars as there are operands, each of the "
         f"dtype of its init value.")
   return core.ClosedJaxpr(jaxpr, consts)
@@ -661,7 +663,7 @@ def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], An
   flat_inits, init_tree = tree_util.tree_flatten(init_values)
   if operand_tree != init_tree:
     raise ValueError(f"Operands must have the same tree structure as init_values: "
-                     f"{operand_tree} vs. {init_tree}")
+                     f"{treedef_str(operand_tree)} vs. {treedef_str(init_tree)}")
   dimensions = tuple(int(d) for d in dimensions)
   reducer = _monoid_reducer(computation, flat_inits)
   if reducer is not None:

@@ -8,6 +8,7 @@ program text.
 """
 from __future__ import annotations
 
+import inspect
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -119,6 +120,63 @@ def leaf_paths(tree_def, prefix: str) -> list[str]:
   """Readable key paths (`carry[1]['w']`) of the leaves of `tree_def` under `prefix`."""
   dummy = unflatten(tree_def, list(range(tree_def.num_leaves)))
   return [prefix + tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+
+
+def check_carry_type(name: str, body_fun: Callable, in_tree,
+                     in_avals: Sequence[ShapedArray] | None, out_tree,
+                     out_avals: Sequence[ShapedArray] | None) -> None:
+  """JAX's check of a loop body's carry (`_check_carry_type`), in its words: the output
+  carry must have the input's pytree structure, then its shapes and dtypes (weak types
+  aside; not checked when the avals are None). `name` is `'scan body'` or
+  `'while_loop body'`; the carry is named by `body_fun`'s first parameter.
+
+  Raises:
+    TypeError: listing each difference by its key path.
+  """
+  try:
+    params = list(inspect.signature(body_fun).parameters)
+  except (TypeError, ValueError):
+    params = []
+  carry_name = params[0] if params else None
+
+  def component(path: str) -> str:
+    if carry_name:
+      return (f"the input carry component {carry_name}{path}" if path
+              else f"the input carry {carry_name}")
+    return f"the input carry at path {path}" if path else "the input carry"
+
+  def listed(diffs: list[str]) -> str:
+    if len(diffs) == 1:
+      return diffs[0][0].upper() + diffs[0][1:] + ".\n"
+    return "\n".join(f"  * {d};\n" for d in diffs[:-1]) + f"  * {diffs[-1]}.\n"
+
+  if in_tree != out_tree:
+    diffs = [f"{component(tree_util.node_path_str(path))} is a {a} but the corresponding "
+             f"component of the carry output is a {b}, so {why}"
+             for path, a, b, why in tree_util.equality_errors_pytreedef(in_tree, out_tree)]
+    if diffs:
+      raise TypeError(
+          f"{name} function carry input and carry output must have the same pytree "
+          f"structure, but they differ:\n\n{listed(diffs)}\nRevise the function so that "
+          f"the carry output has the same pytree structure as the carry input.")
+  if in_avals is None:
+    return
+  paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(
+      unflatten(in_tree, list(range(in_tree.num_leaves))))[0]]
+  diffs = []
+  for a, b, p in zip(in_avals, out_avals, paths):
+    if typematch(a, b):
+      continue
+    why = [w for w, bad in (("the dtypes do not match", a.dtype != b.dtype),
+                            ("the shapes do not match", a.shape != b.shape)) if bad]
+    diffs.append(f"{component(p)} has type {a.str_short(short_dtypes=False)} but the "
+                 f"corresponding output carry component has type "
+                 f"{b.str_short(short_dtypes=False)}, so {', and '.join(why)}")
+  if diffs:
+    raise TypeError(
+        f"{name} function carry input and carry output must have equal types, but they "
+        f"differ:\n\n{listed(diffs)}\nRevise the function so that all output types match "
+        f"the corresponding input types.")
 
 
 def typematch(a: ShapedArray, b: ShapedArray) -> bool:

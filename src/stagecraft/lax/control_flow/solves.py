@@ -27,7 +27,6 @@ the user's `tangent_solve` on `f` linearized at the root.
 """
 from __future__ import annotations
 
-import re
 import weakref
 from functools import partial
 from typing import Any, Callable, NamedTuple
@@ -35,6 +34,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from stagecraft import core
+from stagecraft.tree_util import treedef_str
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import elementwise
@@ -45,12 +45,6 @@ from stagecraft.traceback_util import api_boundary
 __all__ = ["custom_linear_solve", "custom_root", "linear_solve_p"]
 
 
-def _tree_str(treedef) -> str:
-  """A treedef as JAX prints it in messages: `PyTreeDef((*, *))`."""
-  s = re.sub(r", namespace='[^']*'\)$", ")", str(treedef))
-  return "PyTreeDef(" + s[len("PyTreeSpec("):] if s.startswith("PyTreeSpec(") else s
-
-
 def _check_tree(func_name: str, expected_name: str, actual_tree, expected_tree,
                 has_aux: bool = False):
   """JAX's check of a function's output structure (the result part of `(result, aux)` when
@@ -59,12 +53,12 @@ def _check_tree(func_name: str, expected_name: str, actual_tree, expected_tree,
     children = actual_tree.children()
     if len(children) != 2:
       raise ValueError(
-          f"{func_name}() produced a pytree with structure {_tree_str(actual_tree)}, but a "
+          f"{func_name}() produced a pytree with structure {treedef_str(actual_tree)}, but a "
           f"pytree tuple with auxiliary output was expected because has_aux was set to True.")
     actual_tree = children[0]
   if actual_tree != expected_tree:
     raise TypeError(f"{func_name}() output pytree structure must match {expected_name}, got "
-                    f"{_tree_str(actual_tree)} and {_tree_str(expected_tree)}.")
+                    f"{treedef_str(actual_tree)} and {treedef_str(expected_tree)}.")
 
 
 def _check_shapes(func_name: str, expected_name: str, actual, expected):
@@ -449,7 +443,7 @@ def _linearize(f: Callable, x: Any):
     t_flat, t_tree = common.flatten(t)
     if t_tree != x_tree:
       raise TypeError(f"custom_root: the linearized function takes a tangent structured as "
-                      f"{_tree_str(x_tree)}, got {_tree_str(t_tree)}.")
+                      f"{treedef_str(x_tree)}, got {treedef_str(t_tree)}.")
     t_flat = [v if core.get_aval(v).dtype == a.dtype else common.cast(v, a.dtype)
               for v, a in zip(t_flat, t_avals)]
     outs = iter(core.eval_jaxpr(lin_jaxpr, [], *residuals, *t_flat))

@@ -93,7 +93,8 @@ def _while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
     avals = new_avals
     cond_closed, cond_consts, body_closed, body_consts = _trace_loop(
         cond_fun, body_fun, args_tree, in_tree, avals)
-  _check_carry(in_tree, avals, body_closed.out_avals)
+  common.check_carry_type("while_loop body", body_fun, in_tree, avals, in_tree,
+                          body_closed.out_avals)
   outs = while_p.bind(*cond_consts, *body_consts, *init_vals, cond_jaxpr=cond_closed,
                       body_jaxpr=body_closed, cond_nconsts=len(cond_consts),
                       body_nconsts=len(body_consts))
@@ -103,7 +104,7 @@ def _while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
 def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
   """Traces cond and body at the carry `avals` (`args_tree`: the tree of `(carry,)`;
   `in_tree`: the carry's) and checks cond's output type and body's output structure (the
-  carry's types are checked by `_check_carry`, after weak carries are promoted)."""
+  carry's types are checked after weak carries are promoted)."""
   cond_closed, cond_consts, cond_tree = common.trace_jaxpr(cond_fun, args_tree, avals,
                                                            "cond_fun")
   c_out = cond_closed.out_avals
@@ -114,25 +115,8 @@ def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
         f"`x < n`, or reduce an array predicate with `.any()` / `.all()`.")
   body_closed, body_consts, body_tree = common.trace_jaxpr(body_fun, args_tree, avals,
                                                            "body_fun")
-  if body_tree != in_tree:
-    raise TypeError(
-        f"body_fun output and input must have same type structure, got {body_tree} and "
-        f"{in_tree}. Return a carry built like init_val (same containers, same keys, same "
-        f"number of leaves).")
+  common.check_carry_type("while_loop body", body_fun, in_tree, None, body_tree, None)
   return cond_closed, cond_consts, body_closed, body_consts
-
-
-def _check_carry(in_tree, avals, out_avals):
-  diffs = common.type_diffs(avals, out_avals, common.leaf_paths(in_tree, "init_val"),
-                            "the input carry component", "output carry component")
-  if diffs:
-    shown = [f"  {d}." for d in diffs[:5]]
-    if len(diffs) > 5:
-      shown.append(f"  and {len(diffs) - 5} more.")
-    raise TypeError(
-        "body_fun output and input must have identical types, got\n" + "\n".join(shown) +
-        "\nMake body_fun return leaves of the shapes and dtypes of init_val (cast with "
-        "`.astype` or give init_val the dtype the body computes in).")
 
 
 # ---------------------------------------------------------------------------
