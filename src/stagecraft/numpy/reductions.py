@@ -115,22 +115,11 @@ def _host_initial(initial, dt):
     return lax.convert_element_type(asarray(initial), dt)
 
 
-def _reducer(p: core.Primitive):
-  """The reduction `p` over `axes` in the order given: JAX's lax keeps that order in the
-  `axes` param (it prints `reduce_sum[axes=(2, 0)]`), where stagecraft's lax wrappers sort
-  them; every rule of the primitive takes unsorted axes."""
-  def fn(a, axes):
-    return p.bind(a, axes=tuple(builtins.int(i) for i in axes))
-  return fn
-
-
 _OPS = {   # kind -> (reduction, bool reduction, binary op, bool binary op)
-    "sum": (_reducer(lax.reduce_sum_p), _reducer(lax.reduce_or_p), lax.add, lax.bitwise_or),
-    "prod": (_reducer(lax.reduce_prod_p), _reducer(lax.reduce_and_p), lax.mul,
-             lax.bitwise_and),
-    "max": (_reducer(lax.reduce_max_p), _reducer(lax.reduce_or_p), lax.max, lax.bitwise_or),
-    "min": (_reducer(lax.reduce_min_p), _reducer(lax.reduce_and_p), lax.min,
-            lax.bitwise_and),
+    "sum": (lax.reduce_sum, lax.reduce_or, lax.add, lax.bitwise_or),
+    "prod": (lax.reduce_prod, lax.reduce_and, lax.mul, lax.bitwise_and),
+    "max": (lax.reduce_max, lax.reduce_or, lax.max, lax.bitwise_or),
+    "min": (lax.reduce_min, lax.reduce_and, lax.min, lax.bitwise_and),
 }
 
 
