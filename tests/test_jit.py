@@ -175,6 +175,22 @@ def test_string_non_static_arg_raises_type_error():
     stagecraft.jit(lambda x, y: x)(1.0, {"a": "s"})
 
 
+def _non_array_arg(x, y):
+  return x
+
+
+@pytest.mark.parametrize("args", [(1.0, "a"), (1.0, {"k": object()}), (1.0, [None, "s"])])
+def test_non_array_arg_message_is_jax(args):
+  """JAX 0.10's words: the function's repr, the key path, the hint on its own line."""
+  msgs = []
+  for lib in (stagecraft, jax):
+    with pytest.raises(TypeError) as e:
+      lib.jit(_non_array_arg)(*args)
+    msgs.append(str(e.value))
+  assert msgs[0] == msgs[1]
+  assert "<function _non_array_arg at 0x" in msgs[0]
+
+
 def test_string_non_static_arg_error_names_path():
   def f(x):
     return x

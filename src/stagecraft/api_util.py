@@ -27,7 +27,13 @@ def flatten(tree):
   return optree.tree_flatten(tree, none_is_leaf=False, namespace=_NS)
 
 
-def abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
+def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
+  """The aval of an argument `x` of `fun` (at key path `path`), for tracing.
+
+  Raises:
+    TypeError: JAX's "Error interpreting argument to <function f at 0x...> ..." when `x`
+      is not an array-like (`fun` written with its repr; a str as it is).
+  """
   t = type(x)
   if t is Array:
     return x.aval
@@ -44,11 +50,11 @@ def abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
     except TypeError:
       pass
   raise TypeError(
-      f"Error interpreting argument to {fun_name} as an abstract array. The problematic value "
-      f"is of type {type(x)} and was passed to the function at path {path}. This typically "
-      f"means that a jit-wrapped function was called with a non-array argument, and this "
-      f"argument was not marked as static using the static_argnums or static_argnames "
-      f"parameters of jit.")
+      f"Error interpreting argument to {fun if isinstance(fun, str) else repr(fun)} as an "
+      f"abstract array. The problematic value is of type {type(x)} and was passed to the "
+      f"function at path {path}.\nThis typically means that a jit-wrapped function was "
+      f"called with a non-array argument, and this argument was not marked as static using "
+      f"the static_argnums or static_argnames parameters of jax.jit.")
 
 
 def fun_name(fun: Callable, default_name: str = "<unnamed function>") -> str:

@@ -43,11 +43,11 @@ __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "tra
 _logger = logging.getLogger("stagecraft")
 
 
-def abstractify(x: Any, path: str, fun_name: str) -> ShapedArray:
+def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
   """`api_util.abstractify`, typed as JAX types a ShapeDtypeStruct with a sharding: the
   dimensions it splits over Explicit mesh axes are in the aval (`f32[8@x,4]`); a bare
   PartitionSpec refers to the abstract mesh in context."""
-  aval = api_util.abstractify(x, path, fun_name)
+  aval = api_util.abstractify(x, path, fun)
   s = getattr(x, "sharding", None) if type(x) is ShapeDtypeStruct else None
   if s is None or type(aval) is not ShapedArray:
     return aval
@@ -354,7 +354,7 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
   with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
   names, origins = arg_names(sig, dyn_argnums, list(dyn_kwargs), with_paths)
   if in_avals is None:
-    in_avals = [abstractify(x, names[i], name) for i, x in enumerate(leaves)]
+    in_avals = [abstractify(x, names[i], fun) for i, x in enumerate(leaves)]
   debug = DebugInfo(traced_for, name, names, origins)
   out_tree_box = []
 
@@ -807,7 +807,7 @@ class PjitFunction:
     names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn[1]), with_paths)
     for name, (_, x) in zip(names, with_paths):
       try:
-        abstractify(x, name, fun_name(self._fun))
+        abstractify(x, name, self._fun)
       except OverflowError as e:
         raise OverflowError(f"{e} The value was passed to {fun_name(self._fun)} as the "
                             f"argument at path {name}.") from None
