@@ -1,6 +1,7 @@
 """Golden StableHLO text for small functions (update deliberately when the lowering changes),
 and checks that the emitted text is what XLA compiles."""
 import numpy as np
+import pytest
 
 import stagecraft as sc
 import stagecraft.numpy as jnp
@@ -59,4 +60,22 @@ def test_literal_encodings_round_trip():
 
 def test_module_name_is_sanitized():
   text = lowering.lower_jaxpr_to_module("jit_<lambda>", sc.make_jaxpr(lambda x: x)(1.0).jaxpr)
-  assert text.startswith("module @jit__lambda_ ")
+  assert text.startswith("module @jit__lambda ")
+
+
+def _named_(x):
+  return x
+
+
+class _NoName:
+  def __call__(self, x):
+    return x
+
+
+@pytest.mark.parametrize("fn", [lambda x: x, _named_, _NoName()],
+                         ids=["lambda", "trailing_underscore", "unnamed"])
+def test_module_name_as_jax(fn):
+  """JAX strips trailing underscores of the sanitized name (`jit__lambda`, `jit__named`)."""
+  import jax
+  ours = sc.jit(fn).lower(1.0).as_text().split(" attributes")[0]
+  assert ours == jax.jit(fn).lower(1.0).as_text().split(" attributes")[0]

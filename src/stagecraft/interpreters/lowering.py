@@ -167,7 +167,7 @@ class ModuleContext:
 
   def __init__(self, name: str, *, axis_env: Sequence[tuple[str, int]] = (),
                num_replicas: int = 1, num_partitions: int = 1, platform: str | None = None):
-    self.name = sanitize_name(name)
+    self.name = sanitize_name(name).rstrip("_")   # as JAX: `jit__lambda`, `jit_f`
     self.raw_name = name
     # Names of the enclosing equations while their rules lower nested jaxprs (named_scope):
     # the labels of the path, and whether it holds a user's name (then ops get a `loc`).
