@@ -34,8 +34,11 @@ import stagecraft.numpy as jnp
 from stagecraft import ad_checkpoint, core, tree_util
 from stagecraft.core import Literal
 from stagecraft.interpreters import ad, partial_eval as pe
-from stagecraft.lax import (ad_util, cumulative, elementwise as ew, reduction,
-                            shape as lax_shape, slicing)
+from stagecraft.lax import (ad_util, cumulative, elementwise as ew, misc, reduction,
+                            shape as lax_shape, slicing, spmd)
+from stagecraft.lax.associative_scan import associative_scan
+from stagecraft.lax.fft import fft_p
+from stagecraft.lax.windowed import reduce_window_sum_p
 from stagecraft.lax.conv import conv_general_dilated_p
 from stagecraft.lax.dot import dot_general_p
 
@@ -578,3 +581,96 @@ jet_rules[ew.min_p] = _minmax(ew.min_p, lambda x, y: x < y)
 jet_rules[reduction.reduce_max_p] = _reduce_choose(reduction.reduce_max_p)
 jet_rules[reduction.reduce_min_p] = _reduce_choose(reduction.reduce_min_p)
 jet_rules[ew.clamp_p] = _clamp_rule
+
+
+# ---------------------------------------------------------------------------
+# Functions whose derivative is a function we already expand: v = f(u), v' = u' f'(u), so
+# `v_k = (1/k) sum_{j=1..k} j u_j w_{k-j}` with w the series of f'(u) (G&W Prop. 13.1);
+# w is expanded by `jet2` of f' (its coefficients past K-1 are not needed).
+
+
+def _w_series(fprime: Callable, primals: Sequence[Any], series: Sequence[list],
+              order: int) -> list:
+  """The normalized coefficients 0..order-1 of `fprime(*u)` (u: the inputs' series)."""
+  w0 = fprime(*primals)
+  if order <= 1:
+    return [w0]
+  w0, ws = jet2(fprime, tuple(primals), tuple(list(s[:order - 1]) for s in series))
+  return [w0, *ws]
+
+
+def _via_derivative(fun: Callable, fprime: Callable):
+  """A rule for `v = fun(u)` given `fprime(u)`, built of expandable operations."""
+  def rule(primals, series, **params):
+    u = [primals[0], *series[0]]
+    w = _w_series(fprime, primals, series, len(series[0]))
+    v = [fun(u[0], **params)]
+    for k in range(1, len(u)):
+      v.append(sum(j * u[j] * w[k - j] for j in range(1, k + 1)) / k)
+    return v[0], v[1:]
+  return rule
+
+
+_SQRT_PI = math.sqrt(math.pi)
+jet_rules[ew.asinh_p] = _via_derivative(ew.asinh_p.bind,
+                                        lambda u: ew.rsqrt(1 + u * u))
+jet_rules[ew.acosh_p] = _via_derivative(ew.acosh_p.bind,
+                                        lambda u: ew.rsqrt(u * u - 1))
+jet_rules[ew.atanh_p] = _via_derivative(ew.atanh_p.bind, lambda u: 1 / (1 - u * u))
+jet_rules[ew.erf_p] = _via_derivative(ew.erf_p.bind,
+                                      lambda u: (2 / _SQRT_PI) * ew.exp(-(u * u)))
+jet_rules[ew.erfc_p] = _via_derivative(ew.erfc_p.bind,
+                                       lambda u: (-2 / _SQRT_PI) * ew.exp(-(u * u)))
+
+
+def _erf_inv_rule(primals, series, **params):
+  # v = erf_inv(u): v' = u' (sqrt(pi)/2) exp(v^2): w depends on v's coefficients so far.
+  u = [primals[0], *series[0]]
+  v = [ew.erf_inv_p.bind(u[0], **params)]
+  g = lambda t: (_SQRT_PI / 2) * ew.exp(t * t)
+  for k in range(1, len(u)):
+    w = _w_series(g, [v[0]], [v[1:]], k)
+    v.append(sum(j * u[j] * w[k - j] for j in range(1, k + 1)) / k)
+  return v[0], v[1:]
+
+
+def _atan2_rule(primals, series, **params):
+  # z = atan2(x, y): z' = x' y / (x^2 + y^2) - y' x / (x^2 + y^2)
+  x, y = [primals[0], *series[0]], [primals[1], *series[1]]
+  k_max = len(series[0])
+  p = _w_series(lambda a, b: b / (a * a + b * b), primals, series, k_max)
+  q = _w_series(lambda a, b: -a / (a * a + b * b), primals, series, k_max)
+  z = [ew.atan2_p.bind(x[0], y[0], **params)]
+  for k in range(1, len(x)):
+    z.append(sum(j * (x[j] * p[k - j] + y[j] * q[k - j]) for j in range(1, k + 1)) / k)
+  return z[0], z[1:]
+
+
+def _rem_rule(primals, series, **params):
+  # rem(x, y) = x - y * trunc(x / y), trunc piecewise constant
+  x, y = primals
+  out = ew.rem_p.bind(x, y, **params)
+  c = ew.round(ew.sub(x, out) / y)   # the integer quotient trunc(x / y)
+  return out, [a - b * c for a, b in zip(*series)]
+
+
+jet_rules[ew.erf_inv_p] = _erf_inv_rule
+jet_rules[ew.atan2_p] = _atan2_rule
+jet_rules[ew.rem_p] = _rem_rule
+
+
+def _cumulative_rule(combine: Callable):
+  """cumprod/cummax/cummin: the series of the prefix scan written with `combine` (JAX's
+  rule: jet of `associative_scan`)."""
+  def rule(primals, series, *, axis, reverse):
+    fn = lambda x: associative_scan(combine, x, reverse=reverse, axis=axis)
+    out, terms = jet2(fn, tuple(primals), tuple(list(s) for s in series))
+    return out, list(terms)
+  return rule
+
+
+jet_rules[cumulative.cumprod_p] = _cumulative_rule(ew.mul)
+jet_rules[cumulative.cummax_p] = _cumulative_rule(ew.max)
+jet_rules[cumulative.cummin_p] = _cumulative_rule(ew.min)
+for _p in (misc.copy_p, fft_p, reduce_window_sum_p, spmd.reshard_p):
+  deflinear(_p)
