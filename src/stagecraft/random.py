@@ -1623,27 +1623,13 @@ def _gamma_batched(data, a, log_space: bool):
   return jnp.reshape(batching.matchaxis(samples, bdim, 0, a.size), a.shape)
 
 
-def _random_gamma_grad(a, x):
-  """`dx/da` at fixed CDF value for `x ~ Gamma(a)` (implicit reparameterization, as JAX's
-  `random_gamma_grad`): `-(dP(a, x)/da) / (dP(a, x)/dx)`, P the regularized lower incomplete
-  gamma function; 0 at `x = 0`. Computed in float32 for 16-bit dtypes."""
-  dtype = a.dtype
-  if dtypes.finfo(dtype).bits < 32:
-    a, x = a.astype(np.float32), x.astype(np.float32)
-  log_density = lax.sub(lax.sub(lax.mul(lax.sub(a, np.array(1, a.dtype)), lax.log(x)), x),
-                        lax.lgamma(a))
-  grad = lax.div(lax.neg(lax.igamma_grad_a(a, x)), lax.exp(log_density))
-  grad = jnp.where(x == 0, jnp.zeros_like(grad), grad)
-  return grad.astype(dtype)
-
-
 def _gamma_grad(sample, a, log_space: bool):
   if log_space:
     # d log(x) = dx / x; exp(log x) may round to 0: use the smallest normal float instead.
     x = lax.exp(sample)
     x = jnp.where(x == 0, jnp.full_like(x, dtypes.finfo(x.dtype).tiny), x)
-    return lax.div(_random_gamma_grad(a, x), x)
-  return _random_gamma_grad(a, sample)
+    return lax.div(lax.random_gamma_grad(a, x), x)
+  return lax.random_gamma_grad(a, sample)
 
 
 def _make_gamma_sampler(log_space: bool):

@@ -41,9 +41,21 @@ __all__ = ["lgamma_p", "digamma_p", "polygamma_p", "igamma_p", "igammac_p", "bes
 # Lowering compositions: trace a function of stagecraft.lax ops, inline its lowering.
 
 
+class _Staged:
+  """Stands in for a lowering context where an algorithm written for `_inline`/`_while`
+  is staged as lax operations instead (JAX's `random_gamma_grad`: composed of lax ops, its
+  loops `while` equations): `avals_out` holds the aval it computes."""
+
+  def __init__(self, aval: ShapedArray):
+    self.avals_out = [aval]
+
+
 def _inline(ctx, fun: Callable, avals: Sequence[ShapedArray], args: Sequence[str]) -> list[str]:
   """Emits the lowering of `fun(*avals)` (traced to a jaxpr) at the current point of `ctx`'s
-  function; returns the names of its outputs (`fun` returns a tuple)."""
+  function; returns the names of its outputs (`fun` returns a tuple). Under `_Staged`,
+  calls `fun` on the values `args`."""
+  if type(ctx) is _Staged:
+    return list(fun(*args))
   jaxpr, consts = pe.trace_to_jaxpr(lambda *xs: list(fun(*xs)), list(avals))
   const_names = []
   for c in consts:  # NB: only closed-over arrays land here; scalars are Literals.
@@ -59,7 +71,13 @@ def _inline(ctx, fun: Callable, avals: Sequence[ShapedArray], args: Sequence[str
 def _while(ctx, cond_fun: Callable, body_fun: Callable, avals: Sequence[ShapedArray],
            init: Sequence[str]) -> list[str]:
   """A `stablehlo.while` over the carried values `init` (of `avals`); `cond_fun` returns a
-  bool scalar, `body_fun` the new carried values (both written with stagecraft.lax)."""
+  bool scalar, `body_fun` the new carried values (both written with stagecraft.lax). Under
+  `_Staged`, a `lax.while_loop` over the values `init`."""
+  if type(ctx) is _Staged:
+    # NB: control flow comes after special in lax's order: imported where it is needed
+    from stagecraft.lax.control_flow.while_op import while_loop
+    return list(while_loop(lambda c: cond_fun(*c), lambda c: tuple(body_fun(*c)),
+                           tuple(init)))
   pred = ShapedArray((), dtypes.bool_)
   cond = ctx.region(avals, [pred], lambda *xs: _inline(ctx, lambda *v: [cond_fun(*v)], avals, xs))
   body = ctx.region(avals, avals, lambda *xs: _inline(ctx, body_fun, avals, xs))
@@ -331,9 +349,12 @@ def bessel_i0e(x: Any):
 # continued fraction stops after 2000 steps). NaN for x < 0, a < 0, a == x == 0, or a NaN.
 
 
-def _igamma_series(ctx, ax, x, a, enabled, dtype, derivative: bool = False):
+def _igamma_series(ctx, ax, x, a, enabled, dtype, derivative: bool = False,
+                   sample: bool = False):
   """The power series of P(a, x), summed while any enabled element changes. With
-  `derivative`, also d/da of the terms (JAX's IgammaMode.DERIVATIVE), and returns dP/da."""
+  `derivative`, also d/da of the terms (JAX's IgammaMode.DERIVATIVE), and returns dP/da;
+  with `sample` too, `-(dP/da) / (dP/dx)` (IgammaMode.SAMPLE_DERIVATIVE: the density
+  `ax / x` cancels, so nothing underflows)."""
   eps = float(dtypes.finfo(dtype).eps)
   aval = ctx.avals_out[0]
   pred = aval.update(dtype=dtypes.bool_)
@@ -372,13 +393,17 @@ def _igamma_series(ctx, ax, x, a, enabled, dtype, derivative: bool = False):
 
   def finish(ans, dans_da, ax, a, x):
     dlogax_da = ew.sub(ew.log(x), digamma(ew.add(a, _c(a, 1.0))))
+    if sample:
+      return [ew.div(ew.mul(ew.neg(ew.add(dans_da, ew.mul(ans, dlogax_da))), x), a)]
     return [ew.div(ew.mul(ax, ew.add(ew.mul(ans, dlogax_da), dans_da)), a)]
   return _inline(ctx, finish, [aval] * 5, [out[3], out[6], ax, a, x])[0]
 
 
-def _igammac_continued_fraction(ctx, ax, x, a, enabled, dtype, derivative: bool = False):
+def _igammac_continued_fraction(ctx, ax, x, a, enabled, dtype, derivative: bool = False,
+                                sample: bool = False):
   """The continued fraction of Q(a, x), at most 2000 steps. With `derivative`, also d/da
-  of the convergents (JAX's IgammaMode.DERIVATIVE), and returns dQ/da."""
+  of the convergents (JAX's IgammaMode.DERIVATIVE), and returns dQ/da; with `sample` too,
+  `-(dQ/da) / (ax / x)` (IgammaMode.SAMPLE_DERIVATIVE)."""
   eps = float(dtypes.finfo(dtype).eps)
   aval = ctx.avals_out[0]
   pred = aval.update(dtype=dtypes.bool_)
@@ -452,6 +477,8 @@ def _igammac_continued_fraction(ctx, ax, x, a, enabled, dtype, derivative: bool 
 
   def finish(ans, dans_da, ax, a, x):
     dlogax_da = ew.sub(ew.log(x), digamma(a))
+    if sample:
+      return [ew.neg(ew.mul(ew.add(dans_da, ew.mul(ans, dlogax_da)), x))]
     return [ew.mul(ax, ew.add(ew.mul(ans, dlogax_da), dans_da))]
   return _inline(ctx, finish, [aval] * 5, [out[1], out[-1], ax, a, x])[0]
 
@@ -845,17 +872,18 @@ def random_gamma_grad(a: Any, x: Any):
     `T[*s]`: `-(dP(a, x)/da) / (dP(a, x)/dx)`, P the regularized lower incomplete gamma
     function; 0 at `x = 0`; NaN where `x < 0`, `a <= 0` or an operand is NaN. Computed in
     float32 for float16 and bfloat16. Composed of lax ops (no primitive of its own, as in
-    JAX), so it is differentiable and batches.
+    JAX: two `while` loops), so it batches.
 
   Raises:
     TypeError: if T is not floating, or the dtypes or shapes do not match.
 
   Algorithm: implicit reparameterization (Figurnov, Mohamed and Mnih, "Implicit
   Reparameterization Gradients", NeurIPS 2018): differentiating `P(a, x(a)) = u` gives
-  `dx/da = -P_a / P_x`, with `P_a = igamma_grad_a(a, x)` and
-  `P_x = x^(a-1) e^-x / Gamma(a)` evaluated in log space. Where the density underflows
-  (far in the tails) JAX's series, which carries the ratio itself, can stay finite when
-  this quotient does not.
+  `dx/da = -P_a / P_x`. P_a is summed as `igamma_grad_a` sums it (Cephes' series where
+  `x <= 1` or `x <= a`, the continued fraction of Q elsewhere, with the derivatives of their
+  terms), and the density `P_x = x^(a-1) e^-x / Gamma(a)` is divided out of the sum
+  analytically (JAX's IgammaMode.SAMPLE_DERIVATIVE), so the result stays finite where the
+  density underflows.
 
   Examples:
     >>> import numpy as np
@@ -873,10 +901,11 @@ def random_gamma_grad(a: Any, x: Any):
       v = broadcast_in_dim(v, shape, () if not v_shape else tuple(range(len(shape))))
     return ew.convert_element_type(v, wide) if wide != dt else v
   a, x = prep(a), prep(x)
-  log_density = ew.sub(ew.sub(ew.mul(ew.sub(a, _c(a, 1.0)), ew.log(x)), x), lgamma(a))
-  grad = ew.div(ew.neg(igamma_grad_a(a, x)), ew.exp(log_density))
-  nan = ew.bitwise_or(ew.bitwise_or(ew.lt(x, _c(x, 0.0)), ew.le(a, _c(a, 0.0))),
-                      ew.bitwise_or(ew.ne(a, a), ew.ne(x, x)))
-  grad = ew.select(ew.eq(x, _c(x, 0.0)), full(shape, 0.0, wide), grad)
-  grad = ew.select(nan, full(shape, np.nan, wide), grad)
+  ax, series_on, cf_on, use_cf, x_is_zero, nan_out = _igamma_grad_a_prelude(a, x, dtype=wide)
+  ctx = _Staged(ShapedArray(shape, wide))
+  cf = _igammac_continued_fraction(ctx, ax, x, a, cf_on, wide, derivative=True, sample=True)
+  series = _igamma_series(ctx, ax, x, a, series_on, wide, derivative=True, sample=True)
+  grad = ew.select(use_cf, ew.neg(cf), series)
+  grad = ew.select(x_is_zero, full(shape, 0.0, wide), grad)
+  grad = ew.select(nan_out, full(shape, np.nan, wide), grad)
   return ew.convert_element_type(grad, dt) if wide != dt else grad
