@@ -79,15 +79,8 @@ def _programs(m):
 
 
 NAMES = sorted(_programs(JAX))
-# Printed forms that still differ from JAX's (values agree): JAX hoists the loop-invariant
-# part of the known scan (`_scan_known_hoisting`), folding the conversion of a weakly typed
-# constant into a literal (stagecraft hoists only the residuals); JAX does not forward a
-# residual that is a NumPy array (here `XS`, an xs of the loop) but stacks a copy of it;
-# JAX splits a jit inside a checkpointed function when it
-# transposes the rematerialized body (the known half returning its residuals and constant),
-# stagecraft when it partially evaluates it, by the policy (the tangent half recomputes).
-PRINT_DIFFERS = {"grad_scan_forwarding", "grad_scan_forwarding_array",
-                 "grad_checkpoint_jit"}
+# Printed forms that still differ from JAX's (values agree): none.
+PRINT_DIFFERS: set[str] = set()
 
 
 def _printed(m, name):

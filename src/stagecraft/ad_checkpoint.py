@@ -417,13 +417,19 @@ def _split_call(eqn, unknowns, policy):
                  if i]
   parts = []
   used_res = [False] * nres
-  for want in (False, True):     # recomputed known results, then unknown results
-    keep = [u is want for u, _ in staged_outs]
+  # As JAX's (`closed_call_partial_eval_custom_rule`), a jit has one staged call computing
+  # the recomputed known results and the unknown ones (the transpose of the checkpoint
+  # splits it again, by partial evaluation); a checkpoint has one call for each.
+  if eqn.primitive is jit_p:
+    groups = [[True] * len(staged_outs)] if staged_outs else []
+  else:   # recomputed known results, then unknown results
+    groups = [[u is want for u, _ in staged_outs] for want in (False, True)]
+  for keep in groups:
     if not any(keep):
       continue
     j, used = pe.dce_jaxpr(split.staged, keep)
     used_res = [a or b for a, b in zip(used_res, used[:nres])]
-    parts.append((j, used, [v for u, v in staged_outs if u is want]))
+    parts.append((j, used, [v for (_, v), k in zip(staged_outs, keep) if k]))
   n_known_out = len(split.known.outvars) - nres
   known, _ = pe.dce_jaxpr(split.known, [True] * n_known_out + used_res, instantiate=True)
   res_vars = [Var(v.aval) if u else None for v, u in zip(split.staged.invars[:nres], used_res)]
@@ -556,6 +562,59 @@ calls.CallRules(remat_p, "jaxpr", lambda params, what: (
     {**params, "differentiated": True} if what in ("jvp", "transpose") else params)
 ).register(partial_eval=False, dce=False)
 ad.partial_eval_rules[remat_p] = _remat_partial_eval
+
+_transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _remat_transpose_jaxpr(closed: ClosedJaxpr, undefined: tuple, ct_nonzeros: tuple):
+  """JAX's `remat_transpose`: the transposed body takes (the non-linear operands, the
+  nonzero output cotangents) and returns one cotangent per linear operand. The body is
+  first partially evaluated with its non-linear operands known (what reads only them,
+  the recomputed forward pass, is bound in the transposed body; a `jit` reading both is
+  split there as JAX's `_pjit_partial_eval` splits it) and the rest transposed.
+
+  Returns:
+    `(transposed_closed, consts)`: the closed jaxpr takes `consts` first.
+  """
+  in_avals, out_avals = closed.in_avals, closed.out_avals
+  res_avals = [a for a, u in zip(in_avals, undefined) if not u]
+  nres = len(res_avals)
+
+  def fun(*args):
+    it_res, it_ct = iter(args[:nres]), iter(args[nres:])
+    trace = ad.PartialEvalTrace(core.current_trace(), returns_consts=True)
+    try:
+      ins = [trace.new_arg(a) if u else next(it_res) for a, u in zip(in_avals, undefined)]
+      with core.set_current_trace(trace):
+        outs = core.eval_jaxpr(closed.jaxpr, closed.consts, *ins)
+        lin, consts = trace.to_jaxpr(outs)
+    finally:
+      trace.invalidate()
+    cts = [next(it_ct) if nz else ad.Zero(ad.tangent_aval(a))
+           for a, nz in zip(out_avals, ct_nonzeros)]
+    cts_in = ad.backward_pass(lin, [ad.UndefinedPrimal(v.aval) for v in lin.invars], cts,
+                              consts=list(consts))
+    return [ad.instantiate_zeros(c) for c in cts_in]
+
+  ct_avals = [ad.tangent_aval(a) for a, nz in zip(out_avals, ct_nonzeros) if nz]
+  jaxpr, consts = pe.trace_to_jaxpr(fun, [*res_avals, *ct_avals])
+  return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts)
+
+
+def _remat_transpose(cts, *args, jaxpr: ClosedJaxpr, **params):
+  undefined = tuple(ad.is_undefined_primal(a) for a in args)
+  ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
+  t_closed, consts = core.memo_on_jaxpr(
+      _transpose_cache, jaxpr, (undefined, ct_nonzeros),
+      lambda: _remat_transpose_jaxpr(jaxpr, undefined, ct_nonzeros))
+  outs = remat_p.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
+                      *[c for c in cts if type(c) is not ad.Zero],
+                      **{**params, "differentiated": True, "jaxpr": t_closed})
+  it = iter(outs)
+  return [next(it) if u else None for u in undefined]
+
+
+ad.primitive_transposes[remat_p] = _remat_transpose
 # Printed as JAX prints it: params sorted by name (the default).
 
 
@@ -703,7 +762,7 @@ def saved_residuals(f: Callable, *args, **kwargs) -> list[tuple[core.ShapedArray
   names, _ = api_util.arg_names(api_util.fun_signature(f), list(range(len(args))),
                                 list(kwargs), with_paths)
   fname = api_util.fun_name(f)
-  avals = [api_util.abstractify(x, names[i], fname) for i, x in enumerate(leaves)]
+  avals = [api_util.abstractify(x, names[i], f) for i, x in enumerate(leaves)]
 
   def flat_fun(*xs):
     a, kw = tree_util.tree_unflatten(in_tree, xs)

@@ -808,18 +808,21 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
     raise NotImplementedError("reduce_axes argument to transpose is deprecated")
   in_leaves, in_tree = flatten(tuple(primals))
   in_avals = [core.get_aval(x) for x in in_leaves]
-  store: list = []
 
-  def flat(*xs):
-    # NB: as JAX's linear_transpose (partial evaluation), an identity broadcast_in_dim of a
-    # value depending on the inputs is staged; its transpose is a `reduce_sum[axes=()]`.
-    with lax_shape.recording_identity_broadcasts(core.current_trace()):
+  # As JAX's (`trace_to_jaxpr_nounits`), `fun` is partially evaluated with every input
+  # unknown: what depends only on constants is computed now, in the enclosing trace (a
+  # `jit` inside is split, its known half bound here), the rest is staged for transposition.
+  trace = ad.PartialEvalTrace(core.current_trace(), returns_consts=True)
+  try:
+    xs = [trace.new_arg(a) for a in in_avals]
+    # NB: an identity broadcast_in_dim of a value depending on the inputs is staged (as
+    # JAX's partial evaluation does); its transpose is a `reduce_sum[axes=()]`.
+    with core.set_current_trace(trace), lax_shape.recording_identity_broadcasts(trace):
       out_leaves, out_tree = flatten(fun(*tree_util.tree_unflatten(in_tree, xs)))
-    store[:] = [out_tree]
-    return out_leaves
-
-  jaxpr, consts = pe.trace_to_jaxpr(flat, in_avals)
-  out_tree = store[0]
+      jaxpr, consts = trace.to_jaxpr(out_leaves)
+  finally:
+    trace.invalidate()
+  consts = list(consts)
   out_avals = jaxpr.out_avals
   in_float = [dtypes.is_inexact(a.dtype) for a in in_avals]
   out_float = [dtypes.is_inexact(a.dtype) for a in out_avals]

@@ -701,9 +701,11 @@ def _call_bwd(cv: custom_vjp, static_args, res_tree, res_leaves, out_tree, cts, 
   # A weakly typed host scalar (grad's seed under a transformation) reaches the user's rule
   # as a concrete weak Array (JAX's rule sees a constant: it stages as a literal).
   if any(type(c) is core.WeakScalarValue for c in cts):
+    weak = [type(c) is core.WeakScalarValue for c in cts]
     with core.set_current_trace(core.eval_trace):
       cts = [elementwise.convert_element_type(c.value, c.dtype, weak_type=True)
-             if type(c) is core.WeakScalarValue else c for c in cts]
+             if w else c for c, w in zip(cts, weak)]
+    cts = [pe.literal_array(c) if w else c for c, w in zip(cts, weak)]
   py_res = _unflatten(res_tree, res_leaves)
   py_cts = _unflatten(out_tree, cts)
   cts_in = cv.bwd(*static_args, py_res, py_cts)

@@ -41,8 +41,25 @@ partial_eval_rules: dict[core.Primitive, Callable] = {}
 #: instead of it where registered). `fwd` maps the variables the equations leave undefined
 #: to what they stand for: a known result that is an operand to that operand (an atom of
 #: `eqn`), an operand of the unknown equation to `ForwardedConst(value)` (only where
-#: `const_ok`: the caller has a value for it).
+#: `const_ok`: the caller has a value for it). `const_ok` None asks for JAX's
+#: `_pjit_partial_eval` (a `PartialEvalTrace` with `returns_consts`): the known equation
+#: returns the constants the unknown one reads, and is there even when it returns nothing.
 partial_eval_fwd_rules: dict[core.Primitive, Callable] = {}
+
+
+#: The values of the known operands of the equation a `partial_eval_rules` rule is splitting,
+#: while `PartialEvalTrace` runs it (innermost last); see `known_operand_values`.
+_known_envs: list[dict] = []
+
+
+def known_operand_values() -> dict[Var, Any]:
+  """For a `partial_eval_rules` rule: the values of the known operands (by the equation's
+  variables) of the equation it is splitting when `PartialEvalTrace` splits it (concrete
+  values outside `jit`, enclosing tracers inside); when splitting a jaxpr
+  (`partial_eval_jaxpr`), only the values of its constants given as `const_values`. A rule
+  that reads it must key any cache on what it reads (JAX's scan does not forward NumPy
+  arrays as residuals)."""
+  return _known_envs[-1] if _known_envs else {}
 
 
 class ForwardedConst:
@@ -342,8 +359,8 @@ def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
 
 
 def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequence[bool],
-                       const_values: dict[Var, Any] | None = None
-                       ) -> tuple[Jaxpr, Jaxpr, int]:
+                       const_values: dict[Var, Any] | None = None,
+                       returns_consts: bool = False) -> tuple[Jaxpr, Jaxpr, int]:
   """Splits `jaxpr` by which invars are unknown.
 
   Args:
@@ -354,6 +371,9 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
     const_values: the values of `jaxpr.constvars`, where the caller can take constants
       that calls inside forward (`partial_eval_fwd_rules`): one that is not among them
       becomes a new constvar of `known` (after `jaxpr`'s), added here with its value.
+    returns_consts: split calls inside as JAX's `_pjit_partial_eval` does (see
+      `partial_eval_fwd_rules`) and keep every known equation (JAX binds each one), not
+      only those the outputs need.
 
   Returns:
     `(known, unknown, num_res, out_unknowns)`: `known` takes the known invars (constvars
@@ -381,8 +401,8 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
       continue
     frule = partial_eval_fwd_rules.get(eqn.primitive)
     if frule is not None:
-      known_eqn, unknown_eqn, out_unknowns, fwd = frule(eqn, in_unknown,
-                                                        const_values is not None)
+      known_eqn, unknown_eqn, out_unknowns, fwd = frule(
+          eqn, in_unknown, None if returns_consts else const_values is not None)
       for v, a in fwd.items():
         if type(a) is ForwardedConst:
           if const_ids is None:
@@ -406,7 +426,11 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
       unknown_eqns.append(eqn)
       unknown_vars.update(eqn.outvars)
       continue
-    known_eqn, unknown_eqn, out_unknowns = rule(eqn, in_unknown)
+    _known_envs.append(const_values or {})
+    try:
+      known_eqn, unknown_eqn, out_unknowns = rule(eqn, in_unknown)
+    finally:
+      _known_envs.pop()
     if isinstance(known_eqn, list):     # a rule may emit several known equations
       known_eqns.extend(known_eqn)
     elif known_eqn is not None:
@@ -436,7 +460,8 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
   known = Jaxpr([*jaxpr.constvars, *new_constvars],
                 [v for v, u in zip(jaxpr.invars, unknowns) if not u],
                 [*[v for v, u in zip(outvars, out_unknown) if not u], *res], known_eqns)
-  known = pe.dce_jaxpr(known, [True] * len(known.outvars), instantiate=True)[0]
+  if not returns_consts:
+    known = pe.dce_jaxpr(known, [True] * len(known.outvars), instantiate=True)[0]
   sub = {v: Var(v.aval) for v in res}
   unknown_eqns = [e.replace(invars=[sub.get(v, v) if type(v) is Var else v for v in e.invars])
                   for e in unknown_eqns]
@@ -457,12 +482,15 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
   residuals). Call-like primitives with a rule in `partial_eval_rules` are split: their
   known part runs in `parent`, their unknown part is recorded.
   """
-  __slots__ = ("parent", "stage_known")
+  __slots__ = ("parent", "stage_known", "returns_consts")
 
-  def __init__(self, parent: Trace):
+  def __init__(self, parent: Trace, returns_consts: bool = False):
     super().__init__()
     self.parent = parent
     self.stage_known = False   # True: record even all-known primitives (tangent zeros)
+    # True: split calls as JAX's `JaxprTrace` does (`_pjit_partial_eval`: the known call
+    # returns the constants the unknown one reads); False: as its linearize does.
+    self.returns_consts = returns_consts
 
   def is_unknown(self, x: Any) -> bool:
     return type(x) is pe.DynamicJaxprTracer and x._trace is self
@@ -505,9 +533,14 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     frule = partial_eval_fwd_rules.get(prim)
     fwd = None
     if frule is not None:
-      known_eqns, unknown_eqn, out_unknowns, fwd = frule(eqn, unknowns, True)
+      known_eqns, unknown_eqn, out_unknowns, fwd = frule(
+          eqn, unknowns, None if self.returns_consts else True)
     else:
-      known_eqns, unknown_eqn, out_unknowns = rule(eqn, unknowns)
+      _known_envs.append(env)
+      try:
+        known_eqns, unknown_eqn, out_unknowns = rule(eqn, unknowns)
+      finally:
+        _known_envs.pop()
     if known_eqns is None:
       known_eqns = []
     elif not isinstance(known_eqns, list):
@@ -516,7 +549,12 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     with core.set_current_trace(self.parent), core.source_context(src):
       for eqn in known_eqns:
         ins = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
-        outs = eqn.primitive.bind(*ins, **eqn.params)
+        # As JAX's staging trace, which its partial evaluation binds known equations in:
+        # a conversion of a host scalar folds into a literal.
+        fold = pe.const_fold_rules.get(eqn.primitive)
+        outs = fold(*ins, **eqn.params) if fold is not None else None
+        if outs is None:
+          outs = eqn.primitive.bind(*ins, **eqn.params)
         env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
     if fwd:
       for v, a in fwd.items():

@@ -49,6 +49,30 @@ def _pruned(jaxpr: core.Jaxpr, consts: list) -> ClosedJaxpr:
   return ClosedJaxpr(*pe.prune_constvars(jaxpr, consts))
 
 
+def _fresh(jaxpr: core.Jaxpr) -> core.Jaxpr:
+  """`jaxpr` with variables of its own (JAX's `_pjit_partial_eval` retraces the halves it
+  splits, so they print with names of their own where the original is printed too)."""
+  env: dict = {}
+
+  def new(v):
+    if type(v) is core.DropVar:
+      return core.DropVar(v.aval)
+    n = env.get(v)
+    if n is None:
+      n = env[v] = core.Var(v.aval)
+    return n
+
+  def read(a):
+    return env.get(a, a) if isinstance(a, core.Var) else a
+
+  constvars = [new(v) for v in jaxpr.constvars]
+  invars = [new(v) for v in jaxpr.invars]
+  eqns = [e.replace(invars=[read(a) for a in e.invars], outvars=[new(v) for v in e.outvars])
+          for e in jaxpr.eqns]
+  return jaxpr.replace(constvars=constvars, invars=invars,
+                       outvars=[read(a) for a in jaxpr.outvars], eqns=eqns)
+
+
 class CallRules:
   """jvp, transpose, batching, DCE and partial-eval rules for the call-like primitive `prim`,
   whose parameter `param` holds the called ClosedJaxpr.
@@ -167,7 +191,8 @@ class CallRules:
     `_pjit_linearize`): a residual that is a known operand is not returned again (the
     unknown call reads the operand), nor one that is a known result (it reads the result);
     a residual that is a constant of the body is passed to the unknown call from outside
-    (`const_ok`; else the unknown call closes over it); a known result that is a known
+    (`const_ok`; else the unknown call closes over it; with `const_ok` None the known call
+    returns it, as JAX's `_pjit_partial_eval` does); a known result that is a known
     operand is not returned either.
 
     Returns:
@@ -181,7 +206,8 @@ class CallRules:
     value = dict(zip(jaxpr.constvars, closed.consts))
     k, u, nres, out_unknowns = ad.partial_eval_jaxpr(jaxpr, unknowns,
                                                      [False] * len(jaxpr.outvars),
-                                                     const_values=value)
+                                                     const_values=value,
+                                                     returns_consts=const_ok is None)
     # NB: `value` now also holds the constants that nested calls forward: those not among
     # the body's own are constants of the known call, which returns them (as JAX).
     own = set(jaxpr.constvars)
@@ -198,7 +224,10 @@ class CallRules:
       if v in in_pos:
         res_src.append(("in", in_pos[v]))
       elif v in own:
-        if const_ok:
+        if const_ok is None:
+          res_src.append(("res", None))
+          kept_res.append(v)
+        elif const_ok:
           res_src.append(("const", (value[v], v.aval)))
         else:
           res_src.append(None)
@@ -210,7 +239,7 @@ class CallRules:
         kept_res.append(v)
     k = k.replace(outvars=[*kept_outs, *kept_res])
     consts = [value[v] for v in k.constvars]
-    known = _pruned(k, consts)
+    known = _pruned(_fresh(k) if const_ok is None else k, consts)
     if closed_res:
       # The constants of the body the unknown side reads, closed over by it.
       cset = set(closed_res)
@@ -264,7 +293,9 @@ class CallRules:
         fwd[v] = ad.ForwardedConst(x[0])
       res_ins.append(v)
     known_eqn = unknown_eqn = None
-    if k_outs or known.jaxpr.effects:
+    # NB: as JAX's `_pjit_partial_eval` (`const_ok` None), the known call is bound even
+    # when it returns nothing.
+    if k_outs or known.jaxpr.effects or const_ok is None:
       known_eqn = core.JaxprEqn(known_ins, k_outs, self.prim,
                                 self._params(eqn.params, "known", known), eqn.source_info)
     if any(out_unknowns):

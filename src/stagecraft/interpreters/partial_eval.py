@@ -8,6 +8,7 @@ constants are never baked into the program text.
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -28,6 +29,35 @@ class DynamicJaxprTracer(Tracer):
 
 
 _literal_types = {bool, int, float, complex}
+
+# The ids of the 0-d Arrays made from host scalars while a transformation traces (JAX's
+# tracers bound to a literal), each with a weak reference that drops its entry.
+_literal_arrays: dict[int, Any] = {}
+
+
+def literal_array(x: Any) -> Any:
+  """Marks `x`, a 0-d Array just made from a host scalar, as JAX's constant of the same
+  value made while tracing (a tracer bound to a literal) when a transformation is tracing:
+  staged, it is inlined as a literal. Any other concrete Array, one closed over from
+  outside the trace for instance, is staged as a constvar, as JAX stages its Arrays.
+  Returns `x`."""
+  if type(core.current_trace()) is not core.EvalTrace and not x.shape:
+    i = id(x)
+    _literal_arrays[i] = weakref.ref(x, lambda _, i=i: _literal_arrays.pop(i, None))
+  return x
+
+
+def is_literal_array(x: Any) -> bool:
+  """Whether `x` is an Array marked by `literal_array` (staged as a literal)."""
+  ref = _literal_arrays.get(id(x))
+  return ref is not None and ref() is x
+
+
+#: `rule(*args, **params) -> result | None`: JAX's constant folding of a primitive whose
+#: operands are host constants, as partial evaluation binds a known equation in a staging
+#: trace (`ad.PartialEvalTrace`); None binds the primitive as usual.
+const_fold_rules: dict[core.Primitive, Callable[..., Any]] = {}
+
 # NB: builds a JaxprEqn from its five fields without NamedTuple's Python-level `__new__`
 # (the staging trace's hot path).
 _new_eqn = tuple.__new__
@@ -80,10 +110,12 @@ class DynamicJaxprTrace(Trace):
       aval = core.get_aval(x)
       return Literal(np.asarray(x, aval.dtype)[()], aval)
     aval = core.get_aval(x)
-    if aval.shape == () and t is not np.ndarray and hasattr(x, "__array__"):
-      # NB: a concrete scalar (an Array) is inlined as a literal, as JAX does, so XLA folds
-      # it (`x - 0`, `x / 1` vanish) instead of reading it as an argument. A weakly typed one
-      # becomes the Python scalar with the same aval (which stays weak when evaluated).
+    if (aval.shape == () and t is not np.ndarray and hasattr(x, "__array__")
+        and is_literal_array(x)):
+      # NB: a scalar Array made from a host scalar while tracing is inlined as a literal, as
+      # JAX's (a tracer bound to a literal), so XLA folds it (`x - 0`, `x / 1` vanish). A
+      # weakly typed one becomes the Python scalar with the same aval (which stays weak
+      # when evaluated). Other Arrays (closed over) are constvars, as JAX's.
       if not aval.weak_type:
         return Literal(np.asarray(x, aval.dtype)[()], aval)
       val = np.asarray(x).item()

@@ -1030,6 +1030,20 @@ ad.primitive_transposes[convert_element_type_p] = _convert_element_type_transpos
 batching.defvectorized(convert_element_type_p)
 
 
+def _convert_element_type_fold(x, *, new_dtype, weak_type):
+  # JAX's folding rule: a host scalar (not an Array) converts on the host, into a literal.
+  if not (type(x) in _scalar_types or isinstance(x, np.generic)
+          or type(x) is core.WeakScalarValue or (type(x) is np.ndarray and x.ndim == 0)):
+    return None
+  if np.asarray(x).dtype == dtypes.float0 or new_dtype == dtypes.float0:
+    return None
+  return ad.folded_constant(np.asarray(x).astype(new_dtype),
+                            ShapedArray((), new_dtype, bool(weak_type)))
+
+
+pe.const_fold_rules[convert_element_type_p] = _convert_element_type_fold
+
+
 # ---------------------------------------------------------------------------
 # Public wrappers (JAX's lax names and signatures). Shapes: x: T[*s] -> T[*s]; binary ops
 # take shapes that broadcast (rank 0, or one rank with size-1 dimensions); dtypes must match
@@ -1285,7 +1299,7 @@ def _stage(value: np.ndarray | np.generic, weak_type: bool = False) -> Any:
   """
   host = np.asarray(value)
   aval = ShapedArray(host.shape, host.dtype, weak_type)
-  return Array(dispatch.to_buffer(host, aval), aval)
+  return pe.literal_array(Array(dispatch.to_buffer(host, aval), aval))
 
 
 # ---------------------------------------------------------------------------

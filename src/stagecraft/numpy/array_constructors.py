@@ -12,6 +12,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
 
@@ -148,7 +149,7 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
       dt = dtypes.canonicalize_dtype(host.dtype if dtype is None else dtype)
       host = host.astype(dt, copy=False)
     aval = core.ShapedArray(host.shape, dt, weak)
-    out = Array(dispatch.to_buffer(host, aval), aval)
+    out = pe.literal_array(Array(dispatch.to_buffer(host, aval), aval))
   shape = core.get_aval(out).shape
   if ndmin > len(shape):   # as JAX's: a broadcast_in_dim adding leading dimensions
     out = lax.expand_dims(out, tuple(range(ndmin - len(shape))))

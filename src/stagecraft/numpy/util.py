@@ -15,6 +15,7 @@ import numpy as np
 from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.core import Tracer
 from stagecraft.errors import InconclusiveDimensionOperation
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.runtime.array import Array
 
@@ -91,7 +92,7 @@ def convert_dtype(x, dtype: np.dtype, weak: bool):
   if aval.dtype == dtype and aval.weak_type == weak:
     return x
   if (type(x) is Array and aval.shape == () and dtype != dtypes.float0
-      and not isinstance(core.current_trace(), core.EvalTrace)):
+      and not isinstance(core.current_trace(), core.EvalTrace) and pe.is_literal_array(x)):
     # NB: a scalar constant made while tracing (`full((), 0.1)`) converts on the host, as
     # JAX's constant folding of `convert_element_type` converts it (a literal, no equation).
     host = np.asarray(x)

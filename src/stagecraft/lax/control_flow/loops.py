@@ -148,7 +148,7 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
   init_k = [x for x, m in zip(init_flat, moved) if not m]
   outs = scan_p.bind(*init_c, *consts, *init_k, *xs_flat, jaxpr=closed,
                      num_consts=len(init_c) + len(consts), num_carry=len(init_k),
-                     length=length, reverse=bool(reverse), unroll=max(1, min(unroll, length)))
+                     length=length, reverse=bool(reverse), unroll=unroll)
   # A carry the body passes through is its initial value; a y that is an x is that x.
   it_k, it_y = iter(outs[:len(init_k)]), iter(outs[len(init_k):])
   carry = [x if m else next(it_k) for x, m in zip(init_flat, moved)]
@@ -428,10 +428,83 @@ ad.primitive_jvps[scan_p] = _scan_jvp
 # ---------------------------------------------------------------------------
 # Partial evaluation (linearize, grad): a known scan computes the known carries and ys and
 # stacks the per-iteration residuals; an unknown scan reads them. Residuals that are the
-# loop's constants or xs are forwarded instead of stacked.
+# loop's constants or xs are forwarded instead of stacked (not an xs that is a NumPy array:
+# JAX stacks a copy of it). As JAX's `_scan_known_hoisting`, the part of the known body
+# that reads only the loop's constants runs once, before the known scan: its results that
+# are residuals are read by the unknown scan as constants, those the loop reads are
+# constants of the known scan (a conversion of a host scalar folds into a literal there).
 
 _pe_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _INTENSIVE = ("const", "hoist")   # the residual kinds that are loop constants
+
+
+class _Node:
+  """A tracer of JAX's partial-evaluation trace, for `_known_const_order`: its parents, and
+  the loop constant it instantiates (None for the other tracers)."""
+  __slots__ = ("parents", "const")
+
+  def __init__(self, parents, const=None):
+    self.parents, self.const = parents, const
+
+
+def _toposort(end_nodes: list[_Node]) -> list[_Node]:
+  """The nodes reachable from `end_nodes`, parents first, in the order of JAX's
+  `util.toposort` (which decides the order of a traced jaxpr's constants)."""
+  ends, seen = [], set()
+  for n in end_nodes:
+    if id(n) not in seen:
+      seen.add(id(n))
+      ends.append(n)
+  children: dict[int, int] = {}
+  stack = list(ends)
+  while stack:
+    n = stack.pop()
+    if id(n) in children:
+      children[id(n)] += 1
+    else:
+      children[id(n)] = 1
+      stack.extend(n.parents)
+  for n in ends:
+    children[id(n)] -= 1
+  out, ready = [], [n for n in ends if children[id(n)] == 0]
+  while ready:
+    n = ready.pop()
+    out.append(n)
+    for p in n.parents:
+      if children[id(p)] == 1:
+        ready.append(p)
+      else:
+        children[id(p)] -= 1
+  return out[::-1]
+
+
+def _known_const_order(loop_eqns, in_vars, outvars) -> list[Var]:
+  """The loop-invariant variables that the known loop (`loop_eqns`, reading `in_vars`, the
+  known carries and xs, and returning `outvars`) reads, in the order JAX's partial
+  evaluation makes them its constants: each use of a known value instantiates a constant
+  tracer, and the constants are numbered in the topological order of the traced graph."""
+  nodes: dict[Var, _Node] = {v: _Node([]) for v in in_vars}
+  in_nodes = list(nodes.values())
+
+  def operand(a):
+    if type(a) is not Var:
+      return _Node([])                 # a literal
+    n = nodes.get(a)
+    return _Node([], a) if n is None else n
+
+  handles = []
+  for e in loop_eqns:
+    parents = [operand(a) for a in e.invars]
+    for v in e.outvars:
+      nodes[v] = _Node(parents)
+    if e.effects:
+      handles.append(_Node(parents))
+  order = _toposort([*in_nodes, *[operand(a) for a in outvars], *handles])
+  consts: list[Var] = []
+  for n in order:
+    if n.const is not None and n.const not in consts:
+      consts.append(n.const)
+  return consts
 
 
 def _scan_partial_eval(eqn, unknowns):
@@ -439,6 +512,10 @@ def _scan_partial_eval(eqn, unknowns):
   jaxpr, nc, nk, length = p["jaxpr"], p["num_consts"], p["num_carry"], p["length"]
   ny = len(jaxpr.out_avals) - nk
   const_uk, init_uk, xs_uk = _split(list(unknowns), nc, nk)
+  # As JAX's, an xs that is a NumPy array is not forwarded as a residual (it is stacked).
+  values = ad.known_operand_values()
+  xs_host = tuple(type(values.get(v)) is np.ndarray
+                  for v, u in zip(eqn.invars[nc + nk:], xs_uk) if not u)
 
   def make():
     carry_uk = list(init_uk)
@@ -453,19 +530,26 @@ def _scan_partial_eval(eqn, unknowns):
     # known: invars = known (consts, carry, xs); outvars = known carry, known ys, residuals.
     k_in = known.invars
     kc, kk, kx = _split(k_in, nc - sum(const_uk), nk - sum(carry_uk))
-    res_vars = known.outvars[len(known.outvars) - nres:]
-    # Classify each residual: a known const (forwarded as a const of the unknown scan), a
-    # known xs (that xs forwarded), loop-invariant (computed from consts only: hoisted out of
-    # the loop, computed once) or per-iteration (stacked as an extra ys of the known scan).
+    n_out = len(known.outvars) - nres
+    res_vars = known.outvars[n_out:]
+    # The equations that read a carry or an xs (or have effects) stay in the loop; the
+    # others read only constants and are hoisted out of it.
     variant = set(kk) | set(kx)
+    loop_eqns, hoist_eqns = [], []
     for e in known.eqns:
-      if any(type(v) is Var and v in variant for v in e.invars):
+      if e.effects or any(type(v) is Var and v in variant for v in e.invars):
         variant.update(e.outvars)
+        loop_eqns.append(e)
+      else:
+        hoist_eqns.append(e)
+    # Classify each residual: a known const (forwarded as a const of the unknown scan), a
+    # known xs (that xs forwarded), loop-invariant (hoisted: computed once) or
+    # per-iteration (stacked as an extra ys of the known scan).
     kinds = []
     for r in res_vars:
       if r in kc:
         kinds.append(("const", kc.index(r)))
-      elif r in kx:
+      elif r in kx and not xs_host[kx.index(r)]:
         kinds.append(("xs", kx.index(r)))
       elif r not in variant:
         kinds.append(("hoist", None))
@@ -473,10 +557,17 @@ def _scan_partial_eval(eqn, unknowns):
         kinds.append(("stacked", None))
     stacked = [r for r, (k, _) in zip(res_vars, kinds) if k == "stacked"]
     hoisted = [r for r, (k, _) in zip(res_vars, kinds) if k == "hoist"]
-    hoist_j = pe.dce_jaxpr(Jaxpr([], kc, hoisted, known.eqns), [True] * len(hoisted),
-                           instantiate=True)[0]
-    known_j = known.replace(outvars=[*known.outvars[:len(known.outvars) - nres], *stacked])
-    known_j = pe.dce_jaxpr(known_j, [True] * len(known_j.outvars), instantiate=True)[0]
+    loop_j = Jaxpr([], [*kk, *kx], [*known.outvars[:n_out], *stacked], loop_eqns)
+    loop_j = pe.dce_jaxpr(loop_j, [True] * len(loop_j.outvars), instantiate=True)[0]
+    loop_consts = _known_const_order(loop_j.eqns, loop_j.invars, loop_j.outvars)
+    # The loop reads its invariants as new variables (constants of the known scan).
+    sub = {v: Var(v.aval) for v in loop_consts}
+    loop_j = Jaxpr([], [*(sub[v] for v in loop_consts), *loop_j.invars],
+                   [sub.get(v, v) if type(v) is Var else v for v in loop_j.outvars],
+                   [e.replace(invars=[sub.get(v, v) if type(v) is Var else v
+                                      for v in e.invars]) for e in loop_j.eqns])
+    hoist_j = pe.dce_jaxpr(Jaxpr([], kc, [*hoisted, *loop_consts], hoist_eqns),
+                           [True] * (len(hoisted) + len(loop_consts)), instantiate=True)[0]
     # unknown: invars = residuals then unknown (consts, carry, xs); regroup as JAX does into
     # consts = (loop-invariant residuals: forwarded consts and hoisted, in residual order,
     # then unknown consts), carry = unknown carry, xs = (unknown xs, then per-iteration
@@ -486,11 +577,11 @@ def _scan_partial_eval(eqn, unknowns):
     int_res = [v for v, (kind, _) in zip(u_res, kinds) if kind in _INTENSIVE]
     ext_res = [v for v, (kind, _) in zip(u_res, kinds) if kind not in _INTENSIVE]
     unknown_j = unknown.replace(invars=[*int_res, *uc, *uk_, *ux, *ext_res])
-    return (ClosedJaxpr(known_j, []), ClosedJaxpr(unknown_j, []), carry_uk, ys_uk, kinds,
-            [v.aval for v in stacked], hoist_j)
+    return (ClosedJaxpr(loop_j, []), ClosedJaxpr(unknown_j, []), carry_uk, ys_uk, kinds,
+            [v.aval for v in stacked], hoist_j, len(hoisted))
 
-  known_c, unknown_c, carry_uk, ys_uk, kinds, stacked_avals, hoist_j = _memo(
-      _pe_tables, jaxpr, tuple(unknowns), make)
+  known_c, unknown_c, carry_uk, ys_uk, kinds, stacked_avals, hoist_j, n_hoisted = _memo(
+      _pe_tables, jaxpr, (tuple(unknowns), xs_host), make)
   ins_c, ins_k, ins_x = _split(list(eqn.invars), nc, nk)
   k_c = [v for v, u in zip(ins_c, const_uk) if not u]
   k_k = [v for v, u in zip(ins_k, carry_uk) if not u]
@@ -505,10 +596,13 @@ def _scan_partial_eval(eqn, unknowns):
   known_outs = [*[v for v, u in zip(outs_k, carry_uk) if not u],
                 *[v for v, u in zip(outs_y, ys_uk) if not u]]
   base = {"length": length, "reverse": p["reverse"], "unroll": p["unroll"]}
-  known_eqn = core.JaxprEqn(
-      [*k_c, *k_k, *k_x], [*known_outs, *stacked_vars], scan_p,
-      {**base, "jaxpr": known_c, "num_consts": len(k_c), "num_carry": len(k_k)})
-  hoist_eqns, r_hoist = _inline(hoist_j, k_c)
+  hoist_eqns, hoist_outs = _inline(hoist_j, k_c)
+  r_hoist, loop_consts = hoist_outs[:n_hoisted], hoist_outs[n_hoisted:]
+  known_eqns = list(hoist_eqns)
+  if known_c.jaxpr.outvars or known_c.jaxpr.effects:
+    known_eqns.append(core.JaxprEqn(
+        [*loop_consts, *k_k, *k_x], [*known_outs, *stacked_vars], scan_p,
+        {**base, "jaxpr": known_c, "num_consts": len(loop_consts), "num_carry": len(k_k)}))
   by_kind = {"const": iter([k_c[i] for k, i in kinds if k == "const"]),
              "xs": iter([k_x[i] for k, i in kinds if k == "xs"]),
              "hoist": iter(r_hoist), "stacked": iter(stacked_vars)}
@@ -520,7 +614,7 @@ def _scan_partial_eval(eqn, unknowns):
       [*[v for v, u in zip(outs_k, carry_uk) if u], *[v for v, u in zip(outs_y, ys_uk) if u]],
       scan_p, {**base, "jaxpr": unknown_c,
                "num_consts": len(int_res) + len(u_c), "num_carry": len(u_k)})
-  return [*hoist_eqns, known_eqn], unknown_eqn, [*carry_uk, *ys_uk]
+  return known_eqns, unknown_eqn, [*carry_uk, *ys_uk]
 
 
 def _inline(jaxpr: Jaxpr, args: Sequence[Any]) -> tuple[list, list]:
