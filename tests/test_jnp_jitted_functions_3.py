@@ -129,6 +129,7 @@ CASES = {
     "einsum_batch": (lambda m: lambda a, b: m.einsum("bij,bjk->kbi", a, b),
                      (G, G.transpose(0, 2, 1))),
     "cov": (lambda m: m.cov, (F,)),
+    "corrcoef": (lambda m: m.corrcoef, (F,)),   # jnp.diagonal's platform_dependent, as JAX's
     "cov_weights": (lambda m: lambda x, f, a: m.cov(x, fweights=f, aweights=a),
                     (F, np.array([1, 2, 1, 3]), np.abs(V))),
     "digitize": (lambda m: lambda x: m.digitize(x, np.array([-1., 0., 1.], np.float32)), (V,)),
@@ -146,12 +147,7 @@ X64_CASES = ["quantile_linear", "nanquantile_midpoint", "median_int_axis",
 # Printed differently from JAX through causes outside stagecraft.numpy; values are checked
 # all the same. Each is asserted to differ, so that the list is revisited when the cause is
 # fixed.
-PRINT_XFAIL = {
-    # JAX's jnp.diagonal of a square matrix is `platform_dependent` (a `platform_index` and
-    # a two-branch `cond` with `branches_platforms`); stagecraft has no platform_index
-    # primitive and stages the default (gather) branch alone.
-    "corrcoef": (lambda m: m.corrcoef, (F,)),
-}
+PRINT_XFAIL: dict = {}
 
 
 globals().update(jnp_printing_tests(CASES, X64_CASES, PRINT_XFAIL, rtol=1e-5, atol=1e-5))

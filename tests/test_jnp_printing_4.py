@@ -92,6 +92,9 @@ CASES = {
     "diagonal_negative_offset": (lambda m: lambda x: m.diagonal(x, -1), (F,)),
     "diagonal_empty": (lambda m: lambda x: m.diagonal(x, 5), (F,)),
     "diagonal_axes": (lambda m: lambda x: m.diagonal(x, 1, 0, 2), (G,)),
+    # A square matrix's diagonal is platform_dependent (platform_index and a cond with
+    # branches_platforms), as JAX's.
+    "diagonal_square": (lambda m: m.diagonal, (G[0],)),
     "diagonal_method": (lambda m: lambda x: m.asarray(x).diagonal(), (F,)),
     "diag_matrix": (lambda m: m.diag, (F,)),
     "diag_vector": (lambda m: m.diag, (V,)),
@@ -170,10 +173,6 @@ X64_CASES = ["searchsorted_scan_left", "searchsorted_sort_right", "searchsorted_
 # Programs still printed differently from JAX, with the cause; values are checked all the
 # same.
 KNOWN_DIFFERENCES = {
-    "diagonal_square": ((lambda m: m.diagonal, (G[0],)),
-                        "JAX's square-matrix diagonal is `platform_dependent` (a "
-                        "`platform_index` primitive and a `cond` with `branches_platforms`); "
-                        "stagecraft has neither and stages the default branch."),
     "dot_weak": ((lambda m: lambda: m.dot(m.asarray(2.0), 3.0), ()),
                  "stagecraft's dot_general of two weak operands is not weak (JAX's is), so "
                  "a convert_element_type[weak_type=True] follows."),

@@ -685,7 +685,7 @@ def _strip_checks(closed: ClosedJaxpr) -> ClosedJaxpr:
   return core.memo_on_jaxpr(_checkified_cache, closed, "strip", make)
 
 
-def _cond_rule(error, enabled, index, *ops, branches):
+def _cond_rule(error, enabled, index, *ops, branches, **params):
   avals = _avals(ops)
   sig = _signature(error)
   kinds = set(sig[0])
@@ -706,7 +706,7 @@ def _cond_rule(error, enabled, index, *ops, branches):
     const_vars[start:start + k] = j.invars[:k]
     new_branches.append(ClosedJaxpr(j.replace(invars=[*const_vars, *j.invars[k:]]), []))
     start += k
-  outs = cond_p.bind(index, *all_consts, *leaves, *ops, branches=tuple(new_branches))
+  outs = cond_p.bind(index, *all_consts, *leaves, *ops, branches=tuple(new_branches), **params)
   n = len(leaves)
   return _renumber(_error_unflatten(effects, outs[:n]), [t[3] for t in traced]), outs[n:]
 

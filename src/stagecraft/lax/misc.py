@@ -1,5 +1,5 @@
-"""Program-structure utilities: `optimization_barrier`, `platform_dependent`, `composite`,
-and the `copy` primitive."""
+"""Program-structure utilities: `optimization_barrier`, `composite`, and the `copy` primitive.
+(`platform_dependent`, a `cond`, is in `lax/control_flow/conditionals.py`.)"""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -11,9 +11,8 @@ from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax.elementwise import add, mul, rem, sub
 from stagecraft.lax.shape import broadcast_in_dim
-from stagecraft.runtime import client
 
-__all__ = ["optimization_barrier_p", "optimization_barrier", "platform_dependent", "composite",
+__all__ = ["optimization_barrier_p", "optimization_barrier", "composite",
            "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value", "copy_p"]
 
 # optimization_barrier(*operands): the identity, which XLA may not move computations across
@@ -68,25 +67,6 @@ lowering.register_lowering(copy_p, lambda ctx, x: [x])
 ad.deflinear2(copy_p, lambda ct, x: [copy_p.bind(ct)])
 batching.defvectorized(copy_p)
 # DCE: the default (pure).
-
-
-def platform_dependent(*args: Any, default: Callable | None = None,
-                       **per_platform: Callable) -> Any:
-  """Calls the function registered for the platform programs run on (`cpu=`, `cuda=`,
-  `rocm=`, `tpu=`), else `default`, with `args`.
-
-  Raises:
-    NotImplementedError: if no function fits the platform and there is no default.
-  """
-  platform = client.default_device().platform
-  names = [platform] + (["cuda", "gpu"] if platform in ("cuda", "gpu") else [])
-  for name in names:
-    if name in per_platform:
-      return per_platform[name](*args)
-  if default is None:
-    raise NotImplementedError(f"platform_dependent: no branch for platform {platform!r} "
-                              f"(given: {sorted(per_platform)}) and no default.")
-  return default(*args)
 
 
 def composite(decomposition: Callable, name: str, version: int = 0) -> Callable:

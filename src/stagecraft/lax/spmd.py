@@ -787,7 +787,7 @@ def _while_vma(in_vary, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   return carry
 
 
-def _cond_vma(in_vary, *, branches):
+def _cond_vma(in_vary, *, branches, **_):
   # NB: the branches must give equal types; the index does not matter (JAX's typing).
   ops = in_vary[1:]
   outs = [mapping.varying_axes(b.jaxpr, ops) for b in branches]

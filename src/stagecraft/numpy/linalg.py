@@ -26,9 +26,10 @@ from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.lax import linalg as lax_linalg
 from stagecraft.interpreters import batching
 from stagecraft.lax.control_flow import solves
-from stagecraft.numpy import contractions, lax_numpy, manipulation, reductions, ufuncs
+from stagecraft.numpy import (contractions, index_tricks, lax_numpy, manipulation, reductions,
+                              ufuncs)
 from stagecraft.numpy.array_constructors import array, asarray
-from stagecraft.numpy.array_creation import eye, ones, zeros, zeros_like
+from stagecraft.numpy.array_creation import arange, eye, ones, zeros, zeros_like
 from stagecraft.numpy.contractions import einsum
 from stagecraft.numpy.indexing import take_along_axis
 from stagecraft.numpy.lax_numpy import astype
@@ -138,12 +139,6 @@ def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True
   _square("cholesky", a)
   L = lax_linalg.cholesky(a, symmetrize_input=symmetrize_input)
   return _H(L) if upper else L
-
-
-def _lu_permute(b, perm):
-  """The rows of `b` `[..., m, k]` in the order `perm` `[..., m]`."""
-  idx = lax.broadcast_in_dim(perm, (*shape_of(perm), 1), tuple(range(ndim_of(perm))))
-  return take_along_axis(b, idx, axis=ndim_of(b) - 2, mode="clip")
 
 
 def _vmap(fun: Callable, in_axes: Sequence[int | None], out_axis: int = 0) -> Callable:
@@ -444,30 +439,34 @@ def _cofactor_solve(a, b):
   the result is set to 0."""
   if shape_of(a)[-1] == 1:
     return a[..., 0, 0], b
+  # NB: staged as JAX's, step for step, so that grad(det) prints as JAX's.
   m = shape_of(a)[-1]
   lu, piv, perm = lax_linalg.lu(a)
   dt = dtype_of(a)
   batch = broadcast_shapes(shape_of(lu)[:-2], shape_of(b)[:-2])
   x = broadcast_to(b, (*batch, *shape_of(b)[-2:]))
   lu = broadcast_to(lu, (*batch, m, m))
-  perm = broadcast_to(perm, (*batch, m))
   diag = lax_numpy.diagonal(lu, axis1=-2, axis2=-1)
-  parity = reductions.count_nonzero(not_equal(piv, lax.iota(dtype_of(piv), m)), axis=-1)
-  sign = astype(add(multiply(-2, remainder(parity, 2)), 1), dt)
-  partial_det = multiply(reductions.cumprod(diag, axis=-1), expand_dims(sign, -1))
-  lu = lu.at[..., -1, -1].set(divide(1, partial_det[..., -2]))
-  probe = lax_linalg.triangular_solve(lu, ones((*shape_of(x)[:-1], 1), dt), left_side=True,
-                                      lower=False)
-  bad = reductions.any(logical_or(isnan(probe), isinf(probe)), axis=(-2, -1))
-  bad = expand_dims(bad, (-2, -1))
+  iota = lax.expand_dims(arange(m, dtype=dtype_of(piv)), range(ndim_of(piv) - 1))
+  parity = reductions.count_nonzero(not_equal(piv, iota), axis=-1)
+  sign = asarray(add(multiply(-2, remainder(parity, 2)), 1), dtype=dt)
+  partial_det = multiply(reductions.cumprod(diag, axis=-1), sign[..., None])
+  lu = lu.at[..., -1, -1].set(divide(1.0, partial_det[..., -2]))
+  perm = broadcast_to(perm, (*batch, m))
+  iotas = index_tricks.ix_(*(lax.iota(np.int32, n) for n in (*batch, 1)))
+  # Where U with its last pivot replaced is still singular (rank < m - 1), the result is 0.
+  bad = ones(shape_of(x)[:-1], dtype_of(x))
+  bad = lax_linalg.triangular_solve(lu, bad, left_side=True, lower=False)
+  bad = reductions.any(logical_or(isnan(bad), isinf(bad)), axis=-1)
+  bad = manipulation.tile(bad[..., None, None], ndim_of(bad) * (1,) + shape_of(x)[-2:])
   x = where(bad, zeros_like(x), x)
-  x = _lu_permute(x, perm)
+  x = x[iotas[:-1] + (perm, slice(None))]
   x = lax_linalg.triangular_solve(lu, x, left_side=True, lower=True, unit_diagonal=True)
-  det = partial_det[..., -1]
-  x = manipulation.concatenate([multiply(x[..., :-1, :], expand_dims(det, (-2, -1))),
-                                x[..., -1:, :]], axis=-2)
+  x = manipulation.concatenate(
+      (multiply(x[..., :-1, :], partial_det[..., -1, None, None]), x[..., -1:, :]), axis=-2)
   x = lax_linalg.triangular_solve(lu, x, left_side=True, lower=False)
-  return det, where(bad, zeros_like(x), x)
+  x = where(bad, zeros_like(x), x)
+  return partial_det[..., -1], x
 
 
 @custom_jvp

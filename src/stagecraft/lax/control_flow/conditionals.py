@@ -34,8 +34,9 @@ from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax import ad_util, elementwise, shape as lax_shape
 from stagecraft.lax.control_flow import common, refs as refs_lib
+from stagecraft.runtime import client, dispatch
 
-__all__ = ["cond", "switch", "cond_p"]
+__all__ = ["cond", "switch", "cond_p", "platform_dependent", "platform_index_p"]
 
 _MAX_DIFFS = 5
 
@@ -144,24 +145,25 @@ def _scalar_aval(x: Any, what: str, type_msg: str) -> ShapedArray:
 
 
 def _bind_cond(index: Any, funs: Sequence[Callable], names: Sequence[str],
-               operands: tuple) -> Any:
+               operands: tuple, branches_platforms: BranchesPlatforms | None = None) -> Any:
   """`_bind_branches`, the branches reading and writing `Ref`s from outside them: their
   values are passed through every branch (leading operands) and the final values of those
   a branch writes are written back after the cond (JAX's state discharge; `refs.with_refs`).
   """
   def run(refs, values, written):
     if refs is None:
-      return _bind_branches(index, funs, names, operands)
+      return _bind_branches(index, funs, names, operands, branches_platforms)
     gs = [refs_lib.discharged(f, refs, written) for f in funs]
     return _bind_branches(index, [lambda v, *o, g=g: g(v, *o) for g in gs], names,
-                          (values, *operands))
+                          (values, *operands), branches_platforms)
   return refs_lib.with_refs(run)
 
 
 def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
-                   operands: tuple) -> Any:
+                   operands: tuple, branches_platforms: BranchesPlatforms | None = None) -> Any:
   """Traces every branch at the operands' avals, checks that their outputs agree, and binds
-  one `cond`. `funs[i]` is the branch of index i; `names` name them in errors."""
+  one `cond`. `funs[i]` is the branch of index i; `names` name them in errors;
+  `branches_platforms` (a `platform_dependent` cond) is the equation's param of that name."""
   ops, in_tree = common.flatten(operands)
   avals = []
   for path, x in zip(common.leaf_paths(in_tree, "operands"), ops):
@@ -191,8 +193,48 @@ def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
                       + "\nMake the branches return the same shapes and dtypes "
                         "(e.g. with .astype or jnp.broadcast_to).")
   branches, consts = _join_consts([(closed, c) for closed, c, _ in traced])
-  outs = cond_p.bind(index, *consts, *ops, branches=tuple(branches))
+  # As JAX's, an output every branch forwards from the same input is no output of the cond:
+  # it is that input (put on the device if it is not traced).
+  fwds = [_jaxpr_forwarding(br.jaxpr) for br in branches]
+  in_fwd = [f[0] if len(set(f)) == 1 else None for f in zip(*fwds)]
+  if any(f is not None for f in in_fwd):
+    branches = [ClosedJaxpr(br.jaxpr.replace(outvars=[
+        v for v, f in zip(br.jaxpr.outvars, in_fwd) if f is None]), br.consts)
+        for br in branches]
+  params = {} if branches_platforms is None else {"branches_platforms": branches_platforms}
+  outs = iter(cond_p.bind(index, *consts, *ops, branches=tuple(branches), **params))
+  ins = [*consts, *ops]
+  outs = [next(outs) if f is None else _forwarded(ins[f]) for f in in_fwd]
   return common.unflatten(traced[0][2], outs)
+
+
+def _jaxpr_forwarding(jaxpr: core.Jaxpr) -> list[int | None]:
+  """One entry per output of `jaxpr`: the index of the input it is (through conversions
+  and broadcasts that change nothing, as JAX's forwarding rules), or None."""
+  # NB: the same analysis as scan's front end (`loops._jaxpr_forwarding`, a later module).
+  src: dict[Var, Var] = {}
+  for e in jaxpr.eqns:
+    x = e.invars[0] if e.invars else None
+    if type(x) is not Var:
+      continue
+    p = e.params
+    if e.primitive is elementwise.convert_element_type_p:
+      same = (x.aval.dtype == p["new_dtype"] and x.aval.weak_type == p["weak_type"]
+              and p.get("sharding") in (None, x.aval.sharding))
+    elif e.primitive is lax_shape.broadcast_in_dim_p:
+      same = (tuple(p["shape"]) == x.aval.shape
+              and p.get("sharding") in (None, x.aval.sharding))
+    else:
+      continue
+    if same:
+      src[e.outvars[0]] = src.get(x, x)
+  pos = {v: i for i, v in enumerate(jaxpr.invars)}
+  return [pos.get(src.get(v, v)) if type(v) is Var else None for v in jaxpr.outvars]
+
+
+def _forwarded(x: Any) -> Any:
+  # JAX's `lax.asarray`: a traced value as it is, any other on the device.
+  return x if isinstance(x, core.Tracer) else dispatch.device_put_leaf(x, None, "")
 
 
 # ---------------------------------------------------------------------------
@@ -274,9 +316,17 @@ def _memo_branches(table, branches: tuple[ClosedJaxpr, ...], key, make):
 cond_p = core.Primitive("cond")
 cond_p.multiple_results = True
 
+#: The `branches_platforms` param of a `platform_dependent` cond (absent on other conds): for
+#: each branch, the lowering platforms it is for (`('cpu',)`, `('cuda', 'rocm')`), or None
+#: (the last branch only: every other platform). Its index is a `platform_index` of the same
+#: platforms; every rule keeps the param on the conds it derives.
+BranchesPlatforms = tuple  # tuple[tuple[str, ...] | None, ...]
+
 
 def _cond_abstract_eval(index: ShapedArray, *avals: ShapedArray,
-                        branches: tuple[ClosedJaxpr, ...]) -> list[ShapedArray]:
+                        branches: tuple[ClosedJaxpr, ...],
+                        branches_platforms: BranchesPlatforms | None = None
+                        ) -> list[ShapedArray]:
   if index.shape != () or index.dtype != np.int32:
     raise TypeError(f"cond: the index must be an int32 scalar, got {index.str_short()}.")
   if not branches:
@@ -297,9 +347,16 @@ def _cond_abstract_eval(index: ShapedArray, *avals: ShapedArray,
           for j, a in enumerate(out0)]
 
 
-def _cond_lowering(ctx, index: str, *args: str, branches: tuple[ClosedJaxpr, ...]):
+def _cond_lowering(ctx, index: str, *args: str, branches: tuple[ClosedJaxpr, ...],
+                   branches_platforms: BranchesPlatforms | None = None):
   # `stablehlo.case`: one region per branch, no block arguments; each reads the operands
   # from the enclosing scope and ends in `stablehlo.return`.
+  if branches_platforms is not None:
+    # NB: a platform_dependent cond: only the branch for the platform being lowered is
+    # lowered (as JAX's, whose case then has the kept branches alone), a one-region case.
+    i = _platform_branch(branches_platforms, ctx.module.platform)
+    branches = (branches[i],)
+    index = ctx.constant(0, ctx.avals_in[0])
   if any(lowering.has_ordered_effects(br.jaxpr) for br in branches):
     # NB: ordered effects: each branch continues the enclosing token and returns its last.
     token = ctx.get_token()
@@ -346,7 +403,7 @@ def _jvp_branches(branches, nonzeros):
   return tuple(new_branches), consts, out_nz
 
 
-def _cond_jvp(primals, tangents, *, branches):
+def _cond_jvp(primals, tangents, *, branches, **params):
   # One cond of the branches' JVPs taking (index, consts, primals, nonzero tangents).
   index, *ops = primals
   nonzeros = tuple(type(t) is not ad.Zero and core.get_aval(t).dtype != dtypes.float0
@@ -354,7 +411,7 @@ def _cond_jvp(primals, tangents, *, branches):
   jvp_branches, consts, out_nz = _memo_branches(_jvp_cache, branches, nonzeros,
                                                 lambda: _jvp_branches(branches, nonzeros))
   outs = cond_p.bind(index, *consts, *ops, *[t for t, nz in zip(tangents[1:], nonzeros) if nz],
-                     branches=jvp_branches)
+                     branches=jvp_branches, **params)
   n = len(branches[0].out_avals)
   it = iter(outs[n:])
   return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
@@ -372,14 +429,6 @@ def _pe_branches(branches, unknowns):
   values = [dict(zip(br.jaxpr.constvars, br.consts)) for br in branches]
   splits = [ad.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk, const_values=cv)
             for br, cv in zip(branches, values)]
-  # NB: a forwarded constant is also a constant of the jit that forwards it; the known branch
-  # closes over another object with its value, as `pjit`'s hoisting of a branch's constants
-  # (`_hoist_cond`) takes one binder per distinct object.
-  for (k, *_), cv, br in zip(splits, values, branches):
-    own = set(br.jaxpr.constvars)
-    for v in k.constvars:
-      if v not in own:
-        cv[v] = _distinct(cv[v])
   # Residual slots shared between branches by type, as JAX's `_merge_branch_residuals`: the
   # j-th residual of type T of any branch goes to the j-th slot of type T.
   slot_avals: list[ShapedArray] = []
@@ -402,6 +451,9 @@ def _pe_branches(branches, unknowns):
   # `_join_cond_outputs`, an uninitialized array (`empty2`) is made for every slot and those
   # the branch fills are replaced by its residuals (the unused ones stay in the jaxpr).
   known, unknown = [], []
+  # NB: a slot a branch does not read is one binder shared by all such branches (JAX's
+  # `_join_cond_pe_staged_jaxpr_inputs`), so it prints under one name.
+  unread = [Var(a) for a in slot_avals]
   for (k, u, nres, _), slot_map, cv in zip(splits, slot_maps, values):
     def fun(*args, k=k, nres=nres, slot_map=slot_map, kc=[cv[v] for v in k.constvars]):
       outs = core.eval_jaxpr(k, kc, *args)
@@ -413,14 +465,9 @@ def _pe_branches(branches, unknowns):
     jaxpr, consts = pe.trace_to_jaxpr(fun, known_in)
     known.append(ClosedJaxpr(jaxpr, list(consts)))
     own = dict(zip(slot_map, u.invars[:nres]))
-    res_invars = [own[s] if s in own else Var(a) for s, a in enumerate(slot_avals)]
+    res_invars = [own[s] if s in own else unread[s] for s in range(len(slot_avals))]
     unknown.append(ClosedJaxpr(u.replace(invars=[*res_invars, *u.invars[nres:]]), []))
   return tuple(known), tuple(unknown), slot_avals, out_uk
-
-
-def _distinct(x: Any) -> Any:
-  """A new object with the value of the constant `x` (a view of a NumPy array)."""
-  return x.view() if isinstance(x, np.ndarray) else np.array(x)
 
 
 def _cond_partial_eval(eqn, unknowns):
@@ -437,10 +484,11 @@ def _cond_partial_eval(eqn, unknowns):
   known_eqn = core.JaxprEqn(
       [index, *[v for v, u in zip(ins, unknowns[1:]) if not u]],
       [*[v for v, u in zip(eqn.outvars, out_uk) if not u], *res_vars], cond_p,
-      {"branches": known})
+      {**eqn.params, "branches": known})
   unknown_eqn = core.JaxprEqn(
       [index, *res_vars, *[v for v, u in zip(ins, unknowns[1:]) if u]],
-      [v for v, u in zip(eqn.outvars, out_uk) if u], cond_p, {"branches": unknown})
+      [v for v, u in zip(eqn.outvars, out_uk) if u], cond_p,
+      {**eqn.params, "branches": unknown})
   return known_eqn, unknown_eqn, out_uk
 
 
@@ -466,7 +514,7 @@ def _transpose_branches(branches, undefined, ct_nonzeros, wanted):
   return tuple(new_branches), consts
 
 
-def _cond_transpose(cts, index, *args, branches):
+def _cond_transpose(cts, index, *args, branches, **params):
   # One cond of the transposed branches; the index and the residuals are non-linear.
   undefined = tuple(ad.is_undefined_primal(a) for a in args)
   wanted = tuple(u and a.aval.dtype != dtypes.float0 and
@@ -477,7 +525,7 @@ def _cond_transpose(cts, index, *args, branches):
       _transpose_cache, branches, (undefined, ct_nonzeros),
       lambda: _transpose_branches(branches, undefined, ct_nonzeros, wanted))
   outs = cond_p.bind(index, *consts, *[a for a, u in zip(args, undefined) if not u],
-                     *[c for c in cts if type(c) is not ad.Zero], branches=t_branches)
+                     *[c for c in cts if type(c) is not ad.Zero], branches=t_branches, **params)
   it = iter(outs)
   return [None, *[next(it) if w else (ad.Zero(ad.tangent_aval(a.aval)) if u else None)
                   for a, u, w in zip(args, undefined, wanted)]]
@@ -500,17 +548,22 @@ def _select_branches(branches, axis_data, dims):
           for br in branches]
 
 
-def _cond_batch(axis_data, args, dims, *, branches):
+def _cond_batch(axis_data, args, dims, *, branches, **params):
   # An axis rule (called even when nothing is batched, so collectives in branches see the
   # axis). Unbatched index: one cond of the batched branches. Batched index: every branch runs
   # on the batch and `select_n` picks each example's result (JAX's conversion).
   index, *ops = args
   idim, *op_dims = dims
+  if "branches_platforms" in params and idim is not batching.not_mapped:
+    # NB: as JAX's: a platform_dependent cond's index is the platform's wherever it came
+    # from, so a batched one is replaced by a fresh (unbatched) platform_index.
+    index = platform_index_p.bind(platforms=params["branches_platforms"])
+    idim = batching.not_mapped
   if idim is batching.not_mapped:
     key = (tuple(op_dims), axis_data)
     b_branches, consts, out_dims = _memo_branches(
         _batch_cache, branches, key, lambda: _batch_branches(branches, axis_data, op_dims))
-    return cond_p.bind(index, *consts, *ops, branches=b_branches), out_dims
+    return cond_p.bind(index, *consts, *ops, branches=b_branches, **params), out_dims
   # NB: every branch runs on every example, so an example's untaken branch may compute inf or
   # NaN (sqrt of a negative, 1/0) and so may its derivative. Its output is dropped by
   # `select_n`, but in reverse mode the zero cotangent select_n sends it would still be
@@ -569,7 +622,10 @@ def _cond_dce(used_outs, eqn):
   new, used_ops = _memo_branches(_dce_cache, branches, tuple(used_outs),
                                  lambda: _dce_branches(branches, list(used_outs)))
   used_ins = [True, *used_ops]
-  if all(used_outs) and all(used_ops):
+  # NB: as JAX's, the branches are DCE'd even when every output and operand stays (dead
+  # equations inside them go, e.g. the unused `empty2` fillers of a split cond).
+  if all(used_outs) and all(used_ops) and all(
+      len(n.jaxpr.eqns) == len(b.jaxpr.eqns) for n, b in zip(new, branches)):
     return used_ins, eqn
   return used_ins, eqn.replace(
       invars=[v for v, u in zip(eqn.invars, used_ins) if u],
@@ -577,7 +633,7 @@ def _cond_dce(used_outs, eqn):
       params={**eqn.params, "branches": new})
 
 
-def _cond_replication(in_vary, *, branches):
+def _cond_replication(in_vary, *, branches, **_):
   # NB: devices that take different branches (a varying index) may differ anywhere.
   index, ops = in_vary[0], in_vary[1:]
   outs = [mapping.varying_axes(b.jaxpr, ops) for b in branches]
@@ -593,6 +649,106 @@ ad.primitive_transposes[cond_p] = _cond_transpose
 batching.axis_primitive_batchers[cond_p] = _cond_batch
 pe.dce_rules[cond_p] = _cond_dce
 mapping.replication_rules[cond_p] = _cond_replication
+
+
+# ---------------------------------------------------------------------------
+# platform_dependent: a cond on the platform a program is lowered for (JAX's
+# `lax.platform_dependent`), indexed by the `platform_index` primitive.
+
+
+def platform_dependent(*args: Any, default: Callable | None = None,
+                       **per_platform: Callable) -> Any:
+  """`per_platform[p](*args)` for the platform `p` the program runs on (JAX's
+  `lax.platform_dependent`), else `default(*args)`.
+
+  Args:
+    *args: pytrees of arrays or scalars passed to the chosen function.
+    default: the function for platforms not named in `per_platform` (None: none).
+    **per_platform: a function per lowering platform name (`cpu=`, `cuda=`, `rocm=`, `tpu=`;
+      any name is accepted, e.g. JAX's `mosaic=`). Keyword arguments given the same function
+      share one branch, named by all their platforms.
+
+  Returns:
+    The chosen function's output. Outside any trace the platform is the default device's and
+    the function is just called; traced, it stages `platform_index[platforms=...]` and a `cond`
+    with the same `branches_platforms` over every function (all are traced: their outputs
+    must agree in structure, shape and dtype), whose lowering keeps only the branch of the
+    platform the module is lowered for.
+
+  Raises:
+    TypeError: if a function (or `default`) is not callable, or the branches' outputs differ.
+    ValueError: if a platform is named `gpu` (name `cuda` or `rocm`).
+    NotImplementedError: when run or lowered for a platform with no function and there is no
+      `default`.
+  """
+  groups: list[tuple[list[str], Callable]] = []
+  for name, fun in per_platform.items():
+    if not callable(fun):
+      raise TypeError(f"lax.platform_dependent: the '{name}' branch must be a callable.")
+    if name == "gpu":
+      raise ValueError("Use 'cuda' or 'rocm' for lax.platform_dependent.")
+    for names, f in groups:
+      if f == fun:
+        names.append(name)
+        break
+    else:
+      groups.append(([name], fun))
+  platforms: BranchesPlatforms = tuple(tuple(names) for names, _ in groups)
+  funs = [f for _, f in groups]
+  if default is not None:
+    if not callable(default):
+      raise TypeError("lax.platform_dependent: the 'default' branch must be a callable.")
+    funs.append(default)
+    platforms = (*platforms, None)
+  index = platform_index_p.bind(platforms=platforms)
+  if not isinstance(index, core.Tracer):
+    return funs[int(index)](*args)
+  return _bind_cond(index, funs, [f"branch {i}" for i in range(len(funs))], args, platforms)
+
+
+def _platform_branch(platforms: BranchesPlatforms, platform: str) -> int:
+  """The index of the entry of `platforms` for the lowering `platform` (a module's)."""
+  name = _jax_platform(platform)
+  for i, names in enumerate(platforms):
+    if names is None or name in names:
+      return i
+  raise NotImplementedError(f"MLIR translation rule for primitive "
+                            f"'platform_index(platforms={platforms})' not found for platform "
+                            f"{name}")
+
+
+def _jax_platform(platform: str) -> str:
+  # JAX's lowering platform names: a PJRT `gpu` is `cuda` or `rocm`.
+  if platform != "gpu":
+    return platform
+  try:
+    version = str(client.get_backend("gpu").platform_version)
+  except RuntimeError:   # NB: lowered for a GPU this process has no client of (export)
+    return "cuda"
+  return "rocm" if "rocm" in version.lower() else "cuda"
+
+
+def _platform_index_abstract_eval(*, platforms: BranchesPlatforms) -> ShapedArray:
+  return ShapedArray((), np.dtype(np.int32))
+
+
+def _platform_index_lowering(ctx, *, platforms: BranchesPlatforms):
+  # NB: a module is lowered for one platform, so the index is a constant (JAX's multi-platform
+  # `stablehlo.case` over the platforms is not needed).
+  return [ctx.constant(_platform_branch(platforms, ctx.module.platform), ctx.avals_out[0])]
+
+
+# platform_index[platforms=((names...), ..., None)]: i32[], the index of the entry naming the
+# platform the module is lowered for (None: any other platform); no operands.
+platform_index_p = core.Primitive("platform_index")
+# impl: the generic one (the program for the default device's platform)
+platform_index_p.def_abstract_eval(_platform_index_abstract_eval)
+lowering.register_lowering(platform_index_p, _platform_index_lowering)
+ad.defjvp_zero(platform_index_p)   # NB: no operands: never differentiated
+# NB: no operands, so never batched; the rule only says so.
+batching.primitive_batchers[platform_index_p] = (
+    lambda args, dims, **params: (platform_index_p.bind(**params), batching.not_mapped))
+# DCE: the default (pure).
 
 
 # ---------------------------------------------------------------------------
