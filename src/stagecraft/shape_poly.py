@@ -19,6 +19,7 @@ arithmetic (Moore, "Interval Analysis", 1966) with every variable in [1, inf).
 from __future__ import annotations
 
 import math
+import operator
 import re
 from typing import Any, Callable, Mapping, Sequence
 
@@ -27,7 +28,8 @@ import numpy as np
 from stagecraft.errors import InconclusiveDimensionOperation
 
 __all__ = ["SymbolicScope", "symbolic_shape", "is_symbolic_dim", "is_constant_dim",
-           "is_constant_shape", "parse_dim", "InconclusiveDimensionOperation"]
+           "is_constant_shape", "parse_dim", "max_dim", "min_dim", "canonicalize_slice",
+           "InconclusiveDimensionOperation"]
 
 _INF = math.inf
 
@@ -122,7 +124,8 @@ _DEFAULT_SCOPE = SymbolicScope()
 #: `stagecraft.lax.misc` (its `dim_as_value` primitive), which this layer cannot import.
 dimension_as_value_hook: Callable | None = None
 
-# A factor is ("var", name) or ("floordiv" | "mod", operand _DimExpr or int, divisor int).
+# A factor is ("var", name), ("floordiv" | "mod", operand _DimExpr or int, divisor int), or
+# ("max" | "min", operand, operand), each operand a _DimExpr or an int.
 # A term is a sorted tuple of (factor, power); () is the constant term.
 # An expression is a tuple of (term, coefficient), sorted as JAX prints them.
 
@@ -130,6 +133,8 @@ dimension_as_value_hook: Callable | None = None
 def _factor_key(f) -> tuple:
   if f[0] == "var":
     return (0, f[1])
+  if f[0] in ("max", "min"):
+    return (1, f[0], str(f[1]), str(f[2]))
   return (1, f[0], str(f[1]), f[2])
 
 
@@ -321,36 +326,11 @@ class _DimExpr:
 
   def _nonneg(self, diff, op: str, lhs, rhs) -> bool:
     """Whether `diff >= 0` for all values (True/False), else InconclusiveDimensionOperation."""
-    if isinstance(diff, int):
-      return diff >= 0
-    lo, hi = diff._bounds()
-    if lo >= 0:
-      return True
-    if hi < 0:
-      return False
-    for p in self._scope._polys:   # diff >= p >= 0
-      d2 = diff - p
-      if isinstance(d2, int):
-        if d2 >= 0:
-          return True
-        continue
-      if d2._bounds()[0] >= 0:
-        return True
-    # k*floordiv(e, k) = e - mod(e, k): bounds of k*diff with the quotients replaced
-    d2 = diff
-    for _ in range(3):
-      d2 = _without_floordiv(d2)
-      if d2 is None:
-        break
-      if isinstance(d2, int):
-        return d2 >= 0
-      lo, hi = d2._bounds()
-      if lo >= 0:
-        return True
-      if hi < 0:
-        return False
-    raise _inconclusive(f"Symbolic dimension comparison '{lhs}' {op} '{rhs}' is "
-                        f"inconclusive.")
+    r = _decide_nonneg(diff)
+    if r is None:
+      raise _inconclusive(f"Symbolic dimension comparison '{lhs}' {op} '{rhs}' is "
+                          f"inconclusive.")
+    return r
 
   def __ge__(self, other):
     if self._coerce(other) is None:
@@ -439,17 +419,20 @@ class _DimExpr:
     return out
 
   def evaluate(self, env: Mapping[str, Any], *, add: Callable = None, mul: Callable = None,
-               const: Callable = None, floordiv: Callable = None, mod: Callable = None):
+               const: Callable = None, floordiv: Callable = None, mod: Callable = None,
+               max: Callable = None, min: Callable = None):   # noqa: A002
     """The value of the expression for `env` (variable name -> value). By default values
     are Python ints; the callables let a lowering compute it with ops on runtime values
-    (`const(int)` makes a value, `add`/`mul` combine two, `floordiv`/`mod` take a value and
-    an int)."""
+    (`const(int)` makes a value, `add`/`mul`/`max`/`min` combine two, `floordiv`/`mod`
+    take a value and an int)."""
     add = add or (lambda a, b: a + b)
     mul = mul or (lambda a, b: a * b)
     const = const or (lambda c: c)
     floordiv = floordiv or (lambda a, k: a // k)
     mod = mod or (lambda a, k: a % k)
-    ops = dict(add=add, mul=mul, const=const, floordiv=floordiv, mod=mod)
+    max_ = max or _builtin_max
+    min_ = min or _builtin_min
+    ops = dict(add=add, mul=mul, const=const, floordiv=floordiv, mod=mod, max=max_, min=min_)
 
     def ev(e):
       return e.evaluate(env, **ops) if isinstance(e, _DimExpr) else const(int(e))
@@ -460,6 +443,8 @@ class _DimExpr:
           raise KeyError(f"no value for the dimension variable {f[1]!r}")
         return env[f[1]]
       x = ev(f[1])
+      if f[0] in ("max", "min"):
+        return (max_ if f[0] == "max" else min_)(x, ev(f[2]))
       return floordiv(x, f[2]) if f[0] == "floordiv" else mod(x, f[2])
 
     total = None
@@ -472,6 +457,135 @@ class _DimExpr:
       v = const(k) if v is None else (v if k == 1 else mul(const(k), v))
       total = v if total is None else add(total, v)
     return total
+
+
+def _decide_nonneg(diff, depth: int = 0) -> bool | None:
+  """Whether `diff >= 0` for all values of the variables: True, False (`diff < 0` for all),
+  or None when that depends on them.
+
+  Decided from interval bounds, the scope's constraints, floor divisions replaced by their
+  definition, and for a term `k*max(e1, e2)` (or `min`) by cases: `diff` is then
+  `max(d1, d2)` or `min(d1, d2)` with `d1`, `d2` the expression with `e1`, `e2` in place
+  of the term."""
+  if isinstance(diff, int):
+    return diff >= 0
+  lo, hi = diff._bounds()
+  if lo >= 0:
+    return True
+  if hi < 0:
+    return False
+  for p in diff._scope._polys:   # diff >= p >= 0
+    d2 = diff - p
+    if isinstance(d2, int):
+      if d2 >= 0:
+        return True
+      continue
+    if d2._bounds()[0] >= 0:
+      return True
+  # k*floordiv(e, k) = e - mod(e, k): bounds of k*diff with the quotients replaced
+  d2 = diff
+  for _ in range(3):
+    d2 = _without_floordiv(d2)
+    if d2 is None:
+      break
+    if isinstance(d2, int):
+      return d2 >= 0
+    lo, hi = d2._bounds()
+    if lo >= 0:
+      return True
+    if hi < 0:
+      return False
+  if depth >= 6:
+    return None
+  for t, k in diff._terms:
+    if len(t) != 1 or t[0][1] != 1 or t[0][0][0] not in ("max", "min"):
+      continue
+    f = t[0][0]
+    rest = diff - k * _DimExpr._make({t: 1}, diff._scope)
+    s1 = _decide_nonneg(rest + k * f[1], depth + 1)
+    s2 = _decide_nonneg(rest + k * f[2], depth + 1)
+    if (k > 0) == (f[0] == "max"):   # diff = max(d1, d2)
+      if s1 or s2:
+        return True
+      if s1 is False and s2 is False:
+        return False
+    else:                            # diff = min(d1, d2)
+      if s1 and s2:
+        return True
+      if s1 is False or s2 is False:
+        return False
+    return None
+  return None
+
+
+def _max_min(op: str, d1, d2):
+  d1 = d1 if is_symbolic_dim(d1) else operator.index(d1)
+  d2 = d2 if is_symbolic_dim(d2) else operator.index(d2)
+  if not is_symbolic_dim(d1) and not is_symbolic_dim(d2):
+    return max(d1, d2) if op == "max" else min(d1, d2)
+  e = d1 if is_symbolic_dim(d1) else d2
+  e._coerce(d2 if e is d1 else d1)   # the same scope
+  if _decide_nonneg(d1 - d2):
+    return d1 if op == "max" else d2
+  if _decide_nonneg(d2 - d1):
+    return d2 if op == "max" else d1
+  return _DimExpr({(((op, d1, d2), 1),): 1}, e._scope)
+
+
+def max_dim(d1, d2):
+  """`max(d1, d2)` of two dimensions, ints or symbolic (JAX's `core.max_dim`): one of them
+  when the bounds decide which is larger (`max_dim(b, 1)` is `b`), else the expression
+  `max(d1, d2)`."""
+  return _max_min("max", d1, d2)
+
+
+def min_dim(d1, d2):
+  """`min(d1, d2)` of two dimensions, ints or symbolic (JAX's `core.min_dim`): one of them
+  when the bounds decide which is smaller, else the expression `min(d1, d2)`."""
+  return _max_min("min", d1, d2)
+
+
+def canonicalize_slice(s: slice, axis_size) -> tuple:
+  """(start, step, size) of `x[s]` along an axis of size `axis_size`, int or symbolic (JAX's
+  `core.canonicalize_slice`): `slice.indices` with the clamping to the axis expressed with
+  `max_dim`/`min_dim`, and size `max(0, distance + |step| - 1) // |step|`.
+
+  Raises:
+    ValueError: a zero step.
+    InconclusiveDimensionOperation: a symbolic start, stop or step whose sign is not
+      decided by its bounds (JAX's message).
+  """
+  def as_index(d):
+    return d if is_symbolic_dim(d) else operator.index(d)
+
+  step = 1 if s.step is None else as_index(s.step)
+  try:
+    if step == 0:
+      raise ValueError("slice step cannot be zero")
+    step_gt_0 = step > 0
+  except InconclusiveDimensionOperation as e:
+    raise InconclusiveDimensionOperation(
+        f"In slice with non-constant elements the step ({step}) must be resolved statically "
+        f"if it is > 0 or < 0.\nDetails: {e}") from None
+
+  def clamp(i, which: str):
+    try:
+      i_ge_0 = i >= 0
+    except InconclusiveDimensionOperation as e:
+      raise InconclusiveDimensionOperation(
+          f"In slice with non-constant elements the {which} ({i}) must be resolved "
+          f"statically if it is >= 0.\nDetails: {e}") from None
+    if i_ge_0:
+      return min_dim(axis_size, i) if step_gt_0 else min_dim(axis_size - 1, i)
+    return max_dim(0, axis_size + i) if step_gt_0 else max_dim(-1, axis_size + i)
+
+  start = ((0 if step_gt_0 else axis_size - 1) if s.start is None
+           else clamp(as_index(s.start), "start"))
+  stop = ((axis_size if step_gt_0 else -1) if s.stop is None
+          else clamp(as_index(s.stop), "stop"))
+  gap = step if step_gt_0 else -step
+  distance = stop - start if step_gt_0 else start - stop
+  return start, step, max_dim(0, distance + gap - 1) // gap
 
 
 def _without_floordiv(e: "_DimExpr"):
@@ -496,7 +610,14 @@ def _without_floordiv(e: "_DimExpr"):
 def _factor_vars(f) -> set:
   if f[0] == "var":
     return {f[1]}
-  return f[1].get_vars() if isinstance(f[1], _DimExpr) else set()
+  out: set = set()
+  for o in (f[1:] if f[0] in ("max", "min") else f[1:2]):
+    if isinstance(o, _DimExpr):
+      out |= o.get_vars()
+  return out
+
+
+_builtin_max, _builtin_min = max, min
 
 
 def _mul_terms(t1, t2):
@@ -515,9 +636,17 @@ def _div_term(t, dt):
   return tuple(sorted(((f, p) for f, p in d.items() if p), key=lambda fp: _factor_key(fp[0])))
 
 
+def _operand_bounds(o) -> tuple:
+  return (o, o) if isinstance(o, int) else o._bounds()
+
+
 def _factor_bounds(f, scope) -> tuple:
   if f[0] == "var":
     return scope.var_bounds(f[1])
+  if f[0] in ("max", "min"):
+    (lo1, hi1), (lo2, hi2) = _operand_bounds(f[1]), _operand_bounds(f[2])
+    pick = max if f[0] == "max" else min
+    return pick(lo1, lo2), pick(hi1, hi2)
   lo, hi = (f[1], f[1]) if isinstance(f[1], int) else f[1]._bounds()
   k = f[2]
   if f[0] == "mod":
@@ -629,12 +758,14 @@ def _parse(s: str, scope: SymbolicScope):
       return t[1]
     if t[0] == "name":
       take()
-      if peek() == ("op", "(") and t[1] in ("floordiv", "mod"):
+      if peek() == ("op", "(") and t[1] in ("floordiv", "mod", "max", "min"):
         take()
         a = expr()
         take("op", ",")
         b = expr()
         take("op", ")")
+        if t[1] in ("max", "min"):
+          return max_dim(a, b) if t[1] == "max" else min_dim(a, b)
         return a // b if t[1] == "floordiv" else a % b
       return _DimExpr._var(t[1], scope)
     if t == ("op", "("):

@@ -589,6 +589,7 @@ def _dim_value(fb, d) -> str:
 
   add, mul, sub = binop("add"), binop("multiply"), binop("subtract")
   div, rem = binop("divide"), binop("remainder")
+  maximum, minimum = binop("maximum"), binop("minimum")
 
   def less_than_zero(x):
     out = fb.fresh()
@@ -611,7 +612,7 @@ def _dim_value(fb, d) -> str:
     return add(r, select(less_than_zero(r), _i64_const(fb, k), _i64_const(fb, 0)))
 
   r = d.evaluate(fb.dim_env, add=add, mul=mul, const=lambda c: _i64_const(fb, c),
-                 floordiv=floordiv, mod=mod)
+                 floordiv=floordiv, mod=mod, max=maximum, min=minimum)
   fb.consts[key] = r
   return r
 
@@ -631,12 +632,13 @@ _STATIC_OPS = re.compile(r"stablehlo\.(iota|reshape|slice|pad|reduce_window|"
                          r"rng|rng_bit_generator|"
                          r"custom_call|fft|select_and_scatter|constant|broadcast_in_dim|"
                          r"convolution|triangular_solve|cholesky)\b")
+_TYPE_DIMS = re.compile(r"^tensor<((?:[0-9?]+x)*)(.*)>$")   # (`?x4x`, element type)
 _OP_NAME = re.compile(r'^\s*(?:%[^=]*=\s*)?"?(stablehlo\.\w+)')
 _IOTA = re.compile(r'^(%\S+) = "stablehlo\.iota"\(\) \{iota_dimension = (\d+) : i64\} : '
-                   r'\(\) -> (tensor<[^>]*>)$')
-_SPLAT = re.compile(r"^(%\S+) = stablehlo\.constant dense<([^\"<>]*)> : (tensor<[^>]*>)$")
+                   r'\(\) -> (tensor<(?:[^<>]|<[^<>]*>)*>)$')
+_SPLAT = re.compile(r"^(%\S+) = stablehlo\.constant dense<([^\"<>]*)> : (tensor<(?:[^<>]|<[^<>]*>)*>)$")
 _BCAST = re.compile(r"^(%\S+) = stablehlo\.broadcast_in_dim (%\S+), dims = \[([^\]]*)\] : "
-                    r"\((tensor<[^>]*>)\) -> (tensor<[^>]*>)$")
+                    r"\((tensor<(?:[^<>]|<[^<>]*>)*>)\) -> (tensor<(?:[^<>]|<[^<>]*>)*>)$")
 
 
 class _SymbolicFuncBuilder(lowering.FuncBuilder):
@@ -660,10 +662,10 @@ class _SymbolicFuncBuilder(lowering.FuncBuilder):
 
   def _shape_of_type(self, ty: str):
     eqn = self.eqn
-    dims = ty[:ty.rindex("x") + 1] if "x" in ty else ty   # `tensor<?x4x`: any element type
+    dims = "tensor<" + _TYPE_DIMS.match(ty).group(1)   # `tensor<?x4x`: any element type
     shapes = {a.shape for v in (*eqn.invars, *eqn.outvars)
               for a in (v.aval,) if _is_symbolic_aval(a) and _dyn_type(a).startswith(dims)
-              and _dyn_type(a).count("x") == ty.count("x")}
+              and _TYPE_DIMS.match(_dyn_type(a)).group(1) == dims[len("tensor<"):]}
     if len(shapes) != 1:
       self._unsupported()
     return shapes.pop()
@@ -684,7 +686,7 @@ class _SymbolicFuncBuilder(lowering.FuncBuilder):
     if m:
       r, val, ty = m.groups()
       shape = self._shape_of_type(ty)
-      elt = ty[ty.rindex("x") + 1:-1]
+      elt = _TYPE_DIMS.match(ty).group(2)
       s = self.fresh()
       self.lines.append(f"{s} = stablehlo.constant dense<{val}> : tensor<{elt}>")
       sv = _shape_value(self, shape)
@@ -772,6 +774,25 @@ def _sym_slice(fb, eqn, x):
             f"({_dyn_type(eqn.invars[0].aval)}, {', '.join([f'tensor<{n}xi64>'] * 3)}) -> "
             f"{_dyn_type(eqn.outvars[0].aval)}")
   return [r]
+
+
+def _sym_split(fb, eqn, x):
+  """One `real_dynamic_slice` per piece (the transpose of a concatenation of symbolic
+  sizes)."""
+  x_aval = eqn.invars[0].aval
+  n, axis = x_aval.ndim, eqn.params["axis"]
+  start, outs = [0] * n, []
+  for v in eqn.outvars:
+    limit = list(x_aval.shape)
+    limit[axis] = start[axis] + v.aval.shape[axis]
+    vals = [_shape_value(fb, start), _shape_value(fb, limit), _shape_value(fb, (1,) * n)]
+    r = fb.fresh()
+    _emit(fb, f"{r} = stablehlo.real_dynamic_slice {x}, {', '.join(vals)} : "
+              f"({_dyn_type(x_aval)}, {', '.join([f'tensor<{n}xi64>'] * 3)}) -> "
+              f"{_dyn_type(v.aval)}")
+    outs.append(r)
+    start[axis] = limit[axis]
+  return outs
 
 
 def _lower_fun(fb, fun: Callable, eqn, operands: Sequence[str]) -> list[str]:
@@ -990,6 +1011,25 @@ def _dim_scalar(d):
   return lax_misc.dimension_as_value(d)
 
 
+def _sym_static_attrs(fb, eqn, *operands):
+  """The ordinary lowering of a primitive whose attributes (window sizes, strides, padding,
+  FFT lengths) are constant and whose StableHLO op takes dynamic operand types (JAX's
+  modules use `stablehlo.reduce_window` and `stablehlo.fft` so); the call's refinement
+  makes them static."""
+  saved, fb.eqn = fb.eqn, None   # NB: not checked against `_STATIC_OPS`
+  try:
+    return _ordinary_lowering(fb, eqn, operands, _dyn_aval)
+  finally:
+    fb.eqn = saved
+
+
+def _sym_fft(fb, eqn, x):
+  if not shape_poly.is_constant_shape(eqn.params["fft_lengths"]):
+    raise NotImplementedError("Shape polymorphism for FFT with non-constant fft_length is "
+                              "not implemented for TPU and GPU")
+  return _sym_static_attrs(fb, eqn, x)
+
+
 _SYMBOLIC_RULES = {"broadcast_in_dim": _sym_broadcast_in_dim, "reshape": _sym_reshape,
                    "slice": _sym_slice,
                    "squeeze": _sym_squeeze, "iota": _sym_iota,
@@ -998,7 +1038,10 @@ _SYMBOLIC_RULES = {"broadcast_in_dim": _sym_broadcast_in_dim, "reshape": _sym_re
                    "scan": _sym_scan, "cumsum": _sym_cumulative, "cumprod": _sym_cumulative,
                    "cummax": _sym_cumulative, "cummin": _sym_cumulative,
                    "cumlogsumexp": _sym_cumulative, "pad": _sym_pad,
-                   "stack": _sym_stack}
+                   "stack": _sym_stack, "fft": _sym_fft, "split": _sym_split,
+                   "reduce_window_sum": _sym_static_attrs,
+                   "reduce_window_max": _sym_static_attrs,
+                   "reduce_window_min": _sym_static_attrs}
 
 #: Primitives whose ordinary lowering rules depend on their operands' types only, so they
 #: lower unchanged with dynamic types (elementwise operations, reductions, contractions,
@@ -1248,7 +1291,7 @@ def _module_bytecode(mod) -> bytes:
 
 
 def _aval_to_json_sym(a: ShapedArray) -> list:
-  return [[d if shape_poly.is_constant_dim(d) else str(d) for d in a.shape], a.dtype.name,
+  return [[int(d) if shape_poly.is_constant_dim(d) else str(d) for d in a.shape], a.dtype.name,
           bool(a.weak_type)]
 
 

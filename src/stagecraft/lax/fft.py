@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, shape_poly
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
@@ -181,6 +181,7 @@ def fft(x: Any, fft_type: FftType | str, fft_lengths: Sequence[int]):
     x = convert_element_type(x, target)
   if len(fft_lengths) == 0:
     return x
-  lengths = tuple(int(n) for n in fft_lengths)
+  lengths = tuple(n if shape_poly.is_symbolic_dim(n) else int(n)   # symbolic: export
+                  for n in fft_lengths)
   return fft_p.bind(x, fft_type=typ, fft_lengths=lengths)
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, shape_poly
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
@@ -68,7 +68,9 @@ def _window_out_shape(operand_shape, window_dimensions, window_strides, padding,
   if any(p < 0 for p in padded):
     raise TypeError(f"reduce_window padding {padding} makes a negative dimension for operand "
                     f"shape {tuple(operand_shape)}.")
-  return tuple(max((p - w) // s + 1, 0) for p, w, s in zip(padded, window, window_strides))
+  # NB: max_dim, as JAX's `core.stride_dim`: `max(b - 2, 0)` for a symbolic size (export)
+  return tuple(shape_poly.max_dim((p - w) // s + 1, 0)
+               for p, w, s in zip(padded, window, window_strides))
 
 
 def _padding_attr(padding) -> str:
@@ -226,8 +228,12 @@ def _window_params(name, operand, window_dimensions, window_strides, padding, ba
       name, "window_dilation", window_dilation)
   if isinstance(padding, str):
     shape = _dilate_shape(core.get_aval(operand).shape, base_dilation)
-    padding = padtype_to_pads(shape, _dilate_shape(window_dimensions, window_dilation),
-                              window_strides, padding)
+    window = _dilate_shape(window_dimensions, window_dilation)
+    # NB: a symbolic axis (export) with a window and stride of 1 is not padded whatever its
+    # size (the batch axis of a pooling): its pads are computed for size 1
+    shape = tuple(1 if shape_poly.is_symbolic_dim(d) and w == 1 and s == 1 else d
+                  for d, w, s in zip(shape, window, window_strides))
+    padding = padtype_to_pads(shape, window, window_strides, padding)
   try:
     padding = tuple((operator.index(lo), operator.index(hi)) for lo, hi in padding)
   except (TypeError, ValueError) as e:

@@ -18,6 +18,7 @@ from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
                                    canonical_shape, check_concrete, convert_dtype, dtype_of,
                                    ndim_of, python_scalar_value, shape_of)
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
 
@@ -86,7 +87,10 @@ def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> A
   converted first (a static fill on the host, a Python int wrapping around; a traced one
   by `convert_element_type`), then broadcast; for `shape == ()` there is nothing to
   broadcast, so a static fill gives a constant (a literal in a jaxpr, no equation)."""
-  if isinstance(fill, core.Tracer):
+  # NB: so is a closed-over Array while tracing (JAX stages it as a constvar).
+  if isinstance(fill, core.Tracer) or (
+      type(fill) is Array and not pe.is_literal_array(fill)
+      and not isinstance(core.current_trace(), core.EvalTrace)):
     value = convert_dtype(fill, dtype, weak)
     return value if shape == () else lax.broadcast_in_dim(value, shape, ())
   if dtypes.is_python_scalar(fill):
@@ -95,7 +99,7 @@ def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> A
     value = np.asarray(fill).astype(dtype)[()]
   if shape == ():
     aval = core.ShapedArray((), dtype, weak)
-    return Array(dispatch.to_buffer(np.asarray(value), aval), aval)
+    return pe.literal_array(Array(dispatch.to_buffer(np.asarray(value), aval), aval))
   return lax.broadcast_in_dim(lax.utils.weak_scalar(value) if weak else value, shape, ())
 
 
@@ -329,7 +333,11 @@ def tri(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
   if not dtypes.is_integer(dtype_of(offset)):
     raise TypeError(f"offset must be an integer, got {k!r}")
   N, M = _dims("tri", N, M)
-  shape_dt = dtypes.int32 if max(N, M) <= np.iinfo(np.int32).max else dtypes.int64
+  # NB: a symbolic dimension (export) takes the default int dtype, as JAX's
+  # `int_dtype_for_dim`
+  fits = all(np.dtype(dtypes.default_int_dtype()) == np.int32 if shape_poly.is_symbolic_dim(d)
+             else d <= np.iinfo(np.int32).max for d in (N, M))
+  shape_dt = dtypes.int32 if fits else dtypes.int64
   if np.iinfo(dtype_of(offset)).max > np.iinfo(shape_dt).max or (
       np.iinfo(dtype_of(offset)).min < np.iinfo(shape_dt).min):
     shape_dt = dtypes.int64

@@ -13,8 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax
+from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.lax.fft import FftType
+from stagecraft.numpy.indexing import rewriting_take
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.lax_numpy import pad, roll
 from stagecraft.numpy.manipulation import moveaxis
@@ -29,10 +30,15 @@ __all__ = ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rf
 def _norm_factor(s, func_name: str, norm: str | None):
   if norm is None or norm == "backward":
     return None
-  n = float(math.prod(s))
+  n = math.prod(s)
+  if shape_poly.is_symbolic_dim(n):   # export: the size's value, staged, as JAX's
+    n = lax.convert_element_type(n, dtypes.default_float_dtype())
+    sqrt = lax.sqrt
+  else:
+    n, sqrt = float(n), np.sqrt
   inverse = func_name.startswith("i")
   if norm == "ortho":
-    return np.sqrt(n) if inverse else 1 / np.sqrt(n)
+    return sqrt(n) if inverse else 1 / sqrt(n)
   if norm == "forward":
     return n if inverse else 1 / n
   raise ValueError(f'Invalid norm value {norm}; should be "backward","ortho" or "forward".')
@@ -88,9 +94,18 @@ def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
       in_s[-1] = in_s[-1] // 2 + 1
     # Crop, then zero-pad, to `in_s`.
     for ax, target in enumerate(in_s):
-      if shape_of(arr)[ax] > target:
+      d = shape_of(arr)[ax]
+      if shape_poly.is_symbolic_dim(d) or shape_poly.is_symbolic_dim(target):
+        if d != target:   # NB: as JAX's `arr[:target]`: `min(b, target)` (export)
+          arr = rewriting_take(arr, (slice(None),) * ax + (slice(target),))
+      elif d > target:
         arr = slice_axis(arr, 0, target, ax)
     widths = [(0, t - d) for t, d in zip(in_s, shape_of(arr))]
+    for ax, (_, w) in enumerate(widths):
+      if shape_poly.is_symbolic_dim(w):   # export: zeros appended (`8 - min(b, 8)` of them)
+        fill = lax.full(shape_of(arr)[:ax] + (w,) + shape_of(arr)[ax + 1:], 0, dtype_of(arr))
+        arr = lax.concatenate([arr, fill], ax)
+        widths[ax] = (0, 0)
     if any(w for _, w in widths):
       arr = pad(arr, widths)
   else:
@@ -109,7 +124,9 @@ def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
     arr = lax.convert_element_type(arr, dtypes.default_float_dtype())
   out = _fft_nd(arr, fft_type, list(s)) if len(s) else arr
   factor = _norm_factor(s, func_name, norm)
-  if factor is not None:
+  if isinstance(factor, core.Tracer):   # from a symbolic size (export)
+    out = lax.mul(out, lax.convert_element_type(factor, dtype_of(out)))
+  elif factor is not None:
     out = lax.mul(out, np.asarray(factor, dtype_of(out))[()])
   if out.weak_type:   # transforms give strongly typed results, as in JAX's numpy
     out = lax.convert_element_type(out, dtype_of(out))
@@ -267,7 +284,12 @@ def _freq_args(name, n, d):
   if isinstance(d, (list, tuple)):
     raise ValueError(f"The d argument of stagecraft.numpy.fft.{name} only takes a single value. "
                      f"Got d = {list(d)}.")
-  return operator.index(n)
+  return n if shape_poly.is_symbolic_dim(n) else operator.index(n)   # symbolic: export
+
+
+def _dim_as(n, dt):
+  """`n` as a scalar of dtype `dt` (a symbolic dimension's value is staged)."""
+  return lax.convert_element_type(n, dt) if shape_poly.is_symbolic_dim(n) else asarray(n, dt)
 
 
 def fftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
@@ -281,9 +303,12 @@ def fftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
   out_dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
   dt = to_inexact_dtype(out_dt)
   i = lax.iota(dtypes.int32, n)
-  k = lax.convert_element_type(subtract(remainder(add(i, n // 2), max(n, 1)),
-                                            n // 2), dt)
-  out = divide(k, multiply(asarray(d, dt), asarray(n, dt)))
+  if shape_poly.is_symbolic_dim(n):   # export: the values of `n // 2` and `n`, staged
+    half, mod = _dim_as(n // 2, dtypes.int32), _dim_as(n, dtypes.int32)
+  else:
+    half, mod = n // 2, max(n, 1)
+  k = lax.convert_element_type(subtract(remainder(add(i, half), mod), half), dt)
+  out = divide(k, multiply(asarray(d, dt), _dim_as(n, dt)))
   return lax.convert_element_type(out, out_dt)
 
 
@@ -295,8 +320,10 @@ def rfftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
   """
   n = _freq_args("rfftfreq", n, d)
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
-  k = lax.iota(dt, n // 2 + 1)
-  return divide(k, multiply(asarray(d, dt), asarray(n, dt)))
+  # NB: as JAX's: for a symbolic `n` (export) `n % 2 == 0` is False, so the size is
+  # `floordiv(n - 1, 2) + 1` (one short of NumPy's for an even n, as in JAX)
+  k = lax.iota(dt, n // 2 + 1 if n % 2 == 0 else (n - 1) // 2 + 1)
+  return divide(k, multiply(asarray(d, dt), _dim_as(n, dt)))
 
 
 def _shift(x, axes, sign):
