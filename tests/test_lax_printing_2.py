@@ -164,7 +164,8 @@ def test_jit_of_unnamed_callable_prints_as_jax(fun):
 
 
 def test_unnamed_callable_in_jit_messages():
-  with pytest.raises(TypeError, match="<unnamed function>"):
+  # as JAX 0.10: the callable object's repr names it in the argument error
+  with pytest.raises(TypeError, match=r"argument to <.*_Doubler object at 0x"):
     sc.jit(_Doubler())("a")
 
 

@@ -391,6 +391,11 @@ def test_binary_ufunc(rec, data):
     # operand's rank (0-d int32 array and 2.0: weak; 1-d: strong); not compared.
     assert_like_jax(got, getattr(jjnp, rec.name)(*args),
                     weak_type=not (rec.name.startswith("logical_") and scalar_pos is not None))
+  elif type(args[0]) is int:
+    # power(7, int8 0-d) is JAX's weak int32 343 where NumPy's int8 wraps to 87: JAX's
+    # values are the reference.
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jjnp.power(*args)))
+    return
   assert_values(got, numpy_ref(rec.numpy_ref, args, rec.inexact))
 
 

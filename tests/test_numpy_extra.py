@@ -510,11 +510,11 @@ def test_unique_size_and_fill_value():
   assert jnp.unique_inverse(x.reshape(1, 5)).inverse_indices.shape == (1, 5)
   assert jnp.unique_counts(x).counts.tolist() == [2, 1, 2]
   assert jnp.unique_values(x).tolist() == [1, 2, 3]
-  assert jnp.setdiff1d(x, [1], size=3, fill_value=0).tolist() == [2, 3, 0]
+  assert jnp.setdiff1d(x, np.int32([1]), size=3, fill_value=0).tolist() == [2, 3, 0]
 
 
 def test_traced_shapes_need_static_arguments():
-  with pytest.raises(sc.ConcretizationTypeError, match="size="):
+  with pytest.raises(sc.ConcretizationTypeError, match="size argument"):
     sc.jit(jnp.unique)(I6)
   with pytest.raises(sc.ConcretizationTypeError, match="length"):
     sc.jit(jnp.bincount)(I6)
@@ -585,7 +585,7 @@ def test_errors():
     jnp.rot90(F6)
   with pytest.raises(ValueError, match="Axes must be different"):
     jnp.rot90(A23, axes=(0, 0))
-  with pytest.raises(ValueError, match="Unimplemented padding mode"):
+  with pytest.raises(NotImplementedError, match="Unimplemented padding mode"):   # as JAX
     jnp.pad(A23, 1, mode="bogus")
   with pytest.raises(ValueError, match="negative"):
     jnp.pad(A23, -1)

@@ -27,7 +27,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
 __all__ = ["split_list", "ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
-           "pp_eqn_rules", "pp_named_calls", "pp_default_params", "JaxprPpContext",
+           "pp_eqn_rules", "pp_named_calls", "pp_default_params", "pp_subjaxprs", "JaxprPpContext",
            "pp_jaxpr", "Primitive", "Trace", "EvalTrace", "eval_trace", "current_trace",
            "set_current_trace", "CompileTimeEvalTrace", "ensure_compile_time_eval",
            "escaped_tracer_error", "Tracer", "to_concrete_value",
@@ -895,12 +895,18 @@ pp_param_order: dict["Primitive", tuple[str, ...]] = {}
 #: (`let name = { ... } in`), as JAX names a shared `jit` body; others are named `jaxpr`.
 pp_named_calls: set["Primitive"] = set()
 
+#: Jaxprs that a primitive's `pp_eqn_rules` entry prints as params though the equation does
+#: not hold them (scatter-add's `update_jaxpr`): `rule(eqn)` returns them, the same objects
+#: the print rule prints, so that one met more than once prints once, shared (`let jaxpr`).
+pp_subjaxprs: dict["Primitive", Callable[["JaxprEqn"], Sequence["Jaxpr"]]] = {}
+
 #: Params that JAX's primitive of the same name carries and prints with their default value
 #: where stagecraft's primitive has no such param (printing only; for primitives whose
 #: module registers no `pp_eqn_rules` entry).
 pp_default_params: dict[str, tuple[tuple[str, Any], ...]] = {
     "reduce_sum": (("out_sharding", None),),
     "scatter": (("update_consts", ()), ("update_jaxpr", None)),
+    "conv_general_dilated": (("out_sharding", None),),
 }
 
 
@@ -1009,10 +1015,10 @@ def _dropped_vars(jaxpr: Jaxpr) -> dict:
   return names
 
 
-def _shared_jaxprs(top: Jaxpr) -> list[tuple[str, Jaxpr]]:
+def _shared_jaxprs(top: Jaxpr, pp_rules: bool = True) -> list[tuple[str, Jaxpr]]:
   """The sub-jaxprs printed once before `top` (those met more than once, counting one with
   more than 10 equations twice), each named after its call (`name` param) or `jaxpr`,
-  numbered where names repeat."""
+  numbered where names repeat; with `pp_rules`, those of `pp_subjaxprs` too."""
   names: dict[Jaxpr, str] = {}
   counts: dict[Jaxpr, int] = {}
   queue = [top]
@@ -1025,6 +1031,8 @@ def _shared_jaxprs(top: Jaxpr) -> list[tuple[str, Jaxpr]]:
         queue.append(sub)
         if name is not None:
           names.setdefault(sub, str(name).strip("<>"))
+      if pp_rules and eqn.primitive in pp_subjaxprs:
+        queue.extend(pp_subjaxprs[eqn.primitive](eqn))
   shared, taken = [], {}
   for jaxpr, c in counts.items():
     if c == 1:
@@ -1045,7 +1053,7 @@ def pp_jaxpr(jaxpr: Jaxpr, *, print_shapes: bool = True, custom_pp_eqn_rules: bo
   equation a line, with nested jaxprs in params indented (see the section comment)."""
   context = JaxprPpContext(_dropped_vars(jaxpr), print_shapes=print_shapes,
                            custom_pp_eqn_rules=custom_pp_eqn_rules)
-  shared = _shared_jaxprs(jaxpr)
+  shared = _shared_jaxprs(jaxpr, custom_pp_eqn_rules)
   for name, sub in shared:
     context.shared_jaxpr_names.add(name)
     context.shared_jaxprs[sub] = name

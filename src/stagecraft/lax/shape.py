@@ -933,8 +933,9 @@ def _split_abstract_eval(operand, *, sizes, axis):
   if operand.shape[axis] != builtins.sum(sizes):
     raise ValueError(f"Sum of sizes {np.sum(sizes)} must be equal to dimension {axis} of "
                      f"the operand shape {list(operand.shape)}")
-  return [ShapedArray(operand.shape[:axis] + (int(n),) + operand.shape[axis + 1:],
-                      operand.dtype, operand.weak_type) for n in sizes]
+  return [ShapedArray(operand.shape[:axis] + (n if shape_poly.is_symbolic_dim(n) else int(n),)
+                      + operand.shape[axis + 1:], operand.dtype, operand.weak_type)
+          for n in sizes]
 
 
 def _split_lowering(ctx, x, *, sizes, axis):
@@ -1173,8 +1174,9 @@ def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]
       negative size, or `padding_value` is not a scalar.
   """
   try:
-    config = tuple((operator.index(lo), operator.index(hi), operator.index(i))
-                   for lo, hi, i in padding_config)
+    # NB: NumPy integers are kept (JAX prints them: `np.int64(1)`), other indices converted
+    config = tuple(tuple(v if isinstance(v, (int, np.integer)) else operator.index(v)
+                         for v in (lo, hi, i)) for lo, hi, i in padding_config)
   except (TypeError, ValueError) as e:
     raise TypeError(f"pad padding_config must be a sequence of (lo, hi, interior) integer "
                     f"triples, got {padding_config!r}.") from e

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -263,7 +263,9 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
   (axis,) = utils.canonicalize_axes("dynamic_slice_in_dim", (operator.index(axis),),
                                     len(shape))
   starts, sizes = [0] * len(shape), list(shape)
-  starts[axis], sizes[axis] = start_index, operator.index(slice_size)
+  starts[axis] = start_index
+  sizes[axis] = (slice_size if shape_poly.is_symbolic_dim(slice_size)   # export
+                 else operator.index(slice_size))
   allow = [False] * len(shape)
   allow[axis] = allow_negative_indices
   return dynamic_slice(operand, starts, sizes, allow_negative_indices=allow)
@@ -791,7 +793,8 @@ def _gather_lowering(ctx, operand, indices, *, dimension_numbers, slice_sizes,
   x_aval, i_aval = ctx.avals_in
   out_aval, = ctx.avals_out
   scalar = ShapedArray((), out_aval.dtype)
-  if out_aval.size == 0:   # as JAX: no gather for an empty result
+  # NB: `0 in shape`, not `size == 0`: export lowers with dynamic (`?`) dimensions
+  if 0 in out_aval.shape:   # as JAX: no gather for an empty result
     return [_emit_broadcast(ctx, ctx.constant(0, scalar), scalar, out_aval.shape, ())]
   dn = dimension_numbers
   attrs = (f"dimension_numbers = {gather_attrs(dn, i_aval.ndim - 1)}, indices_are_sorted = "
@@ -1146,17 +1149,27 @@ def _scatter_pp_rule(combiner: Primitive, eqn: core.JaxprEqn, context) -> list:
   """Printing only: JAX's scatter-add/sub/mul/min/max carry the combining function as
   params (`update_consts=()`, `update_jaxpr={ lambda ; a b. let c = add a b in (c,) }`);
   stagecraft's primitive is named by it, so the rule prints that jaxpr from `combiner`."""
-  scalar = ShapedArray((), eqn.invars[0].aval.dtype)
-  a, b, c = core.Var(scalar), core.Var(scalar), core.Var(scalar)
-  update_jaxpr = core.Jaxpr([], [a, b], [c], [core.JaxprEqn([a, b], [c], combiner, {})])
-  params = dict(eqn.params, update_consts=(), update_jaxpr=update_jaxpr)
+  params = dict(eqn.params, update_consts=(),
+                update_jaxpr=_scatter_update_jaxpr(combiner, eqn.invars[0].aval.dtype))
   return sorted(params.items())
+
+
+@lru_cache(maxsize=None)
+def _scatter_update_jaxpr(combiner: Primitive, dtype) -> core.Jaxpr:
+  """The update jaxpr printed for `combiner` at `dtype`: one object per pair, as JAX caches
+  its reduction jaxprs, so that a program with several scatters prints it once, shared
+  (`let jaxpr = ...`; `core.pp_subjaxprs`)."""
+  scalar = ShapedArray((), dtype)
+  a, b, c = core.Var(scalar), core.Var(scalar), core.Var(scalar)
+  return core.Jaxpr([], [a, b], [c], [core.JaxprEqn([a, b], [c], combiner, {})])
 
 
 for _p, _combiner_p in ((scatter_add_p, elementwise.add_p), (scatter_sub_p, elementwise.sub_p),
                         (scatter_mul_p, elementwise.mul_p), (scatter_min_p, elementwise.min_p),
                         (scatter_max_p, elementwise.max_p)):
   core.pp_eqn_rules[_p] = partial(_scatter_pp_rule, _combiner_p)
+  core.pp_subjaxprs[_p] = lambda eqn, c=_combiner_p: [
+      _scatter_update_jaxpr(c, eqn.invars[0].aval.dtype)]
 
 
 def _scatter_wrapper(p: Primitive, what: str, dtypes_doc: str):

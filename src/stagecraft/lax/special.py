@@ -41,6 +41,11 @@ __all__ = ["lgamma_p", "digamma_p", "polygamma_p", "igamma_p", "igammac_p", "bes
 # Lowering compositions: trace a function of stagecraft.lax ops, inline its lowering.
 
 
+# NB: `lax.while_loop`, installed by lax/control_flow/while_op.py (control flow comes after
+# special in lax's order, so special does not import it).
+staged_while_loop: Callable | None = None
+
+
 class _Staged:
   """Stands in for a lowering context where an algorithm written for `_inline`/`_while`
   is staged as lax operations instead (JAX's `random_gamma_grad`: composed of lax ops, its
@@ -74,10 +79,8 @@ def _while(ctx, cond_fun: Callable, body_fun: Callable, avals: Sequence[ShapedAr
   bool scalar, `body_fun` the new carried values (both written with stagecraft.lax). Under
   `_Staged`, a `lax.while_loop` over the values `init`."""
   if type(ctx) is _Staged:
-    # NB: control flow comes after special in lax's order: imported where it is needed
-    from stagecraft.lax.control_flow.while_op import while_loop
-    return list(while_loop(lambda c: cond_fun(*c), lambda c: tuple(body_fun(*c)),
-                           tuple(init)))
+    return list(staged_while_loop(lambda c: cond_fun(*c), lambda c: tuple(body_fun(*c)),
+                                  tuple(init)))
   pred = ShapedArray((), dtypes.bool_)
   cond = ctx.region(avals, [pred], lambda *xs: _inline(ctx, lambda *v: [cond_fun(*v)], avals, xs))
   body = ctx.region(avals, avals, lambda *xs: _inline(ctx, body_fun, avals, xs))

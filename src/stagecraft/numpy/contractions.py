@@ -19,13 +19,12 @@ from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.runtime.array import Array
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import zeros_like
-from stagecraft.numpy.lax_numpy import pad
 from stagecraft.numpy.manipulation import (broadcast_shapes, broadcast_to, expand_dims,
-                                           flip, moveaxis, ravel, reshape, squeeze, stack)
+                                           flip, moveaxis, ravel, reshape, squeeze)
 from stagecraft.numpy.ufuncs import conjugate, multiply
 from stagecraft.numpy.util import (ArrayLike, canonicalize_axis, check_arraylike, dtype_of,
-                                   ensure_arraylike, promote_dtypes, promote_dtypes_inexact,
-                                   shape_of, slice_axis)
+                                   ensure_arraylike, ndim_of, promote_dtypes,
+                                   promote_dtypes_inexact, shape_of)
 from stagecraft.numpy.vectorize import vectorize
 from stagecraft.pjit import jit
 
@@ -110,10 +109,11 @@ def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=No
 
 def vdot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=None):
   """Dot product of the flattened inputs (the first conjugated for complex inputs)."""
-  a, b = ravel(asarray(a)), ravel(asarray(b))
-  if dtypes.is_complex(dtype_of(a)):
+  a, b = ensure_arraylike("vdot", a, b)
+  if dtypes.is_complex(dtype_of(a)):   # NB: conjugated before the ravel, as JAX's
     a = conjugate(a)
-  return dot(a, b, precision=precision, preferred_element_type=preferred_element_type)
+  return dot(ravel(a), ravel(b), precision=precision,
+             preferred_element_type=preferred_element_type)
 
 
 def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision=None,
@@ -365,24 +365,27 @@ def inner(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=
               preferred_element_type=preferred_element_type)
 
 
+@jit
 def kron(a: ArrayLike, b: ArrayLike):
   """The Kronecker product: blocks `a[i, j] * b`, shape `a.shape * b.shape` (after left-
-  padding the smaller rank with 1s).
+  padding the smaller rank with 1s). Jitted as JAX's (`jit[name=kron]`): both operands get
+  interleaved size-1 axes and one `mul` broadcasts them, then a reshape merges the pairs.
 
   Raises:
-    TypeError: for bool inputs (as JAX's numpy).
+    TypeError: `a` or `b` not an array or scalar (a list).
   """
-  a, b = (asarray(v) for v in promote_dtypes(asarray(a), asarray(b)))
-  na, nb = len(shape_of(a)), len(shape_of(b))
+  check_arraylike("kron", a, b)
+  a, b = promote_dtypes(a, b)
+  na, nb = ndim_of(a), ndim_of(b)
   if na < nb:
-    a = reshape(a, (1,) * (nb - na) + shape_of(a))
+    a = expand_dims(a, tuple(range(nb - na)))
   elif nb < na:
-    b = reshape(b, (1,) * (na - nb) + shape_of(b))
-  nd = len(shape_of(a))
-  big = tuple(d for pair in zip(shape_of(a), shape_of(b)) for d in pair)
-  ab = lax.broadcast_in_dim(a, big, tuple(range(0, 2 * nd, 2)))
-  bb = lax.broadcast_in_dim(b, big, tuple(range(1, 2 * nd, 2)))
-  return reshape(lax.mul(ab, bb), tuple(x * y for x, y in zip(shape_of(a), shape_of(b))))
+    b = expand_dims(b, tuple(range(na - nb)))
+  nd = ndim_of(a)
+  out_shape = tuple(x * y for x, y in zip(shape_of(a), shape_of(b)))
+  a = expand_dims(a, tuple(range(1, 2 * nd, 2)))
+  b = expand_dims(b, tuple(range(0, 2 * nd, 2)))
+  return reshape(lax.mul(a, b), out_shape)
 
 
 @jit(static_argnames=("axisa", "axisb", "axisc", "axis"))
@@ -464,14 +467,17 @@ def vecmat(x1: ArrayLike, x2: ArrayLike, /):
   return squeeze(matmul(expand_dims(conjugate(asarray(x1)), -2), x2), -2)
 
 
-def _conv(x, y, mode, op, precision, preferred_element_type):
-  x, y = asarray(x), asarray(y)
-  if len(shape_of(x)) != 1 or len(shape_of(y)) != 1:
+@jit(static_argnames=("mode", "op", "precision", "preferred_element_type"))
+def _conv(x, y, mode, op, precision, preferred_element_type=None):
+  """The body of `convolve` and `correlate` (jitted under this name, as JAX's): one
+  `conv_general_dilated` of `x[None, None, :]` with (flipped, or conjugated) `y`, padded for
+  `mode`; correlate of a shorter `x` swaps the operands and reverses the result."""
+  if ndim_of(x) != 1 or ndim_of(y) != 1:
     raise ValueError(f"{op}() only support 1-dimensional inputs.")
-  if preferred_element_type is None:
-    x, y = (asarray(v) for v in promote_dtypes_inexact(x, y))
+  if preferred_element_type is None:   # NumPy's default: an inexact result
+    x, y = promote_dtypes_inexact(x, y)
   else:
-    x, y = (asarray(v) for v in promote_dtypes(x, y))
+    x, y = promote_dtypes(x, y)
   if shape_of(x)[0] == 0 or shape_of(y)[0] == 0:
     raise ValueError(f"{op}: inputs cannot be empty, got shapes {shape_of(x)} and {shape_of(y)}.")
   reverse = False
@@ -479,40 +485,26 @@ def _conv(x, y, mode, op, precision, preferred_element_type):
     y = conjugate(y)
     if shape_of(x)[0] < shape_of(y)[0]:
       x, y, reverse = y, x, True
-  elif shape_of(x)[0] < shape_of(y)[0]:
-    x, y = y, x
-  if op == "convolve":
+  elif op == "convolve":
+    if shape_of(x)[0] < shape_of(y)[0]:
+      x, y = y, x
     y = flip(y)
   m = shape_of(y)[0]
   if mode == "valid":
-    padding = (0, 0)
+    padding = [(0, 0)]
   elif mode == "same":
-    padding = (m // 2, m - m // 2 - 1)
+    padding = [(m // 2, m - m // 2 - 1)]
   elif mode == "full":
-    padding = (m - 1, m - 1)
+    padding = [(m - 1, m - 1)]
   else:
     raise ValueError("mode must be one of ['full', 'same', 'valid']")
-  out = _correlate_valid(pad(x, [padding]), y, precision, preferred_element_type)
-  return flip(out) if reverse else out
+  out = lax.conv_general_dilated(x[None, None, :], y[None, None, :], (1,), padding,
+                                 precision=precision,
+                                 preferred_element_type=preferred_element_type)
+  return out[0, 0, ::-1] if reverse else out[0, 0, :]
 
 
-def _correlate_valid(x, y, precision, preferred_element_type):
-  """`out[i] = sum_j x[i + j] * y[j]` for the `n - m + 1` full overlaps: one
-  `conv_general_dilated` (real dtypes), or a windowed dot product (complex, which XLA's CPU
-  convolution does not take)."""
-  n, m = shape_of(x)[0], shape_of(y)[0]
-  if not dtypes.is_complex(dtype_of(x)) and hasattr(lax, "conv_general_dilated"):
-    out = lax.conv_general_dilated(reshape(x, (1, 1, n)), reshape(y, (1, 1, m)), (1,),
-                                   [(0, 0)], precision=precision,
-                                   preferred_element_type=preferred_element_type)
-    return reshape(out, (n - m + 1,))
-  # Windows as a [n - m + 1, m] matrix built from m shifted slices, then a matvec.
-  k = n - m + 1
-  win = stack([slice_axis(x, j, j + k, 0) for j in range(m)], axis=1)
-  return _dot(win, y, ((1,), (0,)), precision=precision,
-              preferred_element_type=preferred_element_type)
-
-
+@jit(static_argnames=("mode", "precision", "preferred_element_type"))
 def convolve(a: ArrayLike, v: ArrayLike, mode: str = "full", *, precision=None,
              preferred_element_type=None):
   """Discrete linear convolution of 1-D arrays: `out[k] = sum_j a[j] * v[k - j]`.
@@ -526,9 +518,12 @@ def convolve(a: ArrayLike, v: ArrayLike, mode: str = "full", *, precision=None,
   Raises:
     ValueError: for non-1-D or empty inputs, or an unknown mode.
   """
-  return _conv(a, v, mode, "convolve", precision, preferred_element_type)
+  a, v = ensure_arraylike("convolve", a, v)
+  return _conv(a, v, mode=mode, op="convolve", precision=precision,
+               preferred_element_type=preferred_element_type)
 
 
+@jit(static_argnames=("mode", "precision", "preferred_element_type"))
 def correlate(a: ArrayLike, v: ArrayLike, mode: str = "valid", *, precision=None,
               preferred_element_type=None):
   """Cross-correlation of 1-D arrays: `out[k] = sum_j a[j + k] * conj(v[j])` (modes as in
@@ -537,4 +532,6 @@ def correlate(a: ArrayLike, v: ArrayLike, mode: str = "valid", *, precision=None
   Raises:
     ValueError: for non-1-D or empty inputs, or an unknown mode.
   """
-  return _conv(a, v, mode, "correlate", precision, preferred_element_type)
+  a, v = ensure_arraylike("correlate", a, v)
+  return _conv(a, v, mode=mode, op="correlate", precision=precision,
+               preferred_element_type=preferred_element_type)

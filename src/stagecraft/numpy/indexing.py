@@ -177,8 +177,11 @@ def _finish_slice(out, rev_axes, squeeze_axes, newaxis_dims):
 def _static_slice_take(x, entries, normalize_indices: bool, clip: bool):
   """`x[idx]` as one static `slice` (JAX's `_static_slice`), or None when the index is not
   all static integers, slices, None and Ellipsis, or (unless `clip`) a static integer is
-  out of bounds: JAX then tries `_dynamic_slice_take`."""
+  out of bounds, or `x`'s shape is symbolic (export): JAX then tries
+  `_dynamic_slice_take`."""
   if not all(k in (_NONE, _ELLIPSIS, _SLICE, _INT) for k, _ in entries):
+    return None
+  if not shape_poly.is_constant_shape(x.shape):   # as JAX: a gather sizes symbolic slices
     return None
   shape = x.shape
   start, limit, strides = [], [], []
@@ -201,13 +204,6 @@ def _static_slice_take(x, entries, normalize_indices: bool, clip: bool):
       limit.append(wrapped + 1)
       strides.append(1)
       squeeze_axes.append(axis)
-    elif shape_poly.is_symbolic_dim(n):   # symbolic dimension (export)
-      st, sp, step = _symbolic_slice(i, n)
-      if step < 0:   # only x[::-1]
-        rev_axes.append(axis)
-      start.append(st)
-      limit.append(sp)
-      strides.append(abs(step))
     else:
       st, sp, step = i.indices(n)
       if step < 0:   # NB: the same elements in ascending order, reversed after the slice
@@ -226,47 +222,6 @@ def _static_slice_take(x, entries, normalize_indices: bool, clip: bool):
   if not (unit and all((a, b) == (0, n) for a, b, n in zip(start, limit, shape))):
     out = lax.slice(out, tuple(start), tuple(limit), None if unit else tuple(strides))
   return _finish_slice(out, rev_axes, squeeze_axes, newaxis_dims)
-
-
-def _symbolic_slice(i: slice, n):
-  """(start, limit, step) of the slice `i` of an axis of symbolic size `n` (export), as
-  `slice.indices` then `max(start, stop)`, with comparisons of dimensions decided from
-  their bounds; a negative step only for `::-1` (as `(0, n, -1)`).
-
-  Raises:
-    InconclusiveDimensionOperation: a bound whose clamping to `[0, n]` depends on `n`.
-    NotImplementedError: another negative step."""
-  step = 1 if i.step is None else operator.index(i.step)
-  if step == 0:
-    raise ValueError("slice step cannot be zero")
-  if step < 0:
-    if i.start is None and i.stop is None and step == -1:
-      return 0, n, -1
-    raise NotImplementedError(f"slice {i} with a negative step of an axis of symbolic size "
-                              f"'{n}' is not supported by stagecraft.export; only '::-1'.")
-
-  def clamp(v, default):
-    if v is None:
-      return default
-    v = v if shape_poly.is_symbolic_dim(v) else operator.index(v)
-    return _min_dim(n, v) if v >= 0 else _max_dim(0, n + v)
-
-  start, stop = clamp(i.start, 0), clamp(i.stop, n)
-  return start, _max_dim(start, stop), step
-
-
-def _min_dim(a, b):
-  try:
-    return a if a <= b else b
-  except InconclusiveDimensionOperation:
-    return b if b <= a else a   # the other order may be decided (1 <= b)
-
-
-def _max_dim(a, b):
-  try:
-    return a if a >= b else b
-  except InconclusiveDimensionOperation:
-    return b if b >= a else a
 
 
 def _as_start_index(i, dtype):
@@ -309,6 +264,8 @@ def _dynamic_slice_take(x, entries, normalize_indices: bool):
       starts.append(i.start)
       sizes.append(int(i.size))
     else:
+      if shape_poly.is_symbolic_dim(n):   # as JAX: a slice of a symbolic axis is a gather
+        return None
       trivial = trivial and i == slice(None)
       st, sp, step = i.indices(n)
       if step < 0:
@@ -453,7 +410,7 @@ def _fits(n: int, dt) -> bool:
 def _broadcast_indices(arrays):
   shapes = [tuple(np.shape(a)) for a in arrays]
   try:
-    shape = tuple(np.broadcast_shapes(*shapes))
+    shape = tuple(broadcast_shapes(*shapes))   # symbolic dimensions too (export)
   except ValueError:
     raise IndexError("shape mismatch: indexing arrays could not be broadcast together with "
                      "shapes " + " ".join(map(str, shapes))) from None
@@ -548,12 +505,8 @@ def _index_to_gather(shape, entries, normalize_indices: bool = True) -> _GatherI
       continue
     if kind == _DSLICE:
       start, step, size = v.start, v.stride, int(v.size)
-    elif shape_poly.is_symbolic_dim(n):   # symbolic dimension (export)
-      start, stop, step = _symbolic_slice(v, n)
-      if step < 0:
-        raise NotImplementedError(f"slice {v} with a negative step of an axis of symbolic "
-                                  f"size '{n}' mixed with array indices is not supported.")
-      size = (stop - start + step - 1) // step
+    elif shape_poly.is_symbolic_dim(n):   # symbolic dimension (export): JAX's sizes
+      start, step, size = shape_poly.canonicalize_slice(v, n)
     else:
       start, stop, step = v.indices(n)
       size = len(range(start, stop, step))
@@ -863,15 +816,6 @@ class _IndexUpdateRef:
 # take, take_along_axis, put
 
 
-def _int_indices(name: str, indices):
-  indices = asarray(indices) if isinstance(indices, (list, tuple)) else indices
-  if not isinstance(indices, (np.ndarray, Array, Tracer)):
-    indices = np.asarray(indices)
-  if not dtypes.is_integer(np.dtype(indices.dtype)):
-    raise TypeError(f"{name} indices must be of integer type, got {np.dtype(indices.dtype)}")
-  return indices
-
-
 def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = None,
          mode: str | None = None, unique_indices: bool = False,
          indices_are_sorted: bool = False, fill_value: Any = None):
@@ -1110,24 +1054,37 @@ def take_axis(x, idx, axis: int):
 
 
 def _tile_to_size(v, n: int):
-  size = v.shape[0]
-  if size == n:
-    return v
+  """The 1-D `v` repeated cyclically (one `tile`), then cut to length `n`."""
+  size = shape_of(v)[0]
   if size < n:
-    v = concatenate([v] * (-(-n // size)))
-  return lax.slice(v, (0,), (n,))
+    v = concatenate([v] * (-(-n // size)))   # NB: stagecraft's lax has no `tile` primitive
+  return v[:n] if shape_of(v)[0] > n else v
+
+
+def _unravel_clipped(flat, shape):
+  """The index tuple of the flat indices `flat` into `shape`, by repeated `divmod` (JAX's
+  `unravel_index`): indices past either end clip to the first or last position."""
+  out = [0] * len(shape)
+  for i, s in reversed(list(enumerate(shape))):
+    flat, out[i] = ufuncs.divmod(flat, s)
+  oob_pos = flat > 0
+  oob_neg = asarray(False) if dtypes.is_unsigned(dtype_of(flat)) else flat < -1
+  return tuple(ufuncs.where(oob_pos, s - 1, ufuncs.where(oob_neg, 0, i))
+               for s, i in zip(shape, out))
 
 
 def put(a: ArrayLike, ind: ArrayLike, v: ArrayLike, mode: str | None = None, *,
         inplace: bool = True):
-  """`a` with `v` written at the flat indices `ind` (JAX's `numpy.put`), out of place.
+  """`a` with `v` written at the flat indices `ind` (JAX's `numpy.put`), out of place, as
+  JAX's program: one scatter at the unravelled indices.
 
   Args:
     a: array `T[*s]`.
     ind: integer indices into the flattened `a`.
     v: values, repeated cyclically to the number of indices (as NumPy).
-    mode: None (indices clamped into `[-size, size)`, negative ones counting from the end),
-      'clip' (clamped into `[0, size)`) or 'wrap' (modulo the size).
+    mode: None (indices in `[-size, size)`, negative ones counting from the end; others
+      clip to the first or last element), 'clip' (clamped into `[0, size)`) or 'wrap'
+      (modulo the size).
     inplace: must be False: Arrays are immutable, the result is a new array.
 
   Returns:
@@ -1140,28 +1097,25 @@ def put(a: ArrayLike, ind: ArrayLike, v: ArrayLike, mode: str | None = None, *,
   if inplace:
     raise ValueError("stagecraft.numpy.put cannot modify arrays in-place, because JAX arrays are "
                      "immutable. Pass inplace=False to instead return an updated array.")
-  arr = asarray(a)
-  ind = ravel(asarray(_int_indices("put", ind)))
-  v = ravel(asarray(v))
-  size = arr.size
-  if not size or not ind.size or not v.size:
+  arr, ind_arr, _ = ensure_arraylike("put", a, ind, v)
+  ind_arr = ravel(ind_arr)
+  v_arr = ravel(v)
+  if not arr.size or not ind_arr.size or not v_arr.size:
     return arr
-  v = _tile_to_size(v, ind.size)
+  v_arr = _tile_to_size(v_arr, ind_arr.size)
   if mode is None:
-    ind = clip(ind, -size, size - 1)
-    ind = ufuncs.where(ind < 0, ind + size, ind)
+    scatter_mode = "drop"
   elif mode == "clip":
-    ind = clip(ind, 0, size - 1)
+    ind_arr = clip(ind_arr, 0, arr.size - 1)
+    scatter_mode = "promise_in_bounds"
   elif mode == "wrap":
-    ind = remainder(ind, size)
+    ind_arr = ufuncs.remainder(ind_arr, arr.size)
+    scatter_mode = "promise_in_bounds"
   elif mode == "raise":
     raise NotImplementedError("The 'raise' mode to jnp.put is not supported.")
   else:
     raise ValueError(f"mode should be one of 'wrap' or 'clip'; got mode={mode!r}")
-  flat = _scatter_update(ravel(arr), ind, v, lax.scatter, indices_are_sorted=False,
-                         unique_indices=False, mode="promise_in_bounds",
-                         normalize_indices=False)
-  return lax.reshape(flat, arr.shape)
+  return at(arr)[_unravel_clipped(ind_arr, shape_of(arr))].set(v_arr, mode=scatter_mode)
 
 
 # ---------------------------------------------------------------------------

@@ -14,13 +14,13 @@ from typing import Any, Sequence
 import ml_dtypes
 import numpy as np
 
-from stagecraft import core, dtypes, lax
+from stagecraft import core, dtypes, lax, shape_poly, tree_util
 from stagecraft.core import Tracer
 from stagecraft.numpy import reductions, scalar_types, sorting
 from stagecraft.numpy.array_constructors import array, asarray
-from stagecraft.numpy.array_creation import (arange, empty, eye, full, full_like, placed, zeros,
-                                             zeros_like)
-from stagecraft.numpy.indexing import at, take_axis
+from stagecraft.numpy.array_creation import (arange, empty, eye, full, full_like, ones, placed,
+                                             zeros, zeros_like)
+from stagecraft.numpy.indexing import at, nonzero, take, take_axis
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_shapes, broadcast_to,
                                            concatenate, flip, moveaxis,
                                            ravel, reshape, squeeze, stack, swapaxes, tile)
@@ -28,10 +28,11 @@ from stagecraft.numpy.ufuncs import (absolute, add, clip, divide, equal, floor, 
                                      greater, less, log10, logical_and, minimum, multiply, negative,
                                      not_equal, power, remainder, round, sign, subtract, where)
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_tuple,
-                                   canonicalize_axis, check_concrete, const,
+                                   canonicalize_axis, check_arraylike, check_concrete, const,
                                    dtype_of, ensure_arraylike, ndim_of, promote_dtypes,
                                    promote_dtypes_inexact, real_dtype, shape_of, slice_axis,
                                    to_bool, to_inexact_dtype)
+from stagecraft.numpy.vectorize import apply_along_axis, vectorize
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -239,7 +240,9 @@ def linspace(start: ArrayLike, stop: ArrayLike, num: int = 50, endpoint: bool = 
     ConcretizationTypeError: a traced `num` or `axis`.
     TypeError: `start` or `stop` not an array or scalar.
   """
-  num = operator.index(check_concrete(num, "linspace", "num"))
+  num = check_concrete(num, "linspace", "num")
+  # NB: a symbolic `num` (export) goes on, as JAX's; its `num > 1` is then inconclusive
+  num = num if shape_poly.is_symbolic_dim(num) else operator.index(num)
   axis = operator.index(check_concrete(axis, "linspace", "axis"))
   if num < 0:   # NB: also checked in `_linspace`; here the message has no traceback note
     raise ValueError(f"Number of samples, {num}, must be non-negative.")
@@ -422,10 +425,21 @@ def roll(a: ArrayLike, shift: ArrayLike | Sequence[int],
   if axis is None:
     return reshape(roll(ravel(arr), shift, 0), shape_of(arr))
   axis = tuple(canonicalize_axis(ax, ndim_of(arr), "roll") for ax in _index_tuple(axis))
+  shifts = shift if isinstance(shift, (list, tuple)) else [shift]
+  if any(shape_poly.is_symbolic_dim(x) for x in shifts):   # export: `n // 2` (fftshift)
+    vals = [lax.broadcast_in_dim(lax.convert_element_type(x, dtypes.int32), (1,), ())
+            for x in shifts]
+    shift_arr = lax.concatenate(vals, 0)
+    return _roll_dynamic(arr, shift_arr if isinstance(shift, (list, tuple)) else
+                         lax.reshape(shift_arr, ()), axis)
   try:
     shift = _index_tuple(shift)
   except TypeError:
     return _roll_dynamic(arr, asarray(shift), axis)
+  if any(shape_poly.is_symbolic_dim(shape_of(arr)[ax]) for ax in axis):
+    # NB: a static shift of an axis of symbolic size (export): the dynamic program, whose
+    # shift modulo the size is computed at run time (JAX's `mod(-s, b)` dimension)
+    return _roll_dynamic(arr, asarray(np.asarray(shift)), axis)
   return _roll_static(arr, shift, axis)
 
 
@@ -452,7 +466,9 @@ def _roll_dynamic(a, shift, axis):
     raise ValueError("'shift' and 'axis' arguments to roll must be scalars or 1D arrays")
   for x, i in zip(broadcast_to(shift, b_shape), np.broadcast_to(axis, b_shape)):
     i = int(i)
-    n = asarray(shape_of(a)[i], dtypes.int32)
+    d = shape_of(a)[i]
+    n = (lax.convert_element_type(d, dtypes.int32) if shape_poly.is_symbolic_dim(d)
+         else asarray(d, dtypes.int32))   # a symbolic dimension (export): its value, staged
     x = remainder(lax.convert_element_type(x, dtypes.int32), lax.max(n, np.int32(1)))
     doubled = lax.concatenate([a, a], i)
     a = lax.dynamic_slice_in_dim(doubled, lax.sub(n, x), shape_of(a)[i], axis=i)
@@ -468,62 +484,83 @@ def repeat(a: ArrayLike, repeats: ArrayLike, axis: int | None = None, *,
     repeats: an int, or ints (one per element along `axis`, or one broadcast); concrete
       unless `total_repeat_length` is given.
     total_repeat_length: the static length of the result along `axis`; needed when
-      `repeats` is traced (extra output is padded with the last value, shortfalls are cut,
-      as JAX's numpy).
+      `repeats` is traced (extra output repeats the last value, shortfalls are cut, as
+      JAX's numpy).
 
   Returns:
-    `T[*s]` with `s[axis]` replaced by the total number of repeats.
+    `T[*s]` with `s[axis]` replaced by the total number of repeats. A scalar `repeats`
+    without `total_repeat_length` is a broadcast and a reshape; other repeats are JAX's
+    program: block starts scattered into zeros, their running sum gathers from `a`.
 
   Raises:
+    TypeError: for `a` or `repeats` that are not arrays or scalars (a list, say).
     ConcretizationTypeError: for traced `repeats` without `total_repeat_length`.
-    ValueError: for negative repeats or a count that does not match the axis.
+    ValueError: for negative repeats or a count that does not broadcast to the axis.
   """
-  a = as_array(a)
+  if isinstance(repeats, (int, np.integer)):
+    check_arraylike("repeat", a)
+  else:
+    check_arraylike("repeat", a, repeats)
+  a = asarray(a)
   if axis is None:
     a, axis = ravel(a), 0
-  if ndim_of(a) == 0:
-    a = reshape(a, (1,))
-  axis = canonicalize_axis(axis, ndim_of(a), "repeat")
-  n = shape_of(a)[axis]
-  if isinstance(repeats, Tracer):
-    if total_repeat_length is None:
+  return _repeat(repeats, a, axis=axis, total_repeat_length=total_repeat_length)
+
+
+def _repeat(repeats, arr, *, axis: int, total_repeat_length: int | None):
+  axis = operator.index(axis)
+  nd = ndim_of(arr)
+  if total_repeat_length is None:
+    if isinstance(repeats, Tracer):
       raise core.ConcretizationTypeError(
-          "Abstract tracer value encountered where concrete value is expected: jnp.repeat "
-          "needs static `repeats` to know the result's shape. Pass a static value for "
-          "`repeats`, or a static `total_repeat_length`.")
-    reps = broadcast_to(ravel(repeats), (n,))
-    ends = reductions.cumsum(reps)
-    idx = sorting.searchsorted(ends, arange(total_repeat_length), side="right")
-    idx = minimum(idx, n - 1)
-    return take_axis(a, idx, axis)
-  reps = np.ravel(np.asarray(repeats))
-  if reps.size and not np.issubdtype(reps.dtype, np.integer):
-    raise TypeError(f"repeat: repeats must be integers, got {reps.dtype}.")
-  if np.any(reps < 0):
-    raise ValueError(f"repeat: repeats may not contain negative values, got {repeats}.")
-  if reps.size == 1:
-    r = int(reps[0])
-    shape = list(shape_of(a))
-    big = shape[:axis + 1] + [r] + shape[axis + 1:]
-    dims = tuple(i for i in range(len(big)) if i != axis + 1)
-    out = reshape(lax.broadcast_in_dim(a, tuple(big), dims),
-                  tuple(shape[:axis] + [n * r] + shape[axis + 1:]))
+          "Abstract tracer value encountered where concrete value is expected: When "
+          "jit-compiling jnp.repeat, the total number of repeats must be static. To fix "
+          "this, either specify a static value for `repeats`, or pass a static value to "
+          "`total_repeat_length`.")
+    reps = np.asarray(repeats)
+    if reps.size and not np.issubdtype(reps.dtype, np.integer):
+      raise TypeError(f"repeat: repeats must be integers, got {reps.dtype}.")
+    if np.any(reps < 0):
+      raise ValueError(f"repeat: repeats may not contain negative values, got {repeats}.")
+    if reps.ndim == 0 and nd != 0:
+      axis = canonicalize_axis(axis, nd, "repeat")
+      shape = list(shape_of(arr))
+      aux_shape = shape[:axis + 1] + [operator.index(reps)] + shape[axis + 1:]
+      out = lax.broadcast_in_dim(arr, tuple(aux_shape),
+                                 tuple(i for i in range(len(aux_shape)) if i != axis + 1))
+      shape[axis] *= int(reps)
+      return reshape(out, tuple(shape))
+    reps = np.ravel(reps)
+    if nd != 0:
+      axis = canonicalize_axis(axis, nd, "repeat")
+      try:
+        reps = np.broadcast_to(reps, (shape_of(arr)[axis],))
+      except ValueError:
+        raise ValueError(f"repeat: got {reps.size} repeats for an axis of length "
+                         f"{shape_of(arr)[axis]}.") from None
+    total_repeat_length = int(np.sum(reps))
   else:
-    if reps.size != n:
-      raise ValueError(f"repeat: got {reps.size} repeats for an axis of length {n}.")
-    idx = np.repeat(np.arange(n), reps)
-    out = _take_static(a, idx, axis)
-  if total_repeat_length is not None:
-    cur = shape_of(out)[axis]
-    if cur >= total_repeat_length:
-      out = slice_axis(out, 0, total_repeat_length, axis)
-    elif cur:
-      last = slice_axis(out, cur - 1, cur, axis)
-      out = concatenate([out, repeat(last, total_repeat_length - cur, axis)], axis)
-    else:
-      out = zeros(tuple(total_repeat_length if i == axis else d
-                        for i, d in enumerate(shape_of(out))), dtype_of(out))
-  return out
+    reps = ravel(repeats)
+    if nd != 0:
+      axis = canonicalize_axis(axis, nd, "repeat")
+      reps = broadcast_to(reps, (shape_of(arr)[axis],))
+  if nd == 0:
+    if np.shape(reps) == (1,):
+      return full((total_repeat_length,), arr)
+    raise ValueError("`repeat` with a scalar parameter `a` is only implemented for scalar "
+                     "values of the parameter `repeats`.")
+  if total_repeat_length == 0:
+    shape = list(shape_of(arr))
+    shape[axis] = 0
+    return reshape(array([], dtype=dtype_of(arr)), tuple(shape))
+  if shape_of(arr)[axis] == 0:
+    return arr
+  exclusive_repeats = at(roll(reps, shift=1))[0].set(0)
+  scatter_indices = reductions.cumsum(exclusive_repeats)
+  block_split_indicators = zeros((total_repeat_length,), dtype=dtypes.int32)
+  block_split_indicators = at(block_split_indicators)[scatter_indices].add(1)
+  gather_indices = subtract(reductions.cumsum(block_split_indicators), 1)
+  return take(arr, gather_indices, axis=axis)
 
 
 def _take_static(x, idx: np.ndarray, axis: int):
@@ -542,180 +579,283 @@ def _take_static(x, idx: np.ndarray, axis: int):
   return parts[0] if len(parts) == 1 else lax.concatenate(parts, axis)
 
 
-def _pad_pairs(pad_width, nd: int, name: str) -> tuple[tuple[int, int], ...]:
-  pw = np.asarray(pad_width)
-  if pw.dtype.kind not in "iu" and pw.size:
-    raise TypeError(f"`{name}` must be of integral type, got {pw.dtype}.")
+def _broadcast_to_pairs(nvals: Any, nd: int, name: str) -> tuple[tuple[Any, Any], ...]:
+  """`nvals` (a scalar, `(v,)`, `(before, after)`, `((before, after),)` or one pair per
+  axis; concrete) as one `(before, after)` pair per axis of `nd`, its entries NumPy scalars
+  (as JAX's, so static widths print as `np.int64(1)`).
+
+  Raises:
+    TypeError: for entries of different shapes. ConcretizationTypeError: for traced values.
+    ValueError: for a shape not among `(nd, 2)`, `(1, 2)`, `(2,)`, `(1,)`, `()`.
+  """
+  def concrete(x):
+    if isinstance(x, Tracer):
+      raise core.ConcretizationTypeError(
+          f"Abstract tracer value encountered where concrete value is expected: the "
+          f"{name} argument of jnp.pad must be static.")
+    return x
   try:
-    pw = np.broadcast_to(pw, (nd, 2))
-  except ValueError:
-    raise ValueError(f"jnp.pad: {name} {pad_width!r} cannot be broadcast to ({nd}, 2) "
-                     f"(one (before, after) pair per axis).") from None
-  return tuple((int(a), int(b)) for a, b in pw)
+    vals = np.asarray(tree_util.tree_map(concrete, nvals))
+  except ValueError as e:
+    if "inhomogeneous" in str(e):
+      raise TypeError(f"`{name}` entries must be the same shape: {nvals}") from e
+    raise
+
+  def scalar(v):
+    if np.shape(v):
+      raise TypeError(f"`{name}` entries must be the same shape: {vals}")
+    return v
+  if vals.shape == (nd, 2):
+    return tuple((scalar(v[0]), scalar(v[1])) for v in vals)
+  if vals.shape in ((1, 2), (2,)):
+    pair = vals.reshape(2)
+    return ((scalar(pair[0]), scalar(pair[1])),) * nd
+  if vals.shape in ((1,), ()):
+    v = scalar(vals.flat[0])
+    return ((v, v),) * nd
+  raise ValueError(f"jnp.pad: {name} with nd={nd} has unsupported shape {vals.shape}. "
+                   f"Valid shapes are ({nd}, 2), (1, 2), (2,), (1,), or ().")
 
 
-def pad(array: ArrayLike, pad_width: Any, mode: str = "constant", **kwargs) -> Array:
-  """Pads an array, as numpy.pad.
+def _check_no_padding(widths, mode: str) -> None:
+  if widths[0] > 0 or widths[1] > 0:
+    raise ValueError(f"Cannot apply '{mode}' padding to empty axis")
+
+
+def _pad_constant(arr, widths, constant_values):
+  """Pads with a scalar (one `pad`), or with per-axis `(before, after)` values (one `pad`
+  per non-zero side)."""
+  nd = ndim_of(arr)
+  cv = lax.convert_element_type(constant_values, dtype_of(arr), weak_type=arr.weak_type)
+  if ndim_of(cv) == 0:
+    return lax.pad(arr, cv, [(lo, hi, 0) for lo, hi in widths])
+  if ndim_of(cv) == 1:
+    if shape_of(cv)[-1] == 1:
+      return lax.pad(arr, squeeze(cv), [(lo, hi, 0) for lo, hi in widths])
+    if shape_of(cv)[-1] != 2:
+      raise ValueError(f"jnp.pad: constant_values has unsupported shape {shape_of(cv)}. If "
+                       f"the shape is 1D or 2D, the last dimension must be of size 1 or 2.")
+  cv = broadcast_to(cv, (nd, 2))
+  for i in range(nd):
+    cfg = [(0, 0, 0)] * nd
+    if widths[i][0] != 0:
+      cfg[i] = (widths[i][0], 0, 0)
+      arr = lax.pad(arr, cv[i, 0], cfg)
+    if widths[i][1] != 0:
+      cfg[i] = (0, widths[i][1], 0)
+      arr = lax.pad(arr, cv[i, 1], cfg)
+  return arr
+
+
+def _pad_wrap(arr, widths):
+  """Pads each axis with copies of the array (and the remainders of one)."""
+  for i in range(ndim_of(arr)):
+    n = shape_of(arr)[i]
+    if n == 0:
+      _check_no_padding(widths[i], "wrap")
+      continue
+    lrep, lrem = builtins.divmod(widths[i][0], n)
+    rrep, rrem = builtins.divmod(widths[i][1], n)
+    parts = [lax.slice_in_dim(arr, n - lrem, n, axis=i)] if lrem > 0 else []
+    parts += [arr] * (lrep + rrep + 1)
+    if rrem > 0:
+      parts.append(lax.slice_in_dim(arr, 0, rrem, axis=i))
+    arr = lax.concatenate(parts, i)
+  return arr
+
+
+def _pad_symmetric_or_reflect(arr, widths, mode: str, reflect_type: str):
+  """Pads each axis by mirrored copies, in chunks no longer than the axis (as numpy);
+  'odd' reflects about the edge value (`2 * edge - x`)."""
+  for i in range(ndim_of(arr)):
+    n = shape_of(arr)[i]
+    if n == 0:
+      _check_no_padding(widths[i], mode)
+      continue
+    if widths[i][0] == 0 and widths[i][1] == 0:
+      continue
+    offset = 1 if (mode == "reflect" and n > 1) else 0
+    for before, padding in ((True, widths[i][0]), (False, widths[i][1])):
+      m = shape_of(arr)[i]
+      edge = (lax.slice_in_dim(arr, 0, 1, axis=i) if before
+              else lax.slice_in_dim(arr, m - 1, m, axis=i))
+      while padding > 0:
+        m = shape_of(arr)[i]
+        cur = builtins.min(padding, n - offset)
+        padding -= cur
+        if before:
+          start, stop = offset, offset + cur
+        else:
+          start = m - (cur + offset)
+          stop = m if (mode == "symmetric" or n == 1) else m - 1
+        x = flip(lax.slice_in_dim(arr, start, stop, axis=i), i)
+        if reflect_type == "odd":
+          x = subtract(multiply(2, edge), x)
+          if n > 1:
+            k = shape_of(x)[i]
+            edge = (lax.slice_in_dim(x, 0, 1, axis=i) if before
+                    else lax.slice_in_dim(x, k - 1, k, axis=i))
+        arr = lax.concatenate([x, arr] if before else [arr, x], i)
+  return arr
+
+
+def _pad_edge(arr, widths):
+  """Pads each axis with its edge values repeated."""
+  for i in range(ndim_of(arr)):
+    n = shape_of(arr)[i]
+    if n == 0:
+      _check_no_padding(widths[i], "edge")
+      continue
+    pad_before = repeat(lax.slice_in_dim(arr, 0, 1, axis=i), widths[i][0], axis=i)
+    pad_after = repeat(lax.slice_in_dim(arr, n - 1, n, axis=i), widths[i][1], axis=i)
+    arr = lax.concatenate([pad_before, arr, pad_after], i)
+  return arr
+
+
+def _pad_linear_ramp(arr, widths, end_values):
+  """Pads each axis with `linspace(end_value, edge, width, endpoint=False)` ramps (reversed
+  after), in the array's dtype."""
+  for i in range(ndim_of(arr)):
+    n = shape_of(arr)[i]
+    edge_before = lax.slice_in_dim(arr, 0, 1, axis=i)
+    edge_after = lax.slice_in_dim(arr, n - 1, n, axis=i)
+    ramps = []
+    for end, edge, w in ((end_values[i][0], edge_before, widths[i][0]),
+                         (end_values[i][1], edge_after, widths[i][1])):
+      ramp = linspace(end, squeeze(edge, i), w, endpoint=False, dtype=dtype_of(arr), axis=i)
+      ramps.append(lax.convert_element_type(ramp, dtype_of(ramp), weak_type=arr.weak_type))
+    arr = lax.concatenate([ramps[0], arr, flip(ramps[1], i)], i)
+  return arr
+
+
+# The statistics of `pad`'s modes 'maximum', 'minimum', 'mean' and 'median' (added by
+# `statistics`, which this module is below).
+PAD_STAT_FUNCS: dict[str, Any] = {"maximum": reductions.max, "minimum": reductions.min,
+                                  "mean": reductions.mean}
+
+
+def _pad_stats(arr, widths, stat_length, stat_func):
+  """Pads each axis with a statistic of the whole axis, or of `stat_length` values at each
+  edge (rounded for integer arrays)."""
+  for i in range(ndim_of(arr)):
+    if stat_length is None:
+      stat_before = stat_after = stat_func(arr, axis=i, keepdims=True)
+    else:
+      n = shape_of(arr)[i]
+      length_before, length_after = stat_length[i]
+      if length_before == 0 or length_after == 0:
+        raise ValueError("stat_length of 0 yields no value for padding")
+      length_before = builtins.min(length_before, n)
+      length_after = builtins.min(length_after, n)
+      slice_before = lax.slice_in_dim(arr, 0, length_before, axis=i)
+      slice_after = lax.slice_in_dim(arr, n - length_after, n, axis=i)
+      stat_before = stat_func(slice_before, axis=i, keepdims=True)
+      stat_after = stat_func(slice_after, axis=i, keepdims=True)
+    if dtypes.is_integer(dtype_of(arr)):
+      stat_before, stat_after = round(stat_before), round(stat_after)
+    stat_before = lax.convert_element_type(stat_before, dtype_of(arr), weak_type=arr.weak_type)
+    stat_after = lax.convert_element_type(stat_after, dtype_of(arr), weak_type=arr.weak_type)
+    arr = lax.concatenate([repeat(stat_before, widths[i][0], axis=i), arr,
+                           repeat(stat_after, widths[i][1], axis=i)], i)
+  return arr
+
+
+def _pad_empty(arr, widths):
+  """Pads each axis with zeros (NumPy leaves them undefined)."""
+  for i in range(ndim_of(arr)):
+    shape = shape_of(arr)
+    before = zeros_like(arr, shape=shape[:i] + (widths[i][0],) + shape[i + 1:])
+    after = zeros_like(arr, shape=shape[:i] + (widths[i][1],) + shape[i + 1:])
+    arr = lax.concatenate([before, arr, after], i)
+  return arr
+
+
+def _pad_func(arr, widths, func, **kwargs):
+  """Zero-pads, then applies `func(row, (before, after), axis, kwargs)` to every 1-D row of
+  each axis in turn (mapped by `apply_along_axis`)."""
+  widths = _broadcast_to_pairs(widths, ndim_of(arr), "pad_width")
+  padded = _pad_constant(arr, widths, 0)   # a Python 0: a literal, as JAX's `asarray(0)`
+  for i in range(ndim_of(padded)):
+    padded = apply_along_axis(func, i, padded, widths[i], i, kwargs)
+  return padded
+
+
+@jit(static_argnums=(1, 2, 4, 5, 6))
+def _pad(array_, pad_width, mode, constant_values, stat_length, end_values, reflect_type):
+  """`pad` with its static arguments (jitted under this name, as JAX's)."""
+  arr = asarray(array_)
+  nd = ndim_of(arr)
+  if nd == 0:
+    return arr
+  widths = _broadcast_to_pairs(pad_width, nd, "pad_width")
+  if np.any(np.array(widths) < 0):
+    raise ValueError("index can't contain negative values")
+  if mode == "constant":
+    return _pad_constant(arr, widths, asarray(constant_values))
+  if mode == "wrap":
+    return _pad_wrap(arr, widths)
+  if mode in ("symmetric", "reflect"):
+    return _pad_symmetric_or_reflect(arr, widths, mode, reflect_type)
+  if mode == "edge":
+    return _pad_edge(arr, widths)
+  if mode == "linear_ramp":
+    return _pad_linear_ramp(arr, widths, _broadcast_to_pairs(end_values, nd, "end_values"))
+  if mode in PAD_STAT_FUNCS:
+    if stat_length is not None:
+      stat_length = _broadcast_to_pairs(stat_length, nd, "stat_length")
+    return _pad_stats(arr, widths, stat_length, PAD_STAT_FUNCS[mode])
+  assert mode == "empty", mode
+  return _pad_empty(arr, widths)
+
+
+_PAD_KWARGS = {"empty": (), "edge": (), "wrap": (), "constant": ("constant_values",),
+               "linear_ramp": ("end_values",), "maximum": ("stat_length",),
+               "mean": ("stat_length",), "median": ("stat_length",),
+               "minimum": ("stat_length",), "reflect": ("reflect_type",),
+               "symmetric": ("reflect_type",)}
+
+
+def pad(array: ArrayLike, pad_width: Any, mode: str | Any = "constant", **kwargs) -> Array:
+  """Pads an array, as numpy.pad (jitted as JAX's `_pad`, the widths and options static).
 
   Args:
     array: array `T[*s]`.
     pad_width: `(before, after)` per axis, one pair for all axes, or one int; static,
-      non-negative.
-    mode: 'constant' (`constant_values`: scalar, pair, or pairs per axis), 'edge',
-      'reflect' / 'symmetric' (`reflect_type` 'even' or 'odd'), 'wrap', 'linear_ramp'
-      (`end_values`), 'maximum' / 'minimum' / 'mean' (`stat_length`), or 'empty'.
+      non-negative integers.
+    mode: 'constant' (`constant_values`: a scalar, a pair, or pairs per axis; may be
+      traced), 'edge', 'reflect' / 'symmetric' (`reflect_type` 'even' or 'odd'), 'wrap',
+      'linear_ramp' (`end_values`), 'maximum' / 'minimum' / 'mean' / 'median'
+      (`stat_length`), 'empty' (zeros), or a callable `f(row, (before, after), axis,
+      kwargs) -> row` applied to each zero-padded 1-D row (by `apply_along_axis`).
 
   Returns:
     `T[*r]` with `r[i] = s[i] + before[i] + after[i]`.
 
   Raises:
-    ValueError: for negative widths, an unknown mode, padding an empty axis in a mode
-      that reads from it, or a rank-0 array with a `pad_width` not of shape (0, 2), (1, 2),
-      (2,), (1,) or () (as JAX).
-    NotImplementedError: for a callable mode.
+    TypeError: for non-integer widths.
+    ValueError: for negative widths, keyword arguments the mode does not take, padding an
+      empty axis in a mode that reads from it, a `stat_length` of 0, or widths of a shape
+      not among `(nd, 2)`, `(1, 2)`, `(2,)`, `(1,)`, `()`.
+    NotImplementedError: for an unknown mode.
   """
-  arr = as_array(array)
-  nd = ndim_of(arr)
+  arr = ensure_arraylike("pad", array)
+  widths = _broadcast_to_pairs(pad_width, ndim_of(arr), "pad_width")
+  if widths and not builtins.all(isinstance(w, (int, np.integer)) for p in widths for w in p):
+    raise TypeError("`pad_width` must be of integral type.")
   if callable(mode):
-    raise NotImplementedError("jnp.pad with a callable mode is not supported.")
-  allowed = {"constant": {"constant_values"}, "edge": set(), "wrap": set(), "empty": set(),
-             "reflect": {"reflect_type"}, "symmetric": {"reflect_type"},
-             "linear_ramp": {"end_values"}, "maximum": {"stat_length"},
-             "minimum": {"stat_length"}, "mean": {"stat_length"}}
-  if mode not in allowed:
-    raise ValueError(f"Unimplemented padding mode '{mode}' for np.pad.")
-  bad = set(kwargs) - allowed[mode]
-  if bad:
-    raise ValueError(f"unsupported keyword arguments for mode '{mode}': {sorted(bad)}")
-  if nd == 0:
-    shape = np.shape(pad_width)
-    if shape not in ((0, 2), (1, 2), (2,), (1,), ()):   # JAX's check (NumPy's shapes)
-      raise ValueError(f"jnp.pad: pad_width with nd=0 has unsupported shape {shape}. Valid "
-                       f"shapes are (0, 2), (1, 2), (2,), (1,), or ().")
-    return arr
-  widths = _pad_pairs(pad_width, nd, "pad_width")
-  if builtins.any(w < 0 for p in widths for w in p):
-    raise ValueError("index can't contain negative values")
-  if mode == "constant":
-    return _pad_constant(arr, widths, kwargs.get("constant_values", 0))
-  if mode == "empty":
-    return _pad_constant(arr, widths, 0)
-  for i in range(nd):
-    before, after = widths[i]
-    if before == 0 and after == 0:
-      continue
-    if shape_of(arr)[i] == 0:
-      raise ValueError(f"Cannot apply '{mode}' padding to empty axis")
-    if mode == "wrap":
-      arr = _pad_wrap(arr, i, before, after)
-    elif mode in ("reflect", "symmetric"):
-      rt = kwargs.get("reflect_type", "even")
-      if rt not in ("even", "odd"):
-        raise ValueError(f"reflect_type must be 'even' or 'odd', got {rt!r}.")
-      arr = _pad_reflect(arr, i, before, after, mode, rt)
-    else:
-      arr = _pad_from_edges(arr, i, before, after, mode, kwargs)
-  return arr
-
-
-def _pad_constant(arr, widths, constant_values):
-  cv = as_array(constant_values)
-  cv = lax.convert_element_type(cv, dtype_of(arr), weak_type=arr.weak_type)
-  nd = ndim_of(arr)
-  if ndim_of(cv) == 0:
-    return lax.pad(arr, cv, tuple((lo, hi, 0) for lo, hi in widths))
-  if ndim_of(cv) > 2 or shape_of(cv)[-1] not in (1, 2):
-    raise ValueError(f"jnp.pad: constant_values has unsupported shape {shape_of(cv)}. If the "
-                     f"shape is 1D or 2D, the last dimension must be of size 1 or 2.")
-  cv = broadcast_to(cv, (nd, 2))
-  for i, (lo, hi) in enumerate(widths):
-    for side, w in ((0, lo), (1, hi)):
-      if w:
-        cfg = [(0, 0, 0)] * nd
-        cfg[i] = (w, 0, 0) if side == 0 else (0, w, 0)
-        arr = lax.pad(arr, reshape(cv[i, side], ()), tuple(cfg))
-  return arr
-
-
-def _pad_wrap(arr, i, before, after):
-  n = shape_of(arr)[i]
-  lrep, lrem = builtins.divmod(before, n)
-  rrep, rrem = builtins.divmod(after, n)
-  parts = ([slice_axis(arr, n - lrem, n, i)] if lrem else []) + [arr] * (lrep + rrep + 1) + (
-      [slice_axis(arr, 0, rrem, i)] if rrem else [])
-  return lax.concatenate(parts, i) if len(parts) > 1 else arr
-
-
-def _pad_reflect(arr, i, before, after, mode, reflect_type):
-  # As numpy: pad in chunks no longer than the (growing) array allows.
-  n = shape_of(arr)[i]
-  offset = 1 if (mode == "reflect" and n > 1) else 0
-  for is_before, padding in ((True, before), (False, after)):
-    m = shape_of(arr)[i]
-    edge = slice_axis(arr, 0, 1, i) if is_before else slice_axis(arr, m - 1, m, i)
-    while padding > 0:
-      m = shape_of(arr)[i]
-      cur = builtins.min(padding, n - offset)
-      padding -= cur
-      if is_before:
-        x = slice_axis(arr, offset, offset + cur, i)
-      else:
-        stop = m if (mode == "symmetric" or n == 1) else m - 1
-        x = slice_axis(arr, stop - cur, stop, i)
-      x = flip(x, i)
-      if reflect_type == "odd":
-        x = subtract(multiply(const(edge, 2), edge), x)
-        if n > 1:
-          k = shape_of(x)[i]
-          edge = slice_axis(x, 0, 1, i) if is_before else slice_axis(x, k - 1, k, i)
-      arr = lax.concatenate([x, arr] if is_before else [arr, x], i)
-  return arr
-
-
-def _pad_from_edges(arr, i, before, after, mode, kwargs):
-  n = shape_of(arr)[i]
-  nd = ndim_of(arr)
-  if mode == "edge":
-    lo_v, hi_v = slice_axis(arr, 0, 1, i), slice_axis(arr, n - 1, n, i)
-  elif mode == "linear_ramp":
-    # As numpy: linspace(end, edge, w, endpoint=False) before, and its reverse after.
-    ev = np.broadcast_to(np.asarray(kwargs.get("end_values", 0)), (nd, 2))
-    calc = to_inexact_dtype(dtype_of(arr))
-    out = []
-    for is_before, w in ((True, before), (False, after)):
-      edge = astype(slice_axis(arr, 0, 1, i) if is_before else slice_axis(arr, n - 1, n, i),
-                    calc)
-      end = asarray(ev[i][0 if is_before else 1], calc)
-      shape = tuple(w if j == i else d for j, d in enumerate(shape_of(edge)))
-      t = divide(lax.broadcasted_iota(calc, shape, i), np.asarray(builtins.max(w, 1), calc))
-      ramp = add(end, multiply(t, subtract(edge, end)))
-      ramp = ramp if is_before else flip(ramp, i)
-      if not dtypes.is_inexact(dtype_of(arr)):
-        ramp = floor(ramp)
-      out.append(lax.convert_element_type(ramp, dtype_of(arr), weak_type=arr.weak_type))
-    return lax.concatenate([out[0], arr, out[1]], i)
-  else:
-    fn = {"maximum": reductions.max, "minimum": reductions.min, "mean": reductions.mean}[mode]
-    sl = kwargs.get("stat_length")
-    if sl is None:
-      lo_v = hi_v = fn(arr, axis=i, keepdims=True)
-    else:
-      lb, la = _pad_pairs(sl, nd, "stat_length")[i]
-      if lb == 0 or la == 0:
-        raise ValueError("stat_length of 0 yields no value for padding")
-      lo_v = fn(slice_axis(arr, 0, builtins.min(lb, n), i), axis=i, keepdims=True)
-      hi_v = fn(slice_axis(arr, n - builtins.min(la, n), n, i), axis=i, keepdims=True)
-    if dtypes.is_integer(dtype_of(arr)):
-      lo_v, hi_v = round(lo_v), round(hi_v)
-    lo_v = lax.convert_element_type(lo_v, dtype_of(arr), weak_type=arr.weak_type)
-    hi_v = lax.convert_element_type(hi_v, dtype_of(arr), weak_type=arr.weak_type)
-  parts = []
-  if before:
-    parts.append(repeat(lo_v, before, i))
-  parts.append(arr)
-  if after:
-    parts.append(repeat(hi_v, after, i))
-  return lax.concatenate(parts, i)
+    return _pad_func(asarray(arr), widths, mode, **kwargs)
+  if mode not in _PAD_KWARGS:
+    raise NotImplementedError(f"Unimplemented padding mode '{mode}' for np.pad.")
+  unsupported = set(kwargs) - set(_PAD_KWARGS[mode])
+  if unsupported:
+    raise ValueError(f"unsupported keyword arguments for mode '{mode}': {unsupported}")
+  if mode in ("reflect", "symmetric") and kwargs.get("reflect_type", "even") not in (
+      "even", "odd"):
+    raise ValueError(f"reflect_type must be 'even' or 'odd', got "
+                     f"{kwargs['reflect_type']!r}.")
+  return _pad(arr, widths, mode, kwargs.get("constant_values", 0),
+              kwargs.get("stat_length"), kwargs.get("end_values", 0),
+              kwargs.get("reflect_type", "even"))
 
 
 def _static_positions(obj, n: int, name: str) -> np.ndarray:
@@ -730,68 +870,128 @@ def _static_positions(obj, n: int, name: str) -> np.ndarray:
 
 def delete(arr: ArrayLike, obj: Any, axis: int | None = None, *,
            assume_unique_indices: bool = False) -> Array:
-  """`arr` without the entries at the static index/indices/slice `obj` along `axis` (the
-  flattened array when None).
+  """`arr` without the entries at `obj` along `axis` (the flattened array when None), as
+  JAX's program: a static int is two slices joined; a slice, or integer indices with
+  `assume_unique_indices` (which may then be traced), gather the kept positions computed
+  in the graph; other indices (static ints or a boolean mask) index by a static mask.
+
+  Args:
+    arr: array `T[*s]`.
+    obj: an int, a slice, or integer (or boolean) indices along `axis`.
+    assume_unique_indices: promise that integer indices are unique (and in range).
+
+  Returns:
+    `T[*s]` with `s[axis]` reduced by the number of deleted entries.
 
   Raises:
-    IndexError: for out-of-range indices. ConcretizationTypeError: for traced `obj`.
+    IndexError: for an out-of-range int or indices.
+    TypeError: for `obj` that is not an int, slice, array or scalar (a list, say).
+    ConcretizationTypeError: for traced `obj` without `assume_unique_indices`.
+    ValueError: for a boolean mask of the wrong shape, or indices of another dtype.
   """
-  a = as_array(arr)
+  a = ensure_arraylike("delete", arr)
   if axis is None:
     a, axis = ravel(a), 0
   axis = canonicalize_axis(axis, ndim_of(a), "delete")
   n = shape_of(a)[axis]
-  idx = _static_positions(obj, n, "delete").astype(np.int64).ravel()
-  if idx.size and (idx.min() < -n or idx.max() >= n):
-    raise IndexError(f"index {idx[(idx < -n) | (idx >= n)][0]} is out of bounds for axis "
-                     f"{axis} with size {n}")
-  keep = np.ones(n, bool)
-  keep[idx % n if n else idx] = False
-  return _take_static(a, np.flatnonzero(keep), axis)
+  lead = (slice(None),) * axis
+  if isinstance(obj, (int, np.integer)) and not isinstance(obj, (bool, np.bool_)):
+    i = operator.index(obj)
+    if not -n <= i < n:
+      raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+    i = i + n if i < 0 else i
+    return concatenate([a[lead + (slice(0, i),)], a[lead + (slice(i + 1, None),)]], axis=axis)
+  if isinstance(obj, slice):
+    obj = arange(n)[obj]
+    assume_unique_indices = True
+  check_arraylike("delete", a, obj)
+  if getattr(obj, "__jax_array__", None) is not None and not isinstance(obj, (Array, Tracer)):
+    obj = obj.__jax_array__()
+  if dtypes.is_integer(dtype_of(obj)) and assume_unique_indices:
+    idx = ravel(asarray(obj))
+    idx = clip(where(idx < 0, idx + n, idx), 0, n)
+    idx = sorting.sort(idx)
+    idx = idx - arange(shape_of(idx)[0], dtype=dtype_of(idx))
+    i = arange(n - shape_of(idx)[0], dtype=dtype_of(idx))
+    i = i + (i[None, :] >= idx[:, None]).sum(0, dtype=dtype_of(i))
+    return a[lead + (i,)]
+  host = np.asarray(check_concrete(obj, "delete", "'obj' array argument of jnp.delete()"))
+  if np.issubdtype(host.dtype, np.integer):
+    flat = host.ravel()
+    if flat.size and (flat.min() < -n or flat.max() >= n):
+      raise IndexError(f"index {flat[(flat < -n) | (flat >= n)][0]} is out of bounds for "
+                       f"axis {axis} with size {n}")
+    mask = np.ones(n, dtype=bool)
+    mask[host] = False
+  elif host.dtype == bool:
+    if host.shape != (n,):
+      raise ValueError("np.delete(arr, obj): for boolean indices, obj must be "
+                       "one-dimensional with length matching specified axis.")
+    mask = ~host
+  else:
+    raise ValueError(f"np.delete(arr, obj): got obj.dtype={host.dtype}; must be integer or "
+                     f"bool.")
+  return a[lead + (mask,)]
 
 
 def insert(arr: ArrayLike, obj: Any, values: ArrayLike, axis: int | None = None) -> Array:
-  """`values` inserted before the static index/indices `obj` along `axis` (numpy.insert;
-  the flattened array when `axis` is None); `values` are cast to arr's dtype.
+  """`values` inserted before the indices `obj` along `axis` (numpy.insert; the flattened
+  array when `axis` is None), as JAX's program: the result is zeros with `values` and then
+  `arr` scattered into their positions (computed in the graph, so `obj` may be traced);
+  `values` are cast to arr's dtype.
+
+  Args:
+    arr: array `T[*s]`.
+    obj: an int, a slice, or 1-D integer indices into `[-s[axis], s[axis]]` (clipped).
+    values: broadcast to the inserted entries.
+
+  Returns:
+    `T[*s]` with `s[axis]` grown by the number of inserted entries.
 
   Raises:
-    IndexError: for out-of-range indices. ConcretizationTypeError: for traced `obj`.
+    TypeError: for arguments that are not arrays or scalars (a list, say).
+    ValueError: for indices of more than one dimension or not of an integer dtype.
   """
-  a = as_array(arr)
+  a, _, values_arr = ensure_arraylike("insert", arr, 0 if isinstance(obj, slice) else obj,
+                                      values)
   if axis is None:
     a, axis = ravel(a), 0
-  axis = canonicalize_axis(axis, ndim_of(a), "insert")
-  n = shape_of(a)[axis]
-  idx = _static_positions(obj, n, "insert").astype(np.int64)
-  vals = lax.convert_element_type(as_array(values), dtype_of(a), weak_type=a.weak_type)
-  if ndim_of(vals) < ndim_of(a):
-    vals = reshape(vals, (1,) * (ndim_of(a) - ndim_of(vals)) + shape_of(vals))
-  if idx.ndim == 0:
-    i = int(idx)
-    if not -n <= i <= n:
-      raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
-    i = i + n if i < 0 else i
-    vals = moveaxis(vals, 0, axis)
-    shape = tuple(shape_of(vals)[axis] if k == axis else d for k, d in enumerate(shape_of(a)))
-    vals = broadcast_to(vals, shape)
-    return concatenate([slice_axis(a, 0, i, axis), vals, slice_axis(a, i, n, axis)], axis)
-  idx = idx.ravel()
-  if idx.size and (idx.min() < -n or idx.max() > n):
-    raise IndexError(f"index {idx[(idx < -n) | (idx > n)][0]} is out of bounds for axis "
-                     f"{axis} with size {n}")
-  idx = np.where(idx < 0, idx + n, idx)
-  k = idx.size
-  shape = tuple(k if j == axis else d for j, d in enumerate(shape_of(a)))
-  vals = broadcast_to(vals, shape)
-  order = np.argsort(idx, kind="stable")
-  new_pos = np.empty(k, np.int64)
-  new_pos[order] = idx[order] + np.arange(k)
-  is_new = np.zeros(n + k, bool)
-  is_new[new_pos] = True
-  source = np.empty(n + k, np.int64)
-  source[~is_new] = np.arange(n)
-  source[new_pos] = n + np.arange(k)
-  return _take_static(concatenate([a, vals], axis), source, axis)
+  axis = canonicalize_axis(check_concrete(axis, "insert", "axis"), ndim_of(a), "insert")
+  if isinstance(obj, slice):
+    indices = arange(*obj.indices(shape_of(a)[axis]))
+  else:
+    indices = asarray(obj)
+  if ndim_of(indices) > 1:
+    raise ValueError(f"jnp.insert(): obj must be a slice, a one-dimensional array, or a "
+                     f"scalar; got {obj}")
+  if not dtypes.is_integer(dtype_of(indices)):
+    if indices.size == 0 and not isinstance(obj, (Array, Tracer)):
+      indices = astype(indices, int)
+    else:
+      raise ValueError(f"jnp.insert(): index array must be integer typed; got {obj}")
+  # NB: `values` itself, so that a Python scalar converts on the host (JAX's literal), not
+  # by a staged conversion of its weakly typed Array
+  values_arr = array(values_arr if hasattr(values, "__jax_array__") else values,
+                     ndmin=ndim_of(a), dtype=dtype_of(a), copy=False)
+  if indices.size == 1:
+    index = ravel(indices)[0]
+    if ndim_of(indices) == 0:
+      values_arr = moveaxis(values_arr, 0, axis)
+    indices = full(shape_of(values_arr)[axis], index)
+  n_input = shape_of(a)[axis]
+  n_insert = broadcast_shapes(shape_of(indices), (shape_of(values_arr)[axis],))[0]
+  out_shape = list(shape_of(a))
+  out_shape[axis] += n_insert
+  out = zeros_like(a, shape=tuple(out_shape))
+  indices = where(indices < 0, indices + n_input, indices)
+  indices = clip(indices, 0, n_input)
+  values_ind = at(indices)[sorting.argsort(indices)].add(
+      arange(n_insert, dtype=dtype_of(indices)))
+  arr_mask = at(ones(n_input + n_insert, dtype=bool))[values_ind].set(False)
+  arr_ind = nonzero(arr_mask, size=n_input)[0]
+  lead = (slice(None),) * axis
+  out = at(out)[lead + (values_ind,)].set(values_arr)
+  return at(out)[lead + (arr_ind,)].set(a)
 
 
 def fill_diagonal(a: ArrayLike, val: ArrayLike, wrap: bool = False, *,
@@ -845,8 +1045,10 @@ def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> A
     TypeError: for `a` not an array or scalar (a list).
     ValueError: for fewer than 2 dimensions, out-of-range or equal axes.
 
-  Algorithm: one gather of the points `(i, i + offset)` (`a[..., i, j]` with `i`, `j`
-  aranges), as JAX's default (non-Mosaic) path.
+  Algorithm: as JAX's: one gather of the points `(i, i + offset)` (`a[..., i, j]` with `i`,
+  `j` aranges); the main diagonal of a square non-bool matrix is `lax.platform_dependent`
+  between that gather (`default`) and a `mosaic` branch (Pallas TPU kernels: the column sums
+  of `eye * a`), so it stages a `platform_index` and a `cond` of both.
   """
   a = ensure_arraylike("diagonal", a)
   nd = ndim_of(a)
@@ -857,12 +1059,23 @@ def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> A
   if ax1 == ax2:
     raise ValueError("axis1 and axis2 cannot be the same")
   s = shape_of(a)
-  a = moveaxis(a, (ax1, ax2), (-2, -1))
-  d = builtins.max(0, builtins.min(s[ax1] + builtins.min(offset, 0),
-                                   s[ax2] - builtins.max(offset, 0)))
-  i = arange(d)
-  j = arange(builtins.abs(offset), builtins.abs(offset) + d)
-  return a[..., i, j] if offset >= 0 else a[..., j, i]
+
+  def default_diag(a):
+    a = moveaxis(a, (ax1, ax2), (-2, -1))
+    d = builtins.max(0, builtins.min(s[ax1] + builtins.min(offset, 0),
+                                     s[ax2] - builtins.max(offset, 0)))
+    i = arange(d)
+    j = arange(builtins.abs(offset), builtins.abs(offset) + d)
+    return a[..., i, j] if offset >= 0 else a[..., j, i]
+
+  dtype = dtype_of(a)
+  if nd != 2 or s[0] != s[1] or offset != 0 or dtype == np.bool_:
+    return default_diag(a)
+  eye_a = eye(s[0], dtype=dtype)   # NB: outside the branch, as JAX's: a branch constant
+
+  def mosaic_diag(a):
+    return lax.reduce(lax.mul(eye_a, a), np.array(0, dtype), lax.add, (0,))
+  return lax.platform_dependent(a, default=default_diag, mosaic=mosaic_diag)
 
 
 def diag(v: ArrayLike, k: int = 0) -> Array:
@@ -1017,11 +1230,12 @@ def ediff1d(ary: ArrayLike, to_end: ArrayLike | None = None,
   return result
 
 
+@jit(static_argnames=("axis", "edge_order"))
 def gradient(f: ArrayLike, *varargs: ArrayLike, axis: int | Sequence[int] | None = None,
              edge_order: int | None = None):
   """The gradient of sampled `f` by central differences (one-sided at the edges), with
   scalar spacings or 1-D coordinates per axis; one array per axis (a single array for one
-  axis).
+  axis). Jitted as JAX's (`axis` and `edge_order` static).
 
   Raises:
     NotImplementedError: for `edge_order`.
@@ -1038,7 +1252,8 @@ def gradient(f: ArrayLike, *varargs: ArrayLike, axis: int | Sequence[int] | None
     lower = subtract(sl(n - 1, n), sl(n - 2, n - 1))
     if ndim_of(h) == 0:
       inner = divide(multiply(subtract(sl(2, n), sl(0, n - 2)), 0.5), h)
-      upper, lower = divide(upper, h), divide(lower, h)
+      lower = divide(lower, h)
+      upper = divide(upper, h)
     elif ndim_of(h) == 1:
       if shape_of(h)[0] != n:
         raise ValueError("Spacing arrays must have the same length as the dimension along "
@@ -1075,26 +1290,36 @@ def gradient(f: ArrayLike, *varargs: ArrayLike, axis: int | Sequence[int] | None
   return grads[0] if len(axes) == 1 else grads
 
 
+@jit(static_argnames=("axis",))
 def trapezoid(y: ArrayLike, x: ArrayLike | None = None, dx: ArrayLike = 1.0,
               axis: int = -1) -> Array:
-  """The integral of `y` along `axis` by the trapezoidal rule (sample points `x`, else
-  spacing `dx`)."""
+  """The integral of `y` along `axis` by the trapezoidal rule, at sample points `x` (1-D,
+  or of y's shape) or else with spacing `dx` (a scalar, or an array broadcast against `y`
+  with `axis` last). Jitted as JAX's (`axis` static).
+
+  Returns:
+    `y`'s shape without `axis`, in `y`'s inexact dtype (promoted with `x`).
+
+  Raises:
+    TypeError: for `y` or `x` that are not arrays or scalars.
+  """
   if x is None:
-    y, = (as_array(v) for v in promote_dtypes_inexact(y))
-    d = as_array(dx)
-    if ndim_of(d) > 0:
-      d = moveaxis(reshape(d, (1,) * (ndim_of(y) - ndim_of(d)) + shape_of(d)), axis, -1)
+    y_arr, = promote_dtypes_inexact(ensure_arraylike("trapezoid", y))
+    dx_array = asarray(dx)
+    if ndim_of(dx_array) > 0:
+      dx_array = lax.expand_dims(dx_array, tuple(range(ndim_of(y_arr) - ndim_of(dx_array))))
+      dx_array = moveaxis(dx_array, axis, -1)
   else:
-    y, x = (as_array(v) for v in promote_dtypes_inexact(y, x))
-    d = diff(x) if ndim_of(x) == 1 else moveaxis(diff(x, axis=axis), axis, -1)
-  y = moveaxis(y, axis, -1)
-  m = shape_of(y)[-1]
-  if ndim_of(d) == 0 or shape_of(d)[-1] == 1:
-    d0 = d if ndim_of(d) == 0 else d[..., 0]
-    ends = add(slice_axis(y, 0, 1, ndim_of(y) - 1), slice_axis(y, m - 1, m, ndim_of(y) - 1))
-    return multiply(d0, subtract(reductions.sum(y, -1), multiply(0.5, squeeze(ends, -1))))
-  mid = add(slice_axis(y, 1, m, ndim_of(y) - 1), slice_axis(y, 0, m - 1, ndim_of(y) - 1))
-  return multiply(0.5, reductions.sum(multiply(d, mid), -1))
+    y_arr, x_arr = promote_dtypes_inexact(*ensure_arraylike("trapezoid", y, x))
+    if ndim_of(x_arr) == 1:
+      dx_array = diff(x_arr)
+    else:
+      dx_array = moveaxis(diff(x_arr, axis=axis), axis, -1)
+  y_arr = moveaxis(y_arr, axis, -1)
+  if ndim_of(dx_array) == 0 or shape_of(dx_array)[-1] == 1:   # dx constant along the axis
+    dx_reduced = dx_array if ndim_of(dx_array) == 0 else dx_array[..., 0]
+    return dx_reduced * (y_arr.sum(-1) - 0.5 * (y_arr[..., 0] + y_arr[..., -1]))
+  return 0.5 * (dx_array * (y_arr[..., 1:] + y_arr[..., :-1])).sum(-1)
 
 
 def unwrap(p: ArrayLike, discont: ArrayLike | None = None, axis: int = -1,
@@ -1129,23 +1354,28 @@ def unwrap(p: ArrayLike, discont: ArrayLike | None = None, axis: int = -1,
 
 def select(condlist: Sequence[ArrayLike], choicelist: Sequence[ArrayLike],
            default: ArrayLike = 0) -> Array:
-  """Elementwise, the choice of the first true condition (`default` where none is).
+  """Elementwise, the choice of the first true condition (`default` where none is): JAX's
+  program, an `argmax` over the stacked conditions selecting among the choices (promoted
+  with `default` to one dtype; all broadcast together).
 
   Raises:
     ValueError: for lists of different lengths or empty lists.
+    TypeError: for entries that are not arrays or scalars.
   """
   if len(condlist) != len(choicelist):
     raise ValueError(f"condlist must have length equal to choicelist ({len(condlist)} vs "
                      f"{len(choicelist)})")
   if len(condlist) == 0:
     raise ValueError("condlist must be non-empty")
-  choices = [as_array(c) for c in promote_dtypes(as_array(default),
-                                                 *[as_array(c) for c in choicelist])]
-  conds = [to_bool(as_array(c)) for c in condlist]
-  out = choices[0]
-  for c, v in zip(conds[::-1], choices[:0:-1]):
-    out = where(c, v, out)
-  return as_array(out)
+  check_arraylike("select", *condlist, *choicelist, default)
+  conds = [asarray(c) for c in condlist]
+  choices = [asarray(c) for c in choicelist]
+  # As JAX's: the default first, under an all-False condition, so that the argmax of the
+  # stacked conditions (0 where none holds) indexes the choices.
+  choices = promote_dtypes(asarray(default), *choices)
+  conditions = stack(broadcast_arrays(False, *conds))
+  idx = reductions.argmax(astype(conditions, bool), axis=0)
+  return lax.select_n(*broadcast_arrays(idx, *choices))
 
 
 def choose(a: ArrayLike, choices: Sequence[ArrayLike], out: None = None,
@@ -1184,35 +1414,52 @@ def choose(a: ArrayLike, choices: Sequence[ArrayLike], out: None = None,
 
 
 def piecewise(x: ArrayLike, condlist: Any, funclist: Sequence[Any], *args, **kw) -> Array:
-  """`funclist[i](x)` (or the constant `funclist[i]`) where `condlist[i]` is the first true
-  condition; an extra last function is the default (else 0).
+  """`funclist[i](x, *args, **kw)` (or the constant `funclist[i]`) where `condlist[i]` is
+  the first true condition; an extra last function is the default (else 0). As JAX's: the
+  index of the first true condition per element, then a `switch` over the functions
+  vectorized over the elements (jitted as `_piecewise`, the functions static).
 
-  NB: every function is evaluated on the whole array and the results are selected
-  (JAX's numpy maps lax.switch over the elements); functions must be elementwise.
+  Args:
+    x: array `T[*s]`.
+    condlist: `n` boolean arrays of shape `s` (or one array `bool[n, *s]`).
+    funclist: `n` or `n + 1` functions (elementwise `T -> T`) or constants.
+
+  Returns:
+    `T[*s]`.
 
   Raises:
     ValueError: for a wrong number of functions.
   """
-  x = as_array(x)
-  conds = condlist if isinstance(condlist, (list, tuple)) else [condlist]
-  if isinstance(condlist, (Array, Tracer, np.ndarray)) and ndim_of(condlist) == ndim_of(x) + 1:
-    conds = [condlist[i] for i in range(shape_of(condlist)[0])]
-  nc, nf = len(conds), len(funclist)
+  x_arr = ensure_arraylike("piecewise", x)
+  nc, nf = len(condlist), len(funclist)
   if nf == nc + 1:
-    funcs = list(funclist[-1:]) + list(funclist[:-1])
+    funclist = list(funclist[-1:]) + list(funclist[:-1])
   elif nf == nc:
-    funcs = [0] + list(funclist)
+    funclist = [0] + list(funclist)
   else:
     raise ValueError(f"with {nc} condition(s), either {nc} or {nc + 1} functions are "
                      f"expected; got {nf}")
-  dt = dtype_of(x)
-  vals = [lax.convert_element_type(as_array(f(x, *args, **kw)) if callable(f) else full_like(x, f),
-                                   dt) for f in funcs]
-  vals = [broadcast_to(v, shape_of(x)) for v in vals]
-  out = vals[0]
-  for c, v in zip(conds[::-1], vals[:0:-1]):
-    out = lax.select(broadcast_to(to_bool(as_array(c)), shape_of(x)), v, out)
-  return out
+  consts = {i: c for i, c in enumerate(funclist) if not callable(c)}
+  funcs = {i: f for i, f in enumerate(funclist) if callable(f)}
+  return _piecewise(x_arr, asarray(condlist, dtype=bool), consts,
+                    frozenset(funcs.items()), *args, **kw)
+
+
+@jit(static_argnames=("funcs",))
+def _piecewise(x, condlist, consts, funcs, *args, **kw):
+  funcdict = dict(funcs)
+  funclist = [consts.get(i, funcdict.get(i)) for i in range(len(condlist) + 1)]
+  indices = reductions.argmax(reductions.cumsum(
+      concatenate([zeros_like(condlist[:1]), condlist], 0), 0), 0)
+  dtype = dtype_of(x)
+
+  def call(f):
+    return lambda v: astype(f(v, *args, **kw), dtype)
+
+  def constant(c):
+    return lambda v: array(c, dtype=dtype)
+  branches = [call(f) if callable(f) else constant(f) for f in funclist]
+  return vectorize(lax.switch, excluded=(1,))(indices, branches, x)
 
 
 def compress(condition: ArrayLike, a: ArrayLike, axis: int | None = None, *,

@@ -581,9 +581,11 @@ def block(arrays: Any) -> Array:
   return build(arrays, 0)
 
 
+@jit(static_argnames=("axis",))
 def append(arr: ArrayLike, values: ArrayLike, axis: int | None = None) -> Array:
-  """`values` appended to `arr` along `axis` (both flattened when None)."""
-  arr, values = as_array(arr), as_array(values)
+  """`values` appended to `arr` along `axis` (both flattened when None), in their promoted
+  dtype; jitted as JAX's (`axis` static). Raises ValueError for shapes that do not
+  concatenate."""
   if axis is None:
     return concatenate([ravel(arr), ravel(values)], 0)
   return concatenate([arr, values], axis)
@@ -698,15 +700,26 @@ def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:
   return reshape(out, tuple(r * s for r, s in zip(reps, shape)))
 
 
+@jit(static_argnames=("new_shape",))
 def resize(a: ArrayLike, new_shape: int | Sequence[int]) -> Array:
-  """`a` flattened, repeated cyclically to fill `new_shape`."""
-  arr = ravel(as_array(a))
-  shape = canonical_shape(new_shape, "new_shape")
+  """`a` flattened, repeated cyclically to fill `new_shape` (zeros when `a` is empty);
+  jitted as JAX's (`new_shape` static: an int or a tuple).
+
+  Raises:
+    TypeError: for `a` not an array or scalar, or a non-integer shape.
+    ValueError: for negative dimensions.
+  """
+  check_arraylike("resize", a)
+  shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
+  if builtins.any(d < 0 for d in shape):
+    raise ValueError("all elements of `new_shape` must be non-negative")
+  shape = canonical_shape(shape, "new_shape")
+  arr = ravel(a)
   size = math.prod(shape)
   if shape_of(arr)[0] == 0 or size == 0:
     return zeros(shape, dtype_of(arr))
-  reps = -(-size // shape_of(arr)[0])
-  return reshape(slice_axis(tile(arr, reps), 0, size, 0), shape)
+  tiled = tile(arr, -(-size // shape_of(arr)[0]))
+  return reshape(tiled[:size] if shape_of(tiled)[0] > size else tiled, shape)
 
 
 def _symbolic_broadcast_shapes(shapes) -> tuple:

@@ -18,7 +18,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
-from stagecraft.numpy import reductions
+from stagecraft.numpy import lax_numpy, reductions
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import full, ones_like, zeros, zeros_like
 from stagecraft.numpy.contractions import dot
@@ -352,6 +352,9 @@ def median(a: ArrayLike, axis: int | tuple[int, ...] | None = None, out: None = 
   a = ensure_arraylike("median", a)
   return quantile(a, 0.5, axis=axis, out=out, overwrite_input=overwrite_input,
                   keepdims=keepdims, method="midpoint")
+
+
+lax_numpy.PAD_STAT_FUNCS["median"] = median   # jnp.pad(mode='median'): lax_numpy is below
 
 
 @jit(static_argnames=("axis", "overwrite_input", "keepdims"))

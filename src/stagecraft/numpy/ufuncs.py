@@ -384,7 +384,7 @@ def power(x: ArrayLike, y: ArrayLike, /) -> Array:
     x, = promote_dtypes_numeric(x)
     return lax.integer_pow(as_array(x), n)
   x, y = as_array(asarray_or_scalar(x)), as_array(asarray_or_scalar(y))
-  x, y = _promote_shapes(x, y, name="power")
+  x, y = _promote_shapes(x, y, name="power", lax_broadcasts=True)
   x_, y_ = promote_dtypes_numeric(x, y)
   if dtypes.is_integer(dtype_of(x_)):
     return _integer_power(x_, y_)

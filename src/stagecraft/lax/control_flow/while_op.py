@@ -17,7 +17,7 @@ from stagecraft import core, dtypes
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import common, refs as refs_lib
-from stagecraft.lax import elementwise, reduction, shape as lax_shape
+from stagecraft.lax import elementwise, reduction, shape as lax_shape, special
 
 __all__ = ["while_loop", "while_p"]
 
@@ -73,6 +73,11 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
     return _while_loop(lambda cv: gc(cv[1], cv[0])[0], lambda cv: gb(cv[1], cv[0]),
                        (init_val, values))
   return refs_lib.with_refs(run)
+
+
+# NB: special's loops staged as lax ops (random_gamma_grad) use while_loop, which special
+# cannot import (it comes first in lax's order): handed down here.
+special.staged_while_loop = while_loop
 
 
 def _while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
