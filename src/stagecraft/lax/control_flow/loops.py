@@ -141,7 +141,8 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
                  for x, a, p in zip(init_flat, carry_avals, promoted)]
     carry_avals = promoted
     closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, promoted, x_avals)
-  _check_carry(init_tree, carry_tree, carry_avals, closed.out_avals[:nk])
+  common.check_carry_type("scan body", f, init_tree, carry_avals, carry_tree,
+                          closed.out_avals[:nk])
   closed, moved, ys_fwd = _memo(_fwd_tables, closed, (len(consts), nk), lambda: _forwarded(
       closed, len(consts), nk))
   init_c = [x for x, m in zip(init_flat, moved) if m]
@@ -231,22 +232,6 @@ def _trace_body(f, in_tree, init_tree, carry_avals, x_avals):
   carry_tree = common.flatten(dummy[0])[1]
   y_tree = common.flatten(dummy[1])[1]
   return closed, consts, carry_tree, y_tree
-
-
-def _check_carry(init_tree, carry_tree, in_avals, out_avals):
-  if carry_tree != init_tree:
-    raise TypeError(
-        f"scan body function carry input and carry output must have the same pytree "
-        f"structure, but they differ:\n\n  the input carry has structure {init_tree}\n  the "
-        f"output carry has structure {carry_tree}\n\nRevise the function so that the carry "
-        f"output has the same pytree structure as the carry input.")
-  diffs = common.type_diffs(in_avals, out_avals, common.leaf_paths(init_tree, "init"),
-                            "the input carry component", "output carry component")
-  if diffs:
-    raise TypeError(
-        "scan body function carry input and carry output must have equal types, but they "
-        "differ:\n\n" + "\n".join(f"  * {d};" for d in diffs) + "\n\nRevise the function so "
-        "that all output types match the corresponding input types.")
 
 
 # ---------------------------------------------------------------------------
@@ -855,8 +840,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
     lo, hi = int(np.asarray(lower)), int(np.asarray(upper))
     n = max(hi - lo, 0)
 
-    def step(carry, _):
-      i, x = carry
+    def step(loop_carry, _):   # JAX's parameter name (carry errors name it)
+      i, x = loop_carry
       return (i + 1, body_fun(i, x)), None
 
     # NB: the index starts as a Python int (weakly typed), whatever the bounds' dtype, as
@@ -877,8 +862,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
   def cond(c):
     return elementwise.lt(c[0], c[1])
 
-  def body(c):
-    i, hi, x = c
+  def body(loop_carry):
+    i, hi, x = loop_carry
     return (elementwise.add(i, np.asarray(1, core.get_aval(i).dtype)[()]), hi,
             body_fun(i, x))
 
