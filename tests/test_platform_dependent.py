@@ -211,8 +211,8 @@ def test_errors_as_jax():
           "found for platform cpu") in str(ours.value)
   with pytest.raises(NotImplementedError, match="platform_index.*not found for platform cpu"):
     sc.jit(lambda x: lax.platform_dependent(x, tpu=lambda v: v + 1)).lower(np.float32(3))
-  # The branches' outputs must agree, as a switch's.
-  with pytest.raises(TypeError, match="must have identical types"):
+  # The branches' outputs must agree, as a switch's (JAX's words).
+  with pytest.raises(TypeError, match="switch branches must have equal output types"):
     sc.make_jaxpr(lambda x: lax.platform_dependent(x, cpu=lambda v: v, default=lambda v: V))(
         np.float32(1))
 

@@ -3,7 +3,6 @@ abstractifying leaves, naming arguments and functions for messages, normalizing
 static/donated argument numbers and names, and per-leaf mapped axes (vmap, pmap)."""
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any, Callable, Sequence
 
@@ -12,6 +11,7 @@ import optree
 
 from stagecraft import core, dtypes, shape_poly, tree_util
 from stagecraft.core import ShapedArray, ShapeDtypeStruct
+from stagecraft.source_info_util import fun_name, fun_source_info
 from stagecraft.tree_util import treedef_str
 from stagecraft.runtime.array import Array
 
@@ -55,28 +55,6 @@ def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
       f"function at path {path}.\nThis typically means that a jit-wrapped function was "
       f"called with a non-array argument, and this argument was not marked as static using "
       f"the static_argnums or static_argnames parameters of jax.jit.")
-
-
-def fun_name(fun: Callable, default_name: str = "<unnamed function>") -> str:
-  """The name of `fun` for jaxprs and messages, as JAX's: its `__name__` (whatever it is,
-  an empty string too); for a `functools.partial` without one, the wrapped function's name;
-  else `default_name` (`<unnamed function>`: a callable object has no name of its own)."""
-  name = getattr(fun, "__name__", None)
-  if name is not None:
-    return name
-  if isinstance(fun, functools.partial):
-    return fun_name(fun.func, default_name)
-  return default_name
-
-
-def fun_source_info(fun: Callable) -> str:
-  """`fun`'s name and where it is defined, as JAX's debug info writes it in messages:
-  `f at /path/to/file.py:12` (the name alone for a callable without code)."""
-  code = getattr(fun, "__code__", None)
-  if code is None and isinstance(fun, functools.partial):
-    code = getattr(fun.func, "__code__", None)
-  return (f"{fun_name(fun)} at {code.co_filename}:{code.co_firstlineno}" if code
-          else fun_name(fun))
 
 
 def fun_signature(fun: Callable):

@@ -25,12 +25,13 @@ Not reproduced: JAX's transformation wrappers in names (`jvp(outer)`, `transpose
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from stagecraft import core
 
-__all__ = ["NameStackInfo", "named_scope", "named_call", "current_name_stack",
+__all__ = ["fun_name", "fun_source_info", "NameStackInfo", "named_scope", "named_call", "current_name_stack",
            "name_stack_of"]
 
 F = TypeVar("F", bound=Callable)
@@ -175,3 +176,25 @@ def named_call(fun: F, *, name: str | None = None) -> F:
   if name is None:
     name = fun.__name__
   return named_scope(name)(fun)
+
+
+def fun_name(fun: Callable, default_name: str = "<unnamed function>") -> str:
+  """The name of `fun` for jaxprs and messages, as JAX's: its `__name__` (whatever it is,
+  an empty string too); for a `functools.partial` without one, the wrapped function's name;
+  else `default_name` (`<unnamed function>`: a callable object has no name of its own)."""
+  name = getattr(fun, "__name__", None)
+  if name is not None:
+    return name
+  if isinstance(fun, functools.partial):
+    return fun_name(fun.func, default_name)
+  return default_name
+
+
+def fun_source_info(fun: Callable) -> str:
+  """`fun`'s name and where it is defined, as JAX's debug info writes it in messages:
+  `f at /path/to/file.py:12` (the name alone for a callable without code)."""
+  code = getattr(fun, "__code__", None)
+  if code is None and isinstance(fun, functools.partial):
+    code = getattr(fun.func, "__code__", None)
+  return (f"{fun_name(fun)} at {code.co_filename}:{code.co_firstlineno}" if code
+          else fun_name(fun))

@@ -99,23 +99,6 @@ def aval_str(a: ShapedArray) -> str:
   return a.str_short()
 
 
-def type_diffs(avals1: Sequence[ShapedArray], avals2: Sequence[ShapedArray],
-               paths: Sequence[str], name1: str, name2: str) -> list[str]:
-  """One sentence per position whose shape or dtype differ (weak types are ignored), e.g.
-  `the input carry component c[1] has type i32[] but the corresponding output carry
-  component has type f32[], so the dtypes do not match` (avals spelled as jaxprs print them)."""
-  out = []
-  for a, b, p in zip(avals1, avals2, paths):
-    if a.shape == b.shape and a.dtype == b.dtype:
-      continue
-    what = ("the shapes do not match" if a.dtype == b.dtype else
-            "the dtypes do not match" if a.shape == b.shape else
-            "the shapes and dtypes do not match")
-    out.append(f"{name1} {p} has type {aval_str(a)} but the corresponding {name2} has type "
-               f"{aval_str(b)}, so {what}")
-  return out
-
-
 def leaf_paths(tree_def, prefix: str) -> list[str]:
   """Readable key paths (`carry[1]['w']`) of the leaves of `tree_def` under `prefix`."""
   dummy = unflatten(tree_def, list(range(tree_def.num_leaves)))
@@ -208,5 +191,5 @@ def cast(x: Any, dtype) -> Any:
   return elementwise.convert_element_type(x, dtype)
 
 
-__all__ = ["trace_jaxpr", "pad_invars", "type_diffs", "leaf_paths", "typematch",
+__all__ = ["trace_jaxpr", "pad_invars", "leaf_paths", "typematch",
            "promote_weak", "cast", "flatten", "unflatten"]

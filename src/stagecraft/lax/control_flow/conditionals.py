@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, source_info_util, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
@@ -37,8 +37,6 @@ from stagecraft.lax.control_flow import common, refs as refs_lib
 from stagecraft.runtime import client, dispatch
 
 __all__ = ["cond", "switch", "cond_p", "platform_dependent", "platform_index_p"]
-
-_MAX_DIFFS = 5
 
 
 # ---------------------------------------------------------------------------
@@ -159,6 +157,47 @@ def _bind_cond(index: Any, funs: Sequence[Callable], names: Sequence[str],
   return refs_lib.with_refs(run)
 
 
+def _check_branch_outputs(api_name: str, name1: str, name2: str, f1: Callable, f2: Callable,
+                          avals1, tree1, avals2, tree2) -> None:
+  """JAX's check that two branches return the same pytree structure, then the same shapes
+  and dtypes, in its words (`_check_branch_outputs`).
+
+  Raises:
+    TypeError: listing each difference by its key path.
+  """
+  paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(
+      common.unflatten(tree1, list(range(tree1.num_leaves))))[0]]
+  component = lambda p: f" at path {p}" if p else ""   # noqa: E731
+  where = (f"{name1} is {source_info_util.fun_source_info(f1)}\n"
+           f"{name2} is {source_info_util.fun_source_info(f2)}\n\n")
+  if tree1 != tree2:
+    diffs = [f"{name1} output{component(tree_util.node_path_str(p))} is a {t1} but "
+             f"{name2} output{component(tree_util.node_path_str(p))} is a {t2}, so {why}"
+             for p, t1, t2, why in tree_util.equality_errors_pytreedef(tree1, tree2)]
+    if not diffs:
+      return
+    listed = (f"{diffs[0]}.\n" if len(diffs) == 1 else
+              "\n".join(f"  * {d};\n" for d in diffs[:-1]) + f"  * {diffs[-1]}.\n")
+    raise TypeError(f"{api_name} branch outputs must have the same pytree structure, but "
+                    f"they differ:\n\n{where}{listed}\nRevise {name1} and/or {name2} so "
+                    f"that they have the same pytree structure.")
+  diffs = []
+  for p, x, y in zip(paths, avals1, avals2):
+    if common.typematch(x, y):
+      continue
+    why = [w for w, bad in (("the dtypes do not match", x.dtype != y.dtype),
+                            ("the shapes do not match", x.shape != y.shape)) if bad]
+    diffs.append(f"the output of {name1}{component(p)} has type "
+                 f"{x.str_short(short_dtypes=False)} but the corresponding output of {name2} "
+                 f"has type {y.str_short(short_dtypes=False)}, so {', and '.join(why)}")
+  if diffs:
+    listed = (diffs[0][0].upper() + diffs[0][1:] + ".\n" if len(diffs) == 1 else
+              "\n".join(f"  * {d};" for d in diffs[:-1]) + f"\n  * {diffs[-1]}.\n")
+    raise TypeError(f"{api_name} branches must have equal output types but they differ.\n\n"
+                    f"{where}{listed}\nRevise {name1} and/or {name2} so that all output "
+                    f"types match.")
+
+
 def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
                    operands: tuple, branches_platforms: BranchesPlatforms | None = None) -> Any:
   """Traces every branch at the operands' avals, checks that their outputs agree, and binds
@@ -174,24 +213,14 @@ def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
                       f"or scalar. Pass arrays, or close over non-array values.") from e
   traced = [common.trace_jaxpr(f, in_tree, avals, name) for f, name in zip(funs, names)]
   # Errors name the two branches as JAX does: cond compares true_fun with false_fun, switch
-  # compares each branch with branch 0.
+  # compares each branch with branch 0 (JAX writes the other `branch1`, without a space).
   is_cond = names[0] == "false_fun"
   pairs = [(1, 0)] if is_cond else [(0, i) for i in range(1, len(funs))]
   for a, b in pairs:
-    prefix = ("true_fun and false_fun output" if is_cond else f"branch {a} and {b} outputs")
-    tree_a, tree_b = traced[a][2], traced[b][2]
-    if tree_a != tree_b:
-      raise TypeError(f"{prefix} must have same type structure, got {tree_a} and {tree_b}.")
-    diffs = common.type_diffs(traced[a][0].out_avals, traced[b][0].out_avals,
-                              common.leaf_paths(tree_a, "output"), names[a],
-                              f"{names[b]} output")
-    if diffs:
-      more = len(diffs) - _MAX_DIFFS
-      lines = diffs[:_MAX_DIFFS] + ([f"and {more} more"] if more > 0 else [])
-      raise TypeError(f"{prefix} must have identical types, got\n"
-                      + "\n".join("  " + ln for ln in lines)
-                      + "\nMake the branches return the same shapes and dtypes "
-                        "(e.g. with .astype or jnp.broadcast_to).")
+    _check_branch_outputs("cond" if is_cond else "switch", names[a],
+                          names[b] if is_cond else f"branch{b}", funs[a], funs[b],
+                          traced[a][0].out_avals, traced[a][2], traced[b][0].out_avals,
+                          traced[b][2])
   branches, consts = _join_consts([(closed, c) for closed, c, _ in traced])
   # As JAX's, an output every branch forwards from the same input is no output of the cond:
   # it is that input (put on the device if it is not traced).
