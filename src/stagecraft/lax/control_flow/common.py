@@ -19,7 +19,7 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import partial_eval as pe
-from stagecraft.lax import elementwise
+from stagecraft.lax import elementwise, shape as lax_shape
 
 _NS = tree_util.NAMESPACE
 
@@ -162,6 +162,29 @@ def check_carry_type(name: str, body_fun: Callable, in_tree,
         f"the corresponding input types.")
 
 
+def jaxpr_forwarding(jaxpr: core.Jaxpr) -> list[int | None]:
+  """One entry per output of `jaxpr`: the index of the input it is (through conversions
+  and broadcasts that change nothing, as JAX's forwarding rules), or None."""
+  src: dict[Var, Var] = {}
+  for e in jaxpr.eqns:
+    x = e.invars[0] if e.invars else None
+    if type(x) is not Var:
+      continue
+    p = e.params
+    if e.primitive is elementwise.convert_element_type_p:
+      same = (x.aval.dtype == p["new_dtype"] and x.aval.weak_type == p["weak_type"]
+              and p.get("sharding") in (None, x.aval.sharding))
+    elif e.primitive is lax_shape.broadcast_in_dim_p:
+      same = (tuple(p["shape"]) == x.aval.shape
+              and p.get("sharding") in (None, x.aval.sharding))
+    else:
+      continue
+    if same:
+      src[e.outvars[0]] = src.get(x, x)
+  pos = {v: i for i, v in enumerate(jaxpr.invars)}
+  return [pos.get(src.get(v, v)) if type(v) is Var else None for v in jaxpr.outvars]
+
+
 def typematch(a: ShapedArray, b: ShapedArray) -> bool:
   """Equal shapes and dtypes (weak types may differ)."""
   return a.shape == b.shape and a.dtype == b.dtype
@@ -191,5 +214,5 @@ def cast(x: Any, dtype) -> Any:
   return elementwise.convert_element_type(x, dtype)
 
 
-__all__ = ["trace_jaxpr", "pad_invars", "leaf_paths", "typematch",
+__all__ = ["jaxpr_forwarding", "trace_jaxpr", "pad_invars", "leaf_paths", "typematch",
            "promote_weak", "cast", "flatten", "unflatten"]

@@ -224,7 +224,7 @@ def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
   branches, consts = _join_consts([(closed, c) for closed, c, _ in traced])
   # As JAX's, an output every branch forwards from the same input is no output of the cond:
   # it is that input (put on the device if it is not traced).
-  fwds = [_jaxpr_forwarding(br.jaxpr) for br in branches]
+  fwds = [common.jaxpr_forwarding(br.jaxpr) for br in branches]
   in_fwd = [f[0] if len(set(f)) == 1 else None for f in zip(*fwds)]
   if any(f is not None for f in in_fwd):
     branches = [ClosedJaxpr(br.jaxpr.replace(outvars=[
@@ -235,30 +235,6 @@ def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
   ins = [*consts, *ops]
   outs = [next(outs) if f is None else _forwarded(ins[f]) for f in in_fwd]
   return common.unflatten(traced[0][2], outs)
-
-
-def _jaxpr_forwarding(jaxpr: core.Jaxpr) -> list[int | None]:
-  """One entry per output of `jaxpr`: the index of the input it is (through conversions
-  and broadcasts that change nothing, as JAX's forwarding rules), or None."""
-  # NB: the same analysis as scan's front end (`loops._jaxpr_forwarding`, a later module).
-  src: dict[Var, Var] = {}
-  for e in jaxpr.eqns:
-    x = e.invars[0] if e.invars else None
-    if type(x) is not Var:
-      continue
-    p = e.params
-    if e.primitive is elementwise.convert_element_type_p:
-      same = (x.aval.dtype == p["new_dtype"] and x.aval.weak_type == p["weak_type"]
-              and p.get("sharding") in (None, x.aval.sharding))
-    elif e.primitive is lax_shape.broadcast_in_dim_p:
-      same = (tuple(p["shape"]) == x.aval.shape
-              and p.get("sharding") in (None, x.aval.sharding))
-    else:
-      continue
-    if same:
-      src[e.outvars[0]] = src.get(x, x)
-  pos = {v: i for i, v in enumerate(jaxpr.invars)}
-  return [pos.get(src.get(v, v)) if type(v) is Var else None for v in jaxpr.outvars]
 
 
 def _forwarded(x: Any) -> Any:

@@ -162,7 +162,7 @@ _fwd_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _forwarded(closed: ClosedJaxpr, nc: int, nk: int):
   """The scan body without the outputs it forwards, as JAX's `scan` (it reads the
-  jaxpr's forwarding, `_jaxpr_forwarding`): a carry returned unchanged is read only, so it
+  jaxpr's forwarding, `common.jaxpr_forwarding`): a carry returned unchanged is read only, so it
   becomes a constant of the loop (before the body's constants); a y that is an x is not
   stacked again.
 
@@ -171,7 +171,7 @@ def _forwarded(closed: ClosedJaxpr, nc: int, nk: int):
     entry per y, the index among the xs of the x it is, or None.
   """
   j = closed.jaxpr
-  fwd = _jaxpr_forwarding(j)
+  fwd = common.jaxpr_forwarding(j)
   moved = [f == nc + i for i, f in enumerate(fwd[:nk])]
   ys_fwd = [f - nc - nk if f is not None and f >= nc + nk else None for f in fwd[nk:]]
   if not any(moved) and all(f is None for f in ys_fwd):
@@ -184,29 +184,6 @@ def _forwarded(closed: ClosedJaxpr, nc: int, nk: int):
       outvars=[*[v for v, m in zip(k_out, moved) if not m],
                *[v for v, f in zip(y_out, ys_fwd) if f is None]])
   return ClosedJaxpr(j, closed.consts), moved, ys_fwd
-
-
-def _jaxpr_forwarding(jaxpr: Jaxpr) -> list[int | None]:
-  """One entry per output of `jaxpr`: the index of the input it is (through conversions
-  and broadcasts that change nothing, as JAX's forwarding rules), or None."""
-  src: dict[Var, Var] = {}
-  for e in jaxpr.eqns:
-    x = e.invars[0] if e.invars else None
-    if type(x) is not Var:
-      continue
-    p = e.params
-    if e.primitive is elementwise.convert_element_type_p:
-      same = (x.aval.dtype == p["new_dtype"] and x.aval.weak_type == p["weak_type"]
-              and p.get("sharding") in (None, x.aval.sharding))
-    elif e.primitive is lax_shape.broadcast_in_dim_p:
-      same = (tuple(p["shape"]) == x.aval.shape
-              and p.get("sharding") in (None, x.aval.sharding))
-    else:
-      continue
-    if same:
-      src[e.outvars[0]] = src.get(x, x)
-  pos = {v: i for i, v in enumerate(jaxpr.invars)}
-  return [pos.get(src.get(v, v)) if type(v) is Var else None for v in jaxpr.outvars]
 
 
 def _maybe_put(x: Any) -> Any:
