@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import optree
 
 from stagecraft import core, dtypes, tree_util
+from stagecraft.source_info_util import fun_name
 from stagecraft.tree_util import treedef_str
 from stagecraft.core import ClosedJaxpr
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
@@ -51,15 +52,6 @@ def _flatten(tree):
 
 def _unflatten(treedef, leaves):
   return tree_util.tree_unflatten(treedef, leaves)
-
-
-def _fun_name(fun: Callable, default: str = "<unnamed function>") -> str:
-  name = getattr(fun, "__name__", None)
-  if name is not None:
-    return name
-  if isinstance(fun, functools.partial):
-    return _fun_name(fun.func, default)
-  return default
 
 
 def _rule_name(rule: Callable) -> str:
@@ -305,7 +297,7 @@ class custom_vmap:
     return vmap_rule
 
   def __call__(self, *args, **kwargs):
-    name = _fun_name(self.fun)
+    name = fun_name(self.fun)
     try:
       args = _resolve_kwargs(self.fun, args, kwargs)
     except TypeError as e:
