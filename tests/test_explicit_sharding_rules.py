@@ -133,6 +133,8 @@ _WORKING = {
     "rem_pow": lambda L, a: L.np.abs(a["a"]) ** a["a"] + a["a"] % 0.3,
     "cumsum_family": lambda L, a: L.lax.cummax(L.np.cumsum(a["a"], axis=1), axis=1),
     "rev": lambda L, a: L.np.flip(a["a"], 0),
+    "tile_unsplit_dim": lambda L, a: L.np.tile(a["a"], (1, 3)),
+    "tile_new_dim": lambda L, a: L.np.tile(a["i"], (2, 1)),
 }
 
 
@@ -172,6 +174,7 @@ _GRADS = {
     "max_pool": ("img", lambda L: lambda x: _sq(L.lax.reduce_window(
         x, -L.np.inf, L.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")).sum()),
     "cumsum": ("a", lambda L: lambda x: _sq(L.np.cumsum(x, axis=1)).sum()),
+    "tile": ("a", lambda L: lambda x: _sq(L.np.tile(x, (1, 2))).sum()),
     "fft": ("a", lambda L: lambda x: L.np.abs(L.np.fft.fft(x, axis=1)).sum()),
     "top_k": ("a", lambda L: lambda x: _sq(L.lax.top_k(x, 2)[0]).sum()),
     "triangular_solve": ("sq", lambda L: lambda b: L.lax.linalg.triangular_solve(
@@ -281,6 +284,7 @@ _ERRORS = {
     "sort_split_dim": lambda L, a: L.np.sort(a["a"], axis=0),
     "top_k_split_dim": lambda L, a: L.lax.top_k(a["b"], 2)[0],
     "cumsum_split_dim": lambda L, a: L.np.cumsum(a["a"], axis=0),
+    "tile_split_dim": lambda L, a: L.lax.tile(a["a"], (2, 1)),
     "conv_kernel_split": lambda L, a: L.lax.conv_general_dilated(
         a["img"], L.rs(L.np.ones((2, 3, 3, 3), L.np.float32), L.P("x")), (1, 1), "SAME"),
     "conv_feature_split": lambda L, a: L.lax.conv_general_dilated(

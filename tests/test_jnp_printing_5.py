@@ -154,11 +154,7 @@ X64_CASES = ["sum_tuple_axis", "var_tuple_axis", "linspace_retstep", "linspace_i
 
 # Programs still printed differently from JAX, with the cause; values are checked all the
 # same.
-KNOWN_DIFFERENCES = {
-    "tile": ((lambda m: lambda x: m.tile(x, (2, 1)), (F,)),
-             "JAX 0.10 has a `tile` primitive; stagecraft's lax has none (a broadcast and a "
-             "reshape)."),
-}
+KNOWN_DIFFERENCES: dict = {}
 
 _KNOWN = {k: v for k, (v, _) in KNOWN_DIFFERENCES.items()}
 # Programs printed as JAX's compute JAX's values; these slow ones (many small jitted

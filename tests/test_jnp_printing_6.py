@@ -38,6 +38,11 @@ def _custom_pad(row, pad_width, iaxis, kwargs):
 
 # name -> (m -> function, args); m is jax.numpy or stagecraft.numpy.
 CASES = {
+    "tile": (lambda m: lambda x: m.tile(x, (2, 1)), (F,)),
+    "tile_new_axes": (lambda m: lambda x: m.tile(x, (2, 1, 3)), (F,)),
+    "resize": (lambda m: lambda x: m.resize(x, (4, 5)), (F,)),
+    "put_repeated_values": (lambda m: lambda x, i, v: m.put(x, i, v, inplace=False),
+                            (F, np.array([0, 15, -1], np.int32), V[:2])),
     # -- pad: each mode
     "pad_constant": (lambda m: lambda x: m.pad(x, ((1, 2), (2, 1))), (F,)),
     "pad_constant_int": (lambda m: lambda x: m.pad(x, 2), (I,)),
@@ -159,14 +164,6 @@ KNOWN_DIFFERENCES = {
     "pad_callable_2d": ((lambda m: lambda x: m.pad(x, 1, _custom_pad), (F,)),
                         "vmap: JAX moves the batch axis (`transpose`) where the scatter "
                         "first needs it; stagecraft's batching transposes up front."),
-    "tile": ((lambda m: lambda x: m.tile(x, (2, 1)), (F,)),
-             "JAX 0.10 has a `tile` primitive; stagecraft's lax has none (a broadcast and a "
-             "reshape)."),
-    "resize": ((lambda m: lambda x: m.resize(x, (4, 5)), (F,)),
-               "jitted as JAX's, but over `tile` (no `tile` primitive in stagecraft)."),
-    "put_repeated_values": ((lambda m: lambda x, i, v: m.put(x, i, v, inplace=False),
-                             (F, np.array([0, 15, -1], np.int32), V[:2])),
-                            "`v` repeated to the indices' length: JAX's `tile` primitive."),
     "piecewise": ((lambda m: lambda x: m.piecewise(x, [x < 0, x >= 0],
                                                    [lambda v: -v, lambda v: v * 2]), (V,)),
                   "vmap of `switch` with a batched index: JAX broadcasts every operand, the "

@@ -79,10 +79,7 @@ CASES = {
 
 # Printed differently from JAX for a cause outside this file's subject (values are checked
 # all the same); each is asserted to differ, so that the list is revisited.
-PRINT_XFAIL = {
-    "det_grad": "JAX 0.10.2's jnp.tile (in det's JVP) is a `tile` primitive; stagecraft's is "
-                "a broadcast_in_dim and a reshape.",
-}
+PRINT_XFAIL: dict[str, str] = {}
 
 
 # No branch for the CPU, where these run: JAX's and stagecraft's both raise.

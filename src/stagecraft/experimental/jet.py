@@ -257,6 +257,7 @@ for _p in (ew.neg_p, ew.add_p, ew.sub_p, ad.add_any_p, ew.convert_element_type_p
            ew.imag_p, ew.complex_p, ew.conj_p, lax_shape.broadcast_in_dim_p,
            lax_shape.reshape_p, lax_shape.transpose_p, lax_shape.squeeze_p, lax_shape.rev_p,
            lax_shape.concatenate_p, lax_shape.stack_p, lax_shape.unstack_p, lax_shape.split_p,
+           lax_shape.tile_p,
            lax_shape.pad_p, lax_shape.slice_p, reduction.reduce_sum_p, cumulative.cumsum_p,
            ad_checkpoint.name_p):
   deflinear(_p)

@@ -740,6 +740,25 @@ def _dynamic_reshape(fb, eqn, x):
   return [r]
 
 
+def _sym_tile(fb, eqn, x):
+  """As `_tile_lowering`, with the shapes as runtime operands: a reshape to
+  [1, s0, 1, s1, ...], a broadcast to [r0, s0, r1, s1, ...], a reshape merging the pairs."""
+  aval, out = eqn.invars[0].aval, eqn.outvars[0].aval
+  reps = eqn.params["reps"]
+  ones = ShapedArray(tuple(k for d in aval.shape for k in (1, d)), aval.dtype)
+  pairs = ShapedArray(tuple(k for r, d in zip(reps, aval.shape) for k in (r, d)), aval.dtype)
+  r1, r2, r3 = fb.fresh(), fb.fresh(), fb.fresh()
+  dims = ", ".join(map(str, range(2 * aval.ndim)))
+  _emit(fb, f"{r1} = stablehlo.dynamic_reshape {x}, {_shape_value(fb, ones.shape)} : "
+            f"({_dyn_type(aval)}, tensor<{ones.ndim}xi64>) -> {_dyn_type(ones)}")
+  _emit(fb, f"{r2} = stablehlo.dynamic_broadcast_in_dim {r1}, "
+            f"{_shape_value(fb, pairs.shape)}, dims = [{dims}] : ({_dyn_type(ones)}, "
+            f"tensor<{pairs.ndim}xi64>) -> {_dyn_type(pairs)}")
+  _emit(fb, f"{r3} = stablehlo.dynamic_reshape {r2}, {_shape_value(fb, out.shape)} : "
+            f"({_dyn_type(pairs)}, tensor<{out.ndim}xi64>) -> {_dyn_type(out)}")
+  return [r3]
+
+
 def _sym_squeeze(fb, eqn, x):
   return _dynamic_reshape(fb, eqn, x)
 
@@ -1032,7 +1051,7 @@ def _sym_fft(fb, eqn, x):
 
 _SYMBOLIC_RULES = {"broadcast_in_dim": _sym_broadcast_in_dim, "reshape": _sym_reshape,
                    "slice": _sym_slice,
-                   "squeeze": _sym_squeeze, "iota": _sym_iota,
+                   "squeeze": _sym_squeeze, "iota": _sym_iota, "tile": _sym_tile,
                    "dim_as_value": _sym_dim_as_value,
                    "dynamic_slice": _sym_dynamic_slice, "gather": _sym_gather,
                    "scan": _sym_scan, "cumsum": _sym_cumulative, "cumprod": _sym_cumulative,

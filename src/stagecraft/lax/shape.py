@@ -1,7 +1,7 @@
 """Shape primitives: `broadcast_in_dim`, `reshape`, `transpose`, `squeeze`, `rev`,
-`concatenate`, `stack`/`unstack`, `split`, `pad`, the static `slice` and `iota`, with the wrappers
-composed of them (`broadcast`, `expand_dims`, `full`, `collapse`, `slice_in_dim`,
-`broadcasted_iota`, ...).
+`concatenate`, `stack`/`unstack`, `split`, `pad`, `tile`, the static `slice` and `iota`, with
+the wrappers composed of them (`broadcast`, `expand_dims`, `full`, `collapse`,
+`slice_in_dim`, `broadcasted_iota`, ...).
 
 Params have JAX's `lax`'s names and are tuples of Python ints (hashable and static): the
 wrappers normalize what users pass (lists, negative axes). Where JAX's batching and
@@ -12,8 +12,8 @@ type (`iota` makes a strongly typed array). Each lowers to the StableHLO op of t
 meaning (`reshape` and `squeeze` both to `stablehlo.reshape`).
 
 Autodiff: all are linear (pad in its operand and padding value jointly) and have JAX's
-transposes: a broadcast sums, a pad slices, a slice pads, a concatenate slices, a split
-concatenates, stack and unstack are each other's, the others invert (squeeze by a
+transposes: a broadcast or a tile sums, a pad slices, a slice pads, a concatenate slices, a
+split concatenates, stack and unstack are each other's, the others invert (squeeze by a
 broadcast_in_dim).
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from stagecraft.lax import elementwise
 from stagecraft.lax.elementwise import convert_element_type, select, sub
 
 __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p",
-           "concatenate_p", "stack_p", "unstack_p", "split_p", "pad_p", "slice_p", "iota_p",
+           "concatenate_p", "stack_p", "unstack_p", "split_p", "pad_p", "slice_p", "iota_p", "tile_p",
            "broadcast_in_dim", "broadcast", "reshape", "transpose", "squeeze", "expand_dims",
            "rev", "concatenate", "pad", "slice", "slice_in_dim", "index_in_dim", "iota",
            "broadcasted_iota", "full", "collapse", "broadcast_shapes", "broadcast_to_rank",
@@ -1493,20 +1493,63 @@ def split(operand: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:
 
 
 def tile(operand: Any, reps: Sequence[int]) -> Any:
-  """`operand` repeated `reps[i]` times along each dimension i (len(reps) == ndim).
+  """`operand` repeated `reps[i]` times along each dimension i (JAX 0.10's `tile_p`).
+
+  Args:
+    operand: array `T[*s]`.
+    reps: one non-negative integer (or symbolic dimension) per dimension of `operand`.
+
+  Returns:
+    `T[s[0] * reps[0], ..., s[-1] * reps[-1]]`.
 
   Raises:
-    ValueError: if `reps` does not have one entry per dimension.
+    TypeError: if `reps` does not have one entry per dimension (JAX's message).
   """
-  aval = core.get_aval(operand)
-  reps = tuple(int(r) for r in reps)
-  if len(reps) != aval.ndim:
-    raise ValueError(f"len(reps) must be equal to operand.ndim, got reps={reps} for an "
-                     f"operand of shape {aval.shape}.")
-  shape = []
-  dims = []
-  for i, (r, d) in enumerate(zip(reps, aval.shape)):
-    shape += [r, d]
-    dims.append(2 * i + 1)
-  out = broadcast_in_dim(operand, tuple(shape), tuple(dims))
-  return reshape(out, tuple(r * d for r, d in zip(reps, aval.shape)))
+  return tile_p.bind(operand, reps=tuple(r if shape_poly.is_symbolic_dim(r) else int(r)
+                                         for r in reps))
+
+
+# ---------------------------------------------------------------------------
+# tile(operand, reps): JAX 0.10's `tile_p`. It lowers to a reshape to [1, s0, 1, s1, ...], a
+# broadcast to [r0, s0, r1, s1, ...] and a reshape that merges each pair; it is linear, and
+# its transpose sums the cotangent, reshaped to the pairs, over the repeat dimensions.
+tile_p = Primitive("tile")
+
+
+def _tile_abstract_eval(operand, *, reps):
+  if operand.ndim != len(reps):
+    raise TypeError(f"reps length must be equal to the ndim of x, got len(reps)={len(reps)} "
+                    f"and x.ndim={operand.ndim}.")
+  return ShapedArray(tuple(d * r for d, r in zip(operand.shape, reps)), operand.dtype,
+                     operand.weak_type)
+
+
+def _tile_lowering(ctx, x, *, reps):
+  aval, = ctx.avals_in
+  expanded = ShapedArray(tuple(k for d in aval.shape for k in (1, d)), aval.dtype)
+  x, = ctx.op("stablehlo.reshape", [x], result_avals=[expanded])
+  pairs = ShapedArray(tuple(k for r, d in zip(reps, aval.shape) for k in (r, d)), aval.dtype)
+  x, = ctx.op("stablehlo.broadcast_in_dim", [x], operand_avals=[expanded],
+              result_avals=[pairs],
+              attrs=f"broadcast_dimensions = {i64_array(range(2 * aval.ndim))}")
+  return ctx.op("stablehlo.reshape", [x], operand_avals=[pairs])
+
+
+def _tile_transpose(ct, operand, *, reps):
+  """JAX's rule: `ct` reshaped to [r0, s0, r1, s1, ...], summed over the repeats."""
+  shape = operand.aval.shape
+  pairs = reshape(ct, tuple(k for r, d in zip(reps, shape) for k in (r, d)))
+  return [_reduce_sum(pairs, tuple(range(0, 2 * len(shape), 2)))]
+
+
+def _tile_batch_rule(args, dims, *, reps):
+  """The batch dim stays where it is, repeated once."""
+  operand, = args
+  bdim, = dims
+  return tile_p.bind(operand, reps=reps[:bdim] + (1,) + reps[bdim:]), bdim
+
+
+tile_p.def_abstract_eval(_tile_abstract_eval)
+lowering.register_lowering(tile_p, _tile_lowering)
+ad.deflinear(tile_p, _tile_transpose)
+batching.primitive_batchers[tile_p] = _tile_batch_rule

@@ -242,6 +242,18 @@ def _rev_rule(x, *, dimensions):
   return x._sharding
 
 
+def _tile_rule(x, *, reps):
+  """JAX's rule: the operand's sharding, where every sharded dimension has `reps` 1."""
+  if x._sharding is None:
+    return None
+  for i, (r, e) in enumerate(zip(reps, sharding_lib.spec_entries(x._sharding, x.ndim))):
+    if r != 1 and e is not None:
+      raise ShardingTypeError(
+          f"Operand cannot be sharded on dimension {i} when the tiling is non-trivial. Got "
+          f"input type: {x} with reps: {tuple(reps)}")
+  return x._sharding
+
+
 def _reshape_error(x, new_sizes):
   raise ShardingTypeError(
       "This reshape is not supported. Please specify the sharding of the output via the "
@@ -322,6 +334,7 @@ core.sharding_rules[shape.broadcast_in_dim_p] = _broadcast_in_dim_rule
 core.sharding_rules[shape.transpose_p] = _transpose_rule
 core.sharding_rules[shape.squeeze_p] = _squeeze_rule
 core.sharding_rules[shape.rev_p] = _rev_rule
+core.sharding_rules[shape.tile_p] = _tile_rule
 core.sharding_rules[shape.reshape_p] = _reshape_rule
 
 

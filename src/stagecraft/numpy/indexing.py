@@ -33,7 +33,7 @@ from stagecraft.numpy import array_constructors, reductions, ufuncs
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import arange, ones_like, zeros
 from stagecraft.numpy.manipulation import (atleast_1d, broadcast_shapes, broadcast_to, concatenate,
-                                           ravel, reshape, transpose, vstack)
+                                           ravel, reshape, tile, transpose, vstack)
 from stagecraft.numpy.ufuncs import (clip, floor_divide, greater_equal, not_equal,
                                      remainder)
 from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, dtype_of,
@@ -1057,7 +1057,7 @@ def _tile_to_size(v, n: int):
   """The 1-D `v` repeated cyclically (one `tile`), then cut to length `n`."""
   size = shape_of(v)[0]
   if size < n:
-    v = concatenate([v] * (-(-n // size)))   # NB: stagecraft's lax has no `tile` primitive
+    v = tile(v, -(-n // size))
   return v[:n] if shape_of(v)[0] > n else v
 
 

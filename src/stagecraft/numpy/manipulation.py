@@ -682,22 +682,30 @@ def unstack(x: ArrayLike, /, *, axis: int = 0) -> tuple[Array, ...]:
 
 
 def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:
-  """`A` repeated `reps` times along each axis (reps and A's shape are left-padded with 1s
-  to a common length).
+  """`A` repeated `reps` times along each axis, as `numpy.tile`: reps and A's shape are
+  left-padded with 1s to a common length (JAX's `lax.tile` primitive).
+
+  Args:
+    A: array or scalar `T[*s]`.
+    reps: an int or a sequence of ints (or symbolic dimensions).
 
   Returns:
-    Array of shape `A.shape * reps` elementwise, A's dtype.
+    Array of shape `s * reps` elementwise (after the padding), A's dtype.
+
+  Raises:
+    TypeError: for `A` not an array or scalar, or a non-integer repeat.
   """
-  A = as_array(A)
-  reps = (operator.index(reps),) if isinstance(reps, (int, np.integer)) else tuple(
-      operator.index(r) for r in reps)
-  nd = builtins.max(len(reps), ndim_of(A))
+  A = ensure_arraylike("tile", A)
+  try:
+    reps = tuple(iter(reps))
+  except TypeError:
+    reps = (reps,)
+  reps = tuple(r if shape_poly.is_symbolic_dim(r) else operator.index(r) for r in reps)
+  nd = ndim_of(A)
   reps = (1,) * (nd - len(reps)) + reps
-  shape = (1,) * (nd - ndim_of(A)) + shape_of(A)
-  # Broadcast to [r0, s0, r1, s1, ...], then merge each pair.
-  big = tuple(d for pair in zip(reps, shape) for d in pair)
-  out = lax.broadcast_in_dim(reshape(A, shape), big, tuple(range(1, 2 * nd, 2)))
-  return reshape(out, tuple(r * s for r, s in zip(reps, shape)))
+  if len(reps) > nd:
+    A = lax.expand_dims(A, tuple(range(len(reps) - nd)))
+  return lax.tile(A, reps)
 
 
 @jit(static_argnames=("new_shape",))
