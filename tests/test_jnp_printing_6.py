@@ -38,6 +38,15 @@ def _custom_pad(row, pad_width, iaxis, kwargs):
 
 # name -> (m -> function, args); m is jax.numpy or stagecraft.numpy.
 CASES = {
+    # -- jnp.array of nested lists holding tracers: each row converted, then concatenated
+    "pad_constant_pairs": (
+        lambda m: lambda x: m.pad(x, 1, constant_values=((1., 2.), (3., 4.))), (F,)),
+    "pad_constant_pair_int": (lambda m: lambda x: m.pad(x, (0, 2), constant_values=(5, 6)),
+                              (I,)),
+    "pad_constant_1": (lambda m: lambda x: m.pad(x, 1, constant_values=(7.,)), (F,)),
+    "array_traced_and_scalars": (lambda m: lambda x: m.array([[x[0], 1], [2, x[1]]]), (IV,)),
+    "array_traced_dtype": (lambda m: lambda x: m.array([x[0], 2], dtype=m.int32), (V,)),
+    "array_traced_long": (lambda m: lambda x: m.array([x[0]] * 20), (V,)),
     "tile": (lambda m: lambda x: m.tile(x, (2, 1)), (F,)),
     "tile_new_axes": (lambda m: lambda x: m.tile(x, (2, 1, 3)), (F,)),
     "resize": (lambda m: lambda x: m.resize(x, (4, 5)), (F,)),
@@ -148,16 +157,6 @@ X64_CASES = ["pad_constant", "pad_reflect_odd", "pad_linear_ramp", "pad_mean_int
 # Programs still printed differently from JAX, with the cause; values are checked all the
 # same.
 KNOWN_DIFFERENCES = {
-    "pad_constant_pairs": (
-        (lambda m: lambda x: m.pad(x, 1, constant_values=((1., 2.), (3., 4.))), (F,)),
-        "jnp.asarray of a nested tuple of tracers (the constants, jit arguments of `_pad`): "
-        "JAX converts each leaf to the result dtype (not weak) before stacking; "
-        "stagecraft's `array_constructors.array` stacks first and keeps the weak type."),
-    "pad_constant_pair_int": (
-        (lambda m: lambda x: m.pad(x, (0, 2), constant_values=(5, 6)), (I,)),
-        "as pad_constant_pairs (`array` of a tuple of tracers)."),
-    "pad_constant_1": ((lambda m: lambda x: m.pad(x, 1, constant_values=(7.,)), (F,)),
-                       "as pad_constant_pairs (`array` of a tuple of tracers)."),
     "pad_callable": ((lambda m: lambda x: m.pad(x, 2, _custom_pad, v=3.), (V,)),
                      "`apply_along_axis` (numpy/vectorize.py) of a 1-D array reshapes it "
                      "and maps; JAX's calls the function on the row itself."),

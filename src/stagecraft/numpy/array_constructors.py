@@ -27,20 +27,20 @@ def _nested_has_traced(obj) -> bool:
   return isinstance(obj, (Tracer, Array))
 
 
-def _stack_leaves(leaves: list) -> Array:
-  """`stack(leaves)` for the Arrays and tracers of a nested list: a new leading axis, then one
-  concatenate in the promoted dtype (the equations `stack` would stage)."""
-  shapes = [core.get_aval(a).shape for a in leaves]
-  if len(set(shapes)) != 1:
-    raise ValueError(f"All input arrays must have the same shape, got {shapes}.")
-  leaves = [lax.expand_dims(a, (0,)) for a in leaves]
-  if len(leaves) == 1:
-    return leaves[0]
-  dtype, weak = dtypes.result_type(*leaves, return_weak_type_flag=True)
-  avals = [core.get_aval(a) for a in leaves]
-  return lax.concatenate([a if (aval.dtype, aval.weak_type) == (dtype, weak) else
-                          lax.convert_element_type(a, dtype, weak_type=weak)
-                          for a, aval in zip(leaves, avals)], 0)
+def _nested_leaves(obj) -> list:
+  if isinstance(obj, (list, tuple)):
+    return [leaf for o in obj for leaf in _nested_leaves(o)]
+  return [obj]
+
+
+def _stack_rows(rows: list, dtype) -> Any:
+  """JAX's conversion of a list holding traced values: each row converted to `dtype` (not
+  weak), given a leading axis, and concatenated, 16 at a time (JAX's tree of
+  concatenations)."""
+  out = [lax.expand_dims(array(r, dtype, copy=False), (0,)) for r in rows]
+  while len(out) > 16:
+    out = [lax.concatenate(out[i:i + 16], 0) for i in range(0, len(out), 16)]
+  return lax.concatenate(out, 0)
 
 
 def _check_order(order):
@@ -117,10 +117,11 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
     if copy and out is object:
       out = copy_array(out)
   elif isinstance(object, (list, tuple)) and _nested_has_traced(object):
-    out = _stack_leaves([array(o, copy=False) for o in object]) if object else (
-        array(np.zeros((0,))))
-    if dtype is not None:
-      out = lax.convert_element_type(out, dtypes.canonicalize_dtype(dtype))
+    leaves = _nested_leaves(object)
+    if any(leaf is None for leaf in leaves):
+      raise ValueError("None is not a valid value for jnp.array")
+    out = _stack_rows(object, dtypes.canonicalize_dtype(
+        dtypes.result_type(*leaves) if dtype is None else dtype))
   else:
     if hasattr(object, "__jax_array__"):
       return array(object.__jax_array__(), dtype, copy=copy, order=order, ndmin=ndmin,

@@ -211,17 +211,22 @@ def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
     except TypeError as e:
       raise TypeError(f"cond/switch operand {path} of type {type(x).__name__} is not an array "
                       f"or scalar. Pass arrays, or close over non-array values.") from e
-  traced = [common.trace_jaxpr(f, in_tree, avals, name) for f, name in zip(funs, names)]
+  # As JAX's, cond traces true_fun first and its constants come first.
+  is_cond = names[0] == "false_fun"
+  order = [1, 0] if is_cond else list(range(len(funs)))
+  traced = [None] * len(funs)
+  for i in order:
+    traced[i] = common.trace_jaxpr(funs[i], in_tree, avals, names[i])
   # Errors name the two branches as JAX does: cond compares true_fun with false_fun, switch
   # compares each branch with branch 0 (JAX writes the other `branch1`, without a space).
-  is_cond = names[0] == "false_fun"
   pairs = [(1, 0)] if is_cond else [(0, i) for i in range(1, len(funs))]
   for a, b in pairs:
     _check_branch_outputs("cond" if is_cond else "switch", names[a],
                           names[b] if is_cond else f"branch{b}", funs[a], funs[b],
                           traced[a][0].out_avals, traced[a][2], traced[b][0].out_avals,
                           traced[b][2])
-  branches, consts = _join_consts([(closed, c) for closed, c, _ in traced])
+  joined, consts = _join_consts([traced[i][:2] for i in order])
+  branches = [joined[order.index(i)] for i in range(len(funs))]
   # As JAX's, an output every branch forwards from the same input is no output of the cond:
   # it is that input (put on the device if it is not traced).
   fwds = [common.jaxpr_forwarding(br.jaxpr) for br in branches]
