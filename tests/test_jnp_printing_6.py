@@ -27,6 +27,7 @@ _RNG = np.random.default_rng(6)
 F = _RNG.standard_normal((3, 4)).astype(np.float32)
 V = _RNG.standard_normal(5).astype(np.float32)
 I = (F * 3).astype(np.int32)
+G = _RNG.standard_normal((2, 3, 4)).astype(np.float32)
 IV = np.array([3, 1, 4, 1, 5], np.int32)
 
 
@@ -38,6 +39,17 @@ def _custom_pad(row, pad_width, iaxis, kwargs):
 
 # name -> (m -> function, args); m is jax.numpy or stagecraft.numpy.
 CASES = {
+    # -- apply_along_axis: one vmap per other axis, as JAX's
+    "pad_callable": (lambda m: lambda x: m.pad(x, 2, _custom_pad, v=3.), (V,)),
+    "pad_callable_2d": (lambda m: lambda x: m.pad(x, 1, _custom_pad), (F,)),
+    **{f"apply_along_axis_{a}": (lambda m, a=a: lambda x: m.apply_along_axis(
+        lambda r: m.stack([(r ** 2).sum(), r.max()]), a, x), (G,)) for a in (0, 1, 2)},
+    "apply_along_axis_outer": (lambda m: lambda x: m.apply_along_axis(
+        lambda r: r[:, None] * r, 1, x), (G,)),
+    # -- vmap of switch with a batched index: every operand broadcast and selected
+    "piecewise": (lambda m: lambda x: m.piecewise(x, [x < 0, x >= 0],
+                                                  [lambda v: -v, lambda v: v * 2]), (V,)),
+    "piecewise_consts": (lambda m: lambda x: m.piecewise(x, [x < 0, x > 1], [1., 2.]), (F,)),
     # -- jnp.array of nested lists holding tracers: each row converted, then concatenated
     "pad_constant_pairs": (
         lambda m: lambda x: m.pad(x, 1, constant_values=((1., 2.), (3., 4.))), (F,)),
@@ -156,21 +168,7 @@ X64_CASES = ["pad_constant", "pad_reflect_odd", "pad_linear_ramp", "pad_mean_int
 
 # Programs still printed differently from JAX, with the cause; values are checked all the
 # same.
-KNOWN_DIFFERENCES = {
-    "pad_callable": ((lambda m: lambda x: m.pad(x, 2, _custom_pad, v=3.), (V,)),
-                     "`apply_along_axis` (numpy/vectorize.py) of a 1-D array reshapes it "
-                     "and maps; JAX's calls the function on the row itself."),
-    "pad_callable_2d": ((lambda m: lambda x: m.pad(x, 1, _custom_pad), (F,)),
-                        "vmap: JAX moves the batch axis (`transpose`) where the scatter "
-                        "first needs it; stagecraft's batching transposes up front."),
-    "piecewise": ((lambda m: lambda x: m.piecewise(x, [x < 0, x >= 0],
-                                                   [lambda v: -v, lambda v: v * 2]), (V,)),
-                  "vmap of `switch` with a batched index: JAX broadcasts every operand, the "
-                  "closed-over int32 constant (the default 0) included; stagecraft's switch "
-                  "leaves that integer constant out of the batched operands."),
-    "piecewise_consts": ((lambda m: lambda x: m.piecewise(x, [x < 0, x > 1], [1., 2.]), (F,)),
-                         "as piecewise (the int32 default constant of the vmapped switch)."),
-}
+KNOWN_DIFFERENCES: dict = {}
 
 _KNOWN = {k: v for k, (v, _) in KNOWN_DIFFERENCES.items()}
 # Slow to run eagerly (many small jitted functions, each compiled): printed programs only,

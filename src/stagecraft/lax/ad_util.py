@@ -20,8 +20,7 @@ def stop_gradient(x: Any) -> Any:
   """The identity on values; differentiation treats the result as a constant.
 
   Args:
-    x: an array or a pytree of arrays. Only floating and complex leaves are marked; integer
-      and bool leaves have no gradient anyway and pass through unchanged.
+    x: an array or a pytree of arrays (typed PRNG keys pass through unchanged).
 
   Returns:
     `x`, with the same structure, shapes and dtypes.
@@ -32,7 +31,11 @@ def stop_gradient(x: Any) -> Any:
     { lambda ; a:f32[2]. let b:f32[2] = stop_gradient a in (b,) }
   """
   def stop(leaf):
-    if dtypes.is_inexact(core.get_aval(leaf).dtype):
-      return stop_gradient_p.bind(leaf)
-    return leaf
+    # As JAX 0.10's: integer and bool leaves are marked too (the equation shows in printed
+    # jaxprs); a JVP tracer's primal is marked (it is a constant to this differentiation).
+    if isinstance(leaf, ad.JVPTracer):
+      return stop(leaf.primal)
+    if dtypes.issubdtype(core.get_aval(leaf).dtype, dtypes.extended):
+      return leaf
+    return stop_gradient_p.bind(leaf)
   return tree_util.tree_map_traced(stop, x)   # typed keys: their (integer) data

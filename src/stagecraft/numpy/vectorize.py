@@ -16,9 +16,7 @@ from typing import Any, Callable
 from stagecraft import tree_util
 from stagecraft.interpreters import batching
 from stagecraft.numpy.array_constructors import asarray
-from stagecraft.numpy.array_creation import zeros
-from stagecraft.numpy.manipulation import (broadcast_shapes, expand_dims, moveaxis, reshape,
-                                           squeeze, transpose)
+from stagecraft.numpy.manipulation import broadcast_shapes, expand_dims, squeeze
 from stagecraft.numpy.util import canonicalize_axis, shape_of
 
 __all__ = ["vectorize", "apply_along_axis"]
@@ -222,19 +220,25 @@ def apply_along_axis(func1d: Callable, axis: int, arr: Any, *args, **kwargs):
     ValueError: for an out-of-range axis.
   """
   arr = asarray(arr)
-  shape = shape_of(arr)
-  axis = canonicalize_axis(axis, len(shape), "apply_along_axis")
-  others = shape[:axis] + shape[axis + 1:]
-  rows = reshape(moveaxis(arr, axis, -1), (-1, shape[axis]))
-  fun = lambda row: asarray(func1d(row, *args, **kwargs))
-  if shape_of(rows)[0]:
-    out = _batch_over_leading(fun, (0,))(rows)
-  else:   # no slices: the result's shape and dtype from one probe slice
-    probe = fun(zeros((shape[axis],), arr.dtype))
-    out = expand_dims(probe, 0)[:0]
-  res = shape_of(out)[1:]
-  out = reshape(out, others + res)
-  # others = s[:axis] + s[axis+1:], then r: move r to position `axis`.
-  nb, nr = len(others), len(res)
-  perm = (tuple(range(axis)) + tuple(range(nb, nb + nr)) + tuple(range(axis, nb)))
-  return transpose(out, perm) if perm != tuple(range(nb + nr)) else out
+  ndim = len(shape_of(arr))
+  axis = canonicalize_axis(axis, ndim, "apply_along_axis")
+  # As JAX's: one vmap per other axis, those after `axis` innermost (their results go last),
+  # then those before it.
+  fun = lambda row: asarray(func1d(row, *args, **kwargs))  # noqa: E731
+  for i in range(1, ndim - axis):
+    fun = _vmap_one(fun, i, -1)
+  for i in range(axis):
+    fun = _vmap_one(fun, 0, 0)
+  return fun(arr)
+
+
+def _vmap_one(fun: Callable, in_axis: int, out_axis: int) -> Callable:
+  """`vmap(fun, in_axes=in_axis, out_axes=out_axis)` for a function of one array returning
+  one array."""
+  def batched(x):
+    size = shape_of(x)[in_axis]
+    (out,), (d,) = batching.batch_flat(lambda x: [fun(x)], [x], [in_axis],
+                                       batching.AxisData(None, size))
+    ndim = len(shape_of(out)) - (d is not None)
+    return batching.matchaxis(out, d, out_axis % (ndim + 1), size)
+  return batched

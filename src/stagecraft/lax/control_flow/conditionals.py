@@ -578,25 +578,22 @@ def _cond_batch(axis_data, args, dims, *, branches, **params):
   # NaN (sqrt of a negative, 1/0) and so may its derivative. Its output is dropped by
   # `select_n`, but in reverse mode the zero cotangent select_n sends it would still be
   # multiplied by those infinities (0 * inf = NaN) and summed into the operands' cotangents.
-  # As JAX does, each branch reads its floating operands through
-  # `select(taken, x, stop_gradient(x))`: where the branch is not taken its operands are
-  # constants to AD, and select's transpose zeroes whatever the branch sends back there.
-  size = axis_data.size
+  # As JAX does, each branch reads its operands through `select(taken, x, stop_gradient(x))`:
+  # where the branch is not taken its operands are constants to AD, and select's transpose
+  # zeroes whatever the branch sends back there. As JAX's rule, every operand (batched or
+  # not, of any dtype) is broadcast to the batch first.
   # NB: no clamp: the index of a cond equation is in range (`switch` clamps it, `cond`'s is
   # 0 or 1), as JAX's rule assumes.
+  size = axis_data.size
   index = batching.moveaxis(index, idim, 0)
-  inexact = [dtypes.is_inexact(core.get_aval(x).dtype) for x in ops]
-  ops = [batching.bdim_at_front(x, d, size) if f
-         else (x if d is batching.not_mapped else batching.moveaxis(x, d, 0))
-         for x, d, f in zip(ops, op_dims, inexact)]
-  op_dims = tuple(0 if f or d is not batching.not_mapped else batching.not_mapped
-                  for d, f in zip(op_dims, inexact))
+  ops = [batching.bdim_at_front(x, d, size) for x, d in zip(ops, op_dims)]
+  op_dims = (0,) * len(ops)
   selected = _memo_branches(_batch_cache, branches, ("select", op_dims, axis_data),
                             lambda: _select_branches(branches, axis_data, op_dims))
   results = []
   for i, (b, consts) in enumerate(selected):
     taken = elementwise.eq(index, np.int32(i))
-    ops_i = [_select_taken(taken, x) if f else x for x, f in zip(ops, inexact)]
+    ops_i = [_select_taken(taken, x) for x in ops]
     results.append(core.jaxpr_as_fun(b)(*consts, *ops_i))
   outs = []
   for cases in zip(*results):
