@@ -165,6 +165,7 @@ CASES = {
     "roots_leading_zeros": (lambda m: lambda p: m.roots(p, strip_zeros=False),
                             (np.array([0., 0., 1., -3., 2.], np.float32),)),
     "vander": (lambda m: m.vander, (V,)),
+    "vander_int": (lambda m: m.vander, (J,)),
     "vander_N": (lambda m: lambda x: m.vander(x, 3), (V,)),
     "vander_increasing": (lambda m: lambda x: m.vander(x, 5, increasing=True), (V,)),
     # -- the printing fixes below them
@@ -186,12 +187,7 @@ X64_CASES = ["unique_size", "unique_all_flags", "unique_float", "intersect1d_ind
 
 # Programs still printed differently from JAX, with the cause; values are checked all the
 # same.
-KNOWN_DIFFERENCES = {
-    "vander_int": ((lambda m: m.vander, (J,)),
-                   "integer `power` (ufuncs._integer_power) broadcasts both operands to the "
-                   "full shape and selects with `select_n`; JAX keeps the size-1 dimensions "
-                   "and selects with the jitted `_where`."),
-}
+KNOWN_DIFFERENCES: dict = {}
 
 _KNOWN = {k: v for k, (v, _) in KNOWN_DIFFERENCES.items()}
 # Programs printed as JAX's compute JAX's values (the primitives' values are tested on their

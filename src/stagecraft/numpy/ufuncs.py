@@ -396,16 +396,12 @@ def power(x: ArrayLike, y: ArrayLike, /) -> Array:
 def _integer_power(x, y):
   """JAX's integer power: binary exponentiation over the low 6 bits of y (any larger
   exponent overflows for |x| > 1), y's bits read as unsigned; 0 ** y is 0 for y != 0.
-  Strongly typed result."""
-  dt = dtype_of(x)
-  shape = broadcast_shapes(shape_of(x), shape_of(y))
-  x, y = broadcast_to_shape(x, shape), broadcast_to_shape(y, shape)
-  zero, one = np.zeros((), dt)[()], np.ones((), dt)[()]
-  full_of = lambda v: lax.broadcast_in_dim(v, shape, ())  # noqa: E731
-  acc = lax.select(lax.bitwise_and(lax.eq(x, zero), lax.ne(y, zero)), full_of(zero),
-                   full_of(one))
+  Strongly typed result. As JAX's, the operands keep their size-1 dimensions (lax's
+  elementwise operations broadcast them) and each step selects with the jitted `_where`."""
+  zero, one = np.zeros((), dtype_of(y)), np.ones((), dtype_of(y))
+  acc = _where(lax.bitwise_and(lax.eq(x, zero), lax.ne(y, zero)), zero, one)
   for _ in range(6):
-    acc = lax.select(lax.ne(lax.bitwise_and(y, one), zero), lax.mul(acc, x), acc)
+    acc = _where(lax.bitwise_and(y, one), lax.mul(acc, x), acc)
     x = lax.mul(x, x)
     y = lax.shift_right_logical(y, one)
   return acc
