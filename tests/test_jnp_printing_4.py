@@ -41,6 +41,11 @@ _METHODS = ("scan", "scan_unrolled", "sort", "compare_all")
 
 # name -> (m -> function, args); m is jax.numpy or stagecraft.numpy.
 CASES = {
+    "dot_weak": (lambda m: lambda: m.dot(m.asarray(2.0), 3.0), ()),
+    "take_along_axis_one_hot_broadcast": (
+        lambda m: lambda x, i: m.take_along_axis(x, i, axis=1, mode="one_hot"), (F[:1], IDX)),
+    "einsum_broadcast_size1": (lambda m: lambda x, y: m.einsum("bjk,bjk->bk", x, y),
+                               (F[:1, :, None], F[:, :, None] * 2)),
     **{f"searchsorted_{k}_{side}": (
         lambda m, k=k, side=side: lambda a, v: m.searchsorted(a, v, side=side, method=k),
         (S, Q)) for k in _METHODS for side in ("left", "right")},
@@ -173,12 +178,6 @@ X64_CASES = ["searchsorted_scan_left", "searchsorted_sort_right", "searchsorted_
 # Programs still printed differently from JAX, with the cause; values are checked all the
 # same.
 KNOWN_DIFFERENCES = {
-    "dot_weak": ((lambda m: lambda: m.dot(m.asarray(2.0), 3.0), ()),
-                 "stagecraft's dot_general of two weak operands is not weak (JAX's is), so "
-                 "a convert_element_type[weak_type=True] follows."),
-    "take_along_axis_one_hot_broadcast": (
-        (lambda m: lambda x, i: m.take_along_axis(x, i, axis=1, mode="one_hot"), (F[:1], IDX)),
-        "JAX's einsum squeezes the size-1 dimension of arr; stagecraft broadcasts it."),
 }
 
 globals().update(jnp_printing_tests(

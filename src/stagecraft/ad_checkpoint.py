@@ -556,11 +556,11 @@ def _remat_partial_eval(eqn, unknowns):
 
 core.def_closed_call(remat_p, "jaxpr")
 lowering.register_lowering(remat_p, _remat_lowering)
-# NB: the JVP and transpose of a checkpoint are checkpoints of the derived jaxprs, marked
-# differentiated (their lowering keeps the recomputation from being merged back).
-calls.CallRules(remat_p, "jaxpr", lambda params, what: (
-    {**params, "differentiated": True} if what in ("jvp", "transpose") else params)
-).register(partial_eval=False, dce=False)
+# NB: as JAX's, the JVP of a checkpoint is a checkpoint of the JVP jaxpr with the same
+# params; partial evaluation marks the staged (recomputing) side `differentiated`, whose
+# lowering keeps the recomputation from being merged back.
+calls.CallRules(remat_p, "jaxpr", lambda params, what: params).register(
+    partial_eval=False, dce=False)
 ad.partial_eval_rules[remat_p] = _remat_partial_eval
 
 _transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -609,7 +609,7 @@ def _remat_transpose(cts, *args, jaxpr: ClosedJaxpr, **params):
       lambda: _remat_transpose_jaxpr(jaxpr, undefined, ct_nonzeros))
   outs = remat_p.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
                       *[c for c in cts if type(c) is not ad.Zero],
-                      **{**params, "differentiated": True, "jaxpr": t_closed})
+                      **{**params, "jaxpr": t_closed})
   it = iter(outs)
   return [next(it) if u else None for u in undefined]
 

@@ -389,9 +389,9 @@ def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_
                              not isinstance(precision, (DotAlgorithm, DotAlgorithmPreset)))
   shape = (*lbs, *(lhs.shape[d] for d in _free_dims(lhs.ndim, lc, lb)),
            *(rhs.shape[d] for d in _free_dims(rhs.ndim, rc, rb)))
-  # NB: never weakly typed, as in JAX. The type's sharding: `out_sharding`, else the
-  # sharding rule's (run by core when an operand is split).
-  return ShapedArray(tuple(shape), dtype, False,
+  # NB: weakly typed when both operands are (JAX's standard weak type rule). The type's
+  # sharding: `out_sharding`, else the sharding rule's (run by core when an operand is split).
+  return ShapedArray(tuple(shape), dtype, lhs.weak_type and rhs.weak_type,
                      None if out_sharding is None else
                      sharding.type_sharding(out_sharding, len(shape)))
 
@@ -684,7 +684,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
   Returns:
     Array `T[*batch, *lhs_free, *rhs_free]`: the batch dimensions (sizes from `lhs`), then the
     remaining dimensions of `lhs`, then those of `rhs`, in order. T is the more precise of
-    A and B (see the module docstring), or `preferred_element_type`. Never weakly typed.
+    A and B (see the module docstring), or `preferred_element_type`. Weakly typed when both
+    operands are.
 
   Raises:
     TypeError: for out-of-range, repeated or overlapping dimensions, mismatched batch or

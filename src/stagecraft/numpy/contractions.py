@@ -294,8 +294,20 @@ def _einsum_unary(x, spec: str, out: str, pet):
   return lax.transpose(x, perm) if perm != tuple(range(len(perm))) else x
 
 
+def _squeeze_broadcast_dims(x, spec: str, other_shape: tuple, other_spec: str):
+  """`x` without its size-1 dimensions whose label has another size in the other operand
+  (they broadcast against it; JAX's einsum `filter_singleton_dims`), and their spec."""
+  drop = [i for i, c in enumerate(spec) if shape_of(x)[i] == 1 and c in other_spec
+          and other_shape[other_spec.index(c)] != 1]
+  if not drop:
+    return x, spec
+  return lax.squeeze(x, drop), "".join(c for i, c in enumerate(spec) if i not in drop)
+
+
 def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_element_type,
                    dot_general: Callable[..., Any] = lax.dot_general):
+  a, sa = _squeeze_broadcast_dims(a, sa, shape_of(b), sb)
+  b, sb = _squeeze_broadcast_dims(b, sb, shape_of(a), sa)
   a, sa = _sum_uniques(a, sa, set(sb) | set(out), preferred_element_type)
   b, sb = _sum_uniques(b, sb, set(sa) | set(out), preferred_element_type)
   a, sa = _sum_repeats(a, sa, out + sb, preferred_element_type)

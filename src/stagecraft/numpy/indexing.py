@@ -20,6 +20,7 @@ of size 0 raise IndexError.
 from __future__ import annotations
 
 import operator
+import string
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -29,7 +30,7 @@ from stagecraft.indexing import Slice as ds_Slice
 from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.core import Tracer
-from stagecraft.numpy import array_constructors, reductions, ufuncs
+from stagecraft.numpy import array_constructors, contractions, reductions, ufuncs
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import arange, ones_like, zeros
 from stagecraft.numpy.manipulation import (atleast_1d, broadcast_shapes, broadcast_to, concatenate,
@@ -969,7 +970,7 @@ def _take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
     indices = lax.convert_element_type(indices, idt)
     indices = lax.select(indices < 0, lax.add(indices, np.asarray(axis_size, idt)), indices)
   if mode == "one_hot":
-    return _take_one_hot(a, indices, axis, out_shape)
+    return _take_one_hot(a, indices, axis)
   index_dims = [i for i, d in enumerate(idx_shape) if i == axis or d != 1]
   gather_index_shape = tuple(out_shape[i] for i in index_dims) + (1,)
   gather_indices = lax.reshape(indices, gather_index_shape)
@@ -1016,30 +1017,22 @@ def _one_hot(x, num_classes: int):
   return lax.eq(lhs, rhs)
 
 
-def _take_one_hot(a, indices, axis: int, out_shape):
-  """`take_along_axis(..., mode='one_hot')`: a contraction of the one-hot encoding of the
-  (wrapped) indices with `a` along `axis` (JAX's einsum `'...yz,...z->...y'`, here one
-  `dot_general` over the other axes as batch dimensions, `Precision.HIGHEST` for rank > 1);
-  out-of-range indices give 0."""
-  n = a.shape[axis]
-  hot = _one_hot(indices, n)
-  nd = a.ndim
-  if nd == 1:
-    return lax.dot_general(hot, a, (((1,), (0,)), ((), ())), preferred_element_type=a.dtype)
-  if indices.shape != out_shape:
-    hot = broadcast_to(hot, (*out_shape, n))
-  a_shape = out_shape[:axis] + (n,) + out_shape[axis + 1:]
-  if a.shape != a_shape:
-    a = broadcast_to(a, a_shape)
-  pre, post = tuple(range(axis)), tuple(range(axis + 1, nd))
-  hp = lax.Precision.HIGHEST
-  if not post:
-    return lax.dot_general(hot, a, (((nd,), (axis,)), (pre, pre)), precision=(hp, hp),
-                           preferred_element_type=a.dtype)
-  out = lax.dot_general(a, hot, (((axis,), (nd,)), (pre + post, pre + post)),
-                        precision=(hp, hp), preferred_element_type=a.dtype)
-  # dot_general gives [*pre, *post, y]; the result is [*pre, y, *post].
-  return lax.transpose(out, (*pre, nd - 1, *range(axis, nd - 1)))
+def _take_one_hot(a, indices, axis: int):
+  """`take_along_axis(..., mode='one_hot')`: the one-hot encoding of the (wrapped) indices
+  contracted with `a` along `axis` by `einsum`, as JAX's (`'...b,b->...'` for a 1-D `a`,
+  else `'<pre>y...z,<pre>z...-><pre>y...'` at `Precision.HIGHEST`); out-of-range indices
+  give 0.
+
+  Raises:
+    ValueError: for more than 50 dimensions before `axis` (JAX's message)."""
+  hot = _one_hot(indices, a.shape[axis])
+  if a.ndim == 1:
+    return contractions.einsum("...b,b->...", hot, a, preferred_element_type=a.dtype)
+  if axis > len(string.ascii_letters) - 2:
+    raise ValueError("One Hot indexing is only supported for up to 50 leading dimensions.")
+  pre = string.ascii_letters[:axis]
+  return contractions.einsum(f"{pre}y...z,{pre}z...->{pre}y...", hot, a,
+                             precision=lax.Precision.HIGHEST, preferred_element_type=a.dtype)
 
 
 def take_axis(x, idx, axis: int):
