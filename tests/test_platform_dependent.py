@@ -172,6 +172,19 @@ def test_lowering_keeps_the_platform_branch_only():
     assert f"stablehlo.{op}" in module and f"stablehlo.{absent}" not in module, platform
 
 
+@pytest.mark.parametrize("platform", ["cuda", "rocm", "cpu"])
+def test_export_picks_the_branch_of_the_named_gpu_platform_as_jax(platform):
+  """`rocm` and `cuda` are distinct lowering platforms (JAX's): each gets its own branch."""
+  def prog(L):
+    return lambda x: L.platform_dependent(x, cpu=lambda v: v + 1, cuda=lambda v: v * 2,
+                                          rocm=lambda v: v * 3)
+  ours = export.export(sc.jit(prog(lax)), platforms=[platform])(np.float32(1)).mlir_module()
+  theirs = jax.export.export(jax.jit(prog(jlax)), platforms=[platform])(
+      np.float32(1)).mlir_module()
+  for c in ("1.000000e+00", "2.000000e+00", "3.000000e+00"):
+    assert (c in ours) == (c in theirs), (platform, c)
+
+
 def test_lowering_with_a_derived_cond_and_its_values():
   # The conds grad derives (known and tangent halves) keep branches_platforms, so they also
   # lower to the CPU branch: d/dx (x*x + 1) = 2x.

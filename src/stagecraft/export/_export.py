@@ -281,7 +281,9 @@ def _canonical_platform(device) -> str:
 
 
 def _lowering_platform(platform: str) -> str:
-  return "gpu" if platform in ("cuda", "rocm") else platform
+  # NB: JAX's lowering platform names (`cuda`, `rocm`; not PJRT's `gpu`): platform-dependent
+  # code picks the branch of the exact platform.
+  return platform
 
 
 # Custom call targets with a stability guarantee (LAPACK/cuSOLVER kernels, partitioner

@@ -226,6 +226,8 @@ _rules: dict[core.Primitive, dict[str | None, Callable]] = {}
 
 def _select(prim: core.Primitive, platform: str) -> Callable | None:
   rules = _rules[prim]
+  if platform in ("cuda", "rocm"):   # a module lowered for a named GPU platform (export)
+    return rules.get(platform, rules.get("gpu", rules.get(None)))
   for name, runs_on in _PLATFORMS.items():
     if runs_on == platform and name in rules:
       return rules[name]
