@@ -247,3 +247,28 @@ def jnp_printing_tests(cases: dict, x64_cases, known: dict | None = None, *,
            (x64_value_cases, test_values_like_jax_x64), (grad_cases, test_grad_like_jax),
            (known, test_known_difference_still_differs)]
   return {t.__name__: t for which, t in tests if which}
+
+
+def jnp_error_tests(cases: dict, message_cases=(), *, either_type: bool = False) -> dict:
+  """`test_errors_like_jax` for a module to add with `globals().update(...)`: each of `cases`
+  (name -> f, where `f(np_module)` raises) raises under stagecraft.numpy what it raises under
+  jax.numpy: an instance of JAX's exception type (`either_type`: either type a subclass of
+  the other) and, for `message_cases`, the same message (up to the traceback note after
+  a `---` line)."""
+  import jax.numpy as jjnp
+  import stagecraft.numpy as snp
+  first = lambda e: str(e).split("\n---")[0]  # noqa: E731
+
+  @pytest.mark.parametrize("name", sorted(cases))
+  def test_errors_like_jax(name):
+    with pytest.raises(Exception) as want:
+      cases[name](jjnp)
+    with pytest.raises(Exception) as got:
+      cases[name](snp)
+    g, w = got.value, want.value
+    assert isinstance(g, type(w)) or (either_type and isinstance(w, type(g))), (
+        name, repr(g), repr(w))
+    if name in message_cases:
+      assert first(g) == first(w)
+
+  return {"test_errors_like_jax": test_errors_like_jax}
