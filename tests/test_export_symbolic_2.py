@@ -47,6 +47,24 @@ def test_max_min_expressions_as_jax(expr):
     assert shape_poly.parse_dim(str(got), got.scope) == got
 
 
+# JAX's syntactic term order: by size (an operation counts its operands), then names.
+ORDER_EXPRS = [
+    lambda a, b, c: a % 3 + a * b, lambda a, b, c: c * c * a + b * b * b,
+    lambda a, b, c: (a // 2) * (b % 3) + c, lambda a, b, c: a * (b // 2) + 5 * c - 1,
+    lambda a, b, c: (a + b) // 3 + (c + 1) % 2 + a * b * c,
+    lambda a, b, c: c * b * a * a + a * a * a * b, lambda a, b, c: (a * b) // 4 + a,
+    lambda a, b, c: a * c + b * c + a * b, lambda a, b, c: b * (c // 2) * (a % 2),
+    lambda a, b, c: (2 * a) // 3 - (b // 2), lambda a, b, c: 3 * a + 2 * b + c + 7]
+
+
+@pytest.mark.parametrize("i", range(len(ORDER_EXPRS)))
+def test_term_order_as_jax(i):
+  got = ORDER_EXPRS[i](*shape_poly.symbolic_shape("a, b, c"))
+  want = ORDER_EXPRS[i](*jexport.symbolic_shape("a, b, c"))
+  assert str(got) == str(want)
+  assert shape_poly.parse_dim(str(got), got.scope) == got
+
+
 MINMAX_CMPS = ["MX(b, 3) >= 3", "MX(b, 3) >= b", "MN(b, 3) <= 3", "MN(b, 3) >= 1",
                "MX(b, 3) >= 4", "b - MX(0, b - 2) >= 1", "MN(a, b) <= a", "MX(a, b) >= a + 1",
                "MN(b, 3) - 1 >= 0", "MN(b, 3) >= 2", "b - MX(0, b - 2) <= 2",

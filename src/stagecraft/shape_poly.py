@@ -18,6 +18,7 @@ arithmetic (Moore, "Interval Analysis", 1966) with every variable in [1, inf).
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -130,17 +131,73 @@ dimension_as_value_hook: Callable | None = None
 # An expression is a tuple of (term, coefficient), sorted as JAX prints them.
 
 
-def _factor_key(f) -> tuple:
+# JAX's syntactic order (its `_syntactic_cmp`s): by size first, where a variable has size 1,
+# an operation 1 + its operands' sizes (an int operand 1), a term the sum over its factors of
+# 1 + power * size, an expression the sum over its terms of 1 + |coefficient| * size; then
+# variable names, operation names, and the operands or factors or terms in order. A term's
+# factors are in increasing order, an expression's terms in decreasing order (the constant
+# term, of size 0, last).
+
+
+def _cmp(a, b) -> int:
+  return (a > b) - (a < b)
+
+
+def _cmp_seq(s1, s2, cmp) -> int:
+  for e1, e2 in zip(s1, s2):
+    if c := cmp(e1, e2):
+      return c
+  return _cmp(len(s1), len(s2))
+
+
+def _operand_terms(o) -> tuple:
+  return o._terms if isinstance(o, _DimExpr) else (((), o),)
+
+
+def _factor_size(f) -> int:
   if f[0] == "var":
-    return (0, f[1])
-  if f[0] in ("max", "min"):
-    return (1, f[0], str(f[1]), str(f[2]))
-  return (1, f[0], str(f[1]), f[2])
+    return 1
+  return 1 + sum(_terms_size(_operand_terms(o)) for o in f[1:])
 
 
-def _term_key(t) -> tuple:
-  deg = sum(p for _, p in t)
-  return (deg, len(t), tuple((_factor_key(f), p) for f, p in t))
+def _term_size(t) -> int:
+  return sum(1 + p * _factor_size(f) for f, p in t)
+
+
+def _terms_size(terms) -> int:
+  return sum(1 + abs(k) * _term_size(t) for t, k in terms)
+
+
+def _factor_cmp(a, b) -> int:
+  if c := _cmp(_factor_size(a), _factor_size(b)):
+    return c
+  if a[0] == "var":
+    return _cmp(a[1], b[1])
+  if c := _cmp(a[0], b[0]):
+    return c
+  return _cmp_seq([_operand_terms(o) for o in a[1:]], [_operand_terms(o) for o in b[1:]],
+                  _terms_cmp)
+
+
+def _factor_power_cmp(fp1, fp2) -> int:
+  return _factor_cmp(fp1[0], fp2[0]) or _cmp(fp1[1], fp2[1])
+
+
+def _term_cmp(t1, t2) -> int:
+  return _cmp(_term_size(t1), _term_size(t2)) or _cmp_seq(t1, t2, _factor_power_cmp)
+
+
+def _term_coeff_cmp(tk1, tk2) -> int:
+  return _term_cmp(tk1[0], tk2[0]) or _cmp(tk1[1], tk2[1])
+
+
+def _terms_cmp(terms1, terms2) -> int:
+  return (_cmp(_terms_size(terms1), _terms_size(terms2))
+          or _cmp_seq(terms1, terms2, _term_coeff_cmp))
+
+
+def _sorted_factors(factor_powers) -> tuple:
+  return tuple(sorted(factor_powers, key=functools.cmp_to_key(_factor_power_cmp)))
 
 
 def _factor_str(f) -> str:
@@ -164,7 +221,7 @@ class _DimExpr:
 
   def __init__(self, terms: Mapping, scope: SymbolicScope):
     self._terms = tuple(sorted(((t, k) for t, k in terms.items() if k != 0),
-                               key=lambda tk: _term_key(tk[0]), reverse=True))
+                               key=functools.cmp_to_key(_term_coeff_cmp), reverse=True))
     self._scope = scope
     self._hash = hash(self._terms)
 
@@ -624,7 +681,7 @@ def _mul_terms(t1, t2):
   d = dict(t1)
   for f, p in t2:
     d[f] = d.get(f, 0) + p
-  return tuple(sorted(d.items(), key=lambda fp: _factor_key(fp[0])))
+  return _sorted_factors(d.items())
 
 
 def _div_term(t, dt):
@@ -633,7 +690,7 @@ def _div_term(t, dt):
     if d.get(f, 0) < p:
       return None
     d[f] -= p
-  return tuple(sorted(((f, p) for f, p in d.items() if p), key=lambda fp: _factor_key(fp[0])))
+  return _sorted_factors((f, p) for f, p in d.items() if p)
 
 
 def _operand_bounds(o) -> tuple:
