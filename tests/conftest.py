@@ -1,13 +1,7 @@
 import os
 
 # Several CPU devices for the multi-device tests; must be set before the backend starts.
-# LLVM's optimizations are off for the suite's (small, run-once) programs: compiling is most
-# of their cost, and both stagecraft and the JAX oracles run under the same flags (XLA
-# keeps IEEE semantics at every level: no fast math).
-_FLAGS = {"--xla_force_host_platform_device_count": "4", "--xla_backend_optimization_level": "0"}
-os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", "")]
-    + [f"{k}={v}" for k, v in _FLAGS.items() if k not in os.environ.get("XLA_FLAGS", "")]).strip()
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

@@ -384,7 +384,12 @@ def test_dot_and_batch_matmul():
   p, q = rng.standard_normal((2, 3, 4)).astype(f32), rng.standard_normal((2, 4, 5)).astype(f32)
   np.testing.assert_allclose(np.asarray(lax.batch_matmul(p, q)), p @ q, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(lax.dot_general(2.0, 3.0, (((), ()), ((), ())))), 6.0)
-  assert not lax.dot_general(2.0, 3.0, (((), ()), ((), ()))).weak_type
+  # Weakly typed when both operands are (JAX 0.10's rule), strongly typed otherwise.
+  for l, r in [(2.0, 3.0), (np.float32(2.0), 3.0), (np.ones(2, f32), 3.0)]:
+    ours = lax.dot_general(l, r, (((), ()), ((), ())))
+    theirs = jax.lax.dot_general(l, r, (((), ()), ((), ())))
+    assert ours.weak_type == theirs.weak_type and ours.dtype == theirs.dtype
+  assert lax.dot_general(2.0, 3.0, (((), ()), ((), ()))).weak_type
   with pytest.raises(ValueError, match=r"dimension_numbers must be specified when not "
                      r"performing simple un-batched .* got lhs_shape=\(2, 3, 4\) "
                      r"rhs_shape=\(4, 5\)"):

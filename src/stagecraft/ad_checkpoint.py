@@ -615,7 +615,9 @@ def _remat_transpose(cts, *args, jaxpr: ClosedJaxpr, **params):
 
 
 ad.primitive_transposes[remat_p] = _remat_transpose
-# Printed as JAX prints it: params sorted by name (the default).
+# Printed as JAX prints it: params sorted by name, a policy by its str (addresses masked).
+core.pp_eqn_rules[remat_p] = lambda eqn, context: sorted(
+    {**eqn.params, "policy": core.pp_masked_str(eqn.params["policy"])}.items())
 
 
 def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,

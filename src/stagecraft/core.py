@@ -950,11 +950,18 @@ def _pp_param_value(v: Any, context: JaxprPpContext):
     return _text(np.dtype(v).name)
   if isinstance(v, frozenset):
     return _text(f"frozenset({{{', '.join(repr(e) for e in sorted(v))}}})")
-  # As JAX's: any other value by its str, with addresses masked (`<function f at 0xXXXX>`).
-  return _text(_ADDRESS.sub(lambda m: " at 0x" + "X" * len(m.group(1)), str(v)))
+  if callable(v) and hasattr(v, "__name__"):
+    return _text(v.__name__)
+  return _text(str(v))
 
 
 _ADDRESS = re.compile(r" at 0x([0-9a-fA-F]+)")
+
+
+def pp_masked_str(v: Any) -> str:
+  """`str(v)` with addresses masked (`<function f at 0xXXXXXXXXXXXX>`), as JAX prints a
+  param it has no rule for."""
+  return _ADDRESS.sub(lambda m: " at 0x" + "X" * len(m.group(1)), str(v))
 
 
 def _pp_params(eqn: JaxprEqn, context: JaxprPpContext) -> Sequence[tuple[str, Any]]:
