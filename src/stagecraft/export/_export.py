@@ -969,15 +969,13 @@ def _sym_scan(fb, eqn, *args):
   return [*carry, *ys]
 
 
-def _sym_cumulative(fb, eqn, x):
-  """cumsum/cumprod/cummax/cummin/cumlogsumexp as their ordinary lowering's reduce_window
-  (a window over the whole axis, padded before it), written as the
-  `stablehlo.dynamic_reduce_window` custom call, whose window and padding are operands
-  (made static by the refinement of a call), as JAX's modules do."""
-  rule = lowering.lowering_rule(eqn.primitive)
-  op, identity = rule.args   # NB: partial(cumulative._cumred_lowering, op, identity)
+def _dynamic_reduce_window(fb, eqn, x, op, identity, *, window_dimensions, window_strides,
+                           padding, base_dilation, window_dilation):
+  """A `stablehlo.dynamic_reduce_window` custom call of `x` (`eqn`'s operand) from
+  `identity(dtype)`, whose reducer applies `op` (a StableHLO op name, or a lowering
+  callable `op(ctx, a, b, aval)`): window, strides, dilations and padding are operands, which
+  may be symbolic (the refinement of a call makes them static), as in JAX's modules."""
   aval = eqn.invars[0].aval
-  axis, reverse = eqn.params["axis"], eqn.params["reverse"]
   scalar = ShapedArray((), aval.dtype)
   module = fb.module
   body_name = module.unique_func_name(f"{eqn.primitive.name}_window_body")
@@ -991,22 +989,49 @@ def _sym_cumulative(fb, eqn, x):
   module.funcs.append(
       f"  func.func private @{body_name}(%arg0: {st}, %arg1: {st}) -> ({st}) {{\n"
       + "".join(f"    {ln}\n" for ln in bfb.lines) + f"    return {out} : {st}\n  }}")
-  n, nd = aval.shape[axis], aval.ndim
-  window = _shape_value(fb, tuple(n if d == axis else 1 for d in range(nd)))
-  ones = _shape_value(fb, (1,) * nd)
-  pads = [p for d in range(nd) for p in (((0, n - 1) if reverse else (n - 1, 0))
-                                          if d == axis else (0, 0))]
+  nd = aval.ndim
+  vectors = [_shape_value(fb, tuple(v)) for v in (window_dimensions, window_strides,
+                                                  base_dilation, window_dilation)]
   pad = fb.fresh()
-  _emit(fb, f"{pad} = stablehlo.reshape {_shape_value(fb, pads)} : (tensor<{2 * nd}xi64>) -> "
-            f"tensor<{nd}x2xi64>")
+  _emit(fb, f"{pad} = stablehlo.reshape {_shape_value(fb, [v for p in padding for v in p])} : "
+            f"(tensor<{2 * nd}xi64>) -> tensor<{nd}x2xi64>")
   init = lowering.constant(fb, np.asarray(identity(aval.dtype)), scalar)
   r = fb.fresh()
   vec = f"tensor<{nd}xi64>"
   _emit(fb, f"{r} = stablehlo.custom_call @stablehlo.dynamic_reduce_window({x}, {init}, "
-            f"{window}, {ones}, {ones}, {ones}, {pad}) {{called_computations = [@{body_name}]}}"
+            f"{', '.join(vectors)}, {pad}) {{called_computations = [@{body_name}]}}"
             f" : ({_dyn_type(aval)}, {st}, {vec}, {vec}, {vec}, {vec}, tensor<{nd}x2xi64>) -> "
             f"{_dyn_type(eqn.outvars[0].aval)}")
   return [r]
+
+
+def _sym_cumulative(fb, eqn, x):
+  """cumsum/cumprod/cummax/cummin/cumlogsumexp as their ordinary lowering's reduce_window
+  (a window over the whole axis, padded before it), written as the
+  `stablehlo.dynamic_reduce_window` custom call, as JAX's modules do."""
+  rule = lowering.lowering_rule(eqn.primitive)
+  op, identity = rule.args   # NB: partial(cumulative._cumred_lowering, op, identity)
+  aval = eqn.invars[0].aval
+  axis, reverse = eqn.params["axis"], eqn.params["reverse"]
+  n, nd = aval.shape[axis], aval.ndim
+  ones = (1,) * nd
+  pads = [((0, n - 1) if reverse else (n - 1, 0)) if d == axis else (0, 0) for d in range(nd)]
+  return _dynamic_reduce_window(
+      fb, eqn, x, op, identity, window_dimensions=[n if d == axis else 1 for d in range(nd)],
+      window_strides=ones, padding=pads, base_dilation=ones, window_dilation=ones)
+
+
+def _sym_reduce_window(fb, eqn, x):
+  """reduce_window_{sum,max,min}: with constant params, the ordinary `stablehlo.reduce_window`
+  on dynamic types; with symbolic padding (`SAME` on a symbolic axis), the
+  `stablehlo.dynamic_reduce_window` custom call, as JAX's."""
+  p = eqn.params
+  if all(shape_poly.is_constant_shape(v) for v in p["padding"]):
+    return _sym_static_attrs(fb, eqn, x)
+  op, identity = lowering.lowering_rule(eqn.primitive).args
+  if eqn.invars[0].aval.dtype == np.dtype(bool):   # as the ordinary lowering
+    op = {"stablehlo.maximum": "stablehlo.or", "stablehlo.minimum": "stablehlo.and"}.get(op, op)
+  return _dynamic_reduce_window(fb, eqn, x, op, identity, **p)
 
 
 def _sym_pad(fb, eqn, x, padding_value):
@@ -1044,6 +1069,61 @@ def _sym_static_attrs(fb, eqn, *operands):
     fb.eqn = saved
 
 
+def _sym_conv(fb, eqn, lhs, rhs):
+  """conv_general_dilated: with constant padding, the ordinary `stablehlo.convolution` on
+  dynamic types; with symbolic padding (`SAME` on a symbolic spatial axis), a
+  `stablehlo.dynamic_conv` whose padding is an operand, as JAX's."""
+  from stagecraft.lax.conv import _conv_dims_text, precision_config
+  p = eqn.params
+  if all(shape_poly.is_constant_shape(v) for v in p["padding"]):
+    return _sym_static_attrs(fb, eqn, lhs, rhs)
+  n = len(p["padding"])
+  pad = fb.fresh()
+  _emit(fb, f"{pad} = stablehlo.reshape "
+            f"{_shape_value(fb, [v for lo_hi in p['padding'] for v in lo_hi])} : "
+            f"(tensor<{2 * n}xi64>) -> tensor<{n}x2xi64>")
+  prec = precision_config(p["precision"])
+  ints = lambda v: f"array<i64{': ' if v else ''}{', '.join(map(str, v))}>"
+  attrs = (f"batch_group_count = {p['batch_group_count']} : i64, dimension_numbers = "
+           f"#stablehlo.conv<{_conv_dims_text(p['dimension_numbers'])}>, "
+           f"feature_group_count = {p['feature_group_count']} : i64, lhs_dilation = "
+           f"{ints(p['lhs_dilation'])}, precision_config = [#stablehlo<precision "
+           f"{prec[0].name}>, #stablehlo<precision {prec[1].name}>], rhs_dilation = "
+           f"{ints(p['rhs_dilation'])}, window_strides = {ints(p['window_strides'])}")
+  lhs_aval, rhs_aval = (v.aval for v in eqn.invars)
+  r = fb.fresh()
+  _emit(fb, f'{r} = "stablehlo.dynamic_conv"({lhs}, {rhs}, {pad}) <{{{attrs}}}> : '
+            f"({_dyn_type(lhs_aval)}, {_dyn_type(rhs_aval)}, tensor<{n}x2xi64>) -> "
+            f"{_dyn_type(eqn.outvars[0].aval)}")
+  return [r]
+
+
+def _sym_select_and_scatter_add(fb, eqn, source, operand):
+  """select_and_scatter_add (the derivative of a max/min pooling) as its ordinary lowering
+  does it: the operand padded with the select's identity, `stablehlo.select_and_scatter`
+  without padding (static attributes, dynamic types), the padding sliced off; the pad and
+  the slice may be symbolic."""
+  from stagecraft.lax import windowed
+  from stagecraft.lax.reduction import max_identity, min_identity
+  p = eqn.params
+  padding = p["padding"]
+  if all(type(v) is int and v == 0 for lo_hi in padding for v in lo_hi):
+    return _sym_static_attrs(fb, eqn, source, operand)
+
+  def fun(source, operand):
+    aval = core.get_aval(operand)
+    identity = (max_identity if p["select_prim"] is lax.ge_p else min_identity)(aval.dtype)
+    padded = lax.pad(operand, np.asarray(identity, aval.dtype)[()],
+                     [(lo, hi, 0) for lo, hi in padding])
+    out = windowed.select_and_scatter_add_p.bind(
+        source, padded, select_prim=p["select_prim"],
+        window_dimensions=p["window_dimensions"], window_strides=p["window_strides"],
+        padding=((0, 0),) * aval.ndim)
+    return [lax.slice(out, [lo for lo, _ in padding],
+                      [lo + d for (lo, _), d in zip(padding, aval.shape)])]
+  return _lower_fun(fb, fun, eqn, [source, operand])
+
+
 def _sym_fft(fb, eqn, x):
   if not shape_poly.is_constant_shape(eqn.params["fft_lengths"]):
     raise NotImplementedError("Shape polymorphism for FFT with non-constant fft_length is "
@@ -1060,9 +1140,11 @@ _SYMBOLIC_RULES = {"broadcast_in_dim": _sym_broadcast_in_dim, "reshape": _sym_re
                    "cummax": _sym_cumulative, "cummin": _sym_cumulative,
                    "cumlogsumexp": _sym_cumulative, "pad": _sym_pad,
                    "stack": _sym_stack, "fft": _sym_fft, "split": _sym_split,
-                   "reduce_window_sum": _sym_static_attrs,
-                   "reduce_window_max": _sym_static_attrs,
-                   "reduce_window_min": _sym_static_attrs}
+                   "reduce_window_sum": _sym_reduce_window,
+                   "reduce_window_max": _sym_reduce_window,
+                   "reduce_window_min": _sym_reduce_window,
+                   "conv_general_dilated": _sym_conv,
+                   "select_and_scatter_add": _sym_select_and_scatter_add}
 
 #: Primitives whose ordinary lowering rules depend on their operands' types only, so they
 #: lower unchanged with dynamic types (elementwise operations, reductions, contractions,

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Sequence, Union
 
 import numpy as np
 
-from stagecraft import dtypes
+from stagecraft import dtypes, shape_poly
 from stagecraft.core import Primitive, ShapedArray, get_aval
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
@@ -169,15 +169,17 @@ def padtype_to_pads(in_shape: Sequence[int], window_shape: Sequence[int],
     return [(0, 0)] * len(in_shape)
   pads = []
   for d, w, s in zip(in_shape, window_shape, window_strides):
-    out = -(-int(d) // int(s))
-    total = max((out - 1) * int(s) + int(w) - int(d), 0)
+    d, w, s = (v if shape_poly.is_symbolic_dim(v) else int(v) for v in (d, w, s))
+    out = -((-d) // s)
+    # NB: max_dim, so that a symbolic size (export) gives symbolic pads, as JAX's
+    total = shape_poly.max_dim((out - 1) * s + w - d, 0)
     small, big = total // 2, total - total // 2
     pads.append((small, big) if kind == "SAME" else (big, small))
   return pads
 
 
 def _dilate_dim(d: int, r: int) -> int:
-  return d if r == 1 else max(0, 1 + r * (d - 1))
+  return d if r == 1 else shape_poly.max_dim(0, 1 + r * (d - 1))
 
 
 def _dilate_shape(shape: Sequence[int], dilation: Sequence[int]) -> tuple[int, ...]:
@@ -202,13 +204,15 @@ def conv_shape_tuple(lhs_shape, rhs_shape, strides, pads, batch_group_count=1
     raise TypeError(f"Wrong number of explicit pads for convolution: expected "
                     f"{len(lhs_shape) - 2}, got {len(pads)}.")
   padded = [d + lo + hi for d, (lo, hi) in zip(lhs_shape[2:], pads)]
-  if any(d < 0 for d in padded):
+  if any(not shape_poly.is_symbolic_dim(d) and d < 0 for d in padded):
     raise ValueError(f"Negative padding is larger than the size of the corresponding "
                      f"dimension: got padding={tuple(map(tuple, pads))} for "
                      f"lhs_shape[2:]={tuple(lhs_shape[2:])}")
-  out_space = tuple(max(0, (d - k) // s + 1) for d, k, s in zip(padded, rhs_shape[2:], strides))
+  # NB: max_dim, as JAX's `core.stride_dim`, for a symbolic size (export)
+  out_space = tuple(shape_poly.max_dim((d - k) // s + 1, 0)
+                    for d, k, s in zip(padded, rhs_shape[2:], strides))
   n = lhs_shape[0] // batch_group_count if batch_group_count > 1 else lhs_shape[0]
-  return (int(n), int(rhs_shape[0]), *map(int, out_space))
+  return (_dim(n), _dim(rhs_shape[0]), *map(_dim, out_space))
 
 
 def _take(shape, perm):
@@ -452,7 +456,12 @@ def conv_general_vjp_lhs_padding(in_shape, window_dimensions, window_strides, ou
   out_dilated = _dilate_shape(out_shape, window_strides)
   before = [r - lo - 1 for r, (lo, _) in zip(rhs_dilated, padding)]
   after = [l + r - 1 - o - b for l, r, o, b in zip(lhs_dilated, rhs_dilated, out_dilated, before)]
-  return tuple((int(b), int(a)) for b, a in zip(before, after))
+  return tuple((_dim(b), _dim(a)) for b, a in zip(before, after))
+
+
+def _dim(d):
+  """`d` as an int, or the symbolic dimension it is (export)."""
+  return d if shape_poly.is_symbolic_dim(d) else int(d)
 
 
 def _conv_general_vjp_rhs_padding(in_shape, window_dimensions, window_strides, out_shape,
@@ -698,7 +707,7 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
     else:
       k = [_dilate_dim(d, r) for d, r in zip(_take(rhs_shape, dnums.rhs_spec)[2:], rhs_dilation)]
       pads = padtype_to_pads(_take(lhs_shape, dnums.lhs_spec)[2:], k, window_strides, padding)
-    padding = tuple((int(lo), int(hi)) for lo, hi in pads)
+    padding = tuple((_dim(lo), _dim(hi)) for lo, hi in pads)
   else:
     try:
       padding = tuple((operator.index(lo), operator.index(hi)) for lo, hi in padding)

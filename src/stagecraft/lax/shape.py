@@ -1064,6 +1064,14 @@ def unstack(x: Any, axis: int = 0) -> tuple[Any, ...]:
 pad_p = Primitive("pad")
 
 
+def _surely_nonnegative(d) -> bool:
+  """`d >= 0`; True for a symbolic size whose sign its bounds cannot decide (export)."""
+  try:
+    return d >= 0
+  except InconclusiveDimensionOperation:
+    return True
+
+
 def _pad_abstract_eval(operand, padding_value, *, padding_config):
   if operand.dtype != padding_value.dtype:
     raise TypeError(f"pad operand and padding_value must be same dtype: got "
@@ -1074,7 +1082,8 @@ def _pad_abstract_eval(operand, padding_value, *, padding_config):
     raise ValueError(f"length of padding_config must equal the number of axes of operand, got "
                      f"padding_config {padding_config} for operand shape {operand.shape}.")
   if not all(type(c) is tuple and len(c) == 3
-             and all(type(v) is int or isinstance(v, np.integer) for v in c)
+             and all(type(v) is int or isinstance(v, np.integer)
+                     or shape_poly.is_symbolic_dim(v) for v in c)
              for c in padding_config):
     raise TypeError(f"padding_config must be a tuple of (lo, hi, interior) int triples, got "
                     f"{padding_config}.")
@@ -1083,7 +1092,7 @@ def _pad_abstract_eval(operand, padding_value, *, padding_config):
                      f"padding_config {padding_config}.")
   shape = tuple(lo + hi + (0 if d == 0 else d + (d - 1) * i)
                 for (lo, hi, i), d in zip(padding_config, operand.shape))
-  if not all(d >= 0 for d in shape):
+  if not all(_surely_nonnegative(d) for d in shape):
     raise ValueError(f"Dimension size after padding is not at least 0, got result shape "
                      f"{shape}, for padding_config {padding_config} and operand shape "
                      f"{operand.shape}.")
@@ -1175,8 +1184,10 @@ def pad(operand: Any, padding_value: Any, padding_config: Sequence[Sequence[int]
   """
   try:
     # NB: NumPy integers are kept (JAX prints them: `np.int64(1)`), other indices converted
-    config = tuple(tuple(v if isinstance(v, (int, np.integer)) else operator.index(v)
-                         for v in (lo, hi, i)) for lo, hi, i in padding_config)
+    # and symbolic dimensions (export) stay expressions
+    config = tuple(tuple(v if isinstance(v, (int, np.integer)) or shape_poly.is_symbolic_dim(v)
+                         else operator.index(v) for v in (lo, hi, i))
+                   for lo, hi, i in padding_config)
   except (TypeError, ValueError) as e:
     raise TypeError(f"pad padding_config must be a sequence of (lo, hi, interior) integer "
                     f"triples, got {padding_config!r}.") from e

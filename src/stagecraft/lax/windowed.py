@@ -54,7 +54,8 @@ def _check_window_params(name, operand, window_dimensions, window_strides, paddi
     if arg != "window_dimensions" and not all(v >= 1 for v in value):
       raise TypeError(f"{name} {arg} must be positive, got {value}.")
   if type(padding) is not tuple or len(padding) != operand.ndim or not all(
-      type(p) is tuple and len(p) == 2 and all(type(v) is int for v in p) for p in padding):
+      type(p) is tuple and len(p) == 2
+      and all(type(v) is int or shape_poly.is_symbolic_dim(v) for v in p) for p in padding):
     raise TypeError(f"{name} padding must be a tuple of one (lo, hi) pair of ints per operand "
                     f"dimension, got {padding!r} for operand shape {operand.shape}. Call "
                     f"lax.reduce_window, which normalizes it.")
@@ -65,7 +66,7 @@ def _window_out_shape(operand_shape, window_dimensions, window_strides, padding,
   shape = _dilate_shape(operand_shape, base_dilation)
   window = _dilate_shape(window_dimensions, window_dilation)
   padded = [d + lo + hi for d, (lo, hi) in zip(shape, padding)]
-  if any(p < 0 for p in padded):
+  if any(not shape_poly.is_symbolic_dim(p) and p < 0 for p in padded):
     raise TypeError(f"reduce_window padding {padding} makes a negative dimension for operand "
                     f"shape {tuple(operand_shape)}.")
   # NB: max_dim, as JAX's `core.stride_dim`: `max(b - 2, 0)` for a symbolic size (export)
@@ -229,13 +230,10 @@ def _window_params(name, operand, window_dimensions, window_strides, padding, ba
   if isinstance(padding, str):
     shape = _dilate_shape(core.get_aval(operand).shape, base_dilation)
     window = _dilate_shape(window_dimensions, window_dilation)
-    # NB: a symbolic axis (export) with a window and stride of 1 is not padded whatever its
-    # size (the batch axis of a pooling): its pads are computed for size 1
-    shape = tuple(1 if shape_poly.is_symbolic_dim(d) and w == 1 and s == 1 else d
-                  for d, w, s in zip(shape, window, window_strides))
     padding = padtype_to_pads(shape, window, window_strides, padding)
-  try:
-    padding = tuple((operator.index(lo), operator.index(hi)) for lo, hi in padding)
+  try:   # NB: symbolic pads (a symbolic axis under export) stay expressions
+    padding = tuple(tuple(v if shape_poly.is_symbolic_dim(v) else operator.index(v)
+                          for v in (lo, hi)) for lo, hi in padding)
   except (TypeError, ValueError) as e:
     raise TypeError(f"{name} padding must be 'VALID', 'SAME', 'SAME_LOWER' or a sequence of "
                     f"(lo, hi) integer pairs, got {padding!r}.") from e
@@ -389,7 +387,8 @@ def _select_and_scatter_add_lowering(ctx, source, operand, *, select_prim, windo
   # NB: as JAX on CPU and GPU (XLA bugs b/161704903, b/182390722): pad the operand with the
   # select's identity and select_and_scatter without padding, then slice the padding off.
   identity = max_identity if select_prim is elementwise.ge_p else min_identity
-  padded_shape = tuple(d + lo + hi for d, (lo, hi) in zip(x_aval.shape, padding))
+  padded_shape = x_aval.shape if not any(lo or hi for lo, hi in padding) else tuple(
+      d + lo + hi for d, (lo, hi) in zip(x_aval.shape, padding))   # NB: d may be dynamic
   padded_aval = x_aval.update(shape=padded_shape)
   if padded_shape != x_aval.shape:
     lo = ", ".join(str(p[0]) for p in padding)
