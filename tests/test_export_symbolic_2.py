@@ -298,3 +298,32 @@ def test_errors_as_jax(name):
   assert type(got.value).__name__ == type(want.value).__name__
   assert isinstance(got.value, (InconclusiveDimensionOperation, NotImplementedError))
   assert str(got.value) == str(want.value)
+
+
+# ---------------------------------------------------------------------------
+# Python conversions of a symbolic dimension: JAX's `_DimExpr` has no `__index__` and no
+# `__float__` (TypeError), and `int` raises InconclusiveDimensionOperation
+
+
+CONVERSIONS = {
+    "operator.index": lambda b: __import__("operator").index(b), "int": int,
+    "range": range, "list index": lambda b: [1, 2, 3][b], "np.zeros": np.zeros,
+    "float": float, "hex": hex, "np.int64": np.int64, "bool": bool,
+    "constant expression": lambda b: __import__("operator").index(b - b + 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVERSIONS))
+def test_python_conversions_as_jax(name):
+  f = CONVERSIONS[name]
+  b, = export.symbolic_shape("b")
+  jb, = jexport.symbolic_shape("b")
+  try:
+    want = f(jb)
+  except Exception as e:  # noqa: BLE001 - the oracle's exception, whatever it is
+    with pytest.raises(Exception) as got:
+      f(b)
+    assert type(got.value).__name__ == type(e).__name__
+    assert str(got.value).splitlines()[0] == str(e).splitlines()[0]
+  else:
+    assert f(b) == want

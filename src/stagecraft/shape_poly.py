@@ -429,11 +429,9 @@ class _DimExpr:
     raise _inconclusive(f"Symbolic dimension '{self}' used in a context that requires a "
                         f"constant")
 
-  __index__ = __int__
-
-  def __float__(self):
-    raise _inconclusive(f"Symbolic dimension '{self}' used in a context that requires a "
-                        f"constant")
+  # NB: no `__index__` and no `__float__`, as JAX's `_DimExpr`: `operator.index(d)`,
+  # `range(d)`, `float(d)` raise TypeError ("'_DimExpr' object cannot be interpreted as an
+  # integer"), which callers that accept ints or symbolic dimensions rely on
 
   def __bool__(self):
     return True   # a dimension expression is a non-zero object (its value may be anything)
@@ -946,6 +944,14 @@ def _balanced(s: str) -> bool:
 def is_symbolic_dim(p: Any) -> bool:
   """Whether `p` is a symbolic dimension (a `_DimExpr`)."""
   return type(p) is _DimExpr
+
+
+def index_dim(d: Any) -> Any:
+  """`d` as a Python int (`operator.index`), or `d` itself when it is a symbolic dimension.
+
+  Raises:
+    TypeError: if `d` is neither an integer nor a symbolic dimension."""
+  return d if type(d) is _DimExpr else operator.index(d)
 
 
 def is_constant_dim(d: Any) -> bool:

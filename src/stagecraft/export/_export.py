@@ -55,6 +55,9 @@ from stagecraft.interpreters import partial_eval as pe
 from stagecraft import lax
 from stagecraft.lax import misc as lax_misc
 from stagecraft.lax import slicing
+from stagecraft.lax.conv import conv_dims_text, precision_config
+from stagecraft.lax.reduction import max_identity, min_identity
+from stagecraft.lax.windowed import select_and_scatter_add_p
 from stagecraft.lax.control_flow import loops
 from stagecraft.runtime import cache, client, spmd
 
@@ -1073,7 +1076,6 @@ def _sym_conv(fb, eqn, lhs, rhs):
   """conv_general_dilated: with constant padding, the ordinary `stablehlo.convolution` on
   dynamic types; with symbolic padding (`SAME` on a symbolic spatial axis), a
   `stablehlo.dynamic_conv` whose padding is an operand, as JAX's."""
-  from stagecraft.lax.conv import _conv_dims_text, precision_config
   p = eqn.params
   if all(shape_poly.is_constant_shape(v) for v in p["padding"]):
     return _sym_static_attrs(fb, eqn, lhs, rhs)
@@ -1085,7 +1087,7 @@ def _sym_conv(fb, eqn, lhs, rhs):
   prec = precision_config(p["precision"])
   ints = lambda v: f"array<i64{': ' if v else ''}{', '.join(map(str, v))}>"
   attrs = (f"batch_group_count = {p['batch_group_count']} : i64, dimension_numbers = "
-           f"#stablehlo.conv<{_conv_dims_text(p['dimension_numbers'])}>, "
+           f"#stablehlo.conv<{conv_dims_text(p['dimension_numbers'])}>, "
            f"feature_group_count = {p['feature_group_count']} : i64, lhs_dilation = "
            f"{ints(p['lhs_dilation'])}, precision_config = [#stablehlo<precision "
            f"{prec[0].name}>, #stablehlo<precision {prec[1].name}>], rhs_dilation = "
@@ -1103,8 +1105,6 @@ def _sym_select_and_scatter_add(fb, eqn, source, operand):
   does it: the operand padded with the select's identity, `stablehlo.select_and_scatter`
   without padding (static attributes, dynamic types), the padding sliced off; the pad and
   the slice may be symbolic."""
-  from stagecraft.lax import windowed
-  from stagecraft.lax.reduction import max_identity, min_identity
   p = eqn.params
   padding = p["padding"]
   if all(type(v) is int and v == 0 for lo_hi in padding for v in lo_hi):
@@ -1115,7 +1115,7 @@ def _sym_select_and_scatter_add(fb, eqn, source, operand):
     identity = (max_identity if p["select_prim"] is lax.ge_p else min_identity)(aval.dtype)
     padded = lax.pad(operand, np.asarray(identity, aval.dtype)[()],
                      [(lo, hi, 0) for lo, hi in padding])
-    out = windowed.select_and_scatter_add_p.bind(
+    out = select_and_scatter_add_p.bind(
         source, padded, select_prim=p["select_prim"],
         window_dimensions=p["window_dimensions"], window_strides=p["window_strides"],
         padding=((0, 0),) * aval.ndim)

@@ -353,7 +353,7 @@ def _conv_general_dilated_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, w
   return ShapedArray(_take(out_t, _inverse(out_spec)), dtype, lhs.weak_type and rhs.weak_type)
 
 
-def _conv_dims_text(dimension_numbers) -> str:
+def conv_dims_text(dimension_numbers) -> str:
   """`[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]`: each dimension of the operands and the
   output named by its role ('b'/'f' batch/feature, 'o'/'i' kernel features, spatial index)."""
   def one(spec, first, second):
@@ -421,7 +421,7 @@ def _conv_general_dilated_lowering(ctx, lhs, rhs, *, window_strides, padding, lh
            f"{p[0].name}>, #stablehlo<precision {p[1].name}>]")
   r = ctx.fb.fresh()
   ctx.fb.emit(f"{r} = stablehlo.convolution({lhs}, {rhs}) dim_numbers = "
-              f"{_conv_dims_text(dimension_numbers)}, window = {{{window}}} {{{attrs}}} : "
+              f"{conv_dims_text(dimension_numbers)}, window = {{{window}}} {{{attrs}}} : "
               f"({ir_type(lhs_aval)}, {ir_type(rhs_aval)}) -> {ir_type(out_aval)}")
   return [r]
 

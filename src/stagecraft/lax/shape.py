@@ -59,10 +59,8 @@ def canonicalize_shape(name: str, arg_name: str, obj: Any) -> tuple[int, ...]:
   if isinstance(obj, (int, np.integer)):
     raise TypeError(f"{name} {arg_name} must be a sequence of integers, got the integer "
                     f"{obj!r}. Wrap it in a tuple: ({obj!r},).")
-  try:
-    return tuple(operator.index(d) for d in obj)
-  except InconclusiveDimensionOperation:   # symbolic dimensions (export): kept as they are
-    return tuple(d if shape_poly.is_symbolic_dim(d) else operator.index(d) for d in obj)
+  try:   # NB: symbolic dimensions (export) are kept as they are
+    return tuple(shape_poly.index_dim(d) for d in obj)
   except TypeError as e:
     raise TypeError(f"{name} {arg_name} must be a sequence of integers, got {obj!r}. Pass "
                     f"a tuple of static Python ints.") from e

@@ -83,7 +83,8 @@ def _classify(i, position: int):
     return _DSLICE, i
   if isinstance(i, slice):
     for v in (i.start, i.stop, i.step):
-      if v is not None and (isinstance(v, Tracer) or not hasattr(v, "__index__")):
+      if v is not None and (isinstance(v, Tracer) or not (
+          hasattr(v, "__index__") or shape_poly.is_symbolic_dim(v))):
         raise IndexError(f"Slice entries must be static integers. Got {i} at position "
                          f"{position}. Use lax.dynamic_slice for traced bounds.")
     return _SLICE, slice(*(None if v is None else v if shape_poly.is_symbolic_dim(v)

@@ -752,10 +752,11 @@ def _symbolic_broadcast_shapes(shapes) -> tuple:
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
   """NumPy broadcasting of shapes. Raises ValueError naming the shapes."""
+  if any(shape_poly.is_symbolic_dim(d) for s in shapes
+         for d in (s if isinstance(s, (tuple, list)) else (s,))):   # export
+    return _symbolic_broadcast_shapes(shapes)
   try:
     return tuple(np.broadcast_shapes(*shapes))
-  except InconclusiveDimensionOperation:   # symbolic dimensions (export)
-    return _symbolic_broadcast_shapes(shapes)
   except ValueError:
     raise ValueError(f"Incompatible shapes for broadcasting: {', '.join(map(str, shapes))}."
                      ) from None

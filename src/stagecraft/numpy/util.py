@@ -286,13 +286,11 @@ def canonical_shape(shape, name="shape") -> tuple[int, ...]:
   elif shape_poly.is_symbolic_dim(shape):
     shape = (shape,)
   try:
-    out = tuple(operator.index(d) for d in shape)
-  except InconclusiveDimensionOperation:   # symbolic dimensions (export): kept as they are
-    return tuple(d if shape_poly.is_symbolic_dim(d) else operator.index(d) for d in shape)
+    out = tuple(shape_poly.index_dim(d) for d in shape)
   except TypeError as e:
     raise TypeError(f"{name} must be an int or a sequence of ints (static values, not traced "
                     f"arrays), got {shape!r}.") from e
-  if any(d < 0 for d in out):
+  if any(not shape_poly.is_symbolic_dim(d) and d < 0 for d in out):
     raise ValueError(f"{name} must not have negative dimensions, got {out}.")
   return out
 
