@@ -22,7 +22,7 @@ from typing import Callable
 
 from stagecraft import core
 from stagecraft.core import ClosedJaxpr
-from stagecraft.interpreters import ad, batching
+from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters import partial_eval as pe
 
 __all__ = ["CallRules"]
@@ -49,7 +49,7 @@ def _pruned(jaxpr: core.Jaxpr, consts: list) -> ClosedJaxpr:
   return ClosedJaxpr(*pe.prune_constvars(jaxpr, consts))
 
 
-def _fresh(jaxpr: core.Jaxpr) -> core.Jaxpr:
+def fresh_jaxpr(jaxpr: core.Jaxpr) -> core.Jaxpr:
   """`jaxpr` with variables of its own (JAX's `_pjit_partial_eval` retraces the halves it
   splits, so they print with names of their own where the original is printed too)."""
   env: dict = {}
@@ -239,7 +239,7 @@ class CallRules:
         kept_res.append(v)
     k = k.replace(outvars=[*kept_outs, *kept_res])
     consts = [value[v] for v in k.constvars]
-    known = _pruned(_fresh(k) if const_ok is None else k, consts)
+    known = _pruned(fresh_jaxpr(k) if const_ok is None else k, consts)
     if closed_res:
       # The constants of the body the unknown side reads, closed over by it.
       cset = set(closed_res)
@@ -335,3 +335,16 @@ class CallRules:
     if dce:
       pe.dce_rules[self.prim] = self.dce
     return self
+
+
+# ---------------------------------------------------------------------------
+# closed_call: JAX's `core.closed_call_p`, a plain call of the ClosedJaxpr in its `call_jaxpr`
+# param. `scan`'s split inside `checkpoint` wraps its known part in one, as JAX's
+# `_scan_partial_eval_custom` does; it lowers to a `func.call` of a private function.
+closed_call_p = core.Primitive("closed_call")
+closed_call_p.multiple_results = True
+core.def_closed_call(closed_call_p, "call_jaxpr")
+CallRules(closed_call_p, "call_jaxpr").register()
+lowering.register_lowering(
+    closed_call_p, lambda ctx, *args, call_jaxpr: lowering.lower_call(ctx, "closed_call",
+                                                                      call_jaxpr, args))
