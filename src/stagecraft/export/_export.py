@@ -972,6 +972,16 @@ def _sym_scan(fb, eqn, *args):
   return [*carry, *ys]
 
 
+def _padding_value(fb, padding) -> str:
+  """An SSA value `tensor<Nx2xi64>` holding the (lo, hi) pairs of `padding` (ints or
+  symbolic dimensions)."""
+  n = len(padding)
+  r = fb.fresh()
+  _emit(fb, f"{r} = stablehlo.reshape {_shape_value(fb, [v for lo_hi in padding for v in lo_hi])}"
+            f" : (tensor<{2 * n}xi64>) -> tensor<{n}x2xi64>")
+  return r
+
+
 def _dynamic_reduce_window(fb, eqn, x, op, identity, *, window_dimensions, window_strides,
                            padding, base_dilation, window_dilation):
   """A `stablehlo.dynamic_reduce_window` custom call of `x` (`eqn`'s operand) from
@@ -995,9 +1005,7 @@ def _dynamic_reduce_window(fb, eqn, x, op, identity, *, window_dimensions, windo
   nd = aval.ndim
   vectors = [_shape_value(fb, tuple(v)) for v in (window_dimensions, window_strides,
                                                   base_dilation, window_dilation)]
-  pad = fb.fresh()
-  _emit(fb, f"{pad} = stablehlo.reshape {_shape_value(fb, [v for p in padding for v in p])} : "
-            f"(tensor<{2 * nd}xi64>) -> tensor<{nd}x2xi64>")
+  pad = _padding_value(fb, padding)
   init = lowering.constant(fb, np.asarray(identity(aval.dtype)), scalar)
   r = fb.fresh()
   vec = f"tensor<{nd}xi64>"
@@ -1080,10 +1088,7 @@ def _sym_conv(fb, eqn, lhs, rhs):
   if all(shape_poly.is_constant_shape(v) for v in p["padding"]):
     return _sym_static_attrs(fb, eqn, lhs, rhs)
   n = len(p["padding"])
-  pad = fb.fresh()
-  _emit(fb, f"{pad} = stablehlo.reshape "
-            f"{_shape_value(fb, [v for lo_hi in p['padding'] for v in lo_hi])} : "
-            f"(tensor<{2 * n}xi64>) -> tensor<{n}x2xi64>")
+  pad = _padding_value(fb, p["padding"])
   prec = precision_config(p["precision"])
   ints = lambda v: f"array<i64{': ' if v else ''}{', '.join(map(str, v))}>"
   attrs = (f"batch_group_count = {p['batch_group_count']} : i64, dimension_numbers = "
