@@ -1,8 +1,9 @@
 """A `scan` inside `checkpoint`, differentiated: the printed jaxprs equal JAX 0.10.2's (the
-known part of the scan runs as one `closed_call`, as JAX's `_scan_partial_eval_custom`
-builds it; the recomputing side has variables of its own), for several policies and
-scans with constants, carries, xs and ys; the values and gradients equal JAX's, eagerly
-and under jit."""
+body is split by the policy and the known part of the scan runs as one `closed_call`, as
+JAX's `_scan_partial_eval_custom` builds it: a `dots_saveable` policy saves the body's dots
+per iteration), for several policies and scans with constants, carries, xs and ys; the
+values and gradients equal JAX's, eagerly and under jit; which residuals are saved equals
+JAX's `saved_residuals`."""
 import numpy as np
 import pytest
 
@@ -68,12 +69,10 @@ def _programs(np_):
 
 NAMES = sorted(_programs(jjnp))
 
-# Printed differently from JAX (values equal): stagecraft's policy decides on the scan's
-# forward part as a whole, and its hoisted loop-invariant residuals come in another order;
-# JAX splits the body by the policy (`_scan_partial_eval_custom`).
+# Printed differently from JAX (values equal): the transposed scan reads the loop-invariant
+# residuals of the recomputed scan's JVP in another order (scan's partial evaluation).
 KNOWN_DIFFERENCES = {
-    "loop_invariant": "hoisted residuals in another order",
-    "with_consts_dots_saveable": "the policy is not applied inside the scan body",
+    "loop_invariant": "hoisted residuals of the JVP scan in another order",
 }
 
 
@@ -118,3 +117,17 @@ def test_closed_call_runs_eagerly_under_jit_and_vmap():
   closed_row = sc.make_jaxpr(lambda x: [jnp.sin(x) * 2.0])(X[0])
   rows = sc.vmap(lambda r: closed_call_p.bind(r, call_jaxpr=closed_row)[0])(X)
   np.testing.assert_allclose(np.asarray(rows), np.sin(X) * 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["with_consts_dots_saveable", "with_xs_ys_dots_saveable",
+                                  "carry_only"])
+def test_saved_residuals_as_jax(name):
+  from jax._src.ad_checkpoint import saved_residuals as jax_saved
+  from stagecraft.ad_checkpoint import saved_residuals
+  f, policy = _programs(jnp)[name]
+  jf, jpolicy = _programs(jjnp)[name]
+  ours = [(a.shape, str(a.dtype))
+          for a, _ in saved_residuals(sc.checkpoint(f, policy=policy), X)]
+  theirs = [(a.shape, str(a.dtype))
+            for a, _ in jax_saved(jax.checkpoint(jf, policy=jpolicy), X)]
+  assert ours == theirs

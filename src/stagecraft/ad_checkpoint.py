@@ -13,9 +13,10 @@ the passes) or recomputes it:
   `policy(prim, *operand_avals, **params) -> bool`: True makes its results residuals; False
   recomputes the equation inside the unknown `checkpoint` equation. The forward equations
   are inlined into the enclosing program (as JAX does), so a residual is reported as the
-  output of the primitive that computed it. Calls (`jit`, nested `checkpoint`) are split by
-  the same policy; other higher-order primitives (`scan`, `cond`, ...) are split by their
-  own rule and the policy then decides on their forward part as one equation.
+  output of the primitive that computed it. Calls (`jit`, nested `checkpoint`) and `scan`
+  (its body, as JAX's `_scan_partial_eval_custom`: the known part runs as one `closed_call`)
+  are split by the same policy; other higher-order primitives (`cond`, ...) are split by
+  their own rule and the policy then decides on their forward part as one equation.
 
 The unknown equation is again a `checkpoint` (with `differentiated=True`); with
 `prevent_cse=True` its inputs go through an optimization barrier so that XLA cannot merge the
@@ -44,6 +45,7 @@ from stagecraft import api_util, core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, Var
 from stagecraft.interpreters import ad, batching, calls, lowering, partial_eval as pe
 from stagecraft.interpreters.calls import closed_call_p
+from stagecraft.lax.control_flow.loops import scan_p
 from stagecraft.lax.elementwise import reduce_precision_p
 from stagecraft.pjit import jit_p
 
@@ -325,8 +327,13 @@ class _Split(NamedTuple):
   num_res: int
 
 
-def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable) -> _Split:
-  """Splits `jaxpr` into a known part and a staged part by `policy`.
+def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable,
+                  ensure_out_unknowns: Sequence[bool] | None = None,
+                  ensure_out_inst: bool = False) -> _Split:
+  """Splits `jaxpr` into a known part and a staged part by `policy` (JAX's
+  `partial_eval_jaxpr_custom`; `ensure_out_unknowns` marks outputs unknown, and
+  `ensure_out_inst` makes the staged part return every output, a known one it does not
+  compute being a residual).
 
   Each variable is (unknown, available-to-the-staged-side). The invars are all available
   to the staged side; constvars (of a jit body) are known and both parts keep them. A
@@ -374,6 +381,13 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable) -> _
       env.update((v, (u, i)) for v, u, i in zip(eqn.outvars, out_u, out_i))
     elif not any(unks):
       known(eqn)
+    elif prim is scan_p and _scan_splittable(eqn):
+      k_eqn, s_eqn, out_u, res = _split_scan(eqn, unks, [read(x)[1] for x in eqn.invars],
+                                             policy)
+      known_eqns.append(k_eqn)
+      residuals.update((r, None) for r in res)
+      staged_eqns.append(s_eqn)
+      env.update((v, (u, True)) for v, u in zip(eqn.outvars, out_u))
     else:
       rule = ad.partial_eval_rules.get(prim)
       if rule is None:
@@ -399,8 +413,14 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable) -> _
         stage(u_eqn)
         env.update((v, (True, True)) for v in u_eqn.outvars)
   out = [read(x) for x in jaxpr.outvars]
+  if ensure_out_inst:
+    for x, (_, i) in zip(jaxpr.outvars, out):
+      if type(x) is Var and not i:
+        residuals[x] = None
   out_unknowns = [u for u, _ in out]
-  out_inst = [i for _, i in out]
+  if ensure_out_unknowns is not None:
+    out_unknowns = [u or bool(e) for u, e in zip(out_unknowns, ensure_out_unknowns)]
+  out_inst = [i or ensure_out_inst for _, i in out]
   res = list(residuals)
   known_j = Jaxpr(jaxpr.constvars, [v for v, u in zip(jaxpr.invars, unknowns) if not u],
                   [*[x for x, u in zip(jaxpr.outvars, out_unknowns) if not u], *res],
@@ -408,6 +428,80 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable) -> _
   staged_j = Jaxpr(jaxpr.constvars, [*res, *jaxpr.invars],
                    [x for x, i in zip(jaxpr.outvars, out_inst) if i], staged_eqns)
   return _Split(known_j, staged_j, out_unknowns, out_inst, len(res))
+
+
+def _scan_splittable(eqn) -> bool:
+  """Whether `_split_scan` handles `eqn`: a scan whose body closes over no constants and has
+  no effects (the others go through scan's partial-evaluation rule)."""
+  body = eqn.params["jaxpr"]
+  return not body.consts and not body.jaxpr.constvars and not body.jaxpr.effects
+
+
+def _split_scan(eqn, unknowns, inst_in, policy):
+  """JAX's `_scan_partial_eval_custom`: the body is split by `policy` (to a fixpoint on the
+  carries); the known side is one `closed_call` that computes the loop-invariant residuals
+  once and runs a scan of the known body (stacking the per-iteration residuals), the staged
+  side a scan of the staged body over every operand and the residuals.
+
+  Returns:
+    `(known_eqn, staged_eqn, out_unknowns, residuals)`: the residuals in JAX's order
+    (operands not yet available to the staged side, loop-invariant, per-iteration).
+  """
+  p = eqn.params
+  body = p["jaxpr"].jaxpr
+  nc, nk = p["num_consts"], p["num_carry"]
+  ny = len(body.outvars) - nk
+  const_uk, carry_uk = list(unknowns[:nc]), list(unknowns[nc:nc + nk])
+  xs_uk = list(unknowns[nc + nk:])
+  for _ in range(1 + nk):
+    unks = [*const_uk, *carry_uk, *xs_uk]
+    split = _policy_split(body, unks, policy, ensure_out_unknowns=[*carry_uk, *[False] * ny],
+                          ensure_out_inst=True)
+    carry_out = split.out_unknowns[:nk]
+    if carry_out == carry_uk:
+      break
+    carry_uk = [a or b for a, b in zip(carry_uk, carry_out)]
+  unks_out, num_res = split.out_unknowns, split.num_res
+  staged = split.staged
+  res_in, body_in = staged.invars[:num_res], staged.invars[num_res:]
+  new_inst = [x for x, i in zip(eqn.invars, inst_in) if type(x) is Var and not i]
+  n_const_k = nc - sum(const_uk)
+  n_loop_k = (nk - sum(carry_uk)) + (len(xs_uk) - sum(xs_uk))
+  n_known_out = len(unks_out) - sum(unks_out)
+  # Loop-invariant residuals are computed once, before the known loop: partial evaluation of
+  # the known body with its constants known.
+  hoist, loop, n_lp_consts, dep = ad.partial_eval_jaxpr(
+      split.known, [False] * n_const_k + [True] * n_loop_k,
+      [True] * n_known_out + [False] * num_res)
+  loop_dep_res = dep[n_known_out:]
+  int_res_in = [v for v, d in zip(res_in, loop_dep_res) if not d]
+  ext_res_in = [v for v, d in zip(res_in, loop_dep_res) if d]
+  # NB: variables of its own, as JAX's split builds each side anew (both sides print)
+  staged_j = calls.fresh_jaxpr(staged.replace(invars=[*int_res_in, *body_in, *ext_res_in]))
+  length = p["length"]
+  int_res = [Var(v.aval) for v in int_res_in]
+  ext_res = [Var(v.aval.update(shape=(length, *v.aval.shape))) for v in ext_res_in]
+  ins_known = [x for x, u in zip(eqn.invars, [*const_uk, *carry_uk, *xs_uk]) if not u]
+  n_int = len(int_res)
+  params_known = {**p, "jaxpr": ClosedJaxpr(loop, []), "num_carry": nk - sum(carry_uk)}
+
+  def known(*ins):
+    consts, ins_lp = ins[:n_const_k], ins[n_const_k:]
+    out_hoist = core.eval_jaxpr(hoist, [], *consts)
+    int_vals, consts_lp = out_hoist[:n_int], out_hoist[n_int:]
+    out_loop = scan_p.bind(*consts_lp, *ins_lp,
+                           **{**params_known, "num_consts": len(consts_lp)})
+    return [*int_vals, *out_loop]
+  call_jaxpr, call_consts = pe.trace_to_jaxpr(known, [x.aval for x in ins_known])
+  out_known = [v for v, u in zip(eqn.outvars, unks_out) if not u]
+  known_eqn = core.JaxprEqn(ins_known, [*int_res, *out_known, *ext_res], closed_call_p,
+                            {"call_jaxpr": ClosedJaxpr(call_jaxpr, call_consts)},
+                            eqn.source_info)
+  staged_eqn = core.JaxprEqn(
+      [*int_res, *eqn.invars, *ext_res], list(eqn.outvars), scan_p,
+      {**p, "jaxpr": ClosedJaxpr(staged_j, []), "num_consts": n_int + nc}, eqn.source_info)
+  del n_lp_consts
+  return known_eqn, staged_eqn, unks_out, [*new_inst, *int_res, *ext_res]
 
 
 def _closed_call(eqns: list, source_info) -> core.JaxprEqn:
