@@ -470,7 +470,7 @@ def _split_scan(eqn, unknowns, inst_in, policy):
   n_known_out = len(unks_out) - sum(unks_out)
   # Loop-invariant residuals are computed once, before the known loop: partial evaluation of
   # the known body with its constants known.
-  hoist, loop, n_lp_consts, dep = ad.partial_eval_jaxpr(
+  hoist, loop, _, dep = ad.partial_eval_jaxpr(
       split.known, [False] * n_const_k + [True] * n_loop_k,
       [True] * n_known_out + [False] * num_res)
   loop_dep_res = dep[n_known_out:]
@@ -500,7 +500,6 @@ def _split_scan(eqn, unknowns, inst_in, policy):
   staged_eqn = core.JaxprEqn(
       [*int_res, *eqn.invars, *ext_res], list(eqn.outvars), scan_p,
       {**p, "jaxpr": ClosedJaxpr(staged_j, []), "num_consts": n_int + nc}, eqn.source_info)
-  del n_lp_consts
   return known_eqn, staged_eqn, unks_out, [*new_inst, *int_res, *ext_res]
 
 
