@@ -357,13 +357,12 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable,
         residuals[x] = None
     staged_eqns.append(eqn)
 
-  def known(eqn, run=True, recompute=None):
-    if run:   # NB: else the known side runs it inside another equation
-      known_eqns.append(eqn)
+  def known(eqn):
+    known_eqns.append(eqn)
     if _saveable(policy, eqn):
       env.update((v, (False, False)) for v in eqn.outvars)
     else:
-      stage(recompute or eqn)
+      stage(eqn)
       env.update((v, (False, True)) for v in eqn.outvars)
 
   for eqn in jaxpr.eqns:
@@ -399,16 +398,8 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable,
         k_eqns = []
       elif not isinstance(k_eqns, list):
         k_eqns = [k_eqns]
-      if prim.name == "scan" and k_eqns:
-        # As JAX's `_scan_partial_eval_custom`: the known side runs the known part of a scan
-        # (its hoisted loop-invariant equations and the known loop) as one `closed_call`;
-        # a part the policy does not save is recomputed by the scan itself.
-        known_eqns.append(_closed_call(k_eqns, eqn.source_info))
-        for k in k_eqns:
-          known(k, run=False, recompute=_with_fresh_bodies(k))
-      else:
-        for k in k_eqns:
-          known(k)
+      for k in k_eqns:
+        known(k)
       if u_eqn is not None:
         stage(u_eqn)
         env.update((v, (True, True)) for v in u_eqn.outvars)
@@ -432,7 +423,8 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable,
 
 def _scan_splittable(eqn) -> bool:
   """Whether `_split_scan` handles `eqn`: a scan whose body closes over no constants and has
-  no effects (the others go through scan's partial-evaluation rule)."""
+  no effects (the others go through scan's partial-evaluation rule, and the policy decides
+  on their known part as one equation)."""
   body = eqn.params["jaxpr"]
   return not body.consts and not body.jaxpr.constvars and not body.jaxpr.effects
 
@@ -501,33 +493,6 @@ def _split_scan(eqn, unknowns, inst_in, policy):
       [*int_res, *eqn.invars, *ext_res], list(eqn.outvars), scan_p,
       {**p, "jaxpr": ClosedJaxpr(staged_j, []), "num_consts": n_int + nc}, eqn.source_info)
   return known_eqn, staged_eqn, unks_out, [*new_inst, *int_res, *ext_res]
-
-
-def _closed_call(eqns: list, source_info) -> core.JaxprEqn:
-  """One `closed_call` equation running `eqns` (free variables in, every variable they bind
-  out, in order), binding the same variables."""
-  bound = {v for e in eqns for v in e.outvars}
-  free: dict[Var, None] = {}
-  for e in eqns:
-    for x in e.invars:
-      if type(x) is Var and x not in bound:
-        free[x] = None
-  outs = [v for e in eqns for v in e.outvars]
-  ins = list(free)
-  sub = {x: Var(x.aval) for x in (*ins, *outs)}
-  body = Jaxpr([], [sub[x] for x in ins], [sub[v] for v in outs],
-               [e.replace(invars=[sub.get(x, x) if type(x) is Var else x for x in e.invars],
-                          outvars=[sub[v] for v in e.outvars]) for e in eqns])
-  return core.JaxprEqn(ins, outs, closed_call_p, {"call_jaxpr": ClosedJaxpr(body, [])},
-                       source_info)
-
-
-def _with_fresh_bodies(eqn: core.JaxprEqn) -> core.JaxprEqn:
-  """`eqn` whose jaxpr params have variables of their own (a recomputation printed beside
-  the original, as JAX's, whose split builds each side anew)."""
-  params = {k: ClosedJaxpr(calls.fresh_jaxpr(v.jaxpr), v.consts)
-            if isinstance(v, ClosedJaxpr) else v for k, v in eqn.params.items()}
-  return eqn.replace(params=params)
 
 
 def _split_call(eqn, unknowns, policy):
