@@ -45,7 +45,9 @@ from stagecraft import api_util, core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, Var
 from stagecraft.interpreters import ad, batching, calls, lowering, partial_eval as pe
 from stagecraft.interpreters.calls import closed_call_p
+from stagecraft.lax.control_flow.conditionals import cond_p, join_branch_residuals
 from stagecraft.lax.control_flow.loops import scan_p
+from stagecraft.lax.control_flow.while_op import while_p
 from stagecraft.lax.elementwise import reduce_precision_p
 from stagecraft.pjit import jit_p
 
@@ -378,15 +380,19 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable,
       for s_eqn in s_eqns:
         stage(s_eqn)
       env.update((v, (u, i)) for v, u, i in zip(eqn.outvars, out_u, out_i))
-    elif not any(unks):
-      known(eqn)
-    elif prim is scan_p and _scan_splittable(eqn):
-      k_eqn, s_eqn, out_u, res = _split_scan(eqn, unks, [read(x)[1] for x in eqn.invars],
-                                             policy)
-      known_eqns.append(k_eqn)
+    elif (prim is scan_p and _scan_splittable(eqn)) or prim in _split_rules:
+      # As JAX's rules for scan, cond and while, also when every operand is known: the
+      # policy decides inside the body or branches (a while saves nothing).
+      split_rule = _split_scan if prim is scan_p else _split_rules[prim]
+      k_eqn, s_eqn, out_u, res = split_rule(eqn, unks, [read(x)[1] for x in eqn.invars],
+                                            policy)
+      if k_eqn is not None:
+        known_eqns.append(k_eqn)
       residuals.update((r, None) for r in res)
       staged_eqns.append(s_eqn)
       env.update((v, (u, True)) for v, u in zip(eqn.outvars, out_u))
+    elif not any(unks):
+      known(eqn)
     else:
       rule = ad.partial_eval_rules.get(prim)
       if rule is None:
@@ -493,6 +499,85 @@ def _split_scan(eqn, unknowns, inst_in, policy):
       [*int_res, *eqn.invars, *ext_res], list(eqn.outvars), scan_p,
       {**p, "jaxpr": ClosedJaxpr(staged_j, []), "num_consts": n_int + nc}, eqn.source_info)
   return known_eqn, staged_eqn, unks_out, [*new_inst, *int_res, *ext_res]
+
+
+def _split_cond(eqn, unknowns, inst_in, policy):
+  """JAX's `_cond_partial_eval_custom`: each branch is split by `policy` (an output is
+  unknown if it is in any branch); the known side is a cond computing the known outputs and
+  the branches' residuals (sharing slots by type), the staged side a cond reading the index,
+  the residuals and every operand, computing every output. An unknown index stages the
+  whole equation.
+
+  Returns:
+    `(known_eqn | None, staged_eqn, out_unknowns, residuals)`.
+  """
+  index_uk, *ops_uk = unknowns
+  new_inst = [x for x, i in zip(eqn.invars, inst_in) if type(x) is Var and not i]
+  if index_uk:
+    return None, eqn, [True] * len(eqn.outvars), new_inst
+  branches = eqn.params["branches"]
+  out_uk = [False] * len(eqn.outvars)
+  for br in branches:
+    split = _policy_split(br.jaxpr, ops_uk, policy, ensure_out_inst=True)
+    out_uk = [a or b for a, b in zip(out_uk, split.out_unknowns)]
+  splits = [_policy_split(br.jaxpr, ops_uk, policy, ensure_out_unknowns=out_uk,
+                          ensure_out_inst=True) for br in branches]
+  known_in = [a for a, u in zip(branches[0].in_avals, ops_uk) if not u]
+  known_br, staged_js, res_avals = join_branch_residuals(
+      [(ClosedJaxpr(s.known, br.consts), s.staged, s.num_res)
+       for s, br in zip(splits, branches)], known_in)
+  res_vars = [Var(a) for a in res_avals]
+  index, *ops = eqn.invars
+  known_eqn = core.JaxprEqn(
+      [index, *[v for v, u in zip(ops, ops_uk) if not u]],
+      [*[v for v, u in zip(eqn.outvars, out_uk) if not u], *res_vars], cond_p,
+      {**eqn.params, "branches": known_br}, eqn.source_info)
+  staged_eqn = core.JaxprEqn(
+      [index, *res_vars, *ops], list(eqn.outvars), cond_p,
+      {**eqn.params, "branches": tuple(ClosedJaxpr(j, br.consts)
+                                       for j, br in zip(staged_js, branches))},
+      eqn.source_info)
+  return known_eqn, staged_eqn, out_uk, [*new_inst, *res_vars]
+
+
+def _split_while(eqn, unknowns, inst_in, policy):
+  """JAX's `_while_partial_eval_custom`: a while loop saves no residuals (their number is
+  not static), so the known side is a while computing the known carries (the body split with
+  nothing saved, to a fixpoint on the carries) and the staged side the whole equation again.
+
+  Returns:
+    `(known_eqn | None, staged_eqn, out_unknowns, residuals)`.
+  """
+  del policy
+  p = eqn.params
+  cond_j, body_j = p["cond_jaxpr"], p["body_jaxpr"]
+  cn, bn = p["cond_nconsts"], p["body_nconsts"]
+  cond_consts_uk, body_consts_uk = list(unknowns[:cn]), list(unknowns[cn:cn + bn])
+  carry_uk = list(unknowns[cn + bn:])
+  new_inst = [x for x, i in zip(eqn.invars, inst_in) if type(x) is Var and not i]
+  for _ in range(1 + len(carry_uk)):
+    split = _policy_split(body_j.jaxpr, [*body_consts_uk, *carry_uk], nothing_saveable,
+                          ensure_out_unknowns=carry_uk, ensure_out_inst=True)
+    if split.out_unknowns == carry_uk:
+      break
+    carry_uk = [a or b for a, b in zip(carry_uk, split.out_unknowns)]
+  body_known = split.known
+  cond_split = _policy_split(cond_j.jaxpr, [*cond_consts_uk, *carry_uk], nothing_saveable,
+                             ensure_out_inst=True)
+  if cond_split.out_unknowns[0]:
+    return None, eqn, [True] * len(carry_uk), new_inst
+  unks_in = [*cond_consts_uk, *body_consts_uk, *carry_uk]
+  known_eqn = core.JaxprEqn(
+      [v for v, u in zip(eqn.invars, unks_in) if not u],
+      [v for v, u in zip(eqn.outvars, carry_uk) if not u], while_p,
+      {**p, "cond_jaxpr": ClosedJaxpr(cond_split.known, cond_j.consts),
+       "body_jaxpr": ClosedJaxpr(body_known, body_j.consts),
+       "cond_nconsts": cn - sum(cond_consts_uk), "body_nconsts": bn - sum(body_consts_uk)},
+      eqn.source_info)
+  return known_eqn, eqn, carry_uk, new_inst
+
+
+_split_rules = {cond_p: _split_cond, while_p: _split_while}
 
 
 def _split_call(eqn, unknowns, policy):

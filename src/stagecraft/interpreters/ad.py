@@ -461,7 +461,8 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
                 [v for v, u in zip(jaxpr.invars, unknowns) if not u],
                 [*[v for v, u in zip(outvars, out_unknown) if not u], *res], known_eqns)
   if not returns_consts:
-    known = pe.dce_jaxpr(known, [True] * len(known.outvars), instantiate=True)[0]
+    known = pe.dce_jaxpr(known, [True] * len(known.outvars), instantiate=True,
+                         shallow=True)[0]
   sub = {v: Var(v.aval) for v in res}
   unknown_eqns = [e.replace(invars=[sub.get(v, v) if type(v) is Var else v for v in e.invars])
                   for e in unknown_eqns]

@@ -255,13 +255,16 @@ effectful_primitives: set[core.Primitive] = set()
 
 
 def dce_jaxpr(jaxpr: Jaxpr, used_outputs: Sequence[bool],
-              instantiate: bool | Sequence[bool] = False) -> tuple[Jaxpr, list[bool]]:
+              instantiate: bool | Sequence[bool] = False, shallow: bool = False
+              ) -> tuple[Jaxpr, list[bool]]:
   """Removes equations whose outputs are unused, and unused outputs.
 
   Args:
     jaxpr: the program (constvars are kept as they are).
     used_outputs: one bool per outvar; False drops that output.
     instantiate: bool or one per invar; True keeps the invar even if unused.
+    shallow: only equations none of whose outputs is used go; the others stay whole (no
+      DCE rule runs: the jaxprs inside them and their unused outputs stay).
 
   Returns:
     `(new_jaxpr, used_inputs)`: the new jaxpr takes only the used invars (plus the
@@ -278,7 +281,7 @@ def dce_jaxpr(jaxpr: Jaxpr, used_outputs: Sequence[bool],
     if not any(used_outs) and (eqn.primitive in effectful_primitives or eqn.effects):
       # NB: an equation with effects stays, whole, even when no one reads its results.
       used_ins, new_eqn = [True] * len(eqn.invars), eqn
-    elif rule is not None:
+    elif rule is not None and not shallow:
       used_ins, new_eqn = rule(used_outs, eqn)
     elif any(used_outs):
       used_ins, new_eqn = [True] * len(eqn.invars), eqn

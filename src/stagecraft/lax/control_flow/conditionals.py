@@ -21,6 +21,7 @@ untaken branch's inf/NaN derivative never reaches a cotangent) and DCE
 from __future__ import annotations
 
 import enum
+import operator
 import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -30,7 +31,7 @@ import numpy as np
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, source_info_util, tree_util
 from stagecraft.config import config
-from stagecraft.core import ClosedJaxpr, ShapedArray, Var
+from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax import ad_util, elementwise, shape as lax_shape
 from stagecraft.lax.control_flow import common, refs as refs_lib
@@ -57,7 +58,8 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
 
   Returns:
     The chosen branch's output pytree: a `cond` equation with every branch traced (a
-    concrete `index` runs it at once; only under `disable_jit` is the branch just called).
+    concrete `index` is clamped at once outside a trace and by a staged `clamp` inside one,
+    as JAX's; only under `disable_jit` is the branch just called).
 
   Raises:
     TypeError: if `branches` is not a sequence of callables, `index` is not a scalar or not
@@ -79,9 +81,9 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     return branches[max(0, min(int(index), n - 1))](*operands)
   if n == 1:
     return branches[0](*operands)
-  if not isinstance(index, core.Tracer):   # a concrete index: a literal, clamped
-    index = np.int32(max(0, min(int(index), n - 1)))
-  else:
+  if not isinstance(index, core.Tracer) and core.current_trace() is core.eval_trace:
+    index = np.int32(max(0, min(int(index), n - 1)))   # eagerly: clamped here
+  else:   # NB: under a trace a concrete index is clamped by a staged `clamp`, as JAX's
     index = elementwise.convert_element_type(index, np.int32)
     index = elementwise.clamp(np.int32(0), index, np.int32(n - 1))
   return _bind_cond(index, branches, [f"branch {i}" for i in range(n)], operands)
@@ -439,45 +441,63 @@ def _pe_branches(branches, unknowns):
   values = [dict(zip(br.jaxpr.constvars, br.consts)) for br in branches]
   splits = [ad.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk, const_values=cv)
             for br, cv in zip(branches, values)]
-  # Residual slots shared between branches by type, as JAX's `_merge_branch_residuals`: the
-  # j-th residual of type T of any branch goes to the j-th slot of type T.
+  known, unknown, slot_avals = join_branch_residuals(
+      [(ClosedJaxpr(k, [cv[v] for v in k.constvars]), u, nres)
+       for (k, u, nres, _), cv in zip(splits, values)],
+      [a for a, u in zip(branches[0].in_avals, unknowns) if not u])
+  return known, tuple(ClosedJaxpr(u, []) for u in unknown), slot_avals, out_uk
+
+
+def join_branch_residuals(splits: Sequence[tuple[ClosedJaxpr, Jaxpr, int]],
+                          known_in_avals: Sequence[ShapedArray]
+                          ) -> tuple[tuple[ClosedJaxpr, ...], list[Jaxpr], list[ShapedArray]]:
+  """The branches of a cond split by partial evaluation, joined to one type, as JAX's
+  `_merge_branch_residuals`, `_join_cond_outputs` and `_join_cond_pe_staged_jaxpr_inputs`.
+
+  Args:
+    splits: for each branch, `(known, staged, num_res)`: `known` maps the known operands
+      (of `known_in_avals`) to the known outputs and then `num_res` residuals; `staged` reads
+      those residuals first.
+
+  Returns:
+    `(known_branches, staged_jaxprs, slot_avals)`: the residual slots are shared between
+    branches by type (the j-th residual of type T of any branch goes to the j-th slot of
+    type T); each known branch returns its known outputs and then every slot (those it does
+    not fill are uninitialized arrays, `empty2`); each staged jaxpr reads every slot first
+    (a slot it does not read is one binder shared by all such branches, so it prints under
+    one name, as JAX's).
+  """
   slot_avals: list[ShapedArray] = []
   slots_of_type: dict[tuple, list[int]] = {}
   slot_maps = []
-  for k, _, nres, _ in splits:
+  for known, _, nres in splits:
     seen: dict[tuple, int] = {}
     slot_map = []
-    for v in k.outvars[len(k.outvars) - nres:]:
-      key = (v.aval.shape, v.aval.dtype)
+    for a in known.out_avals[len(known.out_avals) - nres:]:
+      key = (a.shape, a.dtype)
       j = seen[key] = seen.get(key, -1) + 1
       slots = slots_of_type.setdefault(key, [])
       if j == len(slots):
         slots.append(len(slot_avals))
-        slot_avals.append(v.aval.update(weak_type=False))
+        slot_avals.append(a.update(weak_type=False))
       slot_map.append(slots[j])
     slot_maps.append(slot_map)
-  known_in = [a for a, u in zip(branches[0].in_avals, unknowns) if not u]
-  # Known side: branch i returns its known outputs, then every residual slot: as JAX's
-  # `_join_cond_outputs`, an uninitialized array (`empty2`) is made for every slot and those
-  # the branch fills are replaced by its residuals (the unused ones stay in the jaxpr).
-  known, unknown = [], []
-  # NB: a slot a branch does not read is one binder shared by all such branches (JAX's
-  # `_join_cond_pe_staged_jaxpr_inputs`), so it prints under one name.
+  known_out, staged_out = [], []
   unread = [Var(a) for a in slot_avals]
-  for (k, u, nres, _), slot_map, cv in zip(splits, slot_maps, values):
-    def fun(*args, k=k, nres=nres, slot_map=slot_map, kc=[cv[v] for v in k.constvars]):
-      outs = core.eval_jaxpr(k, kc, *args)
+  for (known, staged, nres), slot_map in zip(splits, slot_maps):
+    def fun(*args, known=known, nres=nres, slot_map=slot_map):
+      outs = core.eval_jaxpr(known.jaxpr, known.consts, *args)
       nk = len(outs) - nres
       res = [_empty_like(a) for a in slot_avals]
       for s, r in zip(slot_map, outs[nk:]):
         res[s] = r
       return [*outs[:nk], *res]
-    jaxpr, consts = pe.trace_to_jaxpr(fun, known_in)
-    known.append(ClosedJaxpr(jaxpr, list(consts)))
-    own = dict(zip(slot_map, u.invars[:nres]))
+    jaxpr, consts = pe.trace_to_jaxpr(fun, list(known_in_avals))
+    known_out.append(ClosedJaxpr(jaxpr, list(consts)))
+    own = dict(zip(slot_map, staged.invars[:nres]))
     res_invars = [own[s] if s in own else unread[s] for s in range(len(slot_avals))]
-    unknown.append(ClosedJaxpr(u.replace(invars=[*res_invars, *u.invars[nres:]]), []))
-  return tuple(known), tuple(unknown), slot_avals, out_uk
+    staged_out.append(staged.replace(invars=[*res_invars, *staged.invars[nres:]]))
+  return tuple(known_out), staged_out, slot_avals
 
 
 def _cond_partial_eval(eqn, unknowns):
@@ -632,7 +652,9 @@ def _cond_dce(used_outs, eqn):
   # NB: as JAX's, the branches are DCE'd even when every output and operand stays (dead
   # equations inside them go, e.g. the unused `empty2` fillers of a split cond).
   if all(used_outs) and all(used_ops) and all(
-      len(n.jaxpr.eqns) == len(b.jaxpr.eqns) for n, b in zip(new, branches)):
+      len(n.jaxpr.eqns) == len(b.jaxpr.eqns) and all(map(operator.is_, n.jaxpr.eqns,
+                                                         b.jaxpr.eqns))
+      for n, b in zip(new, branches)):   # (an equation inside may have changed)
     return used_ins, eqn
   return used_ins, eqn.replace(
       invars=[v for v, u in zip(eqn.invars, used_ins) if u],

@@ -520,7 +520,8 @@ def _scan_partial_eval(eqn, unknowns):
     stacked = [r for r, (k, _) in zip(res_vars, kinds) if k == "stacked"]
     hoisted = [r for r, (k, _) in zip(res_vars, kinds) if k == "hoist"]
     loop_j = Jaxpr([], [*kk, *kx], [*known.outvars[:n_out], *stacked], loop_eqns)
-    loop_j = pe.dce_jaxpr(loop_j, [True] * len(loop_j.outvars), instantiate=True)[0]
+    loop_j = pe.dce_jaxpr(loop_j, [True] * len(loop_j.outvars), instantiate=True,
+                          shallow=True)[0]
     loop_consts = _known_const_order(loop_j.eqns, loop_j.invars, loop_j.outvars)
     # The loop reads its invariants as new variables (constants of the known scan).
     sub = {v: Var(v.aval) for v in loop_consts}
@@ -529,7 +530,8 @@ def _scan_partial_eval(eqn, unknowns):
                    [e.replace(invars=[sub.get(v, v) if type(v) is Var else v
                                       for v in e.invars]) for e in loop_j.eqns])
     hoist_j = pe.dce_jaxpr(Jaxpr([], kc, [*hoisted, *loop_consts], hoist_eqns),
-                           [True] * (len(hoisted) + len(loop_consts)), instantiate=True)[0]
+                           [True] * (len(hoisted) + len(loop_consts)), instantiate=True,
+                           shallow=True)[0]
     # unknown: invars = residuals then unknown (consts, carry, xs); regroup as JAX does into
     # consts = (loop-invariant residuals: forwarded consts and hoisted, in residual order,
     # then unknown consts), carry = unknown carry, xs = (unknown xs, then per-iteration
