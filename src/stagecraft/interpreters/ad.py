@@ -62,6 +62,21 @@ def known_operand_values() -> dict[Var, Any]:
   return _known_envs[-1] if _known_envs else {}
 
 
+#: For each `PartialEvalTrace` splitting an equation (innermost last): whether it splits as
+#: JAX's `JaxprTrace` (`returns_consts`: the transposition of `checkpoint`,
+#: `linear_transpose`) rather than as its linearize; see `splitting_as_jaxpr_trace`.
+_split_modes: list[bool] = []
+
+
+def splitting_as_jaxpr_trace() -> bool:
+  """For a `partial_eval_rules` rule (also when it runs inside a jaxpr that such a rule
+  splits): whether the enclosing partial evaluation is JAX's `JaxprTrace` one (the
+  transposition of `checkpoint`, `linear_transpose`), whose residuals are numbered in the
+  topological order of its traced graph, rather than its linearize (residuals in the order
+  the tangent equations read them). A rule that reads it must key any cache on it."""
+  return _split_modes[-1] if _split_modes else False
+
+
 class ForwardedConst:
   """A constant that a split call's unknown side reads, passed to it from outside (JAX's
   forwarded constant residuals): `value` is the array."""
@@ -533,15 +548,19 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     eqn = core.JaxprEqn(invars, outvars, prim, params, src)
     frule = partial_eval_fwd_rules.get(prim)
     fwd = None
-    if frule is not None:
-      known_eqns, unknown_eqn, out_unknowns, fwd = frule(
-          eqn, unknowns, None if self.returns_consts else True)
-    else:
-      _known_envs.append(env)
-      try:
-        known_eqns, unknown_eqn, out_unknowns = rule(eqn, unknowns)
-      finally:
-        _known_envs.pop()
+    _split_modes.append(self.returns_consts)
+    try:
+      if frule is not None:
+        known_eqns, unknown_eqn, out_unknowns, fwd = frule(
+            eqn, unknowns, None if self.returns_consts else True)
+      else:
+        _known_envs.append(env)
+        try:
+          known_eqns, unknown_eqn, out_unknowns = rule(eqn, unknowns)
+        finally:
+          _known_envs.pop()
+    finally:
+      _split_modes.pop()
     if known_eqns is None:
       known_eqns = []
     elif not isinstance(known_eqns, list):

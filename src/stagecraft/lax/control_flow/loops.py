@@ -469,6 +469,22 @@ def _known_const_order(loop_eqns, in_vars, outvars) -> list[Var]:
   return consts
 
 
+def _jax_residual_order(known: Jaxpr, unknown: Jaxpr, nres: int) -> tuple[Jaxpr, Jaxpr]:
+  """The body's split with its residuals in the order JAX's `JaxprTrace` numbers them (the
+  constants of the unknown side's traced graph, in its topological order; see
+  `_known_const_order`), which the residual operands of the staged scan print in."""
+  res = unknown.invars[:nres]
+  order = _known_const_order(unknown.eqns, unknown.invars[nres:], unknown.outvars)
+  order = [v for v in order if v in res]
+  if len(order) != nres or order == res:
+    return known, unknown
+  perm = [res.index(v) for v in order]
+  n_out = len(known.outvars) - nres
+  k_res = known.outvars[n_out:]
+  return (known.replace(outvars=[*known.outvars[:n_out], *[k_res[i] for i in perm]]),
+          unknown.replace(invars=[*order, *unknown.invars[nres:]]))
+
+
 def _scan_partial_eval(eqn, unknowns):
   p = eqn.params
   jaxpr, nc, nk, length = p["jaxpr"], p["num_consts"], p["num_carry"], p["length"]
@@ -478,6 +494,9 @@ def _scan_partial_eval(eqn, unknowns):
   values = ad.known_operand_values()
   xs_host = tuple(type(values.get(v)) is np.ndarray
                   for v, u in zip(eqn.invars[nc + nk:], xs_uk) if not u)
+  # As JAX's: the residuals in the order its JaxprTrace numbers them, or (splitting as its
+  # linearize does) in the order the tangent equations read them.
+  as_jaxpr_trace = ad.splitting_as_jaxpr_trace()
 
   def make():
     carry_uk = list(init_uk)
@@ -488,6 +507,8 @@ def _scan_partial_eval(eqn, unknowns):
       if new == carry_uk:
         break
       carry_uk = new
+    if as_jaxpr_trace:
+      known, unknown = _jax_residual_order(known, unknown, nres)
     ys_uk = out_uk[nk:]
     # known: invars = known (consts, carry, xs); outvars = known carry, known ys, residuals.
     k_in = known.invars
@@ -545,7 +566,7 @@ def _scan_partial_eval(eqn, unknowns):
             [v.aval for v in stacked], hoist_j, len(hoisted))
 
   known_c, unknown_c, carry_uk, ys_uk, kinds, stacked_avals, hoist_j, n_hoisted = _memo(
-      _pe_tables, jaxpr, (tuple(unknowns), xs_host), make)
+      _pe_tables, jaxpr, (tuple(unknowns), xs_host, as_jaxpr_trace), make)
   ins_c, ins_k, ins_x = _split(list(eqn.invars), nc, nk)
   k_c = [v for v, u in zip(ins_c, const_uk) if not u]
   k_k = [v for v, u in zip(ins_k, carry_uk) if not u]
