@@ -386,6 +386,71 @@ def test_vjp_function_returned_from_jit_and_make_jaxpr():
   np.testing.assert_allclose(doubled(jnp.ones(2))[0], 2 * np.cos(np.ones(2)), rtol=1e-6)
 
 
+def _vjp_programs(m):
+  """name -> (function, primals): the residuals include primal leaves (some, all, none)."""
+  L, N, _ = m
+
+  def g(W, x):
+    return N.sin(N.dot(W, x))
+
+  def layers(W1, W2, W3, x):   # JAX's gradient-checkpointing tutorial
+    return g(W3, g(W2, g(W1, x)))
+
+  W1, W2, W3 = np.ones((5, 4), np.float32), np.ones((6, 5), np.float32), np.ones((7, 6),
+                                                                                np.float32)
+  x, y = np.float32(2.0), np.float32(3.0)
+  return {
+      "layers": (layers, (W1, W2, W3, np.ones(4, np.float32))),
+      "layers_dots_saveable": (L.checkpoint(
+          layers, policy=L.checkpoint_policies.dots_with_no_batch_dims_saveable),
+          (W1, W2, W3, np.ones(4, np.float32))),
+      "layers_checkpointed": (lambda a, b, c, v: L.checkpoint(g)(c, L.checkpoint(g)(
+          b, L.checkpoint(g)(a, v))), (W1, W2, W3, np.ones(4, np.float32))),
+      "one_primal_kept": (lambda x, y: N.sin(x) * y, (x, y)),
+      # NB: `* np.float32(2)`: a Python scalar (`* 2`) is a residual Array in JAX's (one
+      # more leaf), a literal here (docs/differences.md)
+      "no_primal_kept": (lambda x, y: N.sin(x) * np.float32(2) + y, (x, y)),
+      "dict_primals": (lambda d: N.sin(d["a"]) * d["b"][0], ({"a": x, "b": [y, x]},)),
+  }
+
+
+def _vjp_leaves(m, name):
+  f, args = _vjp_programs(m)[name]
+  return m[0].tree_util.tree_leaves(m[0].vjp(f, *args)[1])
+
+
+@pytest.mark.parametrize("name", sorted(_vjp_programs(JX)))
+def test_vjp_leaves_in_jax_order(name):
+  # As JAX 0.10's VJP: the primal leaves kept as residuals (in the primals' order), then the
+  # other residuals; the rebuilt function gives the same cotangents.
+  ours, theirs = _vjp_leaves(SC, name), _vjp_leaves(JX, name)
+  assert len(ours) == len(theirs)
+  for a, b in zip(ours, theirs):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+  f, args = _vjp_programs(SC)[name]
+  out, f_vjp = sc.vjp(f, *args)
+  leaves, tree = sc.tree_util.tree_flatten(f_vjp)
+  ct = jnp.ones_like(out)
+  assert_trees_allclose(sc.tree_util.tree_unflatten(tree, leaves)(ct), f_vjp(ct))
+
+
+@pytest.mark.parametrize("name", sorted(_vjp_programs(JX)))
+def test_vjp_forward_and_backward_print_as_jax(name):
+  # The tutorial's print_fwd_bwd: the forward program returns the VJP's leaves, the
+  # backward one reads them.
+  def texts(m):
+    L = m[0]
+    f, args = _vjp_programs(m)[name]
+    fwd = L.make_jaxpr(lambda *a: L.vjp(f, *a))(*args)
+    out, f_vjp = L.vjp(f, *args)
+    res, tree = L.tree_util.tree_flatten(f_vjp)
+    bwd = L.make_jaxpr(lambda *a: L.tree_util.tree_unflatten(tree, a[:-1])(a[-1]))(*res, out)
+    return str(fwd), str(bwd)
+  (f_ours, b_ours), (f_theirs, b_theirs) = texts(SC), texts(JX)
+  assert f_ours == f_theirs, f"\n--- stagecraft\n{f_ours}\n--- JAX\n{f_theirs}"
+  assert b_ours == b_theirs, f"\n--- stagecraft\n{b_ours}\n--- JAX\n{b_theirs}"
+
+
 def _pair(x, d):
   return (x * d["y"], {"z": (x, d["y"])})
 

@@ -303,7 +303,16 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
   pullback = _Pullback(fun, lin, out_tree, n_out, p_tree, [core.get_aval(p) for p in p_out],
                        [i for i, z in enumerate(zero_outs) if not z])
-  vjp_fn = VJP(pullback, list(residuals))
+  # As JAX 0.10's: the residuals that are primal leaves are kept by leaf (in the primals'
+  # order, `NotNeeded()` for the others), the rest in residual order after them.
+  index = {id(x): i for i, x in enumerate(p_leaves)}
+  used = {index[id(r)] for r in residuals if id(r) in index}
+  opaque = [r for r in residuals if id(r) not in index]
+  it = iter(range(len(opaque)))
+  spec = tuple((True, index[id(r)]) if id(r) in index else (False, next(it))
+               for r in residuals)
+  vjp_fn = VJP(pullback, spec, [x if i in used else NotNeeded()
+                                for i, x in enumerate(p_leaves)], opaque)
   if has_aux:
     return primals_out, vjp_fn, aux_tree.unflatten(p_out[n_out:])
   return primals_out, vjp_fn
@@ -362,11 +371,19 @@ class VJP:
     ValueError: if the cotangents' structure, shapes or dtypes differ from the output's
       (JAX 0.10's words); MissingRuleError: if a primitive lacks a transpose rule.
   """
-  __slots__ = ("_pullback", "residuals")
+  __slots__ = ("_pullback", "_spec", "args_res", "opaque_residuals")
 
-  def __init__(self, pullback: _Pullback, residuals: list):
+  def __init__(self, pullback: _Pullback, spec: tuple, args_res: list, opaque_residuals: list):
     self._pullback = pullback
-    self.residuals = residuals
+    self._spec = spec   # per residual: (True, primal leaf index) or (False, opaque index)
+    self.args_res = args_res   # per primal leaf: the leaf where a residual, else NotNeeded()
+    self.opaque_residuals = opaque_residuals
+
+  @property
+  def residuals(self) -> list:
+    """The residuals in the order the linear jaxpr reads them."""
+    return [self.args_res[i] if primal else self.opaque_residuals[i]
+            for primal, i in self._spec]
 
   def __call__(self, cotangents):
     return self._pullback(self.residuals, cotangents)
@@ -454,8 +471,22 @@ def _vjp_with_refs(vjp_fn: VJP, dests: tuple, cotangents):
   return vjp_fn._pullback.in_tree.unflatten(out)
 
 
-optree.register_pytree_node(VJP, lambda f: (f.residuals, f._pullback),
-                            lambda pb, res: VJP(pb, list(res)), namespace=_NS)
+class NotNeeded:
+  """A primal leaf a `VJP` does not keep (no residual is it): a pytree node without
+  children, as JAX 0.10's."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "NotNeeded()"
+
+
+optree.register_pytree_node(NotNeeded, lambda n: ((), None), lambda _, __: NotNeeded(),
+                            namespace=_NS)
+# NB: the leaves are the primal leaves kept as residuals (in the primals' order), then the
+# other residuals, as JAX 0.10's `VJP`.
+optree.register_pytree_node(
+    VJP, lambda f: ((f.args_res, f.opaque_residuals), (f._pullback, f._spec)),
+    lambda meta, children: VJP(*meta, list(children[0]), list(children[1])), namespace=_NS)
 
 
 def _check_input_dtype_revderiv(name: str, holomorphic: bool, allow_int: bool, x) -> None:
