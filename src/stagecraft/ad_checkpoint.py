@@ -742,6 +742,7 @@ lowering.register_lowering(remat_p, _remat_lowering)
 calls.CallRules(remat_p, "jaxpr", lambda params, what: params).register(
     partial_eval=False, dce=False)
 ad.partial_eval_rules[remat_p] = _remat_partial_eval
+ad.partial_eval_when_known.add(remat_p)
 
 _transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

@@ -47,6 +47,12 @@ partial_eval_rules: dict[core.Primitive, Callable] = {}
 partial_eval_fwd_rules: dict[core.Primitive, Callable] = {}
 
 
+#: The primitives whose `partial_eval_rules` rule runs even when every operand is known, when
+#: the trace splits as JAX's `JaxprTrace` (whose custom partial-evaluation rules run for
+#: any operands): a `checkpoint` of known values is then evaluated inline, as JAX's.
+partial_eval_when_known: set[core.Primitive] = set()
+
+
 #: The values of the known operands of the equation a `partial_eval_rules` rule is splitting,
 #: while `PartialEvalTrace` runs it (innermost last); see `known_operand_values`.
 _known_envs: list[dict] = []
@@ -136,7 +142,7 @@ def folded_constant(value: Any, aval: ShapedArray) -> Any | None:
   while type(trace) in (JVPTrace, batching.BatchTrace) or (
       type(trace) is PartialEvalTrace and not trace.stage_known):
     trace = trace.parent
-  if type(trace) is not pe.DynamicJaxprTrace:
+  if type(trace) is not pe.DynamicJaxprTrace and type(trace) is not PartialEvalTrace:
     return None
   # NB: a weakly typed Literal holds a Python scalar (see `Literal`).
   val = np.asarray(value, aval.dtype)[()]
@@ -176,6 +182,22 @@ def zeros_like_aval(aval: ShapedArray) -> Any:
 
 def instantiate_zeros(t: Any) -> Any:
   return zeros_like_aval(t.aval) if type(t) is Zero else t
+
+
+def instantiate_zeros_on_tangent_side(t: Any) -> Any:
+  """`instantiate_zeros`, for a JVP rule whose JAX linearize rule instantiates the zero in
+  its tangent function (scan's carries): while linearizing, the zero is an equation of the
+  linear program (computed when the backward pass runs, as JAX's), not a primal value."""
+  if type(t) is not Zero:
+    return t
+  trace = core.current_trace()
+  if type(trace) is not PartialEvalTrace or trace.returns_consts:
+    return zeros_like_aval(t.aval)
+  trace.stage_known = True
+  try:
+    return zeros_like_aval(t.aval)
+  finally:
+    trace.stage_known = False
 
 
 def add_tangents(x: Any, y: Any) -> Any:
@@ -518,6 +540,8 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     else:
       if self.stage_known:
         return super().process_primitive(prim, args, params)
+      if self.returns_consts and prim in partial_eval_when_known:
+        return self._split(partial_eval_rules[prim], prim, args, params)
       with core.set_current_trace(self.parent):
         return prim.bind(*args, **params)
     rule = partial_eval_rules.get(prim)

@@ -367,7 +367,8 @@ def _scan_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, num_consts: int, num_car
   consts, init, xs = _split(list(primals), nc, nk)
   t_c, t_k, t_x = _split(list(tangents), nc, nk)
   t_c = [t for t, n in zip(t_c, const_nz) if n]
-  t_k = [ad.instantiate_zeros(t) for t, n in zip(t_k, carry_nz) if n]
+  # NB: as JAX's linearize, a zero carry tangent is made on the tangent side
+  t_k = [ad.instantiate_zeros_on_tangent_side(t) for t, n in zip(t_k, carry_nz) if n]
   t_x = [t for t, n in zip(t_x, xs_nz) if n]
   outs = scan_p.bind(*jconsts, *consts, *t_c, *init, *t_k, *xs, *t_x, jaxpr=new_closed,
                      num_consts=len(jconsts) + nc + len(t_c), num_carry=nk + len(t_k),
