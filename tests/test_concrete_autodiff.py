@@ -451,6 +451,32 @@ def test_vjp_forward_and_backward_print_as_jax(name):
   assert b_ours == b_theirs, f"\n--- stagecraft\n{b_ours}\n--- JAX\n{b_theirs}"
 
 
+@pytest.mark.parametrize("case", ["layer", "dict", "tuple_and_scalar"])
+def test_vjp_args_res_and_opaque_residuals_as_jax(case):
+  # JAX 0.10's VJP attributes: `args_res` has one entry per argument, its containers as
+  # tuples (a dict's values in key order), NotNeeded() where the backward pass does not read
+  # the argument verbatim; `opaque_residuals` the other residuals.
+  def make(m):
+    L, N, _ = m
+    if case == "layer":
+      return L.vjp(lambda W, x: N.tanh(x @ W), N.ones((3, 3)), N.ones((2, 3)))[1]
+    if case == "dict":
+      return L.vjp(lambda d: d["bye"] @ d["hi"],
+                   {"hi": N.ones((4, 5)), "bye": 2 * N.ones((3, 4))})[1]
+    return L.vjp(lambda d, e: N.sin(d[0]) * e, (N.ones(2), N.ones(2)), 1.0)[1]
+  ours, theirs = make(SC), make(JX)
+  shape = lambda t: sc.tree_util.tree_map(   # noqa: E731
+      lambda x: "NotNeeded" if type(x).__name__ == "NotNeeded" else np.shape(x), t,
+      is_leaf=lambda x: type(x).__name__ == "NotNeeded")
+  assert shape(ours.args_res) == jax.tree_util.tree_map(
+      lambda x: "NotNeeded" if type(x).__name__ == "NotNeeded" else np.shape(x),
+      theirs.args_res, is_leaf=lambda x: type(x).__name__ == "NotNeeded")
+  assert [np.shape(r) for r in ours.opaque_residuals] == [
+      np.shape(r) for r in theirs.opaque_residuals]
+  for a, b in zip(ours.opaque_residuals, theirs.opaque_residuals):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+
+
 def _pair(x, d):
   return (x * d["y"], {"z": (x, d["y"])})
 

@@ -311,8 +311,10 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
   it = iter(range(len(opaque)))
   spec = tuple((True, index[id(r)]) if id(r) in index else (False, next(it))
                for r in residuals)
-  vjp_fn = VJP(pullback, spec, [x if i in used else NotNeeded()
-                                for i, x in enumerate(p_leaves)], opaque)
+  # NB: `args_res` mirrors the arguments: one entry per argument, its containers as tuples
+  args_res = p_tree.walk([x if i in used else NotNeeded() for i, x in enumerate(p_leaves)],
+                         lambda _, __, children: tuple(children), None)
+  vjp_fn = VJP(pullback, spec, list(args_res), opaque)
   if has_aux:
     return primals_out, vjp_fn, aux_tree.unflatten(p_out[n_out:])
   return primals_out, vjp_fn
@@ -376,14 +378,17 @@ class VJP:
   def __init__(self, pullback: _Pullback, spec: tuple, args_res: list, opaque_residuals: list):
     self._pullback = pullback
     self._spec = spec   # per residual: (True, primal leaf index) or (False, opaque index)
-    self.args_res = args_res   # per primal leaf: the leaf where a residual, else NotNeeded()
-    self.opaque_residuals = opaque_residuals
+    # Per argument, its tree with containers as tuples: at each leaf the value where the
+    # backward pass reads it verbatim, else NotNeeded() (JAX 0.10's `args_res`).
+    self.args_res = args_res
+    self.opaque_residuals = opaque_residuals   # the other residuals
 
   @property
   def residuals(self) -> list:
     """The residuals in the order the linear jaxpr reads them."""
-    return [self.args_res[i] if primal else self.opaque_residuals[i]
-            for primal, i in self._spec]
+    args = optree.tree_leaves(self.args_res, is_leaf=lambda x: isinstance(x, NotNeeded),
+                              namespace=_NS)
+    return [args[i] if primal else self.opaque_residuals[i] for primal, i in self._spec]
 
   def __call__(self, cotangents):
     return self._pullback(self.residuals, cotangents)
