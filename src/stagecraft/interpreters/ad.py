@@ -397,7 +397,8 @@ def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
 
 def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequence[bool],
                        const_values: dict[Var, Any] | None = None,
-                       returns_consts: bool = False) -> tuple[Jaxpr, Jaxpr, int]:
+                       returns_consts: bool = False, shallow_dce: bool = False
+                       ) -> tuple[Jaxpr, Jaxpr, int]:
   """Splits `jaxpr` by which invars are unknown.
 
   Args:
@@ -411,6 +412,10 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
     returns_consts: split calls inside as JAX's `_pjit_partial_eval` does (see
       `partial_eval_fwd_rules`) and keep every known equation (JAX binds each one), not
       only those the outputs need.
+    shallow_dce: the known equations none of whose results is needed go, but those kept
+      stay whole (their jaxprs and unused results too), as the known side of JAX's
+      `JaxprTrace` (`partial_eval_jaxpr_nounits`), which binds each known equation as is;
+      else (JAX's linearize) they are pruned inside as well.
 
   Returns:
     `(known, unknown, num_res, out_unknowns)`: `known` takes the known invars (constvars
@@ -499,7 +504,7 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: Sequence[bool], instantiate: Sequ
                 [*[v for v, u in zip(outvars, out_unknown) if not u], *res], known_eqns)
   if not returns_consts:
     known = pe.dce_jaxpr(known, [True] * len(known.outvars), instantiate=True,
-                         shallow=True)[0]
+                         shallow=shallow_dce)[0]
   sub = {v: Var(v.aval) for v in res}
   unknown_eqns = [e.replace(invars=[sub.get(v, v) if type(v) is Var else v for v in e.invars])
                   for e in unknown_eqns]

@@ -430,7 +430,7 @@ def _cond_jvp(primals, tangents, *, branches, **params):
                     for nz, a in zip(out_nz, branches[0].out_avals)]
 
 
-def _pe_branches(branches, unknowns):
+def _pe_branches(branches, unknowns, shallow_dce):
   n_out = len(branches[0].out_avals)
   out_uk = [False] * n_out
   for br in branches:
@@ -439,7 +439,10 @@ def _pe_branches(branches, unknowns):
   # NB: constants a jit inside a branch forwards to its tangent side become constants of the
   # known branch, which returns them as residuals (as JAX's).
   values = [dict(zip(br.jaxpr.constvars, br.consts)) for br in branches]
-  splits = [ad.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk, const_values=cv)
+  # NB: as JAX's JaxprTrace, where it splits the cond, the known branches keep the dead
+  # code of the equations in them (the `empty2` fillers of a cond inside)
+  splits = [ad.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk, const_values=cv,
+                                  shallow_dce=shallow_dce)
             for br, cv in zip(branches, values)]
   known, unknown, slot_avals = join_branch_residuals(
       [(ClosedJaxpr(k, [cv[v] for v in k.constvars]), u, nres)
@@ -507,8 +510,10 @@ def _cond_partial_eval(eqn, unknowns):
   if unknowns[0]:
     return None, eqn, [True] * n_out
   branches = eqn.params["branches"]
+  shallow = ad.splitting_as_jaxpr_trace()
   known, unknown, res_avals, out_uk = _memo_branches(
-      _pe_cache, branches, tuple(unknowns[1:]), lambda: _pe_branches(branches, unknowns[1:]))
+      _pe_cache, branches, (tuple(unknowns[1:]), shallow),
+      lambda: _pe_branches(branches, unknowns[1:], shallow))
   index, *ins = eqn.invars
   res_vars = [Var(a) for a in res_avals]
   known_eqn = core.JaxprEqn(

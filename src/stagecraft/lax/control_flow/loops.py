@@ -503,7 +503,8 @@ def _scan_partial_eval(eqn, unknowns):
     carry_uk = list(init_uk)
     for _ in range(nk + 1):
       known, unknown, nres, out_uk = ad.partial_eval_jaxpr(
-          jaxpr.jaxpr, [*const_uk, *carry_uk, *xs_uk], [*carry_uk, *[False] * ny])
+          jaxpr.jaxpr, [*const_uk, *carry_uk, *xs_uk], [*carry_uk, *[False] * ny],
+          shallow_dce=as_jaxpr_trace)
       new = [a or b for a, b in zip(carry_uk, out_uk[:nk])]
       if new == carry_uk:
         break
@@ -543,7 +544,7 @@ def _scan_partial_eval(eqn, unknowns):
     hoisted = [r for r, (k, _) in zip(res_vars, kinds) if k == "hoist"]
     loop_j = Jaxpr([], [*kk, *kx], [*known.outvars[:n_out], *stacked], loop_eqns)
     loop_j = pe.dce_jaxpr(loop_j, [True] * len(loop_j.outvars), instantiate=True,
-                          shallow=True)[0]
+                          shallow=as_jaxpr_trace)[0]
     loop_consts = _known_const_order(loop_j.eqns, loop_j.invars, loop_j.outvars)
     # The loop reads its invariants as new variables (constants of the known scan).
     sub = {v: Var(v.aval) for v in loop_consts}
@@ -553,7 +554,7 @@ def _scan_partial_eval(eqn, unknowns):
                                       for v in e.invars]) for e in loop_j.eqns])
     hoist_j = pe.dce_jaxpr(Jaxpr([], kc, [*hoisted, *loop_consts], hoist_eqns),
                            [True] * (len(hoisted) + len(loop_consts)), instantiate=True,
-                           shallow=True)[0]
+                           shallow=as_jaxpr_trace)[0]
     # unknown: invars = residuals then unknown (consts, carry, xs); regroup as JAX does into
     # consts = (loop-invariant residuals: forwarded consts and hoisted, in residual order,
     # then unknown consts), carry = unknown carry, xs = (unknown xs, then per-iteration
