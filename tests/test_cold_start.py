@@ -244,3 +244,16 @@ def test_no_xla_info_lines_on_stderr_as_jax():
   loud = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         timeout=240, env={**e, "TF_CPP_MIN_LOG_LEVEL": "0"})
   assert "PjRt-IFRT device count" in loud.stderr
+
+
+def test_no_xla_info_lines_from_the_runner(tmp_path):
+  # The runner imports the real jax (which sets TF_CPP_MIN_LOG_LEVEL's default after
+  # jaxlib has read the environment): stderr stays as a JAX program's.
+  script = tmp_path / "prog.py"
+  script.write_text("import jax.numpy as jnp\nprint(jnp.ones(3) + 1)\n")
+  e = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",
+                                                        "JAX_LOGGING_LEVEL")}
+  out = subprocess.run([sys.executable, "-m", "stagecraft", "run", str(script)],
+                       capture_output=True, text=True, timeout=240, env=e)
+  assert out.returncode == 0 and out.stdout.strip() == "[2. 2. 2.]", out.stderr
+  assert out.stderr == "", out.stderr

@@ -143,13 +143,19 @@ def _num_cpu_devices() -> int | None:
 
 def _quiet_info_logs() -> None:
   """XLA's C++ INFO lines (`PjRt-IFRT device count: ...`) go to stderr when a client is made
-  with jaxlib alone; a process that imports JAX does not print them. Keep stderr as JAX's:
-  INFO is dropped unless `TF_CPP_MIN_LOG_LEVEL` or `jax_logging_level` asks for it."""
-  if "TF_CPP_MIN_LOG_LEVEL" in os.environ or os.environ.get("JAX_LOGGING_LEVEL", "NOTSET") \
-      not in ("NOTSET", ""):
+  with jaxlib alone; a process that imports JAX does not print them (JAX sets
+  `TF_CPP_MIN_LOG_LEVEL=1` before jaxlib loads). Keep stderr as JAX's: the level is
+  `TF_CPP_MIN_LOG_LEVEL`'s (1, INFO dropped, when unset or not a number), applied here
+  because jaxlib may have read the environment before it was set (importing the real `jax`
+  after stagecraft sets its default); `jax_logging_level` wins where given."""
+  if os.environ.get("JAX_LOGGING_LEVEL", "NOTSET") not in ("NOTSET", ""):
     return
+  try:
+    level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"))
+  except ValueError:
+    level = 1
   from jaxlib import utils  # NB: jaxlib's absl switch (what jax_logging_level sets in JAX)
-  utils.absl_set_min_log_level(1)
+  utils.absl_set_min_log_level(level)
 
 
 def _cpu_client():
