@@ -272,3 +272,12 @@ def jnp_error_tests(cases: dict, message_cases=(), *, either_type: bool = False)
       assert first(g) == first(w)
 
   return {"test_errors_like_jax": test_errors_like_jax}
+
+
+def saved_residual_types(ours, theirs, *args) -> tuple[list, list]:
+  """The (shape, dtype) of each residual `saved_residuals` reports for stagecraft's function
+  `ours` and JAX's `theirs` at `args` (what `grad` saves, in order)."""
+  from jax._src.ad_checkpoint import saved_residuals as jax_saved
+  from stagecraft.ad_checkpoint import saved_residuals
+  return ([(a.shape, str(a.dtype)) for a, _ in saved_residuals(ours, *args)],
+          [(a.shape, str(a.dtype)) for a, _ in jax_saved(theirs, *args)])

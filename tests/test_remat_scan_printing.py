@@ -13,6 +13,7 @@ import jax.numpy as jjnp
 
 import stagecraft as sc
 import stagecraft.numpy as jnp
+from tests._util import saved_residual_types
 
 X = np.linspace(-1.0, 1.0, 6, dtype=np.float32).reshape(3, 2)
 W = np.linspace(0.5, 1.5, 4, dtype=np.float32).reshape(2, 2)
@@ -154,12 +155,8 @@ def test_closed_call_runs_eagerly_under_jit_and_vmap():
 @pytest.mark.parametrize("name", ["with_consts_dots_saveable", "with_xs_ys_dots_saveable",
                                   "carry_only"])
 def test_saved_residuals_as_jax(name):
-  from jax._src.ad_checkpoint import saved_residuals as jax_saved
-  from stagecraft.ad_checkpoint import saved_residuals
   f, policy = _programs(jnp)[name]
   jf, jpolicy = _programs(jjnp)[name]
-  ours = [(a.shape, str(a.dtype))
-          for a, _ in saved_residuals(sc.checkpoint(f, policy=policy), X)]
-  theirs = [(a.shape, str(a.dtype))
-            for a, _ in jax_saved(jax.checkpoint(jf, policy=jpolicy), X)]
+  ours, theirs = saved_residual_types(sc.checkpoint(f, policy=policy),
+                                      jax.checkpoint(jf, policy=jpolicy), X)
   assert ours == theirs

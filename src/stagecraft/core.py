@@ -1523,13 +1523,21 @@ def to_concrete_value(x: Any) -> Any:
 # Evaluation and checking
 
 
-def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any) -> list[Any]:
+_OWN = object()
+
+
+def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any,
+               source_info: Any = _OWN, fold_rules: dict | None = None) -> list[Any]:
   """Evaluates `jaxpr` by binding each equation's primitive in the current trace.
 
   Args:
     jaxpr: the program.
     consts: one value per constvar.
     *args: one value per invar.
+    source_info: the source info of every equation recorded (inlining a call: the call's);
+      by default each keeps its equation's.
+    fold_rules: per primitive, a rule computing an equation none of whose operands is a
+      tracer (returning None where it does not), instead of binding it.
 
   Returns:
     One value per outvar.
@@ -1550,10 +1558,16 @@ def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any) -> list[Any]:
   _source_contexts_active[0] += 1
   eqn = None
   try:
+    own = source_info is _OWN
     for eqn in jaxpr.eqns:
-      ctx.source_info = eqn.source_info
+      ctx.source_info = eqn.source_info if own else source_info
       invals = [v.val if type(v) is Literal else env[v] for v in eqn.invars]
-      outs = eqn.primitive.bind(*invals, **eqn.params)
+      fold = fold_rules and fold_rules.get(eqn.primitive)
+      outs = None
+      if fold and not any(isinstance(x, Tracer) for x in invals):
+        outs = fold(*invals, **eqn.params)
+      if outs is None:
+        outs = eqn.primitive.bind(*invals, **eqn.params)
       if eqn.primitive.multiple_results:
         env.update(zip(eqn.outvars, outs))
       else:

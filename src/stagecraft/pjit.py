@@ -102,7 +102,7 @@ _jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, Any]" = (
     weakref.WeakKeyDictionary())
 
 
-def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
+def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
   if dispatch.placement_used[0]:
     placement = dispatch.target_placement(args)
     if type(placement) is dispatch.Placement:   # arguments split over a mesh
@@ -263,7 +263,7 @@ def hoist_call_consts(jaxpr: core.Jaxpr) -> tuple[core.Jaxpr, list]:
   return jaxpr.replace(constvars=[*jaxpr.constvars, *new_vars.values()], eqns=eqns), consts
 
 
-def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str):
+def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
   return lowering.lower_call(ctx, name, jaxpr, args)
 
 
@@ -288,6 +288,7 @@ def _jit_pp_rule(eqn, context):
 
 
 core.pp_eqn_rules[jit_p] = _jit_pp_rule
+pe.inline_calls[jit_p] = "jaxpr"
 core.pp_named_calls.add(jit_p)
 
 
@@ -874,8 +875,12 @@ class PjitFunction:
     if core.trace_state.trace is not core.eval_trace:
       if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
         return self._constrained_call(entry, args, kwargs, static_argnums, leaves)
-      outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
-                        name=fun_name(self._fun))
+      if self._inline:   # JAX's jit(inline=True): staged equation by equation
+        outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
+                          name=fun_name(self._fun), inline=True)
+      else:
+        outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
+                          name=fun_name(self._fun))
       return optree.tree_unflatten(entry.out_tree, outs)
     call = entry.executable if dev is None else entry.device_calls.get(dev)
     if call is None:
@@ -1325,7 +1330,8 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
     keep_unused: keep arguments the computation does not read (they are pruned otherwise).
     device: the device to run on (default: the device of committed inputs, else the
       default device). backend: a platform name ('cpu', 'gpu'); its first device.
-    inline: accepted for compatibility; nested jits are always staged as calls.
+    inline: a call inside a traced function is staged equation by equation, not as a jit
+      equation (eagerly, and transformed over eager values, it runs as one program), as JAX's.
     in_shardings: how the positional arguments are laid out over a device mesh: a
       NamedSharding (or a PartitionSpec inside `with mesh:`), None (unspecified: the
       argument's own layout if it is committed, else the partitioner's choice), or a pytree

@@ -609,12 +609,23 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
       for v, a in fwd.items():
         env[v] = (a.value if type(a) is ForwardedConst else
                   a.val if type(a) is Literal else env[a])
+    inlined: dict[Var, Any] = {}
     if unknown_eqn is not None:
-      self.eqns.append(unknown_eqn.replace(invars=[
-          v if type(v) is Literal or v not in env else self._lift(env[v])
-          for v in unknown_eqn.invars], source_info=unknown_eqn.source_info or src))
-    outs = [pe.DynamicJaxprTracer(self, v.aval, v) if u else env[v]
-            for v, u in zip(outvars, out_unknowns)]
+      ins = [v if type(v) is Literal or v not in env else self._lift(env[v])
+             for v in unknown_eqn.invars]
+      u_prim = unknown_eqn.primitive
+      if unknown_eqn.params.get("inline") is True and u_prim in pe.inline_calls:
+        # As JAX's linearize of an inline jit: its unknown half is recorded equation by
+        # equation (its known half ran above as one call).
+        args_u = [x.val if type(x) is Literal else pe.DynamicJaxprTracer(self, x.aval, x)
+                  for x in ins]
+        res = self.inline_call(u_prim, args_u, unknown_eqn.params)
+        inlined.update(zip(unknown_eqn.outvars, res if u_prim.multiple_results else [res]))
+      else:
+        self.eqns.append(unknown_eqn.replace(invars=ins,
+                                             source_info=unknown_eqn.source_info or src))
+    outs = [inlined[v] if v in inlined else pe.DynamicJaxprTracer(self, v.aval, v) if u
+            else env[v] for v, u in zip(outvars, out_unknowns)]
     return outs if multiple else outs[0]
 
 

@@ -68,6 +68,13 @@ _context = core.source_context_state
 _contexts_active = core.source_contexts_active
 
 
+#: Call primitives whose equations carry `inline=True` when JAX's `jit(inline=True)` made them,
+#: and the param holding the called ClosedJaxpr: a staging trace records the called
+#: equations instead of the call (eagerly, and under JVP and vmap over eager values, the call
+#: runs as one compiled program, as JAX's).
+inline_calls: dict[core.Primitive, str] = {}
+
+
 class DynamicJaxprTrace(Trace):
   """Records primitives into a Jaxpr. `debug_info` names the inputs for error messages."""
   __slots__ = ("eqns", "invars", "constvars", "const_vals", "_const_ids", "debug_info")
@@ -132,6 +139,8 @@ class DynamicJaxprTrace(Trace):
     return v
 
   def process_primitive(self, prim: core.Primitive, args, params):
+    if params.get("inline") is True and prim in inline_calls:
+      return self.inline_call(prim, args, params)
     to_atom = self.to_atom
     invars = [to_atom(x) for x in args]
     out_aval = prim.abstract_eval(*[v.aval for v in invars], **params)
@@ -161,6 +170,17 @@ class DynamicJaxprTrace(Trace):
     v = Var(out_aval)
     self.eqns.append(_new_eqn(JaxprEqn, (invars, [v], prim, params, src)))
     return DynamicJaxprTracer(self, out_aval, v)
+
+  def inline_call(self, prim: core.Primitive, args, params):
+    """A call marked `inline` (JAX's `jit(inline=True)`) is not staged as a call: its
+    equations are recorded here, with the call's source info (JAX's `pjit_staging_rule`)."""
+    closed = params[inline_calls[prim]]
+    src = core.current_source_info(3)
+    # NB: as JAX's staging, a conversion of a host scalar operand folds into a literal
+    with core.set_current_trace(self):
+      outs = core.eval_jaxpr(closed.jaxpr, closed.consts, *args, source_info=src,
+                             fold_rules=const_fold_rules)
+    return outs if prim.multiple_results else outs[0]
 
   def to_jaxpr(self, outs: Sequence[Any]) -> tuple[Jaxpr, list[Any]]:
     outvars = [self.to_atom(x) for x in outs]

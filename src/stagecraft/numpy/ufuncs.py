@@ -15,7 +15,7 @@ from stagecraft import core, dtypes, lax, tree_util
 from stagecraft.config import config
 from stagecraft.core import Tracer
 from stagecraft.custom_derivatives import SymbolicZero, custom_jvp
-from stagecraft.interpreters import ad
+from stagecraft.interpreters import ad, batching
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import full, full_like
 from stagecraft.numpy.manipulation import broadcast_shapes, ravel
@@ -104,6 +104,41 @@ def _scalar_fits(t: type, dtype) -> bool:
   return False
 
 
+def _eager(forward_only: bool) -> bool:
+  """Whether the current trace runs on eager values: only JVP, batching and linearizing
+  traces above the evaluation trace (with `forward_only`, one of them a forward-mode JVP,
+  one not linearizing for reverse mode)."""
+  t = core.trace_state.trace
+  forward = False
+  while t is not core.eval_trace:
+    tt = type(t)
+    if tt is ad.JVPTrace:
+      forward = forward or type(t.parent) is not ad.PartialEvalTrace
+    elif tt is not batching.BatchTrace and tt is not ad.PartialEvalTrace:
+      return False
+    t = t.parent
+  return forward or not forward_only
+
+
+def _as_jax_ufunc(fn, one_primitive: bool):
+  """`fn` as JAX's jnp ufuncs are, `jit(inline=True)` functions: on eager values it runs as
+  one compiled program, so XLA may fuse its operations (`t * y + x * s` of a JVP into fused
+  multiply-adds), giving JAX's results bit for bit; traced, it is staged as its equations.
+  A ufunc of one primitive gives the same results either way except under a forward-mode
+  JVP, so only there does it take the compiled path."""
+  jitted = jit(fn, inline=True)
+
+  def wrapper(*args):
+    if core.trace_state.trace is not core.eval_trace or not one_primitive:
+      if _eager(forward_only=one_primitive):
+        return jitted(*args)
+    return fn(*args)
+  wrapper.__name__ = wrapper.__qualname__ = fn.__name__
+  wrapper.__doc__ = fn.__doc__
+  wrapper.__wrapped__ = fn
+  return wrapper
+
+
 def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool_fn=None,
                   lax_broadcasts: bool | None = None):
   # NB: `lax_broadcasts`: whether `lax_fn` broadcasts size-1 dimensions itself (default: it
@@ -159,7 +194,7 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
                 f"Args:\n  x, y: array-likes with broadcast-compatible shapes.\n\nReturns:\n"
                 f"  Array of the broadcast shape and the promoted dtype.\n\nRaises:\n"
                 f"  ValueError: if the shapes do not broadcast.")
-  return fn
+  return _as_jax_ufunc(fn, hasattr(lax_fn, "primitive"))
 
 
 def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
@@ -174,7 +209,7 @@ def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
   fn.__name__ = fn.__qualname__ = name
   fn.__doc__ = (f"{doc or name} (elementwise).\n\nArgs:\n  x: array-like T[*s].\n\nReturns:\n"
                 f"  Array [*s].")
-  return fn
+  return _as_jax_ufunc(fn, hasattr(lax_fn, "primitive"))
 
 
 def _full_shapes(args):
