@@ -1,4 +1,4 @@
-"""Forward-mode derivatives of eager values print JAX's numbers bit for bit: JAX's jnp ufuncs
+"""Eager ufuncs and their forward-mode derivatives print JAX's numbers bit for bit: JAX's jnp ufuncs
 are `jit(inline=True)` functions, so `jvp` (and `jacfwd`, `hessian`) of `x * y` on eager
 values runs the JVP as one compiled program, where XLA fuses `tx * y + x * ty` (fused
 multiply-add); stagecraft's ufuncs do the same. `jit(inline=True)` stages a call equation by
@@ -81,3 +81,28 @@ def test_inlined_equations_name_the_call_site():
   jaxpr = sc.make_jaxpr(f)(np.float32(1.0))
   lines = {str(e.source_info) for e in jaxpr.jaxpr.eqns}
   assert all("test_eager_forward_numerics.py" in s and "f" in s for s in lines), lines
+
+
+UFUNCS = {   # name -> operands
+    "hypot": (X * 3, Y * 3), "logaddexp": (X * 3, Y * 3), "logaddexp2": (X * 3, Y * 3),
+    "arctan2": (X, Y), "true_divide": (X, Y), "sinc": (X * 3,), "tan": (X,),
+    "arcsinh": (X * 3,),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UFUNCS))
+def test_eager_ufunc_and_its_jvp_bit_for_bit_as_jax(name):
+  args = UFUNCS[name]
+  tangents = tuple(np.ones_like(a) for a in args)
+  fs, fj = getattr(snp, name), getattr(jjnp, name)
+  np.testing.assert_array_equal(np.asarray(fs(*args)), np.asarray(fj(*args)))
+  np.testing.assert_array_equal(np.asarray(sc.jvp(fs, args, tangents)[1]),
+                                np.asarray(jax.jvp(fj, args, tangents)[1]))
+
+
+@pytest.mark.parametrize("name", ["hypot", "sinc", "logaddexp", "logaddexp2"])
+def test_composite_ufunc_prints_as_jax(name):
+  args = tuple(a[:7] for a in UFUNCS[name])
+  ours = str(sc.make_jaxpr(getattr(snp, name))(*args))
+  theirs = str(jax.make_jaxpr(getattr(jjnp, name))(*args))
+  assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"

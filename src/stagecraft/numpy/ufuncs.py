@@ -874,8 +874,17 @@ asin, acos, atan, asinh, acosh, atanh, atan2 = (arcsin, arccos, arctan, arcsinh,
                                                arctanh, arctan2)
 
 
+@jit
 def hypot(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """sqrt(x1**2 + x2**2) without intermediate overflow (inf if either is infinite).
+  """sqrt(x1**2 + x2**2) without intermediate overflow (inf if either is infinite): with
+  `hi`/`lo` the larger/smaller magnitude, `hi * sqrt(1 + (lo / hi)**2)` (0 where hi is 0).
+  Jitted, as JAX's (`jit[name=hypot]`, its selections `_where`s).
+
+  Args:
+    x1, x2: broadcast-compatible real array-likes (integers promote to the default float).
+
+  Returns:
+    Array of the broadcast shape and the promoted inexact dtype.
 
   Raises:
     ValueError: for complex inputs (take abs() first).
@@ -888,10 +897,10 @@ def hypot(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   inf = const(x1, np.inf)
   any_inf = lax.bitwise_or(lax.eq(x1, inf), lax.eq(x2, inf))
   hi, lo = lax.max(x1, x2), lax.min(x1, x2)
-  zero = lax.eq(hi, const(hi, 0))
-  ratio = lax.div(lo, lax.select(zero, _full_c(hi, 1), hi))
-  out = lax.select(zero, hi, lax.mul(hi, lax.sqrt(lax.add(const(hi, 1), lax.mul(ratio, ratio)))))
-  return lax.select(any_inf, _full_c(out, np.inf), out)
+  hi_zero = lax.eq(hi, const(hi, 0))
+  ratio = lax.div(lo, where(lax.eq(hi, const(hi, 0)), full_like(hi, 1), hi))
+  out = where(hi_zero, hi, lax.mul(hi, lax.sqrt(lax.add(const(hi, 1), lax.square(ratio)))))
+  return where(any_inf, _typed_scalar(out, np.inf), out)
 
 
 def deg2rad(x: ArrayLike, /) -> Array:
@@ -980,7 +989,21 @@ def _logaddexp_tangent(exp_fn, t1, t2, x1, x2, out):
   return SymbolicZero(core.get_aval(out)) if acc is None else acc
 
 
+def _typed_scalar(x, v):
+  """`v` as a strongly typed scalar of x's dtype (JAX's `_lax_const`)."""
+  return np.array(v, dtype_of(x))
+
+
+def _named(name: str):
+  """Gives the decorated function `name` (what a custom_jvp equation prints, as JAX's)."""
+  def set_name(f):
+    f.__name__ = f.__qualname__ = name
+    return f
+  return set_name
+
+
 @custom_jvp
+@_named("logaddexp")
 def _logaddexp(x1, x2):
   if dtypes.is_complex(dtype_of(x1)):
     return _complex_logaddexp(x1, x2, lax.exp, None, np.pi)
@@ -996,7 +1019,7 @@ def _logaddexp_jvp(primals, tangents):
   return out, _logaddexp_tangent(lax.exp, *tangents, *primals, out)
 
 
-_logaddexp.defjvp(_logaddexp_jvp, symbolic_zeros=True)
+_logaddexp.defjvp(_logaddexp_jvp)
 
 
 def logaddexp2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
@@ -1005,14 +1028,21 @@ def logaddexp2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   return _logaddexp2(x1, x2)
 
 
+# NB: JAX's ufuncs: one compiled program on eager values (bit for bit JAX's results)
+logaddexp = _as_jax_ufunc(logaddexp, one_primitive=False)
+logaddexp2 = _as_jax_ufunc(logaddexp2, one_primitive=False)
+
+
 @custom_jvp
+@_named("logaddexp2")
 def _logaddexp2(x1, x2):
   if dtypes.is_complex(dtype_of(x1)):
     return _complex_logaddexp(x1, x2, lax.exp2, 1 / np.log(2), np.pi / np.log(2))
   amax = lax.max(x1, x2)
   delta = lax.sub(x1, x2)
-  tail = lax.div(lax.log1p(lax.exp2(lax.neg(lax.abs(delta)))), const(x1, np.log(2)))
-  return lax.select(lax.ne(delta, delta), lax.add(x1, x2), lax.add(amax, tail))
+  is_nan, both = lax.ne(delta, delta), lax.add(x1, x2)
+  tail = lax.mul(const(x1, 1 / np.log(2)), lax.log1p(lax.exp2(lax.neg(lax.abs(delta)))))
+  return lax.select(is_nan, both, lax.add(amax, tail))
 
 
 def _logaddexp2_jvp(primals, tangents):
@@ -1020,11 +1050,12 @@ def _logaddexp2_jvp(primals, tangents):
   return out, _logaddexp_tangent(lax.exp2, *tangents, *primals, out)
 
 
-_logaddexp2.defjvp(_logaddexp2_jvp, symbolic_zeros=True)
+_logaddexp2.defjvp(_logaddexp2_jvp)
 
 
+@jit
 def sinc(x: ArrayLike, /) -> Array:
-  """The normalized sinc function `sin(pi x) / (pi x)`, 1 at 0.
+  """The normalized sinc function `sin(pi x) / (pi x)`, 1 at 0 (jitted, as JAX's).
 
   Derivatives of every order are exact at 0 too: there the value comes from the Maclaurin
   series of `sin(y) / y` at `y = pi x`, whose k-th derivative is JAX's custom rule
@@ -1032,9 +1063,9 @@ def sinc(x: ArrayLike, /) -> Array:
   """
   x, = _inexact_args("sinc", x)
   eq_zero = lax.eq(x, const(x, 0))
-  pi_x = lax.mul(x, const(x, np.pi))
-  safe = lax.select(eq_zero, _full_c(x, 1), pi_x)
-  return lax.select(eq_zero, _sinc_maclaurin(0, pi_x), lax.div(lax.sin(safe), safe))
+  pi_x = lax.mul(const(x, np.pi), x)
+  safe = where(eq_zero, _typed_scalar(x, 1), pi_x)
+  return where(eq_zero, _sinc_maclaurin(0, pi_x), lax.div(lax.sin(safe), safe))
 
 
 @functools.partial(custom_jvp, nondiff_argnums=(0,))
