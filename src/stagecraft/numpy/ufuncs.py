@@ -14,7 +14,7 @@ import numpy as np
 from stagecraft import core, dtypes, lax, tree_util
 from stagecraft.config import config
 from stagecraft.core import Tracer
-from stagecraft.custom_derivatives import SymbolicZero, custom_jvp
+from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import ad, batching
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import full, full_like
@@ -978,20 +978,20 @@ def _complex_logaddexp(x1, x2, exp_fn, scale, period):
 
 
 def _logaddexp_tangent(exp_fn, t1, t2, x1, x2, out):
-  """`t1 * exp_fn(x1 - out) + t2 * exp_fn(x2 - out)`, leaving out symbolic zero tangents."""
-  out_safe = _replace_inf(out)
-  acc = None
-  for t, x in ((t1, x1), (t2, x2)):
-    if type(t) is SymbolicZero:
-      continue
-    term = lax.mul(t, exp_fn(lax.sub(_replace_inf(x), out_safe)))
-    acc = term if acc is None else lax.add(acc, term)
-  return SymbolicZero(core.get_aval(out)) if acc is None else acc
+  """`t1 * exp_fn(x1 - out) + t2 * exp_fn(x2 - out)`, infinities read as 0 (JAX's rule: the
+  derivative stays finite where an operand or the result is infinite)."""
+  terms = [lax.mul(t, exp_fn(lax.sub(_replace_inf(x), _replace_inf(out))))
+           for t, x in ((t1, x1), (t2, x2))]
+  return lax.add(*terms)
 
 
 def _typed_scalar(x, v):
-  """`v` as a strongly typed scalar of x's dtype (JAX's `_lax_const`)."""
-  return np.array(v, dtype_of(x))
+  """`v` as a scalar of x's dtype, weakly typed where x is (JAX's `_lax_const`, a typed
+  literal: a selection with it keeps x's type and stages no conversion)."""
+  dt = dtype_of(x)
+  if getattr(core.get_aval(x), "weak_type", False):   # a Python scalar, as JAX's
+    return {"f": float, "c": complex, "b": bool}.get(dt.kind, int)(v)
+  return np.array(v, dt)
 
 
 def _named(name: str):
@@ -1063,7 +1063,7 @@ def sinc(x: ArrayLike, /) -> Array:
   """
   x, = _inexact_args("sinc", x)
   eq_zero = lax.eq(x, const(x, 0))
-  pi_x = lax.mul(const(x, np.pi), x)
+  pi_x = lax.mul(_typed_scalar(x, np.pi), x)
   safe = where(eq_zero, _typed_scalar(x, 1), pi_x)
   return where(eq_zero, _sinc_maclaurin(0, pi_x), lax.div(lax.sin(safe), safe))
 
