@@ -405,8 +405,9 @@ def test_bool_of_tracer_names_argument_and_suggests_static_argnums():
   with pytest.raises(ConcretizationTypeError) as info:
     stagecraft.jit(g)(1.0, 2)
   msg = str(info.value)
-  assert "The problem arose with the `bool` function" in msg
-  assert "argument `n` of `g`" in msg
+  assert msg.startswith("Attempted boolean conversion of traced array with shape bool[].\n")
+  assert "tracing the function g at " in msg
+  assert "depends on the value of the argument n." in msg
   assert "static_argnums=1" in msg
   assert isinstance(info.value, TypeError)
 
@@ -416,7 +417,7 @@ def test_bool_of_tracer_keyword_suggests_static_argnames():
     return _branchy(x, n)
   with pytest.raises(ConcretizationTypeError, match="static_argnames='n'") as info:
     stagecraft.jit(g)(1.0, n=2)
-  assert "argument `n` of `g`" in str(info.value)
+  assert "depends on the value of the argument n." in str(info.value)
 
 
 def test_if_on_traced_array_in_pytree_names_path():
@@ -432,7 +433,7 @@ def test_int_float_of_tracer(conv):
     return x * conv(n)
   with pytest.raises(ConcretizationTypeError, match=f"`{conv.__name__}` function") as info:
     stagecraft.jit(h)(1.0, 2)
-  assert "argument `n` of `h`" in str(info.value)
+  assert "depends on the value of the argument n." in str(info.value)
   assert "static_argnums=1" in str(info.value)
 
 
@@ -446,7 +447,7 @@ def test_static_argnums_fixes_concretization():
 def test_range_of_tracer():
   def h(x, n):
     return [x for _ in range(n)]
-  with pytest.raises(TracerIntegerConversionError, match="argument `n` of `h`"):
+  with pytest.raises(TracerIntegerConversionError, match="depends on the value of the argument n."):
     stagecraft.jit(h)(1.0, 3)
 
 
@@ -460,12 +461,12 @@ def test_index_list_with_tracer():
 def test_np_asarray_of_tracer():
   def h(x):
     return np.asarray(x)
-  with pytest.raises(TracerArrayConversionError, match="argument `x` of `h`"):
+  with pytest.raises(TracerArrayConversionError, match="depends on the value of the argument x."):
     stagecraft.jit(h)(f32(3))
 
 
 def test_bool_of_tracer_in_make_jaxpr():
-  with pytest.raises(ConcretizationTypeError, match="`bool` function"):
+  with pytest.raises(ConcretizationTypeError, match="Attempted boolean conversion"):
     stagecraft.make_jaxpr(lambda x: x if x > 0 else -x)(1.0)
 
 

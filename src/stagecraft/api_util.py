@@ -245,7 +245,8 @@ def debug_info(traced_for: str, fun: Callable, args: Sequence[Any], kwargs: dict
     names, origins = arg_names(sig, dyn_argnums, list(dyn_kwargs), with_paths)
   except (TypeError, ValueError, IndexError, AttributeError):
     names, origins = None, None
-  return core.DebugInfo(traced_for, name, names, origins)
+  return core.DebugInfo(traced_for, name, names, origins,
+                        fun_source_info(fun))
 
 
 class _OutTreeStore:

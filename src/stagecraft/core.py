@@ -171,6 +171,19 @@ class ShapeDtypeStruct:
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
 
+  @classmethod
+  def like(cls, x) -> "ShapeDtypeStruct":
+    """The shape, dtype and weak type of `x` (an Array, tracer, NumPy array or scalar),
+    with its sharding where `x` is an Array committed to its devices (JAX's
+    `ShapeDtypeStruct.like`).
+
+    Raises:
+      TypeError: `x` is not an array-like value."""
+    aval = get_aval(x)
+    committed = not isinstance(x, Tracer) and getattr(x, "committed", True)
+    sharding = getattr(x, "sharding", None) if committed is True else None
+    return cls(aval.shape, aval.dtype, weak_type=aval.weak_type, sharding=sharding)
+
   def __repr__(self):
     w = ", weak_type=True" if self.weak_type else ""
     sh = "" if self.sharding is None else f", sharding={self.sharding!r}"
@@ -617,6 +630,7 @@ class DebugInfo(NamedTuple):
   func_name: str
   arg_names: tuple[str, ...] | None
   arg_origins: tuple[int | str, ...] | None = None
+  func_src_info: str | None = None   # JAX's: "f at /path/file.py:12"
 
 
 class Jaxpr:
@@ -1434,21 +1448,32 @@ class Tracer:
   size = property(lambda self: self.aval.size)
   weak_type = property(lambda self: self.aval.weak_type)
 
-  def __repr__(self):
-    return f"Traced<{self.aval.str_short()}>with<{self._trace!r}>"
+  def _short_repr(self) -> str:
+    """JAX 0.10's short form, `ClassName<aval>`; each kind of tracer names its parts."""
+    return f"{type(self).__name__}<{self.aval}>"
+
+  def __repr__(self):   # JAX's: JitTracer(~float32[]), VmapTracer(aval=..., batched=...)
+    return self._short_repr()
 
   def _concretization_error(self, fname: str, cls=ConcretizationTypeError, fix: str = ""):
-    origin = self._trace.origin_msg(self)
+    """The error for a conversion that needs this tracer's value, JAX's first line first
+    (users match it), then what needed it, where the value came from and how to fix it."""
+    what = f"traced array with shape {self.aval.str_short(False)}"
+    if cls is TracerBoolConversionError:
+      head = f"Attempted boolean conversion of {what}."
+    elif cls is TracerArrayConversionError:
+      head = f"The numpy.ndarray conversion method __array__() was called on {what}"
+    elif cls is TracerIntegerConversionError:
+      head = f"The __index__() method was called on {what}"
+    else:
+      head = (f"Abstract tracer value encountered where concrete value is expected: {what}"
+              f"\nThe problem arose with the `{fname}` function.")
+      if fname in ("float", "int", "complex"):
+        head += (f" If trying to convert the data type of a value, try using "
+                 f"`x.astype({fname})` or `jnp.array(x, {fname})` instead.")
     fix = fix or (" Use `stagecraft.lax.cond` or `stagecraft.numpy.where` instead of a Python "
                   "`if`, or make the value static.")
-    if cls is TracerBoolConversionError:   # JAX's first line, which users match
-      head = (f"Attempted boolean conversion of traced array with shape "
-              f"{self.aval.str_short(False)}.\nAbstract tracer value encountered where "
-              f"concrete value is expected. ")
-    else:
-      head = (f"Abstract tracer value encountered where concrete value is expected: traced "
-              f"array with shape {self.aval.str_short()}. ")
-    return cls(f"{head}The problem arose with the `{fname}` function.{origin}\n{fix.strip()}")
+    return cls(f"{head}{self._trace.origin_msg(self)}\n{fix.strip()}")
 
   def to_concrete_value(self):
     """The concrete value this tracer stands for, or None when it is abstract. A JVP

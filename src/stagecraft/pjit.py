@@ -356,7 +356,7 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
   names, origins = arg_names(sig, dyn_argnums, list(dyn_kwargs), with_paths)
   if in_avals is None:
     in_avals = [abstractify(x, names[i], fun) for i, x in enumerate(leaves)]
-  debug = DebugInfo(traced_for, name, names, origins)
+  debug = DebugInfo(traced_for, name, names, origins, api_util.fun_source_info(fun))
   out_tree_box = []
 
   def flat_fun(*flat):

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax, sharding, tree_util
+from stagecraft import dtypes, lax, shape_poly, sharding, tree_util
 from stagecraft import numpy as jnp
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import batching
@@ -489,7 +489,11 @@ def _canonical_shape(name: str, shape: Any) -> tuple[int, ...]:
   sequence (checked there)."""
   if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
     shape = (shape,)
-  return canonicalize_shape(name, "shape", shape)
+  shape = canonicalize_shape(name, "shape", shape)
+  if any(not shape_poly.is_symbolic_dim(d) and d < 0 for d in shape):
+    # NB: JAX 0.10.2 fails later, in MLIR ("invalid tensor dimension size").
+    raise TypeError(f"{name} shape must have every element be nonnegative, got {shape}.")
+  return shape
 
 
 def _promote_inexact(*args):

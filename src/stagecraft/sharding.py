@@ -746,10 +746,24 @@ class NamedSharding(Sharding):
 
 
 class SingleDeviceSharding(Sharding):
-  """The whole array on one device."""
+  """The whole array on one device, in its default memory (JAX's `memory_kind`, which
+  `repr` shows as JAX's does).
 
-  def __init__(self, device):
+  Raises:
+    ValueError / NotImplementedError: as `make_single_device_sharding`, for a `memory_kind`
+      the device cannot address or that is not its default memory."""
+
+  def __init__(self, device, *, memory_kind: str | None = None):
+    if memory_kind is not None:
+      _check_memory_kind(device, memory_kind)
     self.device = device
+
+  @property
+  def memory_kind(self) -> str | None:
+    try:
+      return self.device.default_memory().kind
+    except (AttributeError, RuntimeError):   # a device object without memories
+      return None
 
   @property
   def device_set(self) -> set:
@@ -785,7 +799,8 @@ class SingleDeviceSharding(Sharding):
     return hash(("single", self.device.id))
 
   def __repr__(self):
-    return f"SingleDeviceSharding(device={self.device!r})"
+    mem = "" if self.memory_kind is None else f", memory_kind={self.memory_kind}"
+    return f"SingleDeviceSharding(device={self.device!r}{mem})"
 
 
 def make_single_device_sharding(device: Any, *, memory_kind: str | None = None
@@ -802,17 +817,19 @@ def make_single_device_sharding(device: Any, *, memory_kind: str | None = None
     ValueError: a memory kind the device cannot address (JAX's message).
     NotImplementedError: another memory kind the device can address (`"pinned_host"`).
   """
-  if memory_kind is not None:
-    kinds = [m.kind for m in device.addressable_memories()]
-    if memory_kind not in kinds:
-      raise ValueError(f"Could not find memory addressable by device {device.device_kind}. "
-                       f"Device {device.device_kind} can address the following memory kinds: "
-                       f"{', '.join(kinds)}. Got memory kind: {memory_kind}")
-    if memory_kind != device.default_memory().kind:
-      raise NotImplementedError(f"make_single_device_sharding: memory_kind={memory_kind!r}; "
-                                f"stagecraft places arrays in the device's default memory "
-                                f"({device.default_memory().kind!r}) only.")
-  return SingleDeviceSharding(device)
+  return SingleDeviceSharding(device, memory_kind=memory_kind)
+
+
+def _check_memory_kind(device, memory_kind: str) -> None:
+  kinds = [m.kind for m in device.addressable_memories()]
+  if memory_kind not in kinds:
+    raise ValueError(f"Could not find memory addressable by device {device.device_kind}. "
+                     f"Device {device.device_kind} can address the following memory kinds: "
+                     f"{', '.join(kinds)}. Got memory kind: {memory_kind}")
+  if memory_kind != device.default_memory().kind:
+    raise NotImplementedError(f"make_single_device_sharding: memory_kind={memory_kind!r}; "
+                              f"stagecraft places arrays in the device's default memory "
+                              f"({device.default_memory().kind!r}) only.")
 
 
 def to_named(s: Any, what: str) -> NamedSharding | None:

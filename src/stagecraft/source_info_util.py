@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 from typing import Any, Callable, NamedTuple, TypeVar
 
@@ -193,8 +194,12 @@ def fun_name(fun: Callable, default_name: str = "<unnamed function>") -> str:
 def fun_source_info(fun: Callable) -> str:
   """`fun`'s name and where it is defined, as JAX's debug info writes it in messages:
   `f at /path/to/file.py:12` (the name alone for a callable without code)."""
+  while isinstance(fun, functools.partial):
+    fun = fun.func
+  try:
+    fun = inspect.unwrap(fun)
+  except ValueError:   # a cycle of __wrapped__
+    pass
   code = getattr(fun, "__code__", None)
-  if code is None and isinstance(fun, functools.partial):
-    code = getattr(fun.func, "__code__", None)
   return (f"{fun_name(fun)} at {code.co_filename}:{code.co_firstlineno}" if code
           else fun_name(fun))

@@ -103,6 +103,10 @@ class _Signature:
     infos = [ArgInfo(a, i in self.donated) for i, a in enumerate(self.in_avals)]
     return tree_util.tree_unflatten(self.in_tree, infos)
 
+  def in_avals_tree(self):
+    """JAX's `Stage.in_avals`: the tree of `(dyn_args, dyn_kwargs)` with the avals."""
+    return tree_util.tree_unflatten(self.in_tree, list(self.in_avals))
+
   def out_info(self):
     return tree_util.tree_unflatten(self.entry.out_tree,
                                  [_sds(a) for a in self.entry.jaxpr.out_avals])
@@ -152,6 +156,8 @@ class Traced:
   out_info = property(lambda self: self._sig.out_info())
   args_info = property(lambda self: self._sig.args_info())
   in_tree = property(lambda self: self._sig.in_tree)
+  in_avals = property(lambda self: self._sig.in_avals_tree())
+  donate_argnums = property(lambda self: tuple(sorted(self._sig.donated)))
   out_tree = property(lambda self: self._sig.entry.out_tree)
   fun_name = property(lambda self: self._sig.name)
   # stagecraft extensions (used by `stagecraft.export`): jit's `keep_unused`, whether the
@@ -191,6 +197,8 @@ class Lowered:
   out_info = property(lambda self: self._sig.out_info())
   args_info = property(lambda self: self._sig.args_info())
   in_tree = property(lambda self: self._sig.in_tree)
+  in_avals = property(lambda self: self._sig.in_avals_tree())
+  donate_argnums = property(lambda self: tuple(sorted(self._sig.donated)))
   out_tree = property(lambda self: self._sig.entry.out_tree)
 
   def _xla_computation(self):
@@ -310,6 +318,8 @@ class Compiled:
   out_info = property(lambda self: self._sig.out_info())
   args_info = property(lambda self: self._sig.args_info())
   in_tree = property(lambda self: self._sig.in_tree)
+  in_avals = property(lambda self: self._sig.in_avals_tree())
+  donate_argnums = property(lambda self: tuple(sorted(self._sig.donated)))
   out_tree = property(lambda self: self._sig.entry.out_tree)
 
   def __call__(self, *args, **kwargs):

@@ -69,7 +69,7 @@ class Format:
     return hash((self.layout, self.sharding))
 
   def __repr__(self):
-    return f"Format({self.layout!r}, {self.sharding!r})"
+    return f"Format(layout={self.layout!r}, sharding={self.sharding!r})"
 
 
 def with_layout_constraint(x: Any, layouts: Any) -> Any:

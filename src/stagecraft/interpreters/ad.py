@@ -332,6 +332,13 @@ class JVPTracer(Tracer):
   def to_concrete_value(self):
     return core.to_concrete_value(self.primal)
 
+  def _short_repr(self) -> str:
+    short = lambda x: x._short_repr() if isinstance(x, Tracer) else str(x)
+    if isinstance(self._trace.parent, PartialEvalTrace):   # linearize, grad, vjp
+      tangent = core.get_aval(self.tangent).str_short()
+      return f"GradTracer(primal={short(self.primal)}, typeof(tangent)={tangent})"
+    return f"JVPTracer(primal={short(self.primal)}, tangent={short(self.tangent)})"
+
 
 class JVPTrace(Trace):
   """Runs each primitive's JVP rule; the rule's own binds go to `parent`."""

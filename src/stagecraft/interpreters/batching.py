@@ -152,6 +152,9 @@ class BatchTracer(Tracer):
   def aval(self) -> ShapedArray:
     return mapped_aval_typed(core.get_aval(self.val), self.batch_dim)
 
+  def _short_repr(self) -> str:
+    return f"VmapTracer(aval={self.aval}, batched={core.get_aval(self.val)})"
+
 
 class BatchTrace(Trace):
   """Runs each primitive's batching rule; the rule's own binds go to `parent`."""

@@ -27,6 +27,9 @@ class DynamicJaxprTracer(Tracer):
     self.aval = aval
     self._var = var
 
+  def _short_repr(self) -> str:
+    return f"JitTracer({self.aval})"
+
 
 _literal_types = {bool, int, float, complex}
 
@@ -188,20 +191,27 @@ class DynamicJaxprTrace(Trace):
     return jaxpr, self.const_vals
 
   def origin_msg(self, tracer: Tracer) -> str:
+    """Where a tracer's value came from, in JAX's words (the traced function and the
+    arguments it depends on), with the `static_argnums` that would make it concrete."""
     info = self.debug_info
     if info is None or info.arg_names is None or not isinstance(tracer, DynamicJaxprTracer):
       return ""
+    src = info.func_src_info or info.func_name
+    msg = f"\nThe error occurred while tracing the function {src} for {info.traced_for}. "
     progenitors = _find_progenitors(self, tracer._var)
     idxs = [i for i, v in enumerate(self.invars) if v in progenitors]
     if not idxs:
-      return (f"\nWhile tracing the function {info.func_name} for {info.traced_for}, this "
-              f"value became a tracer through a closed-over value or a constant.")
+      return msg + ("This value became a tracer through a closed-over value or a constant, "
+                    "not an argument.")
     names = [info.arg_names[i] for i in idxs if i < len(info.arg_names)]
-    shown = ", ".join(f"`{n}`" for n in names[:5])
-    if len(names) > 5:
-      shown += f" and {len(names) - 5} more"
-    msg = (f"\nThis value depends on the argument{'s' if len(names) > 1 else ''} {shown} of "
-           f"`{info.func_name}` (traced for {info.traced_for}).")
+    if len(names) == 1:
+      shown = f"the argument {names[0]}"
+    elif len(names) == 2:
+      shown = f"the arguments {names[0]} and {names[1]}"
+    else:
+      shown = f"the arguments {', '.join(names[:-1])}, and {names[-1]}"
+    msg += (f"This concrete value was not available in Python because it depends on the "
+            f"value{'s' if len(names) > 1 else ''} of {shown}.")
     if info.arg_origins is not None and info.traced_for == "jit":
       origins = sorted({info.arg_origins[i] for i in idxs if i < len(info.arg_origins)},
                        key=str)

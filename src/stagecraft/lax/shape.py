@@ -49,19 +49,41 @@ __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p
 # Shared helpers (also used by the other lax modules)
 
 
+#: The arguments that JAX reads with `core.canonicalize_shape` (an int is a 1-d shape; its
+#: message for other values).
+_SHAPE_ARGS = frozenset({"shape", "new_sizes"})
+
+
+def shape_error(shape: Any) -> TypeError:
+  """JAX's error for a shape whose entries are not static integers (traced, float, None),
+  naming where each traced entry came from."""
+  msg = f"Shapes must be 1D sequences of concrete values of integer type, got {shape}."
+  traced = [d for d in shape if isinstance(d, core.Tracer)] if isinstance(shape, Sequence) else []
+  if traced:
+    msg += ("\nIf using `jit`, try using `static_argnums` or applying `jit` to smaller "
+            "subfunctions.")
+    msg += "".join(d._trace.origin_msg(d) for d in traced)
+  return TypeError(msg)
+
+
 def canonicalize_shape(name: str, arg_name: str, obj: Any) -> tuple[int, ...]:
-  """`obj` (a sequence of integers) as a tuple of Python ints, for a static param.
+  """`obj` (a sequence of integers) as a tuple of Python ints, for a static param. For a
+  shape (`shape`, `new_sizes`), an int is a 1-d shape, as JAX's.
 
   Raises:
     TypeError: if `obj` is not a sequence of integers (a traced value included: shapes and
       indices of params must be static).
   """
   if isinstance(obj, (int, np.integer)):
+    if arg_name in _SHAPE_ARGS:
+      return (operator.index(obj),)
     raise TypeError(f"{name} {arg_name} must be a sequence of integers, got the integer "
                     f"{obj!r}. Wrap it in a tuple: ({obj!r},).")
   try:   # NB: symbolic dimensions (export) are kept as they are
     return tuple(shape_poly.index_dim(d) for d in obj)
   except TypeError as e:
+    if arg_name in _SHAPE_ARGS:
+      raise shape_error(obj) from e
     raise TypeError(f"{name} {arg_name} must be a sequence of integers, got {obj!r}. Pass "
                     f"a tuple of static Python ints.") from e
 

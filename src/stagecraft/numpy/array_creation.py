@@ -194,7 +194,9 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, *,
   Raises:
     ConcretizationTypeError: if an argument is traced.
   """
-  for v, w in ((start, "start"), (stop, "stop"), (step, "step")):
+  # NB: as JAX's, `arange(n)` names its one argument `stop`.
+  for v, w in ((start, "start" if stop is not None else "stop"), (stop, "stop"),
+               (step, "step")):
     check_concrete(v, "arange", w)
   return placed(_arange(start, stop, step, dtype), device, out_sharding, "arange")
 

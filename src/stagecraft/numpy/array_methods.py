@@ -185,8 +185,9 @@ def _abstract_attribute(name: str):
   def get(self):
     raise ConcretizationTypeError(
         f"Abstract tracer value encountered where concrete value is expected: traced array "
-        f"with shape {self.aval.str_short()}. The problem arose with the `{name}` attribute: "
-        f"a traced value has no device buffers. Use it outside the transformation.")
+        f"with shape {self.aval.str_short(False)}\nThe problem arose with the `{name}` "
+        f"attribute: a traced value has no device buffers.{self._trace.origin_msg(self)}\n"
+        f"Use it outside the transformation.")
   return property(get)
 
 

@@ -23,7 +23,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar,
                                    broadcast_to_shape, canonical_shape, canonicalize_axis,
                                    check_arraylike, check_concrete, const, dtype_of,
                                    ensure_arraylike, ndim_of, promote_dtypes, shape_of,
-                                   slice_axis)
+                                   shape_error, slice_axis)
 from stagecraft.runtime.array import Array
 
 __all__ = ["shape", "ndim", "size", "reshape", "ravel", "expand_dims", "squeeze", "atleast_1d",
@@ -94,7 +94,10 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
   old = shape_of(a)
   if not shape_poly.is_constant_shape(shape) or not shape_poly.is_constant_shape(old):
     return _symbolic_reshape(a, shape, old)
-  shape = tuple(operator.index(d) for d in shape)
+  try:
+    shape = tuple(operator.index(d) for d in shape)
+  except TypeError as e:
+    raise shape_error(tuple(shape)) from e
   if builtins.sum(1 for d in shape if d == -1) > 1:
     raise ValueError(f"reshape: can only specify one unknown dimension (-1), got {shape}.")
   if -1 in shape:

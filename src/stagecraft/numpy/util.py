@@ -16,6 +16,7 @@ from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.core import Tracer
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.interpreters import partial_eval as pe
+from stagecraft.lax.shape import shape_error
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.runtime.array import Array
 
@@ -279,19 +280,20 @@ def canonical_shape(shape, name="shape") -> tuple[int, ...]:
   """A shape argument (an int or a sequence of ints) as a tuple of ints.
 
   Raises:
-    TypeError: for values that are not static ints. ValueError: for negative dimensions.
+    TypeError: for values that are not static ints (JAX's "Shapes must be 1D sequences of
+      concrete values of integer type"), and for negative dimensions (JAX's
+      `broadcast_in_dim` message).
   """
-  if isinstance(shape, (int, np.integer)) or (isinstance(shape, (Array,)) and shape.ndim == 0):
-    shape = (shape,)
-  elif shape_poly.is_symbolic_dim(shape):
+  if (isinstance(shape, (int, np.integer, float, str, Tracer)) or shape is None
+      or shape_poly.is_symbolic_dim(shape)):
     shape = (shape,)
   try:
     out = tuple(shape_poly.index_dim(d) for d in shape)
   except TypeError as e:
-    raise TypeError(f"{name} must be an int or a sequence of ints (static values, not traced "
-                    f"arrays), got {shape!r}.") from e
+    raise shape_error(shape) from e
   if any(not shape_poly.is_symbolic_dim(d) and d < 0 for d in out):
-    raise ValueError(f"{name} must not have negative dimensions, got {out}.")
+    raise TypeError(f"broadcast_in_dim shape must have every element be nonnegative, got "
+                    f"{out}.")
   return out
 
 
@@ -302,8 +304,10 @@ def check_concrete(x, name: str, what: str):
     ConcretizationTypeError: if `x` is traced.
   """
   if isinstance(x, Tracer):
+    where = (f"the jnp.{name} argument '{what}'" if what.isidentifier() else what)
     raise core.ConcretizationTypeError(
-        f"Abstract tracer value encountered where concrete value is expected: {x!r} was "
-        f"passed as `{what}` of jnp.{name}, which needs a Python value to determine the "
-        f"shape of its result. Pass a concrete (static) value.")
+        f"Abstract tracer value encountered where concrete value is expected: traced array "
+        f"with shape {x.aval.str_short(False)}\nIt arose in {where}"
+        f"{x._trace.origin_msg(x)}\njnp.{name} needs it as a Python value (it decides the "
+        f"result's shape or layout): pass a concrete (static) value.")
   return x

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import enum
 import gc
+import weakref
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,16 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.errors import DonatedBufferError
 from stagecraft.runtime import client
 from stagecraft.sharding import Shard, SingleDeviceSharding
+
+#: Arrays put on the default device explicitly (`device_put(x, devices()[0])`): committed,
+#: so that meeting an Array on another device is an error rather than a silent transfer.
+#: {id: weak reference} (Arrays are unhashable).
+committed_to_default: dict[int, Any] = {}
+
+
+def mark_committed(a: "Array") -> None:
+  key = id(a)
+  committed_to_default[key] = weakref.ref(a, lambda _, k=key: committed_to_default.pop(k, None))
 
 __all__ = ["Array", "device_get", "copy_to_host_async", "live_arrays", "DLDeviceType"]
 
@@ -195,7 +206,13 @@ class Array(metaclass=abc.ABCMeta):
 
   @property
   def committed(self) -> bool:
-    return bool(self._check_buf().committed)
+    """Whether the Array stays where it is (JAX's commitment): True when it was placed
+    explicitly (`device_put(x, device_or_sharding)`), or computed from such Arrays off the
+    default device or over a mesh; False for values made without a device (`jnp.ones`,
+    `device_put(x)`), which computations may move."""
+    self._check_buf()
+    return (self._sharding is not None or self._device is not None
+            or id(self) in committed_to_default)
 
   # -- Python conversions (concrete: copy to host)
 
@@ -246,10 +263,18 @@ class Array(metaclass=abc.ABCMeta):
     if self._buf is None:
       return f"Array(<donated>, {self.aval.str_short()})"
     v = self._value
-    body = np.array2string(v, separator=", ", prefix="Array(")
-    shape = f", shape={self.aval.shape}" if v.size == 0 and v.ndim else ""
     weak = ", weak_type=True" if self.aval.weak_type else ""
-    return f"Array({body}{shape}, dtype={self.aval.dtype.name}{weak})"
+    dtype = f"dtype={self.aval.dtype.name}{weak}"
+    if v.size == 0:
+      return f"Array([], shape={self.aval.shape}, {dtype})"
+    width = np.get_printoptions()["linewidth"]
+    body = np.array2string(v, separator=", ", prefix="Array(", suffix=",",
+                           max_line_width=width)
+    # As JAX's: where the dtype would pass the line width it follows six spaces (JAX's
+    # repr keeps it on the same line).
+    last = len(body) - body.rfind("\n") + 1
+    sep = " " * 6 if last + len(dtype) + 2 > width else " "
+    return f"Array({body},{sep}{dtype})"
 
   def __str__(self):
     return str(self._value)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gc
 import os
 import threading
-import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,6 +19,7 @@ from stagecraft.interpreters import lowering
 from stagecraft.config import config
 from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.runtime import cache, client
+from stagecraft.runtime import array as array_mod
 from stagecraft.runtime.array import Array
 from stagecraft.sharding import SingleDeviceSharding, to_named
 
@@ -134,20 +134,9 @@ def target_device(args: Sequence[Any]):
     # NB: an Array committed to the default device (device_put(x, devices()[0])) does not
     # move either: meeting one on another device is an error, as in JAX.
     for a in args:
-      if type(a) is Array and a._device is None and id(a) in committed_to_default:
+      if type(a) is Array and a._device is None and id(a) in array_mod.committed_to_default:
         _incompatible(client.default_device(), dev)
   return dev
-
-
-#: Arrays put on the default device explicitly (`device_put(x, devices()[0])`): committed,
-#: so that meeting an Array on another device is an error rather than a silent transfer.
-#: {id: weak reference} (Arrays are unhashable).
-committed_to_default: dict[int, Any] = {}
-
-
-def _mark_committed(a: Array) -> None:
-  key = id(a)
-  committed_to_default[key] = weakref.ref(a, lambda _, k=key: committed_to_default.pop(k, None))
 
 
 def _incompatible(d1, d2):
@@ -169,13 +158,13 @@ def device_put_leaf(x, device, path):
   if dev is not None:
     placement_used[0] = True
   if type(x) is Array:
-    if x._device == dev and (dev is not None or id(x) in committed_to_default):
+    if x._device == dev and (dev is not None or id(x) in array_mod.committed_to_default):
       return x
     out = Array(_put_np(np.asarray(x._value), aval, device, True), aval, dev)
   else:
     out = Array(to_buffer(x, aval, device, committed=True), aval, dev)
   if dev is None:
-    _mark_committed(out)
+    array_mod.mark_committed(out)
   return out
 
 
