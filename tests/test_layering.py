@@ -24,7 +24,7 @@ LAYERS = {
     6: ["custom_derivatives", "custom_dce", "custom_batching", "ad_checkpoint", "api_util",
         "pjit", "state"],
     7: ["numpy", "scipy", "random", "nn", "image", "ops", "flatten_util", "callback",
-        "debug", "debug_sharding", "ffi"],
+        "debug", "debugger", "debug_sharding", "ffi"],
     8: ["api", "ref", "stages", "shard_map", "xla_computation", "test_util", "distributed",
         "experimental", "profiler", "extend", "export"],
     9: ["implicit", "optim", "examples", "example_libraries", "compat", "cli", "__main__"],

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import builtins
 import functools
-import pdb
 import string
-import sys
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes
+from stagecraft import callback as host_callback, core, debugger, dtypes, lax
 from stagecraft.lax import callback as cb
 from stagecraft.lax.callback import DebugEffect, OrderedDebugEffect
 from stagecraft.runtime.array import Array
@@ -130,18 +129,45 @@ def log(fmt: str, *args, level: int = 20, ordered: bool = False, **kwargs) -> No
 
 def breakpoint(*, backend: str | None = None, filter_frames: bool = True,
                num_frames: int | None = None, ordered: bool = False, token=None,
-               **kwargs) -> None:
-  """Stops in the Python debugger (`pdb`) when the program reaches this point.
+               **kwargs) -> Any:
+  """Opens jdb, JAX's command-line debugger, when the program reaches this point, with the
+  Python frames of the call site and the runtime values of their traced arrays (`p x`,
+  `u`/`d`, `l`, `w`, `c` to continue, `q` to stop; see `stagecraft.debugger`).
 
-  A documented subset of JAX's `debug.breakpoint`: the debugger opens on the host with the
-  Python frames of the call site; values of the traced program are not browsable by name
-  (print them with `debug.print` first).
+  Args:
+    backend: accepted for JAX compatibility (stagecraft has jdb's command line only).
+    filter_frames: leave stagecraft's own frames out of the stack.
+    num_frames: how many frames (innermost first) to keep.
+    ordered: keep this breakpoint in program order with other ordered effects.
+    token: instead of `ordered`, a pytree of arrays: the breakpoint runs once it is
+      computed, and it is returned (pass it on so that the breakpoint is not pruned).
+    **kwargs: passed to the debugger (`stdin=`, `stdout=`: file objects for its commands
+      and output).
+
+  Returns:
+    `token` (None when not given).
+
+  Raises:
+    ValueError: both `ordered` and `token` given.
   """
-  frame = sys._getframe(1)
+  del backend
+  if token is not None and ordered:
+    raise ValueError("`ordered` and `token` are mutually exclusive arguments.")
+  frames, traced, rebuild = debugger.capture_frames(1, filter_frames, num_frames)
 
-  def stop(*_):
-    pdb.Pdb().set_trace(frame)
-  callback(stop, ordered=ordered)
+  def stop(*values):
+    thread = threading.current_thread()
+    thread_id = None if thread is threading.main_thread() else threading.get_ident()
+    debugger.run_debugger(rebuild(values), thread_id, **kwargs)
+
+  if token is None:
+    callback(stop, *traced, ordered=ordered)
+    return None
+  def stop_then_pass(tok, *values):
+    stop(*values)
+    return tok
+  token, traced = lax.stop_gradient((token, traced))
+  return host_callback.pure_callback(stop_then_pass, token, token, *traced)
 
 
 def inspect_array_sharding(value: Any, *, callback: Callable) -> None:

@@ -647,9 +647,10 @@ def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
       raise ValueError("tree_transpose: inner_treedef=None needs an outer tree with leaves.")
     inner_treedef = tree_structure(inner_trees[0])
   inner_leaves = [inner_treedef.flatten_up_to(t) for t in inner_trees]
-  columns = [outer_treedef.unflatten([ls[i] for ls in inner_leaves])
+  outer, inner = canonical_treedef(outer_treedef), canonical_treedef(inner_treedef)
+  columns = [outer.unflatten([ls[i] for ls in inner_leaves])
              for i in range(inner_treedef.num_leaves)]
-  return inner_treedef.unflatten(columns)
+  return inner.unflatten(columns)
 
 
 def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:

@@ -98,6 +98,9 @@ def _to_arrays(leaves: Sequence[Any], avals: Sequence[ShapedArray]) -> list[Arra
     if type(x) is Array:
       out.append(x)
     else:
+      if isinstance(x, np.ndarray) and aval.weak_type:
+        # NB: as JAX's, a value handed over by a compiled program has no weak type.
+        aval = aval.update(weak_type=False)
       x = np.asarray(x, aval.dtype)
       out.append(Array(dispatch.to_buffer(x, aval), aval))
   return out

@@ -83,6 +83,8 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
   if order not in ("C", "F"):
     raise ValueError(f"Unexpected value for 'order' argument: {order}.")
   a = asarray(a) if not isinstance(a, (Array, Tracer)) else a
+  if isinstance(shape, (Array, Tracer)) and shape.ndim == 0:
+    shape = [shape]   # JAX's: a 0-d array is one dimension (and must be concrete)
   if order == "F":
     if isinstance(shape, (int, np.integer)):
       shape = (int(shape),)
@@ -97,7 +99,7 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
   try:
     shape = tuple(operator.index(d) for d in shape)
   except TypeError as e:
-    raise shape_error(tuple(shape)) from e
+    raise shape_error(shape) from e
   if builtins.sum(1 for d in shape if d == -1) > 1:
     raise ValueError(f"reshape: can only specify one unknown dimension (-1), got {shape}.")
   if -1 in shape:
