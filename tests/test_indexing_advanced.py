@@ -418,11 +418,12 @@ def test_traced_boolean_mask_error():
     sc.jit(lambda v: v[v > 0])(A1)
   assert isinstance(info.value, IndexError)
   msg = str(info.value)
-  assert "Array boolean indices must be concrete; got a traced bool[7] at position 0" in msg
+  assert msg.startswith("Array boolean indices must be concrete; got bool[7]\n")   # JAX's
+  assert "the traced mask at position 0" in msg
   assert "jnp.where(mask, x, 0)" in msg and "jnp.nonzero(mask, size=N)" in msg
-  with pytest.raises(NonConcreteBooleanIndexError, match="traced bool\\[4,6\\]"):
+  with pytest.raises(NonConcreteBooleanIndexError, match="got bool\\[4,6\\]"):
     sc.jit(lambda v: v.at[v > 3].set(0))(A2)
-  with pytest.raises(NonConcreteBooleanIndexError, match="traced bool\\[\\]"):
+  with pytest.raises(NonConcreteBooleanIndexError, match="got bool\\[\\]"):
     sc.jit(lambda v, b: v[b])(A1, True)
   # the fix the message proposes works under jit
   _check(sc.jit(lambda v: jnp.where(v > 0, v, 0).sum())(A1), np.float32(A1[A1 > 0].sum()))

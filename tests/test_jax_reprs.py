@@ -242,3 +242,18 @@ def test_stage_in_avals_and_donate_argnums_as_jax():
     theirs, ours = stages
     assert repr(ours.in_avals) == repr(theirs.in_avals)
     assert ours.donate_argnums == theirs.donate_argnums == (1,)
+
+
+@pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "amax", "mean", "argmax",
+                                  "argmin", "all", "any", "cumsum", "var"])
+def test_reductions_of_a_list_raise_as_jax(name):
+  theirs, ours = _both(lambda api, np_: getattr(np_, name), [1, 2, 3])
+  assert ours == theirs
+  values = np.array([1, 2, 3], np.int32)   # an array is fine
+  np.testing.assert_array_equal(np.asarray(getattr(snp, name)(values)),
+                                np.asarray(getattr(jnp, name)(values)))
+
+
+def test_traced_boolean_mask_message_starts_as_jax():
+  theirs, ours = _both(lambda api, np_: api.jit(lambda x: x[x > 0]), np.ones(5, np.float32))
+  assert ours[0] == theirs[0] == "Array boolean indices must be concrete; got bool[5]"

@@ -129,3 +129,60 @@ def test_grad_of_scan_over_layers_prints_as_jax():
   ours = str(sc.make_jaxpr(sc.grad(lambda w, b, x: net(w, b, x).sum()))(*args))
   theirs = str(jax.make_jaxpr(jax.grad(lambda w, b, x: jnet(w, b, x).sum()))(*jargs))
   assert ours == theirs, f"\n--- stagecraft\n{ours}\n--- JAX\n{theirs}"
+
+
+def _saved_residuals_after_redefinition(L, N, saved_residuals):
+  """The tutorial's sequence: `loss` is checkpointed, then the `predict` it calls is
+  redefined with `checkpoint_name`s and `loss` checkpointed again under a names policy."""
+  env = {}
+
+  def loss(params, x, y):
+    return N.sum((env["predict"](params, x) - y) ** 2)
+
+  def predict(params, x):
+    *Ws, Wlast = params
+    for W in Ws:
+      x = N.sin(N.dot(W, x))
+    return N.dot(Wlast, x)
+
+  def predict_named(params, x):
+    *Ws, Wlast = params
+    for i, W in enumerate(Ws):
+      x = L.ad_checkpoint.checkpoint_name(N.sin(N.dot(W, x)), name=f"layer{i}_output")
+    return N.dot(Wlast, x)
+
+  params, x, y = [N.ones((4, 4))] * 3, N.ones(4), N.ones(4)
+  env["predict"] = predict
+  policies = L.checkpoint_policies
+  first = saved_residuals(
+      L.checkpoint(loss, policy=policies.dots_with_no_batch_dims_saveable), params, x, y)
+  env["predict"] = predict_named
+  second = saved_residuals(
+      L.checkpoint(loss, policy=policies.save_any_names_but_these("layer1_output")),
+      params, x, y)
+  return [[(str(a), why.split(" from ")[0]) for a, why in r] for r in (first, second)]
+
+
+def test_checkpoint_trace_is_cached_per_function_as_jax():
+  from jax._src.ad_checkpoint import saved_residuals as jax_saved
+  theirs = _saved_residuals_after_redefinition(jax, jjnp, jax_saved)
+  ours = _saved_residuals_after_redefinition(sc, snp, sc.ad_checkpoint.saved_residuals)
+  assert ours == theirs
+  # the second checkpoint reuses the first trace (no names in it): only arguments are saved
+  assert all(why.startswith("from the argument") for _, why in ours[1])
+
+
+def test_checkpoint_retraces_for_new_types_and_static_values():
+  calls = []
+
+  def f(x, n):
+    calls.append(n)
+    return snp.sin(x) * n
+
+  g = sc.checkpoint(f, static_argnums=1)
+  sc.grad(g)(1.0, 2)
+  sc.grad(g)(2.0, 2)                   # the same types and static value: no new trace
+  sc.grad(g)(1.0, 3)                   # a new static value
+  sc.grad(g)(snp.ones(()), 3)          # a new type (not weak)
+  assert calls == [2, 3, 3]
+  np.testing.assert_allclose(float(sc.grad(g)(1.0, 3)), 3 * np.cos(1.0), rtol=1e-6)

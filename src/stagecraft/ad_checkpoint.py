@@ -42,6 +42,7 @@ import optree
 
 from stagecraft.traceback_util import api_boundary
 from stagecraft import api_util, core, dtypes, tree_util
+from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, Var
 from stagecraft.interpreters import ad, batching, calls, lowering, partial_eval as pe
 from stagecraft.interpreters.calls import closed_call_p
@@ -844,26 +845,58 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
       return fun(*args, **kwargs)
     dyn = [a for i, a in enumerate(args) if i not in st]
     leaves, in_tree = optree.tree_flatten((dyn, kwargs), none_is_leaf=False, namespace=_NS)
-    store: dict = {}
-
-    def flat(*xs):
-      d, kw = tree_util.tree_unflatten(in_tree, xs)
-      it = iter(d)
-      full = [args[i] if i in st else next(it) for i in range(nargs)]
-      out = fun(*full, **kw)
-      out_leaves, store["tree"] = optree.tree_flatten(out, none_is_leaf=False, namespace=_NS)
-      return out_leaves
-
-    jaxpr, consts = pe.trace_to_jaxpr(flat, [core.get_aval(x) for x in leaves])
-    closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
+    avals = [core.get_aval(x) for x in leaves]
+    closed, consts, out_tree = _trace_checkpointed(
+        fun, args, nargs, frozenset(st), in_tree, avals)
     outs = remat_p.bind(*consts, *leaves, jaxpr=closed, prevent_cse=prevent_cse,
                         differentiated=False, policy=policy)
-    return tree_util.tree_unflatten(store["tree"], outs)
+    return tree_util.tree_unflatten(out_tree, outs)
 
   return fun_remat
 
 
 remat = checkpoint
+
+#: The traces of checkpointed functions, per function while it lives: {fun: {key: (jaxpr,
+#: consts, out_tree)}}, as JAX's `_trace_to_jaxpr` cache (keyed on the function, not on
+#: the `checkpoint` wrapper or its policy).
+_trace_cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+
+
+def _trace_checkpointed(fun: Callable, args: tuple, nargs: int, static: frozenset,
+                        in_tree, avals: list) -> tuple[ClosedJaxpr, list, Any]:
+  """The jaxpr of `fun` at `avals` (the static arguments fixed), its constants and output
+  tree. Cached per function, argument structure, types, static values and configuration,
+  as JAX caches them: calls of a function checkpointed again (another policy) reuse its
+  trace, unless a constant is a tracer (the trace then belongs to an outer
+  transformation) or a static argument is unhashable."""
+  try:
+    statics = tuple((i, args[i]) for i in sorted(static))
+    key = (in_tree, tuple(avals), statics, config.state_key)
+    hash(key)
+    per_fun = _trace_cache.get(fun)
+  except TypeError:   # an unhashable static argument, or `fun` not weakly referenceable
+    key = per_fun = None
+  if per_fun is not None and key in per_fun:
+    return per_fun[key]
+  store: dict = {}
+
+  def flat(*xs):
+    d, kw = tree_util.tree_unflatten(in_tree, xs)
+    it = iter(d)
+    full = [args[i] if i in static else next(it) for i in range(nargs)]
+    out = fun(*full, **kw)
+    out_leaves, store["tree"] = optree.tree_flatten(out, none_is_leaf=False, namespace=_NS)
+    return out_leaves
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat, avals)
+  result = (ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), store["tree"])
+  if key is not None and not any(isinstance(c, core.Tracer) for c in consts):
+    try:
+      _trace_cache.setdefault(fun, {})[key] = result
+    except TypeError:
+      pass
+  return result
 
 
 # ---------------------------------------------------------------------------

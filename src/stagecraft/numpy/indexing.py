@@ -307,8 +307,9 @@ class _GatherIndexer(NamedTuple):
 def _bool_error(mask: Tracer, position: int) -> NonConcreteBooleanIndexError:
   origin = mask._trace.origin_msg(mask)
   return NonConcreteBooleanIndexError(
-      f"Array boolean indices must be concrete; got a traced {mask.aval.str_short()} at "
-      f"position {position}.{origin} The shape of x[mask] is the number of True values, "
+      f"Array boolean indices must be concrete; got {mask.aval.str_short(False)}\n"
+      f"(the traced mask at position {position}){origin}\nThe shape of x[mask] is the "
+      f"number of True values, "
       f"which is not known when tracing (under jit shapes are static). Use "
       f"`jnp.where(mask, x, 0)` to keep the shape (zeros where the mask is False), or "
       f"`jnp.nonzero(mask, size=N)` for at most N indices of static size, or pass the mask "

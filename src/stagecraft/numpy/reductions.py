@@ -127,6 +127,7 @@ def _reduce(name: str, kind: str, a, axis, dtype, keepdims, initial, where, *,
             numeric: bool, promote_integers: bool):
   """The shared body of sum, prod, max and min (see `sum` for the arguments); `numeric`:
   bool counts as int and 16-bit floats accumulate in float32 (sum and prod)."""
+  ufuncs.check_arraylike(name, a)   # NB: a list raises, as JAX's (`jnp.sum([1, 2])`)
   a = asarray(a)
   where = check_where(name, where)
   has_identity = kind in ("sum", "prod")
@@ -235,6 +236,7 @@ def _bool_reduction(name, kind):
   def fn(a: ArrayLike, axis: Any = None, out: None = None, keepdims: bool = False,
          *, where: ArrayLike | None = None):
     _no_out(name, out)
+    ufuncs.check_arraylike(name, a)
     a = asarray(a)
     where = check_where(name, where)
     dt = dtype_of(a)
@@ -299,6 +301,7 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
     As `sum`.
   """
   _no_out("mean", out)
+  ufuncs.check_arraylike("mean", a)
   a = asarray(a)
   where = check_where("mean", where)
   in_shape = shape_of(a)
@@ -449,6 +452,7 @@ def _arg_reduction(name, lax_fn):
   def fn(a: ArrayLike, axis: int | None = None, out: None = None,
          keepdims: bool | None = None):
     _no_out(name, out)
+    ufuncs.check_arraylike(name, a)
     a = asarray(a)
     if axis is None:
       shape = shape_of(a)
