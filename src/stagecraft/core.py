@@ -322,8 +322,8 @@ class Var:
   def __init__(self, aval: ShapedArray):
     self.aval = aval
 
-  def __repr__(self):
-    return f"Var(id={id(self):x}):{self.aval.str_short()}"
+  def __repr__(self):   # JAX's: Var(id=139813226564800):int32[]
+    return f"Var(id={id(self)}):{self.aval.str_short(False)}"
 
 
 class DropVar(Var):
@@ -340,8 +340,9 @@ class Literal:
     self.val = val
     self.aval = aval
 
-  def __repr__(self):
-    return f"Literal({self.val!r}:{self.aval.str_short()})"
+  def __repr__(self):   # JAX's: Literal(2.0), the value as a Python scalar
+    v = self.val.item() if isinstance(self.val, np.generic) else self.val
+    return f"Literal({v!r})"
 
 
 Atom = Var | Literal
@@ -717,6 +718,10 @@ class ClosedJaxpr:
   out_avals = property(lambda self: self.jaxpr.out_avals)
   eqns = property(lambda self: self.jaxpr.eqns)
   effects = property(lambda self: self.jaxpr.effects)
+  literals = property(lambda self: self.consts)   # JAX 0.10's name for `consts`
+  constvars = property(lambda self: self.jaxpr.constvars)
+  invars = property(lambda self: self.jaxpr.invars)
+  outvars = property(lambda self: self.jaxpr.outvars)
 
   def __str__(self):
     return pp_jaxpr(self.jaxpr)

@@ -27,7 +27,7 @@ import numpy as np
 from stagecraft import core, dtypes
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.errors import MissingRuleError
-from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import ad, batching, lowering, mlir
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.lowering import ir_type
 from stagecraft.lax import utils
@@ -1897,8 +1897,8 @@ def complex(x: Any, y: Any):
 
 
 def reciprocal(x: Any):
-  """Elementwise 1 / x. x: T[*s] (T inexact) -> T[*s]."""
-  return div(np.ones((), core.get_aval(x).dtype)[()], x)
+  """Elementwise 1 / x. x: T[*s] (T inexact) -> T[*s]; `integer_pow(x, -1)`, as JAX's."""
+  return integer_pow(x, -1)
 
 
 def square(x: Any):
@@ -1941,3 +1941,45 @@ def mulhi(x: Any, y: Any, /):
     TypeError: for non-integer or mismatched dtypes.
   """
   return mulhi_p.bind(x, y)
+
+
+# ---------------------------------------------------------------------------
+# sin and cos of complex numbers: lowered as JAX lowers them (not to StableHLO's complex
+# sine/cosine, whose results differ in the last bits): from the real sin, cos and expm1,
+# sin(a + ib) = sin a cosh b + i cos a sinh b, with 2 sinh b = expm1(b) - expm1(-b) and
+# 2 cosh b = expm1(b) + expm1(-b) + 2 (no cancellation for small |b|).
+
+
+def _complex_parts_of_trig(x):
+  a, b = real(x), imag(x)
+  zero, two = np.zeros((), a.dtype)[()], np.full((), 2, a.dtype)[()]
+  e1m, e2m = expm1(b), expm1(neg(b))
+  sinh_b, cosh_b = div(sub(e1m, e2m), two), div(add(add(e1m, e2m), two), two)
+  return a, zero, sin(a), cos(a), sinh_b, cosh_b
+
+
+def _sin_complex(x):
+  a, zero, sn, cs, sinh_b, cosh_b = _complex_parts_of_trig(x)
+  re, im = mul(sn, cosh_b), mul(cs, sinh_b)
+  # NB: where a is 0 and |b| is so large that expm1 overflows, re would be 0 * inf = nan.
+  return select(eq(a, zero), complex(zero, im), complex(re, im))
+
+
+def _cos_complex(x):
+  a, zero, sn, cs, sinh_b, cosh_b = _complex_parts_of_trig(x)
+  re, im = mul(cs, cosh_b), mul(neg(sn), sinh_b)
+  return select(eq(a, zero), complex(re, zero), complex(re, im))
+
+
+def _trig_lowering(op: str, complex_fun):
+  real_rule, complex_rule = _hlo_lowering(op), mlir.lower_fun(complex_fun, False)
+
+  def rule(ctx, x, accuracy=None):
+    if dtypes.is_complex(ctx.avals_in[0].dtype):
+      return complex_rule(ctx, x)
+    return real_rule(ctx, x, accuracy=accuracy)
+  return rule
+
+
+lowering.register_lowering(sin_p, _trig_lowering("stablehlo.sine", _sin_complex))
+lowering.register_lowering(cos_p, _trig_lowering("stablehlo.cosine", _cos_complex))

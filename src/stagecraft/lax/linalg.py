@@ -426,12 +426,25 @@ def _cholesky_jvp(primals, tangents):
   x, = primals
   t, = tangents
   L = _tril(cholesky_p.bind(x))
-  shp = _shape_of(x)
-  n = shp[-1]
-  phi = _matrix_const(np.tri(n, n) - 0.5 * np.eye(n), shp, _dtype_of(x))
   tmp = triangular_solve(L, t, left_side=False, transpose_a=True, conjugate_a=True, lower=True)
   inner = triangular_solve(L, tmp, left_side=True, transpose_a=False, lower=True)
-  return L, _mm(L, ew.mul(inner, phi))
+  return L, _mm(L, _cholesky_phi(inner))
+
+
+def _cholesky_phi(x):
+  """The lower triangle of `x` with its diagonal halved, computed as JAX's rule does:
+  `tril(x) / (1 + eye)` (a division: for complex values, multiplying by 0.5 rounds
+  differently)."""
+  shp, dt = _shape_of(x), _dtype_of(x)
+  n, nd = shp[-1], len(shp)
+  lower = _tril(x)
+  idx = dtypes.canonicalize_dtype(np.int64)
+  rows = ew.add(shape.broadcasted_iota(idx, (n, n), 0), np.asarray(0, idx)[()])
+  eye = ew.convert_element_type(ew.eq(rows, shape.broadcasted_iota(idx, (n, n), 1)), dt)
+  denom = ew.add(np.asarray(1, dt)[()], eye)
+  if nd > 2:
+    denom = shape.broadcast_in_dim(denom, tuple(shp), (nd - 2, nd - 1))
+  return ew.div(lower, denom)
 
 
 cholesky_p = Primitive("cholesky")
