@@ -1449,19 +1449,24 @@ def nan_to_num(x: ArrayLike, copy: bool = True, nan: ArrayLike = 0.0,
 
 
 def spacing(x: ArrayLike, /) -> Array:
-  """The distance from |x| to the next larger representable number, with x's sign
-  (NumPy's definition); NaN for inf and NaN."""
+  """The distance from x to the next representable number away from zero, with x's sign,
+  as JAX computes it: `nextafter(x, copysign(inf, x)) - x`, where that is 0 the smallest
+  subnormal with x's sign; for float16 `nextafter(x, inf) - x` (always towards +inf, as
+  JAX's). NaN for inf and NaN.
+
+  Raises:
+    ValueError: for complex input.
+  """
   x, = _inexact_args("spacing", x)
   if dtypes.is_complex(dtype_of(x)):
     raise ValueError("jnp.spacing is not defined for complex inputs.")
   dt = dtype_of(x)
-  idt = np.dtype(f"int{dt.itemsize * 8}")
-  ax = lax.abs(x)
-  nxt = lax.bitcast_convert_type(lax.add(lax.bitcast_convert_type(ax, idt),
-                                         np.ones((), idt)[()]), dt)
-  out = lax.sub(nxt, ax)
-  out = where(signbit(x), negative(out), out)
-  return where(isfinite(x), out, full_like(x, np.nan))
+  inf = _lax_const(x, np.inf)
+  if dt == dtypes.float16:
+    return lax.sub(lax.nextafter(x, inf), x)
+  result = lax.sub(lax.nextafter(x, copysign(inf, x)), x)
+  tiny = _lax_const(x, dtypes.finfo(dt).smallest_subnormal)
+  return where(lax.eq(result, _lax_const(result, 0)), copysign(tiny, x), result)
 
 
 def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Array:
