@@ -42,17 +42,25 @@ This module holds the user-facing function.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
+import numpy as np
 import optree
 
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, tree_util
 from stagecraft.api_util import check_out_leaves, flatten, fun_name as _fun_name
 from stagecraft.core import ClosedJaxpr, ShapedArray
-from stagecraft.interpreters import partial_eval as pe
-from stagecraft.interpreters.mapping import checking_vma, ordered_axes, varying_axes
-from stagecraft.lax.spmd import (enclosing_shard_map, local_aval, shard_map_env, shard_map_p,
+from stagecraft import lax, pjit, sharding as sharding_lib
+from stagecraft.lax import parallel
+from stagecraft.interpreters import batching, partial_eval as pe
+from stagecraft.interpreters.mapping import (checking_vma, eqn_varying_axes, ordered_axes,
+                                             varying_axes)
+from stagecraft.numpy import asarray as _asarray
+from stagecraft.runtime import spmd
+from stagecraft.lax.spmd import (enclosing_shard_map, local_aval, outside_shard_map,
+                                 shard_map_env, shard_map_p,
                                  split_size)
 from stagecraft.sharding import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
                                  concrete_mesh, current_mesh, get_abstract_mesh)
@@ -158,10 +166,19 @@ def _inferred_spec(x: Any, mesh: Mesh, manual: frozenset) -> PartitionSpec:
   manual axes (P() for a value not laid out over the mesh)."""
   sh = getattr(core.get_aval(x), "sharding", None) if isinstance(x, core.Tracer) else \
       getattr(x, "sharding", None)
-  if not isinstance(sh, NamedSharding) or not isinstance(sh.mesh, Mesh):
+  if not isinstance(sh, NamedSharding):
     return PartitionSpec()
   src = sh.mesh
-  if src.axis_names != mesh.axis_names:
+  if isinstance(src, AbstractMesh):
+    # NB: a traced value's type names the abstract mesh of its layout (jit's arguments
+    # laid out over an Explicit mesh): its axes must be the shard_map mesh's.
+    if tuple(src.axis_names) != tuple(mesh.axis_names) or tuple(
+        src.axis_sizes) != tuple(mesh.devices.shape):
+      return PartitionSpec()
+    rename = {n: n for n in mesh.axis_names}
+  elif not isinstance(src, Mesh):
+    return PartitionSpec()
+  elif src.axis_names != mesh.axis_names:
     if src.devices.shape != mesh.devices.shape or (
         [d.id for d in src.devices.flat] != [d.id for d in mesh.devices.flat]):
       return PartitionSpec()
@@ -474,6 +491,15 @@ class _Mapped:
     cacheable = not any(isinstance(c, core.Tracer) for c in consts)
     return closed, consts, out_tree, tuple(o_specs), cacheable
 
+  def _runs_eagerly(self, dyn) -> bool:
+    """JAX 0.10's eager shard_map: called outside any transformation, over every mesh
+    axis, the body runs operation by operation on each device's values (see
+    `_eager_shard_map`)."""
+    return (type(core.current_trace()) is core.EvalTrace
+            and self.manual == frozenset(self.mesh.axis_names)
+            and enclosing_shard_map() is None
+            and not any(isinstance(x, core.Tracer) for x in dyn))
+
   def _check_names(self, spec: PartitionSpec, where: str):
     """The legacy form's checks of the axes a spec names."""
     mesh = self.mesh
@@ -530,6 +556,8 @@ class _Mapped:
         _check_spec(s, aval, mesh, f"the argument at args{path}", fun_name, split=True)
         avals.append(aval)
         dyn.append(x)
+      if self._runs_eagerly(dyn):
+        return _eager_shard_map(self, in_tree, specs, leaves)
       key = (in_tree, tuple(specs), *avals)
       try:
         key = (*key, *static) if static else key
@@ -605,3 +633,268 @@ def smap(f: Callable | None = None, /, *, in_axes: Any = Infer, out_axes: Any,
   out_specs = optree.tree_map(to_spec, out_axes, is_leaf=leaf, none_is_leaf=True)
   return shard_map(f, mesh=None, in_specs=in_specs, out_specs=out_specs,
                    axis_names={axis_name}, check_vma=True)
+
+
+# ---------------------------------------------------------------------------
+# Eager shard_map (JAX 0.10's `ShardMapTrace`): outside `jit`, the body runs operation by
+# operation with each value held for every device, so that Python code in the body sees
+# per-device values (`print(x)` shows each device's block; a value the same on every
+# device converts to a Python value). A value is an Array whose leading axes are the
+# mesh's (in `mesh.axis_names` order) followed by the block's; each primitive runs vmapped
+# over those axes with the mesh axis names bound (so collectives act across devices).
+
+
+class ShardMapTrace(core.Trace):
+  """Runs each primitive on every device's values of one eager shard_map."""
+  __slots__ = ("parent", "mesh", "names", "sizes", "check", "strict", "outer_abstract")
+
+  def __init__(self, mesh: Mesh, check: bool, strict: bool):
+    super().__init__()
+    self.parent = core.current_trace()
+    self.mesh, self.check, self.strict = mesh, check, strict
+    self.outer_abstract = get_abstract_mesh_or_none()
+    self.names = tuple(mesh.axis_names)
+    self.sizes = tuple(mesh.shape[n] for n in self.names)
+
+  def lift(self, block, vary: frozenset) -> "ShardMapTracer":
+    return ShardMapTracer(self, block, vary)
+
+  def process_primitive(self, prim, args, params):
+    vals, mapped, vary = [], [], []
+    for x in args:
+      if isinstance(x, ShardMapTracer) and x._trace is self:
+        vals.append(x.val)
+        mapped.append(True)
+        vary.append(x.vary)
+      else:
+        if isinstance(x, core.Tracer) and not x._trace._valid:
+          raise core.escaped_tracer_error(x)
+        vals.append(x)
+        mapped.append(False)
+        vary.append(frozenset())
+    with core.set_current_trace(self.parent):
+      if _over_several_axes(prim, params):
+        with outside_shard_map(self.outer_abstract):
+          outs = _compiled_per_device(self.mesh, prim, params, vals, mapped)
+      else:
+        outs = self._per_device(0, prim, params, vals, mapped)
+    n_out = len(outs)
+    if self.check:
+      with checking_vma(self.strict, self.names):
+        out_vary = eqn_varying_axes(_Eqn(prim, params), vary, n_out)
+    else:
+      out_vary = [frozenset(self.names)] * n_out
+    tracers = [ShardMapTracer(self, o, v) for o, v in zip(outs, out_vary)]
+    return tracers if prim.multiple_results else tracers[0]
+
+  def _per_device(self, level: int, prim, params, vals, mapped) -> list:
+    """`prim` applied to each device's operands: vmapped over the mesh axes from `level`
+    on, named by them (results have every mesh axis in front)."""
+    if level == len(self.names):
+      out = prim.bind(*vals, **params)
+      return list(out) if prim.multiple_results else [out]
+    size = self.sizes[level]
+
+    def inner(*xs):
+      return self._per_device(level + 1, prim, params, list(xs), mapped)
+    outs, dims = batching.batch_flat(
+        inner, vals, [0 if m else batching.not_mapped for m in mapped],
+        batching.AxisData(self.names[level], size))
+    return [batching.matchaxis(o, d, 0, size) for o, d in zip(outs, dims)]
+
+
+class _Eqn:
+  """The primitive and params of one eager operation, for the varying-axes rules."""
+  __slots__ = ("primitive", "params")
+
+  def __init__(self, primitive, params):
+    self.primitive, self.params = primitive, params
+
+
+class ShardMapTracer(core.Tracer):
+  """One value of an eager shard_map body: `val` holds each device's block (the mesh's axes
+  in front); `vary` the mesh axes along which blocks may differ."""
+  __slots__ = ("val", "vary")
+
+  def __init__(self, trace: ShardMapTrace, val, vary: frozenset):
+    self._trace = trace
+    self.val = val
+    self.vary = frozenset(vary)
+
+  @property
+  def aval(self) -> ShapedArray:
+    a = core.get_aval(self.val)
+    return a.update(shape=a.shape[len(self._trace.names):])
+
+  def to_concrete_value(self):
+    """The value, where every device holds the same one (JAX's: with check_vma, a value
+    varying along no axis converts to a Python value)."""
+    if self._trace.check and not self.vary:
+      with core.set_current_trace(self._trace.parent):
+        return core.to_concrete_value(self.val[(0,) * len(self._trace.names)])
+    return None
+
+  def _blocks(self):
+    trace = self._trace
+    host = np.asarray(self.val)
+    for idx, device in np.ndenumerate(trace.mesh.devices):
+      yield idx, device, host[idx]
+
+  def __str__(self) -> str:   # JAX's: each device's block
+    names = f"({', '.join(map(str, self._trace.names))},)"
+    return "\n".join(f"On {device} at mesh coordinates {names} = {idx}:\n{block}\n"
+                      for idx, device, block in self._blocks())
+
+  __repr__ = __str__
+
+  def _short_repr(self) -> str:
+    return str(self)
+
+
+def _blocks_of(x, spec: PartitionSpec, mesh: Mesh):
+  """The global array `x` split by `spec`: an Array of shape (*mesh.shape, *block), the
+  block of device `idx` at `[idx]` (a mesh axis `spec` does not name: the same block)."""
+  names = tuple(mesh.axis_names)
+  x = _asarray(x) if not isinstance(x, core.Tracer) else x
+  shape = core.get_aval(x).shape
+  entries = tuple(spec) + (None,) * (len(shape) - len(spec))
+  split, axes_of = [], {}
+  for d, e in enumerate(entries):
+    axes = () if e is None else (e if isinstance(e, tuple) else (e,))
+    block = shape[d] // math.prod(mesh.shape[a] for a in axes) if axes else shape[d]
+    for a in axes:
+      axes_of[a] = len(split)
+      split.append(mesh.shape[a])
+    split.append(block)
+  y = lax.reshape(x, tuple(split))
+  block_dims = [i for i in range(len(split)) if i not in axes_of.values()]
+  y = lax.transpose(y, tuple(axes_of[a] for a in names if a in axes_of) + tuple(block_dims))
+  # the mesh axes the spec does not name: broadcast (every device holds the same block)
+  out_shape = tuple(mesh.shape[a] for a in names) + tuple(split[i] for i in block_dims)
+  named = [i for i, a in enumerate(names) if a in axes_of]
+  keep = tuple(named) + tuple(range(len(names), len(out_shape)))
+  return lax.broadcast_in_dim(y, out_shape, keep)
+
+
+def _global_of(val, spec: PartitionSpec, mesh: Mesh):
+  """Inverse of `_blocks_of`: the blocks assembled by `spec` (the first device's block
+  along the mesh axes `spec` does not name)."""
+  names = tuple(mesh.axis_names)
+  shape = core.get_aval(val).shape
+  block = shape[len(names):]
+  entries = tuple(spec) + (None,) * (len(block) - len(spec))
+  unnamed = [i for i, a in enumerate(names)
+             if not any(a == e or (isinstance(e, tuple) and a in e) for e in entries)]
+  if unnamed:
+    starts = [0] * len(shape)
+    limits = [1 if i in unnamed else n for i, n in enumerate(shape)]
+    val = lax.reshape(lax.slice(val, starts, limits),
+                      tuple(n for i, n in enumerate(shape) if i not in unnamed))
+  left = [a for i, a in enumerate(names) if i not in unnamed]
+  perm, out_shape = [], []
+  for d, e in enumerate(entries):
+    axes = () if e is None else (e if isinstance(e, tuple) else (e,))
+    perm.extend(left.index(a) for a in axes)
+    perm.append(len(left) + d)
+    out_shape.append(block[d] * math.prod(mesh.shape[a] for a in axes))
+  return lax.reshape(lax.transpose(val, tuple(perm)), tuple(out_shape))
+
+
+def _eager_shard_map(mapped: "_Mapped", in_tree, specs, leaves):
+  """Runs `mapped.f` on each device's blocks of the arguments, operation by operation (JAX
+  0.10's eager shard_map), and assembles the results by the out_specs.
+
+  Raises:
+    ValueError: with check_vma, an output whose out_spec leaves out a mesh axis it varies
+      along (JAX's message).
+  """
+  mesh, fun_name = mapped.mesh, mapped.fun_name
+  trace = ShardMapTrace(mesh, mapped.check, not mapped.legacy)
+  args = []
+  for x, s in zip(leaves, specs):
+    if s is None:
+      args.append(x)
+    else:
+      args.append(ShardMapTracer(trace, _blocks_of(x, s, mesh), _spec_names(s)))
+  try:
+    with core.set_current_trace(trace), shard_map_env(mesh, mapped.manual):
+      out = mapped.f(*tree_util.tree_unflatten(in_tree, args))
+    out_leaves, out_tree = flatten(out)
+    check_out_leaves(out_leaves, out_tree, fun_name, "shard_map")
+    paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(out)[0]]
+    o_specs = _flat_specs(mapped.out_specs, out, "out_specs", fun_name, legacy=True)
+    results = []
+    for x, s, path in zip(out_leaves, o_specs, paths):
+      if not (isinstance(x, ShardMapTracer) and x._trace is trace):
+        x = trace.lift(_blocks_of(x, PartitionSpec(), mesh), frozenset())
+      if mapped.legacy:
+        mapped._check_names(s, f"out_specs{path}")
+      _check_spec(s, x.aval, mesh, f"out_specs{path}", fun_name, split=False)
+      if mapped.check and any(n in x.vary and n not in _spec_names(s) for n in mapped.manual):
+        if mapped.legacy:
+          mapped._legacy_rep_error(path, s, x.vary)
+        raise ValueError(_vma_error(fun_name, mesh, [("", s, x.vary)], legacy=False))
+      results.append((x.val, s))
+  finally:
+    trace.invalidate()
+  outs = [spmd.device_put(_global_of(v, s, mesh), NamedSharding(mesh, s)) for v, s in results]
+  return tree_util.tree_unflatten(out_tree, outs)
+
+
+
+def _over_several_axes(prim, params) -> bool:
+  """A collective over several mesh axes at once (`all_gather(x, ('i', 'j'))`), which vmap's
+  rules (one named axis each) do not take: it runs as a compiled shard_map instead."""
+  names = params.get("axis_name")
+  return (prim in (parallel.all_gather_p, parallel.ppermute_p, parallel.reduce_scatter_p,
+                   parallel.all_to_all_p)
+          and isinstance(names, (tuple, list)) and len(names) > 1)
+
+
+def _compiled_per_device(mesh: Mesh, prim, params, vals, mapped) -> list:
+  """`prim` on each device's operands as one compiled shard_map (JAX's way for every eager
+  primitive): each value's leading mesh axes are split over the mesh."""
+  try:
+    key = (mesh, prim, tuple(sorted(params.items())), tuple(mapped))
+    fn = _compiled_cache.get(key)
+  except TypeError:   # an unhashable param
+    key = fn = None
+  if fn is None:
+    fn = _compiled_applier(mesh, prim, params, vals, mapped)
+    if key is not None:
+      _compiled_cache[key] = fn
+  # NB: the results come back laid out over the mesh; the eager trace keeps its values on
+  # the default device, in no mesh's type.
+  return [_asarray(np.asarray(o)) for o in fn(*vals)]
+
+
+#: The compiled appliers of `_compiled_per_device`, per mesh, primitive, params and which
+#: operands are per device (their jit caches the executables per operand types).
+_compiled_cache: dict = {}
+
+
+def _compiled_applier(mesh: Mesh, prim, params, vals, mapped):
+  names = tuple(mesh.axis_names)
+  k = len(names)
+
+  def body(*blocks):
+    xs = [lax.reshape(b, core.get_aval(b).shape[k:]) if m else b
+          for b, m in zip(blocks, mapped)]
+    out = prim.bind(*xs, **params)
+    outs = list(out) if prim.multiple_results else [out]
+    return tuple(lax.broadcast_in_dim(o, (1,) * k + core.get_aval(o).shape,
+                                      tuple(range(k, k + core.get_aval(o).ndim)))
+                 for o in outs)
+
+  spec = PartitionSpec(*names)
+  in_specs = tuple(spec if m else PartitionSpec() for m in mapped)
+  n_out = len(prim.abstract_eval(*[
+      core.get_aval(v).update(shape=core.get_aval(v).shape[k:]) if m else core.get_aval(v)
+      for v, m in zip(vals, mapped)], **params)) if prim.multiple_results else 1
+  return pjit.jit(_shard_map(body, out_specs=(spec,) * n_out, in_specs=in_specs, mesh=mesh,
+                            axis_names=frozenset(names), check_vma=False))
+
+
+def get_abstract_mesh_or_none():
+  """The abstract mesh in context (None when none is set)."""
+  return sharding_lib._abstract_mesh.get()

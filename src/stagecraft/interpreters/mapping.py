@@ -465,26 +465,30 @@ def varying_axes(jaxpr: Jaxpr, in_vary: Sequence[frozenset]) -> list[frozenset]:
   over an axis makes its result the same along it, axis_index makes it vary; calls, cond,
   scan and while_loop follow their bodies, loops to a fixed point)."""
   env: dict = {v: s for v, s in zip(jaxpr.invars, in_vary)}
-  strict = _strict.get()
   for eqn in jaxpr.eqns:
     ins = [env.get(v, frozenset()) if isinstance(v, Var) else frozenset()
            for v in eqn.invars]
-    rule = vma_rules.get(eqn.primitive) if strict else None
-    if rule is None:
-      rule = replication_rules.get(eqn.primitive)
-    if rule is None and eqn.primitive in core.closed_calls:
-      rule = call_replication_rule(core.closed_calls[eqn.primitive])
-    if rule is not None:
-      outs = rule(ins, **eqn.params)
-    else:
-      out = _union(ins)
-      for sub in core.subjaxprs(eqn):
-        out = out | _may_vary(sub)
-      outs = [out] * len(eqn.outvars)
+    outs = eqn_varying_axes(eqn, ins, len(eqn.outvars))
     for v, o in zip(eqn.outvars, outs):
       env[v] = o
   return [env.get(v, frozenset()) if isinstance(v, Var) else frozenset()
           for v in jaxpr.outvars]
+
+
+def eqn_varying_axes(eqn, in_vary: Sequence[frozenset], n_out: int) -> list[frozenset]:
+  """The varying axes of the results of `eqn` (anything with `.primitive` and `.params`),
+  given those of its operands (`varying_axes`'s step, also run by eager shard_map)."""
+  rule = vma_rules.get(eqn.primitive) if _strict.get() else None
+  if rule is None:
+    rule = replication_rules.get(eqn.primitive)
+  if rule is None and eqn.primitive in core.closed_calls:
+    rule = call_replication_rule(core.closed_calls[eqn.primitive])
+  if rule is not None:
+    return list(rule(in_vary, **eqn.params))
+  out = _union(in_vary)
+  for sub in core.subjaxprs(eqn):
+    out = out | _may_vary(sub)
+  return [out] * n_out
 
 
 def call_replication_rule(param: str) -> Callable[..., list[frozenset]]:

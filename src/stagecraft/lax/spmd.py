@@ -602,6 +602,18 @@ def shard_map_env(mesh: Mesh, manual_axes):
     _enclosing.reset(token)
 
 
+@contextlib.contextmanager
+def outside_shard_map(abstract: Any):
+  """Runs a block as if outside any shard_map body (`abstract`: the abstract mesh in context
+  there): the eager shard_map runs a collective over several axes as its own shard_map."""
+  token = _enclosing.set(None)
+  try:
+    with sharding.abstract_mesh_context(abstract):
+      yield
+  finally:
+    _enclosing.reset(token)
+
+
 def _same_mesh(a: Mesh, b: Mesh) -> bool:
   """The same devices in the same grid with the same axis names (axis types aside)."""
   return a is b or (a.axis_names == b.axis_names and a.devices.shape == b.devices.shape and
