@@ -321,7 +321,7 @@ def test_core_call_lowering_and_call_primitive():
   jaxpr = sc.make_jaxpr(f)(x)
   eqn, = jaxpr.eqns
   assert eqn.primitive is call_p and list(score.jaxprs_in_params(eqn.params))
-  assert "func.call @ext_call" in sc.jit(f).lower(x).as_text()
+  assert "func.call @ext_call" in sc.jit(f).lower(x).compiler_ir()
   with pytest.raises(TypeError, match="expected a function first"):
     call_p.bind(1.0)
 
@@ -801,7 +801,7 @@ def test_source_info_util():
           y = snp.sin(x)
     with ssiu.reset_name_stack():
       return y * 2
-  text = sc.jit(f).lower(1.0).as_text()
+  text = sc.jit(f).lower(1.0).compiler_ir()
   assert "outer/inner/sin" in text
   frames = (ssiu.Frame("lib.py", "fn", 3, 4),)
   with ssiu.user_context(frames):

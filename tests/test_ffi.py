@@ -159,7 +159,7 @@ def test_scale_eager_jit_vmap(lib):
 def test_lowering_text():
   f = ffi.ffi_call("any_target", SDS((2, 3), np.float32))
   text = stagecraft.jit(lambda x: f(x, factor=np.float32(2.0), n=3, s="hi")).lower(
-      jnp.ones((2, 3))).as_text()
+      jnp.ones((2, 3))).compiler_ir()
   assert '"stablehlo.custom_call"(%arg0)' in text
   assert 'call_target_name = "any_target"' in text and "api_version = 4 : i32" in text
   assert ('backend_config = {factor = 0x40000000 : f32, n = 3 : i64, s = "hi"}' in text)
@@ -213,7 +213,7 @@ def test_side_effect_keeps_unused_calls(lib):
   jaxpr = stagecraft.make_jaxpr(lambda x: ffi.ffi_call(
       "sg_count", SDS((4,), np.float32), has_side_effect=True)(x))(x)
   assert jaxpr.jaxpr.effects and "has_side_effect = true" in stagecraft.jit(lambda x: ffi.ffi_call(
-      "sg_count", SDS((4,), np.float32), has_side_effect=True)(x)).lower(x).as_text()
+      "sg_count", SDS((4,), np.float32), has_side_effect=True)(x)).lower(x).compiler_ir()
 
 
 @pytest.mark.parametrize("method", ["expand_dims", "broadcast_all", "legacy_vectorized",
@@ -255,7 +255,7 @@ def test_layouts_and_aliases(lib):
   np.testing.assert_array_equal(got, theirs)
   g = ffi.ffi_call("sg_scale", SDS((2, 3), np.float32), input_output_aliases={0: 0})
   np.testing.assert_array_equal(stagecraft.jit(lambda x: g(x, factor=np.float32(2)))(x), 2 * x)
-  text = stagecraft.jit(lambda x: g(x, factor=np.float32(2))).lower(x).as_text()
+  text = stagecraft.jit(lambda x: g(x, factor=np.float32(2))).lower(x).compiler_ir()
   assert ("output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = "
           "[], operand_index = 0, operand_tuple_indices = []>]") in text
 
@@ -302,7 +302,7 @@ def test_errors_match_jax():
 def test_legacy_api_version_text():
   f = ffi.ffi_call("old", SDS((), np.float32), custom_call_api_version=2,
                    legacy_backend_config='a"b')
-  text = stagecraft.jit(lambda x: f(x)).lower(np.float32(1)).as_text()
+  text = stagecraft.jit(lambda x: f(x)).lower(np.float32(1)).compiler_ir()
   assert 'api_version = 2 : i32' in text and r'backend_config = "a\22b"' in text
 
 
@@ -364,5 +364,5 @@ def test_side_effect_under_vmap_and_x64(lib):
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, 2.0)
     text = stagecraft.jit(lambda x: ffi.ffi_call("t", SDS((), np.float32))(x, a=1, b=0.5)
-                          ).lower(np.float32(0)).as_text()
+                          ).lower(np.float32(0)).compiler_ir()
     assert "a = 1 : i64, b = 0x3FE0000000000000 : f64" in text

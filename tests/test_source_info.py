@@ -106,7 +106,7 @@ def _our_locs(text):
 
 def test_lowered_locations_name_the_same_lines_as_jax():
   with lowering.source_locations():
-    ours = sc.jit(_F_SC).lower(X).as_text()
+    ours = sc.jit(_F_SC).lower(X).compiler_ir()
   theirs = jax.jit(_F_JAX).lower(X).as_text(debug_info=True)
   mine, jaxs = _our_locs(ours), _jax_debug_locs(theirs)
   # NB: main's ops; JAX names the ops of a called function relative to it (`cos`), ours
@@ -123,7 +123,7 @@ def test_lowered_locations_name_the_same_lines_as_jax():
   assert f'":{_LINE0 + 9}:11 to {_LINE0 + 10}:10)))' in ours
   # The text parses, and by default (no source_locations) only the scope names remain.
   sc.jit(_F_SC).lower(X).compile()
-  plain = sc.jit(_F_SC).lower(X).as_text()
+  plain = sc.jit(_F_SC).lower(X).compiler_ir()
   assert __file__ not in plain and 'loc("jit(f)/blk/cos")' in plain
   assert lowering.strip_locations(ours) == lowering.strip_locations(plain)
   assert "loc(" not in lowering.strip_locations(ours)

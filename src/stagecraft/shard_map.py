@@ -673,7 +673,7 @@ class ShardMapTrace(core.Trace):
         mapped.append(False)
         vary.append(frozenset())
     with core.set_current_trace(self.parent):
-      if _over_several_axes(prim, params):
+      if _runs_compiled(prim, params):
         with outside_shard_map(self.outer_abstract):
           outs = _compiled_per_device(self.mesh, prim, params, vals, mapped)
       else:
@@ -755,7 +755,9 @@ def _blocks_of(x, spec: PartitionSpec, mesh: Mesh):
   """The global array `x` split by `spec`: an Array of shape (*mesh.shape, *block), the
   block of device `idx` at `[idx]` (a mesh axis `spec` does not name: the same block)."""
   names = tuple(mesh.axis_names)
-  x = _asarray(x) if not isinstance(x, core.Tracer) else x
+  # NB: through the host: the per-device values carry no layout (nor a sharding in their
+  # type), whatever the argument's.
+  x = _asarray(np.asarray(x)) if not isinstance(x, core.Tracer) else x
   shape = core.get_aval(x).shape
   entries = tuple(spec) + (None,) * (len(shape) - len(spec))
   split, axes_of = [], {}
@@ -842,9 +844,15 @@ def _eager_shard_map(mapped: "_Mapped", in_tree, specs, leaves):
 
 
 
-def _over_several_axes(prim, params) -> bool:
-  """A collective over several mesh axes at once (`all_gather(x, ('i', 'j'))`), which vmap's
-  rules (one named axis each) do not take: it runs as a compiled shard_map instead."""
+def _runs_compiled(prim, params) -> bool:
+  """Whether an eager operation runs as its own compiled shard_map rather than vmapped over
+  the mesh axes: a collective over several mesh axes at once (`all_gather(x, ('i', 'j'))`;
+  vmap's rules take one named axis each), host callbacks (each device calls the host with
+  its own values, as JAX's), and primitives without a batching rule."""
+  if prim.name in ("pure_callback", "io_callback", "ffi_call"):
+    return True
+  if prim not in batching.primitive_batchers and prim not in batching.axis_primitive_batchers:
+    return True
   names = params.get("axis_name")
   return (prim in (parallel.all_gather_p, parallel.ppermute_p, parallel.reduce_scatter_p,
                    parallel.all_to_all_p)

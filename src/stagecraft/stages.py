@@ -27,7 +27,7 @@ from jaxlib import xla_client as xc
 from stagecraft import api_util, core, dtypes, pjit, tree_util
 from stagecraft.interpreters import lowering
 from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
-from stagecraft.runtime import cache, client, dispatch
+from stagecraft.runtime import cache, client, dispatch, mlir_text
 from stagecraft.runtime.array import Array
 from stagecraft.runtime import spmd
 from stagecraft.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
@@ -223,13 +223,21 @@ class Lowered:
       if debug_info:
         sig = self._sig
         with lowering.source_locations(), lowering.for_device(sig.device):
-          return pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused, sig.name,
+          text = pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused, sig.name,
                                    layout=sig.layout).text
-      return self._lowered.text
+        return text   # NB: locations inline (`loc("jit(f)/sin"(...))`), not aliased
+      return mlir_text.pretty(self._lowered.text, self._result_infos())
     if dialect == "hlo":
       return self._xla_computation().as_hlo_text()
     raise ValueError(f"Lowered.as_text: unknown dialect {dialect!r}; expected 'stablehlo' "
                      f"or 'hlo'.")
+
+  def _result_infos(self) -> list[str]:
+    """JAX's `jax.result_info` of each result: `result` and its key path (`result['a']`)."""
+    tree = self._sig.entry.out_tree
+    leaves = tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
+    return ["result" + tree_util.keystr(p)
+            for p, _ in tree_util.tree_flatten_with_path(leaves)[0]]
 
   def compiler_ir(self, dialect: str = "stablehlo"):
     """The module in the compiler's representation.
