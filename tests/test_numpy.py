@@ -227,8 +227,11 @@ def test_arange_dtype(args, dtype):
 
 
 def test_arange_traced_raises():
-  with pytest.raises(sc.ConcretizationTypeError, match="`start` of jnp.arange"):
+  with pytest.raises(sc.ConcretizationTypeError, match="It arose in the jnp.arange argument "
+                                                     "'stop'"):   # JAX's words
     sc.jit(lambda n: jnp.arange(n))(3)
+  with pytest.raises(sc.ConcretizationTypeError, match="argument 'start'"):
+    sc.jit(lambda n: jnp.arange(n, 10))(3)
 
 
 @pytest.mark.parametrize("kw", [
