@@ -102,8 +102,9 @@ def test_multi_device_programs_run_without_jax():
       mesh = sc.make_mesh((2, 2), ("x", "y"))
       x = sc.device_put(np.arange(16.0).reshape(4, 4), NamedSharding(mesh, P("x", "y")))
       z = sc.jit(lambda a: a.sum(0))(x).block_until_ready()
-      w = sc.shard_map(lambda a: a * 2, mesh=mesh, in_specs=P("x", "y"),
-                       out_specs=P("x", "y"))(x).block_until_ready()
+      # NB: under jit (eagerly, a shard_map reads its mesh-laid-out arguments on the host)
+      w = sc.jit(sc.shard_map(lambda a: a * 2, mesh=mesh, in_specs=P("x", "y"),
+                              out_specs=P("x", "y")))(x).block_until_ready()
       print("jax" in sys.modules)
       assert np.asarray(y).tolist() == [0.0, 2.0, 4.0, 6.0]
       assert np.asarray(z).tolist() == np.arange(16.0).reshape(4, 4).sum(0).tolist()

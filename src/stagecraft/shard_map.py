@@ -652,7 +652,7 @@ class ShardMapTrace(core.Trace):
     super().__init__()
     self.parent = core.current_trace()
     self.mesh, self.check, self.strict = mesh, check, strict
-    self.outer_abstract = get_abstract_mesh_or_none()
+    self.outer_abstract = sharding_lib.get_abstract_mesh_or_none()
     self.names = tuple(mesh.axis_names)
     self.sizes = tuple(mesh.shape[n] for n in self.names)
 
@@ -756,7 +756,8 @@ def _blocks_of(x, spec: PartitionSpec, mesh: Mesh):
   block of device `idx` at `[idx]` (a mesh axis `spec` does not name: the same block)."""
   names = tuple(mesh.axis_names)
   # NB: through the host: the per-device values carry no layout (nor a sharding in their
-  # type), whatever the argument's.
+  # type), whatever the argument's (a read of an Array laid out over several devices
+  # imports the real jax, as such host reads do: see runtime/client.py).
   x = _asarray(np.asarray(x)) if not isinstance(x, core.Tracer) else x
   shape = core.get_aval(x).shape
   entries = tuple(spec) + (None,) * (len(shape) - len(spec))
@@ -903,6 +904,3 @@ def _compiled_applier(mesh: Mesh, prim, params, vals, mapped):
                             axis_names=frozenset(names), check_vma=False))
 
 
-def get_abstract_mesh_or_none():
-  """The abstract mesh in context (None when none is set)."""
-  return sharding_lib._abstract_mesh.get()

@@ -497,6 +497,12 @@ def get_mesh() -> Mesh:
   return empty_concrete_mesh if m is None else m
 
 
+def get_abstract_mesh_or_none() -> AbstractMesh | None:
+  """The abstract mesh in context, None when none is set (`get_abstract_mesh` gives an empty
+  one)."""
+  return _abstract_mesh.get()
+
+
 def get_abstract_mesh() -> AbstractMesh:
   """The abstract mesh in context (set by `set_mesh` or `use_abstract_mesh`; inside a
   shard_map body its manual axes have type Manual); an empty AbstractMesh when none is."""

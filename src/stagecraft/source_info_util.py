@@ -134,7 +134,7 @@ class named_scope(contextlib.ContextDecorator):
     >>> def f(x):
     ...   with named_scope("dot_product"):
     ...     return x @ x
-    >>> "dot_product/dot_general" in stagecraft.jit(f).lower(jnp.ones(3)).as_text()
+    >>> "dot_product/dot_general" in stagecraft.jit(f).lower(jnp.ones(3)).compiler_ir()
     True
   """
 

@@ -7,7 +7,7 @@
   ...   with extend_name_stack("block"):
   ...     assert str(current_name_stack()) == "block"
   ...     return jnp.sin(x)
-  >>> "block/sin" in stagecraft.jit(f).lower(1.0).as_text()
+  >>> "block/sin" in stagecraft.jit(f).lower(1.0).compiler_ir()
   True
 
 Names only, as in stagecraft's lowering: `transform_name_stack` (JAX's `jvp(...)`,

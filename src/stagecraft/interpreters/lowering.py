@@ -488,7 +488,7 @@ def source_locations(enabled: bool = True):
   Example:
     >>> import stagecraft, stagecraft.numpy as jnp
     >>> with source_locations():
-    ...   text = stagecraft.jit(jnp.sin).lower(1.0).as_text()
+    ...   text = stagecraft.jit(jnp.sin).lower(1.0).compiler_ir()
     >>> 'loc("jit(sin)/sin"' in text
     True
   """
