@@ -257,3 +257,10 @@ def test_reductions_of_a_list_raise_as_jax(name):
 def test_traced_boolean_mask_message_starts_as_jax():
   theirs, ours = _both(lambda api, np_: api.jit(lambda x: x[x > 0]), np.ones(5, np.float32))
   assert ours[0] == theirs[0] == "Array boolean indices must be concrete; got bool[5]"
+
+
+@pytest.mark.parametrize("make", [lambda np_: np_.array(3), lambda np_: np.int32(3),
+                                  lambda np_: np.array(3), lambda np_: np.array([2, 3])])
+def test_array_valued_shapes_as_jax(make):
+  for ctor in ("zeros", "ones", "empty"):
+    assert getattr(snp, ctor)(make(snp)).shape == getattr(jnp, ctor)(make(jnp)).shape

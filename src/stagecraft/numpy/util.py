@@ -284,8 +284,9 @@ def canonical_shape(shape, name="shape") -> tuple[int, ...]:
       concrete values of integer type"), and for negative dimensions (JAX's
       `broadcast_in_dim` message).
   """
-  if (isinstance(shape, (int, np.integer, float, str, Tracer)) or shape is None
-      or shape_poly.is_symbolic_dim(shape)):
+  if not isinstance(shape, (tuple, list)) and (
+      shape_poly.is_symbolic_dim(shape) or isinstance(shape, (Tracer, str)) or shape is None
+      or np.ndim(shape) == 0):   # one dimension (a 0-d array too, as JAX's)
     shape = (shape,)
   try:
     out = tuple(shape_poly.index_dim(d) for d in shape)
