@@ -118,6 +118,22 @@ class _MeshAxes:
   axis_names: tuple
   axis_types: tuple
 
+  @functools.cached_property
+  def sdy_axis_names(self) -> dict:
+    """{axis name: the name a module's `sdy.mesh` gives that axis}: the name itself when it
+    is printable ASCII without quotes or backslashes, else `axis<k>` (k its position), so a
+    name never reaches the module text unescaped (a quote would end the string; non-ASCII
+    names do not survive the runtime's attribute escaping)."""
+    out, used = {}, set()
+    for k, n in enumerate(self.axis_names):
+      s = n if (isinstance(n, str) and n and all(0x20 <= ord(c) < 0x7F for c in n)
+                and '"' not in n and "\\" not in n) else f"axis{k}"
+      while s in used:
+        s = f"{s}_{k}"
+      used.add(s)
+      out[n] = s
+    return out
+
   @property
   def auto_axes(self) -> tuple:
     return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == AxisType.Auto)
@@ -262,22 +278,6 @@ class Mesh(_MeshAxes):
       return "Mesh()"
     axes = ", ".join(f"'{n}': {s}" for n, s in self.shape.items())
     return f"Mesh({axes}, axis_types={self.axis_types})"
-
-  @functools.cached_property
-  def sdy_axis_names(self) -> dict:
-    """{axis name: the name a module's `sdy.mesh` gives that axis}: the name itself when it
-    is printable ASCII without quotes or backslashes, else `axis<k>` (k its position), so a
-    name never reaches the module text unescaped (a quote would end the string; non-ASCII
-    names do not survive the runtime's attribute escaping)."""
-    out, used = {}, set()
-    for k, n in enumerate(self.axis_names):
-      s = n if (isinstance(n, str) and n and all(0x20 <= ord(c) < 0x7F for c in n)
-                and '"' not in n and "\\" not in n) else f"axis{k}"
-      while s in used:
-        s = f"{s}_{k}"
-      used.add(s)
-      out[n] = s
-    return out
 
   @functools.cached_property
   def _runtime(self):

@@ -133,6 +133,14 @@ def trace_jit(wrapped: pjit.JitWrapped, args: tuple, kwargs: dict) -> Traced:
   return Traced(sig)
 
 
+def result_infos(out_tree) -> list[str]:
+  """JAX's `jax.result_info` of each result leaf of `out_tree`: `result` and its key path
+  (`result['a']`, `result[0]`)."""
+  leaves = tree_util.tree_unflatten(out_tree, list(range(out_tree.num_leaves)))
+  return ["result" + tree_util.keystr(p)
+          for p, _ in tree_util.tree_flatten_with_path(leaves)[0]]
+
+
 class Traced:
   """A function traced for one argument signature.
 
@@ -160,11 +168,14 @@ class Traced:
   donate_argnums = property(lambda self: tuple(sorted(self._sig.donated)))
   out_tree = property(lambda self: self._sig.entry.out_tree)
   fun_name = property(lambda self: self._sig.name)
-  # stagecraft extensions (used by `stagecraft.export`): jit's `keep_unused`, whether the
-  # signature is laid out over a device mesh (jit's shardings or sharded arguments), and
-  # the jaxpr that is lowered (the constants of its jit equations hoisted into its own).
+  # stagecraft extensions (used by `stagecraft.export`): jit's `keep_unused`, the name of
+  # each flat argument (`x`, `y['a']`), whether the signature is laid out over a device mesh
+  # (jit's shardings or sharded arguments) and that layout (pjit.SignatureLayout), and the
+  # jaxpr that is lowered (the constants of its jit equations hoisted into its own).
   keep_unused = property(lambda self: self._sig.keep_unused)
+  arg_names = property(lambda self: tuple(self._sig.arg_names))
   sharded = property(lambda self: self._sig.layout is not None)
+  layout = property(lambda self: self._sig.layout)
   lowered_jaxpr = property(lambda self: self._sig.entry.hoisted())
 
   def lower(self) -> Lowered:
@@ -233,11 +244,7 @@ class Lowered:
                      f"or 'hlo'.")
 
   def _result_infos(self) -> list[str]:
-    """JAX's `jax.result_info` of each result: `result` and its key path (`result['a']`)."""
-    tree = self._sig.entry.out_tree
-    leaves = tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
-    return ["result" + tree_util.keystr(p)
-            for p, _ in tree_util.tree_flatten_with_path(leaves)[0]]
+    return result_infos(self._sig.entry.out_tree)
 
   def compiler_ir(self, dialect: str = "stablehlo"):
     """The module in the compiler's representation.

@@ -9,8 +9,13 @@ bytes that `deserialize` loads in another process; `Exported.call(*args)` runs t
 reverse mode (`grad`, `vjp`) through the exported VJP (`Exported.vjp()`, kept in the bytes
 with `serialize(vjp_order=n)`), as in JAX.
 
-What stagecraft exports: programs on one device, for one platform, without host callbacks
-or ordered effects. The rest raises a clear error (NotImplementedError). Shapes may hold
+What stagecraft exports: programs without host callbacks or ordered effects, for one or
+several platforms (JAX's multi-platform convention: main takes the platform index first;
+platforms whose lowerings differ get their own body, picked by `stablehlo.case`), on one
+device or over a device mesh (JAX's device-polymorphic export: the arguments' shardings over
+a Mesh or an AbstractMesh, jit's shardings, sharding constraints and shard_maps inside;
+the module names the mesh's axes, not devices, and a call runs it on the caller's devices,
+`nr_devices` of them). The rest raises a clear error (NotImplementedError). Shapes may hold
 symbolic dimensions (`symbolic_shape("b, 4")`, JAX's shape polymorphism) for a subset of
 primitives (elementwise operations, reductions, `dot_general`, transposes, concatenation,
 broadcasts, reshapes, pads, iotas, slices, dynamic slices and updates, gathers, scatters,
@@ -27,8 +32,11 @@ The serialized format (not JAX's flatbuffers; `deserialize` reads only stagecraf
                             payload length (u64)
   header          JSON (UTF-8): {"format": "stagecraft.Exported", "exported": [primal,
                   vjp, vjp of vjp, ...]}, one object per function with its fun_name, trees
-                  (`stages.tree_to_json`), avals, platforms, calling convention version,
-                  kept arguments, and the offset and size of its module in the payload
+                  (`stages.tree_to_json`), avals (weak types are not kept, as in JAX),
+                  platforms, calling convention version, kept arguments, the mesh (axis
+                  names, sizes, types) and each argument's and result's sharding over it
+                  (axis names per dimension, or null), and the offset and size of its
+                  module in the payload
   checksum        32 bytes  SHA-256 of everything above it followed by the payload
   payload         the modules' StableHLO portable artifacts, one after the other
 
@@ -59,7 +67,8 @@ from stagecraft.lax.conv import conv_dims_text, precision_config
 from stagecraft.lax.reduction import max_identity, min_identity
 from stagecraft.lax.windowed import select_and_scatter_add_p
 from stagecraft.lax.control_flow import loops
-from stagecraft.runtime import cache, client, spmd
+from stagecraft.runtime import cache, client, mlir_text, spmd
+from stagecraft.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
 __all__ = ["DisabledSafetyCheck", "Exported", "export", "deserialize", "call",
            "call_exported", "call_exported_p", "default_export_platform",
@@ -76,7 +85,7 @@ maximum_supported_calling_convention_version = 10
 _CALLING_CONVENTION_VERSION = 10
 
 #: The version of the byte format described in the module docstring.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _MAGIC = b"SCEXPORT"   # framed by runtime.cache.seal
 
 register_pytree_node_serialization = stages.register_pytree_node_serialization
@@ -125,17 +134,20 @@ class Exported:
     fun_name: the function's name (for messages).
     in_tree: the PyTreeDef of `(args, kwargs)`; out_tree: that of the result.
     in_avals / out_avals: the flat tuples of argument / result ShapedArrays.
-    in_shardings_hlo / out_shardings_hlo: one None per argument / result (stagecraft
-      exports one-device programs, whose layouts are unspecified).
-    nr_devices: 1.
-    platforms: the platforms the module was lowered for (one).
+    in_shardings_hlo / out_shardings_hlo: one None per argument / result, as JAX 0.10.2's
+      exports (the layouts of a program over a mesh are given by `in_shardings_jax(mesh)`
+      and `out_shardings_jax(mesh)`).
+    nr_devices: the number of devices of the export mesh (1 for a one-device program).
+    platforms: the platforms the module was lowered for; with several, main takes the
+      platform's index first (`_platform_index`) and runs that platform's lowering.
     ordered_effects / unordered_effects: () (effectful programs are not exported).
     disabled_safety_checks: the `DisabledSafetyCheck`s given to `export`.
     mlir_module_serialized: the module as a StableHLO portable artifact (bytes).
     calling_convention_version: 10.
     module_kept_var_idx: the indices of the arguments the module takes (the others are
       unused and were pruned), sorted.
-    uses_global_constants: whether the avals hold symbolic dimensions (the module reads
+    uses_global_constants: whether main takes global constants: the platform index of a
+      multi-platform module, or the dimension variables of symbolic avals (the module reads
       their values from the arguments' shapes).
 
   An Exported is compared and hashed by identity.
@@ -158,12 +170,23 @@ class Exported:
   uses_global_constants: bool
   _get_vjp: Callable[["Exported"], "Exported"] | None = None
   _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+  # A program over a device mesh: per argument / result its NamedSharding over the export
+  # mesh as an AbstractMesh (None: left to the partitioner); () for a one-device program.
+  _in_named_shardings: tuple = ()
+  _out_named_shardings: tuple = ()
 
   def mlir_module(self) -> str:
-    """The module's text (the portable artifact printed by MLIR)."""
+    """The module's text (the portable artifact printed by MLIR with its locations, as
+    JAX's: `func.func public @main(%arg0: tensor<f32> loc("x")) -> (tensor<f32>
+    {jax.result_info = "result"})`)."""
     text = self._cache.get("text")
     if text is None:
-      text = self._cache["text"] = str(_load_module(self.mlir_module_serialized))
+      with _mlir_state()["ctx"]:
+        text = _load_module(self.mlir_module_serialized).operation.get_asm(
+            enable_debug_info=True)
+      # NB: the positions MLIR's parser gave the ops of stagecraft's module text (file "-")
+      # say nothing to a reader: printed as unknown locations.
+      text = self._cache["text"] = re.sub(r'loc\("-":\d+:\d+\)', "loc(unknown)", text)
     return text
 
   def __str__(self):
@@ -172,13 +195,20 @@ class Exported:
   __repr__ = __str__
 
   def in_shardings_jax(self, mesh: Any) -> tuple:
-    """The argument layouts as shardings over `mesh`: None (unspecified) for each argument
-    of a one-device export."""
-    return tuple(None for _ in self.in_shardings_hlo)
+    """The argument layouts as NamedShardings over `mesh` (a Mesh or AbstractMesh with the
+    export mesh's axis names, sizes and types), e.g. to `device_put` the arguments of a
+    call; None for an argument left to the partitioner (every argument of a one-device
+    export).
+
+    Raises:
+      ValueError: `mesh` differs from the export mesh in axis names, sizes or types (JAX's
+        message).
+    """
+    return _named_on_mesh(self._in_named_shardings, self.in_avals, mesh)
 
   def out_shardings_jax(self, mesh: Any) -> tuple:
-    """The result layouts as shardings over `mesh`: None (unspecified) for each."""
-    return tuple(None for _ in self.out_shardings_hlo)
+    """The result layouts as NamedShardings over `mesh` (as `in_shardings_jax`)."""
+    return _named_on_mesh(self._out_named_shardings, self.out_avals, mesh)
 
   def has_vjp(self) -> bool:
     """Whether the VJP is available (`vjp()`): always for a fresh export, and for a
@@ -226,11 +256,14 @@ class Exported:
   def call(self, *args, **kwargs):
     """Runs the exported function on `args`/`kwargs` (the tree structure, shapes and dtypes
     it was exported for), eagerly or inside `jit`; differentiable with `grad`/`vjp` (through
-    `vjp()`), not with `jvp` nor `vmap` (as in JAX).
+    `vjp()`), not with `jvp` nor `vmap` (as in JAX). A program exported over a mesh of
+    `nr_devices` devices runs on the devices of its arguments (in their mesh's order), its
+    arguments resharded as exported (`in_shardings_jax(mesh)` lays them out beforehand).
 
     Raises:
       ValueError: another tree structure, rank, dtype or dimension than exported; another
-        platform than exported (unless `DisabledSafetyCheck.platform()`).
+        platform than exported (unless `DisabledSafetyCheck.platform()`); a program
+        exported for several devices called on another number of devices (JAX's message).
     """
     return call_exported(self)(*args, **kwargs)
 
@@ -305,21 +338,24 @@ def export(fun_jit: Any, *, platforms: Sequence[str] | None = None,
 
   Args:
     fun_jit: the result of `stagecraft.jit`.
-    platforms: the platform to lower for, as a one-element sequence (`'cpu'`, `'cuda'`,
-      `'rocm'`, `'tpu'`); None: `default_export_platform()`.
+    platforms: the platforms to lower for (`'cpu'`, `'cuda'`, `'rocm'`, `'tpu'`; a call
+      runs the lowering of the platform it runs on); None or (): `default_export_platform()`.
     disabled_checks: `DisabledSafetyCheck`s to skip.
 
   Returns:
     A function taking the arguments (arrays, or `ShapeDtypeStruct`s / objects with `shape`
-    and `dtype`; static arguments as values) and returning an `Exported`.
+    and `dtype`, with a `sharding` over a Mesh or AbstractMesh for a program over a mesh;
+    static arguments as values) and returning an `Exported`.
 
   Raises:
-    ValueError: `fun_jit` is not a jitted function; the module has custom calls with no
-      stability guarantee (not allowed by `disabled_checks`).
-    NotImplementedError: several platforms; a primitive without a lowering for symbolic
-      dimensions (named in the message), or a dimension variable that is no argument's
-      dimension (alone or as `k*v + c`); a program over several devices (pmap, sharded
-      jit, shard_map); host callbacks or ordered effects.
+    TypeError: `platforms` is a string.
+    ValueError: `fun_jit` is not a jitted function; an unknown or repeated platform; the
+      module has custom calls with no stability guarantee (not allowed by
+      `disabled_checks`); arguments sharded over several meshes.
+    NotImplementedError: a primitive without a lowering for symbolic dimensions (named in
+      the message), or a dimension variable that is no argument's dimension (alone or as
+      `k*v + c`); symbolic dimensions in a program over a mesh; pmap; host callbacks or
+      ordered effects.
     InconclusiveDimensionOperation: the function compares symbolic dimensions whose order
       depends on their values (JAX's error).
 
@@ -335,13 +371,16 @@ def export(fun_jit: Any, *, platforms: Sequence[str] | None = None,
     raise ValueError(f"Function to be exported must be the result of `jit` but is: {fun_jit}")
   if platforms is None:
     platforms = (default_export_platform(),)
-  platforms = tuple(platforms)
-  if len(platforms) != 1:
-    raise NotImplementedError(f"export: stagecraft exports for one platform at a time, got "
-                              f"platforms={platforms}; export once per platform.")
-  if platforms[0] not in ("cpu", "cuda", "rocm", "tpu"):
-    raise ValueError(f"export: unknown platform {platforms[0]!r}; expected one of 'cpu', "
-                     f"'cuda', 'rocm', 'tpu'.")
+  if isinstance(platforms, str):
+    raise TypeError(f"export: platforms must be a sequence of platform names, got the string "
+                    f"{platforms!r}; write platforms=[{platforms!r}].")
+  platforms = tuple(platforms) or (default_export_platform(),)   # NB: () as None, as JAX
+  for p in platforms:
+    if p not in ("cpu", "cuda", "rocm", "tpu"):
+      raise ValueError(f"export: unknown platform {p!r}; expected one of 'cpu', 'cuda', "
+                       f"'rocm', 'tpu'.")
+  if len(set(platforms)) != len(platforms):
+    raise ValueError(f"export: platforms {list(platforms)} names a platform twice.")
   disabled_checks = tuple(disabled_checks)
   for dc in disabled_checks:
     if not isinstance(dc, DisabledSafetyCheck):
@@ -349,19 +388,79 @@ def export(fun_jit: Any, *, platforms: Sequence[str] | None = None,
                       f"{dc!r}.")
 
   def do_export(*args, **kwargs) -> Exported:
+    args, kwargs, abstract = _strip_abstract_shardings(fun_jit, args, kwargs)
     traced = fun_jit.trace(*args, **kwargs)
-    return _export_traced(traced, platforms, disabled_checks)
+    return _export_traced(traced, platforms, disabled_checks, abstract)
 
   return do_export
 
 
-def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tuple
-                   ) -> Exported:
+def _strip_abstract_shardings(fun_jit, args: tuple, kwargs: dict):
+  """`args`/`kwargs` with each ShapeDtypeStruct sharded over an AbstractMesh made unsharded
+  (jit traces it as any other), and the sharding of each dynamic leaf (None: none), or
+  None when no leaf has one."""
+  static, _ = fun_jit._argnums_for(len(args))
+  dyn_pos = [i for i in range(len(args)) if i not in static]
+  dyn = (tuple(args[i] for i in dyn_pos),
+         {k: v for k, v in kwargs.items() if k not in fun_jit._static_argnames})
+  found: list = []
+
+  def strip(x):
+    sh = getattr(x, "sharding", None) if isinstance(x, ShapeDtypeStruct) else None
+    if isinstance(sh, NamedSharding) and isinstance(sh.mesh, AbstractMesh):
+      found.append(sh)
+      return ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
+    found.append(None)
+    return x
+
+  new_args, new_kwargs = tree_util.tree_map(strip, dyn)
+  if all(f is None for f in found):
+    return args, kwargs, None
+  args = list(args)
+  for j, i in enumerate(dyn_pos):
+    args[i] = new_args[j]
+  return tuple(args), {**kwargs, **new_kwargs}, found
+
+
+def _export_layout(traced: stages.Traced, jaxpr, nconst: int, dce, abstract):
+  """The device mesh of an exported program and its shardings: `(mesh, in_shardings (one
+  per invar of `jaxpr`, constants first), out_shardings)`, None entries left to the
+  partitioner; None for a one-device program. The mesh is the jit's (`runtime.spmd.resolve`:
+  sharded arguments, jit's shardings, meshes used inside) or the AbstractMesh of the
+  arguments' ShapeDtypeStructs (`abstract`: one NamedSharding or None per dynamic leaf)."""
   name = traced.fun_name
-  if traced.sharded:
-    raise NotImplementedError(f"export of {name}: programs laid out over several devices "
-                              f"(jit shardings, sharded arguments) are not exported by "
-                              f"stagecraft; export a one-device program.")
+  n_dyn = len(jaxpr.invars) - nconst
+  in_avals = [v.aval for v in jaxpr.invars[nconst:]]
+  if abstract is not None:
+    meshes = []
+    for sh in abstract:
+      if sh is not None and all(sh.mesh != m for m in meshes):
+        meshes.append(sh.mesh)
+    if len(meshes) > 1 or traced.sharded or spmd.jaxpr_meshes(dce):
+      raise ValueError(f"export of {name}: the arguments' shardings are over "
+                       f"{meshes[0]!r} but the program also uses "
+                       f"{meshes[1] if len(meshes) > 1 else 'devices or another mesh'!r}; "
+                       f"export a program over one mesh.")
+    for i, sh in enumerate(abstract):
+      if sh is not None:
+        spmd.check_spec_fits(sh, in_avals[i], f"the sharding of argument "
+                                              f"{traced.arg_names[i]} of {name}")
+    return meshes[0], [None] * nconst + list(abstract), [None] * len(jaxpr.outvars)
+  if not (traced.sharded or spmd.jaxpr_meshes(dce) or
+          spmd.typed_context_mesh(jaxpr) is not None):
+    return None
+  lay = traced.layout or pjit.SignatureLayout([None] * n_dyn, None, None,
+                                              list(traced.arg_names), name)
+  resolved = spmd.resolve(jaxpr, nconst, lay.committed, lay.explicit_in, lay.explicit_out,
+                          lay.describe(in_avals))
+  if resolved is None or resolved[0].size == 1:
+    return None
+  return resolved
+
+
+def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tuple,
+                   abstract: list | None = None) -> Exported:
+  name = traced.fun_name
   closed = traced.lowered_jaxpr
   jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
   nconst = len(closed.consts)
@@ -373,10 +472,17 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
   # variables from the arguments' shapes.
   instantiate = [False] * nconst + [traced.keep_unused or symbolic] * (n_in - nconst)
   dce, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
-  if mapping.mesh_chain(dce) or spmd.jaxpr_meshes(dce):
-    raise NotImplementedError(f"export of {name}: programs over several devices (pmap, "
-                              f"shard_map, sharding constraints) are not exported by "
-                              f"stagecraft; export a one-device program.")
+  if mapping.mesh_chain(dce):
+    raise NotImplementedError(f"export of {name}: programs with pmap are not exported by "
+                              f"stagecraft; write the pmap as a shard_map over a mesh.")
+  if symbolic and (abstract is not None or traced.sharded):
+    layout = True
+  else:
+    layout = _export_layout(traced, jaxpr, nconst, dce, abstract)
+  if layout is not None and symbolic:
+    raise NotImplementedError(f"export of {name}: stagecraft exports programs over a device "
+                              f"mesh with concrete shapes only (symbolic dimensions and "
+                              f"shardings together are not supported).")
   if dce.effects:
     raise NotImplementedError(f"export of {name}: the program has effects "
                               f"({sorted(map(str, dce.effects))}); stagecraft exports "
@@ -385,11 +491,28 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
   kept = tuple(i - nconst for i in range(nconst, n_in) if used[i])
   in_avals = tuple(v.aval for v in closed.jaxpr.invars)
   out_avals = tuple(v.aval for v in closed.jaxpr.outvars)
-  if symbolic:
-    text = _symbolic_module_text(name, dce, consts, [in_avals[i] for i in kept], platforms[0])
-  else:
-    text = _module_text(name, dce, consts, [in_avals[i] for i in kept], platforms[0])
-  _check_custom_calls(text, disabled_checks)
+  arg_names = [traced.arg_names[i] for i in kept]
+  infos = stages.result_infos(traced.out_tree)
+  mesh_layout = None
+  in_named = out_named = ()
+  nr_devices = 1
+  if layout is not None:
+    mesh, ins, outs = layout
+    in_dyn = ins[nconst:]
+    mesh_layout = (mesh, [in_dyn[i] for i in kept], outs)
+    in_named = tuple(_abstract_named(s) for s in in_dyn)
+    out_named = tuple(_abstract_named(s) for s in outs)
+    nr_devices = mesh.size
+  texts = []
+  for platform in platforms:
+    if symbolic:
+      texts.append(_symbolic_module_text(name, dce, consts, [in_avals[i] for i in kept],
+                                         platform, arg_names, infos))
+    else:
+      texts.append(_module_text(name, dce, consts, [in_avals[i] for i in kept], platform,
+                                arg_names, infos, mesh_layout))
+    _check_custom_calls(texts[-1], disabled_checks)
+  text = texts[0] if len(texts) == 1 else _multi_platform_text(texts)
   module = _to_artifact(text)
   vjp_cache: list = []
 
@@ -400,21 +523,97 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
 
   return Exported(
       fun_name=name, in_tree=traced.in_tree, in_avals=in_avals, out_tree=traced.out_tree,
-      out_avals=out_avals, in_shardings_hlo=(None,) * len(in_avals),
-      out_shardings_hlo=(None,) * len(out_avals), nr_devices=1, platforms=platforms,
-      ordered_effects=(), unordered_effects=(), disabled_safety_checks=disabled_checks,
-      mlir_module_serialized=module, calling_convention_version=_CALLING_CONVENTION_VERSION,
-      module_kept_var_idx=kept, uses_global_constants=symbolic,
-      _get_vjp=get_vjp)
+      out_avals=out_avals, in_shardings_hlo=_hlo_shardings(in_named, in_avals),
+      out_shardings_hlo=_hlo_shardings(out_named, out_avals), nr_devices=nr_devices,
+      platforms=platforms, ordered_effects=(), unordered_effects=(),
+      disabled_safety_checks=disabled_checks, mlir_module_serialized=module,
+      calling_convention_version=_CALLING_CONVENTION_VERSION, module_kept_var_idx=kept,
+      uses_global_constants=symbolic or len(platforms) > 1, _get_vjp=get_vjp,
+      _in_named_shardings=in_named,
+      _out_named_shardings=out_named)
+
+
+# ---------------------------------------------------------------------------
+# Shardings of a program over a device mesh
+
+
+def _abstract_named(s: NamedSharding | None) -> NamedSharding | None:
+  """`s` over its mesh's AbstractMesh (an exported artifact names no devices)."""
+  if s is None:
+    return None
+  return NamedSharding(s.mesh.abstract_mesh, s.spec, memory_kind=s.memory_kind)
+
+
+def _hlo_shardings(named: tuple, avals: tuple) -> tuple:
+  # NB: JAX 0.10.2's exports keep their layouts as NamedShardings over the AbstractMesh
+  # (`in_shardings_jax`); their `in_shardings_hlo` / `out_shardings_hlo` are all None.
+  return (None,) * len(avals)
+
+
+def _named_on_mesh(named: tuple, avals: tuple, mesh: Any) -> tuple:
+  if not named:
+    return (None,) * len(avals)
+  out = []
+  for s in named:
+    if s is None:
+      out.append(None)
+      continue
+    am = mesh.abstract_mesh
+    if (am.axis_sizes != s.mesh.axis_sizes or am.axis_names != s.mesh.axis_names or
+        am.axis_types != s.mesh.axis_types):
+      raise ValueError(f"NamedSharding new mesh {mesh} does not match the mesh used for "
+                       f"export {s.mesh}.")
+    out.append(NamedSharding(mesh, s.spec, memory_kind=s.memory_kind))
+  return tuple(out)
+
+
+def _mesh_of(exported: Exported) -> AbstractMesh | None:
+  for s in (*exported._in_named_shardings, *exported._out_named_shardings):
+    if s is not None:
+      return s.mesh
+  return None
+
+
+def _sdy_text(s: NamedSharding, ndim: int, mesh_symbol: str) -> str:
+  """Shardy's `<@mesh_symbol, [{"a"}, {}]>` for `s` on a rank-`ndim` value."""
+  text = s._sdy(ndim)
+  assert text.startswith("<@mesh,")
+  return f"<@{mesh_symbol}," + text[len("<@mesh,"):]
+
+
+def _arg_loc(arg_names: Sequence[str] | None, i: int) -> str:
+  """The location of main's argument `i`: its name, as JAX's exported modules (`loc("x")`)."""
+  if not arg_names:
+    return ""
+  return " loc(" + json.dumps(arg_names[i]) + ")"
+
+
+def _result_attr(result_infos: Sequence[str] | None, i: int) -> str:
+  if not result_infos:
+    return ""
+  return " {jax.result_info = " + json.dumps(result_infos[i]) + "}"
 
 
 def _module_text(name: str, jaxpr, consts: Sequence[Any], arg_avals: Sequence[ShapedArray],
-                 platform: str) -> str:
+                 platform: str, arg_names: Sequence[str] | None = None,
+                 result_infos: Sequence[str] | None = None, mesh_layout=None) -> str:
   """A self-contained module: `main(kept args)` makes the constants (in the text) and calls
-  the lowered program."""
-  module = lowering.ModuleContext(f"jit_{name}", platform=_lowering_platform(platform))
+  the lowered program. Main's arguments carry their names as locations and its results
+  JAX's `jax.result_info`. With `mesh_layout` (`(mesh, in_shardings of the kept arguments,
+  out_shardings)`) the module is a program over that mesh (Shardy's `sdy.mesh`, and
+  `sdy.sharding` on main's arguments and results that have one), as jit lowers it."""
+  mesh = None if mesh_layout is None else mesh_layout[0]
+  if mesh is None:
+    module = lowering.ModuleContext(f"jit_{name}", platform=_lowering_platform(platform))
+  else:
+    module = lowering.ModuleContext(
+        f"jit_{name}", platform=_lowering_platform(platform), num_partitions=mesh.size,
+        axis_env=[(mapping.UnboundAxis(k), s) for k, s in enumerate(mesh.axis_sizes)])
+    module.mesh = [(mesh.sdy_axis_names[n], int(s)) for n, s in mesh.shape.items()]
+    module.sdy_mesh = mesh
   body_name = module.unique_func_name(f"_{lowering.sanitize_name(name)}_body")
-  body = lowering.lower_jaxpr_to_fun(module, body_name, jaxpr)
+  with lowering.bound_axes(module.axis_env):
+    body = lowering.lower_jaxpr_to_fun(module, body_name, jaxpr)
   if module.host_callbacks:
     raise NotImplementedError("serialization of host_callbacks is not yet implemented")
   lines, operands = [], []
@@ -434,12 +633,135 @@ def _module_text(name: str, jaxpr, consts: Sequence[Any], arg_avals: Sequence[Sh
   results = ["%r"] if n == 1 else [f"%r#{i}" for i in range(n)]
   lines.append(f"    return {', '.join(results)} : {', '.join(out_types)}" if n else
                "    return")
-  args = ", ".join(f"%arg{i}: {lowering.ir_type(a)}" for i, a in enumerate(arg_avals))
-  main = (f"  func.func public @main({args}) -> ({', '.join(out_types)}) {{\n"
+  in_sh = mesh_layout[1] if mesh_layout else [None] * len(arg_avals)
+  out_sh = mesh_layout[2] if mesh_layout else [None] * len(out_types)
+  args = ", ".join(
+      f"%arg{i}: {lowering.ir_type(a)}"
+      + (f" {{sdy.sharding = #sdy.sharding{s._sdy(len(a.shape))}}}" if s is not None else "")
+      + _arg_loc(arg_names, i) for i, (a, s) in enumerate(zip(arg_avals, in_sh)))
+  res = []
+  for i, (t, s, v) in enumerate(zip(out_types, out_sh, jaxpr.outvars)):
+    attrs = [f"jax.result_info = {json.dumps(result_infos[i])}"] if result_infos else []
+    if s is not None:
+      attrs.append(f"sdy.sharding = #sdy.sharding{s._sdy(len(v.aval.shape))}")
+    res.append(t + (" {" + ", ".join(attrs) + "}" if attrs else ""))
+  main = (f"  func.func public @main({args}) -> ({', '.join(res)}) {{\n"
           + "\n".join(lines) + "\n  }")
-  funcs = "\n".join([main, body, *module.funcs])
+  funcs = "\n".join([*module.extra_ops, main, body, *module.funcs])
+  if module.mesh:
+    axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)
+    funcs = f"  sdy.mesh @mesh = <[{axes}]>\n{funcs}"
   return (f"module @{module.name} attributes {{jax.uses_shape_polymorphism = false, "
-          f"mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n{funcs}\n}}\n")
+          f"mhlo.num_partitions = {module.num_partitions} : i32, mhlo.num_replicas = 1 : i32}}"
+          f" {{\n{funcs}\n}}\n")
+
+
+def _multi_platform_text(texts: Sequence[str]) -> str:
+  """One module for several platforms (JAX's multi-platform calling convention), from one
+  module per platform (`texts`, in the order of `platforms`): `main` takes the platform's
+  index in `platforms` first (`tensor<i32> {jax.global_constant = "_platform_index"}`), then
+  the kept arguments. Platforms whose modules are the same text share one body (a program
+  without platform-specific lowerings is the single-platform module plus that index);
+  otherwise `stablehlo.case` on the index runs the platform's own body."""
+  groups = list(dict.fromkeys(texts))
+  st = _mlir_state()
+  ir = st["ir"]
+  funcs, others, mains = [], {}, []
+  with st["ctx"], ir.Location.unknown():
+    for g, text in enumerate(groups):
+      mod = ir.Module.parse(text)
+      ops = list(mod.body.operations)
+      if g == 0:
+        attrs = mod.operation.attributes
+        head_attrs = ", ".join(f"{k} = {attrs[k]}" for k in attrs if k != "sym_name")
+        mod_name = ir.StringAttr(mod.operation.attributes["sym_name"]).value
+        main = next(op for op in ops if op.operation.name == "func.func" and
+                    ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        in_types = [str(t) for t in ftype.inputs]
+        out_types = [str(t) for t in ftype.results]
+        arg_attrs = (list(ir.ArrayAttr(main.attributes["arg_attrs"]))
+                     if "arg_attrs" in main.attributes else [None] * len(in_types))
+        res_attrs = (list(ir.ArrayAttr(main.attributes["res_attrs"]))
+                     if "res_attrs" in main.attributes else [None] * len(out_types))
+        arg_locs = [str(a.location) for a in main.regions[0].blocks[0].arguments]
+      names = [ir.StringAttr(op.attributes["sym_name"]).value for op in ops
+               if op.operation.name == "func.func"]
+      renames = {n: f"{n}__platform{g}" for n in names
+                 if n == "main" or len(groups) > 1}
+      _rename_symbols(ir, mod, renames)
+      for op in ops:
+        if op.operation.name != "func.func":   # e.g. `sdy.mesh`: the same in every group
+          key = (ir.StringAttr(op.attributes["sym_name"]).value
+                 if "sym_name" in op.attributes else str(op))
+          if others.setdefault(key, str(op)) != str(op):
+            raise NotImplementedError(f"export: the platforms' modules disagree on "
+                                      f"{key}; export once per platform.")
+          continue
+        if ir.StringAttr(op.attributes["sym_name"]).value == renames.get("main"):
+          op.attributes["sym_visibility"] = ir.StringAttr.get("private")
+          for k in ("arg_attrs", "res_attrs"):
+            if k in op.attributes:
+              del op.attributes[k]
+        funcs.append("  " + op.operation.get_asm(enable_debug_info=True).replace("\n", "\n  "))
+      mains.append(renames["main"])
+  args = [f"%arg{i + 1}" for i in range(len(in_types))]
+  sig = ['%arg0: tensor<i32> {jax.global_constant = "_platform_index"}']
+  for a, t, attr, loc in zip(args, in_types, arg_attrs, arg_locs):
+    sig.append(f"{a}: {t}" + (f" {attr}" if attr is not None and str(attr) != "{}" else "")
+               + (f" {loc}" if loc != "loc(unknown)" else ""))
+  res = [t + (f" {attr}" if attr is not None and str(attr) != "{}" else "")
+         for t, attr in zip(out_types, res_attrs)]
+  n = len(out_types)
+  fn_type = f"({', '.join(in_types)}) -> ({', '.join(out_types)})"
+
+  def call(fname: str, indent: str) -> tuple[list[str], list[str]]:
+    lhs = "%r = " if n == 1 else (f"%r:{n} = " if n else "")
+    vals = ["%r"] if n == 1 else [f"%r#{i}" for i in range(n)]
+    return [f"{indent}{lhs}func.call @{fname}({', '.join(args)}) : {fn_type}"], vals
+
+  if len(groups) == 1:
+    body, outs = call(mains[0], "    ")
+  else:
+    regions = []
+    for text in texts:
+      lines, vals = call(mains[groups.index(text)], "      ")
+      ret_types = ", ".join(out_types)
+      lines.append(f'      "stablehlo.return"({", ".join(vals)}) : ({ret_types}) -> ()')
+      regions.append("{\n" + "\n".join(lines) + "\n    }")
+    lhs = "%c = " if n == 1 else (f"%c:{n} = " if n else "")
+    body = [f'    {lhs}"stablehlo.case"(%arg0) ({", ".join(regions)}) : (tensor<i32>) -> '
+            f'({", ".join(out_types)})']
+    outs = ["%c"] if n == 1 else [f"%c#{i}" for i in range(n)]
+  ret = f"    return {', '.join(outs)} : {', '.join(out_types)}" if n else "    return"
+  main_text = (f"  func.func public @main({', '.join(sig)}) -> ({', '.join(res)}) {{\n"
+               + "\n".join([*body, ret]) + "\n  }")
+  parts = ["  " + o for o in others.values()] + [main_text, *funcs]
+  return (f"module @{mod_name} attributes {{{head_attrs}}} {{\n" + "\n".join(parts)
+          + "\n}\n")
+
+
+def _rename_symbols(ir, mod, renames: dict) -> None:
+  """Renames the functions of `mod` (old name -> new name) and every use of them."""
+  ops = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in mod.body.operations
+         if "sym_name" in op.attributes}
+  # NB: two passes through temporary names, so a new name equal to an old one is safe.
+  for stage in (0, 1):
+    for i, (old, new) in enumerate(renames.items()):
+      frm = old if stage == 0 else f"__stagecraft_tmp_{i}"
+      to = f"__stagecraft_tmp_{i}" if stage == 0 else new
+      ir.SymbolTable.replace_all_symbol_uses(frm, to, mod.operation)
+      ir.SymbolTable.set_symbol_name(ops[old], to)
+
+
+def _platform_index(exported: Exported, here: str) -> int:
+  """The index in `exported.platforms` of the platform `here` (0 when it is not there and
+  the platform check is disabled)."""
+  if here in exported.platforms:
+    return exported.platforms.index(here)
+  if here == "cuda" and "rocm" in exported.platforms:
+    return exported.platforms.index("rocm")
+  return 0
 
 
 def _check_custom_calls(text: str, disabled_checks: Sequence[DisabledSafetyCheck]) -> None:
@@ -1240,7 +1562,9 @@ def _symbolic_subcomp(fb: _SymbolicFuncBuilder, jaxpr, consts: Sequence[str],
 
 
 def _symbolic_module_text(name: str, jaxpr, consts: Sequence[Any],
-                          arg_avals: Sequence[ShapedArray], platform: str) -> str:
+                          arg_avals: Sequence[ShapedArray], platform: str,
+                          arg_names: Sequence[str] | None = None,
+                          result_infos: Sequence[str] | None = None) -> str:
   """The module of a program with symbolic avals: `main(dynamic args)` reads the dimension
   variables from the argument shapes and computes the body inline."""
   solutions = _dim_solutions(arg_avals, name)
@@ -1271,8 +1595,10 @@ def _symbolic_module_text(name: str, jaxpr, consts: Sequence[Any],
   out_types = [_dyn_type(v.aval) for v in jaxpr.outvars]
   body = "\n".join("    " + ln for ln in fb.lines)
   ret = (f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else "    return")
-  sig = ", ".join(f"{a}: {_dyn_type(av)}" for a, av in zip(args, arg_avals))
-  main = (f"  func.func public @main({sig}) -> ({', '.join(out_types)}) {{\n{body}\n{ret}\n  }}")
+  sig = ", ".join(f"{a}: {_dyn_type(av)}{_arg_loc(arg_names, i)}"
+                  for i, (a, av) in enumerate(zip(args, arg_avals)))
+  res = ", ".join(t + _result_attr(result_infos, i) for i, t in enumerate(out_types))
+  main = (f"  func.func public @main({sig}) -> ({res}) {{\n{body}\n{ret}\n  }}")
   funcs = "\n".join([main, *module.funcs])
   return (f"module @{module.name} attributes {{jax.uses_shape_polymorphism = true, "
           f"mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n{funcs}\n}}\n")
@@ -1346,8 +1672,9 @@ def _refined(exported: Exported, in_avals: Sequence[ShapedArray]) -> Exported:
   module = lowering.ModuleContext("refine", platform=_lowering_platform(exported.platforms[0]))
   fname, texts = _inlined_functions(exported, module)
   kept = exported.module_kept_var_idx
+  multi = len(exported.platforms) > 1
   lines = []
-  operands = []
+  operands = ["%argp"] if multi else []
   for n, i in enumerate(kept):
     t_in, t_poly = lowering.ir_type(concrete_in[i]), _dyn_type(exported.in_avals[i])
     lines.append(f"    %c{n} = stablehlo.convert %arg{n} : ({t_in}) -> {t_poly}")
@@ -1356,8 +1683,9 @@ def _refined(exported: Exported, in_avals: Sequence[ShapedArray]) -> Exported:
   conc_out = [lowering.ir_type(a) for a in concrete_out]
   nout = len(poly_out)
   lhs = "%r = " if nout == 1 else (f"%r:{nout} = " if nout else "")
+  poly_in = [_dyn_type(exported.in_avals[i]) for i in kept]
   lines.append(f"    {lhs}func.call @{fname}({', '.join(operands)}) : "
-               f"({', '.join(_dyn_type(exported.in_avals[i]) for i in kept)}) -> "
+               f"({', '.join(['tensor<i32>'] * multi + poly_in)}) -> "
                f"({', '.join(poly_out)})")
   results = ["%r"] if nout == 1 else [f"%r#{i}" for i in range(nout)]
   outs = []
@@ -1366,7 +1694,8 @@ def _refined(exported: Exported, in_avals: Sequence[ShapedArray]) -> Exported:
     outs.append(f"%o{n}")
   lines.append(f"    return {', '.join(outs)} : {', '.join(conc_out)}" if nout else
                "    return")
-  sig = ", ".join(f"%arg{n}: {lowering.ir_type(concrete_in[i])}" for n, i in enumerate(kept))
+  sig = ", ".join(["%argp: tensor<i32>"] * multi +
+                  [f"%arg{n}: {lowering.ir_type(concrete_in[i])}" for n, i in enumerate(kept)])
   main = (f"  func.func public @main({sig}) -> ({', '.join(conc_out)}) {{\n"
           + "\n".join(lines) + "\n  }")
   text = ("module @refine attributes {jax.uses_shape_polymorphism = true, "
@@ -1386,7 +1715,8 @@ def _refined(exported: Exported, in_avals: Sequence[ShapedArray]) -> Exported:
     refined_text = str(st["ir"].Module.parse(refined))
   out = dataclasses.replace(
       exported, in_avals=concrete_in, out_avals=concrete_out,
-      mlir_module_serialized=_to_artifact(refined_text), uses_global_constants=False,
+      mlir_module_serialized=_to_artifact(refined_text),
+      uses_global_constants=len(exported.platforms) > 1,
       _get_vjp=None, _cache={})
   exported._cache[key] = out
   return out
@@ -1423,15 +1753,14 @@ def _mlir_state():
   """(ir module, context, target version) of the runtime's MLIR bindings."""
   if not _mlir:
     # NB: jaxlib's MLIR bindings cost ~0.1 s to import; only export needs them.
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import chlo, stablehlo
-    ctx = ir.Context()
-    stablehlo.register_dialect(ctx)
-    chlo.register_dialect(ctx)
-    ctx.allow_unregistered_dialects = True
-    _mlir.update(ir=ir, ctx=ctx, version=stablehlo.get_version_from_compatibility_requirement(
-        stablehlo.StablehloCompatibilityRequirement.WEEK_4))
-  return _mlir
+    from jaxlib.mlir import ir, passmanager
+    from jaxlib.mlir.dialects import stablehlo
+    _mlir.update(ir=ir, passmanager=passmanager,
+                 version=stablehlo.get_version_from_compatibility_requirement(
+                     stablehlo.StablehloCompatibilityRequirement.WEEK_4))
+  # NB: the context (every dialect of stagecraft's modules, Shardy's included) is per thread,
+  # as MLIR contexts are not shared between threads.
+  return {**_mlir, "ctx": mlir_text.context()}
 
 
 def _to_artifact(text: str) -> bytes:
@@ -1461,33 +1790,45 @@ def _main_signature(artifact: bytes) -> tuple[list[str], list[str]]:
   raise ValueError("the exported module has no `main` function; the bytes were altered.")
 
 
-def _inlined_functions(exported: Exported, module: lowering.ModuleContext) -> tuple[str, list]:
+def _inlined_functions(exported: Exported, module: lowering.ModuleContext,
+                       meshes: dict | None = None) -> tuple[str, list]:
   """The exported module's functions, renamed to be unique in `module` (its `main` made
-  private): (the name of its main, the functions' texts)."""
+  private): (the name of its main, the functions' texts). Its `sdy.mesh` ops (a program
+  over a mesh) are renamed too and added to `module.extra_ops`; `meshes` receives
+  {old name: new name}."""
   st = _mlir_state()
   ir = st["ir"]
   with st["ctx"], ir.Location.unknown():
     mod = _load_module(exported.mlir_module_serialized)
+    if "mhlo.frontend_attributes" in mod.operation.attributes:
+      # NB: a portable artifact keeps Shardy's shardings as frontend attributes (Shardy is
+      # no stable dialect); this pass of the runtime's turns them back into `sdy.mesh` and
+      # `sdy.sharding` (as JAX's call of an exported module does).
+      st["passmanager"].PassManager.parse(
+          "builtin.module(xla-sdy-round-trip-import-shardy-attrs)").run(mod.operation)
     ops = list(mod.body.operations)
-    olds = []
+    olds, kinds = [], []
     for op in ops:
-      if op.operation.name != "func.func":
+      if op.operation.name not in ("func.func", "sdy.mesh"):
         raise NotImplementedError(f"call of exported {exported.fun_name}: its module holds "
                                   f"{op.operation.name}, which stagecraft cannot inline.")
       olds.append(ir.StringAttr(op.attributes["sym_name"]).value)
+      kinds.append(op.operation.name)
     base = lowering.sanitize_name(f"call_exported_{exported.fun_name}")
     news = [module.unique_func_name(base if o == "main" else f"{base}_{o}") for o in olds]
-    # NB: two passes through temporary names, so a new name equal to an old one is safe.
-    for stage in (0, 1):
-      for i, (op, old, new) in enumerate(zip(ops, olds, news)):
-        frm = old if stage == 0 else f"__stagecraft_tmp_{i}"
-        to = f"__stagecraft_tmp_{i}" if stage == 0 else new
-        ir.SymbolTable.replace_all_symbol_uses(frm, to, mod.operation)
-        ir.SymbolTable.set_symbol_name(op, to)
+    _rename_symbols(ir, mod, dict(zip(olds, news)))
     for op, old in zip(ops, olds):
       if old == "main":
         op.attributes["sym_visibility"] = ir.StringAttr.get("private")
-    texts = ["  " + str(op).replace("\n", "\n  ") for op in ops]
+    texts = []
+    for op, kind, old, new in zip(ops, kinds, olds, news):
+      text = "  " + str(op).replace("\n", "\n  ")
+      if kind == "sdy.mesh":
+        module.extra_ops.append(text)
+        if meshes is not None:
+          meshes[old] = new
+      else:
+        texts.append(text)
   return news[olds.index("main")], texts
 
 
@@ -1506,7 +1847,49 @@ def _header_of(e: Exported, offset: int, size: int) -> dict:
           "disabled_safety_checks": [str(d) for d in e.disabled_safety_checks],
           "calling_convention_version": e.calling_convention_version,
           "module_kept_var_idx": list(e.module_kept_var_idx),
+          "mesh": _mesh_to_json(_mesh_of(e), e.fun_name),
+          "in_shardings": _specs_to_json(e._in_named_shardings),
+          "out_shardings": _specs_to_json(e._out_named_shardings),
           "module_offset": offset, "module_size": size}
+
+
+def _mesh_to_json(mesh: AbstractMesh | None, fun_name: str):
+  if mesh is None:
+    return None
+  if not all(isinstance(n, str) for n in mesh.axis_names):
+    raise TypeError(f"serialize of exported {fun_name}: its mesh has axis names "
+                    f"{mesh.axis_names}; only str axis names can be serialized.")
+  return {"axis_names": list(mesh.axis_names), "axis_sizes": list(mesh.axis_sizes),
+          "axis_types": [t.name for t in mesh.axis_types]}
+
+
+def _specs_to_json(named: tuple):
+  return [None if s is None else
+          {"dims": [list(s.spec._names(i)) for i in range(len(s.spec))],
+           "memory_kind": s.memory_kind} for s in named]
+
+
+def _named_from_json(specs, mesh: AbstractMesh | None, n: int, what: str) -> tuple:
+  if mesh is None:
+    if specs and any(x is not None for x in specs):
+      raise ValueError(f"{what} without a mesh")
+    return ()
+  if not isinstance(specs, list) or len(specs) != n:
+    raise ValueError(f"{what}: expected {n} entries")
+  out = []
+  for spec in specs:
+    if spec is None:
+      out.append(None)
+      continue
+    dims = []
+    for d in spec["dims"]:
+      if not all(name in mesh.axis_names for name in d):
+        raise ValueError(f"{what}: axes {d} not in the mesh {mesh.axis_names}")
+      dims.append(None if not d else d[0] if len(d) == 1 else tuple(d))
+    kind = spec["memory_kind"]
+    out.append(NamedSharding(mesh, PartitionSpec(*dims),
+                             memory_kind=None if kind is None else str(kind)))
+  return tuple(out)
 
 
 def deserialize(blob: bytes | bytearray) -> Exported:
@@ -1571,8 +1954,12 @@ def _from_header(h: dict, payload: bytes) -> Exported:
   module = payload[off:off + size]
   constraints = h.get("symbolic_constraints")
   scope = SymbolicScope(constraints) if constraints is not None else None
-  in_avals = tuple(_aval_from_json_sym(a, scope) for a in h["in_avals"])
-  out_avals = tuple(_aval_from_json_sym(a, scope) for a in h["out_avals"])
+  # NB: as JAX's serialization, the avals come back without weak types (a deserialized
+  # function's results are not weakly typed).
+  in_avals = tuple(_aval_from_json_sym(a, scope).update(weak_type=False)
+                   for a in h["in_avals"])
+  out_avals = tuple(_aval_from_json_sym(a, scope).update(weak_type=False)
+                    for a in h["out_avals"])
   in_tree = stages.tree_from_json(h["in_tree"])
   out_tree = stages.tree_from_json(h["out_tree"])
   if in_tree.num_leaves != len(in_avals) or out_tree.num_leaves != len(out_avals):
@@ -1582,23 +1969,34 @@ def _from_header(h: dict, payload: bytes) -> Exported:
   if list(kept) != sorted(set(kept)) or any(not 0 <= i < len(in_avals) for i in kept):
     raise ValueError(f"module_kept_var_idx {list(kept)} does not fit {len(in_avals)} "
                      f"arguments")
+  platforms = tuple(str(p) for p in h["platforms"])
+  if not platforms:
+    raise ValueError("no platform")
   ins, outs = _main_signature(module)
-  want_in = [_dyn_type(in_avals[i]) for i in kept]
+  want_in = ["tensor<i32>"] * (len(platforms) > 1) + [_dyn_type(in_avals[i]) for i in kept]
   want_out = [_dyn_type(a) for a in out_avals]
   if ins != want_in or outs != want_out:
     raise ValueError(f"the module's main takes ({', '.join(ins)}) and returns "
                      f"({', '.join(outs)}), but the header says ({', '.join(want_in)}) -> "
                      f"({', '.join(want_out)}); the bytes were altered")
-  platforms = tuple(str(p) for p in h["platforms"])
+  m = h.get("mesh")
+  mesh = None if m is None else AbstractMesh(
+      tuple(int(k) for k in m["axis_sizes"]), tuple(str(k) for k in m["axis_names"]),
+      tuple(AxisType[t] for t in m["axis_types"]))
+  in_named = _named_from_json(h.get("in_shardings"), mesh, len(in_avals), "in_shardings")
+  out_named = _named_from_json(h.get("out_shardings"), mesh, len(out_avals), "out_shardings")
   return Exported(
       fun_name=str(h["fun_name"]), in_tree=in_tree, in_avals=in_avals, out_tree=out_tree,
-      out_avals=out_avals, in_shardings_hlo=(None,) * len(in_avals),
-      out_shardings_hlo=(None,) * len(out_avals), nr_devices=int(h["nr_devices"]),
+      out_avals=out_avals, in_shardings_hlo=_hlo_shardings(in_named, in_avals),
+      out_shardings_hlo=_hlo_shardings(out_named, out_avals),
+      _in_named_shardings=in_named, _out_named_shardings=out_named,
+      nr_devices=int(h["nr_devices"]),
       platforms=platforms, ordered_effects=(), unordered_effects=(),
       disabled_safety_checks=tuple(DisabledSafetyCheck(str(d))
                                    for d in h["disabled_safety_checks"]),
       mlir_module_serialized=module, calling_convention_version=version,
-      module_kept_var_idx=kept, uses_global_constants=scope is not None, _get_vjp=None)
+      module_kept_var_idx=kept,
+      uses_global_constants=scope is not None or len(platforms) > 1, _get_vjp=None)
 
 
 # ---------------------------------------------------------------------------
@@ -1629,7 +2027,7 @@ def _call_exported_abstract_eval(*in_avals, exported: Exported):
       if shape_poly.is_constant_dim(w) and w != g:
         raise ValueError(f"Shape mismatch for {_arg_descriptor(exported, i, d)} (expected "
                          f"same constant): expected {want.shape} and called with {got.shape}")
-  if exported.uses_global_constants:   # symbolic dimensions
+  if _scope_of(exported) is not None:   # symbolic dimensions
     if any(_is_symbolic_aval(a) for a in in_avals):
       raise NotImplementedError(f"call of exported {exported.fun_name} with symbolically "
                                 f"shaped arguments is not supported by stagecraft.")
@@ -1660,25 +2058,58 @@ def _call_exported_lowering(ctx, *operands, exported: Exported):
     raise ValueError(f"Function {exported.fun_name} was exported for {exported.nr_devices} "
                      f"devices and is called in a context with {ndev} devices, which is not "
                      f"allowed.")
-  if exported.uses_global_constants:   # symbolic dimensions: the module refined to these
+  if _scope_of(exported) is not None:   # symbolic dimensions: the module refined to these
     exported = _refined(exported, ctx.avals_in)
+  mesh = _mesh_of(exported)
+  if mesh is not None and module.sdy_mesh is None:
+    raise NotImplementedError(f"call of exported {exported.fun_name}, a program over "
+                              f"{exported.nr_devices} devices, inside a pmap or "
+                              f"xla_computation is not supported; call it from jit or "
+                              f"eagerly.")
   key = ("call_exported", id(exported))
   cached = module.call_cache.get(key)
   if cached is None:
-    fname, texts = _inlined_functions(exported, module)
+    meshes: dict = {}
+    fname, texts = _inlined_functions(exported, module, meshes)
     module.funcs.extend(texts)
-    module.call_cache[key] = (fname, exported)
+    module.call_cache[key] = (fname, exported, meshes)
   else:
-    fname = cached[0]
+    fname, _, meshes = cached
+  if mesh is not None:
+    # NB: as JAX's, the arguments are laid out as exported (the partitioner reshards what
+    # the caller passes), over the exported mesh: its logical devices are the caller's.
+    symbol = meshes["mesh"]
+    operands = list(operands)
+    for i, s in enumerate(exported._in_named_shardings):
+      if s is not None:
+        aval = ctx.avals_in[i]
+        r = ctx.fb.fresh()
+        ctx.fb.emit(f"{r} = sdy.sharding_constraint {operands[i]} "
+                    f"{_sdy_text(s, len(aval.shape), symbol)} : {lowering.ir_type(aval)}")
+        operands[i] = r
   args = [operands[i] for i in exported.module_kept_var_idx]
   in_types = [lowering.ir_type(exported.in_avals[i]) for i in exported.module_kept_var_idx]
+  if len(exported.platforms) > 1:   # the multi-platform convention: the index comes first
+    index = _platform_index(exported, here)
+    args.insert(0, ctx.constant(index, ShapedArray((), np.dtype(np.int32))))
+    in_types.insert(0, "tensor<i32>")
   out_types = [lowering.ir_type(a) for a in exported.out_avals]
   n = len(out_types)
   base = ctx.fb.fresh()
   lhs = f"{base} = " if n == 1 else (f"{base}:{n} = " if n else "")
   ctx.fb.emit(f"{lhs}func.call @{fname}({', '.join(args)}) : ({', '.join(in_types)}) -> "
               f"({', '.join(out_types)})")
-  return [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
+  outs = [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
+  if mesh is not None:
+    for i, s in enumerate(exported._out_named_shardings):
+      if s is not None:
+        aval = exported.out_avals[i]
+        r = ctx.fb.fresh()
+        ctx.fb.emit(f"{r} = sdy.sharding_constraint {outs[i]} "
+                    f"{_sdy_text(s, len(aval.shape), meshes['mesh'])} : "
+                    f"{lowering.ir_type(aval)}")
+        outs[i] = r
+  return outs
 
 
 def _call_exported_batch_rule(args, dims, *, exported: Exported):

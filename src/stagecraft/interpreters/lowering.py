@@ -191,6 +191,9 @@ class ModuleContext:
     self.manual_depth: int | None = None
     # Programs over a user's device mesh (runtime/spmd.py): its `Mesh`.
     self.sdy_mesh = None
+    # Module-level ops other than functions, written before them (the `sdy.mesh` of an
+    # inlined exported module: stagecraft.export).
+    self.extra_ops: list[str] = []
     # The Python callables of the host-callback custom calls, indexed by their `index`.
     self.host_callbacks: list[Callable] = []
 
@@ -671,7 +674,7 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
   with bound_axes(module.axis_env):
     main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
                               result_attrs=result_attrs)
-  funcs = "\n".join([main, *module.funcs])
+  funcs = "\n".join([*module.extra_ops, main, *module.funcs])
   if module.mesh:
     axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)
     funcs = f"  sdy.mesh @mesh = <[{axes}]>\n{funcs}"

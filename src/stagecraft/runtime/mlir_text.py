@@ -15,7 +15,7 @@ __all__ = ["pretty"]
 _local = threading.local()
 
 
-def _context():
+def context():
   """An MLIR context with the dialects of stagecraft's modules (one per thread)."""
   ctx = getattr(_local, "ctx", None)
   if ctx is None:
@@ -53,7 +53,7 @@ def pretty(text: str, result_infos: Sequence[str] | None = None,
   """
   from jaxlib.mlir import ir   # noqa: PLC0415
   try:
-    with _context():
+    with context():
       module = ir.Module.parse(text)
       if result_infos is not None:
         _set_result_infos(module, result_infos)
