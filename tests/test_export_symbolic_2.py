@@ -327,3 +327,27 @@ def test_python_conversions_as_jax(name):
     assert str(got.value).splitlines()[0] == str(e).splitlines()[0]
   else:
     assert f(b) == want
+
+
+# ---------------------------------------------------------------------------
+# A dimension meeting a float or an array becomes a value (JAX's shape_poly guide)
+
+
+def test_dimension_with_floats_and_arrays_is_a_value():
+  def make(np_, lib):
+    return lambda x: (5. + x.shape[0], x.shape[0] - np.arange(5, dtype=np.int32),
+                      x + x.shape[0] + np_.sin(x.shape[0]), x.shape[0] / 2.,
+                      2. / x.shape[0], x.shape[0] * 1.5, np.float32(2) * x.shape[0])
+
+  e = export.export(sc.jit(make(jnp, sc)))(
+      sc.ShapeDtypeStruct(export.symbolic_shape("b"), np.int32))
+  j = jexport.export(jax.jit(make(jjnp, jax)))(
+      jax.ShapeDtypeStruct(jexport.symbolic_shape("b"), np.int32))
+  assert repr(e.out_avals) == repr(j.out_avals)
+  for n in (1, 3, 6):
+    x = np.ones((n,), np.int32)
+    for got, want in zip(e.call(x), j.call(x)):
+      assert repr(got) == repr(want)
+  b, = export.symbolic_shape("b")
+  # integers keep dimension expressions
+  assert str(b * 2 + 1) == "2*b + 1" and str(3 - b) == str(3 - jexport.symbolic_shape("b")[0])

@@ -262,16 +262,32 @@ class _DimExpr:
 
   # -- arithmetic
 
+  # NB: as JAX's (and tracers'): NumPy scalars and arrays defer to the reflected operators
+  # (`np.float32(2) * d` reaches `__rmul__` with the float32, not an object-array loop).
+  __array_priority__ = 1000
+
+  def _with_value(self, other, op):
+    """`op(self as a value, other)` when `other` is no integer but a number or an array
+    (JAX's rule: a dimension meeting a float, a NumPy or JAX array is `jnp.array(d)`), else
+    NotImplemented."""
+    if isinstance(other, (float, complex, np.number, np.ndarray)) or (
+        hasattr(other, "shape") and hasattr(other, "dtype")):
+      return op(self.__jax_array__(), other)
+    return NotImplemented
+
   def __add__(self, other):
     o = self._coerce(other)
     if o is None:
-      return NotImplemented
+      return self._with_value(other, lambda a, b: a + b)
     d = self._dict()
     for t, k in o.items():
       d[t] = d.get(t, 0) + k
     return _DimExpr._make(d, self._scope)
 
-  __radd__ = __add__
+  def __radd__(self, other):
+    if self._coerce(other) is None:
+      return self._with_value(other, lambda a, b: b + a)
+    return self.__add__(other)
 
   def __neg__(self):
     return _DimExpr._make({t: -k for t, k in self._terms}, self._scope)
@@ -282,7 +298,7 @@ class _DimExpr:
   def __sub__(self, other):
     o = self._coerce(other)
     if o is None:
-      return NotImplemented
+      return self._with_value(other, lambda a, b: a - b)
     d = self._dict()
     for t, k in o.items():
       d[t] = d.get(t, 0) - k
@@ -291,13 +307,13 @@ class _DimExpr:
   def __rsub__(self, other):
     o = self._coerce(other)
     if o is None:
-      return NotImplemented
+      return self._with_value(other, lambda a, b: b - a)
     return (-self) + other
 
   def __mul__(self, other):
     o = self._coerce(other)
     if o is None:
-      return NotImplemented
+      return self._with_value(other, lambda a, b: a * b)
     d: dict = {}
     for t1, k1 in self._terms:
       for t2, k2 in o.items():
@@ -305,7 +321,10 @@ class _DimExpr:
         d[t] = d.get(t, 0) + k1 * k2
     return _DimExpr._make(d, self._scope)
 
-  __rmul__ = __mul__
+  def __rmul__(self, other):
+    if self._coerce(other) is None:
+      return self._with_value(other, lambda a, b: b * a)
+    return self.__mul__(other)
 
   def __pow__(self, n):
     if not isinstance(n, int) or n < 0:
@@ -369,7 +388,16 @@ class _DimExpr:
   def __divmod__(self, other):
     return self._divmod(other)
 
+  def __rtruediv__(self, other):
+    r = self._with_value(other, lambda a, b: b / a)
+    if r is NotImplemented and self._coerce(other) is not None:
+      raise _inconclusive(f"Cannot divide '{other}' by the dimension '{self}'.")
+    return r
+
   def __truediv__(self, other):
+    r = self._with_value(other, lambda a, b: a / b)
+    if r is not NotImplemented:
+      return r
     if isinstance(other, _DimExpr) or (isinstance(other, int) and other != 0):
       q, r = self._divmod(other)
       if isinstance(r, int) and r == 0:
