@@ -351,3 +351,58 @@ def test_dimension_with_floats_and_arrays_is_a_value():
   b, = export.symbolic_shape("b")
   # integers keep dimension expressions
   assert str(b * 2 + 1) == "2*b + 1" and str(3 - b) == str(3 - jexport.symbolic_shape("b")[0])
+
+
+# ---------------------------------------------------------------------------
+# Equality constraints: JAX's rewrite rules
+
+
+@pytest.mark.parametrize("constraints, exprs", [
+    (("a * b == c + d",), ["2 * b * a", "a * b * b", "a * b - c", "a + b", "(a * b * b) // b"]),
+    (("4 * a == c",), ["8 * a", "4 * a + 1", "2 * a", "6 * a"]),
+    (("a * b == c", "a * b == 3"), ["c", "a * b + c"]),
+    (("a == c",), ["a + c", "a * b"]),
+])
+def test_equality_constraints_rewrite_as_jax(constraints, exprs):
+  ours = dict(zip("abcd", export.symbolic_shape("a, b, c, d", constraints=constraints)))
+  theirs = dict(zip("abcd", jexport.symbolic_shape("a, b, c, d", constraints=constraints)))
+  for e in exprs:
+    assert str(eval(e, {}, ours)) == str(eval(e, {}, theirs)), e
+
+
+def test_equality_constraints_decide_comparisons_and_errors():
+  a, b, c, d = export.symbolic_shape("a, b, c, d", constraints=("a * b == c + d",))
+  assert a * b >= c and a * b > d and (a * b == c + d)
+  for bad in ("a + b == c", "2 == 3"):
+    with pytest.raises(ValueError) as ours:
+      export.symbolic_shape("a, b, c", constraints=(bad,))
+    with pytest.raises(ValueError) as theirs:
+      jexport.symbolic_shape("a, b, c", constraints=(bad,))
+    # NB: JAX's message for a bad left side prints "{e1} == {e2}" literally; ours names them
+    assert str(ours.value).split(":")[0] == str(theirs.value).split(":")[0]
+    assert str(ours.value).split(". ")[-1] == str(theirs.value).split(". ")[-1]
+  for mod in (export, jexport):
+    with pytest.raises(NotImplementedError, match="same left-hand-side: a"):
+      mod.symbolic_shape("a, c, d", constraints=("2 * a == c", "3 * a == d"))
+
+
+def test_equality_constraint_in_an_export():
+  specs, jspecs = [], []
+  for mod, out in ((export, specs), (jexport, jspecs)):
+    a, b, c = mod.symbolic_shape("a, b, c", constraints=("a * b == c",))
+    out += [(a, b), (c,)]
+  e = export.export(sc.jit(lambda x, y: x.reshape(-1) + y))(
+      sc.ShapeDtypeStruct(specs[0], np.float32), sc.ShapeDtypeStruct(specs[1], np.float32))
+  j = jexport.export(jax.jit(lambda x, y: x.reshape(-1) + y))(
+      jax.ShapeDtypeStruct(jspecs[0], np.float32), jax.ShapeDtypeStruct(jspecs[1], np.float32))
+  assert repr(e.out_avals) == repr(j.out_avals) == "(ShapedArray(float32[c]),)"
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  r = export.deserialize(e.serialize())
+  for fn in (e.call, r.call, sc.jit(e.call)):
+    np.testing.assert_array_equal(fn(x, np.ones(6, np.float32)), j.call(x, np.ones(6, np.float32)))
+  bad = (x, np.ones(5, np.float32))
+  with pytest.raises(ValueError) as ours:
+    e.call(*bad)
+  with pytest.raises(ValueError) as theirs:
+    j.call(*bad)
+  assert str(ours.value) == str(theirs.value)

@@ -49,13 +49,19 @@ class SymbolicScope:
   """The scope of symbolic dimensions (JAX's `SymbolicScope`): the constraints that hold
   for its variables, e.g. `("b >= 4", "a >= b", "c <= 16")`.
 
-  Each constraint is `e1 >= e2`, `e1 <= e2`, `e1 > e2` or `e1 < e2` over dimension
-  expressions (`==` constraints are not supported). Comparisons use them on top of every
-  variable being at least 1: a single-variable constraint bounds that variable, and any
-  constraint `p >= 0` decides `e >= 0` when `e - p` is known to be non-negative.
+  Each constraint is `e1 >= e2`, `e1 <= e2`, `e1 > e2`, `e1 < e2` or `e1 == e2` over
+  dimension expressions. Comparisons use the inequalities on top of every variable being at
+  least 1: a single-variable constraint bounds that variable, and any constraint `p >= 0`
+  decides `e >= 0` when `e - p` is known to be non-negative. An equality is JAX's rewrite
+  rule: its left side is one term times a coefficient (`a * b`, `4 * a`, `floordiv(a, b)`),
+  and every expression built in the scope with that term, its coefficient a multiple of
+  the left side's, has it replaced by the right side (`a * b == c + d` makes `2 * a * b`
+  into `2*d + 2*c`). Calls of an exported function check every constraint.
 
   Raises:
-    ValueError: a constraint that does not parse.
+    ValueError: a constraint that does not parse, is false for every value, or an equality
+      whose left side is not one term (JAX's message).
+    NotImplementedError: two equalities with the same left side (JAX's).
   """
 
   def __init__(self, constraints_str: Sequence[str] = ()):
@@ -65,7 +71,11 @@ class SymbolicScope:
     self._constraints_str = tuple(constraints_str)
     self._var_bounds: dict[str, list] = {}
     self._polys: list[_DimExpr] = []   # each p with p >= 0
-    self._checks: list[tuple] = []     # (constraint text, p with p >= 0), all of them
+    # Every constraint: (its text, p, op), the constraint being `p >= 0` (op ">=") or
+    # `p == 0` (op "==", p its left side minus its right side, not rewritten).
+    self._checks: list[tuple] = []
+    # The equalities as rewrite rules: term -> (right side, the left side's coefficient).
+    self._rules: dict = {}
     for c in self._constraints_str:
       self._add_constraint(c)
 
@@ -75,16 +85,29 @@ class SymbolicScope:
       raise ValueError(f"Invalid constraint {c!r}: expected 'e1 >= e2', 'e1 <= e2', "
                        f"'e1 > e2' or 'e1 < e2' over dimension expressions.")
     lhs, op, rhs = m.groups()
-    if op == "==":
-      raise ValueError(f"Invalid constraint {c!r}: stagecraft supports inequality "
-                       f"constraints only (>=, <=, >, <).")
     e1, e2 = _parse(lhs, self), _parse(rhs, self)
+    if op == "==":
+      diff = e1 - e2   # NB: before the rule exists, so it is not rewritten to 0
+      if isinstance(diff, int):
+        if diff != 0:
+          raise ValueError(f"Unsatisfiable explicit constraint: {c}")
+        return
+      if not isinstance(e1, _DimExpr) or len(e1._terms) != 1 or not e1._terms[0][0]:
+        raise ValueError(f"Invalid equality constraint: {lhs} == {rhs}. The left-hand-side "
+                         f"must be of the form `term * coefficient`.")
+      (t, k), = e1._terms
+      if t in self._rules:
+        raise NotImplementedError(f"Found multiple equality constraints with the same "
+                                  f"left-hand-side: {_term_str(t)}")
+      self._rules[t] = (e2, k)
+      self._checks.append((c.strip(), diff, "=="))
+      return
     p = {">=": e1 - e2, "<=": e2 - e1, ">": e1 - e2 - 1, "<": e2 - e1 - 1}[op]
     if isinstance(p, int):
       if p < 0:
         raise ValueError(f"Invalid constraint {c!r}: it is false.")
       return
-    self._checks.append((c.strip(), p))
+    self._checks.append((c.strip(), p, ">="))
     terms = p._terms
     # A bound on one variable: coef*v + const >= 0.
     if len(terms) <= 2 and all(len(t) <= 1 for t, _ in terms):
@@ -106,8 +129,22 @@ class SymbolicScope:
     return list(self._polys)
 
   def constraint_checks(self) -> list:
-    """Every constraint as (its text, `p`), the constraint being `p >= 0`, in order."""
+    """Every constraint as (its text, `p`, op), in order: op ">=" for `p >= 0`, "==" for
+    `p == 0`."""
     return list(self._checks)
+
+  def _normalize(self, terms: dict) -> dict:
+    """`terms` with the equalities' left sides replaced by their right sides."""
+    out: dict = {}
+    for t, k in terms.items():
+      rule = self._rules.get(t)
+      if rule is not None and k % rule[1] == 0:
+        rhs, rk = rule
+        for t2, k2 in _operand_terms(rhs):
+          out[t2] = out.get(t2, 0) + k2 * (k // rk)
+      else:
+        out[t] = out.get(t, 0) + k
+    return out
 
   def var_bounds(self, name: str) -> tuple:
     lo, hi = self._var_bounds.get(name, (1, _INF))
@@ -230,6 +267,8 @@ class _DimExpr:
   @staticmethod
   def _make(terms: Mapping, scope: SymbolicScope) -> "_DimExpr | int":
     nz = {t: k for t, k in terms.items() if k != 0}
+    if scope._rules:
+      nz = {t: k for t, k in scope._normalize(nz).items() if k != 0}
     if not nz:
       return 0
     if list(nz) == [()]:
@@ -237,8 +276,9 @@ class _DimExpr:
     return _DimExpr(nz, scope)
 
   @staticmethod
-  def _var(name: str, scope: SymbolicScope) -> "_DimExpr":
-    return _DimExpr({((("var", name), 1),): 1}, scope)
+  def _var(name: str, scope: SymbolicScope) -> "_DimExpr | int":
+    # NB: through the scope's equalities, as JAX's: with `c == 3`, `c` parses as 3
+    return _DimExpr._make({((("var", name), 1),): 1}, scope)
 
   @property
   def scope(self) -> SymbolicScope:
@@ -361,8 +401,8 @@ class _DimExpr:
       return q + c // k, c % k
     if k == 1:
       return self, 0
-    quot = _DimExpr({((("floordiv", self, k), 1),): 1}, self._scope)
-    rem = _DimExpr({((("mod", self, k), 1),): 1}, self._scope)
+    quot = _DimExpr._make({((("floordiv", self, k), 1),): 1}, self._scope)
+    rem = _DimExpr._make({((("mod", self, k), 1),): 1}, self._scope)
     return quot, rem
 
   def __floordiv__(self, other):
@@ -612,7 +652,7 @@ def _max_min(op: str, d1, d2):
     return d1 if op == "max" else d2
   if _decide_nonneg(d2 - d1):
     return d2 if op == "max" else d1
-  return _DimExpr({(((op, d1, d2), 1),): 1}, e._scope)
+  return _DimExpr._make({(((op, d1, d2), 1),): 1}, e._scope)
 
 
 def max_dim(d1, d2):

@@ -1644,9 +1644,14 @@ def _symbolic_env(exported: Exported, in_avals: Sequence[ShapedArray]) -> dict:
                          f"shapes specifications: {specs}. Obtained dimension variables: "
                          f"{''.join(found)}.{tail}")
   # NB: as JAX's shape assertions: each constraint of the scope, in order.
-  for text, p in scope.constraint_checks():
+  for text, p, op in scope.constraint_checks():
     val = p.evaluate(env)
-    if val < 0:
+    if op == "==" and val != 0:
+      raise ValueError(f"Input shapes do not match the symbolic shape constraint {text}. "
+                       f"Expected '{p}' to be equal to 0, but found {val}.  Using the "
+                       f"following polymorphic shapes specifications: {specs}. Obtained "
+                       f"dimension variables: {''.join(found)}.{tail}")
+    if op == ">=" and val < 0:
       raise ValueError(f"Input shapes do not match the symbolic shape constraint {text}. "
                        f"Expected '{p}' to be greater or equal to 0, but found {val}.  Using "
                        f"the following polymorphic shapes specifications: {specs}. Obtained "
