@@ -175,3 +175,25 @@ def test_inferred_in_specs_under_jit_read_the_argument_types():
   np.testing.assert_array_equal(ours[0], theirs[0])
   np.testing.assert_array_equal(ours[1], theirs[1])
   assert float(ours[0]) == 4 * 2 * np.arange(32.).sum()
+
+
+def test_compiled_appliers_are_bounded_and_cleared(monkeypatch):
+  # collectives over two mesh axes run as their own compiled shard_map, kept per
+  # (mesh, primitive, params); the cache is bounded and emptied by clear_caches()
+  import importlib
+  sm = importlib.import_module("stagecraft.shard_map")
+  monkeypatch.setattr(sm, "_MAX_COMPILED", 2)
+  sm._compiled_cache.clear()
+  x = np.arange(16.).reshape(4, 4)
+  want = jax.tree.map(np.asarray, PROGRAMS["all_gather_both"](jax, jnp))
+  for axis in (0, 1, 0, 1, 0):
+    def body(b, axis=axis):
+      return sc.lax.all_gather(b, ("i", "j"), tiled=True, axis=axis)
+    P = sc.sharding.PartitionSpec
+    out = sc.shard_map(body, mesh=_mesh2(sc), in_specs=P("i", "j"),
+                       out_specs=P(("i", "j")) if axis == 0 else P(None, ("i", "j")))(x)
+    if axis == 0:
+      np.testing.assert_array_equal(out, want)
+    assert 1 <= len(sm._compiled_cache) <= 2
+  sc.clear_caches()
+  assert not sm._compiled_cache

@@ -58,7 +58,7 @@ from stagecraft.interpreters import batching, partial_eval as pe
 from stagecraft.interpreters.mapping import (checking_vma, eqn_varying_axes, ordered_axes,
                                              varying_axes)
 from stagecraft.numpy import asarray as _asarray
-from stagecraft.runtime import spmd
+from stagecraft.runtime import dispatch, spmd
 from stagecraft.lax.spmd import (enclosing_shard_map, local_aval, outside_shard_map,
                                  shard_map_env, shard_map_p,
                                  split_size)
@@ -871,6 +871,8 @@ def _compiled_per_device(mesh: Mesh, prim, params, vals, mapped) -> list:
   if fn is None:
     fn = _compiled_applier(mesh, prim, params, vals, mapped)
     if key is not None:
+      if len(_compiled_cache) >= _MAX_COMPILED:   # bounded: a long eager session
+        _compiled_cache.clear()
       _compiled_cache[key] = fn
   # NB: the results come back laid out over the mesh; the eager trace keeps its values on
   # the default device, in no mesh's type.
@@ -878,8 +880,11 @@ def _compiled_per_device(mesh: Mesh, prim, params, vals, mapped) -> list:
 
 
 #: The compiled appliers of `_compiled_per_device`, per mesh, primitive, params and which
-#: operands are per device (their jit caches the executables per operand types).
+#: operands are per device (their jit caches the executables per operand types); at most
+#: `_MAX_COMPILED`, emptied by `clear_caches()`.
 _compiled_cache: dict = {}
+_MAX_COMPILED = 256
+dispatch.register_cache_clearer(_compiled_cache.clear)
 
 
 def _compiled_applier(mesh: Mesh, prim, params, vals, mapped):
