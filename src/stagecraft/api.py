@@ -12,7 +12,7 @@ import optree
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, tree_util
 from stagecraft import sharding as sharding_lib
-from stagecraft.api_util import (check_out_leaves, describe_arg, ensure_inbounds,
+from stagecraft.api_util import (abstractify, check_out_leaves, describe_arg, ensure_inbounds,
                                  flat_mapped_args, flatten,
                                  flatten_axes, fun_name, fun_source_info, mapped_axes,
                                  normalize_argnums)
@@ -843,7 +843,8 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
   if reduce_axes:
     raise NotImplementedError("reduce_axes argument to transpose is deprecated")
   in_leaves, in_tree = flatten(tuple(primals))
-  in_avals = [core.get_aval(x) for x in in_leaves]
+  in_avals = [abstractify(x, f"primals[{i}]", "linear_transpose")
+              for i, x in enumerate(in_leaves)]
 
   # As JAX's (`trace_to_jaxpr_nounits`), `fun` is partially evaluated with every input
   # unknown: what depends only on constants is computed now, in the enclosing trace (a
@@ -877,6 +878,10 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
       raise TypeError(f"cotangent type does not match function output, expected "
                       f"{[a.str_short() for a in out_avals]} (structure {out_tree}) but got "
                       f"{[g.str_short() for g in got]} (structure {ct_tree}).")
+    # NB: each cotangent takes its output's type (a Python float for a float32 output is a
+    # strong float32, as the results of JAX's transpose are)
+    ct_leaves = [lax.convert_element_type(c, a.dtype, weak_type=a.weak_type)
+                 for c, a in zip(ct_leaves, out_avals)]
     args = [*consts, *[ad.UndefinedPrimal(a) for a in in_avals]]
     cts = [ad.instantiate_zeros(c) for c in ad.backward_pass(lin, args, ct_leaves)[len(consts):]]
     # A cotangent passed straight through comes back as an Array (host values converted).

@@ -19,7 +19,7 @@ __all__ = ["bool_", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float0",
            "python_scalar_types", "short_name", "canonicalize_dtype", "default_int_dtype",
            "default_uint_dtype", "default_float_dtype", "default_complex_dtype",
            "python_scalar_dtype", "is_python_scalar", "TypePromotionError", "promote_types",
-           "result_type", "dtype", "is_weakly_typed", "issubdtype", "is_float", "is_inexact",
+           "lattice_promote_types", "result_type", "dtype", "is_weakly_typed", "issubdtype", "is_float", "is_inexact",
            "is_complex", "is_integer", "is_unsigned", "finfo", "iinfo", "extended", "prng_key",
            "itemsize_bits", "scalar_type_of"]
 
@@ -302,6 +302,40 @@ def promote_types(a: Any, b: Any) -> np.dtype:
   da, db = _to_np_dtype(a), _to_np_dtype(b)
   # Two strong types can meet at a weak kind (int64 with uint64 is 'f*'): its default dtype.
   return _kind_to_dtype(_join(da, db))[0]
+
+
+_WEAK_LATTICE_DTYPES = {"i*": np.dtype(np.int64), "f*": np.dtype(np.float64),
+                        "c*": np.dtype(np.complex128)}
+
+
+def lattice_promote_types(a: Any, b: Any) -> np.dtype:
+  """JAX's `jnp.promote_types(a, b)`: the least upper bound of two dtypes in the promotion
+  lattice, where the Python types `int`, `float` and `complex` are weak (they keep a strong
+  counterpart's width: `('uint8', int)` gives uint8, `('float16', float)` float16). The
+  result is not canonicalized (`('int64', 'int8')` gives int64 without x64; a join of weak
+  types alone gives NumPy's 64-bit default, `(int, float)` float64).
+
+  Raises:
+    TypePromotionError (a ValueError): no common type, or two distinct dtypes under
+      `jax_numpy_dtype_promotion=strict`.
+  """
+  def kind(x):
+    if any(x is t for t in (int, float, complex)):
+      return python_scalar_kind[x]
+    return _to_np_dtype(x)
+  ka, kb = kind(a), kind(b)
+  if (config.numpy_dtype_promotion == "strict" and isinstance(ka, np.dtype)
+      and isinstance(kb, np.dtype) and ka != kb):
+    raise TypePromotionError(
+        f"Input dtypes {tuple(sorted({ka.name, kb.name}))} have no available implicit dtype "
+        f"promotion path when jax_numpy_dtype_promotion=strict. Try explicitly casting inputs "
+        f"to the desired output type, or set jax_numpy_dtype_promotion=standard.")
+  if not config.enable_x64 and {ka, kb} == {np.dtype(np.uint32), np.dtype(np.int32)}:
+    # NB: JAX's lattice without x64 forms no 64-bit type from 32-bit inputs: u32 with i32 is
+    # i32 (the one such join of the lattice)
+    return np.dtype(np.int32)
+  k = _join(ka, kb)
+  return _WEAK_LATTICE_DTYPES.get(k, k) if isinstance(k, str) else np.dtype(k)
 
 
 def result_type(*args: Any, return_weak_type_flag: bool = False):

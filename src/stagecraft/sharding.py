@@ -180,6 +180,13 @@ class _MeshAxes:
 class Sharding:
   """The base class of shardings (NamedSharding, SingleDeviceSharding)."""
 
+  def addressable_devices_indices_map(self, global_shape) -> dict:
+    """{device of this process: tuple of slices}: the pieces of an array of `global_shape`
+    this process holds (`devices_indices_map` restricted to `addressable_devices`)."""
+    mine = self.addressable_devices
+    return {d: index for d, index in self.devices_indices_map(global_shape).items()
+            if d in mine}
+
 
 class Mesh(_MeshAxes):
   """An n-d grid of devices with a name and an AxisType per axis.

@@ -337,7 +337,8 @@ def export(fun_jit: Any, *, platforms: Sequence[str] | None = None,
   """Exports a jitted function for serialization (JAX's `jax.export.export`).
 
   Args:
-    fun_jit: the result of `stagecraft.jit`.
+    fun_jit: the result of `stagecraft.jit` (or one of stagecraft's own functions, such
+      as `jnp.sin`, which JAX's library jits).
     platforms: the platforms to lower for (`'cpu'`, `'cuda'`, `'rocm'`, `'tpu'`; a call
       runs the lowering of the platform it runs on); None or (): `default_export_platform()`.
     disabled_checks: `DisabledSafetyCheck`s to skip.
@@ -368,7 +369,13 @@ def export(fun_jit: Any, *, platforms: Sequence[str] | None = None,
     Array([0., 0., 0., 0.], dtype=float32)
   """
   if not isinstance(fun_jit, pjit.JitWrapped):
-    raise ValueError(f"Function to be exported must be the result of `jit` but is: {fun_jit}")
+    if callable(fun_jit) and getattr(fun_jit, "__module__", "").startswith("stagecraft."):
+      # NB: JAX's library functions (jnp.sin, ...) are jitted, so JAX exports them as they
+      # are (`export(jnp.sin)` in its docstring); stagecraft's become jitted here.
+      fun_jit = pjit.jit(fun_jit)
+    else:
+      raise ValueError(f"Function to be exported must be the result of `jit` but is: "
+                       f"{fun_jit}")
   if platforms is None:
     platforms = (default_export_platform(),)
   if isinstance(platforms, str):

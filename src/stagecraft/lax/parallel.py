@@ -365,9 +365,10 @@ def axis_size(axis_name: Any) -> int:
 
 
 def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-  """The mean of `x` (a pytree of floating arrays `T[*s]`) over the named axis (or axes):
-  `psum(x) / axis size` (the group size with `axis_index_groups`), with `x`'s structure,
-  shapes and dtypes.
+  """The mean of `x` (a pytree of arrays `T[*s]`) over the named axis (or axes):
+  `psum(x) / axis size` (the group size with `axis_index_groups`), with `x`'s structure and
+  shapes; floating dtypes are kept, integer and bool ones give the default float dtype (a
+  true division, as JAX's).
 
   Raises:
     NameError: if an axis name is not bound by an enclosing vmap/pmap.
@@ -377,8 +378,15 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     n *= _axis_size(name)
   if axis_index_groups is not None:
     n = len(axis_index_groups[0])   # NB: the mean is over each group, as JAX
-  return tree_util.tree_map(lambda s: elementwise.div(s, np.asarray(n, core.get_aval(s).dtype)[()]),
-                            psum(x, axis_name, axis_index_groups=axis_index_groups))
+
+  def mean(s):
+    # NB: as JAX's `s / n`: a true division, integers and bools giving the default float
+    dtype = core.get_aval(s).dtype
+    if not dtypes.issubdtype(dtype, np.inexact):
+      dtype = dtypes.default_float_dtype()
+      s = elementwise.convert_element_type(s, dtype)
+    return elementwise.div(s, np.asarray(n, dtype)[()])
+  return tree_util.tree_map(mean, psum(x, axis_name, axis_index_groups=axis_index_groups))
 
 
 def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:

@@ -147,6 +147,10 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
       if host.dtype == _OBJECT_DTYPE:
         raise TypeError(f"array: expected numbers or nested lists of numbers, got an object "
                         f"array from {type(object).__name__}.")
+      if host.dtype.type is np.void:   # raw bytes or records: no array type holds them
+        raise TypeError(f"array: an array of dtype {host.dtype} (raw bytes or records) is "
+                        f"not a valid array type; only arrays of numeric types are "
+                        f"supported. View it as a numeric dtype first (x.view(np.uint8)).")
       dt = dtypes.canonicalize_dtype(host.dtype if dtype is None else dtype)
       host = host.astype(dt, copy=False)
     aval = core.ShapedArray(host.shape, dt, weak)

@@ -413,9 +413,18 @@ def fromfile(*args, **kwargs):
 
 
 def load(file: Any, *args, **kwargs):
-  """`numpy.load`; arrays come back as Arrays."""
+  """`numpy.load`; arrays come back as Arrays. As JAX's: NumPy writes bfloat16 (which it
+  does not know) as 2-byte voids, read back here as bfloat16; a dtype the runtime cannot
+  hold (objects, other voids, strings) comes back as NumPy's array."""
   out = np.load(file, *args, **kwargs)
-  return asarray(out) if isinstance(out, np.ndarray) and out.dtype != np.dtype(object) else out
+  if isinstance(out, np.ndarray):
+    if out.dtype == np.dtype("V2"):
+      out = out.view(dtypes.bfloat16)
+    try:
+      return asarray(out)
+    except (TypeError, ValueError):   # a dtype stagecraft has no arrays of
+      return out
+  return out
 
 
 save, savez = np.save, np.savez

@@ -62,7 +62,7 @@ ogrid = _Grid(True, "ogrid")
 class _AxisConcat:
   """numpy's `r_` / `c_`: concatenation of arrays, scalars and slices (`start:stop:step`,
   or `start:stop:nj`) along an axis, with an optional leading 'axis,ndmin,trans1d' string
-  directive ('r'/'c' matrix directives are not supported)."""
+  directive, or the matrix directive 'r' / 'c' (a 1-D result as a row / column matrix)."""
 
   def __init__(self, axis: int, ndmin: int, trans1d: int, name: str):
     self.params = (axis, ndmin, trans1d)
@@ -71,16 +71,18 @@ class _AxisConcat:
   def __getitem__(self, key):
     key = key if isinstance(key, tuple) else (key,)
     axis, ndmin, trans1d = self.params
+    matrix = None   # 'r' / 'c': a 1-D result becomes a row / column matrix (NumPy's, JAX's)
     if key and isinstance(key[0], str):
       directive, key = key[0], key[1:]
       if directive in ("r", "c"):
-        raise NotImplementedError(f"jnp.{self.name}: the matrix directive {directive!r} is "
-                                  f"not supported.")
-      try:
-        vals = [int(v) for v in directive.split(",")[:3]]
-      except ValueError as e:
-        raise ValueError(f"could not understand directive {directive!r}") from e
-      axis, ndmin, trans1d = vals + [ndmin, trans1d][len(vals) - 1:] if len(vals) < 3 else vals
+        matrix = directive
+      else:
+        try:
+          vals = [int(v) for v in directive.split(",")[:3]]
+        except ValueError as e:
+          raise ValueError(f"could not understand directive {directive!r}") from e
+        axis, ndmin, trans1d = (vals + [ndmin, trans1d][len(vals) - 1:] if len(vals) < 3
+                                else vals)
     out = []
     for item in key:
       if isinstance(item, slice):
@@ -96,7 +98,12 @@ class _AxisConcat:
         shifts = ndmin - abs(ndmin + trans1d + 1) % ndmin
         obj = transpose(obj, order[shifts:] + order[:shifts])
       out.append(obj)
-    return concatenate(out, axis=axis)
+    res = concatenate(out, axis=axis)
+    if matrix is not None and ndim_of(res) < 2:
+      res = array(res, ndmin=2)
+      if matrix == "c":
+        res = transpose(res)
+    return res
 
 
 r_ = _AxisConcat(0, 1, -1, "r_")

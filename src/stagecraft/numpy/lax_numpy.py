@@ -6,6 +6,7 @@ integrals; selection (`select`, `choose`, `piecewise`, `compress`); bit packing;
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import operator
 import warnings
@@ -32,7 +33,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_
                                    dtype_of, ensure_arraylike, ndim_of, promote_dtypes,
                                    promote_dtypes_inexact, real_dtype, shape_of, slice_axis,
                                    to_bool, to_inexact_dtype)
-from stagecraft.numpy.vectorize import apply_along_axis, vectorize
+from stagecraft.numpy.vectorize import apply_along_axis, batch_over_leading, vectorize
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -103,8 +104,10 @@ def result_type(*args) -> np.dtype:
 
 
 def promote_types(a, b) -> np.dtype:
-  """The dtype two dtypes promote to (JAX's lattice)."""
-  return dtypes.promote_types(a, b)
+  """The dtype two dtypes promote to (JAX's lattice; `dtypes.lattice_promote_types`):
+  Python `int`/`float`/`complex` are weak, so `promote_types('uint8', int)` is uint8 (NumPy
+  says int64); the result is not canonicalized."""
+  return dtypes.lattice_promote_types(a, b)
 
 
 def can_cast(from_, to, casting: str = "safe") -> bool:
@@ -381,8 +384,18 @@ def indices(dimensions: Sequence[int], dtype: Any = None, sparse: bool = False):
 
 
 def fromfunction(function: Any, shape: Any, *, dtype: Any = float, **kwargs):
-  """`function(*indices(shape, dtype))`: the function is called once on the index grids."""
-  return function(*indices(shape, dtype=dtype), **kwargs)
+  """The array `[i0, i1, ...] -> function(i0, i1, ..., **kwargs)` of shape `shape`, the
+  indices of dtype `dtype`: as JAX's, `function` is vmapped over each index, so it sees
+  scalars (NumPy calls it once on the index grids; most functions give the same array).
+
+  Raises:
+    TypeError: `shape` is not a sequence of ints."""
+  shape = _index_tuple(shape)
+  fn = functools.partial(function, **kwargs) if kwargs else function
+  for i in range(len(shape)):
+    in_axes = [0 if i == j else None for j in range(len(shape))]
+    fn = batch_over_leading(fn, tuple(in_axes[::-1]))
+  return fn(*(arange(s, dtype=dtype) for s in shape))
 
 
 # ---------------------------------------------------------------------------
@@ -1468,11 +1481,12 @@ def compress(condition: ArrayLike, a: ArrayLike, axis: int | None = None, *,
   `condition` is true (a shorter condition counts as False past its end).
 
   Args:
-    size: the static result length (padded with `fill_value`, or truncated); required
-      under jit.
+    size: the static result length, at most the axis length (padded with `fill_value`, or
+      truncated); required under jit.
 
   Raises:
-    ValueError: for a condition that is not 1-D or longer than the axis.
+    ValueError: for a condition that is not 1-D, or longer than the axis with a True entry
+      past it (without `size`); a `size` negative or longer than the axis (JAX's message).
     ConcretizationTypeError: if traced without `size`.
   """
   if out is not None:
@@ -1486,10 +1500,21 @@ def compress(condition: ArrayLike, a: ArrayLike, axis: int | None = None, *,
   axis = canonicalize_axis(axis, ndim_of(a), "compress")
   n = shape_of(a)[axis]
   m = shape_of(cond)[0]
+  # NB: as JAX's: a longer condition may hold only False past the axis (unless `size` is
+  # given: then it is ignored); a shorter one truncates the axis.
   if m > n:
-    raise ValueError(f"condition contains entries that are out of bounds along axis {axis}")
-  if m < n:
-    cond = concatenate([cond, zeros((n - m,), dtypes.bool_)])
+    extra = slice_axis(cond, n, m, 0)
+    cond = slice_axis(cond, 0, n, 0)
+    if size is None and bool(lax.reduce_or(extra, (0,))):
+      raise ValueError("condition contains entries that are out of bounds")
+  elif m < n:
+    a = slice_axis(a, 0, m, axis)
+    n = m
+  if size is not None:
+    size = operator.index(size)
+    if not 0 <= size <= n:
+      raise ValueError(f"size must be positive and not greater than the size of the array "
+                       f"axis; got size={size} for a.shape[axis]={n}")
   count = lax.reduce_sum(lax.convert_element_type(cond, dtypes.int32), (0,))
   if size is None:
     if isinstance(count, Tracer):

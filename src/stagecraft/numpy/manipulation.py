@@ -51,10 +51,25 @@ def ndim(a: ArrayLike) -> int:
   return len(shape(a))
 
 
-def size(a: ArrayLike, axis: int | None = None) -> int:
-  """The number of elements (along `axis` when given)."""
+def size(a: ArrayLike, axis: int | Sequence[int] | None = None) -> int:
+  """The number of elements (along `axis` when given: an int, or a tuple of ints whose
+  dimensions multiply, as JAX's).
+
+  Raises:
+    ValueError: an axis out of range, or repeated (JAX's messages)."""
   s = shape(a)
-  return math.prod(s) if axis is None else s[axis]
+  if axis is None:
+    return math.prod(s)
+  axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+  canon = []
+  for ax in axes:
+    ax = operator.index(ax)
+    if not -len(s) <= ax < len(s):
+      raise ValueError(f"axis {ax} is out of bounds for array of dimension {len(s)}")
+    canon.append(ax % len(s))
+  if len(set(canon)) != len(canon):
+    raise ValueError(f"repeated axis: {tuple(axes)}")
+  return math.prod(s[ax] for ax in canon)
 
 
 def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
@@ -650,11 +665,8 @@ def hsplit(ary: ArrayLike, indices_or_sections) -> list[Array]:
 
 
 def vsplit(ary: ArrayLike, indices_or_sections) -> list[Array]:
-  """`split` along axis 0. Raises ValueError for fewer than 2 dimensions."""
-  ary = as_array(ary)
-  if ndim_of(ary) < 2:
-    raise ValueError("vsplit only works on arrays of 2 or more dimensions")
-  return _split("vsplit", ary, indices_or_sections, 0)
+  """`split` along axis 0 (1-D input too, as JAX's; NumPy's needs 2 dimensions)."""
+  return _split("vsplit", as_array(ary), indices_or_sections, 0)
 
 
 def dsplit(ary: ArrayLike, indices_or_sections) -> list[Array]:

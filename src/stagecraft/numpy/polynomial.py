@@ -177,22 +177,44 @@ def vander(x: ArrayLike, N: int | None = None, increasing: bool = False):
   return power(x[..., None], expand_dims(iota, tuple(range(ndim_of(x)))))
 
 
-def trim_zeros(filt: ArrayLike, trim: str = "fb"):
-  """`filt` without its leading ('f') and/or trailing ('b') zeros (concrete input only).
+def trim_zeros(filt: ArrayLike, trim: str = "fb", axis: int | tuple | None = None):
+  """`filt` without its leading ('f') and/or trailing ('b') all-zero slices along `axis`
+  (an int, a tuple of ints, or None: every axis), as JAX's; concrete input only.
 
   Raises:
+    TypeError: `filt` is not an array or scalar (a list: JAX's message).
     ConcretizationTypeError: for traced input.
+    ValueError: an axis out of range.
   """
+  ensure_arraylike("trim_zeros", filt)
   if isinstance(filt, Tracer):
     raise core.ConcretizationTypeError(
         "Abstract tracer value encountered where concrete value is expected: jnp.trim_zeros "
         "returns a data-dependent shape, so its input must be concrete.")
-  host = np.asarray(filt)
-  nz = np.flatnonzero(host)
-  start = int(nz[0]) if nz.size and "f" in trim.lower() else (host.size if not nz.size else 0)
-  stop = int(nz[-1]) + 1 if nz.size and "b" in trim.lower() else (
-      host.size if nz.size or "f" not in trim.lower() else host.size)
-  return slice_axis(as_array(filt), start, max(start, stop), 0)
+  x = as_array(filt)
+  host = np.asarray(x)
+  nd = host.ndim
+  axes = range(nd) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+  axes = {int(a) + nd if int(a) < 0 else int(a) for a in axes}
+  if any(not 0 <= a < nd for a in axes):
+    raise ValueError(f"trim_zeros: axis {axis} is out of bounds for an array of dimension "
+                     f"{nd}.")
+  trim = trim.lower()
+  if not axes or ("f" not in trim and "b" not in trim):
+    return x
+  index = []
+  for ax in range(nd):
+    if ax not in axes:
+      index.append(slice(None))
+      continue
+    mask = host.any(axis=tuple(i for i in range(nd) if i != ax))
+    if not mask.any():
+      index.append(slice(0, 0))
+      continue
+    nz = np.flatnonzero(mask)
+    index.append(slice(int(nz[0]) if "f" in trim else None,
+                       int(nz[-1]) + 1 if "b" in trim else None))
+  return x[tuple(index)]
 
 
 def polydiv(u: ArrayLike, v: ArrayLike, *, trim_leading_zeros: bool = False):

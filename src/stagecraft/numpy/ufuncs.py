@@ -582,19 +582,21 @@ def gcd(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   Raises:
     ValueError: for non-integer inputs.
 
-  Algorithm: Euclid's, unrolled for the worst case of the dtype's width (about 1.44 steps
-  per bit, Lamé's theorem), since loops are not yet staged.
+  Algorithm: Euclid's, as a `while_loop` until every remainder is 0 (as JAX's; the result
+  keeps the arguments' weak type).
   """
   x1, x2 = _integer_args("gcd", x1, x2)
   shape = broadcast_shapes(shape_of(x1), shape_of(x2))
   a, b = broadcast_to_shape(absolute(x1), shape), broadcast_to_shape(absolute(x2), shape)
-  dt = dtype_of(a)
-  zero = np.zeros((), dt)
-  one = lax.broadcast_in_dim(np.ones((), dt), shape, ())
-  for _ in range(int(dt.itemsize * 8 * 1.45) + 2):
-    nz = lax.ne(b, zero)
-    a, b = lax.select(nz, b, a), lax.select(nz, lax.rem(a, lax.select(nz, b, one)), b)
-  return a
+
+  def cond(c):
+    return lax.reduce_or(lax.ne(c[1], lax.full_like(c[1], 0)), tuple(range(len(shape))))
+
+  def body(c):
+    a, b = c
+    nz = lax.ne(b, lax.full_like(b, 0))
+    return lax.select(nz, b, a), lax.select(nz, lax.rem(a, lax.select(nz, b, lax.full_like(b, 1))), b)
+  return lax.while_loop(cond, body, (a, b))[0]
 
 
 def lcm(x1: ArrayLike, x2: ArrayLike, /) -> Array:

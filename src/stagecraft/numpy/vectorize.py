@@ -57,7 +57,7 @@ def _record_core_sizes(sizes: dict, shape: tuple, core: tuple, context: str, *,
                        f"{sizes[name]!r} {context}")
 
 
-def _batch_over_leading(fun: Callable, in_dims: tuple) -> Callable:
+def batch_over_leading(fun: Callable, in_dims: tuple) -> Callable:
   """`fun` mapped over axis 0 of the arguments whose entry of `in_dims` is 0 (the others are
   passed whole), returning its output pytree with the mapped axis first (broadcast where an
   output does not depend on a mapped argument) — `vmap(fun, in_dims)` for this module."""
@@ -192,7 +192,7 @@ def vectorize(pyfunc: Callable, *, excluded=frozenset(), signature: str | None =
       if all(d is None for d in in_dims):
         unmapped_dims.append(k)
       else:
-        fun = _batch_over_leading(fun, in_dims)
+        fun = batch_over_leading(fun, in_dims)
     out = fun(*args)
     if not unmapped_dims:
       return out

@@ -103,13 +103,15 @@ class Array(metaclass=abc.ABCMeta):
 
   def _check_buf(self):
     if self._buf is None:
+      shape = ",".join(map(str, self.aval.shape))
+      deleted = f"Array has been deleted with shape={self.aval.dtype.name}[{shape}]."
       if getattr(self, "_deleted", False):
-        shape = ",".join(map(str, self.aval.shape))
-        raise RuntimeError(f"Array has been deleted with shape={self.aval.dtype.name}[{shape}].")
+        raise RuntimeError(deleted)
+      # NB: JAX's message first (users match it), then why and what to do
       raise DonatedBufferError(
-          f"This Array ({self.aval.str_short()}) was donated to a jitted computation "
-          f"(donate_argnums) and its buffer is gone. Use the computation's outputs instead, "
-          f"or stop donating the argument.")
+          f"{deleted} It was donated to a jitted computation (donate_argnums) and its "
+          f"buffer is gone. Use the computation's outputs instead, or stop donating the "
+          f"argument.")
     return self._buf
 
   @property

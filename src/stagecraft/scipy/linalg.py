@@ -1402,6 +1402,7 @@ def hadamard(n: int, dtype: Any = int):
   return jnp.asarray(h, dtype)
 
 
+@jit(static_argnames=("n", "scale", "dtype"))   # NB: as JAX's: one program (its last bits)
 def dft(n: int, scale: str | None = None, *, dtype: Any = None):
   """The discrete Fourier transform matrix `W[j, k] = exp(-2 pi i j k / n)`, `[n, n]`.
 
@@ -1420,10 +1421,12 @@ def dft(n: int, scale: str | None = None, *, dtype: Any = None):
     dtype = np.dtype(dtype)
     if not dtypes.is_complex(dtype):
       raise ValueError(f"dtype must be a complex floating-point type; got {dtype}.")
-  j = np.arange(n)
-  w = np.exp(-2j * np.pi * np.outer(j, j) / n) if n else np.zeros((0, 0), complex)
+  # NB: computed on the device in `dtype`, in JAX's order of operations (the last bits and
+  # the signs of zero parts are JAX's)
+  a = jnp.arange(n, dtype=dtype)
+  w = jnp.exp(-2j * np.pi * a[:, None] * a[None, :] / n)
   if scale == "sqrtn":
-    w = w / np.sqrt(n)
+    w = w / jnp.sqrt(n)
   elif scale == "n":
     w = w / n
-  return jnp.asarray(w, dtype)
+  return w

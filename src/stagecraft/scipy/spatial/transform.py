@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from stagecraft import lax
 from stagecraft import numpy as jnp
 from stagecraft import random as jrandom
 from stagecraft.numpy import linalg as jnp_linalg
@@ -52,7 +53,6 @@ def _norm(v):
   return jnp.sqrt(jnp.sum(v * v, axis=-1))
 
 
-@jit
 def _normalize(q):
   return q / _norm(q)[..., None]
 
@@ -68,7 +68,6 @@ def _compose(p, q):
                     pw * qw - px * qx - py * qy - pz * qz], axis=-1)
 
 
-@jit
 def _as_matrix(q):
   x, y, z, w = (q[..., i] for i in range(4))
   x2, y2, z2, w2 = x * x, y * y, z * z, w * w
@@ -79,7 +78,6 @@ def _as_matrix(q):
   return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
 
 
-@jit
 def _from_matrix(m):
   """Markley's method: build the quaternion from the largest of |x|, |y|, |z|, |w| (chosen
   by the largest of the diagonal entries and the trace), which avoids cancellation."""
@@ -103,7 +101,6 @@ def _from_matrix(m):
   return _normalize(q)
 
 
-@functools.partial(jit, static_argnums=(1,))
 def _from_rotvec(v, degrees: bool):
   if degrees:
     v = jnp.deg2rad(v)
@@ -116,7 +113,6 @@ def _from_rotvec(v, degrees: bool):
   return jnp.concatenate([scale[..., None] * v, jnp.cos(angle / 2)[..., None]], axis=-1)
 
 
-@functools.partial(jit, static_argnums=(1,))
 def _as_rotvec(q, degrees: bool):
   q = jnp.where((q[..., 3] < 0)[..., None], -q, q)   # w >= 0: the angle is in [0, pi]
   angle = 2.0 * jnp.arctan2(_safe_norm(q[..., :3]), q[..., 3])
@@ -131,19 +127,16 @@ def _as_rotvec(q, degrees: bool):
   return scale[..., None] * q[..., :3]
 
 
-@jit
 def _as_mrp(q):
   sign = jnp.where(q[..., 3] < 0, -1.0, 1.0)
   return sign[..., None] * q[..., :3] / (1.0 + sign * q[..., 3])[..., None]
 
 
-@jit
 def _from_mrp(p):
   sq1 = jnp.sum(p * p, axis=-1) + 1
   return jnp.concatenate([2 * p, (2 - sq1)[..., None]], axis=-1) / sq1[..., None]
 
 
-@jit
 def _make_canonical(q):
   """q or -q, whichever has w > 0 (or, where w == 0, the first nonzero of x, y, z > 0)."""
   neg, zero = q < 0, q == 0
@@ -176,10 +169,12 @@ def _elementary_quat(axis: int, angle):
   half = angle / 2.0
   zero = jnp.zeros_like(half)
   comps = [jnp.sin(half) if c == axis else zero for c in range(3)] + [jnp.cos(half)]
-  return jnp.stack(comps, axis=-1)
+  q = jnp.stack(comps, axis=-1)
+  # NB: as JAX's (its components are set into a strongly typed zeros array): not weak,
+  # whatever the angles' type (`from_euler('z', 90, degrees=True)`)
+  return lax.convert_element_type(q, q.dtype)
 
 
-@functools.partial(jit, static_argnums=(1, 2))
 def _as_euler(q, seq: str, degrees: bool):
   """Bernardes & Viollet's direct conversion: angles from the quaternion's components
   permuted to the axis sequence, with the two gimbal-lock cases (middle angle 0 or pi)
@@ -223,7 +218,6 @@ def _as_euler(q, seq: str, degrees: bool):
   return jnp.rad2deg(out) if degrees else out
 
 
-@functools.partial(jit, static_argnums=(1, 2))
 def _from_euler(angles, seq: str, degrees: bool):
   """Composes the elementary rotations: intrinsic (upper-case) sequences multiply on the
   right (each rotation about the already-rotated axes), extrinsic ones on the left."""
@@ -238,12 +232,10 @@ def _from_euler(angles, seq: str, degrees: bool):
   return q
 
 
-@jit
 def _compose_normalized(p, q):
   return _normalize(_compose(p, q))
 
 
-@functools.partial(jit, static_argnums=(2,))
 def _apply(q, vectors, inverse: bool):
   m = _as_matrix(q)
   if inverse:
@@ -251,7 +243,6 @@ def _apply(q, vectors, inverse: bool):
   return jnp.matmul(m, vectors[..., None])[..., 0]
 
 
-@jit
 def _magnitude(q):
   return 2.0 * jnp.arctan2(_safe_norm(q[..., :3]), jnp.abs(q[..., 3]))
 
