@@ -255,3 +255,53 @@ def test_a_donated_array_says_it_was_deleted_as_jax():
   jt, jmsg = _error(lambda: print(jx))
   assert issubclass(t, jt) and msg.startswith(jmsg)
   assert issubclass(t, sc.DonatedBufferError)
+
+
+def test_library_ufuncs_are_ufunc_objects():
+  assert repr(jnp.add) == repr(jjnp.add) == "<jnp.ufunc 'add'>"
+  for name in ("add", "multiply", "subtract", "minimum", "maximum", "bitwise_and", "bitwise_or",
+               "bitwise_xor", "logical_and", "logical_or", "logical_xor", "logaddexp",
+               "logaddexp2", "negative"):
+    u, ju = getattr(jnp, name), getattr(jjnp, name)
+    assert isinstance(u, jnp.ufunc)
+    assert (u.nin, u.nout, u.nargs) == (ju.nin, ju.nout, ju.nargs)
+    assert repr(u.identity) == repr(ju.identity)
+  x = np.arange(4)
+  for expr in ("{0}.add.outer(x, x)", "{0}.add.reduce(x)", "{0}.add.accumulate(x)",
+               "{0}.add.at(x, 0, 100, inplace=False)", "{0}.add.reduceat(x, {0}.array([0, 2]))",
+               "{0}.add.at(x, {0}.array([0, 0, 2]), 1, inplace=False)",
+               "{0}.subtract.at(x, {0}.array([1, 1]), 5, inplace=False)",
+               "{0}.multiply.reduce(x + 1)", "{0}.maximum.reduce(x)",
+               "{0}.minimum.reduce(x, initial=-2)", "{0}.logical_and.reduce(x > 0)",
+               "{0}.bitwise_or.reduce(x)", "{0}.add.reduce({0}.ones((2, 3)), axis=1)",
+               "{0}.add.reduce({0}.ones((2, 3)), axis=None, keepdims=True)",
+               "{0}.negative(x)", "{0}.add(1, 2)"):
+    _same(eval(expr.format("jnp"), {"jnp": jnp, "x": x}),
+          eval(expr.format("jjnp"), {"jjnp": jjnp, "x": x}))
+  a = np.array([[0.5, -1., 3.], [2., 2., -np.inf]], np.float32)
+  for name in ("logaddexp", "logaddexp2"):
+    for kw in ({}, {"axis": 1}, {"axis": None, "keepdims": True}, {"axis": 1, "initial": 1.}):
+      _same(getattr(jnp, name).reduce(a, **kw), getattr(jjnp, name).reduce(a, **kw))
+  _same(sc.grad(lambda v: jnp.logaddexp.reduce(v))(np.arange(3.)),
+        jax.grad(lambda v: jjnp.logaddexp.reduce(v))(np.arange(3.)))
+  # transformations take them as functions
+  _same(sc.jit(jnp.add)(1., 2), jax.jit(jjnp.add)(1., 2))
+  _same(sc.vmap(jnp.add)(x, x), jax.vmap(jjnp.add)(x, x))
+  _same(sc.grad(jnp.multiply)(2., 3.), jax.grad(jjnp.multiply)(2., 3.))
+  with pytest.raises(NotImplementedError, match="inplace=False"):
+    jnp.add.at(x, 0, 1)
+
+
+def test_jit_of_a_callable_object_keeps_its_own_methods():
+  # jit copies a callable's attributes onto itself; names of jit's own (`_call`, `_cache`)
+  # are not overwritten
+  class Scale:
+    def __init__(self):
+      self._call = "not jit's"
+      self._cache = {}
+      self.factor = 3.
+
+    def __call__(self, x):
+      return x * self.factor
+  f = sc.jit(Scale())
+  assert float(f(2.)) == 6. and f.factor == 3.

@@ -71,15 +71,19 @@ def update_wrapper(wrapper: Any, wrapped: Callable) -> Any:
   can answer `__name__` with a non-string, which `functools` would raise `TypeError` on.
 
   Copies `__module__`, `__name__`, `__qualname__`, `__doc__`, `__annotations__` (each only
-  where reading and setting it succeed), updates `__dict__`, sets `__wrapped__`; returns
-  `wrapper`."""
+  where reading and setting it succeed), updates `__dict__` with the entries that do not
+  shadow the wrapper's own attributes (a callable object's `_call` or `_cache` must not
+  replace jit's methods), sets `__wrapped__`; returns `wrapper`."""
   for attr in functools.WRAPPER_ASSIGNMENTS:
     try:
       setattr(wrapper, attr, getattr(wrapped, attr))
     except Exception:   # noqa: BLE001 -- absent or unusable: keep the wrapper's own
       pass
   try:
-    wrapper.__dict__.update(getattr(wrapped, "__dict__", {}))
+    own = wrapper.__dict__
+    for k, v in getattr(wrapped, "__dict__", {}).items():
+      if k not in own and not hasattr(type(wrapper), k):
+        own[k] = v
   except Exception:   # noqa: BLE001
     pass
   wrapper.__wrapped__ = wrapped

@@ -29,3 +29,8 @@ from stagecraft.numpy import array_methods as _array_methods  # noqa: F401  (att
 from stagecraft.runtime.array import Array as ndarray  # noqa: F401
 from stagecraft.numpy.vectorize import apply_along_axis, vectorize  # noqa: F401
 from stagecraft.numpy.ufunc_api import frompyfunc, ufunc  # noqa: F401
+# NB: JAX's ufunc objects replace the plain functions of the same names from `ufuncs`.
+from stagecraft.numpy.ufunc_api import (add, bitwise_and, bitwise_or, bitwise_xor,  # noqa: F401
+                                        logaddexp, logaddexp2, logical_and, logical_or,
+                                        logical_xor, maximum, minimum, multiply, negative,
+                                        subtract)

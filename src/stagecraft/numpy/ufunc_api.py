@@ -4,8 +4,11 @@ A `ufunc` wraps a scalar function of `nin` arguments and `nout` results; calling
 vectorizes the function (`vectorize`: batched, no Python loop), and a binary one gains
 NumPy's methods `reduce`, `accumulate`, `reduceat`, `outer` and the functional `at`, built on
 `lax.scan` and `lax.fori_loop` (sequential, as NumPy defines them; NumPy's "Universal
-functions (ufunc)" reference gives the semantics). The elementwise functions of
-`stagecraft.numpy` (`add`, `multiply`, ...) are plain functions here, not ufunc objects."""
+functions (ufunc)" reference gives the semantics). As in JAX, the public `jnp.add`,
+`multiply`, `subtract`, `minimum`, `maximum`, `bitwise_and/or/xor`, `logical_and/or/xor`,
+`logaddexp`, `logaddexp2` and `negative` are ufunc objects (defined at the end of this
+module: calls go to the elementwise functions of `ufuncs`, `add.reduce` to `sum`, ...);
+stagecraft's own modules import the plain functions."""
 from __future__ import annotations
 
 import operator
@@ -14,15 +17,19 @@ from typing import Any, Callable
 import numpy as np
 
 from stagecraft import lax
+from stagecraft.numpy import reductions, ufuncs
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.indexing import at as index_update
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_to, expand_dims,
                                            moveaxis, ravel, reshape)
 from stagecraft.numpy.ufuncs import where as _where
-from stagecraft.numpy.util import canonicalize_axis, check_concrete, shape_of
+from stagecraft.numpy.util import (canonicalize_axis, check_concrete, promote_dtypes_inexact,
+                                   reduction_axes, shape_of)
 from stagecraft.numpy.vectorize import vectorize
 
-__all__ = ["ufunc", "frompyfunc"]
+__all__ = ["ufunc", "frompyfunc", "add", "multiply", "subtract", "minimum", "maximum",
+           "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or",
+           "logical_xor", "logaddexp", "logaddexp2", "negative"]
 
 
 class ufunc:  # noqa: N801  (NumPy's and JAX's name)
@@ -260,3 +267,70 @@ def frompyfunc(func: Callable[..., Any], /, nin: int, nout: int, *,
   """
   return ufunc(func, nin, nout, identity=identity)
 
+
+
+# ---------------------------------------------------------------------------
+# The library's ufunc objects (JAX's `jnp.add` and kin)
+
+
+def _extreme(fn):
+  """`jnp.min`/`jnp.max` as a ufunc's `reduce` (which passes a dtype)."""
+  def reduce(a, *, axis, dtype, keepdims, initial, where):
+    a = asarray(a) if dtype is None else asarray(a, dtype=dtype)
+    return fn(a, axis=axis, keepdims=keepdims, initial=initial, where=where)
+  return reduce
+
+
+def _index_at(method: str):
+  """`a.at[indices].<method>(b)`: a ufunc's `at` as one scatter (repeated indices combine)."""
+  def at(a, indices, b):
+    if b is None:
+      raise ValueError(f"{method}.at: b is required for a ufunc with nin=2")
+    return getattr(index_update(asarray(a))[indices], method)(b)
+  return at
+
+
+def _logaddexp_reduce(a, *, axis, dtype, keepdims, initial, where):
+  """`log(sum(exp(a)))` over `axis`, shifted by the maximum (the logsumexp of JAX's
+  `logaddexp.reduce`; `dtype` is accepted and unused, as JAX's)."""
+  a, = promote_dtypes_inexact(asarray(a))
+  axes = reduction_axes(axis, len(shape_of(a)), "logaddexp.reduce")
+  amax = reductions.max(ufuncs.real(a), axis=axes, keepdims=keepdims, where=where,
+                        initial=-np.inf)
+  amax = lax.stop_gradient(lax.select(lax.is_finite(amax), amax, lax.full_like(amax, 0)))
+  amax_b = amax if keepdims else expand_dims(amax, axes)
+  exp_a = lax.exp(lax.sub(a, amax_b.astype(a.dtype)))
+  sumexp = reductions.sum(exp_a, axis=axes, keepdims=keepdims, where=where)
+  result = lax.add(lax.log(sumexp), amax.astype(sumexp.dtype))
+  return result if initial is None else ufuncs.logaddexp(initial, result)
+
+
+def _logaddexp2_reduce(a, *, axis, dtype, keepdims, initial, where):
+  """`log2(sum(2 ** a))`, as `_logaddexp_reduce` of `a * ln 2` divided by `ln 2`."""
+  ln2 = float(np.log(2))
+  if initial is not None:
+    initial = initial * ln2
+  return _logaddexp_reduce(asarray(a) * ln2, axis=axis, dtype=dtype, keepdims=keepdims,
+                           initial=initial, where=where) / ln2
+
+
+def _binary(fn, identity, **methods) -> ufunc:
+  return ufunc(fn, 2, 1, name=fn.__name__, identity=identity, call=fn, **methods)
+
+
+add = _binary(ufuncs.add, 0, reduce=reductions.sum, accumulate=reductions.cumsum,
+              at=_index_at("add"))
+multiply = _binary(ufuncs.multiply, 1, reduce=reductions.prod, accumulate=reductions.cumprod,
+                   at=_index_at("multiply"))
+subtract = _binary(ufuncs.subtract, None, at=_index_at("subtract"))
+minimum = _binary(ufuncs.minimum, None, reduce=_extreme(reductions.min))
+maximum = _binary(ufuncs.maximum, None, reduce=_extreme(reductions.max))
+bitwise_and = _binary(ufuncs.bitwise_and, -1)
+bitwise_or = _binary(ufuncs.bitwise_or, 0)
+bitwise_xor = _binary(ufuncs.bitwise_xor, 0)
+logical_and = _binary(ufuncs.logical_and, True)
+logical_or = _binary(ufuncs.logical_or, False)
+logical_xor = _binary(ufuncs.logical_xor, False)
+logaddexp = _binary(ufuncs.logaddexp, -np.inf, reduce=_logaddexp_reduce)
+logaddexp2 = _binary(ufuncs.logaddexp2, -np.inf, reduce=_logaddexp2_reduce)
+negative = ufunc(ufuncs.negative, 1, 1, name="negative", call=ufuncs.negative)
