@@ -305,3 +305,34 @@ def test_jit_of_a_callable_object_keeps_its_own_methods():
       return x * self.factor
   f = sc.jit(Scale())
   assert float(f(2.)) == 6. and f.factor == 3.
+
+
+def test_all_gather_and_psum_scatter_over_axis_index_groups():
+  groups = [[0, 2], [3, 1]]
+  x = np.arange(16).reshape(4, 4)
+  cases = [
+      lambda L: (lambda v: L.all_gather(v, "i", axis_index_groups=groups), x),
+      lambda L: (lambda v: L.all_gather(v, "i", axis_index_groups=groups, tiled=True), x),
+      lambda L: (lambda v: L.psum_scatter(v, "i", axis_index_groups=groups),
+                 np.arange(8).reshape(4, 2)),
+      lambda L: (lambda v: L.psum_scatter(v, "i", axis_index_groups=groups, tiled=True), x),
+  ]
+  for case in cases:
+    f, a = case(sc.lax)
+    jf, _ = case(jax.lax)
+    _same(sc.pmap(f, axis_name="i")(a), jax.pmap(jf, axis_name="i")(a))
+  w = np.arange(8.).reshape(2, 4)
+  g = sc.pmap(sc.grad(lambda v: (sc.lax.all_gather(v, "i", axis_index_groups=groups) * w).sum()),
+              axis_name="i")(x.astype(np.float32))
+  jg = jax.pmap(jax.grad(lambda v: (jax.lax.all_gather(v, "i", axis_index_groups=groups)
+                                    * w).sum()), axis_name="i")(x.astype(np.float32))
+  _same(g, jg)
+  bad = [[0, 2], [2, 1]]
+  assert _error(lambda: sc.pmap(lambda v: sc.lax.all_gather(v, "i", axis_index_groups=bad),
+                                axis_name="i")(x)) == _error(
+      lambda: jax.pmap(lambda v: jax.lax.all_gather(v, "i", axis_index_groups=bad),
+                       axis_name="i")(x))
+  f = lambda v: sc.lax.all_gather(v, "i", axis_index_groups=groups)   # noqa: E731
+  jf = lambda v: jax.lax.all_gather(v, "i", axis_index_groups=groups)   # noqa: E731
+  assert _error(lambda: sc.vmap(f, axis_name="i")(x)) == _error(
+      lambda: jax.vmap(jf, axis_name="i")(x))

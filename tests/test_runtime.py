@@ -381,3 +381,24 @@ def test_deleted_array_says_deleted_not_donated():
   with pytest.raises(RuntimeError) as je:
     y + 1
   assert str(e.value) == str(je.value)
+
+
+def test_a_finalizer_running_during_a_compile_does_not_deadlock():
+  # A garbage collection inside a compile (which holds the compile lock) can finalize a
+  # jitted function, whose finalizer drops its executables under the same lock, on the same
+  # thread: with a plain Lock the process hung (seen in test_pmap after test_collectives).
+  import threading
+  f = stagecraft.jit(lambda x: x * 3 + 1)
+  f(np.float32(2))
+  done = threading.Event()
+
+  def compile_with_a_collection():
+    with dispatch._compile_lock:   # as compile_module holds it
+      dispatch.forget_module("the module text of a collected function")
+      dispatch.compile_module(f.lower(np.float32(2)).compiler_ir())   # re-entered
+    done.set()
+
+  t = threading.Thread(target=compile_with_a_collection, daemon=True)
+  t.start()
+  t.join(30)
+  assert done.is_set()

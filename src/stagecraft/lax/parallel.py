@@ -191,8 +191,8 @@ def _axis_index_value(ctx, axis_name) -> list[str]:
   return [out]
 
 
-def all_gather_lowering(ctx, x, *, axis_name, axis, tiled, axis_size):
-  groups = _replica_groups(ctx, _names(axis_name))
+def all_gather_lowering(ctx, x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
+  groups = _replica_groups(ctx, _names(axis_name), axis_index_groups)
   aval_in, aval_out = ctx.avals_in[0], ctx.avals_out[0]
   if not tiled:
     shape = list(aval_in.shape)
@@ -224,6 +224,27 @@ def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_siz
                      f"split_count = {axis_size} : i64", *_channel_attrs(ctx, global_ids=False),
                      _groups_attr(groups)])
   return ctx.op("stablehlo.all_to_all", [x], attrs=attrs)
+
+
+def _checked_groups(axis_index_groups, size: int) -> tuple | None:
+  """`axis_index_groups` as a tuple of tuples of ints, checked as JAX's: groups of one
+  size covering `range(size)` exactly once.
+
+  Raises:
+    ValueError: groups of different sizes, or not covering every index exactly once."""
+  if axis_index_groups is None:
+    return None
+  groups = tuple(tuple(int(i) for i in g) for g in axis_index_groups)
+  if sorted(i for g in groups for i in g) != list(range(size)):
+    raise ValueError("axis_index_groups must cover all indices exactly once")
+  if len({len(g) for g in groups}) != 1:
+    raise ValueError("axis_index_groups must all be the same size")
+  return groups
+
+
+def _groups_param(groups) -> dict:
+  # NB: the param only when groups are given, so the common equations print as before
+  return {} if groups is None else {"axis_index_groups": groups}
 
 
 def _unbound_impl(name_param: str):
@@ -555,7 +576,7 @@ def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
 all_gather_p = core.Primitive("all_gather")
 
 
-def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size):
+def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
   _check_bound(_names(axis_name))
   shape = list(x.shape)
   if tiled:
@@ -565,8 +586,11 @@ def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size):
   return x.update(shape=tuple(shape), weak_type=False)
 
 
-def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_size):
+def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_size,
+                        axis_index_groups=None):
   (x,), (d,) = args, dims
+  if axis_index_groups is not None:
+    raise NotImplementedError("axis_index_groups not supported in vmap")
   if isinstance(axis_name, tuple) and axis_data.name in axis_name:
     raise NotImplementedError(f"all_gather over several axis names {axis_name} including the "
                               f"vmap axis {axis_data.name!r} is not supported; gather over "
@@ -590,10 +614,11 @@ def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_s
   return x, batching.not_mapped
 
 
-def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size):
+def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
   # all_gather's transpose is psum_scatter: member i's cotangent is block i of the sum.
   return [reduce_scatter_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
-                                scatter_dimension=axis, axis_size=axis_size, tiled=tiled)]
+                                scatter_dimension=axis, axis_size=axis_size, tiled=tiled,
+                                **_groups_param(axis_index_groups))]
 
 
 all_gather_p.def_abstract_eval(_all_gather_abstract_eval)
@@ -610,20 +635,24 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
   gathers over their grid, members ordered row-major in the order named.
 
   Raises:
-    NameError: for an unbound axis name; NotImplementedError for axis_index_groups, or a
-      tuple of names that includes a vmap axis.
+    NameError: for an unbound axis name.
+    ValueError: `axis_index_groups` of different sizes or not covering every index once.
+    NotImplementedError: `axis_index_groups` under vmap; a tuple of names that includes a
+      vmap axis.
   """
-  if axis_index_groups is not None:
-    raise NotImplementedError("all_gather: axis_index_groups is not supported yet.")
   if isinstance(axis_name, (tuple, list)):
     # NB: a tuple of names gathers over their grid, ordered row-major in the order named.
     axis_name = tuple(axis_name) if len(axis_name) != 1 else axis_name[0]
   size = axis_size(axis_name)
+  groups = _checked_groups(axis_index_groups, size)
+  if groups is not None:
+    size = len(groups[0])   # NB: each member gathers its group's values
 
   def one(leaf):
     nd = len(core.get_aval(leaf).shape)
     ax = axis % (nd + (0 if tiled else 1)) if nd or not tiled else 0
-    return all_gather_p.bind(leaf, axis_name=axis_name, axis=ax, tiled=tiled, axis_size=size)
+    return all_gather_p.bind(leaf, axis_name=axis_name, axis=ax, tiled=tiled, axis_size=size,
+                             **_groups_param(groups))
   return tree_util.tree_map(one, x)
 
 
@@ -725,7 +754,8 @@ def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
 reduce_scatter_p = core.Primitive("reduce_scatter")
 
 
-def _reduce_scatter_abstract_eval(x, *, axis_name, scatter_dimension, axis_size, tiled):
+def _reduce_scatter_abstract_eval(x, *, axis_name, scatter_dimension, axis_size, tiled,
+                                  axis_index_groups=None):
   for n in _names(axis_name):
     _axis_size(n)
   shape = list(x.shape)
@@ -736,8 +766,9 @@ def _reduce_scatter_abstract_eval(x, *, axis_name, scatter_dimension, axis_size,
   return x.update(shape=tuple(shape), weak_type=False)
 
 
-def _reduce_scatter_lowering(ctx, x, *, axis_name, scatter_dimension, axis_size, tiled):
-  groups = _replica_groups(ctx, _names(axis_name))
+def _reduce_scatter_lowering(ctx, x, *, axis_name, scatter_dimension, axis_size, tiled,
+                             axis_index_groups=None):
+  groups = _replica_groups(ctx, _names(axis_name), axis_index_groups)
   aval_in, aval_out = ctx.avals_in[0], ctx.avals_out[0]
   scalar = ShapedArray((), aval_in.dtype)
   op = "stablehlo.or" if aval_in.dtype == dtypes.bool_ else "stablehlo.add"
@@ -756,8 +787,10 @@ def _reduce_scatter_lowering(ctx, x, *, axis_name, scatter_dimension, axis_size,
 
 
 def _reduce_scatter_batcher(axis_data, args, dims, *, axis_name, scatter_dimension,
-                            axis_size, tiled):
+                            axis_size, tiled, axis_index_groups=None):
   (x,), (d,) = args, dims
+  if axis_index_groups is not None:
+    raise NotImplementedError("axis_index_groups not supported in vmap")
   names = _names(axis_name)
   if axis_data.name not in names:
     if d is batching.not_mapped:
@@ -784,10 +817,12 @@ def _reduce_scatter_batcher(axis_data, args, dims, *, axis_name, scatter_dimensi
   return summed, s
 
 
-def _reduce_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size, tiled):
+def _reduce_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size, tiled,
+                              axis_index_groups=None):
   # psum_scatter's transpose is all_gather (and all_gather's is psum_scatter).
   return [all_gather_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
-                            axis=scatter_dimension, tiled=tiled, axis_size=axis_size)]
+                            axis=scatter_dimension, tiled=tiled, axis_size=axis_size,
+                            **_groups_param(axis_index_groups))]
 
 
 reduce_scatter_p.def_abstract_eval(_reduce_scatter_abstract_eval)
@@ -805,16 +840,18 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
 
   Raises:
     NameError: for an unbound axis name.
-    ValueError: when the scatter dimension's size does not fit the axis size.
-    NotImplementedError: for axis_index_groups, or several axis names.
+    ValueError: when the scatter dimension's size does not fit the axis size (the group
+      size with `axis_index_groups`); bad `axis_index_groups` (as `all_gather`).
+    NotImplementedError: `axis_index_groups` under vmap; several axis names.
   """
-  if axis_index_groups is not None:
-    raise NotImplementedError("psum_scatter: axis_index_groups is not supported yet.")
   names = _names(axis_name)
   if len(names) != 1:
     raise NotImplementedError(f"psum_scatter over several axes {names} is not supported; "
                               f"scatter over one axis name.")
   n = _axis_size(names[0])
+  groups = _checked_groups(axis_index_groups, n)
+  if groups is not None:
+    n = len(groups[0])   # NB: each group's sum is scattered over its members
 
   def one(leaf):
     shape = core.get_aval(leaf).shape
@@ -828,7 +865,7 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
       raise ValueError(f"psum_scatter with tiled=False requires scatter_dimension {sd} to have "
                        f"the size {n} of axis {names[0]!r}, got {shape[sd]} (shape {shape}).")
     return reduce_scatter_p.bind(leaf, axis_name=names[0], scatter_dimension=sd, axis_size=n,
-                                 tiled=bool(tiled))
+                                 tiled=bool(tiled), **_groups_param(groups))
   return tree_util.tree_map(one, x)
 
 

@@ -263,7 +263,11 @@ def _size_of(text: str, exe) -> int:
   except Exception:  # noqa: BLE001 - a runtime without memory stats: count the text only
     code = 0
   return len(text) + code
-_compile_lock = threading.Lock()
+# NB: re-entrant: a garbage collection during a compile (an allocation inside the runtime
+# holding this lock) can finalize a jitted function, whose finalizer (`forget_module`) takes
+# the lock again on the same thread; a plain Lock deadlocked there. Dropping cache entries
+# during a compile is safe: compile_module inserts its own entry after the compile.
+_compile_lock = threading.RLock()
 compile_count = [0]   # number of XLA compilations (tests and benchmarks read it)
 
 
