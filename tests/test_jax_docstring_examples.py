@@ -336,3 +336,38 @@ def test_all_gather_and_psum_scatter_over_axis_index_groups():
   jf = lambda v: jax.lax.all_gather(v, "i", axis_index_groups=groups)   # noqa: E731
   assert _error(lambda: sc.vmap(f, axis_name="i")(x)) == _error(
       lambda: jax.vmap(jf, axis_name="i")(x))
+
+
+def test_reduce_window_with_any_computation():
+  x = np.arange(10, dtype=np.float32)
+  m = np.arange(12., dtype=np.float32).reshape(3, 4) - 5
+  idx = np.arange(12, dtype=np.int32).reshape(3, 4)
+
+  def argmax_comp(L):
+    def comp(a, b):
+      (av, ai), (bv, bi) = a, b
+      take = bv > av
+      return L.select(take, bv, av), L.select(take, bi, ai)
+    return comp
+  for run in (
+      lambda J, L: L.reduce_window(x, np.float32(1), L.mul, window_dimensions=(2,)),
+      lambda J, L: L.reduce_window(m, np.float32(1), L.mul, (2, 2), (1, 2), "SAME"),
+      lambda J, L: L.reduce_window(m, np.float32(0), lambda a, b: a + b * b, (2, 2), None,
+                                   "VALID"),
+      lambda J, L: L.reduce_window((m, idx), (np.float32(-np.inf), np.int32(0)),
+                                   argmax_comp(L), (2, 2), (1, 1), "VALID"),
+      lambda J, L: J.jit(lambda v: L.reduce_window(v, np.float32(1), L.mul, (3,), (1,),
+                                                   "VALID"))(x),
+      lambda J, L: J.vmap(lambda v: L.reduce_window(v, np.float32(1), L.mul, (2,), (1,),
+                                                    "VALID"))(m),
+      lambda J, L: J.jvp(lambda v: L.reduce_window(v, np.float32(1), L.mul, (2,), (1,),
+                                                   "VALID"), (x,), (np.ones(10, np.float32),)),
+  ):
+    got, want = run(sc, sc.lax), run(jax, jax.lax)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      _same(g, w)
+  f = lambda L: lambda v: L.reduce_window(v, np.float32(1), L.mul, (2,), (1,), "VALID")  # noqa
+  assert str(sc.make_jaxpr(f(sc.lax))(x)) == str(jax.make_jaxpr(f(jax.lax))(x))
+  g = lambda J, L: J.grad(lambda v: f(L)(v).sum())(x)   # noqa: E731
+  assert _error(lambda: g(sc, sc.lax))[0] is _error(lambda: g(jax, jax.lax))[0] is ValueError
+  assert _error(lambda: sc.lax.reduce_window(x, 1, sc.lax.mul, (2,)))[0] is TypeError

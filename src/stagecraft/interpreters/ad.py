@@ -646,6 +646,10 @@ def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
     `zero_outs` (those have symbolic zero tangents), the tangent outputs are
     `eval_jaxpr(linear_jaxpr, [], *residuals, *tangents)`; `linear_jaxpr` is linear in the
     tangents.
+
+  Raises:
+    ValueError: a primal output depends on the tangents (JAX's "Linearization failed to
+      produce known values for all output primals").
   """
   trace = PartialEvalTrace(core.current_trace())
   try:
@@ -654,7 +658,14 @@ def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
     with core.set_current_trace(trace):
       p_out, t_out = jvp_flat(fun, primals, t_in)
     if any(trace.is_unknown(p) for p in p_out):
-      raise AssertionError("linearize: a primal output depends on a tangent input")
+      # NB: JAX's error (a JVP rule that computes primals from tangents, such as the general
+      # reduce_window's, cannot be linearized), then which operations do this
+      raise ValueError(
+          "Linearization failed to produce known values for all output primals. This is "
+          "typically caused by attempting to differentiate a function uses an operation "
+          "that does not support reverse-mode autodiff (such as lax.reduce_window with a "
+          "computation other than add, max or min). Use forward mode (jax.jvp, jacfwd) for "
+          "it, or rewrite it with operations that support reverse mode.")
     zero_outs = [type(t) is Zero for t in t_out]
     jaxpr, consts = trace.to_jaxpr([t for t in t_out if type(t) is not Zero])
   finally:

@@ -556,7 +556,7 @@ batching.primitive_batchers[reduce_p] = _reduce_general_batch_rule
 
 
 @lru_cache(maxsize=1024)
-def _reduction_jaxpr(computation, flat_avals: tuple[ShapedArray, ...], tree):
+def reduction_jaxpr(computation, flat_avals: tuple[ShapedArray, ...], tree):
   """`computation(xs, ys)` (pytrees shaped like the init values) traced on scalars into a
   ClosedJaxpr taking (*xs, *ys). Cached, so that eager calls with one computation reuse one
   jaxpr object and hence one compiled executable (a ClosedJaxpr is hashed by identity)."""
@@ -679,9 +679,9 @@ def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], An
   try:
     hash(computation)
   except TypeError:   # an unhashable callable: trace without caching
-    jaxpr = _reduction_jaxpr.__wrapped__(computation, init_avals, init_tree)
+    jaxpr = reduction_jaxpr.__wrapped__(computation, init_avals, init_tree)
   else:
-    jaxpr = _reduction_jaxpr(computation, init_avals, init_tree)
+    jaxpr = reduction_jaxpr(computation, init_avals, init_tree)
   outs = reduce_p.bind(*flat_operands, *flat_inits, computation=computation, jaxpr=jaxpr,
                        dimensions=dimensions)
   return tree_util.tree_unflatten(operand_tree, outs)

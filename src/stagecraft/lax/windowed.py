@@ -18,17 +18,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes, shape_poly
+from stagecraft import core, dtypes, shape_poly, tree_util
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
-from stagecraft.lax import elementwise, utils
+from stagecraft.lax import elementwise, reduction, utils
 from stagecraft.lax.conv import conv_general_vjp_lhs_padding, padtype_to_pads
 from stagecraft.lax.elementwise import emit_compare
 from stagecraft.lax.reduction import max_identity, min_identity, sum_identity
 from stagecraft.lax.shape import canonicalize_shape, check_shapelike, pad, slice as _slice
+from stagecraft.lax.shape import full_like as lax_full_like
+from stagecraft.tree_util import treedef_str
 
-__all__ = ["reduce_window_shape_tuple", "reduce_window_sum_p", "reduce_window_max_p",
+__all__ = ["reduce_window_shape_tuple", "reduce_window_p", "reduce_window_sum_p", "reduce_window_max_p",
            "reduce_window_min_p", "select_and_scatter_add_p", "select_and_gather_add_p",
            "reduce_window", "reduce_window_sum", "reduce_window_max", "reduce_window_min",
            "select_and_scatter_add", "select_and_gather_add"]
@@ -291,16 +293,21 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
                   window_dilation: Sequence[int] | None = None) -> Any:
   """Reduces each window of `operand` with `computation` (JAX's `lax.reduce_window`).
 
-  `computation` must be `lax.add`, `lax.max` or `lax.min`. When `init_value` is the
-  identity (0, or the lowest/highest value of the dtype) this is one `reduce_window_*`
-  primitive; otherwise the result is `init_value` combined once with each window's
-  reduction (what XLA computes: padding never contributes).
+  With `lax.add`, `lax.max` or `lax.min` and an identity `init_value` (0, or the lowest/
+  highest value of the dtype) this is one `reduce_window_*` primitive, with another
+  `init_value` the result is it combined once with each window's reduction (what XLA
+  computes: padding never contributes). Any other computation, or pytrees of operands,
+  binds the general `reduce_window` primitive (JAX's): `computation(xs, ys)` traced on
+  scalars, run as the region of one `stablehlo.reduce_window`. It is differentiable in
+  forward mode (a JVP with zero init tangents, as JAX's), not in reverse mode.
 
   Args:
-    operand: array `T[*s]` (a single array: pytrees of operands are not supported).
+    operand: array `T[*s]`, or a pytree of arrays of one shape.
     init_value: scalar of dtype T (a Python scalar is an array of its default dtype, not
-      promoted; an identity of `computation`, such as 0 for add, is accepted for any T).
-    computation: `lax.add`, `lax.max` or `lax.min`.
+      promoted; an identity of `computation`, such as 0 for add, is accepted for any T);
+      a pytree of scalars like `operand` for a pytree of operands.
+    computation: `lax.add`, `lax.max`, `lax.min`, or any `computation(x, y) -> z` on pytrees
+      of scalars shaped like `init_value`.
     window_dimensions: window size per dimension.
     window_strides: step per dimension; None means 1.
     padding: (lo, hi) pairs, or 'VALID' (default), 'SAME' or 'SAME_LOWER'.
@@ -310,8 +317,9 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
     `T[*o]`, shaped as for `reduce_window_sum`.
 
   Raises:
-    NotImplementedError: for another `computation`.
-    TypeError: if `init_value` is not a scalar of dtype T, or the params are invalid.
+    ValueError: `operand` and `init_value` of different tree structures.
+    TypeError: if `init_value` is not a scalar of dtype T, a computation returns other
+      types than its inits, or the params are invalid.
 
   Examples:
     >>> import numpy as np
@@ -320,12 +328,9 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
     >>> np.asarray(lax.reduce_window(x, 0., lax.add, (2,), (2,), 'VALID'))
     array([1., 5., 9.], dtype=float32)
   """
-  if computation not in _monoids:
-    name = getattr(computation, "__name__", repr(computation))
-    raise NotImplementedError(
-        f"reduce_window supports the computations lax.add, lax.max and lax.min (as "
-        f"reduce_window_sum/max/min); got {name}. A general reduce_window with an arbitrary "
-        f"computation is not implemented.")
+  if computation not in _monoids or not _is_array_like(operand):
+    return _general_reduce_window(operand, init_value, computation, window_dimensions,
+                                  window_strides, padding, base_dilation, window_dilation)
   prim, identity, combine = _monoids[computation]
   params = _window_params("reduce_window", operand, window_dimensions, window_strides, padding,
                           base_dilation, window_dilation)
@@ -351,6 +356,125 @@ def reduce_window(operand: Any, init_value: Any, computation: Callable,
   # skipped, not filled with it): reduce from the identity, then combine with init_value.
   out = prim.bind(operand, **params)
   return combine(out, init_value)
+
+
+# ---------------------------------------------------------------------------
+# reduce_window (JAX's general primitive): operands then init values, a computation traced
+# on scalars (`jaxpr` taking (*accumulators, *elements), its `consts`), the window params.
+
+
+def _is_array_like(x) -> bool:
+  return isinstance(x, (core.Tracer, np.ndarray, np.generic, int, float, complex, bool)) or (
+      hasattr(x, "aval") and hasattr(x, "shape"))
+
+
+def _general_reduce_window(operand, init_value, computation, window_dimensions,
+                           window_strides, padding, base_dilation, window_dilation):
+  flat_operands, operand_tree = tree_util.tree_flatten(operand)
+  flat_inits, init_tree = tree_util.tree_flatten(init_value)
+  if operand_tree != init_tree:
+    raise ValueError(f"Operands must have the same tree structure as init_values: "
+                     f"{treedef_str(operand_tree)} vs. {treedef_str(init_tree)}")
+  if not flat_operands:
+    raise ValueError("reduce_window must have at least one operand.")
+  params = _window_params("reduce_window", flat_operands[0], window_dimensions,
+                          window_strides, padding, base_dilation, window_dilation)
+  init_avals = tuple(core.get_aval(v) for v in flat_inits)
+  try:
+    hash(computation)
+    closed = reduction.reduction_jaxpr(computation, init_avals, init_tree)
+  except TypeError as e:
+    if "unhashable" not in str(e):
+      raise
+    closed = reduction.reduction_jaxpr.__wrapped__(computation, init_avals, init_tree)
+  outs = reduce_window_p.bind(*flat_operands, *flat_inits, jaxpr=closed.jaxpr,
+                              consts=tuple(closed.consts), **params)
+  return tree_util.tree_unflatten(operand_tree, outs)
+
+
+def _general_abstract_eval(*avals, jaxpr, consts, window_dimensions, window_strides, padding,
+                           base_dilation, window_dilation):
+  n = len(avals) // 2
+  operands, inits = avals[:n], avals[n:]
+  if any(a.shape != () for a in inits):
+    raise TypeError(f"reduce_window expected init_values to be scalars but init_values have "
+                    f"shapes {[a.shape for a in inits]}.")
+  if [a.dtype for a in operands] != [a.dtype for a in inits]:
+    raise TypeError(f"reduce_window got inconsistent dtypes for operands and init_values: "
+                    f"got operand dtypes {[a.dtype for a in operands]} and init_value dtypes "
+                    f"{[a.dtype for a in inits]}.")
+  if any(a.shape != operands[0].shape for a in operands):
+    raise TypeError(f"reduce_window got inconsistent shapes for operands: "
+                    f"{[a.shape for a in operands]}.")
+  _check_window_params("reduce_window", operands[0], window_dimensions, window_strides,
+                       padding, base_dilation, window_dilation)
+  shape = _window_out_shape(operands[0].shape, window_dimensions, window_strides, padding,
+                            base_dilation, window_dilation)
+  return [ShapedArray(shape, a.dtype) for a in operands]
+
+
+def _general_lowering(ctx, *args, jaxpr, consts, window_dimensions, window_strides, padding,
+                      base_dilation, window_dilation):
+  n = len(args) // 2
+  scalars = [ShapedArray((), a.dtype) for a in ctx.avals_in[n:]]
+
+  def body(*region_args):
+    # NB: the computation's constants are made inside the region (it cannot read values of
+    # the enclosing function)
+    cs = [lowering.dense_constant(ctx.fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
+    return lowering.jaxpr_subcomp(ctx.fb, jaxpr, cs, region_args)
+
+  region = ctx.region([*scalars, *scalars], scalars, body)
+  attrs = (f"base_dilations = {i64_array(base_dilation)}, padding = {_padding_attr(padding)}, "
+           f"window_dilations = {i64_array(window_dilation)}, window_dimensions = "
+           f"{i64_array(window_dimensions)}, window_strides = {i64_array(window_strides)}")
+  return ctx.op("stablehlo.reduce_window", list(args), attrs=attrs, regions=[region],
+                operand_avals=[*ctx.avals_in[:n], *scalars])
+
+
+def _general_batch_rule(args, dims, *, jaxpr, consts, window_dimensions, window_strides,
+                        padding, base_dilation, window_dilation):
+  n = len(args) // 2
+  operands, inits = list(args[:n]), list(args[n:])
+  if any(d is not batching.not_mapped for d in dims[n:]):
+    raise NotImplementedError("reduce_window batching is not implemented for initial values")
+  size = next(core.get_aval(x).shape[d] for x, d in zip(operands, dims[:n])
+              if d is not batching.not_mapped)
+  operands = [batching.matchaxis(x, d, 0, size) for x, d in zip(operands, dims[:n])]
+  outs = reduce_window_p.bind(
+      *operands, *inits, jaxpr=jaxpr, consts=consts,
+      window_dimensions=(1, *window_dimensions), window_strides=(1, *window_strides),
+      padding=((0, 0), *padding), base_dilation=(1, *base_dilation),
+      window_dilation=(1, *window_dilation))
+  return outs, [0] * n
+
+
+def _general_jvp(primals, tangents, *, jaxpr, consts, **window):
+  """JAX's rule: the JVP of `computation` reduced over (operands, tangents) pairs, from zero
+  init tangents (a non-zero one raises)."""
+  n = len(primals) // 2
+  operands, inits = primals[:n], primals[n:]
+  if any(type(t) is not ad.Zero for t in tangents[n:]):
+    raise TypeError("reduce_window jvp does not support non-zero init_value_tangent.")
+  fun = core.jaxpr_as_fun(core.ClosedJaxpr(jaxpr, consts))
+  op_tangents = [ad.instantiate_zeros(t) for t in tangents[:n]]
+  init_tangents = [lax_full_like(v, 0, core.get_aval(t).dtype)
+                   for v, t in zip(inits, op_tangents)]
+
+  def computation(left, right):
+    p_out, t_out = ad.jvp_flat(fun, [*left[:n], *right[:n]], [*left[n:], *right[n:]])
+    return [*p_out, *[ad.instantiate_zeros(t) for t in t_out]]
+  outs = _general_reduce_window([*operands, *op_tangents], [*inits, *init_tangents],
+                                computation, **window)
+  return outs[:n], outs[n:]
+
+
+reduce_window_p = Primitive("reduce_window")
+reduce_window_p.multiple_results = True
+reduce_window_p.def_abstract_eval(_general_abstract_eval)
+lowering.register_lowering(reduce_window_p, _general_lowering)
+batching.primitive_batchers[reduce_window_p] = _general_batch_rule
+ad.primitive_jvps[reduce_window_p] = _general_jvp
 
 
 # ---------------------------------------------------------------------------
