@@ -281,3 +281,13 @@ def saved_residual_types(ours, theirs, *args) -> tuple[list, list]:
   from stagecraft.ad_checkpoint import saved_residuals
   return ([(a.shape, str(a.dtype)) for a, _ in saved_residuals(ours, *args)],
           [(a.shape, str(a.dtype)) for a, _ in jax_saved(theirs, *args)])
+
+
+def error_of(fn) -> tuple:
+  """`(type, message)` of the exception `fn()` raises, or `(None, None)`: for comparing an
+  error with JAX's."""
+  try:
+    fn()
+  except Exception as e:   # noqa: BLE001
+    return type(e), str(e)
+  return None, None

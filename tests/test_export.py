@@ -17,6 +17,7 @@ import pytest
 import stagecraft as sc
 import stagecraft.numpy as jnp
 from stagecraft import export, stages
+from _util import error_of as _error
 
 W = np.arange(3, dtype=np.float32)
 
@@ -139,14 +140,6 @@ def test_serialize_round_trip_and_vjp_orders(exported):
     e0.serialize(vjp_order=1)
   with pytest.raises(ValueError, match="vjp_order"):
     exported.serialize(vjp_order=-1)
-
-
-def _error(fn):
-  try:
-    fn()
-  except Exception as e:   # noqa: BLE001
-    return type(e), str(e)
-  return None, None
 
 
 @pytest.mark.parametrize("args", [

@@ -16,18 +16,11 @@ import stagecraft as sc
 import stagecraft.numpy as jnp
 from stagecraft import export, lax
 from stagecraft.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
+from _util import error_of as _error
 
 
 def _main_line(exp) -> str:
   return re.search(r".*@main.*", exp.mlir_module()).group(0)
-
-
-def _error(fn):
-  try:
-    fn()
-  except Exception as e:   # noqa: BLE001
-    return type(e), str(e)
-  return None, None
 
 
 # ---------------------------------------------------------------------------

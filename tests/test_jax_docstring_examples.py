@@ -12,6 +12,7 @@ from jax.scipy.spatial.transform import Rotation as JRotation
 import stagecraft as sc
 import stagecraft.numpy as jnp
 from stagecraft.scipy.spatial.transform import Rotation
+from _util import error_of as _error
 
 
 def _same(got, want):
@@ -21,14 +22,6 @@ def _same(got, want):
 
 def _bits(x):
   return np.asarray(x).tobytes()
-
-
-def _error(fn):
-  try:
-    fn()
-  except Exception as e:   # noqa: BLE001
-    return type(e), str(e)
-  return None, None
 
 
 # ---------------------------------------------------------------------------
