@@ -15,11 +15,11 @@ import numpy as np
 
 from stagecraft.config import config
 
-__all__ = ["bool_", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float0",
-           "python_scalar_types", "short_name", "canonicalize_dtype", "default_int_dtype",
-           "default_uint_dtype", "default_float_dtype", "default_complex_dtype",
-           "python_scalar_dtype", "is_python_scalar", "TypePromotionError", "promote_types",
-           "lattice_promote_types", "result_type", "dtype", "is_weakly_typed", "issubdtype", "is_float", "is_inexact",
+__all__ = ["bool_", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float0", "python_scalar_types",
+           "short_name", "canonicalize_dtype", "default_int_dtype", "default_uint_dtype",
+           "default_float_dtype", "default_complex_dtype", "python_scalar_dtype",
+           "is_python_scalar", "TypePromotionError", "promote_types", "lattice_promote_types",
+           "result_type", "dtype", "is_weakly_typed", "issubdtype", "is_float", "is_inexact",
            "is_complex", "is_integer", "is_unsigned", "finfo", "iinfo", "extended", "prng_key",
            "itemsize_bits", "scalar_type_of"]
 

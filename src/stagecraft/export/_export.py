@@ -482,14 +482,14 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
   if mapping.mesh_chain(dce):
     raise NotImplementedError(f"export of {name}: programs with pmap are not exported by "
                               f"stagecraft; write the pmap as a shard_map over a mesh.")
-  if symbolic and (abstract is not None or traced.sharded):
-    layout = True
-  else:
-    layout = _export_layout(traced, jaxpr, nconst, dce, abstract)
-  if layout is not None and symbolic:
+  # NB: the symbolic case is refused before the layout is resolved (whose spec checks would
+  # fail first on a symbolic dimension, with a less useful message)
+  if symbolic and (abstract is not None or traced.sharded or spmd.jaxpr_meshes(dce) or
+                   spmd.typed_context_mesh(jaxpr) is not None):
     raise NotImplementedError(f"export of {name}: stagecraft exports programs over a device "
                               f"mesh with concrete shapes only (symbolic dimensions and "
                               f"shardings together are not supported).")
+  layout = None if symbolic else _export_layout(traced, jaxpr, nconst, dce, abstract)
   if dce.effects:
     raise NotImplementedError(f"export of {name}: the program has effects "
                               f"({sorted(map(str, dce.effects))}); stagecraft exports "
@@ -530,8 +530,10 @@ def _export_traced(traced: stages.Traced, platforms: tuple, disabled_checks: tup
 
   return Exported(
       fun_name=name, in_tree=traced.in_tree, in_avals=in_avals, out_tree=traced.out_tree,
-      out_avals=out_avals, in_shardings_hlo=_hlo_shardings(in_named, in_avals),
-      out_shardings_hlo=_hlo_shardings(out_named, out_avals), nr_devices=nr_devices,
+      # NB: as JAX 0.10.2's: the layouts are NamedShardings over the AbstractMesh
+      # (`in_shardings_jax`); the HLO shardings are all None
+      out_avals=out_avals, in_shardings_hlo=(None,) * len(in_avals),
+      out_shardings_hlo=(None,) * len(out_avals), nr_devices=nr_devices,
       platforms=platforms, ordered_effects=(), unordered_effects=(),
       disabled_safety_checks=disabled_checks, mlir_module_serialized=module,
       calling_convention_version=_CALLING_CONVENTION_VERSION, module_kept_var_idx=kept,
@@ -549,12 +551,6 @@ def _abstract_named(s: NamedSharding | None) -> NamedSharding | None:
   if s is None:
     return None
   return NamedSharding(s.mesh.abstract_mesh, s.spec, memory_kind=s.memory_kind)
-
-
-def _hlo_shardings(named: tuple, avals: tuple) -> tuple:
-  # NB: JAX 0.10.2's exports keep their layouts as NamedShardings over the AbstractMesh
-  # (`in_shardings_jax`); their `in_shardings_hlo` / `out_shardings_hlo` are all None.
-  return (None,) * len(avals)
 
 
 def _named_on_mesh(named: tuple, avals: tuple, mesh: Any) -> tuple:
@@ -1999,8 +1995,8 @@ def _from_header(h: dict, payload: bytes) -> Exported:
   out_named = _named_from_json(h.get("out_shardings"), mesh, len(out_avals), "out_shardings")
   return Exported(
       fun_name=str(h["fun_name"]), in_tree=in_tree, in_avals=in_avals, out_tree=out_tree,
-      out_avals=out_avals, in_shardings_hlo=_hlo_shardings(in_named, in_avals),
-      out_shardings_hlo=_hlo_shardings(out_named, out_avals),
+      out_avals=out_avals, in_shardings_hlo=(None,) * len(in_avals),
+      out_shardings_hlo=(None,) * len(out_avals),
       _in_named_shardings=in_named, _out_named_shardings=out_named,
       nr_devices=int(h["nr_devices"]),
       platforms=platforms, ordered_effects=(), unordered_effects=(),

@@ -30,8 +30,9 @@ from stagecraft.lax.shape import canonicalize_shape, check_shapelike, pad, slice
 from stagecraft.lax.shape import full_like as lax_full_like
 from stagecraft.tree_util import treedef_str
 
-__all__ = ["reduce_window_shape_tuple", "reduce_window_p", "reduce_window_sum_p", "reduce_window_max_p",
-           "reduce_window_min_p", "select_and_scatter_add_p", "select_and_gather_add_p",
+__all__ = ["reduce_window_shape_tuple", "reduce_window_p", "reduce_window_sum_p",
+           "reduce_window_max_p", "reduce_window_min_p", "select_and_scatter_add_p",
+           "select_and_gather_add_p",
            "reduce_window", "reduce_window_sum", "reduce_window_max", "reduce_window_min",
            "select_and_scatter_add", "select_and_gather_add"]
 
@@ -382,11 +383,10 @@ def _general_reduce_window(operand, init_value, computation, window_dimensions,
   init_avals = tuple(core.get_aval(v) for v in flat_inits)
   try:
     hash(computation)
-    closed = reduction.reduction_jaxpr(computation, init_avals, init_tree)
-  except TypeError as e:
-    if "unhashable" not in str(e):
-      raise
+  except TypeError:   # an unhashable callable: trace without caching
     closed = reduction.reduction_jaxpr.__wrapped__(computation, init_avals, init_tree)
+  else:
+    closed = reduction.reduction_jaxpr(computation, init_avals, init_tree)
   outs = reduce_window_p.bind(*flat_operands, *flat_inits, jaxpr=closed.jaxpr,
                               consts=tuple(closed.consts), **params)
   return tree_util.tree_unflatten(operand_tree, outs)

@@ -595,7 +595,8 @@ def gcd(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   def body(c):
     a, b = c
     nz = lax.ne(b, lax.full_like(b, 0))
-    return lax.select(nz, b, a), lax.select(nz, lax.rem(a, lax.select(nz, b, lax.full_like(b, 1))), b)
+    safe = lax.select(nz, b, lax.full_like(b, 1))   # NB: no division by 0 where b is 0
+    return lax.select(nz, b, a), lax.select(nz, lax.rem(a, safe), b)
   return lax.while_loop(cond, body, (a, b))[0]
 
 
