@@ -257,6 +257,7 @@ def test_library_ufuncs_are_ufunc_objects():
                "logaddexp2", "negative"):
     u, ju = getattr(jnp, name), getattr(jjnp, name)
     assert isinstance(u, jnp.ufunc)
+    assert u.__doc__ == getattr(sc.numpy.ufuncs, name).__doc__   # the function's own docs
     assert (u.nin, u.nout, u.nargs) == (ju.nin, ju.nout, ju.nargs)
     assert repr(u.identity) == repr(ju.identity)
   x = np.arange(4)

@@ -58,6 +58,8 @@ class ufunc:  # noqa: N801  (NumPy's and JAX's name)
     self.nargs = self.nin if nargs is None else operator.index(nargs)
     self.identity = identity
     self.__name__ = name or getattr(func, "__name__", "ufunc")
+    # NB: `jnp.add.__doc__` is add's own documentation (shapes, dtypes), as JAX's ufuncs'
+    self.__doc__ = getattr(func, "__doc__", None) or type(self).__doc__
     self._call = call or vectorize(func)
     self._reduce, self._accumulate, self._at, self._reduceat = reduce, accumulate, at, reduceat
 
