@@ -65,6 +65,7 @@ import time, numpy as np
 import stagecraft as sc, stagecraft.numpy as jnp
 t0 = time.perf_counter()   # NB: after the imports, which the cache cannot speed up
 sc.config.update("compilation_cache_dir", {cache!r})
+sc.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 def loss(w, x):
   h = x
   for i in range(12):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import warnings
 import sys
 import textwrap
 
@@ -51,11 +52,15 @@ def cache_dir(tmp_path):
   old = sc.config.compilation_cache_dir
   d = tmp_path / "cc"
   sc.config.update("compilation_cache_dir", str(d))
+  # NB: the programs here compile in milliseconds; JAX's default threshold (1 s) would keep
+  # them out of the cache.
+  sc.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   cache.reset_stats()
   try:
     yield str(d)
   finally:
     sc.config.update("compilation_cache_dir", old)
+    sc.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 def _fun(c):
@@ -89,6 +94,34 @@ def test_hit_and_miss_counting(cache_dir):
   assert cache.stats["misses"] == 2 and len(_entries(cache_dir)) == 2
   _forget(text)
   _forget(text2)
+
+
+def test_min_compile_time_and_entry_size_thresholds(cache_dir):
+  # JAX's jax_persistent_cache_min_compile_time_secs (default 1 s): a program that compiles
+  # faster is not written; jax_persistent_cache_min_entry_size_bytes: nor a smaller entry.
+  want = np.sin(X) * 2.625 + np.cos(X)
+  text = _module_text(_fun(2.625), X)
+  try:
+    sc.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    assert sc.config.read("jax_persistent_cache_min_compile_time_secs") == 1.0
+    _forget(text)
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")   # an honoured option: no "not implemented" warning
+      sc.config.update("jax_persistent_cache_min_compile_time_secs", 60)
+    np.testing.assert_allclose(_run(text, X), want, rtol=1e-6)
+    assert cache.stats["writes"] == 0 and not (os.path.isdir(cache_dir) and _entries(cache_dir))
+    sc.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    sc.config.update("jax_persistent_cache_min_entry_size_bytes", 1 << 30)
+    _forget(text)
+    np.testing.assert_allclose(_run(text, X), want, rtol=1e-6)
+    assert cache.stats["writes"] == 0 and not (os.path.isdir(cache_dir) and _entries(cache_dir))
+    sc.config.update("jax_persistent_cache_min_entry_size_bytes", 1024)
+    _forget(text)
+    _run(text, X)
+    assert cache.stats["writes"] == 1 and len(_entries(cache_dir)) == 1
+  finally:
+    sc.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    _forget(text)
 
 
 def test_jit_uses_the_cache(cache_dir):
@@ -276,6 +309,7 @@ def test_unwritable_dir_warns_and_compiles(tmp_path):
   blocker.write_text("not a directory")
   old = sc.config.compilation_cache_dir
   sc.config.update("compilation_cache_dir", str(blocker / "cc"))   # works even as root
+  sc.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   cache.reset_stats()
   text = _module_text(_fun(4.75), X)
   _forget(text)
@@ -284,6 +318,7 @@ def test_unwritable_dir_warns_and_compiles(tmp_path):
       out = _run(text, X)
   finally:
     sc.config.update("compilation_cache_dir", old)
+    sc.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     _forget(text)
   np.testing.assert_allclose(out, np.sin(X) * 4.75 + np.cos(X), rtol=1e-6)
   assert any("cannot write" in str(w.message) for w in rec)
@@ -338,6 +373,7 @@ def _env():
   env = dict(os.environ)
   env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
   env.pop("STAGECRAFT_COMPILATION_CACHE_DIR", None)
+  env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"   # cache millisecond compiles too
   return env
 
 

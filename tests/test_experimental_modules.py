@@ -197,6 +197,7 @@ def test_set_cache_dir_stores_compiled_programs(tmp_path):
   before = sc.config.read("jax_compilation_cache_dir")
   try:
     cc.set_cache_dir(tmp_path / "cache")
+    sc.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     assert sc.config.read("jax_compilation_cache_dir") == str(tmp_path / "cache")
     cache.reset_stats()
     f = sc.jit(lambda x: jnp.sin(x) * 7.25 + 0.5)   # a program compiled here only
@@ -221,6 +222,7 @@ def test_set_cache_dir_stores_compiled_programs(tmp_path):
       cc.set_cache_dir("")
   finally:
     sc.config.update("jax_compilation_cache_dir", before)
+    sc.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 # ---------------------------------------------------------------------------
@@ -342,6 +344,7 @@ with warnings.catch_warnings():
   from jax.experimental.shard_map import shard_map
   from jax.experimental.pjit import pjit
 cc.set_cache_dir({cache!r})
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 mesh = Mesh(np.array(jax.devices()[:2]), ("i",))
 f = shard_map(lambda a: jax.lax.psum(a, "i"), mesh, P("i"), P())
 print("shard_map", np.asarray(f(jnp.arange(4.0))).tolist())
@@ -363,6 +366,7 @@ def test_modules_served_as_jax(tmp_path, capsys):
   finally:
     compat.uninstall()
     sc.config.update("jax_compilation_cache_dir", before)
+    sc.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
   assert sys.modules.get("jax") is real_jax
   out = capsys.readouterr().out
   assert "shard_map [2.0, 4.0]" in out, out

@@ -34,9 +34,6 @@ SKIP = {
     "jax": {
         # memory spaces (jax.memory.Space: device/pinned host/...) are a TPU/GPU feature
         "memory": "TPU/GPU memory kinds; none on stagecraft's CPU runtime",
-        # JAX's internal event-listener hooks; stagecraft reports compiles through
-        # config.log_compiles and runtime.dispatch.compile_count
-        "monitoring": "JAX-internal monitoring hooks",
         # jaxlib internals re-exported under jax.lib; deprecated in JAX
         "lib": "deprecated jaxlib internals",
         # a jax2tf (TensorFlow export) flag's State object; the option itself is in config

@@ -128,7 +128,8 @@ def _compilation_cache(lib: str, cache_dir: str | None):
     yield
     return
   from stagecraft.config import config
-  old = {k: config.read(k) for k in ("compilation_cache_dir", "compilation_cache_max_size")}
+  old = {k: config.read(k) for k in ("compilation_cache_dir", "compilation_cache_max_size",
+                                     "persistent_cache_min_compile_time_secs")}
   try:
     os.makedirs(cache_dir, exist_ok=True)
   except OSError:   # not writable here: compile everything afresh
@@ -136,6 +137,7 @@ def _compilation_cache(lib: str, cache_dir: str | None):
     return
   config.update("compilation_cache_dir", cache_dir)
   config.update("compilation_cache_max_size", CACHE_MAX_BYTES)
+  config.update("persistent_cache_min_compile_time_secs", 0)   # small programs all
   try:
     yield
   finally:

@@ -82,3 +82,7 @@ def __getattr__(name):
   if name in _LAZY_NAMES:
     return getattr(_importlib.import_module(f"{__name__}.{_LAZY_NAMES[name]}"), name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted({*globals(), *_LAZY_SUBMODULES, *_LAZY_NAMES})

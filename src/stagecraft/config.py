@@ -203,7 +203,8 @@ _UNPREFIXED = {"check_vma", "eager_constant_folding", "jax2tf_associative_scan_r
 HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "enable_x64": None, "disable_jit": None, "debug_nans": None, "debug_infs": None,
     "traceback_filtering": None, "compilation_cache_dir": None,
-    "compilation_cache_max_size": None, "log_compiles": None, "explain_cache_misses": None,
+    "compilation_cache_max_size": None, "persistent_cache_min_compile_time_secs": None,
+    "persistent_cache_min_entry_size_bytes": None, "log_compiles": None, "explain_cache_misses": None,
     "platforms": None, "platform_name": None, "num_cpu_devices": None, "enable_checks": None,
     "softmax_custom_jvp": None, "default_matmul_precision": None,
     "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,

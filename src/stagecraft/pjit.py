@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes, traceback_util, tree_util
+from stagecraft import core, dtypes, monitoring, traceback_util, tree_util
 from stagecraft import api_util, sharding as sharding_lib, state
 from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
@@ -378,7 +378,8 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
     out_tree_box.append(out_tree)
     return out_leaves
 
-  jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
+  with monitoring.timed(monitoring.JAXPR_TRACE_EVENT, name):
+    jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
   if config.enable_checks:   # JAX's jax_enable_checks: type-check every traced jaxpr
     core.check_jaxpr(jaxpr)
   return TracedSignature.of_traced(jaxpr, list(consts), out_tree_box[0]), leaves
@@ -1276,7 +1277,8 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
 
 
-def compile_lowered(lowered: LoweredSignature, device=None, exe=None) -> CompiledCall:
+def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
+                    fun_name: str | None = None) -> CompiledCall:
   """Compiles a lowered signature for `device` (None: the default device), unless the
   executable `exe` is given; consts become device buffers once."""
   entry = lowered.entry
@@ -1287,7 +1289,8 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None) -> Compile
   if lowered.mesh_layout is not None:
     return ShardedCall(lowered, exe)
   if exe is None:
-    exe = dispatch.compile_module(lowered.text, None if device is None else [device])
+    exe = dispatch.compile_module(lowered.text, None if device is None else [device],
+                                  fun_name=fun_name)
   in_avals = [v.aval for v in jaxpr.invars[nconst:]]
   const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device)
                 for i in lowered.used_consts]
@@ -1301,16 +1304,18 @@ def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
   donated leaves are marked."""
   if not config.log_compiles:
-    with lowering.for_device(device):
+    with lowering.for_device(device), monitoring.timed(monitoring.JAXPR_TO_MLIR_MODULE_EVENT,
+                                                       f"jit({name})"):
       lowered = lower_traced(entry, donated, keep_unused, name)
-    return compile_lowered(lowered, device)
+    return compile_lowered(lowered, device, fun_name=f"jit({name})")
   avals = entry.jaxpr.in_avals[len(entry.consts):]
   _logger.warning(f"Compiling jit({name}) with global shapes and types "
                   f"[{', '.join(repr(a) for a in avals)}].")
   t = time.perf_counter()
-  with lowering.for_device(device):
+  with lowering.for_device(device), monitoring.timed(monitoring.JAXPR_TO_MLIR_MODULE_EVENT,
+                                                     f"jit({name})"):
     lowered = lower_traced(entry, donated, keep_unused, name)
-  call = compile_lowered(lowered, device)
+  call = compile_lowered(lowered, device, fun_name=f"jit({name})")
   _logger.warning(f"Finished XLA compilation of jit({name}) in "
                   f"{time.perf_counter() - t:.6f} sec")
   return call

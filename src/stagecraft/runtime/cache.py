@@ -545,14 +545,18 @@ def _remove(path: str) -> None:
     pass
 
 
-def store(cache_dir: str, key: str, exe: Any) -> bool:
-  """Writes `exe` under `key` in `cache_dir` atomically (temp file + `os.replace`).
+def store(cache_dir: str, key: str, exe: Any, min_size: int = 0) -> bool:
+  """Writes `exe` under `key` in `cache_dir` atomically (temp file + `os.replace`), unless
+  its entry would be smaller than `min_size` bytes (JAX's
+  `jax_persistent_cache_min_entry_size_bytes`; 0 or less: any size).
   Returns whether it was written; an I/O failure warns and returns False."""
   try:
     data = _pack(exe.client.serialize_executable(exe), {"key": key})
   except Exception as e:   # noqa: BLE001 (a program the runtime cannot serialize)
     _count("errors")
     _warn(f"cannot serialize the executable: {e}.")
+    return False
+  if len(data) < min_size:
     return False
   tmp = None
   try:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 from typing import Any, Sequence
 
 import numpy as np
 from jaxlib import xla_client as xc
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, monitoring, tree_util
 from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.interpreters import lowering
 from stagecraft.config import config
@@ -272,8 +273,9 @@ compile_count = [0]   # number of XLA compilations (tests and benchmarks read it
 
 
 def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_replicas: int = 1,
-                   num_partitions: int = 1) -> Any:
-  """Compiles StableHLO `text` for `devices` (default: the default device).
+                   num_partitions: int = 1, fun_name: str | None = None) -> Any:
+  """Compiles StableHLO `text` for `devices` (default: the default device). `fun_name` names
+  the program in `monitoring` events (default: from the module's name).
 
   Cached in memory on the text and options, and, when `config.compilation_cache_dir` is set,
   on disk (runtime/cache.py): an in-memory miss first looks for an entry there (keyed on the
@@ -308,15 +310,31 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       if cache_dir and not callbacks:   # NB: Python callables cannot be stored on disk
         cache_dir = os.fspath(cache_dir)
         disk_key = cache.cache_key(text, devs, num_replicas, num_partitions)
+        monitoring.record_event(monitoring.CACHE_REQUEST_EVENT)
+        t = time.monotonic()
         exe = cache.lookup(cache_dir, disk_key, devs, opts)
+        if exe is not None:
+          monitoring.record_event(monitoring.CACHE_HIT_EVENT)
+          monitoring.record_event_duration_secs(monitoring.CACHE_RETRIEVAL_EVENT,
+                                                time.monotonic() - t)
       if exe is None:
-        if callbacks:
-          exe = backend.compile_and_load(_mlir_module(text), client.device_list(devs), opts,
-                                         list(callbacks))
-        else:
-          exe = backend.compile_and_load(text, client.device_list(devs), opts)
+        t = time.monotonic()
+        with monitoring.timed(monitoring.BACKEND_COMPILE_EVENT, fun_name or
+                              monitoring.module_fun_name(text)):
+          if callbacks:
+            exe = backend.compile_and_load(_mlir_module(text), client.device_list(devs), opts,
+                                           list(callbacks))
+          else:
+            exe = backend.compile_and_load(text, client.device_list(devs), opts)
         compile_count[0] += 1
-        if disk_key is not None and cache.store(cache_dir, disk_key, exe):
+        # NB: as JAX: programs that compile faster than jax_persistent_cache_min_compile_time_secs
+        # (default 1 s) are not worth a disk entry; entries smaller than a positive
+        # jax_persistent_cache_min_entry_size_bytes are not written either.
+        if (disk_key is not None and
+            time.monotonic() - t >= config.persistent_cache_min_compile_time_secs and
+            cache.store(cache_dir, disk_key, exe,
+                        min_size=config.persistent_cache_min_entry_size_bytes)):
+          monitoring.record_event(monitoring.CACHE_MISS_EVENT)
           cache.evict(cache_dir, config.compilation_cache_max_size)
       _compile_cache[key] = exe
       size = _cache_sizes[key] = _size_of(text, exe)
