@@ -163,10 +163,10 @@ class Traced:
 
   out_info = property(lambda self: self._sig.out_info())
   args_info = property(lambda self: self._sig.args_info())
-  in_tree = property(lambda self: self._sig.in_tree)
+  in_tree = property(lambda self: tree_util.PyTreeDef(self._sig.in_tree))
   in_avals = property(lambda self: self._sig.in_avals_tree())
   donate_argnums = property(lambda self: tuple(sorted(self._sig.donated)))
-  out_tree = property(lambda self: self._sig.entry.out_tree)
+  out_tree = property(lambda self: tree_util.PyTreeDef(self._sig.entry.out_tree))
   fun_name = property(lambda self: self._sig.name)
   # stagecraft extensions (used by `stagecraft.export`): jit's `keep_unused`, the name of
   # each flat argument (`x`, `y['a']`), whether the signature is laid out over a device mesh
@@ -207,10 +207,10 @@ class Lowered:
 
   out_info = property(lambda self: self._sig.out_info())
   args_info = property(lambda self: self._sig.args_info())
-  in_tree = property(lambda self: self._sig.in_tree)
+  in_tree = property(lambda self: tree_util.PyTreeDef(self._sig.in_tree))
   in_avals = property(lambda self: self._sig.in_avals_tree())
   donate_argnums = property(lambda self: tuple(sorted(self._sig.donated)))
-  out_tree = property(lambda self: self._sig.entry.out_tree)
+  out_tree = property(lambda self: tree_util.PyTreeDef(self._sig.entry.out_tree))
 
   def _xla_computation(self):
     if self._computation is None:
@@ -332,10 +332,10 @@ class Compiled:
 
   out_info = property(lambda self: self._sig.out_info())
   args_info = property(lambda self: self._sig.args_info())
-  in_tree = property(lambda self: self._sig.in_tree)
+  in_tree = property(lambda self: tree_util.PyTreeDef(self._sig.in_tree))
   in_avals = property(lambda self: self._sig.in_avals_tree())
   donate_argnums = property(lambda self: tuple(sorted(self._sig.donated)))
-  out_tree = property(lambda self: self._sig.entry.out_tree)
+  out_tree = property(lambda self: tree_util.PyTreeDef(self._sig.entry.out_tree))
 
   def __call__(self, *args, **kwargs):
     leaves, tree = api_util.flatten((args, kwargs))
@@ -808,7 +808,7 @@ def deserialize_compiled(data: bytes, in_tree=None, out_tree=None) -> Compiled:
       tree left as None that the bytes do not hold; devices this process lacks.
   """
   for what, tree in (("in_tree", in_tree), ("out_tree", out_tree)):
-    if tree is not None and not isinstance(tree, tree_util.PyTreeDef):
+    if tree is not None and not tree_util.is_treedef(tree):
       raise TypeError(f"deserialize_compiled: {what} must be the treedef (a PyTreeDef) of the "
                       f"Compiled that was serialized (compiled.{what}) or None, got {tree!r} "
                       f"of type {type(tree).__name__}.")
@@ -835,6 +835,7 @@ def _rebuild(data, header, meta, in_tree, out_tree) -> Compiled:
                          f"{meta.get('tree_error', 'an older format')}); pass the {what} of "
                          f"the Compiled that was serialized.")
       given = tree_from_json(meta[what])
+    given = tree_util.spec_of(given)
     if what == "in_tree":
       in_tree = given
     else:

@@ -44,7 +44,7 @@ __all__ = [
     "register_static", "Partial", "flatten_one_level", "flatten_one_level_with_keys",
     "is_tree_node", "tree_broadcast", "tree_reduce_associative", "treedef_tuple",
     "PyTreeRegistry", "default_registry", "registration_hooks", "register_staged_leaf",
-    "tree_flatten_traced", "tree_map_traced", "staged_leaf_data",
+    "tree_flatten_traced", "tree_map_traced", "staged_leaf_data", "spec_of", "is_treedef",
 ]
 
 T = TypeVar("T")
@@ -64,16 +64,162 @@ def _leaf(is_leaf: Callable[[Any], bool] | None) -> Callable[[Any], bool]:
     return _is_staged
   return lambda x: type(x) in _staged_types or is_leaf(x)
 
-PyTreeDef = optree.PyTreeSpec
-"""The structure of a pytree (optree's `PyTreeSpec`): `.num_leaves`, `.unflatten(leaves)`,
-`.flatten_up_to(tree)`, `.children()`."""
+class PyTreeDef:
+  """The structure of a pytree, as JAX's `PyTreeDef`: what `tree_flatten`, `tree_structure`
+  and the other public functions here return. It prints as JAX's (`PyTreeDef([*, {'a': *}])`),
+  compares and hashes by structure, pickles, and has JAX's methods: `num_leaves`,
+  `num_nodes`, `unflatten(leaves)`, `flatten_up_to(tree)`, `children()`, `compose(inner)`,
+  `node_data()`, `walk(f_node, f_leaf, leaves)` and `from_node_data_and_children`.
+
+  It holds an optree `PyTreeSpec` (`spec_of(treedef)`), which the transformations use
+  directly; optree's other methods (`kind`, `type`, `entries()`, `is_leaf()`, ...) are
+  reached through it. The functions here accept either.
+  """
+  __slots__ = ("spec",)
+
+  def __init__(self, spec: "PyTreeDef | optree.PyTreeSpec"):
+    if type(spec) is PyTreeDef:
+      spec = spec.spec
+    elif not isinstance(spec, optree.PyTreeSpec):
+      raise TypeError(f"PyTreeDef: expected a tree structure (from tree_structure or "
+                      f"tree_flatten), got {type(spec).__name__}.")
+    object.__setattr__(self, "spec", spec)
+
+  def __setattr__(self, name, value):
+    raise AttributeError(f"PyTreeDef is immutable: cannot set {name!r}.")
+
+  @property
+  def num_leaves(self) -> int:
+    return self.spec.num_leaves
+
+  @property
+  def num_nodes(self) -> int:
+    return self.spec.num_nodes
+
+  def unflatten(self, leaves: Iterable[Any]) -> Any:
+    """The pytree of this structure with `leaves` (dicts with sorted keys, as JAX's)."""
+    return tree_unflatten(self.spec, leaves)
+
+  def flatten_up_to(self, xs: Any) -> list:
+    """The subtrees of `xs` at this structure's leaves (this structure must be a prefix of
+    `xs`'s; ValueError otherwise)."""
+    return self.spec.flatten_up_to(xs)
+
+  def children(self) -> list["PyTreeDef"]:
+    """The structures of the root node's children."""
+    return [PyTreeDef(c) for c in self.spec.children()]
+
+  def compose(self, inner: "PyTreeDef") -> "PyTreeDef":
+    """This structure with `inner` at each of its leaves."""
+    return PyTreeDef(self.spec.compose(spec_of(inner)))
+
+  def node_data(self) -> tuple[type, Any] | None:
+    """`(node type, aux data)` of the root node, as JAX's (a dict's aux data is its sorted
+    keys, a list); None for a leaf."""
+    spec = self.spec
+    if spec.is_leaf():
+      return None
+    if spec.type is type(None):
+      return (type(None), None)
+    if spec.type is dict:
+      return (dict, list(spec.entries()))
+    if spec.kind == optree.PyTreeKind.NAMEDTUPLE:
+      return (spec.type, None)
+    if spec.kind == optree.PyTreeKind.ORDEREDDICT:
+      return (spec.type, tuple(spec.entries()))
+    if spec.kind == optree.PyTreeKind.DEFAULTDICT:
+      factory = spec.one_level().unflatten([0] * spec.num_children).default_factory
+      return (spec.type, (factory, tuple(spec.entries())))
+    node = spec.one_level().unflatten([0] * spec.num_children)
+    meta = optree.tree_flatten_one_level(node, none_is_leaf=_NONE_IS_LEAF,
+                                         namespace=NAMESPACE)[1]
+    return (spec.type, meta)
+
+  def walk(self, f_node: Callable[[tuple, Any], Any], f_leaf: Callable[[Any], Any] | None,
+           leaves: Iterable[Any]) -> Any:
+    """Folds the structure over `leaves`: `f_leaf(leaf)` at each leaf (None: the leaf
+    itself), then `f_node(children_results, aux_data)` at each node, bottom up."""
+    return self.spec.walk(leaves, lambda typ, data, kids: f_node(kids, data), f_leaf)
+
+  @staticmethod
+  def from_node_data_and_children(registry: Any, node_data: tuple[type, Any],
+                                  children: Iterable["PyTreeDef"]) -> "PyTreeDef":
+    """The structure whose root node has `node_data` (`(type, aux data)`, as `node_data()`
+    returns it) and whose children have the structures `children`.
+
+    Raises:
+      ValueError: `node_data`'s type is not a pytree node type."""
+    del registry   # one registry: stagecraft's NAMESPACE
+    typ, aux = node_data
+    kids = [spec_of(c) for c in children]
+    marks = [object() for _ in kids]
+    if typ is type(None):
+      node = None
+    elif typ in (list, tuple):
+      node = typ(marks)
+    elif typ is dict:
+      node = dict(zip(aux, marks))
+    elif hasattr(typ, "_fields") and issubclass(typ, tuple):
+      node = typ(*marks)
+    else:
+      entry = optree.register_pytree_node.get(typ, namespace=NAMESPACE)
+      if entry is None:
+        raise ValueError(f"PyTreeDef.from_node_data_and_children: {typ} is not a "
+                         f"registered pytree node type.")
+      node = entry.unflatten_func(aux, marks)
+    ids = {id(m) for m in marks}
+    root = _C.flatten(node, lambda x: id(x) in ids, _NONE_IS_LEAF, NAMESPACE)[1]
+    return PyTreeDef(_with_children(root, kids) if kids else root)
+
+  def __eq__(self, other):
+    if type(other) is PyTreeDef:
+      return self.spec == other.spec
+    if isinstance(other, optree.PyTreeSpec):
+      return self.spec == other
+    return NotImplemented
+
+  def __ne__(self, other):
+    eq = self.__eq__(other)
+    return eq if eq is NotImplemented else not eq
+
+  def __hash__(self):
+    return hash(self.spec)
+
+  def __repr__(self):
+    return treedef_str(self.spec)
+
+  __str__ = __repr__
+
+  def __reduce__(self):
+    return (PyTreeDef, (self.spec,))
+
+  def __getattr__(self, name: str) -> Any:
+    if name.startswith("__") or name == "spec":
+      raise AttributeError(name)
+    return getattr(self.spec, name)
+
+
+def _with_children(root: optree.PyTreeSpec, kids: list) -> optree.PyTreeSpec:
+  """`root` (one level, its children leaves) with the structures `kids` at its leaves."""
+  it = iter(kids)
+  return root.transform(None, lambda _: next(it))
+
+
+def spec_of(treedef: "PyTreeDef | optree.PyTreeSpec") -> optree.PyTreeSpec:
+  """The optree `PyTreeSpec` of a `PyTreeDef` (a `PyTreeSpec` is returned as it is)."""
+  return treedef.spec if type(treedef) is PyTreeDef else treedef
+
+
+def is_treedef(x: Any) -> bool:
+  """Whether `x` is a tree structure: a `PyTreeDef` or an optree `PyTreeSpec`."""
+  return type(x) is PyTreeDef or isinstance(x, optree.PyTreeSpec)
 
 
 def treedef_str(treedef: PyTreeDef) -> str:
   """`treedef` as JAX prints a PyTreeDef, for messages: `PyTreeDef((*, [*]))`,
   `PyTreeDef(CustomNode(namedtuple[Point], [*, *]))` (optree's own repr says `PyTreeSpec`
   and names custom nodes differently)."""
-  return f"PyTreeDef({_node_str(treedef)})"
+  return f"PyTreeDef({_node_str(spec_of(treedef))})"
 
 
 def _node_str(t: PyTreeDef) -> str:
@@ -106,7 +252,7 @@ def _node_str(t: PyTreeDef) -> str:
     head = (f"defaultdict[({data[0]!r}, {tuple(data[1])!r})]" if isinstance(data, tuple)
             else f"defaultdict[{data}]")
   else:
-    head = f"{t.type.__name__}[{data!r}]"
+    head = f"{t.type.__name__}[{data}]"
   return f"CustomNode({head}, [{', '.join(kids)}])"
 
 
@@ -114,6 +260,7 @@ def equality_errors_pytreedef(expected: PyTreeDef, given: PyTreeDef, path: tuple
   """Where two tree structures differ, as JAX's `equality_errors_pytreedef` reports it:
   yields `(path, expected node, given node, why)`, a path being a tuple of
   `(node type, entry)` pairs (`node_path_str` writes it as JAX's `keystr`)."""
+  expected, given = spec_of(expected), spec_of(given)
   if expected.is_leaf() or given.is_leaf() or expected.type is not given.type:
     if not (expected.is_leaf() and given.is_leaf()):
       yield path, _node_name(expected), _node_name(given), "their Python types differ"
@@ -273,7 +420,8 @@ def tree_flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
   Returns:
     `(leaves, treedef)`.
   """
-  return _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)
+  leaves, spec = _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)
+  return leaves, PyTreeDef(spec)
 
 
 def _sorted_dict_node(node: PyTreeDef) -> PyTreeDef:
@@ -300,7 +448,7 @@ def canonical_treedef(treedef: PyTreeDef) -> PyTreeDef:
     >>> tree_map(lambda x: x, {"b": 1, "a": 2})
     {'a': 2, 'b': 1}
   """
-  return treedef.transform(f_node=_sorted_dict_node)
+  return spec_of(treedef).transform(f_node=_sorted_dict_node)
 
 
 def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
@@ -319,7 +467,7 @@ def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
     got = len(leaves) if hasattr(leaves, "__len__") else "a different number"
     few = "few" if msg.startswith("Too few") else "many"
     raise ValueError(f"Too {few} leaves for PyTreeDef; expected {treedef.num_leaves}, got "
-                     f"{got}. The structure is {treedef}.") from None
+                     f"{got}. The structure is {treedef_str(treedef)}.") from None
 
 
 def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
@@ -329,7 +477,7 @@ def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list
 
 def tree_structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> PyTreeDef:
   """The `PyTreeDef` of `tree`."""
-  return _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)[1]
+  return PyTreeDef(_C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)[1])
 
 
 def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
@@ -368,10 +516,11 @@ def tree_flatten_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None
     `GetAttrKey`, `FlattenedIndexKey` or the keys a registration gives.
   """
   if is_leaf_takes_path and is_leaf is not None:
-    return _flatten_with_path_predicate(tree, is_leaf)
+    pairs, spec = _flatten_with_path_predicate(tree, is_leaf)
+    return pairs, PyTreeDef(spec)
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
       tree, _leaf(is_leaf), none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
-  return [(_to_path(a), x) for a, x in zip(accessors, leaves)], treedef
+  return [(_to_path(a), x) for a, x in zip(accessors, leaves)], PyTreeDef(treedef)
 
 
 def tree_leaves_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None,
@@ -494,9 +643,10 @@ def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
   """The structure of a tuple whose children have the structures `treedefs`.
 
     >>> treedef_tuple([tree_structure([1, 2]), tree_structure({'a': 3})])
-    PyTreeSpec(([*, *], {'a': *}))
+    PyTreeDef(([*, *], {'a': *}))
   """
-  return optree.treespec_tuple(list(treedefs), none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  return PyTreeDef(optree.treespec_tuple([spec_of(t) for t in treedefs],
+                                         none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE))
 
 
 def _one_level(tree: Any):
@@ -641,11 +791,13 @@ def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
     inner_treedef: structure of each inner tree (None: that of the first one).
     pytree_to_transpose: a tree of structure `outer_treedef` with `inner_treedef` subtrees.
   """
+  outer_treedef = spec_of(outer_treedef)
+  inner_treedef = None if inner_treedef is None else spec_of(inner_treedef)
   inner_trees = outer_treedef.flatten_up_to(pytree_to_transpose)
   if inner_treedef is None:
     if not inner_trees:
       raise ValueError("tree_transpose: inner_treedef=None needs an outer tree with leaves.")
-    inner_treedef = tree_structure(inner_trees[0])
+    inner_treedef = tree_structure(inner_trees[0]).spec
   inner_leaves = [inner_treedef.flatten_up_to(t) for t in inner_trees]
   outer, inner = canonical_treedef(outer_treedef), canonical_treedef(inner_treedef)
   columns = [outer.unflatten([ls[i] for ls in inner_leaves])
@@ -655,7 +807,7 @@ def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
 
 def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
   """The structures of the children of the root node of `treedef`."""
-  return treedef.children()
+  return [PyTreeDef(c) for c in spec_of(treedef).children()]
 
 
 def treedef_is_leaf(treedef: PyTreeDef) -> bool:

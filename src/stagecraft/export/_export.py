@@ -2167,7 +2167,8 @@ def call_exported(exported: Exported) -> Callable[..., Any]:
       raise ValueError(
           f"The invocation args and kwargs must have the same pytree structure as when the "
           f"function '{exported.fun_name}' was exported, but they differ: called with "
-          f"{in_tree}, exported for {exported.in_tree}.")
+          f"{tree_util.treedef_str(in_tree)}, exported for "
+          f"{tree_util.treedef_str(exported.in_tree)}.")
     outs = f_flat(*leaves)
     return tree_util.tree_unflatten(exported.out_tree, list(outs))
 
