@@ -405,3 +405,46 @@ def test_all_to_all_untiled_axes(sa, ca):
   np.testing.assert_allclose(np.asarray(g_p), np.asarray(g_v), rtol=1e-5, atol=1e-6)
   check_grads(lambda v: jnp.sin(pf(v)), (x,), order=1, modes=("rev",), atol=2e-2, rtol=2e-2,
               eps=1e-2)
+
+
+# ---------------------------------------------------------------------------
+# pbroadcast: JAX 0.10.2 documents it as `psum(where(axis_index(axis) == source, x, 0))`
+# (and has no CPU lowering for it): that formula, run by JAX, is the oracle.
+
+
+def _jax_pbroadcast(v, axis, source):
+  return jax.lax.psum(jjnp.where(jax.lax.axis_index(axis) == source, v, 0), axis)
+
+
+@pytest.mark.parametrize("source", [0, 2, 3])
+def test_pbroadcast_matches_jaxs_definition(source):
+  x = np.random.default_rng(source).normal(size=(4, 3)).astype(np.float32)
+  for ours, theirs in [(sc.pmap, jax.pmap), (sc.vmap, jax.vmap)]:
+    got = ours(lambda v: lax.pbroadcast(v, "i", source), axis_name="i")(x)
+    want = theirs(lambda v: _jax_pbroadcast(v, "i", source), axis_name="i")(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(got), np.broadcast_to(x[source], x.shape))
+  w = np.arange(12.0, dtype=np.float32).reshape(4, 3)
+  g = sc.grad(lambda x: (sc.pmap(lambda v: lax.pbroadcast(v, "i", source),
+                                 axis_name="i")(x) * w).sum())(x)
+  gj = jax.grad(lambda x: (jax.vmap(lambda v: _jax_pbroadcast(v, "i", source),
+                                    axis_name="i")(x) * w).sum())(x)
+  np.testing.assert_allclose(np.asarray(g), np.asarray(gj))
+
+
+def test_pbroadcast_keeps_bits_and_pytrees():
+  x = np.array([[np.nan, 1], [-0.0, 2], [3, np.inf], [4, 5]], np.float32)
+  tree = {"a": x, "b": np.arange(4, dtype=np.int32)}
+  out = sc.pmap(lambda t: lax.pbroadcast(t, "i", 1), axis_name="i")(tree)
+  assert np.all(np.signbit(np.asarray(out["a"])[:, 0]))   # -0.0 copied, not summed
+  np.testing.assert_array_equal(np.asarray(out["b"]), [1, 1, 1, 1])
+  with pytest.raises(ValueError, match=r"source must be in \[0, 4\) for axis 'i' of size 4"):
+    sc.vmap(lambda v: lax.pbroadcast(v, "i", 4), axis_name="i")(x)
+  with pytest.raises(NameError):
+    lax.pbroadcast(x, "nope", 0)
+
+
+def test_collective_primitives_have_jaxs_names():
+  for name in ["psum_p", "pmax_p", "pmin_p", "ppermute_p", "all_gather_p", "all_to_all_p",
+               "axis_index_p", "sharding_constraint_p"]:
+    assert getattr(lax, name).name == getattr(jax.lax, name).name

@@ -90,3 +90,25 @@ def test_utilities():
   r = np.asarray(lax.rng_uniform(np.float32(2), np.float32(3), (100,)))
   assert r.shape == (100,) and (r >= 2).all() and (r < 3).all()
   close(lax.composite(lambda v: v * 2, "double")(X), X * 2)
+
+
+
+def test_shape_as_value_matches_jax():
+  for shape in [(3, 4), (), (0, 7, 1)]:
+    ours, theirs = lax.shape_as_value(shape), jax.lax.shape_as_value(shape)
+    assert isinstance(ours, np.ndarray) == isinstance(theirs, np.ndarray)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    assert np.asarray(ours).dtype == np.asarray(theirs).dtype and ours.shape == theirs.shape
+
+
+def test_shape_as_value_of_symbolic_dimensions():
+  from stagecraft import export
+  import stagecraft.numpy as snp
+  b, = export.symbolic_shape("b")
+  f = stagecraft.jit(lambda x: lax.shape_as_value(x.shape) * 2)
+  exp = export.export(f)(stagecraft.ShapeDtypeStruct((b, 3), snp.float32))
+  np.testing.assert_array_equal(np.asarray(exp.call(np.zeros((5, 3), np.float32))), [10, 6])
+  jb, = jax.export.symbolic_shape("b")
+  jexp = jax.export.export(jax.jit(lambda x: jax.lax.shape_as_value(x.shape) * 2))(
+      jax.ShapeDtypeStruct((jb, 3), np.float32))
+  np.testing.assert_array_equal(np.asarray(jexp.call(np.zeros((5, 3), np.float32))), [10, 6])

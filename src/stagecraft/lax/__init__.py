@@ -31,6 +31,9 @@ from stagecraft.lax.fft import *  # noqa: F401,F403
 from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)
 from stagecraft.lax.misc import *  # noqa: F401,F403
 from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, axis_size,  # noqa: F401
-                                     pmax, pmean, pmin, ppermute, pshuffle, psum,
+                                     pbroadcast, pmax, pmean, pmin, ppermute, pshuffle, psum,
                                      psum_scatter, pcast, pswapaxes)
-from stagecraft.lax.spmd import with_sharding_constraint  # noqa: F401,E402
+# The collectives' primitives under JAX's names (their params are stagecraft's).
+from stagecraft.lax.parallel import (all_gather_p, all_to_all_p, axis_index_p,  # noqa: F401
+                                     pmax_p, pmin_p, ppermute_p, psum_p)
+from stagecraft.lax.spmd import sharding_constraint_p, with_sharding_constraint  # noqa: F401,E402

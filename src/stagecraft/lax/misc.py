@@ -2,7 +2,7 @@
 (`platform_dependent`, a `cond`, is in `lax/control_flow/conditionals.py`.)"""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -10,10 +10,12 @@ from stagecraft import core, dtypes, shape_poly, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax.elementwise import add, mul, rem, sub
-from stagecraft.lax.shape import broadcast_in_dim
+from stagecraft.lax.elementwise import convert_element_type
+from stagecraft.lax.shape import broadcast_in_dim, concatenate, full
 
 __all__ = ["optimization_barrier_p", "optimization_barrier", "composite",
-           "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value", "copy_p"]
+           "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value",
+           "shape_as_value", "copy_p"]
 
 # optimization_barrier(*operands): the identity, which XLA may not move computations across
 # (stablehlo.optimization_barrier).
@@ -165,6 +167,25 @@ def dimension_as_value(d: Any) -> Any:
   if not shape_poly.is_symbolic_dim(d):
     return np.asarray(d, dtypes.canonicalize_dtype(np.int64))[()]
   return dim_as_value_p.bind(dim=d)
+
+
+def shape_as_value(shape: Sequence[Any]) -> Any:
+  """`shape` (ints and symbolic dimensions) as a 1-D integer array `int32[len(shape)]`
+  (int64 under x64), as JAX's `lax.shape_as_value`: a NumPy array when every dimension is
+  an int, an Array whose symbolic entries are computed at run time otherwise.
+
+    >>> shape_as_value((3, 4))
+    array([3, 4], dtype=int32)
+  """
+  dtype = dtypes.canonicalize_dtype(np.int64)
+  shape = tuple(shape)
+  if not shape:
+    return full((0,), 0, dtype)
+  if not any(shape_poly.is_symbolic_dim(d) for d in shape):
+    return np.array([int(d) for d in shape], dtype)
+  parts = [broadcast_in_dim(convert_element_type(dimension_as_value(d), dtype), (1,), ())
+           for d in shape]
+  return concatenate(parts, 0)
 
 
 def _dim_as_value_lowering(ctx, *, dim):

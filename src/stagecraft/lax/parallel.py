@@ -29,7 +29,7 @@ from stagecraft.interpreters import ad, batching, lowering, mapping
 from stagecraft.lax import elementwise, reduction, shape as lax_shape, slicing
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
-           "pshuffle", "psum_scatter", "axis_size", "all_to_all", "pswapaxes", "psum_p", "pmax_p", "pmin_p",
+           "pshuffle", "pbroadcast", "psum_scatter", "axis_size", "all_to_all", "pswapaxes", "psum_p", "pmax_p", "pmin_p",
            "all_gather_p", "axis_index_p", "ppermute_p", "all_to_all_p", "reduce_scatter_p",
            "axis_groups", "pvary", "pcast", "pvary_p"]
 
@@ -745,6 +745,42 @@ def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
   if sorted(perm) != list(range(len(perm))):
     raise ValueError(f"pshuffle: `perm` must be a permutation of range(n), got {perm}.")
   return ppermute(x, axis_name, list(zip(perm, range(len(perm)))))
+
+
+def pbroadcast(x: Any, axis_name: Any, source: int) -> Any:
+  """Every member of `axis_name` receives member `source`'s `x` (JAX's `lax.pbroadcast`, the
+  CollectiveBroadcast of XLA): a pytree of arrays, leafwise.
+
+  stagecraft computes it as an `all_gather` followed by a slice, so it runs on every
+  platform (JAX 0.10.2 has no CPU lowering for it), keeps `source`'s bits exactly (NaNs and
+  signed zeros included), and is differentiable and batchable as those are: the gradient
+  of a member's `x` is the sum of the cotangents of the members at `source`, zero elsewhere.
+
+  Args:
+    x: a pytree of arrays mapped over `axis_name`.
+    axis_name: a bound axis name (or a tuple of them: `source` indexes their product).
+    source: the member whose value is broadcast, in `[0, axis size)`.
+
+  Raises:
+    ValueError: `source` is out of range (says the axis size).
+    NameError: `axis_name` is not bound.
+  """
+  n = 1
+  for name in _names(axis_name):
+    n *= _axis_size(name)
+  try:
+    src = int(source)
+  except TypeError:
+    raise TypeError(f"pbroadcast: source must be a Python int (a member of axis "
+                    f"{axis_name!r}), got {type(source).__name__}.") from None
+  if not 0 <= src < n:
+    raise ValueError(f"pbroadcast: source must be in [0, {n}) for axis {axis_name!r} of "
+                     f"size {n}, got {source}.")
+
+  def one(leaf):
+    gathered = all_gather(leaf, axis_name)
+    return lax_shape.squeeze(lax_shape.slice_in_dim(gathered, src, src + 1, axis=0), (0,))
+  return tree_util.tree_map(one, x)
 
 
 # ---------------------------------------------------------------------------
