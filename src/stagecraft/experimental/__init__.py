@@ -5,7 +5,7 @@ from stagecraft.callback import io_callback
 
 __all__ = ["io_callback", "checkify", "ode"]
 
-_SUBMODULES = ("ode", "checkify")
+_SUBMODULES = ("ode", "checkify", "serialize_executable")
 
 
 def deprecation_getattr(module: str, deprecations: dict):
