@@ -429,3 +429,56 @@ def test_serialize_executable_errors():
     se.deserialize_and_load(payload, in_tree, out_tree, execution_devices=sc.devices()[1:2])
   with pytest.raises(ValueError):
     se.deserialize_and_load(payload[:-7] + b"garbage", in_tree, out_tree)
+
+
+# ---------------------------------------------------------------------------
+# jax.experimental.compute_on
+
+
+def test_compute_on_runs_and_prints_as_jaxs_on_cpu():
+  from jax.experimental.compute_on import compute_on as jcompute_on
+  from stagecraft.experimental.compute_on import compute_on, current_compute_type
+
+  def make(lib, ctx):
+    g = lib.jit(lambda x: x * 2)
+
+    @lib.jit
+    def f(x):
+      with ctx("device_host"):
+        y = g(x)
+      return y + 1
+    return f
+  x = np.arange(3.0, dtype=np.float32)
+  ours, theirs = make(sc, compute_on), make(jax, jcompute_on)
+  np.testing.assert_array_equal(np.asarray(ours(x)), np.asarray(theirs(x)))
+  assert str(sc.make_jaxpr(ours)(x)) == str(jax.make_jaxpr(theirs)(x))
+  assert current_compute_type() is None
+  with compute_on("device"):
+    with compute_on("gpu_stream:1"):
+      assert current_compute_type() == "gpu_stream:1"
+    assert current_compute_type() == "device"
+  assert current_compute_type() is None
+
+
+def test_compute_on_errors_match_jax():
+  from jax.experimental.compute_on import compute_on as jcompute_on
+  from stagecraft.experimental.compute_on import compute_on, compute_on2
+  for value, err in [("bogus", ValueError), (3, TypeError)]:
+    with pytest.raises(err) as ours:
+      with compute_on(value):
+        pass
+    with pytest.raises(err) as theirs:
+      with jcompute_on(value):
+        pass
+    assert str(ours.value) == str(theirs.value)
+  with pytest.raises(ValueError, match="Invalid compute type host"):
+    compute_on2(lambda x: x, compute_type="host", out_memory_spaces=None)
+
+
+def test_compute_on2_runs_the_function():
+  from stagecraft.experimental.compute_on import compute_on2
+  x = np.linspace(0, 1, 4).astype(np.float32)
+  h = compute_on2(lambda v: jnp.sin(v) * 2, compute_type="device_host", out_memory_spaces=None)
+  np.testing.assert_allclose(np.asarray(sc.jit(h)(x)), np.sin(x) * 2, rtol=1e-6)
+  deco = compute_on2(compute_type="device", out_memory_spaces=None)(lambda v: v + 1)
+  np.testing.assert_allclose(np.asarray(deco(x)), x + 1)
