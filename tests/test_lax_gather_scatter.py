@@ -393,3 +393,48 @@ def test_scatter_max_min_complex_lexicographic_as_jax():
     _same(out, getattr(jax.lax, name)(x, idx, u, _jax_sdn(dn)))
     _same(staged_call(lambda a, i, b: getattr(lax, name)(a, i, b, dn), x, idx, u), out)
     _check_aval(lambda a, i, b: getattr(lax, name)(a, i, b, dn), (x, idx, u), out)
+
+
+# ---------------------------------------------------------------------------
+# scatter_apply (against JAX's)
+
+_APPLY_DN = dict(update_window_dims=(), inserted_window_dims=(0,),
+                 scatter_dims_to_operand_dims=(0,))
+
+
+@pytest.mark.parametrize("mode", [None, "clip", "fill"])
+def test_scatter_apply_matches_jax(mode):
+  import jax
+  x = np.linspace(-2, 2, 6).astype(np.float32)
+  idx = np.array([[1], [4], [4], [9]], np.int32)    # a repeat (applied twice), one out of bounds
+  ours_dn = lax.ScatterDimensionNumbers(**_APPLY_DN)
+  theirs_dn = jax.lax.ScatterDimensionNumbers(**_APPLY_DN)
+  f_ours = lambda v: sc.numpy.sin(v) * 3 + 1
+  f_theirs = lambda v: jax.numpy.sin(v) * 3 + 1
+  got = lax.scatter_apply(x, idx, f_ours, ours_dn, update_shape=(4,), mode=mode)
+  want = jax.lax.scatter_apply(x, idx, f_theirs, theirs_dn, update_shape=(4,), mode=mode)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+  xs = np.stack([x, -x])
+  got = sc.vmap(lambda v: lax.scatter_apply(v, idx, f_ours, ours_dn, update_shape=(4,),
+                                            mode=mode))(xs)
+  want = jax.vmap(lambda v: jax.lax.scatter_apply(v, idx, f_theirs, theirs_dn,
+                                                  update_shape=(4,), mode=mode))(xs)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+  idxs = np.stack([idx, idx - 1])
+  got = sc.jit(sc.vmap(lambda i: lax.scatter_apply(x, i, f_ours, ours_dn, update_shape=(4,),
+                                                   mode=mode)))(idxs)
+  want = jax.vmap(lambda i: jax.lax.scatter_apply(x, i, f_theirs, theirs_dn, update_shape=(4,),
+                                                  mode=mode))(idxs)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+
+def test_scatter_apply_errors():
+  x = np.arange(4, dtype=np.float32)
+  dn = lax.ScatterDimensionNumbers(**_APPLY_DN)
+  idx = np.array([[1]], np.int32)
+  with pytest.raises(TypeError, match=r"func must map a f32\[\] scalar to one f32\[\] scalar, "
+                                      r"got i32\[\]"):
+    lax.scatter_apply(x, idx, lambda v: lax.convert_element_type(v, np.int32), dn,
+                      update_shape=(1,))
+  with pytest.raises(NotImplementedError, match="scatter_apply is not differentiable"):
+    sc.grad(lambda v: lax.scatter_apply(v, idx, sc.numpy.sin, dn, update_shape=(1,)).sum())(x)

@@ -49,7 +49,7 @@ __all__ = ["dynamic_slice_p", "dynamic_update_slice_p",
            "gather_p", "scatter_p", "scatter_add_p", "scatter_sub_p", "scatter_mul_p",
            "scatter_min_p", "scatter_max_p", "GatherDimensionNumbers", "ScatterDimensionNumbers",
            "GatherScatterMode", "gather", "scatter", "scatter_add", "scatter_sub", "scatter_mul",
-           "scatter_min", "scatter_max", "index_take"]
+           "scatter_min", "scatter_max", "scatter_apply", "scatter_apply_p", "index_take"]
 
 
 def _shape_of(x: Any) -> tuple[int, ...]:
@@ -1223,6 +1223,94 @@ scatter_min = _scatter_wrapper(scatter_min_p, "takes the minimum of operand and 
                                "any dtype (complex: lexicographic order)")
 scatter_max = _scatter_wrapper(scatter_max_p, "takes the maximum of operand and updates",
                                "any dtype (complex: lexicographic order)")
+
+
+# scatter_apply: a scatter whose region applies a unary function to the operand's element
+# (the updates, of `update_shape`, only say where). `jaxpr`/`consts`: the function traced on
+# a scalar of the operand's dtype. Repeated indices apply it repeatedly (as XLA's scatter,
+# and JAX's); out-of-bounds ones follow `mode` as the other scatters.
+
+scatter_apply_p = Primitive("scatter-apply")
+
+
+def _scatter_apply_abstract_eval(operand, indices, updates, *, jaxpr, consts, **params):
+  return _scatter_abstract_eval("scatter", utils.any_dtype, operand, indices, updates,
+                                **params)
+
+
+def _scatter_apply_lowering(ctx, operand, indices, updates, *, jaxpr, consts, **params):
+  def apply(ctx, scalar, a, b):
+    cs = [lowering.dense_constant(ctx.fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
+    return lowering.jaxpr_subcomp(ctx.fb, jaxpr, cs, [a])[0]
+  return _scatter_lowering(apply, ctx, operand, indices, updates, **params)
+
+
+def _scatter_apply_batch_rule(args, dims, *, jaxpr, consts, **params):
+  bound = partial(scatter_apply_p.bind, jaxpr=jaxpr, consts=consts)
+  return _scatter_batch_rule(_BoundScatter(bound), args, dims, **params)
+
+
+class _BoundScatter:
+  """A scatter primitive with its function params fixed, for `_scatter_batch_rule`."""
+  def __init__(self, bind):
+    self.bind = bind
+
+
+def _scatter_apply_jvp(primals, tangents, **params):
+  raise NotImplementedError(
+      "scatter_apply is not differentiable in stagecraft (JAX's differentiates it as an "
+      "overwrite, which is wrong for a function other than the identity). Differentiate "
+      "`x.at[idx].set(func(x[idx]))` instead.")
+
+
+scatter_apply_p.def_abstract_eval(_scatter_apply_abstract_eval)
+lowering.register_lowering(scatter_apply_p, _scatter_apply_lowering)
+batching.primitive_batchers[scatter_apply_p] = _scatter_apply_batch_rule
+ad.primitive_jvps[scatter_apply_p] = _scatter_apply_jvp
+
+
+def scatter_apply(operand: Any, scatter_indices: Any, func: Any,
+                  dimension_numbers: ScatterDimensionNumbers, *, update_shape: Any = (),
+                  indices_are_sorted: bool = False, unique_indices: bool = False,
+                  mode: "str | GatherScatterMode | None" = None) -> Any:
+  """`operand` with `func` applied to its elements at the scatter indices (JAX's
+  `lax.scatter_apply`; XLA's Scatter whose region is `func` of the operand's element).
+
+  Args:
+    operand: array `T[*s]`.
+    scatter_indices: integer array `I[*b, k]`, as for `scatter`.
+    func: a function of one scalar of dtype T returning one scalar of dtype T (traced once).
+    dimension_numbers: a `ScatterDimensionNumbers`, for updates of shape `update_shape`.
+    update_shape: the shape the updates of a `scatter` with these dimension numbers would
+      have (they are not used: only their windows say which elements `func` applies to).
+    indices_are_sorted, unique_indices, mode: as for `scatter`. An element named k times
+      gets `func` applied k times.
+
+  Returns:
+    `T[*s]`.
+
+  Raises:
+    TypeError: `func` does not map a T scalar to a T scalar; the dimension numbers do not
+      fit the shapes (JAX's messages).
+    NotImplementedError: when differentiated (see `_scatter_apply_jvp`).
+  """
+  op_aval = core.get_aval(operand)
+  scalar = ShapedArray((), op_aval.dtype)
+  jaxpr, consts = pe.trace_to_jaxpr(lambda x: [func(x)], [scalar])
+  if any(isinstance(c, core.Tracer) for c in consts):
+    raise NotImplementedError("scatter_apply: func can't close over Tracers; make the value "
+                              "a constant or apply it outside func.")
+  out = jaxpr.out_avals
+  if len(out) != 1 or out[0].shape != () or out[0].dtype != op_aval.dtype:
+    raise TypeError(f"scatter_apply: func must map a {scalar.str_short()} scalar to one "
+                    f"{scalar.str_short()} scalar, got "
+                    f"{', '.join(a.str_short() for a in out)}.")
+  unused = broadcast_in_dim(np.zeros((), op_aval.dtype), tuple(update_shape), ())
+  return scatter_apply_p.bind(
+      operand, scatter_indices, unused, jaxpr=jaxpr, consts=tuple(consts),
+      dimension_numbers=_canonical_dnums(ScatterDimensionNumbers, dimension_numbers),
+      indices_are_sorted=bool(indices_are_sorted), unique_indices=bool(unique_indices),
+      mode=GatherScatterMode.from_any(mode))
 
 
 # -- Autodiff rules of the scatters (JAX's). The integer indices are never differentiated:
