@@ -1303,21 +1303,19 @@ def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   """Lowers and compiles a traced signature for `device` (None: the default device):
   unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
   donated leaves are marked."""
-  if not config.log_compiles:
-    with lowering.for_device(device), monitoring.timed(monitoring.JAXPR_TO_MLIR_MODULE_EVENT,
-                                                       f"jit({name})"):
-      lowered = lower_traced(entry, donated, keep_unused, name)
-    return compile_lowered(lowered, device, fun_name=f"jit({name})")
-  avals = entry.jaxpr.in_avals[len(entry.consts):]
-  _logger.warning(f"Compiling jit({name}) with global shapes and types "
-                  f"[{', '.join(repr(a) for a in avals)}].")
-  t = time.perf_counter()
+  log, jit_name = config.log_compiles, f"jit({name})"
+  if log:
+    avals = entry.jaxpr.in_avals[len(entry.consts):]
+    _logger.warning(f"Compiling {jit_name} with global shapes and types "
+                    f"[{', '.join(repr(a) for a in avals)}].")
+    t = time.perf_counter()
   with lowering.for_device(device), monitoring.timed(monitoring.JAXPR_TO_MLIR_MODULE_EVENT,
-                                                     f"jit({name})"):
+                                                     jit_name):
     lowered = lower_traced(entry, donated, keep_unused, name)
-  call = compile_lowered(lowered, device, fun_name=f"jit({name})")
-  _logger.warning(f"Finished XLA compilation of jit({name}) in "
-                  f"{time.perf_counter() - t:.6f} sec")
+  call = compile_lowered(lowered, device, fun_name=jit_name)
+  if log:
+    _logger.warning(f"Finished XLA compilation of {jit_name} in "
+                    f"{time.perf_counter() - t:.6f} sec")
   return call
 
 
