@@ -97,6 +97,9 @@ def _flat_specs(prefix, tree, what: str, fun_name: str, *, legacy: bool) -> list
   try:
     specs = tree_util.broadcast_prefix(prefix, tree, is_leaf=_spec_leaf)
   except ValueError:
+    errors = tree_util.prefix_errors(prefix, tree, is_leaf=_spec_leaf)
+    if errors:   # NB: JAX's message for the first disagreement
+      raise errors[0](f"shard_map {what}") from None
     raise ValueError(f"shard_map applied to the function '{fun_name}' was given {what} "
                      f"{prefix!r}, which is not a tree prefix of the "
                      f"{'arguments tuple' if what == 'in_specs' else 'output'}; give one "
@@ -108,6 +111,15 @@ def _flat_specs(prefix, tree, what: str, fun_name: str, *, legacy: bool) -> list
   if legacy or what == "out_specs":
     return [PartitionSpec() if s is None else s for s in specs]
   return specs
+
+
+def _spec_paths(prefix, tree) -> list[str]:
+  """For each leaf of `tree`, the key path (`keystr`) of the spec of the prefix `prefix`
+  that covers it."""
+  items = tree_util.tree_flatten_with_path(prefix, is_leaf=_spec_leaf)[0]
+  paths = tree_util.tree_unflatten(tree_util.tree_structure(prefix, is_leaf=_spec_leaf),
+                                   [tree_util.keystr(k) for k, _ in items])
+  return tree_util.broadcast_prefix(paths, tree)
 
 
 def _check_specs_jax(specs: Any, manual: frozenset, what: str, mesh, legacy: bool):
@@ -486,8 +498,13 @@ class _Mapped:
       if fails and self.legacy:
         self._legacy_rep_error(*fails[0])
       if fails:
-        # NB: JAX 0.10.2 reports the first such output only, without its key path.
-        raise ValueError(_vma_error(fun_name, mesh, [("", *fails[0][1:])], legacy=False))
+        # NB: JAX 0.10.2 reports the first such output only, at its spec's key path in
+        # out_specs (`out_specs[1]`; nothing for a spec that covers every output).
+        first = next(i for i, (s, v) in enumerate(zip(o_specs, vary))
+                     if any(n in v and n not in _spec_names(s) for n in manual))
+        spec_path = _spec_paths(self.out_specs, out_shape)[first]
+        raise ValueError(_vma_error(fun_name, mesh, [(spec_path, *fails[0][1:])],
+                                    legacy=False))
     cacheable = not any(isinstance(c, core.Tracer) for c in consts)
     return closed, consts, out_tree, tuple(o_specs), cacheable
 
@@ -574,7 +591,7 @@ class _Mapped:
       outs = shard_map_p.bind(
           *consts, *dyn, jaxpr=closed, mesh=mesh,
           in_specs=(PartitionSpec(),) * len(consts) + dyn_specs, out_specs=o_specs,
-          manual_axes=self.manual, check_rep=self.check, name=fun_name)
+          newly_manual_axes=self.manual, check_vma=self.check, name=fun_name)
       return tree_util.tree_unflatten(out_tree, outs)
 
     if self.legacy:
@@ -836,6 +853,7 @@ def _eager_shard_map(mapped: "_Mapped", in_tree, specs, leaves):
       if mapped.check and any(n in x.vary and n not in _spec_names(s) for n in mapped.manual):
         if mapped.legacy:
           mapped._legacy_rep_error(path, s, x.vary)
+        # NB: JAX 0.10.2's eager shard_map names no key path (its jit does).
         raise ValueError(_vma_error(fun_name, mesh, [("", s, x.vary)], legacy=False))
       results.append((x.val, s))
   finally:

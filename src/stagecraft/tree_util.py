@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import difflib
 import functools
 import operator
+import textwrap
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -780,6 +782,74 @@ def broadcast_prefix(prefix: Any, tree: Any,
     out.extend([p] * len(optree.tree_leaves(sub, none_is_leaf=_NONE_IS_LEAF,
                                             namespace=NAMESPACE)))
   return out
+
+
+def prefix_errors(prefix: Any, tree: Any,
+                  is_leaf: Callable[[Any], bool] | None = None) -> list[Callable[[str], ValueError]]:
+  """Why `prefix` is not a pytree prefix of `tree` (JAX's `prefix_errors`): one function per
+  disagreement that, given the name of the prefix (`"shard_map out_specs"`), makes JAX's
+  `ValueError` ("pytree structure error: different types at key path ..."). Empty when
+  `prefix` is a prefix of `tree`. A disagreement hides those below it; None is an empty
+  node, as JAX's, unless `is_leaf` says it is a leaf."""
+  def leaf(x):
+    return (is_leaf is not None and is_leaf(x)) or _one_level(x) is None
+
+  def walk(path, p, t):
+    if leaf(p):
+      return
+    if type(p) is not type(t):
+      yield lambda name: ValueError(
+          f"pytree structure error: different types at key path\n    {name}{keystr(path)}\n"
+          f"At that key path, the prefix pytree {name} has a subtree of type\n    {type(p)}\n"
+          f"but at the same key path the full pytree has a subtree of different type\n"
+          f"    {type(t)}.")
+      return
+    p_kids, p_meta, p_keys = _one_level(p)
+    t_kids, t_meta, t_keys = _one_level(t)
+    if isinstance(p, (list, tuple)):
+      if len(p) != len(t):
+        ty = type(p).__name__
+        yield lambda name: ValueError(
+            f"pytree structure error: different lengths of {ty} at key path\n"
+            f"    {name}{keystr(path)}\n"
+            f"At that key path, the prefix pytree {name} has a subtree of type {ty} of length "
+            f"{len(p)}, but the full pytree has a subtree of the same type but of length "
+            f"{len(t)}.")
+        return
+    elif len(p_kids) != len(t_kids):
+      def keys_str(keys):
+        return " ".join(str(getattr(k, "key", getattr(k, "name", k))) for k in keys)
+      try:
+        diff = set(p_keys).symmetric_difference(set(t_keys))
+      except TypeError:
+        diff = None
+      yield lambda name: ValueError(
+          f"pytree structure error: different numbers of pytree children at key path\n"
+          f"    {name}{keystr(path)}\n"
+          f"At that key path, the prefix pytree {name} has a subtree of type\n    {type(p)}\n"
+          f"with {len(p_kids)} child keys\n    {keys_str(p_keys)}\n"
+          f"but at the same key path the full pytree has a subtree of the same type but with "
+          f"{len(t_kids)} child keys\n    {keys_str(t_keys)}\n"
+          + ("" if diff is None else
+             f"so the symmetric difference on key sets is\n    {keys_str(diff)}"))
+      return
+    if p_meta != t_meta:
+      p_str, t_str = str(p_meta), str(t_meta)
+      diff_str = textwrap.indent("\n".join(difflib.ndiff(p_str.splitlines(),
+                                                         t_str.splitlines())), "    ")
+      yield lambda name: ValueError(
+          f"pytree structure error: different pytree metadata at key path\n"
+          f"    {name}{keystr(path)}\n"
+          f"At that key path, the prefix pytree {name} has a subtree of type\n    {type(p)}\n"
+          f"with metadata\n    {p_str}\n"
+          f"but at the same key path the full pytree has a subtree of the same type but with "
+          f"metadata\n    {t_str}\n"
+          f"so the diff in the metadata at these pytree nodes is\n{diff_str}")
+      return
+    for k, pc, tc in zip(p_keys, p_kids, t_kids):
+      yield from walk((*path, k), pc, tc)
+
+  return list(walk((), prefix, tree))
 
 
 def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,

@@ -19,6 +19,7 @@ Semantics (values and the axis names they accept) follow JAX's `lax` collectives
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -217,7 +218,7 @@ def _ppermute_lowering(ctx, x, *, axis_name, perm):
   return ctx.op("stablehlo.collective_permute", [x], attrs=", ".join(attrs))
 
 
-def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_size):
+def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True):
   groups = _replica_groups(ctx, _names(axis_name))
   attrs = ", ".join([f"split_dimension = {split_axis} : i64",
                      f"concat_dimension = {concat_axis} : i64",
@@ -878,13 +879,13 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
     NameError: for an unbound axis name.
     ValueError: when the scatter dimension's size does not fit the axis size (the group
       size with `axis_index_groups`); bad `axis_index_groups` (as `all_gather`).
-    NotImplementedError: `axis_index_groups` under vmap; several axis names.
+    NotImplementedError: `axis_index_groups` under vmap; several axis names under vmap.
   """
   names = _names(axis_name)
-  if len(names) != 1:
-    raise NotImplementedError(f"psum_scatter over several axes {names} is not supported; "
-                              f"scatter over one axis name.")
-  n = _axis_size(names[0])
+  # NB: several names scatter over their grid, members ordered row-major in the order named
+  # (as all_gather's and axis_index's).
+  n = math.prod(_axis_size(name) for name in names)
+  bound = names[0] if len(names) == 1 else names
   groups = _checked_groups(axis_index_groups, n)
   if groups is not None:
     n = len(groups[0])   # NB: each group's sum is scattered over its members
@@ -896,11 +897,11 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
     sd = scatter_dimension % len(shape)
     if tiled and shape[sd] % n:
       raise ValueError(f"psum_scatter: scatter_dimension {sd} of size {shape[sd]} is not "
-                       f"divisible by the size {n} of axis {names[0]!r}.")
+                       f"divisible by the size {n} of axis {bound!r}.")
     if not tiled and shape[sd] != n:
       raise ValueError(f"psum_scatter with tiled=False requires scatter_dimension {sd} to have "
-                       f"the size {n} of axis {names[0]!r}, got {shape[sd]} (shape {shape}).")
-    return reduce_scatter_p.bind(leaf, axis_name=names[0], scatter_dimension=sd, axis_size=n,
+                       f"the size {n} of axis {bound!r}, got {shape[sd]} (shape {shape}).")
+    return reduce_scatter_p.bind(leaf, axis_name=bound, scatter_dimension=sd, axis_size=n,
                                  tiled=bool(tiled), **_groups_param(groups))
   return tree_util.tree_map(one, x)
 
@@ -912,7 +913,10 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
 all_to_all_p = core.Primitive("all_to_all")
 
 
-def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_size):
+def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_size,
+                              tiled=True):
+  # NB: `tiled` records the user's form (JAX's param); the equation's shapes are the tiled
+  # ones either way (`all_to_all` inserts and squeezes the untiled form's axes around it).
   _axis_size(axis_name)
   shape = list(x.shape)
   shape[split_axis] //= axis_size
@@ -921,15 +925,16 @@ def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_siz
 
 
 def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_axis,
-                        axis_size):
+                        axis_size, tiled=True):
   (x,), (d,) = args, dims
   if axis_data.name != axis_name:
     if d is batching.not_mapped:
       return all_to_all_p.bind(x, axis_name=axis_name, split_axis=split_axis,
-                               concat_axis=concat_axis, axis_size=axis_size), d
+                               concat_axis=concat_axis, axis_size=axis_size, tiled=tiled), d
     x = batching.moveaxis(x, d, 0)
     return all_to_all_p.bind(x, axis_name=axis_name, split_axis=split_axis + 1,
-                             concat_axis=concat_axis + 1, axis_size=axis_size), 0
+                             concat_axis=concat_axis + 1, axis_size=axis_size,
+                             tiled=tiled), 0
   n = axis_data.size
   x = batching.bdim_at_front(x, d, n)              # [i, ...]: member i's operand
   shape = core.get_aval(x).shape[1:]
@@ -947,9 +952,9 @@ def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_
   return lax_shape.reshape(x, (n, *out_shape)), 0
 
 
-def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size):
+def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True):
   return [all_to_all_p.bind(ct, axis_name=axis_name, split_axis=concat_axis,
-                            concat_axis=split_axis, axis_size=axis_size)]
+                            concat_axis=split_axis, axis_size=axis_size, tiled=tiled)]
 
 
 all_to_all_p.def_abstract_eval(_all_to_all_abstract_eval)
@@ -985,7 +990,7 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
                        f"size {n}, got {shape[sa]}.")
     if tiled:
       return all_to_all_p.bind(leaf, axis_name=axis_name, split_axis=sa, concat_axis=ca,
-                               axis_size=n)
+                               axis_size=n, tiled=True)
     # Untiled: a new size-1 axis receives the chunks (placed so that, once the emptied
     # split axis is squeezed, it sits at concat_axis), as JAX's shape rule
     # insert(delete(shape, split_axis), concat_axis, n).
@@ -993,9 +998,48 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     sa1 = sa + 1 if q <= sa else sa
     x1 = lax_shape.expand_dims(leaf, (q,))
     out = all_to_all_p.bind(x1, axis_name=axis_name, split_axis=sa1, concat_axis=q,
-                            axis_size=n)
+                            axis_size=n, tiled=False)
     return lax_shape.squeeze(out, (sa1,))
   return tree_util.tree_map(one, x)
+
+
+# ---------------------------------------------------------------------------
+# Printing: the collectives' equations print the params of JAX's primitives of the same
+# name (their names, their defaults, axis names as a tuple), so that printed jaxprs read as
+# JAX's; the equations hold stagecraft's (`all_gather`'s `axis` is JAX's
+# `all_gather_dimension`; `axis_index_groups` is held only when given).
+
+
+def _pp_all_gather(eqn, context):
+  p = eqn.params
+  return [("all_gather_dimension", p["axis"]),
+          ("axis_index_groups", p.get("axis_index_groups")),
+          ("axis_name", _names(p["axis_name"])), ("axis_size", p["axis_size"]),
+          ("tiled", p["tiled"])]
+
+
+def _pp_ppermute(eqn, context):
+  return [("axis_name", _names(eqn.params["axis_name"])), ("perm", eqn.params["perm"])]
+
+
+def _pp_reduce_scatter(eqn, context):
+  p = eqn.params
+  return [("axis_index_groups", p.get("axis_index_groups")),
+          ("axis_name", _names(p["axis_name"])), ("axis_size", p["axis_size"]),
+          ("scatter_dimension", p["scatter_dimension"]), ("tiled", p["tiled"])]
+
+
+def _pp_all_to_all(eqn, context):
+  p = eqn.params
+  return [("axis_index_groups", None), ("axis_name", p["axis_name"]),
+          ("concat_axis", p["concat_axis"]), ("split_axis", p["split_axis"]),
+          ("tiled", p.get("tiled", True))]
+
+
+core.pp_eqn_rules[all_gather_p] = _pp_all_gather
+core.pp_eqn_rules[ppermute_p] = _pp_ppermute
+core.pp_eqn_rules[reduce_scatter_p] = _pp_reduce_scatter
+core.pp_eqn_rules[all_to_all_p] = _pp_all_to_all
 
 
 # ---------------------------------------------------------------------------
@@ -1050,4 +1094,17 @@ def pswapaxes(x: Any, axis_name: Any, axis: int, *, axis_index_groups: Any = Non
   """Swaps the mapped axis `axis_name` with the positional axis `axis` of `x`, as JAX's
   `lax.pswapaxes`: `all_to_all(x, axis_name, axis, axis, axis_index_groups=...)` (the axis
   must have the mapped axis' size; member j receives chunk j of every member)."""
-  return all_to_all(x, axis_name, axis, axis, axis_index_groups=axis_index_groups)
+  if axis_index_groups is not None:
+    raise NotImplementedError("pswapaxes: axis_index_groups is not supported yet.")
+  n = _axis_size(axis_name)
+
+  def one(leaf):
+    shape = core.get_aval(leaf).shape
+    ax = axis % len(shape)
+    if shape[ax] != n:
+      raise ValueError(f"pswapaxes requires axis {axis} to have the size {n} of axis "
+                       f"{axis_name!r}, got {shape[ax]} (shape {shape}).")
+    # NB: one equation, as JAX's: chunks of size 1 along `axis`, concatenated along it.
+    return all_to_all_p.bind(leaf, axis_name=axis_name, split_axis=ax, concat_axis=ax,
+                             axis_size=n, tiled=False)
+  return tree_util.tree_map(one, x)

@@ -531,7 +531,14 @@ sharding.late_names["reshard"] = reshard   # JAX's `jax.sharding.reshard`
 
 shard_map_p = core.Primitive("shard_map")
 shard_map_p.multiple_results = True
-core.pp_param_order[shard_map_p] = ("name", "in_specs", "out_specs", "manual_axes", "jaxpr")
+
+def _pp_shard_map(eqn, context):
+  # NB: JAX's params, sorted by name; `name` (stagecraft's, for messages and module names)
+  # is not printed, as JAX keeps the function's name in the jaxpr's debug info.
+  return sorted((k, v) for k, v in eqn.params.items() if k != "name")
+
+
+core.pp_eqn_rules[shard_map_p] = _pp_shard_map
 
 
 # ---------------------------------------------------------------------------
@@ -621,11 +628,11 @@ def _same_mesh(a: Mesh, b: Mesh) -> bool:
 
 
 def _shard_map_params_env(params):
-  return shard_map_env(params["mesh"], params["manual_axes"])
+  return shard_map_env(params["mesh"], params["newly_manual_axes"])
 
 
 def _manual_names(params) -> tuple:
-  return tuple(n for n in params["mesh"].axis_names if n in params["manual_axes"])
+  return tuple(n for n in params["mesh"].axis_names if n in params["newly_manual_axes"])
 
 
 def _missing_axes(spec: PartitionSpec, params) -> tuple:
@@ -666,7 +673,9 @@ mapping.MapRules(
 # Lowering and eager evaluation
 
 
-def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, manual_axes, name, **_):
+def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, newly_manual_axes, name,
+                        **_):
+  manual_axes = newly_manual_axes
   module = ctx.module
   if module.sdy_mesh is None:
     raise ValueError(f"shard_map ({name}) cannot be lowered into this module, which has no "
@@ -747,12 +756,12 @@ def _spec_axes(spec: PartitionSpec) -> frozenset:
   return frozenset(n for i in range(len(spec)) for n in spec._names(i))
 
 
-def _shard_map_replication(in_vary, *, jaxpr, in_specs, manual_axes, **_):
+def _shard_map_replication(in_vary, *, jaxpr, in_specs, newly_manual_axes, **_):
   # A nested shard_map: its body sees operands varying where they do outside and along the
   # axes their specs split; its results are whole along its own manual axes.
   body_in = [v | _spec_axes(s) for v, s in zip(in_vary, in_specs)]
   outs = mapping.varying_axes(jaxpr.jaxpr, body_in)
-  return [o - frozenset(manual_axes) for o in outs]
+  return [o - frozenset(newly_manual_axes) for o in outs]
 
 
 mapping.replication_rules[shard_map_p] = _shard_map_replication
