@@ -84,6 +84,12 @@ class ArrayMapping(tuple):
     return super().__new__(cls, dim_mappings)
 
 
+def _factors_in_order(mappings) -> list[str]:
+  """Every factor of `mappings`, compound factors' included, in order of appearance."""
+  return [f for mapping in mappings for d in mapping
+          for f in ([d] if isinstance(d, str) else d)]
+
+
 def _factors_of(mappings) -> tuple[list[str], list[str]]:
   """The factors naming whole dimensions and those inside compound factors, in order."""
   whole, compound = [], []
@@ -125,31 +131,26 @@ class SdyShardingRule:
                need_replication_factors: tuple[str, ...] = (),
                permutation_factors: tuple[str, ...] = (), **factor_sizes: int):
     whole, compound = _factors_of([*operand_mappings, *result_mappings])
-    used = set(whole) | set(compound)
-    special = {"reduction_factors": reduction_factors,
-               "need_replication_factors": need_replication_factors,
-               "permutation_factors": permutation_factors}
-    for name, factors in special.items():
+    for f in factor_sizes:
+      if f not in whole and f not in compound:
+        raise ValueError(f"Factor {f} is not used in the rule, but size is provided")
+    for f in dict.fromkeys(_factors_in_order([*operand_mappings, *result_mappings])):
+      if f in whole and f in factor_sizes:
+        raise ValueError(f"Factor {f} represents a whole dimension; do not specify its size")
+      if f not in whole and f not in factor_sizes:
+        raise ValueError(f"Factor {f} is only used in compound factors; must specify its size")
+    seen: set = set()
+    for name, factors in zip(_SPECIAL_FACTORS, (reduction_factors, need_replication_factors,
+                                                permutation_factors)):
       if not isinstance(factors, tuple):
         raise ValueError(f"{name} must be a tuple of factors")
       for f in factors:
-        if f not in used:
+        if f not in whole and f not in compound:
           raise ValueError(f"Factor {f} in {name} is not used in the rule")
-    seen: set = set()
-    for factors in special.values():
-      for f in factors:
         if f in seen:
           raise ValueError(f"Factor {f} can only be in one of the reduction, need "
                            "replication, or permutation factor sets.")
         seen.add(f)
-    for f in factor_sizes:
-      if f not in used:
-        raise ValueError(f"Factor {f} is not used in the rule, but size is provided")
-      if f in whole:
-        raise ValueError(f"Factor {f} represents a whole dimension; do not specify its size")
-    for f in compound:
-      if f not in whole and f not in factor_sizes:
-        raise ValueError(f"Factor {f} is only used in compound factors; must specify its size")
     self.operand_mappings = operand_mappings
     self.result_mappings = result_mappings
     self.factor_sizes = factor_sizes
@@ -164,8 +165,18 @@ class SdyShardingRule:
             f"{self.factor_sizes}{extra})")
 
 
+def _mapping(dims: list) -> ArrayMapping:
+  """The ArrayMapping of one operand or result, its factor names checked once it ends."""
+  for d in dims:
+    for f in ([d] if isinstance(d, str) else d):
+      if f[0] != BATCHING and not f[0].isalpha():
+        raise ValueError(f"Factor names have to start with a letter, but got '{f[0]}'")
+  return ArrayMapping(*dims)
+
+
 def _parse_side(side: str) -> list[ArrayMapping]:
-  """The ArrayMappings of one side of a rule string (comma-separated)."""
+  """The ArrayMappings of one side of a rule string (comma-separated), `...` already
+  rewritten as `BATCHING`."""
   mappings: list[ArrayMapping] = []
   dims: list = []
   compound: list | None = None
@@ -185,25 +196,23 @@ def _parse_side(side: str) -> list[ArrayMapping]:
       dims.append(CompoundFactor(*compound))
       compound = None
     elif c == ",":
-      mappings.append(ArrayMapping(*dims))
+      mappings.append(_mapping(dims))
       dims = []
-    elif c == ".":
-      if side[i:i + 3] != "...":
-        raise ValueError("Character '.' must be used inside ellipsis '...'")
+    elif c == BATCHING:   # then an optional group number
       if dims or compound is not None:
         raise ValueError("Ellipsis can only be used at the beginning of a dimension")
-      j = i + 3
+      j = i + 1
       while j < n and side[j].isdigit():
         j += 1
-      dims.append(BATCHING + (side[i + 3:j] or "0"))
+      dims.append(f"{BATCHING}{int(side[i + 1:j] or 0)}")
       i = j
       continue
     elif c.isalnum() or c == "_":
+      if c.isdigit():
+        raise ValueError(f"Factor names have to start with a letter, but got '{c}'")
       j = i + 1
       while j < n and (side[j].isalnum() or side[j] == "_"):
         j += 1
-      if not c.isalpha():
-        raise ValueError(f"Factor names have to start with a letter, but got '{c}'")
       (dims if compound is None else compound).append(side[i:j])
       i = j
       continue
@@ -211,9 +220,8 @@ def _parse_side(side: str) -> list[ArrayMapping]:
       raise ValueError(f"Unknown character '{c}'")
     i += 1
   if compound is not None:
-    raise ValueError("Brackets are not balanced in rule: "
-                     f"'{side.strip().replace('...', BATCHING)}'")
-  mappings.append(ArrayMapping(*dims))
+    raise ValueError(f"Brackets are not balanced in rule: '{' '.join(side.split())}'")
+  mappings.append(_mapping(dims))
   return mappings
 
 
@@ -236,9 +244,14 @@ def str_to_sdy_sharding_rule(rule: str, **kwargs) -> SdyShardingRule:
   """
   if not isinstance(rule, str):
     raise TypeError(f"rule must be a str, but got {type(rule)}")
+  if BATCHING in rule:
+    raise ValueError(f"Unknown character '{BATCHING}'")
+  rule = rule.replace("...", BATCHING)
+  if "." in rule:
+    raise ValueError("Character '.' must be used inside ellipsis '...'")
   sides = rule.split("->")
   if len(sides) != 2:
-    raise ValueError(f"There is no -> in rule: '{rule.replace('...', BATCHING)}'")
+    raise ValueError(f"There is no -> in rule: '{rule}'")
   operands, results = _parse_side(sides[0]), _parse_side(sides[1])
   return SdyShardingRule(tuple(operands), tuple(results), **kwargs)
 
