@@ -342,9 +342,12 @@ _BATCHING_ERROR = "Batching rule for 'custom_partitioning' not implemented"
 
 
 def _custom_partitioning_lowering(ctx, *args, call: ClosedJaxpr, sharding_rule, **_):
-  # Inlined: XLA partitions the body itself. In a program over a mesh JAX lowers the rule
-  # for Shardy, which checks it against the operation; stagecraft checks it the same way.
-  if ctx.module.sdy_mesh is not None and isinstance(sharding_rule, SdyShardingRule):
+  # Inlined: XLA partitions the body itself. In a program over a mesh of several devices
+  # JAX lowers the rule for Shardy, which checks it against the operation (over one device
+  # it inlines the body too); stagecraft checks it the same way.
+  module = ctx.module
+  if (module.sdy_mesh is not None and module.num_partitions > 1
+      and isinstance(sharding_rule, SdyShardingRule)):
     check_sharding_rule(sharding_rule, ctx.avals_in, ctx.avals_out)
   consts = [lowering.dense_constant(ctx.fb, c, v.aval)
             for c, v in zip(call.consts, call.jaxpr.constvars)]
