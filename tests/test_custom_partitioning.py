@@ -380,7 +380,10 @@ def test_rule_checked_against_the_operation_in_a_mesh_program_as_jaxs():
 
   for rule, kw, args in cases:
     assert run(SC, rule, kw, args) == run(JAX, rule, kw, args), rule
-  # without a mesh the rule is not looked at, as in JAX
-  f = scp.custom_partitioning(lambda a: a)
+  # without a mesh, or over a mesh of one device, the rule is not looked at, as in JAX
+  f = scp.custom_partitioning(lambda a: a * 2)
   f.def_partition(None, sharding_rule="i -> i, i")
   assert sc.jit(f)(x).shape == (8, 4)
+  one = sc.sharding.NamedSharding(sc.sharding.Mesh(np.array(sc.devices()[:1]), ("x",)),
+                                  sc.sharding.PartitionSpec())
+  assert "stablehlo.multiply" in sc.jit(f, in_shardings=one).lower(x).as_text()

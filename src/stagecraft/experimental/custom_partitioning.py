@@ -405,7 +405,8 @@ class custom_partitioning:
     fun: a function of arrays (pytrees of arrays) to arrays (pytrees).
     static_argnums: a sequence of positions of arguments that are not arrays (Python values,
       passed to `fun` as they are and recorded in the equation's `static_args`); keyword
-      arguments are resolved to positions with `inspect.signature(fun)` first.
+      arguments are resolved to positions with `inspect.signature(fun)` first. A negative
+      position counts from the end (JAX's fails on one).
 
   A call traces `fun` (with the static arguments in place) to a closed jaxpr and binds one
   `custom_partitioning` equation; its params hold the body (`call`), the callbacks and rule
@@ -500,7 +501,7 @@ class custom_partitioning:
         raise UnexpectedTracerError(
             "Found a JAX Tracer object passed as an argument to a custom_partitioning "
             "function in a position indicated as static by static_argnums. ")
-    static = set(static_argnums)
+    static = {i % len(args) for i in static_argnums}
     dyn_args = tuple(a for i, a in enumerate(args) if i not in static)
     shardy = config.read("use_shardy_partitioner")
     if shardy and self.sharding_rule is None and (
