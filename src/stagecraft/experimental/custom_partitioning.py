@@ -337,6 +337,10 @@ def _flatten(tree):
   return optree.tree_flatten(tree, none_is_leaf=False, namespace=tree_util.NAMESPACE)
 
 
+def _unflatten(treedef, leaves):
+  return tree_util.tree_unflatten(treedef, leaves)
+
+
 _JVP_ERROR = "Differentiation rule for 'custom_partitioning' not implemented"
 _BATCHING_ERROR = "Batching rule for 'custom_partitioning' not implemented"
 
@@ -531,6 +535,3 @@ class custom_partitioning:
         in_tree=_TreeParam(in_tree), out_tree=_TreeParam(out_tree), static_args=static_args)
     return _unflatten(out_tree, outs)
 
-
-def _unflatten(treedef, leaves):
-  return tree_util.tree_unflatten(treedef, leaves)
