@@ -81,7 +81,7 @@ def test_shard_map_matches_jax(check_rep):
     return lax_.psum(a * b, "i").sum(0, keepdims=True), a + 1
 
   jm = jsh.Mesh(np.array(jax.devices()[:4]), ("i",))
-  sm = make_mesh((4,), ("i",))
+  sm = Mesh(np.array(sc.devices()[:4]), ("i",))   # NB: Auto axes, as jm's
   jf = j_shard_map(lambda a, b: body(jax.lax, a, b), jm, (jsh.PartitionSpec("i"),
                    jsh.PartitionSpec()), (jsh.PartitionSpec(), jsh.PartitionSpec("i")),
                    check_rep)
@@ -100,7 +100,7 @@ def test_shard_map_errors_match_jax():
   s_shard_map = _jax_attr("stagecraft.experimental.shard_map", "shard_map")
   j_shard_map = _jax_attr("jax.experimental.shard_map", "shard_map")
   jm = jsh.Mesh(np.array(jax.devices()[:4]), ("i",))
-  sm = make_mesh((4,), ("i",))
+  sm = Mesh(np.array(sc.devices()[:4]), ("i",))   # NB: Auto axes, as jm's
   x = np.arange(8.0, dtype=np.float32)
   # an output varying along "i" claimed replicated: rejected with check_rep, allowed without
   with pytest.raises(ValueError, match="out_specs") as je:

@@ -647,11 +647,18 @@ def test_mesh_from_context(mesh):
   g = sc.shard_map(lambda x: x, in_specs=P(), out_specs=P())
   with pytest.raises(ValueError, match="context mesh cannot be empty"):
     g(x)
+  # NB: the mesh's axes are Explicit: as JAX 0.10.2, an argument's sharding type must be
+  # its in_spec (a NumPy array's is P(None, None)).
+  xd = sc.device_put(x, NamedSharding(mesh, P("data")))
   with mesh:
     f = sc.shard_map(lambda x: lax.psum(x, "data"), in_specs=P("data"), out_specs=P())
-    np.testing.assert_allclose(np.asarray(f(x)), x[:2] + x[2:], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(f(xd)), x[:2] + x[2:], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"in_specs passed to shard_map: P\('data', None\) "
+                                         r"does not match the specs of the input: "
+                                         r"P\(None, None\) for arg: float32\[4,4\]\."):
+      f(x)
   # The mesh was captured when shard_map was called.
-  np.testing.assert_allclose(np.asarray(f(x)), x[:2] + x[2:], rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(f(xd)), x[:2] + x[2:], rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------

@@ -152,3 +152,34 @@ def test_prefix_errors_as_jax():
     theirs = [str(f("in_axes")) for f in jtu.prefix_errors(prefix, tree)]
     assert ours == theirs, (prefix, tree)
   assert tree_util.prefix_errors((1, 2), (5, 6)) == []
+
+
+def test_explicit_mesh_arguments_must_be_typed_as_in_specs():
+  """On a mesh whose axes are all Explicit (make_mesh's default), an argument whose sharding
+  type differs from its in_spec is rejected with JAX's message, eagerly and under jit; a
+  mixed Explicit/Auto mesh is not checked (JAX 0.10.2)."""
+  ours = sc.make_mesh((2, 2), ("i", "j"))
+  theirs = jax.make_mesh((2, 2), ("i", "j"))
+  put = {sc: lambda m, s: sc.device_put(X, sc.NamedSharding(m, s)),
+         jax: lambda m, s: jax.device_put(X, jax.sharding.NamedSharding(m, s))}
+
+  def outcome(lib, mesh, Spec, arg, spec, jit):
+    f = lib.shard_map(lambda v: v * 2, mesh=mesh, in_specs=Spec(*spec), out_specs=Spec(*spec))
+    f = lib.jit(f) if jit else f
+    x = X if arg is None else put[lib](mesh, Spec(*arg))
+    try:
+      return str(lib.typeof(f(x)))
+    except ValueError as e:
+      return str(e)
+  for arg, spec in [(None, ()), (None, ("i",)), (("i",), ()), (("i",), ("i",)),
+                    (("i",), ("i", "j")), (("i", "j"), (("i", "j"),)), (("i", "j"), ("i", "j"))]:
+    for jit in (False, True):
+      assert (outcome(sc, ours, P, arg, spec, jit) == outcome(jax, theirs, JP, arg, spec, jit)
+              ), (arg, spec, jit)
+  with pytest.raises(ValueError, match=r"^in_specs passed to shard_map: P\('i', None\) does not "
+                                       r"match the specs of the input: P\(None, None\) for arg: "
+                                       r"float32\[4,4\]\. `in_specs` is an optional argument"):
+    sc.shard_map(lambda v: v, mesh=ours, in_specs=P("i"), out_specs=P("i"))(X)
+  mixed = sc.make_mesh((2, 2), ("i", "j"), axis_types=(AxisType.Explicit, AxisType.Auto))
+  out = sc.jit(sc.shard_map(lambda v: v * 2, mesh=mixed, in_specs=P("i"), out_specs=P("i")))(X)
+  np.testing.assert_array_equal(np.asarray(out), X * 2)

@@ -113,6 +113,28 @@ def _flat_specs(prefix, tree, what: str, fun_name: str, *, legacy: bool) -> list
   return specs
 
 
+def _check_explicit_input(spec: PartitionSpec, aval) -> None:
+  """On a mesh whose axes are all Explicit, an argument's sharding type must be its in_spec
+  (JAX 0.10.2's check: shard_map does not reshard typed arguments).
+
+  Raises:
+    ValueError: with JAX's message, naming both specs (padded to the argument's rank) and
+      the argument's type.
+  """
+  def entries(p):
+    out = [e[0] if isinstance(e, tuple) and len(e) == 1 else (tuple(e) if isinstance(
+        e, (tuple, list)) else e) for e in p]
+    return out + [None] * (len(aval.shape) - len(out))
+  want, have = entries(spec), entries(aval.sharding.spec)
+  if want != have:
+    raise ValueError(
+        f"in_specs passed to shard_map: {PartitionSpec(*want)} does not match the specs of "
+        f"the input: {PartitionSpec(*have)} for arg: {aval}. `in_specs` is an optional "
+        f"argument so you can omit specifying it and shard_map will infer the in_specs from "
+        f"the arguments. If you want to reshard your inputs, you can use `jax.reshard` on "
+        f"the arguments and then pass those args to shard_map.")
+
+
 def _spec_paths(prefix, tree) -> list[str]:
   """For each leaf of `tree`, the key path (`keystr`) of the spec of the prefix `prefix`
   that covers it."""
@@ -393,7 +415,7 @@ def _legacy_shard_map(f, args, out_specs, in_specs, mesh, axis_names, check_vma,
                  None if out_specs is _MISSING else out_specs, check, legacy=True).wrapped
 
 
-def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma):
+def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma, typed_inputs=True):
   if not callable(f):
     raise TypeError(f"shard_map requires a callable for its first argument, but got {f} of "
                     f"type {type(f)}.")
@@ -404,6 +426,7 @@ def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma):
     mapped = state.get("mapped")
     if mapped is None or not mapped.fixed:
       mapped = _new_form(f, mesh, axis_names, in_specs, out_specs, check_vma)
+      mapped.typed_inputs = typed_inputs
       # NB: as JAX, a mesh taken from the context at the first call is kept (but one taken
       # from an enclosing shard_map is looked up again: `f` may be traced in other bodies).
       state["mapped"] = mapped
@@ -458,6 +481,8 @@ class _Mapped:
     self.f, self.mesh, self.manual = f, mesh, frozenset(manual)
     self.in_specs, self.out_specs, self.check = in_specs, out_specs, bool(check)
     self.legacy, self.infer, self.fixed = legacy, infer, True
+    # NB: False for stagecraft's own shard_maps over blocks it made (no sharding types)
+    self.typed_inputs = True
     self.fun_name = _fun_name(f)
     self.traces: dict = {}
     self.wrapped = self._make_wrapped()
@@ -553,6 +578,7 @@ class _Mapped:
         raise TypeError(f"shard_map applied to the function '{fun_name}' was called with "
                         f"keyword arguments {sorted(kwargs)}; pass them positionally.")
       leaves, in_tree = flatten(args)
+      explicit = all(t == AxisType.Explicit for t in mesh.axis_types)
       if self.infer:
         specs = [_inferred_spec(x, mesh, self.manual) for x in leaves]
       else:
@@ -571,6 +597,8 @@ class _Mapped:
         if self.legacy:
           self._check_names(s, f"the argument at args{path}")
         _check_spec(s, aval, mesh, f"the argument at args{path}", fun_name, split=True)
+        if explicit and self.typed_inputs and not self.legacy and not self.infer:
+          _check_explicit_input(s, aval)
         avals.append(aval)
         dyn.append(x)
       if self._runs_eagerly(dyn):
@@ -924,6 +952,7 @@ def _compiled_applier(mesh: Mesh, prim, params, vals, mapped):
       core.get_aval(v).update(shape=core.get_aval(v).shape[k:]) if m else core.get_aval(v)
       for v, m in zip(vals, mapped)], **params)) if prim.multiple_results else 1
   return pjit.jit(_shard_map(body, out_specs=(spec,) * n_out, in_specs=in_specs, mesh=mesh,
-                            axis_names=frozenset(names), check_vma=False))
+                            axis_names=frozenset(names), check_vma=False,
+                            typed_inputs=False))
 
 
