@@ -67,6 +67,10 @@ def __getattr__(name: str):
   raise AttributeError(f"module 'stagecraft.sharding' has no attribute '{name}'")
 
 
+def __dir__():
+  return sorted({*globals(), *late_names})
+
+
 class ShardingTypeError(Exception):
   """A program whose shardings in types do not fit (JAX's `ShardingTypeError`): e.g.
   `a + b` with `a: f32[8@x,4]` and `b: f32[8@y,4]`, or a matmul contracting a dimension

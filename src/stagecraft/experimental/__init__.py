@@ -6,7 +6,8 @@ from stagecraft.callback import io_callback
 __all__ = ["io_callback", "checkify", "ode"]
 
 _SUBMODULES = ("ode", "checkify", "serialize_executable", "compute_on",
-               "custom_partitioning")
+               "custom_partitioning", "shard_map", "compilation_cache", "pjit", "jet",
+               "mesh_utils", "multihost_utils", "layout", "hijax")
 
 
 def deprecation_getattr(module: str, deprecations: dict):
@@ -30,3 +31,7 @@ def __getattr__(name):
   if name in _SUBMODULES:
     return _importlib.import_module(f"{__name__}.{name}")
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted({*globals(), *_SUBMODULES})
