@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import stagecraft
+import stagecraft as sc
 from stagecraft import lax
 
 from _util import assert_trees_allclose
@@ -112,3 +113,31 @@ def test_shape_as_value_of_symbolic_dimensions():
   jexp = jax.export.export(jax.jit(lambda x: jax.lax.shape_as_value(x.shape) * 2))(
       jax.ShapeDtypeStruct((jb, 3), np.float32))
   np.testing.assert_array_equal(np.asarray(jexp.call(np.zeros((5, 3), np.float32))), [10, 6])
+
+
+def test_approx_top_k_is_one_equation_as_jax():
+  """approx_max_k/approx_min_k stage JAX's `approx_top_k` equation (its params), vmap moves
+  its reduction dimension as JAX's, and values, indices, gradients and errors are JAX's."""
+  x = RNG.standard_normal((5, 3, 4)).astype(np.float32)
+  for in_axes, rd in [(0, -1), (1, -1), (2, -2), (0, 0)]:
+    f = lambda L, rd=rd: lambda v: L.approx_max_k(v, 2, reduction_dimension=rd)  # noqa: E731
+    ours, theirs = sc.vmap(f(lax), in_axes=in_axes), jax.vmap(f(jax.lax), in_axes=in_axes)
+    assert str(sc.make_jaxpr(ours)(x)) == str(jax.make_jaxpr(theirs)(x))
+    for a, b in zip(ours(x), theirs(x)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  g = lambda L: lambda v: L.approx_min_k(v, 2, recall_target=0.9)  # noqa: E731
+  assert str(sc.make_jaxpr(g(lax))(x)) == str(jax.make_jaxpr(g(jax.lax))(x))
+  for a, b in zip(sc.jit(g(lax))(x), jax.jit(g(jax.lax))(x)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  loss = lambda L: lambda v: (L.approx_max_k(v, 2)[0].sum()  # noqa: E731
+                              + L.approx_min_k(v * v, 1, 0)[0].sum())
+  np.testing.assert_allclose(np.asarray(sc.grad(loss(lax))(x)),
+                             np.asarray(jax.grad(loss(jax.lax))(x)), rtol=1e-6)
+  for L in (lax, jax.lax):
+    with pytest.raises(ValueError, match="^k must be smaller than the size of reduction_dim 4, "
+                                         "got 9"):
+      L.approx_max_k(x, 9)
+    with pytest.raises(ValueError, match="^operand must be a floating type"):
+      L.approx_max_k(np.ones((5, 3), np.int32), 2)
+    with pytest.raises(IndexError):
+      L.approx_min_k(x, 2, reduction_dimension=3)

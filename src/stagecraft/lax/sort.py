@@ -30,7 +30,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, shape_poly
 from stagecraft.core import Primitive, ShapedArray
-from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import ad, batching, lowering, mlir
 from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import (broadcast_operands, defbroadcasting, naryop_abstract_eval,
@@ -38,7 +38,7 @@ from stagecraft.lax.elementwise import (broadcast_operands, defbroadcasting, nar
 from stagecraft.lax.shape import broadcast_in_dim, broadcasted_iota, expand_dims, transpose
 from stagecraft.lax.slicing import GatherDimensionNumbers, gather
 
-__all__ = ["sort_p", "top_k_p", "eq_to_p", "lt_to_p", "le_to_p", "sort", "sort_key_val", "top_k",
+__all__ = ["sort_p", "top_k_p", "approx_top_k_p", "eq_to_p", "lt_to_p", "le_to_p", "sort", "sort_key_val", "top_k",
            "approx_max_k", "approx_min_k"]
 
 
@@ -427,28 +427,102 @@ def top_k(operand: Any, k: int, *, axis: int = -1) -> tuple[Any, Any]:
   return tuple(top_k_p.bind(operand, k=k, axis=axis))
 
 
+# ---------------------------------------------------------------------------
+# approx_top_k: JAX's primitive for approx_max_k / approx_min_k. On CPU XLA's approximate
+# top-k falls back to an exact one, so its lowering is top_k's (of the negated operand for
+# the smallest k).
+
+
+def _approx_dim(aval, reduction_dimension: int) -> int:
+  return reduction_dimension % len(aval.shape)
+
+
+def _approx_top_k_abstract_eval(operand, *, k, reduction_dimension, recall_target, is_max_k,
+                                reduction_input_size_override, aggregate_to_topk):
+  return _top_k_abstract_eval(operand, k=k, axis=_approx_dim(operand, reduction_dimension))
+
+
+def _approx_top_k_impl(operand, *, k, reduction_dimension, is_max_k, **_):
+  axis = _approx_dim(core.get_aval(operand), reduction_dimension)
+  if is_max_k:
+    return top_k_p.bind(operand, k=k, axis=axis)
+  values, indices = top_k_p.bind(neg(operand), k=k, axis=axis)
+  return [neg(values), indices]
+
+
+def _approx_top_k_jvp(primals, tangents, **params):
+  values, indices = approx_top_k_p.bind(*primals, **params)
+  axis = _approx_dim(core.get_aval(primals[0]), params["reduction_dimension"])
+  return [values, indices], [_take_along(tangents[0], indices, axis),
+                             ad.Zero(ad.tangent_aval(core.get_aval(indices)))]
+
+
+def _approx_top_k_batch_rule(args, dims, *, reduction_dimension, **params):
+  """The batch dim stays where it is; the reduction dimension, made non-negative, moves by one
+  when the batch dim is at or before it (as JAX's)."""
+  operand, = args
+  bdim, = dims
+  rd = reduction_dimension % (len(core.get_aval(operand).shape) - 1)
+  rd += bdim <= rd
+  outs = approx_top_k_p.bind(operand, reduction_dimension=rd, **params)
+  return outs, [bdim, bdim]
+
+
+approx_top_k_p = Primitive("approx_top_k")
+approx_top_k_p.multiple_results = True
+approx_top_k_p.def_abstract_eval(_approx_top_k_abstract_eval)
+lowering.register_lowering(approx_top_k_p,
+                           mlir.lower_fun(_approx_top_k_impl, multiple_results=True))
+ad.primitive_jvps[approx_top_k_p] = _approx_top_k_jvp
+batching.primitive_batchers[approx_top_k_p] = _approx_top_k_batch_rule
+
+
+def _approx_top_k(operand, k, reduction_dimension, recall_target,
+                  reduction_input_size_override, aggregate_to_topk, is_max_k):
+  aval = core.get_aval(operand)
+  if not aggregate_to_topk:
+    raise NotImplementedError(f"approx_{'max' if is_max_k else 'min'}_k(aggregate_to_topk="
+                              f"False) is not supported.")
+  if not dtypes.issubdtype(aval.dtype, np.floating):
+    raise ValueError("operand must be a floating type")
+  if not -len(aval.shape) <= reduction_dimension < len(aval.shape):
+    raise IndexError(f"reduction_dimension {reduction_dimension} is out of range for an "
+                     f"operand of rank {len(aval.shape)}")
+  size = aval.shape[reduction_dimension]
+  if k > size:
+    raise ValueError(f"k must be smaller than the size of reduction_dim {size}, got {k}")
+  if not 0 < recall_target <= 1:
+    raise ValueError(f"recall_target must be in (0, 1], got {recall_target}")
+  return tuple(approx_top_k_p.bind(
+      operand, k=int(k), reduction_dimension=int(reduction_dimension),
+      recall_target=float(recall_target), is_max_k=is_max_k,
+      reduction_input_size_override=int(reduction_input_size_override),
+      aggregate_to_topk=bool(aggregate_to_topk)))
+
+
 def approx_max_k(operand: Any, k: int, reduction_dimension: int = -1,
                  recall_target: float = 0.95, reduction_input_size_override: int = -1,
                  aggregate_to_topk: bool = True) -> tuple[Any, Any]:
-  """The `k` largest values along `reduction_dimension` and their int32 indices.
+  """The `k` largest values of a floating `operand` along `reduction_dimension` and their
+  int32 indices: one `approx_top_k` equation, as JAX's.
 
-  On CPU the result is exact (recall 1), which XLA's approximate top-k also returns there;
-  `recall_target` and `reduction_input_size_override` are accepted for compatibility.
+  On CPU the result is exact (recall 1), as XLA's approximate top-k is there (it falls back
+  to an exact sort); `recall_target` and `reduction_input_size_override` are recorded.
 
   Raises:
-    NotImplementedError: for `aggregate_to_topk=False`.
+    ValueError: a non-floating operand ("operand must be a floating type"); `k` larger than
+      the reduced dimension; `recall_target` outside (0, 1].
+    IndexError: `reduction_dimension` out of range.
+    NotImplementedError: `aggregate_to_topk=False`.
   """
-  if not aggregate_to_topk:
-    raise NotImplementedError("approx_max_k(aggregate_to_topk=False) is not supported.")
-  return top_k(operand, k, axis=reduction_dimension)
+  return _approx_top_k(operand, k, reduction_dimension, recall_target,
+                       reduction_input_size_override, aggregate_to_topk, True)
 
 
 def approx_min_k(operand: Any, k: int, reduction_dimension: int = -1,
                  recall_target: float = 0.95, reduction_input_size_override: int = -1,
                  aggregate_to_topk: bool = True) -> tuple[Any, Any]:
-  """The `k` smallest values along `reduction_dimension` and their int32 indices (exact on
-  CPU; see `approx_max_k`)."""
-  if not aggregate_to_topk:
-    raise NotImplementedError("approx_min_k(aggregate_to_topk=False) is not supported.")
-  values, idx = top_k(neg(operand), k, axis=reduction_dimension)
-  return neg(values), idx
+  """The `k` smallest values of a floating `operand` along `reduction_dimension` and their
+  int32 indices (exact on CPU; see `approx_max_k`, which raises the same errors)."""
+  return _approx_top_k(operand, k, reduction_dimension, recall_target,
+                       reduction_input_size_override, aggregate_to_topk, False)
