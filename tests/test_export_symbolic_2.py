@@ -406,3 +406,63 @@ def test_equality_constraint_in_an_export():
   with pytest.raises(ValueError) as theirs:
     j.call(*bad)
   assert str(ours.value) == str(theirs.value)
+
+
+# ---------------------------------------------------------------------------
+# Division by a symbolic dimension
+
+
+SYMBOLIC_DIVISIONS = ["a // b", "a % b", "7 // b", "7 % b", "(2 * a) // b", "(a * b) // b",
+                      "(a * b + 1) // b", "divmod(a + 3, b)", "(a // b) * b + a % b",
+                      "a // b >= 0", "a % b >= 0", "a // b <= a", "(a // b) + 1",
+                      "a // (2 * b)", "a // (b + 1)", "a // b // 2", "0 // b", "a % b < b"]
+
+
+@pytest.mark.parametrize("expr", SYMBOLIC_DIVISIONS)
+def test_division_by_a_symbolic_dimension_as_jax(expr):
+  """As JAX's: an inexact division by a symbolic dimension is the atom `floordiv(e, d)` (and
+  `mod(e, d)`), with JAX's printed form, bounds and values."""
+  a, b = shape_poly.symbolic_shape("a, b")
+  ja, jb = jexport.symbolic_shape("a, b")
+  try:
+    want = eval(expr, {"a": ja, "b": jb})
+  except Exception as e:   # noqa: BLE001
+    want = e
+  if isinstance(want, Exception):
+    with pytest.raises(InconclusiveDimensionOperation) as info:
+      eval(expr, {"a": a, "b": b})
+    assert str(info.value) == str(want)
+    return
+  got = eval(expr, {"a": a, "b": b})
+  assert str(got) == str(want)
+  for g, w in zip(got if isinstance(got, tuple) else (got,),
+                  want if isinstance(want, tuple) else (want,)):
+    if shape_poly.is_symbolic_dim(g):
+      for env in ({"a": 1, "b": 1}, {"a": 12, "b": 5}, {"a": 3, "b": 7}):
+        assert g.evaluate(env) == w._evaluate(env)
+      assert shape_poly.parse_dim(str(g), g.scope) == g
+
+
+def test_export_with_division_by_a_symbolic_dimension_as_jax():
+  """A program whose shapes divide one symbolic dimension by another exports, serializes and
+  runs for several sizes (the quotients computed at run time), as JAX's."""
+  def fn(np_):
+    def f(x, y):
+      n, m = x.shape[0] // y.shape[0], x.shape[0] % y.shape[0]
+      return (np_.arange(n) * 2 + x.sum(), np_.ones((m + 1,)) * y.sum(),
+              np_.zeros((7 // y.shape[0] + 1,)))
+    return f
+
+  def exported(lib, np_, ex):
+    a, b = ex.symbolic_shape("a, b")
+    return ex.export(lib.jit(fn(np_)))(lib.ShapeDtypeStruct((a,), np.float32),
+                                       lib.ShapeDtypeStruct((b,), np.float32))
+  ours, theirs = exported(sc, jnp, export), exported(jax, jjnp, jexport)
+  assert [str(a) for a in ours.out_avals] == [str(a) for a in theirs.out_avals]
+  back = export.deserialize(ours.serialize())
+  for n1, n2 in [(12, 3), (13, 5), (5, 9), (1, 1)]:
+    x, y = np.arange(n1, dtype=np.float32), np.ones(n2, np.float32)
+    want = [np.asarray(o) for o in theirs.call(x, y)]
+    for got in (ours.call(x, y), back.call(x, y)):
+      for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w)

@@ -1,7 +1,8 @@
 """Symbolic dimensions (JAX's shape polymorphism): dimension expressions for avals.
 
 A `_DimExpr` is an integer polynomial over dimension variables (`b`, `batch`), with
-`floordiv(e, k)` and `mod(e, k)` of an expression by a constant as extra atoms. It is used as
+`floordiv(e, d)` and `mod(e, d)` of an expression by a constant or by another dimension (when
+the division is not exact, as JAX's) as extra atoms. It is used as
 a dimension of a `ShapedArray` (`f32[b,4]`) when `stagecraft.export` traces a function for
 every size of a dimension at once. Arithmetic with ints and other expressions normalizes
 (`(2*b + 2) // 2` is `b + 1`, `b - b` is the int 0); comparisons are decided from bounds
@@ -162,7 +163,7 @@ _DEFAULT_SCOPE = SymbolicScope()
 #: `stagecraft.lax.misc` (its `dim_as_value` primitive), which this layer cannot import.
 dimension_as_value_hook: Callable | None = None
 
-# A factor is ("var", name), ("floordiv" | "mod", operand _DimExpr or int, divisor int), or
+# A factor is ("var", name), ("floordiv" | "mod", operand, divisor: each an int or a _DimExpr), or
 # ("max" | "min", operand, operand), each operand a _DimExpr or an int.
 # A term is a sorted tuple of (factor, power); () is the constant term.
 # An expression is a tuple of (term, coefficient), sorted as JAX prints them.
@@ -380,16 +381,13 @@ class _DimExpr:
     if isinstance(divisor, _DimExpr):
       if divisor._scope is not self._scope:
         self._coerce(divisor)
-      if len(divisor._terms) != 1:
-        raise _inconclusive(f"Cannot divide '{self}' by '{divisor}'.")
-      (dt, dk), = divisor._terms
-      q: dict = {}
-      for t, k in self._terms:
-        t2 = _div_term(t, dt)
-        if t2 is None or k % dk:
-          raise _inconclusive(f"Cannot divide '{self}' by '{divisor}'.")
-        q[t2] = k // dk
-      return _DimExpr._make(q, self._scope), 0
+      exact = self._exact_quotient(divisor)
+      if exact is not None:
+        return exact, 0
+      # NB: as JAX's, a division by a symbolic dimension that is not exact is kept as the
+      # atoms `floordiv(e, d)` and `mod(e, d)`
+      return (_DimExpr._make({((("floordiv", self, divisor), 1),): 1}, self._scope),
+              _DimExpr._make({((("mod", self, divisor), 1),): 1}, self._scope))
     k = int(divisor)
     if k == 0:
       raise ZeroDivisionError(f"Symbolic dimension '{self}' divided by 0.")
@@ -405,6 +403,19 @@ class _DimExpr:
     rem = _DimExpr._make({((("mod", self, k), 1),): 1}, self._scope)
     return quot, rem
 
+  def _exact_quotient(self, divisor: "_DimExpr"):
+    """`self / divisor` when a one-term `divisor` divides every term exactly, else None."""
+    if len(divisor._terms) != 1:
+      return None
+    (dt, dk), = divisor._terms
+    q: dict = {}
+    for t, k in self._terms:
+      t2 = _div_term(t, dt)
+      if t2 is None or k % dk:
+        return None
+      q[t2] = k // dk
+    return _DimExpr._make(q, self._scope)
+
   def __floordiv__(self, other):
     if not isinstance(other, (int, _DimExpr, _np_integer())):
       return NotImplemented
@@ -413,7 +424,9 @@ class _DimExpr:
   def __rfloordiv__(self, other):
     if not isinstance(other, (int, _np_integer())):
       return NotImplemented
-    raise _inconclusive(f"Cannot divide '{other}' by '{self}'.")
+    if int(other) == 0:
+      return 0
+    return _DimExpr._make({((("floordiv", int(other), self), 1),): 1}, self._scope)
 
   def __mod__(self, other):
     if not isinstance(other, (int, _DimExpr, _np_integer())):
@@ -423,7 +436,12 @@ class _DimExpr:
   def __rmod__(self, other):
     if not isinstance(other, (int, _np_integer())):
       return NotImplemented
-    raise _inconclusive(f"Cannot compute '{other}' modulo '{self}'.")
+    if int(other) == 0:
+      return 0
+    return _DimExpr._make({((("mod", int(other), self), 1),): 1}, self._scope)
+
+  def __rdivmod__(self, other):
+    return self.__rfloordiv__(other), self.__rmod__(other)
 
   def __divmod__(self, other):
     return self._divmod(other)
@@ -547,7 +565,7 @@ class _DimExpr:
     """The value of the expression for `env` (variable name -> value). By default values
     are Python ints; the callables let a lowering compute it with ops on runtime values
     (`const(int)` makes a value, `add`/`mul`/`max`/`min` combine two, `floordiv`/`mod`
-    take a value and an int)."""
+    take a value and a divisor: an int, or a value for a symbolic divisor)."""
     add = add or (lambda a, b: a + b)
     mul = mul or (lambda a, b: a * b)
     const = const or (lambda c: c)
@@ -568,7 +586,8 @@ class _DimExpr:
       x = ev(f[1])
       if f[0] in ("max", "min"):
         return (max_ if f[0] == "max" else min_)(x, ev(f[2]))
-      return floordiv(x, f[2]) if f[0] == "floordiv" else mod(x, f[2])
+      k = ev(f[2]) if isinstance(f[2], _DimExpr) else f[2]
+      return floordiv(x, k) if f[0] == "floordiv" else mod(x, k)
 
     total = None
     for t, k in self._terms:
@@ -620,6 +639,14 @@ def _decide_nonneg(diff, depth: int = 0) -> bool | None:
       return False
   if depth >= 6:
     return None
+  # 0 <= mod(x, d) <= d - 1 for a symbolic d >= 1: lower and upper expressions of `diff`
+  bounded = _mod_bounded(diff)
+  if bounded is not None:
+    low, high = bounded
+    if _decide_nonneg(low, depth + 1):
+      return True
+    if _decide_nonneg(-high - 1, depth + 1):
+      return False
   for t, k in diff._terms:
     if len(t) != 1 or t[0][1] != 1 or t[0][0][0] not in ("max", "min"):
       continue
@@ -716,7 +743,7 @@ def _without_floordiv(e: "_DimExpr"):
   `x - mod(x, k)`: an expression of the same sign with better bounds; None if `e` has no
   such atom."""
   f = next((f for t, _ in e._terms for f, p in t if f[0] == "floordiv" and p == 1 and
-            f[2] > 0), None)
+            isinstance(f[2], int) and f[2] > 0), None)
   if f is None:
     return None
   x, k = f[1], f[2]
@@ -730,11 +757,29 @@ def _without_floordiv(e: "_DimExpr"):
   return out
 
 
+def _mod_bounded(e: "_DimExpr"):
+  """(lower, upper) expressions of `e` with each term `c*mod(x, d)` (a symbolic `d` >= 1)
+  replaced by its bound, 0 or `c*(d - 1)`; None if `e` has no such term."""
+  low: Any = 0
+  high: Any = 0
+  found = False
+  for t, c in e._terms:
+    term = _DimExpr._make({t: c}, e._scope)
+    if (len(t) == 1 and t[0][1] == 1 and t[0][0][0] == "mod"
+        and isinstance(t[0][0][2], _DimExpr) and t[0][0][2]._bounds()[0] >= 1):
+      found = True
+      top = c * (t[0][0][2] - 1)
+      low, high = (low, high + top) if c > 0 else (low + top, high)
+    else:
+      low, high = low + term, high + term
+  return (low, high) if found else None
+
+
 def _factor_vars(f) -> set:
   if f[0] == "var":
     return {f[1]}
   out: set = set()
-  for o in (f[1:] if f[0] in ("max", "min") else f[1:2]):
+  for o in f[1:]:
     if isinstance(o, _DimExpr):
       out |= o.get_vars()
   return out
@@ -772,12 +817,31 @@ def _factor_bounds(f, scope) -> tuple:
     return pick(lo1, lo2), pick(hi1, hi2)
   lo, hi = (f[1], f[1]) if isinstance(f[1], int) else f[1]._bounds()
   k = f[2]
+  if isinstance(k, _DimExpr):
+    return _symbolic_division_bounds(f[0], lo, hi, *k._bounds())
   if f[0] == "mod":
     return (0, k - 1) if k > 0 else (k + 1, 0)
   if k > 0:
     return (math.floor(lo / k) if lo != -_INF else -_INF,
             math.floor(hi / k) if hi != _INF else _INF)
   return (-_INF, _INF)
+
+
+def _symbolic_division_bounds(op: str, lo, hi, dlo, dhi) -> tuple:
+  """Bounds of `floordiv(x, d)` / `mod(x, d)` for `x` in [lo, hi] and a symbolic `d` in
+  [dlo, dhi] (unbounded when `d` may be 0 or negative)."""
+  if dlo <= 0:
+    return (-_INF, _INF)
+  if op == "mod":
+    return (0, dhi - 1 if dhi != _INF else _INF)
+
+  def fdiv(x, d):   # floor(x / d) for d >= 1, x finite or infinite
+    if x in (_INF, -_INF):
+      return x
+    if d == _INF:
+      return 0 if x >= 0 else -1
+    return math.floor(x / d)
+  return (min(fdiv(lo, dlo), fdiv(lo, dhi)), max(fdiv(hi, dlo), fdiv(hi, dhi)))
 
 
 def _imul(a, b):

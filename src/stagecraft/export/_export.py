@@ -932,14 +932,31 @@ def _dim_value(fb, d) -> str:
     _emit(fb, f"{out} = stablehlo.select {c}, {a}, {b} : tensor<i1>, tensor<i64>")
     return out
 
-  def floordiv(a, k):   # floor division by a positive constant
-    r = rem(a, _i64_const(fb, k))
-    return sub(div(a, _i64_const(fb, k)),
-               select(less_than_zero(r), _i64_const(fb, 1), _i64_const(fb, 0)))
+  def sign_differs(r, k):   # r != 0 and sign(r) != sign(k), for k != 0
+    nonzero, differs = fb.fresh(), fb.fresh()
+    _emit(fb, f"{nonzero} = stablehlo.compare NE, {r}, {_i64_const(fb, 0)}, SIGNED : "
+              f"(tensor<i64>, tensor<i64>) -> tensor<i1>")
+    _emit(fb, f"{differs} = stablehlo.compare NE, {less_than_zero(r)}, {less_than_zero(k)}, "
+              f"UNSIGNED : (tensor<i1>, tensor<i1>) -> tensor<i1>")
+    out = fb.fresh()
+    _emit(fb, f"{out} = stablehlo.and {nonzero}, {differs} : tensor<i1>")
+    return out
+
+  def floordiv(a, k):
+    if not isinstance(k, str):   # floor division by a positive constant
+      r = rem(a, _i64_const(fb, k))
+      return sub(div(a, _i64_const(fb, k)),
+                 select(less_than_zero(r), _i64_const(fb, 1), _i64_const(fb, 0)))
+    # by a symbolic dimension's value: Python's floor division (toward -inf)
+    return sub(div(a, k), select(sign_differs(rem(a, k), k), _i64_const(fb, 1),
+                                 _i64_const(fb, 0)))
 
   def mod(a, k):
-    r = rem(a, _i64_const(fb, k))
-    return add(r, select(less_than_zero(r), _i64_const(fb, k), _i64_const(fb, 0)))
+    if not isinstance(k, str):
+      r = rem(a, _i64_const(fb, k))
+      return add(r, select(less_than_zero(r), _i64_const(fb, k), _i64_const(fb, 0)))
+    r = rem(a, k)
+    return add(r, select(sign_differs(r, k), k, _i64_const(fb, 0)))
 
   r = d.evaluate(fb.dim_env, add=add, mul=mul, const=lambda c: _i64_const(fb, c),
                  floordiv=floordiv, mod=mod, max=maximum, min=minimum)
