@@ -5,7 +5,7 @@ from stagecraft.callback import io_callback
 
 __all__ = ["io_callback", "checkify", "ode"]
 
-_SUBMODULES = ("ode", "checkify", "serialize_executable", "compute_on")
+_SUBMODULES = ("ode", "checkify", "serialize_executable", "compute_on", "sparse")
 
 
 def deprecation_getattr(module: str, deprecations: dict):

@@ -1,0 +1,256 @@
+"""stagecraft.experimental.sparse against jax.experimental.sparse (JAX is the oracle, run in
+the same test on the same inputs): BCOO construction, layouts and padding, the primitives
+under jit/grad/vmap, their printed jaxprs, the composed bcoo functions, sparsify, BCSR and
+the older formats."""
+import jax
+import jax.numpy as jjnp
+import numpy as np
+import pytest
+from jax.experimental import sparse as jsparse
+
+import stagecraft as sc
+import stagecraft.numpy as jnp
+from stagecraft.experimental import sparse
+
+M = np.array([[0., 1, 0, 2], [3, 0, 0, 0], [0, 0, 4, 5]], np.float32)
+B3 = (np.arange(24.).reshape(2, 3, 4) % 3).astype(np.float32)   # batched, zeros inside
+N = np.array([[1., 0, 2], [0, 0, 0], [0, 3, 0], [4, 0, 0]], np.float32)
+
+
+def same(ours, theirs, exact=False):
+  """Values (and, for sparse arrays, structure) equal to JAX's."""
+  if isinstance(theirs, jsparse.JAXSparse):
+    assert type(ours).__name__ == type(theirs).__name__
+    assert repr(ours) == repr(theirs)
+    for a, b in zip(ours.tree_flatten()[0], theirs.tree_flatten()[0]):
+      same(a, b, exact)
+    return
+  a, b = np.asarray(ours), np.asarray(theirs)
+  assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+  if exact:
+    np.testing.assert_array_equal(a, b)
+  else:
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def fd(s, x, **kw):
+  """`s.BCOO.fromdense(x, **kw)` with a static nse (JAX needs one under jit)."""
+  x = np.asarray(x)
+  nb, ndn = kw.get("n_batch", 0), kw.get("n_dense", 0)
+  mask = x != 0
+  if ndn:
+    mask = mask.any(axis=tuple(range(x.ndim - ndn, x.ndim)))
+  nse = int(mask.sum(axis=tuple(range(nb, mask.ndim))).max())
+  return s.BCOO.fromdense(x, nse=nse, **kw)
+
+
+def both(f, *args):
+  """`f(sparse_module, numpy_module, *args)` on stagecraft and on JAX."""
+  return f(sparse, jnp, *args), f(jsparse, jjnp, *args)
+
+
+def test_bcoo_construction_layouts_and_methods_match_jax():
+  cases = [
+      lambda s, np_: fd(s, M),
+      lambda s, np_: s.BCOO.fromdense(M, nse=7),                  # padding: index = shape
+      lambda s, np_: s.BCOO.fromdense(M, nse=3),                  # truncated
+      lambda s, np_: fd(s, B3, n_batch=1),
+      lambda s, np_: fd(s, B3, n_batch=1, n_dense=1),
+      lambda s, np_: fd(s, M, n_dense=1),
+      lambda s, np_: fd(s, B3, index_dtype=np.int8),
+      lambda s, np_: fd(s, M).T,
+      lambda s, np_: fd(s, B3, n_batch=1).transpose((0, 2, 1)),
+      lambda s, np_: fd(s, B3, n_dense=1).transpose((1, 0, 2)),
+      lambda s, np_: -fd(s, M),
+      lambda s, np_: fd(s, M) * 2.0,
+      lambda s, np_: 3 * fd(s, M),
+      lambda s, np_: fd(s, M) * np_.asarray(M + 1),
+      lambda s, np_: fd(s, M).sum(0),
+      lambda s, np_: fd(s, B3, n_batch=1, n_dense=1).sum((0, 2)),
+      lambda s, np_: fd(s, M).reshape(4, 3),
+      lambda s, np_: fd(s, M).reshape((2, 6)),
+      lambda s, np_: fd(s, M) @ fd(s, N),
+      lambda s, np_: fd(s, M) @ fd(s, np.array([3., 0, 2, 1], np.float32)),
+      lambda s, np_: fd(s, B3, n_batch=1) @ fd(s, B3.transpose(0, 2, 1) % 2, n_batch=1),
+      lambda s, np_: s.bcoo_sum_duplicates(s.BCOO(
+          (np_.asarray([1., 2, 3, 4]), np_.asarray([[0, 1], [2, 2], [0, 1], [3, 4]])),
+          shape=(3, 4)), nse=4),
+      lambda s, np_: s.BCOO((np_.asarray([1., 2, 3, 4]),
+                             np_.asarray([[2, 1], [0, 2], [0, 1], [3, 4]])),
+                            shape=(3, 4)).sort_indices(),
+      lambda s, np_: s.bcoo_extract(s.BCOO.fromdense(M, nse=6), np_.asarray(M + 1)),
+  ]
+  # one compiled program per side (eager sparse ops each compile: JAX's would take ~30 s)
+  with_dense = lambda s, np_: [(x, x.todense()) for x in (c(s, np_) for c in cases)]
+  ours_all = sc.jit(lambda: with_dense(sparse, jnp))()
+  theirs_all = jax.jit(lambda: with_dense(jsparse, jjnp))()
+  eager = [   # nse computed from the values
+      lambda s, np_: s.BCOO((np_.asarray([1., 0, 3, 2]),
+                             np_.asarray([[0, 1], [1, 1], [2, 2], [0, 1]])),
+                            shape=(3, 4)).sum_duplicates(),
+  ]
+  for c in eager:
+    ours, theirs = both(c)
+    ours_all.append((ours, ours.todense()))
+    theirs_all.append((theirs, theirs.todense()))
+  for i, ((ours, ours_dense), (theirs, theirs_dense)) in enumerate(zip(ours_all, theirs_all)):
+    try:
+      same(ours, theirs, exact=True)
+      same(ours_dense, theirs_dense, exact=True)
+      assert (ours.indices_sorted, ours.unique_indices) == (theirs.indices_sorted,
+                                                            theirs.unique_indices)
+    except AssertionError as e:
+      raise AssertionError(f"case {i}: {e}") from None
+  (A, _), (jA, _) = ours_all[3], theirs_all[3]
+  for name in ("shape", "dtype", "ndim", "size", "nse", "n_batch", "n_sparse", "n_dense",
+               "indices_sorted", "unique_indices"):
+    assert getattr(A, name) == getattr(jA, name), name
+  assert str(sc.tree_util.tree_structure(A)) == str(jax.tree_util.tree_structure(jA))
+  # dense results
+  v = np.arange(4.0, dtype=np.float32)
+  fs = (lambda s, np_: fd(s, M) @ v,
+            lambda s, np_: fd(s, M) @ N,
+            lambda s, np_: np_.asarray(M.T) @ fd(s, M),
+            lambda s, np_: np_.arange(3.0) @ fd(s, M),
+            lambda s, np_: fd(s, M).sum(),
+            lambda s, np_: s.todense(fd(s, B3, n_batch=1, n_dense=1)),
+            lambda s, np_: fd(s, B3, n_batch=1) @ np_.ones((2, 4, 3)),
+            lambda s, np_: s.bcoo_dot_general(np_.ones((2, 4)), fd(s, B3, n_batch=1),
+                                              dimension_numbers=(((1,), (2,)), ((0,), (0,)))))
+  ours_all = sc.jit(lambda: [f(sparse, jnp) for f in fs])()
+  theirs_all = jax.jit(lambda: [f(jsparse, jjnp) for f in fs])()
+  for ours, theirs in zip(ours_all, theirs_all):
+    same(ours, theirs)
+  # beyond JAX (which raises NotImplementedError): contracting dense dimensions, dot batch
+  # dimensions that are not sparse batch dimensions; compared with the dense product
+  R = np.linspace(-1, 1, 24).reshape(3, 4, 2).astype(np.float32)
+  beyond = ((0, 1, (((1, 2), (0, 1)), ((), ())), R),
+            (1, 1, (((0, 2), (0, 1)), ((), ())), R[:2]),
+            (0, 0, (((2,), (1,)), ((1,), (0,))), R[:, :, 0]),
+            (1, 0, (((1,), (0,)), ((), ())), R[:, 0, :]))
+  ours_all = sc.jit(lambda: [sparse.bcoo_dot_general(
+      fd(sparse, B3, n_batch=nb, n_dense=ndn), rhs, dimension_numbers=dims)
+      for nb, ndn, dims, rhs in beyond])()
+  for ours, (_, _, dims, rhs) in zip(ours_all, beyond):
+    same(ours, jax.lax.dot_general(B3, rhs, dims))
+
+
+def test_bcoo_errors_match_jax():
+  for f in (lambda s, np_: s.BCOO.fromdense(M) @ np_.ones(5),
+            lambda s, np_: s.BCOO((np_.ones(3), np_.zeros((6, 2), np.int32)), shape=(3, 4)),
+            lambda s, np_: s.BCOO.fromdense(M, nse=2.5),
+            lambda s, np_: s.bcoo_transpose(s.BCOO.fromdense(M), permutation=(0, 0)),
+            lambda s, np_: s.bcoo_extract(np_.zeros((3, 2), np.int32), M)):
+    with pytest.raises(Exception) as ours:
+      f(sparse, jnp)
+    with pytest.raises(Exception) as theirs:
+      f(jsparse, jjnp)
+    assert type(ours.value) is type(theirs.value), (ours.value, theirs.value)
+    assert (str(ours.value).replace("stagecraft.runtime.array.Array", "jaxlib._jax.ArrayImpl")
+            == str(theirs.value))
+  with pytest.raises(sc.errors.ConcretizationTypeError, match="nse argument of bcoo_fromdense"):
+    sc.jit(lambda m: sparse.BCOO.fromdense(m).data)(M)
+  with pytest.raises(ValueError, match="nse must be specified when using the function within"):
+    sc.jit(lambda d, i: sparse.bcoo_sum_duplicates(sparse.BCOO((d, i), shape=(3, 4))).data)(
+        np.ones(2, np.float32), np.zeros((2, 2), np.int32))
+
+
+def _jaxpr_text(make_jaxpr, f, *args):
+  return str(make_jaxpr(f)(*args)).replace("stagecraft.numpy", "jax.numpy")
+
+
+def test_bcoo_jaxprs_print_as_jax():
+  A = jsparse.BCOO.fromdense(M, nse=5)
+  v = np.arange(4.0, dtype=np.float32)
+  programs = [
+      (lambda s: lambda m: s.BCOO.fromdense(m, nse=5).data, (M,)),
+      (lambda s: lambda d, i: s.BCOO((d, i), shape=(3, 4)).todense(), (A.data, A.indices)),
+      (lambda s: lambda d, i, v: s.BCOO((d, i), shape=(3, 4)) @ v, (A.data, A.indices, v)),
+      (lambda s: lambda d, i: s.BCOO((d, i), shape=(3, 4)).T.data, (A.data, A.indices)),
+      (lambda s: lambda d, i: s.bcoo_sum_duplicates(s.BCOO((d, i), shape=(3, 4)), nse=5).data,
+       (A.data, A.indices)),
+      (lambda s: lambda d, i: s.bcoo_sort_indices(s.BCOO((d, i), shape=(3, 4))).data,
+       (A.data, A.indices)),
+      (lambda s: lambda d, i: (s.BCOO((d, i), shape=(3, 4))
+                               @ s.BCOO((d, i), shape=(3, 4)).T).data, (A.data, A.indices)),
+      (lambda s: lambda d, i: (-s.BCOO((d, i), shape=(3, 4)) * 2.0).data, (A.data, A.indices)),
+      (lambda s: lambda d: s.BCOO((d, A.indices), shape=(3, 4)).todense(), (A.data,)),
+  ]
+  for mk, args in programs:
+    ours = _jaxpr_text(sc.make_jaxpr, mk(sparse), *args)
+    theirs = _jaxpr_text(jax.make_jaxpr, mk(jsparse), *args)
+    assert ours == theirs
+  # reverse mode: todense transposes to bcoo_extract; dot_general to itself and to the
+  # sampled product
+  grads = [
+      (lambda s: sc_or_jax(s).grad(lambda d: s.BCOO((d, A.indices), shape=(3, 4))
+                                   .todense().sum()), (A.data,)),
+      (lambda s: sc_or_jax(s).grad(lambda d, v: (s.BCOO((d, A.indices), shape=(3, 4)) @ v)
+                                   .sum(), argnums=(0, 1)), (A.data, v)),
+      (lambda s: sc_or_jax(s).vmap(lambda v: s.BCOO((A.data, A.indices), shape=(3, 4)) @ v),
+       (np.ones((2, 4), np.float32),)),
+      (lambda s: sc_or_jax(s).vmap(lambda d: s.BCOO((d, A.indices), shape=(3, 4)).todense()),
+       (np.ones((2, 5), np.float32),)),
+  ]
+  for i, (mk, args) in enumerate(grads):
+    ours = _jaxpr_text(sc.make_jaxpr, mk(sparse), *args)
+    theirs = _jaxpr_text(jax.make_jaxpr, mk(jsparse), *args)
+    if i == 1:   # JAX also stages a dead zero (`_:f32[5] = broadcast_in_dim 0.0`)
+      theirs = "\n".join(l for l in theirs.split("\n") if not l.strip().startswith("_:f32[5] = broadcast_in_dim 0.0"))
+    assert ours == theirs
+
+
+def sc_or_jax(s):
+  return sc if s is sparse else jax
+
+
+def test_bcoo_under_jit_grad_vmap_match_jax():
+  v = np.linspace(-1, 1, 4).astype(np.float32)
+  W = np.linspace(-2, 2, 12).reshape(4, 3).astype(np.float32)
+
+  def loss(s, np_, d, w):
+    A = s.BCOO((d, np_.asarray([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3], [3, 4]])), shape=(3, 4))
+    y = A @ w                                   # sparse x dense
+    z = (A.T @ y).sum() + (A * A.todense()).data.sum()
+    Bt = s.bcoo_transpose(A, permutation=(1, 0))
+    C = s.bcoo_sum_duplicates(s.BCOO((np_.concatenate([d, d]), np_.concatenate(
+        [A.indices, A.indices])), shape=(3, 4)), nse=6)
+    return z + (y ** 2).sum() + (C.data ** 2).sum()
+
+  d = np.array([1., 2, 3, 4, 5, 7], np.float32)
+  for argnums in (0, 1):
+    ours = sc.jit(sc.grad(lambda d, w: loss(sparse, jnp, d, w), argnums=argnums))(d, W)
+    theirs = jax.grad(lambda d, w: loss(jsparse, jjnp, d, w), argnums=argnums)(d, W)
+    same(ours, theirs)
+  # sparse x sparse: JAX has no transpose rule for bcoo_spdot_general; compared with dense
+  def sp(d):
+    A = sparse.BCOO((d, np.array([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3], [0, 1]])), shape=(3, 4))
+    return ((A @ A.T).data ** 3).sum()
+
+  def dense(d):
+    A = jsparse.BCOO((d, np.array([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3], [0, 1]])),
+                     shape=(3, 4)).todense()
+    return ((A @ A.T) ** 3).sum()
+  same(sc.grad(sp)(d), jax.grad(dense)(d))
+  # jacfwd / jacrev w.r.t. data and the dense operand; vmap over data, over the dense operand
+  f = lambda s: lambda d, v: s.BCOO((d, np.array([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3],
+                                                 [0, 1]])), shape=(3, 4)) @ v
+  for jac in ("jacfwd", "jacrev"):
+    for argnums in (0, 1):
+      same(getattr(sc, jac)(f(sparse), argnums)(d, v), getattr(jax, jac)(f(jsparse), argnums)(d, v))
+  ds = np.stack([d, 2 * d, -d])
+  vs = np.stack([v, v + 1, v - 1])
+  for in_axes in ((0, None), (None, 0), (0, 0)):
+    a = ds if in_axes[0] == 0 else d
+    b = vs if in_axes[1] == 0 else v
+    same(sc.vmap(f(sparse), in_axes)(a, b), jax.vmap(f(jsparse), in_axes)(a, b))
+  # vmap of the sparse-result primitives: a mapped BCOO gains a batch dimension
+  g = lambda s: lambda m: s.BCOO.fromdense(m, nse=4)
+  same(sc.vmap(g(sparse))(B3), jax.vmap(g(jsparse))(B3), exact=True)
+  h = lambda s: lambda m: (s.BCOO.fromdense(m, nse=4).T @ s.BCOO.fromdense(m, nse=4)).todense()
+  same(sc.vmap(h(sparse))(B3), jax.vmap(h(jsparse))(B3))
+  k = lambda s: lambda m: s.bcoo_sort_indices(s.BCOO.fromdense(m, nse=5).T).data
+  same(sc.jit(sc.vmap(k(sparse)))(B3), jax.vmap(k(jsparse))(B3))
+  # grad through fromdense (its JVP is an extract) and through a batched BCOO
+  fd = lambda s: lambda m: (s.BCOO.fromdense(m, nse=8, n_batch=1) @ np.ones((2, 4, 1), np.float32)).sum()
+  same(sc.grad(fd(sparse))(B3), jax.grad(fd(jsparse))(B3))
