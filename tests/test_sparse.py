@@ -80,47 +80,17 @@ def test_bcoo_construction_layouts_and_methods_match_jax():
                             shape=(3, 4)).sort_indices(),
       lambda s, np_: s.bcoo_extract(s.BCOO.fromdense(M, nse=6), np_.asarray(M + 1)),
   ]
-  # one compiled program per side (eager sparse ops each compile: JAX's would take ~30 s)
-  with_dense = lambda s, np_: [(x, x.todense()) for x in (c(s, np_) for c in cases)]
-  ours_all = sc.jit(lambda: with_dense(sparse, jnp))()
-  theirs_all = jax.jit(lambda: with_dense(jsparse, jjnp))()
-  eager = [   # nse computed from the values
-      lambda s, np_: s.BCOO((np_.asarray([1., 0, 3, 2]),
-                             np_.asarray([[0, 1], [1, 1], [2, 2], [0, 1]])),
-                            shape=(3, 4)).sum_duplicates(),
-  ]
-  for c in eager:
-    ours, theirs = both(c)
-    ours_all.append((ours, ours.todense()))
-    theirs_all.append((theirs, theirs.todense()))
-  for i, ((ours, ours_dense), (theirs, theirs_dense)) in enumerate(zip(ours_all, theirs_all)):
-    try:
-      same(ours, theirs, exact=True)
-      same(ours_dense, theirs_dense, exact=True)
-      assert (ours.indices_sorted, ours.unique_indices) == (theirs.indices_sorted,
-                                                            theirs.unique_indices)
-    except AssertionError as e:
-      raise AssertionError(f"case {i}: {e}") from None
-  (A, _), (jA, _) = ours_all[3], theirs_all[3]
-  for name in ("shape", "dtype", "ndim", "size", "nse", "n_batch", "n_sparse", "n_dense",
-               "indices_sorted", "unique_indices"):
-    assert getattr(A, name) == getattr(jA, name), name
-  assert str(sc.tree_util.tree_structure(A)) == str(jax.tree_util.tree_structure(jA))
-  # dense results
   v = np.arange(4.0, dtype=np.float32)
-  fs = (lambda s, np_: fd(s, M) @ v,
-            lambda s, np_: fd(s, M) @ N,
-            lambda s, np_: np_.asarray(M.T) @ fd(s, M),
-            lambda s, np_: np_.arange(3.0) @ fd(s, M),
-            lambda s, np_: fd(s, M).sum(),
-            lambda s, np_: s.todense(fd(s, B3, n_batch=1, n_dense=1)),
-            lambda s, np_: fd(s, B3, n_batch=1) @ np_.ones((2, 4, 3)),
-            lambda s, np_: s.bcoo_dot_general(np_.ones((2, 4)), fd(s, B3, n_batch=1),
-                                              dimension_numbers=(((1,), (2,)), ((0,), (0,)))))
-  ours_all = sc.jit(lambda: [f(sparse, jnp) for f in fs])()
-  theirs_all = jax.jit(lambda: [f(jsparse, jjnp) for f in fs])()
-  for ours, theirs in zip(ours_all, theirs_all):
-    same(ours, theirs)
+  dense_cases = (
+      lambda s, np_: fd(s, M) @ v,
+      lambda s, np_: fd(s, M) @ N,
+      lambda s, np_: np_.asarray(M.T) @ fd(s, M),
+      lambda s, np_: np_.arange(3.0) @ fd(s, M),
+      lambda s, np_: fd(s, M).sum(),
+      lambda s, np_: s.todense(fd(s, B3, n_batch=1, n_dense=1)),
+      lambda s, np_: fd(s, B3, n_batch=1) @ np_.ones((2, 4, 3)),
+      lambda s, np_: s.bcoo_dot_general(np_.ones((2, 4)), fd(s, B3, n_batch=1),
+                                        dimension_numbers=(((1,), (2,)), ((0,), (0,)))))
   # beyond JAX (which raises NotImplementedError): contracting dense dimensions, dot batch
   # dimensions that are not sparse batch dimensions; compared with the dense product
   R = np.linspace(-1, 1, 24).reshape(3, 4, 2).astype(np.float32)
@@ -128,10 +98,41 @@ def test_bcoo_construction_layouts_and_methods_match_jax():
             (1, 1, (((0, 2), (0, 1)), ((), ())), R[:2]),
             (0, 0, (((2,), (1,)), ((1,), (0,))), R[:, :, 0]),
             (1, 0, (((1,), (0,)), ((), ())), R[:, 0, :]))
-  ours_all = sc.jit(lambda: [sparse.bcoo_dot_general(
-      fd(sparse, B3, n_batch=nb, n_dense=ndn), rhs, dimension_numbers=dims)
-      for nb, ndn, dims, rhs in beyond])()
-  for ours, (_, _, dims, rhs) in zip(ours_all, beyond):
+
+  def program(s, np_):
+    out = [[(x, x.todense()) for x in (c(s, np_) for c in cases)],
+           [f(s, np_) for f in dense_cases]]
+    if s is sparse:
+      out.append([s.bcoo_dot_general(fd(s, B3, n_batch=nb, n_dense=ndn), rhs,
+                                     dimension_numbers=dims) for nb, ndn, dims, rhs in beyond])
+    return out
+  # one compiled program per side (eager sparse ops each compile: JAX's would take ~30 s)
+  ours_all, ours_dense, ours_beyond = sc.jit(lambda: program(sparse, jnp))()
+  theirs_all, theirs_dense = jax.jit(lambda: program(jsparse, jjnp))()
+  # nse computed from the values (eagerly; JAX's, under jit, given the nse it computes)
+  dup = lambda s, np_, **kw: s.BCOO((np_.asarray([1., 0, 3, 2]), np_.asarray(
+      [[0, 1], [1, 1], [2, 2], [0, 1]])), shape=(3, 4)).sum_duplicates(**kw)
+  ours = dup(sparse, jnp)
+  ours_all.append((ours, ours.todense()))
+  theirs_all.append(jax.jit(lambda: (lambda x: (x, x.todense()))(dup(jsparse, jjnp, nse=2)))())
+  for i, ((ours, ours_dense_i), (theirs, theirs_dense_i)) in enumerate(zip(ours_all,
+                                                                           theirs_all)):
+    try:
+      same(ours, theirs, exact=True)
+      same(ours_dense_i, theirs_dense_i, exact=True)
+      if i < len(cases):
+        assert (ours.indices_sorted, ours.unique_indices) == (theirs.indices_sorted,
+                                                              theirs.unique_indices)
+    except AssertionError as e:
+      raise AssertionError(f"case {i}: {e}") from None
+  (A, _), (jA, _) = ours_all[3], theirs_all[3]
+  for name in ("shape", "dtype", "ndim", "size", "nse", "n_batch", "n_sparse", "n_dense",
+               "indices_sorted", "unique_indices"):
+    assert getattr(A, name) == getattr(jA, name), name
+  assert str(sc.tree_util.tree_structure(A)) == str(jax.tree_util.tree_structure(jA))
+  for ours, theirs in zip(ours_dense, theirs_dense):
+    same(ours, theirs)
+  for ours, (_, _, dims, rhs) in zip(ours_beyond, beyond):
     same(ours, jax.lax.dot_general(B3, rhs, dims))
 
 
@@ -207,50 +208,44 @@ def sc_or_jax(s):
 def test_bcoo_under_jit_grad_vmap_match_jax():
   v = np.linspace(-1, 1, 4).astype(np.float32)
   W = np.linspace(-2, 2, 12).reshape(4, 3).astype(np.float32)
-
-  def loss(s, np_, d, w):
-    A = s.BCOO((d, np_.asarray([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3], [3, 4]])), shape=(3, 4))
-    y = A @ w                                   # sparse x dense
-    z = (A.T @ y).sum() + (A * A.todense()).data.sum()
-    Bt = s.bcoo_transpose(A, permutation=(1, 0))
-    C = s.bcoo_sum_duplicates(s.BCOO((np_.concatenate([d, d]), np_.concatenate(
-        [A.indices, A.indices])), shape=(3, 4)), nse=6)
-    return z + (y ** 2).sum() + (C.data ** 2).sum()
-
   d = np.array([1., 2, 3, 4, 5, 7], np.float32)
-  for argnums in (0, 1):
-    ours = sc.jit(sc.grad(lambda d, w: loss(sparse, jnp, d, w), argnums=argnums))(d, W)
-    theirs = jax.grad(lambda d, w: loss(jsparse, jjnp, d, w), argnums=argnums)(d, W)
-    same(ours, theirs)
+  idx = np.array([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3], [3, 4]])   # last: padding
+  ds, vs = np.stack([d, 2 * d, -d]), np.stack([v, v + 1, v - 1])
+
+  def everything(s, T, np_):
+    def loss(d, w):
+      A = s.BCOO((d, idx), shape=(3, 4))
+      y = A @ w                                   # sparse x dense
+      z = (A.T @ y).sum() + (A * A.todense()).data.sum()
+      C = s.bcoo_sum_duplicates(s.BCOO((np_.concatenate([d, d]), np_.concatenate(
+          [A.indices, A.indices])), shape=(3, 4)), nse=6)
+      E = s.bcoo_sort_indices(s.bcoo_transpose(A, permutation=(1, 0)))
+      return z + (y ** 2).sum() + (C.data ** 2).sum() + (E.data * np_.arange(6.0)).sum()
+    f = lambda d, v: s.BCOO((d, idx), shape=(3, 4)) @ v
+    out = [T.grad(loss, argnums=0)(d, W), T.grad(loss, argnums=1)(d, W)]
+    out += [getattr(T, jac)(f, argnums)(d, v) for jac in ("jacfwd", "jacrev") for argnums in (0, 1)]
+    out += [T.vmap(f, (0, None))(ds, v), T.vmap(f, (None, 0))(d, vs), T.vmap(f)(ds, vs)]
+    # vmap of the sparse-result primitives: a mapped BCOO gains a batch dimension
+    out.append(T.vmap(lambda m: s.BCOO.fromdense(m, nse=4))(B3))
+    out.append(T.vmap(lambda m: (s.BCOO.fromdense(m, nse=4).T @ s.BCOO.fromdense(m, nse=4))
+                      .todense())(B3))
+    out.append(T.vmap(lambda m: s.bcoo_sort_indices(s.BCOO.fromdense(m, nse=5).T).data)(B3))
+    # grad through fromdense (its JVP is an extract) and through a batched BCOO
+    out.append(T.grad(lambda m: (s.BCOO.fromdense(m, nse=8, n_batch=1)
+                                 @ np.ones((2, 4, 1), np.float32)).sum())(B3))
+    return out
+
+  ours = sc.jit(lambda: everything(sparse, sc, jnp))()
+  theirs = jax.jit(lambda: everything(jsparse, jax, jjnp))()
+  assert len(ours) == len(theirs)
+  for a, b in zip(ours, theirs):
+    same(a, b)
   # sparse x sparse: JAX has no transpose rule for bcoo_spdot_general; compared with dense
   def sp(d):
-    A = sparse.BCOO((d, np.array([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3], [0, 1]])), shape=(3, 4))
+    A = sparse.BCOO((d, idx), shape=(3, 4))
     return ((A @ A.T).data ** 3).sum()
 
   def dense(d):
-    A = jsparse.BCOO((d, np.array([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3], [0, 1]])),
-                     shape=(3, 4)).todense()
+    A = jsparse.BCOO((d, idx), shape=(3, 4)).todense()
     return ((A @ A.T) ** 3).sum()
-  same(sc.grad(sp)(d), jax.grad(dense)(d))
-  # jacfwd / jacrev w.r.t. data and the dense operand; vmap over data, over the dense operand
-  f = lambda s: lambda d, v: s.BCOO((d, np.array([[0, 1], [0, 3], [1, 0], [2, 2], [2, 3],
-                                                 [0, 1]])), shape=(3, 4)) @ v
-  for jac in ("jacfwd", "jacrev"):
-    for argnums in (0, 1):
-      same(getattr(sc, jac)(f(sparse), argnums)(d, v), getattr(jax, jac)(f(jsparse), argnums)(d, v))
-  ds = np.stack([d, 2 * d, -d])
-  vs = np.stack([v, v + 1, v - 1])
-  for in_axes in ((0, None), (None, 0), (0, 0)):
-    a = ds if in_axes[0] == 0 else d
-    b = vs if in_axes[1] == 0 else v
-    same(sc.vmap(f(sparse), in_axes)(a, b), jax.vmap(f(jsparse), in_axes)(a, b))
-  # vmap of the sparse-result primitives: a mapped BCOO gains a batch dimension
-  g = lambda s: lambda m: s.BCOO.fromdense(m, nse=4)
-  same(sc.vmap(g(sparse))(B3), jax.vmap(g(jsparse))(B3), exact=True)
-  h = lambda s: lambda m: (s.BCOO.fromdense(m, nse=4).T @ s.BCOO.fromdense(m, nse=4)).todense()
-  same(sc.vmap(h(sparse))(B3), jax.vmap(h(jsparse))(B3))
-  k = lambda s: lambda m: s.bcoo_sort_indices(s.BCOO.fromdense(m, nse=5).T).data
-  same(sc.jit(sc.vmap(k(sparse)))(B3), jax.vmap(k(jsparse))(B3))
-  # grad through fromdense (its JVP is an extract) and through a batched BCOO
-  fd = lambda s: lambda m: (s.BCOO.fromdense(m, nse=8, n_batch=1) @ np.ones((2, 4, 1), np.float32)).sum()
-  same(sc.grad(fd(sparse))(B3), jax.grad(fd(jsparse))(B3))
+  same(sc.jit(sc.grad(sp))(d), jax.grad(dense)(d))
