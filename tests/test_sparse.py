@@ -249,3 +249,50 @@ def test_bcoo_under_jit_grad_vmap_match_jax():
     A = jsparse.BCOO((d, idx), shape=(3, 4)).todense()
     return ((A @ A.T) ** 3).sum()
   same(sc.jit(sc.grad(sp))(d), jax.grad(dense)(d))
+
+
+def test_bcoo_shape_functions_match_jax():
+  cases = [
+      lambda s, np_: s.bcoo_broadcast_in_dim(fd(s, M), shape=(2, 3, 4),
+                                             broadcast_dimensions=(1, 2)),
+      lambda s, np_: s.bcoo_broadcast_in_dim(fd(s, M, n_dense=1), shape=(3, 4, 5),
+                                             broadcast_dimensions=(0, 1)),
+      lambda s, np_: s.bcoo_broadcast_in_dim(fd(s, B3, n_batch=1), shape=(2, 3, 1, 4),
+                                             broadcast_dimensions=(0, 1, 3)),
+      lambda s, np_: s.bcoo_concatenate([fd(s, M), fd(s, M * 2)], dimension=0),
+      lambda s, np_: s.bcoo_concatenate([fd(s, M), fd(s, M[:, :2])], dimension=1),
+      lambda s, np_: s.bcoo_concatenate([fd(s, B3, n_batch=1), fd(s, B3, n_batch=1)],
+                                        dimension=0),
+      lambda s, np_: s.bcoo_slice(fd(s, M), start_indices=(1, 1), limit_indices=(3, 4)),
+      lambda s, np_: s.bcoo_slice(fd(s, B3, n_batch=1, n_dense=1), start_indices=(1, 0, 1),
+                                  limit_indices=(2, 3, 3)),
+      lambda s, np_: s.bcoo_slice(fd(s, M), start_indices=(0, 0), limit_indices=(3, 4),
+                                  strides=(2, 2)),
+      lambda s, np_: s.bcoo_dynamic_slice(fd(s, M), (np_.asarray(1), 2), (2, 2)),
+      lambda s, np_: s.bcoo_dynamic_slice(fd(s, B3, n_batch=1), (1, 5, 0), (1, 2, 3)),
+      lambda s, np_: s.bcoo_rev(fd(s, B3, n_batch=1, n_dense=1), (0, 1, 2)),
+      lambda s, np_: s.bcoo_squeeze(fd(s, M[None, :, None, :], n_batch=1), dimensions=(0, 2)),
+      lambda s, np_: s.bcoo_reduce_sum(fd(s, B3, n_batch=1), axes=(0, 2)),
+      lambda s, np_: s.bcoo_reshape(fd(s, B3, n_batch=1), new_sizes=(2, 12)),
+      lambda s, np_: s.bcoo_multiply_sparse(fd(s, M), fd(s, M + np.eye(3, 4, dtype=np.float32))),
+      lambda s, np_: s.bcoo_multiply_dense(fd(s, B3, n_batch=1), np_.arange(4.0)),
+      lambda s, np_: s.bcoo_update_layout(fd(s, B3, n_batch=1), n_batch=0),
+      lambda s, np_: s.bcoo_update_layout(fd(s, B3), n_dense=1, on_inefficient=None),
+  ]
+  dense = lambda x: x.todense() if hasattr(x, "todense") else x
+  ours = sc.jit(lambda: [(x, dense(x)) for x in (c(sparse, jnp) for c in cases)])()
+  theirs = jax.jit(lambda: [(x, dense(x)) for x in (c(jsparse, jjnp) for c in cases)])()
+  for i, ((a, ad), (b, bd)) in enumerate(zip(ours, theirs)):
+    assert repr(a) == repr(b), i
+    same(ad, bd)
+  with pytest.raises(sparse.SparseEfficiencyError):
+    sparse.bcoo_update_layout(fd(sparse, M), n_dense=1)
+  # dense fallbacks: gather and convolution
+  x = sparse.BCOO.fromdense(M)
+  same(sparse.bcoo_gather(x, np.array([[2], [0]]), sc.lax.GatherDimensionNumbers(
+      offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,)), (1, 4)).todense(),
+       M[[2, 0]])
+  same(sparse.bcoo_conv_general_dilated(sparse.BCOO.fromdense(M[None, None]), np.ones(
+      (1, 1, 2, 2), np.float32), window_strides=(1, 1), padding="VALID"),
+       jax.lax.conv_general_dilated(M[None, None], np.ones((1, 1, 2, 2), np.float32), (1, 1),
+                                    "VALID"))

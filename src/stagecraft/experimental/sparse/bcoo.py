@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from functools import partial
 from typing import Any, NamedTuple, Sequence
 
@@ -47,7 +48,8 @@ import stagecraft.numpy as jnp
 from stagecraft import api, core, dtypes, lax, tree_util
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.experimental.sparse._base import JAXSparse
-from stagecraft.experimental.sparse.util import (SparseEfficiencyWarning, SparseInfo,
+from stagecraft.experimental.sparse.util import (SparseEfficiencyError, SparseEfficiencyWarning,
+                                                 SparseInfo,
                                                  broadcast_batch, count_stored_elements,
                                                  nfold_vmap)
 from stagecraft.interpreters import ad, batching, mlir
@@ -1345,25 +1347,25 @@ def bcoo_reshape(mat: "BCOO", *, new_sizes: Sequence[int],
   return BCOO((data, indices), shape=new_sizes)
 
 
-def bcoo_multiply_dense(sp_mat: "BCOO", v: Any) -> "BCOO":
+def bcoo_multiply_dense(sp_mat: "BCOO", v: Any) -> Any:
   """The elementwise product of a BCOO array and a dense array broadcastable to its shape
   (JAX's `bcoo_multiply_dense`).
 
   Returns:
-    A BCOO array with `sp_mat`'s indices: each block times the matching part of `v`.
+    The new data array (`sp_mat`'s indices hold for it): each block times the matching
+    part of `v`.
   """
   v = jnp.asarray(v)
   dtype = dtypes.result_type(sp_mat.dtype, v.dtype)
   if v.ndim == 0:
-    return BCOO((sp_mat.data * v, sp_mat.indices), **sp_mat._info._asdict())
+    return sp_mat.data * v
   shape = tuple(np.broadcast_shapes(tuple(sp_mat.shape), tuple(v.shape)))
   if shape != tuple(sp_mat.shape):
     raise ValueError(f"bcoo_multiply_dense: shapes {sp_mat.shape} and {v.shape} would "
                      f"broadcast to {shape}, larger than the sparse operand.")
   v = jnp.broadcast_to(v, sp_mat.shape)
   vals = _bcoo_extract(sp_mat.indices, v, assume_unique=True)
-  return BCOO((sp_mat.data.astype(dtype) * vals.astype(dtype), sp_mat.indices),
-              **sp_mat._info._asdict())
+  return sp_mat.data.astype(dtype) * vals.astype(dtype)
 
 
 def bcoo_add(lhs: Any, rhs: Any) -> Any:
@@ -1596,7 +1598,7 @@ class BCOO(JAXSparse):
       return bcoo_multiply_sparse(self, other)
     if isinstance(other, JAXSparse):
       return NotImplemented
-    return bcoo_multiply_dense(self, other)
+    return BCOO((bcoo_multiply_dense(self, other), self.indices), **self._info._asdict())
 
   def __rmul__(self, other):
     return self.__mul__(other)
@@ -1607,7 +1609,7 @@ class BCOO(JAXSparse):
     other = jnp.asarray(other)
     if other.ndim == 0:
       return BCOO((self.data / other, self.indices), **self._info._asdict())
-    return bcoo_multiply_dense(self, 1 / other)
+    return BCOO((bcoo_multiply_dense(self, 1 / other), self.indices), **self._info._asdict())
 
   def __add__(self, other):
     return bcoo_add(self, other)
@@ -1627,14 +1629,373 @@ class BCOO(JAXSparse):
     return sparsify(lambda x: x[idx])(self)
 
 
-def _todo(name):
-  def fn(*args, **kwargs):
-    raise NotImplementedError(name)
-  fn.__name__ = name
-  return fn
+
+# ---------------------------------------------------------------------------
+# Shape operations (plain functions of the primitives and of lax/numpy operations)
 
 
-for _n in ("bcoo_broadcast_in_dim", "bcoo_concatenate", "bcoo_conv_general_dilated",
-           "bcoo_dynamic_slice", "bcoo_gather", "bcoo_multiply_sparse", "bcoo_rev",
-           "bcoo_slice", "bcoo_squeeze", "bcoo_update_layout"):
-  globals()[_n] = _todo(_n)
+def _layout_check(mat: "BCOO", what: str) -> None:
+  if not isinstance(mat, BCOO):
+    raise TypeError(f"{what}: expected a BCOO array, got {type(mat)}")
+
+
+def _out_of_range_fill(indices: Any, ok: Any, sparse_shape: Sequence[int]) -> Any:
+  bound = jnp.asarray(np.array(sparse_shape, np.int64).astype(indices.dtype))
+  return jnp.where(ok[..., None], indices, bound)
+
+
+def bcoo_broadcast_in_dim(mat: "BCOO", *, shape: Sequence[int],
+                          broadcast_dimensions: Sequence[int], sharding: Any = None) -> "BCOO":
+  """`lax.broadcast_in_dim` of a BCOO array (JAX's `bcoo_broadcast_in_dim`).
+
+  New dimensions before the first sparse dimension become batch dimensions, those after
+  the last one dense dimensions; a new dimension between sparse dimensions (size 1 only)
+  becomes a sparse one. Size-1 batch and dense dimensions broadcast.
+
+  Raises:
+    ValueError: for shapes that do not broadcast (lax's rule).
+    NotImplementedError: a sparse dimension of size 1 broadcast to a larger size, or a new
+      sparse dimension larger than 1.
+  """
+  _layout_check(mat, "bcoo_broadcast_in_dim")
+  shape, bd = tuple(shape), tuple(broadcast_dimensions)
+  if len(bd) != mat.ndim or any(mat.shape[i] not in (1, shape[d]) for i, d in enumerate(bd)):
+    raise ValueError(f"Incompatible shapes for broadcasting: {mat.shape} and {shape} with "
+                     f"broadcast_dimensions={bd}")
+  nb, ns, nd = mat.n_batch, mat.n_sparse, mat.n_dense
+  sparse_out = [bd[i] for i in range(nb, nb + ns)]
+  first = sparse_out[0] if ns else (bd[nb] if nd else len(shape))
+  last = sparse_out[-1] if ns else first - 1
+  kinds = []
+  for d in range(len(shape)):
+    if d in bd:
+      i = bd.index(d)
+      kinds.append("b" if i < nb else "s" if i < nb + ns else "d")
+    else:
+      kinds.append("b" if d < first else "d" if d > last else "s")
+  if "".join(kinds) != "".join(sorted(kinds, key="bsd".index)):
+    raise NotImplementedError(f"bcoo_broadcast_in_dim: the result's dimensions {kinds} mix "
+                              f"batch, sparse and dense dimensions")
+  for d, k in enumerate(kinds):
+    if k == "s" and shape[d] != 1 and (d not in bd or mat.shape[bd.index(d)] != shape[d]):
+      raise NotImplementedError("bcoo_broadcast_in_dim: broadcasting sparse dimensions")
+  new_nb = kinds.count("b")
+  new_ns = kinds.count("s")
+  # data: [*batch, nse, *dense] with size-1 dims inserted, then dense dims broadcast
+  src = lambda d: bd.index(d) if d in bd else None
+  dshape = [mat.data.shape[src(d)] if src(d) is not None else 1 for d in range(new_nb)]
+  ishape = [mat.indices.shape[src(d)] if src(d) is not None else 1 for d in range(new_nb)]
+  dshape.append(mat.nse)
+  ishape.append(mat.nse)
+  dense_dims = range(new_nb + new_ns, len(shape))
+  dshape += [mat.data.shape[nb + 1 + src(d) - nb - ns] if src(d) is not None else 1
+             for d in dense_dims]
+  data = jnp.reshape(mat.data, tuple(dshape))
+  data = jnp.broadcast_to(data, tuple(dshape[:new_nb + 1]) + tuple(shape[d] for d in dense_dims))
+  indices = jnp.reshape(mat.indices, tuple(ishape) + (ns,))
+  cols = []
+  for d in range(new_nb, new_nb + new_ns):
+    if d in bd:
+      cols.append(indices[..., bd.index(d) - nb])
+    else:
+      cols.append(jnp.zeros(indices.shape[:-1], indices.dtype))
+  indices = (jnp.stack(cols, axis=-1) if cols
+             else jnp.zeros(indices.shape[:-1] + (0,), indices.dtype))
+  return BCOO((data, indices), shape=shape)
+
+
+def bcoo_squeeze(arr: "BCOO", *, dimensions: Sequence[int]) -> "BCOO":
+  """`lax.squeeze` of a BCOO array (JAX's `bcoo_squeeze`): removes size-1 dimensions.
+
+  Raises:
+    ValueError: if a dimension in `dimensions` does not have size 1.
+  """
+  _layout_check(arr, "bcoo_squeeze")
+  dims = _canonical_axes(dimensions, arr.ndim, "dimensions")
+  if any(arr.shape[d] != 1 for d in dims):
+    raise ValueError(f"cannot select an axis to squeeze out which has size not equal to "
+                     f"one, got shape={arr.shape} and dimensions={tuple(dimensions)}")
+  nb, ns = arr.n_batch, arr.n_sparse
+  data = _mask_out_of_range(arr)
+  indices = arr.indices
+  bdims = [d for d in dims if d < nb]
+  sdims = [d - nb for d in dims if nb <= d < nb + ns]
+  ddims = [d - nb - ns for d in dims if d >= nb + ns]
+  if sdims:
+    keep = [k for k in range(ns) if k not in sdims]
+    indices = indices[..., np.array(keep, dtype=np.int32)]
+  if ddims:
+    data = jnp.squeeze(data, tuple(nb + 1 + d for d in ddims))
+  if bdims:
+    data = jnp.squeeze(data, tuple(bdims))
+    indices = jnp.squeeze(indices, tuple(bdims))
+  shape = tuple(s for i, s in enumerate(arr.shape) if i not in dims)
+  return BCOO((data, indices), shape=shape)
+
+
+def bcoo_rev(operand: "BCOO", dimensions: Sequence[int]) -> "BCOO":
+  """`lax.rev` of a BCOO array (JAX's `bcoo_rev`): sparse coordinates `i` become
+  `size - 1 - i`; batch and dense dimensions are reversed in the arrays."""
+  _layout_check(operand, "bcoo_rev")
+  dims = _canonical_axes(dimensions, operand.ndim, "dimensions")
+  nb, ns = operand.n_batch, operand.n_sparse
+  batch = tuple(operand.shape[:nb])
+  data = broadcast_batch(operand.data, batch, nb)
+  indices = broadcast_batch(operand.indices, batch, nb)
+  bdims = tuple(d for d in dims if d < nb)
+  ddims = tuple(nb + 1 + d - nb - ns for d in dims if d >= nb + ns)
+  if bdims:
+    data = jnp.flip(data, bdims)
+    indices = jnp.flip(indices, bdims)
+  if ddims:
+    data = jnp.flip(data, ddims)
+  sdims = [d - nb for d in dims if nb <= d < nb + ns]
+  if sdims:
+    sparse_shape = operand.shape[nb:nb + ns]
+    ok = _in_range(indices, sparse_shape)
+    flip = np.zeros(ns, bool)
+    flip[sdims] = True
+    size = np.array(sparse_shape, np.int64).astype(indices.dtype)
+    rev = jnp.where(jnp.asarray(flip), jnp.asarray(size) - 1 - indices, indices)
+    indices = _out_of_range_fill(rev, ok, sparse_shape)
+  return BCOO((data, indices), shape=operand.shape)
+
+
+def _slice_sparse(mat, starts, sizes, strides, dynamic):
+  """Slices of the batch, sparse and dense dimensions of `mat` (starts may be traced when
+  `dynamic`); elements outside the slice move out of range (nse is kept)."""
+  nb, ns = mat.n_batch, mat.n_sparse
+  batch = tuple(mat.shape[:nb])
+  data = broadcast_batch(mat.data, batch, nb)
+  indices = broadcast_batch(mat.indices, batch, nb)
+  new_shape = tuple(sizes)
+  if dynamic:
+    starts = [jnp.clip(jnp.asarray(s).astype(np.int32), 0, mat.shape[i] - sizes[i])
+              for i, s in enumerate(starts)]
+    zero = jnp.zeros((), np.int32)
+    d_starts = list(starts[:nb]) + [zero] + list(starts[nb + ns:])
+    d_sizes = tuple(sizes[:nb]) + (mat.nse,) + tuple(sizes[nb + ns:])
+    data = lax.dynamic_slice(data, d_starts, d_sizes)
+    indices = lax.dynamic_slice(indices, list(starts[:nb]) + [zero, zero],
+                                tuple(sizes[:nb]) + (mat.nse, ns))
+  else:
+    sl = tuple(slice(st, st + sz * sd, sd) for st, sz, sd in zip(starts, sizes, strides))
+    data = data[sl[:nb] + (slice(None),) + sl[nb + ns:]]
+    indices = indices[sl[:nb]]
+  if ns:
+    sstart = jnp.stack([jnp.asarray(s).astype(indices.dtype) for s in starts[nb:nb + ns]])
+    sstride = np.array(strides[nb:nb + ns], np.int64).astype(indices.dtype)
+    sparse_shape = mat.shape[nb:nb + ns]
+    ok = _in_range(indices, sparse_shape)
+    shifted = indices - sstart
+    ok = ok & jnp.all((shifted >= 0) & (shifted % sstride == 0), axis=-1)
+    new_idx = shifted // sstride
+    ok = ok & _in_range(new_idx, new_shape[nb:nb + ns])
+    indices = _out_of_range_fill(new_idx, ok, new_shape[nb:nb + ns])
+    okd = jnp.reshape(ok, ok.shape + (1,) * mat.n_dense)
+    data = jnp.where(okd, data, jnp.zeros((), data.dtype))
+    size = math.prod(new_shape[nb:nb + ns])
+    if mat.nse > size:   # as JAX's: no more stored elements than the slice has places
+      data, indices = _bcoo_sum_duplicates(data, indices, spinfo=SparseInfo(new_shape),
+                                           nse=size)
+  return BCOO((data, indices), shape=new_shape)
+
+
+def bcoo_slice(mat: "BCOO", *, start_indices: Sequence[int], limit_indices: Sequence[int],
+               strides: Sequence[int] | None = None) -> "BCOO":
+  """`lax.slice` of a BCOO array (JAX's `bcoo_slice`): batch and dense dimensions are
+  sliced in the arrays, sparse coordinates shifted (elements outside move out of range;
+  nse is kept).
+
+  Raises:
+    ValueError: for start/limit/stride lists of the wrong length or out of bounds.
+  """
+  _layout_check(mat, "bcoo_slice")
+  strides = (1,) * mat.ndim if strides is None else tuple(strides)
+  if not (len(start_indices) == len(limit_indices) == len(strides) == mat.ndim):
+    raise ValueError(f"bcoo_slice: start_indices, limit_indices and strides must have "
+                     f"length {mat.ndim}; got {start_indices}, {limit_indices}, {strides}")
+  for st, li, d in zip(start_indices, limit_indices, mat.shape):
+    if not 0 <= st <= li <= d:
+      raise ValueError(f"bcoo_slice: invalid slice {start_indices}:{limit_indices} for "
+                       f"shape {mat.shape}")
+  sizes = [-(-(li - st) // sd) for st, li, sd in zip(start_indices, limit_indices, strides)]
+  return _slice_sparse(mat, list(start_indices), sizes, strides, dynamic=False)
+
+
+def bcoo_dynamic_slice(mat: "BCOO", start_indices: Sequence[Any],
+                       slice_sizes: Sequence[int]) -> "BCOO":
+  """`lax.dynamic_slice` of a BCOO array (JAX's `bcoo_dynamic_slice`): starts may be
+  traced and are clamped as lax's are.
+
+  Raises:
+    ValueError: for lists of the wrong length or sizes larger than the dimensions.
+  """
+  _layout_check(mat, "bcoo_dynamic_slice")
+  if not len(start_indices) == len(slice_sizes) == mat.ndim:
+    raise ValueError(f"bcoo_dynamic_slice: start_indices and slice_sizes must have length "
+                     f"{mat.ndim}")
+  if any(not 0 <= s <= d for s, d in zip(slice_sizes, mat.shape)):
+    raise ValueError(f"bcoo_dynamic_slice: slice_sizes {tuple(slice_sizes)} do not fit "
+                     f"shape {mat.shape}")
+  return _slice_sparse(mat, list(start_indices), list(slice_sizes), (1,) * mat.ndim,
+                       dynamic=True)
+
+
+def bcoo_concatenate(operands: Sequence["BCOO"], *, dimension: int) -> "BCOO":
+  """`lax.concatenate` of BCOO arrays of one layout (JAX's `bcoo_concatenate`): along a
+  batch dimension the arrays are joined; along a sparse one the stored elements are (nse
+  adds up, coordinates offset); along a dense one the data is (the indices must be equal).
+
+  Raises:
+    ValueError: operands of different layouts or shapes off the dimension.
+  """
+  operands = list(operands)
+  for op in operands:
+    _layout_check(op, "bcoo_concatenate")
+  first = operands[0]
+  dimension = _canonical_axes(dimension, first.ndim, "dimension")[0]
+  if len({(op.n_batch, op.n_sparse, op.n_dense) for op in operands}) != 1:
+    raise ValueError("bcoo_concatenate: operands must have matching layouts (n_batch, "
+                     "n_sparse, n_dense)")
+  for op in operands:
+    if any(a != b for i, (a, b) in enumerate(zip(op.shape, first.shape)) if i != dimension):
+      raise ValueError(f"bcoo_concatenate: shapes {[o.shape for o in operands]} differ off "
+                       f"dimension {dimension}")
+  nb, ns = first.n_batch, first.n_sparse
+  shape = list(first.shape)
+  shape[dimension] = sum(op.shape[dimension] for op in operands)
+  dtype = dtypes.result_type(*[op.dtype for op in operands])
+
+  def arrays(op):
+    batch = tuple(op.shape[:nb])
+    return (broadcast_batch(op.data, batch, nb).astype(dtype),
+            broadcast_batch(op.indices, batch, nb))
+  pairs = [arrays(op) for op in operands]
+  if dimension < nb:
+    data = jnp.concatenate([d for d, _ in pairs], axis=dimension)
+    indices = jnp.concatenate([i for _, i in pairs], axis=dimension)
+  elif dimension < nb + ns:
+    k = dimension - nb
+    offset, datas, idxs = 0, [], []
+    for op, (d, i) in zip(operands, pairs):
+      ok = _in_range(i, op.shape[nb:nb + ns])
+      shift = np.zeros(ns, np.int64)
+      shift[k] = offset
+      moved = i + jnp.asarray(shift.astype(i.dtype))
+      idxs.append(_out_of_range_fill(moved, ok, shape[nb:nb + ns]))
+      datas.append(d)
+      offset += op.shape[dimension]
+    data = jnp.concatenate(datas, axis=nb)
+    indices = jnp.concatenate(idxs, axis=nb)
+  else:
+    data = jnp.concatenate([d for d, _ in pairs], axis=nb + 1 + dimension - nb - ns)
+    indices = pairs[0][1]
+  return BCOO((data, indices), shape=tuple(shape))
+
+
+def bcoo_multiply_sparse(lhs: "BCOO", rhs: "BCOO") -> "BCOO":
+  """The elementwise product of two BCOO arrays of one shape (JAX's
+  `bcoo_multiply_sparse`): every pair of stored elements at one index multiplies, placed at
+  that index (`nse = lhs.nse * rhs.nse` per batch; the others out of range).
+
+  Raises:
+    ValueError: for different shapes.
+    NotImplementedError: operands with dense dimensions or different batch layouts.
+  """
+  _layout_check(lhs, "bcoo_multiply_sparse")
+  _layout_check(rhs, "bcoo_multiply_sparse")
+  if lhs.shape != rhs.shape:
+    raise ValueError(f"bcoo_multiply_sparse: arrays must have the same shape, got "
+                     f"{lhs.shape} and {rhs.shape}")
+  if lhs.n_dense or rhs.n_dense or lhs.n_batch != rhs.n_batch:
+    raise NotImplementedError("bcoo_multiply_sparse: dense dimensions, or operands of "
+                              "different n_batch")
+  nb, ns = lhs.n_batch, lhs.n_sparse
+  batch = tuple(lhs.shape[:nb])
+  dtype = dtypes.result_type(lhs.dtype, rhs.dtype)
+  sparse_shape = lhs.shape[nb:]
+  ld, li = broadcast_batch(lhs.data, batch, nb), broadcast_batch(lhs.indices, batch, nb)
+  rd, ri = broadcast_batch(rhs.data, batch, nb), broadcast_batch(rhs.indices, batch, nb)
+
+  def one(ld, li, rd, ri):
+    ok = (_in_range(li, sparse_shape)[:, None] & _in_range(ri, sparse_shape)[None, :]
+          & jnp.all(li[:, None, :] == ri[None, :, :], axis=-1))
+    prod = jnp.where(ok, ld.astype(dtype)[:, None] * rd.astype(dtype)[None, :],
+                     jnp.zeros((), dtype))
+    idx = _out_of_range_fill(jnp.broadcast_to(li[:, None, :], ok.shape + (ns,)), ok,
+                             sparse_shape)
+    n = ok.shape[0] * ok.shape[1]
+    return jnp.reshape(prod, (n,)), jnp.reshape(idx, (n, ns))
+  data, indices = nfold_vmap(one, nb)(ld, li, rd, ri)
+  return BCOO((data, indices), shape=lhs.shape)
+
+
+def bcoo_gather(operand: "BCOO", start_indices: Any, dimension_numbers: Any,
+                slice_sizes: Sequence[int], *, unique_indices: bool = False,
+                indices_are_sorted: bool = False, mode: Any = None,
+                fill_value: Any = None) -> "BCOO":
+  """`lax.gather` of a BCOO array (JAX's `bcoo_gather`).
+
+  stagecraft computes it densely: the operand is densified, gathered, and converted back
+  with `nse` = the result's size (JAX's kernel works on the stored elements).
+  """
+  _layout_check(operand, "bcoo_gather")
+  dense = lax.gather(operand.todense(), start_indices, dimension_numbers, slice_sizes,
+                     unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
+                     mode=mode, fill_value=fill_value)
+  return bcoo_fromdense(dense, nse=max(1, math.prod(dense.shape)),
+                        index_dtype=operand.indices.dtype)
+
+
+def bcoo_conv_general_dilated(lhs: Any, rhs: Any, **kwargs) -> Any:
+  """`lax.conv_general_dilated` with BCOO operands (JAX's `bcoo_conv_general_dilated`).
+
+  stagecraft computes it densely (both operands densified, one `conv_general_dilated`);
+  the result is a dense array.
+  """
+  lhs = lhs.todense() if isinstance(lhs, JAXSparse) else lhs
+  rhs = rhs.todense() if isinstance(rhs, JAXSparse) else rhs
+  return lax.conv_general_dilated(lhs, rhs, **kwargs)
+
+
+def bcoo_update_layout(mat: "BCOO", *, n_batch: int | None = None, n_dense: int | None = None,
+                       on_inefficient: str | None = "error") -> "BCOO":
+  """`mat` with another number of batch and dense dimensions (JAX's
+  `bcoo_update_layout`).
+
+  Moving sparse dimensions into batch or dense dimensions may need far more storage (each
+  batch, or each dense block, holds what the others do): `on_inefficient` says what then
+  happens: 'error' (SparseEfficiencyError), 'warn' (SparseEfficiencyWarning) or None.
+
+  stagecraft converts through the dense array (`todense`, then `fromdense` with the largest
+  nse the new layout can need).
+
+  Raises:
+    ValueError: for layouts that do not fit `mat.ndim`, or an unknown `on_inefficient`.
+    SparseEfficiencyError: an inefficient change with `on_inefficient='error'`.
+  """
+  _layout_check(mat, "bcoo_update_layout")
+  n_batch = mat.n_batch if n_batch is None else operator.index(n_batch)
+  n_dense = mat.n_dense if n_dense is None else operator.index(n_dense)
+  if on_inefficient not in ("error", "warn", None):
+    raise ValueError("on_inefficient={on_inefficient!r}; expected one of ['error', 'warn', "
+                     "None].")
+  if n_batch < 0 or n_dense < 0 or n_batch + n_dense > mat.ndim:
+    raise ValueError(f"invalid layout n_batch={n_batch}, n_dense={n_dense} for "
+                     f"shape={mat.shape}")
+  if (n_batch, n_dense) == (mat.n_batch, mat.n_dense):
+    return mat
+  inefficient = n_batch > mat.n_batch or n_dense > mat.n_dense
+  if inefficient and on_inefficient is not None:
+    msg = ("Requested update_layout would result in a large increase in the number of "
+           "stored elements or the size of the data/indices arrays. To prevent this, use "
+           "on_inefficient=None or on_inefficient='warn'.")
+    if on_inefficient == "error":
+      raise SparseEfficiencyError(msg)
+    warnings.warn(msg, SparseEfficiencyWarning, stacklevel=2)
+  nse = mat.nse
+  nse *= math.prod(mat.shape[n_batch:mat.n_batch])          # batch dims folded in
+  nse *= math.prod(mat.shape[mat.ndim - mat.n_dense:mat.ndim - n_dense])  # dense dims out
+  return bcoo_fromdense(mat.todense(), nse=nse, n_batch=n_batch, n_dense=n_dense,
+                        index_dtype=mat.indices.dtype)
