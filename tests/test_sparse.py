@@ -296,3 +296,42 @@ def test_bcoo_shape_functions_match_jax():
       (1, 1, 2, 2), np.float32), window_strides=(1, 1), padding="VALID"),
        jax.lax.conv_general_dilated(M[None, None], np.ones((1, 1, 2, 2), np.float32), (1, 1),
                                     "VALID"))
+
+
+def test_sparsify_and_sparse_autodiff_match_jax():
+  Md = M[:2]
+
+  def program(s, np_, T):
+    A = fd(s, Md)
+    E = fd(s, np.eye(2, 4, dtype=np.float32))
+    fs = [lambda x: x + np_.ones((2, 4)), lambda x: x + x, lambda x: x + E, lambda x: x - x,
+          lambda x: x.sum(), lambda x: np_.sin(x) * 2, lambda x: x @ np_.ones(4),
+          lambda x: x[0], lambda x: x[:, 1:3], lambda x: x.T.reshape(8),
+          lambda x: T.jit(lambda y: y * 3)(x), lambda x: x / 2, lambda x: np_.abs(-x) ** 2,
+          lambda x: (x * np_.arange(4.0)).astype(np.int32), lambda x: x.sum(0) @ x.T,
+          lambda x: np_.concatenate([x, x], axis=0), lambda x: np_.expand_dims(x, 0)]
+    outs = [s.sparsify(f)(A) for f in fs]
+    outs.append(s.grad(lambda x: (x * x).sum())(A))
+    outs.append(s.jacfwd(lambda x: x @ np_.ones(4))(A))
+    outs.append(s.jacrev(lambda x: x @ np_.ones(4))(A))
+    outs.append(s.value_and_grad(lambda x, y: (x @ y).sum(), argnums=(0, 1))(A, np_.ones(4)))
+    return outs
+  ours = sc.jit(lambda: program(sparse, jnp, sc))()
+  theirs = jax.jit(lambda: program(jsparse, jjnp, jax))()
+  for i, (a, b) in enumerate(zip(tree_leaves_sparse(ours), tree_leaves_sparse(theirs))):
+    same(a, b)
+  # errors (JAX's messages) and the jaxpr of a sparsified function
+  A, jA = sparse.BCOO.fromdense(Md), jsparse.BCOO.fromdense(Md)
+  for f in (lambda np_: lambda x: np_.cumsum(x), lambda np_: lambda x: np_.exp(x)):
+    with pytest.raises(NotImplementedError) as ours_e:
+      sparse.sparsify(f(jnp))(A)
+    with pytest.raises(NotImplementedError) as theirs_e:
+      jsparse.sparsify(f(jjnp))(jA)
+    assert str(ours_e.value) == str(theirs_e.value)
+  assert (str(sc.make_jaxpr(sparse.sparsify(lambda x: jnp.sin(x) @ jnp.ones(4)))(A))
+          == str(jax.make_jaxpr(jsparse.sparsify(lambda x: jjnp.sin(x) @ jjnp.ones(4)))(jA)))
+
+
+def tree_leaves_sparse(tree):
+  is_sp = lambda x: isinstance(x, (sparse.JAXSparse, jsparse.JAXSparse))
+  return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=is_sp)]

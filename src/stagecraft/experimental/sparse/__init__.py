@@ -26,7 +26,9 @@ from stagecraft.experimental.sparse.bcoo import (
     bcoo_squeeze, bcoo_sum_duplicates, bcoo_sum_duplicates_p, bcoo_todense, bcoo_todense_p,
     bcoo_transpose, bcoo_transpose_p, bcoo_update_layout)
 from stagecraft.experimental.sparse.api import empty, eye, todense, todense_p
-from stagecraft.experimental.sparse import bcoo
+from stagecraft.experimental.sparse.transform import SparseTracer, sparsify
+from stagecraft.experimental.sparse.ad import grad, jacfwd, jacobian, jacrev, value_and_grad
+from stagecraft.experimental.sparse import ad, api, bcoo, transform, util
 
 __all__ = ["JAXSparse", "BCOO", "SparseEfficiencyError", "SparseEfficiencyWarning",
            "CuSparseEfficiencyWarning", "bcoo", "todense", "todense_p", "empty", "eye",
@@ -37,4 +39,6 @@ __all__ = ["JAXSparse", "BCOO", "SparseEfficiencyError", "SparseEfficiencyWarnin
            "bcoo_multiply_sparse", "bcoo_reduce_sum", "bcoo_reshape", "bcoo_rev", "bcoo_slice",
            "bcoo_sort_indices", "bcoo_sort_indices_p", "bcoo_spdot_general_p", "bcoo_squeeze",
            "bcoo_sum_duplicates", "bcoo_sum_duplicates_p", "bcoo_todense", "bcoo_todense_p",
-           "bcoo_transpose", "bcoo_transpose_p", "bcoo_update_layout"]
+           "bcoo_transpose", "bcoo_transpose_p", "bcoo_update_layout", "sparsify",
+           "SparseTracer", "grad", "value_and_grad", "jacfwd", "jacrev", "jacobian", "ad",
+           "api", "transform", "util"]

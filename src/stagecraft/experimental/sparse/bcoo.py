@@ -434,6 +434,8 @@ def _bcoo_extract_impl(indices, arr, *, assume_unique):
   def one(i, a):
     if ns == 0:
       out = jnp.broadcast_to(a[None], (nse,) + a.shape)
+      if assume_unique:
+        return out
       keep = jnp.arange(nse) == 0
     else:
       out = a.at[tuple(i[:, k] for k in range(ns))].get(mode="fill", fill_value=0)
@@ -1595,6 +1597,8 @@ class BCOO(JAXSparse):
 
   def __mul__(self, other):
     if isinstance(other, BCOO):
+      if other.indices is self.indices:
+        return BCOO((self.data * other.data, self.indices), **self._info._asdict())
       return bcoo_multiply_sparse(self, other)
     if isinstance(other, JAXSparse):
       return NotImplemented
@@ -1622,6 +1626,10 @@ class BCOO(JAXSparse):
 
   def __rsub__(self, other):
     return bcoo_add(other, -self)
+
+  def __iter__(self):
+    for i in range(self.shape[0]):
+      yield self[i]
 
   def __getitem__(self, idx):
     # NB: indexing is a sparse rule of `sparsify` (bcoo_gather / slices), as in JAX.
