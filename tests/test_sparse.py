@@ -335,3 +335,34 @@ def test_sparsify_and_sparse_autodiff_match_jax():
 def tree_leaves_sparse(tree):
   is_sp = lambda x: isinstance(x, (sparse.JAXSparse, jsparse.JAXSparse))
   return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=is_sp)]
+
+
+def test_bcsr_coo_csr_and_helpers_match_jax():
+  v = np.arange(4.0, dtype=np.float32)
+  W = np.ones((4, 2), np.float32)
+
+  def program(s, np_, T):
+    X = s.BCSR.fromdense(M, nse=5)
+    Xb = s.BCSR.fromdense(B3, nse=8, n_batch=1)
+    C, R, K = (s.COO.fromdense(M, nse=5), s.CSR.fromdense(M, nse=5),
+               s.CSC.fromdense(M, nse=5))
+    return [X, X.todense(), X @ v, X @ W, Xb.todense(), X.to_bcoo(),
+            s.BCSR.from_bcoo(s.BCOO.fromdense(M, nse=5)).indptr,
+            s.bcsr_extract(X.indices, X.indptr, np_.asarray(M + 1)),
+            T.grad(lambda d: (s.BCSR((d, X.indices, X.indptr), shape=(3, 4)) @ v).sum())(X.data),
+            C.todense(), C @ v, C @ W, C.T @ np_.ones(3), R.todense(), R @ v, R @ W,
+            R.T @ np_.ones(3), K.todense(), K @ v,
+            T.grad(lambda d: (s.CSR((d, R.indices, R.indptr), shape=(3, 4)) @ v).sum())(R.data),
+            s.eye(3, 4, k=1).todense(), s.empty((2, 3)).todense()]
+  ours = sc.jit(lambda: program(sparse, jnp, sc))()
+  theirs = jax.jit(lambda: program(jsparse, jjnp, jax))()
+  for a, b in zip(tree_leaves_sparse(ours), tree_leaves_sparse(theirs)):
+    if isinstance(b, jsparse.JAXSparse):
+      assert repr(a) == repr(b)
+      same(a.todense(), b.todense())
+    else:
+      same(a, b)
+  R = sparse.random_bcoo(sc.random.key(0), (4, 5), nse=6)
+  assert repr(R) == "BCOO(float32[4, 5], nse=6)" and int((R.todense() != 0).sum()) == 6
+  with pytest.raises(NotImplementedError):
+    sparse.linalg.spsolve(None, None, None, None)

@@ -28,7 +28,19 @@ from stagecraft.experimental.sparse.bcoo import (
 from stagecraft.experimental.sparse.api import empty, eye, todense, todense_p
 from stagecraft.experimental.sparse.transform import SparseTracer, sparsify
 from stagecraft.experimental.sparse.ad import grad, jacfwd, jacobian, jacrev, value_and_grad
-from stagecraft.experimental.sparse import ad, api, bcoo, transform, util
+from stagecraft.experimental.sparse.bcsr import (
+    BCSR, bcsr_broadcast_in_dim, bcsr_concatenate, bcsr_dot_general, bcsr_dot_general_p,
+    bcsr_extract, bcsr_extract_p, bcsr_fromdense, bcsr_fromdense_p, bcsr_sum_duplicates,
+    bcsr_todense, bcsr_todense_p)
+from stagecraft.experimental.sparse.coo import (
+    COO, coo_fromdense, coo_fromdense_p, coo_matmat, coo_matmat_p, coo_matvec, coo_matvec_p,
+    coo_todense, coo_todense_p)
+from stagecraft.experimental.sparse.csr import (
+    CSC, CSR, csr_fromdense, csr_fromdense_p, csr_matmat, csr_matmat_p, csr_matvec,
+    csr_matvec_p, csr_todense, csr_todense_p)
+from stagecraft.experimental.sparse.random import random_bcoo
+from stagecraft.experimental.sparse import (ad, api, bcoo, bcsr, coo, csr, linalg, random,
+                                            transform, util)
 
 __all__ = ["JAXSparse", "BCOO", "SparseEfficiencyError", "SparseEfficiencyWarning",
            "CuSparseEfficiencyWarning", "bcoo", "todense", "todense_p", "empty", "eye",
@@ -41,4 +53,11 @@ __all__ = ["JAXSparse", "BCOO", "SparseEfficiencyError", "SparseEfficiencyWarnin
            "bcoo_sum_duplicates", "bcoo_sum_duplicates_p", "bcoo_todense", "bcoo_todense_p",
            "bcoo_transpose", "bcoo_transpose_p", "bcoo_update_layout", "sparsify",
            "SparseTracer", "grad", "value_and_grad", "jacfwd", "jacrev", "jacobian", "ad",
-           "api", "transform", "util"]
+           "api", "transform", "util", "BCSR", "bcsr_broadcast_in_dim", "bcsr_concatenate",
+           "bcsr_dot_general", "bcsr_dot_general_p", "bcsr_extract", "bcsr_extract_p",
+           "bcsr_fromdense", "bcsr_fromdense_p", "bcsr_sum_duplicates", "bcsr_todense",
+           "bcsr_todense_p", "COO", "coo_fromdense", "coo_fromdense_p", "coo_matmat",
+           "coo_matmat_p", "coo_matvec", "coo_matvec_p", "coo_todense", "coo_todense_p", "CSC",
+           "CSR", "csr_fromdense", "csr_fromdense_p", "csr_matmat", "csr_matmat_p",
+           "csr_matvec", "csr_matvec_p", "csr_todense", "csr_todense_p", "random_bcoo", "bcsr",
+           "coo", "csr", "linalg", "random"]

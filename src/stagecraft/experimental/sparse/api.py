@@ -68,10 +68,10 @@ def empty(shape: Any, dtype: Any = None, index_dtype: Any = "int32",
     **kwds: format options (`n_batch`, `n_dense` for BCOO/BCSR).
 
   Raises:
-    ValueError: for an unknown format.
+    KeyError: for an unknown format (as JAX's).
   """
-  fmt = _format(sparse_format)
-  return fmt._empty(tuple(shape), dtype=dtype, index_dtype=index_dtype, **kwds)
+  convert = _format(sparse_format)
+  return convert(_bcoo_empty(tuple(shape), dtype=dtype, index_dtype=index_dtype, **kwds))
 
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None,
@@ -79,21 +79,23 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None,
   """A sparse 2-D array with ones on the `k`-th diagonal (JAX's `sparse.eye`).
 
   Raises:
-    ValueError: for an unknown format.
+    KeyError: for an unknown format (as JAX's).
   """
-  fmt = _format(sparse_format)
-  return fmt._eye(N, M if M is not None else N, k, dtype=dtype, index_dtype=index_dtype,
-                  **kwds)
+  convert = _format(sparse_format)
+  return convert(_bcoo_eye(N, M if M is not None else N, k, dtype=dtype,
+                           index_dtype=index_dtype, **kwds))
 
 
 def _format(name: str):
-  # NB: the format classes import this module's `todense`; looked up on use.
+  """The conversion from BCOO to the format `name`."""
+  # NB: the other formats build on this module's BCOO; looked up on use.
   from stagecraft.experimental.sparse import bcsr, coo, csr
-  formats = {"bcoo": BCOO, "bcsr": getattr(bcsr, "BCSR", None), "coo": getattr(coo, "COO", None),
-             "csr": getattr(csr, "CSR", None), "csc": getattr(csr, "CSC", None)}
-  if name not in formats or formats[name] is None:
-    raise ValueError(f"sparse_format={name!r} not recognized; expected one of "
-                     f"{sorted(formats)}")
+  formats = {"bcoo": lambda x: x, "bcsr": bcsr.BCSR.from_bcoo,
+             "coo": lambda x: coo.COO.fromdense(x.todense(), nse=x.nse),
+             "csr": lambda x: csr.CSR.fromdense(x.todense(), nse=x.nse),
+             "csc": lambda x: csr.CSC.fromdense(x.todense(), nse=x.nse)}
+  if name not in formats:
+    raise KeyError(name)   # NB: JAX's error for an unknown format
   return formats[name]
 
 
@@ -120,6 +122,3 @@ def _bcoo_eye(N, M, k, *, dtype=None, index_dtype="int32", n_batch=0, n_dense=0)
   return BCOO((data, indices), shape=(N, M), indices_sorted=True, unique_indices=True)
 
 
-BCOO._empty = staticmethod(_bcoo_empty)
-BCOO._eye = staticmethod(_bcoo_eye)
-del core

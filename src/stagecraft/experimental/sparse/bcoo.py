@@ -2007,3 +2007,11 @@ def bcoo_update_layout(mat: "BCOO", *, n_batch: int | None = None, n_dense: int 
   nse *= math.prod(mat.shape[mat.ndim - mat.n_dense:mat.ndim - n_dense])  # dense dims out
   return bcoo_fromdense(mat.todense(), nse=nse, n_batch=n_batch, n_dense=n_dense,
                         index_dtype=mat.indices.dtype)
+
+
+#: The impls of the BCOO primitives, for formats computed through BCOO's algorithms.
+todense_impl = _bcoo_todense_impl
+fromdense_impl = _bcoo_fromdense_impl
+extract_impl = _bcoo_extract_impl
+dot_general_impl = _bcoo_dot_general_impl
+sum_duplicates_impl = _bcoo_sum_duplicates_impl
