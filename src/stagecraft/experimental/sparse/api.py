@@ -6,9 +6,10 @@ from typing import Any
 import numpy as np
 
 import stagecraft.numpy as jnp
-from stagecraft import core, tree_util
+from stagecraft import api as sc_api, tree_util
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.experimental.sparse._base import JAXSparse
+from stagecraft.experimental.sparse import bcsr, coo, csr
 from stagecraft.experimental.sparse.bcoo import BCOO
 from stagecraft.interpreters import ad, batching, mlir
 
@@ -40,11 +41,10 @@ def _todense_jvp(primals, tangents, *, tree):
 
 
 def _todense_batch_rule(args, dims, *, tree):
-  # NB: a generic batching rule: densify each batch element (a vmap of the format's own
+  # a generic batching rule: densify each batch element (a vmap of the format's own
   # todense, whose primitives carry the batching).
-  from stagecraft import api
   in_axes = [None if d is batching.not_mapped else d for d in dims]
-  return api.vmap(lambda *xs: _todense_leaves(*xs, tree=tree), in_axes=in_axes)(*args), 0
+  return sc_api.vmap(lambda *xs: _todense_leaves(*xs, tree=tree), in_axes=in_axes)(*args), 0
 
 
 #: The primitive of `todense` over the flattened leaves of any sparse format (`tree`: the
@@ -88,8 +88,6 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None,
 
 def _format(name: str):
   """The conversion from BCOO to the format `name`."""
-  # NB: the other formats build on this module's BCOO; looked up on use.
-  from stagecraft.experimental.sparse import bcsr, coo, csr
   formats = {"bcoo": lambda x: x, "bcsr": bcsr.BCSR.from_bcoo,
              "coo": lambda x: coo.COO.fromdense(x.todense(), nse=x.nse),
              "csr": lambda x: csr.CSR.fromdense(x.todense(), nse=x.nse),

@@ -1632,9 +1632,9 @@ class BCOO(JAXSparse):
       yield self[i]
 
   def __getitem__(self, idx):
-    # NB: indexing is a sparse rule of `sparsify` (bcoo_gather / slices), as in JAX.
-    from stagecraft.experimental.sparse.transform import sparsify
-    return sparsify(lambda x: x[idx])(self)
+    # NB: indexing is a sparse rule of `sparsify` (transform.py installs it, as JAX's BCOO
+    # indexes through sparsify).
+    raise NotImplementedError("BCOO indexing needs stagecraft.experimental.sparse.transform")
 
 
 

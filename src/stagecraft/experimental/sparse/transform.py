@@ -298,3 +298,11 @@ def _gather_rule(operand, indices, *, dimension_numbers, slice_sizes, unique_ind
 
 
 sparse_rules[slicing.gather_p] = _gather_rule
+
+
+def bcoo_getitem(self: BCOO, idx: Any) -> Any:
+  """`BCOO.__getitem__`: NumPy indexing of a BCOO array, through `sparsify` (as JAX's)."""
+  return sparsify(lambda x: x[idx])(self)
+
+
+BCOO.__getitem__ = bcoo_getitem
