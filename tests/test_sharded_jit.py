@@ -498,11 +498,16 @@ def test_jit_in_shardings_argument_errors(mesh):
   with pytest.raises(ValueError, match=r"keyword arguments \['y'\].*positionally"):
     g(_f32(8), y=_f32(8))
   h = sc.jit(lambda x, y: x + y, in_shardings=(s, s, s))
-  with pytest.raises(ValueError, match="jit in_shardings must be a tree prefix"):
+  with pytest.raises(ValueError, match="^pjit in_shardings specification must be a tree "
+                                       "prefix of the positional arguments tuple.*wrong length: "
+                                       "got a tuple or list of length 3 for an args tuple of "
+                                       "length 2"):
     h(_f32(8), _f32(8))
   with pytest.raises(ValueError, match="device.*in_shardings"):
     sc.jit(lambda x: x, in_shardings=s, device=sc.devices()[0])
-  with pytest.raises(ValueError, match="jit out_shardings must be a tree prefix"):
+  with pytest.raises(ValueError, match=r"^Mismatch details \(1 found\):\npytree structure "
+                                       r"error: different lengths of tuple at key path\n    "
+                                       r"pjit out_shardings\n"):
     sc.jit(lambda x: (x, x), out_shardings=(s, s, s))(_f32(8))
   with pytest.raises(TypeError, match="expected a NamedSharding"):
     sc.jit(lambda x: x, in_shardings="data")(_f32(8))

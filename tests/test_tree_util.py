@@ -571,3 +571,54 @@ def test_structure_messages_as_jax(case):
   ours = _message(run(sc, sopt))
   theirs = _message(run(jax, jopt))
   assert ours == theirs
+
+
+def _prefix_cases(lib, sh):
+  """Calls whose pytree prefixes do not fit their values (`lib`: stagecraft or jax)."""
+  import numpy as np
+  mesh = lib.make_mesh((2,), ("x",), axis_types=(sh.AxisType.Auto,))
+  s = sh.NamedSharding(mesh, sh.PartitionSpec())
+  x = np.ones(4, np.float32)
+  return {
+      "jit in_shardings length": lambda: lib.jit(lambda a: a, in_shardings=(s, s))(x),
+      "jit in_shardings singleton": lambda: lib.jit(lambda a: a, in_shardings=(s, s))((x, x)),
+      "jit in_shardings dict": lambda: lib.jit(lambda a: a, in_shardings=({"a": s},))(
+          {"b": x}),
+      "jit out_shardings": lambda: lib.jit(lambda a: (a, a), out_shardings=(s, s, s))(x),
+      "vmap in_axes dict": lambda: lib.vmap(lambda a: a, in_axes=({"a": 0},))({"b": x}),
+      "vmap out_axes": lambda: lib.vmap(lambda a: (a, a), out_axes=(0, 0, 0))(x),
+      "vmap nested": lambda: lib.vmap(lambda a: a, in_axes=({"a": 0, "b": 0},))({"a": x}),
+      "pmap in_axes": lambda: lib.pmap(lambda a: a, in_axes=(0, 0))(np.ones((2, 2))),
+      "tree.map": lambda: lib.tree.map(lambda a, b: a, (1, 2), (1, 2, 3)),
+      "tree.map dict": lambda: lib.tree.map(lambda a, b: a, {"a": 1, "b": 2},
+                                            {"a": 1, "c": 2}),
+      "tree.map nested": lambda: lib.tree.map(lambda a, b: a, {"a": [1, 2]}, {"a": [1, 2, 3]}),
+      "tree.map type": lambda: lib.tree.map(lambda a, b: a, [1, 2], (1, 2)),
+      "tree_map_with_path": lambda: lib.tree_util.tree_map_with_path(lambda p, a, b: a, [1, 2],
+                                                                     [1]),
+      "device_put": lambda: lib.device_put((x, x), (s, s, s)),
+      "device_put dict": lambda: lib.device_put({"a": x}, {"b": s}),
+  }
+
+
+def test_prefix_errors_of_the_api_as_jax():
+  """jit's shardings, vmap's and pmap's axes, tree maps and device_put report a prefix that
+  does not fit its value with JAX's "pytree structure error" messages; a list of in_shardings
+  stands for the arguments tuple, as in JAX."""
+  import jax
+  import jax.sharding as jsh
+  import numpy as np
+
+  import stagecraft as sc
+  import stagecraft.sharding as ssh
+  ours, theirs = _prefix_cases(sc, ssh), _prefix_cases(jax, jsh)
+  for name in ours:
+    with pytest.raises(ValueError) as want:
+      theirs[name]()
+    with pytest.raises(ValueError) as got:
+      ours[name]()
+    assert str(got.value).split("\n----")[0] == str(want.value).split("\n----")[0], name
+  mesh = sc.make_mesh((2,), ("x",), axis_types=(ssh.AxisType.Auto,))
+  s = ssh.NamedSharding(mesh, ssh.PartitionSpec())
+  out = sc.jit(lambda a, b: a + b, in_shardings=[s, s])(np.ones(2), np.ones(2))
+  np.testing.assert_array_equal(np.asarray(out), [2.0, 2.0])

@@ -1067,9 +1067,14 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     dyn_axes = in_axes
     if isinstance(in_axes, tuple):
       if len(in_axes) != nargs:
-        raise ValueError(f"pmap in_axes must be an int, None, or a tuple of entries "
-                         f"corresponding to the positional arguments passed to the function, "
-                         f"but got len(in_axes)={len(in_axes)}, len(args)={nargs}")
+        # NB: JAX's message: the prefix error of (in_axes,) against (args,)
+        err = tree_util.prefix_errors((in_axes,), (args,), is_leaf=lambda x: x is None)[0]
+        raise ValueError(
+            f"{err('pmap in_axes')}\n\nThe 'full pytree' here is the tuple of arguments "
+            f"passed positionally to the pmapped function, and the value of `in_axes` must be "
+            f"a tree prefix of that tuple. But it was not a prefix.\n\nCheck that the value "
+            f"of the `in_axes` argument to `pmap` is a tree prefix of the tuple of arguments "
+            f"passed positionally to the pmapped function.")
       dyn_axes = tuple(a for i, a in enumerate(in_axes) if i not in st)
     return st, static_vals, dyn, dyn_axes
 

@@ -145,6 +145,12 @@ def flatten_axes(what: str, prefix, full_tree, leaves_tree_def) -> list:
   try:
     axes = tree_util.broadcast_prefix(prefix, full_tree)
   except ValueError:
+    # NB: as JAX's, against the value's structure with `PytreeLeaf` leaves, None a node
+    errors = tree_util.prefix_errors(prefix, tree_util.leaves_as_pytree_leaf(full_tree))
+    if errors:   # NB: JAX's message
+      raise ValueError(f"vmap {what} specification must be a tree prefix of the corresponding "
+                       f"value; \n  " + tree_util.prefix_mismatch(errors, f"vmap {what}",
+                                                                 indent="  ")) from None
     raise ValueError(f"vmap {what} specification must be a tree prefix of the corresponding "
                      f"value, got specification {prefix!r} for value tree "
                      f"{treedef_str(leaves_tree_def)}.") from None

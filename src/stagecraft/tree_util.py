@@ -500,7 +500,22 @@ def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
   if not rest:
     return canonical_treedef(treedef).unflatten(map(f, leaves))
   return canonical_treedef(treedef).unflatten(
-      map(f, leaves, *[treedef.flatten_up_to(r) for r in rest]))
+      map(f, leaves, *_rest_up_to(treedef, tree, rest, is_leaf)))
+
+
+def _rest_up_to(treedef, tree, rest, is_leaf, name: str = "tree_map") -> list:
+  """Each tree of `rest` flattened up to `treedef` (the structure of `tree`); a tree that
+  does not have it as a prefix raises JAX's prefix error ("tree_map tree")."""
+  out = []
+  for r in rest:
+    try:
+      out.append(treedef.flatten_up_to(r))
+    except ValueError:
+      errors = prefix_errors(tree, r, is_leaf)
+      if not errors:
+        raise
+      raise errors[0](f"{name} tree") from None
+  return out
 
 
 def tree_flatten_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None,
@@ -540,12 +555,13 @@ def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any,
   if is_leaf_takes_path and is_leaf is not None:
     pairs, treedef = _flatten_with_path_predicate(tree, is_leaf)
     return canonical_treedef(treedef).unflatten(
-        map(f, *zip(*pairs), *[treedef.flatten_up_to(r) for r in rest]) if pairs else [])
+        map(f, *zip(*pairs), *_rest_up_to(treedef, tree, rest, None, "tree_map_with_path"))
+        if pairs else [])
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
       tree, _leaf(is_leaf), none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
   paths = map(_to_path, accessors)
   return canonical_treedef(treedef).unflatten(
-      map(f, paths, leaves, *[treedef.flatten_up_to(r) for r in rest]))
+      map(f, paths, leaves, *_rest_up_to(treedef, tree, rest, is_leaf, "tree_map_with_path")))
 
 
 class Unspecified:
@@ -782,6 +798,28 @@ def broadcast_prefix(prefix: Any, tree: Any,
     out.extend([p] * len(optree.tree_leaves(sub, none_is_leaf=_NONE_IS_LEAF,
                                             namespace=NAMESPACE)))
   return out
+
+
+class PytreeLeaf:
+  """Stands for each leaf of a value in JAX's prefix errors (`leaves_as_pytree_leaf`): the
+  messages then name this type, not the values' types, as JAX's do."""
+
+  def __repr__(self):
+    return "pytree leaf"
+
+
+def leaves_as_pytree_leaf(tree: Any) -> Any:
+  """`tree` with each leaf replaced by a `PytreeLeaf` (the full tree JAX's prefix errors of
+  in_axes and shardings compare against)."""
+  return tree_map(lambda _: PytreeLeaf(), tree)
+
+
+def prefix_mismatch(errors: list, name: str, *, indent: str = "") -> str:
+  """JAX's summary of `prefix_errors` for the prefix named `name`: "Mismatch details (N
+  found):" and each error's message (the first line of each indented by `indent`)."""
+  sep = "\n" + indent
+  return (f"Mismatch details ({len(errors)} found):{sep}"
+          + sep.join(str(e(name)) for e in errors))
 
 
 def prefix_errors(prefix: Any, tree: Any,

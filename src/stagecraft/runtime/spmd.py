@@ -353,6 +353,10 @@ def _leaves_and_tree(tree):
   return optree.tree_flatten(tree, none_is_leaf=False, namespace=tree_util.NAMESPACE)
 
 
+def _is_sharding(x) -> bool:
+  return isinstance(x, (NamedSharding, SingleDeviceSharding, PartitionSpec))
+
+
 def _is_sharding_leaf(x) -> bool:
   return x is None or isinstance(x, (NamedSharding, SingleDeviceSharding, PartitionSpec))
 
@@ -365,13 +369,45 @@ def flatten_shardings(prefix, tree, what: str, keep_single: bool = False) -> lis
   Raises:
     ValueError: when `prefix` is not a tree prefix of `tree`.
   """
+  if what == "jit in_shardings" and type(prefix) is list:
+    prefix = tuple(prefix)   # NB: as JAX's, a list for the arguments tuple
   try:
     shs = tree_util.broadcast_prefix(prefix, tree, is_leaf=_is_sharding_leaf)
   except ValueError:
-    raise ValueError(f"{what} must be a tree prefix of the value it describes, got "
-                     f"{prefix!r} for the tree {_leaves_and_tree(tree)[1]}.") from None
+    raise _prefix_error(prefix, tree, what) from None
   return [s if keep_single and isinstance(s, SingleDeviceSharding) else to_named(s, what)
           for s in shs]
+
+
+def _prefix_error(prefix, tree, what: str) -> ValueError:
+  """JAX's error for shardings that are no tree prefix of what they describe: jit's
+  (`pjit in_shardings`: the arguments tuple first), device_put's, or a plain one."""
+  if what == "jit in_shardings" and (type(prefix) is not tuple or len(prefix) != len(tree)):
+    name = "pjit in_shardings"
+    msg = (f"{name} specification must be a tree prefix of the positional arguments tuple. "
+           f"In particular, {name} must either be a Sharding, a PartitionSpec, or a tuple of "
+           f"length equal to the number of positional arguments.")
+    if type(prefix) is not tuple:
+      msg += f" But {name} is not a tuple: got {type(prefix)} instead."
+    else:
+      msg += (f" But {name} is the wrong length: got a tuple or list of length {len(prefix)} "
+              f"for an args tuple of length {len(tree)}.")
+    if len(tree) == 1 and not tree_util.prefix_errors((prefix,), tree,
+                                                      is_leaf=_is_sharding_leaf):
+      msg += (f" Given the corresponding argument being passed, it looks like {name} might "
+              f"need to be wrapped in a singleton tuple.")
+    return ValueError(msg)
+  # NB: as JAX's, against the value's structure with `PytreeLeaf` leaves, None a node
+  errors = tree_util.prefix_errors(prefix, tree_util.leaves_as_pytree_leaf(tree),
+                                   is_leaf=_is_sharding)
+  if errors and what in ("jit in_shardings", "jit out_shardings"):
+    return ValueError(tree_util.prefix_mismatch(errors, "p" + what))
+  if errors and what == "device_put":
+    return ValueError(f"device_put device specification must be a tree prefix of the "
+                      f"corresponding value; \n  "
+                      + tree_util.prefix_mismatch(errors, "device_put device", indent="  "))
+  return ValueError(f"{what} must be a tree prefix of the value it describes, got "
+                    f"{prefix!r} for the tree {_leaves_and_tree(tree)[1]}.")
 
 
 def _da_desc(da: Sequence[Any]) -> str:
