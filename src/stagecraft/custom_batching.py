@@ -81,26 +81,6 @@ def _resolve_kwargs(fun: Callable, args: tuple, kwargs: dict) -> tuple:
   return bound.args
 
 
-class _TreeParam:
-  """A treedef held in a jaxpr param: compares and hashes as the treedef, prints as JAX's
-  `PyTreeDef(...)`."""
-  __slots__ = ("treedef",)
-
-  def __init__(self, treedef):
-    self.treedef = treedef
-
-  def __eq__(self, other):
-    return type(other) is _TreeParam and self.treedef == other.treedef
-
-  def __hash__(self):
-    return hash(self.treedef)
-
-  def __str__(self):
-    return treedef_str(self.treedef)
-
-  __repr__ = __str__
-
-
 def _check_rule_trees(name: str, original_out_tree, out_tree, out_batched_tree) -> None:
   if out_tree != out_batched_tree:
     raise ValueError(
@@ -322,7 +302,8 @@ class custom_vmap:
     in_tree = _flatten((list(consts), tuple(args)))[1]
     rule = _UserRule(self.vmap_rule, name, len(consts), args_tree, out_tree)
     outs = custom_vmap_p.bind(*consts, *leaves, call=call, rule=rule,
-                              in_tree=_TreeParam(in_tree), out_tree=_TreeParam(out_tree))
+                              in_tree=tree_util.TreeParam(in_tree),
+                              out_tree=tree_util.TreeParam(out_tree))
     return _unflatten(out_tree, outs)
 
 
@@ -420,7 +401,8 @@ def custom_vmap_jvp(primals, tangents, *, call: ClosedJaxpr, rule, in_tree, out_
   pair_out = _flatten((_unflatten(out_tree.treedef, [0] * out_tree.treedef.num_leaves),) * 2)[1]
   outs = custom_vmap_p.bind(*jvp_consts, *primals, *ts, call=jvp_call,
                             rule=_JvpRule(rule, len(jvp_consts), in_nz, out_tnz),
-                            in_tree=_TreeParam(pair_in), out_tree=_TreeParam(pair_out))
+                            in_tree=tree_util.TreeParam(pair_in),
+                            out_tree=tree_util.TreeParam(pair_out))
   n_out = len(call.out_avals)
   p_out, it = outs[:n_out], iter(outs[n_out:])
   t_out = [next(it) if nz else ad.Zero(ad.tangent_aval(a))

@@ -207,6 +207,27 @@ def _with_children(root: optree.PyTreeSpec, kids: list) -> optree.PyTreeSpec:
   return root.transform(None, lambda _: next(it))
 
 
+class TreeParam:
+  """A treedef held in a jaxpr param (`in_tree`, `out_tree` of custom_vmap and
+  custom_partitioning equations): compares and hashes as the treedef, prints as JAX's
+  `PyTreeDef(...)`."""
+  __slots__ = ("treedef",)
+
+  def __init__(self, treedef):
+    self.treedef = treedef
+
+  def __eq__(self, other):
+    return type(other) is TreeParam and self.treedef == other.treedef
+
+  def __hash__(self):
+    return hash(self.treedef)
+
+  def __str__(self):
+    return treedef_str(self.treedef)
+
+  __repr__ = __str__
+
+
 def spec_of(treedef: "PyTreeDef | optree.PyTreeSpec") -> optree.PyTreeSpec:
   """The optree `PyTreeSpec` of a `PyTreeDef` (a `PyTreeSpec` is returned as it is)."""
   return treedef.spec if type(treedef) is PyTreeDef else treedef
@@ -822,8 +843,8 @@ def prefix_mismatch(errors: list, name: str, *, indent: str = "") -> str:
           + sep.join(str(e(name)) for e in errors))
 
 
-def prefix_errors(prefix: Any, tree: Any,
-                  is_leaf: Callable[[Any], bool] | None = None) -> list[Callable[[str], ValueError]]:
+def prefix_errors(prefix: Any, tree: Any, is_leaf: Callable[[Any], bool] | None = None
+                  ) -> list[Callable[[str], ValueError]]:
   """Why `prefix` is not a pytree prefix of `tree` (JAX's `prefix_errors`): one function per
   disagreement that, given the name of the prefix (`"shard_map out_specs"`), makes JAX's
   `ValueError` ("pytree structure error: different types at key path ..."). Empty when

@@ -313,26 +313,6 @@ def check_sharding_rule(rule: SdyShardingRule, avals_in: Sequence[Any],
 # The custom_partitioning primitive
 
 
-class _TreeParam:
-  """A treedef held in a jaxpr param: compares and hashes as the treedef, prints as JAX's
-  `PyTreeDef(...)`."""
-  __slots__ = ("treedef",)
-
-  def __init__(self, treedef):
-    self.treedef = treedef
-
-  def __eq__(self, other):
-    return type(other) is _TreeParam and self.treedef == other.treedef
-
-  def __hash__(self):
-    return hash(self.treedef)
-
-  def __str__(self):
-    return tree_util.treedef_str(self.treedef)
-
-  __repr__ = __str__
-
-
 def _flatten(tree):
   return optree.tree_flatten(tree, none_is_leaf=False, namespace=tree_util.NAMESPACE)
 
@@ -532,6 +512,7 @@ class custom_partitioning:
         infer_sharding_from_operands=None if shardy else self.infer_sharding_from_operands,
         decode_shardings=self.decode_shardings,
         sharding_rule=self.sharding_rule if shardy else None,
-        in_tree=_TreeParam(in_tree), out_tree=_TreeParam(out_tree), static_args=static_args)
+        in_tree=tree_util.TreeParam(in_tree), out_tree=tree_util.TreeParam(out_tree),
+        static_args=static_args)
     return _unflatten(out_tree, outs)
 

@@ -38,8 +38,8 @@ from stagecraft.lax.elementwise import (broadcast_operands, defbroadcasting, nar
 from stagecraft.lax.shape import broadcast_in_dim, broadcasted_iota, expand_dims, transpose
 from stagecraft.lax.slicing import GatherDimensionNumbers, gather
 
-__all__ = ["sort_p", "top_k_p", "approx_top_k_p", "eq_to_p", "lt_to_p", "le_to_p", "sort", "sort_key_val", "top_k",
-           "approx_max_k", "approx_min_k"]
+__all__ = ["sort_p", "top_k_p", "approx_top_k_p", "eq_to_p", "lt_to_p", "le_to_p", "sort",
+           "sort_key_val", "top_k", "approx_max_k", "approx_min_k"]
 
 
 def _canonicalize_axis(axis: int, ndim: int) -> int:

@@ -14,7 +14,7 @@ from stagecraft import api, core
 from stagecraft.core import Primitive
 from stagecraft.interpreters import ad, batching, mlir
 
-__all__ = ["define_primitive"]
+__all__ = ["define_primitive", "transpose_via_impl"]
 
 
 def define_primitive(name: str, impl: Callable, *, multiple_results: bool,
@@ -54,11 +54,38 @@ def define_primitive(name: str, impl: Callable, *, multiple_results: bool,
         t_out[k] = ad.add_tangents(t_out[k], part[k])
     return (outs, t_out) if multiple_results else (out, t_out[0])
 
-  def transpose(ct, *args, **params):
+  def batch_rule(args, dims, **params):
+    in_axes = [None if d is batching.not_mapped else d for d in dims]
+    out = api.vmap(partial(impl, **params), in_axes=in_axes)(*args)
+    return (out, [0] * len(out)) if multiple_results else (out, 0)
+
+  prim.def_abstract_eval(abstract_eval)
+  mlir.register_lowering(prim, mlir.lower_fun(partial(_call, impl), multiple_results))
+  ad.primitive_jvps[prim] = jvp
+  ad.primitive_transposes[prim] = transpose_via_impl(prim, impl, linear_outputs)
+  batching.primitive_batchers[prim] = batch_rule
+  return prim
+
+
+def _call(impl, *args, **params):
+  out = impl(*args, **params)
+  return list(out) if isinstance(out, (tuple, list)) else out
+
+
+def transpose_via_impl(prim: Primitive, impl, n_linear_out: int = 1):
+  """A transpose rule for a primitive linear in each of its floating operands separately:
+  the linear transpose of `impl` in the one undefined operand (other operands known), for
+  the primitive's first `n_linear_out` results (zero cotangents give no contribution).
+
+  Raises (when the rule runs):
+    ValueError: more or fewer than one undefined (linear) operand."""
+  def rule(ct, *args, **params):
     undefined = [i for i, a in enumerate(args) if ad.is_undefined_primal(a)]
     if len(undefined) != 1:
-      raise ValueError(f"transpose of {name}: expected exactly one linear operand")
-    cts = (list(ct) if multiple_results else [ct])[:linear_outputs]
+      raise ValueError(f"transpose of {prim.name}: expected exactly one linear operand, got "
+                       f"{len(undefined)}")
+    cts = list(ct) if prim.multiple_results else [ct]
+    cts = cts[:n_linear_out]
     if all(type(c) is ad.Zero for c in cts):
       return [None] * len(args)
     i = undefined[0]
@@ -68,26 +95,10 @@ def define_primitive(name: str, impl: Callable, *, multiple_results: bool,
       xs = list(args)
       xs[i] = x
       out = impl(*xs, **params)
-      return list(out)[:linear_outputs] if multiple_results else [out]
-    res, = api.linear_transpose(f, core.ShapeDtypeStruct(aval.shape, aval.dtype))(
-        [ad.instantiate_zeros(c) for c in cts])
+      return list(out)[:n_linear_out] if prim.multiple_results else [out]
+    cts = [ad.instantiate_zeros(c) for c in cts]
+    res, = api.linear_transpose(f, core.ShapeDtypeStruct(aval.shape, aval.dtype))(cts)
     outs = [None] * len(args)
     outs[i] = res
     return outs
-
-  def batch_rule(args, dims, **params):
-    in_axes = [None if d is batching.not_mapped else d for d in dims]
-    out = api.vmap(partial(impl, **params), in_axes=in_axes)(*args)
-    return (out, [0] * len(out)) if multiple_results else (out, 0)
-
-  prim.def_abstract_eval(abstract_eval)
-  mlir.register_lowering(prim, mlir.lower_fun(partial(_call, impl), multiple_results))
-  ad.primitive_jvps[prim] = jvp
-  ad.primitive_transposes[prim] = transpose
-  batching.primitive_batchers[prim] = batch_rule
-  return prim
-
-
-def _call(impl, *args, **params):
-  out = impl(*args, **params)
-  return list(out) if isinstance(out, (tuple, list)) else out
+  return rule

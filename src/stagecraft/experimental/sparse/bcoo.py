@@ -48,6 +48,7 @@ import stagecraft.numpy as jnp
 from stagecraft import api, core, dtypes, lax, tree_util
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.experimental.sparse._base import JAXSparse
+from stagecraft.experimental.sparse._prims import transpose_via_impl
 from stagecraft.experimental.sparse.util import (SparseEfficiencyError, SparseEfficiencyWarning,
                                                  SparseInfo,
                                                  broadcast_batch, count_stored_elements,
@@ -161,34 +162,6 @@ def _axis_size(args, dims) -> int:
 
 def _batched_spinfo(spinfo: SparseInfo, size: int) -> SparseInfo:
   return SparseInfo((size, *spinfo.shape), spinfo.indices_sorted, spinfo.unique_indices)
-
-
-def _transpose_via_impl(prim: Primitive, impl, n_linear_out: int = 1):
-  """A transpose rule for a primitive linear in each of its floating operands separately:
-  the linear transpose of `impl` in the undefined operand (other operands known)."""
-  def rule(ct, *args, **params):
-    undefined = [i for i, a in enumerate(args) if ad.is_undefined_primal(a)]
-    if len(undefined) != 1:
-      raise ValueError(f"transpose of {prim.name}: expected exactly one linear operand, got "
-                       f"{len(undefined)}")
-    cts = list(ct) if prim.multiple_results else [ct]
-    cts = cts[:n_linear_out]
-    if all(type(c) is ad.Zero for c in cts):
-      return [None] * len(args)
-    i = undefined[0]
-    aval = args[i].aval
-
-    def f(x):
-      xs = list(args)
-      xs[i] = x
-      out = impl(*xs, **params)
-      return list(out)[:n_linear_out] if prim.multiple_results else [out]
-    cts = [ad.instantiate_zeros(c) for c in cts]
-    res, = api.linear_transpose(f, core.ShapeDtypeStruct(aval.shape, aval.dtype))(cts)
-    outs = [None] * len(args)
-    outs[i] = res
-    return outs
-  return rule
 
 
 # ---------------------------------------------------------------------------
@@ -893,7 +866,7 @@ ad.defjvp(bcoo_dot_general_sampled_p,
           lambda t, A, B, indices, **p: bcoo_dot_general_sampled_p.bind(t, B, indices, **p),
           lambda t, A, B, indices, **p: bcoo_dot_general_sampled_p.bind(A, t, indices, **p),
           None)
-ad.primitive_transposes[bcoo_dot_general_sampled_p] = _transpose_via_impl(
+ad.primitive_transposes[bcoo_dot_general_sampled_p] = transpose_via_impl(
     bcoo_dot_general_sampled_p, _bcoo_dot_general_sampled_impl)
 batching.primitive_batchers[bcoo_dot_general_sampled_p] = _bcoo_dot_general_sampled_batch_rule
 
@@ -1024,7 +997,7 @@ bcoo_sum_duplicates_p.def_abstract_eval(_bcoo_sum_duplicates_abstract_eval)
 mlir.register_lowering(bcoo_sum_duplicates_p, mlir.lower_fun(_bcoo_sum_duplicates_impl,
                                                             multiple_results=True))
 ad.primitive_jvps[bcoo_sum_duplicates_p] = _bcoo_sum_duplicates_jvp
-ad.primitive_transposes[bcoo_sum_duplicates_p] = _transpose_via_impl(
+ad.primitive_transposes[bcoo_sum_duplicates_p] = transpose_via_impl(
     bcoo_sum_duplicates_p, _bcoo_sum_duplicates_impl)
 batching.primitive_batchers[bcoo_sum_duplicates_p] = _sparse_batch_rule(bcoo_sum_duplicates_p)
 
@@ -1085,7 +1058,7 @@ bcoo_sort_indices_p.def_abstract_eval(_bcoo_sort_indices_abstract_eval)
 mlir.register_lowering(bcoo_sort_indices_p, mlir.lower_fun(_bcoo_sort_indices_impl,
                                                           multiple_results=True))
 ad.primitive_jvps[bcoo_sort_indices_p] = _bcoo_sort_indices_jvp
-ad.primitive_transposes[bcoo_sort_indices_p] = _transpose_via_impl(
+ad.primitive_transposes[bcoo_sort_indices_p] = transpose_via_impl(
     bcoo_sort_indices_p, _bcoo_sort_indices_impl)
 batching.primitive_batchers[bcoo_sort_indices_p] = _sparse_batch_rule(bcoo_sort_indices_p)
 
@@ -1201,7 +1174,7 @@ bcoo_spdot_general_p.def_abstract_eval(_bcoo_spdot_general_abstract_eval)
 mlir.register_lowering(bcoo_spdot_general_p, mlir.lower_fun(_bcoo_spdot_general_impl,
                                                            multiple_results=True))
 ad.primitive_jvps[bcoo_spdot_general_p] = _bcoo_spdot_general_jvp
-ad.primitive_transposes[bcoo_spdot_general_p] = _transpose_via_impl(
+ad.primitive_transposes[bcoo_spdot_general_p] = transpose_via_impl(
     bcoo_spdot_general_p, _bcoo_spdot_general_impl)
 batching.primitive_batchers[bcoo_spdot_general_p] = _bcoo_spdot_general_batch_rule
 

@@ -14,8 +14,8 @@ from stagecraft.experimental.sparse.bcoo import BCOO
 __all__ = ["random_bcoo"]
 
 
-def random_bcoo(key: Any, shape: Sequence[int], *, dtype: Any = jnp.float_, indices_dtype: Any = None,
-                nse: float | int = 0.2, n_batch: int = 0, n_dense: int = 0,
+def random_bcoo(key: Any, shape: Sequence[int], *, dtype: Any = jnp.float_,
+                indices_dtype: Any = None, nse: float | int = 0.2, n_batch: int = 0, n_dense: int = 0,
                 unique_indices: bool = True, sorted_indices: bool = False,
                 generator: Callable = sc_random.uniform, **kwds) -> BCOO:
   """A random BCOO array (JAX's `random_bcoo`).
