@@ -279,7 +279,8 @@ def test_each_device_calls_back_under_pmap_and_shard_map(capfd):
   from stagecraft.sharding import PartitionSpec as P
   out = sc.pmap(lambda x: (sc.debug.print("dev {}", x), x * 2)[1])(jnp.arange(4.0))
   np.testing.assert_array_equal(np.asarray(out), [0.0, 2.0, 4.0, 6.0])
-  mesh = sc.make_mesh((4,), ("i",))
+  # NB: Auto axes (an all-Explicit mesh requires arguments typed as their in_specs)
+  mesh = sc.make_mesh((4,), ("i",), axis_types=(sc.sharding.AxisType.Auto,))
   f = sc.shard_map(lambda x: (sc.debug.print("shard {}", x), x + 1)[1], mesh=mesh,
                    in_specs=P("i"), out_specs=P("i"))
   np.testing.assert_array_equal(np.asarray(sc.jit(f)(jnp.arange(8.0))), np.arange(8.0) + 1)
