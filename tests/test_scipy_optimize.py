@@ -91,6 +91,7 @@ JAX_RUNS = {
 }
 
 
+@pytest.mark.xla_defaults   # JAX_RUNS were recorded with XLA's default flags
 @pytest.mark.parametrize("case", list(JAX_RUNS), ids=lambda c: f"{c[0]}-{c[1][:4]}-{c[2]}")
 def test_matches_jax_runs(case):
   name, method, x64 = case
