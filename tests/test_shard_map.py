@@ -650,7 +650,7 @@ def test_mesh_from_context(mesh):
   # NB: the mesh's axes are Explicit: as JAX 0.10.2, an argument's sharding type must be
   # its in_spec (a NumPy array's is P(None, None)).
   xd = sc.device_put(x, NamedSharding(mesh, P("data")))
-  with mesh:
+  with pytest.warns(DeprecationWarning, match="`with mesh:` context manager"), mesh:
     f = sc.shard_map(lambda x: lax.psum(x, "data"), in_specs=P("data"), out_specs=P())
     np.testing.assert_allclose(np.asarray(f(xd)), x[:2] + x[2:], rtol=1e-6)
     with pytest.raises(ValueError, match=r"in_specs passed to shard_map: P\('data', None\) "

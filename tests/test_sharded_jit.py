@@ -3,6 +3,7 @@ with_sharding_constraint, device_put onto NamedShardings, eager ops on mesh Arra
 stages of sharded programs. NumPy and JAX (`jax.jit` with jax.sharding objects) are the
 oracles. Runs on 4 CPU devices (tests/conftest.py)."""
 import re
+import warnings
 
 import hypothesis.strategies as st
 import numpy as np
@@ -216,7 +217,7 @@ def test_wsc_pytree_prefix(mesh):
 def test_wsc_bare_spec_inside_mesh_context(mesh):
   x = _f32(8, 4)
   f = sc.jit(lambda x: sc.lax.with_sharding_constraint(x * 3, P(None, "model")))
-  with mesh:
+  with pytest.warns(DeprecationWarning, match="`with mesh:` context manager"), mesh:
     text = f.lower(x).as_text()
     out = f(x)
   assert re.search(r'sdy\.sharding_constraint .*<@mesh, \[\{\}, \{"model"\}\]>', text)
@@ -552,7 +553,7 @@ def test_one_program_one_mesh_shape(mesh):
 def test_jit_bare_specs_inside_mesh_context(mesh):
   x = _f32(8, 4)
   f = sc.jit(lambda x: x * 2, in_shardings=P("data"), out_shardings=P(None, "model"))
-  with mesh:
+  with pytest.warns(DeprecationWarning, match="`with mesh:` context manager"), mesh:
     out = f(x)
   assert out.sharding == NamedSharding(mesh, P(None, "model"))
   np.testing.assert_allclose(np.asarray(out), 2 * x)
@@ -751,3 +752,27 @@ def test_mesh_axis_names_never_reach_the_module_text_raw(names):
   g = sc.shard_map(lambda a: sc.lax.psum(a, names[0]), mesh=mesh, in_specs=P(names[0], names[1]),
                    out_specs=P(None, names[1]))
   np.testing.assert_array_equal(np.asarray(g(out / 2)), x[:2] + x[2:])   # NB: typed as in_specs
+
+
+def test_mesh_context_manager_is_deprecated_as_jax():
+  """`with mesh:` warns in JAX's words, and the option jax_disallow_mesh_context_manager
+  makes it a RuntimeError, in both libraries."""
+  jmesh = jax.make_mesh((2,), ("x",))
+  smesh = sc.make_mesh((2,), ("x",))
+  texts = []
+  for m in (jmesh, smesh):
+    with warnings.catch_warnings(record=True) as w:
+      warnings.simplefilter("always")
+      with m:
+        pass
+    assert [x.category for x in w] == [DeprecationWarning]
+    assert w[0].filename == __file__   # it points at the `with` statement
+    texts.append(str(w[0].message))
+  assert texts[0] == texts[1], texts
+  for lib, m in ((jax, jmesh), (sc, smesh)):
+    lib.config.update("jax_disallow_mesh_context_manager", True)
+    try:
+      with pytest.raises(RuntimeError, match="^Mesh context manager is disabled.$"), m:
+        pass
+    finally:
+      lib.config.update("jax_disallow_mesh_context_manager", False)

@@ -208,6 +208,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "platforms": None, "platform_name": None, "num_cpu_devices": None, "enable_checks": None,
     "softmax_custom_jvp": None, "default_matmul_precision": None,
     "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,
+    "disallow_mesh_context_manager": None,
     # values that are what stagecraft does anyway
     "threefry_partitionable": lambda v: v is True,
     "default_prng_impl": lambda v: v == "threefry2x32",
@@ -436,6 +437,17 @@ class Config:
 _user_contexts: list = []   # the UserContexts made so far (in state_key once there is one)
 
 config = Config()
+
+
+def _install_option_readers():
+  """Lower layers that read an option get a reader (they may not import this module)."""
+  import stagecraft.runtime  # noqa: F401  (it imports sharding, which imports it back)
+  from stagecraft import sharding
+  sharding._mesh_context_manager_disallowed = (
+      lambda: config.read("disallow_mesh_context_manager"))
+
+
+_install_option_readers()
 
 
 class UserContext:

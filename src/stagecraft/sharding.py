@@ -28,6 +28,7 @@ import dataclasses
 import enum
 import functools
 import math
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -41,6 +42,9 @@ __all__ = ["Mesh", "AbstractMesh", "AbstractDevice", "AxisType", "PartitionSpec"
            "ShardingTypeError", "make_single_device_sharding"]
 
 _mesh_stack: list = []   # meshes entered with `with mesh:` (innermost last)
+# Reads the option `jax_disallow_mesh_context_manager`; `stagecraft.config` (a higher layer)
+# installs the reader when it is imported.
+_mesh_context_manager_disallowed = lambda: False  # noqa: E731
 
 # The mesh set by `set_mesh` (concrete) and its abstract mesh (also set by
 # `use_abstract_mesh` and, while a shard_map body is traced, with its manual axes typed
@@ -302,8 +306,17 @@ class Mesh(_MeshAxes):
 
   def __enter__(self):
     """`with mesh:` lets `with_sharding_constraint`, `jit`'s shardings, device_put and
-    shard_map take bare PartitionSpecs, meaning NamedSharding(mesh, spec). (JAX 0.10
-    deprecates it for `with set_mesh(mesh):`, which does the same.)"""
+    shard_map take bare PartitionSpecs, meaning NamedSharding(mesh, spec).
+
+    Deprecated, as in JAX 0.10.2: it warns (DeprecationWarning, JAX's text) and raises
+    RuntimeError when the option `jax_disallow_mesh_context_manager` is set. `with
+    set_mesh(mesh):` is the replacement. Unlike JAX 0.10.2, where `jit`'s bare
+    PartitionSpecs and `shard_map` no longer see this mesh, it is still used here
+    (docs/differences.md)."""
+    if _mesh_context_manager_disallowed():
+      raise RuntimeError("Mesh context manager is disabled.")
+    warnings.warn("`with mesh:` context manager has been deprecated. Please use `with "
+                  "jax.set_mesh(mesh):` instead.", DeprecationWarning, stacklevel=2)
     _mesh_stack.append(self)
     return self
 
