@@ -675,7 +675,6 @@ mapping.MapRules(
 
 def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, newly_manual_axes, name,
                         **_):
-  manual_axes = newly_manual_axes
   module = ctx.module
   if module.sdy_mesh is None:
     raise ValueError(f"shard_map ({name}) cannot be lowered into this module, which has no "
@@ -687,16 +686,17 @@ def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, newly_manu
   if module.manual_depth is not None and not outer_manual:
     raise NotImplementedError(f"shard_map ({name}) nested inside a pmap is not supported; "
                               f"use one shard_map over several mesh axes.")
-  if outer_manual & frozenset(manual_axes):
+  clash = outer_manual & frozenset(newly_manual_axes)
+  if clash:
     raise NotImplementedError(
-        f"shard_map ({name}) is manual over {sorted(outer_manual & frozenset(manual_axes))}, "
+        f"shard_map ({name}) is manual over {sorted(clash)}, "
         f"which an enclosing shard_map already is; a nested shard_map must be manual over "
         f"other axes (its `axis_names`).")
   if not _same_mesh(module.sdy_mesh, mesh):
     raise ValueError(f"shard_map ({name}) uses {mesh!r}, but the program runs over "
                      f"{module.sdy_mesh!r}; use one Mesh for every sharding of the program.")
   mesh = module.sdy_mesh
-  now_manual = outer_manual | frozenset(manual_axes)
+  now_manual = outer_manual | frozenset(newly_manual_axes)
   auto = any(n not in now_manual for n in mesh.axis_names)
   in_sh = [NamedSharding(mesh, s)._sdy(len(a.shape), open_dims=auto)
            for s, a in zip(in_specs, ctx.avals_in)]
@@ -707,17 +707,17 @@ def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, newly_manu
     saved = module.axis_env, module.manual_depth, getattr(module, "manual_axes", None)
     env = list(saved[0])
     for k, n in enumerate(mesh.axis_names):
-      if n in manual_axes:
+      if n in newly_manual_axes:
         env[k] = (n, mesh.shape[n])
     module.axis_env, module.manual_depth = tuple(env), (saved[1] or 0)
     module.manual_axes = now_manual
     try:
-      with shard_map_env(mesh, manual_axes):
+      with shard_map_env(mesh, newly_manual_axes):
         consts = [lowering.constant(ctx.fb, c, core.get_aval(c)) for c in jaxpr.consts]
         return lowering.jaxpr_subcomp(ctx.fb, jaxpr.jaxpr, consts, block_args)
     finally:
       module.axis_env, module.manual_depth, module.manual_axes = saved
-  manual = [mesh.sdy_axis_names[n] for n in mesh.axis_names if n in manual_axes]
+  manual = [mesh.sdy_axis_names[n] for n in mesh.axis_names if n in newly_manual_axes]
   return mapping.emit_manual_computation(ctx, args, in_sh, out_sh, manual, jaxpr.in_avals,
                                       jaxpr.out_avals, body)
 
