@@ -354,7 +354,8 @@ class _Pullback:
     for ct, want, primal in zip(ct_leaves, self.out_avals, self.primal_out_avals):
       got = (ShapedArray(np.shape(ct), dtypes.float0) if _is_float0(ct) else
              core.get_aval(ct))
-      if got.shape != want.shape or got.dtype != want.dtype:
+      if (got is not want if core.abstract_token in (got, want)   # a token's: a token
+          else got.shape != want.shape or got.dtype != want.dtype):
         raise ValueError(
             f"unexpected JAX type (e.g. shape/dtype) for argument to VJP function: got "
             f"{got.str_short(short_dtypes=False)}, but expected "
