@@ -1,4 +1,5 @@
-"""Program-structure utilities: `optimization_barrier`, `composite`, and the `copy` primitive.
+"""Program-structure utilities: `optimization_barrier`, `composite`, the `copy` primitive, and
+token values (`create_token`, `after_all`).
 (`platform_dependent`, a `cond`, is in `lax/control_flow/conditionals.py`.)"""
 from __future__ import annotations
 
