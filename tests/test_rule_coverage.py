@@ -60,7 +60,8 @@ def test_missing_lowering_error_names_the_primitive():
 NO_JVP = {"geqrf": "differentiated through the qr primitive",
           "householder_product": "differentiated through the qr primitive",
           "custom_lin": "only transposed (forward mode of custom_vjp is an error)",
-          "pmax": "no derivative in JAX either", "pmin": "no derivative in JAX either"}
+          "pmax": "no derivative in JAX either", "pmin": "no derivative in JAX either",
+          "create_token": "no operands, so no tangent ever reaches it (no rule in JAX either)"}
 
 # The linear primitives the autodiff issue names (expand_dims is reshape/broadcast_in_dim
 # here; there is no copy primitive).
@@ -92,9 +93,10 @@ def test_missing_jvp_rule_error_names_the_primitive():
     stagecraft.jvp(lambda x: p.bind(x), (1.0,), (1.0,))
 
 
-# Primitives without a batching rule: iota has no operands (vmap never sees it batched);
+# Primitives without a batching rule: iota and create_token have no operands (vmap never sees
+# them batched), after_all's operands are tokens, which vmap cannot map (as in JAX);
 # (custom_lin's batching rule raises JAX's forward-mode error: it is only transposed.)
-NO_BATCHING = {"iota"}
+NO_BATCHING = {"iota", "create_token", "after_all"}
 
 
 @pytest.mark.parametrize("name", sorted(PRIMS))

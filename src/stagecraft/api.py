@@ -107,6 +107,9 @@ def eval_shape(fun: Callable, *args, **kwargs):
   reaching = {} if not ctx.empty else _mesh_reaching(jaxpr.jaxpr)
   leaves = []
   for v, a in zip(jaxpr.jaxpr.outvars, jaxpr.out_avals):
+    if a is core.abstract_token:   # a token result: its aval, as JAX's
+      leaves.append(a)
+      continue
     mesh = None if isinstance(v, core.Literal) else (ctx if not ctx.empty else
                                                      reaching.get(v))
     s = None if mesh is None else sharding_lib.NamedSharding(
@@ -173,6 +176,8 @@ def _linearize(fun: Callable, primals: Sequence[Any], has_aux: bool):
 
 def _check_tangent(p, t, path: str):
   pa, ta = core.get_aval(p), core.get_aval(t) if not _is_float0(t) else None
+  if pa is core.abstract_token and ta is core.abstract_token:   # a token's tangent: a token
+    return
   expected = ad.tangent_aval(pa).dtype
   got = dtypes.float0 if _is_float0(t) else ta.dtype
   if expected != got:
@@ -197,6 +202,8 @@ def _out_tangent(t, primal):
   (JAX's tangents follow their primal's weak type)."""
   t = ad.instantiate_zeros(t)
   pa, ta = core.get_aval(primal), core.get_aval(t)
+  if ta is core.abstract_token:   # a token's tangent (a token) as it is
+    return t
   if (isinstance(primal, (Array, core.Tracer)) and not isinstance(t, (Array, core.Tracer))
       and ta.dtype != dtypes.float0):
     # NB: a host tangent passed through untouched (the tangent of `x + 1` is the input's
@@ -347,7 +354,8 @@ class _Pullback:
     for ct, want, primal in zip(ct_leaves, self.out_avals, self.primal_out_avals):
       got = (ShapedArray(np.shape(ct), dtypes.float0) if _is_float0(ct) else
              core.get_aval(ct))
-      if got.shape != want.shape or got.dtype != want.dtype:
+      if (got is not want if core.abstract_token in (got, want)   # a token's: a token
+          else got.shape != want.shape or got.dtype != want.dtype):
         raise ValueError(
             f"unexpected JAX type (e.g. shape/dtype) for argument to VJP function: got "
             f"{got.str_short(short_dtypes=False)}, but expected "
@@ -496,6 +504,9 @@ optree.register_pytree_node(
 
 def _check_input_dtype_revderiv(name: str, holomorphic: bool, allow_int: bool, x) -> None:
   """JAX's checks (types and words) of an input of grad, value_and_grad and jacrev."""
+  if type(x) is core.Token or typeof(x) is core.abstract_token:
+    # NB: JAX does not check tokens here; their zero cotangent raises (`zeros_like_aval`)
+    raise KeyError(core.AbstractToken)
   dt = typeof(x).dtype
   if holomorphic and not dtypes.is_complex(dt):
     raise TypeError(f"{name} with holomorphic=True requires inputs with complex dtype, "

@@ -197,7 +197,7 @@ def mapped_axes(what: str, leaves, axes, paths, axis_size, no_mapped: str,
     if not -nd <= ax < nd:
       raise ValueError(f"{what} was requested to map its argument along axis {ax}, which "
                        f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
-                       f"is only {nd} (its shape is {aval.shape}).")
+                       f"is only {nd} (its shape is {aval.shape})")
     d = ax % nd
     dims.append(d)
     sizes.append((aval.shape[d], d, path, aval))

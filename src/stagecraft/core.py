@@ -34,6 +34,7 @@ __all__ = ["split_list", "ShapedArray", "ShapeDtypeStruct", "pytype_aval_mapping
            "eval_jaxpr", "closed_calls",
            "def_closed_call", "jaxpr_as_fun", "check_jaxpr", "Effect", "Effects",
            "no_effects", "EffectTypeSet", "ordered_effects", "AbstractToken", "abstract_token",
+           "Token",
            "sharding_rules"]
 
 # ---------------------------------------------------------------------------
@@ -404,6 +405,26 @@ class AbstractToken:
 
 
 abstract_token = AbstractToken()
+
+
+class Token:
+  """A token value (JAX's `core.Token`): what `lax.create_token` and `lax.after_all` give
+  outside a trace, and a compiled program gives for a result of type `!stablehlo.token`.
+  It holds `_buf`, the program's result (an empty bool Array, `bool[0]`); passed to a
+  compiled program it becomes a token argument. Its aval is `abstract_token`."""
+  __slots__ = ("_buf",)
+
+  def __init__(self, buf: Any):
+    self._buf = buf
+
+  def block_until_ready(self) -> "Token":
+    """Waits until the computation that made this token has finished; returns the token."""
+    if hasattr(self._buf, "block_until_ready"):
+      self._buf.block_until_ready()
+    return self
+
+
+pytype_aval_mappings[Token] = lambda _: abstract_token
 
 
 class JaxprEqn(NamedTuple):
@@ -1643,6 +1664,8 @@ def jaxpr_as_fun(closed_jaxpr: ClosedJaxpr) -> Callable[..., list[Any]]:
 
 
 def _typematch(a: ShapedArray, b: ShapedArray) -> bool:
+  if a is abstract_token or b is abstract_token:
+    return a is b
   return a.shape == b.shape and a.dtype == b.dtype
 
 

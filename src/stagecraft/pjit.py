@@ -444,12 +444,13 @@ class CompiledCall:
     self.donated = donated            # leaf indices donated, or ()
     # NB: float0 results (tangents of integers) are i1 zeros in the program; they come back
     # as host float0 zeros, as in JAX.
-    self.float0_outs = [i for i, a in enumerate(out_avals) if a.dtype == dtypes.float0]
+    self.float0_outs = [i for i, a in enumerate(out_avals)
+                        if a is not core.abstract_token and a.dtype == dtypes.float0]
     self.callbacks = dispatch.host_callbacks_of(text)
     self.simple = (not const_bufs and not donated and device is None
                    and not self.float0_outs and not self.callbacks)
     self.single = (out_tree.num_leaves == 1 and out_tree.num_nodes == 1
-                   and not self.float0_outs)
+                   and not self.float0_outs and core.abstract_token not in out_avals)
     self.text = text
     self.device = device
     # NB: the runtime's own result handlers: Python ones make jaxlib import jax
@@ -1199,9 +1200,11 @@ def _donation_aliases(in_avals: Sequence[Any], donated: Sequence[bool],
   same type, as JAX pairs them."""
   free: dict = {}
   for k, a in enumerate(out_avals):
-    free.setdefault((tuple(a.shape), np.dtype(a.dtype)), []).append(k)
+    if a is not core.abstract_token:   # tokens are never aliased
+      free.setdefault((tuple(a.shape), np.dtype(a.dtype)), []).append(k)
   aliases: list[int | None] = []
   for a, d in zip(in_avals, donated):
+    d = d and a is not core.abstract_token
     outs = free.get((tuple(a.shape), np.dtype(a.dtype))) if d else None
     aliases.append(outs.pop(0) if outs else None)
   return aliases

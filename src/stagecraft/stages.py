@@ -363,7 +363,11 @@ class Compiled:
     mismatches = []
     for name, x, ref in zip(sig.arg_names, leaves, sig.in_avals):
       aval = x.aval if type(x) is Array else api_util.abstractify(x, name, fun_name)
-      if aval.shape != ref.shape or aval.dtype != ref.dtype:
+      if aval is core.abstract_token or ref is core.abstract_token:   # a token argument
+        if aval is not ref:
+          mismatches.append(f"Argument '{name}' compiled with {ref.str_short(False)} and "
+                            f"called with {aval.str_short(False)}")
+      elif aval.shape != ref.shape or aval.dtype != ref.dtype:
         mismatches.append(f"Argument '{name}' compiled with {ref.str_short(False)} and "
                           f"called with {aval.str_short(False)}")
     if mismatches:

@@ -97,7 +97,10 @@ class ForwardedConst:
 
 
 def tangent_aval(aval: ShapedArray) -> ShapedArray:
-  """The tangent type of a primal type: float0 for integer and bool primals (as JAX)."""
+  """The tangent type of a primal type: float0 for integer and bool primals (as JAX); a
+  token's is the token type."""
+  if aval is core.abstract_token:
+    return aval
   if dtypes.is_inexact(aval.dtype):
     return aval
   return ShapedArray(aval.shape, dtypes.float0, False)
@@ -171,7 +174,14 @@ def _zeros(aval: ShapedArray) -> Any:
 def zeros_like_aval(aval: ShapedArray) -> Any:
   """A concrete (or staged) zero of `aval`; float0 zeros are host arrays, as in JAX. A zero
   of an aval split over Explicit mesh axes has its type (JAX gives instantiated zero
-  tangents and cotangents their primal's type)."""
+  tangents and cotangents their primal's type).
+
+  Raises:
+    KeyError: for the token type, which has no zero (JAX's error: its table of zero makers
+      per aval type has no entry for tokens, so the message is the type).
+  """
+  if aval is core.abstract_token:
+    raise KeyError(core.AbstractToken)
   if aval.dtype == dtypes.float0:
     return np.zeros(aval.shape, dtypes.float0)
   # NB: while linearizing, a zero made by a JVP rule has only known inputs, so it is
@@ -654,7 +664,8 @@ def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
   trace = PartialEvalTrace(core.current_trace())
   try:
     t_args = [trace.new_arg(tangent_aval(core.get_aval(p))) for p in primals]
-    t_in = [Zero(t.aval) if t.aval.dtype == dtypes.float0 else t for t in t_args]
+    t_in = [Zero(t.aval) if t.aval is not core.abstract_token
+            and t.aval.dtype == dtypes.float0 else t for t in t_args]
     with core.set_current_trace(trace):
       p_out, t_out = jvp_flat(fun, primals, t_in)
     if any(trace.is_unknown(p) for p in p_out):

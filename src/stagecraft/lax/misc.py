@@ -1,4 +1,5 @@
-"""Program-structure utilities: `optimization_barrier`, `composite`, and the `copy` primitive.
+"""Program-structure utilities: `optimization_barrier`, `composite`, the `copy` primitive, and
+token values (`create_token`, `after_all`).
 (`platform_dependent`, a `cond`, is in `lax/control_flow/conditionals.py`.)"""
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from stagecraft.lax.shape import broadcast_in_dim, concatenate, full
 
 __all__ = ["optimization_barrier_p", "optimization_barrier", "composite",
            "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value",
-           "shape_as_value", "copy_p"]
+           "shape_as_value", "copy_p", "create_token_p", "create_token", "after_all_p",
+           "after_all"]
 
 # optimization_barrier(*operands): the identity, which XLA may not move computations across
 # (stablehlo.optimization_barrier).
@@ -69,6 +71,58 @@ lowering.register_lowering(copy_p, lambda ctx, x: [x])
 ad.deflinear2(copy_p, lambda ct, x: [copy_p.bind(ct)])
 batching.defvectorized(copy_p)
 # DCE: the default (pure).
+
+
+# Token values (JAX's `create_token_p` / `after_all_p`): `create_token()` makes a token with no
+# preconditions, `after_all(*tokens)` one that comes after all of its operands. Their aval is
+# `core.abstract_token` (printed `Tok`), lowered to `!stablehlo.token`; outside a trace each
+# runs as a one-equation program whose token result comes back as a `core.Token`.
+create_token_p = core.Primitive("create_token")
+create_token_p.def_abstract_eval(lambda *_: core.abstract_token)
+lowering.register_lowering(
+    create_token_p, lambda ctx, *_: ctx.op("stablehlo.create_token", [], operand_avals=[]))
+# No JVP rule, as in JAX (it has no operands, so no tracer of a transformation reaches it),
+# no batching rule (same reason) and the default DCE: it has no effect.
+
+
+def _after_all_abstract_eval(*avals):
+  if any(a is not core.abstract_token for a in avals):
+    raise TypeError("Arguments to after_all must be tokens")
+  return core.abstract_token
+
+
+after_all_p = core.Primitive("after_all")
+after_all_p.def_abstract_eval(_after_all_abstract_eval)
+lowering.register_lowering(after_all_p, lambda ctx, *toks: ctx.op("stablehlo.after_all",
+                                                                  list(toks)))
+
+
+def _after_all_jvp(primals, tangents):
+  # Tokens have no derivative: differentiating through after_all is an error (JAX's words).
+  raise NotImplementedError("Differentiation rule for 'after_all' not implemented")
+
+
+ad.primitive_jvps[after_all_p] = _after_all_jvp
+# No batching rule (as JAX): a token cannot be mapped by vmap, so no operand is ever batched.
+
+
+def create_token(_: Any = None) -> Any:
+  """A new token with no preconditions (JAX's `lax.create_token`), to order effects by
+  data dependence. The argument is ignored (JAX keeps it for backward compatibility).
+
+  Returns a `core.Token` outside a trace, else a tracer of aval `abstract_token` (`Tok`);
+  lowered to `stablehlo.create_token`."""
+  return create_token_p.bind()
+
+
+def after_all(*operands: Any) -> Any:
+  """A token that comes after all of `operands` (JAX's `lax.after_all`, XLA's AfterAll);
+  with no operands, a fresh token.
+
+  Raises:
+    TypeError: some operand is not a token ("Arguments to after_all must be tokens").
+  """
+  return after_all_p.bind(*operands)
 
 
 def composite(decomposition: Callable, name: str, version: int = 0) -> Callable:

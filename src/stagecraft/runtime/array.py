@@ -121,7 +121,11 @@ class Array(metaclass=abc.ABCMeta):
       v = self._npy = _gather(self)
     elif v is None:
       buf = self._check_buf()
-      if self.aval.dtype.kind in "biufc" and not client.uses_jax():
+      if 0 in self.aval.shape and self.aval.dtype.kind in "biufc":
+        # empty: no data to read (and a token's buffer, an empty bool Array, has none)
+        buf.block_until_ready()
+        v, did_copy = np.zeros(self.aval.shape, self.aval.dtype), True
+      elif self.aval.dtype.kind in "biufc" and not client.uses_jax():
         v, did_copy = _host_view(buf), False
       else:
         v, did_copy = buf._single_device_array_to_np_array_did_copy()

@@ -30,7 +30,7 @@ __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "targ
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
            "host_callbacks_of", "execute_with_callbacks", "run_with_callbacks",
            "effects_barrier", "find_special", "check_special", "result_handlers",
-           "runtime_handlers", "wrap_results",
+           "runtime_handlers", "wrap_results", "TOKEN_BUFFER_AVAL",
            "cache_clearers", "register_cache_clearer", "clear_caches"]
 
 try:  # the runtime's own array type, accepted wherever an Array is
@@ -66,6 +66,8 @@ def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -
       return buf
     return _move(x, device)
   device = device or client.default_device()
+  if type(x) is core.Token:
+    return _token_buffer(x, device, committed)
   if _JaxArray is not None and type(x) is _JaxArray:
     if x.dtype == aval.dtype and not x.is_deleted() and x.devices() == {device}:
       return x
@@ -77,6 +79,23 @@ def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -
     return _put_np(np.zeros(aval.shape, np.bool_), aval, device, committed)
   arr = np.asarray(x, dtype=aval.dtype)
   return _put_np(arr, aval, device, committed, force_copy=arr is x)
+
+
+#: The buffer of a token value on the device: an empty bool array (as JAX's, and as PJRT passes
+#: `!stablehlo.token` arguments and results).
+TOKEN_BUFFER_AVAL = ShapedArray((0,), np.dtype(np.bool_))
+
+
+def _token_buffer(tok: core.Token, device, committed: bool) -> Any:
+  # A token argument: the buffer the token holds when it is a token buffer already there (the
+  # program then waits for the computation that made it), else a new empty one.
+  buf = tok._buf
+  if type(buf) is Array and buf.aval == TOKEN_BUFFER_AVAL and buf._sharding is None:
+    if buf._buf is not None and (buf._device is device or device is None and buf._device is None):
+      return buf._buf
+  tok.block_until_ready()
+  return _put_np(np.zeros((0,), np.bool_), TOKEN_BUFFER_AVAL, device or client.default_device(),
+                 committed)
 
 
 def _move(x: Array, device) -> Any:
@@ -148,6 +167,11 @@ def _incompatible(d1, d2):
 
 
 def device_put_leaf(x, device, path):
+  if type(x) is core.Token:   # a token: a new one whose buffer is on `device`
+    buf = x._buf
+    if type(buf) is not Array or buf.aval != TOKEN_BUFFER_AVAL:
+      buf = Array(to_buffer(x, TOKEN_BUFFER_AVAL), TOKEN_BUFFER_AVAL)
+    return core.Token(device_put_leaf(buf, device, path))
   try:
     aval = core.get_aval(x)
   except (TypeError, OverflowError) as e:
@@ -469,6 +493,8 @@ def result_handlers(out_avals: Sequence[ShapedArray], device=None) -> list:
 
 
 def _handler_aval(aval: ShapedArray) -> ShapedArray:
+  if aval is core.abstract_token:   # token results are empty bool buffers
+    return TOKEN_BUFFER_AVAL
   # float0 results are i1 buffers in the program (lowering.py)
   if aval.dtype == dtypes.float0:
     return aval.update(dtype=np.dtype(np.bool_), weak_type=False)
@@ -488,8 +514,14 @@ def runtime_handlers(out_avals: Sequence[ShapedArray], device=None) -> list:
 
 def wrap_results(bufs: Sequence[Any], out_avals: Sequence[ShapedArray],
                  device=None) -> list[Array]:
-  """Arrays of the runtime arrays `bufs` that `runtime_handlers` gave (one per aval)."""
-  return [Array(b, av, device) for b, av in zip(bufs, out_avals)]
+  """Arrays of the runtime arrays `bufs` that `runtime_handlers` gave (one per aval); a
+  `core.Token` (holding its buffer, an empty bool Array) for each token result."""
+  return [Array(b, av, device) if av is not core.abstract_token else _token(b, device)
+          for b, av in zip(bufs, out_avals)]
+
+
+def _token(buf, device) -> core.Token:
+  return core.Token(Array(buf, TOKEN_BUFFER_AVAL, device))
 
 
 class Executable:
@@ -526,12 +558,14 @@ class Executable:
       raise
 
   def call(self, args: Sequence[Any]) -> list[Array]:
-    dev = self.device
-    return [Array(b, av, dev) for b, av in zip(self._run(args), self.out_avals)]
+    return wrap_results(self._run(args), self.out_avals, self.device)
 
   def call1(self, args: Sequence[Any]) -> Array:
     """`call` for a program with one result."""
-    return Array(self._run(args)[0], self.out_avals[0], self.device)
+    av = self.out_avals[0]
+    if av is core.abstract_token:
+      return _token(self._run(args)[0], self.device)
+    return Array(self._run(args)[0], av, self.device)
 
 
 def raise_if_donated(args):

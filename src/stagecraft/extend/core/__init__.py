@@ -22,8 +22,8 @@ from stagecraft import core as _core_module
 from stagecraft import dtypes
 from stagecraft.core import (AbstractToken, ClosedJaxpr, DebugInfo, DropVar, Effect, Effects,
                              EffectTypeSet, Jaxpr, JaxprEqn, Literal, Primitive, ShapedArray,
-                             Trace, Var, abstract_token, check_jaxpr, jaxpr_as_fun, no_effects,
-                             ordered_effects)
+                             Token, Trace, Var, abstract_token, check_jaxpr, jaxpr_as_fun,
+                             no_effects, ordered_effects)
 from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOperation,
                                JaxprTypeError)
 from stagecraft.extend.core import primitives
@@ -48,21 +48,6 @@ __all__ = ["AbstractToken", "CallPrimitive", "ClosedJaxpr", "DebugInfo", "DropVa
 array_types: set[type] = {t for t in _core_module.pytype_aval_mappings
                           if t is np.ndarray or (isinstance(t, type) and issubclass(t, np.generic)
                                                  and t is not np.void)}
-
-
-class Token:
-  """A concrete ordered-effect token (JAX's `core.Token`). stagecraft threads tokens only
-  inside compiled programs (`ctx.get_token()` in a lowering rule), so a Token just holds the
-  buffer it is given."""
-  __slots__ = ("_buf",)
-
-  def __init__(self, buf: Any):
-    self._buf = buf
-
-  def block_until_ready(self) -> "Token":
-    if hasattr(self._buf, "block_until_ready"):
-      self._buf.block_until_ready()
-    return self
 
 
 class TraceTag:

@@ -7,7 +7,6 @@ Renamed: `add_jaxvals_p` is `interpreters.ad.add_any_p` (named `add_any` in both
 `checkpoint` here, `remat2` in JAX).
 
 JAX primitives stagecraft does not have (what it does instead):
-  after_all_p, create_token_p: ordered effects thread tokens inside the lowering only;
   approx_top_k_p: `lax.approx_max_k`/`approx_min_k` are exact (`top_k`);
   call_p: calls are `jit_p`, `closed_call_p` (or an `extend.core.CallPrimitive`);
   device_put_p: `device_put` inside a trace needs no primitive here;
@@ -46,7 +45,7 @@ from stagecraft.lax.fft import fft_p
 from stagecraft.lax.linalg import (cholesky_p, eig_p, eigh_p, hessenberg_p,
                                    householder_product_p, lu_p, qr_p, schur_p, svd_p,
                                    triangular_solve_p, tridiagonal_p, tridiagonal_solve_p)
-from stagecraft.lax.misc import copy_p, rng_uniform_p
+from stagecraft.lax.misc import after_all_p, copy_p, create_token_p, rng_uniform_p
 from stagecraft.lax.parallel import (all_gather_p, all_to_all_p, axis_index_p, pmax_p, pmin_p,
                                      ppermute_p, psum_p)
 from stagecraft.lax.random_bits import rng_bit_generator_p, threefry2x32_p
