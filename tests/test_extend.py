@@ -1040,3 +1040,29 @@ def test_shaped_array_takes_scalar_types_and_names_as_jax():
     assert ours.dtype == theirs.dtype == np.dtype(str(dt) if isinstance(dt, str) else dt)
     assert isinstance(ours.dtype, np.dtype)
     assert str(ours) == str(theirs)
+
+
+def test_primitive_missing_impl_or_abstract_eval_raises_as_jax():
+  """A new primitive (the "writing primitives" tutorial's first steps): with no rules,
+  calling it is JAX's NotImplementedError for the evaluation rule, and staging it (jit,
+  make_jaxpr) the one for abstract evaluation; with an impl only, staging still raises."""
+  def attempts(lib, prim):
+    out = []
+    for call in (lambda: prim.bind(2., 2., 10.),
+                 lambda: lib.jit(lambda x: prim.bind(x, x, 1.))(2.),
+                 lambda: lib.make_jaxpr(lambda x: prim.bind(x, x, 1.))(2.)):
+      with pytest.raises(NotImplementedError) as e:
+        call()
+      out.append(str(e.value))
+    return out
+  for name in ("multiply_add", "another_op"):
+    ours_p, theirs_p = sext.core.Primitive(name), jax.extend.core.Primitive(name)
+    theirs = attempts(jax, theirs_p)
+    assert attempts(sc, ours_p) == theirs
+    assert theirs[0] == f"Evaluation rule for '{name}' not implemented"
+    for p in (ours_p, theirs_p):
+      p.def_impl(lambda x, y, z: np.add(np.multiply(x, y), z))
+    assert float(ours_p.bind(2., 2., 10.)) == float(theirs_p.bind(2., 2., 10.)) == 14.0
+    for lib, p in ((sc, ours_p), (jax, theirs_p)):
+      with pytest.raises(NotImplementedError, match=f"^Abstract evaluation for '{name}' not "):
+        lib.jit(lambda x: p.bind(x, x, 1.))(2.)

@@ -1183,7 +1183,8 @@ class Primitive:
   def __init__(self, name: str):
     self.name = name
     self.impl: Callable | None = None
-    self.abstract_eval: Callable | None = None
+    # NB: until `def_abstract_eval`, staging the primitive raises JAX's NotImplementedError.
+    self.abstract_eval: Callable = self._no_abstract_eval
     # `rule(**params) -> frozenset of Effect`, or None: the primitive itself is pure.
     self.effects_rule: Callable | None = None
     # `rule(*avals, **params) -> (avals out, effects)` (`def_effectful_abstract_eval`).
@@ -1191,6 +1192,9 @@ class Primitive:
 
   def __repr__(self):
     return self.name
+
+  def _no_abstract_eval(self, *avals, **params):
+    raise NotImplementedError(f"Abstract evaluation for '{self.name}' not implemented")
 
   def bind(self, *args, **params):
     __tracebackhide__ = True  # noqa: F841
@@ -1298,6 +1302,10 @@ def _run_impl(prim: Primitive, args, params):
   impl = prim.impl
   if impl is not None:
     return impl(*args, **params)
+  if prim.abstract_eval == prim._no_abstract_eval:
+    # NB: the generic impl compiles the equation, which needs its abstract eval (and a
+    # lowering); with neither rule, JAX's message for a primitive that has no impl.
+    raise NotImplementedError(f"Evaluation rule for '{prim.name}' not implemented")
   return default_impl[0](prim, args, params)
 
 
