@@ -128,8 +128,18 @@ class PRNGKeyArray:
   def __iter__(self):
     if not self.shape:
       raise TypeError("iteration over a 0-d key array")
-    # NB: as JAX's: iterating makes fresh keys and consumes none
+    if key_reuse.enabled() and key_reuse.staging():
+      return self._traced_iter()
+    # NB: as JAX's: iterating eagerly makes fresh keys and consumes none
     return (PRNGKeyArray(self._base_array[i]) for i in range(self.shape[0]))
+
+  def _traced_iter(self):
+    # NB: as JAX's: traced, each key is a `slice`, which consumes it
+    for i in range(self.shape[0]):
+      mask = np.zeros(self.shape, dtype=bool)
+      mask[i] = True
+      key_reuse.sink(self, "slice", 0, mask)
+      yield PRNGKeyArray(self._base_array[i])
 
   def __getitem__(self, idx):
     if idx is Ellipsis or (isinstance(idx, tuple) and idx in ((), (Ellipsis,))):
@@ -240,7 +250,10 @@ def _index_consumption(key: PRNGKeyArray, idx: tuple, out: PRNGKeyArray) -> None
     return
   mask = np.zeros(key.shape, dtype=bool)
   mask[idx] = True
-  key_reuse.sink(key, "slice", 0, mask if not mask.all() else True)
+  if mask.all():   # NB: as JAX's indexing: selecting every key is no slice
+    _forwarded(key, out)
+    return
+  key_reuse.sink(key, "slice", 0, mask)
 
 
 # A leaf for users (`tree_leaves(key) == [key]`, as in JAX); the transformations trace its

@@ -7,6 +7,7 @@ Behaviour and messages: JAX 0.10.2's module of the same name (reimplemented, see
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -35,6 +36,7 @@ def function_type_signature(fun: Callable[..., Any], *args: Any) -> KeyReuseSign
   """
   found: list[KeyReuseSignature] = []
 
+  @functools.wraps(fun)
   def traced(*a):
     with key_reuse.scope():   # fresh keys of this trace's level for the arguments
       a = tree_util.tree_map(
