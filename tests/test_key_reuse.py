@@ -12,9 +12,11 @@ import stagecraft as sc
 from stagecraft.experimental.key_reuse import _core as skr
 
 J = types.SimpleNamespace(name="jax", jit=jax.jit, random=jax.random, lax=jax.lax,
-                          numpy=jax.numpy, kr=jkr, vmap=jax.vmap)
+                          numpy=jax.numpy, kr=jkr, vmap=jax.vmap, grad=jax.grad,
+                          value_and_grad=jax.value_and_grad, checkpoint=jax.checkpoint)
 S = types.SimpleNamespace(name="sc", jit=sc.jit, random=sc.random, lax=sc.lax,
-                          numpy=sc.numpy, kr=skr, vmap=sc.vmap)
+                          numpy=sc.numpy, kr=skr, vmap=sc.vmap, grad=sc.grad,
+                          value_and_grad=sc.value_and_grad, checkpoint=sc.checkpoint)
 
 
 @pytest.fixture(autouse=True)
@@ -484,3 +486,83 @@ def test_module_and_runner_import():
   finally:
     compat.uninstall()
   assert skr.check_key_reuse_jaxpr(sc.make_jaxpr(lambda x: x)(1.).jaxpr) is None
+
+
+# ---------------------------------------------------------------------------
+# Other transformations: vmap's body consumes its arguments' keys; AD and checkpoint
+
+
+def _vmap_twice(m):
+  ks = m.random.split(m.random.key(0), 3)
+  m.vmap(m.random.normal)(ks)
+  m.vmap(m.random.normal)(ks)
+
+
+def _vmap_then_slice(m):
+  ks = m.random.split(m.random.key(0), 3)
+  m.vmap(m.random.normal)(ks)
+  m.random.normal(ks[0])
+
+
+def _vmap_split_then_use(m):
+  ks = m.vmap(m.random.split)(m.random.split(m.random.key(0), 3))
+  m.vmap(m.vmap(m.random.normal))(ks)
+
+
+def _vmap_in_jit(m):
+  m.jit(lambda ks: m.vmap(m.random.normal)(ks) + m.vmap(m.random.uniform)(ks))(
+      m.random.split(m.random.key(0), 3))
+
+
+def _vmap_unbatched_key(m):
+  k = m.random.key(0)
+  m.vmap(lambda x, k: x + m.random.normal(k), in_axes=(0, None))(np.ones(3, np.float32), k)
+  m.random.normal(k)
+
+
+def _vmap_fold_in(m):
+  k = m.random.key(0)
+  m.vmap(lambda i: m.random.normal(m.random.fold_in(k, i)))(np.arange(3))
+  m.random.normal(k)
+
+
+def _grad_twice(m):
+  f = lambda p, k: p * m.random.normal(k)   # noqa: E731
+  k = m.random.key(0)
+  m.grad(f)(1., k)
+  m.grad(f)(1., k)
+
+
+def _jit_grad(m):
+  m.jit(m.grad(lambda p, k: p * m.random.normal(k) + m.random.uniform(k)))(1., m.random.key(0))
+
+
+def _jit_value_and_grad(m):
+  def loss(p, k):
+    k1, k2 = m.random.split(k)
+    return p * m.random.normal(k1) + m.random.uniform(k2)
+  m.jit(m.value_and_grad(loss))(1., m.random.key(0))
+
+
+def _checkpoint_twice(m):
+  m.jit(m.checkpoint(lambda k: m.random.normal(k) + m.random.normal(k)))(m.random.key(0))
+
+
+def _checkpoint_then_use(m):
+  m.jit(lambda k: m.checkpoint(lambda k: m.random.normal(k))(k) + m.random.normal(k))(
+      m.random.key(0))
+
+
+def _grad_of_checkpoint(m):
+  loss = lambda p, k: m.checkpoint(lambda p, k: p * m.random.normal(k))(p, k)  # noqa: E731
+  m.jit(m.grad(loss))(1., m.random.key(0))
+
+
+@pytest.mark.parametrize("fn,expect_error", [
+    (_vmap_twice, True), (_vmap_then_slice, True), (_vmap_split_then_use, False),
+    (_vmap_in_jit, True), (_vmap_unbatched_key, True), (_vmap_fold_in, False),
+    (_grad_twice, True), (_jit_grad, True), (_jit_value_and_grad, False),
+    (_checkpoint_twice, True), (_checkpoint_then_use, True), (_grad_of_checkpoint, False)],
+    ids=lambda v: getattr(v, "__name__", str(v)))
+def test_transformations(fn, expect_error):
+  same(fn, expect_error)

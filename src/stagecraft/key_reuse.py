@@ -38,7 +38,7 @@ from stagecraft.errors import KeyReuseError
 __all__ = ["Sink", "Source", "Forward", "KeyReuseSignature", "KeyVar", "enabled",
            "register_key_type", "is_key", "sink", "check", "body_signature", "apply",
            "staging", "error", "call", "scope", "Scope", "effective", "mark", "BodyKeys",
-           "join_branches", "check_loop"]
+           "join_branches", "check_loop", "share", "share_results"]
 
 
 @total_ordering
@@ -239,8 +239,33 @@ def is_key(x: Any) -> bool:
 
 
 def staging() -> bool:
-  """Whether an operation now is being traced (the traced messages) or runs eagerly."""
-  return core.trace_state.trace is not core.eval_trace
+  """Whether an operation now is staged into a jaxpr (the traced messages) or runs
+  eagerly, possibly under transformations that run each primitive now (`vmap`, forward and
+  reverse-mode AD over concrete primals), whose traces have a `parent`."""
+  t = core.trace_state.trace
+  while t is not core.eval_trace:
+    t = getattr(t, "parent", None)
+    if t is None:
+      return True
+  return False
+
+
+def share(outer: list, inner: list) -> None:
+  """Makes each key of `inner` (a transformation's body's arguments, rebuilt around its
+  tracers) share the consumed state of the key of `outer` it stands for: consuming it in
+  the body consumes the argument (JAX's keys under `vmap`)."""
+  for x, y in zip(outer, inner):
+    if is_key(x) and is_key(y):
+      y.kr_var = x.kr_var
+
+
+def share_results(outer_in: list, inner_out: list, outer_out: list) -> None:
+  """After `share`: a result of the transformation whose body returned an argument's key
+  shares that argument's state."""
+  ins = {id(x.kr_var) for x in outer_in if is_key(x)}
+  for y, z in zip(inner_out, outer_out):
+    if is_key(y) and is_key(z) and id(y.kr_var) in ins:
+      z.kr_var = y.kr_var
 
 
 def error(op: str, index: int) -> KeyReuseError:
