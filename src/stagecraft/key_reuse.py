@@ -8,7 +8,10 @@ With `debug_key_reuse` on, a typed PRNG key (`random.key`) may be consumed once:
   "jit-compiled function" for the samplers and jitted functions, `random_split`,
   `random_bits` or `slice` for the operations JAX binds as bare primitives;
 - while tracing: "In {op}, argument {i} is already consumed." (`op`: `jit`, `random_split`,
-  `random_bits`, `slice`).
+  `random_bits`, `slice`, `cond`, `scan`, `while`, `checkpoint`);
+- for loop bodies that would consume a key on every iteration (a key they close over, or a
+  carried key they do not replace by a fresh one): JAX's "scan body function leads to key
+  reuse when repeatedly executed, ..." and "while_loop ... function leads to key reuse ...".
 
 How (stagecraft's jaxprs carry key data, `u32[..., 2]`, not key types, so JAX's analysis
 of a jaxpr's key-typed variables has nothing to read): each typed key array carries a
@@ -17,15 +20,19 @@ were consumed by slicing). The operations on typed keys (in `random`) consume ("
 create fresh keys ("source"), or pass a key's state on ("forward") as JAX's per-primitive
 signatures say, and `jit` summarizes the function it traces as a `KeyReuseSignature`
 (which arguments it consumes, which results are fresh or forwarded arguments), checked and
-applied at every call of the compiled function, as JAX's `jaxpr_type_signature` is.
-Keys inside other transformations' bodies (`vmap`, `grad`, `scan`, `cond`, `while_loop`)
-start fresh and their consumption is not carried out of the body: reuse across those
-boundaries is not reported (docs/differences.md).
+applied at every call of the compiled function, as JAX's `jaxpr_type_signature` is; so do
+`checkpoint`, `cond` (its branches' signatures joined), `scan` and `while_loop` (checked
+for repeated execution). A body being traced is a `scope`: keys it closes over are consumed
+in its record, applied by the caller (once per call of a jit function; never inside a loop
+body). `vmap`'s body keys share their arguments' state; under `grad` the primal keys are the
+arguments themselves. Keys given as arguments to other bodies (`custom_jvp`, `shard_map`,
+`pmap`, `jvp`) start fresh there and their consumption stays there (docs/differences.md).
 
 Algorithm and messages: JAX 0.10.2's `jax/experimental/key_reuse/_core.py` (reimplemented).
 """
 from __future__ import annotations
 
+import threading
 from functools import total_ordering
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -145,7 +152,7 @@ class KeyReuseSignature:
     consumed already: "Previously-consumed key passed to {funcname} at index {i}"."""
     for s in self.sinks:
       key = args[s.idx]
-      if is_key(key) and np.any(np.logical_and(key.kr_var.consumed, s.mask)):
+      if is_key(key) and np.any(np.logical_and(effective(key.kr_var), s.mask)):
         raise KeyReuseError(f"Previously-consumed key passed to {funcname} at index {s.idx}")
 
   def update_consumption(self, args_in: Any, args_out: Any) -> None:
@@ -163,7 +170,7 @@ class KeyVar:
 
   def __init__(self, consumed: bool | np.ndarray = False):
     self.consumed = consumed
-    self.level = len(_scopes)
+    self.level = len(_tls.scopes)
 
   def __repr__(self):
     return f"KeyVar(consumed={self.consumed})"
@@ -184,7 +191,12 @@ class Scope:
     return [(v, m) for v, m in self.outer.values() if np.any(m)]
 
 
-_scopes: list[Scope] = []
+class _Scopes(threading.local):
+  def __init__(self):
+    self.scopes: list[Scope] = []   # the bodies being traced in this thread, innermost last
+
+
+_tls = _Scopes()
 
 
 class scope:
@@ -194,18 +206,18 @@ class scope:
 
   def __enter__(self) -> Scope:
     sc = Scope()
-    _scopes.append(sc)
+    _tls.scopes.append(sc)
     return sc
 
   def __exit__(self, *exc):
-    _scopes.pop()
+    _tls.scopes.pop()
     return False
 
 
 def effective(var: KeyVar) -> Any:
   """`var`'s consumed state as the innermost body being traced sees it."""
   out = var.consumed
-  for sc in _scopes[var.level:]:
+  for sc in _tls.scopes[var.level:]:
     e = sc.outer.get(id(var))
     if e is not None:
       out = _or(out, e[1])
@@ -215,8 +227,9 @@ def effective(var: KeyVar) -> Any:
 def mark(var: KeyVar, mask: Any) -> None:
   """Consumes `var` (under `mask`): in the key itself, or in the innermost body's record
   when the key comes from an enclosing level."""
-  if var.level < len(_scopes):
-    sc = _scopes[-1]
+  scopes = _tls.scopes
+  if var.level < len(scopes):
+    sc = scopes[-1]
     e = sc.outer.get(id(var))
     sc.outer[id(var)] = (var, mask if e is None else _or(e[1], mask))
   else:
