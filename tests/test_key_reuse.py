@@ -11,10 +11,12 @@ import pytest
 import stagecraft as sc
 from stagecraft.experimental.key_reuse import _core as skr
 
-J = types.SimpleNamespace(name="jax", jit=jax.jit, random=jax.random, lax=jax.lax,
+J = types.SimpleNamespace(name="jax", jit=jax.jit, make_jaxpr=jax.make_jaxpr,
+                          eval_shape=jax.eval_shape, custom_vjp=jax.custom_vjp, random=jax.random, lax=jax.lax,
                           numpy=jax.numpy, kr=jkr, vmap=jax.vmap, grad=jax.grad,
                           value_and_grad=jax.value_and_grad, checkpoint=jax.checkpoint)
-S = types.SimpleNamespace(name="sc", jit=sc.jit, random=sc.random, lax=sc.lax,
+S = types.SimpleNamespace(name="sc", jit=sc.jit, make_jaxpr=sc.make_jaxpr,
+                          eval_shape=sc.eval_shape, custom_vjp=sc.custom_vjp, random=sc.random, lax=sc.lax,
                           numpy=sc.numpy, kr=skr, vmap=sc.vmap, grad=sc.grad,
                           value_and_grad=sc.value_and_grad, checkpoint=sc.checkpoint)
 
@@ -85,6 +87,9 @@ def test_a_consumed_key_given_to_a_sampler_raises(name):
 
   msg = same(eager, True)
   assert msg[0] == "KeyReuseError" and msg[1].startswith("Previously-consumed key passed to")
+  # without jit, JAX's samplers name the first primitive they bind on the key
+  with jax.disable_jit(), sc.disable_jit():
+    assert same(eager, True)[1] != msg[1] or name in ("split", "bits", "multinomial")
   # traced (nothing runs): the second use names the operation that consumes the key
   same(lambda m: m.kr.check_key_reuse(
       lambda k: (m.random.normal(k), use(m.random, k)), m.random.key(0)), True)
@@ -565,4 +570,36 @@ def _grad_of_checkpoint(m):
     (_checkpoint_twice, True), (_checkpoint_then_use, True), (_grad_of_checkpoint, False)],
     ids=lambda v: getattr(v, "__name__", str(v)))
 def test_transformations(fn, expect_error):
+  same(fn, expect_error)
+
+
+def _make_jaxpr_closure(m):
+  k = m.random.key(0)
+  m.make_jaxpr(lambda: m.random.normal(k))()
+  m.eval_shape(lambda: m.random.normal(k))
+  m.random.normal(k)
+
+
+def _lower_then_call(m):
+  k = m.random.key(0)
+  f = m.jit(lambda k: m.random.normal(k))
+  f.lower(k)
+  f(k)      # lowering consumed nothing; the call does
+  m.random.normal(k)
+
+
+def _custom_vjp_consumes(m):
+  @m.custom_vjp
+  def f(x, k):
+    return x * m.random.normal(k)
+  f.defvjp(lambda x, k: (f(x, k), (k,)), lambda r, g: (g, None))
+  k = m.random.key(0)
+  m.jit(f)(1., k)
+  m.random.normal(k)
+
+
+@pytest.mark.parametrize("fn,expect_error", [
+    (_make_jaxpr_closure, False), (_lower_then_call, True), (_custom_vjp_consumes, True)],
+    ids=lambda v: getattr(v, "__name__", str(v)))
+def test_tracing_without_calling(fn, expect_error):
   same(fn, expect_error)

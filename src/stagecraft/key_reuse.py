@@ -8,7 +8,8 @@ With `debug_key_reuse` on, a typed PRNG key (`random.key`) may be consumed once:
   "jit-compiled function" for the samplers and jitted functions, `random_split`,
   `random_bits` or `slice` for the operations JAX binds as bare primitives;
 - while tracing: "In {op}, argument {i} is already consumed." (`op`: `jit`, `random_split`,
-  `random_bits`, `slice`, `cond`, `scan`, `while`, `checkpoint`);
+  `random_bits`, `slice`, `cond`, `scan`, `while`, `checkpoint`, `custom_jvp_call`,
+  `custom_vjp_call`; under `disable_jit` the samplers name their first primitive);
 - for loop bodies that would consume a key on every iteration (a key they close over, or a
   carried key they do not replace by a fresh one): JAX's "scan body function leads to key
   reuse when repeatedly executed, ..." and "while_loop ... function leads to key reuse ...".
@@ -25,8 +26,9 @@ applied at every call of the compiled function, as JAX's `jaxpr_type_signature` 
 for repeated execution). A body being traced is a `scope`: keys it closes over are consumed
 in its record, applied by the caller (once per call of a jit function; never inside a loop
 body). `vmap`'s body keys share their arguments' state; under `grad` the primal keys are the
-arguments themselves. Keys given as arguments to other bodies (`custom_jvp`, `shard_map`,
-`pmap`, `jvp`) start fresh there and their consumption stays there (docs/differences.md).
+arguments themselves; `custom_jvp`/`custom_vjp` functions keep the signature of their primal
+function. Keys given as arguments to other bodies (`shard_map`, `pmap`, `jvp`, the custom
+rules) start fresh there and their consumption stays there (docs/differences.md).
 
 Algorithm and messages: JAX 0.10.2's `jax/experimental/key_reuse/_core.py` (reimplemented).
 """

@@ -40,6 +40,7 @@ import numpy as np
 
 from stagecraft import dtypes, key_reuse, lax, shape_poly, sharding, tree_util
 from stagecraft import numpy as jnp
+from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import batching
 from stagecraft.lax import random_bits, spmd, utils as lax_utils
@@ -312,7 +313,8 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[A
   if isinstance(key, PRNGKeyArray):
     data, typed = key._base_array, True
     if key_reuse.enabled():
-      op = _KEY_USE.get(name, "jit")
+      op = (_KEY_USE_UNJITTED.get(name, "random_bits") if config.disable_jit
+            else _KEY_USE.get(name, "jit"))
       if op is not None:
         key_reuse.sink(key, op)
   else:
@@ -329,6 +331,15 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[A
 # listed are jitted functions in JAX ("jit").
 _KEY_USE = {"split": "random_split", "bits": "random_bits", "multinomial": "random_split",
             "fold_in": None, "key_data": None, "key_impl": None}
+# Under `disable_jit` JAX's samplers run unjitted, and the first operation on the key names
+# itself: `random_bits`, unless listed here.
+_KEY_USE_UNJITTED = {
+    **{n: "random_split" for n in (
+        "split", "multinomial", "choice", "permutation", "shuffle", "poisson", "beta", "t",
+        "randint", "double_sided_maxwell", "wald", "f", "generalized_normal", "ball",
+        "binomial")},
+    **{n: "random_gamma" for n in ("gamma", "loggamma", "dirichlet", "chisquare")},
+    "fold_in": None, "key_data": None, "key_impl": None}
 
 
 def _return_keys(typed: bool, data: Any) -> Any:
