@@ -41,7 +41,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import optree
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import api_util, core, dtypes, tree_util
+from stagecraft import api_util, core, dtypes, key_reuse, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, Var
 from stagecraft.interpreters import ad, batching, calls, lowering, partial_eval as pe
@@ -848,9 +848,17 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     avals = [core.get_aval(x) for x in leaves]
     closed, consts, out_tree = _trace_checkpointed(
         fun, args, nargs, frozenset(st), in_tree, avals)
-    outs = remat_p.bind(*consts, *leaves, jaxpr=closed, prevent_cse=prevent_cse,
-                        differentiated=False, policy=policy)
-    return tree_util.tree_unflatten(out_tree, outs)
+
+    def run():
+      outs = remat_p.bind(*consts, *leaves, jaxpr=closed, prevent_cse=prevent_cse,
+                          differentiated=False, policy=policy)
+      return tree_util.tree_unflatten(out_tree, outs)
+
+    body_keys = _body_keys.get(closed) if key_reuse.enabled() else None
+    if body_keys is None:
+      return run()
+    return key_reuse.call(body_keys, "checkpoint", tree_util.tree_leaves((dyn, kwargs)), run,
+                          tree_util.tree_leaves, offset=len(consts))
 
   return fun_remat
 
@@ -861,6 +869,9 @@ remat = checkpoint
 #: consts, out_tree)}}, as JAX's `_trace_to_jaxpr` cache (keyed on the function, not on
 #: the `checkpoint` wrapper or its policy).
 _trace_cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+#: With key reuse checking on: what each traced body does with typed keys.
+_body_keys: "weakref.WeakKeyDictionary[ClosedJaxpr, key_reuse.BodyKeys]" = (
+    weakref.WeakKeyDictionary())
 
 
 def _trace_checkpointed(fun: Callable, args: tuple, nargs: int, static: frozenset,
@@ -880,17 +891,27 @@ def _trace_checkpointed(fun: Callable, args: tuple, nargs: int, static: frozense
   if per_fun is not None and key in per_fun:
     return per_fun[key]
   store: dict = {}
+  check_keys = key_reuse.enabled()
 
   def flat(*xs):
-    d, kw = tree_util.tree_unflatten(in_tree, xs)
-    it = iter(d)
-    full = [args[i] if i in static else next(it) for i in range(nargs)]
-    out = fun(*full, **kw)
+    with key_reuse.scope() if check_keys else contextlib.nullcontext() as sc:
+      d, kw = tree_util.tree_unflatten(in_tree, xs)
+      it = iter(d)
+      full = [args[i] if i in static else next(it) for i in range(nargs)]
+      out = fun(*full, **kw)
+      if check_keys:   # the keys of `d`/`kw` were made fresh for this trace
+        store["keys"] = key_reuse.BodyKeys(
+            key_reuse.body_signature(tree_util.tree_leaves((d, kw)), tree_util.tree_leaves(out)),
+            ())
+    if check_keys:
+      store["keys"] = store["keys"]._replace(outer=tuple(sc.consumed_outer()))
     out_leaves, store["tree"] = optree.tree_flatten(out, none_is_leaf=False, namespace=_NS)
     return out_leaves
 
   jaxpr, consts = pe.trace_to_jaxpr(flat, avals)
   result = (ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), store["tree"])
+  if "keys" in store:
+    _body_keys[result[0]] = store["keys"]
   if key is not None and not any(isinstance(c, core.Tracer) for c in consts):
     try:
       _trace_cache.setdefault(fun, {})[key] = result

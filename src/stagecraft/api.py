@@ -10,7 +10,7 @@ import numpy as np
 import optree
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.api_util import (abstractify, check_out_leaves, describe_arg, ensure_inbounds,
                                  flat_mapped_args, flatten,
@@ -970,8 +970,12 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
     store: list = []
 
+    check_keys = key_reuse.enabled()
+
     def flat(*xs):
       a, kw = tree_util.tree_unflatten(in_tree, xs)
+      if check_keys:   # the body's keys are the arguments' (JAX's batched keys)
+        key_reuse.share(tree_util.tree_leaves((args, kwargs)), tree_util.tree_leaves((a, kw)))
       out = fun(*a, **kw)
       out_leaves, out_tree = flatten(out)
       check_out_leaves(out_leaves, out_tree, name, "vmap")
@@ -994,7 +998,11 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
         raise ValueError(f"vmap out_axes specification {ax} is out of range for an output "
                          f"of rank {nd} (including the mapped axis).")
       results.append(batching.matchaxis(o, d, ax % nd, size))
-    return tree_util.tree_unflatten(out_tree, results)
+    result = tree_util.tree_unflatten(out_tree, results)
+    if check_keys:
+      key_reuse.share_results(tree_util.tree_leaves((args, kwargs)), tree_util.tree_leaves(out),
+                              tree_util.tree_leaves(result))
+    return result
 
   return vmap_f
 

@@ -86,7 +86,7 @@ _OPTIONS: dict[str, _Opt] = {
     "num_cpu_devices": _Opt(-1, _I),
     "enable_checks": _Opt(False, _B),
     "check_tracer_leaks": _Opt(False, _B),
-    "debug_key_reuse": _Opt(False, _B),
+    "debug_key_reuse": _Opt(False, _B, trace=True),
     "threefry_partitionable": _Opt(True, _B, trace=True),
     "default_prng_impl": _Opt("threefry2x32", "enum", ("threefry2x32", "rbg", "unsafe_rbg"),
                               trace=True),
@@ -208,7 +208,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "platforms": None, "platform_name": None, "num_cpu_devices": None, "enable_checks": None,
     "softmax_custom_jvp": None, "default_matmul_precision": None,
     "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,
-    "disallow_mesh_context_manager": None,
+    "disallow_mesh_context_manager": None, "debug_key_reuse": None,
     # values that are what stagecraft does anyway
     "threefry_partitionable": lambda v: v is True,
     "default_prng_impl": lambda v: v == "threefry2x32",
@@ -332,7 +332,8 @@ class Config:
                       d["numpy_rank_promotion"], d["numpy_dtype_promotion"],
                       d["default_matmul_precision"], d["default_prng_impl"],
                       d["threefry_partitionable"], d["softmax_custom_jvp"],
-                      d["high_dynamic_range_gumbel"], id(d["default_device"]))
+                      d["high_dynamic_range_gumbel"], id(d["default_device"]),
+                      d["debug_key_reuse"])
     if _user_contexts:   # make_user_context: their values key the caches too
       d["state_key"] += (tuple(c.value for c in _user_contexts),)
     # NB: a small int per distinct state_key, for the hottest cache keys (jit's dispatch

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import optree
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.errors import UnexpectedTracerError
 from stagecraft.tree_util import treedef_str
@@ -191,14 +191,29 @@ class _TracedPrimal:
       return [static[i] if i in static else next(it) for i in range(n)]
     self.merge = merge
     store: dict = {}
+    check_keys = key_reuse.enabled()
+    self.dyn = dyn
+    self.keys = None   # with key reuse checking: what the function does with typed keys
 
     def flat_fun(*leaves):
-      out = fun(*merge(_unflatten(self.in_tree, leaves)))
+      if not check_keys:
+        out = fun(*merge(_unflatten(self.in_tree, leaves)))
+      else:
+        with key_reuse.scope() as sc:   # the arguments' keys are made fresh for this trace
+          d = _unflatten(self.in_tree, leaves)
+          out = fun(*merge(d))
+          sig = key_reuse.body_signature(tree_util.tree_leaves(d), tree_util.tree_leaves(out))
+        self.keys = key_reuse.BodyKeys(sig, tuple(sc.consumed_outer()))
       out_leaves, store["out_tree"] = _flatten(out)
       return out_leaves
 
     self.call_jaxpr, self.consts = _trace_primal(flat_fun, self.in_avals, name)
     self.out_tree = store["out_tree"]
+
+  def call(self, op: str, run: Callable[[], Any]) -> Any:
+    """`run()`, the call of the traced function, checked and applied for key reuse."""
+    return key_reuse.call(self.keys, op, tree_util.tree_leaves(tuple(self.dyn)), run,
+                          tree_util.tree_leaves, offset=len(self.consts))
 
 
 def _check_primal_out(rule: str, kind: str, name: str, second: str, p_tree, p_avals,
@@ -350,10 +365,9 @@ def _apply_custom_jvp(cj: "custom_jvp", args: tuple, nondiff: tuple, name: str):
   in_leaves, in_tree, merge, call_jaxpr, consts, out_tree = (
       t.in_leaves, t.in_tree, t.merge, t.call_jaxpr, t.consts, t.out_tree)
   flat_jvp = _make_flat_jvp(cj, static, merge, in_tree, out_tree, call_jaxpr.out_avals)
-  outs = custom_jvp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, jvp=flat_jvp,
-                                num_consts=len(consts), symbolic_zeros=cj.symbolic_zeros,
-                                name=name)
-  return _unflatten(out_tree, outs)
+  return t.call("custom_jvp_call", lambda: _unflatten(out_tree, custom_jvp_call_p.bind(
+      *consts, *in_leaves, call_jaxpr=call_jaxpr, jvp=flat_jvp, num_consts=len(consts),
+      symbolic_zeros=cj.symbolic_zeros, name=name)))
 
 
 def _split_jvp_args(trace: "ad.JVPTrace", args: tuple, nondiff: tuple):
@@ -635,10 +649,9 @@ def _apply_custom_vjp(cv: "custom_vjp", args: tuple, nondiff: tuple, name: str):
   in_leaves, in_tree, in_avals, merge, call_jaxpr, consts, out_tree = (
       t.in_leaves, t.in_tree, t.in_avals, t.merge, t.call_jaxpr, t.consts, t.out_tree)
   fwd = _make_flat_fwd(cv, static, merge, in_tree, in_avals, out_tree, call_jaxpr.out_avals)
-  outs = custom_vjp_call_p.bind(*consts, *in_leaves, call_jaxpr=call_jaxpr, fwd=fwd,
-                                num_consts=len(consts), symbolic_zeros=cv.symbolic_zeros,
-                                name=name)
-  return _unflatten(out_tree, outs)
+  return t.call("custom_vjp_call", lambda: _unflatten(out_tree, custom_vjp_call_p.bind(
+      *consts, *in_leaves, call_jaxpr=call_jaxpr, fwd=fwd, num_consts=len(consts),
+      symbolic_zeros=cv.symbolic_zeros, name=name)))
 
 
 def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_tree,

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes, monitoring, traceback_util, tree_util
+from stagecraft import core, dtypes, key_reuse, monitoring, traceback_util, tree_util
 from stagecraft import api_util, sharding as sharding_lib, state
 from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
@@ -307,7 +307,7 @@ class TracedSignature:
   ClosedJaxpr, unless some are tracers of an enclosing trace (then all are operands).
   `closed` is the traced jaxpr with all its constants as constvars (`make_jaxpr`)."""
   __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "call",
-               "call_consts", "closed", "__weakref__")
+               "call_consts", "closed", "key_reuse", "__weakref__")
 
   def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree,
                closed: ClosedJaxpr | None = None):
@@ -318,6 +318,7 @@ class TracedSignature:
     self.device_calls = {}
     self.call, self.call_consts = jaxpr, consts
     self.closed = closed or self.hoisted()
+    self.key_reuse = None   # its KeyReuseSignature when traced with debug_key_reuse on
 
   @classmethod
   def of_traced(cls, jaxpr: core.Jaxpr, consts: list, out_tree) -> "TracedSignature":
@@ -362,8 +363,18 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
     in_avals = [abstractify(x, names[i], fun) for i, x in enumerate(leaves)]
   debug = DebugInfo(traced_for, name, names, origins, api_util.fun_source_info(fun))
   out_tree_box = []
+  check_keys = key_reuse.enabled()
+  key_sig = []
 
   def flat_fun(*flat):
+    if not check_keys:
+      return body(*flat)
+    with key_reuse.scope() as sc:   # keys made in the trace (the arguments') belong to it
+      out_leaves = body(*flat)
+    key_sig[0] = key_reuse.BodyKeys(key_sig[0], tuple(sc.consumed_outer()))
+    return out_leaves
+
+  def body(*flat):
     d_args, d_kwargs = optree.tree_unflatten(in_tree, flat)
     full = list(d_args)
     for i in sorted(static_argnums):
@@ -376,13 +387,19 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
       state.check_no_ref_out(fun, out_leaves)
     check_out_leaves(out_leaves, out_tree, name, traced_for)
     out_tree_box.append(out_tree)
+    if check_keys:   # the keys of `d_args`/`d_kwargs` were made fresh for this trace
+      key_sig.append(key_reuse.body_signature(tree_util.tree_leaves((d_args, d_kwargs)),
+                                              tree_util.tree_leaves(out)))
     return out_leaves
 
   with monitoring.timed(monitoring.JAXPR_TRACE_EVENT, name):
     jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
   if config.enable_checks:   # JAX's jax_enable_checks: type-check every traced jaxpr
     core.check_jaxpr(jaxpr)
-  return TracedSignature.of_traced(jaxpr, list(consts), out_tree_box[0]), leaves
+  traced = TracedSignature.of_traced(jaxpr, list(consts), out_tree_box[0])
+  if key_sig:
+    traced.key_reuse = key_sig[0]
+  return traced, leaves
 
 
 # ---------------------------------------------------------------------------
@@ -878,6 +895,18 @@ class PjitFunction:
         if e.frame is not None:   # a ref outside an enclosing jit: that jit traces again
           raise
         return self._ref_call(args, kwargs, static_argnums, e.ref)
+    if entry.key_reuse is not None and key_reuse.enabled():
+      dyn = (tuple(a for i, a in enumerate(args) if i not in static_argnums),
+             {k: v for k, v in kwargs.items() if k not in self._static_argnames})
+      return key_reuse.call(
+          entry.key_reuse, "jit", tree_util.tree_leaves(dyn),
+          lambda: self._run(entry, args, kwargs, static_argnums, donate_argnums, leaves, dev),
+          tree_util.tree_leaves)
+    return self._run(entry, args, kwargs, static_argnums, donate_argnums, leaves, dev)
+
+  def _run(self, entry, args, kwargs, static_argnums, donate_argnums, leaves, dev):
+    """Calls the traced signature `entry`: staged inside a trace, else compiled (once per
+    device) and run."""
     if core.trace_state.trace is not core.eval_trace:
       if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
         return self._constrained_call(entry, args, kwargs, static_argnums, leaves)
@@ -904,7 +933,7 @@ class PjitFunction:
       else:
         entry.executable = call
         if (not kwargs and self._fast and call.simple and not config.state_key[1]
-            and all(type(a) is Array for a in leaves)):
+            and not config.debug_key_reuse and all(type(a) is Array for a in leaves)):
           self._cache[(flatten(args)[1], config.state_id, *[a.aval for a in leaves])] = call
           if all(type(a) is Array for a in args):   # the flat key of the fastest path
             self._cache[(_FLAT, *[a.aval for a in args], config.state_id)] = call
@@ -918,7 +947,7 @@ class PjitFunction:
     """Keys `call` for the fast path of placed calls when every positional argument is an
     Array (no keyword, static or ref arguments; no debug_nans)."""
     if (not kwargs and self._placed_fast and self._refs is None and not config.state_key[1]
-        and dispatch.placement_used[0]):
+        and not config.debug_key_reuse and dispatch.placement_used[0]):
       key = _placed_key(args)
       if key is not None:
         self._cache[key] = call

@@ -38,8 +38,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax, shape_poly, sharding, tree_util
+from stagecraft import dtypes, key_reuse, lax, shape_poly, sharding, tree_util
 from stagecraft import numpy as jnp
+from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import batching
 from stagecraft.lax import random_bits, spmd, utils as lax_utils
@@ -101,11 +102,13 @@ class PRNGKeyArray:
     shape, ndim, size: of the key array (without the trailing key-data axis).
     dtype: `KeyTy()`, printed `key<fry>`.
   """
-  __slots__ = ("_base_array",)
+  __slots__ = ("_base_array", "kr_var")
   __array_priority__ = 100
 
-  def __init__(self, key_data: Any):
+  def __init__(self, key_data: Any, kr_var: key_reuse.KeyVar | None = None):
     self._base_array = key_data
+    # NB: the keys' consumed state, read only with config debug_key_reuse on (key_reuse)
+    self.kr_var = key_reuse.KeyVar() if kr_var is None else kr_var
 
   shape = property(lambda self: tuple(self._base_array.shape[:-1]))
   ndim = property(lambda self: len(self._base_array.shape) - 1)
@@ -126,7 +129,18 @@ class PRNGKeyArray:
   def __iter__(self):
     if not self.shape:
       raise TypeError("iteration over a 0-d key array")
+    if key_reuse.enabled() and key_reuse.staging():
+      return self._traced_iter()
+    # NB: as JAX's: iterating eagerly makes fresh keys and consumes none
     return (PRNGKeyArray(self._base_array[i]) for i in range(self.shape[0]))
+
+  def _traced_iter(self):
+    # NB: as JAX's: traced, each key is a `slice`, which consumes it
+    for i in range(self.shape[0]):
+      mask = np.zeros(self.shape, dtype=bool)
+      mask[i] = True
+      key_reuse.sink(self, "slice", 0, mask)
+      yield PRNGKeyArray(self._base_array[i])
 
   def __getitem__(self, idx):
     if idx is Ellipsis or (isinstance(idx, tuple) and idx in ((), (Ellipsis,))):
@@ -134,7 +148,10 @@ class PRNGKeyArray:
     idx = idx if isinstance(idx, tuple) else (idx,)
     if self.ndim == 0:
       raise IndexError("too many indices for a 0-d key array")
-    return PRNGKeyArray(self._base_array[(*idx, slice(None))])
+    out = PRNGKeyArray(self._base_array[(*idx, slice(None))])
+    if key_reuse.enabled():
+      _index_consumption(self, idx, out)
+    return out
 
   def __bool__(self):
     raise TypeError("key array cannot be converted to boolean.")
@@ -158,13 +175,14 @@ class PRNGKeyArray:
 
   def copy(self) -> "PRNGKeyArray":
     """A copy of the keys (a new key array over copied key data)."""
-    return PRNGKeyArray(jnp.array(self._base_array, copy=True))
+    return _forwarded(self, PRNGKeyArray(jnp.array(self._base_array, copy=True)))
 
   def reshape(self, *shape: Any, order: str = "C") -> "PRNGKeyArray":
     """The keys in a new shape (`shape` as for `jnp.reshape`; -1 infers one axis)."""
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
       shape = tuple(shape[0])
-    return PRNGKeyArray(jnp.reshape(self._base_array, (*shape, 2), order=order))
+    return _forwarded(self, PRNGKeyArray(jnp.reshape(self._base_array, (*shape, 2),
+                                                     order=order)))
 
   def ravel(self, order: str = "C") -> "PRNGKeyArray":
     """The keys as a 1-D key array."""
@@ -177,7 +195,8 @@ class PRNGKeyArray:
     if axis is None:
       axis = tuple(i for i, d in enumerate(self.shape) if d == 1)
     axis = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    return PRNGKeyArray(jnp.squeeze(self._base_array, [a % max(self.ndim, 1) for a in axis]))
+    return _forwarded(self, PRNGKeyArray(
+        jnp.squeeze(self._base_array, [a % max(self.ndim, 1) for a in axis])))
 
   def transpose(self, *axes: Any) -> "PRNGKeyArray":
     """The keys with their axes permuted (default: reversed); the key data stays last."""
@@ -185,7 +204,13 @@ class PRNGKeyArray:
       axes = axes[0]
     perm = (tuple(range(self.ndim))[::-1] if axes in ((), None)
             else tuple(a % self.ndim for a in axes))
-    return PRNGKeyArray(jnp.transpose(self._base_array, (*perm, self.ndim)))
+    out = PRNGKeyArray(jnp.transpose(self._base_array, (*perm, self.ndim)))
+    if key_reuse.enabled() and key_reuse.staging():
+      # NB: JAX's key reuse table has no rule for transpose: traced, it consumes its operand
+      # and its result counts as consumed; eagerly it is not checked
+      key_reuse.sink(self, "transpose")
+      out.kr_var.consumed = True
+    return out
 
   T = property(lambda self: self.transpose())
 
@@ -201,10 +226,42 @@ class PRNGKeyArray:
     return self
 
 
+def _forwarded(key: PRNGKeyArray, out: PRNGKeyArray) -> PRNGKeyArray:
+  """`out`, the keys of `key` in another form (JAX's `Forward` rules: reshape, squeeze,
+  copy): traced it shares their consumed state, eagerly it starts with a copy of it."""
+  if key_reuse.enabled():
+    out.kr_var = (key.kr_var if key_reuse.staging() else
+                  key_reuse.KeyVar(np.copy(key.kr_var.consumed)
+                                   if isinstance(key.kr_var.consumed, np.ndarray)
+                                   else key.kr_var.consumed))
+  return out
+
+
+def _index_consumption(key: PRNGKeyArray, idx: tuple, out: PRNGKeyArray) -> None:
+  """Key reuse for `key[idx]` (JAX's rules): static ints and slices are a `slice`, which
+  consumes the selected keys and gives fresh ones; other indices gather, passing the
+  keys' state on."""
+  static = all(isinstance(i, (int, np.integer, slice)) and not isinstance(i, bool)
+               and (not isinstance(i, slice) or all(
+                   b is None or isinstance(b, (int, np.integer)) for b in
+                   (i.start, i.stop, i.step)))
+               for i in idx)
+  if not static:
+    _forwarded(key, out)
+    return
+  mask = np.zeros(key.shape, dtype=bool)
+  mask[idx] = True
+  if mask.all():   # NB: as JAX's indexing: selecting every key is no slice
+    _forwarded(key, out)
+    return
+  key_reuse.sink(key, "slice", 0, mask)
+
+
 # A leaf for users (`tree_leaves(key) == [key]`, as in JAX); the transformations trace its
 # key data and rebuild the key around it.
 tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._base_array, None),
                                lambda _, children: PRNGKeyArray(children[0]))
+key_reuse.register_key_type(PRNGKeyArray)
 # Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
 # are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.
 Array.register(PRNGKeyArray)
@@ -255,6 +312,11 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[A
   """
   if isinstance(key, PRNGKeyArray):
     data, typed = key._base_array, True
+    if key_reuse.enabled():
+      op = (_KEY_USE_UNJITTED.get(name, "random_bits") if config.disable_jit
+            else _KEY_USE.get(name, "jit"))
+      if op is not None:
+        key_reuse.sink(key, op)
   else:
     data, typed = _check_key_data(key), False
   if not allow_batched and len(data.shape) > 1:
@@ -262,6 +324,22 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[A
     raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
                      f"{shape} != (). Use stagecraft.vmap for batching.")
   return data, typed
+
+
+# With debug_key_reuse: the operation that consumes a key given to each function of this
+# module, as JAX names it in its messages (None: the key is not consumed). The samplers not
+# listed are jitted functions in JAX ("jit").
+_KEY_USE = {"split": "random_split", "bits": "random_bits", "multinomial": "random_split",
+            "fold_in": None, "key_data": None, "key_impl": None}
+# Under `disable_jit` JAX's samplers run unjitted, and the first operation on the key names
+# itself: `random_bits`, unless listed here.
+_KEY_USE_UNJITTED = {
+    **{n: "random_split" for n in (
+        "split", "multinomial", "choice", "permutation", "shuffle", "poisson", "beta", "t",
+        "randint", "double_sided_maxwell", "wald", "f", "generalized_normal", "ball",
+        "binomial")},
+    **{n: "random_gamma" for n in ("gamma", "loggamma", "dirichlet", "chisquare")},
+    "fold_in": None, "key_data": None, "key_impl": None}
 
 
 def _return_keys(typed: bool, data: Any) -> Any:
@@ -378,7 +456,13 @@ def key_impl(keys: Any) -> str:
 
 
 def clone(key: Any) -> Any:
-  """Returns `key` (JAX's `clone` exists for key-reuse checking, which is not implemented)."""
+  """A copy of `key` that key reuse checking (config `debug_key_reuse`) sees as a fresh,
+  unconsumed key; `key` itself is not consumed. Raw keys are returned as they are.
+
+  Example: with reuse checking on, `normal(key)` then `normal(clone(key))` raises nothing.
+  """
+  if isinstance(key, PRNGKeyArray):
+    return PRNGKeyArray(key._base_array)
   return key
 
 

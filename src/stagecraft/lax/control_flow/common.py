@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import partial_eval as pe
@@ -61,9 +61,22 @@ def trace_jaxpr(fun: Callable, in_tree, in_avals: Sequence[ShapedArray], what: s
   if per_fun is not None and key in per_fun:
     return per_fun[key]
   out_tree_box = []
+  check_keys = key_reuse.enabled()
+  body_keys = []
 
   def flat_fun(*flat):
-    out = fun(*unflatten(in_tree, list(flat)))
+    if not check_keys:
+      return body(*flat)
+    with key_reuse.scope() as sc:   # keys made in the trace (the arguments') belong to it
+      args = unflatten(in_tree, list(flat))
+      out = fun(*args)
+      sig = key_reuse.body_signature(tree_util.tree_leaves(args), tree_util.tree_leaves(out))
+    body_keys.append(key_reuse.BodyKeys(sig, tuple(sc.consumed_outer())))
+    return body(out=out)
+
+  def body(*flat, out=_UNSET):
+    if out is _UNSET:
+      out = fun(*unflatten(in_tree, list(flat)))
     leaves, out_tree = flatten(out)
     for i, leaf in enumerate(leaves):
       if not isinstance(leaf, core.Tracer) and not core.valid_array_type(leaf):
@@ -77,12 +90,25 @@ def trace_jaxpr(fun: Callable, in_tree, in_avals: Sequence[ShapedArray], what: s
 
   jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals)
   result = (ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), out_tree_box[0])
+  if body_keys:
+    _body_keys[result[0]] = body_keys[0]
   if not any(isinstance(c, core.Tracer) for c in consts):
     try:
       _trace_cache.setdefault(fun, {})[key] = result
     except TypeError:
       pass
   return result
+
+
+_UNSET = object()
+_body_keys: "weakref.WeakKeyDictionary[ClosedJaxpr, key_reuse.BodyKeys]" = (
+    weakref.WeakKeyDictionary())
+
+
+def body_keys(closed: ClosedJaxpr) -> key_reuse.BodyKeys | None:
+  """What the body traced as `closed` (by `trace_jaxpr`) does with typed keys, when it was
+  traced with key reuse checking on (config `debug_key_reuse`), else None."""
+  return _body_keys.get(closed)
 
 
 def pad_invars(closed: ClosedJaxpr, before: Sequence[ShapedArray],
@@ -214,5 +240,5 @@ def cast(x: Any, dtype) -> Any:
   return elementwise.convert_element_type(x, dtype)
 
 
-__all__ = ["jaxpr_forwarding", "trace_jaxpr", "pad_invars", "leaf_paths", "typematch",
+__all__ = ["jaxpr_forwarding", "trace_jaxpr", "body_keys", "pad_invars", "leaf_paths", "typematch",
            "promote_weak", "cast", "flatten", "unflatten"]

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import core, dtypes, source_info_util, tree_util
+from stagecraft import core, dtypes, key_reuse, source_info_util, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
@@ -238,10 +238,20 @@ def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
         v for v, f in zip(br.jaxpr.outvars, in_fwd) if f is None]), br.consts)
         for br in branches]
   params = {} if branches_platforms is None else {"branches_platforms": branches_platforms}
-  outs = iter(cond_p.bind(index, *consts, *ops, branches=tuple(branches), **params))
-  ins = [*consts, *ops]
-  outs = [next(outs) if f is None else _forwarded(ins[f]) for f in in_fwd]
-  return common.unflatten(traced[0][2], outs)
+
+  def run():
+    outs = iter(cond_p.bind(index, *consts, *ops, branches=tuple(branches), **params))
+    ins = [*consts, *ops]
+    outs = [next(outs) if f is None else _forwarded(ins[f]) for f in in_fwd]
+    return common.unflatten(traced[0][2], outs)
+
+  bodies = [common.body_keys(t[0]) for t in traced]
+  if not key_reuse.enabled() or any(b is None for b in bodies):
+    return run()
+  # NB: as JAX's cond rule: a key is consumed where a branch consumes it
+  return key_reuse.call(key_reuse.join_branches(bodies), "cond",
+                        tree_util.tree_leaves(operands), run, tree_util.tree_leaves,
+                        offset=1 + len(consts))
 
 
 def _forwarded(x: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import core, dtypes, shape_poly
+from stagecraft import core, dtypes, key_reuse, shape_poly, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import common, refs as refs_lib
@@ -143,6 +143,22 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
     closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, promoted, x_avals)
   common.check_carry_type("scan body", f, init_tree, carry_avals, carry_tree,
                           closed.out_avals[:nk])
+  body_keys = common.body_keys(closed) if key_reuse.enabled() else None
+  if body_keys is not None:
+    key_reuse.check_loop("scan", body_keys, len(tree_util.tree_leaves(init)))
+    return key_reuse.call(
+        body_keys, "scan", tree_util.tree_leaves((init, xs)),
+        lambda: _bind_scan(closed, consts, init_flat, xs_flat, nk, length, reverse, unroll,
+                           carry_tree, y_tree),
+        tree_util.tree_leaves, offset=len(consts))
+  return _bind_scan(closed, consts, init_flat, xs_flat, nk, length, reverse, unroll,
+                    carry_tree, y_tree)
+
+
+def _bind_scan(closed, consts, init_flat, xs_flat, nk, length, reverse, unroll, carry_tree,
+               y_tree):
+  """Binds the scan of the traced body `closed` (constants `consts`) and rebuilds the
+  `(carry, ys)` pytrees."""
   closed, moved, ys_fwd = _memo(_fwd_tables, closed, (len(consts), nk), lambda: _forwarded(
       closed, len(consts), nk))
   init_c = [x for x, m in zip(init_flat, moved) if m]

@@ -13,7 +13,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import common, refs as refs_lib
@@ -100,10 +100,20 @@ def _while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
         cond_fun, body_fun, args_tree, in_tree, avals)
   common.check_carry_type("while_loop body", body_fun, in_tree, avals, in_tree,
                           body_closed.out_avals)
-  outs = while_p.bind(*cond_consts, *body_consts, *init_vals, cond_jaxpr=cond_closed,
-                      body_jaxpr=body_closed, cond_nconsts=len(cond_consts),
-                      body_nconsts=len(body_consts))
-  return common.unflatten(in_tree, outs)
+
+  def run():
+    outs = while_p.bind(*cond_consts, *body_consts, *init_vals, cond_jaxpr=cond_closed,
+                        body_jaxpr=body_closed, cond_nconsts=len(cond_consts),
+                        body_nconsts=len(body_consts))
+    return common.unflatten(in_tree, outs)
+
+  body_keys = common.body_keys(body_closed) if key_reuse.enabled() else None
+  cond_keys = common.body_keys(cond_closed) if key_reuse.enabled() else None
+  if body_keys is None or cond_keys is None:
+    return run()
+  key_reuse.check_loop("while_loop", body_keys, len(init_vals), cond_keys)
+  return key_reuse.call(body_keys, "while", tree_util.tree_leaves(init_val), run,
+                        tree_util.tree_leaves, offset=len(cond_consts) + len(body_consts))
 
 
 def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
