@@ -440,17 +440,6 @@ _user_contexts: list = []   # the UserContexts made so far (in state_key once th
 config = Config()
 
 
-def _install_option_readers():
-  """Lower layers that read an option get a reader (they may not import this module)."""
-  import stagecraft.runtime  # noqa: F401  (it imports sharding, which imports it back)
-  from stagecraft import sharding
-  sharding._mesh_context_manager_disallowed = (
-      lambda: config.read("disallow_mesh_context_manager"))
-
-
-_install_option_readers()
-
-
 class UserContext:
   """A context whose value keys jit's tracing, lowering and compile caches (JAX's
   `jax.make_user_context`): `with ctx(value):` sets it for a block, `ctx.value` reads it.

@@ -42,6 +42,10 @@ __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "tra
 
 _logger = logging.getLogger("stagecraft")
 
+# `with mesh:` (sharding, a layer below config) reads jax_disallow_mesh_context_manager here.
+sharding_lib.mesh_context_manager_disallowed = (
+    lambda: config.read("disallow_mesh_context_manager"))
+
 
 def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
   """`api_util.abstractify`, typed as JAX types a ShapeDtypeStruct with a sharding: the

@@ -42,9 +42,9 @@ __all__ = ["Mesh", "AbstractMesh", "AbstractDevice", "AxisType", "PartitionSpec"
            "ShardingTypeError", "make_single_device_sharding"]
 
 _mesh_stack: list = []   # meshes entered with `with mesh:` (innermost last)
-# Reads the option `jax_disallow_mesh_context_manager`; `stagecraft.config` (a higher layer)
-# installs the reader when it is imported.
-_mesh_context_manager_disallowed = lambda: False  # noqa: E731
+# Reads the option `jax_disallow_mesh_context_manager`; `stagecraft.pjit` (above config, which
+# this layer may not import) installs the reader when it is imported.
+mesh_context_manager_disallowed = lambda: False  # noqa: E731
 
 # The mesh set by `set_mesh` (concrete) and its abstract mesh (also set by
 # `use_abstract_mesh` and, while a shard_map body is traced, with its manual axes typed
@@ -313,7 +313,7 @@ class Mesh(_MeshAxes):
     set_mesh(mesh):` is the replacement. Unlike JAX 0.10.2, where `jit`'s bare
     PartitionSpecs and `shard_map` no longer see this mesh, it is still used here
     (docs/differences.md)."""
-    if _mesh_context_manager_disallowed():
+    if mesh_context_manager_disallowed():
       raise RuntimeError("Mesh context manager is disabled.")
     warnings.warn("`with mesh:` context manager has been deprecated. Please use `with "
                   "jax.set_mesh(mesh):` instead.", DeprecationWarning, stacklevel=2)
