@@ -2259,7 +2259,8 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
     raise ValueError(f"multinomial: n of shape {np.shape(n)} and p of shape "
                      f"{np.shape(p)} must broadcast to shape[:-1] = {shape[:-1]} and "
                      f"shape = {shape}.")
-  dt = dtypes.canonicalize_dtype(float if dtype is None else dtype)
+  # NB: JAX's multinomial converts its counts with astype, whose name its x64 warning gives.
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "astype")
   return _multinomial(data, n, p, shape, dt, unroll)
 
 

@@ -1503,8 +1503,9 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] |
 
 
 def empty(shape: Sequence[int], dtype: Any) -> Any:
-  """An array of `shape` and `dtype` with unspecified contents (zeros here)."""
-  return full(shape, 0, dtype)
+  """An array of `shape` and `dtype` with unspecified contents (zeros here); a 64-bit
+  dtype narrows silently without x64, as JAX's."""
+  return full(shape, 0, dtypes.canonicalize_dtype(dtype))
 
 
 def split(operand: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:
