@@ -263,7 +263,9 @@ def test_broadcasted_iota(dtype, shape, dimension):
 def test_iota():
   check(lambda: lax.iota(np.int32, 4), np.arange(4, dtype=np.int32))
   check(lambda: lax.iota(np.float32, 0), np.arange(0, dtype=np.float32))
-  assert_same(lax.iota(np.int64, 3), np.arange(3, dtype=np.int32))   # canonicalized (x64 off)
+  # canonicalized (x64 off), with JAX's warning (tests/test_x64_dtype_warning.py)
+  with pytest.warns(UserWarning, match="int64 requested in broadcasted_iota is not available"):
+    assert_same(lax.iota(np.int64, 3), np.arange(3, dtype=np.int32))
 
 
 # ---------------------------------------------------------------------------

@@ -214,6 +214,9 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "default_prng_impl": lambda v: v == "threefry2x32",
     "use_shardy_partitioner": lambda v: v is True,
     "allow_f16_reductions": lambda v: v is True,
+    # "warn" and "error" (dtypes.check_user_dtype); "allow", JAX's 64-bit arrays without
+    # x64, is not: stagecraft narrows those requests silently then
+    "explicit_x64_dtypes": lambda v: v in ("warn", "error"),
     # implementation choices of JAX's with no visible effect on results
     "use_direct_linearize": None, "cpu_enable_async_dispatch": None,
     "pprint_use_color": None, "logging_level": None,

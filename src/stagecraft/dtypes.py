@@ -8,15 +8,18 @@ two dtypes is the least upper bound of the two in the lattice below.
 from __future__ import annotations
 
 import functools
+import sys
+import warnings
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
+from stagecraft import traceback_util
 from stagecraft.config import config
 
 __all__ = ["bool_", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float0", "python_scalar_types",
-           "short_name", "canonicalize_dtype", "default_int_dtype", "default_uint_dtype",
+           "short_name", "canonicalize_dtype", "check_user_dtype", "default_int_dtype", "default_uint_dtype",
            "default_float_dtype", "default_complex_dtype", "python_scalar_dtype",
            "is_python_scalar", "TypePromotionError", "promote_types", "lattice_promote_types",
            "result_type", "dtype", "is_weakly_typed", "issubdtype", "is_float", "is_inexact",
@@ -144,6 +147,67 @@ def canonicalize_dtype(dtype: Any) -> np.dtype:
     TypeError: if `dtype` names no dtype.
   """
   return _canonicalize_cached(_to_np_dtype(dtype), config.enable_x64)
+
+
+def _user_stacklevel() -> int:
+  """The `stacklevel` for `warnings.warn`, called from the function that calls this one,
+  that makes a warning name the first frame outside stagecraft (and outside the paths of
+  `traceback_util.register_exclusion`): the user's call site, however deep the call."""
+  level, f = 2, sys._getframe(2)
+  while f is not None and not traceback_util.include_frame(f):
+    level, f = level + 1, f.f_back
+  return level
+
+
+def check_user_dtype(dtype: Any, fun_name: str | None = None) -> np.dtype:
+  """`canonicalize_dtype` for a dtype the user asked for (the `dtype=`, `new_dtype`,
+  `preferred_element_type` argument of a public function), as JAX's
+  `dtypes.check_and_canonicalize_user_dtype`: with `enable_x64` off, asking for a 64-bit
+  type (int64, uint64, float64, complex128: a NumPy or stagecraft type, a dtype or a name
+  such as `"float64"`) is reported per the `jax_explicit_x64_dtypes` option. A Python type
+  (`float`, `int`, ...) is not an explicit request: it gives the default dtype silently.
+
+  Args:
+    dtype: the requested dtype.
+    fun_name: the public function's name, quoted in the message as JAX quotes it
+      (`"... float64 requested in zeros ..."`); JAX's random functions pass none.
+
+  Returns:
+    The canonical dtype (32 bits for a 64-bit request with x64 off).
+
+  Warns:
+    UserWarning: "warn" mode (the default), naming the user's line (the first frame outside
+      stagecraft), also while tracing under `jit`.
+
+  Raises:
+    ValueError: "error" mode, in JAX's words.
+    TypeError: if `dtype` names no dtype.
+
+  "allow" mode lets JAX create 64-bit arrays without x64; stagecraft accepts the option
+  but keeps narrowing, silently.
+  """
+  out = canonicalize_dtype(dtype)
+  if config.enable_x64 or any(dtype is t for t in python_scalar_types):
+    return out
+  requested = _to_np_dtype(dtype)
+  if requested == out:
+    return out
+  mode = config.explicit_x64_dtypes
+  if mode == "allow":
+    return out
+  where = f" requested in {fun_name}" if fun_name else ""
+  gotchas = "See https://github.com/jax-ml/jax#current-gotchas for more."
+  if mode == "error":
+    # NB: JAX's message has no space before "See"; users match it as it is.
+    raise ValueError(f"Explicitly requested dtype {requested}{where} is not available. To "
+                     f"enable more dtypes, set the jax_enable_x64 or "
+                     f"allow_explicit_x64_dtypes configuration options.{gotchas}")
+  warnings.warn(f"Explicitly requested dtype {requested}{where} is not available, and will "
+                f"be truncated to dtype {out.name}. To enable more dtypes, set the "
+                f"jax_enable_x64 configuration option or the JAX_ENABLE_X64 shell "
+                f"environment variable. {gotchas}", UserWarning,
+                stacklevel=_user_stacklevel())
+  return out
 
 
 def default_int_dtype() -> np.dtype:

@@ -590,7 +590,8 @@ def _promote_inexact(*args):
 
 
 def _float_dtype(name: str, dtype: Any, kinds: str = "float") -> np.dtype:
-  dt = dtypes.canonicalize_dtype(float if dtype is None else dtype)
+  # NB: JAX's random functions check the user's dtype without naming themselves.
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype)
   ok = dtypes.is_float(dt) if kinds == "float" else dtypes.is_inexact(dt)
   if not ok:
     what = "a float dtype" if kinds == "float" else "a float or complex dtype"
@@ -618,7 +619,7 @@ def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
     Array([4070199207, 4202968722, 1427181096], dtype=uint32)
   """
   data, _ = _check_prng_key("bits", key)
-  dt = dtypes.default_uint_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  dt = dtypes.default_uint_dtype() if dtype is None else dtypes.check_user_dtype(dtype)
   if not dtypes.is_unsigned(dt):
     raise ValueError(f"dtype argument to `bits` must be an unsigned int dtype, got {dt.name}")
   return _bits(data, dt.itemsize * 8, _canonical_shape("bits", shape))
@@ -801,7 +802,7 @@ def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | No
   if method not in ("svd", "eigh", "cholesky"):
     raise ValueError("method must be one of {'svd', 'eigh', 'cholesky'}")
   dt = (dtypes.dtype(mean, canonicalize=True) if dtype is None
-        else dtypes.canonicalize_dtype(dtype))
+        else dtypes.check_user_dtype(dtype))
   if not dtypes.is_float(dt):
     raise ValueError(f"dtype argument to `multivariate_normal` must be a float dtype, "
                      f"got {dt.name}")
@@ -1262,7 +1263,7 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
     Array([9, 0, 2, 3], dtype=int32)
   """
   data, _ = _check_prng_key("randint", key)
-  dt = dtypes.canonicalize_dtype(int if dtype is None else dtype)
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise TypeError(f"randint only accepts integer dtypes, got {dt.name}")
   shape = _canonical_shape("randint", shape)
@@ -1326,7 +1327,7 @@ def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = int) -> Any:
   """Uniform samples from {-1, 1} (JAX's `random.rademacher`); `T[*shape]`, T default int32
   (int64 under x64)."""
   data, _ = _check_prng_key("rademacher", key)
-  dt = dtypes.canonicalize_dtype(dtype)
+  dt = dtypes.check_user_dtype(dtype)
   return _rademacher(data, _canonical_shape("rademacher", shape), dt)
 
 
@@ -1356,7 +1357,7 @@ def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any =
     ValueError: if the dtype is not an integer dtype.
   """
   data, _ = _check_prng_key("geometric", key)
-  dt = dtypes.canonicalize_dtype(int if dtype is None else dtype)
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt.name}")
   shape = _broadcast_shape_of("geometric", shape, p)
@@ -2139,7 +2140,7 @@ def poisson(key: Any, lam: Any, shape: Sequence[int] | None = None, dtype: Any =
     Array([0, 0, 4, 4, 1], dtype=int32)
   """
   data, _ = _check_prng_key("poisson", key)
-  dt = dtypes.canonicalize_dtype(int if dtype is None else dtype)
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `poisson` must be an int dtype, got {dt.name}")
   if shape is None:
@@ -2342,7 +2343,8 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
     raise ValueError(f"multinomial: n of shape {np.shape(n)} and p of shape "
                      f"{np.shape(p)} must broadcast to shape[:-1] = {shape[:-1]} and "
                      f"shape = {shape}.")
-  dt = dtypes.canonicalize_dtype(float if dtype is None else dtype)
+  # NB: JAX's multinomial converts its counts with astype, whose name its x64 warning gives.
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "astype")
   return _multinomial(data, n, p, shape, dt, unroll)
 
 

@@ -1230,9 +1230,10 @@ def _sym_gather(fb, eqn, operand, indices):
     def fill(x, i):
       out = slicing.gather_p.bind(x, i, **{**p, "mode": slicing.GatherScatterMode.CLIP,
                                            "fill_value": None})
-      iw = lax.convert_element_type(i, np.int64) if i.dtype != np.int64 else i
+      i64 = dtypes.canonicalize_dtype(np.int64)   # NB: int32 without x64, silently
+      iw = lax.convert_element_type(i, i64) if i.dtype != i64 else i
       ups = lax.broadcast_in_dim(lax.concatenate(
-          [lax.broadcast_in_dim(lax.convert_element_type(u, np.int64), (1,), ())
+          [lax.broadcast_in_dim(lax.convert_element_type(u, i64), (1,), ())
            for u in map(_dim_scalar, upper)], 0), iw.shape, (iw.ndim - 1,))
       ok = lax.reduce_and(lax.bitwise_and(lax.ge(iw, lax.full_like(iw, 0)),
                                           lax.le(iw, ups)), (iw.ndim - 1,))

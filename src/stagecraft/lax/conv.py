@@ -715,7 +715,7 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
       raise ValueError(f"padding argument to conv_general_dilated should be a string or a "
                        f"sequence of (low, high) pairs, got {padding}") from e
   pref = (None if preferred_element_type is None
-          else dtypes.canonicalize_dtype(preferred_element_type))
+          else dtypes.check_user_dtype(preferred_element_type, "conv_general_dilated"))
   return conv_general_dilated_p.bind(
       lhs, rhs, window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
       rhs_dilation=rhs_dilation, dimension_numbers=dnums,

@@ -705,7 +705,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
   if out_sharding is not None:
     params["out_sharding"] = out_sharding
   pref = (None if preferred_element_type is None
-          else dtypes.canonicalize_dtype(preferred_element_type))
+          else dtypes.check_user_dtype(preferred_element_type, "dot"))
   return dot_general_p.bind(lhs, rhs,
                             dimension_numbers=_canonicalize_dimension_numbers(dimension_numbers),
                             precision=canonicalize_precision(precision),

@@ -1210,7 +1210,9 @@ def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
   Warns:
     numpy.exceptions.ComplexWarning: when casting a complex `x` to a real dtype (JAX's
       warning; an error under `-W error`). Take `real(x)` first to cast silently.
+    UserWarning: for a 64-bit `new_dtype` with x64 off (`dtypes.check_user_dtype`).
   """
+  new_dtype = dtypes.check_user_dtype(new_dtype, "convert_element_type")
   return _convert_element_type(x, new_dtype, weak_type)
 
 
@@ -1514,7 +1516,8 @@ def bitcast_convert_type(operand: Any, new_dtype: Any):
     Array([[1, 0],
            [0, 1]], dtype=uint8)
   """
-  return bitcast_convert_type_p.bind(operand, new_dtype=dtypes.canonicalize_dtype(new_dtype))
+  return bitcast_convert_type_p.bind(
+      operand, new_dtype=dtypes.check_user_dtype(new_dtype, "bitcast_convert_type"))
 
 
 # ---------------------------------------------------------------------------

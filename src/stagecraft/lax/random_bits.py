@@ -315,6 +315,6 @@ def rng_bit_generator(key: Any, shape: Sequence[int], dtype: Any = np.uint32,
     ((3,), dtype('uint32'))
   """
   shape = canonicalize_shape("rng_bit_generator", "shape", shape)
-  dtype = dtypes.canonicalize_dtype(dtype)
+  dtype = dtypes.check_user_dtype(dtype, "rng_bit_generator")
   return tuple(rng_bit_generator_p.bind(key, shape=shape, dtype=dtype,
                                         algorithm=RandomAlgorithm(algorithm)))

@@ -401,7 +401,7 @@ def argmax(operand: Any, axis: int, index_dtype: Any):
     array(1, dtype=int32)
   """
   return argmax_p.bind(operand, axes=(int(axis),),
-                       index_dtype=dtypes.canonicalize_dtype(index_dtype))
+                       index_dtype=dtypes.check_user_dtype(index_dtype, "argmax"))
 
 
 def argmin(operand: Any, axis: int, index_dtype: Any):
@@ -423,7 +423,7 @@ def argmin(operand: Any, axis: int, index_dtype: Any):
     TypeError: if `index_dtype` is not an integer type or T is complex.
   """
   return argmin_p.bind(operand, axes=(int(axis),),
-                       index_dtype=dtypes.canonicalize_dtype(index_dtype))
+                       index_dtype=dtypes.check_user_dtype(index_dtype, "argmin"))
 
 
 # ---------------------------------------------------------------------------

@@ -341,7 +341,7 @@ def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
     aval = core.get_aval(fill_value)
     dtype, weak = aval.dtype, aval.weak_type
   else:   # NB: no aval of a Python int yet: it may fit only the target dtype (2**40 -> f32)
-    dtype, weak = dtypes.canonicalize_dtype(dtype), False
+    dtype, weak = dtypes.check_user_dtype(dtype, "full"), False
   # NB: as JAX's, a host fill value converts on the host (a Python int wraps around:
   # `full((2,), 300, int8)` is 44s) and a rank-0 result is the converted fill value itself
   # (a literal in a jaxpr), with no broadcast.
@@ -1421,7 +1421,7 @@ def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
     TypeError: if T is bool or not a number type.
     ValueError: if `dimension` is out of range.
   """
-  dtype = dtypes.canonicalize_dtype(dtype)
+  dtype = dtypes.check_user_dtype(dtype, "broadcasted_iota")
   shape = canonicalize_shape("broadcasted_iota", "shape", shape)
   dimension = operator.index(dimension)
   if -len(shape) <= dimension < 0:
@@ -1490,13 +1490,22 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] |
   # As JAX: the fill value is converted first (weakly typed when `x` is and no dtype is
   # given), then broadcast.
   weak = dtype is None and aval.weak_type
+  if dtype is not None:
+    # NB: JAX's full_like reads `dtype` with its `dtypes.dtype`, which reports a 64-bit
+    # request without x64 "in dtype" for a NumPy scalar type, a name or a NumPy dtype, and
+    # narrows any other dtype-like (a jnp scalar type) silently.
+    explicit = isinstance(dtype, (str, np.dtype)) or (
+        isinstance(dtype, type) and issubclass(dtype, np.generic))
+    dtype = (dtypes.check_user_dtype(dtype, "dtype") if explicit
+             else dtypes.canonicalize_dtype(dtype))
   fill_value = convert_element_type(fill_value, aval.dtype if dtype is None else dtype, weak)
   return full(aval.shape if shape is None else shape, fill_value)
 
 
 def empty(shape: Sequence[int], dtype: Any) -> Any:
-  """An array of `shape` and `dtype` with unspecified contents (zeros here)."""
-  return full(shape, 0, dtype)
+  """An array of `shape` and `dtype` with unspecified contents (zeros here); a 64-bit
+  dtype narrows silently without x64, as JAX's."""
+  return full(shape, 0, dtypes.canonicalize_dtype(dtype))
 
 
 def split(operand: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:

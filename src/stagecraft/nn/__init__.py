@@ -398,7 +398,8 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
                     f"{num_classes!r}. The error arose in stagecraft.nn.one_hot argument "
                     f"`num_classes`.") from None
   x = jnp.asarray(x)
-  dt = dtypes.canonicalize_dtype(dtypes.default_float_dtype() if dtype is None else dtype)
+  # NB: JAX's one_hot converts with astype, whose name its x64 warning gives.
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "astype")
   axis = _canonical_axis(axis, x.ndim + 1, "one_hot")
   lhs = lax.expand_dims(x, (axis,))
   rhs_shape = [1] * x.ndim

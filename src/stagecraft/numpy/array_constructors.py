@@ -108,6 +108,8 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
       raise TypeError(f"array() takes at most 5 positional arguments ({2 + len(args)} given)")
     copy, order, ndmin = (*args, *(copy, order, ndmin)[len(args):])
   _check_order(order)
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "array")
   device = device if device is not None else out_sharding
   if isinstance(object, (Array, Tracer)):
     if copy and isinstance(object, Tracer):   # as JAX: the staged copy, then the conversion
@@ -175,8 +177,9 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, *, copy: bool |
     As `array`.
   """
   _check_order(order)
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "asarray")
   device = device if device is not None else out_sharding
-  if isinstance(a, (Array, Tracer)) and (dtype is None or
-                                         dtypes.canonicalize_dtype(dtype) == a.dtype):
+  if isinstance(a, (Array, Tracer)) and (dtype is None or dtype == a.dtype):
     return _place(copy_array(a) if copy else a, device)
   return array(a, dtype=dtype, copy=bool(copy), device=device)

@@ -63,6 +63,8 @@ def full(shape: Any, fill_value: ArrayLike, dtype: Any = None, *, device: Any = 
          out_sharding: Any = None) -> Array:
   """An array of `shape` filled with `fill_value` (its dtype unless `dtype` is given),
   committed to `device` or laid out by `out_sharding` (see `zeros`)."""
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "full")
   return placed(_full(shape, fill_value, dtype), device, out_sharding, "full")
 
 
@@ -115,7 +117,7 @@ def zeros(shape: Any, dtype: Any = None, *, device: Any = None,
   Raises:
     ValueError: both `device` and `out_sharding`; a spec that does not fit `shape`.
   """
-  dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "zeros")
   return placed(_filled(canonical_shape(shape), 0, dt, False), device, out_sharding, "zeros")
 
 
@@ -123,14 +125,15 @@ def ones(shape: Any, dtype: Any = None, *, device: Any = None,
          out_sharding: Any = None) -> Array:
   """An array of ones; dtype defaults to float32 (float64 with x64); `device` and
   `out_sharding` as in `zeros`."""
-  dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "ones")
   return placed(_filled(canonical_shape(shape), 1, dt, False), device, out_sharding, "ones")
 
 
 def empty(shape: Any, dtype: Any = None, *, device: Any = None,
           out_sharding: Any = None) -> Array:
   """Like `zeros` (arrays are immutable, so "uninitialized" memory would be useless)."""
-  return zeros(shape, dtype, device=device, out_sharding=out_sharding)
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "empty")
+  return zeros(shape, dt, device=device, out_sharding=out_sharding)
 
 
 def _like_dtype(a, dtype):
@@ -155,6 +158,8 @@ def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: An
                out_sharding: Any = None) -> Array:
   """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "zeros_like")
   return placed(_filled_like(a, 0, dtype, shape), device, out_sharding, "zeros_like",
                  a if shape is None else None)
 
@@ -163,6 +168,8 @@ def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: Any
               out_sharding: Any = None) -> Array:
   """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "ones_like")
   return placed(_filled_like(a, 1, dtype, shape), device, out_sharding, "ones_like",
                  a if shape is None else None)
 
@@ -171,12 +178,17 @@ def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any
               device: Any = None, out_sharding: Any = None) -> Array:
   """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly
   typed when `a` is and no dtype is given, as in JAX."""
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "full_like")
   return placed(_filled_like(a, fill_value, dtype, shape), device, out_sharding,
                  "full_like", a if shape is None else None)
 
 
 def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
   """Like `zeros_like`."""
+  if dtype is not None:
+    # NB: JAX's empty_like names ones_like in the message.
+    dtype = dtypes.check_user_dtype(dtype, "ones_like")
   return zeros_like(prototype, dtype, shape)
 
 
@@ -198,6 +210,8 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None, *,
   for v, w in ((start, "start" if stop is not None else "stop"), (stop, "stop"),
                (step, "step")):
     check_concrete(v, "arange", w)
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "arange")
   return placed(_arange(start, stop, step, dtype), device, out_sharding, "arange")
 
 
@@ -304,7 +318,7 @@ def eye(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
     ValueError: `k` not a scalar integer; negative dimensions.
     ConcretizationTypeError: traced `N` or `M`.
   """
-  dt = dtypes.default_float_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "eye")
   offset = _offset(k)
   if np.ndim(offset) != 0 or not dtypes.is_integer(dtype_of(offset)):
     raise ValueError(f"k must be a scalar integer; got {k}")
@@ -316,6 +330,8 @@ def eye(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
 
 def identity(n: int, dtype: Any = None) -> Array:
   """The n x n identity matrix: `eye(n, dtype=dtype)`."""
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "identity")
   return eye(n, dtype=dtype)
 
 
@@ -330,7 +346,7 @@ def tri(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
     TypeError: `k` not an integer.
     ConcretizationTypeError: traced `N` or `M`.
   """
-  dt = dtypes.float32 if dtype is None else dtypes.canonicalize_dtype(dtype)
+  dt = dtypes.float32 if dtype is None else dtypes.check_user_dtype(dtype, "tri")
   offset = _offset(k)
   if not dtypes.is_integer(dtype_of(offset)):
     raise TypeError(f"offset must be an integer, got {k!r}")

@@ -109,7 +109,7 @@ def view(self, dtype: Any = None, type: None = None):
     raise NotImplementedError("`type` argument of array.view() is not supported.")
   if dtype is None:
     return self
-  dtype = dtypes.canonicalize_dtype(dtype)
+  dtype = dtypes.check_user_dtype(dtype, "view")
   src = self.dtype
   bits_in, bits_out = src.itemsize * 8, dtype.itemsize * 8
   if self.ndim == 0:

@@ -33,14 +33,15 @@ __all__ = ["matmul", "dot", "vdot", "tensordot", "einsum", "einsum_path", "outer
 
 
 def _dot(a, b, contract, batch=((), ()), precision=None, preferred_element_type=None,
-         out_sharding=None):
+         out_sharding=None, fun_name="dot"):
   # NB: as JAX's jnp functions, the operands keep their dtypes (dot_general takes mixed
   # ones) and the promoted dtype is passed as the preferred element type (printed
   # `preferred_element_type=float32`); the result takes the promotion's weak type.
   if preferred_element_type is None:
     preferred_element_type, weak = dtypes.result_type(a, b, return_weak_type_flag=True)
   else:
-    preferred_element_type, weak = dtypes.canonicalize_dtype(preferred_element_type), False
+    preferred_element_type = dtypes.check_user_dtype(preferred_element_type, fun_name)
+    weak = False
   out = lax.dot_general(a, b, (contract, batch), precision=precision,
                         preferred_element_type=preferred_element_type,
                         out_sharding=out_sharding)
@@ -64,7 +65,8 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type
   if not sa or not sb:
     raise ValueError(f"matmul: 0-d operands are not allowed (shapes {sa} and {sb}); use "
                      f"multiply or the * operator.")
-  kw = dict(precision=precision, preferred_element_type=preferred_element_type)
+  kw = dict(precision=precision, preferred_element_type=preferred_element_type,
+            fun_name="matmul")
   ca = len(sa) - 1
   cb = 0 if len(sb) == 1 else len(sb) - 2
   if sa[ca] != sb[cb]:   # JAX's error (the contraction's)
@@ -146,7 +148,8 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     ca = tuple(canonicalize_axis(x, na, "tensordot") for x in ax_a)
     cb = tuple(canonicalize_axis(x, nb, "tensordot") for x in ax_b)
   return _dot(a, b, (ca, cb), precision=precision,
-              preferred_element_type=preferred_element_type, out_sharding=out_sharding)
+              preferred_element_type=preferred_element_type, out_sharding=out_sharding,
+              fun_name="tensordot")
 
 
 class _LeftToRight(opt_einsum.paths.PathOptimizer):
@@ -229,7 +232,7 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
   if preferred_element_type is None:
     pet, weak = dtypes.result_type(*operands, return_weak_type_flag=True)
   else:
-    pet, weak = dtypes.canonicalize_dtype(preferred_element_type), False
+    pet, weak = dtypes.check_user_dtype(preferred_element_type, "einsum"), False
   for contract_inds, _, einsum_str, _, _ in contractions:
     ops = [operands.pop(i) for i in contract_inds]
     inputs, output = einsum_str.split("->")
@@ -373,8 +376,9 @@ def inner(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=
     return multiply(a, b)
   if shape_of(a)[-1] != shape_of(b)[-1]:
     raise ValueError(f"inner: the last dimensions differ: {shape_of(a)} and {shape_of(b)}.")
+  # NB: JAX's inner is its tensordot, whose name its messages give.
   return _dot(a, b, ((len(shape_of(a)) - 1,), (len(shape_of(b)) - 1,)), precision=precision,
-              preferred_element_type=preferred_element_type)
+              preferred_element_type=preferred_element_type, fun_name="tensordot")
 
 
 @jit

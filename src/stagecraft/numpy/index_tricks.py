@@ -242,7 +242,7 @@ def ravel_multi_index(multi_index: Sequence[ArrayLike], dims: Sequence[int],
   idx = [ensure_arraylike("ravel_multi_index", i) for i in multi_index]
   # NB: a Python 0 stands for JAX's weakly typed `int`
   dt = (dtypes.result_type(0, *idx) if dtype is None
-        else dtypes.canonicalize_dtype(dtype))
+        else dtypes.check_user_dtype(dtype, "ravel_multi_index"))
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype={dt!r} is not an integer type.")
   if math.prod(dims) - 1 > np.iinfo(dt).max:

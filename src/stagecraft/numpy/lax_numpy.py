@@ -61,7 +61,7 @@ def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False) -> Array:
       tests both parts for nonzero, silently.
   """
   x = asarray(x)
-  dtype = dtypes.canonicalize_dtype(dtype)
+  dtype = dtypes.check_user_dtype(dtype, "astype")
   if dtypes.is_complex(dtype_of(x)) and not dtypes.is_complex(dtype):
     if dtype != dtypes.bool_:
       warnings.warn("Casting from complex to real dtypes will soon raise a ValueError. Please "
@@ -264,7 +264,7 @@ def _linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axi
     raise ValueError(f"Number of samples, {num}, must be non-negative.")
   start, stop = ensure_arraylike("linspace", start, stop)
   dt = (to_inexact_dtype(dtypes.result_type(start, stop)) if dtype is None
-        else dtypes.canonicalize_dtype(dtype))
+        else dtypes.check_user_dtype(dtype, "linspace"))
   calc = to_inexact_dtype(dt)
   start, stop = astype(start, calc), astype(stop, calc)
   bshape = list(broadcast_shapes(shape_of(start), shape_of(stop)))
@@ -322,7 +322,7 @@ def _logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0)
   """The body of `logspace` (jitted under this name, as JAX's)."""
   start, stop = ensure_arraylike("logspace", start, stop)
   dt = (to_inexact_dtype(dtypes.result_type(start, stop)) if dtype is None
-        else dtypes.canonicalize_dtype(dtype))
+        else dtypes.check_user_dtype(dtype, "logspace"))
   calc = to_inexact_dtype(dt)
   lin = linspace(astype(start, calc), astype(stop, calc), num, endpoint=endpoint, axis=axis)
   return lax.convert_element_type(power(base, lin), dt)
@@ -355,7 +355,7 @@ def _geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
   """The body of `geomspace` (jitted under this name, as JAX's)."""
   start, stop = ensure_arraylike("geomspace", start, stop)
   dt = (to_inexact_dtype(dtypes.result_type(start, stop)) if dtype is None
-        else dtypes.canonicalize_dtype(dtype))
+        else dtypes.check_user_dtype(dtype, "geomspace"))
   calc = to_inexact_dtype(dt)
   start, stop = astype(start, calc), astype(stop, calc)
   sgn = sign(start)
@@ -371,7 +371,7 @@ def _geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
 def indices(dimensions: Sequence[int], dtype: Any = None, sparse: bool = False):
   """The index grids of an array of shape `dimensions`: `int32[len(dims), *dims]` (a tuple of
   broadcastable arrays with `sparse`)."""
-  dt = dtypes.default_int_dtype() if dtype is None else dtypes.canonicalize_dtype(dtype)
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype, "indices")
   dims = tuple(operator.index(check_concrete(d, "indices", "dimensions")) for d in dimensions)
   n = len(dims)
   out = []
@@ -1153,7 +1153,7 @@ def trace(a: ArrayLike, offset: int | ArrayLike = 0, axis1: int = 0, axis2: int 
   if canonicalize_axis(axis1, a.ndim, "trace") == canonicalize_axis(axis2, a.ndim, "trace"):
     raise ValueError(f"axis1 and axis2 can not be same. axis1={axis1} and axis2={axis2}")
   if dtype is not None:
-    dtype = dtypes.canonicalize_dtype(dtype)
+    dtype = dtypes.check_user_dtype(dtype, "trace")
   a_shape = a.shape
   a = moveaxis(a, (axis1, axis2), (-2, -1))
   mask = _diagonal_mask(a_shape[axis1], a_shape[axis2], offset)

@@ -142,7 +142,7 @@ def _reduce(name: str, kind: str, a, axis, dtype, keepdims, initial, where, *,
   if numeric and dt == dtypes.bool_:
     dt = dtypes.int32   # NB: as JAX's to_numeric_dtype, also with x64
   if dtype is not None:
-    res = dtypes.canonicalize_dtype(dtype)
+    res = dtypes.check_user_dtype(dtype, name)
   else:
     res = _promote_integer(dt) if numeric and promote_integers else dt
   ct = _upcast_f16(res) if numeric and dtype is None else res
@@ -162,6 +162,10 @@ def _reduce(name: str, kind: str, a, axis, dtype, keepdims, initial, where, *,
     r = op(_host_initial(initial, ct), r)
   if ct != res:
     r = lax.convert_element_type(r, res)
+  if dtype is not None:
+    # NB: JAX's numpy converts the result to the dtype as the user gave it, so a 64-bit
+    # request without x64 is reported a second time, by convert_element_type.
+    dtypes.check_user_dtype(dtype, "convert_element_type")
   return _keepdims(r, axes, in_shape) if keepdims else r
 
 
@@ -314,7 +318,7 @@ def _mean_jit(a, *, axis=None, dtype=None, keepdims=False, where=None):
   where = check_where("mean", where)
   in_shape = shape_of(a)
   axes = reduction_axes(axis, len(in_shape), "mean")
-  dt = dtypes.canonicalize_dtype(dtype) if dtype is not None else (
+  dt = dtypes.check_user_dtype(dtype, "mean") if dtype is not None else (
       to_inexact_dtype(dtype_of(a), dtypes.is_weakly_typed(a)))
   ct = _upcast_f16(dt) if dtype is None else dt   # NB: as JAX: a given dtype computes as is
   count = _count_where(in_shape, axes, keepdims, where, ct)   # NB: before the sum, as JAX's
@@ -327,9 +331,9 @@ _mean = mean
 
 def _var_dtypes(a_dtype, dtype):
   """(computation dtype, result dtype) of var: as JAX's numpy, integers give the default
-  float, complex gives its real dtype, 16-bit floats compute in float32."""
+  float, complex gives its real dtype, 16-bit floats compute in float32. `dtype`: the
+  user's, already checked (`dtypes.check_user_dtype`)."""
   if dtype is not None:
-    dtype = dtypes.canonicalize_dtype(dtype)
     if dtypes.is_complex(a_dtype) and not dtypes.is_complex(dtype):
       raise ValueError("jax.numpy.var does not yet support real dtype parameters when "
                        "computing the variance of an array of complex values.")
@@ -408,6 +412,8 @@ def _var(a, *, axis=None, dtype=None, out=None, correction=0, keepdims=False, wh
   where = check_where("var", where)
   in_shape = shape_of(a)
   axes = reduction_axes(axis, len(in_shape), "var")
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "var")
   ct, dt = _var_dtypes(dtype_of(a), dtype)
   a = lax.convert_element_type(a, ct)
   if a_mean is None:
@@ -448,7 +454,7 @@ def _std(a, *, axis=None, dtype=None, out=None, correction=0, keepdims=False, wh
   """The body of `std` (jitted under this name, as JAX's): `sqrt(var(...))`."""
   where = check_where("std", where)
   if dtype is not None:
-    dtype = dtypes.canonicalize_dtype(dtype)
+    dtype = dtypes.check_user_dtype(dtype, "std")
     if not dtypes.is_inexact(dtype):
       raise ValueError(f"dtype argument to jnp.std must be inexact; got {dtype}")
   _no_out("std", out)
@@ -524,14 +530,14 @@ def _cumulative(name: str, lax_fn, a, axis, dtype, fill_nan=False, fill_value=0,
   if dtype is None:
     res = _promote_integer(dt) if promote_integers or dt == dtypes.bool_ else dt
     calc = res
-  elif dtypes.canonicalize_dtype(dtype) == dtypes.bool_:
+  elif dtypes.check_user_dtype(dtype, name) == dtypes.bool_:
     # lax accumulates numbers only: count the nonzero entries, then test the count.
     res = dtypes.bool_
     if dt != res:
       a = lax.ne(a, const(a, 0))
     calc = _promote_integer(res)
   else:
-    res = calc = dtypes.canonicalize_dtype(dtype)
+    res = calc = dtypes.canonicalize_dtype(dtype)   # NB: checked just above
   a = lax.convert_element_type(a, calc)
   return lax.convert_element_type(lax_fn(a, axis=axis), res)
 
@@ -617,7 +623,7 @@ def _cumulative_api(name, identity):
       axis = 0
     axis = canonicalize_axis(axis, len(shape_of(x)), name)
     if dtype is not None:
-      dtype = dtypes.canonicalize_dtype(dtype)
+      dtype = dtypes.check_user_dtype(dtype)   # NB: as JAX's, with no function name
     if identity == 0:
       r = _cumsum_with_promotion(x, axis=axis, dtype=dtype)
     else:   # NB: as JAX 0.10.2's: not jitted, and narrow integers are not promoted
@@ -671,8 +677,8 @@ def _nan_reduction(name, reduction, kind, nan_if_all_nan, a, axis, keepdims, whe
                       np.asarray(np.nan, dtype_of(a))[()], out)
 
 
-def _user_dtype(dtype):
-  return None if dtype is None else dtypes.canonicalize_dtype(dtype)
+def _user_dtype(dtype, fun_name):
+  return None if dtype is None else dtypes.check_user_dtype(dtype, fun_name)
 
 
 @jit(static_argnames=("axis", "dtype", "keepdims"))
@@ -686,8 +692,9 @@ def nansum(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
     TypeError: `a` or `where` not an array or scalar (a list).
     ValueError, NotImplementedError: as `sum`.
   """
+  # NB: JAX's nansum names nanprod in the message.
   return _nan_reduction("nansum", sum, "sum", False, a, axis, keepdims, where,
-                        dtype=_user_dtype(dtype), out=out, initial=initial)
+                        dtype=_user_dtype(dtype, "nanprod"), out=out, initial=initial)
 
 
 @jit(static_argnames=("axis", "dtype", "keepdims"))
@@ -696,7 +703,7 @@ def nanprod(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
             where: ArrayLike | None = None):
   """`prod` with NaN counted as 1; jitted as `nansum`, which see."""
   return _nan_reduction("nanprod", prod, "prod", False, a, axis, keepdims, where,
-                        dtype=_user_dtype(dtype), out=out, initial=initial)
+                        dtype=_user_dtype(dtype, "nanprod"), out=out, initial=initial)
 
 
 @jit(static_argnames=("axis", "keepdims"))
@@ -738,7 +745,8 @@ def nanmean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   _no_out("nanmean", out)
   if not dtypes.is_inexact(dtype_of(a)):
     return mean(a, axis, dtype, keepdims=keepdims, where=where)
-  dt = to_inexact_dtype(dtype_of(a)) if dtype is None else dtypes.canonicalize_dtype(dtype)
+  dt = to_inexact_dtype(dtype_of(a)) if dtype is None else dtypes.check_user_dtype(
+      dtype, "mean")   # NB: JAX's nanmean names mean in the message
   count = sum(lax.bitwise_not(isnan(a)), axis=axis, dtype=dt, keepdims=keepdims, where=where)
   return lax.div(nansum(a, axis, dtype=dt, keepdims=keepdims, where=where), count)
 
@@ -762,7 +770,7 @@ def nanvar(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   ufuncs.check_arraylike("nanvar", a)
   a = asarray(a)
   where = check_where("nanvar", where)
-  dtype = _user_dtype(dtype)
+  dtype = _user_dtype(dtype, "nanvar")
   _no_out("nanvar", out)
   ct, dt = _var_dtypes(dtype_of(a), dtype)
   if dtype_of(a) != ct or a.weak_type:
@@ -799,7 +807,7 @@ def nanstd(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   ufuncs.check_arraylike("nanstd", a)
   a = asarray(a)
   where = check_where("nanstd", where)
-  dtype = _user_dtype(dtype)
+  dtype = _user_dtype(dtype, "nanstd")
   _no_out("nanstd", out)
   return lax.sqrt(nanvar(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims,
                          where=where, mean=mean))

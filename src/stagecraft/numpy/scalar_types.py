@@ -31,7 +31,8 @@ class _ScalarMeta(type):
     return f"<class 'stagecraft.numpy.{cls.dtype.name}'>"
 
   def __call__(cls, x=0):
-    return array(x, dtype=cls.dtype)
+    # NB: JAX's scalar types convert with its asarray, whose name its x64 warning gives.
+    return array(x, dtype=dtypes.check_user_dtype(cls.dtype, "asarray"))
 
 
 def _eq_dtype(cls, other):

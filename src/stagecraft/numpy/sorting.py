@@ -103,7 +103,7 @@ def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: No
   _no_kind_order("argsort", kind, order)
   a, axis = _sort_axis(a, axis, "argsort")
   if dtype is not None:
-    idx_dtype = dtypes.canonicalize_dtype(dtype)
+    idx_dtype = dtypes.check_user_dtype(dtype, "argsort")
   elif (not shape_poly.is_symbolic_dim(shape_of(a)[axis])   # NB: assumed to fit, as JAX
         and shape_of(a)[axis] > np.iinfo(np.int32).max):
     idx_dtype = dtypes.canonicalize_dtype(np.int64)

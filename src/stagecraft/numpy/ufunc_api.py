@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from stagecraft import lax
+from stagecraft import dtypes, lax
 from stagecraft.numpy import reductions, ufuncs
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.indexing import at as index_update
@@ -295,6 +295,8 @@ def _index_at(method: str):
 def _logaddexp_reduce(a, *, axis, dtype, keepdims, initial, where):
   """`log(sum(exp(a)))` over `axis`, shifted by the maximum (the logsumexp of JAX's
   `logaddexp.reduce`; `dtype` is accepted and unused, as JAX's)."""
+  if dtype is not None:
+    dtypes.check_user_dtype(dtype, "jnp.logaddexp.reduce")
   a, = promote_dtypes_inexact(asarray(a))
   axes = reduction_axes(axis, len(shape_of(a)), "logaddexp.reduce")
   amax = reductions.max(ufuncs.real(a), axis=axes, keepdims=keepdims, where=where,
@@ -309,6 +311,8 @@ def _logaddexp_reduce(a, *, axis, dtype, keepdims, initial, where):
 
 def _logaddexp2_reduce(a, *, axis, dtype, keepdims, initial, where):
   """`log2(sum(2 ** a))`, as `_logaddexp_reduce` of `a * ln 2` divided by `ln 2`."""
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "jnp.logaddexp2.reduce")
   ln2 = float(np.log(2))
   if initial is not None:
     initial = initial * ln2

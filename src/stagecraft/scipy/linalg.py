@@ -1418,7 +1418,7 @@ def dft(n: int, scale: str | None = None, *, dtype: Any = None):
   if dtype is None:
     dtype = _complex_dtype(dtypes.default_float_dtype())
   else:
-    dtype = np.dtype(dtype)
+    dtype = dtypes.check_user_dtype(dtype, "dft")
     if not dtypes.is_complex(dtype):
       raise ValueError(f"dtype must be a complex floating-point type; got {dtype}.")
   # NB: computed on the device in `dtype`, in JAX's order of operations (the last bits and
