@@ -362,7 +362,11 @@ def test_bcsr_coo_csr_and_helpers_match_jax():
       same(a.todense(), b.todense())
     else:
       same(a, b)
-  R = sparse.random_bcoo(sc.random.key(0), (4, 5), nse=6)
+  # Its default dtype is float64, so with x64 off it warns, as JAX's does.
+  for lib, sp in ((sc, sparse), (jax, jsparse)):
+    with pytest.warns(UserWarning, match="^Explicitly requested dtype float64 is not avail"):
+      R = sp.random_bcoo(lib.random.key(0), (4, 5), nse=6)
+  R = sparse.random_bcoo(sc.random.key(0), (4, 5), nse=6, dtype=np.float32)
   assert repr(R) == "BCOO(float32[4, 5], nse=6)" and int((R.todense() != 0).sum()) == 6
   with pytest.raises(NotImplementedError):
     sparse.linalg.spsolve(None, None, None, None)
