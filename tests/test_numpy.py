@@ -171,8 +171,28 @@ def test_array_repr_and_options():
   x = jnp.array([1.0, 2.0])
   assert jnp.asarray(x) is x
   assert jnp.asarray(x, jnp.int32).dtype == i32
-  with pytest.raises(TypeError, match="cannot convert an object of type|object array"):
+  with pytest.raises(TypeError, match="with dtype object is not a valid JAX array type"):
     jnp.array([object()])
+
+
+class _Opaque:
+  def __repr__(self):
+    return "<Opaque>"
+
+
+@pytest.mark.parametrize("value", [
+    None, [1, None], [[1, 2], [3, None]], [[1, 2], [3]], _Opaque(), [_Opaque()],
+    (1.0, _Opaque()), [1, "x"], "abc", {"a": 1}, {1, 2}, [[_Opaque()]]],
+    ids=["none", "none_in_list", "ragged_with_none", "ragged", "object", "object_in_list",
+         "object_second", "string_second", "string", "dict", "set", "nested_object"])
+def test_array_of_non_numbers_raises_as_jax(value):
+  """`jnp.array` of values no array holds: JAX 0.10.2's exception type and message (None
+  anywhere is a ValueError; otherwise the first non-numeric leaf is named)."""
+  with pytest.raises(Exception) as want:
+    jjnp.array(value)
+  with pytest.raises(want.type) as got:
+    jnp.array(value)
+  assert str(got.value) == str(want.value)
 
 
 def test_dtype_objects():

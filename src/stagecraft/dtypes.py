@@ -186,11 +186,11 @@ def check_user_dtype(dtype: Any, fun_name: str | None = None) -> np.dtype:
   "allow" mode lets JAX create 64-bit arrays without x64; stagecraft accepts the option
   but keeps narrowing, silently.
   """
-  out = canonicalize_dtype(dtype)
-  if config.enable_x64 or any(dtype is t for t in python_scalar_types):
-    return out
   requested = _to_np_dtype(dtype)
-  if requested == out:
+  x64 = config.enable_x64
+  out = _canonicalize_cached(requested, x64)
+  if (x64 or requested is out or requested == out
+      or any(dtype is t for t in python_scalar_types)):
     return out
   mode = config.explicit_x64_dtypes
   if mode == "allow":

@@ -59,11 +59,27 @@ def copy_array(x):
   return lax.optimization_barrier(x)
 
 
-def _first_leaf(obj):
-  """The first non-sequence element of nested lists/tuples (`obj` itself otherwise)."""
-  while isinstance(obj, (list, tuple)) and obj:
-    obj = obj[0]
-  return obj
+def _check_leaves(obj) -> None:
+  """Raises JAX's error for the first leaf of nested lists/tuples `obj` that no array holds:
+  ValueError for a None anywhere, else TypeError naming the first non-numeric leaf. Called
+  only once NumPy has refused `obj` or made a string or object array of it."""
+  leaves, stack = [], [obj]
+  while stack:
+    x = stack.pop()
+    if isinstance(x, (list, tuple)):
+      stack.extend(reversed(x))
+    else:
+      leaves.append(x)
+  if any(leaf is None for leaf in leaves):
+    raise ValueError("None is not a valid value for jnp.array")
+  for leaf in leaves:
+    try:
+      dt = np.asarray(leaf).dtype
+    except Exception:   # noqa: BLE001 (the leaf is what cannot be converted)
+      dt = _OBJECT_DTYPE
+    if dt.kind in "USOV":
+      raise TypeError(f"Value '{leaf}' with dtype {dt} is not a valid JAX array type. "
+                      f"Only arrays of numeric types are supported by JAX.")
 
 
 def _place(out, device):
@@ -139,16 +155,19 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
     else:
       try:
         host = np.asarray(object)
+      except ValueError:   # ragged nesting: NumPy's ValueError, as JAX (a None first)
+        _check_leaves(object)
+        raise
       except Exception as e:
         raise TypeError(f"array: cannot convert an object of type {type(object).__name__} "
                         f"to an array: {e}") from e
-      if host.dtype.kind in "US":   # strings and bytes: JAX's TypeError and message
-        leaf = _first_leaf(object)
-        raise TypeError(f"Value '{leaf}' with dtype {np.asarray(leaf).dtype} is not a valid "
-                        f"JAX array type. Only arrays of numeric types are supported by JAX.")
-      if host.dtype == _OBJECT_DTYPE:
-        raise TypeError(f"array: expected numbers or nested lists of numbers, got an object "
-                        f"array from {type(object).__name__}.")
+      if host.dtype.kind in "USO":   # strings, bytes, objects, None: JAX's errors
+        if isinstance(object, np.ndarray):
+          raise TypeError(f"Value '{object}' with dtype {host.dtype} is not a valid JAX "
+                          f"array type. Only arrays of numeric types are supported by JAX.")
+        _check_leaves(object)
+        raise TypeError(f"Value '{object}' with dtype {host.dtype} is not a valid JAX array "
+                        f"type. Only arrays of numeric types are supported by JAX.")
       if host.dtype.type is np.void:   # raw bytes or records: no array type holds them
         raise TypeError(f"array: an array of dtype {host.dtype} (raw bytes or records) is "
                         f"not a valid array type; only arrays of numeric types are "
