@@ -92,7 +92,7 @@ def test_log_compiles_and_explain_cache_misses(caplog):
       f(sc.numpy.ones(4))
   text = caplog.text
   assert text.count("TRACING CACHE MISS") == 2 and "never seen function" in text
-  assert "never seen input type signature: f32[4]" in text
+  assert "different input types:\n  * at x, now f32[4] and before f32[3]" in text
   assert text.count("Compiling jit(<lambda>) with global shapes and types") == 2
   assert "ShapedArray(float32[4])" in text
 

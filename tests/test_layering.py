@@ -23,7 +23,7 @@ LAYERS = {
     5: ["lax"],
     # state: Refs at the jit boundary (pjit discharges them).
     6: ["custom_derivatives", "custom_dce", "custom_batching", "ad_checkpoint", "api_util",
-        "pjit", "state"],
+        "pjit", "state", "cache_miss"],
     7: ["numpy", "scipy", "random", "nn", "image", "ops", "flatten_util", "callback",
         "debug", "debugger", "debug_sharding", "ffi"],
     8: ["api", "ref", "stages", "shard_map", "xla_computation", "test_util", "distributed",

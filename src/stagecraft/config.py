@@ -314,6 +314,15 @@ def _normalize(name: str) -> str:
 _STATE_IDS: dict[tuple, int] = {}
 
 
+# The names of the values of `Config.state_key`, in order (a cache-miss explanation names
+# the ones that differ, as JAX names its trace context's).
+STATE_KEY_NAMES = ("jax_enable_x64", "jax_debug_nans", "jax_numpy_rank_promotion",
+                   "jax_numpy_dtype_promotion", "jax_default_matmul_precision",
+                   "jax_default_prng_impl", "jax_threefry_partitionable",
+                   "jax_softmax_custom_jvp", "jax_high_dynamic_range_gumbel",
+                   "jax_default_device", "jax_debug_key_reuse", "jax user contexts")
+
+
 class Config:
   """Holds the options. Read `config.enable_x64` (or `config.jax_enable_x64`,
   `config.read("jax_enable_x64")`, `config.values`); set with `config.update(name, value)`.

@@ -21,7 +21,7 @@ import numpy as np
 import optree
 
 from stagecraft import core, dtypes, key_reuse, monitoring, traceback_util, tree_util
-from stagecraft import api_util, sharding as sharding_lib, state
+from stagecraft import api_util, cache_miss, sharding as sharding_lib, state
 from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
 from stagecraft.config import config
@@ -892,7 +892,7 @@ class PjitFunction:
     entry = self._cache.get(key)
     if entry is None:
       if config.explain_cache_misses:
-        self._explain_miss(key)
+        self._explain_miss(key, args, kwargs, static_argnums)
       try:
         entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
       except state.RefMet as e:
@@ -973,32 +973,20 @@ class PjitFunction:
         f"but the de-optimized (op-by-op) run of the function did not produce one: it "
         f"likely comes from an optimization of the compiled program.")
 
-  def _explain_miss(self, key) -> None:
+  def _explain_miss(self, key, args, kwargs, static_argnums) -> None:
     """Logs why this call traces again (config `explain_cache_misses`, as JAX)."""
-    name = fun_name(self._fun)
-    code = getattr(self._fun, "__code__", None)
-    where = f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
-    seen = [k for k in self._cache if isinstance(k, tuple) and len(k) == len(key)
-            and type(k[0]) is type(key[0])]
-    if not seen:
-      why = "  never seen function"
-    else:
-      prev = seen[-1]
-      parts = []
-      if prev[0] != key[0]:
-        parts.append(f"  different input pytree structure: {key[0]} (was {prev[0]})")
-      if prev[1] != key[1]:
-        parts.append(f"  different static arguments: {key[1]} (was {prev[1]})")
-      if prev[2] != key[2]:
-        parts.append(f"  different config state (x64, debug checks, promotion, ...): "
-                     f"{key[2]} (was {prev[2]})")
-      if prev[4:] != key[4:]:
-        parts.append("  never seen input type signature: "
-                     f"{', '.join(a.str_short() for a in key[4:] if hasattr(a, 'str_short'))}"
-                     f"\n  closest seen input type signature: "
-                     f"{', '.join(a.str_short() for a in prev[4:] if hasattr(a, 'str_short'))}")
-      why = "\n".join(parts) or "  a different placement of the arguments"
-    _logger.warning(f"TRACING CACHE MISS at {where} ({name}) because:\n{why}")
+    seen = [k for k, v in self._cache.items() if type(v) is TracedSignature]
+    try:
+      dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+      dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+      with_paths = tree_util.tree_flatten_with_path(
+          (tuple(args[i] for i in dyn_argnums), dyn_kwargs))[0]
+      names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn_kwargs),
+                           with_paths)
+    except Exception:   # noqa: BLE001 (names are a courtesy of the log)
+      names = ()
+    cache_miss.explain(self._fun, fun_name(self._fun), key, seen, names, static_argnums,
+                       self._static_argnames)
 
   def _trace(self, args, kwargs, static_argnums) -> TracedSignature:
     for i in static_argnums:
