@@ -133,3 +133,30 @@ def test_internal_errors_keep_their_type_and_message():
     sc.jit(3)
   with pytest.raises(TypeError):
     sc.jit(lambda x: x @ x)(jnp.ones(3), jnp.ones(2))
+
+
+_DEOPT_PROGRAMS = {
+    "nan_literal": lambda lib, np_: lambda x: lib.jit(lambda y: np_.nan * y)(1.0),
+    "log": lambda lib, np_: lib.jit(lambda x: np_.log(-x)),
+    "nested_jit": lambda lib, np_: lib.jit(lambda x: lib.jit(np_.log)(-x)),
+    "jit_of_vmap": lambda lib, np_: lib.jit(lib.vmap(lambda x: np_.sqrt(-x) + 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(_DEOPT_PROGRAMS))
+def test_debug_nans_deoptimized_run_as_jax(name, capsys):
+  """What is printed (JAX prints "Invalid nan value ... Calling the de-optimized version."
+  to stdout, once per jit whose output has the NaN) and the error, as JAX's: the inner
+  jits stay jitted in the de-optimized run; a NaN no primitive makes (a literal) gets JAX's
+  long message. (Not matched: how many times JAX prints the line for an eager vmap of a
+  jit, 2; stagecraft prints it once.)"""
+  def run(lib, np_):
+    f = _DEOPT_PROGRAMS[name](lib, np_)
+    with lib.debug_nans(True):
+      with pytest.raises(FloatingPointError) as e:
+        f(np_.ones(2))
+    return capsys.readouterr().out, str(e.value)
+  want = run(jax, jjnp)
+  got = run(sc, jnp)
+  assert "Calling the de-optimized version." in want[0]
+  assert got == want

@@ -276,7 +276,20 @@ def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str, inline: bool = Fals
 
 
 core.def_closed_call(jit_p, "jaxpr")
-jit_p.def_impl(_jit_impl)
+def _checked_jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
+  """`_jit_impl`; with debug_nans/debug_infs, a NaN (inf) in the results runs the body
+  again equation by equation (JAX's de-optimized version), so the primitive that made it
+  raises the FloatingPointError."""
+  outs = _jit_impl(*args, jaxpr=jaxpr, name=name, inline=inline)
+  if config.state_key[1] and dispatch.find_special(outs) is not None:
+    print("Invalid nan value encountered in the output of a jax.jit function. Calling the "
+          "de-optimized version.")
+    core.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *args)
+    dispatch.check_special(f"jit({name})", outs)
+  return outs
+
+
+jit_p.def_impl(_checked_jit_impl)
 lowering.register_lowering(jit_p, _jit_lowering)
 # NB: derived calls (jvp, transpose, batched, the known and unknown halves) keep the jit's
 # name, as JAX 0.10.2's: `grad(jit(f))` prints two `jit[name=f]` equations.
@@ -957,21 +970,34 @@ class PjitFunction:
         self._cache[key] = call
 
   def _checked_call(self, call, leaves, args, kwargs):
-    """With debug_nans/debug_infs: a NaN (inf) in the results re-runs the function op by
-    op (JAX's "de-optimized version"), so the FloatingPointError names the primitive and
-    its traceback the user's line that produced it."""
+    """With debug_nans/debug_infs: a NaN (inf) in the results runs the function again
+    without this jit (JAX's "de-optimized version": the jits inside stay, and check their
+    own results the same way), so the FloatingPointError names the primitive and its
+    traceback the user's line that produced it. JAX's texts (printed to stdout, as JAX)."""
     out = call(leaves)
     kind = dispatch.find_special(optree.tree_leaves(out))
     if kind is None:
       return out
-    print(f"Invalid {kind} value encountered in the output of a jit function. Calling the "
-          f"de-optimized version.", file=sys.stderr)
-    with config._override("disable_jit", True):
+    # NB: JAX says "nan" here for infs too.
+    print("Invalid nan value encountered in the output of a jax.jit function. Calling the "
+          "de-optimized version.")
+    try:
       self._fun(*args, **kwargs)
+    except (FloatingPointError, ZeroDivisionError) as e:
+      raise e from None
     raise FloatingPointError(
-        f"invalid value ({kind}) encountered in the output of jit({fun_name(self._fun)}), "
-        f"but the de-optimized (op-by-op) run of the function did not produce one: it "
-        f"likely comes from an optimization of the compiled program.")
+        # NB: JAX's text starts with the args of its internal exception.
+        f"('jit({fun_name(self._fun)})', '{kind}'). Because "
+        f"jax_config.debug_nans.value and/or config.jax_debug_infs is set, the de-optimized "
+        f"function (i.e., the function as if the `jit` decorator were removed) was called "
+        f"in an attempt to get a more precise error message. However, the de-optimized "
+        f"function did not produce invalid values during its execution. This behavior can "
+        f"result from `jit` optimizations causing the invalid value to be produced. It may "
+        f"also arise from having nan/inf literals as inputs or outputs, like "
+        f"`jax.jit(lambda ...: jax.numpy.nan)(...)`. \n\nIt may be possible to avoid the "
+        f"invalid value by removing the `jit` decorator, at the cost of losing "
+        f"optimizations. \n\nIf you see this error, consider opening a bug report at "
+        f"https://github.com/jax-ml/jax.") from None
 
   def _explain_miss(self, key, args, kwargs, static_argnums) -> None:
     """Logs why this call traces again (config `explain_cache_misses`, as JAX)."""
