@@ -24,6 +24,41 @@ def test_arrays_committed_to_different_devices_raise_as_jax():
   assert isinstance(sc.errors.DeviceAssignmentMismatchError("x"), ValueError)
 
 
+def _mismatches(lib, np_):
+  """The device-mismatch messages of seven calls (eager, jit, keyword and pytree arguments;
+  single devices and one-device meshes)."""
+  devs = lib.devices()
+  m0 = lib.make_mesh((1,), ("x",), devices=devs[:1])
+  m1 = lib.make_mesh((1,), ("x",), devices=devs[1:2])
+  a = lib.device_put(1.0, lib.sharding.NamedSharding(m0, lib.P()))
+  b = lib.device_put(2.0, lib.sharding.NamedSharding(m1, lib.P()))
+  c = lib.device_put(np.ones(3, np.float32), devs[0])
+  d = lib.device_put(np.ones(3, np.float32), devs[2])
+
+  def mul(x, y):
+    return x * y
+  calls = [lambda: a + b, lambda: np_.add(a, b), lambda: lib.jit(mul)(a, b),
+           lambda: lib.jit(mul)(a, y=b), lambda: lib.jit(lambda p: p["u"] + p["v"])(
+               {"u": a, "v": b}), lambda: c + lib.device_put(np.ones(3, np.float32), devs[1]),
+           lambda: c + d]
+  out = []
+  for call in calls:
+    with pytest.raises(ValueError) as e:
+      call()
+    out.append(str(e.value).split("\n--------------------")[0])
+  return out
+
+
+def test_device_mismatch_messages_as_jax():
+  """JAX's words: "Got argument x of add with shape float32[] and with device ids [0] on
+  platform CPU and argument y of ...", naming the arguments as the function's parameters
+  (a jnp operator's `x`/`y`, a jitted function's qualified name and key paths)."""
+  want = _mismatches(jax, jjnp)
+  got = _mismatches(sc, jnp)
+  assert "argument p['u'] of " in want[4]
+  assert got == want
+
+
 def test_negating_booleans_raises_as_jax():
   for np_ in (jnp, jjnp):
     with pytest.raises(TypeError, match="neg does not accept dtype bool"):

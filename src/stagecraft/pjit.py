@@ -829,7 +829,8 @@ class PjitFunction:
       raise
     dev = self._device
     if dev is None and (dispatch.placement_used[0] or self._sharded):
-      dev = dispatch.target_placement(leaves)
+      dev = dispatch.target_placement(
+          leaves, lambda i: self._describe_leaf(args, kwargs, static_argnums, leaves, i))
       if self._sharded and type(dev) is not dispatch.Placement:
         dev = dispatch.Placement(dispatch.committed_sharding(x) for x in leaves)
     state = config.state_key
@@ -838,6 +839,17 @@ class PjitFunction:
     if ctx is not None or not am.empty:   # NB: types and layouts depend on the mesh context
       state = (state, ctx, am)
     return (treedef, static, state, dev, *sig), leaves, dev
+
+  def _describe_leaf(self, args, kwargs, static_argnums, leaves, i) -> str:
+    """"argument x of f with shape float32[3]" for dynamic leaf `i`, as JAX's messages."""
+    dyn_argnums = [k for k in range(len(args)) if k not in static_argnums]
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+    with_paths = tree_util.tree_flatten_with_path(
+        (tuple(args[k] for k in dyn_argnums), dyn_kwargs))[0]
+    names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn_kwargs), with_paths)
+    qualname = getattr(self._fun, "__qualname__", None) or fun_name(self._fun)
+    return (f"argument {names[i]} of {qualname} with shape "
+            f"{core.get_aval(leaves[i]).str_short(False)}")
 
   def _raise_bad_leaf(self, args, kwargs, static_argnums):
     """Re-raises a signature error naming the argument's key path."""
@@ -1117,7 +1129,8 @@ class PjitFunction:
                                                "jit out_shardings")
     with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
     names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn_kwargs), with_paths)
-    return SignatureLayout(list(placement), explicit_in, explicit_out, names, fun_name(self._fun))
+    return SignatureLayout(list(placement), explicit_in, explicit_out, names,
+                           getattr(self._fun, "__qualname__", None) or fun_name(self._fun))
 
   # -- ahead-of-time stages (stagecraft.stages)
 
@@ -1214,7 +1227,7 @@ class SignatureLayout:
 
   def describe(self, avals):
     return lambda i: (f"argument {self.names[i]} of {self.fun_name} with shape "
-                      f"{avals[i].str_short()}")
+                      f"{avals[i].str_short(False)}")
 
 
 class LoweredSignature:

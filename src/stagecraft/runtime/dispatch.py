@@ -9,7 +9,7 @@ import gc
 import os
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from jaxlib import xla_client as xc
@@ -109,20 +109,22 @@ class Placement(tuple):
   __slots__ = ()
 
 
-def target_placement(args: Sequence[Any]):
+def target_placement(args: Sequence[Any], describe: Callable[[int], str] | None = None):
   """Where a computation on `args` runs: None (the default device), a device (the one
   non-default device of its Arrays), or a `Placement` when some Array is split over a mesh
   (or some argument is a ShapeDtypeStruct carrying a sharding).
 
   Raises:
-    DeviceAssignmentMismatchError: Arrays on two different single devices (no mesh).
+    DeviceAssignmentMismatchError: Arrays on two different single devices (no mesh); the
+      message names the two arguments with `describe` (index -> "argument x of f with
+      shape float32[3]"), as JAX's.
   """
   for a in args:
     t = type(a)
     if (t is Array and a._sharding is not None) or (
         t is core.ShapeDtypeStruct and a.sharding is not None):
       return Placement(committed_sharding(a) for a in args)
-  return target_device(args)
+  return target_device(args, describe)
 
 
 def committed_sharding(a):
@@ -136,34 +138,41 @@ def committed_sharding(a):
   return None
 
 
-def target_device(args: Sequence[Any]):
+def target_device(args: Sequence[Any], describe: Callable[[int], str] | None = None):
   """The device a computation on `args` runs on: the one non-default device among its
   Array arguments, or None (the default device).
 
   Raises:
-    ValueError: if Arrays on two different non-default devices meet.
+    DeviceAssignmentMismatchError: if Arrays on two different non-default devices meet (or
+      one committed to the default device meets one elsewhere); `describe` as for
+      `target_placement`.
   """
-  dev = None
-  for a in args:
+  dev = first = None
+  for i, a in enumerate(args):
     if type(a) is Array and a._device is not None:
       if dev is None:
-        dev = a._device
+        dev, first = a._device, i
       elif a._device != dev:
-        _incompatible(dev, a._device)
+        _incompatible(args, (first, dev), (i, a._device), describe)
   if dev is not None:
     # NB: an Array committed to the default device (device_put(x, devices()[0])) does not
     # move either: meeting one on another device is an error, as in JAX.
-    for a in args:
+    for i, a in enumerate(args):
       if type(a) is Array and a._device is None and id(a) in array_mod.committed_to_default:
-        _incompatible(client.default_device(), dev)
+        _incompatible(args, (i, client.default_device()), (first, dev), describe)
   return dev
 
 
-def _incompatible(d1, d2):
+def _incompatible(args, one, other, describe):
+  """JAX's error for two arguments `one` and `other` (`(index, device)` each) committed to
+  different devices."""
+  if describe is None:
+    describe = lambda i: f"argument {i} with shape {core.get_aval(args[i]).str_short(False)}"
+  (i, d1), (j, d2) = sorted([one, other], key=lambda e: e[0])
   raise DeviceAssignmentMismatchError(
-      f"Received incompatible devices for jitted computation. Got arguments committed to "
-      f"device ids [{d1.id}] and [{d2.id}] on platform {d1.platform.upper()}. Move them to "
-      f"one device first with stagecraft.device_put(x, device).")
+      f"Received incompatible devices for jitted computation. Got {describe(i)} and with "
+      f"device ids [{d1.id}] on platform {d1.platform.upper()} and {describe(j)} and with "
+      f"device ids [{d2.id}] on platform {d2.platform.upper()}")
 
 
 def device_put_leaf(x, device, path):
@@ -587,9 +596,19 @@ _prim_cache: dict[Any, Executable] = {}
 mesh_apply_primitive: list = [None]
 
 
+def _primitive_args(prim: core.Primitive, args: Sequence[Any]) -> Callable[[int], str]:
+  """Describes argument `i` of an eager primitive as JAX's jitted NumPy functions name
+  theirs (`x`, `y` for one or two operands)."""
+  def describe(i):
+    name = ("x", "y")[i] if len(args) <= 2 else str(i)
+    return (f"argument {name} of {prim.name} with shape "
+            f"{core.get_aval(args[i]).str_short(False)}")
+  return describe
+
+
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
   """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
-  dev = target_placement(args) if placement_used[0] else None
+  dev = target_placement(args, _primitive_args(prim, args)) if placement_used[0] else None
   if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
     return mesh_apply_primitive[0](prim, args, params, dev)
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]

@@ -415,6 +415,12 @@ def _da_desc(da: Sequence[Any]) -> str:
           f"{da[0].platform.upper() if da else '?'}")
 
 
+def _side(da: Sequence[Any], desc: str) -> str:
+  """One side of JAX's device mismatch message ("argument x of f with shape float32[8] and
+  with device ids [0, 1] on platform CPU"; "explicit input sharding with device ids ...")."""
+  return f"{desc}{' and' if desc.startswith('argument ') else ''} with {_da_desc(da)}"
+
+
 def check_device_assignment(sources: Sequence[tuple[tuple, str]], api_name: str = "jit"
                             ) -> tuple:
   """The one device assignment all `sources` (device tuple, description) share.
@@ -428,10 +434,8 @@ def check_device_assignment(sources: Sequence[tuple[tuple, str]], api_name: str 
       first = (da, desc)
     elif tuple(da) != tuple(first[0]):
       raise DeviceAssignmentMismatchError(
-          f"Received incompatible devices for {api_name}ted computation. Got {first[1]} with "
-          f"{_da_desc(first[0])} and {desc} with {_da_desc(da)}. Move the inputs onto one "
-          f"set of devices first with stagecraft.device_put(x, sharding); data never moves "
-          f"between devices on its own.")
+          f"Received incompatible devices for {api_name}ted computation. Got "
+          f"{_side(*first)} and {_side(da, desc)}")
   return first[0] if first else ()
 
 
@@ -891,7 +895,8 @@ _closed_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _describe_leaf(name: str, avals):
-  return lambda i: f"argument {i} of {name} with shape {avals[i].str_short()}"
+  return lambda i: (f"argument {('x', 'y')[i] if len(avals) <= 2 else i} of {name} with "
+                    f"shape {avals[i].str_short(False)}")
 
 
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict,
