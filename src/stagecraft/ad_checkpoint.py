@@ -185,26 +185,17 @@ def save_from_both_policies(policy_1: Callable, policy_2: Callable) -> Callable[
   return policy
 
 
-def _offload_unsupported(what: str, instead: str) -> str:
-  return (f"checkpoint: {what} asks to offload residuals to another memory space "
-          f"(host memory), which stagecraft does not support: every residual stays in device "
-          f"memory (on CPU there is no separate host memory space to offload to). Use "
-          f"{instead} to save those values on the device, or nothing_saveable to recompute "
-          f"them.")
-
-
 def offload_dot_with_no_batch_dims(offload_src: str, offload_dst: str) -> Callable:
   """JAX's policy offloading the results of `dot_general`s without batch dimensions to
-  `offload_dst` memory. Not supported: `checkpoint` raises NotImplementedError when given
-  it (use `dots_with_no_batch_dims_saveable`)."""
+  `offload_dst` memory. stagecraft saves offloaded values in device memory (on CPU, device
+  memory is host memory): the values and derivatives are JAX's, the memory space is not
+  changed (docs/differences.md)."""
   def policy(prim, *_, **params):
     if prim.name == "dot_general":
       (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
       if not lhs_batch and not rhs_batch:
         return Offloadable(src=offload_src, dst=offload_dst)
     return Recompute
-  policy.offload_message = _offload_unsupported(
-      "the policy offload_dot_with_no_batch_dims", "dots_with_no_batch_dims_saveable")
   return policy
 
 
@@ -212,8 +203,8 @@ def save_and_offload_only_these_names(*, names_which_can_be_saved,
                                       names_which_can_be_offloaded, offload_src: str,
                                       offload_dst: str) -> Callable:
   """JAX's policy saving some named values and offloading others to `offload_dst` memory.
-  Not supported: `checkpoint` raises NotImplementedError when given it (use
-  `save_only_these_names` with both lists of names).
+  stagecraft saves the offloaded values in device memory too (as
+  `offload_dot_with_no_batch_dims`).
 
   Raises:
     ValueError: if a name is in both lists (as JAX).
@@ -234,9 +225,6 @@ def save_and_offload_only_these_names(*, names_which_can_be_saved,
     if prim is name_p and params["name"] in offloaded:
       return Offloadable(src=offload_src, dst=offload_dst)
     return Recompute
-  policy.offload_message = _offload_unsupported(
-      "the policy save_and_offload_only_these_names", "save_only_these_names(*saved, "
-      "*offloaded)")
   return policy
 
 
@@ -262,10 +250,8 @@ def _saveable(policy: Callable, eqn: core.JaxprEqn) -> bool:
     return out
   if out is Saveable or out is Recompute:
     return out is Saveable
-  if isinstance(out, Offloadable):
-    raise NotImplementedError(_offload_unsupported(
-        f"the policy {policy!r} (for the result of {eqn.primitive.name}, "
-        f"{out!r})", "a policy returning True for those values"))
+  if isinstance(out, Offloadable):   # NB: saved in device memory (docs/differences.md)
+    return True
   raise TypeError(
       f"Value returned by a remat policy should be a bool or `ad_checkpoint.Recompute`, "
       f"`ad_checkpoint.Saveable` or `ad_checkpoint.Offloadable(...)`. Got {out} of type "
@@ -823,17 +809,12 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
   Raises:
     TypeError: for a policy that is not callable; for array-like static arguments that are
       tracers, or non-array leaves.
-    NotImplementedError: for the offloading policies (`offload_dot_with_no_batch_dims`,
-      `save_and_offload_only_these_names`): residuals stay in device memory.
   """
   if policy is not None and not callable(policy):
     raise TypeError(
         f"checkpoint: policy must be None or a callable `policy(prim, *avals, **params) -> "
         f"bool` (for example checkpoint_policies.dots_saveable), got {policy!r} of type "
         f"{type(policy).__name__}.")
-  if policy is not None and policy.__class__ is types.FunctionType and isinstance(
-      getattr(policy, "offload_message", None), str):
-    raise NotImplementedError(policy.offload_message)
   static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
   @functools.wraps(fun)
@@ -860,6 +841,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     return key_reuse.call(body_keys, "checkpoint", tree_util.tree_leaves((dyn, kwargs)), run,
                           tree_util.tree_leaves, offset=len(consts))
 
+  fun_remat._is_checkpoint = True
   return fun_remat
 
 
@@ -996,7 +978,9 @@ def saved_residuals(f: Callable, *args, **kwargs) -> list[tuple[core.ShapedArray
   """
   leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False, namespace=_NS)
   with_paths = tree_util.tree_flatten_with_path((args, kwargs))[0]
-  names, _ = api_util.arg_names(api_util.fun_signature(f), list(range(len(args))),
+  # NB: as JAX's, a checkpointed function's arguments are named by position (`args[0]`).
+  sig = None if getattr(f, "_is_checkpoint", False) else api_util.fun_signature(f)
+  names, _ = api_util.arg_names(sig, list(range(len(args))),
                                 list(kwargs), with_paths)
   fname = api_util.fun_name(f)
   avals = [api_util.abstractify(x, names[i], f) for i, x in enumerate(leaves)]
