@@ -293,3 +293,31 @@ def test_each_device_calls_back_under_pmap_and_shard_map(capfd):
                                            sc.ShapeDtypeStruct((), jnp.float32), x))(
       jnp.arange(4.0))
   np.testing.assert_array_equal(np.asarray(out), [0.0, 10.0, 20.0, 30.0])
+
+
+@pytest.mark.parametrize("kind", ["pure", "io"])
+def test_callback_on_operands_split_over_an_explicit_mesh_runs_once_as_jax(kind):
+  """JAX 0.10.2 gathers a callback's operands onto the mesh's first device and calls the
+  host once (the custom call carries a maximal sharding); the result type is unsharded.
+  Before: stagecraft refused (no sharding rule), and in a mesh program each device called."""
+  def run(lib, np_):
+    calls = []
+
+    def host_fn(x):
+      calls.append(np.shape(x))
+      return np.asarray(x) * 2
+    cb = (lib.pure_callback if kind == "pure" else
+          (jax.experimental.io_callback if lib is jax else io_callback))
+
+    def f(x):
+      return cb(host_fn, lib.ShapeDtypeStruct(x.shape, x.dtype), x)
+    mesh = lib.make_mesh((4,), ("i",))
+    with lib.set_mesh(mesh):
+      x = lib.device_put(np_.arange(8.0), lib.P("i"))
+      out = lib.jit(f)(x)
+      text = lib.jit(f).lower(x).as_text()
+      ty = str(lib.typeof(out))
+    return np.asarray(out), calls, ty, "@maximal_mesh_0" in text
+  ours, theirs = run(sc, jnp), run(jax, jjnp)
+  np.testing.assert_array_equal(ours[0], theirs[0])
+  assert ours[1:] == theirs[1:] == ([(8,)], "float32[8]", True)

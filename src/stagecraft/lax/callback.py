@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import shape as lax_shape
@@ -88,7 +88,8 @@ class FlatCallback:
     return getattr(self.callback_func, "__qualname__", None) or repr(self.callback_func)
 
   def __repr__(self):
-    return f"_FlatCallback(callback_func={self.callback_func!r}, in_tree={self.in_tree})"
+    return (f"_FlatCallback(callback_func={self.callback_func!r}, "
+            f"in_tree={tree_util.PyTreeDef(self.in_tree)})")
 
 
 def _to_arrays(leaves: Sequence[Any], avals: Sequence[ShapedArray]) -> list[Array]:
@@ -163,11 +164,22 @@ def _emit_callback(ctx, operands: Sequence[str], host_fn: Callable, name: str, *
            f"backend_config = {{index = {index} : ui64}}, "
            f"operand_layouts = [{', '.join(in_layouts)}], "
            f"result_layouts = [{', '.join(out_layouts)}]")
+  module = ctx.module
+  if module.sdy_mesh is not None and module.manual_depth is None and out_types:
+    # NB: as JAX, in a program over a mesh (outside shard_map) the callback runs once, on
+    # the mesh's first device: the operands are gathered there.
+    if _MAXIMAL_MESH not in module.extra_ops:
+      module.extra_ops.append(_MAXIMAL_MESH)
+    per_value = ", ".join(["<@maximal_mesh_0, []>"] * len(out_types))
+    attrs += f", sdy.sharding = #sdy.sharding_per_value<[{per_value}]>"
   outs = lowering.emit_op(ctx.fb, "stablehlo.custom_call", operands, in_types, out_types, attrs)
   if ordered:
     ctx.set_token(outs[0])
     outs = outs[1:]
   return outs
+
+
+_MAXIMAL_MESH = "  sdy.mesh @maximal_mesh_0 = <[], device_ids=[0]>"
 
 
 def _layout(aval: ShapedArray) -> str:
@@ -409,3 +421,9 @@ core.pp_param_order[debug_callback_p] = ("callback", "ordered", "partitioned")
 core.pp_param_order[debug_print_p] = ("fmt", "has_placeholders", "in_tree", "logging_record",
                                       "np_printoptions", "ordered", "partitioned",
                                       "static_args")
+
+
+# Operands split over Explicit mesh axes: the results are unsharded (as JAX's types: the
+# callback sees the whole gathered operands, on one device).
+for _p in (pure_callback_p, io_callback_p):
+  core.sharding_rules[_p] = lambda *avals, **params: None
