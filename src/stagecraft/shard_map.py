@@ -59,7 +59,7 @@ from stagecraft.interpreters.mapping import (checking_vma, eqn_varying_axes, ord
                                              varying_axes)
 from stagecraft.numpy import asarray as _asarray
 from stagecraft.runtime import dispatch, spmd
-from stagecraft.lax.spmd import (enclosing_shard_map, local_aval, outside_shard_map,
+from stagecraft.lax.spmd import (body_vma, enclosing_shard_map, local_aval, outside_shard_map,
                                  shard_map_env, shard_map_p,
                                  split_size)
 from stagecraft.sharding import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
@@ -471,6 +471,23 @@ def _new_form(f, mesh, axis_names, in_specs, out_specs, check_vma) -> "_Mapped":
   return mapped
 
 
+def _pvary_to_specs(out_specs, out, leaves, manual, fun_name) -> list:
+  """The body's results made to vary along the manual axes their out_specs split (JAX's
+  implicit pvary of a check_vma body's results); on a spec error, `leaves` as they are
+  (the caller reports it)."""
+  try:
+    specs = _flat_specs(out_specs, out, "out_specs", fun_name, legacy=True)
+  except (ValueError, TypeError):
+    return leaves
+  res = []
+  for x, s in zip(leaves, specs):
+    a = x.aval if isinstance(x, core.Tracer) else None
+    have = a.vma if isinstance(a, ShapedArray) else frozenset()
+    missing = (_spec_names(s) & manual) - have
+    res.append(parallel.pvary(x, tuple(missing)) if missing else x)
+  return res
+
+
 class _Mapped:
   """A shard_map of `f` over a resolved mesh and manual axes, with its trace cache."""
 
@@ -491,7 +508,9 @@ class _Mapped:
     """Traces `f` on the blocks of the dynamic arguments (specs[i] None: static)."""
     mesh, manual, fun_name = self.mesh, self.manual, self.fun_name
     dyn_specs = [s for s in specs if s is not None]
-    local = [local_aval(a, s, mesh) for a, s in zip(avals, dyn_specs)]
+    typed = self.check and not self.legacy   # JAX's varying manual axes in types
+    local = [local_aval(a, s, mesh, body_vma(a, s, manual) if typed else None)
+             for a, s in zip(avals, dyn_specs)]
     store = []
 
     def flat(*xs):
@@ -501,8 +520,10 @@ class _Mapped:
       out_leaves, out_tree = flatten(out)
       check_out_leaves(out_leaves, out_tree, fun_name, "shard_map")
       store[:] = [out_tree]
+      if typed:
+        out_leaves = _pvary_to_specs(self.out_specs, out, out_leaves, manual, fun_name)
       return out_leaves
-    with shard_map_env(mesh, manual):
+    with shard_map_env(mesh, manual, typed):
       jaxpr, consts = pe.trace_to_jaxpr(flat, local)
     closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
     out_tree = store[0]
@@ -533,7 +554,7 @@ class _Mapped:
     cacheable = not any(isinstance(c, core.Tracer) for c in consts)
     return closed, consts, out_tree, tuple(o_specs), cacheable
 
-  def _runs_eagerly(self, dyn) -> bool:
+  def _runs_eagerly(self, dyn) -> bool:  # noqa: E301
     """JAX 0.10's eager shard_map: called outside any transformation, over every mesh
     axis, the body runs operation by operation on each device's values (see
     `_eager_shard_map`)."""
@@ -717,7 +738,8 @@ class ShardMapTrace(core.Trace):
         vals.append(x)
         mapped.append(False)
         vary.append(frozenset())
-    with core.set_current_trace(self.parent):
+    # NB: each device's values are untyped (the types are the tracers' `vary`).
+    with core.set_current_trace(self.parent), core.checking_vma_types(False):
       if _runs_compiled(prim, params):
         with outside_shard_map(self.outer_abstract):
           outs = _compiled_per_device(self.mesh, prim, params, vals, mapped)
@@ -769,7 +791,10 @@ class ShardMapTracer(core.Tracer):
   @property
   def aval(self) -> ShapedArray:
     a = core.get_aval(self.val)
-    return a.update(shape=a.shape[len(self._trace.names):])
+    trace = self._trace
+    # NB: typed with its varying manual axes under check_vma, as JAX's (`{V:i}`).
+    vma = self.vary if trace.check and trace.strict else None
+    return a.update(shape=a.shape[len(trace.names):], vma=vma)
 
   def to_concrete_value(self):
     """The value, where every device holds the same one (JAX's: with check_vma, a value
@@ -865,7 +890,8 @@ def _eager_shard_map(mapped: "_Mapped", in_tree, specs, leaves):
     else:
       args.append(ShardMapTracer(trace, _blocks_of(x, s, mesh), _spec_names(s)))
   try:
-    with core.set_current_trace(trace), shard_map_env(mesh, mapped.manual):
+    with core.set_current_trace(trace), shard_map_env(mesh, mapped.manual,
+                                                      mapped.check and not mapped.legacy):
       out = mapped.f(*tree_util.tree_unflatten(in_tree, args))
     out_leaves, out_tree = flatten(out)
     check_out_leaves(out_leaves, out_tree, fun_name, "shard_map")
