@@ -524,6 +524,7 @@ def _traced_device_put(x, s: NamedSharding):
 
 spmd.traced_device_put[0] = _traced_device_put
 sharding.late_names["reshard"] = reshard   # JAX's `jax.sharding.reshard`
+sharding.late_names["ManualAxisType"] = core.ManualAxisType   # `jax.sharding.ManualAxisType`
 
 
 # ===========================================================================
