@@ -375,7 +375,18 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     # NB: inside a check_vma shard_map body, JAX's typed psum: one `psum_invariant` per
     # leaf (an operand invariant along an axis is `pvary`'d first, by `bind`).
     axes = _names(axis_name)
-    return tree_util.tree_map(lambda leaf: psum_invariant_p.bind(leaf, axes=axes), x)
+
+    def one(leaf):
+      aval = core.get_aval(leaf)
+      states = set()
+      for a in axes:
+        states.add("varying" if a in aval.vma else "invarying")
+      if len(states) > 1:   # JAX's check of the input's state along the axes
+        raise ValueError(f"jax.lax.psum can only accept axis_name which corresponds to one "
+                         f"of varying, unreduced, reduced or invarying state of the input. "
+                         f"Got input type: {aval}, axes: {axes} and input state: {states}")
+      return psum_invariant_p.bind(leaf, axes=axes)
+    return tree_util.tree_map(one, x)
   return _tree_collective(psum_p, x, axis_name, axis_index_groups)
 
 
@@ -510,12 +521,14 @@ def axis_index(axis_name: Any) -> Any:
   """
   if not isinstance(axis_name, (tuple, list)):
     return axis_index_p.bind(axis_name=axis_name)
-  idx = None
-  for name in axis_name:
-    i = axis_index_p.bind(axis_name=name)
-    idx = i if idx is None else elementwise.add(
-        elementwise.mul(idx, np.asarray(_axis_size(name), np.int32)[()]), i)
-  return idx if idx is not None else np.int32(0)
+  # NB: JAX's sequence of equations: from the last name, each index times the size of the
+  # names after it, added to a running index from 0.
+  idx, inner = np.int32(0), 1
+  for name in reversed(axis_name):
+    idx = elementwise.add(idx, elementwise.mul(axis_index_p.bind(axis_name=name),
+                                               np.asarray(inner, np.int32)[()]))
+    inner *= _axis_size(name)
+  return idx
 
 
 # ---------------------------------------------------------------------------
@@ -1183,6 +1196,7 @@ for _p in (psum_p, pmax_p, pmin_p, psum_invariant_p, pvary_p, axis_index_p):
   core.vma_own_rule.add(_p)
 core.no_auto_pvary.add(pvary_p)
 core.collective_axes[psum_invariant_p] = lambda *, axes: axes
+core.collective_axes[pmax_p] = core.collective_axes[pmin_p] = lambda *, axes, **_: axes
 for _p in (all_gather_p, ppermute_p, reduce_scatter_p, all_to_all_p):
   core.collective_axes[_p] = lambda *, axis_name, **_: _names(axis_name)
 core.pvary_hook[0] = pvary
