@@ -1458,9 +1458,11 @@ def _auto_pvary(prim: Primitive, args, params):
     if isinstance(x, Tracer):
       a = x.aval
       vmas.append(a.vma if type(a) is ShapedArray else None)
-    else:
-      vmas.append(_NO_VMA if isinstance(x, (np.ndarray, np.generic, int, float, complex))
-                  or type(x).__name__ == "Array" else None)
+    else:   # a constant: invariant (tokens and other non-arrays are left alone)
+      try:
+        vmas.append(_NO_VMA if type(get_aval(x)) is ShapedArray else None)
+      except TypeError:
+        vmas.append(None)
   union = _NO_VMA
   for v in vmas:
     if v:

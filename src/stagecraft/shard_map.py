@@ -20,10 +20,14 @@ copy is kept. Semantics follow JAX 0.10.2's `jax.shard_map`:
   the body sees whole values and XLA's partitioner handles them. A shard_map nested in
   another's body may be manual over further axes.
 - `check_vma=True` types each value inside as invariant or varying along each manual axis
-  (JAX's "varying manual axes"; `lax.pcast(x, name, to='varying')` makes an invariant value
-  varying) and rejects, with JAX's messages, out_specs that claim replication of a varying
-  value, loops whose carries change type and cond branches of different types
-  (interpreters/mapping.py's `varying_axes` in its strict mode).
+  (JAX's "varying manual axes": `ShapedArray.vma`, printed `f32[3]{V:i}`; an argument varies
+  along the manual axes its in_spec splits; `lax.pcast(x, name, to='varying')` makes an
+  invariant value varying, and JAX's `pvary` equations are inserted where an invariant
+  operand meets a varying one, before a collective, and on results whose out_specs split
+  over axes they do not vary along; psum is `psum_invariant`), and rejects, with JAX's
+  messages, out_specs that claim replication of a varying value, loops whose carries change
+  type and cond branches of different types (the types, and interpreters/mapping.py's
+  `varying_axes` in its strict mode).
 
 The form of JAX's former `jax.experimental.shard_map.shard_map(f, mesh, in_specs, out_specs,
 check_rep=True, auto=frozenset())` keeps working (any argument after `f` given positionally,
@@ -33,9 +37,11 @@ for loops, a varying cond predicate makes results vary, all_gather's results are
 
 The primitive `shard_map` carries the per-device closed jaxpr and the mesh, specs and
 manual axes (stagecraft/lax/spmd.py); its rules are pmap's (interpreters/mapping.py's MapRules)
-generalized to several axes: psum transposes to psum, so the cotangent of a result
-replicated over manual axes is divided by their size before the transposed body, and the
-cotangent of an operand replicated over manual axes is psum'med over them. Lowering emits an
+generalized to several axes. A typed (check_vma) body transposes as JAX's (pvary^T =
+psum_invariant, psum_invariant^T = pvary); in an untyped one psum transposes to psum, so
+the cotangent of a result replicated over manual axes is divided by their size before the
+transposed body, and the cotangent of an operand replicated over manual axes is psum'med
+over them. Lowering emits an
 `sdy.manual_computation` (as JAX does) inside the program over the mesh (runtime/spmd.py).
 This module holds the user-facing function.
 """

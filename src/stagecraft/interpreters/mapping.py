@@ -64,9 +64,10 @@ class MapRules:
   (donation) when operands change. `psum(x, axis_names)` and `reshape(x, shape)` are the
   primitives' wrappers the derived bodies use.
 
-  Transposition: psum's transpose is psum, so the cotangent of a result replicated over some
-  axes is divided by their size before it enters the transposed body, and the cotangent of
-  an operand replicated over some axes is psum'med over them inside it."""
+  Transposition of an untyped body (`typed(params)` False): psum's transpose is psum, so the
+  cotangent of a result replicated over some axes is divided by their size before it enters
+  the transposed body, and the cotangent of an operand replicated over some axes is psum'med
+  over them inside it. A typed body (JAX's varying manual axes) sums its own cotangents."""
 
   def __init__(self, prim, in_key, out_key, *, rep, env, local_aval, global_aval,
                replicated_over, residual_entry, batched_entry, psum, reshape, reset=(),
