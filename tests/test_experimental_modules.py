@@ -497,8 +497,6 @@ def test_dir_lists_the_lazily_loaded_names():
   assert experimental.shard_map.__name__ == "stagecraft.experimental.shard_map"
   theirs = {n for n in dir(jax.sharding) if not n.startswith("_")}
   ours = {n for n in dir(sharding) if not n.startswith("_")}
-  # NB: ManualAxisType types JAX 0.10's varying manual axes, which stagecraft's avals do not
-  # carry (docs/differences.md)
-  assert theirs - ours == {"ManualAxisType"}, theirs - ours
-  for name in ("reshard", "auto_axes", "explicit_axes"):
+  assert theirs - ours == set(), theirs - ours
+  for name in ("reshard", "auto_axes", "explicit_axes", "ManualAxisType"):
     assert name in ours and callable(getattr(sharding, name))

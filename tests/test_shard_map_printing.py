@@ -4,8 +4,8 @@ names as tuples, an untiled all_to_all as JAX's `tiled=False` equation), `psum_s
 several axes gives JAX's values, and the out_specs errors name the spec's key path and the
 prefix disagreement in JAX's words. JAX runs the same programs in the same test.
 
-Bodies use check_vma=False: with check_vma=True JAX 0.10's types carry varying manual axes
-(`f32[2]{V:i}`, `pvary` equations), which stagecraft's do not (docs/differences.md)."""
+Bodies use check_vma=False (typed check_vma=True bodies, whose types carry varying manual
+axes, `f32[2]{V:i}`, are tests/test_shard_map_vma.py's)."""
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -615,6 +615,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     if aval.weak_type:
       seed = (lax.convert_element_type(one, aval.dtype, weak_type=True)
               if type(core.current_trace()) is core.EvalTrace else core.WeakScalarValue(one))
+    if aval.vma and core.check_vma_state[0]:   # JAX's seed has the output's varying type
+      seed = core.pvary_hook[0](seed, core.order_axes(aval.vma))
     g = vjp_fn(seed)
     # The seed itself comes back where `fun` is the identity of an argument: an Array (a
     # literal in a jaxpr, `in (1.0:f32[],)`, as JAX's constant folding gives).

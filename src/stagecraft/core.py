@@ -24,7 +24,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
                                TracerBoolConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 
-__all__ = ["split_list", "ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
+__all__ = ["split_list", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_eqn_rules", "pp_named_calls", "pp_default_params", "pp_subjaxprs", "JaxprPpContext",
@@ -44,6 +44,84 @@ __all__ = ["split_list", "ShapedArray", "ShapeDtypeStruct", "pytype_aval_mapping
 _keep = object()   # ShapedArray.update: keep the sharding (None is a value)
 
 
+_NO_VMA: frozenset = frozenset()
+
+#: Mesh axis names in the order types print them (`{V:(i,j)}`): each shard_map's mesh's
+#: names, registered when its body is traced (`register_axis_order`).
+axis_order: dict = {}
+
+
+def register_axis_order(names: Sequence[Any]) -> None:
+  """Records the order (a mesh's `axis_names`) in which varying manual axes print."""
+  for n in names:
+    axis_order.setdefault(n, len(axis_order))
+
+
+def order_axes(axes) -> tuple:
+  """`axes` (a set of mesh axis names) in mesh order (`register_axis_order`)."""
+  return tuple(sorted(axes, key=lambda n: (axis_order.get(n, len(axis_order)), str(n))))
+
+
+def vma_str(vma) -> str:
+  """JAX's suffix for varying manual axes: `{V:i}`, `{V:(i,j)}`, '' when there are none."""
+  if not vma:
+    return ""
+  names = order_axes(vma)
+  text = ",".join(map(str, names))
+  return "{V:" + (text if len(names) == 1 else f"({text})") + "}"
+
+
+class ManualAxisType:
+  """How a value inside a shard_map body relates to its manual mesh axes (JAX's
+  `jax.sharding.ManualAxisType`): `varying`, the axes along which it may differ between
+  devices (its vma); `unreduced` and `reduced` (JAX's partial sums; always empty here).
+
+  Raises:
+    ValueError: `varying` shares axes with `unreduced` or `reduced` (JAX's message).
+  """
+  __slots__ = ("varying", "unreduced", "reduced")
+
+  def __init__(self, *, varying=frozenset(), unreduced=frozenset(), reduced=frozenset()):
+    varying, unreduced, reduced = frozenset(varying), frozenset(unreduced), frozenset(reduced)
+    if varying & unreduced:
+      raise ValueError(f"varying and unreduced cannot have common mesh axes. Got "
+                       f"varying={varying} and unreduced={unreduced}")
+    if varying & reduced:
+      raise ValueError(f"varying and reduced cannot have common mesh axes. Got "
+                       f"varying={varying} and reduced={reduced}")
+    object.__setattr__(self, "varying", varying)
+    object.__setattr__(self, "unreduced", unreduced)
+    object.__setattr__(self, "reduced", reduced)
+
+  def __setattr__(self, name, value):
+    raise AttributeError(f"ManualAxisType is immutable (cannot set {name!r})")
+
+  def __eq__(self, other):
+    return (type(other) is ManualAxisType and self.varying == other.varying
+            and self.unreduced == other.unreduced and self.reduced == other.reduced)
+
+  def __hash__(self):
+    return hash((self.varying, self.unreduced, self.reduced))
+
+  def __repr__(self):
+    return (f"ManualAxisType(varying={self.varying}, unreduced={self.unreduced}, "
+            f"reduced={self.reduced})")
+
+  def update(self, **kwargs) -> "ManualAxisType":
+    """A copy with the given fields (`varying`, `unreduced`, `reduced`) replaced."""
+    fields = {"varying": self.varying, "unreduced": self.unreduced, "reduced": self.reduced}
+    fields.update(kwargs)
+    return ManualAxisType(**fields)
+
+  @property
+  def empty(self) -> bool:
+    return not (self.varying or self.unreduced or self.reduced)
+
+  @property
+  def vur(self) -> frozenset:
+    return self.varying | self.unreduced | self.reduced
+
+
 class ShapedArray:
   """Abstract value of an array: shape, dtype, weak type and sharding (`f32[8@x,4]`).
 
@@ -58,12 +136,15 @@ class ShapedArray:
       dimension split over Explicit mesh axes; None otherwise (the default: no dimension
       split, which `sharding` reports as `NamedSharding(AbstractMesh((), ()), P(None, ...))`).
       Callers normalize (`runtime.spmd.typed_aval`, the rules of `sharding_rules`).
+    vma: (keyword) the manual mesh axes along which the value varies inside a
+      `shard_map(..., check_vma=True)` body (JAX's varying manual axes, `{V:i}` in its
+      type; `manual_axis_type.varying`); empty outside such bodies.
   """
-  __slots__ = ("shape", "dtype", "weak_type", "_sharding", "_hash")
+  __slots__ = ("shape", "dtype", "weak_type", "_sharding", "_hash", "vma")
   array_abstraction_level = 1
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False,
-               sharding: Any = None):
+               sharding: Any = None, *, vma: frozenset = _NO_VMA):
     if isinstance(dtype, (type, str)):   # a scalar type or name, as JAX accepts: its dtype
       d = getattr(dtype, "dtype", None)
       dtype = d if isinstance(d, np.dtype) else np.dtype(dtype)
@@ -71,10 +152,11 @@ class ShapedArray:
     self.dtype = dtype
     self.weak_type = weak_type
     self._sharding = sharding
-    if sharding is None:
+    self.vma = vma
+    if sharding is None and not vma:
       self._hash = hash((shape, dtype, weak_type))
     else:
-      self._hash = hash((shape, dtype, weak_type, sharding))
+      self._hash = hash((shape, dtype, weak_type, sharding, vma))
       if not _sharding_in_types[0]:
         _enable_sharding_rules()
 
@@ -100,30 +182,41 @@ class ShapedArray:
   def __eq__(self, other):
     return (type(other) is ShapedArray and self.shape == other.shape
             and self.dtype == other.dtype and self.weak_type == other.weak_type
-            and self._sharding == other._sharding)
+            and self._sharding == other._sharding and self.vma == other.vma)
 
   def __hash__(self):
     return self._hash
 
-  def update(self, shape=None, dtype=None, weak_type=None, sharding=_keep) -> "ShapedArray":
+  @property
+  def manual_axis_type(self) -> ManualAxisType:
+    """JAX's `aval.manual_axis_type`: `ManualAxisType(varying=vma)`."""
+    return ManualAxisType(varying=self.vma)
+
+  mat = manual_axis_type
+
+  def update(self, shape=None, dtype=None, weak_type=None, sharding=_keep,
+             vma=None) -> "ShapedArray":
     """A copy with the given fields replaced. The sharding is kept unless given, or dropped
-    when the shape changes (a sharding rule gives the new one)."""
+    when the shape changes (a sharding rule gives the new one); the vma is kept unless
+    given."""
     if sharding is _keep:
       sharding = self._sharding if shape is None or shape == self.shape else None
     return ShapedArray(self.shape if shape is None else shape,
                        self.dtype if dtype is None else dtype,
-                       self.weak_type if weak_type is None else weak_type, sharding)
+                       self.weak_type if weak_type is None else weak_type, sharding,
+                       vma=self.vma if vma is None else frozenset(vma))
 
   def to_tangent_aval(self) -> "ShapedArray":
     """The aval of this aval's tangents (JAX's `to_tangent_aval`): the same shape and weak
     type, float0 for integer and bool dtypes, the dtype itself for inexact ones."""
     if dtypes.is_inexact(self.dtype):
       return self
-    return ShapedArray(self.shape, dtypes.float0, self.weak_type, self._sharding)
+    return ShapedArray(self.shape, dtypes.float0, self.weak_type, self._sharding,
+                       vma=self.vma)
 
   def strip_weak_type(self) -> "ShapedArray":
     return (self if not self.weak_type else
-            ShapedArray(self.shape, self.dtype, False, self._sharding))
+            ShapedArray(self.shape, self.dtype, False, self._sharding, vma=self.vma))
 
   def str_short(self, short_dtypes: bool = True) -> str:
     """`f32[3,4]` (`float32[3,4]` with `short_dtypes=False`); a dimension split over mesh
@@ -131,6 +224,8 @@ class ShapedArray:
     name = (dtypes.short_name(self.dtype) if short_dtypes else
             "float0" if self.dtype == dtypes.float0 else self.dtype.name)
     if self._sharding is None:
+      if self.vma:
+        return f"{name}[{','.join(map(str, self.shape))}]{vma_str(self.vma)}"
       return f"{name}[{','.join(map(str, self.shape))}]"
     dims = []
     spec = tuple(self._sharding.spec) + (None,) * (len(self.shape) - len(self._sharding.spec))
@@ -141,7 +236,7 @@ class ShapedArray:
         dims.append(f"{d}@({','.join(map(str, e))})")
       else:
         dims.append(f"{d}@{e}")
-    return f"{name}[{','.join(dims)}]"
+    return f"{name}[{','.join(dims)}]{vma_str(self.vma)}"
 
   def __repr__(self):   # JAX's: ShapedArray(float32[3], weak_type=True)
     w = ", weak_type=True" if self.weak_type else ""
@@ -1199,6 +1294,11 @@ class Primitive:
   def bind(self, *args, **params):
     __tracebackhide__ = True  # noqa: F841
     try:
+      if check_vma_state[0]:
+        if self in collective_axes:
+          args = _collective_pvary(collective_axes[self](**params), args)
+        elif len(args) > 1 and self not in no_auto_pvary:
+          args = _auto_pvary(self, args, params)
       return trace_state.trace.process_primitive(self, args, params)
     except Exception as e:   # NB: an API boundary for eager ops (zero cost until raised)
       traceback_util.filter_exception(e, note=False)
@@ -1263,11 +1363,121 @@ def _enable_sharding_rules() -> None:
 def _with_sharding_rule(prim: Primitive, rule: Callable) -> Callable:
   def abstract_eval(*avals, **params):
     for a in avals:
-      if type(a) is ShapedArray and a._sharding is not None:
-        return _sharded_abstract_eval(prim, rule, avals, params)
+      if type(a) is ShapedArray:
+        if a._sharding is not None:
+          out = _sharded_abstract_eval(prim, rule, avals, params)
+          return _vma_abstract_eval(prim, out, avals, params) if _vma_of(avals) else out
+        if a.vma:
+          return _vma_abstract_eval(prim, rule(*avals, **params), avals, params)
     return rule(*avals, **params)
   abstract_eval.rule = rule
   return abstract_eval
+
+
+# ---------------------------------------------------------------------------
+# Varying manual axes in types (JAX's vma, inside shard_map(..., check_vma=True) bodies)
+
+#: Primitives whose abstract evals give their results' vma themselves (collectives, pvary,
+#: axis_index); every other primitive's results vary along the union of its operands' vma
+#: (call-like and control-flow primitives: along their bodies' results').
+vma_own_rule: set = set()
+
+#: True while a check_vma shard_map body is traced (JAX's `config._check_vma`); a list so
+#: that `Primitive.bind` reads it cheaply.
+check_vma_state = [False]
+
+#: `pvary(x, axes)` (set by lax.parallel): marks an operand varying along more axes.
+pvary_hook: list = [None]
+
+#: Primitives that `bind` does not make operands of equal vma for (collectives, casts,
+#: call-like and control-flow primitives; registered beside them).
+no_auto_pvary: set = set()
+
+#: Collectives over manual axes: `rule(**params)` gives the axes along which each operand
+#: must vary (`bind` `pvary`s an invariant operand along them first, as JAX does).
+collective_axes: dict = {}
+
+
+@contextmanager
+def checking_vma_types(on: bool):
+  """Traces a block as a check_vma shard_map body (`on`) or as not one: n-ary primitives
+  get `pvary`'d operands and collectives their typed forms."""
+  saved = check_vma_state[0]
+  check_vma_state[0] = bool(on)
+  try:
+    yield
+  finally:
+    check_vma_state[0] = saved
+
+
+def _vma_of(avals) -> frozenset:
+  out = _NO_VMA
+  for a in avals:
+    if type(a) is ShapedArray and a.vma:
+      out = out | a.vma
+  return out
+
+
+def _has_body(params) -> bool:
+  for v in params.values():
+    if isinstance(v, (Jaxpr, ClosedJaxpr)):
+      return True
+    if isinstance(v, (tuple, list)) and v and isinstance(v[0], (Jaxpr, ClosedJaxpr)):
+      return True
+  return False
+
+
+def _vma_abstract_eval(prim: Primitive, out, avals, params):
+  """The results of `prim` typed with the union of its operands' vma (unless `prim` types
+  them itself, or follows a body)."""
+  if prim in vma_own_rule or prim in closed_calls or _has_body(params):
+    return out
+  vma = _vma_of(avals)
+  if prim.multiple_results:
+    return [o.update(vma=vma) if type(o) is ShapedArray and o.vma != vma else o
+            for o in out]
+  return out.update(vma=vma) if type(out) is ShapedArray and out.vma != vma else out
+
+
+def _collective_pvary(axes, args):
+  """`args` each `pvary`'d along those of `axes` it does not vary along yet."""
+  out = []
+  for x in args:
+    a = x.aval if isinstance(x, Tracer) else None
+    have = a.vma if type(a) is ShapedArray else _NO_VMA
+    missing = [n for n in axes if n not in have]
+    out.append(pvary_hook[0](x, order_axes(missing)) if missing else x)
+  return tuple(out)
+
+
+def _auto_pvary(prim: Primitive, args, params):
+  """`args` made to vary along the same manual axes (JAX's `auto_insert_reshard`): an
+  operand that varies along fewer axes than another is `pvary`'d along the missing ones."""
+  vmas = []
+  for x in args:
+    if isinstance(x, Tracer):
+      a = x.aval
+      vmas.append(a.vma if type(a) is ShapedArray else None)
+    else:   # a constant: invariant (tokens and other non-arrays are left alone)
+      try:
+        vmas.append(_NO_VMA if type(get_aval(x)) is ShapedArray else None)
+      except TypeError:
+        vmas.append(None)
+  union = _NO_VMA
+  for v in vmas:
+    if v:
+      union = union | v
+  if not union or all(v is None or v == union for v in vmas) or prim in closed_calls \
+      or _has_body(params):
+    return args
+  pvary = pvary_hook[0]
+  out = []
+  for x, v in zip(args, vmas):
+    if v is not None and v != union:
+      out.append(pvary(x, order_axes(union - v)))
+    else:
+      out.append(x)
+  return tuple(out)
 
 
 def _sharded_abstract_eval(prim: Primitive, rule: Callable, avals, params):

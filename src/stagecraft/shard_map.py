@@ -20,10 +20,14 @@ copy is kept. Semantics follow JAX 0.10.2's `jax.shard_map`:
   the body sees whole values and XLA's partitioner handles them. A shard_map nested in
   another's body may be manual over further axes.
 - `check_vma=True` types each value inside as invariant or varying along each manual axis
-  (JAX's "varying manual axes"; `lax.pcast(x, name, to='varying')` makes an invariant value
-  varying) and rejects, with JAX's messages, out_specs that claim replication of a varying
-  value, loops whose carries change type and cond branches of different types
-  (interpreters/mapping.py's `varying_axes` in its strict mode).
+  (JAX's "varying manual axes": `ShapedArray.vma`, printed `f32[3]{V:i}`; an argument varies
+  along the manual axes its in_spec splits; `lax.pcast(x, name, to='varying')` makes an
+  invariant value varying, and JAX's `pvary` equations are inserted where an invariant
+  operand meets a varying one, before a collective, and on results whose out_specs split
+  over axes they do not vary along; psum is `psum_invariant`), and rejects, with JAX's
+  messages, out_specs that claim replication of a varying value, loops whose carries change
+  type and cond branches of different types (the types, and interpreters/mapping.py's
+  `varying_axes` in its strict mode).
 
 The form of JAX's former `jax.experimental.shard_map.shard_map(f, mesh, in_specs, out_specs,
 check_rep=True, auto=frozenset())` keeps working (any argument after `f` given positionally,
@@ -33,9 +37,11 @@ for loops, a varying cond predicate makes results vary, all_gather's results are
 
 The primitive `shard_map` carries the per-device closed jaxpr and the mesh, specs and
 manual axes (stagecraft/lax/spmd.py); its rules are pmap's (interpreters/mapping.py's MapRules)
-generalized to several axes: psum transposes to psum, so the cotangent of a result
-replicated over manual axes is divided by their size before the transposed body, and the
-cotangent of an operand replicated over manual axes is psum'med over them. Lowering emits an
+generalized to several axes. A typed (check_vma) body transposes as JAX's (pvary^T =
+psum_invariant, psum_invariant^T = pvary); in an untyped one psum transposes to psum, so
+the cotangent of a result replicated over manual axes is divided by their size before the
+transposed body, and the cotangent of an operand replicated over manual axes is psum'med
+over them. Lowering emits an
 `sdy.manual_computation` (as JAX does) inside the program over the mesh (runtime/spmd.py).
 This module holds the user-facing function.
 """
@@ -59,7 +65,7 @@ from stagecraft.interpreters.mapping import (checking_vma, eqn_varying_axes, ord
                                              varying_axes)
 from stagecraft.numpy import asarray as _asarray
 from stagecraft.runtime import dispatch, spmd
-from stagecraft.lax.spmd import (enclosing_shard_map, local_aval, outside_shard_map,
+from stagecraft.lax.spmd import (body_vma, enclosing_shard_map, local_aval, outside_shard_map,
                                  shard_map_env, shard_map_p,
                                  split_size)
 from stagecraft.sharding import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
@@ -471,6 +477,23 @@ def _new_form(f, mesh, axis_names, in_specs, out_specs, check_vma) -> "_Mapped":
   return mapped
 
 
+def _pvary_to_specs(out_specs, out, leaves, manual, fun_name) -> list:
+  """The body's results made to vary along the manual axes their out_specs split (JAX's
+  implicit pvary of a check_vma body's results); on a spec error, `leaves` as they are
+  (the caller reports it)."""
+  try:
+    specs = _flat_specs(out_specs, out, "out_specs", fun_name, legacy=True)
+  except (ValueError, TypeError):
+    return leaves
+  res = []
+  for x, s in zip(leaves, specs):
+    a = x.aval if isinstance(x, core.Tracer) else None
+    have = a.vma if isinstance(a, ShapedArray) else frozenset()
+    missing = (_spec_names(s) & manual) - have
+    res.append(parallel.pvary(x, tuple(missing)) if missing else x)
+  return res
+
+
 class _Mapped:
   """A shard_map of `f` over a resolved mesh and manual axes, with its trace cache."""
 
@@ -491,7 +514,9 @@ class _Mapped:
     """Traces `f` on the blocks of the dynamic arguments (specs[i] None: static)."""
     mesh, manual, fun_name = self.mesh, self.manual, self.fun_name
     dyn_specs = [s for s in specs if s is not None]
-    local = [local_aval(a, s, mesh) for a, s in zip(avals, dyn_specs)]
+    typed = self.check and not self.legacy   # JAX's varying manual axes in types
+    local = [local_aval(a, s, mesh, body_vma(a, s, manual) if typed else None)
+             for a, s in zip(avals, dyn_specs)]
     store = []
 
     def flat(*xs):
@@ -501,8 +526,10 @@ class _Mapped:
       out_leaves, out_tree = flatten(out)
       check_out_leaves(out_leaves, out_tree, fun_name, "shard_map")
       store[:] = [out_tree]
+      if typed:
+        out_leaves = _pvary_to_specs(self.out_specs, out, out_leaves, manual, fun_name)
       return out_leaves
-    with shard_map_env(mesh, manual):
+    with shard_map_env(mesh, manual, typed):
       jaxpr, consts = pe.trace_to_jaxpr(flat, local)
     closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
     out_tree = store[0]
@@ -533,7 +560,7 @@ class _Mapped:
     cacheable = not any(isinstance(c, core.Tracer) for c in consts)
     return closed, consts, out_tree, tuple(o_specs), cacheable
 
-  def _runs_eagerly(self, dyn) -> bool:
+  def _runs_eagerly(self, dyn) -> bool:  # noqa: E301
     """JAX 0.10's eager shard_map: called outside any transformation, over every mesh
     axis, the body runs operation by operation on each device's values (see
     `_eager_shard_map`)."""
@@ -717,7 +744,8 @@ class ShardMapTrace(core.Trace):
         vals.append(x)
         mapped.append(False)
         vary.append(frozenset())
-    with core.set_current_trace(self.parent):
+    # NB: each device's values are untyped (the types are the tracers' `vary`).
+    with core.set_current_trace(self.parent), core.checking_vma_types(False):
       if _runs_compiled(prim, params):
         with outside_shard_map(self.outer_abstract):
           outs = _compiled_per_device(self.mesh, prim, params, vals, mapped)
@@ -769,7 +797,10 @@ class ShardMapTracer(core.Tracer):
   @property
   def aval(self) -> ShapedArray:
     a = core.get_aval(self.val)
-    return a.update(shape=a.shape[len(self._trace.names):])
+    trace = self._trace
+    # NB: typed with its varying manual axes under check_vma, as JAX's (`{V:i}`).
+    vma = self.vary if trace.check and trace.strict else None
+    return a.update(shape=a.shape[len(trace.names):], vma=vma)
 
   def to_concrete_value(self):
     """The value, where every device holds the same one (JAX's: with check_vma, a value
@@ -865,7 +896,8 @@ def _eager_shard_map(mapped: "_Mapped", in_tree, specs, leaves):
     else:
       args.append(ShardMapTracer(trace, _blocks_of(x, s, mesh), _spec_names(s)))
   try:
-    with core.set_current_trace(trace), shard_map_env(mesh, mapped.manual):
+    with core.set_current_trace(trace), shard_map_env(mesh, mapped.manual,
+                                                      mapped.check and not mapped.legacy):
       out = mapped.f(*tree_util.tree_unflatten(in_tree, args))
     out_leaves, out_tree = flatten(out)
     check_out_leaves(out_leaves, out_tree, fun_name, "shard_map")

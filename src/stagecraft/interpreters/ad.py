@@ -155,7 +155,7 @@ def folded_constant(value: Any, aval: ShapedArray) -> Any | None:
 
 def _zeros(aval: ShapedArray) -> Any:
   zero = np.zeros((), aval.dtype)[()]
-  if aval.shape == () and aval._sharding is None:
+  if aval.shape == () and aval._sharding is None and not aval.vma:
     folded = folded_constant(zero, aval)
     if folded is not None:
       return folded
@@ -168,6 +168,9 @@ def _zeros(aval: ShapedArray) -> Any:
       broadcast_dimensions=())
   if aval._sharding is not None and retype_zeros is not None:
     z = retype_zeros(z, aval._sharding)
+  if aval.vma and core.check_vma_state[0]:
+    # NB: as JAX's, a zero of a varying type is `pvary`'d to it (after the broadcast).
+    z = core.pvary_hook[0](z, core.order_axes(aval.vma))
   return z
 
 

@@ -64,17 +64,23 @@ class MapRules:
   (donation) when operands change. `psum(x, axis_names)` and `reshape(x, shape)` are the
   primitives' wrappers the derived bodies use.
 
-  Transposition: psum's transpose is psum, so the cotangent of a result replicated over some
-  axes is divided by their size before it enters the transposed body, and the cotangent of
-  an operand replicated over some axes is psum'med over them inside it."""
+  Transposition of an untyped body (`typed(params)` False): psum's transpose is psum, so the
+  cotangent of a result replicated over some axes is divided by their size before it enters
+  the transposed body, and the cotangent of an operand replicated over some axes is psum'med
+  over them inside it. A typed body (JAX's varying manual axes) sums its own cotangents."""
 
   def __init__(self, prim, in_key, out_key, *, rep, env, local_aval, global_aval,
-               replicated_over, residual_entry, batched_entry, psum, reshape, reset=()):
+               replicated_over, residual_entry, batched_entry, psum, reshape, reset=(),
+               typed=lambda params: False):
     self.prim, self.in_key, self.out_key, self.rep = prim, in_key, out_key, rep
     self.env, self.local_aval, self.global_aval = env, local_aval, global_aval
     self.replicated_over, self.residual_entry = replicated_over, residual_entry
     self.batched_entry, self.psum, self.reshape = batched_entry, psum, reshape
     self.reset = tuple(reset)
+    # typed(params): the body has varying manual axes in its types (a check_vma shard_map):
+    # its own transposes sum cotangents (pvary^T = psum_invariant, psum_invariant^T =
+    # pvary, as JAX's), so the map neither divides nor sums them at its boundary.
+    self.typed = typed
     self._jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
     self._transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
     self._dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -118,9 +124,11 @@ class MapRules:
                                      core.get_aval(a), e, params)
                      for a, e, u in zip(args, ins, undefined) if not u]
         ct_avals = [ad.tangent_aval(a) for a, nz in zip(closed.out_avals, ct_nonzeros) if nz]
-        ct_rep = [self.replicated_over(e, params)
+        typed = self.typed(params)
+        ct_rep = [((), 1) if typed else self.replicated_over(e, params)
                   for e, nz in zip(outs_e, ct_nonzeros) if nz]
-        lin_rep = [self.replicated_over(e, params)[0] for e, u in zip(ins, undefined) if u]
+        lin_rep = [() if typed else self.replicated_over(e, params)[0]
+                   for e, u in zip(ins, undefined) if u]
         nres = len(res_avals)
 
         def fun(*xs):

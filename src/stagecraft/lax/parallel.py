@@ -371,7 +371,60 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     for name in _names(axis_name):
       n *= _axis_size(name)
     return tree_util.tree_map(lambda v: v * n, x)
+  if core.check_vma_state[0] and axis_index_groups is None:
+    # NB: inside a check_vma shard_map body, JAX's typed psum: one `psum_invariant` per
+    # leaf (an operand invariant along an axis is `pvary`'d first, by `bind`).
+    axes = _names(axis_name)
+
+    def one(leaf):
+      aval = core.get_aval(leaf)
+      states = set()
+      for a in axes:
+        states.add("varying" if a in aval.vma else "invarying")
+      if len(states) > 1:   # JAX's check of the input's state along the axes
+        raise ValueError(f"jax.lax.psum can only accept axis_name which corresponds to one "
+                         f"of varying, unreduced, reduced or invarying state of the input. "
+                         f"Got input type: {aval}, axes: {axes} and input state: {states}")
+      return psum_invariant_p.bind(leaf, axes=axes)
+    return tree_util.tree_map(one, x)
   return _tree_collective(psum_p, x, axis_name, axis_index_groups)
+
+
+# ---------------------------------------------------------------------------
+# psum_invariant: psum of a varying value inside a check_vma body (the result is invariant
+# along the axes), JAX's typed psum.
+
+psum_invariant_p = core.Primitive("psum_invariant")
+
+
+def _psum_invariant_abstract_eval(x, *, axes):
+  _check_bound(axes)
+  return x.update(vma=x.vma - frozenset(axes))
+
+
+def _psum_invariant_transpose(ct, x, *, axes):
+  # NB: JAX's typed transpose: the (invariant) cotangent made varying, not summed (a typed
+  # shard_map's map rules neither divide result cotangents nor sum operand ones).
+  return pvary_p.bind(ct, axes=axes)
+
+
+def _psum_invariant_batcher(axis_data, args, dims, *, axes):
+  outs, ds = batching.axis_primitive_batchers[psum_p](axis_data, args, dims, axes=axes,
+                                                      axis_index_groups=None)
+  return outs[0], ds[0]
+
+
+def _psum_invariant_lowering(ctx, x, *, axes):
+  return _psum_lowering(ctx, x, axes=axes, axis_index_groups=None)
+
+
+psum_invariant_p.def_abstract_eval(_psum_invariant_abstract_eval)
+psum_invariant_p.def_impl(_unbound_impl("axes"))
+_psum_lowering = _reduction_lowering("stablehlo.add", "stablehlo.or")
+lowering.register_lowering(psum_invariant_p, _psum_invariant_lowering)
+batching.axis_primitive_batchers[psum_invariant_p] = _psum_invariant_batcher
+ad.deflinear(psum_invariant_p, lambda ct, x, *, axes: [_psum_invariant_transpose(ct, x,
+                                                                                 axes=axes)])
 
 
 def axis_size(axis_name: Any) -> int:
@@ -440,6 +493,8 @@ axis_index_p = core.Primitive("axis_index")
 
 def _axis_index_abstract_eval(*, axis_name):
   _axis_size(axis_name)
+  if core.check_vma_state[0]:   # varying along its axis (JAX's type)
+    return ShapedArray((), dtypes.int32, False, vma=frozenset(_names(axis_name)))
   return ShapedArray((), dtypes.int32, False)
 
 
@@ -466,12 +521,14 @@ def axis_index(axis_name: Any) -> Any:
   """
   if not isinstance(axis_name, (tuple, list)):
     return axis_index_p.bind(axis_name=axis_name)
-  idx = None
-  for name in axis_name:
-    i = axis_index_p.bind(axis_name=name)
-    idx = i if idx is None else elementwise.add(
-        elementwise.mul(idx, np.asarray(_axis_size(name), np.int32)[()]), i)
-  return idx if idx is not None else np.int32(0)
+  # NB: JAX's sequence of equations: from the last name, each index times the size of the
+  # names after it, added to a running index from 0.
+  idx, inner = np.int32(0), 1
+  for name in reversed(axis_name):
+    idx = elementwise.add(idx, elementwise.mul(axis_index_p.bind(axis_name=name),
+                                               np.asarray(inner, np.int32)[()]))
+    inner *= _axis_size(name)
+  return idx
 
 
 # ---------------------------------------------------------------------------
@@ -485,6 +542,8 @@ def _pvary_abstract_eval(x, *, axes):
     if batching.axis_size(n) is None:
       raise NameError(f"Found an unbound axis name: {n}. To fix this, please call pvary under "
                       f"`jax.shard_map`.")
+  if core.check_vma_state[0] or x.vma:
+    return x.update(vma=x.vma | frozenset(axes))
   return x
 
 
@@ -493,10 +552,13 @@ def _pvary_impl(x, *, axes):
 
 
 def _pvary_transpose(ct, x, *, axes):
-  # NB: identity, not JAX's psum: stagecraft's map rules psum the cotangent of an operand
-  # replicated over a manual axis where it enters the map (interpreters/mapping.MapRules),
-  # and transpose psum to psum, which together sum each cotangent exactly once as JAX's
-  # typed transposes (pvary^T = psum, psum^T = pvary) do.
+  # In a check_vma body (typed), JAX's transpose: psum_invariant (the cotangent summed over
+  # the axes). Elsewhere (a pcast in an untyped body) the identity: there the map rules
+  # psum the cotangent of an operand replicated over a manual axis where it enters the map
+  # (interpreters/mapping.MapRules), and psum transposes to psum, which together sum each
+  # cotangent exactly once.
+  if core.check_vma_state[0]:
+    return [psum_invariant_p.bind(ct, axes=axes)]
   return [ct]
 
 
@@ -531,6 +593,8 @@ def pvary(x: Any, axis_name: Any) -> Any:
   axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
   if not axes:
     return x
+  if all(n in core.axis_order for n in axes):   # mesh axes: in mesh order, as JAX's
+    axes = core.order_axes(axes)
   return tree_util.tree_map(lambda leaf: pvary_p.bind(leaf, axes=axes), x)
 
 
@@ -1108,3 +1172,34 @@ def pswapaxes(x: Any, axis_name: Any, axis: int, *, axis_index_groups: Any = Non
     return all_to_all_p.bind(leaf, axis_name=axis_name, split_axis=ax, concat_axis=ax,
                              axis_size=n, tiled=False)
   return tree_util.tree_map(one, x)
+
+
+# ---------------------------------------------------------------------------
+# Varying manual axes in types (check_vma shard_map bodies): each collective's results'
+# vma, and the axes along which `bind` makes its operands vary first (JAX's auto pcast).
+
+
+def _reduced_vma(prim):
+  rule = prim.abstract_eval
+
+  def abstract_eval(*avals, axes, axis_index_groups):
+    outs = rule(*avals, axes=axes, axis_index_groups=axis_index_groups)
+    gone = frozenset(axes)
+    return [o.update(vma=o.vma - gone) if o.vma & gone else o for o in outs]
+  prim.def_abstract_eval(abstract_eval)
+
+
+for _p in (psum_p, pmax_p, pmin_p):
+  _reduced_vma(_p)
+  core.no_auto_pvary.add(_p)
+for _p in (psum_p, pmax_p, pmin_p, psum_invariant_p, pvary_p, axis_index_p):
+  core.vma_own_rule.add(_p)
+core.no_auto_pvary.add(pvary_p)
+core.collective_axes[psum_invariant_p] = lambda *, axes: axes
+core.collective_axes[pmax_p] = core.collective_axes[pmin_p] = lambda *, axes, **_: axes
+for _p in (all_gather_p, ppermute_p, reduce_scatter_p, all_to_all_p):
+  core.collective_axes[_p] = lambda *, axis_name, **_: _names(axis_name)
+core.pvary_hook[0] = pvary
+mapping.replication_rules[psum_invariant_p] = (
+    lambda in_vary, *, axes: _reducing_replication(in_vary, axes=axes,
+                                                   axis_index_groups=None))

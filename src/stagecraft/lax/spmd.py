@@ -524,6 +524,7 @@ def _traced_device_put(x, s: NamedSharding):
 
 spmd.traced_device_put[0] = _traced_device_put
 sharding.late_names["reshard"] = reshard   # JAX's `jax.sharding.reshard`
+sharding.late_names["ManualAxisType"] = core.ManualAxisType   # `jax.sharding.ManualAxisType`
 
 
 # ===========================================================================
@@ -563,14 +564,25 @@ def global_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh) -> ShapedArr
   return aval.update(shape=shape, sharding=ts)
 
 
-def local_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh) -> ShapedArray:
-  """The per-device block of a global `aval` split by `spec` (dimensions divide)."""
+def local_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh,
+               vma: frozenset | None = None) -> ShapedArray:
+  """The per-device block of a global `aval` split by `spec` (dimensions divide); `vma`:
+  the manual axes it varies along inside a check_vma body (None: keep `aval`'s)."""
   return aval.update(shape=tuple(d // split_size(mesh, spec, i)
-                                 for i, d in enumerate(aval.shape)), sharding=None)
+                                 for i, d in enumerate(aval.shape)), sharding=None, vma=vma)
 
 
-def _shard_map_abstract_eval(*avals, jaxpr, mesh, out_specs, **_):
-  return [global_aval(a, s, mesh) for a, s in zip(jaxpr.out_avals, out_specs)]
+def body_vma(aval: ShapedArray, spec: PartitionSpec, manual) -> frozenset:
+  """The vma of an argument inside a check_vma shard_map body: the manual axes its spec
+  splits over, and those it varies along outside (a nested shard_map)."""
+  return aval.vma | (_spec_axes(spec) & frozenset(manual))
+
+
+def _shard_map_abstract_eval(*avals, jaxpr, mesh, out_specs, newly_manual_axes=(), **_):
+  outs = [global_aval(a, s, mesh) for a, s in zip(jaxpr.out_avals, out_specs)]
+  # NB: a result is whole along the shard_map's own manual axes; it varies along an
+  # enclosing shard_map's axes as the body's result does.
+  return [o.update(vma=o.vma - frozenset(newly_manual_axes)) if o.vma else o for o in outs]
 
 
 shard_map_p.def_abstract_eval(_shard_map_abstract_eval)
@@ -588,10 +600,12 @@ def enclosing_shard_map() -> tuple[Mesh, frozenset] | None:
 
 
 @contextlib.contextmanager
-def shard_map_env(mesh: Mesh, manual_axes):
+def shard_map_env(mesh: Mesh, manual_axes, check_vma: bool = False):
   """Binds the manual mesh axes (outermost first) for collectives in the body, and sets the
   abstract mesh in context (`get_abstract_mesh()`) to `mesh`'s with every manual axis (those
-  of enclosing shard_maps too) typed Manual, as JAX does."""
+  of enclosing shard_maps too) typed Manual, as JAX does. `check_vma`: the body is traced
+  with varying manual axes in its types (`core.checking_vma_types`)."""
+  core.register_axis_order(mesh.axis_names)
   outer = _enclosing.get()
   manual = frozenset(manual_axes)
   if outer is not None and _same_mesh(outer[0], mesh):
@@ -601,6 +615,7 @@ def shard_map_env(mesh: Mesh, manual_axes):
   try:
     with contextlib.ExitStack() as stack:
       stack.enter_context(sharding.abstract_mesh_context(abstract))
+      stack.enter_context(core.checking_vma_types(check_vma))
       for n in mesh.axis_names:
         if n in manual_axes:
           stack.enter_context(batching.extend_axis_env(n, mesh.shape[n]))
@@ -627,8 +642,36 @@ def _same_mesh(a: Mesh, b: Mesh) -> bool:
                     [d.id for d in a.devices.flat] == [d.id for d in b.devices.flat])
 
 
+_typed_bodies: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def typed_body(params) -> bool:
+  """Whether a shard_map's body has varying manual axes in its types (traced under
+  check_vma; a body in which nothing varies counts as untyped: both read the same)."""
+  if not params.get("check_vma"):
+    return False
+  closed = params["jaxpr"]
+  out = _typed_bodies.get(closed)
+  if out is None:
+    jaxpr = closed.jaxpr
+    out = _typed_bodies[closed] = (
+        any(getattr(v.aval, "vma", None) for v in jaxpr.invars) or
+        any(getattr(v.aval, "vma", None) for e in jaxpr.eqns for v in e.outvars))
+  return out
+
+
 def _shard_map_params_env(params):
-  return shard_map_env(params["mesh"], params["newly_manual_axes"])
+  return shard_map_env(params["mesh"], params["newly_manual_axes"], typed_body(params))
+
+
+def _map_local_aval(aval, spec, params):
+  vma = body_vma(aval, spec, params["newly_manual_axes"]) if typed_body(params) else None
+  return local_aval(aval, spec, params["mesh"], vma)
+
+
+def _map_global_aval(aval, spec, params):
+  out = global_aval(aval, spec, params["mesh"])
+  return out.update(vma=out.vma - frozenset(params["newly_manual_axes"])) if out.vma else out
 
 
 def _manual_names(params) -> tuple:
@@ -661,11 +704,10 @@ def _replicated_over(spec: PartitionSpec, params) -> tuple[tuple, int]:
 
 mapping.MapRules(
     shard_map_p, "in_specs", "out_specs", rep=_REP, env=_shard_map_params_env,
-    local_aval=lambda aval, spec, params: local_aval(aval, spec, params["mesh"]),
-    global_aval=lambda aval, spec, params: global_aval(aval, spec, params["mesh"]),
+    local_aval=_map_local_aval, global_aval=_map_global_aval,
     replicated_over=_replicated_over, residual_entry=_residual_spec,
     batched_entry=lambda spec: PartitionSpec(None, *spec),
-    psum=parallel.psum, reshape=reshape).register()
+    psum=parallel.psum, reshape=reshape, typed=typed_body).register()
 
 
 

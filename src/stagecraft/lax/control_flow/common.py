@@ -172,20 +172,22 @@ def check_carry_type(name: str, body_fun: Callable, in_tree,
     return
   paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(
       unflatten(in_tree, list(range(in_tree.num_leaves))))[0]]
-  diffs = []
+  diffs, fixes = [], []
   for a, b, p in zip(in_avals, out_avals, paths):
     if typematch(a, b):
       continue
-    why = [w for w, bad in (("the dtypes do not match", a.dtype != b.dtype),
-                            ("the shapes do not match", a.shape != b.shape)) if bad]
     diffs.append(f"{component(p)} has type {a.str_short(short_dtypes=False)} but the "
                  f"corresponding output carry component has type "
-                 f"{b.str_short(short_dtypes=False)}, so {', and '.join(why)}")
+                 f"{b.str_short(short_dtypes=False)}, so {join_reasons(mismatch_reasons(a, b))}")
+    extra = getattr(b, "vma", frozenset()) - getattr(a, "vma", frozenset())
+    if extra:
+      fixes.append(f"applying `jax.lax.pcast(..., {core.order_axes(extra)!r}, "
+                   f"to='varying')`, to the initial carry value corresponding to {component(p)}")
   if diffs:
     raise TypeError(
         f"{name} function carry input and carry output must have equal types, but they "
-        f"differ:\n\n{listed(diffs)}\nRevise the function so that all output types match "
-        f"the corresponding input types.")
+        f"differ:\n\n{listed(diffs)}\n{pcast_hint(fixes)}Revise the function so that all "
+        f"output types match the corresponding input types.")
 
 
 def jaxpr_forwarding(jaxpr: core.Jaxpr) -> list[int | None]:
@@ -212,8 +214,36 @@ def jaxpr_forwarding(jaxpr: core.Jaxpr) -> list[int | None]:
 
 
 def typematch(a: ShapedArray, b: ShapedArray) -> bool:
-  """Equal shapes and dtypes (weak types may differ)."""
-  return a.shape == b.shape and a.dtype == b.dtype
+  """Equal shapes, dtypes and varying manual axes (weak types may differ)."""
+  return (a.shape == b.shape and a.dtype == b.dtype
+          and getattr(a, "vma", None) == getattr(b, "vma", None))
+
+
+def mismatch_reasons(a: ShapedArray, b: ShapedArray) -> list[str]:
+  """JAX's reasons two avals differ (`aval_mismatch_extra`), in its order."""
+  return [w for w, bad in (("the dtypes do not match", a.dtype != b.dtype),
+                           ("the shapes do not match", a.shape != b.shape),
+                           ("the manual axis types do not match",
+                            getattr(a, "vma", None) != getattr(b, "vma", None))) if bad]
+
+
+def join_reasons(why: list[str]) -> str:
+  """`a`, `a, and b`, `a, b, and c` (JAX's list of mismatch reasons)."""
+  return why[0] if len(why) == 1 else ", ".join(why[:-1]) + ", and " + why[-1]
+
+
+def pcast_hint(fixes: list[str]) -> str:
+  """JAX's suggestion to pcast values to varying (`fixes`: the applications), with its
+  link, or '' for none."""
+  if not fixes:
+    return ""
+  if len(fixes) == 1:
+    msg = f"This might be fixed by {fixes[0]}.\n"
+  else:
+    msg = ("This might be fixed by:\n" + "\n".join(f"  * {d};\n" for d in fixes[:-1]) +
+           f"  * {fixes[-1]}.\n")
+  return msg + ("See https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for "
+                "more information.\n\n")
 
 
 def promote_weak(in_avals: Sequence[ShapedArray], out_avals: Sequence[ShapedArray]

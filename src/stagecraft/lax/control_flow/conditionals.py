@@ -183,21 +183,29 @@ def _check_branch_outputs(api_name: str, name1: str, name2: str, f1: Callable, f
     raise TypeError(f"{api_name} branch outputs must have the same pytree structure, but "
                     f"they differ:\n\n{where}{listed}\nRevise {name1} and/or {name2} so "
                     f"that they have the same pytree structure.")
-  diffs = []
+  diffs, fixes = [], []
   for p, x, y in zip(paths, avals1, avals2):
     if common.typematch(x, y):
       continue
-    why = [w for w, bad in (("the dtypes do not match", x.dtype != y.dtype),
-                            ("the shapes do not match", x.shape != y.shape)) if bad]
     diffs.append(f"the output of {name1}{component(p)} has type "
                  f"{x.str_short(short_dtypes=False)} but the corresponding output of {name2} "
-                 f"has type {y.str_short(short_dtypes=False)}, so {', and '.join(why)}")
+                 f"has type {y.str_short(short_dtypes=False)}, so "
+                 f"{common.join_reasons(common.mismatch_reasons(x, y))}")
+  for p, x, y in zip(paths, avals1, avals2):
+    if common.typematch(x, y) or x.vma == y.vma:
+      continue
+    # NB: JAX's suggestion, for each branch whose output varies along fewer axes than the
+    # other's; the axes it names are those the *other* output lacks (as JAX 0.10.2 prints).
+    for n, a, b in ((name1, y, x), (name2, x, y)):
+      if b.vma - a.vma:
+        fixes.append(f"applying `jax.lax.pcast(..., {core.order_axes(a.vma - b.vma)!r}, "
+                     f"to='varying')` to the output of {n}{component(p)}")
   if diffs:
     listed = (diffs[0][0].upper() + diffs[0][1:] + ".\n" if len(diffs) == 1 else
               "\n".join(f"  * {d};" for d in diffs[:-1]) + f"\n  * {diffs[-1]}.\n")
     raise TypeError(f"{api_name} branches must have equal output types but they differ.\n\n"
-                    f"{where}{listed}\nRevise {name1} and/or {name2} so that all output "
-                    f"types match.")
+                    f"{where}{listed}\n{common.pcast_hint(fixes)}Revise {name1} and/or "
+                    f"{name2} so that all output types match.")
 
 
 def _bind_branches(index: Any, funs: Sequence[Callable], names: Sequence[str],
