@@ -841,7 +841,6 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     return key_reuse.call(body_keys, "checkpoint", tree_util.tree_leaves((dyn, kwargs)), run,
                           tree_util.tree_leaves, offset=len(consts))
 
-  fun_remat._is_checkpoint = True
   return fun_remat
 
 
@@ -978,9 +977,7 @@ def saved_residuals(f: Callable, *args, **kwargs) -> list[tuple[core.ShapedArray
   """
   leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False, namespace=_NS)
   with_paths = tree_util.tree_flatten_with_path((args, kwargs))[0]
-  # NB: as JAX's, a checkpointed function's arguments are named by position (`args[0]`).
-  sig = None if getattr(f, "_is_checkpoint", False) else api_util.fun_signature(f)
-  names, _ = api_util.arg_names(sig, list(range(len(args))),
+  names, _ = api_util.arg_names(api_util.fun_signature(f), list(range(len(args))),
                                 list(kwargs), with_paths)
   fname = api_util.fun_name(f)
   avals = [api_util.abstractify(x, names[i], f) for i, x in enumerate(leaves)]
