@@ -235,7 +235,9 @@ def test_wsc_errors(mesh):
   with pytest.raises(ValueError, match="has 3 entries but the value f32\\[8,4\\] has rank 2"):
     sc.jit(lambda x: sc.lax.with_sharding_constraint(
         x, NamedSharding(mesh, P("data", None, "model"))))(x)
-  with pytest.raises(ValueError, match="size 3, which is not divisible by 2"):
+  with pytest.raises(ValueError, match=r"Sharding spec \('data',\) implies that array axis 0 is "
+                                       r"partitioned 2 times, but does not evenly divide the "
+                                       r"dimension size 3"):
     sc.jit(lambda x: sc.lax.with_sharding_constraint(
         x, NamedSharding(mesh, P("data"))))(_f32(3, 4))
   with pytest.raises(TypeError, match="expected a NamedSharding"):
@@ -277,7 +279,8 @@ def test_device_put_pytree_prefix_and_errors(mesh):
   out = sc.device_put(tree, {"a": s, "b": r})
   assert out["a"][0].sharding == s and out["a"][1].sharding == s and out["b"].sharding == r
   assert_trees_allclose(out, tree, rtol=0, atol=0, check_dtypes=True)
-  with pytest.raises(ValueError, match=r"\['b'\].*size 6, which is not divisible by 4"):
+  with pytest.raises(ValueError, match=r"array axis 0 is partitioned 4 times, but does not evenly "
+                                       r"divide the dimension size 6"):
     sc.device_put(tree, {"a": r, "b": NamedSharding(mesh, P(("data", "model")))})
   with pytest.raises(ValueError, match="tree prefix"):
     sc.device_put(tree, {"a": s})
@@ -337,7 +340,7 @@ def test_make_array_from_callback(mesh):
   _check_shards(a, s, x)
   with pytest.raises(ValueError, match=r"piece of shape \(8, 6\).*expected \(4, 6\)"):
     sc.make_array_from_callback(x.shape, s, lambda idx: x)
-  with pytest.raises(ValueError, match="not divisible"):
+  with pytest.raises(ValueError, match=r"the dimension size is 7 \(full shape: \(7, 6\)"):
     sc.make_array_from_callback((7, 6), s, lambda idx: x[idx])
 
 
@@ -527,10 +530,10 @@ def test_jit_shardings_that_do_not_fit_name_the_value(mesh):
   with pytest.raises(ValueError, match=r"jit out_shardings of output 0 with shape f32\[8,4\]: "
                                        r"the spec .* has 3 entries"):
     sc.jit(_named_f, out_shardings=three)(x)
-  with pytest.raises(ValueError, match=r"argument x of _named_f with shape float32\[3,4\]: .*size 3, "
-                                       r"which is not divisible by 2"):
+  with pytest.raises(ValueError, match=r"implies that array axis 0 is partitioned 2 times, but the "
+                                       r"dimension size is 3 \(full shape: \(3, 4\)"):
     sc.jit(_named_f, in_shardings=NamedSharding(mesh, P("data")))(_f32(3, 4))
-  with pytest.raises(ValueError, match=r"output 0 with shape f32\[3,4\]: .*not divisible"):
+  with pytest.raises(ValueError, match=r"per-dimension tiling factors: \[2, 1\] should evenly"):
     sc.jit(_named_f, out_shardings=NamedSharding(mesh, P("data")))(_f32(3, 4))
   with pytest.raises(ValueError, match=r"the sharding of argument x of _named_f with shape "
                                        r"float32\[8\]: the spec .* has 2 entries"):
@@ -780,3 +783,35 @@ def test_mesh_context_manager_is_deprecated_as_jax():
         pass
     finally:
       lib.config.update("jax_disallow_mesh_context_manager", False)
+
+
+def _indivisible_errors(lib):
+  """The messages of six layouts that do not divide a dimension (device_put, jit's
+  in/out_shardings, reshard eagerly and under jit)."""
+  m = lib.make_mesh((4,), ("b",))
+  ns = lib.sharding.NamedSharding(m, lib.P("b"))
+  x = np.ones((6, 2), np.float32)
+  calls = [lambda: lib.device_put(x, ns), lambda: lib.jit(lambda v: v, in_shardings=ns)(x),
+           lambda: lib.jit(lambda v: v, out_shardings=ns)(x),
+           lambda: lib.device_put(x.T, lib.sharding.NamedSharding(m, lib.P(None, "b")))]
+  out = []
+  for call in calls:
+    with pytest.raises(ValueError) as e:
+      call()
+    out.append((type(e.value).__name__, str(e.value).split("\n----")[0]))
+  with lib.set_mesh(m):
+    for call in (lambda: lib.reshard(x, lib.P("b")),
+                 lambda: lib.jit(lambda v: lib.reshard(v, lib.P("b")))(x)):
+      with pytest.raises(ValueError) as e:
+        call()
+      out.append((type(e.value).__name__, str(e.value).split("\n----")[0]))
+  return out
+
+
+def test_indivisible_layouts_raise_jax_errors():
+  """JAX's two texts: "Sharding spec ('b',) implies that array axis 0 is partitioned 4
+  times, but does not evenly divide ..." where a type is made (device_put, reshard), and
+  IndivisibleError's "... but the dimension size is 6 (full shape: ...)" for jit's layouts."""
+  want = _indivisible_errors(jax)
+  assert want[1][0] == "IndivisibleError"
+  assert _indivisible_errors(sc) == want

@@ -75,6 +75,11 @@ def __dir__():
   return sorted({*globals(), *late_names})
 
 
+
+class IndivisibleError(ValueError):
+  """A sharding splits a dimension over mesh axes whose size does not divide it (JAX's
+  `IndivisibleError`)."""
+
 class ShardingTypeError(Exception):
   """A program whose shardings in types do not fit (JAX's `ShardingTypeError`): e.g.
   `a + b` with `a: f32[8@x,4]` and `b: f32[8@y,4]`, or a matmul contracting a dimension
@@ -738,17 +743,18 @@ class NamedSharding(Sharding):
     """The shape of each device's piece of an array of `shape`.
 
     Raises:
-      ValueError: when a split dimension is not divisible by its mesh axes' size.
+      IndivisibleError: (a ValueError) when a split dimension is not divisible by its mesh
+        axes' size, in JAX's words.
     """
-    out = []
-    for i, d in enumerate(shape):
-      n = math.prod(self.mesh.shape[a] for a in self.spec._names(i))
+    parts = [math.prod(self.mesh.shape[a] for a in self.spec._names(i))
+             for i in range(len(shape))]
+    for i, (d, n) in enumerate(zip(shape, parts)):
       if d % n:
-        raise ValueError(f"NamedSharding {self.spec}: dimension {i} of shape {tuple(shape)} "
-                         f"has size {d}, which is not divisible by {n}, the size of the mesh "
-                         f"axes {self.spec._names(i)} it is split over.")
-      out.append(d // n)
-    return tuple(out)
+        raise IndivisibleError(
+            f"Sharding {self!r} implies that array axis {i} is partitioned {n} times, but "
+            f"the dimension size is {d} (full shape: {tuple(shape)}, per-dimension tiling "
+            f"factors: {parts} should evenly divide the shape)")
+    return tuple(d // n for d, n in zip(shape, parts))
 
   def devices_indices_map(self, shape: Sequence[int]) -> dict:
     """{device: tuple of slices} giving each device's piece of an array of `shape`."""

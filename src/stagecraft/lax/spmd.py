@@ -384,7 +384,7 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
       outs.append(leaf)
       continue
     aval = core.get_aval(leaf)
-    check_spec_fits(s, aval, f"with_sharding_constraint at {path or 'the value'}")
+    check_spec_fits(s, aval, f"with_sharding_constraint at {path or 'the value'}", typed=True)
     if s.mesh.are_all_axes_explicit and isinstance(leaf, core.Tracer):
       want = sharding.type_sharding(s, aval.ndim)
       if aval._sharding is not None and want != aval._sharding:
@@ -502,7 +502,7 @@ def reshard(xs: Any, out_shardings: Any) -> Any:
       outs.append(leaf)
       continue
     aval = core.get_aval(leaf)
-    check_spec_fits(s, aval, "reshard")
+    check_spec_fits(s, aval, "reshard", typed=True)
     if not isinstance(leaf, core.Tracer):
       # NB: as JAX's, the result's spec has one entry per dimension
       entries = sharding.spec_entries(NamedSharding(s.mesh, s.spec), aval.ndim)

@@ -737,17 +737,29 @@ def from_type(aval: Any, mesh: Mesh) -> NamedSharding | None:
 traced_device_put: list[Callable[[Any, NamedSharding], Any] | None] = [None]
 
 
-def check_spec_fits(s: NamedSharding, aval: ShapedArray, where: str):
-  """Raises ValueError naming `where` when `s`'s spec is longer than `aval`'s rank or a
-  dimension is not divisible by its mesh axes."""
+def check_spec_fits(s: NamedSharding, aval: ShapedArray, where: str, *, typed: bool = False):
+  """Raises ValueError naming `where` when `s`'s spec is longer than `aval`'s rank; for a
+  dimension not divisible by its mesh axes, JAX's errors: with `typed` (a type is being
+  made: device_put, reshard, with_sharding_constraint) "Sharding spec ('b',) implies that
+  array axis 0 is partitioned 4 times, but does not evenly divide ..."; otherwise (jit's
+  in/out_shardings) the `IndivisibleError` of `NamedSharding.shard_shape`."""
   if len(s.spec) > len(aval.shape):
     raise ValueError(f"{where}: the spec {s.spec} has {len(s.spec)} entries but the value "
                      f"{aval.str_short()} has rank {len(aval.shape)}; give at most one entry "
                      f"per dimension.")
-  try:
+  if not typed:
     s.shard_shape(aval.shape)   # raises for a dimension its axes do not divide
-  except ValueError as e:
-    raise ValueError(f"{where}: {e}") from None
+    return
+  for dim, d in enumerate(aval.shape):
+    names = s.spec._names(dim)
+    size = math.prod(s.mesh.shape[a] for a in names)
+    if d % size:
+      full = PartitionSpec(*s.spec, *([None] * (len(aval.shape) - len(s.spec))))
+      abstract = NamedSharding(s.mesh.abstract_mesh, full)
+      raise ValueError(
+          f"Sharding spec {tuple(names)} implies that array axis {dim} is partitioned "
+          f"{size} times, but does not evenly divide the dimension size {d}. Got shape: "
+          f"{tuple(aval.shape)} and sharding {abstract!r}")
 
 
 def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
@@ -758,7 +770,7 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
     ValueError: a dimension not divisible by its mesh axes, or a spec longer than the rank.
   """
   aval = x.aval if type(x) is Array or isinstance(x, core.Tracer) else core.get_aval(x)
-  check_spec_fits(sharding, aval, "device_put")
+  check_spec_fits(sharding, aval, "device_put", typed=True)
   if isinstance(x, core.Tracer):
     return traced_device_put[0](x, sharding)
   s = intern_sharding(sharding)
@@ -991,6 +1003,8 @@ def device_put(x: Any, device=None) -> Any:
       try:
         out.append(device_put_sharded(leaf, s))
       except (TypeError, ValueError) as e:
+        if str(e).startswith("Sharding spec "):   # JAX's words, which name no leaf
+          raise
         msg = str(e).removeprefix("device_put: ")
         raise type(e)(f"device_put: the leaf at {tree_util.keystr(path) or 'the root'}: "
                       f"{msg}") from None
