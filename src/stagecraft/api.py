@@ -1384,4 +1384,4 @@ def new_ref(init_val: Any, *, memory_space: Any = None, kind: str | None = None)
                               f"not supported by stagecraft")
   trace = core.current_trace()
   local = None if type(trace) is core.EvalTrace else trace
-  return Ref(jnp.array(init_val), local)
+  return Ref(jnp.array(init_val), local, owned=local is None)

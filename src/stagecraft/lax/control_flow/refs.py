@@ -167,12 +167,17 @@ class Ref:
   Attributes:
     shape, dtype, ndim, size: those of the referenced array.
   """
-  __slots__ = ("_value", "_frozen", "_trace", "__weakref__")
+  __slots__ = ("_value", "_frozen", "_trace", "_owned", "_nowrite", "__weakref__")
 
-  def __init__(self, value: Any, trace: Any = None):
+  def __init__(self, value: Any, trace: Any = None, owned: bool = False):
     self._value = value
     self._frozen = False
     self._trace = trace    # the trace a local ref belongs to; None for an eager ref
+    # An eager ref's buffer is held by nothing else (True): a jitted call writing the ref
+    # may donate it, so the new value reuses it in place (JAX writes refs in place).
+    self._owned = owned
+    # An error (type, message) that a write into this ref raises (vmap's unbatched refs).
+    self._nowrite = None
 
   shape = property(lambda self: self._value.shape)
   dtype = property(lambda self: self._value.dtype)
@@ -199,7 +204,10 @@ class Ref:
           "Call the function under `jit` (which "
           "makes the ref an input and an output of the compiled program), pass `ref[...]` "
           "to it as an argument, or make the ref inside the function with `new_ref`.")
-    return self._value if idx is Ellipsis else self._value[idx]
+    if idx is Ellipsis:
+      self._owned = False   # the value escapes: it may no longer be donated
+      return self._value
+    return self._value[idx]
 
   def __setitem__(self, idx: Any, value: Any) -> None:
     self._check()
@@ -240,7 +248,25 @@ class Ref:
     if not isinstance(value, (core.Tracer, Array)):   # a Python scalar is weakly typed
       new = lax_elementwise.convert_element_type(value, value.dtype, weak_type=weak)
     # NB: as JAX's, a whole write keeps the value's weak type.
+    if self._trace is None:   # (a ref being traced keeps its eager state for after)
+      self._owned = idx is not Ellipsis
     self._value = new if idx is Ellipsis else self._value.at[idx].set(new)
+
+  def unsafe_buffer_pointer(self) -> int:
+    """The device address of the buffer holding the ref's value (JAX's
+    `Ref.unsafe_buffer_pointer`). A jitted function writing the ref reuses its buffer
+    (the buffer is donated and the new value aliases it), so the address stays the same
+    across such writes unless the value escaped (`ref[...]` read eagerly, or a whole array
+    written into it).
+
+    Raises:
+      ValueError: for a frozen ref; RuntimeError: for a ref local to a trace (its value is
+        not an Array).
+    """
+    self._check()
+    if not isinstance(self._value, Array):
+      raise RuntimeError("unsafe_buffer_pointer() needs an eager Ref (its value is traced)")
+    return self._value.unsafe_buffer_pointer()
 
   def __len__(self):
     return len(self._value)
@@ -248,7 +274,14 @@ class Ref:
   def __repr__(self):
     if isinstance(self._value, core.Tracer):
       return _aval(self).str_short()
-    return "Ref(" + repr(self._value).partition("(")[2]
+    v = self._value
+    cached = getattr(v, "_npy", True) is not None
+    text = "Ref(" + repr(v).partition("(")[2]
+    if not cached:
+      # NB: drop the host view printing made: a buffer viewed from the host cannot be
+      # donated, and the ref's next jitted write donates it (`_owned`).
+      v._npy = None
+    return text
 
 
 def _indexed_shape(shape: tuple, idx: Any) -> tuple | None:
@@ -280,11 +313,12 @@ def freeze(ref: Ref) -> Any:
   return value
 
 
-def write_back(refs: Sequence[Ref], values: Sequence[Any]) -> None:
-  """Writes the final values of a jitted call's (or a loop's) refs back into them."""
+def write_back(refs: Sequence[Ref], values: Sequence[Any], owned: bool = False) -> None:
+  """Writes the final values of a jitted call's (or a loop's) refs back into them; `owned`:
+  the values are new buffers held by nothing else (see `Ref._owned`)."""
   for r, v in zip(refs, values):
     if r._trace is None and not isinstance(v, core.Tracer):
-      r._value = v
+      r._value, r._owned = v, owned
     else:
       r[...] = v
 
@@ -327,12 +361,17 @@ def discharged(fun: Callable, refs: Sequence[Ref], written: list[bool] | None = 
   return wrapped
 
 
-def carried_values(refs: Sequence[Ref]) -> list:
+def carried_values(refs: Sequence[Ref], escape: bool = True) -> list:
   """The refs' current values, strongly typed (a loop's carry keeps its avals; a write may
-  make a weakly typed ref's value strong)."""
+  make a weakly typed ref's value strong). `escape=False`: an eager ref's value is read
+  without marking it escaped (the caller donates it or does not keep it)."""
   out = []
   for r in refs:
-    v = r[...]
+    if escape:
+      v = r[...]
+    else:
+      r._check()
+      v = r._value
     out.append(lax_elementwise.convert_element_type(v, v.dtype)
                if core.get_aval(v).weak_type else v)
   return out
