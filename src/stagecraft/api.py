@@ -965,6 +965,14 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
                        f"corresponding to the positional arguments passed to the function, "
                        f"but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
     leaves, in_tree, axes, paths = flat_mapped_args("in_axes", in_axes, args, kwargs)
+    # Refs passed in are discharged at the vmap boundary: the function sees a new ref
+    # holding the (batched) value, whose final value is written back after (state.py).
+    ref_pos = [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
+    refs = [leaves[i] for i in ref_pos]
+    if ref_pos:
+      leaves = list(leaves)
+      for i in ref_pos:
+        leaves[i] = leaves[i][...]
     dims, size = mapped_axes("vmap", leaves, axes, paths, axis_size,
                               "vmap must have at least one non-None value in in_axes")
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
@@ -973,17 +981,35 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     check_keys = key_reuse.enabled()
 
     def flat(*xs):
+      xs = list(xs)
+      proxies = []
+      for i in ref_pos:
+        proxies.append(Ref(xs[i], core.current_trace()))
+        if dims[i] is None:
+          proxies[-1]._nowrite = (f"performing a set/swap operation with vmapped value on an "
+                                  f"unbatched array reference of type "
+                                  f"{proxies[-1].aval}. Move the array reference to be an "
+                                  f"argument to the vmapped function?")
+        xs[i] = proxies[-1]
       a, kw = tree_util.tree_unflatten(in_tree, xs)
       if check_keys:   # the body's keys are the arguments' (JAX's batched keys)
         key_reuse.share(tree_util.tree_leaves((args, kwargs)), tree_util.tree_leaves((a, kw)))
       out = fun(*a, **kw)
       out_leaves, out_tree = flatten(out)
       check_out_leaves(out_leaves, out_tree, name, "vmap")
-      store[:] = [out, out_tree]
-      return out_leaves
+      written = [k for k, (p, i) in enumerate(zip(proxies, ref_pos)) if p._value is not xs[i]]
+      store[:] = [out, out_tree, written]
+      return [*out_leaves, *[proxies[k]._value for k in written]]
 
     outs, out_dims = batching.batch_flat(flat, leaves, dims, axis_data)
-    out, out_tree = store
+    out, out_tree, written = store
+    if ref_pos:
+      n = len(outs) - len(written)
+      # NB: a ref whose in_axes is None cannot be written (`_nowrite`): those written are
+      # batched, and their final values go back with the batch axis where it came from.
+      for k, o, d in zip(written, outs[n:], out_dims[n:]):
+        refs[k][...] = batching.matchaxis(o, d, dims[ref_pos[k]], size)
+      outs, out_dims = outs[:n], out_dims[:n]
     o_axes = flatten_axes("out_axes", out_axes, out, out_tree)
     results = []
     for o, d, ax in zip(outs, out_dims, o_axes):

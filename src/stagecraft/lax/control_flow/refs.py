@@ -23,7 +23,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
-from stagecraft.interpreters import ad, partial_eval as pe
+from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.lax import elementwise as lax_elementwise
 from stagecraft.runtime.array import Array
 
@@ -212,6 +212,10 @@ class Ref:
   def __setitem__(self, idx: Any, value: Any) -> None:
     self._check()
     tracers = [v for v in tree_util.tree_leaves(value) if isinstance(v, core.Tracer)]
+    if self._nowrite is not None:
+      raise Exception(self._nowrite)   # noqa: TRY002 (JAX raises a bare Exception)
+    if self._trace is None or core.current_trace() is not self._trace:
+      _check_transformed_write(self, tracers)
     if self._trace is None:
       if tracers or _staging(core.current_trace()):
         raise NotImplementedError(
@@ -282,6 +286,27 @@ class Ref:
       # donated, and the ref's next jitted write donates it (`_owned`).
       v._npy = None
     return text
+
+
+def _check_transformed_write(ref: Ref, tracers: Sequence[Any]) -> None:
+  """Raises JAX's errors for a write into `ref` from inside a transformation that did not
+  take it as an argument: a `vmap` (any write, as JAX's), or a differentiation writing a
+  value it differentiates."""
+  level = -1 if ref._trace is None else ref._trace._level
+  trace = core.current_trace()
+  while trace is not None and trace._level > level:
+    if isinstance(trace, batching.BatchTrace):
+      raise Exception(   # noqa: TRY002 (JAX raises a bare Exception)
+          f"performing a set/swap operation with vmapped value on an unbatched array "
+          f"reference of type {ref.aval}. Move the array reference to be an argument to the "
+          f"vmapped function?")
+    if (isinstance(trace, (ad.JVPTrace, ad.PartialEvalTrace))
+        and any(t._trace is trace for t in tracers)):
+      raise Exception(   # noqa: TRY002
+          f"performing a set/swap operation with a differentiated value on a "
+          f"non-differentiated array reference of type {ref.aval}. Move the array reference "
+          f"to be an argument of the differentiated function?")
+    trace = getattr(trace, "parent", None)
 
 
 def _indexed_shape(shape: tuple, idx: Any) -> tuple | None:
