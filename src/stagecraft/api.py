@@ -26,7 +26,7 @@ from stagecraft.lax.spmd import pmap_executable, xla_pmap_p
 from stagecraft.pjit import jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
-from stagecraft.state import AbstractRef, Ref, freeze
+from stagecraft.state import AbstractRef, Ref, freeze, write_back
 from stagecraft.tree_util import treedef_str
 
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
@@ -305,6 +305,10 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
   """
   if reduce_axes:
     raise NotImplementedError("reduce_axes argument to vjp is deprecated")
+  leaves, tree = flatten(tuple(primals))
+  ref_pos = [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
+  if ref_pos:
+    return _vjp_of_refs(fun, leaves, tree, ref_pos, has_aux)
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
    aux_tree) = _linearize(fun, primals, has_aux)
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
@@ -327,12 +331,43 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
   return primals_out, vjp_fn
 
 
+def _vjp_of_refs(fun: Callable, leaves: list, tree, ref_pos: list[int], has_aux: bool):
+  """`vjp` at primals some of whose leaves (at `ref_pos`) are Refs, as JAX 0.10.2 does it:
+  the forward pass runs on the refs' values, each seen by `fun` as a new ref (its writes
+  are written back into the ref after), and the backward function raises JAX's
+  ValueError, a ref's cotangent being expected to be a ref."""
+  refs = [leaves[i] for i in ref_pos]
+  values = list(leaves)
+  for i in ref_pos:
+    values[i] = leaves[i][...]
+  written: list = []
+
+  def fun_in(*primals):
+    flat = list(flatten(primals)[0])
+    ins = [flat[i] for i in ref_pos]
+    proxies = [Ref(v, core.current_trace()) for v in ins]
+    for i, p in zip(ref_pos, proxies):
+      flat[i] = p
+    out = fun(*tree_util.tree_unflatten(tree, flat))
+    written[:] = [k for k, (p, v) in enumerate(zip(proxies, ins)) if p._value is not v]
+    finals = [proxies[k]._value for k in written]
+    return (out[0], (out[1], finals)) if has_aux else (out, (None, finals))
+
+  primals_out, vjp_fn, (aux, finals) = vjp(fun_in, *tree_util.tree_unflatten(tree, values),
+                                           has_aux=True)
+  write_back([refs[k] for k in written], finals)
+  aval = core.get_aval(values[ref_pos[0]])
+  vjp_fn._pullback.ref_error = (f"Expected cotangent type {AbstractRef(aval)} but got "
+                                f"{ad.tangent_aval(aval).str_short(short_dtypes=False)}")
+  return (primals_out, vjp_fn, aux) if has_aux else (primals_out, vjp_fn)
+
+
 class _Pullback:
   """What a VJP needs besides its residuals: the linear jaxpr (residuals, then tangents ->
   the nonzero output tangents), the output and input trees and the output tangent avals.
   Static (the pytree aux data of a VJP), compared by identity."""
   __slots__ = ("name", "src_info", "lin", "out_tree", "n_out", "in_tree", "out_avals",
-               "primal_out_avals", "nonzero_outs")
+               "primal_out_avals", "nonzero_outs", "ref_error")
 
   def __init__(self, fun, lin, out_tree, n_out, in_tree, primal_out_avals, nonzero_outs):
     self.name, self.src_info = fun_name(fun), fun_source_info(fun)
@@ -340,6 +375,7 @@ class _Pullback:
     self.in_tree, self.primal_out_avals = in_tree, primal_out_avals
     self.out_avals = [ad.tangent_aval(a) for a in primal_out_avals]
     self.nonzero_outs = nonzero_outs
+    self.ref_error = None   # JAX's error for refs among the primals, raised when called
 
   def __call__(self, residuals, cotangents, wanted=None):
     ct_leaves, ct_tree = flatten(cotangents)
@@ -361,6 +397,8 @@ class _Pullback:
             f"{got.str_short(short_dtypes=False)}, but expected "
             f"{want.str_short(short_dtypes=False)} because the corresponding output of the "
             f"differentiated function had JAX type {primal.str_short(short_dtypes=False)}")
+    if self.ref_error is not None:
+      raise ValueError(self.ref_error)
     cts = [ct_leaves[i] if i < self.n_out else ad.Zero(self.out_avals[i])
            for i in self.nonzero_outs]
     n_res = len(residuals)
@@ -477,7 +515,7 @@ def _vjp_with_refs(vjp_fn: VJP, dests: tuple, cotangents):
       if ct.dtype != cur.dtype:
         raise ValueError(f"Invalid dtype for `addupdate`. Ref dtype: {dest.dtype}. Value "
                          f"shape: {ct.dtype}. ")
-      dest[...] = cur + ct
+      dest._set(Ellipsis, cur + ct, keep_weak=True)   # (JAX's addupdate)
       out.append(GradRef())
     else:
       out.append(ct)

@@ -167,10 +167,11 @@ class Ref:
   Attributes:
     shape, dtype, ndim, size: those of the referenced array.
   """
-  __slots__ = ("_value", "_frozen", "_trace", "_owned", "_nowrite", "__weakref__")
+  __slots__ = ("_value", "_frozen", "_trace", "_owned", "_nowrite", "_weak", "__weakref__")
 
   def __init__(self, value: Any, trace: Any = None, owned: bool = False):
     self._value = value
+    self._weak = core.get_aval(value).weak_type   # its type's (JAX's Ref aval is fixed)
     self._frozen = False
     self._trace = trace    # the trace a local ref belongs to; None for an eager ref
     # An eager ref's buffer is held by nothing else (True): a jitted call writing the ref
@@ -210,6 +211,11 @@ class Ref:
     return self._value[idx]
 
   def __setitem__(self, idx: Any, value: Any) -> None:
+    self._set(idx, value)
+
+  def _set(self, idx: Any, value: Any, keep_weak: bool = False) -> None:
+    """`self[idx] = value`; `keep_weak`: an eager ref keeps a weakly typed value weak (as
+    JAX's `addupdate`; a write (JAX's `swap`) stores it strongly typed)."""
     self._check()
     tracers = [v for v in tree_util.tree_leaves(value) if isinstance(v, core.Tracer)]
     if self._nowrite is not None:
@@ -251,10 +257,17 @@ class Ref:
     new = value
     if not isinstance(value, (core.Tracer, Array)):   # a Python scalar is weakly typed
       new = lax_elementwise.convert_element_type(value, value.dtype, weak_type=weak)
-    # NB: as JAX's, a whole write keeps the value's weak type.
+    # NB: as JAX's `swap`, a weakly typed value is stored strongly typed (unless
+    # `keep_weak`: JAX's `addupdate`).
+    if not keep_weak and core.get_aval(new).weak_type:
+      new = lax_elementwise.convert_element_type(new, new.dtype)
     if self._trace is None:   # (a ref being traced keeps its eager state for after)
       self._owned = idx is not Ellipsis
-    self._value = new if idx is Ellipsis else self._value.at[idx].set(new)
+    if idx is not Ellipsis:
+      new = self._value.at[idx].set(new)
+      if not keep_weak and core.get_aval(new).weak_type:
+        new = lax_elementwise.convert_element_type(new, new.dtype)
+    self._value = new
 
   def unsafe_buffer_pointer(self) -> int:
     """The device address of the buffer holding the ref's value (JAX's
@@ -436,4 +449,11 @@ def with_refs(run: Callable) -> Any:
     break
   write_back([r for r, w in zip(refs, written) if w],
              [f for f, w in zip(finals, written) if w])
+  # NB: as JAX's discharged loops, which carry each ref they use with its type (the weak
+  # type of its initial value): after the loop a ref made weakly typed holds a weak value.
+  for r in refs:
+    if r._weak and not core.get_aval(r._value).weak_type:
+      v = r._value
+      r._set(Ellipsis, lax_elementwise.convert_element_type(v, v.dtype, weak_type=True),
+             keep_weak=True)
   return out
