@@ -244,12 +244,29 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
                     f"structure; primals have tree structure {treedef_str(p_tree)} whereas "
                     f"tangents have tree structure {treedef_str(t_tree)}.")
   paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(tuple(primals))[0]]
+  ref_pos = [i for i, p in enumerate(p_leaves) if isinstance(p, Ref)]
+  refs = [(p_leaves[i], t_leaves[i]) for i in ref_pos]
+  if ref_pos:   # the refs' values go in; see `_jvp_ref_proxies`
+    p_leaves, t_leaves = list(p_leaves), list(t_leaves)
+    for i in ref_pos:
+      p_leaves[i] = p_leaves[i][...]
+      if isinstance(t_leaves[i], Ref):
+        t_leaves[i] = t_leaves[i][...]
   for p, t, path in zip(p_leaves, t_leaves, paths):
     _check_tangent(p, t, path)
   store: list = []
   flat = _flat_fun(fun, p_tree, has_aux, store)
+  written: list = []
+  if ref_pos:
+    flat = _jvp_ref_proxies(flat, ref_pos, refs, written)
   t_in = [ad.Zero.from_value(p) if _is_float0(t) else t for p, t in zip(p_leaves, t_leaves)]
   p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in)
+  if written:   # the refs' final values: the primal's into the ref, the tangent's into its
+    n = len(p_out) - len(written)
+    for k, p, t in zip(written, p_out[n:], t_out[n:]):
+      write_back([refs[k][0]], [p])
+      write_back([refs[k][1]], [ad.instantiate_zeros(t)])
+    p_out, t_out = p_out[:n], t_out[:n]
   out_tree, n_out, aux_tree = store
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
   tangents_out = tree_util.tree_unflatten(out_tree, [_out_tangent(t, p) for t, p in
@@ -257,6 +274,32 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   if has_aux:
     return primals_out, tangents_out, aux_tree.unflatten(p_out[n_out:])
   return primals_out, tangents_out
+
+
+def _jvp_ref_proxies(flat: Callable, ref_pos: list[int], refs: list, written: list
+                     ) -> Callable:
+  """`flat` (of a `jvp`) seeing a new ref at each of `ref_pos`, holding the value of the
+  ref passed there (a JVP tracer), as JAX's jvp of a function of refs: the final values of
+  the refs written are extra outputs (their positions among the refs left in `written`).
+  A ref whose tangent is not a ref cannot be read or written (JAX 0.10.2's errors)."""
+  def wrapped(*xs):
+    xs = list(xs)
+    ins = [xs[i] for i in ref_pos]
+    proxies = []
+    for i, (_, t) in zip(ref_pos, refs):
+      p = xs[i] = Ref(xs[i], core.current_trace())
+      if not isinstance(t, Ref):
+        a = core.get_aval(t)
+        p._noread = (ValueError, f"`get` must be called on `Ref` types: "
+                                 f"{'~' * a.weak_type}{a.str_short(short_dtypes=False)}.")
+        p._nowrite = (AttributeError, f"'{type(t).__name__}' object has no attribute 'aval'"
+                      if dtypes.is_python_scalar(t) else
+                      "'ShapedArray' object has no attribute 'kind'")
+      proxies.append(p)
+    outs = flat(*xs)
+    written[:] = [k for k, (p, v) in enumerate(zip(proxies, ins)) if p._value is not v]
+    return [*outs, *[proxies[k]._value for k in written]]
+  return wrapped
 
 
 @api_boundary
@@ -1024,7 +1067,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       for i in ref_pos:
         proxies.append(Ref(xs[i], core.current_trace()))
         if dims[i] is None:
-          proxies[-1]._nowrite = (f"performing a set/swap operation with vmapped value on an "
+          proxies[-1]._nowrite = (Exception, f"performing a set/swap operation with vmapped value on an "
                                   f"unbatched array reference of type "
                                   f"{proxies[-1].aval}. Move the array reference to be an "
                                   f"argument to the vmapped function?")

@@ -167,7 +167,8 @@ class Ref:
   Attributes:
     shape, dtype, ndim, size: those of the referenced array.
   """
-  __slots__ = ("_value", "_frozen", "_trace", "_owned", "_nowrite", "_weak", "__weakref__")
+  __slots__ = ("_value", "_frozen", "_trace", "_owned", "_nowrite", "_noread", "_weak",
+               "__weakref__")
 
   def __init__(self, value: Any, trace: Any = None, owned: bool = False):
     self._value = value
@@ -177,8 +178,9 @@ class Ref:
     # An eager ref's buffer is held by nothing else (True): a jitted call writing the ref
     # may donate it, so the new value reuses it in place (JAX writes refs in place).
     self._owned = owned
-    # An error (type, message) that a write into this ref raises (vmap's unbatched refs).
-    self._nowrite = None
+    # The error (type, message) that a write into (a read of) this ref raises: vmap's
+    # unbatched refs, jvp's refs without a ref tangent.
+    self._nowrite = self._noread = None
 
   shape = property(lambda self: self._value.shape)
   dtype = property(lambda self: self._value.dtype)
@@ -198,6 +200,8 @@ class Ref:
 
   def __getitem__(self, idx: Any) -> Any:
     self._check()
+    if self._noread is not None:
+      raise self._noread[0](self._noread[1])
     if self._trace is None and _staging(core.current_trace()):
       raise NotImplementedError(
           "Reading a Ref made outside a staged function (make_jaxpr) inside it is not "
@@ -219,7 +223,7 @@ class Ref:
     self._check()
     tracers = [v for v in tree_util.tree_leaves(value) if isinstance(v, core.Tracer)]
     if self._nowrite is not None:
-      raise Exception(self._nowrite)   # noqa: TRY002 (JAX raises a bare Exception)
+      raise self._nowrite[0](self._nowrite[1])
     if self._trace is None or core.current_trace() is not self._trace:
       _check_transformed_write(self, tracers)
     if self._trace is None:
