@@ -294,7 +294,7 @@ def _jvp_ref_proxies(flat: Callable, ref_pos: list[int], refs: list, written: li
                                  f"{'~' * a.weak_type}{a.str_short(short_dtypes=False)}.")
         p._nowrite = (AttributeError, f"'{type(t).__name__}' object has no attribute 'aval'"
                       if dtypes.is_python_scalar(t) else
-                      "'ShapedArray' object has no attribute 'kind'")
+                      "'ShapedArray' object has no attribute 'kind'", refs[len(proxies)][0])
       proxies.append(p)
     outs = flat(*xs)
     written[:] = [k for k, (p, v) in enumerate(zip(proxies, ins)) if p._value is not v]

@@ -154,7 +154,7 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
 
   def fn(x: ArrayLike, y: ArrayLike, /):
     if type(x) is Ref or type(y) is Ref:
-      check_arraylike(name, x, y)
+      check_arraylike(name, x, y, jitted=False)
     if (prim is not None and type(x) is Array and type(y) is Array
         and (x.aval is y.aval or x.aval == y.aval)
         and core.trace_state.trace is core.eval_trace

@@ -180,7 +180,7 @@ def is_arraylike(x) -> bool:
 
 
 def check_arraylike(fun_name: str, *args: Any, emit_warning: bool = False,
-                    stacklevel: int = 3) -> None:
+                    stacklevel: int = 3, jitted: bool = True) -> None:
   """Checks that every one of `args` is an array or a scalar (`is_arraylike`), as the NumPy
   and SciPy functions of JAX do before converting their arguments.
 
@@ -198,9 +198,13 @@ def check_arraylike(fun_name: str, *args: Any, emit_warning: bool = False,
   for pos, arg in enumerate(args):
     if is_arraylike(arg):
       continue
-    # NB: JAX's NumPy functions, jitted, see a Ref passed to them as a tracer of a ref
-    # type: its message names JAX's tracer class, as here.
-    got = _JAX_REF_TRACER if isinstance(arg, Ref) else type(arg)
+    # NB: JAX's jitted NumPy functions (`jitted`; the binary ufuncs check their arguments
+    # before their jit) see a Ref passed to them eagerly as a tracer of a ref type; inside a
+    # jit it is one for all of them. The message names JAX's class, as here.
+    got = type(arg)
+    if isinstance(arg, Ref):
+      got = (_JAX_REF_TRACER if jitted or core.current_trace() is not core.eval_trace
+             else "<class 'jax._src.core.Ref'>")
     msg = f"{fun_name} requires ndarray or scalar arguments, got {got} at position {pos}."
     if emit_warning:
       warnings.warn(msg + " In a future JAX release this will be an error.",

@@ -223,9 +223,21 @@ class Ref:
     self._check()
     tracers = [v for v in tree_util.tree_leaves(value) if isinstance(v, core.Tracer)]
     if self._nowrite is not None:
+      if len(self._nowrite) > 2:   # JAX's jvp writes the primal into the ref, then fails
+        primal = tree_util.tree_map(lambda t: t.primal if type(t) is ad.JVPTracer else t,
+                                    value)
+        if not any(isinstance(x, core.Tracer) for x in tree_util.tree_leaves(primal)):
+          with core.set_current_trace(core.eval_trace):
+            self._nowrite[2]._set(idx, primal)
       raise self._nowrite[0](self._nowrite[1])
     if self._trace is None or core.current_trace() is not self._trace:
-      _check_transformed_write(self, tracers)
+      _check_transformed_write(self, tracers, idx, value)
+    if (self._trace is not None and core.current_trace() is not self._trace
+        and all(t._trace._level <= self._trace._level for t in tracers)):
+      # a value of the ref's trace written from a nested (differentiating) trace: written
+      # in the ref's trace
+      with core.set_current_trace(self._trace):
+        return self._set(idx, value, keep_weak)
     if self._trace is None:
       if tracers or _staging(core.current_trace()):
         raise NotImplementedError(
@@ -262,7 +274,10 @@ class Ref:
     if not isinstance(value, (core.Tracer, Array)):   # a Python scalar is weakly typed
       new = lax_elementwise.convert_element_type(value, value.dtype, weak_type=weak)
     # NB: as JAX's `swap`, a weakly typed value is stored strongly typed (unless
-    # `keep_weak`: JAX's `addupdate`).
+    # `keep_weak`: JAX's `addupdate`; or the value is differentiated, as by JAX's JVP of
+    # `swap`).
+    keep_weak = keep_weak or type(new) is ad.JVPTracer or isinstance(
+        getattr(new, "_trace", None), ad.PartialEvalTrace)
     if not keep_weak and core.get_aval(new).weak_type:
       new = lax_elementwise.convert_element_type(new, new.dtype)
     if self._trace is None:   # (a ref being traced keeps its eager state for after)
@@ -305,10 +320,11 @@ class Ref:
     return text
 
 
-def _check_transformed_write(ref: Ref, tracers: Sequence[Any]) -> None:
-  """Raises JAX's errors for a write into `ref` from inside a transformation that did not
-  take it as an argument: a `vmap` (any write, as JAX's), or a differentiation writing a
-  value it differentiates."""
+def _check_transformed_write(ref: Ref, tracers: Sequence[Any], idx: Any, value: Any) -> None:
+  """Raises JAX's errors for a write into `ref` (of `value` at `idx`) from inside a
+  transformation that did not take it as an argument: a `vmap` (any write, as JAX's), or a
+  differentiation writing a value it differentiates (as JAX's, an eager ref then gets the
+  value's primal before the error)."""
   level = -1 if ref._trace is None else ref._trace._level
   trace = core.current_trace()
   while trace is not None and trace._level > level:
@@ -319,6 +335,12 @@ def _check_transformed_write(ref: Ref, tracers: Sequence[Any]) -> None:
           f"vmapped function?")
     if (isinstance(trace, (ad.JVPTrace, ad.PartialEvalTrace))
         and any(t._trace is trace for t in tracers)):
+      if ref._trace is None and all(type(t) is ad.JVPTracer for t in tracers):
+        primal = tree_util.tree_map(lambda t: t.primal if type(t) is ad.JVPTracer else t,
+                                    value)
+        if not any(isinstance(x, core.Tracer) for x in tree_util.tree_leaves(primal)):
+          with core.set_current_trace(core.eval_trace):
+            ref._set(idx, primal)
       raise Exception(   # noqa: TRY002
           f"performing a set/swap operation with a differentiated value on a "
           f"non-differentiated array reference of type {ref.aval}. Move the array reference "
