@@ -307,3 +307,41 @@ def test_jnp_functions_given_a_ref_raise_jax_error():
   assert sc_out == jax_out
   assert sc_out[0] == ("TypeError", "sin requires ndarray or scalar arguments, got <class "
                        "'jax._src.interpreters.partial_eval.DynamicJaxprTracer'> at position 0.")
+
+
+# ---------------------------------------------------------------------------
+# weak types of the values refs hold
+
+
+def test_weak_types_after_writes_and_loops():
+  # a write (JAX's swap) stores a strongly typed value, eagerly and under jit; an addupdate
+  # keeps a weak one; a loop that only reads a ref made weak leaves it weak (its carry has
+  # the ref's type), one that writes it leaves it strong
+  def program(L, N):
+    outs = []
+    r = L.new_ref(0.)
+    r[...] = 3.
+    outs.append(r)
+    for closed in [False, True]:
+      for body in [lambda r: r.__setitem__(..., 2), lambda r: r.__setitem__((), r[...] + 1),
+                   lambda r: None]:
+        r = L.new_ref(0)
+        if closed:
+          L.jit(lambda: body(r))()
+        else:
+          L.jit(body)(r)
+        outs.append(r)
+    r = L.new_ref(0.)
+    L.ref.addupdate(r, None, 1.)
+    outs.append(r)
+    r = L.new_ref(0)
+    L.lax.scan(lambda c, x: (r.__setitem__(..., r[...] + x), None), None, N.arange(10))
+    outs.append(r)
+    r = L.new_ref(0)
+    r[...] = 4
+    reads = L.jit(lambda: L.lax.fori_loop(0, 3, lambda i, a: a + r[...] * i, 0))()
+    outs += [reads, r]
+    return outs
+  jax_out, sc_out = _both(program)
+  assert sc_out == jax_out
+  assert sc_out[-1] == "Ref(4, dtype=int32, weak_type=True)"

@@ -476,9 +476,10 @@ def with_refs(run: Callable) -> Any:
   write_back([r for r, w in zip(refs, written) if w],
              [f for f, w in zip(finals, written) if w])
   # NB: as JAX's discharged loops, which carry each ref they use with its type (the weak
-  # type of its initial value): after the loop a ref made weakly typed holds a weak value.
-  for r in refs:
-    if r._weak and not core.get_aval(r._value).weak_type:
+  # type of its initial value; a write makes the carry strongly typed): after the loop a
+  # ref made weakly typed and only read holds a weak value.
+  for r, w in zip(refs, written):
+    if not w and r._weak and not core.get_aval(r._value).weak_type:
       v = r._value
       r._set(Ellipsis, lax_elementwise.convert_element_type(v, v.dtype, weak_type=True),
              keep_weak=True)
