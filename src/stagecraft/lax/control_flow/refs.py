@@ -159,10 +159,21 @@ class Ref:
   their values (a cond passes them through its branches) and writes the final values back
   after it, as JAX's state discharge does.
 
+  Refs passed to `vmap`, `jvp`, `vjp`/`grad` and `custom_vjp` functions are discharged at
+  that boundary too: the function sees a new ref holding the (batched, differentiated)
+  value, whose final value is written back (`api.vmap`, `api.jvp`, `api._vjp_of_refs`,
+  `custom_derivatives._call_with_ref_args`). Writes from inside a transformation into a
+  ref it did not take raise JAX's errors (a vmapped write into an unbatched ref, a
+  differentiated value written into a non-differentiated ref).
+
+  A jitted call writing an eager ref donates its buffer when nothing else holds it
+  (`_owned`: an eager `ref[...]` read lets the value escape), so the new value reuses it in
+  place (`unsafe_buffer_pointer` stays the same, as JAX's).
+
   Not supported (each raises `NotImplementedError` naming the fix): writing into a ref
-  from another nested transformation (a `vmap`, `grad`, `custom_jvp` function ...) a value
-  traced there; reading an eager ref in a staged function that is not jitted
-  (`make_jaxpr`), where its value would be baked into the staged program.
+  from another nested transformation (a `vmap`, `custom_jvp` function ...) a value traced
+  there; reading an eager ref in a staged function that is not jitted (`make_jaxpr`),
+  where JAX stages the ref as a `Ref`-typed input: stagecraft's jaxprs have no ref types.
 
   Attributes:
     shape, dtype, ndim, size: those of the referenced array.
