@@ -345,3 +345,33 @@ def test_weak_types_after_writes_and_loops():
   jax_out, sc_out = _both(program)
   assert sc_out == jax_out
   assert sc_out[-1] == "Ref(4, dtype=int32, weak_type=True)"
+
+
+def test_ref_primal_with_zero_cotangent_gets_a_zero_ref():
+  def program(L, N):
+    def u(x, r):
+      return x * 2
+    y, fv = L.vjp(u, 2., L.new_ref(1.))
+    _, fv2 = L.vjp(u, 2., L.new_ref(N.ones(3)))
+    return [y, fv(1.), fv2(1.), L.grad(u)(2., L.new_ref(1.)),
+            L.grad(u, argnums=(0, 1))(2., L.new_ref(1.))]
+  jax_out, sc_out = _both(program)
+  assert sc_out == jax_out
+  assert sc_out[1][1] == "Ref(0., dtype=float32, weak_type=True)"
+
+
+def test_vmap_returns_a_ref_argument_and_refuses_one_passed_twice():
+  def program(L, N):
+    def pair(x, r):
+      return x, r
+
+    def both(r, s):
+      return r[...] + s[...]
+    r = L.new_ref(N.ones(3))
+    out = L.vmap(pair, (0, 0))(N.arange(3.), r)
+    return [out, out[1] is r, _raises(lambda: L.vmap(both)(r, r))]
+  jax_out, sc_out = _both(program)
+  assert sc_out == jax_out
+  assert sc_out[2][1].startswith("only one reference to a mutable array may be passed")
+  assert " for vmap the mutable array reference of type Ref{float32[3]} appeared at both r " \
+      "and s." in sc_out[2][1]

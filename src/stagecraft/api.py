@@ -12,8 +12,8 @@ import optree
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft import sharding as sharding_lib
-from stagecraft.api_util import (abstractify, check_out_leaves, describe_arg, ensure_inbounds,
-                                 flat_mapped_args, flatten,
+from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, describe_arg,
+                                 ensure_inbounds, flat_mapped_args, flatten, fun_signature,
                                  flatten_axes, fun_name, fun_source_info, mapped_axes,
                                  normalize_argnums)
 from stagecraft.config import config
@@ -26,7 +26,7 @@ from stagecraft.lax.spmd import pmap_executable, xla_pmap_p
 from stagecraft.pjit import jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
-from stagecraft.state import AbstractRef, Ref, freeze, write_back
+from stagecraft.state import AbstractRef, Ref, check_ref_args, freeze, write_back
 from stagecraft.tree_util import treedef_str
 
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
@@ -399,9 +399,7 @@ def _vjp_of_refs(fun: Callable, leaves: list, tree, ref_pos: list[int], has_aux:
   primals_out, vjp_fn, (aux, finals) = vjp(fun_in, *tree_util.tree_unflatten(tree, values),
                                            has_aux=True)
   write_back([refs[k] for k in written], finals)
-  aval = core.get_aval(values[ref_pos[0]])
-  vjp_fn._pullback.ref_error = (f"Expected cotangent type {AbstractRef(aval)} but got "
-                                f"{ad.tangent_aval(aval).str_short(short_dtypes=False)}")
+  vjp_fn._pullback.ref_leaves = {i: core.get_aval(values[i]) for i in ref_pos}
   return (primals_out, vjp_fn, aux) if has_aux else (primals_out, vjp_fn)
 
 
@@ -410,7 +408,7 @@ class _Pullback:
   the nonzero output tangents), the output and input trees and the output tangent avals.
   Static (the pytree aux data of a VJP), compared by identity."""
   __slots__ = ("name", "src_info", "lin", "out_tree", "n_out", "in_tree", "out_avals",
-               "primal_out_avals", "nonzero_outs", "ref_error")
+               "primal_out_avals", "nonzero_outs", "ref_leaves")
 
   def __init__(self, fun, lin, out_tree, n_out, in_tree, primal_out_avals, nonzero_outs):
     self.name, self.src_info = fun_name(fun), fun_source_info(fun)
@@ -418,7 +416,9 @@ class _Pullback:
     self.in_tree, self.primal_out_avals = in_tree, primal_out_avals
     self.out_avals = [ad.tangent_aval(a) for a in primal_out_avals]
     self.nonzero_outs = nonzero_outs
-    self.ref_error = None   # JAX's error for refs among the primals, raised when called
+    # The flat positions of the refs among the primals, with their values' avals: JAX
+    # expects a ref's cotangent to be a ref (a new zero ref where none flows back).
+    self.ref_leaves: dict = {}
 
   def __call__(self, residuals, cotangents, wanted=None):
     ct_leaves, ct_tree = flatten(cotangents)
@@ -440,15 +440,20 @@ class _Pullback:
             f"{got.str_short(short_dtypes=False)}, but expected "
             f"{want.str_short(short_dtypes=False)} because the corresponding output of the "
             f"differentiated function had JAX type {primal.str_short(short_dtypes=False)}")
-    if self.ref_error is not None:
-      raise ValueError(self.ref_error)
     cts = [ct_leaves[i] if i < self.n_out else ad.Zero(self.out_avals[i])
            for i in self.nonzero_outs]
     n_res = len(residuals)
     args = [*residuals, *[ad.UndefinedPrimal(v.aval) for v in self.lin.invars[n_res:]]]
-    cts_in = ad.backward_pass(self.lin, args, cts, wanted=wanted and
-                              [True] * n_res + list(wanted))[n_res:]
-    return tree_util.tree_unflatten(self.in_tree, [ad.instantiate_zeros(c) for c in cts_in])
+    cts_in = list(ad.backward_pass(self.lin, args, cts, wanted=wanted and
+                                   [True] * n_res + list(wanted))[n_res:])
+    for i, aval in self.ref_leaves.items():
+      if type(cts_in[i]) is not ad.Zero:
+        raise ValueError(f"Expected cotangent type {AbstractRef(aval)} but got "
+                         f"{ad.tangent_aval(aval).str_short(short_dtypes=False)}")
+      cts_in[i] = new_ref(lax.convert_element_type(jnp.zeros(aval.shape, aval.dtype),
+                                                   aval.dtype, weak_type=aval.weak_type))
+    return tree_util.tree_unflatten(self.in_tree, [c if isinstance(c, Ref) else
+                                                   ad.instantiate_zeros(c) for c in cts_in])
 
 
 class VJP:
@@ -1051,6 +1056,10 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     ref_pos = [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
     refs = [leaves[i] for i in ref_pos]
     if ref_pos:
+      if len({id(r) for r in refs}) < len(refs):   # JAX's error for a ref passed twice
+        names = arg_names(fun_signature(fun), range(len(args)), list(kwargs),
+                          tree_util.tree_flatten_with_path((args, kwargs))[0])[0]
+        check_ref_args(fun, leaves, names, "vmap")
       leaves = list(leaves)
       for i in ref_pos:
         leaves[i] = leaves[i][...]
@@ -1077,13 +1086,17 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
         key_reuse.share(tree_util.tree_leaves((args, kwargs)), tree_util.tree_leaves((a, kw)))
       out = fun(*a, **kw)
       out_leaves, out_tree = flatten(out)
+      # NB: as JAX's, a ref argument returned comes back as the ref passed in
+      returned = {j: next(k for k, p in enumerate(proxies) if p is x)
+                  for j, x in enumerate(out_leaves) if any(p is x for p in proxies)}
+      out_leaves = [0 if j in returned else x for j, x in enumerate(out_leaves)]
       check_out_leaves(out_leaves, out_tree, name, "vmap")
       written = [k for k, (p, i) in enumerate(zip(proxies, ref_pos)) if p._value is not xs[i]]
-      store[:] = [out, out_tree, written]
+      store[:] = [out, out_tree, written, returned]
       return [*out_leaves, *[proxies[k]._value for k in written]]
 
     outs, out_dims = batching.batch_flat(flat, leaves, dims, axis_data)
-    out, out_tree, written = store
+    out, out_tree, written, returned = store
     if ref_pos:
       n = len(outs) - len(written)
       # NB: a ref whose in_axes is None cannot be written (`_nowrite`): those written are
@@ -1093,7 +1106,10 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       outs, out_dims = outs[:n], out_dims[:n]
     o_axes = flatten_axes("out_axes", out_axes, out, out_tree)
     results = []
-    for o, d, ax in zip(outs, out_dims, o_axes):
+    for j, (o, d, ax) in enumerate(zip(outs, out_dims, o_axes)):
+      if j in returned:
+        results.append(refs[returned[j]])
+        continue
       if ax is None:
         if d is not None:
           raise ValueError(f"vmap has mapped output (axis_name={axis_name}) but out_axes is "

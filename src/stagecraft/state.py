@@ -40,16 +40,19 @@ def ref_leaves(leaves: Sequence[Any]) -> list[int]:
   return [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
 
 
-def check_ref_args(fun: Callable, leaves: Sequence[Any], names: Sequence[str]) -> None:
-  """Raises JAX's ValueError when one ref is passed twice among `leaves`."""
+def check_ref_args(fun: Callable, leaves: Sequence[Any], names: Sequence[str],
+                   traced_for: str = "jit") -> None:
+  """Raises JAX's ValueError when one ref is passed twice among `leaves` (to the function
+  traced for `traced_for`)."""
   seen: dict[int, int] = {}
   for i in ref_leaves(leaves):
     j = seen.setdefault(id(leaves[i]), i)
     if j != i:
       raise ValueError(
           f"only one reference to a mutable array may be passed as an argument to a "
-          f"function, but when tracing {fun_source_info(fun)} for jit the mutable array "
-          f"reference of type {leaves[i].aval} appeared at both {names[j]} and {names[i]}.")
+          f"function, but when tracing {fun_source_info(fun)} for {traced_for} the mutable "
+          f"array reference of type {leaves[i].aval} appeared at both {names[j]} and "
+          f"{names[i]}.")
 
 
 def check_not_passed(fun: Callable, ref: Ref, leaves: Sequence[Any],
