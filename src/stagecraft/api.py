@@ -226,6 +226,10 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
       float0 for integer and bool primals.
     has_aux: `fun` returns `(output, aux)`; aux is returned undifferentiated.
 
+  A `Ref` among the primals is passed as a ref; its tangent may be a `Ref` (the
+  tangent's writes land there), else reading (writing) it raises JAX 0.10.2's ValueError
+  (AttributeError).
+
   Returns:
     `(primals_out, tangents_out)` (and `aux` with has_aux).
 
@@ -342,9 +346,15 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
     the output's structure, shapes and dtypes and returns a tuple with one cotangent per
     primal (float0 zeros for integer primals).
 
+  A `Ref` among the primals is passed as a ref (its writes happen in the forward pass);
+  its cotangent is expected to be a ref: `vjp_fn` gives a new zero ref where none flows
+  back to it and raises JAX's ValueError ("Expected cotangent type Ref{...} but got ...")
+  otherwise.
+
   Raises (`vjp_fn`, when called):
     ValueError: if the cotangents' structure, shapes or dtypes differ from the output's
-      (JAX 0.10's words); MissingRuleError: if a primitive lacks a transpose rule.
+      (JAX 0.10's words), or a cotangent flows to a ref; MissingRuleError: if a primitive
+      lacks a transpose rule.
   """
   if reduce_axes:
     raise NotImplementedError("reduce_axes argument to vjp is deprecated")
@@ -1025,6 +1035,12 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     axis_name: a name for the mapped axis, for collectives (`lax.psum(x, axis_name)`).
     axis_size: the mapped size; required when no argument is mapped.
     spmd_axis_name: accepted for compatibility (there is no SPMD partitioning of vmap here).
+
+  Refs among the arguments are passed as refs holding the (batched) value: writes into
+  one mapped over an axis land in its slices, and its final value is written back; a write
+  into an unbatched (`None`) or closed-over ref raises JAX's `Exception` ("performing a
+  set/swap operation with vmapped value on an unbatched array reference ..."); a ref
+  returned comes back as itself; one passed twice raises JAX's ValueError.
 
   Returns:
     The vectorized function; each mapped output has the batch axis at its out_axes.

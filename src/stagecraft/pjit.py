@@ -1063,9 +1063,10 @@ class PjitFunction:
       entry = TracedSignature(ClosedJaxpr(pe.convert_constvars_jaxpr(hoisted), []),
                               [*inner, *consts], flatten([0] * n_out)[1])
       entry.call, entry.call_consts = ClosedJaxpr(jaxpr, []), consts
-      cached = self._ref_cache[key] = (entry, tree_util.canonical_treedef(out_tree), written)
+      cached = self._ref_cache[key] = (entry, tree_util.canonical_treedef(out_tree), written,
+                                       {})
       break
-    entry, out_tree, written = cached
+    entry, out_tree, written, exes = cached
     refs = [*implicit, *arg_refs]
     eager = core.trace_state.trace is core.eval_trace
     if eager:
@@ -1074,8 +1075,7 @@ class PjitFunction:
       ref_pos = [*range(len(implicit)), *(len(implicit) + i for i, r in enumerate(is_ref) if r)]
       donate = frozenset(ref_pos[i] for i in written
                          if refs[i]._owned and vals[ref_pos[i]] is refs[i]._value)
-      exes = entry.executable = entry.executable or {}   # by the donated leaves
-      exe = exes.get(donate)
+      exe = exes.get(donate)   # (the executables by the donated leaves)
       if exe is None:
         exe = exes[donate] = compile_traced(entry, set(donate), self._keep_unused, name)
       outs = exe(vals)
