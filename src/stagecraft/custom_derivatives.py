@@ -575,6 +575,10 @@ class custom_vjp:
       as `bwd(*nondiff_args, residuals, g)` and returns cotangents for the other arguments.
       Tracers may not be passed in these positions (UnexpectedTracerError).
 
+  A `Ref` passed as a (top-level) argument is not differentiated: the function and its
+  rules see it as it is, `fwd` may return it among its residuals and `bwd` may write into
+  it (JAX's stash-grads pattern); `bwd`'s cotangent for it is ignored.
+
   Calling it raises AttributeError when no rule was defined; differentiation raises
   TypeError/ValueError when `fwd`'s primal output or `bwd`'s cotangents do not match the
   function's output and inputs (tree structure, shapes, dtypes).
