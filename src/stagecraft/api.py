@@ -12,8 +12,8 @@ import optree
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft import sharding as sharding_lib
-from stagecraft.api_util import (abstractify, check_out_leaves, describe_arg, ensure_inbounds,
-                                 flat_mapped_args, flatten,
+from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, describe_arg,
+                                 ensure_inbounds, flat_mapped_args, flatten, fun_signature,
                                  flatten_axes, fun_name, fun_source_info, mapped_axes,
                                  normalize_argnums)
 from stagecraft.config import config
@@ -26,7 +26,7 @@ from stagecraft.lax.spmd import pmap_executable, xla_pmap_p
 from stagecraft.pjit import jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
-from stagecraft.state import AbstractRef, Ref, freeze
+from stagecraft.state import AbstractRef, Ref, check_ref_args, freeze, write_back
 from stagecraft.tree_util import treedef_str
 
 __all__ = ["make_jaxpr", "eval_shape", "jvp", "linearize", "vjp", "value_and_grad", "grad",
@@ -226,6 +226,10 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
       float0 for integer and bool primals.
     has_aux: `fun` returns `(output, aux)`; aux is returned undifferentiated.
 
+  A `Ref` among the primals is passed as a ref; its tangent may be a `Ref` (the
+  tangent's writes land there), else reading (writing) it raises JAX 0.10.2's ValueError
+  (AttributeError).
+
   Returns:
     `(primals_out, tangents_out)` (and `aux` with has_aux).
 
@@ -244,12 +248,29 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
                     f"structure; primals have tree structure {treedef_str(p_tree)} whereas "
                     f"tangents have tree structure {treedef_str(t_tree)}.")
   paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(tuple(primals))[0]]
+  ref_pos = [i for i, p in enumerate(p_leaves) if isinstance(p, Ref)]
+  refs = [(p_leaves[i], t_leaves[i]) for i in ref_pos]
+  if ref_pos:   # the refs' values go in; see `_jvp_ref_proxies`
+    p_leaves, t_leaves = list(p_leaves), list(t_leaves)
+    for i in ref_pos:
+      p_leaves[i] = p_leaves[i][...]
+      if isinstance(t_leaves[i], Ref):
+        t_leaves[i] = t_leaves[i][...]
   for p, t, path in zip(p_leaves, t_leaves, paths):
     _check_tangent(p, t, path)
   store: list = []
   flat = _flat_fun(fun, p_tree, has_aux, store)
+  written: list = []
+  if ref_pos:
+    flat = _jvp_ref_proxies(flat, ref_pos, refs, written)
   t_in = [ad.Zero.from_value(p) if _is_float0(t) else t for p, t in zip(p_leaves, t_leaves)]
   p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in)
+  if written:   # the refs' final values: the primal's into the ref, the tangent's into its
+    n = len(p_out) - len(written)
+    for k, p, t in zip(written, p_out[n:], t_out[n:]):
+      write_back([refs[k][0]], [p])
+      write_back([refs[k][1]], [ad.instantiate_zeros(t)])
+    p_out, t_out = p_out[:n], t_out[:n]
   out_tree, n_out, aux_tree = store
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
   tangents_out = tree_util.tree_unflatten(out_tree, [_out_tangent(t, p) for t, p in
@@ -257,6 +278,32 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   if has_aux:
     return primals_out, tangents_out, aux_tree.unflatten(p_out[n_out:])
   return primals_out, tangents_out
+
+
+def _jvp_ref_proxies(flat: Callable, ref_pos: list[int], refs: list, written: list
+                     ) -> Callable:
+  """`flat` (of a `jvp`) seeing a new ref at each of `ref_pos`, holding the value of the
+  ref passed there (a JVP tracer), as JAX's jvp of a function of refs: the final values of
+  the refs written are extra outputs (their positions among the refs left in `written`).
+  A ref whose tangent is not a ref cannot be read or written (JAX 0.10.2's errors)."""
+  def wrapped(*xs):
+    xs = list(xs)
+    ins = [xs[i] for i in ref_pos]
+    proxies = []
+    for i, (_, t) in zip(ref_pos, refs):
+      p = xs[i] = Ref(xs[i], core.current_trace())
+      if not isinstance(t, Ref):
+        a = core.get_aval(t)
+        p._noread = (ValueError, f"`get` must be called on `Ref` types: "
+                                 f"{'~' * a.weak_type}{a.str_short(short_dtypes=False)}.")
+        p._nowrite = (AttributeError, f"'{type(t).__name__}' object has no attribute 'aval'"
+                      if dtypes.is_python_scalar(t) else
+                      "'ShapedArray' object has no attribute 'kind'", refs[len(proxies)][0])
+      proxies.append(p)
+    outs = flat(*xs)
+    written[:] = [k for k, (p, v) in enumerate(zip(proxies, ins)) if p._value is not v]
+    return [*outs, *[proxies[k]._value for k in written]]
+  return wrapped
 
 
 @api_boundary
@@ -299,12 +346,22 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
     the output's structure, shapes and dtypes and returns a tuple with one cotangent per
     primal (float0 zeros for integer primals).
 
+  A `Ref` among the primals is passed as a ref (its writes happen in the forward pass);
+  its cotangent is expected to be a ref: `vjp_fn` gives a new zero ref where none flows
+  back to it and raises JAX's ValueError ("Expected cotangent type Ref{...} but got ...")
+  otherwise.
+
   Raises (`vjp_fn`, when called):
     ValueError: if the cotangents' structure, shapes or dtypes differ from the output's
-      (JAX 0.10's words); MissingRuleError: if a primitive lacks a transpose rule.
+      (JAX 0.10's words), or a cotangent flows to a ref; MissingRuleError: if a primitive
+      lacks a transpose rule.
   """
   if reduce_axes:
     raise NotImplementedError("reduce_axes argument to vjp is deprecated")
+  leaves, tree = flatten(tuple(primals))
+  ref_pos = [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
+  if ref_pos:
+    return _vjp_of_refs(fun, leaves, tree, ref_pos, has_aux)
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
    aux_tree) = _linearize(fun, primals, has_aux)
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
@@ -327,12 +384,41 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes: Sequence = 
   return primals_out, vjp_fn
 
 
+def _vjp_of_refs(fun: Callable, leaves: list, tree, ref_pos: list[int], has_aux: bool):
+  """`vjp` at primals some of whose leaves (at `ref_pos`) are Refs, as JAX 0.10.2 does it:
+  the forward pass runs on the refs' values, each seen by `fun` as a new ref (its writes
+  are written back into the ref after), and the backward function raises JAX's
+  ValueError, a ref's cotangent being expected to be a ref."""
+  refs = [leaves[i] for i in ref_pos]
+  values = list(leaves)
+  for i in ref_pos:
+    values[i] = leaves[i][...]
+  written: list = []
+
+  def fun_in(*primals):
+    flat = list(flatten(primals)[0])
+    ins = [flat[i] for i in ref_pos]
+    proxies = [Ref(v, core.current_trace()) for v in ins]
+    for i, p in zip(ref_pos, proxies):
+      flat[i] = p
+    out = fun(*tree_util.tree_unflatten(tree, flat))
+    written[:] = [k for k, (p, v) in enumerate(zip(proxies, ins)) if p._value is not v]
+    finals = [proxies[k]._value for k in written]
+    return (out[0], (out[1], finals)) if has_aux else (out, (None, finals))
+
+  primals_out, vjp_fn, (aux, finals) = vjp(fun_in, *tree_util.tree_unflatten(tree, values),
+                                           has_aux=True)
+  write_back([refs[k] for k in written], finals)
+  vjp_fn._pullback.ref_leaves = {i: core.get_aval(values[i]) for i in ref_pos}
+  return (primals_out, vjp_fn, aux) if has_aux else (primals_out, vjp_fn)
+
+
 class _Pullback:
   """What a VJP needs besides its residuals: the linear jaxpr (residuals, then tangents ->
   the nonzero output tangents), the output and input trees and the output tangent avals.
   Static (the pytree aux data of a VJP), compared by identity."""
   __slots__ = ("name", "src_info", "lin", "out_tree", "n_out", "in_tree", "out_avals",
-               "primal_out_avals", "nonzero_outs")
+               "primal_out_avals", "nonzero_outs", "ref_leaves")
 
   def __init__(self, fun, lin, out_tree, n_out, in_tree, primal_out_avals, nonzero_outs):
     self.name, self.src_info = fun_name(fun), fun_source_info(fun)
@@ -340,6 +426,9 @@ class _Pullback:
     self.in_tree, self.primal_out_avals = in_tree, primal_out_avals
     self.out_avals = [ad.tangent_aval(a) for a in primal_out_avals]
     self.nonzero_outs = nonzero_outs
+    # The flat positions of the refs among the primals, with their values' avals: JAX
+    # expects a ref's cotangent to be a ref (a new zero ref where none flows back).
+    self.ref_leaves: dict = {}
 
   def __call__(self, residuals, cotangents, wanted=None):
     ct_leaves, ct_tree = flatten(cotangents)
@@ -365,9 +454,16 @@ class _Pullback:
            for i in self.nonzero_outs]
     n_res = len(residuals)
     args = [*residuals, *[ad.UndefinedPrimal(v.aval) for v in self.lin.invars[n_res:]]]
-    cts_in = ad.backward_pass(self.lin, args, cts, wanted=wanted and
-                              [True] * n_res + list(wanted))[n_res:]
-    return tree_util.tree_unflatten(self.in_tree, [ad.instantiate_zeros(c) for c in cts_in])
+    cts_in = list(ad.backward_pass(self.lin, args, cts, wanted=wanted and
+                                   [True] * n_res + list(wanted))[n_res:])
+    for i, aval in self.ref_leaves.items():
+      if type(cts_in[i]) is not ad.Zero:
+        raise ValueError(f"Expected cotangent type {AbstractRef(aval)} but got "
+                         f"{ad.tangent_aval(aval).str_short(short_dtypes=False)}")
+      cts_in[i] = new_ref(lax.convert_element_type(jnp.zeros(aval.shape, aval.dtype),
+                                                   aval.dtype, weak_type=aval.weak_type))
+    return tree_util.tree_unflatten(self.in_tree, [c if isinstance(c, Ref) else
+                                                   ad.instantiate_zeros(c) for c in cts_in])
 
 
 class VJP:
@@ -477,7 +573,7 @@ def _vjp_with_refs(vjp_fn: VJP, dests: tuple, cotangents):
       if ct.dtype != cur.dtype:
         raise ValueError(f"Invalid dtype for `addupdate`. Ref dtype: {dest.dtype}. Value "
                          f"shape: {ct.dtype}. ")
-      dest[...] = cur + ct
+      dest._set(Ellipsis, cur + ct, keep_weak=True)   # (JAX's addupdate)
       out.append(GradRef())
     else:
       out.append(ct)
@@ -942,6 +1038,12 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     axis_size: the mapped size; required when no argument is mapped.
     spmd_axis_name: accepted for compatibility (there is no SPMD partitioning of vmap here).
 
+  Refs among the arguments are passed as refs holding the (batched) value: writes into
+  one mapped over an axis land in its slices, and its final value is written back; a write
+  into an unbatched (`None`) or closed-over ref raises JAX's `Exception` ("performing a
+  set/swap operation with vmapped value on an unbatched array reference ..."); a ref
+  returned comes back as itself; one passed twice raises JAX's ValueError.
+
   Returns:
     The vectorized function; each mapped output has the batch axis at its out_axes.
 
@@ -967,6 +1069,18 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
                        f"corresponding to the positional arguments passed to the function, "
                        f"but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
     leaves, in_tree, axes, paths = flat_mapped_args("in_axes", in_axes, args, kwargs)
+    # Refs passed in are discharged at the vmap boundary: the function sees a new ref
+    # holding the (batched) value, whose final value is written back after (state.py).
+    ref_pos = [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
+    refs = [leaves[i] for i in ref_pos]
+    if ref_pos:
+      if len({id(r) for r in refs}) < len(refs):   # JAX's error for a ref passed twice
+        names = arg_names(fun_signature(fun), range(len(args)), list(kwargs),
+                          tree_util.tree_flatten_with_path((args, kwargs))[0])[0]
+        check_ref_args(fun, leaves, names, "vmap")
+      leaves = list(leaves)
+      for i in ref_pos:
+        leaves[i] = leaves[i][...]
     dims, size = mapped_axes("vmap", leaves, axes, paths, axis_size,
                               "vmap must have at least one non-None value in in_axes")
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
@@ -975,20 +1089,45 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     check_keys = key_reuse.enabled()
 
     def flat(*xs):
+      xs = list(xs)
+      proxies = []
+      for i in ref_pos:
+        proxies.append(Ref(xs[i], core.current_trace()))
+        if dims[i] is None:
+          proxies[-1]._nowrite = (Exception, f"performing a set/swap operation with vmapped value on an "
+                                  f"unbatched array reference of type "
+                                  f"{proxies[-1].aval}. Move the array reference to be an "
+                                  f"argument to the vmapped function?")
+        xs[i] = proxies[-1]
       a, kw = tree_util.tree_unflatten(in_tree, xs)
       if check_keys:   # the body's keys are the arguments' (JAX's batched keys)
         key_reuse.share(tree_util.tree_leaves((args, kwargs)), tree_util.tree_leaves((a, kw)))
       out = fun(*a, **kw)
       out_leaves, out_tree = flatten(out)
+      # NB: as JAX's, a ref argument returned comes back as the ref passed in
+      returned = {j: next(k for k, p in enumerate(proxies) if p is x)
+                  for j, x in enumerate(out_leaves) if any(p is x for p in proxies)}
+      out_leaves = [0 if j in returned else x for j, x in enumerate(out_leaves)]
       check_out_leaves(out_leaves, out_tree, name, "vmap")
-      store[:] = [out, out_tree]
-      return out_leaves
+      written = [k for k, (p, i) in enumerate(zip(proxies, ref_pos)) if p._value is not xs[i]]
+      store[:] = [out, out_tree, written, returned]
+      return [*out_leaves, *[proxies[k]._value for k in written]]
 
     outs, out_dims = batching.batch_flat(flat, leaves, dims, axis_data)
-    out, out_tree = store
+    out, out_tree, written, returned = store
+    if ref_pos:
+      n = len(outs) - len(written)
+      # NB: a ref whose in_axes is None cannot be written (`_nowrite`): those written are
+      # batched, and their final values go back with the batch axis where it came from.
+      for k, o, d in zip(written, outs[n:], out_dims[n:]):
+        refs[k][...] = batching.matchaxis(o, d, dims[ref_pos[k]], size)
+      outs, out_dims = outs[:n], out_dims[:n]
     o_axes = flatten_axes("out_axes", out_axes, out, out_tree)
     results = []
-    for o, d, ax in zip(outs, out_dims, o_axes):
+    for j, (o, d, ax) in enumerate(zip(outs, out_dims, o_axes)):
+      if j in returned:
+        results.append(refs[returned[j]])
+        continue
       if ax is None:
         if d is not None:
           raise ValueError(f"vmap has mapped output (axis_name={axis_name}) but out_axes is "
@@ -1386,4 +1525,4 @@ def new_ref(init_val: Any, *, memory_space: Any = None, kind: str | None = None)
                               f"not supported by stagecraft")
   trace = core.current_trace()
   local = None if type(trace) is core.EvalTrace else trace
-  return Ref(jnp.array(init_val), local)
+  return Ref(jnp.array(init_val), local, owned=local is None)

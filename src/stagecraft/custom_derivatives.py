@@ -34,6 +34,7 @@ from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.lax import elementwise, reduction, shape as lax_shape
 from stagecraft.lax.ad_util import stop_gradient
 from stagecraft.lax.control_flow import solves as _solves
+from stagecraft.lax.control_flow.refs import Ref
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p", "closure_convert",
@@ -574,6 +575,10 @@ class custom_vjp:
       as `bwd(*nondiff_args, residuals, g)` and returns cotangents for the other arguments.
       Tracers may not be passed in these positions (UnexpectedTracerError).
 
+  A `Ref` passed as a (top-level) argument is not differentiated: the function and its
+  rules see it as it is, `fwd` may return it among its residuals and `bwd` may write into
+  it (JAX's stash-grads pattern); `bwd`'s cotangent for it is ignored.
+
   Calling it raises AttributeError when no rule was defined; differentiation raises
   TypeError/ValueError when `fwd`'s primal output or `bwd`'s cotangents do not match the
   function's output and inputs (tree structure, shapes, dtypes).
@@ -619,7 +624,53 @@ class custom_vjp:
               f"nondiff_argnums should only be used for arguments that can't be or contain "
               f"tracers, e.g. function-valued arguments. In particular, array-valued "
               f"arguments should typically not be indicated as nondiff_argnums.")
+    ref_args = [i for i, a in enumerate(args) if isinstance(a, Ref) and i not in nondiff]
+    if ref_args:
+      return _call_with_ref_args(self, args, nondiff, ref_args)
     return _apply_custom_vjp(self, args, nondiff, name)
+
+
+def _call_with_ref_args(cv: "custom_vjp", args: tuple, nondiff: tuple, ref_args: list[int]):
+  """A custom_vjp function called with Refs as (top-level) arguments, as JAX's stash-grads
+  pattern does: the refs are not differentiated but closed over by the function and its
+  rules (a ref's cotangent from `bwd` is dropped), and Refs among `fwd`'s residuals reach
+  `bwd` as they are, which may write into them (in the backward pass)."""
+  n = len(args)
+  keep = [i for i in range(n) if i not in ref_args]
+
+  def full(dyn):
+    it = iter(dyn)
+    return [args[i] if i in ref_args else next(it) for i in range(n)]
+
+  box: list = []
+
+  @functools.wraps(cv.fun)
+  def fun(*dyn):
+    return cv.fun(*full(dyn))
+
+  @functools.wraps(cv.fwd)
+  def fwd(*dyn):
+    out, res = cv.fwd(*full(dyn))
+    leaves, tree = tree_util.tree_flatten(res)
+    pos = [k for k, x in enumerate(leaves) if isinstance(x, Ref)]
+    box[:] = [(tree, pos, [leaves[k] for k in pos])]
+    return out, [x for k, x in enumerate(leaves) if k not in pos]
+
+  @functools.wraps(cv.bwd)
+  def bwd(*a):
+    tree, pos, refs = box[0]
+    it, it_refs = iter(a[-2]), iter(refs)
+    res = tree_util.tree_unflatten(
+        tree, [next(it_refs) if k in pos else next(it) for k in range(tree.num_leaves)])
+    cts = cv.bwd(*a[:-2], res, a[-1])
+    if isinstance(cts, (tuple, list)) and len(cts) == n - len(nondiff):
+      diff = [i for i in range(n) if i not in nondiff]
+      cts = tuple(c for i, c in zip(diff, cts) if i not in ref_args)
+    return cts
+
+  inner = custom_vjp(fun, nondiff_argnums=tuple(keep.index(i) for i in nondiff))
+  inner.defvjp(fwd, bwd, symbolic_zeros=cv.symbolic_zeros)
+  return inner(*[args[i] for i in keep])
 
 
 def _apply_custom_vjp(cv: "custom_vjp", args: tuple, nondiff: tuple, name: str):

@@ -1063,8 +1063,10 @@ class PjitFunction:
       # NB: as JAX's, a ref's value enters strongly typed, but a closed-over one's as it is
       # in an eager call.
       eager = core.trace_state.trace is core.eval_trace
-      it = iter(state.carried_values(arg_refs))
-      vals = [*([r[...] for r in implicit] if eager else state.carried_values(implicit)),
+      # NB: eagerly a ref's own value enters (not `r[...]`, which lets it escape), so that
+      # the call may donate it (see `Ref._owned`).
+      it = iter(state.carried_values(arg_refs, escape=not eager))
+      vals = [*([r._value for r in implicit] if eager else state.carried_values(implicit)),
               *(next(it) if r else x for x, r in zip(leaves, is_ref))]
       key = (treedef, static, config.state_key, is_ref,
              tuple(next((j for j, r in enumerate(self._refs) if r is a), -1) for a in arg_refs),
@@ -1087,18 +1089,27 @@ class PjitFunction:
       entry = TracedSignature(ClosedJaxpr(pe.convert_constvars_jaxpr(hoisted), []),
                               [*inner, *consts], flatten([0] * n_out)[1])
       entry.call, entry.call_consts = ClosedJaxpr(jaxpr, []), consts
-      cached = self._ref_cache[key] = (entry, tree_util.canonical_treedef(out_tree), written)
+      cached = self._ref_cache[key] = (entry, tree_util.canonical_treedef(out_tree), written,
+                                       {})
       break
-    entry, out_tree, written = cached
-    if core.trace_state.trace is core.eval_trace:
-      if entry.executable is None:
-        entry.executable = compile_traced(entry, set(), self._keep_unused, name)
-      outs = entry.executable(vals)
+    entry, out_tree, written, exes = cached
+    refs = [*implicit, *arg_refs]
+    eager = core.trace_state.trace is core.eval_trace
+    if eager:
+      # The written refs' buffers are donated where nothing else holds them: the new values
+      # reuse them, as JAX writes refs in place.
+      ref_pos = [*range(len(implicit)), *(len(implicit) + i for i, r in enumerate(is_ref) if r)]
+      donate = frozenset(ref_pos[i] for i in written
+                         if refs[i]._owned and vals[ref_pos[i]] is refs[i]._value)
+      exe = exes.get(donate)   # (the executables by the donated leaves)
+      if exe is None:
+        exe = exes[donate] = compile_traced(entry, set(donate), self._keep_unused, name)
+      outs = exe(vals)
     else:
       outs = jit_p.bind(*entry.call_consts, *vals, jaxpr=entry.call, name=name)
     n = out_tree.num_leaves
-    refs = [*implicit, *arg_refs]
-    state.write_back([refs[i] for i in written], outs[n:])
+    state.write_back([refs[i] for i in written], outs[n:],
+                     owned=eager and not any(o is v for o in outs for v in vals))
     return optree.tree_unflatten(out_tree, outs[:n])
 
   def _constrained_call(self, entry, args, kwargs, static_argnums, leaves):

@@ -88,7 +88,7 @@ def addupdate(ref: Ref, idx: Any, x: Any) -> None:
     # NB: JAX's text, "Value shape" included
     raise ValueError(f"Invalid dtype for `addupdate`. Ref dtype: {ref.dtype}. Value shape: "
                      f"{x.dtype}. ")
-  ref[idx] = cur + x
+  ref._set(idx, cur + x, keep_weak=True)
 
 
 def empty_ref(ty: Any, memory_space: Any = None) -> Ref:

@@ -40,16 +40,30 @@ def ref_leaves(leaves: Sequence[Any]) -> list[int]:
   return [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
 
 
-def check_ref_args(fun: Callable, leaves: Sequence[Any], names: Sequence[str]) -> None:
-  """Raises JAX's ValueError when one ref is passed twice among `leaves`."""
+def check_ref_args(fun: Callable, leaves: Sequence[Any], names: Sequence[str],
+                   traced_for: str = "jit") -> None:
+  """Raises JAX's ValueError when one ref is passed twice among `leaves` (to the function
+  traced for `traced_for`)."""
   seen: dict[int, int] = {}
   for i in ref_leaves(leaves):
     j = seen.setdefault(id(leaves[i]), i)
     if j != i:
       raise ValueError(
           f"only one reference to a mutable array may be passed as an argument to a "
-          f"function, but when tracing {fun_source_info(fun)} for jit the mutable array "
-          f"reference of type {leaves[i].aval} appeared at both {names[j]} and {names[i]}.")
+          f"function, but when tracing {fun_source_info(fun)} for {traced_for} the mutable "
+          f"array reference of type {leaves[i].aval} appeared at both {names[j]} and "
+          f"{names[i]}.")
+
+
+def check_not_passed(fun: Callable, ref: Ref, leaves: Sequence[Any],
+                     names: Sequence[str]) -> None:
+  """Raises JAX's ValueError when `ref`, met closed over by the function traced for jit,
+  is also one of its arguments (`leaves`, named by `names`)."""
+  for x, n in zip(leaves, names):
+    if x is ref:
+      raise ValueError(
+          f"when tracing {fun_source_info(fun)} for jit, a mutable array reference of type "
+          f"{ref.aval} was both closed over and passed as the argument {n}")
 
 
 def check_no_ref_out(fun: Callable, out_leaves: Sequence[Any], in_leaves: Sequence[Any] = (),
@@ -101,12 +115,16 @@ def traced_with_refs(fun: Callable, args: tuple, kwargs: dict, static_argnums: S
     n = len(implicit)
     ref_vals = list(flat[:n])
     leaf_vals = list(flat[n:])
+    # NB: an argument ref is seen by the function as a new ref local to this trace (JAX's
+    # ref-typed input), so that reading the same ref closed over meets the outer one.
+    proxies = []
     for i, x in enumerate(leaves):
       if isinstance(x, Ref):
         ref_vals.append(leaf_vals[i])
-        leaf_vals[i] = x
-    saved = [(r._value, r._trace) for r in refs]
-    for r, v in zip(refs, ref_vals):
+        leaf_vals[i] = Ref(leaf_vals[i], trace)
+        proxies.append(leaf_vals[i])
+    saved = [(r._value, r._trace) for r in implicit]
+    for r, v in zip(implicit, ref_vals):
       r._value, r._trace = v, trace
     try:
       d_args, d_kwargs = optree.tree_unflatten(in_tree, leaf_vals)
@@ -117,20 +135,25 @@ def traced_with_refs(fun: Callable, args: tuple, kwargs: dict, static_argnums: S
       out = fun(*full, **{k: v for k, v in kwargs.items() if k in static_argnames},
                 **d_kwargs)
       out_leaves, out_tree = flatten(out)
-      check_no_ref_out(fun, out_leaves, leaves, names)
+      check_no_ref_out(fun, out_leaves, leaf_vals, names)
       check_out_leaves(out_leaves, out_tree, name, "jit")
-      finals = [r._value for r in refs]
+      finals = [r._value for r in [*implicit, *proxies]]
       # NB: only the refs written come out (a ref only read needs no write-back, which
       # could not happen from a nested trace, e.g. a jit called in a scan body).
       written[:] = [i for i, (v, f) in enumerate(zip(ref_vals, finals)) if f is not v]
     finally:
-      for r, (v, t) in zip(refs, saved):
+      for r, (v, t) in zip(implicit, saved):
         r._value, r._trace = v, t
     out_tree_box.append(out_tree)
     return [*out_leaves, *[finals[i] for i in written]]
 
   debug = DebugInfo("jit", name, (*[f"<ref {i}>" for i in range(len(implicit))], *names),
                     (*[-1] * len(implicit), *origins))
-  with jit_frame():
-    jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
+  try:
+    with jit_frame():
+      jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
+  except RefMet as e:
+    if e.frame is None:
+      check_not_passed(fun, e.ref, leaves, names)
+    raise
   return pe.convert_constvars_jaxpr(jaxpr), list(consts), out_tree_box[0], list(written)

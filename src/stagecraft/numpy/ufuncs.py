@@ -16,6 +16,7 @@ from stagecraft.config import config
 from stagecraft.core import Tracer
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import ad, batching
+from stagecraft.lax.control_flow.refs import Ref
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import full, full_like
 from stagecraft.numpy.manipulation import broadcast_shapes, ravel
@@ -152,6 +153,8 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
     prim = None
 
   def fn(x: ArrayLike, y: ArrayLike, /):
+    if type(x) is Ref or type(y) is Ref:
+      check_arraylike(name, x, y, jitted=False)
     if (prim is not None and type(x) is Array and type(y) is Array
         and (x.aval is y.aval or x.aval == y.aval)
         and core.trace_state.trace is core.eval_trace
@@ -199,6 +202,8 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
 
 def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
   def fn(x: ArrayLike, /):
+    if type(x) is Ref:
+      check_arraylike(name, x)
     aval = getattr(x, "aval", None)
     if aval is not None and not _needs_promotion(promote, aval.dtype):
       return lax_fn(x)

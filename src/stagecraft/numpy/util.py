@@ -16,6 +16,7 @@ from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.core import Tracer
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.interpreters import partial_eval as pe
+from stagecraft.lax.control_flow.refs import Ref
 from stagecraft.lax.shape import shape_error
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.runtime.array import Array
@@ -158,6 +159,9 @@ def broadcast_to_shape(x, shape):
 # Array-like arguments
 
 
+_JAX_REF_TRACER = "<class 'jax._src.interpreters.partial_eval.DynamicJaxprTracer'>"
+
+
 def is_arraylike(x) -> bool:
   """Whether `x` counts as an array-like argument of the NumPy functions (JAX's rule): an
   Array, a tracer, a NumPy array, any value with a registered aval (a `jax.Array`, an
@@ -166,7 +170,7 @@ def is_arraylike(x) -> bool:
 
   NB: strings and bytes are refused here; JAX's rule passes them (`numpy.isscalar`) and
   every function then fails on them with a TypeError of its own."""
-  if isinstance(x, (str, bytes)):
+  if isinstance(x, (str, bytes, Ref)):
     return False
   if isinstance(x, (Array, Tracer, np.ndarray)) or np.isscalar(x):
     return True
@@ -176,7 +180,7 @@ def is_arraylike(x) -> bool:
 
 
 def check_arraylike(fun_name: str, *args: Any, emit_warning: bool = False,
-                    stacklevel: int = 3) -> None:
+                    stacklevel: int = 3, jitted: bool = True) -> None:
   """Checks that every one of `args` is an array or a scalar (`is_arraylike`), as the NumPy
   and SciPy functions of JAX do before converting their arguments.
 
@@ -194,7 +198,14 @@ def check_arraylike(fun_name: str, *args: Any, emit_warning: bool = False,
   for pos, arg in enumerate(args):
     if is_arraylike(arg):
       continue
-    msg = f"{fun_name} requires ndarray or scalar arguments, got {type(arg)} at position {pos}."
+    # NB: JAX's jitted NumPy functions (`jitted`; the binary ufuncs check their arguments
+    # before their jit) see a Ref passed to them eagerly as a tracer of a ref type; inside a
+    # jit it is one for all of them. The message names JAX's class, as here.
+    got = type(arg)
+    if isinstance(arg, Ref):
+      got = (_JAX_REF_TRACER if jitted or core.current_trace() is not core.eval_trace
+             else "<class 'jax._src.core.Ref'>")
+    msg = f"{fun_name} requires ndarray or scalar arguments, got {got} at position {pos}."
     if emit_warning:
       warnings.warn(msg + " In a future JAX release this will be an error.",
                     category=DeprecationWarning, stacklevel=stacklevel)

@@ -23,7 +23,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
-from stagecraft.interpreters import ad, partial_eval as pe
+from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.lax import elementwise as lax_elementwise
 from stagecraft.runtime.array import Array
 
@@ -159,20 +159,39 @@ class Ref:
   their values (a cond passes them through its branches) and writes the final values back
   after it, as JAX's state discharge does.
 
+  Refs passed to `vmap`, `jvp`, `vjp`/`grad` and `custom_vjp` functions are discharged at
+  that boundary too: the function sees a new ref holding the (batched, differentiated)
+  value, whose final value is written back (`api.vmap`, `api.jvp`, `api._vjp_of_refs`,
+  `custom_derivatives._call_with_ref_args`). Writes from inside a transformation into a
+  ref it did not take raise JAX's errors (a vmapped write into an unbatched ref, a
+  differentiated value written into a non-differentiated ref).
+
+  A jitted call writing an eager ref donates its buffer when nothing else holds it
+  (`_owned`: an eager `ref[...]` read lets the value escape), so the new value reuses it in
+  place (`unsafe_buffer_pointer` stays the same, as JAX's).
+
   Not supported (each raises `NotImplementedError` naming the fix): writing into a ref
-  from another nested transformation (a `vmap`, `grad`, `custom_jvp` function ...) a value
-  traced there; reading an eager ref in a staged function that is not jitted
-  (`make_jaxpr`), where its value would be baked into the staged program.
+  from another nested transformation (a `vmap`, `custom_jvp` function ...) a value traced
+  there; reading an eager ref in a staged function that is not jitted (`make_jaxpr`),
+  where JAX stages the ref as a `Ref`-typed input: stagecraft's jaxprs have no ref types.
 
   Attributes:
     shape, dtype, ndim, size: those of the referenced array.
   """
-  __slots__ = ("_value", "_frozen", "_trace", "__weakref__")
+  __slots__ = ("_value", "_frozen", "_trace", "_owned", "_nowrite", "_noread", "_weak",
+               "__weakref__")
 
-  def __init__(self, value: Any, trace: Any = None):
+  def __init__(self, value: Any, trace: Any = None, owned: bool = False):
     self._value = value
+    self._weak = core.get_aval(value).weak_type   # its type's (JAX's Ref aval is fixed)
     self._frozen = False
     self._trace = trace    # the trace a local ref belongs to; None for an eager ref
+    # An eager ref's buffer is held by nothing else (True): a jitted call writing the ref
+    # may donate it, so the new value reuses it in place (JAX writes refs in place).
+    self._owned = owned
+    # The error (type, message) that a write into (a read of) this ref raises: vmap's
+    # unbatched refs, jvp's refs without a ref tangent.
+    self._nowrite = self._noread = None
 
   shape = property(lambda self: self._value.shape)
   dtype = property(lambda self: self._value.dtype)
@@ -192,6 +211,8 @@ class Ref:
 
   def __getitem__(self, idx: Any) -> Any:
     self._check()
+    if self._noread is not None:
+      raise self._noread[0](self._noread[1])
     if self._trace is None and _staging(core.current_trace()):
       raise NotImplementedError(
           "Reading a Ref made outside a staged function (make_jaxpr) inside it is not "
@@ -199,11 +220,35 @@ class Ref:
           "Call the function under `jit` (which "
           "makes the ref an input and an output of the compiled program), pass `ref[...]` "
           "to it as an argument, or make the ref inside the function with `new_ref`.")
-    return self._value if idx is Ellipsis else self._value[idx]
+    if idx is Ellipsis:
+      self._owned = False   # the value escapes: it may no longer be donated
+      return self._value
+    return self._value[idx]
 
   def __setitem__(self, idx: Any, value: Any) -> None:
+    self._set(idx, value)
+
+  def _set(self, idx: Any, value: Any, keep_weak: bool = False) -> None:
+    """`self[idx] = value`; `keep_weak`: an eager ref keeps a weakly typed value weak (as
+    JAX's `addupdate`; a write (JAX's `swap`) stores it strongly typed)."""
     self._check()
     tracers = [v for v in tree_util.tree_leaves(value) if isinstance(v, core.Tracer)]
+    if self._nowrite is not None:
+      if len(self._nowrite) > 2:   # JAX's jvp writes the primal into the ref, then fails
+        primal = tree_util.tree_map(lambda t: t.primal if type(t) is ad.JVPTracer else t,
+                                    value)
+        if not any(isinstance(x, core.Tracer) for x in tree_util.tree_leaves(primal)):
+          with core.set_current_trace(core.eval_trace):
+            self._nowrite[2]._set(idx, primal)
+      raise self._nowrite[0](self._nowrite[1])
+    if self._trace is None or core.current_trace() is not self._trace:
+      _check_transformed_write(self, tracers, idx, value)
+    if (self._trace is not None and core.current_trace() is not self._trace
+        and all(t._trace._level <= self._trace._level for t in tracers)):
+      # a value of the ref's trace written from a nested (differentiating) trace: written
+      # in the ref's trace
+      with core.set_current_trace(self._trace):
+        return self._set(idx, value, keep_weak)
     if self._trace is None:
       if tracers or _staging(core.current_trace()):
         raise NotImplementedError(
@@ -239,8 +284,36 @@ class Ref:
     new = value
     if not isinstance(value, (core.Tracer, Array)):   # a Python scalar is weakly typed
       new = lax_elementwise.convert_element_type(value, value.dtype, weak_type=weak)
-    # NB: as JAX's, a whole write keeps the value's weak type.
-    self._value = new if idx is Ellipsis else self._value.at[idx].set(new)
+    # NB: as JAX's `swap`, a weakly typed value is stored strongly typed (unless
+    # `keep_weak`: JAX's `addupdate`; or the value is differentiated, as by JAX's JVP of
+    # `swap`).
+    keep_weak = keep_weak or type(new) is ad.JVPTracer or isinstance(
+        getattr(new, "_trace", None), ad.PartialEvalTrace)
+    if not keep_weak and core.get_aval(new).weak_type:
+      new = lax_elementwise.convert_element_type(new, new.dtype)
+    if self._trace is None:   # (a ref being traced keeps its eager state for after)
+      self._owned = idx is not Ellipsis
+    if idx is not Ellipsis:
+      new = self._value.at[idx].set(new)
+      if not keep_weak and core.get_aval(new).weak_type:
+        new = lax_elementwise.convert_element_type(new, new.dtype)
+    self._value = new
+
+  def unsafe_buffer_pointer(self) -> int:
+    """The device address of the buffer holding the ref's value (JAX's
+    `Ref.unsafe_buffer_pointer`). A jitted function writing the ref reuses its buffer
+    (the buffer is donated and the new value aliases it), so the address stays the same
+    across such writes unless the value escaped (`ref[...]` read eagerly, or a whole array
+    written into it).
+
+    Raises:
+      ValueError: for a frozen ref; RuntimeError: for a ref local to a trace (its value is
+        not an Array).
+    """
+    self._check()
+    if not isinstance(self._value, Array):
+      raise RuntimeError("unsafe_buffer_pointer() needs an eager Ref (its value is traced)")
+    return self._value.unsafe_buffer_pointer()
 
   def __len__(self):
     return len(self._value)
@@ -248,7 +321,42 @@ class Ref:
   def __repr__(self):
     if isinstance(self._value, core.Tracer):
       return _aval(self).str_short()
-    return "Ref(" + repr(self._value).partition("(")[2]
+    v = self._value
+    cached = getattr(v, "_npy", True) is not None
+    text = "Ref(" + repr(v).partition("(")[2]
+    if not cached:
+      # NB: drop the host view printing made: a buffer viewed from the host cannot be
+      # donated, and the ref's next jitted write donates it (`_owned`).
+      v._npy = None
+    return text
+
+
+def _check_transformed_write(ref: Ref, tracers: Sequence[Any], idx: Any, value: Any) -> None:
+  """Raises JAX's errors for a write into `ref` (of `value` at `idx`) from inside a
+  transformation that did not take it as an argument: a `vmap` (any write, as JAX's), or a
+  differentiation writing a value it differentiates (as JAX's, an eager ref then gets the
+  value's primal before the error)."""
+  level = -1 if ref._trace is None else ref._trace._level
+  trace = core.current_trace()
+  while trace is not None and trace._level > level:
+    if isinstance(trace, batching.BatchTrace):
+      raise Exception(   # noqa: TRY002 (JAX raises a bare Exception)
+          f"performing a set/swap operation with vmapped value on an unbatched array "
+          f"reference of type {ref.aval}. Move the array reference to be an argument to the "
+          f"vmapped function?")
+    if (isinstance(trace, (ad.JVPTrace, ad.PartialEvalTrace))
+        and any(t._trace is trace for t in tracers)):
+      if ref._trace is None and all(type(t) is ad.JVPTracer for t in tracers):
+        primal = tree_util.tree_map(lambda t: t.primal if type(t) is ad.JVPTracer else t,
+                                    value)
+        if not any(isinstance(x, core.Tracer) for x in tree_util.tree_leaves(primal)):
+          with core.set_current_trace(core.eval_trace):
+            ref._set(idx, primal)
+      raise Exception(   # noqa: TRY002
+          f"performing a set/swap operation with a differentiated value on a "
+          f"non-differentiated array reference of type {ref.aval}. Move the array reference "
+          f"to be an argument of the differentiated function?")
+    trace = getattr(trace, "parent", None)
 
 
 def _indexed_shape(shape: tuple, idx: Any) -> tuple | None:
@@ -280,11 +388,12 @@ def freeze(ref: Ref) -> Any:
   return value
 
 
-def write_back(refs: Sequence[Ref], values: Sequence[Any]) -> None:
-  """Writes the final values of a jitted call's (or a loop's) refs back into them."""
+def write_back(refs: Sequence[Ref], values: Sequence[Any], owned: bool = False) -> None:
+  """Writes the final values of a jitted call's (or a loop's) refs back into them; `owned`:
+  the values are new buffers held by nothing else (see `Ref._owned`)."""
   for r, v in zip(refs, values):
     if r._trace is None and not isinstance(v, core.Tracer):
-      r._value = v
+      r._value, r._owned = v, owned
     else:
       r[...] = v
 
@@ -327,12 +436,17 @@ def discharged(fun: Callable, refs: Sequence[Ref], written: list[bool] | None = 
   return wrapped
 
 
-def carried_values(refs: Sequence[Ref]) -> list:
+def carried_values(refs: Sequence[Ref], escape: bool = True) -> list:
   """The refs' current values, strongly typed (a loop's carry keeps its avals; a write may
-  make a weakly typed ref's value strong)."""
+  make a weakly typed ref's value strong). `escape=False`: an eager ref's value is read
+  without marking it escaped (the caller donates it or does not keep it)."""
   out = []
   for r in refs:
-    v = r[...]
+    if escape:
+      v = r[...]
+    else:
+      r._check()
+      v = r._value
     out.append(lax_elementwise.convert_element_type(v, v.dtype)
                if core.get_aval(v).weak_type else v)
   return out
@@ -372,4 +486,12 @@ def with_refs(run: Callable) -> Any:
     break
   write_back([r for r, w in zip(refs, written) if w],
              [f for f, w in zip(finals, written) if w])
+  # NB: as JAX's discharged loops, which carry each ref they use with its type (the weak
+  # type of its initial value; a write makes the carry strongly typed): after the loop a
+  # ref made weakly typed and only read holds a weak value.
+  for r, w in zip(refs, written):
+    if not w and r._weak and not core.get_aval(r._value).weak_type:
+      v = r._value
+      r._set(Ellipsis, lax_elementwise.convert_element_type(v, v.dtype, weak_type=True),
+             keep_weak=True)
   return out
