@@ -264,3 +264,16 @@ def test_traced_boolean_mask_message_starts_as_jax():
 def test_array_valued_shapes_as_jax(make):
   for ctor in ("zeros", "ones", "empty"):
     assert getattr(snp, ctor)(make(snp)).shape == getattr(jnp, ctor)(make(jnp)).shape
+
+
+def test_literal_reprs_as_jax():
+  """`repr` of the literals in equations, as the custom-interpreters tutorial prints them:
+  JAX's typed scalars for weakly typed ints and complexes (`Literal(TypedInt(1,
+  dtype=int32))`), plain values otherwise (`Literal(2.0)`, `Literal(3)`)."""
+  def reprs(lib, np_):
+    j = lib.make_jaxpr(lambda x, y: (x + 1, y * 2.0, x + np_.int32(3), y + True,
+                                     np_.sin(y) + 1j, x * 2))(1, 1.0)
+    return [repr(v) for e in j.eqns for v in e.invars if not repr(v).startswith("Var")]
+  want = reprs(jax, jnp)
+  assert "Literal(TypedInt(1, dtype=int32))" in want and "Literal(2.0)" in want
+  assert reprs(sc, snp) == want

@@ -436,8 +436,14 @@ class Literal:
     self.val = val
     self.aval = aval
 
-  def __repr__(self):   # JAX's: Literal(2.0), the value as a Python scalar
-    v = self.val.item() if isinstance(self.val, np.generic) else self.val
+  def __repr__(self):
+    # JAX's: Literal(2.0), the value as a Python scalar; a weakly typed int or complex shows
+    # JAX's typed scalar (`Literal(TypedInt(1, dtype=int32))`), whose repr names its dtype.
+    v = self.val
+    if type(v) in (int, complex) and self.aval.weak_type:
+      kind = "TypedInt" if type(v) is int else "TypedComplex"
+      return f"Literal({kind}({v!r}, dtype={self.aval.dtype.name}))"
+    v = v.item() if isinstance(v, np.generic) else v
     return f"Literal({v!r})"
 
 
