@@ -37,7 +37,7 @@ from stagecraft.sharding import NamedSharding, PartitionSpec
 __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "trace_flat",
            "SignatureLayout", "LoweredSignature", "lower_traced", "CompiledCall", "SpmdCall", "ShardedCall",
            "compile_lowered", "compile_traced", "update_wrapper", "wraps", "auto_axes",
-           "explicit_axes", "opened_call", "hoist_call_consts"]
+           "explicit_axes", "opened_call", "hoist_call_consts", "bakes_constants"]
 
 
 _logger = logging.getLogger("stagecraft")
@@ -119,12 +119,30 @@ def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
                               [None] * len(consts) + list(placement))
   ex = _jit_executables.get(jaxpr)
   if ex is None:
+    if (bakes_constants() and not mapping.mesh_chain(jaxpr.jaxpr)
+        and not spmd.jaxpr_meshes(jaxpr.jaxpr)):
+      # As JAX's: the constants are in the program text.
+      text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr, consts=jaxpr.consts)
+      ex = _jit_executables[jaxpr] = dispatch.Executable(
+          dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals, text)
+      return ex.call(args)
     opened, consts = opened_call(jaxpr)
     ex = _compile_closed(opened, name)
     if consts:
       ex = _WithConsts(ex, consts, opened.in_avals)
     _jit_executables[jaxpr] = ex
   return ex.call(args)
+
+
+def bakes_constants(consts: Sequence[Any] = ()) -> bool:
+  """Whether a jit's closed-over arrays (its ClosedJaxpr's consts, and those of the jit
+  equations inside) are constants of its program text, as JAX 0.10.2 lowers them by
+  default (XLA then folds operations on them); with `jax_use_simplified_jaxpr_constants`
+  (or when one of `consts` is a tracer of an enclosing trace) they are arguments of the
+  program instead (`hoist_call_consts`)."""
+  return not config.use_simplified_jaxpr_constants and not any(
+      isinstance(c, core.Tracer) for c in consts)
+
 
 
 class _WithConsts:
@@ -331,7 +349,10 @@ class TracedSignature:
     if any(isinstance(c, core.Tracer) for c in consts):
       return cls(ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), out_tree,
                  closed)
-    hoisted, inner = hoist_call_consts(jaxpr)
+    # NB: as JAX by default, the constants of the jit equations inside stay in their calls'
+    # ClosedJaxprs (constants of the callees' text); hoisted to arguments of the program
+    # with jax_use_simplified_jaxpr_constants.
+    hoisted, inner = (jaxpr, []) if bakes_constants() else hoist_call_consts(jaxpr)
     self = cls(ClosedJaxpr(pe.convert_constvars_jaxpr(hoisted), []), [*consts, *inner],
                out_tree, closed)
     self.call, self.call_consts = closed, []
@@ -580,7 +601,8 @@ class ShardedCall(_MultiDeviceCall):
     idx = self._kept()
     mask = [False] * len(lowered.used_consts) + [i in self.donated for i in idx]
     self.program = spmd.compile_sharded(lowered.name, lowered.dce_jaxpr, mesh, in_sh, out_sh,
-                                        donated=mask, text=lowered.text, exe=exe)
+                                        donated=mask, text=lowered.text, exe=exe,
+                                        consts=lowered.baked)
     self.exe = self.program.exe
     nc = len(lowered.used_consts)
     # NB: constants go to the devices once, laid out as the program wants them.
@@ -1057,7 +1079,9 @@ class PjitFunction:
         self._refs.append(e.ref)
         continue
       n_out = len(jaxpr.outvars)
-      hoisted, inner = hoist_call_consts(jaxpr)   # constants of jit equations inside
+      # constants of jit equations inside: in their calls' text (JAX's default), else hoisted
+      hoisted, inner = ((jaxpr, []) if bakes_constants(consts) else
+                        hoist_call_consts(jaxpr))
       entry = TracedSignature(ClosedJaxpr(pe.convert_constvars_jaxpr(hoisted), []),
                               [*inner, *consts], flatten([0] * n_out)[1])
       entry.call, entry.call_consts = ClosedJaxpr(jaxpr, []), consts
@@ -1207,11 +1231,11 @@ class LoweredSignature:
   """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
   const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
   __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices",
-               "mesh_layout", "dce_jaxpr", "name", "names")
+               "mesh_layout", "dce_jaxpr", "baked", "name", "names")
 
   def __init__(self, entry: TracedSignature, text: str, used_consts: list[int], kept: list[int] | None,
                donated: tuple[int, ...], spmd_devices: list | None = None, mesh_layout=None,
-               dce_jaxpr=None, name: str = "", names=None):
+               dce_jaxpr=None, name: str = "", names=None, baked: list | None = None):
     self.entry = entry
     self.text = text
     self.used_consts = used_consts
@@ -1222,6 +1246,9 @@ class LoweredSignature:
     # every dynamic leaf pruned or not; None: left to the partitioner).
     self.mesh_layout = mesh_layout
     self.dce_jaxpr = dce_jaxpr
+    # The values of `dce_jaxpr`'s constvars when they are constants of the text (None:
+    # main takes them as its leading arguments, `used_consts`).
+    self.baked = baked
     self.name = name
     self.names = names
 
@@ -1276,13 +1303,23 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   dce_jaxpr, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
   used_consts = [i for i in range(nconst) if used[i]]
   kept_leaves = [i - nconst for i in range(nconst, n_in) if used[i]]
+  baked = None
+  if used_consts and bakes_constants(entry.consts):
+    # As JAX 0.10.2 by default: the constants are in the program text (XLA folds them);
+    # main takes only the dynamic leaves.
+    nu = len(used_consts)
+    baked = [entry.consts[i] for i in used_consts]
+    dce_jaxpr = dce_jaxpr.replace(constvars=dce_jaxpr.invars[:nu],
+                                  invars=dce_jaxpr.invars[nu:])
+    used_consts = []
   donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
   kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
   chain = mapping.mesh_chain(dce_jaxpr)
   explicit = layout is not None and (layout.explicit_in is not None or
                                      layout.explicit_out is not None)
   if chain and not explicit:   # jit of pmap: one SPMD program over the pmaps' devices
-    text = mapping.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask)
+    text = mapping.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask,
+                                     consts=baked)
     return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                             spmd.chain_devices(chain))
   n_dyn = n_in - nconst
@@ -1294,22 +1331,23 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                                lay.explicit_out, lay.describe(in_avals))
     if resolved is not None:
       mesh, ins, outs = resolved
-      in_sh = [ins[i] for i in range(n_in) if used[i]]
+      in_sh = [ins[i] for i in range(nconst if baked else 0, n_in) if used[i]]
       text = spmd.lower_sharded_module(f"jit_{name}", dce_jaxpr, mesh, in_sh, outs,
-                                          donated=donated_mask)
+                                          donated=donated_mask, consts=baked)
       return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                               mesh_layout=(mesh, in_sh, outs, ins[nconst:]),
-                              dce_jaxpr=dce_jaxpr,
+                              dce_jaxpr=dce_jaxpr, baked=baked,
                               name=f"jit_{name}", names=lay.names)
   # NB: as JAX: a donated input that an output of its type can reuse is aliased to that
   # output (`tf.aliasing_output`), so the output lives in the input's buffer; the others
   # stay buffer donors for XLA to use or free.
-  main_avals = [v.aval for v in (*dce_jaxpr.constvars, *dce_jaxpr.invars)]
+  main_avals = [v.aval for v in ((*dce_jaxpr.constvars,) if baked is None else ()) +
+                (*dce_jaxpr.invars,)]
   aliases = _donation_aliases(main_avals, donated_mask, dce_jaxpr.out_avals)
   attrs = [None if k is None else f"tf.aliasing_output = {k} : i32" for k in aliases]
   text = lowering.lower_jaxpr_to_module(
       f"jit_{name}", dce_jaxpr, arg_attrs=attrs,
-      donated=[d and k is None for d, k in zip(donated_mask, aliases)])
+      donated=[d and k is None for d, k in zip(donated_mask, aliases)], consts=baked)
   return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
 
 

@@ -332,8 +332,19 @@ def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
 
 def dense_constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   """A `stablehlo.constant` holding the whole array `value` with `aval` (a splat when all
-  its elements are equal)."""
+  its elements are equal).
+
+  A NumPy array with zero strides (`np.broadcast_to`'s) becomes, as in JAX, the constant of
+  its distinct elements and a `stablehlo.broadcast_in_dim` to its shape. The text is linear
+  in the array's size (hex bytes, MLIR's form for big attributes)."""
   x = np.asarray(value, dtype=aval.dtype).reshape(aval.shape)
+  if x.size > 1 and 0 in x.strides:
+    kept = [d for d, st in enumerate(x.strides) if st != 0]
+    small = x[tuple(slice(None) if d in kept else 0 for d in range(x.ndim))]
+    inner = dense_constant(fb, small, aval.update(shape=small.shape, weak_type=False))
+    return emit_op(fb, "stablehlo.broadcast_in_dim", [inner],
+                   [ir_type(aval.update(shape=small.shape))], [ir_type(aval)],
+                   f"broadcast_dimensions = {i64_array(kept)}")[0]
   if x.size == 0 or x.size == 1 or (x.dtype != dtypes.bool_ and np.all(x == x.flat[0])):
     return constant(fb, x.flat[0] if x.size else 0, aval)
   name = fb.fresh()
@@ -562,17 +573,27 @@ def has_ordered_effects(jaxpr: Jaxpr) -> bool:
 def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
                        public: bool = False, arg_attrs: Sequence[str | None] | None = None,
                        result_attrs: Sequence[str | None] | None = None,
-                       token: bool = False) -> str:
+                       token: bool = False, consts: Sequence[Any] | None = None) -> str:
   """Emits `jaxpr` (constvars first, then invars, as arguments) as a `func.func`; returns
   its text. With `token`, the function takes the ordered-effect token first and returns the
-  last one first (a call of a jaxpr with ordered effects, `lower_call`)."""
+  last one first (a call of a jaxpr with ordered effects, `lower_call`). With `consts` (one
+  value per constvar), the constvars are no arguments: their values are dense constants at
+  the top of the body, as JAX lowers a ClosedJaxpr's consts (`dense_constant`)."""
   fb = FuncBuilder(module)
-  in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
-  arg_names = [f"%arg{i}" for i in range(len(in_avals))]
-  nconst = len(jaxpr.constvars)
+  if consts is not None:
+    assert len(consts) == len(jaxpr.constvars), (len(consts), len(jaxpr.constvars))
+    const_names = [dense_constant(fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
+    in_avals = [v.aval for v in jaxpr.invars]
+    arg_names = [f"%arg{i}" for i in range(len(in_avals))]
+  else:
+    in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+    arg_names = [f"%arg{i}" for i in range(len(in_avals))]
+    nconst = len(jaxpr.constvars)
+    const_names, arg_names = arg_names[:nconst], arg_names[nconst:]
   if token:
     fb.token = "%argtok"
-  outs = jaxpr_subcomp(fb, jaxpr, arg_names[:nconst], arg_names[nconst:])
+  outs = jaxpr_subcomp(fb, jaxpr, const_names, arg_names)
+  arg_names = [f"%arg{i}" for i in range(len(in_avals))]
   out_types = [ir_type(v.aval) for v in jaxpr.outvars]
   args_txt = []
   for i, (a, av) in enumerate(zip(arg_names, in_avals)):
@@ -598,29 +619,21 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
                args: Sequence[str]) -> list[str]:
   """Lowers a call of `closed_jaxpr` as a private function and a `func.call`.
 
-  The function takes the jaxpr's constants as leading arguments; the call site passes them
-  as dense constants. (jit hoists the constants of the calls it compiles to arguments of
-  the program first, `pjit.hoist_call_consts`; only calls inside loop or branch bodies get
-  here with constants.)
+  As JAX lowers a call, the jaxpr's constants are dense constants inside the function
+  (`lower_jaxpr_to_fun`'s `consts`). (With `jax_use_simplified_jaxpr_constants`, jit hoists
+  the constants of the calls it compiles to arguments of the program first,
+  `pjit.hoist_call_consts`.)
   """
   module = ctx.module
   token = has_ordered_effects(closed_jaxpr.jaxpr)
   cached = module.call_cache.get(id(closed_jaxpr))
   if cached is None:
     fname = module.unique_func_name(name)
-    jaxpr = closed_jaxpr.jaxpr
-    if jaxpr.constvars:
-      jaxpr = jaxpr.replace(constvars=[], invars=[*jaxpr.constvars, *jaxpr.invars])
-    module.funcs.append(lower_jaxpr_to_fun(module, fname, jaxpr, token=token))
+    module.funcs.append(lower_jaxpr_to_fun(module, fname, closed_jaxpr.jaxpr, token=token,
+                                           consts=closed_jaxpr.consts))
     module.call_cache[id(closed_jaxpr)] = (fname, closed_jaxpr)
   else:
     fname = cached[0]
-  if closed_jaxpr.consts:
-    consts = [dense_constant(ctx.fb, c, v.aval)
-              for c, v in zip(closed_jaxpr.consts, closed_jaxpr.jaxpr.constvars)]
-    args = [*consts, *args]
-    ctx = ctx.replace(avals_in=[*(v.aval for v in closed_jaxpr.jaxpr.constvars),
-                                *ctx.avals_in])
   in_types = [ir_type(a) for a in ctx.avals_in]
   out_types = [ir_type(a) for a in ctx.avals_out]
   args = list(args)
@@ -655,17 +668,20 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
                           num_partitions: int = 1, result_names: Sequence[str] | None = None,
                           arg_attrs: Sequence[str | None] | None = None,
                           result_attrs: Sequence[str | None] | None = None,
-                          module: ModuleContext | None = None) -> str:
+                          module: ModuleContext | None = None,
+                          consts: Sequence[Any] | None = None) -> str:
   """Lowers `jaxpr` to a StableHLO module whose `main` takes constvars then invars.
 
   Args:
     name: the module name (sanitized: `jit_<name>`).
     donated: one bool per argument of main; True marks the buffer donated.
     axis_env: named axes `(name, size)` for collectives (outermost first).
+    consts: the values of the constvars: then main takes only the invars and the constants
+      are in its text (as JAX 0.10.2 lowers a jit's closed-over arrays by default).
   """
   module = module or ModuleContext(name, axis_env=axis_env, num_replicas=num_replicas,
                                    num_partitions=num_partitions)
-  nargs = len(jaxpr.constvars) + len(jaxpr.invars)
+  nargs = (0 if consts is not None else len(jaxpr.constvars)) + len(jaxpr.invars)
   attrs = list(arg_attrs) if arg_attrs is not None else [None] * nargs
   if donated is not None:
     for i, d in enumerate(donated):
@@ -673,7 +689,7 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
         attrs[i] = ", ".join(filter(None, [attrs[i], "jax.buffer_donor = true"]))
   with bound_axes(module.axis_env):
     main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
-                              result_attrs=result_attrs)
+                              result_attrs=result_attrs, consts=consts)
   funcs = "\n".join([*module.extra_ops, main, *module.funcs])
   if module.mesh:
     axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)

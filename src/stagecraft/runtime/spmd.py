@@ -490,8 +490,10 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
                          in_shardings: Sequence[NamedSharding | None],
                          out_shardings: Sequence[NamedSharding | None], *,
                          donated: Sequence[bool] | None = None,
-                         result_names: Sequence[str] | None = None) -> str:
-  """The StableHLO module of `jaxpr` (main takes constvars then invars) over `mesh`: one
+                         result_names: Sequence[str] | None = None,
+                         consts: Sequence[Any] | None = None) -> str:
+  """The StableHLO module of `jaxpr` (main takes constvars then invars; with `consts`, the
+  constvars' values, only invars: the constants are in the text) over `mesh`: one
   `sdy.sharding` attribute per argument/result given a sharding (None: left to the
   partitioner)."""
   module = lowering.ModuleContext(
@@ -499,7 +501,8 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
       num_partitions=mesh.size)
   module.mesh = [(mesh.sdy_axis_names[n], int(s)) for n, s in mesh.shape.items()]
   module.sdy_mesh = mesh
-  avals_in = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  avals_in = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
+              (*jaxpr.invars,)]
   arg_attrs = [None if s is None else
                f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(a.shape))}"
                for s, a in zip(in_shardings, avals_in)]
@@ -507,7 +510,7 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
                f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(v.aval.shape))}"
                for s, v in zip(out_shardings, jaxpr.outvars)]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
-                                        result_attrs=res_attrs, module=module)
+                                        result_attrs=res_attrs, module=module, consts=consts)
 
 
 def _spec_candidates(mesh: Mesh, ndim: int):
@@ -539,21 +542,23 @@ def compile_sharded(name: str, jaxpr: Jaxpr, mesh: Mesh,
                     in_shardings: Sequence[NamedSharding | None],
                     out_shardings: Sequence[NamedSharding | None], *,
                     donated: Sequence[bool] | None = None, text: str | None = None,
-                    exe=None) -> SpmdExecutable:
+                    exe=None, consts: Sequence[Any] | None = None) -> SpmdExecutable:
   """Lowers (unless `text` is given) and compiles `jaxpr` over `mesh`; shardings left None
-  are read back from the executable (what the partitioner chose).
+  are read back from the executable (what the partitioner chose). `consts`: the values of
+  the constvars, constants of the text (see `lower_sharded_module`).
 
   Returns:
-    An SpmdExecutable taking main's arguments (constvars then invars) and giving Arrays
-    laid out over the mesh (replicated results stay on every device)."""
+    An SpmdExecutable taking main's arguments (constvars, unless `consts`, then invars) and
+    giving Arrays laid out over the mesh (replicated results stay on every device)."""
   in_shardings, out_shardings = list(in_shardings), list(out_shardings)
   devices = list(mesh.devices.flat)
-  avals_in = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  avals_in = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
+              (*jaxpr.invars,)]
   avals_out = [v.aval for v in jaxpr.outvars]
   for _ in range(2):
     if text is None:
       text = lower_sharded_module(name, jaxpr, mesh, in_shardings, out_shardings,
-                                  donated=donated)
+                                  donated=donated, consts=consts)
     if exe is None:
       exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
     final_in = _read_back(in_shardings, avals_in, exe.get_parameter_shardings, mesh)
