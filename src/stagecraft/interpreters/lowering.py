@@ -116,10 +116,24 @@ def dense_scalar(v: Any, dtype: np.dtype) -> str:
   return _float_bits(v, dtype)
 
 
-def dense_array(x: np.ndarray) -> str:
-  """A `dense<...>` attribute of a whole host array (used for small array constants)."""
+def _is_splat(x: np.ndarray) -> bool:
+  """Whether all of `x`'s elements equal its first (never for bool arrays); linear, and
+  cheap when the first two differ."""
+  if x.size == 1:
+    return True
+  if not x.size or x.dtype == dtypes.bool_:
+    return False
+  flat = x.reshape(-1)
+  if flat[1] != flat[0]:
+    return False
+  return bool(np.all(flat == flat[0]))
+
+
+def dense_array(x: np.ndarray, splat: bool | None = None) -> str:
+  """A `dense<...>` attribute of a whole host array (hex bytes unless all elements are
+  equal: `splat`, when known, says whether they are)."""
   x = np.ascontiguousarray(x)
-  if x.size == 1 or (x.size and np.all(x == x.flat[0]) and x.dtype != dtypes.bool_):
+  if splat if splat is not None else _is_splat(x):
     return f"dense<{dense_scalar(x.flat[0], x.dtype)}>"
   if x.dtype == dtypes.bool_:
     x = x.astype(np.uint8)
@@ -345,10 +359,10 @@ def dense_constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
     return emit_op(fb, "stablehlo.broadcast_in_dim", [inner],
                    [ir_type(aval.update(shape=small.shape))], [ir_type(aval)],
                    f"broadcast_dimensions = {i64_array(kept)}")[0]
-  if x.size == 0 or x.size == 1 or (x.dtype != dtypes.bool_ and np.all(x == x.flat[0])):
+  if x.size == 0 or _is_splat(x):
     return constant(fb, x.flat[0] if x.size else 0, aval)
   name = fb.fresh()
-  fb.emit(f"{name} = stablehlo.constant {dense_array(x)} : {ir_type(aval)}")
+  fb.emit(f"{name} = stablehlo.constant {dense_array(x, splat=False)} : {ir_type(aval)}")
   return name
 
 
