@@ -350,7 +350,12 @@ def dense_constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
 
   A NumPy array with zero strides (`np.broadcast_to`'s) becomes, as in JAX, the constant of
   its distinct elements and a `stablehlo.broadcast_in_dim` to its shape. The text is linear
-  in the array's size (hex bytes, MLIR's form for big attributes)."""
+  in the array's size (hex bytes, MLIR's form for big attributes). A token constant (a
+  closed-over `core.Token`) is a new token, as JAX's."""
+  if aval is core.abstract_token:
+    return emit_op(fb, "stablehlo.create_token", [], [], ["!stablehlo.token"])[0]
+  if aval.dtype == dtypes.float0:   # i1 zeros in the program
+    return constant(fb, 0, aval)
   x = np.asarray(value, dtype=aval.dtype).reshape(aval.shape)
   if x.size > 1 and 0 in x.strides:
     kept = [d for d, st in enumerate(x.strides) if st != 0]
