@@ -349,6 +349,18 @@ def test_export_of_a_function_with_nested_constants():
                              rtol=1e-6)
 
 
+def test_exported_module_holds_the_constants_as_jax():
+  # As JAX's export (always, whatever jax_use_simplified_jaxpr_constants says): in the text.
+  f = lambda y: _jitted(SC)(y) + BIG[:3]
+  ours = export.export(sc.jit(f))(sc.ShapeDtypeStruct((3,), np.float32)).mlir_module()
+  jf = lambda y: _jitted(JAX)(y) + BIG[:3]
+  theirs = jax.export.export(jax.jit(jf))(
+      jax.ShapeDtypeStruct((3,), np.float32)).mlir_module()
+  strip = lambda lines: sorted(re.sub(r" loc\(.*\)$", "", l) for l in lines)
+  assert strip(_array_constants(ours)) == strip(_array_constants(theirs))
+  assert len(_array_constants(ours)) == 2
+
+
 def test_xla_computation_of_a_function_with_nested_constants():
   f = lambda y: _jitted(SC)(y) + 1.0
   hlo = xla_computation(f)(X).as_hlo_text()

@@ -170,11 +170,13 @@ def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
                              text)
 
 
-# Constants closed over by a jit body stay in its ClosedJaxpr (as JAX prints them); to run
-# it, they are hoisted, with those of the jit equations inside (in loop and branch bodies
-# too), to leading arguments of the program, so they reach the device as buffers once and
-# never enter the program text. (A jit equation met in another body, custom_jvp's or
-# checkpoint's, is lowered with its constants as dense constants: `lowering.lower_call`.)
+# Constants closed over by a jit body stay in its ClosedJaxpr (as JAX prints them). By
+# default (as JAX 0.10.2's) they are constants of the program text: `lower_traced` and
+# `_jit_impl` lower them with `consts=`, and `lowering.lower_call` puts an inner jit's inside
+# its function. With `jax_use_simplified_jaxpr_constants` (`bakes_constants()` False), they
+# are hoisted, with those of the jit equations inside (in loop and branch bodies too), to
+# leading arguments of the program (`opened_call`, `hoist_call_consts`), so they reach the
+# device as buffers once and never enter the program text.
 
 _opened: "weakref.WeakKeyDictionary[ClosedJaxpr, tuple]" = weakref.WeakKeyDictionary()
 
@@ -323,10 +325,12 @@ class TracedSignature:
   """The result of tracing one signature.
 
   `jaxpr` takes as leading invars the constants `consts` (those the function closes over,
-  then those of the jit equations in it: `hoist_call_consts`): it is what is lowered, and
-  `consts` go to the device once. `call` is what a jit equation binds inside a trace, with
-  the operands `call_consts` before the arguments: as JAX, the constants stay in `call`'s
-  ClosedJaxpr, unless some are tracers of an enclosing trace (then all are operands).
+  then, with `jax_use_simplified_jaxpr_constants`, those of the jit equations in it:
+  `hoist_call_consts`): it is what is lowered, with the constants it uses in the text
+  (`bakes_constants`) or as arguments that go to the device once. `call` is what a jit
+  equation binds inside a trace, with the operands `call_consts` before the arguments: as
+  JAX, the constants stay in `call`'s ClosedJaxpr, unless some are tracers of an enclosing
+  trace (then all are operands).
   `closed` is the traced jaxpr with all its constants as constvars (`make_jaxpr`)."""
   __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "call",
                "call_consts", "closed", "key_reuse", "__weakref__")
