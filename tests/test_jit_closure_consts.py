@@ -283,6 +283,29 @@ def test_closure_over_a_sharded_array_runs_on_one_device_as_jax():
       _array_constants(jax.jit(lambda y: y.sum() + ja).lower(X).as_text())
 
 
+def _eager_mesh_programs(m):
+  """jvp outside jit binds the jit primitive eagerly: over sharded arguments, with a
+  shard_map inside, with a pmap inside (each a program over several devices)."""
+  c = np.arange(8, dtype=np.float32) * 1.5 + 0.1
+  mesh = m.lib.sharding.Mesh(np.array(m.lib.devices()[:4]), ("i",))
+  spec = m.lib.sharding.PartitionSpec("i")
+  xs = m.lib.device_put(np.linspace(0, 1, 8, dtype=np.float32),
+                        m.lib.sharding.NamedSharding(mesh, spec))
+  g = m.lib.jit(lambda y: m.np.sin(y) * c)
+  h = m.lib.jit(m.lib.shard_map(lambda z: m.np.cos(z) * c[:2], mesh=mesh, in_specs=spec,
+                                out_specs=spec))
+  p = m.lib.jit(lambda y: m.lib.pmap(lambda z: m.np.cos(z) * c[:2])(y))
+  ones8, ones42 = np.ones(8, np.float32) * 0.3, np.ones((4, 2), np.float32) * 0.3
+  return [m.lib.jvp(g, (xs,), (xs,)), m.lib.jvp(h, (ones8,), (ones8,)),
+          m.lib.jvp(p, (ones42,), (ones42,))]
+
+
+def test_eager_jit_primitive_over_devices_equals_jax():
+  ours, theirs = _eager_mesh_programs(SC), _eager_mesh_programs(JAX)
+  for a, b in zip(sc.tree.leaves(ours), jax.tree.leaves(theirs)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_compiled_serialize_with_a_baked_constant():
   from stagecraft.experimental import serialize_executable as se
   compiled = sc.jit(lambda y: _jitted(SC)(y) + BIG[:3]).lower(X).compile()

@@ -111,20 +111,20 @@ _jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, Any]" = (
 
 
 def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
+  # As JAX's by default, the constants are in the program text (`bakes_constants`).
+  bake = bakes_constants()
   if dispatch.placement_used[0]:
     placement = dispatch.target_placement(args)
     if type(placement) is dispatch.Placement:   # arguments split over a mesh
+      if bake:
+        return spmd.call_closed(jaxpr, name, args, list(placement))
       opened, consts = opened_call(jaxpr)
       return spmd.call_closed(opened, name, [*consts, *args],
                               [None] * len(consts) + list(placement))
   ex = _jit_executables.get(jaxpr)
   if ex is None:
-    if (bakes_constants() and not mapping.mesh_chain(jaxpr.jaxpr)
-        and not spmd.jaxpr_meshes(jaxpr.jaxpr)):
-      # As JAX's: the constants are in the program text.
-      text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr, consts=jaxpr.consts)
-      ex = _jit_executables[jaxpr] = dispatch.Executable(
-          dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals, text)
+    if bake:
+      ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
       return ex.call(args)
     opened, consts = opened_call(jaxpr)
     ex = _compile_closed(opened, name)
@@ -159,13 +159,14 @@ class _WithConsts:
 
 
 def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
-  assert not jaxpr.consts, "the opened jaxpr takes its consts as arguments"
+  """The executable of a jit equation's ClosedJaxpr, its consts constants of the text (an
+  opened jaxpr, `opened_call`'s, has none: it takes them as arguments)."""
   chain = mapping.mesh_chain(jaxpr.jaxpr)
   if chain:   # a jit containing pmaps (e.g. derived by autodiff): one SPMD program
-    return spmd.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain)
+    return spmd.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain, consts=jaxpr.consts)
   if spmd.jaxpr_meshes(jaxpr.jaxpr):   # shard_map / sharding constraints inside
     return spmd.call_closed_executable(jaxpr, name)
-  text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr)
+  text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr, consts=jaxpr.consts)
   return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
                              text)
 

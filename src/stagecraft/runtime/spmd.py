@@ -300,12 +300,15 @@ def replicated_program(exe, devices, in_avals, out_avals, text, donated=()) -> S
                         [rep] * len(out_avals), text, donated)
 
 
-def replicated_executable(name: str, jaxpr: Jaxpr, chain) -> SpmdExecutable:
-  """Lowers and compiles `jaxpr` (containing pmaps) as a replicated SPMD program."""
+def replicated_executable(name: str, jaxpr: Jaxpr, chain,
+                          consts: Sequence[Any] | None = None) -> SpmdExecutable:
+  """Lowers and compiles `jaxpr` (containing pmaps) as a replicated SPMD program (`consts`:
+  the constvars' values, then constants of the text, not arguments)."""
   devices = chain_devices(chain)
-  text = mapping.lower_spmd_module(name, jaxpr, chain)
+  text = mapping.lower_spmd_module(name, jaxpr, chain, consts=consts)
   exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
-  in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  in_avals = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
+              (*jaxpr.invars,)]
   return replicated_program(exe, devices, in_avals, [v.aval for v in jaxpr.outvars], text)
 
 
@@ -929,7 +932,8 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict,
 
 def call_closed(closed: ClosedJaxpr, name: str, args: Sequence[Any],
                 placement: Sequence[Any]) -> list:
-  """A jit equation's closed jaxpr run eagerly on arguments split over a mesh."""
+  """A jit equation's closed jaxpr run eagerly on arguments split over a mesh (its consts
+  are constants of the program's text)."""
   table = _closed_cache.setdefault(closed, {})
   ex = table.get(tuple(placement))
   if ex is None:
@@ -937,17 +941,18 @@ def call_closed(closed: ClosedJaxpr, name: str, args: Sequence[Any],
     r = resolve(closed.jaxpr, 0, placement, None, None, _describe_leaf(name, avals))
     mesh, ins, outs = r
     ex = table[tuple(placement)] = compile_sharded(f"jit_{name}", closed.jaxpr, mesh, ins,
-                                                   outs)
+                                                   outs, consts=closed.consts)
   return ex.call(args)
 
 
 def call_closed_executable(closed: ClosedJaxpr, name: str) -> SpmdExecutable:
   """The program of a jit equation whose body uses a mesh (shard_map, constraints) and whose
-  arguments are not laid out over one: shardings left to the partitioner."""
+  arguments are not laid out over one: shardings left to the partitioner (its consts are
+  constants of the program's text)."""
   n = len(closed.in_avals)
   mesh, ins, outs = resolve(closed.jaxpr, 0, [None] * n, None, None,
                             _describe_leaf(name, closed.in_avals))
-  return compile_sharded(f"jit_{name}", closed.jaxpr, mesh, ins, outs)
+  return compile_sharded(f"jit_{name}", closed.jaxpr, mesh, ins, outs, consts=closed.consts)
 
 
 def _leaves_with_paths(x: Any) -> tuple[list, Any]:
