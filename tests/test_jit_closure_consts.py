@@ -65,6 +65,8 @@ PROGRAMS = {
                                    (0, x))[1], (X,)),
     "big_constant": lambda m: (
         lambda x: m.lib.jit(lambda y: y.sum() + BIG)(x), (X,)),
+    "constant_used_twice": lambda m: (   # one constvar (a ufunc keeps the NumPy operand)
+        lambda x: m.lib.jit(lambda y: m.np.sin(C) * y + C)(x), (X,)),
 }
 
 
