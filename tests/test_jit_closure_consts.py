@@ -308,6 +308,30 @@ def test_eager_jit_primitive_over_devices_equals_jax():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def _captured_warnings(lib, frames):
+  import warnings
+  c = np.arange(1000, dtype=np.float32)
+  lib.config.update("jax_captured_constants_warn_bytes", 1000)
+  lib.config.update("jax_captured_constants_report_frames", frames)
+  try:
+    with warnings.catch_warnings(record=True) as w:
+      warnings.simplefilter("always")
+      np.asarray(lib.jit(lambda y: y * c + 1)(np.float32(2)))
+      np.asarray(lib.jit(lambda y: y * c[:10] + 1)(np.float32(2)))   # 40 bytes: none
+  finally:
+    lib.config.update("jax_captured_constants_warn_bytes", 2 * 10 ** 9)
+    lib.config.update("jax_captured_constants_report_frames", 0)
+  return [re.sub(r"<class '[\w.]+'>", "<class>", re.sub(r":\d+:\d+ ", " ", str(x.message)))
+          for x in w if "constants were captured" in str(x.message)]
+
+
+@pytest.mark.parametrize("frames", [0, 2])
+def test_large_captured_constants_warn_as_jax(frames):
+  ours, theirs = _captured_warnings(sc, frames), _captured_warnings(jax, frames)
+  assert len(ours) == 1 and "(4.00KB total)" in ours[0]
+  assert ours == theirs
+
+
 def test_compiled_serialize_with_a_baked_constant():
   from stagecraft.experimental import serialize_executable as se
   compiled = sc.jit(lambda y: _jitted(SC)(y) + BIG[:3]).lower(X).compile()

@@ -222,6 +222,8 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     # False (JAX's default): a jit's closed-over arrays are constants in the program text;
     # True: they are arguments of the program (pjit.lower_traced)
     "use_simplified_jaxpr_constants": None,
+    # the warning about large constants in a program's text (lowering.warn_captured_constants)
+    "captured_constants_warn_bytes": None, "captured_constants_report_frames": None,
     "pprint_use_color": None, "logging_level": None,
 }
 

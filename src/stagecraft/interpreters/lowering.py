@@ -9,8 +9,10 @@ builders), which keeps lowering fast; the syntax follows the StableHLO spec
 from __future__ import annotations
 
 import contextlib
+import heapq
 import re
 import threading
+import warnings
 from typing import Any, Callable, Sequence
 
 import ml_dtypes
@@ -344,6 +346,50 @@ def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   return name
 
 
+def _pprint_bytes(n: float) -> str:
+  """`1.50MB`: a byte count with a decimal prefix, two decimals (as JAX prints them)."""
+  if n <= 0:
+    return "0.00B"
+  k = 0
+  while n >= 1000 and k < 4:
+    n, k = n / 1000, k + 1
+  return f"{n:.2f}{('', 'K', 'M', 'G', 'T')[k]}B"
+
+
+def warn_captured_constants(jaxpr: Jaxpr, consts: Sequence[Any]) -> None:
+  """Warns, as JAX 0.10.2 does when it lowers a function whose constants are in its text,
+  when they total at least `jax_captured_constants_warn_bytes` (-1: never); with
+  `jax_captured_constants_report_frames` set, the warning names the five largest and where
+  each is used (that many frames; stagecraft records one frame per equation)."""
+  from stagecraft.config import config   # NB: the option's current value
+  threshold = config.captured_constants_warn_bytes
+  if threshold == -1:
+    return
+  sizes = [getattr(c, "nbytes", 0) for c in consts]
+  total = sum(sizes)
+  if total < threshold:
+    return
+  msg = (f"A large amount of constants were captured during lowering "
+         f"({_pprint_bytes(total)} total). If this is intentional, disable this warning by "
+         f"setting JAX_CAPTURED_CONSTANTS_WARN_BYTES=-1. ")
+  frames = config.captured_constants_report_frames
+  if not frames:
+    warnings.warn(msg + "To obtain a report of where these constants were encountered, "
+                  "set JAX_CAPTURED_CONSTANTS_REPORT_FRAMES=-1.")
+    return
+  msg += ("The subsequent report may be disabled by setting "
+          "JAX_CAPTURED_CONSTANTS_REPORT_FRAMES=0.\n\n"
+          f"Largest {min(frames, len(consts)) if frames > 0 else len(consts)} "
+          f"allocation(s):\n")
+  for n, v, c in heapq.nlargest(5, zip(sizes, jaxpr.constvars, consts),
+                                key=lambda t: t[0]):
+    msg += f"  Constant {type(c)}, {v.aval.str_short(short_dtypes=False)}, {_pprint_bytes(n)} captured at:\n"
+    for eqn in jaxpr.eqns:
+      if any(x is v for x in eqn.invars):
+        msg += f"    {core.source_summary(eqn.source_info)}\n\n"
+  warnings.warn(msg)
+
+
 def dense_constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   """A `stablehlo.constant` holding the whole array `value` with `aval` (a splat when all
   its elements are equal).
@@ -601,6 +647,8 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
   fb = FuncBuilder(module)
   if consts is not None:
     assert len(consts) == len(jaxpr.constvars), (len(consts), len(jaxpr.constvars))
+    if consts:
+      warn_captured_constants(jaxpr, consts)
     const_names = [dense_constant(fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
     in_avals = [v.aval for v in jaxpr.invars]
     arg_names = [f"%arg{i}" for i in range(len(in_avals))]
