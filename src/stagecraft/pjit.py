@@ -144,7 +144,6 @@ def bakes_constants(consts: Sequence[Any] = ()) -> bool:
       isinstance(c, core.Tracer) for c in consts)
 
 
-
 class _WithConsts:
   """An executable of a jit body whose constants (on the device once) lead its arguments."""
   __slots__ = ("ex", "consts")

@@ -379,11 +379,11 @@ def warn_captured_constants(jaxpr: Jaxpr, consts: Sequence[Any]) -> None:
     return
   msg += ("The subsequent report may be disabled by setting "
           "JAX_CAPTURED_CONSTANTS_REPORT_FRAMES=0.\n\n"
-          f"Largest {min(frames, len(consts)) if frames > 0 else len(consts)} "
-          f"allocation(s):\n")
+          f"Largest {min(frames, len(consts))} allocation(s):\n")   # NB: -1 for -1, as JAX
   for n, v, c in heapq.nlargest(5, zip(sizes, jaxpr.constvars, consts),
                                 key=lambda t: t[0]):
-    msg += f"  Constant {type(c)}, {v.aval.str_short(short_dtypes=False)}, {_pprint_bytes(n)} captured at:\n"
+    msg += (f"  Constant {type(c)}, {v.aval.str_short(short_dtypes=False)}, "
+            f"{_pprint_bytes(n)} captured at:\n")
     for eqn in jaxpr.eqns:
       if any(x is v for x in eqn.invars):
         msg += f"    {core.source_summary(eqn.source_info)}\n\n"
@@ -645,22 +645,21 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
   value per constvar), the constvars are no arguments: their values are dense constants at
   the top of the body, as JAX lowers a ClosedJaxpr's consts (`dense_constant`)."""
   fb = FuncBuilder(module)
-  if consts is not None:
+  baked = consts is not None
+  in_avals = [v.aval for v in ((() if baked else (*jaxpr.constvars,)) + (*jaxpr.invars,))]
+  arg_names = [f"%arg{i}" for i in range(len(in_avals))]
+  if baked:
     assert len(consts) == len(jaxpr.constvars), (len(consts), len(jaxpr.constvars))
     if consts:
       warn_captured_constants(jaxpr, consts)
     const_names = [dense_constant(fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
-    in_avals = [v.aval for v in jaxpr.invars]
-    arg_names = [f"%arg{i}" for i in range(len(in_avals))]
+    var_names = arg_names
   else:
-    in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
-    arg_names = [f"%arg{i}" for i in range(len(in_avals))]
     nconst = len(jaxpr.constvars)
-    const_names, arg_names = arg_names[:nconst], arg_names[nconst:]
+    const_names, var_names = arg_names[:nconst], arg_names[nconst:]
   if token:
     fb.token = "%argtok"
-  outs = jaxpr_subcomp(fb, jaxpr, const_names, arg_names)
-  arg_names = [f"%arg{i}" for i in range(len(in_avals))]
+  outs = jaxpr_subcomp(fb, jaxpr, const_names, var_names)
   out_types = [ir_type(v.aval) for v in jaxpr.outvars]
   args_txt = []
   for i, (a, av) in enumerate(zip(arg_names, in_avals)):
