@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from stagecraft import core, dtypes, source_info_util
+from stagecraft.config import config
 from stagecraft.source_info_util import NameStackInfo
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
 from stagecraft.errors import MissingRuleError
@@ -361,7 +362,6 @@ def warn_captured_constants(jaxpr: Jaxpr, consts: Sequence[Any]) -> None:
   when they total at least `jax_captured_constants_warn_bytes` (-1: never); with
   `jax_captured_constants_report_frames` set, the warning names the five largest and where
   each is used (that many frames; stagecraft records one frame per equation)."""
-  from stagecraft.config import config   # NB: the option's current value
   threshold = config.captured_constants_warn_bytes
   if threshold == -1:
     return
