@@ -7,6 +7,9 @@
    imports) of a jitted MLP step in a fresh process with an empty cache directory (cold) and again with the cache
    the first process filled (warm); JAX is not involved (the row's "JAX" column is the cold
    time, so the ratio is warm / cold).
+4. `jit(f).lower(x)` and `.compile()` of a function closing over a 4M-float (16 MB) array,
+   which both libraries put in the program text as a dense constant (JAX 0.10.2's default):
+   the text must stay linear in the constant's size (target ~1 for the sum of both).
 
 Run: python -m benchmarks.staging [--quick] [--json PATH]
 """
@@ -92,6 +95,25 @@ def bench_warm_start(runs: int):
   return statistics.median(warm), statistics.median(cold)
 
 
+def bench_big_constant(repeats: int, n: int = 4 * 1024 * 1024):
+  import jax
+  import jax.numpy as jjnp
+  import stagecraft as sc
+  import stagecraft.numpy as jnp
+  base = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+  x = np.float32(2.0)
+  times = {0: [], 1: []}
+  for i in range(repeats):
+    c = base + np.float32(i)   # NB: a new constant each repeat: no cache answers
+    for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+      lib, mod = (sc, jnp) if which == 0 else (jax, jjnp)
+      t = time.perf_counter()
+      compiled = lib.jit(lambda y: mod.sin(c) * y + c).lower(x).compile()
+      times[which].append(time.perf_counter() - t)
+      np.asarray(compiled(x))
+  return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--quick", action="store_true", help="few repeats (a smoke run)")
@@ -100,9 +122,11 @@ def main(argv=None):
   (ls, lj), (cs, cj) = bench_lower_compile(200 if args.quick else 2000,
                                            2 if args.quick else 6)
   ws, wc = bench_warm_start(1 if args.quick else 3)
+  bs, bj = bench_big_constant(1 if args.quick else 3)
   rows = [("jit(f).lower(x), 2000-op chain", ls, lj, "ms", 0.7),
           ("lowered.compile(), same chain", cs, cj, "ms", 1.0),
-          ("first result, warm cache vs cold", ws, wc, "ms", 1.0)]
+          ("first result, warm cache vs cold", ws, wc, "ms", 1.0),
+          ("lower+compile, 16 MB closed-over", bs, bj, "ms", 1.0)]
   return report(rows, args.json)
 
 

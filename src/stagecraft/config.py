@@ -108,7 +108,7 @@ _OPTIONS: dict[str, _Opt] = {
     "transfer_guard_device_to_host": _Opt(None, "enum", _GUARD),
     "use_shardy_partitioner": _Opt(True, _B),
     "use_direct_linearize": _Opt(True, _B),
-    "use_simplified_jaxpr_constants": _Opt(False, _B),
+    "use_simplified_jaxpr_constants": _Opt(False, _B, trace=True),
     "embedded_constants_max_bytes": _Opt(32, _I),
     "captured_constants_warn_bytes": _Opt(2_000_000_000, _I),
     "captured_constants_report_frames": _Opt(0, _I),
@@ -219,6 +219,11 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "explicit_x64_dtypes": lambda v: v in ("warn", "error"),
     # implementation choices of JAX's with no visible effect on results
     "use_direct_linearize": None, "cpu_enable_async_dispatch": None,
+    # False (JAX's default): a jit's closed-over arrays are constants in the program text;
+    # True: they are arguments of the program (pjit.lower_traced)
+    "use_simplified_jaxpr_constants": None,
+    # the warning about large constants in a program's text (lowering.warn_captured_constants)
+    "captured_constants_warn_bytes": None, "captured_constants_report_frames": None,
     "pprint_use_color": None, "logging_level": None,
 }
 
@@ -345,7 +350,7 @@ class Config:
                       d["default_matmul_precision"], d["default_prng_impl"],
                       d["threefry_partitionable"], d["softmax_custom_jvp"],
                       d["high_dynamic_range_gumbel"], id(d["default_device"]),
-                      d["debug_key_reuse"])
+                      d["debug_key_reuse"], d["use_simplified_jaxpr_constants"])
     if _user_contexts:   # make_user_context: their values key the caches too
       d["state_key"] += (tuple(c.value for c in _user_contexts),)
     # NB: a small int per distinct state_key, for the hottest cache keys (jit's dispatch

@@ -37,7 +37,7 @@ from stagecraft.sharding import NamedSharding, PartitionSpec
 __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "trace_flat",
            "SignatureLayout", "LoweredSignature", "lower_traced", "CompiledCall", "SpmdCall", "ShardedCall",
            "compile_lowered", "compile_traced", "update_wrapper", "wraps", "auto_axes",
-           "explicit_axes", "opened_call", "hoist_call_consts"]
+           "explicit_axes", "opened_call", "hoist_call_consts", "bakes_constants"]
 
 
 _logger = logging.getLogger("stagecraft")
@@ -111,20 +111,37 @@ _jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, Any]" = (
 
 
 def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
+  # As JAX's by default, the constants are in the program text (`bakes_constants`).
+  bake = bakes_constants()
   if dispatch.placement_used[0]:
     placement = dispatch.target_placement(args)
     if type(placement) is dispatch.Placement:   # arguments split over a mesh
+      if bake:
+        return spmd.call_closed(jaxpr, name, args, list(placement))
       opened, consts = opened_call(jaxpr)
       return spmd.call_closed(opened, name, [*consts, *args],
                               [None] * len(consts) + list(placement))
   ex = _jit_executables.get(jaxpr)
   if ex is None:
+    if bake:
+      ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
+      return ex.call(args)
     opened, consts = opened_call(jaxpr)
     ex = _compile_closed(opened, name)
     if consts:
       ex = _WithConsts(ex, consts, opened.in_avals)
     _jit_executables[jaxpr] = ex
   return ex.call(args)
+
+
+def bakes_constants(consts: Sequence[Any] = ()) -> bool:
+  """Whether a jit's closed-over arrays (its ClosedJaxpr's consts, and those of the jit
+  equations inside) are constants of its program text, as JAX 0.10.2 lowers them by
+  default (XLA then folds operations on them); with `jax_use_simplified_jaxpr_constants`
+  (or when one of `consts` is a tracer of an enclosing trace) they are arguments of the
+  program instead (`hoist_call_consts`)."""
+  return not config.use_simplified_jaxpr_constants and not any(
+      isinstance(c, core.Tracer) for c in consts)
 
 
 class _WithConsts:
@@ -141,22 +158,25 @@ class _WithConsts:
 
 
 def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
-  assert not jaxpr.consts, "the opened jaxpr takes its consts as arguments"
+  """The executable of a jit equation's ClosedJaxpr, its consts constants of the text (an
+  opened jaxpr, `opened_call`'s, has none: it takes them as arguments)."""
   chain = mapping.mesh_chain(jaxpr.jaxpr)
   if chain:   # a jit containing pmaps (e.g. derived by autodiff): one SPMD program
-    return spmd.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain)
+    return spmd.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain, consts=jaxpr.consts)
   if spmd.jaxpr_meshes(jaxpr.jaxpr):   # shard_map / sharding constraints inside
     return spmd.call_closed_executable(jaxpr, name)
-  text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr)
+  text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr, consts=jaxpr.consts)
   return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
                              text)
 
 
-# Constants closed over by a jit body stay in its ClosedJaxpr (as JAX prints them); to run
-# it, they are hoisted, with those of the jit equations inside (in loop and branch bodies
-# too), to leading arguments of the program, so they reach the device as buffers once and
-# never enter the program text. (A jit equation met in another body, custom_jvp's or
-# checkpoint's, is lowered with its constants as dense constants: `lowering.lower_call`.)
+# Constants closed over by a jit body stay in its ClosedJaxpr (as JAX prints them). By
+# default (as JAX 0.10.2's) they are constants of the program text: `lower_traced` and
+# `_jit_impl` lower them with `consts=`, and `lowering.lower_call` puts an inner jit's inside
+# its function. With `jax_use_simplified_jaxpr_constants` (`bakes_constants()` False), they
+# are hoisted, with those of the jit equations inside (in loop and branch bodies too), to
+# leading arguments of the program (`opened_call`, `hoist_call_consts`), so they reach the
+# device as buffers once and never enter the program text.
 
 _opened: "weakref.WeakKeyDictionary[ClosedJaxpr, tuple]" = weakref.WeakKeyDictionary()
 
@@ -318,10 +338,12 @@ class TracedSignature:
   """The result of tracing one signature.
 
   `jaxpr` takes as leading invars the constants `consts` (those the function closes over,
-  then those of the jit equations in it: `hoist_call_consts`): it is what is lowered, and
-  `consts` go to the device once. `call` is what a jit equation binds inside a trace, with
-  the operands `call_consts` before the arguments: as JAX, the constants stay in `call`'s
-  ClosedJaxpr, unless some are tracers of an enclosing trace (then all are operands).
+  then, with `jax_use_simplified_jaxpr_constants`, those of the jit equations in it:
+  `hoist_call_consts`): it is what is lowered, with the constants it uses in the text
+  (`bakes_constants`) or as arguments that go to the device once. `call` is what a jit
+  equation binds inside a trace, with the operands `call_consts` before the arguments: as
+  JAX, the constants stay in `call`'s ClosedJaxpr, unless some are tracers of an enclosing
+  trace (then all are operands).
   `closed` is the traced jaxpr with all its constants as constvars (`make_jaxpr`)."""
   __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "call",
                "call_consts", "closed", "key_reuse", "__weakref__")
@@ -344,7 +366,10 @@ class TracedSignature:
     if any(isinstance(c, core.Tracer) for c in consts):
       return cls(ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), []), list(consts), out_tree,
                  closed)
-    hoisted, inner = hoist_call_consts(jaxpr)
+    # NB: as JAX by default, the constants of the jit equations inside stay in their calls'
+    # ClosedJaxprs (constants of the callees' text); hoisted to arguments of the program
+    # with jax_use_simplified_jaxpr_constants.
+    hoisted, inner = (jaxpr, []) if bakes_constants() else hoist_call_consts(jaxpr)
     self = cls(ClosedJaxpr(pe.convert_constvars_jaxpr(hoisted), []), [*consts, *inner],
                out_tree, closed)
     self.call, self.call_consts = closed, []
@@ -593,7 +618,8 @@ class ShardedCall(_MultiDeviceCall):
     idx = self._kept()
     mask = [False] * len(lowered.used_consts) + [i in self.donated for i in idx]
     self.program = spmd.compile_sharded(lowered.name, lowered.dce_jaxpr, mesh, in_sh, out_sh,
-                                        donated=mask, text=lowered.text, exe=exe)
+                                        donated=mask, text=lowered.text, exe=exe,
+                                        consts=lowered.baked)
     self.exe = self.program.exe
     nc = len(lowered.used_consts)
     # NB: constants go to the devices once, laid out as the program wants them.
@@ -1085,7 +1111,9 @@ class PjitFunction:
         self._refs.append(e.ref)
         continue
       n_out = len(jaxpr.outvars)
-      hoisted, inner = hoist_call_consts(jaxpr)   # constants of jit equations inside
+      # constants of jit equations inside: in their calls' text (JAX's default), else hoisted
+      hoisted, inner = ((jaxpr, []) if bakes_constants(consts) else
+                        hoist_call_consts(jaxpr))
       entry = TracedSignature(ClosedJaxpr(pe.convert_constvars_jaxpr(hoisted), []),
                               [*inner, *consts], flatten([0] * n_out)[1])
       entry.call, entry.call_consts = ClosedJaxpr(jaxpr, []), consts
@@ -1245,11 +1273,11 @@ class LoweredSignature:
   """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
   const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
   __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices",
-               "mesh_layout", "dce_jaxpr", "name", "names")
+               "mesh_layout", "dce_jaxpr", "baked", "name", "names")
 
   def __init__(self, entry: TracedSignature, text: str, used_consts: list[int], kept: list[int] | None,
                donated: tuple[int, ...], spmd_devices: list | None = None, mesh_layout=None,
-               dce_jaxpr=None, name: str = "", names=None):
+               dce_jaxpr=None, name: str = "", names=None, baked: list | None = None):
     self.entry = entry
     self.text = text
     self.used_consts = used_consts
@@ -1260,6 +1288,9 @@ class LoweredSignature:
     # every dynamic leaf pruned or not; None: left to the partitioner).
     self.mesh_layout = mesh_layout
     self.dce_jaxpr = dce_jaxpr
+    # The values of `dce_jaxpr`'s constvars when they are constants of the text (None:
+    # main takes them as its leading arguments, `used_consts`).
+    self.baked = baked
     self.name = name
     self.names = names
 
@@ -1314,13 +1345,23 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   dce_jaxpr, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate)
   used_consts = [i for i in range(nconst) if used[i]]
   kept_leaves = [i - nconst for i in range(nconst, n_in) if used[i]]
+  baked = None
+  if used_consts and bakes_constants(entry.consts):
+    # As JAX 0.10.2 by default: the constants are in the program text (XLA folds them);
+    # main takes only the dynamic leaves.
+    nu = len(used_consts)
+    baked = [entry.consts[i] for i in used_consts]
+    dce_jaxpr = dce_jaxpr.replace(constvars=dce_jaxpr.invars[:nu],
+                                  invars=dce_jaxpr.invars[nu:])
+    used_consts = []
   donated_mask = [False] * len(used_consts) + [i in donated for i in kept_leaves]
   kept = None if len(kept_leaves) == n_in - nconst else kept_leaves
   chain = mapping.mesh_chain(dce_jaxpr)
   explicit = layout is not None and (layout.explicit_in is not None or
                                      layout.explicit_out is not None)
   if chain and not explicit:   # jit of pmap: one SPMD program over the pmaps' devices
-    text = mapping.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask)
+    text = mapping.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask,
+                                     consts=baked)
     return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                             spmd.chain_devices(chain))
   n_dyn = n_in - nconst
@@ -1332,22 +1373,23 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                                lay.explicit_out, lay.describe(in_avals))
     if resolved is not None:
       mesh, ins, outs = resolved
-      in_sh = [ins[i] for i in range(n_in) if used[i]]
+      in_sh = [ins[i] for i in range(nconst if baked else 0, n_in) if used[i]]
       text = spmd.lower_sharded_module(f"jit_{name}", dce_jaxpr, mesh, in_sh, outs,
-                                          donated=donated_mask)
+                                          donated=donated_mask, consts=baked)
       return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                               mesh_layout=(mesh, in_sh, outs, ins[nconst:]),
-                              dce_jaxpr=dce_jaxpr,
+                              dce_jaxpr=dce_jaxpr, baked=baked,
                               name=f"jit_{name}", names=lay.names)
   # NB: as JAX: a donated input that an output of its type can reuse is aliased to that
   # output (`tf.aliasing_output`), so the output lives in the input's buffer; the others
   # stay buffer donors for XLA to use or free.
-  main_avals = [v.aval for v in (*dce_jaxpr.constvars, *dce_jaxpr.invars)]
+  main_avals = [v.aval for v in ((*dce_jaxpr.constvars,) if baked is None else ()) +
+                (*dce_jaxpr.invars,)]
   aliases = _donation_aliases(main_avals, donated_mask, dce_jaxpr.out_avals)
   attrs = [None if k is None else f"tf.aliasing_output = {k} : i32" for k in aliases]
   text = lowering.lower_jaxpr_to_module(
       f"jit_{name}", dce_jaxpr, arg_attrs=attrs,
-      donated=[d and k is None for d, k in zip(donated_mask, aliases)])
+      donated=[d and k is None for d, k in zip(donated_mask, aliases)], consts=baked)
   return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
 
 

@@ -171,7 +171,8 @@ class Traced:
   # stagecraft extensions (used by `stagecraft.export`): jit's `keep_unused`, the name of
   # each flat argument (`x`, `y['a']`), whether the signature is laid out over a device mesh
   # (jit's shardings or sharded arguments) and that layout (pjit.SignatureLayout), and the
-  # jaxpr that is lowered (the constants of its jit equations hoisted into its own).
+  # jaxpr that is lowered (with jax_use_simplified_jaxpr_constants, the constants of its jit
+  # equations hoisted into its own).
   keep_unused = property(lambda self: self._sig.keep_unused)
   arg_names = property(lambda self: tuple(self._sig.arg_names))
   sharded = property(lambda self: self._sig.layout is not None)

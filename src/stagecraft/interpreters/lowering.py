@@ -9,14 +9,17 @@ builders), which keeps lowering fast; the syntax follows the StableHLO spec
 from __future__ import annotations
 
 import contextlib
+import heapq
 import re
 import threading
+import warnings
 from typing import Any, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
 
 from stagecraft import core, dtypes, source_info_util
+from stagecraft.config import config
 from stagecraft.source_info_util import NameStackInfo
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
 from stagecraft.errors import MissingRuleError
@@ -116,10 +119,24 @@ def dense_scalar(v: Any, dtype: np.dtype) -> str:
   return _float_bits(v, dtype)
 
 
-def dense_array(x: np.ndarray) -> str:
-  """A `dense<...>` attribute of a whole host array (used for small array constants)."""
+def _is_splat(x: np.ndarray) -> bool:
+  """Whether all of `x`'s elements equal its first (never for bool arrays); linear, and
+  cheap when the first two differ."""
+  if x.size == 1:
+    return True
+  if not x.size or x.dtype == dtypes.bool_:
+    return False
+  flat = x.reshape(-1)
+  if flat[1] != flat[0]:
+    return False
+  return bool(np.all(flat == flat[0]))
+
+
+def dense_array(x: np.ndarray, splat: bool | None = None) -> str:
+  """A `dense<...>` attribute of a whole host array (hex bytes unless all elements are
+  equal: `splat`, when known, says whether they are)."""
   x = np.ascontiguousarray(x)
-  if x.size == 1 or (x.size and np.all(x == x.flat[0]) and x.dtype != dtypes.bool_):
+  if splat if splat is not None else _is_splat(x):
     return f"dense<{dense_scalar(x.flat[0], x.dtype)}>"
   if x.dtype == dtypes.bool_:
     x = x.astype(np.uint8)
@@ -330,14 +347,73 @@ def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   return name
 
 
+def _pprint_bytes(n: float) -> str:
+  """`1.50MB`: a byte count with a decimal prefix, two decimals (as JAX prints them)."""
+  if n <= 0:
+    return "0.00B"
+  k = 0
+  while n >= 1000 and k < 4:
+    n, k = n / 1000, k + 1
+  return f"{n:.2f}{('', 'K', 'M', 'G', 'T')[k]}B"
+
+
+def warn_captured_constants(jaxpr: Jaxpr, consts: Sequence[Any]) -> None:
+  """Warns, as JAX 0.10.2 does when it lowers a function whose constants are in its text,
+  when they total at least `jax_captured_constants_warn_bytes` (-1: never); with
+  `jax_captured_constants_report_frames` set, the warning names the five largest and where
+  each is used (that many frames; stagecraft records one frame per equation)."""
+  threshold = config.captured_constants_warn_bytes
+  if threshold == -1:
+    return
+  sizes = [getattr(c, "nbytes", 0) for c in consts]
+  total = sum(sizes)
+  if total < threshold:
+    return
+  msg = (f"A large amount of constants were captured during lowering "
+         f"({_pprint_bytes(total)} total). If this is intentional, disable this warning by "
+         f"setting JAX_CAPTURED_CONSTANTS_WARN_BYTES=-1. ")
+  frames = config.captured_constants_report_frames
+  if not frames:
+    warnings.warn(msg + "To obtain a report of where these constants were encountered, "
+                  "set JAX_CAPTURED_CONSTANTS_REPORT_FRAMES=-1.")
+    return
+  msg += ("The subsequent report may be disabled by setting "
+          "JAX_CAPTURED_CONSTANTS_REPORT_FRAMES=0.\n\n"
+          f"Largest {min(frames, len(consts))} allocation(s):\n")   # NB: -1 for -1, as JAX
+  for n, v, c in heapq.nlargest(5, zip(sizes, jaxpr.constvars, consts),
+                                key=lambda t: t[0]):
+    msg += (f"  Constant {type(c)}, {v.aval.str_short(short_dtypes=False)}, "
+            f"{_pprint_bytes(n)} captured at:\n")
+    for eqn in jaxpr.eqns:
+      if any(x is v for x in eqn.invars):
+        msg += f"    {core.source_summary(eqn.source_info)}\n\n"
+  warnings.warn(msg)
+
+
 def dense_constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   """A `stablehlo.constant` holding the whole array `value` with `aval` (a splat when all
-  its elements are equal)."""
+  its elements are equal).
+
+  A NumPy array with zero strides (`np.broadcast_to`'s) becomes, as in JAX, the constant of
+  its distinct elements and a `stablehlo.broadcast_in_dim` to its shape. The text is linear
+  in the array's size (hex bytes, MLIR's form for big attributes). A token constant (a
+  closed-over `core.Token`) is a new token, as JAX's."""
+  if aval is core.abstract_token:
+    return emit_op(fb, "stablehlo.create_token", [], [], ["!stablehlo.token"])[0]
+  if aval.dtype == dtypes.float0:   # i1 zeros in the program
+    return constant(fb, 0, aval)
   x = np.asarray(value, dtype=aval.dtype).reshape(aval.shape)
-  if x.size == 0 or x.size == 1 or (x.dtype != dtypes.bool_ and np.all(x == x.flat[0])):
+  if x.size > 1 and 0 in x.strides:
+    kept = [d for d, st in enumerate(x.strides) if st != 0]
+    small = x[tuple(slice(None) if d in kept else 0 for d in range(x.ndim))]
+    inner = dense_constant(fb, small, aval.update(shape=small.shape, weak_type=False))
+    return emit_op(fb, "stablehlo.broadcast_in_dim", [inner],
+                   [ir_type(aval.update(shape=small.shape))], [ir_type(aval)],
+                   f"broadcast_dimensions = {i64_array(kept)}")[0]
+  if x.size == 0 or _is_splat(x):
     return constant(fb, x.flat[0] if x.size else 0, aval)
   name = fb.fresh()
-  fb.emit(f"{name} = stablehlo.constant {dense_array(x)} : {ir_type(aval)}")
+  fb.emit(f"{name} = stablehlo.constant {dense_array(x, splat=False)} : {ir_type(aval)}")
   return name
 
 
@@ -562,17 +638,28 @@ def has_ordered_effects(jaxpr: Jaxpr) -> bool:
 def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
                        public: bool = False, arg_attrs: Sequence[str | None] | None = None,
                        result_attrs: Sequence[str | None] | None = None,
-                       token: bool = False) -> str:
+                       token: bool = False, consts: Sequence[Any] | None = None) -> str:
   """Emits `jaxpr` (constvars first, then invars, as arguments) as a `func.func`; returns
   its text. With `token`, the function takes the ordered-effect token first and returns the
-  last one first (a call of a jaxpr with ordered effects, `lower_call`)."""
+  last one first (a call of a jaxpr with ordered effects, `lower_call`). With `consts` (one
+  value per constvar), the constvars are no arguments: their values are dense constants at
+  the top of the body, as JAX lowers a ClosedJaxpr's consts (`dense_constant`)."""
   fb = FuncBuilder(module)
-  in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  baked = consts is not None
+  in_avals = [v.aval for v in ((() if baked else (*jaxpr.constvars,)) + (*jaxpr.invars,))]
   arg_names = [f"%arg{i}" for i in range(len(in_avals))]
-  nconst = len(jaxpr.constvars)
+  if baked:
+    assert len(consts) == len(jaxpr.constvars), (len(consts), len(jaxpr.constvars))
+    if consts:
+      warn_captured_constants(jaxpr, consts)
+    const_names = [dense_constant(fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
+    var_names = arg_names
+  else:
+    nconst = len(jaxpr.constvars)
+    const_names, var_names = arg_names[:nconst], arg_names[nconst:]
   if token:
     fb.token = "%argtok"
-  outs = jaxpr_subcomp(fb, jaxpr, arg_names[:nconst], arg_names[nconst:])
+  outs = jaxpr_subcomp(fb, jaxpr, const_names, var_names)
   out_types = [ir_type(v.aval) for v in jaxpr.outvars]
   args_txt = []
   for i, (a, av) in enumerate(zip(arg_names, in_avals)):
@@ -598,29 +685,21 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
                args: Sequence[str]) -> list[str]:
   """Lowers a call of `closed_jaxpr` as a private function and a `func.call`.
 
-  The function takes the jaxpr's constants as leading arguments; the call site passes them
-  as dense constants. (jit hoists the constants of the calls it compiles to arguments of
-  the program first, `pjit.hoist_call_consts`; only calls inside loop or branch bodies get
-  here with constants.)
+  As JAX lowers a call, the jaxpr's constants are dense constants inside the function
+  (`lower_jaxpr_to_fun`'s `consts`). (With `jax_use_simplified_jaxpr_constants`, jit hoists
+  the constants of the calls it compiles to arguments of the program first,
+  `pjit.hoist_call_consts`.)
   """
   module = ctx.module
   token = has_ordered_effects(closed_jaxpr.jaxpr)
   cached = module.call_cache.get(id(closed_jaxpr))
   if cached is None:
     fname = module.unique_func_name(name)
-    jaxpr = closed_jaxpr.jaxpr
-    if jaxpr.constvars:
-      jaxpr = jaxpr.replace(constvars=[], invars=[*jaxpr.constvars, *jaxpr.invars])
-    module.funcs.append(lower_jaxpr_to_fun(module, fname, jaxpr, token=token))
+    module.funcs.append(lower_jaxpr_to_fun(module, fname, closed_jaxpr.jaxpr, token=token,
+                                           consts=closed_jaxpr.consts))
     module.call_cache[id(closed_jaxpr)] = (fname, closed_jaxpr)
   else:
     fname = cached[0]
-  if closed_jaxpr.consts:
-    consts = [dense_constant(ctx.fb, c, v.aval)
-              for c, v in zip(closed_jaxpr.consts, closed_jaxpr.jaxpr.constvars)]
-    args = [*consts, *args]
-    ctx = ctx.replace(avals_in=[*(v.aval for v in closed_jaxpr.jaxpr.constvars),
-                                *ctx.avals_in])
   in_types = [ir_type(a) for a in ctx.avals_in]
   out_types = [ir_type(a) for a in ctx.avals_out]
   args = list(args)
@@ -655,17 +734,20 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
                           num_partitions: int = 1, result_names: Sequence[str] | None = None,
                           arg_attrs: Sequence[str | None] | None = None,
                           result_attrs: Sequence[str | None] | None = None,
-                          module: ModuleContext | None = None) -> str:
+                          module: ModuleContext | None = None,
+                          consts: Sequence[Any] | None = None) -> str:
   """Lowers `jaxpr` to a StableHLO module whose `main` takes constvars then invars.
 
   Args:
     name: the module name (sanitized: `jit_<name>`).
     donated: one bool per argument of main; True marks the buffer donated.
     axis_env: named axes `(name, size)` for collectives (outermost first).
+    consts: the values of the constvars: then main takes only the invars and the constants
+      are in its text (as JAX 0.10.2 lowers a jit's closed-over arrays by default).
   """
   module = module or ModuleContext(name, axis_env=axis_env, num_replicas=num_replicas,
                                    num_partitions=num_partitions)
-  nargs = len(jaxpr.constvars) + len(jaxpr.invars)
+  nargs = (0 if consts is not None else len(jaxpr.constvars)) + len(jaxpr.invars)
   attrs = list(arg_attrs) if arg_attrs is not None else [None] * nargs
   if donated is not None:
     for i, d in enumerate(donated):
@@ -673,7 +755,7 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
         attrs[i] = ", ".join(filter(None, [attrs[i], "jax.buffer_donor = true"]))
   with bound_axes(module.axis_env):
     main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
-                              result_attrs=result_attrs)
+                              result_attrs=result_attrs, consts=consts)
   funcs = "\n".join([*module.extra_ops, main, *module.funcs])
   if module.mesh:
     axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)

@@ -366,9 +366,11 @@ def emit_manual_computation(ctx, args: Sequence[str], in_shardings: Sequence[str
 
 
 def lower_spmd_module(name: str, jaxpr: Jaxpr, chain, *, arg_attrs=None, result_attrs=None,
-                      donated=None) -> str:
+                      donated=None, consts=None) -> str:
   """Lowers `jaxpr` (which contains pmaps; `chain = mesh_chain(jaxpr)`) to an SPMD module
-  over the chain's mesh. Arguments and results without attributes are replicated."""
+  over the chain's mesh. Arguments and results without attributes are replicated. With
+  `consts` (the constvars' values), the constvars are constants of the text, no
+  arguments."""
   names = mesh_names(chain)
   n = math.prod(s for _, s, _ in chain)
   module = lowering.ModuleContext(name, axis_env=[(UnboundAxis(k), s)
@@ -376,7 +378,8 @@ def lower_spmd_module(name: str, jaxpr: Jaxpr, chain, *, arg_attrs=None, result_
                                   num_partitions=n)
   module.mesh = [(m, s) for m, (_, s, _) in zip(names, chain)]
   module.manual_depth = None
-  avals_in = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  avals_in = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
+              (*jaxpr.invars,)]
   if arg_attrs is None:
     arg_attrs = [f"sdy.sharding = {sdy_sharding(len(a.shape), None, None, attr=True)}"
                  for a in avals_in]
@@ -384,7 +387,8 @@ def lower_spmd_module(name: str, jaxpr: Jaxpr, chain, *, arg_attrs=None, result_
     result_attrs = [f"sdy.sharding = {sdy_sharding(len(v.aval.shape), None, None, attr=True)}"
                     for v in jaxpr.outvars]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
-                                        result_attrs=result_attrs, module=module)
+                                        result_attrs=result_attrs, module=module,
+                                        consts=consts)
 
 
 

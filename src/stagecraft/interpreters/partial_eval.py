@@ -2,8 +2,8 @@
 
 `DynamicJaxprTrace` records every primitive bound while it is current into a list of
 equations. Values that are not its own tracers are lifted: Python and NumPy scalars become
-`Literal`s; arrays and tracers of outer traces become constvars (closure capture), so large
-constants are never baked into the program text.
+`Literal`s; arrays and tracers of outer traces become constvars (closure capture, one per
+distinct object), which jit lowers as JAX does (`pjit.bakes_constants`).
 """
 from __future__ import annotations
 

@@ -208,7 +208,7 @@ def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
     if aval is not None and not _needs_promotion(promote, aval.dtype):
       return lax_fn(x)
     x, = promote(x)
-    if not isinstance(x, (Array, Tracer)):
+    if not isinstance(x, (Array, Tracer, np.ndarray)):
       x = asarray(x)
     return lax_fn(x)
   fn.__name__ = fn.__qualname__ = name

@@ -300,12 +300,15 @@ def replicated_program(exe, devices, in_avals, out_avals, text, donated=()) -> S
                         [rep] * len(out_avals), text, donated)
 
 
-def replicated_executable(name: str, jaxpr: Jaxpr, chain) -> SpmdExecutable:
-  """Lowers and compiles `jaxpr` (containing pmaps) as a replicated SPMD program."""
+def replicated_executable(name: str, jaxpr: Jaxpr, chain,
+                          consts: Sequence[Any] | None = None) -> SpmdExecutable:
+  """Lowers and compiles `jaxpr` (containing pmaps) as a replicated SPMD program (`consts`:
+  the constvars' values, then constants of the text, not arguments)."""
   devices = chain_devices(chain)
-  text = mapping.lower_spmd_module(name, jaxpr, chain)
+  text = mapping.lower_spmd_module(name, jaxpr, chain, consts=consts)
   exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
-  in_avals = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  in_avals = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
+              (*jaxpr.invars,)]
   return replicated_program(exe, devices, in_avals, [v.aval for v in jaxpr.outvars], text)
 
 
@@ -494,8 +497,10 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
                          in_shardings: Sequence[NamedSharding | None],
                          out_shardings: Sequence[NamedSharding | None], *,
                          donated: Sequence[bool] | None = None,
-                         result_names: Sequence[str] | None = None) -> str:
-  """The StableHLO module of `jaxpr` (main takes constvars then invars) over `mesh`: one
+                         result_names: Sequence[str] | None = None,
+                         consts: Sequence[Any] | None = None) -> str:
+  """The StableHLO module of `jaxpr` (main takes constvars then invars; with `consts`, the
+  constvars' values, only invars: the constants are in the text) over `mesh`: one
   `sdy.sharding` attribute per argument/result given a sharding (None: left to the
   partitioner)."""
   module = lowering.ModuleContext(
@@ -503,7 +508,8 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
       num_partitions=mesh.size)
   module.mesh = [(mesh.sdy_axis_names[n], int(s)) for n, s in mesh.shape.items()]
   module.sdy_mesh = mesh
-  avals_in = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  avals_in = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
+              (*jaxpr.invars,)]
   arg_attrs = [None if s is None else
                f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(a.shape))}"
                for s, a in zip(in_shardings, avals_in)]
@@ -511,7 +517,7 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
                f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(v.aval.shape))}"
                for s, v in zip(out_shardings, jaxpr.outvars)]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
-                                        result_attrs=res_attrs, module=module)
+                                        result_attrs=res_attrs, module=module, consts=consts)
 
 
 def _spec_candidates(mesh: Mesh, ndim: int):
@@ -543,21 +549,23 @@ def compile_sharded(name: str, jaxpr: Jaxpr, mesh: Mesh,
                     in_shardings: Sequence[NamedSharding | None],
                     out_shardings: Sequence[NamedSharding | None], *,
                     donated: Sequence[bool] | None = None, text: str | None = None,
-                    exe=None) -> SpmdExecutable:
+                    exe=None, consts: Sequence[Any] | None = None) -> SpmdExecutable:
   """Lowers (unless `text` is given) and compiles `jaxpr` over `mesh`; shardings left None
-  are read back from the executable (what the partitioner chose).
+  are read back from the executable (what the partitioner chose). `consts`: the values of
+  the constvars, constants of the text (see `lower_sharded_module`).
 
   Returns:
-    An SpmdExecutable taking main's arguments (constvars then invars) and giving Arrays
-    laid out over the mesh (replicated results stay on every device)."""
+    An SpmdExecutable taking main's arguments (constvars, unless `consts`, then invars) and
+    giving Arrays laid out over the mesh (replicated results stay on every device)."""
   in_shardings, out_shardings = list(in_shardings), list(out_shardings)
   devices = list(mesh.devices.flat)
-  avals_in = [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)]
+  avals_in = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
+              (*jaxpr.invars,)]
   avals_out = [v.aval for v in jaxpr.outvars]
   for _ in range(2):
     if text is None:
       text = lower_sharded_module(name, jaxpr, mesh, in_shardings, out_shardings,
-                                  donated=donated)
+                                  donated=donated, consts=consts)
     if exe is None:
       exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
     final_in = _read_back(in_shardings, avals_in, exe.get_parameter_shardings, mesh)
@@ -941,7 +949,8 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict,
 
 def call_closed(closed: ClosedJaxpr, name: str, args: Sequence[Any],
                 placement: Sequence[Any]) -> list:
-  """A jit equation's closed jaxpr run eagerly on arguments split over a mesh."""
+  """A jit equation's closed jaxpr run eagerly on arguments split over a mesh (its consts
+  are constants of the program's text)."""
   table = _closed_cache.setdefault(closed, {})
   ex = table.get(tuple(placement))
   if ex is None:
@@ -949,17 +958,18 @@ def call_closed(closed: ClosedJaxpr, name: str, args: Sequence[Any],
     r = resolve(closed.jaxpr, 0, placement, None, None, _describe_leaf(name, avals))
     mesh, ins, outs = r
     ex = table[tuple(placement)] = compile_sharded(f"jit_{name}", closed.jaxpr, mesh, ins,
-                                                   outs)
+                                                   outs, consts=closed.consts)
   return ex.call(args)
 
 
 def call_closed_executable(closed: ClosedJaxpr, name: str) -> SpmdExecutable:
   """The program of a jit equation whose body uses a mesh (shard_map, constraints) and whose
-  arguments are not laid out over one: shardings left to the partitioner."""
+  arguments are not laid out over one: shardings left to the partitioner (its consts are
+  constants of the program's text)."""
   n = len(closed.in_avals)
   mesh, ins, outs = resolve(closed.jaxpr, 0, [None] * n, None, None,
                             _describe_leaf(name, closed.in_avals))
-  return compile_sharded(f"jit_{name}", closed.jaxpr, mesh, ins, outs)
+  return compile_sharded(f"jit_{name}", closed.jaxpr, mesh, ins, outs, consts=closed.consts)
 
 
 def _leaves_with_paths(x: Any) -> tuple[list, Any]:

@@ -409,8 +409,8 @@ def _cond_lowering(ctx, index: str, *args: str, branches: tuple[ClosedJaxpr, ...
 
 def _branch_consts(ctx, br: ClosedJaxpr) -> list[str]:
   # NB: a branch may close over constants (those a jit in it forwards to the tangent side,
-  # returned as residuals by the known branch); outside jit, which hoists them to arguments
-  # (`pjit.hoist_call_consts`), they are dense constants of the region.
+  # returned as residuals by the known branch); they are dense constants of the region
+  # (unless jit hoisted them to arguments first: `pjit.hoist_call_consts`).
   return [lowering.dense_constant(ctx.fb, c, v.aval)
           for c, v in zip(br.consts, br.jaxpr.constvars)]
 
