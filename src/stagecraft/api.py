@@ -162,14 +162,14 @@ class _AuxSpec:
                                              for s in self.static])
 
 
-def _linearize(fun: Callable, primals: Sequence[Any], has_aux: bool):
+def _linearize(fun: Callable, primals: Sequence[Any], has_aux: bool, is_vjp: bool = True):
   """`fun` linearized at `primals` (shared by linearize and vjp): the flat primals and
   their tree, the flat outputs (aux last), the linear jaxpr and its residuals, which outputs
   have zero tangents, the output tree, the number of outputs and the aux tree."""
   p_leaves, p_tree = flatten(tuple(primals))
   store: list = []
   flat = _flat_fun(fun, p_tree, has_aux, store)
-  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
+  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves, is_vjp)
   out_tree, n_out, aux_tree = store
   return p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out, aux_tree
 
@@ -269,7 +269,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
     output tangents.
   """
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
-   aux_tree) = _linearize(fun, primals, has_aux)
+   aux_tree) = _linearize(fun, primals, has_aux, is_vjp=False)
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
 
   def f_jvp(*tangents):
