@@ -249,7 +249,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   store: list = []
   flat = _flat_fun(fun, p_tree, has_aux, store)
   t_in = [ad.Zero.from_value(p) if _is_float0(t) else t for p, t in zip(p_leaves, t_leaves)]
-  p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in)
+  p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in, None)
   out_tree, n_out, aux_tree = store
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
   tangents_out = tree_util.tree_unflatten(out_tree, [_out_tangent(t, p) for t, p in

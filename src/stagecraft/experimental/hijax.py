@@ -271,7 +271,7 @@ class _ValAccum(_GradAccum):
     self.val: Any = Zero(aval)
 
   def __repr__(self):
-    return f"ValAccum({self.aval.str_short(short_dtypes=False)})"
+    return f"ValAccum({self.aval})"
 
   def accum(self, x) -> None:
     if x is None:
@@ -291,7 +291,7 @@ class _NullAccum(_GradAccum):
     self.aval = aval
 
   def __repr__(self):
-    return f"NullAccum({self.aval.str_short(short_dtypes=False)})"
+    return f"NullAccum({self.aval})"
 
   def accum(self, x) -> None:
     return

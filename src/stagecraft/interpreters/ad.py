@@ -413,10 +413,11 @@ def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
              tangents: Sequence[Any], is_vjp: Any = "infer") -> tuple[list[Any], list[Any]]:
   """JVP of a flat function: returns primal outputs and tangent outputs (Zero where the
   output does not depend on the inputs). `is_vjp` is the mode its rules see (`jvp_mode`);
-  by default that of the `PartialEvalTrace` it runs over (linearization), else None."""
+  by default that of the `PartialEvalTrace` it runs over (linearization), else that of the
+  rule calling it (None outside rules: `api.jvp` passes None)."""
   parent = core.current_trace()
   if is_vjp == "infer":
-    is_vjp = parent.is_vjp if isinstance(parent, PartialEvalTrace) else None
+    is_vjp = parent.is_vjp if isinstance(parent, PartialEvalTrace) else _jvp_modes[0]
   trace = JVPTrace(parent, is_vjp)
   ins = [p if type(t) is Zero else JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
   try:

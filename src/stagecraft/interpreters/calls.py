@@ -118,7 +118,7 @@ class CallRules:
     """The JVP of a call is a call of the JVP jaxpr: it stays one staged equation."""
     closed = params[self.param]
     nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
-    jvp_closed, consts, out_nz = _memo(self._jvp_cache, closed, nonzeros,
+    jvp_closed, consts, out_nz = _memo(self._jvp_cache, closed, (nonzeros, ad.jvp_mode()),
                                        lambda: self._close(*ad.jvp_jaxpr(closed, nonzeros)))
     outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
                           **self._params(params, "jvp", jvp_closed))
