@@ -507,6 +507,8 @@ def _check_input_dtype_revderiv(name: str, holomorphic: bool, allow_int: bool, x
   if type(x) is core.Token or typeof(x) is core.abstract_token:
     # NB: JAX does not check tokens here; their zero cotangent raises (`zeros_like_aval`)
     raise KeyError(core.AbstractToken)
+  if core.is_hi(typeof(x)):   # a hijax type: its tangent type is its own (`to_tangent_aval`)
+    return
   dt = typeof(x).dtype
   if holomorphic and not dtypes.is_complex(dt):
     raise TypeError(f"{name} with holomorphic=True requires inputs with complex dtype, "
@@ -1284,6 +1286,9 @@ def typeof(x: Any) -> ShapedArray | AbstractRef:
   """
   if isinstance(x, Ref):
     return x.aval
+  to_hitype = core.hitype_mappings.get(type(x))
+  if to_hitype is not None:   # a value of a type given to `experimental.hijax.register_hitype`
+    return to_hitype(x)
   dt = getattr(x, "dtype", None)
   if dt is not None and not isinstance(x, core.Tracer) and dtypes.issubdtype(
       dt, dtypes.extended):   # typed PRNG keys: `ShapedArray(key<fry>[])`

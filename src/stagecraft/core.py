@@ -24,7 +24,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
                                TracerBoolConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 
-__all__ = ["split_list", "ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
+__all__ = ["is_hi", "split_list", "ShapedArray", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_eqn_rules", "pp_named_calls", "pp_default_params", "pp_subjaxprs", "JaxprPpContext",
@@ -230,6 +230,18 @@ def _ndarray_aval(x):
 
 def _npscalar_aval(x):
   return ShapedArray((), dtypes.canonicalize_dtype(x.dtype), False)
+
+
+def is_hi(aval: Any) -> bool:
+  """Whether `aval` is a hijax type (`experimental.hijax.HiType`: values made of several
+  arrays, `lo_ty()`)."""
+  return getattr(aval, "is_high", False) is True
+
+
+#: The hijax value types (`experimental.hijax.register_hitype`): Python type -> function
+#: giving a value's hijax type. Only `typeof` reads it (stagecraft does not trace hijax
+#: types: they are not array-likes for `get_aval`).
+hitype_mappings: dict[type, Callable[[Any], Any]] = {}
 
 
 #: Maps a Python type to a function returning the aval of a value of that type. Extended by

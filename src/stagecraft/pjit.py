@@ -1334,11 +1334,20 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
                        entry.out_tree, lowered.donated, lowered.text, device)
 
 
+#: `compile(entry, name)`: the call of a traced signature whose inputs or outputs have
+#: hijax types (`core.is_hi`), taking and returning hijax values; installed by
+#: `experimental.hijax` (NB: a hook from above: only it makes such values).
+hi_compile: list = [None]
+
+
 def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool, name: str,
                    device=None) -> CompiledCall:
   """Lowers and compiles a traced signature for `device` (None: the default device):
   unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
   donated leaves are marked."""
+  if hi_compile[0] is not None and any(
+      core.is_hi(a) for a in (*entry.jaxpr.in_avals, *entry.jaxpr.out_avals)):
+    return hi_compile[0](entry, name)
   log, jit_name = config.log_compiles, f"jit({name})"
   if log:
     avals = entry.jaxpr.in_avals[len(entry.consts):]

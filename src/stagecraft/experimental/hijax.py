@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from stagecraft import config, core, dtypes, tree_util
+from stagecraft import api, config, core, dtypes, pjit, tree_util
 from stagecraft.core import EffectTypeSet, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mlir
 from stagecraft.interpreters import partial_eval as pe
@@ -60,7 +60,12 @@ class AvalMutableQDD(_StandIn):
 
 
 class HiType(_StandIn):
-  """A high-level type (stand-in)."""
+  """A high-level type: a subclass (a frozen dataclass, hashable) gives `lo_ty()` (the
+  ShapedArrays a value is made of), `lower_val(v)` (a value's arrays), `raise_val(*arrays)`,
+  `to_tangent_aval()` (for autodiff) and `str_short()` (printing). Values of a type
+  registered with `register_hitype` are made and taken apart only by `VJPHiPrimitive`s whose
+  `in_avals`/`out_aval` name the type; they may be arguments and results of `jit`."""
+  is_high = True
 
 
 class MutableHiType(HiType):
@@ -91,9 +96,12 @@ class HiPrimitive(core.Primitive):
 
 
 def register_hitype(cls: type, to_aval: Callable) -> None:
-  """Records `to_aval` as the aval function of the hijax type `cls` (stagecraft never traces
-  values of `cls`)."""
+  """Records `to_aval` as the aval function of the hijax type `cls`: `typeof` of a `cls`
+  value is `to_aval(value)` (stagecraft does not trace values of `cls`: only eager
+  primitives take them)."""
   hitypes[cls] = to_aval
+  core.hitype_mappings[cls] = to_aval
+  core.pytype_aval_mappings[cls] = to_aval
 
 
 def aval_method(fun: Callable) -> Callable:
@@ -313,8 +321,41 @@ def _call_hi_primitive_impl(*args_flat, _prim):
 
 call_hi_primitive_p.def_impl(_call_hi_primitive_impl)
 call_hi_primitive_p.def_abstract_eval(lambda *avals, _prim: list(_prim.out_avals_flat))
-lowering.register_lowering(call_hi_primitive_p,
-                           mlir.lower_fun(_call_hi_primitive_impl, multiple_results=True))
+
+
+def _lo_avals(aval) -> list:
+  """The array types a value of `aval` lowers to (a hijax type's `lo_ty()`)."""
+  return list(aval.lo_ty()) if isinstance(aval, HiType) else [aval]
+
+
+def _call_hi_primitive_lowering(ctx, *args, _prim):
+  # `expand` traced on the lowered ("lojax") components: a hijax-typed operand is lowered as
+  # the tuple of its components' values (`lo_ty`), rebuilt with `raise_val` for `expand`,
+  # and a hijax-typed result is taken apart with `lower_val`.
+  in_avals, out_avals = list(ctx.avals_in), list(ctx.avals_out)
+  lo_in = [lo for a in in_avals for lo in _lo_avals(a)]
+  lo_args = [x for a, v in zip(in_avals, args)
+             for x in (v if isinstance(a, HiType) else [v])]
+  lo_out = [lo for a in out_avals for lo in _lo_avals(a)]
+
+  def flat(*xs):
+    it, vals = iter(xs), []
+    for a in in_avals:
+      vals.append(a.raise_val(*[next(it) for _ in _lo_avals(a)]) if isinstance(a, HiType)
+                  else next(it))
+    outs = _call_hi_primitive_impl(*vals, _prim=_prim)
+    return [lo for a, o in zip(out_avals, outs)
+            for lo in (a.lower_val(o) if isinstance(a, HiType) else [o])]
+  flat.__name__ = f"{type(_prim).__name__}.expand"
+  names = mlir.lower_fun(flat, multiple_results=True)(
+      lowering.LoweringRuleContext(ctx.fb, lo_in, lo_out), *lo_args)
+  it, outs = iter(names), []
+  for a in out_avals:
+    outs.append(tuple(next(it) for _ in _lo_avals(a)) if isinstance(a, HiType) else next(it))
+  return outs
+
+
+lowering.register_lowering(call_hi_primitive_p, _call_hi_primitive_lowering)
 
 
 def _weak_cts(cts: list) -> list:
@@ -390,6 +431,9 @@ def _call_hi_primitive_batch(axis_data, args, dims, *, _prim):
 
 
 batching.axis_primitive_batchers[call_hi_primitive_p] = _call_hi_primitive_batch
+# With sharding in types, the results have the shardings their declared types give.
+core.sharding_rules[call_hi_primitive_p] = lambda *avals, _prim: [
+    a._sharding if type(a) is ShapedArray else None for a in _prim.out_avals_flat]
 
 
 #: `call_hi_primitive_linearized(*residuals, *nonzero tangents)`: the output tangents of a
@@ -427,6 +471,9 @@ def _call_hi_primitive_linearized_transpose(cts, *args, _prim, residuals_tree, n
 
 ad.primitive_transposes[call_hi_primitive_linearized_p] = (
     _call_hi_primitive_linearized_transpose)
+core.sharding_rules[call_hi_primitive_linearized_p] = lambda *avals, _prim, **_: [
+    t._sharding if type(t) is ShapedArray else None
+    for t in map(ad.tangent_aval, _prim.out_avals_flat)]
 
 
 def _call_hi_primitive_linearized_pp(eqn, context):
@@ -591,3 +638,63 @@ class VmapOf(VJPHiPrimitive):
     out_flat = _prefix_leaves(out_dim, self.out_tree)
     return _unflatten(self.out_tree, [d if d is None or d_ is None else d + (d_ < d)
                                       for d, d_ in zip(out_flat, self._out_dims_flat)])
+
+
+# --- hijax-typed arguments and results of jit
+
+
+def _lower(aval, v) -> list:
+  return list(aval.lower_val(v)) if isinstance(aval, HiType) else [v]
+
+
+def _raise(aval, it) -> Any:
+  return (aval.raise_val(*[next(it) for _ in _lo_avals(aval)]) if isinstance(aval, HiType)
+          else next(it))
+
+
+def _eval_lojax(jaxpr: core.Jaxpr, vals: list) -> list:
+  """Evaluates `jaxpr`, whose hijax-typed values are held as their types' value classes
+  (of lowered arrays): a `call_hi_primitive` runs its `expand` (JAX's `to_lojax`)."""
+  env = dict(zip(jaxpr.invars, vals))
+  read = lambda v: v.val if type(v) is core.Literal else env[v]
+  for eqn in jaxpr.eqns:
+    ins = [read(v) for v in eqn.invars]
+    if eqn.primitive is call_hi_primitive_p:
+      outs = _call_hi_primitive_impl(*ins, **eqn.params)
+    elif any(isinstance(v.aval, HiType) for v in (*eqn.invars, *eqn.outvars)):
+      raise NotImplementedError(
+          f"stagecraft lowers hijax-typed values only through hijax primitives, not through "
+          f"'{eqn.primitive.name}' (a jit inside jit taking or returning one, for instance).")
+    else:
+      outs = eqn.primitive.bind(*ins, **eqn.params)
+      outs = outs if eqn.primitive.multiple_results else [outs]
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in jaxpr.outvars]
+
+
+class _HiCall:
+  """A jit signature with hijax-typed inputs or outputs: the values are lowered to their
+  arrays (`lower_val`), a jit of the lowered program runs, its results are raised
+  (`raise_val`)."""
+  simple = False
+
+  def __init__(self, entry, name: str):
+    jaxpr = entry.jaxpr.jaxpr
+    self.consts, self.out_tree = list(entry.consts), entry.out_tree
+    self.in_avals = [v.aval for v in jaxpr.invars]
+    self.out_avals = list(jaxpr.out_avals)
+
+    def lo_program(*lo_args):
+      it = iter(lo_args)
+      outs = _eval_lojax(jaxpr, [_raise(a, it) for a in self.in_avals])
+      return [x for a, o in zip(self.out_avals, outs) for x in _lower(a, o)]
+    lo_program.__name__ = name
+    self.run = api.jit(lo_program)
+
+  def __call__(self, leaves):
+    vals = [*self.consts, *leaves]
+    outs = iter(self.run(*[x for a, v in zip(self.in_avals, vals) for x in _lower(a, v)]))
+    return tree_util.tree_unflatten(self.out_tree, [_raise(a, outs) for a in self.out_avals])
+
+
+pjit.hi_compile[0] = _HiCall

@@ -98,9 +98,11 @@ class ForwardedConst:
 
 def tangent_aval(aval: ShapedArray) -> ShapedArray:
   """The tangent type of a primal type: float0 for integer and bool primals (as JAX); a
-  token's is the token type."""
+  token's is the token type; another type's (a hijax type's) is its `to_tangent_aval()`."""
   if aval is core.abstract_token:
     return aval
+  if type(aval) is not ShapedArray and hasattr(aval, "to_tangent_aval"):
+    return aval.to_tangent_aval()
   if dtypes.is_inexact(aval.dtype):
     return aval
   return ShapedArray(aval.shape, dtypes.float0, False)
