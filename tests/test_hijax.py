@@ -518,3 +518,141 @@ def test_hijax_module_names():
   for name in ("ValAccum", "NullAccum", "linearize_from_jvp"):
     assert hasattr(jax.experimental.hijax, name) == hasattr(stagecraft.experimental.hijax,
                                                             name)
+
+
+# ---------------------------------------------------------------------------
+# Hijax types (docs/hijax_types.md's quantized arrays), without meshes
+
+
+def qdefs(lib):
+  """The tutorial's QArray type and its primitives over one library."""
+  from dataclasses import dataclass
+  jx, jnp, hjx = LIBS[lib]
+
+  @dataclass(frozen=True)
+  class QArray:
+    qvalue: object
+    scale: object
+
+  @dataclass(frozen=True)
+  class QArrayTy(hjx.HiType):
+    shape: tuple
+    sharding: object
+
+    def lo_ty(self):
+      scale_sharding = self.sharding.update(spec=jx.P(*self.sharding.spec[:-1]))
+      return [hjx.ShapedArray(self.shape, jnp.dtype("int8"), sharding=self.sharding),
+              hjx.ShapedArray(self.shape[:-1], jnp.dtype("float32"), sharding=scale_sharding)]
+
+    def lower_val(self, q):
+      return [q.qvalue, q.scale]
+
+    def raise_val(self, qvalue, scale):
+      return QArray(qvalue, scale)
+
+    def to_tangent_aval(self):
+      return hjx.ShapedArray(self.shape, jnp.dtype("float32"), sharding=self.sharding)
+
+    def str_short(self, short_dtypes=False, mesh_axis_types=False):
+      return f"q8[{','.join(map(str, self.shape))}]"
+    __repr__ = str_short
+
+  hjx.register_hitype(QArray, lambda q: QArrayTy(q.qvalue.shape,
+                                                 jx.typeof(q.qvalue).sharding))
+
+  class Quantize(hjx.VJPHiPrimitive):
+    def __init__(self, x_aval):
+      self.in_avals = (x_aval,)
+      self.out_aval = QArrayTy(x_aval.shape, x_aval.sharding)
+      self.params = {}
+      super().__init__()
+
+    def expand(self, x):
+      scale = jnp.max(jnp.abs(x), axis=-1) / 127.
+      return QArray(jnp.round(x / scale[..., None]).astype(jnp.int8), scale)
+
+    def vjp_fwd(self, nzs_in, x):
+      return self(x), None
+
+    def vjp_bwd_retval(self, _res, g):
+      return (g,)
+
+  class Dequantize(hjx.VJPHiPrimitive):
+    def __init__(self, q_aval):
+      self.in_avals = (q_aval,)
+      self.out_aval = hjx.ShapedArray(q_aval.shape, jnp.dtype("float32"),
+                                      sharding=q_aval.sharding)
+      self.params = {}
+      super().__init__()
+
+    def expand(self, qx):
+      return qx.qvalue.astype("float32") * qx.scale[..., None]
+
+    def vjp_fwd(self, nzs_in, qx):
+      return self(qx), None
+
+    def vjp_bwd_retval(self, _res, g):
+      return (g,)
+
+  class MatmulQ(hjx.VJPHiPrimitive):
+    def __init__(self, x_aval, qw_aval):
+      self.in_avals = (x_aval, qw_aval)
+      self.out_aval = hjx.ShapedArray((x_aval.shape[0], qw_aval.shape[1]),
+                                      jnp.dtype("float32"))
+      self.params = {}
+      super().__init__()
+
+    def expand(self, x, qw):
+      return (x * qw.scale) @ qw.qvalue.astype(jnp.float32)
+
+    def vjp_fwd(self, nzs_in, x, qw):
+      return self(x, qw), (x, qw)   # a hijax-typed residual
+
+    def vjp_bwd_retval(self, res, g):
+      x, qw = res
+      w = dequantize(qw)
+      return g @ w.T, x.T @ g
+
+  quantize = lambda x: Quantize(jx.typeof(x))(x)
+  dequantize = lambda q: Dequantize(jx.typeof(q))(q)
+  matmul_q = lambda x, qw: MatmulQ(jx.typeof(x), jx.typeof(qw))(x, qw)
+  return dict(quantize=quantize, dequantize=dequantize, matmul_q=matmul_q, QArray=QArray)
+
+
+QJ, QS = qdefs("jax"), qdefs("sc")
+xq = np.array([[1., 2., 3.], [4., -5., 6.]], np.float32)
+wq = np.arange(12., dtype=np.float32).reshape(3, 4) / 12.
+
+
+def qsame(run):
+  want, got = both(lambda jx, d: run(jx, QJ if jx is jax else QS))
+  assert got == want
+  return got
+
+
+def test_hitype_eager_typeof_and_jaxprs():
+  got = qsame(lambda jx, q: (q["quantize"](xq), jx.typeof(q["quantize"](xq)),
+                             q["dequantize"](q["quantize"](xq))))
+  assert "q8[2,3]" in got and "QArray(qvalue=Array([[  42,   85,  127]" in got
+  got = qsame(lambda jx, q: jx.make_jaxpr(lambda x: q["dequantize"](q["quantize"](x)))(xq))
+  assert "b:q8[2,3] = call_hi_primitive[_prim=Quantize[{}]] a" in got
+  qw = QJ["quantize"](wq), QS["quantize"](wq)
+  got = qsame(lambda jx, q: jx.jit(q["matmul_q"]).trace(xq, qw[jx is not jax]).jaxpr)
+  assert "b:q8[3,4]" in got
+
+
+def test_hitype_values_through_jit():
+  qsame(lambda jx, q: jx.jit(lambda x: q["dequantize"](q["quantize"](x)))(xq))
+  qsame(lambda jx, q: (lambda qx: (jx.typeof(qx), qx, jx.jit(q["dequantize"])(qx)))(
+      jx.jit(q["quantize"])(xq)))
+  qsame(lambda jx, q: jx.jit(q["matmul_q"])(xq, q["quantize"](wq)))
+
+
+def test_hitype_autodiff():
+  f = lambda q: lambda x: q["dequantize"](q["quantize"](x)).sum()
+  qsame(lambda jx, q: jx.grad(f(q))(xq))
+  g = lambda q: lambda qx: (q["dequantize"](qx) ** 2).sum()
+  qsame(lambda jx, q: (lambda gq: (gq, jx.typeof(gq)))(jx.grad(g(q))(q["quantize"](xq))))
+  loss = lambda q: lambda x, qw: (q["matmul_q"](x, qw) ** 2).sum()
+  qsame(lambda jx, q: [jx.typeof(t) for t in jx.grad(loss(q), argnums=(0, 1))(
+      xq, q["quantize"](wq))])
