@@ -646,6 +646,9 @@ def test_hitype_values_through_jit():
   qsame(lambda jx, q: (lambda qx: (jx.typeof(qx), qx, jx.jit(q["dequantize"])(qx)))(
       jx.jit(q["quantize"])(xq)))
   qsame(lambda jx, q: jx.jit(q["matmul_q"])(xq, q["quantize"](wq)))
+  # a jit inside jit taking or giving a hijax value
+  qsame(lambda jx, q: jx.jit(lambda x: jx.jit(q["dequantize"])(q["quantize"](x)))(xq))
+  qsame(lambda jx, q: jx.jit(lambda x: q["dequantize"](jx.jit(q["quantize"])(x)))(xq))
 
 
 def test_hitype_autodiff():
@@ -656,3 +659,7 @@ def test_hitype_autodiff():
   loss = lambda q: lambda x, qw: (q["matmul_q"](x, qw) ** 2).sum()
   qsame(lambda jx, q: [jx.typeof(t) for t in jx.grad(loss(q), argnums=(0, 1))(
       xq, q["quantize"](wq))])
+  qsame(lambda jx, q: jx.grad(jx.jit(loss(q)), argnums=(0, 1))(xq, q["quantize"](wq)))
+  qsame(lambda jx, q: jx.jit(jx.grad(loss(q), argnums=(0, 1)))(xq, q["quantize"](wq)))
+  qsame(lambda jx, q: jx.grad(jx.jit(f(q)))(xq))
+  qsame(lambda jx, q: jx.vmap(jx.jit(f(q)))(np.stack([xq, xq])))   # no batch rule: error

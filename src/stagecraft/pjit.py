@@ -120,9 +120,11 @@ def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
   ex = _jit_executables.get(jaxpr)
   if ex is None:
     opened, consts = opened_call(jaxpr)
-    ex = _compile_closed(opened, name)
-    if consts:
-      ex = _WithConsts(ex, consts, opened.in_avals)
+    ex = hi_compile[0](opened.jaxpr, consts, None, name) if hi_compile[0] else None
+    if ex is None:
+      ex = _compile_closed(opened, name)
+      if consts:
+        ex = _WithConsts(ex, consts, opened.in_avals)
     _jit_executables[jaxpr] = ex
   return ex.call(args)
 
@@ -1334,8 +1336,10 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
                        entry.out_tree, lowered.donated, lowered.text, device)
 
 
-#: `compile(entry, name)`: the call of a traced signature whose inputs or outputs have
-#: hijax types (`core.is_hi`), taking and returning hijax values; installed by
+#: `compile(jaxpr, consts, out_tree, name)`: the call of a jaxpr (its first invars valued by
+#: `consts`) that has hijax-typed values (`core.is_hi`) among its inputs or outputs or
+#: crossing a call inside, taking and returning hijax values (`call(args)`: flat, and
+#: `__call__(leaves)`: the `out_tree`), or None when it has none; installed by
 #: `experimental.hijax` (NB: a hook from above: only it makes such values).
 hi_compile: list = [None]
 
@@ -1345,9 +1349,10 @@ def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   """Lowers and compiles a traced signature for `device` (None: the default device):
   unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
   donated leaves are marked."""
-  if hi_compile[0] is not None and any(
-      core.is_hi(a) for a in (*entry.jaxpr.in_avals, *entry.jaxpr.out_avals)):
-    return hi_compile[0](entry, name)
+  if hi_compile[0] is not None:
+    hi_call = hi_compile[0](entry.jaxpr.jaxpr, entry.consts, entry.out_tree, name)
+    if hi_call is not None:
+      return hi_call
   log, jit_name = config.log_compiles, f"jit({name})"
   if log:
     avals = entry.jaxpr.in_avals[len(entry.consts):]

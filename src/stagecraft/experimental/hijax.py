@@ -652,19 +652,31 @@ def _raise(aval, it) -> Any:
           else next(it))
 
 
-def _eval_lojax(jaxpr: core.Jaxpr, vals: list) -> list:
+def _crosses_hi(eqn) -> bool:
+  """Whether `eqn`, not a hijax primitive, takes or gives a hijax-typed value."""
+  return eqn.primitive is not call_hi_primitive_p and any(
+      isinstance(v.aval, HiType) for v in (*eqn.invars, *eqn.outvars))
+
+
+def _eval_lojax(jaxpr: core.Jaxpr, vals: list, consts: Any = ()) -> list:
   """Evaluates `jaxpr`, whose hijax-typed values are held as their types' value classes
-  (of lowered arrays): a `call_hi_primitive` runs its `expand` (JAX's `to_lojax`)."""
-  env = dict(zip(jaxpr.invars, vals))
+  (of lowered arrays): a `call_hi_primitive` runs its `expand` (JAX's `to_lojax`), a call
+  (jit, ...) taking or giving hijax values is inlined."""
+  env = dict(zip(jaxpr.constvars, consts))
+  env.update(zip(jaxpr.invars, vals))
   read = lambda v: v.val if type(v) is core.Literal else env[v]
   for eqn in jaxpr.eqns:
     ins = [read(v) for v in eqn.invars]
     if eqn.primitive is call_hi_primitive_p:
       outs = _call_hi_primitive_impl(*ins, **eqn.params)
-    elif any(isinstance(v.aval, HiType) for v in (*eqn.invars, *eqn.outvars)):
-      raise NotImplementedError(
-          f"stagecraft lowers hijax-typed values only through hijax primitives, not through "
-          f"'{eqn.primitive.name}' (a jit inside jit taking or returning one, for instance).")
+    elif _crosses_hi(eqn):
+      param = core.closed_calls.get(eqn.primitive)
+      if param is None:
+        raise NotImplementedError(
+            f"stagecraft lowers hijax-typed values only through hijax primitives and calls "
+            f"(jit), not through '{eqn.primitive.name}'.")
+      closed = eqn.params[param]
+      outs = _eval_lojax(closed.jaxpr, ins, closed.consts)
     else:
       outs = eqn.primitive.bind(*ins, **eqn.params)
       outs = outs if eqn.primitive.multiple_results else [outs]
@@ -673,14 +685,13 @@ def _eval_lojax(jaxpr: core.Jaxpr, vals: list) -> list:
 
 
 class _HiCall:
-  """A jit signature with hijax-typed inputs or outputs: the values are lowered to their
-  arrays (`lower_val`), a jit of the lowered program runs, its results are raised
-  (`raise_val`)."""
+  """A jit program with hijax-typed inputs, outputs or values crossing a call: the values
+  are lowered to their arrays (`lower_val`), a jit of the lowered program runs, its results
+  are raised (`raise_val`)."""
   simple = False
 
-  def __init__(self, entry, name: str):
-    jaxpr = entry.jaxpr.jaxpr
-    self.consts, self.out_tree = list(entry.consts), entry.out_tree
+  def __init__(self, jaxpr: core.Jaxpr, consts: list, out_tree, name: str):
+    self.consts, self.out_tree = list(consts), out_tree
     self.in_avals = [v.aval for v in jaxpr.invars]
     self.out_avals = list(jaxpr.out_avals)
 
@@ -691,10 +702,20 @@ class _HiCall:
     lo_program.__name__ = name
     self.run = api.jit(lo_program)
 
-  def __call__(self, leaves):
-    vals = [*self.consts, *leaves]
+  def call(self, args) -> list:
+    vals = [*self.consts, *args]
     outs = iter(self.run(*[x for a, v in zip(self.in_avals, vals) for x in _lower(a, v)]))
-    return tree_util.tree_unflatten(self.out_tree, [_raise(a, outs) for a in self.out_avals])
+    return [_raise(a, outs) for a in self.out_avals]
+
+  def __call__(self, leaves):
+    return tree_util.tree_unflatten(self.out_tree, self.call(leaves))
 
 
-pjit.hi_compile[0] = _HiCall
+def _hi_compile(jaxpr: core.Jaxpr, consts: list, out_tree, name: str) -> _HiCall | None:
+  if (any(isinstance(v.aval, HiType) for v in (*jaxpr.invars, *jaxpr.outvars))
+      or any(_crosses_hi(e) for e in jaxpr.eqns)):
+    return _HiCall(jaxpr, consts, out_tree, name)
+  return None
+
+
+pjit.hi_compile[0] = _hi_compile
