@@ -663,3 +663,9 @@ def test_hitype_autodiff():
   qsame(lambda jx, q: jx.jit(jx.grad(loss(q), argnums=(0, 1)))(xq, q["quantize"](wq)))
   qsame(lambda jx, q: jx.grad(jx.jit(f(q)))(xq))
   qsame(lambda jx, q: jx.vmap(jx.jit(f(q)))(np.stack([xq, xq])))   # no batch rule: error
+
+
+def test_hitype_misuse_in_traced_code():
+  # reading a component of a traced hijax value: JAX's AttributeError words
+  got = qsame(lambda jx, q: jx.jit(lambda qx: qx.qvalue)(q["quantize"](xq)))
+  assert got == "AttributeError: DynamicJaxprTracer has no attribute qvalue"

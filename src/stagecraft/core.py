@@ -1498,6 +1498,10 @@ class Tracer:
     """JAX 0.10's short form, `ClassName<aval>`; each kind of tracer names its parts."""
     return f"{type(self).__name__}<{self.aval}>"
 
+  def __getattr__(self, name: str):
+    # Only for attributes not found otherwise: JAX's words ("JitTracer has no attribute x").
+    raise AttributeError(f"{type(self).__name__} has no attribute {name}")
+
   def __repr__(self):   # JAX's: JitTracer(~float32[]), VmapTracer(aval=..., batched=...)
     return self._short_repr()
 
