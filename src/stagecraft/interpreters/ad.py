@@ -99,10 +99,11 @@ class ForwardedConst:
 def tangent_aval(aval: ShapedArray) -> ShapedArray:
   """The tangent type of a primal type: float0 for integer and bool primals (as JAX); a
   token's is the token type; another type's (a hijax type's) is its `to_tangent_aval()`."""
-  if aval is core.abstract_token:
-    return aval
-  if type(aval) is not ShapedArray and hasattr(aval, "to_tangent_aval"):
-    return aval.to_tangent_aval()
+  if type(aval) is not ShapedArray:
+    if aval is core.abstract_token:
+      return aval
+    if hasattr(aval, "to_tangent_aval"):
+      return aval.to_tangent_aval()
   if dtypes.is_inexact(aval.dtype):
     return aval
   return ShapedArray(aval.shape, dtypes.float0, False)
@@ -398,11 +399,14 @@ class JVPTrace(Trace):
             f"beside the primitive with stagecraft.interpreters.ad.defjvp({prim.name}_p, "
             f"...) (or deflinear / primitive_jvps[{prim.name}_p] = rule).")
       prev = _jvp_modes[0]
-      _jvp_modes[0] = self.is_vjp
-      try:
+      if prev is self.is_vjp:   # the common case: jvp_flat set this trace's mode
         p_out, t_out = rule(primals, tangents, **params)
-      finally:
-        _jvp_modes[0] = prev
+      else:
+        _jvp_modes[0] = self.is_vjp
+        try:
+          p_out, t_out = rule(primals, tangents, **params)
+        finally:
+          _jvp_modes[0] = prev
     if prim.multiple_results:
       return [self._wrap(p, t) for p, t in zip(p_out, t_out)]
     return self._wrap(p_out, t_out)
@@ -422,6 +426,8 @@ def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
     is_vjp = parent.is_vjp if isinstance(parent, PartialEvalTrace) else _jvp_modes[0]
   trace = JVPTrace(parent, is_vjp)
   ins = [p if type(t) is Zero else JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
+  prev_mode = _jvp_modes[0]
+  _jvp_modes[0] = is_vjp
   try:
     with core.set_current_trace(trace):
       outs = fun(*ins)
@@ -432,6 +438,7 @@ def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
       t_out.append(t)
     return p_out, t_out
   finally:
+    _jvp_modes[0] = prev_mode
     trace.invalidate()
 
 
