@@ -398,6 +398,10 @@ def test_log1pexp_inside_loops_and_jit():
   same(lambda jx, d: jx.grad(jx.jit(d["log1pexp"]))(1.))
   same(lambda jx, d: jx.make_jaxpr(jx.jit(jx.vmap(d["log1pexp"])))(x3))
   same(lambda jx, d: jx.linearize(jx.jit(d["log1pexp"]), 1.)[1](2.))
+  # checkpoint differentiates its body with `jvp` rules, also under grad (`sin` has no VJP)
+  same(lambda jx, d: jx.grad(jx.checkpoint(d["log1pexp"]))(1.))
+  same(lambda jx, d: jx.grad(jx.checkpoint(d["sin"]))(1.))
+  same(lambda jx, d: jx.grad(jx.checkpoint(d["mul"]))(1., 2.))
 
 
 def test_clip_gradient():

@@ -828,20 +828,22 @@ def _closed_with_const_args(jaxpr: Jaxpr, consts: Sequence[Any]):
 
 
 def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool],
-              instantiate: bool | Sequence[bool] = False):
+              instantiate: bool | Sequence[bool] = False, is_vjp: Any = "infer"):
   """The JVP of `closed` as a new jaxpr taking `(consts..., primals..., nonzero tangents...)`
   and returning `(primal outs..., nonzero tangent outs...)`.
 
   Args:
     instantiate: bool or one per output; True makes that output's tangent a (materialized)
       nonzero output even when it is a symbolic zero (loops need fixed carry signatures).
+    is_vjp: the mode the body's rules see (`jvp_mode`); by default that of the rule calling.
 
   Returns:
     `(jvp_closed, consts, out_nonzeros)`.
   """
   avals = closed.in_avals
   n = len(avals)
-  mode = _jvp_modes[0]   # the body is differentiated as the equation calling it is
+  # the body is differentiated as the equation calling it is, unless `is_vjp` is given
+  mode = _jvp_modes[0] if is_vjp == "infer" else is_vjp
   out_nz: list[bool] = []
   if isinstance(instantiate, bool):
     instantiate = [instantiate] * len(closed.out_avals)
