@@ -6,11 +6,16 @@ implementation, and may add `vjp_fwd`/`vjp_bwd_retval` (or `vjp_bwd`), `jvp`,
 `lin`/`linearized`, `batch_dim_rule` (or `batch`) and `transpose`; calling an instance binds
 one `call_hi_primitive` equation, whose rules call those methods.
 
-stagecraft does not implement hijax types. The other names exist so that a library which defines
-hijax classes at import time but uses them only behind an option (flax.nnx's
-`flax_hijax_variable`, off by default) imports: subclassing `HiPrimitive` or
-`MutableHiType`, `register_hitype`, `aval_method` and `aval_property` work at class
-definition; binding a `HiPrimitive` or building a hijax aval raises `NotImplementedError`.
+Hijax types are JAX's too: a `HiType` subclass (`lo_ty`, `lower_val`, `raise_val`,
+`to_tangent_aval`, `str_short`) whose value class is given to `register_hitype` types
+values that hijax primitives make and take, eagerly, inside and across `jit` and under
+`grad` (not through loops, conds, `vmap` of a hijax-typed value or `shard_map`).
+
+The other names are stand-ins, so that a library which defines hijax classes at import time
+but uses them only behind an option (flax.nnx's `flax_hijax_variable`, off by default)
+imports: subclassing `HiPrimitive` or `MutableHiType`, `aval_method` and `aval_property`
+work at class definition; binding a `HiPrimitive` or building a mutable hijax aval raises
+`NotImplementedError`.
 The names that JAX re-exports from elsewhere (`ShapedArray`, `Zero`, `instantiate_zeros`,
 `is_undefined_primal`, `control_flow_allowed_effects`) are stagecraft's own.
 """
@@ -28,8 +33,7 @@ from stagecraft.lax import elementwise, reduction
 __all__ = ["Zero", "AbstractValue", "AvalQDD", "ShapedArray", "aval_method", "aval_property",
            "AvalMutableQDD", "instantiate_zeros", "is_undefined_primal",
            "control_flow_allowed_effects", "HiPrimitive", "HiPspec", "HiType", "MutableHiType",
-           "VJPHiPrimitive", "register_hitype", "AbstractRef", "TransformedRef",
-           "call_hi_primitive_p", "call_hi_primitive_linearized_p"]
+           "VJPHiPrimitive", "register_hitype", "AbstractRef", "TransformedRef"]
 
 _MSG = ("stagecraft does not implement JAX's hijax types and primitives "
         "(jax.experimental.hijax); {} is a stand-in.")
@@ -59,7 +63,7 @@ class AvalMutableQDD(_StandIn):
   """An aval with mutable quasi-dynamic data (stand-in)."""
 
 
-class HiType(_StandIn):
+class HiType:
   """A high-level type: a subclass (a frozen dataclass, hashable) gives `lo_ty()` (the
   ShapedArrays a value is made of), `lower_val(v)` (a value's arrays), `raise_val(*arrays)`,
   `to_tangent_aval()` (for autodiff) and `str_short()` (printing). Values of a type
@@ -69,7 +73,11 @@ class HiType(_StandIn):
 
 
 class MutableHiType(HiType):
-  """A mutable high-level type (stand-in)."""
+  """A mutable high-level type (stand-in: building one raises `NotImplementedError` unless
+  the subclass defines its own `__init__`)."""
+
+  def __init__(self, *args, **kwargs):
+    raise NotImplementedError(_MSG.format(type(self).__name__))
 
 
 class HiPspec(_StandIn):
