@@ -726,7 +726,7 @@ lowering.register_lowering(remat_p, _remat_lowering)
 # NB: as JAX's, the JVP of a checkpoint is a checkpoint of the JVP jaxpr with the same
 # params; partial evaluation marks the staged (recomputing) side `differentiated`, whose
 # lowering keeps the recomputation from being merged back.
-calls.CallRules(remat_p, "jaxpr", lambda params, what: params).register(
+calls.CallRules(remat_p, "jaxpr", lambda params, what: params, forward_jvp=True).register(
     partial_eval=False, dce=False)
 ad.partial_eval_rules[remat_p] = _remat_partial_eval
 ad.partial_eval_when_known.add(remat_p)

@@ -162,14 +162,14 @@ class _AuxSpec:
                                              for s in self.static])
 
 
-def _linearize(fun: Callable, primals: Sequence[Any], has_aux: bool):
+def _linearize(fun: Callable, primals: Sequence[Any], has_aux: bool, is_vjp: bool = True):
   """`fun` linearized at `primals` (shared by linearize and vjp): the flat primals and
   their tree, the flat outputs (aux last), the linear jaxpr and its residuals, which outputs
   have zero tangents, the output tree, the number of outputs and the aux tree."""
   p_leaves, p_tree = flatten(tuple(primals))
   store: list = []
   flat = _flat_fun(fun, p_tree, has_aux, store)
-  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves)
+  p_out, lin, residuals, zero_outs = ad.linearize_flat(flat, p_leaves, is_vjp)
   out_tree, n_out, aux_tree = store
   return p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out, aux_tree
 
@@ -264,7 +264,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   if ref_pos:
     flat = _jvp_ref_proxies(flat, ref_pos, refs, written)
   t_in = [ad.Zero.from_value(p) if _is_float0(t) else t for p, t in zip(p_leaves, t_leaves)]
-  p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in)
+  p_out, t_out = ad.jvp_flat(flat, p_leaves, t_in, None)
   if written:   # the refs' final values: the primal's into the ref, the tangent's into its
     n = len(p_out) - len(written)
     for k, p, t in zip(written, p_out[n:], t_out[n:]):
@@ -316,7 +316,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
     output tangents.
   """
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
-   aux_tree) = _linearize(fun, primals, has_aux)
+   aux_tree) = _linearize(fun, primals, has_aux, is_vjp=False)
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
 
   def f_jvp(*tangents):
@@ -603,6 +603,8 @@ def _check_input_dtype_revderiv(name: str, holomorphic: bool, allow_int: bool, x
   if type(x) is core.Token or typeof(x) is core.abstract_token:
     # NB: JAX does not check tokens here; their zero cotangent raises (`zeros_like_aval`)
     raise KeyError(core.AbstractToken)
+  if core.is_hi(typeof(x)):   # a hijax type: its tangent type is its own (`to_tangent_aval`)
+    return
   dt = typeof(x).dtype
   if holomorphic and not dtypes.is_complex(dt):
     raise TypeError(f"{name} with holomorphic=True requires inputs with complex dtype, "
@@ -1425,6 +1427,9 @@ def typeof(x: Any) -> ShapedArray | AbstractRef:
   """
   if isinstance(x, Ref):
     return x.aval
+  to_hitype = core.hitype_mappings.get(type(x))
+  if to_hitype is not None:   # a value of a type given to `experimental.hijax.register_hitype`
+    return to_hitype(x)
   dt = getattr(x, "dtype", None)
   if dt is not None and not isinstance(x, core.Tracer) and dtypes.issubdtype(
       dt, dtypes.extended):   # typed PRNG keys: `ShapedArray(key<fry>[])`

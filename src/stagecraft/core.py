@@ -24,7 +24,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
                                TracerBoolConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 
-__all__ = ["split_list", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
+__all__ = ["is_hi", "split_list", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_eqn_rules", "pp_named_calls", "pp_default_params", "pp_subjaxprs", "JaxprPpContext",
@@ -325,6 +325,18 @@ def _ndarray_aval(x):
 
 def _npscalar_aval(x):
   return ShapedArray((), dtypes.canonicalize_dtype(x.dtype), False)
+
+
+def is_hi(aval: Any) -> bool:
+  """Whether `aval` is a hijax type (`experimental.hijax.HiType`: values made of several
+  arrays, `lo_ty()`)."""
+  return getattr(aval, "is_high", False) is True
+
+
+#: The hijax value types (`experimental.hijax.register_hitype`): Python type -> function
+#: giving a value's hijax type. Only `typeof` reads it (stagecraft does not trace hijax
+#: types: they are not array-likes for `get_aval`).
+hitype_mappings: dict[type, Callable[[Any], Any]] = {}
 
 
 #: Maps a Python type to a function returning the aval of a value of that type. Extended by
@@ -1701,6 +1713,10 @@ class Tracer:
   def _short_repr(self) -> str:
     """JAX 0.10's short form, `ClassName<aval>`; each kind of tracer names its parts."""
     return f"{type(self).__name__}<{self.aval}>"
+
+  def __getattr__(self, name: str):
+    # Only for attributes not found otherwise: JAX's words ("JitTracer has no attribute x").
+    raise AttributeError(f"{type(self).__name__} has no attribute {name}")
 
   def __repr__(self):   # JAX's: JitTracer(~float32[]), VmapTracer(aval=..., batched=...)
     return self._short_repr()

@@ -392,7 +392,7 @@ def _custom_dce_jvp(primals, tangents, *, fun_jaxpr: ClosedJaxpr, dce_thunk, nam
                      len(jconsts), name)
     return jvp_closed, jconsts, out_nz, _Thunk(rule)
   jvp_closed, jconsts, out_nz, thunk = core.memo_on_jaxpr(
-      _jvp_cache, fun_jaxpr, (nonzeros, dce_thunk), make)
+      _jvp_cache, fun_jaxpr, (nonzeros, dce_thunk, ad.jvp_mode()), make)
   n_out = len(fun_jaxpr.out_avals)
   outs = custom_dce_call_p.bind(
       *jconsts, *primals, *[t for t in tangents if type(t) is not ad.Zero],

@@ -127,9 +127,11 @@ def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
       ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
       return ex.call(args)
     opened, consts = opened_call(jaxpr)
-    ex = _compile_closed(opened, name)
-    if consts:
-      ex = _WithConsts(ex, consts, opened.in_avals)
+    ex = hi_compile[0](opened.jaxpr, consts, None, name) if hi_compile[0] else None
+    if ex is None:
+      ex = _compile_closed(opened, name)
+      if consts:
+        ex = _WithConsts(ex, consts, opened.in_avals)
     _jit_executables[jaxpr] = ex
   return ex.call(args)
 
@@ -1414,11 +1416,23 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
                        entry.out_tree, lowered.donated, lowered.text, device)
 
 
+#: `compile(jaxpr, consts, out_tree, name)`: the call of a jaxpr (its first invars valued by
+#: `consts`) that has hijax-typed values (`core.is_hi`) among its inputs or outputs or
+#: crossing a call inside, taking and returning hijax values (`call(args)`: flat, and
+#: `__call__(leaves)`: the `out_tree`), or None when it has none; installed by
+#: `experimental.hijax` (NB: a hook from above: only it makes such values).
+hi_compile: list = [None]
+
+
 def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool, name: str,
                    device=None) -> CompiledCall:
   """Lowers and compiles a traced signature for `device` (None: the default device):
   unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
   donated leaves are marked."""
+  if hi_compile[0] is not None:
+    hi_call = hi_compile[0](entry.jaxpr.jaxpr, entry.consts, entry.out_tree, name)
+    if hi_call is not None:
+      return hi_call
   log, jit_name = config.log_compiles, f"jit({name})"
   if log:
     avals = entry.jaxpr.in_avals[len(entry.consts):]

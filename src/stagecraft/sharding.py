@@ -667,6 +667,22 @@ class NamedSharding(Sharding):
     self.mesh = mesh
     self.spec = spec
 
+  def update(self, **kwargs) -> "NamedSharding":
+    """This sharding with the fields given replaced (`mesh`, `spec`, `memory_kind`; JAX's
+    `NamedSharding.update`).
+
+    Raises:
+      TypeError: for another keyword.
+    """
+    mesh = kwargs.pop("mesh", self.mesh)
+    spec = kwargs.pop("spec", self.spec)
+    memory_kind = kwargs.pop("memory_kind", self.memory_kind)
+    kwargs.pop("_logical_device_ids", None)
+    if kwargs:
+      raise TypeError(f"NamedSharding.update() got an unexpected keyword argument "
+                      f"'{next(iter(kwargs))}'")
+    return NamedSharding(mesh, spec, memory_kind=memory_kind)
+
   @property
   def device_set(self) -> set:
     return set(self.mesh.devices.flat)

@@ -22,7 +22,7 @@ from stagecraft.core import Jaxpr, Literal, ShapedArray, Trace, Tracer, Var
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching, lowering, partial_eval as pe
 
-__all__ = ["primitive_jvps", "primitive_transposes", "partial_eval_rules", "tangent_aval",
+__all__ = ["jvp_mode", "primitive_jvps", "primitive_transposes", "partial_eval_rules", "tangent_aval",
            "Zero", "zeros_like_aval", "instantiate_zeros", "add_tangents", "UndefinedPrimal",
            "is_undefined_primal", "defjvp", "defjvp2", "defjvp_zero", "deflinear",
            "defbilinear", "add_any_p", "JVPTracer", "JVPTrace", "jvp_flat",
@@ -98,9 +98,12 @@ class ForwardedConst:
 
 def tangent_aval(aval: ShapedArray) -> ShapedArray:
   """The tangent type of a primal type: float0 for integer and bool primals (as JAX); a
-  token's is the token type."""
-  if aval is core.abstract_token:
-    return aval
+  token's is the token type; another type's (a hijax type's) is its `to_tangent_aval()`."""
+  if type(aval) is not ShapedArray:
+    if aval is core.abstract_token:
+      return aval
+    if hasattr(aval, "to_tangent_aval"):
+      return aval.to_tangent_aval()
   if dtypes.is_inexact(aval.dtype):
     return aval
   return ShapedArray(aval.shape, dtypes.float0, False)
@@ -123,7 +126,7 @@ class Zero:
     return Zero(tangent_aval(core.get_aval(x)))
 
   def __repr__(self):
-    return f"Zero({self.aval.str_short()})"
+    return f"Zero({self.aval})"   # JAX's: `Zero(~float32[])`
 
 
 #: `retype(x, sharding)`: `x` given the type sharding `sharding` (split over Explicit mesh
@@ -353,13 +356,28 @@ class JVPTracer(Tracer):
     return f"JVPTracer(primal={short(self.primal)}, tangent={short(self.tangent)})"
 
 
-class JVPTrace(Trace):
-  """Runs each primitive's JVP rule; the rule's own binds go to `parent`."""
-  __slots__ = ("parent",)
+#: The AD mode of the JVP rule running now (`jvp_mode()`), set around each rule call.
+_jvp_modes = [None]
 
-  def __init__(self, parent: Trace):
+
+def jvp_mode() -> bool | None:
+  """The mode of the differentiation whose JVP rule is running now (JAX's `is_vjp` of its
+  `LinearizeTrace`): True under grad/vjp (the tangents will be transposed), False under
+  `linearize`, None under forward mode (`jvp`). Rules staging a jaxpr's JVP (`jvp_jaxpr`:
+  jit, loops, conds) pass it on to the JVP of their bodies, so rules that differ between
+  forward and reverse mode (hijax primitives: `jvp` vs `vjp_fwd`) see the outer mode."""
+  return _jvp_modes[0]
+
+
+class JVPTrace(Trace):
+  """Runs each primitive's JVP rule; the rule's own binds go to `parent`. `is_vjp` is the
+  mode (`jvp_mode`) its rules see."""
+  __slots__ = ("parent", "is_vjp")
+
+  def __init__(self, parent: Trace, is_vjp: bool | None = None):
     super().__init__()
     self.parent = parent
+    self.is_vjp = is_vjp
 
   def to_primal_tangent(self, x: Any):
     if type(x) is JVPTracer and x._trace is self:
@@ -383,7 +401,15 @@ class JVPTrace(Trace):
             f"Primitive '{prim.name}' has no JVP rule, which jvp/grad need. Register one "
             f"beside the primitive with stagecraft.interpreters.ad.defjvp({prim.name}_p, "
             f"...) (or deflinear / primitive_jvps[{prim.name}_p] = rule).")
-      p_out, t_out = rule(primals, tangents, **params)
+      prev = _jvp_modes[0]
+      if prev is self.is_vjp:   # the common case: jvp_flat set this trace's mode
+        p_out, t_out = rule(primals, tangents, **params)
+      else:
+        _jvp_modes[0] = self.is_vjp
+        try:
+          p_out, t_out = rule(primals, tangents, **params)
+        finally:
+          _jvp_modes[0] = prev
     if prim.multiple_results:
       return [self._wrap(p, t) for p, t in zip(p_out, t_out)]
     return self._wrap(p_out, t_out)
@@ -393,11 +419,18 @@ class JVPTrace(Trace):
 
 
 def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
-             tangents: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+             tangents: Sequence[Any], is_vjp: Any = "infer") -> tuple[list[Any], list[Any]]:
   """JVP of a flat function: returns primal outputs and tangent outputs (Zero where the
-  output does not depend on the inputs)."""
-  trace = JVPTrace(core.current_trace())
+  output does not depend on the inputs). `is_vjp` is the mode its rules see (`jvp_mode`);
+  by default that of the `PartialEvalTrace` it runs over (linearization), else that of the
+  rule calling it (None outside rules: `api.jvp` passes None)."""
+  parent = core.current_trace()
+  if is_vjp == "infer":
+    is_vjp = parent.is_vjp if isinstance(parent, PartialEvalTrace) else _jvp_modes[0]
+  trace = JVPTrace(parent, is_vjp)
   ins = [p if type(t) is Zero else JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
+  prev_mode = _jvp_modes[0]
+  _jvp_modes[0] = is_vjp
   try:
     with core.set_current_trace(trace):
       outs = fun(*ins)
@@ -408,6 +441,7 @@ def jvp_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
       t_out.append(t)
     return p_out, t_out
   finally:
+    _jvp_modes[0] = prev_mode
     trace.invalidate()
 
 
@@ -545,11 +579,14 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
   residuals). Call-like primitives with a rule in `partial_eval_rules` are split: their
   known part runs in `parent`, their unknown part is recorded.
   """
-  __slots__ = ("parent", "stage_known", "returns_consts")
+  __slots__ = ("parent", "stage_known", "returns_consts", "is_vjp")
 
-  def __init__(self, parent: Trace, returns_consts: bool = False):
+  def __init__(self, parent: Trace, returns_consts: bool = False, is_vjp: bool = True):
     super().__init__()
     self.parent = parent
+    # False under `linearize` (JAX's `is_vjp`): rules that differ between reverse mode and
+    # linearization (hijax primitives' `vjp_fwd` / `lin`) read it from the trace.
+    self.is_vjp = is_vjp
     self.stage_known = False   # True: record even all-known primitives (tangent zeros)
     # True: split calls as JAX's `JaxprTrace` does (`_pjit_partial_eval`: the known call
     # returns the constants the unknown one reads); False: as its linearize does.
@@ -649,13 +686,15 @@ class PartialEvalTrace(pe.DynamicJaxprTrace):
     return outs if multiple else outs[0]
 
 
-def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
+def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any],
+                   is_vjp: bool = True):
   """Linearizes a flat function at `primals`: the JVP runs over a `PartialEvalTrace`
   whose unknowns are the tangents, so primal operations run in the enclosing trace (on
   concrete values outside `jit`, as in JAX) and the tangent operations are recorded.
 
   Returns:
-    `(primal_outs, linear_jaxpr, residuals, zero_outs)`: for the outputs not marked in
+    `(primal_outs, linear_jaxpr, residuals, zero_outs)` (`is_vjp`: the jaxpr is for
+    transposition, JAX's flag; False for `linearize`): for the outputs not marked in
     `zero_outs` (those have symbolic zero tangents), the tangent outputs are
     `eval_jaxpr(linear_jaxpr, [], *residuals, *tangents)`; `linear_jaxpr` is linear in the
     tangents.
@@ -664,7 +703,7 @@ def linearize_flat(fun: Callable[..., Sequence[Any]], primals: Sequence[Any]):
     ValueError: a primal output depends on the tangents (JAX's "Linearization failed to
       produce known values for all output primals").
   """
-  trace = PartialEvalTrace(core.current_trace())
+  trace = PartialEvalTrace(core.current_trace(), is_vjp=is_vjp)
   try:
     t_args = [trace.new_arg(tangent_aval(core.get_aval(p))) for p in primals]
     t_in = [Zero(t.aval) if t.aval is not core.abstract_token
@@ -792,19 +831,22 @@ def _closed_with_const_args(jaxpr: Jaxpr, consts: Sequence[Any]):
 
 
 def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool],
-              instantiate: bool | Sequence[bool] = False):
+              instantiate: bool | Sequence[bool] = False, is_vjp: Any = "infer"):
   """The JVP of `closed` as a new jaxpr taking `(consts..., primals..., nonzero tangents...)`
   and returning `(primal outs..., nonzero tangent outs...)`.
 
   Args:
     instantiate: bool or one per output; True makes that output's tangent a (materialized)
       nonzero output even when it is a symbolic zero (loops need fixed carry signatures).
+    is_vjp: the mode the body's rules see (`jvp_mode`); by default that of the rule calling.
 
   Returns:
     `(jvp_closed, consts, out_nonzeros)`.
   """
   avals = closed.in_avals
   n = len(avals)
+  # the body is differentiated as the equation calling it is, unless `is_vjp` is given
+  mode = _jvp_modes[0] if is_vjp == "infer" else is_vjp
   out_nz: list[bool] = []
   if isinstance(instantiate, bool):
     instantiate = [instantiate] * len(closed.out_avals)
@@ -812,7 +854,7 @@ def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool],
   def fun(*args):
     it = iter(args[n:])
     tangents = [next(it) if nz else Zero(tangent_aval(a)) for a, nz in zip(avals, nonzeros)]
-    p_out, t_out = jvp_flat(core.jaxpr_as_fun(closed), args[:n], tangents)
+    p_out, t_out = jvp_flat(core.jaxpr_as_fun(closed), args[:n], tangents, mode)
     t_out = [instantiate_zeros(t) if inst and type(t) is Zero else t
              for t, inst in zip(t_out, instantiate)]
     out_nz[:] = [type(t) is not Zero for t in t_out]

@@ -83,12 +83,17 @@ class CallRules:
 
   `closed_consts`: the constants of a derived jaxpr stay in its ClosedJaxpr (jit, as JAX);
   False: they become leading operands of the derived call and the called jaxprs close over
-  nothing (checkpoint)."""
+  nothing (checkpoint). `forward_jvp`: the body is differentiated in forward mode even
+  under grad (checkpoint, as JAX's: hijax primitives' `jvp`, not `vjp_fwd`)."""
 
   def __init__(self, prim: core.Primitive, param: str = "jaxpr",
-               derived: Callable[[dict, str], dict] = _keep, closed_consts: bool = False):
+               derived: Callable[[dict, str], dict] = _keep, closed_consts: bool = False,
+               forward_jvp: bool = False):
     self.prim, self.param, self.derived = prim, param, derived
     self.closed_consts = closed_consts
+    # True: the body's JVP is forward mode's even under grad (`ad.jvp_mode()` None), as
+    # JAX's checkpoint differentiates its body with `jvp` rules.
+    self.forward_jvp = forward_jvp
     self._jvp_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
     self._transpose_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
     self._pe_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -118,8 +123,10 @@ class CallRules:
     """The JVP of a call is a call of the JVP jaxpr: it stays one staged equation."""
     closed = params[self.param]
     nonzeros = tuple(type(t) is not ad.Zero for t in tangents)
-    jvp_closed, consts, out_nz = _memo(self._jvp_cache, closed, nonzeros,
-                                       lambda: self._close(*ad.jvp_jaxpr(closed, nonzeros)))
+    mode = None if self.forward_jvp else ad.jvp_mode()
+    jvp_closed, consts, out_nz = _memo(
+        self._jvp_cache, closed, (nonzeros, mode),
+        lambda: self._close(*ad.jvp_jaxpr(closed, nonzeros, is_vjp=mode)))
     outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
                           **self._params(params, "jvp", jvp_closed))
     n = len(closed.out_avals)

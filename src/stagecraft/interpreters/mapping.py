@@ -99,7 +99,7 @@ class MapRules:
     def make():
       with self.env(params):
         return ad.jvp_jaxpr(closed, nonzeros)
-    jvp_closed, consts, out_nz = _memo(self._jvp_cache, closed, nonzeros, make)
+    jvp_closed, consts, out_nz = _memo(self._jvp_cache, closed, (nonzeros, ad.jvp_mode()), make)
     nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
     new_in = ((self.rep,) * len(consts) + tuple(ins) +
               tuple(e for e, nz in zip(ins, nonzeros) if nz))

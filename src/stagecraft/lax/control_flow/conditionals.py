@@ -438,8 +438,8 @@ def _cond_jvp(primals, tangents, *, branches, **params):
   index, *ops = primals
   nonzeros = tuple(type(t) is not ad.Zero and core.get_aval(t).dtype != dtypes.float0
                    for t in tangents[1:])
-  jvp_branches, consts, out_nz = _memo_branches(_jvp_cache, branches, nonzeros,
-                                                lambda: _jvp_branches(branches, nonzeros))
+  jvp_branches, consts, out_nz = _memo_branches(_jvp_cache, branches,
+                                                (nonzeros, ad.jvp_mode()), lambda: _jvp_branches(branches, nonzeros))
   outs = cond_p.bind(index, *consts, *ops, *[t for t, nz in zip(tangents[1:], nonzeros) if nz],
                      branches=jvp_branches, **params)
   n = len(branches[0].out_avals)

@@ -379,7 +379,7 @@ def _scan_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, num_consts: int, num_car
                       outvars=[*po_k, *to_k, *po_y, *to_y])
     return ClosedJaxpr(new_j, []), jconsts, carry_nz, out_nz[nk:]
 
-  new_closed, jconsts, carry_nz, ys_nz = _memo(_jvp_tables, jaxpr, nz, make)
+  new_closed, jconsts, carry_nz, ys_nz = _memo(_jvp_tables, jaxpr, (nz, ad.jvp_mode()), make)
   consts, init, xs = _split(list(primals), nc, nk)
   t_c, t_k, t_x = _split(list(tangents), nc, nk)
   t_c = [t for t, n in zip(t_c, const_nz) if n]

@@ -248,7 +248,8 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
   avals = [*cond_jaxpr.in_avals[:cond_nconsts], *body_jaxpr.in_avals]
   nz = [_nonzero(t, a) for t, a in zip(tangents, avals)]
   _, bconst_nz, init_nz = _split(nz, cond_nconsts, body_nconsts)
-  key = (cond_jaxpr, cond_nconsts, body_nconsts, tuple(bconst_nz), tuple(init_nz))
+  key = (cond_jaxpr, cond_nconsts, body_nconsts, tuple(bconst_nz), tuple(init_nz),
+         ad.jvp_mode())
   cond_new, body_new, jvp_consts, carry_nz = _memo(
       _jvp_cache, body_jaxpr, key,
       lambda: _while_jvp_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
