@@ -47,7 +47,6 @@ SKIP = {
     "jax.stages": {},
     "jax.sharding": {
         # sharding in types (avals carrying shardings) is not implemented yet
-        "ManualAxisType": "sharding in types not implemented",
     },
     "jax.config": {
         # absl flag integration (JAX's absl-based tests and binaries)

@@ -123,11 +123,15 @@ def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
                               [None] * len(consts) + list(placement))
   ex = _jit_executables.get(jaxpr)
   if ex is None:
-    if bake:
+    opened = consts = None
+    if hi_compile[0] is not None:   # hijax-typed values: a program of their arrays
+      opened, consts = opened_call(jaxpr)
+      ex = hi_compile[0](opened.jaxpr, consts, None, name)
+    if ex is None and bake:
       ex = _jit_executables[jaxpr] = _compile_closed(jaxpr, name)
       return ex.call(args)
-    opened, consts = opened_call(jaxpr)
-    ex = hi_compile[0](opened.jaxpr, consts, None, name) if hi_compile[0] else None
+    if opened is None:
+      opened, consts = opened_call(jaxpr)
     if ex is None:
       ex = _compile_closed(opened, name)
       if consts:
