@@ -11,13 +11,11 @@ then the types), and the smallest is printed.
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import sys
 from typing import Any, Sequence
 
-from stagecraft import core, traceback_util, tree_util
+from stagecraft import core, source_info_util, traceback_util, tree_util
 from stagecraft.config import STATE_KEY_NAMES
 
 _logger = logging.getLogger("stagecraft")
@@ -43,13 +41,7 @@ class Static:
 
 def _definition(fun: Any) -> tuple[str | None, int | None]:
   """`(file, first line)` where `fun` (unwrapped from partials and decorators) is defined."""
-  while isinstance(fun, functools.partial):
-    fun = fun.func
-  try:
-    fun = inspect.unwrap(fun)
-  except ValueError:   # a cycle of __wrapped__
-    pass
-  code = getattr(fun, "__code__", None)
+  code = source_info_util.fun_code(fun)
   return (code.co_filename, code.co_firstlineno) if code is not None else (None, None)
 
 

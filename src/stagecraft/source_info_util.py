@@ -32,7 +32,7 @@ from typing import Any, Callable, NamedTuple, TypeVar
 
 from stagecraft import core
 
-__all__ = ["fun_name", "fun_source_info", "NameStackInfo", "named_scope", "named_call", "current_name_stack",
+__all__ = ["fun_name", "fun_code", "fun_source_info", "NameStackInfo", "named_scope", "named_call", "current_name_stack",
            "name_stack_of"]
 
 F = TypeVar("F", bound=Callable)
@@ -191,15 +191,26 @@ def fun_name(fun: Callable, default_name: str = "<unnamed function>") -> str:
   return default_name
 
 
-def fun_source_info(fun: Callable) -> str:
-  """`fun`'s name and where it is defined, as JAX's debug info writes it in messages:
-  `f at /path/to/file.py:12` (the name alone for a callable without code)."""
+def _unwrapped(fun: Callable) -> Callable:
+  """`fun` without its `functools.partial`s and decorators (`__wrapped__`)."""
   while isinstance(fun, functools.partial):
     fun = fun.func
   try:
-    fun = inspect.unwrap(fun)
+    return inspect.unwrap(fun)
   except ValueError:   # a cycle of __wrapped__
-    pass
+    return fun
+
+
+def fun_code(fun: Callable) -> Any:
+  """The code object of `fun` unwrapped from partials and decorators, or None (a callable
+  without code)."""
+  return getattr(_unwrapped(fun), "__code__", None)
+
+
+def fun_source_info(fun: Callable) -> str:
+  """`fun`'s name and where it is defined, as JAX's debug info writes it in messages:
+  `f at /path/to/file.py:12` (the name alone for a callable without code)."""
+  fun = _unwrapped(fun)
   code = getattr(fun, "__code__", None)
   return (f"{fun_name(fun)} at {code.co_filename}:{code.co_firstlineno}" if code
           else fun_name(fun))
