@@ -375,3 +375,23 @@ def test_vmap_returns_a_ref_argument_and_refuses_one_passed_twice():
   assert sc_out[2][1].startswith("only one reference to a mutable array may be passed")
   assert " for vmap the mutable array reference of type Ref{float32[3]} appeared at both r " \
       "and s." in sc_out[2][1]
+
+
+def test_a_failed_call_with_a_ref_leaves_a_shared_jitted_function_unchanged():
+  """jnp's ufuncs are shared jitted functions: a call given a ref (which raises, as JAX's)
+  must not switch them to the refs path for later calls (it did: the vjp of a chain of
+  `jnp.sin` then printed `jit[name=sin]` equations, unlike JAX's)."""
+  def f(x):
+    for _ in range(3):
+      x = jnp.sin(x)
+    return x
+
+  def transpose_jaxpr():
+    _, vjp = sc.vjp(f, 3.0)
+    return str(sc.make_jaxpr(vjp)(1.0))
+  before = transpose_jaxpr()
+  assert "jit[" not in before
+  r = sc.new_ref(1.0)
+  with pytest.raises(TypeError, match="sin requires ndarray or scalar arguments"):
+    jnp.sin(r)
+  assert transpose_jaxpr() == before

@@ -1074,7 +1074,18 @@ class PjitFunction:
     JAX's implicit arguments): their values are extra inputs of the traced program, their
     final values extra outputs, written back into the refs after the call (state
     discharge at the jit boundary, `stagecraft.state`). A closed-over ref met while
-    tracing joins `self._refs` and the function is traced again."""
+    tracing joins `self._refs` and the function is traced again.
+
+    Only a function that closes over refs stays on this path for its later calls: one that
+    was only given refs as arguments (or whose call failed) goes back to the ordinary one
+    (`self._refs` None), so a shared jitted function (jnp's) is not changed by one call."""
+    try:
+      return self._call_with_refs(args, kwargs, static_argnums, met)
+    finally:
+      if not self._refs:
+        self._refs = None
+
+  def _call_with_refs(self, args, kwargs, static_argnums, met):
     if self._refs is None:
       self._refs = []
     if met is not None:
