@@ -109,7 +109,7 @@ class Placement(tuple):
   __slots__ = ()
 
 
-def target_placement(args: Sequence[Any], describe: Callable[[int], str] | None = None):
+def target_placement(args: Sequence[Any], describe: Any = None):
   """Where a computation on `args` runs: None (the default device), a device (the one
   non-default device of its Arrays), or a `Placement` when some Array is split over a mesh
   (or some argument is a ShapeDtypeStruct carrying a sharding).
@@ -117,7 +117,8 @@ def target_placement(args: Sequence[Any], describe: Callable[[int], str] | None 
   Raises:
     DeviceAssignmentMismatchError: Arrays on two different single devices (no mesh); the
       message names the two arguments with `describe` (index -> "argument x of f with
-      shape float32[3]"), as JAX's.
+      shape float32[3]"; a Primitive: its operands, named as JAX's jnp functions name
+      theirs), as JAX's.
   """
   for a in args:
     t = type(a)
@@ -138,7 +139,7 @@ def committed_sharding(a):
   return None
 
 
-def target_device(args: Sequence[Any], describe: Callable[[int], str] | None = None):
+def target_device(args: Sequence[Any], describe: Any = None):
   """The device a computation on `args` runs on: the one non-default device among its
   Array arguments, or None (the default device).
 
@@ -166,6 +167,8 @@ def target_device(args: Sequence[Any], describe: Callable[[int], str] | None = N
 def _incompatible(args, one, other, describe):
   """JAX's error for two arguments `one` and `other` (`(index, device)` each) committed to
   different devices."""
+  if isinstance(describe, core.Primitive):   # an eager primitive's operands
+    describe = _primitive_args(describe, args)
   if describe is None:
     describe = lambda i: f"argument {i} with shape {core.get_aval(args[i]).str_short(False)}"
   (i, d1), (j, d2) = sorted([one, other], key=lambda e: e[0])
@@ -608,7 +611,7 @@ def _primitive_args(prim: core.Primitive, args: Sequence[Any]) -> Callable[[int]
 
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
   """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
-  dev = target_placement(args, _primitive_args(prim, args)) if placement_used[0] else None
+  dev = target_placement(args, prim) if placement_used[0] else None
   if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
     return mesh_apply_primitive[0](prim, args, params, dev)
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
