@@ -1,5 +1,5 @@
 """Program-structure utilities: `optimization_barrier`, `composite`, the `copy` primitive, and
-token values (`create_token`, `after_all`).
+token values (`create_token`, `after_all`), and `dce_sink`.
 (`platform_dependent`, a `cond`, is in `lax/control_flow/conditionals.py`.)"""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from stagecraft.lax.shape import broadcast_in_dim, concatenate, full
 __all__ = ["optimization_barrier_p", "optimization_barrier", "composite",
            "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value",
            "shape_as_value", "copy_p", "create_token_p", "create_token", "after_all_p",
-           "after_all"]
+           "after_all", "dce_sink_p", "dce_sink"]
 
 # optimization_barrier(*operands): the identity, which XLA may not move computations across
 # (stablehlo.optimization_barrier).
@@ -259,3 +259,76 @@ batching.primitive_batchers[dim_as_value_p] = (
     lambda axis_size, args, dims, *, dim: (dim_as_value_p.bind(dim=dim), batching.not_mapped))
 # DCE: the default (pure)
 shape_poly.dimension_as_value_hook = dimension_as_value   # `_DimExpr.__jax_array__`
+
+
+# ---------------------------------------------------------------------------
+# dce_sink(x): an effectful use of `x` with no results, so that dead-code elimination of
+# jaxprs keeps the equations that compute `x` (JAX's `lax.dce_sink`). With
+# `prevent_mlir_dce=True` it also survives in the lowered program, as a side-effecting
+# `stablehlo.custom_call @dce_sink` (an FFI target jaxlib registers); otherwise it lowers to
+# nothing and XLA is free to drop the computation.
+
+
+class NoDCEEffect(core.Effect):
+  """The effect of a `dce_sink` equation: it keeps the equation (and its operand's
+  computation) through jaxpr dead-code elimination. Unordered: no token is threaded."""
+  __slots__ = ()
+
+  def __hash__(self):
+    return hash(type(self))
+
+  def __eq__(self, other):
+    return type(self) is type(other)
+
+
+no_dce_effect = NoDCEEffect()
+
+dce_sink_p = core.Primitive("dce_sink")
+dce_sink_p.multiple_results = True
+dce_sink_p.def_impl(lambda x, **_: [])
+dce_sink_p.def_effectful_abstract_eval(lambda x, **_: ([], {no_dce_effect}))
+
+
+def _dce_sink_lowering(ctx, x, *, prevent_mlir_dce):
+  if not prevent_mlir_dce:
+    return []
+  nd = len(ctx.avals_in[0].shape)
+  minor_to_major = ", ".join(str(d) for d in range(nd - 1, -1, -1))
+  layout = f"dense<[{minor_to_major}]> : tensor<{nd}xindex>" if nd else "dense<> : tensor<0xindex>"
+  attrs = (f'backend_config = "", call_target_name = "dce_sink", has_side_effect = true, '
+           f'mhlo.backend_config = {{}}, operand_layouts = [{layout}], result_layouts = []')
+  return ctx.op("stablehlo.custom_call", [x], [], attrs=attrs)
+
+
+def _dce_sink_jvp(primals, tangents, **params):
+  dce_sink_p.bind(*primals, **params)
+  if type(tangents[0]) is not ad.Zero:
+    dce_sink_p.bind(*tangents, **params)
+  return [], []
+
+
+def _dce_sink_transpose(cts, x, **params):
+  # No results, so no cotangents: the operand's is zero.
+  return [ad.Zero(x.aval) if ad.is_undefined_primal(x) else None]
+
+
+lowering.register_lowering(dce_sink_p, _dce_sink_lowering)
+ad.primitive_jvps[dce_sink_p] = _dce_sink_jvp
+ad.primitive_transposes[dce_sink_p] = _dce_sink_transpose
+# NB: as JAX's rule, a batched sink is dropped (its operand stays computed: its equation's
+# result is then simply unused).
+batching.primitive_batchers[dce_sink_p] = lambda args, dims, **_: ([], [])
+
+
+def dce_sink(val: Any, *, prevent_mlir_dce: bool = False) -> None:
+  """Marks every leaf of the pytree `val` as used, so that jaxpr dead-code elimination keeps
+  the computation producing it (JAX's `lax.dce_sink`). Returns None.
+
+  Args:
+    val: a pytree of arrays (any shapes and dtypes).
+    prevent_mlir_dce: also keep it in the compiled program (a side-effecting custom call
+      `dce_sink`); by default the sink lowers to nothing.
+  """
+  leaves, _ = tree_util.tree_flatten(val)
+  for leaf in leaves:
+    dce_sink_p.bind(leaf, prevent_mlir_dce=prevent_mlir_dce)
