@@ -32,7 +32,8 @@ from stagecraft.lax import linalg  # noqa: F401  (the lax.linalg submodule)
 from stagecraft.lax.misc import *  # noqa: F401,F403
 from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, axis_size,  # noqa: F401
                                      pbroadcast, pmax, pmean, pmin, ppermute, pshuffle, psum,
-                                     psum_scatter, pcast, pswapaxes)
+                                     psum_scatter, pcast, pswapaxes, psend, precv,
+                                     ragged_all_to_all)
 # The collectives' primitives under JAX's names (their params are stagecraft's).
 from stagecraft.lax.parallel import (all_gather_p, all_to_all_p, axis_index_p,  # noqa: F401
                                      pmax_p, pmin_p, ppermute_p, psum_p)

@@ -1,5 +1,6 @@
 """Collectives over named axes: `psum`, `pmean`, `pmax`, `pmin`, `all_gather`, `axis_index`,
-`ppermute`, `all_to_all`, `psum_scatter`, and the type cast `pcast` (`pvary`).
+`ppermute`, `all_to_all`, `psum_scatter`, `ragged_all_to_all`, the one-sided `psend`/`precv`,
+and the type cast `pcast` (`pvary`).
 
 A collective reads the axis it names: under `vmap(..., axis_name=...)` its batching rule (an
 axis rule, called even when no operand is batched) computes it over the batch dimension;
@@ -27,12 +28,13 @@ import numpy as np
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mapping
-from stagecraft.lax import elementwise, reduction, shape as lax_shape, slicing
+from stagecraft.lax import cumulative, elementwise, reduction, shape as lax_shape, slicing
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
            "pshuffle", "pbroadcast", "psum_scatter", "axis_size", "all_to_all", "pswapaxes", "psum_p", "pmax_p", "pmin_p",
            "all_gather_p", "axis_index_p", "ppermute_p", "all_to_all_p", "reduce_scatter_p",
-           "axis_groups", "pvary", "pcast", "pvary_p"]
+           "axis_groups", "pvary", "pcast", "pvary_p", "psend", "precv", "psend_p", "precv_p",
+           "ragged_all_to_all", "ragged_all_to_all_p"]
 
 
 def _axis_size(name) -> int:
@@ -981,7 +983,8 @@ def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_siz
                               tiled=True):
   # NB: `tiled` records the user's form (JAX's param); the equation's shapes are the tiled
   # ones either way (`all_to_all` inserts and squeezes the untiled form's axes around it).
-  _axis_size(axis_name)
+  # A one-name tuple (as JAX's rules pass it) is that name; the param prints as given.
+  _check_bound(_names(axis_name))
   shape = list(x.shape)
   shape[split_axis] //= axis_size
   shape[concat_axis] *= axis_size
@@ -991,7 +994,7 @@ def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_siz
 def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_axis,
                         axis_size, tiled=True):
   (x,), (d,) = args, dims
-  if axis_data.name != axis_name:
+  if axis_data.name not in _names(axis_name):
     if d is batching.not_mapped:
       return all_to_all_p.bind(x, axis_name=axis_name, split_axis=split_axis,
                                concat_axis=concat_axis, axis_size=axis_size, tiled=tiled), d
@@ -1040,7 +1043,12 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
   """
   if axis_index_groups is not None:
     raise NotImplementedError("all_to_all: axis_index_groups is not supported yet.")
-  n = _axis_size(axis_name)
+  if isinstance(axis_name, list):
+    axis_name = tuple(axis_name)
+  if isinstance(axis_name, tuple) and len(axis_name) != 1:
+    raise NotImplementedError(f"all_to_all over several axis names {axis_name} is not "
+                              f"supported yet.")
+  n = _axis_size(_names(axis_name)[0])
 
   def one(leaf):
     shape = core.get_aval(leaf).shape
@@ -1203,3 +1211,317 @@ core.pvary_hook[0] = pvary
 mapping.replication_rules[psum_invariant_p] = (
     lambda in_vary, *, axes: _reducing_replication(in_vary, axes=axes,
                                                    axis_index_groups=None))
+
+
+# ---------------------------------------------------------------------------
+# Named-axis checks in JAX's words (psend, precv, ragged_all_to_all).
+
+
+def _check_axis_names(axes, api_name: str) -> None:
+  for name in axes:
+    if not isinstance(name, int) and batching.axis_size(name) is None:
+      raise NameError(f"Found an unbound axis name: {name}. To fix this, please call "
+                      f"{api_name} under `jax.shard_map`.")
+
+
+class NamedAxisEffect(core.Effect):
+  """The effect of a collective over the manual axis `name` (JAX's `core.NamedAxisEffect`):
+  its equation is kept through dead-code elimination."""
+  __slots__ = ("name",)
+
+  def __init__(self, name):
+    self.name = name
+
+  def __eq__(self, other):
+    return type(other) is NamedAxisEffect and other.name == self.name
+
+  def __hash__(self):
+    return hash((NamedAxisEffect, self.name))
+
+  def __repr__(self):
+    return f"NamedAxisEffect({self.name!r})"
+
+
+class SingleSideCollectiveEffect(core.Effect):
+  """The effect of `psend`/`precv` (one-sided communication)."""
+  __slots__ = ()
+
+  def __eq__(self, other):
+    return type(other) is SingleSideCollectiveEffect
+
+  def __hash__(self):
+    return hash(SingleSideCollectiveEffect)
+
+  def __str__(self):
+    return "one-sided communication"
+
+
+single_side_collective_effect = SingleSideCollectiveEffect()
+
+
+# ---------------------------------------------------------------------------
+# psend / precv: one-sided sends and receives along a permutation (XLA's Send/Recv). JAX
+# 0.10.2 lowers them only for GPUs; on other platforms lowering raises its
+# NotImplementedError, as here (stagecraft has no GPU lowering for them).
+
+
+psend_p = core.Primitive("psend")
+precv_p = core.Primitive("precv")
+
+
+def _psend_abstract_eval(x, *, axis_name, perm):
+  _check_axis_names(axis_name, "psend")
+  return core.abstract_token, {*map(NamedAxisEffect, axis_name),
+                               single_side_collective_effect}
+
+
+def _precv_abstract_eval(token, *, out_shape, axis_name, perm):
+  return out_shape, {*map(NamedAxisEffect, axis_name), single_side_collective_effect}
+
+
+def _gpu_only_lowering(name: str):
+  def rule(ctx, *args, **params):
+    raise NotImplementedError(f"{name} is currently only implemented on GPU")
+  return rule
+
+
+def _one_sided_batcher(prim):
+  def rule(axis_data, args, dims, *, axis_name, **params):
+    (x,), (d,) = args, dims
+    if axis_data.name in axis_name:
+      raise NotImplementedError(f"{prim.name} over the vmap axis {axis_data.name!r} is not "
+                                f"supported: it is a one-sided collective of shard_map.")
+    out = prim.bind(x, axis_name=axis_name, **params)
+    return out, (d if prim is precv_p else batching.not_mapped)
+  return rule
+
+
+psend_p.def_effectful_abstract_eval(_psend_abstract_eval)
+precv_p.def_effectful_abstract_eval(_precv_abstract_eval)
+lowering.register_lowering(psend_p, _gpu_only_lowering("psend"))
+lowering.register_lowering(precv_p, _gpu_only_lowering("precv"))
+batching.axis_primitive_batchers[psend_p] = _one_sided_batcher(psend_p)
+batching.axis_primitive_batchers[precv_p] = _one_sided_batcher(precv_p)
+core.vma_own_rule.update({psend_p, precv_p})
+core.collective_axes[psend_p] = lambda *, axis_name, **_: axis_name
+# A token and a received value are typed invariant (as JAX's: `out_shape` has no vma).
+mapping.replication_rules[psend_p] = lambda in_vary, **_: [frozenset()]
+mapping.replication_rules[precv_p] = lambda in_vary, **_: [frozenset()]
+
+
+def _pp_precv(eqn, context):
+  p = eqn.params
+  return [("axis_name", p["axis_name"]), ("out_shape", _aval_param(p["out_shape"])),
+          ("perm", p["perm"])]
+
+
+def _aval_param(aval) -> str:
+  # JAX prints a ShapedArray param as `float32[2]`.
+  return f"{np.dtype(aval.dtype).name}[{','.join(str(d) for d in aval.shape)}]"
+
+
+core.pp_eqn_rules[precv_p] = _pp_precv
+
+
+def psend(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
+  """Sends each leaf of the pytree `x` along `perm`, pairs `(source, destination)` of
+  indices of the manual axis `axis_name` (JAX's `lax.psend`, XLA's Send).
+
+  Returns a token (per leaf) to hand to the matching `precv` (or to order collectives).
+
+  Raises:
+    NameError: `axis_name` is not bound by an enclosing shard_map.
+    NotImplementedError: when lowered: JAX 0.10.2 implements psend on GPUs only
+      ("psend is currently only implemented on GPU").
+  """
+  axes = _names(axis_name)
+  perm = tuple(tuple(p) for p in perm)
+  return tree_util.tree_map(lambda leaf: psend_p.bind(leaf, axis_name=axes, perm=perm), x)
+
+
+def precv(token: Any, out_shape: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
+  """Receives an array of `out_shape`'s shape and dtype (a ShapeDtypeStruct) along `perm`,
+  pairs `(source, destination)` of indices of `axis_name` (JAX's `lax.precv`, XLA's Recv);
+  `token` orders it (from the matching `psend`, or `create_token()`).
+
+  Raises:
+    NotImplementedError: when lowered: JAX 0.10.2 implements precv on GPUs only
+      ("precv is currently only implemented on GPU").
+  """
+  axes = _names(axis_name)
+  aval = ShapedArray(tuple(out_shape.shape), dtypes.dtype(out_shape.dtype))
+  return precv_p.bind(token, out_shape=aval, axis_name=axes,
+                      perm=tuple(tuple(p) for p in perm))
+
+
+# ---------------------------------------------------------------------------
+# ragged_all_to_all: all_to_all of ragged slices (XLA's RaggedAllToAll), lowered as JAX's
+# `stablehlo.custom_call @ragged_all_to_all`. (XLA:CPU does not implement it: compiling such
+# a program on CPU fails, in JAX as here, with XLA's UNIMPLEMENTED error.)
+
+
+ragged_all_to_all_p = core.Primitive("ragged_all_to_all")
+
+
+def _ragged_all_to_all_abstract_eval(operand, output, input_offsets, send_sizes,
+                                     output_offsets, recv_sizes, *, axis_name,
+                                     axis_index_groups):
+  for what, a in (("input_offsets", input_offsets), ("send_sizes", send_sizes),
+                  ("output_offsets", output_offsets), ("recv_sizes", recv_sizes)):
+    if not dtypes.issubdtype(a.dtype, np.integer):
+      raise ValueError(f"ragged_all_to_all {what} must be integer type.")
+  for what, a in (("input_offsets", input_offsets), ("send_sizes", send_sizes),
+                  ("output_offsets", output_offsets), ("recv_sizes", recv_sizes)):
+    if len(a.shape) != 1 or a.shape[0] < 1:
+      raise ValueError(f"ragged_all_to_all {what} must be rank 1 with positive dimension "
+                       f"size, but got shape {tuple(a.shape)}")
+  _check_axis_names(axis_name, "ragged_all_to_all")
+  return output.update(weak_type=False), {*map(NamedAxisEffect, axis_name)}
+
+
+def _ragged_all_to_all_impl(*args, **params):
+  raise RuntimeError("ragged_all_to_all must be used within a mapped context like vmap or "
+                     "shard_map.")
+
+
+def _ragged_all_to_all_lowering(ctx, operand, output, input_offsets, send_sizes,
+                                output_offsets, recv_sizes, *, axis_name, axis_index_groups):
+  groups = _replica_groups(ctx, axis_name, axis_index_groups)
+  if any(len(g) != len(groups[0]) for g in groups):
+    raise ValueError("Replica groups must be equally sized")
+  config = ([f"channel_id = 1 : i64"] if _spmd(ctx) else []) + [_groups_attr(groups)]
+  attrs = (f"api_version = 4 : i32, backend_config = {{{', '.join(config)}}}, "
+           f'call_target_name = "ragged_all_to_all"')
+  return ctx.op("stablehlo.custom_call",
+                [operand, output, input_offsets, send_sizes, output_offsets, recv_sizes],
+                [ctx.avals_out[0]], attrs=attrs)
+
+
+def _ragged_all_to_all_jvp(primals, tangents, **params):
+  operand, output, *offsets_and_sizes = primals
+  operand_dot, output_dot, *_ = tangents
+  out = ragged_all_to_all_p.bind(operand, output, *offsets_and_sizes, **params)
+  if type(operand_dot) is ad.Zero and type(output_dot) is ad.Zero:
+    return out, ad.Zero(ad.tangent_aval(core.get_aval(out)))
+  out_dot = ragged_all_to_all_p.bind(ad.instantiate_zeros(operand_dot),
+                                     ad.instantiate_zeros(output_dot), *offsets_and_sizes,
+                                     **params)
+  return out, out_dot
+
+
+def _ragged_all_to_all_transpose(ct, operand, output, input_offsets, send_sizes,
+                                 output_offsets, recv_sizes, *, axis_name,
+                                 axis_index_groups):
+  # The operand's cotangent: the cotangent's received slices sent back (a ragged all-to-all
+  # with the roles of sender and receiver swapped); the output's: the cotangent with the
+  # received slices zeroed (a mask of +1 at each slice's start and -1 past its end, summed).
+  if type(ct) is ad.Zero:
+    return [ad.Zero(operand.aval) if ad.is_undefined_primal(operand) else None,
+            ad.Zero(output.aval) if ad.is_undefined_primal(output) else None] + [None] * 4
+  op_aval = operand.aval if ad.is_undefined_primal(operand) else core.get_aval(operand)
+  zero = ad.zeros_like_aval(op_aval)
+  out_offsets_t = all_to_all(output_offsets, axis_name, 0, 0, tiled=True)
+  in_offsets_t = all_to_all(input_offsets, axis_name, 0, 0, tiled=True)
+  operand_t = ragged_all_to_all_p.bind(ct, zero, out_offsets_t, recv_sizes, in_offsets_t,
+                                       send_sizes, axis_name=axis_name,
+                                       axis_index_groups=axis_index_groups)
+  ct_aval = core.get_aval(ct)
+  n = ct_aval.shape[0]
+  mask = lax_shape.full((n,), 0, dtypes.int32)
+  mask = _scatter_at(slicing.scatter, mask, out_offsets_t, 1, n)
+  mask = _scatter_at(slicing.scatter_add, mask, elementwise.add(out_offsets_t, recv_sizes), -1,
+                     n)
+  mask = cumulative.cumsum(mask, 0)
+  mask = lax_shape.expand_dims(mask, tuple(range(1, len(ct_aval.shape))))
+  mask = lax_shape.broadcast_in_dim(mask, ct_aval.shape, tuple(range(len(ct_aval.shape))))
+  output_t = elementwise.select_n(mask, ct, lax_shape.full_like(ct, 0))
+  return [operand_t, output_t] + [None] * 4
+
+
+def _scatter_at(scatter, x, idx, value, n):
+  """`x.at[idx].set(value)` (or `.add`) of a 1-D int32 `x` of size `n`, as jnp's indexing
+  writes it: negative indices wrap, out-of-range ones are dropped."""
+  idx_aval = core.get_aval(idx)
+  wrapped = elementwise.select_n(elementwise.lt(idx, np.int32(0)), idx,
+                                 elementwise.add(idx, np.int32(n)))
+  indices = lax_shape.broadcast_in_dim(wrapped, (*idx_aval.shape, 1), (0,))
+  updates = lax_shape.full(idx_aval.shape, value, dtypes.int32)
+  dnums = slicing.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+                                          scatter_dims_to_operand_dims=(0,))
+  return scatter(x, indices, updates, dnums, mode=slicing.GatherScatterMode.FILL_OR_DROP)
+
+
+def _ragged_all_to_all_batcher(axis_data, args, dims, *, axis_name, axis_index_groups):
+  if all(d is batching.not_mapped for d in dims) and axis_data.name not in axis_name:
+    return ragged_all_to_all_p.bind(*args, axis_name=axis_name,
+                                    axis_index_groups=axis_index_groups), batching.not_mapped
+  if axis_data.name in axis_name or axis_index_groups:
+    raise NotImplementedError("Please open a feature request!")
+  size = axis_data.size
+
+  def at_second(x, d):   # [K] or [size, K] -> [K, size]
+    if d is batching.not_mapped:
+      return batching.broadcast(x, size, 1)
+    return x if d == 1 else lax_shape.transpose(x, (1, 0))
+
+  operand, output = (batching.bdim_at_front(x, d, size) for x, d in zip(args[:2], dims[:2]))
+  n, m = core.get_aval(operand).shape[1], core.get_aval(output).shape[1]
+  in_off, send, out_off, recv = (at_second(x, d) for x, d in zip(args[2:], dims[2:]))
+
+  def shifted(x, stride):
+    dtype = core.get_aval(x).dtype
+    step = lax_shape.broadcast_in_dim(lax_shape.iota(dtype, size), (1, size), (1,))
+    return elementwise.add(x, elementwise.mul(step, np.asarray(stride, dtype)))
+  in_off, out_off = shifted(in_off, n), shifted(out_off, m)
+
+  def merge(x):
+    shape = core.get_aval(x).shape
+    return lax_shape.reshape(x, (shape[0] * shape[1], *shape[2:]))
+  vals = [merge(x) for x in (operand, output, in_off, send, out_off, recv)]
+  out = ragged_all_to_all(*vals, axis_name=axis_name)
+  out_shape = core.get_aval(out).shape
+  return lax_shape.reshape(out, (size, out_shape[0] // size, *out_shape[1:])), 0
+
+
+ragged_all_to_all_p.def_effectful_abstract_eval(_ragged_all_to_all_abstract_eval)
+ragged_all_to_all_p.def_impl(_ragged_all_to_all_impl)
+lowering.register_lowering(ragged_all_to_all_p, _ragged_all_to_all_lowering)
+ad.primitive_jvps[ragged_all_to_all_p] = _ragged_all_to_all_jvp
+ad.primitive_transposes[ragged_all_to_all_p] = _ragged_all_to_all_transpose
+batching.axis_primitive_batchers[ragged_all_to_all_p] = _ragged_all_to_all_batcher
+mapping.replication_rules[ragged_all_to_all_p] = _varying_replication
+
+
+def ragged_all_to_all(operand: Any, output: Any, input_offsets: Any, send_sizes: Any,
+                      output_offsets: Any, recv_sizes: Any, *, axis_name: Any,
+                      axis_index_groups: Any = None) -> Any:
+  """The ragged all-to-all collective (JAX's `lax.ragged_all_to_all`, XLA's RaggedAllToAll).
+
+  Each member sends the slices `operand[input_offsets[i] : input_offsets[i] + send_sizes[i]]`
+  (along the leading axis) to member `i // (K / axis size)`, which writes it into its copy of
+  `output` at offset `output_offsets[i]` (an offset on the receiver); `recv_sizes` are the
+  sizes of the slices received. The result is `output` with the received slices written.
+
+  Args:
+    operand: `T[N, *rest]`, the ragged data to send.
+    output: `T[M, *rest]`, the array the received slices are written into.
+    input_offsets, send_sizes, output_offsets, recv_sizes: integer `[K]` arrays, K >= 1 a
+      multiple of the axis size.
+    axis_name: a manual (shard_map) axis name, or a tuple of them.
+    axis_index_groups: optional groups of axis indices of equal size.
+
+  Returns:
+    `T[M, *rest]` (not weakly typed).
+
+  Raises:
+    ValueError: an offsets or sizes array that is not integer, or not of rank 1 with a
+      positive size (JAX's messages).
+    NameError: an axis not bound by an enclosing shard_map.
+    RuntimeError: called outside any mapped context.
+  """
+  axes = _names(axis_name)
+  groups = None
+  if axis_index_groups is not None:
+    groups = tuple(tuple(int(i) for i in g) for g in axis_index_groups)
+  return ragged_all_to_all_p.bind(operand, output, input_offsets, send_sizes, output_offsets,
+                                  recv_sizes, axis_name=axes, axis_index_groups=groups)
