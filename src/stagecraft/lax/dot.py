@@ -20,17 +20,19 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple, Sequence, Union
 
+import ml_dtypes
 import numpy as np
 
 from stagecraft import core, dtypes, sharding
 from stagecraft.config import config
 from stagecraft.core import Primitive, ShapedArray, get_aval
-from stagecraft.lax.elementwise import convert_element_type
-from stagecraft.lax.shape import transpose
-from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.lax.elementwise import convert_element_type, mul
+from stagecraft.lax.shape import broadcast_in_dim, full, reshape, transpose
+from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 
 __all__ = ["Precision", "PrecisionLike", "DotAlgorithm", "DotAlgorithmPreset",
-           "DotDimensionNumbers", "dot_general_p", "dot_general", "dot", "batch_matmul"]
+           "DotDimensionNumbers", "dot_general_p", "dot_general", "dot", "batch_matmul",
+           "scaled_dot_p", "scaled_dot"]
 
 
 class Precision(enum.Enum):
@@ -789,3 +791,181 @@ def batch_matmul(lhs: Any, rhs: Any, precision: Any = None,
   batch = tuple(range(ln - 2))
   return dot_general(lhs, rhs, (((ln - 1,), (ln - 2,)), (batch, batch)), precision,
                      preferred_element_type)
+
+
+# ---------------------------------------------------------------------------
+# scaled_dot: a block-scaled contraction `(lhs * lhs_scale) @ (rhs * rhs_scale)` (JAX's
+# `lax.scaled_dot`), each scale repeated along the contracting dimensions to its operand's
+# size. Lowered as JAX's: a `stablehlo.composite "xla.scaled_dot"` whose decomposition
+# (a private function `@xla.scaled_dot`) converts operands and scales to bfloat16, multiplies
+# and contracts with `dot_general`, so every platform runs it (XLA may match the composite).
+
+
+scaled_dot_p = Primitive("scaled_dot")
+
+
+def _check_scale(side: str, operand, scale, contracting) -> None:
+  for i, size in enumerate(operand.shape):
+    if i in contracting:
+      if size % scale.shape[i]:
+        raise TypeError(f"{side} contracting dim {i} of size {size} must be divisible by its "
+                        f"scale's dim size {scale.shape[i]}.")
+      ratio = size // scale.shape[i]
+      if ratio < 2:
+        raise TypeError(f"The ratio of {side} contracting dim {i} to its scale's dim size "
+                        f"({ratio}) must be at least 2.")
+    elif scale.shape[i] != size:
+      raise TypeError(f"{side} dim {i} of size {size} does not match scale dim size "
+                      f"{scale.shape[i]}.")
+
+
+def _scaled_dot_abstract_eval(lhs, rhs, lhs_scale, rhs_scale, *, dimension_numbers,
+                              preferred_element_type=None):
+  (lc, rc), (lb, rb) = dimension_numbers
+  ranks = [len(lhs.shape), len(rhs.shape), len(lhs_scale.shape), len(rhs_scale.shape)]
+  if len(set(ranks)) != 1:
+    raise TypeError(f"All input tensors must have the same rank. Got lhs rank: {ranks[0]} "
+                    f"rhs rank: {ranks[1]} lhs_scale rank: {ranks[2]} rhs_scale rank: "
+                    f"{ranks[3]}.")
+  if len(lb) != len(rb):
+    raise TypeError(f"LHS and RHS must have the same number of batch dimensions, got "
+                    f"{len(lb)} and {len(rb)}.")
+  if len(lc) != len(rc):
+    raise TypeError(f"LHS and RHS must have the same number of contracting dimensions, got "
+                    f"{len(lc)} and {len(rc)}.")
+  for i, j in zip(lb, rb):
+    if len({lhs.shape[i], rhs.shape[j], lhs_scale.shape[i], rhs_scale.shape[j]}) != 1:
+      raise TypeError(f"All input tensors must have the same batch dimension size for batch "
+                      f"dims ({i}, {j}).")
+  for i, j in zip(lc, rc):
+    if lhs.shape[i] != rhs.shape[j]:
+      raise TypeError(f"LHS contracting dim {i} of size {lhs.shape[i]} does not match RHS "
+                      f"contracting dim {j} of size {rhs.shape[j]}.")
+  _check_scale("LHS", lhs, lhs_scale, lc)
+  _check_scale("RHS", rhs, rhs_scale, rc)
+  lhs_kept = [i for i in range(len(lhs.shape)) if i not in lc and i not in lb]
+  rhs_kept = [i for i in range(len(rhs.shape)) if i not in rc and i not in rb]
+  shape = tuple([lhs.shape[i] for i in lb] + [lhs.shape[i] for i in lhs_kept] +
+                [rhs.shape[i] for i in rhs_kept])
+  dtype = dtypes.bfloat16 if preferred_element_type is None else preferred_element_type
+  return ShapedArray(shape, dtype)
+
+
+def _repeat_scale(scale, operand_shape, contracting):
+  """`scale` repeated along each contracting dim to the operand's size (JAX's order: a new
+  axis after the dim, broadcast, merged)."""
+  for i in contracting:
+    shape = list(get_aval(scale).shape)
+    if shape[i] == operand_shape[i]:
+      continue
+    expanded = shape[:i + 1] + [1] + shape[i + 1:]
+    dims = tuple(d for d in range(len(expanded)) if d != i + 1)
+    scale = broadcast_in_dim(scale, tuple(expanded), dims)
+    expanded[i + 1] = operand_shape[i] // shape[i]
+    scale = broadcast_in_dim(scale, tuple(expanded), tuple(range(len(expanded))))
+    shape[i] = operand_shape[i]
+    scale = reshape(scale, tuple(shape))
+  return scale
+
+
+def _scaled_dot_decomposition(lhs, rhs, lhs_scale, rhs_scale, *, dimension_numbers,
+                              preferred_element_type=None):
+  (lc, rc), _ = dimension_numbers
+  bf16 = dtypes.bfloat16
+  lhs_scale = _repeat_scale(lhs_scale, get_aval(lhs).shape, lc)
+  lhs = mul(convert_element_type(lhs, bf16), convert_element_type(lhs_scale, bf16))
+  rhs_scale = _repeat_scale(rhs_scale, get_aval(rhs).shape, rc)
+  rhs = mul(convert_element_type(rhs, bf16), convert_element_type(rhs_scale, bf16))
+  return dot_general(lhs, rhs, dimension_numbers,
+                     preferred_element_type=preferred_element_type)
+
+
+def _composite_dims_attr(dimension_numbers) -> str:
+  def arr(x):
+    return "[" + ", ".join(arr(e) if isinstance(e, (tuple, list)) else str(int(e))
+                           for e in x) + "]"
+  return arr(dimension_numbers)
+
+
+def _scaled_dot_lowering(ctx, lhs, rhs, lhs_scale, rhs_scale, *, dimension_numbers,
+                         preferred_element_type=None):
+  params = dict(dimension_numbers=dimension_numbers,
+                preferred_element_type=preferred_element_type)
+  jaxpr, consts = pe.trace_to_jaxpr(
+      lambda *xs: [_scaled_dot_decomposition(*xs, **params)], ctx.avals_in)
+  module = ctx.module
+  name = module.unique_func_name("xla.scaled_dot")
+  module.funcs.append(lowering.lower_jaxpr_to_fun(module, name, jaxpr, consts=consts))
+  out_dtype = lowering.ir_type(ShapedArray((), ctx.avals_out[0].dtype)).split("<")[1][:-1]
+  attrs = (f"composite_attributes = {{dimension_numbers = "
+           f"{_composite_dims_attr(dimension_numbers)}, preferred_element_type = "
+           f"{out_dtype}}}, decomposition = @{name}, name = \"xla.scaled_dot\"")
+  return ctx.op("stablehlo.composite", [lhs, rhs, lhs_scale, rhs_scale], attrs=attrs)
+
+
+def _scaled_dot_batcher(args, dims, *, dimension_numbers, preferred_element_type):
+  size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
+  args = [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)]
+  (lc, rc), (lb, rb) = dimension_numbers
+  shift = lambda ds: tuple(d + 1 for d in ds)
+  dn = ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb))))
+  return scaled_dot_p.bind(*args, dimension_numbers=dn,
+                           preferred_element_type=preferred_element_type), 0
+
+
+scaled_dot_p.def_abstract_eval(_scaled_dot_abstract_eval)
+lowering.register_lowering(scaled_dot_p, _scaled_dot_lowering)
+batching.primitive_batchers[scaled_dot_p] = _scaled_dot_batcher
+# NB: as JAX's, no JVP or transpose: scaled_dot is not differentiable.
+
+
+def _unit_scale(operand, contracting):
+  shape = list(get_aval(operand).shape)
+  for d in contracting:
+    shape[d] = 1
+  return convert_element_type(full(tuple(shape), 1.0, dtypes.bfloat16),
+                              np.dtype(ml_dtypes.float8_e8m0fnu))
+
+
+def scaled_dot(lhs: Any, rhs: Any, *, lhs_scale: Any = None, rhs_scale: Any = None,
+               dimension_numbers: Any = None, preferred_element_type: Any = None):
+  """Block-scaled contraction `(lhs * lhs_scale) @ (rhs * rhs_scale)` (JAX's
+  `lax.scaled_dot`; XLA's ScaledDot).
+
+  Each scale has its operand's rank and sizes except along the contracting dimensions, where
+  the operand's size is a multiple (at least 2) of the scale's: scale entry `k` applies to
+  the `k`-th block of that many elements. Computed in bfloat16: operands and scales are
+  converted to bfloat16, multiplied, and contracted by `dot_general` with
+  `preferred_element_type`.
+
+  Args:
+    lhs, rhs: operands, e.g. float8_e4m3fn `[B, M, K]` and `[B, K, N]`.
+    lhs_scale, rhs_scale: the scales (e.g. float8_e8m0fnu `[B, M, K/32]`); None: ones of
+      float8_e8m0fnu with size 1 along the contracting dims.
+    dimension_numbers: `((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`; None:
+      contract lhs's last dim with rhs's second to last, the leading dims batched.
+    preferred_element_type: the result dtype (default bfloat16).
+
+  Returns:
+    The contraction: batch dims, then lhs's free dims, then rhs's.
+
+  Raises:
+    TypeError: operands of rank 0 or 1 without dimension_numbers; ranks, batch or
+      contracting sizes that do not match; scales that do not divide (JAX's messages).
+  """
+  if dimension_numbers is None:
+    nd = len(get_aval(lhs).shape)
+    if nd < 2:
+      raise TypeError("scaled_dot does not support 0-rank and 1-rank operands.")
+    dimension_numbers = (((nd - 1,), (nd - 2,)), (tuple(range(nd - 2)), tuple(range(nd - 2))))
+  (lc, rc), (lb, rb) = dimension_numbers
+  dimension_numbers = ((tuple(lc), tuple(rc)), (tuple(lb), tuple(rb)))
+  if lhs_scale is None:
+    lhs_scale = _unit_scale(lhs, lc)
+  if rhs_scale is None:
+    rhs_scale = _unit_scale(rhs, rc)
+  out_dtype = dtypes.check_user_dtype(
+      dtypes.bfloat16 if preferred_element_type is None else preferred_element_type,
+      "scaled_dot")
+  return scaled_dot_p.bind(lhs, rhs, lhs_scale, rhs_scale, dimension_numbers=dimension_numbers,
+                           preferred_element_type=out_dtype)
