@@ -18,6 +18,7 @@ are converted to the result dtype before the dot, as JAX does on CPU and GPU.
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any, NamedTuple, Sequence, Union
 
 import ml_dtypes
@@ -32,7 +33,7 @@ from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 
 __all__ = ["Precision", "PrecisionLike", "DotAlgorithm", "DotAlgorithmPreset",
            "DotDimensionNumbers", "dot_general_p", "dot_general", "dot", "batch_matmul",
-           "scaled_dot_p", "scaled_dot"]
+           "scaled_dot_p", "scaled_dot", "scaled_matmul_p", "scaled_matmul_wrapper_p"]
 
 
 class Precision(enum.Enum):
@@ -969,3 +970,81 @@ def scaled_dot(lhs: Any, rhs: Any, *, lhs_scale: Any = None, rhs_scale: Any = No
       "scaled_dot")
   return scaled_dot_p.bind(lhs, rhs, lhs_scale, rhs_scale, dimension_numbers=dimension_numbers,
                            preferred_element_type=out_dtype)
+
+
+# ---------------------------------------------------------------------------
+# scaled_matmul (JAX's cuDNN block-scaled matmul, behind `nn.scaled_matmul`): `[B, M, K]` x
+# `[B, N, K]` with scales `[B, M, K/s]`, `[B, N, K/s]` -> `[B, M, N]`. Two primitives, as
+# JAX's: `scaled_matmul_wrapper` (what jaxprs show) lowers to `scaled_matmul`, which only
+# GPUs lower: on CUDA the custom call `__op$block_scaled_dot`, on ROCm the `scaled_dot`
+# composite; on other platforms lowering raises JAX's NotImplementedError.
+
+
+scaled_matmul_p = Primitive("scaled_matmul")
+scaled_matmul_p.multiple_results = True
+scaled_matmul_wrapper_p = Primitive("scaled_matmul_wrapper")
+scaled_matmul_wrapper_p.multiple_results = True
+
+
+def _scaled_matmul_abstract_eval(a, b, a_scale, b_scale, *, preferred_element_type):
+  batch, m, _ = a.shape
+  _, n, _ = b.shape
+  return [ShapedArray((batch, m, n), preferred_element_type)]
+
+
+_DEQUANTIZE_TYPES = {dtypes.bfloat16: "BF16", dtypes.float16: "F16", dtypes.float32: "F32"}
+
+
+def _scaled_matmul_lowering(ctx, a, b, a_scale, b_scale, *, preferred_element_type):
+  platform = ctx.module.platform
+  if platform in ("cuda", "gpu"):
+    out = ctx.avals_out[0]
+    config = json.dumps({"scaled_dot_backend_config": {
+        "lhs_batch_dimensions": [0], "rhs_batch_dimensions": [0],
+        "dequantize_type": _DEQUANTIZE_TYPES[np.dtype(out.dtype)]}}).replace('"', "\\22")
+
+    def layout(aval):
+      nd = len(aval.shape)
+      return f"dense<[{', '.join(str(d) for d in range(nd - 1, -1, -1))}]> : tensor<{nd}xindex>"
+    attrs = (f'api_version = 2 : i32, backend_config = "{config}", call_target_name = '
+             f'"__op$block_scaled_dot", operand_layouts = '
+             f'[{", ".join(layout(x) for x in ctx.avals_in)}], result_layouts = [{layout(out)}]')
+    return ctx.op("stablehlo.custom_call", [a, b, a_scale, b_scale], attrs=attrs)
+  if platform == "rocm":
+    return _scaled_dot_lowering(ctx.replace(avals_out=ctx.avals_out), a, b, a_scale, b_scale,
+                                dimension_numbers=(((2,), (2,)), ((0,), (0,))),
+                                preferred_element_type=preferred_element_type)
+  raise NotImplementedError(f"MLIR translation rule for primitive 'scaled_matmul' not found "
+                            f"for platform {platform}")
+
+
+def _scaled_matmul_wrapper_lowering(ctx, *args, preferred_element_type):
+  jaxpr, consts = pe.trace_to_jaxpr(
+      lambda *xs: scaled_matmul_p.bind(*xs, preferred_element_type=preferred_element_type),
+      ctx.avals_in)
+  return lowering.jaxpr_subcomp(ctx.fb, jaxpr, [], list(args))
+
+
+def _scaled_matmul_batcher(args, dims, *, preferred_element_type):
+  # As JAX's: every operand batched at the same dim; the batch dims are merged into B.
+  if len(set(dims)) != 1 or dims[0] is None:
+    raise NotImplementedError("scaled_matmul: every operand must be batched along the same "
+                              "axis.")
+  d = dims[0]
+  args = [batching.moveaxis(x, d, 0) for x in args]
+  a, b, a_scale, b_scale = args
+  *batch, m, k = get_aval(a).shape
+  n = get_aval(b).shape[-2]
+  ks = get_aval(a_scale).shape[-1]
+  nb = int(np.prod(batch))
+  out = scaled_matmul_wrapper_p.bind(
+      reshape(a, (nb, m, k)), reshape(b, (nb, n, k)), reshape(a_scale, (nb, m, ks)),
+      reshape(b_scale, (nb, n, ks)), preferred_element_type=preferred_element_type)[0]
+  return [reshape(out, (*batch, m, n))], [0]
+
+
+for _p in (scaled_matmul_p, scaled_matmul_wrapper_p):
+  _p.def_abstract_eval(_scaled_matmul_abstract_eval)
+  batching.primitive_batchers[_p] = _scaled_matmul_batcher
+lowering.register_lowering(scaled_matmul_p, _scaled_matmul_lowering)
+lowering.register_lowering(scaled_matmul_wrapper_p, _scaled_matmul_wrapper_lowering)

@@ -19,6 +19,8 @@ from stagecraft.config import config
 from stagecraft import numpy as jnp
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.nn import initializers  # noqa: F401
+from stagecraft.nn.scaled import (get_scaled_dot_general_config, scaled_dot_general,  # noqa: F401
+                                  scaled_matmul)
 from stagecraft.numpy.reductions import masked
 from stagecraft.numpy.util import promote_dtypes_inexact
 from stagecraft.pjit import jit
@@ -28,7 +30,8 @@ __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "elu
            "leaky_relu", "celu", "selu", "glu", "log_sigmoid", "softmax", "log_softmax",
            "logsumexp", "logmeanexp", "one_hot", "standardize", "identity", "soft_sign",
            "squareplus", "sparse_plus", "sparse_sigmoid", "mish", "hard_tanh", "hard_sigmoid",
-           "hard_silu", "hard_swish", "log1mexp", "tanh", "initializers"]
+           "hard_silu", "hard_swish", "log1mexp", "tanh", "initializers", "scaled_matmul",
+           "scaled_dot_general", "get_scaled_dot_general_config"]
 
 
 def _inexact(x):
