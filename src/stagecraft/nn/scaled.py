@@ -198,8 +198,9 @@ def _scaled_dot(lhs, rhs, dimension_numbers, preferred_element_type, configs):
   else:
     preferred_element_type = dtypes.check_user_dtype(preferred_element_type, "scaled_dot_impl")
   (lc, rc), (lb, rb) = dimension_numbers
-  a, sa = _quantize(_to_bmk(lhs, lc, lb), configs[0])
-  b, sb = _quantize(_to_bmk(rhs, rc, rb), configs[1])
+  lhs3, rhs3 = _to_bmk(lhs, lc, lb), _to_bmk(rhs, rc, rb)
+  a, sa = _quantize(lhs3, configs[0])
+  b, sb = _quantize(rhs3, configs[1])
   nvfp4 = configs[0].mode == "nvfp4"
   out = _matmul_wrapper(a, b, sa, sb,
                         preferred_element_type=np.float32 if nvfp4 else preferred_element_type)
