@@ -14,7 +14,7 @@ from tools import api_coverage, api_smoke  # noqa: E402
 
 # Raise these floors as the API grows; never lower them. The targets: 100% of
 # jax.numpy, jax.random, jax.image and jax.ops, >= 95% of every jax.scipy namespace.
-FLOORS = {"jax.numpy": 1.0, "jax.lax": 0.80, "jax.nn": 0.85, "jax.random": 1.0,
+FLOORS = {"jax.numpy": 1.0, "jax.lax": 1.0, "jax.nn": 1.0, "jax.random": 1.0,
           "jax.image": 1.0, "jax.ops": 1.0}
 SCIPY_FLOOR = 0.95
 

@@ -224,6 +224,10 @@ def test_scaled_dot_jaxpr_lowering_and_values():
                                 np.asarray(want).view(np.uint16))
   j, s = both(lambda m: m.make_jaxpr(m.vmap(f(m)))(*[a[None] for a in args]))
   assert s == j
+  x = np.ones((4, 64), np.float32)
+  jvp = lambda m: m.jvp(lambda a: m.lax.scaled_dot(a, a.T), (x,), (x,))
+  assert err(jvp, sc) == err(jvp, jax) == (
+      "NotImplementedError", "Differentiation rule for 'scaled_dot' not implemented")
 
 
 def test_scaled_dot_default_scales_and_checks():

@@ -917,7 +917,18 @@ def _scaled_dot_batcher(args, dims, *, dimension_numbers, preferred_element_type
 scaled_dot_p.def_abstract_eval(_scaled_dot_abstract_eval)
 lowering.register_lowering(scaled_dot_p, _scaled_dot_lowering)
 batching.primitive_batchers[scaled_dot_p] = _scaled_dot_batcher
-# NB: as JAX's, no JVP or transpose: scaled_dot is not differentiable.
+
+
+def not_differentiable(name: str):
+  """A JVP rule that raises JAX's error for a primitive it has no rule for (called only
+  when some tangent is nonzero)."""
+  def rule(primals, tangents, **params):
+    raise NotImplementedError(f"Differentiation rule for '{name}' not implemented")
+  return rule
+
+
+# NB: as JAX's, scaled_dot is not differentiable.
+ad.primitive_jvps[scaled_dot_p] = not_differentiable("scaled_dot")
 
 
 def _unit_scale(operand, contracting):
@@ -1046,5 +1057,6 @@ def _scaled_matmul_batcher(args, dims, *, preferred_element_type):
 for _p in (scaled_matmul_p, scaled_matmul_wrapper_p):
   _p.def_abstract_eval(_scaled_matmul_abstract_eval)
   batching.primitive_batchers[_p] = _scaled_matmul_batcher
+  ad.primitive_jvps[_p] = not_differentiable(_p.name)
 lowering.register_lowering(scaled_matmul_p, _scaled_matmul_lowering)
 lowering.register_lowering(scaled_matmul_wrapper_p, _scaled_matmul_wrapper_lowering)

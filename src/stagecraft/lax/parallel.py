@@ -29,6 +29,7 @@ from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mapping
 from stagecraft.lax import cumulative, elementwise, reduction, shape as lax_shape, slicing
+from stagecraft.lax.dot import not_differentiable
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "ppermute",
            "pshuffle", "pbroadcast", "psum_scatter", "axis_size", "all_to_all", "pswapaxes", "psum_p", "pmax_p", "pmin_p",
@@ -1300,6 +1301,8 @@ psend_p.def_effectful_abstract_eval(_psend_abstract_eval)
 precv_p.def_effectful_abstract_eval(_precv_abstract_eval)
 lowering.register_lowering(psend_p, _gpu_only_lowering("psend"))
 lowering.register_lowering(precv_p, _gpu_only_lowering("precv"))
+ad.primitive_jvps[psend_p] = not_differentiable("psend")
+ad.primitive_jvps[precv_p] = not_differentiable("precv")
 batching.axis_primitive_batchers[psend_p] = _one_sided_batcher(psend_p)
 batching.axis_primitive_batchers[precv_p] = _one_sided_batcher(precv_p)
 core.vma_own_rule.update({psend_p, precv_p})
