@@ -7,10 +7,11 @@ must run on both. Each entry uses valid arguments; calls run eagerly and their a
 waited for. Names without an entry get `generic`: a call with one or two float32 arrays
 (three for special functions), then with int32 arrays, as an elementwise function takes them.
 
-A few names cannot run on one CPU device in JAX itself (`ragged_all_to_all` and the
-block-scaled dots are lowered with `jit(...).lower(...)`; `psend`, `precv`, `pbroadcast` and
-`scaled_matmul`, which JAX lowers only for GPUs, are traced with `make_jaxpr`): that is as far
-as JAX gets there, and the smoke call goes as far.
+A few names cannot run on one CPU device in JAX itself (`ragged_all_to_all`, which XLA:CPU
+does not compile, is lowered with `jit(...).lower(...)`; `psend`, `precv`, `pbroadcast`,
+`scaled_matmul` and `scaled_dot_general` with block-scaling configs, which JAX lowers only for
+GPUs, are traced with `make_jaxpr`): that is as far as JAX gets there, and the smoke call goes
+as far.
 """
 from __future__ import annotations
 
@@ -485,8 +486,7 @@ LAX = {
     "rev": lambda m: m.rev(X, (0,)),
     "rng_bit_generator": lambda m: m.rng_bit_generator(np.zeros(4, np.uint32), (2,)),
     "rng_uniform": lambda m: m.rng_uniform(f32(0.0), f32(1.0), (2,)),
-    "scaled_dot": lambda m: lowered(m, lambda a, b: m.scaled_dot(
-        a, b, dimension_numbers=(((1,), (1,)), ((), ()))), M, M),
+    "scaled_dot": lambda m: m.scaled_dot(M, M, dimension_numbers=(((1,), (1,)), ((), ()))),
     "scan": lambda m: m.scan(lambda c, x: (c + x, c), f32(0.0), X),
     "scatter": _scatter("scatter"),
     "scatter_add": _scatter("scatter_add"),
@@ -538,9 +538,9 @@ NN = {
     "dot_product_attention": lambda m: m.dot_product_attention(QKV, QKV, QKV),
     "get_scaled_dot_general_config": lambda m: m.get_scaled_dot_general_config("mxfp8"),
     "one_hot": lambda m: m.one_hot(I, 3),
-    "scaled_dot_general": lambda m: lowered(m, lambda a, b: m.scaled_dot_general(
-        a, b, (((2,), (2,)), ((0,), (0,)))), np.ones((1, 32, 32), f32),
-        np.ones((1, 32, 32), f32)),
+    "scaled_dot_general": lambda m: traced(m, lambda a, b: m.scaled_dot_general(
+        a, b, (((2,), (2,)), ((0,), (0,))), configs=[m.get_scaled_dot_general_config("mxfp8")]
+        * 3), np.ones((1, 32, 32), f32), np.ones((1, 32, 32), f32)),
     "scaled_matmul": lambda m: traced(m, m.scaled_matmul, np.ones((1, 2, 4), f32),
                                        np.ones((1, 2, 4), f32), np.ones((1, 2, 1), f32),
                                        np.ones((1, 2, 1), f32)),
