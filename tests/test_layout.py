@@ -32,10 +32,6 @@ def _err(thunk):
   return None
 
 
-def _canon(s: str) -> str:
-  return s.replace("jax._src.layout", "stagecraft.layout")
-
-
 def test_layout_and_format_reprs_and_equality():
   def f(j, np_, L, s):
     Layout, Format = L.Layout, L.Format
@@ -198,3 +194,25 @@ def test_layout_from_pjrt_layout_reads_runtime():
   lay = slayout.Layout.from_pjrt_layout(x._laid._pjrt_layout)
   assert lay.major_to_minor == (1, 0) and lay.tiling == ()
   assert np.asarray(x).tolist() == HOST.tolist()
+
+
+def test_formats_and_keyword_arguments():
+  def f(j, np_, L, s):
+    one = j.jit(lambda x, y: x + y, in_shardings=L.Format(L.Layout.AUTO))
+    tup = j.jit(lambda x, y: x + y, in_shardings=(L.Format(L.Layout.AUTO),))
+    a = np_.ones((2, 2))
+    return [one.lower(a, y=a).as_text(), np.asarray(one(a, y=a)).tolist(),
+            _err(lambda: tup.lower(a, y=a))]
+  got_j, got_s = _both(f)
+  assert got_s[2] is not None and got_s[2][0] == "ValueError"
+  assert got_s == got_j
+
+
+def test_deleted_array_format():
+  def f(j, np_, L, s):
+    y = j.device_put(HOST, L.Format(L.Layout((1, 0)), s))
+    y.delete()
+    return repr(y.format)
+  got_j, got_s = _both(f)
+  assert "layout=None" in got_s
+  assert got_s == got_j

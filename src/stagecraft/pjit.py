@@ -1194,11 +1194,15 @@ class PjitFunction:
     in_fmt, out_fmt = self._formats
     in_lay, in_placed = [None] * len(in_avals), [False] * len(in_avals)
     if in_fmt is not None:
-      if dyn_kwargs:
-        raise ValueError(f"jit: keyword arguments {sorted(dyn_kwargs)} cannot be laid out by "
-                         f"in_shardings, which describe the positional arguments only.")
+      # NB: as JAX, one Format is every argument's, keyword arguments' too; a tree of them
+      # describes the positional arguments, and then keyword arguments are an error
       prefix = tuple(in_fmt) if type(in_fmt) is list else in_fmt
-      in_lay, in_placed = _layouts_of(prefix, dyn_args, "jit in_shardings")
+      if _is_format_leaf(prefix):
+        in_lay, in_placed = _layouts_of(prefix, (dyn_args, dyn_kwargs), "jit in_shardings")
+      elif dyn_kwargs:
+        raise ValueError("pjit does not support kwargs when in_shardings is specified.")
+      else:
+        in_lay, in_placed = _layouts_of(prefix, dyn_args, "jit in_shardings")
     out_lay, out_placed = [None] * len(out_avals), [False] * len(out_avals)
     if out_fmt is not None:
       outs = optree.tree_unflatten(entry.out_tree, [0] * len(out_avals))

@@ -203,8 +203,9 @@ class Array(metaclass=abc.ABCMeta):
   def format(self):
     """The Array's `Format`: its memory layout (as the runtime reports it) and its sharding;
     the layout is None once the Array is deleted."""
-    if self._buf is None:
-      return Format(None, self.sharding)
+    if self._buf is None:   # deleted (or donated): no layout, the sharding it had
+      return Format(None, self._sharding or SingleDeviceSharding(
+          self._device if self._device is not None else client.default_device()))
     buf = getattr(self, "_laid", None)
     if buf is None:
       buf = self._buf
