@@ -216,3 +216,13 @@ def test_deleted_array_format():
   got_j, got_s = _both(f)
   assert "layout=None" in got_s
   assert got_s == got_j
+
+
+def test_sharded_array_format():
+  from jax.sharding import NamedSharding as JNS, PartitionSpec as JP
+  from stagecraft.sharding import NamedSharding as SNS, PartitionSpec as SP
+  jm, sm = jax.make_mesh((4,), ("a",)), sc.make_mesh((4,), ("a",))
+  got_j = repr(jax.device_put(HOST.T, JNS(jm, JP("a"))).format)
+  got_s = repr(sc.device_put(HOST.T, SNS(sm, SP("a"))).format)
+  assert "major_to_minor=(0, 1)" in got_s
+  assert got_s == got_j
