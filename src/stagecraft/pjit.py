@@ -31,7 +31,8 @@ from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import conditionals, loops, while_op
 from stagecraft.lax.spmd import reshard, reshard_p, sharding_constraint_p
 from stagecraft.runtime import client, dispatch, spmd
-from stagecraft.runtime.array import Array
+from stagecraft.runtime.array import Array, mark_committed
+from stagecraft import layout as layout_lib
 from stagecraft.sharding import NamedSharding, PartitionSpec
 
 __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "trace_flat",
@@ -753,6 +754,13 @@ class PjitFunction:
       raise TypeError(f"jit expects a callable, got {fun!r} of type {type(fun).__name__}.")
     if device is not None and backend is not None:
       raise ValueError("jit: pass at most one of `device` and `backend`.")
+    # Formats (layouts) in the shardings: their layouts are kept apart (`_formats`), their
+    # shardings must name the default device (`_split_formats`).
+    self._formats = None
+    if _has_format(in_shardings) or _has_format(out_shardings):
+      self._formats = (in_shardings, out_shardings)
+      in_shardings = _check_format_shardings(in_shardings)
+      out_shardings = _check_format_shardings(out_shardings)
     self._sharded = in_shardings is not None or out_shardings is not None
     if self._sharded and (device is not None or backend is not None):
       raise ValueError("jit: `device`/`backend` and in_shardings/out_shardings cannot be "
@@ -804,13 +812,14 @@ class PjitFunction:
     self._keep_unused = bool(keep_unused)
     self._inline = bool(inline)
     self._fast = (not static_argnums and not static_argnames and self._device is None and
-                  not self._sharded)
+                  not self._sharded and self._formats is None)
     # NB: the fast path of placed calls (Arrays on a mesh or a device) admits shardings
-    self._placed_fast = not static_argnums and not static_argnames and self._device is None
+    self._placed_fast = (not static_argnums and not static_argnames and self._device is None
+                         and self._formats is None)
     options = (static_argnums, static_argnames, donate_argnums, donate_argnames,
                self._keep_unused)
     # NB: shardings are per wrapper (prefix trees need not be hashable).
-    self._cache = {} if self._sharded else _cache_for(fun, options)
+    self._cache = {} if self._sharded or self._formats else _cache_for(fun, options)
     self._refs: list | None = None   # the refs it closes over, once it has met a Ref
     self._ref_cache: dict = {}
 
@@ -987,6 +996,12 @@ class PjitFunction:
                                             fun_name(self._fun), layout=layout))
         entry.device_calls[dev] = call
         self._remember_placed(call, args, kwargs)
+        return call(leaves)
+      if self._formats is not None:
+        fmt = self._format_signature(entry, args, kwargs, static_argnums)
+        call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
+                                            fun_name(self._fun), layout=fmt))
+        entry.executable = call
         return call(leaves)
       call = compile_traced(entry, donated, self._keep_unused, fun_name(self._fun), dev)
       if dev is not None:
@@ -1165,6 +1180,47 @@ class PjitFunction:
                       name=fun_name(self._fun))
     return optree.tree_unflatten(entry.out_tree, bind(outs, lay.explicit_out))
 
+  def _format_signature(self, entry, args, kwargs, static_argnums) -> "FormatSignature":
+    """The layouts jit's Formats ask for: one per dynamic leaf and one per output leaf
+    (None, `Layout.AUTO` or a `Layout`), checked against the leaves' ranks."""
+    dyn_argnums = [i for i in range(len(args)) if i not in static_argnums]
+    dyn_args = tuple(args[i] for i in dyn_argnums)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+    with_paths = tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]
+    names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn_kwargs), with_paths)
+    nconst = len(entry.consts)
+    in_avals = [v.aval for v in entry.jaxpr.jaxpr.invars[nconst:]]
+    out_avals = entry.jaxpr.jaxpr.out_avals
+    in_fmt, out_fmt = self._formats
+    in_lay, in_placed = [None] * len(in_avals), [False] * len(in_avals)
+    if in_fmt is not None:
+      # NB: as JAX, one Format is every argument's, keyword arguments' too; a tree of them
+      # describes the positional arguments, and then keyword arguments are an error
+      prefix = tuple(in_fmt) if type(in_fmt) is list else in_fmt
+      if _is_format_leaf(prefix):
+        in_lay, in_placed = _layouts_of(prefix, (dyn_args, dyn_kwargs), "jit in_shardings")
+      elif dyn_kwargs:
+        raise ValueError("pjit does not support kwargs when in_shardings is specified.")
+      else:
+        in_lay, in_placed = _layouts_of(prefix, dyn_args, "jit in_shardings")
+    out_lay, out_placed = [None] * len(out_avals), [False] * len(out_avals)
+    if out_fmt is not None:
+      outs = optree.tree_unflatten(entry.out_tree, [0] * len(out_avals))
+      out_lay, out_placed = _layouts_of(out_fmt, outs, "jit out_shardings")
+    outs = optree.tree_unflatten(entry.out_tree, [0] * len(out_avals))
+    out_names = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(outs)[0]]
+    for what, lays, avals, nms in (("arguments", in_lay, in_avals, names),
+                                   ("outputs", out_lay, out_avals, out_names)):
+      for lay, aval, name in zip(lays, avals, nms):
+        if isinstance(lay, layout_lib.Layout):
+          try:
+            lay.check_compatible_aval(aval.shape)
+          except ValueError as e:
+            path = name if what == "arguments" else ("result" + name)
+            raise ValueError(f"One of jit {what} with pytree key path {path} is "
+                             f"incompatible with its layout annotation {lay}: {e}") from None
+    return FormatSignature(in_lay, out_lay, in_placed, out_placed, names)
+
   def _layout(self, entry, args, kwargs, static_argnums, placement) -> "SignatureLayout":
     """What a sharded signature's layout depends on: committed shardings, jit's shardings
     (flattened per leaf) and names for error messages."""
@@ -1290,7 +1346,7 @@ class LoweredSignature:
   """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
   const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
   __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices",
-               "mesh_layout", "dce_jaxpr", "baked", "name", "names")
+               "mesh_layout", "dce_jaxpr", "baked", "name", "names", "formats")
 
   def __init__(self, entry: TracedSignature, text: str, used_consts: list[int], kept: list[int] | None,
                donated: tuple[int, ...], spmd_devices: list | None = None, mesh_layout=None,
@@ -1310,6 +1366,7 @@ class LoweredSignature:
     self.baked = baked
     self.name = name
     self.names = names
+    self.formats = None   # a FormatSignature when jit's Formats ask for layouts
 
 
 def _donation_aliases(in_avals: Sequence[Any], donated: Sequence[bool],
@@ -1355,6 +1412,9 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   jaxpr = entry.jaxpr.jaxpr
   nconst = len(entry.consts)
   n_in = len(jaxpr.invars)
+  fmt = None
+  if type(layout) is FormatSignature:   # memory layouts on the default device (no mesh)
+    fmt, layout = layout, None
   if donated:
     _warn_unusable_donations([jaxpr.invars[nconst + i].aval for i in sorted(donated)],
                              jaxpr.out_avals)
@@ -1404,10 +1464,32 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                 (*dce_jaxpr.invars,)]
   aliases = _donation_aliases(main_avals, donated_mask, dce_jaxpr.out_avals)
   attrs = [None if k is None else f"tf.aliasing_output = {k} : i32" for k in aliases]
+  res_attrs = module = None
+  if fmt is not None:   # as JAX: `mhlo.layout_mode` ("auto" or XLA's layout) where asked
+    def fmt_attrs(lay, placed, aval):
+      if aval is core.abstract_token:
+        return []
+      m = layout_lib.layout_mode(lay, aval.dtype)
+      dims = ", ".join(["{}"] * len(aval.shape))
+      return [m and f'mhlo.layout_mode = "{m}"',
+              placed and f"sdy.sharding = #sdy.sharding<@empty_mesh, [{dims}]>"]
+    ins = [[]] * len(used_consts) + [
+        fmt_attrs(fmt.in_layouts[i], fmt.in_placed[i], jaxpr.invars[nconst + i].aval)
+        for i in kept_leaves]
+    attrs = [", ".join(filter(None, [a, *f])) or None for a, f in zip(attrs, ins)]
+    outs = [fmt_attrs(lay, placed, a) for lay, placed, a in
+            zip(fmt.out_layouts, fmt.out_placed, dce_jaxpr.out_avals)]
+    res_attrs = [", ".join(filter(None, f)) or None for f in outs]
+    if any("sdy.sharding" in (a or "") for a in (*attrs, *res_attrs)):
+      module = lowering.ModuleContext(f"jit_{name}")
+      # NB: JAX's text carries the `stablehlo.mesh` attribute on its empty mesh too
+      module.extra_ops.append("  sdy.mesh @empty_mesh = <[]> {stablehlo.mesh = {axes = []}}")
   text = lowering.lower_jaxpr_to_module(
-      f"jit_{name}", dce_jaxpr, arg_attrs=attrs,
+      f"jit_{name}", dce_jaxpr, arg_attrs=attrs, result_attrs=res_attrs, module=module,
       donated=[d and k is None for d, k in zip(donated_mask, aliases)], consts=baked)
-  return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
+  lowered = LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
+  lowered.formats = fmt
+  return lowered
 
 
 def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
@@ -1427,6 +1509,9 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
   in_avals = [v.aval for v in jaxpr.invars[nconst:]]
   const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device)
                 for i in lowered.used_consts]
+  if lowered.formats is not None:
+    return FormatCall(exe, lowered.kept, const_bufs, in_avals, jaxpr.out_avals,
+                      entry.out_tree, lowered.donated, lowered.text, lowered.formats)
   return CompiledCall(exe, lowered.kept, const_bufs, in_avals, jaxpr.out_avals,
                        entry.out_tree, lowered.donated, lowered.text, device)
 
@@ -1652,3 +1737,165 @@ def explicit_axes(f: Callable | None = None, /, *, axes: str | tuple[str, ...] |
 
 
 sharding_lib.late_names.update(auto_axes=auto_axes, explicit_axes=explicit_axes)
+
+
+# ---------------------------------------------------------------------------
+# Formats (memory layouts) in jit's shardings: JAX's `Format(layout, sharding)`.
+
+
+def _is_format_leaf(x) -> bool:
+  return x is None or isinstance(x, (layout_lib.Format, sharding_lib.Sharding, PartitionSpec))
+
+
+def _has_format(tree) -> bool:
+  return tree is not None and any(isinstance(x, layout_lib.Format) for x in optree.tree_leaves(
+      tree, is_leaf=_is_format_leaf, none_is_leaf=True, namespace=tree_util.NAMESPACE))
+
+
+def _check_format_shardings(tree) -> None:
+  """The shardings of a shardings tree with Formats: stagecraft lays out memory on the
+  default device only, so each must be None or the default device's SingleDeviceSharding.
+
+  Raises:
+    NotImplementedError: for another sharding.
+  """
+  dev = client.default_device()
+  for x in optree.tree_leaves(tree, is_leaf=_is_format_leaf, none_is_leaf=True,
+                              namespace=tree_util.NAMESPACE):
+    sh = x.sharding if isinstance(x, layout_lib.Format) else x
+    if sh is None or (isinstance(sh, sharding_lib.SingleDeviceSharding)
+                      and sh.device == dev):
+      continue
+    raise NotImplementedError(
+        f"jit: stagecraft supports Formats (memory layouts) on the default device only: "
+        f"their shardings must be None or SingleDeviceSharding({dev!r}), got {sh!r}.")
+  return None
+
+
+def _layouts_of(prefix, tree, what: str) -> list:
+  """One requested layout (None, `Layout.AUTO` or a `Layout`) per leaf of `tree`, from the
+  pytree prefix `prefix` of Formats, shardings and None."""
+  try:
+    leaves = tree_util.broadcast_prefix(prefix, tree, is_leaf=_is_format_leaf)
+  except ValueError:
+    raise spmd.prefix_error(prefix, tree, what) from None
+  return [x.layout if isinstance(x, layout_lib.Format) else None for x in leaves], [
+      (x.sharding if isinstance(x, layout_lib.Format) else x) is not None for x in leaves]
+
+
+class FormatSignature:
+  """A jit signature's requested memory layouts: per dynamic leaf (`in_layouts`) and per
+  output leaf (`out_layouts`) None (the default), `Layout.AUTO` or a `Layout`; whether a
+  sharding was given for each (`in_placed`, `out_placed`: JAX then writes an empty mesh's
+  sharding on it); and the leaves' names (for messages)."""
+  __slots__ = ("in_layouts", "out_layouts", "in_placed", "out_placed", "names")
+
+  def __init__(self, in_layouts, out_layouts, in_placed, out_placed, names):
+    self.in_layouts = in_layouts
+    self.out_layouts = out_layouts
+    self.in_placed = in_placed
+    self.out_placed = out_placed
+    self.names = names
+
+
+class FormatCall(CompiledCall):
+  """The call of a program compiled with requested layouts (jit with Formats): each
+  argument is passed in the layout the program takes (an uncommitted argument is copied
+  into it; a committed one in another layout is JAX's ValueError), and a result in a
+  non-default layout is an Array holding that buffer (`_laid`) and a default-layout copy.
+
+  Attributes (beyond CompiledCall's):
+    in_layouts / out_layouts: the compiled layout of each dynamic leaf (None: pruned) and
+      of each result (`Layout`s, as the runtime reports them).
+  """
+  __slots__ = ("fmt", "in_layouts", "out_layouts", "_in_texts", "_out_default")
+
+  def __init__(self, exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text,
+               fmt: FormatSignature):
+    super().__init__(exe, kept, const_bufs, in_avals, out_avals, out_tree, donated, text,
+                     None)
+    self.fmt = fmt
+    params = exe.get_parameter_layouts()[len(const_bufs):]
+    idx = range(len(in_avals)) if kept is None else kept
+    self.in_layouts = [None] * len(in_avals)
+    self._in_texts = [None] * len(in_avals)
+    for i, p in zip(idx, params):
+      self.in_layouts[i] = layout_lib.Layout.from_pjrt_layout(p)
+      self._in_texts[i] = str(p._xla_layout())
+    outs = exe.get_output_layouts()
+    self.out_layouts = [layout_lib.Layout.from_pjrt_layout(p) for p in outs]
+    self._out_default = [lay == layout_lib.default_layout(len(a.shape))
+                         for lay, a in zip(self.out_layouts, out_avals)]
+    for what, user, xla, avals in (("input", fmt.in_layouts, self.in_layouts, in_avals),
+                                   ("output", fmt.out_layouts, self.out_layouts, out_avals)):
+      for u, x, a in zip(user, xla, avals):
+        if isinstance(u, layout_lib.Layout) and x is not None and \
+            not layout_lib.user_layout_matches(u, x):
+          raise AssertionError(f"Unexpected XLA layout override: (XLA) {x} != {u} (User "
+                               f"{what} layout) for type={a.str_short()}")
+
+  def _argument_buffers(self, leaves) -> list:
+    idx = range(len(leaves)) if self.kept is None else self.kept
+    bufs, errors = [], []
+    for i in idx:
+      x, aval, want = leaves[i], self.in_avals[i], self._in_texts[i]
+      if type(x) is not Array:
+        bufs.append(dispatch.relayout(dispatch.to_buffer(x, aval), aval, want))
+        continue
+      laid = getattr(x, "_laid", None)
+      buf = x._buf if x._buf is not None else x._check_buf()
+      if x._sharding is not None or x._device is not None:
+        buf = dispatch.to_buffer(x, aval)   # NB: gathered / moved onto the default device
+      cur = laid if laid is not None else buf   # the layout the Array has (`format`)
+      if dispatch.buffer_layout_text(cur) == want:
+        bufs.append(cur)
+        continue
+      if x.committed:   # NB: as JAX, a committed argument is never laid out again
+        errors.append(f"Argument {self.fmt.names[i]} with shape {aval.str_short(False)}:\n"
+                      f"  Passed layout: {x.format.layout}\n"
+                      f"  Required layout: {self.in_layouts[i]}")
+        continue
+      bufs.append(dispatch.relayout(buf, aval, want))
+    if errors:
+      shown = errors[:5]
+      count = (f"the {len(errors)} mismatches" if len(errors) < 5
+               else f"5 mismatches out of {len(errors)}")
+      raise ValueError("Computation was compiled for input layouts that disagree with the "
+                       f"layouts of arguments passed to it. Here are {count}:\n"
+                       + "\n".join(shown))
+    return bufs
+
+  def call_arrays(self, args):
+    return self(list(args))
+
+  def __call__(self, leaves: Sequence[Any]):
+    bufs = self._argument_buffers(leaves)
+    if self.const_bufs:
+      bufs = [*self.const_bufs, *bufs]
+    try:
+      results = (dispatch.run_with_callbacks(self.exe, bufs, self.callbacks) if self.callbacks
+                 else self.exe.execute_sharded(bufs))
+      client.count_execution()
+      raw = results.consume_with_handlers(self.handlers)
+    except TypeError:
+      dispatch.raise_if_donated(leaves)
+      raise
+    outs = dispatch.wrap_results(raw, self.out_avals, None)
+    for i, (out, aval) in enumerate(zip(outs, self.out_avals)):
+      if not isinstance(out, Array):
+        continue
+      if not self._out_default[i]:
+        # NB: every other program reads `_buf`, in the default layout
+        out._laid = out._buf
+        out._buf = dispatch.relayout(out._laid, aval,
+                                     layout_lib.default_layout(len(aval.shape))._xla_text(
+                                         aval.dtype))
+      if isinstance(self.fmt.out_layouts[i], layout_lib.Layout):
+        mark_committed(out)
+    for i in self.donated:
+      x = leaves[i]
+      if type(x) is Array and x._buf is not None and x._buf.is_deleted():
+        x._buf = None
+    for i in self.float0_outs:
+      outs[i] = np.zeros(self.out_avals[i].shape, dtypes.float0)
+    return optree.tree_unflatten(self.out_tree, outs)

@@ -26,6 +26,7 @@ from jaxlib import xla_client as xc
 
 from stagecraft import api_util, core, dtypes, pjit, tree_util
 from stagecraft.interpreters import lowering
+from stagecraft.layout import Format, Layout
 from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
 from stagecraft.runtime import cache, client, dispatch, mlir_text
 from stagecraft.runtime.array import Array
@@ -127,6 +128,8 @@ def trace_jit(wrapped: pjit.JitWrapped, args: tuple, kwargs: dict) -> Traced:
   layout = None
   if type(dev) is dispatch.Placement:
     layout, dev = wrapped._layout(entry, args, kwargs, static_argnums, dev), None
+  elif wrapped._formats is not None:
+    layout = wrapped._format_signature(entry, args, kwargs, static_argnums)
   device = wrapped._device if wrapped._device is not None else dev
   sig = _Signature(entry, in_tree, names, in_avals, frozenset(donated), wrapped._keep_unused,
                    api_util.fun_name(wrapped._fun), device, layout)
@@ -175,7 +178,7 @@ class Traced:
   # equations hoisted into its own).
   keep_unused = property(lambda self: self._sig.keep_unused)
   arg_names = property(lambda self: tuple(self._sig.arg_names))
-  sharded = property(lambda self: self._sig.layout is not None)
+  sharded = property(lambda self: type(self._sig.layout) is pjit.SignatureLayout)
   layout = property(lambda self: self._sig.layout)
   lowered_jaxpr = property(lambda self: self._sig.entry.hoisted())
 
@@ -396,6 +399,39 @@ class Compiled:
     else:
       outs = [self._single()] * len(call.out_avals)
     return tree_util.tree_unflatten(self._sig.entry.out_tree, outs)
+
+  @property
+  def input_formats(self):
+    """The `Format` of each argument, `(args, kwargs)` as `input_shardings`: the layout the
+    program takes it in (as the runtime reports it; None for a program over several devices
+    and for an argument the program does not read) and its sharding."""
+    lays = self._executable_layouts()[0]
+    return tree_util.tree_unflatten(self._sig.in_tree, [
+        Format(l, s) for l, s in zip(lays, self._leaf_shardings())])
+
+  @property
+  def output_formats(self):
+    """The `Format` of each output leaf, in the output's structure (layouts as the runtime
+    reports them; None for a program over several devices)."""
+    lays = self._executable_layouts()[1]
+    shs = optree.tree_leaves(self.output_shardings, none_is_leaf=True,
+                             namespace=tree_util.NAMESPACE)
+    return tree_util.tree_unflatten(self._sig.entry.out_tree, [
+        Format(l, s) for l, s in zip(lays, shs)])
+
+  def _executable_layouts(self):
+    """(per dynamic leaf, per output) the compiled layouts of a single-device program."""
+    call = self._executable
+    n_in, n_out = len(self._sig.in_avals), len(self._sig.entry.jaxpr.out_avals)
+    if isinstance(call, pjit.FormatCall):
+      return call.in_layouts, call.out_layouts
+    if type(call) is not pjit.CompiledCall:
+      return [None] * n_in, [None] * n_out
+    params = call.exe.get_parameter_layouts()[len(call.const_bufs):]
+    ins: list = [None] * n_in
+    for i, p in zip(range(n_in) if call.kept is None else call.kept, params):
+      ins[i] = Layout.from_pjrt_layout(p)
+    return ins, [Layout.from_pjrt_layout(p) for p in call.exe.get_output_layouts()]
 
   def _single(self):
     return SingleDeviceSharding(self._executable.device or client.default_device())

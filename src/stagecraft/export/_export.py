@@ -456,7 +456,7 @@ def _export_layout(traced: stages.Traced, jaxpr, nconst: int, dce, abstract):
   if not (traced.sharded or spmd.jaxpr_meshes(dce) or
           spmd.typed_context_mesh(jaxpr) is not None):
     return None
-  lay = traced.layout or pjit.SignatureLayout([None] * n_dyn, None, None,
+  lay = (traced.layout if traced.sharded else None) or pjit.SignatureLayout([None] * n_dyn, None, None,
                                               list(traced.arg_names), name)
   resolved = spmd.resolve(jaxpr, nconst, lay.committed, lay.explicit_in, lay.explicit_out,
                           lay.describe(in_avals))

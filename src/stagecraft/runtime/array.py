@@ -14,6 +14,7 @@ from jaxlib import xla_client as xc
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.errors import DonatedBufferError
+from stagecraft.layout import Format, Layout
 from stagecraft.runtime import client
 from stagecraft.sharding import Shard, SingleDeviceSharding
 
@@ -72,7 +73,12 @@ class Array(metaclass=abc.ABCMeta):
   and cache it.
   """
   # NB: `_deleted` is set only by delete() (left unset otherwise: no cost per Array).
-  __slots__ = ("_buf", "aval", "_npy", "_device", "_sharding", "_deleted", "__weakref__")
+  # NB: `_laid` is set only on an Array whose data has a non-default memory layout (made by
+  # `device_put` with a Format or by a jit with Format out_shardings): it holds that buffer,
+  # and `_buf` a copy in the default layout, which every other program reads (so layouts cost
+  # nothing where unused, and no program ever meets a layout it was not compiled for).
+  __slots__ = ("_buf", "aval", "_npy", "_device", "_sharding", "_deleted", "_laid",
+               "__weakref__")
   __array_priority__ = 100
 
   def __init__(self, buf: Any, aval: core.ShapedArray, device: Any = None,
@@ -168,6 +174,10 @@ class Array(metaclass=abc.ABCMeta):
       self._buf.delete()
       self._buf = None
       self._deleted = True
+      laid = getattr(self, "_laid", None)
+      if laid is not None:
+        laid.delete()
+        self._laid = None
 
   def devices(self) -> set:
     if self._sharding is not None:
@@ -188,6 +198,18 @@ class Array(metaclass=abc.ABCMeta):
     if self._sharding is not None:
       return self._sharding
     return SingleDeviceSharding(next(iter(self.devices())))
+
+  @property
+  def format(self):
+    """The Array's `Format`: its memory layout (as the runtime reports it) and its sharding;
+    the layout is None once the Array is deleted."""
+    if self._buf is None:   # deleted (or donated): no layout, the sharding it had
+      return Format(None, self._sharding or SingleDeviceSharding(
+          self._device if self._device is not None else client.default_device()))
+    buf = getattr(self, "_laid", None)
+    if buf is None:
+      buf = self._buf
+    return Format(Layout.from_pjrt_layout(buf._pjrt_layout), self.sharding)
 
   @property
   def is_fully_replicated(self) -> bool:

@@ -724,3 +724,30 @@ def clear_caches() -> None:
   _prim_cache.clear()
   for clear in list(cache_clearers):
     clear()
+
+
+# ---------------------------------------------------------------------------
+# Memory layouts (stagecraft.layout): only Formats given by the user reach here.
+
+
+def buffer_layout_text(buf) -> str:
+  """XLA's text of a runtime buffer's memory layout (`{1,0}`)."""
+  return str(buf._pjrt_layout._xla_layout())
+
+
+def relayout(buf, aval: ShapedArray, dst: str, device=None):
+  """A copy of the single-device buffer `buf` (of `aval`) in the memory layout `dst` (XLA's
+  layout text, `"{0,1}"`): an identity program whose argument takes `buf`'s layout and whose
+  result has `dst` (compiled once per shape, dtype and layouts). `buf` itself when it has
+  `dst` already."""
+  src = buffer_layout_text(buf)
+  if src == dst:
+    return buf
+  ty = lowering.ir_type(aval)
+  text = ("module @jit_relayout attributes {mhlo.num_partitions = 1 : i32, "
+          "mhlo.num_replicas = 1 : i32} {\n"
+          f'  func.func public @main(%arg0: {ty} {{mhlo.layout_mode = "{src}"}}) -> '
+          f'({ty} {{mhlo.layout_mode = "{dst}"}}) {{\n'
+          f"    return %arg0 : {ty}\n  }}\n}}\n")
+  exe = compile_module(text, None if device is None else [device])
+  return exe.execute_sharded([buf]).disassemble_into_single_device_arrays()[0][0]

@@ -44,8 +44,10 @@ from stagecraft.core import ClosedJaxpr, Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import lowering, mapping
 from stagecraft.runtime import client, dispatch
+from stagecraft.layout import Format, Layout
+from stagecraft.runtime import array as array_mod
 from stagecraft.runtime.array import Array
-from stagecraft.sharding import (AxisType, Mesh, NamedSharding, PartitionSpec,
+from stagecraft.sharding import (AxisType, Mesh, NamedSharding, PartitionSpec, Sharding,
                                  SingleDeviceSharding, concrete_mesh, get_abstract_mesh,
                                  to_named, type_sharding)
 
@@ -377,12 +379,12 @@ def flatten_shardings(prefix, tree, what: str, keep_single: bool = False) -> lis
   try:
     shs = tree_util.broadcast_prefix(prefix, tree, is_leaf=_is_sharding_leaf)
   except ValueError:
-    raise _prefix_error(prefix, tree, what) from None
+    raise prefix_error(prefix, tree, what) from None
   return [s if keep_single and isinstance(s, SingleDeviceSharding) else to_named(s, what)
           for s in shs]
 
 
-def _prefix_error(prefix, tree, what: str) -> ValueError:
+def prefix_error(prefix, tree, what: str) -> ValueError:
   """JAX's error for shardings that are no tree prefix of what they describe: jit's
   (`pjit in_shardings`: the arguments tuple first), device_put's, or a plain one."""
   if what == "jit in_shardings" and (type(prefix) is not tuple or len(prefix) != len(tree)):
@@ -1001,6 +1003,8 @@ def device_put(x: Any, device=None) -> Any:
   """
   if isinstance(device, SingleDeviceSharding):
     device = device.device
+  if device is not None and _has_format(device):
+    return _device_put_formats(x, device)
   if device is not None and not hasattr(device, "client"):
     shs = flatten_shardings(device, x, "device_put", keep_single=True)
     with_paths, treedef = _leaves_with_paths(x)
@@ -1023,6 +1027,68 @@ def device_put(x: Any, device=None) -> Any:
   out = [dispatch.device_put_leaf(leaf, device, tree_util.keystr(path)) for path, leaf in with_paths]
   return tree_util.tree_unflatten(treedef, out)
 
+
+
+def _is_format_leaf(x) -> bool:
+  return x is None or isinstance(x, (Format, Sharding, PartitionSpec)) or hasattr(x, "client")
+
+
+def _has_format(tree) -> bool:
+  if isinstance(tree, Format):
+    return True
+  if hasattr(tree, "client") or isinstance(tree, Sharding):
+    return False
+  return any(isinstance(x, Format) for x in tree_util.tree_leaves(tree, is_leaf=_is_format_leaf))
+
+
+def _device_put_formats(x: Any, formats: Any) -> Any:
+  """`device_put` with Formats (a pytree prefix of `x` of Formats, shardings and devices):
+  each leaf with a concrete Format is placed on its sharding and copied into its memory
+  layout (JAX's words for a Format that is not concrete)."""
+  with_paths, treedef = _leaves_with_paths(x)
+  try:
+    fmts = tree_util.broadcast_prefix(formats, x, is_leaf=_is_format_leaf)
+  except ValueError:
+    raise prefix_error(formats, x, "device_put") from None
+  out = []
+  for (path, leaf), f in zip(with_paths, fmts):
+    if not isinstance(f, Format):
+      out.append(device_put(leaf, f))
+      continue
+    out.append(_device_put_format(leaf, f, tree_util.keystr(path)))
+  return tree_util.tree_unflatten(treedef, out)
+
+
+def _device_put_format(x: Any, f: Format, path: str) -> Any:
+  if f.layout is None and f.sharding is None:
+    return dispatch.device_put_leaf(x, None, path)
+  aval = core.get_aval(x) if not isinstance(x, Array) else x.aval
+  if not isinstance(f.sharding, Sharding) or not isinstance(f.layout, (Layout, type(None))):
+    raise ValueError(f"sharding and layout in `Layout` instance should be concrete. Got "
+                     f"layout: {f} for input {aval.str_short(False)}")
+  if f.layout is None:
+    return device_put(x, f.sharding)
+  if isinstance(x, Array) and x.committed and x.format == f:
+    return x
+  try:
+    f.layout.check_compatible_aval(aval.shape)
+  except ValueError as e:
+    raise ValueError(f"One of jit outputs with pytree key path result is incompatible with "
+                     f"its layout annotation {f.layout}: {e}") from None
+  if not (isinstance(f.sharding, SingleDeviceSharding)
+          and f.sharding.device == client.default_device()):
+    raise NotImplementedError(
+        f"device_put: stagecraft supports Formats (memory layouts) on the default device "
+        f"only, got sharding {f.sharding!r}.")
+  y = dispatch.device_put_leaf(x, f.sharding.device, path)
+  if isinstance(x, Array) and y is x:   # NB: a new Array: x keeps its own layout
+    y = Array(x._buf, x.aval, x._device)
+    array_mod.mark_committed(y)
+  want = f.layout._xla_text(aval.dtype)
+  y._laid = None
+  if dispatch.buffer_layout_text(y._buf) != want:
+    y._laid = dispatch.relayout(y._buf, aval, want)
+  return y
 
 
 dispatch.mesh_apply_primitive[0] = apply_primitive
