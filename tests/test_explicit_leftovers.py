@@ -1,0 +1,77 @@
+"""Explicit-sharding and placement leftovers found running JAX 0.10.2's docs unchanged, each
+compared with JAX 0.10.2 in the same test (4 CPU devices from tests/conftest.py): `scan`
+over xs split on their scanned axis, and carry types that differ only in their sharding;
+`use_abstract_mesh` inside jit; the order of the seed's reshard in grad's jaxpr;
+`device_put` onto other devices inside jit; commitment of eager results."""
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jjnp
+import jax.sharding as jsh
+
+import stagecraft as sc
+
+from _explicit_sharding_util import Lib, both, check_same, meshes  # noqa: F401
+
+pytestmark = pytest.mark.skipif(len(sc.devices()) < 4, reason="needs 4 devices")
+
+
+def _outcome(f):
+  """`("ok", result)` or `(exception type name, message)`."""
+  try:
+    return "ok", f()
+  except Exception as e:   # noqa: BLE001 - compared as text
+    return type(e).__name__, str(e)
+
+
+def _same_errors(meshes, prog, spec=("x", None), shape=(8, 4)):
+  r_sc, r_jax = both(meshes, lambda L, m, x: _outcome(lambda: prog(L, m, x)), spec, shape)
+  assert r_sc[0] != "ok", r_sc
+  assert r_sc == r_jax
+  return r_sc
+
+
+# ---------------------------------------------------------------------------
+# 1. scan under an Explicit mesh
+
+
+def _scan_sum(L, m, x):
+  return L.sc.jit(lambda x: L.lax.scan(lambda c, r: (c + r, r * 2), L.np.zeros(4), x)[0])(x)
+
+
+@pytest.mark.parametrize("spec", [("x", "y"), ("x", None)])
+def test_scan_xs_split_on_scanned_axis(meshes, spec):
+  kind, msg = _same_errors(meshes, _scan_sum, spec)
+  assert kind == "ValueError" and "0th dimension of all xs should be replicated" in msg
+
+
+def test_scan_xs_split_eagerly_and_lax_map(meshes):
+  _same_errors(meshes, lambda L, m, x: L.lax.scan(lambda c, r: (c, r), 0., x), ("x", "y"))
+  _same_errors(meshes, lambda L, m, x: L.sc.jit(lambda x: L.lax.map(lambda r: r, x))(x),
+               ("x", "y"))
+
+
+def test_scan_carry_sharding_mismatch(meshes):
+  # the body's carry output is split over y where the initial carry is not (JAX's typematch
+  # compares the shardings in the types; the message names no reason)
+  kind, msg = _same_errors(meshes, _scan_sum, (None, "y"))
+  assert kind == "TypeError" and "float32[4@y]" in msg and ", so" not in msg
+
+
+def test_scan_over_unsplit_axis(meshes):
+  body = lambda c, r: (c * r, r * 2)   # noqa: E731
+
+  def prog(L, m, x):
+    init = L.sc.device_put(L.np.ones(4), L.P("y"))
+    c, ys = L.sc.jit(lambda i, x: L.lax.scan(body, i, x))(init, x)
+    eager = L.lax.scan(body, init, x)[1]
+    g = L.sc.jit(L.sc.grad(lambda i, x: L.lax.scan(body, i, x)[0].sum(), argnums=(0, 1)))(
+        init, x)
+    jaxpr = str(L.sc.make_jaxpr(lambda i, x: L.lax.scan(body, i, x))(init, x))
+    return c, ys, eager, *g, jaxpr
+  r_sc, r_jax = both(meshes, prog, (None, "y"))
+  for a, b in zip(r_sc[:-1], r_jax[:-1]):
+    check_same(a, b, rtol=1e-6)
+  assert str(sc.typeof(r_sc[1])) == "float32[8,4@y]"
+  assert r_sc[-1] == r_jax[-1]
