@@ -75,3 +75,44 @@ def test_scan_over_unsplit_axis(meshes):
     check_same(a, b, rtol=1e-6)
   assert str(sc.typeof(r_sc[1])) == "float32[8,4@y]"
   assert r_sc[-1] == r_jax[-1]
+
+
+# ---------------------------------------------------------------------------
+# 3. grad's seed under an Explicit mesh: resharded to the output's type, then broadcast
+
+
+def _grad_programs(L):
+  return [
+      lambda x: (x * 2).sum(),
+      lambda x: (x * 2).sum(0).sum(),
+      lambda x: L.np.sin(x).sum(),
+  ]
+
+
+def test_grad_seed_jaxpr_under_explicit_mesh(meshes):
+  def prog(L, m, x):
+    outs = []
+    for f in _grad_programs(L):
+      outs.append(str(L.sc.make_jaxpr(L.sc.grad(f))(x)))
+      outs.append(str(L.sc.make_jaxpr(L.sc.grad(f))(L.np.ones((8, 4)))))
+      outs.append(L.sc.jit(L.sc.grad(f))(x))
+      outs.append(L.sc.grad(f)(x))
+    outs.append(str(L.sc.make_jaxpr(lambda x: L.rs(x, L.P(None, "x")))(x)))
+    return outs
+  r_sc, r_jax = both(meshes, prog)
+  assert "reshard 1.0:f32[]" in r_sc[0]
+  for a, b in zip(r_sc, r_jax):
+    if isinstance(a, str):
+      assert a == b
+    else:
+      check_same(a, b, rtol=1e-6)
+
+
+def test_grad_seed_without_mesh_in_context(meshes):
+  # the seed is typed over the mesh of the differentiated input (no set_mesh)
+  mesh, jmesh = meshes
+  v = np.arange(32.0, dtype=np.float32).reshape(8, 4)
+  x = sc.device_put(v, sc.sharding.NamedSharding(mesh, sc.sharding.P("x", None)))
+  jx = jax.device_put(v, jsh.NamedSharding(jmesh, jsh.PartitionSpec("x", None)))
+  f = lambda x: (x * 2).sum()   # noqa: E731
+  assert str(sc.make_jaxpr(sc.grad(f))(x)) == str(jax.make_jaxpr(jax.grad(f))(jx))

@@ -471,6 +471,8 @@ ad.deflinear(reshard_p, _reshard_transpose)
 batching.primitive_batchers[reshard_p] = _reshard_batch
 lowering.register_lowering(reshard_p, _reshard_lowering)
 core.sharding_rules[reshard_p] = lambda x, *, dst_sharding: _type_of(dst_sharding, x.ndim)
+# NB: as JAX prints it: no params (the result's type shows the sharding).
+core.pp_eqn_rules[reshard_p] = lambda eqn, context: []
 
 
 def reshard_to_type(x: Any, ts: NamedSharding | None, have: NamedSharding | None) -> Any:
