@@ -116,3 +116,45 @@ def test_grad_seed_without_mesh_in_context(meshes):
   jx = jax.device_put(v, jsh.NamedSharding(jmesh, jsh.PartitionSpec("x", None)))
   f = lambda x: (x * 2).sum()   # noqa: E731
   assert str(sc.make_jaxpr(sc.grad(f))(x)) == str(jax.make_jaxpr(jax.grad(f))(jx))
+
+
+# ---------------------------------------------------------------------------
+# 4. device_put inside jit onto other devices
+
+
+def _two_meshes(L):
+  full = L.sc.make_mesh((4,), ("x",))
+  return (L.sc.make_mesh((2,), ("x",), devices=full.devices[:2]),
+          L.sc.make_mesh((2,), ("x",), devices=full.devices[2:]))
+
+
+def _put_inside_jit(L, dst, x):
+  # one line for both libraries: JAX's message names the place of the device_put
+  return L.sc.jit(lambda x: L.sc.device_put(x, dst))(x)
+
+
+def _placement_outcomes(L):
+  mesh_a, mesh_b = _two_meshes(L)
+  xa = L.sc.device_put(np.arange(8.0, dtype=np.float32), L.NS(mesh_a, L.P("x")))
+  on_b = L.NS(mesh_b, L.P("x"))
+  # an argument committed to a device (the default one too) meets the device_put's devices
+  out = [_outcome(lambda: _put_inside_jit(L, on_b, xa))] + [
+      _outcome(lambda: _put_inside_jit(L, L.NS(mesh_b, L.P()),
+                                       L.sc.device_put(1.0, L.sc.devices()[d])))
+      for d in (1, 0)]
+  for f in (lambda: _put_inside_jit(L, on_b, np.arange(8.0, dtype=np.float32)),
+            lambda: _put_inside_jit(L, L.NS(mesh_a, L.P()), xa),
+            lambda: _put_inside_jit(L, L.sc.devices()[3], xa),
+            lambda: _put_inside_jit(L, L.sc.devices()[3], np.arange(3.0))):
+    r = f()
+    out.append((str(r.sharding), np.asarray(r).tolist()))
+  return out
+
+
+def test_device_put_inside_jit_onto_other_devices():
+  ours, theirs = _placement_outcomes(Lib(True)), _placement_outcomes(Lib(False))
+  for (k1, m1), (k2, m2) in zip(ours[:3], theirs[:3]):
+    assert k2 == "ValueError" and k1 == "DeviceAssignmentMismatchError"
+    assert m1 == m2
+  assert "device_put inside jit with device ids [2, 3] on platform CPU at " in ours[0][1]
+  assert ours[3:] == theirs[3:]

@@ -981,11 +981,20 @@ class PjitFunction:
     call = entry.executable if dev is None else entry.device_calls.get(dev)
     if call is None:
       donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
-      if type(dev) is dispatch.Placement:
-        layout = self._layout(entry, args, kwargs, static_argnums, dev)
+      placement = dev
+      if (type(dev) is not dispatch.Placement and any(map(dispatch.committed_sharding, leaves))
+          and spmd.jaxpr_meshes(entry.jaxpr.jaxpr)):
+        # NB: a program over a mesh (device_put, shard_map inside) meets arguments committed
+        # to a device: their devices join its device assignment (JAX's check).
+        placement = dispatch.Placement(map(dispatch.committed_sharding, leaves))
+      if type(placement) is dispatch.Placement:
+        layout = self._layout(entry, args, kwargs, static_argnums, placement)
         call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
                                             fun_name(self._fun), layout=layout))
-        entry.device_calls[dev] = call
+        if dev is None:
+          entry.executable = call
+        else:
+          entry.device_calls[dev] = call
         self._remember_placed(call, args, kwargs)
         return call(leaves)
       call = compile_traced(entry, donated, self._keep_unused, fun_name(self._fun), dev)

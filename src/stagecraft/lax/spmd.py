@@ -520,7 +520,10 @@ def reshard(xs: Any, out_shardings: Any) -> Any:
 
 def _traced_device_put(x, s: NamedSharding):
   if AxisType.Explicit in s.mesh.axis_types:
-    return reshard_p.bind(x, dst_sharding=NamedSharding(s.mesh.abstract_mesh, s.spec))
+    # NB: over the concrete mesh (a `jax.reshard` names an AbstractMesh): the program's
+    # device assignment must include its devices (`spmd.jaxpr_meshes`, JAX's "device_put
+    # inside jit"); the type is over its AbstractMesh all the same.
+    return reshard_p.bind(x, dst_sharding=s)
   return sharding_constraint_p.bind(x, sharding=s)
 
 

@@ -129,11 +129,17 @@ def target_placement(args: Sequence[Any], describe: Any = None):
 
 
 def committed_sharding(a):
+  """The sharding an argument is committed to (NamedSharding, SingleDeviceSharding: an
+  Array placed on a device, the default one included), or None (uncommitted)."""
   t = type(a)
   if t is Array:
     if a._sharding is not None:
       return a._sharding
-    return None if a._device is None else SingleDeviceSharding(a._device)
+    if a._device is not None:
+      return SingleDeviceSharding(a._device)
+    if id(a) in array_mod.committed_to_default:
+      return SingleDeviceSharding(client.default_device())
+    return None
   if t is core.ShapeDtypeStruct and a.sharding is not None:
     return to_named(a.sharding, "ShapeDtypeStruct.sharding")
   return None
@@ -189,6 +195,10 @@ def device_put_leaf(x, device, path):
   except (TypeError, OverflowError) as e:
     raise type(e)(f"device_put: the leaf at {path or 'the root'} is not an array: {e}"
                   ) from None
+  if isinstance(x, core.Tracer):
+    # NB: as JAX's, a device (or none) inside a trace does not place the value: the program
+    # runs where its device assignment says.
+    return x
   if device is None:
     return x if type(x) is Array else Array(to_buffer(x, aval), aval)
   dev = None if device == client.default_device() else device

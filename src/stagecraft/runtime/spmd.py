@@ -418,10 +418,14 @@ def _da_desc(da: Sequence[Any]) -> str:
           f"{da[0].platform.upper() if da else '?'}")
 
 
-def _side(da: Sequence[Any], desc: str) -> str:
+def _side(da: Sequence[Any], desc: str | tuple[str, str]) -> str:
   """One side of JAX's device mismatch message ("argument x of f with shape float32[8] and
-  with device ids [0, 1] on platform CPU"; "explicit input sharding with device ids ...")."""
-  return f"{desc}{' and' if desc.startswith('argument ') else ''} with {_da_desc(da)}"
+  with device ids [0, 1] on platform CPU"; "explicit input sharding with device ids ...";
+  a `(description, place)` pair: "device_put inside jit with device ids ... at
+  file:line:col (f)")."""
+  desc, at = desc if isinstance(desc, tuple) else (desc, "")
+  return (f"{desc}{' and' if desc.startswith('argument ') else ''} with {_da_desc(da)}"
+          f"{' at ' + at if at else ''}")
 
 
 def check_device_assignment(sources: Sequence[tuple[tuple, str]], api_name: str = "jit"
@@ -469,9 +473,10 @@ def on_mesh(s: NamedSharding, mesh: Mesh) -> NamedSharding:
 # The mesh a program uses
 
 
-def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, str]]:
-  """The meshes used inside `jaxpr` (with_sharding_constraint, shard_map), each with a
-  description for error messages, in order of appearance (nested jaxprs included)."""
+def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, Any]]:
+  """The meshes used inside `jaxpr` (with_sharding_constraint, shard_map, device_put), each
+  with a description for error messages (a str, or `(description, source place)`: see
+  `_side`), in order of appearance (nested jaxprs included)."""
   found: list = []
   _collect(jaxpr, found)
   return found
@@ -483,8 +488,13 @@ def _collect(jaxpr: Jaxpr, found: list):
       if isinstance(v, Mesh):
         found.append((v, f"{eqn.primitive.name} inside jit"))
       elif isinstance(v, NamedSharding) and isinstance(v.mesh, Mesh):
-        # NB: a sharding over an AbstractMesh (a type: reshard, out_sharding) names no devices
-        found.append((v.mesh, f"{eqn.primitive.name} inside jit"))
+        # NB: a sharding over an AbstractMesh (a type: reshard, out_sharding) names no
+        # devices; a reshard over a Mesh is a device_put (JAX names its place).
+        if eqn.primitive.name == "reshard":
+          found.append((v.mesh, ("device_put inside jit",
+                                 core.source_summary(eqn.source_info))))
+        else:
+          found.append((v.mesh, f"{eqn.primitive.name} inside jit"))
     for sub in core.subjaxprs(eqn):
       _collect(sub, found)
 
