@@ -158,3 +158,46 @@ def test_device_put_inside_jit_onto_other_devices():
     assert m1 == m2
   assert "device_put inside jit with device ids [2, 3] on platform CPU at " in ours[0][1]
   assert ours[3:] == theirs[3:]
+
+
+# ---------------------------------------------------------------------------
+# 5. Commitment: results of Arrays committed to the default device are committed
+
+
+def _commitment_outcomes(L):
+  np_ = L.np
+  d0, d1 = L.sc.devices()[0], L.sc.devices()[1]
+  a = L.sc.device_put(np_.arange(3.0), d0)
+  b = L.sc.device_put(np_.arange(3.0), d1)
+  s0 = L.sc.device_put(2.0, d0)
+  u = np_.arange(3.0)
+  mesh = L.sc.make_mesh((2,), ("x",), devices=L.sc.devices()[:2])
+  xa = L.sc.device_put(np.arange(4.0, dtype=np.float32), L.NS(mesh, L.P("x")))
+  cases = {
+      "a": lambda: a, "a*2": lambda: a * 2, "sin": lambda: np_.sin(a),
+      "sum": lambda: a.sum(), "index": lambda: a[0], "reshape": lambda: a.reshape(3, 1),
+      "astype": lambda: a.astype(np_.int32), "jit": lambda: L.sc.jit(lambda x: x * 2)(a),
+      "a*2+b": lambda: a * 2 + b, "jit(a)+b": lambda: L.sc.jit(lambda x: x * 2)(a) + b,
+      "s0": lambda: s0, "s0+b": lambda: s0 + b, "b+s0": lambda: b + s0,
+      "jit(s0,b)": lambda: L.sc.jit(lambda x, y: x + y)(s0, b),
+      "u+a": lambda: u + a, "a+u": lambda: a + u, "u+b": lambda: u + b,
+      "u": lambda: u * 2, "xa+s0": lambda: xa + s0,
+  }
+  out = {}
+  for k, f in cases.items():
+    kind, r = _outcome(f)
+    out[k] = (kind, r) if kind != "ok" else (kind, r.committed, str(r.sharding))
+  return out
+
+
+def test_results_of_default_committed_arrays_are_committed():
+  ours, theirs = _commitment_outcomes(Lib(True)), _commitment_outcomes(Lib(False))
+  assert ours.keys() == theirs.keys()
+  for k in ours:
+    o, t = ours[k], theirs[k]
+    if t[0] == "ValueError":   # stagecraft's DeviceAssignmentMismatchError is a ValueError
+      assert o[0] == "DeviceAssignmentMismatchError" and o[1] == t[1], k
+    else:
+      assert o == t, k
+  assert ours["a*2"][1] is True and ours["u"][1] is False
+  assert "device ids [0]" in ours["s0+b"][1]

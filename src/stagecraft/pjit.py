@@ -31,7 +31,7 @@ from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import conditionals, loops, while_op
 from stagecraft.lax.spmd import reshard, reshard_p, sharding_constraint_p
 from stagecraft.runtime import client, dispatch, spmd
-from stagecraft.runtime.array import Array
+from stagecraft.runtime.array import Array, committed_to_default as _committed_to_default
 from stagecraft.sharding import NamedSharding, PartitionSpec
 
 __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "trace_flat",
@@ -725,6 +725,15 @@ class _PlacedKey(_FlatKey):
 _PLACED = _PlacedKey()
 
 
+def _committed_results(leaves: Sequence[Any], out: Any) -> Any:
+  """`out`, its Arrays marked committed to the default device when some Array among
+  `leaves` is (JAX's: committed arguments give committed results)."""
+  if dispatch.commits_default(leaves):
+    dispatch.mark_all_committed(optree.tree_leaves(out, none_is_leaf=False,
+                                                   namespace=tree_util.NAMESPACE))
+  return out
+
+
 def _placed_key(args) -> tuple | None:
   """The fast-path key of positional `args` when all are Arrays (their avals and layouts,
   the config and the mesh context), else None."""
@@ -915,12 +924,16 @@ class PjitFunction:
         else:
           call = self._cache.get((*avals, config.state_id))
           if call is not None:
+            if _committed_to_default:
+              return _committed_results(args, call.call_arrays(args))
             return call.call_arrays(args)
         leaves, treedef = flatten(args)
         avals = [a.aval for a in leaves if type(a) is Array]
         if len(avals) == len(leaves):
           call = self._cache.get((treedef, config.state_id, *avals))
           if call is not None:
+            if _committed_to_default:
+              return _committed_results(leaves, call.call_arrays(leaves))
             return call.call_arrays(leaves)
       elif (not kwargs and self._placed_fast and core.trace_state.trace is core.eval_trace
             and not config.disable_jit and self._refs is None):
@@ -1011,6 +1024,8 @@ class PjitFunction:
       self._remember_placed(call, args, kwargs)
     if config.state_key[1]:   # debug_nans / debug_infs
       return self._checked_call(call, leaves, args, kwargs)
+    if dev is None and _committed_to_default:
+      return _committed_results(leaves, call(leaves))
     return call(leaves)
 
   def _remember_placed(self, call, args, kwargs) -> None:

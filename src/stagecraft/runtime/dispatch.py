@@ -25,6 +25,7 @@ from stagecraft.runtime.array import Array
 from stagecraft.sharding import SingleDeviceSharding, to_named
 
 __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "target_device",
+           "commits_default", "mark_all_committed",
            "device_put_leaf", "block_until_ready", "compile_count", "compile_module",
            "forget_module", "trim_host_memory",
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
@@ -621,9 +622,14 @@ def _primitive_args(prim: core.Primitive, args: Sequence[Any]) -> Callable[[int]
 
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
   """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
-  dev = target_placement(args, prim) if placement_used[0] else None
-  if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
-    return mesh_apply_primitive[0](prim, args, params, dev)
+  dev = None
+  if placement_used[0]:
+    dev = target_placement(args, prim)
+    if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
+      return mesh_apply_primitive[0](prim, args, params, dev)
+  # NB: results of Arrays committed to the default device are committed (a dict's truth
+  # when there are none: the eager path pays nothing more)
+  committed = dev is None and bool(_committed_to_default) and commits_default(args)
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
   try:
     key = (prim, dev, client.default_device_option(), *avals, *params.items())
@@ -639,10 +645,34 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
   if config.state_key[1]:   # debug_nans / debug_infs
     outs = ex.call(args) if prim.multiple_results else [ex.call1(args)]
     check_special(prim.name, outs)
-    return outs if prim.multiple_results else outs[0]
-  if prim.multiple_results:
+  elif committed:
+    outs = ex.call(args) if prim.multiple_results else [ex.call1(args)]
+  elif prim.multiple_results:
     return ex.call(args)
-  return ex.call1(args)
+  else:
+    return ex.call1(args)
+  if committed:
+    mark_all_committed(outs)
+  return outs if prim.multiple_results else outs[0]
+
+
+_committed_to_default = array_mod.committed_to_default
+
+
+def commits_default(args: Sequence[Any]) -> bool:
+  """Whether some Array among `args` is committed to the default device
+  (`device_put(x, devices()[0])`): computations on it give committed results, as JAX's."""
+  if not array_mod.committed_to_default:
+    return False
+  return any(type(a) is Array and a._device is None and a._sharding is None
+             and id(a) in array_mod.committed_to_default for a in args)
+
+
+def mark_all_committed(values: Sequence[Any]) -> None:
+  """Marks the Arrays among `values` (on the default device) committed to it."""
+  for v in values:
+    if type(v) is Array and v._device is None and v._sharding is None:
+      array_mod.mark_committed(v)
 
 
 def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
@@ -653,6 +683,9 @@ def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
   if placement_used[0] or config.state_key[1]:
     return None
   x, y = args
+  if _committed_to_default and (id(x) in _committed_to_default
+                                or id(y) in _committed_to_default):
+    return None   # committed results: `apply_primitive`
   ex = _prim_cache.get((prim, None, client.default_device_cell[0], x.aval, y.aval))
   if ex is None or ex.callbacks:
     return None
