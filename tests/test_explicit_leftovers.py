@@ -201,3 +201,27 @@ def test_results_of_default_committed_arrays_are_committed():
       assert o == t, k
   assert ours["a*2"][1] is True and ours["u"][1] is False
   assert "device ids [0]" in ours["s0+b"][1]
+
+
+# ---------------------------------------------------------------------------
+# 2. use_abstract_mesh with another mesh of the same devices inside jit
+
+
+def test_use_abstract_mesh_of_another_shape_inside_jit(meshes):
+  def prog(L, m, x):
+    seen = []
+
+    def f(x):
+      am = L.sc.sharding.AbstractMesh((4,), ("A",), (L.sc.sharding.AxisType.Explicit,))
+      with L.sc.sharding.use_abstract_mesh(am):
+        y = L.rs(x, L.P("A", None))
+        seen.append(str(L.typeof(y)))
+        return y * 2
+    z = L.sc.jit(f)(x)
+    return z, seen, repr(z.sharding)
+  (z1, seen1, s1), (z2, seen2, s2) = both(meshes, prog, ("x", "y"))
+  check_same(z1, z2)
+  assert seen1 == seen2 == ["float32[8@A,4]"]
+  assert s1 == s2
+  assert [d.id for d in z1.sharding.mesh.devices.flat] == [
+      d.id for d in z2.sharding.mesh.devices.flat]

@@ -524,10 +524,24 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
                f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(a.shape))}"
                for s, a in zip(in_shardings, avals_in)]
   res_attrs = [None if s is None else
-               f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(v.aval.shape))}"
+               f"sdy.sharding = #sdy.sharding{_result_sdy(module, s, mesh, len(v.aval.shape))}"
                for s, v in zip(out_shardings, jaxpr.outvars)]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
                                         result_attrs=res_attrs, module=module, consts=consts)
+
+
+def _result_sdy(module, s: NamedSharding, mesh: Mesh, ndim: int) -> str:
+  """The Shardy sharding of a result laid out by `s`: over the program's `mesh`, or over
+  another shape of its devices (a type under `use_abstract_mesh`), its own `sdy.mesh`."""
+  if _other_shape(s, mesh):
+    return s._sdy(ndim, mesh_name=lowering.mesh_symbol(module, s.mesh))
+  return on_mesh(s, mesh)._sdy(ndim)
+
+
+def _other_shape(s: NamedSharding, mesh: Mesh) -> bool:
+  """Whether `s` is over the devices of `mesh` in the same order but in another shape."""
+  return (s.mesh.devices.shape != mesh.devices.shape
+          and s.mesh._flat_devices == mesh._flat_devices)
 
 
 def _spec_candidates(mesh: Mesh, ndim: int):
@@ -591,7 +605,8 @@ def compile_sharded(name: str, jaxpr: Jaxpr, mesh: Mesh,
   donated_idx = [i for i, d in enumerate(donated or ()) if d]
   return SpmdExecutable(exe, devices, avals_in, avals_out,
                              [on_mesh(s, mesh) for s in final_in],
-                             [on_mesh(s, mesh) for s in final_out], text, donated_idx,
+                             [s if _other_shape(s, mesh) else on_mesh(s, mesh)
+                              for s in final_out], text, donated_idx,
                              keep_replicated=True)
 
 
@@ -741,7 +756,13 @@ def from_type(aval: Any, mesh: Mesh) -> NamedSharding | None:
   if ts is None:   # NB: JAX's spec of an unsplit value: P(None, ...), one per dimension
     return NamedSharding(mesh, PartitionSpec(*[None] * len(getattr(aval, "shape", ()))))
   if (ts.mesh.axis_names, ts.mesh.axis_sizes) != (mesh.axis_names, mesh.axis_sizes):
-    return None
+    if math.prod(ts.mesh.axis_sizes) != mesh.size:
+      return None
+    # NB: a type over another shape of the program's devices (`use_abstract_mesh`): as
+    # JAX's, over a Mesh of those devices in that shape
+    other = Mesh(np.asarray(mesh._flat_devices, dtype=object).reshape(ts.mesh.axis_sizes),
+                 ts.mesh.axis_names, axis_types=ts.mesh.axis_types)
+    return NamedSharding(other, ts.spec)
   return NamedSharding(mesh, ts.spec)
 
 
