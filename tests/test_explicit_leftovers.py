@@ -225,3 +225,48 @@ def test_use_abstract_mesh_of_another_shape_inside_jit(meshes):
   assert s1 == s2
   assert [d.id for d in z1.sharding.mesh.devices.flat] == [
       d.id for d in z2.sharding.mesh.devices.flat]
+
+
+# ---------------------------------------------------------------------------
+# 2. auto_axes / explicit_axes called outside jit run the function eagerly, as JAX's
+
+
+def _eager_axes_outcomes(L):
+  seen = []
+  mesh = L.sc.make_mesh((2, 2), ("x", "y"))   # Explicit axes
+
+  def look(x):
+    seen.append((type(x).__name__ in ("Array", "ArrayImpl"), repr(x.sharding),
+                 str(L.typeof(x)), str(L.sc.sharding.get_abstract_mesh())))
+
+  @L.sc.sharding.auto_axes
+  def f(x):
+    look(x)
+    y = x * 2
+    look(y)
+    return y
+
+  @L.sc.sharding.auto_axes
+  def total(x):
+    return x.sum()
+
+  with L.sc.set_mesh(mesh):
+    x = L.sc.device_put(np.arange(8.0, dtype=np.float32), L.P("x"))
+    outs = [f(x, out_sharding=L.P("x")), total(x, out_sharding=L.P())]
+  auto = L.sc.make_mesh((2, 2), ("x", "y"), (L.sc.sharding.AxisType.Auto,) * 2)
+
+  @L.sc.sharding.explicit_axes
+  def g(y):
+    look(y)
+    return y * 2
+
+  with L.sc.set_mesh(auto):
+    a = L.sc.device_put(np.arange(16.0, dtype=np.float32).reshape(4, 4), L.P("x", None))
+    outs.append(g(a, in_sharding=L.P("x", "y")))
+  return seen, [(repr(o.sharding), str(L.typeof(o)), np.asarray(o).tolist()) for o in outs]
+
+
+def test_auto_and_explicit_axes_outside_jit():
+  ours, theirs = _eager_axes_outcomes(Lib(True)), _eager_axes_outcomes(Lib(False))
+  assert ours == theirs
+  assert ours[0][0][0]   # the function saw an Array, not a tracer

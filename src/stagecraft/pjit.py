@@ -1631,9 +1631,41 @@ def _with_axes_types(fun, name: str, axis_type, axes, kw: str, given):
       if kw == "in_sharding":   # back to the types of the mesh outside
         out = tree_util.tree_map(lambda o: _retype(o, prev), out)
       return out
-    out = body(*args, **kwargs) if _tracing(args, kwargs) else jit(body)(*args, **kwargs)
+    def eager_body(*a, **k):
+      # NB: as JAX's, outside a trace `fun` runs eagerly on Arrays whose mesh has the new
+      # axis types (their layout kept; `in_sharding` relays them out)
+      leaves, tree = optree.tree_flatten((a, k), none_is_leaf=False,
+                                         namespace=tree_util.NAMESPACE)
+      if kw == "in_sharding":
+        specs = spmd.flatten_shardings(target, (a, k)[0], f"{name} in_sharding")
+        leaves = [_retype_eager(x, new, getattr(s, "spec", None))
+                  for x, s in zip(leaves, specs + [None] * (len(leaves) - len(specs)))]
+      else:
+        leaves = [_retype_eager(x, new) for x in leaves]
+      a, k = optree.tree_unflatten(tree, leaves)
+      with sharding_lib.abstract_mesh_context(new):
+        out = fun(*a, **k)
+      if kw == "in_sharding":
+        out = tree_util.tree_map(lambda o: _retype_eager(o, prev), out)
+      return out
+    out = body(*args, **kwargs) if _tracing(args, kwargs) else eager_body(*args, **kwargs)
     return reshard(out, target) if kw == "out_sharding" else out
   return wrapper
+
+
+def _retype_eager(x: Any, mesh, spec=None) -> Any:
+  """The Array `x` over the concrete mesh of its devices with the axis types of `mesh` (an
+  AbstractMesh of the same axes), laid out by `spec` (default: as it is); other values as
+  they are."""
+  if type(x) is not Array:
+    return x
+  s = x._sharding
+  cm = s.mesh if s is not None else sharding_lib.current_mesh()
+  if (not isinstance(cm, sharding_lib.Mesh) or (cm.axis_names, cm.axis_sizes) !=
+      (mesh.axis_names, mesh.axis_sizes) or (s is None and spec is None)):
+    return x
+  typed = sharding_lib.Mesh(cm.devices, cm.axis_names, axis_types=mesh.axis_types)
+  return spmd.device_put_sharded(x, NamedSharding(typed, s.spec if spec is None else spec))
 
 
 def _tracing(args, kwargs) -> bool:
@@ -1647,7 +1679,9 @@ def auto_axes(f: Callable | None = None, /, *, axes: str | tuple[str, ...] | Non
   """`f` run with the mesh axes `axes` (all by default) of type Auto (JAX's
   `jax.sharding.auto_axes`): inside, values are not typed over them (the partitioner lays
   them out, so operations whose sharding rule would ask for `out_sharding=` run), and the
-  result is resharded to `out_sharding` (given here or as a keyword of the call).
+  result is resharded to `out_sharding` (given here or as a keyword of the call). Outside a
+  trace `f` runs eagerly, as JAX's, on Arrays over the mesh with those axes Auto (layouts
+  kept).
 
   Raises:
     TypeError: no `out_sharding`.
@@ -1664,6 +1698,7 @@ def explicit_axes(f: Callable | None = None, /, *, axes: str | tuple[str, ...] |
   """`f` run with the mesh axes `axes` (all by default) of type Explicit (JAX's
   `jax.sharding.explicit_axes`): its arguments are typed by `in_sharding` (given here or as
   a keyword of the call), and its results come back without those axes in their types.
+  Outside a trace `f` runs eagerly, as JAX's, on Arrays relaid out by `in_sharding`.
 
   Raises:
     TypeError: no `in_sharding`.

@@ -814,7 +814,8 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
     return traced_device_put[0](x, sharding)
   s = intern_sharding(sharding)
   aval = typed_aval(aval, s)
-  if type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval:
+  if (type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval
+      and x._sharding.mesh.axis_types == s.mesh.axis_types):
     return x
   buf = shard_arg(x, aval, s)
   dispatch.placement_used[0] = True
