@@ -160,6 +160,22 @@ def test_device_put_inside_jit_onto_other_devices():
   assert ours[3:] == theirs[3:]
 
 
+def _constraint_inside_jit(L):
+  auto = (L.sc.sharding.AxisType.Auto,)
+  full = L.sc.make_mesh((4,), ("x",), auto)
+  mesh_a = L.sc.make_mesh((2,), ("x",), auto, devices=full.devices[:2])
+  mesh_b = L.sc.make_mesh((2,), ("x",), auto, devices=full.devices[2:])
+  xa = L.sc.device_put(np.arange(4.0, dtype=np.float32), L.NS(mesh_a, L.P("x")))
+  on_b = L.NS(mesh_b, L.P("x"))
+  return _outcome(lambda: L.sc.jit(lambda x: L.lax.with_sharding_constraint(x, on_b))(xa))
+
+
+def test_sharding_constraint_on_other_devices_names_its_place():
+  (k1, m1), (k2, m2) = _constraint_inside_jit(Lib(True)), _constraint_inside_jit(Lib(False))
+  assert (k1, k2) == ("DeviceAssignmentMismatchError", "ValueError")
+  assert m1 == m2 and "sharding_constraint inside jit with device ids [2, 3]" in m1
+
+
 # ---------------------------------------------------------------------------
 # 5. Commitment: results of Arrays committed to the default device are committed
 

@@ -485,16 +485,15 @@ def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, Any]]:
 def _collect(jaxpr: Jaxpr, found: list):
   for eqn in jaxpr.eqns:
     for v in eqn.params.values():   # a mesh, or a sharding over one (constraints)
+      # NB: as JAX's, named with the equation's place; a sharding over an AbstractMesh (a
+      # type: reshard, out_sharding) names no devices, and a reshard over a Mesh is a
+      # device_put
       if isinstance(v, Mesh):
-        found.append((v, f"{eqn.primitive.name} inside jit"))
+        found.append((v, (f"{eqn.primitive.name} inside jit",
+                          core.source_summary(eqn.source_info))))
       elif isinstance(v, NamedSharding) and isinstance(v.mesh, Mesh):
-        # NB: a sharding over an AbstractMesh (a type: reshard, out_sharding) names no
-        # devices; a reshard over a Mesh is a device_put (JAX names its place).
-        if eqn.primitive.name == "reshard":
-          found.append((v.mesh, ("device_put inside jit",
-                                 core.source_summary(eqn.source_info))))
-        else:
-          found.append((v.mesh, f"{eqn.primitive.name} inside jit"))
+        name = "device_put" if eqn.primitive.name == "reshard" else eqn.primitive.name
+        found.append((v.mesh, (f"{name} inside jit", core.source_summary(eqn.source_info))))
     for sub in core.subjaxprs(eqn):
       _collect(sub, found)
 
