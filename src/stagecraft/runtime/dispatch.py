@@ -629,7 +629,7 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
       return mesh_apply_primitive[0](prim, args, params, dev)
   # NB: results of Arrays committed to the default device are committed (a dict's truth
   # when there are none: the eager path pays nothing more)
-  committed = dev is None and bool(_committed_to_default) and commits_default(args)
+  committed = _committed_to_default and dev is None and commits_default(args)
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
   try:
     key = (prim, dev, client.default_device_option(), *avals, *params.items())
@@ -642,15 +642,11 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
       if len(_prim_cache) >= _MAX_CACHE:
         _prim_cache.clear()
       _prim_cache[key] = ex
+  if not (committed or config.state_key[1]):
+    return ex.call(args) if prim.multiple_results else ex.call1(args)
+  outs = ex.call(args) if prim.multiple_results else [ex.call1(args)]
   if config.state_key[1]:   # debug_nans / debug_infs
-    outs = ex.call(args) if prim.multiple_results else [ex.call1(args)]
     check_special(prim.name, outs)
-  elif committed:
-    outs = ex.call(args) if prim.multiple_results else [ex.call1(args)]
-  elif prim.multiple_results:
-    return ex.call(args)
-  else:
-    return ex.call1(args)
   if committed:
     mark_all_committed(outs)
   return outs if prim.multiple_results else outs[0]
