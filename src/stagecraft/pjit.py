@@ -1616,39 +1616,27 @@ def _with_axes_types(fun, name: str, axis_type, axes, kw: str, given):
     if kw == "out_sharding" and set(prev.auto_axes) == set(names):
       return fun(*args, **kwargs)
 
+    # NB: traced, values are retyped through `reshard`; outside a trace `fun` runs eagerly,
+    # as JAX's, on Arrays whose mesh has the new axis types (their layout kept;
+    # `in_sharding` relays them out)
+    retype = _retype if _tracing(args, kwargs) else _retype_eager
+
     def body(*a, **k):
       leaves, tree = optree.tree_flatten((a, k), none_is_leaf=False,
                                          namespace=tree_util.NAMESPACE)
       if kw == "in_sharding":
         specs = spmd.flatten_shardings(target, (a, k)[0], f"{name} in_sharding")
-        leaves = [_retype(x, new, getattr(s, "spec", s) if s is not None else None)
+        leaves = [retype(x, new, getattr(s, "spec", s) if s is not None else None)
                   for x, s in zip(leaves, specs + [None] * (len(leaves) - len(specs)))]
       else:
-        leaves = [_retype(x, new) for x in leaves]
+        leaves = [retype(x, new) for x in leaves]
       a, k = optree.tree_unflatten(tree, leaves)
       with sharding_lib.abstract_mesh_context(new):
         out = fun(*a, **k)
       if kw == "in_sharding":   # back to the types of the mesh outside
-        out = tree_util.tree_map(lambda o: _retype(o, prev), out)
+        out = tree_util.tree_map(lambda o: retype(o, prev), out)
       return out
-    def eager_body(*a, **k):
-      # NB: as JAX's, outside a trace `fun` runs eagerly on Arrays whose mesh has the new
-      # axis types (their layout kept; `in_sharding` relays them out)
-      leaves, tree = optree.tree_flatten((a, k), none_is_leaf=False,
-                                         namespace=tree_util.NAMESPACE)
-      if kw == "in_sharding":
-        specs = spmd.flatten_shardings(target, (a, k)[0], f"{name} in_sharding")
-        leaves = [_retype_eager(x, new, getattr(s, "spec", None))
-                  for x, s in zip(leaves, specs + [None] * (len(leaves) - len(specs)))]
-      else:
-        leaves = [_retype_eager(x, new) for x in leaves]
-      a, k = optree.tree_unflatten(tree, leaves)
-      with sharding_lib.abstract_mesh_context(new):
-        out = fun(*a, **k)
-      if kw == "in_sharding":
-        out = tree_util.tree_map(lambda o: _retype_eager(o, prev), out)
-      return out
-    out = body(*args, **kwargs) if _tracing(args, kwargs) else eager_body(*args, **kwargs)
+    out = body(*args, **kwargs)
     return reshard(out, target) if kw == "out_sharding" else out
   return wrapper
 
