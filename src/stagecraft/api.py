@@ -22,7 +22,7 @@ from stagecraft import lax, numpy as jnp
 from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.interpreters.mapping import mapped_aval, varying_axes
 from stagecraft.lax import shape as lax_shape
-from stagecraft.lax.spmd import pmap_executable, xla_pmap_p
+from stagecraft.lax.spmd import pmap_executable, reshard_p, xla_pmap_p
 from stagecraft.pjit import jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
@@ -715,6 +715,10 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
               if type(core.current_trace()) is core.EvalTrace else core.WeakScalarValue(one))
     if aval.vma and core.check_vma_state[0]:   # JAX's seed has the output's varying type
       seed = core.pvary_hook[0](seed, core.order_axes(aval.vma))
+    mesh = _seed_mesh(dyn)
+    if mesh is not None:   # as JAX's: the seed is resharded to the output's (unsplit) type
+      seed = reshard_p.bind(seed, dst_sharding=sharding_lib.NamedSharding(
+          mesh, sharding_lib.PartitionSpec()))
     g = vjp_fn(seed)
     # The seed itself comes back where `fun` is the identity of an argument: an Array (a
     # literal in a jaxpr, `in (1.0:f32[],)`, as JAX's constant folding gives).
@@ -725,6 +729,21 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     return ((ans, res[2]), g) if has_aux else (ans, g)
 
   return value_and_grad_f
+
+
+def _seed_mesh(dyn: Any):
+  """The AbstractMesh with Explicit axes that a traced grad's output is typed over (JAX's
+  seed `1.0` is resharded to it): the one in context, else that of a differentiated input's
+  type; None outside a trace or without Explicit axes."""
+  if type(core.current_trace()) is core.EvalTrace:
+    return None
+  mesh = sharding_lib.get_abstract_mesh()
+  if mesh.empty:
+    mesh = next((a._sharding.mesh for a in map(core.get_aval, tree_util.tree_leaves(dyn))
+                 if getattr(a, "_sharding", None) is not None), None)
+  if mesh is None or sharding_lib.AxisType.Explicit not in mesh.axis_types:
+    return None
+  return mesh
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

@@ -32,6 +32,7 @@ from stagecraft.lax.control_flow import conditionals, loops, while_op
 from stagecraft.lax.spmd import reshard, reshard_p, sharding_constraint_p
 from stagecraft.runtime import client, dispatch, spmd
 from stagecraft.runtime.array import Array, mark_committed
+from stagecraft.runtime.array import committed_to_default as _committed_to_default
 from stagecraft import layout as layout_lib
 from stagecraft.sharding import NamedSharding, PartitionSpec
 
@@ -726,6 +727,15 @@ class _PlacedKey(_FlatKey):
 _PLACED = _PlacedKey()
 
 
+def _committed_results(leaves: Sequence[Any], out: Any) -> Any:
+  """`out`, its Arrays marked committed to the default device when some Array among
+  `leaves` is (JAX's: committed arguments give committed results)."""
+  if dispatch.commits_default(leaves):
+    dispatch.mark_all_committed(optree.tree_leaves(out, none_is_leaf=False,
+                                                   namespace=tree_util.NAMESPACE))
+  return out
+
+
 def _placed_key(args) -> tuple | None:
   """The fast-path key of positional `args` when all are Arrays (their avals and layouts,
   the config and the mesh context), else None."""
@@ -924,12 +934,16 @@ class PjitFunction:
         else:
           call = self._cache.get((*avals, config.state_id))
           if call is not None:
+            if _committed_to_default:
+              return _committed_results(args, call.call_arrays(args))
             return call.call_arrays(args)
         leaves, treedef = flatten(args)
         avals = [a.aval for a in leaves if type(a) is Array]
         if len(avals) == len(leaves):
           call = self._cache.get((treedef, config.state_id, *avals))
           if call is not None:
+            if _committed_to_default:
+              return _committed_results(leaves, call.call_arrays(leaves))
             return call.call_arrays(leaves)
       elif (not kwargs and self._placed_fast and core.trace_state.trace is core.eval_trace
             and not config.disable_jit and self._refs is None):
@@ -990,11 +1004,20 @@ class PjitFunction:
     call = entry.executable if dev is None else entry.device_calls.get(dev)
     if call is None:
       donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
-      if type(dev) is dispatch.Placement:
-        layout = self._layout(entry, args, kwargs, static_argnums, dev)
+      placement = dev
+      if (type(dev) is not dispatch.Placement and any(map(dispatch.committed_sharding, leaves))
+          and spmd.jaxpr_meshes(entry.jaxpr.jaxpr)):
+        # NB: a program over a mesh (device_put, shard_map inside) meets arguments committed
+        # to a device: their devices join its device assignment (JAX's check).
+        placement = dispatch.Placement(map(dispatch.committed_sharding, leaves))
+      if type(placement) is dispatch.Placement:
+        layout = self._layout(entry, args, kwargs, static_argnums, placement)
         call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
                                             fun_name(self._fun), layout=layout))
-        entry.device_calls[dev] = call
+        if dev is None:
+          entry.executable = call
+        else:
+          entry.device_calls[dev] = call
         self._remember_placed(call, args, kwargs)
         return call(leaves)
       if self._formats is not None:
@@ -1017,6 +1040,8 @@ class PjitFunction:
       self._remember_placed(call, args, kwargs)
     if config.state_key[1]:   # debug_nans / debug_infs
       return self._checked_call(call, leaves, args, kwargs)
+    if dev is None and _committed_to_default:
+      return _committed_results(leaves, call(leaves))
     return call(leaves)
 
   def _remember_placed(self, call, args, kwargs) -> None:
@@ -1677,24 +1702,44 @@ def _with_axes_types(fun, name: str, axis_type, axes, kw: str, given):
     if kw == "out_sharding" and set(prev.auto_axes) == set(names):
       return fun(*args, **kwargs)
 
+    # NB: traced, values are retyped through `reshard`; outside a trace `fun` runs eagerly,
+    # as JAX's, on Arrays whose mesh has the new axis types (their layout kept;
+    # `in_sharding` relays them out)
+    retype = _retype if _tracing(args, kwargs) else _retype_eager
+
     def body(*a, **k):
       leaves, tree = optree.tree_flatten((a, k), none_is_leaf=False,
                                          namespace=tree_util.NAMESPACE)
       if kw == "in_sharding":
         specs = spmd.flatten_shardings(target, (a, k)[0], f"{name} in_sharding")
-        leaves = [_retype(x, new, getattr(s, "spec", s) if s is not None else None)
+        leaves = [retype(x, new, getattr(s, "spec", s) if s is not None else None)
                   for x, s in zip(leaves, specs + [None] * (len(leaves) - len(specs)))]
       else:
-        leaves = [_retype(x, new) for x in leaves]
+        leaves = [retype(x, new) for x in leaves]
       a, k = optree.tree_unflatten(tree, leaves)
       with sharding_lib.abstract_mesh_context(new):
         out = fun(*a, **k)
       if kw == "in_sharding":   # back to the types of the mesh outside
-        out = tree_util.tree_map(lambda o: _retype(o, prev), out)
+        out = tree_util.tree_map(lambda o: retype(o, prev), out)
       return out
-    out = body(*args, **kwargs) if _tracing(args, kwargs) else jit(body)(*args, **kwargs)
+    out = body(*args, **kwargs)
     return reshard(out, target) if kw == "out_sharding" else out
   return wrapper
+
+
+def _retype_eager(x: Any, mesh, spec=None) -> Any:
+  """The Array `x` over the concrete mesh of its devices with the axis types of `mesh` (an
+  AbstractMesh of the same axes), laid out by `spec` (default: as it is); other values as
+  they are."""
+  if type(x) is not Array:
+    return x
+  s = x._sharding
+  cm = s.mesh if s is not None else sharding_lib.current_mesh()
+  if (not isinstance(cm, sharding_lib.Mesh) or (cm.axis_names, cm.axis_sizes) !=
+      (mesh.axis_names, mesh.axis_sizes) or (s is None and spec is None)):
+    return x
+  typed = sharding_lib.Mesh(cm.devices, cm.axis_names, axis_types=mesh.axis_types)
+  return spmd.device_put_sharded(x, NamedSharding(typed, s.spec if spec is None else spec))
 
 
 def _tracing(args, kwargs) -> bool:
@@ -1708,7 +1753,9 @@ def auto_axes(f: Callable | None = None, /, *, axes: str | tuple[str, ...] | Non
   """`f` run with the mesh axes `axes` (all by default) of type Auto (JAX's
   `jax.sharding.auto_axes`): inside, values are not typed over them (the partitioner lays
   them out, so operations whose sharding rule would ask for `out_sharding=` run), and the
-  result is resharded to `out_sharding` (given here or as a keyword of the call).
+  result is resharded to `out_sharding` (given here or as a keyword of the call). Outside a
+  trace `f` runs eagerly, as JAX's, on Arrays over the mesh with those axes Auto (layouts
+  kept).
 
   Raises:
     TypeError: no `out_sharding`.
@@ -1725,6 +1772,7 @@ def explicit_axes(f: Callable | None = None, /, *, axes: str | tuple[str, ...] |
   """`f` run with the mesh axes `axes` (all by default) of type Explicit (JAX's
   `jax.sharding.explicit_axes`): its arguments are typed by `in_sharding` (given here or as
   a keyword of the call), and its results come back without those axes in their types.
+  Outside a trace `f` runs eagerly, as JAX's, on Arrays relaid out by `in_sharding`.
 
   Raises:
     TypeError: no `in_sharding`.

@@ -713,16 +713,17 @@ class NamedSharding(Sharding):
       return False
     return self._key() == other._key()
 
-  def _sdy(self, ndim: int, open_dims: bool = False) -> str:
+  def _sdy(self, ndim: int, open_dims: bool = False, mesh_name: str = "mesh") -> str:
     """The Shardy sharding `<@mesh, [{"a"}, {}]>` of an array of rank `ndim` (open_dims:
-    unnamed dimensions `{?}` and named ones `{"a", ?}`, left to the partitioner)."""
+    unnamed dimensions `{?}` and named ones `{"a", ?}`, left to the partitioner;
+    `mesh_name`: the module's `sdy.mesh` it names)."""
     dims = []
     for i in range(ndim):
       names = [f'"{self.mesh.sdy_axis_names[n]}"' for n in self.spec._names(i)]
       if open_dims:
         names.append("?")
       dims.append("{" + ", ".join(names) + "}")
-    return f"<@mesh, [{', '.join(dims)}]>"
+    return f"<@{mesh_name}, [{', '.join(dims)}]>"
 
   def _key(self):
     # NB: equal layouts compare equal whatever the mesh axes are called or typed. Computed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import math
 import re
 import threading
 import warnings
@@ -31,7 +32,7 @@ __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_sc
            "FuncBuilder", "LoweringRuleContext", "emit_op", "constant", "build_region",
            "sanitize_name", "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
            "lower_jaxpr_to_module", "ModuleText", "has_ordered_effects", "source_locations",
-           "strip_locations"]
+           "strip_locations", "mesh_symbol"]
 
 _lowerings: dict[core.Primitive, Callable] = {}
 
@@ -206,8 +207,11 @@ class ModuleContext:
     # the depth of the manual region being lowered (None: outside any).
     self.mesh: list[tuple[str, int]] | None = None
     self.manual_depth: int | None = None
-    # Programs over a user's device mesh (runtime/spmd.py): its `Mesh`.
+    # Programs over a user's device mesh (runtime/spmd.py): its `Mesh`; `other_meshes`: the
+    # meshes of the same devices in another shape that types name (`use_abstract_mesh`),
+    # {(axis names, sizes): the name of their `sdy.mesh`} (`mesh_symbol`).
     self.sdy_mesh = None
+    self.other_meshes: dict = {}
     # Module-level ops other than functions, written before them (the `sdy.mesh` of an
     # inlined exported module: stagecraft.export).
     self.extra_ops: list[str] = []
@@ -501,21 +505,44 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
 constrained_to_type = {"dot_general", "reshape", "broadcast_in_dim", "concatenate"}
 
 
+def mesh_symbol(module: ModuleContext, mesh: Any) -> str | None:
+  """The name of the `sdy.mesh` of `module` that `mesh` (a Mesh or AbstractMesh) is:
+  `mesh` for the program's mesh (same axis names and sizes); for another shape of its
+  devices (a type under `use_abstract_mesh`), `mesh_<k>`, declared once (as JAX names
+  them); None for a mesh of another size."""
+  own = module.sdy_mesh
+  key = (tuple(mesh.axis_names), tuple(mesh.axis_sizes))
+  if own is None or key == (tuple(own.axis_names), tuple(own.axis_sizes)):
+    return "mesh"
+  if math.prod(mesh.axis_sizes) != own.size:
+    return None
+  name = module.other_meshes.get(key)
+  if name is None:
+    name = module.other_meshes[key] = f"mesh_{len(module.other_meshes)}"
+    axes = ", ".join(f'"{mesh.sdy_axis_names[n]}"={s}'
+                     for n, s in zip(mesh.axis_names, mesh.axis_sizes))
+    module.extra_ops.append(f"  sdy.mesh @{name} = <[{axes}]>")
+  return name
+
+
 def _constrain_to_type(fb: FuncBuilder, x: str, aval: Any) -> str:
   """`x` under an `sdy.sharding_constraint` to the sharding in its type, if it has one over
-  the module's mesh."""
+  the module's mesh (or another shape of its devices: `mesh_symbol`)."""
   ts = getattr(aval, "_sharding", None)
-  mesh = fb.module.sdy_mesh
-  if ts is None or (ts.mesh.axis_names, ts.mesh.axis_sizes) != (mesh.axis_names,
-                                                                 mesh.axis_sizes):
+  if ts is None:
     return x
+  name = mesh_symbol(fb.module, ts.mesh)
+  if name is None:
+    return x
+  mesh = ts.mesh
   dims = []
   spec = tuple(ts.spec) + (None,) * (len(aval.shape) - len(ts.spec))
   for e in spec:
     names = () if e is None else e if isinstance(e, tuple) else (e,)
     dims.append("{" + ", ".join(f'"{mesh.sdy_axis_names[n]}"' for n in names) + "}")
   r = fb.fresh()
-  fb.emit(f"{r} = sdy.sharding_constraint {x} <@mesh, [{', '.join(dims)}]> : {ir_type(aval)}")
+  fb.emit(f"{r} = sdy.sharding_constraint {x} <@{name}, [{', '.join(dims)}]> : "
+          f"{ir_type(aval)}")
   return r
 
 

@@ -219,6 +219,11 @@ def _reduce_sum_transpose(ct, operand, *, axes):
   dims = tuple(np.delete(np.arange(len(shape)), list(axes)))
   if core.get_aval(ct).shape == shape and dims == tuple(range(len(shape))):
     return [ct]
+  ts = getattr(operand.aval, "_sharding", None)
+  # As JAX's: a traced broadcast has the operand's type (`out_sharding`). NB: an eager
+  # cotangent is on no mesh yet: `typed_transpose` reshards the broadcast onto it.
+  if ts is not None and isinstance(ct, core.Tracer):
+    return [broadcast_in_dim_p.bind(ct, shape=shape, broadcast_dimensions=dims, sharding=ts)]
   return [broadcast_in_dim_p.bind(ct, shape=shape, broadcast_dimensions=dims)]
 
 

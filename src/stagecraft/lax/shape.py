@@ -30,6 +30,7 @@ import numpy as np
 from stagecraft import core, dtypes, shape_poly, sharding
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.errors import InconclusiveDimensionOperation
+from stagecraft.sharding import type_sharding
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
@@ -129,7 +130,7 @@ def _reduce_sum(x: Any, axes: tuple[int, ...]) -> Any:
 broadcast_in_dim_p = Primitive("broadcast_in_dim")
 
 
-def _broadcast_in_dim_abstract_eval(operand, *, shape, broadcast_dimensions):
+def _broadcast_in_dim_abstract_eval(operand, *, shape, broadcast_dimensions, sharding=None):
   check_shapelike("broadcast_in_dim", "shape", shape)
   check_shapelike("broadcast_in_dim", "broadcast_dimensions", broadcast_dimensions)
   if operand.ndim != len(broadcast_dimensions):
@@ -152,10 +153,13 @@ def _broadcast_in_dim_abstract_eval(operand, *, shape, broadcast_dimensions):
                     f"to their corresponding dimensions in the target broadcast shape; got "
                     f"operand of shape {operand.shape}, target broadcast shape {shape}, "
                     f"broadcast_dimensions {broadcast_dimensions}.")
+  if sharding is not None:   # JAX's `sharding` param: the result's type (an unsplit operand)
+    return ShapedArray(shape, operand.dtype, operand.weak_type,
+                       type_sharding(sharding, len(shape)))
   return ShapedArray(shape, operand.dtype, operand.weak_type)
 
 
-def _broadcast_in_dim_lowering(ctx, x, *, shape, broadcast_dimensions):
+def _broadcast_in_dim_lowering(ctx, x, *, shape, broadcast_dimensions, sharding=None):
   return ctx.op("stablehlo.broadcast_in_dim", [x],
                 attrs=f"broadcast_dimensions = {i64_array(broadcast_dimensions)}")
 
@@ -172,14 +176,15 @@ lowering.register_lowering(broadcast_in_dim_p, _broadcast_in_dim_lowering)
 core.pp_eqn_rules[broadcast_in_dim_p] = _broadcast_in_dim_pp_rule
 
 
-def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
+def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions, sharding=None):
   """JAX's rule: sums `ct` over the result dimensions that no operand dimension of size
   other than 1 maps to, then puts the size-1 dimensions back (`expand_dims`). Unsorted
   `broadcast_dimensions` (not allowed by JAX) transpose the sum back to the operand's order.
 
   NB: as JAX's, the sum is staged even over no axes: an identity broadcast (staged only by
   `linear_transpose`; see `recording_identity_broadcasts`) transposes to a `reduce_sum`
-  with `axes=()`."""
+  with `axes=()`. A `sharding` (the result's type) plays no part: the transposes of typed
+  primitives reshard the cotangent to the operand's type (`sharding_rules.typed_transpose`)."""
   in_shape = operand.aval.shape
   unit_dims = tuple(i for i, d in enumerate(in_shape) if d == 1)
   kept = [b for i, b in enumerate(broadcast_dimensions) if i not in unit_dims]
@@ -198,9 +203,10 @@ def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
 ad.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 
 
-def _broadcast_in_dim_batch_rule(args, dims, *, shape, broadcast_dimensions):
+def _broadcast_in_dim_batch_rule(args, dims, *, shape, broadcast_dimensions, sharding=None):
   """JAX's rule: the operand's batch dim is moved to the front and becomes the result's
-  first dim; the other dims shift by one (NumPy ints, as JAX leaves them)."""
+  first dim; the other dims shift by one (NumPy ints, as JAX leaves them). A result type's
+  `sharding` gets an unsplit entry for the batch dim."""
   operand, = args
   bdim, = dims
   operand = batching.moveaxis(operand, bdim, 0)
@@ -209,6 +215,11 @@ def _broadcast_in_dim_batch_rule(args, dims, *, shape, broadcast_dimensions):
   new_shape = (op_shape[0],) + tuple(shape)
   if op_shape == new_shape and new_dims == tuple(range(len(new_shape))):
     return operand, 0
+  if sharding is not None:
+    spec = sharding.spec
+    sharding = type(sharding)(sharding.mesh, type(spec)(None, *spec))
+    return broadcast_in_dim_p.bind(operand, shape=new_shape, broadcast_dimensions=new_dims,
+                                   sharding=sharding), 0
   return broadcast_in_dim_p.bind(operand, shape=new_shape, broadcast_dimensions=new_dims), 0
 
 

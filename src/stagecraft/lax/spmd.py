@@ -450,18 +450,20 @@ def _reshard_lowering(ctx, x, *, dst_sharding):
   mesh = module.sdy_mesh
   if mesh is None or module.manual_depth is not None:
     return [x]
-  if (mesh.axis_names, mesh.axis_sizes) != (dst_sharding.mesh.axis_names,
-                                            dst_sharding.mesh.axis_sizes):
+  # NB: the program's mesh, or another shape of its devices (`use_abstract_mesh`)
+  name = lowering.mesh_symbol(module, dst_sharding.mesh)
+  if name is None:
     raise ValueError(f"reshard: the sharding {dst_sharding} is over another mesh than the "
                      f"program's ({mesh}).")
+  if name != "mesh":
+    mesh = dst_sharding.mesh
   aval = ctx.avals_in[0]
   r = ctx.fb.fresh()
   # NB: a type over a mesh with Auto axes (auto_axes/explicit_axes) says nothing about them:
   # its dimensions stay open to the partitioner.
   open_dims = bool(dst_sharding.mesh.auto_axes)
-  ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} "
-              f"{NamedSharding(mesh, dst_sharding.spec)._sdy(len(aval.shape), open_dims)} : "
-              f"{lowering.ir_type(aval)}")
+  sdy = NamedSharding(mesh, dst_sharding.spec)._sdy(len(aval.shape), open_dims, name)
+  ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {sdy} : {lowering.ir_type(aval)}")
   return [r]
 
 
@@ -471,6 +473,8 @@ ad.deflinear(reshard_p, _reshard_transpose)
 batching.primitive_batchers[reshard_p] = _reshard_batch
 lowering.register_lowering(reshard_p, _reshard_lowering)
 core.sharding_rules[reshard_p] = lambda x, *, dst_sharding: _type_of(dst_sharding, x.ndim)
+# NB: as JAX prints it: no params (the result's type shows the sharding).
+core.pp_eqn_rules[reshard_p] = lambda eqn, context: []
 
 
 def reshard_to_type(x: Any, ts: NamedSharding | None, have: NamedSharding | None) -> Any:
@@ -495,7 +499,23 @@ def reshard(xs: Any, out_shardings: Any) -> Any:
     TypeError: something that is not a sharding.
   """
   leaves, treedef = optree.tree_flatten(xs, none_is_leaf=False, namespace=tree_util.NAMESPACE)
-  shs = spmd.flatten_shardings(out_shardings, xs, "reshard out_shardings")
+  am = sharding.get_abstract_mesh()
+  cm = sharding.current_mesh()
+  if not am.empty and (cm is None or (cm.axis_names, cm.axis_sizes) != (am.axis_names,
+                                                                         am.axis_sizes)):
+    # NB: under `use_abstract_mesh` with another mesh than the concrete one, a bare spec is
+    # over the abstract mesh in context (a type: only traced values take one)
+    try:
+      pre = tree_util.broadcast_prefix(out_shardings, xs, is_leaf=lambda s: s is None or
+                                       isinstance(s, (PartitionSpec, sharding.Sharding)))
+    except ValueError:   # JAX's message
+      spmd.flatten_shardings(out_shardings, xs, "reshard out_shardings")
+      raise
+    shs = [NamedSharding(am, s) if isinstance(s, PartitionSpec) else
+           s if s is None or (isinstance(s, NamedSharding) and not isinstance(s.mesh, Mesh))
+           else sharding.to_named(s, "reshard out_shardings") for s in pre]
+  else:
+    shs = spmd.flatten_shardings(out_shardings, xs, "reshard out_shardings")
   outs = []
   for leaf, s in zip(leaves, shs):
     if s is None:
@@ -518,7 +538,10 @@ def reshard(xs: Any, out_shardings: Any) -> Any:
 
 def _traced_device_put(x, s: NamedSharding):
   if AxisType.Explicit in s.mesh.axis_types:
-    return reshard_p.bind(x, dst_sharding=NamedSharding(s.mesh.abstract_mesh, s.spec))
+    # NB: over the concrete mesh (a `jax.reshard` names an AbstractMesh): the program's
+    # device assignment must include its devices (`spmd.jaxpr_meshes`, JAX's "device_put
+    # inside jit"); the type is over its AbstractMesh all the same.
+    return reshard_p.bind(x, dst_sharding=s)
   return sharding_constraint_p.bind(x, sharding=s)
 
 

@@ -25,6 +25,7 @@ from stagecraft.runtime.array import Array
 from stagecraft.sharding import SingleDeviceSharding, to_named
 
 __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "target_device",
+           "commits_default", "mark_all_committed",
            "device_put_leaf", "block_until_ready", "compile_count", "compile_module",
            "forget_module", "trim_host_memory",
            "Executable", "mesh_apply_primitive", "apply_primitive", "HostCallback",
@@ -129,11 +130,17 @@ def target_placement(args: Sequence[Any], describe: Any = None):
 
 
 def committed_sharding(a):
+  """The sharding an argument is committed to (NamedSharding, SingleDeviceSharding: an
+  Array placed on a device, the default one included), or None (uncommitted)."""
   t = type(a)
   if t is Array:
     if a._sharding is not None:
       return a._sharding
-    return None if a._device is None else SingleDeviceSharding(a._device)
+    if a._device is not None:
+      return SingleDeviceSharding(a._device)
+    if id(a) in array_mod.committed_to_default:
+      return SingleDeviceSharding(client.default_device())
+    return None
   if t is core.ShapeDtypeStruct and a.sharding is not None:
     return to_named(a.sharding, "ShapeDtypeStruct.sharding")
   return None
@@ -189,6 +196,10 @@ def device_put_leaf(x, device, path):
   except (TypeError, OverflowError) as e:
     raise type(e)(f"device_put: the leaf at {path or 'the root'} is not an array: {e}"
                   ) from None
+  if isinstance(x, core.Tracer):
+    # NB: as JAX's, a device (or none) inside a trace does not place the value: the program
+    # runs where its device assignment says.
+    return x
   if device is None:
     return x if type(x) is Array else Array(to_buffer(x, aval), aval)
   dev = None if device == client.default_device() else device
@@ -611,9 +622,14 @@ def _primitive_args(prim: core.Primitive, args: Sequence[Any]) -> Callable[[int]
 
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
   """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
-  dev = target_placement(args, prim) if placement_used[0] else None
-  if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
-    return mesh_apply_primitive[0](prim, args, params, dev)
+  dev = None
+  if placement_used[0]:
+    dev = target_placement(args, prim)
+    if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
+      return mesh_apply_primitive[0](prim, args, params, dev)
+  # NB: results of Arrays committed to the default device are committed (a dict's truth
+  # when there are none: the eager path pays nothing more)
+  committed = _committed_to_default and dev is None and commits_default(args)
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
   try:
     key = (prim, dev, client.default_device_option(), *avals, *params.items())
@@ -626,13 +642,33 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
       if len(_prim_cache) >= _MAX_CACHE:
         _prim_cache.clear()
       _prim_cache[key] = ex
+  if not (committed or config.state_key[1]):
+    return ex.call(args) if prim.multiple_results else ex.call1(args)
+  outs = ex.call(args) if prim.multiple_results else [ex.call1(args)]
   if config.state_key[1]:   # debug_nans / debug_infs
-    outs = ex.call(args) if prim.multiple_results else [ex.call1(args)]
     check_special(prim.name, outs)
-    return outs if prim.multiple_results else outs[0]
-  if prim.multiple_results:
-    return ex.call(args)
-  return ex.call1(args)
+  if committed:
+    mark_all_committed(outs)
+  return outs if prim.multiple_results else outs[0]
+
+
+_committed_to_default = array_mod.committed_to_default
+
+
+def commits_default(args: Sequence[Any]) -> bool:
+  """Whether some Array among `args` is committed to the default device
+  (`device_put(x, devices()[0])`): computations on it give committed results, as JAX's."""
+  if not array_mod.committed_to_default:
+    return False
+  return any(type(a) is Array and a._device is None and a._sharding is None
+             and id(a) in array_mod.committed_to_default for a in args)
+
+
+def mark_all_committed(values: Sequence[Any]) -> None:
+  """Marks the Arrays among `values` (on the default device) committed to it."""
+  for v in values:
+    if type(v) is Array and v._device is None and v._sharding is None:
+      array_mod.mark_committed(v)
 
 
 def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
@@ -643,6 +679,9 @@ def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
   if placement_used[0] or config.state_key[1]:
     return None
   x, y = args
+  if _committed_to_default and (id(x) in _committed_to_default
+                                or id(y) in _committed_to_default):
+    return None   # committed results: `apply_primitive`
   ex = _prim_cache.get((prim, None, client.default_device_cell[0], x.aval, y.aval))
   if ex is None or ex.callbacks:
     return None

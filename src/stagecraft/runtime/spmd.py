@@ -420,10 +420,14 @@ def _da_desc(da: Sequence[Any]) -> str:
           f"{da[0].platform.upper() if da else '?'}")
 
 
-def _side(da: Sequence[Any], desc: str) -> str:
+def _side(da: Sequence[Any], desc: str | tuple[str, str]) -> str:
   """One side of JAX's device mismatch message ("argument x of f with shape float32[8] and
-  with device ids [0, 1] on platform CPU"; "explicit input sharding with device ids ...")."""
-  return f"{desc}{' and' if desc.startswith('argument ') else ''} with {_da_desc(da)}"
+  with device ids [0, 1] on platform CPU"; "explicit input sharding with device ids ...";
+  a `(description, place)` pair: "device_put inside jit with device ids ... at
+  file:line:col (f)")."""
+  desc, at = desc if isinstance(desc, tuple) else (desc, "")
+  return (f"{desc}{' and' if desc.startswith('argument ') else ''} with {_da_desc(da)}"
+          f"{' at ' + at if at else ''}")
 
 
 def check_device_assignment(sources: Sequence[tuple[tuple, str]], api_name: str = "jit"
@@ -471,9 +475,10 @@ def on_mesh(s: NamedSharding, mesh: Mesh) -> NamedSharding:
 # The mesh a program uses
 
 
-def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, str]]:
-  """The meshes used inside `jaxpr` (with_sharding_constraint, shard_map), each with a
-  description for error messages, in order of appearance (nested jaxprs included)."""
+def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, Any]]:
+  """The meshes used inside `jaxpr` (with_sharding_constraint, shard_map, device_put), each
+  with a description for error messages (a str, or `(description, source place)`: see
+  `_side`), in order of appearance (nested jaxprs included)."""
   found: list = []
   _collect(jaxpr, found)
   return found
@@ -482,11 +487,15 @@ def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, str]]:
 def _collect(jaxpr: Jaxpr, found: list):
   for eqn in jaxpr.eqns:
     for v in eqn.params.values():   # a mesh, or a sharding over one (constraints)
+      # NB: as JAX's, named with the equation's place; a sharding over an AbstractMesh (a
+      # type: reshard, out_sharding) names no devices, and a reshard over a Mesh is a
+      # device_put
       if isinstance(v, Mesh):
-        found.append((v, f"{eqn.primitive.name} inside jit"))
+        found.append((v, (f"{eqn.primitive.name} inside jit",
+                          core.source_summary(eqn.source_info))))
       elif isinstance(v, NamedSharding) and isinstance(v.mesh, Mesh):
-        # NB: a sharding over an AbstractMesh (a type: reshard, out_sharding) names no devices
-        found.append((v.mesh, f"{eqn.primitive.name} inside jit"))
+        name = "device_put" if eqn.primitive.name == "reshard" else eqn.primitive.name
+        found.append((v.mesh, (f"{name} inside jit", core.source_summary(eqn.source_info))))
     for sub in core.subjaxprs(eqn):
       _collect(sub, found)
 
@@ -516,10 +525,24 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
                f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(a.shape))}"
                for s, a in zip(in_shardings, avals_in)]
   res_attrs = [None if s is None else
-               f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(v.aval.shape))}"
+               f"sdy.sharding = #sdy.sharding{_result_sdy(module, s, mesh, len(v.aval.shape))}"
                for s, v in zip(out_shardings, jaxpr.outvars)]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
                                         result_attrs=res_attrs, module=module, consts=consts)
+
+
+def _result_sdy(module, s: NamedSharding, mesh: Mesh, ndim: int) -> str:
+  """The Shardy sharding of a result laid out by `s`: over the program's `mesh`, or over
+  another shape of its devices (a type under `use_abstract_mesh`), its own `sdy.mesh`."""
+  if _other_shape(s, mesh):
+    return s._sdy(ndim, mesh_name=lowering.mesh_symbol(module, s.mesh))
+  return on_mesh(s, mesh)._sdy(ndim)
+
+
+def _other_shape(s: NamedSharding, mesh: Mesh) -> bool:
+  """Whether `s` is over the devices of `mesh` in the same order but in another shape."""
+  return (s.mesh.devices.shape != mesh.devices.shape
+          and s.mesh._flat_devices == mesh._flat_devices)
 
 
 def _spec_candidates(mesh: Mesh, ndim: int):
@@ -583,7 +606,8 @@ def compile_sharded(name: str, jaxpr: Jaxpr, mesh: Mesh,
   donated_idx = [i for i, d in enumerate(donated or ()) if d]
   return SpmdExecutable(exe, devices, avals_in, avals_out,
                              [on_mesh(s, mesh) for s in final_in],
-                             [on_mesh(s, mesh) for s in final_out], text, donated_idx,
+                             [s if _other_shape(s, mesh) else on_mesh(s, mesh)
+                              for s in final_out], text, donated_idx,
                              keep_replicated=True)
 
 
@@ -733,7 +757,13 @@ def from_type(aval: Any, mesh: Mesh) -> NamedSharding | None:
   if ts is None:   # NB: JAX's spec of an unsplit value: P(None, ...), one per dimension
     return NamedSharding(mesh, PartitionSpec(*[None] * len(getattr(aval, "shape", ()))))
   if (ts.mesh.axis_names, ts.mesh.axis_sizes) != (mesh.axis_names, mesh.axis_sizes):
-    return None
+    if math.prod(ts.mesh.axis_sizes) != mesh.size:
+      return None
+    # NB: a type over another shape of the program's devices (`use_abstract_mesh`): as
+    # JAX's, over a Mesh of those devices in that shape
+    other = Mesh(np.asarray(mesh._flat_devices, dtype=object).reshape(ts.mesh.axis_sizes),
+                 ts.mesh.axis_names, axis_types=ts.mesh.axis_types)
+    return NamedSharding(other, ts.spec)
   return NamedSharding(mesh, ts.spec)
 
 
@@ -785,7 +815,8 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
     return traced_device_put[0](x, sharding)
   s = intern_sharding(sharding)
   aval = typed_aval(aval, s)
-  if type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval:
+  if (type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval
+      and x._sharding.mesh.axis_types == s.mesh.axis_types):
     return x
   buf = shard_arg(x, aval, s)
   dispatch.placement_used[0] = True

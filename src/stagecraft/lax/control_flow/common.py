@@ -178,7 +178,7 @@ def check_carry_type(name: str, body_fun: Callable, in_tree,
       continue
     diffs.append(f"{component(p)} has type {a.str_short(short_dtypes=False)} but the "
                  f"corresponding output carry component has type "
-                 f"{b.str_short(short_dtypes=False)}, so {join_reasons(mismatch_reasons(a, b))}")
+                 f"{b.str_short(short_dtypes=False)}{mismatch_extra(a, b)}")
     extra = getattr(b, "vma", frozenset()) - getattr(a, "vma", frozenset())
     if extra:
       fixes.append(f"applying `jax.lax.pcast(..., {core.order_axes(extra)!r}, "
@@ -214,9 +214,11 @@ def jaxpr_forwarding(jaxpr: core.Jaxpr) -> list[int | None]:
 
 
 def typematch(a: ShapedArray, b: ShapedArray) -> bool:
-  """Equal shapes, dtypes and varying manual axes (weak types may differ)."""
+  """Equal shapes, dtypes, varying manual axes and shardings in the type (Explicit mesh
+  axes; JAX's `typematch`); weak types may differ."""
   return (a.shape == b.shape and a.dtype == b.dtype
-          and getattr(a, "vma", None) == getattr(b, "vma", None))
+          and getattr(a, "vma", None) == getattr(b, "vma", None)
+          and getattr(a, "_sharding", None) == getattr(b, "_sharding", None))
 
 
 def mismatch_reasons(a: ShapedArray, b: ShapedArray) -> list[str]:
@@ -225,6 +227,13 @@ def mismatch_reasons(a: ShapedArray, b: ShapedArray) -> list[str]:
                            ("the shapes do not match", a.shape != b.shape),
                            ("the manual axis types do not match",
                             getattr(a, "vma", None) != getattr(b, "vma", None))) if bad]
+
+
+def mismatch_extra(a: ShapedArray, b: ShapedArray) -> str:
+  """`, so <reasons>` for avals `a` and `b` that differ, or '' when no reason JAX names
+  applies (they differ only in their shardings, which JAX's message does not mention)."""
+  why = mismatch_reasons(a, b)
+  return f", so {join_reasons(why)}" if why else ""
 
 
 def join_reasons(why: list[str]) -> str:
@@ -271,4 +280,4 @@ def cast(x: Any, dtype) -> Any:
 
 
 __all__ = ["jaxpr_forwarding", "trace_jaxpr", "body_keys", "pad_invars", "leaf_paths", "typematch",
-           "promote_weak", "cast", "flatten", "unflatten"]
+           "mismatch_extra", "promote_weak", "cast", "flatten", "unflatten"]

@@ -189,8 +189,8 @@ def _check_branch_outputs(api_name: str, name1: str, name2: str, f1: Callable, f
       continue
     diffs.append(f"the output of {name1}{component(p)} has type "
                  f"{x.str_short(short_dtypes=False)} but the corresponding output of {name2} "
-                 f"has type {y.str_short(short_dtypes=False)}, so "
-                 f"{common.join_reasons(common.mismatch_reasons(x, y))}")
+                 f"has type {y.str_short(short_dtypes=False)}"
+                 f"{common.mismatch_extra(x, y)}")
   for p, x, y in zip(paths, avals1, avals2):
     if common.typematch(x, y) or x.vma == y.vma:
       continue

@@ -101,6 +101,11 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
     if not a.shape:
       raise ValueError(f"scan got value with no leading axis to scan over: {p} has shape "
                        f"(); every leaf of xs needs a leading axis of size length.")
+  # As JAX's: the scanned axis may not be split over Explicit mesh axes (type sharding).
+  if any(getattr(a, "_sharding", None) is not None and a.sharding.spec[0] is not None
+         for a in xs_avals):
+    raise ValueError("0th dimension of all xs should be replicated. Got "
+                     + ", ".join(str(a.sharding.spec) for a in xs_avals))
   sizes = sorted({a.shape[0] for a in xs_avals})
   if length is not None:
     try:
@@ -131,7 +136,8 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
     raise ValueError(f"scan: unroll must be >= 1 (or a bool), got {unroll}.")
   init_flat, init_tree = common.flatten(init)
   carry_avals = [core.get_aval(x) for x in init_flat]
-  x_avals = [a.update(shape=a.shape[1:]) for a in xs_avals]
+  x_avals = [batching.mapped_aval_typed(a, 0) if type(a) is ShapedArray
+             else a.update(shape=a.shape[1:]) for a in xs_avals]
   in_tree = _pair_tree(init_tree, xs_tree)
   closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, carry_avals, x_avals)
   nk = len(init_flat)
@@ -237,7 +243,14 @@ scan_p.multiple_results = True
 def _scan_abstract_eval(*avals, jaxpr: ClosedJaxpr, num_consts: int, num_carry: int,
                         length: int, reverse: bool, unroll: int):
   outs = jaxpr.out_avals
-  return [*outs[:num_carry], *[a.update(shape=(length, *a.shape)) for a in outs[num_carry:]]]
+  return [*outs[:num_carry], *[_stacked(a, length) for a in outs[num_carry:]]]
+
+
+def _stacked(a, length: int):
+  """The aval of `length` stacked values of aval `a`: a new unsplit leading axis."""
+  if type(a) is ShapedArray:
+    return batching.unmapped_aval_typed(a, 0, batching.AxisData(None, length))
+  return a.update(shape=(length, *a.shape))
 
 
 _step_cache_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -595,7 +608,7 @@ def _scan_partial_eval(eqn, unknowns):
   u_k = [v for v, u in zip(ins_k, carry_uk) if u]
   u_x = [v for v, u in zip(ins_x, xs_uk) if u]
   outs_k, outs_y = _split(list(eqn.outvars), nk)
-  stacked_vars = [Var(a.update(shape=(length, *a.shape))) for a in stacked_avals]
+  stacked_vars = [Var(_stacked(a, length)) for a in stacked_avals]
   known_outs = [*[v for v, u in zip(outs_k, carry_uk) if not u],
                 *[v for v, u in zip(outs_y, ys_uk) if not u]]
   base = {"length": length, "reverse": p["reverse"], "unroll": p["unroll"]}
