@@ -417,6 +417,9 @@ def _reshard_abstract_eval(aval, *, dst_sharding):
 def _reshard_impl(x, *, dst_sharding):
   dst = dst_sharding
   src = x._sharding if type(x) is Array else None
+  if isinstance(src, NamedSharding) and src.spec.unreduced:
+    # NB: partial sums: one program over the mesh, whose partitioner sums them
+    return dispatch.apply_primitive(reshard_p, [x], {"dst_sharding": dst})
   if isinstance(src, NamedSharding) and isinstance(src.mesh, Mesh) and (
       src.mesh.axis_names, src.mesh.axis_sizes) == (dst.mesh.axis_names,
                                                     dst.mesh.axis_sizes):
@@ -471,6 +474,9 @@ ad.deflinear(reshard_p, _reshard_transpose)
 batching.primitive_batchers[reshard_p] = _reshard_batch
 lowering.register_lowering(reshard_p, _reshard_lowering)
 core.sharding_rules[reshard_p] = lambda x, *, dst_sharding: _type_of(dst_sharding, x.ndim)
+core.ur_rules[reshard_p] = lambda x, *, dst_sharding: (dst_sharding.spec.unreduced,
+                                                       dst_sharding.spec.reduced)
+core.pp_eqn_rules[reshard_p] = lambda eqn, context: []   # NB: JAX prints no params
 
 
 def reshard_to_type(x: Any, ts: NamedSharding | None, have: NamedSharding | None) -> Any:
@@ -523,6 +529,8 @@ def _traced_device_put(x, s: NamedSharding):
 
 
 spmd.traced_device_put[0] = _traced_device_put
+spmd.unreduced_reshard[0] = lambda x, s: dispatch.apply_primitive(
+    reshard_p, [x], {"dst_sharding": NamedSharding(s.mesh.abstract_mesh, s.spec)})
 sharding.late_names["reshard"] = reshard   # JAX's `jax.sharding.reshard`
 sharding.late_names["ManualAxisType"] = core.ManualAxisType   # `jax.sharding.ManualAxisType`
 
