@@ -1572,8 +1572,8 @@ def _unreduced_states(prim: Primitive, avals, params, shardings, out):
   if outs is None:
     outs = [None] * len(urs)
   out_avals = list(out) if many else [out]
-  mesh = next(a._sharding.mesh for a in avals
-              if type(a) is ShapedArray and a._sharding is not None)
+  # NB: an operand's sharding gives the mesh and the PartitionSpec class
+  base = next(a._sharding for a in avals if type(a) is ShapedArray and a._sharding is not None)
   new = []
   for s, (u, r), o in zip(outs, urs, out_avals):
     u, r = frozenset(u), frozenset(r)
@@ -1581,17 +1581,12 @@ def _unreduced_states(prim: Primitive, avals, params, shardings, out):
       if not u and not r:
         new.append(None)
         continue
-      s = _named_sharding(mesh, (None,) * len(o.shape))
+      s = base.update(spec=type(base.spec)(*(None,) * len(o.shape)))
     spec = s.spec.update(unreduced=u, reduced=r)
     new.append(None if all(e is None for e in spec) and not u and not r else
                s.update(spec=spec))
   return new if many else new[0]
 
-
-def _named_sharding(mesh, entries):
-  # NB: stagecraft.sharding imports the runtime, which imports core
-  from stagecraft import sharding
-  return sharding.NamedSharding(mesh, sharding.PartitionSpec(*entries))
 
 
 #: The generic impl (set by the runtime): lower a one-equation jaxpr, compile once, execute.

@@ -463,8 +463,8 @@ def _dot_general_ur_rule(lhs, rhs, *, dimension_numbers, out_sharding=None, **_)
   ru = rhs._sharding.spec.unreduced if rhs._sharding is not None else frozenset()
   if lu or ru:
     raise sharding.ShardingTypeError(
-        f"lhs or rhs passed to dot_general cannot be unreduced. Got "
-        f"lhs={lhs.str_short(False)} and rhs={rhs.str_short(False)}")
+        f"lhs or rhs passed to dot_general cannot be unreduced. Got lhs={lhs!r} and "
+        f"rhs={rhs!r}")
   if out_sharding is None or not out_sharding.spec.unreduced:
     return frozenset(), frozenset()
   (lc, rc), _ = dimension_numbers

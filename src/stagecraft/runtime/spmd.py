@@ -105,6 +105,11 @@ def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
   if sharding.spec.unreduced:
     src = x._sharding if type(x) is Array else None
     pieces = _unreduced_pieces(v, aval.shape, src, sharding)
+    # NB: one buffer per device (a replicated-looking layout would copy the first piece)
+    bufs = [xc.batched_device_put(aval.update(shape=p.shape), client.single_device_sharding(d),
+                                  [p], [d], True, False, enable_x64=True)
+            for p, d in zip(pieces, devs)]
+    return xc.ArrayImpl(aval, sharding._runtime, bufs, True, True)
   elif sharding.is_fully_replicated:
     pieces = [v] * len(devs)
   else:
