@@ -868,7 +868,28 @@ core.ur_rules[ad.add_any_p] = _add_ur_rule
 core.ur_rules[elementwise.mul_p] = _mul_ur_rule
 core.ur_rules[elementwise.convert_element_type_p] = _convert_ur_rule
 core.ur_rules[reduction.reduce_sum_p] = _reduce_sum_ur_rule
-for _p in (shape.transpose_p, shape.squeeze_p, stop_gradient_p):
+def _dynamic_slice_ur_rule(x, *_, **__):
+  if _u(x):
+    raise _not_implemented("dynamic_slice")
+  return frozenset(), _r(x)
+
+
+def _dus_ur_rule(operand, update, *_):
+  for what, get in (("unreduced", _u), ("reduced", _r)):
+    if get(operand) != get(update):
+      raise ShardingTypeError(
+          f"dynamic_update_slice operand and update must be {what} along the same axes. Got "
+          f"operand sharding {_str_with_axis_types(operand)} and update sharding "
+          f"{_str_with_axis_types(update)}.")
+  return _u(operand), _r(operand)
+
+
+core.ur_rules[slicing.dynamic_slice_p] = _dynamic_slice_ur_rule
+core.ur_rules[slicing.dynamic_update_slice_p] = _dus_ur_rule
+# NB: JAX has no rule for broadcast_in_dim (an error there); here it keeps the states (it
+# is linear), which scan's lowering needs to write an unreduced y into its stacked buffer.
+for _p in (shape.transpose_p, shape.squeeze_p, stop_gradient_p, shape.slice_p,
+           shape.reshape_p, shape.broadcast_in_dim_p):
   core.ur_rules[_p] = _keep_ur_rule
 for _p in (cond_p, scan_p, while_p, optimization_barrier_p):
   core.ur_rules[_p] = lambda *avals, **params: None   # NB: the bodies' types
