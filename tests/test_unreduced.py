@@ -216,3 +216,83 @@ def test_device_put_unreduced(meshes, src, dst):
   assert ours[:3] == theirs[:3]
   np.testing.assert_array_equal(ours[3], theirs[3])
   np.testing.assert_array_equal(ours[3], value())
+
+
+# ---------------------------------------------------------------------------
+# shard_map: unreduced/reduced manual axes
+
+
+def test_shard_map_body_types(meshes):
+  def prog(L, m, x):
+    xr = L.rs(L.sc.device_put(value((4,), 2), L.NS(m, L.P())), L.P(reduced={"x"}))
+    xu = L.np.einsum("ij,ij->", x, x, out_sharding=L.P(unreduced={"x"}))
+    seen = []
+
+    def body(a, c, d):
+      seen.extend(str(L.typeof(v)) for v in (a, c, d))
+      return a
+    f = L.sc.shard_map(body, in_specs=(L.P("x"), L.P(unreduced={"x"}), L.P(reduced={"x"})),
+                       out_specs=L.P("x"))
+    f(x, xu, xr)                  # eager
+    L.sc.jit(f).lower(x, xu, xr)  # traced
+    return seen
+  ours, theirs = both(meshes, prog)
+  assert ours == theirs == ["float32[4,4]{V:x}", "float32[]{U:x}", "float32[4]{R:x}"] * 2
+
+
+def test_shard_map_pcast_unreduced(meshes):
+  def prog(L, m, x):
+    a = L.rs(x, L.P(None, "x"))   # (8, 4@x)
+    b = L.rs(x.T, L.P("x", None))   # (4@x, 8)
+
+    @L.sc.shard_map(in_specs=(L.P(None, "x"), L.P("x", None)),
+                    out_specs=L.P(None, None, unreduced={"x"}))
+    def partial(a, b):
+      return L.lax.pcast(a @ b, "x", to="unreduced")
+
+    def loss(a, b):
+      return L.np.sum(L.rs(partial(a, b), L.P(None, None)) ** 2)
+    c = partial(a, b)
+    jc = L.sc.jit(partial)(a, b)
+    body = L.sc.make_jaxpr(partial)(a, b).eqns[0].params["jaxpr"]
+    body_types = [str(v.aval) for e in body.eqns for v in e.outvars]
+    ga, gb = L.sc.jit(L.sc.grad(loss, argnums=(0, 1)))(a, b)
+    return (str(L.typeof(c)), str(L.typeof(jc)), body_types,
+            np.asarray(L.rs(c, L.P())), np.asarray(L.rs(jc, L.P())), np.asarray(ga),
+            np.asarray(gb))
+  ours, theirs = both(meshes, prog)
+  assert ours[:3] == theirs[:3]
+  assert ours[0] == "float32[8,8]{U:x}"
+  assert ours[2][-1] == "float32[8,8]{U:x}"
+  for o, t in zip(ours[3:], theirs[3:]):
+    np.testing.assert_allclose(o, t, rtol=1e-5)
+
+
+@pytest.mark.parametrize("explicit", [True, False])
+def test_shard_map_reduced_in_spec_grad(meshes, explicit):
+  def prog(L, m, x):
+    w = L.rs(L.sc.device_put(value((4, 2), 1), L.NS(m, L.P())), L.P(None, None,
+                                                                        reduced={"x"}))
+
+    @L.sc.shard_map(in_specs=(L.P("x", None), L.P(None, None, reduced={"x"})),
+                    out_specs=L.P("x", None))
+    def layer(x, w):
+      # NB: without the pcast, the matmul casts the reduced w to varying itself
+      return L.np.tanh(x @ (L.lax.pcast(w, "x", to="varying") if explicit else w))
+    dw = L.sc.jit(L.sc.grad(lambda w, x: L.np.sum(layer(x, w) ** 2)))(w, x)
+    return str(L.typeof(dw)), np.asarray(L.rs(dw, L.P()))
+  ours, theirs = both(meshes, prog)
+  assert ours[0] == theirs[0] == "float32[4,2]{U:x}"
+  np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5)
+
+
+@pytest.mark.parametrize("frm,to", [("varying", "reduced"), ("invarying", "unreduced")])
+def test_pcast_errors(meshes, frm, to):
+  def prog(L, m, x):
+    @L.sc.shard_map(in_specs=L.P("x" if frm == "varying" else None), out_specs=L.P())
+    def f(v):
+      L.lax.pcast(v, "x", to=to)
+      return L.np.zeros(())
+    return _outcome(lambda: L.sc.jit(f)(x))
+  ours, theirs = both(meshes, prog)
+  assert isinstance(ours, tuple) and ours == theirs

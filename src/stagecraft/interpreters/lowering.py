@@ -527,7 +527,10 @@ def _unreduced_type(aval: Any) -> bool:
   # NB: a value unreduced over an Explicit axis (partial sums): its layout is constrained
   # after every operation, so the partitioner keeps the sums apart, as JAX's lowering does.
   ts = getattr(aval, "_sharding", None)
-  return ts is not None and bool(ts.spec.unreduced)
+  return ts is not None and bool(ts.spec.unreduced) and all(
+      t == sharding_lib.AxisType.Explicit for n, t in zip(ts.mesh.axis_names,
+                                                          ts.mesh.axis_types)
+      if n in ts.spec.unreduced)
 
 
 def _op_label(eqn) -> str:

@@ -879,6 +879,21 @@ def make_array_from_callback(shape: Sequence[int], sharding: NamedSharding,
                typed_aval(aval, sharding), None, sharding)
 
 
+def from_device_blocks(pieces: Sequence[np.ndarray], shape: Sequence[int],
+                       sharding: NamedSharding) -> Array:
+  """An Array of global `shape` laid out by `sharding` whose devices (in
+  `sharding.mesh.devices.flat` order, all of this process) hold `pieces` as they are (for
+  an unreduced layout: each device's partial sum)."""
+  s = intern_sharding(sharding)
+  pieces = [np.ascontiguousarray(p) for p in pieces]
+  aval = typed_aval(ShapedArray(tuple(int(d) for d in shape), pieces[0].dtype), s)
+  bufs = [xc.batched_device_put(aval.update(shape=p.shape), client.single_device_sharding(d),
+                                [p], [d], True, False, enable_x64=True)
+          for p, d in zip(pieces, s.mesh.devices.flat)]
+  dispatch.placement_used[0] = True
+  return Array(xc.ArrayImpl(aval, s._runtime, bufs, True, True), aval, None, s)
+
+
 def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSharding,
                                          arrays: Sequence[Array]) -> Array:
   """A global Array from one Array per addressable device of `sharding` (in the order of
