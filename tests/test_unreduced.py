@@ -231,10 +231,11 @@ def test_shard_map_body_types(meshes):
     def body(a, c, d):
       seen.extend(str(L.typeof(v)) for v in (a, c, d))
       return a
-    f = L.sc.shard_map(body, in_specs=(L.P("x"), L.P(unreduced={"x"}), L.P(reduced={"x"})),
-                       out_specs=L.P("x"))
-    f(x, xu, xr)                  # eager
-    L.sc.jit(f).lower(x, xu, xr)  # traced
+    def mk():
+      return L.sc.shard_map(body, in_specs=(L.P("x"), L.P(unreduced={"x"}),
+                                            L.P(reduced={"x"})), out_specs=L.P("x"))
+    mk()(x, xu, xr)                  # eager
+    L.sc.jit(mk()).lower(x, xu, xr)  # traced
     return seen
   ours, theirs = both(meshes, prog)
   assert ours == theirs == ["float32[4,4]{V:x}", "float32[]{U:x}", "float32[4]{R:x}"] * 2
@@ -296,3 +297,21 @@ def test_pcast_errors(meshes, frm, to):
     return _outcome(lambda: L.sc.jit(f)(x))
   ours, theirs = both(meshes, prog)
   assert isinstance(ours, tuple) and ours == theirs
+
+
+@pytest.mark.parametrize("jitted", [False, True])
+@pytest.mark.parametrize("body", ["identity", "mul"])
+def test_shard_map_unreduced_argument(meshes, jitted, body):
+  def prog(L, m, x):
+    xu = L.np.einsum("ij,ij->j", x, x, out_sharding=L.P(unreduced={"x"}))
+    f = L.sc.shard_map((lambda c: c) if body == "identity" else (lambda c: c * 2.0),
+                       in_specs=L.P(unreduced={"x"}), out_specs=L.P(unreduced={"x"}))
+    f = L.sc.jit(f) if jitted else f
+
+    def run():
+      r = f(xu)
+      return (str(L.typeof(r)),
+              sorted((s.device.id, np.asarray(s.data).tolist()) for s in r.addressable_shards))
+    return _outcome(run)
+  ours, theirs = both(meshes, prog)
+  assert ours == theirs

@@ -629,7 +629,10 @@ class _Mapped:
           _check_explicit_input(s, aval)
         avals.append(aval)
         dyn.append(x)
-      if self._runs_eagerly(dyn):
+      # NB: unreduced/reduced arguments run compiled: the eager trace neither types the
+      # operations on them nor reads each device's own partial sum.
+      if self._runs_eagerly(dyn) and not any(
+          s is not None and (s.unreduced or s.reduced) for s in specs):
         return _eager_shard_map(self, in_tree, specs, leaves)
       key = (in_tree, tuple(specs), *avals)
       try:

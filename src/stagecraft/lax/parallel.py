@@ -611,23 +611,24 @@ _PCAST_TO = ("unreduced", "varying", "reduced")
 
 
 def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
-  """Casts the varying-manual-axes type of `x` (a pytree of arrays) along the named manual
-  axes of a shard_map: `to='varying'` makes an invariant value varying (values unchanged),
-  as JAX's `jax.lax.pcast`.
+  """Casts the manual-axis state of `x` (a pytree of arrays) along the named manual axes of
+  a shard_map, values unchanged, as JAX's `jax.lax.pcast`: an invariant value to
+  'varying' (`pvary`); a varying one to 'unreduced' (each device's value is then a partial
+  sum, `vary_unreduced_cast_p`); a reduced one to 'varying' (`reduced_vary_cast_p`).
 
   Args:
     x: a pytree of arrays inside a shard_map body.
     axis_name: a manual axis name or a tuple of them (an empty tuple: `x` unchanged).
-    to: 'varying' ('reduced' and 'unreduced' are JAX's too, not supported here).
+    to: 'varying', 'unreduced' or 'reduced'.
 
   Returns:
-    `x`, typed as varying along the axes.
+    `x`, typed with the new state along the axes.
 
   Raises:
     TypeError: a set of axis names.
-    ValueError: an unknown `to`; outside shard_map; (check_vma) `x` already varying along
-      the axes ("Unsupported pcast from=varying, to='varying'").
-    NotImplementedError: to='reduced' or 'unreduced'.
+    ValueError: an unknown `to`; outside shard_map; a cast JAX does not have ("Unsupported
+      pcast from=varying, to='varying'"); axes in different states.
+    NotImplementedError: invariant to 'reduced' (JAX's `preduced`).
     NameError: an axis no enclosing shard_map binds.
   """
   if isinstance(axis_name, (set, frozenset)):
