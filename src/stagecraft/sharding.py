@@ -608,10 +608,6 @@ def _as_axis_set(x: Any, which: str) -> frozenset:
   return frozenset(x)
 
 
-def _sorted_axes(axes: frozenset) -> set:
-  return set(axes)
-
-
 class PartitionSpec(tuple):
   """Per array dimension: None (not split), a mesh axis name, or a tuple of names (split
   over their product, the first name outermost). Trailing dimensions may be left out.
@@ -668,9 +664,9 @@ class PartitionSpec(tuple):
       return "P(" + pr + ")"
     parts = []
     if self.unreduced:
-      parts.append(f"unreduced={_sorted_axes(self.unreduced)!r}")
+      parts.append(f"unreduced={set(self.unreduced)!r}")   # NB: JAX prints a set
     if self.reduced:
-      parts.append(f"reduced={_sorted_axes(self.reduced)!r}")
+      parts.append(f"reduced={set(self.reduced)!r}")
     pr = "" if not pr else f"{pr} " if pr.endswith(",") else f"{pr}, "
     return f"P({pr}{', '.join(parts)})"
 
