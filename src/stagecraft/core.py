@@ -71,6 +71,19 @@ def vma_str(vma) -> str:
   return "{V:" + (text if len(names) == 1 else f"({text})") + "}"
 
 
+def _state_str(vma, unreduced, reduced, mesh) -> str:
+  """JAX's suffix for the mesh-axis states of a value: `{V:i, U:x, R:(y,z)}` (each part only
+  when it has axes, names in mesh order)."""
+  parts = []
+  for tag, axes in (("V", vma), ("U", unreduced), ("R", reduced)):
+    if axes:
+      names = [n for n in mesh.axis_names if n in axes] + sorted(
+          (n for n in axes if n not in mesh.axis_names), key=str)
+      text = ",".join(map(str, names))
+      parts.append(f"{tag}:" + (text if len(names) == 1 else f"({text})"))
+  return "{" + ", ".join(parts) + "}" if parts else ""
+
+
 class ManualAxisType:
   """How a value inside a shard_map body relates to its manual mesh axes (JAX's
   `jax.sharding.ManualAxisType`): `varying`, the axes along which it may differ between
@@ -236,6 +249,9 @@ class ShapedArray:
         dims.append(f"{d}@({','.join(map(str, e))})")
       else:
         dims.append(f"{d}@{e}")
+    u, r = self._sharding.spec.unreduced, self._sharding.spec.reduced
+    if u or r:
+      return f"{name}[{','.join(dims)}]{_state_str(self.vma, u, r, self._sharding.mesh)}"
     return f"{name}[{','.join(dims)}]{vma_str(self.vma)}"
 
   def __repr__(self):   # JAX's: ShapedArray(float32[3], weak_type=True)
@@ -1514,12 +1530,63 @@ def _sharded_abstract_eval(prim: Primitive, rule: Callable, avals, params):
         f"(`reshard(x, P())`), or use a mesh whose axes are Auto "
         f"(`make_mesh(..., axis_types=(AxisType.Auto, ...))`).")
   shardings = srule(*avals, **params)
+  shardings = _unreduced_states(prim, avals, params, shardings, out)
   if prim.multiple_results:
     if shardings is None:
       return out
     return [o.update(sharding=s) if type(o) is ShapedArray else o
             for o, s in zip(out, shardings)]
   return out.update(sharding=shardings)
+
+
+#: Unreduced/reduced rules (JAX's `ur_rule`s): `rule(*avals, **params)` gives the
+#: `(unreduced, reduced)` mesh axes of the result (a list of pairs for several results;
+#: None: the results keep the types abstract evaluation gave, as for primitives with bodies),
+#: or raises JAX's error. Consulted when an operand or the result's sharding (from
+#: `out_sharding`) is unreduced or reduced; a primitive without one raises JAX's
+#: NotImplementedError then. Registered in `lax/sharding_rules.py` and beside primitives.
+ur_rules: dict[Primitive, Callable] = {}
+
+
+def _ur_of(s) -> bool:
+  return s is not None and bool(s.spec.unreduced or s.spec.reduced)
+
+
+def _unreduced_states(prim: Primitive, avals, params, shardings, out):
+  """The result shardings of `prim` with the unreduced/reduced axes its ur rule gives."""
+  many = prim.multiple_results
+  outs = (list(shardings) if shardings is not None else None) if many else [shardings]
+  if not any(type(a) is ShapedArray and _ur_of(a._sharding) for a in avals) and not (
+      outs and any(_ur_of(s) for s in outs)):
+    return shardings
+  rule = ur_rules.get(prim)
+  if rule is None:
+    if prim in closed_calls or _has_body(params):
+      return shardings
+    raise NotImplementedError(f"unreduced/reduced rule for {prim.name} is not implemented. "
+                              f"Please file an issue at https://github.com/jax-ml/jax/issues")
+  urs = rule(*avals, **params)
+  if urs is None:
+    return shardings
+  urs = list(urs) if many else [urs]
+  if outs is None:
+    outs = [None] * len(urs)
+  out_avals = list(out) if many else [out]
+  # NB: an operand's sharding gives the mesh and the PartitionSpec class
+  base = next(a._sharding for a in avals if type(a) is ShapedArray and a._sharding is not None)
+  new = []
+  for s, (u, r), o in zip(outs, urs, out_avals):
+    u, r = frozenset(u), frozenset(r)
+    if s is None:
+      if not u and not r:
+        new.append(None)
+        continue
+      s = base.update(spec=type(base.spec)(*(None,) * len(o.shape)))
+    spec = s.spec.update(unreduced=u, reduced=r)
+    new.append(None if all(e is None for e in spec) and not u and not r else
+               s.update(spec=spec))
+  return new if many else new[0]
+
 
 
 #: The generic impl (set by the runtime): lower a one-equation jaxpr, compile once, execute.

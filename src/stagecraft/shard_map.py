@@ -515,7 +515,8 @@ class _Mapped:
     mesh, manual, fun_name = self.mesh, self.manual, self.fun_name
     dyn_specs = [s for s in specs if s is not None]
     typed = self.check and not self.legacy   # JAX's varying manual axes in types
-    local = [local_aval(a, s, mesh, body_vma(a, s, manual) if typed else None)
+    local = [local_aval(a, s, mesh, body_vma(a, s, manual) if typed else None,
+                        manual if typed else None)
              for a, s in zip(avals, dyn_specs)]
     store = []
 
@@ -628,7 +629,10 @@ class _Mapped:
           _check_explicit_input(s, aval)
         avals.append(aval)
         dyn.append(x)
-      if self._runs_eagerly(dyn):
+      # NB: unreduced/reduced arguments run compiled: the eager trace neither types the
+      # operations on them nor reads each device's own partial sum.
+      if self._runs_eagerly(dyn) and not any(
+          s is not None and (s.unreduced or s.reduced) for s in specs):
         return _eager_shard_map(self, in_tree, specs, leaves)
       key = (in_tree, tuple(specs), *avals)
       try:
@@ -784,15 +788,28 @@ class _Eqn:
     self.primitive, self.params = primitive, params
 
 
+def _with_manual_states(aval, spec, mesh, manual):
+  """`aval` typed with the unreduced/reduced manual axes of `spec` (`f32[]{U:i}`)."""
+  manual = frozenset(manual)
+  u, r = spec.unreduced & manual, spec.reduced & manual
+  if not u and not r:
+    return aval
+  body_mesh = mesh.abstract_mesh.update_axis_types({n: AxisType.Manual for n in manual})
+  return aval.update(sharding=NamedSharding(body_mesh, PartitionSpec(
+      *(None,) * len(aval.shape), unreduced=u, reduced=r)))
+
+
 class ShardMapTracer(core.Tracer):
   """One value of an eager shard_map body: `val` holds each device's block (the mesh's axes
   in front); `vary` the mesh axes along which blocks may differ."""
-  __slots__ = ("val", "vary")
+  __slots__ = ("val", "vary", "spec")
 
-  def __init__(self, trace: ShardMapTrace, val, vary: frozenset):
+  def __init__(self, trace: ShardMapTrace, val, vary: frozenset, spec=None):
     self._trace = trace
     self.val = val
     self.vary = frozenset(vary)
+    # NB: an argument's in_spec, for its unreduced/reduced manual axes (its type shows them)
+    self.spec = spec
 
   @property
   def aval(self) -> ShapedArray:
@@ -800,7 +817,10 @@ class ShardMapTracer(core.Tracer):
     trace = self._trace
     # NB: typed with its varying manual axes under check_vma, as JAX's (`{V:i}`).
     vma = self.vary if trace.check and trace.strict else None
-    return a.update(shape=a.shape[len(trace.names):], vma=vma)
+    out = a.update(shape=a.shape[len(trace.names):], vma=vma)
+    if self.spec is not None and vma is not None:
+      out = _with_manual_states(out, self.spec, trace.mesh, trace.names)
+    return out
 
   def to_concrete_value(self):
     """The value, where every device holds the same one (JAX's: with check_vma, a value
@@ -855,6 +875,19 @@ def _blocks_of(x, spec: PartitionSpec, mesh: Mesh):
   return lax.broadcast_in_dim(y, out_shape, keep)
 
 
+def _unreduced_result(val, spec: PartitionSpec, mesh: Mesh):
+  """An eager result whose out_spec is unreduced along some axes: each device keeps its
+  own block (its partial sum), split along the spec's other axes."""
+  names = tuple(mesh.axis_names)
+  blocks = np.asarray(val)
+  block_shape = blocks.shape[len(names):]
+  s = NamedSharding(mesh, spec)
+  shape = tuple(d * math.prod(mesh.shape[n] for n in spec._names(i))
+                for i, d in enumerate(block_shape))
+  pieces = [blocks[pos] for pos in np.ndindex(*mesh.devices.shape)]
+  return spmd.from_device_blocks(pieces, shape, s)
+
+
 def _global_of(val, spec: PartitionSpec, mesh: Mesh):
   """Inverse of `_blocks_of`: the blocks assembled by `spec` (the first device's block
   along the mesh axes `spec` does not name)."""
@@ -894,7 +927,8 @@ def _eager_shard_map(mapped: "_Mapped", in_tree, specs, leaves):
     if s is None:
       args.append(x)
     else:
-      args.append(ShardMapTracer(trace, _blocks_of(x, s, mesh), _spec_names(s)))
+      args.append(ShardMapTracer(trace, _blocks_of(x, s, mesh), _spec_names(s),
+                                 s if (s.unreduced or s.reduced) else None))
   try:
     with core.set_current_trace(trace), shard_map_env(mesh, mapped.manual,
                                                       mapped.check and not mapped.legacy):
@@ -918,7 +952,8 @@ def _eager_shard_map(mapped: "_Mapped", in_tree, specs, leaves):
       results.append((x.val, s))
   finally:
     trace.invalidate()
-  outs = [spmd.device_put(_global_of(v, s, mesh), NamedSharding(mesh, s)) for v, s in results]
+  outs = [_unreduced_result(v, s, mesh) if s.unreduced else
+          spmd.device_put(_global_of(v, s, mesh), NamedSharding(mesh, s)) for v, s in results]
   return tree_util.tree_unflatten(out_tree, outs)
 
 

@@ -599,21 +599,116 @@ def current_mesh() -> Mesh | None:
   return _mesh_stack[-1] if _mesh_stack else None
 
 
+def _as_axis_set(x: Any, which: str) -> frozenset:
+  if isinstance(x, frozenset):
+    return x
+  if not isinstance(x, set):
+    raise TypeError(f"{which} argument of PartitionSpec should of type `frozenset` or `set`. "
+                    f"Got type {x}")
+  return frozenset(x)
+
+
 class PartitionSpec(tuple):
   """Per array dimension: None (not split), a mesh axis name, or a tuple of names (split
-  over their product, the first name outermost). Trailing dimensions may be left out."""
+  over their product, the first name outermost). Trailing dimensions may be left out.
 
-  def __new__(cls, *entries):
-    return super().__new__(cls, entries)
+  `unreduced` / `reduced` (keywords, sets of mesh axis names; JAX's sharding-in-types
+  states): along an unreduced axis each device holds a partial sum of the value, still to
+  be summed over the axis (`f32[4]{U:x}`); along a reduced axis each holds a full copy
+  whose cotangent comes back unreduced (`f32[4]{R:x}`).
+
+  Raises:
+    TypeError: `unreduced` / `reduced` not a set or frozenset.
+    ValueError: None in them, an axis in both, or an axis also splitting a dimension (JAX's
+      messages).
+  """
+
+  def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset()):
+    unreduced = _as_axis_set(unreduced, "unreduced")
+    reduced = _as_axis_set(reduced, "reduced")
+    self = super().__new__(cls, entries)
+    if unreduced or reduced:
+      _check_unreduced(self, unreduced, reduced)
+    self.unreduced = unreduced
+    self.reduced = reduced
+    return self
+
+  def __getnewargs_ex__(self):
+    return tuple(self), {"unreduced": self.unreduced, "reduced": self.reduced}
+
+  @property
+  def partitions(self) -> tuple:
+    """The per-dimension entries (JAX's `spec.partitions`)."""
+    return tuple(self)
+
+  def __eq__(self, other):
+    if isinstance(other, PartitionSpec):
+      return (tuple.__eq__(self, other) and self.unreduced == other.unreduced
+              and self.reduced == other.reduced)
+    if isinstance(other, tuple):
+      return not self.unreduced and not self.reduced and tuple.__eq__(self, other)
+    return NotImplemented
+
+  def __ne__(self, other):
+    eq = self.__eq__(other)
+    return eq if eq is NotImplemented else not eq
+
+  def __hash__(self):
+    if not self.unreduced and not self.reduced:
+      return tuple.__hash__(self)
+    return hash((tuple(self), self.unreduced, self.reduced))
 
   def __repr__(self):
-    return "P(" + repr(tuple(self))[1:-1] + ")"   # JAX's form: P('x',), P('x', 'y'), P()
+    pr = repr(tuple(self))[1:-1]   # JAX's form: P('x',), P('x', 'y'), P()
+    if not self.unreduced and not self.reduced:
+      return "P(" + pr + ")"
+    parts = []
+    if self.unreduced:
+      parts.append(f"unreduced={set(self.unreduced)!r}")   # NB: JAX prints a set
+    if self.reduced:
+      parts.append(f"reduced={set(self.reduced)!r}")
+    pr = "" if not pr else f"{pr} " if pr.endswith(",") else f"{pr}, "
+    return f"P({pr}{', '.join(parts)})"
+
+  def update(self, partitions=None, unreduced=None, reduced=None) -> "PartitionSpec":
+    """This spec with its entries, `unreduced` or `reduced` replaced (JAX's `P.update`)."""
+    return PartitionSpec(*(tuple(self) if partitions is None else partitions),
+                         unreduced=self.unreduced if unreduced is None else unreduced,
+                         reduced=self.reduced if reduced is None else reduced)
+
+  def to_ct_spec(self) -> "PartitionSpec":
+    """The spec of a cotangent of a value of this spec: unreduced and reduced swapped."""
+    if not self.unreduced and not self.reduced:
+      return self
+    return self.update(unreduced=self.reduced, reduced=self.unreduced)
 
   def _names(self, i: int) -> tuple:
     e = self[i] if i < len(self) else None
     if e is None:
       return ()
     return tuple(e) if isinstance(e, (tuple, list)) else (e,)
+
+
+def _check_unreduced(spec: PartitionSpec, unreduced: frozenset, reduced: frozenset) -> None:
+  if None in unreduced:
+    raise ValueError("unreduced cannot contain None. All elements in unreduced should refer "
+                     "to the mesh axes.")
+  if None in reduced:
+    raise ValueError("reduced cannot contain None. All elements in reduced should refer to "
+                     "the mesh axes.")
+  if unreduced & reduced:
+    raise ValueError(f"`unreduced` and `reduced` argument to PartitionSpec cannot overlap. "
+                     f"Got unreduced: {unreduced} and reduced: {reduced}")
+  for e in spec:
+    for n in (e if isinstance(e, tuple) else (e,)):
+      if n in unreduced:
+        raise ValueError(f"partitions cannot overlap with unreduced axes passed to "
+                         f"PartitionSpec. Got partitions: {tuple(spec)} and unreduced axes: "
+                         f"{unreduced}")
+      if n in reduced:
+        raise ValueError(f"partitions cannot overlap with reduced axes passed to "
+                         f"PartitionSpec. Got partitions: {tuple(spec)} and reduced axes: "
+                         f"{reduced}")
 
 
 P = PartitionSpec
@@ -658,7 +753,7 @@ class NamedSharding(Sharding):
     if not isinstance(spec, PartitionSpec):
       spec = PartitionSpec(*spec) if isinstance(spec, (tuple, list)) else PartitionSpec(spec)
     used = [n for i in range(len(spec)) for n in spec._names(i)]
-    for n in used:
+    for n in (*used, *sorted(spec.unreduced | spec.reduced, key=str)):
       if n not in mesh.axis_names:
         raise ValueError(f"NamedSharding: the spec {spec} names the axis {n!r}, which the "
                          f"mesh does not have; its axes are {mesh.axis_names}.")
@@ -689,7 +784,8 @@ class NamedSharding(Sharding):
 
   @property
   def is_fully_replicated(self) -> bool:
-    return not any(self.spec._names(i) for i in range(len(self.spec)))
+    return not any(self.spec._names(i) for i in range(len(self.spec))) and \
+        not self.spec.unreduced
 
   @property
   def num_devices(self) -> int:
@@ -723,7 +819,8 @@ class NamedSharding(Sharding):
       if open_dims:
         names.append("?")
       dims.append("{" + ", ".join(names) + "}")
-    return f"<@{mesh_name}, [{', '.join(dims)}]>"
+    return (f"<@{mesh_name}, [{', '.join(dims)}]"
+            f"{sdy_unreduced(self.mesh, self.spec.unreduced)}>")
 
   def _key(self):
     # NB: equal layouts compare equal whatever the mesh axes are called or typed. Computed
@@ -734,6 +831,9 @@ class NamedSharding(Sharding):
       spec = tuple(tuple(pos[n] for n in self.spec._names(i)) for i in range(len(self.spec)))
       while spec and not spec[-1]:
         spec = spec[:-1]
+      if self.spec.unreduced or self.spec.reduced:
+        spec = (spec, tuple(sorted(pos[n] for n in self.spec.unreduced)),
+                tuple(sorted(pos[n] for n in self.spec.reduced)))
       m = self.mesh
       k = ((tuple(d.id for d in m.devices.flat), m.devices.shape, spec)
            if isinstance(m, Mesh) else ("abstract", m._key(), spec))
@@ -970,9 +1070,28 @@ def type_sharding(s: Any, ndim: int) -> NamedSharding | None:
   for i in range(ndim):
     names = tuple(n for n in s.spec._names(i) if n in explicit)
     entries.append(None if not names else names[0] if len(names) == 1 else names)
-  if all(e is None for e in entries):
+  unreduced = s.spec.unreduced & explicit
+  reduced = s.spec.reduced & explicit
+  if all(e is None for e in entries) and not unreduced and not reduced:
     return None
-  return NamedSharding(mesh.abstract_mesh, PartitionSpec(*entries))
+  return NamedSharding(mesh.abstract_mesh, PartitionSpec(*entries, unreduced=unreduced,
+                                                         reduced=reduced))
+
+
+def sdy_unreduced(mesh: Any, unreduced: frozenset) -> str:
+  """The `, unreduced={"x"}` part of a Shardy sharding (mesh order), '' for no axes."""
+  if not unreduced:
+    return ""
+  names = [f'"{mesh.sdy_axis_names[n]}"' for n in mesh.axis_names if n in unreduced]
+  return f", unreduced={{{', '.join(names)}}}"
+
+
+def ur_of(s: Any) -> tuple[frozenset, frozenset]:
+  """(unreduced, reduced) mesh axes of a type sharding (`ShapedArray._sharding`; None:
+  neither)."""
+  if s is None:
+    return frozenset(), frozenset()
+  return s.spec.unreduced, s.spec.reduced
 
 
 def spec_entries(s: NamedSharding | None, ndim: int) -> tuple:

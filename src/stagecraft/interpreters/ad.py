@@ -866,6 +866,16 @@ def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool],
   return jvp_closed, consts, list(out_nz)
 
 
+def ct_aval(a: Any) -> Any:
+  """The aval of a cotangent of a value of aval `a` (JAX's `to_ct_aval`): its tangent aval,
+  with the unreduced and reduced mesh axes of its type swapped."""
+  t = tangent_aval(a)
+  s = getattr(t, "_sharding", None)
+  if s is None or not (s.spec.unreduced or s.spec.reduced):
+    return t
+  return t.update(sharding=s.update(spec=s.spec.to_ct_spec()))
+
+
 def transpose_jaxpr(closed: core.ClosedJaxpr, undefined: Sequence[bool],
                     ct_nonzeros: Sequence[bool]):
   """The transpose of the linear `closed` as a new jaxpr taking `(consts..., non-linear
@@ -881,11 +891,11 @@ def transpose_jaxpr(closed: core.ClosedJaxpr, undefined: Sequence[bool],
   def fun(*args):
     it_res, it_ct = iter(args[:nres]), iter(args[nres:])
     primals = [UndefinedPrimal(a) if u else next(it_res) for a, u in zip(in_avals, undefined)]
-    cts = [next(it_ct) if nz else Zero(tangent_aval(a)) for a, nz in zip(out_avals, ct_nonzeros)]
+    cts = [next(it_ct) if nz else Zero(ct_aval(a)) for a, nz in zip(out_avals, ct_nonzeros)]
     cts_in = backward_pass(closed.jaxpr, primals, cts)
     return [instantiate_zeros(c) for c, u in zip(cts_in, undefined) if u]
 
-  ct_avals = [tangent_aval(a) for a, nz in zip(out_avals, ct_nonzeros) if nz]
+  ct_avals = [ct_aval(a) for a, nz in zip(out_avals, ct_nonzeros) if nz]
   jaxpr, consts = pe.trace_to_jaxpr(fun, [*res_avals, *ct_avals])
   return _closed_with_const_args(jaxpr, consts)
 

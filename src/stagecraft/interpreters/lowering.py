@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from stagecraft import core, dtypes, source_info_util
+from stagecraft import sharding as sharding_lib
 from stagecraft.config import config
 from stagecraft.source_info_util import NameStackInfo
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
@@ -492,7 +493,8 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
     if len(outs) != len(eqn.outvars):
       raise MissingRuleError(f"Lowering rule of '{prim.name}' returned {len(outs)} values for "
                              f"{len(eqn.outvars)} outputs.")
-    if typed and prim.name in constrained_to_type:
+    if typed and (prim.name in constrained_to_type or any(
+        _unreduced_type(v.aval) for v in eqn.outvars)):
       outs = [_constrain_to_type(fb, o, v.aval) for o, v in zip(outs, eqn.outvars)]
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
@@ -541,9 +543,20 @@ def _constrain_to_type(fb: FuncBuilder, x: str, aval: Any) -> str:
     names = () if e is None else e if isinstance(e, tuple) else (e,)
     dims.append("{" + ", ".join(f'"{mesh.sdy_axis_names[n]}"' for n in names) + "}")
   r = fb.fresh()
-  fb.emit(f"{r} = sdy.sharding_constraint {x} <@{name}, [{', '.join(dims)}]> : "
+  ur = sharding_lib.sdy_unreduced(mesh, ts.spec.unreduced)
+  fb.emit(f"{r} = sdy.sharding_constraint {x} <@{name}, [{', '.join(dims)}]{ur}> : "
           f"{ir_type(aval)}")
   return r
+
+
+def _unreduced_type(aval: Any) -> bool:
+  # NB: a value unreduced over an Explicit axis (partial sums): its layout is constrained
+  # after every operation, so the partitioner keeps the sums apart, as JAX's lowering does.
+  ts = getattr(aval, "_sharding", None)
+  return ts is not None and bool(ts.spec.unreduced) and all(
+      t == sharding_lib.AxisType.Explicit for n, t in zip(ts.mesh.axis_names,
+                                                          ts.mesh.axis_types)
+      if n in ts.spec.unreduced)
 
 
 def _op_label(eqn) -> str:

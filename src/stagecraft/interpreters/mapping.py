@@ -51,6 +51,13 @@ def unmapped_aval(aval: ShapedArray, axis: int | None, size: int) -> ShapedArray
 _memo = core.memo_on_jaxpr
 
 
+def _ct_spec(e):
+  """The spec of a cotangent laid out as a value of spec `e`: unreduced and reduced axes
+  swapped (JAX's `to_ct_spec`); other entries (pmap's axes) as they are."""
+  f = getattr(e, "to_ct_spec", None)
+  return f() if f is not None else e
+
+
 class MapRules:
   """The jvp, transpose and DCE rules shared by the map primitives over devices (pmap,
   shard_map). Each describes operands and results by a per-position entry under `in_key` /
@@ -123,7 +130,8 @@ class MapRules:
         res_avals = [self.local_aval(a.aval if ad.is_undefined_primal(a) else
                                      core.get_aval(a), e, params)
                      for a, e, u in zip(args, ins, undefined) if not u]
-        ct_avals = [ad.tangent_aval(a) for a, nz in zip(closed.out_avals, ct_nonzeros) if nz]
+        ct_avals = [ad.ct_aval(a)
+                    for a, nz in zip(closed.out_avals, ct_nonzeros) if nz]
         typed = self.typed(params)
         ct_rep = [((), 1) if typed else self.replicated_over(e, params)
                   for e, nz in zip(outs_e, ct_nonzeros) if nz]
@@ -140,15 +148,15 @@ class MapRules:
     t_closed, consts = _memo(self._transpose_cache, closed, (undefined, ct_nonzeros), make)
     new_in = ((self.rep,) * len(consts) +
               tuple(e for e, u in zip(ins, undefined) if not u) +
-              tuple(e for e, nz in zip(outs_e, ct_nonzeros) if nz))
-    new_out = tuple(e for e, u in zip(ins, undefined) if u)
+              tuple(_ct_spec(e) for e, nz in zip(outs_e, ct_nonzeros) if nz))
+    new_out = tuple(_ct_spec(e) for e, u in zip(ins, undefined) if u)
     outs = self.bind([*consts, *[a for a, u in zip(args, undefined) if not u],
                       *[c for c in cts if type(c) is not ad.Zero]], params, new_in, new_out,
                      jaxpr=t_closed, name=f"transpose({params['name']})")
     it = iter(outs)
     return [next(it) if u else None for u in undefined]
 
-  def dce(self, used_outs, eqn):
+  def dce(self, used_outs, eqn):  # noqa: E301
     if not any(used_outs):
       return [False] * len(eqn.invars), None
     params = eqn.params

@@ -457,6 +457,37 @@ def _dot_general_sharding_rule(lhs, rhs, *, dimension_numbers, out_sharding=None
   return sharding.NamedSharding(lm if lm is not None else rm, sharding.PartitionSpec(*spec))
 
 
+def _dot_general_ur_rule(lhs, rhs, *, dimension_numbers, out_sharding=None, **_):
+  """JAX's dot_general rule for unreduced axes: no operand may be unreduced; an
+  `out_sharding` unreduced along mesh axes needs both contracting sides split alike, over
+  exactly those axes (each device's product is then a partial sum). Reduced axes are not
+  propagated (as JAX's)."""
+  lu = lhs._sharding.spec.unreduced if lhs._sharding is not None else frozenset()
+  ru = rhs._sharding.spec.unreduced if rhs._sharding is not None else frozenset()
+  if lu or ru:
+    raise sharding.ShardingTypeError(
+        f"lhs or rhs passed to dot_general cannot be unreduced. Got lhs={lhs!r} and "
+        f"rhs={rhs!r}")
+  if out_sharding is None or not out_sharding.spec.unreduced:
+    return frozenset(), frozenset()
+  (lc, rc), _ = dimension_numbers
+  ls = sharding.spec_entries(lhs._sharding, lhs.ndim)
+  rs = sharding.spec_entries(rhs._sharding, rhs.ndim)
+  lcs, rcs = tuple(ls[d] for d in lc), tuple(rs[d] for d in rc)
+  if lcs != rcs:
+    raise sharding.ShardingTypeError(
+        f"lhs and rhs contracting dims should be sharded identically when out_sharding "
+        f"provided to dot_general mentions unreduced_axes. Got lhs_contracting_spec={lcs}, "
+        f"rhs_contracting_spec={rcs}")
+  names = frozenset(n for e in lcs if e is not None
+                    for n in (e if isinstance(e, tuple) else (e,)))
+  if out_sharding.spec.unreduced != names:
+    raise sharding.ShardingTypeError(
+        f"out_sharding's unreduced axes should be equal to the contracting specs. Got "
+        f"unreduced axes={out_sharding.spec.unreduced} and contracting spec={lcs}")
+  return out_sharding.spec.unreduced, frozenset()
+
+
 def _typed_str(aval: ShapedArray, spec) -> str:
   """`f32[8@x,8@x]`: aval's short type with the spec entries `spec` (which need not form a
   valid NamedSharding), as JAX prints it."""
@@ -565,8 +596,12 @@ def _dot_general_transpose_lhs(ct, x, y, *, dimension_numbers, precision,
     # NB: as JAX, the cotangent gets x's type (the contraction may be ambiguous otherwise).
     xs = sharding.spec_entries(x_aval._sharding, x_aval.ndim)
     mesh = next(s.mesh for s in (x_aval._sharding, ct_s, y_s) if s is not None)
+    # NB: the cotangent of a reduced x is unreduced (and of an unreduced one reduced)
+    xspec = (x_aval._sharding.spec if x_aval._sharding is not None
+             else sharding.PartitionSpec()).to_ct_spec()
     params["out_sharding"] = sharding.NamedSharding(
-        mesh, sharding.PartitionSpec(*[xs[d] for d in unsorted_axes]))
+        mesh, sharding.PartitionSpec(*[xs[d] for d in unsorted_axes],
+                                     unreduced=xspec.unreduced, reduced=xspec.reduced))
   out = dot_general_p.bind(ct, y, dimension_numbers=dims, precision=precision,
                            preferred_element_type=preferred_element_type, **params)
   x_bar = transpose(out, out_axes)
@@ -597,6 +632,7 @@ def _dot_general_pp_rule(eqn, context):
 dot_general_p = Primitive("dot_general")
 dot_general_p.def_abstract_eval(_dot_general_abstract_eval)
 core.sharding_rules[dot_general_p] = _dot_general_sharding_rule
+core.ur_rules[dot_general_p] = _dot_general_ur_rule
 lowering.register_lowering(dot_general_p, _dot_general_lowering)
 core.pp_eqn_rules[dot_general_p] = _dot_general_pp_rule
 ad.defbilinear(dot_general_p, _dot_general_transpose_lhs, _dot_general_transpose_rhs)

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from stagecraft import core, dtypes, tree_util
+from stagecraft import sharding as sharding_lib
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mapping
 from stagecraft.lax import cumulative, elementwise, reduction, shape as lax_shape, slicing
@@ -598,30 +599,39 @@ def pvary(x: Any, axis_name: Any) -> Any:
     return x
   if all(n in core.axis_order for n in axes):   # mesh axes: in mesh order, as JAX's
     axes = core.order_axes(axes)
-  return tree_util.tree_map(lambda leaf: pvary_p.bind(leaf, axes=axes), x)
+
+  def one(leaf):
+    red = _manual_states(core.get_aval(leaf))[1] & set(axes)
+    if red:   # NB: a reduced value becomes varying by JAX's reduced->varying cast
+      leaf = reduced_vary_cast_p.bind(leaf, axes=tuple(a for a in axes if a in red))
+      rest = tuple(a for a in axes if a not in red)
+      return pvary_p.bind(leaf, axes=rest) if rest else leaf
+    return pvary_p.bind(leaf, axes=axes)
+  return tree_util.tree_map(one, x)
 
 
 _PCAST_TO = ("unreduced", "varying", "reduced")
 
 
 def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
-  """Casts the varying-manual-axes type of `x` (a pytree of arrays) along the named manual
-  axes of a shard_map: `to='varying'` makes an invariant value varying (values unchanged),
-  as JAX's `jax.lax.pcast`.
+  """Casts the manual-axis state of `x` (a pytree of arrays) along the named manual axes of
+  a shard_map, values unchanged, as JAX's `jax.lax.pcast`: an invariant value to
+  'varying' (`pvary`); a varying one to 'unreduced' (each device's value is then a partial
+  sum, `vary_unreduced_cast_p`); a reduced one to 'varying' (`reduced_vary_cast_p`).
 
   Args:
     x: a pytree of arrays inside a shard_map body.
     axis_name: a manual axis name or a tuple of them (an empty tuple: `x` unchanged).
-    to: 'varying' ('reduced' and 'unreduced' are JAX's too, not supported here).
+    to: 'varying', 'unreduced' or 'reduced'.
 
   Returns:
-    `x`, typed as varying along the axes.
+    `x`, typed with the new state along the axes.
 
   Raises:
     TypeError: a set of axis names.
-    ValueError: an unknown `to`; outside shard_map; (check_vma) `x` already varying along
-      the axes ("Unsupported pcast from=varying, to='varying'").
-    NotImplementedError: to='reduced' or 'unreduced'.
+    ValueError: an unknown `to`; outside shard_map; a cast JAX does not have ("Unsupported
+      pcast from=varying, to='varying'"); axes in different states.
+    NotImplementedError: invariant to 'reduced' (JAX's `preduced`).
     NameError: an axis no enclosing shard_map binds.
   """
   if isinstance(axis_name, (set, frozenset)):
@@ -631,10 +641,141 @@ def pcast(x: Any, axis_name: Any, *, to: str) -> Any:
   if to not in _PCAST_TO:
     raise ValueError("Got unexpected `to` value. Allowed `to` values are: "
                      "{'unreduced', 'varying', 'reduced'}")
-  if to != "varying":
-    raise NotImplementedError(f"pcast to={to!r} (reduced/unreduced manual axes) is not "
-                              f"supported; only to='varying' is.")
-  return pvary(x, axis_name)
+  axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+  def one(leaf):
+    aval = core.get_aval(leaf)
+    frm = _pcast_from(aval, axes)
+    if (frm, to) == ("invarying", "varying"):
+      return pvary(leaf, axis_name)
+    if (frm, to) == ("varying", "unreduced"):
+      return vary_unreduced_cast_p.bind(leaf, axes=_mesh_ordered(axes))
+    if (frm, to) == ("reduced", "varying"):
+      return reduced_vary_cast_p.bind(leaf, axes=_mesh_ordered(axes))
+    if (frm, to) == ("invarying", "reduced"):
+      raise NotImplementedError("pcast from invarying to='reduced' (JAX's preduced) is not "
+                                "supported yet.")
+    raise ValueError(f"Unsupported pcast from={frm}, to={to!r}")
+  return tree_util.tree_map(one, x)
+
+
+def _manual_states(aval) -> tuple[frozenset, frozenset]:
+  s = getattr(aval, "_sharding", None)
+  return (s.spec.unreduced, s.spec.reduced) if s is not None else (frozenset(), frozenset())
+
+
+def _pcast_from(aval, axes) -> str:
+  """The state of `aval` along `axes`: varying, unreduced, reduced or invarying (JAX's
+  error when they differ)."""
+  u, r = _manual_states(aval)
+  found = {"varying" if a in aval.vma else "unreduced" if a in u else
+           "reduced" if a in r else "invarying" for a in axes}
+  if len(found) > 1:
+    raise ValueError(f"jax.lax.pcast can only accept axis_name which corresponds to one of "
+                     f"varying, unreduced, reduced or invarying state of the input. Got input "
+                     f"type: {aval.str_short(False)}, axes: {axes} and input state: {found}")
+  return found.pop()
+
+
+def _mesh_ordered(axes) -> tuple:
+  return core.order_axes(axes) if all(n in core.axis_order for n in axes) else tuple(axes)
+
+
+def _with_states(aval, vma, unreduced, reduced):
+  """`aval` with these varying axes and unreduced/reduced manual axes (kept in its type's
+  spec, over the body's abstract mesh)."""
+  s = aval._sharding
+  if s is None and not unreduced and not reduced:
+    return aval.update(vma=vma)
+  if s is None:
+    s = sharding_lib.NamedSharding(sharding_lib.get_abstract_mesh(),
+                                   sharding_lib.PartitionSpec(*(None,) * len(aval.shape)))
+  spec = s.spec.update(unreduced=unreduced, reduced=reduced)
+  keep = unreduced or reduced or any(e is not None for e in spec)
+  return aval.update(vma=vma, sharding=s.update(spec=spec) if keep else None)
+
+
+def _check_cast_axes(name: str, axes) -> None:
+  for n in axes:
+    if batching.axis_size(n) is None:
+      raise NameError(f"Found an unbound axis name: {n}. To fix this, please call {name} "
+                      f"under `jax.shard_map`.")
+
+
+def _vary_unreduced_cast_abstract_eval(x, *, axes):
+  _check_cast_axes("vary_unreduced_cast", axes)
+  u, r = _manual_states(x)
+  if not core.check_vma_state[0] and not x.vma:
+    return x   # NB: an untyped body (eager shard_map, check_vma=False): a no-op
+  if not x.vma:
+    raise ValueError(f"vary_unreduced_cast only accepts inputs that are varying. Got "
+                     f"{x.str_short()}")
+  if not x.vma & set(axes):
+    raise ValueError(f"vary_unreduced_cast is a Varying->Unreduced collective. This means that "
+                     f"the axis names mentioned in `axes` passed to `vary_unreduced_cast` must "
+                     f"be present in `jax.typeof(x).mat.varying`. Got axes={axes} and "
+                     f"jax.typeof(x).mat.varying={x.vma}")
+  if u & set(axes):
+    raise ValueError(f"vary_unreduced_cast input cannot be unreduced across the axis_name "
+                     f"provided. Got x={x.str_short()} and axis_name={axes}")
+  return _with_states(x, x.vma - set(axes), u | frozenset(axes), r)
+
+
+def _reduced_vary_cast_abstract_eval(x, *, axes):
+  _check_cast_axes("reduced_vary_cast", axes)
+  u, r = _manual_states(x)
+  if not core.check_vma_state[0] and not r:
+    return x   # NB: an untyped body (eager shard_map, check_vma=False): a no-op
+  if not r:
+    raise ValueError(f"reduced_vary_cast only accepts inputs that are reduced. Got "
+                     f"{x.str_short()}")
+  if not r & set(axes):
+    raise ValueError(f"reduced_vary_cast is a Reduced->Varying collective. This means that "
+                     f"the axis names mentioned in `axes` passed to `reduced_vary_cast` must be "
+                     f"present in `jax.typeof(x).mat.reduced`. Got axes={axes} and "
+                     f"jax.typeof(x).mat.reduced={r}")
+  if x.vma & set(axes):
+    raise ValueError(f"reduced_vary_cast input cannot be varying across the axis_name provided."
+                     f" Got x={x.str_short()} and axis_name={axes}")
+  return _with_states(x, x.vma | frozenset(axes), u, r - set(axes))
+
+
+def _cast_impl(name):
+  def impl(x, *, axes):
+    raise ValueError(f"{name} should be called under jax.shard_map.")
+  return impl
+
+
+#: JAX's no-op casts between varying, unreduced and reduced manual axes (a change of type
+#: only; `pcast(to='unreduced')` of a varying value, `pcast(to='varying')` of a reduced one):
+#: each transposes to the other.
+vary_unreduced_cast_p = core.Primitive("vary_unreduced_cast_p")
+reduced_vary_cast_p = core.Primitive("reduced_vary_cast_p")
+for _p, _rule in ((vary_unreduced_cast_p, _vary_unreduced_cast_abstract_eval),
+                  (reduced_vary_cast_p, _reduced_vary_cast_abstract_eval)):
+  _p.def_abstract_eval(_rule)
+  _p.def_impl(_cast_impl(_p.name[:-2]))
+  lowering.register_lowering(_p, lambda ctx, x, *, axes: [x])
+  core.sharding_rules[_p] = lambda x, *, _rule=_rule, axes: _rule(x, axes=axes)._sharding
+  core.ur_rules[_p] = lambda x, *, _rule=_rule, axes: _manual_states(_rule(x, axes=axes))
+def _cast_batcher(p):
+  def batcher(axis_data, args, dims, *, axes):
+    (x,), (d,) = args, dims
+    rest = tuple(a for a in axes if a != axis_data.name)
+    return (p.bind(x, axes=rest) if rest else x), d
+  return batcher
+
+
+for _p in (vary_unreduced_cast_p, reduced_vary_cast_p):
+  batching.axis_primitive_batchers[_p] = _cast_batcher(_p)
+mapping.replication_rules[vary_unreduced_cast_p] = (
+    lambda in_vary, *, axes: [in_vary[0] - frozenset(axes)])
+mapping.replication_rules[reduced_vary_cast_p] = (
+    lambda in_vary, *, axes: [in_vary[0] | frozenset(axes)])
+ad.deflinear(vary_unreduced_cast_p,
+             lambda ct, x, *, axes: [reduced_vary_cast_p.bind(ct, axes=axes)])
+ad.deflinear(reduced_vary_cast_p,
+             lambda ct, x, *, axes: [vary_unreduced_cast_p.bind(ct, axes=axes)])
 
 
 # ---------------------------------------------------------------------------
@@ -1201,7 +1342,8 @@ def _reduced_vma(prim):
 for _p in (psum_p, pmax_p, pmin_p):
   _reduced_vma(_p)
   core.no_auto_pvary.add(_p)
-for _p in (psum_p, pmax_p, pmin_p, psum_invariant_p, pvary_p, axis_index_p):
+for _p in (psum_p, pmax_p, pmin_p, psum_invariant_p, pvary_p, axis_index_p,
+           vary_unreduced_cast_p, reduced_vary_cast_p):
   core.vma_own_rule.add(_p)
 core.no_auto_pvary.add(pvary_p)
 core.collective_axes[psum_invariant_p] = lambda *, axes: axes

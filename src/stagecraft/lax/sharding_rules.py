@@ -723,9 +723,13 @@ def typed_transpose(rule, reshard):
         have = core.get_aval(c)
         # NB: only to a split type: an unsplit aval may stand for a layout jit's in_shardings
         # give (not in types yet), which the partitioner keeps.
-        if (type(have) is ShapedArray and a.aval._sharding is not None
-            and have._sharding != a.aval._sharding and have.shape == a.aval.shape):
-          out[k] = reshard(c, a.aval._sharding, have._sharding)
+        want = a.aval._sharding
+        if want is not None and (want.spec.unreduced or want.spec.reduced):
+          # NB: the cotangent of a reduced operand is unreduced (JAX's `to_ct_spec`)
+          want = want.update(spec=want.spec.to_ct_spec())
+        if (type(have) is ShapedArray and want is not None
+            and have._sharding != want and have.shape == a.aval.shape):
+          out[k] = reshard(c, want, have._sharding)
     return out
   transpose.untyped = rule
   return transpose
@@ -737,3 +741,155 @@ def wrap_transposes(reshard) -> None:
     rule = ad.primitive_transposes.get(p)
     if rule is not None and not hasattr(rule, "untyped"):
       ad.primitive_transposes[p] = typed_transpose(rule, reshard)
+
+
+# ---------------------------------------------------------------------------
+# Unreduced / reduced mesh axes (JAX's `ur_rule`s, `core.ur_rules`)
+#
+# A value unreduced along a mesh axis holds a partial sum on each device (`f32[4]{U:x}`);
+# a reduced one a full copy whose cotangent is unreduced (`f32[4]{R:x}`). Operations that
+# are linear in one operand keep the states; others reject unreduced operands with JAX's
+# messages. Primitives without a rule here raise core's NotImplementedError.
+
+
+def _u(a) -> frozenset:
+  s = getattr(a, "_sharding", None)
+  return s.spec.unreduced if s is not None else frozenset()
+
+
+def _r(a) -> frozenset:
+  s = getattr(a, "_sharding", None)
+  return s.spec.reduced if s is not None else frozenset()
+
+
+def _replicated_axes(a, mesh) -> frozenset:
+  used = {n for e in entries(a) for n in _names(e)}
+  return frozenset(mesh.axis_names) - used - _u(a) - _r(a) - set(a.vma)
+
+
+def _nary_reduced(*avals) -> frozenset:
+  """JAX's default: every reduced operand reduced along the same axes, and no other operand
+  replicated, split or varying along them."""
+  found = {r for a in avals if (r := _r(a))}
+  if len(found) > 1:
+    raise ShardingTypeError(f"All inputs should be reduced across the same mesh axes. Got "
+                            f"specs: {found}")
+  if not found:
+    return frozenset()
+  (red,) = found
+  mesh = mesh_of(avals)
+  for a in avals:
+    if _replicated_axes(a, mesh) & red:
+      raise ShardingTypeError(f"Inputs cannot be replicated on the same axes that another "
+                              f"input is reduced on. Got input type: {a.str_short()} and "
+                              f"reduced spec: {red}")
+    if ({n for e in entries(a) for n in _names(e)} | set(a.vma)) & red:
+      raise ShardingTypeError(
+          f"Inputs cannot be sharded/varying on the same axes that another input is reduced "
+          f"on. Reshard the input which is reduced to be sharded on the mesh axes it is "
+          f"reduced on via `jax.sharding.reshard(inp, jax.P(...))`. Got input type: "
+          f"{a.str_short()} and reduced spec: {red}")
+  return red
+
+
+def _not_implemented(name: str):
+  return NotImplementedError(f"unreduced rule for {name} is not implemented. Please file an "
+                             f"issue at https://github.com/jax-ml/jax/issues")
+
+
+def _elementwise_ur_rule(name: str):
+  def rule(*avals, **_):
+    if len(avals) == 1:
+      if _u(avals[0]):
+        raise _not_implemented(name)
+      return frozenset(), _r(avals[0])
+    red = _nary_reduced(*avals)
+    if any(_u(a) for a in avals):
+      raise _not_implemented(name)
+    return frozenset(), red
+  return rule
+
+
+def _add_ur_rule(x, y, **_):
+  red = _nary_reduced(x, y)
+  xu, yu = _u(x), _u(y)
+  if xu and yu:
+    if xu != yu:
+      raise ShardingTypeError(f"lhs and rhs to `add` must be unreduced along the same mesh "
+                              f"axes. Got lhs={xu}, rhs={yu}")
+    return xu, red
+  if xu or yu:
+    a, b = ("lhs", "rhs") if xu else ("rhs", "lhs")
+    raise ShardingTypeError(f"{a} is unreduced while {b} is not. `add` operation does not "
+                            f"allow this because there will be implicit communication. Please "
+                            f"reduce {a} via `reshard` before calling `add`.")
+  return frozenset(), red
+
+
+def _mul_ur_rule(x, y, **_):
+  red = _nary_reduced(x, y)
+  xu, yu = _u(x), _u(y)
+  if xu and yu:
+    raise ShardingTypeError(f"lhs and rhs to `mul` cannot be unreduced since mul is bilinear. "
+                            f"Got lhs={xu}, rhs={yu}")
+  if xu and xu != _r(y):
+    raise ShardingTypeError(f"RHS should be reduced along the same axes LHS is unreduced on. "
+                            f"Got lhs={x.str_short(False)} and rhs={y.str_short(False)}")
+  if yu and _r(x) != yu:
+    raise ShardingTypeError(f"LHS should be reduced along the same axes RHS is unreduced on. "
+                            f"Got lhs={x.str_short(False)} and rhs={y.str_short(False)}")
+  out_u = xu or yu
+  return out_u, (frozenset() if out_u else red)
+
+
+def _keep_ur_rule(x, *_, **__):
+  return _u(x), _r(x)
+
+
+def _convert_ur_rule(x, *, sharding=None, **_):
+  spec = getattr(sharding, "spec", None)
+  u = spec.unreduced if spec is not None and spec.unreduced else _u(x)
+  r = spec.reduced if spec is not None and spec.reduced else _r(x)
+  return u, r
+
+
+def _reduce_sum_ur_rule(x, *, axes, out_sharding=None, **_):
+  spec = getattr(out_sharding, "spec", None)
+  if _u(x):
+    return _u(x), _r(x)
+  return (spec.unreduced if spec is not None else frozenset()), _r(x)
+
+
+for _p in list(core.sharding_rules):
+  if core.sharding_rules[_p].__qualname__.startswith("nary_rule"):
+    core.ur_rules[_p] = _elementwise_ur_rule(_p.name)
+core.ur_rules[elementwise.add_p] = _add_ur_rule
+core.ur_rules[ad.add_any_p] = _add_ur_rule
+core.ur_rules[elementwise.mul_p] = _mul_ur_rule
+core.ur_rules[elementwise.convert_element_type_p] = _convert_ur_rule
+core.ur_rules[reduction.reduce_sum_p] = _reduce_sum_ur_rule
+def _dynamic_slice_ur_rule(x, *_, **__):
+  if _u(x):
+    raise _not_implemented("dynamic_slice")
+  return frozenset(), _r(x)
+
+
+def _dus_ur_rule(operand, update, *_):
+  for what, get in (("unreduced", _u), ("reduced", _r)):
+    if get(operand) != get(update):
+      raise ShardingTypeError(
+          f"dynamic_update_slice operand and update must be {what} along the same axes. Got "
+          f"operand sharding {_str_with_axis_types(operand)} and update sharding "
+          f"{_str_with_axis_types(update)}.")
+  return _u(operand), _r(operand)
+
+
+core.ur_rules[slicing.dynamic_slice_p] = _dynamic_slice_ur_rule
+core.ur_rules[slicing.dynamic_update_slice_p] = _dus_ur_rule
+# NB: JAX has no rule for broadcast_in_dim (an error there); here it keeps the states (it
+# is linear), which scan's lowering needs to write an unreduced y into its stacked buffer.
+for _p in (shape.transpose_p, shape.squeeze_p, stop_gradient_p, shape.slice_p,
+           shape.reshape_p, shape.broadcast_in_dim_p):
+  core.ur_rules[_p] = _keep_ur_rule
+for _p in (cond_p, scan_p, while_p, optimization_barrier_p):
+  core.ur_rules[_p] = lambda *avals, **params: None   # NB: the bodies' types

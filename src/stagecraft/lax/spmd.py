@@ -417,6 +417,9 @@ def _reshard_abstract_eval(aval, *, dst_sharding):
 def _reshard_impl(x, *, dst_sharding):
   dst = dst_sharding
   src = x._sharding if type(x) is Array else None
+  if isinstance(src, NamedSharding) and src.spec.unreduced:
+    # NB: partial sums: one program over the mesh, whose partitioner sums them
+    return dispatch.apply_primitive(reshard_p, [x], {"dst_sharding": dst})
   if isinstance(src, NamedSharding) and isinstance(src.mesh, Mesh) and (
       src.mesh.axis_names, src.mesh.axis_sizes) == (dst.mesh.axis_names,
                                                     dst.mesh.axis_sizes):
@@ -434,7 +437,11 @@ def _reshard_impl(x, *, dst_sharding):
 def _reshard_transpose(ct, x, *, dst_sharding):
   if type(ct) is ad.Zero:
     return [None]
-  return [reshard_to_type(ct, x.aval._sharding, core.get_aval(ct)._sharding)]
+  want = x.aval._sharding
+  if want is not None and (want.spec.unreduced or want.spec.reduced):
+    # NB: a cotangent's type: unreduced and reduced swapped (JAX's `to_ct_spec`)
+    want = want.update(spec=want.spec.to_ct_spec())
+  return [reshard_to_type(ct, want, core.get_aval(ct)._sharding)]
 
 
 def _reshard_batch(args, dims, *, dst_sharding):
@@ -473,8 +480,9 @@ ad.deflinear(reshard_p, _reshard_transpose)
 batching.primitive_batchers[reshard_p] = _reshard_batch
 lowering.register_lowering(reshard_p, _reshard_lowering)
 core.sharding_rules[reshard_p] = lambda x, *, dst_sharding: _type_of(dst_sharding, x.ndim)
-# NB: as JAX prints it: no params (the result's type shows the sharding).
-core.pp_eqn_rules[reshard_p] = lambda eqn, context: []
+core.ur_rules[reshard_p] = lambda x, *, dst_sharding: (dst_sharding.spec.unreduced,
+                                                       dst_sharding.spec.reduced)
+core.pp_eqn_rules[reshard_p] = lambda eqn, context: []   # NB: JAX prints no params
 
 
 def reshard_to_type(x: Any, ts: NamedSharding | None, have: NamedSharding | None) -> Any:
@@ -546,6 +554,8 @@ def _traced_device_put(x, s: NamedSharding):
 
 
 spmd.traced_device_put[0] = _traced_device_put
+spmd.unreduced_reshard[0] = lambda x, s: dispatch.apply_primitive(
+    reshard_p, [x], {"dst_sharding": NamedSharding(s.mesh.abstract_mesh, s.spec)})
 sharding.late_names["reshard"] = reshard   # JAX's `jax.sharding.reshard`
 sharding.late_names["ManualAxisType"] = core.ManualAxisType   # `jax.sharding.ManualAxisType`
 
@@ -583,16 +593,27 @@ def global_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh) -> ShapedArr
     entries = list(ts.spec)
     while entries and entries[-1] is None:
       entries.pop()
-    ts = NamedSharding(ts.mesh, PartitionSpec(*entries))
+    ts = NamedSharding(ts.mesh, ts.spec.update(partitions=entries))
   return aval.update(shape=shape, sharding=ts)
 
 
 def local_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh,
-               vma: frozenset | None = None) -> ShapedArray:
+               vma: frozenset | None = None, manual: Any = None) -> ShapedArray:
   """The per-device block of a global `aval` split by `spec` (dimensions divide); `vma`:
-  the manual axes it varies along inside a check_vma body (None: keep `aval`'s)."""
-  return aval.update(shape=tuple(d // split_size(mesh, spec, i)
-                                 for i, d in enumerate(aval.shape)), sharding=None, vma=vma)
+  the manual axes it varies along inside a check_vma body (None: keep `aval`'s); `manual`:
+  the body's manual axes in a check_vma body, whose unreduced/reduced axes in `spec` the
+  block's type keeps (JAX's `manual_axis_type.unreduced` / `.reduced`, printed `{U:i}`:
+  here in the type's spec, over the body's mesh)."""
+  out = aval.update(shape=tuple(d // split_size(mesh, spec, i)
+                                for i, d in enumerate(aval.shape)), sharding=None, vma=vma)
+  if manual is not None and (spec.unreduced or spec.reduced):
+    manual = frozenset(manual)
+    u, r = spec.unreduced & manual, spec.reduced & manual
+    if u or r:
+      body_mesh = mesh.abstract_mesh.update_axis_types({n: AxisType.Manual for n in manual})
+      out = out.update(sharding=NamedSharding(body_mesh, PartitionSpec(
+          *(None,) * len(out.shape), unreduced=u, reduced=r)))
+  return out
 
 
 def body_vma(aval: ShapedArray, spec: PartitionSpec, manual) -> frozenset:
@@ -689,7 +710,8 @@ def _shard_map_params_env(params):
 
 def _map_local_aval(aval, spec, params):
   vma = body_vma(aval, spec, params["newly_manual_axes"]) if typed_body(params) else None
-  return local_aval(aval, spec, params["mesh"], vma)
+  return local_aval(aval, spec, params["mesh"], vma,
+                    params["newly_manual_axes"] if params.get("check_vma") else None)
 
 
 def _map_global_aval(aval, spec, params):

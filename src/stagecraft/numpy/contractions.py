@@ -16,6 +16,7 @@ import opt_einsum
 
 from stagecraft import core, dtypes, lax
 from stagecraft.lax.spmd import reshard, reshard_to_type
+from stagecraft.sharding import NamedSharding
 from stagecraft.runtime.array import Array
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import zeros_like
@@ -209,12 +210,38 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
   """
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.einsum is not supported.")
+  if out_sharding is not None and _one_contraction(subscripts, operands, optimize):
+    # NB: as JAX's, one contraction of two operands passes out_sharding to its dot_general
+    # (so an unreduced result is typed by dot_general's rule)
+    return _einsum(subscripts, operands, optimize, precision, preferred_element_type,
+                   _dot_general, out_sharding)
   if out_sharding is not None:
     unsplit = [reshard_to_type(x, None, getattr(core.get_aval(x), "_sharding", None))
                if isinstance(x, (Array, core.Tracer)) else x for x in (subscripts, *operands)]
     return reshard(einsum(*unsplit, optimize=optimize, precision=precision,
                           preferred_element_type=preferred_element_type,
                           _dot_general=_dot_general), out_sharding)
+  return _einsum(subscripts, operands, optimize, precision, preferred_element_type,
+                 _dot_general, None)
+
+
+def _one_contraction(subscripts, operands, optimize) -> bool:
+  """Whether einsum's path is a single contraction of two operands."""
+  args = (subscripts, *operands)
+  if isinstance(subscripts, str):
+    is_array = [i > 0 for i in range(len(args))]
+  else:
+    is_array = [i % 2 == 0 and i != len(args) - 1 for i in range(len(args))]
+  if sum(is_array) != 2:
+    return False
+  proxies = [_Shape(shape_of(a)) if arr else a for a, arr in zip(args, is_array)]
+  _, contractions = opt_einsum.contract_path(
+      *proxies, einsum_call=True, use_blas=True, optimize=_path_type(optimize))
+  return len(contractions) == 1 and len(contractions[0][0]) == 2
+
+
+def _einsum(subscripts, operands, optimize, precision, preferred_element_type, _dot_general,
+            out_sharding):
   args = (subscripts, *operands)
   if isinstance(subscripts, str):
     is_array = [i > 0 for i in range(len(args))]
@@ -241,7 +268,7 @@ def einsum(subscripts, /, *operands, out: None = None, optimize: str | bool | li
       result = _einsum_unary(ops[0], in_specs[0], output, pet)
     else:
       result = _einsum_binary(ops[0], ops[1], in_specs[0], in_specs[1], output, precision,
-                              pet, _dot_general or lax.dot_general)
+                              pet, _dot_general or lax.dot_general, out_sharding)
     operands.append(result)
   return lax.convert_element_type(operands[0], pet, weak)
 
@@ -308,7 +335,7 @@ def _squeeze_broadcast_dims(x, spec: str, other_shape: tuple, other_spec: str):
 
 
 def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_element_type,
-                   dot_general: Callable[..., Any] = lax.dot_general):
+                   dot_general: Callable[..., Any] = lax.dot_general, out_sharding=None):
   a, sa = _squeeze_broadcast_dims(a, sa, shape_of(b), sb)
   b, sb = _squeeze_broadcast_dims(b, sb, shape_of(a), sa)
   a, sa = _sum_uniques(a, sa, set(sb) | set(out), preferred_element_type)
@@ -325,10 +352,17 @@ def _einsum_binary(a, b, sa: str, sb: str, out: str, precision, preferred_elemen
     a, b, sa, sb = b, a, sb, sa
   dn = ((tuple(sa.index(c) for c in contract), tuple(sb.index(c) for c in contract)),
         (tuple(sa.index(c) for c in batch), tuple(sb.index(c) for c in batch)))
-  r = dot_general(a, b, dn, precision,
-                      preferred_element_type=preferred_element_type)
   rspec = "".join(batch) + "".join(c for c in sa if c not in sb) + "".join(
       c for c in sb if c not in sa)
+  extra = {}
+  if out_sharding is not None:
+    # NB: the result's entries in dot_general's order of labels (JAX's inverse sharding)
+    spec = out_sharding.spec if isinstance(out_sharding, NamedSharding) else out_sharding
+    ents = tuple(spec) + (None,) * (len(out) - len(spec))
+    spec = spec.update(partitions=[ents[out.index(c)] for c in rspec])
+    extra["out_sharding"] = (out_sharding.update(spec=spec)
+                             if isinstance(out_sharding, NamedSharding) else spec)
+  r = dot_general(a, b, dn, precision, preferred_element_type=preferred_element_type, **extra)
   perm = tuple(rspec.index(c) for c in out)
   return lax.transpose(r, perm) if perm != tuple(range(len(perm))) else r
 

@@ -104,12 +104,63 @@ def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
     # local devices' rows). The two coincide when the process holds every block.
     return _shard_local(v, aval, sharding, client.process_index(),
                         local=tuple(v.shape) != tuple(aval.shape))
-  if sharding.is_fully_replicated:
+  if sharding.spec.unreduced:
+    src = x._sharding if type(x) is Array else None
+    pieces = _unreduced_pieces(v, aval.shape, src, sharding)
+    # NB: one buffer per device (a replicated-looking layout would copy the first piece)
+    bufs = [xc.batched_device_put(aval.update(shape=p.shape), client.single_device_sharding(d),
+                                  [p], [d], True, False, enable_x64=True)
+            for p, d in zip(pieces, devs)]
+    return xc.ArrayImpl(aval, sharding._runtime, bufs, True, True)
+  elif sharding.is_fully_replicated:
     pieces = [v] * len(devs)
   else:
     pieces = [v[idx] for idx in _piece_indices(sharding, aval.shape)]
   return xc.batched_device_put(aval, sharding._runtime, pieces, devs, True, False,
                                enable_x64=True)
+
+
+def _unreduced_pieces(v: np.ndarray, shape: tuple, src: Any, dst: NamedSharding) -> list:
+  """Each device's piece of `v` laid out by `dst`, which is unreduced along some mesh axes:
+  the pieces of a group of devices differing only along those axes sum to the value. A
+  device keeps the elements it held in `src` (the source layout, on the same mesh) along the
+  unreduced axes that split a dimension there, and zeros elsewhere; along an unreduced axis
+  the source did not split, the first device of the axis keeps the value (JAX's
+  placement)."""
+  mesh = dst.mesh
+  names = mesh.axis_names
+  sizes = dict(zip(names, mesh.devices.shape))
+  same_mesh = (isinstance(src, NamedSharding) and isinstance(src.mesh, Mesh)
+               and src.mesh.axis_names == names and src.mesh.devices.shape == mesh.devices.shape)
+  src_names = ([src.spec._names(k) for k in range(len(shape))] if same_mesh
+               else [()] * len(shape))
+  used = {n for ns in src_names for n in ns}
+  unred = dst.spec.unreduced
+  pieces = []
+  for pos, idx in zip(np.ndindex(*mesh.devices.shape), _piece_indices(dst, shape)):
+    coord = dict(zip(names, pos))
+    piece = np.array(v[idx])
+    if any(coord[u] != 0 for u in unred if u not in used):
+      piece[...] = 0
+      pieces.append(piece)
+      continue
+    for k, ns in enumerate(src_names):
+      if not any(n in unred for n in ns):
+        continue
+      start, stop, _ = idx[k].indices(shape[k])
+      block = shape[k] // math.prod(sizes[n] for n in ns)
+      keep = np.ones(stop - start, bool)
+      for i in range(start, stop):
+        b = i // block
+        for n in reversed(ns):   # NB: the first name is the major digit
+          if n in unred and b % sizes[n] != coord[n]:
+            keep[i - start] = False
+          b //= sizes[n]
+      sel = [slice(None)] * piece.ndim
+      sel[k] = ~keep
+      piece[tuple(sel)] = 0
+    pieces.append(piece)
+  return pieces
 
 
 @functools.lru_cache(maxsize=256)
@@ -775,6 +826,8 @@ def from_type(aval: Any, mesh: Mesh) -> NamedSharding | None:
 # primitive lives in lax/spmd.py, which installs the bind here (the runtime imports no
 # primitive).
 traced_device_put: list[Callable[[Any, NamedSharding], Any] | None] = [None]
+#: An unreduced Array laid out anew (installed by lax/spmd.py: a compiled `reshard`).
+unreduced_reshard: list[Callable[[Any, NamedSharding], Any] | None] = [None]
 
 
 def check_spec_fits(s: NamedSharding, aval: ShapedArray, where: str, *, typed: bool = False):
@@ -818,6 +871,10 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
   if (type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval
       and x._sharding.mesh.axis_types == s.mesh.axis_types):
     return x
+  if (type(x) is Array and isinstance(x._sharding, NamedSharding)
+      and x._sharding.spec.unreduced and unreduced_reshard[0] is not None):
+    # NB: partial sums leave their layout by a program (the sum is an all-reduce)
+    return unreduced_reshard[0](x, s)
   buf = shard_arg(x, aval, s)
   dispatch.placement_used[0] = True
   return Array(buf, aval, None, s)
@@ -853,6 +910,21 @@ def make_array_from_callback(shape: Sequence[int], sharding: NamedSharding,
   dispatch.placement_used[0] = True
   return Array(xc.ArrayImpl(aval, sharding._runtime, bufs, True, True),
                typed_aval(aval, sharding), None, sharding)
+
+
+def from_device_blocks(pieces: Sequence[np.ndarray], shape: Sequence[int],
+                       sharding: NamedSharding) -> Array:
+  """An Array of global `shape` laid out by `sharding` whose devices (in
+  `sharding.mesh.devices.flat` order, all of this process) hold `pieces` as they are (for
+  an unreduced layout: each device's partial sum)."""
+  s = intern_sharding(sharding)
+  pieces = [np.ascontiguousarray(p) for p in pieces]
+  aval = typed_aval(ShapedArray(tuple(int(d) for d in shape), pieces[0].dtype), s)
+  bufs = [xc.batched_device_put(aval.update(shape=p.shape), client.single_device_sharding(d),
+                                [p], [d], True, False, enable_x64=True)
+          for p, d in zip(pieces, s.mesh.devices.flat)]
+  dispatch.placement_used[0] = True
+  return Array(xc.ArrayImpl(aval, s._runtime, bufs, True, True), aval, None, s)
 
 
 def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSharding,

@@ -40,6 +40,18 @@ _split = core.split_list
 
 
 @api_boundary
+def _slice_aval(a):
+  """The aval of one slice of xs along its leading axis: its type's other spec entries
+  (and unreduced/reduced axes) are kept, as JAX's `mapped_aval`."""
+  ts = getattr(a, "_sharding", None)
+  if ts is None:
+    return a.update(shape=a.shape[1:])
+  ents = tuple(ts.spec) + (None,) * (len(a.shape) - len(ts.spec))
+  spec = ts.spec.update(partitions=ents[1:])
+  keep = any(e is not None for e in ents[1:]) or spec.unreduced or spec.reduced
+  return a.update(shape=a.shape[1:], sharding=ts.update(spec=spec) if keep else None)
+
+
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
          reverse: bool = False, unroll: int | bool = 1) -> tuple[Any, Any]:
   """Loops `f` over the leading axis of `xs`, carrying state: JAX's `lax.scan`.
@@ -136,8 +148,7 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
     raise ValueError(f"scan: unroll must be >= 1 (or a bool), got {unroll}.")
   init_flat, init_tree = common.flatten(init)
   carry_avals = [core.get_aval(x) for x in init_flat]
-  x_avals = [batching.mapped_aval_typed(a, 0) if type(a) is ShapedArray
-             else a.update(shape=a.shape[1:]) for a in xs_avals]
+  x_avals = [_slice_aval(a) for a in xs_avals]
   in_tree = _pair_tree(init_tree, xs_tree)
   closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, carry_avals, x_avals)
   nk = len(init_flat)
@@ -243,14 +254,18 @@ scan_p.multiple_results = True
 def _scan_abstract_eval(*avals, jaxpr: ClosedJaxpr, num_consts: int, num_carry: int,
                         length: int, reverse: bool, unroll: int):
   outs = jaxpr.out_avals
-  return [*outs[:num_carry], *[_stacked(a, length) for a in outs[num_carry:]]]
+  return [*outs[:num_carry], *[_stacked_aval(a, length) for a in outs[num_carry:]]]
 
 
-def _stacked(a, length: int):
-  """The aval of `length` stacked values of aval `a`: a new unsplit leading axis."""
-  if type(a) is ShapedArray:
-    return batching.unmapped_aval_typed(a, 0, batching.AxisData(None, length))
-  return a.update(shape=(length, *a.shape))
+def _stacked_aval(a, length: int):
+  """The aval of `length` stacked values of aval `a`: its type with an unsplit leading
+  dimension (unreduced/reduced axes kept), as JAX's `unmapped_aval`."""
+  ts = getattr(a, "_sharding", None)
+  if ts is None:
+    return a.update(shape=(length, *a.shape))
+  ents = tuple(ts.spec) + (None,) * (len(a.shape) - len(ts.spec))
+  return a.update(shape=(length, *a.shape),
+                  sharding=ts.update(spec=ts.spec.update(partitions=(None, *ents))))
 
 
 _step_cache_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -608,7 +623,7 @@ def _scan_partial_eval(eqn, unknowns):
   u_k = [v for v, u in zip(ins_k, carry_uk) if u]
   u_x = [v for v, u in zip(ins_x, xs_uk) if u]
   outs_k, outs_y = _split(list(eqn.outvars), nk)
-  stacked_vars = [Var(_stacked(a, length)) for a in stacked_avals]
+  stacked_vars = [Var(_stacked_aval(a, length)) for a in stacked_avals]
   known_outs = [*[v for v, u in zip(outs_k, carry_uk) if not u],
                 *[v for v, u in zip(outs_y, ys_uk) if not u]]
   base = {"length": length, "reverse": p["reverse"], "unroll": p["unroll"]}
