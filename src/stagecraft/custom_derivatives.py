@@ -532,7 +532,7 @@ def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp, num_consts
 core.def_closed_call(custom_jvp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_jvp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_jvp_call_p] = _custom_jvp_call_jvp
-batching.axis_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
+batching.fancy_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
 
 
 def _custom_jvp_call_pp_rule(eqn, context):
@@ -920,7 +920,7 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
 core.def_closed_call(custom_vjp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_vjp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_vjp_call_p] = _custom_vjp_call_jvp
-batching.axis_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch
+batching.fancy_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch
 
 
 def _custom_vjp_call_pp_rule(eqn, context):
@@ -1246,7 +1246,7 @@ core.def_closed_call(linear_call_p, "callee")
 lowering.register_lowering(linear_call_p, _linear_call_lowering)
 ad.primitive_jvps[linear_call_p] = _linear_call_jvp
 ad.primitive_transposes[linear_call_p] = _linear_call_transpose
-batching.axis_primitive_batchers[linear_call_p] = _linear_call_batch
+batching.fancy_primitive_batchers[linear_call_p] = _linear_call_batch
 core.pp_param_order[linear_call_p] = ("num_callee_consts", "num_res", "callee")
 
 

@@ -1019,7 +1019,7 @@ class PjitFunction:
     own results the same way), so the FloatingPointError names the primitive and its
     traceback the user's line that produced it. JAX's texts (printed to stdout, as JAX)."""
     out = call(leaves)
-    kind = dispatch.find_special(optree.tree_leaves(out))
+    kind = dispatch.find_special(optree.tree_leaves(out, namespace=tree_util.NAMESPACE))
     if kind is None:
       return out
     # NB: JAX says "nan" here for infs too.

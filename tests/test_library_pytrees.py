@@ -1,0 +1,152 @@
+"""Pytrees registered through `tree_util` (equinox modules, diffrax solutions, flax structs)
+where JAX's API flattens user values outside the transformations: callbacks' results and
+arguments, `debug.print`/`debug.callback`, debug_nans' check of a jit's outputs; and the
+older batching-rule registry `batching.axis_primitive_batchers` that equinox's primitives
+use. Each test runs the same code on JAX and stagecraft and compares.
+
+Found running equinox's score-based-diffusion example unchanged: equinox's `error_if` passes
+a diffrax `Solution` as `pure_callback`'s `result_shape_dtypes`, and its loop primitives
+register `axis_primitive_batchers` rules with JAX's `(axis_size, axis_name, trace_type,
+args, dims)` signature."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jjnp
+import numpy as np
+import pytest
+from jax.experimental import io_callback as jio_callback
+from jax.extend import core as jext_core
+from jax.interpreters import batching as jbatching
+from jax.interpreters import mlir as jmlir
+
+import stagecraft as sc
+import stagecraft.numpy as snp
+from stagecraft import tree_util as stree_util
+from stagecraft.experimental import io_callback as sio_callback
+from stagecraft.extend import core as sext_core
+from stagecraft.interpreters import batching as sbatching
+from stagecraft.interpreters import mlir as smlir
+
+
+def _pair_class(tree_util):
+  @tree_util.register_pytree_node_class
+  class Pair:
+    def __init__(self, a, b):
+      self.a, self.b = a, b
+
+    def tree_flatten(self):
+      return (self.a, self.b), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+      return cls(*children)
+
+    def __repr__(self):
+      return f"Pair({self.a}, {self.b})"
+  return Pair
+
+
+J = (jax, jjnp, jax.tree_util, jio_callback)
+S = (sc, snp, stree_util, sio_callback)
+
+
+def _values(p):
+  return np.asarray(p.a).tolist(), np.asarray(p.b).tolist(), np.asarray(p.b).dtype
+
+
+@pytest.mark.parametrize("which", ["pure", "pure_eager", "io"])
+def test_callbacks_take_and_return_registered_pytrees(which):
+  results = []
+  for api, np_, tree_util, io_callback in (J, S):
+    pair = _pair_class(tree_util)
+    spec = pair(api.ShapeDtypeStruct((2,), np_.float32), api.ShapeDtypeStruct((), np_.int32))
+
+    def host(p, pair=pair):
+      assert type(p).__name__ == "Pair"
+      return pair(np.asarray(p.a, np.float32) * 2, np.int32(np.asarray(p.b).sum()))
+    if which == "pure":
+      out = api.jit(lambda x: api.pure_callback(host, spec, pair(x, x + 1)))(np_.ones(2))
+    elif which == "pure_eager":
+      out = api.pure_callback(host, spec, pair(np_.ones(2), np_.full(2, 3.0)))
+    else:
+      out = api.jit(lambda x: io_callback(host, spec, pair(x, x + 1)))(np_.ones(2))
+    assert type(out).__name__ == "Pair"
+    results.append(_values(out))
+  assert results[0] == results[1]
+
+
+def test_result_shape_dtypes_with_none_leaves_and_bad_leaf():
+  for api, np_, tree_util, _ in (J, S):
+    pair = _pair_class(tree_util)
+    spec = pair(api.ShapeDtypeStruct((), np_.float32), None)
+    out = api.jit(lambda x: api.pure_callback(lambda p: pair(np.float32(5), None), spec,
+                                              x))(1.0)
+    assert float(out.a) == 5.0 and out.b is None
+  pair = _pair_class(stree_util)
+  with pytest.raises(TypeError, match=r"got 3 at \[1\]"):
+    sc.pure_callback(lambda: None, pair(sc.ShapeDtypeStruct((), snp.float32), 3))
+
+
+def test_debug_print_and_callback_take_registered_pytrees(capfd):
+  outs = []
+  for api, np_, tree_util, _ in (J, S):
+    pair = _pair_class(tree_util)
+    seen = []
+    api.jit(lambda x: api.debug.print("p={p}", p=pair(x, 2 * x)))(np_.arange(2.0))
+    api.jit(lambda x: api.debug.callback(lambda p: seen.append(_values(p)),
+                                         pair(x, x + 1)))(np_.arange(2.0))
+    api.effects_barrier()
+    outs.append((capfd.readouterr().out, seen))
+  assert outs[0] == outs[1]
+  assert outs[1][0] == "p=Pair([0. 1.], [0. 2.])\n"
+
+
+def test_debug_nans_checks_a_registered_pytree_output():
+  messages = []
+  for api, np_, tree_util, _ in (J, S):
+    pair = _pair_class(tree_util)
+    with api.debug_nans(True):
+      with pytest.raises(FloatingPointError) as e:
+        api.jit(lambda x: pair(x, np_.log(x)))(np_.array([1.0, -1.0]))
+    messages.append(str(e.value).splitlines()[0])
+  assert messages[0] == messages[1]
+
+
+def _define_prim(extend_core, batching, mlir, np_):
+  """A library primitive registered as equinox registers its loop primitives: a batching
+  rule in JAX's older `axis_primitive_batchers` form."""
+  prim = extend_core.Primitive("lib_scale")
+  prim.multiple_results = True
+  prim.def_impl(lambda x, *, k: [x * k])
+  prim.def_abstract_eval(lambda x, *, k: [x])
+  mlir.register_lowering(prim, mlir.lower_fun(lambda x, *, k: [x * k],
+                                              multiple_results=True))
+  calls = []
+
+  def batch_rule(axis_size, axis_name, trace_type, inputs, batch_axes, **params):
+    # an unnamed vmap axis: JAX passes a fresh object, stagecraft None
+    name = axis_name if isinstance(axis_name, str) else "<unnamed>"
+    calls.append((axis_size, name, trace_type, tuple(batch_axes)))
+    x, = inputs
+    d, = batch_axes
+    if d is None:
+      return prim.bind(x, **params), [None]
+    return prim.bind(np_.moveaxis(x, d, 0) + 0, **params), [0]
+  batching.axis_primitive_batchers[prim] = batch_rule
+  return prim, batch_rule, calls
+
+
+def test_axis_primitive_batchers_take_jax_s_older_rule_signature():
+  results = []
+  for api, np_, ext_core, batching, mlir in ((jax, jjnp, jext_core, jbatching, jmlir),
+                                             (sc, snp, sext_core, sbatching, smlir)):
+    prim, rule, calls = _define_prim(ext_core, batching, mlir, np_)
+    x = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    out1 = api.vmap(lambda r: prim.bind(r, k=2.0)[0], in_axes=1, axis_name="i")(x)
+    out2 = api.jit(api.vmap(lambda r: prim.bind(r, k=3.0)[0] + r.sum()))(x)
+    out3 = api.vmap(lambda r: prim.bind(np_.ones(3), k=1.0)[0] + r)(x)   # unbatched operand
+    results.append(([np.asarray(o).tolist() for o in (out1, out2, out3)], calls))
+    assert prim in batching.fancy_primitive_batchers
+  assert results[0] == results[1]
+  assert results[1][1][0] == (3, "i", None, (1,))
+  assert sbatching.axis_primitive_batchers[prim] is rule
