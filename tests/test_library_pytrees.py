@@ -150,3 +150,70 @@ def test_axis_primitive_batchers_take_jax_s_older_rule_signature():
   assert results[0] == results[1]
   assert results[1][1][0] == (3, "i", None, (1,))
   assert sbatching.axis_primitive_batchers[prim] is rule
+
+
+def _fwd_arg_kinds(api, np_):
+  """What a custom_vjp fwd rule (symbolic zeros) receives for arguments that were literals
+  of a jitted function, differentiated twice (diffrax's `hessian` example: equinox's
+  checkpointed while loop splits its state on `is_array`)."""
+  import functools
+  seen = []
+
+  @functools.partial(api.custom_vjp, nondiff_argnums=(0,))
+  def f(n, x, k, b):
+    return x * 2.0
+
+  def fwd(n, x, k, b):
+    seen.append(tuple(isinstance(a.value, api.Array) for a in (x, k, b)))
+    seen.append((k.value.dtype, b.value.dtype))
+    return x.value * 2.0, None
+
+  f.defvjp(fwd, lambda n, res, g: (g * 2.0, None, None), symbolic_zeros=True)
+  inner = api.jit(lambda x: f(1, x, np_.array(0), np_.array(True)) ** 2)
+  out = [float(api.jit(api.hessian(inner))(3.0)), float(api.hessian(inner)(3.0)),
+         float(api.grad(inner)(3.0))]
+  return seen, out
+
+
+def test_custom_vjp_fwd_sees_arrays_for_a_jit_s_literals():
+  assert _fwd_arg_kinds(jax, jjnp) == _fwd_arg_kinds(sc, snp)
+
+
+def test_eval_shape_passes_shape_dtype_structs_through():
+  for api, np_ in ((jax, jjnp), (sc, snp)):
+    s = api.ShapeDtypeStruct((2,), np_.float32)
+    out = api.eval_shape(lambda x: (x, s, 1.0, None), np_.ones(3))
+    assert [(o.shape, o.dtype, o.weak_type) for o in out[:3]] == [
+        ((3,), np.float32, False), ((2,), np.float32, False), ((), np.float32, True)]
+    assert out[3] is None
+
+
+def _ret(x):
+  return (x, "a")
+
+
+_NON_ARRAY_OUTPUTS = {
+    "jit": lambda api: api.jit(_ret),
+    "jit_dict": lambda api: api.jit(lambda x: {"a": [x, "s"]}),
+    "jit_whole": lambda api: api.jit(lambda x: object),
+    "eval_shape": lambda api: lambda x: api.eval_shape(_ret, x),
+    "make_jaxpr": lambda api: api.make_jaxpr(_ret),
+    "vmap": lambda api: api.vmap(_ret),
+    "grad": lambda api: api.grad(lambda x: "a"),
+    "vjp": lambda api: lambda x: api.vjp(_ret, x),
+    "checkpoint": lambda api: api.checkpoint(_ret),
+    "scan": lambda api: lambda x: api.lax.scan(lambda c, y: (c, "a"), x, x),
+    "cond": lambda api: lambda x: api.lax.cond(True, lambda: "a", lambda: "b"),
+    "switch": lambda api: lambda x: api.lax.switch(0, [lambda: "a", lambda: "b"]),
+    "while": lambda api: lambda x: api.lax.while_loop(lambda c: False, lambda c: "a", x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NON_ARRAY_OUTPUTS))
+def test_non_array_outputs_raise_jax_s_message(name):
+  messages = []
+  for api, np_ in ((jax, jjnp), (sc, snp)):
+    with pytest.raises(TypeError) as e:
+      _NON_ARRAY_OUTPUTS[name](api)(np_.ones(1) if name != "grad" else 1.0)
+    messages.append(str(e.value).splitlines()[0])
+  assert messages[0] == messages[1]
