@@ -557,9 +557,18 @@ def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp, num_consts
   return outs, [0] * n_out
 
 
+def _custom_jvp_call_transpose(cts, *args, call_jaxpr, jvp, num_consts, symbolic_zeros,
+                               name):
+  """A custom_jvp function applied to tangents (a JVP rule written with the function
+  itself) is linear there: its body is transposed in place, the custom rule dropped, as
+  JAX's partial evaluation stages the function's body in the linear program."""
+  return ad.backward_pass(call_jaxpr.jaxpr, args, cts, call_jaxpr.consts)
+
+
 core.def_closed_call(custom_jvp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_jvp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_jvp_call_p] = _custom_jvp_call_jvp
+ad.primitive_transposes[custom_jvp_call_p] = _custom_jvp_call_transpose
 batching.fancy_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
 
 
@@ -929,7 +938,15 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
       outs, odims = batching.batch_flat(g, vals, vdims, axis_data)
       result = []
       for o, d, ad_ in zip(outs, odims, arg_dims):
-        if ad_ is None:      # an unbatched input: its cotangent sums over the batch
+        if core.get_aval(o).dtype == dtypes.float0:   # an integer input's: no values
+          shape = core.get_aval(o).shape
+          if d is not None:   # no batch axis for an unbatched input, else in front
+            rest = shape[:d] + shape[d + 1:]
+            shape = rest if ad_ is None else (size, *rest)
+          elif ad_ is not None:
+            shape = (size, *shape)
+          result.append(ad.instantiate_zeros(ad.Zero(ShapedArray(shape, dtypes.float0))))
+        elif ad_ is None:      # an unbatched input: its cotangent sums over the batch
           result.append(reduction.reduce_sum(o, (d,)) if d is not None else
                         elementwise.mul(o, lax_shape.full_like(o, size)))
         else:

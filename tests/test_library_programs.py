@@ -1,13 +1,12 @@
-"""Pytrees registered through `tree_util` (equinox modules, diffrax solutions, flax structs)
-where JAX's API flattens user values outside the transformations: callbacks' results and
-arguments, `debug.print`/`debug.callback`, debug_nans' check of a jit's outputs; and the
-older batching-rule registry `batching.axis_primitive_batchers` that equinox's primitives
-use. Each test runs the same code on JAX and stagecraft and compares.
-
-Found running equinox's score-based-diffusion example unchanged: equinox's `error_if` passes
-a diffrax `Solution` as `pure_callback`'s `result_shape_dtypes`, and its loop primitives
-register `axis_primitive_batchers` rules with JAX's `(axis_size, axis_name, trace_type,
-args, dims)` signature."""
+"""What JAX libraries (equinox, diffrax, lineax, optimistix) rely on, found running their
+examples unchanged (equinox's score-based diffusion, diffrax's hessian, steady-state,
+stiff-ODE, neural ODE/CDE examples), each test running the same code on JAX and stagecraft:
+pytrees registered through `tree_util` where the API flattens user values outside the
+transformations (callbacks, `debug.print`/`debug.callback`, debug_nans); the older
+batching-rule registry `batching.axis_primitive_batchers`; what a custom_vjp fwd rule sees
+for a jit's literals; `eval_shape` of ShapeDtypeStructs; JAX's texts for non-array outputs;
+float0 cotangents through a vmapped custom_vjp; a custom_jvp function used in its own JVP
+rule; `iscomplexobj` of dtype-bearing objects."""
 from __future__ import annotations
 
 import jax
@@ -217,3 +216,48 @@ def test_non_array_outputs_raise_jax_s_message(name):
       _NON_ARRAY_OUTPUTS[name](api)(np_.ones(1) if name != "grad" else 1.0)
     messages.append(str(e.value).splitlines()[0])
   assert messages[0] == messages[1]
+
+
+def _f0_programs(api, np_):
+  @api.custom_vjp
+  def f(x, n):
+    return x * n
+  f.defvjp(lambda x, n: (x * n, (x, n)), lambda r, g: (g * r[1], None))
+  loss = lambda x, n: api.vmap(f, in_axes=(0, None))(x, n).sum()
+  x = np_.ones(3)
+  return [np.asarray(o).tolist() for o in (
+      api.grad(loss)(x, 2), api.jit(api.grad(loss))(x, 2),
+      api.vmap(api.grad(f), in_axes=(0, None))(x, 2),
+      api.grad(lambda x, n: api.vmap(f)(x, n).sum())(x, np_.arange(3)))]
+
+
+def test_vmapped_custom_vjp_with_an_integer_argument_differentiates():
+  """neural_ode/neural_cde (diffrax): an unbatched integer argument's float0 cotangent
+  through a vmapped custom_vjp (was: `mul does not accept dtype void`)."""
+  assert _f0_programs(jax, jjnp) == _f0_programs(sc, snp)
+
+
+def _custom_jvp_applied_to_tangents(api, np_):
+  @api.custom_jvp
+  def g(x):
+    return 3.0 * x
+  g.defjvp(lambda p, t: (g(p[0]), g(t[0])))   # the tangent goes through g itself
+  f = lambda x: np_.sin(g(x)).sum()
+  return (float(api.grad(f)(1.0)), float(api.jit(api.grad(f))(1.0)),
+          str(api.make_jaxpr(api.grad(f))(1.0)))
+
+
+def test_custom_jvp_function_in_its_own_jvp_rule_transposes():
+  """optimistix's implicit differentiation (diffrax's steady-state example): a custom_jvp
+  function applied to tangents is transposed through its body, as JAX's."""
+  assert _custom_jvp_applied_to_tangents(jax, jjnp) == _custom_jvp_applied_to_tangents(sc, snp)
+
+
+def test_iscomplexobj_reads_dtype_attributes():
+  for api, np_ in ((jax, jjnp), (sc, snp)):
+    k = api.random.key(0)
+    got = [np_.iscomplexobj(api.ShapeDtypeStruct((3,), np_.complex64)),
+           np_.iscomplexobj(api.ShapeDtypeStruct((3,), np_.float32)), np_.iscomplexobj(None),
+           np_.iscomplexobj(k), bool(api.jit(lambda k: np_.iscomplexobj(k))(k)),
+           np_.iscomplexobj([1, 2j]), np_.isrealobj(np.ones(2))]
+    assert got == [True, False, False, False, False, True, True]
