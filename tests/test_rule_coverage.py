@@ -102,7 +102,7 @@ NO_BATCHING = {"iota", "create_token", "after_all"}
 @pytest.mark.parametrize("name", sorted(PRIMS))
 def test_primitive_has_batching_rule(name):
   prim = PRIMS[name]
-  has = prim in batching.primitive_batchers or prim in batching.axis_primitive_batchers
+  has = prim in batching.primitive_batchers or prim in batching.fancy_primitive_batchers
   if name in NO_BATCHING:
     assert not has, f"{name} now has a batching rule: drop it from NO_BATCHING"
     return

@@ -41,7 +41,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import optree
 
 from stagecraft.traceback_util import api_boundary
-from stagecraft import api_util, core, dtypes, key_reuse, tree_util
+from stagecraft import api_util, core, dtypes, key_reuse, source_info_util, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, Var
 from stagecraft.interpreters import ad, batching, calls, lowering, partial_eval as pe
@@ -823,7 +823,9 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     nargs = len(args)
     st = {i % nargs for i in static if -nargs <= i < nargs}
     if type(core.current_trace()) is core.EvalTrace:
-      return fun(*args, **kwargs)
+      out = fun(*args, **kwargs)
+      _check_out(fun, *optree.tree_flatten(out, none_is_leaf=False, namespace=_NS))
+      return out
     dyn = [a for i, a in enumerate(args) if i not in st]
     leaves, in_tree = optree.tree_flatten((dyn, kwargs), none_is_leaf=False, namespace=_NS)
     avals = [core.get_aval(x) for x in leaves]
@@ -853,6 +855,12 @@ _trace_cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDicti
 #: With key reuse checking on: what each traced body does with typed keys.
 _body_keys: "weakref.WeakKeyDictionary[ClosedJaxpr, key_reuse.BodyKeys]" = (
     weakref.WeakKeyDictionary())
+
+
+def _check_out(fun: Callable, leaves: list, tree: Any) -> None:
+  """JAX's TypeError for an output of a checkpointed function that is not an array."""
+  api_util.check_out_leaves(leaves, tree, source_info_util.fun_name(fun), "checkpoint",
+                            source_info_util.fun_source_info(fun))
 
 
 def _trace_checkpointed(fun: Callable, args: tuple, nargs: int, static: frozenset,
@@ -887,6 +895,7 @@ def _trace_checkpointed(fun: Callable, args: tuple, nargs: int, static: frozense
     if check_keys:
       store["keys"] = store["keys"]._replace(outer=tuple(sc.consumed_outer()))
     out_leaves, store["tree"] = optree.tree_flatten(out, none_is_leaf=False, namespace=_NS)
+    _check_out(fun, out_leaves, store["tree"])
     return out_leaves
 
   jaxpr, consts = pe.trace_to_jaxpr(flat, avals)

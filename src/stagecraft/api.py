@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -101,7 +102,20 @@ def eval_shape(fun: Callable, *args, **kwargs):
     results' types, else the mesh set by `sharding.set_mesh`; a result that is a constant
     of the program, or of a program over no mesh, has `sharding=None`.
   """
-  traced, _ = trace_flat(fun, args, kwargs, (), (), "eval_shape")
+  given = {}   # output leaf index -> a ShapeDtypeStruct `fun` returned (JAX passes it on)
+
+  def fun_(*a, **k):
+    out = fun(*a, **k)
+    leaves, tree = optree.tree_flatten(out, none_is_leaf=False, namespace=tree_util.NAMESPACE)
+    if not any(type(x) is core.ShapeDtypeStruct for x in leaves):
+      return out
+    for i, x in enumerate(leaves):
+      if type(x) is core.ShapeDtypeStruct:
+        given[i] = x   # a stand-in of its shape and dtype (a view: no memory)
+        leaves[i] = np.broadcast_to(np.zeros((), x.dtype), x.shape)
+    return optree.tree_unflatten(tree, leaves)
+  functools.update_wrapper(fun_, fun)
+  traced, _ = trace_flat(fun_, args, kwargs, (), (), "eval_shape")
   jaxpr = traced.jaxpr
   ctx = sharding_lib.get_abstract_mesh()
   reaching = {} if not ctx.empty else _mesh_reaching(jaxpr.jaxpr)
@@ -115,6 +129,9 @@ def eval_shape(fun: Callable, *args, **kwargs):
     s = None if mesh is None else sharding_lib.NamedSharding(
         mesh, sharding_lib.PartitionSpec(*sharding_lib.spec_entries(a._sharding, a.ndim)))
     leaves.append(core.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=s))
+  for i, x in given.items():
+    leaves[i] = core.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type,
+                                      sharding=x.sharding)
   return optree.tree_unflatten(traced.out_tree, leaves)
 
 

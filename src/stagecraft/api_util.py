@@ -92,17 +92,28 @@ def arg_names(sig, dyn_argnums: Sequence[int], dyn_kwarg_names: Sequence[str],
   return tuple(names), tuple(origins)
 
 
-def check_out_leaves(leaves, out_tree, fun_name: str, what: str):
+def check_out_leaves(leaves, out_tree, fun_name: str, what: str,
+                     source_info: str | None = None):
+  """Raises JAX's TypeError for an output leaf of a traced function that is not an array
+  (`what` names the transformation; `source_info`, `f at file.py:12`, the function where
+  JAX's message says where it is defined)."""
   for i, leaf in enumerate(leaves):
     if isinstance(leaf, core.Tracer) or type(leaf) is Array:
       continue
     if not core.valid_array_type(leaf):
+      if what == "vmap":
+        raise TypeError(f"Output from batched function {leaf!r} with type {type(leaf)} is "
+                        f"not a valid JAX type")
+      if what in ("differentiation", "pmap", "shard_map"):
+        raise TypeError(f"Argument {leaf!r} of type {type(leaf)} is not a valid JAX type")
       paths = tree_util.tree_flatten_with_path(tree_util.tree_unflatten(out_tree, leaves))[0]
-      path = tree_util.keystr(paths[i][0]) if i < len(paths) else f"leaf {i}"
+      path = tree_util.keystr(paths[i][0]) if i < len(paths) else ""
+      traced_for = {"eval_shape": "jit", "make_jaxpr": "jit",
+                    "checkpoint": "checkpoint / remat"}.get(what, what)
       raise TypeError(
-          f"The function {fun_name} passed to {what} returned a value of type "
-          f"{type(leaf).__name__} at output{path or ' (the whole output)'}, which is not a "
-          f"valid array type. Return arrays, scalars, or pytrees of them.")
+          f"function {source_info or fun_name} traced for {traced_for} returned a value of "
+          f"type {type(leaf)}{f' at output component {path}' if path else ''}, which is "
+          f"not a valid JAX type")
 
 
 def normalize_argnums(argnums, name: str) -> tuple[int, ...]:

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.lax import callback as cb
 
@@ -15,9 +15,11 @@ __all__ = ["pure_callback", "io_callback"]
 
 
 def _result_avals(result_shape_dtypes, what: str):
-  leaves, tree = optree.tree_flatten(result_shape_dtypes, none_is_leaf=False)
+  leaves, tree = optree.tree_flatten(result_shape_dtypes, none_is_leaf=False,
+                                     namespace=tree_util.NAMESPACE)
   avals = []
-  for path, x in zip(optree.tree_paths(result_shape_dtypes, none_is_leaf=False), leaves):
+  for path, x in zip(optree.tree_paths(result_shape_dtypes, none_is_leaf=False,
+                                       namespace=tree_util.NAMESPACE), leaves):
     shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
     if shape is None or dtype is None:
       where = "".join(f"[{p!r}]" for p in path) or "result_shape_dtypes"
@@ -30,7 +32,8 @@ def _result_avals(result_shape_dtypes, what: str):
 def _flat(callback: Callable, args, kwargs, what: str):
   if not callable(callback):
     raise TypeError(f"{what} expects a callable first, got {callback!r}.")
-  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False)
+  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False,
+                                       namespace=tree_util.NAMESPACE)
   return cb.FlatCallback(callback, in_tree), leaves
 
 

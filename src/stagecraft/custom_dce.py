@@ -595,5 +595,5 @@ ad.primitive_jvps[custom_dce_call_p] = _custom_dce_jvp
 ad.partial_eval_rules[custom_dce_call_p] = _custom_dce_partial_eval
 ad.primitive_transposes[custom_dce_call_p] = _custom_dce_transpose
 pe.dce_rules[custom_dce_call_p] = _custom_dce_dce
-batching.axis_primitive_batchers[custom_dce_call_p] = _custom_dce_batch
+batching.fancy_primitive_batchers[custom_dce_call_p] = _custom_dce_batch
 core.pp_param_order[custom_dce_call_p] = ("name", "fun_jaxpr", "dce_thunk")

@@ -23,6 +23,7 @@ import inspect
 import weakref
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import optree
 
 from stagecraft.traceback_util import api_boundary
@@ -35,6 +36,8 @@ from stagecraft.lax import elementwise, reduction, shape as lax_shape
 from stagecraft.lax.ad_util import stop_gradient
 from stagecraft.lax.control_flow import solves as _solves
 from stagecraft.lax.control_flow.refs import Ref
+from stagecraft.runtime import dispatch
+from stagecraft.runtime.array import Array
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p", "closure_convert",
@@ -398,6 +401,31 @@ def _custom_jvp_in_jvp_trace(trace, cj, args, nondiff, name):
   return _unflatten(flat_jvp.out_tree[0], [trace._wrap(p, t) for p, t in zip(p_out, t_out)])
 
 
+_SCALAR_TYPES = frozenset({bool, int, float, complex, *(
+    type(np.zeros((), t)[()]) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
+                                        np.uint8, np.uint16, np.uint32, np.uint64,
+                                        np.float16, np.float32, np.float64, np.complex64,
+                                        np.complex128))})
+
+
+def _as_arrays(values: Sequence[Any], avals: Sequence[ShapedArray] | None = None) -> list:
+  """`values` with the scalars an evaluated jaxpr's literals give (a literal's `val`: a
+  Python or NumPy scalar) made what JAX's rules see there: a tracer of the staging trace
+  whose atom is the literal (printed as the literal), or eagerly an Array of the literal's
+  aval (`avals[i]`, else the value's own). equinox's `is_array` splits a rule's arguments
+  on it (a Python int would count as static data)."""
+  out = list(values)
+  for i, v in enumerate(out):
+    if type(v) in _SCALAR_TYPES:
+      aval = avals[i] if avals is not None else core.get_aval(v)
+      if aval.dtype == dtypes.float0:
+        continue
+      folded = ad.folded_constant(v, aval)
+      out[i] = folded if folded is not None else Array(
+          dispatch.to_buffer(np.asarray(v, aval.dtype), aval), aval)
+  return out
+
+
 def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
                    out_avals: Sequence[ShapedArray] | None) -> Callable:
   """The user's JVP rule on flat primals and tangents (tangents may be ad.Zero); returns
@@ -414,7 +442,7 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
       ts = [SymbolicZero(t.aval) if type(t) is ad.Zero else t for t in tangents]
     else:
       ts = [ad.instantiate_zeros(t) for t in tangents]
-    py_primals = tuple(_unflatten(in_tree, primals))
+    py_primals = tuple(_unflatten(in_tree, _as_arrays(primals)))
     py_tangents = tuple(_unflatten(in_tree, ts))
     pair = jvp_rule(*static_args, py_primals, py_tangents)
     if not isinstance(pair, (list, tuple)) or len(pair) != 2:
@@ -529,10 +557,19 @@ def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp, num_consts
   return outs, [0] * n_out
 
 
+def _custom_jvp_call_transpose(cts, *args, call_jaxpr, jvp, num_consts, symbolic_zeros,
+                               name):
+  """A custom_jvp function applied to tangents (a JVP rule written with the function
+  itself) is linear there: its body is transposed in place, the custom rule dropped, as
+  JAX's partial evaluation stages the function's body in the linear program."""
+  return ad.backward_pass(call_jaxpr.jaxpr, args, cts, call_jaxpr.consts)
+
+
 core.def_closed_call(custom_jvp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_jvp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_jvp_call_p] = _custom_jvp_call_jvp
-batching.axis_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
+ad.primitive_transposes[custom_jvp_call_p] = _custom_jvp_call_transpose
+batching.fancy_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
 
 
 def _custom_jvp_call_pp_rule(eqn, context):
@@ -713,6 +750,7 @@ def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_t
   static_args = [static[i] for i in sorted(static)]
 
   def flat_fwd(primals, nonzeros):
+    primals = _as_arrays(primals, in_avals)
     if cv.symbolic_zeros:
       leaves = [CustomVJPPrimal(p, nz) for p, nz in zip(primals, nonzeros)]
     else:
@@ -900,7 +938,15 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
       outs, odims = batching.batch_flat(g, vals, vdims, axis_data)
       result = []
       for o, d, ad_ in zip(outs, odims, arg_dims):
-        if ad_ is None:      # an unbatched input: its cotangent sums over the batch
+        if core.get_aval(o).dtype == dtypes.float0:   # an integer input's: no values
+          shape = core.get_aval(o).shape
+          if d is not None:   # no batch axis for an unbatched input, else in front
+            rest = shape[:d] + shape[d + 1:]
+            shape = rest if ad_ is None else (size, *rest)
+          elif ad_ is not None:
+            shape = (size, *shape)
+          result.append(ad.instantiate_zeros(ad.Zero(ShapedArray(shape, dtypes.float0))))
+        elif ad_ is None:      # an unbatched input: its cotangent sums over the batch
           result.append(reduction.reduce_sum(o, (d,)) if d is not None else
                         elementwise.mul(o, lax_shape.full_like(o, size)))
         else:
@@ -920,7 +966,7 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
 core.def_closed_call(custom_vjp_call_p, "call_jaxpr")
 lowering.register_lowering(custom_vjp_call_p, _custom_call_lowering)
 ad.primitive_jvps[custom_vjp_call_p] = _custom_vjp_call_jvp
-batching.axis_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch
+batching.fancy_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch
 
 
 def _custom_vjp_call_pp_rule(eqn, context):
@@ -1246,7 +1292,7 @@ core.def_closed_call(linear_call_p, "callee")
 lowering.register_lowering(linear_call_p, _linear_call_lowering)
 ad.primitive_jvps[linear_call_p] = _linear_call_jvp
 ad.primitive_transposes[linear_call_p] = _linear_call_transpose
-batching.axis_primitive_batchers[linear_call_p] = _linear_call_batch
+batching.fancy_primitive_batchers[linear_call_p] = _linear_call_batch
 core.pp_param_order[linear_call_p] = ("num_callee_consts", "num_res", "callee")
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import callback as host_callback, core, debugger, dtypes, lax
+from stagecraft import callback as host_callback, core, debugger, dtypes, lax, tree_util
 from stagecraft.lax import callback as cb
 from stagecraft.lax.callback import DebugEffect, OrderedDebugEffect
 from stagecraft.runtime.array import Array
@@ -31,7 +31,8 @@ def _is_array_leaf(x) -> bool:
 
 
 def _split_static(args, kwargs):
-  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=True)
+  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=True,
+                                       namespace=tree_util.NAMESPACE)
   dyn, static = [], []
   for i, x in enumerate(leaves):
     if _is_array_leaf(x):
@@ -113,7 +114,8 @@ def callback(callback: Callable[..., None] | None = None, *args, ordered: bool =
     return functools.partial(globals()["callback"], ordered=ordered, partitioned=partitioned)
   if not callable(callback):
     raise TypeError(f"debug.callback expects a callable first, got {callback!r}.")
-  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False)
+  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False,
+                                       namespace=tree_util.NAMESPACE)
   flat = cb.FlatCallback(callback, in_tree)
   cb.debug_callback_p.bind(*leaves, callback=flat, ordered=bool(ordered),
                            partitioned=bool(partitioned))

@@ -435,7 +435,7 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
     out_leaves, out_tree = flatten(out)
     if traced_for == "jit":
       state.check_no_ref_out(fun, out_leaves)
-    check_out_leaves(out_leaves, out_tree, name, traced_for)
+    check_out_leaves(out_leaves, out_tree, name, traced_for, debug.func_src_info)
     out_tree_box.append(out_tree)
     if check_keys:   # the keys of `d_args`/`d_kwargs` were made fresh for this trace
       key_sig.append(key_reuse.body_signature(tree_util.tree_leaves((d_args, d_kwargs)),
@@ -1059,7 +1059,7 @@ class PjitFunction:
     own results the same way), so the FloatingPointError names the primitive and its
     traceback the user's line that produced it. JAX's texts (printed to stdout, as JAX)."""
     out = call(leaves)
-    kind = dispatch.find_special(optree.tree_leaves(out))
+    kind = dispatch.find_special(optree.tree_leaves(out, namespace=tree_util.NAMESPACE))
     if kind is None:
       return out
     # NB: JAX says "nan" here for infs too.

@@ -965,7 +965,7 @@ def _runs_compiled(prim, params) -> bool:
   its own values, as JAX's), and primitives without a batching rule."""
   if prim.name in ("pure_callback", "io_callback", "ffi_call"):
     return True
-  if prim not in batching.primitive_batchers and prim not in batching.axis_primitive_batchers:
+  if prim not in batching.primitive_batchers and prim not in batching.fancy_primitive_batchers:
     return True
   names = params.get("axis_name")
   return (prim in (parallel.all_gather_p, parallel.ppermute_p, parallel.reduce_scatter_p,

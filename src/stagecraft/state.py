@@ -136,7 +136,7 @@ def traced_with_refs(fun: Callable, args: tuple, kwargs: dict, static_argnums: S
                 **d_kwargs)
       out_leaves, out_tree = flatten(out)
       check_no_ref_out(fun, out_leaves, leaf_vals, names)
-      check_out_leaves(out_leaves, out_tree, name, "jit")
+      check_out_leaves(out_leaves, out_tree, name, "jit", fun_source_info(fun))
       finals = [r._value for r in [*implicit, *proxies]]
       # NB: only the refs written come out (a ref only read needs no write-back, which
       # could not happen from a nested trace, e.g. a jit called in a scan body).

@@ -438,7 +438,7 @@ def _call_hi_primitive_batch(axis_data, args, dims, *, _prim):
           tree_util.broadcast_prefix(out_dims, ans))
 
 
-batching.axis_primitive_batchers[call_hi_primitive_p] = _call_hi_primitive_batch
+batching.fancy_primitive_batchers[call_hi_primitive_p] = _call_hi_primitive_batch
 # With sharding in types, the results have the shardings their declared types give.
 core.sharding_rules[call_hi_primitive_p] = lambda *avals, _prim: [
     a._sharding if type(a) is ShapedArray else None for a in _prim.out_avals_flat]
@@ -460,7 +460,7 @@ call_hi_primitive_linearized_p.def_abstract_eval(
     lambda *avals, _prim, residuals_tree, nz_in_flat:
     [ad.tangent_aval(a) for a in _prim.out_avals_flat])
 lowering.register_lowering(call_hi_primitive_linearized_p, _raise_custom_vjp_error_on_jvp)
-batching.axis_primitive_batchers[call_hi_primitive_linearized_p] = (
+batching.fancy_primitive_batchers[call_hi_primitive_linearized_p] = (
     _raise_custom_vjp_error_on_jvp)
 
 

@@ -549,7 +549,7 @@ def _pack_lowering(ctx, *args, tree):
 implicit_pack_p.def_abstract_eval(_pack_abstract_eval)
 implicit_pack_p.def_impl(_pack_impl)
 ad.primitive_jvps[implicit_pack_p] = _pack_jvp
-batching.axis_primitive_batchers[implicit_pack_p] = _pack_batch
+batching.fancy_primitive_batchers[implicit_pack_p] = _pack_batch
 lowering.register_lowering(implicit_pack_p, _pack_lowering)
 
 

@@ -10,8 +10,10 @@ them to the front otherwise (`broadcast_batcher`), dot_general and gather/scatte
 a batch dimension, etc.
 
 Primitives that depend on the named axis (collectives such as psum, axis_index) register in
-`axis_primitive_batchers` with `rule(axis_data, batched_args, batch_dims, **params)`; they are
-called even when no argument is batched, because the axis itself is what they read.
+`fancy_primitive_batchers` with `rule(axis_data, batched_args, batch_dims, **params)`; they
+are called even when no argument is batched, because the axis itself is what they read.
+(`axis_primitive_batchers` takes JAX's older `rule(axis_size, axis_name, trace_type,
+batched_args, batch_dims, **params)` form, as JAX's compatibility shim does.)
 
 Design after JAX's `batching.py` (BatchTrace, `not_mapped`, `broadcast_batcher`).
 """
@@ -32,7 +34,35 @@ from stagecraft.interpreters import partial_eval as pe
 not_mapped = None
 
 primitive_batchers: dict[core.Primitive, Callable] = {}
-axis_primitive_batchers: dict[core.Primitive, Callable] = {}
+fancy_primitive_batchers: dict[core.Primitive, Callable] = {}
+
+
+class _AxisPrimitiveBatchers:
+  """JAX's `batching.axis_primitive_batchers`: registering `rule(axis_size, axis_name,
+  trace_type, batched_args, batch_dims, **params)` (the older form, which libraries such as
+  equinox use) puts a wrapper taking the `fancy_primitive_batchers` form there."""
+
+  def __setitem__(self, prim: core.Primitive, rule: Callable) -> None:
+    def fancy(axis_data, args, dims, **params):
+      return rule(axis_data.size, axis_data.name, None, args, dims, **params)
+    fancy.__wrapped__ = rule
+    fancy_primitive_batchers[prim] = fancy
+
+  def __getitem__(self, prim: core.Primitive) -> Callable:
+    rule = fancy_primitive_batchers[prim]
+    return getattr(rule, "__wrapped__", rule)
+
+  def __delitem__(self, prim: core.Primitive) -> None:
+    del fancy_primitive_batchers[prim]
+
+  def __contains__(self, prim: Any) -> bool:
+    return prim in fancy_primitive_batchers
+
+  def get(self, prim: core.Primitive, default: Any = None) -> Any:
+    return self[prim] if prim in fancy_primitive_batchers else default
+
+
+axis_primitive_batchers = _AxisPrimitiveBatchers()
 
 
 class _AxisEnv(threading.local):
@@ -178,7 +208,7 @@ class BatchTrace(Trace):
       v, d = self.to_batch_info(x)
       vals.append(v)
       dims.append(d)
-    axis_rule = axis_primitive_batchers.get(prim)
+    axis_rule = fancy_primitive_batchers.get(prim)
     with core.set_current_trace(self.parent):
       if axis_rule is not None:
         out, out_dim = axis_rule(self.axis_data, vals, dims, **params)
@@ -428,12 +458,6 @@ def batch_jaxpr(closed: core.ClosedJaxpr, axis_data: AxisData, in_dims: Sequence
 
 # ---------------------------------------------------------------------------
 # The rest of JAX's public `jax.interpreters.batching` names
-
-#: JAX's name for the rules that also get the vmapped axis: `rule(axis_data, args, dims,
-#: **params)`, called even when no argument is batched (the registry `axis_primitive_batchers`;
-#: JAX's `axis_primitive_batchers` is a shim with another signature, see docs/differences.md).
-fancy_primitive_batchers = axis_primitive_batchers
-
 
 def defreducer(prim: core.Primitive) -> None:
   """Batching for a reduction with an `axes` param (JAX's `batching.defreducer`): the reduced

@@ -334,7 +334,7 @@ class CallRules:
     own, as checkpoint's partial evaluation saves no residuals)."""
     ad.primitive_jvps[self.prim] = self.jvp
     ad.primitive_transposes[self.prim] = self.transpose
-    batching.axis_primitive_batchers[self.prim] = self.batch
+    batching.fancy_primitive_batchers[self.prim] = self.batch
     if partial_eval:
       ad.partial_eval_rules[self.prim] = self.partial_eval
       if self.closed_consts:

@@ -261,7 +261,7 @@ class MapRules:
     ad.primitive_transposes[self.prim] = self.transpose
     pe.dce_rules[self.prim] = self.dce
     ad.partial_eval_rules[self.prim] = self.partial_eval
-    batching.axis_primitive_batchers[self.prim] = self.batch
+    batching.fancy_primitive_batchers[self.prim] = self.batch
 
 
 

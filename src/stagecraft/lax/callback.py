@@ -80,7 +80,8 @@ class FlatCallback:
   def __call__(self, *leaves):
     args, kwargs = optree.tree_unflatten(self.in_tree, list(leaves))
     out = self.callback_func(*args, **kwargs)
-    out_leaves, self.out_tree = optree.tree_flatten(out, none_is_leaf=False)
+    out_leaves, self.out_tree = optree.tree_flatten(out, none_is_leaf=False,
+                                                    namespace=tree_util.NAMESPACE)
     return out_leaves
 
   @property

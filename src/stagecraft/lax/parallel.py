@@ -300,7 +300,7 @@ def _reduction_batcher(prim, reduce_fn, unbatched_fn):
     if rest:
       outs = prim.bind(*outs, axes=rest, axis_index_groups=None)
     return outs, [batching.not_mapped] * len(outs)
-  batching.axis_primitive_batchers[prim] = rule
+  batching.fancy_primitive_batchers[prim] = rule
 
 
 def _reduce_sum(x, d):
@@ -413,7 +413,7 @@ def _psum_invariant_transpose(ct, x, *, axes):
 
 
 def _psum_invariant_batcher(axis_data, args, dims, *, axes):
-  outs, ds = batching.axis_primitive_batchers[psum_p](axis_data, args, dims, axes=axes,
+  outs, ds = batching.fancy_primitive_batchers[psum_p](axis_data, args, dims, axes=axes,
                                                       axis_index_groups=None)
   return outs[0], ds[0]
 
@@ -426,7 +426,7 @@ psum_invariant_p.def_abstract_eval(_psum_invariant_abstract_eval)
 psum_invariant_p.def_impl(_unbound_impl("axes"))
 _psum_lowering = _reduction_lowering("stablehlo.add", "stablehlo.or")
 lowering.register_lowering(psum_invariant_p, _psum_invariant_lowering)
-batching.axis_primitive_batchers[psum_invariant_p] = _psum_invariant_batcher
+batching.fancy_primitive_batchers[psum_invariant_p] = _psum_invariant_batcher
 ad.deflinear(psum_invariant_p, lambda ct, x, *, axes: [_psum_invariant_transpose(ct, x,
                                                                                  axes=axes)])
 
@@ -511,7 +511,7 @@ def _axis_index_batcher(axis_data, args, dims, *, axis_name):
 axis_index_p.def_abstract_eval(_axis_index_abstract_eval)
 axis_index_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(axis_index_p, _axis_index_lowering)
-batching.axis_primitive_batchers[axis_index_p] = _axis_index_batcher
+batching.fancy_primitive_batchers[axis_index_p] = _axis_index_batcher
 ad.defjvp_zero(axis_index_p)
 
 
@@ -579,7 +579,7 @@ def _pvary_lowering(ctx, x, *, axes):
 pvary_p.def_abstract_eval(_pvary_abstract_eval)
 pvary_p.def_impl(_pvary_impl)
 lowering.register_lowering(pvary_p, _pvary_lowering)
-batching.axis_primitive_batchers[pvary_p] = _pvary_batcher
+batching.fancy_primitive_batchers[pvary_p] = _pvary_batcher
 ad.deflinear(pvary_p, _pvary_transpose)
 
 
@@ -833,7 +833,7 @@ def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size, axis_inde
 all_gather_p.def_abstract_eval(_all_gather_abstract_eval)
 all_gather_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(all_gather_p, all_gather_lowering)
-batching.axis_primitive_batchers[all_gather_p] = _all_gather_batcher
+batching.fancy_primitive_batchers[all_gather_p] = _all_gather_batcher
 ad.deflinear(all_gather_p, _all_gather_transpose)
 
 
@@ -914,7 +914,7 @@ def _ppermute_transpose(ct, x, *, axis_name, perm):
 ppermute_p.def_abstract_eval(_ppermute_abstract_eval)
 ppermute_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(ppermute_p, _ppermute_lowering)
-batching.axis_primitive_batchers[ppermute_p] = _ppermute_batcher
+batching.fancy_primitive_batchers[ppermute_p] = _ppermute_batcher
 ad.deflinear(ppermute_p, _ppermute_transpose)
 
 
@@ -1073,7 +1073,7 @@ def _reduce_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size,
 reduce_scatter_p.def_abstract_eval(_reduce_scatter_abstract_eval)
 reduce_scatter_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(reduce_scatter_p, _reduce_scatter_lowering)
-batching.axis_primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
+batching.fancy_primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
 ad.deflinear(reduce_scatter_p, _reduce_scatter_transpose)
 
 
@@ -1169,7 +1169,7 @@ def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_siz
 all_to_all_p.def_abstract_eval(_all_to_all_abstract_eval)
 all_to_all_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(all_to_all_p, _all_to_all_lowering)
-batching.axis_primitive_batchers[all_to_all_p] = _all_to_all_batcher
+batching.fancy_primitive_batchers[all_to_all_p] = _all_to_all_batcher
 ad.deflinear(all_to_all_p, _all_to_all_transpose)
 
 

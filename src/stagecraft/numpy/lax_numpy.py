@@ -75,8 +75,14 @@ def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False) -> Array:
 
 
 def iscomplexobj(x) -> bool:
-  """Whether `x` has a complex dtype."""
-  return dtypes.is_complex(dtype_of(asarray_or_scalar(x)))
+  """Whether `x` has a complex dtype: its `dtype` attribute's (a ShapeDtypeStruct's too,
+  as JAX's), else the dtype of `asarray(x)`; None is not complex."""
+  if x is None:
+    return False
+  dtype = getattr(x, "dtype", None)
+  if dtype is None:
+    dtype = dtype_of(asarray_or_scalar(x))
+  return isinstance(dtype, np.dtype) and dtypes.is_complex(dtype)
 
 
 def isrealobj(x) -> bool:

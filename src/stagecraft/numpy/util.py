@@ -111,6 +111,14 @@ def promote_dtypes(*args):
   args = [asarray_or_scalar(a) for a in args]
   if len(args) < 2:
     return args
+  first = getattr(args[0], "dtype", None)
+  if first is not None and not isinstance(first, np.dtype):
+    # Typed PRNG keys (an extended dtype): only the same key type combines, as in JAX.
+    if any(getattr(a, "dtype", None) != first for a in args[1:]):
+      raise TypeError(f"Cannot combine arrays of dtypes "
+                      f"{', '.join(str(getattr(a, 'dtype', type(a).__name__)) for a in args)}"
+                      f": a typed key array only combines with keys of its own type.")
+    return args
   dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   return [convert_dtype(a, dtype, weak) for a in args]
 

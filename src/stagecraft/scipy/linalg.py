@@ -795,8 +795,16 @@ def _pade(m: int):
     powers = [ident, A2]
     for _ in range(2, m // 2 + 1):
       powers.append(_mm(powers[-1], A2))
-    U = _mm(A, sum(b[2 * i + 1] * powers[i] for i in range(m // 2 + 1)))
-    V = sum(b[2 * i] * powers[i] for i in range(m // 2 + 1))
+
+    def poly(first: int):   # b[first] * A^(m-1) + ... + b[first - m + 1] * I, highest first
+      top = m // 2
+      acc = b[2 * top + first - 1] * powers[top]
+      for i in range(top - 1, -1, -1):
+        acc = acc + b[2 * i + first - 1] * powers[i]
+      return acc
+    # NB: summed highest power first, as JAX's `_pade3`..`_pade9` (the same rounding).
+    U = _mm(A, poly(2))
+    V = poly(1)
     return U, V
   return f
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes, key_reuse, tree_util
+from stagecraft import core, dtypes, key_reuse, source_info_util, tree_util
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray, Var
 from stagecraft.interpreters import partial_eval as pe
@@ -33,6 +33,18 @@ def unflatten(treedef, leaves):
 
 
 _trace_cache: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+
+
+def _traced_for(what: str) -> str:
+  """JAX's name for the primitive whose body `what` (this module's role names) is."""
+  if what in ("true_fun", "false_fun"):
+    return "cond"
+  if what.startswith("branch"):
+    return "switch"
+  return {"scan body": "scan", "cond_fun": "while_cond", "body_fun": "while_body",
+          "f": "custom_root", "solve": "custom_root", "tangent_solve": "custom_root",
+          "matvec": "custom_linear_solve", "transpose_solve": "custom_linear_solve"
+          }.get(what, what)
 
 
 def trace_jaxpr(fun: Callable, in_tree, in_avals: Sequence[ShapedArray], what: str
@@ -81,10 +93,12 @@ def trace_jaxpr(fun: Callable, in_tree, in_avals: Sequence[ShapedArray], what: s
     for i, leaf in enumerate(leaves):
       if not isinstance(leaf, core.Tracer) and not core.valid_array_type(leaf):
         paths = tree_util.tree_flatten_with_path(out)[0]
+        path = tree_util.keystr(paths[i][0])
         raise TypeError(
-            f"{what} returned a value of type {type(leaf).__name__} at output"
-            f"{tree_util.keystr(paths[i][0]) or ' (the whole output)'}, which is not a valid "
-            f"array type. Return arrays, scalars, or pytrees of them.")
+            f"function {source_info_util.fun_source_info(fun)} traced for "
+            f"{_traced_for(what)} returned a value of type {type(leaf)}"
+            f"{f' at output component {path}' if path else ''}, which is not a valid JAX "
+            f"type")
     out_tree_box.append(out_tree)
     return leaves
 

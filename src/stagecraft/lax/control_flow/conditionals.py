@@ -698,7 +698,7 @@ lowering.register_lowering(cond_p, _cond_lowering)
 ad.primitive_jvps[cond_p] = _cond_jvp
 ad.partial_eval_rules[cond_p] = _cond_partial_eval
 ad.primitive_transposes[cond_p] = _cond_transpose
-batching.axis_primitive_batchers[cond_p] = _cond_batch
+batching.fancy_primitive_batchers[cond_p] = _cond_batch
 pe.dce_rules[cond_p] = _cond_dce
 mapping.replication_rules[cond_p] = _cond_replication
 

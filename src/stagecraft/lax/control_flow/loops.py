@@ -790,7 +790,7 @@ def _scan_batch(axis_data, args, dims, *, jaxpr: ClosedJaxpr, num_consts: int,
   return outs, [*[0 if b else None for b in k_b], *[1 if b else None for b in y_b]]
 
 
-batching.axis_primitive_batchers[scan_p] = _scan_batch
+batching.fancy_primitive_batchers[scan_p] = _scan_batch
 
 
 # ---------------------------------------------------------------------------

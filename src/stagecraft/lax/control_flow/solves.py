@@ -363,7 +363,7 @@ linear_solve_p.def_abstract_eval(_linear_solve_abstract_eval)
 lowering.register_lowering(linear_solve_p, _linear_solve_lowering)
 ad.primitive_jvps[linear_solve_p] = _linear_solve_jvp
 ad.primitive_transposes[linear_solve_p] = _linear_solve_transpose
-batching.axis_primitive_batchers[linear_solve_p] = _linear_solve_batch
+batching.fancy_primitive_batchers[linear_solve_p] = _linear_solve_batch
 # DCE and partial eval: the defaults (the equation is kept, or goes unknown, as a whole), as
 # JAX's.
 

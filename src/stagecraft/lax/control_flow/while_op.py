@@ -492,6 +492,6 @@ lowering.register_lowering(while_p, _while_lowering)
 ad.primitive_jvps[while_p] = _while_jvp
 ad.partial_eval_rules[while_p] = _while_partial_eval
 ad.primitive_transposes[while_p] = _while_transpose
-batching.axis_primitive_batchers[while_p] = _while_batch
+batching.fancy_primitive_batchers[while_p] = _while_batch
 pe.dce_rules[while_p] = _while_dce
 mapping.replication_rules[while_p] = _while_replication
