@@ -767,7 +767,7 @@ def _cast_batcher(p):
 
 
 for _p in (vary_unreduced_cast_p, reduced_vary_cast_p):
-  batching.axis_primitive_batchers[_p] = _cast_batcher(_p)
+  batching.fancy_primitive_batchers[_p] = _cast_batcher(_p)
 mapping.replication_rules[vary_unreduced_cast_p] = (
     lambda in_vary, *, axes: [in_vary[0] - frozenset(axes)])
 mapping.replication_rules[reduced_vary_cast_p] = (
@@ -1445,8 +1445,8 @@ lowering.register_lowering(psend_p, _gpu_only_lowering("psend"))
 lowering.register_lowering(precv_p, _gpu_only_lowering("precv"))
 ad.primitive_jvps[psend_p] = not_differentiable("psend")
 ad.primitive_jvps[precv_p] = not_differentiable("precv")
-batching.axis_primitive_batchers[psend_p] = _one_sided_batcher(psend_p)
-batching.axis_primitive_batchers[precv_p] = _one_sided_batcher(precv_p)
+batching.fancy_primitive_batchers[psend_p] = _one_sided_batcher(psend_p)
+batching.fancy_primitive_batchers[precv_p] = _one_sided_batcher(precv_p)
 core.vma_own_rule.update({psend_p, precv_p})
 core.collective_axes[psend_p] = lambda *, axis_name, **_: axis_name
 # A token and a received value are typed invariant (as JAX's: `out_shape` has no vma).
@@ -1633,7 +1633,7 @@ ragged_all_to_all_p.def_impl(_ragged_all_to_all_impl)
 lowering.register_lowering(ragged_all_to_all_p, _ragged_all_to_all_lowering)
 ad.primitive_jvps[ragged_all_to_all_p] = _ragged_all_to_all_jvp
 ad.primitive_transposes[ragged_all_to_all_p] = _ragged_all_to_all_transpose
-batching.axis_primitive_batchers[ragged_all_to_all_p] = _ragged_all_to_all_batcher
+batching.fancy_primitive_batchers[ragged_all_to_all_p] = _ragged_all_to_all_batcher
 mapping.replication_rules[ragged_all_to_all_p] = _varying_replication
 
 
