@@ -39,7 +39,6 @@ _split = core.split_list
 # The public function
 
 
-@api_boundary
 def _slice_aval(a):
   """The aval of one slice of xs along its leading axis: its type's other spec entries
   (and unreduced/reduced axes) are kept, as JAX's `mapped_aval`."""
@@ -52,6 +51,7 @@ def _slice_aval(a):
   return a.update(shape=a.shape[1:], sharding=ts.update(spec=spec) if keep else None)
 
 
+@api_boundary
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
          reverse: bool = False, unroll: int | bool = 1) -> tuple[Any, Any]:
   """Loops `f` over the leading axis of `xs`, carrying state: JAX's `lax.scan`.
