@@ -809,7 +809,14 @@ def broadcast_to(array_: ArrayLike, shape: Sequence[int], *, out_sharding: Any =
   staged = tree_util.staged_leaf_data(array_)
   if staged is not None and out_sharding is None:   # a typed PRNG key array: broadcast its
     data, rebuild = staged                          # data (the key data axes stay last)
-    return rebuild(broadcast_to_shape(data, (*canonical_shape(shape),
+    shape = canonical_shape(shape)
+    src = tuple(array_.shape)
+    if len(src) > len(shape) or any(a not in (1, b) for a, b in
+                                    zip(src[::-1], shape[::-1])):
+      raise ValueError(f"Incompatible types for broadcasting: input type="
+                       f"{array_.dtype}[{','.join(map(str, src))}] and requested type="
+                       f"{array_.dtype}[{','.join(map(str, shape))}]")
+    return rebuild(broadcast_to_shape(data, (*shape,
                                              *shape_of(data)[len(array_.shape):])))
   out = broadcast_to_shape(asarray(array_), canonical_shape(shape))
   return out if out_sharding is None else reshard(out, out_sharding)
