@@ -855,7 +855,8 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
     array([ 3.,  3., nan], dtype=float32)
   """
   if type(a) in KEY_TYPES:
-    return on_key_data(take, a, indices, axis, out, mode, unique_indices, indices_are_sorted, fill_value)
+    return on_key_data(take, a, indices, axis, out, mode, unique_indices, indices_are_sorted,
+                       fill_value)
   return _take(a, indices, None if axis is None else operator.index(axis), out, mode,
                unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
                fill_value=fill_value)

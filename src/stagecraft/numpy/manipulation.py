@@ -89,7 +89,8 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
     ValueError: for an `order` other than 'C', 'F' or 'A'.
   """
   if type(a) in KEY_TYPES:
-    return on_key_data(reshape, a, shape, order, newshape=newshape, copy=copy, out_sharding=out_sharding)
+    return on_key_data(reshape, a, shape, order, newshape=newshape, copy=copy,
+                       out_sharding=out_sharding)
   if shape is None:
     shape = newshape
   if out_sharding is not None:
