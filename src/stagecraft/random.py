@@ -163,12 +163,12 @@ class PRNGKeyArray:
 
   def __eq__(self, other):
     if not isinstance(other, PRNGKeyArray):
-      return NotImplemented
+      return _compare_other("equal", other)
     return jnp.all(jnp.equal(self._base_array, other._base_array), axis=-1)
 
   def __ne__(self, other):
     if not isinstance(other, PRNGKeyArray):
-      return NotImplemented
+      return _compare_other("not_equal", other)
     return jnp.logical_not(self == other)
 
   __hash__ = None  # type: ignore[assignment]
@@ -224,6 +224,155 @@ class PRNGKeyArray:
     if hasattr(self._base_array, "block_until_ready"):
       self._base_array.block_until_ready()
     return self
+
+  at = property(lambda self: _KeyIndexUpdateHelper(self))
+  at.__doc__ = """`keys.at[idx].set(other_keys)` / `.get()`, as for arrays (JAX's key arrays
+  support these two; the arithmetic updates raise TypeError)."""
+
+  def __pos__(self):
+    return self
+
+  def __neg__(self):
+    raise TypeError(_unary_message("neg", "integer, floating, complexfloating"))
+
+  def __abs__(self):
+    raise TypeError(_unary_message("abs", "floating, complexfloating, signedinteger"))
+
+  def __invert__(self):
+    raise TypeError(_unary_message("not", "integer, bool"))
+
+
+# Typed keys have no arithmetic. As JAX's: the operators raise the TypeError of the jnp
+# function (a key with another dtype) or of the lax primitive (two keys) they call.
+_NUMBER = "integer, floating, complexfloating"
+_ORDERED = "integer, floating, bool"
+_LOGICAL = "integer, bool"
+
+
+def _unary_message(prim: str, kinds: str) -> str:
+  return (f"{prim} does not accept dtype {_key_dtype.name}. Accepted dtypes are subtypes of "
+          f"{kinds}.")
+
+
+def _other_dtype(x: Any) -> Any:
+  """The dtype JAX gives the non-key operand of a binary operator (Python scalars: their
+  default dtypes), or None for a value that is no array."""
+  if isinstance(x, (bool, int, float, complex, np.generic, np.ndarray)) or hasattr(x, "dtype"):
+    return jnp.result_type(x)
+  return None
+
+
+def _compare_other(name: str, other: Any) -> Any:
+  """`keys == other` for a non-key `other`: JAX's TypeError for an array-like, else
+  NotImplemented (Python's identity comparison)."""
+  dt = _other_dtype(other)
+  if dt is None:
+    return NotImplemented
+  raise TypeError(f"{name} does not accept dtypes {_key_dtype.name}, {dt}.")
+
+
+def _def_binary(dunder: str, jnp_name: str, lax_name: str | None, kinds: str | None,
+                reflected_name: str | None = None) -> None:
+  """Defines `PRNGKeyArray.__dunder__` (and `__rdunder__`), raising JAX's TypeError.
+  `lax_name`/`kinds`: the primitive's message for two keys (None: "Cannot interpret");
+  `reflected_name`: the jnp function the reflected form calls (comparisons swap)."""
+  def op(self, other):
+    if type(other) is PRNGKeyArray:
+      if lax_name is None:
+        raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
+      raise TypeError(f"{lax_name} does not accept dtype {_key_dtype.name} at position 0. "
+                      f"Accepted dtypes at position 0 are subtypes of {kinds}.")
+    dt = _other_dtype(other)
+    if dt is None:
+      return NotImplemented
+    raise TypeError(f"{jnp_name} does not accept dtypes {_key_dtype.name}, {dt}.")
+
+  def rop(self, other):
+    dt = _other_dtype(other)
+    if dt is None:
+      return NotImplemented
+    if reflected_name is not None:
+      raise TypeError(f"{reflected_name} does not accept dtypes {_key_dtype.name}, {dt}.")
+    raise TypeError(f"{jnp_name} does not accept dtypes {dt}, {_key_dtype.name}.")
+
+  setattr(PRNGKeyArray, f"__{dunder}__", op)
+  if reflected_name is None:
+    setattr(PRNGKeyArray, f"__r{dunder}__", rop)
+
+
+for _args in [("add", "add", "add", _NUMBER), ("sub", "subtract", "sub", _NUMBER),
+              ("mul", "multiply", "mul", _NUMBER), ("truediv", "true_divide", None, None),
+              ("floordiv", "floor_divide", None, None), ("mod", "remainder", None, None),
+              ("and", "bitwise_and", "and", _LOGICAL), ("or", "bitwise_or", "or", _LOGICAL),
+              ("xor", "bitwise_xor", "xor", _LOGICAL), ("lshift", "left_shift", None, None),
+              ("rshift", "right_shift", None, None),
+              ("lt", "less", "lt", _ORDERED, "greater"),
+              ("le", "less_equal", "le", _ORDERED, "greater_equal"),
+              ("gt", "greater", "gt", _ORDERED, "less"),
+              ("ge", "greater_equal", "ge", _ORDERED, "less_equal")]:
+  _def_binary(*_args)
+
+
+def _key_pow(self, other):
+  # NB: as JAX's: an integer (or key) exponent fails on the dtype, a float one on promotion
+  if type(other) is PRNGKeyArray:
+    raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
+  dt = _other_dtype(other)
+  if dt is None:
+    return NotImplemented
+  if not dtypes.issubdtype(dt, np.inexact):
+    raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
+  raise TypeError(f"power does not accept dtypes {_key_dtype.name}, {dt}.")
+
+
+def _key_rpow(self, other):
+  dt = _other_dtype(other)
+  if dt is None:
+    return NotImplemented
+  raise TypeError(f"power does not accept dtypes {dt}, {_key_dtype.name}.")
+
+
+PRNGKeyArray.__pow__ = _key_pow
+PRNGKeyArray.__rpow__ = _key_rpow
+
+
+class _KeyIndexUpdateHelper:
+  """`keys.at`: `keys.at[idx]` names the keys to get or set."""
+  __slots__ = ("keys",)
+
+  def __init__(self, keys: PRNGKeyArray):
+    self.keys = keys
+
+  def __getitem__(self, idx: Any) -> "_KeyIndexUpdateRef":
+    return _KeyIndexUpdateRef(self.keys, idx)
+
+  def __repr__(self):
+    return f"_KeyIndexUpdateHelper({self.keys!r})"
+
+
+class _KeyIndexUpdateRef:
+  """`keys.at[idx]`: `.get()` gives `keys[idx]`, `.set(new_keys)` a copy of `keys` with the
+  keys at `idx` replaced (`new_keys` broadcast to the indexed shape); both take the
+  array `.at` keywords (`mode`, `indices_are_sorted`, `unique_indices`, `fill_value`).
+  The arithmetic updates (`add`, `multiply`, `min`, ...) raise TypeError, as JAX's."""
+  __slots__ = ("keys", "idx")
+
+  def __init__(self, keys: PRNGKeyArray, idx: Any):
+    self.keys, self.idx = keys, idx
+
+  def get(self, **kwargs: Any) -> PRNGKeyArray:
+    return lax_utils.on_key_data(lambda a: a.at[self.idx].get(**kwargs), self.keys)
+
+  def set(self, values: Any, **kwargs: Any) -> PRNGKeyArray:
+    if type(values) is not PRNGKeyArray:
+      raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
+    return lax_utils.on_key_data(lambda a, v: a.at[self.idx].set(v, **kwargs),
+                                 self.keys, values)
+
+  def _no_arithmetic(self, *args: Any, **kwargs: Any):
+    raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
+
+  add = subtract = multiply = mul = divide = power = min = max = apply = _no_arithmetic
 
 
 def _forwarded(key: PRNGKeyArray, out: PRNGKeyArray) -> PRNGKeyArray:

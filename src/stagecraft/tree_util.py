@@ -46,7 +46,8 @@ __all__ = [
     "register_static", "Partial", "flatten_one_level", "flatten_one_level_with_keys",
     "is_tree_node", "tree_broadcast", "tree_reduce_associative", "treedef_tuple",
     "PyTreeRegistry", "default_registry", "registration_hooks", "register_staged_leaf",
-    "tree_flatten_traced", "tree_map_traced", "staged_leaf_data", "spec_of", "is_treedef",
+    "tree_flatten_traced", "tree_map_traced", "staged_leaf_data", "staged_types", "spec_of",
+    "is_treedef",
 ]
 
 T = TypeVar("T")
@@ -54,6 +55,9 @@ NAMESPACE = "stagecraft"
 _NONE_IS_LEAF = False
 #: The staged-leaf classes (`register_staged_leaf`).
 _staged_types: set[type] = set()
+#: The same set, public: a cheap `type(x) in staged_types` test for library code that
+#: accepts typed key arrays (`lax.utils.KEY_TYPES`).
+staged_types = _staged_types
 
 
 def _is_staged(x: Any) -> bool:

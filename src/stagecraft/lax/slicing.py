@@ -237,6 +237,9 @@ def dynamic_slice(operand: Any, start_indices: Sequence[Any], slice_sizes: Seque
       is negative where negative indices are not allowed.
     TypeError: if an index is not a scalar integer, or `slice_sizes` does not fit.
   """
+  if type(operand) in utils.KEY_TYPES:
+    return utils.on_key_data(dynamic_slice, operand, start_indices, slice_sizes,
+                             allow_negative_indices=allow_negative_indices)
   sizes = canonicalize_shape("dynamic_slice", "slice_sizes", slice_sizes)
   idx = _dynamic_slice_indices("dynamic_slice", operand, start_indices, allow_negative_indices)
   return dynamic_slice_p.bind(operand, *idx, slice_sizes=sizes)
@@ -259,6 +262,9 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
   Raises:
     TypeError: if `slice_size` does not fit or `start_index` is not a scalar integer.
   """
+  if type(operand) in utils.KEY_TYPES:
+    return utils.on_key_data(dynamic_slice_in_dim, operand, start_index, slice_size, axis,
+                             allow_negative_indices=allow_negative_indices)
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_slice_in_dim", (operator.index(axis),),
                                     len(shape))
@@ -327,6 +333,9 @@ def dynamic_index_in_dim(operand: Any, index: Any, axis: int = 0, keepdims: bool
   Raises:
     TypeError: if `index` is not a scalar integer, or the axis has size 0.
   """
+  if type(operand) in utils.KEY_TYPES:
+    return utils.on_key_data(dynamic_index_in_dim, operand, index, axis, keepdims,
+                             allow_negative_indices=allow_negative_indices)
   return _jitted("dynamic_index_in_dim", _dynamic_index_in_dim, (operand, index),
                  {"axis": axis, "keepdims": keepdims,
                   "allow_negative_indices": allow_negative_indices})
@@ -439,6 +448,10 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any]
     TypeError: if the ranks or dtypes differ, `update` is larger than `operand`, or an index
       is not a scalar integer.
   """
+  if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
+    return utils.on_key_data(dynamic_update_slice, operand, update, start_indices,
+                             allow_negative_indices=allow_negative_indices,
+                             same=(operand, update))
   idx = _dynamic_slice_indices("dynamic_update_slice", operand, start_indices,
                                allow_negative_indices)
   return dynamic_update_slice_p.bind(operand, update, *idx)
@@ -461,6 +474,10 @@ def dynamic_update_slice_in_dim(operand: Any, update: Any, start_index: Any, axi
   Raises:
     TypeError: as `dynamic_update_slice`.
   """
+  if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
+    return utils.on_key_data(dynamic_update_slice_in_dim, operand, update, start_index, axis,
+                             allow_negative_indices=allow_negative_indices,
+                             same=(operand, update))
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_update_slice_in_dim", (operator.index(axis),),
                                     len(shape))
@@ -492,6 +509,10 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     TypeError: if `update`'s rank is neither the operand's nor one less, or as
       `dynamic_update_slice`.
   """
+  if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
+    return utils.on_key_data(dynamic_update_index_in_dim, operand, update, index, axis,
+                             allow_negative_indices=allow_negative_indices,
+                             same=(operand, update))
   return _jitted("dynamic_update_index_in_dim", _dynamic_update_index_in_dim,
                  (operand, update, index),
                  {"axis": axis, "allow_negative_indices": allow_negative_indices})

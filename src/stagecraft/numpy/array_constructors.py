@@ -12,6 +12,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft.core import Tracer
+from stagecraft.lax.utils import KEY_TYPES
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
@@ -116,6 +117,8 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
     NotImplementedError: for `order` other than 'K' or None.
     OverflowError: for a Python int out of the range of the result dtype.
   """
+  if type(object) in KEY_TYPES and dtype is None and not ndmin:
+    return object.copy() if copy else object
   if args:
     warnings.warn("Passing the copy, order, and ndmin arguments to jnp.array positionally "
                   "is deprecated. Use keyword arguments instead.", DeprecationWarning,
@@ -195,6 +198,8 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, *, copy: bool |
   Raises:
     As `array`.
   """
+  if type(a) in KEY_TYPES and dtype is None:
+    return a.copy() if copy else a
   _check_order(order)
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "asarray")

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax, shape_poly
+from stagecraft import core, dtypes, lax, shape_poly, tree_util
 from stagecraft.lax import elementwise
 from stagecraft.lax.spmd import reshard, reshard_to_type
+from stagecraft.lax.utils import KEY_TYPES
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
                                    canonical_shape, check_concrete, convert_dtype, dtype_of,
@@ -158,6 +159,8 @@ def zeros_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: An
                out_sharding: Any = None) -> Array:
   """Zeros with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
+  if type(a) in KEY_TYPES and dtype is None:
+    return _keys_filled(a, 0, shape)
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "zeros_like")
   return placed(_filled_like(a, 0, dtype, shape), device, out_sharding, "zeros_like",
@@ -168,6 +171,8 @@ def ones_like(a: ArrayLike, dtype: Any = None, shape: Any = None, *, device: Any
               out_sharding: Any = None) -> Array:
   """Ones with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly typed
   when `a` is and no dtype is given, as in JAX."""
+  if type(a) in KEY_TYPES and dtype is None:
+    return _keys_filled(a, 1, shape)
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "ones_like")
   return placed(_filled_like(a, 1, dtype, shape), device, out_sharding, "ones_like",
@@ -178,10 +183,20 @@ def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any
               device: Any = None, out_sharding: Any = None) -> Array:
   """`fill_value` with the shape and dtype of `a` (or the given `dtype`/`shape`); weakly
   typed when `a` is and no dtype is given, as in JAX."""
+  if type(a) in KEY_TYPES and dtype is None:
+    return _keys_filled(a, fill_value, shape)
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "full_like")
   return placed(_filled_like(a, fill_value, dtype, shape), device, out_sharding,
                  "full_like", a if shape is None else None)
+
+
+def _keys_filled(keys: Any, value: Any, shape: Any) -> Any:
+  """A typed key array like `keys` (or of `shape`) whose key data words all hold `value`
+  (JAX's `zeros_like` of keys: key data of zeros)."""
+  data, rebuild = tree_util.staged_leaf_data(keys)
+  shape = None if shape is None else (*canonical_shape(shape), data.shape[-1])
+  return rebuild(full_like(data, value, shape=shape))
 
 
 def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:

@@ -34,6 +34,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_
                                    promote_dtypes_inexact, real_dtype, shape_of, slice_axis,
                                    to_bool, to_inexact_dtype)
 from stagecraft.numpy.vectorize import apply_along_axis, batch_over_leading, vectorize
+from stagecraft.lax.utils import KEY_TYPES, on_key_data
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -127,7 +128,8 @@ def can_cast(from_, to, casting: str = "safe") -> bool:
 
 def _issubdtype_arg(x):
   """An abstract NumPy scalar class (np.floating...) as itself, anything else as a dtype."""
-  if isinstance(x, type) and issubclass(x, np.generic) and x in _ABSTRACT_SCALARS:
+  if isinstance(x, type) and issubclass(x, np.generic) and (
+      x in _ABSTRACT_SCALARS or issubclass(x, dtypes.extended)):
     return x
   return np.dtype(x)
 
@@ -440,6 +442,8 @@ def roll(a: ArrayLike, shift: ArrayLike | Sequence[int],
     ValueError: an out-of-range axis; shifts and axes that do not broadcast (or are not
       scalars or 1-D).
   """
+  if type(a) in KEY_TYPES:
+    return on_key_data(roll, a, shift, axis)
   arr = ensure_arraylike("roll", a)
   if axis is None:
     return reshape(roll(ravel(arr), shift, 0), shape_of(arr))

@@ -17,6 +17,7 @@ from stagecraft.core import Tracer
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
+from stagecraft.lax.utils import KEY_TYPES, on_key_data
 from stagecraft.pjit import jit
 from stagecraft.numpy.array_creation import tri, zeros, zeros_like
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar,
@@ -87,6 +88,9 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
     NotImplementedError: for `order='A'`.
     ValueError: for an `order` other than 'C', 'F' or 'A'.
   """
+  if type(a) in KEY_TYPES:
+    return on_key_data(reshape, a, shape, order, newshape=newshape, copy=copy,
+                       out_sharding=out_sharding)
   if shape is None:
     shape = newshape
   if out_sharding is not None:
@@ -156,6 +160,8 @@ def ravel(a: ArrayLike, order: str = "C") -> Array:
   Raises:
     NotImplementedError: for `order` 'A' or 'K'.
   """
+  if type(a) in KEY_TYPES:
+    return on_key_data(ravel, a, order)
   if order == "K":
     raise NotImplementedError("Ravel not implemented for order='K'.")
   return reshape(a, (-1,), order)
@@ -163,6 +169,8 @@ def ravel(a: ArrayLike, order: str = "C") -> Array:
 
 def expand_dims(a: ArrayLike, axis: int | Sequence[int]) -> Array:
   """Inserts size-1 dimensions at `axis` (positions in the result)."""
+  if type(a) in KEY_TYPES:
+    return on_key_data(expand_dims, a, axis)
   a = asarray(a)
   axis = (axis,) if isinstance(axis, int) else tuple(axis)
   out_nd = ndim_of(a) + len(axis)
@@ -176,6 +184,8 @@ def squeeze(a: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
   Raises:
     ValueError: if a given axis does not have size 1.
   """
+  if type(a) in KEY_TYPES:
+    return on_key_data(squeeze, a, axis)
   a = asarray(a)
   s = shape_of(a)
   if axis is None:
@@ -264,6 +274,8 @@ def transpose(a: ArrayLike, axes: Sequence[int] | None = None) -> Array:
     ValueError: for an out-of-range axis.
     TypeError: if `axes` is not a permutation of the dimensions.
   """
+  if type(a) in KEY_TYPES:
+    return on_key_data(transpose, a, axes)
   a = asarray(a)
   nd = ndim_of(a)
   axes = tuple(range(nd))[::-1] if axes is None else tuple(
@@ -298,6 +310,8 @@ def swapaxes(a: ArrayLike, axis1: int, axis2: int) -> Array:
 
   Raises:
     ValueError: for an out-of-range axis."""
+  if type(a) in KEY_TYPES:
+    return on_key_data(swapaxes, a, axis1, axis2)
   a = asarray(a)
   nd = ndim_of(a)
   perm = list(range(nd))
@@ -311,6 +325,8 @@ def moveaxis(a: ArrayLike, source: int | Sequence[int], destination: int | Seque
 
   Raises:
     ValueError: for out-of-range axes or source/destination of different lengths."""
+  if type(a) in KEY_TYPES:
+    return on_key_data(moveaxis, a, source, destination)
   a = asarray(a)
   nd = ndim_of(a)
   src = (source,) if isinstance(source, int) else tuple(source)
@@ -371,6 +387,8 @@ def flip(m: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
     TypeError: `m` not an array or scalar (a list).
     ValueError: an out-of-range axis.
   """
+  if type(m) in KEY_TYPES:
+    return on_key_data(flip, m, axis)
   arr = ensure_arraylike("flip", m)
   return _flip(arr, _static_axes(axis, "flip"))
 
@@ -463,6 +481,8 @@ def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0, dtype: Any = 
   Raises:
     ValueError: for an empty list, 0-d inputs or mismatched shapes off the axis.
   """
+  if isinstance(arrays, (list, tuple)) and not KEY_TYPES.isdisjoint(map(type, arrays)):
+    return on_key_data(concatenate, arrays, axis, dtype, same=arrays)
   if isinstance(arrays, (np.ndarray, Array, Tracer)):
     return _concatenate_array(arrays, axis, dtype)
   if len(arrays) == 0:
@@ -504,6 +524,8 @@ def stack(arrays: Sequence[ArrayLike], axis: int = 0, out: None = None,
     TypeError: for an element that is not an array or scalar (a nested list).
     NotImplementedError: if `out` is given.
   """
+  if isinstance(arrays, (list, tuple)) and not KEY_TYPES.isdisjoint(map(type, arrays)):
+    return on_key_data(stack, arrays, axis, out, dtype, same=arrays)
   if not len(arrays):
     raise ValueError("Need at least one array to stack.")
   if out is not None:
@@ -712,6 +734,8 @@ def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:
   Raises:
     TypeError: for `A` not an array or scalar, or a non-integer repeat.
   """
+  if type(A) in KEY_TYPES:
+    return on_key_data(tile, A, reps)
   A = ensure_arraylike("tile", A)
   try:
     reps = tuple(iter(reps))
@@ -786,7 +810,14 @@ def broadcast_to(array_: ArrayLike, shape: Sequence[int], *, out_sharding: Any =
   staged = tree_util.staged_leaf_data(array_)
   if staged is not None and out_sharding is None:   # a typed PRNG key array: broadcast its
     data, rebuild = staged                          # data (the key data axes stay last)
-    return rebuild(broadcast_to_shape(data, (*canonical_shape(shape),
+    shape = canonical_shape(shape)
+    src = tuple(array_.shape)
+    if len(src) > len(shape) or any(a not in (1, b) for a, b in
+                                    zip(src[::-1], shape[::-1])):
+      raise ValueError(f"Incompatible types for broadcasting: input type="
+                       f"{array_.dtype}[{','.join(map(str, src))}] and requested type="
+                       f"{array_.dtype}[{','.join(map(str, shape))}]")
+    return rebuild(broadcast_to_shape(data, (*shape,
                                              *shape_of(data)[len(array_.shape):])))
   out = broadcast_to_shape(asarray(array_), canonical_shape(shape))
   return out if out_sharding is None else reshard(out, out_sharding)

@@ -11,6 +11,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.lax import misc as lax_misc
+from stagecraft.lax.utils import KEY_TYPES
 from stagecraft.numpy import ufuncs
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.array_creation import full_like
@@ -128,6 +129,8 @@ def _reduce(name: str, kind: str, a, axis, dtype, keepdims, initial, where, *,
   """The shared body of sum, prod, max and min (see `sum` for the arguments); `numeric`:
   bool counts as int and 16-bit floats accumulate in float32 (sum and prod)."""
   ufuncs.check_arraylike(name, a)   # NB: a list raises, as JAX's (`jnp.sum([1, 2])`)
+  if type(a) in KEY_TYPES:   # typed PRNG keys have no arithmetic (JAX's message)
+    raise TypeError(f"Cannot interpret '{a.dtype}' as a data type")
   a = asarray(a)
   where = check_where(name, where)
   has_identity = kind in ("sum", "prod")
@@ -306,6 +309,8 @@ def mean(a: ArrayLike, axis: Any = None, dtype: Any = None, out: None = None,
   """
   _no_out("mean", out)
   ufuncs.check_arraylike("mean", a)
+  if type(a) in KEY_TYPES:   # typed PRNG keys have no arithmetic (JAX's message)
+    raise TypeError(f"Cannot interpret '{a.dtype}' as a data type")
   return _mean_jit(asarray(a), axis=_static_axis(axis), dtype=dtype, keepdims=keepdims,
                    where=where)
 

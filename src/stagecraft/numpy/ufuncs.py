@@ -25,6 +25,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broad
                                    check_arraylike, const, convert_dtype, dtype_of, ndim_of,
                                    promote_dtypes, promote_dtypes_inexact,
                                    promote_dtypes_numeric, real_dtype, shape_of, to_bool)
+from stagecraft.lax.utils import KEY_TYPES, on_key_data
 from stagecraft.pjit import jit
 from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
@@ -187,6 +188,8 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
       elif ay is None:
         y = convert_dtype(y, dt, True)
       return (bool_fn or lax_fn)(x, y) if dt == dtypes.bool_ else lax_fn(x, y)
+    if type(x) in KEY_TYPES or type(y) in KEY_TYPES:
+      return _keys_binary(name, x, y)
     x, y = promote(x, y)
     x, y = _promote_shapes(x, y, name=name, lax_broadcasts=lax_broadcasts)
     if bool_fn is not None and dtype_of(x) == dtypes.bool_:
@@ -254,6 +257,38 @@ def _typed_scalars(x, y):
   if dtypes.is_python_scalar(y):
     return x, lax.convert_element_type(y, dtype_of(x), weak_type=True)
   return x, y
+
+
+# For two typed key arrays, the lax primitive a binary ufunc binds and the dtype kinds it
+# accepts (its message, as JAX's); the others fail on the key dtype itself.
+_KEY_BINARY_PRIMS = {
+    "add": ("add", "integer, floating, complexfloating"),
+    "subtract": ("sub", "integer, floating, complexfloating"),
+    "multiply": ("mul", "integer, floating, complexfloating"),
+    "less": ("lt", "integer, floating, bool"), "less_equal": ("le", "integer, floating, bool"),
+    "greater": ("gt", "integer, floating, bool"),
+    "greater_equal": ("ge", "integer, floating, bool"),
+    "bitwise_and": ("and", "integer, bool"), "bitwise_or": ("or", "integer, bool"),
+    "bitwise_xor": ("xor", "integer, bool"),
+}
+
+
+def _keys_binary(name: str, x: Any, y: Any) -> Array:
+  """A binary ufunc with a typed key array operand, as JAX's: `equal`/`not_equal` of two
+  key arrays compare keys (a bool array of the broadcast key shape); anything else raises
+  TypeError (JAX's message: the dtypes for a key with another dtype, else the primitive's
+  or "Cannot interpret")."""
+  if type(x) not in KEY_TYPES or type(y) not in KEY_TYPES or type(x) is not type(y):
+    names = ", ".join(str(a.dtype if type(a) in KEY_TYPES else dtypes.result_type(a))
+                      for a in (x, y))
+    raise TypeError(f"{name} does not accept dtypes {names}.")
+  if name in ("equal", "not_equal"):
+    return x == y if name == "equal" else x != y   # the key type's comparison
+  prim = _KEY_BINARY_PRIMS.get(name)
+  if prim is None:
+    raise TypeError(f"Cannot interpret '{x.dtype}' as a data type")
+  raise TypeError(f"{prim[0]} does not accept dtype {x.dtype} at position 0. Accepted "
+                  f"dtypes at position 0 are subtypes of {prim[1]}.")
 
 
 def _promote_args(name: str, promote, *args):
@@ -1582,6 +1617,8 @@ def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Arr
   """
   if x is None or y is None:
     raise ValueError("where: either both or neither of x and y must be given.")
+  if type(x) in KEY_TYPES or type(y) in KEY_TYPES:
+    return on_key_data(where, condition, x, y, same=(x, y))
   return _where(*(asarray_or_scalar(v) for v in (condition, x, y)))
 
 
