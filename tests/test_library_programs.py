@@ -261,3 +261,15 @@ def test_iscomplexobj_reads_dtype_attributes():
            np_.iscomplexobj(k), bool(api.jit(lambda k: np_.iscomplexobj(k))(k)),
            np_.iscomplexobj([1, 2j]), np_.isrealobj(np.ones(2))]
     assert got == [True, False, False, False, False, True, True]
+
+
+def test_like_functions_take_shape_dtype_structs():
+  """optax's `tree.zeros_like` over `eval_shape` results (gradient accumulation with
+  flax.nnx): JAX's `*_like` take any object with `shape` and `dtype`."""
+  outs = []
+  for api, np_ in ((jax, jjnp), (sc, snp)):
+    s = api.ShapeDtypeStruct((3,), np_.float32)
+    rs = [np_.zeros_like(s), np_.ones_like(s, dtype=np_.int32), np_.full_like(s, 2.0),
+          np_.zeros_like(s, shape=(2,)), api.jit(lambda: np_.ones_like(s))()]
+    outs.append([(r.dtype, r.shape, r.weak_type, np.asarray(r).tolist()) for r in rs])
+  assert outs[0] == outs[1]

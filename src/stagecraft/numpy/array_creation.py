@@ -141,9 +141,21 @@ def _like_dtype(a, dtype):
   return dtypes.canonicalize_dtype(dtype) if dtype is not None else dtype_of(a)
 
 
+def _duck_array(a: Any) -> Any:
+  """`a`, or for an object that only has `shape` and `dtype` (a ShapeDtypeStruct: JAX's
+  `*_like` take such duck-typed arrays) a stand-in of them that holds no memory."""
+  if isinstance(a, (Array, core.Tracer, np.ndarray, np.generic)):
+    return a
+  shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
+  if shape is None or dtype is None or not isinstance(dtype, np.dtype):
+    return a
+  return np.broadcast_to(np.zeros((), dtype), tuple(shape))
+
+
 def _filled_like(a, fill_value, dtype, shape) -> Array:
   """`fill_value` with the shape and dtype of `a` (or the given ones); as JAX's `full_like`,
   weakly typed when `a` is and no dtype is given, with no conversion equation."""
+  a = _duck_array(a)
   dt = _like_dtype(a, dtype)
   shape = shape_of(a) if shape is None else canonical_shape(shape)
   weak = dtype is None and dtypes.is_weakly_typed(a)
