@@ -205,6 +205,10 @@ _NON_ARRAY_OUTPUTS = {
     "cond": lambda api: lambda x: api.lax.cond(True, lambda: "a", lambda: "b"),
     "switch": lambda api: lambda x: api.lax.switch(0, [lambda: "a", lambda: "b"]),
     "while": lambda api: lambda x: api.lax.while_loop(lambda c: False, lambda c: "a", x),
+    # fori_loop names the user's body and itself, not its own scan/while wrapper
+    "fori_loop": lambda api: lambda x: api.lax.fori_loop(0, 2, lambda i, c: (c, "a"), x),
+    "fori_loop_traced": lambda api: api.jit(
+        lambda x: api.lax.fori_loop(0, x.shape[0] + x[0].astype(int), lambda i, c: "a", x)),
 }
 
 

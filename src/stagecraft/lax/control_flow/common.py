@@ -94,9 +94,11 @@ def trace_jaxpr(fun: Callable, in_tree, in_avals: Sequence[ShapedArray], what: s
       if not isinstance(leaf, core.Tracer) and not core.valid_array_type(leaf):
         paths = tree_util.tree_flatten_with_path(out)[0]
         path = tree_util.keystr(paths[i][0])
+        # NB: a wrapper made by the API (fori_loop's step) names the user's function
+        shown, shown_for = getattr(fun, "_traced_as", None) or (fun, _traced_for(what))
         raise TypeError(
-            f"function {source_info_util.fun_source_info(fun)} traced for "
-            f"{_traced_for(what)} returned a value of type {type(leaf)}"
+            f"function {source_info_util.fun_source_info(shown)} traced for "
+            f"{shown_for} returned a value of type {type(leaf)}"
             f"{f' at output component {path}' if path else ''}, which is not a valid JAX "
             f"type")
     out_tree_box.append(out_tree)

@@ -889,6 +889,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
     def step(loop_carry, _):   # JAX's parameter name (carry errors name it)
       i, x = loop_carry
       return (i + 1, body_fun(i, x)), None
+    step._traced_as = (body_fun, "fori_loop")   # what a non-array result's error names
 
     # NB: the index starts as a Python int (weakly typed), whatever the bounds' dtype, as
     # in JAX.
@@ -912,6 +913,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
     i, hi, x = loop_carry
     return (elementwise.add(i, np.asarray(1, core.get_aval(i).dtype)[()]), hi,
             body_fun(i, x))
+  body._traced_as = (body_fun, "fori_loop")
 
   return while_loop(cond, body, (lower, upper, init_val))[2]
 
