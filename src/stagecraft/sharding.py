@@ -717,7 +717,7 @@ P = PartitionSpec
 class Shard:
   """One device's piece of an Array: `device`, `index` (a tuple of slices into the global
   array), `replica_id` (0 for the first copy of a replicated piece) and `data` (an Array on
-  that device)."""
+  that device). Its repr shows the data with `str` (`data=[[1. 2.]]`), as JAX's does."""
   __slots__ = ("device", "index", "replica_id", "data")
 
   def __init__(self, device, index, replica_id, data):
@@ -725,7 +725,7 @@ class Shard:
 
   def __repr__(self):
     return (f"Shard(device={self.device!r}, index={self.index}, replica_id={self.replica_id}, "
-            f"data={self.data!r})")
+            f"data={self.data})")   # the data's str, as JAX prints it
 
 
 class NamedSharding(Sharding):
