@@ -19,6 +19,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from stagecraft.runtime import client
+from stagecraft.sharding import Mesh
+
 __all__ = ["colocated_cpu_devices", "colocated_python", "colocated_python_class"]
 
 
@@ -37,8 +40,6 @@ def colocated_cpu_devices(devices_or_mesh: Any) -> Any:
   Raises:
     ValueError: a process with fewer CPU devices than devices asked for (JAX's message).
   """
-  import stagecraft
-  from stagecraft.sharding import Mesh
   if isinstance(devices_or_mesh, Mesh):
     mesh = devices_or_mesh
     flat = colocated_cpu_devices(tuple(mesh.devices.flat))
@@ -47,8 +48,8 @@ def colocated_cpu_devices(devices_or_mesh: Any) -> Any:
   devices = tuple(devices_or_mesh)
   if not devices:
     return []
-  cpus = (stagecraft.devices() if devices[0].platform == "cpu"
-          else stagecraft.devices(backend="cpu"))
+  cpus = (client.devices() if devices[0].platform == "cpu"
+          else client.devices(backend="cpu"))
   free: dict[int, list] = {}
   for d in cpus:
     free.setdefault(d.process_index, []).append(d)
