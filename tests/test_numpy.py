@@ -777,7 +777,12 @@ def test_multi_output_shape_functions():
   got = jnp.atleast_1d(2., np.zeros((2, 2)))
   assert [g.shape for g in got] == [(1,), (2, 2)]
   assert jnp.shape(X3) == (2, 3, 4) and jnp.ndim(X3) == 3 and jnp.size(X3) == 24
-  assert jnp.size(X3, 1) == 3 and jnp.shape([[1, 2]]) == (1, 2) and jnp.ndim(2.0) == 0
+  assert jnp.size(X3, 1) == 3 and jnp.ndim(2.0) == 0
+  # A list: NumPy's shape after JAX's DeprecationWarning (JAX 0.10.2 warns the same).
+  with pytest.warns(DeprecationWarning, match="shape requires ndarray or scalar arguments"):
+    assert jnp.shape([[1, 2]]) == (1, 2)
+  with pytest.warns(DeprecationWarning, match="shape requires ndarray or scalar arguments"):
+    assert jjnp.shape([[1, 2]]) == (1, 2)
   assert jnp.broadcast_shapes((2, 1), (3,)) == (2, 3)
 
 

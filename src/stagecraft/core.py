@@ -24,7 +24,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
                                TracerBoolConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 
-__all__ = ["is_hi", "split_list", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
+__all__ = ["is_hi", "split_list", "AbstractValue", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_eqn_rules", "pp_named_calls", "pp_default_params", "pp_subjaxprs", "JaxprPpContext",
@@ -135,7 +135,14 @@ class ManualAxisType:
     return self.varying | self.unreduced | self.reduced
 
 
-class ShapedArray:
+class AbstractValue:
+  """The base class of abstract values (JAX's `core.AbstractValue`): `ShapedArray` and
+  `AbstractToken` derive from it, so `isinstance(aval, core.AbstractValue)` holds for every
+  aval a trace gives (flax's `nn.scan` checks it). It has no state of its own."""
+  __slots__ = ()
+
+
+class ShapedArray(AbstractValue):
   """Abstract value of an array: shape, dtype, weak type and sharding (`f32[8@x,4]`).
 
   Args:
@@ -520,7 +527,7 @@ class EffectTypeSet:
 ordered_effects = EffectTypeSet()
 
 
-class AbstractToken:
+class AbstractToken(AbstractValue):
   """The type of the token that orders effects in a lowered program (`!stablehlo.token`);
   `abstract_token` is its one instance."""
   __slots__ = ()

@@ -415,10 +415,33 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
   """
   if not args:
     raise ValueError("at least one array or dtype is required")
+  ext = _extended_result(args)
+  if ext is not None:
+    return (ext, False) if return_weak_type_flag else ext
   kinds = tuple(_dtype_and_weak(x)[1] for x in args)
   dt, weak = _result_from_kinds(kinds, config.enable_x64,
                                 config.numpy_dtype_promotion == "strict")
   return (dt, weak) if return_weak_type_flag else dt
+
+
+def _extended_result(args: tuple) -> Any:
+  """The result dtype of `args` when one of them is an array of an extended dtype (typed PRNG
+  keys): that dtype when every argument is an array of it (as JAX's trivial promotion);
+  None when no argument is such an array.
+
+  Raises:
+    ValueError: extended and other dtypes mixed (JAX's words: not a valid dtype for type
+      promotion).
+  """
+  ext = [getattr(x, "dtype", None) for x in args if not isinstance(x, (np.dtype, type))]
+  ext = [d for d in ext if d is not None and _extended_type(d) is not None]
+  if not ext:
+    return None
+  dts = [getattr(x, "dtype", None) if not isinstance(x, (np.dtype, type)) else x
+         for x in args]
+  if len(args) == 1 or all(d == ext[0] for d in dts):
+    return ext[0]
+  raise ValueError(f"dtype={ext[0]} is not a valid dtype for JAX type promotion.")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, key_reuse, lax, shape_poly, sharding, tree_util
+from stagecraft import core, dtypes, key_reuse, lax, shape_poly, sharding, tree_util
 from stagecraft import numpy as jnp
 from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
@@ -410,6 +410,9 @@ def _index_consumption(key: PRNGKeyArray, idx: tuple, out: PRNGKeyArray) -> None
 # key data and rebuild the key around it.
 tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._base_array, None),
                                lambda _, children: PRNGKeyArray(children[0]))
+tree_util.register_staged_dtype(
+    KeyTy, lambda aval: core.ShapedArray(tuple(aval.shape) + (2,), _u32),
+    lambda data: PRNGKeyArray(data))
 key_reuse.register_key_type(PRNGKeyArray)
 # Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
 # are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.

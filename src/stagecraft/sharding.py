@@ -608,6 +608,22 @@ def _as_axis_set(x: Any, which: str) -> frozenset:
   return frozenset(x)
 
 
+def _unconstrained() -> "_Unconstrained":
+  return PartitionSpec.UNCONSTRAINED
+
+
+class _Unconstrained:
+  """The one value `PartitionSpec.UNCONSTRAINED` (JAX's): a dimension left to the compiler.
+  Printed `UNCONSTRAINED`; pickles to the same object."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "UNCONSTRAINED"
+
+  def __reduce__(self):
+    return (_unconstrained, ())
+
+
 class PartitionSpec(tuple):
   """Per array dimension: None (not split), a mesh axis name, or a tuple of names (split
   over their product, the first name outermost). Trailing dimensions may be left out.
@@ -686,7 +702,15 @@ class PartitionSpec(tuple):
     e = self[i] if i < len(self) else None
     if e is None:
       return ()
+    if e is PartitionSpec.UNCONSTRAINED:
+      raise NotImplementedError(
+          f"PartitionSpec.UNCONSTRAINED (in {self}): stagecraft's shardings do not yet leave "
+          f"a dimension to the compiler; give None (replicated) or mesh axis names.")
     return tuple(e) if isinstance(e, (tuple, list)) else (e,)
+
+
+#: JAX's `PartitionSpec.UNCONSTRAINED` (libraries compare entries with it: flax.linen).
+PartitionSpec.UNCONSTRAINED = _Unconstrained()
 
 
 def _check_unreduced(spec: PartitionSpec, unreduced: frozenset, reduced: frozenset) -> None:
@@ -717,7 +741,7 @@ P = PartitionSpec
 class Shard:
   """One device's piece of an Array: `device`, `index` (a tuple of slices into the global
   array), `replica_id` (0 for the first copy of a replicated piece) and `data` (an Array on
-  that device)."""
+  that device). Its repr shows the data with `str` (`data=[[1. 2.]]`), as JAX's does."""
   __slots__ = ("device", "index", "replica_id", "data")
 
   def __init__(self, device, index, replica_id, data):
@@ -725,7 +749,7 @@ class Shard:
 
   def __repr__(self):
     return (f"Shard(device={self.device!r}, index={self.index}, replica_id={self.replica_id}, "
-            f"data={self.data!r})")
+            f"data={self.data})")   # the data's str, as JAX prints it
 
 
 class NamedSharding(Sharding):

@@ -1038,6 +1038,28 @@ def tree_map_traced(f: Callable[..., Any], tree: Any, *rest: Any,
   return tree_unflatten(treedef, [f(*xs) for xs in zip(leaves, *others)])
 
 
+#: The dtypes of staged leaves, by dtype class: `(physical_aval, rebuild)` (`register_staged_dtype`).
+_staged_dtypes: dict[type, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
+
+
+def register_staged_dtype(dtype_type: type, physical_aval: Callable[[Any], Any],
+                          rebuild: Callable[[Any], Any]) -> None:
+  """Registers the dtype class of a staged leaf (`key<fry>`'s): `physical_aval(aval)` is the
+  aval of the data of a leaf of abstract value `aval` (`key<fry>[3]` -> `u32[3,2]`), and
+  `rebuild(data)` makes the leaf around (traced) data. Lets code that is handed only an aval
+  of that dtype (`pe.trace_to_jaxpr_nounits` with `PartialVal.unknown`) trace its data."""
+  _staged_dtypes[dtype_type] = (physical_aval, rebuild)
+
+
+def staged_aval(aval: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+  """For an aval whose dtype is a staged leaf's (`key<fry>[]`): `(the data's aval, rebuild)`
+  (`register_staged_dtype`); `None` for any other aval."""
+  entry = _staged_dtypes.get(type(getattr(aval, "dtype", None)))
+  if entry is None:
+    return None
+  return entry[0](aval), entry[1]
+
+
 def staged_leaf_data(x: Any) -> tuple[Any, Callable[[Any], Any]] | None:
   """For a staged leaf (a typed PRNG key array): `(data, rebuild)`, `rebuild(new_data)`
   making a staged leaf of the same kind around `new_data`; `None` for anything else.

@@ -446,14 +446,19 @@ def trace_to_jaxpr_nounits(fun: Any, pvals: Sequence[PartialVal],
   """
   pvals = list(pvals)
   call = _call_flat(fun)
-  # A known staged leaf (a typed PRNG key, a leaf of the caller's flattening) is traced as
-  # its data; the function gets the leaf rebuilt around the traced data.
+  # A staged leaf (a typed PRNG key, a leaf of the caller's flattening), known or given by
+  # its aval, is traced as its data; the function gets the leaf rebuilt around the data.
   rebuild = {}
   for i, pv in enumerate(pvals):
     staged = tree_util.staged_leaf_data(pv[1]) if pv.is_known() else None
     if staged is not None:
       pvals[i] = PartialVal.known(staged[0])
       rebuild[i] = staged[1]
+    elif not pv.is_known():   # an unknown typed key (`key<fry>[]`): traced as its data too
+      staged = tree_util.staged_aval(pv.get_aval())
+      if staged is not None:
+        pvals[i] = PartialVal.unknown(staged[0])
+        rebuild[i] = staged[1]
   if rebuild:
     flat_call = call
 

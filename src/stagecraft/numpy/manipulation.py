@@ -41,23 +41,45 @@ __all__ = ["shape", "ndim", "size", "reshape", "ravel", "expand_dims", "squeeze"
 
 
 def shape(a: ArrayLike) -> tuple[int, ...]:
-  """The shape of an array-like, as a tuple of ints."""
-  if tree_util.staged_leaf_data(a) is not None:   # a typed PRNG key array
-    return tuple(a.shape)
-  return shape_of(asarray_or_scalar(a))
+  """The shape of an array-like, as a tuple of ints.
+
+  As JAX's: an object with a `shape` attribute (an Array, a tracer, a `ShapeDtypeStruct`, a
+  typed key array) gives that attribute; anything else is read by NumPy's `np.shape`
+  (after a DeprecationWarning for what is not an array or a scalar: a list, None, ...).
+  """
+  if hasattr(a, "shape"):
+    return a.shape
+  return np.shape(_warned_plain("shape", a))
+
+
+def _warned_plain(name: str, a: Any) -> Any:
+  """`a` for NumPy's shape functions: a DeprecationWarning (JAX's) for a non-array, and an
+  object's `__jax_array__()` in place of the object."""
+  if not isinstance(a, (str, bytes)):   # NB: scalars for JAX's rule (`np.isscalar`)
+    check_arraylike(name, a, emit_warning=True, stacklevel=4)
+  m = getattr(a, "__jax_array__", None)
+  return m() if m is not None else a
 
 
 def ndim(a: ArrayLike) -> int:
-  """The number of dimensions of an array-like."""
-  return len(shape(a))
+  """The number of dimensions of an array-like: its `ndim` attribute when it has one, else
+  NumPy's `np.ndim` (after JAX's DeprecationWarning for a non-array, as `shape`)."""
+  if hasattr(a, "ndim"):
+    return a.ndim
+  return np.ndim(_warned_plain("ndim", a))
 
 
 def size(a: ArrayLike, axis: int | Sequence[int] | None = None) -> int:
   """The number of elements (along `axis` when given: an int, or a tuple of ints whose
-  dimensions multiply, as JAX's).
+  dimensions multiply, as JAX's). As JAX's, an argument that is not an array or a scalar (a
+  list, a `ShapeDtypeStruct`) gives a DeprecationWarning, then its `size` (or `shape`).
 
   Raises:
     ValueError: an axis out of range, or repeated (JAX's messages)."""
+  if not isinstance(a, (str, bytes)):
+    check_arraylike("size", a, emit_warning=True)
+  if axis is None and hasattr(a, "size"):
+    return a.size
   s = shape(a)
   if axis is None:
     return math.prod(s)

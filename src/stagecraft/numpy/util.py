@@ -210,6 +210,8 @@ def check_arraylike(fun_name: str, *args: Any, emit_warning: bool = False,
     # before their jit) see a Ref passed to them eagerly as a tracer of a ref type; inside a
     # jit it is one for all of them. The message names JAX's class, as here.
     got = type(arg)
+    if got is core.ShapeDtypeStruct:   # NB: named as JAX's class prints
+      got = "<class 'jax.ShapeDtypeStruct'>"
     if isinstance(arg, Ref):
       got = (_JAX_REF_TRACER if jitted or core.current_trace() is not core.eval_trace
              else "<class 'jax._src.core.Ref'>")
