@@ -177,3 +177,25 @@ def test_stats_rank_promotion_config():
         st.norm.logpdf(x, loc)
       msgs.append(str(e.value))
   assert msgs[0] == msgs[1]
+
+
+# ---------------------------------------------------------------------------
+# blackjax's "sample multiple chains" how-to: one chain per device with jit(shard_map) over
+# jax.make_mesh (Explicit axes); the results' shardings are their types', padded to rank
+
+
+def test_jit_shard_map_result_sharding_explicit_mesh():
+  from jax.sharding import NamedSharding as JNS, PartitionSpec as JP
+  from stagecraft.sharding import NamedSharding, PartitionSpec as P
+  x = np.arange(8 * 3, dtype=np.float32).reshape(4, 6)
+  outs = []
+  for mod, NS, PS in ((sc, NamedSharding, P), (jax, JNS, JP)):
+    mesh = mod.make_mesh((4,), ("chain",))
+    xs = mod.device_put(x, NS(mesh, PS("chain")))
+    body = lambda v: (v[0] * 2)[None]
+    f = mod.shard_map(body, mesh=mesh, in_specs=PS("chain"), out_specs=PS("chain"),
+                      check_vma=False)
+    y, ye = mod.jit(f)(xs), f(xs)
+    outs.append((repr(y.sharding), repr(ye.sharding), str(mod.typeof(y)), np.asarray(y)))
+  assert outs[0][:3] == outs[1][:3], outs
+  np.testing.assert_array_equal(outs[0][3], outs[1][3])
