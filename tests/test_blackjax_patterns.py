@@ -199,3 +199,57 @@ def test_jit_shard_map_result_sharding_explicit_mesh():
     outs.append((repr(y.sharding), repr(ye.sharding), str(mod.typeof(y)), np.asarray(y)))
   assert outs[0][:3] == outs[1][:3], outs
   np.testing.assert_array_equal(outs[0][3], outs[1][3])
+
+
+# ---------------------------------------------------------------------------
+# typed keys indexed with None (a scan over `key[None]`: one step of an inference loop) and
+# JAX's "Too many indices" text for arrays and key arrays
+
+
+def test_key_array_none_index_and_errors():
+  def run(mod):
+    out = []
+    k = mod.random.key(0)
+    ks = mod.random.split(k, 3)
+    for x, idx in [(k, None), (k, (None, None)), (k, (Ellipsis, None)), (ks, (None, 0, None)),
+                   (ks, (Ellipsis, 0, None)), (k, 0), (k, (None, 0)), (k, slice(None)),
+                   (ks, (0, 0))]:
+      try:
+        r = x[idx]
+        out.append((r.shape, str(r.dtype), np.asarray(mod.random.key_data(r)).tolist()))
+      except IndexError as e:
+        out.append(str(e))
+    out.append(np.asarray(mod.jit(lambda k: mod.random.key_data(k[None, None]))(k)).tolist())
+    step = lambda c, k: (c + mod.random.normal(k), c)
+    out.append(np.asarray(mod.lax.scan(step, 0.0, k[None])[0]).tolist())
+    return out
+  assert run(sc) == run(jax)
+
+
+@pytest.mark.parametrize("shape,idx", [((3,), (0, 0)), ((), (0,)), ((3,), (None, 0, None, 0)),
+                                       ((2, 3), (np.ones((2, 3), bool), 1))])
+def test_too_many_indices_text(shape, idx):
+  msgs = []
+  for np_ in (jnp, jjnp):
+    x = np_.ones(shape, np_.float32)
+    with pytest.raises(IndexError) as e:
+      x[idx]
+    msgs.append(str(e.value))
+  assert msgs[0] == msgs[1]
+
+
+def test_scan_traced_length_error():
+  # jit(partial(lax.scan, step)) with `length` passed positionally traces it
+  errs = []
+  for mod in (sc, jax):
+    f = mod.jit(lambda x, n: mod.lax.scan(lambda c, _: (c + 1, c), x, None, length=n))
+    with pytest.raises(Exception) as e:
+      f(np.float32(0), 3)
+    errs.append(e)
+  assert type(errs[0].value).__name__ == type(errs[1].value).__name__ == "ConcretizationTypeError"
+  assert isinstance(errs[0].value, sc.errors.ConcretizationTypeError)
+  want = ("The `length` argument to `scan` expects a concrete `int` value. For scan-like "
+          "iteration with a dynamic length, use `while_loop` or `fori_loop`.")
+  assert want in str(errs[0].value) and want in str(errs[1].value)
+  assert str(errs[0].value).startswith("Abstract tracer value encountered where concrete value "
+                                       "is expected: traced array with shape int32[]")

@@ -131,7 +131,7 @@ def _parse(idx, shape) -> list[tuple[str, Any]]:
   consumed = sum(np.ndim(v) if k == _BOOL else 1 for k, v in entries
                  if k not in (_NONE, _ELLIPSIS))
   if consumed > len(shape):
-    raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, but "
+    raise IndexError(f"Too many indices: array is {len(shape)}-dimensional, but "
                      f"{consumed} were indexed")
   return entries
 
