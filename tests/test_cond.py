@@ -123,12 +123,19 @@ def test_no_operands_and_scalar_outputs():
   assert out.dtype == np.float32
 
 
-def test_weak_types_join_strong():
+def test_weak_types_are_branch_zeros():
+  # As JAX's: the cond's outputs are typed as its first branch's (the false branch),
+  # weak types included, whatever the other branches return.
+  for mod in (lax, jax.lax):
+    f = lambda p, x, mod=mod: mod.cond(p, lambda x: x, lambda x: 1.0, x)
+    g = lambda p, x, mod=mod: mod.cond(p, lambda x: 1.0, lambda x: x, x)
+    jit, typeof = (sc.jit, sc.typeof) if mod is lax else (jax.jit, jax.typeof)
+    out = jit(f)(True, np.float32(3.0))
+    assert out.dtype == np.float32 and float(out) == 3.0
+    assert typeof(out).weak_type and not typeof(jit(g)(True, np.float32(3.0))).weak_type
   f = lambda p, x: lax.cond(p, lambda x: x, lambda x: 1.0, x)
-  out = sc.jit(f)(True, np.float32(3.0))
-  assert out.dtype == np.float32 and float(out) == 3.0
   eqn, = _conds(sc.make_jaxpr(f)(True, np.float32(3.0)).jaxpr)
-  assert not eqn.outvars[0].aval.weak_type
+  assert eqn.outvars[0].aval.weak_type
 
 
 @settings(max_examples=10, deadline=None)

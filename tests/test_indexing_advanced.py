@@ -454,7 +454,7 @@ INDEX_ERRORS = [
     (A2, (0, "a"), TypeError, "stagecraft does not support string indexing; got idx='a'"),
     (A2, (I([0, 1]), I([0, 1, 2])), IndexError, "shape mismatch: indexing arrays could not be "
                                                 "broadcast together with shapes (2,) (3,)"),
-    (A2, (A2 > 3, 1), IndexError, "too many indices for array: array is 2-dimensional, but 3 "
+    (A2, (A2 > 3, 1), IndexError, "Too many indices: array is 2-dimensional, but 3 "
                                   "were indexed"),
     (A1, _Opaque(), IndexError, "only integers, slices (`:`), ellipsis (`...`), newaxis (`None`) "
                                "and integer or boolean arrays are valid indices"),

@@ -110,9 +110,9 @@ def test_index_of_results_chain():
 
 
 ERROR_CASES = [
-    (A1, (1, 2), re.escape("too many indices for array: array is 1-dimensional, but 2 were "
+    (A1, (1, 2), re.escape("Too many indices: array is 1-dimensional, but 2 were "
                            "indexed")),
-    (A2, (0, E, 0, 0), re.escape("too many indices for array: array is 2-dimensional, but 3 "
+    (A2, (0, E, 0, 0), re.escape("Too many indices: array is 2-dimensional, but 3 "
                                  "were indexed")),
     (A1, (E, E), re.escape("an index can only have a single ellipsis ('...')")),
 ]

@@ -146,8 +146,11 @@ class PRNGKeyArray:
     if idx is Ellipsis or (isinstance(idx, tuple) and idx in ((), (Ellipsis,))):
       return self   # NB: as JAX's arrays: `keys[...] is keys` (flax.nnx's variables rely on it)
     idx = idx if isinstance(idx, tuple) else (idx,)
-    if self.ndim == 0:
-      raise IndexError("too many indices for a 0-d key array")
+    n = sum(np.ndim(i) if getattr(i, "dtype", None) == np.bool_ else 1
+            for i in idx if i is not None and i is not Ellipsis)
+    if n > self.ndim:   # as JAX's: counted against the key array's own shape
+      raise IndexError(f"Too many indices: array is {self.ndim}-dimensional, but {n} were "
+                       f"indexed")
     out = PRNGKeyArray(self._base_array[(*idx, slice(None))])
     if key_reuse.enabled():
       _index_consumption(self, idx, out)

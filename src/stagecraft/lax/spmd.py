@@ -589,11 +589,6 @@ def global_aval(aval: ShapedArray, spec: PartitionSpec, mesh: Mesh) -> ShapedArr
   dimensions `spec` splits over Explicit mesh axes)."""
   shape = tuple(d * split_size(mesh, spec, i) for i, d in enumerate(aval.shape))
   ts = sharding.type_sharding(NamedSharding(mesh, spec), len(shape))
-  if ts is not None:   # NB: as JAX's shard_map results, without trailing None entries
-    entries = list(ts.spec)
-    while entries and entries[-1] is None:
-      entries.pop()
-    ts = NamedSharding(ts.mesh, ts.spec.update(partitions=entries))
   return aval.update(shape=shape, sharding=ts)
 
 

@@ -38,7 +38,7 @@ from stagecraft.numpy.manipulation import (atleast_1d, broadcast_shapes, broadca
 from stagecraft.numpy.ufuncs import (clip, floor_divide, greater_equal, not_equal,
                                      remainder)
 from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, dtype_of,
-                                   ensure_arraylike, promote_dtypes, shape_of)
+                                   ensure_arraylike, lax_const, promote_dtypes, shape_of)
 from stagecraft.lax.utils import KEY_TYPES, on_key_data
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
@@ -131,7 +131,7 @@ def _parse(idx, shape) -> list[tuple[str, Any]]:
   consumed = sum(np.ndim(v) if k == _BOOL else 1 for k, v in entries
                  if k not in (_NONE, _ELLIPSIS))
   if consumed > len(shape):
-    raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, but "
+    raise IndexError(f"Too many indices: array is {len(shape)}-dimensional, but "
                      f"{consumed} were indexed")
   return entries
 
@@ -385,7 +385,9 @@ def _normalize_index(i, n: int, normalize: bool):
     return lax.select(i < 0, lax.add(i, np.asarray(n, i.dtype)), i)
   if not _fits(n, i.dtype):
     i = lax.convert_element_type(i, _index_dtype)
-  return lax.select(lax.lt(i, np.zeros((), i.dtype)), lax.add(i, np.asarray(n, i.dtype)), i)
+  # the size as JAX's `lax._const(i, n)`: weak for a weak scalar index, which stays weak
+  # until the index is converted to int32 (a `convert_element_type` equation, as JAX's)
+  return lax.select(lax.lt(i, np.zeros((), i.dtype)), lax.add(i, lax_const(i, n)), i)
 
 
 def _convert_index(i):

@@ -85,6 +85,14 @@ def _promote_shapes(*args, name: str = "", lax_broadcasts: bool = False):
   return [a if s == () else broadcast_to_shape(a, shape) for a, s in zip(args, shapes)]
 
 
+def promote_shapes(name: str, *args):
+  """JAX's `promote_shapes` for functions written with lax: `args` (arrays or scalars) as
+  they are when their non-scalar ranks agree, else each given leading size-1 dimensions up
+  to the common rank (config numpy_rank_promotion applies, as for the ufuncs: a
+  ValueError under 'raise', a warning under 'warn', naming `name`)."""
+  return _promote_shapes(*args, name=name, lax_broadcasts=True)
+
+
 def _needs_promotion(promote, dtype) -> bool:
   """Whether a lone operand of `dtype` must still be converted by `promote`."""
   if promote is promote_dtypes:

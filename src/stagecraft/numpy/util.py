@@ -236,6 +236,18 @@ def ensure_arraylike(fun_name: str, *args: Any):
 # Weakly typed constants
 
 
+def lax_const(x: Any, v: Any) -> Any:
+  """`v` as a constant of x's dtype for lax operations with `x`, as JAX's `lax._const`: a
+  Python scalar (weakly typed) where `x` is a weakly typed scalar and the Python scalar's
+  default dtype is x's, else a strongly typed NumPy scalar of x's dtype."""
+  dtype = np.dtype(dtypes.python_scalar_dtype(type(x)) if dtypes.is_python_scalar(x)
+                   else core.get_aval(x).dtype)
+  if dtypes.is_python_scalar(x) or (core.get_aval(x).weak_type and np.ndim(x) == 0):
+    v = dtypes.scalar_type_of(x)(v)
+    return v if dtypes.python_scalar_dtype(type(v)) == dtype else np.array(v, dtype)
+  return np.array(v, dtype)
+
+
 def const(x, v):
   """`v` as a weakly typed scalar of x's dtype: lax ops with it keep x's weak type."""
   return lax.utils.weak_scalar(np.asarray(v, dtype_of(x))[()])

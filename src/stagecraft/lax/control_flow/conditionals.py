@@ -6,8 +6,8 @@ index is an int32 scalar in `[0, n)`, and every branch is a `ClosedJaxpr` taking
 of *all* branches (each reads its own and ignores the others') followed by the flat operands.
 Closed-over arrays and outer tracers are operands, so they flow through every transformation.
 
-Rules, all beside the primitive: abstract eval (outputs weakly typed only where every branch's
-is), lowering to `stablehlo.case` (regions read the operands from the enclosing scope), jvp
+Rules, all beside the primitive: abstract eval (outputs typed as branch 0's, weak types
+included, as JAX's), lowering to `stablehlo.case` (regions read the operands from the enclosing scope), jvp
 (one cond of the branches' JVPs), partial eval (a known cond computing the residuals of every
 branch, each branch returning `empty2` arrays in the others' slots, as JAX's, and an unknown
 cond reading them; constants a jit in a branch forwards are closed over by the known branch
@@ -90,7 +90,18 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
 
 
 @api_boundary
-def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
+class _NoOperand:
+  """The default of `cond`'s `operand=` keyword: no operand was passed by keyword."""
+
+  def __repr__(self) -> str:
+    return "<no operand>"
+
+
+_no_operand = _NoOperand()
+
+
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
+         operand: Any = _no_operand) -> Any:
   """`true_fun(*operands)` if `pred` else `false_fun(*operands)` (JAX's `lax.cond`).
 
   Args:
@@ -98,6 +109,11 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     true_fun, false_fun: functions taking `*operands` and returning pytrees of arrays of the
       same structure, shapes and dtypes (weak types may differ).
     *operands: pytrees of arrays or scalars.
+    operand: one operand given by keyword instead of `*operands` (JAX's older form).
+
+  The deprecated five-argument form `cond(pred, true_operand, true_fun, false_operand,
+  false_fun)` is also accepted, as JAX's: it becomes a cond over both operands where each
+  branch reads its own.
 
   Returns:
     The chosen function's output, as Arrays: one `cond` equation with branches
@@ -109,8 +125,16 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
       integer/floating dtype, or the outputs differ in tree structure, shape or dtype.
   """
   if not (callable(true_fun) and callable(false_fun)):
-    raise TypeError("cond: true_fun and false_fun arguments should be callable, got "
-                    f"{type(true_fun).__name__} and {type(false_fun).__name__}.")
+    if callable(false_fun) and len(operands) == 2 and callable(operands[1]):
+      # JAX's deprecated form cond(pred, x_true, f_true, x_false, f_false)
+      x_true, f_true, x_false, f_false = true_fun, false_fun, *operands
+      return cond(pred, lambda x, _: f_true(x), lambda _, x: f_false(x), x_true, x_false)
+    raise TypeError("lax.cond: true_fun and false_fun arguments should be callable.")
+  if operand is not _no_operand:
+    if operands:
+      raise TypeError("if 'operand' keyword is passed then no positional operands can be "
+                      f"passed, got operand={operand!r} and positional operands {operands!r}")
+    operands = (operand,)
   if pred is None:
     raise TypeError("cond predicate is None. Pass a scalar bool or number.")
   if isinstance(pred, (list, tuple)):
@@ -373,8 +397,9 @@ def _cond_abstract_eval(index: ShapedArray, *avals: ShapedArray,
       raise TypeError(
           f"cond: branch {i} returns ({', '.join(a.str_short() for a in outs)}) but branch 0 "
           f"returns ({', '.join(a.str_short() for a in out0)}).")
-  return [a.update(weak_type=all(br.out_avals[j].weak_type for br in branches))
-          for j, a in enumerate(out0)]
+  # As JAX's: the outputs are typed as branch 0's, weak types included (a weak output of
+  # branch 0 stays weak even where another branch's is strong).
+  return list(out0)
 
 
 def _cond_lowering(ctx, index: str, *args: str, branches: tuple[ClosedJaxpr, ...],

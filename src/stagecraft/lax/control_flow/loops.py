@@ -122,6 +122,12 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
                      + ", ".join(str(a.sharding.spec) for a in xs_avals))
   sizes = sorted({a.shape[0] for a in xs_avals})
   if length is not None:
+    if isinstance(length, core.Tracer) and length.to_concrete_value() is None:
+      # as JAX's: a ConcretizationTypeError with its words
+      raise length._concretization_error(
+          "scan", fix="The `length` argument to `scan` expects a concrete `int` value. For "
+                      "scan-like iteration with a dynamic length, use `while_loop` or "
+                      "`fori_loop`.")
     try:
       length = operator.index(length)
     except TypeError:

@@ -11,8 +11,9 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax
 from stagecraft import numpy as jnp
+from stagecraft.numpy import ufuncs
 # NB: `check_arraylike` (numpy.util's, JAX's rule) is also read here by the distributions.
-from stagecraft.numpy.util import as_array, check_arraylike
+from stagecraft.numpy.util import as_array, check_arraylike, convert_dtype, lax_const
 
 __all__ = ["check_arraylike", "promote_args_inexact", "promote_dtypes_inexact",
            "promote_args_numeric", "log1mexp", "log_diff_exp"]
@@ -31,6 +32,11 @@ def _to_inexact_dtype(dtype: np.dtype) -> np.dtype:
 def _convert_all(args, dtype, weak):
   out = []
   for a in args:
+    if not weak and dtypes.is_python_scalar(a):
+      # As JAX's: a Python scalar made strong converts on the host (a literal in a jaxpr,
+      # no `convert_element_type` equation).
+      out.append(np.asarray(convert_dtype(a, dtype, False), dtype))
+      continue
     a = as_array(a)
     aval = core.get_aval(a)
     if aval.dtype != dtype or aval.weak_type != weak:
@@ -44,11 +50,13 @@ def promote_args_inexact(fun_name: str, *args: Any) -> list:
   `promote_args_inexact`.
 
   Every argument gets the same dtype and weak type: weak only if all arguments are weakly
-  typed (Python scalars). Bools and integers up to 32 bits become float32, 64-bit integers
+  typed (Python scalars); a Python scalar made strong stays a host scalar (a literal). Then,
+  as JAX's, arguments of different non-scalar ranks get leading size-1 dimensions
+  (`ufuncs.promote_shapes`; config numpy_rank_promotion applies). Bools and integers up to 32 bits become float32, 64-bit integers
   float64 (as JAX's `to_inexact_dtype`).
   """
   check_arraylike(fun_name, *args)
-  return promote_dtypes_inexact(*args)
+  return ufuncs.promote_shapes(fun_name, *promote_dtypes_inexact(*args))
 
 
 def promote_dtypes_inexact(*args: Any) -> list:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import numpy as jnp
+from stagecraft import lax, numpy as jnp
 from stagecraft.scipy.stats._util import promote_args_inexact
 
 __all__ = ["logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf"]
@@ -31,13 +31,15 @@ def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Any:
     `T[broadcast shape]`.
   """
   x, loc, scale = promote_args_inexact("expon.logpdf", x, loc, scale)
-  lp = -((x - loc) / scale + jnp.log(scale))
-  return jnp.where(x < loc, -np.inf, lp)
+  # lax primitives, as JAX's, so values agree bit for bit in every mode (see norm.logpdf)
+  log_scale = lax.log(scale)
+  lp = lax.neg(lax.add(lax.div(lax.sub(x, loc), scale), log_scale))
+  return jnp.where(lax.lt(x, loc), -np.inf, lp)
 
 
 def pdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Any:
   """The exponential density, `exp(logpdf)`; shapes and dtypes as `logpdf`."""
-  return jnp.exp(logpdf(x, loc, scale))
+  return lax.exp(logpdf(x, loc, scale))
 
 
 def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Any:

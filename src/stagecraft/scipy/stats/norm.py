@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import numpy as jnp
+from stagecraft import lax, numpy as jnp
 from stagecraft.numpy.util import as_array
 from stagecraft.scipy import special
-from stagecraft.scipy.stats._util import check_arraylike, promote_args_inexact
+from stagecraft.scipy.stats._util import check_arraylike, lax_const, promote_args_inexact
 
 __all__ = ["logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf"]
 
@@ -37,13 +37,16 @@ def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Any:
     Array([-0.9189385, -1.4189385], dtype=float32)
   """
   x, loc, scale = promote_args_inexact("norm.logpdf", x, loc, scale)
-  var = jnp.square(scale)
-  return (jnp.log(2 * np.pi * var) + jnp.square(x - loc) / var) / -2
+  # Written with lax primitives as JAX's is, so values (eager, jitted, under JVP/VJP) agree
+  # bit for bit: JAX's eager VJP computes a chain of jnp operations differently.
+  var = lax.square(scale)
+  log_norm = lax.log(lax.mul(lax_const(x, 2 * np.pi), var))
+  return lax.div(lax.add(log_norm, lax.div(lax.square(lax.sub(x, loc)), var)), lax_const(x, -2))
 
 
 def pdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Any:
   """The normal density, `exp(logpdf(x, loc, scale))`; shapes and dtypes as `logpdf`."""
-  return jnp.exp(logpdf(x, loc, scale))
+  return lax.exp(logpdf(x, loc, scale))
 
 
 def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Any:
