@@ -89,8 +89,12 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   return _bind_cond(index, branches, [f"branch {i}" for i in range(n)], operands)
 
 
+_NO_OPERAND = object()
+
+
 @api_boundary
-def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
+         operand: Any = _NO_OPERAND) -> Any:
   """`true_fun(*operands)` if `pred` else `false_fun(*operands)` (JAX's `lax.cond`).
 
   Args:
@@ -98,6 +102,10 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     true_fun, false_fun: functions taking `*operands` and returning pytrees of arrays of the
       same structure, shapes and dtypes (weak types may differ).
     *operands: pytrees of arrays or scalars.
+    operand: JAX's older keyword for a single operand (then no positional operands).
+
+  JAX's older form `cond(pred, true_operand, true_fun, false_operand, false_fun)` (numpyro's
+  `util.cond`) is accepted too: both operands go into the cond and each branch reads its own.
 
   Returns:
     The chosen function's output, as Arrays: one `cond` equation with branches
@@ -109,8 +117,16 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
       integer/floating dtype, or the outputs differ in tree structure, shape or dtype.
   """
   if not (callable(true_fun) and callable(false_fun)):
-    raise TypeError("cond: true_fun and false_fun arguments should be callable, got "
-                    f"{type(true_fun).__name__} and {type(false_fun).__name__}.")
+    if callable(false_fun) and len(operands) == 2 and callable(operands[1]):
+      # the older signature: (pred, true_operand, true_fun, false_operand, false_fun)
+      t_operand, t_fun, f_operand, f_fun = true_fun, false_fun, operands[0], operands[1]
+      return cond(pred, lambda t, f: t_fun(t), lambda t, f: f_fun(f), t_operand, f_operand)
+    raise TypeError("lax.cond: true_fun and false_fun arguments should be callable.")
+  if operand is not _NO_OPERAND:
+    if operands:
+      raise TypeError(f"if 'operand' keyword is passed then no positional operands can be "
+                      f"passed, got operand={operand!r} and positional operands {operands}")
+    operands = (operand,)
   if pred is None:
     raise TypeError("cond predicate is None. Pass a scalar bool or number.")
   if isinstance(pred, (list, tuple)):
