@@ -146,3 +146,27 @@ def test_register_namedtuple_subclass_silently():
                              lambda aux, xs: State(xs[0], aux[0]))
   leaves, tree = stu.tree_flatten(State(np.float32(1.0), len))
   assert len(leaves) == 1 and stu.tree_unflatten(tree, leaves).fn is len
+
+
+# numpyro's Binomial log density inside a scan (a gradient-descent loop over the potential):
+# the scan body holds `lgamma` of constant counts. JAX's scan lowering calls its body as a
+# private function; XLA folds those constants to other bits when the body is inlined.
+def test_scan_body_with_folded_lgamma_constants():
+  obs = np.array([3, 4, 5], np.int32)
+  z0 = np.array([-0.5, 0.3, 1.2], np.float32)
+
+  def prog(lib, jnp_, special):
+    def lp(t):
+      value = jnp_.array(jnp_.asarray(obs), jnp_.float32)
+      tc = jnp_.asarray(np.array([10], np.int32))
+      return (special.gammaln(tc + 1) - special.gammaln(value + 1)
+              - special.gammaln(tc - value + 1) + t)
+
+    def body(c, _):
+      return c - 0.05, jnp_.sum(lp(c))
+    return lib.jit(lambda z: lib.lax.scan(body, z, None, length=3))
+
+  s = prog(sc, snp, ssp)(z0)
+  j = prog(jax, jjnp, jsp)(z0)
+  for a, b in zip(s, j):
+    _same(a, b)
