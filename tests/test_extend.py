@@ -524,7 +524,7 @@ def test_trace_context():
 
 # JAX primitives stagecraft lacks (see the module docstring for what it does instead).
 MISSING_PRIMITIVES = {
-    "approx_top_k_p", "call_p",
+    "approx_top_k_p",
     "device_put_p", "get_p", "swap_p", "ragged_all_to_all_p", "random_bits_p",
     "random_fold_in_p", "random_seed_p", "random_split_p", "random_gamma_p",
     "reduce_window_p", "select_and_scatter_p",

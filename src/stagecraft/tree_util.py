@@ -29,6 +29,7 @@ import difflib
 import functools
 import operator
 import textwrap
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -966,8 +967,13 @@ registration_hooks: list[Callable[[type, Callable, Callable], None]] = []
 
 def _register(nodetype, flatten, unflatten, entry_type):
   try:
-    optree.register_pytree_node(nodetype, flatten, unflatten, path_entry_type=entry_type,
-                                namespace=NAMESPACE)
+    with warnings.catch_warnings():
+      # optree warns when a namedtuple (or PyStructSequence) subclass gets its own rules; JAX
+      # registers such a type silently (numpyro's `optim._MinimizeState`).
+      warnings.filterwarnings("ignore", message=r"PyTree type .* is a subclass of",
+                              category=UserWarning)
+      optree.register_pytree_node(nodetype, flatten, unflatten, path_entry_type=entry_type,
+                                  namespace=NAMESPACE)
   except ValueError as e:
     if "already registered" in str(e):
       raise ValueError(

@@ -25,7 +25,7 @@ from stagecraft.core import ClosedJaxpr
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters import partial_eval as pe
 
-__all__ = ["CallRules"]
+__all__ = ["CallPrimitive", "CallRules", "call_impl", "call_p", "closed_call_p"]
 
 _memo = core.memo_on_jaxpr
 
@@ -355,3 +355,54 @@ CallRules(closed_call_p, "call_jaxpr").register()
 lowering.register_lowering(
     closed_call_p, lambda ctx, *args, call_jaxpr: lowering.lower_call(ctx, "closed_call",
                                                                       call_jaxpr, args))
+
+
+# ---------------------------------------------------------------------------
+# CallPrimitive: JAX's `core.CallPrimitive`, bound with the function to call; `call_p` is
+# JAX's `core.call_p` (`jax.extend.core.primitives.call_p`), one such primitive named "call".
+class CallPrimitive(core.Primitive):
+  """A primitive that calls a function (JAX's `core.CallPrimitive`): `p.bind(fun, *args,
+  **params)` traces `fun` (a callable or `linear_util.WrappedFun` returning a sequence) on
+  the arguments' avals and stages one equation holding the traced `ClosedJaxpr` in its
+  `call_jaxpr` param. jit, grad, vmap and DCE go through it as through `jit`'s call (the
+  rules of `interpreters.calls.CallRules`); it lowers to a `func.call` of a private function.
+
+  Example:
+    >>> import stagecraft
+    >>> my_call_p = stagecraft.extend.core.CallPrimitive("my_call")
+    >>> float(stagecraft.grad(lambda x: my_call_p.bind(lambda y: [y * y], x)[0])(3.0))
+    6.0
+  """
+  multiple_results = True
+  call_primitive = True
+
+  def __init__(self, name: str):
+    super().__init__(name)
+    core.def_closed_call(self, "call_jaxpr")
+    CallRules(self, "call_jaxpr").register()
+    lowering.register_lowering(self, self._lowering)
+
+  def _lowering(self, ctx, *args, call_jaxpr, **params):
+    return lowering.lower_call(ctx, self.name, call_jaxpr, args)
+
+  def bind(self, *args, **params):
+    if "call_jaxpr" in params:      # a staged equation re-bound by an interpreter
+      return super().bind(*args, **params)
+    if not args or not callable(args[0]):
+      raise TypeError(f"{self.name}.bind(fun, *args): expected a function first, got "
+                      f"{args[:1]!r}.")
+    fun, *operands = args
+    call = getattr(fun, "call_wrapped", fun)
+    jaxpr, consts = pe.trace_to_jaxpr(lambda *xs: list(call(*xs)),
+                                      [core.get_aval(x) for x in operands])
+    closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
+    return super().bind(*consts, *operands, call_jaxpr=closed, **params)
+
+
+def call_impl(f, *args, **params):
+  """Calls `f` (a `linear_util.WrappedFun` or a callable) on `args` (JAX's `call_impl`,
+  the impl of a call primitive; `params` are ignored)."""
+  return getattr(f, "call_wrapped", f)(*args)
+
+
+call_p = CallPrimitive("call")

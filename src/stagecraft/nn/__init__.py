@@ -75,7 +75,7 @@ def relu6(x: Any):
 relu6.defjvps(lambda g, ans, x: lax.select((x > 0) & (x < 6), g, lax.full_like(g, 0)))
 
 
-@jit
+@functools.partial(jit, inline=True)   # inline, as JAX's: traced, one `logistic` equation
 def sigmoid(x: Any):
   """Logistic sigmoid `1 / (1 + exp(-x))` (JAX's `nn.sigmoid`), via `lax.logistic`.
 

@@ -51,9 +51,15 @@ def _check_order(order):
 
 def copy_array(x):
   """A new Array with the value of the Array `x`, on the same device or devices (a device
-  copy: the result survives `x.delete()` and donation of `x`); for a tracer a staged `copy`
-  equation (`lax.copy_p`, as JAX's `jnp.array(x, copy=True)` stages it)."""
-  if isinstance(x, Tracer):
+  copy: the result survives `x.delete()` and donation of `x`); for a tracer, or any `x` while
+  a transformation traces, a staged `copy` equation (`lax.copy_p`, as JAX's
+  `jnp.array(x, copy=True)` stages it)."""
+  trace = core.current_trace()
+  if isinstance(x, Tracer) or not (trace is core.eval_trace
+                                   or isinstance(trace, core.CompileTimeEvalTrace)):
+    # a concrete Array under a trace is staged as `copy` of the constant, as JAX's: XLA can
+    # still fold what is computed from it (an optimization_barrier would stop that and change
+    # the numbers, e.g. `lgamma` of a constant)
     return lax.copy_p.bind(x)
   # NB: one eager identity program: XLA allocates its result, distinct from the (undonated)
   # operand, and the eager path keeps the operand's device or sharding.

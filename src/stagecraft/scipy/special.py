@@ -692,6 +692,10 @@ def expit(x: ArrayLike):
   return lax.logistic(x)
 
 
+# xlogy, xlog1py, _xlogx: custom_jvp functions called directly, without a jit inside, as
+# JAX's: eagerly each runs op by op (a jitted body is fused by XLA, which changes the last bit
+# of `x * log(y)`), and traced they stage one `custom_jvp_call` named after the function.
+@custom_jvp
 def xlogy(x: ArrayLike, y: ArrayLike):
   """`x * log(y)`, with 0 where `x == 0` (unless y is NaN) (`scipy.special.xlogy`).
 
@@ -699,25 +703,22 @@ def xlogy(x: ArrayLike, y: ArrayLike):
     x, y: array-likes, broadcast together.
 
   Returns:
-    The promoted dtype and broadcast shape. Differentiable: `(log y) dx + (x / y) dy`.
+    The promoted dtype and broadcast shape. Differentiable (a custom JVP):
+    `(log y) dx + (x / y) dy`.
   """
   x, y = _promote_inexact("xlogy", x, y)
-  return _xlogy(x, y)
+  ok = (x != 0) | jnp.isnan(y)
+  return jnp.where(ok, lax.mul(x, lax.log(y)), _full_like(x, 0))
+
+
+@xlogy.defjvp
+def _xlogy_jvp(primals, tangents):
+  (x, y), (tx, ty) = primals, tangents
+  out = xlogy(x, y)
+  return out, lax.convert_element_type(tx * lax.log(y) + ty * x / y, out.dtype)
 
 
 @custom_jvp
-@jit
-def _xlogy(x, y):
-  ok = (x != 0) | jnp.isnan(y)
-  return jnp.where(ok, x * lax.log(y), _full_like(x, 0))
-
-
-@_xlogy.defjvp
-def _xlogy_jvp(primals, tangents):
-  (x, y), (tx, ty) = primals, tangents
-  return _xlogy(x, y), tx * lax.log(y) + ty * x / y
-
-
 def xlog1py(x: ArrayLike, y: ArrayLike):
   """`x * log1p(y)`, with 0 where `x == 0` (unless y is NaN) (`scipy.special.xlog1py`).
 
@@ -725,30 +726,24 @@ def xlog1py(x: ArrayLike, y: ArrayLike):
     x, y: array-likes, broadcast together.
 
   Returns:
-    The promoted dtype and broadcast shape. Differentiable:
+    The promoted dtype and broadcast shape. Differentiable (a custom JVP):
     `log1p(y) dx + x / (1 + y) dy`.
   """
   x, y = _promote_inexact("xlog1py", x, y)
-  return _xlog1py(x, y)
-
-
-@custom_jvp
-@jit
-def _xlog1py(x, y):
   ok = (x != 0) | jnp.isnan(y)
-  return jnp.where(ok, x * lax.log1p(y), _full_like(x, 0))
+  return jnp.where(ok, lax.mul(x, lax.log1p(y)), _full_like(x, 0))
 
 
-@_xlog1py.defjvp
+@xlog1py.defjvp
 def _xlog1py_jvp(primals, tangents):
   (x, y), (tx, ty) = primals, tangents
-  return _xlog1py(x, y), tx * lax.log1p(y) + ty * x / (1 + y)
+  out = xlog1py(x, y)
+  return out, lax.convert_element_type(tx * lax.log1p(y) + ty * x / (1 + y), out.dtype)
 
 
 @custom_jvp
-@jit
 def _xlogx(x):
-  return _xlogy(x, x)
+  return xlogy(x, x)
 
 
 @_xlogx.defjvp
@@ -794,7 +789,7 @@ def rel_entr(p: ArrayLike, q: ArrayLike):
   p_zero = (p == 0) & (q >= 0)
   sp = jnp.where(both, p, _full_like(p, 1))
   sq = jnp.where(both, q, _full_like(q, 1))
-  val = _xlogx(sp) - _xlogy(sp, sq)
+  val = _xlogx(sp) - xlogy(sp, sq)
   res = jnp.where(both, val, jnp.where(p_zero, _full_like(p, 0), _full_like(p, np.inf)))
   return lax.convert_element_type(res, p.dtype, weak_type=False)   # strong, as JAX
 

@@ -28,6 +28,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
                                JaxprTypeError)
 from stagecraft.extend.core import primitives
 from stagecraft.interpreters import batching, calls, lowering
+from stagecraft.interpreters.calls import CallPrimitive, call_impl
 from stagecraft.interpreters import partial_eval as pe
 
 __all__ = ["AbstractToken", "CallPrimitive", "ClosedJaxpr", "DebugInfo", "DropVar", "Effect",
@@ -55,51 +56,6 @@ class TraceTag:
   `core.TraceTag`; stagecraft's traces are their own tags, so this is only a marker object,
   equal to itself alone)."""
   __slots__ = ("__weakref__",)
-
-
-class CallPrimitive(Primitive):
-  """A primitive that calls a function (JAX's `core.CallPrimitive`): `p.bind(fun, *args,
-  **params)` traces `fun` (a callable or `linear_util.WrappedFun` returning a sequence) on
-  the arguments' avals and stages one equation holding the traced `ClosedJaxpr` in its
-  `call_jaxpr` param. jit, grad, vmap and DCE go through it as through `jit`'s call (the
-  rules of `interpreters.calls.CallRules`); it lowers to a `func.call` of a private function.
-
-  Example:
-    >>> import stagecraft
-    >>> my_call_p = CallPrimitive("my_call")
-    >>> float(stagecraft.grad(lambda x: my_call_p.bind(lambda y: [y * y], x)[0])(3.0))
-    6.0
-  """
-  multiple_results = True
-  call_primitive = True
-
-  def __init__(self, name: str):
-    super().__init__(name)
-    _core_module.def_closed_call(self, "call_jaxpr")
-    calls.CallRules(self, "call_jaxpr").register()
-    lowering.register_lowering(self, self._lowering)
-
-  def _lowering(self, ctx, *args, call_jaxpr, **params):
-    return lowering.lower_call(ctx, self.name, call_jaxpr, args)
-
-  def bind(self, *args, **params):
-    if "call_jaxpr" in params:      # a staged equation re-bound by an interpreter
-      return super().bind(*args, **params)
-    if not args or not callable(args[0]):
-      raise TypeError(f"{self.name}.bind(fun, *args): expected a function first, got "
-                      f"{args[:1]!r}.")
-    fun, *operands = args
-    call = getattr(fun, "call_wrapped", fun)
-    jaxpr, consts = pe.trace_to_jaxpr(lambda *xs: list(call(*xs)),
-                                      [_core_module.get_aval(x) for x in operands])
-    closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
-    return super().bind(*consts, *operands, call_jaxpr=closed, **params)
-
-
-def call_impl(f: Any, *args, **params) -> Any:
-  """Calls `f` (a `linear_util.WrappedFun` or a callable) on `args` (JAX's `call_impl`,
-  the impl of a call primitive; `params` are ignored)."""
-  return getattr(f, "call_wrapped", f)(*args)
 
 
 def concrete_or_error(force: Callable | None, val: Any, context: str = "") -> Any:

@@ -4,11 +4,12 @@ them (`eqn.primitive is primitives.add_p`). Each name is the very object stagecr
 
 Renamed: `add_jaxvals_p` is `interpreters.ad.add_any_p` (named `add_any` in both); `jit_p` is
 `pjit.jit_p` (JAX's former `pjit_p`); `remat_p` is `ad_checkpoint.remat_p` (named
-`checkpoint` here, `remat2` in JAX).
+`checkpoint` here, `remat2` in JAX). `call_p` is JAX's `core.call_p`, a `CallPrimitive`
+named "call" (nothing in stagecraft binds it; its equations hold a `ClosedJaxpr`, as every
+`CallPrimitive`'s, where JAX's hold an open `Jaxpr`).
 
 JAX primitives stagecraft does not have (what it does instead):
   approx_top_k_p: `lax.approx_max_k`/`approx_min_k` are exact (`top_k`);
-  call_p: calls are `jit_p`, `closed_call_p` (or an `extend.core.CallPrimitive`);
   device_put_p: `device_put` inside a trace needs no primitive here;
   get_p, swap_p: mutable array references are not implemented;
   ragged_all_to_all_p: not implemented;
@@ -22,7 +23,7 @@ from __future__ import annotations
 from stagecraft.ad_checkpoint import name_p, remat_p
 from stagecraft.custom_derivatives import custom_jvp_call_p, custom_lin_p, custom_vjp_call_p
 from stagecraft.interpreters.ad import add_any_p as add_jaxvals_p
-from stagecraft.interpreters.calls import closed_call_p
+from stagecraft.interpreters.calls import call_p, closed_call_p
 from stagecraft.lax.ad_util import stop_gradient_p
 from stagecraft.lax.control_flow.conditionals import cond_p, empty2_p
 from stagecraft.lax.control_flow.loops import scan_p

@@ -89,19 +89,12 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   return _bind_cond(index, branches, [f"branch {i}" for i in range(n)], operands)
 
 
+_NO_OPERAND = object()
+
+
 @api_boundary
-class _NoOperand:
-  """The default of `cond`'s `operand=` keyword: no operand was passed by keyword."""
-
-  def __repr__(self) -> str:
-    return "<no operand>"
-
-
-_no_operand = _NoOperand()
-
-
 def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
-         operand: Any = _no_operand) -> Any:
+         operand: Any = _NO_OPERAND) -> Any:
   """`true_fun(*operands)` if `pred` else `false_fun(*operands)` (JAX's `lax.cond`).
 
   Args:
@@ -109,11 +102,10 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
     true_fun, false_fun: functions taking `*operands` and returning pytrees of arrays of the
       same structure, shapes and dtypes (weak types may differ).
     *operands: pytrees of arrays or scalars.
-    operand: one operand given by keyword instead of `*operands` (JAX's older form).
+    operand: JAX's older keyword for a single operand (then no positional operands).
 
-  The deprecated five-argument form `cond(pred, true_operand, true_fun, false_operand,
-  false_fun)` is also accepted, as JAX's: it becomes a cond over both operands where each
-  branch reads its own.
+  JAX's older form `cond(pred, true_operand, true_fun, false_operand, false_fun)` (numpyro's
+  `util.cond`) is accepted too: both operands go into the cond and each branch reads its own.
 
   Returns:
     The chosen function's output, as Arrays: one `cond` equation with branches
@@ -126,14 +118,14 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
   """
   if not (callable(true_fun) and callable(false_fun)):
     if callable(false_fun) and len(operands) == 2 and callable(operands[1]):
-      # JAX's deprecated form cond(pred, x_true, f_true, x_false, f_false)
-      x_true, f_true, x_false, f_false = true_fun, false_fun, *operands
-      return cond(pred, lambda x, _: f_true(x), lambda _, x: f_false(x), x_true, x_false)
+      # the older signature: (pred, true_operand, true_fun, false_operand, false_fun)
+      t_operand, t_fun, f_operand, f_fun = true_fun, false_fun, operands[0], operands[1]
+      return cond(pred, lambda t, f: t_fun(t), lambda t, f: f_fun(f), t_operand, f_operand)
     raise TypeError("lax.cond: true_fun and false_fun arguments should be callable.")
-  if operand is not _no_operand:
+  if operand is not _NO_OPERAND:
     if operands:
-      raise TypeError("if 'operand' keyword is passed then no positional operands can be "
-                      f"passed, got operand={operand!r} and positional operands {operands!r}")
+      raise TypeError(f"if 'operand' keyword is passed then no positional operands can be "
+                      f"passed, got operand={operand!r} and positional operands {operands}")
     operands = (operand,)
   if pred is None:
     raise TypeError("cond predicate is None. Pass a scalar bool or number.")

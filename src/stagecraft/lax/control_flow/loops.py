@@ -20,7 +20,7 @@ import numpy as np
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, key_reuse, shape_poly, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, ShapedArray, Var
-from stagecraft.interpreters import ad, batching, lowering, mapping, partial_eval as pe
+from stagecraft.interpreters import ad, batching, calls, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import common, refs as refs_lib
 from stagecraft.lax import elementwise, shape as lax_shape, slicing
 from stagecraft.lax.control_flow.while_op import while_loop
@@ -293,7 +293,10 @@ def step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, steps
       pos = (length - 1) - idx if reverse else idx
       x = [slicing.dynamic_index_in_dim(a, pos, 0, keepdims=False,
                                         allow_negative_indices=False) for a in xs]
-      outs = core.eval_jaxpr(jaxpr.jaxpr, [], *consts, *carry, *x)
+      # NB: the body as one `closed_call` (a `func.call` of a private function), as JAX's
+      # scan lowering calls it: XLA then folds constants in the body as for JAX's program
+      # (inlined, its folded constants can differ in the last bit).
+      outs = calls.closed_call_p.bind(*consts, *carry, *x, call_jaxpr=jaxpr)
       carry, y = outs[:nk], outs[nk:]
       ys = [slicing.dynamic_update_index_in_dim(b, v, pos, 0, allow_negative_indices=False)
             for b, v in zip(ys, y)]
