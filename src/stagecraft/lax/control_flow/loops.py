@@ -53,7 +53,8 @@ def _slice_aval(a):
 
 @api_boundary
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
-         reverse: bool = False, unroll: int | bool = 1) -> tuple[Any, Any]:
+         reverse: bool = False, unroll: int | bool = 1,
+         _split_transpose: bool = False) -> tuple[Any, Any]:
   """Loops `f` over the leading axis of `xs`, carrying state: JAX's `lax.scan`.
 
   Semantics (one primitive, staged as a `stablehlo.while`):
@@ -72,6 +73,9 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
     length: the number of iterations; required when `xs` has no leaves.
     reverse: scan from the end (`ys` still in index order).
     unroll: iterations per loop step (an int >= 1; True unrolls fully).
+    _split_transpose: JAX's experimental switch that splits the scan's transpose into two
+      loops (a memory/scheduling choice); accepted for JAX's signature (flax.nnx.scan passes
+      it) and ignored: the values are the same.
 
   Returns:
     `(final_carry, ys)`, `ys` the stacked `y`s with leading axis `length`. As in JAX, a
