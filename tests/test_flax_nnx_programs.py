@@ -203,6 +203,22 @@ def test_astype_does_not_repeat_default_warnings(recwarn):
 
 
 # ---------------------------------------------------------------------------
+# copy_to_host_async of a sharded Array (nnx_toy_examples/04 prefetches its sharded loss).
+
+
+@pytest.mark.parametrize("spec", [("x",), (), ("x", "y")])
+def test_copy_to_host_async_of_sharded_arrays(spec):
+  def run(lib):
+    mesh = _mesh(lib)
+    x = lib.device_put(np.arange(16.0, dtype=np.float32).reshape(4, 4),
+                       lib.sharding.NamedSharding(mesh, lib.sharding.PartitionSpec(*spec)))
+    assert x.copy_to_host_async() is None
+    lib.block_until_ready(x)
+    return np.asarray(x)
+  np.testing.assert_array_equal(run(stagecraft), run(jax))
+
+
+# ---------------------------------------------------------------------------
 # A sharding over Auto mesh axes that does not divide a dimension (nnx_toy_examples/10: a
 # (32, 1) Param constrained to P(None, 'model') inside nnx.jit).
 
