@@ -219,6 +219,26 @@ def test_copy_to_host_async_of_sharded_arrays(spec):
 
 
 # ---------------------------------------------------------------------------
+# reshard with a spec longer than a value's rank (optimization_cookbook:
+# `reshard(model, P(None, None))` over a model whose biases are 1-d).
+
+
+def test_reshard_drops_trailing_none_entries():
+  def run(lib):
+    mesh = _mesh(lib, explicit=True)
+    P = lib.sharding.PartitionSpec
+    tree = {"w": np.ones((4, 8), np.float32), "b": np.arange(8.0, dtype=np.float32),
+            "s": np.float32(2)}
+    with lib.set_mesh(mesh):
+      eager = lib.sharding.reshard(tree, P(None, None))
+      traced = lib.jit(lambda t: lib.sharding.reshard(t, P(None, None)))(tree)
+      err = _raised(lambda: lib.sharding.reshard(np.ones(8, np.float32), P("x", "y")))
+    show = lambda t: {k: (str(lib.typeof(v)), np.asarray(v).tolist()) for k, v in t.items()}
+    return show(eager), show(traced), err
+  assert run(stagecraft) == run(jax)
+
+
+# ---------------------------------------------------------------------------
 # A sharding over Auto mesh axes that does not divide a dimension (nnx_toy_examples/10: a
 # (32, 1) Param constrained to P(None, 'model') inside nnx.jit).
 

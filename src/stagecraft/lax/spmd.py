@@ -495,6 +495,19 @@ def reshard_to_type(x: Any, ts: NamedSharding | None, have: NamedSharding | None
   return reshard_p.bind(x, dst_sharding=ts)
 
 
+def _fit_spec_length(s: NamedSharding, ndim: int) -> NamedSharding:
+  """`s` with the entries of its spec past the value's rank `ndim` dropped when they are
+  None, as JAX's types take a spec (`reshard(model, P(None, None))` over a model's 1-d
+  biases); one naming a mesh axis there fails JAX's assertion `(ndim, spec)`."""
+  spec = s.spec
+  if len(spec) <= ndim:
+    return s
+  if any(e is not None for e in tuple(spec)[ndim:]):
+    raise AssertionError((ndim, spec))
+  return NamedSharding(s.mesh, PartitionSpec(*tuple(spec)[:ndim], unreduced=spec.unreduced,
+                                             reduced=spec.reduced))
+
+
 def reshard(xs: Any, out_shardings: Any) -> Any:
   """Lays `xs` (an array or pytree) out by `out_shardings` (a NamedSharding, or a bare
   PartitionSpec meaning NamedSharding(mesh set by `set_mesh`, spec), or a pytree prefix of
@@ -530,6 +543,7 @@ def reshard(xs: Any, out_shardings: Any) -> Any:
       outs.append(leaf)
       continue
     aval = core.get_aval(leaf)
+    s = _fit_spec_length(s, aval.ndim)
     check_spec_fits(s, aval, "reshard", typed=True)
     if not isinstance(leaf, core.Tracer):
       # NB: as JAX's, the result's spec has one entry per dimension
