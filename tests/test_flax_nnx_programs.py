@@ -260,6 +260,28 @@ def test_uneven_sharding_constraint_over_auto_axes():
 
 
 # ---------------------------------------------------------------------------
+# The scalar types' repr under `import jax` served by stagecraft (key_concepts prints a flax
+# treedef holding `jnp.float32`).
+
+
+def test_scalar_type_repr_names_jax_numpy_while_served():
+  from stagecraft import compat
+  want = [repr(jax.numpy.float32), repr(jax.numpy.int8), repr(jax.numpy.bfloat16)]
+  assert repr(stagecraft.numpy.float32) == "<class 'stagecraft.numpy.float32'>"
+  was = compat.is_installed()
+  compat.install()
+  try:
+    got = [repr(stagecraft.numpy.float32), repr(stagecraft.numpy.int8),
+           repr(stagecraft.numpy.bfloat16)]
+  finally:
+    if not was:
+      compat.uninstall()
+  assert got == want
+  if not was:
+    assert repr(stagecraft.numpy.float32) == "<class 'stagecraft.numpy.float32'>"
+
+
+# ---------------------------------------------------------------------------
 # A flax.nnx program run as a script under both.
 
 PROGRAM = '''

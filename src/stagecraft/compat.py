@@ -54,6 +54,7 @@ import numpy as np
 
 import stagecraft
 from stagecraft import dtypes, tree_util, version as _version
+from stagecraft.numpy import scalar_types
 from stagecraft.runtime import jax_runtime
 
 __all__ = ["install", "uninstall", "is_installed", "stagecraft_name", "JAX_API_VERSION"]
@@ -214,6 +215,7 @@ def install() -> None:
   hook = functools.partial(_mirror_registration, real_tree_util)
   tree_util.registration_hooks.append(hook)
   _state["hook"] = hook
+  scalar_types.repr_module[0] = _PREFIX + ".numpy"   # `<class 'jax.numpy.float32'>`
   finder = _JaxAliasFinder()
   sys.meta_path.insert(0, finder)
   _state["finder"], _state["saved"] = finder, saved
@@ -240,6 +242,7 @@ def uninstall() -> None:
     setattr(m, n, v)
   if _state.pop("set_src", False):
     vars(stagecraft).pop("_src", None)
+  scalar_types.repr_module[0] = "stagecraft.numpy"
   _state["finder"], _state["saved"] = None, {}
   importlib.invalidate_caches()
 
