@@ -727,15 +727,12 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
       feature_group_count=operator.index(feature_group_count),
       batch_group_count=operator.index(batch_group_count),
       precision=canonicalize_precision(precision), preferred_element_type=pref)
-  if out_sharding is None:
-    return out
-  from stagecraft.lax import spmd   # NB: lazily: lax.spmd builds on this package
-  from stagecraft.sharding import AxisType, NamedSharding, get_abstract_mesh
-  mesh = (out_sharding.mesh if isinstance(out_sharding, NamedSharding)
-          else get_abstract_mesh())
-  if AxisType.Explicit in tuple(getattr(mesh, "axis_types", ())):
-    return spmd.reshard(out, out_sharding)
-  return spmd.with_sharding_constraint(out, out_sharding)
+  return out if out_sharding is None else lay_out[0](out, out_sharding)
+
+
+#: `lay_out[0](x, sharding)`: `x` laid out by a conv's `out_sharding` (installed by
+#: lax/spmd.py, which builds on this module: reshard or a sharding constraint).
+lay_out: list = [None]
 
 
 def conv(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: str, precision: Any = None,

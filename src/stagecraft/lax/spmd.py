@@ -46,6 +46,7 @@ from stagecraft.lax.control_flow.conditionals import cond_p
 from stagecraft.lax.control_flow.loops import scan_p
 from stagecraft.lax.control_flow.while_op import while_p
 from stagecraft.lax import sharding_rules
+from stagecraft.lax.conv import lay_out as conv_lay_out
 from stagecraft.lax.shape import reshape
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
@@ -508,6 +509,16 @@ def _fit_spec_length(s: NamedSharding, ndim: int) -> NamedSharding:
                                              reduced=spec.reduced))
 
 
+def _conv_lay_out(x: Any, out_sharding: Any) -> Any:
+  """A convolution's result laid out by its `out_sharding`: `reshard` when the mesh has
+  Explicit axes (the result's type), a sharding constraint otherwise."""
+  mesh = (out_sharding.mesh if isinstance(out_sharding, NamedSharding)
+          else sharding.get_abstract_mesh())
+  if AxisType.Explicit in tuple(getattr(mesh, "axis_types", ())):
+    return reshard(x, out_sharding)
+  return with_sharding_constraint(x, out_sharding)
+
+
 def reshard(xs: Any, out_shardings: Any) -> Any:
   """Lays `xs` (an array or pytree) out by `out_shardings` (a NamedSharding, or a bare
   PartitionSpec meaning NamedSharding(mesh set by `set_mesh`, spec), or a pytree prefix of
@@ -948,3 +959,5 @@ core.sharding_rules[xla_pmap_p] = lambda *avals, **params: None
 sharding_rules.wrap_transposes(reshard_to_type)
 # Instantiated zero tangents and cotangents have their primal's type, as JAX's.
 ad.retype_zeros = lambda x, ts: reshard_to_type(x, ts, None)
+# lax.conv_general_dilated's `out_sharding` (conv.py cannot import this module: a cycle).
+conv_lay_out[0] = _conv_lay_out
