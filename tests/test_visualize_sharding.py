@@ -127,5 +127,8 @@ def test_errors():
     debug.visualize_sharding((2, 2, 2), NamedSharding(ours, P()))
   with pytest.raises(ValueError, match="1 and 2 dimensions"):
     debug_sharding.draw((), NamedSharding(ours, P()))
-  with pytest.raises(TypeError, match="concrete Array"):
+  # As JAX's: a leaf that is no Array has no `.sharding` (JAX names its own wrapper type).
+  with pytest.raises(AttributeError, match="has no attribute 'sharding'"):
+    jax.debug.visualize_array_sharding(np.ones(3))
+  with pytest.raises(AttributeError, match="has no attribute 'sharding'"):
     debug.visualize_array_sharding(np.ones(3))

@@ -210,6 +210,7 @@ def run_script(path: str, args: Sequence[str] = ()) -> None:
   if not os.path.exists(path):
     raise FileNotFoundError(2, f"can't open file {os.path.abspath(path)!r}: no such file or "
                                f"directory", path)
+  compat.expect_program_import()
   compat.install()
   old_argv, old_path0 = sys.argv, sys.path[0] if sys.path else None
   sys.argv = [path, *args]

@@ -50,8 +50,11 @@ import importlib.util
 import sys
 from types import ModuleType
 
+import numpy as np
+
 import stagecraft
 from stagecraft import dtypes, tree_util, version as _version
+from stagecraft.numpy import scalar_types
 from stagecraft.runtime import jax_runtime
 
 __all__ = ["install", "uninstall", "is_installed", "stagecraft_name", "JAX_API_VERSION"]
@@ -131,6 +134,27 @@ class _JaxAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     # The import system returns whatever sys.modules holds under the name after exec_module,
     # so the stagecraft module itself is what the importer gets (and its spec is untouched).
     sys.modules[module.__name__] = importlib.import_module(stagecraft_name(module.__name__))
+    if module.__name__ == _PREFIX and _state.pop("import_draws_pending", False):
+      _draw_as_jax_import()
+
+
+#: How many float64s real JAX's first `import jax` draws from NumPy's global RNG (the jittered
+#: retry waits `np.random.rand(5)` of a default argument in `jax._src.clusters.k8s_cluster`).
+_JAX_IMPORT_DRAWS = 5
+
+
+def _draw_as_jax_import() -> None:
+  """Advances NumPy's global RNG as real JAX's first import does, so that a program that
+  seeds NumPy and then imports jax draws the numbers it draws under JAX."""
+  np.random.rand(_JAX_IMPORT_DRAWS)
+
+
+def expect_program_import() -> None:
+  """Marks that a program that has not imported jax yet is about to run
+  (`python -m stagecraft run`): its first served `import jax` then has the side effect real
+  JAX's first import has on NumPy's global RNG (`_draw_as_jax_import`); stagecraft's runtime
+  imported real JAX's internals before the program could seed NumPy."""
+  _state["import_draws_pending"] = not is_installed()
 
 
 def _mirror_registration(real_tree_util, nodetype, flatten, unflatten) -> None:
@@ -174,7 +198,10 @@ def install() -> None:
   saved = {n: m for n, m in sys.modules.items() if _served(n)}
   for n in saved:
     del sys.modules[n]
-  sys.modules[_PREFIX] = stagecraft
+  if not _state.get("import_draws_pending"):
+    sys.modules[_PREFIX] = stagecraft
+  # else: the program's first `import jax` goes through the finder (exec_module), which
+  # puts stagecraft there and draws from NumPy's RNG as JAX's import does.
   real_src = sys.modules.get(_PRIVATE)
   if real_src is not None and "_src" not in vars(stagecraft):
     # NB: `import jax._src.x as y` reads the attribute `_src` of the module `jax` (stagecraft).
@@ -188,6 +215,7 @@ def install() -> None:
   hook = functools.partial(_mirror_registration, real_tree_util)
   tree_util.registration_hooks.append(hook)
   _state["hook"] = hook
+  scalar_types.repr_module[0] = _PREFIX + ".numpy"   # `<class 'jax.numpy.float32'>`
   finder = _JaxAliasFinder()
   sys.meta_path.insert(0, finder)
   _state["finder"], _state["saved"] = finder, saved
@@ -214,6 +242,7 @@ def uninstall() -> None:
     setattr(m, n, v)
   if _state.pop("set_src", False):
     vars(stagecraft).pop("_src", None)
+  scalar_types.repr_module[0] = "stagecraft.numpy"
   _state["finder"], _state["saved"] = None, {}
   importlib.invalidate_caches()
 

@@ -1796,24 +1796,29 @@ class Tracer:
     return self._short_repr()
 
   def _concretization_error(self, fname: str, cls=ConcretizationTypeError, fix: str = ""):
-    """The error for a conversion that needs this tracer's value, JAX's first line first
-    (users match it), then what needed it, where the value came from and how to fix it."""
+    """The error for a conversion that needs this tracer's value, in JAX's words: what needed
+    it, where the value came from (the traced function's argument), and JAX's link to the
+    error's page. `fix`, for a ConcretizationTypeError, is JAX's context line (what asked for
+    a concrete value); by default the function `fname` is named."""
     what = f"traced array with shape {self.aval.str_short(False)}"
+    origin = self._trace.origin_msg(self)
     if cls is TracerBoolConversionError:
-      head = f"Attempted boolean conversion of {what}."
+      msg = f"Attempted boolean conversion of {what}.{origin}"
     elif cls is TracerArrayConversionError:
-      head = f"The numpy.ndarray conversion method __array__() was called on {what}"
+      msg = f"The numpy.ndarray conversion method __array__() was called on {what}{origin}"
     elif cls is TracerIntegerConversionError:
-      head = f"The __index__() method was called on {what}"
+      msg = f"The __index__() method was called on {what}{origin}"
     else:
-      head = (f"Abstract tracer value encountered where concrete value is expected: {what}"
-              f"\nThe problem arose with the `{fname}` function.")
-      if fname in ("float", "int", "complex"):
-        head += (f" If trying to convert the data type of a value, try using "
-                 f"`x.astype({fname})` or `jnp.array(x, {fname})` instead.")
-    fix = fix or (" Use `stagecraft.lax.cond` or `stagecraft.numpy.where` instead of a Python "
-                  "`if`, or make the value static.")
-    return cls(f"{head}{self._trace.origin_msg(self)}\n{fix.strip()}")
+      context = fix.strip()
+      if not context:
+        context = f"The problem arose with the `{fname}` function. "
+        if fname in ("float", "int", "complex"):
+          context += (f"If trying to convert the data type of a value, try using "
+                      f"`x.astype({fname})` or `jnp.array(x, {fname})` instead.")
+      msg = (f"Abstract tracer value encountered where concrete value is expected: {what}\n"
+             f"{context}{origin}\n")
+    return cls(f"{msg}\nSee https://docs.jax.dev/en/latest/errors.html#jax.errors."
+               f"{cls.__name__}")
 
   def to_concrete_value(self):
     """The concrete value this tracer stands for, or None when it is abstract. A JVP
@@ -1844,19 +1849,16 @@ class Tracer:
 
   def __reduce__(self):   # as JAX: pickling needs the value, which a tracer does not have
     raise self._concretization_error(
-        "pickle", fix=" Pickle concrete Arrays (outside transformations) instead.")
+        "pickle", fix="The error occurred in the __reduce__ method, which may indicate an "
+        "attempt to serialize/pickle a traced value.")
 
   def __index__(self):
-    return operator.index(self._concrete(
-        "__index__", TracerIntegerConversionError,
-        " An integer-valued tracer cannot index a Python sequence or size a range; use "
-        "`stagecraft.lax.dynamic_slice`/array indexing, or make the value static."))
+    if self.aval.shape or not np.issubdtype(self.aval.dtype, np.integer):
+      raise TypeError("Only integer scalar arrays can be converted to a scalar index.")
+    return operator.index(self._concrete("__index__", TracerIntegerConversionError))
 
   def __array__(self, dtype=None, copy=None):
-    raise self._concretization_error(
-        "__array__", TracerArrayConversionError,
-        " NumPy cannot operate on traced values: use `stagecraft.numpy` instead of `numpy` "
-        "inside transformed functions.")
+    raise self._concretization_error("__array__", TracerArrayConversionError)
 
   def __hash__(self):
     raise TypeError(f"unhashable type: {type(self).__name__} ({self.aval.str_short()}). "
@@ -1873,10 +1875,15 @@ class Tracer:
     return (self[i] for i in range(self.aval.shape[0]))
 
   def item(self, *args):
-    return np.asarray(self._concrete("item")).item(*args)
+    return np.asarray(self._concrete(
+        "item", fix="This occurred in the item() method of jax.Array")).item(*args)
 
   def tolist(self):
-    raise self._concretization_error("tolist")
+    # NB: JAX's context repeats where the value came from, so its message says it twice.
+    what = f"traced array with shape {self.aval.str_short(False)}"
+    raise self._concretization_error(
+        "tolist", fix=f"The tolist() method was called on {what}."
+        f"{self._trace.origin_msg(self)}")
 
 
 def to_concrete_value(x: Any) -> Any:

@@ -173,20 +173,32 @@ def breakpoint(*, backend: str | None = None, filter_frames: bool = True,
 
 
 def inspect_array_sharding(value: Any, *, callback: Callable) -> None:
-  """Calls `callback(sharding)` with `value`'s sharding (at once for a concrete Array)."""
-  if isinstance(value, Array):
-    callback(value.sharding)
-    return
-  raise NotImplementedError("inspect_array_sharding of a traced value is not implemented; "
-                            "call it on a concrete Array.")
+  """Calls `callback(sharding)` with the sharding of each leaf of the pytree `value` (at
+  once, for concrete Arrays), as JAX's: a pytree node such as a flax `nnx.Param` holding an
+  Array gives that Array's sharding.
+
+  Raises:
+    AttributeError: a leaf that is not an Array (a NumPy array, a Python scalar), as JAX's.
+    NotImplementedError: a traced leaf (JAX calls back when the jit is compiled).
+  """
+  for leaf in tree_util.tree_leaves(value):
+    if isinstance(leaf, Array):
+      callback(leaf.sharding)
+    elif isinstance(leaf, core.Tracer):
+      raise NotImplementedError("inspect_array_sharding of a traced value is not "
+                                "implemented; call it on a concrete Array.")
+    else:
+      # NB: JAX's eager rule reads `.sharding` of the leaf as JAX converted it (its message
+      # names JAX's internal wrapper type, `TypedNdArray`/`TypedFloat`; ours the leaf's).
+      raise AttributeError(f"{type(leaf).__name__!r} object has no attribute 'sharding'")
 
 
 def visualize_array_sharding(arr, **kwargs) -> None:
-  """Draws how `arr` (2-D at most) is laid out over devices (a table, with `rich`)."""
-  if not isinstance(arr, Array):
-    raise TypeError(f"visualize_array_sharding expects a concrete Array, got "
-                    f"{type(arr).__name__}.")
-  return visualize_sharding(arr.shape, arr.sharding, **kwargs)
+  """Draws how `arr` (2-D at most; an Array or a pytree node holding one, such as a flax
+  `nnx.Param`) is laid out over devices (a table, with `rich`); `kwargs` as in
+  `visualize_sharding`. Errors as `inspect_array_sharding`'s."""
+  inspect_array_sharding(
+      arr, callback=lambda sharding: visualize_sharding(arr.shape, sharding, **kwargs))
 
 
 def visualize_sharding(shape: Sequence[int], sharding, *, use_color: bool = True,

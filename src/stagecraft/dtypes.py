@@ -123,12 +123,9 @@ def _to_np_dtype(dtype: Any) -> np.dtype:
   if dtype in python_scalar_kind and dtype is not bool:
     # np.dtype(float) is float64 (then narrowed); same convention as jnp.zeros(3, float).
     return np.dtype(dtype)
-  try:
-    return np.dtype(dtype)
-  except TypeError as e:
-    raise TypeError(
-        f"Expected a dtype (a NumPy dtype, a name such as 'float32', or a type such as "
-        f"stagecraft.numpy.float32), got {dtype!r} of type {type(dtype).__name__}.") from e
+  # Not a dtype: NumPy's TypeError ("Cannot interpret '4' as a data type", "data type 'foo'
+  # not understood") goes to the user unchanged, as JAX lets it.
+  return np.dtype(dtype)
 
 
 @functools.lru_cache(maxsize=512)
@@ -181,12 +178,19 @@ def check_user_dtype(dtype: Any, fun_name: str | None = None) -> np.dtype:
 
   Raises:
     ValueError: "error" mode, in JAX's words.
-    TypeError: if `dtype` names no dtype.
+    TypeError: if `dtype` names no dtype (NumPy's message), or a dtype JAX has no arrays of
+      (object, fixed-width str/bytes, datetime), in JAX's words.
 
   "allow" mode lets JAX create 64-bit arrays without x64; stagecraft accepts the option
   but keeps narrowing, silently.
   """
   requested = _to_np_dtype(dtype)
+  if requested.kind in "OUSMm":
+    # JAX's words: objects, fixed-width strings/bytes and datetimes are no JAX types.
+    # (NB: not kind "V": ml_dtypes' bfloat16/float8 types and float0 are of that kind.)
+    where = f" in {fun_name}" if fun_name else ""
+    raise TypeError(f"JAX only supports number, bool, and string dtypes, got dtype "
+                    f"{dtype}{where}")
   x64 = config.enable_x64
   out = _canonicalize_cached(requested, x64)
   if (x64 or requested is out or requested == out

@@ -200,6 +200,13 @@ class Sharding:
     return {d: index for d, index in self.devices_indices_map(global_shape).items()
             if d in mine}
 
+  @property
+  def _addressable_device_assignment(self) -> tuple:
+    """The devices of this process in device-assignment order (JAX's private property,
+    which orbax.checkpoint reads when it restores an array)."""
+    mine = self.addressable_devices
+    return tuple(d for d in self._device_assignment if d in mine)
+
 
 class Mesh(_MeshAxes):
   """An n-d grid of devices with a name and an AxisType per axis.

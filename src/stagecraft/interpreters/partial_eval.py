@@ -192,7 +192,7 @@ class DynamicJaxprTrace(Trace):
 
   def origin_msg(self, tracer: Tracer) -> str:
     """Where a tracer's value came from, in JAX's words (the traced function and the
-    arguments it depends on), with the `static_argnums` that would make it concrete."""
+    arguments it depends on)."""
     info = self.debug_info
     if info is None or info.arg_names is None or not isinstance(tracer, DynamicJaxprTracer):
       return ""
@@ -212,19 +212,6 @@ class DynamicJaxprTrace(Trace):
       shown = f"the arguments {', '.join(names[:-1])}, and {names[-1]}"
     msg += (f"This concrete value was not available in Python because it depends on the "
             f"value{'s' if len(names) > 1 else ''} of {shown}.")
-    if info.arg_origins is not None and info.traced_for == "jit":
-      origins = sorted({info.arg_origins[i] for i in idxs if i < len(info.arg_origins)},
-                       key=str)
-      nums = [o for o in origins if isinstance(o, int)]
-      kw = [o for o in origins if isinstance(o, str)]
-      hint = []
-      if nums:
-        hint.append(f"static_argnums={nums[0] if len(nums) == 1 else tuple(nums)}")
-      if kw:
-        hint.append(f"static_argnames={kw[0]!r}" if len(kw) == 1 else
-                    f"static_argnames={tuple(kw)!r}")
-      msg += (f" If it should be a Python constant, pass it as static "
-              f"(`jit({info.func_name}, {', '.join(hint)})`).")
     return msg
 
 

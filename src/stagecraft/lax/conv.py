@@ -639,7 +639,8 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
                          rhs_dilation: Sequence[int] | None = None,
                          dimension_numbers: ConvGeneralDilatedDimensionNumbers = None,
                          feature_group_count: int = 1, batch_group_count: int = 1,
-                         precision: Any = None, preferred_element_type: Any = None):
+                         precision: Any = None, preferred_element_type: Any = None,
+                         out_sharding: Any = None):
   """General n-dimensional convolution with dilation (JAX's `lax.conv_general_dilated`, XLA's
   Conv, StableHLO `convolution`). Cross-correlation: the kernel is not flipped.
 
@@ -665,6 +666,10 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
     preferred_element_type: None or a dtype-like for the result and the accumulation: not
       narrower than T, of the same kind (an integer input may give a float result), and of
       the same signedness for signed integers.
+    out_sharding: None (flax.nnx's Conv passes it), or a NamedSharding / PartitionSpec (under
+      `set_mesh`) that the result is laid out by: `reshard` on a mesh with Explicit axes (the
+      result's type), a sharding constraint otherwise. NB: unlike JAX's, it is applied after
+      the convolution, so operands whose shardings the convolution's rule refuses still raise.
 
   Returns:
     Array `U[*os]` laid out by `out_spec`, with batch `N // batch_group_count`, `O` features
@@ -716,12 +721,18 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
                        f"sequence of (low, high) pairs, got {padding}") from e
   pref = (None if preferred_element_type is None
           else dtypes.check_user_dtype(preferred_element_type, "conv_general_dilated"))
-  return conv_general_dilated_p.bind(
+  out = conv_general_dilated_p.bind(
       lhs, rhs, window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
       rhs_dilation=rhs_dilation, dimension_numbers=dnums,
       feature_group_count=operator.index(feature_group_count),
       batch_group_count=operator.index(batch_group_count),
       precision=canonicalize_precision(precision), preferred_element_type=pref)
+  return out if out_sharding is None else lay_out[0](out, out_sharding)
+
+
+#: `lay_out[0](x, sharding)`: `x` laid out by a conv's `out_sharding` (installed by
+#: lax/spmd.py, which builds on this module: reshard or a sharding constraint).
+lay_out: list = [None]
 
 
 def conv(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: str, precision: Any = None,

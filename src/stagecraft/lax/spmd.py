@@ -46,6 +46,7 @@ from stagecraft.lax.control_flow.conditionals import cond_p
 from stagecraft.lax.control_flow.loops import scan_p
 from stagecraft.lax.control_flow.while_op import while_p
 from stagecraft.lax import sharding_rules
+from stagecraft.lax.conv import lay_out as conv_lay_out
 from stagecraft.lax.shape import reshape
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
@@ -495,6 +496,29 @@ def reshard_to_type(x: Any, ts: NamedSharding | None, have: NamedSharding | None
   return reshard_p.bind(x, dst_sharding=ts)
 
 
+def _fit_spec_length(s: NamedSharding, ndim: int) -> NamedSharding:
+  """`s` with the entries of its spec past the value's rank `ndim` dropped when they are
+  None, as JAX's types take a spec (`reshard(model, P(None, None))` over a model's 1-d
+  biases); one naming a mesh axis there fails JAX's assertion `(ndim, spec)`."""
+  spec = s.spec
+  if len(spec) <= ndim:
+    return s
+  if any(e is not None for e in tuple(spec)[ndim:]):
+    raise AssertionError((ndim, spec))
+  return NamedSharding(s.mesh, PartitionSpec(*tuple(spec)[:ndim], unreduced=spec.unreduced,
+                                             reduced=spec.reduced))
+
+
+def _conv_lay_out(x: Any, out_sharding: Any) -> Any:
+  """A convolution's result laid out by its `out_sharding`: `reshard` when the mesh has
+  Explicit axes (the result's type), a sharding constraint otherwise."""
+  mesh = (out_sharding.mesh if isinstance(out_sharding, NamedSharding)
+          else sharding.get_abstract_mesh())
+  if AxisType.Explicit in tuple(getattr(mesh, "axis_types", ())):
+    return reshard(x, out_sharding)
+  return with_sharding_constraint(x, out_sharding)
+
+
 def reshard(xs: Any, out_shardings: Any) -> Any:
   """Lays `xs` (an array or pytree) out by `out_shardings` (a NamedSharding, or a bare
   PartitionSpec meaning NamedSharding(mesh set by `set_mesh`, spec), or a pytree prefix of
@@ -530,6 +554,7 @@ def reshard(xs: Any, out_shardings: Any) -> Any:
       outs.append(leaf)
       continue
     aval = core.get_aval(leaf)
+    s = _fit_spec_length(s, aval.ndim)
     check_spec_fits(s, aval, "reshard", typed=True)
     if not isinstance(leaf, core.Tracer):
       # NB: as JAX's, the result's spec has one entry per dimension
@@ -929,3 +954,5 @@ core.sharding_rules[xla_pmap_p] = lambda *avals, **params: None
 sharding_rules.wrap_transposes(reshard_to_type)
 # Instantiated zero tangents and cotangents have their primal's type, as JAX's.
 ad.retype_zeros = lambda x, ts: reshard_to_type(x, ts, None)
+# lax.conv_general_dilated's `out_sharding` (conv.py cannot import this module: a cycle).
+conv_lay_out[0] = _conv_lay_out

@@ -1,6 +1,9 @@
 """`stagecraft.nn.initializers`: weight initializers, as JAX's `nn.initializers`.
 
-An initializer is a function `init(key, shape, dtype=float32) -> T[*shape]`; the functions
+An initializer is a function `init(key, shape, dtype=float32, out_sharding=None) ->
+T[*shape]` (`out_sharding`, a NamedSharding or PartitionSpec, lays the result out as JAX's
+samplers' `out_sharding` does; `orthogonal` and `delta_orthogonal` take none, raising
+NotImplementedError as JAX's do); the functions
 below (other than `zeros` and `ones`, which are initializers themselves) build one. For the
 same key they return what JAX's return (they draw with `stagecraft.random`, which
 reproduces JAX's `random`).
@@ -21,7 +24,7 @@ __all__ = ["Initializer", "zeros", "ones", "constant", "uniform", "normal", "tru
            "xavier_normal", "lecun_uniform", "lecun_normal", "he_uniform", "he_normal",
            "kaiming_uniform", "kaiming_normal", "orthogonal", "delta_orthogonal"]
 
-#: `init(key, shape, dtype=None) -> Array`.
+#: `init(key, shape, dtype=None, out_sharding=None) -> Array`.
 Initializer = Callable[..., Any]
 
 
@@ -29,14 +32,16 @@ def _dtype(dtype):
   return dtypes.canonicalize_dtype(dtypes.default_float_dtype() if dtype is None else dtype)
 
 
-def zeros(key: Any, shape: Sequence[int], dtype: Any = None):
-  """All zeros `T[*shape]` (T default float32); `key` is ignored."""
-  return jnp.zeros(shape, _dtype(dtype))
+def zeros(key: Any, shape: Sequence[int], dtype: Any = None, out_sharding: Any = None):
+  """All zeros `T[*shape]` (T default float32), laid out by `out_sharding` as `jnp.zeros`'s;
+  `key` is ignored."""
+  return jnp.zeros(shape, _dtype(dtype), out_sharding=out_sharding)
 
 
-def ones(key: Any, shape: Sequence[int], dtype: Any = None):
-  """All ones `T[*shape]` (T default float32); `key` is ignored."""
-  return jnp.ones(shape, _dtype(dtype))
+def ones(key: Any, shape: Sequence[int], dtype: Any = None, out_sharding: Any = None):
+  """All ones `T[*shape]` (T default float32), laid out by `out_sharding` as `jnp.ones`'s;
+  `key` is ignored."""
+  return jnp.ones(shape, _dtype(dtype), out_sharding=out_sharding)
 
 
 def constant(value: Any, dtype: Any = None) -> Initializer:
@@ -47,24 +52,24 @@ def constant(value: Any, dtype: Any = None) -> Initializer:
     Array([[-7., -7., -7.],
            [-7., -7., -7.]], dtype=float32)
   """
-  def init(key, shape, dtype=dtype):
-    return jnp.full(shape, value, dtype=_dtype(dtype))
+  def init(key, shape, dtype=dtype, out_sharding=None):
+    return jnp.full(shape, value, dtype=_dtype(dtype), out_sharding=out_sharding)
   return init
 
 
 def uniform(scale: Any = 1e-2, dtype: Any = None) -> Initializer:
   """An initializer of uniform values in `[0, scale)`."""
-  def init(key, shape, dtype=dtype):
+  def init(key, shape, dtype=dtype, out_sharding=None):
     dt = _dtype(dtype)
-    return random.uniform(key, shape, dt) * jnp.array(scale, dt)
+    return random.uniform(key, shape, dt, out_sharding=out_sharding) * jnp.array(scale, dt)
   return init
 
 
 def normal(stddev: Any = 1e-2, dtype: Any = None) -> Initializer:
   """An initializer of normal values with mean 0 and standard deviation `stddev`."""
-  def init(key, shape, dtype=dtype):
+  def init(key, shape, dtype=dtype, out_sharding=None):
     dt = _dtype(dtype)
-    return random.normal(key, shape, dt) * jnp.array(stddev, dt)
+    return random.normal(key, shape, dt, out_sharding=out_sharding) * jnp.array(stddev, dt)
   return init
 
 
@@ -72,9 +77,10 @@ def truncated_normal(stddev: Any = 1e-2, dtype: Any = None, lower: Any = -2.0,
                      upper: Any = 2.0) -> Initializer:
   """An initializer of `stddev * truncated_normal(lower, upper)` values (no variance
   correction for the truncation, as JAX)."""
-  def init(key, shape, dtype=dtype):
+  def init(key, shape, dtype=dtype, out_sharding=None):
     dt = _dtype(dtype)
-    return random.truncated_normal(key, lower, upper, shape, dt) * jnp.array(stddev, dt)
+    return random.truncated_normal(key, lower, upper, shape, dt,
+                                   out_sharding=out_sharding) * jnp.array(stddev, dt)
   return init
 
 
@@ -127,7 +133,9 @@ def variance_scaling(scale: Any, mode: str, distribution: str,
     dtype: the default dtype.
 
   Returns:
-    `init(key, shape, dtype=dtype) -> T[*shape]`; it raises ValueError for an unknown mode
+    `init(key, shape, dtype=dtype, out_sharding=None) -> T[*shape]` (`out_sharding` lays a
+    real sample out as the samplers' `out_sharding`; complex samples ignore it, as JAX's);
+    it raises ValueError for an unknown mode
     or distribution, or a shape of rank < 2 with the default `in_axis`.
 
   Examples:
@@ -135,7 +143,7 @@ def variance_scaling(scale: Any, mode: str, distribution: str,
     >>> init(random.key(0), (64, 32)).shape
     (64, 32)
   """
-  def init(key, shape, dtype=dtype):
+  def init(key, shape, dtype=dtype, out_sharding=None):
     shape = canonicalize_shape("variance_scaling", "shape", shape)
     dt = _dtype(dtype)
     fan_in, fan_out = _compute_fans(shape, in_axis, out_axis, batch_axis)
@@ -154,14 +162,16 @@ def variance_scaling(scale: Any, mode: str, distribution: str,
       if dtypes.is_float(dt):
         # 0.87962566... is the standard deviation of a standard normal cut at +-2.
         stddev = jnp.sqrt(variance) / jnp.array(0.8796256610342398, dt)
-        return random.truncated_normal(key, -2, 2, shape, dt) * stddev
+        return random.truncated_normal(key, -2, 2, shape, dt,
+                                       out_sharding=out_sharding) * stddev
       stddev = jnp.sqrt(variance) / jnp.array(0.9531116438049121, dt)
       return _complex_truncated_normal(key, 2, shape, dt) * stddev
     if distribution == "normal":
-      return random.normal(key, shape, dt) * jnp.sqrt(variance)
+      return random.normal(key, shape, dt, out_sharding=out_sharding) * jnp.sqrt(variance)
     if distribution == "uniform":
       if dtypes.is_float(dt):
-        return random.uniform(key, shape, dt, -1) * jnp.sqrt(3 * variance)
+        return (random.uniform(key, shape, dt, -1, out_sharding=out_sharding)
+                * jnp.sqrt(3 * variance))
       return _complex_uniform(key, shape, dt) * jnp.sqrt(variance)
     raise ValueError(f"invalid distribution for variance scaling initializer: {distribution}")
   return init
@@ -207,7 +217,9 @@ def orthogonal(scale: Any = 1.0, column_axis: int = -1, dtype: Any = None) -> In
 
   The returned `init(key, shape, dtype)` raises `ValueError` for a shape of rank below 2.
   """
-  def init(key: Any, shape: Sequence[int], dtype: Any = dtype):
+  def init(key: Any, shape: Sequence[int], dtype: Any = dtype, out_sharding: Any = None):
+    if out_sharding is not None:
+      raise NotImplementedError   # as JAX's
     dt = _dtype(dtype)
     shape = canonicalize_shape("orthogonal", "shape", shape)
     if len(shape) < 2:
@@ -235,7 +247,9 @@ def delta_orthogonal(scale: Any = 1.0, column_axis: int = -1, dtype: Any = None)
   The returned `init(key, shape, dtype)` takes a 3-, 4- or 5-D shape (1-3 spatial axes, then
   input and output features) with `shape[-2] <= shape[-1]`, else raises `ValueError`.
   """
-  def init(key: Any, shape: Sequence[int], dtype: Any = dtype):
+  def init(key: Any, shape: Sequence[int], dtype: Any = dtype, out_sharding: Any = None):
+    if out_sharding is not None:
+      raise NotImplementedError   # as JAX's
     dt = _dtype(dtype)
     shape = canonicalize_shape("delta_orthogonal", "shape", shape)
     if len(shape) not in (3, 4, 5):

@@ -106,6 +106,17 @@ def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> A
   return lax.broadcast_in_dim(lax.utils.weak_scalar(value) if weak else value, shape, ())
 
 
+def _check_shape_not_split(name: str, shape: Any, dtype: Any) -> None:
+  """`jnp.zeros(3, 4)`: an int where the dtype goes after an int shape is, as JAX says, most
+  likely a shape tuple written without its parentheses; raises JAX's TypeError saying so."""
+  if isinstance(shape, int) and isinstance(dtype, int):
+    raise TypeError(
+        f"Cannot interpret '{dtype}' as a data type.\n\nDid you accidentally write "
+        f"`jax.numpy.{name}({shape}, {dtype})` when you meant "
+        f"`jax.numpy.{name}(({shape}, {dtype}))`, i.e. with a single tuple argument for the "
+        f"shape?")
+
+
 def zeros(shape: Any, dtype: Any = None, *, device: Any = None,
           out_sharding: Any = None) -> Array:
   """An array of zeros; dtype defaults to float32 (float64 with x64).
@@ -117,7 +128,10 @@ def zeros(shape: Any, dtype: Any = None, *, device: Any = None,
 
   Raises:
     ValueError: both `device` and `out_sharding`; a spec that does not fit `shape`.
+    TypeError: a `dtype` that is no dtype, in NumPy's words (`jnp.zeros(3, 4)`: JAX's hint
+      that the shape wants a tuple); a dtype that is not a number, bool or string type.
   """
+  _check_shape_not_split("zeros", shape, dtype)
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "zeros")
   return placed(_filled(canonical_shape(shape), 0, dt, False), device, out_sharding, "zeros")
 
@@ -126,6 +140,7 @@ def ones(shape: Any, dtype: Any = None, *, device: Any = None,
          out_sharding: Any = None) -> Array:
   """An array of ones; dtype defaults to float32 (float64 with x64); `device` and
   `out_sharding` as in `zeros`."""
+  _check_shape_not_split("ones", shape, dtype)
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "ones")
   return placed(_filled(canonical_shape(shape), 1, dt, False), device, out_sharding, "ones")
 
@@ -133,6 +148,7 @@ def ones(shape: Any, dtype: Any = None, *, device: Any = None,
 def empty(shape: Any, dtype: Any = None, *, device: Any = None,
           out_sharding: Any = None) -> Array:
   """Like `zeros` (arrays are immutable, so "uninitialized" memory would be useless)."""
+  _check_shape_not_split("empty", shape, dtype)
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "empty")
   return zeros(shape, dt, device=device, out_sharding=out_sharding)
 

@@ -70,9 +70,13 @@ def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False) -> Array:
                     "your input.", DeprecationWarning, stacklevel=2)
     else:
       return lax.ne(x, np.zeros((), dtype_of(x))[()])
-  with warnings.catch_warnings():   # the DeprecationWarning above replaces lax's warning
-    warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
-    return lax.convert_element_type(x, dtype)
+    with warnings.catch_warnings():   # the DeprecationWarning above replaces lax's warning
+      warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+      return lax.convert_element_type(x, dtype)
+  # NB: no catch_warnings on this path: entering one resets Python's record of the warnings
+  # already shown, so a program's "default" DeprecationWarnings would show again after each
+  # astype (an optax update step), where under JAX they show once.
+  return lax.convert_element_type(x, dtype)
 
 
 def iscomplexobj(x) -> bool:

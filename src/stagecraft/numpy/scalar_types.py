@@ -14,6 +14,12 @@ from stagecraft import dtypes
 from stagecraft.numpy.array_constructors import array
 
 
+#: The module the scalar types' reprs name: `stagecraft.numpy`, or `jax.numpy` while
+#: `stagecraft.compat` serves `import jax` (a program printing `jnp.float32`, or a flax
+#: treedef holding it, prints what it prints under JAX).
+repr_module = ["stagecraft.numpy"]
+
+
 class _ScalarMeta(type):
   def __eq__(cls, other):
     return cls is other or (isinstance(other, (np.dtype, type, str)) and _eq_dtype(cls, other))
@@ -28,7 +34,7 @@ class _ScalarMeta(type):
     return isinstance(instance, cls.dtype.type)
 
   def __repr__(cls):
-    return f"<class 'stagecraft.numpy.{cls.dtype.name}'>"
+    return f"<class '{repr_module[0]}.{cls.dtype.name}'>"
 
   def __call__(cls, x=0):
     # NB: JAX's scalar types convert with its asarray, whose name its x64 warning gives.

@@ -311,7 +311,13 @@ class Array(metaclass=abc.ABCMeta):
     return (_reconstruct, (np.array(self._value), self.aval.weak_type))
 
   def copy_to_host_async(self):
-    self._check_buf().copy_to_host_async()
+    """Starts copying this Array's device buffers to the host (a prefetch for a later
+    `np.asarray`); returns at once. Each single-device buffer is asked directly (the runtime
+    array's own Python method reads JAX's sharding API, which stagecraft's runtime sharding
+    does not have)."""
+    buf = self._check_buf()
+    for piece in buf._arrays:
+      piece._copy_single_device_array_to_host_async()
 
   # -- DLPack (the Python array API's exchange protocol; JAX's `jax.Array.__dlpack__`)
 

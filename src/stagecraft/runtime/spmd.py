@@ -47,9 +47,9 @@ from stagecraft.runtime import client, dispatch
 from stagecraft.layout import Format, Layout
 from stagecraft.runtime import array as array_mod
 from stagecraft.runtime.array import Array
-from stagecraft.sharding import (AxisType, Mesh, NamedSharding, PartitionSpec, Sharding,
-                                 SingleDeviceSharding, concrete_mesh, get_abstract_mesh,
-                                 to_named, type_sharding)
+from stagecraft.sharding import (AxisType, IndivisibleError, Mesh, NamedSharding,
+                                 PartitionSpec, Sharding, SingleDeviceSharding, concrete_mesh,
+                                 get_abstract_mesh, to_named, type_sharding)
 
 __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program",
            "replicated_executable", "chain_devices", "flatten_shardings",
@@ -834,8 +834,10 @@ def check_spec_fits(s: NamedSharding, aval: ShapedArray, where: str, *, typed: b
   """Raises ValueError naming `where` when `s`'s spec is longer than `aval`'s rank; for a
   dimension not divisible by its mesh axes, JAX's errors: with `typed` (a type is being
   made: device_put, reshard, with_sharding_constraint) "Sharding spec ('b',) implies that
-  array axis 0 is partitioned 4 times, but does not evenly divide ..."; otherwise (jit's
-  in/out_shardings) the `IndivisibleError` of `NamedSharding.shard_shape`."""
+  array axis 0 is partitioned 4 times, but does not evenly divide ...", counting only the
+  mesh's Explicit axes, as JAX's types do (a traced value may be constrained unevenly over
+  Auto axes: XLA pads); otherwise (jit's in/out_shardings) the `IndivisibleError` of
+  `NamedSharding.shard_shape`."""
   if len(s.spec) > len(aval.shape):
     raise ValueError(f"{where}: the spec {s.spec} has {len(s.spec)} entries but the value "
                      f"{aval.str_short()} has rank {len(aval.shape)}; give at most one entry "
@@ -843,8 +845,9 @@ def check_spec_fits(s: NamedSharding, aval: ShapedArray, where: str, *, typed: b
   if not typed:
     s.shard_shape(aval.shape)   # raises for a dimension its axes do not divide
     return
+  explicit = set(s.mesh.explicit_axes)
   for dim, d in enumerate(aval.shape):
-    names = s.spec._names(dim)
+    names = tuple(a for a in s.spec._names(dim) if a in explicit)
     size = math.prod(s.mesh.shape[a] for a in names)
     if d % size:
       full = PartitionSpec(*s.spec, *([None] * (len(aval.shape) - len(s.spec))))
@@ -866,6 +869,7 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
   check_spec_fits(sharding, aval, "device_put", typed=True)
   if isinstance(x, core.Tracer):
     return traced_device_put[0](x, sharding)
+  sharding.shard_shape(aval.shape)   # a concrete value is split evenly (JAX's IndivisibleError)
   s = intern_sharding(sharding)
   aval = typed_aval(aval, s)
   if (type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval
@@ -1121,6 +1125,8 @@ def device_put(x: Any, device=None) -> Any:
         out.append(device_put_sharded(leaf, s))
       except (TypeError, ValueError) as e:
         if str(e).startswith("Sharding spec "):   # JAX's words, which name no leaf
+          raise
+        if isinstance(e, IndivisibleError):   # JAX's, from shard_shape: no leaf named
           raise
         msg = str(e).removeprefix("device_put: ")
         raise type(e)(f"device_put: the leaf at {tree_util.keystr(path) or 'the root'}: "

@@ -73,7 +73,9 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
     length: the number of iterations; required when `xs` has no leaves.
     reverse: scan from the end (`ys` still in index order).
     unroll: iterations per loop step (an int >= 1; True unrolls fully).
-    _split_transpose: accepted and ignored, as JAX 0.10.2 does (flax's `nn.scan` passes it).
+    _split_transpose: JAX's experimental switch that splits the scan's transpose into two
+      loops (a memory/scheduling choice); accepted for JAX's signature (flax.nnx.scan passes
+      it) and ignored: the values are the same.
 
   Returns:
     `(final_carry, ys)`, `ys` the stacked `y`s with leading axis `length`. As in JAX, a
