@@ -311,7 +311,18 @@ class Array(metaclass=abc.ABCMeta):
     return (_reconstruct, (np.array(self._value), self.aval.weak_type))
 
   def copy_to_host_async(self):
-    self._check_buf().copy_to_host_async()
+    """Starts copying this Array's value to the host, without waiting (a later `np.asarray`
+    finds it there). A split Array (a sharding over several devices) is gathered piece by
+    piece when read, so nothing is started for it.
+
+    Raises:
+      RuntimeError / DonatedBufferError: for a deleted or donated Array, as `_check_buf`.
+    """
+    buf = self._check_buf()
+    # NB: jaxlib's C++ buffer has only the single-device copy; the `copy_to_host_async` JAX
+    # attaches to it reads JAX's sharding attributes, which our mesh shardings do not have.
+    if self._sharding is None and self._npy is None:
+      buf._copy_single_device_array_to_host_async()
 
   # -- DLPack (the Python array API's exchange protocol; JAX's `jax.Array.__dlpack__`)
 

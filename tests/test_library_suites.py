@@ -1,0 +1,61 @@
+"""What the libraries' own test suites (optax, chex, equinox, flax; see
+tests/ecosystem/test_library_slices.py) found failing under stagecraft, each pattern run on
+JAX and on stagecraft in the same test: `copy_to_host_async` of an Array split over a mesh
+(chex's `device_get` of `device_put` results), `disable_jit(disable=...)` (chex's fakes),
+`inspect.signature(jitted, follow_wrapped=False)` (chex's fake_pmap)."""
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jjnp
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as snp
+
+APIS = {"jax": (jax, jjnp), "stagecraft": (sc, snp)}
+
+
+@pytest.mark.parametrize("ndev", [1, 4])
+def test_copy_to_host_async_of_mesh_split_array(ndev):
+  # chex's asserts read `device_put(x, NamedSharding(...))` results with `device_get`, which
+  # starts every leaf's host copy first.
+  results = {}
+  for name, (api, jnp) in APIS.items():
+    mesh = api.sharding.Mesh(np.array(api.devices()[:ndev]), ("d",))
+    s = api.sharding.NamedSharding(mesh, api.sharding.PartitionSpec("d"))
+    x = api.device_put(np.arange(ndev * 6, dtype=np.float32).reshape(ndev, 3, 2), s)
+    y = api.jit(lambda a: a * 2)(x)
+    out = []
+    for a in (x, y, jnp.ones(3)):
+      a.copy_to_host_async()
+      out.append(np.asarray(api.device_get(a)).tolist())
+    results[name] = out
+  assert results["stagecraft"] == results["jax"]
+
+
+def test_disable_jit_takes_disable_keyword():
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    kinds = []
+    f = api.jit(lambda x: kinds.append(isinstance(x, api.core.Tracer)) or x + 1)
+    with api.disable_jit(disable=False):
+      f(jnp.ones(2))
+    with api.disable_jit(disable=True):
+      api.jit(lambda x: kinds.append(isinstance(x, api.core.Tracer)) or x)(jnp.ones(2))
+    with api.disable_jit(False):
+      api.jit(lambda x: kinds.append(isinstance(x, api.core.Tracer)) or x)(jnp.ones(2))
+    seen[name] = kinds
+  assert seen["stagecraft"] == seen["jax"] == [True, False, True]
+
+
+def test_signature_of_jitted_function_without_following_wrapped():
+  def foo(x, y=2, *, z=3):
+    return x
+
+  for api, _ in APIS.values():
+    for f in (api.jit(foo), api.jit(foo, static_argnums=1), api.jit(foo, donate_argnames="x")):
+      assert str(inspect.signature(f, follow_wrapped=False)) == "(x, y=2, *, z=3)"
+      assert str(inspect.signature(f)) == "(x, y=2, *, z=3)"
