@@ -59,3 +59,55 @@ def test_signature_of_jitted_function_without_following_wrapped():
     for f in (api.jit(foo), api.jit(foo, static_argnums=1), api.jit(foo, donate_argnames="x")):
       assert str(inspect.signature(f, follow_wrapped=False)) == "(x, y=2, *, z=3)"
       assert str(inspect.signature(f)) == "(x, y=2, *, z=3)"
+
+
+_EXIT_HANDLERS_SCRIPT = """
+import atexit
+import jax, jax.numpy as jnp
+f = jax.jit(lambda a, b: a + b)
+print(f(jnp.ones(2), jnp.ones(2)).tolist())
+atexit._run_exitfuncs()
+print(f(jnp.ones(2), jnp.ones(2)).tolist())
+print(jax.tree_util.tree_leaves(((1, 2), {'a': [3]})))
+print(jax.jit(lambda t: t[0] * t[1])((jnp.ones(2), jnp.ones(2))).tolist())
+print(jax.vmap(lambda d: d['x'] + 1)({'x': jnp.arange(3.)}).tolist())
+"""
+
+
+def test_exit_handlers_run_by_hand_keep_pytrees(tmp_path):
+  # chex's asserts_chexify_test calls `atexit._run_exitfuncs()` mid-run; optree's exit
+  # handler clears its registry, after which tuples and dicts were leaves.
+  import os
+  import subprocess
+  import sys
+  script = tmp_path / "exit_handlers.py"
+  script.write_text(_EXIT_HANDLERS_SCRIPT)
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(sc.__file__)),
+                                         os.environ.get("PYTHONPATH", "")]))
+  outs = [subprocess.run([sys.executable, *pre, str(script)], env=env, capture_output=True,
+                         text=True, timeout=120)
+          for pre in ([], ["-m", "stagecraft", "run"])]
+  assert outs[0].returncode == 0, outs[0].stderr[-2000:]
+  assert outs[1].returncode == 0, outs[1].stderr[-2000:]
+  assert outs[1].stdout == outs[0].stdout
+
+
+def test_checkify_with_key_array_arguments_and_results():
+  # chex's chexify of a function of a tree holding typed key arrays
+  from jax.experimental import checkify as jcheckify
+  from stagecraft.experimental import checkify as scheckify
+  seen = {}
+  for name, (api, jnp), checkify in (("jax", APIS["jax"], jcheckify),
+                                     ("stagecraft", APIS["stagecraft"], scheckify)):
+    def f(x, k):
+      checkify.check(jnp.all(x > 0), "neg {x}", x=x[0])
+      return x + 1, api.random.split(k)
+    out = []
+    for xs in (jnp.ones(3), -jnp.ones(3)):
+      for g in (checkify.checkify(f), api.jit(checkify.checkify(f))):
+        err, (y, ks) = g(xs, api.random.key(0))
+        out.append((err.get(), y.tolist(), ks.shape, str(ks.dtype),
+                    api.random.key_data(ks).tolist()))
+    seen[name] = out
+  assert seen["stagecraft"] == seen["jax"]
