@@ -111,3 +111,26 @@ def test_checkify_with_key_array_arguments_and_results():
                     api.random.key_data(ks).tolist()))
     seen[name] = out
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_jaxpr_interpreter_rebinding_with_get_bind_params():
+  # equinox.internal's finalise_jaxpr evaluates a jaxpr re-binding each equation with
+  # `eqn.primitive.get_bind_params(eqn.params)` (a dict in JAX >= 0.9.2)
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    def f(x, y):
+      z = jnp.sin(x) * y
+      return api.lax.cond(z.sum() > 0, lambda a: a + 1, lambda a: a - 1, z), jnp.cumsum(z)
+
+    closed = api.make_jaxpr(f)(jnp.arange(3.0), 2.0)
+    env = dict(zip(closed.jaxpr.invars, [jnp.arange(3.0), 2.0]))
+    prims = []
+    for eqn in closed.jaxpr.eqns:
+      params = eqn.primitive.get_bind_params(eqn.params)
+      assert isinstance(params, dict) and params == dict(eqn.params)
+      prims.append(str(eqn.primitive))
+      outs = eqn.primitive.bind(*[v.val if type(v).__name__ == "Literal" else env[v]
+                                  for v in eqn.invars], **params)
+      env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+    seen[name] = prims, [np.asarray(env[v]).tolist() for v in closed.jaxpr.outvars]
+  assert seen["stagecraft"] == seen["jax"]
