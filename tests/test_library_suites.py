@@ -134,3 +134,24 @@ def test_jaxpr_interpreter_rebinding_with_get_bind_params():
       env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
     seen[name] = prims, [np.asarray(env[v]).tolist() for v in closed.jaxpr.outvars]
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_custom_jvp_rule_called_by_jvp_gets_primals_as_passed():
+  # equinox's filter_custom_jvp tests: `jax.jvp` of a custom_jvp function at a Python float
+  # hands the float itself to the rule, and the rule's outputs come back unconverted.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    @api.custom_jvp
+    def h(x):
+      return x
+
+    @h.defjvp
+    def h_jvp(p, t):
+      return p[0] ** 2, t[0] ** 2
+
+    out = [repr(v) for v in api.jvp(h, (2.0,), (3.0,))]
+    out += [repr(v) for v in api.jvp(h, (jnp.float32(2.0),), (jnp.float32(3.0),))]
+    out += [repr(api.linearize(h, 2.0)[0])]
+    out += [repr(v) for v in api.jvp(api.jit(h), (2.0,), (3.0,))]
+    seen[name] = [o.replace("ArrayImpl", "Array") for o in out]
+  assert seen["stagecraft"] == seen["jax"]
