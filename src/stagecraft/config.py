@@ -521,7 +521,15 @@ class State:
 
 
 enable_x64 = State("enable_x64", True)
-disable_jit = State("disable_jit", True)
+class _DisableJit(State):
+  """`disable_jit(disable=True)`: JAX's context manager running jitted functions (and the
+  implicit jits of lax's control flow) eagerly in its block; its argument is `disable`."""
+
+  def __call__(self, disable: bool = True):
+    return config._override(self._name, bool(disable))
+
+
+disable_jit = _DisableJit("disable_jit", True)
 debug_nans = State("debug_nans", True)
 debug_infs = State("debug_infs", True)
 numpy_rank_promotion = State("numpy_rank_promotion")

@@ -1345,6 +1345,13 @@ class Primitive:
       traceback_util.filter_exception(e, note=False)
       raise
 
+  def get_bind_params(self, params: dict) -> dict:
+    """The keyword arguments that re-bind an equation of this primitive with `params`
+    (JAX >= 0.9.2's form: a dict; equinox's jaxpr interpreters call it). Every primitive
+    here binds with its equation's params as they are (sub-jaxprs included), so this is a
+    copy of `params`; JAX's call-like primitives instead turn their jaxprs into functions."""
+    return dict(params)
+
   def def_impl(self, impl: Callable) -> Callable:
     self.impl = impl
     return impl

@@ -442,7 +442,11 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
       ts = [SymbolicZero(t.aval) if type(t) is ad.Zero else t for t in tangents]
     else:
       ts = [ad.instantiate_zeros(t) for t in tangents]
-    py_primals = tuple(_unflatten(in_tree, _as_arrays(primals)))
+    # NB: called by a JVP trace directly (`out_tree` None), the rule gets the primal values
+    # as they are (a Python float stays one, as in JAX); from a staged custom_jvp_call, a
+    # literal's scalar is made an array (`_as_arrays`).
+    py_primals = tuple(_unflatten(in_tree, primals if out_tree is None else
+                                  _as_arrays(primals)))
     py_tangents = tuple(_unflatten(in_tree, ts))
     pair = jvp_rule(*static_args, py_primals, py_tangents)
     if not isinstance(pair, (list, tuple)) or len(pair) != 2:

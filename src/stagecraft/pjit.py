@@ -789,6 +789,9 @@ class PjitFunction:
     update_wrapper(self, fun)
     self._fun = fun
     sig = fun_signature(fun)
+    # NB: as JAX's jitted functions: `inspect.signature(f, follow_wrapped=False)` (chex's
+    # fake_pmap) reads it here, not through `__wrapped__`.
+    self.__signature__ = sig
     static_argnums = normalize_argnums(static_argnums, "static_argnums")
     static_argnames = normalize_argnames(static_argnames, "static_argnames")
     donate_argnums = normalize_argnums(donate_argnums, "donate_argnums")

@@ -33,9 +33,54 @@ import warnings
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
-import optree
-from optree import _C
-from optree import accessors as _acc
+import atexit
+import sys
+import threading
+
+
+def _import_optree() -> Any:
+  """Imports optree, deferring its exit handlers to the interpreter's real exit.
+
+  optree's C++ module registers exit handlers (`atexit`) that clear its type registry;
+  once cleared, tuples, lists and dicts flatten as leaves and every transformation breaks.
+  A program may run the exit handlers while it still runs (chex's own tests call
+  `atexit._run_exitfuncs()` to see its uninspected-assertion report): JAX's pytrees survive
+  that, so ours must too. The handlers optree registers while it is imported here are
+  replaced by one that runs them only when the main thread has stopped (the interpreter's
+  real exit: `threading._shutdown` runs before the exit handlers). When optree was
+  imported before stagecraft, its handlers are left as they are."""
+  if "optree" in sys.modules:
+    import optree
+    return optree
+  captured = []
+  register = atexit.register
+
+  def capture(fn, *args, **kwargs):
+    captured.append((fn, args, kwargs))
+    return register(fn, *args, **kwargs)
+
+  atexit.register = capture
+  try:
+    import optree
+  finally:
+    atexit.register = register
+  for fn, _, _ in captured:
+    atexit.unregister(fn)
+
+  def at_exit():
+    if threading.main_thread().is_alive():
+      return   # NB: exit handlers run by hand, not the interpreter exiting
+    for fn, args, kwargs in reversed(captured):
+      fn(*args, **kwargs)
+
+  if captured:
+    atexit.register(at_exit)
+  return optree
+
+
+optree = _import_optree()
+from optree import _C  # noqa: E402
+from optree import accessors as _acc  # noqa: E402
 
 __all__ = [
     "NAMESPACE", "PyTreeDef", "SequenceKey", "DictKey", "GetAttrKey", "FlattenedIndexKey",

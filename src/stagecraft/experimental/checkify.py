@@ -993,7 +993,8 @@ def checkify(f: Callable[..., Out], errors: frozenset = user_checks
   def checked_fun(*args, **kwargs):
     # Array arguments are traced as inputs; other leaves (Python scalars, objects) stay
     # static, as when JAX closes over them.
-    leaves, in_tree = tree_util.tree_flatten((args, kwargs))
+    # NB: the transformations' view: a typed key array is traced as its key data.
+    leaves, in_tree = tree_util.tree_flatten_traced((args, kwargs))
     dyn = [i for i, x in enumerate(leaves) if isinstance(x, (Array, np.ndarray))]
     box = []
 
@@ -1002,7 +1003,7 @@ def checkify(f: Callable[..., Out], errors: frozenset = user_checks
       for i, x in zip(dyn, xs):
         full[i] = x
       a, kw = tree_util.tree_unflatten(in_tree, full)
-      out_leaves, out_tree = tree_util.tree_flatten(f(*a, **kw))
+      out_leaves, out_tree = tree_util.tree_flatten_traced(f(*a, **kw))
       box.append(out_tree)
       return out_leaves
     dyn_vals = [leaves[i] for i in dyn]

@@ -314,7 +314,11 @@ class Array(metaclass=abc.ABCMeta):
     """Starts copying this Array's device buffers to the host (a prefetch for a later
     `np.asarray`); returns at once. Each single-device buffer is asked directly (the runtime
     array's own Python method reads JAX's sharding API, which stagecraft's runtime sharding
-    does not have)."""
+    does not have).
+
+    Raises:
+      RuntimeError / DonatedBufferError: for a deleted or donated Array, as `_check_buf`.
+    """
     buf = self._check_buf()
     for piece in buf._arrays:
       piece._copy_single_device_array_to_host_async()

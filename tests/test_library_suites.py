@@ -1,0 +1,157 @@
+"""What the libraries' own test suites (optax, chex, equinox, flax; see
+tests/ecosystem/test_library_slices.py) found failing under stagecraft, each pattern run on
+JAX and on stagecraft in the same test: `copy_to_host_async` of an Array split over a mesh
+(chex's `device_get` of `device_put` results), `disable_jit(disable=...)` (chex's fakes),
+`inspect.signature(jitted, follow_wrapped=False)` (chex's fake_pmap)."""
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jjnp
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as snp
+
+APIS = {"jax": (jax, jjnp), "stagecraft": (sc, snp)}
+
+
+@pytest.mark.parametrize("ndev", [1, 4])
+def test_copy_to_host_async_of_mesh_split_array(ndev):
+  # chex's asserts read `device_put(x, NamedSharding(...))` results with `device_get`, which
+  # starts every leaf's host copy first.
+  results = {}
+  for name, (api, jnp) in APIS.items():
+    mesh = api.sharding.Mesh(np.array(api.devices()[:ndev]), ("d",))
+    s = api.sharding.NamedSharding(mesh, api.sharding.PartitionSpec("d"))
+    x = api.device_put(np.arange(ndev * 6, dtype=np.float32).reshape(ndev, 3, 2), s)
+    y = api.jit(lambda a: a * 2)(x)
+    out = []
+    for a in (x, y, jnp.ones(3)):
+      a.copy_to_host_async()
+      out.append(np.asarray(api.device_get(a)).tolist())
+    results[name] = out
+  assert results["stagecraft"] == results["jax"]
+
+
+def test_disable_jit_takes_disable_keyword():
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    kinds = []
+    f = api.jit(lambda x: kinds.append(isinstance(x, api.core.Tracer)) or x + 1)
+    with api.disable_jit(disable=False):
+      f(jnp.ones(2))
+    with api.disable_jit(disable=True):
+      api.jit(lambda x: kinds.append(isinstance(x, api.core.Tracer)) or x)(jnp.ones(2))
+    with api.disable_jit(False):
+      api.jit(lambda x: kinds.append(isinstance(x, api.core.Tracer)) or x)(jnp.ones(2))
+    seen[name] = kinds
+  assert seen["stagecraft"] == seen["jax"] == [True, False, True]
+
+
+def test_signature_of_jitted_function_without_following_wrapped():
+  def foo(x, y=2, *, z=3):
+    return x
+
+  for api, _ in APIS.values():
+    for f in (api.jit(foo), api.jit(foo, static_argnums=1), api.jit(foo, donate_argnames="x")):
+      assert str(inspect.signature(f, follow_wrapped=False)) == "(x, y=2, *, z=3)"
+      assert str(inspect.signature(f)) == "(x, y=2, *, z=3)"
+
+
+_EXIT_HANDLERS_SCRIPT = """
+import atexit
+import jax, jax.numpy as jnp
+f = jax.jit(lambda a, b: a + b)
+print(f(jnp.ones(2), jnp.ones(2)).tolist())
+atexit._run_exitfuncs()
+print(f(jnp.ones(2), jnp.ones(2)).tolist())
+print(jax.tree_util.tree_leaves(((1, 2), {'a': [3]})))
+print(jax.jit(lambda t: t[0] * t[1])((jnp.ones(2), jnp.ones(2))).tolist())
+print(jax.vmap(lambda d: d['x'] + 1)({'x': jnp.arange(3.)}).tolist())
+"""
+
+
+def test_exit_handlers_run_by_hand_keep_pytrees(tmp_path):
+  # chex's asserts_chexify_test calls `atexit._run_exitfuncs()` mid-run; optree's exit
+  # handler clears its registry, after which tuples and dicts were leaves.
+  import os
+  import subprocess
+  import sys
+  script = tmp_path / "exit_handlers.py"
+  script.write_text(_EXIT_HANDLERS_SCRIPT)
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(sc.__file__)),
+                                         os.environ.get("PYTHONPATH", "")]))
+  outs = [subprocess.run([sys.executable, *pre, str(script)], env=env, capture_output=True,
+                         text=True, timeout=120)
+          for pre in ([], ["-m", "stagecraft", "run"])]
+  assert outs[0].returncode == 0, outs[0].stderr[-2000:]
+  assert outs[1].returncode == 0, outs[1].stderr[-2000:]
+  assert outs[1].stdout == outs[0].stdout
+
+
+def test_checkify_with_key_array_arguments_and_results():
+  # chex's chexify of a function of a tree holding typed key arrays
+  from jax.experimental import checkify as jcheckify
+  from stagecraft.experimental import checkify as scheckify
+  seen = {}
+  for name, (api, jnp), checkify in (("jax", APIS["jax"], jcheckify),
+                                     ("stagecraft", APIS["stagecraft"], scheckify)):
+    def f(x, k):
+      checkify.check(jnp.all(x > 0), "neg {x}", x=x[0])
+      return x + 1, api.random.split(k)
+    out = []
+    for xs in (jnp.ones(3), -jnp.ones(3)):
+      for g in (checkify.checkify(f), api.jit(checkify.checkify(f))):
+        err, (y, ks) = g(xs, api.random.key(0))
+        out.append((err.get(), y.tolist(), ks.shape, str(ks.dtype),
+                    api.random.key_data(ks).tolist()))
+    seen[name] = out
+  assert seen["stagecraft"] == seen["jax"]
+
+
+def test_jaxpr_interpreter_rebinding_with_get_bind_params():
+  # equinox.internal's finalise_jaxpr evaluates a jaxpr re-binding each equation with
+  # `eqn.primitive.get_bind_params(eqn.params)` (a dict in JAX >= 0.9.2)
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    def f(x, y):
+      z = jnp.sin(x) * y
+      return api.lax.cond(z.sum() > 0, lambda a: a + 1, lambda a: a - 1, z), jnp.cumsum(z)
+
+    closed = api.make_jaxpr(f)(jnp.arange(3.0), 2.0)
+    env = dict(zip(closed.jaxpr.invars, [jnp.arange(3.0), 2.0]))
+    prims = []
+    for eqn in closed.jaxpr.eqns:
+      params = eqn.primitive.get_bind_params(eqn.params)
+      assert isinstance(params, dict) and params == dict(eqn.params)
+      prims.append(str(eqn.primitive))
+      outs = eqn.primitive.bind(*[v.val if type(v).__name__ == "Literal" else env[v]
+                                  for v in eqn.invars], **params)
+      env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+    seen[name] = prims, [np.asarray(env[v]).tolist() for v in closed.jaxpr.outvars]
+  assert seen["stagecraft"] == seen["jax"]
+
+
+def test_custom_jvp_rule_called_by_jvp_gets_primals_as_passed():
+  # equinox's filter_custom_jvp tests: `jax.jvp` of a custom_jvp function at a Python float
+  # hands the float itself to the rule, and the rule's outputs come back unconverted.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    @api.custom_jvp
+    def h(x):
+      return x
+
+    @h.defjvp
+    def h_jvp(p, t):
+      return p[0] ** 2, t[0] ** 2
+
+    out = [repr(v) for v in api.jvp(h, (2.0,), (3.0,))]
+    out += [repr(v) for v in api.jvp(h, (jnp.float32(2.0),), (jnp.float32(3.0),))]
+    out += [repr(api.linearize(h, 2.0)[0])]
+    out += [repr(v) for v in api.jvp(api.jit(h), (2.0,), (3.0,))]
+    seen[name] = [o.replace("ArrayImpl", "Array") for o in out]
+  assert seen["stagecraft"] == seen["jax"]
