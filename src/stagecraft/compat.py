@@ -26,8 +26,9 @@ The real `jax.*` modules already imported are set aside while installed and put 
   JAX's module (equinox, jaxtyping and chex reach for a few); `uninstall()` removes it.
   Pytree types registered through the served `jax.tree_util` are registered with JAX's own
   registry as well (flax.nnx reads `jax._src.tree_util._registry`). A few names of JAX's
-  internals that libraries import to catch or test what stagecraft raises (`_SRC_ALIASES`:
-  `jax._src.dtypes.TypePromotionError`, which equinox catches) are rebound on the real
+  internals that libraries import to catch or test what stagecraft raises, or to call
+  (`_SRC_ALIASES`: `jax._src.dtypes.TypePromotionError`, which equinox catches;
+  `jax._src.checkify.checkify`, which flax.nnx calls) are rebound on the real
   module to stagecraft's object while installed, and put back by `uninstall()`.
 - the real modules stagecraft's runtime reads (`stagecraft.runtime.jax_runtime`): captured
   before the alias is installed, and read from there.
@@ -71,7 +72,30 @@ _state: dict = {"finder": None, "saved": {}}
 #: Names in JAX's internal modules that stagecraft serves while installed: `(module, name)`
 #: -> the stagecraft object. A library's `from jax._src.dtypes import TypePromotionError`
 #: (equinox's `except TypePromotionError`) must catch the class stagecraft raises.
-_SRC_ALIASES = {("jax._src.dtypes", "TypePromotionError"): dtypes.TypePromotionError}
+#: A value is the stagecraft object or "module:attr" (imported at `install()`).
+#: flax.nnx's `checkify` calls `jax._src.checkify.checkify` with `user_checks` as a default
+#: (evaluated at import); blackjax ravels pytrees with `jax._src.flatten_util.ravel_pytree`;
+#: flax.nnx tests refs with `jax._src.state.types.AbstractRef`; lineax registers a transpose
+#: rule on `jax._src.ad_util.stop_gradient_p`.
+_SRC_ALIASES = {
+    ("jax._src.dtypes", "TypePromotionError"): dtypes.TypePromotionError,
+    **{("jax._src.checkify", n): f"stagecraft.experimental.checkify:{n}" for n in (
+        "Error", "ErrorCategory", "JaxRuntimeError", "JaxException", "FailedCheckError",
+        "NaNError", "OOBError", "DivisionByZeroError", "all_checks", "automatic_checks",
+        "check", "check_error", "checkify", "debug_check", "div_checks", "float_checks",
+        "index_checks", "init_error", "nan_checks", "user_checks")},
+    ("jax._src.flatten_util", "ravel_pytree"): "stagecraft.flatten_util:ravel_pytree",
+    ("jax._src.state.types", "AbstractRef"): "stagecraft.state:AbstractRef",
+    ("jax._src.ad_util", "stop_gradient_p"): "stagecraft.lax.ad_util:stop_gradient_p",
+}
+
+
+def _src_alias(obj):
+  """The stagecraft object an `_SRC_ALIASES` value names (None: stagecraft lacks it)."""
+  if not isinstance(obj, str):
+    return obj
+  mod, _, attr = obj.partition(":")
+  return getattr(importlib.import_module(mod), attr, None)
 
 
 def _served(name: str) -> bool:
@@ -191,7 +215,9 @@ def install() -> None:
   real_tree_util = jax_runtime.jax_module("jax.tree_util")
   aliased = []
   for (mod_name, attr), obj in _SRC_ALIASES.items():
-    mod = jax_runtime.jax_module(mod_name)
+    mod, obj = jax_runtime.jax_module(mod_name), _src_alias(obj)
+    if obj is None or not hasattr(mod, attr):
+      continue
     aliased.append((mod, attr, getattr(mod, attr)))
     setattr(mod, attr, obj)
   _state["src_aliases"] = aliased
