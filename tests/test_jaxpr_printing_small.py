@@ -448,7 +448,7 @@ def test_index_errors():
     snp.zeros((0, 3))[0]
   with pytest.raises(IndexError):
     snp.zeros((0, 3))[np.array(0)]
-  with pytest.raises(IndexError, match="too many indices"):
+  with pytest.raises(IndexError, match="Too many indices: array is 2-dimensional, but 3 were indexed"):
     snp.asarray(X34)[0, 0, 0]
 
 

@@ -227,12 +227,13 @@ def _keys_filled(keys: Any, value: Any, shape: Any) -> Any:
   return rebuild(full_like(data, value, shape=shape))
 
 
-def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None) -> Array:
-  """Like `zeros_like`."""
+def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None, *,
+               device: Any = None) -> Array:
+  """Like `zeros_like` (committed to `device`, a device or sharding, when given)."""
   if dtype is not None:
     # NB: JAX's empty_like names ones_like in the message.
     dtype = dtypes.check_user_dtype(dtype, "ones_like")
-  return zeros_like(prototype, dtype, shape)
+  return zeros_like(prototype, dtype, shape, device=device)
 
 
 # ---------------------------------------------------------------------------
@@ -350,9 +351,11 @@ def _as_dtype(mask: Any, dt: np.dtype) -> Array:
   return mask if dt == dtypes.bool_ else lax.convert_element_type(mask, dt)
 
 
-def eye(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
+def eye(N: int, M: int | None = None, k: Any = 0, dtype: Any = None, *,
+        device: Any = None) -> Array:
   """A 2-D array `dtype[N, M]` with ones on the k-th diagonal (`j == i + k`) and zeros
-  elsewhere; dtype defaults to float32 (float64 with x64).
+  elsewhere; dtype defaults to float32 (float64 with x64); committed to `device` (a device
+  or sharding) when given.
 
   Staged as JAX's numpy stages it: two `iota`s of the offset's integer dtype (the default
   int for a Python `k`: int64 with x64), `add`, `eq`, `convert_element_type`.
@@ -368,7 +371,7 @@ def eye(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
   N, M = _dims("eye", N, M)
   rows = lax.broadcasted_iota(dtype_of(offset), (N, M), 0)
   cols = lax.broadcasted_iota(dtype_of(offset), (N, M), 1)
-  return _as_dtype(lax.eq(_add_offset(rows, offset), cols), dt)
+  return placed(_as_dtype(lax.eq(_add_offset(rows, offset), cols), dt), device, None, "eye")
 
 
 def identity(n: int, dtype: Any = None) -> Array:

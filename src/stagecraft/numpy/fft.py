@@ -17,6 +17,7 @@ from stagecraft import core, dtypes, lax, shape_poly
 from stagecraft.lax.fft import FftType
 from stagecraft.numpy.indexing import rewriting_take
 from stagecraft.numpy.array_constructors import asarray
+from stagecraft.numpy.array_creation import placed
 from stagecraft.numpy.lax_numpy import pad, roll
 from stagecraft.numpy.manipulation import moveaxis
 from stagecraft.numpy.ufuncs import add, conjugate, divide, multiply, remainder, subtract
@@ -292,9 +293,10 @@ def _dim_as(n, dt):
   return lax.convert_element_type(n, dt) if shape_poly.is_symbolic_dim(n) else asarray(n, dt)
 
 
-def fftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
+def fftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None, device: Any = None):
   """The sample frequencies of an `n`-point FFT with sample spacing `d`:
-  `[0, 1, ..., n//2 - 1 (or (n-1)//2), -n//2, ..., -1] / (d * n)`.
+  `[0, 1, ..., n//2 - 1 (or (n-1)//2), -n//2, ..., -1] / (d * n)`, committed to `device`
+  (a device or sharding) when given.
 
   Raises:
     ValueError: for a sequence `n` or `d`.
@@ -309,11 +311,12 @@ def fftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
     half, mod = n // 2, max(n, 1)
   k = lax.convert_element_type(subtract(remainder(add(i, half), mod), half), dt)
   out = divide(k, multiply(asarray(d, dt), _dim_as(n, dt)))
-  return lax.convert_element_type(out, out_dt)
+  return placed(lax.convert_element_type(out, out_dt), device, None, "fftfreq")
 
 
-def rfftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
-  """The sample frequencies of `rfft`: `[0, 1, ..., n//2] / (d * n)`.
+def rfftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None, device: Any = None):
+  """The sample frequencies of `rfft`: `[0, 1, ..., n//2] / (d * n)`, committed to
+  `device` (a device or sharding) when given.
 
   Raises:
     ValueError: for a sequence `n` or `d`.
@@ -323,7 +326,8 @@ def rfftfreq(n: int, d: ArrayLike = 1.0, *, dtype: Any = None):
   # NB: as JAX's: for a symbolic `n` (export) `n % 2 == 0` is False, so the size is
   # `floordiv(n - 1, 2) + 1` (one short of NumPy's for an even n, as in JAX)
   k = lax.iota(dt, n // 2 + 1 if n % 2 == 0 else (n - 1) // 2 + 1)
-  return divide(k, multiply(asarray(d, dt), _dim_as(n, dt)))
+  return placed(divide(k, multiply(asarray(d, dt), _dim_as(n, dt))), device, None,
+                "rfftfreq")
 
 
 def _shift(x, axes, sign):

@@ -53,8 +53,9 @@ __all__ = ["astype", "iscomplexobj", "isrealobj", "isscalar", "result_type", "pr
 # Dtypes and constants
 
 
-def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False) -> Array:
-  """`x` converted to `dtype` (canonicalized).
+def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False, device: Any = None) -> Array:
+  """`x` converted to `dtype` (canonicalized), committed to `device` (a device or a
+  sharding) when given.
 
   Warns:
     DeprecationWarning: casting complex `x` to a real dtype other than bool (JAX's warning:
@@ -69,14 +70,14 @@ def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False) -> Array:
                     "first use jnp.real or jnp.imag to take the real/imaginary component of "
                     "your input.", DeprecationWarning, stacklevel=2)
     else:
-      return lax.ne(x, np.zeros((), dtype_of(x))[()])
+      return placed(lax.ne(x, np.zeros((), dtype_of(x))[()]), device, None, "astype")
     with warnings.catch_warnings():   # the DeprecationWarning above replaces lax's warning
       warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
-      return lax.convert_element_type(x, dtype)
+      return placed(lax.convert_element_type(x, dtype), device, None, "astype")
   # NB: no catch_warnings on this path: entering one resets Python's record of the warnings
   # already shown, so a program's "default" DeprecationWarnings would show again after each
   # astype (an optax update step), where under JAX they show once.
-  return lax.convert_element_type(x, dtype)
+  return placed(lax.convert_element_type(x, dtype), device, None, "astype")
 
 
 def iscomplexobj(x) -> bool:
@@ -503,7 +504,7 @@ def _roll_dynamic(a, shift, axis):
 
 
 def repeat(a: ArrayLike, repeats: ArrayLike, axis: int | None = None, *,
-           total_repeat_length: int | None = None) -> Array:
+           total_repeat_length: int | None = None, out_sharding: Any = None) -> Array:
   """Repeats each element of `a` along `axis` (the flattened array when None).
 
   Args:
@@ -513,6 +514,8 @@ def repeat(a: ArrayLike, repeats: ArrayLike, axis: int | None = None, *,
     total_repeat_length: the static length of the result along `axis`; needed when
       `repeats` is traced (extra output repeats the last value, shortfalls are cut, as
       JAX's numpy).
+    out_sharding: the result's sharding (a NamedSharding, or a PartitionSpec under
+      `set_mesh`), as `reshard` lays it out.
 
   Returns:
     `T[*s]` with `s[axis]` replaced by the total number of repeats. A scalar `repeats`
@@ -531,7 +534,8 @@ def repeat(a: ArrayLike, repeats: ArrayLike, axis: int | None = None, *,
   a = asarray(a)
   if axis is None:
     a, axis = ravel(a), 0
-  return _repeat(repeats, a, axis=axis, total_repeat_length=total_repeat_length)
+  out = _repeat(repeats, a, axis=axis, total_repeat_length=total_repeat_length)
+  return out if out_sharding is None else placed(out, None, out_sharding, "repeat")
 
 
 def _repeat(repeats, arr, *, axis: int, total_repeat_length: int | None):

@@ -175,9 +175,9 @@ def _symbolic_reshape(a, shape, old) -> Array:
   return lax.reshape(a, shape)
 
 
-def ravel(a: ArrayLike, order: str = "C") -> Array:
+def ravel(a: ArrayLike, order: str = "C", *, out_sharding: Any = None) -> Array:
   """The array flattened to 1-D in C (row-major) or F (column-major) order:
-  `T[*s] -> T[prod(s)]`.
+  `T[*s] -> T[prod(s)]`, laid out by `out_sharding` when given (as `reshape`'s).
 
   Raises:
     NotImplementedError: for `order` 'A' or 'K'.
@@ -186,6 +186,8 @@ def ravel(a: ArrayLike, order: str = "C") -> Array:
     return on_key_data(ravel, a, order)
   if order == "K":
     raise NotImplementedError("Ravel not implemented for order='K'.")
+  if out_sharding is not None:
+    return reshape(a, (-1,), order, out_sharding=out_sharding)
   return reshape(a, (-1,), order)
 
 
@@ -310,7 +312,7 @@ def transpose(a: ArrayLike, axes: Sequence[int] | None = None) -> Array:
   return lax.transpose(a, axes)
 
 
-def permute_dims(a: ArrayLike, axes: Sequence[int]) -> Array:
+def permute_dims(a: ArrayLike, /, axes: Sequence[int]) -> Array:
   """Array API name of `transpose(a, axes)`."""
   return transpose(a, axes)
 
@@ -825,23 +827,23 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
                      ) from None
 
 
-def broadcast_to(array_: ArrayLike, shape: Sequence[int], *, out_sharding: Any = None) -> Array:
+def broadcast_to(array: ArrayLike, shape: Sequence[int], *, out_sharding: Any = None) -> Array:
   """Broadcasts to `shape` under NumPy's rules, laid out by `out_sharding` when given (a
   NamedSharding, or a PartitionSpec under `set_mesh`; the result's type on a mesh of
   Explicit axes). Raises ValueError if incompatible."""
-  staged = tree_util.staged_leaf_data(array_)
+  staged = tree_util.staged_leaf_data(array)
   if staged is not None and out_sharding is None:   # a typed PRNG key array: broadcast its
     data, rebuild = staged                          # data (the key data axes stay last)
     shape = canonical_shape(shape)
-    src = tuple(array_.shape)
+    src = tuple(array.shape)
     if len(src) > len(shape) or any(a not in (1, b) for a, b in
                                     zip(src[::-1], shape[::-1])):
       raise ValueError(f"Incompatible types for broadcasting: input type="
-                       f"{array_.dtype}[{','.join(map(str, src))}] and requested type="
-                       f"{array_.dtype}[{','.join(map(str, shape))}]")
+                       f"{array.dtype}[{','.join(map(str, src))}] and requested type="
+                       f"{array.dtype}[{','.join(map(str, shape))}]")
     return rebuild(broadcast_to_shape(data, (*shape,
-                                             *shape_of(data)[len(array_.shape):])))
-  out = broadcast_to_shape(asarray(array_), canonical_shape(shape))
+                                             *shape_of(data)[len(array.shape):])))
+  out = broadcast_to_shape(asarray(array), canonical_shape(shape))
   return out if out_sharding is None else reshard(out, out_sharding)
 
 

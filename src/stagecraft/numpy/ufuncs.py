@@ -572,7 +572,7 @@ minimum = _binary_ufunc("minimum", lax.min, doc="Elementwise minimum (NaN-propag
 
 
 @jit
-def fmax(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+def fmax(x1: ArrayLike, x2: ArrayLike) -> Array:
   """Elementwise maximum that ignores NaN (NaN only where both are NaN).
 
   As JAX's numpy, `where(x1 > x2 or isnan(x2), x1, x2)`, jitted (`jit[name=fmax]`): at a
@@ -585,7 +585,7 @@ def fmax(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 
 
 @jit
-def fmin(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+def fmin(x1: ArrayLike, x2: ArrayLike) -> Array:
   """Elementwise minimum that ignores NaN (NaN only where both are NaN); jitted, and at a
   tie the derivative goes to `x2` (see `fmax`)."""
   return where(logical_or(less(x1, x2), isnan(x2)), x1, x2)
@@ -624,7 +624,7 @@ def _integer_args(name: str, *args):
   return _full_shapes(args)
 
 
-def gcd(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+def gcd(x1: ArrayLike, x2: ArrayLike) -> Array:
   """Greatest common divisor of |x1| and |x2| (gcd(0, 0) == 0), elementwise.
 
   Raises:
@@ -648,7 +648,7 @@ def gcd(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   return lax.while_loop(cond, body, (a, b))[0]
 
 
-def lcm(x1: ArrayLike, x2: ArrayLike, /) -> Array:
+def lcm(x1: ArrayLike, x2: ArrayLike) -> Array:
   """Least common multiple of |x1| and |x2| (0 if either is 0), elementwise.
 
   Raises:
@@ -1134,7 +1134,7 @@ def _sinc_maclaurin_jvp(k, primals, tangents):
 
 
 @jit
-def i0(x: ArrayLike, /) -> Array:
+def i0(x: ArrayLike) -> Array:
   """The modified Bessel function of the first kind, order 0: `exp(|x|) * i0e(|x|)`.
 
   Its derivative is 0 at `x == 0` (JAX's custom rule: `|x|` has no derivative there, and
@@ -1273,16 +1273,19 @@ def rint(x: ArrayLike, /) -> Array:
 
 
 @jit
-def modf(x: ArrayLike, /) -> tuple[Array, Array]:
+def modf(x: ArrayLike, /, out=None) -> tuple[Array, Array]:
   """Fractional and integral parts, both with x's sign: `(x - whole, whole)` with
   `whole = where(x >= 0, floor(x), ceil(x))`; integers give the default float. Jitted, as
   JAX's (`jit[name=modf]`).
 
   Raises:
     TypeError: `x` not an array or scalar (a list), or complex.
+    NotImplementedError: `out` given (as JAX's).
   """
   check_arraylike("modf", x)
   x, = promote_dtypes_inexact(x)
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.modf is not supported.")
   x = as_array(x)
   if dtypes.is_complex(dtype_of(x)):
     raise TypeError("jnp.modf does not support complex-valued inputs; take the real part "
@@ -1332,13 +1335,16 @@ def isinf(x: ArrayLike, /) -> Array:
   return full(shape_of(x), False, dtypes.bool_)
 
 
-def isposinf(x: ArrayLike, /) -> Array:
+def isposinf(x: ArrayLike, /, out=None) -> Array:
   """x == +inf elementwise (False for integers; a strongly typed result).
 
   Raises:
     ValueError: for complex inputs (as JAX).
+    NotImplementedError: `out` given (as JAX's).
   """
   x = as_array(x)
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to isneginf/isposinf is not supported.")
   if dtypes.is_complex(dtype_of(x)):
     raise ValueError("isposinf/isneginf are not well defined for complex types")
   if not dtypes.is_float(dtype_of(x)):
@@ -1346,13 +1352,16 @@ def isposinf(x: ArrayLike, /) -> Array:
   return lax.eq(x, np.asarray(np.inf, dtype_of(x))[()])   # strong, as JAX
 
 
-def isneginf(x: ArrayLike, /) -> Array:
+def isneginf(x: ArrayLike, /, out=None) -> Array:
   """x == -inf elementwise (False for integers; a strongly typed result).
 
   Raises:
     ValueError: for complex inputs (as JAX).
+    NotImplementedError: `out` given (as JAX's).
   """
   x = as_array(x)
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to isneginf/isposinf is not supported.")
   if dtypes.is_complex(dtype_of(x)):
     raise ValueError("isposinf/isneginf are not well defined for complex types")
   if not dtypes.is_float(dtype_of(x)):
@@ -1575,7 +1584,7 @@ def angle(z: ArrayLike, deg: bool = False) -> Array:
 
 
 @jit
-def isreal(x: ArrayLike, /) -> Array:
+def isreal(x: ArrayLike) -> Array:
   """Whether the imaginary part is 0 (True everywhere for real dtypes); weakly typed for a
   weak `x`, as JAX (`imag(x) == 0`). Jitted, as JAX's (`jit[name=isreal]`).
 
@@ -1588,7 +1597,7 @@ def isreal(x: ArrayLike, /) -> Array:
 
 
 @jit
-def iscomplex(x: ArrayLike, /) -> Array:
+def iscomplex(x: ArrayLike) -> Array:
   """Whether the imaginary part is nonzero (False everywhere for real dtypes). Jitted, as
   JAX's (`jit[name=iscomplex]`).
 
