@@ -100,3 +100,46 @@ def test_out_sharding_of_ravel_and_repeat_on_an_explicit_mesh():
       got.append([(np.asarray(v).tolist(), str(api.typeof(v)), tuple(v.sharding.spec))
                   for v in (r, t)])
   assert got[0] == got[1]
+
+
+def test_array_methods_take_jax_s_parameters():
+  """Every method of JAX's Array exists on stagecraft's and takes JAX's parameters."""
+  a, b = jjnp.ones((2, 2)), snp.ones((2, 2))
+  missing, params = [], []
+  for name in dir(a):
+    if name.startswith("_") or name in ("flat", "traceback"):   # flat raises; traceback:
+      continue                                                  # JAX's dispatch frames
+    if hasattr(a, name) and not hasattr(b, name):   # NB: deprecated names raise in both
+      missing.append(name)
+      continue
+    if not hasattr(a, name):
+      continue
+    f, g = getattr(a, name), getattr(b, name)
+    try:
+      lost = [p for p in _params(f, _P) if p not in _params(g, _P)]
+    except (TypeError, ValueError):
+      continue
+    has_kwargs = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(g).parameters.values())
+    if lost and not has_kwargs:
+      params.append((name, lost))
+  assert (missing, params) == ([], [])
+
+
+def _array_method_values(api, np_):
+  a = np_.arange(8.0)
+  mesh = api.make_mesh((4,), ("x",))
+  split = api.device_put(a, api.sharding.NamedSharding(mesh, api.P("x")))
+  repl = api.device_put(a, api.sharding.NamedSharding(mesh, api.P()))
+  c = a.clone()
+  msgs = []
+  for name in ("device_buffer", "device_buffers"):
+    with pytest.raises(AttributeError) as e:
+      getattr(a, name)
+    msgs.append(str(e.value))
+  return (np.asarray(c).tolist(), c is a, a.on_device_size_in_bytes(),
+          split.on_device_size_in_bytes(), repl.on_device_size_in_bytes(), a.platform(),
+          np.asarray(a.reshape(2, 4, out_sharding=None)).tolist(), msgs)
+
+
+def test_array_clone_size_platform_and_deprecated_buffers():
+  assert _array_method_values(sc, snp) == _array_method_values(jax, jjnp)

@@ -38,9 +38,11 @@ def _binop(fn, swap=False):
   return op
 
 
-def _reshape(self, *shape, order="C"):
+def _reshape(self, *shape, order="C", out_sharding=None):
   if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
     shape = shape[0]
+  if out_sharding is not None:
+    return manipulation.reshape(self, shape, order, out_sharding=out_sharding)
   return manipulation.reshape(self, shape, order)
 
 
@@ -245,8 +247,10 @@ _methods = {
     "reshape": _reshape, "transpose": _transpose,
     "T": property(lambda self: manipulation.transpose(self)),
     "mT": property(lambda self: manipulation.matrix_transpose(self)),
-    "ravel": lambda self, order="C", *, out_sharding=None: manipulation.ravel(self, order),
-    "flatten": lambda self, order="C", *, out_sharding=None: manipulation.ravel(self, order),
+    "ravel": lambda self, order="C", *, out_sharding=None: manipulation.ravel(
+        self, order, out_sharding=out_sharding),
+    "flatten": lambda self, order="C", *, out_sharding=None: manipulation.ravel(
+        self, order, out_sharding=out_sharding),
     "squeeze": lambda self, axis=None: manipulation.squeeze(self, axis),
     "swapaxes": manipulation.swapaxes,
     "clip": lambda self, min=None, max=None: ufuncs.clip(self, min=min, max=max),
@@ -268,7 +272,8 @@ _methods = {
     "choose": lambda self, choices, out=None, mode="raise": lax_numpy.choose(
         self, choices, out, mode),
     "repeat": lambda self, repeats, axis=None, *, total_repeat_length=None, out_sharding=None: (
-        lax_numpy.repeat(self, repeats, axis, total_repeat_length=total_repeat_length)),
+        lax_numpy.repeat(self, repeats, axis, total_repeat_length=total_repeat_length,
+                         out_sharding=out_sharding)),
     "diagonal": lax_numpy.diagonal, "trace": lax_numpy.trace,
     "copy": lambda self: array_constructors.array(self, copy=True),
     "view": view, "byteswap": byteswap,

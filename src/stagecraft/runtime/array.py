@@ -105,6 +105,29 @@ class Array(metaclass=abc.ABCMeta):
   def itemsize(self) -> int:
     return self.aval.dtype.itemsize
 
+  def clone(self) -> "Array":
+    """A copy of this Array in new buffers (JAX's `Array.clone`; concrete Arrays only: a
+    tracer has no `clone`, as in JAX)."""
+    return self.copy()
+
+  def on_device_size_in_bytes(self) -> int:
+    """The bytes this Array's buffers take on its devices (all shards; a replicated Array
+    counts each copy), as the runtime reports them (JAX's `on_device_size_in_bytes`)."""
+    return sum(piece.on_device_size_in_bytes() for piece in self._check_buf()._arrays)
+
+  def platform(self) -> str:
+    """The platform of this Array's devices, e.g. `'cpu'` (JAX's `Array.platform()`)."""
+    return next(iter(self.devices())).platform
+
+  @property
+  def device_buffer(self):
+    raise AttributeError("arr.device_buffer has been deprecated. Use arr.addressable_data(0)")
+
+  @property
+  def device_buffers(self):
+    raise AttributeError("arr.device_buffers has been deprecated. Use [x.data for x in "
+                         "arr.addressable_shards]")
+
   # -- buffer access
 
   def _check_buf(self):
