@@ -183,9 +183,27 @@ def test_error_in_axes_not_a_prefix_and_bad_leaf():
     sc.vmap(lambda a: a, in_axes=("x",))(np.ones(2))
 
 
-def test_error_mapped_output_with_out_axes_none():
-  with pytest.raises(ValueError, match="vmap has mapped output .* but out_axes is None"):
-    sc.vmap(lambda a: a * 2.0, out_axes=None)(np.ones(2, np.float32))
+_MAPPED_OUT_AXES_NONE = {
+    "bare": lambda api: api.vmap(lambda a: a * 2.0, out_axes=None),
+    "dict_key": lambda api: api.vmap(lambda a: {"broadcast": a, "k": a},
+                                     out_axes={"broadcast": None, "k": 0}),
+    "tuple": lambda api: api.vmap(lambda a: (a, [a]), out_axes=(0, [None])),
+    "axis_name": lambda api: api.vmap(lambda a: a, out_axes=None, axis_name="i"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MAPPED_OUT_AXES_NONE))
+def test_error_mapped_output_with_out_axes_none(name):
+  """JAX's texts: the out_axes entry's key path ("at vmap out_axes['broadcast'], got axis
+  spec None but output was batched on axis 0"; flax.nnx's tests match it), or with an
+  axis_name "vmap has mapped output (axis_name=i) but out_axes is None"."""
+  import jax
+  msgs = []
+  for api in (jax, sc):
+    with pytest.raises(ValueError) as e:
+      _MAPPED_OUT_AXES_NONE[name](api)(np.ones(2, np.float32))
+    msgs.append(str(e.value))
+  assert msgs[0] == msgs[1]
 
 
 def test_error_unbound_axis_name():

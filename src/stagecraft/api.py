@@ -1167,9 +1167,14 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
         results.append(refs[returned[j]])
         continue
       if ax is None:
-        if d is not None:
+        if d is not None and axis_name is not None:
           raise ValueError(f"vmap has mapped output (axis_name={axis_name}) but out_axes is "
                            f"None")
+        if d is not None:   # JAX's text names the out_axes entry by its key path
+          paths = tree_util.tree_flatten_with_path(
+              tree_util.tree_unflatten(out_tree, o_axes), is_leaf=lambda x: x is None)[0]
+          raise ValueError(f"at vmap out_axes{tree_util.keystr(paths[j][0])}, got axis spec "
+                           f"None but output was batched on axis {d}")
         results.append(o)
         continue
       nd = len(core.get_aval(o).shape) + (d is None)
@@ -1415,7 +1420,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
       return vmap(body, in_axes=(dyn_axes, 0), out_axes=out_axes, axis_name=axis_name,
                       axis_size=axis_size)(dyn, kwargs)
     except ValueError as e:
-      if "out_axes is None" not in str(e):
+      if "out_axes is None" not in str(e) and "got axis spec None" not in str(e):
         raise
       raise ValueError(f"pmap out_axes=None requires the output to be the same on every "
                        f"device, but it depends on mapped inputs (axis_name={axis_name!r}). "
