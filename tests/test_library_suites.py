@@ -155,3 +155,27 @@ def test_custom_jvp_rule_called_by_jvp_gets_primals_as_passed():
     out += [repr(v) for v in api.jvp(api.jit(h), (2.0,), (3.0,))]
     seen[name] = [o.replace("ArrayImpl", "Array") for o in out]
   assert seen["stagecraft"] == seen["jax"]
+
+
+def _int_output_vjps(api, jnp):
+  def run(f):
+    try:
+      return [repr(v) for v in f()]
+    except ValueError as e:
+      return [str(e)]
+  out, vjp = api.vjp(lambda x: 1, 1.0)
+  res = run(lambda: vjp(out))                       # flax's tabulate(compute_vjp_flops)
+  res += run(lambda: vjp(jnp.int32(3)))
+  out2, vjp2 = api.vjp(lambda x: (x * 2, jnp.arange(3)), 1.0)
+  res += run(lambda: vjp2(out2))
+  res += run(lambda: vjp2((1.0, jnp.ones(3))))      # a float cotangent of the int output
+  res += run(lambda: vjp2((1.0, jnp.ones(2))))      # a wrong shape still raises
+  return res
+
+
+def test_vjp_accepts_any_cotangent_of_an_integer_output():
+  """JAX's vjp function takes any cotangent of an integer output's shape (not only float0)
+  and ignores it: flax.linen's `tabulate(compute_vjp_flops=True)` passes the module's int
+  output back."""
+  seen = {name: _int_output_vjps(api, jnp) for name, (api, jnp) in APIS.items()}
+  assert seen["stagecraft"] == seen["jax"]

@@ -457,9 +457,15 @@ class _Pullback:
               f"  * out{tree_util.node_path_str(path)} was a {a} in the original output, "
               f"but a {b} here, so {why}." for path, a, b, why
               in tree_util.equality_errors_pytreedef(self.out_tree, ct_tree)))
-    for ct, want, primal in zip(ct_leaves, self.out_avals, self.primal_out_avals):
+    ignored = set()
+    for i, (ct, want, primal) in enumerate(zip(ct_leaves, self.out_avals,
+                                              self.primal_out_avals)):
       got = (ShapedArray(np.shape(ct), dtypes.float0) if _is_float0(ct) else
              core.get_aval(ct))
+      if (want is not core.abstract_token and want.dtype == dtypes.float0
+          and got is not core.abstract_token and got.shape == want.shape):
+        ignored.add(i)   # as JAX's: any cotangent of an integer output's shape is accepted
+        continue         # (flax's tabulate passes the int output back), and unused
       if (got is not want if core.abstract_token in (got, want)   # a token's: a token
           else got.shape != want.shape or got.dtype != want.dtype):
         raise ValueError(
@@ -467,7 +473,7 @@ class _Pullback:
             f"{got.str_short(short_dtypes=False)}, but expected "
             f"{want.str_short(short_dtypes=False)} because the corresponding output of the "
             f"differentiated function had JAX type {primal.str_short(short_dtypes=False)}")
-    cts = [ct_leaves[i] if i < self.n_out else ad.Zero(self.out_avals[i])
+    cts = [ct_leaves[i] if i < self.n_out and i not in ignored else ad.Zero(self.out_avals[i])
            for i in self.nonzero_outs]
     n_res = len(residuals)
     args = [*residuals, *[ad.UndefinedPrimal(v.aval) for v in self.lin.invars[n_res:]]]
