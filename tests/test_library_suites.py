@@ -179,3 +179,40 @@ def test_vjp_accepts_any_cotangent_of_an_integer_output():
   output back."""
   seen = {name: _int_output_vjps(api, jnp) for name, (api, jnp) in APIS.items()}
   assert seen["stagecraft"] == seen["jax"]
+
+
+def _prefix_bwd(api, jnp):
+  @api.custom_vjp
+  def f(p, x):
+    return p["w"][0] * x + p["b"] * x
+
+  def fwd(p, x):
+    return f(p, x), (p, x)
+
+  def bwd(res, g):
+    p, x = res
+    # a leaf for the list ["w"] (its one element), None for all of "b"
+    return {"w": g * x, "b": None}, g * (p["w"][0] + p["b"])
+
+  f.defvjp(fwd, bwd)
+  p = {"w": [jnp.float32(2.0)], "b": jnp.float32(3.0)}
+  out = api.grad(lambda p, x: f(p, x), argnums=(0, 1))(p, jnp.float32(4.0))
+  res = [repr(v) for v in api.tree_util.tree_leaves(out)]
+
+  @api.custom_vjp
+  def h(t):
+    return t[0] + t[1]
+
+  h.defvjp(lambda t: (h(t), None), lambda r, g: ([g, g, g],))   # too long: not a prefix
+  try:
+    api.grad(h)((jnp.float32(1.0), jnp.float32(2.0)))
+  except TypeError as e:
+    res.append(str(e).split(", but got")[0])
+  return res
+
+
+def test_custom_vjp_bwd_output_may_be_a_prefix_of_the_inputs():
+  """flax.nnx's custom_vjp (its docs example): the bwd rule's output is a tree prefix of
+  the primal inputs, a leaf or None standing for a whole subtree, as JAX allows."""
+  seen = {name: _prefix_bwd(api, jnp) for name, (api, jnp) in APIS.items()}
+  assert seen["stagecraft"] == seen["jax"]

@@ -826,22 +826,20 @@ def _call_bwd(cv: custom_vjp, static_args, res_tree, res_leaves, out_tree, cts, 
       f"structure {treedef_str(in_tree)}.")
   if not isinstance(cts_in, tuple) or len(cts_in) != n_dyn:
     raise bad_structure
-  children = in_tree.children()
+  # As JAX's: the rule's output may be a tree prefix of the primal inputs: a None (no
+  # cotangent) or a leaf stands for the whole subtree of inputs under it (flax.nnx's
+  # custom_vjp returns a State of plain arrays for inputs wrapped in Param nodes).
   flat: list[Any] = []
-  for ct, sub in zip(cts_in, children):
-    if ct is None:
-      flat.extend([None] * sub.num_leaves)
-      continue
-    leaves, tree = optree.tree_flatten(ct, none_is_leaf=True, namespace=_NS,
-                                       is_leaf=lambda x: type(x) is SymbolicZero)
-    if tree != sub:
-      # None leaves inside a subtree are allowed where the primal has leaves.
-      leaves2, tree2 = optree.tree_flatten(ct, none_is_leaf=False, namespace=_NS,
-                                           is_leaf=lambda x: type(x) is SymbolicZero)
-      if tree2 != sub:
-        raise bad_structure
-      leaves = leaves2
-    flat.extend(leaves)
+
+  def append(ct, sub):
+    flat.extend([ct] * len(optree.tree_leaves(sub, namespace=_NS)))
+
+  dummy = _unflatten(in_tree, [object()] * in_tree.num_leaves)
+  try:
+    optree.tree_map(append, cts_in, dummy, namespace=_NS,
+                    is_leaf=lambda x: x is None or type(x) is SymbolicZero)
+  except ValueError:
+    raise bad_structure from None
   paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(
       _unflatten(in_tree, [0] * in_tree.num_leaves))[0]]
   out = []
