@@ -216,3 +216,30 @@ def test_custom_vjp_bwd_output_may_be_a_prefix_of_the_inputs():
   the primal inputs, a leaf or None standing for a whole subtree, as JAX allows."""
   seen = {name: _prefix_bwd(api, jnp) for name, (api, jnp) in APIS.items()}
   assert seen["stagecraft"] == seen["jax"]
+
+
+def _callback_raises(api, jnp):
+  from importlib import import_module
+  io_callback = import_module(f"{api.__name__}.experimental").io_callback
+
+  def bad(x):
+    raise ValueError("boom")
+  sds = api.ShapeDtypeStruct((), jnp.float32)
+  kinds = []
+  for f in (lambda: api.pure_callback(bad, sds, jnp.float32(1)),
+            lambda: api.jit(lambda x: api.pure_callback(bad, sds, x))(jnp.float32(1)),
+            lambda: io_callback(bad, sds, jnp.float32(1)),
+            lambda: api.pure_callback(lambda x: np.ones(2, np.float32), sds, jnp.float32(1))):
+    with pytest.raises(Exception) as e:
+      f()
+    kinds.append((type(e.value) is api.errors.JaxRuntimeError, "boom" in str(e.value)
+                  or "shape" in str(e.value)))
+  return kinds
+
+
+def test_a_callback_that_raises_eagerly_raises_jax_runtime_error():
+  """As JAX's, where even an eager callback runs inside the runtime: what a pure/io callback
+  raises comes out as JaxRuntimeError (a RuntimeError; equinox's filter_pure_callback tests
+  catch RuntimeError), eagerly as under jit."""
+  seen = {name: _callback_raises(api, jnp) for name, (api, jnp) in APIS.items()}
+  assert seen["stagecraft"] == seen["jax"] == [(True, True)] * 4

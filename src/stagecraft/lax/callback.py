@@ -15,6 +15,7 @@ result shapes and dtypes.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Callable, Sequence
 
@@ -215,9 +216,17 @@ def _run_callback(callback: FlatCallback, result_avals, in_avals, leaves):
   return _check_results(outs, result_avals, callback.name)
 
 
-def _callback_impl(*args, callback, result_avals, **_):
+def _callback_impl(*args, callback, result_avals, _kind="pure", **_):
   avals = [core.get_aval(a) if type(a) is not Array else a.aval for a in args]
-  res = _run_callback(callback, result_avals, avals, args)
+  try:
+    res = _run_callback(callback, result_avals, avals, args)
+  except Exception as e:
+    # NB: as JAX's, where the callback runs inside the runtime even eagerly: what it raises
+    # (or a result of the wrong shape) comes out as JaxRuntimeError, a RuntimeError
+    # (equinox's filter_pure_callback tests catch RuntimeError)
+    raise dispatch.xc.XlaRuntimeError(
+        f"{_kind} callback {callback.name} raised {type(e).__name__}: {e} (the program that called it "
+        f"stopped; the runtime stays usable)") from e
   return [Array(dispatch.to_buffer(r, a), a) for r, a in zip(res, result_avals)]
 
 
@@ -308,9 +317,9 @@ def _io_callback_batch(args, dims, *, callback, result_avals, ordered, sharding)
   return _sequential(io_callback_p, size, args, dims, params, unrolled=False)
 
 
-for _p in (pure_callback_p, io_callback_p):
+for _p, _kind in ((pure_callback_p, "pure"), (io_callback_p, "io")):
   _p.def_abstract_eval(_callback_abstract_eval)
-  _p.def_impl(_callback_impl)
+  _p.def_impl(functools.partial(_callback_impl, _kind=_kind))
 lowering.register_lowering(pure_callback_p, _callback_lowering_of("pure"))
 lowering.register_lowering(io_callback_p, _callback_lowering_of("io"))
 ad.primitive_jvps[pure_callback_p] = _pure_callback_jvp
