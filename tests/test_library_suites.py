@@ -243,3 +243,20 @@ def test_a_callback_that_raises_eagerly_raises_jax_runtime_error():
   catch RuntimeError), eagerly as under jit."""
   seen = {name: _callback_raises(api, jnp) for name, (api, jnp) in APIS.items()}
   assert seen["stagecraft"] == seen["jax"] == [(True, True)] * 4
+
+
+def _key_shapes(api, jnp):
+  k = api.random.key(0)
+  s = api.ShapeDtypeStruct((), k.dtype)
+  return [repr(x) for x in (
+      s, s == api.eval_shape(lambda: api.random.key(0)), s.dtype,
+      api.eval_shape(lambda k: api.random.split(k), k),
+      api.eval_shape(lambda k: (api.random.split(k), api.random.normal(k, (3,))), s),
+      api.eval_shape(lambda: {"a": api.random.key(1), "b": jnp.ones(2), "c": None}))]
+
+
+def test_eval_shape_of_typed_keys_gives_key_dtype_structs():
+  """flax.nnx's `eval_shape` of a module holding an Rngs: a typed key result is a
+  ShapeDtypeStruct of dtype key<fry>, and such a struct may be passed in, as JAX's."""
+  seen = {name: _key_shapes(api, jnp) for name, (api, jnp) in APIS.items()}
+  assert seen["stagecraft"] == seen["jax"]

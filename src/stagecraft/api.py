@@ -115,6 +115,17 @@ def eval_shape(fun: Callable, *args, **kwargs):
         leaves[i] = np.broadcast_to(np.zeros((), x.dtype), x.shape)
     return optree.tree_unflatten(tree, leaves)
   functools.update_wrapper(fun_, fun)
+  # NB: a ShapeDtypeStruct of a typed key's dtype stands for a key array over its data
+  def key_struct(x):
+    staged = (tree_util.staged_aval(x) if type(x) is core.ShapeDtypeStruct
+              and core._is_extended(x.dtype) else None)
+    if staged is None:
+      return x
+    data_aval, rebuild = staged
+    return rebuild(core.ShapeDtypeStruct(data_aval.shape, data_aval.dtype))
+  if any(type(x) is core.ShapeDtypeStruct and core._is_extended(x.dtype)
+         for x in optree.tree_leaves((args, kwargs), namespace=tree_util.NAMESPACE)):
+    args, kwargs = optree.tree_map(key_struct, (args, kwargs), namespace=tree_util.NAMESPACE)
   traced, _ = trace_flat(fun_, args, kwargs, (), (), "eval_shape")
   jaxpr = traced.jaxpr
   ctx = sharding_lib.get_abstract_mesh()
@@ -132,7 +143,11 @@ def eval_shape(fun: Callable, *args, **kwargs):
   for i, x in given.items():
     leaves[i] = core.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type,
                                       sharding=x.sharding)
-  return optree.tree_unflatten(traced.out_tree, leaves)
+  out = optree.tree_unflatten(traced.out_tree, leaves)
+  # NB: a typed key array result is a ShapeDtypeStruct of its key dtype, as JAX's
+  is_key = lambda x: tree_util.staged_leaf_data(x) is not None
+  return optree.tree_map(lambda x: core.ShapeDtypeStruct(x.shape, x.dtype) if is_key(x)
+                         else x, out, namespace=tree_util.NAMESPACE, is_leaf=is_key)
 
 
 # ---------------------------------------------------------------------------

@@ -269,12 +269,20 @@ class ShapedArray(AbstractValue):
     return ("~" if self.weak_type else "") + self.str_short(False)
 
 
+def _is_extended(dtype) -> bool:
+  """Whether `dtype` is an extended dtype object (a typed key's `key<fry>`), not NumPy's."""
+  t = getattr(dtype, "type", None)
+  return (not isinstance(dtype, (np.dtype, type, str)) and isinstance(t, type)
+          and issubclass(t, dtypes.extended))
+
+
 class ShapeDtypeStruct:
   """A shape and dtype without data, for `eval_shape`, `make_jaxpr` and `lower`.
 
   Args:
     shape: tuple of ints.
-    dtype: dtype-like; canonicalized when traced.
+    dtype: dtype-like; canonicalized when traced. An extended dtype (a typed key's
+      `key<fry>`) is kept as it is, as JAX's.
     weak_type: keep the weak type of the described value (JAX drops it: jax#23302).
     sharding: optional sharding (kept, used by sharded lowering).
   """
@@ -283,7 +291,7 @@ class ShapeDtypeStruct:
   def __init__(self, shape, dtype, *, weak_type: bool = False, sharding=None):
     # NB: symbolic dimensions (stagecraft.export's shape polymorphism) stay as they are.
     self.shape = tuple(d if shape_poly.is_symbolic_dim(d) else int(d) for d in shape)
-    self.dtype = np.dtype(dtype)
+    self.dtype = dtype if _is_extended(dtype) else np.dtype(dtype)
     self.weak_type = bool(weak_type)
     self.sharding = sharding
 
