@@ -260,3 +260,44 @@ def test_eval_shape_of_typed_keys_gives_key_dtype_structs():
   ShapeDtypeStruct of dtype key<fry>, and such a struct may be passed in, as JAX's."""
   seen = {name: _key_shapes(api, jnp) for name, (api, jnp) in APIS.items()}
   assert seen["stagecraft"] == seen["jax"]
+
+
+def _rule_arg_types(api):
+  from importlib import import_module
+  core = import_module(f"{api.__name__}.extend.core")
+  ad = import_module(f"{api.__name__}.interpreters.ad")
+  batching = import_module(f"{api.__name__}.interpreters.batching")
+  seen = []
+  p = core.Primitive("twice_lib")
+  p.def_impl(lambda x: 2 * x)
+  p.def_abstract_eval(lambda x: x)
+
+  def jvp(primals, tangents):
+    seen.append(("jvp", type(primals).__name__, type(tangents).__name__))
+    return p.bind(*primals), p.bind(*tangents)
+
+  def batch(vals, dims):
+    seen.append(("batch", type(vals).__name__, type(dims).__name__))
+    return p.bind(*vals), dims[0]
+
+  def axis_batch(size, name, trace_type, vals, dims):
+    seen.append(("axis_batch", type(vals).__name__, type(dims).__name__))
+    return p.bind(*vals), dims[0]
+
+  ad.primitive_jvps[p] = jvp
+  batching.primitive_batchers[p] = batch
+  api.jvp(p.bind, (1.0,), (1.0,))
+  api.vmap(p.bind)(api.numpy.ones(2))
+  q = core.Primitive("thrice_lib")
+  q.def_impl(lambda x: 3 * x)
+  q.def_abstract_eval(lambda x: x)
+  batching.axis_primitive_batchers[q] = axis_batch
+  api.vmap(q.bind)(api.numpy.ones(2))
+  return seen
+
+
+def test_library_rules_get_tuples_as_jax_passes_them():
+  """A jvp or batching rule a library registers gets its primals/tangents and values/dims
+  as tuples, as JAX hands them over (equinox's vprim passes them on as vmap in_axes/
+  out_axes, whose structure must match the values')."""
+  assert _rule_arg_types(sc) == _rule_arg_types(jax)

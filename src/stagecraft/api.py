@@ -118,12 +118,12 @@ def eval_shape(fun: Callable, *args, **kwargs):
   # NB: a ShapeDtypeStruct of a typed key's dtype stands for a key array over its data
   def key_struct(x):
     staged = (tree_util.staged_aval(x) if type(x) is core.ShapeDtypeStruct
-              and core._is_extended(x.dtype) else None)
+              and core.is_extended_dtype(x.dtype) else None)
     if staged is None:
       return x
     data_aval, rebuild = staged
     return rebuild(core.ShapeDtypeStruct(data_aval.shape, data_aval.dtype))
-  if any(type(x) is core.ShapeDtypeStruct and core._is_extended(x.dtype)
+  if any(type(x) is core.ShapeDtypeStruct and core.is_extended_dtype(x.dtype)
          for x in optree.tree_leaves((args, kwargs), namespace=tree_util.NAMESPACE)):
     args, kwargs = optree.tree_map(key_struct, (args, kwargs), namespace=tree_util.NAMESPACE)
   traced, _ = trace_flat(fun_, args, kwargs, (), (), "eval_shape")

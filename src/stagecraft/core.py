@@ -269,7 +269,24 @@ class ShapedArray(AbstractValue):
     return ("~" if self.weak_type else "") + self.str_short(False)
 
 
-def _is_extended(dtype) -> bool:
+class RuleRegistry(dict):
+  """A registry of rules taking two operand sequences (`ad.primitive_jvps`: primals and
+  tangents; `batching.primitive_batchers`: values and batch dims). stagecraft's own rules get
+  lists; a rule registered from outside stagecraft (a library's primitive) gets tuples, as
+  JAX hands them over (equinox passes them on as a vmap's `in_axes`, which must match)."""
+
+  def __setitem__(self, prim: "Primitive", rule: Callable) -> None:
+    fn = getattr(rule, "func", rule)   # a functools.partial's function
+    if not (getattr(fn, "__module__", None) or "").startswith("stagecraft"):
+      inner = rule
+
+      def rule(a, b, **params):
+        return inner(tuple(a), tuple(b), **params)
+      rule.__wrapped__ = inner
+    super().__setitem__(prim, rule)
+
+
+def is_extended_dtype(dtype) -> bool:
   """Whether `dtype` is an extended dtype object (a typed key's `key<fry>`), not NumPy's."""
   t = getattr(dtype, "type", None)
   return (not isinstance(dtype, (np.dtype, type, str)) and isinstance(t, type)
@@ -291,7 +308,7 @@ class ShapeDtypeStruct:
   def __init__(self, shape, dtype, *, weak_type: bool = False, sharding=None):
     # NB: symbolic dimensions (stagecraft.export's shape polymorphism) stay as they are.
     self.shape = tuple(d if shape_poly.is_symbolic_dim(d) else int(d) for d in shape)
-    self.dtype = dtype if _is_extended(dtype) else np.dtype(dtype)
+    self.dtype = dtype if is_extended_dtype(dtype) else np.dtype(dtype)
     self.weak_type = bool(weak_type)
     self.sharding = sharding
 

@@ -30,7 +30,7 @@ __all__ = ["jvp_mode", "primitive_jvps", "primitive_transposes", "partial_eval_r
            "transpose_jaxpr", "add_jaxvals", "add_jaxvals_p", "deflinear2",
            "get_primitive_transpose", "folded_constant"]
 
-primitive_jvps: dict[core.Primitive, Callable] = {}
+primitive_jvps: dict[core.Primitive, Callable] = core.RuleRegistry()
 primitive_transposes: dict[core.Primitive, Callable] = {}
 #: `rule(eqn, unknowns_in) -> (known_eqn | None, unknown_eqn | None, out_unknowns)`: splits a
 #: call-like equation whose inputs are partly unknown (its known outputs and residuals come

@@ -33,7 +33,7 @@ from stagecraft.interpreters import partial_eval as pe
 
 not_mapped = None
 
-primitive_batchers: dict[core.Primitive, Callable] = {}
+primitive_batchers: dict[core.Primitive, Callable] = core.RuleRegistry()
 fancy_primitive_batchers: dict[core.Primitive, Callable] = {}
 
 
@@ -44,7 +44,8 @@ class _AxisPrimitiveBatchers:
 
   def __setitem__(self, prim: core.Primitive, rule: Callable) -> None:
     def fancy(axis_data, args, dims, **params):
-      return rule(axis_data.size, axis_data.name, None, args, dims, **params)
+      # NB: tuples, as JAX hands them over (equinox keeps the dims as a vmap's out_axes)
+      return rule(axis_data.size, axis_data.name, None, tuple(args), tuple(dims), **params)
     fancy.__wrapped__ = rule
     fancy_primitive_batchers[prim] = fancy
 
