@@ -2,9 +2,13 @@
 tests/ecosystem/test_library_slices.py) found failing under stagecraft, each pattern run on
 JAX and on stagecraft in the same test: `copy_to_host_async` of an Array split over a mesh
 (chex's `device_get` of `device_put` results), `disable_jit(disable=...)` (chex's fakes),
-`inspect.signature(jitted, follow_wrapped=False)` (chex's fake_pmap)."""
+`inspect.signature(jitted, follow_wrapped=False)` (chex's fake_pmap); what vjp accepts for
+an integer output (flax's tabulate), custom_vjp bwd outputs that are tree prefixes (flax.nnx),
+eager callbacks that raise (equinox), eval_shape of typed keys (flax.nnx), the tuples a
+library's rules get (equinox's vprim), custom_jvp/vjp `nondiff_argnames`."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import jax
@@ -301,3 +305,32 @@ def test_library_rules_get_tuples_as_jax_passes_them():
   as tuples, as JAX hands them over (equinox's vprim passes them on as vmap in_axes/
   out_axes, whose structure must match the values')."""
   assert _rule_arg_types(sc) == _rule_arg_types(jax)
+
+
+def _nondiff_names(api, jnp):
+  @functools.partial(api.custom_jvp, nondiff_argnames=("n",))
+  def f(x, n):
+    return x ** n
+
+  @f.defjvp
+  def f_jvp(n, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return x ** n, n * x ** (n - 1) * t * 10.0
+
+  @functools.partial(api.custom_vjp, nondiff_argnames=("scale", "name"), nondiff_argnums=(1,))
+  def g(x, name, scale):
+    return x * scale
+
+  g.defvjp(lambda x, name, scale: (x * scale, x),
+           lambda name, scale, x, ct: (ct * scale * 100.0,))
+  return [repr(v) for v in (f.nondiff_argnums, g.nondiff_argnums,
+                            api.grad(f)(2.0, 3), api.grad(lambda x: f(x, n=3))(2.0),
+                            api.grad(g)(2.0, "a", 3.0),
+                            api.grad(lambda x: g(x, name="a", scale=3.0))(2.0))]
+
+
+def test_custom_jvp_vjp_take_nondiff_argnames():
+  """JAX 0.10.2's `nondiff_argnames` of custom_jvp/custom_vjp: positions by parameter name
+  (with nondiff_argnums, sorted), arguments passed positionally or by keyword."""
+  seen = {name: _nondiff_names(api, jnp) for name, (api, jnp) in APIS.items()}
+  assert seen["stagecraft"] == seen["jax"]

@@ -257,6 +257,19 @@ def _closed_over_error(kind: str) -> TypeError:
 # custom_jvp
 
 
+def _nondiff_positions(fun: Callable, argnums: Sequence[int], argnames: Sequence[str]
+                       ) -> tuple[int, ...]:
+  """`argnums` and the positions of the positional-or-keyword parameters of `fun` named in
+  `argnames` (JAX's `nondiff_argnames`), sorted."""
+  nums = set(argnums)
+  if argnames:
+    names = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+    params = inspect.signature(fun).parameters.values()
+    nums.update(i for i, p in enumerate(params)
+                if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.name in names)
+  return tuple(sorted(nums))
+
+
 class custom_jvp:
   """A function with a custom JVP rule, used by every transformation that differentiates.
 
@@ -276,15 +289,18 @@ class custom_jvp:
     nondiff_argnums: positions of arguments that are not differentiated (Python values such
       as functions, or arrays treated as constants); the JVP rule is called as
       `jvp(*nondiff_args, primals, tangents)` with `primals` the remaining arguments.
+    nondiff_argnames: names of such arguments (positional-or-keyword parameters of `fun`),
+      added to `nondiff_argnums`.
 
   Calling it raises AttributeError when no rule was defined, and TypeError when the rule's
   outputs do not match the primal function's (tree structure, shapes or dtypes).
   """
 
-  def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+  def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = (),
+               nondiff_argnames: Sequence[str] = ()):
     functools.update_wrapper(self, fun)
     self.fun = fun
-    self.nondiff_argnums = tuple(nondiff_argnums)
+    self.nondiff_argnums = _nondiff_positions(fun, nondiff_argnums, nondiff_argnames)
     self.jvp: Callable | None = None
     self.symbolic_zeros = False
 
@@ -615,6 +631,8 @@ class custom_vjp:
     nondiff_argnums: positions of non-array arguments (e.g. functions); `bwd` is then called
       as `bwd(*nondiff_args, residuals, g)` and returns cotangents for the other arguments.
       Tracers may not be passed in these positions (UnexpectedTracerError).
+    nondiff_argnames: names of such arguments (positional-or-keyword parameters of `fun`),
+      added to `nondiff_argnums`.
 
   A `Ref` passed as a (top-level) argument is not differentiated: the function and its
   rules see it as it is, `fwd` may return it among its residuals and `bwd` may write into
@@ -625,10 +643,11 @@ class custom_vjp:
   function's output and inputs (tree structure, shapes, dtypes).
   """
 
-  def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+  def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = (),
+               nondiff_argnames: Sequence[str] = ()):
     functools.update_wrapper(self, fun)
     self.fun = fun
-    self.nondiff_argnums = tuple(nondiff_argnums)
+    self.nondiff_argnums = _nondiff_positions(fun, nondiff_argnums, nondiff_argnames)
     self.fwd: Callable | None = None
     self.bwd: Callable | None = None
     self.symbolic_zeros = False
