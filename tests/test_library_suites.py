@@ -334,3 +334,27 @@ def test_custom_jvp_vjp_take_nondiff_argnames():
   (with nondiff_argnums, sorted), arguments passed positionally or by keyword."""
   seen = {name: _nondiff_names(api, jnp) for name, (api, jnp) in APIS.items()}
   assert seen["stagecraft"] == seen["jax"]
+
+
+def _static_both(api, jnp):
+  def f(a, b, c=1):
+    return a * 2 if b == "x" else a
+
+  out = []
+  for kw in ({"static_argnums": (1,), "static_argnames": ()},
+             {"static_argnums": (), "static_argnames": ("b",)},
+             {"static_argnames": ("b",)}, {"static_argnums": (1,)}):
+    j = api.jit(f, **kw)
+    for call in (lambda: j(1.0, "x"), lambda: j(1.0, b="x")):
+      try:
+        out.append(repr(call()))
+      except TypeError as e:
+        out.append(str(e).splitlines()[0].split(" at 0x")[0])
+  return out
+
+
+def test_jit_takes_static_argnums_and_argnames_given_both_as_they_are():
+  """As JAX's jit: given both, static_argnums and static_argnames are not inferred from one
+  another (flax's nn.jit passes numbers for its own arguments and names for the method's)."""
+  seen = {name: _static_both(api, jnp) for name, (api, jnp) in APIS.items()}
+  assert seen["stagecraft"] == seen["jax"]

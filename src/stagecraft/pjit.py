@@ -792,6 +792,11 @@ class PjitFunction:
     # NB: as JAX's jitted functions: `inspect.signature(f, follow_wrapped=False)` (chex's
     # fake_pmap) reads it here, not through `__wrapped__`.
     self.__signature__ = sig
+    # NB: as JAX's, numbers and names given both are taken as they are (no inference of
+    # one from the other): flax's nn.jit passes static_argnums for its own leading
+    # arguments and static_argnames for the module method's, by keyword only.
+    infer_static = static_argnums is None or static_argnames is None
+    infer_donate = donate_argnums is None or donate_argnames is None
     static_argnums = normalize_argnums(static_argnums, "static_argnums")
     static_argnames = normalize_argnames(static_argnames, "static_argnames")
     donate_argnums = normalize_argnums(donate_argnums, "donate_argnums")
@@ -807,12 +812,14 @@ class PjitFunction:
         static_argnums = tuple(i + len(pos) if i < 0 else i for i in static_argnums)
         donate_argnums = tuple(i + len(pos) if i < 0 else i for i in donate_argnums)
       # Infer each of static_argnums/static_argnames from the other, as JAX does.
-      static_argnames = tuple(dict.fromkeys(
-          [*static_argnames, *(pos[i] for i in static_argnums if 0 <= i < len(pos))]))
-      static_argnums = tuple(sorted(set(
-          [*static_argnums, *(pos.index(k) for k in static_argnames if k in pos)])))
-      donate_argnums = tuple(sorted(set(
-          [*donate_argnums, *(pos.index(k) for k in donate_argnames if k in pos)])))
+      if infer_static:
+        static_argnames = tuple(dict.fromkeys(
+            [*static_argnames, *(pos[i] for i in static_argnums if 0 <= i < len(pos))]))
+        static_argnums = tuple(sorted(set(
+            [*static_argnums, *(pos.index(k) for k in static_argnames if k in pos)])))
+      if infer_donate:
+        donate_argnums = tuple(sorted(set(
+            [*donate_argnums, *(pos.index(k) for k in donate_argnames if k in pos)])))
     if set(static_argnums) & set(donate_argnums):
       raise ValueError(f"jit: arguments {sorted(set(static_argnums) & set(donate_argnums))} "
                        f"are both static and donated; static arguments cannot be donated.")
