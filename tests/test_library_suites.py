@@ -358,3 +358,27 @@ def test_jit_takes_static_argnums_and_argnames_given_both_as_they_are():
   another (flax's nn.jit passes numbers for its own arguments and names for the method's)."""
   seen = {name: _static_both(api, jnp) for name, (api, jnp) in APIS.items()}
   assert seen["stagecraft"] == seen["jax"]
+
+
+def _eager_checkpoint(api, jnp):
+  seen = []
+
+  def f(x, t):
+    seen.append((isinstance(t, jnp.ndarray), isinstance(t, bool)))
+    return x * 2
+
+  out = [repr(api.checkpoint(f)(1.0, True)),
+         repr(api.checkpoint(f, static_argnums=(1,))(1.0, True))]
+  try:
+    api.checkpoint(lambda x, t: x if t else -x)(1.0, True)
+  except Exception as e:
+    out.append(type(e).__name__)
+  return out, seen
+
+
+def test_eager_checkpoint_traces_its_function():
+  """Called eagerly, a checkpointed function is traced as JAX's is: its non-static
+  arguments are tracers (flax's remat static_argnums tests check `isinstance(train,
+  jnp.ndarray)`), so Python control flow on them raises."""
+  seen = {name: _eager_checkpoint(api, jnp) for name, (api, jnp) in APIS.items()}
+  assert seen["stagecraft"] == seen["jax"]

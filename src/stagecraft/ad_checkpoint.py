@@ -822,10 +822,8 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
   def fun_remat(*args, **kwargs):
     nargs = len(args)
     st = {i % nargs for i in static if -nargs <= i < nargs}
-    if type(core.current_trace()) is core.EvalTrace:
-      out = fun(*args, **kwargs)
-      _check_out(fun, *optree.tree_flatten(out, none_is_leaf=False, namespace=_NS))
-      return out
+    # NB: eagerly too the function is traced (its non-static arguments are tracers, as in
+    # JAX: flax's remat tests check it) and its jaxpr evaluated
     dyn = [a for i, a in enumerate(args) if i not in st]
     leaves, in_tree = optree.tree_flatten((dyn, kwargs), none_is_leaf=False, namespace=_NS)
     avals = [core.get_aval(x) for x in leaves]
