@@ -1,0 +1,69 @@
+"""numpyro second pass: patterns from numpyro's examples and notebooks, run under JAX and
+under stagecraft (`python -m stagecraft run` serves `import jax` from stagecraft through
+`stagecraft.compat`) and compared. numpyro is not a test dependency: each test reproduces the
+pattern in plain JAX code."""
+from __future__ import annotations
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import stagecraft
+from stagecraft import compat
+
+
+def _missing_attribute_texts(jax_mod):
+  """The AttributeError texts of missing attributes of `jax`'s modules, as a program sees
+  them (numpyro's truncated_distributions notebook reads `jax.experimental.host_callback`,
+  which JAX 0.10.2 no longer has)."""
+  import jax.experimental   # noqa: F401  (under compat: the served module)
+  import jax.numpy
+  out = []
+  for path, attr in [("", "foo"), ("experimental", "host_callback"), ("numpy", "foo"),
+                     ("lax", "foo"), ("random", "nope"), ("nn", "foo"),
+                     ("scipy", "foo"), ("tree_util", "foo")]:
+    m = jax_mod
+    for part in filter(None, path.split(".")):
+      m = getattr(m, part)
+    with pytest.raises(AttributeError) as e:
+      getattr(m, attr)
+    out.append(str(e.value))
+    assert not hasattr(m, attr)
+  return out
+
+
+@pytest.fixture
+def installed():
+  real_jax = sys.modules.get("jax")
+  compat.install()
+  try:
+    yield
+  finally:
+    compat.uninstall()
+    assert sys.modules.get("jax") is real_jax
+
+
+def test_missing_module_attribute_names_the_jax_module(installed):
+  import jax as served
+  assert served is stagecraft
+  texts = _missing_attribute_texts(served)
+  compat.uninstall()
+  assert texts == _missing_attribute_texts(jax)
+  assert texts[1] == "module 'jax.experimental' has no attribute 'host_callback'"
+
+
+def test_missing_module_attribute_after_uninstall_names_stagecraft(installed):
+  import jax as served
+  served.experimental.io_callback  # a real name still resolves while installed
+  assert served.experimental.shard_map.__name__ == "stagecraft.experimental.shard_map"
+  compat.uninstall()
+  for m, text in [(stagecraft, "module 'stagecraft' has no attribute 'foo'"),
+                  (stagecraft.numpy, "module 'stagecraft.numpy' has no attribute 'foo'"),
+                  (stagecraft.experimental,
+                   "module 'stagecraft.experimental' has no attribute 'foo'")]:
+    with pytest.raises(AttributeError, match=f"^{text}$"):
+      m.foo
+  assert "__getattr__" not in vars(stagecraft.numpy)
+  assert stagecraft.experimental.shard_map.__name__ == "stagecraft.experimental.shard_map"
