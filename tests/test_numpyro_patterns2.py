@@ -67,3 +67,34 @@ def test_missing_module_attribute_after_uninstall_names_stagecraft(installed):
       m.foo
   assert "__getattr__" not in vars(stagecraft.numpy)
   assert stagecraft.experimental.shard_map.__name__ == "stagecraft.experimental.shard_map"
+
+
+class _Frame:
+  """A stand-in for an object that is not array-like (numpyro's effect_handlers notebook
+  converts a pandas column, `jnp.array(df["email"].values, dtype=jnp.float32)`)."""
+
+  def __getitem__(self, k):
+    return _Frame()
+
+  def __iter__(self):
+    return iter(())
+
+
+def _conversions(jnp_mod):
+  out = []
+  for obj in [_Frame(), object(), "1.5", "abc", ["1", "2.5"], [1, "2"], ["1", None], None,
+              b"12", [1, _Frame()]]:
+    for kw in [{}, {"dtype": jnp_mod.float32}, {"dtype": jnp_mod.int32}]:
+      try:
+        r = jnp_mod.array(obj, **kw)
+        out.append(("ok", str(r.dtype), r.shape, r.tolist(), r.weak_type))
+      except Exception as e:   # noqa: BLE001  (the exception is what is compared)
+        out.append((type(e).__name__, str(e).split(" at 0x")[0]))
+  return out
+
+
+def test_array_of_non_numeric_data_with_dtype_converts_as_numpy():
+  got = _conversions(stagecraft.numpy)
+  assert got == _conversions(jnp)
+  assert ("ok", "float32", (), 1.5, False) in got
+  assert ("ValueError", "could not convert string to float: 'abc'") in got
