@@ -8,9 +8,11 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import jax.test_util  # noqa: F401
 import pytest
 
 import stagecraft
+import stagecraft.test_util  # noqa: F401
 from stagecraft import compat
 
 
@@ -98,3 +100,44 @@ def test_array_of_non_numeric_data_with_dtype_converts_as_numpy():
   assert got == _conversions(jnp)
   assert ("ok", "float32", (), 1.5, False) in got
   assert ("ValueError", "could not convert string to float: 'abc'") in got
+
+
+def _log1mexp(x):
+  """numpyro.distributions.util.log1mexp's pattern: log(1 - exp(x)) for x < 0."""
+  return jnp.where(x > -0.6931472, jnp.log(-jnp.expm1(x)), jnp.log1p(-jnp.exp(x)))
+
+
+@pytest.mark.parametrize("x", [-0.32523, -0.5, -8.032])
+def test_check_grads_tolerance_follows_the_compared_dtypes(x):
+  """check_grads of a float32 function at a Python float (numpyro's test_log1mexp_grads):
+  JAX compares each leaf with its dtype's tolerance (float32: 2e-3), not float64's."""
+  jax.test_util.check_grads(_log1mexp, (x,), order=3)
+  stagecraft.test_util.check_grads(_sc_log1mexp, (x,), order=3)
+
+
+def _sc_log1mexp(x):
+  snp = stagecraft.numpy
+  return snp.where(x > -0.6931472, snp.log(-snp.expm1(x)), snp.log1p(-snp.exp(x)))
+
+
+def _check_grads_outcome(test_util, f, args, **kw):
+  try:
+    test_util.check_grads(f, args, **kw)
+    return "ok"
+  except AssertionError:
+    return "AssertionError"
+
+
+def test_check_grads_tolerances_match_jax():
+  snp = stagecraft.numpy
+  cases = [  # (function under JAX, the same under stagecraft, args, kwargs)
+      (lambda x: jnp.sin(x) * 1.0001 ** jnp.floor(x * 1e4),
+       lambda x: snp.sin(x) * 1.0001 ** snp.floor(x * 1e4), (0.3,), {"order": 1}),
+      (jnp.tanh, snp.tanh, (0.7,), {"order": 2}),
+      (lambda x: jnp.sum(jnp.sin(x)), lambda x: snp.sum(snp.sin(x)),
+       (jnp.linspace(0.0, 1.0, 5),), {"order": 1, "atol": 1e-9, "rtol": 1e-9}),
+  ]
+  for fj, fs, args, kw in cases:
+    sargs = tuple(stagecraft.numpy.asarray(a) if hasattr(a, "shape") else a for a in args)
+    assert (_check_grads_outcome(stagecraft.test_util, fs, sargs, **kw)
+            == _check_grads_outcome(jax.test_util, fj, args, **kw)), (args, kw)
