@@ -38,6 +38,9 @@ While installed, `jax.__version__`, `jax.__version_info__` and `jax.version.__ve
 (libraries gate features on it: flax, optax, equinox); `uninstall()` puts stagecraft's own
 version back.
 
+While installed, a missing attribute of a served module names the JAX module, as JAX's
+`AttributeError` does (`module 'jax.experimental' has no attribute 'host_callback'`).
+
 A JAX module stagecraft does not provide (`jax.experimental.pallas`) raises a
 `ModuleNotFoundError` (an `ImportError`) that names it and says so.
 """
@@ -157,7 +160,9 @@ class _JaxAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   def exec_module(self, module):
     # The import system returns whatever sys.modules holds under the name after exec_module,
     # so the stagecraft module itself is what the importer gets (and its spec is untouched).
-    sys.modules[module.__name__] = importlib.import_module(stagecraft_name(module.__name__))
+    served = importlib.import_module(stagecraft_name(module.__name__))
+    sys.modules[module.__name__] = served
+    _name_as_jax(served)
     if module.__name__ == _PREFIX and _state.pop("import_draws_pending", False):
       _draw_as_jax_import()
 
@@ -179,6 +184,54 @@ def expect_program_import() -> None:
   JAX's first import has on NumPy's global RNG (`_draw_as_jax_import`); stagecraft's runtime
   imported real JAX's internals before the program could seed NumPy."""
   _state["import_draws_pending"] = not is_installed()
+
+
+def _jax_module_name(name: str) -> str:
+  """The name a JAX program sees for the stagecraft module `name`: `stagecraft.X` -> `jax.X`."""
+  return _PREFIX + name[len("stagecraft"):]
+
+
+def _name_as_jax(module: ModuleType) -> None:
+  """While installed, a missing attribute of the served module `module` raises JAX's
+  `AttributeError` text, naming the JAX module (`module 'jax.experimental' has no attribute
+  'host_callback'`, not `'stagecraft.experimental'`): a module `__getattr__` that defers to
+  the module's own one, if any, and names the JAX module when that one finds nothing.
+  Submodules it returns (lazily loaded ones) are named the same way. `uninstall()` puts the
+  module's own `__getattr__` back."""
+  name = module.__name__
+  if not (name == "stagecraft" or name.startswith("stagecraft.")):
+    return
+  patched = _state.setdefault("named", {})
+  if name in patched:
+    return
+  own = vars(module).get("__getattr__")
+  jax_name = _jax_module_name(name)
+
+  def __getattr__(attr):
+    if own is not None:
+      try:
+        value = own(attr)
+      except AttributeError as e:
+        if str(e) != f"module {name!r} has no attribute {attr!r}":
+          raise
+      else:
+        if isinstance(value, ModuleType) and is_installed():
+          _name_as_jax(value)
+        return value
+    raise AttributeError(f"module {jax_name!r} has no attribute {attr!r}", name=attr,
+                         obj=module)
+
+  patched[name] = (module, own)
+  module.__getattr__ = __getattr__
+
+
+def _unname_as_jax() -> None:
+  """Puts back the modules' own `__getattr__` (or none) that `_name_as_jax` wrapped."""
+  for module, own in _state.pop("named", {}).values():
+    if own is None:
+      vars(module).pop("__getattr__", None)
+    else:
+      module.__getattr__ = own
 
 
 def _mirror_registration(real_tree_util, nodetype, flatten, unflatten) -> None:
@@ -242,6 +295,9 @@ def install() -> None:
   tree_util.registration_hooks.append(hook)
   _state["hook"] = hook
   scalar_types.repr_module[0] = _PREFIX + ".numpy"   # `<class 'jax.numpy.float32'>`
+  for n, m in list(sys.modules.items()):
+    if isinstance(m, ModuleType) and (n == "stagecraft" or n.startswith("stagecraft.")):
+      _name_as_jax(m)
   finder = _JaxAliasFinder()
   sys.meta_path.insert(0, finder)
   _state["finder"], _state["saved"] = finder, saved
@@ -269,6 +325,7 @@ def uninstall() -> None:
   if _state.pop("set_src", False):
     vars(stagecraft).pop("_src", None)
   scalar_types.repr_module[0] = "stagecraft.numpy"
+  _unname_as_jax()
   _state["finder"], _state["saved"] = None, {}
   importlib.invalidate_caches()
 

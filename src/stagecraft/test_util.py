@@ -12,8 +12,26 @@ __all__ = ["numerical_jvp", "check_jvp", "check_vjp", "check_grads"]
 #: JAX's finite-difference step, whatever the dtype.
 _EPS = 1e-4
 _DEFAULT_TOL = {np.dtype(np.float64): 1e-5, np.dtype(np.float32): 2e-3,
-                np.dtype(np.float16): 1e-1, dtypes.bfloat16: 1e-1,
-                np.dtype(np.complex64): 2e-3, np.dtype(np.complex128): 1e-5}
+                np.dtype(np.float16): 1e-2, dtypes.bfloat16: 1e-1,
+                np.dtype(np.complex64): 1e-3, np.dtype(np.complex128): 1e-5}
+
+
+def _tol(dtype, tol) -> float:
+  """The tolerance for values of `dtype`: `tol` itself when a number, else JAX's gradient
+  tolerance for `dtype` canonicalized (float64 data is checked as float32 unless x64 is on),
+  with `tol` (a dict dtype -> tolerance) overriding the defaults."""
+  if tol is not None and not isinstance(tol, dict):
+    return tol
+  table = dict(_DEFAULT_TOL)
+  table.update({np.dtype(k): v for k, v in (tol or {}).items()})
+  return table.get(np.dtype(dtypes.canonicalize_dtype(dtype)), 1e-5)
+
+
+def _pair_tol(a: np.ndarray, b: np.ndarray, atol, rtol) -> tuple[float, float]:
+  """JAX's tolerances for comparing leaves `a` and `b`: the looser of their dtypes', scaled
+  by the leaves' sizes (atol by a's, rtol by b's)."""
+  return (max(_tol(a.dtype, atol), _tol(b.dtype, atol)) * a.size,
+          max(_tol(a.dtype, rtol), _tol(b.dtype, rtol)) * b.size)
 
 
 def _leaves(tree) -> list[np.ndarray]:
@@ -86,8 +104,9 @@ def _assert_close(x, y, atol, rtol, what: str):
       continue
     if a.dtype == dtypes.float0:
       continue
+    at, rt = _pair_tol(np.asarray(a), np.asarray(b), atol, rtol)
     np.testing.assert_allclose(np.asarray(a, np.complex128), np.asarray(b, np.complex128),
-                               atol=atol, rtol=rtol, err_msg=what)
+                               atol=at, rtol=rt, err_msg=what)
 
 
 def check_jvp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps: float,
@@ -110,7 +129,10 @@ def check_vjp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps
   ct = _rand_like(rng, out)
   lhs = _vdot(t, _conj(vjp_fn(_conj(ct))))
   rhs = _vdot(numerical_jvp(f, args, t, eps), ct)
-  np.testing.assert_allclose(lhs, rhs, atol=atol, rtol=rtol,
+  dt = np.dtype(dtypes.result_type(*[x.dtype for x in _leaves(out) + _leaves(args)
+                                     if dtypes.is_inexact(x.dtype)] or [np.float64]))
+  at, rt = _pair_tol(np.asarray(lhs, dt), np.asarray(rhs), atol, rtol)
+  np.testing.assert_allclose(lhs, rhs, atol=at, rtol=rt,
                              err_msg="VJP is not the adjoint of the finite-difference JVP")
 
 
@@ -118,8 +140,11 @@ def check_grads(f: Callable, args: Sequence[Any], order: int,
                 modes: Sequence[str] = ("fwd", "rev"), atol: float | None = None,
                 rtol: float | None = None, eps: float | None = None, seed: int = 0) -> None:
   """Checks forward- and/or reverse-mode derivatives of `f` up to `order` against central
-  finite differences (JAX's defaults: eps 1e-4 for every dtype; tolerance 1e-5 in float64,
-  2e-3 in float32), along the directions JAX's `check_grads` draws.
+  finite differences (JAX's defaults: eps 1e-4 for every dtype; tolerance per compared
+  leaf, the looser of its two dtypes' (canonicalized: 1e-5 in float64, 2e-3 in float32,
+  1e-2 in float16), times the leaf's size; a number given for atol/rtol is used as is, a
+  dict dtype -> tolerance overrides the defaults), along the directions JAX's
+  `check_grads` draws.
 
   Args:
     f: a function of `args` (arrays or pytrees) returning arrays or pytrees.
@@ -136,10 +161,7 @@ def check_grads(f: Callable, args: Sequence[Any], order: int,
   if set(modes) - {"fwd", "rev"}:
     raise ValueError(f"check_grads: modes must be 'fwd' and/or 'rev', got {modes}.")
   args = tuple(args)
-  dt = _dtype_of(args)
   eps = eps or _EPS
-  atol = _DEFAULT_TOL.get(dt, 1e-5) if atol is None else atol
-  rtol = _DEFAULT_TOL.get(dt, 1e-5) if rtol is None else rtol
   rng = np.random.RandomState(seed)
 
   def _check(f, order):

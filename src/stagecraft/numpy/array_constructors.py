@@ -119,7 +119,9 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
 
   Raises:
     TypeError: for objects that are not array-like, strings and bytes included (JAX's
-      message: "Value 'abc' with dtype <U3 is not a valid JAX array type. ...").
+      message: "Value 'abc' with dtype <U3 is not a valid JAX array type. ..."). With
+      `dtype`, such data is converted by NumPy (`np.asarray(object, dtype)`, as JAX does),
+      so strings of numbers convert and NumPy's ValueError/TypeError stands otherwise.
     NotImplementedError: for `order` other than 'K' or None.
     OverflowError: for a Python int out of the range of the result dtype.
   """
@@ -170,6 +172,14 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
       except Exception as e:
         raise TypeError(f"array: cannot convert an object of type {type(object).__name__} "
                         f"to an array: {e}") from e
+      if host.dtype.kind in "USO" and dtype is not None:
+        # As JAX: with a dtype, NumPy converts the data to it (jnp.array("1.5", dtype=float)
+        # is 1.5) and NumPy's error stands for what it cannot convert ("could not convert
+        # string to float: 'abc'"); a None leaf is JAX's ValueError first.
+        if not isinstance(object, np.ndarray) and any(
+            leaf is None for leaf in _nested_leaves(object)):
+          raise ValueError("None is not a valid value for jnp.array")
+        host = np.asarray(object, dtype=dtypes.canonicalize_dtype(dtype))
       if host.dtype.kind in "USO":   # strings, bytes, objects, None: JAX's errors
         if isinstance(object, np.ndarray):
           raise TypeError(f"Value '{object}' with dtype {host.dtype} is not a valid JAX "
