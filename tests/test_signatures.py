@@ -21,3 +21,11 @@ def test_convert_element_type_operand_keyword():
   sa = stagecraft.make_jaxpr(
       lambda v: stagecraft.lax.convert_element_type(operand=v, new_dtype=np.int32))(x)
   assert str(ja) == str(sa)
+
+
+def test_key_dtype_impl_spec_keyword():
+  """`random.key_dtype(impl_spec=...)` as JAX's: same parameter names and the same dtype."""
+  assert (list(inspect.signature(jax.random.key_dtype).parameters)
+          == list(inspect.signature(stagecraft.random.key_dtype).parameters))
+  assert str(jax.random.key_dtype(impl_spec="threefry2x32")) == str(
+      stagecraft.random.key_dtype(impl_spec="threefry2x32"))
