@@ -422,9 +422,16 @@ key_reuse.register_key_type(PRNGKeyArray)
 Array.register(PRNGKeyArray)
 
 
-def key_dtype(impl: Any = None) -> KeyTy:
-  """The dtype of typed keys, `key<fry>` (JAX's `random.key_dtype`)."""
-  _check_impl(impl)
+def key_dtype(impl_spec: Any = None) -> KeyTy:
+  """The dtype of typed keys, `key<fry>` (JAX's `random.key_dtype`).
+
+  Args:
+    impl_spec: None, `'threefry2x32'` or its implementation object (the parameter is
+      named as JAX 0.10.2's); other implementations raise as `_check_impl` does.
+  Returns:
+    the key dtype `key<fry>`.
+  """
+  _check_impl(impl_spec)
   return _key_dtype
 
 

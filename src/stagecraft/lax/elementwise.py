@@ -1196,13 +1196,17 @@ def select(pred: Any, on_true: Any, on_false: Any):
   return select_n_p.bind(pred, on_false, on_true)
 
 
-def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
-  """Casts `x` to `new_dtype` (canonicalized: float64 becomes float32 unless x64 is on).
+def convert_element_type(operand: Any, new_dtype: Any, weak_type: bool = False):
+  """Casts `operand` to `new_dtype` (canonicalized: float64 becomes float32 unless x64 is on).
+
+  The parameters are named and ordered as JAX 0.10.2's (`operand`, `new_dtype`), so
+  library code passing `operand=` works. `weak_type` (an extra third parameter: stagecraft's own
+  internal callers use it; JAX has it only on its private `_convert_element_type`) makes
+  the result weakly typed.
 
   Args:
-    x: array T[*s].
+    operand: array T[*s].
     new_dtype: dtype-like.
-    weak_type: whether the result is weakly typed.
   Returns:
     new_dtype[*s]. Complex to real (bool included) keeps the real part.
 
@@ -1217,7 +1221,7 @@ def convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False):
     UserWarning: for a 64-bit `new_dtype` with x64 off (`dtypes.check_user_dtype`).
   """
   new_dtype = dtypes.check_user_dtype(new_dtype, "convert_element_type")
-  return _convert_element_type(x, new_dtype, weak_type)
+  return _convert_element_type(operand, new_dtype, weak_type)
 
 
 def _convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False,
