@@ -121,8 +121,9 @@ def test_origin_names_two_and_three_arguments_as_jax():
 
   for fn, args in ((f2, (1.0, 2.0)), (f3, (1.0, 2.0, 3.0))):
     theirs, ours = _both(lambda api, np_: api.jit(fn), *args)
-    assert ours[:2] == [theirs[0], theirs[1] + ours[1][len(theirs[1]):]]
-    assert "static_argnums=(0, 1" in ours[1 if fn is f2 else 2]
+    # NB: JAX's whole text: no static_argnums hint is added
+    assert ours[:2] == theirs[:2]
+    assert not any("static_argnums" in line for line in ours[:3])
 
 
 @pytest.mark.parametrize("shape", [(2.0,), ("a",), (None,), [None], 2.5])

@@ -287,6 +287,8 @@ def step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, steps
   `xs` at the iteration's position, runs the body, writes `y` into the `ys` buffers."""
   nc, nk = num_consts, num_carry
   nx = len(jaxpr.in_avals) - nc - nk
+  symbolic = any(shape_poly.is_symbolic_dim(d) for a in (*state_avals, *jaxpr.in_avals)
+                 for d in getattr(a, "shape", ()))
 
   def step(i, *rest):
     consts, xs, carry, ys = _split(list(rest), nc, nx, nk)
@@ -298,7 +300,9 @@ def step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, steps
       # NB: the body as one `closed_call` (a `func.call` of a private function), as JAX's
       # scan lowering calls it: XLA then folds constants in the body as for JAX's program
       # (inlined, its folded constants can differ in the last bit).
-      outs = calls.closed_call_p.bind(*consts, *carry, *x, call_jaxpr=jaxpr)
+      # (With symbolic dimensions, export's lowering inlines it: no private function.)
+      outs = (core.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *consts, *carry, *x) if symbolic
+              else calls.closed_call_p.bind(*consts, *carry, *x, call_jaxpr=jaxpr))
       carry, y = outs[:nk], outs[nk:]
       ys = [slicing.dynamic_update_index_in_dim(b, v, pos, 0, allow_negative_indices=False)
             for b, v in zip(ys, y)]
