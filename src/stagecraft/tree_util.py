@@ -483,6 +483,39 @@ def _to_path(accessor) -> KeyPath:
 # ---------------------------------------------------------------------------
 # Flatten / unflatten / map.
 
+#: Treedefs whose dict keys were found sortable (bounded: cleared when full).
+_sortable_specs: dict = {}
+_SORTABLE_SPECS_MAX = 4096
+
+
+def _check_sortable(spec):
+  """Raises JAX's ValueError when a dict of `spec` has keys that cannot be sorted together
+  (`{1: 1.0, "a": 2.0}`); returns `spec`. optree orders such keys by type instead, JAX's
+  flatten raises. Checked once per distinct treedef (a treedef whose auxiliary data cannot
+  be hashed is not checked); the public flatten functions check, the transformations'
+  internal flattening does not."""
+  try:
+    if spec in _sortable_specs:
+      return spec
+  except TypeError:   # unhashable auxiliary data of a registered node
+    return spec
+  stack = [spec]
+  while stack:
+    node = stack.pop()
+    if node.kind in (optree.PyTreeKind.DICT, optree.PyTreeKind.DEFAULTDICT):
+      try:
+        sorted(node.entries())
+      except TypeError:
+        raise ValueError("Comparator raised exception while sorting pytree dictionary "
+                         "keys.") from None
+    if node.num_nodes > 1:
+      stack.extend(node.children())
+  if len(_sortable_specs) >= _SORTABLE_SPECS_MAX:
+    _sortable_specs.clear()
+  _sortable_specs[spec] = None
+  return spec
+
+
 def tree_flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
   """Flattens `tree` into its leaves (left to right, dict keys sorted) and its structure.
 
@@ -494,7 +527,7 @@ def tree_flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
     `(leaves, treedef)`.
   """
   leaves, spec = _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)
-  return leaves, PyTreeDef(spec)
+  return leaves, PyTreeDef(_check_sortable(spec))
 
 
 def _sorted_dict_node(node: PyTreeDef) -> PyTreeDef:
@@ -545,12 +578,15 @@ def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
 
 def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
   """The leaves of `tree`, in `tree_flatten` order."""
-  return _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)[0]
+  leaves, spec = _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)
+  _check_sortable(spec)
+  return leaves
 
 
 def tree_structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> PyTreeDef:
   """The `PyTreeDef` of `tree`."""
-  return PyTreeDef(_C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)[1])
+  return PyTreeDef(_check_sortable(_C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF,
+                                              NAMESPACE)[1]))
 
 
 def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
@@ -568,6 +604,7 @@ def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
     ValueError: if a tree in `rest` does not have `tree`'s structure as a prefix.
   """
   leaves, treedef = _C.flatten(tree, _leaf(is_leaf), _NONE_IS_LEAF, NAMESPACE)
+  _check_sortable(treedef)
   if not rest:
     return canonical_treedef(treedef).unflatten(map(f, leaves))
   return canonical_treedef(treedef).unflatten(
@@ -608,6 +645,7 @@ def tree_flatten_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None
     return pairs, PyTreeDef(spec)
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
       tree, _leaf(is_leaf), none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  _check_sortable(treedef)
   return [(_to_path(a), x) for a, x in zip(accessors, leaves)], PyTreeDef(treedef)
 
 
@@ -630,6 +668,7 @@ def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any,
         if pairs else [])
   accessors, leaves, treedef = optree.tree_flatten_with_accessor(
       tree, _leaf(is_leaf), none_is_leaf=_NONE_IS_LEAF, namespace=NAMESPACE)
+  _check_sortable(treedef)
   paths = map(_to_path, accessors)
   return canonical_treedef(treedef).unflatten(
       map(f, paths, leaves, *_rest_up_to(treedef, tree, rest, is_leaf, "tree_map_with_path")))
