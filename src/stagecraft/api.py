@@ -811,10 +811,18 @@ def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool,
   argnums_t = (argnums,) if int_argnum else tuple(argnums)
   partial_fun, dyn = _argnums_partial(fun, ensure_inbounds(len(args), argnums_t), args,
                                       kwargs)
-  for x in tree_util.tree_leaves(dyn):
-    if name == "jacrev":
-      _check_input_dtype_revderiv(name, holomorphic, allow_int, x)
-      continue
+  # NB: JAX checks the leaves with a tree_map, whose result is unflattened: a pytree class's
+  # unflatten sees None leaves (JAX's custom-pytree tutorial shows the error that gives).
+  tree_util.tree_map(functools.partial(_check_input_dtype_jac, name, holomorphic, allow_int),
+                     dyn)
+  return partial_fun, dyn, int_argnum
+
+
+def _check_input_dtype_jac(name: str, holomorphic: bool, allow_int: bool, x) -> None:
+  """JAX's checks (types and words) of an input leaf of jacfwd or jacrev."""
+  if name == "jacrev":
+    _check_input_dtype_revderiv(name, holomorphic, allow_int, x)
+  else:
     dt = typeof(x).dtype   # jacfwd (JAX's checks and words)
     if dtypes.issubdtype(dt, dtypes.extended):
       raise TypeError(f"jacfwd with input element type {dt.name}")
@@ -828,7 +836,14 @@ def _jac_prepare(fun, argnums, args, kwargs, name: str, holomorphic: bool,
           f"np.floating), but got {dt.name}. For holomorphic differentiation, pass "
           f"holomorphic=True. For differentiation of non-holomorphic functions involving "
           f"complex inputs or integer inputs, use jax.jvp directly.")
-  return partial_fun, dyn, int_argnum
+
+
+def _check_output_dtype_jacfwd(holomorphic: bool, x) -> None:
+  """JAX's check (type and words) of an output leaf of jacfwd."""
+  dt = core.get_aval(x).dtype
+  if holomorphic and not dtypes.is_complex(dt):
+    raise TypeError(f"jacfwd with holomorphic=True requires outputs with complex dtype, "
+                    f"but got {dt.name}.")
 
 
 def _split(x, sizes: Sequence[int], axis: int) -> list:
@@ -916,13 +931,9 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
       y = res[0] if has_aux else res
       cols = [np.zeros((*core.get_aval(o).shape, 0), core.get_aval(o).dtype)
               for o in flatten(y)[0]]
+    tree_util.tree_map(functools.partial(_check_output_dtype_jacfwd, holomorphic), y)
     out_leaves, out_tree = flatten(y)
     out_avals = [core.get_aval(o) for o in out_leaves]
-    if holomorphic:
-      for a in out_avals:
-        if not dtypes.is_complex(a.dtype):
-          raise TypeError(f"jacfwd with holomorphic=True requires outputs with complex "
-                          f"dtype, but got {a.dtype.name}.")
     rows = [_unravel(c, len(oa.shape), sizes, [(*oa.shape, *ia.shape) for ia in in_avals],
                      [oa] * len(in_avals))
             for c, oa in zip(cols, out_avals)]
@@ -967,10 +978,10 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     y, vjp_fn = res[0], res[1]
     in_leaves, in_tree = flatten(dyn)
     in_avals = [core.get_aval(x) for x in in_leaves]
+    tree_util.tree_map(lambda o: _check_output_dtype_revderiv("jacrev", holomorphic,
+                                                              core.get_aval(o)), y)
     out_leaves, out_tree = flatten(y)
     out_avals = [core.get_aval(o) for o in out_leaves]
-    for a in out_avals:
-      _check_output_dtype_revderiv("jacrev", holomorphic, a)
     basis, sizes = _std_basis(out_leaves)
     cts = _map_basis(vjp_fn, (tree_util.tree_unflatten(out_tree, basis),), sum(sizes), 0,
                      in_avals, lambda a: (0, *a.shape))
