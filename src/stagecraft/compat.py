@@ -59,7 +59,7 @@ import numpy as np
 import stagecraft
 from stagecraft import dtypes, tree_util, version as _version
 from stagecraft.numpy import scalar_types
-from stagecraft.runtime import jax_runtime
+from stagecraft.runtime import array as array_mod, jax_runtime
 
 __all__ = ["install", "uninstall", "is_installed", "stagecraft_name", "JAX_API_VERSION"]
 
@@ -295,6 +295,7 @@ def install() -> None:
   tree_util.registration_hooks.append(hook)
   _state["hook"] = hook
   scalar_types.repr_module[0] = _PREFIX + ".numpy"   # `<class 'jax.numpy.float32'>`
+  array_mod.class_repr[0] = "jaxlib._jax.ArrayImpl"   # `type(x)` as JAX's concrete class
   for n, m in list(sys.modules.items()):
     if isinstance(m, ModuleType) and (n == "stagecraft" or n.startswith("stagecraft.")):
       _name_as_jax(m)
@@ -325,6 +326,7 @@ def uninstall() -> None:
   if _state.pop("set_src", False):
     vars(stagecraft).pop("_src", None)
   scalar_types.repr_module[0] = "stagecraft.numpy"
+  array_mod.class_repr[0] = None
   _unname_as_jax()
   _state["finder"], _state["saved"] = None, {}
   importlib.invalidate_caches()

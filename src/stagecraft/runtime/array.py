@@ -61,7 +61,20 @@ def buffer_devices(buf) -> set:
   dev = getattr(sh, "_device", None)
   return {dev} if dev is not None else set(sh._internal_device_list)
 
-class Array(metaclass=abc.ABCMeta):
+#: How `repr(Array)` reads: None for the class's own name; the JAX runner
+#: (`stagecraft.compat.install`) sets JAX's concrete class name, `jaxlib._jax.ArrayImpl`,
+#: which JAX programs print (`type(x)` in JAX's "Thinking in JAX").
+class_repr: list = [None]
+
+
+class _ArrayMeta(abc.ABCMeta):
+  def __repr__(cls):
+    if cls is Array and class_repr[0] is not None:
+      return f"<class {class_repr[0]!r}>"
+    return super().__repr__()
+
+
+class Array(metaclass=_ArrayMeta):
   """An immutable array on a device.
 
   Every tracer is a virtual subclass (`isinstance(tracer, Array)` is True inside `jit`,
