@@ -270,6 +270,15 @@ def _nondiff_positions(fun: Callable, argnums: Sequence[int], argnames: Sequence
   return tuple(sorted(nums))
 
 
+def _forward_attr(self, name: str):
+  """A missing attribute of a custom_jvp/custom_vjp: one named `def...` is looked up on the
+  wrapped function (as JAX's, so a misspelt `f.defvjp_with_logs` raises "'function' object
+  has no attribute ..."); any other is a bare AttributeError."""
+  if name.startswith("def") and "fun" in vars(self):
+    return getattr(self.fun, name)
+  raise AttributeError
+
+
 class custom_jvp:
   """A function with a custom JVP rule, used by every transformation that differentiates.
 
@@ -295,6 +304,8 @@ class custom_jvp:
   Calling it raises AttributeError when no rule was defined, and TypeError when the rule's
   outputs do not match the primal function's (tree structure, shapes or dtypes).
   """
+
+  __getattr__ = _forward_attr
 
   def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = (),
                nondiff_argnames: Sequence[str] = ()):
@@ -642,6 +653,8 @@ class custom_vjp:
   TypeError/ValueError when `fwd`'s primal output or `bwd`'s cotangents do not match the
   function's output and inputs (tree structure, shapes, dtypes).
   """
+
+  __getattr__ = _forward_attr
 
   def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = (),
                nondiff_argnames: Sequence[str] = ()):
