@@ -474,6 +474,7 @@ def _new_form(f, mesh, axis_names, in_specs, out_specs, check_vma) -> "_Mapped":
   mapped = _Mapped(f, run_mesh, manual, in_specs, out_specs, check_vma, legacy=False,
                    infer=in_specs is Infer)
   mapped.fixed = not nested
+  mapped.mesh_from_context = mesh is None
   return mapped
 
 
@@ -506,6 +507,9 @@ class _Mapped:
     self.legacy, self.infer, self.fixed = legacy, infer, True
     # NB: False for stagecraft's own shard_maps over blocks it made (no sharding types)
     self.typed_inputs = True
+    # True: the mesh came from the context (`set_mesh`), and the equation's `mesh` prints
+    # as its AbstractMesh, as JAX's (which keeps only the abstract mesh then).
+    self.mesh_from_context = False
     self.fun_name = _fun_name(f)
     self.traces: dict = {}
     self.wrapped = self._make_wrapped()
@@ -650,7 +654,8 @@ class _Mapped:
       outs = shard_map_p.bind(
           *consts, *dyn, jaxpr=closed, mesh=mesh,
           in_specs=(PartitionSpec(),) * len(consts) + dyn_specs, out_specs=o_specs,
-          newly_manual_axes=self.manual, check_vma=self.check, name=fun_name)
+          newly_manual_axes=self.manual, check_vma=self.check, name=fun_name,
+          **({"mesh_from_context": True} if self.mesh_from_context else {}))
       return tree_util.tree_unflatten(out_tree, outs)
 
     if self.legacy:
@@ -947,8 +952,11 @@ def _eager_shard_map(mapped: "_Mapped", in_tree, specs, leaves):
       if mapped.check and any(n in x.vary and n not in _spec_names(s) for n in mapped.manual):
         if mapped.legacy:
           mapped._legacy_rep_error(path, s, x.vary)
-        # NB: JAX 0.10.2's eager shard_map names no key path (its jit does).
-        raise ValueError(_vma_error(fun_name, mesh, [("", s, x.vary)], legacy=False))
+        # NB: JAX 0.10.2's eager shard_map names no key path (its jit does), and names
+        # not the user's function but `_rem_singleton`: it checks the outputs in a
+        # shard_map of its own (`_match`) over that helper, which the message names.
+        raise ValueError(_vma_error("_rem_singleton", mesh, [("", s, x.vary)],
+                                    legacy=False))
       results.append((x.val, s))
   finally:
     trace.invalidate()

@@ -593,8 +593,13 @@ shard_map_p.multiple_results = True
 
 def _pp_shard_map(eqn, context):
   # NB: JAX's params, sorted by name; `name` (stagecraft's, for messages and module names)
-  # is not printed, as JAX keeps the function's name in the jaxpr's debug info.
-  return sorted((k, v) for k, v in eqn.params.items() if k != "name")
+  # is not printed, as JAX keeps the function's name in the jaxpr's debug info. A mesh taken
+  # from the context (`mesh_from_context`, not printed) prints as its AbstractMesh, the one
+  # JAX's equation holds then.
+  params = dict(eqn.params)
+  if params.pop("mesh_from_context", False):
+    params["mesh"] = params["mesh"].abstract_mesh
+  return sorted((k, v) for k, v in params.items() if k != "name")
 
 
 core.pp_eqn_rules[shard_map_p] = _pp_shard_map
