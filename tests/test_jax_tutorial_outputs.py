@@ -188,3 +188,31 @@ def test_shard_map_jaxpr_prints_the_abstract_mesh_of_a_context_mesh(from_context
   assert ("AbstractMesh(" in want) == from_context
   assert got == want
   np.testing.assert_array_equal(got_v, want_v)
+
+
+# ---------------------------------------------------------------------------
+# Tracebacks: under the runner the filtered traceback's note names JAX, as JAX's does.
+
+
+def _frame_notes(m):
+  try:
+    m.jit(lambda x: x.reshape(7))(m.numpy.ones(3))
+  except TypeError as e:
+    return str(e), [n for n in getattr(e, "__notes__", []) if "internal frames" in n]
+  raise AssertionError("no error")
+
+
+def test_traceback_note_names_jax_while_served():
+  want = _frame_notes(jax)
+  assert want[1], "JAX attached no traceback note"
+  was = compat.is_installed()
+  compat.install()
+  try:
+    got = _frame_notes(stagecraft)
+  finally:
+    if not was:
+      compat.uninstall()
+  assert got == want
+  if not was:
+    own = _frame_notes(stagecraft)
+    assert own[0] == want[0] and "stagecraft has removed its internal frames" in own[1][0]

@@ -792,8 +792,19 @@ def test_shape_errors():
     jnp.reshape(X3, (5, 5))
   with pytest.raises(TypeError, match=re.escape("into shape (5, -1)")):
     jnp.reshape(X3, (5, -1))
-  with pytest.raises(ValueError, match="can only specify one unknown dimension"):
+  with pytest.raises(TypeError, match=re.escape(   # JAX's type and message
+      "can only specify one unknown axis size with a `-1` value, got (-1, -1)")):
     jnp.reshape(X3, (-1, -1))
+  # JAX writes the shape as given, without a final period
+  for call in (lambda m: m.numpy.reshape(m.numpy.ones(6), 7),
+               lambda m: m.numpy.ones(6).reshape(7),
+               lambda m: m.numpy.ones(6).reshape(2, 4),
+               lambda m: m.numpy.ones(6).reshape((4, -1))):
+    with pytest.raises(TypeError) as want:
+      call(jax)
+    with pytest.raises(TypeError) as got:
+      call(sc)
+    assert str(got.value) == str(want.value)
   with pytest.raises(TypeError, match=re.escape(   # JAX's type and message
       "transpose permutation isn't a permutation of operand dimensions, got permutation "
       "(0, 0, 1) for operand shape (2, 3, 4).")):

@@ -34,11 +34,21 @@ C = TypeVar("C")
 
 _exclude_paths: list[str] = [os.path.dirname(os.path.abspath(__file__)) + os.sep]
 
-_SIMPLIFIED = ("For simplicity, stagecraft has removed its internal frames from the "
-               "traceback of the following exception. Set JAX_TRACEBACK_FILTERING=off "
-               "to include these.")
-_APPENDED = ("The stack trace below excludes stagecraft-internal frames.\nThe preceding is "
-             "the original exception that occurred, unmodified.\n\n--------------------")
+#: The name the tracebacks' notes give the library: the JAX runner
+#: (`stagecraft.compat.install`) sets "JAX", so programs print JAX's notes.
+library_name = ["stagecraft"]
+
+
+def _simplified() -> str:
+  return (f"For simplicity, {library_name[0]} has removed its internal frames from the "
+          f"traceback of the following exception. Set JAX_TRACEBACK_FILTERING=off to "
+          f"include these.")
+
+
+def _appended() -> str:
+  return (f"The stack trace below excludes {library_name[0]}-internal frames.\nThe "
+          f"preceding is the original exception that occurred, unmodified.\n\n"
+          f"--------------------")
 
 
 class UnfilteredStackTrace(Exception):
@@ -47,7 +57,7 @@ class UnfilteredStackTrace(Exception):
 
 class SimplifiedTraceback(Exception):
   def __str__(self):
-    return _SIMPLIFIED
+    return _simplified()
 
 
 #: File names already classified as stagecraft's own (or excluded) and as the user's: the
@@ -142,10 +152,10 @@ def filter_exception(e: BaseException, note: bool = True) -> None:
   e.with_traceback(filter_traceback(tb))
   if mode == "quiet_remove_frames":
     if note:
-      e.add_note("--------------------\n" + _SIMPLIFIED)
+      e.add_note("--------------------\n" + _simplified())
   elif mode == "remove_frames":
     msg = "".join(traceback.format_exception_only(type(e), e)).strip()
-    unfiltered = UnfilteredStackTrace(f"{msg}\n\n{_APPENDED}").with_traceback(tb)
+    unfiltered = UnfilteredStackTrace(f"{msg}\n\n{_appended()}").with_traceback(tb)
     unfiltered.__cause__ = e.__cause__
     unfiltered.__context__ = e.__context__
     unfiltered.__suppress_context__ = e.__suppress_context__

@@ -39,7 +39,7 @@ def _binop(fn, swap=False):
 
 
 def _reshape(self, *shape, order="C", out_sharding=None):
-  if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+  if len(shape) == 1:   # NB: `x.reshape(7)` is reshape(x, 7), as JAX's (its messages say `7`)
     shape = shape[0]
   if out_sharding is not None:
     return manipulation.reshape(self, shape, order, out_sharding=out_sharding)

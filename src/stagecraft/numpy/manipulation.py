@@ -132,6 +132,7 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
     rev = tuple(shape)[::-1]
     out = reshape(transpose(a), rev)
     return transpose(out)
+  given = shape   # NB: JAX's messages write the shape as it was given (`7`, not `(7,)`)
   if isinstance(shape, (int, np.integer)):
     shape = (int(shape),)
   old = shape_of(a)
@@ -142,16 +143,18 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
   except TypeError as e:
     raise shape_error(shape) from e
   if builtins.sum(1 for d in shape if d == -1) > 1:
-    raise ValueError(f"reshape: can only specify one unknown dimension (-1), got {shape}.")
+    raise TypeError(f"can only specify one unknown axis size with a `-1` value, got {given}")
   if -1 in shape:
     known = math.prod(d for d in shape if d != -1)
     total = math.prod(old)
-    if known == 0 or total % known:
-      raise TypeError(f"cannot reshape array of shape {old} (size {total}) into shape {shape}.")
+    if total % known:   # NB: as JAX's, a zero-size known part divides by zero
+      raise TypeError(f"cannot reshape array of shape {old} (size {total}) into shape "
+                      f"{given} because the product of specified axis sizes ({known}) does "
+                      f"not evenly divide {total}")
     shape = tuple(total // known if d == -1 else d for d in shape)
   if math.prod(shape) != math.prod(old):
     raise TypeError(f"cannot reshape array of shape {old} (size {math.prod(old)}) into shape "
-                    f"{shape} (size {math.prod(shape)}).")
+                    f"{given} (size {math.prod(shape)})")
   if shape == old:
     return a
   return lax.reshape(a, shape)
