@@ -253,3 +253,22 @@ def test_optimizer_keeps_float64_under_x64():
     m, v = 0.1 * g, 0.001 * g * g
     ref = x - 0.1 * (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8)
     np.testing.assert_allclose(np.asarray(p), ref, rtol=1e-12)
+
+
+def test_pooling_init_with_unknown_batch_dimension_as_jax():
+  # JAX's differentially_private_sgd example initialises a conv net with input shape
+  # (-1, 28, 28, 1): the pooling layers' shapes come from reduce_window_shape_tuple, which
+  # gives max(0, ...) per dimension without a check, as JAX's.
+  def net(S):
+    return S.serial(S.Conv(16, (8, 8), padding="SAME", strides=(2, 2)), S.Relu,
+                    S.MaxPool((2, 2), (1, 1)), S.AvgPool((2, 2), (1, 1)), S.Flatten,
+                    S.Dense(10))
+  init, _ = net(stax)
+  jinit, _ = net(jstax)
+  shape, params = init(sc.random.PRNGKey(0), (-1, 28, 28, 1))
+  jshape, jparams = jinit(jax.random.PRNGKey(0), (-1, 28, 28, 1))
+  assert shape == jshape
+  _leaves_close(params, jparams)
+  for args in [((-1, 14, 14, 16), (1, 2, 2, 1), (1, 1, 1, 1), ((0, 0),) * 4),
+               ((3, 5), (4, 2), (1, 2), ((0, 0), (1, 0)))]:
+    assert sc.lax.reduce_window_shape_tuple(*args) == jax.lax.reduce_window_shape_tuple(*args)

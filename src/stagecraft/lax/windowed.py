@@ -787,8 +787,12 @@ def reduce_window_shape_tuple(operand_shape: Sequence[int], window_dimensions: S
                               padding: Sequence[tuple[int, int]],
                               base_dilation: Sequence[int] | None = None,
                               window_dilation: Sequence[int] | None = None) -> tuple[int, ...]:
-  """The output shape of a windowed reduction (JAX's `lax.reduce_window_shape_tuple`)."""
+  """The output shape of a windowed reduction (JAX's `lax.reduce_window_shape_tuple`): per
+  dimension `max(0, (padded - window) // stride + 1)`, with no other check, as JAX's (stax
+  layers pass a batch dimension of -1, which gives 0)."""
   n = len(operand_shape)
-  return _window_out_shape(tuple(operand_shape), tuple(window_dimensions),
-                           tuple(window_strides), tuple(map(tuple, padding)),
-                           tuple(base_dilation or (1,) * n), tuple(window_dilation or (1,) * n))
+  shape = _dilate_shape(tuple(operand_shape), tuple(base_dilation or (1,) * n))
+  window = _dilate_shape(tuple(window_dimensions), tuple(window_dilation or (1,) * n))
+  padded = [d + lo + hi for d, (lo, hi) in zip(shape, padding)]
+  return tuple(shape_poly.max_dim((p - w) // s + 1, 0)
+               for p, w, s in zip(padded, window, window_strides))
