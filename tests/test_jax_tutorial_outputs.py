@@ -216,3 +216,31 @@ def test_traceback_note_names_jax_while_served():
   if not was:
     own = _frame_notes(stagecraft)
     assert own[0] == want[0] and "stagecraft has removed its internal frames" in own[1][0]
+
+
+# ---------------------------------------------------------------------------
+# The stages print as JAX's objects under the runner (optax's microbatching example prints a
+# Compiled), and with the function's name otherwise.
+
+
+def _stage_reprs(m):
+  f = m.jit(lambda x: x + 1)
+  t = f.trace(1.0)
+  lo = f.lower(1.0)
+  return [repr(o).split(" at 0x")[0] for o in (t, lo, lo.compile())]
+
+
+def test_stage_reprs_as_jax_while_served():
+  want = _stage_reprs(jax)
+  was = compat.is_installed()
+  compat.install()
+  try:
+    got = _stage_reprs(stagecraft)
+  finally:
+    if not was:
+      compat.uninstall()
+  assert got == want == ["<jax._src.stages.Traced object", "<jax._src.stages.Lowered object",
+                         "<jax._src.stages.Compiled object"]
+  if not was:
+    assert _stage_reprs(stagecraft) == ["Traced(<lambda>)", "Lowered(<lambda>)",
+                                        "Compiled(<lambda>)"]

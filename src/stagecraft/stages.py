@@ -144,6 +144,17 @@ def result_infos(out_tree) -> list[str]:
           for p, _ in tree_util.tree_flatten_with_path(leaves)[0]]
 
 
+#: True while the JAX runner is installed (`stagecraft.compat.install`): the stages print
+#: as JAX's objects do, `<jax._src.stages.Compiled object at 0x...>` (JAX's have no repr).
+jax_reprs = [False]
+
+
+def _stage_repr(obj, kind: str) -> str:
+  if jax_reprs[0]:
+    return f"<jax._src.stages.{kind} object at {id(obj):#x}>"
+  return f"{kind}({obj._sig.name})"
+
+
 class Traced:
   """A function traced for one argument signature.
 
@@ -192,7 +203,7 @@ class Traced:
     return Lowered(sig, lowered)
 
   def __repr__(self):
-    return f"Traced({self._sig.name})"
+    return _stage_repr(self, "Traced")
 
 
 class Lowered:
@@ -298,7 +309,7 @@ class Lowered:
     return Compiled(sig, call)
 
   def __repr__(self):
-    return f"Lowered({self._sig.name})"
+    return _stage_repr(self, "Lowered")
 
 
 def _compile_with_options(text: str, device, options: dict[str, Any], devices=None):
@@ -521,7 +532,7 @@ class Compiled:
     return cache.serialize_executable(program.exe, meta)
 
   def __repr__(self):
-    return f"Compiled({self._sig.name})"
+    return _stage_repr(self, "Compiled")
 
 
 def _args_keystr(path: tuple) -> str:
