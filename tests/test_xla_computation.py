@@ -261,12 +261,12 @@ def test_pytree_args_and_kwargs():
 
 
 def test_unbound_axis_without_env():
-  with pytest.raises(NameError, match=r"unbound axis name: i\. The following axis names"):
+  with pytest.raises(NameError, match=r"Found an unbound axis name: i\. To fix this"):
     xla_computation(lambda x: lax.psum(x, "i"))(1.)
 
 
-def test_unbound_axis_with_env_lists_bound_names():
-  with pytest.raises(NameError, match=r"unbound axis name: k.*\['i', 'j'\]"):
+def test_unbound_axis_with_env():
+  with pytest.raises(NameError, match=r"Found an unbound axis name: k\. To fix this"):
     xla_computation(lambda x: lax.psum(x, "k"), axis_env=ENV)(1.)
 
 

@@ -38,6 +38,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
+import numpy as np
 import optree
 
 from stagecraft.traceback_util import api_boundary
@@ -300,10 +301,20 @@ remat_p = core.Primitive("remat2")   # JAX 0.10.2's name
 remat_p.multiple_results = True
 
 
-def _remat_lowering(ctx, *args, jaxpr: ClosedJaxpr, prevent_cse: bool, differentiated: bool,
-                    policy):
-  if differentiated and prevent_cse and args:
-    args = ctx.op("stablehlo.optimization_barrier", list(args), result_avals=ctx.avals_in)
+def _remat_lowering(ctx, *args, jaxpr: ClosedJaxpr, prevent_cse: bool | tuple,
+                    differentiated: bool, policy):
+  # `prevent_cse`: a bool, or (JAX's per-argument form) one bool per operand
+  flags = ((bool(prevent_cse),) * len(args) if not isinstance(prevent_cse, tuple)
+           else prevent_cse if len(prevent_cse) == len(args)
+           else (any(prevent_cse),) * len(args))
+  if differentiated and any(flags):
+    idx = [i for i, f in enumerate(flags) if f]
+    out = ctx.op("stablehlo.optimization_barrier", [args[i] for i in idx],
+                 result_avals=[ctx.avals_in[i] for i in idx],
+                 operand_avals=[ctx.avals_in[i] for i in idx])
+    args = list(args)
+    for i, r in zip(idx, out):
+      args[i] = r
   return lowering.lower_call(ctx, "checkpoint", jaxpr, args)
 
 
@@ -788,8 +799,21 @@ core.pp_eqn_rules[remat_p] = lambda eqn, context: sorted(
     {**eqn.params, "policy": core.pp_masked_str(eqn.params["policy"])}.items())
 
 
-def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,
-               static_argnums: int | Sequence[int] = ()) -> Callable:
+class _Deprecated:
+  """The default of `checkpoint`'s removed `concrete` argument (JAX's DeprecatedArg)."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "Deprecated"
+
+
+_DEPRECATED = _Deprecated()
+
+
+def checkpoint(fun: Callable, *, prevent_cse: bool | Sequence[bool] = True,
+               policy: Callable | None = None, static_argnums: int | Sequence[int] = (),
+               static_argnames: str | Sequence[str] = (),
+               concrete: Any = _DEPRECATED) -> Callable:
   """Makes `fun` recompute its intermediate values in the backward pass instead of storing
   them (gradient checkpointing / rematerialization), as JAX's `checkpoint`.
 
@@ -801,15 +825,32 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
       deciding which intermediate values are saved for the backward pass (True) instead of
       recomputed; see `checkpoint_policies`.
     static_argnums: positions of arguments that are Python values, not arrays.
+    static_argnames: accepted, and (as in JAX 0.10.2, whose checkpoint reads it only in
+      its experimental `jax_remat3` mode) not used: keyword arguments are traced.
+    concrete: removed in JAX 0.10; passing it raises JAX's NotImplementedError.
 
   Returns:
     A function with `fun`'s signature and results whose derivatives recompute `fun`'s
     intermediate values except those the policy saves.
 
   Raises:
-    TypeError: for a policy that is not callable; for array-like static arguments that are
-      tracers, or non-array leaves.
+    TypeError: for a policy that is not callable, a prevent_cse that is not a bool or a
+      sequence of bools; for array-like static arguments that are tracers, or non-array
+      leaves.
+    NotImplementedError: when `concrete` is given.
   """
+  if concrete is not _DEPRECATED:
+    raise NotImplementedError(
+        "The `concrete` option to `jax.checkpoint` was deprecated in JAX v0.8.2, and removed "
+        "in JAX v0.10.0. In its place please use `static_argnums`; for details refer to "
+        "https://docs.jax.dev/en/latest/jep/11830-new-remat-checkpoint.html.")
+  if isinstance(prevent_cse, Sequence):   # JAX's per-argument flags (a prefix of the args)
+    prevent_cse = tuple(prevent_cse)
+  elif not isinstance(prevent_cse, (bool, np.bool_)):
+    raise TypeError(f"prevent_cse must be a bool or tuple of bools, got "
+                    f"type(prevent_cse)={type(prevent_cse)}")
+  else:
+    prevent_cse = bool(prevent_cse)
   if policy is not None and not callable(policy):
     raise TypeError(
         f"checkpoint: policy must be None or a callable `policy(prim, *avals, **params) -> "
@@ -830,8 +871,13 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     closed, consts, out_tree = _trace_checkpointed(
         fun, args, nargs, frozenset(st), in_tree, avals)
 
+    cse = prevent_cse
+    if isinstance(cse, tuple):   # as JAX's: False for the constants, then one per leaf
+      cse_args = (tuple(dyn), kwargs) if kwargs else tuple(dyn)
+      cse = (False,) * len(consts) + tuple(tree_util.broadcast_prefix(cse, cse_args))
+
     def run():
-      outs = remat_p.bind(*consts, *leaves, jaxpr=closed, prevent_cse=prevent_cse,
+      outs = remat_p.bind(*consts, *leaves, jaxpr=closed, prevent_cse=cse,
                           differentiated=False, policy=policy)
       return tree_util.tree_unflatten(out_tree, outs)
 

@@ -3,6 +3,7 @@
 `stagecraft.pjit`, below the libraries that use it)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any, Callable, Sequence
@@ -42,12 +43,15 @@ _NS = tree_util.NAMESPACE
 
 
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
+               axis_env: Sequence[tuple[Any, int]] | None = None,
                return_shape: bool = False) -> Callable[..., ClosedJaxpr]:
   """Returns a function that traces `fun` and gives its ClosedJaxpr.
 
   Args:
     fun: the function to trace.
     static_argnums: positions of arguments treated as Python constants.
+    axis_env: optional `[(axis name, size), ...]`: named axes bound while `fun` is traced,
+      so its collectives over them (`lax.psum(x, 'i')`) are staged, as under a pmap.
     return_shape: also return the output pytree of ShapeDtypeStructs.
 
   Returns:
@@ -64,7 +68,10 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
   @wraps(fun)
   @api_boundary
   def make(*args, **kwargs):
-    traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
+    with contextlib.ExitStack() as stack:
+      for name, size in axis_env or ():
+        stack.enter_context(batching.extend_axis_env(name, size))
+      traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
     closed = traced.closed
     if return_shape:
       return closed, traced.out_shapes()
@@ -1092,7 +1099,8 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fal
 
 
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
-         axis_size: int | None = None, spmd_axis_name: Any = None) -> Callable:
+         axis_size: int | None = None, spmd_axis_name: Any = None,
+         sum_match: bool = False) -> Callable:
   """Vectorizes `fun` over a new leading (or `in_axes`) axis of its arguments, as JAX's
   `vmap`: the function is run once on batched tracers and every primitive's batching rule
   handles the batch axis (no Python loop).
@@ -1107,6 +1115,8 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     axis_name: a name for the mapped axis, for collectives (`lax.psum(x, axis_name)`).
     axis_size: the mapped size; required when no argument is mapped.
     spmd_axis_name: accepted for compatibility (there is no SPMD partitioning of vmap here).
+    sum_match: an output whose out_axes is None but that is batched is summed over the
+      batch axis instead of raising (JAX's `sum_match`).
 
   Refs among the arguments are passed as refs holding the (batched) value: writes into
   one mapped over an axis land in its slices, and its final value is written back; a write
@@ -1197,6 +1207,9 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     for j, (o, d, ax) in enumerate(zip(outs, out_dims, o_axes)):
       if j in returned:
         results.append(refs[returned[j]])
+        continue
+      if ax is None and d is not None and sum_match:   # JAX's: summed over the batch axis
+        results.append(o.sum(d))
         continue
       if ax is None:
         if d is not None and axis_name is not None:

@@ -135,15 +135,26 @@ def _canonicalize_cached(dtype: np.dtype, x64: bool) -> np.dtype:
   return _narrow.get(dtype, dtype)
 
 
-def canonicalize_dtype(dtype: Any) -> np.dtype:
+def canonicalize_dtype(dtype: Any, allow_extended_dtype: bool = False) -> np.dtype:
   """Returns the dtype stagecraft computes with for `dtype`.
 
-  With `enable_x64` off (the default) 64-bit types narrow to 32 bits.
+  With `enable_x64` off (the default) 64-bit types narrow to 32 bits. An extended dtype (a
+  typed key's `key<fry>`) is returned as it is with `allow_extended_dtype=True`.
 
   Raises:
     TypeError: if `dtype` names no dtype.
+    ValueError: for an extended dtype without `allow_extended_dtype` (JAX's words).
   """
-  return _canonicalize_cached(_to_np_dtype(dtype), config.enable_x64)
+  try:
+    return _canonicalize_cached(_to_np_dtype(dtype), config.enable_x64)
+  except TypeError:
+    if not isinstance(getattr(dtype, "type", None), type) or not issubclass(dtype.type,
+                                                                             extended):
+      raise
+  if allow_extended_dtype:
+    return dtype
+  raise ValueError(f"Internal: canonicalize_dtype called on extended dtype {dtype} with "
+                   f"allow_extended_dtype=False")
 
 
 def _user_stacklevel() -> int:

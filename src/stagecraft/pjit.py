@@ -1589,7 +1589,8 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
         donate_argnums: int | Sequence[int] | None = None,
         donate_argnames: str | Iterable[str] | None = None, keep_unused: bool = False,
         device=None, backend: str | None = None, inline: bool = False,
-        in_shardings: Any = None, out_shardings: Any = None):
+        in_shardings: Any = None, out_shardings: Any = None,
+        compiler_options: dict[str, Any] | None = None):
   """Compiles `fun` with XLA; traces once per argument signature.
 
   Args:
@@ -1636,9 +1637,60 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
                              static_argnames=static_argnames, donate_argnums=donate_argnums,
                              donate_argnames=donate_argnames, keep_unused=keep_unused,
                              device=device, backend=backend, inline=inline,
-                             in_shardings=in_shardings, out_shardings=out_shardings)
+                             in_shardings=in_shardings, out_shardings=out_shardings,
+                             compiler_options=compiler_options)
+  if compiler_options:
+    return _JitWithOptions(fun, static_argnums, static_argnames, donate_argnums,
+                           donate_argnames, keep_unused, inline, device, backend, in_shardings,
+                           out_shardings, options=_check_compiler_options(compiler_options))
   return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
                     keep_unused, inline, device, backend, in_shardings, out_shardings)
+
+
+def _check_compiler_options(options: Any) -> tuple:
+  """`jit`'s `compiler_options` as sorted `(name, value)` pairs.
+
+  Raises:
+    TypeError: for something that is not a dict of option names (str) to bool, int, float
+      or str values.
+  """
+  if not isinstance(options, dict):
+    raise TypeError(f"jit: compiler_options must be a dict of XLA option name to value, got "
+                    f"{type(options).__name__}.")
+  for k, v in options.items():
+    if not isinstance(k, str) or not isinstance(v, (bool, int, float, str)):
+      raise TypeError(f"jit: compiler_options must map option names (str) to bool, int, "
+                      f"float or str values; got {k!r}: {v!r}.")
+  return tuple(sorted(options.items()))
+
+
+class _JitWithOptions(PjitFunction):
+  """A jit with `compiler_options`: its programs compile with those XLA option overrides
+  (`dispatch.compile_overrides`, part of the compilation caches' keys), and its `lower()`'s
+  `compile()` applies them under any options given there. An unknown option fails at the
+  first compile with XLA's error (JAX's JaxRuntimeError: `No such compile option`)."""
+
+  def __init__(self, *args, options: tuple):
+    super().__init__(*args)
+    self._compiler_options = options
+    # NB: its own traces and executables (the shared per-function cache holds programs
+    # compiled without these options)
+    self._cache = {}
+
+  def __call__(self, *args, **kwargs):
+    token = dispatch.compile_overrides.set(self._compiler_options)
+    try:
+      return PjitFunction.__call__(self, *args, **kwargs)
+    finally:
+      dispatch.compile_overrides.reset(token)
+
+  def lower(self, *args, **kwargs):
+    lowered = PjitFunction.lower(self, *args, **kwargs)
+    lowered._jit_options = dict(self._compiler_options)
+    return lowered
+
+
+traceback_util.register_boundary(_JitWithOptions.__call__)
 
 
 # ---------------------------------------------------------------------------

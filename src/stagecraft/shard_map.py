@@ -428,6 +428,7 @@ def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma, typed_inp
   state: dict = {}
 
   @functools.wraps(f)
+  @api_boundary
   def wrapped(*args, **kwargs):
     mapped = state.get("mapped")
     if mapped is None or not mapped.fixed:

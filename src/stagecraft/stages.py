@@ -213,12 +213,13 @@ class Lowered:
     in_tree / out_tree, args_info, out_info: as on `Traced`.
   """
 
-  __slots__ = ("_sig", "_lowered", "_computation")
+  __slots__ = ("_sig", "_lowered", "_computation", "_jit_options")
 
   def __init__(self, sig: _Signature, lowered: pjit.LoweredSignature):
     self._sig = sig
     self._lowered = lowered
     self._computation = None
+    self._jit_options = None   # the compiler_options of the jit it comes from
 
   out_info = property(lambda self: self._sig.out_info())
   args_info = property(lambda self: self._sig.args_info())
@@ -301,6 +302,8 @@ class Lowered:
     """
     sig = self._sig
     exe = None
+    if self._jit_options:
+      compiler_options = {**self._jit_options, **(compiler_options or {})}
     if compiler_options:
       mesh = self._lowered.mesh_layout
       exe = _compile_with_options(self._lowered.text, sig.device, compiler_options,

@@ -26,6 +26,7 @@ from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax.dot import Precision, canonicalize_precision, dot_general, precision_config
 from stagecraft.lax.elementwise import convert_element_type
 from stagecraft.lax.shape import reshape, rev, transpose
+from stagecraft.lax import utils as lax_utils
 
 __all__ = ["ConvDimensionNumbers", "ConvGeneralDilatedDimensionNumbers",
            "conv_general_dilated_p", "conv_general_dilated", "conv", "conv_with_general_padding",
@@ -730,9 +731,7 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int],
   return out if out_sharding is None else lay_out[0](out, out_sharding)
 
 
-#: `lay_out[0](x, sharding)`: `x` laid out by a conv's `out_sharding` (installed by
-#: lax/spmd.py, which builds on this module: reshard or a sharding constraint).
-lay_out: list = [None]
+lay_out = lax_utils.lay_out   # NB: `x` laid out by a conv's `out_sharding`
 
 
 def conv(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: str, precision: Any = None,

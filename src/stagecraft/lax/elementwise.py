@@ -622,8 +622,58 @@ ad.primitive_transposes[sub_p] = _sub_transpose
 
 mul_p = binop("mul", number, "stablehlo.multiply")
 # NB: complex cotangents are not conjugated (JAX's convention: the transpose, not the adjoint).
-ad.defbilinear(mul_p, lambda ct, x, y: _unbroadcast(x.aval, mul(ct, y)),
-               lambda ct, x, y: _unbroadcast(y.aval, mul(x, ct)))
+# An `out_dtype` (JAX's `mul(x, y, out_dtype=)`; the param is present only when given) is the
+# result's dtype: the operands, of any accepted dtypes, are converted to it and multiplied;
+# the cotangent of each operand comes back in that operand's dtype.
+ad.defbilinear(mul_p,
+               lambda ct, x, y, **p: _unbroadcast(x.aval, mul(
+                   ct, y, out_dtype=x.aval.dtype if p.get("out_dtype") is not None else None)),
+               lambda ct, x, y, **p: _unbroadcast(y.aval, mul(
+                   x, ct, out_dtype=y.aval.dtype if p.get("out_dtype") is not None else None)))
+_mul_same_dtype_eval = mul_p.abstract_eval
+
+
+def _mul_abstract_eval(x, y, *, out_dtype=None):
+  if out_dtype is None:
+    return _mul_same_dtype_eval(x, y)
+  shape = utils.broadcasting_shape("mul", (x, y))
+  for i, a in enumerate((x, y)):
+    utils.check_dtype("mul", a, number, i)
+  return ShapedArray(shape, dtypes.canonicalize_dtype(out_dtype), False)
+
+
+_mul_same_dtype_lowering = _hlo_lowering("stablehlo.multiply")
+
+
+def _mul_lowering(ctx, x, y, *, out_dtype=None):
+  if out_dtype is None:
+    return _mul_same_dtype_lowering(ctx, x, y)
+  x, y = broadcast_operands(ctx, [x, y])
+  out = ctx.avals_out[0]
+  # as JAX's: both operands converted to the result's dtype
+  x, y = (a if aval.dtype == out.dtype else
+          ctx.op("stablehlo.convert", [a], result_avals=[out],
+                 operand_avals=[aval.update(shape=out.shape)])[0]
+          for a, aval in zip((x, y), ctx.avals_in))
+  return [ctx.elementwise("stablehlo.multiply", x, y)]
+
+
+class _AsRepr:
+  """A param value printed as its repr (JAX prints `mul`'s `out_dtype` as given:
+  `mul[out_dtype=<class 'jax.numpy.float32'>]`)."""
+  __slots__ = ("v",)
+
+  def __init__(self, v):
+    self.v = v
+
+  def __str__(self):
+    return repr(self.v)
+
+
+mul_p.def_abstract_eval(_mul_abstract_eval)
+lowering.register_lowering(mul_p, _mul_lowering)
+core.pp_eqn_rules[mul_p] = lambda eqn, context: [
+    (k, _AsRepr(v) if k == "out_dtype" else v) for k, v in sorted(eqn.params.items())]
 
 
 def _emit_select(ctx, pred: str, on_true: str, on_false: str, aval: ShapedArray) -> str:
@@ -1126,7 +1176,29 @@ logistic = _unary_accuracy(logistic_p, "Elementwise logistic sigmoid 1 / (1 + e*
 
 add = _binary(add_p, "Elementwise x + y.")
 sub = _binary(sub_p, "Elementwise x - y.")
-mul = _binary(mul_p, "Elementwise x * y.")
+def mul(x: Any, y: Any, *, out_dtype: Any = None):
+  """Elementwise x * y.
+
+  Args:
+    x, y: arrays T[*s], rank 0, or of s's rank with size 1 where the other has a larger size
+      (lax's broadcasting; no rank is added); a Python scalar is an array of its default
+      dtype: no promotion.
+    out_dtype: None, or the result's dtype: the operands (of any numeric dtypes) are
+      converted to it before the multiplication (JAX's `out_dtype`).
+
+  Returns:
+    T[*s] (out_dtype[*s] when given).
+
+  Raises:
+    TypeError: if the dtypes differ (without out_dtype) or are not numeric, or the shapes
+      are incompatible.
+  """
+  if out_dtype is None:
+    return mul_p.bind(x, y)
+  return mul_p.bind(x, y, out_dtype=out_dtype)
+
+
+mul.primitive = mul_p   # NB: for numpy's eager fast path (numpy/ufuncs.py)
 div = _binary(div_p, "Elementwise x / y; integer division rounds toward zero.")
 rem = _binary(rem_p, "Elementwise remainder with the sign of x (C fmod).")
 max = _binary(max_p, "Elementwise maximum; NaN-propagating.")

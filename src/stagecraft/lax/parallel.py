@@ -57,8 +57,13 @@ def _names(axis_name) -> tuple:
   return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
 
 
-def _check_bound(axes):
+def _check_bound(axes, api: str | None = None):
+  """Raises for an axis name no pmap/vmap/shard_map (or make_jaxpr's axis_env) binds; with
+  `api`, JAX's text naming that function (`psum` for psum/pmax/pmin, as JAX's)."""
   for n in axes:
+    if api is not None and batching.axis_size(n) is None:
+      raise NameError(f"Found an unbound axis name: {n}. To fix this, please call {api} "
+                      f"under `jax.shard_map`.")
     _axis_size(n)
 
 
@@ -267,8 +272,9 @@ def _reduction_prim(name: str):
   p.multiple_results = True
 
   def abstract_eval(*avals, axes, axis_index_groups):
-    _check_bound(axes)
-    return list(avals)
+    _check_bound(axes, "psum")
+    # NB: as JAX's, the result is strongly typed (a weak operand's sum is not weak)
+    return [a.update(weak_type=False) if a.weak_type else a for a in avals]
 
   def impl(*args, axes, axis_index_groups):
     raise _unbound(axes[0])
@@ -838,17 +844,28 @@ ad.deflinear(all_gather_p, _all_gather_transpose)
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
-               tiled: bool = False) -> Any:
+               tiled: bool = False, to: str = "varying") -> Any:
   """Every member's `x` (a pytree of arrays), stacked along a new axis `axis` (or, with
   `tiled=True`, concatenated along `axis`), the same on every member. A tuple of names
-  gathers over their grid, members ordered row-major in the order named.
+  gathers over their grid, members ordered row-major in the order named. `to` is the
+  result's manual axis type: 'varying' (the default, and the only one here).
 
   Raises:
     NameError: for an unbound axis name.
-    ValueError: `axis_index_groups` of different sizes or not covering every index once.
+    ValueError: `axis_index_groups` of different sizes or not covering every index once; a
+      `to` other than 'varying', 'reduced' or 'invarying' (JAX's words).
     NotImplementedError: `axis_index_groups` under vmap; a tuple of names that includes a
-      vmap axis.
+      vmap axis; `to='reduced'` or `'invarying'` (JAX's all_gather_reduced and
+      all_gather_invariant, not implemented).
   """
+  allowed = {"varying", "reduced", "invarying"}   # NB: printed as a set, as JAX's
+  if to not in allowed:
+    raise ValueError(f"Got unexpected `to` value for `jax.lax.all_gather`. Allowed `to` values "
+                     f"are: {allowed}")
+  if to != "varying":
+    raise NotImplementedError(
+        f"lax.all_gather(to={to!r}) (JAX's all_gather_{'reduced' if to == 'reduced' else 'invariant'}) "
+        f"is not implemented by stagecraft; gather with to='varying'.")
   if isinstance(axis_name, (tuple, list)):
     # NB: a tuple of names gathers over their grid, ordered row-major in the order named.
     axis_name = tuple(axis_name) if len(axis_name) != 1 else axis_name[0]

@@ -27,7 +27,7 @@ from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import emit_compare
-from stagecraft.lax.shape import broadcast_in_dim, broadcast_in_dim_p, full, pad, reshape, slice_in_dim, squeeze
+from stagecraft.lax.shape import broadcast_in_dim, broadcast_in_dim_p, full, laid_out, pad, reshape, slice_in_dim, squeeze
 
 __all__ = ["reduce_sum_p", "reduce_max_p", "reduce_min_p", "reduce_prod_p", "reduce_and_p",
            "reduce_or_p", "reduce_xor_p", "argmax_p", "argmin_p", "reduce_p", "reduce_sum",
@@ -189,7 +189,18 @@ def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str)
   return f
 
 
-reduce_sum = _reduce_wrapper(reduce_sum_p, "sum", "a number type (not bool)", "0")
+_reduce_sum = _reduce_wrapper(reduce_sum_p, "sum", "a number type (not bool)", "0")
+
+
+def reduce_sum(operand: Any, axes: Sequence[int], *, out_sharding: Any = None):
+  if out_sharding is None:
+    return _reduce_sum(operand, axes)
+  return laid_out(_reduce_sum(operand, axes), out_sharding)
+
+
+reduce_sum.__doc__ = _reduce_sum.__doc__.replace(
+    "sorted into the `axes` param).", "sorted into the `axes` param).\n    out_sharding: None, "
+    "or the result's sharding (a NamedSharding, or a PartitionSpec under `set_mesh`).")
 reduce_prod = _reduce_wrapper(reduce_prod_p, "product", "a number type (not bool)", "1")
 reduce_max = _reduce_wrapper(
     reduce_max_p, "maximum (NaN-propagating; complex: lexicographic)", "any",
@@ -622,7 +633,7 @@ def _monoid_reducer(computation, init_values):
 
 
 def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], Any],
-           dimensions: Sequence[int]) -> Any:
+           dimensions: Sequence[int], out_sharding: Any = None) -> Any:
   """Reduces `operands` over `dimensions` with a user `computation` (JAX's `lax.reduce`).
 
   `computation` is traced once per (function, init avals) to a jaxpr on scalars and lowered
@@ -640,6 +651,8 @@ def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], An
     computation: `computation(x, y) -> z`, where `x`, `y`, `z` are pytrees of scalars shaped
       like `init_values` (`x` the accumulated values, `y` the elements).
     dimensions: distinct axes in `[0, ndim)`.
+    out_sharding: None, or the result's sharding; only for a reduction that is a sum (JAX
+      supports no other).
 
   Returns:
     A pytree like `operands` of arrays `T_i[s without dimensions]`; weakly typed where both the
@@ -671,10 +684,14 @@ def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], An
                      f"{treedef_str(operand_tree)} vs. {treedef_str(init_tree)}")
   dimensions = tuple(int(d) for d in dimensions)
   reducer = _monoid_reducer(computation, flat_inits)
+  if out_sharding is not None and reducer is not reduce_sum:
+    raise NotImplementedError("lax.reduce: out_sharding is supported only for a sum "
+                              "(computation lax.add with init value 0), as JAX's.")
   if reducer is not None:
     operand, = flat_operands
     weak = core.get_aval(operand).weak_type and core.get_aval(flat_inits[0]).weak_type
-    out = reducer(operand, dimensions)
+    out = (reducer(operand, dimensions) if out_sharding is None
+           else reducer(operand, dimensions, out_sharding=out_sharding))
     out_aval = core.get_aval(out)
     if out_aval.weak_type != weak:
       out = elementwise.convert_element_type_p.bind(out, new_dtype=out_aval.dtype,

@@ -28,12 +28,14 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from stagecraft import core, dtypes, shape_poly, sharding
+from stagecraft import sharding as sharding_lib
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.sharding import type_sharding
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import utils
+from stagecraft.runtime import spmd
 from stagecraft.lax import elementwise
 from stagecraft.lax.elementwise import convert_element_type, select, sub
 
@@ -308,12 +310,25 @@ def _records_identity(operand: Any) -> bool:
   return trace.to_atom(operand) in deps
 
 
-def broadcast(operand: Any, sizes: Sequence[int]) -> Any:
+def laid_out(x: Any, out_sharding: Any) -> Any:
+  """`x` laid out by an operation's `out_sharding=` (a NamedSharding, or a PartitionSpec
+  under `set_mesh`): a `reshard` (its result's type) over a mesh of Explicit axes, a sharding
+  constraint otherwise (the hook `lax.conv.lay_out`, installed by `lax.spmd`). JAX sets the
+  sharding of the operation's own result instead: the values and the types are the same,
+  the jaxpr has one more equation."""
+  if out_sharding is None:
+    return x
+  return utils.lay_out[0](x, out_sharding)
+
+
+def broadcast(operand: Any, sizes: Sequence[int], *, out_sharding: Any = None) -> Any:
   """Adds leading dimensions of sizes `sizes` to `operand` (JAX's lax.broadcast).
 
   Args:
     operand: array `T[*s]`.
     sizes: the sizes `n` of the new leading dimensions.
+
+    out_sharding: None, or the result's sharding (see `laid_out`).
 
   Returns:
     `T[*n, *s]`.
@@ -323,10 +338,13 @@ def broadcast(operand: Any, sizes: Sequence[int]) -> Any:
   """
   sizes = canonicalize_shape("broadcast", "sizes", sizes)
   s = _shape_of(operand)
-  return broadcast_in_dim(operand, sizes + s, tuple(range(len(sizes), len(sizes) + len(s))))
+  return laid_out(broadcast_in_dim(operand, sizes + s,
+                                    tuple(range(len(sizes), len(sizes) + len(s)))),
+                   out_sharding)
 
 
-def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
+def full(shape: Sequence[int], fill_value: Any, dtype: Any = None, *,
+         sharding: Any = None) -> Any:
   """An array of shape `shape` filled with `fill_value` (JAX's lax.full).
 
   Args:
@@ -334,6 +352,8 @@ def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
     fill_value: a scalar (rank 0).
     dtype: the result dtype (canonicalized); None takes `fill_value`'s dtype, and its weak
       type (`full((2,), 1.0)` is a weakly typed `f32[2]`).
+    sharding: None, or the result's sharding: a Sharding (the Array is placed by it, as
+      JAX's) or, traced, its type's sharding (see `laid_out`).
 
   Returns:
     `dtype[*s]`; for `s == ()` the converted fill value itself (an Array; a literal in a
@@ -357,9 +377,28 @@ def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
   # `full((2,), 300, int8)` is 44s) and a rank-0 result is the converted fill value itself
   # (a literal in a jaxpr), with no broadcast.
   fill_value = convert_element_type(fill_value, dtype, weak)
+  if sharding is not None:
+    return _placed_full(fill_value, shape, sharding)
   if not shape:
     return fill_value
   return broadcast_in_dim_p.bind(fill_value, shape=shape, broadcast_dimensions=())
+
+
+def _placed_full(fill_value: Any, shape: tuple, sharding: Any) -> Any:
+  """`full`'s result laid out by `sharding`, as JAX's: outside a trace, an Array placed by
+  a concrete Sharding (strongly typed); traced, a sharding over an abstract mesh is the
+  result's (`laid_out`) and a concrete one is ignored."""
+  out = (fill_value if not shape else
+         broadcast_in_dim_p.bind(fill_value, shape=shape, broadcast_dimensions=()))
+  concrete = not isinstance(getattr(sharding, "mesh", None), sharding_lib.AbstractMesh)
+  if isinstance(out, core.Tracer) or core.current_trace() is not core.eval_trace:
+    return out if concrete else laid_out(out, sharding)
+  if not concrete:
+    return laid_out(out, sharding)
+  aval = core.get_aval(out)
+  if aval.weak_type:
+    out = convert_element_type(out, aval.dtype, False)
+  return spmd.device_put(out, sharding)
 
 
 # ---------------------------------------------------------------------------
@@ -1416,7 +1455,8 @@ core.pp_eqn_rules[iota_p] = lambda eqn, context: sorted(
 ad.defjvp_zero(iota_p)   # NB: iota takes no operands, so nothing is ever differentiated
 
 
-def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
+def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int, *,
+                     out_sharding: Any = None) -> Any:
   """The index along `dimension` at each position of an array of shape `shape`.
 
   Args:
@@ -1424,6 +1464,7 @@ def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
     shape: the result shape `s`.
     dimension: the dimension that counts, `0 <= dimension < len(s)`; negative values count
       from the end.
+    out_sharding: None, or the result's sharding (see `laid_out`).
 
   Returns:
     `T[*s]` (strongly typed) with `result[..., j, ...] = j` along `dimension`.
@@ -1437,7 +1478,7 @@ def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
   dimension = operator.index(dimension)
   if -len(shape) <= dimension < 0:
     dimension += len(shape)
-  return iota_p.bind(dtype=dtype, shape=shape, dimension=dimension)
+  return laid_out(iota_p.bind(dtype=dtype, shape=shape, dimension=dimension), out_sharding)
 
 
 def iota(dtype: Any, size: int) -> Any:
@@ -1482,8 +1523,8 @@ def broadcast_to_rank(x: Any, rank: int) -> Any:
   return broadcast(x, (1,) * (rank - ndim))
 
 
-def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] | None = None
-              ) -> Any:
+def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
+              sharding: Any = None) -> Any:
   """An array like `x` (its shape and dtype unless given) filled with `fill_value`.
 
   Args:
@@ -1492,6 +1533,7 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] |
       `dtype` is None, as JAX's).
     dtype: the result dtype; None takes T.
     shape: the result shape; None takes `s`.
+    sharding: None, or the result's sharding (as `full`'s).
 
   Returns:
     `full(shape, fill_value)` of that dtype (see `full`: a rank-0 result is the converted
@@ -1510,13 +1552,14 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] |
     dtype = (dtypes.check_user_dtype(dtype, "dtype") if explicit
              else dtypes.canonicalize_dtype(dtype))
   fill_value = convert_element_type(fill_value, aval.dtype if dtype is None else dtype, weak)
-  return full(aval.shape if shape is None else shape, fill_value)
+  return full(aval.shape if shape is None else shape, fill_value, sharding=sharding)
 
 
-def empty(shape: Sequence[int], dtype: Any) -> Any:
+def empty(shape: Sequence[int], dtype: Any, *, out_sharding: Any = None) -> Any:
   """An array of `shape` and `dtype` with unspecified contents (zeros here); a 64-bit
-  dtype narrows silently without x64, as JAX's."""
-  return full(shape, 0, dtypes.canonicalize_dtype(dtype))
+  dtype narrows silently without x64, as JAX's. `out_sharding`: None, or the result's
+  sharding (see `laid_out`)."""
+  return laid_out(full(shape, 0, dtypes.canonicalize_dtype(dtype)), out_sharding)
 
 
 def split(operand: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:

@@ -226,3 +226,8 @@ def on_key_data(fun, *args, same: Sequence[Any] = (), **kwargs) -> Any:
           rebuild(batching.moveaxis(o, d, len(o.shape) - 1))
           for o, d in zip(outs, out_dims)]
   return tree_util.tree_unflatten(out_tree[0], outs)
+
+
+#: `lay_out[0](x, sharding)`: `x` laid out by an operation's `out_sharding` (installed by
+#: lax/spmd.py, which builds on the lax modules: reshard or a sharding constraint).
+lay_out: list = [None]

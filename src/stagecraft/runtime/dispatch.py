@@ -5,6 +5,7 @@ Eager `prim.bind(*arrays)` lowers a one-equation jaxpr, compiles it once per
 """
 from __future__ import annotations
 
+import contextvars
 import gc
 import os
 import threading
@@ -319,6 +320,12 @@ _compile_lock = threading.RLock()
 compile_count = [0]   # number of XLA compilations (tests and benchmarks read it)
 
 
+#: XLA option overrides (`(name, value)` pairs) for the programs compiled while set: a jit's
+#: `compiler_options` (`pjit.jit`). Part of the in-memory and on-disk cache keys.
+compile_overrides: contextvars.ContextVar[tuple] = contextvars.ContextVar(
+    "compile_overrides", default=())
+
+
 def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_replicas: int = 1,
                    num_partitions: int = 1, fun_name: str | None = None) -> Any:
   """Compiles StableHLO `text` for `devices` (default: the default device). `fun_name` names
@@ -337,7 +344,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
   """
   devs = tuple(devices) if devices is not None else (client.default_device(),)
   callbacks = host_callbacks_of(text)
-  key = (text, devs, num_replicas, num_partitions, callbacks)
+  overrides = compile_overrides.get()
+  key = (text, devs, num_replicas, num_partitions, callbacks, overrides)
   exe = _compile_cache.get(key)
   if exe is not None:
     return exe
@@ -352,11 +360,15 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       ids = np.array([d.id for d in devs])
       assignment = ids.reshape(num_replicas, num_partitions)
       opts = client.compile_options(num_replicas, num_partitions, assignment)
+      if overrides:
+        opts.env_option_overrides = list(overrides)
       cache_dir = config.compilation_cache_dir
       disk_key = None
       if cache_dir and not callbacks:   # NB: Python callables cannot be stored on disk
         cache_dir = os.fspath(cache_dir)
-        disk_key = cache.cache_key(text, devs, num_replicas, num_partitions)
+        disk_key = cache.cache_key(text + (f"\n// compiler_options {overrides!r}"
+                                           if overrides else ""),
+                                   devs, num_replicas, num_partitions)
         monitoring.record_event(monitoring.CACHE_REQUEST_EVENT)
         t = time.monotonic()
         exe = cache.lookup(cache_dir, disk_key, devs, opts)

@@ -932,13 +932,27 @@ def from_device_blocks(pieces: Sequence[np.ndarray], shape: Sequence[int],
 
 
 def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSharding,
-                                         arrays: Sequence[Array]) -> Array:
+                                         arrays: Sequence[Array], *,
+                                         dtype: Any = None) -> Array:
   """A global Array from one Array per addressable device of `sharding` (in the order of
-  `sharding.mesh.devices.flat`), each holding that device's piece.
+  `sharding.mesh.devices.flat`), each holding that device's piece. `dtype` (default: the
+  pieces' dtype) is required when no piece is given, and must match the pieces' dtype.
 
   Raises:
-    ValueError: a wrong number of pieces or a piece of the wrong shape.
+    ValueError: a wrong number of pieces or a piece of the wrong shape; no piece and no
+      `dtype`, or a `dtype` other than the pieces' (JAX's words).
   """
+  fname = "make_array_from_single_device_arrays"
+  if dtype is None:
+    if not arrays:
+      raise ValueError(f"If the Array has no addressable shards, `dtype` must be provided "
+                       f"via the `dtype` argument to `jax.{fname}`.")
+  else:
+    dtype = dtypes.check_user_dtype(dtype, fname)
+    if arrays and np.dtype(arrays[0].dtype) != dtype:
+      raise ValueError(f"If `dtype` is provided to `jax.{fname}`, it must match the dtype "
+                       f"of the addressable shards. Got dtype={dtype} and shard "
+                       f"dtype={arrays[0].dtype}`.")
   shape = tuple(int(d) for d in shape)
   sharding = intern_sharding(to_named(sharding, "make_array_from_single_device_arrays"))
   m = sharding.devices_indices_map(shape)
@@ -949,7 +963,7 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSh
                      f"{len(devs)} addressable devices of {sharding}.")
   return make_array_from_callback(
       shape, sharding, lambda idx: np.asarray(arrays[[m[d] for d in devs].index(idx)]),
-      dtype=np.asarray(arrays[0]).dtype if arrays else None)
+      dtype=np.asarray(arrays[0]).dtype if arrays else dtype)
 
 
 def make_array_from_process_local_data(sharding: NamedSharding, local_data: Any,
@@ -1089,7 +1103,8 @@ def _leaves_with_paths(x: Any) -> tuple[list, Any]:
   return [(path, leaf) for (path, _), leaf in zip(with_paths, leaves)], treedef
 
 
-def device_put(x: Any, device=None) -> Any:
+def device_put(x: Any, device=None, *, src: Any = None, donate: Any = False,
+               may_alias: Any = None) -> Any:
   """Places `x` (a pytree of arrays or scalars) on `device` (default: the first device).
 
   Args:
@@ -1097,6 +1112,12 @@ def device_put(x: Any, device=None) -> Any:
     device: a device from `stagecraft.devices()`, a sharding (`NamedSharding(mesh, spec)`
       splits each leaf on the host and places one piece per device;
       `SingleDeviceSharding(d)` is device d), a pytree prefix of `x` of shardings, or None.
+    src: where `x` is (a device, a sharding, or a pytree prefix of them): accepted, as JAX
+      uses it only to move data between memory kinds stagecraft does not have.
+    donate: a bool or a pytree prefix of `x` of bools: the caller gives up the input; as
+      JAX's on CPU (best effort), the input stays usable here.
+    may_alias: a bool, None or a pytree prefix of `x`: whether the result may be the input
+      itself when it is already in place (None: unless donated). False always copies.
 
   Returns:
     The same tree of `Array`s, committed to `device` when one is given (uncommitted on the
@@ -1106,8 +1127,50 @@ def device_put(x: Any, device=None) -> Any:
   Raises:
     TypeError: if `device` is not a device or sharding, or a leaf is not an array-like (its
       key path is named).
-    ValueError: a split dimension not divisible by its mesh axes.
+    ValueError: a split dimension not divisible by its mesh axes; `donate` and `may_alias`
+      both True for a leaf (JAX's words).
   """
+  if donate is False and may_alias is None:
+    return _device_put(x, device)
+  leaves, treedef = tree_util.tree_flatten(x)
+  flags = []
+  for what, v in (("donate", donate), ("may_alias", may_alias)):
+    if isinstance(v, bool) or v is None:
+      flags.append([v] * len(leaves))
+    else:
+      try:
+        flags.append(tree_util.broadcast_prefix(v, x, is_leaf=lambda y: y is None))
+      except ValueError:
+        raise prefix_error(v, x, f"device_put {what}") from None
+  copies = []
+  for d, m in zip(*flags):
+    if m and d:
+      raise ValueError("may_alias and donate cannot be True at the same time.")
+    copies.append(not (not d if m is None else m))   # NB: JAX's ALWAYS_COPY / DONATE_INPUT
+  out = tree_util.tree_leaves(_device_put(x, device))
+  out = [_fresh_copy(o) if c and (o is i or _same_buffer(o, i)) else o
+         for o, i, c in zip(out, leaves, copies)]
+  return tree_util.tree_unflatten(treedef, out)
+
+
+def _same_buffer(a: Any, b: Any) -> bool:
+  """Whether the Arrays `a` and `b` hold the same device memory."""
+  if not (isinstance(a, Array) and isinstance(b, Array)):
+    return False
+  if a._buf is b._buf:
+    return True
+  try:
+    return a.unsafe_buffer_pointer() == b.unsafe_buffer_pointer()
+  except Exception:   # noqa: BLE001 (split Arrays have no single pointer: not the same)
+    return False
+
+
+def _fresh_copy(a: Any) -> Any:
+  """A new Array with `a`'s value, placement and type (device_put's `may_alias=False`)."""
+  return a.copy()
+
+
+def _device_put(x: Any, device=None) -> Any:
   if isinstance(device, SingleDeviceSharding):
     device = device.device
   if device is not None and _has_format(device):

@@ -44,8 +44,12 @@ __all__ = ["cond", "switch", "cond_p", "platform_dependent", "platform_index_p"]
 # The user-facing functions
 
 
+_NO_OPERAND = object()
+
+
 @api_boundary
-def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
+def switch(index: Any, branches: Sequence[Callable], *operands: Any,
+           operand: Any = _NO_OPERAND) -> Any:
   """Applies `branches[index]` to `operands` (JAX's `lax.switch`).
 
   Args:
@@ -55,6 +59,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
       pytree of arrays with the same structure, shapes and dtypes as the others (weak types
       may differ; the output is strongly typed where any branch's is).
     *operands: pytrees of arrays or scalars passed to the chosen branch.
+    operand: JAX's older form, one operand by keyword (then no positional operands).
 
   Returns:
     The chosen branch's output pytree: a `cond` equation with every branch traced (a
@@ -66,6 +71,11 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
       of an integer dtype, or branch outputs differ in tree structure, shape or dtype.
     ValueError: if `branches` is empty.
   """
+  if operand is not _NO_OPERAND:
+    if operands:
+      raise TypeError(f"if 'operand' keyword is passed then no positional operands can be "
+                      f"passed, got operand={operand!r} and positional operands {operands}")
+    operands = (operand,)
   if not isinstance(branches, Sequence) or not all(callable(b) for b in branches):
     raise TypeError(f"switch: branches argument should be a sequence of callables, got "
                     f"{type(branches).__name__}. Pass a list of functions.")
@@ -87,9 +97,6 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     index = elementwise.convert_element_type(index, np.int32)
     index = elementwise.clamp(np.int32(0), index, np.int32(n - 1))
   return _bind_cond(index, branches, [f"branch {i}" for i in range(n)], operands)
-
-
-_NO_OPERAND = object()
 
 
 @api_boundary
