@@ -135,14 +135,21 @@ def _canonicalize_cached(dtype: np.dtype, x64: bool) -> np.dtype:
   return _narrow.get(dtype, dtype)
 
 
-def canonicalize_dtype(dtype: Any) -> np.dtype:
+def canonicalize_dtype(dtype: Any, allow_extended_dtype: bool = False) -> np.dtype:
   """Returns the dtype stagecraft computes with for `dtype`.
 
-  With `enable_x64` off (the default) 64-bit types narrow to 32 bits.
+  With `enable_x64` off (the default) 64-bit types narrow to 32 bits. An extended dtype
+  (typed PRNG keys) comes back unchanged when `allow_extended_dtype` is True.
 
   Raises:
     TypeError: if `dtype` names no dtype.
+    ValueError: for an extended dtype with `allow_extended_dtype` False (as JAX).
   """
+  if not isinstance(dtype, np.dtype) and _extended_type(dtype) is not None:
+    if not allow_extended_dtype:
+      raise ValueError(f"Internal: canonicalize_dtype called on extended dtype {dtype} "
+                       "with allow_extended_dtype=False")
+    return dtype
   return _canonicalize_cached(_to_np_dtype(dtype), config.enable_x64)
 
 

@@ -58,7 +58,7 @@ def get_default_device() -> Any:
   if dev is None:
     return client.default_device()
   if isinstance(dev, str):
-    return client.local_devices(dev)[0]
+    return client.local_devices(backend=dev)[0]
   return dev
 
 

@@ -776,14 +776,17 @@ def _out_sharding(out_sharding: Any, lhs: Any, rhs: Any, where: str):
   return sharding.NamedSharding(mesh, spec)
 
 
-def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any = None,
-        out_sharding: Any = None):
+def dot(lhs: Any, rhs: Any, *, dimension_numbers: Any = None, precision: Any = None,
+        preferred_element_type: Any = None, out_sharding: Any = None):
   """Vector/matrix product (JAX's `lax.dot`): contracts the last axis of `lhs` with the
-  first axis of `rhs`, for operands of rank 1 or 2.
+  first axis of `rhs`, for operands of rank 1 or 2; with `dimension_numbers`, any
+  contraction (as `dot_general`).
 
   Args:
-    lhs: array `A[k]` or `A[m,k]`.
-    rhs: array `B[k]` or `B[k,n]`.
+    lhs: array `A[k]` or `A[m,k]` (any rank with `dimension_numbers`).
+    rhs: array `B[k]` or `B[k,n]` (any rank with `dimension_numbers`).
+    dimension_numbers: None, or `((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))`
+      as for `dot_general`.
     precision: as for `dot_general`.
     preferred_element_type: as for `dot_general`.
 
@@ -791,17 +794,19 @@ def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any =
     `T[]` (vector . vector), `T[m]`, `T[n]` or `T[m,n]`; T as for `dot_general`.
 
   Raises:
-    ValueError: if a rank is not 1 or 2 or the contracted sizes differ (use `dot_general`
-      with explicit dimension numbers for other cases).
+    ValueError: without `dimension_numbers`, if a rank is not 1 or 2 or the contracted
+      sizes differ.
     TypeError: as for `dot_general`.
   """
-  ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
-  if not (1 <= len(ls) <= 2 and 1 <= len(rs) <= 2 and ls[-1] == rs[0]):
-    raise ValueError(f"stagecraft.lax.dot: dimension_numbers must be specified when not performing "
-                     f"simple un-batched matrix-matrix, matrix-vector, or vector-vector "
-                     f"products; got lhs_shape={ls} rhs_shape={rs}. Use lax.dot_general.")
-  return dot_general(lhs, rhs, (((len(ls) - 1,), (0,)), ((), ())), precision,
-                     preferred_element_type, out_sharding=out_sharding)
+  if dimension_numbers is None:
+    ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
+    if not (1 <= len(ls) <= 2 and 1 <= len(rs) <= 2 and ls[-1] == rs[0]):
+      raise ValueError(f"jax.lax.dot: dimension_numbers must be specified when not "
+                       f"performing simple un-batched matrix-matrix, matrix-vector, or "
+                       f"vector-vector products; got lhs_shape={ls} rhs_shape={rs}")
+    dimension_numbers = (((len(ls) - 1,), (0,)), ((), ()))
+  return dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type,
+                     out_sharding=out_sharding)
 
 
 def batch_matmul(lhs: Any, rhs: Any, precision: Any = None,

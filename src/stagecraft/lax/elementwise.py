@@ -1126,7 +1126,35 @@ logistic = _unary_accuracy(logistic_p, "Elementwise logistic sigmoid 1 / (1 + e*
 
 add = _binary(add_p, "Elementwise x + y.")
 sub = _binary(sub_p, "Elementwise x - y.")
-mul = _binary(mul_p, "Elementwise x * y.")
+_mul = _binary(mul_p, "Elementwise x * y.")
+
+
+def mul(x: Any, y: Any, *, out_dtype: Any = None):
+  """Elementwise x * y, as JAX's `lax.mul`.
+
+  Args:
+    x, y: arrays T[*s], rank 0, or of s's rank with size 1 where the other has a larger
+      size (lax's broadcasting); a Python scalar is an array of its default dtype.
+    out_dtype: None, or the dtype D the product is computed and returned in: both operands
+      are converted to D first (so their dtypes may differ), as JAX's lowering does.
+
+  Returns:
+    T[*s] (D[*s] with `out_dtype`).
+
+  Raises:
+    TypeError: if the dtypes differ (without `out_dtype`) or are not numbers, or the shapes
+      are incompatible.
+
+  NB: JAX records `out_dtype` as a param of its `mul` equation (`mul[out_dtype=...]`);
+  here the conversions are separate `convert_element_type` equations before a plain `mul`.
+  """
+  if out_dtype is None:
+    return mul_p.bind(x, y)
+  dt = dtypes.check_user_dtype(out_dtype, "mul")
+  return mul_p.bind(convert_element_type(x, dt), convert_element_type(y, dt))
+
+
+mul.primitive = mul_p   # NB: for numpy's eager fast path (numpy/ufuncs.py)
 div = _binary(div_p, "Elementwise x / y; integer division rounds toward zero.")
 rem = _binary(rem_p, "Elementwise remainder with the sign of x (C fmod).")
 max = _binary(max_p, "Elementwise maximum; NaN-propagating.")

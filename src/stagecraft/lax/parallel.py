@@ -838,17 +838,32 @@ ad.deflinear(all_gather_p, _all_gather_transpose)
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
-               tiled: bool = False) -> Any:
+               tiled: bool = False, to: str = "varying") -> Any:
   """Every member's `x` (a pytree of arrays), stacked along a new axis `axis` (or, with
   `tiled=True`, concatenated along `axis`), the same on every member. A tuple of names
-  gathers over their grid, members ordered row-major in the order named.
+  gathers over their grid, members ordered row-major in the order named. `to` is the
+  result's type over the axes: 'varying' (the default, and the only one here).
 
   Raises:
+    ValueError: `to` not one of 'varying', 'reduced', 'invarying' (JAX's message).
+    NotImplementedError: `to='invarying'` or `to='reduced'` (JAX's all_gather_invariant /
+      all_gather_reduced are not implemented; with `axis_index_groups`, JAX's bare
+      NotImplementedError).
     NameError: for an unbound axis name.
     ValueError: `axis_index_groups` of different sizes or not covering every index once.
     NotImplementedError: `axis_index_groups` under vmap; a tuple of names that includes a
       vmap axis.
   """
+  allowed = {"varying", "reduced", "invarying"}
+  if to not in allowed:
+    raise ValueError(f"Got unexpected `to` value for `jax.lax.all_gather`. Allowed `to` "
+                     f"values are: {allowed}")
+  if to != "varying":
+    if axis_index_groups is not None:
+      raise NotImplementedError
+    raise NotImplementedError(f"lax.all_gather(to={to!r}) (an {to} result: JAX's "
+                              f"all_gather_{'invariant' if to == 'invarying' else to}) is "
+                              f"not implemented in stagecraft")
   if isinstance(axis_name, (tuple, list)):
     # NB: a tuple of names gathers over their grid, ordered row-major in the order named.
     axis_name = tuple(axis_name) if len(axis_name) != 1 else axis_name[0]

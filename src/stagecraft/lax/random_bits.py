@@ -21,7 +21,7 @@ from stagecraft.core import Primitive, ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.lax import utils
 from stagecraft.lax.elementwise import broadcast_operand, defbroadcasting
-from stagecraft.lax.shape import canonicalize_shape, index_in_dim
+from stagecraft.lax.shape import canonicalize_shape, index_in_dim, laid_out
 from stagecraft.lax.slicing import dynamic_update_index_in_dim
 
 __all__ = ["threefry2x32_p", "iota_2x32_shape_p", "rng_bit_generator_p", "RandomAlgorithm",
@@ -290,7 +290,8 @@ batching.primitive_batchers[rng_bit_generator_p] = _rng_bit_generator_batch
 
 
 def rng_bit_generator(key: Any, shape: Sequence[int], dtype: Any = np.uint32,
-                      algorithm: RandomAlgorithm = RandomAlgorithm.RNG_DEFAULT):
+                      algorithm: RandomAlgorithm = RandomAlgorithm.RNG_DEFAULT, *,
+                      out_sharding: Any = None):
   """Stateless random bits from XLA's RngBitGenerator (JAX's `lax.rng_bit_generator`).
 
   The bits depend on the algorithm and, for `RNG_DEFAULT`, on the platform; they are not the
@@ -301,6 +302,7 @@ def rng_bit_generator(key: Any, shape: Sequence[int], dtype: Any = np.uint32,
     shape: the shape `s` of the bits.
     dtype: uint8, uint16, uint32 (default) or uint64 (needs x64).
     algorithm: a `RandomAlgorithm`: RNG_DEFAULT, RNG_THREE_FRY or RNG_PHILOX.
+    out_sharding: None, or a NamedSharding / PartitionSpec laying the bits out.
 
   Returns:
     `(new_key, bits)`: the next state (the key's aval) and `dtype[*s]`.
@@ -316,5 +318,6 @@ def rng_bit_generator(key: Any, shape: Sequence[int], dtype: Any = np.uint32,
   """
   shape = canonicalize_shape("rng_bit_generator", "shape", shape)
   dtype = dtypes.check_user_dtype(dtype, "rng_bit_generator")
-  return tuple(rng_bit_generator_p.bind(key, shape=shape, dtype=dtype,
-                                        algorithm=RandomAlgorithm(algorithm)))
+  new_key, bits = rng_bit_generator_p.bind(key, shape=shape, dtype=dtype,
+                                           algorithm=RandomAlgorithm(algorithm))
+  return new_key, laid_out(bits, out_sharding)

@@ -27,7 +27,7 @@ from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import emit_compare
-from stagecraft.lax.shape import broadcast_in_dim, broadcast_in_dim_p, full, pad, reshape, slice_in_dim, squeeze
+from stagecraft.lax.shape import broadcast_in_dim, broadcast_in_dim_p, full, laid_out, pad, reshape, slice_in_dim, squeeze
 
 __all__ = ["reduce_sum_p", "reduce_max_p", "reduce_min_p", "reduce_prod_p", "reduce_and_p",
            "reduce_or_p", "reduce_xor_p", "argmax_p", "argmin_p", "reduce_p", "reduce_sum",
@@ -166,9 +166,18 @@ def _normalize_axes(axes: Sequence[int]) -> tuple[int, ...]:
   return tuple(int(a) for a in axes)
 
 
-def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str):
-  def f(operand: Any, axes: Sequence[int]):
-    return p.bind(operand, axes=_normalize_axes(axes))
+_OUT_SHARDING_DOC = """
+    out_sharding: None, or a NamedSharding / PartitionSpec laying the result out."""
+
+
+def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str,
+                    out_sharding: bool = False):
+  if out_sharding:   # NB: JAX's reduce_sum alone takes `out_sharding=` (keyword-only)
+    def f(operand: Any, axes: Sequence[int], *, out_sharding: Any = None):
+      return laid_out(p.bind(operand, axes=_normalize_axes(axes)), out_sharding)
+  else:
+    def f(operand: Any, axes: Sequence[int]):
+      return p.bind(operand, axes=_normalize_axes(axes))
   f.__name__ = f.__qualname__ = p.name
   weak = ("kept" if p not in (reduce_and_p, reduce_or_p, reduce_xor_p) else "dropped")
   f.__doc__ = f"""Computes the {what} of `operand` over `axes` (`stagecraft.lax.{p.name}`).
@@ -176,7 +185,7 @@ def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str)
   Args:
     operand: array `T[*s]`; T {dtypes_doc}.
     axes: sequence of distinct axis indices in `[0, ndim)`; order does not matter (they are
-      sorted into the `axes` param).
+      sorted into the `axes` param).{_OUT_SHARDING_DOC if out_sharding else ""}
 
   Returns:
     Array `T[s without axes]`, weak type {weak}. Reducing a zero-size axis gives
@@ -189,7 +198,7 @@ def _reduce_wrapper(p: Primitive, what: str, dtypes_doc: str, identity_doc: str)
   return f
 
 
-reduce_sum = _reduce_wrapper(reduce_sum_p, "sum", "a number type (not bool)", "0")
+reduce_sum = _reduce_wrapper(reduce_sum_p, "sum", "a number type (not bool)", "0", True)
 reduce_prod = _reduce_wrapper(reduce_prod_p, "product", "a number type (not bool)", "1")
 reduce_max = _reduce_wrapper(
     reduce_max_p, "maximum (NaN-propagating; complex: lexicographic)", "any",
@@ -622,7 +631,7 @@ def _monoid_reducer(computation, init_values):
 
 
 def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], Any],
-           dimensions: Sequence[int]) -> Any:
+           dimensions: Sequence[int], out_sharding: Any = None) -> Any:
   """Reduces `operands` over `dimensions` with a user `computation` (JAX's `lax.reduce`).
 
   `computation` is traced once per (function, init avals) to a jaxpr on scalars and lowered
@@ -640,6 +649,7 @@ def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], An
     computation: `computation(x, y) -> z`, where `x`, `y`, `z` are pytrees of scalars shaped
       like `init_values` (`x` the accumulated values, `y` the elements).
     dimensions: distinct axes in `[0, ndim)`.
+    out_sharding: None, or a NamedSharding / PartitionSpec laying each result out.
 
   Returns:
     A pytree like `operands` of arrays `T_i[s without dimensions]`; weakly typed where both the
@@ -674,7 +684,7 @@ def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], An
   if reducer is not None:
     operand, = flat_operands
     weak = core.get_aval(operand).weak_type and core.get_aval(flat_inits[0]).weak_type
-    out = reducer(operand, dimensions)
+    out = laid_out(reducer(operand, dimensions), out_sharding)
     out_aval = core.get_aval(out)
     if out_aval.weak_type != weak:
       out = elementwise.convert_element_type_p.bind(out, new_dtype=out_aval.dtype,
@@ -689,4 +699,5 @@ def reduce(operands: Any, init_values: Any, computation: Callable[[Any, Any], An
     jaxpr = reduction_jaxpr(computation, init_avals, init_tree)
   outs = reduce_p.bind(*flat_operands, *flat_inits, computation=computation, jaxpr=jaxpr,
                        dimensions=dimensions)
+  outs = [laid_out(o, out_sharding) for o in outs]
   return tree_util.tree_unflatten(operand_tree, outs)

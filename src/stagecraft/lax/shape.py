@@ -308,12 +308,26 @@ def _records_identity(operand: Any) -> bool:
   return trace.to_atom(operand) in deps
 
 
-def broadcast(operand: Any, sizes: Sequence[int]) -> Any:
+def laid_out(x: Any, out_sharding: Any) -> Any:
+  """(A helper of lax, not public.) `x` laid out by an `out_sharding=` (a NamedSharding, or
+  a PartitionSpec over the mesh of `set_mesh`): `reshard` when the mesh has Explicit axes
+  (the result's type), a sharding constraint otherwise (eagerly: a transfer); `x` itself
+  for None. NB: JAX puts the sharding into the creating equation's `sharding` param; here
+  it is a separate equation after it (same values and placement)."""
+  if out_sharding is None:
+    return x
+  from stagecraft.lax.conv import lay_out   # NB: conv.py builds on this module
+  return lay_out[0](x, out_sharding)
+
+
+def broadcast(operand: Any, sizes: Sequence[int], *, out_sharding: Any = None) -> Any:
   """Adds leading dimensions of sizes `sizes` to `operand` (JAX's lax.broadcast).
 
   Args:
     operand: array `T[*s]`.
     sizes: the sizes `n` of the new leading dimensions.
+    out_sharding: None, or a NamedSharding / PartitionSpec laying the result out
+      (`laid_out`).
 
   Returns:
     `T[*n, *s]`.
@@ -323,10 +337,12 @@ def broadcast(operand: Any, sizes: Sequence[int]) -> Any:
   """
   sizes = canonicalize_shape("broadcast", "sizes", sizes)
   s = _shape_of(operand)
-  return broadcast_in_dim(operand, sizes + s, tuple(range(len(sizes), len(sizes) + len(s))))
+  return laid_out(broadcast_in_dim(operand, sizes + s,
+                                   tuple(range(len(sizes), len(sizes) + len(s)))), out_sharding)
 
 
-def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
+def full(shape: Sequence[int], fill_value: Any, dtype: Any = None, *,
+         sharding: Any = None) -> Any:
   """An array of shape `shape` filled with `fill_value` (JAX's lax.full).
 
   Args:
@@ -334,6 +350,7 @@ def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
     fill_value: a scalar (rank 0).
     dtype: the result dtype (canonicalized); None takes `fill_value`'s dtype, and its weak
       type (`full((2,), 1.0)` is a weakly typed `f32[2]`).
+    sharding: None, or a NamedSharding laying the result out (`laid_out`).
 
   Returns:
     `dtype[*s]`; for `s == ()` the converted fill value itself (an Array; a literal in a
@@ -358,8 +375,9 @@ def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
   # (a literal in a jaxpr), with no broadcast.
   fill_value = convert_element_type(fill_value, dtype, weak)
   if not shape:
-    return fill_value
-  return broadcast_in_dim_p.bind(fill_value, shape=shape, broadcast_dimensions=())
+    return laid_out(fill_value, sharding)
+  return laid_out(broadcast_in_dim_p.bind(fill_value, shape=shape, broadcast_dimensions=()),
+                  sharding)
 
 
 # ---------------------------------------------------------------------------
@@ -1416,7 +1434,8 @@ core.pp_eqn_rules[iota_p] = lambda eqn, context: sorted(
 ad.defjvp_zero(iota_p)   # NB: iota takes no operands, so nothing is ever differentiated
 
 
-def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
+def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int, *,
+                     out_sharding: Any = None) -> Any:
   """The index along `dimension` at each position of an array of shape `shape`.
 
   Args:
@@ -1424,6 +1443,8 @@ def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
     shape: the result shape `s`.
     dimension: the dimension that counts, `0 <= dimension < len(s)`; negative values count
       from the end.
+    out_sharding: None, or a NamedSharding / PartitionSpec laying the result out
+      (`laid_out`).
 
   Returns:
     `T[*s]` (strongly typed) with `result[..., j, ...] = j` along `dimension`.
@@ -1437,7 +1458,7 @@ def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
   dimension = operator.index(dimension)
   if -len(shape) <= dimension < 0:
     dimension += len(shape)
-  return iota_p.bind(dtype=dtype, shape=shape, dimension=dimension)
+  return laid_out(iota_p.bind(dtype=dtype, shape=shape, dimension=dimension), out_sharding)
 
 
 def iota(dtype: Any, size: int) -> Any:
@@ -1482,8 +1503,8 @@ def broadcast_to_rank(x: Any, rank: int) -> Any:
   return broadcast(x, (1,) * (rank - ndim))
 
 
-def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] | None = None
-              ) -> Any:
+def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
+              sharding: Any = None) -> Any:
   """An array like `x` (its shape and dtype unless given) filled with `fill_value`.
 
   Args:
@@ -1492,6 +1513,7 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] |
       `dtype` is None, as JAX's).
     dtype: the result dtype; None takes T.
     shape: the result shape; None takes `s`.
+    sharding: None, or a NamedSharding laying the result out (`laid_out`).
 
   Returns:
     `full(shape, fill_value)` of that dtype (see `full`: a rank-0 result is the converted
@@ -1510,13 +1532,14 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] |
     dtype = (dtypes.check_user_dtype(dtype, "dtype") if explicit
              else dtypes.canonicalize_dtype(dtype))
   fill_value = convert_element_type(fill_value, aval.dtype if dtype is None else dtype, weak)
-  return full(aval.shape if shape is None else shape, fill_value)
+  return full(aval.shape if shape is None else shape, fill_value, sharding=sharding)
 
 
-def empty(shape: Sequence[int], dtype: Any) -> Any:
+def empty(shape: Sequence[int], dtype: Any, *, out_sharding: Any = None) -> Any:
   """An array of `shape` and `dtype` with unspecified contents (zeros here); a 64-bit
-  dtype narrows silently without x64, as JAX's."""
-  return full(shape, 0, dtypes.canonicalize_dtype(dtype))
+  dtype narrows silently without x64, as JAX's. `out_sharding`: None, or a NamedSharding /
+  PartitionSpec laying the result out (`laid_out`)."""
+  return full(shape, 0, dtypes.canonicalize_dtype(dtype), sharding=out_sharding)
 
 
 def split(operand: Any, sizes: Sequence[int], axis: int = 0) -> list[Any]:

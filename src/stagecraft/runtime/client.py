@@ -276,9 +276,22 @@ def devices(backend: str | None = None) -> list[Any]:
   return list(get_backend(backend).devices())
 
 
-def local_devices(backend: str | None = None) -> list[Any]:
-  """The devices of `backend` attached to this process."""
-  return list(get_backend(backend).local_devices())
+def local_devices(process_index: int | None = None, backend: str | None = None,
+                  host_id: int | None = None) -> list[Any]:
+  """The devices of `backend` (default backend when None) attached to process
+  `process_index` (this process when None), in id order. `host_id` is the deprecated name
+  of `process_index` (warns, as JAX). Raises ValueError('Unknown process_index N') for an
+  index outside range(process_count(backend))."""
+  if host_id is not None:
+    warnings.warn("The argument to jax.local_devices has been renamed from `host_id` to "
+                  "`process_index`. This alias will eventually be removed; please update "
+                  "your code.")
+    process_index = host_id
+  if process_index is None:
+    return list(get_backend(backend).local_devices())
+  if not 0 <= process_index < process_count(backend):
+    raise ValueError(f"Unknown process_index {process_index}")
+  return [d for d in devices(backend) if d.process_index == process_index]
 
 
 def device_count(backend: str | None = None) -> int:
@@ -288,7 +301,7 @@ def device_count(backend: str | None = None) -> int:
 
 def local_device_count(backend: str | None = None) -> int:
   """The number of devices of `backend` attached to this process."""
-  return len(local_devices(backend))
+  return len(local_devices(backend=backend))
 
 
 @functools.lru_cache(maxsize=None)
@@ -324,14 +337,16 @@ def default_device_option():
   return _default_device[0]
 
 
-def process_index() -> int:
-  """The index of this process among the processes of a distributed run (0 alone)."""
-  return get_backend().process_index()
+def process_index(backend: str | None = None) -> int:
+  """The index of this process among the processes of a distributed run of `backend`
+  (default backend when None; 0 alone)."""
+  return get_backend(backend).process_index()
 
 
-def process_count() -> int:
-  """The number of processes of a distributed run (1 alone)."""
-  return max(d.process_index for d in devices()) + 1
+def process_count(backend: str | None = None) -> int:
+  """The number of processes of a distributed run of `backend` (default backend when
+  None; 1 alone)."""
+  return max((d.process_index for d in devices(backend)), default=0) + 1
 
 
 # ---------------------------------------------------------------------------

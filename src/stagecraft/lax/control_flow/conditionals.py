@@ -44,8 +44,13 @@ __all__ = ["cond", "switch", "cond_p", "platform_dependent", "platform_index_p"]
 # The user-facing functions
 
 
+#: `operand=`'s default in `cond` and `switch` (None is an operand).
+_NO_OPERAND = object()
+
+
 @api_boundary
-def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
+def switch(index: Any, branches: Sequence[Callable], *operands: Any,
+           operand: Any = _NO_OPERAND) -> Any:
   """Applies `branches[index]` to `operands` (JAX's `lax.switch`).
 
   Args:
@@ -55,6 +60,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
       pytree of arrays with the same structure, shapes and dtypes as the others (weak types
       may differ; the output is strongly typed where any branch's is).
     *operands: pytrees of arrays or scalars passed to the chosen branch.
+    operand: JAX's older keyword for a single operand (then no positional operands).
 
   Returns:
     The chosen branch's output pytree: a `cond` equation with every branch traced (a
@@ -63,12 +69,18 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
 
   Raises:
     TypeError: if `branches` is not a sequence of callables, `index` is not a scalar or not
-      of an integer dtype, or branch outputs differ in tree structure, shape or dtype.
+      of an integer dtype, or branch outputs differ in tree structure, shape or dtype; if
+      both `operand` and positional operands are given.
     ValueError: if `branches` is empty.
   """
   if not isinstance(branches, Sequence) or not all(callable(b) for b in branches):
     raise TypeError(f"switch: branches argument should be a sequence of callables, got "
                     f"{type(branches).__name__}. Pass a list of functions.")
+  if operand is not _NO_OPERAND:
+    if operands:
+      raise TypeError(f"if 'operand' keyword is passed then no positional operands can be "
+                      f"passed, got operand={operand!r} and positional operands {operands}")
+    operands = (operand,)
   aval = _scalar_aval(index, "Branch index must be scalar", "Index type must be an integer")
   if aval.dtype.kind not in "iu":
     raise TypeError(f"Index type must be an integer, got {index} as {aval.dtype}. Cast it "
@@ -89,7 +101,6 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   return _bind_cond(index, branches, [f"branch {i}" for i in range(n)], operands)
 
 
-_NO_OPERAND = object()
 
 
 @api_boundary
