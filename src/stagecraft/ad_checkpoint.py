@@ -788,8 +788,18 @@ core.pp_eqn_rules[remat_p] = lambda eqn, context: sorted(
     {**eqn.params, "policy": core.pp_masked_str(eqn.params["policy"])}.items())
 
 
+class DeprecatedArg:
+  """The default of a removed parameter (`checkpoint`'s `concrete`): any other value
+  raises. Prints as JAX's sentinel."""
+
+  def __repr__(self):
+    return "Deprecated"
+
+
 def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,
-               static_argnums: int | Sequence[int] = ()) -> Callable:
+               static_argnums: int | Sequence[int] = (),
+               static_argnames: str | Sequence[str] = (),
+               concrete: Any = DeprecatedArg()) -> Callable:
   """Makes `fun` recompute its intermediate values in the backward pass instead of storing
   them (gradient checkpointing / rematerialization), as JAX's `checkpoint`.
 
@@ -801,15 +811,25 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
       deciding which intermediate values are saved for the backward pass (True) instead of
       recomputed; see `checkpoint_policies`.
     static_argnums: positions of arguments that are Python values, not arrays.
+    static_argnames: accepted and unused, as JAX's default checkpoint does (only its
+      experimental `remat3` mode reads it): keyword arguments are traced as arrays.
+    concrete: removed in JAX 0.10; any value raises NotImplementedError (JAX's message).
 
   Returns:
     A function with `fun`'s signature and results whose derivatives recompute `fun`'s
     intermediate values except those the policy saves.
 
   Raises:
+    NotImplementedError: for any `concrete=` value.
     TypeError: for a policy that is not callable; for array-like static arguments that are
       tracers, or non-array leaves.
   """
+  if not isinstance(concrete, DeprecatedArg):
+    raise NotImplementedError(
+        "The `concrete` option to `jax.checkpoint` was deprecated in JAX v0.8.2, and removed "
+        "in JAX v0.10.0. In its place please use `static_argnums`; for details refer to "
+        "https://docs.jax.dev/en/latest/jep/11830-new-remat-checkpoint.html.")
+  del concrete, static_argnames
   if policy is not None and not callable(policy):
     raise TypeError(
         f"checkpoint: policy must be None or a callable `policy(prim, *avals, **params) -> "
@@ -844,7 +864,13 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
   return fun_remat
 
 
-remat = checkpoint
+def remat(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,
+          static_argnums: int | Sequence[int] = (),
+          concrete: Any = DeprecatedArg()) -> Callable:
+  """Alias of `checkpoint` (JAX's `remat`, without `static_argnames`); same arguments,
+  result and errors."""
+  return checkpoint(fun, prevent_cse=prevent_cse, policy=policy,
+                    static_argnums=static_argnums, concrete=concrete)
 
 #: The traces of checkpointed functions, per function while it lives: {fun: {key: (jaxpr,
 #: consts, out_tree)}}, as JAX's `_trace_to_jaxpr` cache (keyed on the function, not on

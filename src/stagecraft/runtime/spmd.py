@@ -1089,7 +1089,8 @@ def _leaves_with_paths(x: Any) -> tuple[list, Any]:
   return [(path, leaf) for (path, _), leaf in zip(with_paths, leaves)], treedef
 
 
-def device_put(x: Any, device=None) -> Any:
+def device_put(x: Any, device=None, *, src: Any = None, donate: Any = False,
+               may_alias: Any = None) -> Any:
   """Places `x` (a pytree of arrays or scalars) on `device` (default: the first device).
 
   Args:
@@ -1097,6 +1098,14 @@ def device_put(x: Any, device=None) -> Any:
     device: a device from `stagecraft.devices()`, a sharding (`NamedSharding(mesh, spec)`
       splits each leaf on the host and places one piece per device;
       `SingleDeviceSharding(d)` is device d), a pytree prefix of `x` of shardings, or None.
+    src: where `x` is now (a device, sharding or pytree prefix of them): accepted and not
+      needed (stagecraft reads each Array's own placement).
+    donate: a bool or a pytree prefix of bools: the input leaf's buffer may be reused, as
+      JAX's. A donated Array is deleted after the transfer to a sharding where JAX's
+      platform donates (not on CPU, where JAX keeps it, as here).
+    may_alias: None (alias when `donate` is False), a bool, or a pytree prefix of bools:
+      whether the result may be the input itself. False (or donating) always gives a new
+      Array: with `device=None` JAX's `device_put(x)` is `x` itself otherwise.
 
   Returns:
     The same tree of `Array`s, committed to `device` when one is given (uncommitted on the
@@ -1106,8 +1115,49 @@ def device_put(x: Any, device=None) -> Any:
   Raises:
     TypeError: if `device` is not a device or sharding, or a leaf is not an array-like (its
       key path is named).
-    ValueError: a split dimension not divisible by its mesh axes.
+    ValueError: a split dimension not divisible by its mesh axes; `may_alias` and `donate`
+      both True for a leaf (JAX's message).
   """
+  del src
+  if donate is False and may_alias is None:
+    return _device_put(x, device)
+  leaves, treedef = tree_util.tree_flatten(x)
+  flags = []
+  for what, v in (("donate", donate), ("may_alias", may_alias)):
+    if isinstance(v, bool) or v is None:
+      flags.append([v] * len(leaves))
+    else:
+      flags.append(tree_util.broadcast_prefix(v, x))
+  copy = []
+  for d, m in zip(*flags):
+    if m and d:
+      raise ValueError("may_alias and donate cannot be True at the same time.")
+    copy.append(d or m is False)
+  out = tree_util.tree_leaves(_device_put(x, device)) if leaves else []
+  donates = [bool(d) for d in flags[0]]
+  to_sharding = device is not None and not hasattr(device, "client")
+  for i, (a, b) in enumerate(zip(leaves, out)):
+    if copy[i] and b is a:
+      out[i] = _fresh_copy(a)
+    if (donates[i] and to_sharding and type(a) is Array and out[i] is not a
+        and a.platform() != "cpu"):
+      a.delete()
+  return tree_util.tree_unflatten(treedef, out)
+
+
+def _fresh_copy(a: Any) -> Any:
+  """A new Array with `a`'s values, placement and committedness (JAX's ALWAYS_COPY)."""
+  if type(a) is not Array:
+    return a
+  s = a.sharding
+  if len(s.device_set) > 1:
+    return device_put_sharded(np.asarray(a), s)
+  out = dispatch.device_put_leaf(np.asarray(a), next(iter(s.device_set)) if a.committed
+                                 else None, "")
+  return out
+
+
+def _device_put(x: Any, device=None) -> Any:
   if isinstance(device, SingleDeviceSharding):
     device = device.device
   if device is not None and _has_format(device):
