@@ -757,6 +757,9 @@ class PjitFunction:
   program for the arguments' signature (tracing and compiling on the first call of a
   signature). `JitWrapped` is another name for it."""
 
+  #: `jit(compiler_options=...)`: XLA option overrides for this function's compilations.
+  _compiler_options: dict | None = None
+
   def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
                donate_argnames, keep_unused: bool, inline: bool, device=None,
                backend: str | None = None, in_shardings=None, out_shardings=None):
@@ -962,6 +965,9 @@ class PjitFunction:
         call = None if key is None else self._cache.get(key)
         if call is not None:
           return call(list(args))
+      if self._compiler_options:
+        with dispatch.with_compiler_options(self._compiler_options):
+          return self._call(args, kwargs)
       return self._call(args, kwargs)
     except Exception as e:   # NB: an API boundary without a wrapper on the fast path
       traceback_util.filter_exception(e)
@@ -1589,7 +1595,8 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
         donate_argnums: int | Sequence[int] | None = None,
         donate_argnames: str | Iterable[str] | None = None, keep_unused: bool = False,
         device=None, backend: str | None = None, inline: bool = False,
-        in_shardings: Any = None, out_shardings: Any = None):
+        in_shardings: Any = None, out_shardings: Any = None,
+        compiler_options: dict[str, Any] | None = None):
   """Compiles `fun` with XLA; traces once per argument signature.
 
   Args:
@@ -1612,6 +1619,10 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
       or default-device Arrays are split on the host. A committed Array laid out otherwise
       is an error (move it with `device_put(x, sharding)`).
     out_shardings: the same for the outputs (None: the partitioner's choice).
+    compiler_options: None, or a dict of XLA option names to values (for example
+      `{"xla_cpu_enable_fast_math": True}`) passed to XLA as option overrides when a call
+      compiles (as JAX's; an unknown name raises XLA's "No such compile option" then).
+      Not applied by `.lower(...).compile()` (pass them to `compile` there).
 
   Returns:
     A callable with `fun`'s signature returning Arrays in `fun`'s output structure.
@@ -1636,9 +1647,13 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
                              static_argnames=static_argnames, donate_argnums=donate_argnums,
                              donate_argnames=donate_argnames, keep_unused=keep_unused,
                              device=device, backend=backend, inline=inline,
-                             in_shardings=in_shardings, out_shardings=out_shardings)
-  return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
-                    keep_unused, inline, device, backend, in_shardings, out_shardings)
+                             in_shardings=in_shardings, out_shardings=out_shardings,
+                             compiler_options=compiler_options)
+  out = JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
+                   keep_unused, inline, device, backend, in_shardings, out_shardings)
+  if compiler_options:
+    out._compiler_options = compiler_options
+  return out
 
 
 # ---------------------------------------------------------------------------

@@ -5,11 +5,12 @@ Eager `prim.bind(*arrays)` lowers a one-equation jaxpr, compiles it once per
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from jaxlib import xla_client as xc
@@ -319,6 +320,25 @@ _compile_lock = threading.RLock()
 compile_count = [0]   # number of XLA compilations (tests and benchmarks read it)
 
 
+#: XLA option overrides (a tuple of (name, value) pairs) for the programs compiled while a
+#: jit with `compiler_options=` compiles its call (`with_compiler_options`); part of the
+#: in-memory cache key; such programs skip the disk cache.
+compiler_option_overrides: list = [()]
+
+
+@contextlib.contextmanager
+def with_compiler_options(options: dict) -> Iterator[None]:
+  """While active, `compile_module` passes `options` (XLA option names to values) as option
+  overrides, as JAX's `jit(compiler_options=...)`; an unknown name fails in XLA
+  ("No such compile option")."""
+  prev = compiler_option_overrides[0]
+  compiler_option_overrides[0] = tuple(options.items())
+  try:
+    yield
+  finally:
+    compiler_option_overrides[0] = prev
+
+
 def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_replicas: int = 1,
                    num_partitions: int = 1, fun_name: str | None = None) -> Any:
   """Compiles StableHLO `text` for `devices` (default: the default device). `fun_name` names
@@ -337,7 +357,10 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
   """
   devs = tuple(devices) if devices is not None else (client.default_device(),)
   callbacks = host_callbacks_of(text)
+  overrides = compiler_option_overrides[0]
   key = (text, devs, num_replicas, num_partitions, callbacks)
+  if overrides:
+    key += (overrides,)
   exe = _compile_cache.get(key)
   if exe is not None:
     return exe
@@ -352,7 +375,9 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       ids = np.array([d.id for d in devs])
       assignment = ids.reshape(num_replicas, num_partitions)
       opts = client.compile_options(num_replicas, num_partitions, assignment)
-      cache_dir = config.compilation_cache_dir
+      if overrides:
+        opts.env_option_overrides = list(overrides)
+      cache_dir = config.compilation_cache_dir if not overrides else None
       disk_key = None
       if cache_dir and not callbacks:   # NB: Python callables cannot be stored on disk
         cache_dir = os.fspath(cache_dir)
