@@ -1092,7 +1092,8 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fal
 
 
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
-         axis_size: int | None = None, spmd_axis_name: Any = None) -> Callable:
+         axis_size: int | None = None, spmd_axis_name: Any = None,
+         sum_match: bool = False) -> Callable:
   """Vectorizes `fun` over a new leading (or `in_axes`) axis of its arguments, as JAX's
   `vmap`: the function is run once on batched tracers and every primitive's batching rule
   handles the batch axis (no Python loop).
@@ -1107,6 +1108,8 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     axis_name: a name for the mapped axis, for collectives (`lax.psum(x, axis_name)`).
     axis_size: the mapped size; required when no argument is mapped.
     spmd_axis_name: accepted for compatibility (there is no SPMD partitioning of vmap here).
+    sum_match: an output batched where its out_axes is None is summed over the batch axis
+      (`x.sum(axis)`) instead of raising, as JAX's.
 
   Refs among the arguments are passed as refs holding the (batched) value: writes into
   one mapped over an axis land in its slices, and its final value is written back; a write
@@ -1199,6 +1202,9 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
         results.append(refs[returned[j]])
         continue
       if ax is None:
+        if d is not None and sum_match:
+          results.append(o.sum(d))
+          continue
         if d is not None and axis_name is not None:
           raise ValueError(f"vmap has mapped output (axis_name={axis_name}) but out_axes is "
                            f"None")

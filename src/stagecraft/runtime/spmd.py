@@ -932,13 +932,29 @@ def from_device_blocks(pieces: Sequence[np.ndarray], shape: Sequence[int],
 
 
 def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSharding,
-                                         arrays: Sequence[Array]) -> Array:
+                                         arrays: Sequence[Array], *,
+                                         dtype: Any = None) -> Array:
   """A global Array from one Array per addressable device of `sharding` (in the order of
   `sharding.mesh.devices.flat`), each holding that device's piece.
 
+  `dtype`: the result dtype (canonicalized); None takes the pieces'. As JAX's, it must
+  match the pieces' dtype, and is required when there are no pieces.
+
   Raises:
-    ValueError: a wrong number of pieces or a piece of the wrong shape.
+    ValueError: a wrong number of pieces or a piece of the wrong shape; a `dtype` other
+      than the pieces' (JAX's message); no pieces and no `dtype`.
   """
+  fname = "make_array_from_single_device_arrays"
+  if dtype is None:
+    if not arrays:
+      raise ValueError(f"If the Array has no addressable shards, `dtype` must be provided "
+                       f"via the `dtype` argument to `jax.{fname}`.")
+  else:
+    dtype = dtypes.check_user_dtype(dtype, fname)
+    if arrays and arrays[0].dtype != dtype:
+      raise ValueError(f"If `dtype` is provided to `jax.{fname}`, it must match the dtype "
+                       f"of the addressable shards. Got dtype={dtype} and shard "
+                       f"dtype={arrays[0].dtype}`.")
   shape = tuple(int(d) for d in shape)
   sharding = intern_sharding(to_named(sharding, "make_array_from_single_device_arrays"))
   m = sharding.devices_indices_map(shape)
@@ -949,7 +965,7 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSh
                      f"{len(devs)} addressable devices of {sharding}.")
   return make_array_from_callback(
       shape, sharding, lambda idx: np.asarray(arrays[[m[d] for d in devs].index(idx)]),
-      dtype=np.asarray(arrays[0]).dtype if arrays else None)
+      dtype=np.asarray(arrays[0]).dtype if arrays else dtype)
 
 
 def make_array_from_process_local_data(sharding: NamedSharding, local_data: Any,
