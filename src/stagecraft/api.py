@@ -3,6 +3,7 @@
 `stagecraft.pjit`, below the libraries that use it)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any, Callable, Sequence
@@ -42,12 +43,16 @@ _NS = tree_util.NAMESPACE
 
 
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
+               axis_env: Sequence[tuple[Any, int]] | None = None,
                return_shape: bool = False) -> Callable[..., ClosedJaxpr]:
   """Returns a function that traces `fun` and gives its ClosedJaxpr.
 
   Args:
     fun: the function to trace.
     static_argnums: positions of arguments treated as Python constants.
+    axis_env: None, or a sequence of `(axis name, size)` pairs bound while tracing (outermost
+      first), so collectives over those names (`lax.psum(x, 'i')`, `axis_index`) trace
+      into the jaxpr as under pmap, printed as JAX prints them.
     return_shape: also return the output pytree of ShapeDtypeStructs.
 
   Returns:
@@ -60,11 +65,15 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
     { lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[3] = mul b 2.0:f32[] in (c,) }
   """
   static_argnums = normalize_argnums(static_argnums, "static_argnums")
+  env = [] if axis_env is None else [(name, size) for name, size in axis_env]
 
   @wraps(fun)
   @api_boundary
   def make(*args, **kwargs):
-    traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
+    with contextlib.ExitStack() as stack:
+      for name, size in env:
+        stack.enter_context(batching.extend_axis_env(name, size))
+      traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
     closed = traced.closed
     if return_shape:
       return closed, traced.out_shapes()
