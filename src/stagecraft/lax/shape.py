@@ -316,8 +316,12 @@ def laid_out(x: Any, out_sharding: Any) -> Any:
   it is a separate equation after it (same values and placement)."""
   if out_sharding is None:
     return x
-  from stagecraft.lax.conv import lay_out   # NB: conv.py builds on this module
   return lay_out[0](x, out_sharding)
+
+
+#: `lay_out[0](x, sharding)`: `x` laid out by an `out_sharding` (installed by lax/spmd.py,
+#: which builds on this module: reshard or a sharding constraint).
+lay_out: list = [None]
 
 
 def broadcast(operand: Any, sizes: Sequence[int], *, out_sharding: Any = None) -> Any:

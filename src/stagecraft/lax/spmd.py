@@ -47,7 +47,7 @@ from stagecraft.lax.control_flow.loops import scan_p
 from stagecraft.lax.control_flow.while_op import while_p
 from stagecraft.lax import sharding_rules
 from stagecraft.lax.conv import lay_out as conv_lay_out
-from stagecraft.lax.shape import reshape
+from stagecraft.lax.shape import lay_out as shape_lay_out, reshape
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.runtime.array import Array
 from stagecraft.runtime.spmd import SpmdExecutable, check_spec_fits
@@ -961,3 +961,5 @@ sharding_rules.wrap_transposes(reshard_to_type)
 ad.retype_zeros = lambda x, ts: reshard_to_type(x, ts, None)
 # lax.conv_general_dilated's `out_sharding` (conv.py cannot import this module: a cycle).
 conv_lay_out[0] = _conv_lay_out
+# lax.broadcast / full / broadcasted_iota / reduce_sum / ... `out_sharding` (shape.py's hook)
+shape_lay_out[0] = _conv_lay_out
