@@ -51,7 +51,8 @@ _FIXED = ["checkpoint", "remat", "device_put", "jit", "local_devices", "process_
           "sharding.SingleDeviceSharding.with_memory_kind", "sharding.Sharding.is_equivalent_to",
           "ShapeDtypeStruct", "stages.Lowered.compile", "stages.Traced.lower",
           "export.Exported.mlir_module", "custom_vjp.defvjp", "custom_jvp.defjvp",
-          "custom_jvp.defjvps", "tree_util.Partial"]
+          "custom_jvp.defjvps", "tree_util.Partial", "sharding.PartitionSpec.count",
+          "sharding.PartitionSpec.index"]
 
 
 def _get(root, path):
@@ -265,6 +266,10 @@ def test_sharding_methods_are_jax_s():
            s.check_compatible_aval((4, 6)), d.check_compatible_aval(())]
     return out
   assert run(sc) == run(jax)
+  for lib in (sc, jax):
+    p = lib.sharding.PartitionSpec("x", None, "x")
+    assert (p.count(value="x"), p.index(value=None)) == (2, 1)
+  _raises(lambda lib: lib.sharding.PartitionSpec("x").index(value="z"))
   t, m = _raises(lambda lib: lib.sharding.NamedSharding(
       lib.sharding.Mesh(np.array(lib.devices()[:2]), ("x",)),
       lib.sharding.PartitionSpec("x")).check_compatible_aval(()))

@@ -667,6 +667,17 @@ class PartitionSpec(tuple):
       messages).
   """
 
+  def count(self, value) -> int:
+    """How many dimensions have the entry `value` (JAX's keyword name `value`)."""
+    return tuple.count(self, value)
+
+  def index(self, value) -> int:
+    """The first dimension whose entry is `value`.
+
+    Raises:
+      ValueError: when no entry is `value` (tuple's message, as JAX's)."""
+    return tuple.index(self, value)
+
   def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset()):
     unreduced = _as_axis_set(unreduced, "unreduced")
     reduced = _as_axis_set(reduced, "reduced")
