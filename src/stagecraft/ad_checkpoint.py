@@ -890,7 +890,11 @@ def checkpoint(fun: Callable, *, prevent_cse: bool | Sequence[bool] = True,
   return fun_remat
 
 
-remat = checkpoint
+def remat(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,
+          static_argnums: int | Sequence[int] = (), concrete: Any = _DEPRECATED) -> Callable:
+  """JAX's other name of `checkpoint` (its parameters, without `static_argnames`)."""
+  return checkpoint(fun, prevent_cse=prevent_cse, policy=policy,
+                    static_argnums=static_argnums, concrete=concrete)
 
 #: The traces of checkpointed functions, per function while it lives: {fun: {key: (jaxpr,
 #: consts, out_tree)}}, as JAX's `_trace_to_jaxpr` cache (keyed on the function, not on

@@ -302,15 +302,41 @@ class ShapeDtypeStruct:
       `key<fry>`) is kept as it is, as JAX's.
     weak_type: keep the weak type of the described value (JAX drops it: jax#23302).
     sharding: optional sharding (kept, used by sharded lowering).
-  """
-  __slots__ = ("shape", "dtype", "weak_type", "sharding")
+    manual_axis_type: None or a `ManualAxisType` (kept and shown, as JAX's).
+    is_ref: whether the value described is a Ref (kept and shown; NB: stagecraft traces
+      such a struct as an array, not as a Ref).
 
-  def __init__(self, shape, dtype, *, weak_type: bool = False, sharding=None):
+  Raises:
+    ValueError: a `dtype` of None (JAX's message).
+    TypeError: a `manual_axis_type` that is not a ManualAxisType (JAX's message).
+  """
+  __slots__ = ("shape", "dtype", "weak_type", "sharding", "manual_axis_type", "is_ref")
+
+  def __init__(self, shape, dtype, *, sharding=None, weak_type: bool = False,
+               manual_axis_type=None, is_ref: bool = False):
+    if dtype is None:
+      raise ValueError("ShapeDtypeStruct: dtype must be specified.")
+    if manual_axis_type is not None and not isinstance(manual_axis_type, ManualAxisType):
+      raise TypeError(f"`manual_axis_type` argument passed to ShapeDtypeStruct should be of "
+                      f"type `jax.sharding.ManualAxisType`. Got type {type(manual_axis_type)}")
     # NB: symbolic dimensions (stagecraft.export's shape polymorphism) stay as they are.
     self.shape = tuple(d if shape_poly.is_symbolic_dim(d) else int(d) for d in shape)
     self.dtype = dtype if is_extended_dtype(dtype) else np.dtype(dtype)
     self.weak_type = bool(weak_type)
     self.sharding = sharding
+    self.manual_axis_type = manual_axis_type
+    self.is_ref = is_ref
+
+  def update(self, **kwargs) -> "ShapeDtypeStruct":
+    """A copy with the given fields (`shape`, `dtype`, `sharding`, `weak_type`,
+    `manual_axis_type`, `is_ref`) replaced, as JAX's `ShapeDtypeStruct.update`.
+
+    Raises:
+      TypeError: for another keyword (the constructor's message)."""
+    fields = {k: getattr(self, k) for k in self.__slots__}
+    fields.update(kwargs)
+    shape, dtype = fields.pop("shape"), fields.pop("dtype")
+    return ShapeDtypeStruct(shape, dtype, **fields)
 
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
@@ -331,14 +357,18 @@ class ShapeDtypeStruct:
   def __repr__(self):
     w = ", weak_type=True" if self.weak_type else ""
     sh = "" if self.sharding is None else f", sharding={self.sharding!r}"
-    return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{sh}{w})"
+    mat = f", manual_axis_type={self.manual_axis_type}" if self.manual_axis_type else ""
+    ref = f", is_ref={self.is_ref}" if self.is_ref else ""
+    return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{sh}{w}{mat}{ref})"
 
   def __eq__(self, other):
     return (isinstance(other, ShapeDtypeStruct) and self.shape == other.shape
-            and self.dtype == other.dtype and self.weak_type == other.weak_type)
+            and self.dtype == other.dtype and self.weak_type == other.weak_type
+            and self.manual_axis_type == other.manual_axis_type
+            and self.is_ref == other.is_ref)
 
   def __hash__(self):
-    return hash((self.shape, self.dtype, self.weak_type))
+    return hash((self.shape, self.dtype, self.weak_type, self.is_ref))
 
 
 def _scalar_aval(typ):

@@ -670,14 +670,27 @@ class custom_vjp:
       return self
     return functools.partial(self, obj)
 
-  def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False) -> None:
+  def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False,
+             optimize_remat: bool = False) -> None:
     """Sets the rules: `fwd(*args) -> (out, residuals)` and `bwd(residuals, g) -> tuple` of
     one cotangent per (differentiable) argument, None meaning zero. With
     `symbolic_zeros=True`, `fwd` receives `CustomVJPPrimal(value, perturbed)` arguments and
-    `bwd` may receive `SymbolicZero` output cotangents."""
+    `bwd` may receive `SymbolicZero` output cotangents.
+
+    `optimize_remat`: JAX's experimental remat optimization of `fwd` under `remat`; it
+    changes no value, and stagecraft records the flag (`self.optimize_remat`) without
+    applying it (the jaxpr under remat differs from JAX's).
+
+    Raises:
+      NotImplementedError: `symbolic_zeros` and `optimize_remat` both True (JAX's words).
+    """
     self.fwd = fwd
     self.bwd = bwd
     self.symbolic_zeros = symbolic_zeros
+    self.optimize_remat = optimize_remat
+    if symbolic_zeros and optimize_remat:
+      raise NotImplementedError(
+          "remat optimization for custom_vjp does not support symbolic zeros")
 
   @api_boundary
   def __call__(self, *args, **kwargs):

@@ -1584,12 +1584,12 @@ def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   return call
 
 
-def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,
+def jit(fun: Callable | None = None, /, *, in_shardings: Any = None,
+        out_shardings: Any = None, static_argnums: int | Sequence[int] | None = None,
         static_argnames: str | Iterable[str] | None = None,
         donate_argnums: int | Sequence[int] | None = None,
         donate_argnames: str | Iterable[str] | None = None, keep_unused: bool = False,
         device=None, backend: str | None = None, inline: bool = False,
-        in_shardings: Any = None, out_shardings: Any = None,
         compiler_options: dict[str, Any] | None = None):
   """Compiles `fun` with XLA; traces once per argument signature.
 

@@ -193,6 +193,27 @@ class _MeshAxes:
 class Sharding:
   """The base class of shardings (NamedSharding, SingleDeviceSharding)."""
 
+  def devices_indices_map(self, global_shape: Sequence[int]) -> dict:
+    """{device: tuple of slices}: each device's piece of an array of `global_shape`."""
+    raise NotImplementedError("Subclasses should implement this method.")
+
+  def shard_shape(self, global_shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of each device's piece of an array of `global_shape`."""
+    raise NotImplementedError("Subclasses should implement this method.")
+
+  def is_equivalent_to(self, other: "Sharding", ndim: int) -> bool:
+    """Whether `other` lays out an array of rank `ndim` the same way on the same devices."""
+    raise NotImplementedError("Subclasses should implement this method.")
+
+  def with_memory_kind(self, kind: str) -> "Sharding":
+    """This sharding in memory `kind`."""
+    raise NotImplementedError("Subclasses should implement this method.")
+
+  def check_compatible_aval(self, aval_shape: Sequence[int]) -> None:
+    """Checks that this sharding can lay out an array of shape `aval_shape` (no check here;
+    NamedSharding checks the rank)."""
+    return None
+
   def addressable_devices_indices_map(self, global_shape) -> dict:
     """{device of this process: tuple of slices}: the pieces of an array of `global_shape`
     this process holds (`devices_indices_map` restricted to `addressable_devices`)."""
@@ -646,6 +667,17 @@ class PartitionSpec(tuple):
       messages).
   """
 
+  def count(self, value) -> int:
+    """How many dimensions have the entry `value` (JAX's keyword name `value`)."""
+    return tuple.count(self, value)
+
+  def index(self, value) -> int:
+    """The first dimension whose entry is `value`.
+
+    Raises:
+      ValueError: when no entry is `value` (tuple's message, as JAX's)."""
+    return tuple.index(self, value)
+
   def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset()):
     unreduced = _as_axis_set(unreduced, "unreduced")
     reduced = _as_axis_set(reduced, "reduced")
@@ -809,6 +841,22 @@ class NamedSharding(Sharding):
                       f"'{next(iter(kwargs))}'")
     return NamedSharding(mesh, spec, memory_kind=memory_kind)
 
+  def with_memory_kind(self, kind: str) -> "NamedSharding":
+    """This sharding in memory `kind` (`update(memory_kind=kind)`, as JAX's)."""
+    return self.update(memory_kind=kind)
+
+  def check_compatible_aval(self, aval_shape: Sequence[int]) -> None:
+    """Checks that the spec has no more entries than `aval_shape` has dimensions.
+
+    Raises:
+      ValueError: for a spec longer than the rank (JAX's words).
+    """
+    if len(aval_shape) < len(self.spec):
+      hint = " For scalars the PartitionSpec should be P()" if not len(aval_shape) else ""
+      raise ValueError(f"Sharding {self} is only valid for values of rank at least "
+                       f"{len(self.spec)}, but was applied to a value of rank "
+                       f"{len(aval_shape)}.{hint}")
+
   @property
   def device_set(self) -> set:
     return set(self.mesh.devices.flat)
@@ -887,13 +935,14 @@ class NamedSharding(Sharding):
     mem = "" if self.memory_kind is None else f", memory_kind={self.memory_kind}"
     return f"NamedSharding(mesh={self.mesh}, spec={self.spec!r}{mem})"
 
-  def shard_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
-    """The shape of each device's piece of an array of `shape`.
+  def shard_shape(self, global_shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of each device's piece of an array of `global_shape`.
 
     Raises:
       IndivisibleError: (a ValueError) when a split dimension is not divisible by its mesh
         axes' size, in JAX's words.
     """
+    shape = global_shape
     parts = [math.prod(self.mesh.shape[a] for a in self.spec._names(i))
              for i in range(len(shape))]
     for i, (d, n) in enumerate(zip(shape, parts)):
@@ -904,9 +953,9 @@ class NamedSharding(Sharding):
             f"factors: {parts} should evenly divide the shape)")
     return tuple(d // n for d, n in zip(shape, parts))
 
-  def devices_indices_map(self, shape: Sequence[int]) -> dict:
-    """{device: tuple of slices} giving each device's piece of an array of `shape`."""
-    block = self.shard_shape(shape)
+  def devices_indices_map(self, global_shape: Sequence[int]) -> dict:
+    """{device: tuple of slices} giving each device's piece of an array of `global_shape`."""
+    block = self.shard_shape(global_shape)
     names = self.mesh.axis_names
     out = {}
     for pos in np.ndindex(*self.mesh.devices.shape):
@@ -955,11 +1004,17 @@ class SingleDeviceSharding(Sharding):
 
   is_fully_replicated = True
 
-  def shard_shape(self, shape):
-    return tuple(shape)
+  def shard_shape(self, global_shape: Sequence[int]) -> tuple[int, ...]:
+    """`global_shape` (the one device holds the whole array)."""
+    return tuple(global_shape)
 
-  def devices_indices_map(self, shape) -> dict:
-    return {self.device: tuple(slice(None) for _ in shape)}
+  def devices_indices_map(self, global_shape: Sequence[int]) -> dict:
+    """{device: whole-array slices} for an array of `global_shape`."""
+    return {self.device: tuple(slice(None) for _ in global_shape)}
+
+  def with_memory_kind(self, kind: str) -> "SingleDeviceSharding":
+    """This device's sharding in memory `kind` (checked as the constructor does)."""
+    return SingleDeviceSharding(self.device, memory_kind=kind)
 
   num_devices = 1
 

@@ -193,10 +193,29 @@ class Traced:
   layout = property(lambda self: self._sig.layout)
   lowered_jaxpr = property(lambda self: self._sig.entry.hoisted())
 
-  def lower(self) -> Lowered:
+  def lower(self, *, lowering_platforms: tuple[str, ...] | None = None,
+            _private_parameters: Any = None) -> Lowered:
     """Lowers the traced function to a StableHLO module (unused arguments pruned unless
-    `keep_unused`; static arguments are constants of the module)."""
+    `keep_unused`; static arguments are constants of the module).
+
+    Args:
+      lowering_platforms: None, or platform names to lower for; only the platform of the
+        program's device is supported here (JAX lowers for several, for export).
+      _private_parameters: JAX's private lowering parameters; must be None here.
+
+    Raises:
+      NotImplementedError: other lowering platforms, or private parameters.
+    """
     sig = self._sig
+    if lowering_platforms is not None:
+      own = (sig.device or client.default_device()).platform
+      if tuple(lowering_platforms) != (own,):
+        raise NotImplementedError(
+            f"Traced.lower(lowering_platforms={lowering_platforms!r}): stagecraft lowers "
+            f"for the program's own platform ({own!r}) only")
+    if _private_parameters is not None:
+      raise NotImplementedError("Traced.lower(_private_parameters=...) is JAX's private "
+                                "lowering API; stagecraft has no such parameters")
     with lowering.for_device(sig.device):
       lowered = pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused, sig.name,
                                   layout=sig.layout)
@@ -286,21 +305,39 @@ class Lowered:
     return CostAnalysis(xc._xla.hlo_module_cost_analysis(
         backend, self._xla_computation().as_hlo_module()))
 
-  def compile(self, compiler_options: dict[str, Any] | None = None) -> Compiled:
+  def compile(self, compiler_options: dict[str, Any] | None = None, *,
+              device_assignment: tuple | None = None) -> Compiled:
     """Compiles the module with XLA.
 
     Args:
       compiler_options: XLA options by name (for example
         `{"xla_cpu_enable_fast_math": False}`), passed as option overrides; None or empty:
         the defaults (and the in-memory compilation cache).
+      device_assignment: None, or the devices the program runs on; as JAX's, it must be
+        the lowering's own (its mesh's devices, or the one device: the committed
+        arguments' or the default device).
 
     Returns:
       A `Compiled` callable with the dynamic arguments of the signature.
 
     Raises:
       TypeError: if `compiler_options` is not a dict of str to bool/int/float/str.
+      ValueError: a `device_assignment` other than the lowering's (JAX's message).
     """
     sig = self._sig
+    if device_assignment is not None:
+      mesh = self._lowered.mesh_layout
+      spmd = self._lowered.spmd_devices
+      own = (list(spmd) if spmd is not None else list(mesh[0].devices.flat)
+             if mesh is not None else [sig.device or client.default_device()])
+      given = list(device_assignment)
+      if given != own:
+        raise ValueError(
+            f"device_assignment passed to `.compile` must match the device_assignment "
+            f"calculated from array shardings and out_shardings. Got device ids passed to "
+            f"compile {[d.id for d in given]} on platform {given[0].platform.upper()} and "
+            f"devices ids calculated from array shardings and out_shardings "
+            f"{[d.id for d in own]} on platform {own[0].platform.upper()}")
     exe = None
     if self._jit_options:
       compiler_options = {**self._jit_options, **(compiler_options or {})}

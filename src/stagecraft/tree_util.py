@@ -1314,10 +1314,10 @@ class Partial(functools.partial):
     [1.0]
   """
 
-  def __new__(cls, func, *args, **kwargs):
+  def __new__(cls, func, *args, **kw):
     if isinstance(func, functools.partial):
       func = _WrappedPartial(func)
-    return super().__new__(cls, func, *args, **kwargs)
+    return super().__new__(cls, func, *args, **kw)
 
 
 register_pytree_node(

@@ -175,10 +175,14 @@ class Exported:
   _in_named_shardings: tuple = ()
   _out_named_shardings: tuple = ()
 
-  def mlir_module(self) -> str:
+  def mlir_module(self, serialized: bool = True) -> Any:
     """The module's text (the portable artifact printed by MLIR with its locations, as
     JAX's: `func.func public @main(%arg0: tensor<f32> loc("x")) -> (tensor<f32>
-    {jax.result_info = "result"})`)."""
+    {jax.result_info = "result"})`); with `serialized=False` the deserialized MLIR Module
+    object instead (as JAX's)."""
+    if not serialized:
+      with _mlir_state()["ctx"]:
+        return _load_module(self.mlir_module_serialized)
     text = self._cache.get("text")
     if text is None:
       with _mlir_state()["ctx"]:

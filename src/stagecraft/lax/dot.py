@@ -776,8 +776,8 @@ def _out_sharding(out_sharding: Any, lhs: Any, rhs: Any, where: str):
   return sharding.NamedSharding(mesh, spec)
 
 
-def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any = None,
-        out_sharding: Any = None, *, dimension_numbers: Any = None):
+def dot(lhs: Any, rhs: Any, *, dimension_numbers: Any = None, precision: Any = None,
+        preferred_element_type: Any = None, out_sharding: Any = None):
   """Vector/matrix product (JAX's `lax.dot`): contracts the last axis of `lhs` with the
   first axis of `rhs`, for operands of rank 1 or 2.
 
