@@ -31,3 +31,34 @@ def test_precision_str_and_lookup_by_string():
     seen[name] = out
   assert seen["stagecraft"] == seen["jax"]
   assert seen["jax"][3] is True
+
+
+def test_make_jaxpr_axis_env_binds_named_axes():
+  # haiku's jaxpr_info.make_model_info passes `axis_env=` to make_jaxpr
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    f = lambda x: api.lax.psum(x, "i") * api.lax.axis_index("j")
+    out = [str(api.make_jaxpr(f, axis_env=[("i", 4), ("j", 2)])(np.ones(3, np.float32)))]
+    out.append(str(api.make_jaxpr(lambda x: jnp.sin(x), axis_env=None)(1.0)))
+    jaxpr, shape = api.make_jaxpr(lambda x: x + 1, (), [("i", 2)], True)(np.ones(2, np.float32))
+    out += [str(jaxpr), shape.shape, str(shape.dtype)]
+    with pytest.raises(NameError):   # (the message differs: see the report)
+      api.make_jaxpr(f, axis_env=[("i", 4)])(np.ones(3, np.float32))
+    seen[name] = out
+  assert seen["stagecraft"] == seen["jax"]
+
+
+def test_equation_source_info_name_stack_prints_scopes():
+  # haiku's jaxpr_info reads `str(eqn.source_info.name_stack).split('/')` of every equation
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    def f(x):
+      y = jnp.cos(x)
+      with api.named_scope("outer"):
+        with api.named_scope("inner"):
+          y = jnp.sin(y) * 2
+        return jnp.sum(y)
+    j = api.make_jaxpr(f)(np.ones(3, np.float32))
+    seen[name] = [(e.primitive.name, str(e.source_info.name_stack)) for e in j.jaxpr.eqns]
+  assert seen["stagecraft"] == seen["jax"]
+  assert seen["jax"][0] == ("cos", "")

@@ -3,6 +3,7 @@
 `stagecraft.pjit`, below the libraries that use it)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any, Callable, Sequence
@@ -42,12 +43,16 @@ _NS = tree_util.NAMESPACE
 
 
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
+               axis_env: Sequence[tuple[Any, int]] | None = None,
                return_shape: bool = False) -> Callable[..., ClosedJaxpr]:
   """Returns a function that traces `fun` and gives its ClosedJaxpr.
 
   Args:
     fun: the function to trace.
     static_argnums: positions of arguments treated as Python constants.
+    axis_env: optional `[(axis name, size), ...]`: named axes bound while tracing, so that
+      collectives (`psum`, `axis_index`, ...) over them trace as they would inside a
+      `pmap`/`vmap` of that size (haiku's `make_model_info(axis_env=...)` passes it).
     return_shape: also return the output pytree of ShapeDtypeStructs.
 
   Returns:
@@ -64,7 +69,10 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
   @wraps(fun)
   @api_boundary
   def make(*args, **kwargs):
-    traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
+    with contextlib.ExitStack() as stack:
+      for name, size in axis_env or ():
+        stack.enter_context(batching.extend_axis_env(name, size))
+      traced, _ = trace_flat(fun, args, kwargs, static_argnums, (), "make_jaxpr")
     closed = traced.closed
     if return_shape:
       return closed, traced.out_shapes()
