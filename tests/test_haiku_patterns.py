@@ -4,11 +4,13 @@ pattern run in plain JAX code on JAX and on stagecraft in the same test (haiku i
 from __future__ import annotations
 
 import jax
+import jax.extend  # noqa: F401 (jax.extend.core.Primitive)
 import jax.numpy as jjnp
 import numpy as np
 import pytest
 
 import stagecraft as sc
+import stagecraft.extend  # noqa: F401
 import stagecraft.numpy as snp
 
 APIS = {"jax": (jax, jjnp), "stagecraft": (sc, snp)}
@@ -62,3 +64,32 @@ def test_equation_source_info_name_stack_prints_scopes():
     seen[name] = [(e.primitive.name, str(e.source_info.name_stack)) for e in j.jaxpr.eqns]
   assert seen["stagecraft"] == seen["jax"]
   assert seen["jax"][0] == ("cos", "")
+
+
+def _linear_prim(api, ad, name, log):
+  # haiku's stateful_test registers a callback primitive with `ad.deflinear(prim, rule)`,
+  # whose rule JAX calls as `rule(ct, **params)`
+  prim = api.extend.core.Primitive(name)
+  prim.def_impl(lambda x, *, k: log.append(("fwd", k)) or x)
+  prim.def_abstract_eval(lambda x, *, k: x)
+  ad.deflinear(prim, lambda ct, *, k: log.append(("bwd", k)) or (ct * k,))
+  return prim
+
+
+def test_deflinear_transpose_rule_takes_cotangent_and_params_only():
+  import jax.interpreters.ad as jad
+  from stagecraft.interpreters import ad as sad
+  seen = {}
+  for name, (api, jnp), ad in (("jax", APIS["jax"], jad), ("stagecraft", APIS["stagecraft"], sad)):
+    log = []
+    prim = _linear_prim(api, ad, "hk_callback", log)
+    f = lambda x: jnp.sum(prim.bind(x * 2.0, k=3.0))
+    x = np.arange(3, dtype=np.float32)
+    out = [api.grad(f)(x).tolist(), api.value_and_grad(f)(x)[0].item(),
+           api.jvp(lambda x: prim.bind(x, k=2.0), (x,), (np.ones(3, np.float32),))[1].tolist(),
+           # a cotangent that is a symbolic zero: the rule is not called
+           api.grad(lambda x: jnp.sum(x) + 0.0 * api.lax.stop_gradient(
+               jnp.sum(prim.bind(x, k=5.0))))(x).tolist()]
+    out.append(str(api.make_jaxpr(api.grad(f))(x)))
+    seen[name] = (out, log)
+  assert seen["stagecraft"] == seen["jax"]
