@@ -93,3 +93,20 @@ def test_deflinear_transpose_rule_takes_cotangent_and_params_only():
     out.append(str(api.make_jaxpr(api.grad(f))(x)))
     seen[name] = (out, log)
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_one_hot_of_float_indices_warns_deprecation():
+  # haiku's BasicTest.test_onehot_shape calls one_hot on float indices
+  import warnings
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    out = []
+    for x in (np.array([0., 2.], np.float32), np.array([1, 0], np.int32)):
+      with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        r = api.nn.one_hot(x, 3)
+      out.append((r.tolist(), str(r.dtype), [(c.category.__name__, str(c.message)) for c in w
+                                            if "one_hot" in str(c.message)]))
+    seen[name] = out
+  assert seen["stagecraft"] == seen["jax"]
+  assert seen["jax"][0][2] and not seen["jax"][1][2]
