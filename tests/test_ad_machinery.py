@@ -34,8 +34,8 @@ t_nolin = _unop("t_nolin", "stablehlo.negate")          # linear JVP but no tran
 
 ad.defjvp(t_sin, lambda t, x: t_mul.bind(t, t_cos.bind(x)))
 ad.defjvp(t_cos, lambda t, x: t_mul.bind(t, t_neg.bind(t_sin.bind(x))))
-ad.deflinear(t_neg, lambda ct, x: [t_neg.bind(ct)])
-ad.deflinear(t_add, lambda ct, x, y: [ct if ad.is_undefined_primal(x) else None,
+ad.deflinear2(t_neg, lambda ct, x: [t_neg.bind(ct)])
+ad.deflinear2(t_add, lambda ct, x, y: [ct if ad.is_undefined_primal(x) else None,
                                       ct if ad.is_undefined_primal(y) else None])
 ad.defbilinear(t_mul, lambda ct, x, y: t_mul.bind(ct, y), lambda ct, x, y: t_mul.bind(x, ct))
 ad.primitive_jvps[t_nolin] = lambda p, t: (t_nolin.bind(*p), t_nolin.bind(*t))

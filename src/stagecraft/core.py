@@ -712,10 +712,26 @@ class UserFrame(tuple):
     f, line, col, _, _, fn = self.position()
     return f"{f}:{line}:{col} ({fn})" if col else f"{f}:{line} ({fn})"
 
+  @property
+  def name_stack(self) -> "ScopeNames":
+    """No named scope was active where this equation was recorded: the empty name stack
+    (JAX's `eqn.source_info.name_stack`, whose str is '')."""
+    return _NO_SCOPES
+
   def __repr__(self):
     return f"UserFrame({self.summary()})"
 
 
+class ScopeNames(tuple):
+  """The names of the named scopes an equation was recorded in, outermost first; str joins
+  them with '/' as JAX's `NameStack` prints (haiku's `jaxpr_info` splits that string)."""
+  __slots__ = ()
+
+  def __str__(self) -> str:
+    return "/".join(self)
+
+
+_NO_SCOPES = ScopeNames()
 _positions: dict[UserFrame, tuple] = {}
 
 

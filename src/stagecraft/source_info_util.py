@@ -88,8 +88,8 @@ def _make_hook(previous: Callable | None) -> Callable[[], Any]:
     if not names:
       return inner
     if type(inner) is NameStackInfo:   # an equation re-bound with its own names
-      return NameStackInfo(names + inner.name_stack, inner.source_info)
-    return NameStackInfo(names, inner)
+      return NameStackInfo(core.ScopeNames(names + inner.name_stack), inner.source_info)
+    return NameStackInfo(core.ScopeNames(names), inner)
   hook.is_name_stack_hook = True
   return hook
 

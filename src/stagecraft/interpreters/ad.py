@@ -283,8 +283,22 @@ def defjvp_zero(prim: core.Primitive) -> None:
 
 
 def deflinear(prim: core.Primitive, transpose_rule: Callable) -> None:
+  """As JAX's `ad.deflinear`: `prim` is linear in all its arguments, its JVP applies it to
+  the tangents, and `transpose_rule(ct, **params)` (the cotangent and the params only, not
+  the operands) returns one cotangent per argument. A symbolic `Zero` cotangent gives zero
+  cotangents without calling the rule. (stagecraft's own primitives use `deflinear_args`,
+  whose rule also takes the operands, as `deflinear2`'s.)"""
+  def transpose(ct, *args, **params):
+    if type(ct) is Zero:
+      return [Zero(tangent_aval(a.aval)) if is_undefined_primal(a) else None for a in args]
+    return transpose_rule(ct, **params)
+  deflinear_args(prim, transpose)
+
+
+def deflinear_args(prim: core.Primitive, transpose_rule: Callable) -> None:
   """A primitive linear in all its arguments: its JVP applies it to the tangents (zeros
-  instantiated), and `transpose_rule(ct, *args, **params)` is its transpose."""
+  instantiated), and `transpose_rule(ct, *args, **params)` is its transpose (the linear
+  args are `UndefinedPrimal`s)."""
   def rule(primals, tangents, **params):
     out = prim.bind(*primals, **params)
     if all(type(t) is Zero for t in tangents):
@@ -322,7 +336,7 @@ def _add_any_abstract_eval(x, y):
 
 
 add_any_p.def_abstract_eval(_add_any_abstract_eval)
-deflinear(add_any_p, lambda ct, x, y: [ct, ct])
+deflinear_args(add_any_p, lambda ct, x, y: [ct, ct])
 lowering.register_lowering(add_any_p,
                            lambda ctx, x, y: [ctx.elementwise("stablehlo.add", x, y)])
 batching.defbroadcasting(add_any_p, scalar_ok=[False, False])
@@ -807,7 +821,7 @@ def _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx,
     if rule is None:
       raise MissingRuleError(
           f"Primitive '{eqn.primitive.name}' has no transpose rule, which grad/vjp needs. "
-          f"Register one beside the primitive: ad.deflinear({eqn.primitive.name}_p, "
+          f"Register one beside the primitive: ad.deflinear2({eqn.primitive.name}_p, "
           f"_{eqn.primitive.name}_transpose) or ad.primitive_transposes[...] = rule.")
     ins = [UndefinedPrimal(lin_avals.get(v, v.aval)) if type(v) is Var and v in linear else
            (v.val if type(v) is Literal else primal_env[v]) for v in eqn.invars]
@@ -922,14 +936,13 @@ def deflinear2(prim: core.Primitive, transpose_rule: Callable) -> None:
   `UndefinedPrimal`s) returns one cotangent per argument. A symbolic `Zero` cotangent gives
   zero cotangents without calling the rule.
 
-  NB: stagecraft's own `deflinear` already takes rules of this signature; JAX's `deflinear`
-  takes `transpose_rule(ct, **params)` (see docs/differences.md).
+  NB: JAX's (and stagecraft's) `deflinear` takes `transpose_rule(ct, **params)`.
   """
   def transpose(ct, *args, **params):
     if type(ct) is Zero:
       return [Zero(tangent_aval(a.aval)) if is_undefined_primal(a) else None for a in args]
     return transpose_rule(ct, *args, **params)
-  deflinear(prim, transpose)
+  deflinear_args(prim, transpose)
 
 
 def get_primitive_transpose(p: core.Primitive) -> Callable:

@@ -174,7 +174,7 @@ def _cumulative_jvp(combine_fn, primals, tangents, *, axis, reverse):
   return p_out[0], t_out[0]
 
 
-ad.deflinear(cumsum_p, lambda ct, x, *, axis, reverse: [
+ad.deflinear_args(cumsum_p, lambda ct, x, *, axis, reverse: [
     cumsum_p.bind(ct, axis=axis, reverse=not reverse)])
 ad.primitive_jvps[cumprod_p] = partial(_cumulative_jvp, elementwise.mul)
 ad.primitive_jvps[cummax_p] = partial(_cumulative_jvp, elementwise.max)

@@ -45,10 +45,17 @@ class Precision(enum.Enum):
   HIGH = 1
   HIGHEST = 2
 
+  @classmethod
+  def _missing_(cls, value):
+    # `Precision('highest')`: the strings name members too (JAX's lookup by string)
+    return _precision_strings.get(value)
+
   def __repr__(self):
     return f"Precision.{self.name}"
 
-  __str__ = __repr__
+  def __str__(self):
+    # the bare name, as JAX's `str(lax.Precision.HIGH) == 'HIGH'` (haiku's tests match it)
+    return self.name
 
 
 _precision_strings = {

@@ -335,7 +335,7 @@ def _bool_dtype(_):
 # abstract eval (accepted dtypes) and lowering.
 
 neg_p = unop("neg", number, "stablehlo.negate")
-ad.deflinear(neg_p, lambda ct, x: [neg(ct)])
+ad.deflinear_args(neg_p, lambda ct, x: [neg(ct)])
 exp_p = unop("exp", inexact, "stablehlo.exponential")
 ad.defjvp2(exp_p, lambda t, ans, x, **_: mul(t, ans))
 log_p = unop("log", inexact, "stablehlo.log")
@@ -1771,7 +1771,7 @@ def _reduce_precision_lowering(ctx, x, *, exponent_bits, mantissa_bits):
 reduce_precision_p.def_abstract_eval(_reduce_precision_abstract_eval)
 lowering.register_lowering(reduce_precision_p, _reduce_precision_lowering)
 # Linear, as JAX treats it: the tangent and the cotangent are rounded alike.
-ad.deflinear(reduce_precision_p, lambda ct, x, **params: [reduce_precision_p.bind(ct, **params)])
+ad.deflinear_args(reduce_precision_p, lambda ct, x, **params: [reduce_precision_p.bind(ct, **params)])
 batching.defvectorized(reduce_precision_p)
 
 
@@ -1813,9 +1813,9 @@ _f64 = ("float64", lambda d: d == dtypes.float64)
 _complex_elem = (_f32, _f64)
 
 real_p = unop("real", (utils.complex_kind,), "stablehlo.real", _real_dtype)
-ad.deflinear(real_p, lambda ct, x: [complex(ct, np.zeros((), core.get_aval(ct).dtype))])
+ad.deflinear_args(real_p, lambda ct, x: [complex(ct, np.zeros((), core.get_aval(ct).dtype))])
 imag_p = unop("imag", (utils.complex_kind,), "stablehlo.imag", _real_dtype)
-ad.deflinear(imag_p, lambda ct, x: [complex(np.zeros((), core.get_aval(ct).dtype), neg(ct))])
+ad.deflinear_args(imag_p, lambda ct, x: [complex(np.zeros((), core.get_aval(ct).dtype), neg(ct))])
 
 complex_p = Primitive("complex")
 complex_p.def_abstract_eval(naryop_abstract_eval("complex", _complex_elem, _complex_of.get))
@@ -1884,7 +1884,7 @@ def _conj_transpose(ct, x, *, input_dtype):
 
 conj_p.def_abstract_eval(_conj_abstract_eval)
 lowering.register_lowering(conj_p, _conj_lowering)
-ad.deflinear(conj_p, _conj_transpose)
+ad.deflinear_args(conj_p, _conj_transpose)
 batching.defvectorized(conj_p)
 
 

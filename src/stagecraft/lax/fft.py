@@ -119,7 +119,7 @@ def _fft_transpose(ct, x, *, fft_type, fft_lengths):
 fft_p = Primitive("fft")
 fft_p.def_abstract_eval(_fft_abstract_eval)
 lowering.register_lowering(fft_p, _fft_lowering)
-ad.deflinear(fft_p, _fft_transpose)
+ad.deflinear_args(fft_p, _fft_transpose)
 
 
 def _fft_batch_rule(batched_args, batch_dims, *, fft_type, fft_lengths):

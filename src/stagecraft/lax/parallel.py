@@ -433,7 +433,7 @@ psum_invariant_p.def_impl(_unbound_impl("axes"))
 _psum_lowering = _reduction_lowering("stablehlo.add", "stablehlo.or")
 lowering.register_lowering(psum_invariant_p, _psum_invariant_lowering)
 batching.fancy_primitive_batchers[psum_invariant_p] = _psum_invariant_batcher
-ad.deflinear(psum_invariant_p, lambda ct, x, *, axes: [_psum_invariant_transpose(ct, x,
+ad.deflinear_args(psum_invariant_p, lambda ct, x, *, axes: [_psum_invariant_transpose(ct, x,
                                                                                  axes=axes)])
 
 
@@ -586,7 +586,7 @@ pvary_p.def_abstract_eval(_pvary_abstract_eval)
 pvary_p.def_impl(_pvary_impl)
 lowering.register_lowering(pvary_p, _pvary_lowering)
 batching.fancy_primitive_batchers[pvary_p] = _pvary_batcher
-ad.deflinear(pvary_p, _pvary_transpose)
+ad.deflinear_args(pvary_p, _pvary_transpose)
 
 
 def pvary(x: Any, axis_name: Any) -> Any:
@@ -778,9 +778,9 @@ mapping.replication_rules[vary_unreduced_cast_p] = (
     lambda in_vary, *, axes: [in_vary[0] - frozenset(axes)])
 mapping.replication_rules[reduced_vary_cast_p] = (
     lambda in_vary, *, axes: [in_vary[0] | frozenset(axes)])
-ad.deflinear(vary_unreduced_cast_p,
+ad.deflinear_args(vary_unreduced_cast_p,
              lambda ct, x, *, axes: [reduced_vary_cast_p.bind(ct, axes=axes)])
-ad.deflinear(reduced_vary_cast_p,
+ad.deflinear_args(reduced_vary_cast_p,
              lambda ct, x, *, axes: [vary_unreduced_cast_p.bind(ct, axes=axes)])
 
 
@@ -840,7 +840,7 @@ all_gather_p.def_abstract_eval(_all_gather_abstract_eval)
 all_gather_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(all_gather_p, all_gather_lowering)
 batching.fancy_primitive_batchers[all_gather_p] = _all_gather_batcher
-ad.deflinear(all_gather_p, _all_gather_transpose)
+ad.deflinear_args(all_gather_p, _all_gather_transpose)
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
@@ -932,7 +932,7 @@ ppermute_p.def_abstract_eval(_ppermute_abstract_eval)
 ppermute_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(ppermute_p, _ppermute_lowering)
 batching.fancy_primitive_batchers[ppermute_p] = _ppermute_batcher
-ad.deflinear(ppermute_p, _ppermute_transpose)
+ad.deflinear_args(ppermute_p, _ppermute_transpose)
 
 
 def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
@@ -1091,7 +1091,7 @@ reduce_scatter_p.def_abstract_eval(_reduce_scatter_abstract_eval)
 reduce_scatter_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(reduce_scatter_p, _reduce_scatter_lowering)
 batching.fancy_primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
-ad.deflinear(reduce_scatter_p, _reduce_scatter_transpose)
+ad.deflinear_args(reduce_scatter_p, _reduce_scatter_transpose)
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
@@ -1187,7 +1187,7 @@ all_to_all_p.def_abstract_eval(_all_to_all_abstract_eval)
 all_to_all_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(all_to_all_p, _all_to_all_lowering)
 batching.fancy_primitive_batchers[all_to_all_p] = _all_to_all_batcher
-ad.deflinear(all_to_all_p, _all_to_all_transpose)
+ad.deflinear_args(all_to_all_p, _all_to_all_transpose)
 
 
 def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,

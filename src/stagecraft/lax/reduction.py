@@ -294,7 +294,7 @@ def _reduce_prod_jvp(primals, tangents, *, axes):
   return p_out[0], t_out[0]
 
 
-ad.deflinear(reduce_sum_p, _reduce_sum_transpose)
+ad.deflinear_args(reduce_sum_p, _reduce_sum_transpose)
 ad.primitive_jvps[reduce_prod_p] = _reduce_prod_jvp
 ad.defjvp2(reduce_max_p, _reduce_chooser_jvp)
 ad.defjvp2(reduce_min_p, _reduce_chooser_jvp)

@@ -202,7 +202,7 @@ def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions, sha
   return [expand_dims(summed, unit_dims)]
 
 
-ad.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
+ad.deflinear_args(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 
 
 def _broadcast_in_dim_batch_rule(args, dims, *, shape, broadcast_dimensions, sharding=None):
@@ -447,7 +447,7 @@ def _reshape_transpose(ct, operand, *, new_sizes, dimensions):
   return [transpose(out, np.argsort(dimensions))]
 
 
-ad.deflinear(reshape_p, _reshape_transpose)
+ad.deflinear_args(reshape_p, _reshape_transpose)
 
 
 def _reshape_batch_rule(args, dims, *, new_sizes, dimensions):
@@ -541,7 +541,7 @@ def _transpose_lowering(ctx, x, *, permutation):
 
 transpose_p.def_abstract_eval(_transpose_abstract_eval)
 lowering.register_lowering(transpose_p, _transpose_lowering)
-ad.deflinear(transpose_p, lambda ct, operand, *, permutation: [
+ad.deflinear_args(transpose_p, lambda ct, operand, *, permutation: [
     transpose(ct, tuple(int(i) for i in np.argsort(permutation)))])
 
 
@@ -608,7 +608,7 @@ def _squeeze_lowering(ctx, x, *, dimensions):
 squeeze_p.def_abstract_eval(_squeeze_abstract_eval)
 lowering.register_lowering(squeeze_p, _squeeze_lowering)
 # As JAX's: the squeezed dims come back as size-1 dims by a `broadcast_in_dim`.
-ad.deflinear(squeeze_p, lambda ct, operand, *, dimensions: [expand_dims(ct, dimensions)])
+ad.deflinear_args(squeeze_p, lambda ct, operand, *, dimensions: [expand_dims(ct, dimensions)])
 
 
 def _squeeze_batch_rule(args, dims, *, dimensions):
@@ -694,7 +694,7 @@ def _rev_lowering(ctx, x, *, dimensions):
 
 rev_p.def_abstract_eval(_rev_abstract_eval)
 lowering.register_lowering(rev_p, _rev_lowering)
-ad.deflinear(rev_p, lambda ct, operand, *, dimensions: [rev_p.bind(ct, dimensions=dimensions)])
+ad.deflinear_args(rev_p, lambda ct, operand, *, dimensions: [rev_p.bind(ct, dimensions=dimensions)])
 
 
 def _rev_batch_rule(args, dims, *, dimensions):
@@ -768,7 +768,7 @@ def _concatenate_transpose(ct, *operands, dimension):
   return [p if ad.is_undefined_primal(x) else None for p, x in zip(pieces, operands)]
 
 
-ad.deflinear(concatenate_p, _concatenate_transpose)
+ad.deflinear_args(concatenate_p, _concatenate_transpose)
 
 
 def _concatenate_batch_rule(args, dims, *, dimension):
@@ -904,7 +904,7 @@ def _stack_sharding_rule(*operands, axis):
 
 stack_p.def_abstract_eval(_stack_abstract_eval)
 lowering.register_lowering(stack_p, _stack_lowering)
-ad.deflinear(stack_p, _stack_transpose)
+ad.deflinear_args(stack_p, _stack_transpose)
 batching.primitive_batchers[stack_p] = _stack_batch_rule
 core.sharding_rules[stack_p] = _stack_sharding_rule
 # DCE: the default rule (pure).
@@ -1327,7 +1327,7 @@ def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides):
   return [pad_p.bind(ct, np.zeros((), core.get_aval(ct).dtype), padding_config=config)]
 
 
-ad.deflinear(slice_p, _slice_transpose)
+ad.deflinear_args(slice_p, _slice_transpose)
 
 
 def _slice_batch_rule(args, dims, *, start_indices, limit_indices, strides):
@@ -1645,5 +1645,5 @@ def _tile_batch_rule(args, dims, *, reps):
 
 tile_p.def_abstract_eval(_tile_abstract_eval)
 lowering.register_lowering(tile_p, _tile_lowering)
-ad.deflinear(tile_p, _tile_transpose)
+ad.deflinear_args(tile_p, _tile_transpose)
 batching.primitive_batchers[tile_p] = _tile_batch_rule

@@ -477,7 +477,7 @@ def _reshard_lowering(ctx, x, *, dst_sharding):
 
 reshard_p.def_abstract_eval(_reshard_abstract_eval)
 reshard_p.def_impl(_reshard_impl)
-ad.deflinear(reshard_p, _reshard_transpose)
+ad.deflinear_args(reshard_p, _reshard_transpose)
 batching.primitive_batchers[reshard_p] = _reshard_batch
 lowering.register_lowering(reshard_p, _reshard_lowering)
 core.sharding_rules[reshard_p] = lambda x, *, dst_sharding: _type_of(dst_sharding, x.ndim)

@@ -178,7 +178,7 @@ def _reduce_window_chooser_jvp(select_prim, t, operand, *, window_dimensions, wi
       window_dilation=window_dilation)
 
 
-ad.deflinear(reduce_window_sum_p, _reduce_window_sum_transpose)
+ad.deflinear_args(reduce_window_sum_p, _reduce_window_sum_transpose)
 ad.defjvp(reduce_window_max_p, partial(_reduce_window_chooser_jvp, elementwise.ge_p))
 ad.defjvp(reduce_window_min_p, partial(_reduce_window_chooser_jvp, elementwise.le_p))
 

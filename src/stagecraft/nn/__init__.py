@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import warnings
 from typing import Any
 
 import numpy as np
@@ -401,6 +402,10 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
                     f"{num_classes!r}. The error arose in stagecraft.nn.one_hot argument "
                     f"`num_classes`.") from None
   x = jnp.asarray(x)
+  if not np.issubdtype(x.dtype, np.integer):
+    # JAX 0.10.2 deprecates non-integer indices (its DeprecationWarning, same text)
+    warnings.warn(f"jax.nn.one_hot input should be integer-typed; got dtype={x.dtype}",
+                  DeprecationWarning, stacklevel=2)
   # NB: JAX's one_hot converts with astype, whose name its x64 warning gives.
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "astype")
   axis = _canonical_axis(axis, x.ndim + 1, "one_hot")
