@@ -539,7 +539,12 @@ custom_jvp_call_p.multiple_results = True
 
 
 def _custom_call_lowering(ctx, *args, call_jaxpr: ClosedJaxpr, name: str, **_):
-  return lowering.lower_call(ctx, name, call_jaxpr, args)
+  # NB: inlined into the enclosing function (its constants dense constants there), as JAX
+  # lowers custom_jvp/custom_vjp calls: no private function, so XLA simplifies and fuses the
+  # body with its surroundings as for JAX's program (a `func.call` can change the last bit).
+  consts = [lowering.dense_constant(ctx.fb, c, v.aval)
+            for c, v in zip(call_jaxpr.consts, call_jaxpr.jaxpr.constvars)]
+  return lowering.jaxpr_subcomp(ctx.fb, call_jaxpr.jaxpr, consts, args)
 
 
 def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts, symbolic_zeros,

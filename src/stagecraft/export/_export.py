@@ -1284,7 +1284,7 @@ _split = core.split_list
 
 def _sym_scan(fb, eqn, *args):
   """scan as a `while` over its steps (one per iteration), its length and the shapes of
-  its values symbolic: the loop state is (step, consts, xs, carry, ys buffers), as the
+  its values symbolic: the loop state is (xs, consts, step, carry, ys buffers), as the
   ordinary lowering's."""
   p = eqn.params
   nc, nk, length = p["num_consts"], p["num_carry"], p["length"]
@@ -1295,13 +1295,15 @@ def _sym_scan(fb, eqn, *args):
   out_avals = [v.aval for v in eqn.outvars]
   y_avals = out_avals[nk:]
   i32 = ShapedArray((), np.dtype(np.int32))
-  state_avals = [i32, *c_avals, *x_avals, *out_avals[:nk], *y_avals]
+  nx = len(x_avals)
+  state_avals = [*x_avals, *c_avals, i32, *out_avals[:nk], *y_avals]
   step = loops.step_jaxpr(p["jaxpr"], nc, nk, length, p["reverse"], 1, state_avals)
-  state = [lowering.constant(fb, 0, i32), *consts, *xs, *init,
+  state = [*xs, *consts, lowering.constant(fb, 0, i32), *init,
            *[_zeros(fb, a) for a in y_avals]]
   dyn = [_dyn_aval(a) for a in state_avals]
 
-  def cond_body(i, *_):
+  def cond_body(*names):
+    i = names[nx + nc]
     n = fb.fresh()
     _emit(fb, f"{n} = stablehlo.convert {_dim_value(fb, length)} : (tensor<i64>) -> "
               f"tensor<i32>")
@@ -1315,7 +1317,7 @@ def _sym_scan(fb, eqn, *args):
                                lambda *names: _symbolic_subcomp(fb, step, [], names))
   types = [_dyn_type(a) for a in state_avals]
   state = lowering.emit_op(fb, "stablehlo.while", state, types, types, regions=[cond, body])
-  _, _, _, carry, ys = _split(state, 1, nc, len(x_avals), nk)
+  _, _, _, carry, ys = _split(state, nx, nc, 1, nk)
   return [*carry, *ys]
 
 

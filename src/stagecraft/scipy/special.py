@@ -23,6 +23,7 @@ from stagecraft import core, dtypes, lax
 from stagecraft import numpy as jnp
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.numpy.reductions import masked
+from stagecraft.numpy.ufuncs import promote_shapes
 from stagecraft.numpy.util import check_arraylike, promote_dtypes_inexact
 from stagecraft.pjit import jit
 
@@ -50,6 +51,14 @@ def _promote_inexact(name: str, *args: Any) -> list[Any]:
     shape = lax.broadcast_shapes(*(a.shape for a in args))
     args = [a if a.shape == shape else jnp.broadcast_to(a, shape) for a in args]
   return args
+
+
+def _promote_inexact_ranks(name: str, *args: Any) -> list[Any]:
+  """`_promote_inexact` that broadcasts no further than to a common rank (JAX's
+  `promote_args_inexact`: equal-rank operands keep their size-1 dimensions, which the lax
+  primitives broadcast, so `x * log(y)` takes the log of `y` before it is broadcast)."""
+  check_arraylike(name, *args)
+  return promote_shapes(name, *[jnp.asarray(a) for a in promote_dtypes_inexact(*args)])
 
 
 def _reject_complex(name: str, x: Any, what: str = "inputs") -> None:
@@ -706,7 +715,7 @@ def xlogy(x: ArrayLike, y: ArrayLike):
     The promoted dtype and broadcast shape. Differentiable (a custom JVP):
     `(log y) dx + (x / y) dy`.
   """
-  x, y = _promote_inexact("xlogy", x, y)
+  x, y = _promote_inexact_ranks("xlogy", x, y)
   ok = (x != 0) | jnp.isnan(y)
   return jnp.where(ok, lax.mul(x, lax.log(y)), _full_like(x, 0))
 
@@ -729,7 +738,7 @@ def xlog1py(x: ArrayLike, y: ArrayLike):
     The promoted dtype and broadcast shape. Differentiable (a custom JVP):
     `log1p(y) dx + x / (1 + y) dy`.
   """
-  x, y = _promote_inexact("xlog1py", x, y)
+  x, y = _promote_inexact_ranks("xlog1py", x, y)
   ok = (x != 0) | jnp.isnan(y)
   return jnp.where(ok, lax.mul(x, lax.log1p(y)), _full_like(x, 0))
 

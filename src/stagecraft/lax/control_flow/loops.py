@@ -283,15 +283,19 @@ _step_cache_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, steps: int,
                 state_avals):
-  """A jaxpr doing `steps` iterations on the loop state `(i, consts, xs, carry, ys)`: slices
-  `xs` at the iteration's position, runs the body, writes `y` into the `ys` buffers."""
+  """A jaxpr doing `steps` iterations on the loop state `(xs, consts, i, carry, ys)`: slices
+  `xs` at the iteration's position, runs the body, writes `y` into the `ys` buffers.
+
+  NB: the state's order is that of JAX's scan loop (the values its body reads from the
+  enclosing scope, xs first then consts, then the counter, carry and ys buffers): XLA's
+  simplification of the loop (and so the last bit of some results) depends on it."""
   nc, nk = num_consts, num_carry
   nx = len(jaxpr.in_avals) - nc - nk
   symbolic = any(shape_poly.is_symbolic_dim(d) for a in (*state_avals, *jaxpr.in_avals)
                  for d in getattr(a, "shape", ()))
 
-  def step(i, *rest):
-    consts, xs, carry, ys = _split(list(rest), nc, nx, nk)
+  def step(*state):
+    xs, consts, (i,), carry, ys = _split(list(state), nx, nc, 1, nk)
     for k in range(steps):
       idx = i + k if k else i
       pos = (length - 1) - idx if reverse else idx
@@ -306,7 +310,7 @@ def step_jaxpr(jaxpr: ClosedJaxpr, num_consts, num_carry, length, reverse, steps
       carry, y = outs[:nk], outs[nk:]
       ys = [slicing.dynamic_update_index_in_dim(b, v, pos, 0, allow_negative_indices=False)
             for b, v in zip(ys, y)]
-    return [i + steps, *consts, *xs, *carry, *ys]
+    return [*xs, *consts, i + steps, *carry, *ys]
 
   j, consts = pe.trace_to_jaxpr(step, state_avals)
   if consts:
@@ -320,9 +324,10 @@ def _scan_lowering(ctx, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: i
   consts, init, xs = _split(list(args), nc, nk)
   c_avals, k_avals, x_avals = _split(list(ctx.avals_in), nc, nk)
   y_avals = list(ctx.avals_out[nk:])
-  # The loop state: the step counter, consts and xs (read only), carry, ys buffers.
-  state_avals = [_I32, *c_avals, *x_avals, *ctx.avals_out[:nk], *y_avals]
-  state = [ctx.constant(0, _I32), *consts, *xs, *init, *[ctx.constant(0, a) for a in y_avals]]
+  # The loop state, as JAX's: xs and consts (read only), the step counter, carry, ys buffers.
+  nx = len(x_avals)
+  state_avals = [*x_avals, *c_avals, _I32, *ctx.avals_out[:nk], *y_avals]
+  state = [*xs, *consts, ctx.constant(0, _I32), *init, *[ctx.constant(0, a) for a in y_avals]]
   key = (nc, nk, length, reverse, tuple(state_avals))
 
   def step(n):
@@ -340,7 +345,7 @@ def _scan_lowering(ctx, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: i
     def cond_body(*names):
       lim = lowering.constant(fb, bound, _I32)
       return lowering.emit_op(
-          fb, "stablehlo.compare", [names[0], lim], ["tensor<i32>", "tensor<i32>"],
+          fb, "stablehlo.compare", [names[nx + nc], lim], ["tensor<i32>", "tensor<i32>"],
           ["tensor<i1>"], "comparison_direction = #stablehlo<comparison_direction LT>, "
           "compare_type = #stablehlo<comparison_type SIGNED>")
 
@@ -369,7 +374,7 @@ def _scan_lowering(ctx, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: i
     one = step(1)
     for _ in range(rem):
       state = lowering.jaxpr_subcomp(fb, one, [], state)
-  _, _, _, carry, ys = _split(state, 1, nc, len(x_avals), nk)
+  _, _, _, carry, ys = _split(state, nx, nc, 1, nk)
   return [*carry, *ys]
 
 
