@@ -429,6 +429,12 @@ class Config:
     """{JAX name: value} of every option."""
     return {_jax_name(k): self.__dict__[k] for k in _OPTIONS}
 
+  @property
+  def x64_enabled(self) -> bool:
+    """The current value of `jax_enable_x64` (JAX's read-only `config.x64_enabled`, which
+    libraries' test utilities such as jaxopt's read)."""
+    return self.__dict__["enable_x64"]
+
   def __getattr__(self, name):
     if name.startswith("jax_") and name[4:] in _OPTIONS:
       return self.__dict__[name[4:]]
