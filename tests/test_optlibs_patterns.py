@@ -26,3 +26,40 @@ def test_config_x64_enabled_reads_enable_x64():
     with pytest.raises(AttributeError):
       api.config.x64_enabled = True
   assert seen["stagecraft"] == seen["jax"] == [False, True, False]
+
+
+def test_custom_rules_called_eagerly_get_canonical_numpy_arguments():
+  # jaxopt's solvers `run` through `custom_root` (a custom_vjp): with x64 off JAX hands the
+  # function float32 copies of float64 NumPy inputs, so LBFGS's
+  # `jnp.zeros(..., dtype=leaf.dtype)` asks for float32 and warns about nothing.
+  import functools
+  import warnings
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    log = []
+
+    def body(x, y, tag):
+      for v in (x, y):
+        log.append((tag, isinstance(v, np.ndarray), str(getattr(v, "dtype", None)),
+                    np.shape(v)))
+      return jnp.zeros((2,) + np.shape(x), dtype=x.dtype)
+
+    @functools.partial(api.custom_vjp, nondiff_argnums=(1,))
+    def f(x, y):
+      return body(x, y, "vjp")
+    f.defvjp(lambda x, y: (f(x, y), None), lambda y, r, g: (g,))
+
+    @functools.partial(api.custom_jvp, nondiff_argnums=(1,))
+    def g(x, y):
+      return body(x, y, "jvp")
+    g.defjvp(lambda y, p, t: (g(p[0], y), t[0]))
+
+    with warnings.catch_warnings(record=True) as w:
+      warnings.simplefilter("always")
+      outs = [h(a, b) for h in (f, g)
+              for a, b in ((np.array([0.5, 2.0]), np.array([1.0])),
+                           (np.float64(1.5), 1), (np.array([1, 2], np.int64), 2.0),
+                           (np.array([True]), np.int64(3)))]
+    seen[name] = (log, [str(o.dtype) for o in outs], [str(x.message) for x in w])
+  assert seen["stagecraft"] == seen["jax"]
+  assert seen["jax"][2] == []
