@@ -63,3 +63,35 @@ def test_custom_rules_called_eagerly_get_canonical_numpy_arguments():
     seen[name] = (log, [str(o.dtype) for o in outs], [str(x.message) for x in w])
   assert seen["stagecraft"] == seen["jax"]
   assert seen["jax"][2] == []
+
+
+def test_custom_vjp_closed_over_value_raises_custom_vjp_exception():
+  # jaxopt's eq_qp test: a solver whose matvec closes over the differentiated Q, staged by
+  # jit inside grad: JAX raises `jax._src.interpreters.ad.CustomVJPException` (an
+  # Exception, not a TypeError), which the test catches by that name.
+  from stagecraft import compat
+  from stagecraft.runtime import jax_runtime
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    def outer(w):
+      @api.custom_vjp
+      def f(x):
+        return x * w
+      f.defvjp(lambda x: (f(x), x), lambda r, g: (g * 2,))
+      return jnp.sum(f(jnp.ones(2)))
+    with pytest.raises(Exception) as e:
+      api.grad(api.jit(outer))(3.)
+    seen[name] = (type(e.value).__name__, isinstance(e.value, TypeError),
+                  str(e.value).split("\n")[0])
+    assert api.grad(lambda w: outer(1.0) * w)(2.0) == 2.0
+  assert seen["stagecraft"] == seen["jax"]
+  assert seen["jax"][:2] == ("CustomVJPException", False)
+  real = jax_runtime.jax_module("jax._src.interpreters.ad")
+  real_cls = real.CustomVJPException
+  compat.install()
+  try:
+    from jax._src.interpreters import ad as served
+    assert served.CustomVJPException is sc.interpreters.ad.CustomVJPException
+  finally:
+    compat.uninstall()
+  assert real.CustomVJPException is real_cls

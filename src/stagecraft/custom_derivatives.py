@@ -242,10 +242,14 @@ def _stop_gradient_tree(x):
       lambda v: stop_gradient(v) if isinstance(v, core.Tracer) else v, x)
 
 
-def _closed_over_error(kind: str) -> TypeError:
+def _closed_over_error(kind: str) -> Exception:
+  """The error for differentiating a custom_jvp/custom_vjp function with respect to a
+  closed-over value: `ad.CustomVJPException` for custom_vjp (JAX's class), a TypeError for
+  custom_jvp."""
   what = "JVP" if kind == "custom_jvp" else "VJP"
   rules = "JVP rule" if kind == "custom_jvp" else "fwd and bwd rules"
-  return TypeError(
+  cls = TypeError if kind == "custom_jvp" else ad.CustomVJPException
+  return cls(
       f"Detected differentiation of a {kind} function with respect to a closed-over value. "
       f"That isn't supported because the custom {what} rule only specifies how to "
       f"differentiate the {kind} function with respect to explicit input parameters. Try "
