@@ -95,3 +95,47 @@ def test_custom_vjp_closed_over_value_raises_custom_vjp_exception():
   finally:
     compat.uninstall()
   assert real.CustomVJPException is real_cls
+
+
+def _warnings_of(fn):
+  import warnings
+  with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    out = fn()
+  return np.asarray(out).tolist(), [(x.category.__name__, str(x.message)) for x in w]
+
+
+def test_one_hot_of_float_or_bool_input_warns_as_jax():
+  # jaxopt's isotonic/projection code calls `jax.nn.one_hot` on float arrays: JAX computes
+  # the encoding and warns (a DeprecationWarning) on every call, under jit too.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    cases = [lambda: api.nn.one_hot(jnp.array([0., 2.]), 3),
+             lambda: api.nn.one_hot(jnp.array([1, 0], jnp.uint8), 2, axis=0),
+             lambda: api.jit(lambda v: api.nn.one_hot(v, 4))(jnp.array([1.5, 3.0])),
+             lambda: api.nn.one_hot(2, 3)]
+    seen[name] = [_warnings_of(c) for c in cases]
+    with pytest.raises(TypeError) as e:   # bool warns, then fails in iota
+      _warnings_of(lambda: api.nn.one_hot(np.array([True, False]), 2))
+    seen[name].append(str(e.value).split("\n")[0])
+  assert seen["stagecraft"] == seen["jax"]
+  assert [len(w) for _, w in seen["jax"][:4]] == [1, 0, 1, 0]
+
+
+def test_scatter_update_that_does_not_cast_safely_warns_as_jax():
+  # jaxopt's loss/projection code writes float values into int arrays with `.at[].set`:
+  # JAX casts them and warns (a FutureWarning) about the unsafe cast.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    x = jnp.zeros(3, jnp.int32)
+    cases = [lambda: x.at[0].set(1.5), lambda: x.at[1].add(jnp.float32(2.5)),
+             lambda: x.at[0].set(7), lambda: x.at[:0].set(2.5),
+             lambda: api.jit(lambda a, b: a.at[0].set(b))(x, jnp.float32(2.)),
+             lambda: jnp.zeros(2, bool).at[0].set(1),
+             lambda: jnp.zeros(2, jnp.float16).at[0].set(jnp.float32(1)),
+             lambda: jnp.zeros(2, jnp.float16).at[0].set(1.0),
+             lambda: jnp.zeros(2, jnp.uint8).at[0].mul(jnp.int8(3)),
+             lambda: jnp.zeros(2).at[1].max(jnp.int32(4))]
+    seen[name] = [_warnings_of(c) for c in cases]
+  assert seen["stagecraft"] == seen["jax"]
+  assert [len(w) for _, w in seen["jax"]] == [1, 1, 0, 1, 1, 1, 1, 0, 1, 0]
