@@ -139,3 +139,28 @@ def test_scatter_update_that_does_not_cast_safely_warns_as_jax():
     seen[name] = [_warnings_of(c) for c in cases]
   assert seen["stagecraft"] == seen["jax"]
   assert [len(w) for _, w in seen["jax"]] == [1, 1, 0, 1, 1, 1, 1, 0, 1, 0]
+
+
+def test_threefry_partitionable_off_draws_jax_bits():
+  # mctx's tests set `jax.config.update("jax_threefry_partitionable", False)` at import and
+  # compare sampled actions/trees with fixed expectations: JAX's original Threefry scheme.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    k = api.random.PRNGKey(42)
+    with api.threefry_partitionable(False):
+      out = [api.random.split(k), api.random.split(k, 3), api.random.split(k, (2, 2)),
+             api.random.bits(k, (3,)), api.random.bits(k, (5,), jnp.uint8),
+             api.random.bits(k, (3,), jnp.uint16), api.random.uniform(k, (5,)),
+             api.random.normal(api.random.key(1), (2, 3)),
+             api.random.randint(k, (7,), 0, 100),
+             api.random.categorical(k, jnp.log(jnp.array([0.2, 0.3, 0.5])), shape=(6,)),
+             api.random.permutation(k, 6), api.random.fold_in(k, 3),
+             api.vmap(lambda kk: api.random.bits(kk, (2,)))(api.random.split(k, 3)),
+             api.jit(lambda kk: api.random.bits(kk, (4,)))(k)]
+      with api.enable_x64(True):
+        out.append(api.random.bits(k, (3,), jnp.uint64))
+    out.append(api.random.split(k))   # back on: the partitionable bits
+    # NB: the jaxprs differ with either setting (stagecraft's random functions trace to
+    # lax code, not to JAX's random_* primitives).
+    seen[name] = [np.asarray(o).tolist() for o in out]
+  assert seen["stagecraft"] == seen["jax"]

@@ -210,7 +210,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,
     "disallow_mesh_context_manager": None, "debug_key_reuse": None,
     # values that are what stagecraft does anyway
-    "threefry_partitionable": lambda v: v is True,
+    "threefry_partitionable": None,
     "default_prng_impl": lambda v: v == "threefry2x32",
     "use_shardy_partitioner": lambda v: v is True,
     "allow_f16_reductions": lambda v: v is True,
