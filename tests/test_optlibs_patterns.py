@@ -164,3 +164,28 @@ def test_threefry_partitionable_off_draws_jax_bits():
     # lax code, not to JAX's random_* primitives).
     seen[name] = [np.asarray(o).tolist() for o in out]
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_array_api_namespace_info_for_scipy():
+  # jaxopt's plot_picard_ode example calls `scipy.integrate.cumulative_trapezoid` on jnp
+  # arrays: SciPy's array_namespace reads `jnp.__array_namespace_info__` (else it imports
+  # jax.experimental.array_api) and `x.__array_namespace__(api_version=...)`.
+  import scipy.integrate
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    info = jnp.__array_namespace_info__()
+    got = [jnp.__array_api_version__, info.capabilities(), info.default_device(),
+           info.devices() == [None, *api.devices()], info.default_dtypes(),
+           info.dtypes(), info.dtypes(kind="integral"),
+           info.dtypes(kind=("bool", "complex floating"))]
+    with api.enable_x64(True):
+      got += [info.default_dtypes(), info.dtypes(kind="real floating")]
+    x = jnp.linspace(0.0, 1.0, 5)
+    got.append(x.__array_namespace__(api_version="2024.12") is jnp)
+    with pytest.raises(ValueError) as e:
+      x.__array_namespace__(api_version="2023.12")
+    got.append(str(e.value))
+    got.append(np.asarray(scipy.integrate.cumulative_trapezoid(x ** 2, initial=0.0,
+                                                                dx=0.25)).tolist())
+    seen[name] = got
+  assert seen["stagecraft"] == seen["jax"]
