@@ -79,7 +79,8 @@ _state: dict = {"finder": None, "saved": {}}
 #: flax.nnx's `checkify` calls `jax._src.checkify.checkify` with `user_checks` as a default
 #: (evaluated at import); blackjax ravels pytrees with `jax._src.flatten_util.ravel_pytree`;
 #: flax.nnx tests refs with `jax._src.state.types.AbstractRef`; lineax registers a transpose
-#: rule on `jax._src.ad_util.stop_gradient_p`.
+#: rule on `jax._src.ad_util.stop_gradient_p`; jaxopt's tests catch
+#: `jax._src.interpreters.ad.CustomVJPException`.
 _SRC_ALIASES = {
     ("jax._src.dtypes", "TypePromotionError"): dtypes.TypePromotionError,
     **{("jax._src.checkify", n): f"stagecraft.experimental.checkify:{n}" for n in (
@@ -90,6 +91,8 @@ _SRC_ALIASES = {
     ("jax._src.flatten_util", "ravel_pytree"): "stagecraft.flatten_util:ravel_pytree",
     ("jax._src.state.types", "AbstractRef"): "stagecraft.state:AbstractRef",
     ("jax._src.ad_util", "stop_gradient_p"): "stagecraft.lax.ad_util:stop_gradient_p",
+    ("jax._src.interpreters.ad", "CustomVJPException"):
+        "stagecraft.interpreters.ad:CustomVJPException",
 }
 
 

@@ -210,7 +210,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,
     "disallow_mesh_context_manager": None, "debug_key_reuse": None,
     # values that are what stagecraft does anyway
-    "threefry_partitionable": lambda v: v is True,
+    "threefry_partitionable": None,
     "default_prng_impl": lambda v: v == "threefry2x32",
     "use_shardy_partitioner": lambda v: v is True,
     "allow_f16_reductions": lambda v: v is True,
@@ -428,6 +428,12 @@ class Config:
   def values(self) -> dict:
     """{JAX name: value} of every option."""
     return {_jax_name(k): self.__dict__[k] for k in _OPTIONS}
+
+  @property
+  def x64_enabled(self) -> bool:
+    """The current value of `jax_enable_x64` (JAX's read-only `config.x64_enabled`, which
+    libraries' test utilities such as jaxopt's read)."""
+    return self.__dict__["enable_x64"]
 
   def __getattr__(self, name):
     if name.startswith("jax_") and name[4:] in _OPTIONS:

@@ -242,10 +242,14 @@ def _stop_gradient_tree(x):
       lambda v: stop_gradient(v) if isinstance(v, core.Tracer) else v, x)
 
 
-def _closed_over_error(kind: str) -> TypeError:
+def _closed_over_error(kind: str) -> Exception:
+  """The error for differentiating a custom_jvp/custom_vjp function with respect to a
+  closed-over value: `ad.CustomVJPException` for custom_vjp (JAX's class), a TypeError for
+  custom_jvp."""
   what = "JVP" if kind == "custom_jvp" else "VJP"
   rules = "JVP rule" if kind == "custom_jvp" else "fwd and bwd rules"
-  return TypeError(
+  cls = TypeError if kind == "custom_jvp" else ad.CustomVJPException
+  return cls(
       f"Detected differentiation of a {kind} function with respect to a closed-over value. "
       f"That isn't supported because the custom {what} rule only specifies how to "
       f"differentiate the {kind} function with respect to explicit input parameters. Try "
@@ -376,6 +380,22 @@ def _custom_call_trace(args: tuple, nondiff: Sequence[int]) -> core.Trace:
   return trace
 
 
+def _canonical_host_args(args: tuple, nondiff: Sequence[int]) -> tuple:
+  """The arguments a custom_jvp/custom_vjp function gets when called outside any
+  transformation, as JAX passes them: NumPy arrays and scalars among the differentiable
+  arguments become NumPy arrays of the canonical dtype (float64 -> float32, a scalar -> a
+  0-d array, with x64 off), as JAX's primitive binding converts them; other leaves (Arrays,
+  Python scalars) and the nondiff arguments are passed as given."""
+  def conv(x):
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype != object:
+      dt = dtypes.canonicalize_dtype(x.dtype)
+      if dt != x.dtype or isinstance(x, np.generic):
+        return np.asarray(x, dt)
+    return x
+  return tuple(a if i in nondiff else tree_util.tree_map(conv, a)
+               for i, a in enumerate(args))
+
+
 def _apply_custom_jvp(cj: "custom_jvp", args: tuple, nondiff: tuple, name: str):
   """Calls a custom_jvp function in the current trace, as JAX's `process_custom_jvp_call`
   does: plain evaluation calls the function; a JVP trace calls the user's JVP rule on the
@@ -387,7 +407,7 @@ def _apply_custom_jvp(cj: "custom_jvp", args: tuple, nondiff: tuple, name: str):
     with core.set_current_trace(trace):
       return _apply_custom_jvp(cj, args, nondiff, name)
   if type(trace) is core.EvalTrace:
-    return cj.fun(*args)
+    return cj.fun(*_canonical_host_args(args, nondiff))
   if type(trace) is ad.JVPTrace:
     return _custom_jvp_in_jvp_trace(trace, cj, args, nondiff, name)
   # Non-differentiable arguments are constants for the rule (their tangents are dropped).
@@ -773,7 +793,7 @@ def _apply_custom_vjp(cv: "custom_vjp", args: tuple, nondiff: tuple, name: str):
     with core.set_current_trace(trace):
       return _apply_custom_vjp(cv, args, nondiff, name)
   if type(trace) is core.EvalTrace:
-    return cv.fun(*args)
+    return cv.fun(*_canonical_host_args(args, nondiff))
   if type(trace) is ad.JVPTrace:
     static, in_tree, merge, primals, tangents = _split_jvp_args(trace, args, nondiff)
     if all(type(t) is ad.Zero for t in tangents):

@@ -10,7 +10,10 @@ the rounding of the transcendental functions XLA calls.
 How bits are made (JAX's partitionable Threefry): element `i` (row-major) of a `shape` array
 of 32-bit draws is `y1 ^ y2` where `(y1, y2) = threefry2x32(key, (hi(i), lo(i)))`, `i` a
 64-bit count; `split(key, shape)` returns `(y1, y2)` at each position of `shape` as the new
-keys. Floats come from the top mantissa bits, as in JAX's `uniform`.
+keys. Floats come from the top mantissa bits, as in JAX's `uniform`. With
+`jax_threefry_partitionable` off (mctx's tests set it), JAX's original scheme: the counts
+0..w-1 of the w words needed are encrypted as blocks `(c[i], c[i + w/2])` and read in order
+(`_threefry_flat_counts`), so those draws too equal JAX's.
 
 Every sampler is a jitted function of the key data (shapes and dtypes static), so eager
 calls compile once per signature, as JAX's do.
@@ -642,8 +645,25 @@ def _threefry_counts(data, shape):
   return random_bits.threefry2x32(k1, k2, hi, lo)
 
 
+def _threefry_flat_counts(data, n: int):
+  """`u32[n]`: the Threefry-2x32 encryptions under key `data` of the counts 0..n-1 taken as
+  blocks `(c[i], c[i + m])` of the count vector padded with a zero to even length 2m, the
+  m first words of the output followed by the m second, cut to n (JAX's scheme with
+  `jax_threefry_partitionable` off)."""
+  m = (n + 1) // 2
+  counts = lax.iota(_u32, 2 * m)   # the pad (2m - 1 when n is odd) is cut off below
+  if n % 2:
+    counts = lax.concatenate([lax.slice(counts, (0,), (n,)), np.zeros((1,), _u32)], 0)
+  y1, y2 = random_bits.threefry2x32(data[0], data[1], lax.slice(counts, (0,), (m,)),
+                                    lax.slice(counts, (m,), (2 * m,)))
+  return lax.slice(lax.concatenate([y1, y2], 0), (0,), (n,))
+
+
 @partial(jit, static_argnums=(1,))
 def _split_data(data, shape):
+  if not config.threefry_partitionable:
+    # the 2 * size encrypted counts, read as size keys of two words
+    return lax.reshape(_threefry_flat_counts(data, 2 * math.prod(shape)), (*shape, 2))
   y1, y2 = _threefry_counts(data, shape)
   return jnp.stack([y1, y2], axis=len(shape))
 
@@ -658,6 +678,8 @@ def _random_bits(data, bit_width: int, shape: tuple[int, ...]):
   """`uint{bit_width}[*shape]` bits from key data `u32[2]`: for 32 bits and fewer the
   (truncated) xor of the two Threefry words of each position, for 64 bits (x64 only) the
   two words concatenated, `y1 * 2**32 + y2` (JAX's partitionable Threefry)."""
+  if not config.threefry_partitionable:
+    return _random_bits_flat(data, bit_width, shape)
   y1, y2 = _threefry_counts(data, shape)
   if bit_width == 64:
     if dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
@@ -668,6 +690,35 @@ def _random_bits(data, bit_width: int, shape: tuple[int, ...]):
     return lax.bitwise_or(lax.shift_left(hi, np.array(32, _UINT[64])), lo)
   out = lax.bitwise_xor(y1, y2)
   return out if bit_width == 32 else lax.convert_element_type(out, _UINT[bit_width])
+
+
+def _random_bits_flat(data, bit_width: int, shape: tuple[int, ...]):
+  """`_random_bits` with `jax_threefry_partitionable` off (JAX's original scheme): the
+  encrypted counts 0..w-1 (`_threefry_flat_counts`), w the number of 32-bit words the
+  draws need; 64-bit draws join word i (high) with word i + size (low), 8- and 16-bit
+  draws are the pieces of each word, lowest bits first, word by word."""
+  size = math.prod(shape)
+  words = -(-bit_width * size // 32)
+  if words >= 2 ** 32 - 1:
+    raise NotImplementedError("random bits with jax_threefry_partitionable off need fewer "
+                              "than 2**32 - 1 words per call in stagecraft.")
+  bits = _threefry_flat_counts(data, words)
+  if bit_width == 64:
+    if dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
+      raise TypeError("64-bit random bits need x64: enable it with "
+                      "`stagecraft.config.update('jax_enable_x64', True)`.")
+    hi = lax.convert_element_type(lax.slice(bits, (0,), (size,)), _UINT[64])
+    lo = lax.convert_element_type(lax.slice(bits, (size,), (2 * size,)), _UINT[64])
+    bits = lax.bitwise_or(lax.shift_left(hi, np.array(32, _UINT[64])), lo)
+  elif bit_width < 32:
+    per = 32 // bit_width
+    shifts = np.arange(per, dtype=_u32) * np.uint32(bit_width)
+    pieces = lax.shift_right_logical(lax.broadcast_in_dim(bits, (words, per), (0,)),
+                                     lax.broadcast_in_dim(shifts, (words, per), (1,)))
+    pieces = lax.bitwise_and(pieces, np.uint32(2 ** bit_width - 1))
+    bits = lax.slice(lax.reshape(pieces, (words * per,)), (0,), (size,))
+    bits = lax.convert_element_type(bits, _UINT[bit_width])
+  return lax.reshape(bits, tuple(shape))
 
 
 def _split(data, num: int | Sequence[int] = 2):

@@ -27,7 +27,7 @@ __all__ = ["jvp_mode", "primitive_jvps", "primitive_transposes", "partial_eval_r
            "is_undefined_primal", "defjvp", "defjvp2", "defjvp_zero", "deflinear",
            "defbilinear", "add_any_p", "JVPTracer", "JVPTrace", "jvp_flat",
            "partial_eval_jaxpr", "PartialEvalTrace", "linearize_flat", "backward_pass", "jvp_jaxpr",
-           "transpose_jaxpr", "add_jaxvals", "add_jaxvals_p", "deflinear2",
+           "transpose_jaxpr", "add_jaxvals", "add_jaxvals_p", "deflinear2", "CustomVJPException",
            "get_primitive_transpose", "folded_constant"]
 
 primitive_jvps: dict[core.Primitive, Callable] = core.RuleRegistry()
@@ -107,6 +107,16 @@ def tangent_aval(aval: ShapedArray) -> ShapedArray:
   if dtypes.is_inexact(aval.dtype):
     return aval
   return ShapedArray(aval.shape, dtypes.float0, False)
+
+
+class CustomVJPException(Exception):
+  """Raised when a custom_vjp function is differentiated with respect to a value it closes
+  over (its fwd/bwd rules give cotangents only for its explicit arguments). JAX's class of
+  the same name (`jax._src.interpreters.ad.CustomVJPException`; jaxopt's tests catch it),
+  an `Exception`, not a `TypeError`."""
+
+  def __init__(self, msg: str):
+    super().__init__(msg)
 
 
 class Zero:

@@ -388,6 +388,9 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
     TypeError: if `num_classes` is not a static int.
     ValueError: if `axis` is out of bounds.
 
+  Warns:
+    DeprecationWarning: for an `x` that is not integer-typed (floats, bool), as JAX.
+
   Examples:
     >>> import numpy as np
     >>> one_hot(np.array([0, 2, 5]), 3)
@@ -402,10 +405,11 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
                     f"{num_classes!r}. The error arose in stagecraft.nn.one_hot argument "
                     f"`num_classes`.") from None
   x = jnp.asarray(x)
-  if not np.issubdtype(x.dtype, np.integer):
-    # JAX 0.10.2 deprecates non-integer indices (its DeprecationWarning, same text)
+  if not (jnp.issubdtype(x.dtype, np.integer) and x.dtype != np.bool_):
+    # NB: JAX deprecated non-integer input (it still computes); its warning points into its
+    # own module, so Python's default filters hide it outside tests, as here.
     warnings.warn(f"jax.nn.one_hot input should be integer-typed; got dtype={x.dtype}",
-                  DeprecationWarning, stacklevel=2)
+                  DeprecationWarning, stacklevel=1)
   # NB: JAX's one_hot converts with astype, whose name its x64 warning gives.
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "astype")
   axis = _canonical_axis(axis, x.ndim + 1, "one_hot")

@@ -25,6 +25,8 @@ from stagecraft.numpy.scalar_types import *  # noqa: F401,F403
 from stagecraft.numpy.indexing import (argwhere, flatnonzero, nonzero, put, take,  # noqa: F401
                                        take_along_axis, where)
 from stagecraft.numpy import fft, linalg  # noqa: F401  (submodules)
+from stagecraft.numpy.array_api_metadata import (__array_api_version__,  # noqa: F401
+                                                  __array_namespace_info__)
 from stagecraft.numpy import array_methods as _array_methods  # noqa: F401  (attaches methods)
 from stagecraft.runtime.array import Array as ndarray  # noqa: F401
 from stagecraft.numpy.vectorize import apply_along_axis, vectorize  # noqa: F401

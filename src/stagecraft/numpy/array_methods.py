@@ -92,9 +92,14 @@ def _flat(self):
 
 
 def _array_namespace(self, *, api_version=None):
-  """The Array API namespace of these arrays: `stagecraft.numpy`."""
-  if api_version is not None and api_version not in ("2023.12", "2024.12"):
-    raise ValueError(f"Unrecognized array API version: {api_version!r}")
+  """The Array API namespace of these arrays: `stagecraft.numpy`.
+
+  Raises:
+    ValueError: for an `api_version` other than None and '2024.12' (JAX's one version).
+  """
+  if api_version is not None and api_version != "2024.12":
+    raise ValueError(f"api_version={api_version!r} is not available; available versions "
+                     f"are: ['2024.12']")
   return sys.modules[__package__]   # NB: this package, already imported (no upward import)
 
 

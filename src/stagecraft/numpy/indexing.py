@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import operator
 import string
+import warnings
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 from stagecraft.errors import NonConcreteBooleanIndexError
 from stagecraft.indexing import Slice as ds_Slice
 from stagecraft import core, dtypes, lax, shape_poly
+from stagecraft.config import config
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.core import Tracer
 from stagecraft.numpy import array_constructors, contractions, reductions, ufuncs
@@ -626,6 +628,9 @@ def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool
   """`x[idx] op= y` out of place (JAX's `_scatter_update`): one scatter of `y` broadcast to
   the shape of `x[idx]`; the result has the dtype and weak type of `x`.
 
+  Warns:
+    FutureWarning: when `y`'s dtype does not cast safely to `x`'s (JAX's deprecation).
+
   Raises:
     TypeError: with `no_bool` (the combiner's name) for a bool `x`, unless `x[idx]` is empty
       (JAX returns `x` then, unchecked).
@@ -637,6 +642,13 @@ def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool
   else:
     y = asarray(y)
   gi = _index_to_gather(x.shape, _parse(idx, x.shape), normalize_indices)
+  if y.dtype != x.dtype and dtypes.result_type(y, x.dtype) != x.dtype:
+    # NB: JAX deprecated updates that do not cast safely to x's dtype (it still casts); its
+    # warning points into its own module.
+    warnings.warn(f"scatter inputs have incompatible types: cannot safely cast value from "
+                  f"dtype={y.dtype} to dtype={x.dtype} with jax_numpy_dtype_promotion="
+                  f"{config.numpy_dtype_promotion}. In future JAX releases this will "
+                  f"result in an error.", FutureWarning, stacklevel=1)
   if 0 in gi.slice_shape:
     return x
   if no_bool is not None and x.dtype == dtypes.bool_:
