@@ -80,3 +80,29 @@ def _donation_warning(lib):
 def test_donation_warning_names_the_shard_shape():
   got, want = _donation_warning(stagecraft), _donation_warning(jax)
   assert want[1] and got == want
+
+
+def _warn_twice_around_registration(lib):
+  """A DeprecationWarning from one place is shown once under the default filter even when
+  a pytree type is registered between the two warnings (flax's gspmd guide: importing orbax
+  registered types between two `rngs.fork(split=...)` warnings)."""
+  import warnings
+
+  def warn():
+    warnings.warn("old api", DeprecationWarning, stacklevel=1)
+
+  class Node:
+    def __init__(self, a):
+      self.a = a
+
+  with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("default")
+    warn()
+    lib.tree_util.register_pytree_node(Node, lambda n: ((n.a,), None),
+                                       lambda _, c: Node(*c))
+    warn()
+  return [str(m.message) for m in w]
+
+
+def test_registration_keeps_the_warnings_already_shown():
+  assert _warn_twice_around_registration(stagecraft) == _warn_twice_around_registration(jax)
