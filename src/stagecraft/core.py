@@ -185,12 +185,20 @@ class ShapedArray(AbstractValue):
   @property
   def sharding(self):
     """The sharding in this aval's type: its NamedSharding when a dimension is split over
-    Explicit mesh axes, else `NamedSharding(AbstractMesh((), ()), P(None, ...))`."""
+    Explicit mesh axes, else `NamedSharding(m, P(None, ...))` with `m` the abstract mesh in
+    context (`AbstractMesh((), ())` when none is set).
+
+    NB: JAX's avals carry the mesh in context when they were made (so under a bare
+    `jax.set_mesh(mesh)` an eager array's `typeof(x).sharding` is over that mesh); here the
+    unsplit mesh is the one in context when this is read."""
     if self._sharding is not None:
       return self._sharding
     # NB: imported here: stagecraft.sharding imports the runtime, which imports core.
     from stagecraft import sharding
-    return sharding.unsharded(len(self.shape))
+    m = sharding.get_abstract_mesh()
+    if m.empty:
+      return sharding.unsharded(len(self.shape))
+    return sharding.NamedSharding(m, sharding.PartitionSpec(*[None] * len(self.shape)))
 
   @property
   def size(self) -> int:

@@ -10,6 +10,7 @@ off the function object through a weak reference, so they go when the function d
 from __future__ import annotations
 
 import functools
+import math
 import logging
 import sys
 import time
@@ -1421,6 +1422,21 @@ def _donation_aliases(in_avals: Sequence[Any], donated: Sequence[bool],
   return aliases
 
 
+def _shard_shape(a: Any) -> tuple:
+  """The per-device shape of an aval whose type splits dimensions over mesh axes (each
+  split dimension divided by the sizes of its axes), else its shape: JAX names a donated
+  buffer of a program over a mesh by its shard's shape."""
+  ts = getattr(a, "_sharding", None)
+  if ts is None:
+    return tuple(a.shape)
+  sizes = dict(zip(ts.mesh.axis_names, ts.mesh.axis_sizes))
+  out = []
+  for d, e in zip(a.shape, (*ts.spec, *[None] * len(a.shape))):
+    names = () if e is None else (e,) if isinstance(e, str) else tuple(e)
+    out.append(d // math.prod(sizes[n] for n in names) if isinstance(d, int) else d)
+  return tuple(out)
+
+
 def _warn_unusable_donations(donated_avals: Sequence[Any], out_avals: Sequence[Any]) -> None:
   """Warns, as JAX does, about the donated inputs that no output can reuse (paired as
   `_donation_aliases` pairs them): `UserWarning("Some donated buffers were not usable:
@@ -1429,7 +1445,7 @@ def _warn_unusable_donations(donated_avals: Sequence[Any], out_avals: Sequence[A
   unused = []
   for a, k in zip(donated_avals, aliases):
     if k is None:
-      shape = ",".join(map(str, a.shape))
+      shape = ",".join(map(str, _shard_shape(a)))
       weak = "~" if getattr(a, "weak_type", False) else ""
       unused.append(f"{weak}{np.dtype(a.dtype).name}[{shape}]")   # JAX's str of an aval
   if unused:

@@ -119,6 +119,19 @@ class PRNGKeyArray:
   dtype = property(lambda self: _key_dtype)
   itemsize = KeyTy.itemsize
 
+  @property
+  def sharding(self):
+    """The keys' sharding: their key data's, without the trailing key-data axis (a
+    NamedSharding's spec keeps the entries of the key array's own `ndim` axes; JAX's
+    logical sharding of a key array). Raises as the key data's `sharding` does (e.g. under
+    a transformation)."""
+    s = self._base_array.sharding
+    if isinstance(s, sharding.NamedSharding):
+      spec = tuple(s.spec)[:self.ndim]
+      return sharding.NamedSharding(s.mesh, sharding.PartitionSpec(*spec),
+                                    memory_kind=s.memory_kind)
+    return s
+
   def __repr__(self):
     return f"Array({self.shape}, dtype={self.dtype.name}) overlaying:\n{self._base_array}"
 

@@ -1051,11 +1051,18 @@ registration_hooks: list[Callable[[type, Callable, Callable], None]] = []
 
 def _register(nodetype, flatten, unflatten, entry_type):
   try:
-    with warnings.catch_warnings():
-      # optree warns when a namedtuple (or PyStructSequence) subclass gets its own rules; JAX
-      # registers such a type silently (numpyro's `optim._MinimizeState`).
-      warnings.filterwarnings("ignore", message=r"PyTree type .* is a subclass of",
-                              category=UserWarning)
+    if isinstance(nodetype, type) and issubclass(nodetype, tuple):
+      with warnings.catch_warnings():
+        # optree warns when a namedtuple (or PyStructSequence) subclass gets its own rules;
+        # JAX registers such a type silently (numpyro's `optim._MinimizeState`).
+        warnings.filterwarnings("ignore", message=r"PyTree type .* is a subclass of",
+                                category=UserWarning)
+        optree.register_pytree_node(nodetype, flatten, unflatten,
+                                    path_entry_type=entry_type, namespace=NAMESPACE)
+    else:
+      # NB: no catch_warnings here: entering one resets Python's record of the warnings
+      # already shown, so a program's repeated DeprecationWarning would show again after
+      # any registration (flax's gspmd guide, importing orbax); JAX's registry has none.
       optree.register_pytree_node(nodetype, flatten, unflatten, path_entry_type=entry_type,
                                   namespace=NAMESPACE)
   except ValueError as e:
