@@ -1658,24 +1658,25 @@ def jit(fun: Callable | None = None, /, *, in_shardings: Any = None,
   if compiler_options:
     return _JitWithOptions(fun, static_argnums, static_argnames, donate_argnums,
                            donate_argnames, keep_unused, inline, device, backend, in_shardings,
-                           out_shardings, options=_check_compiler_options(compiler_options))
+                           out_shardings, options=check_compiler_options(compiler_options))
   return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
                     keep_unused, inline, device, backend, in_shardings, out_shardings)
 
 
-def _check_compiler_options(options: Any) -> tuple:
-  """`jit`'s `compiler_options` as sorted `(name, value)` pairs.
+def check_compiler_options(options: Any, where: str = "jit") -> tuple:
+  """`compiler_options` (of `jit`, or `Lowered.compile`: `where`) as sorted `(name, value)`
+  pairs.
 
   Raises:
     TypeError: for something that is not a dict of option names (str) to bool, int, float
       or str values.
   """
   if not isinstance(options, dict):
-    raise TypeError(f"jit: compiler_options must be a dict of XLA option name to value, got "
-                    f"{type(options).__name__}.")
+    raise TypeError(f"{where}: compiler_options must be a dict of XLA option name to value, "
+                    f"got {type(options).__name__}.")
   for k, v in options.items():
     if not isinstance(k, str) or not isinstance(v, (bool, int, float, str)):
-      raise TypeError(f"jit: compiler_options must map option names (str) to bool, int, "
+      raise TypeError(f"{where}: compiler_options must map option names (str) to bool, int, "
                       f"float or str values; got {k!r}: {v!r}.")
   return tuple(sorted(options.items()))
 

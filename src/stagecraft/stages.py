@@ -353,13 +353,7 @@ class Lowered:
 
 
 def _compile_with_options(text: str, device, options: dict[str, Any], devices=None):
-  if not isinstance(options, dict):
-    raise TypeError(f"compile: compiler_options must be a dict of option name to value, got "
-                    f"{type(options).__name__}.")
-  for k, v in options.items():
-    if not isinstance(k, str) or not isinstance(v, (bool, int, float, str)):
-      raise TypeError(f"compile: compiler_options must map option names (str) to bool, int, "
-                      f"float or str values; got {k!r}: {v!r}.")
+  pjit.check_compiler_options(options, "compile")
   devices = devices or [device or client.default_device()]
   opts = client.compile_options(1, len(devices), np.array([[d.id for d in devices]]))
   opts.env_option_overrides = list(options.items())
