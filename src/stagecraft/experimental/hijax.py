@@ -727,3 +727,42 @@ def _hi_compile(jaxpr: core.Jaxpr, consts: list, out_tree, name: str) -> _HiCall
 
 
 pjit.hi_compile[0] = _hi_compile
+
+
+# --- eager `lax.scan` over hijax-typed carries, xs and ys
+
+
+def _hi_scan(closed, consts, init, xs, nk, length, reverse, unroll):
+  """`scan` of the body `closed` (invars: consts, carries, xs) whose values include
+  hijax-typed ones, run eagerly as a scan of their arrays, as JAX's `scan_p.to_lojax`: each
+  hijax value is lowered (`lower_val`, of its body type: a stacked xs value gives its stacked
+  arrays), the body runs on raised per-iteration values, results are raised with the body's
+  output types (`raise_val`; a value's type is read from its arrays, as `typeof` does)."""
+  from stagecraft.lax.control_flow import loops
+  in_avals, out_avals = list(closed.in_avals), list(closed.out_avals)
+  nc = len(consts)
+  lo = lambda avals, vals: [[x for x in _lower(a, v)] for a, v in zip(avals, vals)]
+  consts_lo = lo(in_avals[:nc], consts)
+  init_lo = lo(in_avals[nc:nc + nk], init)
+  xs_lo = lo(in_avals[nc + nk:], xs)
+
+  def body(carry_lo, x_lo):
+    it = iter([x for xs_ in (*consts_lo, *carry_lo, *x_lo) for x in xs_])
+    vals = [_raise(a, it) for a in in_avals]
+    outs = _eval_lojax(closed.jaxpr, vals, closed.consts)
+    outs_lo = lo(out_avals, outs)
+    return outs_lo[:nk], outs_lo[nk:]
+
+  carry_lo, ys_lo = loops.scan(body, init_lo, xs_lo, length=length, reverse=reverse,
+                               unroll=unroll)
+  carry = [_raise(a, iter(v)) for a, v in zip(out_avals[:nk], carry_lo)]
+  ys = [_raise(a, iter(v)) for a, v in zip(out_avals[nk:], ys_lo)]
+  return carry, ys
+
+
+def _install_hi_scan():
+  from stagecraft.lax.control_flow import loops
+  loops.hi_scan[0] = _hi_scan
+
+
+_install_hi_scan()
