@@ -9,7 +9,8 @@ one `call_hi_primitive` equation, whose rules call those methods.
 Hijax types are JAX's too: a `HiType` subclass (`lo_ty`, `lower_val`, `raise_val`,
 `to_tangent_aval`, `str_short`) whose value class is given to `register_hitype` types
 values that hijax primitives make and take, eagerly, inside and across `jit` and under
-`grad` (not through loops, conds, `vmap` of a hijax-typed value or `shard_map`).
+`grad`, and as eager `lax.scan` carries, xs and ys (not through `scan` under `jit`, other
+loops, conds, `vmap` of a hijax-typed value or `shard_map`).
 
 The other names are stand-ins, so that a library which defines hijax classes at import time
 but uses them only behind an option (flax.nnx's `flax_hijax_variable`, off by default)
@@ -29,6 +30,7 @@ from stagecraft.interpreters import ad, batching, lowering, mlir
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.ad import Zero, instantiate_zeros, is_undefined_primal
 from stagecraft.lax import elementwise, reduction
+from stagecraft.lax.control_flow import loops
 
 __all__ = ["Zero", "AbstractValue", "AvalQDD", "ShapedArray", "aval_method", "aval_property",
            "AvalMutableQDD", "instantiate_zeros", "is_undefined_primal",
@@ -738,7 +740,6 @@ def _hi_scan(closed, consts, init, xs, nk, length, reverse, unroll):
   hijax value is lowered (`lower_val`, of its body type: a stacked xs value gives its stacked
   arrays), the body runs on raised per-iteration values, results are raised with the body's
   output types (`raise_val`; a value's type is read from its arrays, as `typeof` does)."""
-  from stagecraft.lax.control_flow import loops
   in_avals, out_avals = list(closed.in_avals), list(closed.out_avals)
   nc = len(consts)
   lo = lambda avals, vals: [[x for x in _lower(a, v)] for a, v in zip(avals, vals)]
@@ -760,9 +761,4 @@ def _hi_scan(closed, consts, init, xs, nk, length, reverse, unroll):
   return carry, ys
 
 
-def _install_hi_scan():
-  from stagecraft.lax.control_flow import loops
-  loops.hi_scan[0] = _hi_scan
-
-
-_install_hi_scan()
+loops.hi_scan[0] = _hi_scan
