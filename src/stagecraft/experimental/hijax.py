@@ -679,6 +679,12 @@ def _eval_lojax(jaxpr: core.Jaxpr, vals: list, consts: Any = ()) -> list:
     ins = [read(v) for v in eqn.invars]
     if eqn.primitive is call_hi_primitive_p:
       outs = _call_hi_primitive_impl(*ins, **eqn.params)
+    elif eqn.primitive is loops.scan_p and _crosses_hi(eqn):
+      p = eqn.params
+      nc, nk = p["num_consts"], p["num_carry"]
+      carry, ys = _hi_scan(p["jaxpr"], ins[:nc], ins[nc:nc + nk], ins[nc + nk:], nk,
+                           p["length"], p["reverse"], p["unroll"])
+      outs = [*carry, *ys]
     elif _crosses_hi(eqn):
       param = core.closed_calls.get(eqn.primitive)
       if param is None:
