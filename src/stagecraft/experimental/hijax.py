@@ -9,7 +9,8 @@ one `call_hi_primitive` equation, whose rules call those methods.
 Hijax types are JAX's too: a `HiType` subclass (`lo_ty`, `lower_val`, `raise_val`,
 `to_tangent_aval`, `str_short`) whose value class is given to `register_hitype` types
 values that hijax primitives make and take, eagerly, inside and across `jit` and under
-`grad` (not through loops, conds, `vmap` of a hijax-typed value or `shard_map`).
+`grad`, and as eager `lax.scan` carries, xs and ys (not through `scan` under `jit`, other
+loops, conds, `vmap` of a hijax-typed value or `shard_map`).
 
 The other names are stand-ins, so that a library which defines hijax classes at import time
 but uses them only behind an option (flax.nnx's `flax_hijax_variable`, off by default)
@@ -29,6 +30,7 @@ from stagecraft.interpreters import ad, batching, lowering, mlir
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.ad import Zero, instantiate_zeros, is_undefined_primal
 from stagecraft.lax import elementwise, reduction
+from stagecraft.lax.control_flow import loops
 
 __all__ = ["Zero", "AbstractValue", "AvalQDD", "ShapedArray", "aval_method", "aval_property",
            "AvalMutableQDD", "instantiate_zeros", "is_undefined_primal",
@@ -677,6 +679,12 @@ def _eval_lojax(jaxpr: core.Jaxpr, vals: list, consts: Any = ()) -> list:
     ins = [read(v) for v in eqn.invars]
     if eqn.primitive is call_hi_primitive_p:
       outs = _call_hi_primitive_impl(*ins, **eqn.params)
+    elif eqn.primitive is loops.scan_p and _crosses_hi(eqn):
+      p = eqn.params
+      nc, nk = p["num_consts"], p["num_carry"]
+      carry, ys = _hi_scan(p["jaxpr"], ins[:nc], ins[nc:nc + nk], ins[nc + nk:], nk,
+                           p["length"], p["reverse"], p["unroll"])
+      outs = [*carry, *ys]
     elif _crosses_hi(eqn):
       param = core.closed_calls.get(eqn.primitive)
       if param is None:
@@ -727,3 +735,36 @@ def _hi_compile(jaxpr: core.Jaxpr, consts: list, out_tree, name: str) -> _HiCall
 
 
 pjit.hi_compile[0] = _hi_compile
+
+
+# --- eager `lax.scan` over hijax-typed carries, xs and ys
+
+
+def _hi_scan(closed, consts, init, xs, nk, length, reverse, unroll):
+  """`scan` of the body `closed` (invars: consts, carries, xs) whose values include
+  hijax-typed ones, run eagerly as a scan of their arrays, as JAX's `scan_p.to_lojax`: each
+  hijax value is lowered (`lower_val`, of its body type: a stacked xs value gives its stacked
+  arrays), the body runs on raised per-iteration values, results are raised with the body's
+  output types (`raise_val`; a value's type is read from its arrays, as `typeof` does)."""
+  in_avals, out_avals = list(closed.in_avals), list(closed.out_avals)
+  nc = len(consts)
+  lo = lambda avals, vals: [[x for x in _lower(a, v)] for a, v in zip(avals, vals)]
+  consts_lo = lo(in_avals[:nc], consts)
+  init_lo = lo(in_avals[nc:nc + nk], init)
+  xs_lo = lo(in_avals[nc + nk:], xs)
+
+  def body(carry_lo, x_lo):
+    it = iter([x for xs_ in (*consts_lo, *carry_lo, *x_lo) for x in xs_])
+    vals = [_raise(a, it) for a in in_avals]
+    outs = _eval_lojax(closed.jaxpr, vals, closed.consts)
+    outs_lo = lo(out_avals, outs)
+    return outs_lo[:nk], outs_lo[nk:]
+
+  carry_lo, ys_lo = loops.scan(body, init_lo, xs_lo, length=length, reverse=reverse,
+                               unroll=unroll)
+  carry = [_raise(a, iter(v)) for a, v in zip(out_avals[:nk], carry_lo)]
+  ys = [_raise(a, iter(v)) for a, v in zip(out_avals[nk:], ys_lo)]
+  return carry, ys
+
+
+loops.hi_scan[0] = _hi_scan

@@ -231,7 +231,9 @@ def jaxpr_forwarding(jaxpr: core.Jaxpr) -> list[int | None]:
 
 def typematch(a: ShapedArray, b: ShapedArray) -> bool:
   """Equal shapes, dtypes, varying manual axes and shardings in the type (Explicit mesh
-  axes; JAX's `typematch`); weak types may differ."""
+  axes; JAX's `typematch`); weak types may differ. Hijax types match when equal."""
+  if core.is_hi(a) or core.is_hi(b):
+    return a == b
   return (a.shape == b.shape and a.dtype == b.dtype
           and getattr(a, "vma", None) == getattr(b, "vma", None)
           and getattr(a, "_sharding", None) == getattr(b, "_sharding", None))
@@ -280,7 +282,8 @@ def promote_weak(in_avals: Sequence[ShapedArray], out_avals: Sequence[ShapedArra
   body converts it where it meets strong values, as in JAX). None when nothing changes."""
   new = []
   for a, b in zip(in_avals, out_avals):
-    if a.weak_type and a.shape == b.shape and a.dtype != b.dtype:
+    if (getattr(a, "weak_type", False) and a.shape == b.shape
+        and a.dtype != b.dtype):
       a = a.update(dtype=dtypes.result_type(a, b), weak_type=False)
     new.append(a)
   return None if new == list(in_avals) else new

@@ -41,7 +41,11 @@ _split = core.split_list
 
 def _slice_aval(a):
   """The aval of one slice of xs along its leading axis: its type's other spec entries
-  (and unreduced/reduced axes) are kept, as JAX's `mapped_aval`."""
+  (and unreduced/reduced axes) are kept, as JAX's `mapped_aval`; a hijax type's slice is
+  its `dec_rank` along its `leading_axis_spec()`."""
+  if core.is_hi(a):
+    spec = a.leading_axis_spec()
+    return a.dec_rank(a.shape[0], spec)
   ts = getattr(a, "_sharding", None)
   if ts is None:
     return a.update(shape=a.shape[1:])
@@ -113,8 +117,10 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
     raise TypeError(f"scan: f argument should be a callable, got {type(f).__name__}.")
   xs_flat, xs_tree = common.flatten(xs)
   xs_avals = [core.get_aval(x) for x in xs_flat]
+  if any(core.is_hi(a) for a in xs_avals) and length is None:
+    raise ValueError("must provide `length` to `scan`")   # as JAX's, for hijax-typed xs
   for p, a in zip(common.leaf_paths(xs_tree, "xs"), xs_avals):
-    if not a.shape:
+    if not core.is_hi(a) and not a.shape:
       raise ValueError(f"scan got value with no leading axis to scan over: {p} has shape "
                        f"(); every leaf of xs needs a leading axis of size length.")
   # As JAX's: the scanned axis may not be split over Explicit mesh axes (type sharding).
@@ -122,7 +128,7 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
          for a in xs_avals):
     raise ValueError("0th dimension of all xs should be replicated. Got "
                      + ", ".join(str(a.sharding.spec) for a in xs_avals))
-  sizes = sorted({a.shape[0] for a in xs_avals})
+  sizes = sorted({a.shape[0] for a in xs_avals if not core.is_hi(a)})
   if length is not None:
     if isinstance(length, core.Tracer) and length.to_concrete_value() is None:
       # as JAX's: a ConcretizationTypeError with its words
@@ -170,6 +176,11 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
     closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, promoted, x_avals)
   common.check_carry_type("scan body", f, init_tree, carry_avals, carry_tree,
                           closed.out_avals[:nk])
+  if (hi_scan[0] is not None and any(core.is_hi(a) for a in (*closed.in_avals, *closed.out_avals))
+      and not any(isinstance(x, core.Tracer) for x in (*consts, *init_flat, *xs_flat))):
+    # eager scan of hijax-typed values: a scan of their arrays (experimental.hijax)
+    carry, ys = hi_scan[0](closed, consts, init_flat, xs_flat, nk, length, reverse, unroll)
+    return common.unflatten(carry_tree, carry), common.unflatten(y_tree, ys)
   body_keys = common.body_keys(closed) if key_reuse.enabled() else None
   if body_keys is not None:
     key_reuse.check_loop("scan", body_keys, len(tree_util.tree_leaves(init)))
@@ -180,6 +191,12 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
         tree_util.tree_leaves, offset=len(consts))
   return _bind_scan(closed, consts, init_flat, xs_flat, nk, length, reverse, unroll,
                     carry_tree, y_tree)
+
+
+#: Set by `experimental.hijax`: `hi_scan[0](closed, consts, init, xs, num_carry, length,
+#: reverse, unroll) -> (carry leaves, ys leaves)` runs an eager scan whose body takes or
+#: gives hijax-typed values as a scan of their arrays (JAX's `scan_p.to_lojax`).
+hi_scan: list = [None]
 
 
 def _bind_scan(closed, consts, init_flat, xs_flat, nk, length, reverse, unroll, carry_tree,
@@ -269,7 +286,11 @@ def _scan_abstract_eval(*avals, jaxpr: ClosedJaxpr, num_consts: int, num_carry: 
 
 def _stacked_aval(a, length: int):
   """The aval of `length` stacked values of aval `a`: its type with an unsplit leading
-  dimension (unreduced/reduced axes kept), as JAX's `unmapped_aval`."""
+  dimension (unreduced/reduced axes kept), as JAX's `unmapped_aval`; for a hijax type its
+  `inc_rank` along its `leading_axis_spec()`."""
+  if core.is_hi(a):
+    spec = a.leading_axis_spec()
+    return a.inc_rank(length, spec)
   ts = getattr(a, "_sharding", None)
   if ts is None:
     return a.update(shape=(length, *a.shape))
