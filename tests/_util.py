@@ -1,6 +1,9 @@
 """Test helpers."""
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import numpy as np
 
 from stagecraft import core, tree_util
@@ -291,3 +294,23 @@ def error_of(fn) -> tuple:
   except Exception as e:   # noqa: BLE001
     return type(e), str(e)
   return None, None
+
+
+@contextlib.contextmanager
+def served():
+  """`stagecraft.compat.install()` (`import jax` served by stagecraft, as under `python -m
+  stagecraft run`) for the block, undone after unless it was installed already; checks that
+  the real `jax` module comes back."""
+  from stagecraft import compat
+  from stagecraft.runtime import jax_runtime
+  if compat.is_installed():
+    yield
+    return
+  real_jax = sys.modules.get("jax")
+  compat.install()
+  try:
+    yield
+  finally:
+    compat.uninstall()
+    # NB: install() imports the real jax for its runtime when this process had not yet
+    assert sys.modules.get("jax") is (real_jax or jax_runtime.jax_module("jax"))

@@ -58,3 +58,11 @@ def pytest_collection_modifyitems(config, items):
   if deselected:
     config.hook.pytest_deselected(items=deselected)
     items[:] = [it for it in items if not it.get_closest_marker("xla_defaults")]
+
+
+@pytest.fixture
+def installed():
+  """`_util.served()` (`import jax` served by stagecraft) for one test."""
+  from _util import served   # NB: imports stagecraft, which this module does not
+  with served():
+    yield

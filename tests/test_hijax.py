@@ -528,8 +528,10 @@ def test_hijax_module_names():
 # Hijax types (docs/hijax_types.md's quantized arrays), without meshes
 
 
-def qdefs(lib):
-  """The tutorial's QArray type and its primitives over one library."""
+def qdefs(lib, scan: bool = False):
+  """The tutorial's QArray type and its primitives over one library; with `scan`, the type
+  also has the tutorial's scan interface (`leading_axis_spec`, `dec_rank`, `inc_rank`; JAX
+  0.10.2 has no `MappingSpec`: the spec is the axis 0)."""
   from dataclasses import dataclass
   jx, jnp, hjx = LIBS[lib]
 
@@ -560,6 +562,19 @@ def qdefs(lib):
     def str_short(self, short_dtypes=False, mesh_axis_types=False):
       return f"q8[{','.join(map(str, self.shape))}]"
     __repr__ = str_short
+
+  if scan:
+    def dec_rank(self, size, spec):
+      assert spec == 0 and self.shape[0] == size
+      return QArrayTy(self.shape[1:], self.sharding.update(spec=jx.P(*self.sharding.spec[1:])))
+
+    def inc_rank(self, size, spec):
+      assert spec == 0
+      return QArrayTy((size, *self.shape),
+                      self.sharding.update(spec=jx.P(None, *self.sharding.spec)))
+
+    QArrayTy.leading_axis_spec = lambda self: 0
+    QArrayTy.dec_rank, QArrayTy.inc_rank = dec_rank, inc_rank
 
   hjx.register_hitype(QArray, lambda q: QArrayTy(q.qvalue.shape,
                                                  jx.typeof(q.qvalue).sharding))

@@ -2,7 +2,6 @@
 (`QArray`, int8 values with per-row scales) as `lax.scan` carries, xs and ys, run eagerly on
 JAX 0.10.2 and on stagecraft in the same test and compared (typeof strings, values, error
 texts)."""
-from dataclasses import dataclass
 
 import jax
 import jax.experimental.hijax
@@ -13,86 +12,18 @@ import pytest
 import stagecraft as sc
 import stagecraft.experimental.hijax
 import stagecraft.numpy as sjnp
+from test_hijax import qdefs
 
 LIBS = {"jax": (jax, jjnp, jax.experimental.hijax),
         "sc": (sc, sjnp, stagecraft.experimental.hijax)}
 
 
 def defs(lib):
-  """The quantized array type and its two primitives over one library."""
-  jx, jnp, hjx = LIBS[lib]
-
-  @dataclass(frozen=True)
-  class QArray:
-    qvalue: object
-    scale: object
-
-  @dataclass(frozen=True)
-  class QArrayTy(hjx.HiType):
-    shape: tuple
-    sharding: object
-
-    def lo_ty(self):
-      return [hjx.ShapedArray(self.shape, jnp.dtype('int8'), sharding=self.sharding),
-              hjx.ShapedArray(self.shape[:-1], jnp.dtype('float32'),
-                              sharding=self.sharding.update(
-                                  spec=jx.P(*self.sharding.spec[:-1])))]
-
-    def lower_val(self, q):
-      return [q.qvalue, q.scale]
-
-    def raise_val(self, qvalue, scale):
-      return QArray(qvalue, scale)
-
-    def to_tangent_aval(self):
-      return hjx.ShapedArray(self.shape, jnp.dtype('float32'), sharding=self.sharding)
-
-    def str_short(self, short_dtypes=False, mesh_axis_types=False):
-      return f'q8[{",".join(map(str, self.shape))}]'
-    __repr__ = str_short
-
-    # scan's interface (no MappingSpec in JAX 0.10.2: the spec is the axis 0)
-    def leading_axis_spec(self):
-      return 0
-
-    def dec_rank(self, size, spec):
-      assert spec == 0 and self.shape[0] == size
-      return QArrayTy(self.shape[1:],
-                      self.sharding.update(spec=jx.P(*self.sharding.spec[1:])))
-
-    def inc_rank(self, size, spec):
-      assert spec == 0
-      return QArrayTy((size, *self.shape),
-                      self.sharding.update(spec=jx.P(None, *self.sharding.spec)))
-
-  hjx.register_hitype(QArray, lambda q: QArrayTy(q.qvalue.shape,
-                                                 jx.typeof(q.qvalue).sharding))
-
-  class Quantize(hjx.VJPHiPrimitive):
-    def __init__(self, x_aval):
-      self.in_avals = (x_aval,)
-      self.out_aval = QArrayTy(x_aval.shape, x_aval.sharding)
-      self.params = {}
-      super().__init__()
-
-    def expand(self, x):
-      scale = jnp.max(jnp.abs(x), axis=-1) / 127.
-      return QArray(jnp.round(x / scale[..., None]).astype(jnp.int8), scale)
-
-  class Dequantize(hjx.VJPHiPrimitive):
-    def __init__(self, q_aval):
-      self.in_avals = (q_aval,)
-      self.out_aval = hjx.ShapedArray(q_aval.shape, jnp.dtype('float32'),
-                                      sharding=q_aval.sharding)
-      self.params = {}
-      super().__init__()
-
-    def expand(self, qx):
-      return qx.qvalue.astype('float32') * qx.scale[..., None]
-
-  quantize = lambda x: Quantize(jx.typeof(x))(x)
-  dequantize = lambda q: Dequantize(jx.typeof(q))(q)
-  return jx, jnp, quantize, dequantize
+  """The quantized array type (with the tutorial's scan interface) and its two primitives
+  over one library (test_hijax's)."""
+  d = qdefs(lib, scan=True)
+  jx, jnp, _ = LIBS[lib]
+  return jx, jnp, d["quantize"], d["dequantize"]
 
 
 def both(fn):

@@ -15,6 +15,8 @@ import stagecraft
 import stagecraft.numpy as snp
 from stagecraft import compat
 
+from _util import served
+
 
 def _outcome(thunk):
   try:
@@ -105,15 +107,10 @@ def test_jacobian_output_pytree_class_is_rebuilt_as_jax():
 
 def test_array_type_repr_is_jax_concrete_class_while_served():
   want = repr(type(jnp.arange(3)))
-  was = compat.is_installed()
-  compat.install()
-  try:
+  with served():
     got = repr(type(snp.arange(3)))
-  finally:
-    if not was:
-      compat.uninstall()
   assert got == want == "<class 'jaxlib._jax.ArrayImpl'>"
-  if not was:
+  if not compat.is_installed():
     assert repr(type(snp.arange(3))) == "<class 'stagecraft.runtime.array.Array'>"
   assert isinstance(snp.arange(3), stagecraft.Array)
 
@@ -205,15 +202,10 @@ def _frame_notes(m):
 def test_traceback_note_names_jax_while_served():
   want = _frame_notes(jax)
   assert want[1], "JAX attached no traceback note"
-  was = compat.is_installed()
-  compat.install()
-  try:
+  with served():
     got = _frame_notes(stagecraft)
-  finally:
-    if not was:
-      compat.uninstall()
   assert got == want
-  if not was:
+  if not compat.is_installed():
     own = _frame_notes(stagecraft)
     assert own[0] == want[0] and "stagecraft has removed its internal frames" in own[1][0]
 
@@ -232,15 +224,10 @@ def _stage_reprs(m):
 
 def test_stage_reprs_as_jax_while_served():
   want = _stage_reprs(jax)
-  was = compat.is_installed()
-  compat.install()
-  try:
+  with served():
     got = _stage_reprs(stagecraft)
-  finally:
-    if not was:
-      compat.uninstall()
   assert got == want == ["<jax._src.stages.Traced object", "<jax._src.stages.Lowered object",
                          "<jax._src.stages.Compiled object"]
-  if not was:
+  if not compat.is_installed():
     assert _stage_reprs(stagecraft) == ["Traced(<lambda>)", "Lowered(<lambda>)",
                                         "Compiled(<lambda>)"]

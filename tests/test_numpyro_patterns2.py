@@ -36,17 +36,6 @@ def _missing_attribute_texts(jax_mod):
   return out
 
 
-@pytest.fixture
-def installed():
-  real_jax = sys.modules.get("jax")
-  compat.install()
-  try:
-    yield
-  finally:
-    compat.uninstall()
-    assert sys.modules.get("jax") is real_jax
-
-
 def test_missing_module_attribute_names_the_jax_module(installed):
   import jax as served
   assert served is stagecraft

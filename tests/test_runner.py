@@ -135,19 +135,6 @@ def test_runner_prints_the_script_traceback(runs):
   assert "cli_script.py" in first_frame and "runpy" not in tb and "cli.py" not in tb, tb
 
 
-@pytest.fixture
-def installed():
-  """`compat.install()` for one test, always undone."""
-  real_jax = sys.modules.get("jax")
-  compat.install()
-  try:
-    yield
-  finally:
-    compat.uninstall()
-    # NB: install() imports the real jax for its runtime when this process had not yet
-    assert sys.modules.get("jax") is (real_jax or jax_runtime.jax_module("jax"))
-
-
 def test_install_serves_jax_from_stagecraft(installed):
   import jax
   import jax.numpy as jnp
