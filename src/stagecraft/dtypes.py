@@ -267,10 +267,24 @@ def is_python_scalar(x: Any) -> bool:
 # The promotion lattice.
 # Nodes are np.dtypes or the weak kinds 'i*', 'f*', 'c*'.
 
+#: int2/uint2/int4/uint4: below the weak int kind, with no edge out (JAX's lattice).
+_sub_byte_ints = [np.dtype(getattr(ml_dtypes, n)) for n in ("int2", "uint2", "int4", "uint4")
+                  if hasattr(ml_dtypes, n)]
+
+
+_float4s = [d for d in _float8s if d.itemsize * 8 > 0 and d.name.startswith("float4")]
+#: JAX's families of dtypes without implicit promotion, in the order its message picks them:
+#: (what the message calls them, the dtypes, the cast it suggests).
+_NO_PROMOTION_FAMILIES = (
+    ("8-bit floats", frozenset(d for d in _float8s if d not in _float4s), "float32"),
+    ("4-bit floats", frozenset(_float4s), "float32"),
+    ("1-bit, 2-bit and 4-bit integers", frozenset(_sub_byte_ints), "int32"))
+
+
 def _lattice_edges():
   return {
       bool_: ["i*"],
-      "i*": [uint8, int8],
+      "i*": [uint8, int8, *_sub_byte_ints],
       "f*": ["c*", _bfloat16, float16, *_float8s],
       "c*": [complex64],
       uint8: [uint16, int16], uint16: [uint32, int32], uint32: [uint64, int64],
@@ -279,6 +293,7 @@ def _lattice_edges():
       _bfloat16: [float32], float16: [float32], float32: [float64, complex64],
       float64: [complex128], complex64: [complex128], complex128: [],
       **{d: [] for d in _float8s},
+      **{d: [] for d in _sub_byte_ints},   # as JAX's: no implicit promotion out of them
   }
 
 
@@ -329,9 +344,32 @@ def _join(a, b):
   for c in common:
     if all(c == d or d in _upper_bounds[c] for d in common):
       return c
-  raise TypePromotionError(
-      f"Input dtypes {_kind_name(a)!r} and {_kind_name(b)!r} have no available implicit dtype "
-      f"promotion path. Cast one of them explicitly, e.g. with x.astype(...).")
+  raise _no_promotion_path((a, b))
+
+
+_JAX_NODE = {"i*": int, "f*": float, "c*": complex}
+
+
+def _no_promotion_path(kinds, ordered: bool = False) -> TypePromotionError:
+  """JAX's error for lattice nodes with no common upper bound: the nodes are named as JAX
+  names them (weak kinds as their Python types), in the order of JAX's set of them
+  (`result_type`) or as given (`ordered`: `promote_types`), and the advice names the dtype
+  family that does not promote implicitly."""
+  nodes = [_JAX_NODE.get(k, k) if isinstance(k, str) else k for k in kinds]
+  nodes = tuple(str(n) if not isinstance(n, np.dtype) else n.name
+                for n in (nodes if ordered else set(nodes)))
+  fam = next((f for f, ds, cast in _NO_PROMOTION_FAMILIES
+              if any(k in ds for k in kinds if isinstance(k, np.dtype))), None)
+  if fam is None:
+    return TypePromotionError(f"Input dtypes {nodes} have no available implicit dtype "
+                              f"promotion path. Try explicitly casting inputs to the desired "
+                              f"output type.")
+  cast = next(c for f, _, c in _NO_PROMOTION_FAMILIES if f == fam)
+  return TypePromotionError(
+      f"Input dtypes {nodes} have no available implicit dtype promotion path. To avoid "
+      f"unintended promotion, {fam} do not support implicit promotion. If you'd like your "
+      f"inputs to be promoted to another type, you can do so explicitly using e.g. "
+      f"x.astype('{cast}')")
 
 
 def _kind_name(k) -> str:
@@ -403,6 +441,9 @@ def lattice_promote_types(a: Any, b: Any) -> np.dtype:
       return python_scalar_kind[x]
     return _to_np_dtype(x)
   ka, kb = kind(a), kind(b)
+  for k in (ka, kb):
+    if k not in _upper_bounds:   # object, strings, ...: JAX's words
+      raise ValueError(f"dtype={k!r} is not a valid dtype for JAX type promotion.")
   if (config.numpy_dtype_promotion == "strict" and isinstance(ka, np.dtype)
       and isinstance(kb, np.dtype) and ka != kb):
     raise TypePromotionError(
@@ -413,7 +454,10 @@ def lattice_promote_types(a: Any, b: Any) -> np.dtype:
     # NB: JAX's lattice without x64 forms no 64-bit type from 32-bit inputs: u32 with i32 is
     # i32 (the one such join of the lattice)
     return np.dtype(np.int32)
-  k = _join(ka, kb)
+  try:
+    k = _join(ka, kb)
+  except TypePromotionError:
+    raise _no_promotion_path((ka, kb), ordered=True) from None
   return _WEAK_LATTICE_DTYPES.get(k, k) if isinstance(k, str) else np.dtype(k)
 
 
@@ -434,9 +478,19 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
   if ext is not None:
     return (ext, False) if return_weak_type_flag else ext
   kinds = tuple(_dtype_and_weak(x)[1] for x in args)
-  dt, weak = _result_from_kinds(kinds, config.enable_x64,
-                                config.numpy_dtype_promotion == "strict")
+  try:
+    dt, weak = _result_from_kinds(kinds, config.enable_x64,
+                                  config.numpy_dtype_promotion == "strict")
+  except _InvalidKind as e:
+    x = args[e.args[0]]
+    raise TypeError(f"Value '{x}' with dtype {kinds[e.args[0]]} is not a valid JAX array "
+                    f"type. Only arrays of numeric types are supported by JAX.") from None
   return (dt, weak) if return_weak_type_flag else dt
+
+
+class _InvalidKind(Exception):
+  """Raised by `_result_from_kinds` with the position of a dtype outside the promotion
+  lattice (object, strings, ...); `result_type` turns it into JAX's TypeError."""
 
 
 def _extended_result(args: tuple) -> Any:
@@ -461,6 +515,13 @@ def _extended_result(args: tuple) -> Any:
 
 @functools.lru_cache(maxsize=4096)
 def _result_from_kinds(kinds: tuple, x64: bool, strict: bool = False):
+  for i, k in enumerate(kinds):
+    if k not in _upper_bounds:
+      if k is not float0 and k != float0:
+        raise _InvalidKind(i)
+      if any(o != float0 for o in kinds):   # float0 stands only with itself, as in JAX
+        raise ValueError(f"dtype={float0!r} is not a valid dtype for JAX type promotion.")
+      return float0, False
   if strict:   # jax_numpy_dtype_promotion=strict: distinct strong dtypes do not promote
     strong = sorted({k.name for k in kinds if isinstance(k, np.dtype)})
     if len(strong) > 1:
@@ -469,8 +530,11 @@ def _result_from_kinds(kinds: tuple, x64: bool, strict: bool = False):
           f"when jax_numpy_dtype_promotion=strict. Try explicitly casting inputs to the "
           f"desired output type, or set jax_numpy_dtype_promotion=standard.")
   kind = kinds[0]
-  for k in kinds[1:]:
-    kind = _join(kind, k)
+  try:
+    for k in kinds[1:]:
+      kind = _join(kind, k)
+  except TypePromotionError:
+    raise _no_promotion_path(kinds) from None   # JAX's message names every input
   return _kind_to_dtype(kind)
 
 

@@ -1,0 +1,61 @@
+"""Patterns from interpax, quax, evosax and penzai (their own test suites) that failed or
+differed under stagecraft, each run in plain JAX code on JAX and on stagecraft in the same
+test and compared. The libraries themselves are not in the `test` extra."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jjnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as snp
+
+APIS = {"jax": (jax, jjnp), "stagecraft": (sc, snp)}
+
+
+def _outcome(f):
+  try:
+    return ("ok", str(f()))
+  except Exception as e:  # noqa: BLE001 - the exception is what is compared
+    return (type(e).__name__, str(e))
+
+
+@pytest.mark.parametrize("case", [
+    "object_array", "object_dtype", "str_array", "one_object_array"])
+def test_result_type_of_non_numeric_values_raises_jaxs_type_error(case):
+  # interpax's PPoly: `jnp.result_type(x, jnp.array(1.0))` with an object array must raise
+  # TypeError (scipy's test `assert_raises(TypeError, p, object_array)`), not KeyError.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    f = {"object_array": lambda: jnp.result_type(
+             np.array([[0.1, 0.2], [0.4]], dtype=object), jnp.array(1.0)),
+         "object_dtype": lambda: jnp.result_type(np.dtype(object)),
+         "str_array": lambda: jnp.result_type(np.array(["a"])),
+         "one_object_array": lambda: api.dtypes.result_type(np.array([1], dtype=object)),
+         }[case]
+    seen[name] = _outcome(f)
+  assert seen["stagecraft"] == seen["jax"]
+  assert seen["jax"][0] == "TypeError"
+
+
+@pytest.mark.parametrize("a,b", [
+    ("int4", "int4"), ("int4", "int8"), ("int4", "uint4"), ("uint2", "bool"), ("int4", "weak_int"),
+    ("float0", "float0"), ("float0", "float32"), ("object", "float32")])
+def test_promotion_of_sub_byte_ints_float0_and_invalid_dtypes(a, b):
+  # JAX's lattice: int2/int4/uint2/uint4 sit below the weak int kind with no edge out;
+  # float0 promotes only with itself; object is no dtype for promotion.
+  def dt(n):
+    return np.dtype(getattr(ml_dtypes, n, None) or (
+        jax.dtypes.float0 if n == "float0" else n))
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    def res():
+      xs = [1 if n == "weak_int" else np.zeros(2, dt(n)) for n in (a, b)]
+      return jnp.result_type(*xs)
+    out = [_outcome(res)]
+    if "weak_int" not in (a, b):
+      out.append(_outcome(lambda: jnp.promote_types(dt(a), dt(b))))
+    seen[name] = out
+  assert seen["stagecraft"] == seen["jax"]
