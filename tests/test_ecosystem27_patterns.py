@@ -59,3 +59,25 @@ def test_promotion_of_sub_byte_ints_float0_and_invalid_dtypes(a, b):
       out.append(_outcome(lambda: jnp.promote_types(dt(a), dt(b))))
     seen[name] = out
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_served_import_jax_loads_jaxs_eager_submodules(installed):
+  # treescope (penzai's and flax.nnx's printing) resolves `jax.tree_util.SequenceKey` through
+  # `sys.modules["jax.tree_util"]`: real JAX's `import jax` loads its submodules, so a served
+  # one must register stagecraft's under the same names.
+  import subprocess
+  import sys
+  code = ("import sys, jax; print(' '.join(sorted(n for n in sys.modules if "
+          "n.startswith('jax.') and not n.startswith('jax._src'))))")
+  real = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.split())
+  import jax as served_jax
+  assert served_jax is sc
+  # JAX's jax.lib (jaxlib's versions) and the deprecated jax.interpreters.xla have no
+  # stagecraft counterpart.
+  for name in sorted(real - {"jax.lib", "jax.interpreters.xla"}):
+    mod = sys.modules.get(name)
+    assert mod is not None, name
+    assert mod.__name__ == "stagecraft" + name[3:]
+  key_cls = served_jax.tree_util.SequenceKey
+  assert getattr(sys.modules[key_cls.__module__], key_cls.__name__) is key_cls

@@ -131,6 +131,37 @@ def _not_provided(name: str) -> ModuleNotFoundError:
       f"JAX itself (`python script.py`) to use it.", name=name)
 
 
+#: The submodules real JAX 0.10.2's `import jax` loads (so they are in `sys.modules` once
+#: `jax` is): a served `import jax` registers stagecraft's counterparts under these names too.
+#: treescope (penzai, flax.nnx's printing) resolves a class's `__module__`
+#: (`jax.tree_util.SequenceKey`) through `sys.modules` and fails when it is missing.
+#: `jax.lib` and `jax.interpreters.xla` have no stagecraft counterpart.
+_EAGER_SUBMODULES = (
+    "api_util", "core", "custom_batching", "custom_derivatives", "debug", "distributed",
+    "dlpack", "dtypes", "errors", "experimental", "experimental.compilation_cache",
+    "experimental.compilation_cache.compilation_cache", "export", "ffi", "image",
+    "interpreters", "interpreters.ad", "interpreters.batching", "interpreters.mlir",
+    "interpreters.partial_eval", "interpreters.pxla", "lax", "lax.linalg", "monitoring", "nn",
+    "nn.initializers", "numpy", "numpy.fft", "numpy.linalg", "ops", "profiler", "random",
+    "ref", "scipy", "sharding", "stages", "tree", "tree_util", "typing", "version")
+
+
+def _register_eager_submodules() -> None:
+  """Puts stagecraft's counterparts of `_EAGER_SUBMODULES` in `sys.modules` as `jax.X`, as
+  real JAX's `import jax` leaves them (~50 ms for the few `import stagecraft` has not
+  loaded)."""
+  for sub in _EAGER_SUBMODULES:
+    name = f"{_PREFIX}.{sub}"
+    if name in sys.modules:
+      continue
+    try:
+      mod = importlib.import_module(f"stagecraft.{sub}")
+    except ImportError:
+      continue
+    sys.modules[name] = mod
+    _name_as_jax(mod)
+
+
 class _JaxAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   """Finds `jax` and `jax.*` (but not `jax._src.*`) and loads them as stagecraft's modules."""
 
@@ -166,6 +197,8 @@ class _JaxAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     served = importlib.import_module(stagecraft_name(module.__name__))
     sys.modules[module.__name__] = served
     _name_as_jax(served)
+    if module.__name__ == _PREFIX:
+      _register_eager_submodules()
     if module.__name__ == _PREFIX and _state.pop("import_draws_pending", False):
       _draw_as_jax_import()
 
@@ -282,6 +315,7 @@ def install() -> None:
     del sys.modules[n]
   if not _state.get("import_draws_pending"):
     sys.modules[_PREFIX] = stagecraft
+    _register_eager_submodules()
   # else: the program's first `import jax` goes through the finder (exec_module), which
   # puts stagecraft there and draws from NumPy's RNG as JAX's import does.
   real_src = sys.modules.get(_PRIVATE)
