@@ -81,3 +81,81 @@ def test_served_import_jax_loads_jaxs_eager_submodules(installed):
     assert mod.__name__ == "stagecraft" + name[3:]
   key_cls = served_jax.tree_util.SequenceKey
   assert getattr(sys.modules[key_cls.__module__], key_cls.__name__) is key_cls
+
+
+@pytest.mark.parametrize("indices,shape", [
+    ([[1., 2.], [3., 4.]], (1, 4)), ([1.5, 7.0], (2, 4)), ([True, False], (2,)),
+    ([-1, 9, -9, 3], (2, 4)), (np.array([0, 7, 8], np.uint8), (2, 4)), (5, (3, 3)), ([2], 4)])
+def test_unravel_index_of_any_numeric_dtype_as_jax(indices, shape):
+  # quax's numpy tests call `jnp.unravel_index` on a float array: JAX computes in the input
+  # dtype (divmod from the last axis, out-of-bounds clipped) where stagecraft raised.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    out = jnp.unravel_index(jnp.asarray(indices), shape)
+    seen[name] = [(np.asarray(o).tolist(), str(o.dtype), getattr(o, "weak_type", None))
+                  for o in out]
+  assert seen["stagecraft"] == seen["jax"]
+
+
+def _custom_trace_program():
+  """quax's pattern: a Trace/Tracer subclassed from `jax._src.core`, entered with
+  `take_current_trace`/`set_current_trace`, forwarding each primitive to the parent trace
+  and recording it. Run with `import jax` being JAX or stagecraft."""
+  import jax
+  import jax._src.core as core
+  import jax.numpy as jnp
+
+  class LogTracer(core.Tracer):
+    __slots__ = ("val", "_aval")
+
+    def __init__(self, trace, val):
+      self._trace = trace
+      self.val = val
+      self._aval = jax.typeof(val)
+
+    @property
+    def aval(self):
+      return self._aval
+
+  class LogTrace(core.Trace):
+    __slots__ = ("parent", "log", "tag")
+
+    def __init__(self, parent, tag):
+      super().__init__()
+      self.parent, self.log, self.tag = parent, [], tag
+
+    def process_primitive(self, prim, tracers, params):
+      vals = [t.val if isinstance(t, LogTracer) else t for t in tracers]
+      self.log.append(prim.name)
+      with core.set_current_trace(self.parent):
+        out = prim.bind(*vals, **params)
+      if prim.multiple_results:
+        return [LogTracer(self, o) for o in out]
+      return LogTracer(self, out)
+
+  def logged(f, *args):
+    with core.take_current_trace() as parent:
+      trace = LogTrace(parent, core.TraceTag())
+      with core.set_current_trace(trace):
+        out = f(*[LogTracer(trace, a) for a in args])
+      return trace.full_raise(out).val, trace.log
+
+  x = jnp.arange(4.0)
+  out, log = logged(lambda a: jnp.sin(a) * 2 + a, x)
+  aval = core.ShapedArray([2, 3], jnp.float32)   # a list shape, as quax's avals give
+  return np.asarray(out).tolist(), log, aval.shape, issubclass(LogTrace, core.Trace)
+
+
+def test_custom_trace_subclassing_jax_src_core_as_quax_does():
+  import sys
+  want = _custom_trace_program()
+  from _util import served
+  saved = {n: m for n, m in sys.modules.items() if n == "jax" or n.startswith("jax.")}
+  with served():
+    got = _custom_trace_program()
+  # NB: JAX's jnp functions are jitted (`inline=True`), so its trace sees three `jit`
+  # equations whose jaxprs hold sin, mul and add; stagecraft binds those directly.
+  assert want[1] == ["jit", "jit", "jit"]
+  assert got[1] == ["sin", "mul", "add"]
+  assert (got[0], got[2], got[3]) == (want[0], want[2], want[3])
+  assert all(sys.modules.get(n) is m for n, m in saved.items())

@@ -80,7 +80,10 @@ _state: dict = {"finder": None, "saved": {}}
 #: (evaluated at import); blackjax ravels pytrees with `jax._src.flatten_util.ravel_pytree`;
 #: flax.nnx tests refs with `jax._src.state.types.AbstractRef`; lineax registers a transpose
 #: rule on `jax._src.ad_util.stop_gradient_p`; jaxopt's tests catch
-#: `jax._src.interpreters.ad.CustomVJPException`.
+#: `jax._src.interpreters.ad.CustomVJPException`. quax (implicit arrays as a custom trace)
+#: subclasses `jax._src.core.Trace`/`Tracer`, enters its trace with `take_current_trace`/
+#: `set_current_trace`, registers a rule on `jax._src.pjit.jit_p`, and its PRNG example makes
+#: raw keys with `jax._src.random.threefry2x32`'s functions.
 _SRC_ALIASES = {
     ("jax._src.dtypes", "TypePromotionError"): dtypes.TypePromotionError,
     **{("jax._src.checkify", n): f"stagecraft.experimental.checkify:{n}" for n in (
@@ -93,6 +96,14 @@ _SRC_ALIASES = {
     ("jax._src.ad_util", "stop_gradient_p"): "stagecraft.lax.ad_util:stop_gradient_p",
     ("jax._src.interpreters.ad", "CustomVJPException"):
         "stagecraft.interpreters.ad:CustomVJPException",
+    **{("jax._src.core", n): f"stagecraft.core:{n}" for n in (
+        "Trace", "Tracer", "ShapedArray", "AbstractValue", "Primitive", "get_aval",
+        "jaxpr_as_fun")},
+    **{("jax._src.core", n): f"stagecraft.extend.core:{n}" for n in (
+        "TraceTag", "set_current_trace", "take_current_trace")},
+    ("jax._src.pjit", "jit_p"): "stagecraft.pjit:jit_p",
+    **{("jax._src.random.threefry2x32", f"threefry_{n}"): f"stagecraft.random:_jax_threefry_{n}"
+       for n in ("seed", "split", "fold_in", "random_bits")},
 }
 
 

@@ -168,6 +168,8 @@ class ShapedArray(AbstractValue):
     if isinstance(dtype, (type, str)):   # a scalar type or name, as JAX accepts: its dtype
       d = getattr(dtype, "dtype", None)
       dtype = d if isinstance(d, np.dtype) else np.dtype(dtype)
+    if type(shape) is not tuple:   # as JAX's: a list (quax's `aval()`) or other sequence
+      shape = tuple(int(d) if isinstance(d, (int, np.integer)) else d for d in shape)
     self.shape = shape
     self.dtype = dtype
     self.weak_type = weak_type
@@ -1720,6 +1722,14 @@ class Trace:
 
   def invalidate(self):
     self._valid = False
+
+  def is_valid(self) -> bool:
+    return self._valid
+
+  def full_raise(self, x):
+    """`x` itself (JAX's deprecated `Trace.full_raise`, an identity since its stackless
+    tracing; quax's traces call it)."""
+    return x
 
   @property
   def main(self) -> "Trace":

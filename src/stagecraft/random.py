@@ -856,6 +856,37 @@ def _bits(data, bit_width, shape):
   return _random_bits(data, bit_width, shape)
 
 
+# JAX's private raw-key Threefry functions (`jax._src.random.threefry2x32.threefry_seed`,
+# ...), which `stagecraft.compat` serves under those names while installed: quax's PRNG
+# example builds its keys with them. Same bits as the public functions.
+
+
+def _jax_threefry_seed(seed: Any) -> Any:
+  """`u32[2]`: the raw key of an integer scalar seed (`PRNGKey(seed)`'s data)."""
+  return _threefry_seed(jnp.asarray(seed))
+
+
+def _jax_threefry_split(key: Any, shape: Sequence[int]) -> Any:
+  """`u32[*shape, 2]`: the raw keys `split` makes from raw key data `u32[2]`."""
+  return _split_data(_check_key_data(key), tuple(int(d) for d in shape))
+
+
+def _jax_threefry_fold_in(key: Any, data: Any) -> Any:
+  """`u32[2]`: raw key data folded with the scalar `data`, as `fold_in`."""
+  return _fold_in_data(_check_key_data(key), jnp.asarray(data, dtype=_u32))
+
+
+def _jax_threefry_random_bits(key: Any, bit_width: int, shape: Sequence[int]) -> Any:
+  """`uint{bit_width}[*shape]` bits from raw key data `u32[2]`, as `bits`.
+
+  Raises:
+    TypeError: for a bit width other than 8, 16, 32 or 64 (JAX's words).
+  """
+  if bit_width not in (8, 16, 32, 64):
+    raise TypeError("requires 8-, 16-, 32- or 64-bit field width.")
+  return _bits(_check_key_data(key), bit_width, tuple(int(d) for d in shape))
+
+
 # ---------------------------------------------------------------------------
 # Continuous distributions
 

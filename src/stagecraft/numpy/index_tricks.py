@@ -15,7 +15,8 @@ from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import arange, meshgrid, ones, zeros_like
 from stagecraft.numpy.lax_numpy import astype, linspace
 from stagecraft.numpy.manipulation import concatenate, stack, transpose
-from stagecraft.numpy.ufuncs import add, clip, floor_divide, less, multiply, remainder, where
+from stagecraft.numpy.ufuncs import (add, clip, divmod, floor_divide, greater, less, multiply,
+                                     remainder, where)
 from stagecraft.numpy.util import (ArrayLike, as_array, check_concrete, dtype_of,
                                    ensure_arraylike, ndim_of, promote_dtypes, shape_of)
 
@@ -279,18 +280,33 @@ def ravel_multi_index(multi_index: Sequence[ArrayLike], dims: Sequence[int],
 
 
 def unravel_index(indices: ArrayLike, shape: Sequence[int]):
-  """The index tuple (one int32 array per dimension) of flat `indices` into `shape`;
-  out-of-range indices are clipped, and negative ones count from the end (as JAX's numpy)."""
-  idx = asarray(indices)
-  dims = tuple(operator.index(d) for d in shape)
-  total = math.prod(dims)
-  if not dtypes.is_integer(dtype_of(idx)):
-    raise TypeError(f"only int indices permitted, got dtype {dtype_of(idx).name}")
-  idx = astype(idx, dtypes.int32)
-  idx = clip(idx, -total, max(total - 1, 0))
-  idx = where(less(idx, 0), add(idx, total), idx)
-  out = []
-  for d in dims[::-1]:
-    out.append(remainder(idx, max(d, 1)) if d else zeros_like(idx))
-    idx = floor_divide(idx, max(d, 1))
-  return tuple(out[::-1])
+  """The index tuple of flat `indices` into `shape` (JAX's `jnp.unravel_index`).
+
+  Args:
+    indices: array-like of any numeric dtype (JAX computes in it: float indices give float
+      results, bools int32 weak ones).
+    shape: a sequence of sizes (or one size).
+
+  Returns:
+    One array per dimension of `shape`, each of the dtype of `indices` (after promotion
+    with the sizes); indices past the end are clipped to the last position and those below
+    `-size` to 0, as JAX's (which, unlike NumPy, never raises for out-of-bounds indices).
+
+  Raises:
+    ValueError: if an entry of `shape` is not a scalar.
+    TypeError: for a complex or non-array `indices` (JAX's words).
+  """
+  idx = ensure_arraylike("unravel_index", indices)
+  try:
+    dims = list(shape)
+  except TypeError:
+    dims = [shape]
+  if any(np.ndim(s) != 0 for s in dims):
+    raise ValueError("unravel_index: shape should be a scalar or 1D sequence.")
+  out: list[Any] = [0] * len(dims)
+  for i in reversed(range(len(dims))):
+    idx, out[i] = divmod(idx, dims[i])
+  past_end = greater(idx, 0)
+  below = (asarray(False) if dtypes.issubdtype(dtype_of(idx), np.unsignedinteger)
+           else less(idx, -1))
+  return tuple(where(past_end, s - 1, where(below, 0, i)) for s, i in zip(dims, out))
