@@ -159,3 +159,22 @@ def test_custom_trace_subclassing_jax_src_core_as_quax_does():
   assert got[1] == ["sin", "mul", "add"]
   assert (got[0], got[2], got[3]) == (want[0], want[2], want[3])
   assert all(sys.modules.get(n) is m for n, m in saved.items())
+
+
+def _raw_threefry_program():
+  # quax's PRNG example: raw keys from JAX's private Threefry functions.
+  import importlib
+  tf = importlib.import_module("jax._src.random.threefry2x32")
+  key = tf.threefry_seed(np.int32(7))
+  keys = tf.threefry_split(key, (3,))
+  bits = tf.threefry_random_bits(keys[1], 32, (4,))
+  folded = tf.threefry_fold_in(key, np.uint32(5))
+  return [np.asarray(a).tolist() for a in (key, keys, bits, folded)]
+
+
+def test_jax_private_threefry_functions_served_as_jax():
+  want = _raw_threefry_program()
+  from _util import served
+  with served():
+    got = _raw_threefry_program()
+  assert got == want
