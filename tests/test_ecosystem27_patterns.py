@@ -178,3 +178,52 @@ def test_jax_private_threefry_functions_served_as_jax():
   with served():
     got = _raw_threefry_program()
   assert got == want
+
+
+def _nested_custom_vjp_program(api, jnp):
+  """flax.nnx's custom_vjp (test_two_args_functional): the fwd rule calls the custom
+  function itself; pytree outputs must be rebuilt in the caller's trace (nnx Variables
+  record it and refuse to be returned from another one)."""
+  import importlib
+  get_state = importlib.import_module(api.__name__ + ".extend.core").get_opaque_trace_state
+
+  class Box:
+    def __init__(self, x):
+      self.x, self.st = x, get_state()
+
+  api.tree_util.register_pytree_node(Box, lambda b: ((b.x,), None),
+                                     lambda _, ch: Box(ch[0]))
+  log = []
+
+  @api.custom_vjp
+  def f(a, b):
+    out = Box(b.x * 2)
+    log.append(("body", out.st == get_state()))
+    return jnp.sin(a.x) * a.x, out
+
+  def f_fwd(a, b):
+    y, bo = f(a, b)
+    log.append(("fwd-after-inner", bo.st == get_state()))
+    return (y, bo), (a.x,)
+
+  def f_bwd(res, g):
+    return Box(g[0] * jnp.cos(res[0])), Box(g[1].x * 2)
+
+  f.defvjp(f_fwd, f_bwd)
+
+  def loss(a, b):
+    y, bo = f(a, b)
+    log.append(("loss-after", bo.st == get_state()))
+    return y + bo.x
+
+  ga, gb = api.grad(loss, argnums=(0, 1))(Box(1.0), Box(3.0))
+  out = [float(ga.x), float(gb.x), list(log)]
+  log.clear()
+  out += [float(api.jit(api.grad(loss))(Box(1.0), Box(3.0)).x), list(log)]
+  return out
+
+
+def test_custom_vjp_outputs_rebuilt_in_the_callers_trace():
+  got = _nested_custom_vjp_program(sc, snp)
+  assert got == _nested_custom_vjp_program(jax, jjnp)
+  assert all(ok for _, ok in got[2] + got[4])

@@ -380,6 +380,15 @@ def _custom_call_trace(args: tuple, nondiff: Sequence[int]) -> core.Trace:
   return trace
 
 
+def _rebuilt(out: Any) -> Any:
+  """`out` flattened and rebuilt in the caller's trace context, as JAX returns a custom
+  function's outputs (unflattened after the primitive's bind): pytree classes get new
+  instances made there (flax.nnx's Variables record the trace they were made in), not the
+  objects the function built under another trace."""
+  leaves, tree = tree_util.tree_flatten(out)
+  return tree_util.tree_unflatten(tree, leaves)
+
+
 def _canonical_host_args(args: tuple, nondiff: Sequence[int]) -> tuple:
   """The arguments a custom_jvp/custom_vjp function gets when called outside any
   transformation, as JAX passes them: NumPy arrays and scalars among the differentiable
@@ -405,9 +414,10 @@ def _apply_custom_jvp(cj: "custom_jvp", args: tuple, nondiff: tuple, name: str):
   trace = _custom_call_trace(args, nondiff)
   if trace is not core.current_trace():
     with core.set_current_trace(trace):
-      return _apply_custom_jvp(cj, args, nondiff, name)
+      out = _apply_custom_jvp(cj, args, nondiff, name)
+    return _rebuilt(out)
   if type(trace) is core.EvalTrace:
-    return cj.fun(*_canonical_host_args(args, nondiff))
+    return _rebuilt(cj.fun(*_canonical_host_args(args, nondiff)))
   if type(trace) is ad.JVPTrace:
     return _custom_jvp_in_jvp_trace(trace, cj, args, nondiff, name)
   # Non-differentiable arguments are constants for the rule (their tangents are dropped).
@@ -791,9 +801,10 @@ def _apply_custom_vjp(cv: "custom_vjp", args: tuple, nondiff: tuple, name: str):
   trace = _custom_call_trace(args, nondiff)
   if trace is not core.current_trace():
     with core.set_current_trace(trace):
-      return _apply_custom_vjp(cv, args, nondiff, name)
+      out = _apply_custom_vjp(cv, args, nondiff, name)
+    return _rebuilt(out)
   if type(trace) is core.EvalTrace:
-    return cv.fun(*_canonical_host_args(args, nondiff))
+    return _rebuilt(cv.fun(*_canonical_host_args(args, nondiff)))
   if type(trace) is ad.JVPTrace:
     static, in_tree, merge, primals, tangents = _split_jvp_args(trace, args, nondiff)
     if all(type(t) is ad.Zero for t in tangents):
