@@ -227,3 +227,62 @@ def test_custom_vjp_outputs_rebuilt_in_the_callers_trace():
   got = _nested_custom_vjp_program(sc, snp)
   assert got == _nested_custom_vjp_program(jax, jjnp)
   assert all(ok for _, ok in got[2] + got[4])
+
+
+def _mesh(api, types):
+  t = getattr(api.sharding.AxisType, types)
+  return api.make_mesh((2, 2), ("a", "b"), (t, t))
+
+
+def test_sharding_constraint_equations_print_jaxs_params():
+  # JAX's sharding_constraint carries context_mesh, layout and unconstrained_dims (printed);
+  # a Format's layout is a LayoutConstraint after the sharding constraint (flax.nnx's
+  # `Variable(out_sharding=Format(...))`).
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    P = api.sharding.PartitionSpec
+    mesh = _mesh(api, "Auto")
+    ns = api.sharding.NamedSharding(mesh, P("a", None))
+    from importlib import import_module
+    layout_mod = import_module(api.__name__ + ".experimental.layout")
+    f01 = layout_mod.Format(layout_mod.Layout(major_to_minor=(0, 1)), ns)
+    x = jnp.arange(16.0).reshape(4, 4)
+    out = [str(api.make_jaxpr(lambda v: api.lax.with_sharding_constraint(v, ns))(x)),
+           str(api.make_jaxpr(lambda v: api.lax.with_sharding_constraint(v, f01))(x))]
+    # NB: under `set_mesh`, a PartitionSpec's sharding param is over the concrete mesh here
+    # (JAX's: over the AbstractMesh): not compared
+    g = api.jit(lambda v: api.lax.with_sharding_constraint(v * 2, f01))
+    text = g.lower(x).as_text()
+    out.append([ln.strip() for ln in text.splitlines() if "LayoutConstraint" in ln])
+    y = g(x)
+    out += [np.asarray(y).tolist(), str(y.sharding)]
+    seen[name] = out
+  assert seen["stagecraft"] == seen["jax"]
+
+
+def test_eval_shape_and_out_info_shardings_only_over_explicit_meshes():
+  # JAX: a traced result's ShapeDtypeStruct carries its type's sharding when the mesh's axes
+  # are all Explicit (or Manual); over an Auto mesh the compiler decides (flax.nnx's
+  # `eval_shape` + `as_abstract` then take the sharding from the variable's metadata).
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    out = []
+    for types in ("Auto", "Explicit"):
+      with api.sharding.set_mesh(_mesh(api, types)):
+        out.append(str(api.eval_shape(lambda: jnp.ones((4, 4)))))
+        out.append(str(api.eval_shape(lambda v: v * 2,
+                                      api.ShapeDtypeStruct((4,), jnp.float32))))
+        out.append(str(api.jit(lambda: jnp.ones((4, 4))).trace().out_info))
+    seen[name] = out
+  assert seen["stagecraft"] == seen["jax"]
+
+
+def test_eager_sharding_constraint_with_a_layout_over_a_mesh_is_not_supported():
+  P = sc.sharding.PartitionSpec
+  from stagecraft.experimental.layout import Format, Layout
+  ns = sc.sharding.NamedSharding(_mesh(sc, "Auto"), P("a", None))
+  x = snp.arange(16.0).reshape(4, 4)
+  y = sc.lax.with_sharding_constraint(x, Format(Layout(major_to_minor=(0, 1)), ns))
+  assert y.sharding == ns and np.array_equal(np.asarray(y), np.asarray(x))
+  with pytest.raises(NotImplementedError, match="Formats .memory layouts. on the default"):
+    sc.lax.with_sharding_constraint(x, Format(Layout(major_to_minor=(1, 0)), ns))

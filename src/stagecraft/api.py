@@ -97,6 +97,13 @@ def _mesh_reaching(jaxpr: core.Jaxpr) -> dict:
 
 
 @api_boundary
+def _explicit_or_manual(mesh) -> bool:
+  """Whether every axis of `mesh` is Explicit or Manual (JAX's condition for a traced
+  result's `ShapeDtypeStruct` to carry its type's sharding)."""
+  return all(t in (sharding_lib.AxisType.Explicit, sharding_lib.AxisType.Manual)
+             for t in mesh.axis_types)
+
+
 def eval_shape(fun: Callable, *args, **kwargs):
   """Output shapes and dtypes of `fun(*args, **kwargs)` without running it.
 
@@ -144,6 +151,8 @@ def eval_shape(fun: Callable, *args, **kwargs):
       continue
     mesh = None if isinstance(v, core.Literal) else (ctx if not ctx.empty else
                                                      reaching.get(v))
+    if mesh is not None and not _explicit_or_manual(mesh):
+      mesh = None   # as JAX's: an Auto mesh leaves the result's sharding to the compiler
     s = None if mesh is None else sharding_lib.NamedSharding(
         mesh, sharding_lib.PartitionSpec(*sharding_lib.spec_entries(a._sharding, a.ndim)))
     leaves.append(core.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=s))

@@ -30,7 +30,7 @@ from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruc
 from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import conditionals, loops, while_op
-from stagecraft.lax.spmd import reshard, reshard_p, sharding_constraint_p
+from stagecraft.lax.spmd import bind_sharding_constraint, reshard, reshard_p
 from stagecraft.runtime import client, dispatch, spmd
 from stagecraft.runtime.array import Array, mark_committed
 from stagecraft.runtime.array import committed_to_default as _committed_to_default
@@ -1210,7 +1210,7 @@ class PjitFunction:
 
   def _constrained_call(self, entry, args, kwargs, static_argnums, leaves):
     lay = self._layout(entry, args, kwargs, static_argnums, [None] * len(leaves))
-    bind = lambda xs, shs: [x if s is None else sharding_constraint_p.bind(x, sharding=s)
+    bind = lambda xs, shs: [x if s is None else bind_sharding_constraint(x, s)
                             for x, s in zip(xs, shs or [None] * len(xs))]
     outs = jit_p.bind(*entry.call_consts, *bind(leaves, lay.explicit_in), jaxpr=entry.call,
                       name=fun_name(self._fun))

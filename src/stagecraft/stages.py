@@ -82,6 +82,16 @@ def _sds(aval: ShapedArray) -> ShapeDtypeStruct:
   return ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
+def _out_sds(aval: ShapedArray) -> ShapeDtypeStruct:
+  """A result's ShapeDtypeStruct, as JAX's `out_info`: with its type's sharding when that
+  is over a mesh whose axes are all Explicit or Manual (else the compiler decides)."""
+  s = aval.sharding if isinstance(aval, ShapedArray) else None
+  if s is None or s.mesh.empty or not all(
+      t in (AxisType.Explicit, AxisType.Manual) for t in s.mesh.axis_types):
+    return _sds(aval)
+  return ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type, sharding=s)
+
+
 class _Signature:
   """What every stage shares: the traced signature, the jit options and the argument
   structure (`in_tree` of `(dyn_args, dyn_kwargs)`, one name per leaf)."""
@@ -110,7 +120,7 @@ class _Signature:
 
   def out_info(self):
     return tree_util.tree_unflatten(self.entry.out_tree,
-                                 [_sds(a) for a in self.entry.jaxpr.out_avals])
+                                 [_out_sds(a) for a in self.entry.jaxpr.out_avals])
 
 
 def trace_jit(wrapped: pjit.JitWrapped, args: tuple, kwargs: dict) -> Traced:

@@ -53,6 +53,7 @@ from stagecraft.runtime.array import Array
 from stagecraft.runtime.spmd import SpmdExecutable, check_spec_fits
 from stagecraft import sharding
 from stagecraft.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from stagecraft.layout import Format
 
 __all__ = ["xla_pmap_p", "sharding_constraint_p", "with_sharding_constraint", "shard_map_p",
            "global_aval", "local_aval", "split_size", "shard_map_env", "pmap_executable",
@@ -300,7 +301,18 @@ def _sc_type(aval, s):
   return aval._sharding
 
 
-def _sc_abstract_eval(aval, *, sharding):
+def bind_sharding_constraint(x: Any, s: NamedSharding, layout: Any = None,
+                             unconstrained_dims: Any = frozenset()) -> Any:
+  """`sharding_constraint_p.bind` with JAX's params: `sharding`, `layout` (a `Layout` or
+  None), `unconstrained_dims` and `context_mesh` (the abstract mesh set by `set_mesh`, else
+  an empty concrete Mesh, printed `Mesh()`)."""
+  ctx = sharding.get_abstract_mesh()
+  return sharding_constraint_p.bind(
+      x, sharding=s, layout=layout, unconstrained_dims=frozenset(unconstrained_dims),
+      context_mesh=ctx if not ctx.empty else sharding.empty_concrete_mesh)
+
+
+def _sc_abstract_eval(aval, *, sharding, **_):
   ts = _sc_type(aval, sharding)
   return aval if ts is aval._sharding else aval.update(sharding=ts)
 
@@ -308,54 +320,93 @@ def _sc_abstract_eval(aval, *, sharding):
 sharding_constraint_p.def_abstract_eval(_sc_abstract_eval)
 
 
-def _sc_impl(x, *, sharding):
-  # NB: eagerly, the constraint is the layout asked for: an explicit device_put.
+def _sc_impl(x, *, sharding, layout, **_):
+  # NB: eagerly, the constraint is the layout asked for: an explicit device_put (of the
+  # Format, when a memory layout other than the default row-major one is asked for too).
+  if layout is not None and tuple(layout.major_to_minor) != tuple(range(np.ndim(x))):
+    single = sharding.mesh.size == 1 and next(iter(sharding.mesh.devices.flat)) == \
+        dispatch.client.default_device()
+    if not single:
+      raise NotImplementedError(
+          f"with_sharding_constraint: stagecraft supports Formats (memory layouts) on the "
+          f"default device only (as jit's out_shardings), got {layout} over {sharding!r}; "
+          f"leave the layout out (Format(None, sharding) or the sharding alone).")
+    return spmd.device_put_formats(x, Format(layout, sharding))
   return spmd.device_put_sharded(x, sharding)
 
 
 sharding_constraint_p.def_impl(_sc_impl)
 
 
-def _sc_jvp(primals, tangents, *, sharding):
+def _sc_jvp(primals, tangents, **params):
   (x,), (t,) = primals, tangents
-  out = sharding_constraint_p.bind(x, sharding=sharding)
+  out = sharding_constraint_p.bind(x, **params)
   if type(t) is ad.Zero:
     return out, t
-  return out, sharding_constraint_p.bind(t, sharding=sharding)
+  return out, sharding_constraint_p.bind(t, **params)
 
 
-def _sc_transpose(ct, x, *, sharding):
+def _sc_transpose(ct, x, **params):
   if type(ct) is ad.Zero:
     return [None]
-  return [sharding_constraint_p.bind(ct, sharding=sharding)]
+  return [sharding_constraint_p.bind(ct, **params)]
 
 
-def _sc_batch(args, dims, *, sharding):
+def _sc_batch(args, dims, *, sharding, layout, unconstrained_dims, context_mesh):
   (x,), (d,) = args, dims
+  if layout is not None:
+    raise NotImplementedError("vmap of with_sharding_constraint with a memory layout (a "
+                              "Format) is not supported; constrain the layout outside vmap.")
   spec = list(sharding.spec) + [None] * (x.ndim - 1 - len(sharding.spec))
   spec.insert(d, None)
-  return sharding_constraint_p.bind(x, sharding=NamedSharding(sharding.mesh,
-                                                              PartitionSpec(*spec))), d
+  return sharding_constraint_p.bind(
+      x, sharding=NamedSharding(sharding.mesh, PartitionSpec(*spec)), layout=None,
+      unconstrained_dims=frozenset(u + (u >= d) for u in unconstrained_dims),
+      context_mesh=context_mesh), d
 
 
-def _sc_lowering(ctx, x, *, sharding):
+def _index_list(xs) -> str:
+  n = len(xs)
+  return f"dense<[{', '.join(str(int(i)) for i in xs)}]> : tensor<{n}xindex>" if n else \
+      "dense<> : tensor<0xindex>"
+
+
+def _sc_lowering(ctx, x, *, sharding, layout, **_):
   module = ctx.module
   mesh = module.sdy_mesh
-  if mesh is None or module.manual_depth is not None:
-    return [x]   # no mesh (xla_computation, a pmap program) or inside shard_map: nothing
-  s = spmd.on_mesh(sharding, mesh)
   aval = ctx.avals_in[0]
-  r = ctx.fb.fresh()
-  ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {s._sdy(len(aval.shape))} : "
-              f"{lowering.ir_type(aval)}")
+  ty = lowering.ir_type(aval)
+  r = x
+  if mesh is not None and module.manual_depth is None:
+    # (no mesh: xla_computation, a pmap program; inside shard_map: nothing)
+    s = spmd.on_mesh(sharding, mesh)
+    r = ctx.fb.fresh()
+    ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {s._sdy(len(aval.shape))} : {ty}")
+  if layout is not None:
+    # JAX's layout constraint: XLA's LayoutConstraint custom call, the layout given
+    # minor-to-major (the operand's as JAX writes it)
+    out = ctx.fb.fresh()
+    ctx.fb.emit(f"{out} = stablehlo.custom_call @LayoutConstraint({r}) {{backend_config = "
+                f"\"\", operand_layouts = [{_index_list(range(aval.ndim))}], result_layouts = "
+                f"[{_index_list(layout.major_to_minor[::-1])}]}} : ({ty}) -> {ty}")
+    r = out
   return [r]
 
 
-core.sharding_rules[sharding_constraint_p] = lambda x, *, sharding: _sc_type(x, sharding)
+core.sharding_rules[sharding_constraint_p] = lambda x, *, sharding, **_: _sc_type(x, sharding)
 ad.primitive_jvps[sharding_constraint_p] = _sc_jvp
 ad.primitive_transposes[sharding_constraint_p] = _sc_transpose
 batching.primitive_batchers[sharding_constraint_p] = _sc_batch
 lowering.register_lowering(sharding_constraint_p, _sc_lowering)
+
+
+def _wsc_leaf(v) -> bool:
+  return v is None or isinstance(v, (Format, sharding.Sharding, PartitionSpec))
+
+
+def _has_format(tree) -> bool:
+  return isinstance(tree, Format) or (not _wsc_leaf(tree) and any(
+      isinstance(v, Format) for v in tree_util.tree_leaves(tree, is_leaf=_wsc_leaf)))
 
 
 def with_sharding_constraint(x: Any, shardings: Any) -> Any:
@@ -377,10 +428,22 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
     TypeError: for something that is not a sharding.
   """
   leaves, treedef = optree.tree_flatten(x, none_is_leaf=False, namespace=tree_util.NAMESPACE)
-  shs = spmd.flatten_shardings(shardings, x, "with_sharding_constraint shardings")
+  what = "with_sharding_constraint shardings"
+  layouts = [None] * len(leaves)
+  if _has_format(shardings):
+    # Formats (a memory layout and a sharding): the layout is constrained too, as JAX's
+    try:
+      entries = tree_util.broadcast_prefix(shardings, x, is_leaf=_wsc_leaf)
+    except ValueError:
+      raise spmd.prefix_error(shardings, x, what) from None
+    layouts = [e.layout if isinstance(e, Format) else None for e in entries]
+    shs = [sharding.to_named(e.sharding if isinstance(e, Format) else e, what)
+           for e in entries]
+  else:
+    shs = spmd.flatten_shardings(shardings, x, what)
   paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(x)[0]]
   outs = []
-  for leaf, s, path in zip(leaves, shs, paths):
+  for leaf, s, path, layout in zip(leaves, shs, paths, layouts):
     if s is None:
       outs.append(leaf)
       continue
@@ -395,7 +458,7 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
             f"`Explicit`. The array sharding: {PartitionSpec(*have)!r} did not match the "
             f"sharding provided: {s.spec!r}. Please use `jax.sharding.reshard` to shard your "
             f"input to the sharding you want.")
-    outs.append(sharding_constraint_p.bind(leaf, sharding=s))
+    outs.append(bind_sharding_constraint(leaf, s, layout))
   return tree_util.tree_unflatten(treedef, outs)
 
 
@@ -565,7 +628,7 @@ def reshard(xs: Any, out_shardings: Any) -> Any:
       outs.append(reshard_p.bind(leaf, dst_sharding=NamedSharding(s.mesh.abstract_mesh,
                                                                   s.spec)))
     else:
-      outs.append(sharding_constraint_p.bind(leaf, sharding=s))
+      outs.append(bind_sharding_constraint(leaf, s))
   return tree_util.tree_unflatten(treedef, outs)
 
 
@@ -575,7 +638,7 @@ def _traced_device_put(x, s: NamedSharding):
     # device assignment must include its devices (`spmd.jaxpr_meshes`, JAX's "device_put
     # inside jit"); the type is over its AbstractMesh all the same.
     return reshard_p.bind(x, dst_sharding=s)
-  return sharding_constraint_p.bind(x, sharding=s)
+  return bind_sharding_constraint(x, s)
 
 
 spmd.traced_device_put[0] = _traced_device_put

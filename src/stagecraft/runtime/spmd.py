@@ -541,7 +541,7 @@ def _collect(jaxpr: Jaxpr, found: list):
       # NB: as JAX's, named with the equation's place; a sharding over an AbstractMesh (a
       # type: reshard, out_sharding) names no devices, and a reshard over a Mesh is a
       # device_put
-      if isinstance(v, Mesh):
+      if isinstance(v, Mesh) and not v.empty:   # (sharding_constraint's context_mesh: Mesh())
         found.append((v, (f"{eqn.primitive.name} inside jit",
                           core.source_summary(eqn.source_info))))
       elif isinstance(v, NamedSharding) and isinstance(v.mesh, Mesh):
@@ -1174,7 +1174,7 @@ def _device_put(x: Any, device=None) -> Any:
   if isinstance(device, SingleDeviceSharding):
     device = device.device
   if device is not None and _has_format(device):
-    return _device_put_formats(x, device)
+    return device_put_formats(x, device)
   if device is not None and not hasattr(device, "client"):
     shs = flatten_shardings(device, x, "device_put", keep_single=True)
     with_paths, treedef = _leaves_with_paths(x)
@@ -1213,7 +1213,7 @@ def _has_format(tree) -> bool:
   return any(isinstance(x, Format) for x in tree_util.tree_leaves(tree, is_leaf=_is_format_leaf))
 
 
-def _device_put_formats(x: Any, formats: Any) -> Any:
+def device_put_formats(x: Any, formats: Any) -> Any:
   """`device_put` with Formats (a pytree prefix of `x` of Formats, shardings and devices):
   each leaf with a concrete Format is placed on its sharding and copied into its memory
   layout (JAX's words for a Format that is not concrete)."""
