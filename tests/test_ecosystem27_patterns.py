@@ -286,3 +286,35 @@ def test_eager_sharding_constraint_with_a_layout_over_a_mesh_is_not_supported():
   assert y.sharding == ns and np.array_equal(np.asarray(y), np.asarray(x))
   with pytest.raises(NotImplementedError, match="Formats .memory layouts. on the default"):
     sc.lax.with_sharding_constraint(x, Format(Layout(major_to_minor=(1, 0)), ns))
+
+
+def _flax_scan_trace_count(api, jnp):
+  # flax's `nn.scan` (axes_scan.build_shaped_array) builds avals with
+  # `ShapedArray(..., sharding=x.aval.sharding)`, traces the body once with
+  # `pe.trace_to_jaxpr_nounits` and once in `lax.scan`; a jitted function in the body is
+  # traced once (linen's test_jit_scan_retracing).
+  from importlib import import_module
+  core = import_module(api.__name__ + ".core")
+  pe = import_module(api.__name__ + ".interpreters.partial_eval")
+  lu = import_module(api.__name__ + ".extend.linear_util")
+  cnt = [0]
+
+  @api.jit
+  def inner(c):
+    cnt[0] += 1
+    return c * 2
+
+  x = jnp.zeros(3)
+  aval = core.ShapedArray(x.shape, x.dtype, sharding=api.typeof(x).sharding)
+  body = lambda c: (inner(c),)
+  dbg = api.api_util.debug_info("t", body, (1,), {})
+  f_flat, _ = api.api_util.flatten_fun_nokwargs(lu.wrap_init(body, debug_info=dbg),
+                                                api.tree_util.tree_structure((1,)))
+  pe.trace_to_jaxpr_nounits(f_flat, [pe.PartialVal.unknown(aval)])
+  api.lax.scan(lambda c, _: (inner(c), None), x, None, length=2)
+  return cnt[0], aval == core.ShapedArray((3,), np.float32), \
+      hash(aval) == hash(core.ShapedArray((3,), np.float32))
+
+
+def test_avals_built_from_an_unsplit_sharding_equal_plain_ones():
+  assert _flax_scan_trace_count(sc, snp) == _flax_scan_trace_count(jax, jjnp) == (1, True, True)
