@@ -1454,6 +1454,17 @@ def _warn_unusable_donations(donated_avals: Sequence[Any], out_avals: Sequence[A
                   stacklevel=2)
 
 
+def _arg_locs(jaxpr: core.Jaxpr, n_consts: int, kept_leaves: Sequence[int]) -> list | None:
+  """The names of main's arguments (JAX's argument locations: `x`, `y['a']`, after which
+  XLA names the HLO parameters): none for the constants passed as arguments, the traced
+  function's argument names for the kept leaves."""
+  info = jaxpr.debug_info
+  names = info.arg_names if info is not None else None
+  if not names:
+    return None
+  return [None] * n_consts + [names[i] if i < len(names) else None for i in kept_leaves]
+
+
 def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                  name: str, layout: SignatureLayout | None = None) -> LoweredSignature:
   """Lowers a traced signature to a StableHLO module: unused inputs are pruned (unless
@@ -1537,7 +1548,8 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
       module.extra_ops.append("  sdy.mesh @empty_mesh = <[]> {stablehlo.mesh = {axes = []}}")
   text = lowering.lower_jaxpr_to_module(
       f"jit_{name}", dce_jaxpr, arg_attrs=attrs, result_attrs=res_attrs, module=module,
-      donated=[d and k is None for d, k in zip(donated_mask, aliases)], consts=baked)
+      donated=[d and k is None for d, k in zip(donated_mask, aliases)], consts=baked,
+      arg_locs=_arg_locs(jaxpr, len(used_consts), kept_leaves))
   lowered = LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
   lowered.formats = fmt
   return lowered

@@ -191,9 +191,12 @@ class ModuleContext:
     # Names of the enclosing equations while their rules lower nested jaxprs (named_scope):
     # the labels of the path, and whether it holds a user's name (then ops get a `loc`).
     self.name_stack: tuple[str, ...] = ()
-    self.name_stack_named = False
-    # Whether ops get the user's source line too (`source_locations`).
-    self.source_locations = getattr(_locations_state, "enabled", False)
+    # Whether ops get the user's source line too (`source_locations`; on by default, as
+    # JAX's lowering always writes them).
+    self.source_locations = getattr(_locations_state, "enabled", True)
+    # The root of the op names of the function being lowered: `jit(f)` in main, '' in the
+    # private functions of calls (whose names are relative to the function, as JAX's).
+    self.root_label = _module_label(self)
     self.funcs: list[str] = []
     self.func_names: set[str] = {"main"}
     self.call_cache: dict[int, tuple[str, Any]] = {}
@@ -253,6 +256,11 @@ class FuncBuilder:
     self.consts: dict[Any, str] = {}
     # The current `!stablehlo.token` of ordered effects in this region (None: none yet).
     self.token: str | None = None
+    # The location of the function's own ops (literal constants, `return`: `loc("jit(f)")`
+    # in main, unknown in private functions), and that of the equation being lowered (for
+    # the ops and block arguments of the regions its rule builds).
+    self.loc = " loc(unknown)"
+    self.cur_loc = self.loc
 
   def fresh(self) -> str:
     self.counter += 1
@@ -434,9 +442,12 @@ def build_region(fb: FuncBuilder, arg_avals: Sequence[ShapedArray],
     lines = fb.lines
   finally:
     fb.lines, fb.consts, fb.token = saved_lines, saved_consts, saved_token
-  header = "^bb0(" + ", ".join(f"{a}: {ir_type(av)}" for a, av in zip(args, arg_avals)) + "):"
+  loc = fb.cur_loc
+  _locate(lines, 0, loc)   # NB: ops the rule writes itself: the equation's location
+  header = "^bb0(" + ", ".join(f"{a}: {ir_type(av)}{loc}"
+                               for a, av in zip(args, arg_avals)) + "):"
   ret_types = ", ".join(ir_type(a) for a in ret_avals)
-  ret = f'  "stablehlo.return"({", ".join(results)}) : ({ret_types}) -> ()'
+  ret = f'  "stablehlo.return"({", ".join(results)}) : ({ret_types}) -> (){loc}'
   return "{\n" + "\n".join([header, *("  " + ln for ln in lines), ret]) + "\n}"
 
 
@@ -473,6 +484,7 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
   # is constrained to that layout (JAX's sharding in types); other programs pay one check.
   typed = (module.sdy_mesh is not None and module.manual_depth is None
            and bool(module.sdy_mesh.explicit_axes))
+  lines = fb.lines
   for eqn in jaxpr.eqns:
     prim = eqn.primitive
     rule = lowerings.get(prim)
@@ -482,14 +494,13 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
           f"Register one with stagecraft.interpreters.lowering.register_lowering({prim.name}_p,"
           f" rule).")
     ctx = LoweringRuleContext(fb, [v.aval for v in eqn.invars], [v.aval for v in eqn.outvars])
-    # NB: named_scope: the slow path only for equations with names, inside a named call
-    # site, or calls (whose bodies may hold names), or when source locations are asked for;
-    # everything else pays three checks.
-    if (type(eqn.source_info) is not NameStackInfo and not module.name_stack
-        and prim.name != "jit" and not module.source_locations):
-      outs = rule(ctx, *[read(v) for v in eqn.invars], **eqn.params)
-    else:
-      outs = _lower_named_eqn(module, fb, eqn, rule, ctx, [read(v) for v in eqn.invars])
+    if fb.lines is not lines:   # NB: a rule may have swapped the builder's lines (regions)
+      lines = fb.lines
+    before = len(lines)
+    operands = [read(v) for v in eqn.invars]
+    if len(lines) != before:   # literal constants: the function's location, as JAX's
+      _locate(lines, before, fb.loc)
+    outs = _lower_located_eqn(module, fb, eqn, rule, ctx, operands)
     if len(outs) != len(eqn.outvars):
       raise MissingRuleError(f"Lowering rule of '{prim.name}' returned {len(outs)} values for "
                              f"{len(eqn.outvars)} outputs.")
@@ -640,33 +651,139 @@ def _mlir_string(s: str) -> str:
   return "".join(out)
 
 
-def _lower_named_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
-                     operands: Sequence[str]) -> list[str]:
-  """Lowers one equation under the name stack (named_scope, `source_info_util`): its ops get
-  `loc("jit(f)/outer/op")` when the path holds a user's name, and its rule lowers nested
-  jaxprs with the path extended by its own names and label."""
-  own = source_info_util.name_stack_of(eqn.source_info)
-  saved = module.name_stack, module.name_stack_named
-  path = saved[0] + own
-  named = saved[1] or bool(own)
+def _loc_text(name: str, frame: core.UserFrame | None) -> str:
+  """` loc("name"("fn"("file":L:C to :E)))` (the name alone without a frame), cached."""
+  key = (name, frame)
+  text = _loc_texts.get(key)
+  if text is None:
+    inner = _file_loc(frame) if frame is not None else ""
+    text = f' loc("{_mlir_string(name)}"{inner})'
+    if len(_loc_texts) > 65536:
+      _loc_texts.clear()
+    _loc_texts[key] = text
+  return text
+
+
+_loc_texts: dict = {}
+
+
+def _locate(lines: list[str], start: int, loc: str) -> None:
+  """Appends `loc` to the lines from `start` on that have no location yet (a line ending
+  in `")` or `))` has one: op lines end in a type otherwise)."""
+  for i in range(start, len(lines)):
+    line = lines[i]
+    if not line.endswith(_LOCATED):
+      lines[i] = line + loc
+
+
+_LOCATED = ('")', "))")
+
+
+def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
+                       operands: Sequence[str]) -> list[str]:
+  """Lowers one equation; its ops get JAX's location `loc("jit(f)/outer/op"("fn"(
+  "file":L:C to :E)))`: the name stack (named_scope, `source_info_util`, and the labels of
+  the enclosing calls) and the user's frame, from which XLA names the HLO instructions
+  (`sin.1`) and takes their `op_name` metadata. The rule lowers nested jaxprs with the path
+  extended by the equation's own names and label. With `set_xla_metadata` active where the
+  equation was recorded, the ops producing its results get those frontend attributes."""
+  info = eqn.source_info
+  own = source_info_util.name_stack_of(info)
+  saved = module.name_stack
+  path = saved + own if own else saved
   label = _op_label(eqn)
-  start = len(fb.lines)
-  module.name_stack, module.name_stack_named = path + (label,), named
+  root = module.root_label
+  name = "/".join((root, *path, label)) if root else "/".join((*path, label))
+  frame = core.source_frame(info) if module.source_locations else None
+  loc = _loc_text(name, frame)
+  lines = fb.lines
+  start = len(lines)
+  saved_loc = fb.cur_loc
+  module.name_stack, fb.cur_loc = path + (label,), loc
   try:
     outs = rule(ctx, *operands, **eqn.params)
   finally:
-    module.name_stack, module.name_stack_named = saved
-  if named or module.source_locations:
-    name = _mlir_string("/".join((_module_label(module), *path, label)))
-    frame = core.source_frame(eqn.source_info) if module.source_locations else None
-    loc = f' loc("{name}"{_file_loc(frame)})' if frame is not None else f' loc("{name}")'
-    lines = fb.lines
-    for i in range(start, len(lines)):
-      line = lines[i]
-      # NB: ops of nested equations (a rule lowering a jaxpr into this region) keep theirs.
-      if not (line.endswith(")") and _TRAILING_LOC.search(line)):
-        lines[i] = line + loc
+    module.name_stack, fb.cur_loc = saved, saved_loc
+  lines = fb.lines
+  _locate(lines, start, loc)
+  metadata = source_info_util.xla_metadata_of(info)
+  if metadata:
+    for o in outs:
+      add_frontend_attributes(fb, o, metadata, start)
   return outs
+
+
+def frontend_attributes_text(metadata: Any) -> str:
+  """`mhlo.frontend_attributes = {k = "v", ...}` for `(key, value)` pairs (bools written
+  `true`/`false`, other values with `str`, as JAX writes them)."""
+  items = []
+  for k, v in metadata:
+    v = str(v).lower() if isinstance(v, bool) else str(v)
+    key = k if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.]*", k) else f'"{_mlir_string(k)}"'
+    items.append(f'{key} = "{_mlir_string(v)}"')
+  return f"mhlo.frontend_attributes = {{{', '.join(items)}}}"
+
+
+def add_frontend_attributes(fb: FuncBuilder, value: str, metadata: Any,
+                            start: int = 0) -> bool:
+  """Gives the op of `fb`'s current region that defines SSA `value` (`%3`, `%3#1`) the
+  frontend attributes `metadata` (`(key, value)` pairs; keys the op has already keep
+  theirs, as JAX's). Looks at the lines from `start` on; a block argument or a value not
+  defined there is left alone. Returns whether an op was found."""
+  base = value.split("#", 1)[0]
+  prefixes = (f"{base} = ", f"{base}:")
+  lines = fb.lines
+  for i in range(len(lines) - 1, start - 1, -1):
+    line = lines[i]
+    if not line.startswith(prefixes):
+      continue
+    new = _with_frontend_attributes(line, metadata)
+    if new is None:
+      return False
+    lines[i] = new
+    return True
+  return False
+
+
+def _with_frontend_attributes(line: str, metadata: Any) -> str | None:
+  """`line` (one op: `%r = "name"(...) ... : (types) -> types loc(...)`, or the pretty form
+  `%r = dialect.op operands : type loc(...)`) with the frontend attributes added to its
+  attribute dictionary; None for an op form this does not edit."""
+  loc = ""
+  k = line.rfind(" loc(") if line.endswith(_LOCATED) else -1
+  if k >= 0:   # NB: the op's own location is the last one (its regions' come before)
+    line, loc = line[:k], line[k:]
+  if "mhlo.frontend_attributes" in line:
+    old = re.search(r"mhlo\.frontend_attributes = \{([^{}]*)\}", line)
+    if old is None:
+      return None
+    have = {kv.split(" = ", 1)[0].strip().strip('"') for kv in old.group(1).split(", ") if kv}
+    extra = [(k, v) for k, v in metadata if k not in have]
+    if not extra:
+      return line + loc
+    add = frontend_attributes_text(extra)[len("mhlo.frontend_attributes = {"):-1]
+    return line[:old.end(1)] + (", " if old.group(1) else "") + add + line[old.end(1):] + loc
+  attrs = frontend_attributes_text(metadata)
+  eq = line.index(" = ")
+  if line[eq + 3] == '"':   # generic form: the attribute dictionary before ` : (`
+    k = line.rfind(" : (")
+    if k < 0:
+      return None
+    if line[k - 1] == "}":   # an attribute dictionary already
+      return line[:k - 1] + ", " + attrs + "}" + line[k:] + loc
+    return line[:k] + " {" + attrs + "}" + line[k:] + loc
+  # NB: the pretty forms stagecraft writes (elementwise ops, compare, select, convert,
+  # reshape, broadcast_in_dim, func.call) take their attribute dictionary just before
+  # ` : type`; a constant's form puts its value there, so it is left alone.
+  op = line[eq + 3:].split(" ", 1)[0]
+  if not (op == "func.call" or op.startswith("stablehlo.")) or op == "stablehlo.constant":
+    return None
+  k = line.rfind(" : ")
+  if k < 0:
+    return None
+  if line[k - 1] == "}":
+    return line[:k - 1] + ", " + attrs + "}" + line[k:] + loc
+  return line[:k] + " {" + attrs + "}" + line[k:] + loc
 
 
 def has_ordered_effects(jaxpr: Jaxpr) -> bool:
@@ -678,13 +795,35 @@ def has_ordered_effects(jaxpr: Jaxpr) -> bool:
 def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
                        public: bool = False, arg_attrs: Sequence[str | None] | None = None,
                        result_attrs: Sequence[str | None] | None = None,
-                       token: bool = False, consts: Sequence[Any] | None = None) -> str:
+                       token: bool = False, consts: Sequence[Any] | None = None,
+                       arg_locs: Sequence[str | None] | None = None) -> str:
   """Emits `jaxpr` (constvars first, then invars, as arguments) as a `func.func`; returns
   its text. With `token`, the function takes the ordered-effect token first and returns the
   last one first (a call of a jaxpr with ordered effects, `lower_call`). With `consts` (one
   value per constvar), the constvars are no arguments: their values are dense constants at
-  the top of the body, as JAX lowers a ClosedJaxpr's consts (`dense_constant`)."""
+  the top of the body, as JAX lowers a ClosedJaxpr's consts (`dense_constant`).
+
+  Locations, as JAX's: each argument's `loc("x")` from `arg_locs` (one name or None per
+  argument; XLA names the HLO parameters after them), unknown for a private function's;
+  the ops of a public function are named from the module (`jit(f)/sin`), those of a
+  private one relative to it (`sin`)."""
+  if not public:
+    saved = module.root_label, module.name_stack
+    module.root_label, module.name_stack = "", ()
+    try:
+      return _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs,
+                                 token, consts, arg_locs)
+    finally:
+      module.root_label, module.name_stack = saved
+  return _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, token,
+                             consts, arg_locs)
+
+
+def _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, token, consts,
+                        arg_locs) -> str:
   fb = FuncBuilder(module)
+  if public and module.root_label:
+    fb.loc = fb.cur_loc = _loc_text(module.root_label, None)
   baked = consts is not None
   in_avals = [v.aval for v in ((() if baked else (*jaxpr.constvars,)) + (*jaxpr.invars,))]
   arg_names = [f"%arg{i}" for i in range(len(in_avals))]
@@ -693,6 +832,7 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
     if consts:
       warn_captured_constants(jaxpr, consts)
     const_names = [dense_constant(fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
+    _locate(fb.lines, 0, fb.loc)
     var_names = arg_names
   else:
     nconst = len(jaxpr.constvars)
@@ -704,21 +844,24 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
   args_txt = []
   for i, (a, av) in enumerate(zip(arg_names, in_avals)):
     attr = arg_attrs[i] if arg_attrs is not None else None
-    args_txt.append(f"{a}: {ir_type(av)}" + (f" {{{attr}}}" if attr else ""))
+    aloc = arg_locs[i] if arg_locs is not None and i < len(arg_locs) else None
+    args_txt.append(f"{a}: {ir_type(av)}" + (f" {{{attr}}}" if attr else "") +
+                    (_loc_text(aloc, None) if aloc is not None else " loc(unknown)"))
   res_txt = []
   for i, t in enumerate(out_types):
     attr = result_attrs[i] if result_attrs is not None else None
     res_txt.append(t + (f" {{{attr}}}" if attr else ""))
   if token:
-    args_txt.insert(0, "%argtok: !stablehlo.token")
+    args_txt.insert(0, "%argtok: !stablehlo.token loc(unknown)")
     res_txt.insert(0, "!stablehlo.token")
     outs = [fb.token, *outs]
     out_types = ["!stablehlo.token", *out_types]
   vis = "public" if public else "private"
   body = "\n".join("    " + ln for ln in fb.lines)
-  ret = f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else "    return"
+  ret = (f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else
+         "    return") + fb.loc
   return (f"  func.func {vis} @{name}({', '.join(args_txt)}) -> ({', '.join(res_txt)}) {{\n"
-          f"{body}{chr(10) if body else ''}{ret}\n  }}")
+          f"{body}{chr(10) if body else ''}{ret}\n  }} loc(unknown)")
 
 
 def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
@@ -775,7 +918,8 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
                           arg_attrs: Sequence[str | None] | None = None,
                           result_attrs: Sequence[str | None] | None = None,
                           module: ModuleContext | None = None,
-                          consts: Sequence[Any] | None = None) -> str:
+                          consts: Sequence[Any] | None = None,
+                          arg_locs: Sequence[str | None] | None = None) -> str:
   """Lowers `jaxpr` to a StableHLO module whose `main` takes constvars then invars.
 
   Args:
@@ -784,6 +928,8 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
     axis_env: named axes `(name, size)` for collectives (outermost first).
     consts: the values of the constvars: then main takes only the invars and the constants
       are in its text (as JAX 0.10.2 lowers a jit's closed-over arrays by default).
+    arg_locs: the name of each argument of main (`x`, `y['a']`; None: unnamed), its
+      location, after which XLA names the HLO parameter (`x.1`), as JAX's.
   """
   module = module or ModuleContext(name, axis_env=axis_env, num_replicas=num_replicas,
                                    num_partitions=num_partitions)
@@ -795,7 +941,7 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
         attrs[i] = ", ".join(filter(None, [attrs[i], "jax.buffer_donor = true"]))
   with bound_axes(module.axis_env):
     main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
-                              result_attrs=result_attrs, consts=consts)
+                              result_attrs=result_attrs, consts=consts, arg_locs=arg_locs)
   funcs = "\n".join([*module.extra_ops, main, *module.funcs])
   if module.mesh:
     axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)
