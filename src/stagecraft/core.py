@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import re
 import sys
+import sysconfig
 import threading
 import weakref
 from contextlib import contextmanager
@@ -757,6 +759,29 @@ def source_frame(source_info: Any) -> UserFrame | None:
   while source_info is not None and type(source_info) is not UserFrame:
     source_info = getattr(source_info, "source_info", None)
   return source_info
+
+
+def user_frames(f: Any, limit: int = 100) -> tuple[UserFrame, ...]:
+  """The user frames at or above the frame `f`, innermost first, at most `limit`: those
+  `user_frame` finds, less the standard library's and frozen modules' (JAX's
+  `is_user_filename`; the runner's `runpy` frames). The call stack JAX writes into op
+  locations (their callsite chain)."""
+  out = []
+  while f is not None and len(out) < limit:
+    code = f.f_code
+    name = code.co_filename
+    if name in _internal_files:
+      f = f.f_back
+    elif name in _user_files:
+      if not name.startswith(_not_user_prefixes):
+        out.append(UserFrame((code, f.f_lasti)))
+      f = f.f_back
+    else:
+      traceback_util.classify_file(name)
+  return tuple(out)
+
+
+_not_user_prefixes = (sysconfig.get_path("stdlib") + os.sep, "<frozen ")
 
 
 class _SourceContext(threading.local):

@@ -355,7 +355,7 @@ class TracedSignature:
   trace (then all are operands).
   `closed` is the traced jaxpr with all its constants as constvars (`make_jaxpr`)."""
   __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "call",
-               "call_consts", "closed", "key_reuse", "__weakref__")
+               "call_consts", "closed", "key_reuse", "call_stack", "__weakref__")
 
   def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree,
                closed: ClosedJaxpr | None = None):
@@ -367,6 +367,9 @@ class TracedSignature:
     self.call, self.call_consts = jaxpr, consts
     self.closed = closed or self.hoisted()
     self.key_reuse = None   # its KeyReuseSignature when traced with debug_key_reuse on
+    # The user's frames where it was traced (`core.user_frames`): the outer part of the
+    # callsite locations of its ops, as JAX's tracebacks hold them.
+    self.call_stack = ()
 
   @classmethod
   def of_traced(cls, jaxpr: core.Jaxpr, consts: list, out_tree) -> "TracedSignature":
@@ -448,6 +451,8 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
   if config.enable_checks:   # JAX's jax_enable_checks: type-check every traced jaxpr
     core.check_jaxpr(jaxpr)
   traced = TracedSignature.of_traced(jaxpr, list(consts), out_tree_box[0])
+  limit = config.traceback_in_locations_limit
+  traced.call_stack = core.user_frames(sys._getframe(1), limit if limit >= 0 else 1000)
   if key_sig:
     traced.key_reuse = key_sig[0]
   return traced, leaves
@@ -1549,7 +1554,7 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   text = lowering.lower_jaxpr_to_module(
       f"jit_{name}", dce_jaxpr, arg_attrs=attrs, result_attrs=res_attrs, module=module,
       donated=[d and k is None for d, k in zip(donated_mask, aliases)], consts=baked,
-      arg_locs=_arg_locs(jaxpr, len(used_consts), kept_leaves))
+      arg_locs=_arg_locs(jaxpr, len(used_consts), kept_leaves), call_stack=entry.call_stack)
   lowered = LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
   lowered.formats = fmt
   return lowered

@@ -197,6 +197,9 @@ class ModuleContext:
     # The root of the op names of the function being lowered: `jit(f)` in main, '' in the
     # private functions of calls (whose names are relative to the function, as JAX's).
     self.root_label = _module_label(self)
+    # The user's frames of the call that traced main's jaxpr (`core.user_frames`; () if
+    # unknown): the outer part of its ops' callsite locations.
+    self.call_stack: tuple = ()
     self.funcs: list[str] = []
     self.func_names: set[str] = {"main"}
     self.call_cache: dict[int, tuple[str, Any]] = {}
@@ -651,16 +654,31 @@ def _mlir_string(s: str) -> str:
   return "".join(out)
 
 
-def _loc_text(name: str, frame: core.UserFrame | None) -> str:
-  """` loc("name"("fn"("file":L:C to :E)))` (the name alone without a frame), cached."""
-  key = (name, frame)
+def _loc_text(name: str, frame: core.UserFrame | None,
+              stack: tuple[core.UserFrame, ...] = ()) -> str:
+  """` loc("name"("fn"("file":L:C to :E)))` (the name alone without a frame), cached; with
+  the frames `stack` of the call that traced the function (`core.user_frames`) the frame
+  is the callee of a callsite chain over them, `loc("name"(callsite(F at callsite(G at
+  H))))`, as JAX writes a traceback (without `frame`: the chain of `stack` alone)."""
+  key = (name, frame, stack)
   text = _loc_texts.get(key)
   if text is None:
-    inner = _file_loc(frame) if frame is not None else ""
+    frames = (frame,) if frame is not None else ()
+    if stack:
+      frames += stack[1:] if frames and stack[0] == frame else stack
+    inner = f"({_chain_text(frames)})" if frames else ""
     text = f' loc("{_mlir_string(name)}"{inner})'
     if len(_loc_texts) > 65536:
       _loc_texts.clear()
     _loc_texts[key] = text
+  return text
+
+
+def _chain_text(frames: Sequence[core.UserFrame]) -> str:
+  """`"fn"("file":L:C to :E)` for one frame; `callsite(F at <chain of the rest>)`."""
+  text = _file_loc(frames[-1])[1:-1]
+  for f in reversed(frames[:-1]):
+    text = f"callsite({_file_loc(f)[1:-1]} at {text})"
   return text
 
 
@@ -695,7 +713,7 @@ def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
   root = module.root_label
   name = "/".join((root, *path, label)) if root else "/".join((*path, label))
   frame = core.source_frame(info) if module.source_locations else None
-  loc = _loc_text(name, frame)
+  loc = _loc_text(name, frame, module.call_stack if root else ())
   lines = fb.lines
   start = len(lines)
   saved_loc = fb.cur_loc
@@ -823,7 +841,7 @@ def _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, to
                         arg_locs) -> str:
   fb = FuncBuilder(module)
   if public and module.root_label:
-    fb.loc = fb.cur_loc = _loc_text(module.root_label, None)
+    fb.loc = fb.cur_loc = _loc_text(module.root_label, None, module.call_stack)
   baked = consts is not None
   in_avals = [v.aval for v in ((() if baked else (*jaxpr.constvars,)) + (*jaxpr.invars,))]
   arg_names = [f"%arg{i}" for i in range(len(in_avals))]
@@ -919,7 +937,8 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
                           result_attrs: Sequence[str | None] | None = None,
                           module: ModuleContext | None = None,
                           consts: Sequence[Any] | None = None,
-                          arg_locs: Sequence[str | None] | None = None) -> str:
+                          arg_locs: Sequence[str | None] | None = None,
+                          call_stack: tuple = ()) -> str:
   """Lowers `jaxpr` to a StableHLO module whose `main` takes constvars then invars.
 
   Args:
@@ -930,9 +949,13 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
       are in its text (as JAX 0.10.2 lowers a jit's closed-over arrays by default).
     arg_locs: the name of each argument of main (`x`, `y['a']`; None: unnamed), its
       location, after which XLA names the HLO parameter (`x.1`), as JAX's.
+    call_stack: the user's frames where `jaxpr` was traced (`core.user_frames`), the outer
+      frames of its ops' locations.
   """
   module = module or ModuleContext(name, axis_env=axis_env, num_replicas=num_replicas,
                                    num_partitions=num_partitions)
+  if module.source_locations:
+    module.call_stack = tuple(call_stack)
   nargs = (0 if consts is not None else len(jaxpr.constvars)) + len(jaxpr.invars)
   attrs = list(arg_attrs) if arg_attrs is not None else [None] * nargs
   if donated is not None:
@@ -948,7 +971,7 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
     funcs = f"  sdy.mesh @mesh = <[{axes}]>\n{funcs}"
   text = (f"module @{module.name} attributes {{mhlo.num_partitions = "
           f"{module.num_partitions} : i32, mhlo.num_replicas = {module.num_replicas} : i32}} "
-          f"{{\n{funcs}\n}}\n")
+          f"{{\n{funcs}\n}} loc(unknown)\n")
   if module.host_callbacks:
     return ModuleText(text, module.host_callbacks)
   return text

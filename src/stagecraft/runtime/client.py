@@ -502,6 +502,11 @@ def compile_options(num_replicas: int = 1, num_partitions: int = 1, device_assig
     if hasattr(obj, field):
       setattr(obj, field, value)
   build.debug_options.xla_detailed_logging = True
+  if num_replicas == 1 and num_partitions == 1:
+    # NB: as JAX's compile of a single-device program (shardings unspecified): a no-op for
+    # one device, shown in the compiled module's HLO header.
+    build.allow_spmd_sharding_propagation_to_parameters = [True]
+    build.allow_spmd_sharding_propagation_to_output = [True]
   return opts
 
 
