@@ -691,10 +691,13 @@ def _locate(lines: list[str], start: int, loc: str) -> None:
   for i in range(start, len(lines)):
     line = lines[i]
     if not line.endswith(_LOCATED):
+      if line.endswith(_OPEN) or line.strip() in ("}", "})"):
+        continue   # NB: a line of an op written over several lines that is not its end
       lines[i] = line + loc
 
 
-_LOCATED = ('")', "))")
+_LOCATED = ('")', "))", "loc(unknown)")
+_OPEN = ("{", ":", "(", ",")
 
 
 def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
