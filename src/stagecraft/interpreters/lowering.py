@@ -22,7 +22,6 @@ import numpy as np
 from stagecraft import core, dtypes, source_info_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.config import config
-from stagecraft.source_info_util import NameStackInfo
 from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
@@ -589,7 +588,6 @@ def _module_label(module: ModuleContext) -> str:
   return raw
 
 
-_TRAILING_LOC = re.compile(r' loc\("(?:[^"\\]|\\.)*"(?:\(.*\))?\)$')
 
 
 def _file_loc(frame: core.UserFrame) -> str:
@@ -613,10 +611,11 @@ _locations_state = threading.local()
 
 @contextlib.contextmanager
 def source_locations(enabled: bool = True):
-  """Context manager: modules lowered inside (in this thread) put the user's source line on
-  each op, `loc("jit(f)/outer/sin"("f"("file.py":12:4 to :15)))`, as JAX's lowering does
-  (its `Lowered.as_text(debug_info=True)` shows them). Outside it, only ops under a
-  `named_scope` get a location (the name alone), so the program text stays short.
+  """Context manager: whether modules lowered inside (in this thread) put the user's frames
+  on each op, `loc("jit(f)/outer/sin"(callsite("f"("file.py":12:4 to :15) at ...)))`, as
+  JAX's lowering always does (its `Lowered.as_text(debug_info=True)` shows them; XLA keeps
+  them as stack frames of the ops' metadata). On by default; with `enabled=False` the ops
+  keep their names alone (`loc("jit(f)/outer/sin")`), from which XLA names instructions.
 
   Example:
     >>> import stagecraft, stagecraft.numpy as jnp
@@ -625,7 +624,7 @@ def source_locations(enabled: bool = True):
     >>> 'loc("jit(sin)/sin"' in text
     True
   """
-  prev = getattr(_locations_state, "enabled", False)
+  prev = getattr(_locations_state, "enabled", True)
   _locations_state.enabled = bool(enabled)
   try:
     yield
@@ -636,10 +635,30 @@ def source_locations(enabled: bool = True):
 def strip_locations(text: str) -> str:
   """`text` without the ` loc(...)` locations of its ops (what JAX's `as_text()` shows by
   default; the module's program is unchanged)."""
-  return _ANY_LOC.sub("", text)
+  out, pos = [], 0
+  while True:
+    k = text.find(" loc(", pos)
+    if k < 0:
+      out.append(text[pos:])
+      return "".join(out)
+    out.append(text[pos:k])
+    depth, i, n = 0, k + 4, len(text)
+    while i < n:   # NB: to the matching parenthesis, over quoted strings
+      c = text[i]
+      if c == '"':
+        i += 1
+        while i < n and text[i] != '"':
+          i += 2 if text[i] == "\\" else 1
+      elif c == "(":
+        depth += 1
+      elif c == ")":
+        depth -= 1
+        if depth == 0:
+          break
+      i += 1
+    pos = i + 1
 
 
-_ANY_LOC = re.compile(r' loc\("(?:[^"\\]|\\.)*"(?:\((?:[^()"]|"(?:[^"\\]|\\.)*"|\((?:[^()"]|"(?:[^"\\]|\\.)*")*\))*\))?\)')
 
 
 def _mlir_string(s: str) -> str:
