@@ -263,6 +263,9 @@ class FuncBuilder:
     # the ops and block arguments of the regions its rule builds).
     self.loc = " loc(unknown)"
     self.cur_loc = self.loc
+    # The equation being lowered: (primitive name, root label, name path, user frame, call
+    # stack), for the location of the function a call's rule emits (`lower_call`).
+    self.cur_site: tuple | None = None
 
   def fresh(self) -> str:
     self.counter += 1
@@ -738,12 +741,13 @@ def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
   loc = _loc_text(name, frame, module.call_stack if root else ())
   lines = fb.lines
   start = len(lines)
-  saved_loc = fb.cur_loc
+  saved_loc, saved_site = fb.cur_loc, fb.cur_site
   module.name_stack, fb.cur_loc = path + (label,), loc
+  fb.cur_site = (eqn.primitive.name, root, path, frame, module.call_stack if root else ())
   try:
     outs = rule(ctx, *operands, **eqn.params)
   finally:
-    module.name_stack, fb.cur_loc = saved, saved_loc
+    module.name_stack, fb.cur_loc, fb.cur_site = saved, saved_loc, saved_site
   lines = fb.lines
   _locate(lines, start, loc)
   metadata = source_info_util.xla_metadata_of(info)
@@ -836,7 +840,8 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
                        public: bool = False, arg_attrs: Sequence[str | None] | None = None,
                        result_attrs: Sequence[str | None] | None = None,
                        token: bool = False, consts: Sequence[Any] | None = None,
-                       arg_locs: Sequence[str | None] | None = None) -> str:
+                       arg_locs: Sequence[str | None] | None = None,
+                       func_loc: str | None = None) -> str:
   """Emits `jaxpr` (constvars first, then invars, as arguments) as a `func.func`; returns
   its text. With `token`, the function takes the ordered-effect token first and returns the
   last one first (a call of a jaxpr with ordered effects, `lower_call`). With `consts` (one
@@ -846,24 +851,26 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
   Locations, as JAX's: each argument's `loc("x")` from `arg_locs` (one name or None per
   argument; XLA names the HLO parameters after them), unknown for a private function's;
   the ops of a public function are named from the module (`jit(f)/sin`), those of a
-  private one relative to it (`sin`)."""
+  private one relative to it (`sin`). `func_loc` (` loc(...)`) is the function's own
+  location (default unknown)."""
   if not public:
     saved = module.root_label, module.name_stack
     module.root_label, module.name_stack = "", ()
     try:
       return _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs,
-                                 token, consts, arg_locs)
+                                 token, consts, arg_locs, func_loc)
     finally:
       module.root_label, module.name_stack = saved
   return _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, token,
-                             consts, arg_locs)
+                             consts, arg_locs, func_loc)
 
 
 def _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, token, consts,
-                        arg_locs) -> str:
+                        arg_locs, func_loc) -> str:
   fb = FuncBuilder(module)
   if public and module.root_label:
     fb.loc = fb.cur_loc = _loc_text(module.root_label, None, module.call_stack)
+  func_loc = func_loc or " loc(unknown)"
   baked = consts is not None
   in_avals = [v.aval for v in ((() if baked else (*jaxpr.constvars,)) + (*jaxpr.invars,))]
   arg_names = [f"%arg{i}" for i in range(len(in_avals))]
@@ -901,7 +908,7 @@ def _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, to
   ret = (f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else
          "    return") + fb.loc
   return (f"  func.func {vis} @{name}({', '.join(args_txt)}) -> ({', '.join(res_txt)}) {{\n"
-          f"{body}{chr(10) if body else ''}{ret}\n  }} loc(unknown)")
+          f"{body}{chr(10) if body else ''}{ret}\n  }}{func_loc}")
 
 
 def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
@@ -919,7 +926,8 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
   if cached is None:
     fname = module.unique_func_name(name)
     module.funcs.append(lower_jaxpr_to_fun(module, fname, closed_jaxpr.jaxpr, token=token,
-                                           consts=closed_jaxpr.consts))
+                                           consts=closed_jaxpr.consts,
+                                           func_loc=_call_func_loc(ctx.fb.cur_site)))
     module.call_cache[id(closed_jaxpr)] = (fname, closed_jaxpr)
   else:
     fname = cached[0]
@@ -940,6 +948,16 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
     ctx.set_token(outs[0])
     outs = outs[1:]
   return outs
+
+
+def _call_func_loc(site: tuple | None) -> str | None:
+  """The location JAX gives the function of a jit call: `loc("jit:"("jit(f)/path/jit"(
+  <the call's frames>)))`; None (unknown) for other calls."""
+  if site is None or site[0] != "jit":
+    return None
+  prim, root, path, frame, stack = site
+  name = "/".join((root, *path, prim)) if root else "/".join((*path, prim))
+  return f' loc("jit:"({_loc_text(name, frame, stack)[5:-1]}))'
 
 
 @contextlib.contextmanager

@@ -360,6 +360,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       ids = np.array([d.id for d in devs])
       assignment = ids.reshape(num_replicas, num_partitions)
       opts = client.compile_options(num_replicas, num_partitions, assignment)
+      if num_replicas == 1 and num_partitions == 1:
+        client.allow_sharding_propagation(opts, text)
       if overrides:
         opts.env_option_overrides = list(overrides)
       cache_dir = config.compilation_cache_dir
