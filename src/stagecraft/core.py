@@ -763,17 +763,22 @@ def source_frame(source_info: Any) -> UserFrame | None:
 
 def user_frames(f: Any, limit: int = 100) -> tuple[UserFrame, ...]:
   """The user frames at or above the frame `f`, innermost first, at most `limit`: those
-  `user_frame` finds, less the standard library's and frozen modules' (JAX's
-  `is_user_filename`; the runner's `runpy` frames). The call stack JAX writes into op
-  locations (their callsite chain)."""
+  `user_frame` finds, less the standard library's (JAX's `is_user_filename`); under
+  `python -m stagecraft run` the walk ends at the runner, whose `runpy` frames a script
+  run by `python` does not have. The call stack JAX writes into op locations (their
+  callsite chain)."""
   out = []
   while f is not None and len(out) < limit:
     code = f.f_code
     name = code.co_filename
     if name in _internal_files:
+      if name == _runner_file:
+        while out and out[-1][0].co_filename.startswith("<frozen "):
+          out.pop()
+        break
       f = f.f_back
     elif name in _user_files:
-      if not name.startswith(_not_user_prefixes):
+      if not name.startswith(_stdlib_prefix):
         out.append(UserFrame((code, f.f_lasti)))
       f = f.f_back
     else:
@@ -781,7 +786,8 @@ def user_frames(f: Any, limit: int = 100) -> tuple[UserFrame, ...]:
   return tuple(out)
 
 
-_not_user_prefixes = (sysconfig.get_path("stdlib") + os.sep, "<frozen ")
+_stdlib_prefix = sysconfig.get_path("stdlib") + os.sep
+_runner_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli.py")
 
 
 class _SourceContext(threading.local):

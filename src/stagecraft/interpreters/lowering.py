@@ -449,7 +449,11 @@ def build_region(fb: FuncBuilder, arg_avals: Sequence[ShapedArray],
     fb.lines, fb.consts, fb.token = saved_lines, saved_consts, saved_token
   loc = fb.cur_loc
   _locate(lines, 0, loc)   # NB: ops the rule writes itself: the equation's location
-  header = "^bb0(" + ", ".join(f"{a}: {ir_type(av)}{loc}"
+  # NB: as JAX's, the block arguments are located by the primitive's name alone (XLA's
+  # region parameters `reduce_sum.3`, op_name "reduce_sum").
+  site = fb.cur_site
+  arg_loc = _loc_text(site[0], None) if site is not None else loc
+  header = "^bb0(" + ", ".join(f"{a}: {ir_type(av)}{arg_loc}"
                                for a, av in zip(args, arg_avals)) + "):"
   ret_types = ", ".join(ir_type(a) for a in ret_avals)
   ret = f'  "stablehlo.return"({", ".join(results)}) : ({ret_types}) -> (){loc}'
