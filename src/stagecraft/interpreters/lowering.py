@@ -22,7 +22,8 @@ import numpy as np
 from stagecraft import core, dtypes, source_info_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.config import config
-from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
+from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, UserFrame, Var
+from stagecraft.source_info_util import NameStackInfo
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
 from stagecraft.runtime import client
@@ -199,6 +200,8 @@ class ModuleContext:
     # The user's frames of the call that traced main's jaxpr (`core.user_frames`; () if
     # unknown): the outer part of its ops' callsite locations.
     self.call_stack: tuple = ()
+    # The ops' location texts by (label, name path, frame) (`_lower_located_eqn`).
+    self.locs: dict = {}
     self.funcs: list[str] = []
     self.func_names: set[str] = {"main"}
     self.call_cache: dict[int, tuple[str, Any]] = {}
@@ -735,26 +738,43 @@ def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
   extended by the equation's own names and label. With `set_xla_metadata` active where the
   equation was recorded, the ops producing its results get those frontend attributes."""
   info = eqn.source_info
-  own = source_info_util.name_stack_of(info)
   saved = module.name_stack
-  path = saved + own if own else saved
-  label = _op_label(eqn)
+  if type(info) is NameStackInfo:
+    own, metadata = info.name_stack, info.xla_metadata
+    path = saved + own if own else saved
+    frame = core.source_frame(info.source_info)
+  else:
+    path, metadata = saved, ()
+    frame = info if type(info) is UserFrame or info is None else core.source_frame(info)
+  prim = eqn.primitive
+  label = _op_label(eqn) if prim.name == "jit" else prim.name
   root = module.root_label
-  name = "/".join((root, *path, label)) if root else "/".join((*path, label))
-  frame = core.source_frame(info) if module.source_locations else None
-  loc = _loc_text(name, frame, module.call_stack if root else ())
+  if not module.source_locations:
+    frame = None
+  # NB: per module, keyed by the code object's id (the jaxpr being lowered holds it), which
+  # is cheaper to hash than the code object.
+  key = (label, path, None) if frame is None else (label, path, id(frame[0]), frame[1])
+  locs = module.locs
+  loc = locs.get(key)
+  if loc is None:
+    name = "/".join((root, *path, label)) if root else "/".join((*path, label))
+    loc = locs[key] = _loc_text(name, frame, module.call_stack if root else ())
   lines = fb.lines
   start = len(lines)
   saved_loc, saved_site = fb.cur_loc, fb.cur_site
   module.name_stack, fb.cur_loc = path + (label,), loc
-  fb.cur_site = (eqn.primitive.name, root, path, frame, module.call_stack if root else ())
+  fb.cur_site = (prim.name, root, path, frame, module.call_stack if root else ())
   try:
     outs = rule(ctx, *operands, **eqn.params)
   finally:
     module.name_stack, fb.cur_loc, fb.cur_site = saved, saved_loc, saved_site
   lines = fb.lines
-  _locate(lines, start, loc)
-  metadata = source_info_util.xla_metadata_of(info)
+  if len(lines) == start + 1:
+    line = lines[start]
+    if not line.endswith(_LOCATED) and not line.endswith(_OPEN):
+      lines[start] = line + loc
+  elif len(lines) > start:
+    _locate(lines, start, loc)
   if metadata:
     for o in outs:
       add_frontend_attributes(fb, o, metadata, start)
