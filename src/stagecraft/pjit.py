@@ -1505,7 +1505,8 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                                      layout.explicit_out is not None)
   if chain and not explicit:   # jit of pmap: one SPMD program over the pmaps' devices
     text = mapping.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask,
-                                     consts=baked)
+                                     consts=baked, call_stack=entry.call_stack,
+                                     arg_locs=_arg_locs(jaxpr, len(used_consts), kept_leaves))
     return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                             spmd.chain_devices(chain))
   n_dyn = n_in - nconst
@@ -1519,7 +1520,10 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
       mesh, ins, outs = resolved
       in_sh = [ins[i] for i in range(nconst if baked else 0, n_in) if used[i]]
       text = spmd.lower_sharded_module(f"jit_{name}", dce_jaxpr, mesh, in_sh, outs,
-                                          donated=donated_mask, consts=baked)
+                                          donated=donated_mask, consts=baked,
+                                          call_stack=entry.call_stack,
+                                          arg_locs=_arg_locs(jaxpr, len(used_consts),
+                                                             kept_leaves))
       return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                               mesh_layout=(mesh, in_sh, outs, ins[nconst:]),
                               dce_jaxpr=dce_jaxpr, baked=baked,
