@@ -152,3 +152,28 @@ def test_quotes_in_metadata_values_are_escaped_as_jaxs():
   theirs, ours = _both(make, 1.0)
   assert ours.as_text() == theirs.as_text()
   assert ours.as_text("hlo") == theirs.as_text("hlo")
+
+
+def _helpers(lib, np_, md):
+  def helper(x, y):
+    return np_.sin(x) * y
+
+  def deeper(x, y):
+    return helper(x, y) + helper(y, x)
+
+  def f(x, y):
+    return np_.tanh(deeper(x, y))
+  return f
+
+
+def test_frames_of_helpers_inside_the_jitted_function_are_jaxs():
+  # The callsite chain of an op bound in a helper holds the helper's callers inside the
+  # traced function too (JAX's traceback), then the frames of the jit's call.
+  x = np.ones(3, np.float32)
+  theirs, ours = _both(_helpers, x, x)
+  text = ours.as_text(debug_info=True)
+  assert text == theirs.as_text(debug_info=True)
+  assert 'loc("_helpers.<locals>.deeper"(' in text
+  compiled = ours.compile().as_text()
+  assert compiled == theirs.compile().as_text()
+  assert '"_helpers.<locals>.helper"' in compiled

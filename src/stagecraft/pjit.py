@@ -446,13 +446,17 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
                                               tree_util.tree_leaves(out)))
     return out_leaves
 
-  with monitoring.timed(monitoring.JAXPR_TRACE_EVENT, name):
+  # NB: the user's frame that called the jit bounds the tracebacks of the equations
+  # (`core.traced_from`); it and those above it are the outer part of their locations.
+  caller = core.first_user_frame(sys._getframe(1))
+  with monitoring.timed(monitoring.JAXPR_TRACE_EVENT, name), core.traced_from(caller):
     jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
   if config.enable_checks:   # JAX's jax_enable_checks: type-check every traced jaxpr
     core.check_jaxpr(jaxpr)
   traced = TracedSignature.of_traced(jaxpr, list(consts), out_tree_box[0])
   limit = config.traceback_in_locations_limit
-  traced.call_stack = core.user_frames(sys._getframe(1), limit if limit >= 0 else 1000)
+  traced.call_stack = core.user_frames(caller, limit if limit >= 0 else 1000)
+  del caller
   if key_sig:
     traced.key_reuse = key_sig[0]
   return traced, leaves

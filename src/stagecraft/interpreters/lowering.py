@@ -692,9 +692,9 @@ def _loc_text(name: str, frame: core.UserFrame | None,
   key = (name, frame, stack)
   text = _loc_texts.get(key)
   if text is None:
-    frames = (frame,) if frame is not None else ()
+    frames = (UserFrame(frame[:2]), *frame.parents) if frame is not None else ()
     if stack:
-      frames += stack[1:] if frames and stack[0] == frame else stack
+      frames += stack[1:] if frames and stack[0] == frames[-1] else stack
     inner = f"({_chain_text(frames)})" if frames else ""
     text = f' loc("{_mlir_string(name)}"{inner})'
     if len(_loc_texts) > 65536:
@@ -753,7 +753,8 @@ def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
     frame = None
   # NB: per module, keyed by the code object's id (the jaxpr being lowered holds it), which
   # is cheaper to hash than the code object.
-  key = (label, path, None) if frame is None else (label, path, id(frame[0]), frame[1])
+  key = ((label, path, None) if frame is None else
+         (label, path, id(frame[0]), frame[1], id(frame[2]) if len(frame) > 2 else 0))
   locs = module.locs
   loc = locs.get(key)
   if loc is None:
