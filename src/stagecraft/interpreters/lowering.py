@@ -645,28 +645,14 @@ def source_locations(enabled: bool = True):
 def strip_locations(text: str) -> str:
   """`text` without the ` loc(...)` locations of its ops (what JAX's `as_text()` shows by
   default; the module's program is unchanged)."""
-  out, pos = [], 0
-  while True:
-    k = text.find(" loc(", pos)
-    if k < 0:
-      out.append(text[pos:])
-      return "".join(out)
-    out.append(text[pos:k])
-    depth, i, n = 0, k + 4, len(text)
-    while i < n:   # NB: to the matching parenthesis, over quoted strings
-      c = text[i]
-      if c == '"':
-        i += 1
-        while i < n and text[i] != '"':
-          i += 2 if text[i] == "\\" else 1
-      elif c == "(":
-        depth += 1
-      elif c == ")":
-        depth -= 1
-        if depth == 0:
-          break
-      i += 1
-    pos = i + 1
+  # NB: two passes of C-speed regexes: the short locations (`loc(unknown)`, a name alone:
+  # arguments, block arguments), then the nested ones, which lowering writes only at the
+  # end of a line (an op's, a function's).
+  return _NESTED_LOC.sub("", _SHORT_LOC.sub("", text))
+
+
+_SHORT_LOC = re.compile(r' loc\((?:unknown|"(?:[^"\\\n]|\\.)*")\)')
+_NESTED_LOC = re.compile(r' loc\("(?:[^"\\\n]|\\.)*"\(.*\)$', re.M)
 
 
 

@@ -333,7 +333,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
 
   Cached in memory on the text and options, and, when `config.compilation_cache_dir` is set,
   on disk (runtime/cache.py): an in-memory miss first looks for an entry there (keyed on the
-  text, options, device kind and jaxlib version) and stores what it compiles. A bad entry
+  text without its locations, options, device kind and jaxlib version) and stores what it
+  compiles. A bad entry
   or an unusable directory warns and compiles; it never fails the call.
 
   Returns:
@@ -368,8 +369,10 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       disk_key = None
       if cache_dir and not callbacks:   # NB: Python callables cannot be stored on disk
         cache_dir = os.fspath(cache_dir)
-        disk_key = cache.cache_key(text + (f"\n// compiler_options {overrides!r}"
-                                           if overrides else ""),
+        # NB: as JAX's key (jax_compilation_cache_include_metadata_in_key off): without the
+        # locations, so moving or renaming the source of a program does not miss.
+        disk_key = cache.cache_key(lowering.strip_locations(text) + (
+            f"\n// compiler_options {overrides!r}" if overrides else ""),
                                    devs, num_replicas, num_partitions)
         monitoring.record_event(monitoring.CACHE_REQUEST_EVENT)
         t = time.monotonic()
