@@ -26,7 +26,7 @@ from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, UserFrame,
 from stagecraft.source_info_util import NameStackInfo
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
-from stagecraft.runtime import client
+from stagecraft.runtime import client, mlir_text
 
 __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_scalar",
            "dense_array", "dense_constant", "i64_array", "dense_i64", "ModuleContext",
@@ -645,14 +645,7 @@ def source_locations(enabled: bool = True):
 def strip_locations(text: str) -> str:
   """`text` without the ` loc(...)` locations of its ops (what JAX's `as_text()` shows by
   default; the module's program is unchanged)."""
-  # NB: two passes of C-speed regexes: the short locations (`loc(unknown)`, a name alone:
-  # arguments, block arguments), then the nested ones, which lowering writes only at the
-  # end of a line (an op's, a function's).
-  return _NESTED_LOC.sub("", _SHORT_LOC.sub("", text))
-
-
-_SHORT_LOC = re.compile(r' loc\((?:unknown|"(?:[^"\\\n]|\\.)*")\)')
-_NESTED_LOC = re.compile(r' loc\("(?:[^"\\\n]|\\.)*"\(.*\)$', re.M)
+  return mlir_text.strip_locations(text)
 
 
 

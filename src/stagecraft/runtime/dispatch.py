@@ -369,10 +369,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       disk_key = None
       if cache_dir and not callbacks:   # NB: Python callables cannot be stored on disk
         cache_dir = os.fspath(cache_dir)
-        # NB: as JAX's key (jax_compilation_cache_include_metadata_in_key off): without the
-        # locations, so moving or renaming the source of a program does not miss.
-        disk_key = cache.cache_key(lowering.strip_locations(text) + (
-            f"\n// compiler_options {overrides!r}" if overrides else ""),
+        disk_key = cache.cache_key(text + (f"\n// compiler_options {overrides!r}"
+                                           if overrides else ""),
                                    devs, num_replicas, num_partitions)
         monitoring.record_event(monitoring.CACHE_REQUEST_EVENT)
         t = time.monotonic()
