@@ -269,6 +269,7 @@ class FuncBuilder:
     # The equation being lowered: (primitive name, root label, name path, user frame, call
     # stack), for the location of the function a call's rule emits (`lower_call`).
     self.cur_site: tuple | None = None
+    self.last_loc = self.loc   # the location of the equation lowered last
 
   def fresh(self) -> str:
     self.counter += 1
@@ -518,7 +519,9 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
                              f"{len(eqn.outvars)} outputs.")
     if typed and (prim.name in constrained_to_type or any(
         _unreduced_type(v.aval) for v in eqn.outvars)):
+      n = len(fb.lines)
       outs = [_constrain_to_type(fb, o, v.aval) for o, v in zip(outs, eqn.outvars)]
+      _locate(fb.lines, n, fb.last_loc)   # NB: the equation's, as JAX's rules emit them
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
 
@@ -758,6 +761,7 @@ def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
   if metadata:
     for o in outs:
       add_frontend_attributes(fb, o, metadata, start)
+  fb.last_loc = loc
   return outs
 
 
