@@ -33,7 +33,8 @@ __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_sc
            "FuncBuilder", "LoweringRuleContext", "emit_op", "constant", "build_region",
            "sanitize_name", "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
            "lower_jaxpr_to_module", "ModuleText", "has_ordered_effects", "source_locations",
-           "strip_locations", "mesh_symbol"]
+           "strip_locations", "mesh_symbol", "add_frontend_attributes",
+           "frontend_attributes_text"]
 
 _lowerings: dict[core.Primitive, Callable] = {}
 
