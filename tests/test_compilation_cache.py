@@ -96,6 +96,28 @@ def test_hit_and_miss_counting(cache_dir):
   _forget(text2)
 
 
+def test_key_leaves_out_locations(cache_dir):
+  # As JAX's default (jax_compilation_cache_include_metadata_in_key off): the same program
+  # traced from other source lines is a hit; another program still a miss.
+  import jax   # noqa: PLC0415 (the oracle's default)
+  assert jax.config.jax_compilation_cache_include_metadata_in_key is False
+  f1 = sc.jit(lambda x: jnp.sin(x) * 1.375)
+  f2 = sc.jit(
+      lambda x: jnp.sin(x) * 1.375)
+  t1, t2 = f1.lower(X).compiler_ir(), f2.lower(X).compiler_ir()
+  assert t1 != t2 and lowering.strip_locations(t1) == lowering.strip_locations(t2)
+  _forget(t1)
+  _forget(t2)
+  np.testing.assert_allclose(f1(X), np.sin(X) * 1.375, rtol=1e-6)
+  assert cache.stats["misses"] == 1 and cache.stats["hits"] == 0
+  np.testing.assert_allclose(f2(X), np.sin(X) * 1.375, rtol=1e-6)
+  assert cache.stats["hits"] == 1 and cache.stats["misses"] == 1
+  sc.jit(lambda x: jnp.sin(x) * 1.5)(X)
+  assert cache.stats["misses"] == 2
+  _forget(t1)
+  _forget(t2)
+
+
 def test_min_compile_time_and_entry_size_thresholds(cache_dir):
   # JAX's jax_persistent_cache_min_compile_time_secs (default 1 s): a program that compiles
   # faster is not written; jax_persistent_cache_min_entry_size_bytes: nor a smaller entry.

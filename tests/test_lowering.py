@@ -9,8 +9,9 @@ from stagecraft.interpreters import lowering
 
 
 def lower(f, *args):
+  # NB: the golden texts leave out the locations (tests/test_hlo_text_parity.py checks them).
   closed = sc.make_jaxpr(f)(*args)
-  return lowering.lower_jaxpr_to_module("f", closed.jaxpr)
+  return lowering.strip_locations(lowering.lower_jaxpr_to_module("f", closed.jaxpr))
 
 
 GOLDEN_SIN_MUL = """\

@@ -101,7 +101,8 @@ def _jax_debug_locs(text):
 
 def _our_locs(text):
   return {(n, int(a), int(b)) for n, a, b in
-          re.findall(r'stablehlo\.\w+ .* loc\("([^"]*)"\("[^"]*"\("[^"]*":(\d+):(\d+)', text)}
+          re.findall(r'stablehlo\.\w+ .* loc\("([^"]*)"\((?:callsite\()?"[^"]*"\("[^"]*":(\d+):(\d+)',
+                     text)}
 
 
 def test_lowered_locations_name_the_same_lines_as_jax():
@@ -109,21 +110,24 @@ def test_lowered_locations_name_the_same_lines_as_jax():
     ours = sc.jit(_F_SC).lower(X).compiler_ir()
   theirs = jax.jit(_F_JAX).lower(X).as_text(debug_info=True)
   mine, jaxs = _our_locs(ours), _jax_debug_locs(theirs)
-  # NB: main's ops; JAX names the ops of a called function relative to it (`cos`), ours
-  # keep the call site's path (`jit(f)/jit(g)/cos`), so compare main's (names of jit(f)/...
-  # without a nested jit).
+  # NB: main's ops (names of jit(f)/... without a nested jit; as JAX's, the ops of a called
+  # function are named relative to it, `cos`).
   main = lambda s: {x for x in s if x[0].count("jit(") == 1 and "/" in x[0]}
   assert main(mine) == main(jaxs)
   assert ("jit(f)/blk/cos", _LINE0 + 2, 11) in mine
   assert ("jit(f)/tanh", _LINE0 + 9, 11) in mine
-  # The op spelling: one NameLoc around the function's NameLoc around a FileLineColRange
-  # (JAX adds the call-site chain as `callsite(...)`).
-  assert f'loc("jit(f)/sin"("_make.<locals>.f"("{__file__}":{_LINE0 + 5}:8 to :18)))' in ours
+  # The op spelling, as JAX's: a NameLoc around the callsite chain of the user's frames,
+  # each a NameLoc of the function around a FileLineColRange.
+  assert (f'loc("jit(f)/sin"(callsite("_make.<locals>.f"("{__file__}":{_LINE0 + 5}:8 to :18)'
+          f' at ') in ours
   # The multi-line call spans two lines (`to L:C`).
-  assert f'":{_LINE0 + 9}:11 to {_LINE0 + 10}:10)))' in ours
-  # The text parses, and by default (no source_locations) only the scope names remain.
+  assert f'":{_LINE0 + 9}:11 to {_LINE0 + 10}:10) at ' in ours
+  # The text parses; locations are on by default (as JAX's), and with
+  # source_locations(False) only the names remain.
   sc.jit(_F_SC).lower(X).compile()
-  plain = sc.jit(_F_SC).lower(X).compiler_ir()
+  assert f'"{__file__}":{_LINE0 + 5}:8 to :18)' in sc.jit(_F_SC).lower(X).compiler_ir()
+  with lowering.source_locations(False):
+    plain = sc.jit(_F_SC).lower(X).compiler_ir()
   assert __file__ not in plain and 'loc("jit(f)/blk/cos")' in plain
   assert lowering.strip_locations(ours) == lowering.strip_locations(plain)
   assert "loc(" not in lowering.strip_locations(ours)

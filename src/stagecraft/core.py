@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import re
 import sys
+import sysconfig
 import threading
 import weakref
 from contextlib import contextmanager
@@ -681,7 +683,9 @@ source_info_hook: Callable[[], Any] | None = None
 class UserFrame(tuple):
   """Where user code bound a primitive: `(code, lasti)`, the code object and bytecode offset
   of the innermost frame outside stagecraft (and outside paths given to
-  `traceback_util.register_exclusion`).
+  `traceback_util.register_exclusion`); inside a jit's trace, when that frame was called by
+  other user frames below the jit's call, `(code, lasti, parents)` with those frames
+  (innermost first, `UserFrame`s), the rest of the traceback JAX writes into locations.
 
   Recording it costs a few frame steps and one small tuple per staged equation; the file,
   line, column and function are read from the code object only when asked (`position`,
@@ -692,13 +696,18 @@ class UserFrame(tuple):
   code = property(operator.itemgetter(0))
   lasti = property(operator.itemgetter(1))
 
+  @property
+  def parents(self) -> tuple:
+    """The user frames that called this one inside the traced function (see above)."""
+    return self[2] if len(self) > 2 else ()
+
   def position(self) -> tuple[str, int, int, int, int, str]:
     """`(file, line, column, end_line, end_column, function)`: the span of the bytecode
     instruction (columns 0-based, as Python's `co_positions` and JAX's locations give
     them; 0 where unknown), the function's qualified name."""
     pos = _positions.get(self)
     if pos is None:
-      code, lasti = self
+      code, lasti = self[0], self[1]
       line = end_line = col = end_col = None
       try:
         line, end_line, col, end_col = next(
@@ -765,6 +774,108 @@ def source_frame(source_info: Any) -> UserFrame | None:
   return source_info
 
 
+def user_frames(f: Any, limit: int = 100) -> tuple[UserFrame, ...]:
+  """The user frames at or above the frame `f`, innermost first, at most `limit`: those
+  `user_frame` finds, less the standard library's (JAX's `is_user_filename`); under
+  `python -m stagecraft run` the walk ends at the runner, whose `runpy` frames a script
+  run by `python` does not have. The call stack JAX writes into op locations (their
+  callsite chain)."""
+  out = []
+  while f is not None and len(out) < limit:
+    code = f.f_code
+    name = code.co_filename
+    if name in _internal_files:
+      if name == _runner_file:
+        while out and out[-1][0].co_filename.startswith("<frozen "):
+          out.pop()
+        break
+      f = f.f_back
+    elif name in _user_files:
+      if not name.startswith(_stdlib_prefix):
+        out.append(UserFrame((code, f.f_lasti)))
+      f = f.f_back
+    else:
+      traceback_util.classify_file(name)
+  return tuple(out)
+
+
+_stdlib_prefix = sysconfig.get_path("stdlib") + os.sep
+_runner_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli.py")
+
+
+def first_user_frame(f: Any) -> Any:
+  """The frame object of the first frame at or above `f` that `user_frames` keeps, or
+  None."""
+  while f is not None:
+    name = f.f_code.co_filename
+    if name in _internal_files:
+      if name == _runner_file:
+        return None
+    elif name in _user_files:
+      if not name.startswith(_stdlib_prefix):
+        return f
+    else:
+      traceback_util.classify_file(name)
+      continue
+    f = f.f_back
+  return None
+
+
+class _TraceBoundary(threading.local):
+  def __init__(self):
+    # The frame object of the user's call that started the jit trace being recorded
+    # (`traced_from`), and the user frames between a frame and it, by (frame, lasti).
+    self.frame: Any = None
+    self.parents: dict = {}
+
+
+#: The current jit trace's boundary in this thread (public for the staging trace's inlined
+#: `current_source_info`).
+trace_boundary = _TraceBoundary()
+
+
+@contextmanager
+def traced_from(frame: Any):
+  """Context manager: equations recorded inside take, besides their innermost user frame,
+  the user frames that called it below `frame` (the frame object of the user's call of the
+  jit being traced; None: none), as `UserFrame.parents`."""
+  b = trace_boundary
+  prev = b.frame, b.parents
+  b.frame, b.parents = frame, {}
+  try:
+    yield
+  finally:
+    b.frame, b.parents = prev
+
+
+def with_parents(f: Any) -> UserFrame:
+  """The `UserFrame` of the user frame object `f`, with its parents inside the current jit
+  trace (`traced_from`): the user frames from its caller up to the trace's boundary, none
+  if the boundary is not above it."""
+  code = f.f_code
+  b = trace_boundary
+  stop = b.frame
+  caller = f.f_back
+  if stop is None or f is stop or caller is None:
+    return UserFrame((code, f.f_lasti))
+  key = (caller, caller.f_lasti)
+  parents = b.parents.get(key)
+  if parents is None:
+    out, g = [], caller
+    while g is not None and g is not stop:
+      name = g.f_code.co_filename
+      if name not in _internal_files:
+        if name not in _user_files:
+          traceback_util.classify_file(name)
+          continue
+        if not name.startswith(_stdlib_prefix):
+          out.append(UserFrame((g.f_code, g.f_lasti)))
+      g = g.f_back
+    # NB: a boundary that is not above `f` (a trace run from elsewhere): no parents.
+    parents = b.parents[key] = tuple(out) if g is stop else ()
+  return UserFrame((code, f.f_lasti, parents)) if parents else UserFrame((code, f.f_lasti))
+
+
 class _SourceContext(threading.local):
   def __init__(self):
     # The source info that equations recorded now take instead of the caller's frame: the
@@ -807,7 +918,8 @@ def user_frame(f: Any) -> UserFrame | None:
     if name in _internal_files:
       f = f.f_back
     elif name in _user_files:
-      return UserFrame((code, f.f_lasti))
+      return with_parents(f) if trace_boundary.frame is not None else UserFrame(
+          (code, f.f_lasti))
     else:
       traceback_util.classify_file(name)
   return None

@@ -355,7 +355,7 @@ class TracedSignature:
   trace (then all are operands).
   `closed` is the traced jaxpr with all its constants as constvars (`make_jaxpr`)."""
   __slots__ = ("jaxpr", "consts", "out_tree", "executable", "device_calls", "call",
-               "call_consts", "closed", "key_reuse", "__weakref__")
+               "call_consts", "closed", "key_reuse", "call_stack", "__weakref__")
 
   def __init__(self, jaxpr: ClosedJaxpr, consts: list, out_tree,
                closed: ClosedJaxpr | None = None):
@@ -367,6 +367,9 @@ class TracedSignature:
     self.call, self.call_consts = jaxpr, consts
     self.closed = closed or self.hoisted()
     self.key_reuse = None   # its KeyReuseSignature when traced with debug_key_reuse on
+    # The user's frames where it was traced (`core.user_frames`): the outer part of the
+    # callsite locations of its ops, as JAX's tracebacks hold them.
+    self.call_stack = ()
 
   @classmethod
   def of_traced(cls, jaxpr: core.Jaxpr, consts: list, out_tree) -> "TracedSignature":
@@ -443,11 +446,17 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
                                               tree_util.tree_leaves(out)))
     return out_leaves
 
-  with monitoring.timed(monitoring.JAXPR_TRACE_EVENT, name):
+  # NB: the user's frame that called the jit bounds the tracebacks of the equations
+  # (`core.traced_from`); it and those above it are the outer part of their locations.
+  caller = core.first_user_frame(sys._getframe(1))
+  with monitoring.timed(monitoring.JAXPR_TRACE_EVENT, name), core.traced_from(caller):
     jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
   if config.enable_checks:   # JAX's jax_enable_checks: type-check every traced jaxpr
     core.check_jaxpr(jaxpr)
   traced = TracedSignature.of_traced(jaxpr, list(consts), out_tree_box[0])
+  limit = config.traceback_in_locations_limit
+  traced.call_stack = core.user_frames(caller, limit if limit >= 0 else 1000)
+  del caller
   if key_sig:
     traced.key_reuse = key_sig[0]
   return traced, leaves
@@ -1454,6 +1463,17 @@ def _warn_unusable_donations(donated_avals: Sequence[Any], out_avals: Sequence[A
                   stacklevel=2)
 
 
+def _arg_locs(jaxpr: core.Jaxpr, n_consts: int, kept_leaves: Sequence[int]) -> list | None:
+  """The names of main's arguments (JAX's argument locations: `x`, `y['a']`, after which
+  XLA names the HLO parameters): none for the constants passed as arguments, the traced
+  function's argument names for the kept leaves."""
+  info = jaxpr.debug_info
+  names = info.arg_names if info is not None else None
+  if not names:
+    return None
+  return [None] * n_consts + [names[i] if i < len(names) else None for i in kept_leaves]
+
+
 def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                  name: str, layout: SignatureLayout | None = None) -> LoweredSignature:
   """Lowers a traced signature to a StableHLO module: unused inputs are pruned (unless
@@ -1489,7 +1509,8 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
                                      layout.explicit_out is not None)
   if chain and not explicit:   # jit of pmap: one SPMD program over the pmaps' devices
     text = mapping.lower_spmd_module(f"jit_{name}", dce_jaxpr, chain, donated=donated_mask,
-                                     consts=baked)
+                                     consts=baked, call_stack=entry.call_stack,
+                                     arg_locs=_arg_locs(jaxpr, len(used_consts), kept_leaves))
     return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                             spmd.chain_devices(chain))
   n_dyn = n_in - nconst
@@ -1503,7 +1524,10 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
       mesh, ins, outs = resolved
       in_sh = [ins[i] for i in range(nconst if baked else 0, n_in) if used[i]]
       text = spmd.lower_sharded_module(f"jit_{name}", dce_jaxpr, mesh, in_sh, outs,
-                                          donated=donated_mask, consts=baked)
+                                          donated=donated_mask, consts=baked,
+                                          call_stack=entry.call_stack,
+                                          arg_locs=_arg_locs(jaxpr, len(used_consts),
+                                                             kept_leaves))
       return LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)),
                               mesh_layout=(mesh, in_sh, outs, ins[nconst:]),
                               dce_jaxpr=dce_jaxpr, baked=baked,
@@ -1537,7 +1561,8 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
       module.extra_ops.append("  sdy.mesh @empty_mesh = <[]> {stablehlo.mesh = {axes = []}}")
   text = lowering.lower_jaxpr_to_module(
       f"jit_{name}", dce_jaxpr, arg_attrs=attrs, result_attrs=res_attrs, module=module,
-      donated=[d and k is None for d, k in zip(donated_mask, aliases)], consts=baked)
+      donated=[d and k is None for d, k in zip(donated_mask, aliases)], consts=baked,
+      arg_locs=_arg_locs(jaxpr, len(used_consts), kept_leaves), call_stack=entry.call_stack)
   lowered = LoweredSignature(entry, text, used_consts, kept, tuple(sorted(donated)))
   lowered.formats = fmt
   return lowered

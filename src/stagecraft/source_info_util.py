@@ -33,7 +33,7 @@ from typing import Any, Callable, NamedTuple, TypeVar
 from stagecraft import core
 
 __all__ = ["fun_name", "fun_code", "fun_source_info", "NameStackInfo", "named_scope", "named_call", "current_name_stack",
-           "name_stack_of"]
+           "name_stack_of", "xla_metadata_of", "xla_metadata_scope", "current_xla_metadata"]
 
 F = TypeVar("F", bound=Callable)
 
@@ -44,6 +44,9 @@ class NameStackInfo(NamedTuple):
   `core.UserFrame`; an `ad_checkpoint.SourceInfo` while `saved_residuals` traces; or None)."""
   name_stack: tuple[str, ...]
   source_info: Any = None
+  # The `(key, value)` pairs of the `set_xla_metadata` blocks active where the equation was
+  # recorded (JAX's `JaxprEqnContext.xla_metadata`): frontend attributes of its ops.
+  xla_metadata: tuple = ()
 
   def summary(self) -> str:
     """The wrapped source info's summary (`file:line:col (function)`), or ''."""
@@ -57,10 +60,54 @@ def name_stack_of(source_info: Any) -> tuple[str, ...]:
   return ()
 
 
+def xla_metadata_of(source_info: Any) -> tuple:
+  """The `(key, value)` XLA metadata pairs an equation's `source_info` carries (() for
+  none)."""
+  if type(source_info) is NameStackInfo:
+    return source_info.xla_metadata
+  return ()
+
+
 class _State(threading.local):
   def __init__(self):
     # (name, level of the trace current when the scope was entered), outermost first.
     self.entries: list[tuple[str, int]] = []
+    # The active `set_xla_metadata` blocks' metadata, merged: sorted `(key, value)` pairs.
+    self.xla_metadata: tuple = ()
+
+
+def current_xla_metadata() -> tuple:
+  """The metadata of this thread's active `xla_metadata_scope`s (sorted `(key, value)`
+  pairs, inner keys winning), () outside any."""
+  return _state.xla_metadata
+
+
+class xla_metadata_scope:
+  """Context manager: equations recorded inside (in this thread) carry `updates`, merged
+  over the enclosing blocks' (a None value removes a key), as JAX's `set_xla_metadata`
+  context; lowering writes them as the `mhlo.frontend_attributes` of their ops. Empty
+  updates do nothing.
+
+  Args:
+    updates: a dict of metadata (str keys; str, int, float or bool values)."""
+  __slots__ = ("prev", "updates")
+
+  def __init__(self, updates: dict[str, Any]):
+    self.updates = updates
+
+  def __enter__(self):
+    if not self.updates:
+      return
+    self.prev = _state.xla_metadata
+    merged = {**dict(self.prev), **self.updates}
+    _state.xla_metadata = tuple(sorted((k, v) for k, v in merged.items() if v is not None))
+    _install()
+
+  def __exit__(self, exc_type, exc_value, traceback):
+    if not self.updates:
+      return
+    _uninstall()
+    _state.xla_metadata = self.prev
 
 
 _state = _State()
@@ -85,11 +132,15 @@ def _make_hook(previous: Callable | None) -> Callable[[], Any]:
     # NB: skips this frame, process_primitive's and bind's.
     inner = previous() if previous is not None else core.current_source_info(3)
     names = current_name_stack()
-    if not names:
+    metadata = _state.xla_metadata
+    if not names and not metadata:
       return inner
     if type(inner) is NameStackInfo:   # an equation re-bound with its own names
-      return NameStackInfo(core.ScopeNames(names + inner.name_stack), inner.source_info)
-    return NameStackInfo(core.ScopeNames(names), inner)
+      if inner.xla_metadata:
+        metadata = tuple(sorted({**dict(metadata), **dict(inner.xla_metadata)}.items()))
+      return NameStackInfo(core.ScopeNames(names + inner.name_stack), inner.source_info,
+                           metadata)
+    return NameStackInfo(core.ScopeNames(names), inner, metadata)
   hook.is_name_stack_hook = True
   return hook
 

@@ -269,20 +269,15 @@ class Lowered:
     Args:
       dialect: `"stablehlo"` (the module handed to XLA) or `"hlo"` (XLA's HLO text of it,
         before optimization).
-      debug_info: with the user's source line on each op (`loc("jit(f)/sin"("f"("file.py":
-        3:9 to :20)))`, as JAX's `as_text(debug_info=True)`); the program is the same.
+      debug_info: with the locations of the arguments and ops (`loc("jit(f)/sin"(callsite(
+        "f"("file.py":3:9 to :20) at ...)))`, aliased as `#locN` at the end, as JAX's
+        `as_text(debug_info=True)`); the program is the same.
 
     Raises:
       ValueError: for another dialect.
     """
     if dialect == "stablehlo":
-      if debug_info:
-        sig = self._sig
-        with lowering.source_locations(), lowering.for_device(sig.device):
-          text = pjit.lower_traced(sig.entry, set(sig.donated), sig.keep_unused, sig.name,
-                                   layout=sig.layout).text
-        return text   # NB: locations inline (`loc("jit(f)/sin"(...))`), not aliased
-      return mlir_text.pretty(self._lowered.text, self._result_infos())
+      return mlir_text.pretty(self._lowered.text, self._result_infos(), debug_info)
     if dialect == "hlo":
       return self._xla_computation().as_hlo_text()
     raise ValueError(f"Lowered.as_text: unknown dialect {dialect!r}; expected 'stablehlo' "

@@ -2,14 +2,14 @@
 key/value metadata (XLA "frontend attributes") to operations.
 
 - `set_xla_metadata(x, **kvs)` tags the operations that produced the leaves of `x`: each leaf
-  passes through an `xla_metadata_value` equation (an identity), as in JAX's jaxprs.
+  passes through an `xla_metadata_value` equation (an identity), as in JAX's jaxprs, whose
+  lowering gives the op that produced its operand the attributes.
 - `with set_xla_metadata(**kvs):` (or `@set_xla_metadata(**kvs)` on a function) tags every
-  operation traced inside.
+  operation traced inside (`source_info_util.xla_metadata_scope`: the equations carry the
+  metadata, and lowering gives the ops producing their results the attributes).
 
-The metadata is kept where JAX keeps it (the equation's params; the active context) and the
-values, jaxprs, derivatives and batching are JAX's, but stagecraft's text lowering does not
-write `mhlo.frontend_attributes` onto the ops (docs/differences.md): XLA's compiled program
-is the same, without the annotations that some XLA passes and profilers read.
+Either way the lowered module has `mhlo.frontend_attributes = {key = "value"}` on those ops
+(bools written `true`/`false`), as JAX's, and XLA's HLO `frontend_attributes={...}`.
 
   >>> import stagecraft as sc, stagecraft.numpy as jnp
   >>> f = sc.jit(lambda x: set_xla_metadata(jnp.sin(x) * 2, tag="block"))
@@ -19,49 +19,52 @@ is the same, without the annotations that some XLA passes and profilers read.
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any, Callable
 
-from stagecraft import core, tree_util
+from stagecraft import core, source_info_util, tree_util
 from stagecraft.interpreters import ad, batching, lowering
 
 __all__ = ["set_xla_metadata"]
 
-_state = threading.local()
-
-
 def current_xla_metadata() -> dict[str, Any] | None:
   """The metadata of the active `set_xla_metadata` blocks on this thread (inner keys win;
   a None value removes a key), or None outside any."""
-  return getattr(_state, "metadata", None)
+  return dict(source_info_util.current_xla_metadata()) or None
 
 
-class XlaMetadataContextManager:
+class _XlaMetadataWrapper:
+  """What `@set_xla_metadata(**kvs)` makes of a function: calls it inside the metadata
+  block; its other attributes are the function's, and those that are callables (a jitted
+  function's `lower`, `trace`) run inside the block too (as JAX's)."""
+
+  def __init__(self, f: Callable, ctx: "XlaMetadataContextManager"):
+    self._f = f
+    self._ctx = ctx
+    functools.wraps(f)(self)
+
+  def __call__(self, *args, **kwargs):
+    with self._ctx:
+      return self._f(*args, **kwargs)
+
+  def __getattr__(self, name):
+    attr = getattr(self._f, name)
+    if not callable(attr):
+      return attr
+
+    @functools.wraps(attr)
+    def wrapper(*args, **kwargs):
+      with self._ctx:
+        return attr(*args, **kwargs)
+    return wrapper
+
+
+class XlaMetadataContextManager(source_info_util.xla_metadata_scope):
   """What `set_xla_metadata(**kvs)` returns: a context manager adding `kvs` to the active
   metadata, or (called on a function) a decorator running it inside."""
-  __slots__ = ("prev", "updates")
-
-  def __init__(self, updates: dict[str, Any]):
-    self.updates = updates
-
-  def __enter__(self):
-    if not self.updates:
-      return
-    self.prev = current_xla_metadata()
-    merged = {**(self.prev or {}), **self.updates}
-    _state.metadata = {k: v for k, v in merged.items() if v is not None}
-
-  def __exit__(self, exc_type, exc_value, traceback):
-    if not self.updates:
-      return
-    _state.metadata = self.prev
+  __slots__ = ()
 
   def __call__(self, f: Callable) -> Callable:
-    @functools.wraps(f)
-    def wrapped(*args, **kwargs):
-      with self:
-        return f(*args, **kwargs)
-    return wrapped
+    return _XlaMetadataWrapper(f, self)
 
 
 def set_xla_metadata(x: Any = None, **kwargs: Any) -> Any:
@@ -88,5 +91,13 @@ xla_metadata_value_p = core.Primitive("xla_metadata_value")
 xla_metadata_value_p.def_abstract_eval(lambda aval, *, xla_metadata_kvs: aval)
 batching.defvectorized(xla_metadata_value_p)
 ad.deflinear2(xla_metadata_value_p, lambda ct, _, **params: [ct])
-# NB: an identity in the lowered text (the metadata is not written as frontend attributes).
-lowering.register_lowering(xla_metadata_value_p, lambda ctx, x, **params: [x])
+
+
+def _xla_metadata_value_lowering(ctx, x, *, xla_metadata_kvs):
+  # NB: an identity whose metadata goes onto the op that produced `x` (none for a function
+  # or block argument), as JAX's rule attaches it to the operand's owner.
+  lowering.add_frontend_attributes(ctx.fb, x, xla_metadata_kvs)
+  return [x]
+
+
+lowering.register_lowering(xla_metadata_value_p, _xla_metadata_value_lowering)

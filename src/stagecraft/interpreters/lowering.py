@@ -22,18 +22,19 @@ import numpy as np
 from stagecraft import core, dtypes, source_info_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.config import config
+from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, UserFrame, Var
 from stagecraft.source_info_util import NameStackInfo
-from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, Var
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
-from stagecraft.runtime import client
+from stagecraft.runtime import client, mlir_text
 
 __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_scalar",
            "dense_array", "dense_constant", "i64_array", "dense_i64", "ModuleContext",
            "FuncBuilder", "LoweringRuleContext", "emit_op", "constant", "build_region",
            "sanitize_name", "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
            "lower_jaxpr_to_module", "ModuleText", "has_ordered_effects", "source_locations",
-           "strip_locations", "mesh_symbol"]
+           "strip_locations", "mesh_symbol", "add_frontend_attributes",
+           "frontend_attributes_text"]
 
 _lowerings: dict[core.Primitive, Callable] = {}
 
@@ -191,9 +192,17 @@ class ModuleContext:
     # Names of the enclosing equations while their rules lower nested jaxprs (named_scope):
     # the labels of the path, and whether it holds a user's name (then ops get a `loc`).
     self.name_stack: tuple[str, ...] = ()
-    self.name_stack_named = False
-    # Whether ops get the user's source line too (`source_locations`).
-    self.source_locations = getattr(_locations_state, "enabled", False)
+    # Whether ops get the user's source line too (`source_locations`; on by default, as
+    # JAX's lowering always writes them).
+    self.source_locations = getattr(_locations_state, "enabled", True)
+    # The root of the op names of the function being lowered: `jit(f)` in main, '' in the
+    # private functions of calls (whose names are relative to the function, as JAX's).
+    self.root_label = _module_label(self)
+    # The user's frames of the call that traced main's jaxpr (`core.user_frames`; () if
+    # unknown): the outer part of its ops' callsite locations.
+    self.call_stack: tuple = ()
+    # The ops' location texts by (label, name path, frame) (`_lower_located_eqn`).
+    self.locs: dict = {}
     self.funcs: list[str] = []
     self.func_names: set[str] = {"main"}
     self.call_cache: dict[int, tuple[str, Any]] = {}
@@ -253,6 +262,15 @@ class FuncBuilder:
     self.consts: dict[Any, str] = {}
     # The current `!stablehlo.token` of ordered effects in this region (None: none yet).
     self.token: str | None = None
+    # The location of the function's own ops (literal constants, `return`: `loc("jit(f)")`
+    # in main, unknown in private functions), and that of the equation being lowered (for
+    # the ops and block arguments of the regions its rule builds).
+    self.loc = " loc(unknown)"
+    self.cur_loc = self.loc
+    # The equation being lowered: (primitive name, root label, name path, user frame, call
+    # stack), for the location of the function a call's rule emits (`lower_call`).
+    self.cur_site: tuple | None = None
+    self.last_loc = self.loc   # the location of the equation lowered last
 
   def fresh(self) -> str:
     self.counter += 1
@@ -434,9 +452,16 @@ def build_region(fb: FuncBuilder, arg_avals: Sequence[ShapedArray],
     lines = fb.lines
   finally:
     fb.lines, fb.consts, fb.token = saved_lines, saved_consts, saved_token
-  header = "^bb0(" + ", ".join(f"{a}: {ir_type(av)}" for a, av in zip(args, arg_avals)) + "):"
+  loc = fb.cur_loc
+  _locate(lines, 0, loc)   # NB: ops the rule writes itself: the equation's location
+  # NB: as JAX's, the block arguments are located by the primitive's name alone (XLA's
+  # region parameters `reduce_sum.3`, op_name "reduce_sum").
+  site = fb.cur_site
+  arg_loc = _loc_text(site[0], None) if site is not None else loc
+  header = "^bb0(" + ", ".join(f"{a}: {ir_type(av)}{arg_loc}"
+                               for a, av in zip(args, arg_avals)) + "):"
   ret_types = ", ".join(ir_type(a) for a in ret_avals)
-  ret = f'  "stablehlo.return"({", ".join(results)}) : ({ret_types}) -> ()'
+  ret = f'  "stablehlo.return"({", ".join(results)}) : ({ret_types}) -> (){loc}'
   return "{\n" + "\n".join([header, *("  " + ln for ln in lines), ret]) + "\n}"
 
 
@@ -473,6 +498,7 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
   # is constrained to that layout (JAX's sharding in types); other programs pay one check.
   typed = (module.sdy_mesh is not None and module.manual_depth is None
            and bool(module.sdy_mesh.explicit_axes))
+  lines = fb.lines
   for eqn in jaxpr.eqns:
     prim = eqn.primitive
     rule = lowerings.get(prim)
@@ -482,20 +508,21 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
           f"Register one with stagecraft.interpreters.lowering.register_lowering({prim.name}_p,"
           f" rule).")
     ctx = LoweringRuleContext(fb, [v.aval for v in eqn.invars], [v.aval for v in eqn.outvars])
-    # NB: named_scope: the slow path only for equations with names, inside a named call
-    # site, or calls (whose bodies may hold names), or when source locations are asked for;
-    # everything else pays three checks.
-    if (type(eqn.source_info) is not NameStackInfo and not module.name_stack
-        and prim.name != "jit" and not module.source_locations):
-      outs = rule(ctx, *[read(v) for v in eqn.invars], **eqn.params)
-    else:
-      outs = _lower_named_eqn(module, fb, eqn, rule, ctx, [read(v) for v in eqn.invars])
+    if fb.lines is not lines:   # NB: a rule may have swapped the builder's lines (regions)
+      lines = fb.lines
+    before = len(lines)
+    operands = [read(v) for v in eqn.invars]
+    if len(lines) != before:   # literal constants: the function's location, as JAX's
+      _locate(lines, before, fb.loc)
+    outs = _lower_located_eqn(module, fb, eqn, rule, ctx, operands)
     if len(outs) != len(eqn.outvars):
       raise MissingRuleError(f"Lowering rule of '{prim.name}' returned {len(outs)} values for "
                              f"{len(eqn.outvars)} outputs.")
     if typed and (prim.name in constrained_to_type or any(
         _unreduced_type(v.aval) for v in eqn.outvars)):
+      n = len(fb.lines)
       outs = [_constrain_to_type(fb, o, v.aval) for o, v in zip(outs, eqn.outvars)]
+      _locate(fb.lines, n, fb.last_loc)   # NB: the equation's, as JAX's rules emit them
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
 
@@ -575,7 +602,6 @@ def _module_label(module: ModuleContext) -> str:
   return raw
 
 
-_TRAILING_LOC = re.compile(r' loc\("(?:[^"\\]|\\.)*"(?:\(.*\))?\)$')
 
 
 def _file_loc(frame: core.UserFrame) -> str:
@@ -599,10 +625,11 @@ _locations_state = threading.local()
 
 @contextlib.contextmanager
 def source_locations(enabled: bool = True):
-  """Context manager: modules lowered inside (in this thread) put the user's source line on
-  each op, `loc("jit(f)/outer/sin"("f"("file.py":12:4 to :15)))`, as JAX's lowering does
-  (its `Lowered.as_text(debug_info=True)` shows them). Outside it, only ops under a
-  `named_scope` get a location (the name alone), so the program text stays short.
+  """Context manager: whether modules lowered inside (in this thread) put the user's frames
+  on each op, `loc("jit(f)/outer/sin"(callsite("f"("file.py":12:4 to :15) at ...)))`, as
+  JAX's lowering always does (its `Lowered.as_text(debug_info=True)` shows them; XLA keeps
+  them as stack frames of the ops' metadata). On by default; with `enabled=False` the ops
+  keep their names alone (`loc("jit(f)/outer/sin")`), from which XLA names instructions.
 
   Example:
     >>> import stagecraft, stagecraft.numpy as jnp
@@ -611,7 +638,7 @@ def source_locations(enabled: bool = True):
     >>> 'loc("jit(sin)/sin"' in text
     True
   """
-  prev = getattr(_locations_state, "enabled", False)
+  prev = getattr(_locations_state, "enabled", True)
   _locations_state.enabled = bool(enabled)
   try:
     yield
@@ -622,10 +649,9 @@ def source_locations(enabled: bool = True):
 def strip_locations(text: str) -> str:
   """`text` without the ` loc(...)` locations of its ops (what JAX's `as_text()` shows by
   default; the module's program is unchanged)."""
-  return _ANY_LOC.sub("", text)
+  return mlir_text.strip_locations(text)
 
 
-_ANY_LOC = re.compile(r' loc\("(?:[^"\\]|\\.)*"(?:\((?:[^()"]|"(?:[^"\\]|\\.)*"|\((?:[^()"]|"(?:[^"\\]|\\.)*")*\))*\))?\)')
 
 
 def _mlir_string(s: str) -> str:
@@ -640,33 +666,177 @@ def _mlir_string(s: str) -> str:
   return "".join(out)
 
 
-def _lower_named_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
-                     operands: Sequence[str]) -> list[str]:
-  """Lowers one equation under the name stack (named_scope, `source_info_util`): its ops get
-  `loc("jit(f)/outer/op")` when the path holds a user's name, and its rule lowers nested
-  jaxprs with the path extended by its own names and label."""
-  own = source_info_util.name_stack_of(eqn.source_info)
-  saved = module.name_stack, module.name_stack_named
-  path = saved[0] + own
-  named = saved[1] or bool(own)
-  label = _op_label(eqn)
-  start = len(fb.lines)
-  module.name_stack, module.name_stack_named = path + (label,), named
+def _loc_text(name: str, frame: core.UserFrame | None,
+              stack: tuple[core.UserFrame, ...] = ()) -> str:
+  """` loc("name"("fn"("file":L:C to :E)))` (the name alone without a frame), cached; with
+  the frames `stack` of the call that traced the function (`core.user_frames`) the frame
+  is the callee of a callsite chain over them, `loc("name"(callsite(F at callsite(G at
+  H))))`, as JAX writes a traceback (without `frame`: the chain of `stack` alone)."""
+  key = (name, frame, stack)
+  text = _loc_texts.get(key)
+  if text is None:
+    frames = (UserFrame(frame[:2]), *frame.parents) if frame is not None else ()
+    if stack:
+      frames += stack[1:] if frames and stack[0] == frames[-1] else stack
+    inner = f"({_chain_text(frames)})" if frames else ""
+    text = f' loc("{_mlir_string(name)}"{inner})'
+    if len(_loc_texts) > 65536:
+      _loc_texts.clear()
+    _loc_texts[key] = text
+  return text
+
+
+def _chain_text(frames: Sequence[core.UserFrame]) -> str:
+  """`"fn"("file":L:C to :E)` for one frame; `callsite(F at <chain of the rest>)`."""
+  text = _file_loc(frames[-1])[1:-1]
+  for f in reversed(frames[:-1]):
+    text = f"callsite({_file_loc(f)[1:-1]} at {text})"
+  return text
+
+
+_loc_texts: dict = {}
+
+
+def _locate(lines: list[str], start: int, loc: str) -> None:
+  """Appends `loc` to the lines from `start` on that have no location yet (a line ending
+  in `")` or `))` has one: op lines end in a type otherwise)."""
+  for i in range(start, len(lines)):
+    line = lines[i]
+    if not line.endswith(_LOCATED):
+      if line.endswith(_OPEN) or line.strip() in ("}", "})"):
+        continue   # NB: a line of an op written over several lines that is not its end
+      lines[i] = line + loc
+
+
+_LOCATED = ('")', "))", "loc(unknown)")
+_OPEN = ("{", ":", "(", ",")
+
+
+def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
+                       operands: Sequence[str]) -> list[str]:
+  """Lowers one equation; its ops get JAX's location `loc("jit(f)/outer/op"("fn"(
+  "file":L:C to :E)))`: the name stack (named_scope, `source_info_util`, and the labels of
+  the enclosing calls) and the user's frame, from which XLA names the HLO instructions
+  (`sin.1`) and takes their `op_name` metadata. The rule lowers nested jaxprs with the path
+  extended by the equation's own names and label. With `set_xla_metadata` active where the
+  equation was recorded, the ops producing its results get those frontend attributes."""
+  info = eqn.source_info
+  saved = module.name_stack
+  if type(info) is NameStackInfo:
+    own, metadata = info.name_stack, info.xla_metadata
+    path = saved + own if own else saved
+    frame = core.source_frame(info.source_info)
+  else:
+    path, metadata = saved, ()
+    frame = info if type(info) is UserFrame or info is None else core.source_frame(info)
+  prim = eqn.primitive
+  label = _op_label(eqn) if prim.name == "jit" else prim.name
+  root = module.root_label
+  if not module.source_locations:
+    frame = None
+  # NB: per module, keyed by the code object's id (the jaxpr being lowered holds it), which
+  # is cheaper to hash than the code object.
+  key = ((label, path, None) if frame is None else
+         (label, path, id(frame[0]), frame[1], id(frame[2]) if len(frame) > 2 else 0))
+  locs = module.locs
+  loc = locs.get(key)
+  if loc is None:
+    name = "/".join((root, *path, label)) if root else "/".join((*path, label))
+    loc = locs[key] = _loc_text(name, frame, module.call_stack if root else ())
+  lines = fb.lines
+  start = len(lines)
+  saved_loc, saved_site = fb.cur_loc, fb.cur_site
+  module.name_stack, fb.cur_loc = path + (label,), loc
+  fb.cur_site = (prim.name, root, path, frame, module.call_stack if root else ())
   try:
     outs = rule(ctx, *operands, **eqn.params)
   finally:
-    module.name_stack, module.name_stack_named = saved
-  if named or module.source_locations:
-    name = _mlir_string("/".join((_module_label(module), *path, label)))
-    frame = core.source_frame(eqn.source_info) if module.source_locations else None
-    loc = f' loc("{name}"{_file_loc(frame)})' if frame is not None else f' loc("{name}")'
-    lines = fb.lines
-    for i in range(start, len(lines)):
-      line = lines[i]
-      # NB: ops of nested equations (a rule lowering a jaxpr into this region) keep theirs.
-      if not (line.endswith(")") and _TRAILING_LOC.search(line)):
-        lines[i] = line + loc
+    module.name_stack, fb.cur_loc, fb.cur_site = saved, saved_loc, saved_site
+  lines = fb.lines
+  if len(lines) == start + 1:
+    line = lines[start]
+    if not line.endswith(_LOCATED) and not line.endswith(_OPEN):
+      lines[start] = line + loc
+  elif len(lines) > start:
+    _locate(lines, start, loc)
+  if metadata:
+    for o in outs:
+      add_frontend_attributes(fb, o, metadata, start)
+  fb.last_loc = loc
   return outs
+
+
+def frontend_attributes_text(metadata: Any) -> str:
+  """`mhlo.frontend_attributes = {k = "v", ...}` for `(key, value)` pairs (bools written
+  `true`/`false`, other values with `str`, as JAX writes them)."""
+  items = []
+  for k, v in metadata:
+    v = str(v).lower() if isinstance(v, bool) else str(v)
+    key = k if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.]*", k) else f'"{_mlir_string(k)}"'
+    items.append(f'{key} = "{_mlir_string(v)}"')
+  return f"mhlo.frontend_attributes = {{{', '.join(items)}}}"
+
+
+def add_frontend_attributes(fb: FuncBuilder, value: str, metadata: Any,
+                            start: int = 0) -> bool:
+  """Gives the op of `fb`'s current region that defines SSA `value` (`%3`, `%3#1`) the
+  frontend attributes `metadata` (`(key, value)` pairs; keys the op has already keep
+  theirs, as JAX's). Looks at the lines from `start` on; a block argument or a value not
+  defined there is left alone. Returns whether an op was found."""
+  base = value.split("#", 1)[0]
+  prefixes = (f"{base} = ", f"{base}:")
+  lines = fb.lines
+  for i in range(len(lines) - 1, start - 1, -1):
+    line = lines[i]
+    if not line.startswith(prefixes):
+      continue
+    new = _with_frontend_attributes(line, metadata)
+    if new is None:
+      return False
+    lines[i] = new
+    return True
+  return False
+
+
+def _with_frontend_attributes(line: str, metadata: Any) -> str | None:
+  """`line` (one op: `%r = "name"(...) ... : (types) -> types loc(...)`, or the pretty form
+  `%r = dialect.op operands : type loc(...)`) with the frontend attributes added to its
+  attribute dictionary; None for an op form this does not edit."""
+  loc = ""
+  k = line.rfind(" loc(") if line.endswith(_LOCATED) else -1
+  if k >= 0:   # NB: the op's own location is the last one (its regions' come before)
+    line, loc = line[:k], line[k:]
+  if "mhlo.frontend_attributes" in line:
+    old = re.search(r"mhlo\.frontend_attributes = \{([^{}]*)\}", line)
+    if old is None:
+      return None
+    have = {kv.split(" = ", 1)[0].strip().strip('"') for kv in old.group(1).split(", ") if kv}
+    extra = [(k, v) for k, v in metadata if k not in have]
+    if not extra:
+      return line + loc
+    add = frontend_attributes_text(extra)[len("mhlo.frontend_attributes = {"):-1]
+    return line[:old.end(1)] + (", " if old.group(1) else "") + add + line[old.end(1):] + loc
+  attrs = frontend_attributes_text(metadata)
+  eq = line.index(" = ")
+  if line[eq + 3] == '"':   # generic form: the attribute dictionary before ` : (`
+    k = line.rfind(" : (")
+    if k < 0:
+      return None
+    if line[k - 1] == "}":   # an attribute dictionary already
+      return line[:k - 1] + ", " + attrs + "}" + line[k:] + loc
+    return line[:k] + " {" + attrs + "}" + line[k:] + loc
+  # NB: the pretty forms stagecraft writes (elementwise ops, compare, select, convert,
+  # reshape, broadcast_in_dim, func.call) take their attribute dictionary just before
+  # ` : type`; a constant's form puts its value there, so it is left alone.
+  op = line[eq + 3:].split(" ", 1)[0]
+  if not (op == "func.call" or op.startswith("stablehlo.")) or op == "stablehlo.constant":
+    return None
+  k = line.rfind(" : ")
+  if k < 0:
+    return None
+  if line[k - 1] == "}":
+    return line[:k - 1] + ", " + attrs + "}" + line[k:] + loc
+  return line[:k] + " {" + attrs + "}" + line[k:] + loc
 
 
 def has_ordered_effects(jaxpr: Jaxpr) -> bool:
@@ -678,13 +848,38 @@ def has_ordered_effects(jaxpr: Jaxpr) -> bool:
 def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
                        public: bool = False, arg_attrs: Sequence[str | None] | None = None,
                        result_attrs: Sequence[str | None] | None = None,
-                       token: bool = False, consts: Sequence[Any] | None = None) -> str:
+                       token: bool = False, consts: Sequence[Any] | None = None,
+                       arg_locs: Sequence[str | None] | None = None,
+                       func_loc: str | None = None) -> str:
   """Emits `jaxpr` (constvars first, then invars, as arguments) as a `func.func`; returns
   its text. With `token`, the function takes the ordered-effect token first and returns the
   last one first (a call of a jaxpr with ordered effects, `lower_call`). With `consts` (one
   value per constvar), the constvars are no arguments: their values are dense constants at
-  the top of the body, as JAX lowers a ClosedJaxpr's consts (`dense_constant`)."""
+  the top of the body, as JAX lowers a ClosedJaxpr's consts (`dense_constant`).
+
+  Locations, as JAX's: each argument's `loc("x")` from `arg_locs` (one name or None per
+  argument; XLA names the HLO parameters after them), unknown for a private function's;
+  the ops of a public function are named from the module (`jit(f)/sin`), those of a
+  private one relative to it (`sin`). `func_loc` (` loc(...)`) is the function's own
+  location (default unknown)."""
+  if not public:
+    saved = module.root_label, module.name_stack
+    module.root_label, module.name_stack = "", ()
+    try:
+      return _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs,
+                                 token, consts, arg_locs, func_loc)
+    finally:
+      module.root_label, module.name_stack = saved
+  return _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, token,
+                             consts, arg_locs, func_loc)
+
+
+def _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, token, consts,
+                        arg_locs, func_loc) -> str:
   fb = FuncBuilder(module)
+  if public and module.root_label:
+    fb.loc = fb.cur_loc = _loc_text(module.root_label, None, module.call_stack)
+  func_loc = func_loc or " loc(unknown)"
   baked = consts is not None
   in_avals = [v.aval for v in ((() if baked else (*jaxpr.constvars,)) + (*jaxpr.invars,))]
   arg_names = [f"%arg{i}" for i in range(len(in_avals))]
@@ -693,6 +888,7 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
     if consts:
       warn_captured_constants(jaxpr, consts)
     const_names = [dense_constant(fb, c, v.aval) for c, v in zip(consts, jaxpr.constvars)]
+    _locate(fb.lines, 0, fb.loc)
     var_names = arg_names
   else:
     nconst = len(jaxpr.constvars)
@@ -704,21 +900,24 @@ def lower_jaxpr_to_fun(module: ModuleContext, name: str, jaxpr: Jaxpr, *,
   args_txt = []
   for i, (a, av) in enumerate(zip(arg_names, in_avals)):
     attr = arg_attrs[i] if arg_attrs is not None else None
-    args_txt.append(f"{a}: {ir_type(av)}" + (f" {{{attr}}}" if attr else ""))
+    aloc = arg_locs[i] if arg_locs is not None and i < len(arg_locs) else None
+    args_txt.append(f"{a}: {ir_type(av)}" + (f" {{{attr}}}" if attr else "") +
+                    (_loc_text(aloc, None) if aloc is not None else " loc(unknown)"))
   res_txt = []
   for i, t in enumerate(out_types):
     attr = result_attrs[i] if result_attrs is not None else None
     res_txt.append(t + (f" {{{attr}}}" if attr else ""))
   if token:
-    args_txt.insert(0, "%argtok: !stablehlo.token")
+    args_txt.insert(0, "%argtok: !stablehlo.token loc(unknown)")
     res_txt.insert(0, "!stablehlo.token")
     outs = [fb.token, *outs]
     out_types = ["!stablehlo.token", *out_types]
   vis = "public" if public else "private"
   body = "\n".join("    " + ln for ln in fb.lines)
-  ret = f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else "    return"
+  ret = (f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else
+         "    return") + fb.loc
   return (f"  func.func {vis} @{name}({', '.join(args_txt)}) -> ({', '.join(res_txt)}) {{\n"
-          f"{body}{chr(10) if body else ''}{ret}\n  }}")
+          f"{body}{chr(10) if body else ''}{ret}\n  }}{func_loc}")
 
 
 def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
@@ -736,7 +935,8 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
   if cached is None:
     fname = module.unique_func_name(name)
     module.funcs.append(lower_jaxpr_to_fun(module, fname, closed_jaxpr.jaxpr, token=token,
-                                           consts=closed_jaxpr.consts))
+                                           consts=closed_jaxpr.consts,
+                                           func_loc=_call_func_loc(ctx.fb.cur_site)))
     module.call_cache[id(closed_jaxpr)] = (fname, closed_jaxpr)
   else:
     fname = cached[0]
@@ -759,6 +959,16 @@ def lower_call(ctx: LoweringRuleContext, name: str, closed_jaxpr: ClosedJaxpr,
   return outs
 
 
+def _call_func_loc(site: tuple | None) -> str | None:
+  """The location JAX gives the function of a jit call: `loc("jit:"("jit(f)/path/jit"(
+  <the call's frames>)))`; None (unknown) for other calls."""
+  if site is None or site[0] != "jit":
+    return None
+  prim, root, path, frame, stack = site
+  name = "/".join((root, *path, prim)) if root else "/".join((*path, prim))
+  return f' loc("jit:"({_loc_text(name, frame, stack)[5:-1]}))'
+
+
 @contextlib.contextmanager
 def bound_axes(axis_env: Sequence[tuple[Any, int]]):
   """Binds the named axes of a module's environment while it is lowered, so bodies that a
@@ -775,7 +985,9 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
                           arg_attrs: Sequence[str | None] | None = None,
                           result_attrs: Sequence[str | None] | None = None,
                           module: ModuleContext | None = None,
-                          consts: Sequence[Any] | None = None) -> str:
+                          consts: Sequence[Any] | None = None,
+                          arg_locs: Sequence[str | None] | None = None,
+                          call_stack: tuple = ()) -> str:
   """Lowers `jaxpr` to a StableHLO module whose `main` takes constvars then invars.
 
   Args:
@@ -784,9 +996,15 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
     axis_env: named axes `(name, size)` for collectives (outermost first).
     consts: the values of the constvars: then main takes only the invars and the constants
       are in its text (as JAX 0.10.2 lowers a jit's closed-over arrays by default).
+    arg_locs: the name of each argument of main (`x`, `y['a']`; None: unnamed), its
+      location, after which XLA names the HLO parameter (`x.1`), as JAX's.
+    call_stack: the user's frames where `jaxpr` was traced (`core.user_frames`), the outer
+      frames of its ops' locations.
   """
   module = module or ModuleContext(name, axis_env=axis_env, num_replicas=num_replicas,
                                    num_partitions=num_partitions)
+  if module.source_locations:
+    module.call_stack = tuple(call_stack)
   nargs = (0 if consts is not None else len(jaxpr.constvars)) + len(jaxpr.invars)
   attrs = list(arg_attrs) if arg_attrs is not None else [None] * nargs
   if donated is not None:
@@ -795,14 +1013,14 @@ def lower_jaxpr_to_module(name: str, jaxpr: Jaxpr, *, donated: Sequence[bool] | 
         attrs[i] = ", ".join(filter(None, [attrs[i], "jax.buffer_donor = true"]))
   with bound_axes(module.axis_env):
     main = lower_jaxpr_to_fun(module, "main", jaxpr, public=True, arg_attrs=attrs,
-                              result_attrs=result_attrs, consts=consts)
+                              result_attrs=result_attrs, consts=consts, arg_locs=arg_locs)
   funcs = "\n".join([*module.extra_ops, main, *module.funcs])
   if module.mesh:
     axes = ", ".join(f'"{n}"={s}' for n, s in module.mesh)
     funcs = f"  sdy.mesh @mesh = <[{axes}]>\n{funcs}"
   text = (f"module @{module.name} attributes {{mhlo.num_partitions = "
           f"{module.num_partitions} : i32, mhlo.num_replicas = {module.num_replicas} : i32}} "
-          f"{{\n{funcs}\n}}\n")
+          f"{{\n{funcs}\n}} loc(unknown)\n")
   if module.host_callbacks:
     return ModuleText(text, module.host_callbacks)
   return text

@@ -374,11 +374,11 @@ def emit_manual_computation(ctx, args: Sequence[str], in_shardings: Sequence[str
 
 
 def lower_spmd_module(name: str, jaxpr: Jaxpr, chain, *, arg_attrs=None, result_attrs=None,
-                      donated=None, consts=None) -> str:
+                      donated=None, consts=None, arg_locs=None, call_stack=()) -> str:
   """Lowers `jaxpr` (which contains pmaps; `chain = mesh_chain(jaxpr)`) to an SPMD module
   over the chain's mesh. Arguments and results without attributes are replicated. With
   `consts` (the constvars' values), the constvars are constants of the text, no
-  arguments."""
+  arguments. `arg_locs`, `call_stack`: as `lowering.lower_jaxpr_to_module`'s."""
   names = mesh_names(chain)
   n = math.prod(s for _, s, _ in chain)
   module = lowering.ModuleContext(name, axis_env=[(UnboundAxis(k), s)
@@ -396,7 +396,8 @@ def lower_spmd_module(name: str, jaxpr: Jaxpr, chain, *, arg_attrs=None, result_
                     for v in jaxpr.outvars]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
                                         result_attrs=result_attrs, module=module,
-                                        consts=consts)
+                                        consts=consts, arg_locs=arg_locs,
+                                        call_stack=call_stack)
 
 
 

@@ -65,6 +65,7 @@ const_fold_rules: dict[core.Primitive, Callable[..., Any]] = {}
 # (the staging trace's hot path).
 _new_eqn = tuple.__new__
 _getframe = sys._getframe
+_boundary = core.trace_boundary
 _internal_files = traceback_util.internal_files
 _user_files = traceback_util.user_files
 _context = core.source_context_state
@@ -163,7 +164,8 @@ class DynamicJaxprTrace(Trace):
           break
         code = f.f_code
       if f is not None and code.co_filename in _user_files:
-        src = UserFrame((code, f.f_lasti))
+        src = (UserFrame((code, f.f_lasti)) if _boundary.frame is None else
+               core.with_parents(f))
       else:   # a file seen for the first time, or no user frame at all
         src = core.current_source_info(2)
     if prim.multiple_results:

@@ -50,7 +50,7 @@ from typing import Any, Sequence
 
 import jaxlib
 
-from stagecraft.runtime import client
+from stagecraft.runtime import client, mlir_text
 
 __all__ = ["seal", "unseal", "SealError", "entry_signature", "check_signature", "header_of", "FORMAT_VERSION", "JAXLIB_VERSION", "stats", "reset_stats",
            "CorruptExecutableError", "VersionMismatchError", "serialize_executable",
@@ -384,7 +384,9 @@ def _load(payload: bytes, devs: tuple, opts=None) -> Any:
 
 
 def cache_key(text: str, devs: Sequence[Any], num_replicas: int, num_partitions: int) -> str:
-  """Hex SHA-256 of everything that changes the compiled program: the StableHLO `text`,
+  """Hex SHA-256 of everything that changes the compiled program: the StableHLO `text`
+  (without its locations, as JAX's key with `jax_compilation_cache_include_metadata_in_key`
+  off: moving or renaming a program's source does not miss),
   the compile options (replicas, partitions, device assignment), the platform and device
   kind, the jaxlib version, this format version and `XLA_FLAGS`."""
   d0 = devs[0]
@@ -397,7 +399,7 @@ def cache_key(text: str, devs: Sequence[Any], num_replicas: int, num_partitions:
   for p in parts:
     h.update(p.encode())
     h.update(b"\x00")
-  h.update(text.encode())
+  h.update(mlir_text.strip_locations(text).encode())
   return h.hexdigest()
 
 

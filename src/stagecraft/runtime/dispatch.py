@@ -333,7 +333,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
 
   Cached in memory on the text and options, and, when `config.compilation_cache_dir` is set,
   on disk (runtime/cache.py): an in-memory miss first looks for an entry there (keyed on the
-  text, options, device kind and jaxlib version) and stores what it compiles. A bad entry
+  text without its locations, options, device kind and jaxlib version) and stores what it
+  compiles. A bad entry
   or an unusable directory warns and compiles; it never fails the call.
 
   Returns:
@@ -360,6 +361,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
       ids = np.array([d.id for d in devs])
       assignment = ids.reshape(num_replicas, num_partitions)
       opts = client.compile_options(num_replicas, num_partitions, assignment)
+      if num_replicas == 1 and num_partitions == 1:
+        client.allow_sharding_propagation(opts, text)
       if overrides:
         opts.env_option_overrides = list(overrides)
       cache_dir = config.compilation_cache_dir

@@ -7,10 +7,11 @@ compiled is the text the lowering wrote.
 """
 from __future__ import annotations
 
+import re
 import threading
 from typing import Sequence
 
-__all__ = ["pretty"]
+__all__ = ["pretty", "strip_locations"]
 
 _local = threading.local()
 
@@ -82,3 +83,17 @@ def _set_result_infos(module, result_infos: Sequence[str]) -> None:
       dicts.append(ir.DictAttr.get(entries))
     op.attributes["res_attrs"] = ir.ArrayAttr.get(dicts)
     return
+
+
+def strip_locations(text: str) -> str:
+  """`text` (a module as stagecraft's lowering writes it) without its ` loc(...)`
+  locations: what JAX's `as_text()` shows, and what the persistent cache's key reads.
+
+  Two passes of regular expressions (linear): the short locations (`loc(unknown)`, a name
+  alone: arguments, block arguments), then the nested ones, which the lowering writes only
+  at the end of a line (an op's, a function's)."""
+  return _NESTED_LOC.sub("", _SHORT_LOC.sub("", text))
+
+
+_SHORT_LOC = re.compile(r' loc\((?:unknown|"(?:[^"\\\n]|\\.)*")\)')
+_NESTED_LOC = re.compile(r' loc\("(?:[^"\\\n]|\\.)*"\(.*\)$', re.M)

@@ -560,11 +560,14 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
                          out_shardings: Sequence[NamedSharding | None], *,
                          donated: Sequence[bool] | None = None,
                          result_names: Sequence[str] | None = None,
-                         consts: Sequence[Any] | None = None) -> str:
+                         consts: Sequence[Any] | None = None,
+                         arg_locs: Sequence[str | None] | None = None,
+                         call_stack: tuple = ()) -> str:
   """The StableHLO module of `jaxpr` (main takes constvars then invars; with `consts`, the
   constvars' values, only invars: the constants are in the text) over `mesh`: one
   `sdy.sharding` attribute per argument/result given a sharding (None: left to the
-  partitioner)."""
+  partitioner). `arg_locs`, `call_stack`: the arguments' names and the tracing call's
+  frames, for the locations (`lowering.lower_jaxpr_to_module`)."""
   module = lowering.ModuleContext(
       name, axis_env=[(mapping.UnboundAxis(k), s) for k, s in enumerate(mesh.devices.shape)],
       num_partitions=mesh.size)
@@ -579,7 +582,8 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
                f"sdy.sharding = #sdy.sharding{_result_sdy(module, s, mesh, len(v.aval.shape))}"
                for s, v in zip(out_shardings, jaxpr.outvars)]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
-                                        result_attrs=res_attrs, module=module, consts=consts)
+                                        result_attrs=res_attrs, module=module, consts=consts,
+                                        arg_locs=arg_locs, call_stack=call_stack)
 
 
 def _result_sdy(module, s: NamedSharding, mesh: Mesh, ndim: int) -> str:
