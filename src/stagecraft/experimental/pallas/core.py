@@ -760,7 +760,7 @@ def force_interpret(params: Any) -> Any:
   return old
 
 
-def _kernel_jaxpr(kernel: Callable, gm: GridMapping, scratch_tree: Any, name: str | None):
+def _kernel_jaxpr(kernel: Callable, gm: GridMapping, trees: tuple, name: str | None):
   """The kernel traced on refs of its blocks: a closed jaxpr from (program ids, scalar
   prefetch values, block values, scratch values) to the final values of all its refs."""
   blocks = gm.block_mappings
@@ -773,9 +773,16 @@ def _kernel_jaxpr(kernel: Callable, gm: GridMapping, scratch_tree: Any, name: st
     trace = core.current_trace()
     ids, vals = xs[:n_ids], xs[n_ids:]
     refs = [KernelRef(v, trace) for v in vals]
+    scalar_tree, in_tree, out_tree, scratch_tree = trees
+    n_idx, n_in = gm.num_index_operands, gm.num_inputs
     n_fixed = len(refs) - len(gm.scratch_avals)
-    fixed, scratch = refs[:n_fixed], refs[n_fixed:]
-    scratch = tree_util.tree_unflatten(scratch_tree, scratch)
+    scalars = tree_util.tree_unflatten(scalar_tree, refs[:n_idx])
+    ins = tree_util.tree_unflatten(in_tree, refs[n_idx:n_idx + n_in])
+    outs = tree_util.tree_unflatten(out_tree, refs[n_idx + n_in:n_fixed])
+    if not isinstance(outs, (tuple, list)):
+      outs = (outs,)
+    fixed = [*scalars, *ins, *outs]
+    scratch = tree_util.tree_unflatten(scratch_tree, refs[n_fixed:])
     with _in_grid(ids, gm.grid, gm.grid_names):
       if isinstance(scratch, dict):
         out = kernel(*fixed, **scratch)
@@ -888,12 +895,9 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
                 for a in in_avals]
     n_idx = getattr(grid_spec, "num_scalar_prefetch", 0)
     all_args = tree_util.tree_unflatten(in_tree, in_avals)
-    if n_idx:
-      scalar_part = tuple(all_args[:n_idx])
-      n_flat_idx = len(tree_util.tree_leaves(scalar_part))
-      _, in_tree_rest = tree_util.tree_flatten(tuple(all_args[n_idx:]))
-    else:
-      n_flat_idx, in_tree_rest = 0, in_tree
+    scalar_leaves, scalar_tree = tree_util.tree_flatten(tuple(all_args[:n_idx]))
+    n_flat_idx = len(scalar_leaves)
+    _, in_tree_rest = tree_util.tree_flatten(tuple(all_args[n_idx:]))
     block_in_avals = in_avals[n_flat_idx:]
     in_origins = _origins(in_paths, "args")[n_flat_idx:]
     out_origins = _origins(out_paths, "outputs")
@@ -925,6 +929,9 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
     gm = GridMapping(tuple(int(g) for g in grid_spec.grid), grid_spec.grid_names, blocks,
                      n_flat_idx, len(block_in_avals), len(out_avals), scratch_avals,
                      tuple(in_avals[:n_flat_idx]))
+    # check the index maps (JAX traces them before the kernel)
+    _check_index_maps(gm)
+    kernel_jaxpr = _kernel_jaxpr(kernel, gm, (scalar_tree, in_tree_rest, out_tree, scratch_tree), name)
     for i_idx, o_idx in input_output_aliases.items():
       if i_idx not in range(len(in_avals)):
         raise ValueError(f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' with "
@@ -939,9 +946,6 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
             f"input{tree_util.keystr(in_paths[i_idx])} with abstract value {ia} and to "
             f"output{tree_util.keystr(out_paths[o_idx])} with a different abstract value "
             f"{oa}.")
-    # check the index maps (JAX traces them before the kernel)
-    _check_index_maps(gm)
-    kernel_jaxpr = _kernel_jaxpr(kernel, gm, scratch_tree, name)
     if debug:
       print(f"\nJaxpr of the kernel in pallas_call {fun_source_info(kernel)}:")
       print(kernel_jaxpr.jaxpr)

@@ -58,8 +58,8 @@ def _rmw(ref: Any, idx: Any, val: Any, mask: Any, op: str) -> Any:
   old = ref[idx]
   cur = ref[...]
   at = cur.at[idx]
-  if op == "add":
-    new = at.add(_where(mask, val, lax_elementwise.convert_element_type(0, old.dtype)))
+  if op == "add":   # as JAX's interpreter: duplicate indices do not accumulate
+    new = at.set(_where(mask, old + val, old))
   elif op == "xchg":
     new = at.set(_where(mask, val, old))
   else:
@@ -71,8 +71,8 @@ def _rmw(ref: Any, idx: Any, val: Any, mask: Any, op: str) -> Any:
 
 
 def atomic_add(x_ref_or_view, idx, val, *, mask: Any = None):
-  """`x[idx] += val` where `mask` holds; returns the old `x[idx]` (duplicate indices
-  accumulate)."""
+  """`x[idx] += val` where `mask` holds; returns the old `x[idx]`. As in JAX's interpret
+  mode, an index repeated in `idx` is written once (the updates are not accumulated)."""
   return _rmw(x_ref_or_view, idx, val, mask, "add")
 
 
