@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import api, core, dtypes, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, mlir, partial_eval as pe
 from stagecraft.lax import elementwise as lax_elementwise, shape as lax_shape
@@ -716,14 +716,12 @@ _LINEARIZE_ERROR = ("Linearization failed to produce known values for all output
 def _jvp(primals, tangents, **params):
   if ad.jvp_mode() is not None:   # grad / vjp / linearize: no transpose rule, as JAX's
     raise ValueError(_LINEARIZE_ERROR)
-  from stagecraft import api  # NB: api (layer 8) imports nothing of pallas; lazy: cycle-free
   tangents = [ad.instantiate_zeros(t) for t in tangents]
   out, t_out = api.jvp(lambda *xs: _interpret(*xs, **params), list(primals), tangents)
   return list(out), list(t_out)
 
 
 def _batch(args, dims, **params):
-  from stagecraft import api  # NB: as in _jvp
   in_axes = [None if d is batching.not_mapped else d for d in dims]
   out = api.vmap(lambda *xs: _interpret(*xs, **params), in_axes=in_axes)(*args)
   return list(out), [0] * len(out)
