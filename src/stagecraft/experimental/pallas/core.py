@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from stagecraft import api, core, dtypes, tree_util
+from stagecraft import api, core, dtypes, pjit, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, mlir, partial_eval as pe
 from stagecraft.lax import elementwise as lax_elementwise, shape as lax_shape
@@ -956,7 +956,9 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
         metadata=None if metadata is None else tuple(sorted(metadata.items())), name=name)
     return tree_util.tree_unflatten(out_tree, outs)
   functools.update_wrapper(wrapped, kernel, updated=())
-  return wrapped
+  # NB: as JAX's, the call is a jit(inline=True) of itself: eager calls of one pallas_call
+  # function are traced and compiled once per input types; traced, it inlines
+  return pjit.jit(wrapped, inline=True)
 
 
 def _check_index_maps(gm: GridMapping) -> None:
