@@ -433,7 +433,7 @@ _CONST = {"jax": jjnp.ones(4), "sc": snp.ones(4)}
 
 @pytest.mark.parametrize("case", [
     "no_interpret", "specs_length", "specs_not_sequence", "index_map_count",
-    "index_map_float", "block_rank", "alias_range", "alias_output_range", "alias_type",
+    "index_map_float", "index_map_const", "block_rank", "alias_range", "alias_output_range", "alias_type",
     "alias_type_clean", "kernel_arity", "kernel_const", "kernel_returns", "write_dtype", "write_shape",
     "grid_spec_and_grid"])
 def test_errors_match_jax(case):
@@ -451,6 +451,9 @@ def test_errors_match_jax(case):
       return _call(lib, in_specs=lambda pl: [pl.BlockSpec((4,), lambda i: (i, 0))])
     if case == "index_map_float":
       return _call(lib, in_specs=lambda pl: [pl.BlockSpec((4,), lambda i: (i * 1.0,))])
+    if case == "index_map_const":
+      return _call(lib, in_specs=lambda pl: [pl.BlockSpec((4,), lambda i: (
+          (const[0] + i).astype(jnp.int32),))])
     if case == "block_rank":
       return _call(lib, in_specs=lambda pl: [pl.BlockSpec((4, 4), lambda i: (i, i))])
     if case == "alias_range":

@@ -964,15 +964,21 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
 def _check_index_maps(gm: GridMapping) -> None:
   """Traces every index map on abstract program ids (JAX's checks and messages)."""
   n = len(gm.grid)
+  for b in gm.block_mappings:
+    if b.index_map is None:
+      continue
 
-  def flat(*xs):
-    ids, scalars = xs[:n], xs[n:]
-    trace = core.current_trace()
-    refs = [KernelRef(s, trace) for s in scalars]
-    with _in_grid(ids, gm.grid, gm.grid_names):
-      for b in gm.block_mappings:
-        _start_indices(b, ids, refs)
-    return []
+    def flat(*xs, b=b):
+      ids, scalars = xs[:n], xs[n:]
+      trace = core.current_trace()
+      refs = [KernelRef(s, trace) for s in scalars]
+      with _in_grid(ids, gm.grid, gm.grid_names):
+        return _start_indices(b, ids, refs)
 
-  pe.trace_to_jaxpr(flat, [ShapedArray((), np.dtype(np.int32))] * n
-                    + list(gm.scalar_avals))
+    _, consts = pe.trace_to_jaxpr(flat, [ShapedArray((), np.dtype(np.int32))] * n
+                                  + list(gm.scalar_avals))
+    if consts:
+      fn = b.index_map
+      where = fun_source_info(getattr(fn, "index_map", fn))
+      raise ValueError(f"Index map function {where} for {b.origin} must not capture "
+                       f"constants: {list(consts)}")

@@ -1,7 +1,7 @@
 """`jax.experimental.pallas.tpu` (`pltpu`) for interpret mode: the TPU compiler params,
 memory spaces (`pltpu.VMEM(shape, dtype)` scratch buffers), `PrefetchScalarGridSpec`, the
 interpret-mode switches, and the TPU operations that have a meaning on arrays and refs
-(`repeat`, `roll`, `sync_copy`, and DMA copies done at once: `make_async_copy(...).start()`
+(`roll`, `sync_copy`, and DMA copies done at once: `make_async_copy(...).start()`
 copies, `.wait()` does nothing). The other TPU-only names (semaphores, remote DMAs, PRNG,
 pipelines, chip info, ...) are functions raising NotImplementedError naming what they need.
 
@@ -27,7 +27,7 @@ __all__ = ["ANY", "ARBITRARY", "CMEM", "CORE_PARALLEL", "CompilerParams",
            "GridDimensionSemantics", "HBM", "InterpretParams", "MemorySpace", "PARALLEL",
            "PrefetchScalarGridSpec", "SEMAPHORE", "SMEM", "SUBCORE_PARALLEL", "SemaphoreType",
            "VMEM", "VMEM_SHARED", "async_copy", "force_tpu_interpret_mode", "is_tpu_device",
-           "make_async_copy", "repeat", "reset_tpu_interpret_mode_state", "roll",
+           "make_async_copy", "reset_tpu_interpret_mode_state", "roll",
            "set_tpu_interpret_mode", "sync_copy"]
 
 
@@ -202,12 +202,6 @@ def reset_tpu_interpret_mode_state() -> None:
 def is_tpu_device() -> bool:
   """Whether the default device is a TPU: False (stagecraft runs on CPU)."""
   return False
-
-
-def repeat(x: Any, repeats: int, axis: int) -> Any:
-  """`x` tiled `repeats` times along `axis` (`jnp.tile` on that axis)."""
-  axis = axis % x.ndim
-  return manipulation.tile(x, [repeats if i == axis else 1 for i in range(x.ndim)])
 
 
 def roll(x: Any, shift: Any, axis: int, *, stride: int | None = None,
