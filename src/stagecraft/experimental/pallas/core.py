@@ -41,6 +41,7 @@ from stagecraft.interpreters import ad, batching, mlir, partial_eval as pe
 from stagecraft.lax import elementwise as lax_elementwise, shape as lax_shape
 from stagecraft.lax import slicing as lax_slicing
 from stagecraft.lax.control_flow import while_op
+from stagecraft.runtime import client
 from stagecraft.source_info_util import fun_source_info
 from stagecraft.state import AbstractRef, Ref
 from stagecraft.traceback_util import api_boundary
@@ -853,7 +854,8 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
     `f(*args)`: the results, a pytree like `out_shape`.
 
   Raises (when `f` is called):
-    ValueError: "Only interpret mode is supported on CPU backend." without `interpret`;
+    ValueError: "Only interpret mode is supported on CPU backend." without `interpret`
+      on CPU (NotImplementedError on another backend: stagecraft compiles no kernels);
       JAX's messages for specs whose pytree or rank do not match, index maps returning the
       wrong number or type of values, aliases out of range or of another type, kernels
       capturing array constants or returning a value.
@@ -884,7 +886,12 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
   def wrapped(*args):
     mode = _forced["params"] or interpret
     if not mode:
-      raise ValueError("Only interpret mode is supported on CPU backend.")
+      backend = client.default_backend()
+      if backend == "cpu":
+        raise ValueError("Only interpret mode is supported on CPU backend.")
+      raise NotImplementedError(
+          f"stagecraft does not compile Pallas kernels (Mosaic/Triton) for {backend}: "
+          f"pass interpret=True to pallas_call to run the kernel with its interpreter.")
     with_paths, in_tree = tree_util.tree_flatten_with_path(args)
     in_paths = [p for p, _ in with_paths]
     flat_args = [x for _, x in with_paths]
@@ -946,7 +953,7 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
             f"{oa}.")
     if debug:
       print(f"\nJaxpr of the kernel in pallas_call {fun_source_info(kernel)}:")
-      print(kernel_jaxpr.jaxpr)
+      print(_debug_jaxpr(kernel_jaxpr.jaxpr, len(gm.grid)))
     # aliases index the operands after the scalar prefetch ones
     aliases = tuple((i - n_flat_idx, o) for i, o in input_output_aliases.items())
     outs = pallas_call_p.bind(
@@ -959,6 +966,16 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
   # NB: as JAX's, the call is a jit(inline=True) of itself: eager calls of one pallas_call
   # function are traced and compiled once per input types; traced, it inlines
   return pjit.jit(wrapped, inline=True)
+
+
+def _debug_jaxpr(jaxpr: core.Jaxpr, n_ids: int) -> core.Jaxpr:
+  """The kernel's jaxpr as `debug=True` prints it: without the program-id inputs when the
+  kernel does not read them (JAX's jaxpr has no such inputs: it reads them with
+  `program_id` equations)."""
+  ids = set(jaxpr.invars[:n_ids])
+  used = any(v in ids for e in jaxpr.eqns for v in e.invars if isinstance(v, core.Var))
+  used = used or any(v in ids for v in jaxpr.outvars if isinstance(v, core.Var))
+  return jaxpr if used else jaxpr.replace(invars=jaxpr.invars[n_ids:])
 
 
 def _check_index_maps(gm: GridMapping) -> None:
