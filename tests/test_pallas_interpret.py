@@ -549,3 +549,56 @@ def test_submodules_and_tpu_only_operations():
   # a pallas_call forced into interpret mode by pltpu's context manager
   with spltpu.force_tpu_interpret_mode():
     np.testing.assert_array_equal(_call(SC, interpret=False), 2 * np.arange(8.0))
+
+
+# ---------------------------------------------------------------------------
+# the TPU guides' kernels (docs/pallas/tpu/sparse.md, matmul.md), in interpret mode
+
+
+def _dsd(lib):
+  """The sparse guide's Dense = Sparse @ Dense kernel: scalar prefetch read by the index
+  maps and the kernel, an alias counted over the prefetch operands, a VMEM accumulator."""
+  jx, jnp, pl, pltpu, _ = lib
+  blk, n_rows = 8, 4
+  rng = np.random.default_rng(3)
+  idx_i, idx_k = np.array([0, 0, 2, 3, 3]), np.array([1, 3, 0, 1, 2])
+  blocks = rng.uniform(size=(5, blk, blk)).astype(np.float32)
+  y = rng.uniform(size=(n_rows * blk, 2 * blk)).astype(np.float32)
+  num_blocks = 5
+
+  def dsd_kernel(idxs_i_ref, idxs_k_ref, x_ref, y_ref, _, o_ref, accum_scratch):
+    blk_idx = pl.program_id(1)
+    changed = idxs_i_ref[blk_idx] != idxs_i_ref[jnp.maximum(blk_idx - 1, 0)]
+
+    @pl.when((blk_idx == 0) | changed)
+    def _():
+      accum_scratch[...] = jnp.zeros_like(accum_scratch)
+    accum_scratch[...] += jnp.dot(x_ref[0, :, :], y_ref[...],
+                                  preferred_element_type=jnp.float32)
+    next_change = idxs_i_ref[blk_idx] != idxs_i_ref[jnp.minimum(blk_idx + 1, num_blocks)]
+
+    @pl.when((blk_idx == num_blocks - 1) | next_change)
+    def _():
+      o_ref[...] = accum_scratch[...].astype(o_ref.dtype)
+  o_map = lambda j, b, bi, bk: (bi[b], j)   # noqa: E731
+  spec = pltpu.PrefetchScalarGridSpec(
+      num_scalar_prefetch=2, grid=(2, num_blocks),
+      in_specs=[pl.BlockSpec((1, blk, blk), lambda j, b, bi, bk: (b, 0, 0)),
+                pl.BlockSpec((blk, blk), lambda j, b, bi, bk: (bk[b], j)),
+                pl.BlockSpec((blk, blk), o_map)],
+      out_specs=pl.BlockSpec((blk, blk), o_map),
+      scratch_shapes=[pltpu.VMEM((blk, blk), jnp.float32)])
+  kernel = pl.pallas_call(dsd_kernel, grid_spec=spec,
+                          out_shape=jx.ShapeDtypeStruct((n_rows * blk, 2 * blk), jnp.float32),
+                          input_output_aliases={4: 0},
+                          compiler_params=pltpu.CompilerParams(
+                              dimension_semantics=("parallel", "arbitrary")),
+                          interpret=True)
+  return kernel(jnp.asarray(idx_i), jnp.asarray(idx_k), jnp.asarray(blocks), jnp.asarray(y),
+                jnp.zeros((n_rows * blk, 2 * blk), jnp.float32))
+
+
+def test_tpu_sparse_guide_dsd_kernel():
+  out = _same(_dsd)
+  assert (out[8:16] == 0).all() and out[:8].any()   # row block 1 is never visited
+
