@@ -602,3 +602,52 @@ def test_tpu_sparse_guide_dsd_kernel():
   out = _same(_dsd)
   assert (out[8:16] == 0).all() and out[:8].any()   # row block 1 is never visited
 
+
+
+def _scratch_kernel(lib):
+  jx, jnp, pl, pltpu, _ = lib
+
+  def k(x_ref, y_ref, o_ref, acc):
+    @pl.when(pl.program_id(0) == 0)
+    def _():
+      acc[...] = jnp.zeros_like(acc)
+    acc[...] += x_ref[...] * y_ref[...]
+    o_ref[...] = acc[...] + pl.program_id(0)
+  spec = pl.BlockSpec((2,), lambda i: (i,))
+  return lambda x, y: pl.pallas_call(
+      k, out_shape=jx.ShapeDtypeStruct(x.shape, x.dtype), grid=(3,), in_specs=[spec, spec],
+      out_specs=spec, scratch_shapes=[pltpu.VMEM((2,), jnp.float32)], interpret=True)(x, y)
+
+
+@pytest.mark.parametrize("how", ["one", "nested", "axes", "alias"])
+def test_vmap_adds_a_grid_axis(how):
+  def f(lib):
+    jx, jnp, pl = lib[:3]
+    x, ys = jnp.arange(6.0), jnp.arange(24.0).reshape(2, 2, 6)
+    g = _scratch_kernel(lib)
+    if how == "one":
+      return jx.vmap(lambda y: g(x, y))(ys[0])
+    if how == "nested":
+      return jx.vmap(jx.vmap(g, in_axes=(None, 0)), in_axes=(None, 1))(x, ys)
+    if how == "axes":
+      return jx.vmap(g, in_axes=(0, 1))(ys[0], ys[1].T)
+
+    def h(a, b):   # an unbatched input aliased to the (batched) output
+      def k(a_ref, b_ref, o_ref):
+        o_ref[:3] = a_ref[:3] + b_ref[:3]
+      return pl.pallas_call(k, out_shape=jx.ShapeDtypeStruct(a.shape, a.dtype),
+                            input_output_aliases={1: 0}, interpret=True)(a, b)
+    return jx.vmap(h, in_axes=(0, None))(ys[0], x)
+  _same(f)
+
+
+def test_vmap_prints_jax_grid_mapping():
+  texts = []
+  for lib in (JAX, SC):
+    jx, jnp = lib[:2]
+    g = _scratch_kernel(lib)
+    text = str(jx.make_jaxpr(jx.vmap(lambda y: g(jnp.arange(6.0), y)))(jnp.ones((4, 6))))
+    texts.append([line.strip() for line in text.splitlines()
+                  if line.strip().startswith(("grid_mapping", "out_avals", "interpret"))])
+  assert texts[0] == texts[1] and len(texts[0]) == 3
+  assert "grid=(4, 3)" in texts[0][0]

@@ -14,8 +14,9 @@ input start uninitialized: NaN for floats, the minimum for integers, False for b
 `uninitialized_value`); operands are padded with it to a multiple of their block shape, so
 reads past the end see it and writes there are dropped.
 
-Transformations: `vmap` maps the interpreted loop (JAX adds a grid axis instead: the values
-are the same); `jvp` is the JVP of the interpreted loop; reverse mode (`grad`, `vjp`,
+Transformations: `vmap` adds a leading grid axis over the batch, as JAX's (the kernel does not
+see it; batched operands and the results get a squeezed leading block dimension); `jvp` is
+the JVP of the interpreted loop; reverse mode (`grad`, `vjp`,
 `linearize`) raises JAX's "Linearization failed ..." ValueError, as JAX's pallas_call has a
 JVP rule but no transpose.
 
@@ -548,6 +549,7 @@ class GridMapping:
   num_outputs: int
   scratch_avals: tuple
   scalar_avals: tuple = ()
+  vmapped_dims: tuple = ()   # grid axes added by vmap: not program ids of the kernel
 
   def __repr__(self):
     return f"GridMapping(grid={self.grid}, block_mappings={self.block_mappings})"
@@ -677,13 +679,17 @@ def _interpret(*args: Any, kernel: core.ClosedJaxpr, grid_mapping: GridMapping,
       out.append(lax_elementwise.select(carry, np.int32(0), j))
     return tuple(reversed(out))
 
+  kernel_axes = [d for d in range(len(grid)) if d not in gm.vmapped_dims]
+  kernel_grid = tuple(grid[d] for d in kernel_axes)
+
   def body(carry):
     i, ids, arrs, scr = carry
+    kernel_ids = [ids[d] for d in kernel_axes]
     scalar_refs = [KernelRef(s, core.current_trace()) for s in scalars]
-    with _in_grid(ids, grid, gm.grid_names):
+    with _in_grid(kernel_ids, kernel_grid, gm.grid_names):
       starts = [_start_indices(b, ids, scalar_refs) for b in blocks]
     vals = [_read_block(x, s, b) for x, s, b in zip(arrs, starts, blocks)]
-    res = core.eval_jaxpr(kernel.jaxpr, kernel.consts, *ids, *scalars, *vals, *scr)
+    res = core.eval_jaxpr(kernel.jaxpr, kernel.consts, *kernel_ids, *scalars, *vals, *scr)
     res = res[n_idx:]
     new_vals, new_scr = res[:len(vals)], res[len(vals):]
     arrs = [_write_block(x, s, b, v) for x, s, b, v in zip(arrs, starts, blocks, new_vals)]
@@ -722,9 +728,57 @@ def _jvp(primals, tangents, **params):
   return list(out), list(t_out)
 
 
+class _BatchedIndexMap:
+  """The index map of an operand of a vmapped pallas_call: the new leading grid axis
+  selects the operand's batch (a squeezed leading block dimension) when `batched`, and is
+  ignored otherwise; the other program ids go to `index_map` (None: all zeros)."""
+
+  def __init__(self, index_map: Callable | None, ndim: int, batched: bool):
+    self.index_map, self.ndim, self.batched = index_map, ndim, batched
+
+  def __call__(self, b, *rest):   # rest: the other program ids, then the scalar refs
+    if self.index_map is None:
+      out = (np.int32(0),) * self.ndim
+    else:
+      out = tuple(tree_util.tree_leaves(self.index_map(*rest)))
+    return (b, *out) if self.batched else out
+
+
 def _batch(args, dims, **params):
-  in_axes = [None if d is batching.not_mapped else d for d in dims]
-  out = api.vmap(lambda *xs: _interpret(*xs, **params), in_axes=in_axes)(*args)
+  """vmap of a pallas_call, as JAX's: one more (leading) grid axis over the batch, each
+  batched operand and every result getting a squeezed leading block dimension it selects;
+  the kernel does not see that axis. (Batched scalar-prefetch operands: the interpreted
+  loop is vmapped instead.)"""
+  gm: GridMapping = params["grid_mapping"]
+  n_idx = gm.num_index_operands
+  batched = [d is not batching.not_mapped for d in dims]
+  if any(batched[:n_idx]):
+    in_axes = [None if d is batching.not_mapped else d for d in dims]
+    out = api.vmap(lambda *xs: _interpret(*xs, **params), in_axes=in_axes)(*args)
+    return list(out), [0] * len(out)
+  size = next(x.shape[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
+  args = [batching.moveaxis(x, d, 0) if b else x for x, d, b in zip(args, dims, batched)]
+  # an unbatched input aliased to a (batched) output is broadcast along the batch
+  for i, _ in params["input_output_aliases"]:
+    k = n_idx + i
+    if not batched[k]:
+      x = args[k]
+      args[k] = lax_shape.broadcast_in_dim(x, (size, *x.shape), tuple(np.arange(1, x.ndim + 1)))
+      batched[k] = True
+  blocks = []
+  for blk, b in zip(gm.block_mappings, [*batched[n_idx:], *[True] * gm.num_outputs]):
+    fn = _BatchedIndexMap(blk.index_map, len(blk.block_shape), b)
+    if b:
+      aval = blk.array_aval.update(shape=(size, *blk.array_aval.shape))
+      blocks.append(_Block((squeezed, *blk.block_shape), fn, aval, blk.origin))
+    else:
+      blocks.append(_Block(blk.block_shape, fn, blk.array_aval, blk.origin))
+  new_gm = dataclasses.replace(
+      gm, grid=(size, *gm.grid), block_mappings=tuple(blocks),
+      vmapped_dims=(0, *(d + 1 for d in gm.vmapped_dims)))
+  out_avals = tuple(a.update(shape=(size, *a.shape)) for a in params["out_avals"])
+  out = pallas_call_p.bind(*args, **{**params, "grid_mapping": new_gm,
+                                     "out_avals": out_avals})
   return list(out), [0] * len(out)
 
 
