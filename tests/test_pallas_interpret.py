@@ -651,3 +651,40 @@ def test_vmap_prints_jax_grid_mapping():
                   if line.strip().startswith(("grid_mapping", "out_avals", "interpret"))])
   assert texts[0] == texts[1] and len(texts[0]) == 3
   assert "grid=(4, 3)" in texts[0][0]
+
+
+@pytest.mark.parametrize("body", ["dynamic_strided_ds", "views", "loops_and_cond"])
+def test_kernel_bodies(body):
+  def f(lib):
+    jx, jnp, pl = lib[:3]
+    x = jnp.arange(16.0)
+
+    def dynamic_strided_ds(x_ref, o_ref):
+      start = pl.multiple_of(pl.program_id(0) * 4, 4)
+      o_ref[pl.ds(start, 4)] = x_ref[pl.ds(start, 4)] * 2
+      o_ref[pl.ds(0, 4, stride=2)] = x_ref[pl.ds(1, 4, stride=3)]
+
+    def helper(r):
+      r[...] = r[...] + 1
+
+    def views(x_ref, o_ref):
+      o_ref[...] = x_ref[...]
+      helper(o_ref.at[2:6])
+      v = o_ref.at[8:].at[1:3]
+      v[...] = v[...] * 100
+      o_ref[15] = o_ref.at[0:4].shape[0] * 10.0
+
+    def loops_and_cond(x_ref, o_ref):
+      o_ref[...] = jnp.zeros_like(o_ref)
+
+      def step(i, c):
+        o_ref[i] = x_ref[i] * c
+        return c + 1
+      jx.lax.fori_loop(0, 8, step, 1.0)
+      jx.lax.cond(x_ref[0] > -1, lambda: o_ref.__setitem__(9, 99.0), lambda: None)
+    kernel = {"dynamic_strided_ds": dynamic_strided_ds, "views": views,
+              "loops_and_cond": loops_and_cond}[body]
+    grid = (4,) if body == "dynamic_strided_ds" else ()
+    return pl.pallas_call(kernel, out_shape=jx.ShapeDtypeStruct((16,), jnp.float32), grid=grid,
+                          interpret=True)(x)
+  _same(f)

@@ -1016,7 +1016,6 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
         compiler_params=compiler_params, cost_estimate=cost_estimate,
         metadata=None if metadata is None else tuple(sorted(metadata.items())), name=name)
     return tree_util.tree_unflatten(out_tree, outs)
-  functools.update_wrapper(wrapped, kernel, updated=())
   # NB: as JAX's, the call is a jit(inline=True) of itself: eager calls of one pallas_call
   # function are traced and compiled once per input types; traced, it inlines
   return pjit.jit(wrapped, inline=True)
