@@ -154,8 +154,8 @@ def test_install_serves_jax_from_stagecraft(installed):
 
 def test_install_reports_modules_stagecraft_lacks(installed):
   with pytest.raises(ImportError, match=r"stagecraft does not provide jax\.experimental\."
-                                        r"pallas"):
-    import jax.experimental.pallas  # noqa: F401
+                                        r"pallas\.fuser"):
+    import jax.experimental.pallas.fuser  # noqa: F401
   with pytest.raises(ModuleNotFoundError, match=r"jax\.config is not a module"):
     import jax.config  # noqa: F401
   from jax import config

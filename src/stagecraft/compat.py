@@ -41,7 +41,7 @@ version back.
 While installed, a missing attribute of a served module names the JAX module, as JAX's
 `AttributeError` does (`module 'jax.experimental' has no attribute 'host_callback'`).
 
-A JAX module stagecraft does not provide (`jax.experimental.pallas`) raises a
+A JAX module stagecraft does not provide (`jax.experimental.pallas.fuser`) raises a
 `ModuleNotFoundError` (an `ImportError`) that names it and says so.
 """
 from __future__ import annotations
