@@ -318,3 +318,23 @@ def _flax_scan_trace_count(api, jnp):
 
 def test_avals_built_from_an_unsplit_sharding_equal_plain_ones():
   assert _flax_scan_trace_count(sc, snp) == _flax_scan_trace_count(jax, jjnp) == (1, True, True)
+
+
+def test_checkify_formats_typed_keys_as_jax():
+  # chex's chexify(assert_trees_all_equal) passes key arrays as check's format arguments.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    from importlib import import_module
+    checkify = import_module(api.__name__ + ".experimental.checkify")
+
+    def f(a, b):
+      checkify.check(jnp.array_equal(a, b), "differ: {x} != {y}", x=a, y=b)
+      return 1
+
+    k1 = api.random.split(api.random.key(1))
+    k2 = api.random.split(api.random.key(2))
+    err, _ = api.jit(checkify.checkify(f))(k1, k2)
+    ok, _ = checkify.checkify(f)(k1, k1)
+    seen[name] = (err.get(), ok.get())
+  assert seen["stagecraft"] == seen["jax"]
+  assert "dtype=key<fry>" in seen["jax"][0]

@@ -482,9 +482,11 @@ def _check(pred, msg: str, debug: bool, fmt_args, fmt_kwargs) -> None:
   if not _is_scalar_pred(pred):
     name = "debug_check" if debug else "check"
     raise TypeError(f"{name} takes a scalar pred as argument, got {pred}")
-  leaves, tree = tree_util.tree_flatten((fmt_args, fmt_kwargs))
+  # NB: typed keys are formatted arguments too (chex's assert_trees_all_equal): their data is
+  # carried, and the message shows the key array rebuilt around it, as JAX's
+  leaves, tree = tree_util.tree_flatten_traced((fmt_args, fmt_kwargs))
   for arg in leaves:
-    if not isinstance(arg, (Array, np.ndarray)):
+    if not isinstance(arg, (Array, np.ndarray, core.Tracer)):
       raise TypeError(f"Formatting arguments to checkify.check need to be PyTrees of arrays, "
                       f"but got {arg!r} of type {type(arg)}.")
   leaves = [_strong(jnp.asarray(x)) for x in leaves]
