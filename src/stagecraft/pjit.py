@@ -27,7 +27,6 @@ from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
-from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import conditionals, loops, while_op
 from stagecraft.lax.spmd import reshard, reshard_p, sharding_constraint_p
@@ -684,7 +683,7 @@ class ShardedCall(_MultiDeviceCall):
     name = self.names[i] if self.names else f"{i}"
     what = f"argument {name} with shape {x.aval.str_short()}"
     if tuple(x.sharding._device_assignment) != tuple(sh._device_assignment):
-      raise DeviceAssignmentMismatchError(
+      raise ValueError(
           f"Received incompatible devices for jitted computation. Got {what} with device ids "
           f"{[d.id for d in x.sharding._device_assignment]} and the compiled input sharding "
           f"with device ids {[d.id for d in sh._device_assignment]}. Move it first with "
@@ -1639,7 +1638,7 @@ def jit(fun: Callable | None = None, /, *, in_shardings: Any = None,
     ValueError: for non-hashable static arguments (JAX's message), arguments both static
       and donated, or both `device` and `backend`;
       at call time, for a committed argument laid out otherwise than its in_sharding.
-    DeviceAssignmentMismatchError: at call time, when committed arguments, shardings and
+    ValueError: at call time, when committed arguments, shardings and
       meshes used inside name different devices (each side named).
 
   Example:

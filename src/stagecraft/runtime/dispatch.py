@@ -19,7 +19,6 @@ from stagecraft import core, dtypes, monitoring, tree_util
 from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.interpreters import lowering
 from stagecraft.config import config
-from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.runtime import cache, client
 from stagecraft.runtime import array as array_mod
 from stagecraft.runtime.array import Array
@@ -117,7 +116,7 @@ def target_placement(args: Sequence[Any], describe: Any = None):
   (or some argument is a ShapeDtypeStruct carrying a sharding).
 
   Raises:
-    DeviceAssignmentMismatchError: Arrays on two different single devices (no mesh); the
+    ValueError: Arrays on two different single devices (no mesh); the
       message names the two arguments with `describe` (index -> "argument x of f with
       shape float32[3]"; a Primitive: its operands, named as JAX's jnp functions name
       theirs), as JAX's.
@@ -152,7 +151,7 @@ def target_device(args: Sequence[Any], describe: Any = None):
   Array arguments, or None (the default device).
 
   Raises:
-    DeviceAssignmentMismatchError: if Arrays on two different non-default devices meet (or
+    ValueError: if Arrays on two different non-default devices meet (or
       one committed to the default device meets one elsewhere); `describe` as for
       `target_placement`.
   """
@@ -180,7 +179,7 @@ def _incompatible(args, one, other, describe):
   if describe is None:
     describe = lambda i: f"argument {i} with shape {core.get_aval(args[i]).str_short(False)}"
   (i, d1), (j, d2) = sorted([one, other], key=lambda e: e[0])
-  raise DeviceAssignmentMismatchError(
+  raise ValueError(
       f"Received incompatible devices for jitted computation. Got {describe(i)} and with "
       f"device ids [{d1.id}] on platform {d1.platform.upper()} and {describe(j)} and with "
       f"device ids [{d2.id}] on platform {d2.platform.upper()}")

@@ -14,7 +14,7 @@ executable, as JAX's `lower_sharding_computation` / `MeshExecutable` do.
 Device-assignment rules (JAX's `_get_and_check_device_assignment`): every explicit sharding,
 every committed argument (an Array split over a mesh or placed on a non-default device) and
 every mesh used inside the program must name the same devices in the same order, else
-`DeviceAssignmentMismatchError` names the two that disagree. A committed argument whose
+a `ValueError` (JAX's) names the two that disagree. A committed argument whose
 sharding differs from an explicit in_sharding is an error too: data moves between layouts
 only through `device_put(x, sharding)`, never silently. Uncommitted values (NumPy arrays,
 scalars, Arrays on the default device) are placed as the program wants.
@@ -41,7 +41,6 @@ from jaxlib import xla_client as xc
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, JaxprEqn, ShapedArray, Var
-from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import lowering, mapping
 from stagecraft.runtime import client, dispatch
 from stagecraft.layout import Format, Layout
@@ -486,14 +485,14 @@ def check_device_assignment(sources: Sequence[tuple[tuple, str]], api_name: str 
   """The one device assignment all `sources` (device tuple, description) share.
 
   Raises:
-    DeviceAssignmentMismatchError: naming the first two that differ.
+    ValueError: naming the first two that differ.
   """
   first = None
   for da, desc in sources:
     if first is None:
       first = (da, desc)
     elif tuple(da) != tuple(first[0]):
-      raise DeviceAssignmentMismatchError(
+      raise ValueError(
           f"Received incompatible devices for {api_name}ted computation. Got "
           f"{_side(*first)} and {_side(da, desc)}")
   return first[0] if first else ()
@@ -694,7 +693,7 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
     describe_arg: leaf index -> "argument x of f with shape f32[8]".
 
   Raises:
-    DeviceAssignmentMismatchError: devices disagree (see the module docstring).
+    ValueError: devices disagree (see the module docstring).
     ValueError: a committed argument laid out otherwise than its explicit in_sharding; a
       sharding whose spec is longer than its value's rank or does not divide its shape.
   """
