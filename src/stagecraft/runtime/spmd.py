@@ -54,7 +54,7 @@ __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program
            "replicated_executable", "chain_devices", "flatten_shardings",
            "check_device_assignment", "on_mesh", "jaxpr_meshes", "lower_sharded_module",
            "named_from_hlo", "compile_sharded", "resolve", "typed_context_mesh",
-           "traced_device_put",
+           "traced_device_put", "ArrayCopySemantics", "bind_device_put", "device_put_impl",
            "check_spec_fits", "device_put_sharded", "make_array_from_callback",
            "make_array_from_single_device_arrays", "make_array_from_process_local_data",
            "apply_primitive", "call_closed", "call_closed_executable", "device_put",
@@ -546,6 +546,11 @@ def _collect(jaxpr: Jaxpr, found: list):
       elif isinstance(v, NamedSharding) and isinstance(v.mesh, Mesh):
         name = "device_put" if eqn.primitive.name == "reshard" else eqn.primitive.name
         found.append((v.mesh, (f"{name} inside jit", core.source_summary(eqn.source_info))))
+    if eqn.primitive.name == "device_put":   # NB: its shardings, one per operand
+      for d in eqn.params["devices"]:
+        if isinstance(d, NamedSharding) and isinstance(d.mesh, Mesh):
+          found.append((d.mesh, ("device_put inside jit",
+                                 core.source_summary(eqn.source_info))))
     for sub in core.subjaxprs(eqn):
       _collect(sub, found)
 
@@ -1122,13 +1127,23 @@ def device_put(x: Any, device=None, *, src: Any = None, donate: Any = False,
     The same tree of `Array`s, committed to `device` when one is given (uncommitted on the
     default device otherwise). Computations run on the device of their committed inputs.
     This is the one way data moves between layouts: jit never reshards committed inputs.
+    Inside a transformation (jit, grad, vmap, ...) it is one `device_put` equation over all
+    leaves, as JAX's (`devices`, `srcs`, `copy_semantics`: REUSE_INPUT, ALWAYS_COPY for
+    `may_alias=False`, DONATE_INPUT for `donate=True`); a NamedSharding types its result
+    (split dimensions over Explicit axes) and names the program's devices.
 
   Raises:
     TypeError: if `device` is not a device or sharding, or a leaf is not an array-like (its
       key path is named).
     ValueError: a split dimension not divisible by its mesh axes; `donate` and `may_alias`
-      both True for a leaf (JAX's words).
+      both True for a leaf; a bare PartitionSpec with no mesh set; a donated device_put
+      transposed by grad (JAX's words).
   """
+  if core.trace_state.trace is not core.eval_trace and not (
+      device is not None and _has_format(device)):
+    # NB: as JAX's, inside a transformation (jit, grad, vmap, ...) one `device_put`
+    # equation for all the leaves (the primitive lives in lax/spmd.py)
+    return _staged_device_put(x, device, src, donate, may_alias)
   if donate is False and may_alias is None:
     return _device_put(x, device)
   leaves, treedef = tree_util.tree_flatten(x)
@@ -1150,6 +1165,110 @@ def device_put(x: Any, device=None, *, src: Any = None, donate: Any = False,
   out = [_fresh_copy(o) if c and (o is i or _same_buffer(o, i)) else o
          for o, i, c in zip(out, leaves, copies)]
   return tree_util.tree_unflatten(treedef, out)
+
+
+#: JAX's copy semantics of a device_put (the runtime's enum: `REUSE_INPUT`, `ALWAYS_COPY`,
+#: `DONATE_INPUT`), one per leaf in the `device_put` equation's `copy_semantics`.
+ArrayCopySemantics = xc.ArrayCopySemantics
+
+#: `device_put_p.bind` (installed by lax/spmd.py, which defines the primitive).
+bind_device_put: list[Callable | None] = [None]
+
+
+def _is_placement_leaf(x) -> bool:
+  return (x is None or isinstance(x, (Sharding, PartitionSpec, Format))
+          or hasattr(x, "client"))
+
+
+def _flat_prefix(v, x, n: int, what: str) -> list:
+  """One entry per leaf of `x` from `v`: a device, sharding, spec or None for all, or a
+  pytree prefix of `x` of them."""
+  if _is_placement_leaf(v):
+    return [v] * n
+  try:
+    return tree_util.broadcast_prefix(v, x, is_leaf=_is_placement_leaf)
+  except ValueError:
+    raise prefix_error(v, x, what) from None
+
+
+def _spec_to_sharding(v):
+  """A bare PartitionSpec means `NamedSharding(mesh of set_mesh, spec)` (JAX's words when
+  no mesh is set)."""
+  if not isinstance(v, PartitionSpec):
+    return v
+  mesh = concrete_mesh()
+  if mesh is None:
+    raise ValueError("Please set a mesh via `jax.set_mesh` if a PartitionSpec is passed to "
+                     "device_put")
+  return NamedSharding(mesh, v)
+
+
+def _source_of(src, x):
+  """Where a leaf is (JAX's `_infer_src_sharding`): `src` when given; a concrete Array's
+  sharding (the primal of a JVP tracer too); a value typed over a mesh all of whose axes
+  are Explicit: the sharding in its type; else None."""
+  if src is not None:
+    return src
+  v = core.to_concrete_value(x) if isinstance(x, core.Tracer) else x
+  if type(v) is Array:
+    return v.sharding
+  aval = core.get_aval(x)
+  ts = getattr(aval, "_sharding", None)
+  if ts is not None and ts.mesh.are_all_axes_explicit:
+    return ts
+  return None
+
+
+def _staged_device_put(x, device, src, donate, may_alias):
+  """`device_put` inside a transformation: one `device_put` equation (JAX's params
+  `devices`, `srcs`, `copy_semantics`, one entry per leaf); NumPy leaves left in place with
+  no target and no copy are returned as they are (JAX folds that equation away)."""
+  with_paths, treedef = _leaves_with_paths(x)
+  leaves = [leaf for _, leaf in with_paths]
+  n = len(leaves)
+  devices = [_spec_to_sharding(d) for d in _flat_prefix(device, x, n, "device_put")]
+  srcs = [_spec_to_sharding(s) for s in _flat_prefix(src, x, n, "device_put source")]
+  srcs = [_source_of(s, leaf) for s, leaf in zip(srcs, leaves)]
+  flags = []
+  for what, v in (("donate", donate), ("may_alias", may_alias)):
+    flags.append([v] * n if isinstance(v, bool) or v is None
+                 else _flat_prefix(v, x, n, f"device_put {what}"))
+  copies = []
+  for d, m in zip(*flags):
+    if m and d:
+      raise ValueError("may_alias and donate cannot be True at the same time.")
+    if m is None:
+      m = not d
+    copies.append(ArrayCopySemantics.REUSE_INPUT if m and not d else
+                  ArrayCopySemantics.DONATE_INPUT if d and not m else
+                  ArrayCopySemantics.ALWAYS_COPY)
+  for (path, leaf), d in zip(with_paths, devices):
+    if d is not None and not isinstance(d, Sharding) and not hasattr(d, "client"):
+      raise ValueError(f"`jax.device_put` only accepts `None`, `jax.sharding.Sharding`, "
+                       f"`jax.Device`, `Format`, `jax.memory.Space` or a pytree of these "
+                       f"values. Received invalid value: {d}")
+    if isinstance(d, NamedSharding):
+      aval = leaf.aval if type(leaf) is Array else core.get_aval(leaf)
+      check_spec_fits(d, aval, "device_put", typed=True)
+      d.shard_shape(aval.shape)
+  if (all(isinstance(v, (np.ndarray, np.generic)) for v in leaves)
+      and all(d is None for d in devices)
+      and all(c == ArrayCopySemantics.REUSE_INPUT for c in copies)):
+    return x   # NB: JAX's folding of a device_put of constants that does nothing
+  outs = bind_device_put[0](leaves, tuple(devices), tuple(srcs), tuple(copies))
+  return tree_util.tree_unflatten(treedef, outs)
+
+
+def device_put_impl(*xs, devices, srcs, copy_semantics) -> list:
+  """The eager `device_put` equation: each value placed on its device or sharding (None:
+  left where it is), copied when its copy semantics is not `REUSE_INPUT`."""
+  outs = []
+  for x, d, c in zip(xs, devices, copy_semantics):
+    y = _device_put(x, d)
+    if c != ArrayCopySemantics.REUSE_INPUT and (y is x or _same_buffer(y, x)):
+      y = _fresh_copy(y)
+    outs.append(y)
+  return outs
 
 
 def _same_buffer(a: Any, b: Any) -> bool:
