@@ -162,3 +162,81 @@ def test_device_put_lowering_as_jax():
         x).as_text()
   ours, theirs = (text(L_) for L_ in BOTH)
   assert ours == theirs and ours[1] is False
+
+
+# ---------------------------------------------------------------------------
+# 2. Under set_mesh, eager and jitted results live on the mesh (replicated, committed)
+
+
+def _mesh_results(L, types):
+  lib, jnp, sh = L.lib, L.np, L.sh
+  P = sh.PartitionSpec
+  mesh = lib.make_mesh((2,), ("x",), axis_types=types)
+  outside = jnp.ones(8)
+  out = {}
+
+  def put(k, f):
+    kind, r = _outcome(f)
+    out[k] = (kind, r) if kind != "ok" else (
+        str(r.sharding), r.committed, str(lib.typeof(r)), np.asarray(r).tolist())
+
+  with lib.set_mesh(mesh):
+    a = jnp.arange(8.0)
+    b = lib.device_put(jnp.arange(8.0), P("x"))
+    put("arange", lambda: a)
+    put("ones", lambda: jnp.ones(3))
+    put("zeros2d", lambda: jnp.zeros((2, 3)))
+    put("a+1", lambda: a + 1)
+    put("b*2", lambda: b * 2)
+    put("a+b", lambda: a + b)
+    put("outside", lambda: outside)
+    put("outside+1", lambda: outside + 1)
+    put("neg_outside", lambda: lib.lax.neg(outside))
+    put("reshape_outside", lambda: outside.reshape(2, 4))
+    put("sin_numpy", lambda: jnp.sin(np.ones(3, np.float32)))
+    put("array", lambda: jnp.array([1.0, 2.0, 3.0]))
+    put("asarray", lambda: jnp.asarray(np.ones(2, np.float32)))
+    put("float32", lambda: jnp.float32(2.0))
+    put("put_numpy", lambda: lib.device_put(np.ones(3, np.float32)))
+    put("put_outside", lambda: lib.device_put(outside))
+    put("put_inside", lambda: lib.device_put(a))
+    put("jit", lambda: lib.jit(lambda x: x * 2)(outside))
+    put("jit_numpy", lambda: lib.jit(lambda x: x * 2)(np.ones(3, np.float32)))
+    put("jit_nullary", lambda: lib.jit(lambda: jnp.ones(4))())
+    put("sum", lambda: jnp.ones((2, 3)).sum(0))
+    put("outside+b", lambda: outside + b)
+    c = jnp.ones(3)
+  put("after", lambda: c)
+  put("after+1", lambda: c + 1)
+  out["shards"] = len(c.addressable_shards)
+  return out
+
+
+@pytest.mark.parametrize("types", ["Explicit", "Auto"])
+def test_eager_values_under_set_mesh_as_jax(types):
+  ours, theirs = (_mesh_results(L_, (getattr(L_.sh.AxisType, types),)) for L_ in BOTH)
+  assert ours.keys() == theirs.keys()
+  for k in ours:
+    assert ours[k] == theirs[k], k
+  if types == "Explicit":
+    assert ours["arange"][0] == ("NamedSharding(mesh=Mesh('x': 2, axis_types=(Explicit,)), "
+                                 "spec=P(None,), memory_kind=device)")
+    assert "spec=P()" in ours["neg_outside"][0]
+  assert ours["shards"] == 2
+
+
+def _committed_under_mesh(L):
+  lib, jnp = L.lib, L.np
+  mesh = lib.make_mesh((2,), ("x",), axis_types=(L.sh.AxisType.Explicit,))
+  d3 = lib.device_put(jnp.ones(3), lib.devices()[3])
+  d0 = lib.device_put(jnp.ones(3), lib.devices()[0])
+  with lib.set_mesh(mesh):
+    return [_outcome(f) for f in (lambda: d3 + 1, lambda: lib.jit(lambda x: x + 1)(d3),
+                                  lambda: d0 + 1, lambda: lib.jit(lambda x: x + 1)(d0))]
+
+
+def test_committed_arguments_meet_the_context_mesh_as_jax():
+  ours, theirs = (_committed_under_mesh(L_) for L_ in BOTH)
+  assert ours == theirs
+  assert all(t is ValueError and "and jit's context mesh with device ids [0, 1]" in m
+             for t, m in ours)

@@ -896,6 +896,11 @@ class PjitFunction:
         dev = dispatch.Placement(dispatch.committed_sharding(x) for x in leaves)
     state = config.state_key
     ctx = sharding_lib.concrete_mesh()
+    if ctx is not None and type(dev) is not dispatch.Placement and self._device is None:
+      # NB: arguments committed to a device meet the mesh of `set_mesh` (JAX's check)
+      committed = [dispatch.committed_sharding(x) for x in leaves]
+      if any(committed):
+        dev = dispatch.Placement(committed)
     am = sharding_lib.get_abstract_mesh()
     if ctx is not None or not am.empty:   # NB: types and layouts depend on the mesh context
       state = (state, ctx, am)
@@ -998,6 +1003,16 @@ class PjitFunction:
           tree_util.tree_leaves)
     return self._run(entry, args, kwargs, static_argnums, donate_argnums, leaves, dev)
 
+  def _laid_out(self, outs, leaves):
+    """`outs`, results of a program run over the mesh of `set_mesh`; as JAX's, a jnp
+    function (`inline`) of operands typed over no mesh gives results laid out `P()`."""
+    if self._inline:
+      mesh = sharding_lib.concrete_mesh()
+      if mesh is not None and not any(map(dispatch.committed_sharding, leaves)) and (
+          spmd.loose_operands(leaves)):
+        spmd.loosen(tree_util.tree_leaves(outs), mesh)
+    return outs
+
   def _run(self, entry, args, kwargs, static_argnums, donate_argnums, leaves, dev):
     """Calls the traced signature `entry`: staged inside a trace, else compiled (once per
     device) and run."""
@@ -1029,7 +1044,7 @@ class PjitFunction:
         else:
           entry.device_calls[dev] = call
         self._remember_placed(call, args, kwargs)
-        return call(leaves)
+        return self._laid_out(call(leaves), leaves)
       if self._formats is not None:
         fmt = self._format_signature(entry, args, kwargs, static_argnums)
         call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
@@ -1050,6 +1065,9 @@ class PjitFunction:
       self._remember_placed(call, args, kwargs)
     if config.state_key[1]:   # debug_nans / debug_infs
       return self._checked_call(call, leaves, args, kwargs)
+    if self._inline and dispatch.placement_used[0]:
+      outs = self._laid_out(call(leaves), leaves)
+      return _committed_results(leaves, outs) if dev is None and _committed_to_default else outs
     if dev is None and _committed_to_default:
       return _committed_results(leaves, call(leaves))
     return call(leaves)

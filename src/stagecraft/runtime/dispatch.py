@@ -22,7 +22,8 @@ from stagecraft.config import config
 from stagecraft.runtime import cache, client
 from stagecraft.runtime import array as array_mod
 from stagecraft.runtime.array import Array
-from stagecraft.sharding import SingleDeviceSharding, to_named
+from stagecraft import sharding as sharding_lib
+from stagecraft.sharding import SingleDeviceSharding, concrete_mesh, to_named
 
 __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "target_device",
            "commits_default", "mark_all_committed",
@@ -43,8 +44,11 @@ except ImportError:  # pragma: no cover
 # Host -> device
 
 
-#: Set once some Array lives off the default device; until then dispatch skips placement.
+#: Set once some Array lives off the default device (or a mesh is set: `set_mesh`); until
+#: then dispatch skips placement.
 placement_used = [False]
+# NB: `set_mesh` (platform layer) turns placement on through this hook
+sharding_lib.on_set_mesh[0] = lambda: placement_used.__setitem__(0, True)
 
 
 def _put_np(x: np.ndarray, aval: ShapedArray, device, committed: bool = False,
@@ -638,6 +642,12 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
     dev = target_placement(args, prim)
     if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
       return mesh_apply_primitive[0](prim, args, params, dev)
+    if concrete_mesh() is not None:
+      # NB: as JAX's, under `set_mesh` an operation none of whose operands is placed runs
+      # over the mesh (its results replicated there, committed); one on a device is JAX's
+      # "incompatible devices" error (the device against "jit's context mesh")
+      return mesh_apply_primitive[0](prim, args, params,
+                                     Placement(committed_sharding(a) for a in args))
   # NB: results of Arrays committed to the default device are committed (a dict's truth
   # when there are none: the eager path pays nothing more)
   committed = _committed_to_default and dev is None and commits_default(args)

@@ -54,7 +54,7 @@ __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program
            "replicated_executable", "chain_devices", "flatten_shardings",
            "check_device_assignment", "on_mesh", "jaxpr_meshes", "lower_sharded_module",
            "named_from_hlo", "compile_sharded", "resolve", "typed_context_mesh",
-           "traced_device_put", "ArrayCopySemantics", "bind_device_put", "device_put_impl",
+           "traced_device_put", "loose_operands", "loosen", "ArrayCopySemantics", "bind_device_put", "device_put_impl",
            "check_spec_fits", "device_put_sharded", "make_array_from_callback",
            "make_array_from_single_device_arrays", "make_array_from_process_local_data",
            "apply_primitive", "call_closed", "call_closed_executable", "device_put",
@@ -763,6 +763,13 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
                      "\nMove the argument with stagecraft.device_put(x, sharding) first, or "
                      "pass in_shardings matching it.")
   outs = [None if s is None else on_mesh(s, mesh) for s in explicit_out]
+  if ctx is not None and not (mesh.axis_names and mesh.are_all_axes_explicit):
+    # NB: as JAX's over the context mesh: results typed over its Explicit axes (unsplit:
+    # one None per dimension), replicated (P()) on a mesh with none
+    explicit = AxisType.Explicit in mesh.axis_types
+    outs = [s if s is not None else
+            from_type(v.aval, mesh) if explicit or getattr(v.aval, "_sharding", None)
+            else _replicated(mesh) for s, v in zip(outs, jaxpr.outvars)]
   ins = [None] * nconst + ins
   if mesh.axis_names and mesh.are_all_axes_explicit:
     # NB: on a mesh of Explicit axes a value whose type splits it has that layout (JAX's
@@ -784,25 +791,47 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
   return mesh, ins, outs
 
 
-def typed_context_mesh(jaxpr: Jaxpr) -> Mesh | None:
-  """The mesh of `set_mesh` when a program's inputs (consts too) or outputs have types split
-  over its Explicit axes (`reshard(jnp.zeros(...), P("x"))` in a jit without arguments on a
-  mesh): JAX runs such a program over the context mesh, each value laid out as its type
-  says. None when no mesh is set or no input or output type is split over a mesh of its
-  axis names and sizes.
+def _replicated(mesh: Mesh) -> NamedSharding:
+  return intern_sharding(NamedSharding(mesh, PartitionSpec()))
 
-  NB: JAX runs every jit under `set_mesh` over the context mesh; here only programs with
-  split types do, the others stay one-device programs (their values are the same).
-  """
+
+_PY_SCALARS = (int, float, bool, complex)
+
+
+def loose_operands(args: Sequence[Any]) -> bool:
+  """Whether an operation on `args`, none placed on a mesh, run under `set_mesh`, has
+  results typed over no mesh, laid out `P()` (JAX's rule, read off its types): some operand
+  has dimensions (a NumPy array, an Array made outside the mesh) and none is a Python
+  scalar (JAX converts those under the mesh first, so they carry its type). Otherwise (only
+  scalars, or no operands: iota, fills) the results' types are over the mesh, laid out with
+  one None per dimension."""
+  dims = False
+  for a in args:
+    if type(a) in _PY_SCALARS:
+      return False
+    if not dims and np.ndim(a):
+      dims = True
+  return dims
+
+
+def loosen(outs: Sequence[Any], mesh: Mesh) -> None:
+  """Lays the unsplit Arrays among `outs` (results over `mesh`) out as `P()` (the same
+  layout as `P(None, ...)`, named as JAX's for values typed over no mesh)."""
+  rep = _replicated(mesh)
+  for o in outs:
+    if (type(o) is Array and isinstance(o._sharding, NamedSharding)
+        and o._sharding.mesh == mesh and o.aval._sharding is None):
+      o._sharding = rep
+
+
+def typed_context_mesh(jaxpr: Jaxpr | None = None) -> Mesh | None:
+  """The mesh of `set_mesh`, over which JAX runs every program (jit, eager operations) none
+  of whose arguments is placed elsewhere: each value laid out as its type says, unsplit ones
+  replicated. None when no mesh is set (or it is empty)."""
   ctx = concrete_mesh()
-  if ctx is None or ctx.empty or AxisType.Explicit not in ctx.axis_types:
+  if ctx is None or ctx.empty:
     return None
-  key = (ctx.axis_names, ctx.axis_sizes)
-  for v in (*jaxpr.constvars, *jaxpr.invars, *jaxpr.outvars):
-    ts = getattr(getattr(v, "aval", None), "_sharding", None)
-    if ts is not None and (ts.mesh.axis_names, ts.mesh.axis_sizes) == key:
-      return ctx
-  return None
+  return ctx
 
 
 def from_type(aval: Any, mesh: Mesh) -> NamedSharding | None:
@@ -878,7 +907,9 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
   aval = typed_aval(aval, s)
   if (type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval
       and x._sharding.mesh.axis_types == s.mesh.axis_types):
-    return x
+    if x._sharding is s or tuple(x._sharding.spec) == tuple(s.spec):
+      return x
+    return Array(x._buf, aval, None, s)   # NB: the same layout, its spec as written
   if (type(x) is Array and isinstance(x._sharding, NamedSharding)
       and x._sharding.spec.unreduced and unreduced_reshard[0] is not None):
     # NB: partial sums leave their layout by a program (the sum is an all-reduce)
@@ -1052,8 +1083,15 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict,
   over that mesh (arguments keep their layout; results as the partitioner lays them out),
   cached per (primitive, params, avals, layouts)."""
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
+  ctx = None
+  if not any(placement):   # NB: none placed: over the mesh of `set_mesh` (in the key)
+    ctx = concrete_mesh()
+    loose = (ctx.axis_types, loose_operands(args))
+  else:   # NB: equal layouts over meshes of other axis types compare equal: key on those
+    loose = tuple(p.mesh.axis_types if isinstance(p, NamedSharding) else None
+                  for p in placement)
   try:
-    key = (prim, tuple(placement), *avals, *params.items())
+    key = (prim, tuple(placement), ctx, loose, *avals, *params.items())
     ex = _eager_cache.get(key)
   except TypeError:   # unhashable params
     key, ex = None, None
@@ -1065,6 +1103,9 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict,
     jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, prim, params)])
     mesh, ins, outs = resolve(jaxpr, 0, placement, None, None,
                               _describe_leaf(prim.name, avals))
+    if ctx is not None and loose[1] is True:
+      outs = [o if getattr(v.aval, "_sharding", None) is not None else _replicated(mesh)
+              for o, v in zip(outs, outvars)]
     ex = compile_sharded(prim.name, jaxpr, mesh, ins, outs)
     if key is not None:
       if len(_eager_cache) >= _MAX_CACHE:
