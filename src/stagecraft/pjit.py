@@ -736,6 +736,16 @@ def _committed_results(leaves: Sequence[Any], out: Any) -> Any:
   return out
 
 
+def _plain(args) -> bool:
+  """Whether `args` are all Arrays on the default device (none placed on a device or a
+  mesh) and no mesh is set: a call on them is the default device's, as before any
+  placement (the fast path's)."""
+  for a in args:
+    if type(a) is not Array or a._sharding is not None or a._device is not None:
+      return False
+  return sharding_lib.concrete_mesh() is None
+
+
 def _placed_key(args) -> tuple | None:
   """The fast-path key of positional `args` when all are Arrays (their avals and layouts,
   the config and the mesh context), else None."""
@@ -939,7 +949,8 @@ class PjitFunction:
       # Fast path: positional arguments whose leaves are all Arrays on the default device,
       # a signature compiled before (keyed by the arguments' tree structure and avals).
       if (not kwargs and self._fast and core.trace_state.trace is core.eval_trace
-          and not dispatch.placement_used[0] and not config.disable_jit):
+          and not config.disable_jit and (not dispatch.placement_used[0]
+                                          or _plain(args))):
         # Fastest: every positional argument an Array (no pytree to flatten).
         avals = [_FLAT]
         for a in args:
@@ -954,7 +965,7 @@ class PjitFunction:
             return call.call_arrays(args)
         leaves, treedef = flatten(args)
         avals = [a.aval for a in leaves if type(a) is Array]
-        if len(avals) == len(leaves):
+        if len(avals) == len(leaves) and (not dispatch.placement_used[0] or _plain(leaves)):
           call = self._cache.get((treedef, config.state_id, *avals))
           if call is not None:
             if _committed_to_default:

@@ -697,9 +697,13 @@ def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
   is compiled already (a binary primitive with one result, the generic impl and no params),
   or None: the caller then takes the general path. The eager `x + y` of NumPy's
   operators."""
-  if placement_used[0] or config.state_key[1]:
+  if config.state_key[1]:
     return None
   x, y = args
+  if placement_used[0] and (x._sharding is not None or x._device is not None
+                            or y._sharding is not None or y._device is not None
+                            or concrete_mesh() is not None):
+    return None   # NB: placed operands or a mesh set: the general path
   if _committed_to_default and (id(x) in _committed_to_default
                                 or id(y) in _committed_to_default):
     return None   # committed results: `apply_primitive`
