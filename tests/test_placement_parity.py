@@ -240,3 +240,32 @@ def test_committed_arguments_meet_the_context_mesh_as_jax():
   assert ours == theirs
   assert all(t is ValueError and "and jit's context mesh with device ids [0, 1]" in m
              for t, m in ours)
+
+
+def _single_device_inside_jit(L):
+  lib, jnp = L.lib, L.np
+  S = L.sh.SingleDeviceSharding
+  x = jnp.arange(4.0)
+  d1 = lib.device_put(jnp.ones(4), lib.devices()[1])
+  cases = [
+      lambda: lib.jit(lambda x: lib.device_put(x, S(lib.devices()[1])) * 2)(x),
+      lambda: lib.jit(lambda x: lib.device_put(x, S(lib.devices()[0])) * 2)(x),
+      lambda: lib.jit(lambda x: lib.jit(lambda y: lib.device_put(y, S(lib.devices()[2])))(x)
+                      + 1)(x),
+      lambda: lib.jit(lambda x, y: lib.device_put(x, S(lib.devices()[1])) + y)(x, d1),
+      lambda: lib.jit(lambda x, y: lib.device_put(x, S(lib.devices()[2])) + y)(x, d1),
+  ]
+  out = []
+  for f in cases:
+    kind, r = _outcome(f)
+    out.append((kind, r) if kind != "ok" else (str(r.sharding), r.committed,
+                                                np.asarray(r).tolist()))
+  return out
+
+
+def test_single_device_sharding_inside_jit_places_the_program_as_jax():
+  ours, theirs = (_single_device_inside_jit(L_) for L_ in BOTH)
+  assert ours == theirs
+  assert ours[0][0] == "SingleDeviceSharding(device=CpuDevice(id=1), memory_kind=device)"
+  assert ours[4][0] is ValueError
+  assert "device_put inside jit with device ids [2] on platform CPU at " in ours[4][1]

@@ -736,6 +736,10 @@ def _committed_results(leaves: Sequence[Any], out: Any) -> Any:
   return out
 
 
+#: Per traced signature, the device a device_put inside pins it to (`spmd.jaxpr_device`).
+_pinned: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _plain(args) -> bool:
   """Whether `args` are all Arrays on the default device (none placed on a device or a
   mesh) and no mesh is set: a call on them is the default device's, as before any
@@ -1037,6 +1041,17 @@ class PjitFunction:
         outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
                           name=fun_name(self._fun))
       return optree.tree_unflatten(entry.out_tree, outs)
+    if type(dev) is not dispatch.Placement and self._device is None:
+      # NB: as JAX's, a device_put onto a SingleDeviceSharding inside names the device
+      pinned = _pinned.get(entry, _MISSING)
+      if pinned is _MISSING:
+        pinned = _pinned[entry] = spmd.jaxpr_device(entry.jaxpr.jaxpr)
+      if pinned is not None:
+        sources = [((c.device,), self._describe_leaf(args, kwargs, static_argnums, leaves, i))
+                   for i, c in enumerate(map(dispatch.committed_sharding, leaves))
+                   if c is not None]
+        spmd.check_device_assignment([*sources, ((pinned[0],), pinned[1])])
+        dev = pinned[0]
     call = entry.executable if dev is None else entry.device_calls.get(dev)
     if call is None:
       donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)

@@ -54,7 +54,7 @@ __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program
            "replicated_executable", "chain_devices", "flatten_shardings",
            "check_device_assignment", "on_mesh", "jaxpr_meshes", "lower_sharded_module",
            "named_from_hlo", "compile_sharded", "resolve", "typed_context_mesh",
-           "traced_device_put", "loose_operands", "loosen", "ArrayCopySemantics", "bind_device_put", "device_put_impl",
+           "traced_device_put", "jaxpr_device", "loose_operands", "loosen", "ArrayCopySemantics", "bind_device_put", "device_put_impl",
            "check_spec_fits", "device_put_sharded", "make_array_from_callback",
            "make_array_from_single_device_arrays", "make_array_from_process_local_data",
            "apply_primitive", "call_closed", "call_closed_executable", "device_put",
@@ -532,6 +532,32 @@ def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, Any]]:
   found: list = []
   _collect(jaxpr, found)
   return found
+
+
+def jaxpr_device(jaxpr: Jaxpr):
+  """`(device, description)`: the device a program runs on because a `device_put` inside
+  puts a value on a `SingleDeviceSharding` (JAX counts that sharding in the program's device
+  assignment; a bare device it does not), with the place for error messages; None when none
+  does or the program uses a mesh.
+
+  Raises:
+    ValueError: two such device_puts name different devices (JAX's words).
+  """
+  found: list = []
+  _collect_devices(jaxpr, found)
+  if not found or jaxpr_meshes(jaxpr):
+    return None
+  check_device_assignment([((d,), desc) for d, desc in found])
+  return found[0]
+
+
+def _collect_devices(jaxpr: Jaxpr, found: list):
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "device_put":
+      found.extend((d.device, ("device_put inside jit", core.source_summary(eqn.source_info)))
+                   for d in eqn.params["devices"] if isinstance(d, SingleDeviceSharding))
+    for sub in core.subjaxprs(eqn):
+      _collect_devices(sub, found)
 
 
 def _collect(jaxpr: Jaxpr, found: list):
