@@ -154,9 +154,9 @@ def test_device_put_values_and_placement_as_jax():
 
 def test_device_put_lowering_as_jax():
   def text(L):
-    auto = _meshes(L)[1]
+    on_auto = L.sh.NamedSharding(_meshes(L)[1], L.sh.PartitionSpec("x"))
     f = lambda x: L.lib.device_put(x, L.lib.devices()[0]) * 2   # noqa: E731
-    g = lambda x: L.lib.device_put(x, L.sh.NamedSharding(auto, L.sh.PartitionSpec("x")))  # noqa: E731
+    g = lambda x: L.lib.device_put(x, on_auto)   # noqa: E731
     x = L.np.arange(4.0)
     return L.lib.jit(f).lower(x).as_text(), "sdy.sharding_constraint" in L.lib.jit(g).lower(
         x).as_text()
