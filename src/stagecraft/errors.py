@@ -98,19 +98,11 @@ class MissingRuleError(NotImplementedError):
   """A primitive lacks the rule an interpreter needs (e.g. a lowering or a transpose rule)."""
 
 
-class DeviceAssignmentMismatchError(ValueError):
-  """The inputs of one computation are committed to different devices (or meshes), or
-  disagree with the shardings given to `jit`.
-
-  Failing example::
-
-    x = stagecraft.device_put(a, stagecraft.devices()[0])
-    y = stagecraft.device_put(b, NamedSharding(mesh, P("data")))
-    stagecraft.jit(f)(x, y)      # device 0 vs the mesh's devices
-
-  Fix: move the inputs onto one set of devices first with `stagecraft.device_put(x,
-  sharding)`; stagecraft never moves committed data between devices on its own.
-  """
+# NB: JAX raises a plain `ValueError` ("Received incompatible devices for jitted
+# computation. ...") when the inputs of one computation are committed to different devices
+# (or meshes) or disagree with jit's shardings; so does stagecraft: `type(e)` is ValueError,
+# as JAX users see it. The name stays for code that catches it (it catches every ValueError).
+DeviceAssignmentMismatchError = ValueError
 
 
 class DonatedBufferError(RuntimeError):

@@ -27,7 +27,6 @@ from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
-from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import conditionals, loops, while_op
 from stagecraft.lax.spmd import bind_sharding_constraint, reshard, reshard_p
@@ -693,7 +692,7 @@ class ShardedCall(_MultiDeviceCall):
     name = self.names[i] if self.names else f"{i}"
     what = f"argument {name} with shape {x.aval.str_short()}"
     if tuple(x.sharding._device_assignment) != tuple(sh._device_assignment):
-      raise DeviceAssignmentMismatchError(
+      raise ValueError(
           f"Received incompatible devices for jitted computation. Got {what} with device ids "
           f"{[d.id for d in x.sharding._device_assignment]} and the compiled input sharding "
           f"with device ids {[d.id for d in sh._device_assignment]}. Move it first with "
@@ -744,6 +743,20 @@ def _committed_results(leaves: Sequence[Any], out: Any) -> Any:
     dispatch.mark_all_committed(optree.tree_leaves(out, none_is_leaf=False,
                                                    namespace=tree_util.NAMESPACE))
   return out
+
+
+#: Per traced signature, the device a device_put inside pins it to (`spmd.jaxpr_device`).
+_pinned: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _plain(args) -> bool:
+  """Whether `args` are all Arrays on the default device (none placed on a device or a
+  mesh) and no mesh is set: a call on them is the default device's, as before any
+  placement (the fast path's)."""
+  for a in args:
+    if type(a) is not Array or a._sharding is not None or a._device is not None:
+      return False
+  return sharding_lib.concrete_mesh() is None
 
 
 def _placed_key(args) -> tuple | None:
@@ -906,6 +919,11 @@ class PjitFunction:
         dev = dispatch.Placement(dispatch.committed_sharding(x) for x in leaves)
     state = config.state_key
     ctx = sharding_lib.concrete_mesh()
+    if ctx is not None and type(dev) is not dispatch.Placement and self._device is None:
+      # NB: arguments committed to a device meet the mesh of `set_mesh` (JAX's check)
+      committed = [dispatch.committed_sharding(x) for x in leaves]
+      if any(committed):
+        dev = dispatch.Placement(committed)
     am = sharding_lib.get_abstract_mesh()
     if ctx is not None or not am.empty:   # NB: types and layouts depend on the mesh context
       state = (state, ctx, am)
@@ -944,7 +962,8 @@ class PjitFunction:
       # Fast path: positional arguments whose leaves are all Arrays on the default device,
       # a signature compiled before (keyed by the arguments' tree structure and avals).
       if (not kwargs and self._fast and core.trace_state.trace is core.eval_trace
-          and not dispatch.placement_used[0] and not config.disable_jit):
+          and not config.disable_jit and (not dispatch.placement_used[0]
+                                          or _plain(args))):
         # Fastest: every positional argument an Array (no pytree to flatten).
         avals = [_FLAT]
         for a in args:
@@ -959,7 +978,7 @@ class PjitFunction:
             return call.call_arrays(args)
         leaves, treedef = flatten(args)
         avals = [a.aval for a in leaves if type(a) is Array]
-        if len(avals) == len(leaves):
+        if len(avals) == len(leaves) and (not dispatch.placement_used[0] or _plain(leaves)):
           call = self._cache.get((treedef, config.state_id, *avals))
           if call is not None:
             if _committed_to_default:
@@ -1008,6 +1027,16 @@ class PjitFunction:
           tree_util.tree_leaves)
     return self._run(entry, args, kwargs, static_argnums, donate_argnums, leaves, dev)
 
+  def _laid_out(self, outs, leaves):
+    """`outs`, results of a program run over the mesh of `set_mesh`; as JAX's, a jnp
+    function (`inline`) of operands typed over no mesh gives results laid out `P()`."""
+    if self._inline:
+      mesh = sharding_lib.concrete_mesh()
+      if mesh is not None and not any(map(dispatch.committed_sharding, leaves)) and (
+          spmd.loose_operands(leaves)):
+        spmd.loosen(tree_util.tree_leaves(outs), mesh)
+    return outs
+
   def _run(self, entry, args, kwargs, static_argnums, donate_argnums, leaves, dev):
     """Calls the traced signature `entry`: staged inside a trace, else compiled (once per
     device) and run."""
@@ -1021,6 +1050,17 @@ class PjitFunction:
         outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
                           name=fun_name(self._fun))
       return optree.tree_unflatten(entry.out_tree, outs)
+    if type(dev) is not dispatch.Placement and self._device is None:
+      # NB: as JAX's, a device_put onto a SingleDeviceSharding inside names the device
+      pinned = _pinned.get(entry, _MISSING)
+      if pinned is _MISSING:
+        pinned = _pinned[entry] = spmd.jaxpr_device(entry.jaxpr.jaxpr)
+      if pinned is not None:
+        sources = [((c.device,), self._describe_leaf(args, kwargs, static_argnums, leaves, i))
+                   for i, c in enumerate(map(dispatch.committed_sharding, leaves))
+                   if c is not None]
+        spmd.check_device_assignment([*sources, ((pinned[0],), pinned[1])])
+        dev = pinned[0]
     call = entry.executable if dev is None else entry.device_calls.get(dev)
     if call is None:
       donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
@@ -1039,7 +1079,7 @@ class PjitFunction:
         else:
           entry.device_calls[dev] = call
         self._remember_placed(call, args, kwargs)
-        return call(leaves)
+        return self._laid_out(call(leaves), leaves)
       if self._formats is not None:
         fmt = self._format_signature(entry, args, kwargs, static_argnums)
         call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
@@ -1060,6 +1100,9 @@ class PjitFunction:
       self._remember_placed(call, args, kwargs)
     if config.state_key[1]:   # debug_nans / debug_infs
       return self._checked_call(call, leaves, args, kwargs)
+    if self._inline and dispatch.placement_used[0]:
+      outs = self._laid_out(call(leaves), leaves)
+      return _committed_results(leaves, outs) if dev is None and _committed_to_default else outs
     if dev is None and _committed_to_default:
       return _committed_results(leaves, call(leaves))
     return call(leaves)
@@ -1664,7 +1707,7 @@ def jit(fun: Callable | None = None, /, *, in_shardings: Any = None,
     ValueError: for non-hashable static arguments (JAX's message), arguments both static
       and donated, or both `device` and `backend`;
       at call time, for a committed argument laid out otherwise than its in_sharding.
-    DeviceAssignmentMismatchError: at call time, when committed arguments, shardings and
+    ValueError: at call time, when committed arguments, shardings and
       meshes used inside name different devices (each side named).
 
   Example:

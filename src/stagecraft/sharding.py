@@ -54,6 +54,10 @@ _concrete_mesh: contextvars.ContextVar = contextvars.ContextVar("stagecraft_mesh
 _abstract_mesh: contextvars.ContextVar = contextvars.ContextVar("stagecraft_abstract_mesh",
                                                                 default=None)
 
+# NB: called when `set_mesh` sets a mesh: eager operations then run over it, so dispatch
+# (runtime layer, installed there) must look at placement.
+on_set_mesh: list = [lambda: None]
+
 # NB: whether no transformation is tracing now (`set_mesh`/`get_mesh` are refused under
 # jit, as JAX's). The platform layer cannot see traces: stagecraft.lax.spmd installs the
 # check (core's current trace is the evaluation trace).
@@ -529,6 +533,8 @@ class set_mesh:
                        f"mode instead.")
     self.prev_abstract_mesh = _abstract_mesh.get()
     self.prev_mesh = _concrete_mesh.get()
+    if mesh is not None and not mesh.empty:
+      on_set_mesh[0]()
     _abstract_mesh.set(None if mesh is None or mesh.empty else mesh.abstract_mesh)
     _concrete_mesh.set(None if mesh is None or mesh.empty else mesh)
 

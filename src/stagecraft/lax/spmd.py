@@ -57,7 +57,7 @@ from stagecraft.layout import Format
 
 __all__ = ["xla_pmap_p", "sharding_constraint_p", "with_sharding_constraint", "shard_map_p",
            "global_aval", "local_aval", "split_size", "shard_map_env", "pmap_executable",
-           "enclosing_shard_map", "reshard", "reshard_p", "reshard_to_type"]
+           "enclosing_shard_map", "reshard", "reshard_p", "reshard_to_type", "device_put_p"]
 
 # NB: `set_mesh`/`get_mesh` are refused while a transformation traces; the platform layer
 # (sharding.py) cannot see traces, so the check is installed from here.
@@ -642,6 +642,89 @@ def _traced_device_put(x, s: NamedSharding):
 
 
 spmd.traced_device_put[0] = _traced_device_put
+
+
+# ===========================================================================
+# device_put inside a transformation (JAX's `device_put_p`)
+
+device_put_p = core.Primitive("device_put")
+device_put_p.multiple_results = True
+_Copy = spmd.ArrayCopySemantics
+
+
+def _dp_type(aval, d):
+  """The type of a value put on `d`: a NamedSharding gives the type its layout says (split
+  dimensions over Explicit axes); a SingleDeviceSharding an unsplit one; a device (or None)
+  keeps the operand's."""
+  if type(aval) is not ShapedArray:
+    return aval
+  if isinstance(d, NamedSharding):
+    return spmd.typed_aval(aval, d)
+  if isinstance(d, sharding.SingleDeviceSharding) and aval._sharding is not None:
+    return aval.update(sharding=None)
+  return aval
+
+
+def _dp_abstract_eval(*avals, devices, srcs, copy_semantics):
+  return [_dp_type(a, d) for a, d in zip(avals, devices)]
+
+
+def _dp_jvp(primals, tangents, **params):
+  # NB: linear (JAX's `linear_jvp`): the primals, then the tangents, each one equation
+  outs = device_put_p.bind(*primals, **params)
+  if all(type(t) is ad.Zero for t in tangents):
+    return outs, [ad.Zero(ad.tangent_aval(core.get_aval(o))) for o in outs]
+  return outs, device_put_p.bind(*[ad.instantiate_zeros(t) for t in tangents], **params)
+
+
+def _dp_transpose(cts, *args, devices, srcs, copy_semantics):
+  out = [None] * len(cts)
+  todo = []
+  for i, (ct, x) in enumerate(zip(cts, args)):
+    if ad.is_undefined_primal(x):
+      if type(ct) is ad.Zero:
+        out[i] = ad.Zero(x.aval)
+      else:
+        todo.append(i)
+  if todo:
+    for i in todo:
+      if copy_semantics[i] == _Copy.DONATE_INPUT:
+        raise ValueError("donate=True is not allowed during tranposition of device_put. "
+                         "Please file an issue if you want this to be supported.")
+    # NB: the cotangents go back where the values came from, always copied
+    ys = device_put_p.bind(*[cts[i] for i in todo], devices=tuple(srcs[i] for i in todo),
+                           srcs=tuple(devices[i] for i in todo),
+                           copy_semantics=(_Copy.ALWAYS_COPY,) * len(todo))
+    for i, y in zip(todo, ys):
+      out[i] = y
+  return out
+
+
+def _dp_batch(args, dims, **params):
+  return device_put_p.bind(*args, **params), list(dims)
+
+
+def _dp_lowering(ctx, *xs, devices, srcs, copy_semantics):
+  # NB: as JAX's on CPU: no op; a sharding inside names the program's devices
+  # (`spmd.jaxpr_meshes`) and a split type lays the value out where it is used
+  return list(xs)
+
+
+def _bind_device_put(leaves, devices, srcs, copy_semantics):
+  return device_put_p.bind(*leaves, copy_semantics=copy_semantics, devices=devices,
+                           srcs=srcs)
+
+
+device_put_p.def_abstract_eval(_dp_abstract_eval)
+device_put_p.def_impl(spmd.device_put_impl)
+ad.primitive_jvps[device_put_p] = _dp_jvp
+ad.primitive_transposes[device_put_p] = _dp_transpose
+batching.primitive_batchers[device_put_p] = _dp_batch
+lowering.register_lowering(device_put_p, _dp_lowering)
+# NB: the results' types are the abstract eval's (the sharding rule changes nothing)
+core.sharding_rules[device_put_p] = lambda *avals, **params: None
+core.no_auto_pvary.add(device_put_p)
+spmd.bind_device_put[0] = _bind_device_put
 spmd.unreduced_reshard[0] = lambda x, s: dispatch.apply_primitive(
     reshard_p, [x], {"dst_sharding": NamedSharding(s.mesh.abstract_mesh, s.spec)})
 sharding.late_names["reshard"] = reshard   # JAX's `jax.sharding.reshard`

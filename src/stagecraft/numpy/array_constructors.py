@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from stagecraft import core, dtypes, lax
+from stagecraft import sharding as sharding_lib
 from stagecraft.core import Tracer
 from stagecraft.lax.utils import KEY_TYPES
 from stagecraft.interpreters import partial_eval as pe
@@ -195,6 +196,10 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
       host = host.astype(dt, copy=False)
     aval = core.ShapedArray(host.shape, dt, weak)
     out = pe.literal_array(Array(dispatch.to_buffer(host, aval), aval))
+    if device is None and core.current_trace() is core.eval_trace:
+      mesh = sharding_lib.concrete_mesh()
+      if mesh is not None:   # NB: as JAX's, under `set_mesh`: replicated over it, `P()`
+        device = sharding_lib.NamedSharding(mesh, sharding_lib.PartitionSpec())
   shape = core.get_aval(out).shape
   if ndmin > len(shape):   # as JAX's: a broadcast_in_dim adding leading dimensions
     out = lax.expand_dims(out, tuple(range(ndmin - len(shape))))

@@ -19,11 +19,11 @@ from stagecraft import core, dtypes, monitoring, tree_util
 from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.interpreters import lowering
 from stagecraft.config import config
-from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.runtime import cache, client
 from stagecraft.runtime import array as array_mod
 from stagecraft.runtime.array import Array
-from stagecraft.sharding import SingleDeviceSharding, to_named
+from stagecraft import sharding as sharding_lib
+from stagecraft.sharding import SingleDeviceSharding, concrete_mesh, to_named
 
 __all__ = ["placement_used", "to_buffer", "Placement", "target_placement", "target_device",
            "commits_default", "mark_all_committed",
@@ -44,8 +44,11 @@ except ImportError:  # pragma: no cover
 # Host -> device
 
 
-#: Set once some Array lives off the default device; until then dispatch skips placement.
+#: Set once some Array lives off the default device (or a mesh is set: `set_mesh`); until
+#: then dispatch skips placement.
 placement_used = [False]
+# NB: `set_mesh` (platform layer) turns placement on through this hook
+sharding_lib.on_set_mesh[0] = lambda: placement_used.__setitem__(0, True)
 
 
 def _put_np(x: np.ndarray, aval: ShapedArray, device, committed: bool = False,
@@ -117,7 +120,7 @@ def target_placement(args: Sequence[Any], describe: Any = None):
   (or some argument is a ShapeDtypeStruct carrying a sharding).
 
   Raises:
-    DeviceAssignmentMismatchError: Arrays on two different single devices (no mesh); the
+    ValueError: Arrays on two different single devices (no mesh); the
       message names the two arguments with `describe` (index -> "argument x of f with
       shape float32[3]"; a Primitive: its operands, named as JAX's jnp functions name
       theirs), as JAX's.
@@ -152,7 +155,7 @@ def target_device(args: Sequence[Any], describe: Any = None):
   Array arguments, or None (the default device).
 
   Raises:
-    DeviceAssignmentMismatchError: if Arrays on two different non-default devices meet (or
+    ValueError: if Arrays on two different non-default devices meet (or
       one committed to the default device meets one elsewhere); `describe` as for
       `target_placement`.
   """
@@ -180,7 +183,7 @@ def _incompatible(args, one, other, describe):
   if describe is None:
     describe = lambda i: f"argument {i} with shape {core.get_aval(args[i]).str_short(False)}"
   (i, d1), (j, d2) = sorted([one, other], key=lambda e: e[0])
-  raise DeviceAssignmentMismatchError(
+  raise ValueError(
       f"Received incompatible devices for jitted computation. Got {describe(i)} and with "
       f"device ids [{d1.id}] on platform {d1.platform.upper()} and {describe(j)} and with "
       f"device ids [{d2.id}] on platform {d2.platform.upper()}")
@@ -642,6 +645,12 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
     dev = target_placement(args, prim)
     if type(dev) is Placement:   # some argument is split over a mesh: an SPMD program
       return mesh_apply_primitive[0](prim, args, params, dev)
+    if concrete_mesh() is not None:
+      # NB: as JAX's, under `set_mesh` an operation none of whose operands is placed runs
+      # over the mesh (its results replicated there, committed); one on a device is JAX's
+      # "incompatible devices" error (the device against "jit's context mesh")
+      return mesh_apply_primitive[0](prim, args, params,
+                                     Placement(committed_sharding(a) for a in args))
   # NB: results of Arrays committed to the default device are committed (a dict's truth
   # when there are none: the eager path pays nothing more)
   committed = _committed_to_default and dev is None and commits_default(args)
@@ -691,9 +700,13 @@ def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
   is compiled already (a binary primitive with one result, the generic impl and no params),
   or None: the caller then takes the general path. The eager `x + y` of NumPy's
   operators."""
-  if placement_used[0] or config.state_key[1]:
+  if config.state_key[1]:
     return None
   x, y = args
+  if placement_used[0] and (x._sharding is not None or x._device is not None
+                            or y._sharding is not None or y._device is not None
+                            or concrete_mesh() is not None):
+    return None   # NB: placed operands or a mesh set: the general path
   if _committed_to_default and (id(x) in _committed_to_default
                                 or id(y) in _committed_to_default):
     return None   # committed results: `apply_primitive`

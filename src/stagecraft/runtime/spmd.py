@@ -14,7 +14,7 @@ executable, as JAX's `lower_sharding_computation` / `MeshExecutable` do.
 Device-assignment rules (JAX's `_get_and_check_device_assignment`): every explicit sharding,
 every committed argument (an Array split over a mesh or placed on a non-default device) and
 every mesh used inside the program must name the same devices in the same order, else
-`DeviceAssignmentMismatchError` names the two that disagree. A committed argument whose
+a `ValueError` (JAX's) names the two that disagree. A committed argument whose
 sharding differs from an explicit in_sharding is an error too: data moves between layouts
 only through `device_put(x, sharding)`, never silently. Uncommitted values (NumPy arrays,
 scalars, Arrays on the default device) are placed as the program wants.
@@ -41,7 +41,6 @@ from jaxlib import xla_client as xc
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ClosedJaxpr, Jaxpr, JaxprEqn, ShapedArray, Var
-from stagecraft.errors import DeviceAssignmentMismatchError
 from stagecraft.interpreters import lowering, mapping
 from stagecraft.runtime import client, dispatch
 from stagecraft.layout import Format, Layout
@@ -55,7 +54,8 @@ __all__ = ["shard_arg", "intern_sharding", "SpmdExecutable", "replicated_program
            "replicated_executable", "chain_devices", "flatten_shardings",
            "check_device_assignment", "on_mesh", "jaxpr_meshes", "lower_sharded_module",
            "named_from_hlo", "compile_sharded", "resolve", "typed_context_mesh",
-           "traced_device_put",
+           "traced_device_put", "jaxpr_device", "loose_operands", "loosen",
+           "ArrayCopySemantics", "bind_device_put", "device_put_impl",
            "check_spec_fits", "device_put_sharded", "make_array_from_callback",
            "make_array_from_single_device_arrays", "make_array_from_process_local_data",
            "apply_primitive", "call_closed", "call_closed_executable", "device_put",
@@ -486,14 +486,14 @@ def check_device_assignment(sources: Sequence[tuple[tuple, str]], api_name: str 
   """The one device assignment all `sources` (device tuple, description) share.
 
   Raises:
-    DeviceAssignmentMismatchError: naming the first two that differ.
+    ValueError: naming the first two that differ.
   """
   first = None
   for da, desc in sources:
     if first is None:
       first = (da, desc)
     elif tuple(da) != tuple(first[0]):
-      raise DeviceAssignmentMismatchError(
+      raise ValueError(
           f"Received incompatible devices for {api_name}ted computation. Got "
           f"{_side(*first)} and {_side(da, desc)}")
   return first[0] if first else ()
@@ -535,6 +535,32 @@ def jaxpr_meshes(jaxpr: Jaxpr) -> list[tuple[Mesh, Any]]:
   return found
 
 
+def jaxpr_device(jaxpr: Jaxpr):
+  """`(device, description)`: the device a program runs on because a `device_put` inside
+  puts a value on a `SingleDeviceSharding` (JAX counts that sharding in the program's device
+  assignment; a bare device it does not), with the place for error messages; None when none
+  does or the program uses a mesh.
+
+  Raises:
+    ValueError: two such device_puts name different devices (JAX's words).
+  """
+  found: list = []
+  _collect_devices(jaxpr, found)
+  if not found or jaxpr_meshes(jaxpr):
+    return None
+  check_device_assignment([((d,), desc) for d, desc in found])
+  return found[0]
+
+
+def _collect_devices(jaxpr: Jaxpr, found: list):
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "device_put":
+      found.extend((d.device, ("device_put inside jit", core.source_summary(eqn.source_info)))
+                   for d in eqn.params["devices"] if isinstance(d, SingleDeviceSharding))
+    for sub in core.subjaxprs(eqn):
+      _collect_devices(sub, found)
+
+
 def _collect(jaxpr: Jaxpr, found: list):
   for eqn in jaxpr.eqns:
     for v in eqn.params.values():   # a mesh, or a sharding over one (constraints)
@@ -547,6 +573,11 @@ def _collect(jaxpr: Jaxpr, found: list):
       elif isinstance(v, NamedSharding) and isinstance(v.mesh, Mesh):
         name = "device_put" if eqn.primitive.name == "reshard" else eqn.primitive.name
         found.append((v.mesh, (f"{name} inside jit", core.source_summary(eqn.source_info))))
+    if eqn.primitive.name == "device_put":   # NB: its shardings, one per operand
+      for d in eqn.params["devices"]:
+        if isinstance(d, NamedSharding) and isinstance(d.mesh, Mesh):
+          found.append((d.mesh, ("device_put inside jit",
+                                 core.source_summary(eqn.source_info))))
     for sub in core.subjaxprs(eqn):
       _collect(sub, found)
 
@@ -698,7 +729,7 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
     describe_arg: leaf index -> "argument x of f with shape f32[8]".
 
   Raises:
-    DeviceAssignmentMismatchError: devices disagree (see the module docstring).
+    ValueError: devices disagree (see the module docstring).
     ValueError: a committed argument laid out otherwise than its explicit in_sharding; a
       sharding whose spec is longer than its value's rank or does not divide its shape.
   """
@@ -763,6 +794,13 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
                      "\nMove the argument with stagecraft.device_put(x, sharding) first, or "
                      "pass in_shardings matching it.")
   outs = [None if s is None else on_mesh(s, mesh) for s in explicit_out]
+  if ctx is not None and not (mesh.axis_names and mesh.are_all_axes_explicit):
+    # NB: as JAX's over the context mesh: results typed over its Explicit axes (unsplit:
+    # one None per dimension), replicated (P()) on a mesh with none
+    explicit = AxisType.Explicit in mesh.axis_types
+    outs = [s if s is not None else
+            from_type(v.aval, mesh) if explicit or getattr(v.aval, "_sharding", None)
+            else _replicated(mesh) for s, v in zip(outs, jaxpr.outvars)]
   ins = [None] * nconst + ins
   if mesh.axis_names and mesh.are_all_axes_explicit:
     # NB: on a mesh of Explicit axes a value whose type splits it has that layout (JAX's
@@ -784,25 +822,47 @@ def resolve(jaxpr: Jaxpr, nconst: int, committed: Sequence[Any],
   return mesh, ins, outs
 
 
-def typed_context_mesh(jaxpr: Jaxpr) -> Mesh | None:
-  """The mesh of `set_mesh` when a program's inputs (consts too) or outputs have types split
-  over its Explicit axes (`reshard(jnp.zeros(...), P("x"))` in a jit without arguments on a
-  mesh): JAX runs such a program over the context mesh, each value laid out as its type
-  says. None when no mesh is set or no input or output type is split over a mesh of its
-  axis names and sizes.
+def _replicated(mesh: Mesh) -> NamedSharding:
+  return intern_sharding(NamedSharding(mesh, PartitionSpec()))
 
-  NB: JAX runs every jit under `set_mesh` over the context mesh; here only programs with
-  split types do, the others stay one-device programs (their values are the same).
-  """
+
+_PY_SCALARS = (int, float, bool, complex)
+
+
+def loose_operands(args: Sequence[Any]) -> bool:
+  """Whether an operation on `args`, none placed on a mesh, run under `set_mesh`, has
+  results typed over no mesh, laid out `P()` (JAX's rule, read off its types): some operand
+  has dimensions (a NumPy array, an Array made outside the mesh) and none is a Python
+  scalar (JAX converts those under the mesh first, so they carry its type). Otherwise (only
+  scalars, or no operands: iota, fills) the results' types are over the mesh, laid out with
+  one None per dimension."""
+  dims = False
+  for a in args:
+    if type(a) in _PY_SCALARS:
+      return False
+    if not dims and np.ndim(a):
+      dims = True
+  return dims
+
+
+def loosen(outs: Sequence[Any], mesh: Mesh) -> None:
+  """Lays the unsplit Arrays among `outs` (results over `mesh`) out as `P()` (the same
+  layout as `P(None, ...)`, named as JAX's for values typed over no mesh)."""
+  rep = _replicated(mesh)
+  for o in outs:
+    if (type(o) is Array and isinstance(o._sharding, NamedSharding)
+        and o._sharding.mesh == mesh and o.aval._sharding is None):
+      o._sharding = rep
+
+
+def typed_context_mesh(jaxpr: Jaxpr | None = None) -> Mesh | None:
+  """The mesh of `set_mesh`, over which JAX runs every program (jit, eager operations) none
+  of whose arguments is placed elsewhere: each value laid out as its type says, unsplit ones
+  replicated. None when no mesh is set (or it is empty)."""
   ctx = concrete_mesh()
-  if ctx is None or ctx.empty or AxisType.Explicit not in ctx.axis_types:
+  if ctx is None or ctx.empty:
     return None
-  key = (ctx.axis_names, ctx.axis_sizes)
-  for v in (*jaxpr.constvars, *jaxpr.invars, *jaxpr.outvars):
-    ts = getattr(getattr(v, "aval", None), "_sharding", None)
-    if ts is not None and (ts.mesh.axis_names, ts.mesh.axis_sizes) == key:
-      return ctx
-  return None
+  return ctx
 
 
 def from_type(aval: Any, mesh: Mesh) -> NamedSharding | None:
@@ -878,7 +938,9 @@ def device_put_sharded(x: Any, sharding: NamedSharding) -> Array:
   aval = typed_aval(aval, s)
   if (type(x) is Array and x._sharding is not None and x._sharding == s and x.aval == aval
       and x._sharding.mesh.axis_types == s.mesh.axis_types):
-    return x
+    if x._sharding is s or tuple(x._sharding.spec) == tuple(s.spec):
+      return x
+    return Array(x._buf, aval, None, s)   # NB: the same layout, its spec as written
   if (type(x) is Array and isinstance(x._sharding, NamedSharding)
       and x._sharding.spec.unreduced and unreduced_reshard[0] is not None):
     # NB: partial sums leave their layout by a program (the sum is an all-reduce)
@@ -1052,8 +1114,15 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict,
   over that mesh (arguments keep their layout; results as the partitioner lays them out),
   cached per (primitive, params, avals, layouts)."""
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
+  ctx = None
+  if not any(placement):   # NB: none placed: over the mesh of `set_mesh` (in the key)
+    ctx = concrete_mesh()
+    loose = (ctx.axis_types, loose_operands(args))
+  else:   # NB: equal layouts over meshes of other axis types compare equal: key on those
+    loose = tuple(p.mesh.axis_types if isinstance(p, NamedSharding) else None
+                  for p in placement)
   try:
-    key = (prim, tuple(placement), *avals, *params.items())
+    key = (prim, tuple(placement), ctx, loose, *avals, *params.items())
     ex = _eager_cache.get(key)
   except TypeError:   # unhashable params
     key, ex = None, None
@@ -1065,6 +1134,9 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict,
     jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, prim, params)])
     mesh, ins, outs = resolve(jaxpr, 0, placement, None, None,
                               _describe_leaf(prim.name, avals))
+    if ctx is not None and loose[1] is True:
+      outs = [o if getattr(v.aval, "_sharding", None) is not None else _replicated(mesh)
+              for o, v in zip(outs, outvars)]
     ex = compile_sharded(prim.name, jaxpr, mesh, ins, outs)
     if key is not None:
       if len(_eager_cache) >= _MAX_CACHE:
@@ -1127,13 +1199,23 @@ def device_put(x: Any, device=None, *, src: Any = None, donate: Any = False,
     The same tree of `Array`s, committed to `device` when one is given (uncommitted on the
     default device otherwise). Computations run on the device of their committed inputs.
     This is the one way data moves between layouts: jit never reshards committed inputs.
+    Inside a transformation (jit, grad, vmap, ...) it is one `device_put` equation over all
+    leaves, as JAX's (`devices`, `srcs`, `copy_semantics`: REUSE_INPUT, ALWAYS_COPY for
+    `may_alias=False`, DONATE_INPUT for `donate=True`); a NamedSharding types its result
+    (split dimensions over Explicit axes) and names the program's devices.
 
   Raises:
     TypeError: if `device` is not a device or sharding, or a leaf is not an array-like (its
       key path is named).
     ValueError: a split dimension not divisible by its mesh axes; `donate` and `may_alias`
-      both True for a leaf (JAX's words).
+      both True for a leaf; a bare PartitionSpec with no mesh set; a donated device_put
+      transposed by grad (JAX's words).
   """
+  if core.trace_state.trace is not core.eval_trace and not (
+      device is not None and _has_format(device)):
+    # NB: as JAX's, inside a transformation (jit, grad, vmap, ...) one `device_put`
+    # equation for all the leaves (the primitive lives in lax/spmd.py)
+    return _staged_device_put(x, device, src, donate, may_alias)
   if donate is False and may_alias is None:
     return _device_put(x, device)
   leaves, treedef = tree_util.tree_flatten(x)
@@ -1155,6 +1237,110 @@ def device_put(x: Any, device=None, *, src: Any = None, donate: Any = False,
   out = [_fresh_copy(o) if c and (o is i or _same_buffer(o, i)) else o
          for o, i, c in zip(out, leaves, copies)]
   return tree_util.tree_unflatten(treedef, out)
+
+
+#: JAX's copy semantics of a device_put (the runtime's enum: `REUSE_INPUT`, `ALWAYS_COPY`,
+#: `DONATE_INPUT`), one per leaf in the `device_put` equation's `copy_semantics`.
+ArrayCopySemantics = xc.ArrayCopySemantics
+
+#: `device_put_p.bind` (installed by lax/spmd.py, which defines the primitive).
+bind_device_put: list[Callable | None] = [None]
+
+
+def _is_placement_leaf(x) -> bool:
+  return (x is None or isinstance(x, (Sharding, PartitionSpec, Format))
+          or hasattr(x, "client"))
+
+
+def _flat_prefix(v, x, n: int, what: str) -> list:
+  """One entry per leaf of `x` from `v`: a device, sharding, spec or None for all, or a
+  pytree prefix of `x` of them."""
+  if _is_placement_leaf(v):
+    return [v] * n
+  try:
+    return tree_util.broadcast_prefix(v, x, is_leaf=_is_placement_leaf)
+  except ValueError:
+    raise prefix_error(v, x, what) from None
+
+
+def _spec_to_sharding(v):
+  """A bare PartitionSpec means `NamedSharding(mesh of set_mesh, spec)` (JAX's words when
+  no mesh is set)."""
+  if not isinstance(v, PartitionSpec):
+    return v
+  mesh = concrete_mesh()
+  if mesh is None:
+    raise ValueError("Please set a mesh via `jax.set_mesh` if a PartitionSpec is passed to "
+                     "device_put")
+  return NamedSharding(mesh, v)
+
+
+def _source_of(src, x):
+  """Where a leaf is (JAX's `_infer_src_sharding`): `src` when given; a concrete Array's
+  sharding (the primal of a JVP tracer too); a value typed over a mesh all of whose axes
+  are Explicit: the sharding in its type; else None."""
+  if src is not None:
+    return src
+  v = core.to_concrete_value(x) if isinstance(x, core.Tracer) else x
+  if type(v) is Array:
+    return v.sharding
+  aval = core.get_aval(x)
+  ts = getattr(aval, "_sharding", None)
+  if ts is not None and ts.mesh.are_all_axes_explicit:
+    return ts
+  return None
+
+
+def _staged_device_put(x, device, src, donate, may_alias):
+  """`device_put` inside a transformation: one `device_put` equation (JAX's params
+  `devices`, `srcs`, `copy_semantics`, one entry per leaf); NumPy leaves left in place with
+  no target and no copy are returned as they are (JAX folds that equation away)."""
+  with_paths, treedef = _leaves_with_paths(x)
+  leaves = [leaf for _, leaf in with_paths]
+  n = len(leaves)
+  devices = [_spec_to_sharding(d) for d in _flat_prefix(device, x, n, "device_put")]
+  srcs = [_spec_to_sharding(s) for s in _flat_prefix(src, x, n, "device_put source")]
+  srcs = [_source_of(s, leaf) for s, leaf in zip(srcs, leaves)]
+  flags = []
+  for what, v in (("donate", donate), ("may_alias", may_alias)):
+    flags.append([v] * n if isinstance(v, bool) or v is None
+                 else _flat_prefix(v, x, n, f"device_put {what}"))
+  copies = []
+  for d, m in zip(*flags):
+    if m and d:
+      raise ValueError("may_alias and donate cannot be True at the same time.")
+    if m is None:
+      m = not d
+    copies.append(ArrayCopySemantics.REUSE_INPUT if m and not d else
+                  ArrayCopySemantics.DONATE_INPUT if d and not m else
+                  ArrayCopySemantics.ALWAYS_COPY)
+  for (path, leaf), d in zip(with_paths, devices):
+    if d is not None and not isinstance(d, Sharding) and not hasattr(d, "client"):
+      raise ValueError(f"`jax.device_put` only accepts `None`, `jax.sharding.Sharding`, "
+                       f"`jax.Device`, `Format`, `jax.memory.Space` or a pytree of these "
+                       f"values. Received invalid value: {d}")
+    if isinstance(d, NamedSharding):
+      aval = leaf.aval if type(leaf) is Array else core.get_aval(leaf)
+      check_spec_fits(d, aval, "device_put", typed=True)
+      d.shard_shape(aval.shape)
+  if (all(isinstance(v, (np.ndarray, np.generic)) for v in leaves)
+      and all(d is None for d in devices)
+      and all(c == ArrayCopySemantics.REUSE_INPUT for c in copies)):
+    return x   # NB: JAX's folding of a device_put of constants that does nothing
+  outs = bind_device_put[0](leaves, tuple(devices), tuple(srcs), tuple(copies))
+  return tree_util.tree_unflatten(treedef, outs)
+
+
+def device_put_impl(*xs, devices, srcs, copy_semantics) -> list:
+  """The eager `device_put` equation: each value placed on its device or sharding (None:
+  left where it is), copied when its copy semantics is not `REUSE_INPUT`."""
+  outs = []
+  for x, d, c in zip(xs, devices, copy_semantics):
+    y = _device_put(x, d)
+    if c != ArrayCopySemantics.REUSE_INPUT and (y is x or _same_buffer(y, x)):
+      y = _fresh_copy(y)
+    outs.append(y)
+  return outs
 
 
 def _same_buffer(a: Any, b: Any) -> bool:
