@@ -338,3 +338,28 @@ def test_checkify_formats_typed_keys_as_jax():
     seen[name] = (err.get(), ok.get())
   assert seen["stagecraft"] == seen["jax"]
   assert "dtype=key<fry>" in seen["jax"][0]
+
+
+@pytest.mark.parametrize("case", ["astype_same", "astype_batch", "method", "astype_f32",
+                                  "convert_same", "asarray", "array", "jit_where_astype",
+                                  "astype_u32"])
+def test_key_arrays_cast_to_their_own_dtype_as_jax(case):
+  # optax's gradient accumulation (MultiSteps) casts its state back with
+  # `jnp.astype(jnp.where(emit, new, old), old.dtype)`, noisy_sgd's state being a key.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    k = api.random.key(0)
+    ks = api.random.split(k)
+    f = {"astype_same": lambda: jnp.astype(k, k.dtype),
+         "astype_batch": lambda: jnp.astype(ks, ks.dtype),
+         "method": lambda: ks.astype(ks.dtype),
+         "astype_f32": lambda: jnp.astype(k, jnp.float32),
+         "convert_same": lambda: api.lax.convert_element_type(k, k.dtype),
+         "asarray": lambda: jnp.asarray(k, dtype=k.dtype),
+         "array": lambda: jnp.array(k, dtype=k.dtype),
+         "jit_where_astype": lambda: api.jit(
+             lambda a: jnp.astype(jnp.where(True, a, a), a.dtype))(k),
+         "astype_u32": lambda: jnp.astype(k, jnp.uint32)}[case]
+    out = _outcome(f)
+    seen[name] = (out[0], out[1].replace("\n", " "))
+  assert seen["stagecraft"] == seen["jax"]
