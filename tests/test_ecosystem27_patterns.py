@@ -363,3 +363,17 @@ def test_key_arrays_cast_to_their_own_dtype_as_jax(case):
     out = _outcome(f)
     seen[name] = (out[0], out[1].replace("\n", " "))
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_jax_internals_keep_jaxs_core_under_the_runner(installed):
+  # JAX's "How primitives work" tutorial calls `jax._src.lax` directly (real JAX code): the
+  # served names quax needs (`import jax._src.core as core`) must not replace real JAX's.
+  import importlib
+  import jax as served
+  real_core = importlib.import_module("jax._src.core")
+  real_lax = importlib.import_module("jax._src.lax.lax")
+  real_api = importlib.import_module("jax._src.api")
+  assert served._src.core.Trace is sc.core.Trace
+  assert served._src.pjit.jit_p is sc.pjit.jit_p
+  assert real_core.Trace is not sc.core.Trace
+  assert float(real_api.grad(lambda a: real_lax.mul(a, a))(3.0)) == 6.0
