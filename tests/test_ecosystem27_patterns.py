@@ -377,3 +377,18 @@ def test_jax_internals_keep_jaxs_core_under_the_runner(installed):
   assert served._src.pjit.jit_p is sc.pjit.jit_p
   assert real_core.Trace is not sc.core.Trace
   assert float(real_api.grad(lambda a: real_lax.mul(a, a))(3.0)) == 6.0
+
+
+def test_float64_numpy_inputs_promote_to_canonical_arrays_without_warnings():
+  # optax's softmax_cross_entropy_with_integer_labels on NumPy float64 logits: logsumexp
+  # casts back with `.astype(a.dtype)`, which must be float32 (x64 off), not warn of float64.
+  import warnings
+  x = np.random.RandomState(0).randn(3, 4)
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      out = [api.nn.logsumexp(x, axis=0), api.scipy.special.logsumexp(x, axis=1, b=np.ones(4)),
+             api.nn.log_softmax(x, axis=0)]
+    seen[name] = [(np.asarray(o).tolist(), str(o.dtype)) for o in out]
+  assert seen["stagecraft"] == seen["jax"]
