@@ -338,3 +338,57 @@ def test_checkify_formats_typed_keys_as_jax():
     seen[name] = (err.get(), ok.get())
   assert seen["stagecraft"] == seen["jax"]
   assert "dtype=key<fry>" in seen["jax"][0]
+
+
+@pytest.mark.parametrize("case", ["astype_same", "astype_batch", "method", "astype_f32",
+                                  "convert_same", "asarray", "array", "jit_where_astype",
+                                  "astype_u32"])
+def test_key_arrays_cast_to_their_own_dtype_as_jax(case):
+  # optax's gradient accumulation (MultiSteps) casts its state back with
+  # `jnp.astype(jnp.where(emit, new, old), old.dtype)`, noisy_sgd's state being a key.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    k = api.random.key(0)
+    ks = api.random.split(k)
+    f = {"astype_same": lambda: jnp.astype(k, k.dtype),
+         "astype_batch": lambda: jnp.astype(ks, ks.dtype),
+         "method": lambda: ks.astype(ks.dtype),
+         "astype_f32": lambda: jnp.astype(k, jnp.float32),
+         "convert_same": lambda: api.lax.convert_element_type(k, k.dtype),
+         "asarray": lambda: jnp.asarray(k, dtype=k.dtype),
+         "array": lambda: jnp.array(k, dtype=k.dtype),
+         "jit_where_astype": lambda: api.jit(
+             lambda a: jnp.astype(jnp.where(True, a, a), a.dtype))(k),
+         "astype_u32": lambda: jnp.astype(k, jnp.uint32)}[case]
+    out = _outcome(f)
+    seen[name] = (out[0], out[1].replace("\n", " "))
+  assert seen["stagecraft"] == seen["jax"]
+
+
+def test_jax_internals_keep_jaxs_core_under_the_runner(installed):
+  # JAX's "How primitives work" tutorial calls `jax._src.lax` directly (real JAX code): the
+  # served names quax needs (`import jax._src.core as core`) must not replace real JAX's.
+  import importlib
+  import jax as served
+  real_core = importlib.import_module("jax._src.core")
+  real_lax = importlib.import_module("jax._src.lax.lax")
+  real_api = importlib.import_module("jax._src.api")
+  assert served._src.core.Trace is sc.core.Trace
+  assert served._src.pjit.jit_p is sc.pjit.jit_p
+  assert real_core.Trace is not sc.core.Trace
+  assert float(real_api.grad(lambda a: real_lax.mul(a, a))(3.0)) == 6.0
+
+
+def test_float64_numpy_inputs_promote_to_canonical_arrays_without_warnings():
+  # optax's softmax_cross_entropy_with_integer_labels on NumPy float64 logits: logsumexp
+  # casts back with `.astype(a.dtype)`, which must be float32 (x64 off), not warn of float64.
+  import warnings
+  x = np.random.RandomState(0).randn(3, 4)
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      out = [api.nn.logsumexp(x, axis=0), api.scipy.special.logsumexp(x, axis=1, b=np.ones(4)),
+             api.nn.log_softmax(x, axis=0)]
+    seen[name] = [(np.asarray(o).tolist(), str(o.dtype)) for o in out]
+  assert seen["stagecraft"] == seen["jax"]

@@ -80,10 +80,8 @@ _state: dict = {"finder": None, "saved": {}}
 #: (evaluated at import); blackjax ravels pytrees with `jax._src.flatten_util.ravel_pytree`;
 #: flax.nnx tests refs with `jax._src.state.types.AbstractRef`; lineax registers a transpose
 #: rule on `jax._src.ad_util.stop_gradient_p`; jaxopt's tests catch
-#: `jax._src.interpreters.ad.CustomVJPException`. quax (implicit arrays as a custom trace)
-#: subclasses `jax._src.core.Trace`/`Tracer`, enters its trace with `take_current_trace`/
-#: `set_current_trace`, registers a rule on `jax._src.pjit.jit_p`, and its PRNG example makes
-#: raw keys with `jax._src.random.threefry2x32`'s functions.
+#: `jax._src.interpreters.ad.CustomVJPException`; quax's PRNG example makes raw keys with
+#: `jax._src.random.threefry2x32`'s functions.
 _SRC_ALIASES = {
     ("jax._src.dtypes", "TypePromotionError"): dtypes.TypePromotionError,
     **{("jax._src.checkify", n): f"stagecraft.experimental.checkify:{n}" for n in (
@@ -96,15 +94,65 @@ _SRC_ALIASES = {
     ("jax._src.ad_util", "stop_gradient_p"): "stagecraft.lax.ad_util:stop_gradient_p",
     ("jax._src.interpreters.ad", "CustomVJPException"):
         "stagecraft.interpreters.ad:CustomVJPException",
-    **{("jax._src.core", n): f"stagecraft.core:{n}" for n in (
-        "Trace", "Tracer", "ShapedArray", "AbstractValue", "Primitive", "get_aval",
-        "jaxpr_as_fun")},
-    **{("jax._src.core", n): f"stagecraft.extend.core:{n}" for n in (
-        "TraceTag", "set_current_trace", "take_current_trace")},
-    ("jax._src.pjit", "jit_p"): "stagecraft.pjit:jit_p",
     **{("jax._src.random.threefry2x32", f"threefry_{n}"): f"stagecraft.random:_jax_threefry_{n}"
        for n in ("seed", "split", "fold_in", "random_bits")},
 }
+
+
+#: Names of JAX's internal modules that a served `jax` shows in place of JAX's own when they
+#: are reached through it, by attribute (`import jax._src.core as core`, `jax._src.pjit.jit_p`):
+#: `{submodule of jax._src: {name: stagecraft object}}`. The real modules are untouched, so
+#: JAX's own code (a program calling `jax._src.lax` directly) keeps JAX's. quax (implicit
+#: arrays as a custom trace) subclasses `jax._src.core.Trace`/`Tracer`, enters its trace with
+#: `take_current_trace`/`set_current_trace` and registers a rule on `jax._src.pjit.jit_p`.
+_SRC_VIEWS = {
+    "core": {**{n: f"stagecraft.core:{n}" for n in (
+        "Trace", "Tracer", "ShapedArray", "AbstractValue", "Primitive", "jaxpr_as_fun")},
+             **{n: f"stagecraft.extend.core:{n}" for n in (
+                 "TraceTag", "set_current_trace", "take_current_trace")}},
+    "pjit": {"jit_p": "stagecraft.pjit:jit_p"},
+}
+
+
+class _ModuleView(ModuleType):
+  """A real module of `jax._src` as a served `jax` shows it: `_SRC_VIEWS`'s names are
+  stagecraft's, every other attribute is the real module's."""
+
+  def __init__(self, real: ModuleType, names: dict):
+    super().__init__(real.__name__, real.__doc__)
+    vars(self)["_real"] = real
+    vars(self)["_names"] = names
+
+  def __getattr__(self, name):
+    if name in self._names:
+      obj = _src_alias(self._names[name])
+      if obj is not None:
+        return obj
+    return getattr(self._real, name)
+
+  def __dir__(self):
+    return sorted(set(dir(self._real)) | set(self._names))
+
+
+class _SrcView(ModuleType):
+  """The real `jax._src` package as a served `jax`'s attribute `_src`: its submodules named
+  in `_SRC_VIEWS` are `_ModuleView`s, the rest the real ones."""
+
+  def __init__(self, real: ModuleType):
+    super().__init__(real.__name__, real.__doc__)
+    vars(self)["_real"] = real
+    vars(self)["_views"] = {}
+
+  def __getattr__(self, name):
+    sub = getattr(self._real, name)
+    if name in _SRC_VIEWS and isinstance(sub, ModuleType):
+      if name not in self._views:
+        self._views[name] = _ModuleView(sub, _SRC_VIEWS[name])
+      return self._views[name]
+    return sub
+
+  def __dir__(self):
+    return dir(self._real)
 
 
 def _src_alias(obj):
@@ -332,7 +380,7 @@ def install() -> None:
   real_src = sys.modules.get(_PRIVATE)
   if real_src is not None and "_src" not in vars(stagecraft):
     # NB: `import jax._src.x as y` reads the attribute `_src` of the module `jax` (stagecraft).
-    stagecraft._src = real_src
+    stagecraft._src = _SrcView(real_src)
     _state["set_src"] = True
   _state["versions"] = [(m, n, getattr(m, n)) for m in (stagecraft, _version)
                         for n in _VERSION_NAMES]

@@ -192,6 +192,11 @@ class PRNGKeyArray:
 
   __hash__ = None  # type: ignore[assignment]
 
+  def astype(self, *args: Any, **kwargs: Any):
+    # NB: JAX's key arrays have no astype method (its abstract base class's raises this);
+    # `jnp.astype(keys, keys.dtype)` works
+    raise NotImplementedError("Cannot call abstract method astype")
+
   def copy(self) -> "PRNGKeyArray":
     """A copy of the keys (a new key array over copied key data)."""
     return _forwarded(self, PRNGKeyArray(jnp.array(self._base_array, copy=True)))

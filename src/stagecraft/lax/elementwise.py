@@ -1292,8 +1292,24 @@ def convert_element_type(operand: Any, new_dtype: Any, weak_type: bool = False):
       warning; an error under `-W error`). Take `real(x)` first to cast silently.
     UserWarning: for a 64-bit `new_dtype` with x64 off (`dtypes.check_user_dtype`).
   """
+  if type(operand) in KEY_TYPES:
+    return convert_keys(operand, new_dtype)
   new_dtype = dtypes.check_user_dtype(new_dtype, "convert_element_type")
   return _convert_element_type(operand, new_dtype, weak_type)
+
+
+def convert_keys(keys: Any, new_dtype: Any) -> Any:
+  """A typed key array "converted" to `new_dtype`: itself for its own key dtype (JAX's
+  `convert_element_type`, `astype`, `asarray(dtype=)` of key arrays; optax's gradient
+  accumulation casts its state back with `astype(x, x.dtype)`).
+
+  Raises:
+    ValueError: for any other dtype (JAX's words).
+  """
+  if new_dtype == keys.dtype:
+    return keys
+  name = getattr(new_dtype, "name", None) or np.dtype(new_dtype).name
+  raise ValueError(f"Cannot convert_element_type from {keys.dtype} to {name}")
 
 
 def _convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False,

@@ -126,7 +126,7 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
     NotImplementedError: for `order` other than 'K' or None.
     OverflowError: for a Python int out of the range of the result dtype.
   """
-  if type(object) in KEY_TYPES and dtype is None and not ndmin:
+  if type(object) in KEY_TYPES and not ndmin and (dtype is None or dtype == object.dtype):
     return object.copy() if copy else object
   if args:
     warnings.warn("Passing the copy, order, and ndmin arguments to jnp.array positionally "
@@ -219,7 +219,7 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, *, copy: bool |
   Raises:
     As `array`.
   """
-  if type(a) in KEY_TYPES and dtype is None:
+  if type(a) in KEY_TYPES and (dtype is None or dtype == a.dtype):
     return a.copy() if copy else a
   _check_order(order)
   if dtype is not None:

@@ -62,6 +62,8 @@ def astype(x: ArrayLike, dtype: Any, /, *, copy: bool = False, device: Any = Non
       such casts will become an error); take `real(x)` or `imag(x)` first. Complex to bool
       tests both parts for nonzero, silently.
   """
+  if type(x) in KEY_TYPES:
+    return placed(lax.convert_element_type(x, dtype), device, None, "astype")
   x = asarray(x)
   dtype = dtypes.check_user_dtype(dtype, "astype")
   if dtypes.is_complex(dtype_of(x)) and not dtypes.is_complex(dtype):

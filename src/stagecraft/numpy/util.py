@@ -91,8 +91,8 @@ def convert_dtype(x, dtype: np.dtype, weak: bool):
     v = python_scalar_value(x, dtype)
     return lax.utils.weak_scalar(v) if weak or type(x) is not bool else v
   aval = core.get_aval(x)
-  if aval.dtype == dtype and aval.weak_type == weak:
-    return x
+  if aval.dtype == dtype and aval.weak_type == weak and getattr(x, "dtype", dtype) == dtype:
+    return x   # NB: a NumPy float64 array (an f32 aval without x64) is converted below
   if (type(x) is Array and aval.shape == () and dtype != dtypes.float0
       and not isinstance(core.current_trace(), core.EvalTrace) and pe.is_literal_array(x)):
     # NB: a scalar constant made while tracing (`full((), 0.1)`) converts on the host, as
