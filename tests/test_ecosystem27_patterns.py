@@ -392,3 +392,13 @@ def test_float64_numpy_inputs_promote_to_canonical_arrays_without_warnings():
              api.nn.log_softmax(x, axis=0)]
     seen[name] = [(np.asarray(o).tolist(), str(o.dtype)) for o in out]
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_xla_bridge_backends_as_chex_reads_them(installed):
+  # chex's `set_n_cpu_devices` raises once `jax._src.xla_bridge._backends` holds the CPU
+  # backend (a device count can no longer change); under the runner that is stagecraft's.
+  import jax as served
+  snp.zeros(2).block_until_ready()   # the backend has started
+  backends = served._src.xla_bridge._backends
+  assert set(backends) == {"cpu"}
+  assert backends["cpu"].device_count() == len(sc.devices())
