@@ -392,3 +392,32 @@ def test_float64_numpy_inputs_promote_to_canonical_arrays_without_warnings():
              api.nn.log_softmax(x, axis=0)]
     seen[name] = [(np.asarray(o).tolist(), str(o.dtype)) for o in out]
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_xla_bridge_backends_as_chex_reads_them(installed):
+  # chex's `set_n_cpu_devices` raises once `jax._src.xla_bridge._backends` holds the CPU
+  # backend (a device count can no longer change); under the runner that is stagecraft's.
+  import jax as served
+  snp.zeros(2).block_until_ready()   # the backend has started
+  backends = served._src.xla_bridge._backends
+  assert set(backends) == {"cpu"}
+  assert backends["cpu"].device_count() == len(sc.devices())
+
+
+def test_like_functions_keep_a_committed_prototypes_sharding_as_jax():
+  # optax's `zeros_like(params)` (adam's mu/nu) of parameters sharded over an Auto mesh:
+  # JAX's full_like places the result as the concrete, committed prototype is placed.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    P = api.sharding.PartitionSpec
+    mesh = api.make_mesh((2, 2), ("row", "col"),
+                         axis_types=(api.sharding.AxisType.Auto,) * 2)
+    w = api.device_put(jnp.ones((8, 2)), api.sharding.NamedSharding(mesh, P("row", "col")))
+    d1 = api.device_put(jnp.ones(3), api.devices()[1])
+    out = []
+    for like in (w, d1, jnp.ones(3), jnp.asarray(2.0)):
+      for f in (jnp.zeros_like, jnp.ones_like, lambda a: jnp.full_like(a, 3)):
+        r = f(like)
+        out.append((str(r.sharding), r.committed, np.asarray(r).tolist()))
+    seen[name] = out
+  assert seen["stagecraft"] == seen["jax"]

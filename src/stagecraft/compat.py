@@ -21,9 +21,12 @@ The real `jax.*` modules already imported are set aside while installed and put 
 
 - `jax._src.*`, JAX's internals: stagecraft's runtime calls into real jax/jaxlib (the XLA
   runtime, DESIGN.md), whose code imports its internals lazily. While installed, the served
-  `jax` module's attribute `_src` is the real `jax._src` package too, so that a library's
-  `import jax._src.traceback_util as tu` or `jax._src.dispatch.wait_for_tokens` reaches
-  JAX's module (equinox, jaxtyping and chex reach for a few); `uninstall()` removes it.
+  `jax` module's attribute `_src` is a view of the real `jax._src` package (`_SrcView`), so
+  that a library's `import jax._src.traceback_util as tu` or
+  `jax._src.dispatch.wait_for_tokens` reaches JAX's module (equinox, jaxtyping and chex
+  reach for a few), except that the names in `_SRC_VIEWS` are stagecraft's when reached
+  that way (`import jax._src.core as core` gives quax stagecraft's `Trace`/`Tracer`; the
+  real module, which JAX's own code uses, is untouched); `uninstall()` removes it.
   Pytree types registered through the served `jax.tree_util` are registered with JAX's own
   registry as well (flax.nnx reads `jax._src.tree_util._registry`). A few names of JAX's
   internals that libraries import to catch or test what stagecraft raises, or to call
@@ -59,7 +62,7 @@ import numpy as np
 import stagecraft
 from stagecraft import dtypes, stages, traceback_util, tree_util, version as _version
 from stagecraft.numpy import scalar_types
-from stagecraft.runtime import array as array_mod, jax_runtime
+from stagecraft.runtime import array as array_mod, client, jax_runtime
 
 __all__ = ["install", "uninstall", "is_installed", "stagecraft_name", "JAX_API_VERSION"]
 
@@ -111,6 +114,8 @@ _SRC_VIEWS = {
              **{n: f"stagecraft.extend.core:{n}" for n in (
                  "TraceTag", "set_current_trace", "take_current_trace")}},
     "pjit": {"jit_p": "stagecraft.pjit:jit_p"},
+    # chex's `set_n_cpu_devices` reads it to tell whether the backend has started
+    "xla_bridge": {"_backends": lambda: client.started_backends()},
 }
 
 
@@ -125,7 +130,8 @@ class _ModuleView(ModuleType):
 
   def __getattr__(self, name):
     if name in self._names:
-      obj = _src_alias(self._names[name])
+      entry = self._names[name]
+      obj = entry() if callable(entry) else _src_alias(entry)
       if obj is not None:
         return obj
     return getattr(self._real, name)

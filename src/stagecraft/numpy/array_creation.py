@@ -53,6 +53,11 @@ def placed(x: Any, device: Any, out_sharding: Any, where: str, like: Any = None)
   ts = getattr(getattr(like, "aval", None), "_sharding", None)
   if ts is not None and isinstance(like, (Array, core.Tracer)):
     return reshard_to_type(x, ts, None)
+  if (type(like) is Array and like.committed and type(x) is Array
+      and not x.aval.weak_type and like._buf is not None):
+    # NB: as JAX's `full_like`: a concrete, committed prototype's sharding (a device, or a
+    # NamedSharding over a concrete mesh: optax's zeros_like of sharded parameters)
+    return spmd.device_put(x, like.sharding)
   return x
 
 

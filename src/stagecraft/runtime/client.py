@@ -17,6 +17,7 @@ import functools
 import gc
 import importlib.util
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -164,6 +165,16 @@ def _cpu_client():
     _quiet_info_logs()
     _cpu[0] = xc.make_cpu_client(asynchronous=True, num_devices=_num_cpu_devices())
   return _cpu[0]
+
+
+def started_backends() -> dict[str, Any]:
+  """The clients started so far, by platform (starting none): `{}` before the first
+  computation. JAX's `xla_bridge._backends` as a served `jax` shows it (chex's
+  `set_n_cpu_devices` refuses to change the device count once it is non-empty)."""
+  if uses_jax():
+    real = sys.modules.get("jax._src.xla_bridge")
+    return dict(getattr(real, "_backends", None) or {})
+  return {} if _cpu[0] is None else {"cpu": _cpu[0]}
 
 
 @functools.lru_cache(maxsize=None)
