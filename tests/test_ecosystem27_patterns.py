@@ -421,3 +421,15 @@ def test_like_functions_keep_a_committed_prototypes_sharding_as_jax():
         out.append((str(r.sharding), r.committed, np.asarray(r).tolist()))
     seen[name] = out
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_set_mesh_object_prints_as_jaxs_under_the_runner(installed):
+  # JAX's sharding docs end a cell with `jax.set_mesh(mesh)`: the notebook shows its repr.
+  import jax as served
+  reprs = []
+  for api in (served, jax):
+    ctx = api.sharding.set_mesh(api.make_mesh((2,), ("x",)))
+    reprs.append(repr(ctx))
+    ctx.__exit__(None, None, None)   # the mesh set before comes back
+  assert reprs[0].startswith("<jax._src.sharding_impls.set_mesh object at 0x")
+  assert reprs[0].split(" at ")[0] == reprs[1].split(" at ")[0]

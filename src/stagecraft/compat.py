@@ -61,6 +61,7 @@ import numpy as np
 
 import stagecraft
 from stagecraft import dtypes, stages, traceback_util, tree_util, version as _version
+from stagecraft import sharding as sharding_mod
 from stagecraft.numpy import scalar_types
 from stagecraft.runtime import array as array_mod, client, jax_runtime
 
@@ -399,7 +400,8 @@ def install() -> None:
   scalar_types.repr_module[0] = _PREFIX + ".numpy"   # `<class 'jax.numpy.float32'>`
   array_mod.class_repr[0] = "jaxlib._jax.ArrayImpl"   # `type(x)` as JAX's concrete class
   traceback_util.library_name[0] = "JAX"   # "For simplicity, JAX has removed its ..."
-  stages.jax_reprs[0] = True   # `<jax._src.stages.Compiled object at 0x...>`
+  stages.jax_reprs[0] = True
+  sharding_mod.jax_reprs[0] = True   # `<jax._src.stages.Compiled object at 0x...>`
   for n, m in list(sys.modules.items()):
     if isinstance(m, ModuleType) and (n == "stagecraft" or n.startswith("stagecraft.")):
       _name_as_jax(m)
@@ -433,6 +435,7 @@ def uninstall() -> None:
   array_mod.class_repr[0] = None
   traceback_util.library_name[0] = "stagecraft"
   stages.jax_reprs[0] = False
+  sharding_mod.jax_reprs[0] = False
   _unname_as_jax()
   _state["finder"], _state["saved"] = None, {}
   importlib.invalidate_caches()

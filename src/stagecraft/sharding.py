@@ -546,6 +546,15 @@ class set_mesh:
     _concrete_mesh.set(self.prev_mesh)
     return False
 
+  def __repr__(self):   # (a notebook cell that ends with `jax.set_mesh(mesh)` shows it)
+    mod = "jax._src.sharding_impls" if jax_reprs[0] else type(self).__module__
+    return f"<{mod}.set_mesh object at {id(self):#x}>"
+
+
+#: True while the JAX runner is installed (`stagecraft.compat.install`): a `set_mesh` prints
+#: as JAX's object does, `<jax._src.sharding_impls.set_mesh object at 0x...>`.
+jax_reprs = [False]
+
 
 def get_mesh() -> Mesh:
   """The mesh set by `set_mesh` (an empty Mesh when none is).
