@@ -1159,9 +1159,7 @@ pp_subjaxprs: dict["Primitive", Callable[["JaxprEqn"], Sequence["Jaxpr"]]] = {}
 #: where stagecraft's primitive has no such param (printing only; for primitives whose
 #: module registers no `pp_eqn_rules` entry).
 pp_default_params: dict[str, tuple[tuple[str, Any], ...]] = {
-    "reduce_sum": (("out_sharding", None),),
     "scatter": (("update_consts", ()), ("update_jaxpr", None)),
-    "conv_general_dilated": (("out_sharding", None),),
 }
 
 
@@ -1394,6 +1392,12 @@ class Primitive:
   impl and abstract_eval rules are stored on the primitive itself, as in JAX.
   """
   multiple_results = False
+  #: Params every equation of this primitive carries, with the value JAX's binds when the
+  #: caller gives none (`def_default_params`), or None: `bind` adds the missing ones.
+  default_params: dict | None = None
+  #: `rule(num_args, params) -> params`, or None: completes the params of each `bind` whose
+  #: values depend on the operands (jit's per-operand `in_shardings`, `donated_invars`, ...).
+  complete_params: Callable | None = None
 
   def __init__(self, name: str):
     self.name = name
@@ -1413,6 +1417,10 @@ class Primitive:
 
   def bind(self, *args, **params):
     __tracebackhide__ = True  # noqa: F841
+    if self.default_params is not None:
+      params = {**self.default_params, **params}
+    if self.complete_params is not None:
+      params = self.complete_params(len(args), params)
     try:
       if check_vma_state[0]:
         if self in collective_axes:
@@ -1430,6 +1438,13 @@ class Primitive:
     here binds with its equation's params as they are (sub-jaxprs included), so this is a
     copy of `params`; JAX's call-like primitives instead turn their jaxprs into functions."""
     return dict(params)
+
+  def def_default_params(self, **params: Any) -> None:
+    """Makes `bind` add each of `params` (name=value) that a call does not give, so every
+    equation of this primitive carries the params JAX's equation of the same name carries
+    (`eqn.params`, read by custom interpreters), with JAX's default values (None, (), ...);
+    the print rules hide those JAX's printer hides."""
+    self.default_params = {**(self.default_params or {}), **params}
 
   def def_impl(self, impl: Callable) -> Callable:
     self.impl = impl

@@ -101,7 +101,9 @@ class CallRules:
     self._batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
   def _params(self, params: dict, what: str, closed: ClosedJaxpr) -> dict:
-    return {**self.derived(params, what), self.param: closed}
+    p = {**self.derived(params, what), self.param: closed}
+    complete = self.prim.complete_params   # NB: per-operand params fit the derived call
+    return p if complete is None else complete(len(closed.jaxpr.invars), p)
 
   def _close(self, closed: ClosedJaxpr, consts: list, *rest):
     """A derived `(jaxpr taking consts first, consts, ...)`, its consts closed over again
