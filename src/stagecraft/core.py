@@ -973,11 +973,15 @@ def subjaxprs(eqn: "JaxprEqn"):
   """Yields the jaxprs an equation's params hold (bodies of calls, branches, loops, maps):
   each a `Jaxpr` (a ClosedJaxpr's jaxpr), params holding tuples or lists of them included."""
   for v in eqn.params.values():
-    for x in (v if isinstance(v, (tuple, list)) else (v,)):
-      if isinstance(x, ClosedJaxpr):
-        yield x.jaxpr
-      elif isinstance(x, Jaxpr):
-        yield x
+    if isinstance(v, (tuple, list)):
+      # NB: a tuple of jaxprs holds nothing else (per-operand params are skipped at once)
+      if v and isinstance(v[0], (ClosedJaxpr, Jaxpr)):
+        for x in v:
+          yield x.jaxpr if isinstance(x, ClosedJaxpr) else x
+    elif isinstance(v, ClosedJaxpr):
+      yield v.jaxpr
+    elif isinstance(v, Jaxpr):
+      yield v
 
 
 # ---------------------------------------------------------------------------
@@ -1417,8 +1421,10 @@ class Primitive:
 
   def bind(self, *args, **params):
     __tracebackhide__ = True  # noqa: F841
-    if self.default_params is not None:
-      params = {**self.default_params, **params}
+    if self.default_params is not None:   # NB: after the given ones, as JAX orders them
+      for k, v in self.default_params.items():
+        if k not in params:
+          params[k] = v
     if self.complete_params is not None:
       params = self.complete_params(len(args), params)
     try:
