@@ -1162,9 +1162,7 @@ pp_subjaxprs: dict["Primitive", Callable[["JaxprEqn"], Sequence["Jaxpr"]]] = {}
 #: Params that JAX's primitive of the same name carries and prints with their default value
 #: where stagecraft's primitive has no such param (printing only; for primitives whose
 #: module registers no `pp_eqn_rules` entry).
-pp_default_params: dict[str, tuple[tuple[str, Any], ...]] = {
-    "scatter": (("update_consts", ()), ("update_jaxpr", None)),
-}
+pp_default_params: dict[str, tuple[tuple[str, Any], ...]] = {}
 
 
 def _pp_literal(lit: Literal) -> str:

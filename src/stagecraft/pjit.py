@@ -114,30 +114,31 @@ jit_p.multiple_results = True
 # `compiler_options_kvs`. stagecraft's jit places and lays out its arguments itself (the
 # shardings and layouts given to `jit` are not recorded here; inside a trace they act as
 # sharding constraints around the equation), so those entries keep their defaults.
-_JIT_PER_OPERAND = (("in_shardings", sharding_lib.UNSPECIFIED), ("in_layouts", None),
-                    ("donated_invars", False))
-_JIT_PER_RESULT = (("out_shardings", sharding_lib.UNSPECIFIED), ("out_layouts", None))
+# (name, default entry, per operand (True) or per result (False)), in JAX's order.
+_JIT_SIZED = (("in_shardings", sharding_lib.UNSPECIFIED, True),
+              ("out_shardings", sharding_lib.UNSPECIFIED, False),
+              ("in_layouts", None, True), ("out_layouts", None, False),
+              ("donated_invars", False, True))
 
 
 def _complete_jit_params(num_args: int, params: dict) -> dict:
-  """`params` with each of JAX's jit params that is missing, or (per operand or result)
-  of another length than the call's (a derived call: jvp, transpose, batched, partial
-  evaluation, DCE), set to its default."""
-  p = dict(params)
-  num_out = len(p["jaxpr"].jaxpr.outvars)
-  for names, n in ((_JIT_PER_OPERAND, num_args), (_JIT_PER_RESULT, num_out)):
-    for k, default in names:
-      v = p.get(k)
-      if v is None or len(v) != n:
-        p[k] = (default,) * n
-  if "ctx_mesh" not in p:
-    p["ctx_mesh"] = sharding_lib.context_mesh()
-  if "keep_unused" not in p:
-    p["keep_unused"] = False
-  if "inline" not in p:
-    p["inline"] = False
-  if "compiler_options_kvs" not in p:
-    p["compiler_options_kvs"] = ()
+  """`params` in JAX's order, with each of JAX's jit params that is missing, or (per
+  operand or result) of another length than the call's (a derived call: jvp, transpose,
+  batched, partial evaluation, DCE), set to its default."""
+  num_out = len(params["jaxpr"].jaxpr.outvars)
+  p = {"jaxpr": params["jaxpr"]}
+  for k, default, n in _JIT_SIZED:
+    v = params.get(k)
+    p[k] = v if v is not None and len(v) == (num_args if n else num_out) else (
+        (default,) * (num_args if n else num_out))
+  mesh = params.get("ctx_mesh")
+  p["ctx_mesh"] = sharding_lib.context_mesh() if mesh is None else mesh
+  p["name"] = params["name"]
+  p["keep_unused"] = params.get("keep_unused", False)
+  p["inline"] = params.get("inline", False)
+  p["compiler_options_kvs"] = params.get("compiler_options_kvs", ())
+  if len(params) > len(p):   # NB: params of stagecraft's own are kept, last
+    p.update((k, v) for k, v in params.items() if k not in p)
   return p
 
 
