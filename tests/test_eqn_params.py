@@ -279,3 +279,28 @@ def test_rebinding_under_transformations():
   ref = jax.vmap(jax.grad(lambda x, w: ref_prog(x, w)[1].sum()), in_axes=(0, None))(
       np.stack([X, X * 2]), W)
   np.testing.assert_allclose(g, ref, rtol=1e-5)
+
+
+def test_collectives_in_shard_map_body():
+  # The body's equations: all_gather's `all_gather_dimension`, `axis_index_groups`. (The
+  # shard_map equation itself differs: stagecraft's holds a `name` and a ClosedJaxpr.)
+  def prog(m):
+    P = m.lib.sharding.PartitionSpec
+    mesh = m.lib.make_mesh((4,), ("i",), axis_types=(m.lib.sharding.AxisType.Auto,))
+
+    def body(x):
+      return (m.lax.psum(x.sum(), "i") + m.lax.pmax(x, "i").sum()
+              + m.lax.all_gather(x, "i").sum() + m.lax.all_gather(x, "i", tiled=True).sum()
+              + m.lax.psum_scatter(m.np.tile(x, 2), "i", tiled=True).sum())
+    return m.lib.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P(), check_vma=False)
+  ours = sc.make_jaxpr(prog(SC))(V)
+  theirs = jax.make_jaxpr(prog(JAX))(V)
+  a = eqn_params(ours.eqns[0].params["jaxpr"].jaxpr)
+  b = eqn_params(theirs.eqns[0].params["jaxpr"])
+  assert [p for p, _ in a] == [p for p, _ in b]
+  for (prim, pa), (_, pb) in zip(a, b):
+    # NB: an axis_name of one name is held as the name (JAX: a 1-tuple)
+    pa = {k: (repr((v.strip("'"),)) if k in ("axis_name",) and not v.startswith("(") else v)
+          for k, v in pa.items()}
+    assert pa == pb, prim
+  assert str(ours) == str(theirs)

@@ -201,7 +201,9 @@ def _axis_index_value(ctx, axis_name) -> list[str]:
   return [out]
 
 
-def all_gather_lowering(ctx, x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
+def all_gather_lowering(ctx, x, *, axis_name, all_gather_dimension, tiled, axis_size,
+                        axis_index_groups=None):
+  axis = all_gather_dimension
   groups = _replica_groups(ctx, _names(axis_name), axis_index_groups)
   aval_in, aval_out = ctx.avals_in[0], ctx.avals_out[0]
   if not tiled:
@@ -791,7 +793,9 @@ ad.deflinear_args(reduced_vary_cast_p,
 all_gather_p = core.Primitive("all_gather")
 
 
-def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
+def _all_gather_abstract_eval(x, *, axis_name, all_gather_dimension, tiled, axis_size,
+                              axis_index_groups=None):
+  axis = all_gather_dimension
   _check_bound(_names(axis_name))
   shape = list(x.shape)
   if tiled:
@@ -801,8 +805,9 @@ def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size, axis_inde
   return x.update(shape=tuple(shape), weak_type=False)
 
 
-def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_size,
-                        axis_index_groups=None):
+def _all_gather_batcher(axis_data, args, dims, *, axis_name, all_gather_dimension, tiled,
+                        axis_size, axis_index_groups=None):
+  axis = all_gather_dimension
   (x,), (d,) = args, dims
   if axis_index_groups is not None:
     raise NotImplementedError("axis_index_groups not supported in vmap")
@@ -812,10 +817,10 @@ def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_s
                               f"one name at a time.")
   if axis_data.name != axis_name:
     if d is batching.not_mapped:
-      return all_gather_p.bind(x, axis_name=axis_name, axis=axis, tiled=tiled,
+      return all_gather_p.bind(x, axis_name=axis_name, all_gather_dimension=axis, tiled=tiled,
                                axis_size=axis_size), batching.not_mapped
     x = batching.moveaxis(x, d, 0)
-    out = all_gather_p.bind(x, axis_name=axis_name, axis=axis + 1, tiled=tiled,
+    out = all_gather_p.bind(x, axis_name=axis_name, all_gather_dimension=axis + 1, tiled=tiled,
                             axis_size=axis_size)
     return out, 0
   if d is batching.not_mapped:
@@ -829,7 +834,9 @@ def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_s
   return x, batching.not_mapped
 
 
-def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
+def _all_gather_transpose(ct, x, *, axis_name, all_gather_dimension, tiled, axis_size,
+                          axis_index_groups=None):
+  axis = all_gather_dimension
   # all_gather's transpose is psum_scatter: member i's cotangent is block i of the sum.
   return [reduce_scatter_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
                                 scatter_dimension=axis, axis_size=axis_size, tiled=tiled,
@@ -841,6 +848,8 @@ all_gather_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(all_gather_p, all_gather_lowering)
 batching.fancy_primitive_batchers[all_gather_p] = _all_gather_batcher
 ad.deflinear_args(all_gather_p, _all_gather_transpose)
+# NB: as JAX's, every equation carries `axis_index_groups` (None unless given).
+all_gather_p.def_default_params(axis_index_groups=None)
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
@@ -877,7 +886,8 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
   def one(leaf):
     nd = len(core.get_aval(leaf).shape)
     ax = axis % (nd + (0 if tiled else 1)) if nd or not tiled else 0
-    return all_gather_p.bind(leaf, axis_name=axis_name, axis=ax, tiled=tiled, axis_size=size,
+    return all_gather_p.bind(leaf, axis_name=axis_name, all_gather_dimension=ax, tiled=tiled,
+                             axis_size=size,
                              **_groups_param(groups))
   return tree_util.tree_map(one, x)
 
@@ -1083,7 +1093,8 @@ def _reduce_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size,
                               axis_index_groups=None):
   # psum_scatter's transpose is all_gather (and all_gather's is psum_scatter).
   return [all_gather_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
-                            axis=scatter_dimension, tiled=tiled, axis_size=axis_size,
+                            all_gather_dimension=scatter_dimension, tiled=tiled,
+                            axis_size=axis_size,
                             **_groups_param(axis_index_groups))]
 
 
@@ -1092,6 +1103,7 @@ reduce_scatter_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(reduce_scatter_p, _reduce_scatter_lowering)
 batching.fancy_primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
 ad.deflinear_args(reduce_scatter_p, _reduce_scatter_transpose)
+reduce_scatter_p.def_default_params(axis_index_groups=None)   # NB: as JAX's equations
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
@@ -1237,13 +1249,13 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
 # ---------------------------------------------------------------------------
 # Printing: the collectives' equations print the params of JAX's primitives of the same
 # name (their names, their defaults, axis names as a tuple), so that printed jaxprs read as
-# JAX's; the equations hold stagecraft's (`all_gather`'s `axis` is JAX's
+# JAX's; the equations hold stagecraft's (an `axis_name` of one name is held as the name,
 # `all_gather_dimension`; `axis_index_groups` is held only when given).
 
 
 def _pp_all_gather(eqn, context):
   p = eqn.params
-  return [("all_gather_dimension", p["axis"]),
+  return [("all_gather_dimension", p["all_gather_dimension"]),
           ("axis_index_groups", p.get("axis_index_groups")),
           ("axis_name", _names(p["axis_name"])), ("axis_size", p["axis_size"]),
           ("tiled", p["tiled"])]
