@@ -973,11 +973,14 @@ def subjaxprs(eqn: "JaxprEqn"):
   """Yields the jaxprs an equation's params hold (bodies of calls, branches, loops, maps):
   each a `Jaxpr` (a ClosedJaxpr's jaxpr), params holding tuples or lists of them included."""
   for v in eqn.params.values():
-    if isinstance(v, (tuple, list)):
+    t = type(v)   # NB: the hot path (effects, DCE): most params are None, ints or tuples
+    if t is tuple or t is list:
       # NB: a tuple of jaxprs holds nothing else (per-operand params are skipped at once)
       if v and isinstance(v[0], (ClosedJaxpr, Jaxpr)):
         for x in v:
           yield x.jaxpr if isinstance(x, ClosedJaxpr) else x
+    elif v is None or t is bool or t is int:
+      continue
     elif isinstance(v, ClosedJaxpr):
       yield v.jaxpr
     elif isinstance(v, Jaxpr):
@@ -1419,10 +1422,14 @@ class Primitive:
 
   def bind(self, *args, **params):
     __tracebackhide__ = True  # noqa: F841
-    if self.default_params is not None:   # NB: after the given ones, as JAX orders them
-      for k, v in self.default_params.items():
-        if k not in params:
-          params[k] = v
+    d = self.default_params
+    if d is not None:   # NB: after the given ones, as JAX orders them
+      if not params:
+        params = d.copy()
+      else:
+        for k in d:
+          if k not in params:
+            params[k] = d[k]
     if self.complete_params is not None:
       params = self.complete_params(len(args), params)
     try:

@@ -110,7 +110,7 @@ def _hlo_lowering(op: str):
   def rule(ctx, *operands, accuracy=None, **params):
     operands = broadcast_operands(ctx, operands)
     in_avals = [a.update(shape=ctx.avals_out[0].shape) for a in ctx.avals_in]
-    if accuracy_attr(accuracy) is not None:
+    if accuracy is not None and accuracy_attr(accuracy) is not None:
       return [_elementwise_with_accuracy(ctx, op, operands[0], accuracy)]
     if all(a.dtype == ctx.avals_out[0].dtype for a in in_avals) and op.startswith("stablehlo."):
       return [ctx.elementwise(op, *operands)]
