@@ -120,6 +120,20 @@ def nn_and_checkpoint(m):
 
 
 @program(V)
+def custom_rules(m):
+  @m.lib.custom_jvp
+  def g(x):
+    return m.np.sin(x)
+  g.defjvp(lambda p, t: (g(p[0]), m.np.cos(p[0]) * t[0]))
+
+  @m.lib.custom_vjp
+  def h(x):
+    return m.np.exp(x)
+  h.defvjp(lambda x: (h(x), x), lambda r, ct: (ct * r,))
+  return lambda x: (g(x), h(x), m.lib.vmap(h)(x), m.lib.vmap(g)(x))
+
+
+@program(V)
 def grad_tanh_loss(m):
   return m.lib.grad(lambda x: (m.np.tanh(x) ** 2).sum() + m.nn.logsumexp(x))
 

@@ -974,13 +974,18 @@ def subjaxprs(eqn: "JaxprEqn"):
   each a `Jaxpr` (a ClosedJaxpr's jaxpr), params holding tuples or lists of them included."""
   for v in eqn.params.values():
     t = type(v)   # NB: the hot path (effects, DCE): most params are None, ints or tuples
-    if t is tuple or t is list:
-      # NB: a tuple of jaxprs holds nothing else (per-operand params are skipped at once)
-      if v and isinstance(v[0], (ClosedJaxpr, Jaxpr)):
-        for x in v:
-          yield x.jaxpr if isinstance(x, ClosedJaxpr) else x
-    elif v is None or t is bool or t is int:
+    if v is None or t is bool or t is int:
       continue
+    if t is ClosedJaxpr:
+      yield v.jaxpr
+    elif t is Jaxpr:
+      yield v
+    elif isinstance(v, (tuple, list)):   # branches, a linear solve's (None for some)
+      for x in v:
+        if isinstance(x, ClosedJaxpr):
+          yield x.jaxpr
+        elif isinstance(x, Jaxpr):
+          yield x
     elif isinstance(v, ClosedJaxpr):
       yield v.jaxpr
     elif isinstance(v, Jaxpr):
