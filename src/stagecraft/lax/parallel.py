@@ -229,7 +229,8 @@ def _ppermute_lowering(ctx, x, *, axis_name, perm):
   return ctx.op("stablehlo.collective_permute", [x], attrs=", ".join(attrs))
 
 
-def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True):
+def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True,
+                         axis_index_groups=None):
   groups = _replica_groups(ctx, _names(axis_name))
   attrs = ", ".join([f"split_dimension = {split_axis} : i64",
                      f"concat_dimension = {concat_axis} : i64",
@@ -1151,7 +1152,7 @@ all_to_all_p = core.Primitive("all_to_all")
 
 
 def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_size,
-                              tiled=True):
+                              tiled=True, axis_index_groups=None):
   # NB: `tiled` records the user's form (JAX's param); the equation's shapes are the tiled
   # ones either way (`all_to_all` inserts and squeezes the untiled form's axes around it).
   # A one-name tuple (as JAX's rules pass it) is that name; the param prints as given.
@@ -1163,7 +1164,7 @@ def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_siz
 
 
 def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_axis,
-                        axis_size, tiled=True):
+                        axis_size, tiled=True, axis_index_groups=None):
   (x,), (d,) = args, dims
   if axis_data.name not in _names(axis_name):
     if d is batching.not_mapped:
@@ -1190,7 +1191,8 @@ def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_
   return lax_shape.reshape(x, (n, *out_shape)), 0
 
 
-def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True):
+def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True,
+                          axis_index_groups=None):
   return [all_to_all_p.bind(ct, axis_name=axis_name, split_axis=concat_axis,
                             concat_axis=split_axis, axis_size=axis_size, tiled=tiled)]
 
@@ -1199,6 +1201,8 @@ all_to_all_p.def_abstract_eval(_all_to_all_abstract_eval)
 all_to_all_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(all_to_all_p, _all_to_all_lowering)
 batching.fancy_primitive_batchers[all_to_all_p] = _all_to_all_batcher
+# NB: as JAX's, every equation carries `axis_index_groups` (None).
+all_to_all_p.def_default_params(axis_index_groups=None)
 ad.deflinear_args(all_to_all_p, _all_to_all_transpose)
 
 
@@ -1274,7 +1278,7 @@ def _pp_reduce_scatter(eqn, context):
 
 def _pp_all_to_all(eqn, context):
   p = eqn.params
-  return [("axis_index_groups", None), ("axis_name", p["axis_name"]),
+  return [("axis_index_groups", p["axis_index_groups"]), ("axis_name", p["axis_name"]),
           ("concat_axis", p["concat_axis"]), ("split_axis", p["split_axis"]),
           ("tiled", p.get("tiled", True))]
 
