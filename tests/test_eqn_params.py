@@ -157,6 +157,19 @@ def grad_of_jit(m):
 
 
 @program(X)
+def grad_of_donated_jit(m):
+  # The jvp, known and unknown calls keep the donated operands' entries (JAX's rules).
+  g = m.lib.jit(lambda a, b: (m.np.tanh(a) * b).sum(), donate_argnums=(1,))
+  return m.lib.grad(lambda x: g(x, x * 2) + g(x * 3, x).sum())
+
+
+@program(X)
+def jvp_of_donated_jit(m):
+  g = m.lib.jit(lambda a, b: m.np.sin(a) * b, donate_argnums=(0,))
+  return lambda x: m.lib.jvp(lambda y: g(y, 2.0 * y), (x,), (x,))
+
+
+@program(X)
 def vmap_of_jit(m):
   return m.lib.vmap(m.lib.jit(lambda y: m.np.sin(y).sum()))
 

@@ -1408,6 +1408,10 @@ class Primitive:
   #: `rule(num_args, params) -> params`, or None: completes the params of each `bind` whose
   #: values depend on the operands (jit's per-operand `in_shardings`, `donated_invars`, ...).
   complete_params: Callable | None = None
+  #: `(name, default entry)` of each param holding one entry per operand (jit's
+  #: `donated_invars`, ...): the call rules of derived calls (`interpreters.calls`) carry
+  #: each operand's entry over to the operands that stand for it.
+  operand_params: tuple = ()
 
   def __init__(self, name: str):
     self.name = name

@@ -143,6 +143,7 @@ def _complete_jit_params(num_args: int, params: dict) -> dict:
 
 
 jit_p.complete_params = _complete_jit_params
+jit_p.operand_params = tuple((k, d) for k, d, per_operand in _JIT_SIZED if per_operand)
 
 
 _jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, Any]" = (
