@@ -313,7 +313,8 @@ def test_jaxpr_params_are_jax_names():
       rhs_dilation=(2, 1), dimension_numbers=lax.ConvDimensionNumbers((0, 3, 1, 2),
                                                                       (3, 2, 0, 1),
                                                                       (0, 3, 1, 2)),
-      feature_group_count=1, batch_group_count=1, precision=None, preferred_element_type=None)
+      feature_group_count=1, batch_group_count=1, precision=None, preferred_element_type=None,
+      out_sharding=None)
   assert "dimension_numbers=ConvDimensionNumbers(lhs_spec=(0, 3, 1, 2)" in str(jaxpr)
 
 

@@ -1091,11 +1091,23 @@ def subjaxprs(eqn: "JaxprEqn"):
   """Yields the jaxprs an equation's params hold (bodies of calls, branches, loops, maps):
   each a `Jaxpr` (a ClosedJaxpr's jaxpr), params holding tuples or lists of them included."""
   for v in eqn.params.values():
-    for x in (v if isinstance(v, (tuple, list)) else (v,)):
-      if isinstance(x, ClosedJaxpr):
-        yield x.jaxpr
-      elif isinstance(x, Jaxpr):
-        yield x
+    t = type(v)   # NB: the hot path (effects, DCE): most params are None, ints or tuples
+    if v is None or t is bool or t is int:
+      continue
+    if t is ClosedJaxpr:
+      yield v.jaxpr
+    elif t is Jaxpr:
+      yield v
+    elif isinstance(v, (tuple, list)):   # branches, a linear solve's (None for some)
+      for x in v:
+        if isinstance(x, ClosedJaxpr):
+          yield x.jaxpr
+        elif isinstance(x, Jaxpr):
+          yield x
+    elif isinstance(v, ClosedJaxpr):
+      yield v.jaxpr
+    elif isinstance(v, Jaxpr):
+      yield v
 
 
 # ---------------------------------------------------------------------------
@@ -1276,11 +1288,7 @@ pp_subjaxprs: dict["Primitive", Callable[["JaxprEqn"], Sequence["Jaxpr"]]] = {}
 #: Params that JAX's primitive of the same name carries and prints with their default value
 #: where stagecraft's primitive has no such param (printing only; for primitives whose
 #: module registers no `pp_eqn_rules` entry).
-pp_default_params: dict[str, tuple[tuple[str, Any], ...]] = {
-    "reduce_sum": (("out_sharding", None),),
-    "scatter": (("update_consts", ()), ("update_jaxpr", None)),
-    "conv_general_dilated": (("out_sharding", None),),
-}
+pp_default_params: dict[str, tuple[tuple[str, Any], ...]] = {}
 
 
 def _pp_literal(lit: Literal) -> str:
@@ -1512,6 +1520,16 @@ class Primitive:
   impl and abstract_eval rules are stored on the primitive itself, as in JAX.
   """
   multiple_results = False
+  #: Params every equation of this primitive carries, with the value JAX's binds when the
+  #: caller gives none (`def_default_params`), or None: `bind` adds the missing ones.
+  default_params: dict | None = None
+  #: `rule(num_args, params) -> params`, or None: completes the params of each `bind` whose
+  #: values depend on the operands (jit's per-operand `in_shardings`, `donated_invars`, ...).
+  complete_params: Callable | None = None
+  #: `(name, default entry)` of each param holding one entry per operand (jit's
+  #: `donated_invars`, ...): the call rules of derived calls (`interpreters.calls`) carry
+  #: each operand's entry over to the operands that stand for it.
+  operand_params: tuple = ()
 
   def __init__(self, name: str):
     self.name = name
@@ -1531,6 +1549,16 @@ class Primitive:
 
   def bind(self, *args, **params):
     __tracebackhide__ = True  # noqa: F841
+    d = self.default_params
+    if d is not None:   # NB: after the given ones, as JAX orders them
+      if not params:
+        params = d.copy()
+      else:
+        for k in d:
+          if k not in params:
+            params[k] = d[k]
+    if self.complete_params is not None:
+      params = self.complete_params(len(args), params)
     try:
       if check_vma_state[0]:
         if self in collective_axes:
@@ -1548,6 +1576,13 @@ class Primitive:
     here binds with its equation's params as they are (sub-jaxprs included), so this is a
     copy of `params`; JAX's call-like primitives instead turn their jaxprs into functions."""
     return dict(params)
+
+  def def_default_params(self, **params: Any) -> None:
+    """Makes `bind` add each of `params` (name=value) that a call does not give, so every
+    equation of this primitive carries the params JAX's equation of the same name carries
+    (`eqn.params`, read by custom interpreters), with JAX's default values (None, (), ...);
+    the print rules hide those JAX's printer hides."""
+    self.default_params = {**(self.default_params or {}), **params}
 
   def def_impl(self, impl: Callable) -> Callable:
     self.impl = impl

@@ -427,8 +427,8 @@ def _apply_custom_jvp(cj: "custom_jvp", args: tuple, nondiff: tuple, name: str):
       t.in_leaves, t.in_tree, t.merge, t.call_jaxpr, t.consts, t.out_tree)
   flat_jvp = _make_flat_jvp(cj, static, merge, in_tree, out_tree, call_jaxpr.out_avals)
   return t.call("custom_jvp_call", lambda: _unflatten(out_tree, custom_jvp_call_p.bind(
-      *consts, *in_leaves, call_jaxpr=call_jaxpr, jvp=flat_jvp, num_consts=len(consts),
-      symbolic_zeros=cj.symbolic_zeros, name=name)))
+      *consts, *in_leaves, call_jaxpr=call_jaxpr, jvp_jaxpr_fun=_named(flat_jvp, name),
+      num_consts=len(consts), symbolic_zeros=cj.symbolic_zeros)))
 
 
 def _split_jvp_args(trace: "ad.JVPTrace", args: tuple, nondiff: tuple):
@@ -568,7 +568,28 @@ custom_jvp_call_p = core.Primitive("custom_jvp_call")
 custom_jvp_call_p.multiple_results = True
 
 
-def _custom_call_lowering(ctx, *args, call_jaxpr: ClosedJaxpr, name: str, **_):
+def _named(fn: Callable, name: str) -> Callable:
+  """`fn` (a flat jvp or fwd rule, the `jvp_jaxpr_fun` / `fwd_jaxpr_thunk` param of a
+  custom_jvp_call / custom_vjp_call equation) marked with the custom function's `name`
+  (printed `name=`; JAX reads it from the body's debug info)."""
+  fn.fun_name = name
+  return fn
+
+
+def call_name(rule: Callable) -> str:
+  """The name of the custom_jvp/custom_vjp function whose equation holds `rule` as its
+  `jvp_jaxpr_fun` / `fwd_jaxpr_thunk`."""
+  return getattr(rule, "fun_name", getattr(rule, "__name__", "<unnamed>"))
+
+
+def _out_trees(fwd: Callable) -> Callable:
+  """A custom_vjp_call equation's `out_trees` param, as JAX's: a thunk giving the output
+  trees of the fwd rule `fwd` (the primal outputs' and, once the rule has run, the
+  residuals') — stagecraft's own rules never call it."""
+  return lambda: getattr(fwd, "out_tree", None)
+
+
+def _custom_call_lowering(ctx, *args, call_jaxpr: ClosedJaxpr, **_):
   # NB: inlined into the enclosing function (its constants dense constants there), as JAX
   # lowers custom_jvp/custom_vjp calls: no private function, so XLA simplifies and fuses the
   # body with its surroundings as for JAX's program (a `func.call` can change the last bit).
@@ -577,19 +598,22 @@ def _custom_call_lowering(ctx, *args, call_jaxpr: ClosedJaxpr, name: str, **_):
   return lowering.jaxpr_subcomp(ctx.fb, call_jaxpr.jaxpr, consts, args)
 
 
-def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts, symbolic_zeros,
-                         name):
+def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp_jaxpr_fun, num_consts,
+                         symbolic_zeros):
+  jvp = jvp_jaxpr_fun
   if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
     raise _closed_over_error("custom_jvp")
   return jvp(list(primals[num_consts:]), list(tangents[num_consts:]))
 
 
-def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp, num_consts,
-                           symbolic_zeros, name):
+def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp_jaxpr_fun, num_consts,
+                           symbolic_zeros):
+  jvp = jvp_jaxpr_fun
   n_out = len(call_jaxpr.out_avals)
   if all(d is None for d in dims):
-    return custom_jvp_call_p.bind(*args, call_jaxpr=call_jaxpr, jvp=jvp, num_consts=num_consts,
-                                  symbolic_zeros=symbolic_zeros, name=name), [None] * n_out
+    return custom_jvp_call_p.bind(*args, call_jaxpr=call_jaxpr, jvp_jaxpr_fun=jvp,
+                                  num_consts=num_consts, symbolic_zeros=symbolic_zeros
+                                  ), [None] * n_out
   args, dims = _front(args, dims)
   b_closed, b_consts, _ = batching.batch_jaxpr(call_jaxpr, axis_data, dims, [0] * n_out)
   arg_dims = dims[num_consts:]
@@ -616,15 +640,17 @@ def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp, num_consts
              for p, z in zip(p_out, zero_out)]
     return p_out, t_out
   batched_jvp.__name__ = getattr(jvp, "__name__", "jvp")
+  _named(batched_jvp, call_name(jvp))
 
-  outs = custom_jvp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed, jvp=batched_jvp,
+  outs = custom_jvp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed,
+                                jvp_jaxpr_fun=batched_jvp,
                                 num_consts=len(b_consts) + num_consts,
-                                symbolic_zeros=symbolic_zeros, name=name)
+                                symbolic_zeros=symbolic_zeros)
   return outs, [0] * n_out
 
 
-def _custom_jvp_call_transpose(cts, *args, call_jaxpr, jvp, num_consts, symbolic_zeros,
-                               name):
+def _custom_jvp_call_transpose(cts, *args, call_jaxpr, jvp_jaxpr_fun, num_consts,
+                               symbolic_zeros):
   """A custom_jvp function applied to tangents (a JVP rule written with the function
   itself) is linear there: its body is transposed in place, the custom rule dropped, as
   JAX's partial evaluation stages the function's body in the linear program."""
@@ -639,11 +665,11 @@ batching.fancy_primitive_batchers[custom_jvp_call_p] = _custom_jvp_call_batch
 
 
 def _custom_jvp_call_pp_rule(eqn, context):
-  # As JAX: `name=` first, then the others sorted, the rule by its name, `num_consts` only
-  # when nonzero.
-  params = {k: v for k, v in eqn.params.items()
-            if k != "name" and not (k == "num_consts" and not v)}
-  return [("name", eqn.params["name"]), *sorted(params.items())]
+  # As JAX: `name=` (the function's) first, then the others sorted, the rule as `jvp=` by
+  # its name, `num_consts` only when nonzero.
+  params = {("jvp" if k == "jvp_jaxpr_fun" else k): v for k, v in eqn.params.items()
+            if not (k == "num_consts" and not v)}
+  return [("name", call_name(eqn.params["jvp_jaxpr_fun"])), *sorted(params.items())]
 
 
 core.pp_eqn_rules[custom_jvp_call_p] = _custom_jvp_call_pp_rule
@@ -823,8 +849,9 @@ def _apply_custom_vjp(cv: "custom_vjp", args: tuple, nondiff: tuple, name: str):
       t.in_leaves, t.in_tree, t.in_avals, t.merge, t.call_jaxpr, t.consts, t.out_tree)
   fwd = _make_flat_fwd(cv, static, merge, in_tree, in_avals, out_tree, call_jaxpr.out_avals)
   return t.call("custom_vjp_call", lambda: _unflatten(out_tree, custom_vjp_call_p.bind(
-      *consts, *in_leaves, call_jaxpr=call_jaxpr, fwd=fwd, num_consts=len(consts),
-      symbolic_zeros=cv.symbolic_zeros, name=name)))
+      *consts, *in_leaves, call_jaxpr=call_jaxpr, fwd_jaxpr_thunk=_named(fwd, name),
+      num_consts=len(consts), bwd=cv.bwd, out_trees=_out_trees(fwd),
+      symbolic_zeros=cv.symbolic_zeros)))
 
 
 def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_tree,
@@ -975,20 +1002,23 @@ def _custom_vjp_jvp(fwd, args, ts, out_avals_of):
   return p_out, [next(it) if l else ad.Zero(a) for a, l in zip(out_t_avals, lin_outs)]
 
 
-def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd, num_consts, symbolic_zeros,
-                         name):
+def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd_jaxpr_thunk, num_consts, bwd,
+                         out_trees, symbolic_zeros):
+  fwd = fwd_jaxpr_thunk
   if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
     raise _closed_over_error("custom_vjp")
   return _custom_vjp_jvp(fwd, primals[num_consts:], tangents[num_consts:],
                          lambda _: call_jaxpr.out_avals)
 
 
-def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts,
-                           symbolic_zeros, name):
+def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd_jaxpr_thunk, num_consts,
+                           bwd, out_trees, symbolic_zeros):
+  fwd, user_bwd = fwd_jaxpr_thunk, bwd
   n_out = len(call_jaxpr.out_avals)
   if all(d is None for d in dims):
-    return custom_vjp_call_p.bind(*args, call_jaxpr=call_jaxpr, fwd=fwd, num_consts=num_consts,
-                                  symbolic_zeros=symbolic_zeros, name=name), [None] * n_out
+    return custom_vjp_call_p.bind(*args, call_jaxpr=call_jaxpr, fwd_jaxpr_thunk=fwd,
+                                  num_consts=num_consts, bwd=bwd, out_trees=out_trees,
+                                  symbolic_zeros=symbolic_zeros), [None] * n_out
   args, dims = _front(args, dims)
   b_closed, b_consts, _ = batching.batch_jaxpr(call_jaxpr, axis_data, dims, [0] * n_out)
   arg_dims = dims[num_consts:]
@@ -1039,10 +1069,13 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd, num_consts
     return p_out, list(res), batched_bwd
   batched_fwd.__name__ = getattr(fwd, "__name__", "fwd")
   batched_fwd.bwd_name = getattr(fwd, "bwd_name", "bwd")
+  _named(batched_fwd, call_name(fwd))
 
-  outs = custom_vjp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed, fwd=batched_fwd,
-                                num_consts=len(b_consts) + num_consts,
-                                symbolic_zeros=symbolic_zeros, name=name)
+  outs = custom_vjp_call_p.bind(*b_consts, *args, call_jaxpr=b_closed,
+                                fwd_jaxpr_thunk=batched_fwd,
+                                num_consts=len(b_consts) + num_consts, bwd=user_bwd,
+                                out_trees=_out_trees(batched_fwd),
+                                symbolic_zeros=symbolic_zeros)
   return outs, [0] * n_out
 
 
@@ -1053,11 +1086,14 @@ batching.fancy_primitive_batchers[custom_vjp_call_p] = _custom_vjp_call_batch
 
 
 def _custom_vjp_call_pp_rule(eqn, context):
-  # As JAX: `name=` first, then the others sorted, with the bwd rule's name beside fwd's.
-  params = {k: v for k, v in eqn.params.items()
-            if k != "name" and not (k == "num_consts" and not v)}
-  params["bwd"] = getattr(eqn.params["fwd"], "bwd_name", "bwd")
-  return [("name", eqn.params["name"]), *sorted(params.items())]
+  # As JAX: `name=` (the function's) first, then the others sorted: the fwd rule as `fwd=`
+  # and the bwd rule as `bwd=` by their names, `num_consts` only when nonzero, no
+  # `out_trees`.
+  fwd = eqn.params["fwd_jaxpr_thunk"]
+  params = {("fwd" if k == "fwd_jaxpr_thunk" else k): v for k, v in eqn.params.items()
+            if k != "out_trees" and not (k == "num_consts" and not v)}
+  params["bwd"] = getattr(fwd, "bwd_name", "bwd")
+  return [("name", call_name(fwd)), *sorted(params.items())]
 
 
 core.pp_eqn_rules[custom_vjp_call_p] = _custom_vjp_call_pp_rule

@@ -107,12 +107,49 @@ def wraps(wrapped: Callable) -> Callable[[Any], Any]:
 jit_p = core.Primitive("jit")
 jit_p.multiple_results = True
 
+# The params of a jit equation, as JAX's: `jaxpr`, `name`, and per operand `in_shardings`
+# (UNSPECIFIED), `in_layouts` (None), `donated_invars` (False), per result `out_shardings`,
+# `out_layouts`; `ctx_mesh` (`sharding.context_mesh()`), `keep_unused`, `inline`,
+# `compiler_options_kvs`. stagecraft's jit places and lays out its arguments itself (the
+# shardings and layouts given to `jit` are not recorded here; inside a trace they act as
+# sharding constraints around the equation), so those entries keep their defaults.
+# (name, default entry, per operand (True) or per result (False)), in JAX's order.
+_JIT_SIZED = (("in_shardings", sharding_lib.UNSPECIFIED, True),
+              ("out_shardings", sharding_lib.UNSPECIFIED, False),
+              ("in_layouts", None, True), ("out_layouts", None, False),
+              ("donated_invars", False, True))
+
+
+def _complete_jit_params(num_args: int, params: dict) -> dict:
+  """`params` in JAX's order, with each of JAX's jit params that is missing, or (per
+  operand or result) of another length than the call's (a derived call: jvp, transpose,
+  batched, partial evaluation, DCE), set to its default."""
+  num_out = len(params["jaxpr"].jaxpr.outvars)
+  p = {"jaxpr": params["jaxpr"]}
+  for k, default, n in _JIT_SIZED:
+    v = params.get(k)
+    p[k] = v if v is not None and len(v) == (num_args if n else num_out) else (
+        (default,) * (num_args if n else num_out))
+  mesh = params.get("ctx_mesh")
+  p["ctx_mesh"] = sharding_lib.context_mesh() if mesh is None else mesh
+  p["name"] = params["name"]
+  p["keep_unused"] = params.get("keep_unused", False)
+  p["inline"] = params.get("inline", False)
+  p["compiler_options_kvs"] = params.get("compiler_options_kvs", ())
+  if len(params) > len(p):   # NB: params of stagecraft's own are kept, last
+    p.update((k, v) for k, v in params.items() if k not in p)
+  return p
+
+
+jit_p.complete_params = _complete_jit_params
+jit_p.operand_params = tuple((k, d) for k, d, per_operand in _JIT_SIZED if per_operand)
+
 
 _jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, Any]" = (
     weakref.WeakKeyDictionary())
 
 
-def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
+def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False, **_):
   # As JAX's by default, the constants are in the program text (`bakes_constants`).
   bake = bakes_constants()
   if dispatch.placement_used[0]:
@@ -299,12 +336,12 @@ def hoist_call_consts(jaxpr: core.Jaxpr) -> tuple[core.Jaxpr, list]:
   return jaxpr.replace(constvars=[*jaxpr.constvars, *new_vars.values()], eqns=eqns), consts
 
 
-def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
+def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str, inline: bool = False, **_):
   return lowering.lower_call(ctx, name, jaxpr, args)
 
 
 core.def_closed_call(jit_p, "jaxpr")
-def _checked_jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False):
+def _checked_jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False, **_):
   """`_jit_impl`; with debug_nans/debug_infs, a NaN (inf) in the results runs the body
   again equation by equation (JAX's de-optimized version), so the primitive that made it
   raises the FloatingPointError."""
@@ -333,7 +370,25 @@ def _jit_pp_rule(eqn, context):
     context.suggest_same_var_names(body.invars, eqn.invars)
     context.suggest_same_var_names(body.outvars, eqn.outvars)
   return [("name", eqn.params["name"]),
-          *sorted((k, v) for k, v in eqn.params.items() if k != "name")]
+          *sorted((k, v) for k, v in eqn.params.items()
+                  if k != "name" and not _jit_param_hidden(k, v))]
+
+
+def _jit_param_hidden(k: str, v: Any) -> bool:
+  """Whether JAX's printer leaves out the jit param `k` of value `v`: `inline` always, the
+  others when they hold their defaults (nothing donated, every sharding unspecified, every
+  layout None, an empty mesh, no compiler options, `keep_unused` False)."""
+  if k in ("in_shardings", "out_shardings"):
+    return all(type(x) is sharding_lib.UnspecifiedValue for x in v)
+  if k in ("in_layouts", "out_layouts"):
+    return all(x is None for x in v)
+  if k == "ctx_mesh":
+    return v.empty
+  if k == "donated_invars":
+    return not any(v)
+  if k in ("keep_unused", "compiler_options_kvs"):
+    return not v
+  return k == "inline"
 
 
 core.pp_eqn_rules[jit_p] = _jit_pp_rule
@@ -1043,12 +1098,17 @@ class PjitFunction:
     if core.trace_state.trace is not core.eval_trace:
       if self._sharded:   # inside another jit the shardings act as constraints (as in JAX)
         return self._constrained_call(entry, args, kwargs, static_argnums, leaves)
+      extra = {}   # NB: JAX's params of the equation that differ from their defaults
       if self._inline:   # JAX's jit(inline=True): staged equation by equation
-        outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
-                          name=fun_name(self._fun), inline=True)
-      else:
-        outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
-                          name=fun_name(self._fun))
+        extra["inline"] = True
+      if self._keep_unused:
+        extra["keep_unused"] = True
+      if donate_argnums or self._donate_argnames:
+        donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
+        extra["donated_invars"] = ((False,) * len(entry.call_consts)
+                                   + tuple(i in donated for i in range(len(leaves))))
+      outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
+                        name=fun_name(self._fun), **extra)
       return optree.tree_unflatten(entry.out_tree, outs)
     if type(dev) is not dispatch.Placement and self._device is None:
       # NB: as JAX's, a device_put onto a SingleDeviceSharding inside names the device

@@ -457,6 +457,35 @@ empty_abstract_mesh = AbstractMesh((), ())
 empty_concrete_mesh = Mesh(np.empty((), dtype=object), ())
 
 
+class UnspecifiedValue:
+  """The type of `UNSPECIFIED`: a sharding nobody gave (JAX's `UnspecifiedValue`, the value
+  of each entry of a staged jit equation's `in_shardings` / `out_shardings` by default)."""
+  __slots__ = ()
+
+  def __repr__(self):
+    return "UnspecifiedValue"
+
+  def __reduce__(self):
+    return "UNSPECIFIED"
+
+
+UNSPECIFIED = UnspecifiedValue()
+
+
+def context_mesh() -> "Mesh | AbstractMesh":
+  """The mesh a staged jit equation records (its `ctx_mesh` param, as JAX's): the Mesh set
+  by `set_mesh`, else the abstract mesh in context when one of its axes is Explicit, else
+  the empty Mesh."""
+  m = _concrete_mesh.get()
+  if m is not None and not m.empty:
+    return m
+  a = _abstract_mesh.get()
+  if a is not None and not a.empty and any(
+      t == AxisType.Explicit for t in a.axis_types):
+    return a
+  return empty_concrete_mesh
+
+
 def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[Any], axis_types: Any = None,
               *, devices: Sequence[Any] | None = None) -> Mesh:
   """A Mesh of shape `axis_shapes` over the first `prod(axis_shapes)` devices (every

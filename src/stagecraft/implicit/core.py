@@ -835,6 +835,9 @@ def process_primitive(prim: core.Primitive, vals: Sequence[Any], params: dict) -
   found = _lookup(prim, vals)
   if found is not None:
     method, with_prim = found
+    d = prim.default_params
+    if d:   # NB: handlers get the params a caller gave, not JAX's defaults the eqn carries
+      params = {k: v for k, v in params.items() if not (k in d and v is d[k])}
     call = (lambda *a: method(prim, *a, **params)) if with_prim else (
         lambda *a: method(*a, **params))
     if implicit_depth(list(vals)) > 1:

@@ -351,7 +351,7 @@ def _custom_jvp_handler(prim, vals, params):
   args_leaves = _flatten(args)[0]
   arg_trees = [_flatten(a)[1] for a in args]
   arg_avals = [a.aval if is_implicit(a) else core.get_aval(a) for a in args]
-  jvp = params["jvp"]
+  jvp = params["jvp_jaxpr_fun"]
 
   def implicit_jvp(primals, tangents):
     # primals/tangents: one per leaf of the operands (implicit ones opened into children).
@@ -372,8 +372,10 @@ def _custom_jvp_handler(prim, vals, params):
     k = box[0]
     return [_dense(o) for o in outs[:k]], [_dense(o) for o in outs[k:]]
   implicit_jvp.__name__ = getattr(jvp, "__name__", "jvp")
+  implicit_jvp.fun_name = getattr(jvp, "fun_name", implicit_jvp.__name__)   # NB: printed name=
   k = len(r.consts) + len(leaves) - len(args_leaves)
-  outs = prim.bind(*r.consts, *leaves, **{**params, "call_jaxpr": r.closed, "jvp": implicit_jvp,
+  outs = prim.bind(*r.consts, *leaves, **{**params, "call_jaxpr": r.closed,
+                                          "jvp_jaxpr_fun": implicit_jvp,
                                           "num_consts": k})
   return r.unflatten(outs)
 
@@ -390,7 +392,7 @@ def _custom_vjp_handler(prim, vals, params):
   r, leaves = retrace(params["call_jaxpr"], consts + args, [True] * nout)
   args_leaves = _flatten(args)[0]
   arg_trees = [_flatten(a)[1] for a in args]
-  fwd = params["fwd"]
+  fwd = params["fwd_jaxpr_thunk"]
 
   def implicit_fwd(primals, nonzeros):
     # primals/nonzeros: one per leaf of the operands (implicit ones opened into children).
@@ -437,8 +439,11 @@ def _custom_vjp_handler(prim, vals, params):
     implicit_bwd.__name__ = getattr(bwd, "__name__", "bwd")
     return p_out, [*res_leaves, *primals], implicit_bwd
   implicit_fwd.__name__ = getattr(fwd, "__name__", "fwd")
+  implicit_fwd.fun_name = getattr(fwd, "fun_name", implicit_fwd.__name__)   # NB: printed name=
+  implicit_fwd.bwd_name = getattr(fwd, "bwd_name", "bwd")
   k = len(r.consts) + len(leaves) - len(args_leaves)
-  outs = prim.bind(*r.consts, *leaves, **{**params, "call_jaxpr": r.closed, "fwd": implicit_fwd,
+  outs = prim.bind(*r.consts, *leaves, **{**params, "call_jaxpr": r.closed,
+                                          "fwd_jaxpr_thunk": implicit_fwd,
                                           "num_consts": k})
   return r.unflatten(outs)
 

@@ -18,7 +18,7 @@ interpreters.
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from typing import Callable, Sequence
 
 from stagecraft import core
 from stagecraft.core import ClosedJaxpr
@@ -100,8 +100,21 @@ class CallRules:
     self._dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
     self._batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-  def _params(self, params: dict, what: str, closed: ClosedJaxpr) -> dict:
-    return {**self.derived(params, what), self.param: closed}
+  def _params(self, params: dict, what: str, closed: ClosedJaxpr,
+              in_map: Sequence[int | None] | None = None) -> dict:
+    """The derived call's params. `in_map`: for each of its operands, the index of the
+    operand of the original call it is (a primal's tangent counts as the primal), or None;
+    the primitive's per-operand params (`operand_params`: jit's `donated_invars`, ...)
+    follow it (JAX's jvp and partial-eval rules of pjit); without it they are reset."""
+    p = {**self.derived(params, what), self.param: closed}
+    per_operand = self.prim.operand_params
+    if per_operand and in_map is not None:
+      for k, default in per_operand:
+        v = p.get(k)
+        if v is not None:
+          p[k] = tuple(default if i is None else v[i] for i in in_map)
+    complete = self.prim.complete_params   # NB: per-operand params fit the derived call
+    return p if complete is None else complete(len(closed.jaxpr.invars), p)
 
   def _close(self, closed: ClosedJaxpr, consts: list, *rest):
     """A derived `(jaxpr taking consts first, consts, ...)`, its consts closed over again
@@ -127,8 +140,10 @@ class CallRules:
     jvp_closed, consts, out_nz = _memo(
         self._jvp_cache, closed, (nonzeros, mode),
         lambda: self._close(*ad.jvp_jaxpr(closed, nonzeros, is_vjp=mode)))
+    n_in = len(primals)
+    in_map = [None] * len(consts) + [*range(n_in), *[i for i in range(n_in) if nonzeros[i]]]
     outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
-                          **self._params(params, "jvp", jvp_closed))
+                          **self._params(params, "jvp", jvp_closed, in_map))
     n = len(closed.out_avals)
     it = iter(outs[n:])
     return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
@@ -186,11 +201,14 @@ class CallRules:
     known_eqn = core.JaxprEqn(
         [v for v, u in zip(eqn.invars, unknowns) if not u],
         [*[v for v, u in zip(eqn.outvars, out_unknowns) if not u], *res_vars], self.prim,
-        self._params(eqn.params, "known", known), eqn.source_info)
+        self._params(eqn.params, "known", known, [i for i, u in enumerate(unknowns) if not u]),
+        eqn.source_info)
     unknown_eqn = core.JaxprEqn(
         [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
         [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
-        self._params(eqn.params, "unknown", unknown), eqn.source_info)
+        self._params(eqn.params, "unknown", unknown,
+                     [None] * len(res_vars) + [i for i, u in enumerate(unknowns) if u]),
+        eqn.source_info)
     return known_eqn, unknown_eqn, out_unknowns
 
   def _split_fwd(self, closed: ClosedJaxpr, unknowns: tuple, const_ok: bool):
@@ -303,13 +321,17 @@ class CallRules:
     # NB: as JAX's `_pjit_partial_eval` (`const_ok` None), the known call is bound even
     # when it returns nothing.
     if k_outs or known.jaxpr.effects or const_ok is None:
-      known_eqn = core.JaxprEqn(known_ins, k_outs, self.prim,
-                                self._params(eqn.params, "known", known), eqn.source_info)
+      known_eqn = core.JaxprEqn(
+          known_ins, k_outs, self.prim,
+          self._params(eqn.params, "known", known, [i for i, u in enumerate(unknowns) if not u]),
+          eqn.source_info)
     if any(out_unknowns):
       unknown_eqn = core.JaxprEqn(
           [*res_ins, *[v for v, u in zip(eqn.invars, unknowns) if u]],
           [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
-          self._params(eqn.params, "unknown", unknown), eqn.source_info)
+          self._params(eqn.params, "unknown", unknown,
+                       [None] * len(res_ins) + [i for i, u in enumerate(unknowns) if u]),
+          eqn.source_info)
     return known_eqn, unknown_eqn, out_unknowns, fwd
 
   def dce(self, used_outs, eqn):
@@ -327,7 +349,8 @@ class CallRules:
     return used_ins, eqn.replace(
         invars=[v for v, u in zip(eqn.invars, used_ins) if u],
         outvars=[v for v, u in zip(eqn.outvars, used_outs) if u],
-        params=self._params(eqn.params, "dce", new_closed))
+        params=self._params(eqn.params, "dce", new_closed,
+                            [i for i, u in enumerate(used_ins) if u]))
 
   def register(self, *, partial_eval: bool = True, dce: bool = True) -> "CallRules":
     """Registers the rules (partial evaluation and DCE optional: a primitive may keep its

@@ -295,7 +295,7 @@ def _check_spec(lhs: ShapedArray, rhs: ShapedArray, dimension_numbers) -> None:
 def _conv_general_dilated_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, window_strides,
                                         padding, lhs_dilation, rhs_dilation, dimension_numbers,
                                         feature_group_count, batch_group_count, precision,
-                                        preferred_element_type):
+                                        preferred_element_type, out_sharding=None):
   """JAX's shape rule (in its order, with its messages), then its dtype rule."""
   if lhs.ndim != rhs.ndim:
     raise ValueError(f"conv_general_dilated lhs and rhs must have the same number of "
@@ -405,7 +405,8 @@ def _crop_negative_padding(ctx, lhs, lhs_aval, padding, lhs_dilation, lhs_spec):
 
 def _conv_general_dilated_lowering(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation,
                                    rhs_dilation, dimension_numbers, feature_group_count,
-                                   batch_group_count, precision, preferred_element_type):
+                                   batch_group_count, precision, preferred_element_type,
+                                   out_sharding=None):
   # NB: emitted in the pretty form (the generic form needs a `dense<> : tensor<0x2xi64>`
   # padding for 0 spatial dimensions); the text matches what JAX prints.
   (lhs_aval, rhs_aval), (out_aval,) = ctx.avals_in, ctx.avals_out
@@ -482,7 +483,7 @@ def _conv_general_vjp_rhs_padding(in_shape, window_dimensions, window_strides, o
 def _conv_general_dilated_transpose_lhs(ct, lhs, rhs, *, window_strides, padding,
                                         lhs_dilation, rhs_dilation, dimension_numbers,
                                         feature_group_count, batch_group_count, precision,
-                                        preferred_element_type):
+                                        preferred_element_type, out_sharding=None):
   """JAX's `_conv_general_dilated_transpose_lhs`: the input cotangent is a convolution of
   the output cotangent with the spatially reversed kernel, its feature dimensions swapped
   (the feature groups moved into its output features), strides becoming lhs dilation."""
@@ -522,7 +523,7 @@ def _conv_general_dilated_transpose_lhs(ct, lhs, rhs, *, window_strides, padding
 def _conv_general_dilated_transpose_rhs(ct, lhs, rhs, *, window_strides, padding,
                                         lhs_dilation, rhs_dilation, dimension_numbers,
                                         feature_group_count, batch_group_count, precision,
-                                        preferred_element_type):
+                                        preferred_element_type, out_sharding=None):
   """JAX's `_conv_general_dilated_transpose_rhs`: the kernel cotangent is a convolution of
   the input with the output cotangent as kernel (batch and feature roles swapped; feature
   groups become batch groups and vice versa), strides becoming rhs dilation."""
@@ -563,7 +564,7 @@ ad.defbilinear(conv_general_dilated_p, _conv_general_dilated_transpose_lhs,
 def _conv_general_dilated_batch_rule(batched_args, batch_dims, *, window_strides, padding,
                                      lhs_dilation, rhs_dilation, dimension_numbers,
                                      feature_group_count, batch_group_count, precision,
-                                     preferred_element_type):
+                                     preferred_element_type, out_sharding=None):
   """JAX's `_conv_general_dilated_batch_rule`: the vmapped axis is folded into the input's
   batch dimension (lhs batched), the kernel's output features (rhs batched) or, both batched,
   into feature (or batch) groups; the output is then split back, its batch axis at the
@@ -624,6 +625,8 @@ def _conv_general_dilated_batch_rule(batched_args, batch_dims, *, window_strides
 
 
 batching.primitive_batchers[conv_general_dilated_p] = _conv_general_dilated_batch_rule
+# NB: as JAX's, every equation carries `out_sharding` (None here; printed).
+conv_general_dilated_p.def_default_params(out_sharding=None)
 
 
 def _int_tuple(name: str, xs: Any) -> tuple[int, ...]:

@@ -642,6 +642,7 @@ core.sharding_rules[dot_general_p] = _dot_general_sharding_rule
 core.ur_rules[dot_general_p] = _dot_general_ur_rule
 lowering.register_lowering(dot_general_p, _dot_general_lowering)
 core.pp_eqn_rules[dot_general_p] = _dot_general_pp_rule
+dot_general_p.def_default_params(out_sharding=None)   # NB: as JAX's equations
 ad.defbilinear(dot_general_p, _dot_general_transpose_lhs, _dot_general_transpose_rhs)
 
 

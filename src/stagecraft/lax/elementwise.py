@@ -110,7 +110,7 @@ def _hlo_lowering(op: str):
   def rule(ctx, *operands, accuracy=None, **params):
     operands = broadcast_operands(ctx, operands)
     in_avals = [a.update(shape=ctx.avals_out[0].shape) for a in ctx.avals_in]
-    if accuracy_attr(accuracy) is not None:
+    if accuracy is not None and accuracy_attr(accuracy) is not None:
       return [_elementwise_with_accuracy(ctx, op, operands[0], accuracy)]
     if all(a.dtype == ctx.avals_out[0].dtype for a in in_avals) and op.startswith("stablehlo."):
       return [ctx.elementwise(op, *operands)]
@@ -622,7 +622,7 @@ ad.primitive_transposes[sub_p] = _sub_transpose
 
 mul_p = binop("mul", number, "stablehlo.multiply")
 # NB: complex cotangents are not conjugated (JAX's convention: the transpose, not the adjoint).
-# An `out_dtype` (JAX's `mul(x, y, out_dtype=)`; the param is present only when given) is the
+# An `out_dtype` (JAX's `mul(x, y, out_dtype=)`; None unless given) is the
 # result's dtype: the operands, of any accepted dtypes, are converted to it and multiplied;
 # the cotangent of each operand comes back in that operand's dtype.
 ad.defbilinear(mul_p,
@@ -672,8 +672,12 @@ class _AsRepr:
 
 mul_p.def_abstract_eval(_mul_abstract_eval)
 lowering.register_lowering(mul_p, _mul_lowering)
+# NB: every mul equation carries JAX's `out_dtype` (None unless given); printed as JAX's:
+# hidden when None.
+mul_p.def_default_params(out_dtype=None)
 core.pp_eqn_rules[mul_p] = lambda eqn, context: [
-    (k, _AsRepr(v) if k == "out_dtype" else v) for k, v in sorted(eqn.params.items())]
+    (k, _AsRepr(v) if k == "out_dtype" else v) for k, v in sorted(eqn.params.items())
+    if not (k == "out_dtype" and v is None)]
 
 
 def _emit_select(ctx, pred: str, on_true: str, on_false: str, aval: ShapedArray) -> str:
@@ -1035,11 +1039,11 @@ batching.primitive_batchers[select_n_p] = _select_n_batch
 convert_element_type_p = Primitive("convert_element_type")
 
 
-def _convert_element_type_abstract_eval(x, *, new_dtype, weak_type):
+def _convert_element_type_abstract_eval(x, *, new_dtype, weak_type, sharding=None):
   return ShapedArray(x.shape, new_dtype, weak_type)
 
 
-def _convert_element_type_lowering(ctx, x, *, new_dtype, weak_type):
+def _convert_element_type_lowering(ctx, x, *, new_dtype, weak_type, sharding=None):
   src, out = ctx.avals_in[0], ctx.avals_out[0]
   if src.dtype == out.dtype:
     return [x]
@@ -1056,13 +1060,13 @@ def _convert_element_type_lowering(ctx, x, *, new_dtype, weak_type):
   return ctx.op("stablehlo.convert", [x], [out], operand_avals=[src])
 
 
-def _convert_element_type_jvp(t, ans, x, *, new_dtype, weak_type):
+def _convert_element_type_jvp(t, ans, x, *, new_dtype, weak_type, sharding=None):
   if not dtypes.is_inexact(new_dtype):   # to integer or bool: float0, as JAX
     return _zero_tangent(ans)
   return convert_element_type_p.bind(t, new_dtype=new_dtype, weak_type=weak_type)
 
 
-def _convert_element_type_transpose(ct, x, *, new_dtype, weak_type):
+def _convert_element_type_transpose(ct, x, *, new_dtype, weak_type, sharding=None):
   # Converting back to the input's dtype and weak type is the transpose (complex -> real
   # takes the real part, real -> complex adds 0j), as JAX.
   if type(ct) is ad.Zero or not dtypes.is_inexact(x.aval.dtype):
@@ -1078,9 +1082,13 @@ lowering.register_lowering(convert_element_type_p, _convert_element_type_lowerin
 ad.defjvp2(convert_element_type_p, _convert_element_type_jvp)
 ad.primitive_transposes[convert_element_type_p] = _convert_element_type_transpose
 batching.defvectorized(convert_element_type_p)
+# NB: as JAX's, every equation carries `sharding` (None here), printed only when not None.
+convert_element_type_p.def_default_params(sharding=None)
+core.pp_eqn_rules[convert_element_type_p] = lambda eqn, context: [
+    (k, v) for k, v in sorted(eqn.params.items()) if not (k == "sharding" and v is None)]
 
 
-def _convert_element_type_fold(x, *, new_dtype, weak_type):
+def _convert_element_type_fold(x, *, new_dtype, weak_type, sharding=None):
   # JAX's folding rule: a host scalar (not an Array) converts on the host, into a literal.
   if not (type(x) in _scalar_types or isinstance(x, np.generic)
           or type(x) is core.WeakScalarValue or (type(x) is np.ndarray and x.ndim == 0)):
@@ -1108,9 +1116,19 @@ def _unary(p: Primitive, doc: str):
   return f
 
 
+def _hide_none_accuracy(eqn, context):
+  """JAX's print rule of the primitives with an `accuracy` param: hidden when None."""
+  return [(k, v) for k, v in sorted(eqn.params.items())
+          if not (k == "accuracy" and v is None)]
+
+
 def _unary_accuracy(p: Primitive, doc: str):
-  """A unary wrapper with JAX's keyword `accuracy` (bound as a param only when given, so
-  jaxprs without it print as before: `exp a`)."""
+  """A unary wrapper with JAX's keyword `accuracy`. Every equation of `p` carries the
+  param (None unless given: `def_default_params`), as JAX's; it prints only when not None
+  (`exp a`)."""
+  p.def_default_params(accuracy=None)
+  core.pp_eqn_rules[p] = _hide_none_accuracy
+
   def f(x: Any, *, accuracy: Any = None):
     if accuracy is None:
       return p.bind(x)

@@ -201,7 +201,9 @@ def _axis_index_value(ctx, axis_name) -> list[str]:
   return [out]
 
 
-def all_gather_lowering(ctx, x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
+def all_gather_lowering(ctx, x, *, axis_name, all_gather_dimension, tiled, axis_size,
+                        axis_index_groups=None):
+  axis = all_gather_dimension
   groups = _replica_groups(ctx, _names(axis_name), axis_index_groups)
   aval_in, aval_out = ctx.avals_in[0], ctx.avals_out[0]
   if not tiled:
@@ -227,7 +229,8 @@ def _ppermute_lowering(ctx, x, *, axis_name, perm):
   return ctx.op("stablehlo.collective_permute", [x], attrs=", ".join(attrs))
 
 
-def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True):
+def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True,
+                         axis_index_groups=None):
   groups = _replica_groups(ctx, _names(axis_name))
   attrs = ", ".join([f"split_dimension = {split_axis} : i64",
                      f"concat_dimension = {concat_axis} : i64",
@@ -791,7 +794,9 @@ ad.deflinear_args(reduced_vary_cast_p,
 all_gather_p = core.Primitive("all_gather")
 
 
-def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
+def _all_gather_abstract_eval(x, *, axis_name, all_gather_dimension, tiled, axis_size,
+                              axis_index_groups=None):
+  axis = all_gather_dimension
   _check_bound(_names(axis_name))
   shape = list(x.shape)
   if tiled:
@@ -801,8 +806,9 @@ def _all_gather_abstract_eval(x, *, axis_name, axis, tiled, axis_size, axis_inde
   return x.update(shape=tuple(shape), weak_type=False)
 
 
-def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_size,
-                        axis_index_groups=None):
+def _all_gather_batcher(axis_data, args, dims, *, axis_name, all_gather_dimension, tiled,
+                        axis_size, axis_index_groups=None):
+  axis = all_gather_dimension
   (x,), (d,) = args, dims
   if axis_index_groups is not None:
     raise NotImplementedError("axis_index_groups not supported in vmap")
@@ -812,10 +818,10 @@ def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_s
                               f"one name at a time.")
   if axis_data.name != axis_name:
     if d is batching.not_mapped:
-      return all_gather_p.bind(x, axis_name=axis_name, axis=axis, tiled=tiled,
+      return all_gather_p.bind(x, axis_name=axis_name, all_gather_dimension=axis, tiled=tiled,
                                axis_size=axis_size), batching.not_mapped
     x = batching.moveaxis(x, d, 0)
-    out = all_gather_p.bind(x, axis_name=axis_name, axis=axis + 1, tiled=tiled,
+    out = all_gather_p.bind(x, axis_name=axis_name, all_gather_dimension=axis + 1, tiled=tiled,
                             axis_size=axis_size)
     return out, 0
   if d is batching.not_mapped:
@@ -829,7 +835,9 @@ def _all_gather_batcher(axis_data, args, dims, *, axis_name, axis, tiled, axis_s
   return x, batching.not_mapped
 
 
-def _all_gather_transpose(ct, x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
+def _all_gather_transpose(ct, x, *, axis_name, all_gather_dimension, tiled, axis_size,
+                          axis_index_groups=None):
+  axis = all_gather_dimension
   # all_gather's transpose is psum_scatter: member i's cotangent is block i of the sum.
   return [reduce_scatter_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
                                 scatter_dimension=axis, axis_size=axis_size, tiled=tiled,
@@ -841,6 +849,8 @@ all_gather_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(all_gather_p, all_gather_lowering)
 batching.fancy_primitive_batchers[all_gather_p] = _all_gather_batcher
 ad.deflinear_args(all_gather_p, _all_gather_transpose)
+# NB: as JAX's, every equation carries `axis_index_groups` (None unless given).
+all_gather_p.def_default_params(axis_index_groups=None)
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
@@ -877,7 +887,8 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
   def one(leaf):
     nd = len(core.get_aval(leaf).shape)
     ax = axis % (nd + (0 if tiled else 1)) if nd or not tiled else 0
-    return all_gather_p.bind(leaf, axis_name=axis_name, axis=ax, tiled=tiled, axis_size=size,
+    return all_gather_p.bind(leaf, axis_name=axis_name, all_gather_dimension=ax, tiled=tiled,
+                             axis_size=size,
                              **_groups_param(groups))
   return tree_util.tree_map(one, x)
 
@@ -1083,7 +1094,8 @@ def _reduce_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size,
                               axis_index_groups=None):
   # psum_scatter's transpose is all_gather (and all_gather's is psum_scatter).
   return [all_gather_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
-                            axis=scatter_dimension, tiled=tiled, axis_size=axis_size,
+                            all_gather_dimension=scatter_dimension, tiled=tiled,
+                            axis_size=axis_size,
                             **_groups_param(axis_index_groups))]
 
 
@@ -1092,6 +1104,7 @@ reduce_scatter_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(reduce_scatter_p, _reduce_scatter_lowering)
 batching.fancy_primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
 ad.deflinear_args(reduce_scatter_p, _reduce_scatter_transpose)
+reduce_scatter_p.def_default_params(axis_index_groups=None)   # NB: as JAX's equations
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
@@ -1139,7 +1152,7 @@ all_to_all_p = core.Primitive("all_to_all")
 
 
 def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_size,
-                              tiled=True):
+                              tiled=True, axis_index_groups=None):
   # NB: `tiled` records the user's form (JAX's param); the equation's shapes are the tiled
   # ones either way (`all_to_all` inserts and squeezes the untiled form's axes around it).
   # A one-name tuple (as JAX's rules pass it) is that name; the param prints as given.
@@ -1151,7 +1164,7 @@ def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_siz
 
 
 def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_axis,
-                        axis_size, tiled=True):
+                        axis_size, tiled=True, axis_index_groups=None):
   (x,), (d,) = args, dims
   if axis_data.name not in _names(axis_name):
     if d is batching.not_mapped:
@@ -1178,7 +1191,8 @@ def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_
   return lax_shape.reshape(x, (n, *out_shape)), 0
 
 
-def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True):
+def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True,
+                          axis_index_groups=None):
   return [all_to_all_p.bind(ct, axis_name=axis_name, split_axis=concat_axis,
                             concat_axis=split_axis, axis_size=axis_size, tiled=tiled)]
 
@@ -1187,6 +1201,8 @@ all_to_all_p.def_abstract_eval(_all_to_all_abstract_eval)
 all_to_all_p.def_impl(_unbound_impl("axis_name"))
 lowering.register_lowering(all_to_all_p, _all_to_all_lowering)
 batching.fancy_primitive_batchers[all_to_all_p] = _all_to_all_batcher
+# NB: as JAX's, every equation carries `axis_index_groups` (None).
+all_to_all_p.def_default_params(axis_index_groups=None)
 ad.deflinear_args(all_to_all_p, _all_to_all_transpose)
 
 
@@ -1237,13 +1253,13 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
 # ---------------------------------------------------------------------------
 # Printing: the collectives' equations print the params of JAX's primitives of the same
 # name (their names, their defaults, axis names as a tuple), so that printed jaxprs read as
-# JAX's; the equations hold stagecraft's (`all_gather`'s `axis` is JAX's
+# JAX's; the equations hold stagecraft's (an `axis_name` of one name is held as the name,
 # `all_gather_dimension`; `axis_index_groups` is held only when given).
 
 
 def _pp_all_gather(eqn, context):
   p = eqn.params
-  return [("all_gather_dimension", p["axis"]),
+  return [("all_gather_dimension", p["all_gather_dimension"]),
           ("axis_index_groups", p.get("axis_index_groups")),
           ("axis_name", _names(p["axis_name"])), ("axis_size", p["axis_size"]),
           ("tiled", p["tiled"])]
@@ -1262,7 +1278,7 @@ def _pp_reduce_scatter(eqn, context):
 
 def _pp_all_to_all(eqn, context):
   p = eqn.params
-  return [("axis_index_groups", None), ("axis_name", p["axis_name"]),
+  return [("axis_index_groups", p["axis_index_groups"]), ("axis_name", p["axis_name"]),
           ("concat_axis", p["concat_axis"]), ("split_axis", p["split_axis"]),
           ("tiled", p.get("tiled", True))]
 

@@ -113,7 +113,7 @@ def _check_logical(name, x):  # and, or: logical for bool, bitwise for integers
                     f"{x.dtype.name} array.")
 
 
-def _reduce_abstract_eval(name, check_dtype, keep_weak, x, *, axes):
+def _reduce_abstract_eval(name, check_dtype, keep_weak, x, *, axes, out_sharding=None):
   """Output: `x` without `axes`; weak type kept (sum/max/min/prod) or dropped (and/or), as
   JAX does."""
   check_dtype(name, x)
@@ -122,7 +122,7 @@ def _reduce_abstract_eval(name, check_dtype, keep_weak, x, *, axes):
   return ShapedArray(shape, x.dtype, x.weak_type and keep_weak)
 
 
-def _reduce_lowering(op, identity, ctx, x, *, axes):
+def _reduce_lowering(op, identity, ctx, x, *, axes, out_sharding=None):
   """`op`: a StableHLO op name, or `combine(ctx, a, b, scalar_aval) -> name` for the region."""
   aval_out = ctx.avals_out[0]
   scalar = ShapedArray((), aval_out.dtype)
@@ -156,6 +156,9 @@ reduce_or_p = _reduction("reduce_or", "stablehlo.or", or_identity, _check_logica
                          keep_weak=False)
 reduce_xor_p = _reduction("reduce_xor", "stablehlo.xor", or_identity, _check_logical,
                           keep_weak=False)
+# NB: as JAX's, every reduce_sum equation carries `out_sharding` (None: the result's type is
+# the sharding rule's; `reduce_sum(out_sharding=)` lays the result out instead).
+reduce_sum_p.def_default_params(out_sharding=None)
 
 
 def _normalize_axes(axes: Sequence[int]) -> tuple[int, ...]:
@@ -223,7 +226,7 @@ def _kept_dims(ndim: int, axes) -> tuple[int, ...]:
   return tuple(i for i in range(ndim) if i not in axes)
 
 
-def _reduce_sum_transpose(ct, operand, *, axes):
+def _reduce_sum_transpose(ct, operand, *, axes, out_sharding=None):
   # As JAX's: the kept dims are NumPy ints (printed `np.int64(0)`), so the primitive is bound
   # directly (the wrapper makes them Python ints).
   shape = tuple(operand.aval.shape)

@@ -176,6 +176,7 @@ def _broadcast_in_dim_pp_rule(eqn, context):
 broadcast_in_dim_p.def_abstract_eval(_broadcast_in_dim_abstract_eval)
 lowering.register_lowering(broadcast_in_dim_p, _broadcast_in_dim_lowering)
 core.pp_eqn_rules[broadcast_in_dim_p] = _broadcast_in_dim_pp_rule
+broadcast_in_dim_p.def_default_params(sharding=None)   # NB: as JAX's equations
 
 
 def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions, sharding=None):
@@ -407,7 +408,7 @@ def _placed_full(fill_value: Any, shape: tuple, sharding: Any) -> Any:
 reshape_p = Primitive("reshape")
 
 
-def _reshape_abstract_eval(operand, *, new_sizes, dimensions):
+def _reshape_abstract_eval(operand, *, new_sizes, dimensions, sharding=None):
   check_shapelike("reshape", "new_sizes", new_sizes)
   if dimensions is not None and (type(dimensions) is not tuple
                                  or set(dimensions) != set(range(operand.ndim))
@@ -420,7 +421,7 @@ def _reshape_abstract_eval(operand, *, new_sizes, dimensions):
   return ShapedArray(new_sizes, operand.dtype, operand.weak_type)
 
 
-def _reshape_lowering(ctx, x, *, new_sizes, dimensions):
+def _reshape_lowering(ctx, x, *, new_sizes, dimensions, sharding=None):
   if dimensions is not None:   # JAX's lowering: the permutation first, as a transpose
     aval, = ctx.avals_in
     t_aval = aval.update(shape=tuple(aval.shape[d] for d in dimensions))
@@ -432,12 +433,12 @@ def _reshape_lowering(ctx, x, *, new_sizes, dimensions):
 
 reshape_p.def_abstract_eval(_reshape_abstract_eval)
 lowering.register_lowering(reshape_p, _reshape_lowering)
-# NB: printed with JAX's `sharding=None` (stagecraft's reshape has no sharding param).
-core.pp_eqn_rules[reshape_p] = lambda eqn, context: sorted(
-    {"sharding": None, **eqn.params}.items())
+# NB: as JAX's, every reshape equation carries `sharding` (None: `reshape(out_sharding=)`
+# lays the result out instead), printed.
+reshape_p.def_default_params(sharding=None)
 
 
-def _reshape_transpose(ct, operand, *, new_sizes, dimensions):
+def _reshape_transpose(ct, operand, *, new_sizes, dimensions, sharding=None):
   """JAX's rule: back to the operand's shape (permuted, then transposed back by the
   inverse permutation when `dimensions` is given)."""
   shape = operand.aval.shape
@@ -450,7 +451,7 @@ def _reshape_transpose(ct, operand, *, new_sizes, dimensions):
 ad.deflinear_args(reshape_p, _reshape_transpose)
 
 
-def _reshape_batch_rule(args, dims, *, new_sizes, dimensions):
+def _reshape_batch_rule(args, dims, *, new_sizes, dimensions, sharding=None):
   """JAX's rule: the batch dim goes first (a row-major reshape keeps a leading dim)."""
   operand, = args
   bdim, = dims
@@ -1432,7 +1433,7 @@ def index_in_dim(operand: Any, index: int, axis: int = 0, keepdims: bool = True)
 iota_p = Primitive("iota")
 
 
-def _iota_abstract_eval(*, dtype, shape, dimension):
+def _iota_abstract_eval(*, dtype, shape, dimension, sharding=None):
   check_shapelike("iota", "shape", shape)
   if not (dtypes.is_integer(dtype) or dtypes.is_inexact(dtype)):
     raise TypeError(f"iota does not accept dtype {np.dtype(dtype).name}. Accepted dtypes are "
@@ -1443,15 +1444,14 @@ def _iota_abstract_eval(*, dtype, shape, dimension):
   return ShapedArray(shape, dtype, False)
 
 
-def _iota_lowering(ctx, *, dtype, shape, dimension):
+def _iota_lowering(ctx, *, dtype, shape, dimension, sharding=None):
   return ctx.op("stablehlo.iota", [], attrs=f"iota_dimension = {dimension} : i64")
 
 
 iota_p.def_abstract_eval(_iota_abstract_eval)
 lowering.register_lowering(iota_p, _iota_lowering)
-# NB: printed with JAX's `sharding=None` (stagecraft's iota has no sharding param).
-core.pp_eqn_rules[iota_p] = lambda eqn, context: sorted(
-    {"sharding": None, **eqn.params}.items())
+# NB: as JAX's, every iota equation carries `sharding` (None here), printed.
+iota_p.def_default_params(sharding=None)
 ad.defjvp_zero(iota_p)   # NB: iota takes no operands, so nothing is ever differentiated
 
 

@@ -1018,7 +1018,7 @@ def _updates_batching_dims(ibatch, update_window_dims, index_vector_dim, updates
 
 
 def _scatter_abstract_eval(name, accepted, operand, indices, updates, *, dimension_numbers,
-                           indices_are_sorted, unique_indices, mode):
+                           indices_are_sorted, unique_indices, mode, **_):
   """XLA's ShapeInference::InferScatterShape checks, with JAX's messages."""
   _check_index_dtype(name, indices)
   utils.check_same_dtypes("scatter", (operand, updates))   # JAX's message, for all six
@@ -1118,7 +1118,7 @@ def _clamp_scatter_indices(ctx, indices, x_aval, i_aval, u_aval, dn) -> str:
 
 
 def _scatter_lowering(combine, ctx, operand, indices, updates, *, dimension_numbers,
-                      indices_are_sorted, unique_indices, mode):
+                      indices_are_sorted, unique_indices, mode, **_):
   x_aval, i_aval, u_aval = ctx.avals_in
   dn = dimension_numbers
   if mode is GatherScatterMode.CLIP and dn.scatter_dims_to_operand_dims:
@@ -1164,6 +1164,9 @@ scatter_min_p = _scatter_primitive(
     "scatter-min", lambda ctx, scalar, a, b: elementwise.emit_minmax(ctx, "LT", a, b, scalar))
 scatter_max_p = _scatter_primitive(
     "scatter-max", lambda ctx, scalar, a, b: elementwise.emit_minmax(ctx, "GT", a, b, scalar))
+# NB: as JAX's, a scatter equation carries `update_jaxpr` (None: the updates replace) and
+# `update_consts`.
+scatter_p.def_default_params(update_jaxpr=None, update_consts=())
 
 
 def _scatter_pp_rule(combiner: Primitive, eqn: core.JaxprEqn, context) -> list:
@@ -1377,7 +1380,7 @@ def _scatter_addsub_jvp(prim, primals, tangents, **params):
 
 
 def _scatter_addsub_transpose(prim, ct, operand, indices, updates, *, dimension_numbers,
-                              indices_are_sorted, unique_indices, mode):
+                              indices_are_sorted, unique_indices, mode, **_):
   """The operand gets `ct`; the updates get the windows of `ct` they were added to
   (negated for scatter-sub)."""
   t_operand = ct if ad.is_undefined_primal(operand) else None
@@ -1396,7 +1399,7 @@ del _p
 
 
 def _scatter_jvp(primals, tangents, *, dimension_numbers, indices_are_sorted, unique_indices,
-                 mode):
+                 mode, **_):
   """JAX's `_scatter_jvp`. With `unique_indices` the tangent is the scatter of the tangents.
   Otherwise which of several updates to one location wins is unspecified, so the winners
   are found by scattering a distinct positive id per update and gathering the ids back;
@@ -1432,7 +1435,7 @@ def _scatter_jvp(primals, tangents, *, dimension_numbers, indices_are_sorted, un
 
 
 def _scatter_transpose(ct, operand, indices, updates, *, dimension_numbers,
-                       indices_are_sorted, unique_indices, mode):
+                       indices_are_sorted, unique_indices, mode, **_):
   """With unique indices (the only case the JVP transposes): the operand gets `ct` with the
   overwritten windows zeroed, the updates get those windows of `ct`."""
   if not unique_indices:
@@ -1457,7 +1460,7 @@ ad.primitive_transposes[scatter_p] = _scatter_transpose
 
 
 def _scatter_mul_jvp_updates(t, operand, indices, updates, *, dimension_numbers,
-                             indices_are_sorted, unique_indices, mode):
+                             indices_are_sorted, unique_indices, mode, **_):
   if not unique_indices:
     raise NotImplementedError(
         "scatter_mul gradients with respect to the updates are only implemented if "
@@ -1471,7 +1474,7 @@ def _scatter_mul_jvp_updates(t, operand, indices, updates, *, dimension_numbers,
 
 
 def _scatter_mul_transpose(ct, operand, indices, updates, *, dimension_numbers,
-                           indices_are_sorted, unique_indices, mode):
+                           indices_are_sorted, unique_indices, mode, **_):
   """Linear in the operand (for fixed updates): its cotangent is `ct` scattered-multiplied
   by the updates. The updates' (unique indices only) are the windows of `ct * operand`."""
   params = dict(dimension_numbers=dimension_numbers, indices_are_sorted=indices_are_sorted,
@@ -1498,7 +1501,7 @@ ad.primitive_transposes[scatter_mul_p] = _scatter_mul_transpose
 
 
 def _scatter_extremal_jvp(prim, primals, tangents, *, dimension_numbers, indices_are_sorted,
-                          unique_indices, mode):
+                          unique_indices, mode, **_):
   """JAX's `_scatter_extremal_jvp`: where several values (the operand's and updates') tie for
   the minimum or maximum at one location, the tangent there is the average of their
   tangents, as for reduce_max."""
@@ -1532,7 +1535,7 @@ ad.primitive_jvps[scatter_max_p] = partial(_scatter_extremal_jvp, scatter_max_p)
 
 
 def _scatter_batch_rule(prim, args, dims, *, dimension_numbers, indices_are_sorted,
-                        unique_indices, mode):
+                        unique_indices, mode, **_):
   """JAX's `_scatter_batching_rule`: the operand and the updates get their batch dim first
   (broadcast when unbatched). Unbatched indices: the batch dim is a new window dim taken
   whole. Batched indices (moved first): the batch dims are paired as operand/indices

@@ -218,8 +218,9 @@ def _lower_inline(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
         results.append(o)
         continue
       sub = ctx.replace(avals_in=[a], avals_out=[g])
-      results += parallel.all_gather_lowering(sub, o, axis_name=axis_name, axis=ax,
-                                               tiled=False, axis_size=axis_size)
+      results += parallel.all_gather_lowering(sub, o, axis_name=axis_name,
+                                               all_gather_dimension=ax, tiled=False,
+                                               axis_size=axis_size)
   finally:
     module.axis_env = saved_env
   return results

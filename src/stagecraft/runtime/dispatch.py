@@ -697,7 +697,8 @@ def mark_all_committed(values: Sequence[Any]) -> None:
 
 def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
   """`apply_primitive(prim, args, {})` for two Arrays on the default device whose program
-  is compiled already (a binary primitive with one result, the generic impl and no params),
+  is compiled already (a binary primitive with one result, the generic impl and no params
+but its default ones),
   or None: the caller then takes the general path. The eager `x + y` of NumPy's
   operators."""
   if config.state_key[1]:
@@ -710,7 +711,11 @@ def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
   if _committed_to_default and (id(x) in _committed_to_default
                                 or id(y) in _committed_to_default):
     return None   # committed results: `apply_primitive`
-  ex = _prim_cache.get((prim, None, client.default_device_cell[0], x.aval, y.aval))
+  d = prim.default_params   # NB: `bind` adds them: `apply_primitive`'s key has them
+  ex = _prim_cache.get((prim, None, client.default_device_cell[0], x.aval, y.aval)
+                       if d is None else
+                       (prim, None, client.default_device_cell[0], x.aval, y.aval,
+                        *d.items()))
   if ex is None or ex.callbacks:
     return None
   # NB: two Arrays on the default device: their buffers go straight in.

@@ -563,7 +563,9 @@ def _collect_devices(jaxpr: Jaxpr, found: list):
 
 def _collect(jaxpr: Jaxpr, found: list):
   for eqn in jaxpr.eqns:
-    for v in eqn.params.values():   # a mesh, or a sharding over one (constraints)
+    for k, v in eqn.params.items():   # a mesh, or a sharding over one (constraints)
+      if k == "ctx_mesh":   # NB: the mesh in context when a jit was traced: not a use
+        continue
       # NB: as JAX's, named with the equation's place; a sharding over an AbstractMesh (a
       # type: reshard, out_sharding) names no devices, and a reshard over a Mesh is a
       # device_put
