@@ -433,3 +433,27 @@ def test_set_mesh_object_prints_as_jaxs_under_the_runner(installed):
     ctx.__exit__(None, None, None)   # the mesh set before comes back
   assert reprs[0].startswith("<jax._src.sharding_impls.set_mesh object at 0x")
   assert reprs[0].split(" at ")[0] == reprs[1].split(" at ")[0]
+
+
+def _batched_while_program(api, jnp):
+  def outer(a, b, c):
+    return api.lax.while_loop(lambda x: (x < c).squeeze(), lambda x: x + b, a)
+
+  args = (jnp.arange(1), jnp.asarray(2), jnp.arange(2, 13, 2))
+  vm = api.vmap(outer, in_axes=(None, None, 0))
+  xs = np.arange(6, dtype=np.float32).reshape(2, 3)
+  ns = np.array([1, 2, 3], np.int32)
+
+  def g(x, n):
+    return api.lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] + x),
+                              (0, 0.0 * x))[1]
+
+  return [str(api.make_jaxpr(vm)(*args)), np.asarray(vm(*args)).tolist(),
+          np.asarray(api.vmap(api.vmap(api.jit(g)), (0, None))(xs, ns)).tolist(),
+          np.asarray(api.vmap(api.vmap(g))(xs, np.stack([ns, ns[::-1]]))).tolist()]
+
+
+def test_vmapped_while_with_a_batched_predicate_prints_jaxs_batched_while():
+  # JAX 0.10's while keeps a per-lane predicate (cond returns bool[b]) and selects in its
+  # lowering; quax's while rule interprets the batched body (no select_n on its values).
+  assert _batched_while_program(sc, snp) == _batched_while_program(jax, jjnp)

@@ -158,15 +158,27 @@ def _while_lowering(ctx, *args, cond_jaxpr: ClosedJaxpr, body_jaxpr: ClosedJaxpr
   tok = int(lowering.has_ordered_effects(body_jaxpr.jaxpr)
             or lowering.has_ordered_effects(cond_jaxpr.jaxpr))
 
+  pred_aval = cond_jaxpr.out_avals[0]
+  batched = bool(pred_aval.shape)   # a batched while (see `_while_batch_jaxprs`)
+
   def cond_region(*xs):
     if tok:
       ctx.fb.token, xs = xs[0], xs[1:]
-    return lowering.jaxpr_subcomp(ctx.fb, cond_jaxpr.jaxpr, [], [*xs[:nc], *xs[nconsts:]])
+    preds = lowering.jaxpr_subcomp(ctx.fb, cond_jaxpr.jaxpr, [], [*xs[:nc], *xs[nconsts:]])
+    if batched:   # the loop goes on while any lane's predicate holds
+      preds = lowering.jaxpr_subcomp(ctx.fb, _any_jaxpr(pred_aval), [], preds)
+    return preds
 
   def body_region(*xs):
     if tok:
       ctx.fb.token, xs = xs[0], xs[1:]
     outs = lowering.jaxpr_subcomp(ctx.fb, body_jaxpr.jaxpr, [], xs[nc:])
+    if batched:   # lanes whose predicate is false keep their carry
+      carry = xs[nconsts:]
+      pred = lowering.jaxpr_subcomp(ctx.fb, cond_jaxpr.jaxpr, [], [*xs[:nc], *carry])
+      outs = lowering.jaxpr_subcomp(
+          ctx.fb, _select_jaxpr(pred_aval, tuple(body_jaxpr.out_avals)), [],
+          [*pred, *outs, *carry])
     return [ctx.fb.token, *xs[:nconsts], *outs] if tok else [*xs[:nconsts], *outs]
 
   if tok:
@@ -179,6 +191,39 @@ def _while_lowering(ctx, *args, cond_jaxpr: ClosedJaxpr, body_jaxpr: ClosedJaxpr
   if tok:
     ctx.set_token(outs[0])
   return outs[nconsts + tok:]
+
+
+_lowering_jaxprs: dict = {}
+
+
+def _any_jaxpr(pred_aval: ShapedArray) -> core.Jaxpr:
+  """`pred: bool[*b] -> bool[]`, true when any lane's is (a batched while's condition)."""
+  key = ("any", pred_aval)
+  if key not in _lowering_jaxprs:
+    axes = tuple(range(len(pred_aval.shape)))
+    j, _ = pe.trace_to_jaxpr(lambda p: [reduction.reduce_or(p, axes)], [pred_aval])
+    _lowering_jaxprs[key] = j
+  return _lowering_jaxprs[key]
+
+
+def _select_jaxpr(pred_aval: ShapedArray, carry_avals: tuple) -> core.Jaxpr:
+  """`(pred: bool[*b], *new, *old) -> [where(pred, new, old) per carry]`, the predicate
+  broadcast over each carry's leading (batch) dimensions (a batched while's body)."""
+  key = ("select", pred_aval, carry_avals)
+  if key not in _lowering_jaxprs:
+    n = len(carry_avals)
+    nb = len(pred_aval.shape)
+
+    def select(p, *xs):
+      outs = []
+      for x_new, x_old, a in zip(xs[:n], xs[n:], carry_avals):
+        pb = lax_shape.broadcast_in_dim(p, a.shape, tuple(range(nb)))
+        outs.append(elementwise.select(pb, x_new, x_old))
+      return outs
+
+    j, _ = pe.trace_to_jaxpr(select, [pred_aval, *carry_avals, *carry_avals])
+    _lowering_jaxprs[key] = j
+  return _lowering_jaxprs[key]
 
 
 # -- jvp
@@ -357,46 +402,27 @@ def _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, axis
   _, _, (pred_dim,) = batching.batch_jaxpr(cond_jaxpr, axis_data,
                                            [dim(b) for b in (*cconst_b, *carry_b)], [None])
   if pred_dim is None:
-    cond_b, cond_c, _ = batching.batch_jaxpr(cond_jaxpr, axis_data,
-                                             [dim(b) for b in (*cconst_b, *carry_b)], [None])
-    body_b, body_c, _ = batching.batch_jaxpr(body_jaxpr, axis_data,
-                                             [dim(b) for b in (*bconst_b, *carry_b)],
-                                             [dim(b) for b in carry_b])
-    return cond_b, [*cond_c, _CC], body_b, [*body_c, _BC], carry_b
-  # A batched predicate: every carry is batched; the loop runs while any lane's predicate
-  # holds, and lanes whose predicate is false keep their carry (a select per carry).
+    # NB: as JAX's: the carries are batched after the predicate's own dimensions (a while
+    # batched before has a per-lane predicate that the lowering broadcasts over the
+    # carries' leading dimensions)
+    rank = len(cond_jaxpr.out_avals[0].shape)
+    cdim = lambda b: rank if b else None   # noqa: E731
+    cond_b, cond_c, _ = batching.batch_jaxpr(
+        cond_jaxpr, axis_data, [*map(dim, cconst_b), *map(cdim, carry_b)], [None])
+    body_b, body_c, _ = batching.batch_jaxpr(
+        body_jaxpr, axis_data, [*map(dim, bconst_b), *map(cdim, carry_b)],
+        [cdim(b) for b in carry_b])
+    return cond_b, [*cond_c, _CC], body_b, [*body_c, _BC], carry_b, rank
+  # A batched predicate (JAX 0.10's batched while): every carry is batched and the cond
+  # returns the per-lane predicate; the lowering runs the loop while any lane's holds and
+  # keeps the carry of the lanes whose predicate is false (`_while_lowering`).
   carry_b = [True] * len(carry_b)
   cond_b, cond_c, _ = batching.batch_jaxpr(cond_jaxpr, axis_data,
                                            [dim(b) for b in (*cconst_b, *carry_b)], [0])
   body_b, body_c, _ = batching.batch_jaxpr(body_jaxpr, axis_data,
                                            [dim(b) for b in (*bconst_b, *carry_b)],
                                            [0] * len(carry_b))
-  cc_avals = [*cond_b.in_avals[:len(cond_c) + cond_nconsts]]
-  bc_avals = [*body_b.in_avals[:len(body_c) + body_nconsts]]
-  carry_avals = cond_b.in_avals[len(cc_avals):]
-  ncc, nbc = len(cc_avals), len(bc_avals)
-
-  def new_cond(*args):
-    pred = core.jaxpr_as_fun(cond_b)(*args)[0]
-    return [reduction.reduce_or(pred, (0,))]
-
-  def new_body(*args):
-    cc, bc, carry = args[:ncc], args[ncc:ncc + nbc], args[ncc + nbc:]
-    pred = core.jaxpr_as_fun(cond_b)(*cc, *carry)[0]
-    new = core.jaxpr_as_fun(body_b)(*bc, *carry)
-    outs = []
-    for x_new, x_old in zip(new, carry):
-      shape = core.get_aval(x_old).shape
-      p = lax_shape.broadcast_in_dim(pred, shape, (0,))
-      outs.append(elementwise.select(p, x_new, x_old))
-    return outs
-
-  jc, cc_consts = pe.trace_to_jaxpr(new_cond, [*cc_avals, *carry_avals])
-  jb, bc_consts = pe.trace_to_jaxpr(new_body, [*cc_avals, *bc_avals, *carry_avals])
-  cond_new = ClosedJaxpr(pe.convert_constvars_jaxpr(jc), [])
-  body_new = ClosedJaxpr(pe.convert_constvars_jaxpr(jb), [])
-  return (cond_new, [*cc_consts, *cond_c, _CC], body_new,
-          [*bc_consts, *cond_c, _CC, *body_c, _BC], carry_b)
+  return cond_b, [*cond_c, _CC], body_b, [*body_c, _BC], carry_b, 0
 
 
 # Markers in an operand layout: where the original cond / body consts go.
@@ -411,13 +437,15 @@ def _while_batch(axis_data, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts,
   batched = [d is not None for d in dims]
   cconst_b, bconst_b, init_b = _split(batched, cond_nconsts, body_nconsts)
   key = (cond_jaxpr, cond_nconsts, body_nconsts, axis_data, tuple(batched))
-  cond_new, cond_layout, body_new, body_layout, carry_b = _memo(
+  cond_new, cond_layout, body_new, body_layout, carry_b, axis = _memo(
       _batch_cache, body_jaxpr, key,
       lambda: _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
                                   axis_data, cconst_b, bconst_b, init_b))
-  args = [batching.moveaxis(x, d, 0) if d is not None else x for x, d in zip(args, dims)]
+  n_consts = cond_nconsts + body_nconsts
+  args = [batching.moveaxis(x, d, 0 if i < n_consts else axis) if d is not None else x
+          for i, (x, d) in enumerate(zip(args, dims))]
   cconsts, bconsts, init = _split(args, cond_nconsts, body_nconsts)
-  init = [batching.broadcast(x, size, 0) if b and not ib else x
+  init = [batching.broadcast(x, size, axis) if b and not ib else x
           for x, b, ib in zip(init, carry_b, init_b)]
 
   def expand(layout):
@@ -428,7 +456,7 @@ def _while_batch(axis_data, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts,
   cc, bc = expand(cond_layout), expand(body_layout)
   outs = while_p.bind(*cc, *bc, *init, cond_jaxpr=cond_new, body_jaxpr=body_new,
                       cond_nconsts=len(cc), body_nconsts=len(bc))
-  return outs, [0 if b else None for b in carry_b]
+  return outs, [axis if b else None for b in carry_b]
 
 
 # -- DCE
