@@ -69,7 +69,10 @@ def test_values_and_derivatives_equal_jax():
             m.lib.jit(_f(m))(X, Y),
             m.lib.grad(lambda x, y: (m.sa(x * x, y)[0] * 3).sum(), argnums=(0, 1))(X, Y),
             m.lib.vmap(m.sa, in_axes=(None, 1))(X[0], Y.T),
-            m.lib.jvp(_f(m), (X, Y), (Y, X))]
+            m.lib.jvp(_f(m), (X, Y), (Y, X)),
+            # typed keys (stagecraft: through their key data)
+            m.sa(m.lib.random.key(0), m.lib.random.key(1)),
+            m.lib.jit(m.sa)(m.lib.random.split(m.lib.random.key(2), 2), m.np.ones(2))]
   assert repr(run(SC)) == repr(run(JAX))
 
 

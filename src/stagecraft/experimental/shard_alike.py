@@ -63,15 +63,20 @@ def shard_alike(x: Any, y: Any) -> tuple[Any, Any]:
           f"The leaves shapes of `x` and `y` should match. Got `x` leaf shape: {sa} and `y` "
           f"leaf shape: {sb}. File an issue at https://github.com/jax-ml/jax/issues if you "
           f"want this feature.")
-  outs = [shard_alike_p.bind(a, b) for a, b in zip(x_flat, y_flat)]
+  # NB: typed key arrays go through as their key data (`tree_flatten_traced`)
+  x_data, x_dtree = tree_util.tree_flatten_traced(x)
+  y_data, y_dtree = tree_util.tree_flatten_traced(y)
+  outs = [shard_alike_p.bind(a, b) for a, b in zip(x_data, y_data)]
   xs = [o[0] for o in outs]
   ys = [o[1] for o in outs]
-  return tree_util.tree_unflatten(x_tree, xs), tree_util.tree_unflatten(y_tree, ys)
+  return tree_util.tree_unflatten(x_dtree, xs), tree_util.tree_unflatten(y_dtree, ys)
 
 
 def _shape(v: Any) -> tuple:
   if isinstance(v, core.Tracer):
     return tuple(v.aval.shape)
+  if type(v) in tree_util.staged_types:   # a typed key array
+    return tuple(v.shape)
   if isinstance(v, str):   # NB: JAX's message for a non-array leaf
     raise TypeError(f"Argument '{v}' of type {type(v)} is not a valid JAX type")
   if not hasattr(v, "dtype") and not isinstance(v, (bool, int, float, complex)):
