@@ -129,3 +129,43 @@ def test_served_import_path():
   assert mod is sxr and sc.experimental.random is sxr
   assert sorted(sxr.__all__) == sorted(n for n in ("StatefulPRNG", "stateful_rng")
                                        if hasattr(jxr, n))
+
+
+def test_draws_in_loops_and_cond_equal_jax():
+  """The counter Ref written by draws inside fori_loop/scan/cond bodies (an `addupdate`):
+  values and the counter (still weakly typed, as JAX's) after each."""
+  def run(m):
+    rng = m.r.stateful_rng(9)
+    lax = m.lib.lax
+    out = [lax.fori_loop(0, 3, lambda i, c: c + rng.uniform(), 0.), repr(rng),
+           m.lib.jit(lambda: lax.fori_loop(0, 3, lambda i, c: c + rng.normal(), 0.))(),
+           repr(rng),
+           lax.scan(lambda c, _: (c, rng.integers(10)), 0, None, length=4)[1], repr(rng),
+           lax.cond(True, lambda: rng.uniform(), lambda: 0.0), repr(rng)]
+    return [o if isinstance(o, str) else repr(o) for o in out]
+  want = run(JAX)
+  assert all("weak_type=True" in w for w in want[1::2])
+  assert run(SC) == want
+
+
+@pytest.mark.parametrize("write", ["addupdate", "setitem"])
+def test_ref_weak_type_after_loop_equals_jax(write):
+  """A weakly typed Ref after a loop: kept weak by `addupdate` writes, made strong by
+  `ref[...] = ...` (JAX's swap), as JAX's."""
+  def run(m):
+    out = []
+    # NB: not a swap inside cond (JAX keeps that ref weak too; stagecraft makes it strong)
+    for loop in (("fori", "cond") if write == "addupdate" else ("fori",)):
+      r = m.lib.new_ref(0)
+      def body(*_):
+        if write == "addupdate":
+          m.lib.ref.addupdate(r, ..., 1)
+        else:
+          r[...] += 1
+      if loop == "fori":
+        m.lib.lax.fori_loop(0, 3, body, None)
+      else:
+        m.lib.lax.cond(True, body, lambda: None)
+      out.append(repr(r))
+    return out
+  assert run(SC) == run(JAX)
