@@ -66,7 +66,7 @@ def test_split_and_counters_equal_jax():
     out = [repr(s)]
     out.append(m.lib.vmap(m.lib.vmap(lambda g: g.normal(size=3)))(s))
     out.append(m.lib.vmap(m.lib.vmap(lambda g: g.integers(9)))(s))
-    out += [repr(s), repr(rng), m.lib.tree.leaves(rng)]
+    out += [repr(s), repr(rng), m.lib.tree.leaves(rng), str(m.lib.tree.structure(rng))]
     return [o if isinstance(o, str) else repr(o) for o in out]
   assert run(SC) == run(JAX)
 
@@ -106,20 +106,26 @@ def _err(fn):
   return None
 
 
-@pytest.mark.parametrize("case", ["unseeded_in_jit", "bad_key", "bad_counter",
-                                  "split_draw", "jit_returns_rng"])
+@pytest.mark.parametrize("case", ["unseeded_in_jit", "bad_key", "bad_counter", "none_leaves",
+                                  "split_draw", "jit_returns_rng", "jit_returns_arg_rng",
+                                  "jit_returns_ref"])
 def test_errors_equal_jax(case):
   def run(m):
+    nonlocal g
+    g = m.r.stateful_rng(2)
     return {
         "unseeded_in_jit": lambda: m.lib.jit(lambda: m.r.stateful_rng().uniform())(),
         "bad_key": lambda: m.r.StatefulPRNG(1, 2),
         "bad_counter": lambda: m.r.StatefulPRNG(m.lib.random.key(0), 2),
         "split_draw": lambda: m.r.stateful_rng(1).split(2).uniform(),
-        "jit_returns_rng": lambda: m.lib.jit(lambda: None)(),
+        "none_leaves": lambda: m.lib.tree.map(lambda v: None, m.r.stateful_rng(0)),
+        "jit_returns_rng": lambda: m.lib.jit(lambda: g)(),
+        "jit_returns_arg_rng": lambda: m.lib.jit(lambda a: a)(g),
+        "jit_returns_ref": lambda: m.lib.jit(lambda: [1, g._counter])(),
     }[case]()
+  g = None
   want = _err(lambda: run(JAX))
-  if case != "jit_returns_rng":
-    assert want is not None
+  assert want is not None
   assert _err(lambda: run(SC)) == want
 
 

@@ -435,7 +435,7 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
     out = fun(*full, **all_kwargs)
     out_leaves, out_tree = flatten(out)
     if traced_for == "jit":
-      state.check_no_ref_out(fun, out_leaves)
+      state.check_no_ref_out(fun, out_leaves, out=out)
     check_out_leaves(out_leaves, out_tree, name, traced_for, debug.func_src_info)
     out_tree_box.append(out_tree)
     if check_keys:   # the keys of `d_args`/`d_kwargs` were made fresh for this trace

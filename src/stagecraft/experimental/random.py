@@ -68,8 +68,9 @@ class StatefulPRNG:
   _counter: Any
 
   def __post_init__(self):
-    # NB: pytree unflattening with placeholder leaves (tree_util's sentinels) must pass.
-    if self._base_key is None or type(self._base_key) is object:
+    # NB: pytree unflattening with bare `object()` placeholder leaves must pass (JAX skips
+    # its own sentinel); None and other values are checked, as JAX's.
+    if type(self._base_key) is object:
       return
     if not _is_key(self._base_key):
       raise ValueError(f"Expected base_key to be a typed PRNG key; got {self._base_key}")
