@@ -492,7 +492,7 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
     out = fun(*full, **all_kwargs)
     out_leaves, out_tree = flatten(out)
     if traced_for == "jit":
-      state.check_no_ref_out(fun, out_leaves)
+      state.check_no_ref_out(fun, out_leaves, out=out)
     check_out_leaves(out_leaves, out_tree, name, traced_for, debug.func_src_info)
     out_tree_box.append(out_tree)
     if check_keys:   # the keys of `d_args`/`d_kwargs` were made fresh for this trace
@@ -1003,6 +1003,8 @@ class PjitFunction:
     with_paths = tree_util.tree_flatten_with_path(dyn)[0]
     names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn[1]), with_paths)
     for name, (_, x) in zip(names, with_paths):
+      if type(x) in tree_util.staged_types:   # a typed key array: its key data is traced
+        continue
       try:
         abstractify(x, name, self._fun)
       except OverflowError as e:
@@ -1266,12 +1268,13 @@ class PjitFunction:
                              [], [])
     while True:
       implicit = [r for r in self._refs if all(r is not a for a in arg_refs)]
-      # NB: as JAX's, a ref's value enters strongly typed, but a closed-over one's as it is
-      # in an eager call.
+      # NB: as JAX's, in an eager call a ref's value enters as it is (a weakly typed one
+      # weak: JAX's `~int32[]` inside), else strongly typed.
       eager = core.trace_state.trace is core.eval_trace
       # NB: eagerly a ref's own value enters (not `r[...]`, which lets it escape), so that
       # the call may donate it (see `Ref._owned`).
-      it = iter(state.carried_values(arg_refs, escape=not eager))
+      it = iter([_eager_ref_value(r) for r in arg_refs] if eager
+                else state.carried_values(arg_refs))
       vals = [*([r._value for r in implicit] if eager else state.carried_values(implicit)),
               *(next(it) if r else x for x, r in zip(leaves, is_ref))]
       key = (treedef, static, config.state_key, is_ref,
@@ -1451,6 +1454,13 @@ class PjitFunction:
 JitWrapped = PjitFunction
 
 traceback_util.register_boundary(JitWrapped.__call__)
+
+
+def _eager_ref_value(r: state.Ref) -> Array:
+  """An eager ref's value as an eager jitted call takes it: unread (not escaped, so the
+  call may donate it) and of the ref's weak type."""
+  r._check()
+  return r._value
 
 
 def _hashable(x) -> bool:

@@ -67,16 +67,20 @@ def check_not_passed(fun: Callable, ref: Ref, leaves: Sequence[Any],
 
 
 def check_no_ref_out(fun: Callable, out_leaves: Sequence[Any], in_leaves: Sequence[Any] = (),
-                     names: Sequence[str] = ()) -> None:
-  """Raises JAX's ValueError when a jitted function returns a ref (naming the argument it
-  was passed as, if it was)."""
+                     names: Sequence[str] = (), out: Any = None) -> None:
+  """Raises JAX's ValueError when a jitted function returns a ref (naming its place in the
+  output pytree `out`, if given and not the whole output, and the argument it was passed
+  as, if it was)."""
   for x in out_leaves:
     if isinstance(x, Ref):
       which = next((f"\n\nThe returned mutable array was passed in as the argument "
                     f"{names[i]}." for i, a in enumerate(in_leaves) if a is x), "")
+      path = next((tree_util.keystr(p) for p, leaf in
+                   tree_util.tree_flatten_with_path(out)[0] if leaf is x), "")
+      where = f" at output tree path result{path}" if path else ""
       raise ValueError(
           f"function {fun_source_info(fun)} traced for jit returned a mutable array reference "
-          f"of type {x.aval}, but mutable array references cannot be returned.{which}")
+          f"of type {x.aval}{where}, but mutable array references cannot be returned.{which}")
 
 
 def traced_with_refs(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequence[int],
@@ -135,7 +139,7 @@ def traced_with_refs(fun: Callable, args: tuple, kwargs: dict, static_argnums: S
       out = fun(*full, **{k: v for k, v in kwargs.items() if k in static_argnames},
                 **d_kwargs)
       out_leaves, out_tree = flatten(out)
-      check_no_ref_out(fun, out_leaves, leaf_vals, names)
+      check_no_ref_out(fun, out_leaves, leaf_vals, names, out)
       check_out_leaves(out_leaves, out_tree, name, "jit", fun_source_info(fun))
       finals = [r._value for r in [*implicit, *proxies]]
       # NB: only the refs written come out (a ref only read needs no write-back, which

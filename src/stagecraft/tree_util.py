@@ -310,11 +310,16 @@ def _node_str(t: PyTreeDef) -> str:
   if kind in (optree.PyTreeKind.DEFAULTDICT, optree.PyTreeKind.CUSTOM):
     # NB: optree keeps a node's aux data to itself: rebuild the tree around placeholder
     # leaves and flatten its root one level.
-    try:
-      node = t.unflatten([0] * t.num_leaves)
-      data = optree.tree_flatten_one_level(node, none_is_leaf=True, namespace=NAMESPACE)[1]
-    except Exception:   # a node type whose constructor refuses placeholders
-      data = "..."
+    data = "..."   # a node type whose constructor refuses placeholders
+    # NB: bare `object()`s where 0s are refused (a class validating its leaves, as JAX's
+    # `StatefulPRNG`, lets through such placeholders, as JAX's let through its sentinel)
+    for fill in (0, object()):
+      try:
+        node = t.unflatten([fill] * t.num_leaves)
+        data = optree.tree_flatten_one_level(node, none_is_leaf=True, namespace=NAMESPACE)[1]
+        break
+      except Exception:
+        pass
   if kind == optree.PyTreeKind.DICT:
     return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(data, kids)) + "}"
   if kind == optree.PyTreeKind.NAMEDTUPLE:

@@ -179,7 +179,7 @@ class Ref:
     shape, dtype, ndim, size: those of the referenced array.
   """
   __slots__ = ("_value", "_frozen", "_trace", "_owned", "_nowrite", "_noread", "_weak",
-               "__weakref__")
+               "_swapped", "__weakref__")
 
   def __init__(self, value: Any, trace: Any = None, owned: bool = False):
     self._value = value
@@ -192,6 +192,9 @@ class Ref:
     # The error (type, message) that a write into (a read of) this ref raises: vmap's
     # unbatched refs, jvp's refs without a ref tangent.
     self._nowrite = self._noread = None
+    # Set by a write that is not an `addupdate` (JAX's `swap`): a loop or cond whose bodies
+    # only add into a weakly typed ref leaves it weak (`with_refs`).
+    self._swapped = False
 
   shape = property(lambda self: self._value.shape)
   dtype = property(lambda self: self._value.dtype)
@@ -291,6 +294,8 @@ class Ref:
         getattr(new, "_trace", None), ad.PartialEvalTrace)
     if not keep_weak and core.get_aval(new).weak_type:
       new = lax_elementwise.convert_element_type(new, new.dtype)
+    if not keep_weak:
+      self._swapped = True
     if self._trace is None:   # (a ref being traced keeps its eager state for after)
       self._owned = idx is not Ellipsis
     if idx is not Ellipsis:
@@ -471,26 +476,35 @@ def with_refs(run: Callable) -> Any:
   """
   refs: list[Ref] = []
   while True:
+    swapped = [r._swapped for r in refs]
     try:
       values = carried_values(refs)   # read where the loop is called
       written = [False] * len(refs)
+      for r in refs:
+        r._swapped = False
       with jit_frame():
         if not refs:
           return run(None, None, None)
         out, finals = run(refs, values, written)
     except RefMet as e:
+      for r, w in zip(refs, swapped):
+        r._swapped = w
       if e.frame is not None or any(e.ref is r for r in refs):
         raise
       refs.append(e.ref)
       continue
     break
+  swapped, was = [r._swapped for r in refs], swapped
+  for r, w in zip(refs, was):
+    r._swapped = r._swapped or w
   write_back([r for r, w in zip(refs, written) if w],
              [f for f, w in zip(finals, written) if w])
   # NB: as JAX's discharged loops, which carry each ref they use with its type (the weak
-  # type of its initial value; a write makes the carry strongly typed): after the loop a
-  # ref made weakly typed and only read holds a weak value.
-  for r, w in zip(refs, written):
-    if not w and r._weak and not core.get_aval(r._value).weak_type:
+  # type of its initial value; a write (`swap`) makes the carry strongly typed, an
+  # `addupdate` of a weak value keeps it weak): after the loop a ref made weakly typed and
+  # only read, or only added into, holds a weak value.
+  for r, w, sw in zip(refs, written, swapped):
+    if (not w or not sw) and r._weak and not core.get_aval(r._value).weak_type:
       v = r._value
       r._set(Ellipsis, lax_elementwise.convert_element_type(v, v.dtype, weak_type=True),
              keep_weak=True)
