@@ -561,6 +561,21 @@ def _origins(tree_paths: Sequence[Any], prefix: str) -> list[str]:
   return [f"{prefix}{tree_util.keystr(p)}" for p in tree_paths]
 
 
+def _flat_specs(specs: Any, tree: Any, n: int, what: str, of: str) -> list:
+  """One BlockSpec per operand (of `tree`): `specs` flattened (None entries kept), or the
+  whole-array spec for each when none is given.
+
+  Raises:
+    ValueError: `specs` does not have `tree`'s structure (JAX's words).
+  """
+  if specs is no_block_spec:
+    return [no_block_spec] * n
+  flat, specs_tree = tree_util.tree_flatten(specs, is_leaf=lambda s: s is None)
+  if specs_tree != tree:
+    raise ValueError(_mismatch(what, specs_tree, of, tree))
+  return flat
+
+
 def _mismatch(what1: str, tree1: Any, what2: str, tree2: Any) -> str:
   """JAX's message for two pytree structures that differ (in_specs vs inputs)."""
   errs = list(tree_util.equality_errors_pytreedef(tree1, tree2))
@@ -960,20 +975,10 @@ def pallas_call(kernel: Callable[..., None], out_shape: Any, *,
     block_in_avals = in_avals[n_flat_idx:]
     in_origins = _origins(in_paths, "args")[n_flat_idx:]
     out_origins = _origins(out_paths, "outputs")
-    if grid_spec.in_specs is not no_block_spec:
-      flat_in_specs, specs_tree = tree_util.tree_flatten(
-          grid_spec.in_specs, is_leaf=lambda s: s is None)
-      if specs_tree != in_tree_rest:
-        raise ValueError(_mismatch("`in_specs`", specs_tree, "`inputs`", in_tree_rest))
-    else:
-      flat_in_specs = [no_block_spec] * len(block_in_avals)
-    if grid_spec.out_specs is not no_block_spec:
-      flat_out_specs, ospecs_tree = tree_util.tree_flatten(
-          grid_spec.out_specs, is_leaf=lambda s: s is None)
-      if ospecs_tree != out_tree:
-        raise ValueError(_mismatch("`out_specs`", ospecs_tree, "`out_shape`", out_tree))
-    else:
-      flat_out_specs = [no_block_spec] * len(out_avals)
+    flat_in_specs = _flat_specs(grid_spec.in_specs, in_tree_rest, len(block_in_avals),
+                                "`in_specs`", "`inputs`")
+    flat_out_specs = _flat_specs(grid_spec.out_specs, out_tree, len(out_avals),
+                                 "`out_specs`", "`out_shape`")
     blocks = tuple([_block_of(s, a, o) for s, a, o in
                     zip(flat_in_specs, block_in_avals, in_origins)]
                    + [_block_of(s, a, o) for s, a, o in
