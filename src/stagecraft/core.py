@@ -172,7 +172,9 @@ class ShapedArray(AbstractValue):
       dtype = d if isinstance(d, np.dtype) else np.dtype(dtype)
     if type(shape) is not tuple:   # as JAX's: a list (quax's `aval()`) or other sequence
       shape = tuple(int(d) if isinstance(d, (int, np.integer)) else d for d in shape)
-    if sharding is not None and not any(sharding.spec):
+    if (sharding is not None and not any(sharding.spec)
+        and not getattr(sharding.spec, "unreduced", None)
+        and not getattr(sharding.spec, "reduced", None)):
       # NB: an unsplit type is None here (JAX's avals always hold one: flax builds avals
       # from `x.aval.sharding`, which reads `NamedSharding(mesh, P(None, ...))`)
       sharding = None
