@@ -457,3 +457,31 @@ def test_vmapped_while_with_a_batched_predicate_prints_jaxs_batched_while():
   # JAX 0.10's while keeps a per-lane predicate (cond returns bool[b]) and selects in its
   # lowering; quax's while rule interprets the batched body (no select_n on its values).
   assert _batched_while_program(sc, snp) == _batched_while_program(jax, jjnp)
+
+
+def test_unreduced_types_survive_aval_normalization():
+  # JAX's sharding-AD doc: an einsum with `out_sharding=P(None, None, unreduced={'X'})` has
+  # an unsplit spec that must stay in the type (`f32[2,2]{U:X}`) and give JAX's values.
+  import subprocess
+  import sys
+  code = r"""
+import numpy as np
+from stagecraft import compat
+compat.install()
+import jax, jax.numpy as jnp
+mesh = jax.make_mesh((2,), ('X',))
+with jax.set_mesh(mesh):
+  a = jax.device_put(jnp.arange(8.).reshape(2, 4), jax.P(None, 'X'))
+  b = jax.device_put(jnp.arange(8.).reshape(4, 2), jax.P('X', None))
+  c = jnp.einsum('ij,jk->ik', a, b, out_sharding=jax.P(None, None, unreduced={'X'}))
+  print(jax.typeof(c))
+  print(np.asarray(jax.reshard(c, jax.P())).tolist())
+"""
+  env = {**__import__("os").environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = out.stdout.strip().splitlines()
+  assert lines[0] == "float32[2,2]{U:X}"
+  want = (np.arange(8.).reshape(2, 4) @ np.arange(8.).reshape(4, 2)).tolist()
+  assert lines[1] == str(want)
