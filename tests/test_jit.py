@@ -13,6 +13,7 @@ import stagecraft
 import stagecraft.numpy as jnp
 from stagecraft import pjit
 from stagecraft.core import ShapedArray
+from stagecraft.interpreters import lowering
 
 F32 = np.dtype(np.float32)
 
@@ -392,6 +393,7 @@ def _compiled_texts(jitted) -> list[str]:
 
 
 def _main_args(text: str) -> int:
+  text = lowering.strip_locations(text)   # (`%arg0: tensor<2xf32> loc("x")`)
   sig = re.search(r"func\.func public @main\(([^)]*)\)", text).group(1)
   return len(re.findall(r"%arg\d+:", sig))
 

@@ -76,7 +76,11 @@ def test_reference_replica_groups_2d():
   groups = re.findall(r"f32\[\] all-reduce\(\S+\), replica_groups=(\{[^ ]*\}), to_apply", text)
   assert groups == ["{{0,2,4,6},{1,3,5,7}}", "{{0,1},{2,3},{4,5},{6,7}}",
                     "{{0,1,2,3,4,5,6,7}}"]
-  assert re.search(r"ROOT \S+ = \(f32\[\], f32\[\], f32\[\]\) tuple\(all-reduce", text)
+  # NB: instructions are named after their locations as JAX's are (`psum.3`), not their op
+  root = re.search(r"ROOT \S+ = \(f32\[\], f32\[\], f32\[\]\) tuple\(([^)]*)\)", text)
+  assert root is not None
+  for name in root.group(1).split(", "):
+    assert re.search(rf"{re.escape(name)} = f32\[\] all-reduce\(", text), name
 
 
 # ---------------------------------------------------------------------------
