@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 
 import numpy as np
@@ -294,6 +295,13 @@ def error_of(fn) -> tuple:
   except Exception as e:   # noqa: BLE001
     return type(e), str(e)
   return None, None
+
+
+def sets_sorted(message: str) -> str:
+  """`message` with every printed set of strings (`{'b', 'a'}`) in sorted order: JAX prints
+  some sets in its messages, and a set's order changes from one process to the next."""
+  return re.sub(r"\{('[^'{}]*'(?:, '[^'{}]*')*)\}",
+                lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", message)
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ import warnings  # noqa: E402
 import pytest  # noqa: E402
 
 from test_jnp_signatures import _mismatches  # noqa: E402
+from _util import sets_sorted  # noqa: E402
 
 
 @pytest.mark.parametrize("mod", ["", ".lax", ".random", ".dtypes"])
@@ -195,7 +196,7 @@ def test_all_gather_to():
     return np.asarray(a), bad
   (a1, b1), (a2, b2) = _both(run)
   np.testing.assert_array_equal(a1, a2)
-  assert b1 == b2
+  assert b1[:2] == b2[:2] and sets_sorted(b1[2]) == sets_sorted(b2[2])
 
 
 def test_checkpoint_static_argnames_concrete_prevent_cse():
