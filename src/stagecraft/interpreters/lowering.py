@@ -28,13 +28,13 @@ from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
 from stagecraft.runtime import client, mlir_text
 
-__all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_scalar",
-           "dense_array", "dense_constant", "i64_array", "dense_i64", "ModuleContext",
-           "FuncBuilder", "LoweringRuleContext", "emit_op", "constant", "build_region",
-           "sanitize_name", "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_call", "bound_axes",
-           "lower_jaxpr_to_module", "ModuleText", "has_ordered_effects", "source_locations",
-           "strip_locations", "mesh_symbol", "add_frontend_attributes",
-           "frontend_attributes_text"]
+__all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "tensor_type",
+           "dense_scalar", "dense_array", "dense_constant", "i64_array", "dense_i64",
+           "ModuleContext", "FuncBuilder", "LoweringRuleContext", "emit_op", "constant",
+           "build_region", "sanitize_name", "jaxpr_subcomp", "lower_jaxpr_to_fun",
+           "lower_call", "bound_axes", "lower_jaxpr_to_module", "ModuleText",
+           "has_ordered_effects", "source_locations", "strip_locations", "mesh_symbol",
+           "add_frontend_attributes", "frontend_attributes_text"]
 
 _lowerings: dict[core.Primitive, Callable] = {}
 
@@ -94,8 +94,18 @@ def ir_type(aval: ShapedArray) -> str:
   key = (aval.shape, aval.dtype)
   t = _type_cache.get(key)
   if t is None:
-    dims = "".join(f"{d}x" for d in aval.shape)
-    t = _type_cache[key] = f"tensor<{dims}{elt_type(aval.dtype)}>"
+    t = _type_cache[key] = tensor_type(*key)
+  return t
+
+
+def tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> str:
+  """`tensor<3x4xf32>` for `shape` (ints) and `dtype` (cached), as `ir_type` of an aval
+  with them, without building the aval. Raises TypeError for a dtype StableHLO lacks."""
+  key = (shape, dtype)
+  t = _type_cache.get(key)
+  if t is None:
+    dims = "".join(f"{d}x" for d in shape)
+    t = _type_cache[key] = f"tensor<{dims}{elt_type(dtype)}>"
   return t
 
 
@@ -361,13 +371,38 @@ def emit_op(fb: FuncBuilder, name: str, operands: Sequence[str], operand_types: 
 
 def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   """A splat `stablehlo.constant` of `value` with `aval` (deduplicated per region)."""
-  key = (aval.shape, aval.dtype, dense_scalar(value, aval.dtype))
+  dtype = aval.dtype
+  t = type(value)
+  kind = _SCALAR_TYPES.get(t)
+  if kind is not None and (value or kind):
+    # NB: the literal's text by (type, value, dtype): equal values of one type have one
+    # text, except 0.0 == -0.0 (floats equal to 0 are not cached; a NaN equals only
+    # itself, so it finds only its own entry).
+    vkey = (t, value, dtype)
+    text = _scalar_texts.get(vkey)
+    if text is None:
+      text = dense_scalar(value, dtype)
+      if len(_scalar_texts) > 65536:
+        _scalar_texts.clear()
+      _scalar_texts[vkey] = text
+  else:
+    text = dense_scalar(value, dtype)
+  key = (aval.shape, dtype, text)
   name = fb.consts.get(key)
   if name is None:
     name = fb.fresh()
     fb.emit(f"{name} = stablehlo.constant dense<{key[2]}> : {ir_type(aval)}")
     fb.consts[key] = name
   return name
+
+
+# The scalar types of literal values (Python's for weakly typed literals, NumPy's for the
+# others) whose `dense_scalar` text `constant` caches by (type, value, dtype): True for the
+# integer and bool types (every value cached), False for floats (zero is not: -0.0 == 0.0).
+_SCALAR_TYPES = {int: True, bool: True, np.bool_: True, float: False,
+                 **{np.dtype(c).type: True for c in "bBhHiIlLqQ"},
+                 **{np.dtype(c).type: False for c in "efd"}}
+_scalar_texts: dict = {}
 
 
 def _pprint_bytes(n: float) -> str:

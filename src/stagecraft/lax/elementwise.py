@@ -90,11 +90,10 @@ def broadcast_operand(ctx, x: str, aval: ShapedArray, shape: tuple[int, ...]) ->
   `stablehlo.broadcast_in_dim` with `dims = []` or `dims = [0, 1, ...]`."""
   if aval.shape == shape:
     return x
-  out = aval.update(shape=shape)
   dims = ", ".join(map(str, range(len(aval.shape))))
   r = ctx.fb.fresh()
   ctx.fb.emit(f"{r} = stablehlo.broadcast_in_dim {x}, dims = [{dims}] : ({ir_type(aval)}) -> "
-              f"{ir_type(out)}")
+              f"{lowering.tensor_type(shape, aval.dtype)}")
   return r
 
 
@@ -107,14 +106,16 @@ def broadcast_operands(ctx, operands: list[str]) -> list[str]:
 def _hlo_lowering(op: str):
   """Lowers to one StableHLO/CHLO op whose operands and result share a shape (with the
   `result_accuracy` attribute of an `accuracy` param)."""
+  pretty = op.startswith("stablehlo.")
+
   def rule(ctx, *operands, accuracy=None, **params):
     operands = broadcast_operands(ctx, operands)
-    in_avals = [a.update(shape=ctx.avals_out[0].shape) for a in ctx.avals_in]
     if accuracy is not None and accuracy_attr(accuracy) is not None:
       return [_elementwise_with_accuracy(ctx, op, operands[0], accuracy)]
-    if all(a.dtype == ctx.avals_out[0].dtype for a in in_avals) and op.startswith("stablehlo."):
+    out = ctx.avals_out[0]
+    if pretty and all(a.dtype == out.dtype for a in ctx.avals_in):
       return [ctx.elementwise(op, *operands)]
-    return ctx.op(op, operands, operand_avals=in_avals)
+    return ctx.op(op, operands, operand_avals=[a.update(shape=out.shape) for a in ctx.avals_in])
   return rule
 
 
