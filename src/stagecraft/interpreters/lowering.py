@@ -211,7 +211,7 @@ class ModuleContext:
     # The user's frames of the call that traced main's jaxpr (`core.user_frames`; () if
     # unknown): the outer part of its ops' callsite locations.
     self.call_stack: tuple = ()
-    # The ops' location texts by (label, name path, frame) (`_lower_located_eqn`).
+    # The ops' location texts by (label, name path, frame) (`jaxpr_subcomp`).
     self.locs: dict = {}
     self.funcs: list[str] = []
     self.func_names: set[str] = {"main"}
@@ -280,7 +280,6 @@ class FuncBuilder:
     # The equation being lowered: (primitive name, root label, name path, user frame, call
     # stack), for the location of the function a call's rule emits (`lower_call`).
     self.cur_site: tuple | None = None
-    self.last_loc = self.loc   # the location of the equation lowered last
 
   def fresh(self) -> str:
     self.counter += 1
@@ -515,7 +514,20 @@ def sanitize_name(name: str) -> str:
 def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
                   args: Sequence[str]) -> list[str]:
   """Emits `jaxpr`'s equations into `fb`, with SSA names for its constvars and invars;
-  returns the names of its outputs."""
+  returns the names of its outputs.
+
+  Each equation's ops get JAX's location `loc("jit(f)/outer/op"(callsite("fn"("file":L:C
+  to :E) at ...)))`: the name stack (named_scope, `source_info_util`, and the labels of the
+  enclosing calls) and the user's frames, from which XLA names the HLO instructions
+  (`sin.1`) and takes their `op_name` metadata; literal constants get the function's own
+  location. A rule lowers nested jaxprs with the path extended by the equation's own names
+  and label. With `set_xla_metadata` active where an equation was recorded, the ops
+  producing its results get those frontend attributes.
+
+  Raises:
+    MissingRuleError: a primitive without a lowering rule, or a rule returning another
+      number of results than the equation has.
+  """
   if fb.subcomp is not None:
     return fb.subcomp(jaxpr, consts, args)
   env: dict[Var, str] = {}
@@ -533,33 +545,86 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
   # is constrained to that layout (JAX's sharding in types); other programs pay one check.
   typed = (module.sdy_mesh is not None and module.manual_depth is None
            and bool(module.sdy_mesh.explicit_axes))
+  # The location state that is the same for every equation of this jaxpr (nested jaxprs
+  # restore it): the name path of the enclosing equations, the root of the names, the
+  # tracing call's frames (main's ops only) and the per-module cache of location texts.
+  base = module.name_stack
+  root = module.root_label
+  stack = module.call_stack if root else ()
+  frames = module.source_locations
+  locs = module.locs
+  saved_loc, saved_site = fb.cur_loc, fb.cur_site
   lines = fb.lines
-  for eqn in jaxpr.eqns:
-    prim = eqn.primitive
-    rule = lowerings.get(prim)
-    if rule is None:
-      raise MissingRuleError(
-          f"Primitive '{prim.name}' has no lowering rule, which jit and eager execution need. "
-          f"Register one with stagecraft.interpreters.lowering.register_lowering({prim.name}_p,"
-          f" rule).")
-    ctx = LoweringRuleContext(fb, [v.aval for v in eqn.invars], [v.aval for v in eqn.outvars])
-    if fb.lines is not lines:   # NB: a rule may have swapped the builder's lines (regions)
-      lines = fb.lines
-    before = len(lines)
-    operands = [read(v) for v in eqn.invars]
-    if len(lines) != before:   # literal constants: the function's location, as JAX's
-      _locate(lines, before, fb.loc)
-    outs = _lower_located_eqn(module, fb, eqn, rule, ctx, operands)
-    if len(outs) != len(eqn.outvars):
-      raise MissingRuleError(f"Lowering rule of '{prim.name}' returned {len(outs)} values for "
-                             f"{len(eqn.outvars)} outputs.")
-    if typed and (prim.name in constrained_to_type or any(
-        _unreduced_type(v.aval) for v in eqn.outvars)):
-      n = len(fb.lines)
-      outs = [_constrain_to_type(fb, o, v.aval) for o, v in zip(outs, eqn.outvars)]
-      _locate(fb.lines, n, fb.last_loc)   # NB: the equation's, as JAX's rules emit them
-    env.update(zip(eqn.outvars, outs))
-  return [read(v) for v in jaxpr.outvars]
+  try:
+    for eqn in jaxpr.eqns:
+      prim = eqn.primitive
+      rule = lowerings.get(prim)
+      if rule is None:
+        raise MissingRuleError(
+            f"Primitive '{prim.name}' has no lowering rule, which jit and eager execution "
+            f"need. Register one with stagecraft.interpreters.lowering.register_lowering("
+            f"{prim.name}_p, rule).")
+      invars = eqn.invars
+      ctx = LoweringRuleContext(fb, [v.aval for v in invars], [v.aval for v in eqn.outvars])
+      if fb.lines is not lines:   # NB: a rule may have swapped the builder's lines (regions)
+        lines = fb.lines
+      start = len(lines)
+      operands = [read(v) for v in invars]
+      if len(lines) != start:   # literal constants: the function's location, as JAX's
+        _locate(lines, start, fb.loc)
+        start = len(lines)
+      # The equation's location text, cached per module by (label, name path, frame): the
+      # frame keyed by its code object's id (the jaxpr being lowered holds the code), its
+      # bytecode offset and its parents' id, cheaper to hash than the code object.
+      info = eqn.source_info
+      if type(info) is UserFrame:
+        path, metadata, frame = base, (), info
+      elif type(info) is NameStackInfo:
+        own, metadata = info.name_stack, info.xla_metadata
+        path = base + own if own else base
+        frame = core.source_frame(info.source_info)
+      else:
+        path, metadata = base, ()
+        frame = None if info is None else core.source_frame(info)
+      name = prim.name
+      label = _op_label(eqn) if name == "jit" else name
+      if frame is None or not frames:
+        frame = None
+        key = (label, path, None)
+      else:
+        key = (label, path, id(frame[0]), frame[1], id(frame[2]) if len(frame) > 2 else 0)
+      loc = locs.get(key)
+      if loc is None:
+        text = "/".join((root, *path, label)) if root else "/".join((*path, label))
+        loc = locs[key] = _loc_text(text, frame, stack)
+      # NB: what the rule (and the jaxprs it lowers) sees; restored after the loop
+      module.name_stack, fb.cur_loc = path + (label,), loc
+      fb.cur_site = (name, root, path, frame, stack)
+      outs = rule(ctx, *operands, **eqn.params)
+      if fb.lines is not lines:
+        lines = fb.lines
+      n = len(lines)
+      if n == start + 1:   # NB: most rules write one line: one op, whole
+        line = lines[start]
+        if not line.endswith(_LOCATED) and not line.endswith(_OPEN):
+          lines[start] = line + loc
+      elif n > start:
+        _locate(lines, start, loc)
+      if metadata:
+        for o in outs:
+          add_frontend_attributes(fb, o, metadata, start)
+      if len(outs) != len(eqn.outvars):
+        raise MissingRuleError(f"Lowering rule of '{name}' returned {len(outs)} values for "
+                               f"{len(eqn.outvars)} outputs.")
+      if typed and (name in constrained_to_type or any(
+          _unreduced_type(v.aval) for v in eqn.outvars)):
+        n = len(lines)
+        outs = [_constrain_to_type(fb, o, v.aval) for o, v in zip(outs, eqn.outvars)]
+        _locate(lines, n, loc)   # NB: the equation's, as JAX's rules emit them
+      env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
+  finally:   # NB: the location state the equations set, as it was
+    module.name_stack, fb.cur_loc, fb.cur_site = base, saved_loc, saved_site
 
 
 #: Names of the primitives whose results, in a program over a mesh with Explicit axes, are
@@ -747,60 +812,6 @@ _LOCATED = ('")', "))", "loc(unknown)")
 _OPEN = ("{", ":", "(", ",")
 
 
-def _lower_located_eqn(module: ModuleContext, fb: FuncBuilder, eqn, rule, ctx,
-                       operands: Sequence[str]) -> list[str]:
-  """Lowers one equation; its ops get JAX's location `loc("jit(f)/outer/op"("fn"(
-  "file":L:C to :E)))`: the name stack (named_scope, `source_info_util`, and the labels of
-  the enclosing calls) and the user's frame, from which XLA names the HLO instructions
-  (`sin.1`) and takes their `op_name` metadata. The rule lowers nested jaxprs with the path
-  extended by the equation's own names and label. With `set_xla_metadata` active where the
-  equation was recorded, the ops producing its results get those frontend attributes."""
-  info = eqn.source_info
-  saved = module.name_stack
-  if type(info) is NameStackInfo:
-    own, metadata = info.name_stack, info.xla_metadata
-    path = saved + own if own else saved
-    frame = core.source_frame(info.source_info)
-  else:
-    path, metadata = saved, ()
-    frame = info if type(info) is UserFrame or info is None else core.source_frame(info)
-  prim = eqn.primitive
-  label = _op_label(eqn) if prim.name == "jit" else prim.name
-  root = module.root_label
-  if not module.source_locations:
-    frame = None
-  # NB: per module, keyed by the code object's id (the jaxpr being lowered holds it), which
-  # is cheaper to hash than the code object.
-  key = ((label, path, None) if frame is None else
-         (label, path, id(frame[0]), frame[1], id(frame[2]) if len(frame) > 2 else 0))
-  locs = module.locs
-  loc = locs.get(key)
-  if loc is None:
-    name = "/".join((root, *path, label)) if root else "/".join((*path, label))
-    loc = locs[key] = _loc_text(name, frame, module.call_stack if root else ())
-  lines = fb.lines
-  start = len(lines)
-  saved_loc, saved_site = fb.cur_loc, fb.cur_site
-  module.name_stack, fb.cur_loc = path + (label,), loc
-  fb.cur_site = (prim.name, root, path, frame, module.call_stack if root else ())
-  try:
-    outs = rule(ctx, *operands, **eqn.params)
-  finally:
-    module.name_stack, fb.cur_loc, fb.cur_site = saved, saved_loc, saved_site
-  lines = fb.lines
-  if len(lines) == start + 1:
-    line = lines[start]
-    if not line.endswith(_LOCATED) and not line.endswith(_OPEN):
-      lines[start] = line + loc
-  elif len(lines) > start:
-    _locate(lines, start, loc)
-  if metadata:
-    for o in outs:
-      add_frontend_attributes(fb, o, metadata, start)
-  fb.last_loc = loc
-  return outs
-
-
 def frontend_attributes_text(metadata: Any) -> str:
   """`mhlo.frontend_attributes = {k = "v", ...}` for `(key, value)` pairs (bools written
   `true`/`false`, other values with `str`, as JAX writes them)."""
@@ -948,7 +959,7 @@ def _lower_jaxpr_to_fun(module, name, jaxpr, public, arg_attrs, result_attrs, to
     outs = [fb.token, *outs]
     out_types = ["!stablehlo.token", *out_types]
   vis = "public" if public else "private"
-  body = "\n".join("    " + ln for ln in fb.lines)
+  body = "    " + "\n    ".join(fb.lines) if fb.lines else ""
   ret = (f"    return {', '.join(outs)} : {', '.join(out_types)}" if outs else
          "    return") + fb.loc
   return (f"  func.func {vis} @{name}({', '.join(args_txt)}) -> ({', '.join(res_txt)}) {{\n"

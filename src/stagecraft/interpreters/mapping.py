@@ -274,6 +274,10 @@ class MapRules:
 device_maps: dict[core.Primitive, Callable[[dict], tuple[Any, int, Any, Jaxpr]]] = {}
 
 
+# The types of param values that hold no jaxpr (`mesh_chain` skips equations of only these).
+_PLAIN = frozenset((type(None), bool, int, float, str))
+
+
 def mesh_chain(jaxpr: Jaxpr) -> list[tuple[Any, int, Any]]:
   """The mapped axes `(axis_name, axis_size, devices)` of the pmaps in `jaxpr`, outermost
   first (a pmap nested in a pmap's body adds an axis): the mesh its module needs, or [].
@@ -297,8 +301,11 @@ def mesh_chain(jaxpr: Jaxpr) -> list[tuple[Any, int, Any]]:
               f"staged into one jit must use the same devices. Call them from separate jits.")
         visit(body, depth + 1)
       else:
-        for sub in core.subjaxprs(eqn):
-          visit(sub, depth)
+        for v in eqn.params.values():
+          if type(v) not in _PLAIN:   # NB: params of plain values (most): no jaxpr inside
+            for sub in core.subjaxprs(eqn):
+              visit(sub, depth)
+            break
   visit(jaxpr, 0)
   return found
 

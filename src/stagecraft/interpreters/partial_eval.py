@@ -294,9 +294,16 @@ def dce_jaxpr(jaxpr: Jaxpr, used_outputs: Sequence[bool],
   live: set[Var] = {v for v, u in zip(jaxpr.outvars, used_outputs)
                     if u and isinstance(v, Var)}
   new_eqns = []
+  rules = {} if shallow else dce_rules
   for eqn in reversed(jaxpr.eqns):
     used_outs = [not isinstance(v, DropVar) and v in live for v in eqn.outvars]
-    rule = dce_rules.get(eqn.primitive)
+    rule = rules.get(eqn.primitive)
+    if rule is None and True in used_outs:   # NB: the common case, kept whole
+      new_eqns.append(eqn)
+      for v in eqn.invars:
+        if isinstance(v, Var):
+          live.add(v)
+      continue
     if not any(used_outs) and (eqn.primitive in effectful_primitives or eqn.effects):
       # NB: an equation with effects stays, whole, even when no one reads its results.
       used_ins, new_eqn = [True] * len(eqn.invars), eqn

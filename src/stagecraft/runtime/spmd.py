@@ -563,7 +563,11 @@ def _collect_devices(jaxpr: Jaxpr, found: list):
 
 def _collect(jaxpr: Jaxpr, found: list):
   for eqn in jaxpr.eqns:
+    plain = True   # NB: params of plain values only (most equations'): no jaxprs inside
     for k, v in eqn.params.items():   # a mesh, or a sharding over one (constraints)
+      if type(v) in _PLAIN:
+        continue
+      plain = False
       if k == "ctx_mesh":   # NB: the mesh in context when a jit was traced: not a use
         continue
       # NB: as JAX's, named with the equation's place; a sharding over an AbstractMesh (a
@@ -580,8 +584,13 @@ def _collect(jaxpr: Jaxpr, found: list):
         if isinstance(d, NamedSharding) and isinstance(d.mesh, Mesh):
           found.append((d.mesh, ("device_put inside jit",
                                  core.source_summary(eqn.source_info))))
-    for sub in core.subjaxprs(eqn):
-      _collect(sub, found)
+    if not plain:
+      for sub in core.subjaxprs(eqn):
+        _collect(sub, found)
+
+
+# The types of param values that are no mesh, sharding or jaxpr (`_collect` skips them).
+_PLAIN = frozenset((type(None), bool, int, float, str))
 
 
 # ---------------------------------------------------------------------------
