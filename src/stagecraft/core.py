@@ -707,9 +707,12 @@ class UserFrame(tuple):
     """`(file, line, column, end_line, end_column, function)`: the span of the bytecode
     instruction (columns 0-based, as Python's `co_positions` and JAX's locations give
     them; 0 where unknown), the function's qualified name."""
-    pos = _positions.get(self)
+    # NB: cached by the code object's identity (and the offset): equal code objects of two
+    # files (one source compiled twice) are two places, which a key by value would merge
+    code, lasti = self[0], self[1]
+    entry = _positions.get((id(code), lasti))
+    pos = entry[1] if entry is not None and entry[0] is code else None
     if pos is None:
-      code, lasti = self[0], self[1]
       line = end_line = col = end_col = None
       try:
         line, end_line, col, end_col = next(
@@ -723,7 +726,7 @@ class UserFrame(tuple):
              getattr(code, "co_qualname", code.co_name))
       if len(_positions) > 65536:
         _positions.clear()
-      _positions[self] = pos
+      _positions[(id(code), lasti)] = (code, pos)   # NB: the code kept: its id not reused
     return pos
 
   file_name = property(lambda self: self.position()[0])
@@ -757,7 +760,7 @@ class ScopeNames(tuple):
 
 
 _NO_SCOPES = ScopeNames()
-_positions: dict[UserFrame, tuple] = {}
+_positions: dict[tuple[int, int], tuple] = {}
 
 
 def source_summary(source_info: Any) -> str:

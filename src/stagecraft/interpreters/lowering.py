@@ -211,8 +211,12 @@ class ModuleContext:
     # The user's frames of the call that traced main's jaxpr (`core.user_frames`; () if
     # unknown): the outer part of its ops' callsite locations.
     self.call_stack: tuple = ()
-    # The ops' location texts by (label, name path, frame) (`jaxpr_subcomp`).
+    # The ops' location texts by (label, name path, frame) (`jaxpr_subcomp`), the frame by
+    # the ids of its code and parents; `loc_frames` holds those frames, so that no other
+    # object takes one of those ids while the module is lowered (a jaxpr a rule traces and
+    # drops).
     self.locs: dict = {}
+    self.loc_frames: list = []
     self.funcs: list[str] = []
     self.func_names: set[str] = {"main"}
     self.call_cache: dict[int, tuple[str, Any]] = {}
@@ -574,8 +578,8 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
         _locate(lines, start, fb.loc)
         start = len(lines)
       # The equation's location text, cached per module by (label, name path, frame): the
-      # frame keyed by its code object's id (the jaxpr being lowered holds the code), its
-      # bytecode offset and its parents' id, cheaper to hash than the code object.
+      # frame keyed by its code object's id, its bytecode offset and its parents' id
+      # (cheaper to hash than the code object; `module.loc_frames` keeps them alive).
       info = eqn.source_info
       if type(info) is UserFrame:
         path, metadata, frame = base, (), info
@@ -597,6 +601,8 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
       if loc is None:
         text = "/".join((root, *path, label)) if root else "/".join((*path, label))
         loc = locs[key] = _loc_text(text, frame, stack)
+        if frame is not None:
+          module.loc_frames.append(frame)
       # NB: what the rule (and the jaxprs it lowers) sees; restored after the loop
       module.name_stack, fb.cur_loc = path + (label,), loc
       fb.cur_site = (name, root, path, frame, stack)
@@ -707,19 +713,24 @@ def _module_label(module: ModuleContext) -> str:
 def _file_loc(frame: core.UserFrame) -> str:
   """`("function"("file":line:col to :end_col))`: the MLIR location of a user frame as JAX
   writes the innermost frame of an op's location (a NameLoc of the function around a
-  FileLineColRange, with Python's 0-based columns)."""
-  text = _file_locs.get(frame)
-  if text is None:
-    file, line, col, end_line, end_col, fn = frame.position()
-    end = f":{end_col}" if end_line == line else f"{end_line}:{end_col}"
-    text = f'("{_mlir_string(fn)}"("{_mlir_string(file)}":{line}:{col} to {end}))'
-    if len(_file_locs) > 65536:
-      _file_locs.clear()
-    _file_locs[frame] = text
+  FileLineColRange, with Python's 0-based columns). Cached by the code object's identity
+  and the offset: equal code objects of two files (the same source compiled twice) are two
+  places, which a key comparing code objects by value would merge."""
+  code = frame[0]
+  key = (id(code), frame[1])
+  entry = _file_locs.get(key)
+  if entry is not None and entry[0] is code:
+    return entry[1]
+  file, line, col, end_line, end_col, fn = frame.position()
+  end = f":{end_col}" if end_line == line else f"{end_line}:{end_col}"
+  text = f'("{_mlir_string(fn)}"("{_mlir_string(file)}":{line}:{col} to {end}))'
+  if len(_file_locs) > 65536:
+    _file_locs.clear()
+  _file_locs[key] = (code, text)   # NB: holding the code, whose id is then not reused
   return text
 
 
-_file_locs: dict[core.UserFrame, str] = {}
+_file_locs: dict[tuple[int, int], tuple[Any, str]] = {}
 _locations_state = threading.local()
 
 
@@ -768,33 +779,62 @@ def _mlir_string(s: str) -> str:
 
 def _loc_text(name: str, frame: core.UserFrame | None,
               stack: tuple[core.UserFrame, ...] = ()) -> str:
-  """` loc("name"("fn"("file":L:C to :E)))` (the name alone without a frame), cached; with
-  the frames `stack` of the call that traced the function (`core.user_frames`) the frame
-  is the callee of a callsite chain over them, `loc("name"(callsite(F at callsite(G at
-  H))))`, as JAX writes a traceback (without `frame`: the chain of `stack` alone)."""
-  key = (name, frame, stack)
-  text = _loc_texts.get(key)
-  if text is None:
-    frames = (UserFrame(frame[:2]), *frame.parents) if frame is not None else ()
-    if stack:
-      frames += stack[1:] if frames and stack[0] == frames[-1] else stack
-    inner = f"({_chain_text(frames)})" if frames else ""
-    text = f' loc("{_mlir_string(name)}"{inner})'
-    if len(_loc_texts) > 65536:
-      _loc_texts.clear()
-    _loc_texts[key] = text
-  return text
+  """` loc("name"("fn"("file":L:C to :E)))` (the name alone without a frame); with the
+  frames `stack` of the call that traced the function (`core.user_frames`) the frame is the
+  callee of a callsite chain over them, `loc("name"(callsite(F at callsite(G at H))))`, as
+  JAX writes a traceback (without `frame`: the chain of `stack` alone). The frame's parents
+  (`UserFrame.parents`) come between it and `stack`, whose first frame is left out when it
+  is the last of them.
+
+  Built from cached parts (the name's text, each frame's, the chain of a `stack`); the
+  caller caches whole texts per module (`jaxpr_subcomp`)."""
+  head = _name_locs.get(name)
+  if head is None:
+    head = f' loc("{_mlir_string(name)}"'
+    if len(_name_locs) > 65536:
+      _name_locs.clear()
+    _name_locs[name] = head
+  if frame is None and not stack:
+    return head + ")"
+  frames = () if frame is None else (frame, *frame.parents)
+  text = None
+  if stack:
+    last = frames[-1] if frames else None
+    text = _stack_chain(stack, 1 if last is not None and _same_place(stack[0], last) else 0)
+  for f in reversed(frames):
+    f_text = _file_loc(f)[1:-1]
+    text = f_text if text is None else f"callsite({f_text} at {text})"
+  return f"{head}({text}))"
 
 
-def _chain_text(frames: Sequence[core.UserFrame]) -> str:
-  """`"fn"("file":L:C to :E)` for one frame; `callsite(F at <chain of the rest>)`."""
-  text = _file_loc(frames[-1])[1:-1]
-  for f in reversed(frames[:-1]):
-    text = f"callsite({_file_loc(f)[1:-1]} at {text})"
-  return text
+def _same_place(a: core.UserFrame, b: core.UserFrame) -> bool:
+  """Whether two user frames are one place: one bytecode offset of one code object (or of
+  equal ones of one file)."""
+  ca, cb = a[0], b[0]
+  return a[1] == b[1] and (ca is cb or (ca == cb and ca.co_filename == cb.co_filename))
 
 
-_loc_texts: dict = {}
+def _stack_chain(stack: tuple[core.UserFrame, ...], skip: int) -> str | None:
+  """The callsite chain of `stack[skip:]` (None when empty), cached by the identity of
+  `stack` (one tuple per trace, `TracedSignature.call_stack`)."""
+  entry = _stack_chains.get(id(stack))
+  if entry is None or entry[0] is not stack:
+    chains = []
+    for k in (0, 1):
+      frames = stack[k:]
+      text = _file_loc(frames[-1])[1:-1] if frames else None
+      for f in reversed(frames[:-1]):
+        text = f"callsite({_file_loc(f)[1:-1]} at {text})"
+      chains.append(text)
+    if len(_stack_chains) > 4096:
+      _stack_chains.clear()
+    # NB: holding the stack, whose id is then not reused while the entry lives
+    entry = _stack_chains[id(stack)] = (stack, *chains)
+  return entry[1 + skip]
+
+
+_name_locs: dict[str, str] = {}
+_stack_chains: dict[int, tuple] = {}
 
 
 def _locate(lines: list[str], start: int, loc: str) -> None:
