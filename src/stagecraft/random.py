@@ -46,7 +46,7 @@ from stagecraft import numpy as jnp
 from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import batching
-from stagecraft.lax import random_bits, spmd, utils as lax_utils
+from stagecraft.lax import prng, random_bits, spmd, utils as lax_utils
 from stagecraft.lax.shape import canonicalize_shape
 from stagecraft.numpy import util as jnp_util
 from stagecraft.pjit import jit
@@ -70,26 +70,8 @@ _IMPL_NAME = "threefry2x32"
 # Typed keys
 
 
-class KeyTy:
-  """The dtype of typed Threefry keys, printed `key<fry>` as JAX prints it."""
-  name = "key<fry>"
-  itemsize = 8
-  impl = _IMPL_NAME
-  type = dtypes.prng_key   # jnp.issubdtype(key.dtype, dtypes.prng_key), as in JAX
-
-  def __repr__(self):
-    return self.name
-
-  __str__ = __repr__
-
-  def __eq__(self, other):
-    return type(other) is KeyTy
-
-  def __hash__(self):
-    return hash(KeyTy)
-
-
-_key_dtype = KeyTy()
+KeyTy = prng.KeyTy
+_key_dtype = prng.key_dtype
 
 
 class PRNGKeyArray:
@@ -551,17 +533,12 @@ def _seed_data(ctor_name: str, seed: Any) -> Any:
   return _threefry_seed(seed)
 
 
-@jit
 def _threefry_seed(seed):
   # The key is the 64-bit seed as two words: `[seed >> 32, seed mod 2**32]` (JAX's
-  # `threefry_seed`); the high word is 0 for seeds of 32 bits or fewer.
-  k2 = lax.convert_element_type(seed, _u32)
-  if np.dtype(seed.dtype).itemsize == 8:
-    k1 = lax.convert_element_type(
-        lax.shift_right_logical(seed, np.array(32, seed.dtype)), _u32)
-  else:
-    k1 = jnp.zeros((), _u32)
-  return jnp.stack([k1, k2])
+  # `threefry_seed`, the lowering of `random_seed`); the high word is 0 for seeds of 32 bits
+  # or fewer.
+  return prng.random_unwrap_p.bind(prng.random_seed_p.bind(jnp.asarray(seed),
+                                                           impl=prng.threefry_impl))
 
 
 def PRNGKey(seed: Any, *, impl: Any = None) -> Any:
@@ -654,89 +631,27 @@ def clone(key: Any) -> Any:
 # `jax_threefry_partitionable`).
 
 
-def _threefry_counts(data, shape):
-  k1, k2 = data[0], data[1]
-  if shape:
-    hi, lo = random_bits.iota_2x32_shape(shape)
-  else:
-    hi = lo = np.zeros((), _u32)
-  return random_bits.threefry2x32(k1, k2, hi, lo)
+def _wrap(data):
+  return prng.random_wrap_p.bind(data, impl=prng.threefry_impl)
 
 
-def _threefry_flat_counts(data, n: int):
-  """`u32[n]`: the Threefry-2x32 encryptions under key `data` of the counts 0..n-1 taken as
-  blocks `(c[i], c[i + m])` of the count vector padded with a zero to even length 2m, the
-  m first words of the output followed by the m second, cut to n (JAX's scheme with
-  `jax_threefry_partitionable` off)."""
-  m = (n + 1) // 2
-  counts = lax.iota(_u32, 2 * m)   # the pad (2m - 1 when n is odd) is cut off below
-  if n % 2:
-    counts = lax.concatenate([lax.slice(counts, (0,), (n,)), np.zeros((1,), _u32)], 0)
-  y1, y2 = random_bits.threefry2x32(data[0], data[1], lax.slice(counts, (0,), (m,)),
-                                    lax.slice(counts, (m,), (2 * m,)))
-  return lax.slice(lax.concatenate([y1, y2], 0), (0,), (n,))
-
-
-@partial(jit, static_argnums=(1,))
 def _split_data(data, shape):
-  if not config.threefry_partitionable:
-    # the 2 * size encrypted counts, read as size keys of two words
-    return lax.reshape(_threefry_flat_counts(data, 2 * math.prod(shape)), (*shape, 2))
-  y1, y2 = _threefry_counts(data, shape)
-  return jnp.stack([y1, y2], axis=len(shape))
+  """Key data `u32[*shape, 2]` split from key data `u32[2]` (JAX's `random_split`)."""
+  return prng.random_unwrap_p.bind(prng.random_split_p.bind(_wrap(data), shape=tuple(shape)))
 
 
-@jit
 def _fold_in_data(data, msg):
-  y1, y2 = random_bits.threefry2x32(data[0], data[1], np.zeros((), _u32), msg)
-  return jnp.stack([y1, y2])
+  """Key data `u32[2]` of key data `u32[2]` folded with a `u32[]` message."""
+  return prng.random_unwrap_p.bind(prng.random_fold_in_p.bind(_wrap(data), msg))
 
 
 def _random_bits(data, bit_width: int, shape: tuple[int, ...]):
-  """`uint{bit_width}[*shape]` bits from key data `u32[2]`: for 32 bits and fewer the
-  (truncated) xor of the two Threefry words of each position, for 64 bits (x64 only) the
-  two words concatenated, `y1 * 2**32 + y2` (JAX's partitionable Threefry)."""
-  if not config.threefry_partitionable:
-    return _random_bits_flat(data, bit_width, shape)
-  y1, y2 = _threefry_counts(data, shape)
-  if bit_width == 64:
-    if dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
-      raise TypeError("64-bit random bits need x64: enable it with "
-                      "`stagecraft.config.update('jax_enable_x64', True)`.")
-    hi = lax.convert_element_type(y1, _UINT[64])
-    lo = lax.convert_element_type(y2, _UINT[64])
-    return lax.bitwise_or(lax.shift_left(hi, np.array(32, _UINT[64])), lo)
-  out = lax.bitwise_xor(y1, y2)
-  return out if bit_width == 32 else lax.convert_element_type(out, _UINT[bit_width])
-
-
-def _random_bits_flat(data, bit_width: int, shape: tuple[int, ...]):
-  """`_random_bits` with `jax_threefry_partitionable` off (JAX's original scheme): the
-  encrypted counts 0..w-1 (`_threefry_flat_counts`), w the number of 32-bit words the
-  draws need; 64-bit draws join word i (high) with word i + size (low), 8- and 16-bit
-  draws are the pieces of each word, lowest bits first, word by word."""
-  size = math.prod(shape)
-  words = -(-bit_width * size // 32)
-  if words >= 2 ** 32 - 1:
-    raise NotImplementedError("random bits with jax_threefry_partitionable off need fewer "
-                              "than 2**32 - 1 words per call in stagecraft.")
-  bits = _threefry_flat_counts(data, words)
-  if bit_width == 64:
-    if dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
-      raise TypeError("64-bit random bits need x64: enable it with "
-                      "`stagecraft.config.update('jax_enable_x64', True)`.")
-    hi = lax.convert_element_type(lax.slice(bits, (0,), (size,)), _UINT[64])
-    lo = lax.convert_element_type(lax.slice(bits, (size,), (2 * size,)), _UINT[64])
-    bits = lax.bitwise_or(lax.shift_left(hi, np.array(32, _UINT[64])), lo)
-  elif bit_width < 32:
-    per = 32 // bit_width
-    shifts = np.arange(per, dtype=_u32) * np.uint32(bit_width)
-    pieces = lax.shift_right_logical(lax.broadcast_in_dim(bits, (words, per), (0,)),
-                                     lax.broadcast_in_dim(shifts, (words, per), (1,)))
-    pieces = lax.bitwise_and(pieces, np.uint32(2 ** bit_width - 1))
-    bits = lax.slice(lax.reshape(pieces, (words * per,)), (0,), (size,))
-    bits = lax.convert_element_type(bits, _UINT[bit_width])
-  return lax.reshape(bits, tuple(shape))
+  """`uint{bit_width}[*shape]` bits from key data `u32[2]` (JAX's `random_bits`: see
+  `lax.prng.threefry_random_bits`)."""
+  if bit_width == 64 and dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
+    raise TypeError("64-bit random bits need x64: enable it with "
+                    "`stagecraft.config.update('jax_enable_x64', True)`.")
+  return prng.random_bits_p.bind(_wrap(data), bit_width=bit_width, shape=tuple(shape))
 
 
 def _split(data, num: int | Sequence[int] = 2):
@@ -856,8 +771,8 @@ def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
   return _bits(data, dt.itemsize * 8, _canonical_shape("bits", shape))
 
 
-@partial(jit, static_argnums=(1, 2))
 def _bits(data, bit_width, shape):
+  # NB: not jitted, as JAX's `bits`: the program holds `random_wrap` and `random_bits`
   return _random_bits(data, bit_width, shape)
 
 

@@ -26,6 +26,7 @@ from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, UserFrame,
 from stagecraft.source_info_util import NameStackInfo
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.runtime import client, mlir_text
 
 __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_scalar",
@@ -94,6 +95,9 @@ def ir_type(aval: ShapedArray) -> str:
   key = (aval.shape, aval.dtype)
   t = _type_cache.get(key)
   if t is None:
+    if not isinstance(aval.dtype, np.dtype):   # an extended dtype: its data's type
+      t = _type_cache[key] = ir_type(core.physical_aval(aval))
+      return t
     dims = "".join(f"{d}x" for d in aval.shape)
     t = _type_cache[key] = f"tensor<{dims}{elt_type(aval.dtype)}>"
   return t
@@ -507,6 +511,8 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
           f"Primitive '{prim.name}' has no lowering rule, which jit and eager execution need. "
           f"Register one with stagecraft.interpreters.lowering.register_lowering({prim.name}_p,"
           f" rule).")
+    if extended_avals[0] and prim not in extended_dtype_rules and _has_extended(eqn):
+      rule = lambda ctx, *ops, _eqn=eqn, **_: _lower_physical(ctx.fb, _eqn, ops)
     ctx = LoweringRuleContext(fb, [v.aval for v in eqn.invars], [v.aval for v in eqn.outvars])
     if fb.lines is not lines:   # NB: a rule may have swapped the builder's lines (regions)
       lines = fb.lines
@@ -525,6 +531,63 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
       _locate(fb.lines, n, fb.last_loc)   # NB: the equation's, as JAX's rules emit them
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in jaxpr.outvars]
+
+
+# ---------------------------------------------------------------------------
+# Extended dtypes (typed PRNG keys): a `key<fry>[*s]` value is its data `u32[*s, 2]` in the
+# module (`ir_type`). Primitives made for keys (`random_bits`, ...) and those that only pass
+# values through (calls, loops, conds, whose regions take the data types) are in
+# `extended_dtype_rules`; any other equation with a key operand or result (`slice`,
+# `select_n`, `concatenate`, ...) is lowered on the data, the primitive vmapped over the
+# data's trailing axis (JAX's physical lowering of structural ops on extended dtypes).
+
+#: Set once a value of an extended dtype is made (no cost per equation before).
+extended_avals = [False]
+#: Primitives whose lowering rules take extended-dtype operands and results themselves.
+extended_dtype_rules: set = set()
+
+
+def _has_extended(eqn) -> bool:
+  if any(not isinstance(getattr(v.aval, "dtype", None) or np.dtype(bool), np.dtype)
+         for v in (*eqn.invars, *eqn.outvars)):
+    # NB: equations with sub-jaxprs (calls, loops, conds) lower their regions with the data
+    # types already
+    return not any(isinstance(p, (Jaxpr, ClosedJaxpr)) or (
+        type(p) is tuple and p and isinstance(p[0], (Jaxpr, ClosedJaxpr)))
+        for p in eqn.params.values())
+  return False
+
+
+def _lower_physical(fb: "FuncBuilder", eqn, operands: Sequence[str]) -> list[str]:
+  """Lowers `eqn`, which has extended-dtype operands or results, on their data: the
+  primitive vmapped over the data's trailing axis (other operands unbatched)."""
+  prim, params = eqn.primitive, eqn.params
+  in_avals = [v.aval for v in eqn.invars]
+  ext = [not isinstance(a.dtype, np.dtype) for a in in_avals]
+  out_ext = [not isinstance(v.aval.dtype, np.dtype) for v in eqn.outvars]
+  size = next(core.physical_aval(a).shape[-1] for a, e in zip(in_avals, ext) if e)
+
+  def flat(*xs):
+    def one(*ys):
+      out = prim.bind(*ys, **params)
+      return list(out) if prim.multiple_results else [out]
+    dims = [len(a.shape) if e else batching.not_mapped for a, e in zip(in_avals, ext)]
+    outs, out_dims = batching.batch_flat(one, xs, dims, batching.AxisData(None, size))
+    res = []
+    for o, d, e in zip(outs, out_dims, out_ext):
+      if not e:
+        if d is not batching.not_mapped:
+          raise NotImplementedError(f"lowering {prim.name} of typed keys: a result that is "
+                                    f"not a key depends on the key data.")
+        res.append(o)
+      else:
+        res.append(batching.moveaxis(o, d, len(o.shape) - 1) if d is not batching.not_mapped
+                   else batching.broadcast(o, size, len(o.shape)))
+    return res
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat, [core.physical_aval(a) for a in in_avals])
+  const_names = [dense_constant(fb, c, core.get_aval(c)) for c in consts]
+  return jaxpr_subcomp(fb, jaxpr, const_names, operands)
 
 
 #: Names of the primitives whose results, in a program over a mesh with Explicit axes, are
