@@ -87,16 +87,62 @@ class PRNGKeyArray:
     shape, ndim, size: of the key array (without the trailing key-data axis).
     dtype: `KeyTy()`, printed `key<fry>`.
   """
-  __slots__ = ("_base_array", "kr_var")
+  # NB: a key array holds its key data `u32[*s, 2]` (`_data`), its keys `key<fry>[*s]`
+  # (`_keys`: the value the transformations trace, so programs take and return keys as JAX's
+  # do), or both; each is made from the other when first read: for concrete Arrays a view
+  # of the same buffer (kept), for tracers a `random_unwrap` / `random_wrap` equation (not
+  # kept: the tracer may belong to a trace that ends before the key array does).
+  __slots__ = ("_data", "_keys", "kr_var")
   __array_priority__ = 100
 
   def __init__(self, key_data: Any, kr_var: key_reuse.KeyVar | None = None):
-    self._base_array = key_data
+    self._data = key_data
+    # NB: traced data is wrapped now, in the trace that made it: flattening the key array
+    # (which gives its keys) must not bind anything, and may happen after that trace ended
+    self._keys = _wrap(key_data) if isinstance(key_data, core.Tracer) else None
     # NB: the keys' consumed state, read only with config debug_key_reuse on (key_reuse)
     self.kr_var = key_reuse.KeyVar() if kr_var is None else kr_var
 
-  shape = property(lambda self: tuple(self._base_array.shape[:-1]))
-  ndim = property(lambda self: len(self._base_array.shape) - 1)
+  @classmethod
+  def _from_keys(cls, keys: Any, kr_var: key_reuse.KeyVar | None = None) -> "PRNGKeyArray":
+    """A key array of a value of dtype `key<fry>` (an Array or a tracer)."""
+    out = cls(None, kr_var)
+    out._keys = keys
+    return out
+
+  @property
+  def _base_array(self) -> Any:
+    """The key data `u32[*s, 2]`."""
+    data = self._data
+    if data is None:
+      keys = self._keys
+      if type(keys) is Array:
+        data = self._data = keys._physical()
+      elif isinstance(keys, core.Tracer):
+        data = prng.random_unwrap_p.bind(keys)
+      else:
+        return keys   # NB: a placeholder (a ShapeDtypeStruct of keys, ...)
+    return data
+
+  def _key_value(self) -> Any:
+    """The keys `key<fry>[*s]` (an Array or a tracer)."""
+    keys = self._keys
+    if keys is None:
+      data = self._data
+      if isinstance(data, np.ndarray) and data.dtype == _u32 and data.shape[-1:] == (2,):
+        data = self._data = jnp.asarray(data)
+      if type(data) is not Array:
+        return data   # NB: not key data: a placeholder of code that maps over leaves
+      keys = self._keys = Array(data._buf, prng.key_aval(data.aval), data._device,
+                                data._sharding)
+    return keys
+
+  @property
+  def shape(self) -> tuple:
+    keys = self._keys
+    return tuple(keys.shape) if keys is not None else tuple(np.shape(self._data)[:-1])
+
+  ndim = property(lambda self: len(self.shape))
   size = property(lambda self: math.prod(self.shape))
   dtype = property(lambda self: _key_dtype)
   itemsize = KeyTy.itemsize
@@ -149,7 +195,7 @@ class PRNGKeyArray:
     if n > self.ndim:   # as JAX's: counted against the key array's own shape
       raise IndexError(f"Too many indices: array is {self.ndim}-dimensional, but {n} were "
                        f"indexed")
-    out = PRNGKeyArray(self._base_array[(*idx, slice(None))])
+    out = PRNGKeyArray._from_keys(self._key_value()[idx])   # NB: on the keys, as JAX's
     if key_reuse.enabled():
       _index_consumption(self, idx, out)
     return out
@@ -414,11 +460,16 @@ def _index_consumption(key: PRNGKeyArray, idx: tuple, out: PRNGKeyArray) -> None
 
 # A leaf for users (`tree_leaves(key) == [key]`, as in JAX); the transformations trace its
 # key data and rebuild the key around it.
-tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._base_array, None),
-                               lambda _, children: PRNGKeyArray(children[0]))
-tree_util.register_staged_dtype(
-    KeyTy, lambda aval: core.ShapedArray(tuple(aval.shape) + (2,), _u32),
-    lambda data: PRNGKeyArray(data))
+def _rebuild(_, children):
+  x = children[0]
+  if type(getattr(x, "dtype", None)) is KeyTy:   # keys (Array, tracer, ShapeDtypeStruct)
+    return PRNGKeyArray._from_keys(x)
+  return PRNGKeyArray(x)   # NB: key data, or a placeholder of code that maps over leaves
+
+
+tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._key_value(), None), _rebuild,
+                               data=lambda k: k._base_array)
+tree_util.register_staged_dtype(KeyTy, lambda aval: aval, PRNGKeyArray._from_keys)
 key_reuse.register_key_type(PRNGKeyArray)
 # Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
 # are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.
@@ -468,15 +519,17 @@ def _check_key_data(data: Any) -> Any:
   return data
 
 
-def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[Any, bool]:
+def _check_prng_key(name: str, key: Any, allow_batched: bool = False, *,
+                    keys: bool = False) -> tuple[Any, bool]:
   """`(key data u32[*s, 2], typed)`; a single key (`s == ()`) unless `allow_batched`.
+  With `keys`, `(keys key<fry>[*s], typed)` (a raw key wrapped: `random_wrap`, as JAX's).
 
   Raises:
     TypeError: for data that is not `u32[..., 2]`.
     ValueError: for a batch of keys where one key is expected.
   """
   if isinstance(key, PRNGKeyArray):
-    data, typed = key._base_array, True
+    data, typed = (key._key_value() if keys else key._base_array), True
     if key_reuse.enabled():
       op = (_KEY_USE_UNJITTED.get(name, "random_bits") if config.disable_jit
             else _KEY_USE.get(name, "jit"))
@@ -484,8 +537,11 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[A
         key_reuse.sink(key, op)
   else:
     data, typed = _check_key_data(key), False
-  if not allow_batched and len(data.shape) > 1:
-    shape = tuple(data.shape[:-1]) if typed else tuple(data.shape)
+    if keys:
+      data = _wrap(data)
+  if not allow_batched and len(data.shape) > (0 if keys else 1):
+    shape = tuple(data.shape) if keys else tuple(data.shape[:-1]) if typed else tuple(
+        data.shape)
     raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
                      f"{shape} != (). Use stagecraft.vmap for batching.")
   return data, typed
@@ -509,6 +565,10 @@ _KEY_USE_UNJITTED = {
 
 def _return_keys(typed: bool, data: Any) -> Any:
   return PRNGKeyArray(data) if typed else data
+
+
+def _return_key_values(typed: bool, keys: Any) -> Any:
+  return PRNGKeyArray._from_keys(keys) if typed else prng.random_unwrap_p.bind(keys)
 
 
 # ---------------------------------------------------------------------------
@@ -648,10 +708,14 @@ def _fold_in_data(data, msg):
 def _random_bits(data, bit_width: int, shape: tuple[int, ...]):
   """`uint{bit_width}[*shape]` bits from key data `u32[2]` (JAX's `random_bits`: see
   `lax.prng.threefry_random_bits`)."""
+  return _key_bits(_wrap(data), bit_width, shape)
+
+
+def _key_bits(keys, bit_width: int, shape: tuple[int, ...]):
   if bit_width == 64 and dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
     raise TypeError("64-bit random bits need x64: enable it with "
                     "`stagecraft.config.update('jax_enable_x64', True)`.")
-  return prng.random_bits_p.bind(_wrap(data), bit_width=bit_width, shape=tuple(shape))
+  return prng.random_bits_p.bind(keys, bit_width=bit_width, shape=tuple(shape))
 
 
 def _split(data, num: int | Sequence[int] = 2):
@@ -679,8 +743,10 @@ def split(key: Any, num: int | Sequence[int] = 2) -> Any:
     Array([[1797259609, 2579123966],
            [ 928981903, 3453687069]], dtype=uint32)
   """
-  data, typed = _check_prng_key("split", key)
-  return _return_keys(typed, _split(data, num))
+  keys, typed = _check_prng_key("split", key, keys=True)
+  shape = (tuple(canonicalize_shape("split", "num", num)) if isinstance(num, Sequence)
+           else (operator.index(num),))
+  return _return_key_values(typed, prng.random_split_p.bind(keys, shape=shape))
 
 
 def fold_in(key: Any, data: Any) -> Any:
@@ -701,7 +767,7 @@ def fold_in(key: Any, data: Any) -> Any:
     >>> fold_in(PRNGKey(0), 1)
     Array([ 928981903, 3453687069], dtype=uint32)
   """
-  kdata, typed = _check_prng_key("fold_in", key)
+  keys, typed = _check_prng_key("fold_in", key, keys=True)
   if np.ndim(data) if not hasattr(data, "ndim") else data.ndim:
     raise TypeError(f"fold_in accepts a scalar, but was given an array of shape "
                     f"{tuple(np.shape(data))} != (). Use stagecraft.vmap for batching.")
@@ -710,7 +776,7 @@ def fold_in(key: Any, data: Any) -> Any:
       raise OverflowError(f"Python integer {data} out of bounds for uint32")
     data = np.uint32(data)
   msg = lax.convert_element_type(data, _u32)
-  return _return_keys(typed, _fold_in_data(kdata, msg))
+  return _return_key_values(typed, prng.random_fold_in_p.bind(keys, msg))
 
 
 def _canonical_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -764,15 +830,15 @@ def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
     >>> bits(PRNGKey(0), (3,))
     Array([4070199207, 4202968722, 1427181096], dtype=uint32)
   """
-  data, _ = _check_prng_key("bits", key)
+  keys, _ = _check_prng_key("bits", key, keys=True)
   dt = dtypes.default_uint_dtype() if dtype is None else dtypes.check_user_dtype(dtype)
   if not dtypes.is_unsigned(dt):
     raise ValueError(f"dtype argument to `bits` must be an unsigned int dtype, got {dt.name}")
-  return _bits(data, dt.itemsize * 8, _canonical_shape("bits", shape))
+  # NB: not jitted, as JAX's `bits`: the program holds `random_bits` of the keys
+  return _key_bits(keys, dt.itemsize * 8, _canonical_shape("bits", shape))
 
 
 def _bits(data, bit_width, shape):
-  # NB: not jitted, as JAX's `bits`: the program holds `random_wrap` and `random_bits`
   return _random_bits(data, bit_width, shape)
 
 

@@ -365,6 +365,8 @@ def emit_op(fb: FuncBuilder, name: str, operands: Sequence[str], operand_types: 
 
 def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   """A splat `stablehlo.constant` of `value` with `aval` (deduplicated per region)."""
+  if not isinstance(aval.dtype, np.dtype):   # typed keys: data of the same splat value
+    aval = core.physical_aval(aval)
   key = (aval.shape, aval.dtype, dense_scalar(value, aval.dtype))
   name = fb.consts.get(key)
   if name is None:
@@ -429,6 +431,8 @@ def dense_constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
     return emit_op(fb, "stablehlo.create_token", [], [], ["!stablehlo.token"])[0]
   if aval.dtype == dtypes.float0:   # i1 zeros in the program
     return constant(fb, 0, aval)
+  if not isinstance(aval.dtype, np.dtype):   # typed keys (an Array of them): their data
+    return dense_constant(fb, value._physical(), core.physical_aval(aval))
   x = np.asarray(value, dtype=aval.dtype).reshape(aval.shape)
   if x.size > 1 and 0 in x.strides:
     kept = [d for d, st in enumerate(x.strides) if st != 0]

@@ -94,6 +94,11 @@ def is_key_aval(aval: Any) -> bool:
   return type(getattr(aval, "dtype", None)) is KeyTy
 
 
+def key_aval(data_aval: Any) -> ShapedArray:
+  """`u32[*s, 2]` -> `key<fry>[*s]` (weak type dropped, sharding dropped)."""
+  return _key_aval(tuple(data_aval.shape[:-1]), data_aval)
+
+
 def _key_aval(shape: tuple, like: Any = None) -> ShapedArray:
   lowering.extended_avals[0] = True
   return ShapedArray(tuple(shape), key_dtype, vma=getattr(like, "vma", frozenset()))
