@@ -134,7 +134,7 @@ class PRNGKeyArray:
       if type(data) is not Array:
         return data   # NB: not key data: a placeholder of code that maps over leaves
       keys = self._keys = Array(data._buf, prng.key_aval(data.aval), data._device,
-                                data._sharding)
+                                _keys_sharding(data._sharding, len(data.shape) - 1))
     return keys
 
   @property
@@ -292,6 +292,15 @@ class PRNGKeyArray:
 
   def __invert__(self):
     raise TypeError(_unary_message("not", "integer, bool"))
+
+
+def _keys_sharding(s: Any, ndim: int) -> Any:
+  """The sharding of keys `key<fry>[*s]` (`ndim` axes) whose data has sharding `s`: a
+  NamedSharding's spec without the entry of the data's trailing axis."""
+  if isinstance(s, sharding.NamedSharding) and len(tuple(s.spec)) > ndim:
+    return sharding.NamedSharding(s.mesh, sharding.PartitionSpec(*tuple(s.spec)[:ndim]),
+                                  memory_kind=s.memory_kind)
+  return s
 
 
 # Typed keys have no arithmetic. As JAX's: the operators raise the TypeError of the jnp

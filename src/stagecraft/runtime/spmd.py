@@ -90,6 +90,8 @@ def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
   if type(x) is Array:
     if x._sharding is not None and (x._sharding is sharding or x._sharding == sharding):
       return x._check_buf()
+    if not isinstance(aval.dtype, np.dtype):   # typed keys: their data, laid out the same
+      x, aval = x._physical(), core.physical_aval(aval)
     v = x._value
   elif isinstance(x, core.Tracer):
     raise core.escaped_tracer_error(x)
