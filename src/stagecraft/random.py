@@ -538,7 +538,7 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False, *,
     ValueError: for a batch of keys where one key is expected.
   """
   if isinstance(key, PRNGKeyArray):
-    data, typed = (key._key_value() if keys else key._base_array), True
+    typed, shape = True, key.shape
     if key_reuse.enabled():
       op = (_KEY_USE_UNJITTED.get(name, "random_bits") if config.disable_jit
             else _KEY_USE.get(name, "jit"))
@@ -546,14 +546,13 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False, *,
         key_reuse.sink(key, op)
   else:
     data, typed = _check_key_data(key), False
-    if keys:
-      data = _wrap(data)
-  if not allow_batched and len(data.shape) > (0 if keys else 1):
-    shape = tuple(data.shape) if keys else tuple(data.shape[:-1]) if typed else tuple(
-        data.shape)
+    shape = tuple(data.shape)   # NB: as JAX's message: a raw key's whole shape
+  if not allow_batched and (len(shape) > 0 if typed else len(shape) > 1):
     raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
-                     f"{shape} != (). Use stagecraft.vmap for batching.")
-  return data, typed
+                     f"{tuple(shape)} != (). Use stagecraft.vmap for batching.")
+  if typed:
+    return (key._key_value() if keys else key._base_array), True
+  return (_wrap(data) if keys else data), False
 
 
 # With debug_key_reuse: the operation that consumes a key given to each function of this
@@ -704,20 +703,31 @@ def _wrap(data):
   return prng.random_wrap_p.bind(data, impl=prng.threefry_impl)
 
 
-def _split_data(data, shape):
-  """Key data `u32[*shape, 2]` split from key data `u32[2]` (JAX's `random_split`)."""
-  return prng.random_unwrap_p.bind(prng.random_split_p.bind(_wrap(data), shape=tuple(shape)))
+def _is_keys(x) -> bool:
+  return type(getattr(x, "dtype", None)) is KeyTy
 
 
-def _fold_in_data(data, msg):
-  """Key data `u32[2]` of key data `u32[2]` folded with a `u32[]` message."""
-  return prng.random_unwrap_p.bind(prng.random_fold_in_p.bind(_wrap(data), msg))
+def _as_keys(x):
+  return x if _is_keys(x) else _wrap(x)
 
 
-def _random_bits(data, bit_width: int, shape: tuple[int, ...]):
-  """`uint{bit_width}[*shape]` bits from key data `u32[2]` (JAX's `random_bits`: see
-  `lax.prng.threefry_random_bits`)."""
-  return _key_bits(_wrap(data), bit_width, shape)
+def _split_data(x, shape):
+  """Keys split from a key (JAX's `random_split`): `key<fry>[*shape]` from keys
+  `key<fry>[]`, or key data `u32[*shape, 2]` from key data `u32[2]`."""
+  out = prng.random_split_p.bind(_as_keys(x), shape=tuple(shape))
+  return out if _is_keys(x) else prng.random_unwrap_p.bind(out)
+
+
+def _fold_in_data(x, msg):
+  """A key folded with a `u32[]` message (keys in, keys out; key data in, key data out)."""
+  out = prng.random_fold_in_p.bind(_as_keys(x), msg)
+  return out if _is_keys(x) else prng.random_unwrap_p.bind(out)
+
+
+def _random_bits(x, bit_width: int, shape: tuple[int, ...]):
+  """`uint{bit_width}[*shape]` bits from a key or key data `u32[2]` (JAX's `random_bits`:
+  see `lax.prng.threefry_random_bits`)."""
+  return _key_bits(_as_keys(x), bit_width, shape)
 
 
 def _key_bits(keys, bit_width: int, shape: tuple[int, ...]):
@@ -948,7 +958,7 @@ def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any 
     >>> uniform(PRNGKey(0), (2,))
     Array([0.947667 , 0.9785799], dtype=float32)
   """
-  data, _ = _check_prng_key("uniform", key)
+  data, _ = _check_prng_key("uniform", key, keys=True)
   dt = _float_dtype("uniform", dtype)
   return _uniform(data, minval, maxval, _canonical_shape("uniform", shape), dt)
 
@@ -992,7 +1002,7 @@ def normal(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
     >>> normal(PRNGKey(0), (2,))
     Array([1.6226422, 2.0252647], dtype=float32)
   """
-  data, _ = _check_prng_key("normal", key)
+  data, _ = _check_prng_key("normal", key, keys=True)
   dt = _float_dtype("normal", dtype, "inexact")
   return _normal(data, _canonical_shape("normal", shape), dt)
 
@@ -1049,7 +1059,7 @@ def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | No
     Array([[ 1.6226422 ,  2.0252647 ],
            [-0.43359444, -0.07861735]], dtype=float32)
   """
-  data, _ = _check_prng_key("multivariate_normal", key)
+  data, _ = _check_prng_key("multivariate_normal", key, keys=True)
   mean, cov = _promote_inexact(mean, cov)
   if method not in ("svd", "eigh", "cholesky"):
     raise ValueError("method must be one of {'svd', 'eigh', 'cholesky'}")
@@ -1116,7 +1126,7 @@ def orthogonal(key: Any, n: int, shape: Sequence[int] = (), dtype: Any = None,
     True
   """
   shape = _canonical_shape("orthogonal", shape)
-  data, _ = _check_prng_key("orthogonal", key)
+  data, _ = _check_prng_key("orthogonal", key, keys=True)
   dt = _float_dtype("normal", dtype, "inexact")
   n = operator.index(n)
   m = n if m is None else operator.index(m)
@@ -1156,7 +1166,7 @@ def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | No
   Algorithm: inverse CDF: `sqrt(2) erf_inv(u)` with u uniform in
   `[erf(lower/sqrt 2), erf(upper/sqrt 2))`, then clipped inside the bounds.
   """
-  data, _ = _check_prng_key("truncated_normal", key)
+  data, _ = _check_prng_key("truncated_normal", key, keys=True)
   dt = _float_dtype("truncated_normal", dtype)
   if shape is None:
     shape = jnp.broadcast_shapes(np.shape(lower), np.shape(upper))
@@ -1234,7 +1244,7 @@ def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
   Raises:
     ValueError: for a non-floating T or an unknown mode.
   """
-  data, _ = _check_prng_key("gumbel", key)
+  data, _ = _check_prng_key("gumbel", key, keys=True)
   dt = _float_dtype("gumbel", dtype)
   return _gumbel(data, _canonical_shape("gumbel", shape), dt, _gumbel_mode(mode))
 
@@ -1243,7 +1253,7 @@ def _unary_sampler(name: str, fn, doc: str):
   impl = jit(fn, static_argnums=(1, 2))
 
   def sampler(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
-    data, _ = _check_prng_key(name, key)
+    data, _ = _check_prng_key(name, key, keys=True)
     return impl(data, _canonical_shape(name, shape), _float_dtype(name, dtype))
   sampler.__name__ = sampler.__qualname__ = name
   sampler.__doc__ = f"""{doc} (`stagecraft.random.{name}`).
@@ -1311,7 +1321,7 @@ def _pareto(data, b, shape, dtype):
 def pareto(key: Any, b: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Pareto samples with shape parameter `b`: `exp(e / b)`, e exponential
   (JAX's `random.pareto`). Returns `T[*shape]` (default shape: `b`'s)."""
-  data, _ = _check_prng_key("pareto", key)
+  data, _ = _check_prng_key("pareto", key, keys=True)
   dt = _float_dtype("pareto", dtype)
   shape = np.shape(b) if shape is None else _canonical_shape("pareto", shape)
   _check_shape("pareto", shape, np.shape(b))
@@ -1327,7 +1337,7 @@ def _lognormal(data, sigma, shape, dtype):
 def lognormal(key: Any, sigma: Any = 1., shape: Sequence[int] | None = None,
               dtype: Any = None) -> Any:
   """Log-normal samples `exp(sigma * n)`, n standard normal (JAX's `random.lognormal`)."""
-  data, _ = _check_prng_key("lognormal", key)
+  data, _ = _check_prng_key("lognormal", key, keys=True)
   dt = _float_dtype("lognormal", dtype)
   shape = np.shape(sigma) if shape is None else _canonical_shape("lognormal", shape)
   _check_shape("lognormal", shape, np.shape(sigma))
@@ -1344,7 +1354,7 @@ def _rayleigh(data, scale, shape, dtype):
 def rayleigh(key: Any, scale: Any, shape: Sequence[int] | None = None,
              dtype: Any = None) -> Any:
   """Rayleigh samples `scale * sqrt(-2 log(u))` (JAX's `random.rayleigh`)."""
-  data, _ = _check_prng_key("rayleigh", key)
+  data, _ = _check_prng_key("rayleigh", key, keys=True)
   dt = _float_dtype("rayleigh", dtype)
   shape = np.shape(scale) if shape is None else _canonical_shape("rayleigh", shape)
   _check_shape("rayleigh", shape, np.shape(scale))
@@ -1362,7 +1372,7 @@ def weibull_min(key: Any, scale: Any, concentration: Any, shape: Sequence[int] =
                 dtype: Any = None) -> Any:
   """Weibull samples `scale * (-log1p(-u)) ** (1 / concentration)`
   (JAX's `random.weibull_min`)."""
-  data, _ = _check_prng_key("weibull_min", key)
+  data, _ = _check_prng_key("weibull_min", key, keys=True)
   dt = _float_dtype("weibull_min", dtype)
   return _weibull_min(data, scale, concentration, _canonical_shape("weibull_min", shape), dt)
 
@@ -1383,7 +1393,7 @@ def double_sided_maxwell(key: Any, loc: Any, scale: Any, shape: Sequence[int] = 
                          dtype: Any = None) -> Any:
   """Double-sided Maxwell samples `loc + scale * sign * maxwell`
   (JAX's `random.double_sided_maxwell`); the result shape is `shape + broadcast(loc, scale)`."""
-  data, _ = _check_prng_key("double_sided_maxwell", key)
+  data, _ = _check_prng_key("double_sided_maxwell", key, keys=True)
   dt = _float_dtype("double_sided_maxwell", dtype)
   return _double_sided_maxwell(data, loc, scale,
                                _canonical_shape("double_sided_maxwell", shape), dt)
@@ -1414,7 +1424,7 @@ def triangular(key: Any, left: Any, mode: Any, right: Any,
                shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Triangular samples on `[left, right]` with peak `mode`, by inverse CDF
   (JAX's `random.triangular`); `T[*shape]`, default shape: the parameters' broadcast."""
-  data, _ = _check_prng_key("triangular", key)
+  data, _ = _check_prng_key("triangular", key, keys=True)
   dt = _float_dtype("triangular", dtype)
   shape = _broadcast_shape_of("triangular", shape, left, mode, right)
   return _triangular(data, left, mode, right, shape, dt)
@@ -1437,7 +1447,7 @@ def _wald(data, mean, shape, dtype):
 def wald(key: Any, mean: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Wald (inverse Gaussian) samples with `mean` (JAX's `random.wald`; Michael, Schucany and
   Haas's transformation method); `T[*shape]`, default shape: `mean`'s."""
-  data, _ = _check_prng_key("wald", key)
+  data, _ = _check_prng_key("wald", key, keys=True)
   dt = _float_dtype("wald", dtype)
   shape = _broadcast_shape_of("wald", shape, mean)
   return _wald(data, mean, shape, dt)
@@ -1514,7 +1524,7 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
     >>> randint(PRNGKey(0), (4,), 0, 10)
     Array([9, 0, 2, 3], dtype=int32)
   """
-  data, _ = _check_prng_key("randint", key)
+  data, _ = _check_prng_key("randint", key, keys=True)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise TypeError(f"randint only accepts integer dtypes, got {dt.name}")
@@ -1562,7 +1572,7 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
   """
   if mode not in ("high", "low"):
     raise ValueError(f"got mode={mode!r}, expected 'high' or 'low'")
-  data, _ = _check_prng_key("bernoulli", key)
+  data, _ = _check_prng_key("bernoulli", key, keys=True)
   dt = dtypes.canonicalize_dtype(dtypes.dtype(p))
   if not dtypes.is_float(dt):
     raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dt}.")
@@ -1578,7 +1588,7 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
 def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = int) -> Any:
   """Uniform samples from {-1, 1} (JAX's `random.rademacher`); `T[*shape]`, T default int32
   (int64 under x64)."""
-  data, _ = _check_prng_key("rademacher", key)
+  data, _ = _check_prng_key("rademacher", key, keys=True)
   dt = dtypes.check_user_dtype(dtype)
   return _rademacher(data, _canonical_shape("rademacher", shape), dt)
 
@@ -1608,7 +1618,7 @@ def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any =
   Raises:
     ValueError: if the dtype is not an integer dtype.
   """
-  data, _ = _check_prng_key("geometric", key)
+  data, _ = _check_prng_key("geometric", key, keys=True)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt.name}")
@@ -1660,7 +1670,7 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | No
     >>> categorical(PRNGKey(0), np.log(np.array([0.1, 0.2, 0.7], np.float32)), shape=(5,))
     Array([1, 2, 2, 1, 2], dtype=int32)
   """
-  data, _ = _check_prng_key("categorical", key)
+  data, _ = _check_prng_key("categorical", key, keys=True)
   logits = jnp.asarray(logits)
   axis = operator.index(axis)
   if not -logits.ndim <= axis < logits.ndim:
@@ -1746,7 +1756,7 @@ def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> A
     >>> permutation(PRNGKey(0), 5)
     Array([0, 1, 4, 3, 2], dtype=int32)
   """
-  data, _ = _check_prng_key("permutation", key)
+  data, _ = _check_prng_key("permutation", key, keys=True)
   if not np.ndim(x):
     if not dtypes.is_integer(dtypes.dtype(x)):
       raise TypeError("x must be an integer or at least 1-dimensional")
@@ -1762,7 +1772,7 @@ def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> A
 def shuffle(key: Any, x: Any, axis: int = 0) -> Any:
   """Shuffles `x` along `axis`, each 1-D slice independently (JAX's `random.shuffle`,
   deprecated in JAX: use `permutation(key, x, axis, independent=True)`)."""
-  data, _ = _check_prng_key("shuffle", key)
+  data, _ = _check_prng_key("shuffle", key, keys=True)
   x = jnp.asarray(x)
   axis = lax_utils.canonicalize_axes("shuffle", (axis,), x.ndim)[0]
   return _shuffle(data, x, axis)
@@ -1844,7 +1854,7 @@ def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
     >>> choice(PRNGKey(0), 10, (3,), replace=False)
     Array([0, 1, 8], dtype=int32)
   """
-  data, _ = _check_prng_key("choice", key)
+  data, _ = _check_prng_key("choice", key, keys=True)
   if not isinstance(shape, Sequence):
     raise TypeError(f"shape argument of stagecraft.random.choice must be a sequence, got {shape}")
   shape = _canonical_shape("choice", shape)
@@ -2036,7 +2046,7 @@ def gamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = Non
     >>> gamma(PRNGKey(0), 2.0, (3,))  # JAX's samples for this key
     Array([1.5897877, 1.7599413, 1.1290071], dtype=float32)
   """
-  data, _ = _check_prng_key("gamma", key)
+  data, _ = _check_prng_key("gamma", key, keys=True)
   dt = _float_dtype("gamma", dtype)
   return _gamma(data, a, _gamma_shape("gamma", shape, a), dt, False)
 
@@ -2059,7 +2069,7 @@ def loggamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = 
     ValueError: if T is not floating (the message names `gamma`, as JAX's does), or the
       shapes do not broadcast.
   """
-  data, _ = _check_prng_key("loggamma", key)
+  data, _ = _check_prng_key("loggamma", key, keys=True)
   dt = _float_dtype("gamma", dtype)
   return _gamma(data, a, _gamma_shape("gamma", shape, a), dt, True)
 
@@ -2097,7 +2107,7 @@ def beta(key: Any, a: Any, b: Any, shape: Sequence[int] | None = None,
 
   Algorithm: `G_a / (G_a + G_b)` from two log-space gamma samples (keys `split(key)`).
   """
-  data, _ = _check_prng_key("beta", key)
+  data, _ = _check_prng_key("beta", key, keys=True)
   dt = _float_dtype("beta", dtype)
   _check_all_safe_to_cast("beta", dt, a, b)
   shape = _broadcast_shape_of("beta", shape, a, b)
@@ -2133,7 +2143,7 @@ def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
 
   Algorithm: the softmax of log-space gamma samples `loggamma(key, alpha, (*s, n))`.
   """
-  data, _ = _check_prng_key("dirichlet", key)
+  data, _ = _check_prng_key("dirichlet", key, keys=True)
   dt = _float_dtype("dirichlet", dtype)
   if not np.ndim(alpha) >= 1:
     raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == {np.ndim(alpha)}")
@@ -2166,7 +2176,7 @@ def t(key: Any, df: Any, shape: Sequence[int] | None = None, dtype: Any = None) 
   Raises:
     ValueError: if T is not floating or `df` does not broadcast to `shape`.
   """
-  data, _ = _check_prng_key("t", key)
+  data, _ = _check_prng_key("t", key, keys=True)
   dt = _float_dtype("t", dtype)
   _check_all_safe_to_cast("t", dt, df)
   shape = _broadcast_shape_of("t", shape, df)
@@ -2195,7 +2205,7 @@ def chisquare(key: Any, df: Any, shape: Sequence[int] | None = None,
   Raises:
     ValueError: if T is not floating or `df` does not broadcast to `shape`.
   """
-  data, _ = _check_prng_key("chisquare", key)
+  data, _ = _check_prng_key("chisquare", key, keys=True)
   dt = _float_dtype("chisquare", dtype)
   _check_all_safe_to_cast("chisquare", dt, df)
   shape = _broadcast_shape_of("chisquare", shape, df)
@@ -2224,7 +2234,7 @@ def f(key: Any, dfnum: Any, dfden: Any, shape: Sequence[int] | None = None,
   Raises:
     ValueError: if T is not floating or the parameters do not broadcast to `shape`.
   """
-  data, _ = _check_prng_key("f", key)
+  data, _ = _check_prng_key("f", key, keys=True)
   dt = _float_dtype("f", dtype)
   _check_all_safe_to_cast("f", dt, dfnum, dfden)
   shape = _broadcast_shape_of("f", shape, dfnum, dfden)
@@ -2258,7 +2268,7 @@ def generalized_normal(key: Any, p: Any, shape: Sequence[int] = (), dtype: Any =
   Raises:
     ValueError: if T is not floating.
   """
-  data, _ = _check_prng_key("generalized_normal", key)
+  data, _ = _check_prng_key("generalized_normal", key, keys=True)
   dt = _float_dtype("generalized_normal", dtype)
   return _generalized_normal(data, p, _canonical_shape("generalized_normal", shape), dt)
 
@@ -2291,7 +2301,7 @@ def ball(key: Any, d: int, p: Any = 2, shape: Sequence[int] = (), dtype: Any = N
     ValueError: if T is not floating.
     TypeError: if `d` is not an int.
   """
-  data, _ = _check_prng_key("ball", key)
+  data, _ = _check_prng_key("ball", key, keys=True)
   dt = _float_dtype("ball", dtype)
   shape = _canonical_shape("ball", shape)
   return _ball(data, p, operator.index(d), shape, dt)
@@ -2391,7 +2401,7 @@ def poisson(key: Any, lam: Any, shape: Sequence[int] | None = None, dtype: Any =
     >>> poisson(PRNGKey(0), 3.0, (5,))
     Array([0, 0, 4, 4, 1], dtype=int32)
   """
-  data, _ = _check_prng_key("poisson", key)
+  data, _ = _check_prng_key("poisson", key, keys=True)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `poisson` must be an int dtype, got {dt.name}")
@@ -2528,7 +2538,7 @@ def binomial(key: Any, n: Any, p: Any, shape: Sequence[int] | None = None,
   (inversion) where `n q <= 10`, Hörmann's BTRS transformed rejection elsewhere; `n - k`
   for `p >= 1/2`.
   """
-  data, _ = _check_prng_key("binomial", key)
+  data, _ = _check_prng_key("binomial", key, keys=True)
   dt = _float_dtype("binomial", dtype)
   shape = _broadcast_shape_of("binomial", shape, n, p)
   return _binomial(data, n, p, tuple(shape), dt)
@@ -2585,7 +2595,7 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
     >>> multinomial(PRNGKey(0), 10., np.array([0.2, 0.3, 0.5], np.float32))
     Array([1., 1., 8.], dtype=float32)
   """
-  data, _ = _check_prng_key("multinomial", key)
+  data, _ = _check_prng_key("multinomial", key, keys=True)
   n, p = _promote_inexact(n, p)
   shape = np.shape(p) if shape is None else _canonical_shape("multinomial", shape)
   if not shape:
