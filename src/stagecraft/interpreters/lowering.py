@@ -26,7 +26,6 @@ from stagecraft.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray, UserFrame,
 from stagecraft.source_info_util import NameStackInfo
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching
-from stagecraft.interpreters import partial_eval as pe
 from stagecraft.runtime import client, mlir_text
 
 __all__ = ["register_lowering", "has_lowering", "elt_type", "ir_type", "dense_scalar",
@@ -516,7 +515,7 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
           f"Register one with stagecraft.interpreters.lowering.register_lowering({prim.name}_p,"
           f" rule).")
     if extended_avals[0] and prim not in extended_dtype_rules and _has_extended(eqn):
-      rule = lambda ctx, *ops, _eqn=eqn, **_: _lower_physical(ctx.fb, _eqn, ops)
+      rule = lambda ctx, *ops, _eqn=eqn, **_: extended_rule[0](ctx.fb, _eqn, ops)
     ctx = LoweringRuleContext(fb, [v.aval for v in eqn.invars], [v.aval for v in eqn.outvars])
     if fb.lines is not lines:   # NB: a rule may have swapped the builder's lines (regions)
       lines = fb.lines
@@ -562,36 +561,10 @@ def _has_extended(eqn) -> bool:
   return False
 
 
-def _lower_physical(fb: "FuncBuilder", eqn, operands: Sequence[str]) -> list[str]:
-  """Lowers `eqn`, which has extended-dtype operands or results, on their data: the
-  primitive vmapped over the data's trailing axis (other operands unbatched)."""
-  prim, params = eqn.primitive, eqn.params
-  in_avals = [v.aval for v in eqn.invars]
-  ext = [not isinstance(a.dtype, np.dtype) for a in in_avals]
-  out_ext = [not isinstance(v.aval.dtype, np.dtype) for v in eqn.outvars]
-  size = next(core.physical_aval(a).shape[-1] for a, e in zip(in_avals, ext) if e)
-
-  def flat(*xs):
-    def one(*ys):
-      out = prim.bind(*ys, **params)
-      return list(out) if prim.multiple_results else [out]
-    dims = [len(a.shape) if e else batching.not_mapped for a, e in zip(in_avals, ext)]
-    outs, out_dims = batching.batch_flat(one, xs, dims, batching.AxisData(None, size))
-    res = []
-    for o, d, e in zip(outs, out_dims, out_ext):
-      if not e:
-        if d is not batching.not_mapped:
-          raise NotImplementedError(f"lowering {prim.name} of typed keys: a result that is "
-                                    f"not a key depends on the key data.")
-        res.append(o)
-      else:
-        res.append(batching.moveaxis(o, d, len(o.shape) - 1) if d is not batching.not_mapped
-                   else batching.broadcast(o, size, len(o.shape)))
-    return res
-
-  jaxpr, consts = pe.trace_to_jaxpr(flat, [core.physical_aval(a) for a in in_avals])
-  const_names = [dense_constant(fb, c, core.get_aval(c)) for c in consts]
-  return jaxpr_subcomp(fb, jaxpr, const_names, operands)
+#: `rule(fb, eqn, operand_names) -> result_names` for the other equations on keys (set by
+#: `lax.prng`, which knows the key types: the primitive vmapped over the data's trailing
+#: axis).
+extended_rule: list = [None]
 
 
 #: Names of the primitives whose results, in a program over a mesh with Explicit axes, are

@@ -83,7 +83,7 @@ class KeyTy:
   @staticmethod
   def physical_aval(aval: ShapedArray) -> ShapedArray:
     """`key<fry>[*s]` -> `u32[*s, 2]` (the key data in programs)."""
-    return ShapedArray((*aval.shape, 2), _u32, vma=aval.vma)
+    return ShapedArray((*aval.shape, 2), _u32, sharding=aval._sharding, vma=aval.vma)
 
 
 key_dtype = KeyTy()
@@ -389,3 +389,46 @@ def _random_fold_in_batch(args, dims):
 
 _register(random_fold_in_p, _random_fold_in_abstract_eval, _random_fold_in_lower,
           _random_fold_in_batch)
+
+
+# ---------------------------------------------------------------------------
+# Other primitives on keys (slice, select_n, concatenate, ...): lowered on the key data.
+
+
+def _lower_physical(fb, eqn, operands: Sequence[str]) -> list[str]:
+  """Lowers `eqn`, which has extended-dtype operands or results, on their data: the
+  primitive vmapped over the data's trailing axis (other operands unbatched)."""
+  prim, params = eqn.primitive, eqn.params
+  in_avals = [v.aval for v in eqn.invars]
+  ext = [not isinstance(a.dtype, np.dtype) for a in in_avals]
+  out_ext = [not isinstance(v.aval.dtype, np.dtype) for v in eqn.outvars]
+  size = next(core.physical_aval(a).shape[-1] for a, e in zip(in_avals, ext) if e)
+
+  def flat(*xs):
+    def one(*ys):
+      out = prim.bind(*ys, **params)
+      return list(out) if prim.multiple_results else [out]
+    dims = [len(a.shape) if e else batching.not_mapped for a, e in zip(in_avals, ext)]
+    outs, out_dims = batching.batch_flat(one, xs, dims, batching.AxisData(None, size))
+    res = []
+    for o, d, e in zip(outs, out_dims, out_ext):
+      if not e:
+        if d is not batching.not_mapped:
+          if prim.name in ("eq", "ne"):   # keys compare equal when all their data does
+            raise NotImplementedError(f"lowering {prim.name} of typed keys: compare their "
+                                      f"key data (random.key_data) instead.")
+          # NB: an operand the batching rule broadcast along the data axis: the same value
+          # at each position
+          o = lax_shape.squeeze(lax_shape.slice_in_dim(o, 0, 1, axis=d), (d,))
+        res.append(o)
+      else:
+        res.append(batching.moveaxis(o, d, len(o.shape) - 1) if d is not batching.not_mapped
+                   else batching.broadcast(o, size, len(o.shape)))
+    return res
+
+  jaxpr, consts = pe.trace_to_jaxpr(flat, [core.physical_aval(a) for a in in_avals])
+  const_names = [lowering.dense_constant(fb, c, core.get_aval(c)) for c in consts]
+  return lowering.jaxpr_subcomp(fb, jaxpr, const_names, operands)
+
+
+lowering.extended_rule[0] = _lower_physical
