@@ -138,3 +138,69 @@ def test_key_values_have_zero_derivatives():
   jvp_out = sc.jvp(lambda d: _key_data(prng.random_split_p.bind(_keys(d), shape=(2,))),
                    (sc.random.PRNGKey(0),), (np.zeros(2, sc.dtypes.float0),))
   assert jvp_out[1].dtype == sc.dtypes.float0 and jvp_out[1].shape == (2, 2)
+
+
+# Typed keys are traced as `key<fry>` values: programs take and return keys, and the key
+# functions and the samplers below print JAX's equations (random_split, slice/squeeze of
+# keys, nested `_normal`/`_uniform` jits over keys).
+R = lambda m: m.random
+TYPED_KEY_PROGRAMS = {
+    "split": (lambda m: lambda k: R(m).split(k), "typed"),
+    "split_index": (lambda m: lambda k: R(m).split(k, 3)[1], "typed"),
+    "split_slices": (lambda m: lambda k: (R(m).split(k, 4)[1:3], R(m).split(k, 4)[::-1]),
+                     "typed"),
+    "fold_in": (lambda m: lambda k: R(m).fold_in(k, 5), "typed"),
+    "bits": (lambda m: lambda k: R(m).bits(k, (3,)), "typed"),
+    "jit_identity": (lambda m: m.jit(lambda k: k), "typed"),
+    "key_of_seed": (lambda m: lambda s: R(m).key(s), "seed"),
+    "key_data": (lambda m: lambda k: R(m).key_data(k), "typed"),
+    "wrap_key_data": (lambda m: lambda d: R(m).wrap_key_data(d), "raw"),
+    "uniform": (lambda m: lambda k: R(m).uniform(k, (3,)), "typed"),
+    "normal": (lambda m: lambda k: R(m).normal(k, (3,)), "typed"),
+    "normal_raw_key": (lambda m: lambda k: R(m).normal(k, (3,)), "raw"),
+    "bernoulli": (lambda m: lambda k: R(m).bernoulli(k, 0.3, (3,)), "typed"),
+    "exponential": (lambda m: lambda k: R(m).exponential(k, (2,)), "typed"),
+    "vmap_normal": (lambda m: m.vmap(lambda k: R(m).normal(k, (2,))), "batch"),
+    "scan_carrying_a_key": (lambda m: lambda k: m.lax.scan(
+        lambda c, _: (R(m).split(c)[0], R(m).normal(c)), k, None, length=3), "typed"),
+}
+
+
+def _arg(m, kind):
+  return {"typed": lambda: R(m).key(0), "raw": lambda: R(m).PRNGKey(0), "seed": lambda: 3,
+          "batch": lambda: R(m).split(R(m).key(0), 3)}[kind]()
+
+
+@pytest.mark.parametrize("name", sorted(TYPED_KEY_PROGRAMS))
+def test_typed_key_programs_print_as_jax_s(name):
+  mk, kind = TYPED_KEY_PROGRAMS[name]
+  want, got = _both(lambda m: str(m.make_jaxpr(mk(m))(_arg(m, kind))))
+  assert got == want
+
+
+@pytest.mark.parametrize("name", sorted(TYPED_KEY_PROGRAMS))
+def test_typed_key_programs_values(name):
+  mk, kind = TYPED_KEY_PROGRAMS[name]
+
+  def run(m):
+    out = m.jit(mk(m))(_arg(m, kind))
+    return [np.asarray(R(m).key_data(x)) if m.numpy.issubdtype(x.dtype, m.dtypes.prng_key)
+            else np.asarray(x) for x in m.tree_util.tree_leaves(out)]
+  for a, b in zip(*_both(run)):
+    np.testing.assert_allclose(b, a, rtol=1e-6)
+
+
+def test_key_arrays_through_eager_shard_map_and_device_put():
+  def run(m):
+    mesh = m.sharding.Mesh(np.array(m.devices()[:2]), ("d",))
+    P = m.sharding.PartitionSpec
+    f = m.shard_map(lambda x, k: x + R(m).normal(k[0], (1, 1)), mesh=mesh,
+                    in_specs=(P("d"), P("d")), out_specs=P("d"))
+    keys = R(m).split(R(m).key(4), 2)
+    placed = m.device_put(keys, m.sharding.NamedSharding(mesh, P("d")))
+    return (np.asarray(f(m.numpy.arange(4.0).reshape(2, 2), keys)),
+            np.asarray(R(m).key_data(placed)), str(placed.dtype), placed.shape)
+  want, got = _both(run)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+  np.testing.assert_array_equal(got[1], want[1])
+  assert got[2:] == want[2:]

@@ -583,7 +583,7 @@ def _return_key_values(typed: bool, keys: Any) -> Any:
 # Key construction
 
 
-def _seed_data(ctor_name: str, seed: Any) -> Any:
+def _seed_data(ctor_name: str, seed: Any, keys: bool = False) -> Any:
   if isinstance(seed, PRNGKeyArray):
     raise TypeError(f"{ctor_name} accepts a scalar seed, but was given a PRNG key.")
   if np.ndim(seed) if not hasattr(seed, "ndim") else seed.ndim:
@@ -598,7 +598,8 @@ def _seed_data(ctor_name: str, seed: Any) -> Any:
     seed = np.int64(seed)
     if not dtypes.canonicalize_dtype(np.int64).itemsize == 8:
       seed = seed.astype(np.uint32)
-  return _threefry_seed(seed)
+  out = prng.random_seed_p.bind(jnp.asarray(seed), impl=prng.threefry_impl)
+  return out if keys else prng.random_unwrap_p.bind(out)
 
 
 def _threefry_seed(seed):
@@ -654,7 +655,7 @@ def key(seed: Any, *, impl: Any = None, dtype: Any = None) -> PRNGKeyArray:
   if impl is not None and dtype is not None:
     raise ValueError("Cannot specify both `impl` and `dtype` arguments to stagecraft.random.key")
   _check_impl(impl if dtype is None else dtype)
-  return PRNGKeyArray(_seed_data("key", seed))
+  return PRNGKeyArray._from_keys(_seed_data("key", seed, keys=True))
 
 
 def key_data(keys: Any) -> Any:
@@ -911,10 +912,13 @@ def _check_shape(name: str, shape, *param_shapes) -> None:
                        f"{tuple(shape)}.")
 
 
-def _uniform_impl(data, minval, maxval, shape, dtype):
-  """JAX's `_uniform`: random mantissa bits under the exponent of 1.0, minus 1, scaled."""
-  minval = _broadcast_to_rank(lax.convert_element_type(minval, dtype), len(shape))
-  maxval = _broadcast_to_rank(lax.convert_element_type(maxval, dtype), len(shape))
+def _uniform_impl(keys, minval, maxval, shape, dtype):
+  """JAX's `_uniform`: random mantissa bits under the exponent of 1.0, minus 1, scaled (the
+  same operations in the same order, so the programs print as JAX's)."""
+  minval = lax.convert_element_type(minval, dtype)
+  maxval = lax.convert_element_type(maxval, dtype)
+  minval = _broadcast_to_rank(minval, len(shape))
+  maxval = _broadcast_to_rank(maxval, len(shape))
   finfo = dtypes.finfo(dtype)
   nbits, nmant = finfo.bits, finfo.nmant
   if nbits not in (8, 16, 32, 64):
@@ -922,16 +926,21 @@ def _uniform_impl(data, minval, maxval, shape, dtype):
                     f"{np.dtype(dtype).name}.")
   rng_bits = 8 if nmant < 8 else nbits   # NB: bfloat16 (7 mantissa bits) draws 8 bits
   uint = _UINT[nbits]
-  b = _random_bits(data, rng_bits, shape)
+  b = _random_bits(keys, rng_bits, shape)
   if rng_bits != nbits:
     b = lax.convert_element_type(b, uint)
   float_bits = lax.shift_right_logical(b, np.array(rng_bits - nmant, uint))
   float_bits = lax.bitwise_or(float_bits, np.array(1.0, dtype).view(uint))
-  floats = lax.sub(lax.bitcast_convert_type(float_bits, dtype), np.array(1.0, dtype))
-  return jnp.maximum(minval, jnp.reshape(floats * (maxval - minval) + minval, shape))
+  floats = lax.bitcast_convert_type(float_bits, dtype) - np.array(1.0, dtype)
+  return lax.max(minval, lax.reshape(floats * (maxval - minval) + minval, tuple(shape)))
 
 
-_uniform = jit(_uniform_impl, static_argnums=(3, 4))
+def _uniform(keys, minval, maxval, shape, dtype):
+  return _uniform_impl(keys, minval, maxval, shape, dtype)
+
+
+# NB: JAX's samplers call `uniform`, whose jitted `_uniform` is an equation of their programs
+_uniform = jit(_uniform, static_argnums=(3, 4))
 
 
 def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any = 0.,
@@ -966,7 +975,7 @@ def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any 
 @partial(jit, static_argnums=(1, 2))
 def _normal_real(data, shape, dtype):
   lo = np.nextafter(np.array(-1., dtype), np.array(0., dtype), dtype=dtype)
-  u = _uniform_impl(data, lo, np.array(1., dtype), shape, dtype)
+  u = _uniform(data, lo, np.array(1., dtype), shape, dtype)
   return lax.mul(np.array(np.sqrt(2), dtype), lax.erf_inv(u))
 
 
@@ -1140,7 +1149,7 @@ def _truncated_normal(data, lower, upper, shape, dtype):
   upper = lax.convert_element_type(upper, dtype)
   a = lax.erf(lower / sqrt2)
   b = lax.erf(upper / sqrt2)
-  u = _uniform_impl(data, a, b, shape, dtype)
+  u = _uniform(data, a, b, shape, dtype)
   out = sqrt2 * lax.erf_inv(u)
   # Clamp to the open interval (lower, upper): rounding may land on a bound.
   return jnp.clip(out, lax.nextafter(lower, np.array(np.inf, dtype)),
@@ -1210,12 +1219,12 @@ def _gumbel(data, shape, dtype, mode):
     x = _bits_to_unit_float32(jnp.where(flip, b, neg))
     return jnp.where(flip, -jnp.log(-jnp.log1p(-x)), -jnp.log(-jnp.log(x)))
   if mode in ("high", "highest"):
-    u = _uniform_impl(data, 0., 1., (2, *shape), dtype)
+    u = _uniform(data, 0., 1., (2, *shape), dtype)
     high, low = u[0], u[1]
     x = jnp.where(high >= 0.5, high,
                   high + np.array(2. ** -info.nmant, dtype) * low + np.array(info.tiny, dtype))
     return -jnp.log(-jnp.log1p(-x))
-  return -jnp.log(-jnp.log(_uniform_impl(data, np.array(info.tiny, dtype), 1., shape, dtype)))
+  return -jnp.log(-jnp.log(_uniform(data, np.array(info.tiny, dtype), 1., shape, dtype)))
 
 
 def _gumbel_mode(mode: str | None) -> str:
@@ -1273,22 +1282,22 @@ def _unary_sampler(name: str, fn, doc: str):
 
 
 def _laplace(data, shape, dtype):
-  u = _uniform_impl(data, -1. + dtypes.finfo(dtype).epsneg, 1., shape, dtype)
+  u = _uniform(data, -1. + dtypes.finfo(dtype).epsneg, 1., shape, dtype)
   return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
 
 
 def _logistic(data, shape, dtype):
-  x = _uniform_impl(data, dtypes.finfo(dtype).tiny, 1., shape, dtype)
+  x = _uniform(data, dtypes.finfo(dtype).tiny, 1., shape, dtype)
   return lax.sub(lax.log(x), lax.log1p(lax.neg(x)))
 
 
 def _exponential(data, shape, dtype):
-  u = _uniform_impl(data, 0., 1., shape, dtype)
+  u = _uniform(data, 0., 1., shape, dtype)
   return lax.neg(lax.log1p(lax.neg(u)))   # log(1 - u): u = 0 is fine, 1 never drawn
 
 
 def _cauchy(data, shape, dtype):
-  u = _uniform_impl(data, dtypes.finfo(dtype).eps, 1., shape, dtype)
+  u = _uniform(data, dtypes.finfo(dtype).eps, 1., shape, dtype)
   return lax.tan(lax.mul(np.array(np.pi, dtype), lax.sub(u, np.array(0.5, dtype))))
 
 
@@ -1346,7 +1355,7 @@ def lognormal(key: Any, sigma: Any = 1., shape: Sequence[int] | None = None,
 
 @partial(jit, static_argnums=(2, 3))
 def _rayleigh(data, scale, shape, dtype):
-  u = _uniform_impl(data, 0., 1., shape, dtype)
+  u = _uniform(data, 0., 1., shape, dtype)
   scale = jnp.broadcast_to(lax.convert_element_type(scale, dtype), shape)
   return lax.mul(scale, lax.sqrt(lax.mul(lax.log(u), np.array(-2, dtype))))
 
@@ -1363,7 +1372,7 @@ def rayleigh(key: Any, scale: Any, shape: Sequence[int] | None = None,
 
 @partial(jit, static_argnums=(3, 4))
 def _weibull_min(data, scale, concentration, shape, dtype):
-  random_uniform = _uniform_impl(data, 0., 1., shape, dtype)
+  random_uniform = _uniform(data, 0., 1., shape, dtype)
   # Inverse CDF of the Weibull distribution.
   return jnp.power(-jnp.log1p(-random_uniform), 1.0 / concentration) * scale
 
@@ -1414,7 +1423,7 @@ def _triangular(data, left, mode, right, shape, dtype):
   right = jnp.broadcast_to(lax.convert_element_type(right, dtype), shape)
   mode = jnp.broadcast_to(lax.convert_element_type(mode, dtype), shape)
   fc = (mode - left) / (right - left)
-  u = _uniform_impl(data, 0., 1., shape, dtype)
+  u = _uniform(data, 0., 1., shape, dtype)
   out1 = left + lax.sqrt(u * (right - left) * (mode - left))
   out2 = right - lax.sqrt((1 - u) * (right - left) * (right - mode))
   return lax.select(u < fc, out1, out2)
@@ -1435,7 +1444,7 @@ def _wald(data, mean, shape, dtype):
   k1, k2 = _split_data(data, (2,))
   mean = jnp.broadcast_to(lax.convert_element_type(mean, dtype), shape)
   v = _normal_real(k1, shape, dtype)
-  z = _uniform_impl(k2, 0., 1., shape, dtype)
+  z = _uniform(k2, 0., 1., shape, dtype)
   y = lax.integer_pow(v, 2)
   y_sq = lax.integer_pow(y, 2)
   mean_sq = lax.integer_pow(mean, 2)
@@ -1543,10 +1552,10 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
 def _bernoulli(data, p, shape, mode):
   dtype = p.dtype
   if mode == "high":
-    u = _uniform_impl(data, 0., 1., (2, *shape), dtype)
+    u = _uniform(data, 0., 1., (2, *shape), dtype)
     u1, u2 = u[0], u[1] * np.array(2. ** -dtypes.finfo(dtype).nmant, dtype)
     return u2 < p - u1
-  return _uniform_impl(data, 0., 1., shape, dtype) < p
+  return _uniform(data, 0., 1., shape, dtype) < p
 
 
 def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
@@ -1604,7 +1613,7 @@ def _rademacher(data, shape, dtype):
 @partial(jit, static_argnums=(2, 3))
 def _geometric(data, p, shape, dtype):
   p = jnp.asarray(p)
-  u = _uniform_impl(data, 0., 1., shape, p.dtype)
+  u = _uniform(data, 0., 1., shape, p.dtype)
   u = jnp.where(u == 0, 1, u)   # as JAX: u = 0 maps to 1, so log(u) is finite
   log_one_minus_p = jnp.broadcast_to(lax.log1p(-p), shape)
   g = lax.floor(lax.div(lax.log(u), log_one_minus_p)) + 1
@@ -1807,7 +1816,7 @@ def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p, mode):
   else:
     if replace:
       p_cuml = lax.cumsum(p, 0)
-      r = p_cuml[-1] * (1 - _uniform_impl(data, 0., 1., shape, p_cuml.dtype))
+      r = p_cuml[-1] * (1 - _uniform(data, 0., 1., shape, p_cuml.dtype))
       ind = _searchsorted_left(p_cuml, r).astype(int_)
     else:
       g = _gumbel(data, (n_inputs,), p.dtype, mode) + jnp.log(p)
@@ -1944,7 +1953,7 @@ def _gamma_one(data, alpha, log_space: bool):
                              (keys[1], zero, minus_one))
     X = lax.mul(x, x)
     V = lax.mul(lax.mul(v, v), v)
-    U = _uniform_impl(keys[2], 0., 1., (), dtype)
+    U = _uniform(keys[2], 0., 1., (), dtype)
     return keys[0], X, V, U
 
   keys = _split_data(data, (2,))
@@ -1956,7 +1965,7 @@ def _gamma_one(data, alpha, log_space: bool):
     log_boost = lax.select(lax.bitwise_or(boost_mask, lax.eq(log_samples, zero)), zero,
                            lax.mul(log_samples, lax.div(one, alpha_orig)))
     return lax.add(lax.add(lax.log(d), lax.log(V)), log_boost)
-  samples = lax.sub(one, _uniform_impl(subkey, 0., 1., (), dtype))
+  samples = lax.sub(one, _uniform(subkey, 0., 1., (), dtype))
   boost = lax.select(boost_mask, one, lax.pow(samples, lax.div(one, alpha_orig)))
   return lax.mul(lax.mul(d, V), boost)
 
@@ -2318,7 +2327,7 @@ def _poisson_knuth(data, lam, shape, dtype, max_iters):
     i, k, key, log_prod = carry
     keys = _split_data(key, (2,))
     k = lax.select(log_prod > -lam, k + 1, k)
-    u = _uniform_impl(keys[1], 0., 1., shape, np.dtype(np.float32))
+    u = _uniform(keys[1], 0., 1., shape, np.dtype(np.float32))
     return i + 1, k, keys[0], log_prod + lax.log(u)
 
   def cond_fn(carry):
@@ -2343,8 +2352,8 @@ def _poisson_rejection(data, lam, shape, dtype, max_iters):
   def body_fn(carry):
     i, k_out, accepted, key = carry
     keys = _split_data(key, (3,))
-    u = _uniform_impl(keys[1], 0., 1., shape, lam.dtype) - 0.5
-    v = _uniform_impl(keys[2], 0., 1., shape, lam.dtype)
+    u = _uniform(keys[1], 0., 1., shape, lam.dtype) - 0.5
+    v = _uniform(keys[2], 0., 1., shape, lam.dtype)
     u_shifted = 0.5 - abs(u)
     k = lax.floor((2 * a / u_shifted + b) * u + lam + 0.43)
     s = lax.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
@@ -2436,7 +2445,7 @@ def _binomial_inversion(data, count, prob, shape, dtype, max_iters):
     keys = _split_data(key, (2,))
     subkey, key = keys[0], keys[1]
     num_geom_out = lax.select(geom_sum <= count, num_geom + 1, num_geom)
-    u = _uniform_impl(subkey, 0., 1., shape, prob.dtype)
+    u = _uniform(subkey, 0., 1., shape, prob.dtype)
     geom = lax.ceil(lax.log(u) / log1minusprob)
     return i + 1, num_geom_out, geom_sum + geom, key
 
@@ -2463,8 +2472,8 @@ def _btrs(data, count, prob, shape, dtype, max_iters):
   def body_fn(carry):
     i, k_out, accepted, key = carry
     keys = _split_data(key, (3,))
-    u = _uniform_impl(keys[1], 0., 1., shape, prob.dtype)
-    v = _uniform_impl(keys[2], 0., 1., shape, prob.dtype)
+    u = _uniform(keys[1], 0., 1., shape, prob.dtype)
+    v = _uniform(keys[2], 0., 1., shape, prob.dtype)
     u = u - 0.5
     us = 0.5 - jnp.abs(u)
     accept1 = (us >= 0.07) & (v <= v_r)
