@@ -277,3 +277,16 @@ def test_axis_names_never_reach_module_text_raw(names):
   out = sc.jit(lambda v: v * 2, out_shardings=NamedSharding(m, P(None, b)))(y)
   np.testing.assert_array_equal(np.asarray(out), 2 * x)
   assert out.sharding.spec == P(None, b)
+
+
+def test_mesh_is_made_in_new_and_copies_are_itself():
+  # JAX's Mesh is built in `__new__` (a missing argument names `Mesh.__new__()`, JAX's
+  # persistent-cache guide prints it) and is immutable: copy/deepcopy give the mesh itself
+  import copy
+  _raises_same(lambda: Mesh(sc.devices()), lambda: jsh.Mesh(jax.devices()), TypeError)
+  for M, devs in ((Mesh, sc.devices()), (jsh.Mesh, jax.devices())):
+    m = M(np.array(devs[:4]).reshape(2, 2), ("x", "y"))
+    assert copy.copy(m) is m and copy.deepcopy(m) is m
+    assert copy.deepcopy({"m": m})["m"] is m
+    args, kwargs = m.__getnewargs_ex__()
+    assert M(*args, **kwargs) == m and kwargs == {}

@@ -161,7 +161,7 @@ def eval_shape(fun: Callable, *args, **kwargs):
                                       sharding=x.sharding)
   out = optree.tree_unflatten(traced.out_tree, leaves)
   # NB: a typed key array result is a ShapeDtypeStruct of its key dtype, as JAX's
-  is_key = lambda x: tree_util.staged_leaf_data(x) is not None
+  is_key = lambda x: type(x) in tree_util.staged_types
   return optree.tree_map(lambda x: core.ShapeDtypeStruct(x.shape, x.dtype) if is_key(x)
                          else x, out, namespace=tree_util.NAMESPACE, is_leaf=is_key)
 

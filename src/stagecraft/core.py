@@ -311,6 +311,15 @@ def is_extended_dtype(dtype) -> bool:
           and issubclass(t, dtypes.extended))
 
 
+def physical_aval(aval: Any) -> Any:
+  """The aval of `aval`'s data in compiled programs: for an extended dtype (a typed key's
+  `key<fry>[*s]`) the dtype's `physical_aval` (`u32[*s, 2]`), else `aval` itself."""
+  dtype = getattr(aval, "dtype", None)
+  if dtype is None or isinstance(dtype, np.dtype):
+    return aval
+  return dtype.physical_aval(aval)
+
+
 class ShapeDtypeStruct:
   """A shape and dtype without data, for `eval_shape`, `make_jaxpr` and `lower`.
 

@@ -1527,6 +1527,11 @@ class LoweredSignature:
     self.formats = None   # a FormatSignature when jit's Formats ask for layouts
 
 
+def _buffer_type(a: Any) -> tuple:
+  a = core.physical_aval(a)   # NB: typed keys are buffers of their data
+  return tuple(a.shape), np.dtype(a.dtype)
+
+
 def _donation_aliases(in_avals: Sequence[Any], donated: Sequence[bool],
                       out_avals: Sequence[Any]) -> list[int | None]:
   """Per input, the output that reuses its buffer (None: not donated, or no output left of
@@ -1535,11 +1540,11 @@ def _donation_aliases(in_avals: Sequence[Any], donated: Sequence[bool],
   free: dict = {}
   for k, a in enumerate(out_avals):
     if a is not core.abstract_token:   # tokens are never aliased
-      free.setdefault((tuple(a.shape), np.dtype(a.dtype)), []).append(k)
+      free.setdefault(_buffer_type(a), []).append(k)
   aliases: list[int | None] = []
   for a, d in zip(in_avals, donated):
     d = d and a is not core.abstract_token
-    outs = free.get((tuple(a.shape), np.dtype(a.dtype))) if d else None
+    outs = free.get(_buffer_type(a)) if d else None
     aliases.append(outs.pop(0) if outs else None)
   return aliases
 

@@ -46,7 +46,7 @@ from stagecraft import numpy as jnp
 from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.interpreters import batching
-from stagecraft.lax import random_bits, spmd, utils as lax_utils
+from stagecraft.lax import prng, random_bits, spmd, utils as lax_utils
 from stagecraft.lax.shape import canonicalize_shape
 from stagecraft.numpy import util as jnp_util
 from stagecraft.pjit import jit
@@ -70,26 +70,8 @@ _IMPL_NAME = "threefry2x32"
 # Typed keys
 
 
-class KeyTy:
-  """The dtype of typed Threefry keys, printed `key<fry>` as JAX prints it."""
-  name = "key<fry>"
-  itemsize = 8
-  impl = _IMPL_NAME
-  type = dtypes.prng_key   # jnp.issubdtype(key.dtype, dtypes.prng_key), as in JAX
-
-  def __repr__(self):
-    return self.name
-
-  __str__ = __repr__
-
-  def __eq__(self, other):
-    return type(other) is KeyTy
-
-  def __hash__(self):
-    return hash(KeyTy)
-
-
-_key_dtype = KeyTy()
+KeyTy = prng.KeyTy
+_key_dtype = prng.key_dtype
 
 
 class PRNGKeyArray:
@@ -105,16 +87,62 @@ class PRNGKeyArray:
     shape, ndim, size: of the key array (without the trailing key-data axis).
     dtype: `KeyTy()`, printed `key<fry>`.
   """
-  __slots__ = ("_base_array", "kr_var")
+  # NB: a key array holds its key data `u32[*s, 2]` (`_data`), its keys `key<fry>[*s]`
+  # (`_keys`: the value the transformations trace, so programs take and return keys as JAX's
+  # do), or both; each is made from the other when first read: for concrete Arrays a view
+  # of the same buffer (kept), for tracers a `random_unwrap` / `random_wrap` equation (not
+  # kept: the tracer may belong to a trace that ends before the key array does).
+  __slots__ = ("_data", "_keys", "kr_var")
   __array_priority__ = 100
 
   def __init__(self, key_data: Any, kr_var: key_reuse.KeyVar | None = None):
-    self._base_array = key_data
+    self._data = key_data
+    # NB: traced data is wrapped now, in the trace that made it: flattening the key array
+    # (which gives its keys) must not bind anything, and may happen after that trace ended
+    self._keys = _wrap(key_data) if isinstance(key_data, core.Tracer) else None
     # NB: the keys' consumed state, read only with config debug_key_reuse on (key_reuse)
     self.kr_var = key_reuse.KeyVar() if kr_var is None else kr_var
 
-  shape = property(lambda self: tuple(self._base_array.shape[:-1]))
-  ndim = property(lambda self: len(self._base_array.shape) - 1)
+  @classmethod
+  def _from_keys(cls, keys: Any, kr_var: key_reuse.KeyVar | None = None) -> "PRNGKeyArray":
+    """A key array of a value of dtype `key<fry>` (an Array or a tracer)."""
+    out = cls(None, kr_var)
+    out._keys = keys
+    return out
+
+  @property
+  def _base_array(self) -> Any:
+    """The key data `u32[*s, 2]`."""
+    data = self._data
+    if data is None:
+      keys = self._keys
+      if type(keys) is Array:
+        data = self._data = keys._physical()
+      elif isinstance(keys, core.Tracer):
+        data = prng.random_unwrap_p.bind(keys)
+      else:
+        return keys   # NB: a placeholder (a ShapeDtypeStruct of keys, ...)
+    return data
+
+  def _key_value(self) -> Any:
+    """The keys `key<fry>[*s]` (an Array or a tracer)."""
+    keys = self._keys
+    if keys is None:
+      data = self._data
+      if isinstance(data, np.ndarray) and data.dtype == _u32 and data.shape[-1:] == (2,):
+        data = self._data = jnp.asarray(data)
+      if type(data) is not Array:
+        return data   # NB: not key data: a placeholder of code that maps over leaves
+      keys = self._keys = Array(data._buf, prng.key_aval(data.aval), data._device,
+                                _keys_sharding(data._sharding, len(data.shape) - 1))
+    return keys
+
+  @property
+  def shape(self) -> tuple:
+    keys = self._keys
+    return tuple(keys.shape) if keys is not None else tuple(np.shape(self._data)[:-1])
+
+  ndim = property(lambda self: len(self.shape))
   size = property(lambda self: math.prod(self.shape))
   dtype = property(lambda self: _key_dtype)
   itemsize = KeyTy.itemsize
@@ -167,7 +195,7 @@ class PRNGKeyArray:
     if n > self.ndim:   # as JAX's: counted against the key array's own shape
       raise IndexError(f"Too many indices: array is {self.ndim}-dimensional, but {n} were "
                        f"indexed")
-    out = PRNGKeyArray(self._base_array[(*idx, slice(None))])
+    out = PRNGKeyArray._from_keys(self._key_value()[idx])   # NB: on the keys, as JAX's
     if key_reuse.enabled():
       _index_consumption(self, idx, out)
     return out
@@ -264,6 +292,15 @@ class PRNGKeyArray:
 
   def __invert__(self):
     raise TypeError(_unary_message("not", "integer, bool"))
+
+
+def _keys_sharding(s: Any, ndim: int) -> Any:
+  """The sharding of keys `key<fry>[*s]` (`ndim` axes) whose data has sharding `s`: a
+  NamedSharding's spec without the entry of the data's trailing axis."""
+  if isinstance(s, sharding.NamedSharding) and len(tuple(s.spec)) > ndim:
+    return sharding.NamedSharding(s.mesh, sharding.PartitionSpec(*tuple(s.spec)[:ndim]),
+                                  memory_kind=s.memory_kind)
+  return s
 
 
 # Typed keys have no arithmetic. As JAX's: the operators raise the TypeError of the jnp
@@ -432,11 +469,16 @@ def _index_consumption(key: PRNGKeyArray, idx: tuple, out: PRNGKeyArray) -> None
 
 # A leaf for users (`tree_leaves(key) == [key]`, as in JAX); the transformations trace its
 # key data and rebuild the key around it.
-tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._base_array, None),
-                               lambda _, children: PRNGKeyArray(children[0]))
-tree_util.register_staged_dtype(
-    KeyTy, lambda aval: core.ShapedArray(tuple(aval.shape) + (2,), _u32),
-    lambda data: PRNGKeyArray(data))
+def _rebuild(_, children):
+  x = children[0]
+  if type(getattr(x, "dtype", None)) is KeyTy:   # keys (Array, tracer, ShapeDtypeStruct)
+    return PRNGKeyArray._from_keys(x)
+  return PRNGKeyArray(x)   # NB: key data, or a placeholder of code that maps over leaves
+
+
+tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._key_value(), None), _rebuild,
+                               data=lambda k: k._base_array)
+tree_util.register_staged_dtype(KeyTy, lambda aval: aval, PRNGKeyArray._from_keys)
 key_reuse.register_key_type(PRNGKeyArray)
 # Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
 # are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.
@@ -486,15 +528,17 @@ def _check_key_data(data: Any) -> Any:
   return data
 
 
-def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[Any, bool]:
+def _check_prng_key(name: str, key: Any, allow_batched: bool = False, *,
+                    keys: bool = False) -> tuple[Any, bool]:
   """`(key data u32[*s, 2], typed)`; a single key (`s == ()`) unless `allow_batched`.
+  With `keys`, `(keys key<fry>[*s], typed)` (a raw key wrapped: `random_wrap`, as JAX's).
 
   Raises:
     TypeError: for data that is not `u32[..., 2]`.
     ValueError: for a batch of keys where one key is expected.
   """
   if isinstance(key, PRNGKeyArray):
-    data, typed = key._base_array, True
+    typed, shape = True, key.shape
     if key_reuse.enabled():
       op = (_KEY_USE_UNJITTED.get(name, "random_bits") if config.disable_jit
             else _KEY_USE.get(name, "jit"))
@@ -502,11 +546,13 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False) -> tuple[A
         key_reuse.sink(key, op)
   else:
     data, typed = _check_key_data(key), False
-  if not allow_batched and len(data.shape) > 1:
-    shape = tuple(data.shape[:-1]) if typed else tuple(data.shape)
+    shape = tuple(data.shape)   # NB: as JAX's message: a raw key's whole shape
+  if not allow_batched and (len(shape) > 0 if typed else len(shape) > 1):
     raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
-                     f"{shape} != (). Use stagecraft.vmap for batching.")
-  return data, typed
+                     f"{tuple(shape)} != (). Use stagecraft.vmap for batching.")
+  if typed:
+    return (key._key_value() if keys else key._base_array), True
+  return (_wrap(data) if keys else data), False
 
 
 # With debug_key_reuse: the operation that consumes a key given to each function of this
@@ -529,11 +575,15 @@ def _return_keys(typed: bool, data: Any) -> Any:
   return PRNGKeyArray(data) if typed else data
 
 
+def _return_key_values(typed: bool, keys: Any) -> Any:
+  return PRNGKeyArray._from_keys(keys) if typed else prng.random_unwrap_p.bind(keys)
+
+
 # ---------------------------------------------------------------------------
 # Key construction
 
 
-def _seed_data(ctor_name: str, seed: Any) -> Any:
+def _seed_data(ctor_name: str, seed: Any, keys: bool = False) -> Any:
   if isinstance(seed, PRNGKeyArray):
     raise TypeError(f"{ctor_name} accepts a scalar seed, but was given a PRNG key.")
   if np.ndim(seed) if not hasattr(seed, "ndim") else seed.ndim:
@@ -548,20 +598,16 @@ def _seed_data(ctor_name: str, seed: Any) -> Any:
     seed = np.int64(seed)
     if not dtypes.canonicalize_dtype(np.int64).itemsize == 8:
       seed = seed.astype(np.uint32)
-  return _threefry_seed(seed)
+  out = prng.random_seed_p.bind(jnp.asarray(seed), impl=prng.threefry_impl)
+  return out if keys else prng.random_unwrap_p.bind(out)
 
 
-@jit
 def _threefry_seed(seed):
   # The key is the 64-bit seed as two words: `[seed >> 32, seed mod 2**32]` (JAX's
-  # `threefry_seed`); the high word is 0 for seeds of 32 bits or fewer.
-  k2 = lax.convert_element_type(seed, _u32)
-  if np.dtype(seed.dtype).itemsize == 8:
-    k1 = lax.convert_element_type(
-        lax.shift_right_logical(seed, np.array(32, seed.dtype)), _u32)
-  else:
-    k1 = jnp.zeros((), _u32)
-  return jnp.stack([k1, k2])
+  # `threefry_seed`, the lowering of `random_seed`); the high word is 0 for seeds of 32 bits
+  # or fewer.
+  return prng.random_unwrap_p.bind(prng.random_seed_p.bind(jnp.asarray(seed),
+                                                           impl=prng.threefry_impl))
 
 
 def PRNGKey(seed: Any, *, impl: Any = None) -> Any:
@@ -609,7 +655,7 @@ def key(seed: Any, *, impl: Any = None, dtype: Any = None) -> PRNGKeyArray:
   if impl is not None and dtype is not None:
     raise ValueError("Cannot specify both `impl` and `dtype` arguments to stagecraft.random.key")
   _check_impl(impl if dtype is None else dtype)
-  return PRNGKeyArray(_seed_data("key", seed))
+  return PRNGKeyArray._from_keys(_seed_data("key", seed, keys=True))
 
 
 def key_data(keys: Any) -> Any:
@@ -654,89 +700,42 @@ def clone(key: Any) -> Any:
 # `jax_threefry_partitionable`).
 
 
-def _threefry_counts(data, shape):
-  k1, k2 = data[0], data[1]
-  if shape:
-    hi, lo = random_bits.iota_2x32_shape(shape)
-  else:
-    hi = lo = np.zeros((), _u32)
-  return random_bits.threefry2x32(k1, k2, hi, lo)
+def _wrap(data):
+  return prng.random_wrap_p.bind(data, impl=prng.threefry_impl)
 
 
-def _threefry_flat_counts(data, n: int):
-  """`u32[n]`: the Threefry-2x32 encryptions under key `data` of the counts 0..n-1 taken as
-  blocks `(c[i], c[i + m])` of the count vector padded with a zero to even length 2m, the
-  m first words of the output followed by the m second, cut to n (JAX's scheme with
-  `jax_threefry_partitionable` off)."""
-  m = (n + 1) // 2
-  counts = lax.iota(_u32, 2 * m)   # the pad (2m - 1 when n is odd) is cut off below
-  if n % 2:
-    counts = lax.concatenate([lax.slice(counts, (0,), (n,)), np.zeros((1,), _u32)], 0)
-  y1, y2 = random_bits.threefry2x32(data[0], data[1], lax.slice(counts, (0,), (m,)),
-                                    lax.slice(counts, (m,), (2 * m,)))
-  return lax.slice(lax.concatenate([y1, y2], 0), (0,), (n,))
+def _is_keys(x) -> bool:
+  return type(getattr(x, "dtype", None)) is KeyTy
 
 
-@partial(jit, static_argnums=(1,))
-def _split_data(data, shape):
-  if not config.threefry_partitionable:
-    # the 2 * size encrypted counts, read as size keys of two words
-    return lax.reshape(_threefry_flat_counts(data, 2 * math.prod(shape)), (*shape, 2))
-  y1, y2 = _threefry_counts(data, shape)
-  return jnp.stack([y1, y2], axis=len(shape))
+def _as_keys(x):
+  return x if _is_keys(x) else _wrap(x)
 
 
-@jit
-def _fold_in_data(data, msg):
-  y1, y2 = random_bits.threefry2x32(data[0], data[1], np.zeros((), _u32), msg)
-  return jnp.stack([y1, y2])
+def _split_data(x, shape):
+  """Keys split from a key (JAX's `random_split`): `key<fry>[*shape]` from keys
+  `key<fry>[]`, or key data `u32[*shape, 2]` from key data `u32[2]`."""
+  out = prng.random_split_p.bind(_as_keys(x), shape=tuple(shape))
+  return out if _is_keys(x) else prng.random_unwrap_p.bind(out)
 
 
-def _random_bits(data, bit_width: int, shape: tuple[int, ...]):
-  """`uint{bit_width}[*shape]` bits from key data `u32[2]`: for 32 bits and fewer the
-  (truncated) xor of the two Threefry words of each position, for 64 bits (x64 only) the
-  two words concatenated, `y1 * 2**32 + y2` (JAX's partitionable Threefry)."""
-  if not config.threefry_partitionable:
-    return _random_bits_flat(data, bit_width, shape)
-  y1, y2 = _threefry_counts(data, shape)
-  if bit_width == 64:
-    if dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
-      raise TypeError("64-bit random bits need x64: enable it with "
-                      "`stagecraft.config.update('jax_enable_x64', True)`.")
-    hi = lax.convert_element_type(y1, _UINT[64])
-    lo = lax.convert_element_type(y2, _UINT[64])
-    return lax.bitwise_or(lax.shift_left(hi, np.array(32, _UINT[64])), lo)
-  out = lax.bitwise_xor(y1, y2)
-  return out if bit_width == 32 else lax.convert_element_type(out, _UINT[bit_width])
+def _fold_in_data(x, msg):
+  """A key folded with a `u32[]` message (keys in, keys out; key data in, key data out)."""
+  out = prng.random_fold_in_p.bind(_as_keys(x), msg)
+  return out if _is_keys(x) else prng.random_unwrap_p.bind(out)
 
 
-def _random_bits_flat(data, bit_width: int, shape: tuple[int, ...]):
-  """`_random_bits` with `jax_threefry_partitionable` off (JAX's original scheme): the
-  encrypted counts 0..w-1 (`_threefry_flat_counts`), w the number of 32-bit words the
-  draws need; 64-bit draws join word i (high) with word i + size (low), 8- and 16-bit
-  draws are the pieces of each word, lowest bits first, word by word."""
-  size = math.prod(shape)
-  words = -(-bit_width * size // 32)
-  if words >= 2 ** 32 - 1:
-    raise NotImplementedError("random bits with jax_threefry_partitionable off need fewer "
-                              "than 2**32 - 1 words per call in stagecraft.")
-  bits = _threefry_flat_counts(data, words)
-  if bit_width == 64:
-    if dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
-      raise TypeError("64-bit random bits need x64: enable it with "
-                      "`stagecraft.config.update('jax_enable_x64', True)`.")
-    hi = lax.convert_element_type(lax.slice(bits, (0,), (size,)), _UINT[64])
-    lo = lax.convert_element_type(lax.slice(bits, (size,), (2 * size,)), _UINT[64])
-    bits = lax.bitwise_or(lax.shift_left(hi, np.array(32, _UINT[64])), lo)
-  elif bit_width < 32:
-    per = 32 // bit_width
-    shifts = np.arange(per, dtype=_u32) * np.uint32(bit_width)
-    pieces = lax.shift_right_logical(lax.broadcast_in_dim(bits, (words, per), (0,)),
-                                     lax.broadcast_in_dim(shifts, (words, per), (1,)))
-    pieces = lax.bitwise_and(pieces, np.uint32(2 ** bit_width - 1))
-    bits = lax.slice(lax.reshape(pieces, (words * per,)), (0,), (size,))
-    bits = lax.convert_element_type(bits, _UINT[bit_width])
-  return lax.reshape(bits, tuple(shape))
+def _random_bits(x, bit_width: int, shape: tuple[int, ...]):
+  """`uint{bit_width}[*shape]` bits from a key or key data `u32[2]` (JAX's `random_bits`:
+  see `lax.prng.threefry_random_bits`)."""
+  return _key_bits(_as_keys(x), bit_width, shape)
+
+
+def _key_bits(keys, bit_width: int, shape: tuple[int, ...]):
+  if bit_width == 64 and dtypes.canonicalize_dtype(np.uint64) != _UINT[64]:
+    raise TypeError("64-bit random bits need x64: enable it with "
+                    "`stagecraft.config.update('jax_enable_x64', True)`.")
+  return prng.random_bits_p.bind(keys, bit_width=bit_width, shape=tuple(shape))
 
 
 def _split(data, num: int | Sequence[int] = 2):
@@ -764,8 +763,10 @@ def split(key: Any, num: int | Sequence[int] = 2) -> Any:
     Array([[1797259609, 2579123966],
            [ 928981903, 3453687069]], dtype=uint32)
   """
-  data, typed = _check_prng_key("split", key)
-  return _return_keys(typed, _split(data, num))
+  keys, typed = _check_prng_key("split", key, keys=True)
+  shape = (tuple(canonicalize_shape("split", "num", num)) if isinstance(num, Sequence)
+           else (operator.index(num),))
+  return _return_key_values(typed, prng.random_split_p.bind(keys, shape=shape))
 
 
 def fold_in(key: Any, data: Any) -> Any:
@@ -786,7 +787,7 @@ def fold_in(key: Any, data: Any) -> Any:
     >>> fold_in(PRNGKey(0), 1)
     Array([ 928981903, 3453687069], dtype=uint32)
   """
-  kdata, typed = _check_prng_key("fold_in", key)
+  keys, typed = _check_prng_key("fold_in", key, keys=True)
   if np.ndim(data) if not hasattr(data, "ndim") else data.ndim:
     raise TypeError(f"fold_in accepts a scalar, but was given an array of shape "
                     f"{tuple(np.shape(data))} != (). Use stagecraft.vmap for batching.")
@@ -795,7 +796,7 @@ def fold_in(key: Any, data: Any) -> Any:
       raise OverflowError(f"Python integer {data} out of bounds for uint32")
     data = np.uint32(data)
   msg = lax.convert_element_type(data, _u32)
-  return _return_keys(typed, _fold_in_data(kdata, msg))
+  return _return_key_values(typed, prng.random_fold_in_p.bind(keys, msg))
 
 
 def _canonical_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -849,14 +850,14 @@ def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
     >>> bits(PRNGKey(0), (3,))
     Array([4070199207, 4202968722, 1427181096], dtype=uint32)
   """
-  data, _ = _check_prng_key("bits", key)
+  keys, _ = _check_prng_key("bits", key, keys=True)
   dt = dtypes.default_uint_dtype() if dtype is None else dtypes.check_user_dtype(dtype)
   if not dtypes.is_unsigned(dt):
     raise ValueError(f"dtype argument to `bits` must be an unsigned int dtype, got {dt.name}")
-  return _bits(data, dt.itemsize * 8, _canonical_shape("bits", shape))
+  # NB: not jitted, as JAX's `bits`: the program holds `random_bits` of the keys
+  return _key_bits(keys, dt.itemsize * 8, _canonical_shape("bits", shape))
 
 
-@partial(jit, static_argnums=(1, 2))
 def _bits(data, bit_width, shape):
   return _random_bits(data, bit_width, shape)
 
@@ -911,10 +912,13 @@ def _check_shape(name: str, shape, *param_shapes) -> None:
                        f"{tuple(shape)}.")
 
 
-def _uniform_impl(data, minval, maxval, shape, dtype):
-  """JAX's `_uniform`: random mantissa bits under the exponent of 1.0, minus 1, scaled."""
-  minval = _broadcast_to_rank(lax.convert_element_type(minval, dtype), len(shape))
-  maxval = _broadcast_to_rank(lax.convert_element_type(maxval, dtype), len(shape))
+def _uniform_impl(keys, minval, maxval, shape, dtype):
+  """JAX's `_uniform`: random mantissa bits under the exponent of 1.0, minus 1, scaled (the
+  same operations in the same order, so the programs print as JAX's)."""
+  minval = lax.convert_element_type(minval, dtype)
+  maxval = lax.convert_element_type(maxval, dtype)
+  minval = _broadcast_to_rank(minval, len(shape))
+  maxval = _broadcast_to_rank(maxval, len(shape))
   finfo = dtypes.finfo(dtype)
   nbits, nmant = finfo.bits, finfo.nmant
   if nbits not in (8, 16, 32, 64):
@@ -922,16 +926,21 @@ def _uniform_impl(data, minval, maxval, shape, dtype):
                     f"{np.dtype(dtype).name}.")
   rng_bits = 8 if nmant < 8 else nbits   # NB: bfloat16 (7 mantissa bits) draws 8 bits
   uint = _UINT[nbits]
-  b = _random_bits(data, rng_bits, shape)
+  b = _random_bits(keys, rng_bits, shape)
   if rng_bits != nbits:
     b = lax.convert_element_type(b, uint)
   float_bits = lax.shift_right_logical(b, np.array(rng_bits - nmant, uint))
   float_bits = lax.bitwise_or(float_bits, np.array(1.0, dtype).view(uint))
-  floats = lax.sub(lax.bitcast_convert_type(float_bits, dtype), np.array(1.0, dtype))
-  return jnp.maximum(minval, jnp.reshape(floats * (maxval - minval) + minval, shape))
+  floats = lax.bitcast_convert_type(float_bits, dtype) - np.array(1.0, dtype)
+  return lax.max(minval, lax.reshape(floats * (maxval - minval) + minval, tuple(shape)))
 
 
-_uniform = jit(_uniform_impl, static_argnums=(3, 4))
+def _uniform(keys, minval, maxval, shape, dtype):
+  return _uniform_impl(keys, minval, maxval, shape, dtype)
+
+
+# NB: JAX's samplers call `uniform`, whose jitted `_uniform` is an equation of their programs
+_uniform = jit(_uniform, static_argnums=(3, 4))
 
 
 def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any = 0.,
@@ -958,7 +967,7 @@ def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any 
     >>> uniform(PRNGKey(0), (2,))
     Array([0.947667 , 0.9785799], dtype=float32)
   """
-  data, _ = _check_prng_key("uniform", key)
+  data, _ = _check_prng_key("uniform", key, keys=True)
   dt = _float_dtype("uniform", dtype)
   return _uniform(data, minval, maxval, _canonical_shape("uniform", shape), dt)
 
@@ -966,7 +975,7 @@ def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any 
 @partial(jit, static_argnums=(1, 2))
 def _normal_real(data, shape, dtype):
   lo = np.nextafter(np.array(-1., dtype), np.array(0., dtype), dtype=dtype)
-  u = _uniform_impl(data, lo, np.array(1., dtype), shape, dtype)
+  u = _uniform(data, lo, np.array(1., dtype), shape, dtype)
   return lax.mul(np.array(np.sqrt(2), dtype), lax.erf_inv(u))
 
 
@@ -1002,7 +1011,7 @@ def normal(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
     >>> normal(PRNGKey(0), (2,))
     Array([1.6226422, 2.0252647], dtype=float32)
   """
-  data, _ = _check_prng_key("normal", key)
+  data, _ = _check_prng_key("normal", key, keys=True)
   dt = _float_dtype("normal", dtype, "inexact")
   return _normal(data, _canonical_shape("normal", shape), dt)
 
@@ -1059,7 +1068,7 @@ def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | No
     Array([[ 1.6226422 ,  2.0252647 ],
            [-0.43359444, -0.07861735]], dtype=float32)
   """
-  data, _ = _check_prng_key("multivariate_normal", key)
+  data, _ = _check_prng_key("multivariate_normal", key, keys=True)
   mean, cov = _promote_inexact(mean, cov)
   if method not in ("svd", "eigh", "cholesky"):
     raise ValueError("method must be one of {'svd', 'eigh', 'cholesky'}")
@@ -1126,7 +1135,7 @@ def orthogonal(key: Any, n: int, shape: Sequence[int] = (), dtype: Any = None,
     True
   """
   shape = _canonical_shape("orthogonal", shape)
-  data, _ = _check_prng_key("orthogonal", key)
+  data, _ = _check_prng_key("orthogonal", key, keys=True)
   dt = _float_dtype("normal", dtype, "inexact")
   n = operator.index(n)
   m = n if m is None else operator.index(m)
@@ -1140,7 +1149,7 @@ def _truncated_normal(data, lower, upper, shape, dtype):
   upper = lax.convert_element_type(upper, dtype)
   a = lax.erf(lower / sqrt2)
   b = lax.erf(upper / sqrt2)
-  u = _uniform_impl(data, a, b, shape, dtype)
+  u = _uniform(data, a, b, shape, dtype)
   out = sqrt2 * lax.erf_inv(u)
   # Clamp to the open interval (lower, upper): rounding may land on a bound.
   return jnp.clip(out, lax.nextafter(lower, np.array(np.inf, dtype)),
@@ -1166,7 +1175,7 @@ def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | No
   Algorithm: inverse CDF: `sqrt(2) erf_inv(u)` with u uniform in
   `[erf(lower/sqrt 2), erf(upper/sqrt 2))`, then clipped inside the bounds.
   """
-  data, _ = _check_prng_key("truncated_normal", key)
+  data, _ = _check_prng_key("truncated_normal", key, keys=True)
   dt = _float_dtype("truncated_normal", dtype)
   if shape is None:
     shape = jnp.broadcast_shapes(np.shape(lower), np.shape(upper))
@@ -1210,12 +1219,12 @@ def _gumbel(data, shape, dtype, mode):
     x = _bits_to_unit_float32(jnp.where(flip, b, neg))
     return jnp.where(flip, -jnp.log(-jnp.log1p(-x)), -jnp.log(-jnp.log(x)))
   if mode in ("high", "highest"):
-    u = _uniform_impl(data, 0., 1., (2, *shape), dtype)
+    u = _uniform(data, 0., 1., (2, *shape), dtype)
     high, low = u[0], u[1]
     x = jnp.where(high >= 0.5, high,
                   high + np.array(2. ** -info.nmant, dtype) * low + np.array(info.tiny, dtype))
     return -jnp.log(-jnp.log1p(-x))
-  return -jnp.log(-jnp.log(_uniform_impl(data, np.array(info.tiny, dtype), 1., shape, dtype)))
+  return -jnp.log(-jnp.log(_uniform(data, np.array(info.tiny, dtype), 1., shape, dtype)))
 
 
 def _gumbel_mode(mode: str | None) -> str:
@@ -1244,7 +1253,7 @@ def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
   Raises:
     ValueError: for a non-floating T or an unknown mode.
   """
-  data, _ = _check_prng_key("gumbel", key)
+  data, _ = _check_prng_key("gumbel", key, keys=True)
   dt = _float_dtype("gumbel", dtype)
   return _gumbel(data, _canonical_shape("gumbel", shape), dt, _gumbel_mode(mode))
 
@@ -1253,7 +1262,7 @@ def _unary_sampler(name: str, fn, doc: str):
   impl = jit(fn, static_argnums=(1, 2))
 
   def sampler(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
-    data, _ = _check_prng_key(name, key)
+    data, _ = _check_prng_key(name, key, keys=True)
     return impl(data, _canonical_shape(name, shape), _float_dtype(name, dtype))
   sampler.__name__ = sampler.__qualname__ = name
   sampler.__doc__ = f"""{doc} (`stagecraft.random.{name}`).
@@ -1273,22 +1282,22 @@ def _unary_sampler(name: str, fn, doc: str):
 
 
 def _laplace(data, shape, dtype):
-  u = _uniform_impl(data, -1. + dtypes.finfo(dtype).epsneg, 1., shape, dtype)
+  u = _uniform(data, -1. + dtypes.finfo(dtype).epsneg, 1., shape, dtype)
   return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
 
 
 def _logistic(data, shape, dtype):
-  x = _uniform_impl(data, dtypes.finfo(dtype).tiny, 1., shape, dtype)
+  x = _uniform(data, dtypes.finfo(dtype).tiny, 1., shape, dtype)
   return lax.sub(lax.log(x), lax.log1p(lax.neg(x)))
 
 
 def _exponential(data, shape, dtype):
-  u = _uniform_impl(data, 0., 1., shape, dtype)
+  u = _uniform(data, 0., 1., shape, dtype)
   return lax.neg(lax.log1p(lax.neg(u)))   # log(1 - u): u = 0 is fine, 1 never drawn
 
 
 def _cauchy(data, shape, dtype):
-  u = _uniform_impl(data, dtypes.finfo(dtype).eps, 1., shape, dtype)
+  u = _uniform(data, dtypes.finfo(dtype).eps, 1., shape, dtype)
   return lax.tan(lax.mul(np.array(np.pi, dtype), lax.sub(u, np.array(0.5, dtype))))
 
 
@@ -1321,7 +1330,7 @@ def _pareto(data, b, shape, dtype):
 def pareto(key: Any, b: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Pareto samples with shape parameter `b`: `exp(e / b)`, e exponential
   (JAX's `random.pareto`). Returns `T[*shape]` (default shape: `b`'s)."""
-  data, _ = _check_prng_key("pareto", key)
+  data, _ = _check_prng_key("pareto", key, keys=True)
   dt = _float_dtype("pareto", dtype)
   shape = np.shape(b) if shape is None else _canonical_shape("pareto", shape)
   _check_shape("pareto", shape, np.shape(b))
@@ -1337,7 +1346,7 @@ def _lognormal(data, sigma, shape, dtype):
 def lognormal(key: Any, sigma: Any = 1., shape: Sequence[int] | None = None,
               dtype: Any = None) -> Any:
   """Log-normal samples `exp(sigma * n)`, n standard normal (JAX's `random.lognormal`)."""
-  data, _ = _check_prng_key("lognormal", key)
+  data, _ = _check_prng_key("lognormal", key, keys=True)
   dt = _float_dtype("lognormal", dtype)
   shape = np.shape(sigma) if shape is None else _canonical_shape("lognormal", shape)
   _check_shape("lognormal", shape, np.shape(sigma))
@@ -1346,7 +1355,7 @@ def lognormal(key: Any, sigma: Any = 1., shape: Sequence[int] | None = None,
 
 @partial(jit, static_argnums=(2, 3))
 def _rayleigh(data, scale, shape, dtype):
-  u = _uniform_impl(data, 0., 1., shape, dtype)
+  u = _uniform(data, 0., 1., shape, dtype)
   scale = jnp.broadcast_to(lax.convert_element_type(scale, dtype), shape)
   return lax.mul(scale, lax.sqrt(lax.mul(lax.log(u), np.array(-2, dtype))))
 
@@ -1354,7 +1363,7 @@ def _rayleigh(data, scale, shape, dtype):
 def rayleigh(key: Any, scale: Any, shape: Sequence[int] | None = None,
              dtype: Any = None) -> Any:
   """Rayleigh samples `scale * sqrt(-2 log(u))` (JAX's `random.rayleigh`)."""
-  data, _ = _check_prng_key("rayleigh", key)
+  data, _ = _check_prng_key("rayleigh", key, keys=True)
   dt = _float_dtype("rayleigh", dtype)
   shape = np.shape(scale) if shape is None else _canonical_shape("rayleigh", shape)
   _check_shape("rayleigh", shape, np.shape(scale))
@@ -1363,7 +1372,7 @@ def rayleigh(key: Any, scale: Any, shape: Sequence[int] | None = None,
 
 @partial(jit, static_argnums=(3, 4))
 def _weibull_min(data, scale, concentration, shape, dtype):
-  random_uniform = _uniform_impl(data, 0., 1., shape, dtype)
+  random_uniform = _uniform(data, 0., 1., shape, dtype)
   # Inverse CDF of the Weibull distribution.
   return jnp.power(-jnp.log1p(-random_uniform), 1.0 / concentration) * scale
 
@@ -1372,7 +1381,7 @@ def weibull_min(key: Any, scale: Any, concentration: Any, shape: Sequence[int] =
                 dtype: Any = None) -> Any:
   """Weibull samples `scale * (-log1p(-u)) ** (1 / concentration)`
   (JAX's `random.weibull_min`)."""
-  data, _ = _check_prng_key("weibull_min", key)
+  data, _ = _check_prng_key("weibull_min", key, keys=True)
   dt = _float_dtype("weibull_min", dtype)
   return _weibull_min(data, scale, concentration, _canonical_shape("weibull_min", shape), dt)
 
@@ -1393,7 +1402,7 @@ def double_sided_maxwell(key: Any, loc: Any, scale: Any, shape: Sequence[int] = 
                          dtype: Any = None) -> Any:
   """Double-sided Maxwell samples `loc + scale * sign * maxwell`
   (JAX's `random.double_sided_maxwell`); the result shape is `shape + broadcast(loc, scale)`."""
-  data, _ = _check_prng_key("double_sided_maxwell", key)
+  data, _ = _check_prng_key("double_sided_maxwell", key, keys=True)
   dt = _float_dtype("double_sided_maxwell", dtype)
   return _double_sided_maxwell(data, loc, scale,
                                _canonical_shape("double_sided_maxwell", shape), dt)
@@ -1414,7 +1423,7 @@ def _triangular(data, left, mode, right, shape, dtype):
   right = jnp.broadcast_to(lax.convert_element_type(right, dtype), shape)
   mode = jnp.broadcast_to(lax.convert_element_type(mode, dtype), shape)
   fc = (mode - left) / (right - left)
-  u = _uniform_impl(data, 0., 1., shape, dtype)
+  u = _uniform(data, 0., 1., shape, dtype)
   out1 = left + lax.sqrt(u * (right - left) * (mode - left))
   out2 = right - lax.sqrt((1 - u) * (right - left) * (right - mode))
   return lax.select(u < fc, out1, out2)
@@ -1424,7 +1433,7 @@ def triangular(key: Any, left: Any, mode: Any, right: Any,
                shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Triangular samples on `[left, right]` with peak `mode`, by inverse CDF
   (JAX's `random.triangular`); `T[*shape]`, default shape: the parameters' broadcast."""
-  data, _ = _check_prng_key("triangular", key)
+  data, _ = _check_prng_key("triangular", key, keys=True)
   dt = _float_dtype("triangular", dtype)
   shape = _broadcast_shape_of("triangular", shape, left, mode, right)
   return _triangular(data, left, mode, right, shape, dt)
@@ -1435,7 +1444,7 @@ def _wald(data, mean, shape, dtype):
   k1, k2 = _split_data(data, (2,))
   mean = jnp.broadcast_to(lax.convert_element_type(mean, dtype), shape)
   v = _normal_real(k1, shape, dtype)
-  z = _uniform_impl(k2, 0., 1., shape, dtype)
+  z = _uniform(k2, 0., 1., shape, dtype)
   y = lax.integer_pow(v, 2)
   y_sq = lax.integer_pow(y, 2)
   mean_sq = lax.integer_pow(mean, 2)
@@ -1447,7 +1456,7 @@ def _wald(data, mean, shape, dtype):
 def wald(key: Any, mean: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
   """Wald (inverse Gaussian) samples with `mean` (JAX's `random.wald`; Michael, Schucany and
   Haas's transformation method); `T[*shape]`, default shape: `mean`'s."""
-  data, _ = _check_prng_key("wald", key)
+  data, _ = _check_prng_key("wald", key, keys=True)
   dt = _float_dtype("wald", dtype)
   shape = _broadcast_shape_of("wald", shape, mean)
   return _wald(data, mean, shape, dt)
@@ -1524,7 +1533,7 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
     >>> randint(PRNGKey(0), (4,), 0, 10)
     Array([9, 0, 2, 3], dtype=int32)
   """
-  data, _ = _check_prng_key("randint", key)
+  data, _ = _check_prng_key("randint", key, keys=True)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise TypeError(f"randint only accepts integer dtypes, got {dt.name}")
@@ -1543,10 +1552,10 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
 def _bernoulli(data, p, shape, mode):
   dtype = p.dtype
   if mode == "high":
-    u = _uniform_impl(data, 0., 1., (2, *shape), dtype)
+    u = _uniform(data, 0., 1., (2, *shape), dtype)
     u1, u2 = u[0], u[1] * np.array(2. ** -dtypes.finfo(dtype).nmant, dtype)
     return u2 < p - u1
-  return _uniform_impl(data, 0., 1., shape, dtype) < p
+  return _uniform(data, 0., 1., shape, dtype) < p
 
 
 def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
@@ -1572,7 +1581,7 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
   """
   if mode not in ("high", "low"):
     raise ValueError(f"got mode={mode!r}, expected 'high' or 'low'")
-  data, _ = _check_prng_key("bernoulli", key)
+  data, _ = _check_prng_key("bernoulli", key, keys=True)
   dt = dtypes.canonicalize_dtype(dtypes.dtype(p))
   if not dtypes.is_float(dt):
     raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dt}.")
@@ -1588,7 +1597,7 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
 def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = int) -> Any:
   """Uniform samples from {-1, 1} (JAX's `random.rademacher`); `T[*shape]`, T default int32
   (int64 under x64)."""
-  data, _ = _check_prng_key("rademacher", key)
+  data, _ = _check_prng_key("rademacher", key, keys=True)
   dt = dtypes.check_user_dtype(dtype)
   return _rademacher(data, _canonical_shape("rademacher", shape), dt)
 
@@ -1604,7 +1613,7 @@ def _rademacher(data, shape, dtype):
 @partial(jit, static_argnums=(2, 3))
 def _geometric(data, p, shape, dtype):
   p = jnp.asarray(p)
-  u = _uniform_impl(data, 0., 1., shape, p.dtype)
+  u = _uniform(data, 0., 1., shape, p.dtype)
   u = jnp.where(u == 0, 1, u)   # as JAX: u = 0 maps to 1, so log(u) is finite
   log_one_minus_p = jnp.broadcast_to(lax.log1p(-p), shape)
   g = lax.floor(lax.div(lax.log(u), log_one_minus_p)) + 1
@@ -1618,7 +1627,7 @@ def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any =
   Raises:
     ValueError: if the dtype is not an integer dtype.
   """
-  data, _ = _check_prng_key("geometric", key)
+  data, _ = _check_prng_key("geometric", key, keys=True)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt.name}")
@@ -1670,7 +1679,7 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | No
     >>> categorical(PRNGKey(0), np.log(np.array([0.1, 0.2, 0.7], np.float32)), shape=(5,))
     Array([1, 2, 2, 1, 2], dtype=int32)
   """
-  data, _ = _check_prng_key("categorical", key)
+  data, _ = _check_prng_key("categorical", key, keys=True)
   logits = jnp.asarray(logits)
   axis = operator.index(axis)
   if not -logits.ndim <= axis < logits.ndim:
@@ -1756,7 +1765,7 @@ def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> A
     >>> permutation(PRNGKey(0), 5)
     Array([0, 1, 4, 3, 2], dtype=int32)
   """
-  data, _ = _check_prng_key("permutation", key)
+  data, _ = _check_prng_key("permutation", key, keys=True)
   if not np.ndim(x):
     if not dtypes.is_integer(dtypes.dtype(x)):
       raise TypeError("x must be an integer or at least 1-dimensional")
@@ -1772,7 +1781,7 @@ def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> A
 def shuffle(key: Any, x: Any, axis: int = 0) -> Any:
   """Shuffles `x` along `axis`, each 1-D slice independently (JAX's `random.shuffle`,
   deprecated in JAX: use `permutation(key, x, axis, independent=True)`)."""
-  data, _ = _check_prng_key("shuffle", key)
+  data, _ = _check_prng_key("shuffle", key, keys=True)
   x = jnp.asarray(x)
   axis = lax_utils.canonicalize_axes("shuffle", (axis,), x.ndim)[0]
   return _shuffle(data, x, axis)
@@ -1807,7 +1816,7 @@ def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p, mode):
   else:
     if replace:
       p_cuml = lax.cumsum(p, 0)
-      r = p_cuml[-1] * (1 - _uniform_impl(data, 0., 1., shape, p_cuml.dtype))
+      r = p_cuml[-1] * (1 - _uniform(data, 0., 1., shape, p_cuml.dtype))
       ind = _searchsorted_left(p_cuml, r).astype(int_)
     else:
       g = _gumbel(data, (n_inputs,), p.dtype, mode) + jnp.log(p)
@@ -1854,7 +1863,7 @@ def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True,
     >>> choice(PRNGKey(0), 10, (3,), replace=False)
     Array([0, 1, 8], dtype=int32)
   """
-  data, _ = _check_prng_key("choice", key)
+  data, _ = _check_prng_key("choice", key, keys=True)
   if not isinstance(shape, Sequence):
     raise TypeError(f"shape argument of stagecraft.random.choice must be a sequence, got {shape}")
   shape = _canonical_shape("choice", shape)
@@ -1944,7 +1953,7 @@ def _gamma_one(data, alpha, log_space: bool):
                              (keys[1], zero, minus_one))
     X = lax.mul(x, x)
     V = lax.mul(lax.mul(v, v), v)
-    U = _uniform_impl(keys[2], 0., 1., (), dtype)
+    U = _uniform(keys[2], 0., 1., (), dtype)
     return keys[0], X, V, U
 
   keys = _split_data(data, (2,))
@@ -1956,7 +1965,7 @@ def _gamma_one(data, alpha, log_space: bool):
     log_boost = lax.select(lax.bitwise_or(boost_mask, lax.eq(log_samples, zero)), zero,
                            lax.mul(log_samples, lax.div(one, alpha_orig)))
     return lax.add(lax.add(lax.log(d), lax.log(V)), log_boost)
-  samples = lax.sub(one, _uniform_impl(subkey, 0., 1., (), dtype))
+  samples = lax.sub(one, _uniform(subkey, 0., 1., (), dtype))
   boost = lax.select(boost_mask, one, lax.pow(samples, lax.div(one, alpha_orig)))
   return lax.mul(lax.mul(d, V), boost)
 
@@ -2046,7 +2055,7 @@ def gamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = Non
     >>> gamma(PRNGKey(0), 2.0, (3,))  # JAX's samples for this key
     Array([1.5897877, 1.7599413, 1.1290071], dtype=float32)
   """
-  data, _ = _check_prng_key("gamma", key)
+  data, _ = _check_prng_key("gamma", key, keys=True)
   dt = _float_dtype("gamma", dtype)
   return _gamma(data, a, _gamma_shape("gamma", shape, a), dt, False)
 
@@ -2069,7 +2078,7 @@ def loggamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = 
     ValueError: if T is not floating (the message names `gamma`, as JAX's does), or the
       shapes do not broadcast.
   """
-  data, _ = _check_prng_key("loggamma", key)
+  data, _ = _check_prng_key("loggamma", key, keys=True)
   dt = _float_dtype("gamma", dtype)
   return _gamma(data, a, _gamma_shape("gamma", shape, a), dt, True)
 
@@ -2107,7 +2116,7 @@ def beta(key: Any, a: Any, b: Any, shape: Sequence[int] | None = None,
 
   Algorithm: `G_a / (G_a + G_b)` from two log-space gamma samples (keys `split(key)`).
   """
-  data, _ = _check_prng_key("beta", key)
+  data, _ = _check_prng_key("beta", key, keys=True)
   dt = _float_dtype("beta", dtype)
   _check_all_safe_to_cast("beta", dt, a, b)
   shape = _broadcast_shape_of("beta", shape, a, b)
@@ -2143,7 +2152,7 @@ def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
 
   Algorithm: the softmax of log-space gamma samples `loggamma(key, alpha, (*s, n))`.
   """
-  data, _ = _check_prng_key("dirichlet", key)
+  data, _ = _check_prng_key("dirichlet", key, keys=True)
   dt = _float_dtype("dirichlet", dtype)
   if not np.ndim(alpha) >= 1:
     raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == {np.ndim(alpha)}")
@@ -2176,7 +2185,7 @@ def t(key: Any, df: Any, shape: Sequence[int] | None = None, dtype: Any = None) 
   Raises:
     ValueError: if T is not floating or `df` does not broadcast to `shape`.
   """
-  data, _ = _check_prng_key("t", key)
+  data, _ = _check_prng_key("t", key, keys=True)
   dt = _float_dtype("t", dtype)
   _check_all_safe_to_cast("t", dt, df)
   shape = _broadcast_shape_of("t", shape, df)
@@ -2205,7 +2214,7 @@ def chisquare(key: Any, df: Any, shape: Sequence[int] | None = None,
   Raises:
     ValueError: if T is not floating or `df` does not broadcast to `shape`.
   """
-  data, _ = _check_prng_key("chisquare", key)
+  data, _ = _check_prng_key("chisquare", key, keys=True)
   dt = _float_dtype("chisquare", dtype)
   _check_all_safe_to_cast("chisquare", dt, df)
   shape = _broadcast_shape_of("chisquare", shape, df)
@@ -2234,7 +2243,7 @@ def f(key: Any, dfnum: Any, dfden: Any, shape: Sequence[int] | None = None,
   Raises:
     ValueError: if T is not floating or the parameters do not broadcast to `shape`.
   """
-  data, _ = _check_prng_key("f", key)
+  data, _ = _check_prng_key("f", key, keys=True)
   dt = _float_dtype("f", dtype)
   _check_all_safe_to_cast("f", dt, dfnum, dfden)
   shape = _broadcast_shape_of("f", shape, dfnum, dfden)
@@ -2268,7 +2277,7 @@ def generalized_normal(key: Any, p: Any, shape: Sequence[int] = (), dtype: Any =
   Raises:
     ValueError: if T is not floating.
   """
-  data, _ = _check_prng_key("generalized_normal", key)
+  data, _ = _check_prng_key("generalized_normal", key, keys=True)
   dt = _float_dtype("generalized_normal", dtype)
   return _generalized_normal(data, p, _canonical_shape("generalized_normal", shape), dt)
 
@@ -2301,7 +2310,7 @@ def ball(key: Any, d: int, p: Any = 2, shape: Sequence[int] = (), dtype: Any = N
     ValueError: if T is not floating.
     TypeError: if `d` is not an int.
   """
-  data, _ = _check_prng_key("ball", key)
+  data, _ = _check_prng_key("ball", key, keys=True)
   dt = _float_dtype("ball", dtype)
   shape = _canonical_shape("ball", shape)
   return _ball(data, p, operator.index(d), shape, dt)
@@ -2318,7 +2327,7 @@ def _poisson_knuth(data, lam, shape, dtype, max_iters):
     i, k, key, log_prod = carry
     keys = _split_data(key, (2,))
     k = lax.select(log_prod > -lam, k + 1, k)
-    u = _uniform_impl(keys[1], 0., 1., shape, np.dtype(np.float32))
+    u = _uniform(keys[1], 0., 1., shape, np.dtype(np.float32))
     return i + 1, k, keys[0], log_prod + lax.log(u)
 
   def cond_fn(carry):
@@ -2343,8 +2352,8 @@ def _poisson_rejection(data, lam, shape, dtype, max_iters):
   def body_fn(carry):
     i, k_out, accepted, key = carry
     keys = _split_data(key, (3,))
-    u = _uniform_impl(keys[1], 0., 1., shape, lam.dtype) - 0.5
-    v = _uniform_impl(keys[2], 0., 1., shape, lam.dtype)
+    u = _uniform(keys[1], 0., 1., shape, lam.dtype) - 0.5
+    v = _uniform(keys[2], 0., 1., shape, lam.dtype)
     u_shifted = 0.5 - abs(u)
     k = lax.floor((2 * a / u_shifted + b) * u + lam + 0.43)
     s = lax.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
@@ -2401,7 +2410,7 @@ def poisson(key: Any, lam: Any, shape: Sequence[int] | None = None, dtype: Any =
     >>> poisson(PRNGKey(0), 3.0, (5,))
     Array([0, 0, 4, 4, 1], dtype=int32)
   """
-  data, _ = _check_prng_key("poisson", key)
+  data, _ = _check_prng_key("poisson", key, keys=True)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype)
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `poisson` must be an int dtype, got {dt.name}")
@@ -2436,7 +2445,7 @@ def _binomial_inversion(data, count, prob, shape, dtype, max_iters):
     keys = _split_data(key, (2,))
     subkey, key = keys[0], keys[1]
     num_geom_out = lax.select(geom_sum <= count, num_geom + 1, num_geom)
-    u = _uniform_impl(subkey, 0., 1., shape, prob.dtype)
+    u = _uniform(subkey, 0., 1., shape, prob.dtype)
     geom = lax.ceil(lax.log(u) / log1minusprob)
     return i + 1, num_geom_out, geom_sum + geom, key
 
@@ -2463,8 +2472,8 @@ def _btrs(data, count, prob, shape, dtype, max_iters):
   def body_fn(carry):
     i, k_out, accepted, key = carry
     keys = _split_data(key, (3,))
-    u = _uniform_impl(keys[1], 0., 1., shape, prob.dtype)
-    v = _uniform_impl(keys[2], 0., 1., shape, prob.dtype)
+    u = _uniform(keys[1], 0., 1., shape, prob.dtype)
+    v = _uniform(keys[2], 0., 1., shape, prob.dtype)
     u = u - 0.5
     us = 0.5 - jnp.abs(u)
     accept1 = (us >= 0.07) & (v <= v_r)
@@ -2538,7 +2547,7 @@ def binomial(key: Any, n: Any, p: Any, shape: Sequence[int] | None = None,
   (inversion) where `n q <= 10`, Hörmann's BTRS transformed rejection elsewhere; `n - k`
   for `p >= 1/2`.
   """
-  data, _ = _check_prng_key("binomial", key)
+  data, _ = _check_prng_key("binomial", key, keys=True)
   dt = _float_dtype("binomial", dtype)
   shape = _broadcast_shape_of("binomial", shape, n, p)
   return _binomial(data, n, p, tuple(shape), dt)
@@ -2595,7 +2604,7 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
     >>> multinomial(PRNGKey(0), 10., np.array([0.2, 0.3, 0.5], np.float32))
     Array([1., 1., 8.], dtype=float32)
   """
-  data, _ = _check_prng_key("multinomial", key)
+  data, _ = _check_prng_key("multinomial", key, keys=True)
   n, p = _promote_inexact(n, p)
   shape = np.shape(p) if shape is None else _canonical_shape("multinomial", shape)
   if not shape:

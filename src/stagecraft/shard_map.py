@@ -64,6 +64,7 @@ from stagecraft.interpreters import batching, partial_eval as pe
 from stagecraft.interpreters.mapping import (checking_vma, eqn_varying_axes, ordered_axes,
                                              varying_axes)
 from stagecraft.numpy import asarray as _asarray
+from stagecraft.runtime.array import Array
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.lax.spmd import (body_vma, enclosing_shard_map, local_aval, outside_shard_map,
                                  shard_map_env, shard_map_p,
@@ -853,6 +854,16 @@ class ShardMapTracer(core.Tracer):
     return str(self)
 
 
+def _host_copy(x):
+  """`x` copied through the host to an Array on the default device (typed keys: their data
+  copied, the keys over it)."""
+  aval = getattr(x, "aval", None)
+  if type(x) is Array and not isinstance(aval.dtype, np.dtype):
+    data = _asarray(np.asarray(x._physical()))
+    return Array(data._buf, aval.update(sharding=None), data._device)
+  return _asarray(np.asarray(x))
+
+
 def _blocks_of(x, spec: PartitionSpec, mesh: Mesh):
   """The global array `x` split by `spec`: an Array of shape (*mesh.shape, *block), the
   block of device `idx` at `[idx]` (a mesh axis `spec` does not name: the same block)."""
@@ -860,7 +871,7 @@ def _blocks_of(x, spec: PartitionSpec, mesh: Mesh):
   # NB: through the host: the per-device values carry no layout (nor a sharding in their
   # type), whatever the argument's (a read of an Array laid out over several devices
   # imports the real jax, as such host reads do: see runtime/client.py).
-  x = _asarray(np.asarray(x)) if not isinstance(x, core.Tracer) else x
+  x = _host_copy(x) if not isinstance(x, core.Tracer) else x
   shape = core.get_aval(x).shape
   entries = tuple(spec) + (None,) * (len(shape) - len(spec))
   split, axes_of = [], {}
@@ -998,7 +1009,7 @@ def _compiled_per_device(mesh: Mesh, prim, params, vals, mapped) -> list:
       _compiled_cache[key] = fn
   # NB: the results come back laid out over the mesh; the eager trace keeps its values on
   # the default device, in no mesh's type.
-  return [_asarray(np.asarray(o)) for o in fn(*vals)]
+  return [_host_copy(o) for o in fn(*vals)]
 
 
 #: The compiled appliers of `_compiled_per_device`, per mesh, primitive, params and which

@@ -253,7 +253,9 @@ class Mesh(_MeshAxes):
   hashable name is safe.
   """
 
-  def __init__(self, devices: Any, axis_names: Sequence[Any], axis_types: Any = None):
+  def __new__(cls, devices: Any, axis_names: Sequence[Any], axis_types: Any = None):
+    # NB: made in `__new__`, as JAX's Mesh (a missing argument names `Mesh.__new__()`)
+    self = super().__new__(cls)
     if isinstance(axis_names, str):
       axis_names = (axis_names,)
     names = tuple(axis_names)
@@ -274,6 +276,16 @@ class Mesh(_MeshAxes):
     self.devices = devs
     self.axis_names = names
     self.size = 0 if empty else int(devs.size)
+    return self
+
+  def __getnewargs_ex__(self):
+    return (self.devices, self.axis_names, self.axis_types), {}
+
+  def __copy__(self):
+    return self   # NB: immutable, as JAX's meshes: a copy is the mesh itself
+
+  def __deepcopy__(self, memo):
+    return self
 
   @property
   def axis_sizes(self) -> tuple[int, ...]:

@@ -1086,7 +1086,8 @@ def _register(nodetype, flatten, unflatten, entry_type):
 
 
 def register_staged_leaf(nodetype: type, flatten_func: Callable[[Any], tuple[Any, Any]],
-                         unflatten_func: Callable[[Any, Sequence], Any]) -> None:
+                         unflatten_func: Callable[[Any, Sequence], Any], *,
+                         data: Callable[[Any], Any] | None = None) -> None:
   """Makes `nodetype` a pytree leaf that the transformations trace through its array data.
 
   For users (this module's functions) an instance is a leaf, as JAX's typed PRNG key arrays
@@ -1099,6 +1100,9 @@ def register_staged_leaf(nodetype: type, flatten_func: Callable[[Any], tuple[Any
     nodetype: the class.
     flatten_func: `x -> (data, aux_data)`, `data` one array (or tracer).
     unflatten_func: `(aux_data, [data]) -> x`.
+    data: `x -> array`, the array data the NumPy-level functions work on
+      (`staged_leaf_data`; default: the traced value `flatten_func` gives). A typed key
+      array is traced as its keys (`key<fry>[*s]`) and worked on as its data (`u32[*s, 2]`).
 
   Raises:
     ValueError: if `nodetype` is already registered.
@@ -1116,6 +1120,8 @@ def register_staged_leaf(nodetype: type, flatten_func: Callable[[Any], tuple[Any
                        f"registered (each type may be registered once).") from None
     raise
   _staged_types.add(nodetype)
+  if data is not None:
+    _staged_data[nodetype] = (data, lambda d: unflatten_func(None, [d]))
 
 
 def tree_flatten_traced(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
@@ -1169,8 +1175,24 @@ def staged_leaf_data(x: Any) -> tuple[Any, Callable[[Any], Any]] | None:
   data, whose trailing axes follow the key array's own."""
   if type(x) not in _staged_types:
     return None
+  entry = _staged_data.get(type(x))
+  if entry is not None:
+    return entry[0](x), entry[1]
+  return staged_leaf_value(x)
+
+
+#: {staged leaf type: (x -> its array data, data -> a leaf)} (`register_staged_leaf`'s
+#: `data`).
+_staged_data: dict[type, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
+
+
+def staged_leaf_value(x: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+  """For a staged leaf: `(the value the transformations trace, rebuild)` (a typed key
+  array's keys `key<fry>[*s]`); `None` for anything else."""
+  if type(x) not in _staged_types:
+    return None
   leaves, treedef = _C.flatten(x, None, _NONE_IS_LEAF, NAMESPACE)
-  return leaves[0], lambda data: treedef.unflatten([data])
+  return leaves[0], lambda value: treedef.unflatten([value])
 
 
 def register_pytree_node(nodetype: type, flatten_func: Callable[[Any], tuple[Iterable, Any]],

@@ -94,6 +94,9 @@ def ir_type(aval: ShapedArray) -> str:
   key = (aval.shape, aval.dtype)
   t = _type_cache.get(key)
   if t is None:
+    if not isinstance(aval.dtype, np.dtype):   # an extended dtype: its data's type
+      t = _type_cache[key] = ir_type(core.physical_aval(aval))
+      return t
     t = _type_cache[key] = tensor_type(*key)
   return t
 
@@ -374,6 +377,8 @@ def emit_op(fb: FuncBuilder, name: str, operands: Sequence[str], operand_types: 
 
 def constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
   """A splat `stablehlo.constant` of `value` with `aval` (deduplicated per region)."""
+  if not isinstance(aval.dtype, np.dtype):   # typed keys: data of the same splat value
+    aval = core.physical_aval(aval)
   dtype = aval.dtype
   t = type(value)
   kind = _SCALAR_TYPES.get(t)
@@ -463,6 +468,8 @@ def dense_constant(fb: FuncBuilder, value: Any, aval: ShapedArray) -> str:
     return emit_op(fb, "stablehlo.create_token", [], [], ["!stablehlo.token"])[0]
   if aval.dtype == dtypes.float0:   # i1 zeros in the program
     return constant(fb, 0, aval)
+  if not isinstance(aval.dtype, np.dtype):   # typed keys (an Array of them): their data
+    return dense_constant(fb, value._physical(), core.physical_aval(aval))
   x = np.asarray(value, dtype=aval.dtype).reshape(aval.shape)
   if x.size > 1 and 0 in x.strides:
     kept = [d for d, st in enumerate(x.strides) if st != 0]
@@ -568,6 +575,8 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
             f"Primitive '{prim.name}' has no lowering rule, which jit and eager execution "
             f"need. Register one with stagecraft.interpreters.lowering.register_lowering("
             f"{prim.name}_p, rule).")
+      if extended_avals[0] and prim not in extended_dtype_rules and _has_extended(eqn):
+        rule = lambda ctx, *ops, _eqn=eqn, **_: extended_rule[0](ctx.fb, _eqn, ops)
       invars = eqn.invars
       ctx = LoweringRuleContext(fb, [v.aval for v in invars], [v.aval for v in eqn.outvars])
       if fb.lines is not lines:   # NB: a rule may have swapped the builder's lines (regions)
@@ -631,6 +640,37 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
     return [read(v) for v in jaxpr.outvars]
   finally:   # NB: the location state the equations set, as it was
     module.name_stack, fb.cur_loc, fb.cur_site = base, saved_loc, saved_site
+
+
+# ---------------------------------------------------------------------------
+# Extended dtypes (typed PRNG keys): a `key<fry>[*s]` value is its data `u32[*s, 2]` in the
+# module (`ir_type`). Primitives made for keys (`random_bits`, ...) and those that only pass
+# values through (calls, loops, conds, whose regions take the data types) are in
+# `extended_dtype_rules`; any other equation with a key operand or result (`slice`,
+# `select_n`, `concatenate`, ...) is lowered on the data, the primitive vmapped over the
+# data's trailing axis (JAX's physical lowering of structural ops on extended dtypes).
+
+#: Set once a value of an extended dtype is made (no cost per equation before).
+extended_avals = [False]
+#: Primitives whose lowering rules take extended-dtype operands and results themselves.
+extended_dtype_rules: set = set()
+
+
+def _has_extended(eqn) -> bool:
+  if any(not isinstance(getattr(v.aval, "dtype", None) or np.dtype(bool), np.dtype)
+         for v in (*eqn.invars, *eqn.outvars)):
+    # NB: equations with sub-jaxprs (calls, loops, conds) lower their regions with the data
+    # types already
+    return not any(isinstance(p, (Jaxpr, ClosedJaxpr)) or (
+        type(p) is tuple and p and isinstance(p[0], (Jaxpr, ClosedJaxpr)))
+        for p in eqn.params.values())
+  return False
+
+
+#: `rule(fb, eqn, operand_names) -> result_names` for the other equations on keys (set by
+#: `lax.prng`, which knows the key types: the primitive vmapped over the data's trailing
+#: axis).
+extended_rule: list = [None]
 
 
 #: Names of the primitives whose results, in a program over a mesh with Explicit axes, are

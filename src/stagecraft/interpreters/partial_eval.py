@@ -443,10 +443,10 @@ def trace_to_jaxpr_nounits(fun: Any, pvals: Sequence[PartialVal],
   pvals = list(pvals)
   call = _call_flat(fun)
   # A staged leaf (a typed PRNG key, a leaf of the caller's flattening), known or given by
-  # its aval, is traced as its data; the function gets the leaf rebuilt around the data.
+  # its aval, is traced as its value (keys); the function gets the leaf rebuilt around it.
   rebuild = {}
   for i, pv in enumerate(pvals):
-    staged = tree_util.staged_leaf_data(pv[1]) if pv.is_known() else None
+    staged = tree_util.staged_leaf_value(pv[1]) if pv.is_known() else None
     if staged is not None:
       pvals[i] = PartialVal.known(staged[0])
       rebuild[i] = staged[1]

@@ -495,7 +495,9 @@ def reshape(operand: Any, new_sizes: Sequence[int],
       # NB: with sharding in types, the permutation is a transpose of its own (whose rule
       # moves the spec entries), then a plain reshape.
       operand, dimensions = transpose(operand, dimensions), None
-  if dimensions is None and is_staged_value(operand) and _shape_of(operand) == new_sizes:
+  # NB: as JAX's: a scalar is reshaped all the same (only an array of the same shape is kept)
+  if dimensions is None and new_sizes and is_staged_value(operand) and \
+      _shape_of(operand) == new_sizes:
     return operand
   return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=dimensions)
 

@@ -61,7 +61,7 @@ from stagecraft import core, dtypes
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad
 from stagecraft import sharding as sharding_lib
-from stagecraft.lax import (cumulative, elementwise, linalg, random_bits, reduction, shape,
+from stagecraft.lax import (cumulative, elementwise, linalg, prng, random_bits, reduction, shape,
                             slicing, special, windowed)
 from stagecraft.lax.conv import conv_general_dilated_p
 from stagecraft.lax.fft import fft_p
@@ -893,3 +893,25 @@ for _p in (shape.transpose_p, shape.squeeze_p, stop_gradient_p, shape.slice_p,
   core.ur_rules[_p] = _keep_ur_rule
 for _p in (cond_p, scan_p, while_p, optimization_barrier_p):
   core.ur_rules[_p] = lambda *avals, **params: None   # NB: the bodies' types
+
+
+# ---------------------------------------------------------------------------
+# Typed keys (JAX's key primitives): the keys' axes are laid out as their data's leading
+# axes; the key-data axis and the drawn axes are never split.
+
+
+def _key_mesh(*avals):
+  return mesh_of(avals)
+
+
+core.sharding_rules[prng.random_wrap_p] = lambda x, *, impl: make_sharding(
+    _key_mesh(x), entries(x)[:-1])
+core.sharding_rules[prng.random_unwrap_p] = lambda k: make_sharding(
+    _key_mesh(k), (*entries(k), None))
+core.sharding_rules[prng.random_seed_p] = lambda s, *, impl: s._sharding
+core.sharding_rules[prng.random_bits_p] = lambda k, *, bit_width, shape: make_sharding(
+    _key_mesh(k), (*entries(k), *(None,) * len(shape)))
+core.sharding_rules[prng.random_split_p] = lambda k, *, shape: make_sharding(
+    _key_mesh(k), (*entries(k), *(None,) * len(shape)))
+core.sharding_rules[prng.random_fold_in_p] = lambda k, m: make_sharding(
+    _key_mesh(k, m), tuple(a if a is not None else b for a, b in zip(entries(k), entries(m))))

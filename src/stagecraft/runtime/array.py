@@ -118,6 +118,12 @@ class Array(metaclass=_ArrayMeta):
   def itemsize(self) -> int:
     return self.aval.dtype.itemsize
 
+  def _physical(self) -> "Array":
+    """This Array's data as an Array of its physical type (the key data `u32[*s, 2]` of
+    typed keys `key<fry>[*s]`, sharing the buffer); the Array itself for other dtypes."""
+    phys = core.physical_aval(self.aval)
+    return self if phys is self.aval else Array(self._buf, phys, self._device, self._sharding)
+
   def clone(self) -> "Array":
     """A copy of this Array in new buffers (JAX's `Array.clone`; concrete Arrays only: a
     tracer has no `clone`, as in JAX)."""
@@ -541,8 +547,9 @@ def copy_to_host_async(x: Any) -> Any:
 
 
 def _to_host(x: Any) -> Any:
-  if isinstance(x, core.Tracer):
-    return x
+  if isinstance(x, core.Tracer) or (type(x) is Array and x.aval.dtype.__class__.__module__
+                                    != "numpy" and not isinstance(x.aval.dtype, np.dtype)):
+    return x   # NB: typed keys stay keys, as JAX's device_get gives them
   to_array = getattr(x, "__array__", None)
   return x if to_array is None else to_array()
 

@@ -539,6 +539,8 @@ def _handler_aval(aval: ShapedArray) -> ShapedArray:
   # float0 results are i1 buffers in the program (lowering.py)
   if aval.dtype == dtypes.float0:
     return aval.update(dtype=np.dtype(np.bool_), weak_type=False)
+  if not isinstance(aval.dtype, np.dtype):   # typed keys: their data's buffers
+    return core.physical_aval(aval)
   return aval
 
 
@@ -638,6 +640,12 @@ def _primitive_args(prim: core.Primitive, args: Sequence[Any]) -> Callable[[int]
   return describe
 
 
+#: {primitive: () -> hashable}: primitives whose lowering reads configuration options (the
+#: key primitives read `jax_threefry_partitionable`): the value joins the key of their eager
+#: programs' cache, as the options join jit's.
+lowering_reads_config: dict = {}
+
+
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
   """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
   dev = None
@@ -657,6 +665,8 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> 
   avals = [a.aval if type(a) is Array else core.get_aval(a) for a in args]
   try:
     key = (prim, dev, client.default_device_option(), *avals, *params.items())
+    if prim in lowering_reads_config:
+      key = (*key, lowering_reads_config[prim]())
     ex = _prim_cache.get(key)
   except TypeError:   # unhashable params: compile without caching
     key, ex = None, None

@@ -90,6 +90,8 @@ def shard_arg(x: Any, aval: ShapedArray, sharding: NamedSharding) -> Any:
   if type(x) is Array:
     if x._sharding is not None and (x._sharding is sharding or x._sharding == sharding):
       return x._check_buf()
+    if not isinstance(aval.dtype, np.dtype):   # typed keys: their data, laid out the same
+      x, aval = x._physical(), core.physical_aval(aval)
     v = x._value
   elif isinstance(x, core.Tracer):
     raise core.escaped_tracer_error(x)
@@ -294,7 +296,7 @@ class SpmdExecutable:
     self._replicated = [s.is_fully_replicated and not keep_replicated
                         for s in self.out_shardings]
     self._handlers = [_first_piece if rep else
-                      client.array_result_handler(av, sh._runtime)
+                      client.array_result_handler(core.physical_aval(av), sh._runtime)
                       for av, sh, rep in zip(self.out_avals, self.out_shardings,
                                              self._replicated)]
     dispatch.placement_used[0] = True
@@ -618,14 +620,19 @@ def lower_sharded_module(name: str, jaxpr: Jaxpr, mesh: Mesh,
   avals_in = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
               (*jaxpr.invars,)]
   arg_attrs = [None if s is None else
-               f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(len(a.shape))}"
+               f"sdy.sharding = #sdy.sharding{on_mesh(s, mesh)._sdy(_ndim(a))}"
                for s, a in zip(in_shardings, avals_in)]
   res_attrs = [None if s is None else
-               f"sdy.sharding = #sdy.sharding{_result_sdy(module, s, mesh, len(v.aval.shape))}"
+               f"sdy.sharding = #sdy.sharding{_result_sdy(module, s, mesh, _ndim(v.aval))}"
                for s, v in zip(out_shardings, jaxpr.outvars)]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
                                         result_attrs=res_attrs, module=module, consts=consts,
                                         arg_locs=arg_locs, call_stack=call_stack)
+
+
+def _ndim(aval) -> int:
+  # NB: a typed key's data has one more (unsplit) dimension than the keys
+  return len(core.physical_aval(aval).shape)
 
 
 def _result_sdy(module, s: NamedSharding, mesh: Mesh, ndim: int) -> str:
