@@ -1003,7 +1003,7 @@ class PjitFunction:
     with_paths = tree_util.tree_flatten_with_path(dyn)[0]
     names, _ = arg_names(fun_signature(self._fun), dyn_argnums, list(dyn[1]), with_paths)
     for name, (_, x) in zip(names, with_paths):
-      if type(x) in tree_util.staged_types:   # a typed key array: its key data is traced
+      if type(x) in tree_util.staged_types:   # a typed key array: its keys are traced
         continue
       try:
         abstractify(x, name, self._fun)

@@ -79,8 +79,8 @@ class PRNGKeyArray:
 
   Made by `key`, `wrap_key_data`, and by `split`/`fold_in` of typed keys. It is a pytree
   leaf, as in JAX (`tree_leaves(key) == [key]`); the transformations (`jit`, `vmap`, `grad`,
-  `scan`, `cond`, ...) trace its key data, so it passes through them as an argument and a
-  result (`tree_util.register_staged_leaf`).
+  `scan`, `cond`, ...) trace its keys (`key<fry>[*s]`), so it passes through them as an
+  argument and a result (`tree_util.register_staged_leaf`).
   It has no arithmetic; `key_data` gives the data.
 
   Attributes:
@@ -468,7 +468,7 @@ def _index_consumption(key: PRNGKeyArray, idx: tuple, out: PRNGKeyArray) -> None
 
 
 # A leaf for users (`tree_leaves(key) == [key]`, as in JAX); the transformations trace its
-# key data and rebuild the key around it.
+# keys and rebuild the key array around them.
 def _rebuild(_, children):
   x = children[0]
   if type(getattr(x, "dtype", None)) is KeyTy:   # keys (Array, tracer, ShapeDtypeStruct)

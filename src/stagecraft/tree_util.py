@@ -1153,9 +1153,11 @@ _staged_dtypes: dict[type, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = 
 def register_staged_dtype(dtype_type: type, physical_aval: Callable[[Any], Any],
                           rebuild: Callable[[Any], Any]) -> None:
   """Registers the dtype class of a staged leaf (`key<fry>`'s): `physical_aval(aval)` is the
-  aval of the data of a leaf of abstract value `aval` (`key<fry>[3]` -> `u32[3,2]`), and
-  `rebuild(data)` makes the leaf around (traced) data. Lets code that is handed only an aval
-  of that dtype (`pe.trace_to_jaxpr_nounits` with `PartialVal.unknown`) trace its data."""
+  aval the transformations trace for a leaf of abstract value `aval` (for typed keys the
+  aval itself: keys are traced as keys), and `rebuild(value)` makes the leaf around a
+  (traced) value. Lets code that is handed only an aval of that dtype
+  (`pe.trace_to_jaxpr_nounits` with `PartialVal.unknown`, `eval_shape` of a
+  ShapeDtypeStruct of keys) trace it."""
   _staged_dtypes[dtype_type] = (physical_aval, rebuild)
 
 
