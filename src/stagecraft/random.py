@@ -1152,8 +1152,8 @@ def _truncated_normal(data, lower, upper, shape, dtype):
   u = _uniform(data, a, b, shape, dtype)
   out = sqrt2 * lax.erf_inv(u)
   # Clamp to the open interval (lower, upper): rounding may land on a bound.
-  return jnp.clip(out, lax.nextafter(lower, np.array(np.inf, dtype)),
-                  lax.nextafter(upper, np.array(-np.inf, dtype)))
+  return jnp.clip(out, lax.nextafter(lax.stop_gradient(lower), np.array(np.inf, dtype)),
+                  lax.nextafter(lax.stop_gradient(upper), np.array(-np.inf, dtype)))
 
 
 def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | None = None,
@@ -1219,12 +1219,13 @@ def _gumbel(data, shape, dtype, mode):
     x = _bits_to_unit_float32(jnp.where(flip, b, neg))
     return jnp.where(flip, -jnp.log(-jnp.log1p(-x)), -jnp.log(-jnp.log(x)))
   if mode in ("high", "highest"):
-    u = _uniform(data, 0., 1., (2, *shape), dtype)
-    high, low = u[0], u[1]
+    # NB: keyword arguments, as JAX's call (jit flattens them by name: maxval, minval)
+    high, low = _uniform(data, minval=0., maxval=1., shape=(2, *shape), dtype=dtype)
     x = jnp.where(high >= 0.5, high,
                   high + np.array(2. ** -info.nmant, dtype) * low + np.array(info.tiny, dtype))
     return -jnp.log(-jnp.log1p(-x))
-  return -jnp.log(-jnp.log(_uniform(data, np.array(info.tiny, dtype), 1., shape, dtype)))
+  return -jnp.log(-jnp.log(_uniform(data, minval=info.tiny, maxval=1., shape=shape,
+                                    dtype=dtype)))
 
 
 def _gumbel_mode(mode: str | None) -> str:
