@@ -160,6 +160,10 @@ TYPED_KEY_PROGRAMS = {
     "normal_raw_key": (lambda m: lambda k: R(m).normal(k, (3,)), "raw"),
     "bernoulli": (lambda m: lambda k: R(m).bernoulli(k, 0.3, (3,)), "typed"),
     "exponential": (lambda m: lambda k: R(m).exponential(k, (2,)), "typed"),
+    "gumbel": (lambda m: lambda k: R(m).gumbel(k, (2,)), "typed"),
+    "gumbel_high": (lambda m: lambda k: R(m).gumbel(k, (2,), mode="high"), "typed"),
+    "truncated_normal": (lambda m: lambda k: R(m).truncated_normal(k, -1., 1., (2,)),
+                         "typed"),
     "vmap_normal": (lambda m: m.vmap(lambda k: R(m).normal(k, (2,))), "batch"),
     "scan_carrying_a_key": (lambda m: lambda k: m.lax.scan(
         lambda c, _: (R(m).split(c)[0], R(m).normal(c)), k, None, length=3), "typed"),
