@@ -308,30 +308,118 @@ def test_rebinding_under_transformations():
   np.testing.assert_allclose(g, ref, rtol=1e-5)
 
 
-def test_collectives_in_shard_map_body():
-  # The body's equations: all_gather's `all_gather_dimension`, `axis_index_groups`, those
-  # of psum_scatter and all_to_all. (The
-  # shard_map equation itself differs: stagecraft's holds a `name` and a ClosedJaxpr.)
+def _collectives_body(m, x):
+  lax = m.lax
+  t = m.np.tile(x, 2)
+  return (lax.psum(x.sum(), "i") + lax.pmax(x, "i").sum() + lax.pmin(x, "i").sum()
+          + lax.pmean(x, "i").sum() + lax.all_gather(x, "i").sum()
+          + lax.all_gather(x, ("i",), tiled=True).sum()
+          + lax.psum_scatter(t, "i", tiled=True).sum()
+          + lax.all_to_all(t, "i", 0, 0, tiled=True).sum()
+          + lax.all_to_all(x[:4], "i", 0, 0).sum()
+          + lax.all_to_all(x[:4].reshape(4, 1), "i", 0, 1).sum()
+          + lax.ppermute(x, "i", [(0, 1), (1, 2), (2, 3), (3, 0)]).sum()
+          + lax.axis_index("i"))
+
+
+def _shard_map_prog(check_vma):
+  def prog(m):
+    P = m.lib.sharding.PartitionSpec
+    mesh = m.lib.make_mesh((4,), ("i",), axis_types=(m.lib.sharding.AxisType.Auto,))
+    return m.lib.shard_map(lambda x: _collectives_body(m, x).reshape(1), mesh=mesh,
+                           in_specs=P("i"), out_specs=P("i"), check_vma=check_vma)
+  return prog
+
+
+def _assert_params_equal(a, b):
+  assert [p for p, _ in a] == [p for p, _ in b]
+  for (prim, pa), (_, pb) in zip(a, b):
+    assert pa == pb, prim
+    assert list(pa) == list(pb), prim    # and in JAX's order
+
+
+@pytest.mark.parametrize("check_vma", [False, True])
+def test_collectives_in_shard_map_body(check_vma):
+  # The body's equations: `axis_name` a tuple where JAX's is (all_gather, ppermute,
+  # reduce_scatter), as given where JAX's is (all_to_all, axis_index); all_to_all holds no
+  # `axis_size`; psum / pmax / pmin's `axes` a tuple; pvary / psum_invariant with check_vma.
+  X16 = np.linspace(0.1, 1.6, 32, dtype=np.float32)
+  ours = sc.make_jaxpr(_shard_map_prog(check_vma)(SC))(X16)
+  theirs = jax.make_jaxpr(_shard_map_prog(check_vma)(JAX))(X16)
+  body = ours.eqns[0].params["jaxpr"]
+  a = eqn_params(getattr(body, "jaxpr", body))
+  b = eqn_params(theirs.eqns[0].params["jaxpr"])
+  _assert_params_equal(a, b)
+  assert {p for p, _ in b} >= {"all_gather", "reduce_scatter", "all_to_all", "ppermute",
+                               "axis_index", "pmax", "pmin"}
+  assert str(ours) == str(theirs)
+  np.testing.assert_allclose(sc.jit(_shard_map_prog(check_vma)(SC))(X16),
+                             jax.jit(_shard_map_prog(check_vma)(JAX))(X16), rtol=1e-5)
+
+
+def test_collectives_in_pmap_body():
+  # JAX 0.10.2's pmap stages a jit of a shard_map; stagecraft's an xla_pmap: the bodies'
+  # collectives are compared.
+  def prog(m):
+    def body(x):
+      t = m.np.tile(x, 2)
+      return (m.lax.psum(x, "i"), m.lax.pmax(x, "i"), m.lax.all_gather(x, "i"),
+              m.lax.ppermute(x, "i", [(0, 1), (1, 0), (2, 3), (3, 2)]), m.lax.axis_index("i"),
+              m.lax.psum_scatter(t, "i"), m.lax.all_to_all(t, "i", 0, 0),
+              m.lax.pswapaxes(t, "i", 0))
+    return m.lib.pmap(body, axis_name="i")
+  x = V.reshape(4, 2)
+  collectives = {"psum", "pmax", "all_gather", "ppermute", "axis_index", "reduce_scatter",
+                 "all_to_all"}
+
+  def body_params(closed):
+    out = [(p, d) for p, d in eqn_params(closed.jaxpr) if p in collectives]
+    return out
+  a, b = body_params(sc.make_jaxpr(prog(SC))(x)), body_params(jax.make_jaxpr(prog(JAX))(x))
+  _assert_params_equal(a, b)
+  assert len(a) == 8
+  for r, e in zip(sc.tree.leaves(prog(SC)(x)), jax.tree.leaves(prog(JAX)(x))):
+    np.testing.assert_allclose(r, e, rtol=1e-6)
+
+
+@pytest.mark.parametrize("in_axes", [0, 1])
+def test_collectives_under_vmap_axis_name(in_axes):
+  # Under vmap(axis_name=) the collectives are batched away; outer (unbound) axes keep
+  # their equations: a vmap inside a shard_map body (batch dimension kept where it is).
   def prog(m):
     P = m.lib.sharding.PartitionSpec
     mesh = m.lib.make_mesh((4,), ("i",), axis_types=(m.lib.sharding.AxisType.Auto,))
 
     def body(x):
-      return (m.lax.psum(x.sum(), "i") + m.lax.pmax(x, "i").sum()
-              + m.lax.all_gather(x, "i").sum() + m.lax.all_gather(x, "i", tiled=True).sum()
-              + m.lax.psum_scatter(m.np.tile(x, 2), "i", tiled=True).sum()
-              + m.lax.all_to_all(m.np.tile(x, 2), "i", 0, 0, tiled=True).sum())
-    return m.lib.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P(), check_vma=False)
-  ours = sc.make_jaxpr(prog(SC))(V)
-  theirs = jax.make_jaxpr(prog(JAX))(V)
-  a = eqn_params(ours.eqns[0].params["jaxpr"].jaxpr)
-  b = eqn_params(theirs.eqns[0].params["jaxpr"])
-  assert [p for p, _ in a] == [p for p, _ in b]
-  for (prim, pa), (_, pb) in zip(a, b):
-    # NB: an axis_name of one name is held as the name (JAX: a 1-tuple, but all_to_all's a
-    # name), and all_to_all's equation holds the axis size (known differences).
-    pa = {k: (repr((v.strip("'"),)) if k == "axis_name" and pb[k].startswith("(")
-              and not v.startswith("(") else v)
-          for k, v in pa.items() if not (prim == "all_to_all" and k == "axis_size")}
-    assert pa == pb, prim
+      def inner(r):
+        # NB: not psum(r, 'j') nor psum(r, ('i', 'j')): JAX's batching binds psum with a
+        # positional axis (axes=(0,), ('i', 0)), stagecraft's a reduce_sum (known difference).
+        return (m.lax.all_gather(r, "i").sum(0) + m.lax.pmax(r, "i")
+                + m.lax.ppermute(r, "i", [(0, 1), (1, 0), (2, 3), (3, 2)])
+                + m.lax.psum_scatter(m.np.tile(r, 4), "i", tiled=True)
+                + m.lax.all_to_all(m.np.tile(r, 4), "i", 0, 0, tiled=True)[:2])
+      return m.lib.vmap(inner, axis_name="j", in_axes=in_axes, out_axes=in_axes)(x)
+    return m.lib.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
+                           check_vma=False)
+  x = np.arange(16, dtype=np.float32).reshape(8, 2) / 8
+  ours, theirs = sc.make_jaxpr(prog(SC))(x), jax.make_jaxpr(prog(JAX))(x)
+  body = ours.eqns[0].params["jaxpr"]
+  _assert_params_equal(eqn_params(getattr(body, "jaxpr", body)),
+                       eqn_params(theirs.eqns[0].params["jaxpr"]))
   assert str(ours) == str(theirs)
+  np.testing.assert_allclose(sc.jit(prog(SC))(x), jax.jit(prog(JAX))(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("tiled,shape", [(True, (6,)), (False, (3,))])
+def test_all_to_all_size_error_is_jaxs(tiled, shape):
+  def prog(m):
+    P = m.lib.sharding.PartitionSpec
+    mesh = m.lib.make_mesh((4,), ("i",), axis_types=(m.lib.sharding.AxisType.Auto,))
+    return m.lib.shard_map(lambda x: m.lax.all_to_all(x[:shape[0]], "i", 0, 0, tiled=tiled),
+                           mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False)
+  x = np.ones(4 * 8, np.float32)
+  with pytest.raises(ValueError) as e_jax:
+    jax.make_jaxpr(prog(JAX))(x)
+  with pytest.raises(ValueError, match=None) as e_sc:
+    sc.make_jaxpr(prog(SC))(x)
+  assert str(e_sc.value) == str(e_jax.value)
