@@ -372,17 +372,26 @@ def _index_list(xs) -> str:
       "dense<> : tensor<0xindex>"
 
 
-def _sc_lowering(ctx, x, *, sharding, layout, **_):
+def lower_sharding_constraint(ctx, x: str, aval, sharding) -> str:
+  """`x` (of `aval`) constrained to the NamedSharding `sharding` in the module being
+  lowered: an `sdy.sharding_constraint` (nothing without a mesh, as in xla_computation or a
+  pmap program, nor inside shard_map). Also jit's lowering of its equations' in_shardings /
+  out_shardings."""
   module = ctx.module
   mesh = module.sdy_mesh
+  if mesh is None or module.manual_depth is not None:
+    return x
+  s = spmd.on_mesh(sharding, mesh)
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {s._sdy(len(aval.shape))} : "
+              f"{lowering.ir_type(aval)}")
+  return r
+
+
+def _sc_lowering(ctx, x, *, sharding, layout, **_):
   aval = ctx.avals_in[0]
   ty = lowering.ir_type(aval)
-  r = x
-  if mesh is not None and module.manual_depth is None:
-    # (no mesh: xla_computation, a pmap program; inside shard_map: nothing)
-    s = spmd.on_mesh(sharding, mesh)
-    r = ctx.fb.fresh()
-    ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {s._sdy(len(aval.shape))} : {ty}")
+  r = lower_sharding_constraint(ctx, x, aval, sharding)
   if layout is not None:
     # JAX's layout constraint: XLA's LayoutConstraint custom call, the layout given
     # minor-to-major (the operand's as JAX writes it)
