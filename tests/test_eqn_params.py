@@ -352,6 +352,12 @@ def test_collectives_in_shard_map_body(check_vma):
   _assert_params_equal(a, b)
   assert {p for p, _ in b} >= {"all_gather", "reduce_scatter", "all_to_all", "ppermute",
                                "axis_index", "pmax", "pmin"}
+  # The shard_map equation: JAX's param names (no `name`) in JAX's order, and values; its
+  # `jaxpr` is a ClosedJaxpr without constants here, an open Jaxpr in JAX (known difference).
+  (_, top_a), (_, top_b) = eqn_params(ours.jaxpr)[0], eqn_params(theirs.jaxpr)[0]
+  assert top_a.pop("jaxpr") == "ClosedJaxpr" and top_b.pop("jaxpr") == "Jaxpr"
+  assert not body.consts
+  assert list(top_a.items()) == list(top_b.items())
   assert str(ours) == str(theirs)
   np.testing.assert_allclose(sc.jit(_shard_map_prog(check_vma)(SC))(X16),
                              jax.jit(_shard_map_prog(check_vma)(JAX))(X16), rtol=1e-5)

@@ -748,14 +748,28 @@ shard_map_p = core.Primitive("shard_map")
 shard_map_p.multiple_results = True
 
 def _pp_shard_map(eqn, context):
-  # NB: JAX's params, sorted by name; `name` (stagecraft's, for messages and module names)
-  # is not printed, as JAX keeps the function's name in the jaxpr's debug info. A mesh taken
-  # from the context (`mesh_from_context`, not printed) prints as its AbstractMesh, the one
-  # JAX's equation holds then.
+  # NB: JAX's params, sorted by name. A mesh taken from the context (`mesh_from_context`,
+  # not printed) prints as its AbstractMesh, the one JAX's equation holds then.
   params = dict(eqn.params)
   if params.pop("mesh_from_context", False):
     params["mesh"] = params["mesh"].abstract_mesh
-  return sorted((k, v) for k, v in params.items() if k != "name")
+  return sorted(params.items())
+
+
+# The name of the function a shard_map body was traced from (JAX keeps it in the body's
+# debug info; the equation holds no `name`): stagecraft's messages and module names.
+_body_names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def name_shard_map_body(closed: ClosedJaxpr, name: str) -> None:
+  """Records `name` as the name of the function the shard_map body `closed` comes from."""
+  _body_names[closed] = name
+
+
+def shard_map_name(params: dict) -> str:
+  """The name of the function a shard_map equation's body was traced from ("shard_map"
+  for a body derived by a transformation)."""
+  return _body_names.get(params["jaxpr"], "shard_map")
 
 
 core.pp_eqn_rules[shard_map_p] = _pp_shard_map
@@ -941,9 +955,10 @@ mapping.MapRules(
 # Lowering and eager evaluation
 
 
-def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, newly_manual_axes, name,
+def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, newly_manual_axes,
                         **_):
   module = ctx.module
+  name = shard_map_name({"jaxpr": jaxpr})
   if module.sdy_mesh is None:
     raise ValueError(f"shard_map ({name}) cannot be lowered into this module, which has no "
                      f"device mesh (xla_computation, or a pmap program); call it directly "
@@ -1007,7 +1022,7 @@ def _shard_map_impl(*args, **params):
     mesh = params["mesh"]
     # NB: the in_specs are the layout asked for: arguments are split by them.
     ex = table[key] = spmd.compile_sharded(
-        f"shard_map_{params['name']}", jaxpr, mesh,
+        f"shard_map_{shard_map_name(params)}", jaxpr, mesh,
         [NamedSharding(mesh, s) for s in params["in_specs"]],
         [NamedSharding(mesh, s) for s in params["out_specs"]])
   return ex.call(args)
