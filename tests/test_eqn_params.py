@@ -484,3 +484,31 @@ def test_jit_shardings_still_place_values():
   assert repr(outs[0].sharding) == repr(theirs[0].sharding)
   for r, e in zip(outs, theirs):
     np.testing.assert_allclose(r, e, rtol=1e-6)
+
+
+def test_removed_pvary_raises_jaxs_error():
+  # pbroadcast/pvary: JAX 0.10 removed lax.pvary (pcast(..., to='varying') binds pvary).
+  with pytest.raises(AttributeError) as e_jax:
+    jax.lax.pvary
+  with pytest.raises(AttributeError) as e_sc:
+    sc.lax.pvary
+  assert str(e_sc.value) == str(e_jax.value)
+
+
+@pytest.mark.parametrize("check_vma", [False, True])
+def test_pcast_to_varying_in_shard_map_body(check_vma):
+  # pvary's equation (axes a tuple) under check_vma=True; none under check_vma=False (JAX's
+  # pcast is then the identity).
+  def prog(m):
+    P = m.lib.sharding.PartitionSpec
+    mesh = m.lib.make_mesh((4,), ("i",), axis_types=(m.lib.sharding.AxisType.Auto,))
+    body = lambda x: x + m.lax.pcast(m.np.float32(2), "i", to="varying")
+    return m.lib.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
+                           check_vma=check_vma)
+  ours, theirs = sc.make_jaxpr(prog(SC))(V), jax.make_jaxpr(prog(JAX))(V)
+  body = ours.eqns[0].params["jaxpr"]
+  a, b = eqn_params(body.jaxpr), eqn_params(theirs.eqns[0].params["jaxpr"])
+  _assert_params_equal(a, b)
+  assert ("pvary" in [p for p, _ in a]) == check_vma
+  assert str(ours) == str(theirs)
+  np.testing.assert_allclose(sc.jit(prog(SC))(V), V + 2, rtol=1e-6)

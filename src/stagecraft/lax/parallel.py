@@ -602,6 +602,9 @@ def pvary(x: Any, axis_name: Any) -> Any:
   axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
   if not axes:
     return x
+  if not core.check_vma_state[0] and all(
+      n in sharding_lib.get_abstract_mesh().manual_axes for n in axes):
+    return x   # NB: as JAX's, nothing to mark in a body without varying types (check_vma=False)
   if all(n in core.axis_order for n in axes):   # mesh axes: in mesh order, as JAX's
     axes = core.order_axes(axes)
 
