@@ -28,7 +28,7 @@ import numpy as np
 from stagecraft import core, dtypes, tree_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.core import ShapedArray
-from stagecraft.interpreters import ad, batching, lowering, mapping
+from stagecraft.interpreters import ad, batching, lowering, mapping, mlir
 from stagecraft.lax import cumulative, elementwise, reduction, shape as lax_shape, slicing
 from stagecraft.lax.dot import not_differentiable
 
@@ -144,12 +144,25 @@ def _channel_attrs(ctx, *, global_ids: bool = True) -> list[str]:
   return attrs
 
 
-def _reduction_lowering(scalar_op: str, bool_op: str):
-  """Lowers psum/pmax/pmin: one `all_reduce` per operand over the axes' replica groups."""
+def _split_axes(axes) -> tuple[tuple, tuple]:
+  """(named axes, positional axes) of a psum/pmax/pmin's `axes` (JAX's: an int is a
+  positional axis of the operand, as vmap's batching rules bind them)."""
+  return (tuple(a for a in axes if not isinstance(a, int)),
+          tuple(a for a in axes if isinstance(a, int)))
+
+
+def _reduction_lowering(scalar_op: str, bool_op: str, positional=None):
+  """Lowers psum/pmax/pmin: the positional axes reduced first (`positional(x, axes)`), then
+  one `all_reduce` per operand over the named axes' replica groups."""
   def rule(ctx, *args, axes, axis_index_groups):
-    groups = _replica_groups(ctx, axes, axis_index_groups)
+    named, pos = _split_axes(axes)
+    if pos:
+      args = mlir.lower_fun(lambda *xs: [positional(x, pos) for x in xs])(ctx, *args)
+    if not named:
+      return list(args)
+    groups = _replica_groups(ctx, named, axis_index_groups)
     outs = []
-    for x, aval in zip(args, ctx.avals_in):
+    for x, aval in zip(args, ctx.avals_out):
       scalar = ShapedArray((), aval.dtype)
       op = bool_op if aval.dtype == dtypes.bool_ else scalar_op
 
@@ -271,12 +284,22 @@ def _reduction_prim(name: str):
   p.multiple_results = True
 
   def abstract_eval(*avals, axes, axis_index_groups):
-    _check_bound(axes, "psum")
+    named, pos = _split_axes(axes)
+    _check_bound(named, "psum")
+    if pos:
+      if axis_index_groups is not None:
+        raise ValueError(f"axis_index_groups can only be used with reductions over named "
+                         f"axes, but got: {axes}")
+      avals = [a.update(shape=tuple(d for i, d in enumerate(a.shape) if i not in pos))
+               for a in avals]
     # NB: as JAX's, the result is strongly typed (a weak operand's sum is not weak)
     return [a.update(weak_type=False) if a.weak_type else a for a in avals]
 
   def impl(*args, axes, axis_index_groups):
-    raise _unbound(axes[0])
+    named, pos = _split_axes(axes)
+    if named:
+      raise _unbound(named[0])
+    return [_POSITIONAL[name](x, pos) for x in args]   # NB: positional axes only
 
   p.def_abstract_eval(abstract_eval)
   p.def_impl(impl)
@@ -286,25 +309,49 @@ def _reduction_prim(name: str):
 psum_p = _reduction_prim("psum")
 pmax_p = _reduction_prim("pmax")
 pmin_p = _reduction_prim("pmin")
-lowering.register_lowering(psum_p, _reduction_lowering("stablehlo.add", "stablehlo.or"))
-lowering.register_lowering(pmax_p, _reduction_lowering("stablehlo.maximum", "stablehlo.or"))
-lowering.register_lowering(pmin_p, _reduction_lowering("stablehlo.minimum", "stablehlo.and"))
+_POSITIONAL = {"psum": reduction.reduce_sum, "pmax": reduction.reduce_max,
+               "pmin": reduction.reduce_min}
+lowering.register_lowering(psum_p, _reduction_lowering("stablehlo.add", "stablehlo.or",
+                                                       reduction.reduce_sum))
+lowering.register_lowering(pmax_p, _reduction_lowering("stablehlo.maximum", "stablehlo.or",
+                                                       reduction.reduce_max))
+lowering.register_lowering(pmin_p, _reduction_lowering("stablehlo.minimum", "stablehlo.and",
+                                                       reduction.reduce_min))
 
 
 def _reduction_batcher(prim, reduce_fn, unbatched_fn):
+  # As JAX's rule: a batched operand's batch dimension moves to the front and is reduced as
+  # a positional axis of the equation (`psum[axes=(0,)]`, `axes=('i', 0)`), the other
+  # positional axes shifting past it; an unbatched operand over the vmapped axis is the
+  # same on every member (psum: times the axis size).
   def rule(axis_data, args, dims, *, axes, axis_index_groups):
+    name = axis_data.name
+    ours = name is not None and name in axes
+    pos = any(isinstance(a, int) for a in axes)
+    if not ours and not pos:
+      # Not our axis: reduce over the outer axes with the batch dim kept where it is.
+      return prim.bind(*args, axes=axes, axis_index_groups=axis_index_groups), list(dims)
     if axis_index_groups is not None:
       raise NotImplementedError(f"{prim.name} with axis_index_groups is not supported under "
                                 f"vmap.")
-    if axis_data.name is None or axis_data.name not in axes:
-      # Not our axis: reduce over the outer axes with the batch dim kept where it is.
-      return prim.bind(*args, axes=axes, axis_index_groups=None), list(dims)
-    outs = [unbatched_fn(x, axis_data.size) if d is batching.not_mapped else reduce_fn(x, d)
-            for x, d in zip(args, dims)]
-    rest = tuple(a for a in axes if a != axis_data.name)
-    if rest:
-      outs = prim.bind(*outs, axes=rest, axis_index_groups=None)
-    return outs, [batching.not_mapped] * len(outs)
+    outs, out_dims = [], []
+    for x, d in zip(args, dims):
+      if d is batching.not_mapped:
+        if ours:
+          rest = tuple(a for a in axes if a != name)
+          if rest:
+            x, = prim.bind(x, axes=rest, axis_index_groups=None)
+          outs.append(unbatched_fn(x, axis_data.size))
+        else:
+          outs.append(prim.bind(x, axes=axes, axis_index_groups=None)[0])
+        out_dims.append(batching.not_mapped)
+        continue
+      x = batching.moveaxis(x, d, 0)
+      new = tuple(a + 1 if isinstance(a, int) else 0 if ours and a == name else a
+                  for a in axes)
+      outs.append(prim.bind(x, axes=new, axis_index_groups=None)[0])
+      out_dims.append(batching.not_mapped if ours else 0)
+    return outs, out_dims
   batching.fancy_primitive_batchers[prim] = rule
 
 
@@ -332,8 +379,14 @@ _reduction_batcher(pmin_p, _reduce_min, lambda x, n: x)
 
 
 def _psum_transpose(cts, *args, axes, axis_index_groups):
+  named, pos = _split_axes(axes)
+  if pos:
+    # As JAX's: the positional axes' cotangents are broadcast back (reduce_sum's transpose),
+    # then summed over the named axes (`psum[axes=()]` when there are none).
+    cts = [c if type(c) is ad.Zero else
+           reduction._reduce_sum_transpose(c, a, axes=pos)[0] for c, a in zip(cts, args)]
   nz = [c for c in cts if type(c) is not ad.Zero]
-  outs = iter(psum_p.bind(*nz, axes=axes, axis_index_groups=axis_index_groups) if nz else [])
+  outs = iter(psum_p.bind(*nz, axes=named, axis_index_groups=axis_index_groups) if nz else [])
   return [c if type(c) is ad.Zero else next(outs) for c in cts]
 
 
@@ -1365,7 +1418,8 @@ for _p in (psum_p, pmax_p, pmin_p, psum_invariant_p, pvary_p, axis_index_p,
   core.vma_own_rule.add(_p)
 core.no_auto_pvary.add(pvary_p)
 core.collective_axes[psum_invariant_p] = lambda *, axes: axes
-core.collective_axes[pmax_p] = core.collective_axes[pmin_p] = lambda *, axes, **_: axes
+core.collective_axes[pmax_p] = core.collective_axes[pmin_p] = (
+    lambda *, axes, **_: _split_axes(axes)[0])
 for _p in (all_gather_p, ppermute_p, reduce_scatter_p, all_to_all_p):
   core.collective_axes[_p] = lambda *, axis_name, **_: _names(axis_name)
 core.pvary_hook[0] = pvary
