@@ -384,7 +384,7 @@ def _psum_transpose(cts, *args, axes, axis_index_groups):
     # As JAX's: the positional axes' cotangents are broadcast back (reduce_sum's transpose),
     # then summed over the named axes (`psum[axes=()]` when there are none).
     cts = [c if type(c) is ad.Zero else
-           reduction._reduce_sum_transpose(c, a, axes=pos)[0] for c, a in zip(cts, args)]
+           reduction.reduce_sum_transpose(c, a, axes=pos)[0] for c, a in zip(cts, args)]
   nz = [c for c in cts if type(c) is not ad.Zero]
   outs = iter(psum_p.bind(*nz, axes=named, axis_index_groups=axis_index_groups) if nz else [])
   return [c if type(c) is ad.Zero else next(outs) for c in cts]
