@@ -546,3 +546,22 @@ def test_reductions_under_vmap_axis_name(name):
   ref = _VMAP_REDUCTIONS[name](JAX)(x)
   np.testing.assert_allclose(_VMAP_REDUCTIONS[name](SC)(x), ref, rtol=1e-6)
   np.testing.assert_allclose(sc.jit(_VMAP_REDUCTIONS[name](SC))(x), ref, rtol=1e-6)
+
+
+def test_jit_partition_spec_shardings_recorded_under_set_mesh():
+  # A bare PartitionSpec is a NamedSharding over the mesh in context, recorded as JAX's.
+  def prog(m):
+    f = m.lib.jit(lambda a: a * 2, in_shardings=m.lib.sharding.PartitionSpec("x"),
+                  out_shardings=m.lib.sharding.PartitionSpec())
+    return lambda a: f(a)
+  x = np.linspace(0.1, 1.6, 16, dtype=np.float32)
+  with sc.set_mesh(sc.make_mesh((4,), ("x",), axis_types=(sc.sharding.AxisType.Auto,))):
+    ours = sc.make_jaxpr(prog(SC))(x)
+    mine = sc.jit(prog(SC))(x)
+  with jax.set_mesh(jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))):
+    theirs = jax.make_jaxpr(prog(JAX))(x)
+    ref = jax.jit(prog(JAX))(x)
+  _assert_params_equal(eqn_params(ours.jaxpr), eqn_params(theirs.jaxpr))
+  assert str(ours) == str(theirs)
+  np.testing.assert_allclose(mine, ref, rtol=1e-6)
+  assert repr(mine.sharding) == repr(ref.sharding)

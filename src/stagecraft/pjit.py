@@ -111,8 +111,8 @@ jit_p.multiple_results = True
 # The params of a jit equation, as JAX's: `jaxpr`, `name`, and per operand `in_shardings`
 # (UNSPECIFIED), `in_layouts` (None), `donated_invars` (False), per result `out_shardings`,
 # `out_layouts`; `ctx_mesh` (`sharding.context_mesh()`), `keep_unused`, `inline`,
-# `compiler_options_kvs`. The NamedShardings given to `jit` (over meshes without Explicit
-# axes) are recorded in `in_shardings` / `out_shardings` as JAX's: they constrain the call's
+# `compiler_options_kvs`. The NamedShardings (or bare PartitionSpecs, over the mesh in
+# context) given to `jit`, over concrete meshes without Explicit axes, are recorded in `in_shardings` / `out_shardings` as JAX's: they constrain the call's
 # operands and results where the equation is lowered (and where it runs eagerly); derived
 # calls carry them over (`result_params`, `_batch_jit_params`). Other shardings act as
 # sharding constraint equations around the call; layouts keep their defaults (stagecraft's
@@ -1395,8 +1395,12 @@ class PjitFunction:
   def _constrained_call(self, entry, args, kwargs, static_argnums, leaves):
     lay = self._layout(entry, args, kwargs, static_argnums, [None] * len(leaves))
     given = [s for s in (*(lay.explicit_in or ()), *(lay.explicit_out or ())) if s is not None]
-    user = tree_util.tree_leaves((self._in_shardings, self._out_shardings))
-    if all(isinstance(s, NamedSharding) and not s.mesh.explicit_axes for s in (*given, *user)):
+    user = tree_util.tree_leaves((self._in_shardings, self._out_shardings),
+                                 is_leaf=lambda x: isinstance(x, (NamedSharding, PartitionSpec)))
+    # NB: a bare PartitionSpec is JAX's NamedSharding over the mesh in context (to_named)
+    if all(isinstance(s, PartitionSpec) or (isinstance(s, NamedSharding) and
+                                            isinstance(s.mesh, sharding_lib.Mesh))
+           for s in user) and all(not s.mesh.explicit_axes for s in given):
       # JAX's equation: the shardings recorded in its params (the lowering and the derived
       # calls' rules apply them)
       unspec = sharding_lib.UNSPECIFIED
