@@ -112,9 +112,10 @@ jit_p.multiple_results = True
 # (UNSPECIFIED), `in_layouts` (None), `donated_invars` (False), per result `out_shardings`,
 # `out_layouts`; `ctx_mesh` (`sharding.context_mesh()`), `keep_unused`, `inline`,
 # `compiler_options_kvs`. The NamedShardings (or bare PartitionSpecs, over the mesh in
-# context) given to `jit`, over concrete meshes without Explicit axes, are recorded in `in_shardings` / `out_shardings` as JAX's: they constrain the call's
-# operands and results where the equation is lowered (and where it runs eagerly); derived
-# calls carry them over (`result_params`, `_batch_jit_params`). Other shardings act as
+# context) given to `jit`, over concrete meshes without Explicit axes, are recorded in
+# `in_shardings` / `out_shardings` as JAX's: they constrain the call's operands and
+# results where the equation is lowered (and where it runs eagerly); derived calls carry
+# them over (`result_params`, `_batch_jit_params`). Other shardings act as
 # sharding constraint equations around the call; layouts keep their defaults (stagecraft's
 # jit lays out its arguments itself).
 # (name, default entry, per operand (True) or per result (False)), in JAX's order.
