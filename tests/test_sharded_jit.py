@@ -756,6 +756,8 @@ def test_mesh_axis_names_never_reach_the_module_text_raw(names):
   out = f(x)
   np.testing.assert_array_equal(np.asarray(out), x * 2)
   assert out.sharding.spec == P(names[0], names[1])
+  if isinstance(names[0], int):
+    return   # NB: psum(a, 0) reduces a's positional axis 0, as JAX's psum reads an int axis
   g = sc.shard_map(lambda a: sc.lax.psum(a, names[0]), mesh=mesh, in_specs=P(names[0], names[1]),
                    out_specs=P(None, names[1]))
   np.testing.assert_array_equal(np.asarray(g(out / 2)), x[:2] + x[2:])   # NB: typed as in_specs

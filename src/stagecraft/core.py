@@ -1544,6 +1544,11 @@ class Primitive:
   #: `donated_invars`, ...): the call rules of derived calls (`interpreters.calls`) carry
   #: each operand's entry over to the operands that stand for it.
   operand_params: tuple = ()
+  #: `(name, default entry, operand param)` of each param holding one entry per result
+  #: (jit's `out_shardings`, ...), with the per-operand param that holds the same kind of
+  #: entry (`in_shardings`): derived calls carry the entries over as `operand_params`'
+  #: (a transposed call's cotangent operand takes its result's entry, and so on).
+  result_params: tuple = ()
 
   def __init__(self, name: str):
     self.name = name

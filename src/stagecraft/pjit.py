@@ -27,8 +27,9 @@ from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
-from stagecraft.interpreters import calls, lowering, mapping, partial_eval as pe
+from stagecraft.interpreters import batching, calls, lowering, mapping, partial_eval as pe
 from stagecraft.lax.control_flow import conditionals, loops, while_op
+from stagecraft.lax import spmd as lax_spmd
 from stagecraft.lax.spmd import bind_sharding_constraint, reshard, reshard_p
 from stagecraft.runtime import client, dispatch, spmd
 from stagecraft.runtime.array import Array, mark_committed
@@ -110,14 +111,30 @@ jit_p.multiple_results = True
 # The params of a jit equation, as JAX's: `jaxpr`, `name`, and per operand `in_shardings`
 # (UNSPECIFIED), `in_layouts` (None), `donated_invars` (False), per result `out_shardings`,
 # `out_layouts`; `ctx_mesh` (`sharding.context_mesh()`), `keep_unused`, `inline`,
-# `compiler_options_kvs`. stagecraft's jit places and lays out its arguments itself (the
-# shardings and layouts given to `jit` are not recorded here; inside a trace they act as
-# sharding constraints around the equation), so those entries keep their defaults.
+# `compiler_options_kvs`. The NamedShardings (or bare PartitionSpecs, over the mesh in
+# context) given to `jit`, over concrete meshes without Explicit axes, are recorded in
+# `in_shardings` / `out_shardings` as JAX's: they constrain the call's operands and
+# results where the equation is lowered (and where it runs eagerly); derived calls carry
+# them over (`result_params`, `_batch_jit_params`). Other shardings act as
+# sharding constraint equations around the call; layouts keep their defaults (stagecraft's
+# jit lays out its arguments itself).
 # (name, default entry, per operand (True) or per result (False)), in JAX's order.
 _JIT_SIZED = (("in_shardings", sharding_lib.UNSPECIFIED, True),
               ("out_shardings", sharding_lib.UNSPECIFIED, False),
               ("in_layouts", None, True), ("out_layouts", None, False),
               ("donated_invars", False, True))
+
+
+_JIT_SIZED_TRANSPOSED = tuple(_JIT_SIZED[i] for i in (0, 2, 1, 3, 4))
+
+
+def _jit_derived(params: dict, what: str) -> dict:
+  """A derived call's params: the jit's (its name kept, as JAX 0.10.2's: `grad(jit(f))`
+  prints two `jit[name=f]` equations), in the order JAX's rule binds them."""
+  if what != "transpose":
+    return params
+  order = ("jaxpr", "in_shardings", "in_layouts", "out_shardings", "out_layouts")
+  return {**{k: params[k] for k in order if k in params}, **params}
 
 
 def _complete_jit_params(num_args: int, params: dict) -> dict:
@@ -126,7 +143,12 @@ def _complete_jit_params(num_args: int, params: dict) -> dict:
   batched, partial evaluation, DCE), set to its default."""
   num_out = len(params["jaxpr"].jaxpr.outvars)
   p = {"jaxpr": params["jaxpr"]}
-  for k, default, n in _JIT_SIZED:
+  keys = list(params)
+  sized = _JIT_SIZED
+  if ("in_layouts" in params and "out_shardings" in params
+      and keys.index("in_layouts") < keys.index("out_shardings")):
+    sized = _JIT_SIZED_TRANSPOSED   # NB: the order of JAX's transpose rule's `bind`
+  for k, default, n in sized:
     v = params.get(k)
     p[k] = v if v is not None and len(v) == (num_args if n else num_out) else (
         (default,) * (num_args if n else num_out))
@@ -143,6 +165,36 @@ def _complete_jit_params(num_args: int, params: dict) -> dict:
 
 jit_p.complete_params = _complete_jit_params
 jit_p.operand_params = tuple((k, d) for k, d, per_operand in _JIT_SIZED if per_operand)
+jit_p.result_params = (("out_shardings", sharding_lib.UNSPECIFIED, "in_shardings"),
+                       ("out_layouts", None, "in_layouts"))
+
+
+def _specified(s) -> bool:
+  return isinstance(s, NamedSharding)
+
+
+def _batch_jit_params(params: dict, p: dict, axis_data, in_dims, out_dims) -> dict:
+  """The batched jit call's shardings, as JAX's `_pjit_batcher`: a batched operand's or
+  result's NamedSharding gains the batch dimension (unsharded, or over spmd_axis_name);
+  replicated ones and UNSPECIFIED stay."""
+  def one(s, d):
+    if d is None or d is batching.not_mapped or not _specified(s):
+      return s
+    if axis_data.spmd_name is None and s.is_fully_replicated:
+      return s
+    spec = tuple(s.spec) + (None,) * max(0, d - len(s.spec))
+    spec = (*spec[:d], axis_data.spmd_name, *spec[d:])
+    if isinstance(s.mesh, sharding_lib.Mesh):
+      # NB: JAX's goes through the HLO sharding and back: no trailing unsharded entries
+      while spec and spec[-1] is None:
+        spec = spec[:-1]
+    return NamedSharding(s.mesh, PartitionSpec(*spec))
+  ins, outs = params.get("in_shardings"), params.get("out_shardings")
+  if ins is not None and len(ins) == len(in_dims) and any(map(_specified, ins)):
+    p["in_shardings"] = tuple(map(one, ins, in_dims))
+  if outs is not None and len(outs) == len(out_dims) and any(map(_specified, outs)):
+    p["out_shardings"] = tuple(map(one, outs, out_dims))
+  return p
 
 
 _jit_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, Any]" = (
@@ -336,16 +388,33 @@ def hoist_call_consts(jaxpr: core.Jaxpr) -> tuple[core.Jaxpr, list]:
   return jaxpr.replace(constvars=[*jaxpr.constvars, *new_vars.values()], eqns=eqns), consts
 
 
-def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str, inline: bool = False, **_):
-  return lowering.lower_call(ctx, name, jaxpr, args)
+def _jit_lowering(ctx, *args, jaxpr: ClosedJaxpr, name: str, inline: bool = False,
+                  in_shardings=(), out_shardings=(), **_):
+  # NB: the recorded shardings constrain the call's operands and results
+  if any(map(_specified, in_shardings)):
+    args = [lax_spmd.lower_sharding_constraint(ctx, a, aval, s) if _specified(s) else a
+            for a, aval, s in zip(args, ctx.avals_in, in_shardings)]
+  outs = lowering.lower_call(ctx, name, jaxpr, args)
+  if any(map(_specified, out_shardings)):
+    n = len(out_shardings)
+    outs = [*[lax_spmd.lower_sharding_constraint(ctx, o, aval, s) if _specified(s) else o
+              for o, aval, s in zip(outs[:n], ctx.avals_out, out_shardings)], *outs[n:]]
+  return outs
 
 
 core.def_closed_call(jit_p, "jaxpr")
-def _checked_jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False, **_):
+def _checked_jit_impl(*args, jaxpr: ClosedJaxpr, name: str, inline: bool = False,
+                      in_shardings=(), out_shardings=(), **_):
   """`_jit_impl`; with debug_nans/debug_infs, a NaN (inf) in the results runs the body
   again equation by equation (JAX's de-optimized version), so the primitive that made it
-  raises the FloatingPointError."""
+  raises the FloatingPointError. Recorded shardings place the operands and results."""
+  if any(map(_specified, in_shardings)):
+    args = [bind_sharding_constraint(a, s) if _specified(s) else a
+            for a, s in zip(args, in_shardings)]
   outs = _jit_impl(*args, jaxpr=jaxpr, name=name, inline=inline)
+  if any(map(_specified, out_shardings)):
+    outs = [bind_sharding_constraint(o, s) if _specified(s) else o
+            for o, s in zip(outs, out_shardings)]
   if config.state_key[1] and dispatch.find_special(outs) is not None:
     print("Invalid nan value encountered in the output of a jax.jit function. Calling the "
           "de-optimized version.")
@@ -358,7 +427,8 @@ jit_p.def_impl(_checked_jit_impl)
 lowering.register_lowering(jit_p, _jit_lowering)
 # NB: derived calls (jvp, transpose, batched, the known and unknown halves) keep the jit's
 # name, as JAX 0.10.2's: `grad(jit(f))` prints two `jit[name=f]` equations.
-calls.CallRules(jit_p, "jaxpr", lambda params, what: params, closed_consts=True).register()
+calls.CallRules(jit_p, "jaxpr", _jit_derived, closed_consts=True,
+                batch_params=_batch_jit_params).register()
 
 
 def _jit_pp_rule(eqn, context):
@@ -1325,6 +1395,24 @@ class PjitFunction:
 
   def _constrained_call(self, entry, args, kwargs, static_argnums, leaves):
     lay = self._layout(entry, args, kwargs, static_argnums, [None] * len(leaves))
+    given = [s for s in (*(lay.explicit_in or ()), *(lay.explicit_out or ())) if s is not None]
+    user = tree_util.tree_leaves((self._in_shardings, self._out_shardings),
+                                 is_leaf=lambda x: isinstance(x, (NamedSharding, PartitionSpec)))
+    # NB: a bare PartitionSpec is JAX's NamedSharding over the mesh in context (to_named)
+    if all(isinstance(s, PartitionSpec) or (isinstance(s, NamedSharding) and
+                                            isinstance(s.mesh, sharding_lib.Mesh))
+           for s in user) and all(not s.mesh.explicit_axes for s in given):
+      # JAX's equation: the shardings recorded in its params (the lowering and the derived
+      # calls' rules apply them)
+      unspec = sharding_lib.UNSPECIFIED
+      ins = [unspec] * len(entry.call_consts) + [unspec if s is None else s
+                                                 for s in lay.explicit_in or [None] * len(leaves)]
+      n_out = len(entry.call.jaxpr.outvars)
+      outs = [unspec if s is None else s for s in lay.explicit_out or [None] * n_out]
+      outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
+                        name=fun_name(self._fun), in_shardings=tuple(ins),
+                        out_shardings=tuple(outs))
+      return optree.tree_unflatten(entry.out_tree, outs)
     bind = lambda xs, shs: [x if s is None else bind_sharding_constraint(x, s)
                             for x, s in zip(xs, shs or [None] * len(xs))]
     outs = jit_p.bind(*entry.call_consts, *bind(leaves, lay.explicit_in), jaxpr=entry.call,

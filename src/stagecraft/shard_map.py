@@ -67,7 +67,7 @@ from stagecraft.numpy import asarray as _asarray
 from stagecraft.runtime.array import Array
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.lax.spmd import (body_vma, enclosing_shard_map, local_aval, outside_shard_map,
-                                 shard_map_env, shard_map_p,
+                                 shard_map_env, shard_map_p, name_shard_map_body,
                                  split_size)
 from stagecraft.sharding import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
                                  concrete_mesh, current_mesh, get_abstract_mesh)
@@ -539,6 +539,7 @@ class _Mapped:
     with shard_map_env(mesh, manual, typed):
       jaxpr, consts = pe.trace_to_jaxpr(flat, local)
     closed = ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), [])
+    name_shard_map_body(closed, fun_name)
     out_tree = store[0]
     out_shape = tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
     o_specs = _flat_specs(self.out_specs, out_shape, "out_specs", fun_name, legacy=True)
@@ -653,10 +654,13 @@ class _Mapped:
           self.traces[key] = entry
       closed, consts, out_tree, o_specs, _ = entry
       dyn_specs = tuple(s for s in specs if s is not None)
+      # NB: JAX's params in JAX's order; the function's name (for stagecraft's messages and
+      # module names) is kept beside the body (`spmd.shard_map_name`), as JAX keeps it in
+      # the body's debug info.
       outs = shard_map_p.bind(
-          *consts, *dyn, jaxpr=closed, mesh=mesh,
+          *consts, *dyn, mesh=mesh,
           in_specs=(PartitionSpec(),) * len(consts) + dyn_specs, out_specs=o_specs,
-          newly_manual_axes=self.manual, check_vma=self.check, name=fun_name,
+          jaxpr=closed, check_vma=self.check, newly_manual_axes=self.manual,
           **({"mesh_from_context": True} if self.mesh_from_context else {}))
       return tree_util.tree_unflatten(out_tree, outs)
 

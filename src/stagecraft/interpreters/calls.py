@@ -88,8 +88,11 @@ class CallRules:
 
   def __init__(self, prim: core.Primitive, param: str = "jaxpr",
                derived: Callable[[dict, str], dict] = _keep, closed_consts: bool = False,
-               forward_jvp: bool = False):
+               forward_jvp: bool = False, batch_params: Callable | None = None):
     self.prim, self.param, self.derived = prim, param, derived
+    # `batch_params(params, derived params, axis_data, in dims, out dims)`: the batched
+    # call's params (jit's shardings gain the batch dimension), or None.
+    self.batch_params = batch_params
     self.closed_consts = closed_consts
     # True: the body's JVP is forward mode's even under grad (`ad.jvp_mode()` None), as
     # JAX's checkpoint differentiates its body with `jvp` rules.
@@ -101,18 +104,35 @@ class CallRules:
     self._batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
   def _params(self, params: dict, what: str, closed: ClosedJaxpr,
-              in_map: Sequence[int | None] | None = None) -> dict:
+              in_map: Sequence | None = None, out_map: Sequence | None = None) -> dict:
     """The derived call's params. `in_map`: for each of its operands, the index of the
-    operand of the original call it is (a primal's tangent counts as the primal), or None;
-    the primitive's per-operand params (`operand_params`: jit's `donated_invars`, ...)
-    follow it (JAX's jvp and partial-eval rules of pjit); without it they are reset."""
+    operand of the original call it is (a primal's tangent counts as the primal), or
+    `("out", j)` for its result j (a transposed call's cotangent), or None; the primitive's
+    per-operand params (`operand_params`: jit's `donated_invars`, ...) follow it (JAX's jvp
+    and partial-eval rules of pjit); without it they are reset. `out_map` likewise for each
+    of its results: the index of the original call's result, `("in", i)` for operand i, or
+    None, followed by the per-result params (`result_params`: jit's `out_shardings`, ...).
+    An entry taken from the other side comes from the param holding the same kind of
+    entry (`in_shardings` <-> `out_shardings`), else it is the default."""
     p = {**self.derived(params, what), self.param: closed}
-    per_operand = self.prim.operand_params
-    if per_operand and in_map is not None:
-      for k, default in per_operand:
-        v = p.get(k)
-        if v is not None:
-          p[k] = tuple(default if i is None else v[i] for i in in_map)
+    per_result = self.prim.result_params
+    other = {k: c for k, _, c in per_result}
+    other.update((c, k) for k, _, c in per_result)
+
+    def mapped(k, default, m):
+      v, w = params.get(k), params.get(other.get(k))
+      if v is None:
+        return
+      if m is None or (what == "transpose" and k not in other):
+        p.pop(k, None)   # NB: reset (`complete_params` gives the defaults), as JAX's
+        return
+      p[k] = tuple(default if i is None else v[i] if type(i) is int else
+                   default if w is None else w[i[1]] for i in m)
+    if in_map is not None:
+      for k, default in self.prim.operand_params:
+        mapped(k, default, in_map)
+    for k, default, _ in per_result:
+      mapped(k, default, out_map)
     complete = self.prim.complete_params   # NB: per-operand params fit the derived call
     return p if complete is None else complete(len(closed.jaxpr.invars), p)
 
@@ -142,9 +162,10 @@ class CallRules:
         lambda: self._close(*ad.jvp_jaxpr(closed, nonzeros, is_vjp=mode)))
     n_in = len(primals)
     in_map = [None] * len(consts) + [*range(n_in), *[i for i in range(n_in) if nonzeros[i]]]
-    outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
-                          **self._params(params, "jvp", jvp_closed, in_map))
     n = len(closed.out_avals)
+    out_map = [*range(n), *[j for j in range(n) if out_nz[j]]]
+    outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
+                          **self._params(params, "jvp", jvp_closed, in_map, out_map))
     it = iter(outs[n:])
     return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
                       for nz, a in zip(out_nz, closed.out_avals)]
@@ -156,9 +177,12 @@ class CallRules:
     ct_nonzeros = tuple(type(c) is not ad.Zero for c in cts)
     t_closed, consts = _memo(self._transpose_cache, closed, (undefined, ct_nonzeros),
                              lambda: self._transpose_jaxpr(closed, undefined, ct_nonzeros))
+    in_map = [*[None] * len(consts), *[i for i, u in enumerate(undefined) if not u],
+              *[("out", j) for j, nz in enumerate(ct_nonzeros) if nz]]
+    out_map = [("in", i) for i, u in enumerate(undefined) if u]
     outs = self.prim.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
                           *[c for c in cts if type(c) is not ad.Zero],
-                          **self._params(params, "transpose", t_closed))
+                          **self._params(params, "transpose", t_closed, in_map, out_map))
     it = iter(outs)
     return [next(it) if u else None for u in undefined]
 
@@ -170,7 +194,11 @@ class CallRules:
         self._batch_cache, closed, (tuple(dims), axis_data),
         lambda: self._close(*batching.batch_jaxpr(closed, axis_data, dims,
                                                   [None] * len(closed.out_avals))))
-    outs = self.prim.bind(*consts, *args, **self._params(params, "batch", b_closed))
+    p = self._params(params, "batch", b_closed)
+    if self.batch_params is not None:
+      p = self.batch_params(params, p, axis_data, [None] * len(consts) + list(dims),
+                            out_dims)
+    outs = self.prim.bind(*consts, *args, **p)
     return outs, out_dims
 
   def partial_eval(self, eqn, unknowns):
@@ -201,13 +229,16 @@ class CallRules:
     known_eqn = core.JaxprEqn(
         [v for v, u in zip(eqn.invars, unknowns) if not u],
         [*[v for v, u in zip(eqn.outvars, out_unknowns) if not u], *res_vars], self.prim,
-        self._params(eqn.params, "known", known, [i for i, u in enumerate(unknowns) if not u]),
+        self._params(eqn.params, "known", known, [i for i, u in enumerate(unknowns) if not u],
+                     [*[j for j, u in enumerate(out_unknowns) if not u],
+                      *[None] * len(res_vars)]),
         eqn.source_info)
     unknown_eqn = core.JaxprEqn(
         [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
         [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
         self._params(eqn.params, "unknown", unknown,
-                     [None] * len(res_vars) + [i for i, u in enumerate(unknowns) if u]),
+                     [None] * len(res_vars) + [i for i, u in enumerate(unknowns) if u],
+                     [j for j, u in enumerate(out_unknowns) if u]),
         eqn.source_info)
     return known_eqn, unknown_eqn, out_unknowns
 
@@ -297,10 +328,12 @@ class CallRules:
     known_outs = [core.Var(v.aval) if type(v) is core.DropVar else v
                   for v, u in zip(eqn.outvars, out_unknowns) if not u]
     fwd: dict = {}
-    k_outs = []
-    for o, f in zip(known_outs, out_fwd):
+    k_outs, k_out_map = [], []
+    known_idx = [j for j, u in enumerate(out_unknowns) if not u]
+    for o, f, j in zip(known_outs, out_fwd, known_idx):
       if f is None:
         k_outs.append(o)
+        k_out_map.append(j)
       else:
         fwd[o] = known_ins[f]
     res_avals = iter(v.aval for v in known.jaxpr.outvars[len(k_outs):])
@@ -309,6 +342,7 @@ class CallRules:
       if kind == "res":
         v = core.Var(next(res_avals))
         k_outs.append(v)
+        k_out_map.append(None)
       elif kind == "in":
         v = known_ins[x]
       elif kind == "out":
@@ -323,14 +357,16 @@ class CallRules:
     if k_outs or known.jaxpr.effects or const_ok is None:
       known_eqn = core.JaxprEqn(
           known_ins, k_outs, self.prim,
-          self._params(eqn.params, "known", known, [i for i, u in enumerate(unknowns) if not u]),
+          self._params(eqn.params, "known", known, [i for i, u in enumerate(unknowns) if not u],
+                       k_out_map),
           eqn.source_info)
     if any(out_unknowns):
       unknown_eqn = core.JaxprEqn(
           [*res_ins, *[v for v, u in zip(eqn.invars, unknowns) if u]],
           [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
           self._params(eqn.params, "unknown", unknown,
-                       [None] * len(res_ins) + [i for i, u in enumerate(unknowns) if u]),
+                       [None] * len(res_ins) + [i for i, u in enumerate(unknowns) if u],
+                       [j for j, u in enumerate(out_unknowns) if u]),
           eqn.source_info)
     return known_eqn, unknown_eqn, out_unknowns, fwd
 
@@ -350,7 +386,8 @@ class CallRules:
         invars=[v for v, u in zip(eqn.invars, used_ins) if u],
         outvars=[v for v, u in zip(eqn.outvars, used_outs) if u],
         params=self._params(eqn.params, "dce", new_closed,
-                            [i for i, u in enumerate(used_ins) if u]))
+                            [i for i, u in enumerate(used_ins) if u],
+                            [j for j, u in enumerate(used_outs) if u]))
 
   def register(self, *, partial_eval: bool = True, dce: bool = True) -> "CallRules":
     """Registers the rules (partial evaluation and DCE optional: a primitive may keep its

@@ -58,6 +58,11 @@ def _ct_spec(e):
   return f() if f is not None else e
 
 
+def _derived_name(params: dict, what: str) -> dict:
+  # NB: the `name` param of a derived call, where the primitive has one (xla_pmap's)
+  return {"name": f"{what}({params['name']})"} if "name" in params else {}
+
+
 class MapRules:
   """The jvp, transpose and DCE rules shared by the map primitives over devices (pmap,
   shard_map). Each describes operands and results by a per-position entry under `in_key` /
@@ -112,7 +117,7 @@ class MapRules:
               tuple(e for e, nz in zip(ins, nonzeros) if nz))
     new_out = tuple(outs_e) + tuple(e for e, nz in zip(outs_e, out_nz) if nz)
     outs = self.bind([*consts, *primals, *nz_tangents], params, new_in, new_out,
-                     jaxpr=jvp_closed, name=f"jvp({params['name']})")
+                     jaxpr=jvp_closed, **_derived_name(params, "jvp"))
     n = len(outs_e)
     it = iter(outs[n:])
     out_avals = self.prim.abstract_eval(**params)
@@ -152,7 +157,7 @@ class MapRules:
     new_out = tuple(_ct_spec(e) for e, u in zip(ins, undefined) if u)
     outs = self.bind([*consts, *[a for a, u in zip(args, undefined) if not u],
                       *[c for c in cts if type(c) is not ad.Zero]], params, new_in, new_out,
-                     jaxpr=t_closed, name=f"transpose({params['name']})")
+                     jaxpr=t_closed, **_derived_name(params, "transpose"))
     it = iter(outs)
     return [next(it) if u else None for u in undefined]
 

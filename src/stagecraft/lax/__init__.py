@@ -34,7 +34,15 @@ from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, axis_si
                                      pbroadcast, pmax, pmean, pmin, ppermute, pshuffle, psum,
                                      psum_scatter, pcast, pswapaxes, psend, precv,
                                      ragged_all_to_all)
-# The collectives' primitives under JAX's names (their params are stagecraft's).
+# The collectives' primitives under JAX's names (with JAX's params).
 from stagecraft.lax.parallel import (all_gather_p, all_to_all_p, axis_index_p,  # noqa: F401
                                      pmax_p, pmin_p, ppermute_p, psum_p)
 from stagecraft.lax.spmd import sharding_constraint_p, with_sharding_constraint  # noqa: F401,E402
+
+
+def __getattr__(name):
+  # NB: names JAX 0.10 removed raise JAX's AttributeError (its deprecation message)
+  if name == "pvary":
+    raise AttributeError("jax.lax.pvary was deprecated in JAX v0.8.2 and removed in JAX "
+                         "v0.10.0; use `jax.lax.pcast(..., to='varying')")
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,7 @@ import numpy as np
 from stagecraft import core, dtypes, tree_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.core import ShapedArray
-from stagecraft.interpreters import ad, batching, lowering, mapping
+from stagecraft.interpreters import ad, batching, lowering, mapping, mlir
 from stagecraft.lax import cumulative, elementwise, reduction, shape as lax_shape, slicing
 from stagecraft.lax.dot import not_differentiable
 
@@ -144,12 +144,25 @@ def _channel_attrs(ctx, *, global_ids: bool = True) -> list[str]:
   return attrs
 
 
-def _reduction_lowering(scalar_op: str, bool_op: str):
-  """Lowers psum/pmax/pmin: one `all_reduce` per operand over the axes' replica groups."""
+def _split_axes(axes) -> tuple[tuple, tuple]:
+  """(named axes, positional axes) of a psum/pmax/pmin's `axes` (JAX's: an int is a
+  positional axis of the operand, as vmap's batching rules bind them)."""
+  return (tuple(a for a in axes if not isinstance(a, int)),
+          tuple(a for a in axes if isinstance(a, int)))
+
+
+def _reduction_lowering(scalar_op: str, bool_op: str, positional=None):
+  """Lowers psum/pmax/pmin: the positional axes reduced first (`positional(x, axes)`), then
+  one `all_reduce` per operand over the named axes' replica groups."""
   def rule(ctx, *args, axes, axis_index_groups):
-    groups = _replica_groups(ctx, axes, axis_index_groups)
+    named, pos = _split_axes(axes)
+    if pos:
+      args = mlir.lower_fun(lambda *xs: [positional(x, pos) for x in xs])(ctx, *args)
+    if not named:
+      return list(args)
+    groups = _replica_groups(ctx, named, axis_index_groups)
     outs = []
-    for x, aval in zip(args, ctx.avals_in):
+    for x, aval in zip(args, ctx.avals_out):
       scalar = ShapedArray((), aval.dtype)
       op = bool_op if aval.dtype == dtypes.bool_ else scalar_op
 
@@ -229,9 +242,10 @@ def _ppermute_lowering(ctx, x, *, axis_name, perm):
   return ctx.op("stablehlo.collective_permute", [x], attrs=", ".join(attrs))
 
 
-def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True,
+def _all_to_all_lowering(ctx, x, *, axis_name, split_axis, concat_axis, tiled=True,
                          axis_index_groups=None):
   groups = _replica_groups(ctx, _names(axis_name))
+  axis_size = len(groups[0])
   attrs = ", ".join([f"split_dimension = {split_axis} : i64",
                      f"concat_dimension = {concat_axis} : i64",
                      f"split_count = {axis_size} : i64", *_channel_attrs(ctx, global_ids=False),
@@ -255,11 +269,6 @@ def _checked_groups(axis_index_groups, size: int) -> tuple | None:
   return groups
 
 
-def _groups_param(groups) -> dict:
-  # NB: the param only when groups are given, so the common equations print as before
-  return {} if groups is None else {"axis_index_groups": groups}
-
-
 def _unbound_impl(name_param: str):
   def impl(*args, **params):
     raise _unbound(params[name_param])
@@ -275,12 +284,22 @@ def _reduction_prim(name: str):
   p.multiple_results = True
 
   def abstract_eval(*avals, axes, axis_index_groups):
-    _check_bound(axes, "psum")
+    named, pos = _split_axes(axes)
+    _check_bound(named, "psum")
+    if pos:
+      if axis_index_groups is not None:
+        raise ValueError(f"axis_index_groups can only be used with reductions over named "
+                         f"axes, but got: {axes}")
+      avals = [a.update(shape=tuple(d for i, d in enumerate(a.shape) if i not in pos))
+               for a in avals]
     # NB: as JAX's, the result is strongly typed (a weak operand's sum is not weak)
     return [a.update(weak_type=False) if a.weak_type else a for a in avals]
 
   def impl(*args, axes, axis_index_groups):
-    raise _unbound(axes[0])
+    named, pos = _split_axes(axes)
+    if named:
+      raise _unbound(named[0])
+    return [_POSITIONAL[name](x, pos) for x in args]   # NB: positional axes only
 
   p.def_abstract_eval(abstract_eval)
   p.def_impl(impl)
@@ -290,25 +309,49 @@ def _reduction_prim(name: str):
 psum_p = _reduction_prim("psum")
 pmax_p = _reduction_prim("pmax")
 pmin_p = _reduction_prim("pmin")
-lowering.register_lowering(psum_p, _reduction_lowering("stablehlo.add", "stablehlo.or"))
-lowering.register_lowering(pmax_p, _reduction_lowering("stablehlo.maximum", "stablehlo.or"))
-lowering.register_lowering(pmin_p, _reduction_lowering("stablehlo.minimum", "stablehlo.and"))
+_POSITIONAL = {"psum": reduction.reduce_sum, "pmax": reduction.reduce_max,
+               "pmin": reduction.reduce_min}
+lowering.register_lowering(psum_p, _reduction_lowering("stablehlo.add", "stablehlo.or",
+                                                       reduction.reduce_sum))
+lowering.register_lowering(pmax_p, _reduction_lowering("stablehlo.maximum", "stablehlo.or",
+                                                       reduction.reduce_max))
+lowering.register_lowering(pmin_p, _reduction_lowering("stablehlo.minimum", "stablehlo.and",
+                                                       reduction.reduce_min))
 
 
 def _reduction_batcher(prim, reduce_fn, unbatched_fn):
+  # As JAX's rule: a batched operand's batch dimension moves to the front and is reduced as
+  # a positional axis of the equation (`psum[axes=(0,)]`, `axes=('i', 0)`), the other
+  # positional axes shifting past it; an unbatched operand over the vmapped axis is the
+  # same on every member (psum: times the axis size).
   def rule(axis_data, args, dims, *, axes, axis_index_groups):
+    name = axis_data.name
+    ours = name is not None and name in axes
+    pos = any(isinstance(a, int) for a in axes)
+    if not ours and not pos:
+      # Not our axis: reduce over the outer axes with the batch dim kept where it is.
+      return prim.bind(*args, axes=axes, axis_index_groups=axis_index_groups), list(dims)
     if axis_index_groups is not None:
       raise NotImplementedError(f"{prim.name} with axis_index_groups is not supported under "
                                 f"vmap.")
-    if axis_data.name is None or axis_data.name not in axes:
-      # Not our axis: reduce over the outer axes with the batch dim kept where it is.
-      return prim.bind(*args, axes=axes, axis_index_groups=None), list(dims)
-    outs = [unbatched_fn(x, axis_data.size) if d is batching.not_mapped else reduce_fn(x, d)
-            for x, d in zip(args, dims)]
-    rest = tuple(a for a in axes if a != axis_data.name)
-    if rest:
-      outs = prim.bind(*outs, axes=rest, axis_index_groups=None)
-    return outs, [batching.not_mapped] * len(outs)
+    outs, out_dims = [], []
+    for x, d in zip(args, dims):
+      if d is batching.not_mapped:
+        if ours:
+          rest = tuple(a for a in axes if a != name)
+          if rest:
+            x, = prim.bind(x, axes=rest, axis_index_groups=None)
+          outs.append(unbatched_fn(x, axis_data.size))
+        else:
+          outs.append(prim.bind(x, axes=axes, axis_index_groups=None)[0])
+        out_dims.append(batching.not_mapped)
+        continue
+      x = batching.moveaxis(x, d, 0)
+      new = tuple(a + 1 if isinstance(a, int) else 0 if ours and a == name else a
+                  for a in axes)
+      outs.append(prim.bind(x, axes=new, axis_index_groups=None)[0])
+      out_dims.append(batching.not_mapped if ours else 0)
+    return outs, out_dims
   batching.fancy_primitive_batchers[prim] = rule
 
 
@@ -336,8 +379,14 @@ _reduction_batcher(pmin_p, _reduce_min, lambda x, n: x)
 
 
 def _psum_transpose(cts, *args, axes, axis_index_groups):
+  named, pos = _split_axes(axes)
+  if pos:
+    # As JAX's: the positional axes' cotangents are broadcast back (reduce_sum's transpose),
+    # then summed over the named axes (`psum[axes=()]` when there are none).
+    cts = [c if type(c) is ad.Zero else
+           reduction.reduce_sum_transpose(c, a, axes=pos)[0] for c, a in zip(cts, args)]
   nz = [c for c in cts if type(c) is not ad.Zero]
-  outs = iter(psum_p.bind(*nz, axes=axes, axis_index_groups=axis_index_groups) if nz else [])
+  outs = iter(psum_p.bind(*nz, axes=named, axis_index_groups=axis_index_groups) if nz else [])
   return [c if type(c) is ad.Zero else next(outs) for c in cts]
 
 
@@ -606,6 +655,9 @@ def pvary(x: Any, axis_name: Any) -> Any:
   axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
   if not axes:
     return x
+  if not core.check_vma_state[0] and all(
+      n in sharding_lib.get_abstract_mesh().manual_axes for n in axes):
+    return x   # NB: as JAX's, nothing to mark in a body without varying types (check_vma=False)
   if all(n in core.axis_order for n in axes):   # mesh axes: in mesh order, as JAX's
     axes = core.order_axes(axes)
 
@@ -812,18 +864,19 @@ def _all_gather_batcher(axis_data, args, dims, *, axis_name, all_gather_dimensio
   (x,), (d,) = args, dims
   if axis_index_groups is not None:
     raise NotImplementedError("axis_index_groups not supported in vmap")
-  if isinstance(axis_name, tuple) and axis_data.name in axis_name:
+  names = _names(axis_name)
+  if len(names) > 1 and axis_data.name in names:
     raise NotImplementedError(f"all_gather over several axis names {axis_name} including the "
                               f"vmap axis {axis_data.name!r} is not supported; gather over "
                               f"one name at a time.")
-  if axis_data.name != axis_name:
-    if d is batching.not_mapped:
-      return all_gather_p.bind(x, axis_name=axis_name, all_gather_dimension=axis, tiled=tiled,
-                               axis_size=axis_size), batching.not_mapped
-    x = batching.moveaxis(x, d, 0)
-    out = all_gather_p.bind(x, axis_name=axis_name, all_gather_dimension=axis + 1, tiled=tiled,
-                            axis_size=axis_size)
-    return out, 0
+  if axis_data.name not in names:
+    # NB: the batch dimension stays where it is, as JAX's rule.
+    if d is not batching.not_mapped:
+      if d <= axis:
+        axis += 1
+      elif not tiled:
+        d += 1
+    return _bind_all_gather(x, names, axis, None, axis_size, tiled), d
   if d is batching.not_mapped:
     x = batching.broadcast(x, axis_data.size, axis)
   else:
@@ -839,9 +892,8 @@ def _all_gather_transpose(ct, x, *, axis_name, all_gather_dimension, tiled, axis
                           axis_index_groups=None):
   axis = all_gather_dimension
   # all_gather's transpose is psum_scatter: member i's cotangent is block i of the sum.
-  return [reduce_scatter_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
-                                scatter_dimension=axis, axis_size=axis_size, tiled=tiled,
-                                **_groups_param(axis_index_groups))]
+  return [_bind_reduce_scatter(ad.instantiate_zeros(ct), _names(axis_name), axis,
+                               axis_index_groups, axis_size, tiled)]
 
 
 all_gather_p.def_abstract_eval(_all_gather_abstract_eval)
@@ -851,6 +903,12 @@ batching.fancy_primitive_batchers[all_gather_p] = _all_gather_batcher
 ad.deflinear_args(all_gather_p, _all_gather_transpose)
 # NB: as JAX's, every equation carries `axis_index_groups` (None unless given).
 all_gather_p.def_default_params(axis_index_groups=None)
+
+
+def _bind_all_gather(x, names: tuple, dimension: int, groups, size: int, tiled: bool):
+  # NB: JAX's params, in JAX's order; `axis_name` always a tuple of names, as JAX's.
+  return all_gather_p.bind(x, all_gather_dimension=dimension, axis_name=names,
+                           axis_index_groups=groups, axis_size=size, tiled=tiled)
 
 
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
@@ -876,10 +934,9 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     raise NotImplementedError(
         f"lax.all_gather(to={to!r}) (JAX's all_gather_{'reduced' if to == 'reduced' else 'invariant'}) "
         f"is not implemented by stagecraft; gather with to='varying'.")
-  if isinstance(axis_name, (tuple, list)):
-    # NB: a tuple of names gathers over their grid, ordered row-major in the order named.
-    axis_name = tuple(axis_name) if len(axis_name) != 1 else axis_name[0]
-  size = axis_size(axis_name)
+  # NB: a tuple of names gathers over their grid, ordered row-major in the order named.
+  names = _names(axis_name)
+  size = axis_size(names)
   groups = _checked_groups(axis_index_groups, size)
   if groups is not None:
     size = len(groups[0])   # NB: each member gathers its group's values
@@ -887,9 +944,7 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
   def one(leaf):
     nd = len(core.get_aval(leaf).shape)
     ax = axis % (nd + (0 if tiled else 1)) if nd or not tiled else 0
-    return all_gather_p.bind(leaf, axis_name=axis_name, all_gather_dimension=ax, tiled=tiled,
-                             axis_size=size,
-                             **_groups_param(groups))
+    return _bind_all_gather(leaf, names, ax, groups, size, tiled)
   return tree_util.tree_map(one, x)
 
 
@@ -907,12 +962,14 @@ def _ppermute_abstract_eval(x, *, axis_name, perm):
 
 def _ppermute_batcher(axis_data, args, dims, *, axis_name, perm):
   (x,), (d,) = args, dims
-  if isinstance(axis_name, tuple) and axis_data.name in axis_name:
+  names = _names(axis_name)
+  if len(names) > 1 and axis_data.name in names:
     raise NotImplementedError(f"ppermute over several axis names {axis_name} including the "
                               f"vmap axis {axis_data.name!r} is not supported; permute over "
                               f"one name at a time.")
-  if axis_data.name != axis_name:
-    return ppermute_p.bind(x, axis_name=axis_name, perm=perm), d
+  if axis_data.name not in names:
+    # NB: params in the order of JAX's batching rule's `bind`
+    return ppermute_p.bind(x, perm=perm, axis_name=axis_name), d
   n = axis_data.size
   src_of = np.full(n, -1)
   for s, t in perm:
@@ -957,9 +1014,10 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
     ValueError: if a source or destination repeats or is out of range.
     NotImplementedError: for a tuple of names that includes a vmap axis.
   """
-  if isinstance(axis_name, (tuple, list)):
-    axis_name = tuple(axis_name) if len(axis_name) != 1 else axis_name[0]
-  n = axis_size(axis_name)
+  names = _names(axis_name)   # NB: the equation holds a tuple of names, as JAX's
+  if len(names) == 1:
+    axis_name = names[0]
+  n = axis_size(names)
   perm = tuple((int(s), int(t)) for s, t in perm)
   srcs, dsts = [s for s, _ in perm], [t for _, t in perm]
   if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):
@@ -967,8 +1025,7 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
   if any(not 0 <= i < n for i in srcs + dsts):
     raise ValueError(f"ppermute indices must be in [0, {n}) for axis {axis_name!r} of size "
                      f"{n}, got {perm}.")
-  return tree_util.tree_map(lambda leaf: ppermute_p.bind(leaf, axis_name=axis_name, perm=perm),
-                            x)
+  return tree_util.tree_map(lambda leaf: ppermute_p.bind(leaf, axis_name=names, perm=perm), x)
 
 
 def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
@@ -1066,13 +1123,14 @@ def _reduce_scatter_batcher(axis_data, args, dims, *, axis_name, scatter_dimensi
     raise NotImplementedError("axis_index_groups not supported in vmap")
   names = _names(axis_name)
   if axis_data.name not in names:
-    if d is batching.not_mapped:
-      return reduce_scatter_p.bind(x, axis_name=axis_name, scatter_dimension=scatter_dimension,
-                                   axis_size=axis_size, tiled=tiled), batching.not_mapped
-    x = batching.moveaxis(x, d, 0)
-    return reduce_scatter_p.bind(x, axis_name=axis_name,
-                                 scatter_dimension=scatter_dimension + 1,
-                                 axis_size=axis_size, tiled=tiled), 0
+    # NB: the batch dimension stays where it is, as JAX's rule.
+    sd = scatter_dimension
+    if d is not batching.not_mapped:
+      if d <= sd:
+        sd += 1
+      elif not tiled:
+        d -= 1   # NB: the untiled scatter dimension is removed
+    return _bind_reduce_scatter(x, names, sd, None, axis_size, tiled, batched=True), d
   if len(names) > 1:
     raise NotImplementedError("psum_scatter over several axis names under vmap is not "
                               "supported.")
@@ -1093,10 +1151,8 @@ def _reduce_scatter_batcher(axis_data, args, dims, *, axis_name, scatter_dimensi
 def _reduce_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size, tiled,
                               axis_index_groups=None):
   # psum_scatter's transpose is all_gather (and all_gather's is psum_scatter).
-  return [all_gather_p.bind(ad.instantiate_zeros(ct), axis_name=axis_name,
-                            all_gather_dimension=scatter_dimension, tiled=tiled,
-                            axis_size=axis_size,
-                            **_groups_param(axis_index_groups))]
+  return [_bind_all_gather(ad.instantiate_zeros(ct), _names(axis_name), scatter_dimension,
+                           axis_index_groups, axis_size, tiled)]
 
 
 reduce_scatter_p.def_abstract_eval(_reduce_scatter_abstract_eval)
@@ -1105,6 +1161,17 @@ lowering.register_lowering(reduce_scatter_p, _reduce_scatter_lowering)
 batching.fancy_primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
 ad.deflinear_args(reduce_scatter_p, _reduce_scatter_transpose)
 reduce_scatter_p.def_default_params(axis_index_groups=None)   # NB: as JAX's equations
+
+
+def _bind_reduce_scatter(x, names: tuple, dimension: int, groups, size: int, tiled: bool,
+                         batched: bool = False):
+  # NB: JAX's params, in JAX's order (its batching rule's differs from psum_scatter's);
+  # `axis_name` always a tuple of names, as JAX's.
+  if batched:
+    return reduce_scatter_p.bind(x, scatter_dimension=dimension, axis_name=names,
+                                 axis_index_groups=groups, axis_size=size, tiled=tiled)
+  return reduce_scatter_p.bind(x, axis_name=names, scatter_dimension=dimension,
+                               axis_index_groups=groups, axis_size=size, tiled=tiled)
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
@@ -1139,8 +1206,7 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
     if not tiled and shape[sd] != n:
       raise ValueError(f"psum_scatter with tiled=False requires scatter_dimension {sd} to have "
                        f"the size {n} of axis {bound!r}, got {shape[sd]} (shape {shape}).")
-    return reduce_scatter_p.bind(leaf, axis_name=bound, scatter_dimension=sd, axis_size=n,
-                                 tiled=bool(tiled), **_groups_param(groups))
+    return _bind_reduce_scatter(leaf, names, sd, groups, n, bool(tiled))
   return tree_util.tree_map(one, x)
 
 
@@ -1151,12 +1217,13 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
 all_to_all_p = core.Primitive("all_to_all")
 
 
-def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_size,
-                              tiled=True, axis_index_groups=None):
+def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, tiled=True,
+                              axis_index_groups=None):
   # NB: `tiled` records the user's form (JAX's param); the equation's shapes are the tiled
   # ones either way (`all_to_all` inserts and squeezes the untiled form's axes around it).
-  # A one-name tuple (as JAX's rules pass it) is that name; the param prints as given.
-  _check_bound(_names(axis_name))
+  # A one-name tuple (as JAX's rules pass it) is that name; the param prints as given. The
+  # axis size is read from the axis environment (JAX's equation holds no `axis_size`).
+  axis_size = math.prod(_axis_size(n) for n in _names(axis_name))
   shape = list(x.shape)
   shape[split_axis] //= axis_size
   shape[concat_axis] *= axis_size
@@ -1164,16 +1231,15 @@ def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, axis_siz
 
 
 def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_axis,
-                        axis_size, tiled=True, axis_index_groups=None):
+                        tiled=True, axis_index_groups=None):
   (x,), (d,) = args, dims
   if axis_data.name not in _names(axis_name):
-    if d is batching.not_mapped:
-      return all_to_all_p.bind(x, axis_name=axis_name, split_axis=split_axis,
-                               concat_axis=concat_axis, axis_size=axis_size, tiled=tiled), d
-    x = batching.moveaxis(x, d, 0)
-    return all_to_all_p.bind(x, axis_name=axis_name, split_axis=split_axis + 1,
-                             concat_axis=concat_axis + 1, axis_size=axis_size,
-                             tiled=tiled), 0
+    # NB: the batch dimension stays where it is; params in the order of JAX's rule.
+    if d is not batching.not_mapped:
+      split_axis += d <= split_axis
+      concat_axis += d <= concat_axis
+    return all_to_all_p.bind(x, axis_name=axis_name, split_axis=split_axis,
+                             concat_axis=concat_axis, axis_index_groups=None, tiled=tiled), d
   n = axis_data.size
   x = batching.bdim_at_front(x, d, n)              # [i, ...]: member i's operand
   shape = core.get_aval(x).shape[1:]
@@ -1191,10 +1257,17 @@ def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_
   return lax_shape.reshape(x, (n, *out_shape)), 0
 
 
-def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, axis_size, tiled=True,
+def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, tiled=True,
                           axis_index_groups=None):
+  # NB: params in the order of JAX's rule
   return [all_to_all_p.bind(ct, axis_name=axis_name, split_axis=concat_axis,
-                            concat_axis=split_axis, axis_size=axis_size, tiled=tiled)]
+                            concat_axis=split_axis, axis_index_groups=None, tiled=tiled)]
+
+
+def _bind_all_to_all(x, axis_name, split_axis: int, concat_axis: int, tiled: bool):
+  # NB: JAX's params in JAX's order; `axis_name` as the user gave it (a name or a tuple).
+  return all_to_all_p.bind(x, split_axis=split_axis, concat_axis=concat_axis,
+                           axis_name=axis_name, axis_index_groups=None, tiled=tiled)
 
 
 all_to_all_p.def_abstract_eval(_all_to_all_abstract_eval)
@@ -1229,64 +1302,30 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     shape = core.get_aval(leaf).shape
     nd = len(shape)
     sa, ca = split_axis % nd, concat_axis % nd
-    if shape[sa] % n:
-      raise ValueError(f"all_to_all: split_axis {split_axis} of size {shape[sa]} is not "
-                       f"divisible by the axis size {n} of {axis_name!r}.")
+    # NB: JAX's messages (which name the axis as given).
+    if tiled and shape[sa] % n:
+      raise ValueError(f"The size of all_to_all split_axis ({shape[sa]}) has to be divisible "
+                       f"by the size of the named axis {axis_name} ({n})")
     if not tiled and shape[sa] != n:
-      raise ValueError(f"all_to_all with tiled=False requires the split axis to have the axis "
-                       f"size {n}, got {shape[sa]}.")
-    if tiled:
-      return all_to_all_p.bind(leaf, axis_name=axis_name, split_axis=sa, concat_axis=ca,
-                               axis_size=n, tiled=True)
+      raise ValueError(f"all_to_all requires the size of the mapped axis axis_name to equal "
+                       f"x.shape[split_axis], but they are {n} and {shape[sa]} respectively.")
+    if tiled or sa == ca:
+      # NB: untiled with split_axis == concat_axis: one equation of the operand's shape, as
+      # JAX's (no axis inserted and squeezed).
+      return _bind_all_to_all(leaf, axis_name, sa, ca, bool(tiled))
     # Untiled: a new size-1 axis receives the chunks (placed so that, once the emptied
     # split axis is squeezed, it sits at concat_axis), as JAX's shape rule
     # insert(delete(shape, split_axis), concat_axis, n).
     q = ca if ca <= sa else ca + 1
     sa1 = sa + 1 if q <= sa else sa
     x1 = lax_shape.expand_dims(leaf, (q,))
-    out = all_to_all_p.bind(x1, axis_name=axis_name, split_axis=sa1, concat_axis=q,
-                            axis_size=n, tiled=False)
+    out = _bind_all_to_all(x1, axis_name, sa1, q, False)
     return lax_shape.squeeze(out, (sa1,))
   return tree_util.tree_map(one, x)
 
 
-# ---------------------------------------------------------------------------
-# Printing: the collectives' equations print the params of JAX's primitives of the same
-# name (their names, their defaults, axis names as a tuple), so that printed jaxprs read as
-# JAX's; the equations hold stagecraft's (an `axis_name` of one name is held as the name,
-# `all_gather_dimension`; `axis_index_groups` is held only when given).
-
-
-def _pp_all_gather(eqn, context):
-  p = eqn.params
-  return [("all_gather_dimension", p["all_gather_dimension"]),
-          ("axis_index_groups", p.get("axis_index_groups")),
-          ("axis_name", _names(p["axis_name"])), ("axis_size", p["axis_size"]),
-          ("tiled", p["tiled"])]
-
-
-def _pp_ppermute(eqn, context):
-  return [("axis_name", _names(eqn.params["axis_name"])), ("perm", eqn.params["perm"])]
-
-
-def _pp_reduce_scatter(eqn, context):
-  p = eqn.params
-  return [("axis_index_groups", p.get("axis_index_groups")),
-          ("axis_name", _names(p["axis_name"])), ("axis_size", p["axis_size"]),
-          ("scatter_dimension", p["scatter_dimension"]), ("tiled", p["tiled"])]
-
-
-def _pp_all_to_all(eqn, context):
-  p = eqn.params
-  return [("axis_index_groups", p["axis_index_groups"]), ("axis_name", p["axis_name"]),
-          ("concat_axis", p["concat_axis"]), ("split_axis", p["split_axis"]),
-          ("tiled", p.get("tiled", True))]
-
-
-core.pp_eqn_rules[all_gather_p] = _pp_all_gather
-core.pp_eqn_rules[ppermute_p] = _pp_ppermute
-core.pp_eqn_rules[reduce_scatter_p] = _pp_reduce_scatter
-core.pp_eqn_rules[all_to_all_p] = _pp_all_to_all
+# NB: the collectives' equations hold JAX's params (names, values, order), so they print
+# as JAX's with the default rule (params sorted by name).
 
 
 # ---------------------------------------------------------------------------
@@ -1352,8 +1391,7 @@ def pswapaxes(x: Any, axis_name: Any, axis: int, *, axis_index_groups: Any = Non
       raise ValueError(f"pswapaxes requires axis {axis} to have the size {n} of axis "
                        f"{axis_name!r}, got {shape[ax]} (shape {shape}).")
     # NB: one equation, as JAX's: chunks of size 1 along `axis`, concatenated along it.
-    return all_to_all_p.bind(leaf, axis_name=axis_name, split_axis=ax, concat_axis=ax,
-                             axis_size=n, tiled=False)
+    return _bind_all_to_all(leaf, axis_name, ax, ax, False)
   return tree_util.tree_map(one, x)
 
 
@@ -1380,7 +1418,8 @@ for _p in (psum_p, pmax_p, pmin_p, psum_invariant_p, pvary_p, axis_index_p,
   core.vma_own_rule.add(_p)
 core.no_auto_pvary.add(pvary_p)
 core.collective_axes[psum_invariant_p] = lambda *, axes: axes
-core.collective_axes[pmax_p] = core.collective_axes[pmin_p] = lambda *, axes, **_: axes
+core.collective_axes[pmax_p] = core.collective_axes[pmin_p] = (
+    lambda *, axes, **_: _split_axes(axes)[0])
 for _p in (all_gather_p, ppermute_p, reduce_scatter_p, all_to_all_p):
   core.collective_axes[_p] = lambda *, axis_name, **_: _names(axis_name)
 core.pvary_hook[0] = pvary

@@ -298,6 +298,8 @@ def _reduce_prod_jvp(primals, tangents, *, axes):
 
 
 ad.deflinear_args(reduce_sum_p, _reduce_sum_transpose)
+# NB: psum's transpose broadcasts its positional axes' cotangents as this does.
+reduce_sum_transpose = _reduce_sum_transpose
 ad.primitive_jvps[reduce_prod_p] = _reduce_prod_jvp
 ad.defjvp2(reduce_max_p, _reduce_chooser_jvp)
 ad.defjvp2(reduce_min_p, _reduce_chooser_jvp)

@@ -372,17 +372,26 @@ def _index_list(xs) -> str:
       "dense<> : tensor<0xindex>"
 
 
-def _sc_lowering(ctx, x, *, sharding, layout, **_):
+def lower_sharding_constraint(ctx, x: str, aval, sharding) -> str:
+  """`x` (of `aval`) constrained to the NamedSharding `sharding` in the module being
+  lowered: an `sdy.sharding_constraint` (nothing without a mesh, as in xla_computation or a
+  pmap program, nor inside shard_map). Also jit's lowering of its equations' in_shardings /
+  out_shardings."""
   module = ctx.module
   mesh = module.sdy_mesh
+  if mesh is None or module.manual_depth is not None:
+    return x
+  s = spmd.on_mesh(sharding, mesh)
+  r = ctx.fb.fresh()
+  ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {s._sdy(len(aval.shape))} : "
+              f"{lowering.ir_type(aval)}")
+  return r
+
+
+def _sc_lowering(ctx, x, *, sharding, layout, **_):
   aval = ctx.avals_in[0]
   ty = lowering.ir_type(aval)
-  r = x
-  if mesh is not None and module.manual_depth is None:
-    # (no mesh: xla_computation, a pmap program; inside shard_map: nothing)
-    s = spmd.on_mesh(sharding, mesh)
-    r = ctx.fb.fresh()
-    ctx.fb.emit(f"{r} = sdy.sharding_constraint {x} {s._sdy(len(aval.shape))} : {ty}")
+  r = lower_sharding_constraint(ctx, x, aval, sharding)
   if layout is not None:
     # JAX's layout constraint: XLA's LayoutConstraint custom call, the layout given
     # minor-to-major (the operand's as JAX writes it)
@@ -739,14 +748,28 @@ shard_map_p = core.Primitive("shard_map")
 shard_map_p.multiple_results = True
 
 def _pp_shard_map(eqn, context):
-  # NB: JAX's params, sorted by name; `name` (stagecraft's, for messages and module names)
-  # is not printed, as JAX keeps the function's name in the jaxpr's debug info. A mesh taken
-  # from the context (`mesh_from_context`, not printed) prints as its AbstractMesh, the one
-  # JAX's equation holds then.
+  # NB: JAX's params, sorted by name. A mesh taken from the context (`mesh_from_context`,
+  # not printed) prints as its AbstractMesh, the one JAX's equation holds then.
   params = dict(eqn.params)
   if params.pop("mesh_from_context", False):
     params["mesh"] = params["mesh"].abstract_mesh
-  return sorted((k, v) for k, v in params.items() if k != "name")
+  return sorted(params.items())
+
+
+# The name of the function a shard_map body was traced from (JAX keeps it in the body's
+# debug info; the equation holds no `name`): stagecraft's messages and module names.
+_body_names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def name_shard_map_body(closed: ClosedJaxpr, name: str) -> None:
+  """Records `name` as the name of the function the shard_map body `closed` comes from."""
+  _body_names[closed] = name
+
+
+def shard_map_name(params: dict) -> str:
+  """The name of the function a shard_map equation's body was traced from ("shard_map"
+  for a body derived by a transformation)."""
+  return _body_names.get(params["jaxpr"], "shard_map")
 
 
 core.pp_eqn_rules[shard_map_p] = _pp_shard_map
@@ -932,9 +955,10 @@ mapping.MapRules(
 # Lowering and eager evaluation
 
 
-def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, newly_manual_axes, name,
+def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, newly_manual_axes,
                         **_):
   module = ctx.module
+  name = shard_map_name({"jaxpr": jaxpr})
   if module.sdy_mesh is None:
     raise ValueError(f"shard_map ({name}) cannot be lowered into this module, which has no "
                      f"device mesh (xla_computation, or a pmap program); call it directly "
@@ -998,7 +1022,7 @@ def _shard_map_impl(*args, **params):
     mesh = params["mesh"]
     # NB: the in_specs are the layout asked for: arguments are split by them.
     ex = table[key] = spmd.compile_sharded(
-        f"shard_map_{params['name']}", jaxpr, mesh,
+        f"shard_map_{shard_map_name(params)}", jaxpr, mesh,
         [NamedSharding(mesh, s) for s in params["in_specs"]],
         [NamedSharding(mesh, s) for s in params["out_specs"]])
   return ex.call(args)

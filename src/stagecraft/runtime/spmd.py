@@ -581,6 +581,10 @@ def _collect(jaxpr: Jaxpr, found: list):
       elif isinstance(v, NamedSharding) and isinstance(v.mesh, Mesh):
         name = "device_put" if eqn.primitive.name == "reshard" else eqn.primitive.name
         found.append((v.mesh, (f"{name} inside jit", core.source_summary(eqn.source_info))))
+      elif k in ("in_shardings", "out_shardings"):   # a jit's recorded shardings
+        found.extend((x.mesh, (f"{eqn.primitive.name} inside jit",
+                               core.source_summary(eqn.source_info)))
+                     for x in v if isinstance(x, NamedSharding) and isinstance(x.mesh, Mesh))
     if eqn.primitive.name == "device_put":   # NB: its shardings, one per operand
       for d in eqn.params["devices"]:
         if isinstance(d, NamedSharding) and isinstance(d.mesh, Mesh):
