@@ -576,7 +576,7 @@ def _return_keys(typed: bool, data: Any) -> Any:
 
 
 def _return_key_values(typed: bool, keys: Any) -> Any:
-  return PRNGKeyArray._from_keys(keys) if typed else prng.random_unwrap_p.bind(keys)
+  return PRNGKeyArray._from_keys(keys) if typed else _unwrap(keys)
 
 
 # ---------------------------------------------------------------------------
@@ -599,7 +599,7 @@ def _seed_data(ctor_name: str, seed: Any, keys: bool = False) -> Any:
     if not dtypes.canonicalize_dtype(np.int64).itemsize == 8:
       seed = seed.astype(np.uint32)
   out = prng.random_seed_p.bind(jnp.asarray(seed), impl=prng.threefry_impl)
-  return out if keys else prng.random_unwrap_p.bind(out)
+  return out if keys else _unwrap(out)
 
 
 def _threefry_seed(seed):
@@ -701,7 +701,21 @@ def clone(key: Any) -> Any:
 
 
 def _wrap(data):
+  """Keys `key<fry>[*s]` over key data `u32[*s, 2]` (`random_wrap`; for a concrete Array a
+  view of the same buffer, with no program run)."""
+  if (type(data) is Array and data.aval.dtype == _u32 and data.shape[-1:] == (2,)
+      and core.trace_state.trace is core.eval_trace):
+    return Array(data._buf, prng.key_aval(data.aval), data._device,
+                 _keys_sharding(data._sharding, len(data.shape) - 1))
   return prng.random_wrap_p.bind(data, impl=prng.threefry_impl)
+
+
+def _unwrap(keys):
+  """Key data `u32[*s, 2]` of keys `key<fry>[*s]` (`random_unwrap`; for a concrete Array a
+  view of the same buffer)."""
+  if type(keys) is Array and core.trace_state.trace is core.eval_trace:
+    return keys._physical()
+  return prng.random_unwrap_p.bind(keys)
 
 
 def _is_keys(x) -> bool:
@@ -716,13 +730,13 @@ def _split_data(x, shape):
   """Keys split from a key (JAX's `random_split`): `key<fry>[*shape]` from keys
   `key<fry>[]`, or key data `u32[*shape, 2]` from key data `u32[2]`."""
   out = prng.random_split_p.bind(_as_keys(x), shape=tuple(shape))
-  return out if _is_keys(x) else prng.random_unwrap_p.bind(out)
+  return out if _is_keys(x) else _unwrap(out)
 
 
 def _fold_in_data(x, msg):
   """A key folded with a `u32[]` message (keys in, keys out; key data in, key data out)."""
   out = prng.random_fold_in_p.bind(_as_keys(x), msg)
-  return out if _is_keys(x) else prng.random_unwrap_p.bind(out)
+  return out if _is_keys(x) else _unwrap(out)
 
 
 def _random_bits(x, bit_width: int, shape: tuple[int, ...]):
