@@ -164,6 +164,11 @@ TYPED_KEY_PROGRAMS = {
     "gumbel_high": (lambda m: lambda k: R(m).gumbel(k, (2,), mode="high"), "typed"),
     "truncated_normal": (lambda m: lambda k: R(m).truncated_normal(k, -1., 1., (2,)),
                          "typed"),
+    "randint": (lambda m: lambda k: R(m).randint(k, (3,), 0, 10), "typed"),
+    "categorical": (lambda m: lambda k: R(m).categorical(k, np.zeros(4, np.float32)),
+                    "typed"),
+    "permutation": (lambda m: lambda k: R(m).permutation(k, 5), "typed"),
+    "choice": (lambda m: lambda k: R(m).choice(k, 5, (2,)), "typed"),
     "vmap_normal": (lambda m: m.vmap(lambda k: R(m).normal(k, (2,))), "batch"),
     "scan_carrying_a_key": (lambda m: lambda k: m.lax.scan(
         lambda c, _: (R(m).split(c)[0], R(m).normal(c)), k, None, length=3), "typed"),

@@ -1484,8 +1484,9 @@ def wald(key: Any, mean: Any, shape: Sequence[int] | None = None, dtype: Any = N
 def _convert_and_clip_integer(val, dtype):
   """`val` (integer) converted to integer `dtype`, clipped to its range instead of wrapping."""
   vi, di = np.iinfo(val.dtype), np.iinfo(dtype)
-  lo = np.array(max(di.min, vi.min), val.dtype)
-  hi = np.array(min(di.max, vi.max), val.dtype)
+  lo, hi = max(di.min, vi.min), min(di.max, vi.max)
+  if not core.get_aval(val).weak_type:   # NB: the bounds as weakly typed as `val`, as JAX's
+    lo, hi = np.array(lo, val.dtype), np.array(hi, val.dtype)
   return jnp.clip(val, lo, hi).astype(dtype)
 
 
@@ -1498,29 +1499,32 @@ def _randint(data, minval, maxval, shape, dtype):
   if not dtypes.is_integer(maxval.dtype):
     maxval = maxval.astype(int)
   # maxval beyond the dtype's range (randint(..., 0, 256, uint8)): the span grows by one.
-  maxval_out_of_range = maxval > _convert_and_clip_integer(
-      jnp.array(np.iinfo(dtype).max, dtype), maxval.dtype)
-  minval = _broadcast_to_rank(_convert_and_clip_integer(minval, dtype), len(shape))
-  maxval = _broadcast_to_rank(_convert_and_clip_integer(maxval, dtype), len(shape))
+  # (JAX's operations in JAX's order, so the program prints as JAX's.)
+  maxval_out_of_range = lax.gt(maxval, _convert_and_clip_integer(
+      jnp.array(np.iinfo(dtype).max, dtype), maxval.dtype))
+  minval = _convert_and_clip_integer(minval, dtype)
+  maxval = _convert_and_clip_integer(maxval, dtype)
+  minval = _broadcast_to_rank(minval, len(shape))
+  maxval = _broadcast_to_rank(maxval, len(shape))
   nbits = np.iinfo(dtype).bits
   k1, k2 = _split_data(data, (2,))
   higher_bits = _random_bits(k1, nbits, shape)
   lower_bits = _random_bits(k2, nbits, shape)
   unsigned = _UINT[nbits]
   span = lax.convert_element_type(maxval - minval, unsigned)
-  span = jnp.where(maxval <= minval, np.array(1, unsigned), span)   # jax#222: minval
-  span = jnp.where(maxval_out_of_range & (maxval > minval), span + np.array(1, unsigned), span)
+  span = lax.select(maxval <= minval, lax.full_like(span, 1), span)   # jax#222: minval
+  span = lax.select(maxval_out_of_range & (maxval > minval),
+                    lax.add(span, np.array(1, unsigned)), span)
   # (hi * 2**nbits + lo) mod span, without 2*nbits-bit integers:
   # (a * b) mod n = ((a mod n) * (b mod n)) mod n.
-  span = jnp.broadcast_to(span, shape)
   # NB: `lax.rem`, not `jnp.remainder`: a full range wraps the span to 0, and XLA's
   # `x rem 0 = x` then leaves the bits as they are (JAX relies on this too).
-  multiplier = lax.rem(jnp.full_like(span, 2 ** (nbits // 2)), span)
+  multiplier = lax.rem(np.array(2 ** (nbits // 2), unsigned), span)
   multiplier = lax.rem(lax.mul(multiplier, multiplier), span)
   random_offset = lax.add(lax.mul(lax.rem(higher_bits, span), multiplier),
                           lax.rem(lower_bits, span))
   random_offset = lax.rem(random_offset, span)
-  return minval + lax.convert_element_type(random_offset, dtype)
+  return lax.add(minval, lax.convert_element_type(random_offset, dtype))
 
 
 def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
@@ -1651,8 +1655,8 @@ def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any =
   return _geometric(data, p, shape, dt)
 
 
-@partial(jit, static_argnums=(2, 3, 4, 5, 6))
 def _categorical(data, logits, shape, batch_shape, axis, replace, mode):
+  # NB: not jitted, as JAX's: the program holds `_gumbel`'s jit and the argmax / top_k
   shape_prefix = shape[:len(shape) - len(batch_shape)]
   if replace:
     if axis >= 0:
@@ -1729,14 +1733,17 @@ def _shuffle_impl(data, x, axis):
   uint32max = np.iinfo(np.uint32).max
   num_rounds = int(np.ceil(exponent * np.log(max(1, x.size)) / np.log(uint32max)))
   for _ in range(num_rounds):
-    keys = _split_data(data, (2,))
-    data, subkey = keys[0], keys[1]
+    data, subkey = _split_data(data, (2,))   # NB: unpacked, as JAX's (slices of stride 1)
     sort_keys = _random_bits(subkey, 32, x.shape)
     _, x = _sort_key_val(sort_keys, x, axis)
   return x
 
 
-_shuffle = jit(_shuffle_impl, static_argnums=(2,))
+def _shuffle(data, x, axis):
+  return _shuffle_impl(data, x, axis)
+
+
+_shuffle = jit(_shuffle, static_argnums=(2,))   # NB: named `_shuffle` in programs, as JAX's
 
 
 def _permute_along_impl(data, x, axis):
@@ -1812,8 +1819,8 @@ def _take(arr, ind, axis):
                     mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
-@partial(jit, static_argnums=(3, 4, 5, 6, 7, 8))
 def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p, mode):
+  # NB: not jitted, as JAX's `choice`: the program holds the samplers' jits
   n_draws = math.prod(shape)
   int_ = dtypes.default_int_dtype()   # NB: int64 under x64, which changes the bits drawn
   if not has_p:
@@ -1823,9 +1830,9 @@ def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p, mode):
     else:
       slices = (slice(None),) * axis + (slice(n_draws),)
       if arr.ndim == 0:
-        result = _shuffle_impl(data, jnp.arange(n_inputs), 0)[slices]
+        result = _shuffle(data, jnp.arange(n_inputs), 0)[slices]
       elif arr.ndim == 1:
-        result = _shuffle_impl(data, arr, axis)[slices]
+        result = _shuffle(data, arr, axis)[slices]
       else:
         result = _permute_along_impl(data, arr, axis)[slices]
   else:
