@@ -1,0 +1,70 @@
+"""Patterns found running equinox 0.13.8's own test suite (tests/test_*.py of its v0.13.8
+tag) under JAX and under stagecraft (`-p stagecraft_plugin`), each written here in plain
+JAX code (or with equinox where that is the simplest reproduction), run on JAX and on
+stagecraft and compared: values, printed forms and exception texts."""
+import jax
+import jax.extend.core as jex_core
+import jax.interpreters.mlir as jax_mlir
+import jax.numpy as jjnp
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as jnp
+from stagecraft import core as sc_core
+from stagecraft.interpreters import mlir as sc_mlir
+
+
+# ---------------------------------------------------------------------------
+# mlir.emit_python_callback in a library's lowering rule (equinox.internal.noinline)
+
+
+def _host_primitive(Primitive, mlir, seen, out_shape=None):
+  """A primitive computing `2 * x + 1` on the host: its lowering rule emits a Python
+  callback, as equinox's `noinline_p` does."""
+  p = Primitive("host_affine")
+  p.multiple_results = True
+  p.def_impl(lambda x: [x * 2 + 1])
+  p.def_abstract_eval(lambda x: [x])
+
+  def callback(a):
+    seen.append((type(a).__name__, a.dtype.name, a.shape))
+    out = np.asarray(a) * 2 + 1
+    return (out if out_shape is None else np.zeros(out_shape, out.dtype),)
+
+  def rule(ctx, x):
+    res, token, keep = mlir.emit_python_callback(
+        ctx, callback, None, [x], ctx.avals_in, ctx.avals_out, has_side_effect=False,
+        sharding=None)
+    assert token is None
+    ctx.module_context.add_keepalive(keep)
+    return res
+  mlir.register_lowering(p, rule)
+  return p
+
+
+def test_emit_python_callback_runs_the_callback_on_host_arrays():
+  x = np.arange(3, dtype=np.float32)
+  seen_sc, seen_jax = [], []
+  p_sc = _host_primitive(sc_core.Primitive, sc_mlir, seen_sc)
+  p_jax = _host_primitive(jex_core.Primitive, jax_mlir, seen_jax)
+  f = lambda p, m: (lambda v: p.bind(m.sin(v) + 1.0)[0] * 3)
+  got = sc.jit(f(p_sc, jnp))(x)
+  want = jax.jit(f(p_jax, jjnp))(x)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  assert str(sc.typeof(got)) == str(jax.typeof(want))
+  assert seen_sc == seen_jax == [("ndarray", "float32", (3,))]
+
+
+def test_emit_python_callback_wrong_result_shape_message():
+  x = np.arange(3, dtype=np.float32)
+  msgs = []
+  for Primitive, mlir, jit in ((sc_core.Primitive, sc_mlir, sc.jit),
+                               (jex_core.Primitive, jax_mlir, jax.jit)):
+    p = _host_primitive(Primitive, mlir, [], out_shape=(2,))
+    with pytest.raises(RuntimeError) as e:
+      np.asarray(jit(lambda v: p.bind(v)[0])(x))
+    msgs.append(str(e.value))
+  want = "Incorrect output shape for return value #0: Expected: (3,), Actual: (2,)"
+  assert all(want in m for m in msgs), msgs
+
