@@ -68,3 +68,23 @@ def test_emit_python_callback_wrong_result_shape_message():
   want = "Incorrect output shape for return value #0: Expected: (3,), Actual: (2,)"
   assert all(want in m for m in msgs), msgs
 
+
+
+# ---------------------------------------------------------------------------
+# jax.lib.__version__ (equinox's test_while_loop.py imports jax.lib and reads it)
+
+
+def test_jax_lib_version_under_the_runner(tmp_path):
+  import subprocess
+  import sys
+  script = tmp_path / "lib_version.py"
+  script.write_text("import sys\nimport jax.lib\nprint(jax.lib.__version__, "
+                    "'jax.lib' in sys.modules, [n for n in dir(jax.lib) "
+                    "if not n.startswith('_')])\n")
+  outs = []
+  for argv in ([str(script)], ["-m", "stagecraft", "run", str(script)]):
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    outs.append(proc.stdout)
+  assert outs[0] == outs[1]
