@@ -88,3 +88,77 @@ def test_jax_lib_version_under_the_runner(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     outs.append(proc.stdout)
   assert outs[0] == outs[1]
+
+
+# ---------------------------------------------------------------------------
+# custom_jvp_call's get_bind_params: `subfuns=(fun, jvp)` (equinox.internal's
+# finalise_jaxpr inlines the call with `fun.call_wrapped`)
+
+
+def _custom_jvp_program(jax_):
+  @jax_.custom_jvp
+  def f(x, y):
+    return x * y + 1.0, x - y
+
+  @f.defjvp
+  def f_jvp(primals, tangents):
+    (x, y), (tx, ty) = primals, tangents
+    return f(x, y), (3.0 * tx + y * ty, tx)
+  return f
+
+
+def _finalise(jax_, closed, *args):
+  """An interpreter of `closed` that inlines custom_jvp calls through `subfuns` (equinox's
+  `finalise_eval_jaxpr`) and re-binds every other equation with `get_bind_params`."""
+  env = dict(zip(closed.jaxpr.invars, args))
+  read = lambda v: v.val if type(v).__name__ == "Literal" else env[v]
+  for eqn in closed.jaxpr.eqns:
+    params = eqn.primitive.get_bind_params(eqn.params)
+    invals = [read(v) for v in eqn.invars]
+    if eqn.primitive.name == "custom_jvp_call":
+      outs = params["subfuns"][0].call_wrapped(*invals)
+    else:
+      outs = eqn.primitive.bind(*invals, **params)
+    outs = outs if eqn.primitive.multiple_results else [outs]
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in closed.jaxpr.outvars]
+
+
+def test_custom_jvp_call_get_bind_params_subfuns():
+  x, y = np.float32(1.5), np.float32(-2.0)
+  res = {}
+  for name, jax_ in (("sc", sc), ("jax", jax)):
+    f = _custom_jvp_program(jax_)
+    closed = jax_.make_jaxpr(lambda a, b: f(jax_.numpy.sin(a), b))(x, y)
+    (eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "custom_jvp_call"]
+    params = eqn.primitive.get_bind_params(eqn.params)
+    fun, jvp = params["subfuns"]
+    invals = [np.float32(0.5), y]
+    out = {
+        "keys": sorted(params),
+        "fun": [np.asarray(o) for o in fun.call_wrapped(*invals)],
+        "jvp": [np.asarray(o) for o in jvp.call_wrapped(*invals, np.float32(1.0),
+                                                           np.float32(2.0))],
+        "rebound": [np.asarray(o) for o in eqn.primitive.bind(*invals, **params)],
+        "rebound_jvp": [np.asarray(o) for o in jax_.jvp(
+            lambda a, b: eqn.primitive.bind(a, b, **params), invals,
+            [np.float32(1.0), np.float32(2.0)])[1]],
+        "finalised": str(jax_.make_jaxpr(lambda a, b: _finalise(jax_, closed, a, b))(x, y)),
+    }
+    res[name] = out
+  sc_out, jax_out = res["sc"], res["jax"]
+  assert sc_out["keys"] == jax_out["keys"] == ["subfuns", "symbolic_zeros"]
+  assert sc_out["finalised"] == jax_out["finalised"]
+  for k in ("fun", "jvp", "rebound", "rebound_jvp"):
+    assert len(sc_out[k]) == len(jax_out[k]), k
+    for a, b in zip(sc_out[k], jax_out[k]):
+      np.testing.assert_array_equal(a, b)
+      assert a.dtype == b.dtype, k
+
+
+def test_custom_jvp_call_bind_with_foreign_subfuns_raises():
+  closed = sc.make_jaxpr(_custom_jvp_program(sc))(1.0, 2.0)
+  params = closed.jaxpr.eqns[0].primitive.get_bind_params(closed.jaxpr.eqns[0].params)
+  params["subfuns"] = (lambda *a: a, lambda *a: a)
+  with pytest.raises(NotImplementedError, match="re-binds only the subfuns"):
+    closed.jaxpr.eqns[0].primitive.bind(1.0, 2.0, **params)
