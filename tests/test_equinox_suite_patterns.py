@@ -74,20 +74,19 @@ def test_emit_python_callback_wrong_result_shape_message():
 # jax.lib.__version__ (equinox's test_while_loop.py imports jax.lib and reads it)
 
 
-def test_jax_lib_version_under_the_runner(tmp_path):
-  import subprocess
+def test_jax_lib_version_served():
   import sys
-  script = tmp_path / "lib_version.py"
-  script.write_text("import sys\nimport jax.lib\nprint(jax.lib.__version__, "
-                    "'jax.lib' in sys.modules, [n for n in dir(jax.lib) "
-                    "if not n.startswith('_')])\n")
-  outs = []
-  for argv in ([str(script)], ["-m", "stagecraft", "run", str(script)]):
-    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    outs.append(proc.stdout)
-  assert outs[0] == outs[1]
+  import jax.lib as real_lib
+  want = (real_lib.__version__, [n for n in dir(real_lib) if not n.startswith("_")])
+  from _util import served
+  with served():
+    import jax
+    import jax.lib
+    assert jax is sc
+    assert "jax.lib" in sys.modules and jax.lib is sys.modules["jax.lib"]
+    got = (jax.lib.__version__, [n for n in dir(jax.lib) if not n.startswith("_")])
+    assert jax.lib.__name__ == "stagecraft.lib"
+  assert got == want
 
 
 # ---------------------------------------------------------------------------
