@@ -161,3 +161,48 @@ def test_custom_jvp_call_bind_with_foreign_subfuns_raises():
   params["subfuns"] = (lambda *a: a, lambda *a: a)
   with pytest.raises(NotImplementedError, match="re-binds only the subfuns"):
     closed.jaxpr.eqns[0].primitive.bind(1.0, 2.0, **params)
+
+
+# ---------------------------------------------------------------------------
+# linearize's function is a pytree Partial of the residuals (equinox's
+# test_speed_buffer_while: `jit(vmap(lambda x: linearize(loop, x)))`)
+
+
+def _linearize_program(api, jnp_):
+  def f(x):
+    return jnp_.sin(x) * x, x.sum()
+  x = np.arange(3, dtype=np.float32)
+  out = {}
+  _, f_jvp = api.linearize(f, x)
+  out["type"] = type(f_jvp).__name__
+  out["leaves"] = [(l.shape, str(l.dtype)) for l in api.tree_util.tree_leaves(f_jvp)]
+  out["value"] = [np.asarray(v) for v in f_jvp(np.ones(3, np.float32))]
+  _, batched = api.jit(api.vmap(lambda a: api.linearize(f, a)))(np.ones((2, 3), np.float32))
+  out["batched_leaves"] = [(l.shape, str(l.dtype))
+                           for l in api.tree_util.tree_leaves(batched)]
+  out["batched_value"] = [np.asarray(v) for v in api.vmap(lambda g, t: g(t))(
+      batched, np.ones((2, 3), np.float32))]
+  errors = []
+  _, f_int = api.linearize(lambda a, b: a * b, 2.0, 3)
+  for call in (lambda: f_jvp(np.ones(2, np.float32)), lambda: f_jvp(np.ones(3, np.int32)),
+               lambda: f_jvp(np.ones(3, np.float32), 1.0), lambda: f_int(1.0, 1),
+               lambda: f_int(1.0, 1.0)):
+    try:
+      call()
+      errors.append(None)
+    except (TypeError, ValueError) as e:
+      errors.append((type(e).__name__, str(e)))
+  out["errors"] = errors
+  return out
+
+
+def test_linearize_function_is_a_partial_of_the_residuals():
+  got = _linearize_program(sc, jnp)
+  want = _linearize_program(jax, jjnp)
+  for k in ("type", "leaves", "batched_leaves", "errors"):
+    assert got[k] == want[k], k
+  for k in ("value", "batched_value"):
+    for a, b in zip(got[k], want[k]):
+      np.testing.assert_array_equal(a, b)
+      assert a.dtype == b.dtype
+  assert got["type"] == "Partial" and got["errors"][0][0] == "ValueError"
