@@ -34,9 +34,6 @@ SKIP = {
     "jax": {
         # memory spaces (jax.memory.Space: device/pinned host/...) are a TPU/GPU feature
         "memory": "TPU/GPU memory kinds; none on stagecraft's CPU runtime",
-        # jax.lib (only `__version__`, jaxlib's): stagecraft.lib, which a served `import jax`
-        # loads (compat) but `import stagecraft` does not
-        "lib": "loaded by compat, not by `import stagecraft`",
         # a jax2tf (TensorFlow export) flag's State object; the option itself is in config
         "jax2tf_associative_scan_reductions": "jax2tf-only config State",
     },
