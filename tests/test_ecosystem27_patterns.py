@@ -73,9 +73,8 @@ def test_served_import_jax_loads_jaxs_eager_submodules(installed):
                             check=True).stdout.split())
   import jax as served_jax
   assert served_jax is sc
-  # JAX's jax.lib (jaxlib's versions) and the deprecated jax.interpreters.xla have no
-  # stagecraft counterpart.
-  for name in sorted(real - {"jax.lib", "jax.interpreters.xla"}):
+  # JAX's deprecated jax.interpreters.xla has no stagecraft counterpart.
+  for name in sorted(real - {"jax.interpreters.xla"}):
     mod = sys.modules.get(name)
     assert mod is not None, name
     assert mod.__name__ == "stagecraft" + name[3:]

@@ -34,8 +34,6 @@ SKIP = {
     "jax": {
         # memory spaces (jax.memory.Space: device/pinned host/...) are a TPU/GPU feature
         "memory": "TPU/GPU memory kinds; none on stagecraft's CPU runtime",
-        # jaxlib internals re-exported under jax.lib; deprecated in JAX
-        "lib": "deprecated jaxlib internals",
         # a jax2tf (TensorFlow export) flag's State object; the option itself is in config
         "jax2tf_associative_scan_reductions": "jax2tf-only config State",
     },

@@ -19,7 +19,9 @@ LAYERS = {
     3: ["interpreters"],
     # typing: `ArrayLike` names the runtime's Array.
     # dlpack: `numpy.from_dlpack` (layer 7) calls it.
-    4: ["runtime", "runtime.array", "runtime.dispatch", "runtime.spmd", "typing", "dlpack"],
+    # lib: `jax.lib.__version__`, the runtime's (jaxlib's) version.
+    4: ["runtime", "runtime.array", "runtime.dispatch", "runtime.spmd", "typing", "dlpack",
+        "lib"],
     5: ["lax"],
     # state: Refs at the jit boundary (pjit discharges them).
     6: ["custom_derivatives", "custom_dce", "custom_batching", "ad_checkpoint", "api_util",

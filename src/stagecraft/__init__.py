@@ -69,7 +69,7 @@ ad = _types.SimpleNamespace(DontWant=_api.DontWant, DidntWant=_api.DidntWant,
 # NB: implicit arrays (and plum, which they use) cost ~0.2 s to import: on first use only.
 _LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental", "implicit", "optim",
                     "distributed", "profiler", "ffi", "example_libraries", "compat", "extend",
-                    "export", "dlpack", "test_util", "ref")
+                    "export", "dlpack", "test_util", "ref", "lib")
 
 
 # Names defined in a lazily loaded submodule (JAX exports them at the top level too).

@@ -223,7 +223,12 @@ def _linearize(fun: Callable, primals: Sequence[Any], has_aux: bool, is_vjp: boo
 
 
 def _check_tangent(p, t, path: str):
-  pa, ta = core.get_aval(p), core.get_aval(t) if not _is_float0(t) else None
+  _check_tangent_aval(core.get_aval(p), t, path)
+
+
+def _check_tangent_aval(pa, t, path: str):
+  """`_check_tangent` given the primal's aval `pa`."""
+  ta = core.get_aval(t) if not _is_float0(t) else None
   if pa is core.abstract_token and ta is core.abstract_token:   # a token's tangent: a token
     return
   expected = ad.tangent_aval(pa).dtype
@@ -248,11 +253,16 @@ def _is_float0(x) -> bool:
 def _out_tangent(t, primal):
   """An output tangent for the user: zeros materialized, weakly typed iff its primal is
   (JAX's tangents follow their primal's weak type)."""
+  return _out_tangent_aval(t, core.get_aval(primal), isinstance(primal, (Array, core.Tracer)))
+
+
+def _out_tangent_aval(t, pa, primal_is_array: bool):
+  """`_out_tangent` given the primal's aval `pa` and whether the primal is an array."""
   t = ad.instantiate_zeros(t)
-  pa, ta = core.get_aval(primal), core.get_aval(t)
+  ta = core.get_aval(t)
   if ta is core.abstract_token:   # a token's tangent (a token) as it is
     return t
-  if (isinstance(primal, (Array, core.Tracer)) and not isinstance(t, (Array, core.Tracer))
+  if (primal_is_array and not isinstance(t, (Array, core.Tracer))
       and ta.dtype != dtypes.float0):
     # NB: a host tangent passed through untouched (the tangent of `x + 1` is the input's
     # tangent `1.0`) comes back as an Array when its primal is one, as in JAX.
@@ -366,22 +376,48 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
   (p_leaves, p_tree, p_out, lin, residuals, zero_outs, out_tree, n_out,
    aux_tree) = _linearize(fun, primals, has_aux, is_vjp=False)
   primals_out = tree_util.tree_unflatten(out_tree, p_out[:n_out])
-
-  def f_jvp(*tangents):
-    t_leaves, t_tree = flatten(tuple(tangents))
-    if t_tree != p_tree:
-      raise TypeError(f"expected {treedef_str(p_tree)}, got {treedef_str(t_tree)}")
-    for p, t, path in zip(p_leaves, t_leaves, [""] * len(t_leaves)):
-      _check_tangent(p, t, path)
-    vals = core.eval_jaxpr(lin, [], *residuals, *t_leaves)
-    it = iter(vals)
-    outs = [_out_tangent(ad.Zero(ad.tangent_aval(core.get_aval(p))) if z else next(it), p)
-            for p, z in zip(p_out, zero_outs)]
-    return tree_util.tree_unflatten(out_tree, outs[:n_out])
+  # NB: as JAX's, the linearized function is a `Partial` whose leaves are the residuals
+  # (a pytree: vmap/jit of a function returning it batch / pass the residuals; equinox's
+  # checkpointed while loop vmaps `linearize`); the rest is static.
+  static = functools.partial(
+      _lift_linearized, lin, p_tree, [core.get_aval(p) for p in p_leaves],
+      [(core.get_aval(p), isinstance(p, (Array, core.Tracer))) for p in p_out], zero_outs,
+      out_tree, n_out)
+  f_jvp = tree_util.Partial(static, list(residuals))
 
   if has_aux:
     return primals_out, f_jvp, aux_tree.unflatten(p_out[n_out:])
   return primals_out, f_jvp
+
+
+def _lift_linearized(lin, p_tree, in_avals, outs_info, zero_outs, out_tree, n_out,
+                     residuals, *tangents):
+  """The tangents of a `linearize`d function's outputs for `tangents` (one per primal),
+  evaluating the linear jaxpr `lin` on its `residuals`.
+
+  Raises:
+    TypeError: for tangents of another tree (JAX's "expected ..., got ...");
+    ValueError: for a tangent of another shape or dtype than its primal's tangent type.
+  """
+  t_leaves, t_tree = flatten(tuple(tangents))
+  if t_tree != p_tree:
+    raise TypeError(f"expected {treedef_str(p_tree)}, got {treedef_str(t_tree)}")
+  for pa, t in zip(in_avals, t_leaves):
+    expected = ad.tangent_aval(pa)
+    ta = core.get_aval(t)
+    if (ta is not expected and (not isinstance(ta, ShapedArray)
+                                or not isinstance(expected, ShapedArray)
+                                or (ta.shape, ta.dtype) != (expected.shape, expected.dtype))):
+      if isinstance(expected, ShapedArray) and isinstance(pa, ShapedArray):
+        expected = expected.update(weak_type=pa.weak_type)   # NB: as JAX prints it
+      raise ValueError(f"linearized function called on tangent values inconsistent with the "
+                       f"original primal values:\nGot tangent aval {ta} for primal aval "
+                       f"{pa} but expected {expected}.")
+  vals = core.eval_jaxpr(lin, [], *residuals, *t_leaves)
+  it = iter(vals)
+  outs = [_out_tangent_aval(ad.Zero(ad.tangent_aval(pa)) if z else next(it), pa, is_array)
+          for (pa, is_array), z in zip(outs_info, zero_outs)]
+  return tree_util.tree_unflatten(out_tree, outs[:n_out])
 
 
 @api_boundary

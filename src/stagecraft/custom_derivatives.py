@@ -41,7 +41,8 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "CustomVJPPrimal",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p", "closure_convert",
-           "custom_gradient", "zero_from_primal", "linear_call", "linear_call_p"]
+           "custom_gradient", "zero_from_primal", "linear_call", "linear_call_p",
+           "CustomJVPCallPrimitive"]
 
 _NS = tree_util.NAMESPACE
 
@@ -564,8 +565,72 @@ def _front(args, dims):
           [None if d is None else 0 for d in dims])
 
 
-custom_jvp_call_p = core.Primitive("custom_jvp_call")
-custom_jvp_call_p.multiple_results = True
+class _JvpCallSubfun:
+  """A function of a custom_jvp_call equation as `get_bind_params` hands it out (the role
+  of JAX's `lu.WrappedFun`): `call_wrapped(*args)` calls it; `bind_params` are the
+  equation's params, with which `bind(..., subfuns=...)` re-binds the equation."""
+  __slots__ = ("fn", "bind_params")
+
+  def __init__(self, fn: Callable, bind_params: dict):
+    self.fn = fn
+    self.bind_params = bind_params
+
+  def call_wrapped(self, *args):
+    return self.fn(*args)
+
+  def __repr__(self):
+    return f"Wrapped function:\nCore: {getattr(self.fn, '__name__', self.fn)}\n"
+
+
+class CustomJVPCallPrimitive(core.Primitive):
+  """The primitive of a custom_jvp function's call (JAX's `custom_jvp_call_p`): equations
+  hold the body as `call_jaxpr` and the rule as `jvp_jaxpr_fun`.
+
+  `get_bind_params(params)` gives, as JAX's, the params with `call_jaxpr`, `jvp_jaxpr_fun`
+  and `num_consts` replaced by `subfuns=(fun, jvp)`: `fun.call_wrapped(*args)` evaluates the
+  body, `jvp.call_wrapped(*primals, *tangents)` returns `[*primal outs, *tangent outs]`
+  (zero ones as `SymbolicZero`); `bind(*args, subfuns=..., **rest)` re-binds the equation
+  (equinox's jaxpr finalisation inlines the call with `fun`)."""
+  multiple_results = True
+
+  def get_bind_params(self, params: dict) -> dict:
+    new = dict(params)
+    call_jaxpr: ClosedJaxpr = new.pop("call_jaxpr")
+    num_consts: int = new.pop("num_consts")
+    rule = new.pop("jvp_jaxpr_fun")
+
+    def fun(*args):
+      return core.eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *args)
+    fun.__name__ = call_name(rule)
+
+    def jvp(*xs):
+      n, ragged = divmod(len(xs), 2)
+      if ragged:
+        raise TypeError(f"custom_jvp_call jvp: expected primals and tangents of equal "
+                        f"numbers, got {len(xs)} arguments")
+      primals = list(xs[num_consts:n])
+      tangents = [ad.Zero(t.aval) if type(t) is SymbolicZero else t
+                  for t in xs[n + num_consts:]]
+      p_out, t_out = rule(primals, tangents)
+      return [*p_out, *[SymbolicZero(t.aval) if type(t) is ad.Zero else t for t in t_out]]
+    jvp.__name__ = "jvp"
+    new["subfuns"] = (_JvpCallSubfun(fun, dict(params)), _JvpCallSubfun(jvp, dict(params)))
+    return new
+
+  def bind(self, *args, **params):
+    subfuns = params.pop("subfuns", None)
+    if subfuns is not None:
+      held = getattr(subfuns[0], "bind_params", None)
+      if held is None:
+        raise NotImplementedError(
+            "custom_jvp_call.bind(..., subfuns=...): stagecraft re-binds only the subfuns "
+            "that get_bind_params gave for an equation; bind the custom_jvp function "
+            "instead.")
+      params = {**held, **params}
+    return super().bind(*args, **params)
+
+
+custom_jvp_call_p = CustomJVPCallPrimitive("custom_jvp_call")
 
 
 def _named(fn: Callable, name: str) -> Callable:

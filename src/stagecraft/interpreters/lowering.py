@@ -244,6 +244,13 @@ class ModuleContext:
     self.extra_ops: list[str] = []
     # The Python callables of the host-callback custom calls, indexed by their `index`.
     self.host_callbacks: list[Callable] = []
+    # Objects kept alive as long as the module (JAX's `add_keepalive`; e.g. the callables a
+    # library's rule hands to `mlir.emit_python_callback`).
+    self.keepalives: list[Any] = []
+
+  def add_keepalive(self, obj: Any) -> None:
+    """Keeps `obj` alive with this module (JAX's `ModuleContext.add_keepalive`)."""
+    self.keepalives.append(obj)
 
   def add_host_callback(self, fn: Callable) -> int:
     """Registers a host callback of this module; returns its index (the custom call's
@@ -307,6 +314,11 @@ class LoweringRuleContext:
 
   @property
   def module(self) -> ModuleContext:
+    return self.fb.module
+
+  @property
+  def module_context(self) -> ModuleContext:
+    """The module being lowered (JAX's name for `module`, used by libraries' rules)."""
     return self.fb.module
 
   def replace(self, avals_in=None, avals_out=None) -> "LoweringRuleContext":

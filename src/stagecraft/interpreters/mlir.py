@@ -54,7 +54,8 @@ __all__ = ["register_lowering", "lower_fun", "LoweringRuleContext", "ModuleConte
                "flatten_ir_values", "unflatten_ir_values_like_types", "make_ir_context",
                "merge_mlir_modules", "module_to_bytecode", "module_to_string",
                "jaxpr_subcomp", "lower_jaxpr_to_fun", "lower_jaxpr_to_module",
-               "emit_python_callback", "register_constant_handler")]
+               "register_constant_handler"), "emit_python_callback",
+           "register_python_callback_emitter"]
 
 #: A lowering rule: `rule(ctx, *operands, **params) -> list of SSA value names`.
 LoweringRule = Callable[..., Sequence[str]]
@@ -145,7 +146,38 @@ module_to_string = _unavailable("module_to_string")
 jaxpr_subcomp = _unavailable("jaxpr_subcomp")
 lower_jaxpr_to_fun = _unavailable("lower_jaxpr_to_fun")
 lower_jaxpr_to_module = _unavailable("lower_jaxpr_to_module")
-emit_python_callback = _unavailable("emit_python_callback")
+
+
+# The host-callback machinery is a higher layer's (stagecraft.lax.callback), which registers
+# its emitter here when it is imported.
+_python_callback_emitters: list[Callable] = []
+
+
+def register_python_callback_emitter(fn: Callable) -> None:
+  """Registers the function behind `emit_python_callback` (stagecraft.lax.callback's)."""
+  _python_callback_emitters[:] = [fn]
+
+
+def emit_python_callback(ctx, callback, token, operands, operand_avals, result_avals, *,
+                         has_side_effect, returns_token=True, partitioned=False,
+                         sharding=None):
+  """Emits a custom call that runs `callback` on the host (JAX's `mlir.emit_python_callback`;
+  see `stagecraft.lax.callback.emit_python_callback`).
+
+  `callback(*numpy operands)` returns a sequence of array-likes of `result_avals`; the
+  operands are SSA names. Returns `(result SSA names, new token or None, keepalive)`.
+
+  Raises:
+    NotImplementedError: for `partitioned=True`.
+  """
+  if not _python_callback_emitters:   # stagecraft.lax imports it; stagecraft imports lax
+    raise NotImplementedError("mlir.emit_python_callback: stagecraft.lax is not imported")
+  return _python_callback_emitters[0](
+      ctx, callback, token, operands, operand_avals, result_avals,
+      has_side_effect=has_side_effect, returns_token=returns_token, partitioned=partitioned,
+      sharding=sharding)
+
+
 register_constant_handler = _unavailable("register_constant_handler")
 
 

@@ -24,7 +24,7 @@ import optree
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
-from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import ad, batching, lowering, mlir
 from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.control_flow import loops
 from stagecraft.runtime import client, dispatch
@@ -33,7 +33,7 @@ from stagecraft.runtime.array import Array
 __all__ = ["DebugEffect", "OrderedDebugEffect", "IOEffect", "OrderedIOEffect", "debug_effect",
            "ordered_debug_effect", "io_effect", "ordered_io_effect", "FlatCallback",
            "pure_callback_p", "io_callback_p", "debug_callback_p", "debug_print_p",
-           "VMAP_METHODS"]
+           "VMAP_METHODS", "emit_python_callback"]
 
 
 # ---------------------------------------------------------------------------
@@ -142,13 +142,19 @@ def _check_results(outs: Sequence[Any], result_avals: Sequence[ShapedArray],
 
 
 def _emit_callback(ctx, operands: Sequence[str], host_fn: Callable, name: str, *,
-                   ordered: bool, side_effect: bool) -> list[str]:
+                   ordered: bool, side_effect: bool, token: str | None = None,
+                   host_callbacks: list | None = None) -> list[str]:
   """Emits the host-callback custom call of `host_fn(*numpy operands) -> tuple of numpy
-  results` (the results typed by `ctx.avals_out`); threads the ordered-effect token."""
+  results` (the results typed by `ctx.avals_out`); threads the ordered-effect token, or
+  `token` when given (then the results start with the new token). The HostCallback made
+  is appended to `host_callbacks` when given."""
   platform = client.get_backend().platform
   target = ("xla_ffi_python_gpu_callback" if platform in ("cuda", "rocm", "gpu")
             else "xla_ffi_python_cpu_callback")
+  ordered = ordered or token is not None
   cb = dispatch.HostCallback(host_fn, name, token=ordered)
+  if host_callbacks is not None:
+    host_callbacks.append(cb)
   index = ctx.module.add_host_callback(cb)
   in_types = [lowering.ir_type(a) for a in ctx.avals_in]
   out_types = [lowering.ir_type(a) for a in ctx.avals_out]
@@ -156,7 +162,7 @@ def _emit_callback(ctx, operands: Sequence[str], host_fn: Callable, name: str, *
   out_layouts = [_layout(a) for a in ctx.avals_out]
   operands = list(operands)
   if ordered:
-    operands.insert(0, ctx.get_token())
+    operands.insert(0, ctx.get_token() if token is None else token)
     in_types.insert(0, "!stablehlo.token")
     out_types.insert(0, "!stablehlo.token")
     in_layouts.insert(0, "dense<> : tensor<0xindex>")
@@ -175,10 +181,58 @@ def _emit_callback(ctx, operands: Sequence[str], host_fn: Callable, name: str, *
     per_value = ", ".join(["<@maximal_mesh_0, []>"] * len(out_types))
     attrs += f", sdy.sharding = #sdy.sharding_per_value<[{per_value}]>"
   outs = lowering.emit_op(ctx.fb, "stablehlo.custom_call", operands, in_types, out_types, attrs)
-  if ordered:
+  if ordered and token is None:
     ctx.set_token(outs[0])
     outs = outs[1:]
   return outs
+
+
+def emit_python_callback(ctx, callback: Callable, token: str | None,
+                         operands: Sequence[str], operand_avals: Sequence[ShapedArray],
+                         result_avals: Sequence[ShapedArray], *, has_side_effect: bool,
+                         returns_token: bool = True, partitioned: bool = False,
+                         sharding: Any = None) -> tuple[list[str], str | None, Callable]:
+  """Emits a host-callback custom call of `callback` inside a lowering rule (JAX's
+  `mlir.emit_python_callback`, which libraries' rules call, e.g. equinox's `noinline`).
+
+  Args:
+    ctx: the rule's LoweringRuleContext.
+    callback: `callback(*numpy arrays) -> sequence of array-likes`, called while the
+      program runs with the operands as NumPy arrays (shapes/dtypes of `operand_avals`).
+    token: an ordered-effect token (SSA name) to thread through the call, or None.
+    operands: the operands' SSA names.
+    operand_avals, result_avals: their avals and the results'.
+    has_side_effect: whether XLA must keep the call even when its results go unused.
+    returns_token, sharding: accepted for JAX's signature (the token is returned when one
+      is given; the callback runs on the device that runs the program).
+    partitioned: must be False.
+
+  Returns:
+    `(results, token, keepalive)`: the results' SSA names (one per `result_avals`), the new
+    token (None without `token`), and the host callable (to keep alive with the module).
+
+  Raises:
+    NotImplementedError: for `partitioned=True`.
+    (while the program runs) RuntimeError texts of JAX for a wrong number, shape or dtype
+      of results, reported as the program's JaxRuntimeError.
+  """
+  del returns_token, sharding
+  if partitioned:
+    raise NotImplementedError("emit_python_callback: partitioned callbacks are not "
+                              "implemented in stagecraft")
+  result_avals = list(result_avals)
+  name = f"python callback {getattr(callback, '__qualname__', None) or callback!r}"
+
+  def host_fn(*args):
+    return tuple(_check_results(callback(*args), result_avals, name))
+  sub = ctx.replace(avals_in=list(operand_avals), avals_out=result_avals)
+  made: list = []
+  outs = _emit_callback(sub, operands, host_fn, name, ordered=False,
+                        side_effect=has_side_effect, token=token, host_callbacks=made)
+  new_token = None
+  if token is not None:
+    new_token, outs = outs[0], outs[1:]
+  return list(outs), new_token, made[0]
 
 
 _MAXIMAL_MESH = "  sdy.mesh @maximal_mesh_0 = <[], device_ids=[0]>"
@@ -437,3 +491,6 @@ core.pp_param_order[debug_print_p] = ("fmt", "has_placeholders", "in_tree", "log
 # callback sees the whole gathered operands, on one device).
 for _p in (pure_callback_p, io_callback_p):
   core.sharding_rules[_p] = lambda *avals, **params: None
+
+
+mlir.register_python_callback_emitter(emit_python_callback)
