@@ -1126,13 +1126,14 @@ def register_staged_leaf(nodetype: type, flatten_func: Callable[[Any], tuple[Any
 
 def tree_flatten_traced(tree: Any, is_leaf: Callable[[Any], bool] | None = None):
   """`tree_flatten` as the transformations flatten: a staged leaf (a typed PRNG key array)
-  gives its array data as the leaf, and the treedef rebuilds the staged leaf around it.
-  For library code that hands leaves to primitives (`stop_gradient`, `device_put`, ...).
+  gives the value the transformations trace as the leaf (its keys, of dtype `key<fry>`),
+  and the treedef rebuilds the staged leaf around it. For library code that hands leaves
+  to primitives (`stop_gradient`, `device_put`, ...).
 
     >>> from stagecraft import random
     >>> leaves, _ = tree_flatten_traced({'k': random.key(0)})
     >>> leaves[0].dtype, leaves[0].shape
-    (dtype('uint32'), (2,))
+    (key<fry>, ())
   """
   return _C.flatten(tree, is_leaf, _NONE_IS_LEAF, NAMESPACE)
 
