@@ -97,7 +97,8 @@ def _classify(i, position: int):
   if isinstance(i, (int, np.integer)):
     return _INT, i   # NB: kept as given (its NumPy dtype is the dynamic_slice index dtype)
   if isinstance(i, str):
-    raise TypeError(f"stagecraft does not support string indexing; got idx={i!r}")
+    from stagecraft.traceback_util import library_name   # "JAX" under the JAX runner
+    raise TypeError(f"{library_name[0]} does not support string indexing; got idx={i!r}")
   if isinstance(i, (list, tuple)):
     if not i:
       return _ARRAY, np.zeros((0,), _index_dtype)   # NB: [] would be float64 in NumPy

@@ -1,0 +1,76 @@
+"""Patterns from jaxtyping, dm-pix, gymnax, flowjax, pgx, jumanji and sympy2jax (their own
+test suites and small programs) that differed under stagecraft, each run in plain JAX code on
+JAX and on stagecraft in the same test and compared. The libraries themselves are not in the
+`test` extra."""
+from __future__ import annotations
+
+import operator
+
+import jax
+import jax.numpy as jjnp
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as snp
+
+APIS = {"jax": (jax, jjnp), "stagecraft": (sc, snp)}
+
+
+def _outcome(f):
+  try:
+    return ("ok", repr(f()))
+  except Exception as e:  # noqa: BLE001 - the exception is what is compared
+    return (type(e).__name__, str(e))
+
+
+CONVERSIONS = {"int": int, "float": float, "complex": complex, "index": operator.index,
+               "len": len, "bool": bool}
+
+
+@pytest.mark.parametrize("conv", sorted(CONVERSIONS))
+@pytest.mark.parametrize("shape,dtype", [((3,), "float32"), ((), "float32"), ((3,), "int32"),
+                                         ((), "int32"), ((0,), "float32"), ((1, 1), "int32")])
+def test_python_conversions_of_arrays_raise_jaxs_errors(conv, shape, dtype):
+  # gymnax/pgx/jaxtyping users convert arrays with int()/float()/len(): JAX refuses any
+  # array that is not 0-d ("Only scalar arrays ...; got arr.ndim=1"), even one element
+  # (NumPy converts it), and names no shape in its `__index__` or `len()` messages.
+  seen = {}
+  x = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape) + 1
+  for name, (api, jnp) in APIS.items():
+    seen[name] = _outcome(lambda: CONVERSIONS[conv](jnp.asarray(x)))
+  assert seen["stagecraft"] == seen["jax"]
+
+
+@pytest.mark.parametrize("case", ["bool_many", "bool_empty", "bool_one", "len_scalar", "hash"])
+def test_traced_conversions_raise_jaxs_errors(case):
+  # Under jit, `bool()` of a traced array of more (or fewer) than one element is a ValueError
+  # about its size (JAX checks the size before the concreteness); a tracer is unhashable in
+  # Python's words; `len()` of a 0-d tracer is NumPy's error.
+  shape = {"bool_many": (3,), "bool_empty": (0,), "len_scalar": ()}.get(case, (1,))
+  f = {"bool_many": bool, "bool_empty": bool, "bool_one": bool, "len_scalar": len,
+       "hash": hash}[case]
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    def g(a):
+      f(a)
+      return a
+    r = _outcome(lambda: api.jit(g)(jnp.zeros(shape)))
+    # NB: the first line (the error and where the value came from) is what is compared.
+    seen[name] = (r[0], r[1].split("\n")[0])
+  assert seen["stagecraft"] == seen["jax"]
+
+
+def test_hash_of_array_and_string_index_under_runner(installed):
+  # Under `python -m stagecraft run`, `hash(x)` names JAX's concrete class as JAX's message
+  # does, and string indexing names JAX.
+  import jax as served_jax   # stagecraft, served as `jax`
+  assert served_jax is sc
+  import importlib
+  real = importlib.import_module("stagecraft.runtime.jax_runtime").jax_module("jax")
+  seen = {}
+  for name, api in (("jax", real), ("stagecraft", sc)):
+    x = api.numpy.arange(3.)
+    seen[name] = [_outcome(lambda: hash(x)), _outcome(lambda: x["a"]),
+                  _outcome(lambda: {x: 1})]
+  assert seen["stagecraft"] == seen["jax"]
