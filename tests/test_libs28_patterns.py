@@ -74,3 +74,13 @@ def test_hash_of_array_and_string_index_under_runner(installed):
     seen[name] = [_outcome(lambda: hash(x)), _outcome(lambda: x["a"]),
                   _outcome(lambda: {x: 1})]
   assert seen["stagecraft"] == seen["jax"]
+
+
+def test_scalar_type_names_as_jaxs():
+  # gymnax's tests parametrize over `jnp.bool_`: pytest names the case by its `__name__`,
+  # which is `bool` in JAX (its class is named after the dtype).
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    seen[name] = [(t.__name__, t.__qualname__, t.dtype) for t in (
+        jnp.bool_, jnp.bool, jnp.float32, jnp.int8, jnp.uint32, jnp.bfloat16, jnp.complex64)]
+  assert seen["stagecraft"] == seen["jax"]
