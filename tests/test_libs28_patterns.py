@@ -84,3 +84,53 @@ def test_scalar_type_names_as_jaxs():
     seen[name] = [(t.__name__, t.__qualname__, t.dtype) for t in (
         jnp.bool_, jnp.bool, jnp.float32, jnp.int8, jnp.uint32, jnp.bfloat16, jnp.complex64)]
   assert seen["stagecraft"] == seen["jax"]
+
+
+def _array_class_facts(jax_mod):
+  import functools
+  import pickle
+  import typing
+  A = jax_mod.Array
+  x = jax_mod.numpy.arange(3.)
+  seen_in_jit = []
+
+  def f(a):
+    seen_in_jit.append(isinstance(a, A))
+    return a
+
+  jax_mod.jit(f)(x)
+
+  @functools.singledispatch
+  def kind(v):
+    return "other"
+
+  kind.register(A, lambda v: "array")
+  return [repr(A), A.__name__, A.__qualname__, A.__module__, repr(typing.Optional[A]),
+          repr(typing.get_args(jax_mod.typing.ArrayLike)), repr(jax_mod.typing.ArrayLike),
+          type(x).__name__, type(x).__qualname__, type(x).__module__, repr(type(x)),
+          isinstance(x, A), issubclass(type(x), A), seen_in_jit,
+          isinstance(np.zeros(2), A), jax_mod.numpy.ndarray is A,
+          kind(x), kind(np.zeros(2)), _outcome(lambda: A(1)),
+          _outcome(lambda: pickle.dumps(A)),
+          _outcome(lambda: pickle.loads(pickle.dumps(x)).tolist())]
+
+
+def test_jax_array_class_named_as_jaxs_under_runner(installed):
+  # jaxtyping prints `Float[jaxlib._jax.Array, 'a b']` in its type-check errors (its
+  # `__name__`), `typing` prints `jax.jaxlib._jax.Array`, and pickling the class fails;
+  # `type(x)` is the concrete `ArrayImpl`. isinstance/issubclass/singledispatch on `jax.Array`
+  # still see Arrays and tracers.
+  import importlib
+  real = importlib.import_module("stagecraft.runtime.jax_runtime").jax_module("jax")
+  import jax as served
+  assert served is sc
+  assert _array_class_facts(sc) == _array_class_facts(real)
+
+
+def test_array_class_is_stagecraft_s_outside_runner():
+  # Outside the runner the names are stagecraft's own, and `stagecraft.Array` is the class of
+  # every Array.
+  x = snp.arange(3.)
+  assert type(x) is sc.Array and type(x).__name__ == "Array"
+  assert repr(type(x)) == "<class 'stagecraft.runtime.array.Array'>"
+  assert snp.ndarray is sc.Array

@@ -584,3 +584,28 @@ def live_arrays(platform: str | None = None) -> list[Array]:
       if any(d.platform == platform for d in devs):
         out.append(o)
   return out
+
+
+class JaxArray(abc.ABC):
+  """`jax.Array` as the JAX runner (`stagecraft.compat.install`) serves it: an abstract class
+  named as JAX's (`<class 'jax.jaxlib._jax.Array'>`, `__name__` `jaxlib._jax.Array`, which
+  jaxtyping and `typing` print in annotations) of which `Array` and every tracer are virtual
+  subclasses, so `isinstance(x, jax.Array)` is unchanged. It takes no arguments, as JAX's.
+  Outside the runner `stagecraft.Array` is the concrete class itself."""
+  __slots__ = ()
+
+
+JaxArray.__name__ = JaxArray.__qualname__ = "jaxlib._jax.Array"
+JaxArray.__module__ = "jax"
+
+
+def name_as_jax(on: bool) -> None:
+  """Names the concrete class as JAX's (`ArrayImpl` of `jaxlib._jax`, whose `__name__` and
+  `__qualname__` libraries print as `type(x).__name__`) while `on`; as stagecraft's
+  (`stagecraft.runtime.array.Array`) otherwise. Sets `class_repr` too."""
+  Array.__name__ = Array.__qualname__ = "ArrayImpl" if on else "Array"
+  Array.__module__ = "jaxlib._jax" if on else __name__
+  class_repr[0] = "jaxlib._jax.ArrayImpl" if on else None
+
+
+JaxArray.register(Array)
