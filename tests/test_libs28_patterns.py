@@ -134,3 +134,41 @@ def test_array_class_is_stagecraft_s_outside_runner():
   assert type(x) is sc.Array and type(x).__name__ == "Array"
   assert repr(type(x)) == "<class 'stagecraft.runtime.array.Array'>"
   assert snp.ndarray is sc.Array
+
+
+@pytest.mark.parametrize("case", ["equal", "eq_op", "add", "asarray", "array_list", "jit",
+                                  "vmap", "where", "full", "lax_add", "at_set",
+                                  "result_type", "maximum", "index", "mul"])
+def test_int_enum_members_are_weak_python_scalars(case):
+  # jumanji's RobotWarehouse compares actions with `jnp.equal(action, Action.FORWARD)`, an
+  # `enum.IntEnum` member: JAX treats a subclass of int/float as that Python scalar (weakly
+  # typed), where stagecraft asked NumPy for its dtype ("Cannot interpret ... as a data
+  # type"). NB: a float Enum is left out: JAX's result for it depends on what ran before
+  # (an OverflowError "Python int F.P too large to convert to int32" after other cases).
+  import enum
+
+  class A(enum.IntEnum):
+    X = 0
+    Y = 1
+
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    x = jnp.arange(3)
+    f = {"equal": lambda: jnp.equal(x, A.Y), "eq_op": lambda: x == A.Y,
+         "add": lambda: jnp.add(x, A.Y), "asarray": lambda: jnp.asarray(A.Y),
+         "array_list": lambda: jnp.array([A.X, A.Y]),
+         "jit": lambda: api.jit(lambda v: jnp.equal(v, A.Y))(x),
+         "vmap": lambda: api.vmap(lambda v: jnp.equal(v, A.Y))(x),
+         "where": lambda: jnp.where(x > 0, A.Y, A.X), "full": lambda: jnp.full((2,), A.Y),
+         "lax_add": lambda: api.lax.add(x, A.Y),
+         "at_set": lambda: jnp.zeros(3).at[A.Y].set(A.Y),
+         "result_type": lambda: jnp.result_type(A.Y), "maximum": lambda: jnp.maximum(x, A.Y),
+         "index": lambda: x[A.Y], "mul": lambda: x * A.Y}[case]
+    r = _outcome(f)
+    v = None
+    try:
+      v = f()
+    except Exception:  # noqa: BLE001 - compared through _outcome
+      pass
+    seen[name] = (r, getattr(getattr(v, "aval", None), "weak_type", None))
+  assert seen["stagecraft"] == seen["jax"]
