@@ -172,3 +172,27 @@ def test_int_enum_members_are_weak_python_scalars(case):
       pass
     seen[name] = (r, getattr(getattr(v, "aval", None), "weak_type", None))
   assert seen["stagecraft"] == seen["jax"]
+
+
+@pytest.mark.parametrize("case", ["sample", "sample_cond", "split", "excluded_key", "raw_keys"])
+def test_vectorize_over_typed_keys(case):
+  # flowjax's distributions vectorize `_sample(key, condition)` with `jnp.vectorize` over
+  # `jr.split(key, n)` (typed keys): the key array maps over its leading axes as any array.
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    rnd = api.random
+    keys = rnd.split(rnd.key(0), 5) if case != "raw_keys" else rnd.split(rnd.PRNGKey(0), 5)
+    if case == "sample":
+      out = jnp.vectorize(lambda k: rnd.normal(k, (3,)), signature="()->(3)")(keys)
+    elif case == "sample_cond":
+      out = jnp.vectorize(lambda k, c: rnd.normal(k, (2,)) * c.sum(),
+                          signature="(),(2)->(2)")(keys, jnp.ones((4, 1, 2)))
+    elif case == "split":
+      out = rnd.key_data(jnp.vectorize(lambda k: rnd.split(k, 2), signature="()->(2)")(keys))
+    elif case == "excluded_key":
+      out = jnp.vectorize(lambda k, x: rnd.uniform(k) + x, excluded={0})(
+          rnd.key(1), jnp.arange(3.))
+    else:
+      out = jnp.vectorize(lambda k: rnd.normal(k), signature="(2)->()")(keys)
+    seen[name] = (np.asarray(out).shape, str(np.asarray(out).dtype), np.asarray(out).tolist())
+  assert seen["stagecraft"] == seen["jax"]
