@@ -196,3 +196,16 @@ def test_vectorize_over_typed_keys(case):
       out = jnp.vectorize(lambda k: rnd.normal(k), signature="(2)->()")(keys)
     seen[name] = (np.asarray(out).shape, str(np.asarray(out).dtype), np.asarray(out).tolist())
   assert seen["stagecraft"] == seen["jax"]
+
+
+@pytest.mark.parametrize("shape,axis", [((3,), 1), ((3,), -2), ((2, 3), 2), ((), 0),
+                                        ((2, 3), -1), ((2, 3), 0)])
+def test_categorical_axis_out_of_range_raises_jaxs_index_error(shape, axis):
+  # pgx's `act_randomly` samples `categorical(key, logits, axis=1)`; its api_test passes 1-D
+  # logits, where JAX raises NumPy's IndexError (deleting the axis from the shape).
+  seen = {}
+  for name, (api, jnp) in APIS.items():
+    logits = jnp.log(jnp.arange(1., 1. + np.prod(shape)).reshape(shape))
+    seen[name] = _outcome(lambda: api.random.categorical(api.random.PRNGKey(0), logits,
+                                                         axis=axis).tolist())
+  assert seen["stagecraft"] == seen["jax"]
