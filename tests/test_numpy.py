@@ -1061,7 +1061,7 @@ def test_python_conversions():
   assert int(jnp.asarray(3.7)) == 3
   assert bool(jnp.asarray(0)) is False and bool(jnp.asarray(2.0)) is True
   assert [1, 2, 3][jnp.asarray(1)] == 2     # __index__
-  with pytest.raises(TypeError, match=re.escape("unhashable type: 'Array' (f32[2,3])")):
+  with pytest.raises(TypeError, match=re.escape("unhashable type: 'Array'")):
     hash(x)
   with pytest.raises(TypeError, match="unhashable type: 'Array'"):
     hash(jnp.asarray(1))

@@ -301,7 +301,7 @@ def test_install_serves_jax_src_functions_libraries_call():
     err, out = checkify_lib.checkify(lambda x: x + 1.0)(stagecraft.numpy.ones(2))
     assert err.get() is None and out.tolist() == [2.0, 2.0]
     flat, unravel = ravel_pytree({"a": stagecraft.numpy.ones(2), "b": 3.0})
-    assert type(flat) is stagecraft.Array and flat.tolist() == [1.0, 1.0, 3.0]
+    assert type(flat) is stagecraft.runtime.Array and flat.tolist() == [1.0, 1.0, 3.0]
     assert stop_gradient_p is stagecraft.lax.ad_util.stop_gradient_p
     assert AbstractRef is stagecraft.state.AbstractRef
   finally:

@@ -55,6 +55,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import typing
 from types import ModuleType
 
 import numpy as np
@@ -62,6 +63,8 @@ import numpy as np
 import stagecraft
 from stagecraft import dtypes, stages, traceback_util, tree_util, version as _version
 from stagecraft import sharding as sharding_mod
+import stagecraft.numpy as snp
+import stagecraft.typing as sc_typing
 from stagecraft.numpy import scalar_types
 from stagecraft.runtime import array as array_mod, client, jax_runtime
 
@@ -398,7 +401,14 @@ def install() -> None:
   tree_util.registration_hooks.append(hook)
   _state["hook"] = hook
   scalar_types.repr_module[0] = _PREFIX + ".numpy"   # `<class 'jax.numpy.float32'>`
-  array_mod.class_repr[0] = "jaxlib._jax.ArrayImpl"   # `type(x)` as JAX's concrete class
+  array_mod.name_as_jax(True)   # `type(x)` as JAX's concrete class, `jaxlib._jax.ArrayImpl`
+  # `jax.Array` (and `jnp.ndarray`) as JAX's abstract class, named as JAX's (jaxtyping's
+  # messages print it); the concrete class stays what every Array is.
+  _state["array_attrs"] = [(m, m.Array if m is stagecraft else m.ndarray) for m in (
+      stagecraft, snp)]
+  stagecraft.Array = snp.ndarray = array_mod.JaxArray
+  _state["array_like"] = sc_typing.ArrayLike   # `jax.typing.ArrayLike` holds `jax.Array`
+  sc_typing.ArrayLike = typing.Union[array_mod.JaxArray, np.ndarray, sc_typing.StaticScalar]
   traceback_util.library_name[0] = "JAX"   # "For simplicity, JAX has removed its ..."
   stages.jax_reprs[0] = True
   sharding_mod.jax_reprs[0] = True   # `<jax._src.stages.Compiled object at 0x...>`
@@ -432,7 +442,11 @@ def uninstall() -> None:
   if _state.pop("set_src", False):
     vars(stagecraft).pop("_src", None)
   scalar_types.repr_module[0] = "stagecraft.numpy"
-  array_mod.class_repr[0] = None
+  array_mod.name_as_jax(False)
+  for m, v in _state.pop("array_attrs", ()):
+    setattr(m, "Array" if m is stagecraft else "ndarray", v)
+  if "array_like" in _state:
+    sc_typing.ArrayLike = _state.pop("array_like")
   traceback_util.library_name[0] = "stagecraft"
   stages.jax_reprs[0] = False
   sharding_mod.jax_reprs[0] = False

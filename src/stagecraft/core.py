@@ -2100,7 +2100,18 @@ class Tracer:
     return v
 
   def __bool__(self):
-    return bool(self._concrete("bool", TracerBoolConversionError))
+    v = self.to_concrete_value()
+    if v is not None:
+      return bool(v)
+    # As JAX: an array of other than one element is refused for its size before its value.
+    size = int(np.prod(self.aval.shape))
+    if size == 0:
+      raise ValueError("The truth value of an empty array is ambiguous. Use `array.size > 0` "
+                       "to check that an array is not empty.")
+    if size > 1:
+      raise ValueError("The truth value of an array with more than one element is "
+                       "ambiguous. Use a.any() or a.all()")
+    raise self._concretization_error("bool", TracerBoolConversionError)
 
   def __int__(self):
     return int(self._concrete("int"))
@@ -2127,12 +2138,11 @@ class Tracer:
     raise self._concretization_error("__array__", TracerArrayConversionError)
 
   def __hash__(self):
-    raise TypeError(f"unhashable type: {type(self).__name__} ({self.aval.str_short()}). "
-                    f"Traced arrays cannot be dict keys or static arguments.")
+    raise TypeError(f"unhashable type: '{type(self).__name__}'")   # Python's words
 
   def __len__(self):
     if not self.aval.shape:
-      raise TypeError("len() of unsized object (a 0-d traced array)")
+      raise TypeError("len() of unsized object")
     return self.aval.shape[0]
 
   def __iter__(self):

@@ -263,6 +263,20 @@ def is_python_scalar(x: Any) -> bool:
   return type(x) in python_scalar_kind
 
 
+def python_scalar_base(x: Any):
+  """The Python scalar type (int, float or complex) that the class of `x` derives from, for
+  an instance of a subclass that has no dtype (an `enum.IntEnum` member, a float subclass);
+  None otherwise (exact Python scalars, NumPy scalars, arrays). As in JAX, such values are
+  Python scalars of their base type: weakly typed."""
+  t = type(x)
+  if t in python_scalar_kind or isinstance(x, (np.generic, type)) or hasattr(x, "dtype"):
+    return None
+  for b in t.__mro__[1:]:
+    if b in python_scalar_kind:
+      return b
+  return None
+
+
 # ---------------------------------------------------------------------------
 # The promotion lattice.
 # Nodes are np.dtypes or the weak kinds 'i*', 'f*', 'c*'.
@@ -406,6 +420,9 @@ def _dtype_and_weak(x: Any):
     if x is bool:               # is strong
       return bool_, bool_
     return None, python_scalar_kind[x]
+  base = python_scalar_base(x)
+  if base is not None:   # an IntEnum member: a weak int, as JAX canonicalizes it
+    return None, python_scalar_kind[base]
   d = canonicalize_dtype(x)
   return d, d
 
@@ -541,6 +558,8 @@ def _result_from_kinds(kinds: tuple, x64: bool, strict: bool = False):
 def dtype(x: Any, *, canonicalize: bool = False) -> np.dtype:
   """The dtype of an array, scalar, or dtype-like `x` (Python scalars give their default)."""
   t = type(x)
+  if t not in python_scalar_kind:
+    t = python_scalar_base(x) or t   # an IntEnum member is an int
   if t in python_scalar_kind:
     dt = _to_np_dtype(t) if t is not bool else bool_
     return canonicalize_dtype(dt) if canonicalize else dt
@@ -556,6 +575,8 @@ def is_weakly_typed(x: Any) -> bool:
   """Whether `x` is weakly typed (a Python number other than bool, or a weak aval)."""
   if type(x) in python_scalar_kind:
     return type(x) is not bool
+  if python_scalar_base(x) is not None:
+    return True
   w = getattr(x, "weak_type", None)
   if w is None:
     w = getattr(getattr(x, "aval", None), "weak_type", False)

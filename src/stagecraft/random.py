@@ -1692,6 +1692,7 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | No
   Raises:
     ValueError: if `shape` does not end with the batch shape, or (without replacement)
       more samples than categories are asked for.
+    IndexError: if `axis` is out of range for `logits` (NumPy's words, as JAX's).
 
   Examples:
     >>> import numpy as np
@@ -1701,8 +1702,8 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | No
   data, _ = _check_prng_key("categorical", key, keys=True)
   logits = jnp.asarray(logits)
   axis = operator.index(axis)
-  if not -logits.ndim <= axis < logits.ndim:
-    raise ValueError(f"axis {axis} is out of bounds for array of dimension {logits.ndim}")
+  # NB: an axis out of range raises NumPy's IndexError from deleting it from the shape, as
+  # in JAX ("index 1 is out of bounds for axis 0 with size 1").
   batch_shape = tuple(np.delete(np.array(logits.shape, dtype=np.int64), axis).tolist())
   if shape is None:
     shape = batch_shape

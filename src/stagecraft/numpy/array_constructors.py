@@ -156,6 +156,9 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
     if hasattr(object, "__jax_array__"):
       return array(object.__jax_array__(), dtype, copy=copy, order=order, ndmin=ndmin,
                    device=device)
+    base = dtypes.python_scalar_base(object)
+    if base is not None:   # an IntEnum member: its int, as JAX canonicalizes it
+      object = base(object)
     is_scalar = dtypes.is_python_scalar(object)
     weak = is_scalar and type(object) is not bool and dtype is None
     if is_scalar:

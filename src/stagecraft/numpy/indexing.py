@@ -26,6 +26,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from stagecraft import traceback_util
 from stagecraft.errors import NonConcreteBooleanIndexError
 from stagecraft.indexing import Slice as ds_Slice
 from stagecraft import core, dtypes, lax, shape_poly
@@ -97,7 +98,8 @@ def _classify(i, position: int):
   if isinstance(i, (int, np.integer)):
     return _INT, i   # NB: kept as given (its NumPy dtype is the dynamic_slice index dtype)
   if isinstance(i, str):
-    raise TypeError(f"stagecraft does not support string indexing; got idx={i!r}")
+    raise TypeError(f"{traceback_util.library_name[0]} does not support string indexing; "
+                    f"got idx={i!r}")   # "JAX" under the JAX runner
   if isinstance(i, (list, tuple)):
     if not i:
       return _ARRAY, np.zeros((0,), _index_dtype)   # NB: [] would be float64 in NumPy

@@ -54,7 +54,7 @@ def _make(name: str, dtype: np.dtype):
   return _ScalarMeta(name, (object,), {"dtype": np.dtype(dtype), "__doc__": doc})
 
 
-bool_ = _make("bool_", dtypes.bool_)
+bool_ = _make("bool", dtypes.bool_)   # JAX names the class `bool` (pytest ids, `__name__`)
 int8 = _make("int8", dtypes.int8)
 int16 = _make("int16", dtypes.int16)
 int32 = _make("int32", dtypes.int32)

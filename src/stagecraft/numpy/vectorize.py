@@ -13,11 +13,22 @@ import functools
 import re
 from typing import Any, Callable
 
-from stagecraft import tree_util
+from stagecraft import dtypes, tree_util
 from stagecraft.interpreters import batching
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.manipulation import broadcast_shapes, expand_dims, squeeze
-from stagecraft.numpy.util import canonicalize_axis, shape_of
+from stagecraft.numpy import util
+from stagecraft.numpy.util import canonicalize_axis
+
+
+def shape_of(x) -> tuple[int, ...]:
+  """The shape of an argument or result: an array-like's, or a typed PRNG key array's (an
+  extended dtype, which `jnp.vectorize` maps over as JAX's does: flowjax vectorizes its
+  `sample` over `jr.split(key, n)`)."""
+  dt = getattr(x, "dtype", None)
+  if dt is not None and dtypes.issubdtype(dt, dtypes.extended):
+    return tuple(x.shape)
+  return util.shape_of(x)
 
 __all__ = ["vectorize", "apply_along_axis"]
 
@@ -64,14 +75,19 @@ def batch_over_leading(fun: Callable, in_dims: tuple) -> Callable:
   def batched(*args):
     size = next(shape_of(a)[0] for a, d in zip(args, in_dims) if d is not None)
     store = []
+    # NB: typed PRNG keys are traced through their data (a trailing axis after the mapped one).
+    flat_args, in_tree = tree_util.tree_flatten_traced(list(args))
+    flat_dims = []
+    for a, d in zip(args, in_dims):
+      flat_dims += [d] * len(tree_util.tree_flatten_traced(a)[0])
 
     def flat(*xs):
-      out = fun(*xs)
-      leaves, treedef = tree_util.tree_flatten(out)
+      out = fun(*tree_util.tree_unflatten(in_tree, xs))
+      leaves, treedef = tree_util.tree_flatten_traced(out)
       store.append(treedef)
       return leaves
 
-    outs, dims = batching.batch_flat(flat, list(args), list(in_dims),
+    outs, dims = batching.batch_flat(flat, flat_args, flat_dims,
                                      batching.AxisData(None, size))
     outs = [batching.matchaxis(o, d, 0, size) for o, d in zip(outs, dims)]
     return tree_util.tree_unflatten(store[0], outs)

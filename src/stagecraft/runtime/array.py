@@ -295,24 +295,32 @@ class Array(metaclass=_ArrayMeta):
   def __bool__(self):
     return bool(self._value)
 
+  def _scalar_only(self):
+    # JAX's words (its arrays refuse even one-element arrays here, where NumPy converts).
+    if self.aval.shape:
+      raise TypeError(f"Only scalar arrays can be converted to Python scalars; got "
+                      f"arr.ndim={len(self.aval.shape)}")
+
   def __int__(self):
+    self._scalar_only()
     return int(self._value)
 
   def __float__(self):
+    self._scalar_only()
     return float(self._value)
 
   def __complex__(self):
+    self._scalar_only()
     return complex(self._value)
 
   def __index__(self):
     if not dtypes.is_integer(self.aval.dtype) or self.aval.shape:
-      raise TypeError(f"Only integer scalar arrays can be converted to a scalar index, got "
-                      f"{self.aval.str_short()}.")
+      raise TypeError("Only integer scalar arrays can be converted to a scalar index.")
     return int(self._value)
 
   def __len__(self):
     if not self.aval.shape:
-      raise TypeError("len() of unsized object (a 0-d Array)")
+      raise TypeError("len() of unsized object")   # NumPy's and JAX's words
     return self.aval.shape[0]
 
   def __iter__(self):
@@ -321,8 +329,8 @@ class Array(metaclass=_ArrayMeta):
     return (self[i] for i in range(self.aval.shape[0]))
 
   def __hash__(self):
-    raise TypeError(f"unhashable type: 'Array' ({self.aval.str_short()}). Use a tuple or "
-                    f"`x.item()` for a hashable value.")
+    # Python's words for an unhashable object, naming JAX's class under the JAX runner.
+    raise TypeError(f"unhashable type: '{class_repr[0] or 'Array'}'")
 
   def __format__(self, spec):
     if self.aval.shape:
@@ -583,3 +591,28 @@ def live_arrays(platform: str | None = None) -> list[Array]:
       if any(d.platform == platform for d in devs):
         out.append(o)
   return out
+
+
+class JaxArray(abc.ABC):
+  """`jax.Array` as the JAX runner (`stagecraft.compat.install`) serves it: an abstract class
+  named as JAX's (`<class 'jax.jaxlib._jax.Array'>`, `__name__` `jaxlib._jax.Array`, which
+  jaxtyping and `typing` print in annotations) of which `Array` and every tracer are virtual
+  subclasses, so `isinstance(x, jax.Array)` is unchanged. It takes no arguments, as JAX's.
+  Outside the runner `stagecraft.Array` is the concrete class itself."""
+  __slots__ = ()
+
+
+JaxArray.__name__ = JaxArray.__qualname__ = "jaxlib._jax.Array"
+JaxArray.__module__ = "jax"
+
+
+def name_as_jax(on: bool) -> None:
+  """Names the concrete class as JAX's (`ArrayImpl` of `jaxlib._jax`, whose `__name__` and
+  `__qualname__` libraries print as `type(x).__name__`) while `on`; as stagecraft's
+  (`stagecraft.runtime.array.Array`) otherwise. Sets `class_repr` too."""
+  Array.__name__ = Array.__qualname__ = "ArrayImpl" if on else "Array"
+  Array.__module__ = "jaxlib._jax" if on else __name__
+  class_repr[0] = "jaxlib._jax.ArrayImpl" if on else None
+
+
+JaxArray.register(Array)
