@@ -213,3 +213,25 @@ def test_key_arrays_through_eager_shard_map_and_device_put():
   np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
   np.testing.assert_array_equal(got[1], want[1])
   assert got[2:] == want[2:]
+
+
+def test_eager_programs_over_two_meshes_of_the_same_devices_keep_their_mesh():
+  # an eager operation on arguments placed over a mesh is cached per layout; two meshes of
+  # the same devices and shape but other axis names must not share results' shardings
+  def run(m):
+    devs = np.array(m.devices()[:4]).reshape(2, 2)
+    out = []
+    for names in (("data", "model"), ("x", "y")):
+      mesh = m.sharding.Mesh(devs, names, axis_types=(m.sharding.AxisType.Explicit,) * 2)
+      with m.set_mesh(mesh):
+        k = R(m).key(3)
+        x = R(m).normal(k, (4, 8), out_sharding=m.sharding.PartitionSpec(None, names[1]))
+        spec = m.sharding.PartitionSpec(None, names[1])
+        y = m.jit(lambda k: R(m).normal(k, (4, 8), out_sharding=spec))(k)
+        mesh_of_key = getattr(k.sharding, "mesh", None)
+        out.append((str(m.typeof(x)), repr(x.sharding.spec), str(m.typeof(y)),
+                    None if mesh_of_key is None else tuple(mesh_of_key.axis_names),
+                    np.asarray(x).tolist()))
+    return out
+  want, got = _both(run)
+  assert got == want

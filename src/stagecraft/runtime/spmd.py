@@ -1140,9 +1140,10 @@ def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict,
   if not any(placement):   # NB: none placed: over the mesh of `set_mesh` (in the key)
     ctx = concrete_mesh()
     loose = (ctx.axis_types, loose_operands(args))
-  else:   # NB: equal layouts over meshes of other axis types compare equal: key on those
-    loose = tuple(p.mesh.axis_types if isinstance(p, NamedSharding) else None
-                  for p in placement)
+  else:   # NB: equal layouts over meshes of other axis types or names compare equal: key
+    # on those (the results' shardings name the mesh)
+    loose = tuple((p.mesh.axis_types, p.mesh.axis_names) if isinstance(p, NamedSharding)
+                  else None for p in placement)
   try:
     key = (prim, tuple(placement), ctx, loose, *avals, *params.items())
     ex = _eager_cache.get(key)
