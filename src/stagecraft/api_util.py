@@ -45,7 +45,7 @@ def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
                                          and not isinstance(x, type)):
     try:
       return ShapedArray(tuple(d if shape_poly.is_symbolic_dim(d) else int(d) for d in x.shape),
-                         dtypes.canonicalize_dtype(x.dtype),
+                         dtypes.canonicalize_dtype(x.dtype, allow_extended_dtype=True),
                          bool(getattr(x, "weak_type", False)))
     except TypeError:
       pass
