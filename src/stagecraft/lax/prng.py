@@ -14,7 +14,8 @@ primitives, with JAX 0.10.2's names, params and printed forms:
 Each lowers to the Threefry functions below on the key data (JAX's threefry2x32 PRNG
 implementation, `jax_threefry_partitionable` read when lowered, as JAX's rules do), is
 batched over leading key axes, and has zero derivatives. Other primitives on key values
-(`slice`, `select_n`, ...) lower on the data (`_lower_physical` below, installed as `lowering.extended_rule`).
+(`slice`, `select_n`, ...) lower on the data (`_lower_physical` below, installed as
+`lowering.extended_rule`).
 """
 from __future__ import annotations
 
