@@ -571,10 +571,6 @@ _KEY_USE_UNJITTED = {
     "fold_in": None, "key_data": None, "key_impl": None}
 
 
-def _return_keys(typed: bool, data: Any) -> Any:
-  return PRNGKeyArray(data) if typed else data
-
-
 def _return_key_values(typed: bool, keys: Any) -> Any:
   return PRNGKeyArray._from_keys(keys) if typed else _unwrap(keys)
 
@@ -752,12 +748,6 @@ def _key_bits(keys, bit_width: int, shape: tuple[int, ...]):
   return prng.random_bits_p.bind(keys, bit_width=bit_width, shape=tuple(shape))
 
 
-def _split(data, num: int | Sequence[int] = 2):
-  shape = (tuple(canonicalize_shape("split", "num", num)) if isinstance(num, Sequence)
-           else (operator.index(num),))
-  return _split_data(data, shape)
-
-
 def split(key: Any, num: int | Sequence[int] = 2) -> Any:
   """Splits a key into `num` new keys along a new leading axis (JAX's `random.split`).
 
@@ -872,10 +862,6 @@ def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
   return _key_bits(keys, dt.itemsize * 8, _canonical_shape("bits", shape))
 
 
-def _bits(data, bit_width, shape):
-  return _random_bits(data, bit_width, shape)
-
-
 # JAX's private raw-key Threefry functions (`jax._src.random.threefry2x32.threefry_seed`,
 # ...), which `stagecraft.compat` serves under those names while installed: quax's PRNG
 # example builds its keys with them. Same bits as the public functions.
@@ -904,7 +890,7 @@ def _jax_threefry_random_bits(key: Any, bit_width: int, shape: Sequence[int]) ->
   """
   if bit_width not in (8, 16, 32, 64):
     raise TypeError("requires 8-, 16-, 32- or 64-bit field width.")
-  return _bits(_check_key_data(key), bit_width, tuple(int(d) for d in shape))
+  return _random_bits(_check_key_data(key), bit_width, tuple(int(d) for d in shape))
 
 
 # ---------------------------------------------------------------------------
@@ -926,7 +912,7 @@ def _check_shape(name: str, shape, *param_shapes) -> None:
                        f"{tuple(shape)}.")
 
 
-def _uniform_impl(keys, minval, maxval, shape, dtype):
+def _uniform(keys, minval, maxval, shape, dtype):
   """JAX's `_uniform`: random mantissa bits under the exponent of 1.0, minus 1, scaled (the
   same operations in the same order, so the programs print as JAX's)."""
   minval = lax.convert_element_type(minval, dtype)
@@ -947,10 +933,6 @@ def _uniform_impl(keys, minval, maxval, shape, dtype):
   float_bits = lax.bitwise_or(float_bits, np.array(1.0, dtype).view(uint))
   floats = lax.bitcast_convert_type(float_bits, dtype) - np.array(1.0, dtype)
   return lax.max(minval, lax.reshape(floats * (maxval - minval) + minval, tuple(shape)))
-
-
-def _uniform(keys, minval, maxval, shape, dtype):
-  return _uniform_impl(keys, minval, maxval, shape, dtype)
 
 
 # NB: JAX's samplers call `uniform`, whose jitted `_uniform` is an equation of their programs
@@ -1727,7 +1709,7 @@ def _sort_key_val(keys, values, dimension):
   return lax.sort_key_val(keys, values, dimension, is_stable=True)
 
 
-def _shuffle_impl(data, x, axis):
+def _shuffle(data, x, axis):
   # JAX's _shuffle: sort by fresh 32-bit keys, `num_rounds` times so that, with high
   # probability, some round gives all elements distinct keys (tjablin's heuristic).
   exponent = 3
@@ -1738,10 +1720,6 @@ def _shuffle_impl(data, x, axis):
     sort_keys = _random_bits(subkey, 32, x.shape)
     _, x = _sort_key_val(sort_keys, x, axis)
   return x
-
-
-def _shuffle(data, x, axis):
-  return _shuffle_impl(data, x, axis)
 
 
 _shuffle = jit(_shuffle, static_argnums=(2,))   # NB: named `_shuffle` in programs, as JAX's

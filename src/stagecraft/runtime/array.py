@@ -555,8 +555,8 @@ def copy_to_host_async(x: Any) -> Any:
 
 
 def _to_host(x: Any) -> Any:
-  if isinstance(x, core.Tracer) or (type(x) is Array and x.aval.dtype.__class__.__module__
-                                    != "numpy" and not isinstance(x.aval.dtype, np.dtype)):
+  if isinstance(x, core.Tracer) or (type(x) is Array
+                                    and not isinstance(x.aval.dtype, np.dtype)):
     return x   # NB: typed keys stay keys, as JAX's device_get gives them
   to_array = getattr(x, "__array__", None)
   return x if to_array is None else to_array()
