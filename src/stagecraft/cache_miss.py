@@ -11,14 +11,12 @@ then the types), and the smallest is printed.
 """
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any, Sequence
 
-from stagecraft import core, source_info_util, traceback_util, tree_util
+from stagecraft import core, monitoring, source_info_util, traceback_util, tree_util
 from stagecraft.config import STATE_KEY_NAMES
 
-_logger = logging.getLogger("stagecraft")
 
 _WEAK_TYPE_HINT = "https://docs.jax.dev/en/latest/type_promotion.html#weak-types"
 
@@ -75,7 +73,7 @@ def explain(fun: Any, name: str, key: tuple, seen: Sequence[tuple], names: Seque
     lines.append("  all previously seen cache keys differ. For the closest previous key:")
     lines.append("  " + min(_diff(key, old, names, static_argnums, static_argnames)
                             for old in seen)[-1])
-  _logger.warning("\n".join(lines))
+  monitoring.logger("interpreters.partial_eval").warning("\n".join(lines))
 
 
 def _diff(new, old, names, static_argnums, static_argnames) -> tuple[int, int, str]:

@@ -61,7 +61,8 @@ from types import ModuleType
 import numpy as np
 
 import stagecraft
-from stagecraft import dtypes, stages, traceback_util, tree_util, version as _version
+from stagecraft import dtypes, monitoring, stages, traceback_util, tree_util
+from stagecraft import version as _version
 from stagecraft import sharding as sharding_mod
 import stagecraft.numpy as snp
 import stagecraft.typing as sc_typing
@@ -410,6 +411,7 @@ def install() -> None:
   _state["array_like"] = sc_typing.ArrayLike   # `jax.typing.ArrayLike` holds `jax.Array`
   sc_typing.ArrayLike = typing.Union[array_mod.JaxArray, np.ndarray, sc_typing.StaticScalar]
   traceback_util.library_name[0] = "JAX"   # "For simplicity, JAX has removed its ..."
+  monitoring.logger_root[0] = "jax._src"   # the compile logs on JAX's loggers
   stages.jax_reprs[0] = True
   sharding_mod.jax_reprs[0] = True   # `<jax._src.stages.Compiled object at 0x...>`
   for n, m in list(sys.modules.items()):
@@ -448,6 +450,7 @@ def uninstall() -> None:
   if "array_like" in _state:
     sc_typing.ArrayLike = _state.pop("array_like")
   traceback_util.library_name[0] = "stagecraft"
+  monitoring.logger_root[0] = "stagecraft"
   stages.jax_reprs[0] = False
   sharding_mod.jax_reprs[0] = False
   _unname_as_jax()

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import callback as host_callback, core, debugger, dtypes, lax, tree_util
+from stagecraft import callback as host_callback, core, debugger, dtypes, lax, monitoring, tree_util
 from stagecraft.lax import callback as cb
 from stagecraft.lax.callback import DebugEffect, OrderedDebugEffect
 from stagecraft.runtime.array import Array
@@ -122,10 +122,10 @@ def callback(callback: Callable[..., None] | None = None, *args, ordered: bool =
 
 
 def log(fmt: str, *args, level: int = 20, ordered: bool = False, **kwargs) -> None:
-  """`debug.print` to the `logging` module (logger `stagecraft.debug`) at `level`."""
+  """`debug.print` to the `logging` module (logger `stagecraft.debugging`, JAX's
+  `jax._src.debugging` under the runner) at `level`."""
   def emit(*a, **k):
-    import logging  # noqa: PLC0415 (only when used)
-    logging.getLogger("stagecraft.debug").log(level, fmt.format(*a, **k))
+    monitoring.logger("debugging").log(level, fmt.format(*a, **k))
   callback(emit, *args, ordered=ordered, **kwargs)
 
 

@@ -15,14 +15,22 @@ the event's keyword metadata. stagecraft records, under JAX's names:
   and `/jax/compilation_cache/cache_misses` (an entry written), and the duration
   `/jax/compilation_cache/cache_retrieval_time_sec` of a hit.
 
+The same stages are logged (`compile_log`) under JAX's texts, at WARNING with
+`jax_log_compiles` on (DEBUG otherwise): "Finished tracing f for jit in 0.000883579 sec",
+"Compiling jit(f) with global shapes and types (...). Argument mapping: (...).",
+"Finished jaxpr to MLIR module conversion jit(f) in ... sec", "Finished XLA compilation of
+jit(f) in ... sec", to the loggers `stagecraft.dispatch` / `stagecraft.interpreters.pxla`
+(`jax._src.dispatch` / `jax._src.interpreters.pxla` under the runner, JAX's names).
+
 A typical use counts compilations (`register_event_duration_secs_listener` and the backend
 compile event). An exception a listener raises propagates to the traced call. Listeners run in
 registration order, on the thread that records the event.
 """
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 __all__ = ["record_event", "record_event_duration_secs", "record_event_time_span",
            "record_scalar", "register_event_listener", "register_event_duration_secs_listener",
@@ -184,33 +192,83 @@ def listening() -> bool:
               or _scalar_listeners)
 
 
+#: The loggers' root: "stagecraft", or "jax._src" while the runner serves `import jax`
+#: (`compat.install`), so that a JAX program's logging configuration reaches them.
+logger_root = ["stagecraft"]
+
+
+def logger(module: str) -> logging.Logger:
+  """The logger of JAX's module `module` ("dispatch", "interpreters.pxla", "compiler",
+  "interpreters.partial_eval"): `stagecraft.<module>`, `jax._src.<module>` under the
+  runner."""
+  return logging.getLogger(f"{logger_root[0]}.{module}")
+
+
+def compile_log(module: str, log_compiles: bool) -> logging.Logger | None:
+  """The logger of `module` and whether it logs the compile stages (`timed`'s `log`): the
+  logger when it is enabled at the level JAX logs them, WARNING with `jax_log_compiles` on
+  (`log_compiles`), else DEBUG; None otherwise (nothing to format)."""
+  log = logger(module)
+  return log if log.isEnabledFor(logging.WARNING if log_compiles else logging.DEBUG) else None
+
+
 class timed:
   """`with timed(event, fun_name):` records, as JAX does for its compile stages, the start
   time as a scalar on entry, then the duration and the time span on a normal exit (nothing
-  when the block raises). Only when some listener is registered."""
-  __slots__ = ("event", "fun_name", "start")
+  when the block raises). Only when some listener is registered.
 
-  def __init__(self, event: str, fun_name: str):
-    self.event, self.fun_name, self.start = event, fun_name, None
+  With `log=(logger, level, fmt)` the duration is also logged at `level`:
+  `fmt.format(fun_name=..., elapsed_time=seconds)` (JAX's `log_elapsed_time`), for example
+  "Finished XLA compilation of {fun_name} in {elapsed_time:.9f} sec"."""
+  __slots__ = ("event", "fun_name", "start", "log")
+
+  def __init__(self, event: str, fun_name: str, log: tuple | None = None):
+    self.event, self.fun_name, self.start, self.log = event, fun_name, None, log
 
   def __enter__(self):
     if listening():
       self.start = time.time()
       record_scalar(self.event, self.start, fun_name=self.fun_name)
+    elif self.log is not None:
+      self.start = time.time()
     return self
 
   def __exit__(self, exc_type, exc, tb):
     if self.start is not None and exc_type is None:
       end = time.time()
-      record_event_duration_secs(self.event, end - self.start, fun_name=self.fun_name)
-      record_event_time_span(self.event, self.start, end, fun_name=self.fun_name)
+      if self.log is not None:
+        log, level, fmt = self.log
+        log.log(level, fmt.format(fun_name=self.fun_name, elapsed_time=end - self.start))
+      if listening():
+        record_event_duration_secs(self.event, end - self.start, fun_name=self.fun_name)
+        record_event_time_span(self.event, self.start, end, fun_name=self.fun_name)
     return False
 
 
-def module_fun_name(text: str) -> str:
+def compiling_line(jit_name: str, avals: Sequence[Any], shardings: Sequence[str]) -> str:
+  """JAX's line before it lowers a program: "Compiling jit(f) with global shapes and types
+  (ShapedArray(float32[2]),). Argument mapping: (UnspecifiedValue,)." (Python's tuple
+  reprs of the avals and of the arguments' shardings)."""
+  def tup(items):
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+  return (f"Compiling {jit_name} with global shapes and types {tup([repr(a) for a in avals])}"
+          f". Argument mapping: {tup(list(shardings))}.")
+
+
+def log_timed(module: str, log_compiles: bool, fmt: str) -> tuple | None:
+  """`timed`'s `log` for JAX's `fmt` on `module`'s logger, or None when that logger would
+  not log it (see `compile_log`)."""
+  log = compile_log(module, log_compiles)
+  if log is None:
+    return None
+  return log, logging.WARNING if log_compiles else logging.DEBUG, fmt
+
+
+def module_fun_name(text: str, always: bool = False) -> str:
   """The `fun_name` JAX records for a compiled module: `jit(f)` for `module @jit_f` (for the
-  sanitized names of modules whose caller gave no name); "" when nothing listens."""
-  if not listening():
+  sanitized names of modules whose caller gave no name); "" when nothing listens (unless
+  `always`)."""
+  if not (always or listening()):
     return ""
   head = str(text)[:300]
   i = head.find("module @")

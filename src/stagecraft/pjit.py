@@ -43,7 +43,6 @@ __all__ = ["jit", "jit_p", "JitWrapped", "PjitFunction", "TracedSignature", "tra
            "explicit_axes", "opened_call", "hoist_call_consts", "bakes_constants"]
 
 
-_logger = logging.getLogger("stagecraft")
 
 # `with mesh:` (sharding, a layer below config) reads jax_disallow_mesh_context_manager here.
 sharding_lib.mesh_context_manager_disallowed = (
@@ -262,9 +261,16 @@ def _compile_closed(jaxpr: ClosedJaxpr, name: str) -> dispatch.Executable:
     return spmd.replicated_executable(f"jit_{name}", jaxpr.jaxpr, chain, consts=jaxpr.consts)
   if spmd.jaxpr_meshes(jaxpr.jaxpr):   # shard_map / sharding constraints inside
     return spmd.call_closed_executable(jaxpr, name)
-  text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr, consts=jaxpr.consts)
-  return dispatch.Executable(dispatch.compile_module(text), jaxpr.in_avals, jaxpr.out_avals,
-                             text)
+  log = monitoring.log_timed("dispatch", config.log_compiles,
+                             "Finished jaxpr to MLIR module conversion {fun_name} in "
+                             "{elapsed_time:.9f} sec")
+  if log is not None:
+    monitoring.logger("interpreters.pxla").log(log[1], monitoring.compiling_line(
+        f"jit({name})", jaxpr.in_avals, ["UnspecifiedValue"] * len(jaxpr.in_avals)))
+  with monitoring.timed(monitoring.JAXPR_TO_MLIR_MODULE_EVENT, f"jit({name})", log):
+    text = lowering.lower_jaxpr_to_module(f"jit_{name}", jaxpr.jaxpr, consts=jaxpr.consts)
+  return dispatch.Executable(dispatch.compile_module(text, fun_name=f"jit({name})"),
+                             jaxpr.in_avals, jaxpr.out_avals, text)
 
 
 # Constants closed over by a jit body stay in its ClosedJaxpr (as JAX prints them). By
@@ -573,7 +579,11 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
   # NB: the user's frame that called the jit bounds the tracebacks of the equations
   # (`core.traced_from`); it and those above it are the outer part of their locations.
   caller = core.first_user_frame(sys._getframe(1))
-  with monitoring.timed(monitoring.JAXPR_TRACE_EVENT, name), core.traced_from(caller):
+  log = None
+  if traced_for == "jit" and core.trace_state.trace is core.eval_trace:
+    log = monitoring.log_timed("dispatch", config.log_compiles,
+                               "Finished tracing {fun_name} for jit in {elapsed_time:.9f} sec")
+  with monitoring.timed(monitoring.JAXPR_TRACE_EVENT, name, log), core.traced_from(caller):
     jaxpr, consts = pe.trace_to_jaxpr(flat_fun, in_avals, debug)
   if config.enable_checks:   # JAX's jax_enable_checks: type-check every traced jaxpr
     core.check_jaxpr(jaxpr)
@@ -733,7 +743,8 @@ class SpmdCall(_MultiDeviceCall):
     jaxpr = entry.jaxpr.jaxpr
     devs = lowered.spmd_devices
     if exe is None:
-      exe = dispatch.compile_module(lowered.text, devs, num_partitions=len(devs))
+      exe = dispatch.compile_module(lowered.text, devs, num_partitions=len(devs),
+                                    fun_name=lowered.fun_name)
     self.exe = exe
     self.consts = [entry.consts[i] for i in lowered.used_consts]
     const_avals = [jaxpr.invars[i].aval for i in lowered.used_consts]
@@ -761,7 +772,7 @@ class ShardedCall(_MultiDeviceCall):
     mask = [False] * len(lowered.used_consts) + [i in self.donated for i in idx]
     self.program = spmd.compile_sharded(lowered.name, lowered.dce_jaxpr, mesh, in_sh, out_sh,
                                         donated=mask, text=lowered.text, exe=exe,
-                                        consts=lowered.baked)
+                                        consts=lowered.baked, fun_name=lowered.fun_name)
     self.exe = self.program.exe
     nc = len(lowered.used_consts)
     # NB: constants go to the devices once, laid out as the program wants them.
@@ -1218,7 +1229,8 @@ class PjitFunction:
                                             fun_name(self._fun), layout=fmt))
         entry.executable = call
         return call(leaves)
-      call = compile_traced(entry, donated, self._keep_unused, fun_name(self._fun), dev)
+      call = compile_traced(entry, donated, self._keep_unused, fun_name(self._fun), dev,
+                            arg_shardings=_arg_shardings(leaves, dev))
       if dev is not None:
         entry.device_calls[dev] = call
       else:
@@ -1592,7 +1604,7 @@ class LoweredSignature:
   """A traced signature lowered to StableHLO text, not yet compiled: the module `text`, the
   const indices it reads (`used_consts`) and the dynamic leaves it reads (`kept`; None: all)."""
   __slots__ = ("entry", "text", "used_consts", "kept", "donated", "spmd_devices",
-               "mesh_layout", "dce_jaxpr", "baked", "name", "names", "formats")
+               "mesh_layout", "dce_jaxpr", "baked", "name", "names", "formats", "fun_name")
 
   def __init__(self, entry: TracedSignature, text: str, used_consts: list[int], kept: list[int] | None,
                donated: tuple[int, ...], spmd_devices: list | None = None, mesh_layout=None,
@@ -1602,6 +1614,7 @@ class LoweredSignature:
     self.used_consts = used_consts
     self.kept = kept
     self.donated = donated
+    self.fun_name = None   # `jit(f)`: the program in compile logs and events
     self.spmd_devices = spmd_devices   # the devices of a program containing pmaps, or None
     # A program over a user's mesh: (mesh, shardings of main's args, of its results, of
     # every dynamic leaf pruned or not; None: left to the partitioner).
@@ -1681,11 +1694,57 @@ def _arg_locs(jaxpr: core.Jaxpr, n_consts: int, kept_leaves: Sequence[int]) -> l
 
 
 def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
-                 name: str, layout: SignatureLayout | None = None) -> LoweredSignature:
+                 name: str, layout: SignatureLayout | None = None,
+                 arg_shardings: Sequence[Any] | None = None) -> LoweredSignature:
   """Lowers a traced signature to a StableHLO module: unused inputs are pruned (unless
   `keep_unused`), donated leaves are marked; a program over a device mesh (a `layout` from
   sharded arguments or jit's shardings, or meshes used inside) gets its shardings
-  (`runtime.spmd.resolve`)."""
+  (`runtime.spmd.resolve`).
+
+  Logs JAX's "Compiling jit(f) with global shapes and types (...). Argument mapping: (...)."
+  and the lowering's duration (`monitoring.compile_log`); `arg_shardings` (per dynamic leaf,
+  None where uncommitted) are the shardings the first line names where no `layout` has
+  them."""
+  jit_name = f"jit({name})"
+  log = monitoring.log_timed("dispatch", config.log_compiles,
+                             "Finished jaxpr to MLIR module conversion {fun_name} in "
+                             "{elapsed_time:.9f} sec")
+  with monitoring.timed(monitoring.JAXPR_TO_MLIR_MODULE_EVENT, jit_name):
+    t = time.time()
+    lowered = _lower_traced(entry, donated, keep_unused, name, layout)
+    elapsed = time.time() - t
+  lowered.fun_name = jit_name
+  if log is not None:
+    _log_compiling(log[0], log[1], jit_name, lowered, layout, arg_shardings)
+    log[0].log(log[1], log[2].format(fun_name=jit_name, elapsed_time=elapsed))
+  return lowered
+
+
+def _log_compiling(log: logging.Logger, level: int, jit_name: str, lowered: LoweredSignature,
+                   layout: SignatureLayout | None, arg_shardings: Sequence[Any] | None) -> None:
+  """JAX's line naming the arguments a program is compiled for: the avals of the leaves it
+  reads and their shardings (`UnspecifiedValue` for an uncommitted one, as JAX's)."""
+  entry = lowered.entry
+  nconst = len(entry.consts)
+  avals = [v.aval for v in entry.jaxpr.jaxpr.invars[nconst:]]
+  kept = range(len(avals)) if lowered.kept is None else lowered.kept
+  shardings = []
+  for i in kept:
+    s = None
+    if layout is not None and type(layout) is SignatureLayout:
+      s = (layout.explicit_in[i] if layout.explicit_in is not None else None) or (
+          layout.committed[i] if layout.committed is not None else None)
+    elif arg_shardings is not None:
+      s = arg_shardings[i]
+    shardings.append("UnspecifiedValue" if s is None else repr(s))
+  # NB: pxla's logger, as JAX's
+  monitoring.logger("interpreters.pxla").log(
+      level, monitoring.compiling_line(jit_name, [avals[i] for i in kept], shardings))
+
+
+
+def _lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
+                  name: str, layout: SignatureLayout | None = None) -> LoweredSignature:
   jaxpr = entry.jaxpr.jaxpr
   nconst = len(entry.consts)
   n_in = len(jaxpr.invars)
@@ -1787,7 +1846,7 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
     return ShardedCall(lowered, exe)
   if exe is None:
     exe = dispatch.compile_module(lowered.text, None if device is None else [device],
-                                  fun_name=fun_name)
+                                  fun_name=fun_name or lowered.fun_name)
   in_avals = [v.aval for v in jaxpr.invars[nconst:]]
   const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device)
                 for i in lowered.used_consts]
@@ -1806,29 +1865,27 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
 hi_compile: list = [None]
 
 
+def _arg_shardings(leaves: Sequence[Any], dev) -> list | None:
+  """The shardings of the committed ones among `leaves` (None for the others) when the
+  compile log names them (`lower_traced`); None when nothing logs."""
+  if monitoring.compile_log("interpreters.pxla", config.log_compiles) is None:
+    return None
+  return [dispatch.committed_sharding(x) if dev is not None or type(x) is Array else None
+          for x in leaves]
+
+
 def compile_traced(entry: TracedSignature, donated: set[int], keep_unused: bool, name: str,
-                   device=None) -> CompiledCall:
+                   device=None, arg_shardings: Sequence[Any] | None = None) -> CompiledCall:
   """Lowers and compiles a traced signature for `device` (None: the default device):
   unused inputs are pruned (unless `keep_unused`), consts become device buffers once,
-  donated leaves are marked."""
+  donated leaves are marked. `arg_shardings`: see `lower_traced`."""
   if hi_compile[0] is not None:
     hi_call = hi_compile[0](entry.jaxpr.jaxpr, entry.consts, entry.out_tree, name)
     if hi_call is not None:
       return hi_call
-  log, jit_name = config.log_compiles, f"jit({name})"
-  if log:
-    avals = entry.jaxpr.in_avals[len(entry.consts):]
-    _logger.warning(f"Compiling {jit_name} with global shapes and types "
-                    f"[{', '.join(repr(a) for a in avals)}].")
-    t = time.perf_counter()
-  with lowering.for_device(device), monitoring.timed(monitoring.JAXPR_TO_MLIR_MODULE_EVENT,
-                                                     jit_name):
-    lowered = lower_traced(entry, donated, keep_unused, name)
-  call = compile_lowered(lowered, device, fun_name=jit_name)
-  if log:
-    _logger.warning(f"Finished XLA compilation of {jit_name} in "
-                    f"{time.perf_counter() - t:.6f} sec")
-  return call
+  with lowering.for_device(device):
+    lowered = lower_traced(entry, donated, keep_unused, name, arg_shardings=arg_shardings)
+  return compile_lowered(lowered, device, fun_name=f"jit({name})")
 
 
 def jit(fun: Callable | None = None, /, *, in_shardings: Any = None,

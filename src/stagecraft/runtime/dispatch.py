@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import logging
 import os
 import threading
 import time
@@ -370,6 +371,8 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
         opts.env_option_overrides = list(overrides)
       cache_dir = config.compilation_cache_dir
       disk_key = None
+      log = monitoring.compile_log("dispatch", config.log_compiles)
+      started = time.time()
       if cache_dir and not callbacks:   # NB: Python callables cannot be stored on disk
         cache_dir = os.fspath(cache_dir)
         disk_key = cache.cache_key(text + (f"\n// compiler_options {overrides!r}"
@@ -378,10 +381,19 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
         monitoring.record_event(monitoring.CACHE_REQUEST_EVENT)
         t = time.monotonic()
         exe = cache.lookup(cache_dir, disk_key, devs, opts)
+        explain = (monitoring.logger("compiler") if config.explain_cache_misses
+                   else None)   # (JAX's logger of the persistent cache)
         if exe is not None:
           monitoring.record_event(monitoring.CACHE_HIT_EVENT)
           monitoring.record_event_duration_secs(monitoring.CACHE_RETRIEVAL_EVENT,
                                                 time.monotonic() - t)
+          if config.log_compiles:
+            monitoring.logger("compiler").warning(
+                "Persistent compilation cache hit for '%s' with key %r",
+                _module_name(text), disk_key)
+        elif explain is not None:
+          explain.warning("PERSISTENT COMPILATION CACHE MISS for '%s' with key %r",
+                          _module_name(text), disk_key)
       if exe is None:
         t = time.monotonic()
         with monitoring.timed(monitoring.BACKEND_COMPILE_EVENT, fun_name or
@@ -395,17 +407,34 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
         # NB: as JAX: programs that compile faster than jax_persistent_cache_min_compile_time_secs
         # (default 1 s) are not worth a disk entry; entries smaller than a positive
         # jax_persistent_cache_min_entry_size_bytes are not written either.
-        if (disk_key is not None and
-            time.monotonic() - t >= config.persistent_cache_min_compile_time_secs and
-            cache.store(cache_dir, disk_key, exe,
-                        min_size=config.persistent_cache_min_entry_size_bytes)):
+        took = time.monotonic() - t
+        if disk_key is not None and took < config.persistent_cache_min_compile_time_secs:
+          if explain is not None:
+            explain.warning("Not writing persistent cache entry for '%s' because it took < "
+                            "%.2f seconds to compile (%.2fs)", _module_name(text),
+                            config.persistent_cache_min_compile_time_secs, took)
+        elif (disk_key is not None and
+              cache.store(cache_dir, disk_key, exe,
+                          min_size=config.persistent_cache_min_entry_size_bytes)):
           monitoring.record_event(monitoring.CACHE_MISS_EVENT)
           cache.evict(cache_dir, config.compilation_cache_max_size)
+      if log is not None:
+        name = fun_name or monitoring.module_fun_name(text, always=True)
+        log.log(logging.WARNING if config.log_compiles else logging.DEBUG,
+                f"Finished XLA compilation of {name} in {time.time() - started:.9f} sec")
       _compile_cache[key] = exe
       size = _cache_sizes[key] = _size_of(text, exe)
       _cache_bytes[0] += size
       _keys_by_text.setdefault(text, []).append(key)
   return exe
+
+
+def _module_name(text: str) -> str:
+  """The symbol name of the module in StableHLO `text` (`jit_f`), as JAX's cache logs
+  name a program."""
+  head = text[:300]
+  i = head.find("module @")
+  return head[i + 8:].split(None, 1)[0].strip('"') if i >= 0 else "<unknown>"
 
 
 # ---------------------------------------------------------------------------
@@ -762,14 +791,28 @@ def check_special(name: str, values: Sequence[Any]) -> None:
 
 
 def _compile_primitive(prim, avals, params, device=None) -> Executable:
+  log = monitoring.compile_log("dispatch", config.log_compiles)
+  t0 = time.time()
   out = prim.abstract_eval(*avals, **params)
   out_avals = list(out) if prim.multiple_results else [out]
   invars = [Var(a) for a in avals]
   outvars = [Var(a) for a in out_avals]
   jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, prim, params)])
+  t1 = time.time()
   with lowering.for_device(device):
     text = lowering.lower_jaxpr_to_module(prim.name, jaxpr)
-  exe = compile_module(text, None if device is None else [device])
+  if log is not None:   # JAX's lines for the jit it runs an eager primitive with
+    level, name = logging.WARNING if config.log_compiles else logging.DEBUG, f"jit({prim.name})"
+    log.log(level, f"Finished tracing {prim.name} for jit in {t1 - t0:.9f} sec")
+    mapping = ["UnspecifiedValue"] * len(avals)
+    if device is not None:
+      mapping = [repr(SingleDeviceSharding(device))] * len(avals)
+    monitoring.logger("interpreters.pxla").log(
+        level, monitoring.compiling_line(name, avals, mapping))
+    log.log(level, f"Finished jaxpr to MLIR module conversion {name} in "
+                   f"{time.time() - t1:.9f} sec")
+  exe = compile_module(text, None if device is None else [device],
+                       fun_name=f"jit({prim.name})")
   return Executable(exe, avals, out_avals, text, device)
 
 

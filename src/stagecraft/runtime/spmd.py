@@ -682,10 +682,12 @@ def compile_sharded(name: str, jaxpr: Jaxpr, mesh: Mesh,
                     in_shardings: Sequence[NamedSharding | None],
                     out_shardings: Sequence[NamedSharding | None], *,
                     donated: Sequence[bool] | None = None, text: str | None = None,
-                    exe=None, consts: Sequence[Any] | None = None) -> SpmdExecutable:
+                    exe=None, consts: Sequence[Any] | None = None,
+                    fun_name: str | None = None) -> SpmdExecutable:
   """Lowers (unless `text` is given) and compiles `jaxpr` over `mesh`; shardings left None
   are read back from the executable (what the partitioner chose). `consts`: the values of
-  the constvars, constants of the text (see `lower_sharded_module`).
+  the constvars, constants of the text (see `lower_sharded_module`); `fun_name`: the
+  program's name in compile logs and events (default: from the module's name).
 
   Returns:
     An SpmdExecutable taking main's arguments (constvars, unless `consts`, then invars) and
@@ -700,7 +702,8 @@ def compile_sharded(name: str, jaxpr: Jaxpr, mesh: Mesh,
       text = lower_sharded_module(name, jaxpr, mesh, in_shardings, out_shardings,
                                   donated=donated, consts=consts)
     if exe is None:
-      exe = dispatch.compile_module(text, devices, num_partitions=len(devices))
+      exe = dispatch.compile_module(text, devices, num_partitions=len(devices),
+                                    fun_name=fun_name)
     final_in = _read_back(in_shardings, avals_in, exe.get_parameter_shardings, mesh)
     final_out = _read_back(out_shardings, avals_out, exe.get_output_shardings, mesh)
     if None not in final_in and None not in final_out:
