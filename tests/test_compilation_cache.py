@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import warnings
 import sys
@@ -182,20 +183,19 @@ def test_size_bound_evicts_least_recently_used(cache_dir):
 
 
 def test_size_bound_must_be_an_int():
-  with pytest.raises(TypeError, match="expects an int"):
+  with pytest.raises(ValueError, match="new int config value must be None or of type int"):
     sc.config.update("compilation_cache_max_size", "1GB")
 
 
-@pytest.mark.parametrize("value,err", [(123, TypeError), (b"dir", TypeError),
-                                       ("", ValueError)])
-def test_cache_dir_must_be_a_path(value, err, tmp_path):
+@pytest.mark.parametrize("value", [123, b"dir", pathlib.Path("d")])
+def test_cache_dir_must_be_a_string(value, tmp_path):
   old = sc.config.compilation_cache_dir
-  with pytest.raises(err, match="compilation_cache_dir"):
+  with pytest.raises(ValueError, match="new string config value must be None or of type str"):
     sc.config.update("compilation_cache_dir", value)
   assert sc.config.compilation_cache_dir == old   # a refused value changes nothing
-  try:
-    sc.config.update("compilation_cache_dir", tmp_path / "cc")   # a PathLike is accepted
-    assert sc.config.compilation_cache_dir == str(tmp_path / "cc")
+  try:   # (an empty path, as JAX's, is no cache)
+    sc.config.update("compilation_cache_dir", "")
+    assert sc.jit(lambda x: x * 41)(1.0) == 41.0
   finally:
     sc.config.update("compilation_cache_dir", old)
 

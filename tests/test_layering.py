@@ -13,7 +13,7 @@ PKG = SRC / "stagecraft"
 # Module prefixes per layer, lowest first (the longest matching prefix decides).
 LAYERS = {
     1: ["runtime.client", "runtime.cache", "runtime.jax_runtime", "runtime.mlir_text",
-        "sharding", "layout", "version", "monitoring"],
+        "sharding", "layout", "version", "monitoring", "logging_config"],
     2: ["core", "dtypes", "errors", "config", "tree_util", "traceback_util", "shape_poly",
         "source_info_util", "tree", "indexing", "key_reuse"],
     3: ["interpreters"],

@@ -174,3 +174,37 @@ def test_runner_logs_on_jaxs_loggers(tmp_path):
   assert any(line.startswith("WARNING:jax._src.interpreters.pxla:Compiling jit(step)")
              for line in want)
   assert got == want
+
+
+def test_logging_level_option_logs_debug_lines_in_jaxs_format(capfd):
+  old = sc.config.logging_level
+  try:
+    sc.config.update("jax_logging_level", "DEBUG")
+    assert jax.config.jax_logging_level != "DEBUG"   # (JAX's own option is untouched)
+    sc.jit(lambda x: x * 31)(np.ones(27, np.float32))
+  finally:
+    sc.config.update("jax_logging_level", old)
+  err = capfd.readouterr().err
+  assert re.search(r"^DEBUG:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}:stagecraft\.interpreters\.pxla:"
+                   r"\d+: Compiling jit\(<lambda>\) with global shapes and types "
+                   r"\(ShapedArray\(float32\[27\]\),\)\.", err, re.M), err
+  sc.jit(lambda x: x * 37)(np.ones(27, np.float32))   # back to NOTSET: nothing printed
+  assert "Compiling" not in capfd.readouterr().err
+  with pytest.raises(ValueError, match=re.escape(
+      "new enum value must be None or in ['NOTSET', 'DEBUG', 'INFO', 'WARNING', 'ERROR', "
+      "'CRITICAL'], got LOUD of type <class 'str'>.")):
+    sc.config.update("jax_logging_level", "LOUD")
+
+
+def test_debug_log_modules_option(capfd):
+  try:
+    sc.config.update("jax_debug_log_modules", "stagecraft.dispatch")
+    sc.jit(lambda x: x * 43)(np.ones(29, np.float32))
+  finally:
+    sc.config.update("jax_debug_log_modules", "")
+  err = capfd.readouterr().err
+  assert re.search(r"^DEBUG:.*:stagecraft\.dispatch:\d+: Finished XLA compilation of "
+                   r"jit\(<lambda>\) in \d+\.\d{9} sec$", err, re.M), err
+  assert "stagecraft.interpreters.pxla" not in err   # only the module named
+  sc.jit(lambda x: x * 47)(np.ones(29, np.float32))
+  assert "Finished" not in capfd.readouterr().err

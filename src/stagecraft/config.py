@@ -27,6 +27,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from stagecraft import logging_config
+
 __all__ = ["Config", "config", "State", "enable_x64", "disable_jit", "debug_nans",
            "debug_infs", "numpy_rank_promotion", "numpy_dtype_promotion",
            "default_matmul_precision", "log_compiles", "explain_cache_misses",
@@ -42,158 +44,185 @@ __all__ = ["Config", "config", "State", "enable_x64", "disable_jit", "debug_nans
 
 class _Opt(NamedTuple):
   default: Any
-  kind: str                      # bool, int, float, str, optstr, enum, any
+  # JAX's kinds of option and their checks (`_check`): bool, int, float, str, optstr,
+  # enum, optenum (None or one of the choices), enumclass (choices: the enum class),
+  # dictstr, device, flag (JAX's absl-style flags: any value is stored)
+  kind: str
   choices: tuple = ()
   trace: bool = False            # part of state_key (changes traced programs)
 
 
 _B, _I, _F, _S = "bool", "int", "float", "str"
-_PREC = (None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32",
-         "ANY_F8_ANY_F8_F32", "ANY_F8_ANY_F8_F32_FAST_ACCUM", "ANY_F8_ANY_F8_ANY",
-         "ANY_F8_ANY_F8_ANY_FAST_ACCUM", "F16_F16_F16", "F16_F16_F32", "BF16_BF16_BF16",
-         "BF16_BF16_F32", "BF16_BF16_F32_X3", "BF16_BF16_F32_X6", "TF32_TF32_F32",
-         "TF32_TF32_F32_X3", "F32_F32_F32", "F64_F64_F64", "fastest")
-_GUARD = (None, "allow", "log", "disallow", "log_explicit", "disallow_explicit")
+
+class NumpyDtypePromotion(enum.StrEnum):
+  """The values of `jax_numpy_dtype_promotion` (JAX's enum: the option reads as a member,
+  equal to its string)."""
+  STANDARD = "standard"
+  STRICT = "strict"
+
+
+class ExplicitX64Mode(enum.IntEnum):
+  """The values of `jax_explicit_x64_dtypes` (JAX's enum; set by member or by its
+  lower-case name)."""
+  WARN = enum.auto()
+  ERROR = enum.auto()
+  ALLOW = enum.auto()
+
+  @classmethod
+  def _missing_(cls, value):
+    return {"warn": cls.WARN, "error": cls.ERROR, "allow": cls.ALLOW}.get(value)
+
+
+class LegacyPrngKeyState(enum.StrEnum):
+  """The values of `jax_legacy_prng_key`."""
+  ALLOW = "allow"
+  WARN = "warn"
+  ERROR = "error"
+
+
+class RuntimeTracebackMode(enum.StrEnum):
+  """The values of `jax_send_traceback_to_runtime`."""
+  OFF = "off"
+  ON = "on"
+  FULL = "full"
+
 
 # JAX 0.10.2's options (names without the `jax_` prefix when JAX has one; the four JAX
 # spells without it are marked in _UNPREFIXED), with JAX's defaults.
 _OPTIONS: dict[str, _Opt] = {
-    "enable_x64": _Opt(False, _B, trace=True),
-    "disable_jit": _Opt(False, _B),
-    "debug_nans": _Opt(False, _B, trace=True),
-    "debug_infs": _Opt(False, _B, trace=True),
-    "traceback_filtering": _Opt("auto", "enum", ("auto", "off", "tracebackhide",
-                                                 "remove_frames", "quiet_remove_frames")),
-    "compilation_cache_dir": _Opt(None, "path"),
-    "compilation_cache_max_size": _Opt(-1, _I),
-    "enable_compilation_cache": _Opt(True, _B),
-    "persistent_cache_min_compile_time_secs": _Opt(1.0, _F),
-    "persistent_cache_min_entry_size_bytes": _Opt(0, _I),
-    "raise_persistent_cache_errors": _Opt(False, _B),
-    "compilation_cache_check_contents": _Opt(False, _B),
-    "compilation_cache_include_metadata_in_key": _Opt(False, _B),
-    "compilation_cache_expect_pgle": _Opt(False, _B),
-    "persistent_cache_enable_xla_caches": _Opt("xla_gpu_per_fusion_autotune_cache_dir", _S),
-    "numpy_rank_promotion": _Opt("allow", "enum", ("allow", "warn", "raise"), trace=True),
-    "numpy_dtype_promotion": _Opt("standard", "enum", ("standard", "strict"), trace=True),
-    "default_matmul_precision": _Opt(None, "enum", _PREC, trace=True),
-    "log_compiles": _Opt(False, _B),
-    "explain_cache_misses": _Opt(False, _B),
-    "log_checkpoint_residuals": _Opt(False, _B),
-    "default_device": _Opt(None, "any", trace=True),
-    "platforms": _Opt(None, "optstr"),
-    "platform_name": _Opt("", _S),
-    "num_cpu_devices": _Opt(-1, _I),
-    "enable_checks": _Opt(False, _B),
-    "check_tracer_leaks": _Opt(False, _B),
-    "debug_key_reuse": _Opt(False, _B, trace=True),
-    "threefry_partitionable": _Opt(True, _B, trace=True),
-    "default_prng_impl": _Opt("threefry2x32", "enum", ("threefry2x32", "rbg", "unsafe_rbg"),
-                              trace=True),
-    "enable_custom_prng": _Opt(False, _B),
-    "legacy_prng_key": _Opt("allow", "enum", ("allow", "warn", "error")),
-    "random_seed_offset": _Opt(0, _I),
-    "high_dynamic_range_gumbel": _Opt(False, _B, trace=True),
-    "softmax_custom_jvp": _Opt(False, _B, trace=True),
-    "allow_f16_reductions": _Opt(True, _B),
-    "remove_size_one_mesh_axis_from_type": _Opt(False, _B),
-    "auto_pcast": _Opt(True, _B),
-    "no_execution": _Opt(False, _B),
-    "no_tracing": _Opt(False, _B),
-    "thread_guard": _Opt(False, _B),
-    "array_garbage_collection_guard": _Opt(None, "enum", (None, "allow", "log", "fatal")),
-    "transfer_guard": _Opt(None, "enum", _GUARD),
-    "transfer_guard_host_to_device": _Opt(None, "enum", _GUARD),
-    "transfer_guard_device_to_device": _Opt(None, "enum", _GUARD),
-    "transfer_guard_device_to_host": _Opt(None, "enum", _GUARD),
-    "use_shardy_partitioner": _Opt(True, _B),
-    "use_direct_linearize": _Opt(True, _B),
-    "use_simplified_jaxpr_constants": _Opt(False, _B, trace=True),
-    "embedded_constants_max_bytes": _Opt(32, _I),
-    "captured_constants_warn_bytes": _Opt(2_000_000_000, _I),
-    "captured_constants_report_frames": _Opt(0, _I),
-    "check_static_indices": _Opt(False, _B),
-    "check_proxy_envs": _Opt(True, _B),
-    "backend_target": _Opt("", _S),
-    "xla_backend": _Opt("", _S),
-    "bcoo_cusparse_lowering": _Opt(False, _B),
-    "compiler_detailed_logging_min_ops": _Opt(10, _I),
-    "compiler_enable_remat_pass": _Opt(True, _B),
-    "cpu_collectives_implementation": _Opt("gloo", "enum", ("gloo", "mpi", "megascale")),
-    "cpu_enable_async_dispatch": _Opt(True, _B),
-    "cpu_get_global_topology_timeout_minutes": _Opt(5, _I),
-    "cpu_get_local_topology_timeout_minutes": _Opt(2, _I),
-    "cross_host_transfer_socket_address": _Opt("", _S),
-    "cross_host_transfer_timeout_seconds": _Opt(None, "any"),
-    "cross_host_transfer_transfer_size": _Opt(None, "any"),
-    "cross_host_transport_addresses": _Opt("", _S),
-    "cuda_visible_devices": _Opt("all", _S),
-    "rocm_visible_devices": _Opt("all", _S),
-    "oneapi_visible_devices": _Opt("all", _S),
-    "custom_vjp3": _Opt(False, _B),
-    "debug_leaked_clients_on_clear_backends": _Opt(False, _B),
-    "debug_log_modules": _Opt("", _S),
-    "disable_bwd_checks": _Opt(False, _B),
-    "disable_most_optimizations": _Opt(False, _B),
-    "disable_vmap_shmap_error": _Opt(False, _B),
-    "disallow_mesh_context_manager": _Opt(False, _B),
-    "distributed_debug": _Opt(False, _B),
-    "dump_ir_modes": _Opt("stablehlo", _S),
-    "dump_ir_to": _Opt("", _S),
-    "enable_pgle": _Opt(False, _B),
-    "enable_preemption_service": _Opt(True, _B),
-    "enable_recoverability": _Opt(False, _B),
-    "error_checking_behavior_divide": _Opt("ignore", "enum", ("ignore", "raise")),
-    "error_checking_behavior_nan": _Opt("ignore", "enum", ("ignore", "raise")),
-    "error_checking_behavior_oob": _Opt("ignore", "enum", ("ignore", "raise")),
-    "exec_time_optimization_effort": _Opt(0.0, _F),
-    "experimental_unsafe_xla_runtime_errors": _Opt(False, _B),
-    "explicit_x64_dtypes": _Opt("warn", "enum", ("allow", "warn", "error")),
-    "export_calling_convention_version": _Opt(10, _I),
-    "export_ignore_forward_compatibility": _Opt(False, _B),
-    "force_dcn_cross_host_transfers": _Opt(False, _B),
-    "hlo_source_file_canonicalization_regex": _Opt(None, "optstr"),
-    "include_debug_info_in_dumps": _Opt(True, _B),
-    "include_full_tracebacks_in_locations": _Opt(True, _B),
-    "logging_level": _Opt("NOTSET", _S),
-    "memory_fitting_effort": _Opt(0.0, _F),
-    "memory_fitting_level": _Opt("O2", _S),
-    "mock_gpu_topology": _Opt("", _S),
-    "mosaic_allow_hlo": _Opt(False, _B),
-    "mutable_array_checks": _Opt(True, _B),
-    "optimization_level": _Opt("UNKNOWN", _S),
-    "pallas_enable_debug_checks": _Opt(False, _B),
-    "pallas_poison_buffers": _Opt(False, _B),
-    "pallas_use_mosaic_gpu": _Opt(True, _B),
-    "pallas_verbose_errors": _Opt(False, _B),
-    "pgle_aggregation_percentile": _Opt(90, _I),
-    "pgle_profiling_runs": _Opt(3, _I),
-    "pjrt_client_create_options": _Opt(None, "any"),
-    "pprint_use_color": _Opt(True, _B),
-    "ragged_dot_use_gpu_pallas_triton_lowering": _Opt(False, _B),
-    "ragged_dot_use_ragged_dot_instruction": _Opt(True, _B),
-    "refs_to_pins": _Opt(False, _B),
-    "remat3": _Opt(False, _B),
-    "remove_custom_partitioning_ptr_from_cache_key": _Opt(False, _B),
-    "scan3": _Opt(False, _B),
-    "send_traceback_to_runtime": _Opt("off", "enum", ("off", "on", "full")),
-    "serialization_version": _Opt(0, _I),
-    "share_binary_between_hosts": _Opt(False, _B),
-    "share_binary_between_hosts_timeout_ms": _Opt(1_200_000, _I),
-    "sort_devices_by_process_index": _Opt(True, _B),
-    "source_url_schema": _Opt(None, "optstr"),
-    "threefry_gpu_kernel_lowering": _Opt(False, _B),
-    "traceback_in_locations_limit": _Opt(100, _I),
-    "tracer_error_num_traceback_frames": _Opt(5, _I),
-    "use_emit_pipeline_primitive": _Opt(False, _B),
-    "use_magma": _Opt("auto", _S),
-    "xla_profile_version": _Opt(0, _I),
-    # JAX spells these without the `jax_` prefix:
     "check_vma": _Opt(False, _B),
     "eager_constant_folding": _Opt(False, _B),
     "jax2tf_associative_scan_reductions": _Opt(False, _B),
     "jax2tf_default_native_serialization": _Opt(True, _B),
-    "mock_num_gpu_processes": _Opt(0, _I),
+    "allow_f16_reductions": _Opt(True, _B),
+    "array_garbage_collection_guard": _Opt(None, 'optenum', ('allow', 'log', 'fatal')),
+    "auto_pcast": _Opt(True, _B),
+    "backend_target": _Opt('', 'flag'),
+    "bcoo_cusparse_lowering": _Opt(False, _B),
+    "captured_constants_report_frames": _Opt(0, _I),
+    "captured_constants_warn_bytes": _Opt(2000000000, _I),
+    "check_proxy_envs": _Opt(True, 'flag'),
+    "check_static_indices": _Opt(False, _B),
+    "check_tracer_leaks": _Opt(False, _B),
+    "compilation_cache_check_contents": _Opt(False, _B),
+    "compilation_cache_dir": _Opt(None, 'optstr'),
+    "compilation_cache_expect_pgle": _Opt(False, _B),
+    "compilation_cache_include_metadata_in_key": _Opt(False, _B),
+    "compilation_cache_max_size": _Opt(-1, _I),
+    "compiler_detailed_logging_min_ops": _Opt(10, 'flag'),
+    "compiler_enable_remat_pass": _Opt(True, _B),
+    "cpu_collectives_implementation": _Opt('gloo', 'optenum', ('gloo', 'mpi', 'megascale')),
+    "cpu_enable_async_dispatch": _Opt(True, 'flag'),
+    "cpu_get_global_topology_timeout_minutes": _Opt(5, _I),
+    "cpu_get_local_topology_timeout_minutes": _Opt(2, _I),
+    "cross_host_transfer_socket_address": _Opt('', 'flag'),
+    "cross_host_transfer_timeout_seconds": _Opt(None, 'flag'),
+    "cross_host_transfer_transfer_size": _Opt(None, 'flag'),
+    "cross_host_transport_addresses": _Opt('', 'flag'),
+    "cuda_visible_devices": _Opt('all', 'flag'),
+    "custom_vjp3": _Opt(False, _B),
+    "debug_infs": _Opt(False, _B, trace=True),
+    "debug_key_reuse": _Opt(False, _B, trace=True),
+    "debug_leaked_clients_on_clear_backends": _Opt(False, _B),
+    "debug_log_modules": _Opt('', _S),
+    "debug_nans": _Opt(False, _B, trace=True),
+    "default_device": _Opt(None, 'device', trace=True),
+    "default_matmul_precision": _Opt(None, 'optenum', ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32', 'ANY_F8_ANY_F8_F32', 'ANY_F8_ANY_F8_F32_FAST_ACCUM', 'ANY_F8_ANY_F8_ANY', 'ANY_F8_ANY_F8_ANY_FAST_ACCUM', 'F16_F16_F16', 'F16_F16_F32', 'BF16_BF16_BF16', 'BF16_BF16_F32', 'BF16_BF16_F32_X3', 'BF16_BF16_F32_X6', 'BF16_BF16_F32_X9', 'TF32_TF32_F32', 'TF32_TF32_F32_X3', 'F32_F32_F32', 'F64_F64_F64'), trace=True),
+    "default_prng_impl": _Opt('threefry2x32', 'enum', ('threefry2x32', 'threefry4x32', 'rbg', 'unsafe_rbg', 'philox2x32', 'philox4x32'), trace=True),
+    "disable_bwd_checks": _Opt(False, _B),
+    "disable_jit": _Opt(False, _B),
+    "disable_most_optimizations": _Opt(False, 'flag'),
+    "disable_vmap_shmap_error": _Opt(False, _B),
+    "disallow_mesh_context_manager": _Opt(False, _B),
+    "distributed_debug": _Opt(False, _B),
+    "dump_ir_modes": _Opt('stablehlo', 'flag'),
+    "dump_ir_to": _Opt('', 'flag'),
+    "embedded_constants_max_bytes": _Opt(32, _I),
+    "enable_checks": _Opt(False, _B),
+    "enable_compilation_cache": _Opt(True, _B),
+    "enable_custom_prng": _Opt(False, _B),
+    "enable_pgle": _Opt(False, _B),
+    "enable_preemption_service": _Opt(True, _B),
+    "enable_recoverability": _Opt(False, _B),
+    "enable_x64": _Opt(False, _B, trace=True),
+    "error_checking_behavior_divide": _Opt('ignore', 'enum', ('ignore', 'raise')),
+    "error_checking_behavior_nan": _Opt('ignore', 'enum', ('ignore', 'raise')),
+    "error_checking_behavior_oob": _Opt('ignore', 'enum', ('ignore', 'raise')),
+    "exec_time_optimization_effort": _Opt(0.0, _F),
+    "experimental_unsafe_xla_runtime_errors": _Opt(False, _B),
+    "explain_cache_misses": _Opt(False, _B),
+    "explicit_x64_dtypes": _Opt(ExplicitX64Mode.WARN, 'enumclass', (ExplicitX64Mode,)),
+    "export_calling_convention_version": _Opt(10, _I),
+    "export_ignore_forward_compatibility": _Opt(False, _B),
+    "force_dcn_cross_host_transfers": _Opt(False, 'flag'),
+    "high_dynamic_range_gumbel": _Opt(False, _B, trace=True),
+    "hlo_source_file_canonicalization_regex": _Opt(None, 'optstr'),
+    "include_debug_info_in_dumps": _Opt(True, 'flag'),
+    "include_full_tracebacks_in_locations": _Opt(True, _B),
+    "legacy_prng_key": _Opt(LegacyPrngKeyState.ALLOW, 'enumclass', (LegacyPrngKeyState,)),
+    "log_checkpoint_residuals": _Opt(False, _B),
+    "log_compiles": _Opt(False, _B),
+    "logging_level": _Opt('NOTSET', 'optenum', ('NOTSET', 'DEBUG', 'INFO', 'WARNING', 'ERROR', 'CRITICAL')),
+    "memory_fitting_effort": _Opt(0.0, _F),
+    "memory_fitting_level": _Opt('O2', 'enum', ('UNKNOWN', 'O0', 'O1', 'O2', 'O3')),
+    "mock_gpu_topology": _Opt('', 'flag'),
+    "mosaic_allow_hlo": _Opt(False, _B),
+    "mutable_array_checks": _Opt(True, _B),
+    "no_execution": _Opt(False, _B),
+    "no_tracing": _Opt(False, _B),
+    "num_cpu_devices": _Opt(-1, _I),
+    "numpy_dtype_promotion": _Opt(NumpyDtypePromotion.STANDARD, 'enumclass', (NumpyDtypePromotion,), trace=True),
+    "numpy_rank_promotion": _Opt('allow', 'enum', ('allow', 'warn', 'raise'), trace=True),
+    "oneapi_visible_devices": _Opt('all', 'flag'),
+    "optimization_level": _Opt('UNKNOWN', 'enum', ('UNKNOWN', 'O0', 'O1', 'O2', 'O3')),
+    "pallas_enable_debug_checks": _Opt(False, _B),
+    "pallas_poison_buffers": _Opt(False, _B),
+    "pallas_use_mosaic_gpu": _Opt(True, _B),
+    "pallas_verbose_errors": _Opt(False, 'flag'),
+    "persistent_cache_enable_xla_caches": _Opt('xla_gpu_per_fusion_autotune_cache_dir', 'optstr'),
+    "persistent_cache_min_compile_time_secs": _Opt(1.0, _F),
+    "persistent_cache_min_entry_size_bytes": _Opt(0, _I),
+    "pgle_aggregation_percentile": _Opt(90, _I),
+    "pgle_profiling_runs": _Opt(3, _I),
+    "pjrt_client_create_options": _Opt(None, 'dictstr'),
+    "platform_name": _Opt('', 'flag'),
+    "platforms": _Opt(None, 'optstr'),
+    "pprint_use_color": _Opt(True, _B),
+    "ragged_dot_use_gpu_pallas_triton_lowering": _Opt(False, _B),
+    "ragged_dot_use_ragged_dot_instruction": _Opt(True, _B),
+    "raise_persistent_cache_errors": _Opt(False, _B),
+    "random_seed_offset": _Opt(0, _I),
+    "refs_to_pins": _Opt(False, _B),
+    "remat3": _Opt(False, _B),
+    "remove_custom_partitioning_ptr_from_cache_key": _Opt(False, _B),
+    "remove_size_one_mesh_axis_from_type": _Opt(False, _B),
+    "rocm_visible_devices": _Opt('all', 'flag'),
+    "scan3": _Opt(False, _B),
+    "send_traceback_to_runtime": _Opt(RuntimeTracebackMode.OFF, 'enumclass', (RuntimeTracebackMode,)),
+    "serialization_version": _Opt(0, _I),
+    "share_binary_between_hosts": _Opt(False, _B),
+    "share_binary_between_hosts_timeout_ms": _Opt(1200000, _I),
+    "softmax_custom_jvp": _Opt(False, _B, trace=True),
+    "sort_devices_by_process_index": _Opt(True, 'flag'),
+    "source_url_schema": _Opt(None, 'optstr'),
+    "thread_guard": _Opt(False, _B),
+    "threefry_gpu_kernel_lowering": _Opt(False, _B),
+    "threefry_partitionable": _Opt(True, _B, trace=True),
+    "traceback_filtering": _Opt('auto', 'enum', ('off', 'tracebackhide', 'remove_frames', 'quiet_remove_frames', 'auto')),
+    "traceback_in_locations_limit": _Opt(100, _I),
+    "tracer_error_num_traceback_frames": _Opt(5, 'flag'),
+    "transfer_guard": _Opt(None, 'optenum', ('allow', 'log', 'disallow', 'log_explicit', 'disallow_explicit')),
+    "transfer_guard_device_to_device": _Opt(None, 'optenum', ('allow', 'log', 'disallow', 'log_explicit', 'disallow_explicit')),
+    "transfer_guard_device_to_host": _Opt(None, 'optenum', ('allow', 'log', 'disallow', 'log_explicit', 'disallow_explicit')),
+    "transfer_guard_host_to_device": _Opt(None, 'optenum', ('allow', 'log', 'disallow', 'log_explicit', 'disallow_explicit')),
+    "use_direct_linearize": _Opt(True, _B),
+    "use_emit_pipeline_primitive": _Opt(False, _B),
+    "use_magma": _Opt('auto', 'enum', ('off', 'on', 'auto')),
+    "use_shardy_partitioner": _Opt(True, _B),
+    "use_simplified_jaxpr_constants": _Opt(False, _B, trace=True),
+    "xla_backend": _Opt('', 'flag'),
+    "xla_profile_version": _Opt(0, _I),
+    "mock_num_gpu_processes": _Opt(0, 'flag'),
 }
 _UNPREFIXED = {"check_vma", "eager_constant_folding", "jax2tf_associative_scan_reductions",
                "jax2tf_default_native_serialization", "mock_num_gpu_processes"}
@@ -216,7 +245,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "allow_f16_reductions": lambda v: v is True,
     # "warn" and "error" (dtypes.check_user_dtype); "allow", JAX's 64-bit arrays without
     # x64, is not: stagecraft narrows those requests silently then
-    "explicit_x64_dtypes": lambda v: v in ("warn", "error"),
+    "explicit_x64_dtypes": lambda v: v != ExplicitX64Mode.ALLOW,
     # implementation choices of JAX's with no visible effect on results
     "use_direct_linearize": None, "cpu_enable_async_dispatch": None,
     # False (JAX's default): a jit's closed-over arrays are constants in the program text;
@@ -224,7 +253,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "use_simplified_jaxpr_constants": None,
     # the warning about large constants in a program's text (lowering.warn_captured_constants)
     "captured_constants_warn_bytes": None, "captured_constants_report_frames": None,
-    "pprint_use_color": None, "logging_level": None,
+    "pprint_use_color": None, "logging_level": None, "debug_log_modules": None,
 }
 
 # The environment variables of the first stagecraft options, still read.
@@ -237,12 +266,23 @@ def _jax_name(name: str) -> str:
   return name if name in _UNPREFIXED else "jax_" + name
 
 
+_TRUE, _FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
+
+
 def _parse_env(name: str, opt: _Opt, text: str):
-  if opt.kind == _B:
-    return text.strip().lower() in ("1", "true", "yes", "on", "t", "y")
-  if opt.kind == _I:
+  """The value of the environment variable text `text` for option `name`, as JAX reads
+  it (a bool: `1`/`true`/`yes`/`on`/`t`/`y` or `0`/`false`/`no`/`off`/`f`/`n`)."""
+  kind = opt.kind
+  if kind == "flag":   # a flag is read as its default's type
+    kind = {bool: _B, int: _I}.get(type(opt.default), _S)
+  if kind == _B:
+    t = text.strip().lower()
+    if t not in _TRUE + _FALSE:
+      raise ValueError(f"invalid truth value {t!r} for environment {_jax_name(name).upper()!r}")
+    return t in _TRUE
+  if kind == _I:
     return int(text)
-  if opt.kind == _F:
+  if kind == _F:
     return float(text)
   return text
 
@@ -259,51 +299,63 @@ def _env_value(name: str, opt: _Opt):
 
 
 def _check(name: str, opt: _Opt, value):
-  """`value` validated (and normalized) for option `name`; raises TypeError/ValueError."""
-  jname = _jax_name(name)
-  if isinstance(value, enum.Enum):
-    value = value.value if isinstance(value.value, str) else value.name.lower()
-  if opt.kind == _B:
-    if not isinstance(value, (bool, int, np.bool_)) or value not in (0, 1):
-      raise TypeError(f"Config option {jname!r} expects a bool, got {value!r}.")
+  """`value` validated (and normalized) for option `name` as JAX 0.10.2 checks it, with
+  JAX's messages: a bool option takes any value (`bool(value)`), an int one None or an
+  int, a float one None or a number, a string one a str (or None where JAX allows it), an
+  enum one one of its choices, an enum-class one a member or its value (read back as the
+  member), a flag anything.
+
+  Raises:
+    TypeError / ValueError: JAX's, for a value the option refuses (nothing changes)."""
+  kind = opt.kind
+  if kind == _B:
     return bool(value)
-  if opt.kind == _I:
-    if isinstance(value, bool) or not isinstance(value, int):
-      raise TypeError(f"Config option {jname!r} expects an int, got {value!r}.")
+  if kind == _I:
+    if value is not None and not isinstance(value, int):
+      raise ValueError(f"new int config value must be None or of type int, got {value} of "
+                       f"type {type(value)}")
     return value
-  if opt.kind == _F:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise TypeError(f"Config option {jname!r} expects a number, got {value!r}.")
-    return float(value)
-  if opt.kind == _S:
+  if kind == _F:
+    if value is not None and not isinstance(value, (float, int)):
+      raise ValueError(f"new float config value must be None or of type float, got {value} "
+                       f"of type {type(value)}")
+    return value
+  if kind == _S:
     if not isinstance(value, str):
-      raise TypeError(f"Config option {jname!r} expects a string, got {value!r}.")
+      raise TypeError(f"new string config value must be of type str, got {value} of type "
+                      f"{type(value)}.")
     return value
-  if opt.kind == "optstr":
+  if kind == "optstr":
     if value is not None and not isinstance(value, str):
-      raise TypeError(f"Config option {jname!r} expects a string or None, got {value!r}.")
+      raise ValueError(f"new string config value must be None or of type str, got {value} "
+                       f"of type {type(value)}.")
     return value
-  if opt.kind == "enum":
-    if value not in opt.choices:
-      raise ValueError(f"Config option {jname!r} expects one of "
-                       f"{[c for c in opt.choices]}, got {value!r}.")
+  if kind == "dictstr":
+    if value is not None and not isinstance(value, (dict, str)):
+      raise ValueError(f"new string config value must be None or of type dict | str, got "
+                       f"{value} of type {type(value)}.")
     return value
-  if name == "default_device":
+  if kind in ("enum", "optenum"):
+    if (kind == "enum" or value is not None) and (
+        type(value) is not str or value not in opt.choices):
+      none = "None or " if kind == "optenum" else ""
+      raise ValueError(f"new enum value must be {none}in {list(opt.choices)}, got {value} of "
+                       f"type {type(value)}.")
+    return value
+  if kind == "enumclass":
+    cls = opt.choices[0]
+    if isinstance(value, str):
+      return cls(value)   # NB: Python's ValueError "'x' is not a valid Cls", as JAX's
+    if not isinstance(value, cls):
+      raise TypeError(f"new enum value must be an instance of {cls}, got {value} of type "
+                      f"{type(value)}.")
+    return value
+  if kind == "device":
     if value is not None and not isinstance(value, str) and not (
         hasattr(value, "platform") and hasattr(value, "id")):
       raise ValueError("jax.default_device must be passed either a Device object (e.g. "
                        "`jax.devices('cpu')[0]`) or a platform name string like 'cpu' or "
                        f"'gpu', got: {value!r}")
-    return value
-  if opt.kind == "path":
-    if value is not None and not isinstance(value, (str, os.PathLike)):
-      raise TypeError(f"Config option {jname!r} expects a directory path (str or "
-                      f"os.PathLike) or None, got {value!r} of type {type(value).__name__}.")
-    if value is not None:
-      value = os.fspath(value)
-      if not value:
-        raise ValueError(f"Config option {jname!r} expects a directory path or None, got an "
-                         f"empty path; pass None to turn the persistent cache off.")
     return value
   return value
 
@@ -342,6 +394,9 @@ class Config:
     d["_warned"] = set()
     d["_listeners"] = []
     self._refresh()
+    for key in ("logging_level", "debug_log_modules"):   # JAX_LOGGING_LEVEL, ...
+      if d[key] != _OPTIONS[key].default:
+        logging_config.apply(key, d[key])
 
   def _refresh(self):
     d = self.__dict__
@@ -375,6 +430,8 @@ class Config:
       client.configure(key, value)
     for hook in self.__dict__["_listeners"]:
       hook(key, value)
+    if key in ("logging_level", "debug_log_modules"):
+      logging_config.apply(key, value)
     self.__dict__[key] = value
     if opt.trace or key in ("debug_nans", "debug_infs"):
       self._refresh()

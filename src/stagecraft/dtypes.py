@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from stagecraft import traceback_util
-from stagecraft.config import config
+from stagecraft.config import ExplicitX64Mode, config
 
 __all__ = ["bool_", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float0", "python_scalar_types",
            "short_name", "canonicalize_dtype", "check_user_dtype", "default_int_dtype", "default_uint_dtype",
@@ -208,11 +208,11 @@ def check_user_dtype(dtype: Any, fun_name: str | None = None) -> np.dtype:
       or any(dtype is t for t in python_scalar_types)):
     return out
   mode = config.explicit_x64_dtypes
-  if mode == "allow":
+  if mode == ExplicitX64Mode.ALLOW:
     return out
   where = f" requested in {fun_name}" if fun_name else ""
   gotchas = "See https://github.com/jax-ml/jax#current-gotchas for more."
-  if mode == "error":
+  if mode == ExplicitX64Mode.ERROR:
     # NB: JAX's message has no space before "See"; users match it as it is.
     raise ValueError(f"Explicitly requested dtype {requested}{where} is not available. To "
                      f"enable more dtypes, set the jax_enable_x64 or "

@@ -27,12 +27,11 @@ def set_cache_dir(path: str | os.PathLike) -> None:
   in later runs, loaded from there instead of being compiled again.
 
   Args:
-    path: a directory (str or os.PathLike; created on the first store), or None to turn the
+    path: a directory (a str; created on the first store), or None (or "") to turn the
       persistent cache off.
 
   Raises:
-    TypeError: for a path that is neither str, os.PathLike nor None.
-    ValueError: for an empty path.
+    ValueError: for a path that is neither a str nor None (JAX's message).
   """
   config.update("jax_compilation_cache_dir", path)
 
