@@ -54,8 +54,11 @@ def _outcome(update, read, name, value):
       update(name, old)
 
 
-# Options whose setting acts on the runtime already started (JAX: the backend's state).
-_RUNTIME = {"jax_platforms", "jax_platform_name", "jax_num_cpu_devices", "jax_default_device"}
+# Options whose setting acts on the runtime already started, or that JAX refuses once its
+# backend has started (which other tests in the process decide).
+_RUNTIME = {"jax_platforms", "jax_platform_name", "jax_num_cpu_devices", "jax_default_device",
+            "jax_cpu_get_global_topology_timeout_minutes",
+            "jax_cpu_get_local_topology_timeout_minutes"}
 
 
 @pytest.mark.parametrize("value", [None, "zzz", 3, 2.5, True, [1], "strict", "warn", "O1"],

@@ -62,7 +62,7 @@ def test_debug_nans_env_name_and_bad_values():
   sc.config.update("jax_debug_nans", True)
   assert sc.config.debug_nans
   sc.config.update("jax_debug_nans", False)
-  with pytest.raises(ValueError, match="traceback_filtering"):
+  with pytest.raises(ValueError, match=r"new enum value must be in \[.off., .tracebackhide."):
     sc.config.update("jax_traceback_filtering", "sometimes")
 
 
