@@ -15,7 +15,7 @@ LAYERS = {
     1: ["runtime.client", "runtime.cache", "runtime.jax_runtime", "runtime.mlir_text",
         "sharding", "layout", "version", "monitoring", "logging_config"],
     2: ["core", "dtypes", "errors", "config", "tree_util", "traceback_util", "shape_poly",
-        "source_info_util", "tree", "indexing", "key_reuse"],
+        "source_info_util", "tree", "indexing", "key_reuse", "dump_ir"],
     3: ["interpreters"],
     # typing: `ArrayLike` names the runtime's Array.
     # dlpack: `numpy.from_dlpack` (layer 7) calls it.

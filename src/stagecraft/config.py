@@ -254,6 +254,8 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     # the warning about large constants in a program's text (lowering.warn_captured_constants)
     "captured_constants_warn_bytes": None, "captured_constants_report_frames": None,
     "pprint_use_color": None, "logging_level": None, "debug_log_modules": None,
+    # dump_ir: its `jaxpr_html` mode is not written (the other modes are)
+    "dump_ir_to": None, "dump_ir_modes": None,
 }
 
 # The environment variables of the first stagecraft options, still read.

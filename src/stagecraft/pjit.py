@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import optree
 
-from stagecraft import core, dtypes, key_reuse, monitoring, traceback_util, tree_util
+from stagecraft import core, dtypes, dump_ir, key_reuse, monitoring, traceback_util, tree_util
 from stagecraft import api_util, cache_miss, sharding as sharding_lib, state
 from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
                                  fun_signature, normalize_argnames, normalize_argnums)
@@ -1706,6 +1706,9 @@ def lower_traced(entry: TracedSignature, donated: set[int], keep_unused: bool,
   None where uncommitted) are the shardings the first line names where no `layout` has
   them."""
   jit_name = f"jit({name})"
+  if config.dump_ir_to:   # jax_dump_ir_to: the jaxpr lowered
+    call = entry.call if entry.call is not None else entry.jaxpr
+    dump_ir.dump_jaxpr(name, call.jaxpr)
   log = monitoring.log_timed("dispatch", config.log_compiles,
                              "Finished jaxpr to MLIR module conversion {fun_name} in "
                              "{elapsed_time:.9f} sec")

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from jaxlib import xla_client as xc
 
-from stagecraft import core, dtypes, monitoring, tree_util
+from stagecraft import core, dtypes, dump_ir, monitoring, tree_util
 from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.interpreters import lowering
 from stagecraft.config import config
@@ -369,6 +369,10 @@ def compile_module(text: str, devices: Sequence[Any] | None = None, *, num_repli
         client.allow_sharding_propagation(opts, text)
       if overrides:
         opts.env_option_overrides = list(overrides)
+      if config.dump_ir_to:   # jax_dump_ir_to: the module compiled
+        dumped = dump_ir.dump_module(text, _module_name(text))
+        if dumped:
+          monitoring.logger("compiler").info("Dumped the module to %s.", dumped)
       cache_dir = config.compilation_cache_dir
       disk_key = None
       log = monitoring.compile_log("dispatch", config.log_compiles)
@@ -791,28 +795,32 @@ def check_special(name: str, values: Sequence[Any]) -> None:
 
 
 def _compile_primitive(prim, avals, params, device=None) -> Executable:
+  # NB: JAX's lines for the jit it runs an eager primitive with, in its order
   log = monitoring.compile_log("dispatch", config.log_compiles)
+  level, name = logging.WARNING if config.log_compiles else logging.DEBUG, f"jit({prim.name})"
   t0 = time.time()
   out = prim.abstract_eval(*avals, **params)
   out_avals = list(out) if prim.multiple_results else [out]
   invars = [Var(a) for a in avals]
   outvars = [Var(a) for a in out_avals]
   jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, prim, params)])
-  t1 = time.time()
-  with lowering.for_device(device):
-    text = lowering.lower_jaxpr_to_module(prim.name, jaxpr)
-  if log is not None:   # JAX's lines for the jit it runs an eager primitive with
-    level, name = logging.WARNING if config.log_compiles else logging.DEBUG, f"jit({prim.name})"
-    log.log(level, f"Finished tracing {prim.name} for jit in {t1 - t0:.9f} sec")
+  if log is not None:
+    log.log(level, f"Finished tracing {prim.name} for jit in {time.time() - t0:.9f} sec")
+  if config.dump_ir_to:
+    dump_ir.dump_jaxpr(prim.name, jaxpr)
+  if log is not None:
     mapping = ["UnspecifiedValue"] * len(avals)
     if device is not None:
       mapping = [repr(SingleDeviceSharding(device))] * len(avals)
     monitoring.logger("interpreters.pxla").log(
         level, monitoring.compiling_line(name, avals, mapping))
+  t1 = time.time()
+  with lowering.for_device(device):
+    text = lowering.lower_jaxpr_to_module(prim.name, jaxpr)
+  if log is not None:
     log.log(level, f"Finished jaxpr to MLIR module conversion {name} in "
                    f"{time.time() - t1:.9f} sec")
-  exe = compile_module(text, None if device is None else [device],
-                       fun_name=f"jit({prim.name})")
+  exe = compile_module(text, None if device is None else [device], fun_name=name)
   return Executable(exe, avals, out_avals, text, device)
 
 
