@@ -41,7 +41,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes, key_reuse, lax, shape_poly, sharding, tree_util
+from stagecraft import core, dtypes, key_reuse, lax, shape_poly, sharding, traceback_util
+from stagecraft import tree_util
 from stagecraft import numpy as jnp
 from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
@@ -204,9 +205,10 @@ class PRNGKeyArray:
     raise TypeError("key array cannot be converted to boolean.")
 
   def __array__(self, dtype=None, copy=None):
-    raise TypeError("JAX array with PRNGKey dtype cannot be converted to a NumPy array. "
-                    "Use stagecraft.random.key_data(arr) if you wish to extract the "
-                    "underlying integer array.")
+    lib = "jax" if traceback_util.library_name[0] == "JAX" else "stagecraft"   # the runner
+    raise TypeError(f"JAX array with PRNGKey dtype cannot be converted to a NumPy array. "
+                    f"Use {lib}.random.key_data(arr) if you wish to extract the "
+                    f"underlying integer array.")
 
   def __eq__(self, other):
     if not isinstance(other, PRNGKeyArray):
@@ -276,6 +278,61 @@ class PRNGKeyArray:
     if hasattr(self._base_array, "block_until_ready"):
       self._base_array.block_until_ready()
     return self
+
+  # -- JAX's Array API that reads no key values: placement, buffers, lifetime. Each reads
+  # the key data's and answers for the keys (shards and shapes without the key-data axis).
+
+  @property
+  def aval(self) -> core.ShapedArray:
+    """The keys' type, `ShapedArray(key<fry>[*s])`."""
+    return core.get_aval(self._key_value())
+
+  devices = property(lambda self: self._base_array.devices)
+  device = property(lambda self: self._base_array.device)
+  @property
+  def committed(self) -> bool:
+    """Whether the keys stay where they are (JAX's commitment): their value's or their
+    data's, whichever the key array was made from."""
+    return any(v.committed for v in (self._keys, self._data) if type(v) is Array)
+
+  is_fully_replicated = property(lambda self: self._base_array.is_fully_replicated)
+  is_fully_addressable = property(lambda self: self._base_array.is_fully_addressable)
+  nbytes = property(lambda self: self.size * self.itemsize)
+
+  def on_device_size_in_bytes(self) -> int:
+    return self._base_array.on_device_size_in_bytes()
+
+  def unsafe_buffer_pointer(self) -> int:
+    return self._base_array.unsafe_buffer_pointer()
+
+  def copy_to_host_async(self) -> None:
+    self._base_array.copy_to_host_async()
+
+  def delete(self) -> None:
+    """Deletes the keys' buffer (their data's: the keys are a view of it)."""
+    self._base_array.delete()
+
+  def is_deleted(self) -> bool:
+    return self._base_array.is_deleted()
+
+  def _key_shards(self, shards: list) -> list:
+    return [sharding.Shard(s.device, s.index, s.replica_id, PRNGKeyArray(s.data))
+            for s in shards]
+
+  @property
+  def addressable_shards(self) -> list:
+    """One `Shard` per device holding keys: its index (into the key data, as JAX's), its keys."""
+    return self._key_shards(self._base_array.addressable_shards)
+
+  @property
+  def global_shards(self) -> list:
+    return self._key_shards(self._base_array.global_shards)
+
+  def addressable_data(self, index: int) -> "PRNGKeyArray":
+    return PRNGKeyArray(self._base_array.addressable_data(index))
+
+  def item(self, *args: Any):
+    raise NotImplementedError("Cannot call abstract method item")
 
   at = property(lambda self: _KeyIndexUpdateHelper(self))
   at.__doc__ = """`keys.at[idx].set(other_keys)` / `.get()`, as for arrays (JAX's key arrays

@@ -213,7 +213,8 @@ def device_put_leaf(x, device, path):
   if type(x) is Array:
     if x._device == dev and (dev is not None or id(x) in array_mod.committed_to_default):
       return x
-    out = Array(_put_np(np.asarray(x._value), aval, device, True), aval, dev)
+    phys = x._physical()   # NB: typed keys move as their key data (the same buffer)
+    out = Array(_put_np(np.asarray(phys._value), phys.aval, device, True), aval, dev)
   else:
     out = Array(to_buffer(x, aval, device, committed=True), aval, dev)
   if dev is None:
