@@ -218,6 +218,27 @@ def test_run_in_process(tmp_path, capsys, installed):
   assert err.splitlines()[1].strip().startswith(f'File "{script}", line 12')
 
 
+def test_run_module_as_python_m(tmp_path, capsys, installed, monkeypatch):
+  pkg = tmp_path / "mypkg"
+  pkg.mkdir()
+  (pkg / "__init__.py").write_text("")
+  (pkg / "prog.py").write_text(CLI_SCRIPT)
+  monkeypatch.chdir(tmp_path)
+  argv_before, path_before = list(sys.argv), list(sys.path)
+  assert cli.main(["run", "-m", "mypkg.prog", "a", "--", "-b"]) == 0
+  out = capsys.readouterr().out
+  assert "argv ['a', '--', '-b'] __main__ stagecraft stagecraft.numpy" in out
+  assert sys.argv == argv_before and sys.path == path_before
+  with pytest.raises(SystemExit) as e:
+    cli.main(["run", "-m", "mypkg.prog", "exit", "4"])
+  assert e.value.code == 4
+  assert cli.main(["run", "-m", "mypkg.prog", "raise"]) == 1
+  assert "bad value 3" in capsys.readouterr().err
+  # a module that does not exist: Python's message and status
+  assert cli.main(["run", "-m", "mypkg.nosuch"]) == 1
+  assert capsys.readouterr().err == f"{sys.executable}: No module named mypkg.nosuch\n"
+
+
 def test_run_missing_script(tmp_path, capsys):
   with pytest.raises(SystemExit) as e:
     cli.main(["run", str(tmp_path / "missing.py")])

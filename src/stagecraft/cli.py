@@ -1,8 +1,9 @@
 """The `stagecraft` command: `run` a JAX program on stagecraft, `inspect` a compilation stage.
 
     python -m stagecraft run script.py [args...]
+    python -m stagecraft run -m package.module [args...]
 
-runs `script.py` as `python script.py [args...]` would (`sys.argv == [script.py, args...]`,
+runs `script.py` as `python script.py [args...]` would (a module as `python -m` would) (`sys.argv == [script.py, args...]`,
 `__name__ == "__main__"`, the script's directory first on `sys.path`, its exceptions and exit
 status passed through), with `import jax` served by stagecraft (`stagecraft.compat.install()`:
 `jax.X.Y` is `stagecraft.X.Y`).
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import importlib.util
 import os
 import re
 import runpy
@@ -228,6 +230,45 @@ def run_script(path: str, args: Sequence[str] = ()) -> None:
       sys.path[0] = old_path0
 
 
+class NoModuleError(ImportError):
+  """`run -m NAME` of a module that cannot be found."""
+
+
+def run_module(name: str, args: Sequence[str] = ()) -> None:
+  """Runs the module `name` as `python -m name args...` would (`examples.mnist_classifier`,
+  `pytest`), with `jax` served by stagecraft (`stagecraft.compat.install()`, which stays
+  installed afterwards).
+
+  The module runs as `__main__` (`runpy.run_module`; a package runs its `__main__`
+  submodule) with `sys.argv == [its file, *args]` and the current directory first on
+  `sys.path`; both are restored when it returns or raises.
+
+  Raises:
+    NoModuleError: if the module cannot be found (Python's "No module named ..."). Whatever
+      the module raises, `SystemExit` (its `sys.exit(status)`) included.
+  """
+  compat.expect_program_import()
+  compat.install()
+  old_argv, old_path = sys.argv, list(sys.path)
+  sys.argv = [name, *args]   # (runpy puts the module's file there)
+  cwd = os.getcwd()
+  if sys.path:
+    sys.path[0] = cwd   # as `python -m` does
+  else:
+    sys.path.insert(0, cwd)
+  try:
+    try:
+      found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+      found = False
+    if not found:
+      raise NoModuleError(f"No module named {name}")
+    runpy.run_module(name, run_name="__main__", alter_sys=True)
+  finally:
+    sys.argv = old_argv
+    sys.path[:] = old_path
+
+
 # The runner's own source files: this module and runpy (its code may say "<frozen runpy>").
 _RUNNER_FILES = {os.path.normcase(os.path.abspath(f)) for f in (__file__, runpy.__file__)}
 _RUNNER_FILES.add(runpy.run_path.__code__.co_filename)
@@ -246,11 +287,18 @@ def _script_traceback(tb):
   return tb
 
 
-def _run_main(parser: argparse.ArgumentParser, script: str, args: Sequence[str]) -> int:
-  if not os.path.exists(script):   # status 2, as `python missing.py`
+def _run_main(parser: argparse.ArgumentParser, script: str | None, args: Sequence[str],
+              module: str | None = None) -> int:
+  if module is None and not os.path.exists(script):   # status 2, as `python missing.py`
     parser.error(f"can't open file {os.path.abspath(script)!r}: no such file or directory")
   try:
-    run_script(script, args)
+    if module is not None:
+      run_module(module, args)
+    else:
+      run_script(script, args)
+  except NoModuleError as e:   # status 1, as `python -m missing`
+    sys.stderr.write(f"{sys.executable}: {e}\n")
+    return 1
   except (SystemExit, KeyboardInterrupt):
     raise
   except BaseException as e:   # an uncaught exception of the script: print it, status 1
@@ -270,7 +318,10 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser,
       description="Run SCRIPT as `python SCRIPT ARGS...` would, with `import jax` (and "
                   "`jax.numpy`, `jax.lax`, ...) served by stagecraft.",
       epilog="example: python -m stagecraft run train.py --steps 100")
-  run.add_argument("script", metavar="SCRIPT", help="the Python file to run")
+  run.add_argument("-m", dest="module", metavar="MODULE",
+                   help="run library module MODULE as a script, as `python -m MODULE`")
+  run.add_argument("script", metavar="SCRIPT", nargs="?",
+                   help="the Python file to run")
   run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                    help="arguments passed to the script (its sys.argv[1:])")
   ins = sub.add_parser(
@@ -311,6 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   ns = parser.parse_args(argv)
   if ns.command == "run":
+    if argv[1:2] == ["-m"] and len(argv) > 2:   # `run -m MODULE ARGS...`: ARGS verbatim
+      return _run_main(run_parser, None, argv[3:], module=argv[2])
+    if ns.script is None:
+      run_parser.error("the following arguments are required: SCRIPT (or -m MODULE)")
     # The script's arguments verbatim (argparse would drop a `--` among them).
     args = argv[2:] if argv[:2] == ["run", ns.script] else ns.args
     return _run_main(run_parser, ns.script, args)
