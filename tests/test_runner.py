@@ -225,9 +225,9 @@ def test_run_module_as_python_m(tmp_path, capsys, installed, monkeypatch):
   (pkg / "prog.py").write_text(CLI_SCRIPT)
   monkeypatch.chdir(tmp_path)
   argv_before, path_before = list(sys.argv), list(sys.path)
-  assert cli.main(["run", "-m", "mypkg.prog", "a", "--", "-b"]) == 0
+  assert cli.main(["run", "-m", "mypkg.prog", "a", "--", "-b", "--flag=1"]) == 0
   out = capsys.readouterr().out
-  assert "argv ['a', '--', '-b'] __main__ stagecraft stagecraft.numpy" in out
+  assert "argv ['a', '--', '-b', '--flag=1'] __main__ stagecraft stagecraft.numpy" in out
   assert sys.argv == argv_before and sys.path == path_before
   with pytest.raises(SystemExit) as e:
     cli.main(["run", "-m", "mypkg.prog", "exit", "4"])

@@ -360,10 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   """
   parser, inspect_parser, run_parser = _parser()
   argv = list(sys.argv[1:] if argv is None else argv)
+  if argv[:2] == ["run", "-m"] and len(argv) > 2:   # `run -m MODULE ARGS...`: ARGS verbatim
+    return _run_main(run_parser, None, argv[3:], module=argv[2])
   ns = parser.parse_args(argv)
   if ns.command == "run":
-    if argv[1:2] == ["-m"] and len(argv) > 2:   # `run -m MODULE ARGS...`: ARGS verbatim
-      return _run_main(run_parser, None, argv[3:], module=argv[2])
     if ns.script is None:
       run_parser.error("the following arguments are required: SCRIPT (or -m MODULE)")
     # The script's arguments verbatim (argparse would drop a `--` among them).
