@@ -208,3 +208,36 @@ def test_debug_log_modules_option(capfd):
   assert "stagecraft.interpreters.pxla" not in err   # only the module named
   sc.jit(lambda x: x * 47)(np.ones(29, np.float32))
   assert "Finished" not in capfd.readouterr().err
+
+
+def _debug_log_program(lib, np_):
+  def f(x):
+    lib.debug.log("x is {x} and {}", x * 2, x=x)
+    lib.debug.log(ordered=True)("two-call {}", x[0])
+    return x + 1
+  lib.jit(f)(np_.arange(3.0))
+  f(np_.arange(2.0))   # eagerly too
+
+
+@pytest.mark.parametrize("lib", [JAX, SC], ids=["jax", "sc"])
+def test_debug_log_records(lib, caplog):
+  caplog.clear()
+  with caplog.at_level(logging.INFO, logger=lib.logger):
+    _debug_log_program(lib.lib, lib.np)
+  got = [(r.name.split(".")[-1], r.levelno, r.filename, r.lineno, r.getMessage())
+         for r in caplog.records if r.name.endswith("debugging")]
+  here = os.path.basename(__file__)
+  line = _debug_log_program.__code__.co_firstlineno + 2
+  assert got == [("debugging", logging.INFO, here, line, "x is [0. 1. 2.] and [0. 2. 4.]"),
+                 ("debugging", logging.INFO, here, line + 1, "two-call 0.0"),
+                 ("debugging", logging.INFO, here, line, "x is [0. 1.] and [0. 2.]"),
+                 ("debugging", logging.INFO, here, line + 1, "two-call 0.0")]
+
+
+def test_debug_print_and_log_jaxprs_are_jaxs():
+  def prog(lib):
+    def f(x):
+      lib.debug.print("{} {} {y}", None, x, y="s")
+      return x + 1
+    return str(lib.make_jaxpr(f)(1.0))
+  assert prog(sc) == prog(jax)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import builtins
 import functools
+import logging
 import string
+import sys
 import threading
 from typing import Any, Callable, Sequence
 
@@ -31,7 +33,8 @@ def _is_array_leaf(x) -> bool:
 
 
 def _split_static(args, kwargs):
-  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=True,
+  # NB: None is a node with no leaves, as in JAX's flattening (and its printed in_tree)
+  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False,
                                        namespace=tree_util.NAMESPACE)
   dyn, static = [], []
   for i, x in enumerate(leaves):
@@ -84,6 +87,10 @@ def print(fmt: str | None = None, *args, ordered: bool = False, partitioned: boo
   if fmt is None:
     return functools.partial(print, ordered=ordered, partitioned=partitioned,
                              skip_format_check=skip_format_check)
+  _print(fmt, args, kwargs, ordered, partitioned, skip_format_check, None)
+
+
+def _print(fmt, args, kwargs, ordered, partitioned, skip_format_check, logging_record):
   if not isinstance(fmt, str):
     raise TypeError(f"debug.print expects a format string first, got {type(fmt).__name__}: "
                     f"{fmt!r}. Write debug.print('{{}}', x).")
@@ -92,9 +99,29 @@ def print(fmt: str | None = None, *args, ordered: bool = False, partitioned: boo
   dyn, static, in_tree = _split_static(args, kwargs)
   opts = tuple(np.get_printoptions().items())
   has_placeholders = any(field is not None for _, field, _, _ in string.Formatter().parse(fmt))
-  cb.debug_print_p.bind(*dyn, fmt=fmt, has_placeholders=has_placeholders, in_tree=in_tree,
-                        logging_record=None, np_printoptions=opts, ordered=bool(ordered),
-                        partitioned=bool(partitioned), static_args=static)
+  cb.debug_print_p.bind(*dyn, fmt=fmt, has_placeholders=has_placeholders,
+                        in_tree=tree_util.PyTreeDef(in_tree),   # (printed as JAX's)
+                        logging_record=logging_record, np_printoptions=opts,
+                        ordered=bool(ordered), partitioned=bool(partitioned),
+                        static_args=static)
+
+
+def log(fmt: str | None = None, *args, ordered: bool = False, partitioned: bool = False,
+        skip_format_check: bool = False, **kwargs) -> None:
+  """`debug.print`'s text logged instead of printed (JAX's `jax.debug.log`): at INFO, to the
+  logger `stagecraft.debugging` (`jax._src.debugging` under the runner), in a record that
+  names the user's file and line of this call (what `%(filename)s:%(lineno)d` formats).
+  Arguments, the two-call form (`log(ordered=True)(fmt, ...)`) and errors as `print`'s."""
+  if fmt is None:
+    return functools.partial(log, ordered=ordered, partitioned=partitioned,
+                             skip_format_check=skip_format_check)
+  frame = core.user_frame(sys._getframe(1))
+  file, line = ("(unknown file)", 0) if frame is None else frame.position()[:2]
+  logger = monitoring.logger("debugging")
+  record = logger.makeRecord(logger.name, logging.INFO, file, line, "", (), None)
+  _print(fmt, args, kwargs, ordered, partitioned, skip_format_check, record)
+
+
 
 
 def callback(callback: Callable[..., None] | None = None, *args, ordered: bool = False,
@@ -119,14 +146,6 @@ def callback(callback: Callable[..., None] | None = None, *args, ordered: bool =
   flat = cb.FlatCallback(callback, in_tree)
   cb.debug_callback_p.bind(*leaves, callback=flat, ordered=bool(ordered),
                            partitioned=bool(partitioned))
-
-
-def log(fmt: str, *args, level: int = 20, ordered: bool = False, **kwargs) -> None:
-  """`debug.print` to the `logging` module (logger `stagecraft.debugging`, JAX's
-  `jax._src.debugging` under the runner) at `level`."""
-  def emit(*a, **k):
-    monitoring.logger("debugging").log(level, fmt.format(*a, **k))
-  callback(emit, *args, ordered=ordered, **kwargs)
 
 
 def breakpoint(*, backend: str | None = None, filter_frames: bool = True,

@@ -15,7 +15,9 @@ result shapes and dtypes.
 """
 from __future__ import annotations
 
+import copy
 import functools
+import logging
 import sys
 from typing import Any, Callable, Sequence
 
@@ -410,7 +412,7 @@ def format_print(fmt: str, in_tree, static_args, np_printoptions, leaves) -> str
   statics = dict(static_args)
   n = len(leaves) + len(static_args)
   full = [statics[i] if i in statics else next(it) for i in range(n)]
-  args, kwargs = optree.tree_unflatten(in_tree, full)
+  args, kwargs = optree.tree_unflatten(tree_util.spec_of(in_tree), full)
   with np.printoptions(**dict(np_printoptions)):
     return fmt.format(*args, **kwargs)
 
@@ -418,6 +420,12 @@ def format_print(fmt: str, in_tree, static_args, np_printoptions, leaves) -> str
 def _print_host(params, in_avals, leaves):
   text = format_print(params["fmt"], params["in_tree"], params["static_args"],
                       params["np_printoptions"], _to_arrays(leaves, in_avals))
+  record = params.get("logging_record")
+  if record is not None:   # `debug.log`: the text in a copy of the call site's record
+    record = copy.copy(record)
+    record.msg = text
+    logging.getLogger(record.name).handle(record)
+    return
   # NB: one write, so that lines printed by several devices at once do not interleave.
   sys.stdout.write(text + "\n")
   sys.stdout.flush()
