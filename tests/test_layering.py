@@ -28,8 +28,9 @@ LAYERS = {
         "pjit", "state", "cache_miss"],
     7: ["numpy", "scipy", "random", "nn", "image", "ops", "flatten_util", "callback",
         "debug", "debugger", "debug_sharding", "ffi"],
+    # interpreters.xla: JAX's facade over the eager dispatch (`xla.apply_primitive`).
     8: ["api", "ref", "stages", "shard_map", "xla_computation", "test_util", "distributed",
-        "experimental", "profiler", "extend", "export"],
+        "experimental", "profiler", "extend", "export", "interpreters.xla"],
     9: ["implicit", "optim", "examples", "example_libraries", "compat", "cli", "__main__"],
 }
 

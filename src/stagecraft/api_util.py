@@ -15,7 +15,7 @@ from stagecraft.source_info_util import fun_name, fun_source_info
 from stagecraft.tree_util import treedef_str
 from stagecraft.runtime.array import Array
 
-__all__ = ["flatten", "abstractify", "fun_name", "fun_signature", "arg_names",
+__all__ = ["flatten", "abstractify", "shaped_abstractify", "fun_name", "fun_signature", "arg_names",
            "check_out_leaves", "normalize_argnums", "ensure_inbounds", "normalize_argnames", "flatten_axes",
            "flat_mapped_args", "describe_arg", "mapped_axes", "debug_info", "flatten_fun",
            "flatten_fun_nokwargs"]
@@ -55,6 +55,28 @@ def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
       f"function at path {path}.\nThis typically means that a jit-wrapped function was "
       f"called with a non-array argument, and this argument was not marked as static using "
       f"the static_argnums or static_argnames parameters of jax.jit.")
+
+
+def shaped_abstractify(x: Any) -> ShapedArray:
+  """The type of an array-like `x` (JAX's `api_util.shaped_abstractify`): its aval (a Python
+  scalar's weakly typed), or for a duck-typed array (anything with `shape` and `dtype`) a
+  ShapedArray of those.
+
+  Raises:
+    TypeError: for a value that is neither (JAX's messages)."""
+  if isinstance(x, core.AbstractValue):
+    return x
+  try:
+    return core.get_aval(x)
+  except TypeError:
+    pass
+  if isinstance(x, str):
+    raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type")
+  if hasattr(x, "dtype"):
+    return ShapedArray(np.shape(x), dtypes.canonicalize_dtype(x.dtype, allow_extended_dtype=True),
+                       bool(getattr(x, "weak_type", False)))
+  raise TypeError(f"Cannot interpret value of type {type(x)} as an abstract array; it does not "
+                  f"have a dtype attribute")
 
 
 def fun_signature(fun: Callable):

@@ -114,11 +114,15 @@ _SRC_ALIASES = {
 #: arrays as a custom trace) subclasses `jax._src.core.Trace`/`Tracer`, enters its trace with
 #: `take_current_trace`/`set_current_trace` and registers a rule on `jax._src.pjit.jit_p`.
 _SRC_VIEWS = {
+    # (pytype_aval_mappings: libraries register array types there, with
+    # `dtypes.canonicalize_value_handlers`)
     "core": {**{n: f"stagecraft.core:{n}" for n in (
-        "Trace", "Tracer", "ShapedArray", "AbstractValue", "Primitive", "jaxpr_as_fun")},
+        "Trace", "Tracer", "ShapedArray", "AbstractValue", "Primitive", "jaxpr_as_fun",
+        "pytype_aval_mappings")},
              **{n: f"stagecraft.extend.core:{n}" for n in (
                  "TraceTag", "set_current_trace", "take_current_trace")}},
     "pjit": {"jit_p": "stagecraft.pjit:jit_p"},
+    "dtypes": {"canonicalize_value_handlers": "stagecraft.dtypes:canonicalize_value_handlers"},
     # chex's `set_n_cpu_devices` reads it to tell whether the backend has started
     "xla_bridge": {"_backends": lambda: client.started_backends()},
 }

@@ -1984,6 +1984,25 @@ class CompileTimeEvalTrace(Trace):
 
 
 @contextmanager
+def eval_context():
+  """Context manager: inside it, operations run now on concrete values (the eval trace is
+  current), as JAX's `core.eval_context`; an operation on a tracer of an enclosing
+  transformation fails as it would outside that transformation."""
+  with set_current_trace(eval_trace):
+    yield
+
+
+#: JAX's `core.max_dim` / `core.min_dim`: the larger (smaller) of two dimension sizes, ints or
+#: symbolic (`shape_poly`).
+max_dim = shape_poly.max_dim
+min_dim = shape_poly.min_dim
+
+#: JAX's `core.Value` (any value a primitive takes) and `core.ParamDict` (an equation's params).
+Value = Any
+ParamDict = dict
+
+
+@contextmanager
 def ensure_compile_time_eval():
   """Context manager: inside it, operations on concrete values run now, even while tracing.
 

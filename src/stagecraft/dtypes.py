@@ -135,6 +135,12 @@ def _canonicalize_cached(dtype: np.dtype, x64: bool) -> np.dtype:
   return _narrow.get(dtype, dtype)
 
 
+#: `{type: handler}`: values of these types passed to a program are replaced by
+#: `handler(value)` (an array-like) before they go to the device (JAX's
+#: `dtypes.canonicalize_value_handlers`, `jax.interpreters.xla.canonicalize_dtype_handlers`).
+canonicalize_value_handlers: dict[type, Any] = {}
+
+
 def canonicalize_dtype(dtype: Any, allow_extended_dtype: bool = False) -> np.dtype:
   """Returns the dtype stagecraft computes with for `dtype`.
 

@@ -80,6 +80,9 @@ def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -
     x = np.asarray(x)
   if isinstance(x, core.Tracer):
     raise core.escaped_tracer_error(x)
+  handler = dtypes.canonicalize_value_handlers.get(type(x))
+  if handler is not None:   # a type registered by a library (JAX's canonicalize handlers)
+    x = handler(x)
   if aval.dtype == dtypes.float0:   # NB: i1 zeros in the program (lowering.py)
     aval = aval.update(dtype=np.dtype(np.bool_), weak_type=False)
     return _put_np(np.zeros(aval.shape, np.bool_), aval, device, committed)
