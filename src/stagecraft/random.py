@@ -45,11 +45,13 @@ from stagecraft import core, dtypes, key_reuse, lax, shape_poly, sharding, tree_
 from stagecraft import numpy as jnp
 from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
-from stagecraft.interpreters import batching
+from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.lax import prng, random_bits, spmd, utils as lax_utils
 from stagecraft.lax.shape import canonicalize_shape
 from stagecraft.numpy import util as jnp_util
 from stagecraft.pjit import jit
+from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
 
 __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
@@ -593,7 +595,7 @@ def _seed_data(ctor_name: str, seed: Any, keys: bool = False) -> Any:
     # then truncated to 32 bits, so the high word is 0.
     seed = np.int64(seed)
     if not dtypes.canonicalize_dtype(np.int64).itemsize == 8:
-      seed = seed.astype(np.uint32)
+      seed = seed.astype(np.int32)   # NB: wraps, as JAX's `jnp.asarray` (`0:i32[]` in programs)
   out = prng.random_seed_p.bind(jnp.asarray(seed), impl=prng.threefry_impl)
   return out if keys else _unwrap(out)
 
@@ -1255,9 +1257,9 @@ def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
   return _gumbel(data, _canonical_shape("gumbel", shape), dt, _gumbel_mode(mode))
 
 
-def _unary_sampler(name: str, fn, doc: str):
-  impl = jit(fn, static_argnums=(1, 2))
-
+def _unary_sampler(name: str, impl, doc: str):
+  """The public sampler `name(key, shape=(), dtype=None)` calling the jitted `impl` (JAX's
+  `_laplace`, `_exponential`, ...: named so in programs)."""
   def sampler(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
     data, _ = _check_prng_key(name, key, keys=True)
     return impl(data, _canonical_shape(name, shape), _float_dtype(name, dtype))
@@ -1278,29 +1280,41 @@ def _unary_sampler(name: str, fn, doc: str):
   return sampler
 
 
+def _key_at(keys, i: int):
+  """`keys[i]` of split keys `key<fry>[n]` (or key data `u32[n, 2]`), as JAX's indexing
+  stages it: a slice without strides, then a squeeze."""
+  rest = tuple(np.shape(keys)[1:])
+  return lax.squeeze(lax.slice(keys, (i,) + (0,) * len(rest), (i + 1, *rest)), (0,))
+
+
+@partial(jit, static_argnums=(1, 2))
 def _laplace(data, shape, dtype):
   u = _uniform(data, -1. + dtypes.finfo(dtype).epsneg, 1., shape, dtype)
   return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
 
 
+@partial(jit, static_argnums=(1, 2))
 def _logistic(data, shape, dtype):
   x = _uniform(data, dtypes.finfo(dtype).tiny, 1., shape, dtype)
   return lax.sub(lax.log(x), lax.log1p(lax.neg(x)))
 
 
+@partial(jit, static_argnums=(1, 2))
 def _exponential(data, shape, dtype):
   u = _uniform(data, 0., 1., shape, dtype)
   return lax.neg(lax.log1p(lax.neg(u)))   # log(1 - u): u = 0 is fine, 1 never drawn
 
 
+@partial(jit, static_argnums=(1, 2))
 def _cauchy(data, shape, dtype):
   u = _uniform(data, dtypes.finfo(dtype).eps, 1., shape, dtype)
   return lax.tan(lax.mul(np.array(np.pi, dtype), lax.sub(u, np.array(0.5, dtype))))
 
 
-def _maxwell_impl(data, shape, dtype):
-  n = _normal_real(data, (*shape, 3), dtype)
-  return lax.sqrt(jnp.sum(lax.mul(n, n), axis=-1))
+@partial(jit, static_argnums=(1, 2))
+def _maxwell(data, shape, dtype):
+  # NB: `_normal` (then `_normal_real`) and `jnp.linalg.norm`, each a jit of its own as JAX's
+  return jnp.linalg.norm(_normal(data, (*shape, 3), dtype), axis=-1)
 
 
 laplace = _unary_sampler("laplace", _laplace,
@@ -1314,7 +1328,7 @@ exponential = _unary_sampler("exponential", _exponential,
 cauchy = _unary_sampler("cauchy", _cauchy,
                         "Standard Cauchy samples; `tan(pi (u - 1/2))`, u uniform in "
                         "`[eps, 1)`")
-maxwell = _unary_sampler("maxwell", _maxwell_impl,
+maxwell = _unary_sampler("maxwell", _maxwell,
                          "Maxwell samples: the norm of 3 standard normals")
 
 
@@ -1334,10 +1348,10 @@ def pareto(key: Any, b: Any, shape: Sequence[int] | None = None, dtype: Any = No
   return _pareto(data, b, tuple(shape), dt)
 
 
-@partial(jit, static_argnums=(2, 3))
+@partial(jit, static_argnums=(2, 3), inline=True)   # NB: inlined, as JAX's
 def _lognormal(data, sigma, shape, dtype):
   sigma = lax.convert_element_type(sigma, dtype)
-  return lax.exp(lax.mul(_normal_real(data, shape, dtype), sigma))
+  return lax.exp(lax.mul(_normal(data, shape, dtype), sigma))
 
 
 def lognormal(key: Any, sigma: Any = 1., shape: Sequence[int] | None = None,
@@ -1369,7 +1383,7 @@ def rayleigh(key: Any, scale: Any, shape: Sequence[int] | None = None,
 
 @partial(jit, static_argnums=(3, 4))
 def _weibull_min(data, scale, concentration, shape, dtype):
-  random_uniform = _uniform(data, 0., 1., shape, dtype)
+  random_uniform = _uniform(data, 0, 1, shape, dtype)   # NB: int bounds, as JAX's call
   # Inverse CDF of the Weibull distribution.
   return jnp.power(-jnp.log1p(-random_uniform), 1.0 / concentration) * scale
 
@@ -1390,7 +1404,7 @@ def _double_sided_maxwell(data, loc, scale, shape, dtype):
     shape = params_shapes
   shape = tuple(shape) + tuple(params_shapes)
   k_m, k_sign = _split_data(data, (2,))
-  maxwell_rvs = _maxwell_impl(k_m, shape, dtype)
+  maxwell_rvs = _maxwell(k_m, shape, dtype)
   random_sign = _rademacher(k_sign, shape, dtype)
   return random_sign * maxwell_rvs * scale + loc
 
@@ -1414,7 +1428,7 @@ def _broadcast_shape_of(name, shape, *params):
   return shape
 
 
-@partial(jit, static_argnums=(4, 5))
+@partial(jit, static_argnums=(4, 5), inline=True)   # NB: inlined, as JAX's
 def _triangular(data, left, mode, right, shape, dtype):
   left = jnp.broadcast_to(lax.convert_element_type(left, dtype), shape)
   right = jnp.broadcast_to(lax.convert_element_type(right, dtype), shape)
@@ -1440,7 +1454,7 @@ def triangular(key: Any, left: Any, mode: Any, right: Any,
 def _wald(data, mean, shape, dtype):
   k1, k2 = _split_data(data, (2,))
   mean = jnp.broadcast_to(lax.convert_element_type(mean, dtype), shape)
-  v = _normal_real(k1, shape, dtype)
+  v = _normal(k1, shape, dtype)
   z = _uniform(k2, 0., 1., shape, dtype)
   y = lax.integer_pow(v, 2)
   y_sq = lax.integer_pow(y, 2)
@@ -1971,54 +1985,83 @@ def _gamma_one(data, alpha, log_space: bool):
   return lax.mul(lax.mul(d, V), boost)
 
 
-def _gamma_batched(data, a, log_space: bool):
-  """Samples `T[*s]` for `a: T[*s]`: one key per element (`split(key, a.size)`), each element
-  its own rejection loop (`_gamma_one` batched as `vmap` batches it: the loop runs until all
-  accept)."""
-  if a.size == 0:
+def _gamma_impl(keys, a, *, log_space: bool):
+  """Samples `T[*k, *r]` for keys `key<fry>[*k]` and `a: T[*k, *r]`: each key split into
+  `prod(r)` keys, one per element, each element its own rejection loop (`_gamma_one` batched
+  as `vmap` batches it: the loop runs until all accept). JAX's `_gamma_impl`."""
+  if not a.size:
     return jnp.zeros(a.shape, a.dtype)
-  keys = _split_data(data, (a.size,))
+  nkey = len(keys.shape)
+  count = math.prod(a.shape[nkey:])
+  keys = prng.random_split_p.bind(keys, shape=(count,))
+  keys = lax.reshape(keys, (a.size,))
   (samples,), (bdim,) = batching.batch_flat(
-      lambda key, alpha: [_gamma_one(key, alpha, log_space)], [keys, jnp.reshape(a, (a.size,))],
-      [0, 0], batching.AxisData(None, a.size))
-  return jnp.reshape(batching.matchaxis(samples, bdim, 0, a.size), a.shape)
+      lambda key, alpha: [_gamma_one(key, alpha, log_space)],
+      [keys, lax.reshape(a, (a.size,))], [0, 0], batching.AxisData(None, a.size))
+  return lax.reshape(batching.matchaxis(samples, bdim, 0, a.size), a.shape)
 
 
-def _gamma_grad(sample, a, log_space: bool):
+def _gamma_grad(sample, a, *, log_space: bool):
+  """`d sample / d a` at fixed CDF value, elementwise (`lax.random_gamma_grad` mapped over
+  the flattened elements with `lax.map`, as JAX on CPU)."""
+  samples = jnp.reshape(sample, -1)
+  alphas = jnp.reshape(a, -1)
   if log_space:
     # d log(x) = dx / x; exp(log x) may round to 0: use the smallest normal float instead.
-    x = lax.exp(sample)
-    x = jnp.where(x == 0, jnp.full_like(x, dtypes.finfo(x.dtype).tiny), x)
-    return lax.div(lax.random_gamma_grad(a, x), x)
-  return lax.random_gamma_grad(a, sample)
+    samples = lax.exp(samples)
+    zero = np.array(0, samples.dtype)
+    tiny = lax.full_like(samples, dtypes.finfo(samples.dtype).tiny)
+    samples = lax.select(lax.eq(samples, zero), tiny, samples)
+    grad = lambda alpha, x: lax.random_gamma_grad(alpha, x) / x
+  else:
+    grad = lax.random_gamma_grad
+  grads = lax.map(lambda args: grad(*args), (alphas, samples))
+  return grads.reshape(np.shape(a))
 
 
-def _make_gamma_sampler(log_space: bool):
-  # NB: a custom_jvp (not a primitive): vmap and jit see the loops; differentiation sees the
-  # implicit-reparameterization rule. The key data's tangent is float0 and ignored.
-  def sampler(data, a):
-    return _gamma_batched(data, a, log_space)
-  sampler.__name__ = sampler.__qualname__ = "loggamma_sampler" if log_space else "gamma_sampler"
-  sampler = custom_jvp(sampler)
-
-  @sampler.defjvp
-  def sampler_jvp(primals, tangents):
-    data, a = primals
-    a_dot = tangents[1]
-    out = sampler(data, a)
-    return out, lax.mul(a_dot, _gamma_grad(out, a, log_space))
-  return sampler
+def _random_gamma_abstract_eval(keys, a, *, log_space):
+  if not isinstance(keys.dtype, KeyTy):
+    raise TypeError(f"random_gamma expects keys, got {keys.str_short()}.")
+  if tuple(a.shape[:len(keys.shape)]) != tuple(keys.shape):
+    raise TypeError(f"random_gamma: the keys' shape {keys.shape} must lead the shape of a, "
+                    f"{a.shape}.")
+  return core.ShapedArray(a.shape, a.dtype, vma=getattr(a, "vma", frozenset()))
 
 
-_gamma_sampler = {False: _make_gamma_sampler(False), True: _make_gamma_sampler(True)}
+def _random_gamma_lower(ctx, keys, a, *, log_space):
+  def flat(k, x):
+    return [_gamma_impl(k, x, log_space=log_space)]
+  jaxpr, consts = pe.trace_to_jaxpr(flat, list(ctx.avals_in))
+  names = [lowering.dense_constant(ctx.fb, c, core.get_aval(c)) for c in consts]
+  return lowering.jaxpr_subcomp(ctx.fb, jaxpr, names, [keys, a])
 
 
-@partial(jit, static_argnums=(2, 3, 4))
-def _gamma(data, a, shape, dtype, log_space):
+def _random_gamma_batch(args, dims, *, log_space):
+  size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+  keys, a = (batching.bdim_at_front(x, d, size) for x, d in zip(args, dims))
+  return random_gamma_p.bind(keys, a, log_space=log_space), 0
+
+
+#: `random_gamma[log_space] keys a`: JAX's primitive of the gamma samplers; keys
+#: `key<fry>[*k]`, `a: T[*k, *r]` -> `T[*k, *r]`. Lowered as `_gamma_impl`; differentiable
+#: in `a` (implicit reparameterization, `_gamma_grad`); batched by moving the batch axes
+#: first (keys broadcast when unbatched).
+random_gamma_p = core.Primitive("random_gamma")
+random_gamma_p.def_abstract_eval(_random_gamma_abstract_eval)
+lowering.register_lowering(random_gamma_p, _random_gamma_lower)
+lowering.extended_dtype_rules.add(random_gamma_p)
+dispatch.lowering_reads_config[random_gamma_p] = lambda: config.threefry_partitionable
+ad.defjvp2(random_gamma_p, None,
+           lambda t, ans, keys, a, **kw: lax.mul(t, _gamma_grad(ans, a, **kw)))
+batching.primitive_batchers[random_gamma_p] = _random_gamma_batch
+
+
+@partial(jit, static_argnames=("shape", "dtype", "log_space"))
+def _gamma(data, a, shape, dtype, log_space=False):
   a = lax.convert_element_type(a, dtype)
   if tuple(np.shape(a)) != tuple(shape):
     a = jnp.broadcast_to(a, shape)
-  return _gamma_sampler[log_space](data, a)
+  return random_gamma_p.bind(data, a, log_space=log_space)
 
 
 def _gamma_shape(name: str, shape, a) -> tuple[int, ...]:
@@ -2086,15 +2129,17 @@ def loggamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = 
 
 @partial(jit, static_argnums=(3, 4))
 def _beta(data, a, b, shape, dtype):
-  a = jnp.broadcast_to(lax.convert_element_type(a, dtype), shape)
-  b = jnp.broadcast_to(lax.convert_element_type(b, dtype), shape)
+  a = lax.convert_element_type(a, dtype)
+  b = lax.convert_element_type(b, dtype)
   key_a, key_b = _split_data(data, (2,))
+  a = jnp.broadcast_to(a, shape)
+  b = jnp.broadcast_to(b, shape)
   log_gamma_a = _gamma(key_a, a, shape, dtype, True)
   log_gamma_b = _gamma(key_b, b, shape, dtype, True)
   # gamma_a / (gamma_a + gamma_b) without underflow: scale both by the larger.
   log_max = lax.max(log_gamma_a, log_gamma_b)
-  gamma_a_scaled = lax.exp(log_gamma_a - log_max)
-  gamma_b_scaled = lax.exp(log_gamma_b - log_max)
+  gamma_a_scaled = jnp.exp(log_gamma_a - log_max)
+  gamma_b_scaled = jnp.exp(log_gamma_b - log_max)
   return gamma_a_scaled / (gamma_a_scaled + gamma_b_scaled)
 
 
@@ -2128,10 +2173,9 @@ def beta(key: Any, a: Any, b: Any, shape: Sequence[int] | None = None,
 def _dirichlet(data, alpha, shape, dtype):
   alpha = lax.convert_element_type(alpha, dtype)
   log_gamma_samples = _gamma(data, alpha, (*shape, alpha.shape[-1]), dtype, True)
-  # softmax over the last axis, as JAX's: the normalized gammas.
-  m = lax.stop_gradient(jnp.max(log_gamma_samples, axis=-1, keepdims=True))
-  unnormalized = lax.exp(log_gamma_samples - m)
-  return unnormalized / jnp.sum(unnormalized, axis=-1, keepdims=True)
+  # the normalized gammas: `nn.softmax` over the last axis (its own jit), as JAX's
+  from stagecraft.nn import softmax
+  return softmax(log_gamma_samples, -1)
 
 
 def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
@@ -2169,10 +2213,10 @@ def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
 def _t(data, df, shape, dtype):
   df = lax.convert_element_type(df, dtype)
   key_n, key_g = _split_data(data, (2,))
-  n = _normal_real(key_n, shape, dtype)
+  n = _normal(key_n, shape, dtype)
   half_df = lax.div(df, np.array(2, dtype))
   g = _gamma(key_g, half_df, shape, dtype, False)
-  return n * lax.sqrt(half_df / g)
+  return n * jnp.sqrt(half_df / g)
 
 
 def t(key: Any, df: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
@@ -2193,14 +2237,13 @@ def t(key: Any, df: Any, shape: Sequence[int] | None = None, dtype: Any = None) 
   return _t(data, df, tuple(shape), dt)
 
 
-def _chisquare_impl(data, df, shape, dtype):
+@partial(jit, static_argnums=(2, 3))
+def _chisquare(data, df, shape, dtype):
   df = lax.convert_element_type(df, dtype)
-  half_df = lax.div(df, np.array(2, dtype))
+  two = np.array(2, dtype)
+  half_df = lax.div(df, two)
   log_g = _gamma(data, half_df, shape, dtype, True)
-  return lax.mul(lax.exp(log_g), np.array(2, dtype))
-
-
-_chisquare = jit(_chisquare_impl, static_argnums=(2, 3))
+  return lax.mul(jnp.exp(log_g), two)
 
 
 def chisquare(key: Any, df: Any, shape: Sequence[int] | None = None,
@@ -2227,9 +2270,9 @@ def _f(data, dfnum, dfden, shape, dtype):
   dfden = lax.convert_element_type(dfden, dtype)
   dfnum = lax.convert_element_type(dfnum, dtype)
   key_dfd, key_dfn = _split_data(data, (2,))
-  chi2_dfn = _chisquare_impl(key_dfn, dfnum, shape, dtype)
-  chi2_dfd = _chisquare_impl(key_dfd, dfden, shape, dtype)
-  return (chi2_dfn / dfnum) / (chi2_dfd / dfden)
+  chi2_dfn = _chisquare(key_dfn, dfnum, shape, dtype)
+  chi2_dfd = _chisquare(key_dfd, dfden, shape, dtype)
+  return lax.div(lax.div(chi2_dfn, dfnum), lax.div(chi2_dfd, dfden))
 
 
 def f(key: Any, dfnum: Any, dfden: Any, shape: Sequence[int] | None = None,
@@ -2251,15 +2294,13 @@ def f(key: Any, dfnum: Any, dfden: Any, shape: Sequence[int] | None = None,
   return _f(data, dfnum, dfden, tuple(shape), dt)
 
 
-def _generalized_normal_impl(data, p, shape, dtype):
-  k_g, k_r = _split_data(data, (2,))
-  inv_p = lax.div(np.array(1, dtype), lax.convert_element_type(p, dtype))
-  g = _gamma(k_g, inv_p, shape, dtype, False)
-  r = _rademacher(k_r, shape, dtype)
-  return r * lax.pow(g, jnp.broadcast_to(inv_p, shape))
-
-
-_generalized_normal = jit(_generalized_normal_impl, static_argnums=(2, 3))
+@partial(jit, static_argnums=(2, 3))
+def _generalized_normal(data, p, shape, dtype):
+  # NB: the keys indexed (not unpacked) and `1 / p` taken twice, as JAX's program
+  keys = prng.random_split_p.bind(data, shape=(2,))
+  g = _gamma(_key_at(keys, 0), 1 / p, shape, dtype, False)
+  r = _rademacher(_key_at(keys, 1), shape, dtype)
+  return r * g ** (1 / p)
 
 
 def generalized_normal(key: Any, p: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
@@ -2286,9 +2327,8 @@ def generalized_normal(key: Any, p: Any, shape: Sequence[int] = (), dtype: Any =
 @partial(jit, static_argnums=(2, 3, 4))
 def _ball(data, p, d, shape, dtype):
   k1, k2 = _split_data(data, (2,))
-  g = _generalized_normal_impl(k1, p, (*shape, d), dtype)
+  g = _generalized_normal(k1, p, (*shape, d), dtype)
   e = _exponential(k2, shape, dtype)
-  p = lax.convert_element_type(p, dtype)
   return g / (((jnp.abs(g) ** p).sum(-1) + e) ** (1 / p))[..., None]
 
 
