@@ -2362,25 +2362,28 @@ def ball(key: Any, d: int, p: Any = 2, shape: Sequence[int] = (), dtype: Any = N
 # acceptance mask), so the bits are JAX's.
 
 
+@partial(jit, static_argnums=(2, 3, 4))
 def _poisson_knuth(data, lam, shape, dtype, max_iters):
   # Knuth: count uniforms until their product drops below exp(-lam).
   def body_fn(carry):
     i, k, key, log_prod = carry
-    keys = _split_data(key, (2,))
+    key, subkey = _split_data(key, (2,))   # NB: unpacked, as JAX's (slices of stride 1)
     k = lax.select(log_prod > -lam, k + 1, k)
-    u = _uniform(keys[1], 0., 1., shape, np.dtype(np.float32))
-    return i + 1, k, keys[0], log_prod + lax.log(u)
+    u = _uniform(subkey, 0., 1., shape, np.dtype(np.float32))
+    return i + 1, k, key, log_prod + jnp.log(u)
 
   def cond_fn(carry):
     i, log_prod = carry[0], carry[3]
-    return jnp.any(log_prod > -lam) & (i < max_iters)
+    return (log_prod > -lam).any() & (i < max_iters)
 
-  k_init = jnp.zeros(shape, dtype)
-  log_rate_init = jnp.zeros(shape, np.float32)
-  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), k_init, data, log_rate_init))[1]
+  k_init = lax.full_like(lam, 0, dtype, shape)
+  log_rate_init = lax.full_like(lam, 0, np.float32, shape)
+  # NB: the count starts as a Python 0 (weakly typed), as JAX's
+  k = lax.while_loop(cond_fn, body_fn, (0, k_init, data, log_rate_init))[1]
   return (k - 1).astype(dtype)
 
 
+@partial(jit, static_argnums=(2, 3, 4))
 def _poisson_rejection(data, lam, shape, dtype, max_iters):
   # Hörmann (1993), "The transformed rejection method for generating Poisson random
   # variables" (PTRS), as JAX.
@@ -2392,9 +2395,9 @@ def _poisson_rejection(data, lam, shape, dtype, max_iters):
 
   def body_fn(carry):
     i, k_out, accepted, key = carry
-    keys = _split_data(key, (3,))
-    u = _uniform(keys[1], 0., 1., shape, lam.dtype) - 0.5
-    v = _uniform(keys[2], 0., 1., shape, lam.dtype)
+    key, subkey_0, subkey_1 = _split_data(key, (3,))
+    u = _uniform(subkey_0, 0., 1., shape, lam.dtype) - 0.5
+    v = _uniform(subkey_1, 0., 1., shape, lam.dtype)
     u_shifted = 0.5 - abs(u)
     k = lax.floor((2 * a / u_shifted + b) * u + lam + 0.43)
     s = lax.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
@@ -2404,25 +2407,26 @@ def _poisson_rejection(data, lam, shape, dtype, max_iters):
     accept2 = s <= tt
     accept = accept1 | (~reject & accept2)
     k_out = lax.select(accept, k, k_out)
-    return i + 1, k_out, accepted | accept, keys[0]
+    accepted = accepted | accept
+    return i + 1, k_out, accepted, key
 
   def cond_fn(carry):
     i, _, accepted, _ = carry
-    return jnp.any(~accepted) & (i < max_iters)
+    return (~accepted).any() & (i < max_iters)
 
-  k_init = jnp.full(shape, -1, lam.dtype)
-  accepted = jnp.zeros(shape, bool)
-  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), k_init, accepted, data))[1]
+  k_init = lax.full_like(lam, -1, lam.dtype, shape)
+  accepted = lax.full_like(lam, False, np.dtype(bool), shape)
+  k = lax.while_loop(cond_fn, body_fn, (0, k_init, accepted, data))[1]
   return k.astype(dtype)
 
 
 @partial(jit, static_argnums=(2, 3))
 def _poisson(data, lam, shape, dtype):
-  use_knuth = (lam != lam) | (lam < 10)
-  lam_knuth = lax.select(use_knuth, lam, jnp.zeros_like(lam))
+  use_knuth = lax.ne(lam, lam) | (lam < 10)
+  lam_knuth = lax.select(use_knuth, lam, lax.full_like(lam, 0.0))
   # Rejection accepts at most ~89% as lam grows: an arbitrary large rate for masked lanes.
-  lam_rejection = lax.select(use_knuth, jnp.full_like(lam, 1e5), lam)
-  max_iters = np.int32(min(np.iinfo(dtype).max, np.iinfo(np.int32).max))
+  lam_rejection = lax.select(use_knuth, lax.full_like(lam, 1e5), lam)
+  max_iters = dtype.type(np.iinfo(dtype).max)   # (a static argument of both loops' jits)
   result = lax.select(use_knuth, _poisson_knuth(data, lam_knuth, shape, dtype, max_iters),
                       _poisson_rejection(data, lam_rejection, shape, dtype, max_iters))
   return lax.select(lam == 0, jnp.zeros_like(result), result)
