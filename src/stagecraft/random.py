@@ -827,6 +827,17 @@ def _promote_inexact(*args):
   return jnp_util.promote_dtypes_inexact(*args)
 
 
+def _promote_inexact_as_jax(*args):
+  """`promote_dtypes_inexact`, with a Python scalar made strongly typed when the promoted
+  type is (JAX converts every argument to the common weak type; stagecraft's numpy helper
+  leaves Python scalars weak, which a `scan` carry would keep)."""
+  out = jnp_util.promote_dtypes_inexact(*args)
+  if any(not core.get_aval(x).weak_type for x in out):
+    out = [lax.convert_element_type(x, core.get_aval(x).dtype) if dtypes.is_python_scalar(x)
+           or core.get_aval(x).weak_type else x for x in out]
+  return out
+
+
 def _float_dtype(name: str, dtype: Any, kinds: str = "float") -> np.dtype:
   # NB: JAX's random functions check the user's dtype without naming themselves.
   dt = dtypes.check_user_dtype(float if dtype is None else dtype)
@@ -2469,103 +2480,114 @@ def poisson(key: Any, lam: Any, shape: Sequence[int] | None = None, dtype: Any =
 
 
 def _stirling_approx_tail(k):
-  tail_vals = np.array([0.0810614667953272, 0.0413406959554092, 0.0276779256849983,
-                        0.02079067210376509, 0.0166446911898211, 0.0138761288230707,
-                        0.0118967099458917, 0.0104112652619720, 0.00925546218271273,
-                        0.00833056343336287], dtype=k.dtype)
+  """`log k! - log(sqrt(2 pi k) (k/e)^k)`: tabulated for `k <= 9`, else the series
+  `(1/12 - (1/360 - 1/1260/(k+1)^2)/(k+1)^2)/(k+1)` (JAX's `_stirling_approx_tail`)."""
+  tail_vals = jnp.array([0.0810614667953272, 0.0413406959554092, 0.0276779256849983,
+                         0.02079067210376509, 0.0166446911898211, 0.0138761288230707,
+                         0.0118967099458917, 0.0104112652619720, 0.00925546218271273,
+                         0.00833056343336287], dtype=k.dtype)
   use_tail_values = k <= 9
   k = lax.clamp(np.array(0., k.dtype), k, np.array(9., k.dtype))
   kp1sq = (k + 1) * (k + 1)
   approx = (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / kp1sq) / kp1sq) / (k + 1)
-  idx = lax.floor(k).astype(np.int32)
-  return lax.select(use_tail_values, jnp.take(jnp.asarray(tail_vals), idx), approx)
+  k = jnp.floor(k)
+  return lax.select(use_tail_values, tail_vals[jnp.asarray(k, dtype="int32")], approx)
 
 
+@partial(jit, static_argnums=(3, 4, 5), inline=True)   # NB: inlined, as JAX's
 def _binomial_inversion(data, count, prob, shape, dtype, max_iters):
   # Count geometric waiting times until they exceed `count`.
-  log1minusprob = lax.log1p(-prob)
+  log1minusprob = jnp.log1p(-prob)
 
   def body_fn(carry):
     i, num_geom, geom_sum, key = carry
-    keys = _split_data(key, (2,))
-    subkey, key = keys[0], keys[1]
+    subkey, key = _split_data(key, (2,))
     num_geom_out = lax.select(geom_sum <= count, num_geom + 1, num_geom)
     u = _uniform(subkey, 0., 1., shape, prob.dtype)
-    geom = lax.ceil(lax.log(u) / log1minusprob)
-    return i + 1, num_geom_out, geom_sum + geom, key
+    geom = jnp.ceil(jnp.log(u) / log1minusprob)
+    geom_sum = geom_sum + geom
+    return i + 1, num_geom_out, geom_sum, key
 
   def cond_fn(carry):
     i, geom_sum = carry[0], carry[2]
-    return jnp.any(geom_sum <= count) & (i < max_iters)
+    return (geom_sum <= count).any() & (i < max_iters)
 
-  init = jnp.zeros(shape, prob.dtype)
-  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), init, init, data))[1]
+  num_geom_init = lax.full_like(prob, 0, prob.dtype, shape)
+  geom_sum_init = lax.full_like(prob, 0, prob.dtype, shape)
+  k = lax.while_loop(cond_fn, body_fn, (0, num_geom_init, geom_sum_init, data))[1]
   return (k - 1).astype(dtype)
 
 
+@partial(jit, static_argnums=(3, 4, 5), inline=True)   # NB: inlined, as JAX's
 def _btrs(data, count, prob, shape, dtype, max_iters):
-  # Hörmann (1993), "The generation of binomial random variates" (BTRS), as JAX.
-  stddev = lax.sqrt(count * prob * (1 - prob))
+  # Hörmann (1993), "The generation of binomial random variates" (BTRS).
+  stddev = jnp.sqrt(count * prob * (1 - prob))
   b = 1.15 + 2.53 * stddev
   a = -0.0873 + 0.0248 * b + 0.01 * prob
   c = count * prob + 0.5
   v_r = 0.92 - 4.2 / b
   r = prob / (1 - prob)
   alpha = (2.83 + 5.1 / b) * stddev
-  m = lax.floor((count + 1) * prob)
+  m = jnp.floor((count + 1) * prob)
 
   def body_fn(carry):
     i, k_out, accepted, key = carry
-    keys = _split_data(key, (3,))
-    u = _uniform(keys[1], 0., 1., shape, prob.dtype)
-    v = _uniform(keys[2], 0., 1., shape, prob.dtype)
+    key, subkey_0, subkey_1 = _split_data(key, (3,))
+    u = _uniform(subkey_0, 0., 1., shape, prob.dtype)
+    v = _uniform(subkey_1, 0., 1., shape, prob.dtype)
     u = u - 0.5
     us = 0.5 - jnp.abs(u)
     accept1 = (us >= 0.07) & (v <= v_r)
-    k = lax.floor((2 * a / us + b) * u + c)
+    k = jnp.floor((2 * a / us + b) * u + c)
     reject = (k < 0) | (k > count)
-    v = lax.log(v * alpha / (a / (us * us) + b))
-    ub = ((m + 0.5) * lax.log((m + 1) / (r * (count - m + 1)))
-          + (count + 1) * lax.log((count - m + 1) / (count - k + 1))
-          + (k + 0.5) * lax.log(r * (count - k + 1) / (k + 1))
+    v = jnp.log(v * alpha / (a / (us * us) + b))
+    ub = ((m + 0.5) * jnp.log((m + 1) / (r * (count - m + 1)))
+          + (count + 1) * jnp.log((count - m + 1) / (count - k + 1))
+          + (k + 0.5) * jnp.log(r * (count - k + 1) / (k + 1))
           + _stirling_approx_tail(m) + _stirling_approx_tail(count - m)
           - _stirling_approx_tail(k) - _stirling_approx_tail(count - k))
-    accept = accept1 | (~reject & (v <= ub))
-    return i + 1, lax.select(accept, k, k_out), accepted | accept, keys[0]
+    accept2 = v <= ub
+    accept = accept1 | (~reject & accept2)
+    k_out = lax.select(accept, k, k_out)
+    accepted = accepted | accept
+    return i + 1, k_out, accepted, key
 
   def cond_fn(carry):
     i, accepted = carry[0], carry[2]
-    return jnp.any(~accepted) & (i < max_iters)
+    return (~accepted).any() & (i < max_iters)
 
-  init = (np.int32(0), jnp.full(shape, -1, prob.dtype), jnp.zeros(shape, bool), data)
+  k_init = lax.full_like(prob, -1, prob.dtype, shape)
+  init = (0, k_init, jnp.full(shape, False, bool), data)
   return lax.while_loop(cond_fn, body_fn, init)[1].astype(dtype)
 
 
-@partial(jit, static_argnums=(3, 4))
+@partial(jit, static_argnums=(3, 4), inline=True)   # NB: inlined, as JAX's
 def _binomial(data, count, prob, shape, dtype):
-  prob, = _promote_inexact(prob)
-  count = jnp.broadcast_to(lax.convert_element_type(count, prob.dtype), shape)
+  prob, = jnp_util.promote_dtypes_inexact(prob)
+  count = lax.convert_element_type(count, prob.dtype)
+  count = jnp.broadcast_to(count, shape)
   prob = jnp.broadcast_to(prob, shape)
   p_lt_half = prob < 0.5
   q = lax.select(p_lt_half, prob, 1.0 - prob)
-  count_nan_or_neg = (count != count) | (count < 0.0)
+  count_nan_or_neg = lax.ne(count, count) | (count < 0.0)
   count_inf = jnp.isinf(count)
-  q_is_nan = q != q
+  q_is_nan = lax.ne(q, q)
   q_l_0 = q < 0.0
-  q = lax.select(q_is_nan | q_l_0, jnp.full_like(q, 0.01), q)
+  q = lax.select(q_is_nan | q_l_0, lax.full_like(q, 0.01), q)
   use_inversion = count_nan_or_neg | (count * q <= 10.0)
-  count = lax.floor(count)   # as numpy for a float count
-  count_inv = lax.select(use_inversion, count, jnp.zeros_like(count))
-  count_btrs = lax.select(use_inversion, jnp.full_like(count, 1e4), count)
-  q_btrs = lax.select(use_inversion, jnp.full_like(q, 0.5), q)
-  # NB: JAX's bound is finfo(dtype).max, i.e. never; an int32 count cannot exceed 2**31 - 1.
-  max_iters = np.int32(np.iinfo(np.int32).max)
+  count = jnp.floor(count)   # as numpy for a float count
+  count_inv = lax.select(use_inversion, count, lax.full_like(count, 0.0))
+  count_btrs = lax.select(use_inversion, lax.full_like(count, 1e4), count)
+  q_btrs = lax.select(use_inversion, lax.full_like(q, 0.5), q)
+  # NB: as JAX's, the loops' bound is the dtype's largest float (the count compared as one)
+  max_iters = dtype.type(dtypes.finfo(dtype).max)
   samples = lax.select(use_inversion,
                        _binomial_inversion(data, count_inv, q, shape, dtype, max_iters),
                        _btrs(data, count_btrs, q_btrs, shape, dtype, max_iters))
+  # NaN for a NaN or negative q or count, inf for an infinite count
   invalid = q_l_0 | q_is_nan | count_nan_or_neg
-  samples = lax.select(invalid, jnp.full_like(samples, np.nan), samples)
-  samples = lax.select(count_inf & ~invalid, jnp.full_like(samples, np.inf), samples)
+  samples = lax.select(invalid, jnp.full_like(samples, np.nan, dtype), samples)
+  samples = lax.select(count_inf & (~invalid), jnp.full_like(samples, np.inf, dtype), samples)
   return lax.select(p_lt_half | count_nan_or_neg | q_is_nan | count_inf, samples,
                     count.astype(dtype) - samples)
 
@@ -2603,23 +2625,6 @@ def _broadcasts_to(src, dst) -> bool:
   return len(src) <= len(dst) and all(a in (1, b) for a, b in zip(src[::-1], dst[::-1]))
 
 
-@partial(jit, static_argnums=(3, 4, 5))
-def _multinomial(data, n, p, shape, dtype, unroll):
-  n = jnp.broadcast_to(n, shape[:-1])
-  p = jnp.moveaxis(jnp.broadcast_to(p, shape), -1, 0)
-  remaining = lax.cumsum(p, 0, reverse=True)
-  ratios = p / jnp.where(remaining == 0, jnp.ones_like(remaining), remaining)
-  keys = _split_data(data, (ratios.shape[0],))
-
-  def step(remainder, ratio_key):
-    ratio, k = ratio_key
-    count = _binomial(k, remainder, jnp.clip(ratio, 0, 1), remainder.shape, remainder.dtype)
-    return remainder - count, count
-
-  _, counts = lax.scan(step, n, (ratios, keys), unroll=unroll)
-  return jnp.moveaxis(counts, 0, -1).astype(dtype)
-
-
 def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
                 dtype: Any = None, unroll: int | bool = 1) -> Any:
   """Multinomial counts of `n` trials over outcomes with probabilities `p` (JAX's
@@ -2650,7 +2655,7 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
     Array([1., 1., 8.], dtype=float32)
   """
   data, _ = _check_prng_key("multinomial", key, keys=True)
-  n, p = _promote_inexact(n, p)
+  n, p = _promote_inexact_as_jax(n, p)
   shape = np.shape(p) if shape is None else _canonical_shape("multinomial", shape)
   if not shape:
     raise ValueError(f"multinomial needs p with at least one axis (the outcomes); got "
@@ -2661,7 +2666,21 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
                      f"shape = {shape}.")
   # NB: JAX's multinomial converts its counts with astype, whose name its x64 warning gives.
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "astype")
-  return _multinomial(data, n, p, shape, dt, unroll)
+  # NB: not jitted, as JAX's: the program holds the scan of conditional binomials
+  n = jnp.broadcast_to(n, shape[:-1])
+  p = jnp.broadcast_to(p, shape)
+
+  def step(remainder, ratio_key):
+    ratio, k = ratio_key
+    count = _binomial(k, remainder, ratio.clip(0, 1), remainder.shape, remainder.dtype)
+    return remainder - count, count
+
+  p = jnp.moveaxis(p, -1, 0)
+  remaining_probs = lax.cumsum(p, 0, reverse=True)
+  ratios = p / jnp.where(remaining_probs == 0, 1, remaining_probs)
+  keys = prng.random_split_p.bind(data, shape=(ratios.shape[0],))
+  _, counts = lax.scan(step, n, (ratios, keys), unroll=unroll)
+  return jnp.moveaxis(counts, 0, -1).astype(dt)
 
 
 # ---------------------------------------------------------------------------
