@@ -56,7 +56,7 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
            "split", "fold_in", "clone", "bits", "uniform", "normal", "randint", "bernoulli",
-           "categorical", "choice", "permutation", "shuffle", "truncated_normal", "gumbel",
+           "categorical", "choice", "permutation", "truncated_normal", "gumbel",
            "laplace", "logistic", "exponential", "cauchy", "rademacher", "maxwell",
            "double_sided_maxwell", "pareto", "weibull_min", "lognormal", "rayleigh",
            "triangular", "wald", "geometric", "gamma", "loggamma", "beta", "dirichlet",
@@ -1497,6 +1497,15 @@ def _convert_and_clip_integer(val, dtype):
   return jnp.clip(val, lo, hi).astype(dtype)
 
 
+def _as_int32(x):
+  """`jnp.asarray(x).astype('int32')`; a host value converted on the host, as JAX folds the
+  conversion of a constant (a literal in programs, no equation)."""
+  arr = jnp.asarray(x)
+  if dtypes.is_python_scalar(x) or isinstance(x, (np.ndarray, np.generic)):
+    return jnp.asarray(np.asarray(arr).astype(np.int32))
+  return arr.astype(np.int32)
+
+
 @partial(jit, static_argnums=(3, 4))
 def _randint(data, minval, maxval, shape, dtype):
   minval = jnp.asarray(minval)
@@ -1569,8 +1578,8 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
   sampling = dt
   if info.bits < 32:   # sample in 32 bits to avoid bias, as JAX does
     sampling = np.dtype(np.int32)
-    minval = jnp.clip(jnp.asarray(minval).astype(np.int32), int(info.min), int(info.max))
-    maxval = jnp.clip(jnp.asarray(maxval).astype(np.int32), int(info.min), int(info.max) + 1)
+    minval = _as_int32(minval).clip(int(info.min), int(info.max))
+    maxval = _as_int32(maxval).clip(int(info.min), int(info.max) + 1)
   return _randint(data, minval, maxval, shape, sampling).astype(dt)
 
 
@@ -1638,11 +1647,12 @@ def _rademacher(data, shape, dtype):
 
 @partial(jit, static_argnums=(2, 3))
 def _geometric(data, p, shape, dtype):
-  p = jnp.asarray(p)
+  p, = _promote_inexact(p)   # NB: inside the jit, as JAX's (`p` enters as given)
   u = _uniform(data, 0., 1., shape, p.dtype)
   u = jnp.where(u == 0, 1, u)   # as JAX: u = 0 maps to 1, so log(u) is finite
+  log_u = lax.log(u)
   log_one_minus_p = jnp.broadcast_to(lax.log1p(-p), shape)
-  g = lax.floor(lax.div(lax.log(u), log_one_minus_p)) + 1
+  g = lax.floor(lax.div(log_u, log_one_minus_p)) + 1
   return g.astype(dtype)
 
 
@@ -1658,7 +1668,6 @@ def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any =
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt.name}")
   shape = _broadcast_shape_of("geometric", shape, p)
-  p, = _promote_inexact(p)
   return _geometric(data, p, shape, dt)
 
 
@@ -1802,15 +1811,6 @@ def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> A
   if independent or x.ndim == 1:
     return _shuffle(data, x, axis)
   return _permute_along(data, x, axis)
-
-
-def shuffle(key: Any, x: Any, axis: int = 0) -> Any:
-  """Shuffles `x` along `axis`, each 1-D slice independently (JAX's `random.shuffle`,
-  deprecated in JAX: use `permutation(key, x, axis, independent=True)`)."""
-  data, _ = _check_prng_key("shuffle", key, keys=True)
-  x = jnp.asarray(x)
-  axis = lax_utils.canonicalize_axes("shuffle", (axis,), x.ndim)[0]
-  return _shuffle(data, x, axis)
 
 
 def _take(arr, ind, axis):
