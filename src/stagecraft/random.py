@@ -45,13 +45,11 @@ from stagecraft import core, dtypes, key_reuse, lax, shape_poly, sharding, tree_
 from stagecraft import numpy as jnp
 from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
-from stagecraft.interpreters import ad, batching, lowering
-from stagecraft.interpreters import partial_eval as pe
 from stagecraft.lax import prng, random_bits, spmd, utils as lax_utils
+from stagecraft.lax.random_gamma import random_gamma_p
 from stagecraft.lax.shape import canonicalize_shape
 from stagecraft.numpy import util as jnp_util
 from stagecraft.pjit import jit
-from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
 
 __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
@@ -1937,134 +1935,8 @@ def _check_all_safe_to_cast(name: str, dtype: np.dtype, *args) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Gamma family: Marsaglia-Tsang rejection in `lax.while_loop`, one loop per element under
-# `vmap` (JAX's `_gamma_one` / `_gamma_impl`), so the stream is JAX's.
-
-
-def _gamma_one(data, alpha, log_space: bool):
-  """One Gamma(alpha) sample (its log if `log_space`) from key data `u32[2]`, `alpha: T[]`.
-
-  Algorithm: Marsaglia and Tsang, "A simple method for generating gamma variables" (2000),
-  as JAX's `_gamma_one`: with `d = alpha - 1/3`, `c = 1 / (3 sqrt d)`, draw normals x until
-  `v = 1 + c x > 0`, accept `d v^3` when `u < 1 - 0.0331 x^4` or
-  `log u < x^2 / 2 + d (1 - v^3 + log v^3)`. For `alpha < 1` sample `Gamma(alpha + 1)` and
-  multiply by `u^(1/alpha)` (the boost); in log space add `-e / alpha`, e exponential.
-  """
-  dtype = alpha.dtype
-  zero, one, two, minus_one = (np.array(v, dtype) for v in (0, 1, 2, -1))
-  one_over_two, one_over_three = np.array(0.5, dtype), np.array(1. / 3., dtype)
-  squeeze_const = np.array(0.0331, dtype)
-  boost_mask = lax.ge(alpha, one)
-  alpha_orig = alpha
-  alpha = lax.select(boost_mask, alpha, lax.add(alpha, one))
-  d = lax.sub(alpha, one_over_three)
-  c = lax.div(one_over_three, lax.sqrt(d))
-
-  def cond_fn(kXVU):
-    _, X, V, U = kXVU
-    # NB: both tests are evaluated (as JAX: a `cond` would not batch better).
-    return lax.bitwise_and(
-        lax.ge(U, lax.sub(one, lax.mul(squeeze_const, lax.mul(X, X)))),
-        lax.ge(lax.log(U), lax.add(lax.mul(X, one_over_two),
-                                   lax.mul(d, lax.add(lax.sub(one, V), lax.log(V))))))
-
-  def next_kxv(kxv):
-    keys = _split_data(kxv[0], (2,))
-    x = _normal_real(keys[1], (), dtype)
-    return keys[0], x, lax.add(one, lax.mul(x, c))
-
-  def body_fn(kXVU):
-    keys = _split_data(kXVU[0], (3,))
-    _, x, v = lax.while_loop(lambda kxv: lax.le(kxv[2], zero), next_kxv,
-                             (keys[1], zero, minus_one))
-    X = lax.mul(x, x)
-    V = lax.mul(lax.mul(v, v), v)
-    U = _uniform(keys[2], 0., 1., (), dtype)
-    return keys[0], X, V, U
-
-  keys = _split_data(data, (2,))
-  # The initial state makes cond_fn true: U = 2 passes both tests.
-  _, _, V, _ = lax.while_loop(cond_fn, body_fn, (keys[0], zero, one, two))
-  subkey = keys[1]
-  if log_space:
-    log_samples = lax.neg(_exponential(subkey, (), dtype))
-    log_boost = lax.select(lax.bitwise_or(boost_mask, lax.eq(log_samples, zero)), zero,
-                           lax.mul(log_samples, lax.div(one, alpha_orig)))
-    return lax.add(lax.add(lax.log(d), lax.log(V)), log_boost)
-  samples = lax.sub(one, _uniform(subkey, 0., 1., (), dtype))
-  boost = lax.select(boost_mask, one, lax.pow(samples, lax.div(one, alpha_orig)))
-  return lax.mul(lax.mul(d, V), boost)
-
-
-def _gamma_impl(keys, a, *, log_space: bool):
-  """Samples `T[*k, *r]` for keys `key<fry>[*k]` and `a: T[*k, *r]`: each key split into
-  `prod(r)` keys, one per element, each element its own rejection loop (`_gamma_one` batched
-  as `vmap` batches it: the loop runs until all accept). JAX's `_gamma_impl`."""
-  if not a.size:
-    return jnp.zeros(a.shape, a.dtype)
-  nkey = len(keys.shape)
-  count = math.prod(a.shape[nkey:])
-  keys = prng.random_split_p.bind(keys, shape=(count,))
-  keys = lax.reshape(keys, (a.size,))
-  (samples,), (bdim,) = batching.batch_flat(
-      lambda key, alpha: [_gamma_one(key, alpha, log_space)],
-      [keys, lax.reshape(a, (a.size,))], [0, 0], batching.AxisData(None, a.size))
-  return lax.reshape(batching.matchaxis(samples, bdim, 0, a.size), a.shape)
-
-
-def _gamma_grad(sample, a, *, log_space: bool):
-  """`d sample / d a` at fixed CDF value, elementwise (`lax.random_gamma_grad` mapped over
-  the flattened elements with `lax.map`, as JAX on CPU)."""
-  samples = jnp.reshape(sample, -1)
-  alphas = jnp.reshape(a, -1)
-  if log_space:
-    # d log(x) = dx / x; exp(log x) may round to 0: use the smallest normal float instead.
-    samples = lax.exp(samples)
-    zero = np.array(0, samples.dtype)
-    tiny = lax.full_like(samples, dtypes.finfo(samples.dtype).tiny)
-    samples = lax.select(lax.eq(samples, zero), tiny, samples)
-    grad = lambda alpha, x: lax.random_gamma_grad(alpha, x) / x
-  else:
-    grad = lax.random_gamma_grad
-  grads = lax.map(lambda args: grad(*args), (alphas, samples))
-  return grads.reshape(np.shape(a))
-
-
-def _random_gamma_abstract_eval(keys, a, *, log_space):
-  if not isinstance(keys.dtype, KeyTy):
-    raise TypeError(f"random_gamma expects keys, got {keys.str_short()}.")
-  if tuple(a.shape[:len(keys.shape)]) != tuple(keys.shape):
-    raise TypeError(f"random_gamma: the keys' shape {keys.shape} must lead the shape of a, "
-                    f"{a.shape}.")
-  return core.ShapedArray(a.shape, a.dtype, vma=getattr(a, "vma", frozenset()))
-
-
-def _random_gamma_lower(ctx, keys, a, *, log_space):
-  def flat(k, x):
-    return [_gamma_impl(k, x, log_space=log_space)]
-  jaxpr, consts = pe.trace_to_jaxpr(flat, list(ctx.avals_in))
-  names = [lowering.dense_constant(ctx.fb, c, core.get_aval(c)) for c in consts]
-  return lowering.jaxpr_subcomp(ctx.fb, jaxpr, names, [keys, a])
-
-
-def _random_gamma_batch(args, dims, *, log_space):
-  size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-  keys, a = (batching.bdim_at_front(x, d, size) for x, d in zip(args, dims))
-  return random_gamma_p.bind(keys, a, log_space=log_space), 0
-
-
-#: `random_gamma[log_space] keys a`: JAX's primitive of the gamma samplers; keys
-#: `key<fry>[*k]`, `a: T[*k, *r]` -> `T[*k, *r]`. Lowered as `_gamma_impl`; differentiable
-#: in `a` (implicit reparameterization, `_gamma_grad`); batched by moving the batch axes
-#: first (keys broadcast when unbatched).
-random_gamma_p = core.Primitive("random_gamma")
-random_gamma_p.def_abstract_eval(_random_gamma_abstract_eval)
-lowering.register_lowering(random_gamma_p, _random_gamma_lower)
-lowering.extended_dtype_rules.add(random_gamma_p)
-dispatch.lowering_reads_config[random_gamma_p] = lambda: config.threefry_partitionable
-ad.defjvp2(random_gamma_p, None,
-           lambda t, ans, keys, a, **kw: lax.mul(t, _gamma_grad(ans, a, **kw)))
-batching.primitive_batchers[random_gamma_p] = _random_gamma_batch
+# Gamma family: JAX's `random_gamma` primitive (`lax.random_gamma`: Marsaglia-Tsang
+# rejection, one loop per element, batched; so the stream is JAX's) under the jit `_gamma`.
 
 
 @partial(jit, static_argnames=("shape", "dtype", "log_space"))
@@ -2184,9 +2056,11 @@ def beta(key: Any, a: Any, b: Any, shape: Sequence[int] | None = None,
 def _dirichlet(data, alpha, shape, dtype):
   alpha = lax.convert_element_type(alpha, dtype)
   log_gamma_samples = _gamma(data, alpha, (*shape, alpha.shape[-1]), dtype, True)
-  # the normalized gammas: `nn.softmax` over the last axis (its own jit), as JAX's
-  from stagecraft.nn import softmax
-  return softmax(log_gamma_samples, -1)
+  # the normalized gammas: JAX's `nn.softmax` over the last axis (its operations, the
+  # maximum's derivative stopped; stagecraft.nn imports random, so it is not called)
+  x_max = jnp.max(log_gamma_samples, -1, initial=-np.inf, keepdims=True)
+  unnormalized = jnp.exp(log_gamma_samples - lax.stop_gradient(x_max))
+  return unnormalized / jnp.sum(unnormalized, -1, keepdims=True)
 
 
 def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
