@@ -1618,7 +1618,10 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
   dt = dtypes.canonicalize_dtype(dtypes.dtype(p))
   if not dtypes.is_float(dt):
     raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dt}.")
-  p = lax.convert_element_type(p, dt)
+  aval = core.get_aval(p)
+  if aval.dtype != dt or aval.weak_type:
+    # NB: an array of the dtype already passes as it is (JAX forwards the conversion)
+    p = lax.convert_element_type(p, dt)
   if shape is None:
     shape = np.shape(p)
   else:
@@ -2349,7 +2352,11 @@ def poisson(key: Any, lam: Any, shape: Sequence[int] | None = None, dtype: Any =
   else:
     shape = _canonical_shape("poisson", shape)
     _check_shape("poisson", shape, np.shape(lam))
-  lam = lax.convert_element_type(jnp.broadcast_to(lam, shape), np.float32)
+  if shape or not dtypes.is_python_scalar(lam):
+    # NB: a Python scalar for shape () converts on the host (JAX folds the conversion of
+    # the array `broadcast_to` makes of it, also under vmap)
+    lam = jnp.broadcast_to(lam, shape)
+  lam = lax.convert_element_type(lam, np.float32)
   return _poisson(data, lam, tuple(shape), dt)
 
 

@@ -879,6 +879,7 @@ def random_gamma_grad(a: Any, x: Any):
 
   Raises:
     TypeError: if T is not floating, or the dtypes or shapes do not match.
+    AttributeError: for an operand without a `shape` (a Python scalar), as JAX's.
 
   Algorithm: implicit reparameterization (Figurnov, Mohamed and Mnih, "Implicit
   Reparameterization Gradients", NeurIPS 2018): differentiating `P(a, x(a)) = u` gives
@@ -894,6 +895,9 @@ def random_gamma_grad(a: Any, x: Any):
     >>> float(lax.random_gamma_grad(np.float32(1.5), np.float32(0.7)))   # JAX: 0.74021
     0.7402...
   """
+  for v in (a, x):
+    if not hasattr(v, "shape"):   # NB: as JAX's, whose broadcasting reads `.shape` first
+      raise AttributeError(f"'{type(v).__name__}' object has no attribute 'shape'")
   aval = naryop_abstract_eval("random_gamma_grad", floating)(get_aval(a), get_aval(x))
   dt, shape = aval.dtype, aval.shape
   wide = _compute_dtype(dt)
