@@ -35,6 +35,7 @@ PROGRAMS = {
     "f": _p(lambda m: lambda k: m.random.f(k, 3.0, 4.0, (3,))),
     "t": _p(lambda m: lambda k: m.random.t(k, 3.0, (3,))),
     "poisson": _p(lambda m: lambda k: m.random.poisson(k, 3.0, (3,))),
+    "binomial": _p(lambda m: lambda k: m.random.binomial(k, 10.0, 0.3, (3,))),
     "poisson_rates": _p(lambda m: lambda k: m.random.poisson(k, np.array([1., 20.], f32))),
     "multinomial": _p(lambda m: lambda k: m.random.multinomial(
         k, 10.0, np.array([.2, .3, .5], f32))),
@@ -92,10 +93,11 @@ PROGRAMS = {
                                   "raw_batch"),
     "vmap_alpha_loggamma": _p(lambda m: m.vmap(
         lambda a: m.random.loggamma(m.random.key(1), a, (2,))), "alpha"),
+    "binomial_strong_p": _p(lambda m: lambda k: m.random.binomial(
+        k, 10.0, np.full(3, .3, f32))),
     # known to differ (KNOWN_DIFFERENCES)
     "multinomial_host_n": _p(lambda m: lambda k: m.random.multinomial(
         k, np.array([5., 7.], f32), np.array([.2, .3, .5], f32), shape=(2, 3))),
-    "binomial": _p(lambda m: lambda k: m.random.binomial(k, 10.0, 0.3, (3,))),
     "grad_gamma": _p(lambda m: m.grad(lambda a: m.random.gamma(m.random.key(0), a)), "alpha0"),
 }
 
@@ -107,9 +109,6 @@ X64_PROGRAMS = {
 }
 
 KNOWN_DIFFERENCES = {
-    "binomial": "weakly typed Python float constants (`0.01 * q`, `full_like(q, 0.01)`) print "
-                "rounded to float32 (0.009999999776482582, JAX: 0.01): stagecraft's "
-                "promotion and full_like make them NumPy float32 scalars",
     "multinomial_host_n": "with NumPy arrays for both n and p, the program's constants "
                           "come in another order (p first; JAX lifts n first)",
     "grad_gamma": "JAX's partial evaluation of the scan in the JVP hoists the constant "

@@ -2375,6 +2375,15 @@ def _stirling_approx_tail(k):
   return lax.select(use_tail_values, tail_vals[jnp.asarray(k, dtype="int32")], approx)
 
 
+def _full_like_literal(x, value: float):
+  """`lax.full_like(x, value)`; for a weakly typed `x` the Python float itself is the
+  constant, as JAX's (printed `0.01:f32[]`, not rounded to float32)."""
+  aval = core.get_aval(x)
+  if not aval.weak_type:
+    return lax.full_like(x, value)
+  return lax.broadcast_in_dim(value, aval.shape, ()) if aval.shape else value
+
+
 @partial(jit, static_argnums=(3, 4, 5), inline=True)   # NB: inlined, as JAX's
 def _binomial_inversion(data, count, prob, shape, dtype, max_iters):
   # Count geometric waiting times until they exceed `count`.
@@ -2404,7 +2413,10 @@ def _btrs(data, count, prob, shape, dtype, max_iters):
   # Hörmann (1993), "The generation of binomial random variates" (BTRS).
   stddev = jnp.sqrt(count * prob * (1 - prob))
   b = 1.15 + 2.53 * stddev
-  a = -0.0873 + 0.0248 * b + 0.01 * prob
+  # NB: `0.01 * prob` with lax.mul for a weakly typed `prob`, which keeps the Python constant
+  # (JAX's literal `0.01`, where stagecraft's NumPy promotion would round it to float32)
+  a = -0.0873 + 0.0248 * b + (lax.mul(0.01, prob) if core.get_aval(prob).weak_type
+                               else 0.01 * prob)
   c = count * prob + 0.5
   v_r = 0.92 - 4.2 / b
   r = prob / (1 - prob)
@@ -2454,7 +2466,7 @@ def _binomial(data, count, prob, shape, dtype):
   count_inf = jnp.isinf(count)
   q_is_nan = lax.ne(q, q)
   q_l_0 = q < 0.0
-  q = lax.select(q_is_nan | q_l_0, lax.full_like(q, 0.01), q)
+  q = lax.select(q_is_nan | q_l_0, _full_like_literal(q, 0.01), q)
   use_inversion = count_nan_or_neg | (count * q <= 10.0)
   count = jnp.floor(count)   # as numpy for a float count
   count_inv = lax.select(use_inversion, count, lax.full_like(count, 0.0))
