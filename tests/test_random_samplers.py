@@ -182,9 +182,9 @@ def test_loop_samplers_under_jit_and_vmap_with_x64():
 
 def test_every_jax_random_name_exists():
   missing = [n for n in dir(jr) if not n.startswith("_") and not hasattr(r, n)]
-  # NB: `random_gamma_p` is JAX's gamma primitive; stagecraft's gamma is a custom_jvp of
-  # lax loops (libraries register no primitives), so it has no such object.
-  assert missing == ["random_gamma_p"]
+  # NB: `random_gamma_p`, JAX's gamma primitive, is stagecraft's too (lax/random_gamma.py)
+  assert missing == []
+  assert r.random_gamma_p.name == "random_gamma"
   assert {"multinomial", "multivariate_normal", "orthogonal"} <= set(r.__all__)
 
 

@@ -46,8 +46,8 @@ from stagecraft import tree_util
 from stagecraft import numpy as jnp
 from stagecraft.config import config
 from stagecraft.custom_derivatives import custom_jvp
-from stagecraft.interpreters import batching
 from stagecraft.lax import prng, random_bits, spmd, utils as lax_utils
+from stagecraft.lax.random_gamma import random_gamma_p
 from stagecraft.lax.shape import canonicalize_shape
 from stagecraft.numpy import util as jnp_util
 from stagecraft.pjit import jit
@@ -55,7 +55,7 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["PRNGKeyArray", "KeyTy", "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
            "split", "fold_in", "clone", "bits", "uniform", "normal", "randint", "bernoulli",
-           "categorical", "choice", "permutation", "shuffle", "truncated_normal", "gumbel",
+           "categorical", "choice", "permutation", "truncated_normal", "gumbel",
            "laplace", "logistic", "exponential", "cauchy", "rademacher", "maxwell",
            "double_sided_maxwell", "pareto", "weibull_min", "lognormal", "rayleigh",
            "triangular", "wald", "geometric", "gamma", "loggamma", "beta", "dirichlet",
@@ -650,7 +650,7 @@ def _seed_data(ctor_name: str, seed: Any, keys: bool = False) -> Any:
     # then truncated to 32 bits, so the high word is 0.
     seed = np.int64(seed)
     if not dtypes.canonicalize_dtype(np.int64).itemsize == 8:
-      seed = seed.astype(np.uint32)
+      seed = seed.astype(np.int32)   # NB: wraps, as JAX's `jnp.asarray` (`0:i32[]` in programs)
   out = prng.random_seed_p.bind(jnp.asarray(seed), impl=prng.threefry_impl)
   return out if keys else _unwrap(out)
 
@@ -880,6 +880,17 @@ def _promote_inexact(*args):
   x64 (its aval is already f32), which would then draw 64-bit bits."""
   args = [a if dtypes.is_python_scalar(a) else jnp.asarray(a) for a in args]
   return jnp_util.promote_dtypes_inexact(*args)
+
+
+def _promote_inexact_as_jax(*args):
+  """`promote_dtypes_inexact`, with a Python scalar made strongly typed when the promoted
+  type is (JAX converts every argument to the common weak type; stagecraft's numpy helper
+  leaves Python scalars weak, which a `scan` carry would keep)."""
+  out = jnp_util.promote_dtypes_inexact(*args)
+  if any(not core.get_aval(x).weak_type for x in out):
+    out = [lax.convert_element_type(x, core.get_aval(x).dtype) if dtypes.is_python_scalar(x)
+           or core.get_aval(x).weak_type else x for x in out]
+  return out
 
 
 def _float_dtype(name: str, dtype: Any, kinds: str = "float") -> np.dtype:
@@ -1312,9 +1323,9 @@ def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None,
   return _gumbel(data, _canonical_shape("gumbel", shape), dt, _gumbel_mode(mode))
 
 
-def _unary_sampler(name: str, fn, doc: str):
-  impl = jit(fn, static_argnums=(1, 2))
-
+def _unary_sampler(name: str, impl, doc: str):
+  """The public sampler `name(key, shape=(), dtype=None)` calling the jitted `impl` (JAX's
+  `_laplace`, `_exponential`, ...: named so in programs)."""
   def sampler(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
     data, _ = _check_prng_key(name, key, keys=True)
     return impl(data, _canonical_shape(name, shape), _float_dtype(name, dtype))
@@ -1335,29 +1346,41 @@ def _unary_sampler(name: str, fn, doc: str):
   return sampler
 
 
+def _key_at(keys, i: int):
+  """`keys[i]` of split keys `key<fry>[n]` (or key data `u32[n, 2]`), as JAX's indexing
+  stages it: a slice without strides, then a squeeze."""
+  rest = tuple(np.shape(keys)[1:])
+  return lax.squeeze(lax.slice(keys, (i,) + (0,) * len(rest), (i + 1, *rest)), (0,))
+
+
+@partial(jit, static_argnums=(1, 2))
 def _laplace(data, shape, dtype):
   u = _uniform(data, -1. + dtypes.finfo(dtype).epsneg, 1., shape, dtype)
   return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
 
 
+@partial(jit, static_argnums=(1, 2))
 def _logistic(data, shape, dtype):
   x = _uniform(data, dtypes.finfo(dtype).tiny, 1., shape, dtype)
   return lax.sub(lax.log(x), lax.log1p(lax.neg(x)))
 
 
+@partial(jit, static_argnums=(1, 2))
 def _exponential(data, shape, dtype):
   u = _uniform(data, 0., 1., shape, dtype)
   return lax.neg(lax.log1p(lax.neg(u)))   # log(1 - u): u = 0 is fine, 1 never drawn
 
 
+@partial(jit, static_argnums=(1, 2))
 def _cauchy(data, shape, dtype):
   u = _uniform(data, dtypes.finfo(dtype).eps, 1., shape, dtype)
   return lax.tan(lax.mul(np.array(np.pi, dtype), lax.sub(u, np.array(0.5, dtype))))
 
 
-def _maxwell_impl(data, shape, dtype):
-  n = _normal_real(data, (*shape, 3), dtype)
-  return lax.sqrt(jnp.sum(lax.mul(n, n), axis=-1))
+@partial(jit, static_argnums=(1, 2))
+def _maxwell(data, shape, dtype):
+  # NB: `_normal` (then `_normal_real`) and `jnp.linalg.norm`, each a jit of its own as JAX's
+  return jnp.linalg.norm(_normal(data, (*shape, 3), dtype), axis=-1)
 
 
 laplace = _unary_sampler("laplace", _laplace,
@@ -1371,7 +1394,7 @@ exponential = _unary_sampler("exponential", _exponential,
 cauchy = _unary_sampler("cauchy", _cauchy,
                         "Standard Cauchy samples; `tan(pi (u - 1/2))`, u uniform in "
                         "`[eps, 1)`")
-maxwell = _unary_sampler("maxwell", _maxwell_impl,
+maxwell = _unary_sampler("maxwell", _maxwell,
                          "Maxwell samples: the norm of 3 standard normals")
 
 
@@ -1391,10 +1414,10 @@ def pareto(key: Any, b: Any, shape: Sequence[int] | None = None, dtype: Any = No
   return _pareto(data, b, tuple(shape), dt)
 
 
-@partial(jit, static_argnums=(2, 3))
+@partial(jit, static_argnums=(2, 3), inline=True)   # NB: inlined, as JAX's
 def _lognormal(data, sigma, shape, dtype):
   sigma = lax.convert_element_type(sigma, dtype)
-  return lax.exp(lax.mul(_normal_real(data, shape, dtype), sigma))
+  return lax.exp(lax.mul(_normal(data, shape, dtype), sigma))
 
 
 def lognormal(key: Any, sigma: Any = 1., shape: Sequence[int] | None = None,
@@ -1426,7 +1449,7 @@ def rayleigh(key: Any, scale: Any, shape: Sequence[int] | None = None,
 
 @partial(jit, static_argnums=(3, 4))
 def _weibull_min(data, scale, concentration, shape, dtype):
-  random_uniform = _uniform(data, 0., 1., shape, dtype)
+  random_uniform = _uniform(data, 0, 1, shape, dtype)   # NB: int bounds, as JAX's call
   # Inverse CDF of the Weibull distribution.
   return jnp.power(-jnp.log1p(-random_uniform), 1.0 / concentration) * scale
 
@@ -1447,7 +1470,7 @@ def _double_sided_maxwell(data, loc, scale, shape, dtype):
     shape = params_shapes
   shape = tuple(shape) + tuple(params_shapes)
   k_m, k_sign = _split_data(data, (2,))
-  maxwell_rvs = _maxwell_impl(k_m, shape, dtype)
+  maxwell_rvs = _maxwell(k_m, shape, dtype)
   random_sign = _rademacher(k_sign, shape, dtype)
   return random_sign * maxwell_rvs * scale + loc
 
@@ -1471,7 +1494,7 @@ def _broadcast_shape_of(name, shape, *params):
   return shape
 
 
-@partial(jit, static_argnums=(4, 5))
+@partial(jit, static_argnums=(4, 5), inline=True)   # NB: inlined, as JAX's
 def _triangular(data, left, mode, right, shape, dtype):
   left = jnp.broadcast_to(lax.convert_element_type(left, dtype), shape)
   right = jnp.broadcast_to(lax.convert_element_type(right, dtype), shape)
@@ -1497,7 +1520,7 @@ def triangular(key: Any, left: Any, mode: Any, right: Any,
 def _wald(data, mean, shape, dtype):
   k1, k2 = _split_data(data, (2,))
   mean = jnp.broadcast_to(lax.convert_element_type(mean, dtype), shape)
-  v = _normal_real(k1, shape, dtype)
+  v = _normal(k1, shape, dtype)
   z = _uniform(k2, 0., 1., shape, dtype)
   y = lax.integer_pow(v, 2)
   y_sq = lax.integer_pow(y, 2)
@@ -1527,6 +1550,15 @@ def _convert_and_clip_integer(val, dtype):
   if not core.get_aval(val).weak_type:   # NB: the bounds as weakly typed as `val`, as JAX's
     lo, hi = np.array(lo, val.dtype), np.array(hi, val.dtype)
   return jnp.clip(val, lo, hi).astype(dtype)
+
+
+def _as_int32(x):
+  """`jnp.asarray(x).astype('int32')`; a host value converted on the host, as JAX folds the
+  conversion of a constant (a literal in programs, no equation)."""
+  arr = jnp.asarray(x)
+  if dtypes.is_python_scalar(x) or isinstance(x, (np.ndarray, np.generic)):
+    return jnp.asarray(np.asarray(arr).astype(np.int32))
+  return arr.astype(np.int32)
 
 
 @partial(jit, static_argnums=(3, 4))
@@ -1601,8 +1633,8 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any,
   sampling = dt
   if info.bits < 32:   # sample in 32 bits to avoid bias, as JAX does
     sampling = np.dtype(np.int32)
-    minval = jnp.clip(jnp.asarray(minval).astype(np.int32), int(info.min), int(info.max))
-    maxval = jnp.clip(jnp.asarray(maxval).astype(np.int32), int(info.min), int(info.max) + 1)
+    minval = _as_int32(minval).clip(int(info.min), int(info.max))
+    maxval = _as_int32(maxval).clip(int(info.min), int(info.max) + 1)
   return _randint(data, minval, maxval, shape, sampling).astype(dt)
 
 
@@ -1643,7 +1675,10 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None,
   dt = dtypes.canonicalize_dtype(dtypes.dtype(p))
   if not dtypes.is_float(dt):
     raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dt}.")
-  p = lax.convert_element_type(p, dt)
+  aval = core.get_aval(p)
+  if aval.dtype != dt or aval.weak_type:
+    # NB: an array of the dtype already passes as it is (JAX forwards the conversion)
+    p = lax.convert_element_type(p, dt)
   if shape is None:
     shape = np.shape(p)
   else:
@@ -1670,11 +1705,12 @@ def _rademacher(data, shape, dtype):
 
 @partial(jit, static_argnums=(2, 3))
 def _geometric(data, p, shape, dtype):
-  p = jnp.asarray(p)
+  p, = _promote_inexact(p)   # NB: inside the jit, as JAX's (`p` enters as given)
   u = _uniform(data, 0., 1., shape, p.dtype)
   u = jnp.where(u == 0, 1, u)   # as JAX: u = 0 maps to 1, so log(u) is finite
+  log_u = lax.log(u)
   log_one_minus_p = jnp.broadcast_to(lax.log1p(-p), shape)
-  g = lax.floor(lax.div(lax.log(u), log_one_minus_p)) + 1
+  g = lax.floor(lax.div(log_u, log_one_minus_p)) + 1
   return g.astype(dtype)
 
 
@@ -1690,7 +1726,6 @@ def geometric(key: Any, p: Any, shape: Sequence[int] | None = None, dtype: Any =
   if not dtypes.is_integer(dt):
     raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt.name}")
   shape = _broadcast_shape_of("geometric", shape, p)
-  p, = _promote_inexact(p)
   return _geometric(data, p, shape, dt)
 
 
@@ -1836,15 +1871,6 @@ def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> A
   return _permute_along(data, x, axis)
 
 
-def shuffle(key: Any, x: Any, axis: int = 0) -> Any:
-  """Shuffles `x` along `axis`, each 1-D slice independently (JAX's `random.shuffle`,
-  deprecated in JAX: use `permutation(key, x, axis, independent=True)`)."""
-  data, _ = _check_prng_key("shuffle", key, keys=True)
-  x = jnp.asarray(x)
-  axis = lax_utils.canonicalize_axes("shuffle", (axis,), x.ndim)[0]
-  return _shuffle(data, x, axis)
-
-
 def _take(arr, ind, axis):
   """`jnp.take(arr, ind, axis)` for in-range indices `i32[*k]`: `T[*s[:axis], *k, *s[axis+1:]]`."""
   offset_dims = (*range(axis), *range(axis + ind.ndim, arr.ndim - 1 + ind.ndim))
@@ -1969,113 +1995,16 @@ def _check_all_safe_to_cast(name: str, dtype: np.dtype, *args) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Gamma family: Marsaglia-Tsang rejection in `lax.while_loop`, one loop per element under
-# `vmap` (JAX's `_gamma_one` / `_gamma_impl`), so the stream is JAX's.
+# Gamma family: JAX's `random_gamma` primitive (`lax.random_gamma`: Marsaglia-Tsang
+# rejection, one loop per element, batched; so the stream is JAX's) under the jit `_gamma`.
 
 
-def _gamma_one(data, alpha, log_space: bool):
-  """One Gamma(alpha) sample (its log if `log_space`) from key data `u32[2]`, `alpha: T[]`.
-
-  Algorithm: Marsaglia and Tsang, "A simple method for generating gamma variables" (2000),
-  as JAX's `_gamma_one`: with `d = alpha - 1/3`, `c = 1 / (3 sqrt d)`, draw normals x until
-  `v = 1 + c x > 0`, accept `d v^3` when `u < 1 - 0.0331 x^4` or
-  `log u < x^2 / 2 + d (1 - v^3 + log v^3)`. For `alpha < 1` sample `Gamma(alpha + 1)` and
-  multiply by `u^(1/alpha)` (the boost); in log space add `-e / alpha`, e exponential.
-  """
-  dtype = alpha.dtype
-  zero, one, two, minus_one = (np.array(v, dtype) for v in (0, 1, 2, -1))
-  one_over_two, one_over_three = np.array(0.5, dtype), np.array(1. / 3., dtype)
-  squeeze_const = np.array(0.0331, dtype)
-  boost_mask = lax.ge(alpha, one)
-  alpha_orig = alpha
-  alpha = lax.select(boost_mask, alpha, lax.add(alpha, one))
-  d = lax.sub(alpha, one_over_three)
-  c = lax.div(one_over_three, lax.sqrt(d))
-
-  def cond_fn(kXVU):
-    _, X, V, U = kXVU
-    # NB: both tests are evaluated (as JAX: a `cond` would not batch better).
-    return lax.bitwise_and(
-        lax.ge(U, lax.sub(one, lax.mul(squeeze_const, lax.mul(X, X)))),
-        lax.ge(lax.log(U), lax.add(lax.mul(X, one_over_two),
-                                   lax.mul(d, lax.add(lax.sub(one, V), lax.log(V))))))
-
-  def next_kxv(kxv):
-    keys = _split_data(kxv[0], (2,))
-    x = _normal_real(keys[1], (), dtype)
-    return keys[0], x, lax.add(one, lax.mul(x, c))
-
-  def body_fn(kXVU):
-    keys = _split_data(kXVU[0], (3,))
-    _, x, v = lax.while_loop(lambda kxv: lax.le(kxv[2], zero), next_kxv,
-                             (keys[1], zero, minus_one))
-    X = lax.mul(x, x)
-    V = lax.mul(lax.mul(v, v), v)
-    U = _uniform(keys[2], 0., 1., (), dtype)
-    return keys[0], X, V, U
-
-  keys = _split_data(data, (2,))
-  # The initial state makes cond_fn true: U = 2 passes both tests.
-  _, _, V, _ = lax.while_loop(cond_fn, body_fn, (keys[0], zero, one, two))
-  subkey = keys[1]
-  if log_space:
-    log_samples = lax.neg(_exponential(subkey, (), dtype))
-    log_boost = lax.select(lax.bitwise_or(boost_mask, lax.eq(log_samples, zero)), zero,
-                           lax.mul(log_samples, lax.div(one, alpha_orig)))
-    return lax.add(lax.add(lax.log(d), lax.log(V)), log_boost)
-  samples = lax.sub(one, _uniform(subkey, 0., 1., (), dtype))
-  boost = lax.select(boost_mask, one, lax.pow(samples, lax.div(one, alpha_orig)))
-  return lax.mul(lax.mul(d, V), boost)
-
-
-def _gamma_batched(data, a, log_space: bool):
-  """Samples `T[*s]` for `a: T[*s]`: one key per element (`split(key, a.size)`), each element
-  its own rejection loop (`_gamma_one` batched as `vmap` batches it: the loop runs until all
-  accept)."""
-  if a.size == 0:
-    return jnp.zeros(a.shape, a.dtype)
-  keys = _split_data(data, (a.size,))
-  (samples,), (bdim,) = batching.batch_flat(
-      lambda key, alpha: [_gamma_one(key, alpha, log_space)], [keys, jnp.reshape(a, (a.size,))],
-      [0, 0], batching.AxisData(None, a.size))
-  return jnp.reshape(batching.matchaxis(samples, bdim, 0, a.size), a.shape)
-
-
-def _gamma_grad(sample, a, log_space: bool):
-  if log_space:
-    # d log(x) = dx / x; exp(log x) may round to 0: use the smallest normal float instead.
-    x = lax.exp(sample)
-    x = jnp.where(x == 0, jnp.full_like(x, dtypes.finfo(x.dtype).tiny), x)
-    return lax.div(lax.random_gamma_grad(a, x), x)
-  return lax.random_gamma_grad(a, sample)
-
-
-def _make_gamma_sampler(log_space: bool):
-  # NB: a custom_jvp (not a primitive): vmap and jit see the loops; differentiation sees the
-  # implicit-reparameterization rule. The key data's tangent is float0 and ignored.
-  def sampler(data, a):
-    return _gamma_batched(data, a, log_space)
-  sampler.__name__ = sampler.__qualname__ = "loggamma_sampler" if log_space else "gamma_sampler"
-  sampler = custom_jvp(sampler)
-
-  @sampler.defjvp
-  def sampler_jvp(primals, tangents):
-    data, a = primals
-    a_dot = tangents[1]
-    out = sampler(data, a)
-    return out, lax.mul(a_dot, _gamma_grad(out, a, log_space))
-  return sampler
-
-
-_gamma_sampler = {False: _make_gamma_sampler(False), True: _make_gamma_sampler(True)}
-
-
-@partial(jit, static_argnums=(2, 3, 4))
-def _gamma(data, a, shape, dtype, log_space):
+@partial(jit, static_argnames=("shape", "dtype", "log_space"))
+def _gamma(data, a, shape, dtype, log_space=False):
   a = lax.convert_element_type(a, dtype)
   if tuple(np.shape(a)) != tuple(shape):
     a = jnp.broadcast_to(a, shape)
-  return _gamma_sampler[log_space](data, a)
+  return random_gamma_p.bind(data, a, log_space=log_space)
 
 
 def _gamma_shape(name: str, shape, a) -> tuple[int, ...]:
@@ -2143,15 +2072,17 @@ def loggamma(key: Any, a: Any, shape: Sequence[int] | None = None, dtype: Any = 
 
 @partial(jit, static_argnums=(3, 4))
 def _beta(data, a, b, shape, dtype):
-  a = jnp.broadcast_to(lax.convert_element_type(a, dtype), shape)
-  b = jnp.broadcast_to(lax.convert_element_type(b, dtype), shape)
+  a = lax.convert_element_type(a, dtype)
+  b = lax.convert_element_type(b, dtype)
   key_a, key_b = _split_data(data, (2,))
+  a = jnp.broadcast_to(a, shape)
+  b = jnp.broadcast_to(b, shape)
   log_gamma_a = _gamma(key_a, a, shape, dtype, True)
   log_gamma_b = _gamma(key_b, b, shape, dtype, True)
   # gamma_a / (gamma_a + gamma_b) without underflow: scale both by the larger.
   log_max = lax.max(log_gamma_a, log_gamma_b)
-  gamma_a_scaled = lax.exp(log_gamma_a - log_max)
-  gamma_b_scaled = lax.exp(log_gamma_b - log_max)
+  gamma_a_scaled = jnp.exp(log_gamma_a - log_max)
+  gamma_b_scaled = jnp.exp(log_gamma_b - log_max)
   return gamma_a_scaled / (gamma_a_scaled + gamma_b_scaled)
 
 
@@ -2185,10 +2116,11 @@ def beta(key: Any, a: Any, b: Any, shape: Sequence[int] | None = None,
 def _dirichlet(data, alpha, shape, dtype):
   alpha = lax.convert_element_type(alpha, dtype)
   log_gamma_samples = _gamma(data, alpha, (*shape, alpha.shape[-1]), dtype, True)
-  # softmax over the last axis, as JAX's: the normalized gammas.
-  m = lax.stop_gradient(jnp.max(log_gamma_samples, axis=-1, keepdims=True))
-  unnormalized = lax.exp(log_gamma_samples - m)
-  return unnormalized / jnp.sum(unnormalized, axis=-1, keepdims=True)
+  # the normalized gammas: JAX's `nn.softmax` over the last axis (its operations, the
+  # maximum's derivative stopped; stagecraft.nn imports random, so it is not called)
+  x_max = jnp.max(log_gamma_samples, -1, initial=-np.inf, keepdims=True)
+  unnormalized = jnp.exp(log_gamma_samples - lax.stop_gradient(x_max))
+  return unnormalized / jnp.sum(unnormalized, -1, keepdims=True)
 
 
 def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
@@ -2226,10 +2158,10 @@ def dirichlet(key: Any, alpha: Any, shape: Sequence[int] | None = None,
 def _t(data, df, shape, dtype):
   df = lax.convert_element_type(df, dtype)
   key_n, key_g = _split_data(data, (2,))
-  n = _normal_real(key_n, shape, dtype)
+  n = _normal(key_n, shape, dtype)
   half_df = lax.div(df, np.array(2, dtype))
   g = _gamma(key_g, half_df, shape, dtype, False)
-  return n * lax.sqrt(half_df / g)
+  return n * jnp.sqrt(half_df / g)
 
 
 def t(key: Any, df: Any, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
@@ -2250,14 +2182,13 @@ def t(key: Any, df: Any, shape: Sequence[int] | None = None, dtype: Any = None) 
   return _t(data, df, tuple(shape), dt)
 
 
-def _chisquare_impl(data, df, shape, dtype):
+@partial(jit, static_argnums=(2, 3))
+def _chisquare(data, df, shape, dtype):
   df = lax.convert_element_type(df, dtype)
-  half_df = lax.div(df, np.array(2, dtype))
+  two = np.array(2, dtype)
+  half_df = lax.div(df, two)
   log_g = _gamma(data, half_df, shape, dtype, True)
-  return lax.mul(lax.exp(log_g), np.array(2, dtype))
-
-
-_chisquare = jit(_chisquare_impl, static_argnums=(2, 3))
+  return lax.mul(jnp.exp(log_g), two)
 
 
 def chisquare(key: Any, df: Any, shape: Sequence[int] | None = None,
@@ -2284,9 +2215,9 @@ def _f(data, dfnum, dfden, shape, dtype):
   dfden = lax.convert_element_type(dfden, dtype)
   dfnum = lax.convert_element_type(dfnum, dtype)
   key_dfd, key_dfn = _split_data(data, (2,))
-  chi2_dfn = _chisquare_impl(key_dfn, dfnum, shape, dtype)
-  chi2_dfd = _chisquare_impl(key_dfd, dfden, shape, dtype)
-  return (chi2_dfn / dfnum) / (chi2_dfd / dfden)
+  chi2_dfn = _chisquare(key_dfn, dfnum, shape, dtype)
+  chi2_dfd = _chisquare(key_dfd, dfden, shape, dtype)
+  return lax.div(lax.div(chi2_dfn, dfnum), lax.div(chi2_dfd, dfden))
 
 
 def f(key: Any, dfnum: Any, dfden: Any, shape: Sequence[int] | None = None,
@@ -2308,15 +2239,13 @@ def f(key: Any, dfnum: Any, dfden: Any, shape: Sequence[int] | None = None,
   return _f(data, dfnum, dfden, tuple(shape), dt)
 
 
-def _generalized_normal_impl(data, p, shape, dtype):
-  k_g, k_r = _split_data(data, (2,))
-  inv_p = lax.div(np.array(1, dtype), lax.convert_element_type(p, dtype))
-  g = _gamma(k_g, inv_p, shape, dtype, False)
-  r = _rademacher(k_r, shape, dtype)
-  return r * lax.pow(g, jnp.broadcast_to(inv_p, shape))
-
-
-_generalized_normal = jit(_generalized_normal_impl, static_argnums=(2, 3))
+@partial(jit, static_argnums=(2, 3))
+def _generalized_normal(data, p, shape, dtype):
+  # NB: the keys indexed (not unpacked) and `1 / p` taken twice, as JAX's program
+  keys = prng.random_split_p.bind(data, shape=(2,))
+  g = _gamma(_key_at(keys, 0), 1 / p, shape, dtype, False)
+  r = _rademacher(_key_at(keys, 1), shape, dtype)
+  return r * g ** (1 / p)
 
 
 def generalized_normal(key: Any, p: Any, shape: Sequence[int] = (), dtype: Any = None) -> Any:
@@ -2343,9 +2272,8 @@ def generalized_normal(key: Any, p: Any, shape: Sequence[int] = (), dtype: Any =
 @partial(jit, static_argnums=(2, 3, 4))
 def _ball(data, p, d, shape, dtype):
   k1, k2 = _split_data(data, (2,))
-  g = _generalized_normal_impl(k1, p, (*shape, d), dtype)
+  g = _generalized_normal(k1, p, (*shape, d), dtype)
   e = _exponential(k2, shape, dtype)
-  p = lax.convert_element_type(p, dtype)
   return g / (((jnp.abs(g) ** p).sum(-1) + e) ** (1 / p))[..., None]
 
 
@@ -2379,25 +2307,28 @@ def ball(key: Any, d: int, p: Any = 2, shape: Sequence[int] = (), dtype: Any = N
 # acceptance mask), so the bits are JAX's.
 
 
+@partial(jit, static_argnums=(2, 3, 4))
 def _poisson_knuth(data, lam, shape, dtype, max_iters):
   # Knuth: count uniforms until their product drops below exp(-lam).
   def body_fn(carry):
     i, k, key, log_prod = carry
-    keys = _split_data(key, (2,))
+    key, subkey = _split_data(key, (2,))   # NB: unpacked, as JAX's (slices of stride 1)
     k = lax.select(log_prod > -lam, k + 1, k)
-    u = _uniform(keys[1], 0., 1., shape, np.dtype(np.float32))
-    return i + 1, k, keys[0], log_prod + lax.log(u)
+    u = _uniform(subkey, 0., 1., shape, np.dtype(np.float32))
+    return i + 1, k, key, log_prod + jnp.log(u)
 
   def cond_fn(carry):
     i, log_prod = carry[0], carry[3]
-    return jnp.any(log_prod > -lam) & (i < max_iters)
+    return (log_prod > -lam).any() & (i < max_iters)
 
-  k_init = jnp.zeros(shape, dtype)
-  log_rate_init = jnp.zeros(shape, np.float32)
-  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), k_init, data, log_rate_init))[1]
+  k_init = lax.full_like(lam, 0, dtype, shape)
+  log_rate_init = lax.full_like(lam, 0, np.float32, shape)
+  # NB: the count starts as a Python 0 (weakly typed), as JAX's
+  k = lax.while_loop(cond_fn, body_fn, (0, k_init, data, log_rate_init))[1]
   return (k - 1).astype(dtype)
 
 
+@partial(jit, static_argnums=(2, 3, 4))
 def _poisson_rejection(data, lam, shape, dtype, max_iters):
   # Hörmann (1993), "The transformed rejection method for generating Poisson random
   # variables" (PTRS), as JAX.
@@ -2409,9 +2340,9 @@ def _poisson_rejection(data, lam, shape, dtype, max_iters):
 
   def body_fn(carry):
     i, k_out, accepted, key = carry
-    keys = _split_data(key, (3,))
-    u = _uniform(keys[1], 0., 1., shape, lam.dtype) - 0.5
-    v = _uniform(keys[2], 0., 1., shape, lam.dtype)
+    key, subkey_0, subkey_1 = _split_data(key, (3,))
+    u = _uniform(subkey_0, 0., 1., shape, lam.dtype) - 0.5
+    v = _uniform(subkey_1, 0., 1., shape, lam.dtype)
     u_shifted = 0.5 - abs(u)
     k = lax.floor((2 * a / u_shifted + b) * u + lam + 0.43)
     s = lax.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
@@ -2421,25 +2352,26 @@ def _poisson_rejection(data, lam, shape, dtype, max_iters):
     accept2 = s <= tt
     accept = accept1 | (~reject & accept2)
     k_out = lax.select(accept, k, k_out)
-    return i + 1, k_out, accepted | accept, keys[0]
+    accepted = accepted | accept
+    return i + 1, k_out, accepted, key
 
   def cond_fn(carry):
     i, _, accepted, _ = carry
-    return jnp.any(~accepted) & (i < max_iters)
+    return (~accepted).any() & (i < max_iters)
 
-  k_init = jnp.full(shape, -1, lam.dtype)
-  accepted = jnp.zeros(shape, bool)
-  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), k_init, accepted, data))[1]
+  k_init = lax.full_like(lam, -1, lam.dtype, shape)
+  accepted = lax.full_like(lam, False, np.dtype(bool), shape)
+  k = lax.while_loop(cond_fn, body_fn, (0, k_init, accepted, data))[1]
   return k.astype(dtype)
 
 
 @partial(jit, static_argnums=(2, 3))
 def _poisson(data, lam, shape, dtype):
-  use_knuth = (lam != lam) | (lam < 10)
-  lam_knuth = lax.select(use_knuth, lam, jnp.zeros_like(lam))
+  use_knuth = lax.ne(lam, lam) | (lam < 10)
+  lam_knuth = lax.select(use_knuth, lam, lax.full_like(lam, 0.0))
   # Rejection accepts at most ~89% as lam grows: an arbitrary large rate for masked lanes.
-  lam_rejection = lax.select(use_knuth, jnp.full_like(lam, 1e5), lam)
-  max_iters = np.int32(min(np.iinfo(dtype).max, np.iinfo(np.int32).max))
+  lam_rejection = lax.select(use_knuth, lax.full_like(lam, 1e5), lam)
+  max_iters = dtype.type(np.iinfo(dtype).max)   # (a static argument of both loops' jits)
   result = lax.select(use_knuth, _poisson_knuth(data, lam_knuth, shape, dtype, max_iters),
                       _poisson_rejection(data, lam_rejection, shape, dtype, max_iters))
   return lax.select(lam == 0, jnp.zeros_like(result), result)
@@ -2477,108 +2409,135 @@ def poisson(key: Any, lam: Any, shape: Sequence[int] | None = None, dtype: Any =
   else:
     shape = _canonical_shape("poisson", shape)
     _check_shape("poisson", shape, np.shape(lam))
-  lam = lax.convert_element_type(jnp.broadcast_to(lam, shape), np.float32)
+  if shape or not dtypes.is_python_scalar(lam):
+    # NB: a Python scalar for shape () converts on the host (JAX folds the conversion of
+    # the array `broadcast_to` makes of it, also under vmap)
+    lam = jnp.broadcast_to(lam, shape)
+  lam = lax.convert_element_type(lam, np.float32)
   return _poisson(data, lam, tuple(shape), dt)
 
 
 def _stirling_approx_tail(k):
-  tail_vals = np.array([0.0810614667953272, 0.0413406959554092, 0.0276779256849983,
-                        0.02079067210376509, 0.0166446911898211, 0.0138761288230707,
-                        0.0118967099458917, 0.0104112652619720, 0.00925546218271273,
-                        0.00833056343336287], dtype=k.dtype)
+  """`log k! - log(sqrt(2 pi k) (k/e)^k)`: tabulated for `k <= 9`, else the series
+  `(1/12 - (1/360 - 1/1260/(k+1)^2)/(k+1)^2)/(k+1)` (JAX's `_stirling_approx_tail`)."""
+  tail_vals = jnp.array([0.0810614667953272, 0.0413406959554092, 0.0276779256849983,
+                         0.02079067210376509, 0.0166446911898211, 0.0138761288230707,
+                         0.0118967099458917, 0.0104112652619720, 0.00925546218271273,
+                         0.00833056343336287], dtype=k.dtype)
   use_tail_values = k <= 9
   k = lax.clamp(np.array(0., k.dtype), k, np.array(9., k.dtype))
   kp1sq = (k + 1) * (k + 1)
   approx = (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / kp1sq) / kp1sq) / (k + 1)
-  idx = lax.floor(k).astype(np.int32)
-  return lax.select(use_tail_values, jnp.take(jnp.asarray(tail_vals), idx), approx)
+  k = jnp.floor(k)
+  return lax.select(use_tail_values, tail_vals[jnp.asarray(k, dtype="int32")], approx)
 
 
+def _full_like_literal(x, value: float):
+  """`lax.full_like(x, value)`; for a weakly typed `x` the Python float itself is the
+  constant, as JAX's (printed `0.01:f32[]`, not rounded to float32)."""
+  aval = core.get_aval(x)
+  if not aval.weak_type:
+    return lax.full_like(x, value)
+  return lax.broadcast_in_dim(value, aval.shape, ()) if aval.shape else value
+
+
+@partial(jit, static_argnums=(3, 4, 5), inline=True)   # NB: inlined, as JAX's
 def _binomial_inversion(data, count, prob, shape, dtype, max_iters):
   # Count geometric waiting times until they exceed `count`.
-  log1minusprob = lax.log1p(-prob)
+  log1minusprob = jnp.log1p(-prob)
 
   def body_fn(carry):
     i, num_geom, geom_sum, key = carry
-    keys = _split_data(key, (2,))
-    subkey, key = keys[0], keys[1]
+    subkey, key = _split_data(key, (2,))
     num_geom_out = lax.select(geom_sum <= count, num_geom + 1, num_geom)
     u = _uniform(subkey, 0., 1., shape, prob.dtype)
-    geom = lax.ceil(lax.log(u) / log1minusprob)
-    return i + 1, num_geom_out, geom_sum + geom, key
+    geom = jnp.ceil(jnp.log(u) / log1minusprob)
+    geom_sum = geom_sum + geom
+    return i + 1, num_geom_out, geom_sum, key
 
   def cond_fn(carry):
     i, geom_sum = carry[0], carry[2]
-    return jnp.any(geom_sum <= count) & (i < max_iters)
+    return (geom_sum <= count).any() & (i < max_iters)
 
-  init = jnp.zeros(shape, prob.dtype)
-  k = lax.while_loop(cond_fn, body_fn, (np.int32(0), init, init, data))[1]
+  num_geom_init = lax.full_like(prob, 0, prob.dtype, shape)
+  geom_sum_init = lax.full_like(prob, 0, prob.dtype, shape)
+  k = lax.while_loop(cond_fn, body_fn, (0, num_geom_init, geom_sum_init, data))[1]
   return (k - 1).astype(dtype)
 
 
+@partial(jit, static_argnums=(3, 4, 5), inline=True)   # NB: inlined, as JAX's
 def _btrs(data, count, prob, shape, dtype, max_iters):
-  # Hörmann (1993), "The generation of binomial random variates" (BTRS), as JAX.
-  stddev = lax.sqrt(count * prob * (1 - prob))
+  # Hörmann (1993), "The generation of binomial random variates" (BTRS).
+  stddev = jnp.sqrt(count * prob * (1 - prob))
   b = 1.15 + 2.53 * stddev
-  a = -0.0873 + 0.0248 * b + 0.01 * prob
+  # NB: `0.01 * prob` with lax.mul for a weakly typed `prob`, which keeps the Python constant
+  # (JAX's literal `0.01`, where stagecraft's NumPy promotion would round it to float32)
+  a = -0.0873 + 0.0248 * b + (lax.mul(0.01, prob) if core.get_aval(prob).weak_type
+                               else 0.01 * prob)
   c = count * prob + 0.5
   v_r = 0.92 - 4.2 / b
   r = prob / (1 - prob)
   alpha = (2.83 + 5.1 / b) * stddev
-  m = lax.floor((count + 1) * prob)
+  m = jnp.floor((count + 1) * prob)
 
   def body_fn(carry):
     i, k_out, accepted, key = carry
-    keys = _split_data(key, (3,))
-    u = _uniform(keys[1], 0., 1., shape, prob.dtype)
-    v = _uniform(keys[2], 0., 1., shape, prob.dtype)
+    key, subkey_0, subkey_1 = _split_data(key, (3,))
+    u = _uniform(subkey_0, 0., 1., shape, prob.dtype)
+    v = _uniform(subkey_1, 0., 1., shape, prob.dtype)
     u = u - 0.5
     us = 0.5 - jnp.abs(u)
     accept1 = (us >= 0.07) & (v <= v_r)
-    k = lax.floor((2 * a / us + b) * u + c)
+    k = jnp.floor((2 * a / us + b) * u + c)
     reject = (k < 0) | (k > count)
-    v = lax.log(v * alpha / (a / (us * us) + b))
-    ub = ((m + 0.5) * lax.log((m + 1) / (r * (count - m + 1)))
-          + (count + 1) * lax.log((count - m + 1) / (count - k + 1))
-          + (k + 0.5) * lax.log(r * (count - k + 1) / (k + 1))
+    v = jnp.log(v * alpha / (a / (us * us) + b))
+    ub = ((m + 0.5) * jnp.log((m + 1) / (r * (count - m + 1)))
+          + (count + 1) * jnp.log((count - m + 1) / (count - k + 1))
+          + (k + 0.5) * jnp.log(r * (count - k + 1) / (k + 1))
           + _stirling_approx_tail(m) + _stirling_approx_tail(count - m)
           - _stirling_approx_tail(k) - _stirling_approx_tail(count - k))
-    accept = accept1 | (~reject & (v <= ub))
-    return i + 1, lax.select(accept, k, k_out), accepted | accept, keys[0]
+    accept2 = v <= ub
+    accept = accept1 | (~reject & accept2)
+    k_out = lax.select(accept, k, k_out)
+    accepted = accepted | accept
+    return i + 1, k_out, accepted, key
 
   def cond_fn(carry):
     i, accepted = carry[0], carry[2]
-    return jnp.any(~accepted) & (i < max_iters)
+    return (~accepted).any() & (i < max_iters)
 
-  init = (np.int32(0), jnp.full(shape, -1, prob.dtype), jnp.zeros(shape, bool), data)
+  k_init = lax.full_like(prob, -1, prob.dtype, shape)
+  init = (0, k_init, jnp.full(shape, False, bool), data)
   return lax.while_loop(cond_fn, body_fn, init)[1].astype(dtype)
 
 
-@partial(jit, static_argnums=(3, 4))
+@partial(jit, static_argnums=(3, 4), inline=True)   # NB: inlined, as JAX's
 def _binomial(data, count, prob, shape, dtype):
-  prob, = _promote_inexact(prob)
-  count = jnp.broadcast_to(lax.convert_element_type(count, prob.dtype), shape)
+  prob, = jnp_util.promote_dtypes_inexact(prob)
+  count = lax.convert_element_type(count, prob.dtype)
+  count = jnp.broadcast_to(count, shape)
   prob = jnp.broadcast_to(prob, shape)
   p_lt_half = prob < 0.5
   q = lax.select(p_lt_half, prob, 1.0 - prob)
-  count_nan_or_neg = (count != count) | (count < 0.0)
+  count_nan_or_neg = lax.ne(count, count) | (count < 0.0)
   count_inf = jnp.isinf(count)
-  q_is_nan = q != q
+  q_is_nan = lax.ne(q, q)
   q_l_0 = q < 0.0
-  q = lax.select(q_is_nan | q_l_0, jnp.full_like(q, 0.01), q)
+  q = lax.select(q_is_nan | q_l_0, _full_like_literal(q, 0.01), q)
   use_inversion = count_nan_or_neg | (count * q <= 10.0)
-  count = lax.floor(count)   # as numpy for a float count
-  count_inv = lax.select(use_inversion, count, jnp.zeros_like(count))
-  count_btrs = lax.select(use_inversion, jnp.full_like(count, 1e4), count)
-  q_btrs = lax.select(use_inversion, jnp.full_like(q, 0.5), q)
-  # NB: JAX's bound is finfo(dtype).max, i.e. never; an int32 count cannot exceed 2**31 - 1.
-  max_iters = np.int32(np.iinfo(np.int32).max)
+  count = jnp.floor(count)   # as numpy for a float count
+  count_inv = lax.select(use_inversion, count, lax.full_like(count, 0.0))
+  count_btrs = lax.select(use_inversion, lax.full_like(count, 1e4), count)
+  q_btrs = lax.select(use_inversion, lax.full_like(q, 0.5), q)
+  # NB: as JAX's, the loops' bound is the dtype's largest float (the count compared as one)
+  max_iters = dtype.type(dtypes.finfo(dtype).max)
   samples = lax.select(use_inversion,
                        _binomial_inversion(data, count_inv, q, shape, dtype, max_iters),
                        _btrs(data, count_btrs, q_btrs, shape, dtype, max_iters))
+  # NaN for a NaN or negative q or count, inf for an infinite count
   invalid = q_l_0 | q_is_nan | count_nan_or_neg
-  samples = lax.select(invalid, jnp.full_like(samples, np.nan), samples)
-  samples = lax.select(count_inf & ~invalid, jnp.full_like(samples, np.inf), samples)
+  samples = lax.select(invalid, jnp.full_like(samples, np.nan, dtype), samples)
+  samples = lax.select(count_inf & (~invalid), jnp.full_like(samples, np.inf, dtype), samples)
   return lax.select(p_lt_half | count_nan_or_neg | q_is_nan | count_inf, samples,
                     count.astype(dtype) - samples)
 
@@ -2616,23 +2575,6 @@ def _broadcasts_to(src, dst) -> bool:
   return len(src) <= len(dst) and all(a in (1, b) for a, b in zip(src[::-1], dst[::-1]))
 
 
-@partial(jit, static_argnums=(3, 4, 5))
-def _multinomial(data, n, p, shape, dtype, unroll):
-  n = jnp.broadcast_to(n, shape[:-1])
-  p = jnp.moveaxis(jnp.broadcast_to(p, shape), -1, 0)
-  remaining = lax.cumsum(p, 0, reverse=True)
-  ratios = p / jnp.where(remaining == 0, jnp.ones_like(remaining), remaining)
-  keys = _split_data(data, (ratios.shape[0],))
-
-  def step(remainder, ratio_key):
-    ratio, k = ratio_key
-    count = _binomial(k, remainder, jnp.clip(ratio, 0, 1), remainder.shape, remainder.dtype)
-    return remainder - count, count
-
-  _, counts = lax.scan(step, n, (ratios, keys), unroll=unroll)
-  return jnp.moveaxis(counts, 0, -1).astype(dtype)
-
-
 def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
                 dtype: Any = None, unroll: int | bool = 1) -> Any:
   """Multinomial counts of `n` trials over outcomes with probabilities `p` (JAX's
@@ -2663,7 +2605,7 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
     Array([1., 1., 8.], dtype=float32)
   """
   data, _ = _check_prng_key("multinomial", key, keys=True)
-  n, p = _promote_inexact(n, p)
+  n, p = _promote_inexact_as_jax(n, p)
   shape = np.shape(p) if shape is None else _canonical_shape("multinomial", shape)
   if not shape:
     raise ValueError(f"multinomial needs p with at least one axis (the outcomes); got "
@@ -2674,7 +2616,21 @@ def multinomial(key: Any, n: Any, p: Any, *, shape: Sequence[int] | None = None,
                      f"shape = {shape}.")
   # NB: JAX's multinomial converts its counts with astype, whose name its x64 warning gives.
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "astype")
-  return _multinomial(data, n, p, shape, dt, unroll)
+  # NB: not jitted, as JAX's: the program holds the scan of conditional binomials
+  n = jnp.broadcast_to(n, shape[:-1])
+  p = jnp.broadcast_to(p, shape)
+
+  def step(remainder, ratio_key):
+    ratio, k = ratio_key
+    count = _binomial(k, remainder, ratio.clip(0, 1), remainder.shape, remainder.dtype)
+    return remainder - count, count
+
+  p = jnp.moveaxis(p, -1, 0)
+  remaining_probs = lax.cumsum(p, 0, reverse=True)
+  ratios = p / jnp.where(remaining_probs == 0, 1, remaining_probs)
+  keys = prng.random_split_p.bind(data, shape=(ratios.shape[0],))
+  _, counts = lax.scan(step, n, (ratios, keys), unroll=unroll)
+  return jnp.moveaxis(counts, 0, -1).astype(dt)
 
 
 # ---------------------------------------------------------------------------

@@ -459,8 +459,9 @@ def _reshape_batch_rule(args, dims, *, new_sizes, dimensions, sharding=None):
   size = _shape_of(operand)[0]
   if dimensions is not None:
     dimensions = (0,) + tuple(int(d) + 1 for d in dimensions)
-  return reshape_p.bind(operand, new_sizes=(size,) + tuple(new_sizes),
-                        dimensions=dimensions), 0
+  # NB: through `reshape`, as JAX's rule: a batched operand already of the shape is kept
+  # (a vmapped reshape of a scalar to `()` stages nothing)
+  return reshape(operand, (size,) + tuple(new_sizes), dimensions), 0
 
 
 batching.primitive_batchers[reshape_p] = _reshape_batch_rule

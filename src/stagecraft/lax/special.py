@@ -28,7 +28,7 @@ from stagecraft.interpreters import partial_eval as pe
 from stagecraft.lax import elementwise as ew
 from stagecraft.lax.elementwise import binop, naryop_abstract_eval, unop
 from stagecraft.lax.reduction import reduce_or
-from stagecraft.lax.shape import broadcast_in_dim, full
+from stagecraft.lax.shape import broadcast_in_dim, full, full_like
 from stagecraft.lax.utils import const, floating
 from stagecraft.lax.utils import weak_const as _c
 
@@ -879,6 +879,7 @@ def random_gamma_grad(a: Any, x: Any):
 
   Raises:
     TypeError: if T is not floating, or the dtypes or shapes do not match.
+    AttributeError: for an operand without a `shape` (a Python scalar), as JAX's.
 
   Algorithm: implicit reparameterization (Figurnov, Mohamed and Mnih, "Implicit
   Reparameterization Gradients", NeurIPS 2018): differentiating `P(a, x(a)) = u` gives
@@ -894,6 +895,9 @@ def random_gamma_grad(a: Any, x: Any):
     >>> float(lax.random_gamma_grad(np.float32(1.5), np.float32(0.7)))   # JAX: 0.74021
     0.7402...
   """
+  for v in (a, x):
+    if not hasattr(v, "shape"):   # NB: as JAX's, whose broadcasting reads `.shape` first
+      raise AttributeError(f"'{type(v).__name__}' object has no attribute 'shape'")
   aval = naryop_abstract_eval("random_gamma_grad", floating)(get_aval(a), get_aval(x))
   dt, shape = aval.dtype, aval.shape
   wide = _compute_dtype(dt)
@@ -904,11 +908,125 @@ def random_gamma_grad(a: Any, x: Any):
       v = broadcast_in_dim(v, shape, () if not v_shape else tuple(range(len(shape))))
     return ew.convert_element_type(v, wide) if wide != dt else v
   a, x = prep(a), prep(x)
-  ax, series_on, cf_on, use_cf, x_is_zero, nan_out = _igamma_grad_a_prelude(a, x, dtype=wide)
-  ctx = _Staged(ShapedArray(shape, wide))
-  cf = _igammac_continued_fraction(ctx, ax, x, a, cf_on, wide, derivative=True, sample=True)
-  series = _igamma_series(ctx, ax, x, a, series_on, wide, derivative=True, sample=True)
-  grad = ew.select(use_cf, ew.neg(cf), series)
-  grad = ew.select(x_is_zero, full(shape, 0.0, wide), grad)
-  grad = ew.select(nan_out, full(shape, np.nan, wide), grad)
+  grad = _sample_grad_staged(a, x)
   return ew.convert_element_type(grad, dt) if wide != dt else grad
+
+
+# The staged form of `random_gamma_grad`: the operations of igamma_grad_a's series and
+# continued fraction in SAMPLE_DERIVATIVE mode, in JAX's order (so that programs print as
+# JAX's: constants by `full_like`, the rescale bound as `integer_pow[y=-1] eps`, every
+# loop value selected by `enabled`). The lowering rules above keep their own layout.
+
+
+def _f_like(x, value):
+  return full_like(x, value)
+
+
+def _any_staged(pred):
+  return reduce_or(pred, tuple(range(len(get_aval(pred).shape))))
+
+
+def _sample_grad_staged(a, x):
+  """`-(dP/da) / (dP/dx)` for `a, x: T[*s]` (T float32 or float64)."""
+  dtype = get_aval(a).dtype
+  is_nan = ew.bitwise_or(ew.ne(a, a), ew.ne(x, x))
+  x_is_zero = ew.eq(x, _f_like(x, 0))
+  domain_error = ew.bitwise_or(ew.lt(x, _f_like(x, 0)), ew.le(a, _f_like(a, 0)))
+  use_cf = ew.bitwise_and(ew.gt(x, _f_like(x, 1)), ew.gt(x, a))
+  ax = ew.sub(ew.sub(ew.mul(a, ew.log(x)), x), lgamma(a))
+  underflow = ew.lt(ax, ew.neg(ew.log(dtypes.finfo(dtype).max)))
+  ax = ew.exp(ax)   # NB: unused in this mode, but staged, as JAX's
+  enabled = ew.bitwise_not(ew.bitwise_or(ew.bitwise_or(ew.bitwise_or(
+      x_is_zero, domain_error), underflow), is_nan))
+  cf = ew.neg(_cf_sample_grad(x, a, ew.bitwise_and(enabled, use_cf), dtype))
+  series = _series_sample_grad(x, a, ew.bitwise_and(enabled, ew.bitwise_not(use_cf)), dtype)
+  out = ew.select(use_cf, cf, series)
+  out = ew.select(x_is_zero, _f_like(out, 0), out)
+  return ew.select(ew.bitwise_or(domain_error, is_nan), _f_like(a, float("nan")), out)
+
+
+def _series_sample_grad(x, a, enabled, dtype):
+  """The power series of P(a, x) with the derivatives of its terms; returns
+  `-(dP/da) / (dP/dx)`."""
+  eps = dtypes.finfo(dtype).eps
+
+  def body(vals):
+    enabled, r, c, ans, x, dc_da, dans_da = vals
+    r = ew.add(r, _c(r, 1.))
+    dc_da = ew.sub(ew.mul(dc_da, ew.div(x, r)), ew.div(ew.mul(c, x), ew.mul(r, r)))
+    dans_da = ew.add(dans_da, dc_da)
+    c = ew.mul(c, ew.div(x, r))
+    ans = ew.add(ans, c)
+    go_on = ew.bitwise_and(enabled, ew.gt(ew.abs(ew.div(dc_da, dans_da)), eps))
+    new = (r, c, ans, x, dc_da, dans_da)
+    return (go_on, *(ew.select(enabled, n, o) for n, o in zip(new, vals[1:])))
+
+  init = (enabled, a, _f_like(a, 1), _f_like(a, 1), x, _f_like(a, 0), _f_like(a, 0))
+  vals = staged_while_loop(lambda v: _any_staged(v[0]), body, init)
+  ans, dans_da = vals[3], vals[6]
+  dlogax_da = ew.sub(ew.log(x), digamma(ew.add(a, _c(a, 1))))
+  return ew.div(ew.mul(ew.neg(ew.add(dans_da, ew.mul(ans, dlogax_da))), x), a)
+
+
+def _cf_sample_grad(x, a, enabled, dtype):
+  """The continued fraction of Q(a, x) with the derivatives of its convergents (at most
+  2000 steps); returns `(dQ/da) / (dP/dx)`."""
+  eps = dtypes.finfo(dtype).eps
+
+  def cond(vals):
+    return ew.bitwise_and(ew.lt(vals[5], _c(vals[5], 2000)), _any_staged(vals[0]))
+
+  def body(vals):
+    (enabled, ans, t, y, z, c, pkm1, qkm1, pkm2, qkm2,
+     dpkm2_da, dqkm2_da, dpkm1_da, dqkm1_da, dans_da) = vals
+    c = ew.add(c, _c(c, 1))
+    y = ew.add(y, _c(y, 1))
+    z = ew.add(z, _c(z, 2))
+    yc = ew.mul(y, c)
+    pk = ew.sub(ew.mul(pkm1, z), ew.mul(pkm2, yc))
+    qk = ew.sub(ew.mul(qkm1, z), ew.mul(qkm2, yc))
+    qk_is_nonzero = ew.ne(qk, _c(qk, 0))
+    r = ew.div(pk, qk)
+    t = ew.select(qk_is_nonzero, ew.abs(ew.div(ew.sub(ans, r), r)), _f_like(r, 1))
+    ans = ew.select(qk_is_nonzero, r, ans)
+    dpk_da = ew.add(ew.sub(ew.sub(ew.mul(dpkm1_da, z), pkm1), ew.mul(dpkm2_da, yc)),
+                    ew.mul(pkm2, c))
+    dqk_da = ew.add(ew.sub(ew.sub(ew.mul(dqkm1_da, z), qkm1), ew.mul(dqkm2_da, yc)),
+                    ew.mul(qkm2, c))
+    dans_da_new = ew.select(qk_is_nonzero, ew.div(ew.sub(dpk_da, ew.mul(ans, dqk_da)), qk),
+                            dans_da)
+    grad_change = ew.select(qk_is_nonzero, ew.abs(ew.sub(dans_da_new, dans_da)),
+                            _f_like(dans_da, 1))
+    pkm2, pkm1, qkm2, qkm1 = pkm1, pk, qkm1, qk
+    dpkm2_da, dqkm2_da, dpkm1_da, dqkm1_da = dpkm1_da, dqkm1_da, dpk_da, dqk_da
+    rescale = ew.gt(ew.abs(pk), ew.reciprocal(np.asarray(eps, dtype)[()]))
+    scale = lambda v: ew.select(rescale, ew.mul(v, np.asarray(eps, dtype)[()]), v)
+    pkm2, pkm1, qkm2, qkm1 = scale(pkm2), scale(pkm1), scale(qkm2), scale(qkm1)
+    dpkm2_da, dqkm2_da = scale(dpkm2_da), scale(dqkm2_da)
+    dpkm1_da, dqkm1_da = scale(dpkm1_da), scale(dqkm1_da)
+    go_on = ew.bitwise_and(enabled, ew.gt(grad_change, np.asarray(eps, dtype)[()]))
+    new = (ans, t, y, z)
+    rest = (pkm1, qkm1, pkm2, qkm2, dpkm2_da, dqkm2_da, dpkm1_da, dqkm1_da, dans_da_new)
+    return (go_on, *(ew.select(enabled, n, o) for n, o in zip(new, vals[1:5])), c,
+            *(ew.select(enabled, n, o) for n, o in zip(rest, vals[6:])))
+
+  y = ew.sub(_c(a, 1), a)
+  z = ew.add(ew.add(x, y), _c(x, 1))
+  c = np.asarray(0, dtype)[()]
+  pkm2 = _f_like(x, 1)
+  qkm2 = x
+  pkm1 = ew.add(x, _c(x, 1))
+  qkm1 = ew.mul(z, x)
+  ans = ew.div(pkm1, qkm1)
+  t = _f_like(x, 1)
+  dpkm2_da = _f_like(x, 0)
+  dqkm2_da = _f_like(x, 0)
+  dpkm1_da = _f_like(x, 0)
+  dqkm1_da = ew.neg(x)
+  dans_da = ew.div(ew.sub(dpkm1_da, ew.mul(ans, dqkm1_da)), qkm1)
+  init = (enabled, ans, t, y, z, c, pkm1, qkm1, pkm2, qkm2,
+          dpkm2_da, dqkm2_da, dpkm1_da, dqkm1_da, dans_da)
+  vals = staged_while_loop(cond, body, init)
+  ans, dans_da = vals[1], vals[14]
+  dlogax_da = ew.sub(ew.log(x), digamma(a))
+  return ew.neg(ew.mul(ew.add(dans_da, ew.mul(ans, dlogax_da)), x))
