@@ -1213,7 +1213,7 @@ class PjitFunction:
         # NB: a program over a mesh (device_put, shard_map inside) meets arguments committed
         # to a device: their devices join its device assignment (JAX's check).
         placement = dispatch.Placement(map(dispatch.committed_sharding, leaves))
-      if type(placement) is dispatch.Placement:
+      if type(placement) is dispatch.Placement and not _runs_hi(entry):
         layout = self._layout(entry, args, kwargs, static_argnums, placement)
         call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
                                             fun_name(self._fun), layout=layout))
@@ -1863,6 +1863,13 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
 #: `__call__(leaves)`: the `out_tree`), or None when it has none; installed by
 #: `experimental.hijax` (NB: a hook from above: only it makes such values).
 hi_compile: list = [None]
+
+
+def _runs_hi(entry: TracedSignature) -> bool:
+  """Whether the program of `entry` runs through `hi_compile` (hijax-typed values: a jit of
+  their arrays, which places them itself)."""
+  return hi_compile[0] is not None and hi_compile[0](
+      entry.jaxpr.jaxpr, entry.consts, entry.out_tree, "") is not None
 
 
 def _arg_shardings(leaves: Sequence[Any], dev) -> list | None:

@@ -26,11 +26,13 @@ from typing import Any, Callable
 
 from stagecraft import api, config, core, dtypes, pjit, tree_util
 from stagecraft.core import EffectTypeSet, ShapedArray
-from stagecraft.interpreters import ad, batching, lowering, mlir
+from stagecraft.interpreters import ad, batching, lowering, mapping, mlir
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.ad import Zero, instantiate_zeros, is_undefined_primal
-from stagecraft.lax import elementwise, reduction
+from stagecraft.lax import elementwise, parallel, reduction
 from stagecraft.lax.control_flow import loops
+from stagecraft.lax.spmd import shard_map_p
+from stagecraft.shard_map import HiPspec, eval_lojax, run_hi
 
 __all__ = ["Zero", "AbstractValue", "AvalQDD", "ShapedArray", "aval_method", "aval_property",
            "AvalMutableQDD", "instantiate_zeros", "is_undefined_primal",
@@ -80,10 +82,6 @@ class MutableHiType(HiType):
 
   def __init__(self, *args, **kwargs):
     raise NotImplementedError(_MSG.format(type(self).__name__))
-
-
-class HiPspec(_StandIn):
-  """A partition spec of a high-level type (stand-in)."""
 
 
 class AbstractRef(_StandIn):
@@ -441,6 +439,10 @@ def _call_hi_primitive_batch(axis_data, args, dims, *, _prim):
 
 
 batching.fancy_primitive_batchers[call_hi_primitive_p] = _call_hi_primitive_batch
+# In a check_vma shard_map body the results vary along the axes their declared types say
+# (a hijax type: none), as they are typed when traced.
+mapping.vma_rules[call_hi_primitive_p] = lambda in_vary, *, _prim: [
+    getattr(a, "vma", frozenset()) for a in _prim.out_avals_flat]
 # With sharding in types, the results have the shardings their declared types give.
 core.sharding_rules[call_hi_primitive_p] = lambda *avals, _prim: [
     a._sharding if type(a) is ShapedArray else None for a in _prim.out_avals_flat]
@@ -679,6 +681,14 @@ def _eval_lojax(jaxpr: core.Jaxpr, vals: list, consts: Any = ()) -> list:
     ins = [read(v) for v in eqn.invars]
     if eqn.primitive is call_hi_primitive_p:
       outs = _call_hi_primitive_impl(*ins, **eqn.params)
+    elif eqn.primitive is parallel.pvary_p:
+      # A value a hijax primitive gives is typed invariant in a shard_map body (hijax types
+      # carry no varying axes), its arrays may vary already: pvary'd along the others only.
+      have = getattr(core.get_aval(ins[0]), "vma", frozenset())
+      axes = tuple(a for a in eqn.params["axes"] if a not in have)
+      outs = [parallel.pvary_p.bind(ins[0], axes=axes) if axes else ins[0]]
+    elif eqn.primitive is shard_map_p and _crosses_hi(eqn):
+      outs = run_hi(ins, eqn.params)   # a shard_map of the arrays (JAX's `to_lojax`)
     elif eqn.primitive is loops.scan_p and _crosses_hi(eqn):
       p = eqn.params
       nc, nk = p["num_consts"], p["num_carry"]
@@ -735,6 +745,7 @@ def _hi_compile(jaxpr: core.Jaxpr, consts: list, out_tree, name: str) -> _HiCall
 
 
 pjit.hi_compile[0] = _hi_compile
+eval_lojax[0] = _eval_lojax
 
 
 # --- eager `lax.scan` over hijax-typed carries, xs and ys
