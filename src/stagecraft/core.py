@@ -244,6 +244,18 @@ class ShapedArray(AbstractValue):
                        self.weak_type if weak_type is None else weak_type, sharding,
                        vma=self.vma if vma is None else frozenset(vma))
 
+  def lo_ty(self) -> list:
+    """The array types a value of this type is made of (hijax's interface): itself."""
+    return [self]
+
+  def lower_val(self, val: Any) -> list:
+    """A value's arrays (hijax's interface): the value itself."""
+    return [val]
+
+  def raise_val(self, val: Any) -> Any:
+    """The value made of its arrays (hijax's interface): the array itself."""
+    return val
+
   def shard(self, mesh: Any, manual_axes: Any, check_vma: bool, spec: Any) -> "ShapedArray":
     """The type of one device's block of a value of this type inside a shard_map body over
     `mesh` manual along `manual_axes`, split by the PartitionSpec `spec` (JAX's
