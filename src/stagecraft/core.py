@@ -499,6 +499,12 @@ def unshard_aval(mesh: Any, check_vma: bool, spec: Any, aval: Any) -> Any:
   return handler(mesh, check_vma, spec, aval)
 
 
+class MutableHiError(NotImplementedError):
+  """Mutable hijax values (`values`) met where the computation being staged cannot take
+  them as it is (jit and scan take them again as hidden arguments or carries)."""
+  values: list = []
+
+
 #: The hijax value types (`experimental.hijax.register_hitype`): Python type -> function
 #: giving a value's hijax type. Only `typeof` reads it (stagecraft does not trace hijax
 #: types: they are not array-likes for `get_aval`).

@@ -1604,7 +1604,7 @@ def _leaf_sig(x):
   return aval
 
 
-class MutableHiLeaf(NotImplementedError):
+class MutableHiLeaf(core.MutableHiError):
   """A mutable hijax value met among a jit call's arguments (`PjitFunction._call` hands the
   call to `hi_mutable_call`)."""
 

@@ -9,14 +9,15 @@ one `call_hi_primitive` equation, whose rules call those methods.
 Hijax types are JAX's too: a `HiType` subclass (`lo_ty`, `lower_val`, `raise_val`,
 `to_tangent_aval`, `str_short`) whose value class is given to `register_hitype` types
 values that hijax primitives make and take, eagerly, inside and across `jit` and under
-`grad`, and as eager `lax.scan` carries, xs and ys (not through `scan` under `jit`, other
-loops, conds, `vmap` of a hijax-typed value or `shard_map`).
+`grad`, as `lax.scan` carries, xs and ys, and as `shard_map` arguments and results with
+`HiPspec` specs (not through other loops, conds or `vmap` of a hijax-typed value).
 
-The other names are stand-ins, so that a library which defines hijax classes at import time
-but uses them only behind an option (flax.nnx's `flax_hijax_variable`, off by default)
-imports: subclassing `HiPrimitive` or `MutableHiType`, `aval_method` and `aval_property`
-work at class definition; binding a `HiPrimitive` or building a mutable hijax aval raises
-`NotImplementedError`.
+Mutable hijax types (`MutableHiType`, made and changed by `HiPrimitive`s: flax.nnx's hijax
+Variables) run their primitives eagerly (`impl`, their `jvp` under `grad`); a jit call
+that takes or closes over such values, and a scan that closes over them, thread their
+states' arrays through the program (the primitives run on the values, holding traced
+arrays, while it is traced: their `to_lojax`); elsewhere they raise `NotImplementedError`.
+`AbstractRef` and `TransformedRef` are stand-ins (subclassable, not buildable).
 The names that JAX re-exports from elsewhere (`ShapedArray`, `Zero`, `instantiate_zeros`,
 `is_undefined_primal`, `control_flow_allowed_effects`) are stagecraft's own.
 """
@@ -123,6 +124,12 @@ class MutableHiType:
 
   def type_state(self):
     return cur_qdd(self)
+
+  def __repr__(self):   # JAX's AbstractValue repr: the class and its instance fields
+    try:
+      return f"{type(self).__name__}({','.join(f'{k}={v}' for k, v in vars(self).items())})"
+    except TypeError:   # a class with __slots__ only
+      return type(self).__name__
 
   def lo_ty_qdd(self, state, /):
     raise AssertionError("must override")
@@ -927,9 +934,9 @@ class _HiMet(pjit.MutableHiLeaf):
   def __init__(self, values: list):
     super().__init__(
         f"stagecraft does not stage hijax primitives on mutable hijax values "
-        f"({type(values[0]).__name__}) closed over by a computation other than jit "
-        f"(scan, cond, while_loop, vmap, eval_shape, or jit(f).trace()/.lower()): pass them "
-        f"as arguments.")
+        f"({type(values[0]).__name__}) closed over by a computation other than a jit call "
+        f"or lax.scan (cond, while_loop, fori_loop, vmap, custom_vjp/jvp functions, "
+        f"jit(f).trace()/.lower()): pass them as arguments.")
     self.values = values
 
 
@@ -995,7 +1002,6 @@ def _mutable_hi_call(jitted, fun, args, kwargs, static_argnums, static_argnames,
       computation other than jit.
   """
   calls = _mutable_calls.setdefault(jitted, {"programs": {}, "hidden": []})
-  jitted.hi_values = calls["hidden"]
   for x in (met.values if met is not None else ()):
     if all(x is not h for h in calls["hidden"]):
       calls["hidden"].append(x)
@@ -1038,10 +1044,13 @@ def _mutable_hi_call(jitted, fun, args, kwargs, static_argnums, static_argnames,
       if not new:
         raise NotImplementedError(str(p.met)) from None
       calls["hidden"].extend(new)
+      jitted.hi_values = calls["hidden"]   # its later calls come here
       continue
     finally:
       info.pop("restore", None)
       info.pop("values", None)
+    if calls["hidden"]:
+      jitted.hi_values = calls["hidden"]   # its later calls come here
     for x, (aval, qdd), lo in zip(values, info["finals"], finals):
       aval.update_from_loval(qdd, x, *lo)
     return out
@@ -1101,6 +1110,68 @@ def _mutable_program(fun, args, kwargs, static_argnums, static_argnames, treedef
 
 
 pjit.hi_mutable_call[0] = _mutable_hi_call
+
+
+def _mutable_hi_scan(f, init, xs, length, reverse, unroll, err):
+  """`lax.scan` of a body that closes over mutable hijax values (`err.values`, and those
+  met while tracing it), as JAX's: their states are carried as arrays; while the body is
+  traced each value holds the traced arrays, and after the loop its final state.
+
+  Raises:
+    TypeError: the body changes the type of a value's state (a scan carry's type is fixed).
+    NotImplementedError: a value met inside a computation the body stages.
+  """
+  values = list(err.values)
+  while True:
+    avals = [_mutable_aval(v) for v in values]
+    qdds = [cur_qdd(v) for v in values]
+    lo_in = [list(a.read_loval(q, v)) for a, q, v in zip(avals, qdds, values)]
+
+    def body(carry, x, values=values, avals=avals, qdds=qdds, lo_in=lo_in):
+      lo_c, c = carry
+      trace = core.current_trace()
+      more: list = []
+      _managed[id(trace)] = more
+      entered = []
+      try:
+        for v, a, q, lo in zip(values, avals, qdds, lo_c):
+          _owners.push(v, trace)
+          entered.append(v)
+          a.update_from_loval(q, v, *lo)
+        try:
+          c2, y = f(c, x)
+        except _HiMet as e:
+          raise _Passed(e) from None
+        if more:
+          raise _Passed(_HiMet([m[0] for m in more]))
+        finals = [cur_qdd(v) for v in values]
+        if finals != qdds:
+          raise TypeError("scan body function changed the state type of a mutable hijax "
+                          "value it closes over; its type must stay the same.")
+        return ([list(a.read_loval(q, v)) for a, q, v in zip(avals, finals, values)], c2), y
+      finally:
+        for v, a, q, lo in zip(entered, avals, qdds, lo_in):
+          a.update_from_loval(q, v, *lo)
+          _owners.pop(v)
+        for v, a, q, lo in more:
+          a.update_from_loval(q, v, *lo)
+          _owners.pop(v)
+        _managed.pop(id(trace), None)
+    try:
+      (lo_f, c_f), ys = loops.scan(body, (lo_in, init), xs, length=length, reverse=reverse,
+                                   unroll=unroll)
+    except _Passed as p:
+      new = [x for x in p.met.values if all(x is not v for v in values)]
+      if not new:
+        raise NotImplementedError(str(p.met)) from None
+      values.extend(new)
+      continue
+    for v, a, q, lo in zip(values, avals, qdds, lo_f):
+      a.update_from_loval(q, v, *lo)
+    return c_f, ys
+
+
+loops.hi_mutable_scan[0] = _mutable_hi_scan
 
 
 def _mutable_hi_eval_shape(fun, args, kwargs):
