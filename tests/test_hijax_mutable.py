@@ -323,3 +323,23 @@ def test_flax_hijax_variables(tmp_path):
   assert s["step"] == j["step"] == 3
   np.testing.assert_allclose(s["losses"], j["losses"], rtol=1e-5)
   np.testing.assert_allclose(s["bias"], j["bias"], rtol=1e-5, atol=1e-7)
+
+
+def test_zeros_like_of_a_duck_array_keeps_its_sharding():
+  # optax's zeros_like of flax's hijax Variables: a duck array (`__jax_array__`) whose own
+  # `sharding` is over a concrete mesh gives a result with that sharding, as JAX's full_like
+  def run(jx, jnp, *_):
+    mesh = jx.make_mesh((2, 2), ("row", "col"), axis_types=(jx.sharding.AxisType.Auto,) * 2)
+    x = jx.device_put(jnp.ones((8, 2), "float32"),
+                      jx.sharding.NamedSharding(mesh, jx.P("row", "col")))
+
+    class Duck:
+      shape, dtype, sharding = x.shape, x.dtype, x.sharding
+
+      def __jax_array__(self):
+        return x
+    z = jnp.zeros_like(Duck())
+    return str(z.sharding.spec), np.asarray(z)
+  j, s = both(run)
+  assert s[0] == j[0] == "P('row', 'col')"
+  np.testing.assert_array_equal(s[1], j[1])
