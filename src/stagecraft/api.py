@@ -104,6 +104,12 @@ def _explicit_or_manual(mesh) -> bool:
              for t in mesh.axis_types)
 
 
+#: `eval_shape(fun, args, kwargs)` of a function some of whose arguments are mutable hijax
+#: values, or NotImplemented when none is; installed by `experimental.hijax` (NB: a hook
+#: from above: only it makes such values).
+hi_eval_shape: list = [None]
+
+
 def eval_shape(fun: Callable, *args, **kwargs):
   """Output shapes and dtypes of `fun(*args, **kwargs)` without running it.
 
@@ -116,6 +122,10 @@ def eval_shape(fun: Callable, *args, **kwargs):
     results' types, else the mesh set by `sharding.set_mesh`; a result that is a constant
     of the program, or of a program over no mesh, has `sharding=None`.
   """
+  if hi_eval_shape[0] is not None:   # mutable hijax values among the arguments
+    out = hi_eval_shape[0](fun, args, kwargs)
+    if out is not NotImplemented:
+      return out
   given = {}   # output leaf index -> a ShapeDtypeStruct `fun` returned (JAX passes it on)
 
   def fun_(*a, **k):

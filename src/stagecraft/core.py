@@ -244,6 +244,29 @@ class ShapedArray(AbstractValue):
                        self.weak_type if weak_type is None else weak_type, sharding,
                        vma=self.vma if vma is None else frozenset(vma))
 
+  def lo_ty(self) -> list:
+    """The array types a value of this type is made of (hijax's interface): itself."""
+    return [self]
+
+  def lower_val(self, val: Any) -> list:
+    """A value's arrays (hijax's interface): the value itself."""
+    return [val]
+
+  def raise_val(self, val: Any) -> Any:
+    """The value made of its arrays (hijax's interface): the array itself."""
+    return val
+
+  def shard(self, mesh: Any, manual_axes: Any, check_vma: bool, spec: Any) -> "ShapedArray":
+    """The type of one device's block of a value of this type inside a shard_map body over
+    `mesh` manual along `manual_axes`, split by the PartitionSpec `spec` (JAX's
+    `ShapedArray.shard`; `shard_aval`)."""
+    return shard_aval(mesh, manual_axes, check_vma, spec, self)
+
+  def unshard(self, mesh: Any, check_vma: bool, spec: Any) -> "ShapedArray":
+    """The type of the value a shard_map assembles by the PartitionSpec `spec` from blocks
+    of this type (JAX's `ShapedArray.unshard`; `unshard_aval`)."""
+    return unshard_aval(mesh, check_vma, spec, self)
+
   def to_tangent_aval(self) -> "ShapedArray":
     """The aval of this aval's tangents (JAX's `to_tangent_aval`): the same shape and weak
     type, float0 for integer and bool dtypes, the dtype itself for inexact ones."""
@@ -436,6 +459,50 @@ def is_hi(aval: Any) -> bool:
   """Whether `aval` is a hijax type (`experimental.hijax.HiType`: values made of several
   arrays, `lo_ty()`)."""
   return getattr(aval, "is_high", False) is True
+
+
+#: aval type -> `handler(mesh, manual_axes, check_vma, spec, aval)`, the type of a block of a
+#: value inside a shard_map body (ShapedArray's: `lax/spmd.py`).
+shard_aval_handlers: dict[type, Callable] = {}
+#: aval type -> `handler(mesh, check_vma, spec, aval)`, the type a shard_map result
+#: assembled from blocks of type `aval` has outside the body (ShapedArray's: `lax/spmd.py`).
+unshard_aval_handlers: dict[type, Callable] = {}
+
+
+def shard_aval(mesh: Any, manual_axes: Any, check_vma: bool, spec: Any, aval: Any) -> Any:
+  """The type inside a shard_map body of an argument of type `aval` split by `spec` (a
+  PartitionSpec, or a hijax type's `HiPspec`): a hijax type's own `shard` method, else the
+  handler of `aval`'s type (JAX's `core.shard_aval`).
+
+  Raises:
+    NotImplementedError: no handler for `aval`'s type."""
+  if is_hi(aval):
+    return aval.shard(mesh, manual_axes, check_vma, spec)
+  handler = shard_aval_handlers.get(type(aval))
+  if handler is None:
+    raise NotImplementedError(f"Unsupported aval type: {type(aval)}")
+  return handler(mesh, manual_axes, check_vma, spec, aval)
+
+
+def unshard_aval(mesh: Any, check_vma: bool, spec: Any, aval: Any) -> Any:
+  """The type outside a shard_map of a result whose body type is `aval`, assembled by
+  `spec`: a hijax type's own `unshard` method, else the handler of `aval`'s type (JAX's
+  `core.unshard_aval`).
+
+  Raises:
+    NotImplementedError: no handler for `aval`'s type."""
+  if is_hi(aval):
+    return aval.unshard(mesh, check_vma, spec)
+  handler = unshard_aval_handlers.get(type(aval))
+  if handler is None:
+    raise NotImplementedError(f"Unsupported aval type: {type(aval)}")
+  return handler(mesh, check_vma, spec, aval)
+
+
+class MutableHiError(NotImplementedError):
+  """Mutable hijax values (`values`) met where the computation being staged cannot take
+  them as it is (jit and scan take them again as hidden arguments or carries)."""
+  values: list = []
 
 
 #: The hijax value types (`experimental.hijax.register_hitype`): Python type -> function

@@ -915,6 +915,9 @@ class PjitFunction:
   recognizes a jitted function by the name of its type). Calling it runs the compiled
   program for the arguments' signature (tracing and compiling on the first call of a
   signature). `JitWrapped` is another name for it."""
+  #: The mutable hijax values the function closes over (taken as hidden arguments at each
+  #: call, `hi_mutable_call`), or None.
+  hi_values: list | None = None
 
   def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
                donate_argnames, keep_unused: bool, inline: bool, device=None,
@@ -1138,10 +1141,18 @@ class PjitFunction:
     if config.disable_jit:
       return self._fun(*args, **kwargs)
     static_argnums, donate_argnums = self._argnums_for(len(args))
+    if self.hi_values is not None:   # closes over mutable hijax values
+      return hi_mutable_call[0](self, self._fun, args, kwargs, static_argnums,
+                                self._static_argnames)
     if self._refs is not None:
       return self._ref_call(args, kwargs, static_argnums)
     try:
       key, leaves, dev = self._key(args, kwargs, static_argnums)
+    except MutableHiLeaf:
+      if hi_mutable_call[0] is None:
+        raise
+      return hi_mutable_call[0](self, self._fun, args, kwargs, static_argnums,
+                                self._static_argnames)
     except TypeError:
       if not state.ref_leaves(flatten((args, kwargs))[0]):
         raise
@@ -1152,6 +1163,11 @@ class PjitFunction:
         self._explain_miss(key, args, kwargs, static_argnums)
       try:
         entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
+      except MutableHiLeaf as e:   # mutable hijax values it closes over: taken as arguments
+        if hi_mutable_call[0] is None or not getattr(e, "values", None):
+          raise
+        return hi_mutable_call[0](self, self._fun, args, kwargs, static_argnums,
+                                  self._static_argnames, e)
       except state.RefMet as e:
         if e.frame is not None:   # a ref outside an enclosing jit: that jit traces again
           raise
@@ -1213,7 +1229,7 @@ class PjitFunction:
         # NB: a program over a mesh (device_put, shard_map inside) meets arguments committed
         # to a device: their devices join its device assignment (JAX's check).
         placement = dispatch.Placement(map(dispatch.committed_sharding, leaves))
-      if type(placement) is dispatch.Placement:
+      if type(placement) is dispatch.Placement and not _runs_hi(entry):
         layout = self._layout(entry, args, kwargs, static_argnums, placement)
         call = compile_lowered(lower_traced(entry, donated, self._keep_unused,
                                             fun_name(self._fun), layout=layout))
@@ -1580,7 +1596,24 @@ def _leaf_sig(x):
   if t is state.Ref:   # PjitFunction._call takes refs on its own path
     raise TypeError("a Ref is not an array: jit takes Refs when called, not in "
                     "jit(f).trace()/.lower()")
-  return abstractify(x, "?", "jit")
+  aval = abstractify(x, "?", "jit")
+  if getattr(aval, "has_qdd", False) is True:   # a mutable hijax value (flax's hijax Variable)
+    raise MutableHiLeaf(
+        f"stagecraft takes mutable hijax values ({type(x).__name__}) as arguments of jit "
+        f"calls only, not in jit(f).trace()/.lower(), eval_shape or other transformations.")
+  return aval
+
+
+class MutableHiLeaf(core.MutableHiError):
+  """A mutable hijax value met among a jit call's arguments (`PjitFunction._call` hands the
+  call to `hi_mutable_call`)."""
+
+
+#: `call(pjit_function, fun, args, kwargs, static_argnums, static_argnames)`: a jit call
+#: (of `fun`, by the jit-compiled function `pjit_function`) some of whose arguments
+#: are mutable hijax values (their state lowered to arrays, written back after); installed
+#: by `experimental.hijax` (NB: a hook from above: only it makes such values).
+hi_mutable_call: list = [None]
 
 
 class SignatureLayout:
@@ -1866,6 +1899,13 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
 #: `__call__(leaves)`: the `out_tree`), or None when it has none; installed by
 #: `experimental.hijax` (NB: a hook from above: only it makes such values).
 hi_compile: list = [None]
+
+
+def _runs_hi(entry: TracedSignature) -> bool:
+  """Whether the program of `entry` runs through `hi_compile` (hijax-typed values: a jit of
+  their arrays, which places them itself)."""
+  return hi_compile[0] is not None and hi_compile[0](
+      entry.jaxpr.jaxpr, entry.consts, entry.out_tree, "") is not None
 
 
 def _arg_shardings(leaves: Sequence[Any], dev) -> list | None:

@@ -68,11 +68,37 @@ from stagecraft.runtime.array import Array
 from stagecraft.runtime import dispatch, spmd
 from stagecraft.lax.spmd import (body_vma, enclosing_shard_map, local_aval, outside_shard_map,
                                  shard_map_env, shard_map_p, name_shard_map_body,
-                                 split_size)
+                                 shard_map_name, split_size)
 from stagecraft.sharding import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
                                  concrete_mesh, current_mesh, get_abstract_mesh)
 
-__all__ = ["shard_map", "smap", "Infer"]
+__all__ = ["shard_map", "smap", "Infer", "HiPspec"]
+
+
+class HiPspec:
+  """The partition spec of a hijax-typed shard_map argument or result (JAX's
+  `jax.experimental.hijax.HiPspec`, exported there). A subclass gives `to_lo()`: one
+  PartitionSpec per array of the type's `lo_ty()`, by which those arrays are split or
+  assembled; the type's `shard(mesh, manual_axes, check_vma, spec)` gives its type inside
+  the body, `unshard(mesh, check_vma, spec)` the result's type outside."""
+
+  def to_lo(self) -> tuple:
+    raise NotImplementedError(f"subclass {type(self)} must implement `to_lo`")
+
+  def to_tangent_spec(self) -> "HiPspec":
+    raise NotImplementedError(f"subclass {type(self)} must implement `to_tangent_spec`")
+
+  def to_ct_spec(self) -> "HiPspec":
+    raise NotImplementedError(f"subclass {type(self)} must implement `to_ct_spec`")
+
+
+#: Set by `experimental.hijax`: `eval_lojax[0](jaxpr, vals, consts)` evaluates a jaxpr whose
+#: hijax-typed values are held as their types' value classes (a body's lowered program).
+eval_lojax: list = [None]
+
+
+def _is_hi_spec(s) -> bool:
+  return isinstance(s, HiPspec)
 
 
 class _InferType:
@@ -92,7 +118,7 @@ _MISSING = object()
 
 
 def _spec_leaf(x) -> bool:
-  return x is None or isinstance(x, PartitionSpec)
+  return x is None or isinstance(x, (PartitionSpec, HiPspec))
 
 
 def _spec_names(spec: PartitionSpec) -> frozenset:
@@ -112,7 +138,7 @@ def _flat_specs(prefix, tree, what: str, fun_name: str, *, legacy: bool) -> list
                      f"{'arguments tuple' if what == 'in_specs' else 'output'}; give one "
                      f"PartitionSpec per argument (or a prefix of their structure).") from None
   for s in specs:
-    if s is not None and not isinstance(s, PartitionSpec):
+    if s is not None and not isinstance(s, (PartitionSpec, HiPspec)):
       raise TypeError(f"shard_map {what} entries must be PartitionSpecs (or None), got "
                       f"{s!r}.")
   if legacy or what == "out_specs":
@@ -155,14 +181,15 @@ def _check_specs_jax(specs: Any, manual: frozenset, what: str, mesh, legacy: boo
   """JAX's check of in_specs/out_specs: PartitionSpec leaves naming manual axes only."""
   items = tree_util.tree_flatten_with_path(specs, is_leaf=_spec_leaf)[0]
   bad_type = [f"  {what}{tree_util.keystr(k)} is {x} of type {type(x).__name__}, "
-              for k, x in items if x is not None and not isinstance(x, PartitionSpec)]
+              for k, x in items
+              if x is not None and not isinstance(x, (PartitionSpec, HiPspec))]
   if bad_type:
     raise TypeError(f"shard_map {what} argument must be a pytree of "
                     f"`jax.sharding.PartitionSpec` instances, but:\n\n" + "\n\n".join(bad_type)
                     + f"\n\nCheck the {what} values passed to shard_map.")
   msgs = []
   for k, p in items:
-    if p is None:
+    if p is None or isinstance(p, HiPspec):   # as JAX's: a HiPspec is not checked
       continue
     for i in range(len(p)):
       for n in p._names(i):
@@ -468,7 +495,7 @@ def _new_form(f, mesh, axis_names, in_specs, out_specs, check_vma) -> "_Mapped":
     if specs is Infer or specs is None:
       continue
     for p in tree_util.tree_leaves(specs, is_leaf=_spec_leaf):
-      if p is not None and _spec_names(p) & already:
+      if isinstance(p, PartitionSpec) and _spec_names(p) & already:
         raise NotImplementedError(
             f"shard_map: the spec {p} names {sorted(map(str, _spec_names(p) & already))}, "
             f"which an enclosing shard_map already maps over; a nested shard_map's specs "
@@ -478,6 +505,83 @@ def _new_form(f, mesh, axis_names, in_specs, out_specs, check_vma) -> "_Mapped":
   mapped.fixed = not nested
   mapped.mesh_from_context = mesh is None
   return mapped
+
+
+def _hi_pair(aval, spec) -> bool:
+  """Whether an argument or result is hijax-typed or has a HiPspec."""
+  return core.is_hi(aval) or isinstance(spec, HiPspec)
+
+
+def _any_spec_names(spec) -> frozenset:
+  """The mesh axes a PartitionSpec, or the PartitionSpecs of a HiPspec, split over."""
+  if isinstance(spec, HiPspec):
+    return frozenset().union(*map(_spec_names, spec.to_lo()))
+  return _spec_names(spec)
+
+
+def _check_hi_arg(aval, spec) -> None:
+  """A hijax-typed argument needs a HiPspec (JAX's error when given a PartitionSpec);
+  an array given a HiPspec fails in `core.shard_aval`, as JAX's."""
+  if core.is_hi(aval) and not isinstance(spec, HiPspec):
+    raise AttributeError(f"'{type(aval).__name__}' object has no attribute 'ndim'")
+
+
+def _check_hi_out(aval, spec, check_vma: bool) -> None:
+  """A hijax-typed result needs a HiPspec, an array result a PartitionSpec (JAX's errors)."""
+  if core.is_hi(aval) and not isinstance(spec, HiPspec):
+    raise AttributeError(f"'{type(aval).__name__}' object has no attribute "
+                         f"'{'mat' if check_vma else 'ndim'}'")
+  if not core.is_hi(aval) and isinstance(spec, HiPspec):
+    raise AttributeError(f"'{type(spec).__name__}' object has no attribute 'unreduced'")
+
+
+def run_hi(vals: list, params: dict) -> list:
+  """Runs a shard_map equation whose arguments or results are hijax-typed (its specs of
+  those `HiPspec`s) on values (hijax ones as their types' value classes: Arrays eagerly,
+  tracers while jit lowers it) as a shard_map of their arrays, as JAX's `to_lojax` of
+  shard_map: each hijax argument is lowered to its arrays (`lower_val`) split by its spec's
+  `to_lo()`, the body runs on its block types' values (`raise_val`) and its hijax results
+  are lowered and assembled by their specs' `to_lo()`, and raised with their types'
+  `unshard`.
+
+  Args:
+    vals: one value per operand of the equation (`params['jaxpr']`'s invars).
+    params: the equation's params (`mesh`, `in_specs`, `out_specs`, `jaxpr`, `check_vma`,
+      `newly_manual_axes`).
+  Returns: one value per result (hijax ones as value classes).
+  """
+  body, mesh, check = params["jaxpr"], params["mesh"], params["check_vma"]
+  in_avals, out_avals = body.in_avals, body.out_avals
+  lo_vals, lo_in = [], []
+  for v, a, s in zip(vals, in_avals, params["in_specs"]):
+    if core.is_hi(a):
+      lo_vals.extend(a.lower_val(v))
+      lo_in.extend(s.to_lo())
+    else:
+      lo_vals.append(v)
+      lo_in.append(s)
+  lo_out = [x for a, s in zip(out_avals, params["out_specs"])
+            for x in (s.to_lo() if core.is_hi(a) else (s,))]
+
+  def lowered(*xs):
+    it = iter(xs)
+    vals_ = [a.raise_val(*[next(it) for _ in a.lo_ty()]) if core.is_hi(a) else next(it)
+             for a in in_avals]
+    outs = eval_lojax[0](body.jaxpr, vals_, body.consts)
+    return tuple(x for a, o in zip(out_avals, outs)
+                 for x in (a.lower_val(o) if core.is_hi(a) else (o,)))
+  lowered.__name__ = shard_map_name(params)
+  mapped = _Mapped(lowered, mesh, params["newly_manual_axes"], tuple(lo_in), tuple(lo_out),
+                   check, legacy=False)
+  outs = iter(mapped.wrapped(*lo_vals))
+  results = []
+  for a, s in zip(out_avals, params["out_specs"]):
+    if core.is_hi(a):
+      t = core.unshard_aval(mesh, check, s, a)
+      results.append(t.raise_val(*[next(outs) for _ in t.lo_ty()]))
+    else:
+      results.append(next(outs))
+  return results
 
 
 def _pvary_to_specs(out_specs, out, leaves, manual, fun_name) -> list:
@@ -491,6 +595,9 @@ def _pvary_to_specs(out_specs, out, leaves, manual, fun_name) -> list:
   res = []
   for x, s in zip(leaves, specs):
     a = x.aval if isinstance(x, core.Tracer) else None
+    if isinstance(s, HiPspec) or core.is_hi(a):
+      res.append(x)
+      continue
     have = a.vma if isinstance(a, ShapedArray) else frozenset()
     missing = (_spec_names(s) & manual) - have
     res.append(parallel.pvary(x, tuple(missing)) if missing else x)
@@ -521,9 +628,14 @@ class _Mapped:
     mesh, manual, fun_name = self.mesh, self.manual, self.fun_name
     dyn_specs = [s for s in specs if s is not None]
     typed = self.check and not self.legacy   # JAX's varying manual axes in types
-    local = [local_aval(a, s, mesh, body_vma(a, s, manual) if typed else None,
+    local = [None if _hi_pair(a, s) else
+             local_aval(a, s, mesh, body_vma(a, s, manual) if typed else None,
                         manual if typed else None)
              for a, s in zip(avals, dyn_specs)]
+    if None in local:   # hijax types: their own `shard`, read inside the body's context
+      with shard_map_env(mesh, manual, typed):
+        local = [core.shard_aval(mesh, manual, self.check, s, a) if l is None else l
+                 for a, s, l in zip(avals, dyn_specs, local)]
     store = []
 
     def flat(*xs):
@@ -546,22 +658,27 @@ class _Mapped:
     out_paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(
         tree_util.tree_unflatten(out_tree, list(range(out_tree.num_leaves))))[0]]
     for s, a, path in zip(o_specs, closed.out_avals, out_paths):
+      if _hi_pair(a, s):
+        _check_hi_out(a, s, self.check)
+        continue
       if self.legacy:
         self._check_names(s, f"out_specs{path}")
       _check_spec(s, a, mesh, f"out_specs{path}", fun_name, split=False)
     if self.check:
-      in_vary = [frozenset()] * len(consts) + [_spec_names(s) & manual for s in dyn_specs]
+      in_vary = [frozenset()] * len(consts) + [_any_spec_names(s) & manual for s in dyn_specs]
       with checking_vma(not self.legacy, mesh.axis_names):
         vary = varying_axes(closed.jaxpr, in_vary)
       fails = [(path, s, v) for s, v, path in zip(o_specs, vary, out_paths)
-               if any(n in v and n not in _spec_names(s) for n in manual)]
+               if isinstance(s, PartitionSpec)
+               and any(n in v and n not in _spec_names(s) for n in manual)]
       if fails and self.legacy:
         self._legacy_rep_error(*fails[0])
       if fails:
         # NB: JAX 0.10.2 reports the first such output only, at its spec's key path in
         # out_specs (`out_specs[1]`; nothing for a spec that covers every output).
         first = next(i for i, (s, v) in enumerate(zip(o_specs, vary))
-                     if any(n in v and n not in _spec_names(s) for n in manual))
+                     if isinstance(s, PartitionSpec)
+                     and any(n in v and n not in _spec_names(s) for n in manual))
         spec_path = _spec_paths(self.out_specs, out_shape)[first]
         raise ValueError(_vma_error(fun_name, mesh, [(spec_path, *fails[0][1:])],
                                     legacy=False))
@@ -619,7 +736,7 @@ class _Mapped:
       else:
         specs = _flat_specs(self.in_specs, args, "in_specs", fun_name, legacy=self.legacy)
       paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(args)[0]]
-      avals, dyn, static = [], [], []
+      avals, dyn, static, hi = [], [], [], False
       for x, s, path in zip(leaves, specs, paths):
         if s is None:
           static.append(x)
@@ -629,16 +746,22 @@ class _Mapped:
         except TypeError:
           raise TypeError(f"shard_map: the argument at args{path} of {fun_name} is not an "
                           f"array (got {type(x).__name__}).") from None
-        if self.legacy:
-          self._check_names(s, f"the argument at args{path}")
-        _check_spec(s, aval, mesh, f"the argument at args{path}", fun_name, split=True)
-        if explicit and self.typed_inputs and not self.legacy and not self.infer:
-          _check_explicit_input(s, aval)
+        if _hi_pair(aval, s):
+          _check_hi_arg(aval, s)
+          hi = True
+        else:
+          if self.legacy:
+            self._check_names(s, f"the argument at args{path}")
+          _check_spec(s, aval, mesh, f"the argument at args{path}", fun_name, split=True)
+          if explicit and self.typed_inputs and not self.legacy and not self.infer:
+            _check_explicit_input(s, aval)
         avals.append(aval)
         dyn.append(x)
+      hi = hi or any(isinstance(s, HiPspec) for s in
+                     tree_util.tree_leaves(self.out_specs, is_leaf=_spec_leaf))
       # NB: unreduced/reduced arguments run compiled: the eager trace neither types the
       # operations on them nor reads each device's own partial sum.
-      if self._runs_eagerly(dyn) and not any(
+      if not hi and self._runs_eagerly(dyn) and not any(
           s is not None and (s.unreduced or s.reduced) for s in specs):
         return _eager_shard_map(self, in_tree, specs, leaves)
       key = (in_tree, tuple(specs), *avals)
@@ -657,11 +780,16 @@ class _Mapped:
       # NB: JAX's params in JAX's order; the function's name (for stagecraft's messages and
       # module names) is kept beside the body (`spmd.shard_map_name`), as JAX keeps it in
       # the body's debug info.
-      outs = shard_map_p.bind(
-          *consts, *dyn, mesh=mesh,
-          in_specs=(PartitionSpec(),) * len(consts) + dyn_specs, out_specs=o_specs,
+      params = dict(
+          mesh=mesh, in_specs=(PartitionSpec(),) * len(consts) + dyn_specs, out_specs=o_specs,
           jaxpr=closed, check_vma=self.check, newly_manual_axes=self.manual,
           **({"mesh_from_context": True} if self.mesh_from_context else {}))
+      hi = hi or any(core.is_hi(a) for a in closed.out_avals)
+      if hi and type(core.current_trace()) is core.EvalTrace and not any(
+          isinstance(x, core.Tracer) for x in (*consts, *dyn)):
+        outs = run_hi([*consts, *dyn], params)   # eagerly: a shard_map of the arrays
+      else:   # staged: a hijax-typed equation, lowered by jit (`experimental.hijax`)
+        outs = shard_map_p.bind(*consts, *dyn, **params)
       return tree_util.tree_unflatten(out_tree, outs)
 
     if self.legacy:

@@ -29,6 +29,8 @@ def deprecation_getattr(module: str, deprecations: dict):
 
 
 def __getattr__(name):
+  if name == "cur_qdd":   # JAX's `jax.experimental.cur_qdd` (of mutable hijax values)
+    return _importlib.import_module(f"{__name__}.hijax").cur_qdd
   if name in _SUBMODULES:
     return _importlib.import_module(f"{__name__}.{name}")
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

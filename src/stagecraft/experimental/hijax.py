@@ -9,30 +9,34 @@ one `call_hi_primitive` equation, whose rules call those methods.
 Hijax types are JAX's too: a `HiType` subclass (`lo_ty`, `lower_val`, `raise_val`,
 `to_tangent_aval`, `str_short`) whose value class is given to `register_hitype` types
 values that hijax primitives make and take, eagerly, inside and across `jit` and under
-`grad`, and as eager `lax.scan` carries, xs and ys (not through `scan` under `jit`, other
-loops, conds, `vmap` of a hijax-typed value or `shard_map`).
+`grad`, as `lax.scan` carries, xs and ys, and as `shard_map` arguments and results with
+`HiPspec` specs (not through other loops, conds or `vmap` of a hijax-typed value).
 
-The other names are stand-ins, so that a library which defines hijax classes at import time
-but uses them only behind an option (flax.nnx's `flax_hijax_variable`, off by default)
-imports: subclassing `HiPrimitive` or `MutableHiType`, `aval_method` and `aval_property`
-work at class definition; binding a `HiPrimitive` or building a mutable hijax aval raises
-`NotImplementedError`.
+Mutable hijax types (`MutableHiType`, made and changed by `HiPrimitive`s: flax.nnx's hijax
+Variables) run their primitives eagerly (`impl`, their `jvp` under `grad`); a jit call
+that takes or closes over such values, and a scan that closes over them, thread their
+states' arrays through the program (the primitives run on the values, holding traced
+arrays, while it is traced: their `to_lojax`); elsewhere they raise `NotImplementedError`.
+`AbstractRef` and `TransformedRef` are stand-ins (subclassable, not buildable).
 The names that JAX re-exports from elsewhere (`ShapedArray`, `Zero`, `instantiate_zeros`,
 `is_undefined_primal`, `control_flow_allowed_effects`) are stagecraft's own.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 from stagecraft import api, config, core, dtypes, pjit, tree_util
 from stagecraft.core import EffectTypeSet, ShapedArray
-from stagecraft.interpreters import ad, batching, lowering, mlir
+from stagecraft.interpreters import ad, batching, lowering, mapping, mlir
 from stagecraft.interpreters import partial_eval as pe
 from stagecraft.interpreters.ad import Zero, instantiate_zeros, is_undefined_primal
-from stagecraft.lax import elementwise, reduction
+from stagecraft.lax import elementwise, parallel, reduction
 from stagecraft.lax.control_flow import loops
+from stagecraft.lax.spmd import shard_map_p
+from stagecraft.shard_map import HiPspec, eval_lojax, run_hi
 
-__all__ = ["Zero", "AbstractValue", "AvalQDD", "ShapedArray", "aval_method", "aval_property",
+__all__ = ["Zero", "AbstractValue", "AvalQDD", "cur_qdd", "ShapedArray", "aval_method", "aval_property",
            "AvalMutableQDD", "instantiate_zeros", "is_undefined_primal",
            "control_flow_allowed_effects", "HiPrimitive", "HiPspec", "HiType", "MutableHiType",
            "VJPHiPrimitive", "register_hitype", "AbstractRef", "TransformedRef"]
@@ -57,12 +61,32 @@ class _StandIn:
     raise NotImplementedError(_MSG.format(type(self).__name__))
 
 
-class AvalQDD(_StandIn):
-  """An aval with its quasi-dynamic data (stand-in)."""
+class AvalQDD:
+  """A mutable hijax type with its quasi-dynamic data (JAX's `AvalQDD`): what a
+  `HiPrimitive`'s `abstract_eval` gives for a value of a `MutableHiType` (`aval`) whose
+  current state is `qdd` (e.g. flax's Variable: the types and tree of its leaves)."""
+  is_high = True
+  has_qdd = True
+
+  def __init__(self, aval: Any, qdd: Any):
+    self.aval, self.qdd = aval, qdd
+
+  def lo_ty(self):
+    return self.aval.lo_ty_qdd(self.qdd)
+
+  def to_tangent_aval(self):
+    return AvalQDD(self.aval.to_tangent_aval(), self.qdd and self.qdd.to_tangent_qdd())
+
+  def __repr__(self):
+    return f"AvalQDD(aval={self.aval!r}, qdd={self.qdd!r})"
 
 
-class AvalMutableQDD(_StandIn):
-  """An aval with mutable quasi-dynamic data (stand-in)."""
+class AvalMutableQDD:
+  """A mutable hijax type with state that a `HiPrimitive`'s `abstract_eval` may update
+  (JAX's `AvalMutableQDD`: `mutable_qdd.update(new_qdd)`)."""
+
+  def __init__(self, aval: Any, mutable_qdd: Any):
+    self.aval, self.mutable_qdd = aval, mutable_qdd
 
 
 class HiType:
@@ -74,16 +98,50 @@ class HiType:
   is_high = True
 
 
-class MutableHiType(HiType):
-  """A mutable high-level type (stand-in: building one raises `NotImplementedError` unless
-  the subclass defines its own `__init__`)."""
+def cur_qdd(x: Any) -> Any:
+  """The current quasi-dynamic data (state type) of the mutable hijax value `x` (JAX's
+  `jax.experimental.cur_qdd`): `x.cur_qdd()` for a value.
 
-  def __init__(self, *args, **kwargs):
-    raise NotImplementedError(_MSG.format(type(self).__name__))
+  Raises:
+    NotImplementedError: for a tracer (stagecraft runs mutable hijax values eagerly only).
+  """
+  if isinstance(x, core.Tracer):
+    raise NotImplementedError(
+        f"stagecraft runs mutable hijax types ({type(core.get_aval(x)).__name__}) eagerly "
+        f"only: their values cannot be traced (jit, vmap, scan, eval_shape).")
+  return x.cur_qdd()
 
 
-class HiPspec(_StandIn):
-  """A partition spec of a high-level type (stand-in)."""
+class MutableHiType:
+  """A mutable high-level type (JAX's `MutableHiType`): the aval of values whose state (and
+  its type, the "quasi-dynamic data" `cur_qdd`) changes as `HiPrimitive`s update them, e.g.
+  flax.nnx's hijax Variables. Its values are made, read and updated by `HiPrimitive`s run
+  eagerly (their `impl`); stagecraft does not trace them (`jit`, `vmap`, `scan`,
+  `eval_shape` raise `NotImplementedError`)."""
+  is_high = True
+  has_qdd = True
+  is_writer = False
+
+  def type_state(self):
+    return cur_qdd(self)
+
+  def __repr__(self):   # JAX's AbstractValue repr: the class and its instance fields
+    try:
+      return f"{type(self).__name__}({','.join(f'{k}={v}' for k, v in vars(self).items())})"
+    except TypeError:   # a class with __slots__ only
+      return type(self).__name__
+
+  def lo_ty_qdd(self, state, /):
+    raise AssertionError("must override")
+
+  def lo_ty(self):
+    raise AssertionError("mutable hitypes should use lo_ty_qdd instead")
+
+  def to_tangent_aval(self):
+    raise AssertionError("must override")
+
+  def to_ct_aval(self):
+    return self.to_tangent_aval()
 
 
 class AbstractRef(_StandIn):
@@ -95,14 +153,54 @@ class TransformedRef(_StandIn):
 
 
 class HiPrimitive(core.Primitive):
-  """A primitive whose rules a subclass gives as methods (stand-in: `bind` raises
-  `NotImplementedError`)."""
+  """A primitive whose rules a subclass gives as methods (JAX's `HiPrimitive`): `impl`
+  (eager evaluation), `abstract_eval` (-> (aval or avals, effects)), `to_lojax`, `jvp`
+  (registered as its JVP rule) and `transpose`. Its values may be hijax values (a
+  `MutableHiType`'s, updated in place by `impl`).
+
+  stagecraft runs these primitives eagerly, also under `grad`/`jvp` when their operands'
+  tangents are zero (JAX's too then binds the primitive without its `jvp`) and through their
+  `jvp` otherwise.
+
+  Raises (from `bind`):
+    NotImplementedError: when staged (inside `jit`, `vmap`, `scan`, `eval_shape`, or on
+      tracers): stagecraft does not trace hijax primitives of this kind.
+  """
 
   def __init__(self, name: str):
-    super().__init__(name)
+    # NB: not `Primitive.__init__`: `impl` and `abstract_eval` are the subclass's methods.
+    self.name = name
+    self.effects_rule = None
+    self.effectful_abstract_eval = None
+    ad.primitive_jvps[self] = self.jvp
+    ad.primitive_transposes[self] = self.transpose
 
   def bind(self, *args, **params):
-    raise NotImplementedError(_MSG.format(f"the primitive {self.name!r}"))
+    trace = core.current_trace()
+    if _is_staging(trace):
+      return _bind_staged(self, trace, args, params)
+    return super().bind(*args, **params)
+
+  def is_high(self, *avals, **params) -> bool:
+    return True
+
+  def is_effectful(self, params) -> bool:
+    return False
+
+  def impl(self, *args, **params):
+    raise AssertionError(f"must override for {self}")
+
+  def abstract_eval(self, *avals, **params):
+    raise AssertionError("must override")
+
+  def to_lojax(self, *args, **params):
+    raise AssertionError(f"must override for {self}")
+
+  def jvp(self, primals, tangents, **params):
+    raise AssertionError("must override")
+
+  def transpose(self, *args, **params):
+    raise AssertionError("must override")
 
 
 def register_hitype(cls: type, to_aval: Callable) -> None:
@@ -441,6 +539,10 @@ def _call_hi_primitive_batch(axis_data, args, dims, *, _prim):
 
 
 batching.fancy_primitive_batchers[call_hi_primitive_p] = _call_hi_primitive_batch
+# In a check_vma shard_map body the results vary along the axes their declared types say
+# (a hijax type: none), as they are typed when traced.
+mapping.vma_rules[call_hi_primitive_p] = lambda in_vary, *, _prim: [
+    getattr(a, "vma", frozenset()) for a in _prim.out_avals_flat]
 # With sharding in types, the results have the shardings their declared types give.
 core.sharding_rules[call_hi_primitive_p] = lambda *avals, _prim: [
     a._sharding if type(a) is ShapedArray else None for a in _prim.out_avals_flat]
@@ -679,6 +781,14 @@ def _eval_lojax(jaxpr: core.Jaxpr, vals: list, consts: Any = ()) -> list:
     ins = [read(v) for v in eqn.invars]
     if eqn.primitive is call_hi_primitive_p:
       outs = _call_hi_primitive_impl(*ins, **eqn.params)
+    elif eqn.primitive is parallel.pvary_p:
+      # A value a hijax primitive gives is typed invariant in a shard_map body (hijax types
+      # carry no varying axes), its arrays may vary already: pvary'd along the others only.
+      have = getattr(core.get_aval(ins[0]), "vma", frozenset())
+      axes = tuple(a for a in eqn.params["axes"] if a not in have)
+      outs = [parallel.pvary_p.bind(ins[0], axes=axes) if axes else ins[0]]
+    elif eqn.primitive is shard_map_p and _crosses_hi(eqn):
+      outs = run_hi(ins, eqn.params)   # a shard_map of the arrays (JAX's `to_lojax`)
     elif eqn.primitive is loops.scan_p and _crosses_hi(eqn):
       p = eqn.params
       nc, nk = p["num_consts"], p["num_carry"]
@@ -735,6 +845,7 @@ def _hi_compile(jaxpr: core.Jaxpr, consts: list, out_tree, name: str) -> _HiCall
 
 
 pjit.hi_compile[0] = _hi_compile
+eval_lojax[0] = _eval_lojax
 
 
 # --- eager `lax.scan` over hijax-typed carries, xs and ys
@@ -768,3 +879,331 @@ def _hi_scan(closed, consts, init, xs, nk, length, reverse, unroll):
 
 
 loops.hi_scan[0] = _hi_scan
+
+
+# --- mutable hijax values (flax.nnx's hijax Variables): HiPrimitives run on their values
+
+
+def _mutable_aval(x: Any) -> Any:
+  """The type of `x` when it is a mutable hijax value (a `MutableHiType`'s), else None."""
+  to_aval = core.hitype_mappings.get(type(x))
+  if to_aval is None:
+    return None
+  aval = to_aval(x)
+  return aval if getattr(aval, "has_qdd", False) is True else None
+
+
+class _Owners:
+  """Which trace each mutable hijax value being staged belongs to: while a jit of the
+  values' arrays is traced, each value's state is that trace's tracers (HiPrimitives then
+  run on it: their `to_lojax`, as JAX's lowering of the staged program does). A value a
+  HiPrimitive makes while staging belongs to that trace."""
+
+  def __init__(self):
+    self.by_id: dict[int, list] = {}   # id -> [value, stack of owning traces]
+
+  def push(self, x: Any, trace: Any) -> None:
+    entry = self.by_id.setdefault(id(x), [x, []])
+    if entry[0] is not x:
+      self.by_id[id(x)] = entry = [x, []]
+    entry[1].append(trace)
+
+  def pop(self, x: Any) -> None:
+    entry = self.by_id.get(id(x))
+    if entry is not None and entry[0] is x:
+      entry[1].pop()
+      if not entry[1]:
+        del self.by_id[id(x)]
+
+  def owner(self, x: Any) -> Any:
+    entry = self.by_id.get(id(x))
+    return entry[1][-1] if entry is not None and entry[0] is x and entry[1] else None
+
+
+_owners = _Owners()
+#: id(trace) -> the values met in that trace (a jit of mutable hijax state being traced)
+#: that it does not take: (value, type, state type, arrays) to restore and take next time.
+_managed: dict[int, list] = {}
+
+
+class _HiMet(pjit.MutableHiLeaf):
+  """Mutable hijax values met while staging a computation that does not take them (a jit
+  closing over them: traced again taking them, as JAX's jit takes them as hidden
+  arguments)."""
+
+  def __init__(self, values: list):
+    super().__init__(
+        f"stagecraft does not stage hijax primitives on mutable hijax values "
+        f"({type(values[0]).__name__}) closed over by a computation other than a jit call "
+        f"or lax.scan (cond, while_loop, fori_loop, vmap, custom_vjp/jvp functions, "
+        f"jit(f).trace()/.lower()): pass them as arguments.")
+    self.values = values
+
+
+class _Passed(Exception):
+  """A `_HiMet` leaving the jit of a program over mutable hijax state (not a MutableHiLeaf,
+  so that jit passes it on to `_mutable_hi_call`)."""
+
+  def __init__(self, met: _HiMet):
+    super().__init__(str(met))
+    self.met = met
+
+
+def _adopt(x: Any, trace: Any, met: list) -> None:
+  """Makes the value `x`, met in the managed trace `trace`, belong to it for the rest of
+  this trace (its state as it is now: constants), remembering how to restore it."""
+  _owners.push(x, trace)
+  aval = _mutable_aval(x)
+  qdd = cur_qdd(x)
+  met.append((x, aval, qdd, list(aval.read_loval(qdd, x))))
+
+
+def _bind_staged(prim: HiPrimitive, trace: Any, args: tuple, params: dict) -> Any:
+  """A HiPrimitive bound while a computation is staged: run on the values (`to_lojax`) when
+  every mutable hijax operand belongs to this trace; its mutable hijax results then do too.
+  A value no trace holds met in a jit of mutable hijax state joins it (that jit is traced
+  again taking it); elsewhere it is a `_HiMet` error."""
+  for a in args:
+    if _mutable_aval(a) is None or _owners.owner(a) is trace:
+      continue
+    met = _managed.get(id(trace))
+    if met is None or _owners.owner(a) is not None:
+      raise _HiMet([a])
+    _adopt(a, trace, met)
+  out = prim.to_lojax(*args, **params)
+  for o in (out if prim.multiple_results else [out]):
+    if _mutable_aval(o) is not None and _owners.owner(o) is None:
+      _owners.push(o, trace)
+  return out
+
+
+def _is_staging(trace: Any) -> bool:
+  return isinstance(trace, pe.DynamicJaxprTrace) and not isinstance(trace, ad.PartialEvalTrace)
+
+
+#: per jit-compiled function: its programs over mutable hijax state, and the values it
+#: closes over (taken as hidden arguments at each call).
+_mutable_calls: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _mutable_hi_call(jitted, fun, args, kwargs, static_argnums, static_argnames,
+                     met: Any = None):
+  """A jit call of `fun` some of whose arguments (or values it closes over: `met`, found
+  while tracing) are mutable hijax values (flax's hijax Variables), as JAX's: each such
+  value enters as the arrays of its current state (`cur_qdd`, `read_loval`); while the
+  program is traced the value holds the traced arrays (`update_from_loval`), so `fun` sees
+  the same objects; their final states (whose types may differ: a Variable's tree may
+  grow) leave as extra results and are written back into the values. A value given twice
+  is one value. The programs are cached per state types; the values a function closes
+  over are remembered and taken at its later calls.
+
+  Raises:
+    NotImplementedError: a mutable hijax value among the results; one met inside a
+      computation other than jit.
+  """
+  calls = _mutable_calls.setdefault(jitted, {"programs": {}, "hidden": []})
+  for x in (met.values if met is not None else ()):
+    if all(x is not h for h in calls["hidden"]):
+      calls["hidden"].append(x)
+  static = tuple(args[i] for i in static_argnums if i < len(args)) + tuple(
+      (k, kwargs[k]) for k in static_argnames if k in kwargs)
+  dyn_args = tuple(a for i, a in enumerate(args) if i not in static_argnums)
+  dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
+  while True:
+    leaves, treedef = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+    values, slot, rest = [], [], []
+    for x in [*calls["hidden"], *leaves]:
+      if _mutable_aval(x) is None:
+        slot.append(None)
+        rest.append(x)
+        continue
+      j = next((j for j, v in enumerate(values) if v is x), None)
+      if j is None:
+        j = len(values)
+        values.append(x)
+      slot.append(j)
+    slot = slot[len(calls["hidden"]):]
+    avals = [_mutable_aval(x) for x in values]
+    qdds = [cur_qdd(x) for x in values]
+    lo_in = [list(a.read_loval(q, x)) for a, q, x in zip(avals, qdds, values)]
+    types = tuple(zip(avals, qdds))
+    key = (treedef, static, tuple(slot), types)
+    entry = calls["programs"].get(key)
+    if entry is None:
+      entry = calls["programs"][key] = _mutable_program(
+          fun, args, kwargs, static_argnums, static_argnames, treedef, slot, types,
+          [len(lo) for lo in lo_in])
+    run, info = entry
+    # the values (not kept by the program) and the states they get back after tracing
+    info["values"], info["restore"] = values, lo_in
+    try:
+      out, finals = run([x for lo in lo_in for x in lo], rest)
+    except _Passed as p:   # values the function closes over: taken as hidden arguments
+      del calls["programs"][key]
+      new = [x for x in p.met.values if all(x is not v for v in values)]
+      if not new:
+        raise NotImplementedError(str(p.met)) from None
+      calls["hidden"].extend(new)
+      jitted.hi_values = calls["hidden"]   # its later calls come here
+      continue
+    finally:
+      info.pop("restore", None)
+      info.pop("values", None)
+    if calls["hidden"]:
+      jitted.hi_values = calls["hidden"]   # its later calls come here
+    for x, (aval, qdd), lo in zip(values, info["finals"], finals):
+      aval.update_from_loval(qdd, x, *lo)
+    return out
+
+
+def _mutable_program(fun, args, kwargs, static_argnums, static_argnames, treedef, slot,
+                     types, counts):
+  """The jit of `fun` over the arrays of the mutable hijax values `values` (their state
+  types `types`) and the other dynamic leaves, and the record of their final state types
+  (`info['finals']`, set when traced)."""
+  info: dict = {}
+  n_static = len([n for n in static_argnums if n < len(args)])
+  static_args = {i: args[i] for i in static_argnums if i < len(args)}
+  static_kwargs = {n: kwargs[n] for n in static_argnames if n in kwargs}
+
+  def lowered(lo_flat, rest_leaves):
+    trace = core.current_trace()
+    vals = info["values"]
+    it = iter(lo_flat)
+    met: list = []
+    _managed[id(trace)] = met
+    entered = []
+    try:
+      for x, (aval, qdd), n in zip(vals, types, counts):
+        _owners.push(x, trace)
+        entered.append(x)
+        aval.update_from_loval(qdd, x, *[next(it) for _ in range(n)])
+      it_rest = iter(rest_leaves)
+      new_leaves = [next(it_rest) if j is None else vals[j] for j in slot]
+      a, k = tree_util.tree_unflatten(treedef, new_leaves)
+      full, ai = [], iter(a)
+      for i in range(len(a) + n_static):
+        full.append(static_args[i] if i in static_args else next(ai))
+      try:
+        out = fun(*full, **k, **static_kwargs)
+      except _HiMet as e:
+        raise _Passed(e) from None
+      if met:
+        raise _Passed(_HiMet([m[0] for m in met]))
+      if any(_mutable_aval(o) is not None for o in tree_util.tree_leaves(out)):
+        raise NotImplementedError("stagecraft does not return mutable hijax values from jit.")
+      finals = [cur_qdd(x) for x in vals]
+      info["finals"] = list(zip([a for a, _ in types], finals))
+      lo_out = [list(aval.read_loval(q, x)) for (aval, _), q, x in zip(types, finals, vals)]
+      return out, lo_out
+    finally:
+      # the values' own states back (their arrays before the call), then no longer staged
+      for x, (aval, qdd), lo in zip(entered, types, info["restore"]):
+        aval.update_from_loval(qdd, x, *lo)
+        _owners.pop(x)
+      for x, aval, qdd, lo in met:
+        aval.update_from_loval(qdd, x, *lo)
+        _owners.pop(x)
+      _managed.pop(id(trace), None)
+  lowered.__name__ = getattr(fun, "__name__", "fun")
+  return api.jit(lowered), info
+
+
+pjit.hi_mutable_call[0] = _mutable_hi_call
+
+
+def _mutable_hi_scan(f, init, xs, length, reverse, unroll, err):
+  """`lax.scan` of a body that closes over mutable hijax values (`err.values`, and those
+  met while tracing it), as JAX's: their states are carried as arrays; while the body is
+  traced each value holds the traced arrays, and after the loop its final state.
+
+  Raises:
+    TypeError: the body changes the type of a value's state (a scan carry's type is fixed).
+    NotImplementedError: a value met inside a computation the body stages.
+  """
+  values = list(err.values)
+  while True:
+    avals = [_mutable_aval(v) for v in values]
+    qdds = [cur_qdd(v) for v in values]
+    lo_in = [list(a.read_loval(q, v)) for a, q, v in zip(avals, qdds, values)]
+
+    def body(carry, x, values=values, avals=avals, qdds=qdds, lo_in=lo_in):
+      lo_c, c = carry
+      trace = core.current_trace()
+      more: list = []
+      _managed[id(trace)] = more
+      entered = []
+      try:
+        for v, a, q, lo in zip(values, avals, qdds, lo_c):
+          _owners.push(v, trace)
+          entered.append(v)
+          a.update_from_loval(q, v, *lo)
+        try:
+          c2, y = f(c, x)
+        except _HiMet as e:
+          raise _Passed(e) from None
+        if more:
+          raise _Passed(_HiMet([m[0] for m in more]))
+        finals = [cur_qdd(v) for v in values]
+        if finals != qdds:
+          raise TypeError("scan body function changed the state type of a mutable hijax "
+                          "value it closes over; its type must stay the same.")
+        return ([list(a.read_loval(q, v)) for a, q, v in zip(avals, finals, values)], c2), y
+      finally:
+        for v, a, q, lo in zip(entered, avals, qdds, lo_in):
+          a.update_from_loval(q, v, *lo)
+          _owners.pop(v)
+        for v, a, q, lo in more:
+          a.update_from_loval(q, v, *lo)
+          _owners.pop(v)
+        _managed.pop(id(trace), None)
+    try:
+      (lo_f, c_f), ys = loops.scan(body, (lo_in, init), xs, length=length, reverse=reverse,
+                                   unroll=unroll)
+    except _Passed as p:
+      new = [x for x in p.met.values if all(x is not v for v in values)]
+      if not new:
+        raise NotImplementedError(str(p.met)) from None
+      values.extend(new)
+      continue
+    for v, a, q, lo in zip(values, avals, qdds, lo_f):
+      a.update_from_loval(q, v, *lo)
+    return c_f, ys
+
+
+loops.hi_mutable_scan[0] = _mutable_hi_scan
+
+
+def _mutable_hi_eval_shape(fun, args, kwargs):
+  """`eval_shape` of `fun` some of whose arguments are mutable hijax values: `fun` runs on
+  values made of the traced arrays of their states (their own states are not changed, as
+  JAX's); NotImplemented when no argument is such a value."""
+  leaves, treedef = tree_util.tree_flatten((args, kwargs))
+  avals = [_mutable_aval(x) for x in leaves]
+  if all(a is None for a in avals):
+    return NotImplemented
+  qdds = [None if a is None else cur_qdd(x) for a, x in zip(avals, leaves)]
+  lo = [list(a.read_loval(q, x)) if a is not None else [x]
+        for a, q, x in zip(avals, qdds, leaves)]
+
+  def lowered(*lo_flat):
+    trace, it, vals = core.current_trace(), iter(lo_flat), []
+    for a, q, l in zip(avals, qdds, lo):
+      if a is None:
+        vals.append(next(it))
+      else:
+        v = a.new_from_loval(q, *[next(it) for _ in l])
+        _owners.push(v, trace)
+        made.append(v)
+        vals.append(v)
+    a_, k_ = tree_util.tree_unflatten(treedef, vals)
+    return fun(*a_, **k_)
+  made: list = []
+  try:
+    return api.eval_shape(lowered, *[x for l in lo for x in l])
+  finally:
+    for v in made:
+      _owners.pop(v)
+
+
+api.hi_eval_shape[0] = _mutable_hi_eval_shape

@@ -817,11 +817,37 @@ def body_vma(aval: ShapedArray, spec: PartitionSpec, manual) -> frozenset:
   return aval.vma | (_spec_axes(spec) & frozenset(manual))
 
 
-def _shard_map_abstract_eval(*avals, jaxpr, mesh, out_specs, newly_manual_axes=(), **_):
-  outs = [global_aval(a, s, mesh) for a, s in zip(jaxpr.out_avals, out_specs)]
+def _shard_shaped_array(mesh, manual_axes, check_vma, spec, aval):
+  # The block of `aval` split by `spec`: typed with the manual axes the block varies along
+  # when `check_vma`.
+  if not isinstance(spec, PartitionSpec):   # a hijax type's HiPspec: JAX's error
+    raise AttributeError(f"'{type(spec).__name__}' object has no attribute 'unreduced'")
+  return local_aval(aval, spec, mesh, body_vma(aval, spec, manual_axes) if check_vma else None,
+                    frozenset(manual_axes) if check_vma else None)
+
+
+def _unshard_shaped_array(mesh, check_vma, spec, aval):
+  # The value assembled from blocks of `aval` by `spec`; it varies only along the manual
+  # axes of an enclosing shard_map.
+  out = global_aval(aval, spec, mesh)
+  outer = enclosing_shard_map()
+  keep = outer[1] if outer is not None else frozenset()
+  return out.update(vma=out.vma & keep) if out.vma else out
+
+
+core.shard_aval_handlers[ShapedArray] = _shard_shaped_array
+core.unshard_aval_handlers[ShapedArray] = _unshard_shaped_array
+
+
+def _shard_map_abstract_eval(*avals, jaxpr, mesh, out_specs, newly_manual_axes=(),
+                             check_vma=False, **_):
+  # A hijax-typed result's type is its type's `unshard` (its spec a HiPspec).
+  outs = [core.unshard_aval(mesh, check_vma, s, a) if core.is_hi(a) else global_aval(a, s, mesh)
+          for a, s in zip(jaxpr.out_avals, out_specs)]
   # NB: a result is whole along the shard_map's own manual axes; it varies along an
   # enclosing shard_map's axes as the body's result does.
-  return [o.update(vma=o.vma - frozenset(newly_manual_axes)) if o.vma else o for o in outs]
+  return [o.update(vma=o.vma - frozenset(newly_manual_axes))
+          if getattr(o, "vma", None) else o for o in outs]
 
 
 shard_map_p.def_abstract_eval(_shard_map_abstract_eval)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from stagecraft import core, dtypes, lax, shape_poly, tree_util
+from stagecraft import sharding as sharding_lib
 from stagecraft.lax import elementwise
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.lax.utils import KEY_TYPES
@@ -58,6 +59,13 @@ def placed(x: Any, device: Any, out_sharding: Any, where: str, like: Any = None)
     # NB: as JAX's `full_like`: a concrete, committed prototype's sharding (a device, or a
     # NamedSharding over a concrete mesh: optax's zeros_like of sharded parameters)
     return spmd.device_put(x, like.sharding)
+  if (hasattr(like, "__jax_array__") and not isinstance(like, (Array, core.Tracer))
+      and type(x) is Array and not x.aval.weak_type):
+    # NB: as JAX's `full_like`: a duck array's own sharding over a concrete mesh (optax's
+    # zeros_like of flax's hijax Variables)
+    s = getattr(like, "sharding", None)
+    if isinstance(s, sharding_lib.NamedSharding) and isinstance(s.mesh, sharding_lib.Mesh):
+      return spmd.device_put(x, s)
   return x
 
 

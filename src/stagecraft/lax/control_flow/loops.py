@@ -166,7 +166,13 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
   carry_avals = [core.get_aval(x) for x in init_flat]
   x_avals = [_slice_aval(a) for a in xs_avals]
   in_tree = _pair_tree(init_tree, xs_tree)
-  closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, carry_avals, x_avals)
+  try:
+    closed, consts, carry_tree, y_tree = _trace_body(f, in_tree, init_tree, carry_avals,
+                                                     x_avals)
+  except core.MutableHiError as e:   # mutable hijax values the body closes over
+    if hi_mutable_scan[0] is None or not e.values:
+      raise
+    return hi_mutable_scan[0](f, init, xs, length, reverse, unroll, e)
   nk = len(init_flat)
   promoted = common.promote_weak(carry_avals, closed.out_avals[:nk])
   if promoted is not None:
@@ -197,6 +203,10 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
 #: reverse, unroll) -> (carry leaves, ys leaves)` runs an eager scan whose body takes or
 #: gives hijax-typed values as a scan of their arrays (JAX's `scan_p.to_lojax`).
 hi_scan: list = [None]
+#: Set by `experimental.hijax`: `hi_mutable_scan[0](f, init, xs, length, reverse, unroll,
+#: err)` runs a scan whose body closes over the mutable hijax values `err.values` (their
+#: states carried as arrays).
+hi_mutable_scan: list = [None]
 
 
 def _bind_scan(closed, consts, init_flat, xs_flat, nk, length, reverse, unroll, carry_tree,
