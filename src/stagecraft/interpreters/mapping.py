@@ -401,10 +401,13 @@ def lower_spmd_module(name: str, jaxpr: Jaxpr, chain, *, arg_attrs=None, result_
   avals_in = [v.aval for v in ((*jaxpr.constvars,) if consts is None else ()) +
               (*jaxpr.invars,)]
   if arg_attrs is None:
-    arg_attrs = [f"sdy.sharding = {sdy_sharding(len(a.shape), None, None, attr=True)}"
+    # NB: a typed key's data has one axis more than its aval (`core.physical_aval`)
+    arg_attrs = [f"sdy.sharding = "
+                 f"{sdy_sharding(len(core.physical_aval(a).shape), None, None, attr=True)}"
                  for a in avals_in]
   if result_attrs is None:
-    result_attrs = [f"sdy.sharding = {sdy_sharding(len(v.aval.shape), None, None, attr=True)}"
+    result_attrs = [f"sdy.sharding = "
+                    f"{sdy_sharding(len(core.physical_aval(v.aval).shape), None, None, attr=True)}"
                     for v in jaxpr.outvars]
   return lowering.lower_jaxpr_to_module(name, jaxpr, donated=donated, arg_attrs=arg_attrs,
                                         result_attrs=result_attrs, module=module,

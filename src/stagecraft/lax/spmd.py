@@ -146,15 +146,21 @@ def _lower_body(fb, module, jaxpr, depth, axis_name, axis_size, args):
 
 
 
+def _ndim(aval) -> int:
+  """The rank of `aval`'s data in programs (a typed key's data has one axis more)."""
+  return len(core.physical_aval(aval).shape)
+
+
 def _lower_manual(ctx, args, jaxpr, axis_name, axis_size, in_axes, out_axes):
   """The pmap as an `sdy.manual_computation` over all mesh axes, split on mesh axis 0."""
   fb, module = ctx.fb, ctx.module
   ax0 = module.mesh[0][0]
   local_in = [unmapped_aval(a, ax, 1) for a, ax in zip(jaxpr.in_avals, in_axes)]
   local_out = [unmapped_aval(a, ax, 1) for a, ax in zip(jaxpr.out_avals, out_axes)]
-  in_sh = [mapping.sdy_sharding(len(a.shape), ax, ax0, attr=False)
+  # NB: a typed key's sharding covers its key data (the trailing axis unsplit)
+  in_sh = [mapping.sdy_sharding(_ndim(a), ax, ax0, attr=False)
            for a, ax in zip(ctx.avals_in, in_axes)]
-  out_sh = [mapping.sdy_sharding(len(a.shape), ax, ax0, attr=False)
+  out_sh = [mapping.sdy_sharding(_ndim(a), ax, ax0, attr=False)
             for a, ax in zip(ctx.avals_out, out_axes)]
 
   def body(block_args):
@@ -252,13 +258,13 @@ def _compile_pmap(in_avals, params) -> SpmdExecutable:
   chain = mapping.mesh_chain(jaxpr)
   devices = spmd.chain_devices(chain, params["devices"])
   mesh = _mesh_for(chain, devices)
-  in_sh = [_sharding(mesh, len(a.shape), ax) for a, ax in zip(in_avals, params["in_axes"])]
-  out_sh = [_sharding(mesh, len(v.aval.shape), ax)
+  in_sh = [_sharding(mesh, _ndim(a), ax) for a, ax in zip(in_avals, params["in_axes"])]
+  out_sh = [_sharding(mesh, _ndim(v.aval), ax)
             for v, ax in zip(outvars, params["out_axes"])]
   ax0 = mesh.axis_names[0]
-  arg_attrs = [f"sdy.sharding = {mapping.sdy_sharding(len(a.shape), ax, ax0, attr=True)}"
+  arg_attrs = [f"sdy.sharding = {mapping.sdy_sharding(_ndim(a), ax, ax0, attr=True)}"
                for a, ax in zip(in_avals, params["in_axes"])]
-  res_attrs = [f"sdy.sharding = {mapping.sdy_sharding(len(v.aval.shape), ax, ax0, attr=True)}"
+  res_attrs = [f"sdy.sharding = {mapping.sdy_sharding(_ndim(v.aval), ax, ax0, attr=True)}"
                for v, ax in zip(outvars, params["out_axes"])]
   text = mapping.lower_spmd_module(f"pmap_{params['name']}", jaxpr, chain, arg_attrs=arg_attrs,
                            result_attrs=res_attrs, donated=params["donated_invars"])
