@@ -422,12 +422,12 @@ class _KeyIndexUpdateRef:
     self.keys, self.idx = keys, idx
 
   def get(self, **kwargs: Any) -> PRNGKeyArray:
-    return lax_utils.on_key_data(lambda a: a.at[self.idx].get(**kwargs), self.keys)
+    return lax_utils.on_keys(lambda a: a.at[self.idx].get(**kwargs), self.keys)
 
   def set(self, values: Any, **kwargs: Any) -> PRNGKeyArray:
     if type(values) is not PRNGKeyArray:
       raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
-    return lax_utils.on_key_data(lambda a, v: a.at[self.idx].set(v, **kwargs),
+    return lax_utils.on_keys(lambda a, v: a.at[self.idx].set(v, **kwargs),
                                  self.keys, values)
 
   def _no_arithmetic(self, *args: Any, **kwargs: Any):

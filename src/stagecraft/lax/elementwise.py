@@ -2104,7 +2104,7 @@ lowering.register_lowering(cos_p, _trig_lowering("stablehlo.cosine", _cos_comple
 
 
 def _keys_select_n(which: Any, cases: Sequence[Any]):
-  """`select_n` of typed key arrays, on their key data (`utils.on_key_data`)."""
+  """`select_n` of typed key arrays, on their key data (`utils.on_keys`)."""
   if not all(type(c) in KEY_TYPES for c in cases):
     # NB: JAX fails here only when lowering (an MLIR verifier error); we say why
     names = ", ".join(str(getattr(c, "dtype", type(c).__name__)) for c in cases)
@@ -2117,4 +2117,4 @@ def _keys_select_n(which: Any, cases: Sequence[Any]):
   if which_shape and which_shape != shapes[0]:
     raise TypeError(f"select `which` must be scalar or have the same shape as cases, got "
                     f"`which` shape {which_shape} but case shape {shapes[0]}.")
-  return utils.on_key_data(select_n, which, *cases)
+  return utils.on_keys(select_n, which, *cases)

@@ -238,7 +238,7 @@ def dynamic_slice(operand: Any, start_indices: Sequence[Any], slice_sizes: Seque
     TypeError: if an index is not a scalar integer, or `slice_sizes` does not fit.
   """
   if type(operand) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_slice, operand, start_indices, slice_sizes,
+    return utils.on_keys(dynamic_slice, operand, start_indices, slice_sizes,
                              allow_negative_indices=allow_negative_indices)
   sizes = canonicalize_shape("dynamic_slice", "slice_sizes", slice_sizes)
   idx = _dynamic_slice_indices("dynamic_slice", operand, start_indices, allow_negative_indices)
@@ -263,7 +263,7 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
     TypeError: if `slice_size` does not fit or `start_index` is not a scalar integer.
   """
   if type(operand) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_slice_in_dim, operand, start_index, slice_size, axis,
+    return utils.on_keys(dynamic_slice_in_dim, operand, start_index, slice_size, axis,
                              allow_negative_indices=allow_negative_indices)
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_slice_in_dim", (operator.index(axis),),
@@ -334,7 +334,7 @@ def dynamic_index_in_dim(operand: Any, index: Any, axis: int = 0, keepdims: bool
     TypeError: if `index` is not a scalar integer, or the axis has size 0.
   """
   if type(operand) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_index_in_dim, operand, index, axis, keepdims,
+    return utils.on_keys(dynamic_index_in_dim, operand, index, axis, keepdims,
                              allow_negative_indices=allow_negative_indices)
   return _jitted("dynamic_index_in_dim", _dynamic_index_in_dim, (operand, index),
                  {"axis": axis, "keepdims": keepdims,
@@ -449,7 +449,7 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any]
       is not a scalar integer.
   """
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_update_slice, operand, update, start_indices,
+    return utils.on_keys(dynamic_update_slice, operand, update, start_indices,
                              allow_negative_indices=allow_negative_indices,
                              same=(operand, update))
   idx = _dynamic_slice_indices("dynamic_update_slice", operand, start_indices,
@@ -475,7 +475,7 @@ def dynamic_update_slice_in_dim(operand: Any, update: Any, start_index: Any, axi
     TypeError: as `dynamic_update_slice`.
   """
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_update_slice_in_dim, operand, update, start_index, axis,
+    return utils.on_keys(dynamic_update_slice_in_dim, operand, update, start_index, axis,
                              allow_negative_indices=allow_negative_indices,
                              same=(operand, update))
   shape = _shape_of(operand)
@@ -510,7 +510,7 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
       `dynamic_update_slice`.
   """
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_update_index_in_dim, operand, update, index, axis,
+    return utils.on_keys(dynamic_update_index_in_dim, operand, update, index, axis,
                              allow_negative_indices=allow_negative_indices,
                              same=(operand, update))
   return _jitted("dynamic_update_index_in_dim", _dynamic_update_index_in_dim,
