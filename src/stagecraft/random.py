@@ -211,12 +211,12 @@ class PRNGKeyArray:
   def __eq__(self, other):
     if not isinstance(other, PRNGKeyArray):
       return _compare_other("equal", other)
-    return jnp.all(jnp.equal(self._base_array, other._base_array), axis=-1)
+    return jnp.equal(self, other)   # NB: `eq` of the keys, as JAX's
 
   def __ne__(self, other):
     if not isinstance(other, PRNGKeyArray):
       return _compare_other("not_equal", other)
-    return jnp.logical_not(self == other)
+    return jnp.not_equal(self, other)
 
   __hash__ = None  # type: ignore[assignment]
 
@@ -226,15 +226,15 @@ class PRNGKeyArray:
     raise NotImplementedError("Cannot call abstract method astype")
 
   def copy(self) -> "PRNGKeyArray":
-    """A copy of the keys (a new key array over copied key data)."""
-    return _forwarded(self, PRNGKeyArray(jnp.array(self._base_array, copy=True)))
+    """A copy of the keys (a `copy` of the keys, as JAX's)."""
+    return _forwarded(self, lax_utils.on_keys(partial(jnp.array, copy=True), self))
 
   def reshape(self, *shape: Any, order: str = "C") -> "PRNGKeyArray":
     """The keys in a new shape (`shape` as for `jnp.reshape`; -1 infers one axis)."""
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
       shape = tuple(shape[0])
-    return _forwarded(self, PRNGKeyArray(jnp.reshape(self._base_array, (*shape, 2),
-                                                     order=order)))
+    return _forwarded(self, lax_utils.on_keys(partial(jnp.reshape, shape=shape, order=order),
+                                              self))
 
   def ravel(self, order: str = "C") -> "PRNGKeyArray":
     """The keys as a 1-D key array."""
@@ -247,8 +247,7 @@ class PRNGKeyArray:
     if axis is None:
       axis = tuple(i for i, d in enumerate(self.shape) if d == 1)
     axis = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    return _forwarded(self, PRNGKeyArray(
-        jnp.squeeze(self._base_array, [a % max(self.ndim, 1) for a in axis])))
+    return _forwarded(self, lax_utils.on_keys(partial(jnp.squeeze, axis=axis), self))
 
   def transpose(self, *axes: Any) -> "PRNGKeyArray":
     """The keys with their axes permuted (default: reversed); the key data stays last."""
@@ -256,7 +255,7 @@ class PRNGKeyArray:
       axes = axes[0]
     perm = (tuple(range(self.ndim))[::-1] if axes in ((), None)
             else tuple(a % self.ndim for a in axes))
-    out = PRNGKeyArray(jnp.transpose(self._base_array, (*perm, self.ndim)))
+    out = lax_utils.on_keys(partial(jnp.transpose, axes=perm), self)
     if key_reuse.enabled() and key_reuse.staging():
       # NB: JAX's key reuse table has no rule for transpose: traced, it consumes its operand
       # and its result counts as consumed; eagerly it is not checked
@@ -480,6 +479,10 @@ tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._key_value(), None), _
                                data=lambda k: k._base_array)
 tree_util.register_staged_dtype(KeyTy, lambda aval: aval, PRNGKeyArray._from_keys)
 key_reuse.register_key_type(PRNGKeyArray)
+# Primitives bound on key arrays (`lax.concatenate(keys)`, `lax.add(k, k)`) bind on their keys
+# (their abstract value: that of their keys)
+core.staged_leaves[PRNGKeyArray] = (PRNGKeyArray._key_value, KeyTy, PRNGKeyArray._from_keys)
+core.pytype_aval_mappings[PRNGKeyArray] = lambda k: core.get_aval(k._key_value())
 # Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
 # are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.
 Array.register(PRNGKeyArray)

@@ -923,7 +923,10 @@ batching.primitive_batchers[gather_p] = _gather_batch_rule
 
 
 def _default_fill_value(dtype: np.dtype):
-  """JAX's gather fill: NaN (inexact), the minimum (signed), the maximum (unsigned), True."""
+  """JAX's gather fill: NaN (inexact), the minimum (signed), the maximum (unsigned), True;
+  for typed keys the uint32 maximum (each word of the filled keys' data)."""
+  if not isinstance(dtype, np.dtype) and dtypes.issubdtype(dtype, dtypes.prng_key):
+    return int(np.iinfo(np.uint32).max)
   if dtypes.is_inexact(dtype):
     return np.nan
   if dtypes.is_integer(dtype):

@@ -834,9 +834,7 @@ def broadcast_to(array: ArrayLike, shape: Sequence[int], *, out_sharding: Any = 
   """Broadcasts to `shape` under NumPy's rules, laid out by `out_sharding` when given (a
   NamedSharding, or a PartitionSpec under `set_mesh`; the result's type on a mesh of
   Explicit axes). Raises ValueError if incompatible."""
-  staged = tree_util.staged_leaf_data(array)
-  if staged is not None and out_sharding is None:   # a typed PRNG key array: broadcast its
-    data, rebuild = staged                          # data (the key data axes stay last)
+  if type(array) in KEY_TYPES and out_sharding is None:   # typed PRNG keys: broadcast them
     shape = canonical_shape(shape)
     src = tuple(array.shape)
     if len(src) > len(shape) or any(a not in (1, b) for a, b in
@@ -844,8 +842,7 @@ def broadcast_to(array: ArrayLike, shape: Sequence[int], *, out_sharding: Any = 
       raise ValueError(f"Incompatible types for broadcasting: input type="
                        f"{array.dtype}[{','.join(map(str, src))}] and requested type="
                        f"{array.dtype}[{','.join(map(str, shape))}]")
-    return rebuild(broadcast_to_shape(data, (*shape,
-                                             *shape_of(data)[len(array.shape):])))
+    return on_keys(broadcast_to_shape, array, shape)
   out = broadcast_to_shape(asarray(array), canonical_shape(shape))
   return out if out_sharding is None else reshard(out, out_sharding)
 

@@ -290,8 +290,10 @@ def _keys_binary(name: str, x: Any, y: Any) -> Array:
     names = ", ".join(str(a.dtype if type(a) in KEY_TYPES else dtypes.result_type(a))
                       for a in (x, y))
     raise TypeError(f"{name} does not accept dtypes {names}.")
-  if name in ("equal", "not_equal"):
-    return x == y if name == "equal" else x != y   # the key type's comparison
+  if name in ("equal", "not_equal"):   # `eq`/`ne` of the keys, as JAX's
+    cmp = lax.eq if name == "equal" else lax.ne
+    return on_keys(lambda a, b: cmp(*_promote_shapes(a, b, name=name, lax_broadcasts=True)),
+                   x, y)
   prim = _KEY_BINARY_PRIMS.get(name)
   if prim is None:
     raise TypeError(f"Cannot interpret '{x.dtype}' as a data type")
