@@ -220,10 +220,9 @@ class PRNGKeyArray:
 
   __hash__ = None  # type: ignore[assignment]
 
-  def astype(self, *args: Any, **kwargs: Any):
-    # NB: JAX's key arrays have no astype method (its abstract base class's raises this);
-    # `jnp.astype(keys, keys.dtype)` works
-    raise NotImplementedError("Cannot call abstract method astype")
+  def take(self, *args: Any, **kwargs: Any) -> "PRNGKeyArray":
+    """`jnp.take` of the keys (a key-typed `gather`)."""
+    return jnp.take(self, *args, **kwargs)
 
   def copy(self) -> "PRNGKeyArray":
     """A copy of the keys (a `copy` of the keys, as JAX's)."""
@@ -291,6 +290,30 @@ class PRNGKeyArray:
 
   def __invert__(self):
     raise TypeError(_unary_message("not", "integer, bool"))
+
+
+def _abstract_method(name: str):
+  """A method JAX's key arrays lack (its abstract base class's): NotImplementedError for
+  concrete keys; traced keys are tracers in JAX, whose method calls the jnp function, which
+  rejects the key dtype (its TypeError/ValueError)."""
+  def method(self, *args: Any, **kwargs: Any):
+    keys = self._key_value()
+    if not isinstance(keys, core.Tracer):
+      raise NotImplementedError(f"Cannot call abstract method {name}")
+    fun = getattr(jnp, name, None)
+    if fun is None:
+      return getattr(keys, name)(*args, **kwargs)
+    return fun(self, *args, **kwargs)
+  method.__name__ = name
+  return method
+
+
+for _name in ("all", "any", "argmax", "argmin", "argpartition", "argsort", "astype",
+              "byteswap", "choose", "clip", "compress", "conj", "conjugate", "cumprod",
+              "cumsum", "diagonal", "dot", "item", "max", "mean", "min", "nonzero", "prod",
+              "ptp", "repeat", "round", "searchsorted", "sort", "std", "sum", "to_device",
+              "trace", "var", "view"):
+  setattr(PRNGKeyArray, _name, _abstract_method(_name))
 
 
 def _keys_sharding(s: Any, ndim: int) -> Any:

@@ -1280,15 +1280,11 @@ def select_n(which: Any, *cases: Any):
   """
   if not cases:
     raise ValueError("select_n() must have at least one case")
-  if not KEY_TYPES.isdisjoint(map(type, cases)):
-    return _keys_select_n(which, cases)
-  return select_n_p.bind(which, *cases)
+  return select_n_p.bind(which, *cases)   # NB: typed key arrays too (core.staged_leaves)
 
 
 def select(pred: Any, on_true: Any, on_false: Any):
   """`on_true` where `pred` else `on_false` (JAX's lax.select)."""
-  if type(on_true) in KEY_TYPES or type(on_false) in KEY_TYPES:
-    return _keys_select_n(pred, (on_false, on_true))
   return select_n_p.bind(pred, on_false, on_true)
 
 
@@ -2108,18 +2104,3 @@ lowering.register_lowering(sin_p, _trig_lowering("stablehlo.sine", _sin_complex)
 lowering.register_lowering(cos_p, _trig_lowering("stablehlo.cosine", _cos_complex))
 
 
-def _keys_select_n(which: Any, cases: Sequence[Any]):
-  """`select_n` of typed key arrays, on their key data (`utils.on_keys`)."""
-  if not all(type(c) in KEY_TYPES for c in cases):
-    # NB: JAX fails here only when lowering (an MLIR verifier error); we say why
-    names = ", ".join(str(getattr(c, "dtype", type(c).__name__)) for c in cases)
-    raise TypeError(f"select cases must have the same dtypes, got [{names}].")
-  shapes = [c.shape for c in cases]
-  if any(s != shapes[0] for s in shapes[1:]):
-    raise TypeError(f"select cases must have the same shapes, got "
-                    f"[{', '.join(map(str, shapes))}].")
-  which_shape = tuple(getattr(which, "shape", ()))
-  if which_shape and which_shape != shapes[0]:
-    raise TypeError(f"select `which` must be scalar or have the same shape as cases, got "
-                    f"`which` shape {which_shape} but case shape {shapes[0]}.")
-  return utils.on_keys(select_n, which, *cases)

@@ -1027,8 +1027,9 @@ def _scatter_abstract_eval(name, accepted, operand, indices, updates, *, dimensi
   utils.check_same_dtypes("scatter", (operand, updates))   # JAX's message, for all six
   # NB: JAX checks the dtype where it traces the combining function (lax.add, lax.sub, ...),
   # so its message names that function at position 0: "sub does not accept dtype bool ...".
-  utils.check_dtype(_scatter_combiner_names.get(name, name), operand, accepted,
-                    0 if name in _scatter_combiner_names else None)
+  if name != "scatter" or isinstance(operand.dtype, np.dtype):   # scatter sets keys too
+    utils.check_dtype(_scatter_combiner_names.get(name, name), operand, accepted,
+                      0 if name in _scatter_combiner_names else None)
   dn = dimension_numbers
   uwd, iwd, sd2od = (dn.update_window_dims, dn.inserted_window_dims,
                      dn.scatter_dims_to_operand_dims)

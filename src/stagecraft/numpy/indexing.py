@@ -658,7 +658,7 @@ def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool
     raise TypeError(f"{no_bool} does not accept dtype bool at position 0. Accepted dtypes at "
                     f"position 0 are subtypes of integer, floating, complexfloating.")
   dtype, weak = x.dtype, x.weak_type
-  if not isinstance(y, Tracer) and y.ndim == 0:
+  if not isinstance(y, Tracer) and y.ndim == 0 and isinstance(y.dtype, np.dtype):
     # NB: a concrete scalar update is converted on the host and enters the scatter as a
     # literal, as JAX's tracing folds the conversion of a constant scalar.
     to_dtype, to_weak = dtypes.result_type(x, y, return_weak_type_flag=True)
@@ -1179,6 +1179,8 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
   if np.ndim(arr) == 0:
     raise ValueError("Calling nonzero on 0d arrays is not allowed. Use "
                      "jnp.atleast_1d(scalar).nonzero() instead.")
+  if type(arr) in KEY_TYPES:   # as JAX's: its `a != 0` raises the TypeError of key dtypes
+    arr.__ne__(0)
   shape = tuple(arr.shape)
   idx_dt = dtypes.default_int_dtype()
   fills = None if fill_value is None else _nonzero_fill(fill_value, len(shape))
