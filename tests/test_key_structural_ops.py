@@ -201,3 +201,21 @@ def test_key_reuse_survives():
 
 def _reuse(m):
   return (jax.debug_key_reuse if m is J else sc.debug_key_reuse)(True)
+
+
+def test_sharded_keys():
+  """Key-typed operations on keys sharded over a mesh of Explicit axes (a sharding in their
+  type, constrained on the key data with its trailing axis unsharded) give JAX's keys and
+  result sharding."""
+  def run(m):
+    mesh = m.make_mesh((4,), ("x",))
+    ks = m.device_put(_keys(m, (2, 4))[0],
+                      m.sharding.NamedSharding(mesh, m.sharding.PartitionSpec(None, "x")))
+    cat = m.jit(lambda a: m.np.concatenate([a, a]))(ks)
+    out = [_show(m, cat), str(cat.sharding)]
+    out.append(_show(m, m.jit(lambda a: m.np.broadcast_to(a, (3, 2, 4)))(ks)))
+    out.append(_show(m, m.jit(lambda a: a == a[::-1])(ks)))
+    return out
+  S.make_mesh, S.device_put, S.sharding = sc.make_mesh, sc.device_put, sc.sharding
+  J.make_mesh, J.device_put, J.sharding = jax.make_mesh, jax.device_put, jax.sharding
+  assert run(S) == run(J)
