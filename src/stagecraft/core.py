@@ -1546,7 +1546,15 @@ def _bind_staged_leaves(prim: "Primitive", args: Sequence[Any], params: dict) ->
       rebuild[entry[1]] = entry[2]
   out = prim.bind(*vals, **params)
   wrap = lambda o: rebuild.get(type(getattr(o, "dtype", None)), lambda x: x)(o)
-  return [wrap(o) for o in out] if prim.multiple_results else wrap(out)
+  outs = [wrap(o) for o in out] if prim.multiple_results else [wrap(out)]
+  if staged_leaves_hook[0] is not None:   # key reuse (`key_reuse.primitive_operation`)
+    staged_leaves_hook[0](prim, list(args), outs)
+  return outs if prim.multiple_results else outs[0]
+
+
+#: `hook(prim, operands, results)`, called after a primitive bound on staged leaves (set by
+#: `random`: JAX's key reuse signatures, with `debug_key_reuse` on).
+staged_leaves_hook: list = [None]
 
 
 class Primitive:

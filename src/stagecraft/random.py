@@ -444,13 +444,15 @@ class _KeyIndexUpdateRef:
     self.keys, self.idx = keys, idx
 
   def get(self, **kwargs: Any) -> PRNGKeyArray:
-    return lax_utils.on_keys(lambda a: a.at[self.idx].get(**kwargs), self.keys)
+    return lax_utils.on_keys(lambda a: a.at[self.idx].get(**kwargs), self.keys,
+                             reuse=lax_utils.FORWARD)
 
   def set(self, values: Any, **kwargs: Any) -> PRNGKeyArray:
     if type(values) is not PRNGKeyArray:
       raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
     return lax_utils.on_keys(lambda a, v: a.at[self.idx].set(v, **kwargs),
-                                 self.keys, values)
+                                 self.keys, values,
+                             reuse=lax_utils.SCATTER)
 
   def _no_arithmetic(self, *args: Any, **kwargs: Any):
     raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
@@ -506,6 +508,8 @@ key_reuse.register_key_type(PRNGKeyArray)
 # (their abstract value: that of their keys)
 core.staged_leaves[PRNGKeyArray] = (PRNGKeyArray._key_value, KeyTy, PRNGKeyArray._from_keys)
 core.pytype_aval_mappings[PRNGKeyArray] = lambda k: core.get_aval(k._key_value())
+core.staged_leaves_hook[0] = lambda prim, ins, outs: (
+    key_reuse.primitive_operation(prim, ins, outs) if key_reuse.enabled() else None)
 # Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
 # are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.
 Array.register(PRNGKeyArray)

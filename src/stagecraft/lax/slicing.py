@@ -239,7 +239,7 @@ def dynamic_slice(operand: Any, start_indices: Sequence[Any], slice_sizes: Seque
   """
   if type(operand) in utils.KEY_TYPES:
     return utils.on_keys(dynamic_slice, operand, start_indices, slice_sizes,
-                             allow_negative_indices=allow_negative_indices)
+                             allow_negative_indices=allow_negative_indices, reuse=utils.FORWARD)
   sizes = canonicalize_shape("dynamic_slice", "slice_sizes", slice_sizes)
   idx = _dynamic_slice_indices("dynamic_slice", operand, start_indices, allow_negative_indices)
   return dynamic_slice_p.bind(operand, *idx, slice_sizes=sizes)
@@ -264,7 +264,7 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
   """
   if type(operand) in utils.KEY_TYPES:
     return utils.on_keys(dynamic_slice_in_dim, operand, start_index, slice_size, axis,
-                             allow_negative_indices=allow_negative_indices)
+                             allow_negative_indices=allow_negative_indices, reuse=utils.FORWARD)
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_slice_in_dim", (operator.index(axis),),
                                     len(shape))
@@ -335,7 +335,7 @@ def dynamic_index_in_dim(operand: Any, index: Any, axis: int = 0, keepdims: bool
   """
   if type(operand) in utils.KEY_TYPES:
     return utils.on_keys(dynamic_index_in_dim, operand, index, axis, keepdims,
-                             allow_negative_indices=allow_negative_indices)
+                             allow_negative_indices=allow_negative_indices, reuse=utils.FORWARD)
   return _jitted("dynamic_index_in_dim", _dynamic_index_in_dim, (operand, index),
                  {"axis": axis, "keepdims": keepdims,
                   "allow_negative_indices": allow_negative_indices})
@@ -451,7 +451,7 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any]
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
     return utils.on_keys(dynamic_update_slice, operand, update, start_indices,
                              allow_negative_indices=allow_negative_indices,
-                             same=(operand, update))
+                             same=(operand, update), reuse=utils.DYNAMIC_UPDATE)
   idx = _dynamic_slice_indices("dynamic_update_slice", operand, start_indices,
                                allow_negative_indices)
   return dynamic_update_slice_p.bind(operand, update, *idx)
@@ -477,7 +477,7 @@ def dynamic_update_slice_in_dim(operand: Any, update: Any, start_index: Any, axi
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
     return utils.on_keys(dynamic_update_slice_in_dim, operand, update, start_index, axis,
                              allow_negative_indices=allow_negative_indices,
-                             same=(operand, update))
+                             same=(operand, update), reuse=utils.DYNAMIC_UPDATE)
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_update_slice_in_dim", (operator.index(axis),),
                                     len(shape))
@@ -512,7 +512,7 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
     return utils.on_keys(dynamic_update_index_in_dim, operand, update, index, axis,
                              allow_negative_indices=allow_negative_indices,
-                             same=(operand, update))
+                             same=(operand, update), reuse=utils.DYNAMIC_UPDATE)
   return _jitted("dynamic_update_index_in_dim", _dynamic_update_index_in_dim,
                  (operand, update, index),
                  {"axis": axis, "allow_negative_indices": allow_negative_indices})

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft.core import ShapedArray, WeakScalarValue
 
 # NB: helpers for the lax modules, not lax functions: none is in `stagecraft.lax`.
@@ -182,7 +182,8 @@ def canonicalize_axes(name: str, axes: Sequence[int], ndim: int) -> tuple[int, .
 KEY_TYPES = tree_util.staged_types
 
 
-def on_keys(fun, *args, same: Sequence[Any] = (), **kwargs) -> Any:
+def on_keys(fun, *args, same: Sequence[Any] = (), reuse: tuple | None = None,
+            **kwargs) -> Any:
   """`fun(*args, **kwargs)` where some arguments (pytree leaves of them) are typed key
   arrays: `fun` runs on their keys (values of dtype `key<fry>` of the key arrays' shapes,
   so its equations take and give keys, as JAX's do), and each result of a key dtype is a
@@ -193,6 +194,10 @@ def on_keys(fun, *args, same: Sequence[Any] = (), **kwargs) -> Any:
     args, kwargs: its arguments; pytrees (lists of operands) allowed.
     same: the operands that must all be keys (those combined into one result, as `where`'s
       `x` and `y`).
+    reuse: with `debug_key_reuse` on, JAX's key reuse signature of the operation:
+      `(op, eager_op, sinks, forward[, fresh])` for `key_reuse.operation`, positions
+      counted over the pytree leaves of `(args, kwargs)`; None: the key results start
+      fresh.
 
   Raises:
     ValueError: (JAX's message) if an operand in `same` is not a key array while another is.
@@ -201,15 +206,31 @@ def on_keys(fun, *args, same: Sequence[Any] = (), **kwargs) -> Any:
     if type(x) not in KEY_TYPES:
       key = next(y for y in same if type(y) in KEY_TYPES)
       raise ValueError(f"dtype={key.dtype} is not a valid dtype for JAX type promotion.")
-  leaves, tree = tree_util.tree_flatten((args, kwargs))
-  leaves = [tree_util.staged_leaf_value(x)[0] if type(x) in KEY_TYPES else x for x in leaves]
+  ins, tree = tree_util.tree_flatten((args, kwargs))
+  leaves = [tree_util.staged_leaf_value(x)[0] if type(x) in KEY_TYPES else x for x in ins]
   a, kw = tree_util.tree_unflatten(tree, leaves)
   out_leaves, out_tree = tree_util.tree_flatten(fun(*a, **kw))
   outs = []
   for o in out_leaves:
     staged = tree_util.staged_aval(o) if type(o) not in KEY_TYPES else None
     outs.append(o if staged is None else staged[1](o))
+  if reuse is not None and key_reuse.enabled():
+    key_reuse.operation(reuse[0], reuse[1], ins, outs, *reuse[2:])
   return tree_util.tree_unflatten(out_tree, outs)
+
+
+#: `on_keys`'s `reuse` of the operations JAX's key reuse table gives a `Forward` (the keys
+#: of the result are those of the operand), and of those that consume their key operands.
+FORWARD = ("broadcast_in_dim", "broadcast_in_dim", (), 0)
+#: (`jnp.where` is a jit function in JAX: its `select_n` consumes both key operands)
+#: and its result counts as consumed, as a primitive's that JAX's table lacks)
+WHERE = ("jit", "jit", "all", None, False)
+STACK = ("stack", "jit", "all", None, False)
+CONCATENATE = ("concatenate", "concatenate", "all", None)
+REV = ("jit", "jit", "all", None, False)   # (jnp.flip is a jit function in JAX)
+DYNAMIC_UPDATE = ("dynamic_update_slice", "dynamic_update_slice", (1,), 0)
+#: (`.at[].set`: the updates are scatter's operand 2, a copy of the user's keys eagerly)
+SCATTER = ("scatter", "scatter", ((1, 2, False),), 0)
 
 
 #: `lay_out[0](x, sharding)`: `x` laid out by an operation's `out_sharding` (installed by

@@ -14,7 +14,7 @@ import numpy as np
 from stagecraft import core, dtypes, lax, shape_poly, tree_util
 from stagecraft.lax import elementwise
 from stagecraft.lax.spmd import reshard, reshard_to_type
-from stagecraft.lax.utils import KEY_TYPES, on_keys
+from stagecraft.lax.utils import FORWARD, KEY_TYPES, on_keys
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
                                    canonical_shape, check_concrete, convert_dtype, dtype_of,
@@ -229,7 +229,7 @@ def _keys_filled(keys: Any, value: Any, shape: Any) -> Any:
   (JAX's `zeros_like` of keys: key data of zeros)."""
   shape = tuple(keys.shape) if shape is None else canonical_shape(shape)
   if type(value) in KEY_TYPES and value.shape:   # as JAX's: the keys broadcast
-    return on_keys(broadcast_to_shape, value, shape)
+    return on_keys(broadcast_to_shape, value, shape, reuse=FORWARD)
   if type(value) in KEY_TYPES:   # a key: its data, broadcast (JAX's full of a key)
     data = tree_util.staged_leaf_data(value)[0]
     data = broadcast_to_shape(data, (*shape, *data.shape[len(value.shape):]))

@@ -42,7 +42,7 @@ from stagecraft.numpy.ufuncs import (clip, floor_divide, greater_equal, not_equa
                                      remainder)
 from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, dtype_of,
                                    ensure_arraylike, lax_const, promote_dtypes, shape_of)
-from stagecraft.lax.utils import KEY_TYPES, on_keys
+from stagecraft.lax.utils import FORWARD, KEY_TYPES, on_keys
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -872,7 +872,7 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
   """
   if type(a) in KEY_TYPES:
     return on_keys(take, a, indices, axis, out, mode, unique_indices, indices_are_sorted,
-                       fill_value)
+                       fill_value, reuse=FORWARD)
   return _take(a, indices, None if axis is None else operator.index(axis), out, mode,
                unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
                fill_value=fill_value)

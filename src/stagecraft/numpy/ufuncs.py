@@ -25,7 +25,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broad
                                    check_arraylike, const, convert_dtype, dtype_of, ndim_of,
                                    promote_dtypes, promote_dtypes_inexact,
                                    promote_dtypes_numeric, real_dtype, shape_of, to_bool)
-from stagecraft.lax.utils import KEY_TYPES, on_keys
+from stagecraft.lax.utils import KEY_TYPES, WHERE, on_keys
 from stagecraft.pjit import jit
 from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
@@ -1637,7 +1637,7 @@ def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Arr
   if x is None or y is None:
     raise ValueError("where: either both or neither of x and y must be given.")
   if type(x) in KEY_TYPES or type(y) in KEY_TYPES:
-    return on_keys(where, condition, x, y, same=(x, y))
+    return on_keys(where, condition, x, y, same=(x, y), reuse=WHERE)
   return _where(*(asarray_or_scalar(v) for v in (condition, x, y)))
 
 
