@@ -87,6 +87,7 @@ CASES = {
     "equal": lambda m, s: (lambda a, b: m.np.equal(a, b), _keys(m, s)),
     "eq_self": lambda m, s: (lambda a: a == a, _keys(m, s)[:1]),
     "ne": lambda m, s: (lambda a, b: a != b, _keys(m, s)),
+    "array_equal": lambda m, s: (lambda a, b: m.np.array_equal(a, b), _keys(m, s)),
     "zeros_like": lambda m, s: (lambda a: m.np.zeros_like(a), _keys(m, s)[:1]),
     "ones_like": lambda m, s: (lambda a: m.np.ones_like(a), _keys(m, s)[:1]),
     "full_like": lambda m, s: (lambda a, b: m.np.full_like(a, b), _keys(m, s)),
@@ -232,3 +233,11 @@ def test_sharded_keys():
   S.make_mesh, S.device_put, S.sharding = sc.make_mesh, sc.device_put, sc.sharding
   J.make_mesh, J.device_put, J.sharding = jax.make_mesh, jax.device_put, jax.sharding
   assert run(S) == run(J)
+
+
+def test_array_equal_jaxpr_is_jaxs():
+  """`array_equal` is one `reduce_and` over every axis of the comparison (JAX's
+  `jnp.all`), for numbers as for keys (whose data it does not unwrap)."""
+  for args in [(1.0, 2.0), (np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32))]:
+    assert (str(S.make_jaxpr(S.np.array_equal)(*args))
+            == str(J.make_jaxpr(J.np.array_equal)(*args)))

@@ -765,23 +765,24 @@ def allclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLik
 
 
 def _any_keys(*args) -> bool:
-  return any(tree_util.staged_leaf_data(a) is not None for a in args)
+  return any(type(a) in KEY_TYPES for a in args)   # NB: their data is not read
 
 
 def array_equal(a1: ArrayLike, a2: ArrayLike, equal_nan: bool = False) -> Array:
   """Whether `a1` and `a2` have the same shape and elements (a bool scalar Array; False for
   different shapes, with no error)."""
-  if _any_keys(a1, a2):   # typed PRNG keys: equal data; False against anything else
+  from stagecraft.numpy import reductions   # NB: reductions builds on this module
+  if _any_keys(a1, a2):   # typed PRNG keys: equal keys; False against anything else
     if not (_any_keys(a1) and _any_keys(a2)) or a1.shape != a2.shape:
       return array(False)
-    return lax.reduce_and(ravel(a1 == a2), (0,))
+    return reductions.all(a1 == a2)
   a1, a2 = as_array(a1), as_array(a2)
   if shape_of(a1) != shape_of(a2):
     return array(False)
   eq = equal(a1, a2)
   if equal_nan:
     eq = logical_or(eq, logical_and(isnan(a1), isnan(a2)))
-  return lax.reduce_and(ravel(eq), (0,))
+  return reductions.all(eq)   # as JAX's: one reduce_and over every axis
 
 
 def array_equiv(a1: ArrayLike, a2: ArrayLike) -> Array:
