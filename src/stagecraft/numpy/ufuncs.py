@@ -771,18 +771,25 @@ def _any_keys(*args) -> bool:
 def array_equal(a1: ArrayLike, a2: ArrayLike, equal_nan: bool = False) -> Array:
   """Whether `a1` and `a2` have the same shape and elements (a bool scalar Array; False for
   different shapes, with no error)."""
-  from stagecraft.numpy import reductions   # NB: reductions builds on this module
   if _any_keys(a1, a2):   # typed PRNG keys: equal keys; False against anything else
     if not (_any_keys(a1) and _any_keys(a2)) or a1.shape != a2.shape:
       return array(False)
-    return reductions.all(a1 == a2)
+    return _all(a1 == a2)
   a1, a2 = as_array(a1), as_array(a2)
   if shape_of(a1) != shape_of(a2):
     return array(False)
   eq = equal(a1, a2)
   if equal_nan:
     eq = logical_or(eq, logical_and(isnan(a1), isnan(a2)))
-  return reductions.all(eq)   # as JAX's: one reduce_and over every axis
+  return _all(eq)
+
+
+def _all(eq: Any) -> Any:
+  """`jnp.all` of a bool array, as JAX's `array_equal` takes it: a weak value made strong,
+  then one `reduce_and` over every axis."""
+  if eq.weak_type:
+    eq = lax.convert_element_type(eq, dtypes.bool_, weak_type=False)
+  return lax.reduce_and(eq, tuple(range(ndim_of(eq))))
 
 
 def array_equiv(a1: ArrayLike, a2: ArrayLike) -> Array:
