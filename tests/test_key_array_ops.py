@@ -1,6 +1,6 @@
 """Typed PRNG key arrays through the structural jnp/lax operations, against JAX 0.10.2 in the
 same test: the result's shape, dtype (`key<fry>`) and key data, or the error's type and
-message, under eager, jit, vmap and inside loops (`lax.utils.on_key_data`)."""
+message, under eager, jit, vmap and inside loops (`lax.utils.on_keys`)."""
 import types
 
 import jax

@@ -1594,6 +1594,36 @@ def pp_jaxpr_annotated(jaxpr: "Jaxpr", *, source_info: bool = False,
 # Primitives
 
 
+#: Types of staged leaves (`random.PRNGKeyArray`) -> `(leaf -> its value, the value's dtype
+#: class, value -> leaf)`. A primitive bound on such leaves binds on their values (keys
+#: `key<fry>[*s]`, so `lax.concatenate(keys, ...)` stages a key-typed equation, as JAX's)
+#: and gives each result of a leaf's dtype back as a leaf.
+staged_leaves: dict[type, tuple[Callable, type, Callable]] = {}
+
+
+def _bind_staged_leaves(prim: "Primitive", args: Sequence[Any], params: dict) -> Any:
+  rebuild = {}
+  vals = []
+  for a in args:
+    entry = staged_leaves.get(type(a))
+    if entry is None:
+      vals.append(a)
+    else:
+      vals.append(entry[0](a))
+      rebuild[entry[1]] = entry[2]
+  out = prim.bind(*vals, **params)
+  wrap = lambda o: rebuild.get(type(getattr(o, "dtype", None)), lambda x: x)(o)
+  outs = [wrap(o) for o in out] if prim.multiple_results else [wrap(out)]
+  if staged_leaves_hook[0] is not None:   # key reuse (`key_reuse.primitive_operation`)
+    staged_leaves_hook[0](prim, list(args), outs)
+  return outs if prim.multiple_results else outs[0]
+
+
+#: `hook(prim, operands, results)`, called after a primitive bound on staged leaves (set by
+#: `random`: JAX's key reuse signatures, with `debug_key_reuse` on).
+staged_leaves_hook: list = [None]
+
+
 class Primitive:
   """An operation with rules. `bind` hands it to the current trace.
 
@@ -1645,6 +1675,8 @@ class Primitive:
             params[k] = d[k]
     if self.complete_params is not None:
       params = self.complete_params(len(args), params)
+    if staged_leaves and not staged_leaves.keys().isdisjoint(map(type, args)):
+      return _bind_staged_leaves(self, args, params)
     try:
       if check_vma_state[0]:
         if self in collective_axes:

@@ -47,7 +47,8 @@ from stagecraft.errors import KeyReuseError
 __all__ = ["Sink", "Source", "Forward", "KeyReuseSignature", "KeyVar", "enabled",
            "register_key_type", "is_key", "sink", "check", "body_signature", "apply",
            "staging", "error", "call", "scope", "Scope", "effective", "mark", "BodyKeys",
-           "join_branches", "check_loop", "share", "share_results"]
+           "join_branches", "check_loop", "share", "share_results", "operation",
+           "primitive_operation"]
 
 
 @total_ordering
@@ -305,6 +306,60 @@ def sink(key: Any, op: str, index: int = 0, mask: Any = True) -> None:
     return
   check(key, op, index, mask)
   mark(key.kr_var, mask)
+
+
+def operation(op: str, eager_op: str, ins: list, outs: list, sinks: Any = (),
+              forward: int | None = None, fresh: bool = True) -> None:
+  """JAX's signature of one operation on typed keys (a primitive, or a jnp function JAX
+  jits): the key operands at positions `sinks` (all of them for `"all"`; `(position,
+  index, eager)` names the operand `index` in the messages, and with `eager` False
+  consumes it only while staging: JAX's function hands the primitive a copy) are checked,
+  then consumed (errors name `op` while staging, `eager_op` eagerly: "jit" for a jitted
+  function and for the primitives JAX's table lacks, which it runs as jit programs); the
+  key results take the state of operand `forward` (shared while staging, copied eagerly:
+  JAX's `Forward`), else start fresh (a `Source`) or, unless `fresh`, consumed (the
+  results of the primitives JAX's table lacks)."""
+  if sinks == "all":
+    sinks = [i for i, x in enumerate(ins) if is_key(x)]
+  sinks = [s if isinstance(s, tuple) else (s, s, True) for s in sinks]
+  staged = staging()
+  name = op if staged else eager_op
+  for i, idx, _ in sinks:
+    check(ins[i], name, idx)
+  for i, _, eager in sinks:
+    if is_key(ins[i]) and (eager or staged):
+      mark(ins[i].kr_var, True)
+  src = ins[forward] if forward is not None else None
+  for o in outs:
+    if is_key(o):
+      if is_key(src):
+        o.kr_var = src.kr_var if staged else KeyVar(_copy(src.kr_var.consumed))
+      elif not fresh:
+        o.kr_var = KeyVar(True)
+
+
+# JAX's key reuse table (jax/experimental/key_reuse/_core.py) for the primitives that may
+# take typed keys: the operand whose state the results take; `dynamic_update_slice` and
+# `scatter` consume their update too; `eq`/`ne` consume nothing; `concatenate` of several
+# operands consumes them all; any other primitive consumes its key operands.
+_FORWARDING = {"broadcast_in_dim", "copy", "reshape", "squeeze", "convert_element_type",
+               "dynamic_slice", "gather", "sharding_constraint", "reshard", "device_put"}
+_UPDATING = {"dynamic_update_slice": 1, "scatter": 2}
+
+
+def primitive_operation(prim: Any, ins: list, outs: list) -> None:
+  """`operation` for a primitive bound on typed key arrays (`core.staged_leaves`)."""
+  name = prim.name
+  if name in _FORWARDING:
+    operation(name, name, ins, outs, (), 0)
+  elif name in _UPDATING:
+    operation(name, name, ins, outs, (_UPDATING[name],), 0)
+  elif name in ("eq", "ne", "random_unwrap"):
+    return
+  elif name == "concatenate":
+    operation(name, name, ins, outs, "all" if len(ins) > 1 else (), 0 if len(ins) == 1 else None)
+  elif name != "slice":   # NB: slices of keys: `random`'s indexing applies JAX's mask rule
+    operation(name, "jit", ins, outs, "all", fresh=False)
 
 
 def _or(a, b):

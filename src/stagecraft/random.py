@@ -213,30 +213,29 @@ class PRNGKeyArray:
   def __eq__(self, other):
     if not isinstance(other, PRNGKeyArray):
       return _compare_other("equal", other)
-    return jnp.all(jnp.equal(self._base_array, other._base_array), axis=-1)
+    return jnp.equal(self, other)   # NB: `eq` of the keys, as JAX's
 
   def __ne__(self, other):
     if not isinstance(other, PRNGKeyArray):
       return _compare_other("not_equal", other)
-    return jnp.logical_not(self == other)
+    return jnp.not_equal(self, other)
 
   __hash__ = None  # type: ignore[assignment]
 
-  def astype(self, *args: Any, **kwargs: Any):
-    # NB: JAX's key arrays have no astype method (its abstract base class's raises this);
-    # `jnp.astype(keys, keys.dtype)` works
-    raise NotImplementedError("Cannot call abstract method astype")
+  def take(self, *args: Any, **kwargs: Any) -> "PRNGKeyArray":
+    """`jnp.take` of the keys (a key-typed `gather`)."""
+    return jnp.take(self, *args, **kwargs)
 
   def copy(self) -> "PRNGKeyArray":
-    """A copy of the keys (a new key array over copied key data)."""
-    return _forwarded(self, PRNGKeyArray(jnp.array(self._base_array, copy=True)))
+    """A copy of the keys (a `copy` of the keys, as JAX's)."""
+    return _forwarded(self, lax_utils.on_keys(partial(jnp.array, copy=True), self))
 
   def reshape(self, *shape: Any, order: str = "C") -> "PRNGKeyArray":
     """The keys in a new shape (`shape` as for `jnp.reshape`; -1 infers one axis)."""
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
       shape = tuple(shape[0])
-    return _forwarded(self, PRNGKeyArray(jnp.reshape(self._base_array, (*shape, 2),
-                                                     order=order)))
+    return _forwarded(self, lax_utils.on_keys(partial(jnp.reshape, shape=shape, order=order),
+                                              self))
 
   def ravel(self, order: str = "C") -> "PRNGKeyArray":
     """The keys as a 1-D key array."""
@@ -249,8 +248,7 @@ class PRNGKeyArray:
     if axis is None:
       axis = tuple(i for i, d in enumerate(self.shape) if d == 1)
     axis = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    return _forwarded(self, PRNGKeyArray(
-        jnp.squeeze(self._base_array, [a % max(self.ndim, 1) for a in axis])))
+    return _forwarded(self, lax_utils.on_keys(partial(jnp.squeeze, axis=axis), self))
 
   def transpose(self, *axes: Any) -> "PRNGKeyArray":
     """The keys with their axes permuted (default: reversed); the key data stays last."""
@@ -258,7 +256,7 @@ class PRNGKeyArray:
       axes = axes[0]
     perm = (tuple(range(self.ndim))[::-1] if axes in ((), None)
             else tuple(a % self.ndim for a in axes))
-    out = PRNGKeyArray(jnp.transpose(self._base_array, (*perm, self.ndim)))
+    out = lax_utils.on_keys(partial(jnp.transpose, axes=perm), self)
     if key_reuse.enabled() and key_reuse.staging():
       # NB: JAX's key reuse table has no rule for transpose: traced, it consumes its operand
       # and its result counts as consumed; eagerly it is not checked
@@ -349,6 +347,30 @@ class PRNGKeyArray:
 
   def __invert__(self):
     raise TypeError(_unary_message("not", "integer, bool"))
+
+
+def _abstract_method(name: str):
+  """A method JAX's key arrays lack (its abstract base class's): NotImplementedError for
+  concrete keys; traced keys are tracers in JAX, whose method calls the jnp function, which
+  rejects the key dtype (its TypeError/ValueError)."""
+  def method(self, *args: Any, **kwargs: Any):
+    keys = self._key_value()
+    if not isinstance(keys, core.Tracer):
+      raise NotImplementedError(f"Cannot call abstract method {name}")
+    fun = getattr(jnp, name, None)
+    if fun is None:
+      return getattr(keys, name)(*args, **kwargs)
+    return fun(self, *args, **kwargs)
+  method.__name__ = name
+  return method
+
+
+for _name in ("all", "any", "argmax", "argmin", "argpartition", "argsort", "astype",
+              "byteswap", "choose", "clip", "compress", "conj", "conjugate", "cumprod",
+              "cumsum", "diagonal", "dot", "item", "max", "mean", "min", "nonzero", "prod",
+              "ptp", "repeat", "round", "searchsorted", "sort", "std", "sum", "to_device",
+              "trace", "var", "view"):
+  setattr(PRNGKeyArray, _name, _abstract_method(_name))
 
 
 def _keys_sharding(s: Any, ndim: int) -> Any:
@@ -479,13 +501,15 @@ class _KeyIndexUpdateRef:
     self.keys, self.idx = keys, idx
 
   def get(self, **kwargs: Any) -> PRNGKeyArray:
-    return lax_utils.on_key_data(lambda a: a.at[self.idx].get(**kwargs), self.keys)
+    return lax_utils.on_keys(lambda a: a.at[self.idx].get(**kwargs), self.keys,
+                             reuse=lax_utils.FORWARD)
 
   def set(self, values: Any, **kwargs: Any) -> PRNGKeyArray:
     if type(values) is not PRNGKeyArray:
       raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
-    return lax_utils.on_key_data(lambda a, v: a.at[self.idx].set(v, **kwargs),
-                                 self.keys, values)
+    return lax_utils.on_keys(lambda a, v: a.at[self.idx].set(v, **kwargs),
+                                 self.keys, values,
+                             reuse=lax_utils.SCATTER)
 
   def _no_arithmetic(self, *args: Any, **kwargs: Any):
     raise TypeError(f"Cannot interpret '{_key_dtype.name}' as a data type")
@@ -537,6 +561,12 @@ tree_util.register_staged_leaf(PRNGKeyArray, lambda k: (k._key_value(), None), _
                                data=lambda k: k._base_array)
 tree_util.register_staged_dtype(KeyTy, lambda aval: aval, PRNGKeyArray._from_keys)
 key_reuse.register_key_type(PRNGKeyArray)
+# Primitives bound on key arrays (`lax.concatenate(keys)`, `lax.add(k, k)`) bind on their keys
+# (their abstract value: that of their keys)
+core.staged_leaves[PRNGKeyArray] = (PRNGKeyArray._key_value, KeyTy, PRNGKeyArray._from_keys)
+core.pytype_aval_mappings[PRNGKeyArray] = lambda k: core.get_aval(k._key_value())
+core.staged_leaves_hook[0] = lambda prim, ins, outs: (
+    key_reuse.primitive_operation(prim, ins, outs) if key_reuse.enabled() else None)
 # Typed keys are arrays for `isinstance(key, stagecraft.Array)` (and `jnp.ndarray`), as JAX's
 # are: libraries (flax.nnx.Rngs, equinox) test it before `issubdtype(key.dtype, prng_key)`.
 Array.register(PRNGKeyArray)

@@ -1184,6 +1184,12 @@ def staged_leaf_data(x: Any) -> tuple[Any, Callable[[Any], Any]] | None:
   return staged_leaf_value(x)
 
 
+def staged_leaf_from_data(like: Any, data: Any) -> Any:
+  """A staged leaf of the kind of `like` (a typed key array) around the array data `data`
+  (`u32[*s, 2]` for keys `key<fry>[*s]`); `like`'s own data is not read."""
+  return _staged_data[type(like)][1](data)
+
+
 #: {staged leaf type: (x -> its array data, data -> a leaf)} (`register_staged_leaf`'s
 #: `data`).
 _staged_data: dict[type, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}

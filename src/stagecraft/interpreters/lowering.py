@@ -723,7 +723,9 @@ def _constrain_to_type(fb: FuncBuilder, x: str, aval: Any) -> str:
     return x
   mesh = ts.mesh
   dims = []
-  spec = tuple(ts.spec) + (None,) * (len(aval.shape) - len(ts.spec))
+  # NB: keys of an extended dtype are their data in the module: its trailing axes unsharded
+  rank = len(aval.shape if isinstance(aval.dtype, np.dtype) else core.physical_aval(aval).shape)
+  spec = tuple(ts.spec) + (None,) * (rank - len(ts.spec))
   for e in spec:
     names = () if e is None else e if isinstance(e, tuple) else (e,)
     dims.append("{" + ", ".join(f'"{mesh.sdy_axis_names[n]}"' for n in names) + "}")

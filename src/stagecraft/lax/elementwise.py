@@ -67,15 +67,18 @@ _int_or_bool = (utils.int_kind, utils.bool_kind)
 # Shared rules (special.py builds its primitives with them too)
 
 
-def naryop_abstract_eval(name: str, accepted, result_dtype=None):
+def naryop_abstract_eval(name: str, accepted, result_dtype=None, allow_extended=False):
   """The abstract eval of an elementwise op: operands that broadcast
   (`utils.broadcasting_shape`), of `accepted` dtype kinds (see lax/utils.py) and one dtype;
   the result has the broadcast shape, the dtype `result_dtype(dtype)` (default: the
   operands'), and is weak only when every operand is. Shapes are checked before dtypes, so
-  the errors come in JAX's order."""
+  the errors come in JAX's order. `allow_extended`: operands of an extended dtype (typed
+  keys) are accepted too (`eq`/`ne`, as JAX's)."""
   def rule(*avals, **params):
     shape = utils.broadcasting_shape(name, avals)
     for i, a in enumerate(avals):
+      if allow_extended and not isinstance(a.dtype, np.dtype):
+        continue
       utils.check_dtype(name, a, accepted, i if len(avals) > 1 else None)
     utils.check_same_dtypes(name, avals)
     dtype = avals[0].dtype if result_dtype is None else result_dtype(avals[0].dtype)
@@ -892,9 +895,9 @@ def emit_compare(ctx, direction: str, x: str, y: str, aval: ShapedArray) -> str:
   return r
 
 
-def _cmp(name: str, direction: str, accepted) -> Primitive:
+def _cmp(name: str, direction: str, accepted, allow_extended=False) -> Primitive:
   p = Primitive(name)
-  p.def_abstract_eval(naryop_abstract_eval(name, accepted, _bool_dtype))
+  p.def_abstract_eval(naryop_abstract_eval(name, accepted, _bool_dtype, allow_extended))
 
   def rule(ctx, x, y):
     x, y = broadcast_operands(ctx, (x, y))
@@ -907,8 +910,10 @@ def _cmp(name: str, direction: str, accepted) -> Primitive:
 
 
 _ordered = (utils.int_kind, utils.float_kind, utils.bool_kind)
-eq_p = _cmp("eq", "EQ", any_dtype)
-ne_p = _cmp("ne", "NE", any_dtype)
+# NB: typed keys compare equal when all their key data does (lowered by prng's
+# `_lower_physical`), as in JAX
+eq_p = _cmp("eq", "EQ", any_dtype, allow_extended=True)
+ne_p = _cmp("ne", "NE", any_dtype, allow_extended=True)
 lt_p = _cmp("lt", "LT", _ordered)
 le_p = _cmp("le", "LE", _ordered)
 gt_p = _cmp("gt", "GT", _ordered)
@@ -1275,15 +1280,11 @@ def select_n(which: Any, *cases: Any):
   """
   if not cases:
     raise ValueError("select_n() must have at least one case")
-  if not KEY_TYPES.isdisjoint(map(type, cases)):
-    return _keys_select_n(which, cases)
-  return select_n_p.bind(which, *cases)
+  return select_n_p.bind(which, *cases)   # NB: typed key arrays too (core.staged_leaves)
 
 
 def select(pred: Any, on_true: Any, on_false: Any):
   """`on_true` where `pred` else `on_false` (JAX's lax.select)."""
-  if type(on_true) in KEY_TYPES or type(on_false) in KEY_TYPES:
-    return _keys_select_n(pred, (on_false, on_true))
   return select_n_p.bind(pred, on_false, on_true)
 
 
@@ -2103,18 +2104,3 @@ lowering.register_lowering(sin_p, _trig_lowering("stablehlo.sine", _sin_complex)
 lowering.register_lowering(cos_p, _trig_lowering("stablehlo.cosine", _cos_complex))
 
 
-def _keys_select_n(which: Any, cases: Sequence[Any]):
-  """`select_n` of typed key arrays, on their key data (`utils.on_key_data`)."""
-  if not all(type(c) in KEY_TYPES for c in cases):
-    # NB: JAX fails here only when lowering (an MLIR verifier error); we say why
-    names = ", ".join(str(getattr(c, "dtype", type(c).__name__)) for c in cases)
-    raise TypeError(f"select cases must have the same dtypes, got [{names}].")
-  shapes = [c.shape for c in cases]
-  if any(s != shapes[0] for s in shapes[1:]):
-    raise TypeError(f"select cases must have the same shapes, got "
-                    f"[{', '.join(map(str, shapes))}].")
-  which_shape = tuple(getattr(which, "shape", ()))
-  if which_shape and which_shape != shapes[0]:
-    raise TypeError(f"select `which` must be scalar or have the same shape as cases, got "
-                    f"`which` shape {which_shape} but case shape {shapes[0]}.")
-  return utils.on_key_data(select_n, which, *cases)

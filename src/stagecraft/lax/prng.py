@@ -33,6 +33,7 @@ from stagecraft.lax import random_bits
 from stagecraft.runtime import dispatch
 from stagecraft.lax import shape as lax_shape
 from stagecraft.lax import elementwise as lax_ew
+from stagecraft.lax import reduction as lax_red
 
 __all__ = ["KeyTy", "key_dtype", "is_key_aval", "random_seed_p", "random_wrap_p",
            "random_unwrap_p", "random_bits_p", "random_split_p", "random_fold_in_p",
@@ -415,12 +416,14 @@ def _lower_physical(fb, eqn, operands: Sequence[str]) -> list[str]:
     for o, d, e in zip(outs, out_dims, out_ext):
       if not e:
         if d is not batching.not_mapped:
-          if prim.name in ("eq", "ne"):   # keys compare equal when all their data does
-            raise NotImplementedError(f"lowering {prim.name} of typed keys: compare their "
-                                      f"key data (random.key_data) instead.")
-          # NB: an operand the batching rule broadcast along the data axis: the same value
-          # at each position
-          o = lax_shape.squeeze(lax_shape.slice_in_dim(o, 0, 1, axis=d), (d,))
+          if prim is lax_ew.eq_p:   # keys are equal when all their data words are
+            o = lax_red.reduce_and_p.bind(o, axes=(d,))
+          elif prim is lax_ew.ne_p:   # ... and differ when any word does
+            o = lax_red.reduce_or_p.bind(o, axes=(d,))
+          else:
+            # NB: an operand the batching rule broadcast along the data axis: the same
+            # value at each position
+            o = lax_shape.squeeze(lax_shape.slice_in_dim(o, 0, 1, axis=d), (d,))
         res.append(o)
       else:
         res.append(batching.moveaxis(o, d, len(o.shape) - 1) if d is not batching.not_mapped

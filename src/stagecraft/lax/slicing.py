@@ -238,8 +238,8 @@ def dynamic_slice(operand: Any, start_indices: Sequence[Any], slice_sizes: Seque
     TypeError: if an index is not a scalar integer, or `slice_sizes` does not fit.
   """
   if type(operand) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_slice, operand, start_indices, slice_sizes,
-                             allow_negative_indices=allow_negative_indices)
+    return utils.on_keys(dynamic_slice, operand, start_indices, slice_sizes,
+                             allow_negative_indices=allow_negative_indices, reuse=utils.FORWARD)
   sizes = canonicalize_shape("dynamic_slice", "slice_sizes", slice_sizes)
   idx = _dynamic_slice_indices("dynamic_slice", operand, start_indices, allow_negative_indices)
   return dynamic_slice_p.bind(operand, *idx, slice_sizes=sizes)
@@ -263,8 +263,8 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
     TypeError: if `slice_size` does not fit or `start_index` is not a scalar integer.
   """
   if type(operand) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_slice_in_dim, operand, start_index, slice_size, axis,
-                             allow_negative_indices=allow_negative_indices)
+    return utils.on_keys(dynamic_slice_in_dim, operand, start_index, slice_size, axis,
+                             allow_negative_indices=allow_negative_indices, reuse=utils.FORWARD)
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_slice_in_dim", (operator.index(axis),),
                                     len(shape))
@@ -334,8 +334,8 @@ def dynamic_index_in_dim(operand: Any, index: Any, axis: int = 0, keepdims: bool
     TypeError: if `index` is not a scalar integer, or the axis has size 0.
   """
   if type(operand) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_index_in_dim, operand, index, axis, keepdims,
-                             allow_negative_indices=allow_negative_indices)
+    return utils.on_keys(dynamic_index_in_dim, operand, index, axis, keepdims,
+                             allow_negative_indices=allow_negative_indices, reuse=utils.FORWARD)
   return _jitted("dynamic_index_in_dim", _dynamic_index_in_dim, (operand, index),
                  {"axis": axis, "keepdims": keepdims,
                   "allow_negative_indices": allow_negative_indices})
@@ -449,9 +449,9 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence[Any]
       is not a scalar integer.
   """
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_update_slice, operand, update, start_indices,
+    return utils.on_keys(dynamic_update_slice, operand, update, start_indices,
                              allow_negative_indices=allow_negative_indices,
-                             same=(operand, update))
+                             same=(operand, update), reuse=utils.DYNAMIC_UPDATE)
   idx = _dynamic_slice_indices("dynamic_update_slice", operand, start_indices,
                                allow_negative_indices)
   return dynamic_update_slice_p.bind(operand, update, *idx)
@@ -475,9 +475,9 @@ def dynamic_update_slice_in_dim(operand: Any, update: Any, start_index: Any, axi
     TypeError: as `dynamic_update_slice`.
   """
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_update_slice_in_dim, operand, update, start_index, axis,
+    return utils.on_keys(dynamic_update_slice_in_dim, operand, update, start_index, axis,
                              allow_negative_indices=allow_negative_indices,
-                             same=(operand, update))
+                             same=(operand, update), reuse=utils.DYNAMIC_UPDATE)
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_update_slice_in_dim", (operator.index(axis),),
                                     len(shape))
@@ -510,9 +510,9 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
       `dynamic_update_slice`.
   """
   if type(operand) in utils.KEY_TYPES or type(update) in utils.KEY_TYPES:
-    return utils.on_key_data(dynamic_update_index_in_dim, operand, update, index, axis,
+    return utils.on_keys(dynamic_update_index_in_dim, operand, update, index, axis,
                              allow_negative_indices=allow_negative_indices,
-                             same=(operand, update))
+                             same=(operand, update), reuse=utils.DYNAMIC_UPDATE)
   return _jitted("dynamic_update_index_in_dim", _dynamic_update_index_in_dim,
                  (operand, update, index),
                  {"axis": axis, "allow_negative_indices": allow_negative_indices})
@@ -923,7 +923,10 @@ batching.primitive_batchers[gather_p] = _gather_batch_rule
 
 
 def _default_fill_value(dtype: np.dtype):
-  """JAX's gather fill: NaN (inexact), the minimum (signed), the maximum (unsigned), True."""
+  """JAX's gather fill: NaN (inexact), the minimum (signed), the maximum (unsigned), True;
+  for typed keys the uint32 maximum (each word of the filled keys' data)."""
+  if not isinstance(dtype, np.dtype) and dtypes.issubdtype(dtype, dtypes.prng_key):
+    return int(np.iinfo(np.uint32).max)
   if dtypes.is_inexact(dtype):
     return np.nan
   if dtypes.is_integer(dtype):
@@ -1024,8 +1027,9 @@ def _scatter_abstract_eval(name, accepted, operand, indices, updates, *, dimensi
   utils.check_same_dtypes("scatter", (operand, updates))   # JAX's message, for all six
   # NB: JAX checks the dtype where it traces the combining function (lax.add, lax.sub, ...),
   # so its message names that function at position 0: "sub does not accept dtype bool ...".
-  utils.check_dtype(_scatter_combiner_names.get(name, name), operand, accepted,
-                    0 if name in _scatter_combiner_names else None)
+  if name != "scatter" or isinstance(operand.dtype, np.dtype):   # scatter sets keys too
+    utils.check_dtype(_scatter_combiner_names.get(name, name), operand, accepted,
+                      0 if name in _scatter_combiner_names else None)
   dn = dimension_numbers
   uwd, iwd, sd2od = (dn.update_window_dims, dn.inserted_window_dims,
                      dn.scatter_dims_to_operand_dims)

@@ -8,9 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft.core import ShapedArray, WeakScalarValue
-from stagecraft.interpreters import batching
 
 # NB: helpers for the lax modules, not lax functions: none is in `stagecraft.lax`.
 __all__: list[str] = []
@@ -175,25 +174,30 @@ def canonicalize_axes(name: str, axes: Sequence[int], ndim: int) -> tuple[int, .
 
 
 # Typed PRNG key arrays (`random.PRNGKeyArray`, registered by `random` as a staged leaf): a
-# key array of shape `s` holds key data `u32[*s, 2]`. The structural jnp/lax functions
-# (where, stack, concatenate, take, select_n, dynamic_slice, ...) test their operands with
-# `type(x) in KEY_TYPES` (no cost for plain arrays) and run on the key data through
-# `on_key_data`.
+# key array of shape `s` is a wrapper around keys `key<fry>[*s]` (an Array or a tracer of
+# that dtype). The structural jnp/lax functions (where, stack, concatenate, take, select_n,
+# dynamic_slice, ...) test their operands with `type(x) in KEY_TYPES` (no cost for plain
+# arrays) and run on the keys themselves through `on_keys`, so their equations have key
+# operands and results, as JAX's (lowered on the key data by `lowering.extended_rule`).
 KEY_TYPES = tree_util.staged_types
 
 
-def on_key_data(fun, *args, same: Sequence[Any] = (), **kwargs) -> Any:
+def on_keys(fun, *args, same: Sequence[Any] = (), reuse: tuple | None = None,
+            **kwargs) -> Any:
   """`fun(*args, **kwargs)` where some arguments (pytree leaves of them) are typed key
-  arrays: `fun` runs on their key data vmapped over its trailing data axis, so it sees
-  arrays of the keys' own shapes (its axis arguments, shape checks and messages are those of
-  the key arrays'), and each result that depends on key data is a key array again (same key
-  type). This is JAX's view of keys as arrays of an extended dtype for structural ops.
+  arrays: `fun` runs on their keys (values of dtype `key<fry>` of the key arrays' shapes,
+  so its equations take and give keys, as JAX's do), and each result of a key dtype is a
+  key array again (`tree_util.register_staged_dtype`'s rebuild).
 
   Args:
-    fun: a jnp/lax function of arrays (u32 key data of shape `s` stands for keys `key[s]`).
+    fun: a jnp/lax function of arrays that accepts values of a key dtype.
     args, kwargs: its arguments; pytrees (lists of operands) allowed.
     same: the operands that must all be keys (those combined into one result, as `where`'s
       `x` and `y`).
+    reuse: with `debug_key_reuse` on, JAX's key reuse signature of the operation:
+      `(op, eager_op, sinks, forward[, fresh])` for `key_reuse.operation`, positions
+      counted over the pytree leaves of `(args, kwargs)`; None: the key results start
+      fresh.
 
   Raises:
     ValueError: (JAX's message) if an operand in `same` is not a key array while another is.
@@ -202,30 +206,31 @@ def on_key_data(fun, *args, same: Sequence[Any] = (), **kwargs) -> Any:
     if type(x) not in KEY_TYPES:
       key = next(y for y in same if type(y) in KEY_TYPES)
       raise ValueError(f"dtype={key.dtype} is not a valid dtype for JAX type promotion.")
-  leaves, tree = tree_util.tree_flatten((args, kwargs))
-  ins, dims, rebuild = [], [], None
-  for x in leaves:
-    data = tree_util.staged_leaf_data(x)
-    if data is None:
-      ins.append(x)
-      dims.append(batching.not_mapped)
-    else:
-      ins.append(data[0])
-      dims.append(len(data[0].shape) - 1)
-      rebuild = rebuild or data[1]
-  out_tree = []
+  ins, tree = tree_util.tree_flatten((args, kwargs))
+  leaves = [tree_util.staged_leaf_value(x)[0] if type(x) in KEY_TYPES else x for x in ins]
+  a, kw = tree_util.tree_unflatten(tree, leaves)
+  out_leaves, out_tree = tree_util.tree_flatten(fun(*a, **kw))
+  outs = []
+  for o in out_leaves:
+    staged = tree_util.staged_aval(o) if type(o) not in KEY_TYPES else None
+    outs.append(o if staged is None else staged[1](o))
+  if reuse is not None and key_reuse.enabled():
+    key_reuse.operation(reuse[0], reuse[1], ins, outs, *reuse[2:])
+  return tree_util.tree_unflatten(out_tree, outs)
 
-  def flat(*xs):
-    a, kw = tree_util.tree_unflatten(tree, xs)
-    out_leaves, t = tree_util.tree_flatten(fun(*a, **kw))
-    out_tree.append(t)
-    return out_leaves
 
-  outs, out_dims = batching.batch_flat(flat, ins, dims, batching.AxisData(None, 2))
-  outs = [o if d is batching.not_mapped else
-          rebuild(batching.moveaxis(o, d, len(o.shape) - 1))
-          for o, d in zip(outs, out_dims)]
-  return tree_util.tree_unflatten(out_tree[0], outs)
+#: `on_keys`'s `reuse` of the operations JAX's key reuse table gives a `Forward` (the keys
+#: of the result are those of the operand), and of those that consume their key operands.
+FORWARD = ("broadcast_in_dim", "broadcast_in_dim", (), 0)
+#: (`jnp.where` is a jit function in JAX: its `select_n` consumes both key operands)
+#: and its result counts as consumed, as a primitive's that JAX's table lacks)
+WHERE = ("jit", "jit", "all", None, False)
+STACK = ("stack", "jit", "all", None, False)
+CONCATENATE = ("concatenate", "concatenate", "all", None)
+REV = ("jit", "jit", "all", None, False)   # (jnp.flip is a jit function in JAX)
+DYNAMIC_UPDATE = ("dynamic_update_slice", "dynamic_update_slice", (1,), 0)
+#: (`.at[].set`: the updates are scatter's operand 2, a copy of the user's keys eagerly)
+SCATTER = ("scatter", "scatter", ((1, 2, False),), 0)
 
 
 #: `lay_out[0](x, sharding)`: `x` laid out by an operation's `out_sharding` (installed by

@@ -15,7 +15,7 @@ from stagecraft import core, dtypes, lax, shape_poly, tree_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.lax import elementwise
 from stagecraft.lax.spmd import reshard, reshard_to_type
-from stagecraft.lax.utils import KEY_TYPES
+from stagecraft.lax.utils import FORWARD, KEY_TYPES, on_keys
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
                                    canonical_shape, check_concrete, convert_dtype, dtype_of,
@@ -235,9 +235,16 @@ def full_like(a: ArrayLike, fill_value: ArrayLike, dtype: Any = None, shape: Any
 def _keys_filled(keys: Any, value: Any, shape: Any) -> Any:
   """A typed key array like `keys` (or of `shape`) whose key data words all hold `value`
   (JAX's `zeros_like` of keys: key data of zeros)."""
-  data, rebuild = tree_util.staged_leaf_data(keys)
-  shape = None if shape is None else (*canonical_shape(shape), data.shape[-1])
-  return rebuild(full_like(data, value, shape=shape))
+  shape = tuple(keys.shape) if shape is None else canonical_shape(shape)
+  if type(value) in KEY_TYPES and value.shape:   # as JAX's: the keys broadcast
+    return on_keys(broadcast_to_shape, value, shape, reuse=FORWARD)
+  if type(value) in KEY_TYPES:   # a key: its data, broadcast (JAX's full of a key)
+    data = tree_util.staged_leaf_data(value)[0]
+    data = broadcast_to_shape(data, (*shape, *data.shape[len(value.shape):]))
+  else:   # NB: the prototype's data is not read (JAX's jaxpr has no random_unwrap of it)
+    size = core.physical_aval(core.get_aval(keys)).shape[len(keys.shape):]
+    data = full((*shape, *size), value, np.uint32)
+  return tree_util.staged_leaf_from_data(keys, data)
 
 
 def empty_like(prototype: ArrayLike, dtype: Any = None, shape: Any = None, *,

@@ -42,7 +42,7 @@ from stagecraft.numpy.ufuncs import (clip, floor_divide, greater_equal, not_equa
                                      remainder)
 from stagecraft.numpy.util import (ArrayLike, as_array, canonicalize_axis, dtype_of,
                                    ensure_arraylike, lax_const, promote_dtypes, shape_of)
-from stagecraft.lax.utils import KEY_TYPES, on_key_data
+from stagecraft.lax.utils import FORWARD, KEY_TYPES, on_keys
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -658,7 +658,7 @@ def _scatter_update(x, idx, y, scatter_op: Callable, *, indices_are_sorted: bool
     raise TypeError(f"{no_bool} does not accept dtype bool at position 0. Accepted dtypes at "
                     f"position 0 are subtypes of integer, floating, complexfloating.")
   dtype, weak = x.dtype, x.weak_type
-  if not isinstance(y, Tracer) and y.ndim == 0:
+  if not isinstance(y, Tracer) and y.ndim == 0 and isinstance(y.dtype, np.dtype):
     # NB: a concrete scalar update is converted on the host and enters the scatter as a
     # literal, as JAX's tracing folds the conversion of a constant scalar.
     to_dtype, to_weak = dtypes.result_type(x, y, return_weak_type_flag=True)
@@ -871,8 +871,8 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
     array([ 3.,  3., nan], dtype=float32)
   """
   if type(a) in KEY_TYPES:
-    return on_key_data(take, a, indices, axis, out, mode, unique_indices, indices_are_sorted,
-                       fill_value)
+    return on_keys(take, a, indices, axis, out, mode, unique_indices, indices_are_sorted,
+                       fill_value, reuse=FORWARD)
   return _take(a, indices, None if axis is None else operator.index(axis), out, mode,
                unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
                fill_value=fill_value)
@@ -1179,6 +1179,8 @@ def nonzero(a: ArrayLike, *, size: int | None = None,
   if np.ndim(arr) == 0:
     raise ValueError("Calling nonzero on 0d arrays is not allowed. Use "
                      "jnp.atleast_1d(scalar).nonzero() instead.")
+  if type(arr) in KEY_TYPES:   # as JAX's: its `a != 0` raises the TypeError of key dtypes
+    arr.__ne__(0)
   shape = tuple(arr.shape)
   idx_dt = dtypes.default_int_dtype()
   fills = None if fill_value is None else _nonzero_fill(fill_value, len(shape))

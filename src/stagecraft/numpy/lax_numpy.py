@@ -34,7 +34,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, axis_
                                    promote_dtypes_inexact, real_dtype, shape_of, slice_axis,
                                    to_bool, to_inexact_dtype)
 from stagecraft.numpy.vectorize import apply_along_axis, batch_over_leading, vectorize
-from stagecraft.lax.utils import KEY_TYPES, on_key_data
+from stagecraft.lax.utils import KEY_TYPES, on_keys
 from stagecraft.pjit import jit
 from stagecraft.runtime.array import Array
 
@@ -450,7 +450,7 @@ def roll(a: ArrayLike, shift: ArrayLike | Sequence[int],
       scalars or 1-D).
   """
   if type(a) in KEY_TYPES:
-    return on_key_data(roll, a, shift, axis)
+    return on_keys(roll, a, shift, axis)
   arr = ensure_arraylike("roll", a)
   if axis is None:
     return reshape(roll(ravel(arr), shift, 0), shape_of(arr))

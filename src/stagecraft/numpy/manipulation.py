@@ -17,7 +17,8 @@ from stagecraft.core import Tracer
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
-from stagecraft.lax.utils import KEY_TYPES, on_key_data
+from stagecraft.lax.utils import (CONCATENATE, FORWARD, KEY_TYPES, REV, STACK,
+                                   on_keys)
 from stagecraft.pjit import jit
 from stagecraft.numpy.array_creation import tri, zeros, zeros_like
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar,
@@ -111,8 +112,8 @@ def reshape(a: ArrayLike, shape: Any = None, order: str = "C", *, newshape=None,
     ValueError: for an `order` other than 'C', 'F' or 'A'.
   """
   if type(a) in KEY_TYPES:
-    return on_key_data(reshape, a, shape, order, newshape=newshape, copy=copy,
-                       out_sharding=out_sharding)
+    return on_keys(reshape, a, shape, order, newshape=newshape, copy=copy,
+                       out_sharding=out_sharding, reuse=FORWARD)
   if shape is None:
     shape = newshape
   if out_sharding is not None:
@@ -186,7 +187,7 @@ def ravel(a: ArrayLike, order: str = "C", *, out_sharding: Any = None) -> Array:
     NotImplementedError: for `order` 'A' or 'K'.
   """
   if type(a) in KEY_TYPES:
-    return on_key_data(ravel, a, order)
+    return on_keys(ravel, a, order, reuse=FORWARD)
   if order == "K":
     raise NotImplementedError("Ravel not implemented for order='K'.")
   if out_sharding is not None:
@@ -197,7 +198,7 @@ def ravel(a: ArrayLike, order: str = "C", *, out_sharding: Any = None) -> Array:
 def expand_dims(a: ArrayLike, axis: int | Sequence[int]) -> Array:
   """Inserts size-1 dimensions at `axis` (positions in the result)."""
   if type(a) in KEY_TYPES:
-    return on_key_data(expand_dims, a, axis)
+    return on_keys(expand_dims, a, axis, reuse=FORWARD)
   a = asarray(a)
   axis = (axis,) if isinstance(axis, int) else tuple(axis)
   out_nd = ndim_of(a) + len(axis)
@@ -212,7 +213,7 @@ def squeeze(a: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
     ValueError: if a given axis does not have size 1.
   """
   if type(a) in KEY_TYPES:
-    return on_key_data(squeeze, a, axis)
+    return on_keys(squeeze, a, axis, reuse=FORWARD)
   a = asarray(a)
   s = shape_of(a)
   if axis is None:
@@ -302,7 +303,7 @@ def transpose(a: ArrayLike, axes: Sequence[int] | None = None) -> Array:
     TypeError: if `axes` is not a permutation of the dimensions.
   """
   if type(a) in KEY_TYPES:
-    return on_key_data(transpose, a, axes)
+    return on_keys(transpose, a, axes)
   a = asarray(a)
   nd = ndim_of(a)
   axes = tuple(range(nd))[::-1] if axes is None else tuple(
@@ -338,7 +339,7 @@ def swapaxes(a: ArrayLike, axis1: int, axis2: int) -> Array:
   Raises:
     ValueError: for an out-of-range axis."""
   if type(a) in KEY_TYPES:
-    return on_key_data(swapaxes, a, axis1, axis2)
+    return on_keys(swapaxes, a, axis1, axis2)
   a = asarray(a)
   nd = ndim_of(a)
   perm = list(range(nd))
@@ -353,7 +354,7 @@ def moveaxis(a: ArrayLike, source: int | Sequence[int], destination: int | Seque
   Raises:
     ValueError: for out-of-range axes or source/destination of different lengths."""
   if type(a) in KEY_TYPES:
-    return on_key_data(moveaxis, a, source, destination)
+    return on_keys(moveaxis, a, source, destination)
   a = asarray(a)
   nd = ndim_of(a)
   src = (source,) if isinstance(source, int) else tuple(source)
@@ -415,7 +416,7 @@ def flip(m: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
     ValueError: an out-of-range axis.
   """
   if type(m) in KEY_TYPES:
-    return on_key_data(flip, m, axis)
+    return on_keys(flip, m, axis, reuse=REV)
   arr = ensure_arraylike("flip", m)
   return _flip(arr, _static_axes(axis, "flip"))
 
@@ -509,7 +510,8 @@ def concatenate(arrays: Sequence[ArrayLike], axis: int | None = 0, dtype: Any = 
     ValueError: for an empty list, 0-d inputs or mismatched shapes off the axis.
   """
   if isinstance(arrays, (list, tuple)) and not KEY_TYPES.isdisjoint(map(type, arrays)):
-    return on_key_data(concatenate, arrays, axis, dtype, same=arrays)
+    return on_keys(concatenate, arrays, axis, dtype, same=arrays,
+                   reuse=CONCATENATE if len(arrays) > 1 else FORWARD)
   if isinstance(arrays, (np.ndarray, Array, Tracer)):
     return _concatenate_array(arrays, axis, dtype)
   if len(arrays) == 0:
@@ -552,7 +554,7 @@ def stack(arrays: Sequence[ArrayLike], axis: int = 0, out: None = None,
     NotImplementedError: if `out` is given.
   """
   if isinstance(arrays, (list, tuple)) and not KEY_TYPES.isdisjoint(map(type, arrays)):
-    return on_key_data(stack, arrays, axis, out, dtype, same=arrays)
+    return on_keys(stack, arrays, axis, out, dtype, same=arrays, reuse=STACK)
   if not len(arrays):
     raise ValueError("Need at least one array to stack.")
   if out is not None:
@@ -762,7 +764,7 @@ def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:
     TypeError: for `A` not an array or scalar, or a non-integer repeat.
   """
   if type(A) in KEY_TYPES:
-    return on_key_data(tile, A, reps)
+    return on_keys(tile, A, reps)
   A = ensure_arraylike("tile", A)
   try:
     reps = tuple(iter(reps))
@@ -834,9 +836,7 @@ def broadcast_to(array: ArrayLike, shape: Sequence[int], *, out_sharding: Any = 
   """Broadcasts to `shape` under NumPy's rules, laid out by `out_sharding` when given (a
   NamedSharding, or a PartitionSpec under `set_mesh`; the result's type on a mesh of
   Explicit axes). Raises ValueError if incompatible."""
-  staged = tree_util.staged_leaf_data(array)
-  if staged is not None and out_sharding is None:   # a typed PRNG key array: broadcast its
-    data, rebuild = staged                          # data (the key data axes stay last)
+  if type(array) in KEY_TYPES and out_sharding is None:   # typed PRNG keys: broadcast them
     shape = canonical_shape(shape)
     src = tuple(array.shape)
     if len(src) > len(shape) or any(a not in (1, b) for a, b in
@@ -844,8 +844,7 @@ def broadcast_to(array: ArrayLike, shape: Sequence[int], *, out_sharding: Any = 
       raise ValueError(f"Incompatible types for broadcasting: input type="
                        f"{array.dtype}[{','.join(map(str, src))}] and requested type="
                        f"{array.dtype}[{','.join(map(str, shape))}]")
-    return rebuild(broadcast_to_shape(data, (*shape,
-                                             *shape_of(data)[len(array.shape):])))
+    return on_keys(broadcast_to_shape, array, shape, reuse=FORWARD)
   out = broadcast_to_shape(asarray(array), canonical_shape(shape))
   return out if out_sharding is None else reshard(out, out_sharding)
 

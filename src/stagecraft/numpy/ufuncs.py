@@ -25,7 +25,7 @@ from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broad
                                    check_arraylike, const, convert_dtype, dtype_of, ndim_of,
                                    promote_dtypes, promote_dtypes_inexact,
                                    promote_dtypes_numeric, real_dtype, shape_of, to_bool)
-from stagecraft.lax.utils import KEY_TYPES, on_key_data
+from stagecraft.lax.utils import KEY_TYPES, WHERE, on_keys
 from stagecraft.pjit import jit
 from stagecraft.runtime import dispatch
 from stagecraft.runtime.array import Array
@@ -290,8 +290,10 @@ def _keys_binary(name: str, x: Any, y: Any) -> Array:
     names = ", ".join(str(a.dtype if type(a) in KEY_TYPES else dtypes.result_type(a))
                       for a in (x, y))
     raise TypeError(f"{name} does not accept dtypes {names}.")
-  if name in ("equal", "not_equal"):
-    return x == y if name == "equal" else x != y   # the key type's comparison
+  if name in ("equal", "not_equal"):   # `eq`/`ne` of the keys, as JAX's
+    cmp = lax.eq if name == "equal" else lax.ne
+    return on_keys(lambda a, b: cmp(*_promote_shapes(a, b, name=name, lax_broadcasts=True)),
+                   x, y)
   prim = _KEY_BINARY_PRIMS.get(name)
   if prim is None:
     raise TypeError(f"Cannot interpret '{x.dtype}' as a data type")
@@ -763,23 +765,31 @@ def allclose(a: ArrayLike, b: ArrayLike, rtol: ArrayLike = 1e-05, atol: ArrayLik
 
 
 def _any_keys(*args) -> bool:
-  return any(tree_util.staged_leaf_data(a) is not None for a in args)
+  return any(type(a) in KEY_TYPES for a in args)   # NB: their data is not read
 
 
 def array_equal(a1: ArrayLike, a2: ArrayLike, equal_nan: bool = False) -> Array:
   """Whether `a1` and `a2` have the same shape and elements (a bool scalar Array; False for
   different shapes, with no error)."""
-  if _any_keys(a1, a2):   # typed PRNG keys: equal data; False against anything else
+  if _any_keys(a1, a2):   # typed PRNG keys: equal keys; False against anything else
     if not (_any_keys(a1) and _any_keys(a2)) or a1.shape != a2.shape:
       return array(False)
-    return lax.reduce_and(ravel(a1 == a2), (0,))
+    return _all(a1 == a2)
   a1, a2 = as_array(a1), as_array(a2)
   if shape_of(a1) != shape_of(a2):
     return array(False)
   eq = equal(a1, a2)
   if equal_nan:
     eq = logical_or(eq, logical_and(isnan(a1), isnan(a2)))
-  return lax.reduce_and(ravel(eq), (0,))
+  return _all(eq)
+
+
+def _all(eq: Any) -> Any:
+  """`jnp.all` of a bool array, as JAX's `array_equal` takes it: a weak value made strong,
+  then one `reduce_and` over every axis."""
+  if eq.weak_type:
+    eq = lax.convert_element_type(eq, dtypes.bool_, weak_type=False)
+  return lax.reduce_and(eq, tuple(range(ndim_of(eq))))
 
 
 def array_equiv(a1: ArrayLike, a2: ArrayLike) -> Array:
@@ -1635,7 +1645,7 @@ def where(condition: ArrayLike, x: ArrayLike = None, y: ArrayLike = None) -> Arr
   if x is None or y is None:
     raise ValueError("where: either both or neither of x and y must be given.")
   if type(x) in KEY_TYPES or type(y) in KEY_TYPES:
-    return on_key_data(where, condition, x, y, same=(x, y))
+    return on_keys(where, condition, x, y, same=(x, y), reuse=WHERE)
   return _where(*(asarray_or_scalar(v) for v in (condition, x, y)))
 
 
