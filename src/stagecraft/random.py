@@ -329,9 +329,6 @@ class PRNGKeyArray:
   def addressable_data(self, index: int) -> "PRNGKeyArray":
     return PRNGKeyArray(self._base_array.addressable_data(index))
 
-  def item(self, *args: Any):
-    raise NotImplementedError("Cannot call abstract method item")
-
   at = property(lambda self: _KeyIndexUpdateHelper(self))
   at.__doc__ = """`keys.at[idx].set(other_keys)` / `.get()`, as for arrays (JAX's key arrays
   support these two; the arithmetic updates raise TypeError)."""
