@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from stagecraft import api as _api
 from stagecraft import core
 from stagecraft import lax
 from stagecraft.lax.dot import Precision as _Precision, canonicalize_precision as _canon_precision
@@ -143,8 +144,7 @@ def _reverse_valid(xs, seq_lengths):
   """Time-major `xs` with each sequence's valid steps reversed and its padding kept at the
   end (each column rolled by `T - length`, then the time axis flipped)."""
   shift = xs.shape[0] - seq_lengths
-  from stagecraft.api import vmap
-  rolled = vmap(functools.partial(jnp.roll, axis=0), in_axes=(1, 0), out_axes=1)(xs, shift)
+  rolled = _api.vmap(functools.partial(jnp.roll, axis=0), in_axes=(1, 0), out_axes=1)(xs, shift)
   return rolled[::-1]
 
 
