@@ -255,3 +255,123 @@ def test_lstm_errors_on_cpu(kw):
   else:
     a, b = _err(lambda: _lstm_call(JAX, **kw)), _err(lambda: _lstm_call(SC, **kw))
   assert a is not None and a == b
+
+
+# ----------------------------------------------------------------------------- roofline
+
+def _rf_cases(m):
+  lib, np_ = m.lib, m.np
+  return {
+      "unary": (np_.sin, (np.ones((8, 16), np.float32),), {}),
+      "binary": (lambda a, b: a + b, (np.ones((8, 16), np.float32), np.ones(16, np.float32)),
+                 {}),
+      "dot": (lambda a, b: a @ b, (np.ones((8, 16), np.float32), np.ones((16, 4), np.float32)),
+              {}),
+      "dot_pinned": (lambda a, b: a @ b, (np.ones((8, 16), np.float32),
+                                          np.ones((16, 4), np.float32)),
+                     {"pin_lhs_in_vmem": True}),
+      "batched_dot": (lambda a, b: np_.einsum("bij,bjk->bik", a, b),
+                      (np.ones((3, 4, 5), np.float32), np.ones((3, 5, 6), np.float32)), {}),
+      "mean": (lambda a: np_.mean(a, axis=1), (np.ones((8, 16), np.float32),), {}),
+      "where": (lambda a: np_.where(a > 0, a, 0.0), (np.ones((8, 16), np.float32),), {}),
+      "cumsum": (lambda a: np_.cumsum(a, axis=1), (np.ones((8, 16), np.float32),), {}),
+      "cumlogsumexp": (lambda a: lib.lax.cumlogsumexp(a, axis=0),
+                       (np.ones((8, 16), np.float32),), {}),
+      "mlp": (lambda w1, w2, a: lib.nn.relu(a @ w1) @ w2,
+              (np.ones((16, 32), np.float32), np.ones((32, 4), np.float32),
+               np.ones((8, 16), np.float32)), {}),
+      "softmax": (lib.nn.softmax, (np.ones((8, 16), np.float32),), {}),
+      "tanh_free": (np_.tanh, (np.ones((8, 16), np.float32),), {}),
+      "scan": (lambda a: lib.lax.scan(lambda c, v: (c + v, c * v), 0.0, a)[1],
+               (np.ones(5, np.float32),), {}),
+      "shape_struct": (lambda a: a * 2, (m.lib.ShapeDtypeStruct((4, 4), np_.float32),), {}),
+      "bf16": (lambda a: a @ a.T, (np.ones((16, 4), np_.bfloat16),), {}),
+      "callback": (lambda a: lib.pure_callback(
+          lambda v: v, lib.ShapeDtypeStruct(a.shape, a.dtype), a),
+          (np.ones((8, 16), np.float32),), {}),
+      "nested_jit": (lib.jit(lambda a: lib.jit(lambda b: b @ b.T)(a) + 1),
+                     (np.ones((8, 16), np.float32),), {}),
+      "vjp_error": (lambda a: np_.sin(a) @ a.T, (np.ones((8, 16), np.float32),),
+                    {"vjp": True}),
+  }
+
+
+def _rf(m, name):
+  f, args, kw = _rf_cases(m)[name]
+  try:
+    out, r = m.roofline.roofline(f, **kw)(*args)
+  except Exception as e:  # noqa: BLE001 - compared
+    return type(e).__name__, str(e)
+  return jax.tree.map(lambda s: (s.shape, str(s.dtype)), out), _fields(r)
+
+
+def _fields(r):
+  return {k: getattr(r, k) for k in ("flops", "unfused_flops", "ici_bytes", "ici_latency",
+                                     "hbm_bytes", "peak_hbm_bytes", "unfused_hbm_bytes")}
+
+
+JAX.roofline = importlib.import_module("jax.experimental.roofline")
+SC.roofline = importlib.import_module("stagecraft.experimental.roofline")
+
+
+@pytest.mark.parametrize("name", list(_rf_cases(JAX)))
+def test_roofline_counts(name):
+  assert _rf(JAX, name) == _rf(SC, name)
+
+
+def _mesh(m, shape, names):
+  auto = m.lib.sharding.AxisType.Auto
+  return m.lib.make_mesh(shape, names, axis_types=(auto,) * len(shape))
+
+
+def test_roofline_shard_map_and_grad():
+  def run(m):
+    mesh = _mesh(m, (4,), ("x",))
+    NS, Ps = m.lib.sharding.NamedSharding, m.lib.sharding.PartitionSpec
+    a = m.lib.ShapeDtypeStruct((8, 16), m.np.float32, sharding=NS(mesh, Ps("x")))
+    b = m.lib.ShapeDtypeStruct((16, 4), m.np.float32, sharding=NS(mesh, Ps()))
+    out, r = m.roofline.roofline(lambda x, y: x @ y, mesh, (Ps("x"), Ps()), Ps("x"))(a, b)
+    shapes, fwd, bwd = m.roofline.roofline_and_grad(
+        lambda x, y: m.np.sin(x @ y), mesh, (Ps("x"), Ps()), Ps("x"))(a, b)
+    return (out.shape, str(out.sharding.spec), _fields(r), shapes.shape, _fields(fwd),
+            _fields(bwd))
+  assert run(JAX) == run(SC)
+
+
+@pytest.mark.parametrize("name", ["psum", "psum_x", "pmax", "pmin", "psum_scatter"])
+def test_roofline_collectives(name):
+  def run(m):
+    lax = m.lib.lax
+    Ps = m.lib.sharding.PartitionSpec
+    mesh = _mesh(m, (2, 2), ("x", "y"))
+    a = m.lib.ShapeDtypeStruct((8, 16), m.np.float32,
+                               sharding=m.lib.sharding.NamedSharding(mesh, Ps("x", "y")))
+    f, o = {"psum": (lambda v: lax.psum(v, ("x", "y")), Ps()),
+            "psum_x": (lambda v: lax.psum(v, "x"), Ps(None, "y")),
+            "pmax": (lambda v: lax.pmax(v, "x"), Ps(None, "y")),
+            "pmin": (lambda v: lax.pmin(v, ("x", "y")), Ps()),
+            "psum_scatter": (lambda v: lax.psum_scatter(v, "y", scatter_dimension=0,
+                                                        tiled=True), Ps(("x", "y"), None)),
+            }[name]
+    return _fields(m.roofline.roofline(f, mesh, Ps("x", "y"), o)(a)[1])
+  assert run(JAX) == run(SC)
+
+
+def test_roofline_result_arithmetic_and_shapes():
+  def run(m):
+    R, S = m.roofline.RooflineResult, m.roofline.RooflineShape
+    s = R(flops=3, ici_bytes={"x": 2}) + R(flops=1, peak_hbm_bytes=5,
+                                           ici_bytes={"x": 1, "y": 4})
+    t = R(flops=3, hbm_bytes=5) * 1.5
+    return (_fields(s), _fields(t), _fields(2 * R(flops=3)), _fields(R.zeros()),
+            S(shape=(2, 3), dtype=np.dtype("float32")).bytes,
+            S(shape=(2, 3), dtype=np.dtype("float32")).size,
+            _err(lambda: S.from_aval(3)))
+  assert run(JAX) == run(SC)
+
+
+def test_roofline_print_jaxpr(capsys):
+  def run(m):
+    out = m.roofline.roofline(m.np.sin, print_jaxpr=True)(np.ones(4, np.float32))
+    return _fields(out[1]), capsys.readouterr().out
+  assert run(JAX) == run(SC)
