@@ -375,3 +375,23 @@ def test_roofline_print_jaxpr(capsys):
     out = m.roofline.roofline(m.np.sin, print_jaxpr=True)(np.ones(4, np.float32))
     return _fields(out[1]), capsys.readouterr().out
   assert run(JAX) == run(SC)
+
+
+@pytest.mark.parametrize("name", ["index", "fill", "add", "set", "mul", "max", "min",
+                                  "scatter_add", "dynamic_slice", "take_along_axis"])
+def test_roofline_gather_scatter(name):
+  def run(m):
+    lax, np_ = m.lib.lax, m.np
+    f = {"index": lambda a, i: a[i],
+         "fill": lambda a, i: a.at[i].get(mode="fill", fill_value=0.0),
+         "add": lambda a, i: a.at[i].add(1.0), "set": lambda a, i: a.at[i].set(2.0),
+         "mul": lambda a, i: a.at[i].mul(3.0), "max": lambda a, i: a.at[i].max(0.0),
+         "min": lambda a, i: a.at[i].min(0.0),
+         "scatter_add": lambda a, i: lax.scatter_add(
+             a, i[:, None], np_.ones((3, 16)), lax.ScatterDimensionNumbers((1,), (0,), (0,))),
+         "dynamic_slice": lambda a, i: lax.dynamic_slice(a, (i[0], 0), (2, 16)),
+         "take_along_axis": lambda a, i: np_.take_along_axis(
+             a, np_.zeros((8, 2), np_.int32), axis=1)}[name]
+    return _fields(m.roofline.roofline(f)(np.ones((8, 16), np.float32),
+                                          np.array([1, 3, 9], np.int32))[1])
+  assert run(JAX) == run(SC)

@@ -11,7 +11,9 @@ bytes). The primitives JAX counts as free (data movement, control flow, linear a
 calls, RNG, ...; `_STANDARD` below) count nothing.
 
 Not yet counted (no rule, so skipped with a warning, where JAX counts them):
-`conv_general_dilated`, `gather`, the `scatter*` family, `all_to_all` and `ppermute`.
+`conv_general_dilated`, `all_to_all` and `ppermute`. `gather` and the `scatter*` family are
+counted as JAX counts them (FILL_OR_DROP index checks; a scatter's `update_jaxpr` flops per
+update).
 Collectives counted as JAX's ring model: `all_gather`, `reduce_scatter`, `pmin`/`pmax` (one
 element per operand) and `psum_invariant` (twice a ring).
 """
@@ -235,3 +237,43 @@ def _psum_invariant(ctx, *args, axes, **kw) -> rl.RooflineResult:
 
 
 _register("psum_invariant", _psum_invariant)
+
+
+def _gather(ctx, *args, mode, **kw) -> rl.RooflineResult:
+  """A copy the size of the result (read and written) plus a read of the indices. With
+  FILL_OR_DROP: 4 flops per index (two bound checks, an and, a reduce to one flag per
+  window) and one select per result element (JAX's count)."""
+  _, idx = _shapes(ctx.avals_in)
+  (out,) = _shapes(ctx.avals_out[:1])
+  flops = 0
+  if getattr(mode, "name", None) == "FILL_OR_DROP":
+    flops = 4 * idx.size + out.size
+  return rl.RooflineResult(unfused_flops=flops, unfused_hbm_bytes=2 * out.bytes + idx.bytes)
+
+
+_register("gather", _gather)
+
+
+def _scatter(ctx, *args, **kw) -> rl.RooflineResult:
+  """Reads operand and updates and writes the result (3x the updates' bytes) plus the
+  indices; flops: those of `update_jaxpr` on scalars (counted by `roofline` itself) times
+  the number of updates (none for a plain scatter)."""
+  _, idx, upd = _shapes(ctx.avals_in)
+  update_jaxpr = kw.get("update_jaxpr")
+  flops = 0
+  if ctx.primitive.name != "scatter":
+    # NB: stagecraft's scatter-add/sub/mul/min/max are named by their combiner, one binary
+    # op (one flop) per update where JAX runs the same count on its `update_jaxpr`
+    flops = upd.size
+  elif update_jaxpr:
+    jaxpr = update_jaxpr.jaxpr if isinstance(update_jaxpr, core.ClosedJaxpr) else update_jaxpr
+    consts = update_jaxpr.consts if isinstance(update_jaxpr, core.ClosedJaxpr) else []
+    fn = lambda *xs: core.eval_jaxpr(jaxpr, consts, *xs)
+    scalars = [core.ShapeDtypeStruct((), upd.dtype) for _ in jaxpr.invars]
+    _, per_element = rl.roofline(fn)(*scalars)
+    flops = per_element.unfused_flops * upd.size
+  return rl.RooflineResult(unfused_flops=flops,
+                           unfused_hbm_bytes=3 * upd.bytes + idx.bytes)
+
+
+_register("scatter scatter-add scatter-sub scatter-mul scatter-min scatter-max", _scatter)
