@@ -395,3 +395,27 @@ def test_roofline_gather_scatter(name):
     return _fields(m.roofline.roofline(f)(np.ones((8, 16), np.float32),
                                           np.array([1, 3, 9], np.int32))[1])
   assert run(JAX) == run(SC)
+
+
+@pytest.mark.parametrize("name", ["all_to_all", "ppermute_ring", "ppermute_far",
+                                  "ppermute_2d"])
+def test_roofline_all_to_all_ppermute(name):
+  def run(m):
+    lax, Ps = m.lib.lax, m.lib.sharding.PartitionSpec
+    NS = m.lib.sharding.NamedSharding
+    mesh = _mesh(m, (2, 2), ("x", "y"))
+    mesh4 = _mesh(m, (4,), ("x",))
+    a = m.lib.ShapeDtypeStruct((8, 16), m.np.float32, sharding=NS(mesh, Ps("x", "y")))
+    a4 = m.lib.ShapeDtypeStruct((8, 16), m.np.float32, sharding=NS(mesh4, Ps("x")))
+    mm, arg, f, spec = {
+        "all_to_all": (mesh, a, lambda v: lax.all_to_all(v, "x", 0, 1, tiled=True),
+                       Ps("x", "y")),
+        "ppermute_ring": (mesh4, a4, lambda v: lax.ppermute(
+            v, "x", [(0, 1), (1, 2), (2, 3), (3, 0)]), Ps("x")),
+        "ppermute_far": (mesh4, a4, lambda v: lax.ppermute(v, "x", [(0, 2), (1, 3), (2, 0)]),
+                         Ps("x")),
+        "ppermute_2d": (mesh, a, lambda v: lax.ppermute(
+            v, ("x", "y"), [(0, 3), (1, 2), (2, 1)]), Ps("x", "y")),
+    }[name]
+    return _fields(m.roofline.roofline(f, mm, spec, spec)(arg)[1])
+  assert run(JAX) == run(SC)

@@ -11,7 +11,7 @@ bytes). The primitives JAX counts as free (data movement, control flow, linear a
 calls, RNG, ...; `_STANDARD` below) count nothing.
 
 Not yet counted (no rule, so skipped with a warning, where JAX counts them):
-`conv_general_dilated`, `all_to_all` and `ppermute`. `gather` and the `scatter*` family are
+`conv_general_dilated`. `all_to_all` and `ppermute` follow JAX's torus models; `gather` and the `scatter*` family are
 counted as JAX counts them (FILL_OR_DROP index checks; a scatter's `update_jaxpr` flops per
 update).
 Collectives counted as JAX's ring model: `all_gather`, `reduce_scatter`, `pmin`/`pmax` (one
@@ -277,3 +277,69 @@ def _scatter(ctx, *args, **kw) -> rl.RooflineResult:
 
 
 _register("scatter scatter-add scatter-sub scatter-mul scatter-min scatter-max", _scatter)
+
+
+def _axes(names) -> tuple:
+  return tuple(names) if isinstance(names, (tuple, list)) else (names,)
+
+
+def _all_to_all(ctx, *args, axis_name, **kw) -> rl.RooflineResult:
+  """JAX's bisection model: the full array (operand bytes times the devices of the axes)
+  moves half across the bisection, whose width is the smallest axis's size to the power of
+  (axes - 1), doubled by wraparound when that size exceeds 2; latency: half of each axis's
+  size, summed."""
+  axes = _axes(axis_name)
+  zero = _zero_if_trivial(ctx, axes)
+  if zero is not None:
+    return zero
+  sizes = ctx.mesh.shape
+  total = rl.RooflineShape.total_bytes(ctx.avals_in) * np.prod([sizes[a] for a in axes])
+  smallest = sizes[sorted(axes, key=lambda a: sizes[a])[0]]
+  width = smallest ** (len(axes) - 1) * (2 if smallest > 2 else 1)
+  sent = total / 2 / width
+  latency = sum(sizes[a] / 2 for a in axes)
+  return rl.RooflineResult(ici_bytes={a: int(sent) for a in axes},
+                           ici_latency={a: int(latency) for a in axes})
+
+
+_register("all_to_all", _all_to_all)
+
+
+def _ppermute(ctx, *args, axis_name, perm, **kw) -> rl.RooflineResult:
+  """Each (src, dst) pair walks the torus of the axes dimension by dimension, the short way
+  round (clockwise on ties); traffic: the operand bytes times the most pairs sharing one
+  link; latency: the longest walk (JAX's model)."""
+  axes = _axes(axis_name)
+  zero = _zero_if_trivial(ctx, axes)
+  if zero is not None:
+    return zero
+  dims = [ctx.mesh.shape.get(a, 1) for a in axes]
+  shard = rl.RooflineShape.total_bytes(ctx.avals_in)
+  links: dict = {}
+  latency = 0
+  for src, dst in perm:
+    if src == dst:
+      continue
+    s = tuple(int(i) for i in np.unravel_index(src, dims))
+    d = tuple(int(i) for i in np.unravel_index(dst, dims))
+    hops = 0
+    for k, n in enumerate(dims):
+      if s[k] == d[k]:
+        continue
+      fwd, back = (d[k] - s[k]) % n, (s[k] - d[k]) % n
+      step = 1 if fwd <= back else -1
+      pos = s[k]
+      while pos != d[k]:
+        here = s[:k] + (pos,) + s[k + 1:]
+        pos = (pos + step) % n
+        there = s[:k] + (pos,) + s[k + 1:]
+        link = tuple(sorted([here, there]))
+        links[link] = links.get(link, 0) + 1
+      hops += min(fwd, back)
+    latency = max(latency, hops)
+  sent = shard * max(links.values(), default=0)
+  return rl.RooflineResult(ici_bytes={a: int(sent) for a in axes},
+                           ici_latency={a: int(latency) for a in axes})
+
+
+_register("ppermute", _ppermute)
