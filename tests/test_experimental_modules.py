@@ -419,3 +419,27 @@ def test_roofline_all_to_all_ppermute(name):
     }[name]
     return _fields(m.roofline.roofline(f, mm, spec, spec)(arg)[1])
   assert run(JAX) == run(SC)
+
+
+@pytest.mark.parametrize("name", ["same", "stride", "dilated", "nhwc", "grad_w", "grad_x",
+                                  "batch_groups"])
+def test_roofline_conv(name):
+  def run(m):
+    lax, np_ = m.lib.lax, m.np
+    f = {"same": lambda x, w: lax.conv(x, w, (1, 1), "SAME"),
+         "stride": lambda x, w: lax.conv_general_dilated(x, w, (2, 2), "VALID"),
+         "dilated": lambda x, w: lax.conv_general_dilated(
+             x, w, (1, 1), ((1, 2), (0, 1)), lhs_dilation=(2, 1), rhs_dilation=(1, 2)),
+         "nhwc": lambda x, w: lax.conv_general_dilated(
+             x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0), (1, 1), "SAME",
+             dimension_numbers=("NHWC", "HWIO", "NHWC")),
+         "grad_w": lambda x, w: m.lib.grad(
+             lambda v: lax.conv(x, v, (2, 2), "SAME").sum())(w),
+         "grad_x": lambda x, w: m.lib.grad(
+             lambda v: lax.conv(v, w, (2, 2), "SAME").sum())(x),
+         "batch_groups": lambda x, w: lax.conv_general_dilated(
+             np_.ones((4, 3, 9, 9)), np_.ones((4, 3, 3, 3)), (1, 1), "SAME",
+             batch_group_count=2)}[name]
+    return _fields(m.roofline.roofline(f)(np.ones((2, 3, 9, 9), np.float32),
+                                          np.ones((4, 3, 3, 3), np.float32))[1])
+  assert run(JAX) == run(SC)

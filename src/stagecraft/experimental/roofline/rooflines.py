@@ -10,8 +10,8 @@ both `flops` and `unfused_flops`; lhs, result and rhs bytes unless pinned in VME
 bytes). The primitives JAX counts as free (data movement, control flow, linear algebra
 calls, RNG, ...; `_STANDARD` below) count nothing.
 
-Not yet counted (no rule, so skipped with a warning, where JAX counts them):
-`conv_general_dilated`. `all_to_all` and `ppermute` follow JAX's torus models; `gather` and the `scatter*` family are
+Also as JAX's: `conv_general_dilated` (2 flops per multiply-add on valid positions).
+`all_to_all` and `ppermute` follow JAX's torus models; `gather` and the `scatter*` family are
 counted as JAX counts them (FILL_OR_DROP index checks; a scatter's `update_jaxpr` flops per
 update).
 Collectives counted as JAX's ring model: `all_gather`, `reduce_scatter`, `pmin`/`pmax` (one
@@ -30,6 +30,7 @@ from stagecraft import core
 from stagecraft import lax as _lax
 from stagecraft.interpreters import ad
 from stagecraft.lax import control_flow as _cf
+from stagecraft.lax.conv import conv_dimension_numbers as _conv_dimension_numbers
 
 _FLOPS_PER_FMA = 2
 
@@ -343,3 +344,50 @@ def _ppermute(ctx, *args, axis_name, perm, **kw) -> rl.RooflineResult:
 
 
 _register("ppermute", _ppermute)
+
+
+def _valid_positions_1d(stride: int, base_dil: int, win_dil: int, k: int, n_in: int,
+                        n_out: int, pad: tuple[int, int]) -> int:
+  """How many (kernel index, output index) pairs of one spatial dimension read an input
+  element (not padding, not a hole of the base dilation): XLA's count, which JAX's rule
+  follows, with its two shortcuts for the shapes of a weight gradient."""
+  lo, hi = pad
+  if (n_in == n_out == k == base_dil and win_dil == 1 and stride == max(1, n_in - 1)
+      and lo == 0 and hi == 0):
+    return n_in
+  if (n_in == 1 and k == n_out and win_dil == 1 and base_dil == 1 and stride == 1
+      and lo == n_out - 1 and hi == n_out - 1):
+    return n_out
+  count = 0
+  for ki in range(k):
+    if stride == 1 and base_dil == 1:
+      base = lo - ki * win_dil
+      count += max(min(n_in + base, n_out) - max(0, base), 0)
+      continue
+    for oi in range(n_out):
+      pos = oi * stride - lo + ki * win_dil
+      q = int(pos / base_dil)   # NB: truncation toward zero, as JAX's
+      if pos == q * base_dil and 0 <= q < n_in:
+        count += 1
+  return count
+
+
+def _conv(ctx, *args, window_strides, padding, lhs_dilation, rhs_dilation,
+          dimension_numbers, batch_group_count, **kw) -> rl.RooflineResult:
+  """2 flops per multiply-add actually done: input features x output features x
+  (batch / batch_group_count) x the valid spatial positions; bytes of lhs, rhs and result."""
+  lhs, rhs = _shapes(ctx.avals_in)
+  (out,) = _shapes(ctx.avals_out[:1])
+  dn = _conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+  valid = 1
+  for d in range(len(dn.lhs_spec) - 2):
+    valid *= _valid_positions_1d(
+        window_strides[d], lhs_dilation[d], rhs_dilation[d], rhs.shape[dn.rhs_spec[2 + d]],
+        lhs.shape[dn.lhs_spec[2 + d]], out.shape[dn.out_spec[2 + d]], padding[d])
+  fmas = (rhs.shape[dn.rhs_spec[1]] * out.shape[dn.out_spec[1]]
+          * (lhs.shape[dn.lhs_spec[0]] / batch_group_count) * valid)
+  return rl.RooflineResult(unfused_flops=int(fmas * _FLOPS_PER_FMA),
+                           unfused_hbm_bytes=lhs.bytes + rhs.bytes + out.bytes)
+
+
+_register("conv_general_dilated", _conv)
