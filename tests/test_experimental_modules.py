@@ -443,3 +443,44 @@ def test_roofline_conv(name):
     return _fields(m.roofline.roofline(f)(np.ones((2, 3, 9, 9), np.float32),
                                           np.ones((4, 3, 3, 3), np.float32))[1])
   assert run(JAX) == run(SC)
+
+
+# ---------------------------------------------------------------------- buffer_callback
+
+JAX.bc = importlib.import_module("jax.experimental.buffer_callback")
+SC.bc = importlib.import_module("stagecraft.experimental.buffer_callback")
+
+
+def _add_one(ctx, out, x):
+  np.asarray(out)[...] = np.asarray(x) + 1
+
+
+def _double_in_place(ctx, out, x):
+  np.asarray(out)[...] *= 2
+
+
+def test_buffer_callback_values_jaxpr_vmap():
+  x = np.arange(3.0, dtype=np.float32)
+  assert sorted(n for n in dir(SC.bc) if not n.startswith("_")) == \
+      sorted(n for n in dir(JAX.bc) if not n.startswith("_"))
+  assert SC.bc.Buffer is JAX.bc.Buffer
+
+  def f(m, fn=_add_one, **kw):
+    return m.bc.buffer_callback(fn, m.lib.ShapeDtypeStruct((3,), m.np.float32), **kw)
+  _same(lambda m: f(m)(x))
+  _same(lambda m: m.lib.jit(f(m))(x))
+  assert str(jax.make_jaxpr(f(JAX))(x)) == str(sc.make_jaxpr(f(SC))(x))
+  _same(lambda m: m.lib.vmap(f(m, vmap_method="sequential"))(np.ones((2, 3), np.float32)))
+  _same(lambda m: m.lib.jit(f(m, _double_in_place, input_output_aliases={0: 0}))(x))
+  for bad in (lambda m: m.lib.grad(lambda v: f(m)(v).sum())(x),
+              lambda m: f(m, _double_in_place, input_output_aliases={1: 0})(x),
+              lambda m: m.bc.buffer_callback(_double_in_place, m.lib.ShapeDtypeStruct(
+                  (4,), m.np.float32), input_output_aliases={0: 0})(x)):
+    a, b = _err(lambda: bad(JAX)), _err(lambda: bad(SC))
+    assert a is not None and a == b
+  a = _err(lambda: JAX.bc.buffer_callback(lambda c, o, v: 1, jax.ShapeDtypeStruct(
+      (3,), jjnp.float32))(x))
+  b = _err(lambda: SC.bc.buffer_callback(lambda c, o, v: 1, sc.ShapeDtypeStruct(
+      (3,), snp.float32))(x))
+  assert a[0] == b[0] == "JaxRuntimeError"
+  assert "buffer_callback callback must not return any values." in b[1]
