@@ -1,502 +1,486 @@
-"""JAX modules programs still import: `jax.experimental.shard_map`, `jax.experimental.pjit`,
-`jax.experimental.compilation_cache.compilation_cache`, the rest of
-`jax.experimental.multihost_utils` and `jax.sharding.make_single_device_sharding`, against
-JAX 0.10.2 (same calls, same numbers, same warnings and errors), also served as `jax.*` by
-`stagecraft.compat` (`python -m stagecraft run`). 4 CPU devices (tests/conftest.py)."""
+"""JAX 0.10.2's `jax.experimental` submodules control_deps, profiler, topologies,
+scheduling_groups and rnn, against stagecraft's: the same program run by both modules (one
+namespace each), comparing values, printed jaxprs, lowered text and exception type + text."""
 from __future__ import annotations
 
 import importlib
-import os
-import re
-import sys
-import warnings
+import types
 
 import jax
 import jax.numpy as jjnp
-import jax.sharding as jsh
 import numpy as np
 import pytest
 
 import stagecraft as sc
-import stagecraft.numpy as jnp
-from stagecraft import cli, compat, lax
-from stagecraft.experimental import multihost_utils
-from stagecraft.sharding import Mesh, NamedSharding, PartitionSpec as P, make_mesh, set_mesh
-
-needs4 = pytest.mark.skipif(len(sc.devices()) < 4, reason="needs 4 devices")
+import stagecraft.numpy as snp
 
 
-def _fresh(name: str):
-  """The module `name`, with its cached deprecated-name lookup cleared (so the next read
-  warns again, as in a new process)."""
-  mod = importlib.import_module(name)
-  getattr_ = mod.__dict__.get("__getattr__")
-  if hasattr(getattr_, "cache_clear"):
-    getattr_.cache_clear()
-  return mod
+def _ns(lib, np_, root):
+  return types.SimpleNamespace(
+      lib=lib, np=np_, **{m: importlib.import_module(f"{root}.experimental.{m}")
+                           for m in ("control_deps", "profiler", "topologies",
+                                     "scheduling_groups", "rnn")})
 
 
-def _jax_attr(modname: str, name: str):
-  """JAX's deprecated name, its warning swallowed."""
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    return getattr(importlib.import_module(modname), name)
+JAX = _ns(jax, jjnp, "jax")
+SC = _ns(sc, snp, "stagecraft")
+BOTH = pytest.mark.parametrize("m", [JAX, SC], ids=["jax", "sc"])
 
 
-# ---------------------------------------------------------------------------
-# jax.experimental.shard_map
-
-
-def test_shard_map_name_warns_as_jax():
-  jmod = _fresh("jax.experimental.shard_map")
-  smod = _fresh("stagecraft.experimental.shard_map")
-  with pytest.warns(DeprecationWarning) as jw:
-    jmod.shard_map  # noqa: B018
-  with pytest.warns(DeprecationWarning) as sw:
-    smod.shard_map  # noqa: B018
-  assert str(sw[0].message) == str(jw[0].message)
-  assert sw[0].filename == __file__   # the warning points at the reader
-  with warnings.catch_warnings():
-    warnings.simplefilter("error")
-    assert smod.shard_map is smod.shard_map   # once per process, as JAX's
-  with pytest.raises(AttributeError, match="has no attribute 'nope'"):
-    smod.nope  # noqa: B018
-  import inspect
-  assert (list(inspect.signature(smod.shard_map).parameters)
-          == list(inspect.signature(_jax_attr("jax.experimental.shard_map",
-                                              "shard_map")).parameters))
-
-
-@needs4
-@pytest.mark.parametrize("check_rep", [True, False])
-def test_shard_map_matches_jax(check_rep):
-  smap = _fresh("stagecraft.experimental.shard_map")
-  with pytest.warns(DeprecationWarning):
-    s_shard_map = smap.shard_map
-  j_shard_map = _jax_attr("jax.experimental.shard_map", "shard_map")
-  x = np.arange(32.0, dtype=np.float32).reshape(8, 4)
-  w = np.linspace(-1, 1, 4, dtype=np.float32)
-
-  def body(lax_, a, b):
-    return lax_.psum(a * b, "i").sum(0, keepdims=True), a + 1
-
-  jm = jsh.Mesh(np.array(jax.devices()[:4]), ("i",))
-  sm = Mesh(np.array(sc.devices()[:4]), ("i",))   # NB: Auto axes, as jm's
-  jf = j_shard_map(lambda a, b: body(jax.lax, a, b), jm, (jsh.PartitionSpec("i"),
-                   jsh.PartitionSpec()), (jsh.PartitionSpec(), jsh.PartitionSpec("i")),
-                   check_rep)
-  sf = s_shard_map(lambda a, b: body(lax, a, b), sm, (P("i"), P()), (P(), P("i")), check_rep)
-  for s, j in zip(sf(x, w), jf(x, w)):
-    assert s.shape == j.shape
-    np.testing.assert_allclose(np.asarray(s), np.asarray(j), rtol=1e-6)
-  # under jit, and the keyword form
-  out = sc.jit(s_shard_map(lambda a: a * 2, mesh=sm, in_specs=P("i"), out_specs=P("i"),
-                           check_rep=check_rep))(x)
-  np.testing.assert_array_equal(np.asarray(out), x * 2)
-
-
-@needs4
-def test_shard_map_errors_match_jax():
-  s_shard_map = _jax_attr("stagecraft.experimental.shard_map", "shard_map")
-  j_shard_map = _jax_attr("jax.experimental.shard_map", "shard_map")
-  jm = jsh.Mesh(np.array(jax.devices()[:4]), ("i",))
-  sm = Mesh(np.array(sc.devices()[:4]), ("i",))   # NB: Auto axes, as jm's
-  x = np.arange(8.0, dtype=np.float32)
-  # an output varying along "i" claimed replicated: rejected with check_rep, allowed without
-  with pytest.raises(ValueError, match="out_specs") as je:
-    j_shard_map(lambda a: a, jm, jsh.PartitionSpec("i"), jsh.PartitionSpec())(x)
-  with pytest.raises(ValueError, match="out_specs") as se:
-    s_shard_map(lambda a: a, sm, P("i"), P())(x)
-  # NB: JAX names its own helper ('_rem_singleton') as the function here
-  first = lambda e: re.sub(r"function '[^']*'", "function", str(e.value).splitlines()[0])
-  assert first(se) == first(je)
-  np.testing.assert_array_equal(np.asarray(s_shard_map(lambda a: a, sm, P("i"), P(), False)(x)),
-                                np.asarray(j_shard_map(lambda a: a, jm, jsh.PartitionSpec("i"),
-                                                       jsh.PartitionSpec(), False)(x)))
-  # no `auto` in JAX 0.10.2's experimental shard_map; mesh, in_specs and out_specs required
-  for f in (j_shard_map, s_shard_map):
-    with pytest.raises(TypeError, match="auto"):
-      f(lambda a: a, None, P(), P(), auto=frozenset())
-    with pytest.raises(TypeError, match="out_specs"):
-      f(lambda a: a, None, P())
-  with pytest.raises(TypeError, match="requires a callable"):
-    s_shard_map(3, sm, P(), P())
-
-
-# ---------------------------------------------------------------------------
-# jax.experimental.pjit
-
-
-def test_pjit_name_warns_as_jax():
-  jmod = _fresh("jax.experimental.pjit")
-  smod = _fresh("stagecraft.experimental.pjit")
-  with pytest.warns(DeprecationWarning) as jw:
-    jmod.pjit  # noqa: B018
-  with pytest.warns(DeprecationWarning) as sw:
-    smod.pjit  # noqa: B018
-  assert str(sw[0].message) == str(jw[0].message)
-  import inspect
-  jparams = inspect.signature(_jax_attr("jax.experimental.pjit", "pjit")).parameters
-  sparams = inspect.signature(smod.pjit).parameters
-  assert list(sparams) == list(jparams)
-  assert [p.kind for p in sparams.values()] == [p.kind for p in jparams.values()]
-
-
-@needs4
-def test_pjit_matches_jax():
-  s_pjit = _jax_attr("stagecraft.experimental.pjit", "pjit")
-  j_pjit = _jax_attr("jax.experimental.pjit", "pjit")
-  x = np.arange(16.0, dtype=np.float32).reshape(4, 4)
-
-  def f(a, n):
-    return (a @ a.T) * n, a.sum()
-
-  jm = jsh.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
-  sm = Mesh(np.array(sc.devices()[:4]).reshape(2, 2), ("x", "y"))
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)   # JAX's `with mesh:`
-    with jm:
-        jout = j_pjit(f, jsh.PartitionSpec("x", "y"), (jsh.PartitionSpec("x"), None),
-                    static_argnums=1)(x, 3)
-  for ctx in (sm, set_mesh(sm)):   # `with mesh:` (as JAX's pjit), and set_mesh
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", DeprecationWarning)
-      with ctx:
-        sout = s_pjit(f, P("x", "y"), (P("x"), None), static_argnums=1)(x, 3)
-    for s, j in zip(sout, jout):
-      np.testing.assert_allclose(np.asarray(s), np.asarray(j), rtol=1e-6)
-    assert isinstance(sout[0].sharding, NamedSharding)
-    assert sout[0].sharding.spec == P("x") and tuple(jout[0].sharding.spec) == ("x",)
-  # keyword shardings, static_argnames, donation
-  out = s_pjit(lambda a, *, k: a * k, static_argnames="k", donate_argnums=0)(
-      jnp.asarray(x), k=2)
-  np.testing.assert_array_equal(np.asarray(out), x * 2)
-  with pytest.raises(NotImplementedError, match="compiler_options"):
-    s_pjit(f, compiler_options={"xla_foo": 1})
-  with pytest.raises(TypeError):
-    s_pjit(3)(x)
-
-
-# ---------------------------------------------------------------------------
-# jax.experimental.compilation_cache
-
-
-def test_compilation_cache_module_names_match_jax():
-  from jax.experimental.compilation_cache import compilation_cache as jcc
-
-  from stagecraft.experimental.compilation_cache import compilation_cache as cc
-  public = lambda m: sorted(n for n in dir(m) if not n.startswith("_") and callable(
-      getattr(m, n)) and getattr(getattr(m, n), "__module__", "").endswith("compilation_cache"))
-  assert public(cc) == sorted(cc.__all__) == ["reset_cache", "set_cache_dir"]
-  assert {"reset_cache", "set_cache_dir"} <= set(dir(jcc))
-
-
-def test_set_cache_dir_stores_compiled_programs(tmp_path):
-  from stagecraft.experimental.compilation_cache import compilation_cache as cc
-  from stagecraft.runtime import cache
-  before = sc.config.read("jax_compilation_cache_dir")
+def _err(fn):
   try:
-    cc.set_cache_dir(str(tmp_path / "cache"))
-    sc.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    assert sc.config.read("jax_compilation_cache_dir") == str(tmp_path / "cache")
-    cache.reset_stats()
-    f = sc.jit(lambda x: jnp.sin(x) * 7.25 + 0.5)   # a program compiled here only
-    np.testing.assert_allclose(np.asarray(f(np.ones(3, np.float32))),
-                               np.sin(np.ones(3)) * 7.25 + 0.5, rtol=1e-6)
-    entries = os.listdir(tmp_path / "cache")
-    assert entries and all(e.endswith(".scexe") for e in entries)
-    assert cache.stats["writes"] >= 1
-    # a fresh compile of the same program is served from the directory
-    sc.clear_caches()
-    cache.reset_stats()
-    cc.reset_cache()
-    np.testing.assert_allclose(np.asarray(f(np.ones(3, np.float32))),
-                               np.sin(np.ones(3)) * 7.25 + 0.5, rtol=1e-6)
-    assert cache.stats["hits"] >= 1
-    # None turns it off; what is not a str is refused, as JAX's
-    cc.set_cache_dir(None)
-    assert sc.config.read("jax_compilation_cache_dir") is None
-    with pytest.raises(ValueError, match="new string config value must be None or of type str"):
-      cc.set_cache_dir(3)
-    with pytest.raises(ValueError, match="new string config value must be None or of type str"):
-      cc.set_cache_dir(tmp_path)
-  finally:
-    sc.config.update("jax_compilation_cache_dir", before)
-    sc.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    fn()
+  except Exception as e:  # noqa: BLE001 - compared below
+    return type(e).__name__, str(e)
+  return None
 
 
-# ---------------------------------------------------------------------------
-# multihost_utils and make_single_device_sharding
+def _same(f):
+  """f(namespace) on JAX and stagecraft: equal outputs (arrays by value and dtype)."""
+  a, b = f(JAX), f(SC)
+  ja, jb = jax.tree.leaves(a), jax.tree.leaves(b)
+  assert len(ja) == len(jb)
+  for x, y in zip(ja, jb):
+    if hasattr(x, "dtype"):
+      assert np.asarray(x).dtype == np.asarray(y).dtype
+      np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-6, atol=2e-6)
+    else:
+      assert x == y
+  return a, b
 
 
-def test_multihost_utils_has_jax_public_functions():
-  from jax.experimental import multihost_utils as jmh
-  public = {"process_allgather", "sync_global_devices", "broadcast_one_to_all",
-            "host_local_array_to_global_array", "global_array_to_host_local_array",
-            "assert_equal", "reached_preemption_sync_point", "live_devices",
-            "ProcessFailureError"}
-  assert public <= set(dir(jmh))
-  assert public <= set(multihost_utils.__all__)
-  import inspect
-  for name in public - {"live_devices", "ProcessFailureError"}:
-    assert (list(inspect.signature(getattr(multihost_utils, name)).parameters)
-            == list(inspect.signature(getattr(jmh, name)).parameters)), name
+def test_lazy_submodules_listed():
+  import stagecraft.experimental as se
+  for name in ("control_deps", "profiler", "topologies", "scheduling_groups", "rnn"):
+    assert name in dir(se)
+    assert getattr(se, name).__name__ == f"stagecraft.experimental.{name}"
 
 
-def test_multihost_single_process_values_match_jax():
-  from jax.experimental import multihost_utils as jmh
-  tree = {"a": np.arange(6.0, dtype=np.float32).reshape(2, 3), "b": np.int32(4)}
-  for tiled in (False, True):
-    s = multihost_utils.process_allgather(tree, tiled=tiled)
-    j = jmh.process_allgather(tree, tiled=tiled)
-    for k in tree:
-      np.testing.assert_array_equal(np.asarray(s[k]), np.asarray(j[k]))
-      assert np.shape(s[k]) == np.shape(j[k])
-  s = multihost_utils.broadcast_one_to_all(tree)
-  j = jmh.broadcast_one_to_all(tree)
-  for k in tree:
-    np.testing.assert_array_equal(np.asarray(s[k]), np.asarray(j[k]))
-  multihost_utils.sync_global_devices("step")
-  jmh.sync_global_devices("step")
+# ------------------------------------------------------------------------- control_deps
+
+def _ctrl(m):
+  def f(x):
+    a, b = x + 1, x * 2
+    m.control_deps.control_dep(a, b)
+    m.control_deps.schedule([x, a, b])
+    return a, b
+  return f
 
 
-def test_live_devices_and_process_failure_error():
-  from jax.experimental import multihost_utils as jmh
-  # without distributed.initialize: JAX's RuntimeError
-  with pytest.raises(RuntimeError, match="Distributed JAX not initialized") as je:
-    with jmh.live_devices(jax.devices()):
-      pass
-  with pytest.raises(RuntimeError) as se:
-    with multihost_utils.live_devices(sc.devices()):
-      pass
-  assert str(se.value) == str(je.value)
-  e = multihost_utils.ProcessFailureError({"d0"})
-  assert e.failed_devices == {"d0"} and str(e) == str(jmh.ProcessFailureError({"d0"}))
-
-
-def test_live_devices_one_initialized_process(tmp_path):
-  import socket
-  import subprocess
-  import textwrap
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-  script = tmp_path / "live.py"
-  script.write_text(textwrap.dedent(f"""\
-      import stagecraft as sc
-      from stagecraft.experimental import multihost_utils as mh
-      sc.distributed.initialize("127.0.0.1:{port}", 1, 0)
-      devs = sc.devices()
-      with mh.live_devices(list(reversed(devs))) as live:
-        print("live", [d.id for d in live] == sorted(d.id for d in devs))
-      try:
-        with mh.live_devices([]):
-          pass
-      except ValueError as e:
-        print("empty", e)
-      try:
-        with mh.live_devices(devs):
-          raise KeyError("body")
-      except KeyError as e:
-        print("body", e)
-      sc.distributed.shutdown()
-      """))
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(__file__)), "src"))
-  p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                     timeout=120, env=env)
-  assert p.returncode == 0, p.stderr[-2000:]
-  assert "live True" in p.stdout and "empty No devices provided." in p.stdout
-  assert "body 'body'" in p.stdout
-
-
-def test_make_single_device_sharding_matches_jax():
-  from stagecraft.sharding import SingleDeviceSharding, make_single_device_sharding
-  d, jd = sc.devices()[0], jax.devices()[0]
-  s = make_single_device_sharding(d)
-  assert isinstance(s, SingleDeviceSharding) and s.device_set == {d}
-  assert s == make_single_device_sharding(d, memory_kind="device")
-  x = sc.device_put(np.arange(3.0), s)
-  assert x.sharding == s
-  with pytest.raises(ValueError) as je:
-    jsh.make_single_device_sharding(jd, memory_kind="bogus")
-  with pytest.raises(ValueError) as se:
-    make_single_device_sharding(d, memory_kind="bogus")
-  assert str(se.value) == str(je.value)
-  with pytest.raises(NotImplementedError, match="pinned_host"):
-    make_single_device_sharding(d, memory_kind="pinned_host")
-
-
-# ---------------------------------------------------------------------------
-# Served as jax.* (`python -m stagecraft run script.py`)
-
-
-SCRIPT = """\
-import warnings
-import numpy as np
-import jax
-import jax.numpy as jnp
-import jax.experimental.shard_map
-from jax.experimental.compilation_cache import compilation_cache as cc
-from jax.sharding import Mesh, PartitionSpec as P
-with warnings.catch_warnings():
-  warnings.simplefilter("ignore", DeprecationWarning)
-  from jax.experimental.shard_map import shard_map
-  from jax.experimental.pjit import pjit
-cc.set_cache_dir({cache!r})
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-mesh = Mesh(np.array(jax.devices()[:2]), ("i",))
-f = shard_map(lambda a: jax.lax.psum(a, "i"), mesh, P("i"), P())
-print("shard_map", np.asarray(f(jnp.arange(4.0))).tolist())
-print("pjit", float(pjit(lambda a: (a * a).sum())(jnp.arange(3.0))))
-print("modules", jax.experimental.shard_map.__name__, cc.__name__)
-"""
-
-
-@needs4
-def test_modules_served_as_jax(tmp_path, capsys):
-  script = tmp_path / "prog.py"
-  cache_dir = tmp_path / "cache"
-  script.write_text(SCRIPT.format(cache=str(cache_dir)))
-  before = sc.config.read("jax_compilation_cache_dir")
-  real_jax = sys.modules.get("jax")
-  compat.install()
-  try:
-    assert cli.main(["run", str(script)]) == 0
-  finally:
-    compat.uninstall()
-    sc.config.update("jax_compilation_cache_dir", before)
-    sc.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-  assert sys.modules.get("jax") is real_jax
-  out = capsys.readouterr().out
-  assert "shard_map [2.0, 4.0]" in out, out
-  assert "pjit 5.0" in out
-  assert ("modules stagecraft.experimental.shard_map "
-          "stagecraft.experimental.compilation_cache.compilation_cache") in out
-  assert os.listdir(cache_dir)
-
-
-# ---------------------------------------------------------------------------
-# jax.experimental.serialize_executable
-
-
-def test_serialize_executable_round_trip_matches_jax(tmp_path):
-  from jax.experimental import serialize_executable as jse
-  from stagecraft.experimental import serialize_executable as se
-  x = np.linspace(-1, 1, 5).astype(np.float32)
-  ours = sc.jit(lambda a, b: {"s": jnp.sin(a) * b}).lower(x, 2.0).compile()
-  theirs = jax.jit(lambda a, b: {"s": jax.numpy.sin(a) * b}).lower(x, 2.0).compile()
-  payload, in_tree, out_tree = se.serialize(ours)
-  jpayload, jin, jout = jse.serialize(theirs)
-  assert isinstance(payload, bytes) and repr(in_tree) == repr(jin)
-  assert repr(out_tree) == repr(jout)
-  got = se.deserialize_and_load(payload, in_tree, out_tree)(x, 3.0)["s"]
-  # NB: JAX's loads onto every device unless told (and then fails to run with 4 CPU devices)
-  want = jse.deserialize_and_load(jpayload, jin, jout,
-                                  execution_devices=jax.devices()[:1])(x, 3.0)["s"]
-  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
-  loaded = se.deserialize_and_load(payload, in_tree, out_tree, backend="cpu",
-                                   execution_devices=sc.devices()[:1])
-  np.testing.assert_allclose(np.asarray(loaded(x, 3.0)["s"]), np.asarray(want), rtol=1e-6)
-  # a fresh process loads the payload with the trees it returned (pickled by the user)
-  import pickle
-  path = tmp_path / "exe.pkl"
-  path.write_bytes(pickle.dumps((payload, in_tree, out_tree)))
-  script = ("import pickle, sys, numpy as np\n"
-            "from stagecraft.experimental import serialize_executable as se\n"
-            "p, i, o = pickle.loads(open(sys.argv[1], 'rb').read())\n"
-            "print(np.asarray(se.deserialize_and_load(p, i, o)(np.ones(5, np.float32), 2.0)"
-            "['s']).tolist())\n")
-  import subprocess
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [os.path.join(os.path.dirname(__file__), "..", "src"), os.environ.get("PYTHONPATH", "")]))
-  out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
-                       text=True, env=env, timeout=120)
-  assert out.returncode == 0, out.stderr[-2000:]
-  np.testing.assert_allclose(eval(out.stdout), [2 * np.sin(1.0)] * 5, rtol=1e-6)
-
-
-def test_serialize_executable_errors():
-  from stagecraft.experimental import serialize_executable as se
-  compiled = sc.jit(lambda a: a + 1).lower(np.ones(2, np.float32)).compile()
-  payload, in_tree, out_tree = se.serialize(compiled)
-  with pytest.raises(TypeError, match="expected a Compiled"):
-    se.serialize(sc.jit(lambda a: a + 1))
-  with pytest.raises(ValueError, match="compiled for 'cpu', not for backend 'tpu'"):
-    se.deserialize_and_load(payload, in_tree, out_tree, backend="tpu")
-  with pytest.raises(ValueError, match=r"compiled for devices \[0\]; stagecraft loads it onto "
-                                       r"those only, got execution_devices with ids \[1\]"):
-    se.deserialize_and_load(payload, in_tree, out_tree, execution_devices=sc.devices()[1:2])
-  with pytest.raises(ValueError):
-    se.deserialize_and_load(payload[:-7] + b"garbage", in_tree, out_tree)
-
-
-# ---------------------------------------------------------------------------
-# jax.experimental.compute_on
-
-
-def test_compute_on_runs_and_prints_as_jaxs_on_cpu():
-  from jax.experimental.compute_on import compute_on as jcompute_on
-  from stagecraft.experimental.compute_on import compute_on, current_compute_type
-
-  def make(lib, ctx):
-    g = lib.jit(lambda x: x * 2)
-
-    @lib.jit
-    def f(x):
-      with ctx("device_host"):
-        y = g(x)
-      return y + 1
-    return f
+def test_control_dep_jaxpr_and_values():
   x = np.arange(3.0, dtype=np.float32)
-  ours, theirs = make(sc, compute_on), make(jax, jcompute_on)
-  np.testing.assert_array_equal(np.asarray(ours(x)), np.asarray(theirs(x)))
-  assert str(sc.make_jaxpr(ours)(x)) == str(jax.make_jaxpr(theirs)(x))
-  assert current_compute_type() is None
-  with compute_on("device"):
-    with compute_on("gpu_stream:1"):
-      assert current_compute_type() == "gpu_stream:1"
-    assert current_compute_type() == "device"
-  assert current_compute_type() is None
+  assert str(jax.make_jaxpr(_ctrl(JAX))(x)) == str(sc.make_jaxpr(_ctrl(SC))(x))
+  _same(lambda m: m.lib.jit(_ctrl(m))(x))
+  assert "stablehlo.custom_call @control_dep(" in sc.jit(_ctrl(SC)).lower(x).as_text()
+  assert SC.control_deps.control_dep(x, x) == JAX.control_deps.control_dep(x, x) == ()
+  assert SC.control_deps.schedule([]) is None
 
 
-def test_compute_on_errors_match_jax():
-  from jax.experimental.compute_on import compute_on as jcompute_on
-  from stagecraft.experimental.compute_on import compute_on, compute_on2
-  for value, err in [("bogus", ValueError), (3, TypeError)]:
-    with pytest.raises(err) as ours:
-      with compute_on(value):
-        pass
-    with pytest.raises(err) as theirs:
-      with jcompute_on(value):
-        pass
-    assert str(ours.value) == str(theirs.value)
-  with pytest.raises(ValueError, match="Invalid compute type host"):
-    compute_on2(lambda x: x, compute_type="host", out_memory_spaces=None)
+# ----------------------------------------------------------------------------- profiler
+
+def test_profiled_instructions_proto(tmp_path):
+  missing = str(tmp_path / "nope")
+  a = _err(lambda: JAX.profiler.get_profiled_instructions_proto(missing))
+  b = _err(lambda: SC.profiler.get_profiled_instructions_proto(missing))
+  assert a == b and a[1].startswith("NOT_FOUND")
+  a = _err(lambda: JAX.profiler.get_profiled_instructions_proto(str(tmp_path)))
+  b = _err(lambda: SC.profiler.get_profiled_instructions_proto(str(tmp_path)))
+  assert a == b and a[0] == "JaxRuntimeError"
+  with sc.profiler.trace(str(tmp_path / "tb")):
+    sc.jit(lambda v: v + 1)(np.float32(1)).block_until_ready()
+  run = next((tmp_path / "tb" / "plugins" / "profile").iterdir())
+  got = SC.profiler.get_profiled_instructions_proto(str(run))
+  assert got == JAX.profiler.get_profiled_instructions_proto(str(run))
+  assert isinstance(got, bytes)
 
 
-def test_compute_on2_runs_the_function():
-  from stagecraft.experimental.compute_on import compute_on2
-  x = np.linspace(0, 1, 4).astype(np.float32)
-  h = compute_on2(lambda v: jnp.sin(v) * 2, compute_type="device_host", out_memory_spaces=None)
-  np.testing.assert_allclose(np.asarray(sc.jit(h)(x)), np.sin(x) * 2, rtol=1e-6)
-  deco = compute_on2(compute_type="device", out_memory_spaces=None)(lambda v: v + 1)
-  np.testing.assert_allclose(np.asarray(deco(x)), x + 1)
+# --------------------------------------------------------------------------- topologies
+
+def test_attached_topology_and_mesh():
+  tj, ts = JAX.topologies.get_attached_topology(), SC.topologies.get_attached_topology()
+  assert [d.id for d in tj.devices] == [d.id for d in ts.devices]
+  assert ts.devices == SC.topologies.get_attached_topology("cpu").devices
+  assert SC.topologies.Device is JAX.topologies.Device
+  n = len(ts.devices)
+  mj = JAX.topologies.make_mesh(tj, (n,), ("x",))
+  ms = SC.topologies.make_mesh(ts, (n,), ("x",))
+  assert repr(mj) == repr(ms)
+  assert _err(lambda: JAX.topologies.make_mesh(tj, (n + 1,), ("x",))) == \
+      _err(lambda: SC.topologies.make_mesh(ts, (n + 1,), ("x",)))
 
 
-def test_dir_lists_the_lazily_loaded_names():
-  """`dir()` of `experimental` and `sharding` lists what attribute access serves (JAX's
-  `dir(jax.experimental)` lists its submodules; `jax.sharding` has reshard, auto_axes and
-  explicit_axes)."""
-  import stagecraft.experimental as experimental
-  import stagecraft.sharding as sharding
-  for name in ("shard_map", "compilation_cache", "checkify", "io_callback", "ode",
-               "custom_partitioning"):
-    assert name in dir(experimental), name
-    assert getattr(experimental, name) is not None
-  assert experimental.shard_map.__name__ == "stagecraft.experimental.shard_map"
-  theirs = {n for n in dir(jax.sharding) if not n.startswith("_")}
-  ours = {n for n in dir(sharding) if not n.startswith("_")}
-  assert theirs - ours == set(), theirs - ours
-  for name in ("reshard", "auto_axes", "explicit_axes", "ManualAxisType"):
-    assert name in ours and callable(getattr(sharding, name))
+@pytest.mark.parametrize("platform", [None, "tpu", "gpu", "cuda", "cpu", "CPU", "foo"])
+def test_topology_desc_errors_on_cpu(platform):
+  a = _err(lambda: JAX.topologies.get_topology_desc("v5e:2x2", platform))
+  b = _err(lambda: SC.topologies.get_topology_desc("v5e:2x2", platform))
+  assert a is not None and a == b
+
+
+# -------------------------------------------------------------------- scheduling_groups
+
+def _two(m):
+  @m.scheduling_groups.scheduling_group(name="grp0")
+  def fn(a, b):
+    return a + b, a * 2
+  return fn
+
+
+def test_scheduling_group_jaxpr_lowering_values():
+  assert str(jax.make_jaxpr(_two(JAX))(1.0, 2.0)) == str(sc.make_jaxpr(_two(SC))(1.0, 2.0))
+  _same(lambda m: _two(m)(1.0, 2.0))
+  assert (jax.jit(_two(JAX)).lower(1.0, 2.0).as_text()
+          == sc.jit(_two(SC)).lower(1.0, 2.0).as_text())
+
+
+def _remat_case(m, use_remat):
+  @m.scheduling_groups.xla_metadata_call(inlineable="false")
+  def f(x, y):
+    return x + y, (x + y).sum()
+
+  def g(x):
+    h = m.lib.remat(f) if use_remat else f
+    return h(x, x)[1]
+  return g
+
+
+@pytest.mark.parametrize("use_remat", [False, True])
+def test_xla_metadata_call_grad(use_remat):
+  x = np.float32(5.0)
+  assert (str(jax.make_jaxpr(jax.grad(_remat_case(JAX, use_remat)))(x))
+          == str(sc.make_jaxpr(sc.grad(_remat_case(SC, use_remat)))(x)))
+  _same(lambda m: m.lib.jit(m.lib.grad(_remat_case(m, use_remat)))(x))
+
+
+def _closure(m):
+  k = m.np.arange(3.0)
+
+  def outer(c):
+    return m.scheduling_groups.xla_metadata_call(lambda x: x * c, a="b")(k)
+  return outer
+
+
+def test_xla_metadata_call_transforms():
+  x = np.arange(3.0, dtype=np.float32)
+  assert str(jax.make_jaxpr(_closure(JAX))(2.0)) == str(sc.make_jaxpr(_closure(SC))(2.0))
+  _same(lambda m: m.lib.jit(_closure(m))(2.0))
+  _same(lambda m: m.lib.jacfwd(_closure(m))(2.0))
+  vm = lambda m: m.lib.vmap(m.scheduling_groups.xla_metadata_call(m.np.sin, a="b"))
+  assert str(jax.make_jaxpr(vm(JAX))(x)) == str(sc.make_jaxpr(vm(SC))(x))
+  _same(lambda m: vm(m)(x))
+  gr = lambda m: m.lib.grad(m.scheduling_groups.scheduling_group("y")(
+      lambda v: m.np.sin(v) * v))
+  assert str(jax.make_jaxpr(gr(JAX))(3.0)) == str(sc.make_jaxpr(gr(SC))(3.0))
+  _same(lambda m: gr(m)(3.0))
+  kw = lambda m: m.scheduling_groups.xla_metadata_call(lambda x, y: {"a": x + y}, k="v")(
+      x=1.0, y=m.np.ones(2))
+  _same(kw)
+
+
+def test_xla_metadata_call_inlineable_and_dedup():
+  x = np.arange(8.0, dtype=np.float32)
+
+  def prog(m):
+    g = m.scheduling_groups.xla_metadata_call(inlineable="false")(m.lib.jit(lambda v: v * 2))
+    return lambda v: g(g(v)).sum()
+  for m in (JAX, SC):
+    text = m.lib.jit(prog(m)).lower(x).as_text()
+    assert text.count("func.func private @xla_metadata_call") == 1
+    assert '{mhlo.frontend_attributes = {inlineable = "false"}}' in text
+    text = m.lib.jit(m.lib.grad(prog(m))).lower(x).as_text()
+    assert text.count("func.func private @xla_metadata_call") == 1
+    assert 'inlineable="false"' in m.lib.jit(m.lib.grad(prog(m))).lower(x).compile().as_text()
+  _same(lambda m: m.lib.jit(m.lib.grad(prog(m)))(x))
+
+
+def test_xla_metadata_call_bad_metadata():
+  for call in (lambda m: m.scheduling_groups.xla_metadata_call(lambda x: x, foo=1)(1.0),
+               lambda m: m.lib.jit(m.scheduling_groups.xla_metadata_call(
+                   lambda x: x, foo=1.5)).lower(1.0)):
+    a, b = _err(lambda: call(JAX)), _err(lambda: call(SC))
+    assert a is not None and a == b
+
+
+# ---------------------------------------------------------------------------------- rnn
+
+B, T, I, H, L = 2, 5, 3, 4, 2
+
+
+def _inputs(m, bi):
+  d = 2 if bi else 1
+  k = m.lib.random.split(m.lib.random.key(1), 3)
+  x = m.lib.random.normal(k[0], (B, T, I))
+  h0 = m.lib.random.normal(k[1], (d * L, B, H))
+  c0 = m.lib.random.normal(k[2], (d * L, B, H))
+  w = m.rnn.init_lstm_weight(m.lib.random.key(0), I, H, L, bi)
+  return x, h0, c0, w, m.np.array([5, 3], m.np.int32)
+
+
+@pytest.mark.parametrize("bi", [False, True])
+def test_lstm_weights_and_reference(bi):
+  assert (JAX.rnn.get_num_params_in_lstm(I, H, L, bi)
+          == SC.rnn.get_num_params_in_lstm(I, H, L, bi))
+  _same(lambda m: _inputs(m, bi)[3])
+  _same(lambda m: m.rnn.swap_lstm_gates(_inputs(m, bi)[3], I, H, L, bi))
+  _same(lambda m: m.rnn.unpack_lstm_weights(_inputs(m, bi)[3], I, H, L, bi))
+
+  def ref(m):
+    x, h0, c0, w, sl = _inputs(m, bi)
+    return m.rnn.lstm_ref(x, h0, c0, *m.rnn.unpack_lstm_weights(w, I, H, L, bi), sl,
+                          I, H, L, 0.0, bi)
+  _same(ref)
+
+
+def _lstm_call(m, *, sl_dtype=None, precision=None, dropout=0.0, ref=False):
+  x, h0, c0, w, sl = _inputs(m, False)
+  if sl_dtype is not None:
+    sl = sl.astype(sl_dtype)
+  if ref:
+    return m.rnn.lstm_ref(x, h0, c0, *m.rnn.unpack_lstm_weights(w, I, H, L, False), sl,
+                          I, H, L, dropout, False)
+  return m.rnn.lstm(x, h0, c0, w, sl, I, H, L, dropout, False, precision)
+
+
+@pytest.mark.parametrize("kw", [
+    {}, {"sl_dtype": np.int16}, {"precision": "default"},
+    {"sl_dtype": np.int16, "ref": True}, {"dropout": 0.5, "ref": True}],
+    ids=["cpu", "lengths", "bf16", "ref_lengths", "ref_dropout"])
+def test_lstm_errors_on_cpu(kw):
+  kw = dict(kw)
+  if kw.get("precision") == "default":
+    kw["precision"] = None
+    a = _err(lambda: JAX.rnn.lstm(*_inputs(JAX, False), I, H, L, 0.0, False,
+                                  jax.lax.Precision.DEFAULT))
+    b = _err(lambda: SC.rnn.lstm(*_inputs(SC, False), I, H, L, 0.0, False,
+                                 sc.lax.Precision.DEFAULT))
+  else:
+    a, b = _err(lambda: _lstm_call(JAX, **kw)), _err(lambda: _lstm_call(SC, **kw))
+  assert a is not None and a == b
+
+
+# ----------------------------------------------------------------------------- roofline
+
+def _rf_cases(m):
+  lib, np_ = m.lib, m.np
+  return {
+      "unary": (np_.sin, (np.ones((8, 16), np.float32),), {}),
+      "binary": (lambda a, b: a + b, (np.ones((8, 16), np.float32), np.ones(16, np.float32)),
+                 {}),
+      "dot": (lambda a, b: a @ b, (np.ones((8, 16), np.float32), np.ones((16, 4), np.float32)),
+              {}),
+      "dot_pinned": (lambda a, b: a @ b, (np.ones((8, 16), np.float32),
+                                          np.ones((16, 4), np.float32)),
+                     {"pin_lhs_in_vmem": True}),
+      "batched_dot": (lambda a, b: np_.einsum("bij,bjk->bik", a, b),
+                      (np.ones((3, 4, 5), np.float32), np.ones((3, 5, 6), np.float32)), {}),
+      "mean": (lambda a: np_.mean(a, axis=1), (np.ones((8, 16), np.float32),), {}),
+      "where": (lambda a: np_.where(a > 0, a, 0.0), (np.ones((8, 16), np.float32),), {}),
+      "cumsum": (lambda a: np_.cumsum(a, axis=1), (np.ones((8, 16), np.float32),), {}),
+      "cumlogsumexp": (lambda a: lib.lax.cumlogsumexp(a, axis=0),
+                       (np.ones((8, 16), np.float32),), {}),
+      "mlp": (lambda w1, w2, a: lib.nn.relu(a @ w1) @ w2,
+              (np.ones((16, 32), np.float32), np.ones((32, 4), np.float32),
+               np.ones((8, 16), np.float32)), {}),
+      "softmax": (lib.nn.softmax, (np.ones((8, 16), np.float32),), {}),
+      "tanh_free": (np_.tanh, (np.ones((8, 16), np.float32),), {}),
+      "scan": (lambda a: lib.lax.scan(lambda c, v: (c + v, c * v), 0.0, a)[1],
+               (np.ones(5, np.float32),), {}),
+      "shape_struct": (lambda a: a * 2, (m.lib.ShapeDtypeStruct((4, 4), np_.float32),), {}),
+      "bf16": (lambda a: a @ a.T, (np.ones((16, 4), np_.bfloat16),), {}),
+      "callback": (lambda a: lib.pure_callback(
+          lambda v: v, lib.ShapeDtypeStruct(a.shape, a.dtype), a),
+          (np.ones((8, 16), np.float32),), {}),
+      "nested_jit": (lib.jit(lambda a: lib.jit(lambda b: b @ b.T)(a) + 1),
+                     (np.ones((8, 16), np.float32),), {}),
+      "vjp_error": (lambda a: np_.sin(a) @ a.T, (np.ones((8, 16), np.float32),),
+                    {"vjp": True}),
+  }
+
+
+def _rf(m, name):
+  f, args, kw = _rf_cases(m)[name]
+  try:
+    out, r = m.roofline.roofline(f, **kw)(*args)
+  except Exception as e:  # noqa: BLE001 - compared
+    return type(e).__name__, str(e)
+  return jax.tree.map(lambda s: (s.shape, str(s.dtype)), out), _fields(r)
+
+
+def _fields(r):
+  return {k: getattr(r, k) for k in ("flops", "unfused_flops", "ici_bytes", "ici_latency",
+                                     "hbm_bytes", "peak_hbm_bytes", "unfused_hbm_bytes")}
+
+
+JAX.roofline = importlib.import_module("jax.experimental.roofline")
+SC.roofline = importlib.import_module("stagecraft.experimental.roofline")
+
+
+@pytest.mark.parametrize("name", list(_rf_cases(JAX)))
+def test_roofline_counts(name):
+  assert _rf(JAX, name) == _rf(SC, name)
+
+
+def _mesh(m, shape, names):
+  auto = m.lib.sharding.AxisType.Auto
+  return m.lib.make_mesh(shape, names, axis_types=(auto,) * len(shape))
+
+
+def test_roofline_shard_map_and_grad():
+  def run(m):
+    mesh = _mesh(m, (4,), ("x",))
+    NS, Ps = m.lib.sharding.NamedSharding, m.lib.sharding.PartitionSpec
+    a = m.lib.ShapeDtypeStruct((8, 16), m.np.float32, sharding=NS(mesh, Ps("x")))
+    b = m.lib.ShapeDtypeStruct((16, 4), m.np.float32, sharding=NS(mesh, Ps()))
+    out, r = m.roofline.roofline(lambda x, y: x @ y, mesh, (Ps("x"), Ps()), Ps("x"))(a, b)
+    shapes, fwd, bwd = m.roofline.roofline_and_grad(
+        lambda x, y: m.np.sin(x @ y), mesh, (Ps("x"), Ps()), Ps("x"))(a, b)
+    return (out.shape, str(out.sharding.spec), _fields(r), shapes.shape, _fields(fwd),
+            _fields(bwd))
+  assert run(JAX) == run(SC)
+
+
+@pytest.mark.parametrize("name", ["psum", "psum_x", "pmax", "pmin", "psum_scatter"])
+def test_roofline_collectives(name):
+  def run(m):
+    lax = m.lib.lax
+    Ps = m.lib.sharding.PartitionSpec
+    mesh = _mesh(m, (2, 2), ("x", "y"))
+    a = m.lib.ShapeDtypeStruct((8, 16), m.np.float32,
+                               sharding=m.lib.sharding.NamedSharding(mesh, Ps("x", "y")))
+    f, o = {"psum": (lambda v: lax.psum(v, ("x", "y")), Ps()),
+            "psum_x": (lambda v: lax.psum(v, "x"), Ps(None, "y")),
+            "pmax": (lambda v: lax.pmax(v, "x"), Ps(None, "y")),
+            "pmin": (lambda v: lax.pmin(v, ("x", "y")), Ps()),
+            "psum_scatter": (lambda v: lax.psum_scatter(v, "y", scatter_dimension=0,
+                                                        tiled=True), Ps(("x", "y"), None)),
+            }[name]
+    return _fields(m.roofline.roofline(f, mesh, Ps("x", "y"), o)(a)[1])
+  assert run(JAX) == run(SC)
+
+
+def test_roofline_result_arithmetic_and_shapes():
+  def run(m):
+    R, S = m.roofline.RooflineResult, m.roofline.RooflineShape
+    s = R(flops=3, ici_bytes={"x": 2}) + R(flops=1, peak_hbm_bytes=5,
+                                           ici_bytes={"x": 1, "y": 4})
+    t = R(flops=3, hbm_bytes=5) * 1.5
+    return (_fields(s), _fields(t), _fields(2 * R(flops=3)), _fields(R.zeros()),
+            S(shape=(2, 3), dtype=np.dtype("float32")).bytes,
+            S(shape=(2, 3), dtype=np.dtype("float32")).size,
+            _err(lambda: S.from_aval(3)))
+  assert run(JAX) == run(SC)
+
+
+def test_roofline_print_jaxpr(capsys):
+  def run(m):
+    out = m.roofline.roofline(m.np.sin, print_jaxpr=True)(np.ones(4, np.float32))
+    return _fields(out[1]), capsys.readouterr().out
+  assert run(JAX) == run(SC)
+
+
+@pytest.mark.parametrize("name", ["index", "fill", "add", "set", "mul", "max", "min",
+                                  "scatter_add", "dynamic_slice", "take_along_axis"])
+def test_roofline_gather_scatter(name):
+  def run(m):
+    lax, np_ = m.lib.lax, m.np
+    f = {"index": lambda a, i: a[i],
+         "fill": lambda a, i: a.at[i].get(mode="fill", fill_value=0.0),
+         "add": lambda a, i: a.at[i].add(1.0), "set": lambda a, i: a.at[i].set(2.0),
+         "mul": lambda a, i: a.at[i].mul(3.0), "max": lambda a, i: a.at[i].max(0.0),
+         "min": lambda a, i: a.at[i].min(0.0),
+         "scatter_add": lambda a, i: lax.scatter_add(
+             a, i[:, None], np_.ones((3, 16)), lax.ScatterDimensionNumbers((1,), (0,), (0,))),
+         "dynamic_slice": lambda a, i: lax.dynamic_slice(a, (i[0], 0), (2, 16)),
+         "take_along_axis": lambda a, i: np_.take_along_axis(
+             a, np_.zeros((8, 2), np_.int32), axis=1)}[name]
+    return _fields(m.roofline.roofline(f)(np.ones((8, 16), np.float32),
+                                          np.array([1, 3, 9], np.int32))[1])
+  assert run(JAX) == run(SC)
+
+
+@pytest.mark.parametrize("name", ["all_to_all", "ppermute_ring", "ppermute_far",
+                                  "ppermute_2d"])
+def test_roofline_all_to_all_ppermute(name):
+  def run(m):
+    lax, Ps = m.lib.lax, m.lib.sharding.PartitionSpec
+    NS = m.lib.sharding.NamedSharding
+    mesh = _mesh(m, (2, 2), ("x", "y"))
+    mesh4 = _mesh(m, (4,), ("x",))
+    a = m.lib.ShapeDtypeStruct((8, 16), m.np.float32, sharding=NS(mesh, Ps("x", "y")))
+    a4 = m.lib.ShapeDtypeStruct((8, 16), m.np.float32, sharding=NS(mesh4, Ps("x")))
+    mm, arg, f, spec = {
+        "all_to_all": (mesh, a, lambda v: lax.all_to_all(v, "x", 0, 1, tiled=True),
+                       Ps("x", "y")),
+        "ppermute_ring": (mesh4, a4, lambda v: lax.ppermute(
+            v, "x", [(0, 1), (1, 2), (2, 3), (3, 0)]), Ps("x")),
+        "ppermute_far": (mesh4, a4, lambda v: lax.ppermute(v, "x", [(0, 2), (1, 3), (2, 0)]),
+                         Ps("x")),
+        "ppermute_2d": (mesh, a, lambda v: lax.ppermute(
+            v, ("x", "y"), [(0, 3), (1, 2), (2, 1)]), Ps("x", "y")),
+    }[name]
+    return _fields(m.roofline.roofline(f, mm, spec, spec)(arg)[1])
+  assert run(JAX) == run(SC)
+
+
+@pytest.mark.parametrize("name", ["same", "stride", "dilated", "nhwc", "grad_w", "grad_x",
+                                  "batch_groups"])
+def test_roofline_conv(name):
+  def run(m):
+    lax, np_ = m.lib.lax, m.np
+    f = {"same": lambda x, w: lax.conv(x, w, (1, 1), "SAME"),
+         "stride": lambda x, w: lax.conv_general_dilated(x, w, (2, 2), "VALID"),
+         "dilated": lambda x, w: lax.conv_general_dilated(
+             x, w, (1, 1), ((1, 2), (0, 1)), lhs_dilation=(2, 1), rhs_dilation=(1, 2)),
+         "nhwc": lambda x, w: lax.conv_general_dilated(
+             x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0), (1, 1), "SAME",
+             dimension_numbers=("NHWC", "HWIO", "NHWC")),
+         "grad_w": lambda x, w: m.lib.grad(
+             lambda v: lax.conv(x, v, (2, 2), "SAME").sum())(w),
+         "grad_x": lambda x, w: m.lib.grad(
+             lambda v: lax.conv(v, w, (2, 2), "SAME").sum())(x),
+         "batch_groups": lambda x, w: lax.conv_general_dilated(
+             np_.ones((4, 3, 9, 9)), np_.ones((4, 3, 3, 3)), (1, 1), "SAME",
+             batch_group_count=2)}[name]
+    return _fields(m.roofline.roofline(f)(np.ones((2, 3, 9, 9), np.float32),
+                                          np.ones((4, 3, 3, 3), np.float32))[1])
+  assert run(JAX) == run(SC)
+
+
+# ---------------------------------------------------------------------- buffer_callback
+
+JAX.bc = importlib.import_module("jax.experimental.buffer_callback")
+SC.bc = importlib.import_module("stagecraft.experimental.buffer_callback")
+
+
+def _add_one(ctx, out, x):
+  np.asarray(out)[...] = np.asarray(x) + 1
+
+
+def _double_in_place(ctx, out, x):
+  np.asarray(out)[...] *= 2
+
+
+def test_buffer_callback_values_jaxpr_vmap():
+  x = np.arange(3.0, dtype=np.float32)
+  assert sorted(n for n in dir(SC.bc) if not n.startswith("_")) == \
+      sorted(n for n in dir(JAX.bc) if not n.startswith("_"))
+  assert SC.bc.Buffer is JAX.bc.Buffer
+
+  def f(m, fn=_add_one, **kw):
+    return m.bc.buffer_callback(fn, m.lib.ShapeDtypeStruct((3,), m.np.float32), **kw)
+  _same(lambda m: f(m)(x))
+  _same(lambda m: m.lib.jit(f(m))(x))
+  assert str(jax.make_jaxpr(f(JAX))(x)) == str(sc.make_jaxpr(f(SC))(x))
+  _same(lambda m: m.lib.vmap(f(m, vmap_method="sequential"))(np.ones((2, 3), np.float32)))
+  _same(lambda m: m.lib.jit(f(m, _double_in_place, input_output_aliases={0: 0}))(x))
+  for bad in (lambda m: m.lib.grad(lambda v: f(m)(v).sum())(x),
+              lambda m: f(m, _double_in_place, input_output_aliases={1: 0})(x),
+              lambda m: m.bc.buffer_callback(_double_in_place, m.lib.ShapeDtypeStruct(
+                  (4,), m.np.float32), input_output_aliases={0: 0})(x)):
+    a, b = _err(lambda: bad(JAX)), _err(lambda: bad(SC))
+    assert a is not None and a == b
+  a = _err(lambda: JAX.bc.buffer_callback(lambda c, o, v: 1, jax.ShapeDtypeStruct(
+      (3,), jjnp.float32))(x))
+  b = _err(lambda: SC.bc.buffer_callback(lambda c, o, v: 1, sc.ShapeDtypeStruct(
+      (3,), snp.float32))(x))
+  assert a[0] == b[0] == "JaxRuntimeError"
+  assert "buffer_callback callback must not return any values." in b[1]

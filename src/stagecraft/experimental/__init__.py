@@ -8,7 +8,8 @@ __all__ = ["io_callback", "checkify", "ode"]
 _SUBMODULES = ("ode", "checkify", "serialize_executable", "compute_on",
                "custom_partitioning", "shard_map", "compilation_cache", "pjit", "jet",
                "mesh_utils", "multihost_utils", "layout", "hijax", "sparse", "key_reuse",
-               "colocated_python", "pallas", "random", "shard_alike")
+               "colocated_python", "pallas", "random", "shard_alike", "control_deps", "profiler",
+               "topologies", "scheduling_groups", "rnn", "roofline", "buffer_callback")
 
 
 def deprecation_getattr(module: str, deprecations: dict):
