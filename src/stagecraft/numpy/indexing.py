@@ -763,6 +763,19 @@ class _IndexUpdateRef:
     return self._update(values, lax.scatter, indices_are_sorted, unique_indices, mode,
                         wrap_negative_indices)
 
+  def apply(self, func: Callable, *, indices_are_sorted: bool = False,
+            unique_indices: bool = False, mode: Any = None,
+            wrap_negative_indices: bool = True):
+    """`func` (a unary function of one element) applied to `x[idx]`, out of place: a
+    repeated index applies it again (`np.negative.at(x, idx)`; `x.at[idx].set(func(x[idx]))`
+    applies it once). One `scatter-apply` (`lax.scatter_apply`, not differentiable)."""
+    def scatter_op(x, indices, y, dnums, **kwargs):
+      return lax.scatter_apply(x, indices, func, dnums, update_shape=y.shape, **kwargs)
+    return _scatter_update(self.array, self.index, np.zeros((), self.array.dtype), scatter_op,
+                           indices_are_sorted=indices_are_sorted,
+                           unique_indices=unique_indices, mode=mode,
+                           normalize_indices=wrap_negative_indices)
+
   def add(self, values: ArrayLike, *, indices_are_sorted: bool = False,
           unique_indices: bool = False, mode: Any = None, wrap_negative_indices: bool = True):
     """`x[idx] += values`, out of place; repeated indices accumulate (`np.add.at`).
