@@ -219,3 +219,53 @@ def test_associative_scan_errors():
   np.testing.assert_array_equal(lax.associative_scan(lambda a, b: a + b, np.arange(5.)),
                                 jax.lax.associative_scan(lambda a, b: a + b, np.arange(5.)))
   assert re.search(" first dimension", _err(lambda: lax.associative_scan(f, x))[1])
+
+
+# ---------------------------------------------------------------------------
+# Keras' tensor attributes (keras/src/backend/common/tensor_attributes.py): `_keras_mask` is
+# set on the array when it takes attributes, else kept in a dict keyed by id() and dropped by
+# `weakref.finalize` on the tensor; tracers take weak references, concrete arrays attributes
+
+
+def _tensor_attr_pattern(jax_mod, np_mod):
+  import weakref
+  side, log = {}, []
+
+  def set_attr(t, value):
+    try:
+      setattr(t, "_keras_mask", value)
+      log.append("setattr")
+    except AttributeError:
+      side[id(t)] = value
+      weakref.finalize(t, side.pop, id(t), None)
+      log.append("weakref")
+
+  def get_attr(t):
+    return getattr(t, "_keras_mask", None) if hasattr(t, "_keras_mask") else side.get(id(t))
+
+  def layer(x):
+    y = x * 2
+    set_attr(y, np_mod.ones(y.shape, bool))
+    return np_mod.where(get_attr(y), y, 0.)
+
+  x = np.arange(6.).reshape(2, 3)
+  outs = [jax_mod.jit(layer)(x), jax_mod.grad(lambda v: layer(v).sum())(x),
+          jax_mod.vmap(layer)(x), layer(np_mod.asarray(x))]
+  a = np_mod.asarray(x)
+  set_attr(a, "mask")
+  outs.append(get_attr(a))
+  r = weakref.ref(a)
+  outs.append(r() is a)
+  return outs, log
+
+
+def test_tensor_attributes_weakref_and_setattr():
+  import stagecraft as sc
+  got, got_log = _tensor_attr_pattern(sc, jnp)
+  want, want_log = _tensor_attr_pattern(jax, jjnp)
+  assert got_log == want_log
+  for g, w in zip(got, want):
+    if isinstance(w, (str, bool)):
+      assert g == w
+    else:
+      np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
