@@ -269,3 +269,35 @@ def test_tensor_attributes_weakref_and_setattr():
       assert g == w
     else:
       np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+# ---------------------------------------------------------------------------
+# Keras' sparse gradients (keras/src/backend/jax/sparse.py): Adafactor's `sqrt(mean(...))` of
+# a BCOO reduced to a scalar, whose elementwise wrapper calls bcoo_sum_duplicates on a BCOO
+# with no sparse dimensions
+
+
+def _sparse_scalar_pattern(sparse, np_mod):
+  x = sparse.BCOO.fromdense(np_mod.array([[0., 2.], [3., 0.], [0., 5.]]))
+  outs = []
+  for axes in [(0, 1), (1,), (0,)]:
+    r = sparse.bcoo_reduce_sum(x, axes=axes)
+    s = sparse.bcoo_sum_duplicates(r)
+    outs += [s.data, s.indices, s.todense(), s.nse]
+  m = sparse.BCOO((np_mod.arange(6.).reshape(3, 2), np_mod.zeros((3, 0), np_mod.int32)),
+                  shape=(2,))
+  s = sparse.bcoo_sum_duplicates(m)
+  outs += [s.data, s.indices, s.todense()]
+  return outs
+
+
+def test_bcoo_sum_duplicates_without_sparse_dims():
+  from jax.experimental import sparse as jsparse
+  from stagecraft.experimental import sparse as ssparse
+  got, want = _sparse_scalar_pattern(ssparse, jnp), _sparse_scalar_pattern(jsparse, jjnp)
+  for g, w in zip(got, want):
+    if isinstance(w, int):
+      assert g == w
+    else:
+      assert np.asarray(g).shape == np.asarray(w).shape
+      np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
