@@ -174,10 +174,15 @@ def test_reduce_window_errors():
   # another computation: the general reduce_window, as JAX's
   np.testing.assert_array_equal(lax.reduce_window(x + 2, 1., lax.mul, (2, 2)),
                                 jax.lax.reduce_window(x + 2, 1., jax.lax.mul, (2, 2)))
-  with pytest.raises(TypeError, match=re.escape(
-      "reduce_window_sum got the wrong number of window_dimensions for operand: got operand "
-      "shape (4, 5) with window_dimensions (2,)")):
-    lax.reduce_window(x, 0., lax.add, (2,))
+  # JAX's words (its common reduce_window shape rule), compared with JAX
+  for args in [(0., "add", (2,)), (0., "max", (2, 2), (1,)), (1., "mul", (2, 2), (1, 1, 1)),
+               (0., "add", (2, 2), (1, 1), "VALID", (1,), None)]:
+    msgs = []
+    for lx in (lax, jax.lax):
+      with pytest.raises(TypeError) as e:
+        lx.reduce_window(x, args[0], getattr(lx, args[1]), *args[2:])
+      msgs.append(str(e.value))
+    assert msgs[0] == msgs[1]
   with pytest.raises(RuntimeError, match="Unrecognized padding type: expected 'VALID', "
                                          "'SAME', or 'SAME_LOWER', got FULL"):
     lax.reduce_window(x, 0., lax.add, (2, 2), (1, 1), "FULL")

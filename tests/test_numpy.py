@@ -586,8 +586,8 @@ def test_ufunc_broadcast_error():
   with pytest.raises(TypeError, match=re.escape("add got incompatible shapes for "
                                                 "broadcasting: (2,), (3,).")):
     jnp.add(np.ones(2, np.float32), np.ones(3, np.float32))
-  with pytest.raises(ValueError, match=re.escape("Incompatible shapes for broadcasting: (2, 3), "
-                                                 "(4,).")):
+  with pytest.raises(ValueError, match=re.escape("Incompatible shapes for broadcasting: "
+                                                 "shapes=[(2, 3), (4,)]")):   # JAX's text
     jnp.add(np.ones((2, 3), np.float32), np.ones(4, np.float32))
 
 
@@ -830,10 +830,12 @@ def test_shape_errors():
     jnp.stack([I2, X3])
   with pytest.raises(ValueError, match="Need at least one array to stack"):
     jnp.stack([])
-  with pytest.raises(ValueError, match=re.escape("Incompatible shapes for broadcasting: (3,) "
-                                                 "and requested shape (2, 4).")):
+  with pytest.raises(ValueError, match=re.escape(   # JAX 0.10.2's words (its lax.broadcast_to)
+      "Incompatible types for broadcasting: input type=float32[3] and requested type="
+      "float32[2,4]")):
     jnp.broadcast_to(np.float32([1, 2, 3]), (2, 4))
-  with pytest.raises(ValueError, match="lower-rank shape"):
+  with pytest.raises(ValueError, match=re.escape(
+      "Cannot broadcast to shape with fewer dimensions: arr_shape=(2, 3) shape=(3,)")):
     jnp.broadcast_to(np.ones((2, 3)), (3,))
   with pytest.raises(ValueError, match="Incompatible shapes for broadcasting"):
     jnp.broadcast_arrays(np.ones(2), np.ones(3))

@@ -2157,7 +2157,9 @@ class Tracer:
   Python operators and array methods are attached by `stagecraft.numpy`. Conversions that
   need a concrete value raise ConcretizationTypeError (or its relatives) with the origin.
   """
-  __slots__ = ("_trace",)
+  # NB: weak references allowed, as JAX's tracers (Keras attaches masks through
+  # `weakref.finalize` on the tensors it traces)
+  __slots__ = ("_trace", "__weakref__")
   __array_priority__ = 1000
 
   aval: ShapedArray  # set by subclasses

@@ -83,21 +83,21 @@ def associative_scan(fn: Callable[[Any, Any], Any], elems: Any, reverse: bool = 
            [4, 5]], dtype=int32)
   """
   if not callable(fn):
-    raise TypeError(f"associative_scan: fn argument should be callable, got {fn!r}.")
+    raise TypeError("lax.associative_scan: fn argument should be callable.")
   elems_flat, tree = tree_util.tree_flatten(elems)
   if not elems_flat:
     raise ValueError("associative_scan: elems has no arrays; pass an array or a pytree of "
                      "arrays.")
   ndim = core.get_aval(elems_flat[0]).ndim
-  if ndim == 0:
-    raise ValueError("associative_scan: elems must have rank >= 1 (the scanned axis), got "
-                     "a scalar.")
+  if ndim == 0:   # JAX's words (its axis canonicalization)
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension 0")
   (axis,) = utils.canonicalize_axes("associative_scan", (operator.index(axis),), ndim)
   num_elems = core.get_aval(elems_flat[0]).shape[axis]
   shapes = [core.get_aval(e).shape for e in elems_flat]
   if not all(len(s) > axis and s[axis] == num_elems for s in shapes):
-    raise ValueError(f"Array inputs to associative_scan must have the same size along the "
-                     f"scanned axis {axis}, got shapes {shapes}.")
+    # NB: JAX's words, "first dimension" whatever the axis
+    raise ValueError(f"Array inputs to associative_scan must have the same first dimension. "
+                     f"(saw: {shapes})")
   if reverse:
     elems_flat = [rev(e, (axis,)) for e in elems_flat]
 

@@ -47,14 +47,23 @@ def _dilate_shape(shape, dilation):
 
 def _check_window_params(name, operand, window_dimensions, window_strides, padding,
                          base_dilation, window_dilation):
-  for arg, value in (("window_dimensions", window_dimensions),
-                     ("window_strides", window_strides), ("base_dilation", base_dilation),
-                     ("window_dilation", window_dilation)):
+  # NB: JAX's common reduce_window shape rule (also behind reduce_window_{sum,max,min} and
+  # select_and_gather_add) words its errors as `reduce_window`: window_dimensions must
+  # match the operand's rank, the other window params window_dimensions' length.
+  params = (("window_dimensions", window_dimensions), ("window_strides", window_strides),
+            ("base_dilation", base_dilation), ("window_dilation", window_dilation))
+  for arg, value in params:
     check_shapelike(name, arg, value)
-    if len(value) != operand.ndim:
-      raise TypeError(f"{name} got the wrong number of {arg} for operand: got operand shape "
-                      f"{operand.shape} with {arg} {value}. Give one per operand dimension.")
-    if arg != "window_dimensions" and not all(v >= 1 for v in value):
+  if len(window_dimensions) != operand.ndim:
+    raise TypeError(f"reduce_window got the wrong number of window_dimensions for operand: "
+                    f"got operand shape {operand.shape} with window_dimensions "
+                    f"{window_dimensions}.")
+  for arg, value in params[1:]:
+    if len(value) != len(window_dimensions):
+      raise TypeError(f"reduce_window got inconsistent {arg} and window_dimensions: got "
+                      f"{arg} {value} and window_dimensions {window_dimensions}.")
+  for arg, value in params[1:]:
+    if not all(v >= 1 for v in value):
       raise TypeError(f"{name} {arg} must be positive, got {value}.")
   if type(padding) is not tuple or len(padding) != operand.ndim or not all(
       type(p) is tuple and len(p) == 2

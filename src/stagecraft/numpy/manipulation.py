@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stagecraft import dtypes, lax, shape_poly, tree_util
-from stagecraft.core import Tracer
+from stagecraft import core, dtypes, lax, shape_poly, tree_util
+from stagecraft.core import ShapedArray, Tracer
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.numpy.array_constructors import asarray
@@ -814,8 +814,7 @@ def _symbolic_broadcast_shapes(shapes) -> tuple:
           d == e for e in sizes):
         sizes.append(d)
     if len(sizes) > 1:
-      raise ValueError(f"Incompatible shapes for broadcasting: "
-                       f"{', '.join(map(str, shapes))}.")
+      raise ValueError(f"Incompatible shapes for broadcasting: shapes={list(shapes)}")
     out.append(sizes[0] if sizes else 1)
   return tuple(out)
 
@@ -828,7 +827,9 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
   try:
     return tuple(np.broadcast_shapes(*shapes))
   except ValueError:
-    raise ValueError(f"Incompatible shapes for broadcasting: {', '.join(map(str, shapes))}."
+    # NB: JAX's words (its lax.broadcast_shapes): the shapes as a list of tuples
+    raise ValueError("Incompatible shapes for broadcasting: shapes="
+                     f"{[tuple(s) if isinstance(s, (tuple, list)) else (s,) for s in shapes]}"
                      ) from None
 
 
@@ -845,8 +846,29 @@ def broadcast_to(array: ArrayLike, shape: Sequence[int], *, out_sharding: Any = 
                        f"{array.dtype}[{','.join(map(str, src))}] and requested type="
                        f"{array.dtype}[{','.join(map(str, shape))}]")
     return on_keys(broadcast_to_shape, array, shape, reuse=FORWARD)
-  out = broadcast_to_shape(asarray(array), canonical_shape(shape))
+  array = ensure_arraylike("broadcast_to", array)
+  shape = canonical_shape(shape)
+  _check_broadcast_to(array, shape)
+  out = broadcast_to_shape(array, shape)
   return out if out_sharding is None else reshard(out, out_sharding)
+
+
+def _check_broadcast_to(array, shape) -> None:
+  """JAX's errors of `broadcast_to` (its `lax.broadcast_to`): a target of lower rank, or a
+  dimension neither 1 nor the target's."""
+  aval = core.get_aval(array)
+  src = tuple(aval.shape)
+  if src == tuple(shape):
+    return
+  if len(shape) < len(src):
+    raise ValueError(f"Cannot broadcast to shape with fewer dimensions: arr_shape={src} "
+                     f"shape={tuple(shape)}")
+  tail = tuple(shape)[len(shape) - len(src):]
+  if any(not shape_poly.is_symbolic_dim(a) and not shape_poly.is_symbolic_dim(b)
+         and a != 1 and a != b for a, b in zip(src, tail)):
+    want = ShapedArray(tuple(shape), aval.dtype)
+    raise ValueError(f"Incompatible types for broadcasting: input type={aval} and requested "
+                     f"type={want.str_short(False)}")
 
 
 def broadcast_arrays(*args: ArrayLike) -> list[Array]:
@@ -867,7 +889,7 @@ def _tri_select(name, m, k, lower: bool):
   m = as_array(m)
   s = shape_of(m)
   if len(s) < 2:
-    raise ValueError(f"Argument to stagecraft.numpy.{name} must be at least 2D")
+    raise ValueError(f"Argument to jax.numpy.{name} must be at least 2D")
   mask = lax.broadcast(tri(s[-2], s[-1], k if lower else k - 1, dtypes.bool_), s[:-2])
   z = zeros_like(m)
   return lax.select(mask, m, z) if lower else lax.select(mask, z, m)

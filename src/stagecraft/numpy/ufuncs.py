@@ -235,11 +235,30 @@ def _full_shapes(args):
   return [broadcast_to_shape(a, shape) for a in args]
 
 
-def _inexact_args(name: str, *args, allow_complex: bool = True):
+def _check_lax_shapes(lax_name: str, args) -> None:
+  """JAX's error when its numpy function leaves operands of one rank to its first lax
+  operation (named `lax_name`) and their shapes do not broadcast: TypeError naming that
+  operation (operands of different ranks get `broadcast_shapes`' ValueError instead)."""
+  shapes = [shape_of(a) for a in args]
+  if len({len(s) for s in shapes if s != ()}) > 1:
+    return
+  try:
+    np.broadcast_shapes(*[s for s in shapes if s != ()])
+  except ValueError:
+    raise TypeError(f"{lax_name} got incompatible shapes for broadcasting: "
+                    f"{', '.join(map(str, shapes))}.") from None
+
+
+def _inexact_args(name: str, *args, allow_complex: bool = True, lax_name: str | None = None):
+  """`args` promoted to a common inexact dtype and broadcast to their common shape.
+  `lax_name`: the lax operation JAX's version applies first to the operands, whose
+  TypeError JAX raises for same-rank operands that do not broadcast."""
   args = promote_dtypes_inexact(*args)
   if not allow_complex and dtypes.is_complex(dtype_of(args[0])):
     raise TypeError(f"jnp.{name} does not support complex-valued inputs; take the real part "
                     f"or abs() first.")
+  if lax_name is not None and len(args) > 1:
+    _check_lax_shapes(lax_name, args)
   return _full_shapes(args)
 
 
@@ -498,7 +517,7 @@ pow = power
 def float_power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """x1 ** x2 computed in the promoted inexact dtype (float32 unless x64 is on)."""
   x1, x2 = promote_dtypes_inexact(x1, x2)
-  x1, x2 = _promote_shapes(x1, x2, name="float_power")
+  x1, x2 = promote_shapes("float_power", x1, x2)   # lax.pow broadcasts, as in JAX
   return lax.pow(x1, x2)
 
 
@@ -622,7 +641,7 @@ def heaviside(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 def _integer_args(name: str, *args):
   args = promote_dtypes(*args)
   if not dtypes.is_integer(dtype_of(args[0])):
-    raise ValueError(f"Arguments to stagecraft.numpy.{name} must be integers.")
+    raise ValueError(f"Arguments to jax.numpy.{name} must be integers.")
   return _full_shapes(args)
 
 
@@ -950,7 +969,7 @@ def hypot(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   Raises:
     ValueError: for complex inputs (take abs() first).
   """
-  x1, x2 = _inexact_args("hypot", x1, x2)
+  x1, x2 = _inexact_args("hypot", x1, x2, lax_name="or")
   if dtypes.is_complex(dtype_of(x1)):
     raise ValueError("jnp.hypot is not well defined for complex-valued inputs. Please "
                      "convert to real values first, such as by using abs(x)")
@@ -1000,7 +1019,7 @@ def logaddexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   replaced by 0 in `x1`, `x2` and `out`, so that they stay finite where an input is
   infinite.
   """
-  x1, x2 = _inexact_args("logaddexp", x1, x2)
+  x1, x2 = _inexact_args("logaddexp", x1, x2, lax_name="max")
   return _logaddexp(x1, x2)
 
 
@@ -1085,7 +1104,7 @@ _logaddexp.defjvp(_logaddexp_jvp)
 
 def logaddexp2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """log2(2**x1 + 2**x2) without overflow; see `logaddexp` (derivatives too, with `exp2`)."""
-  x1, x2 = _inexact_args("logaddexp2", x1, x2)
+  x1, x2 = _inexact_args("logaddexp2", x1, x2, lax_name="max")
   return _logaddexp2(x1, x2)
 
 
@@ -1426,11 +1445,12 @@ def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """x1 * 2**x2 for integer exponents x2 (exact while the result is a normal float).
 
   Raises:
-    ValueError: if x2 is not an integer array.
+    ValueError: if x1 is complex or x2 inexact (JAX's words, naming both dtypes).
   """
   x2 = as_array(x2)
-  if not (dtypes.is_integer(dtype_of(x2)) or dtype_of(x2) == dtypes.bool_):
-    raise ValueError(f"jnp.ldexp: the exponent must be an integer, got {dtype_of(x2).name}.")
+  d1 = np.dtype(dtype_of(as_array(x1)))
+  if dtypes.is_complex(d1) or dtypes.is_inexact(dtype_of(x2)):
+    raise ValueError(f"ldexp not supported for input types {(d1, np.dtype(dtype_of(x2)))}")
   x1, = promote_dtypes_inexact(x1)
   x1 = as_array(x1)
   # NB: two factors keep 2**x2 finite for the exponents of subnormal results.
@@ -1541,7 +1561,8 @@ def spacing(x: ArrayLike, /) -> Array:
 
 def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """The next representable float after x1 towards x2, elementwise."""
-  x1, x2 = _inexact_args("nextafter", x1, x2, allow_complex=False)
+  x1, x2 = _inexact_args("nextafter", x1, x2, allow_complex=False,
+                         lax_name="nextafter")
   return lax.nextafter(x1, x2)
 
 

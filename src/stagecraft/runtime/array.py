@@ -90,8 +90,10 @@ class Array(metaclass=_ArrayMeta):
   # `device_put` with a Format or by a jit with Format out_shardings): it holds that buffer,
   # and `_buf` a copy in the default layout, which every other program reads (so layouts cost
   # nothing where unused, and no program ever meets a layout it was not compiled for).
+  # NB: `__dict__`: other attributes may be set, as on JAX's ArrayImpl (Keras sets
+  # `_keras_mask` on the arrays a masking layer returns)
   __slots__ = ("_buf", "aval", "_npy", "_device", "_sharding", "_deleted", "_laid",
-               "__weakref__")
+               "__weakref__", "__dict__")
   __array_priority__ = 100
 
   def __init__(self, buf: Any, aval: core.ShapedArray, device: Any = None,

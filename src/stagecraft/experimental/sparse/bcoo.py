@@ -901,6 +901,8 @@ def _count_unique(indices, shape, n_batch):
                      "evaluation.")
   idx = np.asarray(indices)
   ns = idx.shape[-1]
+  if ns == 0:   # no sparse dimensions: every element is the one position (JAX's nse 1)
+    return 1
   sparse_shape = np.array(shape[n_batch:n_batch + ns])
   flat = idx.reshape((-1,) + idx.shape[n_batch:])
   best = 0

@@ -1,0 +1,2 @@
+"""`stagecraft.experimental.pallas.ops.tpu`: JAX's TPU Pallas kernels' import path; only
+`splash_attention` is provided (see its docstring)."""
