@@ -2038,8 +2038,10 @@ class Tracer:
 
   Python operators and array methods are attached by `stagecraft.numpy`. Conversions that
   need a concrete value raise ConcretizationTypeError (or its relatives) with the origin.
+  Tracers can be weakly referenced, as JAX's (TensorFlow Probability's bijector caches
+  hold weak references to traced values).
   """
-  __slots__ = ("_trace",)
+  __slots__ = ("_trace", "__weakref__")
   __array_priority__ = 1000
 
   aval: ShapedArray  # set by subclasses
