@@ -1552,13 +1552,21 @@ class Primitive:
 
   def __init__(self, name: str):
     self.name = name
-    self.impl: Callable | None = None
+    # NB: a subclass may define `impl` and `abstract_eval` methods instead of calling
+    # `def_impl`/`def_abstract_eval` (kfac-jax's LossTag); its `abstract_eval` follows
+    # JAX's method convention, returning `(avals out, effects)`.
+    cls = type(self)
+    if getattr(cls, "impl", None) is None:
+      self.impl: Callable | None = None
     # NB: until `def_abstract_eval`, staging the primitive raises JAX's NotImplementedError.
     self.abstract_eval: Callable = self._no_abstract_eval
     # `rule(**params) -> frozenset of Effect`, or None: the primitive itself is pure.
     self.effects_rule: Callable | None = None
     # `rule(*avals, **params) -> (avals out, effects)` (`def_effectful_abstract_eval`).
     self.effectful_abstract_eval: Callable | None = None
+    method = getattr(cls, "abstract_eval", None)
+    if method is not None:
+      self.def_effectful_abstract_eval(method.__get__(self, cls))
 
   def __repr__(self):
     return self.name
