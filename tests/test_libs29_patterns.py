@@ -149,3 +149,20 @@ def _primitive_subclass_jaxpr(api):
 def test_primitive_subclass_with_impl_and_abstract_eval_methods():
   texts = [_primitive_subclass_jaxpr(a) for a in APIS]
   assert texts[0] == texts[1]
+
+
+def test_core_gensym_deprecated_alias():
+  # kfac-jax's tag graph matcher reads jax.core.gensym (JAX 0.10.2 keeps it, deprecated).
+  import jax.core as jcore
+  import stagecraft.core as score
+  msgs = []
+  for mod, aval in ((jcore, jcore.ShapedArray((2,), np.float32)),
+                    (score, score.ShapedArray((2,), np.dtype(np.float32)))):
+    with pytest.warns(DeprecationWarning) as rec:
+      g = mod.gensym
+    msgs.append(str(rec[0].message))
+    v = g()(aval)
+    assert (v.aval.shape, v.aval.dtype) == ((2,), np.float32)
+  assert msgs[0] == msgs[1]
+  with pytest.raises(AttributeError, match="has no attribute 'not_a_name'"):
+    score.not_a_name   # noqa: B018

@@ -2356,3 +2356,19 @@ def split_list(xs, *sizes: int) -> list[list]:
     i += n
   out.append(list(xs[i:]))
   return out
+
+
+def _deprecated_gensym() -> Callable[[ShapedArray], "Var"]:
+  """`gensym()(aval)` is a new `Var` of `aval` (as `extend.core.gensym`)."""
+  return Var
+
+
+def __getattr__(name: str):
+  # JAX 0.10.2's `jax.core.gensym` is a deprecated alias of `jax.extend.core.gensym`
+  # (kfac-jax's tag graph matcher reads it): it warns with JAX's DeprecationWarning.
+  if name == "gensym":
+    import warnings
+    warnings.warn("jax.core.gensym is deprecated. Use jax.extend.core.gensym.",
+                  DeprecationWarning, stacklevel=2)
+    return _deprecated_gensym
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
