@@ -35,8 +35,10 @@ def test_register_vmappable_at_import_time(api):
 
   assert batching.register_vmappable(Blob, int, int, to_elt, from_elt, None) is None
   if api == "stagecraft":   # (JAX keeps these in jax._src.interpreters.batching)
-    assert batching.is_vmappable(Blob(1)) and not batching.is_vmappable(np.ones(2))
-    assert int in batching.spec_types
+    assert Blob in batching.vmappables and int in batching.spec_types
+  # JAX's public module has no is_vmappable (ott-jax reads it; its tests then fail on both).
+  with pytest.raises(AttributeError, match="has no attribute 'is_vmappable'"):
+    batching.is_vmappable   # noqa: B018
   # Ordinary vmaps are unaffected by the registration.
   x = np.arange(6.0, dtype=np.float32).reshape(2, 3)
   out = lib.vmap(lambda r: np_.sin(r) * 2.0)(x)

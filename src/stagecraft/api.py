@@ -1149,8 +1149,9 @@ def _check_no_vmappables(tree: Any) -> None:
   handlers (it maps arrays and pytrees of arrays only)."""
   if not batching.vmappables:
     return
-  for leaf in tree_util.tree_leaves(tree, is_leaf=batching.is_vmappable):
-    if batching.is_vmappable(leaf):
+  registered = lambda x: type(x) in batching.vmappables   # noqa: E731
+  for leaf in tree_util.tree_leaves(tree, is_leaf=registered):
+    if registered(leaf):
       name = type(leaf).__name__
       raise NotImplementedError(
           f"vmap over a {name}: {name} was registered with register_vmappable, whose "

@@ -481,9 +481,9 @@ def register_vmappable(data_type: type, spec_type: type, axis_size_type: type,
   """JAX's hook for types that vmap maps other than arrays (its internal jumbles).
 
   Registering succeeds and returns None, as in JAX (libraries call it at import time:
-  mujoco-mjx registers its warp data type), and `is_vmappable` then answers True for
-  instances of `data_type`. stagecraft's vmap does not run the handlers: vmapping a function
-  over such an instance raises NotImplementedError (api.vmap).
+  mujoco-mjx registers its warp data type): `vmappables` records `data_type`. As in JAX's
+  public module there is no `is_vmappable`. stagecraft's vmap does not run the handlers:
+  vmapping a function over such an instance raises NotImplementedError (api.vmap).
 
   Args:
     data_type: the class whose instances vmap would map.
@@ -497,11 +497,6 @@ def register_vmappable(data_type: type, spec_type: type, axis_size_type: type,
 # Types passed to `register_vmappable`, with their spec/size types and handlers.
 vmappables: dict[type, tuple] = {}
 spec_types: set[type] = set()
-
-
-def is_vmappable(x: Any) -> bool:
-  """Whether `x`'s type was passed to `register_vmappable` (JAX's `is_vmappable`)."""
-  return type(x) in vmappables
 
 
 def unregister_vmappable(data_type: type) -> None:
