@@ -82,38 +82,6 @@ def test_tracers_are_weakly_referenceable(api):
     np.testing.assert_allclose(np.asarray(o), r, rtol=1e-6)
 
 
-def test_interpreters_xla_module():
-  # TFP's JAX substrate reads jax.interpreters.xla.canonicalize_dtype_handlers[np.ndarray]
-  # at import time; under the runner `jax.interpreters.xla` did not exist.
-  from jax.interpreters import xla as jxla
-  from stagecraft.interpreters import xla as sxla
-  assert sorted(sxla.__all__) == sorted(jxla.__all__)
-  assert sxla.Backend is jxla.Backend
-  for v in (np.arange(3, dtype=np.int64), np.float64(1.5), np.arange(2.0), True, 3, 2.5, 1j):
-    assert type(v) in sxla.canonicalize_dtype_handlers   # (`in` on JAX's lazy table hangs)
-    j = np.asarray(jxla.canonicalize_dtype_handlers[type(v)](v))
-    s = np.asarray(sxla.canonicalize_dtype_handlers[type(v)](v))
-    assert (j.dtype, j.tolist()) == (s.dtype, s.tolist())
-  out = sxla.apply_primitive(sc.lax.sin_p, np.float32(0.5))
-  ref = jxla.apply_primitive(jax.lax.sin_p, np.float32(0.5), accuracy=None)
-  np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-6)
-
-
-def test_runner_serves_interpreters_xla(tmp_path):
-  import os
-  import subprocess
-  import sys
-  script = tmp_path / "prog.py"
-  script.write_text("import jax, numpy as np\n"
-                    "h = jax.interpreters.xla.canonicalize_dtype_handlers[np.ndarray]\n"
-                    "print(h(np.arange(2, dtype=np.int64)).dtype)\n")
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-  res = [subprocess.run([sys.executable, *pre, str(script)], capture_output=True, text=True,
-                        env=env, timeout=120) for pre in ([], ["-m", "stagecraft", "run"])]
-  assert (res[0].returncode, res[0].stdout) == (0, "int32\n"), res[0].stderr
-  assert (res[1].returncode, res[1].stdout) == (0, res[0].stdout), res[1].stderr
-
-
 def _primitive_subclass_jaxpr(api):
   # kfac-jax's LossTag subclasses jax.extend.core.Primitive and defines `impl` and
   # `abstract_eval` as methods (the latter returning (avals, effects)); stagecraft's
