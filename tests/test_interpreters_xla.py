@@ -109,3 +109,12 @@ def test_eval_context_and_dims():
       return x + c
     assert np.asarray(f(np.ones(3, np.int32))).tolist() == [1, 3, 5]
     assert m.core.max_dim(3, 5) == 5 and m.core.min_dim(3, 5) == 3
+
+
+def test_canonicalize_dtype_handlers_read_the_generic_handler():
+  # (dynamax registers its types with `handlers[T] = handlers[np.ndarray]`)
+  jx, sx = _libs()
+  for m in (jx, sx):
+    h = m.xla.canonicalize_dtype_handlers[np.ndarray]
+    out = h(np.arange(3, dtype=np.float64))
+    assert np.asarray(out).dtype == np.float32 and np.asarray(out).tolist() == [0, 1, 2]

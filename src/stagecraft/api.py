@@ -1153,6 +1153,23 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fal
 # vmap (interpreters/batching.py)
 
 
+def _check_no_vmappables(tree: Any) -> None:
+  """Raises NotImplementedError when `tree` holds an instance of a type passed to
+  `batching.register_vmappable`: stagecraft's vmap does not run JAX's to_elt/from_elt
+  handlers (it maps arrays and pytrees of arrays only)."""
+  if not batching.vmappables:
+    return
+  registered = lambda x: type(x) in batching.vmappables   # noqa: E731
+  for leaf in tree_util.tree_leaves(tree, is_leaf=registered):
+    if registered(leaf):
+      name = type(leaf).__name__
+      raise NotImplementedError(
+          f"vmap over a {name}: {name} was registered with register_vmappable, whose "
+          f"to_elt/from_elt handlers stagecraft's vmap does not run (it maps arrays and "
+          f"pytrees of arrays only). Register {name} as a pytree with "
+          f"tree_util.register_pytree_node so that vmap maps its leaves.")
+
+
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
          axis_size: int | None = None, spmd_axis_name: Any = None,
          sum_match: bool = False) -> Callable:
@@ -1203,6 +1220,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries "
                        f"corresponding to the positional arguments passed to the function, "
                        f"but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
+    _check_no_vmappables((args, kwargs))
     leaves, in_tree, axes, paths = flat_mapped_args("in_axes", in_axes, args, kwargs)
     # Refs passed in are discharged at the vmap boundary: the function sees a new ref
     # holding the (batched) value, whose final value is written back after (state.py).

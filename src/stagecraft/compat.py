@@ -209,13 +209,14 @@ def _not_provided(name: str) -> ModuleNotFoundError:
 #: `jax` is): a served `import jax` registers stagecraft's counterparts under these names too.
 #: treescope (penzai, flax.nnx's printing) resolves a class's `__module__`
 #: (`jax.tree_util.SequenceKey`) through `sys.modules` and fails when it is missing.
-#: `jax.interpreters.xla` has no stagecraft counterpart.
+#: (`jax.interpreters.xla` too: TFP reads `jax.interpreters.xla.canonicalize_dtype_handlers`
+#: right after `import jax`; the module is main's, from 99834cf.)
 _EAGER_SUBMODULES = (
     "api_util", "core", "custom_batching", "custom_derivatives", "debug", "distributed",
     "dlpack", "dtypes", "errors", "experimental", "experimental.compilation_cache",
     "experimental.compilation_cache.compilation_cache", "export", "ffi", "image",
     "interpreters", "interpreters.ad", "interpreters.batching", "interpreters.mlir",
-    "interpreters.partial_eval", "interpreters.pxla", "lax", "lax.linalg", "lib", "monitoring",
+    "interpreters.partial_eval", "interpreters.pxla", "interpreters.xla", "lax", "lax.linalg", "lib", "monitoring",
     "nn", "nn.initializers", "numpy", "numpy.fft", "numpy.linalg", "ops", "profiler", "random",
     "ref", "scipy", "sharding", "stages", "tree", "tree_util", "typing", "version")
 

@@ -1649,13 +1649,21 @@ class Primitive:
 
   def __init__(self, name: str):
     self.name = name
-    self.impl: Callable | None = None
+    # NB: a subclass may define `impl` and `abstract_eval` methods instead of calling
+    # `def_impl`/`def_abstract_eval` (kfac-jax's LossTag); its `abstract_eval` follows
+    # JAX's method convention, returning `(avals out, effects)`.
+    cls = type(self)
+    if getattr(cls, "impl", None) is None:
+      self.impl: Callable | None = None
     # NB: until `def_abstract_eval`, staging the primitive raises JAX's NotImplementedError.
     self.abstract_eval: Callable = self._no_abstract_eval
     # `rule(**params) -> frozenset of Effect`, or None: the primitive itself is pure.
     self.effects_rule: Callable | None = None
     # `rule(*avals, **params) -> (avals out, effects)` (`def_effectful_abstract_eval`).
     self.effectful_abstract_eval: Callable | None = None
+    method = getattr(cls, "abstract_eval", None)
+    if method is not None:
+      self.def_effectful_abstract_eval(method.__get__(self, cls))
 
   def __repr__(self):
     return self.name
@@ -2156,9 +2164,11 @@ class Tracer:
 
   Python operators and array methods are attached by `stagecraft.numpy`. Conversions that
   need a concrete value raise ConcretizationTypeError (or its relatives) with the origin.
+  Tracers can be weakly referenced, as JAX's (TensorFlow Probability's bijector caches
+  hold weak references to traced values).
   """
   # NB: weak references allowed, as JAX's tracers (Keras attaches masks through
-  # `weakref.finalize` on the tensors it traces)
+  # `weakref.finalize` on the tensors it traces; TFP's bijector caches hold them)
   __slots__ = ("_trace", "__weakref__")
   __array_priority__ = 1000
 
@@ -2466,3 +2476,19 @@ def split_list(xs, *sizes: int) -> list[list]:
     i += n
   out.append(list(xs[i:]))
   return out
+
+
+def _deprecated_gensym() -> Callable[[ShapedArray], "Var"]:
+  """`gensym()(aval)` is a new `Var` of `aval` (as `extend.core.gensym`)."""
+  return Var
+
+
+def __getattr__(name: str):
+  # JAX 0.10.2's `jax.core.gensym` is a deprecated alias of `jax.extend.core.gensym`
+  # (kfac-jax's tag graph matcher reads it): it warns with JAX's DeprecationWarning.
+  if name == "gensym":
+    import warnings
+    warnings.warn("jax.core.gensym is deprecated. Use jax.extend.core.gensym.",
+                  DeprecationWarning, stacklevel=2)
+    return _deprecated_gensym
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

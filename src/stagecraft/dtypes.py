@@ -138,7 +138,16 @@ def _canonicalize_cached(dtype: np.dtype, x64: bool) -> np.dtype:
 #: `{type: handler}`: values of these types passed to a program are replaced by
 #: `handler(value)` (an array-like) before they go to the device (JAX's
 #: `dtypes.canonicalize_value_handlers`, `jax.interpreters.xla.canonicalize_dtype_handlers`).
-canonicalize_value_handlers: dict[type, Any] = {}
+class _CanonicalizeValueHandlers(dict):
+  """`{type: handler}`; a type not registered reads as the generic conversion (a NumPy array
+  of the value, its dtype canonicalized), as JAX's: `handlers[MyType] =
+  handlers[np.ndarray]` registers a type like NumPy arrays."""
+
+  def __missing__(self, key):
+    return lambda x: np.asarray(x, canonicalize_dtype(np.asarray(x).dtype))
+
+
+canonicalize_value_handlers: dict[type, Any] = _CanonicalizeValueHandlers()
 
 
 def canonicalize_dtype(dtype: Any, allow_extended_dtype: bool = False) -> np.dtype:

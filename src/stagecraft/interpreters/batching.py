@@ -480,14 +480,23 @@ def register_vmappable(data_type: type, spec_type: type, axis_size_type: type,
                        make_iota: Callable | None) -> None:
   """JAX's hook for types that vmap maps other than arrays (its internal jumbles).
 
-  Raises:
-    NotImplementedError: always: stagecraft's vmap maps arrays (and pytrees of them) only;
-      register `data_type` as a pytree (`tree_util.register_pytree_node`) instead.
+  Registering succeeds and returns None, as in JAX (libraries call it at import time:
+  mujoco-mjx registers its warp data type): `vmappables` records `data_type`. As in JAX's
+  public module there is no `is_vmappable`. stagecraft's vmap does not run the handlers:
+  vmapping a function over such an instance raises NotImplementedError (api.vmap).
+
+  Args:
+    data_type: the class whose instances vmap would map.
+    spec_type, axis_size_type: the types of its in_axes entries and mapped sizes.
+    to_elt, from_elt, make_iota: JAX's handlers (kept, unused).
   """
-  raise NotImplementedError(
-      f"register_vmappable({data_type.__name__}, ...): stagecraft's vmap maps arrays and "
-      f"pytrees of arrays only. Register {data_type.__name__} as a pytree with "
-      f"stagecraft.tree_util.register_pytree_node so that vmap maps its leaves.")
+  vmappables[data_type] = (spec_type, axis_size_type, to_elt, from_elt, make_iota)
+  spec_types.add(spec_type)
+
+
+# Types passed to `register_vmappable`, with their spec/size types and handlers.
+vmappables: dict[type, tuple] = {}
+spec_types: set[type] = set()
 
 
 def unregister_vmappable(data_type: type) -> None:
