@@ -24,7 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jaxlib
 import numpy as np
@@ -406,6 +406,31 @@ def _compatible(a, b) -> bool:
   return a.shape == b.shape and a.dtype == b.dtype
 
 
+def check_aliases(input_output_aliases: dict | None, num_args: int, in_avals: Sequence[Any],
+                  result_avals: Sequence[Any]) -> list[tuple[int, int]]:
+  """The `(input, output)` pairs of `input_output_aliases` (sorted), checked as JAX's
+  `ffi_call` and `buffer_callback` check them.
+
+  Raises:
+    ValueError: JAX's messages, for an index out of range or an input and an output of
+      different shapes or dtypes."""
+  pairs = []
+  for i, o in sorted((input_output_aliases or {}).items()):
+    i, o = int(i), int(o)
+    if i >= num_args:
+      raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' with input "
+                       f"index {i} outside the range [0, {num_args}).")
+    if o >= len(result_avals):
+      raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' with output "
+                       f"index {o} outside the range [0, {len(result_avals)}).")
+    if not _compatible(in_avals[i], result_avals[o]):
+      raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' referring to "
+                       f"an input with abstract value {in_avals[i]} and an output with a "
+                       f"different abstract value {result_avals[o]}.")
+    pairs.append((i, o))
+  return pairs
+
+
 def ffi_call(target_name: str, result_shape_dtypes: Any, *, has_side_effect: bool = False,
              vmap_method: str | None = None, input_layouts: Sequence[Any] | None = None,
              output_layouts: Any = None, input_output_aliases: dict[int, int] | None = None,
@@ -474,18 +499,7 @@ def ffi_call(target_name: str, result_shape_dtypes: Any, *, has_side_effect: boo
                          f"number of output layouts ({len(out_layouts)}).")
       out_lay = _layouts_for_call(result_avals, out_layouts)
     aliases = []
-    for i, o in sorted((input_output_aliases or {}).items()):
-      i, o = int(i), int(o)
-      if i >= len(args):
-        raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' with input "
-                         f"index {i} outside the range [0, {len(args)}).")
-      if o >= len(result_avals):
-        raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' with output "
-                         f"index {o} outside the range [0, {len(result_avals)}).")
-      if not _compatible(in_avals[i], result_avals[o]):
-        raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' referring to "
-                         f"an input with abstract value {in_avals[i]} and an output with a "
-                         f"different abstract value {result_avals[o]}.")
+    for i, o in check_aliases(input_output_aliases, len(args), in_avals, result_avals):
       if in_lay[i] != out_lay[o]:
         raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' referring to "
                          f"an input with layout {in_lay[i]} and an output with a different "

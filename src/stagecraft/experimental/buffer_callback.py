@@ -57,21 +57,7 @@ def buffer_callback(callback: Callable[..., None], result_shape_dtypes: Any, *,
   def wrapped(*args, **kwargs):
     flat_args, in_tree = tree_util.tree_flatten((args, kwargs))
     in_avals = [core.get_aval(x) for x in flat_args]
-    aliases: list[tuple[int, int]] = []
-    for i, o in sorted((input_output_aliases or {}).items()):
-      i, o = int(i), int(o)
-      if i >= len(args):
-        raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' with input "
-                         f"index {i} outside the range [0, {len(args)}).")
-      if o >= len(result_avals):
-        raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' with output "
-                         f"index {o} outside the range [0, {len(result_avals)}).")
-      a, b = in_avals[i], result_avals[o]
-      if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError(f"input_output_aliases contains the mapping '{i}:{o}' referring to "
-                         f"an input with abstract value {a} and an output with a different "
-                         f"abstract value {b}.")
-      aliases.append((i, o))
+    aliases = ffi.check_aliases(input_output_aliases, len(args), in_avals, result_avals)
     outs = buffer_callback_p.bind(
         *flat_args, callback=callback, result_avals=result_avals,
         in_tree=in_tree, out_tree=out_tree,
