@@ -1631,6 +1631,9 @@ class Primitive:
   impl and abstract_eval rules are stored on the primitive itself, as in JAX.
   """
   multiple_results = False
+  # Whether staged leaves among the operands (`staged_leaves`: typed key arrays) are bound as
+  # their values; a hijax primitive (`experimental.hijax.HiPrimitive`) takes them as they are.
+  binds_staged_leaves = True
   #: Params every equation of this primitive carries, with the value JAX's binds when the
   #: caller gives none (`def_default_params`), or None: `bind` adds the missing ones.
   default_params: dict | None = None
@@ -1683,7 +1686,8 @@ class Primitive:
             params[k] = d[k]
     if self.complete_params is not None:
       params = self.complete_params(len(args), params)
-    if staged_leaves and not staged_leaves.keys().isdisjoint(map(type, args)):
+    if (staged_leaves and not staged_leaves.keys().isdisjoint(map(type, args))
+        and self.binds_staged_leaves):
       return _bind_staged_leaves(self, args, params)
     try:
       if check_vma_state[0]:

@@ -175,6 +175,9 @@ class HiPrimitive(core.Primitive):
     ad.primitive_jvps[self] = self.jvp
     ad.primitive_transposes[self] = self.transpose
 
+  # NB: its operands as given (typed key arrays stay key arrays: flax.nnx's hijax RngKeys)
+  binds_staged_leaves = False
+
   def bind(self, *args, **params):
     trace = core.current_trace()
     if _is_staging(trace):
