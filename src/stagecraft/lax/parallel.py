@@ -1233,7 +1233,8 @@ def _all_to_all_abstract_eval(x, *, axis_name, split_axis, concat_axis, tiled=Tr
 def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_axis,
                         tiled=True, axis_index_groups=None):
   (x,), (d,) = args, dims
-  if axis_data.name not in _names(axis_name):
+  names = _names(axis_name)
+  if axis_data.name not in names:
     # NB: the batch dimension stays where it is; params in the order of JAX's rule.
     if d is not batching.not_mapped:
       split_axis += d <= split_axis
@@ -1242,6 +1243,10 @@ def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_
                              concat_axis=concat_axis, axis_index_groups=None, tiled=tiled), d
   n = axis_data.size
   x = batching.bdim_at_front(x, d, n)              # [i, ...]: member i's operand
+  if len(names) > 1:
+    pos = names.index(axis_data.name)
+    return _all_to_all_batched_among(x, names[:pos], n, names[pos + 1:], split_axis,
+                                     concat_axis, tiled), 0
   shape = core.get_aval(x).shape[1:]
   chunk = shape[split_axis] // n
   # Split: [i, ..., (j, chunk) at split_axis, ...] -> member j gets chunk j of every i.
@@ -1255,6 +1260,43 @@ def _all_to_all_batcher(axis_data, args, dims, *, axis_name, split_axis, concat_
   out_shape = list(per)
   out_shape[concat_axis] *= n
   return lax_shape.reshape(x, (n, *out_shape)), 0
+
+
+def _all_to_all_batched_among(x, major: tuple, n: int, minor: tuple, split_axis: int,
+                              concat_axis: int, tiled: bool):
+  """The all_to_all over `major + (vmapped axis,) + minor` of `x` (`[n, *s]`: the operands
+  of the vmapped axis's n members): members of the combined axis are numbered row-major
+  over (major, vmapped, minor), so chunk (a, j, b) of the split axis goes to member
+  (a, j, b), and the received chunks are concatenated in the senders' (A, i, B) order.
+  Done as an all_to_all over the major names, a transpose of the vmapped axis, and an
+  all_to_all over the minor names, each into its own axis of senders."""
+  shape = core.get_aval(x).shape[1:]
+  nd = len(shape)
+  big_m = math.prod(_axis_size(a) for a in major)
+  small_m = math.prod(_axis_size(a) for a in minor)
+  chunk = shape[split_axis] // (big_m * n * small_m)
+  # [i, *s] with the split axis as (M, j, m, chunk) and senders' axes A', B' (size 1 now)
+  # in front: [A', B', i, s..., M, j, m, chunk, s...].
+  split = 3 + split_axis
+  x = lax_shape.reshape(x, (1, 1, n, *shape[:split_axis], big_m, n, small_m, chunk,
+                            *shape[split_axis + 1:]))
+  if major:
+    # Chunk a of M goes to major member a, arriving along A' (the sender's major index).
+    x = _bind_all_to_all(x, major, split, 0, tiled)
+  # The vmapped axis: member j takes chunk j of every i, which becomes a sender axis.
+  x = batching.moveaxis(x, split + 1, 0)           # [j, A', B', i, s..., 1, m, chunk, s...]
+  if minor:
+    x = _bind_all_to_all(x, minor, split + 2, 2, tiled)  # chunk b -> minor member b, along B'
+  # [j, A', B', i, s..., 1, 1, chunk, s...] -> senders (A', i, B') in front of concat_axis.
+  x = lax_shape.reshape(x, (n, big_m, small_m, n, *shape[:split_axis], chunk,
+                            *shape[split_axis + 1:]))
+  x = lax_shape.transpose(x, (0, 1, 3, 2, *range(4, 4 + nd)))
+  per = [*shape[:split_axis], chunk, *shape[split_axis + 1:]]
+  x = lax_shape.reshape(x, (n, big_m * n * small_m, *per))
+  x = batching.moveaxis(x, 1, 1 + concat_axis)
+  out = list(per)
+  out[concat_axis] *= big_m * n * small_m
+  return lax_shape.reshape(x, (n, *out))
 
 
 def _all_to_all_transpose(ct, x, *, axis_name, split_axis, concat_axis, tiled=True,
@@ -1284,7 +1326,8 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
   """Splits `x` along `split_axis` into axis-size chunks, sends chunk j to member j, and
   concatenates the received chunks along `concat_axis` (with `tiled=False` the split axis
   must have the axis size and is removed, and a new axis is inserted at concat_axis, as
-  JAX).
+  JAX). `axis_name` may be a tuple of names (a 2-D mesh's `('x', 'y')`, nested vmaps): the
+  group is then their product, its members numbered row-major over the names as given.
 
   Raises:
     ValueError: if the split axis is not divisible by the axis size.
@@ -1293,10 +1336,9 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     raise NotImplementedError("all_to_all: axis_index_groups is not supported yet.")
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)
-  if isinstance(axis_name, tuple) and len(axis_name) != 1:
-    raise NotImplementedError(f"all_to_all over several axis names {axis_name} is not "
-                              f"supported yet.")
-  n = _axis_size(_names(axis_name)[0])
+  # NB: over several names the members are numbered row-major over the names in the order
+  # given (as JAX's), the group the product of their sizes.
+  n = math.prod(_axis_size(a) for a in _names(axis_name))
 
   def one(leaf):
     shape = core.get_aval(leaf).shape
