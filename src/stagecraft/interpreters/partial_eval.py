@@ -61,6 +61,12 @@ def is_literal_array(x: Any) -> bool:
 #: trace (`ad.PartialEvalTrace`); None binds the primitive as usual.
 const_fold_rules: dict[core.Primitive, Callable[..., Any]] = {}
 
+#: `rule(args, invars, params) -> index | None`: JAX's forwarding rules: an equation the
+#: staging trace does not record because its result is operand `index` as it is (a
+#: conversion of a host array constant to the dtype its constant already has: `np.ones(3)`
+#: to float32 with x64 off). None: the equation is recorded.
+forwarding_rules: dict[core.Primitive, Callable[..., Any]] = {}
+
 # NB: builds a JaxprEqn from its five fields without NamedTuple's Python-level `__new__`
 # (the staging trace's hot path).
 _new_eqn = tuple.__new__
@@ -147,6 +153,10 @@ class DynamicJaxprTrace(Trace):
       return self.inline_call(prim, args, params)
     to_atom = self.to_atom
     invars = [to_atom(x) for x in args]
+    if prim in forwarding_rules:
+      i = forwarding_rules[prim](args, invars, params)
+      if i is not None and type(invars[i]) is Var:
+        return DynamicJaxprTracer(self, invars[i].aval, invars[i])
     out_aval = prim.abstract_eval(*[v.aval for v in invars], **params)
     hook = core.source_info_hook
     if hook is not None:

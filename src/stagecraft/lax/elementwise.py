@@ -1108,6 +1108,21 @@ def _convert_element_type_fold(x, *, new_dtype, weak_type, sharding=None):
 pe.const_fold_rules[convert_element_type_p] = _convert_element_type_fold
 
 
+def _convert_element_type_forward(args, invars, params):
+  # JAX's forwarding rule: a conversion of a host array to the type its constant already
+  # has (a float64 NumPy constant is a float32 constant with x64 off) stages nothing.
+  # NB: a tracer's conversion to its own type is dropped by `_convert_element_type` already;
+  # bound directly (jacfwd's basis, JAX's conversions that carry a sharding), it stays.
+  aval = invars[0].aval
+  if (type(args[0]) is np.ndarray and aval.dtype == params["new_dtype"] and aval.weak_type == params["weak_type"]
+      and params.get("sharding") is None and isinstance(aval.dtype, np.dtype)):
+    return 0
+  return None
+
+
+pe.forwarding_rules[convert_element_type_p] = _convert_element_type_forward
+
+
 # ---------------------------------------------------------------------------
 # Public wrappers (JAX's lax names and signatures). Shapes: x: T[*s] -> T[*s]; binary ops
 # take shapes that broadcast (rank 0, or one rank with size-1 dimensions); dtypes must match
