@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from stagecraft import dtypes, lax
+from stagecraft import core, dtypes, lax
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.ufuncs import absolute, add, cos, divide, i0, multiply, sqrt, subtract
-from stagecraft.extend.core import concrete_or_error
 
 __all__ = ["bartlett", "blackman", "hamming", "hanning", "kaiser"]
+
+
+def _concrete_size(M, name: str) -> int:
+  """`int(M)`; for a tracer, of its known value, else JAX's ConcretizationTypeError."""
+  if isinstance(M, core.Tracer):
+    value = M.to_concrete_value()
+    if value is None:
+      raise core.ConcretizationTypeError(
+          f"Abstract tracer value encountered where concrete value is expected: traced array "
+          f"with shape {M.aval.str_short(False)}\nM argument of jnp.{name}"
+          f"{M._trace.origin_msg(M)}")
+    M = value
+  return int(M)
 
 
 def _n(M: int, name: str):
@@ -23,7 +35,7 @@ def _n(M: int, name: str):
     ConcretizationTypeError: M is traced.
     TypeError / ValueError: int(M) fails (e.g. None, a non-scalar array).
   """
-  M = concrete_or_error(int, M, f"M argument of jnp.{name}")
+  M = _concrete_size(M, name)
   dt = dtypes.default_float_dtype()
   if M <= 1:
     return M, None, lax.full((M,), 1, dt)
