@@ -166,3 +166,38 @@ def test_keras_indexed_slices_multiply():
     return np.asarray(r.data), np.asarray(r.indices), np.asarray(r.todense())
   for a, b in zip(f(sparse, stagecraft.jit), f(jsparse, jax.jit)):
     np.testing.assert_array_equal(a, b)
+
+
+# ---------------------------------------------------------------------------
+# keras' JAX trainer distributes each batch element with
+# `jax.make_array_from_process_local_data(layout, data)`, a None sample weight with a None
+# layout (keras/src/backend/jax/trainer_test.py, DataParallel / ModelParallel); in one
+# process JAX's function takes pytrees and places them with device_put
+
+
+def test_make_array_from_process_local_data_single_process():
+  x = np.arange(8.).reshape(4, 2).astype(np.float32)
+
+  def cases(j):
+    mesh = j.make_mesh((1,), ("d",))
+    named = j.sharding.NamedSharding(mesh, j.sharding.PartitionSpec("d"))
+    return [(None, None, None), ((None, None), (None, None), None), (named, x, None),
+            (named, [x, {"a": x}], None), ([named, None], [x, None], None),
+            (named, x, (4, 2)), (named, [x, x], [(4, 2), None]), (named, x, (8, 2)),
+            (None, x, None), (None, {"a": x, "b": (x, x)}, None), ([None, None], [x, x], None),
+            (named, x[None, None], None), (j.devices()[0], x, None), (None, 3.0, None)]
+
+  def run(j):
+    out = []
+    for sh, data, gs in cases(j):
+      try:
+        r = j.make_array_from_process_local_data(sh, data, gs)
+        out.append(j.tree_util.tree_map(
+            lambda a: (isinstance(a, j.Array), a.shape, str(a.dtype), str(a.sharding),
+                       np.asarray(a).tolist()), r))
+      except Exception as e:  # noqa: BLE001
+        out.append((type(e).__name__, str(e)))
+    return out
+  a, b = run(stagecraft), run(jax)
+  for u, v in zip(a, b):
+    assert u == v
