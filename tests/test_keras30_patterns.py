@@ -201,3 +201,22 @@ def test_make_array_from_process_local_data_single_process():
   a, b = run(stagecraft), run(jax)
   for u, v in zip(a, b):
     assert u == v
+
+
+# ---------------------------------------------------------------------------
+# jax.debug.inspect_array_sharding in a Keras layer's call (distribution_lib_test): eagerly it
+# calls back with the Array's sharding, as JAX's; a traced value (tracers are Arrays to
+# isinstance) is the documented NotImplementedError, not an AttributeError of the tracer
+
+
+def test_inspect_array_sharding_eager_and_traced():
+  got = {}
+  for name, j, mod in (("sc", stagecraft, jnp), ("jax", jax, jjnp)):
+    seen = []
+    j.debug.inspect_array_sharding({"a": mod.ones((2, 3)), "b": [mod.zeros(4)]},
+                                   callback=seen.append)
+    got[name] = [(str(s), s.is_fully_replicated) for s in seen]
+  assert got["sc"] == got["jax"]
+  with pytest.raises(NotImplementedError, match="traced value"):
+    stagecraft.jit(lambda x: stagecraft.debug.inspect_array_sharding(
+        x, callback=print) or x)(jnp.ones(3))
