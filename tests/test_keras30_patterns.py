@@ -2,7 +2,12 @@
 random, models and saving suites) on its JAX backend, in plain JAX code, each run on JAX and
 on stagecraft and compared: values, dtypes, sparse layouts, exception types and texts. Keras
 itself is not a test dependency; the per-test outcome counts of the Keras suite files run
-unchanged on both are in the commit messages of this file."""
+unchanged on both are in the commit messages of this file.
+
+Covered: window functions' `M` (`jnp.bartlett(ones((), dtype))`), `bcoo_broadcast_in_dim`'s
+layout of new dimensions, `bcoo_multiply_sparse` with dense dimensions / batch layouts,
+`make_array_from_process_local_data` in one process (pytrees, None), and
+`debug.inspect_array_sharding` of tracers."""
 import jax
 import jax.numpy as jjnp
 import numpy as np
