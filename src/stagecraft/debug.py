@@ -201,11 +201,12 @@ def inspect_array_sharding(value: Any, *, callback: Callable) -> None:
     NotImplementedError: a traced leaf (JAX calls back when the jit is compiled).
   """
   for leaf in tree_util.tree_leaves(value):
-    if isinstance(leaf, Array):
-      callback(leaf.sharding)
-    elif isinstance(leaf, core.Tracer):
+    # NB: tracers are Arrays too (isinstance): checked first
+    if isinstance(leaf, core.Tracer):
       raise NotImplementedError("inspect_array_sharding of a traced value is not "
                                 "implemented; call it on a concrete Array.")
+    elif isinstance(leaf, Array):
+      callback(leaf.sharding)
     else:
       # NB: JAX's eager rule reads `.sharding` of the leaf as JAX converted it (its message
       # names JAX's internal wrapper type, `TypedNdArray`/`TypedFloat`; ours the leaf's).

@@ -2,24 +2,43 @@
 dtype, 1 for M <= 1, as JAX's numpy."""
 from __future__ import annotations
 
-import operator
 
 import numpy as np
 
-from stagecraft import dtypes, lax
+from stagecraft import core, dtypes, lax
 from stagecraft.numpy.array_constructors import asarray
-from stagecraft.numpy.array_creation import ones
 from stagecraft.numpy.ufuncs import absolute, add, cos, divide, i0, multiply, sqrt, subtract
-from stagecraft.numpy.util import check_concrete
 
 __all__ = ["bartlett", "blackman", "hamming", "hanning", "kaiser"]
 
 
+def _concrete_size(M, name: str) -> int:
+  """`int(M)`; for a tracer, of its known value, else JAX's ConcretizationTypeError."""
+  if isinstance(M, core.Tracer):
+    value = M.to_concrete_value()
+    if value is None:
+      raise core.ConcretizationTypeError(
+          f"Abstract tracer value encountered where concrete value is expected: traced array "
+          f"with shape {M.aval.str_short(False)}\nM argument of jnp.{name}"
+          f"{M._trace.origin_msg(M)}")
+    M = value
+  return int(M)
+
+
 def _n(M: int, name: str):
-  M = operator.index(check_concrete(M, name, "M"))
+  """`(M, n, out)`: the window size as a Python int (converted with `int()` as JAX's does, so
+  a float, a numeric string or a scalar array of any dtype is taken: Keras passes
+  `ones((), dtype)`), and either the float positions `n = 0..M-1` or, for M <= 1, the whole
+  window `out` (ones of shape `(M,)`: a negative M is lax.full's nonnegative-shape TypeError).
+
+  Raises:
+    ConcretizationTypeError: M is traced.
+    TypeError / ValueError: int(M) fails (e.g. None, a non-scalar array).
+  """
+  M = _concrete_size(M, name)
   dt = dtypes.default_float_dtype()
   if M <= 1:
-    return M, None, ones((max(M, 0),), dt)
+    return M, None, lax.full((M,), 1, dt)
   return M, lax.iota(dt, M), None
 
 

@@ -1069,9 +1069,29 @@ def make_array_from_process_local_data(sharding: NamedSharding, local_data: Any,
     global_shape: the global shape (default: the local shape with each split dimension
       grown by the number of processes along it).
 
+  In a single process (as JAX's) `local_data` may be a pytree, `sharding` a pytree prefix of
+  it (None an empty subtree: `(None, None)` places nothing and returns None), and
+  `global_shape` a prefix of shapes; the data is placed with `device_put(local_data,
+  sharding)`.
+
   Raises:
-    ValueError: when the local block does not match the sharding.
+    ValueError: when the local block does not match the sharding; in a single process, a
+      `sharding` that is not a prefix of `local_data` (JAX's "pytree structure error"), or a
+      `global_shape` other than the local data's shape.
   """
+  if client.process_count() == 1:
+    errors = tree_util.prefix_errors(sharding, local_data)
+    if errors:
+      raise errors[0]("broadcast_prefix prefix_tree")
+    shapes = tree_util.broadcast_prefix(
+        global_shape, local_data, is_leaf=lambda x: x is None or isinstance(x, tuple))
+    for want, leaf in zip(shapes, tree_util.tree_leaves(local_data)):
+      if want is not None and tuple(want) != np.shape(leaf):
+        raise ValueError(
+            f"When calling `make_array_from_process_local_data` on a single process, "
+            f"global_shape should be None or equal to local_data.shape.Got "
+            f"global_shape={want} and local_data.shape={np.shape(leaf)}.")
+    return device_put(local_data, sharding)
   sharding = intern_sharding(to_named(sharding, "make_array_from_process_local_data"))
   v = np.asarray(local_data)
   if global_shape is None:

@@ -1631,14 +1631,17 @@ def bcoo_broadcast_in_dim(mat: "BCOO", *, shape: Sequence[int],
                           broadcast_dimensions: Sequence[int], sharding: Any = None) -> "BCOO":
   """`lax.broadcast_in_dim` of a BCOO array (JAX's `bcoo_broadcast_in_dim`).
 
-  New dimensions before the first sparse dimension become batch dimensions, those after
-  the last one dense dimensions; a new dimension between sparse dimensions (size 1 only)
-  becomes a sparse one. Size-1 batch and dense dimensions broadcast.
+  As JAX's: new dimensions before the first sparse (or dense) dimension become batch
+  dimensions; when the operand has dense dimensions, new dimensions from the first dense one
+  on become dense; every other new dimension (trailing ones of an operand without dense
+  dimensions included) is sparse, and must have size 1. Size-1 batch and dense dimensions
+  broadcast.
 
   Raises:
-    ValueError: for shapes that do not broadcast (lax's rule).
-    NotImplementedError: a sparse dimension of size 1 broadcast to a larger size, or a new
-      sparse dimension larger than 1.
+    ValueError: for shapes that do not broadcast (lax's rule), or batch / sparse / dense
+      dimensions moved past one another ("Cannot mix ...").
+    NotImplementedError: new or broadcast sparse dimensions of total size > 1 ("Adding
+      sparse dimensions with lengths != 1").
   """
   _layout_check(mat, "bcoo_broadcast_in_dim")
   shape, bd = tuple(shape), tuple(broadcast_dimensions)
@@ -1646,17 +1649,21 @@ def bcoo_broadcast_in_dim(mat: "BCOO", *, shape: Sequence[int],
     raise ValueError(f"Incompatible shapes for broadcasting: {mat.shape} and {shape} with "
                      f"broadcast_dimensions={bd}")
   nb, ns, nd = mat.n_batch, mat.n_sparse, mat.n_dense
-  sparse_out = [bd[i] for i in range(nb, nb + ns)]
-  first = sparse_out[0] if ns else (bd[nb] if nd else len(shape))
-  last = sparse_out[-1] if ns else first - 1
-  kinds = []
-  for d in range(len(shape)):
-    if d in bd:
-      i = bd.index(d)
-      kinds.append("b" if i < nb else "s" if i < nb + ns else "d")
-    else:
-      kinds.append("b" if d < first else "d" if d > last else "s")
-  if "".join(kinds) != "".join(sorted(kinds, key="bsd".index)):
+  b_out, s_out, d_out = bd[:nb], bd[nb:nb + ns], bd[nb + ns:]
+  if max(b_out, default=0) > min(s_out, default=len(shape)):
+    raise ValueError("Cannot mix batch and sparse dimensions during broadcast_in_dim")
+  if max(s_out, default=0) > min(d_out, default=len(shape)):
+    raise ValueError("Cannot mix sparse and dense dimensions during broadcast_in_dim")
+  # JAX's layout rule: the new dimensions before the first non-batch dimension are batch
+  # dimensions; those from the first dense dimension on are dense (none when the operand has
+  # no dense dimensions); all others, trailing ones included, are sparse
+  lead = min(bd[nb:], default=len(shape))
+  n_dense_out = len(shape) - min(d_out) if nd else 0
+  kinds = ["b"] * lead + ["s"] * (len(shape) - lead - n_dense_out) + ["d"] * n_dense_out
+  if (math.prod(mat.shape[nb:nb + ns])
+      != math.prod(shape[lead:len(shape) - n_dense_out])):
+    raise NotImplementedError("Adding sparse dimensions with lengths != 1")
+  if any(kinds[d] != "bsd"[(i >= nb) + (i >= nb + ns)] for i, d in enumerate(bd)):
     raise NotImplementedError(f"bcoo_broadcast_in_dim: the result's dimensions {kinds} mix "
                               f"batch, sparse and dense dimensions")
   for d, k in enumerate(kinds):
@@ -1674,8 +1681,10 @@ def bcoo_broadcast_in_dim(mat: "BCOO", *, shape: Sequence[int],
   dshape += [mat.data.shape[nb + 1 + src(d) - nb - ns] if src(d) is not None else 1
              for d in dense_dims]
   data = jnp.reshape(mat.data, tuple(dshape))
-  data = jnp.broadcast_to(data, tuple(dshape[:new_nb + 1]) + tuple(shape[d] for d in dense_dims))
-  indices = jnp.reshape(mat.indices, tuple(ishape) + (ns,))
+  data = jnp.broadcast_to(data, tuple(shape[:new_nb]) + (mat.nse,)
+                         + tuple(shape[d] for d in dense_dims))
+  indices = jnp.broadcast_to(jnp.reshape(mat.indices, tuple(ishape) + (ns,)),
+                             tuple(shape[:new_nb]) + (mat.nse, ns))
   cols = []
   for d in range(new_nb, new_nb + new_ns):
     if d in bd:
@@ -1878,40 +1887,64 @@ def bcoo_concatenate(operands: Sequence["BCOO"], *, dimension: int) -> "BCOO":
 
 
 def bcoo_multiply_sparse(lhs: "BCOO", rhs: "BCOO") -> "BCOO":
-  """The elementwise product of two BCOO arrays of one shape (JAX's
-  `bcoo_multiply_sparse`): every pair of stored elements at one index multiplies, placed at
-  that index (`nse = lhs.nse * rhs.nse` per batch; the others out of range).
+  """The elementwise product of two BCOO arrays (JAX's `bcoo_multiply_sparse`), with
+  broadcasting of size-1 dimensions.
+
+  Layout, as JAX's: the leading `min(lhs.n_batch, rhs.n_batch)` batch dimensions are mapped
+  over; within one batch, an operand with more batch dimensions is first converted to
+  `n_batch=0` (`bcoo_update_layout`), every pair of stored elements whose indices agree on
+  the sparse dimensions where neither operand has size 1 is a match, and the matches are
+  packed first (`nse = lhs.nse * rhs.nse`; the rest hold 0 at an out-of-range index). Each
+  stored element's data (its dense block) is the product of the pair's data; its index is
+  the elementwise maximum of the pair's (a size-1 dimension has index 0).
+
+  Args:
+    lhs, rhs: BCOO arrays of one rank and one number of dense dimensions, whose shapes
+      broadcast.
+
+  Returns:
+    A BCOO array of the broadcast shape, dtype the promotion of the operands'.
 
   Raises:
-    ValueError: for different shapes.
-    NotImplementedError: operands with dense dimensions or different batch layouts.
+    TypeError: operands of different ranks.
+    NotImplementedError: operands with different numbers of dense dimensions.
+    ValueError: shapes that do not broadcast.
   """
   _layout_check(lhs, "bcoo_multiply_sparse")
   _layout_check(rhs, "bcoo_multiply_sparse")
-  if lhs.shape != rhs.shape:
-    raise ValueError(f"bcoo_multiply_sparse: arrays must have the same shape, got "
-                     f"{lhs.shape} and {rhs.shape}")
-  if lhs.n_dense or rhs.n_dense or lhs.n_batch != rhs.n_batch:
-    raise NotImplementedError("bcoo_multiply_sparse: dense dimensions, or operands of "
-                              "different n_batch")
-  nb, ns = lhs.n_batch, lhs.n_sparse
-  batch = tuple(lhs.shape[:nb])
-  dtype = dtypes.result_type(lhs.dtype, rhs.dtype)
-  sparse_shape = lhs.shape[nb:]
-  ld, li = broadcast_batch(lhs.data, batch, nb), broadcast_batch(lhs.indices, batch, nb)
-  rd, ri = broadcast_batch(rhs.data, batch, nb), broadcast_batch(rhs.indices, batch, nb)
+  if lhs.ndim != rhs.ndim:
+    raise TypeError(f"bcoo_multiply_sparse: arrays must have same number of dimensions, "
+                    f"got {lhs.shape}, {rhs.shape}")
+  props = lambda m: BCOOProperties(m.n_batch, m.n_sparse, m.n_dense, m.nse)
+  if lhs.n_dense != rhs.n_dense:
+    raise NotImplementedError(f"bcoo_multiply_sparse: arrays with differing numbers of dense "
+                              f"dimensions: {props(lhs)}, {props(rhs)}")
+  out_shape = jnp.broadcast_shapes(lhs.shape, rhs.shape)
+  nb = min(lhs.n_batch, rhs.n_batch)
+  lshape, rshape = tuple(lhs.shape[nb:]), tuple(rhs.shape[nb:])
 
   def one(ld, li, rd, ri):
-    ok = (_in_range(li, sparse_shape)[:, None] & _in_range(ri, sparse_shape)[None, :]
-          & jnp.all(li[:, None, :] == ri[None, :, :], axis=-1))
-    prod = jnp.where(ok, ld.astype(dtype)[:, None] * rd.astype(dtype)[None, :],
-                     jnp.zeros((), dtype))
-    idx = _out_of_range_fill(jnp.broadcast_to(li[:, None, :], ok.shape + (ns,)), ok,
-                             sparse_shape)
-    n = ok.shape[0] * ok.shape[1]
-    return jnp.reshape(prod, (n,)), jnp.reshape(idx, (n, ns))
-  data, indices = nfold_vmap(one, nb)(ld, li, rd, ri)
-  return BCOO((data, indices), shape=lhs.shape)
+    l, r = BCOO((ld, li), shape=lshape), BCOO((rd, ri), shape=rshape)
+    if l.n_batch:
+      l = bcoo_update_layout(l, n_batch=0)
+    elif r.n_batch:
+      r = bcoo_update_layout(r, n_batch=0)
+    ld, li, rd, ri = l.data, l.indices, r.data, r.indices
+    dims = np.array([k for k in range(l.n_sparse) if lshape[k] != 1 and rshape[k] != 1],
+                    dtype=np.int32)
+    match = jnp.all(li[:, None, dims] == ri[None, :, dims], axis=-1)
+    il, ir = jnp.nonzero(match, size=l.nse * r.nse, fill_value=(l.nse, r.nse))
+    data = (ld.at[il].get(mode="fill", fill_value=0)
+            * rd.at[ir].get(mode="fill", fill_value=0))
+    indices = jnp.maximum(li.at[il].get(mode="fill", fill_value=max(lshape, default=0)),
+                          ri.at[ir].get(mode="fill", fill_value=max(rshape, default=0)))
+    return data, indices
+
+  batch = tuple(out_shape[:nb])
+  data, indices = nfold_vmap(one, nb)(
+      broadcast_batch(lhs.data, batch, nb), broadcast_batch(lhs.indices, batch, nb),
+      broadcast_batch(rhs.data, batch, nb), broadcast_batch(rhs.indices, batch, nb))
+  return BCOO((data, indices), shape=tuple(out_shape))
 
 
 def bcoo_gather(operand: "BCOO", start_indices: Any, dimension_numbers: Any,
