@@ -1581,11 +1581,18 @@ def typeof(x: Any) -> ShapedArray | AbstractRef:
     >>> typeof(1.0)
     ShapedArray(float32[], weak_type=True)
 
+  A `ShapeDtypeStruct` gives the aval it describes (its weak type, and a sharding over
+  Explicit mesh axes, kept; `Ref{...}` for `is_ref=True`), as in JAX.
+
   Raises:
     TypeError: if `x` is not an array-like value.
   """
   if isinstance(x, Ref):
     return x.aval
+  if isinstance(x, core.ShapeDtypeStruct):
+    from stagecraft import pjit as _pjit
+    aval = _pjit.abstractify(x, "", "typeof")
+    return AbstractRef(aval) if getattr(x, "is_ref", False) else aval
   to_hitype = core.hitype_mappings.get(type(x))
   if to_hitype is not None:   # a value of a type given to `experimental.hijax.register_hitype`
     return to_hitype(x)
@@ -1593,7 +1600,12 @@ def typeof(x: Any) -> ShapedArray | AbstractRef:
   if dt is not None and not isinstance(x, core.Tracer) and dtypes.issubdtype(
       dt, dtypes.extended):   # typed PRNG keys: `ShapedArray(key<fry>[])`
     return ShapedArray(tuple(x.shape), dt)
-  return core.get_aval(x)
+  try:
+    return core.get_aval(x)
+  except TypeError:
+    if not hasattr(x, "__jax_array__"):
+      raise TypeError(f"Argument '{x}' of type '{type(x)}' is not a valid JAX type") from None
+    raise
 
 
 def clear_caches() -> None:
