@@ -1,0 +1,103 @@
+"""Patterns from the test suites of diffrax 0.7.2, lineax 0.1.1 and optimistix 0.1.0 (the
+equinox scientific stack) that differed under stagecraft, each run in plain JAX code on JAX
+and on stagecraft in the same test and compared. The libraries themselves are not in the
+`test` extra (lineax's `linear_solve` is an equinox `filter_primitive`; its LU solver calls
+`jax.scipy.linalg.lu_solve`; its tests run under `jax_numpy_rank_promotion='raise'` and
+`jax_numpy_dtype_promotion='strict'`)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jjnp
+import jax.scipy.linalg as jjsl
+import numpy as np
+import pytest
+from jax.interpreters import ad as jad
+
+import stagecraft as sc
+import stagecraft.numpy as snp
+import stagecraft.scipy.linalg as ssl
+from stagecraft.interpreters import ad as sad
+
+APIS = {"jax": (jax, jjnp, jjsl, jad), "stagecraft": (sc, snp, ssl, sad)}
+
+
+def _strict(lib):
+  """lineax's and optimistix's conftest settings, as context managers."""
+  import contextlib
+  stack = contextlib.ExitStack()
+  stack.enter_context(lib.numpy_rank_promotion("raise"))
+  stack.enter_context(lib.numpy_dtype_promotion("strict"))
+  return stack
+
+
+def _lu_programs(api):
+  lib, np_, sl, _ = APIS[api]
+  rng = np.random.RandomState(0)
+  a = rng.randn(3, 4, 4).astype(np.float32)
+  b = rng.randn(4).astype(np.float32)
+  bm = rng.randn(3, 4, 2).astype(np.float32)
+  out = []
+  with _strict(lib):
+    lu_piv = sl.lu_factor(np_.asarray(a[0]))
+    for trans in (0, 1, 2):   # lineax's LU.compute: lu_solve(lu_and_piv, vector, trans=...)
+      out.append(sl.lu_solve(lu_piv, np_.asarray(b), trans=trans))
+    out.append(sl.lu_solve(sl.lu_factor(np_.asarray(a)), np_.asarray(bm)))   # batched
+    out.append(lib.vmap(lambda x, y: sl.lu_solve(sl.lu_factor(x), y))(
+        np_.asarray(a), np_.asarray(bm[..., 0])))
+    out.extend(sl.lu(np_.asarray(a[1])))
+    out.extend(sl.lu(np_.asarray(a[2]), permute_l=True))
+  return [np.asarray(x) for x in out]
+
+
+def test_lu_solve_under_rank_promotion_raise():
+  # lineax's LU solver under its conftest's jax_numpy_rank_promotion='raise': stagecraft's
+  # lu_solve compared `perm[..., :, None]` with an `arange(m)` of lower rank (194 of the
+  # 533 lineax tests run failed with "Operands could not be broadcast together for equal").
+  want = _lu_programs("jax")
+  got = _lu_programs("stagecraft")
+  assert len(want) == len(got)
+  for w, g in zip(want, got):
+    assert w.shape == g.shape and w.dtype == g.dtype
+    np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("api", list(APIS))
+def test_symbolic_zero_passes_through_vmap(api):
+  # equinox's filter_primitive batching of a JVP rule (`_vprim_jvp`) vmaps the rule, whose
+  # outputs hold `ad.Zero` tangents (lineax's linear_solve under grad-of-vmap): JAX's Zero is
+  # a pytree node without children, so vmap (and tree_map) pass it through.
+  lib, np_, _, ad = APIS[api]
+  zf0 = ad.Zero(lib.typeof(np_.zeros((2,), np_.float32)))
+
+  def f(x, t):
+    return x * 2, zf0, t
+
+  x = np_.arange(3.0, dtype=np_.float32)
+  y, z, t = lib.vmap(f, in_axes=(0, None))(x, ad.Zero(lib.typeof(np_.float32(0))))
+  np.testing.assert_array_equal(np.asarray(y), [0.0, 2.0, 4.0])
+  assert type(z) is ad.Zero and repr(z) == "Zero(float32[2])"
+  assert type(t) is ad.Zero and repr(t) == "Zero(float32[])"
+  assert lib.tree_util.tree_leaves([z, 1.0]) == [1.0]
+  assert str(lib.tree_util.tree_structure(z)) == "PyTreeDef(CustomNode(Zero[float32[2]], []))"
+  back = lib.tree_util.tree_map(lambda v: v + 1, {"a": z, "b": 1.0})
+  assert type(back["a"]) is ad.Zero and back["b"] == 2.0
+  y2, z2 = lib.jit(lambda v: (v + 1, ad.Zero(lib.typeof(v))))(x)
+  assert repr(z2) == "Zero(float32[3])"
+
+
+def _typeof_results(api):
+  lib, np_, _, _ = APIS[api]
+  out = [str(lib.typeof(lib.ShapeDtypeStruct((2, 3), np_.float32))),
+         repr(lib.typeof(lib.ShapeDtypeStruct((), np_.int32))),
+         repr(lib.typeof(lib.ShapeDtypeStruct((3,), np_.float32, weak_type=True)))]
+  try:
+    lib.typeof(object)
+  except TypeError as e:
+    out.append(str(e))
+  return out
+
+
+def test_typeof_of_shape_dtype_struct():
+  # equinox's filter_primitive transpose (`materialise_zeros`) calls jax.typeof on the
+  # ShapeDtypeStruct of a symbolic cotangent (lineax's linear_solve transpose under vmap).
+  assert _typeof_results("stagecraft") == _typeof_results("jax")
