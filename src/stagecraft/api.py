@@ -25,7 +25,7 @@ from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.interpreters.mapping import mapped_aval, varying_axes
 from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.spmd import pmap_executable, reshard_p, xla_pmap_p
-from stagecraft.pjit import jit, trace_flat, wraps
+from stagecraft.pjit import abstractify as typed_abstractify, jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
 from stagecraft.state import AbstractRef, Ref, check_ref_args, freeze, write_back
@@ -1590,8 +1590,7 @@ def typeof(x: Any) -> ShapedArray | AbstractRef:
   if isinstance(x, Ref):
     return x.aval
   if isinstance(x, core.ShapeDtypeStruct):
-    from stagecraft import pjit as _pjit
-    aval = _pjit.abstractify(x, "", "typeof")
+    aval = typed_abstractify(x, "", "typeof")
     return AbstractRef(aval) if getattr(x, "is_ref", False) else aval
   to_hitype = core.hitype_mappings.get(type(x))
   if to_hitype is not None:   # a value of a type given to `experimental.hijax.register_hitype`
