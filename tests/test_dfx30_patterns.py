@@ -151,3 +151,21 @@ def test_minimize_bfgs_counters_are_weak_default_ints():
   # x64), stagecraft returned int32 ("tree_allclose(Array(0, dtype=int32), Array(0, dtype=int64,
   # weak_type=True))" is False).
   assert _minimize_types("stagecraft") == _minimize_types("jax")
+
+
+def _folded_jaxprs(api):
+  lib, np_, _, _ = APIS[api]
+  lax = lib.lax
+  ones = np_.ones(2, np_.float32)
+  return [str(lib.make_jaxpr(f)(ones)) for f in (
+      lambda v: v * lax.convert_element_type(np_.asarray(0.1), np_.float32),
+      lambda v: v * np_.asarray(np_.asarray(0.1), np_.float32),
+      lambda v: v * np_.asarray(np_.asarray(3), np_.float32),
+      lambda v: v * lax.convert_element_type(np_.asarray(2.0), np_.int32))]
+
+
+def test_convert_of_scalar_made_while_staging_folds():
+  # diffrax's Tsit5 step: a weakly typed scalar made while tracing (`jnp.asarray(0.1)`),
+  # converted to a strong float32, is a literal in JAX's jaxpr; stagecraft staged a
+  # `convert_element_type` equation of the literal.
+  assert _folded_jaxprs("stagecraft") == _folded_jaxprs("jax")
