@@ -25,7 +25,7 @@ from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.interpreters.mapping import mapped_aval, varying_axes
 from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.spmd import pmap_executable, reshard_p, xla_pmap_p
-from stagecraft.pjit import jit, trace_flat, wraps
+from stagecraft.pjit import abstractify as typed_abstractify, jit, trace_flat, wraps
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
 from stagecraft.state import AbstractRef, Ref, check_ref_args, freeze, write_back
@@ -1581,11 +1581,17 @@ def typeof(x: Any) -> ShapedArray | AbstractRef:
     >>> typeof(1.0)
     ShapedArray(float32[], weak_type=True)
 
+  A `ShapeDtypeStruct` gives the aval it describes (its weak type, and a sharding over
+  Explicit mesh axes, kept; `Ref{...}` for `is_ref=True`), as in JAX.
+
   Raises:
     TypeError: if `x` is not an array-like value.
   """
   if isinstance(x, Ref):
     return x.aval
+  if isinstance(x, core.ShapeDtypeStruct):
+    aval = typed_abstractify(x, "", "typeof")
+    return AbstractRef(aval) if getattr(x, "is_ref", False) else aval
   to_hitype = core.hitype_mappings.get(type(x))
   if to_hitype is not None:   # a value of a type given to `experimental.hijax.register_hitype`
     return to_hitype(x)
@@ -1593,7 +1599,12 @@ def typeof(x: Any) -> ShapedArray | AbstractRef:
   if dt is not None and not isinstance(x, core.Tracer) and dtypes.issubdtype(
       dt, dtypes.extended):   # typed PRNG keys: `ShapedArray(key<fry>[])`
     return ShapedArray(tuple(x.shape), dt)
-  return core.get_aval(x)
+  try:
+    return core.get_aval(x)
+  except TypeError:
+    if not hasattr(x, "__jax_array__"):
+      raise TypeError(f"Argument '{x}' of type '{type(x)}' is not a valid JAX type") from None
+    raise
 
 
 def clear_caches() -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes
+from stagecraft import core, dtypes, tree_util
 from stagecraft.core import Jaxpr, Literal, ShapedArray, Trace, Tracer, Var
 from stagecraft.errors import MissingRuleError
 from stagecraft.interpreters import batching, lowering, partial_eval as pe
@@ -137,6 +137,13 @@ class Zero:
 
   def __repr__(self):
     return f"Zero({self.aval})"   # JAX's: `Zero(~float32[])`
+
+
+# A pytree node without children (its aval is the node data), as JAX's `ad_util.Zero`: a
+# symbolic zero among a function's outputs vanishes from the flattened leaves, so `vmap`,
+# `jit` and `tree_map` pass it through (equinox's `filter_primitive` batched JVP rules
+# return one from under `vmap`).
+tree_util.register_pytree_node(Zero, lambda z: ((), z.aval), lambda aval, _: Zero(aval))
 
 
 #: `retype(x, sharding)`: `x` given the type sharding `sharding` (split over Explicit mesh

@@ -1385,7 +1385,8 @@ def _convert_element_type(x: Any, new_dtype: Any, weak_type: bool = False,
     except (OverflowError, ValueError):
       pass
   if (aval.shape == () and new_dtype != dtypes.float0
-      and (scalar or t is np.ndarray or t is core.WeakScalarValue)
+      and (scalar or t is np.ndarray or t is core.WeakScalarValue
+           or (t is Array and pe.is_literal_array(x)))   # a scalar made while staging
       and isinstance(core.current_trace(), pe.DynamicJaxprTrace)):
     host = np.asarray(x)
     if dtypes.is_complex(host.dtype) and not dtypes.is_complex(new_dtype):

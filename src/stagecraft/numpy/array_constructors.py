@@ -229,5 +229,9 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, *, copy: bool |
     dtype = dtypes.check_user_dtype(dtype, "asarray")
   device = device if device is not None else out_sharding
   if isinstance(a, (Array, Tracer)) and (dtype is None or dtype == a.dtype):
+    if dtype is not None and core.get_aval(a).weak_type:
+      # an explicit dtype makes the result strongly typed (JAX's `convert_element_type`
+      # with weak_type=False; optimistix compares `eval_shape` structures with weak types)
+      a = lax.convert_element_type(a, dtype, weak_type=False)
     return _place(copy_array(a) if copy else a, device)
   return array(a, dtype=dtype, copy=bool(copy), device=device)

@@ -89,6 +89,19 @@ def _solve_system_shapes(name: str, a, b, warn_name: str):
   return a, b, vec
 
 
+def _perm_matrix(perm, m: int, dtype, *, transpose: bool):
+  """The permutation matrix `P[..., i, j] = (perm[..., i] == j)` (its transpose with
+  `transpose`) of `perm[..., m]` (int32), as `dtype`. Built from operands of equal rank,
+  so that it does not depend on config `numpy_rank_promotion` (a library-internal
+  comparison, as in JAX)."""
+  shape = (*shape_of(perm), m)
+  nd = len(shape)
+  rows = jnp.broadcast_to(jnp.expand_dims(perm, -1), shape)
+  cols = lax.broadcasted_iota(dtypes.int32, shape, nd - 1)
+  p = (rows == cols).astype(dtype)
+  return jnp.swapaxes(p, -1, -2) if transpose else p
+
+
 def _tri_solve(a, b, *, lower, transpose_a=False, conjugate_a=False, unit_diagonal=False):
   return lax_linalg.triangular_solve(a, b, left_side=True, lower=lower,
                                      transpose_a=transpose_a, conjugate_a=conjugate_a,
@@ -425,7 +438,7 @@ def lu_solve(lu_and_piv: tuple[ArrayLike, ArrayLike], b: ArrayLike, trans: int =
   lu_b, bm, vec = _solve_system_shapes("lu_solve", lu, b, "lu_solve")
   perm = jnp.broadcast_to(perm, (*shape_of(lu_b)[:-2], m))
   # P[i, j] = (perm[i] == j): a[perm] = P a = L U
-  p = (perm[..., :, None] == jnp.arange(m, dtype=dtypes.int32)).astype(dtype_of(lu_b))
+  p = _perm_matrix(perm, m, dtype_of(lu_b), transpose=False)
   if trans == 0:
     y = _tri_solve(lu_b, _mm(p, bm), lower=True, unit_diagonal=True)
     x = _tri_solve(lu_b, y, lower=False)
@@ -460,8 +473,9 @@ def lu(a: ArrayLike, permute_l: bool = False, overwrite_a: bool = False,
   dt = dtype_of(a)
   m, n = shape_of(a)[-2:]
   k = min(m, n)
-  p = (perm[..., None, :] == jnp.arange(m, dtype=dtypes.int32)[:, None]).astype(dt)
-  l = jnp.tril(lu_, -1)[..., :, :k] + jnp.eye(m, k, dtype=dt)
+  p = _perm_matrix(perm, m, dt, transpose=True)
+  l = jnp.tril(lu_, -1)[..., :, :k] + jnp.broadcast_to(jnp.eye(m, k, dtype=dt),
+                                                        (*shape_of(lu_)[:-2], m, k))
   u = jnp.triu(lu_)[..., :k, :]
   if permute_l:
     return _mm(p, l), u

@@ -10,7 +10,7 @@ from stagecraft import lax
 from stagecraft import numpy as jnp
 from stagecraft.numpy import linalg
 from stagecraft.scipy.optimize._line_search import line_search
-from stagecraft.scipy.optimize._util import dot, to_dtype, value_and_grad
+from stagecraft.scipy.optimize._util import dot, to_dtype, value_and_grad, weak_int
 
 __all__ = ["BFGSResults", "minimize_bfgs"]
 
@@ -71,12 +71,11 @@ def minimize_bfgs(fun: Callable, x0: Any, maxiter: int | None = None, norm: Any 
   n = x0.shape[0]
   eye = jnp.eye(n, dtype=x0.dtype)
   f_0, g_0 = value_and_grad(fun, x0)
-  i32 = np.int32
   state = BFGSResults(
       converged=linalg.norm(g_0, ord=norm) < gtol, failed=jnp.asarray(False),
-      k=to_dtype(0, i32), nfev=to_dtype(1, i32), ngev=to_dtype(1, i32), nhev=to_dtype(0, i32),
+      k=weak_int(0), nfev=weak_int(1), ngev=weak_int(1), nhev=weak_int(0),
       x_k=x0, f_k=f_0, g_k=g_0, H_k=eye, old_old_fval=f_0 + linalg.norm(g_0) / 2,
-      status=to_dtype(0, i32), line_search_status=to_dtype(0, i32))
+      status=weak_int(0), line_search_status=weak_int(0))
 
   def cond(s):
     return ~s.converged & ~s.failed & (s.k < maxiter)
@@ -97,9 +96,9 @@ def minimize_bfgs(fun: Callable, x0: Any, maxiter: int | None = None, norm: Any 
         converged=linalg.norm(ls.g_k, ord=norm) < gtol, failed=ls.failed, k=s.k + 1,
         nfev=s.nfev + ls.nfev, ngev=s.ngev + ls.ngev, x_k=x_new, f_k=ls.f_k.astype(s.f_k.dtype),
         g_k=ls.g_k, H_k=h_new, old_old_fval=s.f_k,
-        line_search_status=ls.status.astype(i32))
+        line_search_status=ls.status)
 
   state = lax.while_loop(cond, body, state)
   status = jnp.where(state.converged, 0, jnp.where(
       state.k == maxiter, 1, jnp.where(state.failed, 2 + state.line_search_status, -1)))
-  return state._replace(status=status.astype(i32))
+  return state._replace(status=status)

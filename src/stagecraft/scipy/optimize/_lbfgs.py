@@ -13,7 +13,7 @@ from stagecraft import lax
 from stagecraft import numpy as jnp
 from stagecraft.numpy import linalg
 from stagecraft.scipy.optimize._line_search import line_search
-from stagecraft.scipy.optimize._util import dot, to_dtype, value_and_grad
+from stagecraft.scipy.optimize._util import dot, to_dtype, value_and_grad, weak_int
 
 __all__ = ["LBFGSResults", "minimize_lbfgs"]
 
@@ -85,13 +85,12 @@ def minimize_lbfgs(fun: Callable, x0: Any, maxiter: float | None = None, norm: A
   maxfun = np.inf if maxfun is None else maxfun
   maxgrad = np.inf if maxgrad is None else maxgrad
   f_0, g_0 = value_and_grad(fun, x0)
-  i32 = np.int32
   state = LBFGSResults(
-      converged=jnp.asarray(False), failed=jnp.asarray(False), k=to_dtype(0, i32),
-      nfev=to_dtype(1, i32), ngev=to_dtype(1, i32), x_k=x0, f_k=f_0, g_k=g_0,
+      converged=jnp.asarray(False), failed=jnp.asarray(False), k=weak_int(0),
+      nfev=weak_int(1), ngev=weak_int(1), x_k=x0, f_k=f_0, g_k=g_0,
       s_history=jnp.zeros((maxcor, n), dtype), y_history=jnp.zeros((maxcor, n), dtype),
       rho_history=jnp.zeros((maxcor,), dtype), gamma=to_dtype(1, dtype),
-      status=to_dtype(0, i32), ls_status=to_dtype(0, i32))
+      status=weak_int(0), ls_status=weak_int(0))
 
   def body(s):
     p_k = _two_loop_recursion(s)
@@ -114,7 +113,7 @@ def minimize_lbfgs(fun: Callable, x0: Any, maxiter: float | None = None, norm: A
         f_k=ls.f_k.astype(s.f_k.dtype), g_k=ls.g_k.astype(dtype),
         s_history=_push(s.s_history, step), y_history=_push(s.y_history, y),
         rho_history=_push(s.rho_history, rho), gamma=gamma,
-        status=jnp.where(converged, 0, status).astype(i32), ls_status=ls.status.astype(i32))
+        status=jnp.where(converged, 0, status), ls_status=ls.status)
 
   return lax.while_loop(lambda s: ~s.converged & ~s.failed, body, state)
 

@@ -12,7 +12,7 @@ from stagecraft import lax
 from stagecraft import numpy as jnp
 from stagecraft.numpy.util import promote_dtypes_inexact
 from stagecraft.scipy.optimize._util import dot, real_dtype_of, select_tree, to_dtype, \
-    value_and_grad
+    value_and_grad, weak_int
 
 __all__ = ["line_search", "LineSearchResults"]
 
@@ -101,7 +101,7 @@ def _zoom(evaluate: Callable, decrease: Callable, curvature: Callable, lo: _Poin
   """
   adt = lo.a.dtype
   tiny = 1e-10 if np.finfo(adt).bits >= 64 else 1e-5
-  zero = to_dtype(0, np.int32)
+  zero = weak_int(0)
   init = _ZoomState(j=zero, done=jnp.asarray(False), failed=jnp.asarray(False), lo=lo, hi=hi,
                     a_rec=hi.a, phi_rec=hi.phi, star=lo, nfev=zero)
 
@@ -172,7 +172,7 @@ def line_search(f: Callable, xk: Any, pk: Any, old_fval: Any = None, old_old_fva
     phi, g = value_and_grad(f, xk + a.astype(pk.dtype) * pk)
     return _Point(a=a, phi=phi, dphi=jnp.real(dot(g, pk)).astype(adt), g=g.astype(pk.dtype))
 
-  zero_i = to_dtype(0, np.int32)
+  zero_i = weak_int(0)
   if old_fval is None or gfk is None:
     p0 = evaluate(to_dtype(0, adt))
     nfev0 = zero_i + 1

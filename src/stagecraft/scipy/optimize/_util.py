@@ -51,6 +51,13 @@ def real_dtype_of(x: Any) -> np.dtype:
   return np.dtype(np.finfo(dt).dtype) if dtypes.is_complex(dt) else dt
 
 
+def weak_int(v: int) -> Any:
+  """`v` as a weakly typed array of the default integer dtype (int64 with x64, else int32):
+  what a Python int in a while-loop carry becomes, as JAX's minimizers' counters and status
+  codes are typed (`~int64[]` under x64)."""
+  return lax.convert_element_type(jnp.asarray(v), dtypes.default_int_dtype(), weak_type=True)
+
+
 def to_dtype(v: Any, dtype: Any) -> Any:
   """`v` as a strongly typed array of `dtype` (a stable while-loop carry type)."""
   return lax.convert_element_type(jnp.asarray(v), dtype, weak_type=False)
