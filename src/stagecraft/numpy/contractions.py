@@ -266,6 +266,12 @@ def _einsum(subscripts, operands, optimize, precision, preferred_element_type, _
     in_specs = inputs.split(",")
     if len(ops) == 1:
       result = _einsum_unary(ops[0], in_specs[0], output, pet)
+    elif len(ops) > 2:
+      # NB: JAX's message
+      raise NotImplementedError(
+          "jax.numpy.einsum does not support simultaneous contraction of 3 or more operands. "
+          "Typically this means you've passed an unsupported path to the einsum optimize "
+          "parameter.")
     else:
       result = _einsum_binary(ops[0], ops[1], in_specs[0], in_specs[1], output, precision,
                               pet, _dot_general or lax.dot_general, out_sharding)
@@ -290,6 +296,12 @@ def _summable(x, pet):
   return x if dtypes.result_type(x, pet) == dtype_of(x) else lax.convert_element_type(x, pet)
 
 
+def _reduce_add(x, axes: tuple):
+  """The sum of `x` over `axes`; for bool operands their OR (JAX's einsum reduces bools with
+  `bitwise_or`)."""
+  return (lax.reduce_or if dtype_of(x) == dtypes.bool_ else lax.reduce_sum)(x, axes)
+
+
 def _sum_repeats(x, spec: str, keep: str, pet) -> tuple:
   """`x` with each label repeated in `spec` reduced to one axis (kept, last of its axes, if
   in `keep`) or summed out: masked with the Kronecker delta of its axes and summed (JAX's
@@ -300,10 +312,10 @@ def _sum_repeats(x, spec: str, keep: str, pet) -> tuple:
       x = lax.select(_delta(shape_of(x), axes), x, lax.full_like(x, 0))
       x = _summable(x, pet)
       if c not in keep:
-        x = lax.reduce_sum(x, tuple(axes))
+        x = _reduce_add(x, tuple(axes))
         spec = spec.replace(c, "")
       else:
-        x = lax.reduce_sum(x, tuple(axes[:-1]))
+        x = _reduce_add(x, tuple(axes[:-1]))
         spec = spec.replace(c, "", count - 1)
   return x, spec
 
@@ -312,7 +324,7 @@ def _sum_uniques(x, spec: str, keep: set[str], pet):
   """`x` with the labels seen once in `spec` and not in `keep` summed out."""
   axes = tuple(i for i, c in enumerate(spec) if c not in keep and spec.count(c) == 1)
   if axes:
-    x = lax.reduce_sum(_summable(x, pet), axes)
+    x = _reduce_add(_summable(x, pet), axes)
     spec = "".join(c for i, c in enumerate(spec) if i not in axes)
   return x, spec
 

@@ -1,0 +1,43 @@
+"""einsum details found by running JAX 0.10.2's own `tests/lax_numpy_einsum_test.py` on
+stagecraft (through a scratch harness): bool operands with repeated or summed-out labels
+reduce with OR (JAX's einsum uses `bitwise_or` for bools), and a path that contracts three
+operands at once raises JAX's NotImplementedError. JAX is the oracle."""
+import jax
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as jnp
+
+SPECS = ["aa->a", "aa", "a...a->a...", "aab,bc->ac", "aab,bcc->ac", "ba,b->",
+         "fdf,cdd,ccd,afe->ae"]
+
+
+def _operands(spec, rng):
+  ins = spec.split("->")[0].replace("...", "").split(",")
+  sizes = {c: 2 + i % 2 for i, c in enumerate(sorted(set("".join(ins))))}
+  ops = [rng.random([sizes[c] for c in s]) > 0.5 for s in ins]
+  if "..." in spec:
+    ops = [np.stack([o, ~o], axis=1) if o.ndim == 2 else o for o in ops]
+  return ops
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_bool_einsum_as_jax(spec):
+  ops = _operands(spec, np.random.default_rng(0))
+  want = jax.numpy.einsum(spec, *ops)
+  got = jnp.einsum(spec, *ops)
+  assert got.dtype == want.dtype
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  assert (str(sc.make_jaxpr(lambda *a: jnp.einsum(spec, *a))(*ops))
+          == str(jax.make_jaxpr(lambda *a: jax.numpy.einsum(spec, *a))(*ops)))
+
+
+def test_three_operand_contraction_path_raises_as_jax():
+  ops = [np.ones(s, np.float32) for s in [(2, 3), (2, 4), (2, 5)]]
+
+  def message(np_):
+    with pytest.raises(NotImplementedError) as e:
+      np_.einsum("ij,ik,il->jkl", *ops, optimize=[(0, 1, 2)])
+    return str(e.value)
+  assert message(jnp) == message(jax.numpy)
