@@ -446,7 +446,8 @@ def cov(m: ArrayLike, y: ArrayLike | None = None, rowvar: bool = True, bias: boo
     f = subtract(w_sum, divide(multiply(ddof, reductions.sum(
         multiply(w, aweights))), w_sum))
   X = subtract(X, expand_dims(avg, 1))
-  XT = transpose(X if w is None else multiply(X, w))
+  # NB: as JAX's, the weights are broadcast to X's rank first (no rank promotion)
+  XT = transpose(X if w is None else multiply(X, lax.broadcast_to_rank(w, ndim_of(X))))
   return squeeze(true_divide(dot(X, conjugate(XT)), f))
 
 

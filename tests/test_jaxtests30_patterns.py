@@ -1,5 +1,5 @@
-"""einsum details found by running JAX 0.10.2's own `tests/lax_numpy_einsum_test.py` on
-stagecraft (through a scratch harness): bool operands with repeated or summed-out labels
+"""einsum and cov details found by running JAX 0.10.2's own `tests/lax_numpy_einsum_test.py` on
+stagecraft (through a scratch harness; also its lax_numpy_reducers_test): bool operands with repeated or summed-out labels
 reduce with OR (JAX's einsum uses `bitwise_or` for bools), and a path that contracts three
 operands at once raises JAX's NotImplementedError. JAX is the oracle."""
 import jax
@@ -41,3 +41,22 @@ def test_three_operand_contraction_path_raises_as_jax():
       np_.einsum("ij,ik,il->jkl", *ops, optimize=[(0, 1, 2)])
     return str(e.value)
   assert message(jnp) == message(jax.numpy)
+
+
+@pytest.mark.parametrize("kind", ["fweights", "aweights", "both"])
+def test_weighted_cov_under_rank_promotion_raise_as_jax(kind):
+  # JAX's own testCov runs with jax_numpy_rank_promotion='raise': the weights are broadcast
+  # to the data's rank before they multiply it.
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((5, 7)).astype(np.float32)
+  fw = rng.integers(1, 4, 7)
+  aw = rng.random(7).astype(np.float32)
+  kw = {"fweights": {"fweights": fw}, "aweights": {"aweights": aw},
+        "both": {"fweights": fw, "aweights": aw}}[kind]
+
+  def run(lib, np_):
+    with lib.numpy_rank_promotion("raise"):
+      return np.asarray(np_.cov(x, **kw)), str(lib.make_jaxpr(lambda x: np_.cov(x, **kw))(x))
+  (got, got_jaxpr), (want, want_jaxpr) = run(sc, jnp), run(jax, jax.numpy)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert got_jaxpr == want_jaxpr
