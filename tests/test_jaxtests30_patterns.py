@@ -1,7 +1,8 @@
-"""einsum and cov details found by running JAX 0.10.2's own `tests/lax_numpy_einsum_test.py` on
-stagecraft (through a scratch harness; also its lax_numpy_reducers_test): bool operands with repeated or summed-out labels
-reduce with OR (JAX's einsum uses `bitwise_or` for bools), and a path that contracts three
-operands at once raises JAX's NotImplementedError. JAX is the oracle."""
+"""Details found by running JAX 0.10.2's own tests (`tests/lax_numpy_einsum_test.py`,
+`lax_numpy_reducers_test.py`) on stagecraft through a scratch harness: einsum of bool
+operands reduces repeated and summed-out labels with OR (JAX's einsum uses `bitwise_or` for
+bools); a path contracting three operands at once raises JAX's NotImplementedError; a
+weighted `cov` works under `jax_numpy_rank_promotion='raise'`. JAX is the oracle."""
 import jax
 import numpy as np
 import pytest
