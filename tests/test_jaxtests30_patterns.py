@@ -61,3 +61,51 @@ def test_weighted_cov_under_rank_promotion_raise_as_jax(kind):
   (got, got_jaxpr), (want, want_jaxpr) = run(sc, jnp), run(jax, jax.numpy)
   np.testing.assert_allclose(got, want, rtol=1e-6)
   assert got_jaxpr == want_jaxpr
+
+
+def test_lcm_wraps_as_jax_and_numpy():
+  # the magnitudes are multiplied (no abs of the product): int8 lcm(127, 2) wraps to -2
+  a = np.array([127, -127, 62, 0, 12, -100, 5], np.int8)
+  b = np.array([2, 2, 4, 0, 18, 3, 0], np.int8)
+  want = np.asarray(jax.numpy.lcm(a, b))
+  np.testing.assert_array_equal(np.asarray(jnp.lcm(a, b)), want)
+  np.testing.assert_array_equal(want, np.lcm(a, b))
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (3, 0), (2, 3)])
+def test_ediff1d_of_empty_and_small_arrays_as_jax(shape):
+  x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+  want = jax.numpy.ediff1d(x, to_begin=np.array([7]), to_end=np.array([8, 9]))
+  got = jnp.ediff1d(x, to_begin=np.array([7]), to_end=np.array([8, 9]))
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  np.testing.assert_array_equal(np.asarray(jnp.ediff1d(x)), np.asarray(jax.numpy.ediff1d(x)))
+
+
+def _operator_outcomes(lib, np_, traced):
+  import operator
+  out = []
+
+  def probe(arr):
+    for name in ["add", "sub", "mul", "eq", "ne", "lt"]:
+      for t in [dict, list, tuple, set]:
+        for swap in (False, True):
+          other = t([(1, 2), (2, 3)])
+          try:
+            r = getattr(operator, name)(*((other, arr) if swap else (arr, other)))
+            out.append((name, t.__name__, swap, "ok", repr(r)))
+          except TypeError as e:
+            msg = str(e).replace("jaxlib._jax.", "")
+            out.append((name, t.__name__, swap, "TypeError",
+                        msg.replace("DynamicJaxprTracer", "T").replace("ArrayImpl", "T")
+                        .replace("'Array'", "'T'")))
+    return arr
+  arr = np_.array([(1, 2), (2, 3)])
+  lib.jit(probe)(arr) if traced else probe(arr)
+  return out
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_operators_with_python_collections_as_jax(traced):
+  # `arr == [..]` and `arr != {..}` raise (not Python's identity fallback), `arr * [..]`
+  # raises JAX's message (not list repetition's)
+  assert _operator_outcomes(sc, jnp, traced) == _operator_outcomes(jax, jax.numpy, traced)

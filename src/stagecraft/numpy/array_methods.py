@@ -25,17 +25,27 @@ _accepted = (Array, Tracer, np.ndarray, np.generic, int, float, complex, bool, _
              core.WeakScalarValue)
 
 
-def _binop(fn, swap=False):
+def _binop(fn, swap=False, opchar: str = "", rejected: tuple = ()):
+  """The operator method `fn(self, other)` (`fn(other, self)` if `swap`). As JAX's: an
+  operand with `__jax_array__` (a flax.nnx Variable) is converted first; an operand of a
+  type in `rejected` (Python collections, for `==`/`!=`, `+`, `*`) raises JAX's TypeError
+  (Python would fall back to identity or sequence repetition); others give NotImplemented."""
   def op(self, other):
-    # NB: as JAX's operators: an operand with `__jax_array__` (a flax.nnx Variable) is
-    # converted first, before the operand types are checked.
     if type(other) is not Array:
       if hasattr(other, "__jax_array__"):
         other = other.__jax_array__()
       if not isinstance(other, _accepted):
+        if type(other) in rejected:
+          a, b = (other, self) if swap else (self, other)
+          raise TypeError(f"unsupported operand type(s) for {opchar}: "
+                          f"{type(a).__name__!r} and {type(b).__name__!r}")
         return NotImplemented
     return fn(other, self) if swap else fn(self, other)
   return op
+
+
+_SEQS = (tuple, list)
+_COLLECTIONS = (dict, list, set, tuple)
 
 
 def _reshape(self, *shape, order="C", out_sharding=None):
@@ -223,9 +233,11 @@ def _tracer_copy_to_host_async(self):
 
 
 _methods = {
-    "__add__": _binop(ufuncs.add), "__radd__": _binop(ufuncs.add, True),
+    "__add__": _binop(ufuncs.add, False, "+", _SEQS),
+    "__radd__": _binop(ufuncs.add, True, "+", _SEQS),
     "__sub__": _binop(ufuncs.subtract), "__rsub__": _binop(ufuncs.subtract, True),
-    "__mul__": _binop(ufuncs.multiply), "__rmul__": _binop(ufuncs.multiply, True),
+    "__mul__": _binop(ufuncs.multiply, False, "*", _SEQS),
+    "__rmul__": _binop(ufuncs.multiply, True, "*", _SEQS),
     "__truediv__": _binop(ufuncs.divide), "__rtruediv__": _binop(ufuncs.divide, True),
     "__floordiv__": _binop(ufuncs.floor_divide), "__rfloordiv__": _binop(ufuncs.floor_divide, True),
     "__mod__": _binop(ufuncs.remainder), "__rmod__": _binop(ufuncs.remainder, True),
@@ -237,7 +249,9 @@ _methods = {
     "__xor__": _binop(ufuncs.bitwise_xor), "__rxor__": _binop(ufuncs.bitwise_xor, True),
     "__lshift__": _binop(ufuncs.left_shift), "__rlshift__": _binop(ufuncs.left_shift, True),
     "__rshift__": _binop(ufuncs.right_shift), "__rrshift__": _binop(ufuncs.right_shift, True),
-    "__eq__": _binop(ufuncs.equal), "__ne__": _binop(ufuncs.not_equal),
+    # NB: JAX's `!=` names the operator `==` in its message
+    "__eq__": _binop(ufuncs.equal, False, "==", _COLLECTIONS),
+    "__ne__": _binop(ufuncs.not_equal, False, "==", _COLLECTIONS),
     "__lt__": _binop(ufuncs.less), "__le__": _binop(ufuncs.less_equal),
     "__gt__": _binop(ufuncs.greater), "__ge__": _binop(ufuncs.greater_equal),
     "__neg__": ufuncs.negative, "__pos__": ufuncs.positive, "__abs__": ufuncs.absolute,

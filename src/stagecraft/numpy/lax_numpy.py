@@ -1255,7 +1255,9 @@ def ediff1d(ary: ArrayLike, to_end: ArrayLike | None = None,
   (cast to its dtype) before and after."""
   arr = ravel(as_array(ary))
   m = shape_of(arr)[0]
-  result = lax.sub(slice_axis(arr, 1, m, 0), slice_axis(arr, 0, builtins.max(m - 1, 0), 0))
+  # NB: an empty array gives an empty result (`arr[1:] - arr[:-1]`, as JAX's)
+  result = lax.sub(slice_axis(arr, builtins.min(1, m), m, 0),
+                   slice_axis(arr, 0, builtins.max(m - 1, 0), 0))
   if to_begin is not None:
     result = concatenate([ravel(astype(as_array(to_begin), dtype_of(arr))), result])
   if to_end is not None:

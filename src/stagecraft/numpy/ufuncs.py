@@ -676,9 +676,11 @@ def lcm(x1: ArrayLike, x2: ArrayLike) -> Array:
     ValueError: for non-integer inputs.
   """
   x1, x2 = _integer_args("lcm", x1, x2)
+  # NB: as JAX's (and NumPy's): the magnitudes are multiplied, so a product past the dtype's
+  # range wraps (int8 lcm(62, 4) is -124); a zero gcd's quotient is masked.
+  x1, x2 = absolute(x1), absolute(x2)
   d = gcd(x1, x2)
-  safe = where(d == 0, 1, d)
-  return where(d == 0, 0, absolute(multiply(x1, floor_divide(x2, safe))))
+  return where(d == 0, lax.full_like(d, 0), multiply(x1, floor_divide(x2, d)))
 
 
 # ---------------------------------------------------------------------------
