@@ -109,3 +109,35 @@ def test_operators_with_python_collections_as_jax(traced):
   # `arr == [..]` and `arr != {..}` raise (not Python's identity fallback), `arr * [..]`
   # raises JAX's message (not list repetition's)
   assert _operator_outcomes(sc, jnp, traced) == _operator_outcomes(jax, jax.numpy, traced)
+
+
+_OOB = [((2,), -4), ((2,), 4), ((2, 3), np.index_exp[:, 4]), ((2, 3), np.index_exp[..., -4]),
+        ((2, 3, 5), np.index_exp[3, :, 0]), ((2, 3, 5), np.index_exp[:5, :, 6]),
+        ((2, 3, 5), np.index_exp[:, [1, 2], 6]), ((2, 3, 5), np.index_exp[np.arange(3), 6, None])]
+
+
+def _index_outcomes(lib, np_, shape, idx):
+  arr = np_.zeros(shape)
+  out = []
+  for how in (lambda: arr[idx], lambda: lib.jit(lambda x: x[idx])(arr),
+              lambda: arr.at[idx].get(), lambda: arr.at[idx].get(mode="clip")):
+    try:
+      out.append(("ok", np.asarray(how()).shape))
+    except IndexError as e:
+      out.append(("IndexError", str(e)))
+  return out
+
+
+@pytest.mark.parametrize("shape,idx", _OOB)
+@pytest.mark.parametrize("check", [True, False])
+def test_check_static_indices_as_jax(shape, idx, check):
+  # jax_check_static_indices: out-of-bounds static integers raise (mode None/promise_in_bounds)
+  # instead of clamping
+  def run(lib, np_):
+    old = lib.config.jax_check_static_indices
+    lib.config.update("jax_check_static_indices", check)
+    try:
+      return _index_outcomes(lib, np_, shape, idx)
+    finally:
+      lib.config.update("jax_check_static_indices", old)
+  assert run(sc, jnp) == run(jax, jax.numpy)

@@ -102,7 +102,7 @@ _OPTIONS: dict[str, _Opt] = {
     "captured_constants_report_frames": _Opt(0, _I),
     "captured_constants_warn_bytes": _Opt(2000000000, _I),
     "check_proxy_envs": _Opt(True, 'flag'),
-    "check_static_indices": _Opt(False, _B),
+    "check_static_indices": _Opt(False, _B, trace=True),
     "check_tracer_leaks": _Opt(False, _B),
     "compilation_cache_check_contents": _Opt(False, _B),
     "compilation_cache_dir": _Opt(None, 'optstr'),
@@ -231,6 +231,7 @@ _UNPREFIXED = {"check_vma", "eager_constant_folding", "jax2tf_associative_scan_r
 #: value other than its default warns once. Other entries: values that need no work here.
 HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "enable_x64": None, "disable_jit": None, "debug_nans": None, "debug_infs": None,
+    "check_static_indices": None,
     "traceback_filtering": None, "compilation_cache_dir": None,
     "compilation_cache_max_size": None, "persistent_cache_min_compile_time_secs": None,
     "persistent_cache_min_entry_size_bytes": None, "log_compiles": None, "explain_cache_misses": None,

@@ -142,8 +142,10 @@ def _parse(idx, shape) -> list[tuple[str, Any]]:
 
 def _check_static_ints(entries, shape, normalize_indices: bool) -> None:
   """IndexError for static integers into a size-0 axis (NumPy's message); other
-  out-of-bounds static integers clamp, as in JAX."""
+  out-of-bounds static integers clamp, as in JAX, unless `jax_check_static_indices` is on
+  (then every out-of-bounds static integer raises JAX's IndexError)."""
   nd = len(shape)
+  strict = config.jax_check_static_indices
   consumed = sum(np.ndim(v) if k == _BOOL else 1 for k, v in entries
                  if k not in (_NONE, _ELLIPSIS))
   axis = 0
@@ -156,6 +158,9 @@ def _check_static_ints(entries, shape, normalize_indices: bool) -> None:
       if kind == _INT:
         n, v = shape[axis], int(v)
         wrapped = v + n if normalize_indices and v < 0 else v
+        if strict and not 0 <= wrapped < n:
+          raise IndexError(f"index {v} out of bounds for axis {axis} with size {n} "
+                           f"({normalize_indices=})")
         if n == 0 and not 0 <= wrapped < n:   # NB: other out-of-bounds indices clamp (JAX)
           raise IndexError(f"index {v} is out of bounds for axis {axis} with size {n}")
       axis += 1
