@@ -141,3 +141,14 @@ def test_check_static_indices_as_jax(shape, idx, check):
     finally:
       lib.config.update("jax_check_static_indices", old)
   assert run(sc, jnp) == run(jax, jax.numpy)
+
+
+@pytest.mark.parametrize("x_shape,m_shape", [((3,), (0,)), ((3, 4), (0,)), ((3, 4), (0, 4)),
+                                             ((3, 4), (3, 0)), ((3, 4, 5), (3, 0))])
+def test_empty_boolean_mask_as_jax(x_shape, m_shape):
+  x = np.arange(int(np.prod(x_shape)), dtype=np.int32).reshape(x_shape)
+  m = np.empty(m_shape, bool)
+  want = np.asarray(jax.numpy.asarray(x)[jax.numpy.asarray(m)])
+  assert want.shape == x[m].shape
+  got = jnp.asarray(x)[jnp.asarray(m)]
+  assert got.shape == want.shape and got.dtype == want.dtype

@@ -354,7 +354,9 @@ def _expand(shape, entries):
         raise _bool_error(v, pos)
       mask = np.asarray(v)
       want = shape[axis:axis + mask.ndim]
-      if mask.shape != tuple(want):
+      # NB: as NumPy's and JAX's, an empty mask indexes as its (empty) nonzero indices
+      # whatever its shape (`x[np.empty(0, bool)]` is empty)
+      if mask.shape != tuple(want) and mask.size:
         raise IndexError(f"boolean index did not match shape of indexed array in index "
                          f"{pos}: got {mask.shape}, expected {tuple(want)}")
       for i in np.nonzero(mask):   # NB: intp indices, wrapped in their (canonical) dtype
