@@ -53,7 +53,7 @@ def store(ref: Any, val: Any, *, mask: Any = None, eviction_policy: str | None =
 
 
 def _rmw(ref: Any, idx: Any, val: Any, mask: Any, op: str) -> Any:
-  if idx is None or idx == ():
+  if idx is None or (type(idx) is tuple and not idx):
     idx = Ellipsis
   old = ref[idx]
   cur = ref[...]
