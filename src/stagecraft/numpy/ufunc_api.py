@@ -23,7 +23,7 @@ from stagecraft.numpy.indexing import at as index_update
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_to, expand_dims,
                                            moveaxis, ravel, reshape)
 from stagecraft.numpy.ufuncs import where as _where
-from stagecraft.numpy.util import (canonicalize_axis, check_concrete, promote_dtypes_inexact,
+from stagecraft.numpy.util import (canonicalize_axis, promote_dtypes_inexact,
                                    reduction_axes, shape_of)
 from stagecraft.numpy.vectorize import vectorize
 
@@ -52,16 +52,21 @@ class ufunc:  # noqa: N801  (NumPy's and JAX's name)
                call: Callable | None = None, reduce: Callable | None = None,
                accumulate: Callable | None = None, at: Callable | None = None,
                reduceat: Callable | None = None):
-    self._func = func
-    self.nin = operator.index(nin)
-    self.nout = operator.index(nout)
-    self.nargs = self.nin if nargs is None else operator.index(nargs)
-    self.identity = identity
+    nin, nout = operator.index(nin), operator.index(nout)
+    # NB: read-only after construction (the properties below have no setters), as JAX's:
+    # a ufunc's hash and equality are made of these.
+    self._props = (func, nin, nout, nin if nargs is None else operator.index(nargs), identity)
     self.__name__ = name or getattr(func, "__name__", "ufunc")
     # NB: `jnp.add.__doc__` is add's own documentation (shapes, dtypes), as JAX's ufuncs'
     self.__doc__ = getattr(func, "__doc__", None) or type(self).__doc__
     self._call = call or vectorize(func)
     self._reduce, self._accumulate, self._at, self._reduceat = reduce, accumulate, at, reduceat
+
+  _func = property(lambda self: self._props[0], doc="The scalar function.")
+  nin = property(lambda self: self._props[1], doc="The number of arguments.")
+  nout = property(lambda self: self._props[2], doc="The number of results.")
+  nargs = property(lambda self: self._props[3], doc="`nin` unless given.")
+  identity = property(lambda self: self._props[4], doc="The identity, or None.")
 
   def __repr__(self):
     return f"<jnp.ufunc '{self.__name__}'>"
@@ -184,9 +189,12 @@ class ufunc:  # noqa: N801  (NumPy's and JAX's name)
     """
     if self.nin != 2:
       raise ValueError("outer only supported for binary ufuncs")
+    if self.nout != 1:
+      raise ValueError("outer only supported for functions returning a single value")
     A, B = asarray(A), asarray(B)
-    nb = len(shape_of(B))
-    return self(expand_dims(A, tuple(range(len(shape_of(A)), len(shape_of(A)) + nb))), B)
+    # NB: as 2-D operands of equal rank, so `jax_numpy_rank_promotion='raise'` allows it
+    out_ = self(reshape(A, (-1, 1)), reshape(B, (1, -1)))
+    return reshape(out_, shape_of(A) + shape_of(B))
 
   def at(self, a, indices, b=None, /, *, inplace: bool = True):
     """`a` with `a[i] = f(a[i], b_i)` (or `f(a[i])` for a unary ufunc) applied once per
@@ -233,11 +241,18 @@ class ufunc:  # noqa: N801  (NumPy's and JAX's name)
   def reduceat(self, a, indices, axis: int = 0, dtype: Any = None, out: None = None):
     """For each `i`: `reduce(a[indices[i]:indices[i+1]])` along `axis` when
     `indices[i] < indices[i+1]`, else `a[indices[i]]` (the last runs to the end), as
-    `numpy.ufunc.reduceat`. NB: `indices` must be concrete here.
+    `numpy.ufunc.reduceat`. `indices` may be traced.
+
+    Args:
+      a: array `T[*s]` with at least one dimension. indices: integers `int[k]`.
+      axis: an int. dtype: convert `a` first.
+
+    Returns:
+      Array of `s` with `s[axis]` replaced by `k` (`k` may be 0).
 
     Raises:
-      ValueError: not a binary ufunc. NotImplementedError: for `out`.
-      ConcretizationTypeError: for traced `indices`.
+      ValueError: not a binary ufunc; a 0-d `a`; `indices` not one-dimensional; `axis`
+        None or a tuple. NotImplementedError: for `out`.
     """
     self._require_binary("reduceat")
     if out is not None:
@@ -245,15 +260,31 @@ class ufunc:  # noqa: N801  (NumPy's and JAX's name)
     if self._reduceat is not None:
       return self._reduceat(a, indices, axis=axis, dtype=dtype)
     a = asarray(a) if dtype is None else asarray(a, dtype=dtype)
+    ind = asarray(indices)
+    if not shape_of(a):
+      raise ValueError(f"reduceat: a must have 1 or more dimension, got a.shape={shape_of(a)}")
+    if len(shape_of(ind)) != 1:
+      raise ValueError(f"reduceat: indices must be one-dimensional, got "
+                       f"indices.shape={shape_of(ind)}")
+    if axis is None or isinstance(axis, (tuple, list)):
+      raise ValueError("reduceat requires a single integer axis.")
     ax = canonicalize_axis(axis, len(shape_of(a)), "reduceat")
-    ind = np.asarray(check_concrete(indices, "reduceat", "indices")).astype(int).ravel()
-    n = shape_of(a)[ax]
     x = moveaxis(a, ax, 0)
-    parts = []
-    for k, lo in enumerate(ind):
-      hi = ind[k + 1] if k + 1 < len(ind) else n
-      parts.append(self.reduce(x[lo:hi], axis=0) if lo < hi else x[lo])
-    return moveaxis(lax.concatenate([expand_dims(p, 0) for p in parts], 0), 0, ax)
+    n = shape_of(x)[0]
+    # Segment k starts from x[ind[k]] and folds in x[j] for ind[k] < j < end[k] (end[k] is
+    # ind[k+1], or n for the last): one pass over j, updating every segment it falls in.
+    ind = ind.astype(dtypes.canonicalize_dtype(np.int64))
+    start = index_update(x)[ind].get(mode="fill")
+    if not shape_of(ind)[0]:
+      return moveaxis(start, 0, ax)
+    end = lax.concatenate([ind[1:], lax.full((1,), n, ind.dtype)], 0)
+    bshape = (shape_of(ind)[0],) + (1,) * (len(shape_of(x)) - 1)
+    lo, hi = reshape(ind, bshape), reshape(end, bshape)
+
+    def body(j, acc):
+      new = asarray(self._call(acc, expand_dims(lax.dynamic_index_in_dim(x, j, 0, False), 0)))
+      return _where((j > lo) & (j < hi), new.astype(acc.dtype), acc)
+    return moveaxis(lax.fori_loop(0, n, body, start), 0, ax)
 
 
 def frompyfunc(func: Callable[..., Any], /, nin: int, nout: int, *,
