@@ -85,3 +85,22 @@ def test_ufunc_properties_read_only_as_jax(make, attr):
       setattr(u, attr, None)
     assert getattr(u, attr) is before
   assert getattr(make(jnp), attr) == getattr(make(jax.numpy), attr) or attr == "_func"
+
+
+@pytest.mark.parametrize("signature", ["(),()->()", None])
+def test_vectorize_rank_promotion_as_jax(signature):
+  """`jnp.vectorize` checks the ranks of its arguments' loop dimensions under
+  `jax_numpy_rank_promotion` (JAX's lax_numpy_vectorize_test regression 22305)."""
+  args = (np.zeros((10, 10), np.float32), np.zeros(10, np.float32))
+  msg = "operands with shapes .* require rank promotion"
+  for mod, lib in ((jnp, sc), (jax.numpy, jax)):
+    f = mod.vectorize(mod.add, signature=signature)
+    with lib.numpy_rank_promotion("raise"):
+      with pytest.raises(ValueError, match=msg):
+        f(*args)
+      _same(f(args[0], np.float32(1)), jax.numpy.ones((10, 10)))   # a 0-d argument is fine
+    with lib.numpy_rank_promotion("warn"):
+      with pytest.warns(UserWarning, match=msg):
+        f(*args)
+  _same(jnp.vectorize(jnp.add, signature=signature)(*args),
+        jax.numpy.vectorize(jax.numpy.add, signature=signature)(*args))

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from typing import Any, Callable
 
 from stagecraft import dtypes, tree_util
+from stagecraft.config import config
 from stagecraft.interpreters import batching
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.numpy.manipulation import broadcast_shapes, expand_dims, squeeze
@@ -178,6 +180,7 @@ def vectorize(pyfunc: Callable, *, excluded=frozenset(), signature: str | None =
       _record_core_sizes(sizes, shape_of(a), core, context, is_input=True)
       loop_shapes.append(shape_of(a)[:len(shape_of(a)) - len(core)])
     loop_shape = broadcast_shapes(*loop_shapes)
+    _check_rank_promotion(args, in_cores, signature)
 
     if out_cores is not None:
       inner = fun
@@ -217,6 +220,22 @@ def vectorize(pyfunc: Callable, *, excluded=frozenset(), signature: str | None =
         expand_dims(out, dims))
 
   return wrapped
+
+
+def _check_rank_promotion(args, in_cores, signature) -> None:
+  """config numpy_rank_promotion 'raise'/'warn': the arguments of rank > 0 have loop
+  dimensions of different ranks (JAX's text)."""
+  mode = config.numpy_rank_promotion
+  ranks = {len(shape_of(a)) - len(c) for a, c in zip(args, in_cores) if shape_of(a)}
+  if mode == "allow" or len(ranks) < 2:
+    return
+  msg = (f"operands with shapes {[shape_of(a) for a in args]} require rank promotion for "
+         f"jnp.vectorize function with signature {signature}. Set the "
+         f"jax_numpy_rank_promotion config option to 'allow' to disable this message; for "
+         f"more information, see https://docs.jax.dev/en/latest/rank_promotion_warning.html.")
+  if mode == "raise":
+    raise ValueError(msg)
+  warnings.warn(msg, stacklevel=3)
 
 
 def apply_along_axis(func1d: Callable, axis: int, arr: Any, *args, **kwargs):
