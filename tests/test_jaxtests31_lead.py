@@ -104,3 +104,139 @@ def test_vectorize_rank_promotion_as_jax(signature):
         f(*args)
   _same(jnp.vectorize(jnp.add, signature=signature)(*args),
         jax.numpy.vectorize(jax.numpy.add, signature=signature)(*args))
+
+
+# ---------------------------------------------------------------------------
+# JAX's tests/tree_util_test.py: flatten_up_to's messages, tree_transpose, tree_broadcast's
+# error, register_dataclass's checks, FlattenedIndexKey's hash.
+
+import collections  # noqa: E402
+import dataclasses  # noqa: E402
+import functools  # noqa: E402
+import re  # noqa: E402
+
+import stagecraft.tree_util as stu  # noqa: E402
+
+_NT = collections.namedtuple("_NT", "a b")
+_NT2 = collections.namedtuple("_NT2", "a b")
+
+
+class _Custom:
+  def __init__(self, x, m=0):
+    self.x, self.m = x, m
+
+  def __repr__(self):
+    return f"_Custom({self.x!r}, {self.m!r})"
+
+
+for _tu in (stu, jax.tree_util):
+  _tu.register_pytree_node(_Custom, lambda c: (tuple(c.x), c.m),
+                           lambda m, ch: _Custom(list(ch), m))
+
+UP_TO = [([1, 2], [7]), ((1,), (7, 8)), ({"a": 1}, {"a": 7, "b": 8}), ({"a": 1}, {"b": 7}),
+         ([1], {"a": 7}), ((1,), [7]), ([[1]], [(7,)]), (({"a": 1},), ([7],)),
+         ([_NT(1, 2)], [(1, 2)]), ([_NT(1, 2)], [_NT2(1, 2)]), ((1, 2), _NT(7, 8)),
+         ([_Custom([1], 0)], [_Custom([1], 5)]), ([_Custom([1, 2])], [_Custom([1])]),
+         ([_Custom([1])], [3]), ({"a": (1,)}, {"a": {"a": 7}})]
+
+
+@pytest.mark.parametrize("tree, xs", UP_TO)
+def test_flatten_up_to_messages_as_jax(tree, xs):
+  with pytest.raises(ValueError) as want:
+    jax.tree_util.tree_structure(tree).flatten_up_to(xs)
+  with pytest.raises(ValueError, match=re.escape(str(want.value).split("\n")[0])):
+    stu.tree_structure(tree).flatten_up_to(xs)
+
+
+def test_flatten_up_to_none_as_jax():
+  for tu in (stu, jax.tree_util):
+    with pytest.raises(ValueError, match=re.escape("Expected None, got [2].")):
+      tu.tree_structure(None).flatten_up_to([2])
+    assert tu.tree_structure([1, (2, 3)]).flatten_up_to([[5], ({"a": 1}, None)]) == \
+        [[5], {"a": 1}, None]
+
+
+class _FlatCache:
+  """A custom node whose aux data is its content's structure (JAX's tree_util_test)."""
+
+  def __init__(self, structured, leaves=None, treedef=None):
+    if treedef is None:
+      leaves, treedef = self.tu.tree_flatten(structured)
+    self.data, self.treedef = leaves, treedef
+
+  def __eq__(self, other):
+    return self.tu.tree_unflatten(self.treedef, self.data) == \
+        other.tu.tree_unflatten(other.treedef, other.data)
+
+
+class _FlatCacheSC(_FlatCache):
+  tu = stu
+
+
+class _FlatCacheJAX(_FlatCache):
+  tu = jax.tree_util
+
+
+for _cls, _tu in ((_FlatCacheSC, stu), (_FlatCacheJAX, jax.tree_util)):
+  _tu.register_pytree_node(_cls, lambda c: (c.data, c.treedef),
+                           functools.partial(lambda cls, td, ls: cls(None, ls, td), _cls))
+
+
+
+
+def test_tree_transpose_custom_node_and_mismatch_as_jax():
+  for cls, tu in ((_FlatCacheSC, stu), (_FlatCacheJAX, jax.tree_util)):
+    outer = tu.tree_structure(cls({"a": 1, "b": 2}))
+    inner = tu.tree_structure([1, 2])
+    got = tu.tree_transpose(outer, inner, cls({"a": [3, 4], "b": [5, 6]}))
+    assert got == [cls({"a": 3, "b": 5}), cls({"a": 4, "b": 6})]
+    tree = {"a": [1, 2], "b": [3, 4]}
+    for o, i in (({"a": 1, "b": 2, "c": 3}, [1, 2]), ({"a": 1, "b": 2}, [1, 2, 3])):
+      with pytest.raises(TypeError, match="Mismatch"):
+        tu.tree_transpose(tu.tree_structure(o), tu.tree_structure(i), tree)
+    assert tu.tree_transpose(tu.tree_structure([0, 0]), None, [(1, {"x": 2}), (3, {"x": 4})]) \
+        == ([1, 3], {"x": [2, 4]})
+
+
+@pytest.mark.parametrize("prefix, full", [((1, 2, 3), (0, {"a": 0, "b": 0})),
+                                          ((1, {"a": 0}), (0, {"a": 0, "b": 0}))])
+def test_tree_broadcast_error_as_jax(prefix, full):
+  with pytest.raises(ValueError) as want:
+    jax.tree_util.tree_broadcast(prefix, full)
+  with pytest.raises(ValueError) as got:
+    stu.tree_broadcast(prefix, full)
+  assert str(got.value) == str(want.value)
+  assert str(got.value).startswith("pytree structure error")
+
+
+def test_register_dataclass_checks_as_jax():
+  class Foo:
+    x: int
+
+  @dataclasses.dataclass
+  class Bar:
+    x: int
+    y: float
+    z: float = dataclasses.field(init=False)
+
+  cases = [((Foo,), {}, TypeError, "data_fields and meta_fields are required when nodetype "
+            "is not a dataclass. Got nodetype=<class '.*Foo'>"),
+           ((Foo,), {"data_fields": ["x"]}, TypeError, r"must both be specified when either "
+            r"is specified. Got data_fields=\['x'\] meta_fields=None."),
+           ((Bar,), {"data_fields": ["x"], "meta_fields": []}, ValueError,
+            "must include all dataclass fields.*Missing fields: {'y'}"),
+           ((Bar,), {"data_fields": ["x"], "meta_fields": ["y", "w"]}, ValueError,
+            "Unexpected fields: {'w'}"),
+           ((Bar,), {"data_fields": ["x", "y"], "meta_fields": ["x"]}, ValueError,
+            "must not overlap.*Overlapping fields: {'x'}")]
+  for args, kw, exc, msg in cases:
+    for tu in (stu, jax.tree_util):
+      with pytest.raises(exc, match=msg):
+        tu.register_dataclass(*args, **kw)
+
+
+def test_flattened_index_key_hash_differs_from_sequence_key_as_jax():
+  for tu in (stu, jax.tree_util):
+    k = tu.FlattenedIndexKey(1)
+    assert k == tu.FlattenedIndexKey(1) and hash(k) == hash(tu.FlattenedIndexKey(1))
+    assert hash(k) != hash(tu.SequenceKey(1))

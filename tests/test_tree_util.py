@@ -453,7 +453,7 @@ def test_register_dataclass_inferred_fields_and_errors():
     a: int
     b: int
 
-  with pytest.raises(ValueError, match="missing"):
+  with pytest.raises(ValueError, match="Missing fields"):
     tu.register_dataclass(Bad, data_fields=["a"], meta_fields=[])
   with pytest.raises(TypeError, match="not a dataclass"):
     tu.register_dataclass(Pair)

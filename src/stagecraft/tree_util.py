@@ -153,9 +153,19 @@ class PyTreeDef:
     return tree_unflatten(self.spec, leaves)
 
   def flatten_up_to(self, xs: Any) -> list:
-    """The subtrees of `xs` at this structure's leaves (this structure must be a prefix of
-    `xs`'s; ValueError otherwise)."""
-    return self.spec.flatten_up_to(xs)
+    """The subtrees of `xs` at this structure's leaves.
+
+    Raises:
+      ValueError: this structure is not a prefix of `xs`'s, with JAX's message for the
+        first node (depth first) that differs ("List arity mismatch: 1 != 2; list: [7].",
+        "Expected tuple, got [7].", "Dict key mismatch; ...", "Custom node type
+        mismatch: ...").
+    """
+    try:
+      return self.spec.flatten_up_to(xs)
+    except ValueError:
+      _up_to_error(self.spec, xs)
+      raise
 
   def children(self) -> list["PyTreeDef"]:
     """The structures of the root node's children."""
@@ -427,6 +437,9 @@ class FlattenedIndexKey:
 
   def __str__(self):
     return f"[<flat index {self.key}>]"
+
+  def __hash__(self):   # NB: differs from SequenceKey(i)'s, as JAX's
+    return hash((FlattenedIndexKey, self.key))
 
 
 KeyEntry = Any      # one of the key classes above, or any key a registration returns
@@ -764,6 +777,10 @@ def tree_broadcast(prefix_tree: Any, full_tree: Any,
   try:
     subtrees = p_def.flatten_up_to(full_tree)
   except ValueError as e:
+    # NB: JAX's words: the first of `prefix_errors` (a "pytree structure error" at a key path)
+    errors = prefix_errors(prefix_tree, full_tree, is_leaf)
+    if errors:
+      raise errors[0]("broadcast_prefix prefix_tree") from None
     raise ValueError(f"tree_broadcast: prefix_tree of structure {p_def} is not a tree prefix "
                      f"of full_tree of structure {tree_structure(full_tree)}: {e}") from None
   out = []
@@ -800,6 +817,62 @@ def _one_level(tree: Any):
       meta = (meta[0], tuple(meta[1]))
   pairs, _ = tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
   return children, meta, [p[0] for p, _ in pairs]
+
+
+_SEQ_KINDS = {optree.PyTreeKind.TUPLE: (tuple, "Tuple", "tuple"),
+              optree.PyTreeKind.LIST: (list, "List", "list")}
+
+
+def _up_to_error(spec, x) -> None:
+  """Raises JAX's ValueError for the first node of `spec` (depth first) that `x` does not
+  match; returns if none differs (optree's error then stands)."""
+  if spec.is_leaf():
+    return
+  kind, n = spec.kind, spec.num_children
+  if kind == optree.PyTreeKind.NONE:
+    if x is not None:
+      raise ValueError(f"Expected None, got {x!r}.") from None
+    return
+  if kind in _SEQ_KINDS:
+    typ, title, word = _SEQ_KINDS[kind]
+    if type(x) is not typ:
+      raise ValueError(f"Expected {word}, got {x!r}.") from None
+    if len(x) != n:
+      raise ValueError(f"{title} arity mismatch: {len(x)} != {n}; {word}: {x!r}.") from None
+    children = list(x)
+  elif kind == optree.PyTreeKind.DICT:
+    if type(x) is not dict:
+      raise ValueError(f"Expected dict, got {x!r}.") from None
+    want, got = sorted(spec.entries()), sorted(x)
+    if want != got:
+      raise ValueError(f"Dict key mismatch; expected keys: {want!r}; present keys: "
+                       f"{got!r}.") from None
+    children = [x[k] for k in want]
+  elif kind == optree.PyTreeKind.NAMEDTUPLE:
+    if not (isinstance(x, tuple) and hasattr(type(x), "_fields")):
+      raise ValueError(f"Expected named tuple, got {x!r}.") from None
+    if type(x) is not spec.type:
+      raise ValueError(f"Named tuple type mismatch: expected type: {spec.type!r}, tuple: "
+                       f"{x!r}.") from None
+    if len(x) != n:
+      raise ValueError(f"Named tuple arity mismatch: {len(x)} != {n}; tuple: {x!r}.") from None
+    children = list(x)
+  else:
+    if type(x) is not spec.type:
+      raise ValueError(f"Custom node type mismatch: expected type: {spec.type!r}, value: "
+                       f"{x!r}.") from None
+    want = PyTreeDef(spec).node_data()[1]
+    got = PyTreeDef(tree_structure(x).spec).node_data()[1]
+    if kind == optree.PyTreeKind.DICT or kind == optree.PyTreeKind.ORDEREDDICT:
+      want, got = tuple(want), tuple(got)
+    if want != got:
+      raise ValueError(f"Mismatch custom node data: {want!r} != {got!r}; value: {x!r}.") from None
+    children = flatten_one_level(x)[0]
+    if len(children) != n:
+      raise ValueError(f"Custom type arity mismatch: {len(children)} != {n}; value: "
+                       f"{x!r}.") from None
+  for child_spec, child in zip(spec.children(), children):
+    _up_to_error(child_spec, child)
 
 
 def flatten_one_level(tree: Any) -> tuple[list, Hashable]:
@@ -1013,18 +1086,26 @@ def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
     outer_treedef: structure of the outer tree.
     inner_treedef: structure of each inner tree (None: that of the first one).
     pytree_to_transpose: a tree of structure `outer_treedef` with `inner_treedef` subtrees.
+
+  Raises:
+    TypeError: the tree's leaf count is not the product of the two structures' ("Mismatch
+      ...", as JAX's; as JAX, only the counts are compared: the leaves are read in order,
+      so a custom node whose aux data holds its children's structure transposes).
   """
   outer_treedef = spec_of(outer_treedef)
-  inner_treedef = None if inner_treedef is None else spec_of(inner_treedef)
-  inner_trees = outer_treedef.flatten_up_to(pytree_to_transpose)
   if inner_treedef is None:
+    inner_trees = outer_treedef.flatten_up_to(pytree_to_transpose)
     if not inner_trees:
       raise ValueError("tree_transpose: inner_treedef=None needs an outer tree with leaves.")
     inner_treedef = tree_structure(inner_trees[0]).spec
-  inner_leaves = [inner_treedef.flatten_up_to(t) for t in inner_trees]
+  inner_treedef = spec_of(inner_treedef)
+  leaves, treedef = tree_flatten(pytree_to_transpose)
+  n_in, n_out = inner_treedef.num_leaves, outer_treedef.num_leaves
+  if len(leaves) != n_in * n_out:
+    expected = PyTreeDef(outer_treedef.compose(inner_treedef))
+    raise TypeError(f"Mismatch\n{treedef}\n != \n{expected}")
   outer, inner = canonical_treedef(outer_treedef), canonical_treedef(inner_treedef)
-  columns = [outer.unflatten([ls[i] for ls in inner_leaves])
-             for i in range(inner_treedef.num_leaves)]
+  columns = [outer.unflatten(leaves[i::n_in]) for i in range(n_in)]
   return inner.unflatten(columns)
 
 
@@ -1283,25 +1364,35 @@ def register_dataclass(nodetype: type[T], data_fields: Sequence[str] | None = No
 
   Raises:
     TypeError: if only one field list is given, or fields are inferred from a non-dataclass.
-    ValueError: if the fields do not cover the dataclass's init fields exactly.
+    ValueError: if the fields do not cover the dataclass's init fields exactly, or overlap.
   """
-  if data_fields is None and meta_fields is None:
+  if (data_fields is None) != (meta_fields is None):
+    raise TypeError(f"register_dataclass: data_fields and meta_fields must both be specified "
+                    f"when either is specified. Got data_fields={data_fields!r} "
+                    f"meta_fields={meta_fields!r}.")
+  if data_fields is None:
     if not dataclasses.is_dataclass(nodetype):
-      raise TypeError(f"register_dataclass: {nodetype!r} is not a dataclass; pass data_fields "
-                      f"and meta_fields explicitly.")
+      raise TypeError(f"register_dataclass: data_fields and meta_fields are required when "
+                      f"nodetype is not a dataclass. Got nodetype={nodetype!r}.")
     fields = [f for f in dataclasses.fields(nodetype) if f.init and f.name not in drop_fields]
     meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
     data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
-  elif data_fields is None or meta_fields is None:
-    raise TypeError("register_dataclass: pass both data_fields and meta_fields, or neither.")
   data_fields, meta_fields = tuple(data_fields), tuple(meta_fields)
   if dataclasses.is_dataclass(nodetype):
     init = {f.name for f in dataclasses.fields(nodetype) if f.init} - set(drop_fields)
     given = set(data_fields) | set(meta_fields)
     if given != init:
-      raise ValueError(
-          f"register_dataclass: data_fields and meta_fields of {nodetype!r} must cover its init "
-          f"fields exactly; missing {sorted(init - given)}, unexpected {sorted(given - init)}.")
+      msg = ("data_fields and meta_fields must include all dataclass fields with "
+             "``init=True`` and only them.")
+      if init - given:
+        msg += (f" Missing fields: {init - given}. Add them to drop_fields to suppress this "
+                f"error.")
+      if given - init:
+        msg += f" Unexpected fields: {given - init}."
+      raise ValueError(msg)
+  if overlap := set(data_fields) & set(meta_fields):
+    raise ValueError(f"data_fields and meta_fields must not overlap. Overlapping fields: "
+                     f"{overlap}.")
   keys = [GetAttrKey(n) for n in data_fields]
 
   def flatten(x):
