@@ -240,3 +240,20 @@ def test_flattened_index_key_hash_differs_from_sequence_key_as_jax():
     k = tu.FlattenedIndexKey(1)
     assert k == tu.FlattenedIndexKey(1) and hash(k) == hash(tu.FlattenedIndexKey(1))
     assert hash(k) != hash(tu.SequenceKey(1))
+
+
+@pytest.mark.parametrize("x_dtype", [np.int8, np.int32])
+def test_multinomial_logpmf_under_strict_promotion_as_jax(x_dtype):
+  """JAX's scipy_stats_test runs under jax_numpy_dtype_promotion='strict'."""
+  import scipy.stats
+  import stagecraft.scipy.stats as sstats
+  x = np.array([[1, 2, 3], [0, 4, 2]], x_dtype)
+  n = np.array([6, 5], x_dtype)
+  p = np.array([0.2, 0.3, 0.5], np.float32)
+  with jax.numpy_dtype_promotion("strict"):
+    want = jax.scipy.stats.multinomial.logpmf(x[0], n[0], p)
+  with sc.numpy_dtype_promotion("strict"):
+    got = sstats.multinomial.logpmf(x, n, p)
+  _same(got[0], want)
+  assert np.isneginf(got[1])   # the counts do not sum to n
+  np.testing.assert_allclose(got[0], scipy.stats.multinomial.logpmf(x[0], 6, p), rtol=1e-5)

@@ -40,11 +40,11 @@ def logpmf(x: ArrayLike, n: ArrayLike, p: ArrayLike) -> Any:
   x, n = promote_args_numeric("multinomial.logpmf", x, n)
   if not dtypes.issubdtype(x.dtype, np.integer):
     raise ValueError(f"x and n must be of integer type; got x.dtype={x.dtype}, n.dtype={n.dtype}")
-  total = jnp.sum(x, axis=-1)
+  complete = jnp.sum(x, axis=-1, dtype=x.dtype) == n   # NB: in x's dtype (strict promotion)
   x = x.astype(p.dtype)
   n = n.astype(p.dtype)
   lp = special.gammaln(n + 1) + jnp.sum(special.xlogy(x, p) - special.gammaln(x + 1), axis=-1)
-  return jnp.where(total == n, lp, -np.inf)
+  return jnp.where(complete, lp, -np.inf)
 
 
 def pmf(x: ArrayLike, n: ArrayLike, p: ArrayLike) -> Any:
