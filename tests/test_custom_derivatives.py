@@ -200,8 +200,8 @@ def test_error_mismatched_tangent_type():
   def f(x):
     return jnp.sin(x)
   f.defjvp(lambda p, t: (f(*p), jnp.ones(2)))
-  with pytest.raises(TypeError, match=r"Expected f32\[\] \(tangent type of f32\[\]\) but got "
-                                      r"f32\[2\]"):
+  with pytest.raises(TypeError, match=r"Expected float32\[\] \(tangent type of float32\[\]\) but got "
+                                      r"float32\[2\]"):
     sc.grad(f)(1.)
 
 
@@ -396,8 +396,8 @@ def test_error_bwd_structure_and_types():
     return x * 2
   h.defvjp(lambda x: (h(x), None), lambda res, g: (jnp.ones(3),))
   with pytest.raises(ValueError, match=r"at output\[0\] the bwd rule produced an output of "
-                                       r"type f32\[3\] corresponding to an input of type "
-                                       r"f32\[\]"):
+                                       r"type float32\[3\] corresponding to an input of type "
+                                       r"float32\[\]"):
     sc.grad(h)(1.)
 
 

@@ -257,3 +257,136 @@ def test_multinomial_logpmf_under_strict_promotion_as_jax(x_dtype):
   _same(got[0], want)
   assert np.isneginf(got[1])   # the counts do not sum to n
   np.testing.assert_allclose(got[0], scipy.stats.multinomial.logpmf(x[0], 6, p), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# JAX's tests/custom_api_test.py and batching_test.py: messages, keyword resolution,
+# closure_convert's structure check, jax_disable_bwd_checks, lax.map(batch_size=0).
+
+import functools as _ft  # noqa: E402
+
+
+def _both(make):
+  return [(make(sc, jnp), "sc"), (make(jax, jax.numpy), "jax")]
+
+
+def test_custom_rules_resolve_keywords_as_jax():
+  for lib, np_ in ((sc, jnp), (jax, jax.numpy)):
+    @lib.custom_jvp
+    def f(x, y, *, z=None):
+      return np_.sin(x) + y
+
+    f.defjvp(lambda p, t: (f(*p), t[0]))
+    with pytest.raises(TypeError, match=r"custom_jvp-decorated function f(.*)\nThe following "
+                       r"keyword arguments could not be resolved to positions: z"):
+      f(0.5, 0.1, z=1.0)
+    with pytest.raises(TypeError, match="missing a required argument: 'y'"):
+      f(0.5)
+    np.testing.assert_allclose(lib.grad(f)(0.5, 0.1), 1.0)   # z left at its default
+    fun = _ft.partial(lambda x, y, a: x + y * a, a=0.1)      # a partial's signature is opaque
+    g = lib.custom_jvp(fun)
+    g.defjvp(lambda p, t: lib.jvp(fun, p, t))
+    assert lib.grad(lambda a: g(*a))((1.0, 2.0)) == (1.0, 0.1)
+
+
+def test_custom_rule_type_messages_as_jax():
+  """The rules' outputs checked against the primal's (traced inside a scan), in JAX's words
+  (long dtype names)."""
+  msgs = []
+  for lib, np_ in ((sc, jnp), (jax, jax.numpy)):
+    def scan_apply(f, x):
+      return lib.lax.scan(lambda c, _: (f(c), None), x, None, length=1)[0]
+
+    @lib.custom_jvp
+    def f(x):
+      return x
+
+    f.defjvp(lambda p, t: ((p[0], p[0]), (t[0], t[0])))
+
+    @lib.custom_jvp
+    def h(x):
+      return np_.sin(x)
+
+    h.defjvp(lambda p, t: (h(p[0]), np_.ones(1)))
+
+    @lib.custom_vjp
+    def v(x):
+      return x
+
+    def v_fwd2(x):
+      return np_.zeros((3, *x.shape), x.dtype), None
+
+    v.defvjp(v_fwd2, lambda r, g: (g,))
+    got = []
+    x = np.float32(1.)
+    for fn in (lambda: lib.jvp(lambda x: scan_apply(f, x), (x,), (x,)),
+               lambda: lib.jvp(h, (x,), (x,)),
+               lambda: lib.grad(lambda x: scan_apply(v, x))(x)):
+      with pytest.raises(TypeError) as e:
+        fn()
+      got.append(str(e.value).split("\nThe operation")[0])
+    msgs.append(got)
+  assert msgs[0] == msgs[1]
+  assert "float32[]" in msgs[0][0] and "tangent type of float32[]" in msgs[0][1]
+  assert "shapes/dtypes of:\n    float32[3]" in msgs[0][2]
+
+
+def test_closure_convert_structure_check_as_jax():
+  for lib in (sc, jax):
+    _, vjp = lib.vjp(lambda x, z: z * x, 2.0, 3.0)
+    pure, aux = lib.closure_convert(vjp, 2.0)
+    assert pure(2.0, *aux) == vjp(2.0)
+    with pytest.raises(TypeError, match="The inputs to the closure produced by "
+                       "closure_convert must have the same Pytree structure"):
+      pure(2.0, [1.0])
+
+
+def test_disable_bwd_checks_as_jax():
+  got = []
+  for lib, np_ in ((sc, jnp), (jax, jax.numpy)):
+    @lib.custom_vjp
+    def foo(x, y):
+      return x
+
+    foo.defvjp(lambda x, y: (x, None), lambda _, g: (np_.zeros(3), np_.zeros(3)))
+    f = lambda x, y: foo(x, y).sum()
+    with pytest.raises(ValueError, match="Custom VJP bwd rule must produce an output with the "
+                       r"same type .* type float32\[3\] corresponding to an input of type "
+                       r"float32\[4\]"):
+      lib.grad(f, 1)(np_.ones(3), np_.ones(4))
+    with lib.disable_bwd_checks(True) if hasattr(lib, "disable_bwd_checks") else \
+        _config_ctx(lib, "jax_disable_bwd_checks", True):
+      got.append(np.asarray(lib.grad(f, 1)(np_.ones(3), np_.ones(4))))
+  np.testing.assert_array_equal(got[0], got[1])
+
+
+import contextlib  # noqa: E402
+
+
+@contextlib.contextmanager
+def _config_ctx(lib, name, value):
+  old = getattr(lib.config, name)
+  lib.config.update(name, value)
+  try:
+    yield
+  finally:
+    lib.config.update(name, old)
+
+
+def test_lax_map_batch_size_zero_is_one_vmap_as_jax():
+  xs = np.arange(12.).reshape(6, 2)
+  f = lambda x: (x ** 2).sum()
+  want = jax.lax.map(f, xs, batch_size=0)
+  _same(sc.lax.map(f, xs, batch_size=0), want)
+  assert "scan" not in str(sc.make_jaxpr(lambda x: sc.lax.map(f, x, batch_size=0))(xs))
+  with pytest.raises(ValueError, match="batch_size"):
+    sc.lax.map(f, xs, batch_size=-1)
+
+
+def test_vmap_out_axes_out_of_bounds_message_as_jax():
+  x = np.ones((3, 4, 5))
+  for lib in (sc, jax):
+    with pytest.raises(ValueError, match="axis -4 is out of bounds for array of dimension 3"):
+      lib.vmap(lambda y: y, in_axes=0, out_axes=-4)(x)
+    with pytest.raises(ValueError, match="axis -2 is out of bounds"):
+      lib.vmap(lambda *xs: xs, in_axes=(0, None), out_axes=(0, -2))(np.arange(5), 7)

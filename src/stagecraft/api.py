@@ -1297,8 +1297,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
         continue
       nd = len(core.get_aval(o).shape) + (d is None)
       if not -nd <= ax < nd:
-        raise ValueError(f"vmap out_axes specification {ax} is out of range for an output "
-                         f"of rank {nd} (including the mapped axis).")
+        raise ValueError(f"axis {ax} is out of bounds for array of dimension {nd}")   # JAX's
       results.append(batching.matchaxis(o, d, ax % nd, size))
     result = tree_util.tree_unflatten(out_tree, results)
     if check_keys:

@@ -231,7 +231,7 @@ _UNPREFIXED = {"check_vma", "eager_constant_folding", "jax2tf_associative_scan_r
 #: value other than its default warns once. Other entries: values that need no work here.
 HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "enable_x64": None, "disable_jit": None, "debug_nans": None, "debug_infs": None,
-    "check_static_indices": None,
+    "check_static_indices": None, "disable_bwd_checks": None,
     "traceback_filtering": None, "compilation_cache_dir": None,
     "compilation_cache_max_size": None, "persistent_cache_min_compile_time_secs": None,
     "persistent_cache_min_entry_size_bytes": None, "log_compiles": None, "explain_cache_misses": None,

@@ -28,6 +28,7 @@ import optree
 
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, key_reuse, tree_util
+from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft.errors import UnexpectedTracerError
 from stagecraft.tree_util import treedef_str
@@ -61,7 +62,7 @@ def _fun_name(f: Callable) -> str:
 
 
 def _tree_str(treedef, avals: Sequence[ShapedArray]) -> str:
-  return str(_unflatten(treedef, [a.str_short() for a in avals])).replace("'", "")
+  return str(_unflatten(treedef, [a.str_short(False) for a in avals])).replace("'", "")
 
 
 class SymbolicZero:
@@ -148,6 +149,10 @@ def _resolve_args(fun: Callable, args: tuple, kwargs: dict, kind: str) -> tuple:
   """Binds keyword arguments to positions and fills in the defaults of parameters not
   passed, as JAX does (custom rules take every argument positionally: `f(x, y=2)` called
   as `f(1)` gives the rules `(1, 2)`; a defaulted parameter can be in `nondiff_argnums`)."""
+  if isinstance(fun, functools.partial):   # NB: as JAX's, a partial's signature is opaque
+    if kwargs:
+      _unresolved(fun, kind, list(kwargs))
+    return args
   if not kwargs and _signature_with_defaults(fun) is None:
     return args
   try:
@@ -158,11 +163,18 @@ def _resolve_args(fun: Callable, args: tuple, kwargs: dict, kind: str) -> tuple:
     raise TypeError(f"The input arguments to the {kind}-decorated function {_fun_name(fun)} "
                     f"could not be resolved to positional-only arguments. Binding failed "
                     f"with the error:\n{e}") from e
-  if ba.kwargs:
-    raise TypeError(f"The input arguments to the {kind}-decorated function "
-                    f"{_fun_name(fun)} could not be resolved to positional-only arguments: "
-                    f"keyword-only arguments {sorted(ba.kwargs)} are not supported.")
+  # Keyword-only parameters left at their defaults are dropped (the function then uses
+  # its defaults), as JAX's; passed ones cannot be given to the rules positionally.
+  if passed := [k for k in ba.kwargs if k in kwargs]:
+    _unresolved(fun, kind, passed)
   return tuple(ba.args)
+
+
+def _unresolved(fun, kind: str, names: list):
+  raise TypeError(f"The input arguments to the {kind}-decorated function {_fun_name(fun)} "
+                  f"could not be resolved to positional-only arguments. Binding failed with "
+                  f"the error:\nThe following keyword arguments could not be resolved to "
+                  f"positions: {', '.join(names)}")
 
 
 def _check_nondiff_argnums(nondiff_argnums, nargs: int, name: str, kind: str):
@@ -224,18 +236,31 @@ class _TracedPrimal:
 def _check_primal_out(rule: str, kind: str, name: str, second: str, p_tree, p_avals,
                       out_tree, out_avals) -> None:
   """Raises JAX's TypeError when a rule's primal output differs from the primal function's
-  in tree structure or in leaf shapes/dtypes."""
+  in tree structure or in leaf shapes/dtypes (JAX's texts: a JVP rule's and a VJP fwd
+  rule's differ)."""
+  jvp = kind == "custom_jvp"
   head = (f"{rule} must produce a pair (list or tuple of length two) where the first element "
-          f"represents the primal output (equal to the output of the {kind}-decorated "
-          f"function {name}){second}, but instead the rule output's first element had")
+          f"represents the primal output ")
+  if jvp:
+    head += f"(equal in value to the output of the {kind}-decorated function {name}, and in "
+  else:
+    head += (f"(equal to the output of the {kind}-decorated function {name}){second} (i.e. "
+             f"values stored from the forward pass for use on the backward pass), but instead "
+             f"the fwd rule output's first element had")
   if p_tree != out_tree:
+    if jvp:
+      head += ("particular of the same container/pytree structure), but instead the JVP rule "
+               "output's first element had")
     raise TypeError(f"{head} container/pytree structure:\n    {_tree_str(p_tree, p_avals)}\n"
                     f"while the {kind}-decorated function {name} had output container/pytree "
                     f"structure:\n    {_tree_str(out_tree, out_avals)}.")
   if any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(p_avals, out_avals)):
+    if jvp:
+      head += ("particular with leaves of the same shape/dtype), but instead the JVP rule "
+               "output's first element had")
     raise TypeError(f"{head} shapes/dtypes of:\n    {_tree_str(p_tree, p_avals)}\nwhile the "
                     f"{kind}-decorated function {name} had output shapes/dtypes of:\n"
-                    f"    {_tree_str(out_tree, out_avals)}")
+                    f"    {_tree_str(out_tree, out_avals)}{'.' if jvp else ''}")
 
 
 def _stop_gradient_tree(x):
@@ -542,10 +567,11 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
       if len(p_avals) == 1:
         p_aval, want, got = bad[0]
         raise TypeError(f"Custom JVP rule must produce primal and tangent outputs with "
-                        f"corresponding shapes and dtypes. Expected {want.str_short()} "
-                        f"(tangent type of {p_aval.str_short()}) but got {got.str_short()}.")
-      lines = "\n".join(f"  primal {p.str_short()} with tangent {g.str_short()}, expecting "
-                        f"tangent {w.str_short()}" for p, w, g in bad)
+                        f"corresponding shapes and dtypes. Expected {want.str_short(False)} "
+                        f"(tangent type of {p_aval.str_short(False)}) but got "
+                        f"{got.str_short(False)}.")
+      lines = "\n".join(f"  primal {p.str_short(False)} with tangent {g.str_short(False)}, "
+                        f"expecting tangent {w}" for p, w, g in bad)
       raise TypeError(f"Custom JVP rule must produce primal and tangent outputs with "
                       f"corresponding shapes and dtypes, but got:\n{lines}")
     return list(p_leaves), tangents_out
@@ -1026,17 +1052,18 @@ def _call_bwd(cv: custom_vjp, static_args, res_tree, res_leaves, out_tree, cts, 
         raise ValueError(f"Custom VJP bwd rule produced a SymbolicZero with a shape/dtype "
                          f"that does not match the corresponding input tangent shape/dtype: "
                          f"at output{path} the SymbolicZero had shape/dtype "
-                         f"{ct.aval.str_short()} while the corresponding input had "
-                         f"shape/dtype {aval.str_short()}. Consider just returning a None "
+                         f"{ct.aval.str_short(False)} while the corresponding input had "
+                         f"shape/dtype {aval.str_short(False)}. Consider just returning a None "
                          f"here instead of a SymbolicZero object.")
       out.append(ad.Zero(want))
       continue
     got = core.get_aval(ct)
-    if got.shape != want.shape or got.dtype != want.dtype:
+    if (got.shape != want.shape or got.dtype != want.dtype) and not (
+        config.disable_bwd_checks):   # jax_disable_bwd_checks: passed on as JAX's
       raise ValueError(f"Custom VJP bwd rule must produce an output with the same type as "
                        f"the args tuple of the primal function, but at output{path} the bwd "
-                       f"rule produced an output of type {got.str_short()} corresponding to "
-                       f"an input of type {aval.str_short()}.")
+                       f"rule produced an output of type {got.str_short(False)} corresponding to "
+                       f"an input of type {aval.str_short(False)}.")
     out.append(ct)
   return out
 
@@ -1232,18 +1259,16 @@ def closure_convert(fun: Callable, *example_args) -> tuple[Callable, list[Any]]:
   hoist = [isinstance(c, core.Tracer) and dtypes.is_inexact(core.get_aval(c).dtype)
            for c in consts]
   hoisted = [c for c, h in zip(consts, hoist) if h]
-  n_args = len(leaves)
 
   def converted(*args):
-    if len(args) != len(example_args) + len(hoisted):
-      raise TypeError(f"closure_convert: the converted function takes "
-                      f"{len(example_args)} arguments and {len(hoisted)} hoisted values, "
-                      f"got {len(args)} arguments.")
-    xs, _ = _flatten(tuple(args[:len(example_args)]))
-    if len(xs) != n_args:
-      raise TypeError(f"closure_convert: the arguments have {len(xs)} leaves; "
-                      f"{fun_name} was traced with {n_args}.")
-    it = iter(args[len(example_args):])
+    num_args = len(args) - len(hoisted)   # the trailing ones are the hoisted values
+    xs, tree = _flatten(tuple(args[:max(num_args, 0)]))
+    if tree != in_tree or num_args < 0:
+      raise TypeError(f"The inputs to the closure produced by closure_convert must have the "
+                      f"same Pytree structure as the example arguments passed when "
+                      f"closure_convert was called. Expected {tree_util.PyTreeDef(in_tree)}, "
+                      f"but got {tree_util.PyTreeDef(tree)}")
+    it = iter(args[num_args:])
     vals = [next(it) if h else c for c, h in zip(consts, hoist)]
     return _unflatten(out_tree, core.eval_jaxpr(jaxpr, vals, *xs))
 

@@ -980,24 +980,25 @@ def map(f: Callable[[Any], Any], xs: Any, *, batch_size: int | None = None) -> A
     f: a function of one pytree slice `T[*s]` returning a pytree.
     xs: a pytree of arrays `T[n, *s]` sharing the leading dimension n.
     batch_size: if given, `f` is vmapped over chunks of this many slices (a scan over
-      `n // batch_size` chunks, the remainder vmapped once).
+      `n // batch_size` chunks, the remainder vmapped once); 0 vmaps `f` over all of `xs`.
 
   Returns:
     The pytree of results of `f`, each stacked to `U[n, *u]`.
 
   Raises:
-    ValueError: if the leaves of `xs` have different leading dimensions, or none.
+    ValueError: if the leaves of `xs` have different leading dimensions, or none; a
+      negative `batch_size`.
   """
   if batch_size is None:
     return scan(lambda _, x: ((), f(x)), (), xs)[1]
   batch_size = operator.index(batch_size)
-  if batch_size < 1:
-    raise ValueError(f"lax.map: batch_size must be >= 1, got {batch_size}.")
+  if batch_size < 0:
+    raise ValueError(f"lax.map: batch_size must be >= 0, got {batch_size}.")
   leaves, tree = common.flatten(xs)
   if not leaves or any(not core.get_aval(x).shape for x in leaves):
     raise ValueError("lax.map: every leaf of xs needs a leading axis to map over.")
   n = core.get_aval(leaves[0]).shape[0]
-  full, rem = divmod(n, batch_size)
+  full, rem = divmod(n, batch_size) if batch_size else (0, n)   # 0: one vmap of all, as JAX's
   vf = _vmap_leading(f)
   parts = []
   if full:
