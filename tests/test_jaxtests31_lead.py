@@ -390,3 +390,85 @@ def test_vmap_out_axes_out_of_bounds_message_as_jax():
       lib.vmap(lambda y: y, in_axes=0, out_axes=-4)(x)
     with pytest.raises(ValueError, match="axis -2 is out of bounds"):
       lib.vmap(lambda *xs: xs, in_axes=(0, None), out_axes=(0, -2))(np.arange(5), 7)
+
+
+def test_custom_rules_close_over_vmap_tracers_as_jax():
+  """JAX issues 3822 and 8783: a custom_jvp/custom_vjp rule closing over a value of the
+  vmap it runs in (the rule is run batched in that vmap)."""
+  def h(lib, np_, kind):
+    def outer(z):
+      def f(x):
+        if kind == "jvp":
+          @lib.custom_jvp
+          def g(y):
+            return x * y
+
+          @g.defjvp
+          def g_jvp(p, t):
+            return x * p[0], x * t[0]
+        else:
+          @lib.custom_vjp
+          def g(y):
+            return x * y
+
+          g.defvjp(lambda y: (x * y, y), lambda y, ct: (x * ct,))
+        return g(z)
+      return lib.vmap(f)(np_.arange(3., dtype="float32"))
+    return outer
+
+  want = jax.jvp(h(jax, jax.numpy, "jvp"), (np.float32(1.),), (np.float32(2.),))
+  got = sc.jvp(h(sc, jnp, "jvp"), (np.float32(1.),), (np.float32(2.),))
+  for g, w in zip(got, want):
+    _same(g, w)
+  _same(sc.grad(lambda z: h(sc, jnp, "jvp")(z).sum())(np.float32(1.)),
+        jax.grad(lambda z: h(jax, jax.numpy, "jvp")(z).sum())(np.float32(1.)))
+  # a bwd rule closing over a vmap tracer runs after that vmap ended: both raise
+  with pytest.raises(jax.errors.UnexpectedTracerError):
+    jax.jacrev(h(jax, jax.numpy, "vjp"))(np.float32(1.))
+  with pytest.raises(sc.errors.UnexpectedTracerError):
+    sc.jacrev(h(sc, jnp, "vjp"))(np.float32(1.))
+
+  def nondiff(lib, np_):
+    @_ft.partial(lib.custom_jvp, nondiff_argnums=(0,))
+    def f(x, y):
+      return x * y
+
+    f.defjvp(lambda x, p, t: (f(x, p[0]), 5 * t[0]))
+    return lib.jvp(lambda y: lib.vmap(f)(np_.array([2.]), y), (np_.array([3.]),),
+                   (np_.array([1.]),))
+  for g, w in zip(nondiff(sc, jnp), nondiff(jax, jax.numpy)):
+    _same(g, w)
+
+
+def test_scipy_special_under_rank_promotion_raise_and_disable_jit_as_jax():
+  """JAX's lax_scipy_test runs under jax_numpy_rank_promotion='raise'."""
+  import stagecraft.scipy.special as ssp
+  a = np.array([3.5, 4.0, 6.25], np.float32)
+  z = np.linspace(0.5, 4., 12, dtype=np.float32).reshape(2, 2, 3)
+  with jax.numpy_rank_promotion("raise"):
+    want = (jax.scipy.special.multigammaln(a, 3), jax.scipy.special.bessel_jn(z, v=3))
+  with sc.numpy_rank_promotion("raise"):
+    got = (ssp.multigammaln(a, 3), ssp.bessel_jn(z, v=3))
+  _same(got[0], want[0])
+  np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=2e-5, atol=1e-6)
+  assert got[1].shape == (4, 2, 2, 3)
+  with sc.debug_nans(True), sc.disable_jit():
+    assert ssp.logsumexp(1.0) == 1.0 and ssp.logsumexp(1.0, b=1.0) == 1.0
+
+
+def test_custom_jvp_with_collective_over_vmap_axis_in_staged_jaxpr_as_jax():
+  """JAX's test_initial_style_vmap_with_collective: a custom_jvp body with a psum over the
+  vmap's axis, staged with make_jaxpr inside the vmap and evaluated there."""
+  def run(lib):
+    @lib.custom_jvp
+    def f(x):
+      return lib.lax.psum(x, "foo")
+
+    f.defjvp(lambda xs, ts: (lib.lax.psum(xs[0], "foo"), ts[0]))
+
+    def g(x):
+      jaxpr = lib.make_jaxpr(f)(x)
+      return lib.core.eval_jaxpr(jaxpr.jaxpr, [], x)[0]
+    return lib.vmap(lambda _, x: g(x), axis_name="foo", in_axes=(0, None),
+                    out_axes=None)(np.arange(4.), 2.)
+  assert float(run(sc)) == float(run(jax)) == 8.0

@@ -697,18 +697,37 @@ def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp_jaxpr_fun, num_co
   return jvp(list(primals[num_consts:]), list(tangents[num_consts:]))
 
 
+def _names_axis(jaxpr: core.Jaxpr, name: Any) -> bool:
+  """Whether an equation of `jaxpr` (or of a body inside it) names the axis `name` in its
+  params (a collective over a vmap's axis): such a body is batched even when no input is,
+  as JAX batches a custom function's body whatever its inputs."""
+  if name is None:
+    return False
+  for eqn in jaxpr.eqns:
+    for v in eqn.params.values():
+      if v == name or (type(v) is tuple and name in v):
+        return True
+    if any(_names_axis(j, name) for j in core.subjaxprs(eqn)):
+      return True
+  return False
+
+
 def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp_jaxpr_fun, num_consts,
                            symbolic_zeros):
   jvp = jvp_jaxpr_fun
   n_out = len(call_jaxpr.out_avals)
-  if all(d is None for d in dims):
+  if all(d is None for d in dims) and not _names_axis(call_jaxpr.jaxpr, axis_data.name):
     return custom_jvp_call_p.bind(*args, call_jaxpr=call_jaxpr, jvp_jaxpr_fun=jvp,
                                   num_consts=num_consts, symbolic_zeros=symbolic_zeros
                                   ), [None] * n_out
   args, dims = _front(args, dims)
-  b_closed, b_consts, _ = batching.batch_jaxpr(call_jaxpr, axis_data, dims, [0] * n_out)
+  # NB: with no batched input (a collective over the axis inside), outputs keep the dims
+  # the body gives them (a psum of an unbatched value is unbatched), as JAX's
+  out_to = ([batching.not_mapped] * n_out if all(d is None for d in dims) else [0] * n_out)
+  b_closed, b_consts, out_dims = batching.batch_jaxpr(call_jaxpr, axis_data, dims, out_to)
   arg_dims = dims[num_consts:]
   arg_avals = call_jaxpr.in_avals[num_consts:]
+  tag = batching.rule_tag()   # the rule may close over this vmap's tracers
 
   def batched_jvp(primals, tangents):
     nz = [type(t) is not ad.Zero for t in tangents]
@@ -724,8 +743,10 @@ def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp_jaxpr_fun, 
 
     vals = [*primals, *[t for t, z in zip(tangents, nz) if z]]
     vdims = [*arg_dims, *[d for d, z in zip(arg_dims, nz) if z]]
-    outs, odims = batching.batch_flat(f, vals, vdims, axis_data)
-    outs = [batching.matchaxis(o, d, 0, axis_data.size) for o, d in zip(outs, odims)]
+    outs, odims = batching.batch_flat(f, vals, vdims, axis_data, tag)
+    targets = [*out_dims, *[t for t, z in zip(out_dims, zero_out) if not z]]
+    outs = [batching.matchaxis(o, d, t, axis_data.size)
+            for o, d, t in zip(outs, odims, targets)]
     p_out, rest = outs[:n_out], iter(outs[n_out:])
     t_out = [ad.Zero(ad.tangent_aval(core.get_aval(p))) if z else next(rest)
              for p, z in zip(p_out, zero_out)]
@@ -737,7 +758,7 @@ def _custom_jvp_call_batch(axis_data, args, dims, *, call_jaxpr, jvp_jaxpr_fun, 
                                 jvp_jaxpr_fun=batched_jvp,
                                 num_consts=len(b_consts) + num_consts,
                                 symbolic_zeros=symbolic_zeros)
-  return outs, [0] * n_out
+  return outs, list(out_dims)
 
 
 def _custom_jvp_call_transpose(cts, *args, call_jaxpr, jvp_jaxpr_fun, num_consts,
@@ -1115,6 +1136,7 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd_jaxpr_thunk
   b_closed, b_consts, _ = batching.batch_jaxpr(call_jaxpr, axis_data, dims, [0] * n_out)
   arg_dims = dims[num_consts:]
   size = axis_data.size
+  tag = batching.rule_tag()   # the rules may close over this vmap's tracers
 
   def batched_fwd(primals, nonzeros):
     store: dict = {}
@@ -1124,7 +1146,7 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd_jaxpr_thunk
       store["bwd"], store["n_res"] = bwd, len(res)
       return [*p_out, *res]
 
-    outs, odims = batching.batch_flat(f, list(primals), arg_dims, axis_data)
+    outs, odims = batching.batch_flat(f, list(primals), arg_dims, axis_data, tag)
     p_out = [batching.matchaxis(o, d, 0, size) for o, d in zip(outs[:n_out], odims[:n_out])]
     res, res_dims = outs[n_out:], odims[n_out:]
     bwd = store["bwd"]
@@ -1140,7 +1162,7 @@ def _custom_vjp_call_batch(axis_data, args, dims, *, call_jaxpr, fwd_jaxpr_thunk
 
       vals = [*res_vals, *[c for c, z in zip(cts, ct_nz) if z]]
       vdims = [*res_dims, *[0 for z in ct_nz if z]]
-      outs, odims = batching.batch_flat(g, vals, vdims, axis_data)
+      outs, odims = batching.batch_flat(g, vals, vdims, axis_data, tag)
       result = []
       for o, d, ad_ in zip(outs, odims, arg_dims):
         if core.get_aval(o).dtype == dtypes.float0:   # an integer input's: no values

@@ -188,16 +188,24 @@ class BatchTracer(Tracer):
 
 
 class BatchTrace(Trace):
-  """Runs each primitive's batching rule; the rule's own binds go to `parent`."""
-  __slots__ = ("parent", "axis_data")
+  """Runs each primitive's batching rule; the rule's own binds go to `parent`.
 
-  def __init__(self, parent: Trace, axis_data: AxisData):
+  `tag` names the vmap a trace belongs to (JAX's trace tag): a trace that a rule opens to
+  run a user's function batched (a custom_jvp's JVP rule, a custom_vjp's fwd and bwd) shares
+  its vmap's tag, so the values that function closes over, tracers of that vmap, are batched
+  values there too."""
+  __slots__ = ("parent", "axis_data", "tag")
+
+  def __init__(self, parent: Trace, axis_data: AxisData, tag: Any = None):
     super().__init__()
     self.parent = parent
     self.axis_data = axis_data
+    self.tag = object() if tag is None else tag
 
   def to_batch_info(self, x: Any):
-    if type(x) is BatchTracer and x._trace is self:
+    if type(x) is BatchTracer and (x._trace is self or x._trace.tag is self.tag):
+      if x._trace is not self and not x._trace._valid:
+        raise core.escaped_tracer_error(x)
       return x.val, x.batch_dim
     if isinstance(x, Tracer) and not x._trace._valid:
       raise core.escaped_tracer_error(x)
@@ -212,7 +220,11 @@ class BatchTrace(Trace):
     axis_rule = fancy_primitive_batchers.get(prim)
     with core.set_current_trace(self.parent):
       if axis_rule is not None:
-        out, out_dim = axis_rule(self.axis_data, vals, dims, **params)
+        _rule_tags.append(self.tag)
+        try:
+          out, out_dim = axis_rule(self.axis_data, vals, dims, **params)
+        finally:
+          _rule_tags.pop()
       elif all(d is not_mapped for d in dims):
         return prim.bind(*vals, **params)
       else:
@@ -395,13 +407,24 @@ def align_elementwise(args: Sequence[Any], dims: Sequence[int | None],
 # Batching functions and jaxprs
 
 
+_rule_tags: list = []   # the tags of the BatchTraces whose fancy rules are running
+
+
+def rule_tag() -> Any:
+  """The tag of the vmap whose batching rule is running (for `batch_flat(tag=)`), or None
+  outside a fancy rule."""
+  return _rule_tags[-1] if _rule_tags else None
+
+
 def batch_flat(fun: Callable[..., Sequence[Any]], args: Sequence[Any],
-               in_dims: Sequence[int | None], axis_data: AxisData
+               in_dims: Sequence[int | None], axis_data: AxisData, tag: Any = None
                ) -> tuple[list[Any], list[int | None]]:
   """Runs the flat `fun` batched: returns its outputs and their batch dims (not_mapped for
-  outputs that do not depend on a batched input)."""
+  outputs that do not depend on a batched input). `tag`: that of the vmap `fun` belongs
+  to (`rule_tag()`, taken while its rule ran), so tracers of that vmap which `fun` closes
+  over are batched values in it; None: a new vmap."""
   axis_data = _with_explicit_axis(axis_data, args, in_dims)
-  trace = BatchTrace(core.current_trace(), axis_data)
+  trace = BatchTrace(core.current_trace(), axis_data, tag)
   ins = [a if d is not_mapped else BatchTracer(trace, a, d) for a, d in zip(args, in_dims)]
   try:
     with core.set_current_trace(trace), extend_axis_env(axis_data.name, axis_data.size):

@@ -461,7 +461,8 @@ def multigammaln(a: ArrayLike, d: ArrayLike):
   a, d_arr = promote_dtypes_inexact(a, d_int)
   a, d_arr = jnp.asarray(a), jnp.asarray(d_arr)
   const = 0.25 * d_arr * (d_arr - 1) * _c(a, math.log(math.pi))
-  shifts = jnp.arange(d_int, dtype=a.dtype) / 2
+  # NB: shifts of a's rank + 1, so jax_numpy_rank_promotion='raise' allows the difference
+  shifts = jnp.reshape(jnp.arange(d_int, dtype=a.dtype) / 2, (1,) * a.ndim + (d_int,))
   res = jnp.sum(gammaln(a[..., None] - shifts), axis=-1)
   return res + const
 
@@ -2164,7 +2165,7 @@ def bessel_jn(z: ArrayLike, *, v: int, n_iter: int = 50):
   init = (_full_like(z, 0), _full_like(z, 1e-16), _full_like(z, 0))
   ks = jnp.arange(n_iter + 1, dtype=z.dtype)
   (_, _, bs), fs = lax.scan(step, init, ks, reverse=True)
-  return fs[:v + 1] / (bs - fs[0])
+  return fs[:v + 1] / (bs - fs[0])[None]   # NB: equal ranks (rank promotion 'raise')
 
 
 def _normalized_legendre(n_max: int, x):
@@ -2295,6 +2296,7 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
   else:
     a_arr, = promote_dtypes_inexact(a)
     b_arr = a_arr
+  a_arr, b_arr = jnp.asarray(a_arr), jnp.asarray(b_arr)   # Python scalars under disable_jit
   dims = _reduction_dims(a_arr.ndim, axis)
   real = jnp.real(a_arr) if dtypes.is_complex(a_arr.dtype) else a_arr
   amax = jnp.max(real, axis=dims, keepdims=keepdims, where=where, initial=-np.inf)
