@@ -24,7 +24,7 @@ from stagecraft.numpy.array_creation import tri, zeros, zeros_like
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar,
                                    broadcast_to_shape, canonical_shape, canonicalize_axis,
                                    check_arraylike, check_concrete, const, dtype_of,
-                                   ensure_arraylike, ndim_of, promote_dtypes, shape_of,
+                                   ensure_arraylike, index_tuple, ndim_of, promote_dtypes, shape_of,
                                    shape_error, slice_axis)
 from stagecraft.runtime.array import Array
 
@@ -200,7 +200,7 @@ def expand_dims(a: ArrayLike, axis: int | Sequence[int]) -> Array:
   if type(a) in KEY_TYPES:
     return on_keys(expand_dims, a, axis, reuse=FORWARD)
   a = asarray(a)
-  axis = (axis,) if isinstance(axis, int) else tuple(axis)
+  axis = index_tuple(axis)
   out_nd = ndim_of(a) + len(axis)
   axes = sorted(canonicalize_axis(x, out_nd, "expand_dims") for x in axis)
   return lax.expand_dims(a, tuple(axes))
@@ -219,7 +219,7 @@ def squeeze(a: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
   if axis is None:
     dims = tuple(i for i, d in enumerate(s) if d == 1)
   else:
-    axis = (axis,) if isinstance(axis, int) else tuple(axis)
+    axis = index_tuple(axis)
     dims = tuple(sorted(canonicalize_axis(x, len(s), "squeeze") for x in axis))
     for d in dims:
       if s[d] != 1:

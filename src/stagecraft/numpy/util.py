@@ -278,10 +278,21 @@ def canonicalize_axis(axis: int, ndim: int, name: str) -> int:
   return axis % ndim if ndim else 0
 
 
+def index_tuple(x) -> tuple:
+  """An index (anything with `__index__`: an int, a NumPy integer, a 0-d integer array) or a
+  sequence of them as a tuple of ints (JAX's `_ensure_index_tuple`).
+
+  Raises:
+    TypeError: for anything else."""
+  try:
+    return (operator.index(x),)
+  except TypeError:
+    return tuple(operator.index(i) for i in x)
+
+
 def axis_tuple(axis, ndim: int, name: str) -> tuple[int, ...]:
-  """An int or a sequence of ints as a tuple of canonical axes (in the given order)."""
-  axis = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-  return tuple(canonicalize_axis(a, ndim, name) for a in axis)
+  """An index or a sequence of indices as a tuple of canonical axes (in the given order)."""
+  return tuple(canonicalize_axis(a, ndim, name) for a in index_tuple(axis))
 
 
 def reduction_axes(axis, ndim: int, name: str) -> tuple[int, ...]:

@@ -1,0 +1,81 @@
+"""Details found by running JAX 0.10.2's own `tests/lax_numpy_test.py` on stagecraft through a
+scratch harness: `jnp.array` of a list promotes its leaves as JAX does (Python scalars weak),
+masked arrays are refused as JAX's inputs, the scalar types convert as `asarray` (no copy
+staged), index-like axes (0-d integer arrays) are accepted by expand_dims/squeeze. JAX is the
+oracle."""
+import jax
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as jnp
+
+
+def _outcome(fn):
+  try:
+    r = fn()
+  except Exception as e:   # noqa: BLE001 - the outcome compared is the exception itself
+    return type(e).__name__, str(e)
+  return str(r.dtype), bool(r.weak_type), np.asarray(r).tolist()
+
+
+LISTS = [
+    [0, np.float16(1)], [np.int8(1), 2], [1.0, np.float16(2)], [np.uint8(1), np.int8(2)],
+    [True, np.float16(1)], [[1, 2], [np.float16(3), 4]], (np.int16(1), 2.5),
+    [np.float16(1), np.array(2, np.float32)], [1, 2j], [], [[], []], [1.5, 2], [True, 2],
+    [np.array([1, 2], np.int8), [3, 4]],
+    [0, -2**63 - 1], [1, 2**40], [np.int32(1), 2**40], [np.uint32(3), -1],
+]
+
+
+@pytest.mark.parametrize("i", range(len(LISTS)))
+def test_array_of_list_promotes_leaves_as_jax(i):
+  v = LISTS[i]
+  assert _outcome(lambda: jnp.array(v)) == _outcome(lambda: jax.numpy.array(v))
+  assert _outcome(lambda: jnp.asarray(v)) == _outcome(lambda: jax.numpy.asarray(v))
+
+
+@pytest.mark.parametrize("v", [[0, np.float16(1)], [np.int8(1), np.int16(1)]])
+def test_array_of_list_under_strict_promotion_as_jax(v):
+  with jax.numpy_dtype_promotion("strict"):
+    want = _outcome(lambda: jax.numpy.array(v))
+  with sc.numpy_dtype_promotion("strict"):
+    got = _outcome(lambda: jnp.array(v))
+  if want[0] == "TypePromotionError":   # JAX names the dtypes in set order: compare sorted
+    norm = lambda o: (o[0], sorted(o[1].replace("(", ",").replace(")", ",").split(",")))
+    got, want = norm(got), norm(want)
+  assert got == want
+
+
+def test_masked_arrays_refused_as_jax():
+  m = np.ma.array([1, 2], mask=[True, False])
+  # jnp.array strips the mask, as NumPy's np.array
+  assert _outcome(lambda: jnp.array(m)) == _outcome(lambda: jax.numpy.array(m))
+  for lib, np_ in ((sc, jnp), (jax, jax.numpy)):
+    for fn in (lambda: lib.jit(np_.asarray)(m), lambda: lib.jit(lambda x: x)(m),
+               lambda: np_.sin(m), lambda: lib.device_put(m)):
+      with pytest.raises(ValueError, match="numpy masked arrays are not supported as direct "
+                         "inputs to JAX functions. Use arr.filled()"):
+        fn()
+
+
+@pytest.mark.parametrize("name", ["float32", "int32", "bool_", "float16", "uint8"])
+@pytest.mark.parametrize("arg", [0, 1.0, np.float32(2), np.int32(3)])
+def test_scalar_type_call_jaxpr_as_jax(name, arg):
+  # JAX's scalar types are asarray with a dtype: no copy is staged
+  got = str(sc.make_jaxpr(getattr(jnp, name))(arg))
+  want = str(jax.make_jaxpr(getattr(jax.numpy, name))(arg))
+  assert got == want
+  assert _outcome(lambda: getattr(jnp, name)(arg)) == _outcome(
+      lambda: getattr(jax.numpy, name)(arg))
+
+
+@pytest.mark.parametrize("axis", [np.array(0), np.array(-1), (0,), [np.array(0)], np.int64(1),
+                                  (np.int32(0), 2)])
+def test_expand_dims_and_squeeze_take_index_like_axes_as_jax(axis):
+  x = np.ones((3, 1), np.float32)
+  for f in ("expand_dims", "squeeze"):
+    a = x if f == "expand_dims" else np.ones((1, 1, 1), np.float32)
+    got = getattr(jnp, f)(a, axis)
+    want = getattr(jax.numpy, f)(a, axis)
+    assert got.shape == want.shape
