@@ -1443,8 +1443,13 @@ def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   return where(signbit(x2), lax.neg(lax.abs(x1)), lax.abs(x1))
 
 
+@jit
 def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """x1 * 2**x2 for integer exponents x2 (exact while the result is a normal float).
+  """x1 * 2**x2 for integer exponents x2, elementwise. Jitted, as JAX's (`jit[name=ldexp]`).
+
+  As JAX's: x1's exponent is split off first (`frexp`) and added to x2, so a small x1 with
+  a large x2 (or the reverse) stays finite where the result is; inf, -inf and (signed) zero
+  x1 are returned as they are. The result has x1's inexact dtype and the broadcast shape.
 
   Raises:
     ValueError: if x1 is complex or x2 inexact (JAX's words, naming both dtypes).
@@ -1455,10 +1460,22 @@ def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     raise ValueError(f"ldexp not supported for input types {(d1, np.dtype(dtype_of(x2)))}")
   x1, = promote_dtypes_inexact(x1)
   x1 = as_array(x1)
-  # NB: two factors keep 2**x2 finite for the exponents of subnormal results.
-  half = lax.convert_element_type(floor_divide(x2, 2), dtype_of(x1))
-  rest = lax.sub(lax.convert_element_type(x2, dtype_of(x1)), half)
-  return multiply(multiply(x1, exp2(half)), exp2(rest))
+  dt = dtype_of(x1)
+  x2 = lax.convert_element_type(x2, dt)
+  mant, expo = frexp(x1)
+  expo = lax.add(lax.convert_element_type(expo, dt), x2)
+  # The exponent may be one past the largest and the result still finite: move one factor
+  # of two into the mantissa.
+  pos = lax.gt(expo, _scalar(0, dt))
+  mant = _where(pos, lax.mul(mant, _scalar(2, dt)), mant)
+  expo = _where(lax.gt(expo, _scalar(0, dt)), lax.sub(expo, _scalar(1, dt)), expo)
+  out = lax.mul(mant, lax.pow(_scalar(2, dt), expo))
+  keep = lax.bitwise_or(isinf(x1), lax.eq(x1, _scalar(0, dt)))
+  return _where(keep, x1, out)
+
+
+def _scalar(v, dt):
+  return np.asarray(v, dt)[()]
 
 
 def frexp(x: ArrayLike, /) -> tuple[Array, Array]:
