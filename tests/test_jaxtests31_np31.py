@@ -79,3 +79,37 @@ def test_expand_dims_and_squeeze_take_index_like_axes_as_jax(axis):
     got = getattr(jnp, f)(a, axis)
     want = getattr(jax.numpy, f)(a, axis)
     assert got.shape == want.shape
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, "bfloat16"])
+def test_ldexp_values_as_jax(dtype):
+  # JAX splits x1's exponent off first: zero times a huge power of two is zero, not nan,
+  # and results near the largest float are exact
+  dt = jax.numpy.dtype(dtype)
+  with np.errstate(over="ignore"):
+    x1 = np.array([0., -0., 1., np.inf, -np.inf, np.nan, 3.5, 1e-30, 1e30, 0.75, -1.5],
+                  np.float32).astype(dt)
+  for e in [0, 1, 14, 15, 16, 127, 128, 200, -200, 300, -300, -149, -150, 2**31 - 1, -2**31]:
+    got = jnp.ldexp(x1, np.int32(e))
+    want = jax.numpy.ldexp(x1, np.int32(e))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+def test_ldexp_is_jitted_as_jax():
+  jaxpr = sc.make_jaxpr(jnp.ldexp)(np.float32(1), np.int32(2))
+  assert [e.primitive.name for e in jaxpr.eqns] == ["jit"]
+  assert jaxpr.eqns[0].params["name"] == "ldexp"
+
+
+@pytest.mark.parametrize("which", ["choose", "c_", "r_", "mgrid_start"])
+def test_concretization_messages_as_jax(which):
+  def run(lib, np_):
+    f = {"choose": lambda a: np_.choose(a, [np.ones(3), np.ones(3)], mode="raise"),
+         "c_": lambda a: np_.c_[a:3], "r_": lambda a: np_.r_[a:3],
+         "mgrid_start": lambda a: np_.ogrid[a:3]}[which]
+    arg = np.zeros(3, np.int32) if which == "choose" else 1
+    with pytest.raises(lib.errors.ConcretizationTypeError) as e:
+      lib.jit(f)(arg)
+    return str(e.value)
+  assert run(sc, jnp) == run(jax, jax.numpy)

@@ -30,7 +30,7 @@ index_exp = np.index_exp
 
 def _grid_1d(s: slice, op_name: str):
   for v, what in ((s.start, "start"), (s.stop, "stop"), (s.step, "step")):
-    check_concrete(v, op_name, f"slice {what}")
+    check_concrete(v, op_name, f"slice {what}", context=f"slice {what} of jnp.{op_name}")
   start = s.start or 0
   step = s.step or 1
   if np.iscomplex(step):

@@ -342,13 +342,19 @@ def canonical_shape(shape, name="shape") -> tuple[int, ...]:
   return out
 
 
-def check_concrete(x, name: str, what: str):
+def check_concrete(x, name: str, what: str, context: str | None = None):
   """`x`, which jnp.`name` needs as a Python value for its argument `what`.
+
+  Args:
+    context: JAX's context line for this value, where JAX's message has one ("slice start
+      of jnp.c_"): the message is then JAX's (`core.concrete_or_error`'s) word for word.
 
   Raises:
     ConcretizationTypeError: if `x` is traced.
   """
   if isinstance(x, Tracer):
+    if context is not None:
+      raise x._concretization_error(name, fix=context)
     where = (f"the jnp.{name} argument '{what}'" if what.isidentifier() else what)
     raise core.ConcretizationTypeError(
         f"Abstract tracer value encountered where concrete value is expected: traced array "
