@@ -113,3 +113,38 @@ def test_concretization_messages_as_jax(which):
       lib.jit(f)(arg)
     return str(e.value)
   assert run(sc, jnp) == run(jax, jax.numpy)
+
+
+@pytest.mark.parametrize("grid", ["mgrid[1:6:8j, 2:4]", "mgrid[:3, 0:1.5:0.5]",
+                                  "ogrid[1:6:8j, 2:4]", "mgrid[1:4:2, 1:2:3j]"])
+def test_mixed_int_float_grids_under_strict_promotion_as_jax(grid):
+  def run(lib, np_):
+    with lib.numpy_dtype_promotion("strict"):
+      r = eval(f"np_.{grid}")
+    return [(str(x.dtype), x.shape, np.asarray(x).tolist()) for x in
+            (r if isinstance(r, list) else [r])]
+  assert run(sc, jnp) == run(jax, jax.numpy)
+
+
+LIST_FUNCS = ["add", "multiply", "dot", "matmul", "vdot", "inner", "outer", "tensordot",
+              "negative", "arctan2", "logaddexp", "maximum", "power", "subtract",
+              "floor_divide", "equal", "exp", "sqrt", "matvec", "vecmat", "isnan", "abs",
+              "sign", "conj", "real", "imag", "isfinite", "float_power", "nextafter"]
+UNARY = {"negative", "exp", "sqrt", "isnan", "abs", "sign", "conj", "real", "imag",
+         "isfinite"}
+
+
+@pytest.mark.parametrize("name", LIST_FUNCS)
+def test_list_operands_rejected_as_jax(name):
+  lst, arr = [1., 2.], np.array([3., 4.], np.float32)
+  cases = [[lst], [(1., 2.)]] if name in UNARY else [[lst, arr], [arr, lst], [(1, 2), arr]]
+
+  def run(lib, np_):
+    out = []
+    for args in cases:
+      for f in (getattr(np_, name), lib.jit(getattr(np_, name))):
+        with pytest.raises(TypeError) as e:
+          f(*args)
+        out.append(str(e.value))
+    return out
+  assert run(sc, jnp) == run(jax, jax.numpy)
