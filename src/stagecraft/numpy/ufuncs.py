@@ -1473,7 +1473,7 @@ def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   dt = dtype_of(x1)
   x2 = lax.convert_element_type(x2, dt)
   mant, expo = frexp(x1)
-  expo = lax.add(lax.convert_element_type(expo, dt), x2)
+  expo = add(lax.convert_element_type(expo, dt), x2)   # broadcasts x1's and x2's shapes
   # The exponent may be one past the largest and the result still finite: move one factor
   # of two into the mantissa.
   pos = lax.gt(expo, _scalar(0, dt))
