@@ -148,3 +148,23 @@ def test_list_operands_rejected_as_jax(name):
         out.append(str(e.value))
     return out
   assert run(sc, jnp) == run(jax, jax.numpy)
+
+
+@pytest.mark.parametrize("shapes", [((3,), (2, 3)), ((2, 1), (3,)), ((), (4,)), ((4,), ())])
+def test_ldexp_broadcasts_as_jax(shapes):
+  s1, s2 = shapes
+  x1 = np.linspace(-3, 3, max(1, int(np.prod(s1)))).astype(np.float32).reshape(s1)
+  x2 = (np.arange(max(1, int(np.prod(s2)))) * 37 - 60).astype(np.int32).reshape(s2)
+  with sc.numpy_rank_promotion("allow"):
+    got = jnp.ldexp(x1, x2)
+  with jax.numpy_rank_promotion("allow"):
+    want = jax.numpy.ldexp(x1, x2)
+  assert got.shape == want.shape
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("axis", [-3, 0, 2, 3])
+@pytest.mark.parametrize("start", [-4, -1, 0, 2, 4])
+def test_rollaxis_negative_start_as_jax(axis, start):
+  x = np.zeros((1, 2, 3, 4), np.float32)
+  assert jnp.rollaxis(x, axis, start).shape == jax.numpy.rollaxis(x, axis, start).shape

@@ -377,7 +377,7 @@ def rollaxis(a: ArrayLike, axis: int, start: int = 0) -> Array:
   axis = canonicalize_axis(axis, nd, "rollaxis")
   if not -nd <= start <= nd:
     raise ValueError(f"rollaxis: start {start} is out of range for dimension {nd}.")
-  start = start % (nd + 1) if start < 0 else start
+  start = start + nd if start < 0 else start   # NumPy's: a negative start counts from ndim
   if axis < start:
     start -= 1
   return moveaxis(a, axis, start)
