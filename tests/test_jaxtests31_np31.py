@@ -168,3 +168,16 @@ def test_ldexp_broadcasts_as_jax(shapes):
 def test_rollaxis_negative_start_as_jax(axis, start):
   x = np.zeros((1, 2, 3, 4), np.float32)
   assert jnp.rollaxis(x, axis, start).shape == jax.numpy.rollaxis(x, axis, start).shape
+
+
+@pytest.mark.parametrize("dt", [[("a", "<i4"), ("b", "<i4")], np.dtype([("a", "<i4")]), "V4",
+                                "U3", object])
+@pytest.mark.parametrize("fn", ["array", "zeros", "asarray", "astype"])
+def test_record_and_void_dtypes_rejected_as_jax(dt, fn):
+  def run(np_):
+    call = {"array": lambda: np_.array(3, dt), "zeros": lambda: np_.zeros(3, dt),
+            "asarray": lambda: np_.asarray([1], dt), "astype": lambda: np_.ones(2).astype(dt)}
+    with pytest.raises(TypeError) as e:
+      call[fn]()
+    return str(e.value)
+  assert run(jnp) == run(jax.numpy)
