@@ -181,3 +181,17 @@ def test_record_and_void_dtypes_rejected_as_jax(dt, fn):
       call[fn]()
     return str(e.value)
   assert run(jnp) == run(jax.numpy)
+
+
+@pytest.mark.parametrize("case", ["int", "list", "array_split", "traced_array"])
+def test_split_traced_indices_message_as_jax(case):
+  def run(lib, np_):
+    f = {"int": lambda i: np_.split(np_.zeros((12, 2)), i),
+         "list": lambda i: np_.split(np_.zeros((12, 2)), [2, i]),
+         "array_split": lambda i: np_.array_split(np_.zeros((12, 2)), i),
+         "traced_array": lambda i: np_.split(np_.zeros((12, 2)),
+                                             np_.array([2, 3]) + i.astype(int))}[case]
+    with pytest.raises(lib.errors.ConcretizationTypeError) as e:
+      lib.jit(f)(2.)
+    return str(e.value)
+  assert run(sc, jnp) == run(jax, jax.numpy)

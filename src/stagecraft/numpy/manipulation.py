@@ -675,15 +675,21 @@ def _split(name: str, ary, indices_or_sections, axis: int) -> list[Array]:
   size = shape_of(ary)[axis]
   if isinstance(indices_or_sections, (tuple, list)) or (
       isinstance(indices_or_sections, (np.ndarray, Array)) and np.ndim(indices_or_sections)):
-    bounds = [0] + [operator.index(check_concrete(i, name, "indices_or_sections"))
-                    for i in np.asarray(indices_or_sections).tolist()] + [size]
+    # NB: as JAX's, the points one by one (a traced array's first element is what fails)
+    points = (list(indices_or_sections)
+              if isinstance(indices_or_sections, (tuple, list, Tracer))
+              else np.asarray(indices_or_sections).tolist())
+    bounds = [0] + [operator.index(check_concrete(
+        i, name, "indices_or_sections", context=f"in jax.numpy.{name} argument 1"))
+        for i in points] + [size]
     bounds = [builtins.min(builtins.max(b if b >= 0 else b + size, 0), size) for b in bounds]
     if any(lo > hi for lo, hi in zip(bounds, bounds[1:])):
       return [slice_axis(ary, bounds[i], builtins.max(bounds[i], bounds[i + 1]), axis)
               for i in range(len(bounds) - 1)]
     sizes = [hi - lo for lo, hi in zip(bounds, bounds[1:])]
   else:
-    sections = operator.index(check_concrete(indices_or_sections, name, "indices_or_sections"))
+    sections = operator.index(check_concrete(indices_or_sections, name, "indices_or_sections",
+                                             context=f"in jax.numpy.{name} argument 1"))
     if sections <= 0:
       raise ValueError(f"{name}: number of sections must be larger than 0, got {sections}.")
     part, r = builtins.divmod(size, sections)
