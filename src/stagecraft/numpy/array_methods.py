@@ -128,7 +128,7 @@ def view(self, dtype: Any = None, type: None = None):
     return self
   dtype = dtypes.check_user_dtype(dtype, "view")
   src = self.dtype
-  bits_in, bits_out = src.itemsize * 8, dtype.itemsize * 8
+  bits_in, bits_out = dtypes.itemsize_bits(src), dtypes.itemsize_bits(dtype)   # int4: 4
   if self.ndim == 0:
     if bits_in != bits_out:
       raise ValueError("view() of a 0d array is only supported if the itemsize is unchanged.")
