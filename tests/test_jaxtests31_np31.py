@@ -195,3 +195,28 @@ def test_split_traced_indices_message_as_jax(case):
       lib.jit(f)(2.)
     return str(e.value)
   assert run(sc, jnp) == run(jax, jax.numpy)
+
+
+@pytest.mark.parametrize("dt", ["int4", "uint4"])
+def test_int4_creation_astype_and_view_as_jax(dt):
+  x = np.arange(-4, 4, dtype=np.int8)
+  u = np.arange(8, dtype=np.uint8)
+  cases = [lambda np_: np_.asarray(x).astype(getattr(np_, dt)),
+           lambda np_: np_.asarray(u).view(getattr(np_, dt)),
+           lambda np_: np_.asarray(u).view(getattr(np_, dt)).view(np.uint8),
+           lambda np_: np_.zeros(3, getattr(np_, dt)),
+           lambda np_: np_.asarray(x).astype(getattr(np_, dt)).astype(np.float32)]
+  for case in cases:
+    got, want = case(jnp), case(jax.numpy)
+    assert (got.dtype, got.shape) == (want.dtype, want.shape)
+    assert np.asarray(got).tolist() == np.asarray(want).tolist()
+
+
+def test_split_points_known_under_jvp_as_jax():
+  # a JVP tracer outside jit knows its value: the split points are concrete
+  for lib, np_ in ((sc, jnp), (jax, jax.numpy)):
+    out, _ = lib.jvp(lambda i: np_.split(np_.zeros((12, 2)), i), (2.,), (1.,))
+    assert [o.shape for o in out] == [(6, 2), (6, 2)]
+    out, _ = lib.jvp(lambda i: np_.split(np_.zeros((12, 2)), (1, i.astype(np.int32))),
+                     (2.,), (1.,))
+    assert [o.shape for o in out] == [(1, 2), (1, 2), (10, 2)]

@@ -688,8 +688,9 @@ def _split(name: str, ary, indices_or_sections, axis: int) -> list[Array]:
               for i in range(len(bounds) - 1)]
     sizes = [hi - lo for lo, hi in zip(bounds, bounds[1:])]
   else:
-    sections = operator.index(check_concrete(indices_or_sections, name, "indices_or_sections",
-                                             context=f"in jax.numpy.{name} argument 1"))
+    # NB: int(), as JAX's (a float count of sections is truncated)
+    sections = int(check_concrete(indices_or_sections, name, "indices_or_sections",
+                                  context=f"in jax.numpy.{name} argument 1"))
     if sections <= 0:
       raise ValueError(f"{name}: number of sections must be larger than 0, got {sections}.")
     part, r = builtins.divmod(size, sections)

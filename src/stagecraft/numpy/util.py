@@ -353,6 +353,9 @@ def check_concrete(x, name: str, what: str, context: str | None = None):
     ConcretizationTypeError: if `x` is traced.
   """
   if isinstance(x, Tracer):
+    known = x.to_concrete_value()   # as JAX's concrete_or_error: a JVP tracer outside jit
+    if known is not None:           # knows its value
+      return known
     if context is not None:
       raise x._concretization_error(name, fix=context)
     where = (f"the jnp.{name} argument '{what}'" if what.isidentifier() else what)
