@@ -220,3 +220,13 @@ def test_split_points_known_under_jvp_as_jax():
     out, _ = lib.jvp(lambda i: np_.split(np_.zeros((12, 2)), (1, i.astype(np.int32))),
                      (2.,), (1.,))
     assert [o.shape for o in out] == [(1, 2), (1, 2), (10, 2)]
+
+
+def test_tobytes_of_tracer_message_as_jax():
+  v = np.arange(12, dtype=np.int32).reshape(3, 4)
+
+  def run(lib):
+    with pytest.raises(lib.errors.ConcretizationTypeError) as e:
+      lib.jit(lambda x: x.tobytes())(v)
+    return str(e.value)
+  assert run(sc) == run(jax)

@@ -208,6 +208,14 @@ def _abstract_attribute(name: str):
   return property(get)
 
 
+def _tracer_tobytes(self):
+  # JAX's words: its Tracer.tobytes names the method and the traced value, and its context
+  # line carries the origin too (so JAX's message names it twice).
+  raise self._concretization_error("tobytes", fix=(
+      f"The tobytes() method was called on traced array with shape "
+      f"{self.aval.str_short(False)}.{self._trace.origin_msg(self)}"))
+
+
 def _tracer_device(self):
   raise AttributeError(f"{type(self).__name__} has no attribute device")
 
@@ -320,7 +328,7 @@ _tracer_only = {
         "committed", "addressable_shards", "is_fully_replicated", "is_fully_addressable",
         "global_shards")},
     "addressable_data": lambda self, index: _abstract_attribute("addressable_data").fget(self),
-    "tobytes": lambda self, order="C": _abstract_attribute("tobytes").fget(self),
+    "tobytes": lambda self, order="C": _tracer_tobytes(self),
 }
 
 
