@@ -230,3 +230,16 @@ def test_tobytes_of_tracer_message_as_jax():
       lib.jit(lambda x: x.tobytes())(v)
     return str(e.value)
   assert run(sc) == run(jax)
+
+
+@pytest.mark.parametrize("axes", [2, ([0], [0, 1]), ("bad", "axes"), "badaxes", (0, [0]),
+                                  ((0,), 0), (1, 0, 2), {0: 1}])
+def test_tensordot_axes_errors_as_jax(axes):
+  a = np.ones((3, 2, 2), np.float32)
+  b = np.ones((2,), np.float32)
+
+  def run(np_):
+    with pytest.raises(TypeError) as e:
+      np_.tensordot(a, b, axes=axes)
+    return str(e.value)
+  assert run(jnp) == run(jax.numpy)

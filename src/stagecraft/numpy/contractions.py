@@ -141,14 +141,19 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     n = max(n, 0)          # as JAX: a negative count contracts nothing (an outer product)
     ca, cb = tuple(range(na - n, na)), tuple(range(n))
   else:
-    if len(axes) != 2:
-      raise ValueError(f"tensordot: axes must be an int or a pair of sequences, got {axes}.")
+    if not isinstance(axes, (tuple, list)) or len(axes) != 2:   # JAX's error
+      raise TypeError("tensordot axes argument must be an int, a pair of ints, or a pair of "
+                      "lists/tuples of ints.")
     ax_a, ax_b = axes
-    ax_a = (ax_a,) if isinstance(ax_a, int) else tuple(ax_a)
-    ax_b = (ax_b,) if isinstance(ax_b, int) else tuple(ax_b)
-    if len(ax_a) != len(ax_b):   # JAX's error
+    ints = isinstance(ax_a, (int, np.integer)) and isinstance(ax_b, (int, np.integer))
+    if not ints and not (isinstance(ax_a, (tuple, list)) and isinstance(ax_b, (tuple, list))):
+      raise TypeError(f"tensordot requires both axes lists to be either ints, tuples or "
+                      f"lists, got {ax_a} and {ax_b}")
+    if not ints and len(ax_a) != len(ax_b):   # JAX's error, naming the lists as given
       raise TypeError(f"tensordot requires axes lists to have equal length, got {ax_a} and "
                       f"{ax_b}.")
+    ax_a = (ax_a,) if ints else tuple(ax_a)
+    ax_b = (ax_b,) if ints else tuple(ax_b)
     ca = tuple(canonicalize_axis(x, na, "tensordot") for x in ax_a)
     cb = tuple(canonicalize_axis(x, nb, "tensordot") for x in ax_b)
   return _dot(a, b, (ca, cb), precision=precision,
