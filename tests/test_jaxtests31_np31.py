@@ -243,3 +243,16 @@ def test_tensordot_axes_errors_as_jax(axes):
       np_.tensordot(a, b, axes=axes)
     return str(e.value)
   assert run(jnp) == run(jax.numpy)
+
+
+@pytest.mark.parametrize("k", [2**33, -2**33, 3, -2])
+@pytest.mark.parametrize("fn", ["tri", "tril", "triu", "eye"])
+def test_diagonal_offset_beyond_int32_as_jax(k, fn):
+  def run(np_):
+    call = {"tri": lambda: np_.tri(4, M=3, k=k), "tril": lambda: np_.tril(np_.ones((3, 3)), k),
+            "triu": lambda: np_.triu(np_.ones((3, 3)), k), "eye": lambda: np_.eye(3, k=k)}[fn]
+    try:
+      return np.asarray(call()).tolist()
+    except OverflowError as e:
+      return str(e)
+  assert run(jnp) == run(jax.numpy)
