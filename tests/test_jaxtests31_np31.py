@@ -256,3 +256,12 @@ def test_diagonal_offset_beyond_int32_as_jax(k, fn):
     except OverflowError as e:
       return str(e)
   assert run(jnp) == run(jax.numpy)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (0,), (2, 0), (3,)])
+def test_view_and_byteswap_of_empty_arrays_as_jax(shape):
+  x = np.zeros(shape, np.int32)
+  for f in (lambda np_: np_.asarray(x).byteswap(), lambda np_: np_.asarray(x).view(np.uint8),
+            lambda np_: np_.asarray(x).view(np.int16)):
+    got, want = f(jnp), f(jax.numpy)
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)

@@ -157,7 +157,8 @@ def view(self, dtype: Any = None, type: None = None):
         manipulation.reshape(self, (*self.shape[:-1], self.shape[-1] // k, k)), dtype)
   if bits_in > bits_out:
     out = lax.bitcast_convert_type(self, dtype)
-    return manipulation.reshape(out, (*self.shape[:-1], -1))
+    # NB: the size spelled out (a -1 cannot be resolved for an empty array)
+    return manipulation.reshape(out, (*self.shape[:-1], self.shape[-1] * (bits_in // bits_out)))
   return lax.bitcast_convert_type(self, dtype)
 
 
