@@ -537,6 +537,15 @@ def _void_aval(x):
 pytype_aval_mappings[np.void] = _void_aval
 
 
+def _masked_array_aval(x):
+  # As JAX: a masked array is no array type (jnp.array, which strips the mask, aside).
+  raise ValueError("numpy masked arrays are not supported as direct inputs to JAX functions. "
+                   "Use arr.filled() to convert the value to a standard numpy array.")
+
+
+pytype_aval_mappings[np.ma.MaskedArray] = _masked_array_aval
+
+
 class WeakScalarValue:
   """A host scalar of a given dtype that is weakly typed (a Python scalar that lax converted
   to the dtype of its typed operand). Staged as a Literal."""

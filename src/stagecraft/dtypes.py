@@ -120,7 +120,7 @@ def short_name(dtype: np.dtype) -> str:
 def _to_np_dtype(dtype: Any) -> np.dtype:
   if isinstance(dtype, np.dtype):
     return dtype
-  if dtype in python_scalar_kind and dtype is not bool:
+  if isinstance(dtype, type) and dtype in python_scalar_kind and dtype is not bool:
     # np.dtype(float) is float64 (then narrowed); same convention as jnp.zeros(3, float).
     return np.dtype(dtype)
   # Not a dtype: NumPy's TypeError ("Cannot interpret '4' as a data type", "data type 'foo'
@@ -211,9 +211,10 @@ def check_user_dtype(dtype: Any, fun_name: str | None = None) -> np.dtype:
   but keeps narrowing, silently.
   """
   requested = _to_np_dtype(dtype)
-  if requested.kind in "OUSMm":
+  if requested.kind in "OUSMm" or (requested.type is np.void and requested != float0):
     # JAX's words: objects, fixed-width strings/bytes and datetimes are no JAX types.
-    # (NB: not kind "V": ml_dtypes' bfloat16/float8 types and float0 are of that kind.)
+    # Of kind "V" only raw bytes and records (np.void): ml_dtypes' bfloat16/float8 types
+    # and float0 are of that kind too.
     where = f" in {fun_name}" if fun_name else ""
     raise TypeError(f"JAX only supports number, bool, and string dtypes, got dtype "
                     f"{dtype}{where}")

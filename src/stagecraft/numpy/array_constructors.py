@@ -35,6 +35,27 @@ def _nested_leaves(obj) -> list:
   return [obj]
 
 
+def _list_dtype(obj) -> np.dtype | None:
+  """The dtype a nested list/tuple of host values converts to, as JAX's `array`: the JAX type
+  promotion of its leaves (Python scalars weak, so `[0, np.float16(1)]` is float16; under
+  strict promotion distinct strong dtypes raise TypePromotionError); an empty list is the
+  default float. None for anything else (NumPy's own inference, then JAX's errors for invalid
+  leaves)."""
+  if not isinstance(obj, (list, tuple)):
+    return None
+  leaves = _nested_leaves(obj)
+  if not leaves:
+    return dtypes.default_float_dtype()
+  if any(leaf is None or isinstance(leaf, (str, bytes)) for leaf in leaves):
+    return None
+  try:
+    return dtypes.result_type(*leaves)
+  except dtypes.TypePromotionError:
+    raise
+  except (TypeError, ValueError):
+    return None
+
+
 def _stack_rows(rows: list, dtype) -> Any:
   """JAX's conversion of a list holding traced values: each row converted to `dtype` (not
   weak), given a leading axis, and concatenated, 16 at a time (JAX's tree of
@@ -168,10 +189,13 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
         core.check_int_range(object, dt)
       host = np.asarray(object, dt)
     else:
+      wide = _list_dtype(object) if dtype is None else None
       try:
-        host = np.asarray(object)
+        host = np.asarray(object) if wide is None else np.asarray(object, wide)
       except ValueError:   # ragged nesting: NumPy's ValueError, as JAX (a None first)
         _check_leaves(object)
+        raise
+      except OverflowError:   # a Python int out of the result dtype's range: NumPy's, as JAX
         raise
       except Exception as e:
         raise TypeError(f"array: cannot convert an object of type {type(object).__name__} "

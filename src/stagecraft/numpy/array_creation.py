@@ -349,13 +349,18 @@ def _dims(name: str, N: Any, M: Any) -> tuple[int, int]:
   return N, M
 
 
-def _offset(k: Any) -> Any:
+def _offset(k: Any, strict: bool = False) -> Any:
   """The diagonal offset `k` as JAX's numpy takes it: a Python int is a weakly typed scalar
   of the default int dtype (int64 with x64), clipped to the int32 range; other values must
   be scalar integer arrays (traced ones allowed)."""
   if type(k) is int:
     info = np.iinfo(np.int32)
-    return np.asarray(min(max(k, info.min), info.max), dtypes.default_int_dtype())
+    dt = dtypes.default_int_dtype()
+    # `strict` (tri, as JAX's: k is converted to an array): beyond int32 without x64 is
+    # JAX's OverflowError, in its words; eye clips, as JAX's.
+    if strict and dt == np.int32 and not info.min <= k <= info.max:
+      raise OverflowError(f"Python int {k} too large to convert to int32")
+    return np.asarray(min(max(k, info.min), info.max), dt)
   return k if isinstance(k, (Array, core.Tracer)) else asarray(k)
 
 
@@ -413,7 +418,7 @@ def tri(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
     ConcretizationTypeError: traced `N` or `M`.
   """
   dt = dtypes.float32 if dtype is None else dtypes.check_user_dtype(dtype, "tri")
-  offset = _offset(k)
+  offset = _offset(k, strict=True)
   if not dtypes.is_integer(dtype_of(offset)):
     raise TypeError(f"offset must be an integer, got {k!r}")
   N, M = _dims("tri", N, M)

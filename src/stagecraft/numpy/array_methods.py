@@ -128,7 +128,7 @@ def view(self, dtype: Any = None, type: None = None):
     return self
   dtype = dtypes.check_user_dtype(dtype, "view")
   src = self.dtype
-  bits_in, bits_out = src.itemsize * 8, dtype.itemsize * 8
+  bits_in, bits_out = dtypes.itemsize_bits(src), dtypes.itemsize_bits(dtype)   # int4: 4
   if self.ndim == 0:
     if bits_in != bits_out:
       raise ValueError("view() of a 0d array is only supported if the itemsize is unchanged.")
@@ -157,7 +157,8 @@ def view(self, dtype: Any = None, type: None = None):
         manipulation.reshape(self, (*self.shape[:-1], self.shape[-1] // k, k)), dtype)
   if bits_in > bits_out:
     out = lax.bitcast_convert_type(self, dtype)
-    return manipulation.reshape(out, (*self.shape[:-1], -1))
+    # NB: the size spelled out (a -1 cannot be resolved for an empty array)
+    return manipulation.reshape(out, (*self.shape[:-1], self.shape[-1] * (bits_in // bits_out)))
   return lax.bitcast_convert_type(self, dtype)
 
 
@@ -206,6 +207,14 @@ def _abstract_attribute(name: str):
         f"attribute: a traced value has no device buffers.{self._trace.origin_msg(self)}\n"
         f"Use it outside the transformation.")
   return property(get)
+
+
+def _tracer_tobytes(self):
+  # JAX's words: its Tracer.tobytes names the method and the traced value, and its context
+  # line carries the origin too (so JAX's message names it twice).
+  raise self._concretization_error("tobytes", fix=(
+      f"The tobytes() method was called on traced array with shape "
+      f"{self.aval.str_short(False)}.{self._trace.origin_msg(self)}"))
 
 
 def _tracer_device(self):
@@ -320,7 +329,7 @@ _tracer_only = {
         "committed", "addressable_shards", "is_fully_replicated", "is_fully_addressable",
         "global_shards")},
     "addressable_data": lambda self, index: _abstract_attribute("addressable_data").fget(self),
-    "tobytes": lambda self, order="C": _abstract_attribute("tobytes").fget(self),
+    "tobytes": lambda self, order="C": _tracer_tobytes(self),
 }
 
 

@@ -61,6 +61,7 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type
   Raises:
     ValueError: for 0-d operands, mismatched contracting sizes or unbroadcastable batches.
   """
+  check_arraylike("matmul", a, b)   # as JAX's: lists are no array-likes
   a, b = asarray(a), asarray(b)
   sa, sb = shape_of(a), shape_of(b)
   if not sa or not sb:
@@ -97,6 +98,7 @@ def dot(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=No
   over the last axis of `a` and the second-to-last of `b` (result: a's free dims, then b's).
   `out_sharding` is the contraction's, as in `lax.dot_general`.
   """
+  check_arraylike("dot", a, b)   # as JAX's: lists are no array-likes
   a, b = asarray(a), asarray(b)
   sa, sb = shape_of(a), shape_of(b)
   if not sa or not sb:   # as JAX's: a dot_general that contracts nothing
@@ -128,6 +130,7 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     TypeError: for an int `axes` larger than either rank (JAX's error).
     ValueError: for mismatched axis sizes or counts.
   """
+  check_arraylike("tensordot", a, b)   # as JAX's: lists are no array-likes
   a, b = asarray(a), asarray(b)
   na, nb = len(shape_of(a)), len(shape_of(b))
   if isinstance(axes, (int, np.integer)):
@@ -138,14 +141,19 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: int | Sequence = 2, *, precision
     n = max(n, 0)          # as JAX: a negative count contracts nothing (an outer product)
     ca, cb = tuple(range(na - n, na)), tuple(range(n))
   else:
-    if len(axes) != 2:
-      raise ValueError(f"tensordot: axes must be an int or a pair of sequences, got {axes}.")
+    if not isinstance(axes, (tuple, list)) or len(axes) != 2:   # JAX's error
+      raise TypeError("tensordot axes argument must be an int, a pair of ints, or a pair of "
+                      "lists/tuples of ints.")
     ax_a, ax_b = axes
-    ax_a = (ax_a,) if isinstance(ax_a, int) else tuple(ax_a)
-    ax_b = (ax_b,) if isinstance(ax_b, int) else tuple(ax_b)
-    if len(ax_a) != len(ax_b):   # JAX's error
+    ints = isinstance(ax_a, (int, np.integer)) and isinstance(ax_b, (int, np.integer))
+    if not ints and not (isinstance(ax_a, (tuple, list)) and isinstance(ax_b, (tuple, list))):
+      raise TypeError(f"tensordot requires both axes lists to be either ints, tuples or "
+                      f"lists, got {ax_a} and {ax_b}")
+    if not ints and len(ax_a) != len(ax_b):   # JAX's error, naming the lists as given
       raise TypeError(f"tensordot requires axes lists to have equal length, got {ax_a} and "
                       f"{ax_b}.")
+    ax_a = (ax_a,) if ints else tuple(ax_a)
+    ax_b = (ax_b,) if ints else tuple(ax_b)
     ca = tuple(canonicalize_axis(x, na, "tensordot") for x in ax_a)
     cb = tuple(canonicalize_axis(x, nb, "tensordot") for x in ax_b)
   return _dot(a, b, (ca, cb), precision=precision,
@@ -406,6 +414,7 @@ def outer(a: ArrayLike, b: ArrayLike, out: None = None):
   bool)."""
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.outer is not supported.")
+  check_arraylike("outer", a, b)   # as JAX's: lists are no array-likes
   a, b = ravel(asarray(a)), ravel(asarray(b))
   return multiply(expand_dims(a, 1), expand_dims(b, 0))
 
@@ -417,6 +426,7 @@ def inner(a: ArrayLike, b: ArrayLike, *, precision=None, preferred_element_type=
   Raises:
     ValueError: if the last dimensions differ.
   """
+  check_arraylike("inner", a, b)   # as JAX's: lists are no array-likes
   a, b = asarray(a), asarray(b)
   if not shape_of(a) or not shape_of(b):
     return multiply(a, b)
@@ -520,12 +530,14 @@ def vecdot(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1, precision=None,
 
 def matvec(x1: ArrayLike, x2: ArrayLike, /):
   """Matrix-vector product with broadcast batches: `[..., m, n] x [..., n] -> [..., m]`."""
+  check_arraylike("matvec", x1, x2)
   return squeeze(matmul(x1, expand_dims(asarray(x2), -1)), -1)
 
 
 def vecmat(x1: ArrayLike, x2: ArrayLike, /):
   """Vector-matrix product `conj(x1) @ x2` with broadcast batches:
   `[..., m] x [..., m, n] -> [..., n]`."""
+  check_arraylike("matvec", x1, x2)   # NB: JAX 0.10.2 names matvec here
   return squeeze(matmul(expand_dims(conjugate(asarray(x1)), -2), x2), -2)
 
 

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from stagecraft import core, dtypes, lax
+from stagecraft.config import numpy_dtype_promotion
 from stagecraft.core import Tracer
 from stagecraft.numpy.array_constructors import array, asarray
 from stagecraft.numpy.array_creation import arange, meshgrid, ones, zeros_like
@@ -30,7 +31,7 @@ index_exp = np.index_exp
 
 def _grid_1d(s: slice, op_name: str):
   for v, what in ((s.start, "start"), (s.stop, "stop"), (s.step, "step")):
-    check_concrete(v, op_name, f"slice {what}")
+    check_concrete(v, op_name, f"slice {what}", context=f"slice {what} of jnp.{op_name}")
   start = s.start or 0
   step = s.step or 1
   if np.iscomplex(step):
@@ -48,7 +49,10 @@ class _Grid:
   def __getitem__(self, key):
     if isinstance(key, slice):
       return _grid_1d(key, self.name)
-    out = promote_dtypes(*[_grid_1d(k, self.name) for k in key])
+    # NB: as JAX's, the 1-D grids promote under standard promotion whatever the option
+    # (an int and a float grid give float grids under strict promotion too).
+    with numpy_dtype_promotion("standard"):
+      out = promote_dtypes(*[_grid_1d(k, self.name) for k in key])
     out = [as_array(o) for o in out]
     grids = meshgrid(*out, indexing="ij", sparse=self.sparse)
     if self.sparse:

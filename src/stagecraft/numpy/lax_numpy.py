@@ -1432,9 +1432,9 @@ def choose(a: ArrayLike, choices: Sequence[ArrayLike], out: None = None,
   n = len(choices)
   if mode == "raise":
     if isinstance(a, Tracer):
-      raise core.ConcretizationTypeError(
-          "Abstract tracer value encountered where concrete value is expected: jnp.choose "
-          "was jit-compiled with mode='raise'. Use mode='wrap' or mode='clip' instead.")
+      raise a._concretization_error("choose", fix=(
+          "The error occurred because jnp.choose was jit-compiled with mode='raise'. Use "
+          "mode='wrap' or mode='clip' instead."))
     host = np.asarray(a)
     if ((host < 0) | (host >= n)).any():
       raise ValueError("invalid entry in choice array")

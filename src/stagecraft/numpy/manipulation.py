@@ -24,7 +24,7 @@ from stagecraft.numpy.array_creation import tri, zeros, zeros_like
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar,
                                    broadcast_to_shape, canonical_shape, canonicalize_axis,
                                    check_arraylike, check_concrete, const, dtype_of,
-                                   ensure_arraylike, ndim_of, promote_dtypes, shape_of,
+                                   ensure_arraylike, index_tuple, ndim_of, promote_dtypes, shape_of,
                                    shape_error, slice_axis)
 from stagecraft.runtime.array import Array
 
@@ -200,7 +200,7 @@ def expand_dims(a: ArrayLike, axis: int | Sequence[int]) -> Array:
   if type(a) in KEY_TYPES:
     return on_keys(expand_dims, a, axis, reuse=FORWARD)
   a = asarray(a)
-  axis = (axis,) if isinstance(axis, int) else tuple(axis)
+  axis = index_tuple(axis)
   out_nd = ndim_of(a) + len(axis)
   axes = sorted(canonicalize_axis(x, out_nd, "expand_dims") for x in axis)
   return lax.expand_dims(a, tuple(axes))
@@ -219,7 +219,7 @@ def squeeze(a: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
   if axis is None:
     dims = tuple(i for i, d in enumerate(s) if d == 1)
   else:
-    axis = (axis,) if isinstance(axis, int) else tuple(axis)
+    axis = index_tuple(axis)
     dims = tuple(sorted(canonicalize_axis(x, len(s), "squeeze") for x in axis))
     for d in dims:
       if s[d] != 1:
@@ -377,7 +377,7 @@ def rollaxis(a: ArrayLike, axis: int, start: int = 0) -> Array:
   axis = canonicalize_axis(axis, nd, "rollaxis")
   if not -nd <= start <= nd:
     raise ValueError(f"rollaxis: start {start} is out of range for dimension {nd}.")
-  start = start % (nd + 1) if start < 0 else start
+  start = start + nd if start < 0 else start   # NumPy's: a negative start counts from ndim
   if axis < start:
     start -= 1
   return moveaxis(a, axis, start)
@@ -675,15 +675,22 @@ def _split(name: str, ary, indices_or_sections, axis: int) -> list[Array]:
   size = shape_of(ary)[axis]
   if isinstance(indices_or_sections, (tuple, list)) or (
       isinstance(indices_or_sections, (np.ndarray, Array)) and np.ndim(indices_or_sections)):
-    bounds = [0] + [operator.index(check_concrete(i, name, "indices_or_sections"))
-                    for i in np.asarray(indices_or_sections).tolist()] + [size]
+    # NB: as JAX's, the points one by one (a traced array's first element is what fails)
+    points = (list(indices_or_sections)
+              if isinstance(indices_or_sections, (tuple, list, Tracer))
+              else np.asarray(indices_or_sections).tolist())
+    bounds = [0] + [operator.index(check_concrete(
+        i, name, "indices_or_sections", context=f"in jax.numpy.{name} argument 1"))
+        for i in points] + [size]
     bounds = [builtins.min(builtins.max(b if b >= 0 else b + size, 0), size) for b in bounds]
     if any(lo > hi for lo, hi in zip(bounds, bounds[1:])):
       return [slice_axis(ary, bounds[i], builtins.max(bounds[i], bounds[i + 1]), axis)
               for i in range(len(bounds) - 1)]
     sizes = [hi - lo for lo, hi in zip(bounds, bounds[1:])]
   else:
-    sections = operator.index(check_concrete(indices_or_sections, name, "indices_or_sections"))
+    # NB: int(), as JAX's (a float count of sections is truncated)
+    sections = int(check_concrete(indices_or_sections, name, "indices_or_sections",
+                                  context=f"in jax.numpy.{name} argument 1"))
     if sections <= 0:
       raise ValueError(f"{name}: number of sections must be larger than 0, got {sections}.")
     part, r = builtins.divmod(size, sections)

@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from stagecraft import dtypes
-from stagecraft.numpy.array_constructors import array
+from stagecraft.numpy.array_constructors import asarray
 
 
 #: The module the scalar types' reprs name: `stagecraft.numpy`, or `jax.numpy` while
@@ -37,8 +37,9 @@ class _ScalarMeta(type):
     return f"<class '{repr_module[0]}.{cls.dtype.name}'>"
 
   def __call__(cls, x=0):
-    # NB: JAX's scalar types convert with its asarray, whose name its x64 warning gives.
-    return array(x, dtype=dtypes.check_user_dtype(cls.dtype, "asarray"))
+    # NB: as JAX's, the scalar types convert with asarray (no copy is staged; a value of the
+    # type already is returned as it is), whose name its x64 warning gives.
+    return asarray(x, dtype=dtypes.check_user_dtype(cls.dtype, "asarray"))
 
 
 def _eq_dtype(cls, other):

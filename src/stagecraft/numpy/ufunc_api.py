@@ -23,7 +23,7 @@ from stagecraft.numpy.indexing import at as index_update
 from stagecraft.numpy.manipulation import (broadcast_arrays, broadcast_to, expand_dims,
                                            moveaxis, ravel, reshape)
 from stagecraft.numpy.ufuncs import where as _where
-from stagecraft.numpy.util import (canonicalize_axis, promote_dtypes_inexact,
+from stagecraft.numpy.util import (canonicalize_axis, check_arraylike, promote_dtypes_inexact,
                                    reduction_axes, shape_of)
 from stagecraft.numpy.vectorize import vectorize
 
@@ -93,6 +93,8 @@ class ufunc:  # noqa: N801  (NumPy's and JAX's name)
     if len(args) != self.nin:
       raise TypeError(f"{self.__name__}() takes {self.nin} positional argument"
                       f"{'s' if self.nin != 1 else ''} but {len(args)} were given")
+    if any(isinstance(a, (list, tuple)) for a in args):
+      check_arraylike(self.__name__, *args)   # as JAX's: no lists or tuples as operands
     return self._call(*args)
 
   def _require_binary(self, method: str):

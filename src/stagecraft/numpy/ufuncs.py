@@ -198,6 +198,7 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
       return (bool_fn or lax_fn)(x, y) if dt == dtypes.bool_ else lax_fn(x, y)
     if type(x) in KEY_TYPES or type(y) in KEY_TYPES:
       return _keys_binary(name, x, y)
+    check_arraylike(name, x, y)   # as JAX's: a list or tuple is no array-like operand
     x, y = promote(x, y)
     x, y = _promote_shapes(x, y, name=name, lax_broadcasts=lax_broadcasts)
     if bool_fn is not None and dtype_of(x) == dtypes.bool_:
@@ -218,6 +219,8 @@ def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
     aval = getattr(x, "aval", None)
     if aval is not None and not _needs_promotion(promote, aval.dtype):
       return lax_fn(x)
+    if aval is None and type(x) not in KEY_TYPES:
+      check_arraylike(name, x)   # as JAX's: a list or tuple is no array-like operand
     x, = promote(x)
     if not isinstance(x, (Array, Tracer, np.ndarray)):
       x = asarray(x)
@@ -483,6 +486,7 @@ def power(x: ArrayLike, y: ArrayLike, /) -> Array:
   Raises:
     TypeError: for an integer base with a static negative exponent (JAX's message).
   """
+  check_arraylike("power", x, y)
   n = _static_int(y)
   if n is not None and not isinstance(x, (list, tuple)):
     x, = promote_dtypes_numeric(x)
@@ -516,6 +520,7 @@ pow = power
 
 def float_power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """x1 ** x2 computed in the promoted inexact dtype (float32 unless x64 is on)."""
+  check_arraylike("float_power", x1, x2)
   x1, x2 = promote_dtypes_inexact(x1, x2)
   x1, x2 = promote_shapes("float_power", x1, x2)   # lax.pow broadcasts, as in JAX
   return lax.pow(x1, x2)
@@ -533,11 +538,13 @@ negative = _unary_ufunc("negative", lambda x: lax.neg(x), _neg_no_bool, "-x")
 
 def positive(x: ArrayLike, /) -> Array:
   """+x (a copy)."""
+  check_arraylike("positive", x)
   return asarray(x)
 
 
 def absolute(x: ArrayLike, /) -> Array:
   """|x| elementwise (real for complex; identity for unsigned and bool)."""
+  check_arraylike("absolute", x)
   x = asarray_or_scalar(x)
   if not isinstance(x, (Array, Tracer)):
     x = asarray(x)
@@ -566,6 +573,7 @@ def sign(x: ArrayLike, /) -> Array:
   Raises:
     TypeError: for bool `x` (as JAX: lax.sign's message; NumPy has no bool sign either).
   """
+  check_arraylike("sign", x)
   x = asarray_or_scalar(x)
   if not isinstance(x, (Array, Tracer)):
     x = asarray(x)
@@ -1332,6 +1340,7 @@ def modf(x: ArrayLike, /, out=None) -> tuple[Array, Array]:
 def isfinite(x: ArrayLike, /) -> Array:
   """Whether x is neither infinite nor NaN (both parts for complex); True for integers and
   bool (a strongly typed result). Floating and complex inputs keep their weak type, as JAX."""
+  check_arraylike("isfinite", x)
   x = as_array(x)
   dt = dtype_of(x)
   if dtypes.is_float(dt):
@@ -1343,6 +1352,7 @@ def isfinite(x: ArrayLike, /) -> Array:
 
 def isnan(x: ArrayLike, /) -> Array:
   """x != x elementwise (False for integers and bool); weakly typed for weak x, as JAX."""
+  check_arraylike("isnan", x)
   x = as_array(x)
   return lax.ne(x, x)
 
@@ -1443,8 +1453,13 @@ def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   return where(signbit(x2), lax.neg(lax.abs(x1)), lax.abs(x1))
 
 
+@jit
 def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
-  """x1 * 2**x2 for integer exponents x2 (exact while the result is a normal float).
+  """x1 * 2**x2 for integer exponents x2, elementwise. Jitted, as JAX's (`jit[name=ldexp]`).
+
+  As JAX's: x1's exponent is split off first (`frexp`) and added to x2, so a small x1 with
+  a large x2 (or the reverse) stays finite where the result is; inf, -inf and (signed) zero
+  x1 are returned as they are. The result has x1's inexact dtype and the broadcast shape.
 
   Raises:
     ValueError: if x1 is complex or x2 inexact (JAX's words, naming both dtypes).
@@ -1455,10 +1470,22 @@ def ldexp(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     raise ValueError(f"ldexp not supported for input types {(d1, np.dtype(dtype_of(x2)))}")
   x1, = promote_dtypes_inexact(x1)
   x1 = as_array(x1)
-  # NB: two factors keep 2**x2 finite for the exponents of subnormal results.
-  half = lax.convert_element_type(floor_divide(x2, 2), dtype_of(x1))
-  rest = lax.sub(lax.convert_element_type(x2, dtype_of(x1)), half)
-  return multiply(multiply(x1, exp2(half)), exp2(rest))
+  dt = dtype_of(x1)
+  x2 = lax.convert_element_type(x2, dt)
+  mant, expo = frexp(x1)
+  expo = add(lax.convert_element_type(expo, dt), x2)   # broadcasts x1's and x2's shapes
+  # The exponent may be one past the largest and the result still finite: move one factor
+  # of two into the mantissa.
+  pos = lax.gt(expo, _scalar(0, dt))
+  mant = _where(pos, lax.mul(mant, _scalar(2, dt)), mant)
+  expo = _where(lax.gt(expo, _scalar(0, dt)), lax.sub(expo, _scalar(1, dt)), expo)
+  out = lax.mul(mant, lax.pow(_scalar(2, dt), expo))
+  keep = lax.bitwise_or(isinf(x1), lax.eq(x1, _scalar(0, dt)))
+  return _where(keep, x1, out)
+
+
+def _scalar(v, dt):
+  return np.asarray(v, dt)[()]
 
 
 def frexp(x: ArrayLike, /) -> tuple[Array, Array]:
@@ -1563,6 +1590,7 @@ def spacing(x: ArrayLike, /) -> Array:
 
 def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Array:
   """The next representable float after x1 towards x2, elementwise."""
+  check_arraylike("nextafter", x1, x2)
   x1, x2 = _inexact_args("nextafter", x1, x2, allow_complex=False,
                          lax_name="nextafter")
   return lax.nextafter(x1, x2)
@@ -1574,18 +1602,21 @@ def nextafter(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 
 def real(val: ArrayLike, /) -> Array:
   """The real part (the input itself for real dtypes)."""
+  check_arraylike("real", val)
   val = as_array(val)
   return lax.real(val) if dtypes.is_complex(dtype_of(val)) else val
 
 
 def imag(val: ArrayLike, /) -> Array:
   """The imaginary part (zeros of the input's dtype for real dtypes)."""
+  check_arraylike("imag", val)
   val = as_array(val)
   return lax.imag(val) if dtypes.is_complex(dtype_of(val)) else full_like(val, 0)
 
 
 def conjugate(x: ArrayLike, /) -> Array:
   """The complex conjugate (the input itself for real dtypes)."""
+  check_arraylike("conjugate", x)
   x = as_array(x)
   return lax.conj(x) if dtypes.is_complex(dtype_of(x)) else x
 

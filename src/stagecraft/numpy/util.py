@@ -278,10 +278,21 @@ def canonicalize_axis(axis: int, ndim: int, name: str) -> int:
   return axis % ndim if ndim else 0
 
 
+def index_tuple(x) -> tuple:
+  """An index (anything with `__index__`: an int, a NumPy integer, a 0-d integer array) or a
+  sequence of them as a tuple of ints (JAX's `_ensure_index_tuple`).
+
+  Raises:
+    TypeError: for anything else."""
+  try:
+    return (operator.index(x),)
+  except TypeError:
+    return tuple(operator.index(i) for i in x)
+
+
 def axis_tuple(axis, ndim: int, name: str) -> tuple[int, ...]:
-  """An int or a sequence of ints as a tuple of canonical axes (in the given order)."""
-  axis = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-  return tuple(canonicalize_axis(a, ndim, name) for a in axis)
+  """An index or a sequence of indices as a tuple of canonical axes (in the given order)."""
+  return tuple(canonicalize_axis(a, ndim, name) for a in index_tuple(axis))
 
 
 def reduction_axes(axis, ndim: int, name: str) -> tuple[int, ...]:
@@ -331,13 +342,22 @@ def canonical_shape(shape, name="shape") -> tuple[int, ...]:
   return out
 
 
-def check_concrete(x, name: str, what: str):
+def check_concrete(x, name: str, what: str, context: str | None = None):
   """`x`, which jnp.`name` needs as a Python value for its argument `what`.
+
+  Args:
+    context: JAX's context line for this value, where JAX's message has one ("slice start
+      of jnp.c_"): the message is then JAX's (`core.concrete_or_error`'s) word for word.
 
   Raises:
     ConcretizationTypeError: if `x` is traced.
   """
   if isinstance(x, Tracer):
+    known = x.to_concrete_value()   # as JAX's concrete_or_error: a JVP tracer outside jit
+    if known is not None:           # knows its value
+      return known
+    if context is not None:
+      raise x._concretization_error(name, fix=context)
     where = (f"the jnp.{name} argument '{what}'" if what.isidentifier() else what)
     raise core.ConcretizationTypeError(
         f"Abstract tracer value encountered where concrete value is expected: traced array "
