@@ -37,3 +37,36 @@ def test_filled_arrays_of_key_dtype_as_jax(case, jit):
   np.testing.assert_array_equal(np.asarray(sc.random.key_data(got)),
                                 np.asarray(jax.random.key_data(want)))
   assert str(sc.make_jaxpr(got_f)()) == str(jax.make_jaxpr(want_f)())
+
+
+FILLS = [(4294967295, np.uint32), (4294967296, np.uint32), (-1, np.uint32), (2**31, np.int32),
+         (2**31, None), (300, np.int8), (2**40, np.float32), (2**63, np.uint32),
+         (2**64, np.uint32), (-2**63 - 1, np.int32), (2**64, np.float32), (2**64, None)]
+
+
+@pytest.mark.parametrize("fill,dtype", FILLS)
+@pytest.mark.parametrize("shape", [(), (2,)])
+def test_full_of_python_int_wraps_as_jax(fill, dtype, shape):
+  # lax.full converts a Python int through NumPy and wraps it (no default-int range check):
+  # random_test's gather fill uses full_like(u32 data, 2**32 - 1)
+  def run(np_):
+    try:
+      return np.asarray(np_.full(shape, fill, dtype)), None
+    except OverflowError as e:
+      return None, str(e)
+  (got, got_err), (want, want_err) = run(snp), run(jax.numpy)
+  assert got_err == want_err
+  if want is not None:
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+  like = np.zeros(shape, np.uint32)
+  np.testing.assert_array_equal(np.asarray(snp.full_like(like, 2**32 - 1)),
+                                np.asarray(jax.numpy.full_like(like, 2**32 - 1)))
+
+
+def test_gather_fill_of_keys_as_jax():
+  def run(lib):
+    keys = lib.random.split(lib.random.key(0), 4)
+    out = lib.jit(lambda x: x.at[100].get(mode="fill"))(keys)
+    return np.asarray(lib.random.key_data(out))
+  np.testing.assert_array_equal(run(sc), run(jax))

@@ -109,8 +109,10 @@ def _full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
 
 def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> Array:
   """`T[*shape]` filled with the scalar `fill`, as JAX's `lax.full` builds it: the fill is
-  converted first (a static fill on the host, a Python int wrapping around; a traced one
-  by `convert_element_type`), then broadcast; for `shape == ()` there is nothing to
+  converted first (a static fill on the host, a traced one
+  by `convert_element_type`), then broadcast (a Python int wraps around to `dtype`:
+  `full((), 2**32 - 1, uint32)` and `full((), 2**31, int32)` as JAX's; OverflowError, in
+  NumPy's words, beyond 64 bits); for `shape == ()` there is nothing to
   broadcast, so a static fill gives a constant (a literal in a jaxpr, no equation)."""
   # NB: so is a closed-over Array while tracing (JAX stages it as a constvar).
   if isinstance(fill, core.Tracer) or (
@@ -118,7 +120,11 @@ def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> A
       and not isinstance(core.current_trace(), core.EvalTrace)):
     value = convert_dtype(fill, dtype, weak)
     return value if shape == () else lax.broadcast_in_dim(value, shape, ())
-  if dtypes.is_python_scalar(fill):
+  if type(fill) is int:
+    # NB: as JAX's `lax.full`: the int goes through NumPy (int64, uint64 above 2**63-1,
+    # NumPy's OverflowError beyond) and wraps around to `dtype`; no default-int range check
+    value = np.asarray(fill).astype(dtype)[()]
+  elif dtypes.is_python_scalar(fill):
     value = python_scalar_value(fill, dtype)
   else:
     value = np.asarray(fill).astype(dtype)[()]
