@@ -70,3 +70,16 @@ def test_gather_fill_of_keys_as_jax():
     out = lib.jit(lambda x: x.at[100].get(mode="fill"))(keys)
     return np.asarray(lib.random.key_data(out))
   np.testing.assert_array_equal(run(sc), run(jax))
+
+
+@pytest.mark.parametrize("operand", [np.int32(0), 1.5, 3, True, np.zeros(3, np.float32),
+                                     np.zeros(2, np.uint32)])
+@pytest.mark.parametrize("jit", [False, True])
+def test_convert_element_type_to_key_dtype_raises_as_jax(operand, jit):
+  def message(lib):
+    dt = lib.random.key(0).dtype
+    f = lambda x: lib.lax.convert_element_type(x, dt)
+    with pytest.raises(ValueError) as e:
+      (lib.jit(f) if jit and not isinstance(operand, (int, float)) else f)(operand)
+    return str(e.value)
+  assert message(sc) == message(jax)

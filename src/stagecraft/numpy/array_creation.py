@@ -136,8 +136,7 @@ def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> A
 
 def _is_key_dtype(dtype: Any) -> bool:
   """Whether `dtype` is a typed-key dtype (`key<fry>`: a staged leaf's dtype)."""
-  return dtype is not None and not isinstance(dtype, (np.dtype, type, str)) and (
-      tree_util.staged_aval(core.ShapedArray((), dtype)) is not None)
+  return core.is_extended_dtype(dtype)
 
 
 def _keys_full(shape: Any, fill: Any) -> Any:
