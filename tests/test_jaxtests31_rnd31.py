@@ -83,3 +83,19 @@ def test_convert_element_type_to_key_dtype_raises_as_jax(operand, jit):
       (lib.jit(f) if jit and not isinstance(operand, (int, float)) else f)(operand)
     return str(e.value)
   assert message(sc) == message(jax)
+
+
+@pytest.mark.parametrize("mode", ["raise", "warn"])
+@pytest.mark.parametrize("method", ["cholesky", "svd", "eigh"])
+def test_multivariate_normal_under_rank_promotion_as_jax(mode, method):
+  # the (n,) mean broadcasts against (*shape, n) samples inside multivariate_normal
+  import warnings
+
+  def run(lib):
+    with lib.numpy_rank_promotion(mode), warnings.catch_warnings():
+      warnings.simplefilter("error")
+      out = lib.random.multivariate_normal(lib.random.key(3), np.zeros(3, np.float32),
+                                           np.eye(3, dtype=np.float32), shape=(4,),
+                                           method=method)
+    return np.asarray(out)
+  np.testing.assert_allclose(run(sc), run(jax), rtol=1e-5, atol=1e-6)

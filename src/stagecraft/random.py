@@ -44,7 +44,7 @@ import numpy as np
 from stagecraft import core, dtypes, key_reuse, lax, shape_poly, sharding, traceback_util
 from stagecraft import tree_util
 from stagecraft import numpy as jnp
-from stagecraft.config import config
+from stagecraft.config import config, numpy_rank_promotion
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.lax import prng, random_bits, spmd, utils as lax_utils
 from stagecraft.lax.random_gamma import random_gamma_p
@@ -1122,7 +1122,10 @@ def _factor_cov(cov, method: str):
 def _multivariate_normal(data, mean, cov, shape, dtype, method):
   factor = _factor_cov(cov, method)
   n = _normal(data, (*shape, mean.shape[-1]), dtype)
-  return mean + jnp.einsum("...ij,...j->...i", factor, n)
+  # NB: as JAX's: the mean broadcasts against the samples even under
+  # jax_numpy_rank_promotion='raise' (or 'warn': no warning)
+  with numpy_rank_promotion("allow"):
+    return mean + jnp.einsum("...ij,...j->...i", factor, n)
 
 
 def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | None = None,
