@@ -99,3 +99,49 @@ def test_multivariate_normal_under_rank_promotion_as_jax(mode, method):
                                            method=method)
     return np.asarray(out)
   np.testing.assert_allclose(run(sc), run(jax), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("ctor", ["key", "PRNGKey"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_random_seed_offset_as_jax(ctor, jit):
+  def run(lib):
+    make = getattr(lib.random, ctor)
+    make = lib.jit(make) if jit else make
+    lib.config.update("jax_random_seed_offset", 3)
+    try:
+      k = make(17)
+    finally:
+      lib.config.update("jax_random_seed_offset", 0)
+    return np.asarray(lib.random.key_data(k)), np.asarray(lib.random.key_data(make(17)))
+  (g_off, g), (w_off, w) = run(sc), run(jax)
+  np.testing.assert_array_equal(g_off, w_off)
+  np.testing.assert_array_equal(g, w)
+  assert not np.array_equal(g_off, g)
+
+
+@pytest.mark.parametrize("mode", ["allow", "warn", "error"])
+def test_legacy_prng_key_modes_as_jax(mode):
+  import warnings
+
+  def run(lib):
+    raw = np.zeros(2, np.uint32)
+    with lib.legacy_prng_key(mode), warnings.catch_warnings(record=True) as w:
+      warnings.simplefilter("always")
+      try:
+        out = np.asarray(lib.random.uniform(raw))
+      except ValueError as e:
+        out = str(e)
+    return out, [str(x.message) for x in w if x.category is UserWarning]
+  got, want = run(sc), run(jax)
+  assert got[1] == want[1]
+  if isinstance(want[0], str):
+    assert got[0] == want[0]
+  else:
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_legacy_prng_key_error_after_key_data_check_as_jax():
+  for lib in (sc, jax):
+    with lib.legacy_prng_key("error"), pytest.raises(TypeError,
+                                                     match="JAX encountered invalid PRNG key data"):
+      lib.random.uniform(np.zeros(1, np.float32))

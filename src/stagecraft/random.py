@@ -36,6 +36,7 @@ import functools
 import inspect
 import math
 import operator
+import warnings
 from functools import partial
 from typing import Any, Sequence
 
@@ -617,9 +618,13 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False, *,
   """`(key data u32[*s, 2], typed)`; a single key (`s == ()`) unless `allow_batched`.
   With `keys`, `(keys key<fry>[*s], typed)` (a raw key wrapped: `random_wrap`, as JAX's).
 
+  Warns:
+    UserWarning: for a raw key with `jax_legacy_prng_key="warn"` (JAX's words).
+
   Raises:
     TypeError: for data that is not `u32[..., 2]`.
-    ValueError: for a batch of keys where one key is expected.
+    ValueError: for a batch of keys where one key is expected; for a raw key with
+      `jax_legacy_prng_key="error"` (JAX's words).
   """
   if isinstance(key, PRNGKeyArray):
     typed, shape = True, key.shape
@@ -631,6 +636,14 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False, *,
   else:
     data, typed = _check_key_data(key), False
     shape = tuple(data.shape)   # NB: as JAX's message: a raw key's whole shape
+    mode = config.legacy_prng_key
+    if mode != "allow":   # jax_legacy_prng_key: a raw key after the key-data check, as JAX's
+      msg = ("Legacy uint32 key array passed as key to jax.random function. Please create "
+             "keys using jax.random.key(). If use of a raw key array was intended, set "
+             'jax_legacy_prng_key="allow".')
+      if mode == "error":
+        raise ValueError(msg)
+      warnings.warn(msg, stacklevel=3)
   if not allow_batched and (len(shape) > 0 if typed else len(shape) > 1):
     raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
                      f"{tuple(shape)} != (). Use stagecraft.vmap for batching.")
@@ -678,7 +691,10 @@ def _seed_data(ctor_name: str, seed: Any, keys: bool = False) -> Any:
     seed = np.int64(seed)
     if not dtypes.canonicalize_dtype(np.int64).itemsize == 8:
       seed = seed.astype(np.int32)   # NB: wraps, as JAX's `jnp.asarray` (`0:i32[]` in programs)
-  out = prng.random_seed_p.bind(jnp.asarray(seed), impl=prng.threefry_impl)
+  seed = jnp.asarray(seed)
+  if config.random_seed_offset:   # jax_random_seed_offset: added to every seed, as JAX's
+    seed = seed + config.random_seed_offset
+  out = prng.random_seed_p.bind(seed, impl=prng.threefry_impl)
   return out if keys else _unwrap(out)
 
 
