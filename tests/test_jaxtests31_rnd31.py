@@ -145,3 +145,33 @@ def test_legacy_prng_key_error_after_key_data_check_as_jax():
     with lib.legacy_prng_key("error"), pytest.raises(TypeError,
                                                      match="JAX encountered invalid PRNG key data"):
       lib.random.uniform(np.zeros(1, np.float32))
+
+
+def _mesh_sharding(lib):
+  devices = lib.devices()
+  mesh = lib.sharding.Mesh(np.array(devices), ("x",))
+  return lib.sharding.NamedSharding(mesh, lib.sharding.PartitionSpec("x")), len(devices)
+
+
+def test_make_array_from_callback_of_keys_as_jax():
+  def run(lib):
+    s, n = _mesh_sharding(lib)
+    cb = lambda index: lib.vmap(lib.random.key)(lib.numpy.arange(n)[index[0]])
+    out = lib.make_array_from_callback((n,), s, cb)
+    assert isinstance(out, (sc.random.PRNGKeyArray, jax.Array))
+    return str(out.dtype), out.shape, np.asarray(lib.random.key_data(out))
+  got, want = run(sc), run(jax)
+  assert got[:2] == want[:2]
+  np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_make_array_from_single_device_arrays_of_keys_as_jax():
+  def run(lib):
+    s, n = _mesh_sharding(lib)
+    keys = lib.random.split(lib.random.key(0), n)
+    arrays = [lib.device_put(keys[i:i + 1], d) for i, d in enumerate(s.mesh.devices.flat)]
+    out = lib.make_array_from_single_device_arrays((n,), s, arrays)
+    return str(out.dtype), out.shape, np.asarray(lib.random.key_data(out))
+  got, want = run(sc), run(jax)
+  assert got[:2] == want[:2]
+  np.testing.assert_array_equal(got[2], want[2])
