@@ -175,3 +175,48 @@ def test_make_array_from_single_device_arrays_of_keys_as_jax():
   got, want = run(sc), run(jax)
   assert got[:2] == want[:2]
   np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_custom_jvp_key_tangent_is_float0_as_jax():
+  def run(lib):
+    seen = {}
+    f = lib.custom_jvp(lambda x, key: x * lib.random.normal(key, ()))
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+      x, key = primals
+      seen["t"] = tangents[1]
+      r = lib.random.normal(key, ())
+      return x * r, tangents[0] * r
+    g = lib.grad(f)(0.0, lib.random.key(0))
+    return float(g), str(seen["t"].dtype), np.shape(seen["t"])
+  assert run(sc) == run(jax)
+
+
+@pytest.mark.parametrize("symbolic_zeros", [False, True])
+def test_custom_vjp_key_cotangent_is_float0_as_jax(symbolic_zeros):
+  def run(lib):
+    seen = {}
+
+    @lib.custom_vjp
+    def f(_, state):
+      return state
+
+    def fwd(_, state):
+      if symbolic_zeros:
+        seen["primal"] = type(state[1]).__name__
+        state = lib.tree.map(lambda x: x.value, state)
+      return state, None
+
+    def bwd(_, state_bar):
+      seen["ct"] = (str(state_bar[1].dtype), type(state_bar[1]).__name__)
+      return state_bar[0], state_bar
+    f.defvjp(fwd, bwd, symbolic_zeros=symbolic_zeros)
+    state = (8.0, lib.random.key(123))
+    return float(lib.grad(lambda theta: f(theta, state)[0])(3.0)), seen
+  got, want = run(sc), run(jax)
+  assert got[0] == want[0]
+  assert got[1]["ct"][0] == want[1]["ct"][0] == "[('float0', 'V')]"
+  if symbolic_zeros:
+    assert got[1]["ct"][1] == want[1]["ct"][1] == "SymbolicZero"
+    assert got[1]["primal"] == want[1]["primal"] == "CustomVJPPrimal"
