@@ -220,3 +220,24 @@ def test_custom_vjp_key_cotangent_is_float0_as_jax(symbolic_zeros):
   if symbolic_zeros:
     assert got[1]["ct"][1] == want[1]["ct"][1] == "SymbolicZero"
     assert got[1]["primal"] == want[1]["primal"] == "CustomVJPPrimal"
+
+
+class _NotAnImpl:
+  pass
+
+
+@pytest.mark.parametrize("spec", [_NotAnImpl(), 3, type(None), "foo", "threefry2x32"])
+@pytest.mark.parametrize("ctor", ["key", "PRNGKey", "wrap_key_data", "key_dtype"])
+def test_prng_impl_spec_errors_as_jax(spec, ctor):
+  def run(lib):
+    f = {"key": lambda: lib.random.key(42, impl=spec),
+         "PRNGKey": lambda: lib.random.PRNGKey(42, impl=spec),
+         "wrap_key_data": lambda: lib.random.wrap_key_data(np.array([0, 42], np.uint32),
+                                                            impl=spec),
+         "key_dtype": lambda: lib.random.key_dtype(spec)}[ctor]
+    try:
+      out = f()
+    except (TypeError, ValueError) as e:
+      return type(e).__name__, str(e)
+    return "ok", str(getattr(out, "dtype", out))
+  assert run(sc) == run(jax)

@@ -588,11 +588,37 @@ def default_prng_impl() -> str:
   return _IMPL_NAME
 
 
+# JAX 0.10.2's PRNG implementation names, in the order its messages list them.
+_JAX_IMPL_NAMES = ("philox2x32", "philox4x32", "threefry2x32", "rbg", "unsafe_rbg",
+                   "threefry4x32")
+
+
 def _check_impl(impl) -> None:
-  name = getattr(impl, "impl", impl)
-  if name is not None and name != _IMPL_NAME:
+  """Checks an `impl=` / `dtype=` spec: None, a name, a key dtype or the implementation.
+
+  Raises:
+    TypeError: for a spec of another type (JAX's words).
+    ValueError: for an unknown name (JAX's words), or a name of JAX's other
+      implementations (stagecraft implements only threefry2x32).
+  """
+  if impl is None:
+    return
+  if isinstance(impl, KeyTy):
+    name = impl.impl
+  elif isinstance(impl, str):
+    name = impl
+  elif impl == prng.threefry_impl:
+    return
+  else:
+    raise TypeError(f"unrecognized type {type(impl)} for specifying PRNG implementation.")
+  if name == _IMPL_NAME:
+    return
+  if name in _JAX_IMPL_NAMES:
     raise ValueError(f'unrecognized PRNG implementation "{name}". Did you mean one of: '
                      f'"{_IMPL_NAME}"? (stagecraft implements only threefry2x32.)')
+  listed = ", ".join(f'"{n}"' for n in _JAX_IMPL_NAMES)
+  raise ValueError(f'unrecognized PRNG implementation "{name}". Did you mean one of: '
+                   f'{listed}?')
 
 
 def _check_key_data(data: Any) -> Any:
