@@ -241,3 +241,19 @@ def test_prng_impl_spec_errors_as_jax(spec, ctor):
       return type(e).__name__, str(e)
     return "ok", str(getattr(out, "dtype", out))
   assert run(sc) == run(jax)
+
+
+@pytest.mark.parametrize("mode", ["raise", "warn"])
+@pytest.mark.parametrize("shape", [(), (4,), (4, 5)])
+def test_weighted_choice_under_rank_promotion_as_jax(mode, shape):
+  # choice with p= (and replace) compares the cumulative weights with every draw
+  import warnings
+  p = np.array([0.1, 0.2, 0.3, 0.15, 0.25], np.float32)
+
+  def run(lib):
+    with lib.numpy_rank_promotion(mode), warnings.catch_warnings():
+      warnings.simplefilter("error")
+      return np.asarray(lib.random.choice(lib.random.key(0), 5, shape, p=p))
+  got, want = run(sc), run(jax)
+  assert got.dtype == want.dtype and got.shape == want.shape
+  np.testing.assert_array_equal(got, want)

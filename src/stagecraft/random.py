@@ -1985,7 +1985,8 @@ def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p, mode):
 def _searchsorted_left(sorted_arr, v):
   """`jnp.searchsorted(sorted_arr, v)` (side='left') for a short sorted `f[n]`: the number of
   elements `< v`, by comparison (O(n) per value; JAX's default method scans)."""
-  less = sorted_arr < v[..., None]
+  # NB: ranks made equal first, so it runs under jax_numpy_rank_promotion='raise'
+  less = jnp.reshape(sorted_arr, (1,) * v.ndim + sorted_arr.shape) < v[..., None]
   return jnp.sum(less.astype(np.int32), axis=-1)
 
 
