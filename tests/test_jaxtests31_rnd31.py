@@ -257,3 +257,17 @@ def test_weighted_choice_under_rank_promotion_as_jax(mode, shape):
   got, want = run(sc), run(jax)
   assert got.dtype == want.dtype and got.shape == want.shape
   np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["divide", "true_divide", "operator"])
+def test_divide_rank_promotion_message_as_jax(op):
+  # JAX's divide is its true_divide, and its messages name it so (random.t under 'raise')
+  a, b = np.ones(3, np.float32), np.ones((2, 3), np.float32)
+
+  def message(lib, np_):
+    f = {"divide": np_.divide, "true_divide": np_.true_divide,
+         "operator": lambda x, y: np_.asarray(x) / y}[op]
+    with lib.numpy_rank_promotion("raise"), pytest.raises(ValueError) as e:
+      f(a, b)
+    return str(e.value)
+  assert message(sc, snp) == message(jax, jax.numpy)
