@@ -271,3 +271,13 @@ def test_divide_rank_promotion_message_as_jax(op):
       f(a, b)
     return str(e.value)
   assert message(sc, snp) == message(jax, jax.numpy)
+
+
+def test_one_hot_traced_num_classes_raises_as_jax():
+  def message(lib):
+    with pytest.raises(lib.errors.ConcretizationTypeError) as e:
+      lib.jit(lib.nn.one_hot)(3, 5)
+    return str(e.value).splitlines()[:2]
+  got, want = message(sc), message(jax)
+  assert got[0] == want[0]
+  assert got[1].replace("stagecraft.", "jax.") == want[1]
