@@ -191,7 +191,7 @@ _OPTIONS: dict[str, _Opt] = {
     "ragged_dot_use_gpu_pallas_triton_lowering": _Opt(False, _B),
     "ragged_dot_use_ragged_dot_instruction": _Opt(True, _B),
     "raise_persistent_cache_errors": _Opt(False, _B),
-    "random_seed_offset": _Opt(0, _I),
+    "random_seed_offset": _Opt(0, _I, trace=True),
     "refs_to_pins": _Opt(False, _B),
     "remat3": _Opt(False, _B),
     "remove_custom_partitioning_ptr_from_cache_key": _Opt(False, _B),
@@ -239,6 +239,7 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "softmax_custom_jvp": None, "default_matmul_precision": None,
     "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,
     "disallow_mesh_context_manager": None, "debug_key_reuse": None,
+    "legacy_prng_key": None, "random_seed_offset": None,
     # values that are what stagecraft does anyway
     "threefry_partitionable": None,
     "default_prng_impl": lambda v: v == "threefry2x32",
@@ -380,7 +381,9 @@ STATE_KEY_NAMES = ("jax_enable_x64", "jax_debug_nans", "jax_numpy_rank_promotion
                    "jax_numpy_dtype_promotion", "jax_default_matmul_precision",
                    "jax_default_prng_impl", "jax_threefry_partitionable",
                    "jax_softmax_custom_jvp", "jax_high_dynamic_range_gumbel",
-                   "jax_default_device", "jax_debug_key_reuse", "jax user contexts")
+                   "jax_default_device", "jax_debug_key_reuse",
+                   "jax_use_simplified_jaxpr_constants", "jax_random_seed_offset",
+                   "jax user contexts")
 
 
 class Config:
@@ -408,7 +411,8 @@ class Config:
                       d["default_matmul_precision"], d["default_prng_impl"],
                       d["threefry_partitionable"], d["softmax_custom_jvp"],
                       d["high_dynamic_range_gumbel"], id(d["default_device"]),
-                      d["debug_key_reuse"], d["use_simplified_jaxpr_constants"])
+                      d["debug_key_reuse"], d["use_simplified_jaxpr_constants"],
+                      d["random_seed_offset"])
     if _user_contexts:   # make_user_context: their values key the caches too
       d["state_key"] += (tuple(c.value for c in _user_contexts),)
     # NB: a small int per distinct state_key, for the hottest cache keys (jit's dispatch

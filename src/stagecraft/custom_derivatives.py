@@ -56,6 +56,29 @@ def _unflatten(treedef, leaves):
   return tree_util.tree_unflatten(treedef, leaves)
 
 
+def _unflatten_tangents(treedef, leaves):
+  """`_unflatten` of (co)tangents: a staged leaf's place (a typed key array, a node of one
+  child in the transformations' trees) takes its tangent as it is (float0 zeros, as JAX's
+  rules see for keys), not a key array rebuilt around it."""
+  leaves = list(leaves)
+  spec = tree_util.spec_of(treedef)
+  if not any(s.type in tree_util.staged_types for s in _subtrees(spec)):
+    return _unflatten(treedef, leaves)
+  it = iter(leaves)
+
+  def build(s):
+    if s.is_leaf() or s.type in tree_util.staged_types:
+      return next(it)
+    return optree.tree_unflatten(s.one_level(), [build(c) for c in s.children()])
+  return build(spec)
+
+
+def _subtrees(spec):
+  yield spec
+  for c in spec.children():
+    yield from _subtrees(c)
+
+
 def _fun_name(f: Callable) -> str:
   f = getattr(f, "func", f)   # functools.partial
   return getattr(f, "__name__", None) or type(f).__name__
@@ -530,7 +553,7 @@ def _make_flat_jvp(cj: custom_jvp, static: dict, merge, in_tree, out_tree,
     # literal's scalar is made an array (`_as_arrays`).
     py_primals = tuple(_unflatten(in_tree, primals if out_tree is None else
                                   _as_arrays(primals)))
-    py_tangents = tuple(_unflatten(in_tree, ts))
+    py_tangents = tuple(_unflatten_tangents(in_tree, ts))
     pair = jvp_rule(*static_args, py_primals, py_tangents)
     if not isinstance(pair, (list, tuple)) or len(pair) != 2:
       raise TypeError(f"Custom JVP rule {jvp_name} for function {name} must produce a pair "
@@ -976,10 +999,12 @@ def _make_flat_fwd(cv: custom_vjp, static: dict, merge, in_tree, in_avals, out_t
   def flat_fwd(primals, nonzeros):
     primals = _as_arrays(primals, in_avals)
     if cv.symbolic_zeros:
-      leaves = [CustomVJPPrimal(p, nz) for p, nz in zip(primals, nonzeros)]
+      # NB: one CustomVJPPrimal per user-level leaf: a typed key array is wrapped whole
+      uleaves, utree = tree_util.tree_flatten(_unflatten(in_tree, list(primals)))
+      py_args = merge(tree_util.tree_unflatten(
+          utree, [CustomVJPPrimal(p, nz) for p, nz in zip(uleaves, nonzeros)]))
     else:
-      leaves = list(primals)
-    py_args = merge(_unflatten(in_tree, leaves))
+      py_args = merge(_unflatten(in_tree, list(primals)))
     pair = cv.fwd(*py_args)
     if not isinstance(pair, (list, tuple)) or len(pair) != 2:
       raise TypeError(
@@ -1033,7 +1058,7 @@ def _call_bwd(cv: custom_vjp, static_args, res_tree, res_leaves, out_tree, cts, 
              if w else c for c, w in zip(cts, weak)]
     cts = [pe.literal_array(c) if w else c for c, w in zip(cts, weak)]
   py_res = _unflatten(res_tree, res_leaves)
-  py_cts = _unflatten(out_tree, cts)
+  py_cts = _unflatten_tangents(out_tree, cts)
   cts_in = cv.bwd(*static_args, py_res, py_cts)
   n_dyn = in_tree.num_children
   if isinstance(cts_in, list) and len(cts_in) == n_dyn:

@@ -36,6 +36,7 @@ import functools
 import inspect
 import math
 import operator
+import warnings
 from functools import partial
 from typing import Any, Sequence
 
@@ -44,7 +45,7 @@ import numpy as np
 from stagecraft import core, dtypes, key_reuse, lax, shape_poly, sharding, traceback_util
 from stagecraft import tree_util
 from stagecraft import numpy as jnp
-from stagecraft.config import config
+from stagecraft.config import config, numpy_rank_promotion
 from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.lax import prng, random_bits, spmd, utils as lax_utils
 from stagecraft.lax.random_gamma import random_gamma_p
@@ -587,11 +588,37 @@ def default_prng_impl() -> str:
   return _IMPL_NAME
 
 
+# JAX 0.10.2's PRNG implementation names, in the order its messages list them.
+_JAX_IMPL_NAMES = ("philox2x32", "philox4x32", "threefry2x32", "rbg", "unsafe_rbg",
+                   "threefry4x32")
+
+
 def _check_impl(impl) -> None:
-  name = getattr(impl, "impl", impl)
-  if name is not None and name != _IMPL_NAME:
+  """Checks an `impl=` / `dtype=` spec: None, a name, a key dtype or the implementation.
+
+  Raises:
+    TypeError: for a spec of another type (JAX's words).
+    ValueError: for an unknown name (JAX's words), or a name of JAX's other
+      implementations (stagecraft implements only threefry2x32).
+  """
+  if impl is None:
+    return
+  if isinstance(impl, KeyTy):
+    name = impl.impl
+  elif isinstance(impl, str):
+    name = impl
+  elif impl == prng.threefry_impl:
+    return
+  else:
+    raise TypeError(f"unrecognized type {type(impl)} for specifying PRNG implementation.")
+  if name == _IMPL_NAME:
+    return
+  if name in _JAX_IMPL_NAMES:
     raise ValueError(f'unrecognized PRNG implementation "{name}". Did you mean one of: '
                      f'"{_IMPL_NAME}"? (stagecraft implements only threefry2x32.)')
+  listed = ", ".join(f'"{n}"' for n in _JAX_IMPL_NAMES)
+  raise ValueError(f'unrecognized PRNG implementation "{name}". Did you mean one of: '
+                   f'{listed}?')
 
 
 def _check_key_data(data: Any) -> Any:
@@ -617,9 +644,13 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False, *,
   """`(key data u32[*s, 2], typed)`; a single key (`s == ()`) unless `allow_batched`.
   With `keys`, `(keys key<fry>[*s], typed)` (a raw key wrapped: `random_wrap`, as JAX's).
 
+  Warns:
+    UserWarning: for a raw key with `jax_legacy_prng_key="warn"` (JAX's words).
+
   Raises:
     TypeError: for data that is not `u32[..., 2]`.
-    ValueError: for a batch of keys where one key is expected.
+    ValueError: for a batch of keys where one key is expected; for a raw key with
+      `jax_legacy_prng_key="error"` (JAX's words).
   """
   if isinstance(key, PRNGKeyArray):
     typed, shape = True, key.shape
@@ -631,6 +662,14 @@ def _check_prng_key(name: str, key: Any, allow_batched: bool = False, *,
   else:
     data, typed = _check_key_data(key), False
     shape = tuple(data.shape)   # NB: as JAX's message: a raw key's whole shape
+    mode = config.legacy_prng_key
+    if mode != "allow":   # jax_legacy_prng_key: a raw key after the key-data check, as JAX's
+      msg = ("Legacy uint32 key array passed as key to jax.random function. Please create "
+             "keys using jax.random.key(). If use of a raw key array was intended, set "
+             'jax_legacy_prng_key="allow".')
+      if mode == "error":
+        raise ValueError(msg)
+      warnings.warn(msg, stacklevel=3)
   if not allow_batched and (len(shape) > 0 if typed else len(shape) > 1):
     raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
                      f"{tuple(shape)} != (). Use stagecraft.vmap for batching.")
@@ -678,7 +717,10 @@ def _seed_data(ctor_name: str, seed: Any, keys: bool = False) -> Any:
     seed = np.int64(seed)
     if not dtypes.canonicalize_dtype(np.int64).itemsize == 8:
       seed = seed.astype(np.int32)   # NB: wraps, as JAX's `jnp.asarray` (`0:i32[]` in programs)
-  out = prng.random_seed_p.bind(jnp.asarray(seed), impl=prng.threefry_impl)
+  seed = jnp.asarray(seed)
+  if config.random_seed_offset:   # jax_random_seed_offset: added to every seed, as JAX's
+    seed = seed + config.random_seed_offset
+  out = prng.random_seed_p.bind(seed, impl=prng.threefry_impl)
   return out if keys else _unwrap(out)
 
 
@@ -1122,7 +1164,10 @@ def _factor_cov(cov, method: str):
 def _multivariate_normal(data, mean, cov, shape, dtype, method):
   factor = _factor_cov(cov, method)
   n = _normal(data, (*shape, mean.shape[-1]), dtype)
-  return mean + jnp.einsum("...ij,...j->...i", factor, n)
+  # NB: as JAX's: the mean broadcasts against the samples even under
+  # jax_numpy_rank_promotion='raise' (or 'warn': no warning)
+  with numpy_rank_promotion("allow"):
+    return mean + jnp.einsum("...ij,...j->...i", factor, n)
 
 
 def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | None = None,
@@ -1940,7 +1985,8 @@ def _choice(data, arr, p, shape, replace, axis, n_inputs, has_p, mode):
 def _searchsorted_left(sorted_arr, v):
   """`jnp.searchsorted(sorted_arr, v)` (side='left') for a short sorted `f[n]`: the number of
   elements `< v`, by comparison (O(n) per value; JAX's default method scans)."""
-  less = sorted_arr < v[..., None]
+  # NB: ranks made equal first, so it runs under jax_numpy_rank_promotion='raise'
+  less = jnp.reshape(sorted_arr, (1,) * v.ndim + sorted_arr.shape) < v[..., None]
   return jnp.sum(less.astype(np.int32), axis=-1)
 
 

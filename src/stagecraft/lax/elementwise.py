@@ -1318,6 +1318,8 @@ def convert_element_type(operand: Any, new_dtype: Any, weak_type: bool = False):
     new_dtype[*s]. Complex to real (bool included) keeps the real part.
 
   Raises:
+    ValueError: for a typed-key `new_dtype` (`key<fry>`) and an operand that is no key array
+      (`Cannot convert_element_type from int32 to key<fry>`, JAX's words).
     TypeError: for a Python `complex` scalar and a real dtype other than bool (NumPy's
       message, as JAX: `float() argument must be a string or a real number, not
       'complex'`); a NumPy complex scalar or an array keeps its real part.
@@ -1329,6 +1331,12 @@ def convert_element_type(operand: Any, new_dtype: Any, weak_type: bool = False):
   """
   if type(operand) in KEY_TYPES:
     return convert_keys(operand, new_dtype)
+  if core.is_extended_dtype(new_dtype) and (dtypes.is_python_scalar(operand)
+                                            or hasattr(operand, "dtype")):
+    # NB: as JAX's: no array converts to a typed-key dtype (`key<fry>`)
+    src = (dtypes.python_scalar_dtype(type(operand)) if dtypes.is_python_scalar(operand)
+           else dtypes.canonicalize_dtype(operand.dtype))
+    raise ValueError(f"Cannot convert_element_type from {src.name} to {new_dtype}")
   new_dtype = dtypes.check_user_dtype(new_dtype, "convert_element_type")
   return _convert_element_type(operand, new_dtype, weak_type)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import dtypes, lax
+from stagecraft import core, dtypes, lax
 from stagecraft.config import config
 from stagecraft import numpy as jnp
 from stagecraft.custom_derivatives import custom_jvp
@@ -385,7 +385,8 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
     `T[*s]` with an axis of size n inserted at `axis`.
 
   Raises:
-    TypeError: if `num_classes` is not a static int.
+    ConcretizationTypeError: if `num_classes` is traced (JAX's words).
+    TypeError: if `num_classes` is not an int.
     ValueError: if `axis` is out of bounds.
 
   Warns:
@@ -398,6 +399,12 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
            [0., 0., 1.],
            [0., 0., 0.]], dtype=float32)
   """
+  if isinstance(num_classes, core.Tracer) and num_classes.to_concrete_value() is None:
+    # NB: a traced num_classes (jit(one_hot)(x, 5)): JAX's ConcretizationTypeError
+    raise core.ConcretizationTypeError(
+        f"Abstract tracer value encountered where concrete value is expected: traced array "
+        f"with shape {num_classes.aval.str_short(False)}\nThe error arose in "
+        f"stagecraft.nn.one_hot argument `num_classes`.")
   try:
     num_classes = operator.index(num_classes)
   except TypeError:

@@ -13,7 +13,7 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax, shape_poly, tree_util
 from stagecraft import sharding as sharding_lib
-from stagecraft.lax import elementwise
+from stagecraft.lax import elementwise, prng
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.lax.utils import FORWARD, KEY_TYPES, on_keys
 from stagecraft.numpy.array_constructors import array, asarray
@@ -76,7 +76,16 @@ def placed(x: Any, device: Any, out_sharding: Any, where: str, like: Any = None)
 def full(shape: Any, fill_value: ArrayLike, dtype: Any = None, *, device: Any = None,
          out_sharding: Any = None) -> Array:
   """An array of `shape` filled with `fill_value` (its dtype unless `dtype` is given),
-  committed to `device` or laid out by `out_sharding` (see `zeros`)."""
+  committed to `device` or laid out by `out_sharding` (see `zeros`).
+
+  With a typed-key `dtype` (`keys.dtype`, `key<fry>`) the result is a key array whose key
+  data words all hold `fill_value` converted to uint32 (or, for a key `fill_value`, whose
+  keys are that key broadcast), as JAX's."""
+  if dtype is None and type(fill_value) in KEY_TYPES:   # the keys broadcast, as JAX's
+    return placed(on_keys(broadcast_to_shape, fill_value, canonical_shape(shape),
+                          reuse=FORWARD), device, out_sharding, "full")
+  if _is_key_dtype(dtype):
+    return placed(_keys_full(shape, fill_value), device, out_sharding, "full")
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "full")
   return placed(_full(shape, fill_value, dtype), device, out_sharding, "full")
@@ -100,8 +109,10 @@ def _full(shape: Any, fill_value: ArrayLike, dtype: Any = None) -> Array:
 
 def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> Array:
   """`T[*shape]` filled with the scalar `fill`, as JAX's `lax.full` builds it: the fill is
-  converted first (a static fill on the host, a Python int wrapping around; a traced one
-  by `convert_element_type`), then broadcast; for `shape == ()` there is nothing to
+  converted first (a static fill on the host, a traced one
+  by `convert_element_type`), then broadcast (a Python int wraps around to `dtype`:
+  `full((), 2**32 - 1, uint32)` and `full((), 2**31, int32)` as JAX's; OverflowError, in
+  NumPy's words, beyond 64 bits); for `shape == ()` there is nothing to
   broadcast, so a static fill gives a constant (a literal in a jaxpr, no equation)."""
   # NB: so is a closed-over Array while tracing (JAX stages it as a constvar).
   if isinstance(fill, core.Tracer) or (
@@ -109,7 +120,11 @@ def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> A
       and not isinstance(core.current_trace(), core.EvalTrace)):
     value = convert_dtype(fill, dtype, weak)
     return value if shape == () else lax.broadcast_in_dim(value, shape, ())
-  if dtypes.is_python_scalar(fill):
+  if type(fill) is int:
+    # NB: as JAX's `lax.full`: the int goes through NumPy (int64, uint64 above 2**63-1,
+    # NumPy's OverflowError beyond) and wraps around to `dtype`; no default-int range check
+    value = np.asarray(fill).astype(dtype)[()]
+  elif dtypes.is_python_scalar(fill):
     value = python_scalar_value(fill, dtype)
   else:
     value = np.asarray(fill).astype(dtype)[()]
@@ -117,6 +132,27 @@ def _filled(shape: tuple[int, ...], fill: Any, dtype: np.dtype, weak: bool) -> A
     aval = core.ShapedArray((), dtype, weak)
     return pe.literal_array(Array(dispatch.to_buffer(np.asarray(value), aval), aval))
   return lax.broadcast_in_dim(lax.utils.weak_scalar(value) if weak else value, shape, ())
+
+
+def _is_key_dtype(dtype: Any) -> bool:
+  """Whether `dtype` is a typed-key dtype (`key<fry>`: a staged leaf's dtype)."""
+  return core.is_extended_dtype(dtype)
+
+
+def _keys_full(shape: Any, fill: Any) -> Any:
+  """Typed keys `key<fry>[*shape]` whose key data words all hold `fill` (JAX's `lax.full` of
+  a key dtype: the data `u32[*shape, 2]` filled, then `random_wrap`), or, for a key `fill`,
+  that key broadcast."""
+  shape = canonical_shape(shape)
+  if type(fill) in KEY_TYPES and fill.shape:
+    return on_keys(broadcast_to_shape, fill, shape, reuse=FORWARD)
+  if type(fill) in KEY_TYPES:   # its data (`random_unwrap` of its keys), broadcast
+    data = prng.random_unwrap_p.bind(tree_util.staged_leaf_value(fill)[0])
+    data = broadcast_to_shape(data, (*shape, *data.shape))
+  else:
+    data = full((*shape, *prng.threefry_impl.key_shape), fill, np.uint32)
+  keys = prng.random_wrap_p.bind(data, impl=prng.threefry_impl)
+  return tree_util.staged_aval(core.get_aval(keys))[1](keys)
 
 
 def _check_shape_not_split(name: str, shape: Any, dtype: Any) -> None:
@@ -145,6 +181,8 @@ def zeros(shape: Any, dtype: Any = None, *, device: Any = None,
       that the shape wants a tuple); a dtype that is not a number, bool or string type.
   """
   _check_shape_not_split("zeros", shape, dtype)
+  if _is_key_dtype(dtype):   # typed keys of key data 0 (see `full`)
+    return placed(_keys_full(shape, 0), device, out_sharding, "zeros")
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "zeros")
   return placed(_filled(canonical_shape(shape), 0, dt, False), device, out_sharding, "zeros")
 
@@ -154,6 +192,8 @@ def ones(shape: Any, dtype: Any = None, *, device: Any = None,
   """An array of ones; dtype defaults to float32 (float64 with x64); `device` and
   `out_sharding` as in `zeros`."""
   _check_shape_not_split("ones", shape, dtype)
+  if _is_key_dtype(dtype):   # typed keys of key data 1 (see `full`)
+    return placed(_keys_full(shape, 1), device, out_sharding, "ones")
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "ones")
   return placed(_filled(canonical_shape(shape), 1, dt, False), device, out_sharding, "ones")
 
@@ -162,6 +202,8 @@ def empty(shape: Any, dtype: Any = None, *, device: Any = None,
           out_sharding: Any = None) -> Array:
   """Like `zeros` (arrays are immutable, so "uninitialized" memory would be useless)."""
   _check_shape_not_split("empty", shape, dtype)
+  if _is_key_dtype(dtype):
+    return zeros(shape, dtype, device=device, out_sharding=out_sharding)
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "empty")
   return zeros(shape, dt, device=device, out_sharding=out_sharding)
 

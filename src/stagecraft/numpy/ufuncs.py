@@ -150,7 +150,9 @@ def _as_jax_ufunc(fn, one_primitive: bool):
 
 
 def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool_fn=None,
-                  lax_broadcasts: bool | None = None):
+                  lax_broadcasts: bool | None = None, msg_name: str | None = None):
+  # NB: `msg_name`: the name JAX's messages give the function, when it is not `name`
+  # (JAX's `divide` is its `true_divide`: "... broadcast together for true_divide ...")
   # NB: `lax_broadcasts`: whether `lax_fn` broadcasts size-1 dimensions itself (default: it
   # binds one elementwise primitive), so operands are only rank-promoted, as in JAX's numpy.
   if lax_broadcasts is None:
@@ -200,7 +202,7 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
       return _keys_binary(name, x, y)
     check_arraylike(name, x, y)   # as JAX's: a list or tuple is no array-like operand
     x, y = promote(x, y)
-    x, y = _promote_shapes(x, y, name=name, lax_broadcasts=lax_broadcasts)
+    x, y = _promote_shapes(x, y, name=msg_name or name, lax_broadcasts=lax_broadcasts)
     if bool_fn is not None and dtype_of(x) == dtypes.bool_:
       return bool_fn(x, y)
     return lax_fn(x, y)
@@ -411,7 +413,8 @@ subtract = _binary_ufunc("subtract", lax.sub, doc="x - y")
 multiply = _binary_ufunc("multiply", lax.mul, doc="x * y (logical and for bool)",
                          bool_fn=lax.bitwise_and)
 divide = _binary_ufunc("divide", _true_divide, promote_dtypes_inexact, lax_broadcasts=True,
-                       doc="x / y (true division: integers give floats)")
+                       doc="x / y (true division: integers give floats)",
+                       msg_name="true_divide")
 true_divide = divide
 
 

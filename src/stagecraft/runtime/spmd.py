@@ -979,7 +979,8 @@ def make_array_from_callback(shape: Sequence[int], sharding: NamedSharding,
                              data_callback: Callable[[tuple], Any], dtype=None) -> Array:
   """A global Array of `shape` laid out by `sharding` whose pieces come from
   `data_callback(index)` (`index`: a tuple of slices into the global array), called once
-  per addressable device.
+  per addressable device. Pieces that are typed key arrays give a key array (of their key
+  data laid out by `sharding`), as JAX's.
 
   Raises:
     ValueError: a piece of the wrong shape, or shape not divisible by the mesh axes.
@@ -989,9 +990,18 @@ def make_array_from_callback(shape: Sequence[int], sharding: NamedSharding,
   m = sharding.devices_indices_map(shape)
   me = client.process_index()
   devs = [d for d in sharding.mesh.devices.flat if d.process_index == me]
+  raw = [data_callback(m[d]) for d in devs]
+  if raw and type(raw[0]) in tree_util.staged_types:
+    # typed key arrays (JAX's callbacks may give keys): the array of their key data
+    # (`u32[*s, 2]`, the trailing axes unsplit), then key arrays around it
+    data, rebuild = tree_util.staged_leaf_data(raw[0])
+    tail = tuple(data.shape[len(raw[0].shape):])
+    datas = iter([tree_util.staged_leaf_data(p)[0] for p in raw])
+    return rebuild(make_array_from_callback((*shape, *tail), sharding,
+                                            lambda _: next(datas)))
   pieces = []
-  for d in devs:
-    p = np.asarray(data_callback(m[d]))
+  for d, p in zip(devs, raw):
+    p = np.asarray(p)
     want = tuple(len(range(*s.indices(n))) for s, n in zip(m[d], shape))
     if p.shape != want:
       raise ValueError(f"make_array_from_callback: the callback gave a piece of shape "
@@ -1028,12 +1038,18 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSh
   """A global Array from one Array per addressable device of `sharding` (in the order of
   `sharding.mesh.devices.flat`), each holding that device's piece. `dtype` (default: the
   pieces' dtype) is required when no piece is given, and must match the pieces' dtype.
+  Typed key arrays as pieces give a key array.
 
   Raises:
     ValueError: a wrong number of pieces or a piece of the wrong shape; no piece and no
       `dtype`, or a `dtype` other than the pieces' (JAX's words).
   """
   fname = "make_array_from_single_device_arrays"
+  if arrays and type(arrays[0]) in tree_util.staged_types:   # typed key arrays: their data
+    data, rebuild = tree_util.staged_leaf_data(arrays[0])
+    tail = tuple(data.shape[len(arrays[0].shape):])
+    return rebuild(make_array_from_single_device_arrays(
+        (*tuple(shape), *tail), sharding, [tree_util.staged_leaf_data(a)[0] for a in arrays]))
   if dtype is None:
     if not arrays:
       raise ValueError(f"If the Array has no addressable shards, `dtype` must be provided "
