@@ -103,6 +103,9 @@ _short_names = {
     float8_e4m3fn: "f8_e4m3fn", float8_e5m2: "f8_e5m2", float0: "float0",
     **{d: ("f4_" if d.name.startswith("float4") else "f8_") + d.name.partition("_")[2]
        for d in _more_float8s},
+    # Sub-byte integers: int4 -> i4, uint4 -> u4 (JAX's short names).
+    **{np.dtype(getattr(ml_dtypes, n)): n[0] + n.lstrip("uint")
+       for n in ("int2", "uint2", "int4", "uint4") if hasattr(ml_dtypes, n)},
 }
 
 python_scalar_types = (bool, int, float, complex)

@@ -1585,7 +1585,7 @@ def _bitcast_convert_type_abstract_eval(x, *, new_dtype):
     raise TypeError("lax.bitcast_convert_type does not support bool or complex values unless "
                     f"the operand and destination types match. Got operand dtype={old}, "
                     f"new_dtype={new_dtype!r}. Consider using the arr.view() method instead.")
-  old_bits, new_bits = 8 * old.itemsize, 8 * new_dtype.itemsize
+  old_bits, new_bits = dtypes.itemsize_bits(old), dtypes.itemsize_bits(new_dtype)
   if old_bits == new_bits:
     shape = x.shape
   elif old_bits > new_bits:
@@ -1615,7 +1615,8 @@ def _bitcast_convert_type_batch(args, dims, *, new_dtype):
   (x,), (d,) = args, dims
   aval = core.get_aval(x)
   d = d % len(aval.shape)
-  if new_dtype.itemsize > aval.dtype.itemsize and d == len(aval.shape) - 1:
+  if (dtypes.itemsize_bits(new_dtype) > dtypes.itemsize_bits(aval.dtype)
+      and d == len(aval.shape) - 1):
     x, d = batching.moveaxis(x, d, 0), 0
   return bitcast_convert_type_p.bind(x, new_dtype=new_dtype), d
 
