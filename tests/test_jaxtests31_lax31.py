@@ -46,3 +46,58 @@ def test_bitcast_sub_byte_width_mismatch_message_as_jax():
       lax_.bitcast_convert_type(x, np.float16)
     return str(e.value)
   assert message(lax) == message(jax.lax)
+
+
+# The sub-byte integers are integers to lax's elementwise primitives (JAX's `test_int4_*`):
+# arithmetic, shifts, bitwise and comparisons accept int4/uint4; abs rejects them with JAX's
+# narrow-width message.
+SUB_BYTE_BINARY = ["add", "sub", "mul", "div", "rem", "max", "min", "shift_left",
+                   "shift_right_arithmetic", "shift_right_logical", "bitwise_and",
+                   "bitwise_or", "bitwise_xor", "eq", "ne", "gt", "ge", "lt", "le"]
+
+
+def _sub_byte_operands(dtype):
+  lo = -8 if dtype == "int4" else 0
+  r = np.random.default_rng(0)
+  x = r.integers(lo, lo + 16, 40).astype(dtype)
+  y = r.integers(lo, lo + 16, 40)
+  return x, np.where(y == 0, 1, y).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4"])
+@pytest.mark.parametrize("name", SUB_BYTE_BINARY)
+def test_sub_byte_binary_ops_as_jax(name, dtype):
+  x, y = _sub_byte_operands(dtype)
+  want = getattr(jax.lax, name)(x, y)
+  got = getattr(lax, name)(x, y)
+  assert got.dtype == want.dtype
+  np.testing.assert_array_equal(np.asarray(got).astype(int), np.asarray(want).astype(int))
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4"])
+@pytest.mark.parametrize("name", ["neg", "sign", "bitwise_not"])
+def test_sub_byte_unary_ops_as_jax(name, dtype):
+  x, _ = _sub_byte_operands(dtype)
+  want, got = getattr(jax.lax, name)(x), getattr(lax, name)(x)
+  assert got.dtype == want.dtype
+  np.testing.assert_array_equal(np.asarray(got).astype(int), np.asarray(want).astype(int))
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4"])
+def test_sub_byte_iota_and_abs_message_as_jax(dtype):
+  got, want = lax.iota(dtype, 5), jax.lax.iota(dtype, 5)
+  assert got.dtype == want.dtype
+  np.testing.assert_array_equal(np.asarray(got).astype(int), np.asarray(want).astype(int))
+
+  def message(lax_):
+    with pytest.raises(TypeError) as e:
+      lax_.abs(lax_.iota(dtype, 3))
+    return str(e.value)
+  assert message(lax) == message(jax.lax)
+
+
+@pytest.mark.parametrize("dtype", ["int2", "uint2", "int4", "uint4"])
+@pytest.mark.parametrize("kind", [np.signedinteger, np.unsignedinteger, np.integer, np.number,
+                                  np.floating, np.generic, np.int8, "int4", "uint4"])
+def test_sub_byte_issubdtype_as_jax(dtype, kind):
+  assert sc.dtypes.issubdtype(dtype, kind) == jax.dtypes.issubdtype(dtype, kind)

@@ -602,7 +602,8 @@ def is_weakly_typed(x: Any) -> bool:
 
 
 def issubdtype(a: Any, b: Any) -> bool:
-  """`np.issubdtype` that also knows bfloat16 and float8 are floating types, and extended
+  """`np.issubdtype` that also knows bfloat16 and float8 are floating types, int2/int4
+  (uint2/uint4) signed (unsigned) integers, and extended
   dtypes (typed PRNG keys: `issubdtype(key.dtype, dtypes.prng_key)`)."""
   ext = _extended_type(a)
   if ext is not None:
@@ -618,11 +619,22 @@ def issubdtype(a: Any, b: Any) -> bool:
       return _to_np_dtype(b) == da
     except TypeError:
       return False
+  if da in _sub_byte_ints:
+    kind = np.unsignedinteger if da.name.startswith("u") else np.signedinteger
+    if b in (kind, np.integer, np.number, np.generic):
+      return True
+    try:
+      return _to_np_dtype(b) == da
+    except TypeError:
+      return False
   return bool(np.issubdtype(da, b))
 
 
-_signed_ints = frozenset({int8, int16, int32, int64})
-_unsigned_ints = frozenset({uint8, uint16, uint32, uint64})
+# The sub-byte integers are integers too (JAX's issubdtype(int4, np.signedinteger)).
+_signed_ints = frozenset({int8, int16, int32, int64,
+                          *(d for d in _sub_byte_ints if not d.name.startswith("u"))})
+_unsigned_ints = frozenset({uint8, uint16, uint32, uint64,
+                            *(d for d in _sub_byte_ints if d.name.startswith("u"))})
 _ints = _signed_ints | _unsigned_ints
 _floats = frozenset({float16, float32, float64, *_custom_floats})
 _complexes = frozenset({complex64, complex128})

@@ -181,7 +181,7 @@ def _rng_uniform_batch(args, dims, *, shape):
     return broadcast_in_dim(x, out_shape, (0,))
   a, b = bound(a, dims[0]), bound(b, dims[1])
   if dtypes.is_integer(dtype):
-    hi = np.asarray(np.iinfo(dtype).max, dtype)[()]
+    hi = np.asarray(dtypes.iinfo(dtype).max, dtype)[()]
     r = rng_uniform_p.bind(np.zeros((), dtype)[()], hi, shape=out_shape)
     return add(rem(r, sub(b, a)), a), 0
   u = rng_uniform_p.bind(np.zeros((), dtype)[()], np.ones((), dtype)[()], shape=out_shape)

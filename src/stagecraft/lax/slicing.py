@@ -930,7 +930,7 @@ def _default_fill_value(dtype: np.dtype):
   if dtypes.is_inexact(dtype):
     return np.nan
   if dtypes.is_integer(dtype):
-    info = np.iinfo(dtype)
+    info = dtypes.iinfo(dtype)
     return int(info.max if dtypes.is_unsigned(dtype) else info.min)
   return True
 
@@ -1109,7 +1109,7 @@ def _clamp_scatter_indices(ctx, indices, x_aval, i_aval, u_aval, dn) -> str:
     else:
       sizes.append(u_aval.shape[dn.update_window_dims[pos]])
       pos += 1
-  top = np.iinfo(i_aval.dtype).max
+  top = dtypes.iinfo(i_aval.dtype).max
   upper = np.asarray([min(x_aval.shape[d] - sizes[d], top)
                       for d in dn.scatter_dims_to_operand_dims], i_aval.dtype)
   vec = ShapedArray(upper.shape, i_aval.dtype)
