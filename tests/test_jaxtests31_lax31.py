@@ -2,6 +2,8 @@
 scratch harness: `lax.bitcast_convert_type` to and from the sub-byte integers (int4/uint4)
 counts their widths in bits (an int4[4] is one float16) and lowers them as StableHLO's
 i4/ui4. JAX is the oracle."""
+import functools
+
 import jax
 import ml_dtypes
 import numpy as np
@@ -101,3 +103,71 @@ def test_sub_byte_iota_and_abs_message_as_jax(dtype):
                                   np.floating, np.generic, np.int8, "int4", "uint4"])
 def test_sub_byte_issubdtype_as_jax(dtype, kind):
   assert sc.dtypes.issubdtype(dtype, kind) == jax.dtypes.issubdtype(dtype, kind)
+
+
+# lax.composite is JAX's `composite` primitive: one equation, lowered as a
+# `stablehlo.composite` whose decomposition is the private function `@<name>`, attributes
+# from the keyword arguments, not differentiable (JAX's ValueError).
+def _composite_texts(lib):
+  @functools.partial(lib.lax.composite, name="my.square", version=1)
+  def square(x):
+    return x ** 2
+
+  def tangent(x):
+    def dec(x, **_):
+      return lib.lax.sin(x) / lib.lax.cos(x)
+    return lib.lax.composite(dec, "my.tangent")(
+        x, dtype=np.dtype(np.float32), int=1, omit=None, str="bar",
+        tensor=np.zeros((1, 2), np.float32), tensor_r1=np.zeros((2,), np.float32))
+
+  @functools.partial(lib.lax.composite, name="my.ident")
+  def ident(*a):
+    return a
+
+  x = np.float32(2.0)
+  v = np.linspace(0, 1, 4).astype(np.float32)
+  return (np.asarray(square(x)), np.asarray(lib.jit(tangent)(v)),
+          [np.asarray(o) for o in ident(x, v)],
+          str(lib.make_jaxpr(square)(x)), str(lib.make_jaxpr(ident)(x, v)),
+          lib.jit(square).lower(x).as_text(), lib.jit(tangent).lower(v).as_text(),
+          lib.jit(ident).lower(x, v).as_text())
+
+
+def test_composite_as_jax():
+  got, want = _composite_texts(sc), _composite_texts(jax)
+  np.testing.assert_array_equal(got[0], want[0])
+  np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+  for g, w in zip(got[2], want[2]):
+    np.testing.assert_array_equal(g, w)
+  assert got[3:] == want[3:]
+
+
+def test_composite_errors_as_jax():
+  def messages(lib):
+    sq = lib.lax.composite(lambda x: x * x, name="my.square")
+    out = []
+    for call in (lambda: lib.grad(sq)(1.0), lambda: lib.jvp(sq, (1.0,), (2.0,))):
+      with pytest.raises(ValueError) as e:
+        call()
+      out.append(str(e.value))
+
+    def closes(x, scale):
+      return lib.lax.composite(lambda y: y / scale, name="my.consts")(x)
+
+    def attr(x):
+      return lib.lax.composite(lambda y, **_: y, name="my.attr")(x, t=x + 1)
+    for f in (closes, attr):
+      with pytest.raises(lib.errors.UnexpectedTracerError) as e:
+        lib.jit(f)(np.ones(3, np.float32), *([np.ones(3, np.float32)] if f is closes else []))
+      out.append(str(e.value))
+    return out
+  assert messages(sc) == messages(jax)
+
+
+def test_composite_vmap_message_as_jax():
+  def message(lib):
+    sq = lib.lax.composite(lambda x: x * x, name="my.square")
+    with pytest.raises(NotImplementedError) as e:
+      lib.vmap(sq)(np.ones(3, np.float32))
+    return str(e.value)
+  assert message(sc) == message(jax)
