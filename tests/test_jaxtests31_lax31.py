@@ -5,6 +5,7 @@ i4/ui4. JAX is the oracle."""
 import functools
 
 import jax
+import jax.test_util
 import ml_dtypes
 import numpy as np
 import pytest
@@ -171,3 +172,18 @@ def test_composite_vmap_message_as_jax():
       lib.vmap(sq)(np.ones(3, np.float32))
     return str(e.value)
   assert message(sc) == message(jax)
+
+
+# jax.test_util.check_grads works under jax_numpy_dtype_promotion='strict' (JAX's
+# lax_autodiff_test runs so): its tolerance dtype joins complex and real dtypes regardless.
+@pytest.mark.parametrize("op,dtype", [("abs", np.complex64), ("real", np.complex64),
+                                      ("imag", np.complex64)])
+def test_check_grads_under_strict_promotion_as_jax(op, dtype):
+  x = np.array([1.0 + 2j, 0.5 - 1j] if dtype == np.complex64 else [1.0, 0.5], dtype)
+  args = (x,) if op != "mul" else (x, x)
+
+  def run(lib, check):
+    with lib.numpy_dtype_promotion("strict"):
+      check(getattr(lib.lax, op), args, 2, ["fwd", "rev"], 1e-1, 1e-1)
+  run(jax, jax.test_util.check_grads)
+  run(sc, sc.test_util.check_grads)

@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from stagecraft import api, dtypes, tree_util
+from stagecraft.config import numpy_dtype_promotion
 
 __all__ = ["numerical_jvp", "check_jvp", "check_vjp", "check_grads"]
 
@@ -129,8 +130,11 @@ def check_vjp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps
   ct = _rand_like(rng, out)
   lhs = _vdot(t, _conj(vjp_fn(_conj(ct))))
   rhs = _vdot(numerical_jvp(f, args, t, eps), ct)
-  dt = np.dtype(dtypes.result_type(*[x.dtype for x in _leaves(out) + _leaves(args)
-                                     if dtypes.is_inexact(x.dtype)] or [np.float64]))
+  # The tolerance's dtype joins the inexact dtypes under standard promotion, whatever the
+  # user's jax_numpy_dtype_promotion (JAX's check_grads works under 'strict' too).
+  with numpy_dtype_promotion("standard"):
+    dt = np.dtype(dtypes.result_type(*[x.dtype for x in _leaves(out) + _leaves(args)
+                                       if dtypes.is_inexact(x.dtype)] or [np.float64]))
   at, rt = _pair_tol(np.asarray(lhs, dt), np.asarray(rhs), atol, rtol)
   np.testing.assert_allclose(lhs, rhs, atol=at, rtol=rt,
                              err_msg="VJP is not the adjoint of the finite-difference JVP")
