@@ -187,3 +187,18 @@ def test_check_grads_under_strict_promotion_as_jax(op, dtype):
       check(getattr(lib.lax, op), args, 2, ["fwd", "rev"], 1e-1, 1e-1)
   run(jax, jax.test_util.check_grads)
   run(sc, sc.test_util.check_grads)
+
+
+# check_grads' finite differences count equal infinite values as no change (JAX's
+# safe subtraction): a max-window over padding only is -inf on both sides.
+def test_check_grads_infinite_outputs_as_jax():
+  x = np.arange(24, dtype=np.float32).reshape(4, 6) / 7
+
+  def run(lib, check):
+    f = lambda v: lib.lax.reduce_window(v, -np.inf, lib.lax.max, (2, 1), (1, 2),
+                                        [(0, 3), (1, 2)])
+    check(f, (x,), 2, ["fwd", "rev"], 6e-2, 6e-2, 1e-2)
+    return np.asarray(sc.test_util.numerical_jvp(f, (x,), (np.ones_like(x),), 1e-2))
+  run(jax, jax.test_util.check_grads)
+  out = run(sc, sc.test_util.check_grads)
+  assert not np.isnan(out).any()

@@ -88,14 +88,18 @@ def _conj(tree):
 
 def numerical_jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any],
                   eps: float) -> Any:
-  """Central difference (f(x + eps t) - f(x - eps t)) / (2 eps), leafwise in float64."""
+  """Central difference (f(x + eps t) - f(x - eps t)) / (2 eps), leafwise in float64
+  (equal values, infinite ones included, differ by 0, as JAX's)."""
   up = f(*_axpy(eps, tangents, primals))
   down = f(*_axpy(-eps, tangents, primals))
   def diff(u, d):
     if not _differentiable(u):
       return np.zeros(np.shape(u), dtypes.float0)
-    return (np.asarray(u, np.complex128 if np.iscomplexobj(u) else np.float64)
-            - np.asarray(d)) / (2 * eps)
+    u = np.asarray(u, np.complex128 if np.iscomplexobj(u) else np.float64)
+    d = np.asarray(d, u.dtype)
+    # Equal values (infinities included: a max over padding only) differ by 0, not NaN.
+    with np.errstate(invalid="ignore"):
+      return np.where(u == d, np.zeros((), u.dtype), u - d) / (2 * eps)
   return tree_util.tree_map(diff, up, down)
 
 
