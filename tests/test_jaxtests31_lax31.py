@@ -202,3 +202,17 @@ def test_check_grads_infinite_outputs_as_jax():
   run(jax, jax.test_util.check_grads)
   out = run(sc, sc.test_util.check_grads)
   assert not np.isnan(out).any()
+
+
+# lax.squeeze's errors in JAX's words and types (JAX's testSqueezeShapeCheck).
+@pytest.mark.parametrize("shape,dims", [((1, 2, 3), (0, 0)), ((1, 2, 3), (3,)),
+                                        ((1, 2, 3), (-4,)), ((1, 2, 3), (1,)),
+                                        ((1, 2, 3), (None,)), ((1, 2, 3), (0, -3))])
+def test_squeeze_errors_as_jax(shape, dims):
+  x = np.ones(shape, np.float32)
+
+  def error(lax_):
+    with pytest.raises((TypeError, ValueError)) as e:
+      lax_.squeeze(x, dims)
+    return type(e.value), str(e.value)
+  assert error(lax) == error(jax.lax)
