@@ -216,3 +216,30 @@ def test_squeeze_errors_as_jax(shape, dims):
       lax_.squeeze(x, dims)
     return type(e.value), str(e.value)
   assert error(lax) == error(jax.lax)
+
+
+# dynamic_slice / dynamic_update_slice keep each start index's dtype (a Python int the
+# default int's) and reject mixed ones in JAX's words (JAX's testDynamicSliceTypeErrors);
+# the *_in_dim forms give the other dimensions zeros of the index's dtype.
+@pytest.mark.parametrize("idx", [(1, np.int16(2)), (np.int16(1), np.int32(2)),
+                                 (np.uint8(1), np.int32(1)), (0.5, 0)])
+@pytest.mark.parametrize("name", ["dynamic_slice", "dynamic_update_slice"])
+def test_dynamic_slice_index_dtypes_as_jax(name, idx):
+  x = np.ones((3, 4), np.float32)
+
+  def error(lax_):
+    args = (x, idx, (2, 2)) if name == "dynamic_slice" else (x, x[:2, :2], idx)
+    with pytest.raises(TypeError) as e:
+      getattr(lax_, name)(*args)
+    return str(e.value)
+  assert error(lax) == error(jax.lax)
+
+
+@pytest.mark.parametrize("index", [np.int16(1), np.uint8(1), 1])
+def test_dynamic_in_dim_index_dtypes_as_jax(index):
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  for name, args in [("dynamic_index_in_dim", (x, index, 1)),
+                     ("dynamic_slice_in_dim", (x, index, 2, 1)),
+                     ("dynamic_update_index_in_dim", (x, x[:, 0], index, 1))]:
+    want, got = getattr(jax.lax, name)(*args), getattr(lax, name)(*args)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
