@@ -243,3 +243,15 @@ def test_dynamic_in_dim_index_dtypes_as_jax(index):
                      ("dynamic_update_index_in_dim", (x, x[:, 0], index, 1))]:
     want, got = getattr(jax.lax, name)(*args), getattr(lax, name)(*args)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+# reduce_window's non-positive window dimensions and strides: JAX's TypeError message.
+@pytest.mark.parametrize("op", ["add", "max", "min"])
+@pytest.mark.parametrize("dims,strides", [((0,), (1,)), ((1,), (0,))])
+def test_reduce_window_nonpositive_message_as_jax(op, dims, strides):
+  def error(lax_):
+    with pytest.raises(TypeError) as e:
+      lax_.reduce_window(np.ones((1,), np.float32), np.float32(0), getattr(lax_, op), dims,
+                         strides, "VALID")
+    return str(e.value)
+  assert error(lax) == error(jax.lax)
