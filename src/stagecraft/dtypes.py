@@ -103,6 +103,9 @@ _short_names = {
     float8_e4m3fn: "f8_e4m3fn", float8_e5m2: "f8_e5m2", float0: "float0",
     **{d: ("f4_" if d.name.startswith("float4") else "f8_") + d.name.partition("_")[2]
        for d in _more_float8s},
+    # Sub-byte integers: int4 -> i4, uint4 -> u4 (JAX's short names).
+    **{np.dtype(getattr(ml_dtypes, n)): n[0] + n.lstrip("uint")
+       for n in ("int2", "uint2", "int4", "uint4") if hasattr(ml_dtypes, n)},
 }
 
 python_scalar_types = (bool, int, float, complex)
@@ -600,7 +603,8 @@ def is_weakly_typed(x: Any) -> bool:
 
 
 def issubdtype(a: Any, b: Any) -> bool:
-  """`np.issubdtype` that also knows bfloat16 and float8 are floating types, and extended
+  """`np.issubdtype` that also knows bfloat16 and float8 are floating types, int2/int4
+  (uint2/uint4) signed (unsigned) integers, and extended
   dtypes (typed PRNG keys: `issubdtype(key.dtype, dtypes.prng_key)`)."""
   ext = _extended_type(a)
   if ext is not None:
@@ -616,11 +620,22 @@ def issubdtype(a: Any, b: Any) -> bool:
       return _to_np_dtype(b) == da
     except TypeError:
       return False
+  if da in _sub_byte_ints:
+    kind = np.unsignedinteger if da.name.startswith("u") else np.signedinteger
+    if b in (kind, np.integer, np.number, np.generic):
+      return True
+    try:
+      return _to_np_dtype(b) == da
+    except TypeError:
+      return False
   return bool(np.issubdtype(da, b))
 
 
-_signed_ints = frozenset({int8, int16, int32, int64})
-_unsigned_ints = frozenset({uint8, uint16, uint32, uint64})
+# The sub-byte integers are integers too (JAX's issubdtype(int4, np.signedinteger)).
+_signed_ints = frozenset({int8, int16, int32, int64,
+                          *(d for d in _sub_byte_ints if not d.name.startswith("u"))})
+_unsigned_ints = frozenset({uint8, uint16, uint32, uint64,
+                            *(d for d in _sub_byte_ints if d.name.startswith("u"))})
 _ints = _signed_ints | _unsigned_ints
 _floats = frozenset({float16, float32, float64, *_custom_floats})
 _complexes = frozenset({complex64, complex128})

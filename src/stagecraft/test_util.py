@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from stagecraft import api, dtypes, tree_util
+from stagecraft.config import numpy_dtype_promotion
 
 __all__ = ["numerical_jvp", "check_jvp", "check_vjp", "check_grads"]
 
@@ -87,14 +88,18 @@ def _conj(tree):
 
 def numerical_jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any],
                   eps: float) -> Any:
-  """Central difference (f(x + eps t) - f(x - eps t)) / (2 eps), leafwise in float64."""
+  """Central difference (f(x + eps t) - f(x - eps t)) / (2 eps), leafwise in float64
+  (equal values, infinite ones included, differ by 0, as JAX's)."""
   up = f(*_axpy(eps, tangents, primals))
   down = f(*_axpy(-eps, tangents, primals))
   def diff(u, d):
     if not _differentiable(u):
       return np.zeros(np.shape(u), dtypes.float0)
-    return (np.asarray(u, np.complex128 if np.iscomplexobj(u) else np.float64)
-            - np.asarray(d)) / (2 * eps)
+    u = np.asarray(u, np.complex128 if np.iscomplexobj(u) else np.float64)
+    d = np.asarray(d, u.dtype)
+    # Equal values (infinities included: a max over padding only) differ by 0, not NaN.
+    with np.errstate(invalid="ignore"):
+      return np.where(u == d, np.zeros((), u.dtype), u - d) / (2 * eps)
   return tree_util.tree_map(diff, up, down)
 
 
@@ -129,8 +134,11 @@ def check_vjp(f: Callable, args: Sequence[Any], *, atol: float, rtol: float, eps
   ct = _rand_like(rng, out)
   lhs = _vdot(t, _conj(vjp_fn(_conj(ct))))
   rhs = _vdot(numerical_jvp(f, args, t, eps), ct)
-  dt = np.dtype(dtypes.result_type(*[x.dtype for x in _leaves(out) + _leaves(args)
-                                     if dtypes.is_inexact(x.dtype)] or [np.float64]))
+  # The tolerance's dtype joins the inexact dtypes under standard promotion, whatever the
+  # user's jax_numpy_dtype_promotion (JAX's check_grads works under 'strict' too).
+  with numpy_dtype_promotion("standard"):
+    dt = np.dtype(dtypes.result_type(*[x.dtype for x in _leaves(out) + _leaves(args)
+                                       if dtypes.is_inexact(x.dtype)] or [np.float64]))
   at, rt = _pair_tol(np.asarray(lhs, dt), np.asarray(rhs), atol, rtol)
   np.testing.assert_allclose(lhs, rhs, atol=at, rtol=rt,
                              err_msg="VJP is not the adjoint of the finite-difference JVP")

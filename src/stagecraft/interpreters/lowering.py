@@ -71,9 +71,9 @@ _ELT = {
         ("float8_e4m3b11fnuz", "f8E4M3B11FNUZ"), ("float8_e4m3", "f8E4M3"),
         ("float8_e3m4", "f8E3M4"), ("float8_e8m0fnu", "f8E8M0FNU"),
         ("float4_e2m1fn", "f4E2M1FN")) if hasattr(ml_dtypes, n)},
-    # ml_dtypes' narrow integers (JAX's int4/uint4/int2/uint2).
+    # Sub-byte integers (JAX's int2/uint2/int4/uint4).
     **{np.dtype(getattr(ml_dtypes, n)): t for n, t in (
-        ("int4", "i4"), ("uint4", "ui4"), ("int2", "i2"), ("uint2", "ui2"))
+        ("int2", "i2"), ("uint2", "ui2"), ("int4", "i4"), ("uint4", "ui4"))
        if hasattr(ml_dtypes, n)},
     # NB: float0 (the tangent type of integers) has no runtime representation; in a module it
     # is i1 zeros, as in JAX, and the compiled call's boundary turns it back into host float0.

@@ -402,6 +402,10 @@ abs_p = unop("abs", _abs_dtypes, "stablehlo.abs", _real_dtype)
 
 def _abs_abstract_eval(x):
   utils.check_dtype("abs", x, _abs_dtypes)
+  if dtypes.itemsize_bits(x.dtype) < 8 and dtypes.is_integer(x.dtype):
+    raise TypeError(f"abs does not accept dtype {x.dtype.name}. Support for narrow-width "
+                    "integers is platform-dependent and limited to a few specific operations, "
+                    "e.g. basic arithmetic and type casting.")
   return ShapedArray(x.shape, _real_dtype(x.dtype), x.weak_type)
 
 
@@ -716,13 +720,13 @@ def _int_division_lowering(op: str):
     if not dtypes.is_unsigned(aval.dtype):
       overflow = ctx.elementwise(
           "stablehlo.and",
-          emit_compare(ctx, "EQ", x, ctx.constant(np.iinfo(aval.dtype).min, aval), aval),
+          emit_compare(ctx, "EQ", x, ctx.constant(dtypes.iinfo(aval.dtype).min, aval), aval),
           emit_compare(ctx, "EQ", y, ctx.constant(-1, aval), aval),
           aval=aval.update(dtype=dtypes.bool_))
       unsafe = ctx.elementwise("stablehlo.or", by_zero, overflow,
                                aval=aval.update(dtype=dtypes.bool_))
     out = ctx.elementwise(op, x, _emit_select(ctx, unsafe, one, y, aval))
-    at_zero = (ctx.constant(np.iinfo(aval.dtype).max if dtypes.is_unsigned(aval.dtype) else -1,
+    at_zero = (ctx.constant(dtypes.iinfo(aval.dtype).max if dtypes.is_unsigned(aval.dtype) else -1,
                             aval) if op == "stablehlo.divide" else x)
     return [_emit_select(ctx, by_zero, at_zero, out, aval)]
   return rule
@@ -1593,7 +1597,6 @@ def _bitcast_convert_type_abstract_eval(x, *, new_dtype):
     raise TypeError("lax.bitcast_convert_type does not support bool or complex values unless "
                     f"the operand and destination types match. Got operand dtype={old}, "
                     f"new_dtype={new_dtype!r}. Consider using the arr.view() method instead.")
-  # NB: bit widths, not itemsizes: int4/uint4 (a byte each on the host) are 4 bits.
   old_bits, new_bits = dtypes.itemsize_bits(old), dtypes.itemsize_bits(new_dtype)
   if old_bits == new_bits:
     shape = x.shape

@@ -3,18 +3,20 @@ token values (`create_token`, `after_all`), and `dce_sink`.
 (`platform_dependent`, a `cond`, is in `lax/control_flow/conditionals.py`.)"""
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from stagecraft import core, dtypes, shape_poly, tree_util
+from stagecraft import core, dtypes, errors, shape_poly, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering
+from stagecraft.interpreters import partial_eval as pe
 from stagecraft.lax.elementwise import add, mul, rem, sub
 from stagecraft.lax.elementwise import convert_element_type
 from stagecraft.lax.shape import broadcast_in_dim, concatenate, full
 
-__all__ = ["optimization_barrier_p", "optimization_barrier", "composite",
+__all__ = ["optimization_barrier_p", "optimization_barrier", "composite_p", "composite",
            "rng_uniform_p", "rng_uniform", "dim_as_value_p", "dimension_as_value",
            "shape_as_value", "copy_p", "create_token_p", "create_token", "after_all_p",
            "after_all", "dce_sink_p", "dce_sink"]
@@ -125,13 +127,129 @@ def after_all(*operands: Any) -> Any:
   return after_all_p.bind(*operands)
 
 
+# ---------------------------------------------------------------------------
+# composite(decomposition, name, version): JAX's `composite` primitive, a named op whose
+# meaning is its decomposition (a traced call). Lowered as `stablehlo.composite "<name>"`
+# with the decomposition as the private function `@<name>` (the call's constants are its
+# leading arguments) and the keyword arguments as its `composite_attributes`. Not
+# differentiable (JAX's ValueError) nor batchable (JAX's NotImplementedError).
+composite_p = core.Primitive("composite")
+composite_p.multiple_results = True
+core.def_closed_call(composite_p, "jaxpr")
+
+_TRACER_ATTRIBUTE = (
+    "Found a JAX Tracer as an attribute in the decomposition for the composite op '{}'. "
+    "This means that the decomposition function closes over a value that is involved in "
+    "a JAX transformation. Any values that aren't explicitly known at compile time must be "
+    "explicitly passed as arguments to the composite.\n\nNote: If you are passing jax "
+    "arrays as attributes, use numpy arrays instead.\nSee "
+    "https://docs.jax.dev/en/latest/errors.html#jax.errors.UnexpectedTracerError")
+_TRACER_CONSTANT = (
+    "Found a JAX Tracer as a constant in the decomposition for the composite op '{}'. This "
+    "means that the decomposition function closes over a value that is involved in a JAX "
+    "transformation. Any values that aren't explicitly known at compile time must be "
+    "explicitly passed as arguments to the composite.\nSee "
+    "https://docs.jax.dev/en/latest/errors.html#jax.errors.UnexpectedTracerError")
+
+
+def _composite_attribute(v: Any) -> str:
+  """The MLIR attribute text of one composite attribute value (JAX's `ir_attribute`)."""
+  if isinstance(v, (bool, np.bool_)):
+    return "true" if v else "false"
+  if isinstance(v, (int, np.integer)) and not isinstance(v, np.ndarray):
+    dt = np.dtype(v.dtype) if isinstance(v, np.integer) else np.dtype(np.int64)
+    return f"{int(v)} : {lowering.elt_type(dt)}"
+  if isinstance(v, (float, np.floating)):
+    dt = np.dtype(v.dtype) if isinstance(v, np.floating) else np.dtype(np.float64)
+    return f"{lowering.dense_scalar(v, dt)} : {lowering.elt_type(dt)}"
+  if isinstance(v, str):
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+  if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+    return lowering.elt_type(np.dtype(v))
+  if isinstance(v, np.ndarray):
+    return (f"{lowering.dense_array(v)} : "
+            f"{lowering.ir_type(ShapedArray(v.shape, v.dtype))}")
+  if isinstance(v, (tuple, list)):
+    return "[" + ", ".join(_composite_attribute(e) for e in v) + "]"
+  raise TypeError(f"Unsupported composite attribute type: {type(v)}")
+
+
+def _composite_lowering(ctx, *args, name, attributes, version, jaxpr):
+  module = ctx.module
+  fname = module.unique_func_name(name)
+  module.funcs.append(lowering.lower_jaxpr_to_fun(module, fname, jaxpr.jaxpr,
+                                                  consts=jaxpr.consts))
+  attrs = [f"decomposition = @{fname}", f'name = "{name}"']
+  kept = [(k, text) for k, text in attributes if text is not None]
+  if kept:
+    attrs.insert(0, "composite_attributes = {" + ", ".join(f"{k} = {v}" for k, v in
+                                                         sorted(kept)) + "}")
+  if version:
+    attrs.append(f"version = {int(version)} : i32")
+  return ctx.op("stablehlo.composite", list(args), attrs=", ".join(attrs))
+
+
+def _composite_jvp(primals, tangents, **params):
+  raise ValueError("JVP rule for composite not implemented. You can use `jax.custom_jvp` to "
+                   "add support. See "
+                   "https://docs.jax.dev/en/latest/_autosummary/jax.custom_jvp.html")
+
+
+def _composite_transpose(*args, **params):
+  raise ValueError("Transpose rule for composite not implemented. You can use"
+                   "`jax.custom_jvp` or `jax.custom_vjp` to add support. See "
+                   "https://docs.jax.dev/en/latest/_autosummary/jax.custom_jvp.html")
+
+
+def _composite_batch(args, dims, **params):
+  # NB: as JAX's, a composite cannot be vmapped (its message).
+  raise NotImplementedError("Batching rule for 'composite' not implemented")
+
+
+lowering.register_lowering(composite_p, _composite_lowering)
+batching.primitive_batchers[composite_p] = _composite_batch
+ad.primitive_jvps[composite_p] = _composite_jvp
+ad.primitive_transposes[composite_p] = _composite_transpose
+
+
 def composite(decomposition: Callable, name: str, version: int = 0) -> Callable:
-  """Marks `decomposition` as a named composite op. XLA would see a stablehlo.composite;
-  stagecraft inlines the decomposition, which has the same semantics."""
+  """Marks `decomposition` as the named composite op `name` (JAX's `lax.composite`).
+
+  The returned function traces `decomposition` on its positional arguments (any pytree of
+  arrays) and binds one `composite` equation; its keyword arguments are static attributes
+  (Python ints/floats/bools/strs, NumPy dtypes and arrays, or None, which is dropped),
+  passed to `decomposition` and written as the op's `composite_attributes`. Lowered as a
+  `stablehlo.composite "<name>"` whose decomposition is the private function `@<name>`;
+  results are those of `decomposition` (same pytree, shapes and dtypes).
+
+  Raises:
+    UnexpectedTracerError: if an attribute is a traced value, or `decomposition` closes
+      over one.
+    ValueError: when differentiated (JAX has no JVP or transpose rule for composites).
+    NotImplementedError: when vmapped (nor a batching rule).
+  """
+  @functools.wraps(decomposition)
   def wrapped(*args, **kwargs):
-    return decomposition(*args, **kwargs)
-  wrapped.__name__ = name
-  wrapped.__doc__ = decomposition.__doc__
+    if any(isinstance(v, core.Tracer) for v in tree_util.tree_leaves(list(kwargs.values()))):
+      raise errors.UnexpectedTracerError(_TRACER_ATTRIBUTE.format(name))
+    flat, in_tree = tree_util.tree_flatten(args)
+    avals = [core.get_aval(x) for x in flat]
+    out_tree = []
+
+    def flat_fun(*xs):
+      out = decomposition(*tree_util.tree_unflatten(in_tree, xs), **kwargs)
+      leaves, tree = tree_util.tree_flatten(out)
+      out_tree.append(tree)
+      return leaves
+    jaxpr, consts = pe.trace_to_jaxpr(flat_fun, avals)
+    if any(isinstance(c, core.Tracer) for c in consts):
+      raise errors.UnexpectedTracerError(_TRACER_CONSTANT.format(name))
+    closed = pe.close_jaxpr(pe.convert_constvars_jaxpr(jaxpr), ())
+    attributes = tuple(
+        (k, None if v is None else _composite_attribute(v)) for k, v in kwargs.items())
+    outs = composite_p.bind(*consts, *flat, name=name, attributes=attributes,
+                            version=version, jaxpr=closed)
+    return tree_util.tree_unflatten(out_tree[0], outs)
   return wrapped
 
 
@@ -181,7 +299,7 @@ def _rng_uniform_batch(args, dims, *, shape):
     return broadcast_in_dim(x, out_shape, (0,))
   a, b = bound(a, dims[0]), bound(b, dims[1])
   if dtypes.is_integer(dtype):
-    hi = np.asarray(np.iinfo(dtype).max, dtype)[()]
+    hi = np.asarray(dtypes.iinfo(dtype).max, dtype)[()]
     r = rng_uniform_p.bind(np.zeros((), dtype)[()], hi, shape=out_shape)
     return add(rem(r, sub(b, a)), a), 0
   u = rng_uniform_p.bind(np.zeros((), dtype)[()], np.ones((), dtype)[()], shape=out_shape)

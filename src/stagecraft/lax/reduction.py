@@ -51,7 +51,7 @@ def max_identity(dtype):
   if dtypes.is_inexact(dtype):
     return np.array(-np.inf, dtype)
   if dtypes.is_integer(dtype):
-    return np.array(np.iinfo(dtype).min, dtype)
+    return np.array(dtypes.iinfo(dtype).min, dtype)
   return np.array(False)
 
 
@@ -59,14 +59,14 @@ def min_identity(dtype):
   if dtypes.is_inexact(dtype):
     return np.array(np.inf, dtype)
   if dtypes.is_integer(dtype):
-    return np.array(np.iinfo(dtype).max, dtype)
+    return np.array(dtypes.iinfo(dtype).max, dtype)
   return np.array(True)
 
 
 def and_identity(dtype):  # all bits set
   if dtype == dtypes.bool_:
     return np.array(True)
-  return np.array(np.iinfo(dtype).max if dtypes.is_unsigned(dtype) else -1, dtype)
+  return np.array(dtypes.iinfo(dtype).max if dtypes.is_unsigned(dtype) else -1, dtype)
 
 
 def or_identity(dtype):

@@ -593,14 +593,14 @@ squeeze_p = Primitive("squeeze")
 def _squeeze_abstract_eval(operand, *, dimensions):
   if type(dimensions) is not tuple:
     raise TypeError(f"squeeze dimensions must be a tuple of ints, got {dimensions!r}.")
+  # JAX's messages.
   if len(set(dimensions)) != len(dimensions):
-    raise ValueError(f"squeeze dimensions are not unique: {dimensions}.")
+    raise ValueError(f"dimensions are not unique: {dimensions}")
   if not all(0 <= d < operand.ndim for d in dimensions):
-    raise ValueError(f"squeeze dimensions outside range [0, ndim): {dimensions} for operand "
-                     f"{operand.str_short()}.")
+    raise ValueError(f"dimensions outside range [0, ndim): {dimensions}")
   if any(operand.shape[d] != 1 for d in dimensions):
     raise ValueError(f"cannot select an axis to squeeze out which has size not equal to one, "
-                     f"got shape={operand.shape} and dimensions={dimensions}.")
+                     f"got shape={operand.shape} and dimensions={dimensions}")
   shape = tuple(s for i, s in enumerate(operand.shape) if i not in dimensions)
   return ShapedArray(shape, operand.dtype, operand.weak_type)
 
@@ -638,11 +638,18 @@ def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
     `T[*s without dimensions]`.
 
   Raises:
-    ValueError: if a dimension is out of range, repeated, or of size other than 1.
+    TypeError: if a dimension is not an integer.
+    ValueError: if a dimension is out of range, repeated, or of size other than 1 (JAX's
+      messages).
   """
   ndim = len(_shape_of(array))
-  dims = canonicalize_shape("squeeze", "dimensions", dimensions)
-  dims = tuple(sorted(utils.canonicalize_axes("squeeze", dims, ndim)))
+  dims = []
+  for d in dimensions:   # each an integer (TypeError otherwise), in range; repeats are
+    d = operator.index(d)   # caught by squeeze's type rule, as JAX's
+    if not -ndim <= d < ndim:
+      raise ValueError(f"axis {d} is out of bounds for array of dimension {ndim}")
+    dims.append(d % ndim if ndim else d)
+  dims = tuple(sorted(dims))
   if not dims and is_staged_value(array):
     return array
   return squeeze_p.bind(array, dimensions=dims)

@@ -68,10 +68,22 @@ def _check_indices(name: str, operand: ShapedArray, indices: Sequence[ShapedArra
     got = ", ".join(i.str_short() for i in indices)
     raise TypeError(f"start_indices arguments to {name} must be scalars, got indices {got}.")
   if any(i.dtype != indices[0].dtype or not dtypes.is_integer(i.dtype) for i in indices):
-    got = ", ".join(i.dtype.name for i in indices)
-    raise TypeError(f"index arguments to {name} must be integers of the same type, got: "
-                    f"{got}. Call `lax.{name}`, which converts them to a common integer "
-                    f"type.")
+    _mixed_indices(name, [i.dtype for i in indices])
+
+
+def _mixed_indices(name: str, index_dtypes: Sequence[np.dtype]) -> None:
+  got = ", ".join(np.dtype(d).name for d in index_dtypes)
+  # JAX's messages (dynamic_slice's has a colon, dynamic_update_slice's none).
+  raise TypeError(f"index arguments to {name} must be integers of the same type, "
+                  f"got{':' if name == 'dynamic_slice' else ''} {got}")
+
+
+def _zero_index_like(index: Any) -> Any:
+  """A zero start index of `index`'s dtype (a Python 0 beside a Python int), as JAX's
+  `*_in_dim` functions make the other dimensions' starts."""
+  if type(index) is int:
+    return 0
+  return np.zeros((), dtypes.canonicalize_dtype(core.get_aval(index).dtype))[()]
 
 
 def _dynamic_slice_indices(name: str, operand: Any, start_indices: Sequence[Any],
@@ -79,8 +91,8 @@ def _dynamic_slice_indices(name: str, operand: Any, start_indices: Sequence[Any]
   """Start indices as scalars of one integer dtype, negative ones wrapped once.
 
   Python and NumPy integers are wrapped on the host; other indices with `select(i < 0,
-  i + dim, i)`. The dtype is the promotion of the typed indices' dtypes (int32 when all are
-  Python ints); Python ints take it.
+  i + dim, i)`. Typed indices must share one dtype, which Python ints must have too (the
+  default int's); TypeError otherwise, as JAX's.
   """
   shape = _shape_of(operand)
   if not isinstance(start_indices, (list, tuple)):
@@ -101,9 +113,13 @@ def _dynamic_slice_indices(name: str, operand: Any, start_indices: Sequence[Any]
   typed = [core.get_aval(i).dtype for i in start_indices if type(i) is not int]
   index_dtype = dtypes.default_int_dtype()
   if typed:
+    # As JAX's: each index keeps its dtype (a Python int the default int's), and they must
+    # agree.
+    kinds = [index_dtype if type(i) is int else dtypes.canonicalize_dtype(core.get_aval(i).dtype)
+             for i in start_indices]
+    if any(k != kinds[0] for k in kinds):
+      _mixed_indices(name, kinds)
     index_dtype = typed[0]
-    for dt in typed[1:]:
-      index_dtype = dtypes.promote_types(index_dtype, dt)
   out = []
   for i, d, allow_negative in zip(start_indices, shape, allow_negative_indices):
     if isinstance(i, (int, np.integer)):
@@ -268,7 +284,7 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_slice_in_dim", (operator.index(axis),),
                                     len(shape))
-  starts, sizes = [0] * len(shape), list(shape)
+  starts, sizes = [_zero_index_like(start_index)] * len(shape), list(shape)
   starts[axis] = start_index
   sizes[axis] = (slice_size if shape_poly.is_symbolic_dim(slice_size)   # export
                  else operator.index(slice_size))
@@ -481,7 +497,7 @@ def dynamic_update_slice_in_dim(operand: Any, update: Any, start_index: Any, axi
   shape = _shape_of(operand)
   (axis,) = utils.canonicalize_axes("dynamic_update_slice_in_dim", (operator.index(axis),),
                                     len(shape))
-  starts = [0] * len(shape)
+  starts = [_zero_index_like(start_index)] * len(shape)
   starts[axis] = start_index
   allow = [False] * len(shape)
   allow[axis] = allow_negative_indices
@@ -930,7 +946,7 @@ def _default_fill_value(dtype: np.dtype):
   if dtypes.is_inexact(dtype):
     return np.nan
   if dtypes.is_integer(dtype):
-    info = np.iinfo(dtype)
+    info = dtypes.iinfo(dtype)
     return int(info.max if dtypes.is_unsigned(dtype) else info.min)
   return True
 
@@ -1109,7 +1125,7 @@ def _clamp_scatter_indices(ctx, indices, x_aval, i_aval, u_aval, dn) -> str:
     else:
       sizes.append(u_aval.shape[dn.update_window_dims[pos]])
       pos += 1
-  top = np.iinfo(i_aval.dtype).max
+  top = dtypes.iinfo(i_aval.dtype).max
   upper = np.asarray([min(x_aval.shape[d] - sizes[d], top)
                       for d in dn.scatter_dims_to_operand_dims], i_aval.dtype)
   vec = ShapedArray(upper.shape, i_aval.dtype)

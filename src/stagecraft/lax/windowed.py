@@ -64,7 +64,8 @@ def _check_window_params(name, operand, window_dimensions, window_strides, paddi
                       f"{arg} {value} and window_dimensions {window_dimensions}.")
   for arg, value in params[1:]:
     if not all(v >= 1 for v in value):
-      raise TypeError(f"{name} {arg} must be positive, got {value}.")
+      raise TypeError(f"reduce_window {arg} must have every element be strictly positive, "
+                      f"got {value}.")   # JAX's message
   if type(padding) is not tuple or len(padding) != operand.ndim or not all(
       type(p) is tuple and len(p) == 2
       and all(type(v) is int or shape_poly.is_symbolic_dim(v) for v in p) for p in padding):
@@ -105,7 +106,8 @@ def _reduce_window_abstract_eval(name, accepted, operand, *, window_dimensions,
   _check_window_params(name, operand, window_dimensions, window_strides, padding,
                        base_dilation, window_dilation)
   if not all(w >= 1 for w in window_dimensions):
-    raise TypeError(f"{name} window_dimensions must be positive, got {window_dimensions}.")
+    raise TypeError(f"reduce_window window_dimensions must have every element be strictly "
+                    f"positive, got {window_dimensions}.")   # JAX's message
   shape = _window_out_shape(operand.shape, window_dimensions, window_strides, padding,
                             base_dilation, window_dilation)
   return ShapedArray(shape, operand.dtype, operand.weak_type)
