@@ -238,7 +238,8 @@ def test_prng_impl_spec_errors_as_jax(spec, ctor):
     try:
       out = f()
     except (TypeError, ValueError) as e:
-      return type(e).__name__, str(e)
+      # NB: JAX lists the implementations registered so far (importing pallas adds two)
+      return type(e).__name__, str(e).split('"threefry4x32"')[0]
     return "ok", str(getattr(out, "dtype", out))
   assert run(sc) == run(jax)
 

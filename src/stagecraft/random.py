@@ -609,6 +609,8 @@ def _check_impl(impl) -> None:
     name = impl
   elif impl == prng.threefry_impl:
     return
+  elif isinstance(getattr(impl, "name", None), str) and hasattr(impl, "key_shape"):
+    name = impl.name   # NB: an `extend.random.PRNGImpl` (a layer above: by its fields)
   else:
     raise TypeError(f"unrecognized type {type(impl)} for specifying PRNG implementation.")
   if name == _IMPL_NAME:
