@@ -65,7 +65,7 @@ def _fft_nd(arr, fft_type: FftType, s):
 
 
 def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
-  full = f"stagecraft.numpy.fft.{func_name}"
+  full = f"jax.numpy.fft.{func_name}"
   arr = as_array(a)
   if s is not None:
     s = tuple(operator.index(x) for x in s)
@@ -81,7 +81,7 @@ def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
     axes = tuple(operator.index(ax) for ax in axes)
   canon = tuple(canonicalize_axis(ax, ndim_of(arr), full) for ax in axes)
   if len(set(canon)) != len(canon):
-    raise ValueError(f"{full} does not support repeated axes. Got axes {tuple(axes)}.")
+    raise ValueError(f"{full} does not support repeated axes. Got axes {orig_axes}.")
   if orig_axes is not None:
     axes = tuple(range(ndim_of(arr) - len(axes), ndim_of(arr)))
     arr = moveaxis(arr, canon, axes)
@@ -138,7 +138,7 @@ def _fft_core(func_name: str, fft_type: FftType, a, s, axes, norm):
 
 def _axis_1d(func_name, axis):
   if isinstance(axis, (list, tuple)):
-    full = f"stagecraft.numpy.fft.{func_name}"
+    full = f"jax.numpy.fft.{func_name}"
     raise ValueError(f"{full} does not support multiple axes. Please use {full}n. "
                      f"Got axis = {axis!r}.")
 
@@ -151,7 +151,7 @@ def _fft_1d(func_name, fft_type, a, n, axis, norm):
 
 def _fft_2d(func_name, fft_type, a, s, axes, norm):
   if len(axes) != 2:
-    raise ValueError(f"stagecraft.numpy.fft.{func_name} only supports 2 axes. Got axes = {axes!r}.")
+    raise ValueError(f"jax.numpy.fft.{func_name} only supports 2 axes. Got axes = {axes!r}.")
   return _fft_core(func_name, fft_type, a, s, axes, norm)
 
 
@@ -280,10 +280,10 @@ def irfftn(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] | N
 
 def _freq_args(name, n, d):
   if isinstance(n, (list, tuple)):
-    raise ValueError(f"The n argument of stagecraft.numpy.fft.{name} only takes an int. Got n = "
+    raise ValueError(f"The n argument of jax.numpy.fft.{name} only takes an int. Got n = "
                      f"{list(n)}.")
   if isinstance(d, (list, tuple)):
-    raise ValueError(f"The d argument of stagecraft.numpy.fft.{name} only takes a single value. "
+    raise ValueError(f"The d argument of jax.numpy.fft.{name} only takes a single value. "
                      f"Got d = {list(d)}.")
   return n if shape_poly.is_symbolic_dim(n) else operator.index(n)   # symbolic: export
 

@@ -131,6 +131,18 @@ def promote_dtypes_inexact(*args):
   return [convert_dtype(a, dtype, weak) for a in args]
 
 
+def promote_dtypes_complex(*args):
+  """Promotes, then converts the result to complex: float32 and narrower (and integers and
+  bool) to complex64, float64 to complex128 (weak if weak)."""
+  args = [asarray_or_scalar(a) for a in args]
+  dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
+  if not dtypes.is_complex(dtype):
+    dtype = to_inexact_dtype(dtype, weak)
+    dtype = dtypes.complex128 if dtype == dtypes.float64 else dtypes.complex64
+    dtype = dtypes.canonicalize_dtype(dtype)
+  return [convert_dtype(a, dtype, weak) for a in args]
+
+
 def promote_dtypes_numeric(*args):
   """Promotes, then converts a bool result to int32 (also with x64, as JAX's
   `dtypes.to_numeric_dtype`)."""
