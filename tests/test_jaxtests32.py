@@ -67,3 +67,73 @@ def test_promote_dtypes_complex_as_jax():
     assert [g.dtype for g in got] == [w.dtype for w in want]
     assert [getattr(g, "weak_type", False) for g in got] == \
         [getattr(w, "weak_type", False) for w in want]
+
+
+# -- lax control flow (JAX's lax_control_flow_test.py) ------------------------------------
+
+def _both(fn):
+  """fn(lax, jnp) run with stagecraft's modules and with JAX's."""
+  return (lambda: fn(sc.lax, jnp)), (lambda: fn(jax.lax, jax.numpy))
+
+
+@pytest.mark.parametrize("unroll", [0, 1, 2, 3, 5, 7, True, False])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_unroll_values_as_jax(unroll, reverse):
+  xs = np.arange(1, 6, dtype=np.float32)
+
+  def run(lax, jnp_):
+    body = lambda c, x: (c * 0.5 + x, jnp_.sin(c) + x)
+    return lax.scan(body, np.float32(1.0), xs, reverse=reverse, unroll=unroll)
+  ours, theirs = _both(run)
+  got, want = ours(), theirs()
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+  g_grad = sc.grad(lambda c: ours()[0] * c)(1.0)
+  w_grad = jax.grad(lambda c: theirs()[0] * c)(1.0)
+  np.testing.assert_allclose(g_grad, w_grad, rtol=1e-6)
+
+
+def test_scan_unroll_errors_as_jax():
+  xs = np.arange(5)
+  _same_error(*_both(lambda lax, _: lax.scan(lambda c, x: (c, x), 0, xs, unroll=-1)))
+  f = lambda n, x: sc.lax.scan(lambda c, z: (c, z), x, (), 10, unroll=n)
+  with pytest.raises(sc.errors.ConcretizationTypeError,
+                     match="The `unroll` argument to `scan` expects a concrete `int` or "
+                           "`bool` value"):
+    sc.jit(f)(3, 1.0)
+  with pytest.raises(sc.errors.ConcretizationTypeError, match="`unroll` argument"):
+    sc.jit(f)(True, 1.0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda lax, _: lax.fori_loop(0, 1, 42, 0),
+    lambda lax, _: lax.while_loop(42, 42, 0),
+    lambda lax, _: lax.switch(0, [42]),
+    lambda lax, _: lax.cond(0, 42, 42),
+    lambda lax, _: lax.scan(42, 0, 1),
+    lambda lax, _: lax.associative_scan(42, 0),
+    lambda lax, _: lax.cond("foo", lambda: 1, lambda: 2),
+    lambda lax, _: lax.switch("foo", [lambda: 1]),
+    lambda lax, _: lax.scan(lambda c, x: c + x, 0.0, np.ones(3, np.float32)),
+    lambda lax, _: lax.while_loop(lambda c: (c, c), lambda c: c, 1.0),
+    lambda lax, _: lax.fori_loop(np.int16(0), np.int32(3), lambda i, c: c, 0),
+    lambda lax, _: lax.fori_loop(0, 2.5, lambda i, c: c, 0),
+], ids=["fori", "while", "switch", "cond", "scan", "assoc", "cond_str", "switch_str",
+        "scan_pair", "while_pytree_pred", "fori_dtypes", "fori_int_float"])
+def test_control_flow_argument_errors_as_jax(call):
+  t1, m1 = _message(_both(call)[0])
+  t2, m2 = _message(_both(call)[1])
+  assert t1.__name__ == t2.__name__
+  assert m1.split("\n")[0].startswith(m2.split("\n")[0].rstrip(".")), (m1, m2)
+
+
+def test_fori_loop_float_and_mixed_bounds_as_jax():
+  # static float bounds (JAX's int() of them), differentiable through the scan
+  func = lambda lax: (lambda x: lax.fori_loop(x, x + 2.0, lambda i, c: c * 2.0, x))
+  np.testing.assert_allclose(sc.grad(func(sc.lax))(1.0), jax.grad(func(jax.lax))(1.0))
+  np.testing.assert_allclose(sc.linearize(func(sc.lax), 1.0)[0],
+                             jax.linearize(func(jax.lax), 1.0)[0])
+  # a Python int bound takes the other's signed dtype
+  g = lambda lax: lax.fori_loop(0, np.int16(4), lambda i, c: c + i, np.int16(0))
+  got, want = g(sc.lax), g(jax.lax)
+  assert got.dtype == want.dtype and int(got) == int(want)

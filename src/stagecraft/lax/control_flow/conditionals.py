@@ -77,8 +77,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any,
                       f"passed, got operand={operand!r} and positional operands {operands}")
     operands = (operand,)
   if not isinstance(branches, Sequence) or not all(callable(b) for b in branches):
-    raise TypeError(f"switch: branches argument should be a sequence of callables, got "
-                    f"{type(branches).__name__}. Pass a list of functions.")
+    raise TypeError("lax.switch: branches argument should be a sequence of callables.")
   aval = _scalar_aval(index, "Branch index must be scalar", "Index type must be an integer")
   if aval.dtype.kind not in "iu":
     raise TypeError(f"Index type must be an integer, got {index} as {aval.dtype}. Cast it "
@@ -136,8 +135,8 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
     operands = (operand,)
   if pred is None:
     raise TypeError("cond predicate is None. Pass a scalar bool or number.")
-  if isinstance(pred, (list, tuple)):
-    raise TypeError(f"Pred must be a scalar, got {pred} of type {type(pred).__name__}. "
+  if isinstance(pred, Sequence):   # a list, tuple or str (JAX's words)
+    raise TypeError(f"Pred must be a scalar, got {pred} of type {type(pred)}. "
                     f"Pass one bool, e.g. x[0] > 0 or jnp.all(...).")
   aval = _scalar_aval(pred, "Pred must be a scalar", "Pred type must be either boolean or number")
   if aval.dtype.kind not in "biuf":
@@ -160,7 +159,7 @@ def _scalar_aval(x: Any, what: str, type_msg: str) -> ShapedArray:
   try:
     aval = core.get_aval(x)
   except TypeError as e:
-    raise TypeError(f"{type_msg}, got {x!r} of type {type(x).__name__}.") from e
+    raise TypeError(f"{type_msg}, got {x}.") from e   # JAX's words
   if aval.shape != ():
     raise TypeError(f"{what}, got {x} of shape {aval.shape}. Reduce it to "
                     f"one value (e.g. index it, or use jnp.any / jnp.all) or use vmap.")

@@ -76,7 +76,8 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
     xs: a pytree of arrays `T[length, ...]` scanned along axis 0, or None.
     length: the number of iterations; required when `xs` has no leaves.
     reverse: scan from the end (`ys` still in index order).
-    unroll: iterations per loop step (an int >= 1; True unrolls fully).
+    unroll: iterations per loop step (an int >= 0; 0 or True unrolls fully, False or 1
+      leaves the loop rolled).
     _split_transpose: JAX's experimental switch that splits the scan's transpose into two
       loops (a memory/scheduling choice); accepted for JAX's signature (flax.nnx.scan passes
       it) and ignored: the values are the same.
@@ -114,7 +115,7 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
           unroll: int | bool) -> tuple[Any, Any]:
   """`scan` of a body that meets no ref from outside."""
   if not callable(f):
-    raise TypeError(f"scan: f argument should be a callable, got {type(f).__name__}.")
+    raise TypeError("lax.scan: f argument should be a callable.")
   xs_flat, xs_tree = common.flatten(xs)
   xs_avals = [core.get_aval(x) for x in xs_flat]
   if any(core.is_hi(a) for a in xs_avals) and length is None:
@@ -154,14 +155,18 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
                      f"of xs must share the leading axis.")
   else:
     length = sizes[0]
-  if isinstance(unroll, bool):
+  if isinstance(unroll, core.Tracer):
+    unroll = unroll._concrete("scan", fix="The `unroll` argument to `scan` expects a concrete "
+                                          "`int` or `bool` value.")
+    unroll = unroll.item() if hasattr(unroll, "item") else unroll
+  if isinstance(unroll, (bool, np.bool_)):
     unroll = max(length, 1) if unroll else 1
   try:
     unroll = operator.index(unroll)
   except TypeError:
     raise TypeError(f"scan: unroll must be an int or a bool, got {unroll!r}.") from None
-  if unroll < 1:
-    raise ValueError(f"scan: unroll must be >= 1 (or a bool), got {unroll}.")
+  if unroll < 0:   # JAX's words; 0 unrolls the whole loop, as JAX's
+    raise ValueError("`unroll` must be a `bool` or a non-negative `int`.")
   init_flat, init_tree = common.flatten(init)
   carry_avals = [core.get_aval(x) for x in init_flat]
   x_avals = [_slice_aval(a) for a in xs_avals]
@@ -274,8 +279,11 @@ def _trace_body(f, in_tree, init_tree, carry_avals, x_avals):
                                                 "scan body")
   dummy = common.unflatten(out_tree, list(range(out_tree.num_leaves)))
   if not isinstance(dummy, (tuple, list)) or len(dummy) != 2:
-    raise TypeError(f"scan body output must be a pair (carry, y), got a value of structure "
-                    f"{out_tree}.")
+    # JAX's words: a single array output is named by its type (`float32[]`)
+    got = (closed.out_avals[0].str_short(short_dtypes=False)
+           if out_tree.num_leaves == 1 and out_tree == common.flatten(0)[1]
+           else f"a value of structure {tree_util.treedef_str(out_tree)}")
+    raise TypeError(f"scan body output must be a pair, got {got}. Return (carry, y).")
   carry_tree = common.flatten(dummy[0])[1]
   y_tree = common.flatten(dummy[1])[1]
   return closed, consts, carry_tree, y_tree
@@ -366,7 +374,8 @@ def _scan_lowering(ctx, *args, jaxpr: ClosedJaxpr, num_consts: int, num_carry: i
         jaxpr, nc, nk, length, reverse, n, state_avals))
 
   fb = ctx.fb
-  iters, rem = divmod(length, unroll)
+  # unroll 0 (JAX's): the whole loop unrolled, as one of `unroll` steps that covers it
+  iters, rem = (0, length) if unroll == 0 else divmod(length, unroll)
   if iters == 1:
     state = lowering.jaxpr_subcomp(fb, step(unroll), [], state)
   elif iters > 1:
@@ -914,29 +923,49 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
   is reverse-differentiable; with traced bounds it is a `while_loop` (forward mode only).
 
   Args:
-    lower, upper: scalar integers (the loop index `i` has their common dtype).
+    lower, upper: scalars of one dtype (a Python int takes the other's signed integer
+      dtype); the loop index `i` has that dtype (a Python int for static bounds).
     body_fun: `body_fun(i, val) -> val` with `val`'s structure, shapes and dtypes.
     init_val: the initial value, a pytree of arrays.
     unroll: iterations per loop step (static bounds only).
 
   Raises:
-    TypeError: if the bounds are not scalar integers; as `scan`/`while_loop` for a body
-      that changes the value's type.
+    TypeError: if `body_fun` is not callable, the bounds are not scalars or differ in
+      dtype (JAX's message); as `scan`/`while_loop` for a body that changes the value's type.
     ValueError: if `unroll` is given with traced bounds.
   """
   # NB: a symbolic dimension (export) is a traced value: a while loop, as in JAX
   lower, upper = (b.__jax_array__() if shape_poly.is_symbolic_dim(b) else b
                   for b in (lower, upper))
+  if not callable(body_fun):
+    raise TypeError("lax.fori_loop: body_fun argument should be callable.")
   for name, b in (("lower", lower), ("upper", upper)):
     a = core.get_aval(b)
-    if a.shape or not dtypes.is_integer(a.dtype):
-      raise TypeError(f"fori_loop: {name} must be a scalar integer, got "
-                      f"{a.str_short()}.")
+    if a.shape:
+      raise TypeError(f"fori_loop: {name} must be a scalar, got {a.str_short()}.")
   la, ua = core.get_aval(lower), core.get_aval(upper)
-  dtype = dtypes.result_type(lower, upper)
-  static = not isinstance(lower, core.Tracer) and not isinstance(upper, core.Tracer)
+  # As JAX's: the bounds share their dtype, but a weakly typed signed integer (a Python int)
+  # takes the other's signed integer dtype. Float bounds are allowed (JAX's).
+  if la.dtype == ua.dtype:
+    dtype = la.dtype
+  else:
+    dtype = None
+    if dtypes.issubdtype(la.dtype, np.signedinteger) and \
+        dtypes.issubdtype(ua.dtype, np.signedinteger):
+      if la.weak_type and not ua.weak_type:
+        dtype = ua.dtype
+      elif ua.weak_type and not la.weak_type:
+        dtype = la.dtype
+    if dtype is None:
+      raise TypeError(f"lower and upper arguments to fori_loop must have equal types, got "
+                      f"{la.dtype.name} and {ua.dtype.name}")
+
+  def _concrete(b):   # a JVP tracer outside jit knows its value (JAX's core.is_concrete)
+    return b.to_concrete_value() if isinstance(b, core.Tracer) else b
+  clo, chi = _concrete(lower), _concrete(upper)
+  static = clo is not None and chi is not None
   if static:
-    lo, hi = int(np.asarray(lower)), int(np.asarray(upper))
+    lo, hi = int(np.asarray(clo)), int(np.asarray(chi))
     n = max(hi - lo, 0)
 
     def step(loop_carry, _):   # JAX's parameter name (carry errors name it)
@@ -947,7 +976,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
     # NB: the index starts as a Python int (weakly typed), whatever the bounds' dtype, as
     # in JAX.
     (_, out), _ = scan(step, (lo, init_val), None, length=n,
-                       unroll=1 if unroll is None else unroll)
+                       unroll=False if unroll is None else unroll)
     return out
   if unroll is not None and unroll is not False and unroll != 1:
     raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "

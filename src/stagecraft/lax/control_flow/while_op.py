@@ -84,8 +84,7 @@ def _while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
                 init_val: Any) -> Any:
   """`while_loop` of functions that meet no ref from outside."""
   if not callable(cond_fun) or not callable(body_fun):
-    raise TypeError(f"while_loop: cond_fun and body_fun must be callable; got "
-                    f"{type(cond_fun).__name__} and {type(body_fun).__name__}.")
+    raise TypeError("lax.while_loop: body_fun and cond_fun arguments should be callable.")
   init_vals, in_tree = common.flatten(init_val)
   args_tree = common.flatten((init_val,))[1]
   avals = [core.get_aval(x) for x in init_vals]
@@ -123,6 +122,9 @@ def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
   cond_closed, cond_consts, cond_tree = common.trace_jaxpr(cond_fun, args_tree, avals,
                                                            "cond_fun")
   c_out = cond_closed.out_avals
+  if cond_tree.num_leaves != 1 or cond_tree != common.flatten(0)[1]:   # JAX's words
+    raise TypeError(f"cond_fun must return a boolean scalar, but got pytree "
+                    f"{tree_util.treedef_str(cond_tree)}.")
   if cond_tree.num_leaves != 1 or c_out[0].shape != () or c_out[0].dtype != dtypes.bool_:
     raise TypeError(
         f"cond_fun must return a boolean scalar, but got output type(s) "
