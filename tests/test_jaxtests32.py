@@ -118,8 +118,12 @@ def test_scan_unroll_errors_as_jax():
     lambda lax, _: lax.while_loop(lambda c: (c, c), lambda c: c, 1.0),
     lambda lax, _: lax.fori_loop(np.int16(0), np.int32(3), lambda i, c: c, 0),
     lambda lax, _: lax.fori_loop(0, 2.5, lambda i, c: c, 0),
+    lambda lax, _: lax.switch((1.0, 1.0), [lambda: 1]),
+    lambda lax, _: lax.while_loop(lambda c: c * 1.0, lambda c: c, 1.0),
+    lambda lax, _: lax.while_loop(lambda c: c < 1.0, lambda c: c, np.zeros(3, np.float32)),
 ], ids=["fori", "while", "switch", "cond", "scan", "assoc", "cond_str", "switch_str",
-        "scan_pair", "while_pytree_pred", "fori_dtypes", "fori_int_float"])
+        "scan_pair", "while_pytree_pred", "fori_dtypes", "fori_int_float", "switch_tuple",
+        "while_float_pred", "while_vector_pred"])
 def test_control_flow_argument_errors_as_jax(call):
   t1, m1 = _message(_both(call)[0])
   t2, m2 = _message(_both(call)[1])

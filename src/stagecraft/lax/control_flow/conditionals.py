@@ -78,6 +78,8 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any,
     operands = (operand,)
   if not isinstance(branches, Sequence) or not all(callable(b) for b in branches):
     raise TypeError("lax.switch: branches argument should be a sequence of callables.")
+  if isinstance(index, (list, tuple)):   # JAX's words: its shape as NumPy sees it
+    raise TypeError(f"Branch index must be scalar, got {index} of shape {np.shape(index)}.")
   aval = _scalar_aval(index, "Branch index must be scalar", "Index type must be an integer")
   if aval.dtype.kind not in "iu":
     raise TypeError(f"Index type must be an integer, got {index} as {aval.dtype}. Cast it "

@@ -128,7 +128,7 @@ def _trace_loop(cond_fun, body_fun, args_tree, in_tree, avals):
   if cond_tree.num_leaves != 1 or c_out[0].shape != () or c_out[0].dtype != dtypes.bool_:
     raise TypeError(
         f"cond_fun must return a boolean scalar, but got output type(s) "
-        f"[{', '.join(common.aval_str(a) for a in c_out)}]. Return a bool[] such as "
+        f"{list(c_out)}. Return a bool[] such as "   # JAX's words: the avals' reprs
         f"`x < n`, or reduce an array predicate with `.any()` / `.all()`.")
   body_closed, body_consts, body_tree = common.trace_jaxpr(body_fun, args_tree, avals,
                                                            "body_fun")
