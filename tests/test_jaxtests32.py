@@ -1,11 +1,13 @@
 """Details found by running JAX 0.10.2's own test files (`fft_test.py`, `lax_control_flow_test.py`,
-`linalg_test.py`, ...) on stagecraft through a scratch harness. JAX is the oracle in each test."""
+`scipy_optimize_test.py`, ...) on stagecraft through a scratch harness. JAX is the oracle in each test."""
 import jax
+import jax.scipy.optimize  # noqa: F401 -- the oracle's submodule
 import numpy as np
 import pytest
 
 import stagecraft as sc
 import stagecraft.numpy as jnp
+import stagecraft.scipy.optimize  # noqa: F401
 
 
 def _message(fn):
@@ -141,3 +143,20 @@ def test_fori_loop_float_and_mixed_bounds_as_jax():
   g = lambda lax: lax.fori_loop(0, np.int16(4), lambda i, c: c + i, np.int16(0))
   got, want = g(sc.lax), g(jax.lax)
   assert got.dtype == want.dtype and int(got) == int(want)
+
+
+def test_lbfgs_complex_under_strict_promotion_as_jax():
+  # JAX's scipy_optimize_test: the experimental L-BFGS on a complex x0, with
+  # jax_numpy_dtype_promotion='strict' (as JAX's test cases run)
+  z0 = np.array([1., 2. - 3.j, 4., -5.j], np.complex64)
+
+  def run(lib):
+    f = lambda z: lib.numpy.real(lib.numpy.dot(lib.numpy.conj(z - z0), z - z0))
+    with lib.numpy_dtype_promotion("strict"):
+      return lib.jit(lambda x0: lib.scipy.optimize.minimize(
+          f, x0, method="l-bfgs-experimental-do-not-rely-on-this",
+          options=dict(gtol=1e-6)).x)(np.zeros_like(z0))
+  got, want = run(sc), run(jax)
+  assert got.dtype == want.dtype == np.complex64
+  np.testing.assert_allclose(np.asarray(got), z0, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)

@@ -135,7 +135,8 @@ def _two_loop_recursion(s: LBFGSResults):
   def newest_first(j, carry):
     q, alphas = carry
     i = m - 1 - j
-    a = (s.rho_history[i] * jnp.real(dot(jnp.conj(s.s_history[i]), q))).astype(dtype)
+    # NB: the real part cast to x's dtype before the product (strict promotion, complex x)
+    a = s.rho_history[i] * jnp.real(dot(jnp.conj(s.s_history[i]), q)).astype(dtype)
     return q - a * jnp.conj(s.y_history[i]), alphas.at[i].set(a)
 
   q, alphas = lax.fori_loop(0, used, newest_first, (q, alphas))
@@ -143,7 +144,7 @@ def _two_loop_recursion(s: LBFGSResults):
 
   def oldest_first(j, r):
     i = m - used + j
-    b = (s.rho_history[i] * jnp.real(dot(s.y_history[i], r))).astype(dtype)
+    b = s.rho_history[i] * jnp.real(dot(s.y_history[i], r)).astype(dtype)
     return r + (alphas[i] - b) * s.s_history[i]
 
   return lax.fori_loop(0, used, oldest_first, r)
