@@ -160,3 +160,30 @@ def test_lbfgs_complex_under_strict_promotion_as_jax():
   assert got.dtype == want.dtype == np.complex64
   np.testing.assert_allclose(np.asarray(got), z0, atol=1e-5)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+
+
+# -- jax.scipy.signal under jax_numpy_rank_promotion='raise' and strict promotion ---------
+
+@pytest.mark.parametrize("name", ["stft", "istft", "welch", "csd"])
+@pytest.mark.parametrize("shape", [(3, 50), (2, 3, 40)])
+def test_signal_under_rank_raise_and_strict_as_jax(name, shape):
+  import jax.scipy.signal  # noqa: F401 -- the oracle's submodule
+
+  import stagecraft.scipy.signal  # noqa: F401
+  x = np.random.RandomState(0).randn(*shape).astype(np.float32)
+
+  def run(lib):
+    sig = lib.scipy.signal
+    with lib.numpy_rank_promotion("raise"), lib.numpy_dtype_promotion("strict"):
+      if name == "stft":
+        return sig.stft(x, nperseg=16)
+      if name == "istft":
+        zxx = np.asarray(jax.scipy.signal.stft(x, nperseg=16)[2])
+        return sig.istft(zxx, nperseg=16)
+      if name == "welch":
+        return sig.welch(x, nperseg=16)
+      return sig.csd(x, x[..., ::-1].copy(), nperseg=16)
+  got, want = run(sc), run(jax)
+  for g, w in zip(got, want):
+    assert g.dtype == w.dtype and g.shape == w.shape
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-6)

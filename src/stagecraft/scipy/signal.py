@@ -377,7 +377,7 @@ def _windowed_fft(x: Any, win: Any, detrend_func: Callable, nperseg: int, noverl
   seg = detrend_func(_segments(x, nperseg, nperseg - noverlap))
   if dtypes.is_complex(win.dtype):
     seg = seg.astype(win.dtype)
-  seg = win * seg
+  seg = win.reshape((1,) * (seg.ndim - 1) + win.shape) * seg   # ranks equal ('raise')
   return jnp_fft.fft(seg, n=nfft) if twosided else jnp_fft.rfft(jnp.real(seg), n=nfft)
 
 
@@ -702,8 +702,12 @@ def _istft_core(Zxx, win, fs, *, nperseg, nstep, nfft, input_onesided, boundary,
     Zxx = jnp.transpose(Zxx, outer + (freq_axis, time_axis))
   ifunc = jnp_fft.irfft if input_onesided else jnp_fft.ifft
   xsubs = ifunc(Zxx, axis=-2, n=nfft)[..., :nperseg, :]
+  if dtypes.is_complex(xsubs.dtype) and not dtypes.is_complex(win.dtype):
+    win = win.astype(_complex_dtype(win.dtype))   # strict dtype promotion: complex with complex
   xsubs = xsubs * win.sum()   # undoes stft's 'spectrum' scaling
-  x = _overlap_add(jnp.swapaxes(xsubs * win[:, None], -2, -1), nstep)
+  # NB: win at xsubs' rank, so rank promotion 'raise' holds
+  x = _overlap_add(jnp.swapaxes(xsubs * win.reshape((1,) * (xsubs.ndim - 2) + (-1, 1)), -2, -1),
+                   nstep)
   nseg = xsubs.shape[-1]
   norm = _overlap_add(jnp.broadcast_to((win * win)[None, :], (nseg, nperseg)), nstep)
   if boundary:
@@ -711,7 +715,8 @@ def _istft_core(Zxx, win, fs, *, nperseg, nstep, nfft, input_onesided, boundary,
     x = x[..., half:x.shape[-1] - half]
     norm = norm[..., half:norm.shape[-1] - half]
   big = (jnp.real(norm) if dtypes.is_complex(norm.dtype) else norm) > 1e-10
-  x = x / jnp.where(big, norm, jnp.ones_like(norm))
+  denom = jnp.where(big, norm, jnp.ones_like(norm))
+  x = x / denom.reshape((1,) * (x.ndim - denom.ndim) + denom.shape)   # ranks equal ('raise')
   if x.ndim > 1 and time_axis != Zxx.ndim - 1:
     if freq_axis < time_axis:
       time_axis -= 1
