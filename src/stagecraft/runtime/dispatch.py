@@ -665,6 +665,10 @@ _prim_cache: dict[Any, Executable] = {}
 # NB: eager ops on Arrays split over a mesh run as SPMD programs (runtime/spmd.py, which
 # builds on this module and installs its `apply_primitive` here).
 mesh_apply_primitive: list = [None]
+# NB: an eager primitive whose body holds pmaps (a loop or branch of them) is one replicated
+# SPMD program over their devices, as a jit of it (runtime/spmd.py installs the compiler:
+# `(name, jaxpr) -> executable or None` when the body maps over no devices).
+replicated_primitive: list = [None]
 
 
 def _primitive_args(prim: core.Primitive, args: Sequence[Any]) -> Callable[[int], str]:
@@ -810,6 +814,11 @@ def _compile_primitive(prim, avals, params, device=None) -> Executable:
   jaxpr = Jaxpr([], invars, outvars, [JaxprEqn(invars, outvars, prim, params)])
   if log is not None:
     log.log(level, f"Finished tracing {prim.name} for jit in {time.time() - t0:.9f} sec")
+  if replicated_primitive[0] is not None and device is None and next(
+      core.subjaxprs(jaxpr.eqns[0]), None) is not None:
+    ex = replicated_primitive[0](prim.name, jaxpr)
+    if ex is not None:
+      return ex
   if config.dump_ir_to:
     dump_ir.dump_jaxpr(prim.name, jaxpr)
   if log is not None:

@@ -301,6 +301,9 @@ class SpmdExecutable:
                                              self._replicated)]
     dispatch.placement_used[0] = True
 
+  def call1(self, args: Sequence[Any]) -> Array:
+    return self.call(args)[0]
+
   def call(self, args: Sequence[Any]) -> list[Array]:
     bufs = [shard_arg(x, av, sh)
             for x, av, sh in zip(args, self.in_avals, self.in_shardings)]
@@ -1516,3 +1519,13 @@ def _device_put_format(x: Any, f: Format, path: str) -> Any:
 
 
 dispatch.mesh_apply_primitive[0] = apply_primitive
+
+
+def _replicated_primitive(name: str, jaxpr: Jaxpr) -> SpmdExecutable | None:
+  """The program of an eager one-equation `jaxpr` whose body holds pmaps (a `fori_loop` of
+  pmaps): replicated over their devices, as JAX's jit of it; None when it holds none."""
+  chain = mapping.mesh_chain(jaxpr)
+  return replicated_executable(name, jaxpr, chain) if chain else None
+
+
+dispatch.replicated_primitive[0] = _replicated_primitive

@@ -179,7 +179,8 @@ def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
       raise
     return hi_mutable_scan[0](f, init, xs, length, reverse, unroll, e)
   nk = len(init_flat)
-  promoted = common.promote_weak(carry_avals, closed.out_avals[:nk])
+  promoted = (common.promote_weak(carry_avals, closed.out_avals[:nk])
+              if carry_tree == init_tree else None)   # else check_carry_type says how
   if promoted is not None:
     init_flat = [x if a.dtype == p.dtype else common.cast(x, p.dtype)
                  for x, a, p in zip(init_flat, carry_avals, promoted)]

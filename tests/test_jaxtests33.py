@@ -1,0 +1,75 @@
+"""Details found by running JAX 0.10.2's own test files (`linalg_test.py`, `lax_control_flow_test.py`,
+`api_test.py`, ...) on stagecraft through a scratch harness. JAX is the oracle in each test."""
+import jax
+import numpy as np
+import pytest
+
+import stagecraft as sc
+import stagecraft.numpy as jnp
+
+
+def _message(fn):
+  try:
+    fn()
+  except Exception as e:  # noqa: BLE001 -- the exception is what is compared
+    return type(e), str(e)
+  raise AssertionError("no exception raised")
+
+
+def _same_error(ours, theirs):
+  t1, m1 = _message(ours)
+  t2, m2 = _message(theirs)
+  assert t1.__name__ == t2.__name__, (t1, t2)
+  assert m1 == m2
+
+
+# -- lax.scan: a carry whose structure changes and whose dtype changes is a structure error --
+
+def test_scan_carry_structure_mismatch_with_dtype_change_message_as_jax():
+  def body(x, _):
+    return (x[0].astype("float32"),), None
+
+  _same_error(lambda: sc.lax.scan(body, (jnp.array(0, "int32"),) * 2, None, length=1),
+              lambda: jax.lax.scan(body, (jax.numpy.array(0, "int32"),) * 2, None, length=1))
+
+
+def test_while_carry_structure_mismatch_with_dtype_change_message_as_jax():
+  def body(x):
+    return (x[0].astype("float32"),)
+
+  _same_error(
+      lambda: sc.lax.while_loop(lambda x: False, body, (jnp.array(0, "int32"),) * 2),
+      lambda: jax.lax.while_loop(lambda x: False, body, (jax.numpy.array(0, "int32"),) * 2))
+
+
+# -- an eager loop whose body calls pmap: one replicated program, as JAX's jit of it ---------
+
+def _pmap_loop(lib, n):
+  def body(i, x):
+    result = lib.pmap(lambda z: lib.lax.psum(lib.numpy.sin(z), "i"), axis_name="i")(x)
+    return result + x
+  return lib.lax.fori_loop(0, 3, body, lib.numpy.ones(n))
+
+
+def test_fori_loop_of_pmap_eager_as_jax():
+  n = min(sc.device_count(), 4)
+  ours = _pmap_loop(sc, n)
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(_pmap_loop(jax, n)), rtol=1e-6)
+  # and as the same loop without pmap
+  x = np.ones(n, np.float32)
+  for _ in range(3):
+    x = np.broadcast_to(np.sin(x).sum(), x.shape) + x
+  np.testing.assert_allclose(np.asarray(ours), x, rtol=1e-5)
+
+
+def test_cond_of_pmap_eager():
+  n = min(sc.device_count(), 4)
+  f = sc.pmap(lambda z: sc.lax.psum(z, "i"), axis_name="i")
+  out = sc.lax.cond(True, f, lambda z: z, jnp.arange(n, dtype=jnp.float32))
+  np.testing.assert_allclose(np.asarray(out), np.full(n, n * (n - 1) / 2))
+
+
+def test_fori_loop_of_pmap_too_many_positions_raises():
+  n = sc.device_count() * 2
+  with pytest.raises(ValueError, match="devices"):
+    _pmap_loop(sc, n)
