@@ -145,9 +145,9 @@ def test_errors():
     stagecraft.grad(f)(X)
   with pytest.raises(TypeError, match="grad requires real- or complex-valued inputs"):
     stagecraft.grad(lambda n: n)(np.int32(1))
-  with pytest.raises(MissingRuleError, match="Primitive 't_nodiff' has no JVP rule"):
+  with pytest.raises(MissingRuleError, match="Differentiation rule for 't_nodiff' not implemented"):
     stagecraft.grad(lambda x: t_nodiff.bind(x))(np.float32(1.0))
-  with pytest.raises(MissingRuleError, match="Primitive 't_nolin' has no transpose rule"):
+  with pytest.raises(MissingRuleError, match=r"Transpose rule \(for reverse-mode differentiation\) for 't_nolin' not implemented"):
     stagecraft.grad(lambda x: t_nolin.bind(x))(np.float32(1.0))
   with pytest.raises(TypeError, match="must be tuples or lists"):
     stagecraft.jvp(f, X, X)

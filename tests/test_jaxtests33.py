@@ -73,3 +73,37 @@ def test_fori_loop_of_pmap_too_many_positions_raises():
   n = sc.device_count() * 2
   with pytest.raises(ValueError, match="devices"):
     _pmap_loop(sc, n)
+
+
+# -- a primitive without a rule: JAX's sentence first (users match it), then how to add one -----
+
+def _rule_errors(lib, corem):
+  p = corem.Primitive("foo33")
+  p.def_abstract_eval(lambda x: x)
+  p.def_impl(lambda x: x)
+  return {"vmap": lambda: lib.vmap(p.bind)(lib.numpy.ones(3)),
+          "jvp": lambda: lib.jvp(p.bind, (1.,), (1.,)),
+          "jit": lambda: lib.jit(p.bind)(1.)}
+
+
+@pytest.mark.parametrize("what", ["vmap", "jvp", "jit"])
+def test_missing_rule_message_starts_as_jax(what):
+  from jax.extend import core as jax_core
+  from stagecraft import core as sc_core
+  t1, m1 = _message(_rule_errors(sc, sc_core)[what])
+  t2, m2 = _message(_rule_errors(jax, jax_core)[what])
+  assert issubclass(t1, t2), (t1, t2)
+  assert m1.startswith(m2), (m1, m2)
+  assert "Register" in m1   # and says how to fix it
+
+
+def test_missing_transpose_rule_message_starts_as_jax():
+  from stagecraft.interpreters import ad
+  from stagecraft import core as sc_core
+  p = sc_core.Primitive("lin33")
+  p.def_abstract_eval(lambda x: x)
+  p.def_impl(lambda x: x)
+  ad.defjvp(p, lambda g, x: p.bind(g))
+  with pytest.raises(NotImplementedError, match=r"^Transpose rule \(for reverse-mode "
+                     r"differentiation\) for 'lin33' not implemented"):
+    sc.grad(p.bind)(1.)

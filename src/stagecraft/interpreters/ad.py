@@ -429,8 +429,8 @@ class JVPTrace(Trace):
       rule = primitive_jvps.get(prim)
       if rule is None:
         raise MissingRuleError(
-            f"Primitive '{prim.name}' has no JVP rule, which jvp/grad need. Register one "
-            f"beside the primitive with stagecraft.interpreters.ad.defjvp({prim.name}_p, "
+            f"Differentiation rule for '{prim.name}' not implemented: jvp/grad need one. "
+            f"Register one beside the primitive with stagecraft.interpreters.ad.defjvp({prim.name}_p, "
             f"...) (or deflinear / primitive_jvps[{prim.name}_p] = rule).")
       prev = _jvp_modes[0]
       if prev is self.is_vjp:   # the common case: jvp_flat set this trace's mode
@@ -837,8 +837,8 @@ def _backward_pass(jaxpr, args, cts_out, primal_env, linear, lin_avals, src_ctx,
     rule = primitive_transposes.get(eqn.primitive)
     if rule is None:
       raise MissingRuleError(
-          f"Primitive '{eqn.primitive.name}' has no transpose rule, which grad/vjp needs. "
-          f"Register one beside the primitive: ad.deflinear2({eqn.primitive.name}_p, "
+          f"Transpose rule (for reverse-mode differentiation) for "
+          f"'{eqn.primitive.name}' not implemented: grad/vjp need one. Register one beside the primitive: ad.deflinear2({eqn.primitive.name}_p, "
           f"_{eqn.primitive.name}_transpose) or ad.primitive_transposes[...] = rule.")
     ins = [UndefinedPrimal(lin_avals.get(v, v.aval)) if type(v) is Var and v in linear else
            (v.val if type(v) is Literal else primal_env[v]) for v in eqn.invars]

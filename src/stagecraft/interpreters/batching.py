@@ -231,8 +231,8 @@ class BatchTrace(Trace):
         rule = primitive_batchers.get(prim)
         if rule is None:
           raise MissingRuleError(
-              f"Primitive '{prim.name}' has no batching rule, which vmap needs. Register one "
-              f"beside the primitive: stagecraft.interpreters.batching.primitive_batchers"
+              f"Batching rule for '{prim.name}' not implemented: vmap needs one. Register "
+              f"one beside the primitive: stagecraft.interpreters.batching.primitive_batchers"
               f"[{prim.name}_p] = rule (or batching.defvectorized / defbroadcasting).")
         out, out_dim = rule(vals, dims, **params)
     if prim.multiple_results:

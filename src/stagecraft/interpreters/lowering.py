@@ -588,8 +588,8 @@ def jaxpr_subcomp(fb: FuncBuilder, jaxpr: Jaxpr, consts: Sequence[str],
       rule = lowerings.get(prim)
       if rule is None:
         raise MissingRuleError(
-            f"Primitive '{prim.name}' has no lowering rule, which jit and eager execution "
-            f"need. Register one with stagecraft.interpreters.lowering.register_lowering("
+            f"MLIR translation rule for primitive '{prim.name}' not found for platform "
+            f"{module.platform}: jit and eager execution need one. Register one with stagecraft.interpreters.lowering.register_lowering("
             f"{prim.name}_p, rule).")
       if extended_avals[0] and prim not in extended_dtype_rules and _has_extended(eqn):
         rule = lambda ctx, *ops, _eqn=eqn, **_: extended_rule[0](ctx.fb, _eqn, ops)

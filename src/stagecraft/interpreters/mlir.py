@@ -271,8 +271,8 @@ def _dispatcher(prim: core.Primitive) -> LoweringRule:
     chosen = _select(prim, ctx.module.platform)
     if chosen is None:
       raise MissingRuleError(
-          f"Primitive '{prim.name}' has no lowering rule for platform "
-          f"'{ctx.module.platform}' (it has rules for {sorted(_rules[prim], key=str)}). "
+          f"MLIR translation rule for primitive '{prim.name}' not found for platform "
+          f"{ctx.module.platform} (it has rules for {sorted(_rules[prim], key=str)}). "
           f"Register one with mlir.register_lowering({prim.name}_p, rule) (all platforms) or "
           f"platform='{ctx.module.platform}'.")
     if getattr(chosen, "is_lower_fun", False):
