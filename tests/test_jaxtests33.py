@@ -107,3 +107,29 @@ def test_missing_transpose_rule_message_starts_as_jax():
   with pytest.raises(NotImplementedError, match=r"^Transpose rule \(for reverse-mode "
                      r"differentiation\) for 'lin33' not implemented"):
     sc.grad(p.bind)(1.)
+
+
+# -- NumPy masked arrays: refused where JAX refuses them, read for shape/dtype by *_like ------
+
+_MASKED = np.ma.array([1.5, 2.5, 3.5], mask=[0, 1, 0])
+
+
+@pytest.mark.parametrize("call", [
+    "asarray(x)", "array(x, copy=False)", "sum(x)", "mean(x)", "add(x, 1)", "linalg.norm(x)",
+])
+def test_masked_array_refused_as_jax(call):
+  _same_error(lambda: eval(call, {"x": _MASKED, **vars(jnp), "linalg": jnp.linalg}),
+              lambda: eval(call, {"x": _MASKED, **vars(jax.numpy), "linalg": jax.numpy.linalg}))
+
+
+@pytest.mark.parametrize("call", [
+    "zeros_like(x)", "ones_like(x)", "full_like(x, 3)", "zeros_like(x, shape=(2, 2))",
+    "array(x)", "asarray(x, copy=True)", "asarray(x, dtype='int32')", "shape(x)",
+])
+def test_masked_array_accepted_as_jax(call):
+  ours = eval(call, {"x": _MASKED, **vars(jnp)})
+  theirs = eval(call, {"x": _MASKED, **vars(jax.numpy)})
+  assert np.shape(ours) == np.shape(theirs)
+  if not isinstance(theirs, tuple):
+    assert ours.dtype == theirs.dtype
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))

@@ -160,6 +160,11 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "array")
   device = device if device is not None else out_sharding
+  if (not copy and isinstance(object, np.ma.MaskedArray) and device is None
+      and ndmin <= object.ndim and (dtype is None or np.dtype(dtype) == object.dtype)):
+    # NB: as JAX's (whose no-copy path puts the array on the device): JAX's ValueError;
+    # a copy, or a conversion, strips the mask
+    core.get_aval(object)
   if isinstance(object, (Array, Tracer)):
     if copy and isinstance(object, Tracer):   # as JAX: the staged copy, then the conversion
       object, copy = copy_array(object), False

@@ -215,6 +215,8 @@ def _like_dtype(a, dtype):
 def _duck_array(a: Any) -> Any:
   """`a`, or for an object that only has `shape` and `dtype` (a ShapeDtypeStruct: JAX's
   `*_like` take such duck-typed arrays) a stand-in of them that holds no memory."""
+  if isinstance(a, np.ma.MaskedArray):   # only its shape and dtype are read, as JAX's
+    return np.broadcast_to(np.zeros((), a.dtype), a.shape)
   if isinstance(a, (Array, core.Tracer, np.ndarray, np.generic)):
     return a
   shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
