@@ -521,12 +521,7 @@ def test_trace_context():
 
 
 # JAX primitives stagecraft lacks (see the module docstring for what it does instead).
-MISSING_PRIMITIVES = {
-    "approx_top_k_p",
-    "device_put_p", "get_p", "swap_p", "ragged_all_to_all_p", "random_bits_p",
-    "random_fold_in_p", "random_seed_p", "random_split_p", "random_gamma_p",
-    "reduce_window_p", "select_and_scatter_p",
-}
+MISSING_PRIMITIVES = {"get_p", "swap_p", "select_and_scatter_p"}
 # Same object, another name than JAX's.
 RENAMED_PRIMITIVES: dict = {}
 

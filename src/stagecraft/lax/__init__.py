@@ -36,8 +36,9 @@ from stagecraft.lax.parallel import (all_gather, all_to_all, axis_index, axis_si
                                      ragged_all_to_all)
 # The collectives' primitives under JAX's names (with JAX's params).
 from stagecraft.lax.parallel import (all_gather_p, all_to_all_p, axis_index_p,  # noqa: F401
-                                     pmax_p, pmin_p, ppermute_p, psum_p)
+                                     pmax_p, pmin_p, ppermute_p, psum_p, ragged_all_to_all_p)
 from stagecraft.lax.spmd import sharding_constraint_p, with_sharding_constraint  # noqa: F401,E402
+from stagecraft.lax.spmd import device_put_p  # noqa: F401,E402
 
 
 def __getattr__(name):

@@ -9,14 +9,9 @@ named "call" (nothing in stagecraft binds it; its equations hold a `ClosedJaxpr`
 `CallPrimitive`'s, where JAX's hold an open `Jaxpr`).
 
 JAX primitives stagecraft does not have (what it does instead):
-  approx_top_k_p: `lax.approx_max_k`/`approx_min_k` are exact (`top_k`);
-  device_put_p: `device_put` inside a trace needs no primitive here;
-  get_p, swap_p: mutable array references are not implemented;
-  ragged_all_to_all_p: not implemented;
-  random_bits_p, random_fold_in_p, random_seed_p, random_split_p, random_gamma_p: typed
-    PRNG keys are composed from `threefry2x32_p` in `stagecraft.random`;
-  reduce_window_p, select_and_scatter_p: only the sum/max/min windowed reductions and
-    `select_and_scatter_add` exist.
+  get_p, swap_p: mutable array references (`new_ref`) are threaded through the loops and
+    branches that use them (`lax.control_flow.refs`), not staged as primitives;
+  select_and_scatter_p: only `select_and_scatter_add` (the gradient of max pooling) exists.
 """
 from __future__ import annotations
 
@@ -48,7 +43,10 @@ from stagecraft.lax.linalg import (cholesky_p, eig_p, eigh_p, hessenberg_p,
                                    triangular_solve_p, tridiagonal_p, tridiagonal_solve_p)
 from stagecraft.lax.misc import after_all_p, copy_p, create_token_p, rng_uniform_p
 from stagecraft.lax.parallel import (all_gather_p, all_to_all_p, axis_index_p, pmax_p, pmin_p,
-                                     ppermute_p, psum_p)
+                                     ppermute_p, psum_p, ragged_all_to_all_p)
+from stagecraft.lax.prng import (random_bits_p, random_fold_in_p, random_seed_p,
+                                 random_split_p)
+from stagecraft.lax.random_gamma import random_gamma_p
 from stagecraft.lax.random_bits import rng_bit_generator_p, threefry2x32_p
 from stagecraft.lax.reduction import (argmax_p, argmin_p, reduce_and_p, reduce_max_p,
                                       reduce_min_p, reduce_or_p, reduce_p, reduce_prod_p,
@@ -58,12 +56,12 @@ from stagecraft.lax.shape import (broadcast_in_dim_p, concatenate_p, iota_p, pad
 from stagecraft.lax.slicing import (dynamic_slice_p, dynamic_update_slice_p, gather_p,
                                     scatter_add_p, scatter_max_p, scatter_min_p, scatter_mul_p,
                                     scatter_p)
-from stagecraft.lax.sort import eq_to_p, le_to_p, lt_to_p, sort_p, top_k_p
+from stagecraft.lax.sort import approx_top_k_p, eq_to_p, le_to_p, lt_to_p, sort_p, top_k_p
 from stagecraft.lax.special import (bessel_i0e_p, bessel_i1e_p, digamma_p, igamma_grad_a_p,
                                     igamma_p, igammac_p, lgamma_p, polygamma_p,
                                     regularized_incomplete_beta_p, zeta_p)
-from stagecraft.lax.spmd import sharding_constraint_p
-from stagecraft.lax.windowed import (reduce_window_max_p, reduce_window_min_p,
+from stagecraft.lax.spmd import device_put_p, sharding_constraint_p
+from stagecraft.lax.windowed import (reduce_window_max_p, reduce_window_min_p, reduce_window_p,
                                      reduce_window_sum_p, select_and_gather_add_p,
                                      select_and_scatter_add_p)
 from stagecraft.pjit import jit_p
