@@ -133,3 +133,18 @@ def test_masked_array_accepted_as_jax(call):
   if not isinstance(theirs, tuple):
     assert ours.dtype == theirs.dtype
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+# -- pl.ds with a traced size as an index: a TypeError, as JAX's ------------------------------
+
+def test_ds_traced_size_index_is_type_error_as_jax():
+  import jax.experimental.pallas as jpl
+  import stagecraft.experimental.pallas as spl
+  x, jx = jnp.arange(10.), jax.numpy.arange(10.)
+  with pytest.raises(TypeError, match="Shapes must be 1D sequences of concrete values"):
+    jax.jit(lambda n: jx[jpl.ds(0, n)])(2)
+  with pytest.raises(TypeError, match="Shapes must be 1D sequences of concrete values.*ds"):
+    sc.jit(lambda n: x[spl.ds(0, n)])(2)
+  # a traced start is fine in both
+  np.testing.assert_array_equal(np.asarray(sc.jit(lambda n: x[spl.ds(n, 3)])(2)),
+                                np.asarray(jax.jit(lambda n: jx[jpl.ds(n, 3)])(2)))

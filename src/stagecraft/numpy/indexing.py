@@ -82,8 +82,12 @@ def _classify(i, position: int):
     return _ELLIPSIS, None
   if isinstance(i, ds_Slice):   # stagecraft.ds(start, size, stride), as jax.ds
     if i.is_dynamic_size:
-      raise IndexError(f"ds() with a traced size cannot index an array (position {position}):"
-                       f" the result's shape would depend on it.")
+      # NB: a TypeError, as JAX's (its shape check's "Shapes must be 1D sequences of
+      # concrete values of integer type")
+      raise TypeError(f"Shapes must be 1D sequences of concrete values of integer type: ds() "
+                      f"with a traced size cannot index an array (position {position}), the "
+                      f"result's shape would depend on it. Pass a static size (e.g. with "
+                      f"static_argnums).")
     return _DSLICE, i
   if isinstance(i, slice):
     for v in (i.start, i.stop, i.step):
