@@ -148,3 +148,21 @@ def test_ds_traced_size_index_is_type_error_as_jax():
   # a traced start is fine in both
   np.testing.assert_array_equal(np.asarray(sc.jit(lambda n: x[spl.ds(n, 3)])(2)),
                                 np.asarray(jax.jit(lambda n: jx[jpl.ds(n, 3)])(2)))
+
+
+# -- out-of-range axes: JAX's words (after the function's name where ours names it) ----------
+
+@pytest.mark.parametrize("call", [
+    "numpy.squeeze(numpy.ones((1, 2)), axis=2)", "numpy.flip(numpy.ones(3), 2)",
+    "numpy.expand_dims(numpy.ones(3), 4)", "numpy.moveaxis(numpy.ones(3), 3, 0)",
+    "numpy.sum(numpy.ones((1, 2)), axis=-3)", "numpy.trim_zeros(numpy.ones(3), axis=2)",
+    "lax.split(numpy.ones(3), [1, 2], axis=2)", "lax.expand_dims(numpy.ones(3), (3,))",
+    "lax.associative_scan(numpy.add, numpy.ones(3), axis=2)",
+    "lax.reduce_sum(numpy.ones((2, 2)), axes=(3,))",
+    "lax.rev(numpy.ones(3), (2,))", "lax.rev(numpy.ones(3), (0, 0))",
+])
+def test_axis_out_of_range_message_contains_jax(call):
+  t1, m1 = _message(lambda: eval(call, {"numpy": jnp, "lax": sc.lax}))
+  t2, m2 = _message(lambda: eval(call, {"numpy": jax.numpy, "lax": jax.lax}))
+  assert t1 is t2 or issubclass(t1, t2), (t1, t2)
+  assert m2.rstrip(".") in m1, (m1, m2)

@@ -164,7 +164,7 @@ def test_reduce_max_nan_matches_jax():
 
 @pytest.mark.parametrize("name,args,err,match", [
     ("reduce_sum", ((2, 3), f32, (2,)), ValueError,
-     r"reduction axes \(2,\) contains out-of-bounds indices for f32\[2,3\]"),
+     r"reduction axes \(2,\) contains out-of-bounds indices for float32\[2,3\]"),
     ("reduce_sum", ((2, 3), f32, (-1,)), ValueError, r"reduction axes \(-1,\) contains out-of"),
     ("reduce_max", ((2, 3), f32, (1, 1)), ValueError,
      r"duplicate value in 'axes' of reduction: \(1, 1\)"),

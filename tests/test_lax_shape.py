@@ -474,7 +474,8 @@ x34 = np.zeros((3, 4), np.float32)
     (lambda: lax.squeeze(x34, (2,)), ValueError, r"axis 2 is out of bounds for array of dimension 2$"),   # JAX's
     (lambda: lax.expand_dims(x34, (0, 0)), ValueError, r"repeated axis in lax.expand_dims"),
     (lambda: lax.expand_dims(x34, (0, -4)), ValueError, r"duplicate axes"),
-    (lambda: lax.rev(x34, (0, 0)), ValueError, r"duplicate axes"),
+    (lambda: lax.rev(x34, (0, 0)), TypeError, r"^rev dimensions must be unique, got \(0, 0\)\.$"),   # JAX's
+    (lambda: lax.rev(x34, (2,)), TypeError, r"rev dimensions must all be less than operand ndim, got dimensions \(2,\) for operand ndim 2\."),
     (lambda: lax.concatenate([], 0), ValueError, r"non-empty sequence"),
     (lambda: lax.concatenate([x34, np.zeros((3, 4), np.int32)], 0), TypeError,
      r"requires arguments to have the same dtypes, got float32, int32"),

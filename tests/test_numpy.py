@@ -698,7 +698,7 @@ def test_reduction_errors():
       getattr(jnp, fn)(x)
   with pytest.raises(ValueError, match=re.escape("sum: duplicate value in 'axis': (0, 0).")):
     jnp.sum(np.ones((2, 2)), axis=(0, 0))
-  with pytest.raises(ValueError, match="sum: axis 3 is out of bounds for an array of dimension"
+  with pytest.raises(ValueError, match="sum: axis 3 is out of bounds for array of dimension"
                                        " 3"):
     jnp.sum(np.ones((2, 2, 2)), axis=3)
   with pytest.raises(ValueError, match="argmax: axis -3 is out of bounds"):

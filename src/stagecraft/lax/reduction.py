@@ -86,7 +86,7 @@ def _check_reduction_axes(name: str, x: ShapedArray, axes) -> None:
     raise ValueError(f"duplicate value in 'axes' of reduction: {axes}")
   if not all(0 <= a < x.ndim for a in axes):
     raise ValueError(f"reduction axes {axes} contains out-of-bounds indices for "
-                     f"{x.str_short()}. {name} takes non-negative axes less than the rank "
+                     f"{x.str_short(short_dtypes=False)}. {name} takes non-negative axes less than the rank "
                      f"{x.ndim}; normalize negative axes with `axis % ndim`.")
 
 

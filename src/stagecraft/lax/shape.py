@@ -728,10 +728,15 @@ def rev(operand: Any, dimensions: Sequence[int]) -> Any:
     `T[*s]`.
 
   Raises:
-    ValueError: if a dimension is out of range or repeated.
+    TypeError: if a dimension is out of range or repeated (JAX's messages).
   """
   ndim = len(_shape_of(operand))
   dims = canonicalize_shape("rev", "dimensions", dimensions)
+  if any(d >= ndim or d < -ndim for d in dims):
+    raise TypeError(f"rev dimensions must all be less than operand ndim, got dimensions "
+                    f"{dims} for operand ndim {ndim}.")
+  if len(set(d % ndim for d in dims)) != len(dims):
+    raise TypeError(f"rev dimensions must be unique, got {dims}.")
   return rev_p.bind(operand, dimensions=utils.canonicalize_axes("rev", dims, ndim))
 
 

@@ -166,7 +166,7 @@ def canonicalize_axes(name: str, axes: Sequence[int], ndim: int) -> tuple[int, .
   for a in axes:
     a = int(a)
     if not -ndim <= a < ndim:
-      raise ValueError(f"{name}: axis {a} is out of bounds for an array of rank {ndim}.")
+      raise ValueError(f"{name}: axis {a} is out of bounds for array of dimension {ndim}")
     out.append(a % ndim if ndim else a)
   if len(set(out)) != len(out):
     raise ValueError(f"{name}: duplicate axes in {tuple(axes)}.")

@@ -197,8 +197,8 @@ def trim_zeros(filt: ArrayLike, trim: str = "fb", axis: int | tuple | None = Non
   axes = range(nd) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
   axes = {int(a) + nd if int(a) < 0 else int(a) for a in axes}
   if any(not 0 <= a < nd for a in axes):
-    raise ValueError(f"trim_zeros: axis {axis} is out of bounds for an array of dimension "
-                     f"{nd}.")
+    raise ValueError(f"trim_zeros: axis {axis} is out of bounds for array of dimension "
+                     f"{nd}")
   trim = trim.lower()
   if not axes or ("f" not in trim and "b" not in trim):
     return x

@@ -286,7 +286,8 @@ def canonicalize_axis(axis: int, ndim: int, name: str) -> int:
   """
   axis = operator.index(axis)
   if not -ndim <= axis < ndim:
-    raise ValueError(f"{name}: axis {axis} is out of bounds for an array of dimension {ndim}.")
+    # NB: JAX's words after the function's name (users search for them)
+    raise ValueError(f"{name}: axis {axis} is out of bounds for array of dimension {ndim}")
   return axis % ndim if ndim else 0
 
 
