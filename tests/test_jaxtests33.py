@@ -166,3 +166,17 @@ def test_axis_out_of_range_message_contains_jax(call):
   t2, m2 = _message(lambda: eval(call, {"numpy": jax.numpy, "lax": jax.lax}))
   assert t1 is t2 or issubclass(t1, t2), (t1, t2)
   assert m2.rstrip(".") in m1, (m1, m2)
+
+
+# -- jnp.array: copy/order/ndmin given both positionally and by keyword -----------------------
+
+@pytest.mark.filterwarnings("ignore:Passing the copy")
+def test_array_positional_and_keyword_copy_as_jax():
+  x = np.ones(2, np.float32)
+  _same_error(lambda: jnp.array(x, None, True, copy=False),
+              lambda: jax.numpy.array(x, None, True, copy=False))
+  _same_error(lambda: jnp.array(x, None, True, "K", ndmin=2, order=None),
+              lambda: jax.numpy.array(x, None, True, "K", ndmin=2, order=None))
+  ours = jnp.array([1, 2], None, False, "K", ndmin=2)
+  theirs = jax.numpy.array([1, 2], None, False, "K", ndmin=2)
+  assert ours.shape == theirs.shape == (1, 2)

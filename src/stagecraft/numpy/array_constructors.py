@@ -155,6 +155,10 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
                   stacklevel=2)
     if len(args) > 3:
       raise TypeError(f"array() takes at most 5 positional arguments ({2 + len(args)} given)")
+    for i, (name, given, default) in enumerate(zip(("copy", "order", "ndmin"),
+                                                   (copy, order, ndmin), (True, "K", 0))):
+      if i < len(args) and given != default:   # NB: as JAX's, a keyword left at its default
+        raise TypeError(f"array() got multiple values for argument '{name}'")
     copy, order, ndmin = (*args, *(copy, order, ndmin)[len(args):])
   _check_order(order)
   if dtype is not None:
