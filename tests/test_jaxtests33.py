@@ -180,3 +180,18 @@ def test_array_positional_and_keyword_copy_as_jax():
   ours = jnp.array([1, 2], None, False, "K", ndmin=2)
   theirs = jax.numpy.array([1, 2], None, False, "K", ndmin=2)
   assert ours.shape == theirs.shape == (1, 2)
+
+
+# -- traced sizes of eye/identity/tri/tril_indices/triu_indices: JAX's exceptions and words ---
+
+@pytest.mark.parametrize("call", [
+    "np_.tri(n)", "np_.tri(3, n)", "np_.eye(n)", "np_.eye(3, n)", "np_.identity(n)",
+    "np_.tril_indices(n)", "np_.triu_indices(3, n)", "np_.triu_indices(3, 0, n)",
+])
+def test_traced_size_messages_as_jax(call):
+  def run(lib, np_):
+    return lambda: lib.jit(lambda n: eval(call, {"np_": np_, "n": n}))(3)
+  t1, m1 = _message(run(sc, jnp))
+  t2, m2 = _message(run(jax, jax.numpy))
+  assert t1.__name__ == t2.__name__
+  assert m1 == m2

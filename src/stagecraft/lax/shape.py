@@ -57,10 +57,13 @@ __all__ = ["broadcast_in_dim_p", "reshape_p", "transpose_p", "squeeze_p", "rev_p
 _SHAPE_ARGS = frozenset({"shape", "new_sizes"})
 
 
-def shape_error(shape: Any) -> TypeError:
+def shape_error(shape: Any, context: str = "") -> TypeError:
   """JAX's error for a shape whose entries are not static integers (traced, float, None),
-  naming where each traced entry came from."""
+  naming where each traced entry came from (`context`: JAX's words for the argument, e.g.
+  "argument of 'N' jnp.eye()")."""
   msg = f"Shapes must be 1D sequences of concrete values of integer type, got {shape}."
+  if context:
+    msg += f" {context}."
   traced = [d for d in shape if isinstance(d, core.Tracer)] if isinstance(shape, Sequence) else []
   if traced:
     msg += ("\nIf using `jit`, try using `static_argnums` or applying `jit` to smaller "

@@ -13,7 +13,9 @@ import numpy as np
 
 from stagecraft import core, dtypes, lax, shape_poly, tree_util
 from stagecraft import sharding as sharding_lib
+from stagecraft.errors import ConcretizationTypeError
 from stagecraft.lax import elementwise, prng
+from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.spmd import reshard, reshard_to_type
 from stagecraft.lax.utils import FORWARD, KEY_TYPES, on_keys
 from stagecraft.numpy.array_constructors import array, asarray
@@ -385,9 +387,26 @@ def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: Any) -> Array:
 
 
 def _dims(name: str, N: Any, M: Any) -> tuple[int, int]:
+  """`(N, M)` as static ints (M defaults to N).
+
+  Raises:
+    TypeError: for a traced `N` or `M`, in JAX's words: eye's names the argument, tri's the
+      shape `(N, M)`.
+  """
   dim = lambda d: d if shape_poly.is_symbolic_dim(d) else operator.index(d)  # noqa: E731
-  N = dim(check_concrete(N, name, "N"))
-  M = N if M is None else dim(check_concrete(M, name, "M"))
+
+  def static(d, what):
+    try:
+      return check_concrete(d, name, what)
+    except ConcretizationTypeError:
+      if name == "eye":
+        # NB: JAX's words differ for N and M
+        raise lax_shape.shape_error((d,), f"argument of 'N' jnp.eye()" if what == "N" else
+                                    f"argument 'M' of jnp.eye()") from None
+      raise lax_shape.shape_error((N, N if M is None else M)) from None
+
+  N = dim(static(N, "N"))
+  M = N if M is None else dim(static(M, "M"))
   if N < 0 or M < 0:
     raise ValueError(f"negative dimensions are not allowed, got {N} and {M}")
   return N, M
@@ -431,7 +450,7 @@ def eye(N: int, M: int | None = None, k: Any = 0, dtype: Any = None, *,
 
   Raises:
     ValueError: `k` not a scalar integer; negative dimensions.
-    ConcretizationTypeError: traced `N` or `M`.
+    TypeError: traced `N` or `M` (JAX's "Shapes must be 1D sequences of concrete values").
   """
   dt = dtypes.check_user_dtype(float if dtype is None else dtype, "eye")
   offset = _offset(k)
@@ -459,7 +478,7 @@ def tri(N: int, M: int | None = None, k: Any = 0, dtype: Any = None) -> Array:
 
   Raises:
     TypeError: `k` not an integer.
-    ConcretizationTypeError: traced `N` or `M`.
+    TypeError: traced `N` or `M` (JAX's "Shapes must be 1D sequences of concrete values").
   """
   dt = dtypes.float32 if dtype is None else dtypes.check_user_dtype(dtype, "tri")
   offset = _offset(k, strict=True)

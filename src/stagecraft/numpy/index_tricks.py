@@ -174,16 +174,28 @@ def diag_indices_from(arr: ArrayLike):
   return diag_indices(s[0], len(s))
 
 
+def _tri_args(n, k, m) -> tuple[int, int, int | None]:
+  """n, k, m as Python ints (JAX's concretization error for a traced one; JAX names
+  `jnp.triu_indices` for both functions)."""
+  static = lambda x, a: operator.index(check_concrete(  # noqa: E731
+      x, "triu_indices", a, context=f"{a} argument of jnp.triu_indices"))
+  return static(n, "n"), static(k, "k"), None if m is None else static(m, "m")
+
+
 def tril_indices(n: int, k: int = 0, m: int | None = None):
-  """Row and column indices of the lower triangle (`j <= i + k`) of an `[n, m]` array."""
-  return _int_arrays(*np.tril_indices(operator.index(n), operator.index(k),
-                                      None if m is None else operator.index(m)))
+  """Row and column indices of the lower triangle (`j <= i + k`) of an `[n, m]` array.
+
+  Raises:
+    ConcretizationTypeError: for a traced n, k or m."""
+  return _int_arrays(*np.tril_indices(*_tri_args(n, k, m)))
 
 
 def triu_indices(n: int, k: int = 0, m: int | None = None):
-  """Row and column indices of the upper triangle (`j >= i + k`) of an `[n, m]` array."""
-  return _int_arrays(*np.triu_indices(operator.index(n), operator.index(k),
-                                      None if m is None else operator.index(m)))
+  """Row and column indices of the upper triangle (`j >= i + k`) of an `[n, m]` array.
+
+  Raises:
+    ConcretizationTypeError: for a traced n, k or m."""
+  return _int_arrays(*np.triu_indices(*_tri_args(n, k, m)))
 
 
 def tril_indices_from(arr: ArrayLike, k: int = 0):
