@@ -9,6 +9,7 @@ off the function object through a weak reference, so they go when the function d
 """
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import logging
@@ -601,6 +602,51 @@ def trace_flat(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequenc
 
 _fun_caches: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
 
+#: The most entries all jit caches hold together (as JAX's jit caches, bounded at a few
+#: thousand): each executable of XLA:CPU maps ~3 memory regions, and a process that keeps
+#: every executable of a module-level function called with ever new shapes alive would reach
+#: Linux's limit on mappings (vm.max_map_count, 65530), where XLA's compiler crashes.
+MAX_JIT_CACHE_ENTRIES = 4096
+
+
+class JitCache(dict):
+  """One jit cache (a function's, per options): a dict whose insertions are remembered in
+  one process-wide order, so that beyond `MAX_JIT_CACHE_ENTRIES` live entries the oldest
+  inserted leave (a function called again with an evicted signature traces and compiles
+  again). Lookups are plain dict lookups (the call's fast path pays nothing)."""
+  __slots__ = ("__weakref__",)
+
+  def __setitem__(self, key, value):
+    super().__setitem__(key, value)
+    _jit_order.append((weakref.ref(self), key))
+    if len(_jit_order) > _jit_order_limit[0]:
+      _shrink_jit_caches()
+
+
+_jit_order: "collections.deque[tuple[weakref.ref, Any]]" = collections.deque()
+_jit_order_limit = [MAX_JIT_CACHE_ENTRIES]
+
+
+def _shrink_jit_caches() -> None:
+  """Forgets the remembered insertions whose entries are gone (their function collected,
+  the caches cleared), then evicts the oldest live entries beyond `MAX_JIT_CACHE_ENTRIES`.
+  Runs once per `MAX_JIT_CACHE_ENTRIES // 2` insertions at most (amortized O(1))."""
+  live = collections.deque()
+  seen = set()
+  for ref, key in reversed(_jit_order):   # NB: a key inserted again counts once, at its newest
+    cache = ref()
+    if cache is not None and key in cache and (id(cache), key) not in seen:
+      seen.add((id(cache), key))
+      live.appendleft((ref, key))
+  while len(live) > MAX_JIT_CACHE_ENTRIES:
+    ref, key = live.popleft()
+    cache = ref()
+    if cache is not None:
+      dict.pop(cache, key, None)
+  _jit_order.clear()
+  _jit_order.extend(live)
+  _jit_order_limit[0] = len(_jit_order) + max(MAX_JIT_CACHE_ENTRIES // 2, 1)
+
 
 def _cache_for(fun: Callable, options: tuple) -> dict:
   try:
@@ -610,8 +656,11 @@ def _cache_for(fun: Callable, options: tuple) -> dict:
       # NB: when `fun` is collected, its executables leave the global compile cache too.
       weakref.finalize(fun, _release_executables, per_fun).atexit = False
   except TypeError:   # not weakly referenceable: a cache for this wrapper only
-    return {}
-  return per_fun.setdefault(options, {})
+    return JitCache()
+  cache = per_fun.get(options)
+  if cache is None:
+    cache = per_fun[options] = JitCache()
+  return cache
 
 
 @dispatch.register_cache_clearer
@@ -621,6 +670,8 @@ def _clear_jit_caches() -> None:
     for cache in per_fun.values():
       cache.clear()
   _jit_executables.clear()
+  _jit_order.clear()
+  _jit_order_limit[0] = MAX_JIT_CACHE_ENTRIES
 
 
 def _release_executables(per_fun: dict) -> None:
@@ -1001,7 +1052,7 @@ class PjitFunction:
     options = (static_argnums, static_argnames, donate_argnums, donate_argnames,
                self._keep_unused)
     # NB: shardings are per wrapper (prefix trees need not be hashable).
-    self._cache = {} if self._sharded or self._formats else _cache_for(fun, options)
+    self._cache = JitCache() if self._sharded or self._formats else _cache_for(fun, options)
     self._refs: list | None = None   # the refs it closes over, once it has met a Ref
     self._ref_cache: dict = {}
 
@@ -2023,7 +2074,7 @@ class _JitWithOptions(PjitFunction):
     self._compiler_options = options
     # NB: its own traces and executables (the shared per-function cache holds programs
     # compiled without these options)
-    self._cache = {}
+    self._cache = JitCache()
 
   def __call__(self, *args, **kwargs):
     token = dispatch.compile_overrides.set(self._compiler_options)
