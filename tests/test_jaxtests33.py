@@ -195,3 +195,91 @@ def test_traced_size_messages_as_jax(call):
   t2, m2 = _message(run(jax, jax.numpy))
   assert t1.__name__ == t2.__name__
   assert m1 == m2
+
+
+# -- scipy.linalg (JAX's linalg_test): constructors' checks, sqrtm of singular matrices, -----
+# -- rsf2csf's eigenvalue choice, funm through the real Schur form, batched hessenberg -------
+
+import jax.scipy.linalg as jsl  # noqa: E402
+import scipy.linalg as osl  # noqa: E402
+
+import stagecraft.scipy.linalg as ssl  # noqa: E402
+
+
+@pytest.mark.parametrize("call", [
+    "convolution_matrix(np.array([1., 2, 3]), 3, mode='bad')",
+    "convolution_matrix(np.array(5.), 3)", "convolution_matrix(np.zeros((2, 0)), 3)",
+    "fiedler_companion(np.ones((0,)))", "fiedler_companion(np.ones((3, 0)))",
+    "leslie(np.array([1.0]), np.array([]))", "leslie(np.array([1., 2, 3]), np.array([0.5]))",
+])
+def test_linalg_constructor_errors_as_jax(call):
+  _same_error(lambda: eval(call, {"np": np, **vars(ssl)}),
+              lambda: eval(call, {"np": np, **vars(jsl)}))
+
+
+@pytest.mark.parametrize("call", [
+    "fiedler_companion(np.ones((1,), np.float32))",
+    "fiedler_companion(np.ones((3, 1), np.float32))",
+    "fiedler_companion(np.array([1., 2, 3, 4], np.float32))",
+    "leslie(np.array([1, 2, 3]), np.array([5, 6]))",
+    "leslie(np.ones((2, 3), np.float32), np.full((2, 2), 0.5, np.float32))",
+])
+def test_linalg_constructors_as_jax(call):
+  with sc.numpy_rank_promotion("raise"), jax.numpy_rank_promotion("raise"):
+    ours = eval(call, {"np": np, **vars(ssl)})
+    theirs = eval(call, {"np": np, **vars(jsl)})
+  assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+  np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+@pytest.mark.parametrize("diag", [[1, 0, 0], [0, 4, 0], [0, 0, 0, 9], [0, 0, 9, 0, 0, 4]])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_sqrtm_of_singular_diagonal_as_jax(diag, dtype):
+  a = np.diag(np.array(diag)).astype(dtype)
+  ours = np.asarray(ssl.sqrtm(a))
+  np.testing.assert_allclose(ours, np.diag(np.sqrt(np.array(diag, np.float64))), atol=1e-6)
+  np.testing.assert_allclose(ours, np.asarray(jsl.sqrtm(a)), atol=1e-6)
+
+
+def test_sqrtm_general_and_batched():
+  rng = np.random.RandomState(0)
+  a = rng.randn(20, 20).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(ssl.sqrtm(a)), np.asarray(jsl.sqrtm(a)), atol=1e-5)
+  b = rng.randn(3, 5, 5)
+  r = np.asarray(ssl.sqrtm(b))
+  np.testing.assert_allclose(r @ r, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [4, 15, 50])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_rsf2csf_of_any_matrix_as_scipy(n, dtype):
+  # JAX's test feeds matrices that are not in Schur form: the eigenvalue LAPACK gives first
+  # decides each rotation
+  rng = np.random.RandomState(n)
+  t = rng.randn(n, n).astype(dtype)
+  z = rng.randn(n, n).astype(dtype)
+  if dtype == np.complex64:
+    t = (t + 1j * rng.randn(n, n)).astype(dtype)
+  for ours, ref in zip(ssl.rsf2csf(t, z), osl.rsf2csf(t, z)):
+    np.testing.assert_allclose(np.asarray(ours), ref, atol=3e-5 * n, rtol=3e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_funm_with_branch_cut_as_scipy(dtype):
+  rng = np.random.RandomState(1)
+  a = (rng.rand(20, 20) * 10 - 5).astype(dtype)
+  f = lambda x: x ** -2.718  # noqa: E731 -- a branch cut on the negative reals
+  ours, err = ssl.funm(a, f, disp=False)
+  ref, ref_err = osl.funm(a, f, disp=False)
+  np.testing.assert_allclose(np.asarray(ours), ref, atol=1e-4, rtol=1e-4)
+  np.testing.assert_allclose(float(err), ref_err, rtol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 5), (2, 4, 4)])
+def test_batched_hessenberg_with_q_under_rank_promotion_raise(shape):
+  a = np.random.RandomState(0).rand(*shape).astype(np.float32)
+  with sc.numpy_rank_promotion("raise"):
+    h, q = ssl.hessenberg(a, calc_q=True)
+  h, q = np.asarray(h), np.asarray(q)
+  assert h.shape == q.shape == shape
+  np.testing.assert_allclose(q @ h @ np.swapaxes(q, -1, -2), a, atol=1e-5)

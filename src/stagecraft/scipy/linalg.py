@@ -11,6 +11,7 @@ singular or indefinite matrix gives inf/NaN values.
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 from functools import partial
 from typing import Any, Callable
@@ -21,8 +22,9 @@ from stagecraft import dtypes, lax
 from stagecraft import numpy as jnp
 from stagecraft.lax import linalg as lax_linalg
 from stagecraft.pjit import jit
-from stagecraft.numpy.util import (ArrayLike, as_array, dtype_of, ndim_of, promote_dtypes,
-                                   promote_dtypes_inexact, real_dtype, shape_of)
+from stagecraft.numpy.util import (ArrayLike, as_array, check_arraylike, dtype_of, ndim_of,
+                                   promote_dtypes, promote_dtypes_inexact, real_dtype,
+                                   shape_of)
 
 __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "companion",
            "convolution_matrix", "det", "dft", "eigh", "eigh_tridiagonal", "expm",
@@ -315,7 +317,7 @@ def rsf2csf(T: ArrayLike, Z: ArrayLike, check_finite: bool = True):
 
   Algorithm: SciPy's: each 2x2 diagonal block with a nonzero subdiagonal entry (above
   `eps (|T[m-1, m-1]| + |T[m, m]|)`) is triangularized by a complex Givens rotation built
-  from one of its eigenvalues, applied to T's rows and columns and to Z's columns, from the
+  from its first eigenvalue in LAPACK's order, applied to T's rows and columns and to Z's columns, from the
   bottom right up.
   """
   del check_finite
@@ -339,12 +341,12 @@ def _rsf2csf(T, Z):
   eps = float(dtypes.finfo(real_dtype(ct)).eps)
   rows = np.arange(n)
   for m in range(n - 1, 0, -1):
-    a, b = T[..., m - 1, m - 1], T[..., m - 1, m]
+    a = T[..., m - 1, m - 1]
     c, d = T[..., m, m - 1], T[..., m, m]
     split = jnp.abs(c) > eps * (jnp.abs(a) + jnp.abs(d))
-    # an eigenvalue of [[a, b], [c, d]], minus d
-    half = (a - d) / 2
-    mu = half + jnp.sqrt(half * half + b * c)
+    # the first eigenvalue LAPACK's geev gives of [[a, b], [c, d]], minus d (SciPy's choice,
+    # which decides the result when T is not quite in Schur form)
+    mu = jnp.linalg.eigvals(T[..., m - 1:m + 1, m - 1:m + 1])[..., 0] - d
     r = jnp.sqrt(jnp.abs(mu) ** 2 + jnp.abs(c) ** 2).astype(ct)
     r = jnp.where(r == 0, jnp.ones_like(r), r)
     cs, sn = mu / r, c / r
@@ -397,8 +399,8 @@ def hessenberg(a: ArrayLike, *, calc_q: bool = False, overwrite_a: bool = False,
   q = lax_linalg.householder_product(a_out[..., 1:, :-1], taus)
   nd = ndim_of(q)
   q = lax.pad(q, np.zeros((), dtype_of(q))[()], [(0, 0, 0)] * (nd - 2) + [(1, 0, 0)] * 2)
-  e0 = np.zeros((n, n), dtype_of(q))
-  e0[0, 0] = 1
+  e0 = np.zeros((1,) * (nd - 2) + (n, n), dtype_of(q))   # NB: q's rank (rank promotion)
+  e0[..., 0, 0] = 1
   return h, q + jnp.asarray(e0)
 
 
@@ -915,24 +917,29 @@ def expm_frechet(A: ArrayLike, E: ArrayLike, *, method: str | None = None,
 
 
 def _sqrtm_triu(T):
-  """The upper triangular square root U (`U @ U = T`) of upper triangular T, column by
-  column: `(U[:j, :j] + U[j, j] I) U[:j, j] = T[:j, j]` (Bjorck and Hammarling 1983)."""
+  """The upper triangular square root U (`U @ U = T`) of upper triangular T (Bjorck and
+  Hammarling 1983): `U[i, j] = (T[i, j] - sum_{i<k<j} U[i, k] U[k, j]) / (U[i, i] + U[j, j])`,
+  column by column, each from the diagonal up; an entry whose numerator is exactly zero is
+  zero (JAX's rule, so singular matrices such as diag(0, 4, 0) have their root)."""
   n = shape_of(T)[-1]
-  diag = jnp.sqrt(jnp.diagonal(T, axis1=-2, axis2=-1))
-  batch = shape_of(T)[:-2]
   dt = dtype_of(T)
-  U = jnp.zeros_like(T)
-  for j in range(n):
-    djj = diag[..., j:j + 1]
-    if j == 0:
-      col = djj[..., None]
-    else:
-      M = U[..., :j, :j] + jnp.eye(j, dtype=dt) * djj[..., None]
-      x = _tri_solve(M, T[..., :j, j:j + 1], lower=False)
-      col = jnp.concatenate([x, djj[..., None]], axis=-2)
-    col = jnp.concatenate([col, jnp.zeros((*batch, n - j - 1, 1), dt)], axis=-2)
-    U = jnp.concatenate([U[..., :, :j], col, U[..., :, j + 1:]], axis=-1)
-  return U
+  diag = jnp.sqrt(jnp.diagonal(T, axis1=-2, axis2=-1))
+  U = diag[..., :, None] * jnp.eye(n, dtype=dt)
+  ks = jnp.arange(n)
+
+  def i_loop(l, carry):
+    j, U = carry
+    i = j - 1 - l
+    terms = jnp.where((ks > i) & (ks < j), U[..., i, :] * U[..., :, j], jnp.zeros((), dt))
+    s = jnp.sum(terms, axis=-1)
+    t = T[..., i, j]
+    value = jnp.where(t == s, jnp.zeros((), dt), (t - s) / (diag[..., i] + diag[..., j]))
+    return j, U.at[..., i, j].set(value)
+
+  def j_loop(j, U):
+    return lax.fori_loop(0, j, i_loop, (j, U))[1]
+
+  return lax.fori_loop(0, n, j_loop, U)
 
 
 def sqrtm(A: ArrayLike, blocksize: int = 1):
@@ -977,15 +984,19 @@ def funm(A: ArrayLike, func: Callable, disp: bool = True):
   Raises:
     ValueError: for input that is not a square matrix.
 
-  Algorithm: Parlett's recurrence on the complex Schur form `A = Z T Z^H` (Golub and Van
-  Loan, "Matrix Computations", Alg. 9.1.1 in the 4th ed.): `f(T)`'s superdiagonals follow
+  Algorithm: Parlett's recurrence on the complex Schur form `A = Z T Z^H` (the real Schur
+  form through `rsf2csf`, as SciPy's; Golub and Van Loan, "Matrix Computations", Alg. 9.1.1
+  in the 4th ed.): `f(T)`'s superdiagonals follow
   one at a time from `T F - F T = 0`; `F = Z f(T) Z^H`. Requires distinct eigenvalues.
   """
   A = as_array(A)
   if ndim_of(A) != 2 or shape_of(A)[0] != shape_of(A)[1]:
     raise ValueError("expected square array_like input")
   A, = _inexact(A)
-  T, Z = schur(A, output="complex")
+  # NB: as SciPy's and JAX's, the real Schur form made complex by `rsf2csf`: a real
+  # eigenvalue then has an imaginary part of +0 (a complex Schur form may give -0, the other
+  # side of `func`'s branch cut)
+  T, Z = rsf2csf(*schur(A))
   ct = dtype_of(T)
   F = jnp.diag(jnp.asarray(func(jnp.diagonal(T))).astype(ct))
   F, minden = _parlett(T, F)
@@ -1220,23 +1231,29 @@ def circulant(c: ArrayLike):
 
 
 def leslie(f: ArrayLike, s: ArrayLike):
-  """The Leslie matrix: first row the fecundities `f[..., N]`, subdiagonal the survival
-  rates `s[..., N-1]`; float dtype.
+  """The Leslie matrix: first row the fecundities `f[..., N]` (N >= 2), subdiagonal the
+  survival rates `s[..., N-1]`; `[..., N, N]` of f's and s's promoted dtype (integers stay
+  integers, as JAX's). Batch dimensions broadcast (JAX's vectorized definition).
 
   Raises:
-    ValueError: for empty f or len(s) != len(f) - 1.
+    ValueError: for N < 2 or len(s) != len(f) - 1 (JAX's messages).
   """
-  f, s = _inexact(jnp.atleast_1d(as_array(f)), jnp.atleast_1d(as_array(s)))
+  check_arraylike("leslie", f, s)
+  f, s = jnp.atleast_1d(as_array(f)), jnp.atleast_1d(as_array(s))
   n = shape_of(f)[-1]
-  if n < 1:
-    raise ValueError("Incorrect shape for f. f must be at least one-dimensional")
+  if n < 2:
+    raise ValueError(f"The length of f along the last axis must be at least 2; got shape "
+                     f"{shape_of(f)}.")
   if shape_of(s)[-1] != n - 1:
-    raise ValueError("Incorrect lengths for f and s. The length of s along the last axis "
-                     "must be one less than the length of f.")
+    raise ValueError(f"Incorrect lengths for f and s. The length of s along the last axis "
+                     f"must be one less than the length of f; got f shape {shape_of(f)} and "
+                     f"s shape {shape_of(s)}.")
+  f, s = promote_dtypes(f, s)
   batch = jnp.broadcast_shapes(shape_of(f)[:-1], shape_of(s)[:-1])
   f = jnp.broadcast_to(f, (*batch, n))
   s = jnp.broadcast_to(s, (*batch, n - 1))
-  sub = s[..., :, None] * jnp.eye(n - 1, n, dtype=dtype_of(s))
+  sub = s[..., :, None] * jnp.broadcast_to(jnp.eye(n - 1, n, dtype=dtype_of(s)),
+                                           (*batch, n - 1, n))
   return jnp.concatenate([f[..., None, :], sub], axis=-2)
 
 
@@ -1270,16 +1287,19 @@ def fiedler_companion(a: ArrayLike):
   `fiedler_companion`); float dtype.
 
   Raises:
-    ValueError: for fewer than two coefficients.
+    ValueError: for no coefficients (one gives a `[..., 0, 0]` matrix, as JAX's).
   """
   a, = _inexact(jnp.atleast_1d(as_array(a)))
   n = shape_of(a)[-1]
-  if n < 2:
-    raise ValueError("The length of `a` along the last axis must be at least 2.")
-  a = a / a[..., :1]
+  if n == 0:
+    raise ValueError(f"fiedler_companion requires the last axis of 'a' to have nonzero "
+                     f"length, but got an array of shape {shape_of(a)}.")
   m = n - 1
   dt = dtype_of(a)
   batch = shape_of(a)[:-1]
+  if m == 0:
+    return jnp.zeros((*batch, 0, 0), dt)
+  a = a / a[..., :1]
   if m == 1:
     return -a[..., 1:][..., None]
   c = a[..., 1:]
@@ -1324,13 +1344,17 @@ def convolution_matrix(a: ArrayLike, n: int, mode: str = "full"):
   Raises:
     ValueError: for a bad n, mode or a.
   """
-  a = as_array(a)
-  if not isinstance(n, (int, np.integer)) or n <= 0:
+  n = operator.index(n)
+  if n <= 0:
     raise ValueError(f"n must be a positive integer; got {n}.")
-  if mode not in ("full", "same", "valid"):
-    raise ValueError(f"mode must be one of ('full', 'valid', 'same'); got {mode!r}.")
-  if ndim_of(a) < 1 or shape_of(a)[-1] < 1:
+  check_arraylike("convolution_matrix", a)
+  a = as_array(a)
+  if ndim_of(a) == 0:
+    raise ValueError("convolution_matrix: a must be at least 1-dimensional, got a scalar.")
+  if shape_of(a)[-1] < 1:
     raise ValueError(f"len(a) must be at least 1; got shape {shape_of(a)}.")
+  if mode not in ("full", "same", "valid"):
+    raise ValueError(f"mode must be one of 'full', 'valid', 'same'; got {mode!r}.")
   m = shape_of(a)[-1]
   full = toeplitz(jnp.concatenate([a, jnp.zeros((*shape_of(a)[:-1], n - 1), dtype_of(a))],
                                   axis=-1),
