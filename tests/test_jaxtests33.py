@@ -283,3 +283,33 @@ def test_batched_hessenberg_with_q_under_rank_promotion_raise(shape):
   h, q = np.asarray(h), np.asarray(q)
   assert h.shape == q.shape == shape
   np.testing.assert_allclose(q @ h @ np.swapaxes(q, -1, -2), a, atol=1e-5)
+
+
+@pytest.mark.parametrize("call", [
+    "hadamard(-1)", "hadamard(7)", "hadamard(0)", "helmert(0)", "helmert(-1)",
+])
+def test_hadamard_helmert_errors_as_jax(call):
+  _same_error(lambda: eval(call, vars(ssl)), lambda: eval(call, vars(jsl)))
+
+
+@pytest.mark.parametrize("fn", ["qr", "cholesky", "svd", "eigh", "inv"])
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_linalg_of_half_precision_is_not_implemented_as_jax(fn, dtype):
+  x = np.eye(3).astype(dtype)
+  with pytest.raises(NotImplementedError, match=f"Unsupported dtype {np.dtype(dtype).name}"):
+    getattr(jax.numpy.linalg, fn)(x)
+  with pytest.raises(NotImplementedError, match=f"Unsupported dtype {np.dtype(dtype).name}"):
+    getattr(jnp.linalg, fn)(x)
+
+
+@pytest.mark.parametrize("method", ["lu", "qr"])
+def test_batched_slogdet_under_rank_promotion_raise(method):
+  a = np.random.RandomState(0).randn(2, 3, 3).astype(np.float32)
+  with sc.numpy_rank_promotion("raise"):
+    sign, logdet = jnp.linalg.slogdet(a, method=method)
+    g = sc.grad(lambda x: jnp.linalg.det(x).sum())(a)
+  ref_sign, ref_logdet = np.linalg.slogdet(a)
+  np.testing.assert_allclose(np.asarray(sign), ref_sign)
+  np.testing.assert_allclose(np.asarray(logdet), ref_logdet, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(
+      lambda x: jax.numpy.linalg.det(x).sum())(a)), rtol=1e-4, atol=1e-5)

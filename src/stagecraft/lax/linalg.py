@@ -79,6 +79,12 @@ _real_of = {dtypes.complex64: dtypes.float32, dtypes.complex128: dtypes.float64}
 
 
 def _check_matrix(name: str, x: ShapedArray, square: bool = False) -> None:
+  if x.dtype not in _LAPACK_PREFIX and dtypes.is_inexact(x.dtype):
+    # NB: JAX's exception for a float16/bfloat16 matrix on CPU (its LAPACK lowering's
+    # "Unsupported dtype float16.")
+    raise NotImplementedError(
+        f"Unsupported dtype {x.dtype.name}. {name} runs LAPACK, which takes float32, float64, "
+        f"complex64 and complex128: convert first, e.g. with astype(jnp.float32).")
   if x.dtype not in _LAPACK_PREFIX:
     raise TypeError(f"{name} does not accept dtype {x.dtype.name}. Accepted dtypes are "
                     f"float32, float64, complex64 and complex128 (convert first, e.g. with "

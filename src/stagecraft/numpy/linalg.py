@@ -366,7 +366,9 @@ def _slogdet_lu(a):
   lu, piv, _ = lax_linalg.lu(a)
   diag = lax_numpy.diagonal(lu, axis1=-2, axis2=-1)
   is_zero = reductions.any(equal(diag, array(0, dtype=dt)), axis=-1)
-  parity = reductions.count_nonzero(not_equal(piv, lax.iota(dtype_of(piv), n)), axis=-1)
+  parity = reductions.count_nonzero(
+      not_equal(piv, lax.broadcasted_iota(dtype_of(piv), shape_of(piv), ndim_of(piv) - 1)),
+      axis=-1)
   if dtypes.is_complex(dt):
     sign = reductions.prod(divide(diag, astype(absolute(diag), dt)), axis=-1)
   else:

@@ -1423,7 +1423,13 @@ def invpascal(n: int, kind: str | None = None):
 
 def helmert(n: int, full: bool = False):
   """The Helmert matrix: `[n - 1, n]` (rows orthonormal and orthogonal to ones), or
-  `[n, n]` with the first row `1 / sqrt(n)` when `full`; default float dtype."""
+  `[n, n]` with the first row `1 / sqrt(n)` when `full`; default float dtype.
+
+  Raises:
+    ValueError: for n < 1 (JAX's message).
+  """
+  if n < 1:
+    raise ValueError(f"n must be a positive integer; got {n}.")
   out = np.zeros((n, n), np.float64)
   if n:
     out[0] = 1 / np.sqrt(n)
@@ -1440,8 +1446,9 @@ def hadamard(n: int, dtype: Any = int):
   Raises:
     ValueError: if n is not a power of 2 (or is < 1).
   """
-  if n < 1 or (n & (n - 1)) != 0:
-    raise ValueError("n must be an positive a power of 2 integer")
+  if n < 1 or not math.log2(n).is_integer():
+    raise ValueError(f"n must be a positive power of 2; got {n}.")
+  n = int(n)
   h = np.ones((1, 1), np.int64)
   while h.shape[0] < n:
     h = np.block([[h, h], [h, -h]])
