@@ -313,3 +313,16 @@ def test_batched_slogdet_under_rank_promotion_raise(method):
   np.testing.assert_allclose(np.asarray(logdet), ref_logdet, rtol=1e-5)
   np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(
       lambda x: jax.numpy.linalg.det(x).sum())(a)), rtol=1e-4, atol=1e-5)
+
+
+# -- checkify's index checks under jax_numpy_rank_promotion='raise' (JAX's checkify_test) ----
+
+@pytest.mark.parametrize("idx, expected", [((0, 100), "index 100"), (((1, 20), (1, 4)), "index 20")])
+def test_checkify_oob_gather_under_rank_promotion_raise(idx, expected):
+  from stagecraft.experimental import checkify
+  x = jnp.ones((2, 3, 7))
+  with sc.numpy_rank_promotion("raise"):
+    err, _ = checkify.checkify(sc.jit(lambda x, i: x.at[i].get()),
+                               errors=checkify.index_checks)(x, idx)
+  assert err.get().startswith("out-of-bounds indexing")
+  assert expected in err.get()

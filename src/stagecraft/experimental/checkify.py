@@ -889,9 +889,12 @@ def _dynamic_update_slice_rule(error, enabled, operand, update, *starts):
 
 
 def _upper_bounds(indices, bounds):
-  """`bounds` (one per index-vector component) broadcast against `indices`."""
-  return np.asarray(np.minimum(bounds, np.iinfo(core.get_aval(indices).dtype).max),
-                    core.get_aval(indices).dtype)
+  """`bounds` (one per index-vector component, the last axis) at the rank of `indices`
+  (so the comparison needs no rank promotion, which `jax_numpy_rank_promotion='raise'`
+  forbids)."""
+  aval = core.get_aval(indices)
+  out = np.asarray(np.minimum(bounds, np.iinfo(aval.dtype).max), aval.dtype)
+  return out.reshape((1,) * max(aval.ndim - 1, 0) + out.shape)
 
 
 def _gather_rule(error, enabled, operand, indices, *, dimension_numbers, slice_sizes,
