@@ -322,3 +322,21 @@ def served():
     compat.uninstall()
     # NB: install() imports the real jax for its runtime when this process had not yet
     assert sys.modules.get("jax") is (real_jax or jax_runtime.jax_module("jax"))
+
+
+def error_of(fn) -> tuple[type, str]:
+  """The type and message of the exception `fn()` raises (AssertionError if none)."""
+  try:
+    fn()
+  except Exception as e:  # noqa: BLE001 -- the exception is what is compared
+    return type(e), str(e)
+  raise AssertionError("no exception raised")
+
+
+def assert_same_error(ours, theirs) -> None:
+  """`ours()` and `theirs()` (stagecraft's and JAX's call) raise exceptions of the same class
+  name with the same message."""
+  t1, m1 = error_of(ours)
+  t2, m2 = error_of(theirs)
+  assert t1.__name__ == t2.__name__, (t1, t2)
+  assert m1 == m2

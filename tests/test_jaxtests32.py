@@ -8,21 +8,11 @@ import pytest
 import stagecraft as sc
 import stagecraft.numpy as jnp
 import stagecraft.scipy.optimize  # noqa: F401
+from _util import assert_same_error, error_of
 
 
-def _message(fn):
-  try:
-    fn()
-  except Exception as e:  # noqa: BLE001 -- the exception is what is compared
-    return type(e), str(e)
-  raise AssertionError("no exception raised")
-
-
-def _same_error(ours, theirs):
-  t1, m1 = _message(ours)
-  t2, m2 = _message(theirs)
-  assert t1.__name__ == t2.__name__, (t1, t2)
-  assert m1 == m2
+_message = error_of
+_same_error = assert_same_error
 
 
 # -- jax.numpy.fft: the messages name jax.numpy.fft.<name>, axes shown as given -------------

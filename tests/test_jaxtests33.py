@@ -1,26 +1,16 @@
 """Details found by running JAX 0.10.2's own test files (`linalg_test.py`, `lax_control_flow_test.py`,
-`api_test.py`, ...) on stagecraft through a scratch harness. JAX is the oracle in each test."""
+`checkify_test.py`, ...) on stagecraft through a scratch harness. JAX is the oracle in each test."""
 import jax
 import numpy as np
 import pytest
 
 import stagecraft as sc
 import stagecraft.numpy as jnp
+from _util import assert_same_error, error_of
 
 
-def _message(fn):
-  try:
-    fn()
-  except Exception as e:  # noqa: BLE001 -- the exception is what is compared
-    return type(e), str(e)
-  raise AssertionError("no exception raised")
-
-
-def _same_error(ours, theirs):
-  t1, m1 = _message(ours)
-  t2, m2 = _message(theirs)
-  assert t1.__name__ == t2.__name__, (t1, t2)
-  assert m1 == m2
+_message = error_of
+_same_error = assert_same_error
 
 
 # -- lax.scan: a carry whose structure changes and whose dtype changes is a structure error --
