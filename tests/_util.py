@@ -287,16 +287,6 @@ def saved_residual_types(ours, theirs, *args) -> tuple[list, list]:
           [(a.shape, str(a.dtype)) for a, _ in jax_saved(theirs, *args)])
 
 
-def error_of(fn) -> tuple:
-  """`(type, message)` of the exception `fn()` raises, or `(None, None)`: for comparing an
-  error with JAX's."""
-  try:
-    fn()
-  except Exception as e:   # noqa: BLE001
-    return type(e), str(e)
-  return None, None
-
-
 def sets_sorted(message: str) -> str:
   """`message` with every printed set of strings (`{'b', 'a'}`) in sorted order: JAX prints
   some sets in its messages, and a set's order changes from one process to the next."""

@@ -700,12 +700,21 @@ optree.register_pytree_node(
 
 def _check_input_dtype_revderiv(name: str, holomorphic: bool, allow_int: bool, x) -> None:
   """JAX's checks (types and words) of an input of grad, value_and_grad and jacrev."""
-  if type(x) is core.Token or typeof(x) is core.abstract_token:
+  try:
+    aval = typeof(x)
+  except TypeError:
+    aval = None
+  if aval is not None and getattr(aval, "dtype", None) is not None and \
+      aval.dtype.kind in "OSU":
+    aval = None   # NB: object and string arrays are no JAX type (JAX's `dtypes.dtype`)
+  if aval is None:
+    raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type.")
+  if type(x) is core.Token or aval is core.abstract_token:
     # NB: JAX does not check tokens here; their zero cotangent raises (`zeros_like_aval`)
     raise KeyError(core.AbstractToken)
-  if core.is_hi(typeof(x)):   # a hijax type: its tangent type is its own (`to_tangent_aval`)
+  if core.is_hi(aval):   # a hijax type: its tangent type is its own (`to_tangent_aval`)
     return
-  dt = typeof(x).dtype
+  dt = aval.dtype
   if holomorphic and not dtypes.is_complex(dt):
     raise TypeError(f"{name} with holomorphic=True requires inputs with complex dtype, "
                     f"but got {dt.name}.")

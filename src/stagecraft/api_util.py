@@ -122,6 +122,8 @@ def check_out_leaves(leaves, out_tree, fun_name: str, what: str,
   for i, leaf in enumerate(leaves):
     if isinstance(leaf, core.Tracer) or type(leaf) is Array:
       continue
+    if type(leaf) is int:
+      core.get_aval(leaf)   # NB: as JAX's, an int out of range is an OverflowError
     if not core.valid_array_type(leaf):
       if what == "vmap":
         raise TypeError(f"Output from batched function {leaf!r} with type {type(leaf)} is "

@@ -391,6 +391,15 @@ class ShapeDtypeStruct:
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
 
+  def __len__(self) -> int:
+    """The leading dimension, as an array's (JAX's `ShapeDtypeStruct.__len__`).
+
+    Raises:
+      TypeError: "len() of unsized object" for a 0-d shape (NumPy's and JAX's words)."""
+    if not self.shape:
+      raise TypeError("len() of unsized object")
+    return self.shape[0]
+
   @classmethod
   def like(cls, x) -> "ShapeDtypeStruct":
     """The shape, dtype and weak type of `x` (an Array, tracer, NumPy array or scalar),
@@ -442,9 +451,7 @@ _int_bounds = {np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max))
 def check_int_range(x: int, dt: np.dtype):
   lo, hi = _int_bounds[dt]
   if not lo <= x <= hi:
-    raise OverflowError(
-        f"Python int {x} too large to convert to {dt.name} (use a smaller value, or "
-        f"enable 64-bit types with stagecraft.config.update('enable_x64', True))")
+    raise OverflowError(f"Python int {x} too large to convert to {dt.name}")   # JAX's words
 
 
 def _ndarray_aval(x):
@@ -2199,6 +2206,19 @@ class Tracer:
 
   def __getattr__(self, name: str):
     # Only for attributes not found otherwise: JAX's words ("JitTracer has no attribute x").
+    aval = None
+    if name in ("sharding", "block_until_ready", "copy_to_host_async"):
+      try:
+        aval = self.aval
+      except AttributeError:
+        pass
+    if isinstance(aval, ShapedArray):
+      what = f"traced array with shape {aval.str_short(False)}"
+      if name == "sharding":
+        raise AttributeError(f"The 'sharding' attribute is not available on {what}. To query "
+                             f"sharding information on tracers, use `jax.typeof(x)`.")
+      raise AttributeError(f"The '{name}' method is not available on {what}."
+                           f"{self._trace.origin_msg(self)}")
     raise AttributeError(f"{type(self).__name__} has no attribute {name}")
 
   def __repr__(self):   # JAX's: JitTracer(~float32[]), VmapTracer(aval=..., batched=...)

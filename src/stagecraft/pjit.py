@@ -1117,6 +1117,9 @@ class PjitFunction:
     am = sharding_lib.get_abstract_mesh()
     if ctx is not None or not am.empty:   # NB: types and layouts depend on the mesh context
       state = (state, ctx, am)
+    frames = batching._axis_env.frames
+    if frames:   # NB: the axes bound around the call (`lax.axis_size` traces to a constant)
+      state = (state, tuple(frames))
     return (treedef, static, state, dev, *sig), leaves, dev
 
   def _describe_leaf(self, args, kwargs, static_argnums, leaves, i) -> str:
@@ -1142,9 +1145,10 @@ class PjitFunction:
         continue
       try:
         abstractify(x, name, self._fun)
-      except OverflowError as e:
-        raise OverflowError(f"{e} The value was passed to {fun_name(self._fun)} as the "
-                            f"argument at path {name}.") from None
+      except OverflowError:
+        raise OverflowError(f"An overflow was encountered while parsing an argument to a "
+                            f"jitted computation, whose argument path is {name}. Got "
+                            f"{type(x)} with value {x}") from None
 
   # -- calls
 

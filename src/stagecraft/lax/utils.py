@@ -30,6 +30,15 @@ any_dtype = (bool_kind, int_kind, float_kind, complex_kind)
 signed_or_float = (int_kind, float_kind, complex_kind)
 
 
+# JAX's words for an operation on float0 (its lax puts a comma after "design").
+FLOAT0_MESSAGE = (
+    "float0s do not support any operations by design{comma} because they are not compatible "
+    "with non-trivial vector spaces. No implicit dtype conversion is done. You can use "
+    "np.zeros_like(arr, dtype=np.float) to cast a float0 array to a regular zeros array. \n"
+    "If you didn't expect to get a float0 you might have accidentally taken a gradient with "
+    "respect to an integer argument.")
+
+
 _accepts: dict[tuple, bool] = {}
 
 
@@ -43,6 +52,10 @@ def check_dtype(name: str, aval: ShapedArray, accepted, pos: int | None = None) 
     ok = _accepts[key] = any(pred(aval.dtype) for _, pred in accepted)
   if ok:
     return
+  if aval.dtype == dtypes.float0:   # NB: JAX's words (with the comma its lax adds)
+    raise TypeError(f"Called {name} with a float0 "
+                    f"{'array' if pos is None else f'at position {pos}'}. "
+                    + FLOAT0_MESSAGE.format(comma=","))
   kinds = ", ".join(k for k, _ in accepted)
   at = f" at position {pos}" if pos is not None else ""
   raise TypeError(f"{name} does not accept dtype {aval.dtype.name}{at}. Accepted dtypes{at} "
@@ -109,20 +122,21 @@ def broadcasting_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ..
   return tuple(out)
 
 
-def python_scalar_value(x: Any, dtype: Any) -> np.generic:
+def python_scalar_value(x: Any, dtype: Any, path: str = "y") -> np.generic:
   """The Python scalar `x` as a NumPy scalar of `dtype`, as JAX converts weak literals: an
   int must fit the default int type (int32, int64 under x64; else OverflowError with JAX's
   message) and then wraps around to `dtype` (`uint8` -3 is 253); a float or complex
   beyond `dtype`'s range becomes +-inf silently.
 
   Raises:
-    OverflowError: for an int outside the default int type's range.
+    OverflowError: for an int outside the default int type's range (JAX's message, naming
+      the operand as `path`: `x` or `y` of a binary operation).
   """
   if type(x) is int:
     info = np.iinfo(dtypes.default_int_dtype())
     if not info.min <= x <= info.max:
       raise OverflowError(f"An overflow was encountered while parsing an argument to a jitted "
-                          f"computation, whose argument path is y. Got {type(x)} with value "
+                          f"computation, whose argument path is {path}. Got {type(x)} with value "
                           f"{x}")
     return np.asarray(x, np.int64).astype(dtype)[()]
   with np.errstate(over="ignore"):

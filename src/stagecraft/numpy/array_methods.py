@@ -199,31 +199,45 @@ def _addressable_data(self, index: int):
   return self.addressable_shards[index].data
 
 
-def _abstract_attribute(name: str):
-  def get(self):
-    raise ConcretizationTypeError(
-        f"Abstract tracer value encountered where concrete value is expected: traced array "
-        f"with shape {self.aval.str_short(False)}\nThe problem arose with the `{name}` "
-        f"attribute: a traced value has no device buffers.{self._trace.origin_msg(self)}\n"
-        f"Use it outside the transformation.")
-  return property(get)
+def _concrete_only(text: str, is_property: bool):
+  """A method (property) of arrays that a tracer has no value for: it raises JAX's
+  ConcretizationTypeError, whose context line is `text` (with `{what}`, the traced value)
+  followed by the value's origin (so that, as in JAX's, the origin is named twice)."""
+  def raise_(self, *args, **kwargs):
+    what = f"traced array with shape {self.aval.str_short(False)}"
+    origin = self._trace.origin_msg(self)
+    name = text.split()[1].strip("'").split("(")[0]
+    raise self._concretization_error(name, fix=text.format(what=what) + origin)
+  return property(raise_) if is_property else raise_
 
 
-def _tracer_tobytes(self):
-  # JAX's words: its Tracer.tobytes names the method and the traced value, and its context
-  # line carries the origin too (so JAX's message names it twice).
-  raise self._concretization_error("tobytes", fix=(
-      f"The tobytes() method was called on traced array with shape "
-      f"{self.aval.str_short(False)}.{self._trace.origin_msg(self)}"))
+# JAX's words for each (`jax._src.core.Tracer`).
+_CONCRETE_ONLY = {
+    "committed": ("The 'committed' attribute is not available on {what}.", True),
+    "addressable_shards": ("The 'addressable_shards' attribute is not available on {what}.",
+                           True),
+    "global_shards": ("The global_shards property was called on {what}.", True),
+    "is_fully_addressable": ("The is_fully_addressable property was called on {what}.", True),
+    "is_fully_replicated": ("The is_fully_replicated property was called on {what}.", True),
+    "traceback": ("The traceback property was called on {what}.", True),
+    "addressable_data": ("The addressable_data() method was called on {what}.", False),
+    "delete": ("The delete() method was called on {what}.", False),
+    "devices": ("The devices() method was called on {what}.", False),
+    "is_deleted": ("The is_deleted() method was called on {what}.", False),
+    "on_device_size_in_bytes": ("The on_device_size_in_bytes() method was called on {what}.",
+                                False),
+    "unsafe_buffer_pointer": ("The unsafe_buffer_pointer() method was called on {what}.",
+                              False),
+    "tolist": ("The tolist() method was called on {what}.", False),
+    "tobytes": ("The tobytes() method was called on {what}.", False),
+    "__dlpack__": ("The __dlpack__() method was called on {what}.", False),
+}
 
 
 def _tracer_device(self):
   raise AttributeError(f"{type(self).__name__} has no attribute device")
 
 
-def _tracer_sharding(self):
-  raise AttributeError(f"The 'sharding' attribute is not available on traced array with "
-                       f"shape {self.aval.str_short()}.")
 
 
 def _tracer_iter(self):
@@ -232,13 +246,6 @@ def _tracer_iter(self):
   if not self.ndim:
     raise TypeError("iteration over a 0-d array")
   return (lax.index_in_dim(self, i, keepdims=False) for i in range(self.shape[0]))
-
-
-def _tracer_copy_to_host_async(self):
-  raise ConcretizationTypeError(
-      f"Abstract tracer value encountered where concrete value is expected: traced array "
-      f"with shape {self.aval.str_short()}. The problem arose with the `copy_to_host_async` "
-      f"method.")
 
 
 _methods = {
@@ -322,15 +329,11 @@ _tracer_only = {
     "nbytes": property(lambda self: self.size * self.dtype.itemsize),
     "itemsize": property(lambda self: self.dtype.itemsize),
     "device": property(_tracer_device),
-    "sharding": property(_tracer_sharding),
-    "copy_to_host_async": _tracer_copy_to_host_async,
     "__iter__": _tracer_iter,
-    **{name: _abstract_attribute(name) for name in (
-        "committed", "addressable_shards", "is_fully_replicated", "is_fully_addressable",
-        "global_shards")},
-    "addressable_data": lambda self, index: _abstract_attribute("addressable_data").fget(self),
-    "tobytes": lambda self, order="C": _tracer_tobytes(self),
+    **{name: _concrete_only(*spec) for name, spec in _CONCRETE_ONLY.items()},
 }
+# NB: `sharding`, `block_until_ready` and `copy_to_host_async` of a tracer are AttributeErrors
+# in JAX's words (`core.Tracer.__getattr__`), so that `hasattr` answers False.
 
 
 def _attach(cls, methods):

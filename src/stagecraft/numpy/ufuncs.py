@@ -22,7 +22,7 @@ from stagecraft.numpy.array_creation import full, full_like
 from stagecraft.numpy.manipulation import broadcast_shapes, ravel
 # NB: `check_arraylike` (util's) is also read here by reductions, sorting and linalg.
 from stagecraft.numpy.util import (ArrayLike, as_array, asarray_or_scalar, broadcast_to_shape,
-                                   check_arraylike, const, convert_dtype, dtype_of, ndim_of,
+                                   check_arraylike, check_no_float0s, const, convert_dtype, dtype_of, ndim_of,
                                    promote_dtypes, promote_dtypes_inexact,
                                    promote_dtypes_numeric, real_dtype, shape_of, to_bool)
 from stagecraft.lax.utils import KEY_TYPES, WHERE, on_keys
@@ -194,13 +194,14 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
     if fast and not _needs_promotion(promote, dt):
       # NB: lax does not promote a Python scalar (it is int32/float32/...): give it `dt`.
       if ax is None:
-        x = convert_dtype(x, dt, True)
+        x = convert_dtype(x, dt, True, "x")
       elif ay is None:
-        y = convert_dtype(y, dt, True)
+        y = convert_dtype(y, dt, True, "y")
       return (bool_fn or lax_fn)(x, y) if dt == dtypes.bool_ else lax_fn(x, y)
     if type(x) in KEY_TYPES or type(y) in KEY_TYPES:
       return _keys_binary(name, x, y)
     check_arraylike(name, x, y)   # as JAX's: a list or tuple is no array-like operand
+    check_no_float0s(name, x, y)
     x, y = promote(x, y)
     x, y = _promote_shapes(x, y, name=msg_name or name, lax_broadcasts=lax_broadcasts)
     if bool_fn is not None and dtype_of(x) == dtypes.bool_:

@@ -84,11 +84,11 @@ def as_array(x):
 python_scalar_value = lax.utils.python_scalar_value
 
 
-def convert_dtype(x, dtype: np.dtype, weak: bool):
+def convert_dtype(x, dtype: np.dtype, weak: bool, path: str = "y"):
   """`x` converted to `dtype` with weak type `weak`; a Python scalar stays a host scalar
-  (converted as `python_scalar_value` does)."""
+  (converted as `python_scalar_value` does; `path` names it in an overflow error)."""
   if dtypes.is_python_scalar(x):
-    v = python_scalar_value(x, dtype)
+    v = python_scalar_value(x, dtype, path)
     return lax.utils.weak_scalar(v) if weak or type(x) is not bool else v
   aval = core.get_aval(x)
   if aval.dtype == dtype and aval.weak_type == weak and getattr(x, "dtype", dtype) == dtype:
@@ -106,6 +106,12 @@ def convert_dtype(x, dtype: np.dtype, weak: bool):
   return lax.convert_element_type(x, dtype, weak_type=weak)
 
 
+def _operand(i: int) -> str:
+  """How JAX's overflow message names operand `i` of a promoted operation (its jitted
+  binary functions take `x, y`)."""
+  return "x" if i == 0 else "y"
+
+
 def promote_dtypes(*args):
   """Converts `args` to their common dtype under JAX's promotion rules."""
   args = [asarray_or_scalar(a) for a in args]
@@ -120,7 +126,7 @@ def promote_dtypes(*args):
                       f": a typed key array only combines with keys of its own type.")
     return args
   dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
-  return [convert_dtype(a, dtype, weak) for a in args]
+  return [convert_dtype(a, dtype, weak, _operand(i)) for i, a in enumerate(args)]
 
 
 def promote_dtypes_inexact(*args):
@@ -128,7 +134,7 @@ def promote_dtypes_inexact(*args):
   args = [asarray_or_scalar(a) for a in args]
   dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   dtype = to_inexact_dtype(dtype, weak)
-  return [convert_dtype(a, dtype, weak) for a in args]
+  return [convert_dtype(a, dtype, weak, _operand(i)) for i, a in enumerate(args)]
 
 
 def promote_dtypes_complex(*args):
@@ -140,7 +146,7 @@ def promote_dtypes_complex(*args):
     dtype = to_inexact_dtype(dtype, weak)
     dtype = dtypes.complex128 if dtype == dtypes.float64 else dtypes.complex64
     dtype = dtypes.canonicalize_dtype(dtype)
-  return [convert_dtype(a, dtype, weak) for a in args]
+  return [convert_dtype(a, dtype, weak, _operand(i)) for i, a in enumerate(args)]
 
 
 def promote_dtypes_numeric(*args):
@@ -150,7 +156,7 @@ def promote_dtypes_numeric(*args):
   dtype, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   if dtype == dtypes.bool_:
     dtype = dtypes.int32
-  return [convert_dtype(a, dtype, weak) for a in args]
+  return [convert_dtype(a, dtype, weak, _operand(i)) for i, a in enumerate(args)]
 
 
 def broadcast_to_shape(x, shape):
@@ -197,6 +203,14 @@ def is_arraylike(x) -> bool:
   if getattr(x, "__jax_array__", None) is not None:
     return True
   return any(t in core.pytype_aval_mappings for t in type(x).__mro__)
+
+
+def check_no_float0s(fun_name: str, *args: Any) -> None:
+  """Raises JAX's TypeError when one of `args` is a float0 array (the tangent type of
+  integer inputs, which no operation accepts)."""
+  if any(getattr(a, "dtype", None) == dtypes.float0 for a in args):
+    raise TypeError(f"Called {fun_name} with a float0 array. "
+                    + lax.utils.FLOAT0_MESSAGE.format(comma=""))
 
 
 def check_arraylike(fun_name: str, *args: Any, emit_warning: bool = False,

@@ -330,9 +330,9 @@ class Array(metaclass=_ArrayMeta):
       raise TypeError("iteration over a 0-d array")
     return (self[i] for i in range(self.aval.shape[0]))
 
-  def __hash__(self):
-    # Python's words for an unhashable object, naming JAX's class under the JAX runner.
-    raise TypeError(f"unhashable type: '{class_repr[0] or 'Array'}'")
+  # NB: as JAX's Array, not hashable: `isinstance(x, collections.abc.Hashable)` is False
+  # and `hash(x)` raises Python's TypeError ("unhashable type: 'Array'").
+  __hash__ = None
 
   def __format__(self, spec):
     if self.aval.shape:

@@ -201,9 +201,10 @@ def device_put_leaf(x, device, path):
     return core.Token(device_put_leaf(buf, device, path))
   try:
     aval = core.get_aval(x)
-  except (TypeError, OverflowError) as e:
-    raise type(e)(f"device_put: the leaf at {path or 'the root'} is not an array: {e}"
-                  ) from None
+  except OverflowError:
+    raise   # NB: JAX's message as it is
+  except TypeError:
+    raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type") from None
   if isinstance(x, core.Tracer):
     # NB: as JAX's, a device (or none) inside a trace does not place the value: the program
     # runs where its device assignment says.
