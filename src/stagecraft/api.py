@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -17,7 +18,7 @@ from stagecraft import sharding as sharding_lib
 from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, describe_arg,
                                  ensure_inbounds, flat_mapped_args, flatten, fun_signature,
                                  flatten_axes, fun_name, fun_source_info, mapped_axes,
-                                 normalize_argnums)
+                                 normalize_argnums, wraps)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft import lax, numpy as jnp
@@ -25,7 +26,7 @@ from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.interpreters.mapping import mapped_aval, varying_axes
 from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.spmd import pmap_executable, reshard_p, xla_pmap_p
-from stagecraft.pjit import abstractify as typed_abstractify, jit, trace_flat, wraps
+from stagecraft.pjit import abstractify as typed_abstractify, jit, trace_flat
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
 from stagecraft.state import AbstractRef, Ref, check_ref_args, freeze, write_back
@@ -56,7 +57,9 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
 
   Returns:
     `f(*args, **kwargs) -> ClosedJaxpr` (and the output shapes with `return_shape`). Args
-    may be arrays, scalars or ShapeDtypeStructs.
+    may be arrays, scalars or ShapeDtypeStructs. As JAX's, it is named `make_jaxpr(f)`
+    (`__name__` and `__qualname__`), has `fun`'s docstring (`""` for none) and
+    `__module__ == "jax"`.
 
   Example:
     >>> import stagecraft, stagecraft.numpy as jnp
@@ -64,6 +67,11 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
     { lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[3] = mul b 2.0:f32[] in (c,) }
   """
   static_argnums = normalize_argnums(static_argnums, "static_argnums")
+  try:   # as JAX's: a function that cannot be hashed or weakly referenced is wrapped
+    hash(fun)
+    weakref.ref(fun)
+  except TypeError:
+    fun = functools.partial(fun)
 
   @wraps(fun)
   @api_boundary
@@ -76,6 +84,12 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
     if return_shape:
       return closed, traced.out_shapes()
     return closed
+
+  make.__module__ = "jax"   # NB: JAX's names: `make_jaxpr(f)`
+  if hasattr(fun, "__qualname__"):
+    make.__qualname__ = f"make_jaxpr({fun.__qualname__})"
+  if hasattr(fun, "__name__"):
+    make.__name__ = f"make_jaxpr({fun.__name__})"
   return make
 
 
@@ -754,6 +768,20 @@ def _argnums_partial(fun: Callable, argnums: Sequence[int], args: tuple, kwargs:
   return partial_fun, tuple(args[i] for i in nums)
 
 
+# The docstrings of the functions grad, value_and_grad, jacfwd and jacrev return (JAX's).
+_GRAD_DOC = ("Gradient of {fun} with respect to positional argument(s) {argnums}. Takes the "
+             "same arguments as {fun} but returns the gradient, which has the same shape as "
+             "the arguments at positions {argnums}.")
+_VALUE_AND_GRAD_DOC = (
+    "Value and gradient of {fun} with respect to positional argument(s) {argnums}. Takes the "
+    "same arguments as {fun} but returns a two-element tuple where the first element is the "
+    "value of {fun} and the second element is the gradient, which has the same shape as the "
+    "arguments at positions {argnums}.")
+_JACOBIAN_DOC = ("Jacobian of {fun} with respect to positional argument(s) {argnums}. Takes "
+                 "the same arguments as {fun} but returns the jacobian of the output with "
+                 "respect to the arguments at positions {argnums}.")
+
+
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
                    holomorphic: bool = False, allow_int: bool = False,
                    reduce_axes: Sequence = ()):
@@ -768,7 +796,9 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
   Returns:
     `f(*args) -> (value, grad)` (`((value, aux), grad)` with has_aux); grad has the
-    argument's structure, or is a tuple of them for a tuple of argnums.
+    argument's structure, or is a tuple of them for a tuple of argnums. Its name is
+    `fun`'s, its docstring JAX's ("Value and gradient of f with respect to positional
+    argument(s) 0. ..."; grad's, jacfwd's and jacrev's likewise).
 
   Raises:
     TypeError: for non-scalar, integer or key outputs, complex outputs without holomorphic
@@ -781,7 +811,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
   int_argnum = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnum else tuple(argnums)
 
-  @wraps(fun)
+  @wraps(fun, docstr=_VALUE_AND_GRAD_DOC, argnums=argnums if int_argnum else argnums_t)
   @api_boundary
   def value_and_grad_f(*args, **kwargs):
     if max(argnums_t) >= len(args):
@@ -852,7 +882,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
   errors as `value_and_grad` (this returns only the gradient, with aux if has_aux)."""
   vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, reduce_axes)
 
-  @wraps(fun)
+  @wraps(fun, docstr=_GRAD_DOC, argnums=argnums)   # NB: JAX's: argnums as given
   @api_boundary
   def grad_f(*args, **kwargs):
     out = vg(*args, **kwargs)
@@ -975,7 +1005,9 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     TypeError: for integer inputs, or complex inputs (or outputs) without holomorphic=True.
     ValueError: for argnums out of range.
   """
-  @wraps(fun)
+  # NB: JAX's docstring shows argnums as an int or a tuple
+  @wraps(fun, docstr=_JACOBIAN_DOC,
+         argnums=argnums if isinstance(argnums, int) else tuple(argnums))
   @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacfwd",
@@ -1031,7 +1063,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
       complex inputs are accepted, as JAX's).
     ValueError: for argnums out of range.
   """
-  @wraps(fun)
+  @wraps(fun, docstr=_JACOBIAN_DOC, argnums=argnums)   # NB: JAX's: argnums as given
   @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacrev",
@@ -1199,6 +1231,9 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
   Returns:
     The vectorized function; each mapped output has the batch axis at its out_axes.
 
+  The vectorized function is named as `fun`; its docstring is JAX's ("Vectorized version
+  of f. ...", with `fun`'s own after "Original documentation:").
+
   Raises:
     ValueError: for inconsistent mapped sizes (naming each argument and its size), axes out
       of range, no mapped input without axis_size, in_axes/out_axes that are not tree
@@ -1212,8 +1247,12 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
     raise TypeError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding "
                     f"to the positional arguments passed to the function, but got {in_axes}.")
   name = fun_name(fun)
+  docstr = ("Vectorized version of {fun}. Takes similar arguments as {fun} but with "
+            "additional array axes over which {fun} is mapped.")
+  if fun.__doc__:   # NB: JAX's
+    docstr += "\n\nOriginal documentation:\n\n" + fun.__doc__
 
-  @wraps(fun)
+  @wraps(fun, docstr=docstr)
   @api_boundary
   def vmap_f(*args, **kwargs):
     if isinstance(in_axes, tuple) and len(in_axes) != len(args):
@@ -1341,6 +1380,8 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     The mapped function. Mapped results are Arrays split over the devices (`.sharding`,
     `.addressable_shards`); passing them to the same pmap again moves no data through the
     host; indexing or NumPy conversion gathers them.
+
+  The mapped function is named as `fun` and has its docstring (JAX's `wraps`).
 
   Raises:
     ValueError: inconsistent mapped sizes (naming each argument), more positions than

@@ -17,7 +17,7 @@ from stagecraft.runtime.array import Array
 
 __all__ = ["flatten", "abstractify", "shaped_abstractify", "fun_name", "fun_signature", "arg_names",
            "check_out_leaves", "normalize_argnums", "ensure_inbounds", "normalize_argnames", "flatten_axes",
-           "flat_mapped_args", "describe_arg", "mapped_axes", "debug_info", "flatten_fun",
+           "flat_mapped_args", "describe_arg", "mapped_axes", "wraps", "debug_info", "flatten_fun",
            "flatten_fun_nokwargs"]
 
 _NS = tree_util.NAMESPACE
@@ -77,6 +77,32 @@ def shaped_abstractify(x: Any) -> ShapedArray:
                        bool(getattr(x, "weak_type", False)))
   raise TypeError(f"Cannot interpret value of type {type(x)} as an abstract array; it does not "
                   f"have a dtype attribute")
+
+
+def wraps(wrapped: Callable, namestr: str | None = None, docstr: str | None = None,
+          **kwargs) -> Callable[[Callable], Callable]:
+  """The decorator JAX's transformations put on the function they return (JAX's
+  `util.wraps`): it takes `wrapped`'s `__dict__`, `__annotations__`, `__module__`,
+  `__qualname__` (else its name) and `__wrapped__`; its name (`fun_name`: a partial's is
+  its function's), formatted into `namestr` ("{fun}") when given; its docstring (`""` for
+  none), or `docstr` formatted with `fun` (the name), `doc` (the docstring) and `kwargs`
+  (`"Gradient of {fun} ..."`). As JAX's, the first step that fails (a docstring with
+  braces that `docstr` includes) leaves the rest unset; nothing is raised."""
+  def decorate(fun: Callable) -> Callable:
+    try:
+      name = fun_name(wrapped)
+      doc = getattr(wrapped, "__doc__", "") or ""
+      fun.__dict__.update(getattr(wrapped, "__dict__", {}))
+      fun.__annotations__ = getattr(wrapped, "__annotations__", {})
+      fun.__name__ = name if namestr is None else namestr.format(fun=name)
+      fun.__module__ = getattr(wrapped, "__module__", "<unknown module>")
+      fun.__doc__ = doc if docstr is None else docstr.format(fun=name, doc=doc, **kwargs)
+      fun.__qualname__ = getattr(wrapped, "__qualname__", fun.__name__)
+      fun.__wrapped__ = wrapped
+    except Exception:   # noqa: BLE001 -- as JAX's: the wrapper keeps what is left
+      pass
+    return fun
+  return decorate
 
 
 def fun_signature(fun: Callable):
