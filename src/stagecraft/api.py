@@ -15,10 +15,11 @@ import optree
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft import sharding as sharding_lib
-from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, describe_arg,
-                                 ensure_inbounds, flat_mapped_args, flatten, fun_signature,
-                                 flatten_axes, fun_name, fun_source_info, mapped_axes,
-                                 normalize_argnums, wraps)
+from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, check_pmap_axes,
+                                 check_vmap_axes, describe_arg, ensure_inbounds,
+                                 flat_mapped_args, flatten, fun_signature, flatten_axes,
+                                 fun_name, fun_source_info, mapped_axes, normalize_argnums,
+                                 wraps)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft import lax, numpy as jnp
@@ -1235,17 +1236,15 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
   of f. ...", with `fun`'s own after "Original documentation:").
 
   Raises:
-    ValueError: for inconsistent mapped sizes (naming each argument and its size), axes out
-      of range, no mapped input without axis_size, in_axes/out_axes that are not tree
-      prefixes, or a mapped output whose out_axes is None.
-    TypeError: for in_axes leaves that are not ints or None.
+    TypeError: (from `vmap` itself) for `in_axes` that is not an int, None, a tuple or a
+      list (a bool, a dict), or `in_axes`/`out_axes` with a leaf that is not an int (a bool,
+      a NumPy int, an array); JAX's messages.
+    ValueError: (from the vectorized function, JAX's messages) for inconsistent mapped
+      sizes (grouped by size, naming an example argument by `fun`'s signature), axes out
+      of range, no argument leaves at all or none mapped without axis_size, in_axes/
+      out_axes that are not tree prefixes, or a mapped output whose out_axes is None.
   """
-  if isinstance(in_axes, list):
-    in_axes = tuple(in_axes)
-  if not (in_axes is None or isinstance(in_axes, (int, np.integer, tuple, dict)) or
-          optree.tree_flatten(in_axes, none_is_leaf=True, namespace=_NS)[1].num_nodes > 1):
-    raise TypeError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding "
-                    f"to the positional arguments passed to the function, but got {in_axes}.")
+  in_axes = check_vmap_axes(in_axes, out_axes)
   name = fun_name(fun)
   docstr = ("Vectorized version of {fun}. Takes similar arguments as {fun} but with "
             "additional array axes over which {fun} is mapped.")
@@ -1260,7 +1259,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
                        f"corresponding to the positional arguments passed to the function, "
                        f"but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
     _check_no_vmappables((args, kwargs))
-    leaves, in_tree, axes, paths = flat_mapped_args("in_axes", in_axes, args, kwargs)
+    leaves, in_tree, axes, _ = flat_mapped_args("in_axes", in_axes, args, kwargs)
     # Refs passed in are discharged at the vmap boundary: the function sees a new ref
     # holding the (batched) value, whose final value is written back after (state.py).
     ref_pos = [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
@@ -1273,8 +1272,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       leaves = list(leaves)
       for i in ref_pos:
         leaves[i] = leaves[i][...]
-    dims, size = mapped_axes("vmap", leaves, axes, paths, axis_size,
-                              "vmap must have at least one non-None value in in_axes")
+    dims, size = mapped_axes("vmap", fun, leaves, in_tree, axes, axis_size)
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
     store: list = []
 
@@ -1373,7 +1371,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     devices: the devices to run on (default: the first local devices); nested pmaps use
       the product of their sizes.
     backend: a platform name ('cpu'); its devices are used.
-    axis_size: the mapped size when no argument is mapped.
+    axis_size: the mapped size; it must be that of the mapped arguments (as JAX's).
     donate_argnums: arguments whose buffers the program may reuse for its results.
 
   Returns:
@@ -1384,11 +1382,18 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
   The mapped function is named as `fun` and has its docstring (JAX's `wraps`).
 
   Raises:
-    ValueError: inconsistent mapped sizes (naming each argument), more positions than
-      devices (naming both counts), axes out of range, an out_axes=None result that varies
-      across devices; non-hashable static arguments, or static_broadcasted_argnums beyond
-      the positional arguments passed (JAX's messages).
-    TypeError: arguments that are not arrays.
+    TypeError: (from `pmap` itself, JAX's message) in_axes or out_axes with a leaf that is
+      not an int (a bool, a NumPy int, a float); from the mapped function: arguments that
+      are not arrays.
+    ValueError: (from the mapped function) no argument with a shape mapped ("pmap requires
+      at least one argument with a mapped axis.", with or without axis_size), an axis_size
+      other than the first mapped argument's size, in_axes that is no tree prefix of the
+      positional arguments (a list is taken for a tuple, as JAX's vmap does), all JAX's
+      messages; mapped sizes that disagree (vmap's message, with "pmap": JAX's pmap leaves
+      them to its sharding checks), more positions than devices (naming both counts), axes
+      out of range, an out_axes=None result that varies across devices; non-hashable static
+      arguments, or static_broadcasted_argnums beyond the positional arguments passed
+      (JAX's messages).
     NameError: a collective naming an axis that no enclosing pmap/vmap binds.
 
   Under `stagecraft.disable_jit()` the map runs eagerly, one primitive at a time over all
@@ -1400,7 +1405,8 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
   static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
             else tuple(static_broadcasted_argnums))
   donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
-  if isinstance(in_axes, list):
+  check_pmap_axes(in_axes, out_axes)
+  if isinstance(in_axes, list):   # NB: as JAX's vmap (and pmap before 0.10's shard_map one)
     in_axes = tuple(in_axes)
   if backend is not None and devices is None:
     devices = client.devices(backend)
@@ -1460,9 +1466,10 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
         ex, consts, out_tree = hit
         return tree_util.tree_unflatten(out_tree, ex.call([*consts, *leaves]))
     st, static_vals, dyn, dyn_axes = prepare(args, kwargs)
-    if config.disable_jit:
-      return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes)
-    leaves, in_tree, axes, paths = flat_mapped_args("in_axes", dyn_axes, dyn, kwargs)
+    try:
+      leaves, in_tree, axes, paths = flat_mapped_args("in_axes", dyn_axes, dyn, kwargs)
+    except ValueError:
+      raise _in_axes_prefix_error(dyn_axes, dyn, kwargs) from None
     avals = []
     for x, path in zip(leaves, paths):
       try:
@@ -1471,15 +1478,14 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
         raise TypeError(f"pmap: the argument at {describe_arg(path)} of {name} is not "
                         f"an array (got {type(x).__name__}); pass arrays, or mark it with "
                         f"static_broadcasted_argnums.") from None
-    norm_axes, size = mapped_axes(
-        "pmap", avals, axes, paths, axis_size,
-        "pmap requires at least one argument with a mapped axis (in_axes not None), or "
-        "axis_size.", aval_of=lambda a: a)
+    nproc = client.process_count() if devices is None else 1
+    norm_axes, size = _mapped_size(leaves, avals, in_tree, axes, nproc, bool(st))
+    if config.disable_jit:
+      return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes, size)
     if size == 0:
       raise ValueError(f"pmap of {name} got a mapped axis of size 0: pmap runs one position "
                        f"per device, so it needs at least one. Skip the call for empty "
                        f"inputs, or map with vmap.")
-    nproc = client.process_count() if devices is None else 1
     if nproc > 1 and axis_size is None:
       # A distributed run: each process passes its local part; the axis spans them all.
       size *= nproc
@@ -1539,6 +1545,40 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
       fast[(flatten(args)[1], config.state_key, *avals)] = (ex, consts, out_tree)
     return tree_util.tree_unflatten(out_tree, outs)
 
+  def _in_axes_prefix_error(dyn_axes, dyn, kwargs) -> ValueError:
+    """JAX's error for in_axes that is no prefix of the positional arguments."""
+    err = tree_util.prefix_errors((dyn_axes, 0), (dyn, kwargs))[0]
+    msg = (f"{err('pmap in_axes').args[0]}\n\nThe 'full pytree' here is the tuple of "
+           f"arguments passed positionally to the pmapped function, and the value of "
+           f"`in_axes` must be a tree prefix of that tuple. But it was not a prefix.")
+    if kwargs:
+      msg += ("\n\nWhen some arguments are passed by keyword to the pmapped function, they "
+              "are not included in the comparison to `in_axes`. Instead, each argument "
+              "passed by keyword is mapped over its leading axis. See the description of "
+              "`in_axes` in the `pmap` docstring: "
+              "https://docs.jax.dev/en/latest/_autosummary/jax.pmap.html#jax.pmap")
+    return ValueError(msg + "\n\nCheck that the value of the `in_axes` argument to `pmap` is "
+                      "a tree prefix of the tuple of arguments passed positionally to the "
+                      "pmapped function.")
+
+  def _mapped_size(leaves, avals, in_tree, axes, nproc: int, has_static: bool):
+    """The leaves' normalized mapped axes and the mapped size, checked as JAX's pmap checks
+    them: some leaf with a shape must be mapped (axis_size or not), and a given axis_size
+    must be the first mapped leaf's size (in a single process); then as vmap's (ranks,
+    sizes that disagree, in vmap's words)."""
+    first = next(((x, ax) for x, ax in zip(leaves, axes)
+                  if ax is not None and hasattr(x, "shape")), None)
+    if first is None:
+      raise ValueError("pmap requires at least one argument with a mapped axis.")
+    shape = np.shape(first[0])
+    if axis_size is not None and nproc == 1 and -len(shape) <= first[1] < len(shape) and \
+        shape[first[1]] != axis_size:
+      raise ValueError(f"Specified axis_size {axis_size} doesn't match received axis_size "
+                       f"{shape[first[1]]}.")
+    # NB: static arguments are left out of the leaves: they are named by position
+    return mapped_axes("pmap", None if has_static else fun, avals, in_tree, axes,
+                       axis_size if nproc > 1 else None, aval_of=lambda a: a)
+
   def _trace(call_fun, st, static_vals, in_tree, avals, axes, size):
     local = [mapped_aval(a, ax) for a, ax in zip(avals, axes)]
     store = []
@@ -1561,13 +1601,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     cacheable = not any(isinstance(c, core.Tracer) for c in consts)
     return closed, consts, store[0], varying, cacheable
 
-  def _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes):
-    leaves = flatten((dyn, kwargs))[0]
-    mapped = flatten_axes("in_axes", dyn_axes, dyn, flatten(dyn)[1])
-    size = axis_size
-    for x, ax in zip(leaves, mapped + [0] * (len(leaves) - len(mapped))):
-      if ax is not None and size is None:
-        size = np.shape(x)[ax]
+  def _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes, size: int):
     n = len(devices) if devices is not None else client.local_device_count()
     if size is not None and size > n:
       raise ValueError(
