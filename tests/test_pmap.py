@@ -147,9 +147,14 @@ def test_static_broadcasted_argnums():
 
 
 def test_axis_size_without_mapped_input():
-  f = sc.pmap(lambda w: w * lax.axis_index("i"), "i", in_axes=None, axis_size=N)
+  # NB: as JAX's pmap, an axis_size does not stand in for a mapped argument
   w = _x(3)
-  _close(f(w), np.arange(N)[:, None] * w)
+  with pytest.raises(ValueError) as e:
+    sc.pmap(lambda w: w * lax.axis_index("i"), "i", in_axes=None, axis_size=N)(w)
+  with pytest.raises(ValueError) as je:
+    jax.pmap(lambda w: w * jax.lax.axis_index("i"), "i", in_axes=None, axis_size=N)(w)
+  assert str(e.value).split("\n-----")[0] == str(je.value) == (
+      "pmap requires at least one argument with a mapped axis.")
 
 
 def test_devices_argument():
@@ -421,8 +426,8 @@ def test_error_out_axes_none_varying():
   with pytest.raises(ValueError, match="out_axes=None"):
     sc.pmap(lambda x: x + 1, "i", out_axes=None)(np.zeros((N, 2), np.float32))
   with pytest.raises(ValueError, match="out_axes=None"):
-    sc.pmap(lambda x: x * lax.axis_index("i"), "i", in_axes=None, out_axes=None,
-            axis_size=N)(np.ones(2, np.float32))
+    sc.pmap(lambda x, w: w * lax.axis_index("i"), "i", in_axes=(0, None), out_axes=None)(
+        np.ones((N, 1), np.float32), np.ones(2, np.float32))
 
 
 @pytest.mark.parametrize("wrap", ["jit", "checkpoint", "custom_jvp", "cond", "scan"])

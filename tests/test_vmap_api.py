@@ -161,7 +161,8 @@ def test_grad_through_psum():
 def test_error_inconsistent_sizes_names_arguments():
   with pytest.raises(ValueError, match=r"vmap got inconsistent sizes for array axes to be "
                                        r"mapped:\n  \* one axis had size 2: axis 0 of argument "
-                                       r"\[0\] of type f32\[2\];\n  \* one axis had size 3"):
+                                       r"a of type float32\[2\];\n  \* one axis had size 3: "
+                                       r"axis 0 of argument b of type float32\[3\]"):
     sc.vmap(lambda a, b: a + b)(np.ones(2, np.float32), np.ones(3, np.float32))
 
 

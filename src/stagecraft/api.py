@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -14,10 +15,11 @@ import optree
 from stagecraft.traceback_util import api_boundary
 from stagecraft import core, dtypes, key_reuse, tree_util
 from stagecraft import sharding as sharding_lib
-from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, describe_arg,
-                                 ensure_inbounds, flat_mapped_args, flatten, fun_signature,
-                                 flatten_axes, fun_name, fun_source_info, mapped_axes,
-                                 normalize_argnums)
+from stagecraft.api_util import (abstractify, arg_names, check_out_leaves, check_pmap_axes,
+                                 check_vmap_axes, describe_arg, ensure_inbounds,
+                                 flat_mapped_args, flatten, fun_signature, flatten_axes,
+                                 fun_name, fun_source_info, mapped_axes, normalize_argnums,
+                                 wraps)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, ShapedArray
 from stagecraft import lax, numpy as jnp
@@ -25,7 +27,7 @@ from stagecraft.interpreters import ad, batching, partial_eval as pe
 from stagecraft.interpreters.mapping import mapped_aval, varying_axes
 from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.spmd import pmap_executable, reshard_p, xla_pmap_p
-from stagecraft.pjit import abstractify as typed_abstractify, jit, trace_flat, wraps
+from stagecraft.pjit import abstractify as typed_abstractify, jit, trace_flat
 from stagecraft.runtime import client
 from stagecraft.runtime.array import Array
 from stagecraft.state import AbstractRef, Ref, check_ref_args, freeze, write_back
@@ -56,7 +58,9 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
 
   Returns:
     `f(*args, **kwargs) -> ClosedJaxpr` (and the output shapes with `return_shape`). Args
-    may be arrays, scalars or ShapeDtypeStructs.
+    may be arrays, scalars or ShapeDtypeStructs. As JAX's, it is named `make_jaxpr(f)`
+    (`__name__` and `__qualname__`), has `fun`'s docstring (`""` for none) and
+    `__module__ == "jax"`.
 
   Example:
     >>> import stagecraft, stagecraft.numpy as jnp
@@ -64,6 +68,11 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
     { lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[3] = mul b 2.0:f32[] in (c,) }
   """
   static_argnums = normalize_argnums(static_argnums, "static_argnums")
+  try:   # as JAX's: a function that cannot be hashed or weakly referenced is wrapped
+    hash(fun)
+    weakref.ref(fun)
+  except TypeError:
+    fun = functools.partial(fun)
 
   @wraps(fun)
   @api_boundary
@@ -76,6 +85,12 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
     if return_shape:
       return closed, traced.out_shapes()
     return closed
+
+  make.__module__ = "jax"   # NB: JAX's names: `make_jaxpr(f)`
+  if hasattr(fun, "__qualname__"):
+    make.__qualname__ = f"make_jaxpr({fun.__qualname__})"
+  if hasattr(fun, "__name__"):
+    make.__name__ = f"make_jaxpr({fun.__name__})"
   return make
 
 
@@ -763,6 +778,20 @@ def _argnums_partial(fun: Callable, argnums: Sequence[int], args: tuple, kwargs:
   return partial_fun, tuple(args[i] for i in nums)
 
 
+# The docstrings of the functions grad, value_and_grad, jacfwd and jacrev return (JAX's).
+_GRAD_DOC = ("Gradient of {fun} with respect to positional argument(s) {argnums}. Takes the "
+             "same arguments as {fun} but returns the gradient, which has the same shape as "
+             "the arguments at positions {argnums}.")
+_VALUE_AND_GRAD_DOC = (
+    "Value and gradient of {fun} with respect to positional argument(s) {argnums}. Takes the "
+    "same arguments as {fun} but returns a two-element tuple where the first element is the "
+    "value of {fun} and the second element is the gradient, which has the same shape as the "
+    "arguments at positions {argnums}.")
+_JACOBIAN_DOC = ("Jacobian of {fun} with respect to positional argument(s) {argnums}. Takes "
+                 "the same arguments as {fun} but returns the jacobian of the output with "
+                 "respect to the arguments at positions {argnums}.")
+
+
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
                    holomorphic: bool = False, allow_int: bool = False,
                    reduce_axes: Sequence = ()):
@@ -777,7 +806,9 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
   Returns:
     `f(*args) -> (value, grad)` (`((value, aux), grad)` with has_aux); grad has the
-    argument's structure, or is a tuple of them for a tuple of argnums.
+    argument's structure, or is a tuple of them for a tuple of argnums. Its name is
+    `fun`'s, its docstring JAX's ("Value and gradient of f with respect to positional
+    argument(s) 0. ..."; grad's, jacfwd's and jacrev's likewise).
 
   Raises:
     TypeError: for non-scalar, integer or key outputs, complex outputs without holomorphic
@@ -790,7 +821,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
   int_argnum = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnum else tuple(argnums)
 
-  @wraps(fun)
+  @wraps(fun, docstr=_VALUE_AND_GRAD_DOC, argnums=argnums if int_argnum else argnums_t)
   @api_boundary
   def value_and_grad_f(*args, **kwargs):
     if max(argnums_t) >= len(args):
@@ -861,7 +892,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
   errors as `value_and_grad` (this returns only the gradient, with aux if has_aux)."""
   vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, reduce_axes)
 
-  @wraps(fun)
+  @wraps(fun, docstr=_GRAD_DOC, argnums=argnums)   # NB: JAX's: argnums as given
   @api_boundary
   def grad_f(*args, **kwargs):
     out = vg(*args, **kwargs)
@@ -984,7 +1015,9 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     TypeError: for integer inputs, or complex inputs (or outputs) without holomorphic=True.
     ValueError: for argnums out of range.
   """
-  @wraps(fun)
+  # NB: JAX's docstring shows argnums as an int or a tuple
+  @wraps(fun, docstr=_JACOBIAN_DOC,
+         argnums=argnums if isinstance(argnums, int) else tuple(argnums))
   @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacfwd",
@@ -1040,7 +1073,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
       complex inputs are accepted, as JAX's).
     ValueError: for argnums out of range.
   """
-  @wraps(fun)
+  @wraps(fun, docstr=_JACOBIAN_DOC, argnums=argnums)   # NB: JAX's: argnums as given
   @api_boundary
   def jacfun(*args, **kwargs):
     partial_fun, dyn, int_argnum = _jac_prepare(fun, argnums, args, kwargs, "jacrev",
@@ -1208,21 +1241,26 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
   Returns:
     The vectorized function; each mapped output has the batch axis at its out_axes.
 
-  Raises:
-    ValueError: for inconsistent mapped sizes (naming each argument and its size), axes out
-      of range, no mapped input without axis_size, in_axes/out_axes that are not tree
-      prefixes, or a mapped output whose out_axes is None.
-    TypeError: for in_axes leaves that are not ints or None.
-  """
-  if isinstance(in_axes, list):
-    in_axes = tuple(in_axes)
-  if not (in_axes is None or isinstance(in_axes, (int, np.integer, tuple, dict)) or
-          optree.tree_flatten(in_axes, none_is_leaf=True, namespace=_NS)[1].num_nodes > 1):
-    raise TypeError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding "
-                    f"to the positional arguments passed to the function, but got {in_axes}.")
-  name = fun_name(fun)
+  The vectorized function is named as `fun`; its docstring is JAX's ("Vectorized version
+  of f. ...", with `fun`'s own after "Original documentation:").
 
-  @wraps(fun)
+  Raises:
+    TypeError: (from `vmap` itself) for `in_axes` that is not an int, None, a tuple or a
+      list (a bool, a dict), or `in_axes`/`out_axes` with a leaf that is not an int (a bool,
+      a NumPy int, an array); JAX's messages.
+    ValueError: (from the vectorized function, JAX's messages) for inconsistent mapped
+      sizes (grouped by size, naming an example argument by `fun`'s signature), axes out
+      of range, no argument leaves at all or none mapped without axis_size, in_axes/
+      out_axes that are not tree prefixes, or a mapped output whose out_axes is None.
+  """
+  in_axes = check_vmap_axes(in_axes, out_axes)
+  name = fun_name(fun)
+  docstr = ("Vectorized version of {fun}. Takes similar arguments as {fun} but with "
+            "additional array axes over which {fun} is mapped.")
+  if fun.__doc__:   # NB: JAX's
+    docstr += "\n\nOriginal documentation:\n\n" + fun.__doc__
+
+  @wraps(fun, docstr=docstr)
   @api_boundary
   def vmap_f(*args, **kwargs):
     if isinstance(in_axes, tuple) and len(in_axes) != len(args):
@@ -1230,7 +1268,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
                        f"corresponding to the positional arguments passed to the function, "
                        f"but got len(in_axes)={len(in_axes)}, len(args)={len(args)}")
     _check_no_vmappables((args, kwargs))
-    leaves, in_tree, axes, paths = flat_mapped_args("in_axes", in_axes, args, kwargs)
+    leaves, in_tree, axes, _ = flat_mapped_args("in_axes", in_axes, args, kwargs)
     # Refs passed in are discharged at the vmap boundary: the function sees a new ref
     # holding the (batched) value, whose final value is written back after (state.py).
     ref_pos = [i for i, x in enumerate(leaves) if isinstance(x, Ref)]
@@ -1243,8 +1281,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       leaves = list(leaves)
       for i in ref_pos:
         leaves[i] = leaves[i][...]
-    dims, size = mapped_axes("vmap", leaves, axes, paths, axis_size,
-                              "vmap must have at least one non-None value in in_axes")
+    dims, size = mapped_axes("vmap", fun, leaves, in_tree, axes, axis_size)
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
     store: list = []
 
@@ -1343,7 +1380,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     devices: the devices to run on (default: the first local devices); nested pmaps use
       the product of their sizes.
     backend: a platform name ('cpu'); its devices are used.
-    axis_size: the mapped size when no argument is mapped.
+    axis_size: the mapped size; it must be that of the mapped arguments (as JAX's).
     donate_argnums: arguments whose buffers the program may reuse for its results.
 
   Returns:
@@ -1351,12 +1388,21 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     `.addressable_shards`); passing them to the same pmap again moves no data through the
     host; indexing or NumPy conversion gathers them.
 
+  The mapped function is named as `fun` and has its docstring (JAX's `wraps`).
+
   Raises:
-    ValueError: inconsistent mapped sizes (naming each argument), more positions than
-      devices (naming both counts), axes out of range, an out_axes=None result that varies
-      across devices; non-hashable static arguments, or static_broadcasted_argnums beyond
-      the positional arguments passed (JAX's messages).
-    TypeError: arguments that are not arrays.
+    TypeError: (from `pmap` itself, JAX's message) in_axes or out_axes with a leaf that is
+      not an int (a bool, a NumPy int, a float); from the mapped function: arguments that
+      are not arrays.
+    ValueError: (from the mapped function) no argument with a shape mapped ("pmap requires
+      at least one argument with a mapped axis.", with or without axis_size), an axis_size
+      other than the first mapped argument's size, in_axes that is no tree prefix of the
+      positional arguments (a list is taken for a tuple, as JAX's vmap does), all JAX's
+      messages; mapped sizes that disagree (vmap's message, with "pmap": JAX's pmap leaves
+      them to its sharding checks), more positions than devices (naming both counts), axes
+      out of range, an out_axes=None result that varies across devices; non-hashable static
+      arguments, or static_broadcasted_argnums beyond the positional arguments passed
+      (JAX's messages).
     NameError: a collective naming an axis that no enclosing pmap/vmap binds.
 
   Under `stagecraft.disable_jit()` the map runs eagerly, one primitive at a time over all
@@ -1368,7 +1414,8 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
   static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
             else tuple(static_broadcasted_argnums))
   donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
-  if isinstance(in_axes, list):
+  check_pmap_axes(in_axes, out_axes)
+  if isinstance(in_axes, list):   # NB: as JAX's vmap (and pmap before 0.10's shard_map one)
     in_axes = tuple(in_axes)
   if backend is not None and devices is None:
     devices = client.devices(backend)
@@ -1428,9 +1475,10 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
         ex, consts, out_tree = hit
         return tree_util.tree_unflatten(out_tree, ex.call([*consts, *leaves]))
     st, static_vals, dyn, dyn_axes = prepare(args, kwargs)
-    if config.disable_jit:
-      return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes)
-    leaves, in_tree, axes, paths = flat_mapped_args("in_axes", dyn_axes, dyn, kwargs)
+    try:
+      leaves, in_tree, axes, paths = flat_mapped_args("in_axes", dyn_axes, dyn, kwargs)
+    except ValueError:
+      raise _in_axes_prefix_error(dyn_axes, dyn, kwargs) from None
     avals = []
     for x, path in zip(leaves, paths):
       try:
@@ -1439,15 +1487,14 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
         raise TypeError(f"pmap: the argument at {describe_arg(path)} of {name} is not "
                         f"an array (got {type(x).__name__}); pass arrays, or mark it with "
                         f"static_broadcasted_argnums.") from None
-    norm_axes, size = mapped_axes(
-        "pmap", avals, axes, paths, axis_size,
-        "pmap requires at least one argument with a mapped axis (in_axes not None), or "
-        "axis_size.", aval_of=lambda a: a)
+    nproc = client.process_count() if devices is None else 1
+    norm_axes, size = _mapped_size(leaves, avals, in_tree, axes, nproc, bool(st))
+    if config.disable_jit:
+      return _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes, size)
     if size == 0:
       raise ValueError(f"pmap of {name} got a mapped axis of size 0: pmap runs one position "
                        f"per device, so it needs at least one. Skip the call for empty "
                        f"inputs, or map with vmap.")
-    nproc = client.process_count() if devices is None else 1
     if nproc > 1 and axis_size is None:
       # A distributed run: each process passes its local part; the axis spans them all.
       size *= nproc
@@ -1507,6 +1554,40 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
       fast[(flatten(args)[1], config.state_key, *avals)] = (ex, consts, out_tree)
     return tree_util.tree_unflatten(out_tree, outs)
 
+  def _in_axes_prefix_error(dyn_axes, dyn, kwargs) -> ValueError:
+    """JAX's error for in_axes that is no prefix of the positional arguments."""
+    err = tree_util.prefix_errors((dyn_axes, 0), (dyn, kwargs))[0]
+    msg = (f"{err('pmap in_axes').args[0]}\n\nThe 'full pytree' here is the tuple of "
+           f"arguments passed positionally to the pmapped function, and the value of "
+           f"`in_axes` must be a tree prefix of that tuple. But it was not a prefix.")
+    if kwargs:
+      msg += ("\n\nWhen some arguments are passed by keyword to the pmapped function, they "
+              "are not included in the comparison to `in_axes`. Instead, each argument "
+              "passed by keyword is mapped over its leading axis. See the description of "
+              "`in_axes` in the `pmap` docstring: "
+              "https://docs.jax.dev/en/latest/_autosummary/jax.pmap.html#jax.pmap")
+    return ValueError(msg + "\n\nCheck that the value of the `in_axes` argument to `pmap` is "
+                      "a tree prefix of the tuple of arguments passed positionally to the "
+                      "pmapped function.")
+
+  def _mapped_size(leaves, avals, in_tree, axes, nproc: int, has_static: bool):
+    """The leaves' normalized mapped axes and the mapped size, checked as JAX's pmap checks
+    them: some leaf with a shape must be mapped (axis_size or not), and a given axis_size
+    must be the first mapped leaf's size (in a single process); then as vmap's (ranks,
+    sizes that disagree, in vmap's words)."""
+    first = next(((x, ax) for x, ax in zip(leaves, axes)
+                  if ax is not None and hasattr(x, "shape")), None)
+    if first is None:
+      raise ValueError("pmap requires at least one argument with a mapped axis.")
+    shape = np.shape(first[0])
+    if axis_size is not None and nproc == 1 and -len(shape) <= first[1] < len(shape) and \
+        shape[first[1]] != axis_size:
+      raise ValueError(f"Specified axis_size {axis_size} doesn't match received axis_size "
+                       f"{shape[first[1]]}.")
+    # NB: static arguments are left out of the leaves: they are named by position
+    return mapped_axes("pmap", None if has_static else fun, avals, in_tree, axes,
+                       axis_size if nproc > 1 else None, aval_of=lambda a: a)
+
   def _trace(call_fun, st, static_vals, in_tree, avals, axes, size):
     local = [mapped_aval(a, ax) for a, ax in zip(avals, axes)]
     store = []
@@ -1529,13 +1610,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     cacheable = not any(isinstance(c, core.Tracer) for c in consts)
     return closed, consts, store[0], varying, cacheable
 
-  def _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes):
-    leaves = flatten((dyn, kwargs))[0]
-    mapped = flatten_axes("in_axes", dyn_axes, dyn, flatten(dyn)[1])
-    size = axis_size
-    for x, ax in zip(leaves, mapped + [0] * (len(leaves) - len(mapped))):
-      if ax is not None and size is None:
-        size = np.shape(x)[ax]
+  def _map_eagerly(call_fun, st, static_vals, dyn, kwargs, dyn_axes, size: int):
     n = len(devices) if devices is not None else client.local_device_count()
     if size is not None and size > n:
       raise ValueError(

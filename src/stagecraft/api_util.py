@@ -3,6 +3,7 @@ abstractifying leaves, naming arguments and functions for messages, normalizing
 static/donated argument numbers and names, and per-leaf mapped axes (vmap, pmap)."""
 from __future__ import annotations
 
+import collections
 import inspect
 from typing import Any, Callable, Sequence
 
@@ -11,13 +12,15 @@ import optree
 
 from stagecraft import core, dtypes, shape_poly, tree_util
 from stagecraft.core import ShapedArray, ShapeDtypeStruct
+from stagecraft.interpreters import batching
 from stagecraft.source_info_util import fun_name, fun_source_info
 from stagecraft.tree_util import treedef_str
 from stagecraft.runtime.array import Array
 
 __all__ = ["flatten", "abstractify", "shaped_abstractify", "fun_name", "fun_signature", "arg_names",
            "check_out_leaves", "normalize_argnums", "ensure_inbounds", "normalize_argnames", "flatten_axes",
-           "flat_mapped_args", "describe_arg", "mapped_axes", "debug_info", "flatten_fun",
+           "flat_mapped_args", "describe_arg", "check_vmap_axes", "check_pmap_axes",
+           "mapped_axes", "wraps", "debug_info", "flatten_fun",
            "flatten_fun_nokwargs"]
 
 _NS = tree_util.NAMESPACE
@@ -77,6 +80,32 @@ def shaped_abstractify(x: Any) -> ShapedArray:
                        bool(getattr(x, "weak_type", False)))
   raise TypeError(f"Cannot interpret value of type {type(x)} as an abstract array; it does not "
                   f"have a dtype attribute")
+
+
+def wraps(wrapped: Callable, namestr: str | None = None, docstr: str | None = None,
+          **kwargs) -> Callable[[Callable], Callable]:
+  """The decorator JAX's transformations put on the function they return (JAX's
+  `util.wraps`): it takes `wrapped`'s `__dict__`, `__annotations__`, `__module__`,
+  `__qualname__` (else its name) and `__wrapped__`; its name (`fun_name`: a partial's is
+  its function's), formatted into `namestr` ("{fun}") when given; its docstring (`""` for
+  none), or `docstr` formatted with `fun` (the name), `doc` (the docstring) and `kwargs`
+  (`"Gradient of {fun} ..."`). As JAX's, the first step that fails (a docstring with
+  braces that `docstr` includes) leaves the rest unset; nothing is raised."""
+  def decorate(fun: Callable) -> Callable:
+    try:
+      name = fun_name(wrapped)
+      doc = getattr(wrapped, "__doc__", "") or ""
+      fun.__dict__.update(getattr(wrapped, "__dict__", {}))
+      fun.__annotations__ = getattr(wrapped, "__annotations__", {})
+      fun.__name__ = name if namestr is None else namestr.format(fun=name)
+      fun.__module__ = getattr(wrapped, "__module__", "<unknown module>")
+      fun.__doc__ = doc if docstr is None else docstr.format(fun=name, doc=doc, **kwargs)
+      fun.__qualname__ = getattr(wrapped, "__qualname__", fun.__name__)
+      fun.__wrapped__ = wrapped
+    except Exception:   # noqa: BLE001 -- as JAX's: the wrapper keeps what is left
+      pass
+    return fun
+  return decorate
 
 
 def fun_signature(fun: Callable):
@@ -212,41 +241,139 @@ def describe_arg(path: str) -> str:
   return f"argument {path}" if path else "the argument"
 
 
-def mapped_axes(what: str, leaves, axes, paths, axis_size, no_mapped: str,
-                 aval_of=core.get_aval) -> tuple[list, int]:
-  """Normalizes the mapped axis of each leaf (None: not mapped) and finds the mapped size,
-  shared by vmap and pmap.
+def check_vmap_axes(in_axes: Any, out_axes: Any) -> Any:
+  """JAX's checks of vmap's `in_axes` and `out_axes`, made when `vmap` is called; returns
+  `in_axes` with a list made a tuple (JAX accepts a list for the tuple of arguments).
 
   Raises:
-    ValueError: an axis out of range for its leaf's rank; no mapped leaf and no
-      `axis_size` (`no_mapped`); leaves (and `axis_size`) disagreeing on the size, listing
-      each with its key path and type.
+    TypeError: `in_axes` neither an int, None nor a tuple (a bool, a dict, a NumPy int:
+      JAX checks the exact type), or a leaf of `in_axes` or `out_axes` that is not an int
+      (JAX's messages).
   """
+  if isinstance(in_axes, list):
+    in_axes = tuple(in_axes)
+  spec_types = {int, *batching.spec_types}
+  if not (in_axes is None or type(in_axes) in spec_types or type(in_axes) is tuple):
+    raise TypeError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding "
+                    f"to the positional arguments passed to the function, but got {in_axes}.")
+  for what, axes in (("in_axes", in_axes), ("out_axes", out_axes)):
+    if not all(type(leaf) in spec_types for leaf in tree_util.tree_leaves(axes)):
+      raise TypeError(f"vmap {what} must be an int, None, or (nested) container with those "
+                      f"types as leaves, but got {axes}.")
+  return in_axes
+
+
+def check_pmap_axes(in_axes: Any, out_axes: Any) -> None:
+  """JAX's checks of pmap's `in_axes` and `out_axes`, made when `pmap` is called.
+
+  Raises:
+    TypeError: a leaf of either that is not exactly an int (a bool, a NumPy int, a float,
+      an array; JAX's messages).
+  """
+  for what, axes in (("in_axes", in_axes), ("out_axes", out_axes)):
+    if not all(type(leaf) is int for leaf in tree_util.tree_leaves(axes)):
+      raise TypeError(f"pmap {what} must be an int, None, or (nested) container with those "
+                      f"types as leaves, but got {axes}.")
+
+
+def mapped_axes(what: str, fun: Callable | None, leaves: Sequence[Any], in_tree, axes,
+                axis_size: int | None = None, aval_of: Callable = core.get_aval,
+                no_mapped: str | None = None) -> tuple[list, int]:
+  """Normalizes the mapped axis of each leaf (None: not mapped) and finds the mapped size,
+  shared by vmap and pmap (JAX's `_mapped_axis_size`).
+
+  Args:
+    what: the transformation's name in messages (`"vmap"`).
+    fun: the mapped function: its signature names the arguments in the message for
+      inconsistent sizes (None, or a signature the arguments do not bind to: by position,
+      `args[1]`).
+    leaves: the leaves of `(args, kwargs)`; `in_tree` their PyTreeDef.
+    axes: the mapped axis of each leaf as given (None: not mapped; negative counts from
+      the end).
+    axis_size: the size given to the transformation, or None.
+    aval_of: the aval of a leaf.
+    no_mapped: when given, the message raised whenever no leaf is mapped, `axis_size` or
+      not (pmap's); else JAX's vmap messages, and `axis_size` stands in for mapped leaves.
+
+  Returns:
+    `(dims, size)`: each leaf's axis in `[0, rank)` (None: unmapped) and the mapped size.
+
+  Raises:
+    ValueError: an axis out of range for its leaf's rank; no leaves at all, or no mapped
+      leaf, without `axis_size`; leaves (and `axis_size`) disagreeing on the size (JAX's
+      message: the sizes grouped, most common first, each with an example argument named
+      by `fun`'s signature and its type).
+  """
+  if not leaves and no_mapped is None:
+    if axis_size is not None:
+      return [], axis_size
+    args, kwargs = tree_util.tree_unflatten(in_tree, [])
+    raise ValueError(f"{what} wrapped function must be passed at least one argument "
+                     f"containing an array or axis_size must be specified, got empty "
+                     f"*args={args} and **kwargs={kwargs}")
   dims, sizes = [], []
-  for x, ax, path in zip(leaves, axes, paths):
+  for x, ax in zip(leaves, axes):
     if ax is None:
       dims.append(None)
+      sizes.append(None)
       continue
-    aval = aval_of(x)
-    nd = len(aval.shape)
+    shape = aval_of(x).shape
+    nd = len(shape)
     if not -nd <= ax < nd:
       raise ValueError(f"{what} was requested to map its argument along axis {ax}, which "
                        f"implies that its rank should be at least {max(ax + 1, -ax)}, but "
-                       f"is only {nd} (its shape is {aval.shape})")
-    d = ax % nd
-    dims.append(d)
-    sizes.append((aval.shape[d], d, path, aval))
-  if not sizes and axis_size is None:
+                       f"is only {nd} (its shape is {tuple(shape)})")
+    dims.append(ax % nd)
+    sizes.append(shape[ax])
+  mapped = [s for s in sizes if s is not None]
+  if not mapped and no_mapped is not None:
     raise ValueError(no_mapped)
-  distinct = {s for s, *_ in sizes} | ({axis_size} if axis_size is not None else set())
-  if len(distinct) > 1:
-    lines = [f"  * axis_size was given as {axis_size};"] if axis_size is not None else []
-    for s, d, path, aval in sizes:
-      lines.append(f"  * one axis had size {s}: axis {d} of {describe_arg(path)} of type "
-                   f"{aval.str_short()};")
-    raise ValueError(f"{what} got inconsistent sizes for array axes to be mapped:\n"
-                     + "\n".join(lines))
-  return dims, (axis_size if axis_size is not None else sizes[0][0])
+  distinct = set(mapped) | ({axis_size} if axis_size is not None else set())
+  if len(distinct) == 1:
+    return dims, distinct.pop()
+  if not distinct:
+    raise ValueError(f"{what} must have at least one non-None value in in_axes or axis_size "
+                     f"must be specified")
+  raise ValueError(_inconsistent_sizes(what, fun, leaves, in_tree, axes, sizes, axis_size))
+
+
+def _inconsistent_sizes(what: str, fun: Callable | None, leaves, in_tree, axes, sizes,
+                        axis_size) -> str:
+  """JAX's message for mapped sizes that disagree (`sizes`: each leaf's, None unmapped)."""
+  args, kwargs = tree_util.tree_unflatten(in_tree, list(leaves))
+  try:
+    params = list(inspect.signature(fun).bind(*args, **kwargs).signature.parameters)
+  except (TypeError, ValueError):   # NB: also no function (None)
+    params = None
+
+  def arg_name(path) -> str:
+    i = path[0].idx
+    if params is None or i >= len(params):   # no signature, or one of *args
+      return f"args{tree_util.keystr(path)}"
+    return f"argument {params[i]}{tree_util.keystr(path[1:])}"
+
+  def type_str(x) -> str:
+    try:
+      return shaped_abstractify(x).str_short(short_dtypes=False)
+    except TypeError:
+      return "unknown"
+
+  descs = [f"{arg_name(p)} of type {type_str(x)}"
+           for p, x in tree_util.tree_flatten_with_path(args)[0]]
+  descs += [f"kwargs{tree_util.keystr(p)} of type {type_str(x)}"
+            for p, x in tree_util.tree_flatten_with_path(kwargs)[0]]
+  lines = [f"  * the `axis_size` argument was {axis_size}"] if axis_size is not None else []
+  # NB: most_common keeps sizes of equal counts in the order they first occur, as JAX's
+  counts = collections.Counter(s for s in sizes if s is not None).most_common()
+  for k, (size, count) in enumerate(counts):
+    i = next(j for j, s in enumerate(sizes) if s is not None and s == size)
+    example = f"axis {axes[i]} of {descs[i]}"
+    if count == 1:
+      lines.append(f"  * one axis had size {size}: {example}")
+    else:
+      lines.append(f"  * {'most' if k == 0 else 'some'} axes ({count} of them) had size "
+                   f"{size}, e.g. {example}")
+  return f"{what} got inconsistent sizes for array axes to be mapped:\n" + ";\n".join(lines)
 
 
 # ---------------------------------------------------------------------------

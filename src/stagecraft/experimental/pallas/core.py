@@ -768,7 +768,7 @@ def _batch(args, dims, **params):
   n_idx = gm.num_index_operands
   batched = [d is not batching.not_mapped for d in dims]
   if any(batched[:n_idx]):
-    in_axes = [None if d is batching.not_mapped else d for d in dims]
+    in_axes = [None if d is batching.not_mapped else int(d) for d in dims]
     out = api.vmap(lambda *xs: _interpret(*xs, **params), in_axes=in_axes)(*args)
     return list(out), [0] * len(out)
   size = next(x.shape[d] for x, d in zip(args, dims) if d is not batching.not_mapped)

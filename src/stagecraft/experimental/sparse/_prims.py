@@ -55,7 +55,7 @@ def define_primitive(name: str, impl: Callable, *, multiple_results: bool,
     return (outs, t_out) if multiple_results else (out, t_out[0])
 
   def batch_rule(args, dims, **params):
-    in_axes = [None if d is batching.not_mapped else d for d in dims]
+    in_axes = [None if d is batching.not_mapped else int(d) for d in dims]
     out = api.vmap(partial(impl, **params), in_axes=in_axes)(*args)
     return (out, [0] * len(out)) if multiple_results else (out, 0)
 

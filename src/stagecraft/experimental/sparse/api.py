@@ -43,7 +43,7 @@ def _todense_jvp(primals, tangents, *, tree):
 def _todense_batch_rule(args, dims, *, tree):
   # a generic batching rule: densify each batch element (a vmap of the format's own
   # todense, whose primitives carry the batching).
-  in_axes = [None if d is batching.not_mapped else d for d in dims]
+  in_axes = [None if d is batching.not_mapped else int(d) for d in dims]
   return sc_api.vmap(lambda *xs: _todense_leaves(*xs, tree=tree), in_axes=in_axes)(*args), 0
 
 
