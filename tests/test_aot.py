@@ -127,7 +127,7 @@ def test_reference_vmap_of_jit_works_and_of_compiled_raises():
   np.testing.assert_array_equal(
       sc.vmap(g_jit)(zs), [[1., 5., 9.], [13., 17., 21.], [25., 29., 33.], [37., 41., 45.]])
   with pytest.raises(TypeError, match=re.escape(
-      "Cannot apply JAX-style transformations to a function lowered and compiled for a "
+      "Cannot apply JAX transformations to a function lowered and compiled for a "
       "particular signature. Detected argument of Tracer type <class '") + r".*BatchTracer'>"):
     sc.vmap(g_aot)(zs)
   np.testing.assert_array_equal(g_aot(z), [1., 5., 9.])
@@ -136,7 +136,7 @@ def test_reference_vmap_of_jit_works_and_of_compiled_raises():
 def test_grad_and_jit_of_compiled_raise():
   h_aot = sc.jit(lambda x: jnp.sin(x).sum()).lower(jnp.ones(3)).compile()
   for transform, tracer in [(sc.grad, "JVPTracer"), (sc.jit, "DynamicJaxprTracer")]:
-    with pytest.raises(TypeError, match=r"Cannot apply JAX-style transformations .* "
+    with pytest.raises(TypeError, match=r"Cannot apply JAX transformations .* "
                                         r"Detected argument of Tracer type <class '.*"
                                         + tracer):
       transform(h_aot)(jnp.ones(3))

@@ -203,8 +203,8 @@ def _flat_fun(fun: Callable, in_tree, has_aux: bool, store: list):
     aux = None
     if has_aux:
       if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise TypeError(f"has_aux=True requires {fun_name(fun)} to return a pair "
-                        f"(output, auxiliary data), got {type(out).__name__}.")
+        raise TypeError(f"expected function with aux output to return a two-element "
+                        f"tuple, but got type {type(out)} with value {out!r}")   # JAX's
       out, aux = out
     out_leaves, out_tree = flatten(out)
     check_out_leaves(out_leaves, out_tree, fun_name(fun), "differentiation")
@@ -581,6 +581,17 @@ class _Pullback:
                                                    ad.instantiate_zeros(c) for c in cts_in])
 
 
+# A VJP function called with several cotangent arguments: JAX's first paragraph (what users
+# match), then how to call it.
+_VJP_TOO_MANY_ARGS = (
+    "\nThe function returned by `jax.vjp` applied to {} was called with {} arguments,\n"
+    "but functions returned by `jax.vjp` must be called with a single argument\n"
+    "corresponding to the single value returned by the function being differentiated\n"
+    "(even if that returned value is a tuple or other container).\n\n"
+    "For a function returning a pair, pass its two cotangents as one tuple: write\n"
+    "`f_vjp((ct1, ct2))`, not `f_vjp(ct1, ct2)`.\n")
+
+
 class VJP:
   """The backward function `vjp` returns: `vjp_fn(cotangents)` takes a pytree of the
   output's structure, shapes and dtypes and returns a tuple with one cotangent per primal.
@@ -590,7 +601,8 @@ class VJP:
 
   Raises (when called):
     ValueError: if the cotangents' structure, shapes or dtypes differ from the output's
-      (JAX 0.10's words); MissingRuleError: if a primitive lacks a transpose rule.
+      (JAX 0.10's words); MissingRuleError: if a primitive lacks a transpose rule;
+      TypeError: if called with more than one argument (JAX's message).
   """
   __slots__ = ("_pullback", "_spec", "args_res", "opaque_residuals")
 
@@ -609,7 +621,9 @@ class VJP:
                               namespace=_NS)
     return [args[i] if primal else self.opaque_residuals[i] for primal, i in self._spec]
 
-  def __call__(self, cotangents):
+  def __call__(self, cotangents, *extra_args):
+    if extra_args:
+      raise TypeError(_VJP_TOO_MANY_ARGS.format(self._pullback.name, len(extra_args) + 1))
     return self._pullback(self.residuals, cotangents)
 
   def with_refs(self, *maybe_ct_refs) -> tree_util.Partial:
@@ -1115,7 +1129,8 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
 
   Returns:
     `transpose(cotangent)`: takes a pytree of `fun`'s output structure, shapes and dtypes
-    and returns a tuple with one cotangent per argument (zeros where nothing flows).
+    and returns a tuple with one cotangent per argument (zeros where nothing flows). It is
+    a `tree_util.Partial` holding the constants, so it can cross a `jit` boundary.
 
   Raises:
     TypeError: (from the returned function) if the cotangent's structure or types differ
@@ -1153,14 +1168,15 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
                     f"{[a.dtype.name for a in out_avals]}.")
   lin = pe.convert_constvars_jaxpr(jaxpr)
 
-  def transposed(cotangent):
+  def transposed(consts, cotangent):
     ct_leaves, ct_tree = flatten(cotangent)
+    if ct_tree != out_tree:   # NB: JAX's words
+      raise TypeError(f"cotangent tree does not match function output, expected "
+                      f"{treedef_str(out_tree)} but got {treedef_str(ct_tree)}")
     got = [core.get_aval(c) for c in ct_leaves]
-    if ct_tree != out_tree or any(g.shape != a.shape or g.dtype != a.dtype
-                                  for g, a in zip(got, out_avals)):
+    if any(g.shape != a.shape or g.dtype != a.dtype for g, a in zip(got, out_avals)):
       raise TypeError(f"cotangent type does not match function output, expected "
-                      f"{[a.str_short() for a in out_avals]} (structure {out_tree}) but got "
-                      f"{[g.str_short() for g in got]} (structure {ct_tree}).")
+                      f"{tuple(out_avals)} but got {list(ct_leaves)}")
     # NB: each cotangent takes its output's type (a Python float for a float32 output is a
     # strong float32, as the results of JAX's transpose are)
     ct_leaves = [lax.convert_element_type(c, a.dtype, weak_type=a.weak_type)
@@ -1172,7 +1188,9 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: Sequence = ()) -> Cal
            lax.convert_element_type(c, a.dtype, weak_type=core.get_aval(c).weak_type)
            for c, a in zip(cts, in_avals)]
     return tree_util.tree_unflatten(in_tree, cts)
-  return transposed
+  # NB: a `Partial` (a pytree whose leaves are the constants), as JAX's: it can be passed
+  # to and returned from jitted functions.
+  return tree_util.Partial(transposed, consts)
 
 
 def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
@@ -1428,8 +1446,8 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     nargs = len(args)
     if any(i >= nargs for i in static):   # JAX's check and words
       raise ValueError(f"pmapped function has static_broadcasted_argnums={static} but was "
-                       f"called with only {nargs} positional arguments. All static "
-                       f"broadcasted arguments must be passed positionally.")
+                       f"called with only {nargs} positional argument{'s' if nargs > 1 else ''}. "
+                       f"All static broadcasted arguments must be passed positionally.")
     st = tuple(i % nargs if nargs else i for i in static)
     static_vals = tuple(args[i] for i in st)
     for i, a in zip(st, static_vals):

@@ -2276,15 +2276,26 @@ class Tracer:
                        "ambiguous. Use a.any() or a.all()")
     raise self._concretization_error("bool", TracerBoolConversionError)
 
+  def _check_scalar_conversion(self):
+    if self.aval.shape:   # NB: JAX's check (and words), before the value is asked for
+      raise TypeError(f"Only scalar arrays can be converted to Python scalars; got "
+                      f"arr.ndim={len(self.aval.shape)}")
+
   def __int__(self):
-    return int(self._concrete("int"))
+    v = self.to_concrete_value()
+    if v is not None:
+      return int(v)
+    self._check_scalar_conversion()
+    raise self._concretization_error("int")
 
   # NB: as in JAX, float(), complex(), np.asarray() and tolist() raise even for a tracer
   # with a concrete value: they would silently drop its derivative.
   def __float__(self):
+    self._check_scalar_conversion()
     raise self._concretization_error("float")
 
   def __complex__(self):
+    self._check_scalar_conversion()
     raise self._concretization_error("complex")
 
   def __reduce__(self):   # as JAX: pickling needs the value, which a tracer does not have

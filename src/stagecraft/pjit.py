@@ -1118,8 +1118,10 @@ class PjitFunction:
     if ctx is not None or not am.empty:   # NB: types and layouts depend on the mesh context
       state = (state, ctx, am)
     frames = batching._axis_env.frames
-    if frames:   # NB: the axes bound around the call (`lax.axis_size` traces to a constant)
-      state = (state, tuple(frames))
+    if frames:   # NB: the named axes bound around the call (`lax.axis_size` is a constant)
+      named = tuple(f for f in frames if f[0] is not None)
+      if named:
+        state = (state, named)
     return (treedef, static, state, dev, *sig), leaves, dev
 
   def _describe_leaf(self, args, kwargs, static_argnums, leaves, i) -> str:

@@ -396,7 +396,7 @@ class Compiled:
     for x in leaves:
       if isinstance(x, core.Tracer):
         raise TypeError(
-            f"Cannot apply JAX-style transformations to a function lowered and compiled for a "
+            f"Cannot apply JAX transformations to a function lowered and compiled for a "
             f"particular signature. Detected argument of Tracer type {type(x)}. Call the "
             f"jitted function (`jit(f)`) inside transformations instead of its compiled "
             f"stage.")

@@ -341,7 +341,7 @@ class Array(metaclass=_ArrayMeta):
 
   def __repr__(self):
     if self._buf is None:
-      return f"Array(<donated>, {self.aval.str_short()})"
+      self._check_buf()   # NB: as JAX's, a deleted (donated) array has no repr: RuntimeError
     v = self._value
     weak = ", weak_type=True" if self.aval.weak_type else ""
     dtype = f"dtype={self.aval.dtype.name}{weak}"
