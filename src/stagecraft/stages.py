@@ -378,7 +378,8 @@ class Compiled:
   """
 
   # NB: slots, no __dict__: `jit(compiled)` copies a wrapped function's __dict__ onto itself.
-  __slots__ = ("_sig", "_executable")
+  # NB: weakly referenceable, as JAX's (jit of it raises its own error on tracers)
+  __slots__ = ("_sig", "_executable", "__weakref__")
 
   def __init__(self, sig: _Signature, call: pjit.CompiledCall):
     self._sig = sig
