@@ -126,12 +126,16 @@ def test_negative_static_argnums():
     count[0] += 1
     return x * n if n > 0 else -x
   jf = stagecraft.jit(f, static_argnums=-1)
-  assert jf._static_argnums == (1,)
-  assert jf._static_argnames == ("n",)
   assert float(jf(2.0, 3)) == 6.0
   assert float(jf(2.0, 3)) == 6.0
   assert float(jf(2.0, -1)) == -2.0
   assert count[0] == 2
+  # As JAX's: a negative static argnum counts from the end of the call's positional
+  # arguments and names no parameter, so `n` given by keyword is not static.
+  with pytest.raises(jax.errors.TracerBoolConversionError):
+    jax.jit(f, static_argnums=-1)(2.0, n=3)
+  with pytest.raises(stagecraft.errors.TracerBoolConversionError):
+    jf(2.0, n=3)
 
 
 @pytest.mark.parametrize("variant", ["star_args", "named_then_star"])

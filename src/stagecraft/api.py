@@ -604,7 +604,8 @@ class VJP:
       (JAX 0.10's words); MissingRuleError: if a primitive lacks a transpose rule;
       TypeError: if called with more than one argument (JAX's message).
   """
-  __slots__ = ("_pullback", "_spec", "args_res", "opaque_residuals")
+  # NB: weakly referenceable, as JAX's (jit of a vjp function)
+  __slots__ = ("_pullback", "_spec", "args_res", "opaque_residuals", "__weakref__")
 
   def __init__(self, pullback: _Pullback, spec: tuple, args_res: list, opaque_residuals: list):
     self._pullback = pullback

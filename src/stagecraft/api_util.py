@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import operator
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -20,8 +21,8 @@ from stagecraft.runtime.array import Array
 __all__ = ["flatten", "abstractify", "shaped_abstractify", "fun_name", "fun_signature", "arg_names",
            "check_out_leaves", "normalize_argnums", "ensure_inbounds", "normalize_argnames", "flatten_axes",
            "flat_mapped_args", "describe_arg", "check_vmap_axes", "check_pmap_axes",
-           "mapped_axes", "wraps", "debug_info", "flatten_fun",
-           "flatten_fun_nokwargs"]
+           "mapped_axes", "wraps", "debug_info", "flatten_fun", "flatten_fun_nokwargs",
+           "check_callable", "ensure_index_tuple", "ensure_str_tuple", "resolve_argnums"]
 
 _NS = tree_util.NAMESPACE
 
@@ -113,6 +114,145 @@ def fun_signature(fun: Callable):
     return inspect.signature(fun)
   except (TypeError, ValueError):
     return None
+
+
+def check_callable(fun: Any) -> None:
+  """Checks that `fun` can be transformed (jit's check, in JAX's words).
+
+  Raises:
+    TypeError: "staticmethod arguments are not supported, got ..." for a `staticmethod`
+      object, "Expected a callable value, got ..." for something not callable (a
+      `classmethod` object too), "Expected a function, got a generator function: ..." for
+      a generator function.
+  """
+  if isinstance(fun, staticmethod):
+    raise TypeError(f"staticmethod arguments are not supported, got {fun}")
+  if not callable(fun):
+    raise TypeError(f"Expected a callable value, got {fun}")
+  if inspect.isgeneratorfunction(fun):
+    raise TypeError(f"Expected a function, got a generator function: {fun}")
+
+
+def ensure_index_tuple(x: Any) -> tuple[int, ...]:
+  """`x`, an index or an iterable of indices, as a tuple of ints (JAX's reading of
+  static_argnums / donate_argnums).
+
+  Raises:
+    TypeError: for something that is neither (Python's message, as JAX's:
+      "'str' object cannot be interpreted as an integer", "'float' object is not iterable").
+  """
+  try:
+    return (operator.index(x),)
+  except TypeError:
+    return tuple(map(operator.index, x))
+
+
+def ensure_str_tuple(x: Any) -> tuple[str, ...]:
+  """`x`, a str or an iterable of str, as a tuple (JAX's reading of static_argnames /
+  donate_argnames).
+
+  Raises:
+    TypeError: "argument is not a string: ..." for an element that is not a str (Python's
+      "'int' object is not iterable" for a non-iterable `x`).
+  """
+  if isinstance(x, str):
+    return (x,)
+  out = tuple(x)
+  for s in out:
+    if not isinstance(s, str):
+      raise TypeError(f"argument is not a string: {s}")
+  return out
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _infer_argnums_and_argnames(sig: inspect.Signature, argnums, argnames):
+  """(argnums, argnames) with the one not given inferred from the other through the
+  positional-or-keyword parameters of `sig`; both given: taken as they are (as JAX)."""
+  if argnums is None and argnames is None:
+    return (), ()
+  if argnums is not None and argnames is not None:
+    return ensure_index_tuple(argnums), ensure_str_tuple(argnames)
+  params = list(sig.parameters.items())
+  pk = inspect.Parameter.POSITIONAL_OR_KEYWORD
+  if argnums is None:
+    argnames = ensure_str_tuple(argnames)
+    argnums = tuple(i for i, (k, p) in enumerate(params) if p.kind == pk and k in argnames)
+  else:
+    argnums = ensure_index_tuple(argnums)
+    # NB: as JAX's, a negative number names no parameter
+    argnames = tuple(k for i, (k, p) in enumerate(params) if p.kind == pk and i in argnums)
+  return argnums, argnames
+
+
+def _validate_argnums(sig: inspect.Signature, argnums: tuple[int, ...], what: str) -> None:
+  n_pos = 0
+  for p in sig.parameters.values():
+    if p.kind in _POSITIONAL:
+      n_pos += 1
+    elif p.kind is inspect.Parameter.VAR_POSITIONAL:
+      return   # any number of positional arguments
+  if argnums and (-min(argnums) > n_pos or max(argnums) >= n_pos):
+    raise ValueError(f"Jitted function has {what}={argnums}, but only accepts {n_pos} "
+                     f"positional arguments.")
+
+
+def _validate_argnames(sig: inspect.Signature, argnames: tuple[str, ...], what: str) -> None:
+  valid, positional_only, var_kwargs = set(), set(), False
+  for name, p in sig.parameters.items():
+    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+      valid.add(name)
+    elif p.kind is p.VAR_KEYWORD:
+      var_kwargs = True
+    else:   # positional-only, *args
+      positional_only.add(name)
+  if bad := positional_only & set(argnames):
+    raise ValueError(f"Jitted function has invalid argnames {bad} in {what}. These are "
+                     f"positional-only")
+  if not var_kwargs and (bad := set(argnames) - valid):
+    raise ValueError(f"Jitted function has invalid argnames {bad} in {what}. Function does "
+                     f"not take these args.")
+
+
+def resolve_argnums(fun: Callable, sig: inspect.Signature | None, donate_argnums,
+                    donate_argnames, static_argnums, static_argnames
+                    ) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
+  """jit's static and donated arguments, as JAX reads them: each of the numbers and the
+  names not given is inferred from the other through `sig` (`fun`'s signature, None when
+  it has none: then nothing is inferred or checked), and both are checked against `sig`.
+
+  Returns:
+    `(donate_argnums, donate_argnames, static_argnums, static_argnames)`.
+
+  Raises:
+    TypeError: numbers that are not ints, names that are not strs.
+    ValueError: (JAX's messages) numbers out of range for `sig`'s positional parameters
+      (when it has no `*args`); names of positional-only parameters, or of no parameter
+      when it has no `**kwargs`; donate_argnames for a function without a signature;
+      a name both static and donated.
+  """
+  if sig is None:
+    static_argnums = () if static_argnums is None else ensure_index_tuple(static_argnums)
+    static_argnames = () if static_argnames is None else ensure_str_tuple(static_argnames)
+    donate_argnums = () if donate_argnums is None else ensure_index_tuple(donate_argnums)
+    if donate_argnames is not None:
+      raise ValueError(f"Getting the signature of function {fun} failed. Pass "
+                       f"donate_argnums instead of donate_argnames.")
+    donate_argnames = ()
+  else:
+    static_argnums, static_argnames = _infer_argnums_and_argnames(sig, static_argnums,
+                                                                  static_argnames)
+    donate_argnums, donate_argnames = _infer_argnums_and_argnames(sig, donate_argnums,
+                                                                  donate_argnames)
+    _validate_argnums(sig, static_argnums, "static_argnums")
+    _validate_argnames(sig, static_argnames, "static_argnames")
+    _validate_argnums(sig, donate_argnums, "donate_argnums")
+    _validate_argnames(sig, donate_argnames, "donate_argnames")
+  if both := set(static_argnames) & set(donate_argnames):
+    raise ValueError(f"static_argnames and donate_argnames cannot intersect. Argument names "
+                     f"{both} appear in both static_argnames and donate_argnames")
+  return donate_argnums, donate_argnames, static_argnums, static_argnames
 
 
 def arg_names(sig, dyn_argnums: Sequence[int], dyn_kwarg_names: Sequence[str],

@@ -3,11 +3,11 @@ words (`TRACING CACHE MISS at file:line (function):` then the reason).
 
 A traced signature's key is `(treedef, static, state, placement, *leaf types)` (`pjit`'s
 `PjitFunction._key`): the structure of the dynamic `(args, kwargs)`, the static arguments'
-values, the config values that change traced programs (`config.state_key`, plus the mesh
-context), where the arguments are and one type per leaf. A miss is explained against every
-key seen before for the same `jit` object, as JAX does: each previous key gives a
-`(severity, count, text)` (config first, then the argument structure and static arguments,
-then the types), and the smallest is printed.
+values (with their types), the config values that change traced programs
+(`config.state_key`, plus the mesh context), where the arguments are and one type per
+leaf. A miss is explained against every key seen before for the same `jit` object, as JAX
+does: each previous key gives a `(severity, count, text)` (config first, then the argument
+structure and static arguments, then the types), and the smallest is printed.
 """
 from __future__ import annotations
 
@@ -107,15 +107,14 @@ def _diff_tree(new, old, static_argnums, static_argnames) -> tuple[int, int, str
   for path, thing1, thing2, why in tree_util.equality_errors_pytreedef(new[0], old[0]):
     diffs.append(f"  * at input path {_arg_path(path, static_argnums)}, now {thing1} and "
                  f"before {thing2}, so {why}")
-  n_pos = len(new[1]) - sum(isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], str)
-                            and s[0] in static_argnames for s in new[1])
   for i, (a, b) in enumerate(zip(new[1], old[1])):
-    if type(a) is type(b) and a == b:
+    if a == b:
       continue
-    if i < n_pos:
-      path, a, b = f"[0][{sorted(static_argnums)[i]}]", a, b
+    # NB: `(type, value)` per positional static argument, `(name, type, value)` per keyword
+    if len(a) == 2:
+      path, a, b = f"[0][{sorted(static_argnums)[i]}]", a[1], b[-1]
     else:
-      path, a, b = f"[1][{a[0]!r}]", a[1], b[1]
+      path, a, b = f"[1][{a[0]!r}]", a[2], b[-1]
     cls = f"<class '{Static.__module__}.Static'>"
     diffs.append(f"  * at input path {path}, now {cls} with pytree metadata {Static(a)} and "
                  f"before {cls} with pytree metadata {Static(b)}, so the pytree node "

@@ -168,7 +168,7 @@ _OPTIONS: dict[str, _Opt] = {
     "mock_gpu_topology": _Opt('', 'flag'),
     "mosaic_allow_hlo": _Opt(False, _B),
     "mutable_array_checks": _Opt(True, _B),
-    "no_execution": _Opt(False, _B),
+    "no_execution": _Opt(False, _B, trace=True),
     "no_tracing": _Opt(False, _B),
     "num_cpu_devices": _Opt(-1, _I),
     "numpy_dtype_promotion": _Opt(NumpyDtypePromotion.STANDARD, 'enumclass', (NumpyDtypePromotion,), trace=True),
@@ -240,6 +240,9 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     "numpy_rank_promotion": None, "numpy_dtype_promotion": None, "default_device": None,
     "disallow_mesh_context_manager": None, "debug_key_reuse": None,
     "legacy_prng_key": None, "random_seed_offset": None,
+    # jit's checks (pjit.py, dispatch.py): a trace raises under no_tracing, an execution of
+    # a compiled program under no_execution (part of state_key, as JAX's jit key)
+    "no_tracing": None, "no_execution": None,
     # values that are what stagecraft does anyway
     "threefry_partitionable": None,
     "default_prng_impl": lambda v: v == "threefry2x32",
@@ -383,7 +386,7 @@ STATE_KEY_NAMES = ("jax_enable_x64", "jax_debug_nans", "jax_numpy_rank_promotion
                    "jax_softmax_custom_jvp", "jax_high_dynamic_range_gumbel",
                    "jax_default_device", "jax_debug_key_reuse",
                    "jax_use_simplified_jaxpr_constants", "jax_random_seed_offset",
-                   "jax user contexts")
+                   "jax_no_execution", "jax user contexts")
 
 
 class Config:
@@ -412,7 +415,7 @@ class Config:
                       d["threefry_partitionable"], d["softmax_custom_jvp"],
                       d["high_dynamic_range_gumbel"], id(d["default_device"]),
                       d["debug_key_reuse"], d["use_simplified_jaxpr_constants"],
-                      d["random_seed_offset"])
+                      d["random_seed_offset"], d["no_execution"])
     if _user_contexts:   # make_user_context: their values key the caches too
       d["state_key"] += (tuple(c.value for c in _user_contexts),)
     # NB: a small int per distinct state_key, for the hottest cache keys (jit's dispatch

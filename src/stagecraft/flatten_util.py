@@ -34,7 +34,8 @@ class _Unravel:
   `from_dtypes` is None when every leaf had the result dtype: then `unravel` keeps the
   dtype of the vector it is given (JAX's dtype-polymorphic unravel).
   """
-  __slots__ = ("treedef", "sizes", "shapes", "from_dtypes", "to_dtype")
+  # NB: weakly referenceable, as JAX's (jit of an unravel)
+  __slots__ = ("treedef", "sizes", "shapes", "from_dtypes", "to_dtype", "__weakref__")
 
   def __init__(self, treedef, sizes, shapes, from_dtypes, to_dtype):
     self.treedef, self.sizes, self.shapes = treedef, sizes, shapes

@@ -25,7 +25,7 @@ import optree
 from stagecraft import core, dtypes, dump_ir, key_reuse, monitoring, traceback_util, tree_util
 from stagecraft import api_util, cache_miss, sharding as sharding_lib, state
 from stagecraft.api_util import (arg_names, check_out_leaves, flatten, fun_name,
-                                 fun_signature, normalize_argnames, normalize_argnums)
+                                 fun_signature)
 from stagecraft.config import config
 from stagecraft.core import ClosedJaxpr, DebugInfo, ShapedArray, ShapeDtypeStruct
 from stagecraft.interpreters import batching, calls, lowering, mapping, partial_eval as pe
@@ -973,8 +973,7 @@ class PjitFunction:
   def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
                donate_argnames, keep_unused: bool, inline: bool, device=None,
                backend: str | None = None, in_shardings=None, out_shardings=None):
-    if not callable(fun):
-      raise TypeError(f"jit expects a callable, got {fun!r} of type {type(fun).__name__}.")
+    api_util.check_callable(fun)
     if device is not None and backend is not None:
       raise ValueError("jit: pass at most one of `device` and `backend`.")
     # Formats (layouts) in the shardings: their layouts are kept apart (`_formats`), their
@@ -1008,40 +1007,20 @@ class PjitFunction:
     # NB: as JAX's, numbers and names given both are taken as they are (no inference of
     # one from the other): flax's nn.jit passes static_argnums for its own leading
     # arguments and static_argnames for the module method's, by keyword only.
-    infer_static = static_argnums is None or static_argnames is None
-    infer_donate = donate_argnums is None or donate_argnames is None
-    static_argnums = normalize_argnums(static_argnums, "static_argnums")
-    static_argnames = normalize_argnames(static_argnames, "static_argnames")
-    donate_argnums = normalize_argnums(donate_argnums, "donate_argnums")
-    donate_argnames = normalize_argnames(donate_argnames, "donate_argnames")
-    pos: list[str] = []
-    var_positional = sig is None
-    if sig is not None:
-      params = list(sig.parameters.values())
-      pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-      var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
-      if not var_positional:
-        # NB: with *args, negative positions depend on each call's length (resolved then).
-        static_argnums = tuple(i + len(pos) if i < 0 else i for i in static_argnums)
-        donate_argnums = tuple(i + len(pos) if i < 0 else i for i in donate_argnums)
-      # Infer each of static_argnums/static_argnames from the other, as JAX does.
-      if infer_static:
-        static_argnames = tuple(dict.fromkeys(
-            [*static_argnames, *(pos[i] for i in static_argnums if 0 <= i < len(pos))]))
-        static_argnums = tuple(sorted(set(
-            [*static_argnums, *(pos.index(k) for k in static_argnames if k in pos)])))
-      if infer_donate:
-        donate_argnums = tuple(sorted(set(
-            [*donate_argnums, *(pos.index(k) for k in donate_argnames if k in pos)])))
-    if set(static_argnums) & set(donate_argnums):
-      raise ValueError(f"jit: arguments {sorted(set(static_argnums) & set(donate_argnums))} "
-                       f"are both static and donated; static arguments cannot be donated.")
-    self._pos_names = pos
+    donate_argnums, donate_argnames, static_argnums, static_argnames = (
+        api_util.resolve_argnums(fun, sig, donate_argnums, donate_argnames,
+                                 static_argnums, static_argnames))
+    # NB: as JAX's: a negative static argnum counts from the end of each call's positional
+    # arguments (`_argnums_for`); a negative donate argnum donates nothing; an argument
+    # both static (by number) and donated is static.
+    static_argnums = tuple(sorted(set(static_argnums)))
+    donate_argnums = tuple(sorted(i for i in set(donate_argnums)
+                                  if i >= 0 and i not in static_argnums))
     self._static_argnums = static_argnums
     self._static_argnames = static_argnames
     self._donate_argnums = donate_argnums
     self._donate_argnames = donate_argnames
-    self._negative_argnums = any(i < 0 for i in (*static_argnums, *donate_argnums))
+    self._negative_argnums = any(i < 0 for i in static_argnums)
     self._keep_unused = bool(keep_unused)
     self._inline = bool(inline)
     self._fast = (not static_argnums and not static_argnames and self._device is None and
@@ -1057,8 +1036,12 @@ class PjitFunction:
     self._ref_cache: dict = {}
 
   def __repr__(self):
-    # NB: JAX's repr of a jitted function.
-    return f"<PjitFunction of {self._fun!r}>"
+    # NB: JAX's repr of a jitted function, of what `__wrapped__` holds: "<PjitFunction>"
+    # when that repr fails or `__wrapped__` was deleted.
+    try:
+      return f"<PjitFunction of {self.__wrapped__!r}>"
+    except Exception:   # noqa: BLE001
+      return "<PjitFunction>"
 
   def __get__(self, obj, objtype=None):
     if obj is None:
@@ -1069,8 +1052,9 @@ class PjitFunction:
     """static_argnums and donate_argnums for a call with `nargs` positional arguments."""
     if not self._negative_argnums:
       return self._static_argnums, self._donate_argnums
-    return (tuple(sorted(i % nargs if i < 0 else i for i in self._static_argnums)),
-            tuple(sorted(i % nargs if i < 0 else i for i in self._donate_argnums)))
+    static = tuple(sorted({j for j in (i + nargs if i < 0 else i for i in self._static_argnums)
+                           if j >= 0}))
+    return static, tuple(i for i in self._donate_argnums if i not in static)
 
   # -- keys
 
@@ -1079,22 +1063,10 @@ class PjitFunction:
       leaves, treedef = flatten((args, kwargs))
       static = ()
     else:
-      static = tuple(args[i] for i in static_argnums if i < len(args)) + tuple(
-          (k, kwargs[k]) for k in self._static_argnames if k in kwargs)
+      static = self._static_key(args, kwargs, static_argnums)
       dyn_args = tuple(a for i, a in enumerate(args) if i not in static_argnums)
       dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
       leaves, treedef = flatten((dyn_args, dyn_kwargs))
-      try:
-        hash(static)
-      except TypeError as e:
-        bad = next(s for s in static if not _hashable(s))
-        bad = bad[1] if isinstance(bad, tuple) and len(bad) == 2 and isinstance(
-            bad[0], str) and not _hashable(bad[1]) else bad
-        # NB: JAX's exact type and words (a ValueError, its text ending in a newline).
-        raise ValueError(
-            f"Non-hashable static arguments are not supported. An error occurred while "
-            f"trying to hash an object of type {type(bad)}, {bad!r}. The error was:\n"
-            f"TypeError: {e}\n") from None
     try:
       sig = [x.aval if type(x) is Array or isinstance(x, core.Tracer) else _leaf_sig(x)
              for x in leaves]
@@ -1123,6 +1095,59 @@ class PjitFunction:
       if named:
         state = (state, named)
     return (treedef, static, state, dev, *sig), leaves, dev
+
+  def clear_cache(self) -> None:
+    """Forgets the signatures this jitted function traced and compiled (JAX's
+    `clear_cache`): its next call traces and compiles again. Other jits of the same
+    function with other options keep theirs."""
+    _release_executables({0: self._cache})
+    self._cache.clear()
+    self._ref_cache.clear()
+
+  def _raise_no_tracing(self, staging: bool = False):
+    # NB: JAX's words: a call names the function's source location, `trace`/`lower` (JAX's
+    # trace cache) the function itself
+    fun = self._fun if staging else api_util.fun_source_info(self._fun)
+    raise RuntimeError(f"re-tracing function {fun} for `jit`, but 'no_tracing' is set")
+
+  def _static_key(self, args, kwargs, static_argnums) -> tuple:
+    """The static arguments of a call as its key holds them: `(type, value)` per positional
+    one, `(name, type, value)` per keyword one. As JAX's, values of different types are
+    different keys (`1`, `1.0` and `True` trace apart), and `__eq__` is called only
+    between values of the same type.
+
+    Raises:
+      ValueError: JAX's "Non-hashable static arguments are not supported..." for a value
+        whose hash raises TypeError (other errors of `__hash__` propagate as they are).
+    """
+    static = tuple((type(args[i]), args[i]) for i in static_argnums if i < len(args)) + tuple(
+        (k, type(kwargs[k]), kwargs[k]) for k in self._static_argnames if k in kwargs)
+    for entry in static:
+      try:
+        hash(entry[-1])
+      except TypeError as e:
+        bad = entry[-1]
+        # NB: JAX's exact type and words (a ValueError, its text ending in a newline).
+        raise ValueError(
+            f"Non-hashable static arguments are not supported. An error occurred while "
+            f"trying to hash an object of type {type(bad)}, {bad}. The error was:\n"
+            f"TypeError: {e}\n") from None
+    return static
+
+  def _lookup(self, key):
+    """The cache entry of `key` (from `_key`), or None.
+
+    Raises:
+      ValueError: JAX's "static arguments should be comparable using __eq__..." when the
+        `__eq__` of a static argument raises (comparing with a cached key of equal hash).
+    """
+    try:
+      return self._cache.get(key)
+    except Exception as e:   # noqa: BLE001 -- an error of the user's __eq__
+      static = key[1] if type(key) is tuple and len(key) > 1 else ()
+      if not static:
+        raise
+      raise _static_eq_error(self._cache, static, e) from None
 
   def _describe_leaf(self, args, kwargs, static_argnums, leaves, i) -> str:
     """"argument x of f with shape float32[3]" for dynamic leaf `i`, as JAX's messages."""
@@ -1214,7 +1239,11 @@ class PjitFunction:
       if not state.ref_leaves(flatten((args, kwargs))[0]):
         raise
       return self._ref_call(args, kwargs, static_argnums)
-    entry = self._cache.get(key)
+    entry = self._lookup(key)
+    if config.no_tracing and (entry is None or core.trace_state.trace is not core.eval_trace):
+      # NB: as JAX's, where a call its dispatch cannot serve (a cache miss, traced
+      # arguments) raises
+      self._raise_no_tracing()
     if entry is None:
       if config.explain_cache_misses:
         self._explain_miss(key, args, kwargs, static_argnums)
@@ -1266,6 +1295,8 @@ class PjitFunction:
       outs = jit_p.bind(*entry.call_consts, *leaves, jaxpr=entry.call,
                         name=fun_name(self._fun), **extra)
       return optree.tree_unflatten(entry.out_tree, outs)
+    if config.no_execution:
+      dispatch.raise_no_execution(f"jit({fun_name(self._fun)})")
     if type(dev) is not dispatch.Placement and self._device is None:
       # NB: as JAX's, a device_put onto a SingleDeviceSharding inside names the device
       pinned = _pinned.get(entry, _MISSING)
@@ -1379,6 +1410,9 @@ class PjitFunction:
                        self._static_argnames)
 
   def _trace(self, args, kwargs, static_argnums) -> TracedSignature:
+    # NB: as JAX's (its traces are cached by weak reference to the function), a function
+    # that is not weakly referenceable raises here: "cannot create weak reference to ..."
+    weakref.ref(self._fun)
     for i in static_argnums:
       if i < len(args) and isinstance(args[i], core.Tracer):
         raise TypeError(f"jit: static argument {i} of {fun_name(self._fun)} is a traced "
@@ -1411,8 +1445,7 @@ class PjitFunction:
     if met is not None:
       self._refs.append(met)
     name = fun_name(self._fun)
-    static = tuple(args[i] for i in static_argnums if i < len(args)) + tuple(
-        (k, kwargs[k]) for k in self._static_argnames if k in kwargs)
+    static = self._static_key(args, kwargs, static_argnums)
     dyn = (tuple(a for i, a in enumerate(args) if i not in static_argnums),
            {k: v for k, v in kwargs.items() if k not in self._static_argnames})
     leaves, treedef = flatten(dyn)
@@ -1596,8 +1629,10 @@ class PjitFunction:
     dynamic leaves, device, static argnums and donated leaf indices."""
     static_argnums, donate_argnums = self._argnums_for(len(args))
     key, leaves, dev = self._key(args, kwargs, static_argnums)
-    entry = self._cache.get(key)
+    entry = self._lookup(key)
     if entry is None:
+      if config.no_tracing:
+        self._raise_no_tracing(staging=True)
       entry = self._cache[key] = self._trace(args, kwargs, static_argnums)
     donated = self._donated_leaves(args, kwargs, static_argnums, donate_argnums)
     return entry, leaves, dev, static_argnums, donated
@@ -1636,12 +1671,46 @@ def _eager_ref_value(r: state.Ref) -> Array:
   return r._value
 
 
-def _hashable(x) -> bool:
-  try:
-    hash(x)
-    return True
-  except TypeError:
-    return False
+def _static_eq_error(cache, static: tuple, e: Exception) -> ValueError:
+  """JAX's ValueError for the static arguments `static` (`PjitFunction._static_key`) of a
+  call whose comparison with a key of `cache` raised `e`: it names the types of the two
+  values compared and shows `e` as JAX does (the user's frames of the call's stack, then
+  those of `__eq__`, without source lines)."""
+  pair = None
+  for k in list(cache):
+    other = k[1] if type(k) is tuple and len(k) > 1 else None
+    if type(other) is not tuple or len(other) != len(static):
+      continue
+    for a, b in zip(other, static):
+      try:
+        a == b   # noqa: B015 -- which pair raises
+      except Exception:   # noqa: BLE001
+        pair = (a[-1], b[-1])
+        break
+    if pair is not None:
+      break
+  if pair is None:
+    pair = (static[0][-1],) * 2
+  frames = []
+  f = sys._getframe(1)
+  while f is not None:   # the call's stack, outermost last
+    if traceback_util.include_frame(f):
+      frames.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
+    f = f.f_back
+  frames.reverse()
+  tb = e.__traceback__
+  while tb is not None:
+    f = tb.tb_frame
+    if traceback_util.include_frame(f):
+      frames.append((f.f_code.co_filename, tb.tb_lineno, f.f_code.co_name))
+    tb = tb.tb_next
+  shown = "Traceback (most recent call last):\n" + "".join(
+      f'  File "{name}", line {line}, in {fun}\n' for name, line, fun in frames)
+  shown += f"{type(e).__name__}: {e}"
+  return ValueError(
+      f"static arguments should be comparable using __eq__.The following error was raised "
+      f"when comparing two objects of types {type(pair[0])} and {type(pair[1])}. The error "
+      f"was:\n{shown}")
 
 
 def _leaf_sig(x):
@@ -2000,10 +2069,15 @@ def jit(fun: Callable | None = None, /, *, in_shardings: Any = None,
   Args:
     fun: a function of arrays (pytrees of arrays, scalars) returning arrays or pytrees.
     static_argnums: positions of arguments that are compile-time constants (hashable);
-      each new value retraces. Inferred from `static_argnames` and vice versa.
+      each new value retraces. Inferred from `static_argnames` and vice versa (through
+      the positional-or-keyword parameters). A negative one counts from the end of each
+      call's positional arguments.
     static_argnames: names of keyword/positional arguments that are static.
     donate_argnums / donate_argnames: arguments whose buffers the computation may reuse for
-      its outputs; a donated Array cannot be used afterwards (DonatedBufferError).
+      its outputs; a donated Array cannot be used afterwards (DonatedBufferError). Each is
+      inferred from the other, as the static ones are, so an argument donated by number
+      is donated when passed by keyword too. As JAX's, a negative donate_argnum donates
+      nothing, and an argument both static and donated by number is static.
     keep_unused: keep arguments the computation does not read (they are pruned otherwise).
     device: the device to run on (default: the device of committed inputs, else the
       default device). backend: a platform name ('cpu', 'gpu'); its first device.
@@ -2022,11 +2096,20 @@ def jit(fun: Callable | None = None, /, *, in_shardings: Any = None,
     A callable with `fun`'s signature returning Arrays in `fun`'s output structure.
 
   Raises:
-    TypeError: for a non-callable `fun`, arguments that are not arrays (naming their key
-      path), traced static arguments, or a bad `device`.
-    ValueError: for non-hashable static arguments (JAX's message), arguments both static
-      and donated, or both `device` and `backend`;
-      at call time, for a committed argument laid out otherwise than its in_sharding.
+    TypeError: (JAX's messages) for a non-callable `fun` ("Expected a callable value, got
+      ...", a `classmethod` object too), a `staticmethod` object, a generator function,
+      argnums that are not ints or argnames that are not strs; at call time, for arguments
+      that are not arrays (naming their key path), traced static arguments, a bad `device`,
+      or a `fun` that is not weakly referenceable ("cannot create weak reference to ...").
+    ValueError: (JAX's messages, when `jit` is called) static_argnums / donate_argnums out
+      of range for `fun`'s positional parameters (unless it has `*args`); static_argnames
+      / donate_argnames naming a positional-only parameter, or no parameter (unless it has
+      `**kwargs`); donate_argnames for a function without a signature; a name both in
+      static_argnames and donate_argnames (numbers are inferred as names); both `device`
+      and `backend`. At call time: non-hashable static arguments, static arguments whose
+      `__eq__` raises, a committed argument laid out otherwise than its in_sharding.
+    RuntimeError: at call time, a trace under `no_tracing()` or an execution under
+      `no_execution()` (JAX's messages).
     ValueError: at call time, when committed arguments, shardings and
       meshes used inside name different devices (each side named).
 

@@ -25,6 +25,7 @@ import optree
 from jaxlib import xla_client as xc
 
 from stagecraft import api_util, core, dtypes, pjit, tree_util
+from stagecraft.config import config
 from stagecraft.interpreters import lowering
 from stagecraft.layout import Format, Layout
 from stagecraft.core import ClosedJaxpr, ShapedArray, ShapeDtypeStruct
@@ -378,7 +379,8 @@ class Compiled:
   """
 
   # NB: slots, no __dict__: `jit(compiled)` copies a wrapped function's __dict__ onto itself.
-  __slots__ = ("_sig", "_executable")
+  # NB: weakly referenceable, as JAX's (jit of it raises its own error on tracers)
+  __slots__ = ("_sig", "_executable", "__weakref__")
 
   def __init__(self, sig: _Signature, call: pjit.CompiledCall):
     self._sig = sig
@@ -409,6 +411,8 @@ class Compiled:
           f"Function compiled with input pytree does not match the input pytree it was "
           f"called with. There are {len(errors)} mismatches, including:{listed}")
     self._check_types(leaves)
+    if config.no_execution:
+      dispatch.raise_no_execution(f"jit({sig.name})")
     return self._executable(leaves)
 
   def _check_types(self, leaves: Sequence[Any]):

@@ -688,8 +688,21 @@ def _primitive_args(prim: core.Primitive, args: Sequence[Any]) -> Callable[[int]
 lowering_reads_config: dict = {}
 
 
+def raise_no_execution(name: str):
+  """JAX's RuntimeError for running the program `name` (`jit(f)`) under config
+  `no_execution`."""
+  raise RuntimeError(f"JAX tried to execute function {name}, but the no_execution config "
+                     f"option is set")
+
+
 def apply_primitive(prim: core.Primitive, args: Sequence[Any], params: dict) -> Any:
-  """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program."""
+  """The generic eager impl: run `prim` on concrete `args` via a cached one-equation program.
+
+  Raises:
+    RuntimeError: under config `no_execution` (JAX's message, naming `jit(<primitive>)`).
+  """
+  if config.no_execution:
+    raise_no_execution(f"jit({prim.name})")
   dev = None
   if placement_used[0]:
     dev = target_placement(args, prim)
@@ -753,7 +766,7 @@ def eager_call1(prim: core.Primitive, args: Sequence[Any]) -> Any:
 but its default ones),
   or None: the caller then takes the general path. The eager `x + y` of NumPy's
   operators."""
-  if config.state_key[1]:
+  if config.state_key[1] or config.no_execution:
     return None
   x, y = args
   if placement_used[0] and (x._sharding is not None or x._device is not None
