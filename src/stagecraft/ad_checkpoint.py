@@ -51,7 +51,7 @@ from stagecraft.lax.control_flow.conditionals import cond_p, join_branch_residua
 from stagecraft.lax.control_flow.loops import scan_p
 from stagecraft.lax.control_flow.while_op import while_p
 from stagecraft.lax.elementwise import reduce_precision_p
-from stagecraft.pjit import jit_p
+from stagecraft.pjit import jit_p, jit_rules
 
 __all__ = ["checkpoint", "remat", "remat_p", "checkpoint_policies", "checkpoint_name",
            "name_p", "print_saved_residuals", "saved_residuals", "everything_saveable",
@@ -591,8 +591,8 @@ def _split_call(eqn, unknowns, policy):
   closed = eqn.params["jaxpr"]
   split = _policy_split(closed.jaxpr, unknowns, policy)
   nres = split.num_res
-  staged_outs = [(u, v) for v, u, i in zip(eqn.outvars, split.out_unknowns, split.out_inst)
-                 if i]
+  staged_outs = [(u, v, j) for j, (v, u, i) in enumerate(zip(eqn.outvars, split.out_unknowns,
+                                                              split.out_inst)) if i]
   parts = []
   used_res = [False] * nres
   # As JAX's (`closed_call_partial_eval_custom_rule`), a jit has one staged call computing
@@ -601,31 +601,42 @@ def _split_call(eqn, unknowns, policy):
   if eqn.primitive is jit_p:
     groups = [[True] * len(staged_outs)] if staged_outs else []
   else:   # recomputed known results, then unknown results
-    groups = [[u is want for u, _ in staged_outs] for want in (False, True)]
+    groups = [[u is want for u, _, _ in staged_outs] for want in (False, True)]
   for keep in groups:
     if not any(keep):
       continue
     j, used = pe.dce_jaxpr(split.staged, keep)
     used_res = [a or b for a, b in zip(used_res, used[:nres])]
-    parts.append((j, used, [v for (_, v), k in zip(staged_outs, keep) if k]))
+    parts.append((j, used, [(v, i) for (_, v, i), k in zip(staged_outs, keep) if k]))
   n_known_out = len(split.known.outvars) - nres
   known, _ = pe.dce_jaxpr(split.known, [True] * n_known_out + used_res, instantiate=True)
   res_vars = [Var(v.aval) if u else None for v, u in zip(split.staged.invars[:nres], used_res)]
   derived = {"differentiated": True} if eqn.primitive is remat_p else {}
   k_outs = [*[v for v, u in zip(eqn.outvars, split.out_unknowns) if not u],
             *[v for v in res_vars if v is not None]]
+  def params(what, jaxpr, in_map, out_map):
+    if eqn.primitive is jit_p:   # NB: its per-operand and per-result params follow them
+      return jit_rules.derived_params(eqn.params, what, jaxpr, in_map, out_map)
+    return {**eqn.params, **derived, "jaxpr": jaxpr}
+
   k_eqn = None
   if k_outs:
-    k_eqn = core.JaxprEqn([v for v, u in zip(eqn.invars, unknowns) if not u], k_outs,
-                          eqn.primitive,
-                          {**eqn.params, "jaxpr": _closed(known, closed.consts)},
-                          eqn.source_info)
+    k_eqn = core.JaxprEqn(
+        [v for v, u in zip(eqn.invars, unknowns) if not u], k_outs, eqn.primitive,
+        params("known", _closed(known, closed.consts),
+               [i for i, u in enumerate(unknowns) if not u],
+               [*[j for j, u in enumerate(split.out_unknowns) if not u],
+                *[None for v in res_vars if v is not None]]),
+        eqn.source_info)
   s_eqns = []
   for j, used, outs in parts:
-    ins = [*res_vars, *eqn.invars]
+    in_map = [*[None] * nres, *range(len(eqn.invars))]
     s_eqns.append(core.JaxprEqn(
-        [v for v, u in zip(ins, used) if u], outs, eqn.primitive,
-        {**eqn.params, **derived, "jaxpr": _closed(j, closed.consts)}, eqn.source_info))
+        [v for v, u in zip([*res_vars, *eqn.invars], used) if u], [v for v, _ in outs],
+        eqn.primitive,
+        params("unknown", _closed(j, closed.consts), [i for i, u in zip(in_map, used) if u],
+               [i for _, i in outs]),
+        eqn.source_info))
   return k_eqn, s_eqns, split.out_unknowns, split.out_inst
 
 

@@ -322,7 +322,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
     ValueError: if shapes differ.
   """
   if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-    raise TypeError(f"primal and tangent arguments to jvp must be tuples or lists; found "
+    raise TypeError(f"primal and tangent arguments to jax.jvp must be tuples or lists; found "
                     f"{type(primals).__name__} and {type(tangents).__name__}.")
   p_leaves, p_tree = flatten(tuple(primals))
   t_leaves, t_tree = flatten(tuple(tangents))

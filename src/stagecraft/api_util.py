@@ -46,7 +46,7 @@ def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
   except TypeError:
     pass
   if isinstance(x, ShapeDtypeStruct) or (hasattr(x, "shape") and hasattr(x, "dtype")
-                                         and not isinstance(x, type)):
+                                         and not isinstance(x, (type, np.ndarray))):
     try:
       return ShapedArray(tuple(d if shape_poly.is_symbolic_dim(d) else int(d) for d in x.shape),
                          dtypes.canonicalize_dtype(x.dtype, allow_extended_dtype=True),

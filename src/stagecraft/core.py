@@ -455,7 +455,12 @@ def check_int_range(x: int, dt: np.dtype):
 
 
 def _ndarray_aval(x):
-  return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
+  dt = x.dtype
+  if dt.kind in "OSUMm" or (dt.kind == "V" and dt != dtypes.float0):
+    # NB: as JAX's, object, string and datetime arrays are no array type
+    raise TypeError(f"Value of type {type(x)} with dtype {dt} is not a valid array type: "
+                    f"expected an array of bool, integer, floating or complex numbers.")
+  return ShapedArray(x.shape, dtypes.canonicalize_dtype(dt), False)
 
 
 def _npscalar_aval(x):
@@ -1640,6 +1645,21 @@ def _bind_staged_leaves(prim: "Primitive", args: Sequence[Any], params: dict) ->
 staged_leaves_hook: list = [None]
 
 
+
+_NO_JAX_VALUE = (str, bytes, list, tuple, dict, type(None))
+
+
+def _check_bind_args(prim: "Primitive", args: tuple) -> None:
+  """Raises JAX's TypeError naming the first argument of `prim.bind` that is no JAX value
+  (called when binding raised a TypeError)."""
+  for i, x in enumerate(args):
+    if not (type(x) in _NO_JAX_VALUE or type(x) is np.ndarray and not valid_array_type(x)):
+      continue
+    raise TypeError(f"Error interpreting argument to {prim.name} as a JAX value. The "
+                    f"problematic value is of type {type(x)} and was passed to {prim.name} "
+                    f"at position {i}.\n") from None
+
+
 class Primitive:
   """An operation with rules. `bind` hands it to the current trace.
 
@@ -1713,6 +1733,8 @@ class Primitive:
           args = _auto_pvary(self, args, params)
       return trace_state.trace.process_primitive(self, args, params)
     except Exception as e:   # NB: an API boundary for eager ops (zero cost until raised)
+      if isinstance(e, TypeError):
+        _check_bind_args(self, args)
       traceback_util.filter_exception(e, note=False)
       raise
 

@@ -434,8 +434,8 @@ jit_p.def_impl(_checked_jit_impl)
 lowering.register_lowering(jit_p, _jit_lowering)
 # NB: derived calls (jvp, transpose, batched, the known and unknown halves) keep the jit's
 # name, as JAX 0.10.2's: `grad(jit(f))` prints two `jit[name=f]` equations.
-calls.CallRules(jit_p, "jaxpr", _jit_derived, closed_consts=True,
-                batch_params=_batch_jit_params).register()
+jit_rules = calls.CallRules(jit_p, "jaxpr", _jit_derived, closed_consts=True,
+                            batch_params=_batch_jit_params).register()
 
 
 def _jit_pp_rule(eqn, context):
@@ -1718,7 +1718,7 @@ def _leaf_sig(x):
   if t in dtypes.python_scalar_kind:
     return core.get_aval(x)
   if t is np.ndarray:
-    return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
+    return core.pytype_aval_mappings[np.ndarray](x)   # NB: refuses non-numeric dtypes
   if t is state.Ref:   # PjitFunction._call takes refs on its own path
     raise TypeError("a Ref is not an array: jit takes Refs when called, not in "
                     "jit(f).trace()/.lower()")

@@ -103,7 +103,7 @@ class CallRules:
     self._dce_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
     self._batch_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-  def _params(self, params: dict, what: str, closed: ClosedJaxpr,
+  def derived_params(self, params: dict, what: str, closed: ClosedJaxpr,
               in_map: Sequence | None = None, out_map: Sequence | None = None) -> dict:
     """The derived call's params. `in_map`: for each of its operands, the index of the
     operand of the original call it is (a primal's tangent counts as the primal), or
@@ -165,7 +165,7 @@ class CallRules:
     n = len(closed.out_avals)
     out_map = [*range(n), *[j for j in range(n) if out_nz[j]]]
     outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
-                          **self._params(params, "jvp", jvp_closed, in_map, out_map))
+                          **self.derived_params(params, "jvp", jvp_closed, in_map, out_map))
     it = iter(outs[n:])
     return outs[:n], [next(it) if nz else ad.Zero(ad.tangent_aval(a))
                       for nz, a in zip(out_nz, closed.out_avals)]
@@ -182,7 +182,7 @@ class CallRules:
     out_map = [("in", i) for i, u in enumerate(undefined) if u]
     outs = self.prim.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
                           *[c for c in cts if type(c) is not ad.Zero],
-                          **self._params(params, "transpose", t_closed, in_map, out_map))
+                          **self.derived_params(params, "transpose", t_closed, in_map, out_map))
     it = iter(outs)
     return [next(it) if u else None for u in undefined]
 
@@ -194,7 +194,7 @@ class CallRules:
         self._batch_cache, closed, (tuple(dims), axis_data),
         lambda: self._close(*batching.batch_jaxpr(closed, axis_data, dims,
                                                   [None] * len(closed.out_avals))))
-    p = self._params(params, "batch", b_closed)
+    p = self.derived_params(params, "batch", b_closed)
     if self.batch_params is not None:
       p = self.batch_params(params, p, axis_data, [None] * len(consts) + list(dims),
                             out_dims)
@@ -229,16 +229,17 @@ class CallRules:
     known_eqn = core.JaxprEqn(
         [v for v, u in zip(eqn.invars, unknowns) if not u],
         [*[v for v, u in zip(eqn.outvars, out_unknowns) if not u], *res_vars], self.prim,
-        self._params(eqn.params, "known", known, [i for i, u in enumerate(unknowns) if not u],
-                     [*[j for j, u in enumerate(out_unknowns) if not u],
-                      *[None] * len(res_vars)]),
+        self.derived_params(eqn.params, "known", known,
+                            [i for i, u in enumerate(unknowns) if not u],
+                            [*[j for j, u in enumerate(out_unknowns) if not u],
+                             *[None] * len(res_vars)]),
         eqn.source_info)
     unknown_eqn = core.JaxprEqn(
         [*res_vars, *[v for v, u in zip(eqn.invars, unknowns) if u]],
         [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
-        self._params(eqn.params, "unknown", unknown,
-                     [None] * len(res_vars) + [i for i, u in enumerate(unknowns) if u],
-                     [j for j, u in enumerate(out_unknowns) if u]),
+        self.derived_params(eqn.params, "unknown", unknown,
+                            [None] * len(res_vars) + [i for i, u in enumerate(unknowns) if u],
+                            [j for j, u in enumerate(out_unknowns) if u]),
         eqn.source_info)
     return known_eqn, unknown_eqn, out_unknowns
 
@@ -357,16 +358,16 @@ class CallRules:
     if k_outs or known.jaxpr.effects or const_ok is None:
       known_eqn = core.JaxprEqn(
           known_ins, k_outs, self.prim,
-          self._params(eqn.params, "known", known, [i for i, u in enumerate(unknowns) if not u],
-                       k_out_map),
+          self.derived_params(eqn.params, "known", known,
+                              [i for i, u in enumerate(unknowns) if not u], k_out_map),
           eqn.source_info)
     if any(out_unknowns):
       unknown_eqn = core.JaxprEqn(
           [*res_ins, *[v for v, u in zip(eqn.invars, unknowns) if u]],
           [v for v, u in zip(eqn.outvars, out_unknowns) if u], self.prim,
-          self._params(eqn.params, "unknown", unknown,
-                       [None] * len(res_ins) + [i for i, u in enumerate(unknowns) if u],
-                       [j for j, u in enumerate(out_unknowns) if u]),
+          self.derived_params(eqn.params, "unknown", unknown,
+                              [None] * len(res_ins) + [i for i, u in enumerate(unknowns) if u],
+                              [j for j, u in enumerate(out_unknowns) if u]),
           eqn.source_info)
     return known_eqn, unknown_eqn, out_unknowns, fwd
 
@@ -385,7 +386,7 @@ class CallRules:
     return used_ins, eqn.replace(
         invars=[v for v, u in zip(eqn.invars, used_ins) if u],
         outvars=[v for v, u in zip(eqn.outvars, used_outs) if u],
-        params=self._params(eqn.params, "dce", new_closed,
+        params=self.derived_params(eqn.params, "dce", new_closed,
                             [i for i, u in enumerate(used_ins) if u],
                             [j for j, u in enumerate(used_outs) if u]))
 
