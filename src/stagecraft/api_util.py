@@ -37,10 +37,17 @@ def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
   Raises:
     TypeError: JAX's "Error interpreting argument to <function f at 0x...> ..." when `x`
       is not an array-like (`fun` written with its repr; a str as it is).
+    ValueError: for an object with `__jax_array__` that is no pytree (JAX's message).
   """
   t = type(x)
   if t is Array:
     return x.aval
+  if (getattr(x, "__jax_array__", None) is not None and t not in core.pytype_aval_mappings
+      and not isinstance(x, core.Tracer) and not shape_poly.is_symbolic_dim(x)):
+    # NB: JAX 0.10's refusal (and words): such an object is converted by jnp.asarray only
+    raise ValueError("Triggering __jax_array__() during abstractification is no longer "
+                     "supported. To avoid this error, either explicitly convert your object "
+                     "using jax.numpy.array(), or register your object as a pytree.")
   try:
     return core.get_aval(x)
   except TypeError:

@@ -456,8 +456,9 @@ def check_int_range(x: int, dt: np.dtype):
 
 def _ndarray_aval(x):
   dt = x.dtype
-  if dt.kind in "OSUMm" or (dt.kind == "V" and dt != dtypes.float0):
-    # NB: as JAX's, object, string and datetime arrays are no array type
+  if dt.kind in "OSUMm" or (dt.type is np.void and dt != dtypes.float0):
+    # NB: as JAX's, object, string, datetime and raw void arrays are no array type (the
+    # ml_dtypes types, bfloat16 ..., are of kind "V" too, with types of their own)
     raise TypeError(f"Value of type {type(x)} with dtype {dt} is not a valid array type: "
                     f"expected an array of bool, integer, floating or complex numbers.")
   return ShapedArray(x.shape, dtypes.canonicalize_dtype(dt), False)

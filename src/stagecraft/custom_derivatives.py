@@ -1104,8 +1104,13 @@ def _call_bwd(cv: custom_vjp, static_args, res_tree, res_leaves, out_tree, cts, 
       out.append(ad.Zero(want))
       continue
     got = core.get_aval(ct)
-    if (got.shape != want.shape or got.dtype != want.dtype) and not (
-        config.disable_bwd_checks):   # jax_disable_bwd_checks: passed on as JAX's
+    # NB: as JAX's (its "temporary dtype exception"), a cotangent of the input's shape and of
+    # another dtype passes for an inexact input (it is passed on as it is: bf16 inputs whose
+    # rule returns f32).
+    if (got.shape != want.shape or got.dtype != want.dtype and not (
+        dtypes.issubdtype(want.dtype, np.inexact) or dtypes.issubdtype(got.dtype,
+                                                                      dtypes.extended))
+        ) and not config.disable_bwd_checks:   # jax_disable_bwd_checks: passed on as JAX's
       raise ValueError(f"Custom VJP bwd rule must produce an output with the same type as "
                        f"the args tuple of the primal function, but at output{path} the bwd "
                        f"rule produced an output of type {got.str_short(False)} corresponding to "

@@ -99,10 +99,15 @@ def isrealobj(x) -> bool:
 
 
 def isscalar(element: Any) -> bool:
-  """Whether `element` is a scalar: a Python/NumPy scalar or a 0-d array."""
-  if isinstance(element, (Array, Tracer, np.ndarray, np.generic)):
+  """Whether `element` is a scalar: what `np.isscalar` calls one (a Python or NumPy scalar,
+  a string too), a 0-d array, or an object whose `__jax_array__()` is one (JAX's rule)."""
+  if np.isscalar(element):
+    return True
+  if isinstance(element, (Array, Tracer, np.ndarray)):
     return np.ndim(element) == 0 if not isinstance(element, Tracer) else ndim_of(element) == 0
-  return dtypes.is_python_scalar(element)
+  if getattr(element, "__jax_array__", None) is not None:
+    return ndim_of(asarray(element)) == 0
+  return False
 
 
 # The Python scalar types as weakly typed values: `result_type(int, np.uint8)` is uint8, as
