@@ -140,7 +140,7 @@ def test_grad_and_jit_of_compiled_raise():
                                         r"Detected argument of Tracer type <class '.*"
                                         + tracer):
       transform(h_aot)(jnp.ones(3))
-  with pytest.raises(TypeError, match="Cannot apply JAX-style"):
+  with pytest.raises(TypeError, match="Cannot apply JAX transformations"):
     sc.jvp(h_aot, (jnp.ones(3),), (jnp.ones(3),))
 
 

@@ -357,7 +357,8 @@ def test_donated_argument_cannot_be_used_again():
   # the non-donated argument stays usable
   np.testing.assert_array_equal(np.asarray(y), f32(3))
   np.testing.assert_array_equal(y + 1, f32(3) + 1)
-  assert "donated" in repr(x)
+  with pytest.raises(stagecraft.DonatedBufferError, match="donated"):
+    repr(x)   # as JAX's: a RuntimeError (ours names the donation)
 
 
 def test_donation_on_cached_signature_and_argnames():

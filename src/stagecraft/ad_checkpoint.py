@@ -617,7 +617,7 @@ def _split_call(eqn, unknowns, policy):
   def params(what, jaxpr, in_map, out_map):
     if eqn.primitive is jit_p:   # NB: its per-operand and per-result params follow them
       return jit_rules.derived_params(eqn.params, what, jaxpr, in_map, out_map)
-    return {**eqn.params, **derived, "jaxpr": jaxpr}
+    return {**eqn.params, **(derived if what == "unknown" else {}), "jaxpr": jaxpr}
 
   k_eqn = None
   if k_outs:

@@ -734,7 +734,7 @@ def _check_input_dtype_revderiv(name: str, holomorphic: bool, allow_int: bool, x
     aval = typeof(x)
   except TypeError:
     aval = None
-  if aval is not None and getattr(aval, "dtype", None) is not None and \
+  if aval is not None and isinstance(getattr(aval, "dtype", None), np.dtype) and \
       aval.dtype.kind in "OSU":
     aval = None   # NB: object and string arrays are no JAX type (JAX's `dtypes.dtype`)
   if aval is None:

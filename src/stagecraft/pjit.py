@@ -1089,7 +1089,7 @@ class PjitFunction:
     am = sharding_lib.get_abstract_mesh()
     if ctx is not None or not am.empty:   # NB: types and layouts depend on the mesh context
       state = (state, ctx, am)
-    frames = batching._axis_env.frames
+    frames = batching.bound_axes()
     if frames:   # NB: the named axes bound around the call (`lax.axis_size` is a constant)
       named = tuple(f for f in frames if f[0] is not None)
       if named:

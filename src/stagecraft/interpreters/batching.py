@@ -85,6 +85,12 @@ def extend_axis_env(name: Any, size: int):
     _axis_env.frames.pop()
 
 
+def bound_axes() -> list:
+  """The `(name, size)` of each axis bound around the current trace, outermost first (the
+  list itself: read it, do not change it)."""
+  return _axis_env.frames
+
+
 def bound_axis_names() -> list:
   return [n for n, _ in _axis_env.frames if n is not None]
 
