@@ -289,3 +289,10 @@ def test_custom_vjp_bwd_of_another_shape_still_raises():
   with pytest.raises(ValueError, match="Custom VJP bwd rule must produce an output with the "
                      "same type"):
     sc.grad(lambda x: f(x).sum())(jnp.ones(3))
+
+
+@pytest.mark.parametrize("primals, tangents", [
+    ((np.float32(2),), ()), ((np.float32(2),), [np.float32(2)]), ([np.float32(2)], (1.0,))])
+def test_jvp_compares_primal_and_tangent_containers_as_jax(primals, tangents):
+  f = lambda x, y=1.0: x * y   # noqa: E731
+  assert_same_error(lambda: sc.jvp(f, primals, tangents), lambda: jax.jvp(f, primals, tangents))

@@ -260,8 +260,8 @@ def _check_tangent_aval(pa, t, path: str):
   got = dtypes.float0 if _is_float0(t) else ta.dtype
   if expected != got:
     raise TypeError(
-        f"primal and tangent arguments to jvp do not match; dtypes must be equal, or in case "
-        f"of int/bool primal dtype the tangent dtype must be float0. Got primal dtype "
+        f"primal and tangent arguments to jax.jvp do not match; dtypes must be equal, or in "
+        f"case of int/bool primal dtype the tangent dtype must be float0. Got primal dtype "
         f"{pa.dtype.name} and so expected tangent dtype {expected.name}, but got tangent "
         f"dtype {got.name} instead (at {path or 'the root'}).")
   shape = np.shape(t)
@@ -326,10 +326,11 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
                     f"{type(primals).__name__} and {type(tangents).__name__}.")
   p_leaves, p_tree = flatten(tuple(primals))
   t_leaves, t_tree = flatten(tuple(tangents))
-  if p_tree != t_tree:
+  if flatten(primals)[1] != flatten(tangents)[1]:   # NB: as JAX's, a tuple is no list
     raise TypeError(f"primal and tangent arguments to jax.jvp must have the same tree "
-                    f"structure; primals have tree structure {treedef_str(p_tree)} whereas "
-                    f"tangents have tree structure {treedef_str(t_tree)}.")
+                    f"structure; primals have tree structure {treedef_str(flatten(primals)[1])}"
+                    f" whereas tangents have tree structure "
+                    f"{treedef_str(flatten(tangents)[1])}.")
   paths = [tree_util.keystr(k) for k, _ in tree_util.tree_flatten_with_path(tuple(primals))[0]]
   ref_pos = [i for i, p in enumerate(p_leaves) if isinstance(p, Ref)]
   refs = [(p_leaves[i], t_leaves[i]) for i in ref_pos]
