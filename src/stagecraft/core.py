@@ -1646,7 +1646,6 @@ def _bind_staged_leaves(prim: "Primitive", args: Sequence[Any], params: dict) ->
 staged_leaves_hook: list = [None]
 
 
-
 _NO_JAX_VALUE = (str, bytes, list, tuple, dict, type(None))
 
 
@@ -1654,11 +1653,10 @@ def _check_bind_args(prim: "Primitive", args: tuple) -> None:
   """Raises JAX's TypeError naming the first argument of `prim.bind` that is no JAX value
   (called when binding raised a TypeError)."""
   for i, x in enumerate(args):
-    if not (type(x) in _NO_JAX_VALUE or type(x) is np.ndarray and not valid_array_type(x)):
-      continue
-    raise TypeError(f"Error interpreting argument to {prim.name} as a JAX value. The "
-                    f"problematic value is of type {type(x)} and was passed to {prim.name} "
-                    f"at position {i}.\n") from None
+    if type(x) in _NO_JAX_VALUE or (type(x) is np.ndarray and not valid_array_type(x)):
+      raise TypeError(f"Error interpreting argument to {prim.name} as a JAX value. The "
+                      f"problematic value is of type {type(x)} and was passed to {prim.name} "
+                      f"at position {i}.\n") from None
 
 
 class Primitive:

@@ -199,14 +199,13 @@ def _addressable_data(self, index: int):
   return self.addressable_shards[index].data
 
 
-def _concrete_only(text: str, is_property: bool):
-  """A method (property) of arrays that a tracer has no value for: it raises JAX's
-  ConcretizationTypeError, whose context line is `text` (with `{what}`, the traced value)
-  followed by the value's origin (so that, as in JAX's, the origin is named twice)."""
+def _concrete_only(name: str, text: str, is_property: bool):
+  """The method (property) `name` of arrays, which a tracer has no value for: it raises
+  JAX's ConcretizationTypeError, whose context line is `text` (with `{what}`, the traced
+  value) followed by the value's origin (so that, as in JAX's, the origin is named twice)."""
   def raise_(self, *args, **kwargs):
     what = f"traced array with shape {self.aval.str_short(False)}"
     origin = self._trace.origin_msg(self)
-    name = text.split()[1].strip("'").split("(")[0]
     raise self._concretization_error(name, fix=text.format(what=what) + origin)
   return property(raise_) if is_property else raise_
 
@@ -330,7 +329,7 @@ _tracer_only = {
     "itemsize": property(lambda self: self.dtype.itemsize),
     "device": property(_tracer_device),
     "__iter__": _tracer_iter,
-    **{name: _concrete_only(*spec) for name, spec in _CONCRETE_ONLY.items()},
+    **{name: _concrete_only(name, *spec) for name, spec in _CONCRETE_ONLY.items()},
 }
 # NB: `sharding`, `block_until_ready` and `copy_to_host_async` of a tracer are AttributeErrors
 # in JAX's words (`core.Tracer.__getattr__`), so that `hasattr` answers False.
