@@ -86,20 +86,30 @@ def test_dp_sgd(tmp_path):
   assert 0.0 <= _accuracy(res.stdout) <= 1.0
 
 
+def test_bad_arguments_exit_2_from_the_command_line():
+  res = _run("--bogus", timeout=60)
+  assert res.returncode == 2, (res.stdout, res.stderr)
+  assert "unrecognized arguments: --bogus" in res.stderr, res.stderr
+  assert "usage: python -m stagecraft.examples.digits" in res.stderr
+  assert "test accuracy" not in res.stdout
+
+
 @pytest.mark.parametrize("args,message", [
-    (["--bogus"], "unrecognized arguments: --bogus"),
     (["--steps", "0"], "--steps must be a positive int"),
     (["--devices", "64"], "--devices 64 is more than the 4 available"),
     (["--batch", "30"], "--batch 30 is not a multiple of --devices 4"),
     (None, "is not a writable directory"),
 ])
-def test_bad_arguments_exit_2(tmp_path, args, message):
+def test_bad_arguments_exit_2(tmp_path, capsys, args, message):
+  # NB: the argument checks in this process (the command line's exit path is tested above)
+  from stagecraft.examples import digits
   if args is None:   # a regular file where a directory should be
     blocker = tmp_path / "file"
     blocker.write_text("x")
     args = ["--out", str(blocker / "sub")]
-  res = _run(*args, timeout=60)
-  assert res.returncode == 2, (res.stdout, res.stderr)
-  assert message in res.stderr, res.stderr
-  assert "usage: python -m stagecraft.examples.digits" in res.stderr
-  assert "test accuracy" not in res.stdout
+  with pytest.raises(SystemExit) as e:
+    digits.parse_args(args)
+  err = capsys.readouterr().err
+  assert e.value.code == 2
+  assert message in err, err
+  assert "usage: python -m stagecraft.examples.digits" in err

@@ -3,6 +3,7 @@ src/stagecraft, function-level ones included, goes to the same or a lower layer;
 (function-level) import of a stagecraft module says why in an `NB:` comment just above it; and no module
 uses another module's private (`_name`) names. Exceptions are listed below, each with why."""
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -92,26 +93,24 @@ def _imports(mod: str, path: pathlib.Path):
   `from m import _x` / `m._x` naming another stagecraft module's private name."""
   text = path.read_text()
   lines = text.splitlines()
-  tree = ast.parse(text)
-  parents = {}
-  for node in ast.walk(tree):
-    for c in ast.iter_child_nodes(node):
-      parents[c] = node
-
-  def lazy(n):
-    while n in parents:
-      n = parents[n]
-      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return True
-    return False
+  # (node, inside a function) for every node, in one walk (a parent map took ~20 s over
+  # the package, at collection, in each xdist worker)
+  nodes = []
+  stack = [(ast.parse(text), False)]
+  while stack:
+    node, in_func = stack.pop()
+    nodes.append((node, in_func))
+    inner = in_func or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    stack.extend((c, inner) for c in ast.iter_child_nodes(node))
+  nodes.reverse()   # NB: source order does not matter below, but keep it stable
 
   is_pkg = path.name == "__init__.py"
   imports, private, aliases = [], [], {}
-  for node in ast.walk(tree):
+  for node, in_func in nodes:
     if isinstance(node, ast.Import):
       for a in node.names:
         if a.name.startswith("stagecraft"):
-          imports.append(_Import(mod, _resolve(a.name), node.lineno, lazy(node), []))
+          imports.append(_Import(mod, _resolve(a.name), node.lineno, in_func, []))
           if a.asname:
             aliases[a.asname] = _resolve(a.name)
     elif isinstance(node, ast.ImportFrom):
@@ -127,13 +126,13 @@ def _imports(mod: str, path: pathlib.Path):
       for a in node.names:
         full = f"{modname}.{a.name}"
         if full in MODULES:   # a submodule
-          imports.append(_Import(mod, full, node.lineno, lazy(node), []))
+          imports.append(_Import(mod, full, node.lineno, in_func, []))
           aliases[a.asname or a.name] = full
         else:
-          imports.append(_Import(mod, _resolve(modname), node.lineno, lazy(node), [a.name]))
+          imports.append(_Import(mod, _resolve(modname), node.lineno, in_func, [a.name]))
           if a.name.startswith("_") and not a.name.startswith("__"):
             private.append((mod, _resolve(modname), a.name, node.lineno))
-  for node in ast.walk(tree):
+  for node, _ in nodes:
     if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
         and node.value.id in aliases and node.attr.startswith("_")
         and not node.attr.startswith("__") and aliases[node.value.id] != mod):
@@ -141,7 +140,11 @@ def _imports(mod: str, path: pathlib.Path):
   return imports, private, lines
 
 
-ANALYSIS = {m: _imports(m, p) for m, p in MODULES.items()}
+@functools.cache
+def analysis() -> dict:
+  """{module: (imports, private uses, lines)} of every stagecraft module (computed on first
+  use, not at collection)."""
+  return {m: _imports(m, p) for m, p in MODULES.items()}
 
 
 def test_every_module_has_a_layer():
@@ -151,7 +154,7 @@ def test_every_module_has_a_layer():
 
 def test_no_upward_imports():
   bad = []
-  for mod, (imports, _, _) in ANALYSIS.items():
+  for mod, (imports, _, _) in analysis().items():
     src_layer = layer(mod)
     if src_layer is None:
       continue
@@ -167,7 +170,7 @@ def test_no_upward_imports():
 
 def test_lazy_imports_say_why():
   bad = []
-  for mod, (imports, _, lines) in ANALYSIS.items():
+  for mod, (imports, _, lines) in analysis().items():
     for imp in imports:
       if not imp.lazy:
         continue
@@ -185,7 +188,7 @@ def test_lazy_imports_say_why():
 def test_modules_of_a_package_skip_its_facade(package):
   # A module of lax/ (numpy/) imports the family module that defines a name, not the
   # package facade, which imports every module of the package.
-  bad = [f"{MODULES[m].relative_to(SRC)}:{i.lineno}" for m, (imports, _, _) in ANALYSIS.items()
+  bad = [f"{MODULES[m].relative_to(SRC)}:{i.lineno}" for m, (imports, _, _) in analysis().items()
          if m.startswith(package + ".") for i in imports if i.dst == package]
   assert not bad, f"imports of the {package} facade from inside it: {bad}"
 
@@ -193,7 +196,7 @@ def test_modules_of_a_package_skip_its_facade(package):
 def test_top_level_imports_have_no_cycle():
   # Only the few lazy (NB) imports may close a cycle; the top-level import graph is a DAG.
   graph = {m: {i.dst for i in imports if not i.lazy and i.dst and i.dst != m}
-           for m, (imports, _, _) in ANALYSIS.items()}
+           for m, (imports, _, _) in analysis().items()}
   state: dict = {}
 
   def visit(m, path):
@@ -211,13 +214,13 @@ def test_top_level_imports_have_no_cycle():
 
 
 def test_few_lazy_imports():
-  lazy = [(m, i.dst) for m, (imports, _, _) in ANALYSIS.items() for i in imports if i.lazy]
+  lazy = [(m, i.dst) for m, (imports, _, _) in analysis().items() for i in imports if i.lazy]
   assert len(lazy) <= 12, f"{len(lazy)} function-level imports (at most a handful): {lazy}"
 
 
 def test_no_private_names_across_modules():
   bad = []
-  for mod, (_, private, _) in ANALYSIS.items():
+  for mod, (_, private, _) in analysis().items():
     for src, dst, name, lineno in private:
       if dst != src and (src, dst, name) not in PRIVATE_ALLOWED:
         bad.append(f"{MODULES[src].relative_to(SRC)}:{lineno}: {src} uses {dst}.{name}")
@@ -228,7 +231,7 @@ def test_no_private_names_across_modules():
 @pytest.mark.parametrize("src,dst", sorted(UPWARD_ALLOWED))
 def test_allowed_upward_imports_exist(src, dst):
   # NB: an exception nobody needs any more is removed, so the list stays short and true.
-  assert any(i.dst == dst for i in ANALYSIS[src][0]), f"{src} no longer imports {dst}"
+  assert any(i.dst == dst for i in analysis()[src][0]), f"{src} no longer imports {dst}"
 
 
 def test_checker_sees_violations(tmp_path):
