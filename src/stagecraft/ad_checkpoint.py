@@ -299,6 +299,18 @@ def checkpoint_name(x: Any, name: str) -> Any:
 
 remat_p = core.Primitive("remat2")   # JAX 0.10.2's name
 remat_p.multiple_results = True
+# NB: `prevent_cse` is a bool or, as JAX's, one bool per operand; a derived call's new
+# operands (tangents, residuals, cotangents, constants) get True, as in JAX's rules.
+remat_p.operand_params = (("prevent_cse", True, False),)
+
+
+def _with_cse(params: dict, in_map: Sequence) -> dict:
+  """`params` for a derived checkpoint call whose operand k is the original call's operand
+  `in_map[k]` (None: a new operand): a per-operand `prevent_cse` follows its operands."""
+  cse = params.get("prevent_cse")
+  if not isinstance(cse, tuple):
+    return params
+  return {**params, "prevent_cse": tuple(True if i is None else cse[i] for i in in_map)}
 
 
 def _remat_lowering(ctx, *args, jaxpr: ClosedJaxpr, prevent_cse: bool | tuple,
@@ -617,7 +629,8 @@ def _split_call(eqn, unknowns, policy):
   def params(what, jaxpr, in_map, out_map):
     if eqn.primitive is jit_p:   # NB: its per-operand and per-result params follow them
       return jit_rules.derived_params(eqn.params, what, jaxpr, in_map, out_map)
-    return {**eqn.params, **(derived if what == "unknown" else {}), "jaxpr": jaxpr}
+    return _with_cse({**eqn.params, **(derived if what == "unknown" else {}), "jaxpr": jaxpr},
+                     in_map)
 
   k_eqn = None
   if k_outs:
@@ -731,7 +744,8 @@ def _remat_partial_eval(eqn, unknowns):
     ins = [Var(o.aval) for o in fwd_out]
     known_eqns.append(core.JaxprEqn(
         fwd_in, fwd_out, remat_p,
-        {**eqn.params, "jaxpr": ClosedJaxpr(Jaxpr([], ins, ins, []), [])},
+        _with_cse({**eqn.params, "jaxpr": ClosedJaxpr(Jaxpr([], ins, ins, []), [])},
+                  [None] * len(fwd_in)),
         eqn.source_info))
   unknown_eqn = None
   if any(out_unknowns):
@@ -739,7 +753,9 @@ def _remat_partial_eval(eqn, unknowns):
     unknown_eqn = core.JaxprEqn(
         [*res, *[v for v, u in zip(eqn.invars, used_in) if u]],
         [v for v, u in zip(eqn.outvars, out_unknowns) if u], remat_p,
-        {**eqn.params, "jaxpr": staged, "differentiated": True}, eqn.source_info)
+        _with_cse({**eqn.params, "jaxpr": staged, "differentiated": True},
+                  [*[None] * len(res), *[i for i, u in enumerate(used_in) if u]]),
+        eqn.source_info)
   return known_eqns, unknown_eqn, out_unknowns
 
 
@@ -797,9 +813,11 @@ def _remat_transpose(cts, *args, jaxpr: ClosedJaxpr, **params):
   t_closed, consts = core.memo_on_jaxpr(
       _transpose_cache, jaxpr, (undefined, ct_nonzeros),
       lambda: _remat_transpose_jaxpr(jaxpr, undefined, ct_nonzeros))
+  in_map = [*[None] * len(consts), *[i for i, u in enumerate(undefined) if not u],
+            *[None for c in cts if type(c) is not ad.Zero]]
   outs = remat_p.bind(*consts, *[a for a, u in zip(args, undefined) if not u],
                       *[c for c in cts if type(c) is not ad.Zero],
-                      **{**params, "jaxpr": t_closed})
+                      **_with_cse({**params, "jaxpr": t_closed}, in_map))
   it = iter(outs)
   return [next(it) if u else None for u in undefined]
 

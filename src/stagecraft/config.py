@@ -243,11 +243,12 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     # jit's checks (pjit.py, dispatch.py): a trace raises under no_tracing, an execution of
     # a compiled program under no_execution (part of state_key, as JAX's jit key)
     "no_tracing": None, "no_execution": None,
+    # False: reduce_sum of f16/bf16 over a non-singleton axis raises (lax/reduction.py)
+    "allow_f16_reductions": None,
     # values that are what stagecraft does anyway
     "threefry_partitionable": None,
     "default_prng_impl": lambda v: v == "threefry2x32",
     "use_shardy_partitioner": lambda v: v is True,
-    "allow_f16_reductions": lambda v: v is True,
     # "warn" and "error" (dtypes.check_user_dtype); "allow", JAX's 64-bit arrays without
     # x64, is not: stagecraft narrows those requests silently then
     "explicit_x64_dtypes": lambda v: v != ExplicitX64Mode.ALLOW,
@@ -386,7 +387,7 @@ STATE_KEY_NAMES = ("jax_enable_x64", "jax_debug_nans", "jax_numpy_rank_promotion
                    "jax_softmax_custom_jvp", "jax_high_dynamic_range_gumbel",
                    "jax_default_device", "jax_debug_key_reuse",
                    "jax_use_simplified_jaxpr_constants", "jax_random_seed_offset",
-                   "jax_no_execution", "jax user contexts")
+                   "jax_no_execution", "jax_allow_f16_reductions", "jax user contexts")
 
 
 class Config:
@@ -415,7 +416,7 @@ class Config:
                       d["threefry_partitionable"], d["softmax_custom_jvp"],
                       d["high_dynamic_range_gumbel"], id(d["default_device"]),
                       d["debug_key_reuse"], d["use_simplified_jaxpr_constants"],
-                      d["random_seed_offset"], d["no_execution"])
+                      d["random_seed_offset"], d["no_execution"], d["allow_f16_reductions"])
     if _user_contexts:   # make_user_context: their values key the caches too
       d["state_key"] += (tuple(c.value for c in _user_contexts),)
     # NB: a small int per distinct state_key, for the hottest cache keys (jit's dispatch

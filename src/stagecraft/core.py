@@ -1677,7 +1677,9 @@ class Primitive:
   complete_params: Callable | None = None
   #: `(name, default entry)` of each param holding one entry per operand (jit's
   #: `donated_invars`, ...): the call rules of derived calls (`interpreters.calls`) carry
-  #: each operand's entry over to the operands that stand for it.
+  #: each operand's entry over to the operands that stand for it; `(name, default entry,
+  #: False)`: a tangent operand takes the default, not its primal's entry (checkpoint's
+  #: `prevent_cse`).
   operand_params: tuple = ()
   #: `(name, default entry, operand param)` of each param holding one entry per result
   #: (jit's `out_shardings`, ...), with the per-operand param that holds the same kind of

@@ -1616,6 +1616,27 @@ class PjitFunction:
     from stagecraft import stages   # NB: stages builds on this module
     return stages.trace_jit(self, args, kwargs)
 
+  def eval_shape(self, *args, **kwargs):
+    """The shapes and dtypes of `fun(*args, **kwargs)` without running it (JAX's
+    `jit(f).eval_shape`); `args` as for `trace`.
+
+    Returns:
+      The output pytree of ShapeDtypeStructs; each carries its `out_shardings` entry (or the
+      sharding of its type, as `trace(...).out_info`) when jit was given `out_shardings`.
+    """
+    from stagecraft import stages   # NB: stages builds on this module
+    traced = stages.trace_jit(self, args, kwargs)
+    out = traced.out_info
+    if self._out_shardings is None:
+      return out
+    leaves, tree = tree_util.tree_flatten(out)
+    shs = spmd.flatten_shardings(self._out_shardings, tree_util.tree_unflatten(tree, leaves),
+                                 "jit out_shardings", keep_single=True)
+    return tree_util.tree_unflatten(tree, [
+        leaf if s is None else ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s,
+                                                weak_type=leaf.weak_type)
+        for leaf, s in zip(leaves, shs)])
+
   def lower(self, *args, **kwargs):
     """Traces and lowers `fun` for the signature of `args` (as `trace`).
 

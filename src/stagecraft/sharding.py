@@ -1133,7 +1133,7 @@ def to_named(s: Any, what: str) -> NamedSharding | None:
   NamedSharding over an AbstractMesh is placed on the concrete mesh set by `set_mesh`.
 
   Raises:
-    TypeError: for anything else.
+    TypeError: for anything else (ValueError, as JAX's, for `what="device_put"`).
     ValueError: a PartitionSpec with no mesh in context; an AbstractMesh with no concrete
       mesh of its shape in context.
   """
@@ -1159,8 +1159,11 @@ def to_named(s: Any, what: str) -> NamedSharding | None:
   if isinstance(s, SingleDeviceSharding):
     mesh = Mesh(np.array([s.device], dtype=object), ("_single",))
     return NamedSharding(mesh, PartitionSpec())
-  device = "a device from stagecraft.devices(), " if what == "device_put" else ""
-  raise TypeError(f"{what}: expected {device}a NamedSharding, a PartitionSpec (under "
+  if what == "device_put":   # NB: JAX's ValueError (users match "Received invalid value")
+    raise ValueError(f"`device_put` only accepts `None`, a `Sharding`, a `Device` from "
+                     f"stagecraft.devices(), a `Format`, a PartitionSpec (under `set_mesh`) or "
+                     f"a pytree of these values. Received invalid value: {s}")
+  raise TypeError(f"{what}: expected a NamedSharding, a PartitionSpec (under "
                   f"`set_mesh`) or None, got {s!r} of type {type(s).__name__}.")
 
 

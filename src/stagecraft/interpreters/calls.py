@@ -106,8 +106,9 @@ class CallRules:
   def derived_params(self, params: dict, what: str, closed: ClosedJaxpr,
               in_map: Sequence | None = None, out_map: Sequence | None = None) -> dict:
     """The derived call's params. `in_map`: for each of its operands, the index of the
-    operand of the original call it is (a primal's tangent counts as the primal), or
-    `("out", j)` for its result j (a transposed call's cotangent), or None; the primitive's
+    operand of the original call it is, `("tangent", i)` for operand i's tangent (its entry
+    is operand i's unless the param says otherwise), or `("out", j)` for its result j (a
+    transposed call's cotangent), or None; the primitive's
     per-operand params (`operand_params`: jit's `donated_invars`, ...) follow it (JAX's jvp
     and partial-eval rules of pjit); without it they are reset. `out_map` likewise for each
     of its results: the index of the original call's result, `("in", i)` for operand i, or
@@ -119,18 +120,26 @@ class CallRules:
     other = {k: c for k, _, c in per_result}
     other.update((c, k) for k, _, c in per_result)
 
-    def mapped(k, default, m):
+    def entry(i, v, w, default, tangent_follows):
+      if i is None:
+        return default
+      if type(i) is int:
+        return v[i]
+      if i[0] == "tangent":
+        return v[i[1]] if tangent_follows else default
+      return default if w is None else w[i[1]]
+
+    def mapped(k, default, m, tangent_follows=True):
       v, w = params.get(k), params.get(other.get(k))
-      if v is None:
+      if not isinstance(v, tuple):   # NB: unset, or one value for every operand (a bool)
         return
       if m is None or (what == "transpose" and k not in other):
         p.pop(k, None)   # NB: reset (`complete_params` gives the defaults), as JAX's
         return
-      p[k] = tuple(default if i is None else v[i] if type(i) is int else
-                   default if w is None else w[i[1]] for i in m)
+      p[k] = tuple(entry(i, v, w, default, tangent_follows) for i in m)
     if in_map is not None:
-      for k, default in self.prim.operand_params:
-        mapped(k, default, in_map)
+      for k, default, *follows in self.prim.operand_params:
+        mapped(k, default, in_map, *follows)
     for k, default, _ in per_result:
       mapped(k, default, out_map)
     complete = self.prim.complete_params   # NB: per-operand params fit the derived call
@@ -161,7 +170,8 @@ class CallRules:
         self._jvp_cache, closed, (nonzeros, mode),
         lambda: self._close(*ad.jvp_jaxpr(closed, nonzeros, is_vjp=mode)))
     n_in = len(primals)
-    in_map = [None] * len(consts) + [*range(n_in), *[i for i in range(n_in) if nonzeros[i]]]
+    in_map = [None] * len(consts) + [*range(n_in),
+                                     *[("tangent", i) for i in range(n_in) if nonzeros[i]]]
     n = len(closed.out_avals)
     out_map = [*range(n), *[j for j in range(n) if out_nz[j]]]
     outs = self.prim.bind(*consts, *primals, *[t for t in tangents if type(t) is not ad.Zero],
@@ -194,7 +204,8 @@ class CallRules:
         self._batch_cache, closed, (tuple(dims), axis_data),
         lambda: self._close(*batching.batch_jaxpr(closed, axis_data, dims,
                                                   [None] * len(closed.out_avals))))
-    p = self.derived_params(params, "batch", b_closed)
+    p = self.derived_params(params, "batch", b_closed,
+                            [None] * len(consts) + [*range(len(args))])
     if self.batch_params is not None:
       p = self.batch_params(params, p, axis_data, [None] * len(consts) + list(dims),
                             out_dims)

@@ -21,12 +21,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from stagecraft import core, dtypes, tree_util
+from stagecraft.config import config
 from stagecraft.core import Primitive, ShapedArray
 from stagecraft.tree_util import treedef_str
 from stagecraft.interpreters import ad, batching, lowering, partial_eval as pe
 from stagecraft.interpreters.lowering import i64_array
 from stagecraft.lax import elementwise, utils
 from stagecraft.lax.elementwise import emit_compare
+from stagecraft.runtime import dispatch
 from stagecraft.lax.shape import broadcast_in_dim, broadcast_in_dim_p, full, laid_out, pad, reshape, slice_in_dim, squeeze
 
 __all__ = ["reduce_sum_p", "reduce_max_p", "reduce_min_p", "reduce_prod_p", "reduce_and_p",
@@ -118,6 +120,10 @@ def _reduce_abstract_eval(name, check_dtype, keep_weak, x, *, axes, out_sharding
   JAX does."""
   check_dtype(name, x)
   _check_reduction_axes(name, x, axes)
+  if (name == "reduce_sum" and not config.allow_f16_reductions
+      and x.dtype in (np.float16, dtypes.bfloat16) and any(x.shape[a] != 1 for a in axes)):
+    raise ValueError(f"reduce_sum on operand {x.str_short(True)} is not allowed when "
+                     f"jax_allow_f16_reductions=False.")
   shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
   return ShapedArray(shape, x.dtype, x.weak_type and keep_weak)
 
@@ -159,6 +165,8 @@ reduce_xor_p = _reduction("reduce_xor", "stablehlo.xor", or_identity, _check_log
 # NB: as JAX's, every reduce_sum equation carries `out_sharding` (None: the result's type is
 # the sharding rule's; `reduce_sum(out_sharding=)` lays the result out instead).
 reduce_sum_p.def_default_params(out_sharding=None)
+# NB: its abstract eval reads jax_allow_f16_reductions: the eager cache keys on it
+dispatch.lowering_reads_config[reduce_sum_p] = lambda: config.allow_f16_reductions
 
 
 def _normalize_axes(axes: Sequence[int]) -> tuple[int, ...]:
