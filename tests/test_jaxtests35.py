@@ -169,3 +169,37 @@ def test_allow_f16_reductions_by_config_update():
   finally:
     sc.config.update("jax_allow_f16_reductions", True)
   assert float(sc.lax.reduce_sum(x, [0])) == 3.0
+
+
+# -- a tracer leaked out of its transformation: JAX's UnexpectedTracerError text ---------------
+
+def _leak(lib, how):
+  leaked = []
+
+  def g(x):
+    leaked.append(x * 2)   # the leaked value is made here
+    return x
+
+  if how == "jit":
+    lib.jit(lambda x: g(g(x)))(1.)
+  elif how == "grad":
+    lib.grad(g)(1.)
+  else:
+    lib.vmap(g)(lib.numpy.ones(2))
+  return leaked[-1]
+
+
+@pytest.mark.parametrize("how", ["jit", "grad", "vmap"])
+def test_escaped_tracer_message_as_jax(how):
+  t1, m1 = error_of(lambda: sc.numpy.cos(_leak(sc, how)))
+  t2, m2 = error_of(lambda: jax.numpy.cos(_leak(jax, how)))
+  assert t1.__name__ == t2.__name__ == "UnexpectedTracerError"
+  # the first two sentences are JAX's, but for the tracer's class (JAX's grad traces with
+  # its LinearizeTracer, stagecraft's with a JVPTracer)
+  head = lambda m: re.sub(r"wrapped in a \w+", "wrapped in a T", m).split("\n")[:2]  # noqa: E731
+  assert head(m1) == head(m2)
+  assert "disallow saving intermediate values to global state" in m1
+  if how == "jit":   # where the value leaked and was made: the same lines as JAX's
+    want = [ln for ln in m2.split("\n") if "test_jaxtests35.py" in ln]
+    assert [ln for ln in m1.split("\n") if "test_jaxtests35.py" in ln] == want
+    assert len(want) == 4 and "was created on line" in want[1], want

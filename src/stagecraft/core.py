@@ -2061,6 +2061,11 @@ class Trace:
   def origin_msg(self, tracer: "Tracer") -> str:
     return ""
 
+  def leak_msg(self, tracer: "Tracer") -> str:
+    """Lines that say where `tracer`, leaked out of this (ended) trace, was made: JAX's
+    "The function being traced when the value leaked was ..." and the lines after it."""
+    return ""
+
   def __repr__(self):
     return type(self).__name__
 
@@ -2195,11 +2200,15 @@ def escaped_tracer_error(tracer: "Tracer", prim: Primitive | None = None) -> Une
         f"transformation (through a closure, a global or an attribute; for example a "
         f"custom_jvp or custom_vjp rule closing over a value being differentiated).{origin} "
         f"Pass the value to the function as an explicit argument instead.")
+  # NB: JAX's words (users match "global state", "was created on line")
+  aval = getattr(tracer, "aval", None)
+  typ = aval.str_short(short_dtypes=False) if hasattr(aval, "str_short") else str(aval)
   return UnexpectedTracerError(
-      f"Encountered an unexpected tracer{where}: {tracer!r}. A function transformed by "
-      f"{trace!r} stored one of its intermediate values in outer state (a global, a closure, "
-      f"an attribute) and it was used after the transformation ended.{origin} Return the "
-      f"value from the transformed function instead of storing it.")
+      f"Encountered an unexpected tracer. A function transformed by JAX had a side effect, "
+      f"allowing for a reference to an intermediate value with type {typ} wrapped in a "
+      f"{type(tracer).__name__} to escape the scope of the transformation.\n"
+      f"JAX transformations require that functions explicitly return their outputs, and "
+      f"disallow saving intermediate values to global state.{trace.leak_msg(tracer)}")
 
 
 class Tracer:

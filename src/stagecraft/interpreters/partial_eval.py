@@ -227,6 +227,24 @@ class DynamicJaxprTrace(Trace):
     return msg
 
 
+  def leak_msg(self, tracer: Tracer) -> str:
+    info, rule = self.debug_info, "-" * 30
+    lines = []
+    if info is not None:
+      lines.append(f"The function being traced when the value leaked was "
+                   f"{info.func_src_info or info.func_name} traced for {info.traced_for}.")
+    var = getattr(tracer, "_var", None)
+    eqn = next((e for e in reversed(self.eqns) if var in e.outvars), None)
+    frame = core.source_frame(eqn.source_info) if eqn is not None else None
+    if frame is not None:
+      chain = [frame, *frame.parents][:5][::-1]   # most recent last
+      lines += [rule, f"The leaked intermediate value was created on line {frame.summary()}. ",
+                rule, "When the value was created, the final 5 stack frames (most recent "
+                "last) excluding JAX-internal frames were:", rule,
+                *[f.summary() for f in chain], rule]
+    return "".join("\n" + ln for ln in lines)
+
+
 def _find_progenitors(trace: DynamicJaxprTrace, var: Var) -> set[Var]:
   producers = {}
   for eqn in trace.eqns:
