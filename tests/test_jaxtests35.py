@@ -203,3 +203,28 @@ def test_escaped_tracer_message_as_jax(how):
     want = [ln for ln in m2.split("\n") if "test_jaxtests35.py" in ln]
     assert [ln for ln in m1.split("\n") if "test_jaxtests35.py" in ln] == want
     assert len(want) == 4 and "was created on line" in want[1], want
+
+
+# -- nn.dot_product_attention's masks under jax_numpy_rank_promotion='raise' -------------------
+
+@pytest.mark.parametrize("mode", ["causal", "mask", "padding", "window", "all"])
+def test_dot_product_attention_masks_without_rank_promotion(mode):
+  B, T, S, N, H = 2, 8, 8, 4, 16
+  rng = np.random.default_rng(0)
+  q, k, v = (rng.standard_normal((B, L, N, H)).astype(np.float32) for L in (T, S, S))
+  kw = {}
+  if mode in ("causal", "all"):
+    kw["is_causal"] = True
+  if mode in ("mask", "all"):
+    kw["mask"] = np.tril(np.ones((T, S), bool))[None, None]
+  if mode in ("padding", "all"):
+    kw["query_seq_lengths"] = np.array([5, 8], np.int32)
+    kw["key_value_seq_lengths"] = np.array([6, 3], np.int32)
+  if mode in ("window", "all"):
+    kw["local_window_size"] = (2, 1)
+
+  with sc.numpy_rank_promotion("raise"):
+    ours = sc.nn.dot_product_attention(q, k, v, **kw)
+  with jax.numpy_rank_promotion("raise"):
+    theirs = jax.nn.dot_product_attention(q, k, v, implementation="xla", **kw)
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=2e-5, atol=2e-6)

@@ -91,16 +91,19 @@ def _attention_xla_impl(query, key, value, bias, mask, q_seqlen, kv_seqlen, scal
   mask = _grouped(mask, B, N, K, T, S, "mask")
   if mask is not None:
     keep = both(mask)
-  q_pos, k_pos = jnp.arange(T)[:, None], jnp.arange(S)[None, :]
+  # NB: every mask has the logits' rank [B, K, G, T, S] (no rank promotion: JAX's tests run
+  # under jax_numpy_rank_promotion='raise')
+  q_pos = jnp.arange(T)[None, None, None, :, None]
+  k_pos = jnp.arange(S)[None, None, None, None, :]
   if is_causal:
     keep = both(q_pos >= k_pos)
   if local_window_size is not None:
     left, right = local_window_size
     keep = both(jnp.logical_and(q_pos <= k_pos + left, q_pos >= k_pos - right))
   if q_seqlen is not None:
-    keep = both(jnp.arange(T)[None, None, None, :, None] < q_seqlen[:, None, None, None, None])
+    keep = both(q_pos < q_seqlen[:, None, None, None, None])
   if kv_seqlen is not None:
-    keep = both(jnp.arange(S)[None, None, None, None, :] < kv_seqlen[:, None, None, None, None])
+    keep = both(k_pos < kv_seqlen[:, None, None, None, None])
   if keep is not None:
     logits = jnp.where(jnp.broadcast_to(keep, logits.shape), logits,
                        _large_negative(logits.dtype))
