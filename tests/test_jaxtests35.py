@@ -228,3 +228,26 @@ def test_dot_product_attention_masks_without_rank_promotion(mode):
   with jax.numpy_rank_promotion("raise"):
     theirs = jax.nn.dot_product_attention(q, k, v, implementation="xla", **kw)
   np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=2e-5, atol=2e-6)
+
+
+# -- nn: one_hot's traced num_classes, orthogonal of a zero-size shape -------------------------
+
+def test_one_hot_traced_num_classes_message_as_jax():
+  t1, m1 = error_of(lambda: sc.jit(sc.nn.one_hot)(3, 5))
+  t2, m2 = error_of(lambda: jax.jit(jax.nn.one_hot)(3, 5))
+  assert t1.__name__ == t2.__name__ == "ConcretizationTypeError"
+  assert "in jax.nn.one_hot argument `num_classes`" in m1 and m2
+  tail = "This concrete value was not available in Python because it depends on the value of " \
+         "the argument num_classes."
+  assert tail in m1 and tail in m2
+  assert m1.split("\n")[:2] == m2.split("\n")[:2]
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (4, 0), (0, 0), (3, 0, 2)])
+@pytest.mark.parametrize("column_axis", [-1, 0])
+def test_orthogonal_initializer_of_a_zero_size_shape(shape, column_axis):
+  ours = sc.nn.initializers.orthogonal(column_axis=column_axis)(
+      sc.random.PRNGKey(0), shape, np.float32)
+  theirs = jax.nn.initializers.orthogonal(column_axis=column_axis)(
+      jax.random.PRNGKey(0), shape, np.float32)
+  assert (ours.shape, ours.dtype) == (theirs.shape, theirs.dtype) == (shape, np.float32)

@@ -404,7 +404,8 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1):
     raise core.ConcretizationTypeError(
         f"Abstract tracer value encountered where concrete value is expected: traced array "
         f"with shape {num_classes.aval.str_short(False)}\nThe error arose in "
-        f"stagecraft.nn.one_hot argument `num_classes`.")
+        f"jax.nn.one_hot argument `num_classes`."   # NB: JAX's words, which users match
+        f"{num_classes._trace.origin_msg(num_classes)}")
   try:
     num_classes = operator.index(num_classes)
   except TypeError:

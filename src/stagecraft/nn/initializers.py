@@ -224,6 +224,8 @@ def orthogonal(scale: Any = 1.0, column_axis: int = -1, dtype: Any = None) -> In
     shape = canonicalize_shape("orthogonal", "shape", shape)
     if len(shape) < 2:
       raise ValueError(f"orthogonal initializer requires at least a 2D shape, got {shape}")
+    if math.prod(shape) == 0:   # as JAX's: a zero-size array has no rows to orthogonalize
+      return jnp.zeros(shape, dt)
     n_cols = shape[column_axis]
     n_rows = math.prod(shape) // n_cols
     mshape = (n_cols, n_rows) if n_rows < n_cols else (n_rows, n_cols)
