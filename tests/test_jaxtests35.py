@@ -251,3 +251,21 @@ def test_orthogonal_initializer_of_a_zero_size_shape(shape, column_axis):
   theirs = jax.nn.initializers.orthogonal(column_axis=column_axis)(
       jax.random.PRNGKey(0), shape, np.float32)
   assert (ours.shape, ours.dtype) == (theirs.shape, theirs.dtype) == (shape, np.float32)
+
+
+# -- a primitive whose abstract eval returns the wrong kind of result: JAX's ValueError ---------
+
+@pytest.mark.parametrize("multiple", [False, True])
+def test_abstract_eval_result_kind_checked_as_jax(multiple):
+  def attempt(lib, core):
+    p = core.Primitive("foo2" if multiple else "foo")
+    p.multiple_results = multiple
+    p.def_abstract_eval((lambda x: x) if multiple else (lambda x: [x]))
+    p.def_impl((lambda x: [x]) if multiple else (lambda x: x))
+    return error_of(lambda: lib.jit(lambda x: p.bind(x))(1.0))
+
+  import jax.extend.core as jcore
+  import stagecraft.extend.core as score
+  ours, theirs = attempt(sc, score), attempt(jax, jcore)
+  assert ours[0] is theirs[0] is ValueError
+  assert ours[1] == theirs[1]

@@ -179,9 +179,13 @@ class DynamicJaxprTrace(Trace):
       else:   # a file seen for the first time, or no user frame at all
         src = core.current_source_info(2)
     if prim.multiple_results:
+      if not isinstance(out_aval, (tuple, list)):
+        raise _abstract_eval_result_error(prim)
       outvars = [Var(a) for a in out_aval]
       self.eqns.append(_new_eqn(JaxprEqn, (invars, outvars, prim, params, src)))
       return [DynamicJaxprTracer(self, v.aval, v) for v in outvars]
+    if isinstance(out_aval, (tuple, list)):
+      raise _abstract_eval_result_error(prim)
     v = Var(out_aval)
     self.eqns.append(_new_eqn(JaxprEqn, (invars, [v], prim, params, src)))
     return DynamicJaxprTracer(self, out_aval, v)
@@ -243,6 +247,12 @@ class DynamicJaxprTrace(Trace):
                 "last) excluding JAX-internal frames were:", rule,
                 *[f.summary() for f in chain], rule]
     return "".join("\n" + ln for ln in lines)
+
+
+def _abstract_eval_result_error(prim: core.Primitive) -> ValueError:
+  # NB: JAX's words (a primitive defined outside stagecraft whose rule returns the wrong kind)
+  return ValueError(f"{prim.name}.abstract_eval() method should return a tuple or a list iff "
+                    f"{prim.name}.multiple_results.")
 
 
 def _find_progenitors(trace: DynamicJaxprTrace, var: Var) -> set[Var]:
