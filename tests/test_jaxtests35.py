@@ -269,3 +269,9 @@ def test_abstract_eval_result_kind_checked_as_jax(multiple):
   ours, theirs = attempt(sc, score), attempt(jax, jcore)
   assert ours[0] is theirs[0] is ValueError
   assert ours[1] == theirs[1]
+
+
+def test_itemsize_bits_of_none_as_jax():
+  t1, m1 = error_of(lambda: sc.dtypes.itemsize_bits(None))
+  t2, m2 = error_of(lambda: jax.dtypes.itemsize_bits(None))
+  assert (t1, m1) == (t2, m2) == (ValueError, "dtype cannot be None.")

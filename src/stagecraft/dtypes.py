@@ -727,7 +727,9 @@ def itemsize_bits(dtype: Any) -> int:
     ValueError: for an extended dtype (typed PRNG keys) or None.
     TypeError: for a value that is not a dtype.
   """
-  if dtype is None or _extended_type(dtype) is not None:
+  if dtype is None:
+    raise ValueError("dtype cannot be None.")   # NB: JAX's words
+  if _extended_type(dtype) is not None:
     raise ValueError(f"unexpected input: {dtype=}")
   dt = _to_np_dtype(dtype)
   bits = _sub_byte_bits.get(dt)
