@@ -275,3 +275,39 @@ def test_itemsize_bits_of_none_as_jax():
   t1, m1 = error_of(lambda: sc.dtypes.itemsize_bits(None))
   t2, m2 = error_of(lambda: jax.dtypes.itemsize_bits(None))
   assert (t1, m1) == (t2, m2) == (ValueError, "dtype cannot be None.")
+
+
+# -- the 6-bit floats (ml_dtypes' float6_e2m3fn / float6_e3m2fn) are JAX's floating dtypes ------
+
+_SMALL_FLOATS = ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "float8_e4m3fn",
+                 "float8_e8m0fnu"]
+
+
+def _small_float_facts(lib, d):
+  lnp = lib.numpy
+  facts = [lambda: lnp.promote_types(d, "float32"), lambda: lnp.promote_types(d, d),
+           lambda: lnp.result_type(d, 1.0), lambda: lib.dtypes.itemsize_bits(d),
+           lambda: lnp.finfo(d).bits, lambda: lnp.issubdtype(d, lnp.floating),
+           lambda: str(lib.ShapeDtypeStruct((3,), d)),
+           lambda: [lib.dtypes.issubdtype(x, c) for x in (d, np.dtype(d), str(np.dtype(d)))
+                    for c in (x, np.floating, np.inexact, np.number, np.generic, np.float64)]]
+  out = []
+  for f in facts:
+    try:
+      out.append(repr(f()))
+    except Exception as e:  # noqa: BLE001 - the outcome compared
+      out.append(f"{type(e).__name__}: {e}")
+  return out
+
+
+@pytest.mark.parametrize("d", _SMALL_FLOATS)
+def test_small_floats_as_jax(d):
+  assert _small_float_facts(sc, d) == _small_float_facts(jax, d)
+
+
+@pytest.mark.parametrize("a,b", [("float6_e2m3fn", "float4_e2m1fn"),
+                                 ("float8_e4m3fn", "float6_e2m3fn"), ("float6_e2m3fn", "int4")])
+def test_small_floats_promotion_errors_as_jax(a, b):
+  t1, m1 = error_of(lambda: sc.numpy.promote_types(a, b))
+  t2, m2 = error_of(lambda: jax.numpy.promote_types(a, b))
+  assert (t1.__name__, m1) == (t2.__name__, m2)

@@ -89,7 +89,8 @@ float0 = np.dtype([("float0", np.void, 0)])
 # dtype (JAX's lattice: only weak floats meet them).
 _more_float8s = tuple(np.dtype(getattr(ml_dtypes, n)) for n in (
     "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4",
-    "float8_e8m0fnu", "float4_e2m1fn") if hasattr(ml_dtypes, n))
+    "float8_e8m0fnu", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn")
+    if hasattr(ml_dtypes, n))
 _float8s = (float8_e4m3fn, float8_e5m2, *_more_float8s)
 _custom_floats = (_bfloat16, *_float8s)
 
@@ -101,8 +102,7 @@ _short_names = {
     uint16: "u16", uint32: "u32", uint64: "u64", _bfloat16: "bf16", float16: "f16",
     float32: "f32", float64: "f64", complex64: "c64", complex128: "c128",
     float8_e4m3fn: "f8_e4m3fn", float8_e5m2: "f8_e5m2", float0: "float0",
-    **{d: ("f4_" if d.name.startswith("float4") else "f8_") + d.name.partition("_")[2]
-       for d in _more_float8s},
+    **{d: "f" + d.name.removeprefix("float") for d in _more_float8s},
     # Sub-byte integers: int4 -> i4, uint4 -> u4 (JAX's short names).
     **{np.dtype(getattr(ml_dtypes, n)): n[0] + n.lstrip("uint")
        for n in ("int2", "uint2", "int4", "uint4") if hasattr(ml_dtypes, n)},
@@ -305,11 +305,14 @@ _sub_byte_ints = [np.dtype(getattr(ml_dtypes, n)) for n in ("int2", "uint2", "in
                   if hasattr(ml_dtypes, n)]
 
 
-_float4s = [d for d in _float8s if d.itemsize * 8 > 0 and d.name.startswith("float4")]
+_float4s = [d for d in _float8s if d.name.startswith("float4")]
+_float6s = [d for d in _float8s if d.name.startswith("float6")]
 #: JAX's families of dtypes without implicit promotion, in the order its message picks them:
 #: (what the message calls them, the dtypes, the cast it suggests).
 _NO_PROMOTION_FAMILIES = (
-    ("8-bit floats", frozenset(d for d in _float8s if d not in _float4s), "float32"),
+    ("8-bit floats", frozenset(d for d in _float8s if d not in _float4s + _float6s),
+     "float32"),
+    ("6-bit floats", frozenset(_float6s), "float32"),
     ("4-bit floats", frozenset(_float4s), "float32"),
     ("1-bit, 2-bit and 4-bit integers", frozenset(_sub_byte_ints), "int32"))
 
@@ -710,7 +713,8 @@ def _extended_type(a: Any) -> type | None:
 
 
 _sub_byte_bits = {np.dtype(getattr(ml_dtypes, n)): b for n, b in (
-    ("int2", 2), ("uint2", 2), ("int4", 4), ("uint4", 4), ("float4_e2m1fn", 4))
+    ("int2", 2), ("uint2", 2), ("int4", 4), ("uint4", 4), ("float4_e2m1fn", 4),
+    ("float6_e2m3fn", 6), ("float6_e3m2fn", 6))
     if hasattr(ml_dtypes, n)}
 
 
