@@ -311,3 +311,43 @@ def test_small_floats_promotion_errors_as_jax(a, b):
   t1, m1 = error_of(lambda: sc.numpy.promote_types(a, b))
   t2, m2 = error_of(lambda: jax.numpy.promote_types(a, b))
   assert (t1.__name__, m1) == (t2.__name__, m2)
+
+
+# -- reading Arrays of every dtype back to the host in a process without jax ------------------
+
+_READBACK = r"""
+import sys
+import numpy as np, ml_dtypes
+import stagecraft.numpy as jnp
+out = []
+for d in sys.argv[1:]:
+  x = jnp.arange(4).astype(d)
+  zero = repr(jnp.zeros((), d))   # a 0-d Array too
+  out.append((d, repr(x), str(np.asarray(x).dtype), float(x[1]), np.asarray(x).tolist(),
+              "jax" in sys.modules and zero is not None))
+import json
+print(json.dumps(out))
+"""
+
+
+def test_host_readback_of_every_dtype_without_jax():
+  import json
+  import os
+  import subprocess
+  import sys
+  # NB: the packed sub-byte dtypes last: jaxlib's copy (which imports jax) reads them
+  packed = ["int4", "uint4", "float4_e2m1fn"]
+  names = ["float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2fnuz",
+           "float8_e4m3b11fnuz", "float8_e3m4", "float8_e4m3", "float8_e8m0fnu", "bfloat16",
+           "float16", "int8", "bool", *packed]
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=os.path.join(root, "src"))
+  res = subprocess.run([sys.executable, "-c", _READBACK, *names], capture_output=True,
+                       text=True, env=env, timeout=120)
+  assert res.returncode == 0, res.stderr
+  for d, rep, dt, one, values, jax_seen in json.loads(res.stdout.strip().splitlines()[-1]):
+    assert not jax_seen or d in packed, f"reading {d} imported jax"
+    want = np.arange(4).astype(d)
+    assert dt == str(want.dtype) and one == float(want[1]), (d, rep, dt, one)
+    np.testing.assert_array_equal(np.asarray(values, np.float64), want.astype(np.float64))
+    assert rep.startswith("Array(") and f"dtype={d}" in rep, rep

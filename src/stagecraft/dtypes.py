@@ -524,6 +524,11 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
     x = args[e.args[0]]
     raise TypeError(f"Value '{x}' with dtype {kinds[e.args[0]]} is not a valid JAX array "
                     f"type. Only arrays of numeric types are supported by JAX.") from None
+  if weak and len(args) == 1:
+    # NB: as JAX's, one weakly typed array gives its kind's default: unsigned stays unsigned
+    d = _dtype_and_weak(args[0])[0]
+    if d is not None and d.kind == "u":
+      dt = canonicalize_dtype(uint64)
   return (dt, weak) if return_weak_type_flag else dt
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import abc
+import ctypes
 import enum
 import gc
+import math
 import weakref
 from typing import Any
 
@@ -52,6 +54,45 @@ def _host_view(buf) -> np.ndarray:
   buf.block_until_ready()
   return np.from_dlpack(_Capsule(_jax.buffer_to_dlpack_managed_tensor(buf)))
 
+
+
+class _DLTensor(ctypes.Structure):
+  """DLPack's `DLTensor` (dlpack.h), the head of a `DLManagedTensor`."""
+  _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+              ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+              ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+              ("shape", ctypes.POINTER(ctypes.c_int64)),
+              ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _host_copy(buf, aval) -> np.ndarray | None:
+  """A copy of a CPU buffer whose dtype NumPy's DLPack import does not know but whose
+  elements take whole bytes (bfloat16, the float8s), read through the buffer's DLPack
+  tensor (data pointer, shape and strides); None for packed sub-byte dtypes (int4,
+  float4_e2m1fn, ...), which DLPack does not describe, or a layout that is not row-major."""
+  dt = np.dtype(aval.dtype)
+  if dtypes.itemsize_bits(dt) < 8:
+    return None   # NB: XLA packs sub-byte elements
+  buf.block_until_ready()
+  n = math.prod(aval.shape)
+  if n == 0:
+    return np.zeros(aval.shape, dt)
+  capsule = _jax.buffer_to_dlpack_managed_tensor(buf)   # NB: its destructor frees it
+  t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+  if t.bits != dt.itemsize * 8 or t.lanes != 1 or t.ndim != len(aval.shape):
+    return None
+  if t.strides:   # NB: NULL strides: compact row-major
+    want = [int(np.prod(aval.shape[i + 1:])) for i in range(t.ndim)]
+    if [t.strides[i] for i in range(t.ndim)] != want:
+      return None
+  raw = ctypes.string_at(t.data + t.byte_offset, n * dt.itemsize)
+  del capsule
+  return np.frombuffer(raw, dt).reshape(aval.shape)
 
 
 def buffer_devices(buf) -> set:
@@ -175,10 +216,16 @@ class Array(metaclass=_ArrayMeta):
         # empty: no data to read (and a token's buffer, an empty bool Array, has none)
         buf.block_until_ready()
         v, did_copy = np.zeros(self.aval.shape, self.aval.dtype), True
-      elif self.aval.dtype.kind in "biufc" and not client.uses_jax():
-        v, did_copy = _host_view(buf), False
       else:
-        v, did_copy = buf._single_device_array_to_np_array_did_copy()
+        v = None
+        dt = self.aval.dtype
+        if isinstance(dt, np.dtype) and not client.uses_jax():
+          if dt.isbuiltin == 1 and dt.kind in "biufc":   # NB: 2: a user-defined dtype
+            v, did_copy = _host_view(buf), False
+          elif dt.kind in "fV":   # NB: ml_dtypes' (bfloat16, float8s), which DLPack lacks
+            v, did_copy = _host_copy(buf, self.aval), True
+        if v is None:   # NB: jaxlib's copy (which imports jax): sub-byte dtypes
+          v, did_copy = buf._single_device_array_to_np_array_did_copy()
       if not did_copy or v.flags.writeable:
         v = v.view()
         v.flags.writeable = False
