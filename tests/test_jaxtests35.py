@@ -351,3 +351,35 @@ def test_host_readback_of_every_dtype_without_jax():
     assert dt == str(want.dtype) and one == float(want[1]), (d, rep, dt, one)
     np.testing.assert_array_equal(np.asarray(values, np.float64), want.astype(np.float64))
     assert rep.startswith("Array(") and f"dtype={d}" in rep, rep
+
+
+# -- int1/uint1 in the promotion lattice; an Array passed as a dtype ---------------------------
+
+@pytest.mark.parametrize("d", ["int1", "uint1", "int2", "uint4"])
+def test_sub_byte_ints_as_jax(d):
+  def facts(lib):
+    out = [lib.dtypes.issubdtype(x, c) for x in (d, np.dtype(d), str(np.dtype(d)))
+           for c in (x, np.integer, np.signedinteger, np.unsignedinteger, np.number, np.int64)]
+    out.append(lib.dtypes.itemsize_bits(d))
+    for other in (d, np.bool_, np.complex128, "int8", int):
+      try:
+        out.append(str(lib.numpy.promote_types(d, other)))
+      except Exception as e:  # noqa: BLE001 - the outcome compared
+        out.append(f"{type(e).__name__}: {e}")
+    return out
+  assert facts(sc) == facts(jax)
+
+
+@pytest.mark.parametrize("make", ["zeros", "astype", "jit"])
+def test_an_array_as_dtype_raises_as_jax(make):
+  def run(lib):
+    arr = lib.numpy.arange(3)
+    if make == "zeros":
+      return lib.numpy.zeros(3, arr)
+    if make == "astype":
+      return lib.numpy.ones(2).astype(arr)
+    return lib.jit(lambda a: lib.numpy.zeros(2, a))(arr)
+  t1, m1 = error_of(lambda: run(sc))
+  t2, m2 = error_of(lambda: run(jax))
+  assert t1 is t2 is ValueError, (t1, m1, t2, m2)
+  assert "Passing an array as a dtype argument is no longer supported" in m1 and m2

@@ -105,7 +105,7 @@ _short_names = {
     **{d: "f" + d.name.removeprefix("float") for d in _more_float8s},
     # Sub-byte integers: int4 -> i4, uint4 -> u4 (JAX's short names).
     **{np.dtype(getattr(ml_dtypes, n)): n[0] + n.lstrip("uint")
-       for n in ("int2", "uint2", "int4", "uint4") if hasattr(ml_dtypes, n)},
+       for n in ("int1", "uint1", "int2", "uint2", "int4", "uint4") if hasattr(ml_dtypes, n)},
 }
 
 python_scalar_types = (bool, int, float, complex)
@@ -206,13 +206,16 @@ def check_user_dtype(dtype: Any, fun_name: str | None = None) -> np.dtype:
       stagecraft), also while tracing under `jit`.
 
   Raises:
-    ValueError: "error" mode, in JAX's words.
+    ValueError: "error" mode, in JAX's words; an Array or tracer passed as the dtype.
     TypeError: if `dtype` names no dtype (NumPy's message), or a dtype JAX has no arrays of
       (object, fixed-width str/bytes, datetime), in JAX's words.
 
   "allow" mode lets JAX create 64-bit arrays without x64; stagecraft accepts the option
   but keeps narrowing, silently.
   """
+  if hasattr(dtype, "aval") and hasattr(dtype, "shape"):   # an Array or a tracer
+    raise ValueError("Passing an array as a dtype argument is no longer supported; instead "
+                     "of dtype=arr use dtype=arr.dtype.")   # NB: JAX's words
   requested = _to_np_dtype(dtype)
   if requested.kind in "OUSMm" or (requested.type is np.void and requested != float0):
     # JAX's words: objects, fixed-width strings/bytes and datetimes are no JAX types.
@@ -300,8 +303,9 @@ def python_scalar_base(x: Any):
 # The promotion lattice.
 # Nodes are np.dtypes or the weak kinds 'i*', 'f*', 'c*'.
 
-#: int2/uint2/int4/uint4: below the weak int kind, with no edge out (JAX's lattice).
-_sub_byte_ints = [np.dtype(getattr(ml_dtypes, n)) for n in ("int2", "uint2", "int4", "uint4")
+#: int1/uint1/int2/uint2/int4/uint4: below the weak int kind, with no edge out (JAX's lattice).
+_sub_byte_ints = [np.dtype(getattr(ml_dtypes, n)) for n in ("int2", "uint2", "int4", "uint4",
+                                                              "int1", "uint1")
                   if hasattr(ml_dtypes, n)]
 
 
@@ -718,7 +722,8 @@ def _extended_type(a: Any) -> type | None:
 
 
 _sub_byte_bits = {np.dtype(getattr(ml_dtypes, n)): b for n, b in (
-    ("int2", 2), ("uint2", 2), ("int4", 4), ("uint4", 4), ("float4_e2m1fn", 4),
+    ("int1", 1), ("uint1", 1), ("int2", 2), ("uint2", 2), ("int4", 4), ("uint4", 4),
+    ("float4_e2m1fn", 4),
     ("float6_e2m3fn", 6), ("float6_e3m2fn", 6))
     if hasattr(ml_dtypes, n)}
 
