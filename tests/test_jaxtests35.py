@@ -383,3 +383,17 @@ def test_an_array_as_dtype_raises_as_jax(make):
   t2, m2 = error_of(lambda: run(jax))
   assert t1 is t2 is ValueError, (t1, m1, t2, m2)
   assert "Passing an array as a dtype argument is no longer supported" in m1 and m2
+
+
+@pytest.mark.parametrize("args", [("int8", "int16"), ("bfloat16", "float32"),
+                                  ("uint16", np.bool_), ("float32", "int32", "int8")])
+def test_strict_promotion_messages_as_jax(args):
+  # NB: JAX names the inputs in the order of a set of them (it varies from process to
+  # process with string hashing); in one process stagecraft's order is the same
+  with sc.numpy_dtype_promotion("strict"):
+    ours = [error_of(lambda: sc.numpy.result_type(*args)),
+            error_of(lambda: sc.numpy.promote_types(*args[:2]))]
+  with jax.numpy_dtype_promotion("strict"):
+    theirs = [error_of(lambda: jax.numpy.result_type(*args)),
+              error_of(lambda: jax.numpy.promote_types(*args[:2]))]
+  assert [(t.__name__, m) for t, m in ours] == [(t.__name__, m) for t, m in theirs]

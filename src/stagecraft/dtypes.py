@@ -390,14 +390,26 @@ def _join(a, b):
 _JAX_NODE = {"i*": int, "f*": float, "c*": complex}
 
 
-def _no_promotion_path(kinds, ordered: bool = False) -> TypePromotionError:
-  """JAX's error for lattice nodes with no common upper bound: the nodes are named as JAX
-  names them (weak kinds as their Python types), in the order of JAX's set of them
-  (`result_type`) or as given (`ordered`: `promote_types`), and the advice names the dtype
-  family that does not promote implicitly."""
+def _node_names(kinds, ordered: bool) -> tuple:
+  """Lattice nodes as JAX's promotion errors name them (weak kinds as their Python types),
+  in the order of JAX's set of them (`result_type`) or as given (`ordered`: `promote_types`)."""
   nodes = [_JAX_NODE.get(k, k) if isinstance(k, str) else k for k in kinds]
-  nodes = tuple(str(n) if not isinstance(n, np.dtype) else n.name
-                for n in (nodes if ordered else set(nodes)))
+  return tuple(str(n) if not isinstance(n, np.dtype) else n.name
+               for n in (nodes if ordered else set(nodes)))
+
+
+def _strict_error(kinds, ordered: bool = False) -> TypePromotionError:
+  return TypePromotionError(
+      f"Input dtypes {_node_names(kinds, ordered)} have no available implicit dtype promotion "
+      f"path when jax_numpy_dtype_promotion=strict. Try explicitly casting inputs to the "
+      f"desired output type, or set jax_numpy_dtype_promotion=standard.")
+
+
+def _no_promotion_path(kinds, ordered: bool = False) -> TypePromotionError:
+  """JAX's error for lattice nodes with no common upper bound: the nodes named as JAX names
+  them (`_node_names`), and the advice names the dtype family that does not promote
+  implicitly."""
+  nodes = _node_names(kinds, ordered)
   fam = next((f for f, ds, cast in _NO_PROMOTION_FAMILIES
               if any(k in ds for k in kinds if isinstance(k, np.dtype))), None)
   if fam is None:
@@ -489,10 +501,7 @@ def lattice_promote_types(a: Any, b: Any) -> np.dtype:
       raise ValueError(f"dtype={k!r} is not a valid dtype for JAX type promotion.")
   if (config.numpy_dtype_promotion == "strict" and isinstance(ka, np.dtype)
       and isinstance(kb, np.dtype) and ka != kb):
-    raise TypePromotionError(
-        f"Input dtypes {tuple(sorted({ka.name, kb.name}))} have no available implicit dtype "
-        f"promotion path when jax_numpy_dtype_promotion=strict. Try explicitly casting inputs "
-        f"to the desired output type, or set jax_numpy_dtype_promotion=standard.")
+    raise _strict_error((ka, kb), ordered=True)
   if not config.enable_x64 and {ka, kb} == {np.dtype(np.uint32), np.dtype(np.int32)}:
     # NB: JAX's lattice without x64 forms no 64-bit type from 32-bit inputs: u32 with i32 is
     # i32 (the one such join of the lattice)
@@ -571,12 +580,8 @@ def _result_from_kinds(kinds: tuple, x64: bool, strict: bool = False):
         raise ValueError(f"dtype={float0!r} is not a valid dtype for JAX type promotion.")
       return float0, False
   if strict:   # jax_numpy_dtype_promotion=strict: distinct strong dtypes do not promote
-    strong = sorted({k.name for k in kinds if isinstance(k, np.dtype)})
-    if len(strong) > 1:
-      raise TypePromotionError(
-          f"Input dtypes {tuple(strong)} have no available implicit dtype promotion path "
-          f"when jax_numpy_dtype_promotion=strict. Try explicitly casting inputs to the "
-          f"desired output type, or set jax_numpy_dtype_promotion=standard.")
+    if len({k for k in kinds if isinstance(k, np.dtype)}) > 1:
+      raise _strict_error(kinds)
   kind = kinds[0]
   try:
     for k in kinds[1:]:
