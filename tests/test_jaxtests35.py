@@ -397,3 +397,54 @@ def test_strict_promotion_messages_as_jax(args):
     theirs = [error_of(lambda: jax.numpy.result_type(*args)),
               error_of(lambda: jax.numpy.promote_types(*args[:2]))]
   assert [(t.__name__, m) for t, m in ours] == [(t.__name__, m) for t, m in theirs]
+
+
+# -- pickling: jitted functions (cloudpickle) and 64-bit Arrays unpickled without x64 ----------
+
+def test_cloudpickle_of_jitted_functions_as_jax():
+  import pickle
+
+  import cloudpickle
+
+  def run(lib):
+    @lib.jit
+    def f(x, y):
+      return x * y
+
+    @lib.jit
+    def g(z):
+      return f(z, z + 77)
+
+    h = lib.jit(lambda x, n: x ** n, static_argnums=1)
+    k = lib.jit(lambda x: x + 1, compiler_options={"xla_cpu_enable_fast_math": False})
+    g2, h2, k2 = pickle.loads(cloudpickle.dumps((g, h, k)))
+    return [g(32), g2(32), h2(np.arange(3.), 2), k2(1.)]
+
+  for a, b in zip(run(sc), run(jax)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.asarray(a).dtype == np.asarray(b).dtype
+
+
+def test_unpickled_64_bit_array_is_narrowed_without_x64_as_jax():
+  import pickle
+
+  def run(lib):
+    with lib.enable_x64(True):
+      x = lib.numpy.array([4.0, 0.1], dtype="float64")
+      s = pickle.dumps(x)
+    with lib.enable_x64(False):
+      y = pickle.loads(s)
+    return x.dtype, y.dtype, y.aval.dtype, np.asarray(y).tolist()
+  assert run(sc) == run(jax)
+  assert run(sc)[1] == np.float32
+
+
+def test_jet_fact_and_zero_series_as_jax():
+  import jax.experimental.jet as jjet
+  import stagecraft.experimental.jet as sjet
+  for n in (4, np.arange(5.)):
+    a, b = sjet.fact(n), jjet.fact(n)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert (a.dtype, a.weak_type) == (b.dtype, b.weak_type)
+  out = sjet.jet(lambda x: sc.numpy.full_like(x, 2.), (np.ones(1),), ([np.ones(1)] * 3,))
+  assert out[1] is not sjet.zero_series and all(np.all(np.asarray(t) == 0) for t in out[1])

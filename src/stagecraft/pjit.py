@@ -974,6 +974,9 @@ class PjitFunction:
                donate_argnames, keep_unused: bool, inline: bool, device=None,
                backend: str | None = None, in_shardings=None, out_shardings=None):
     api_util.check_callable(fun)
+    # NB: what a pickle rebuilds it from (`__reduce__`; its caches are not pickled)
+    self._init_args = (fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
+                       keep_unused, inline, device, backend, in_shardings, out_shardings)
     if device is not None and backend is not None:
       raise ValueError("jit: pass at most one of `device` and `backend`.")
     # Formats (layouts) in the shardings: their layouts are kept apart (`_formats`), their
@@ -1601,6 +1604,12 @@ class PjitFunction:
     return SignatureLayout(list(placement), explicit_in, explicit_out, names,
                            getattr(self._fun, "__qualname__", None) or fun_name(self._fun))
 
+  def __reduce__(self):
+    """Pickled (cloudpickle, multiprocessing) as the function and jit's arguments, as JAX's
+    jitted functions are; the unpickled one traces and compiles afresh."""
+    return (_unpickle_jit, (type(self), self._init_args,
+                            getattr(self, "_compiler_options", None)))
+
   # -- ahead-of-time stages (stagecraft.stages)
 
   def trace(self, *args, **kwargs):
@@ -2153,6 +2162,10 @@ def jit(fun: Callable | None = None, /, *, in_shardings: Any = None,
                            out_shardings, options=check_compiler_options(compiler_options))
   return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, donate_argnames,
                     keep_unused, inline, device, backend, in_shardings, out_shardings)
+
+
+def _unpickle_jit(cls, init_args: tuple, options: tuple | None):
+  return cls(*init_args) if options is None else cls(*init_args, options=options)
 
 
 def check_compiler_options(options: Any, where: str = "jit") -> tuple:

@@ -35,14 +35,15 @@ from stagecraft import ad_checkpoint, core, tree_util
 from stagecraft.core import Literal
 from stagecraft.interpreters import ad, partial_eval as pe
 from stagecraft.lax import (ad_util, cumulative, elementwise as ew, misc, reduction,
-                            shape as lax_shape, slicing, spmd)
+                            shape as lax_shape, slicing, special, spmd)
 from stagecraft.lax.associative_scan import associative_scan
 from stagecraft.lax.fft import fft_p
 from stagecraft.lax.windowed import reduce_window_sum_p
 from stagecraft.lax.conv import conv_general_dilated_p
 from stagecraft.lax.dot import dot_general_p
 
-__all__ = ["jet", "jet2", "jet_rules", "jet_jaxpr", "defzero", "deflinear", "JetRuleError"]
+__all__ = ["jet", "jet2", "jet_rules", "jet_jaxpr", "defzero", "deflinear", "JetRuleError",
+           "fact", "zero_series", "zero_term"]
 
 _Series = list   # [c1, ..., cK]: normalized Taylor coefficients; None: all zero
 
@@ -126,6 +127,25 @@ def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
     s_out.append(list(s))
   tree = out_tree[0]
   return tree_util.tree_unflatten(tree, p_out), tree_util.tree_unflatten(tree, s_out)
+
+
+def fact(n: Any) -> Any:
+  """n! as a float Array, `exp(lgamma(n + 1))` (JAX's `jet.fact`, for scaling Taylor
+  coefficients; n may be an array)."""
+  return ew.exp(special.lgamma(n + 1.))
+
+
+class ZeroTerm:
+  """JAX's marker of an all-zero Taylor term (`zero_term`)."""
+
+
+class ZeroSeries:
+  """JAX's marker of an all-zero Taylor series (`zero_series`); stagecraft's `jet` returns
+  explicit zeros instead, so its results are never this marker."""
+
+
+zero_term = ZeroTerm()
+zero_series = ZeroSeries()
 
 
 def jet2(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],

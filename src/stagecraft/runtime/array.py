@@ -579,7 +579,11 @@ def _gather(x: Array) -> np.ndarray:
 
 
 def _reconstruct(value: np.ndarray, weak_type: bool) -> Array:
-  """An unpickled Array: its value on the default device, uncommitted."""
+  """An unpickled Array: its value on the default device, uncommitted; as JAX's, a 64-bit
+  one unpickled with x64 off is narrowed (float64 -> float32, ...)."""
+  dt = dtypes.canonicalize_dtype(value.dtype)
+  if dt != value.dtype:
+    value = value.astype(dt)
   aval = core.ShapedArray(value.shape, value.dtype, weak_type)
   dev = client.default_device()
   buf = xc.batched_device_put(aval, client.single_device_sharding(dev), [value], [dev], False,
