@@ -448,3 +448,20 @@ def test_jet_fact_and_zero_series_as_jax():
     assert (a.dtype, a.weak_type) == (b.dtype, b.weak_type)
   out = sjet.jet(lambda x: sc.numpy.full_like(x, 2.), (np.ones(1),), ([np.ones(1)] * 3,))
   assert out[1] is not sjet.zero_series and all(np.all(np.asarray(t) == 0) for t in out[1])
+
+
+def test_jet_of_clamp_as_jax():
+  # lo > hi somewhere (XLA's clamp gives hi) and ties between x and a bound
+  rng = np.random.RandomState(0)
+  lo, x, hi = (rng.uniform(-1, 1, (3, 4)).astype(np.float32) for _ in range(3))
+  x[0, 0] = lo[0, 0]
+  hi[0, 1] = x[0, 1]
+  primals = (lo, x, hi)
+  series = tuple([rng.randn(3, 4).astype(np.float32) for _ in range(3)] for _ in range(3))
+  import jax.experimental.jet as jjet
+  import stagecraft.experimental.jet as sjet
+  p1, s1 = sjet.jet(sc.lax.clamp, primals, series)
+  p2, s2 = jjet.jet(jax.lax.clamp, primals, series)
+  np.testing.assert_array_equal(np.asarray(p1), np.asarray(p2))
+  for a, b in zip(s1, s2):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)

@@ -589,10 +589,13 @@ def _reduce_choose(prim: core.Primitive):
 
 
 def _clamp_rule(primals, series, **params):
+  # NB: as JAX's, the rule of its composition min(max(lo, x), hi) (so lo > hi gives hi, as
+  # XLA's clamp does, and ties average)
   lo, x, hi = primals
-  out = ew.clamp_p.bind(lo, x, hi, **params)
-  return out, [jnp.where(x < lo, a, jnp.where(x > hi, c, b))
-               for a, b, c in zip(*series)]
+  s_lo, s_x, s_hi = series
+  m, s_m = _minmax(ew.max_p, lambda a, b: a > b)((lo, x), (s_lo, s_x))
+  _, terms = _minmax(ew.min_p, lambda a, b: a < b)((m, hi), (s_m, s_hi))
+  return ew.clamp_p.bind(lo, x, hi, **params), terms
 
 
 jet_rules[ew.abs_p] = _abs_rule
