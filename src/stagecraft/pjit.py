@@ -1633,9 +1633,7 @@ class PjitFunction:
       The output pytree of ShapeDtypeStructs; each carries its `out_shardings` entry (or the
       sharding of its type, as `trace(...).out_info`) when jit was given `out_shardings`.
     """
-    from stagecraft import stages   # NB: stages builds on this module
-    traced = stages.trace_jit(self, args, kwargs)
-    out = traced.out_info
+    out = self.trace(*args, **kwargs).out_info
     if self._out_shardings is None:
       return out
     leaves, tree = tree_util.tree_flatten(out)
