@@ -1637,8 +1637,8 @@ class PjitFunction:
     if self._out_shardings is None:
       return out
     leaves, tree = tree_util.tree_flatten(out)
-    shs = spmd.flatten_shardings(self._out_shardings, tree_util.tree_unflatten(tree, leaves),
-                                 "jit out_shardings", keep_single=True)
+    shs = spmd.flatten_shardings(self._out_shardings, out, "jit out_shardings",
+                                 keep_single=True)
     return tree_util.tree_unflatten(tree, [
         leaf if s is None else ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s,
                                                 weak_type=leaf.weak_type)
