@@ -27,7 +27,11 @@ def staged_call(fun, *args):
 
   jaxpr, consts = pe.trace_to_jaxpr(flat_fun, avals)
   core.check_jaxpr(jaxpr)
-  text = lowering.lower_jaxpr_to_module("staged", jaxpr)
+  # NB: a one-equation program is named as eager dispatch names it (after its primitive):
+  # where the two modules are the same text, they share one compiled executable (whose
+  # bits agree by construction), and only programs that differ from eager's compile again.
+  name = jaxpr.eqns[0].primitive.name if len(jaxpr.eqns) == 1 else "staged"
+  text = lowering.lower_jaxpr_to_module(name, jaxpr)
   exe = dispatch.Executable(dispatch.compile_module(text),
                             [v.aval for v in (*jaxpr.constvars, *jaxpr.invars)],
                             jaxpr.out_avals, text)
