@@ -43,15 +43,21 @@ __all__ = ["Rotation", "Slerp"]
 # `-z*z + w*w` into a fused multiply-add: 1.3e-08 where JAX prints 0); `_mean` stays jitted.
 
 
+def _sq_norm(v):
+  """|v|^2 over the last axis as a dot product (as JAX's vectorized `jnp.dot(v, v)`: the
+  same contraction, so the same bits as a sum of squares is not)."""
+  return jnp.einsum("...i,...i->...", v, v)
+
+
 def _safe_norm(v):
   """|v| over the last axis, with a zero (not NaN) gradient at v = 0."""
-  sq = jnp.sum(v * v, axis=-1)
+  sq = _sq_norm(v)
   nonzero = sq > 0
   return jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, sq, 1)), 0)
 
 
 def _norm(v):
-  return jnp.sqrt(jnp.sum(v * v, axis=-1))
+  return jnp.sqrt(_sq_norm(v))
 
 
 def _normalize(q):
@@ -255,10 +261,16 @@ def _mean(q, w):
   return v[:, -1]
 
 
+def _conjugate(quat):
+  """The conjugate quaternions (-x, -y, -z, w) of `quat[..., 4]` (no rank promotion, so that
+  it runs under jax_numpy_rank_promotion='raise')."""
+  return jnp.concatenate([-quat[..., :3], quat[..., 3:]], axis=-1)
+
+
 def _slerp_init(quat):
   """(first N-1 key quaternions, each step's relative rotation vector)."""
   start, end = quat[:-1], quat[1:]
-  inv_start = start * jnp.array([-1, -1, -1, 1], dtype=quat.dtype)
+  inv_start = _conjugate(start)
   return start, _as_rotvec(_compose_normalized(inv_start, end), False)
 
 
@@ -462,7 +474,7 @@ class Rotation(typing.NamedTuple):
 
   def inv(self) -> "Rotation":
     """The inverse rotation(s) (the conjugate quaternions)."""
-    return Rotation(self.quat * jnp.array([-1, -1, -1, 1], dtype=self.quat.dtype))
+    return Rotation(_conjugate(self.quat))
 
   def magnitude(self):
     """The rotation angle(s) in radians, in [0, pi]: `T[...]`."""
