@@ -1,11 +1,14 @@
 """Details found by running JAX 0.10.2's own test files on stagecraft through a scratch
 harness (session 36). JAX is the oracle in each test."""
 import jax
+import jax.ad_checkpoint as jax_ckpt
 import jax.scipy.spatial.transform as jst
+from jax._src import ad_checkpoint as jax_ad_checkpoint_internal   # (the oracle's name_p)
 import numpy as np
 import pytest
 
 import stagecraft as sc
+import stagecraft.ad_checkpoint as sst_ckpt
 import stagecraft.numpy as jnp
 import stagecraft.scipy.spatial.transform as sst
 
@@ -51,3 +54,99 @@ def test_slerp_runs_under_rank_promotion_raise_with_jax_bits(times):
     ours, theirs = run(sst, sc), run(jst, jax)
   assert ours.shape == theirs.shape
   assert _bits(ours) == _bits(theirs)
+
+
+# -- debug.print / debug.callback: JAX's format checks, the two-call form, static args -------
+
+def _outcome(fn):
+  try:
+    fn()
+  except Exception as e:  # noqa: BLE001 -- the exception is what is compared
+    return type(e).__name__, str(e).replace("JitTracer", "Tracer")
+  return None
+
+
+_DEBUG_CALLS = {
+    "unused kwarg": lambda lib, x: lib.jit(lambda x: lib.debug.print("h: {x}", x=x, y=x))(x),
+    "unused positional": lambda lib, x: lib.jit(lambda x: lib.debug.print("hello", x))(x),
+    "f-string": lambda lib, x: lib.jit(lambda x: lib.debug.print(f"h: {x}", x=x))(x),
+    "missing kwarg": lambda lib, x: lib.debug.print("hello {a}"),
+    "missing positional": lambda lib, x: lib.debug.print("hello {}"),
+    "index out of range": lambda lib, x: lib.debug.print("hello {1}", 2),
+    "option in second call": lambda lib, x: lib.debug.print(ordered=True)(
+        "hello {a}", a=42, partitioned=True),
+    "print kwarg in first call": lambda lib, x: lib.debug.print(ordered=True, a=42),
+    "print positional in first call": lambda lib, x: lib.debug.print(None, 42, ordered=True),
+    "callback kwarg in first call": lambda lib, x: lib.debug.callback(ordered=True, a=42),
+    "callback positional in first call": lambda lib, x: lib.debug.callback(None, 42),
+    "not callable": lambda lib, x: lib.debug.callback(3, 42),
+    "not callable, two calls": lambda lib, x: lib.debug.callback(ordered=True)(3, 42),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_DEBUG_CALLS))
+def test_debug_print_and_callback_errors_as_jax(case):
+  call = _DEBUG_CALLS[case]
+  theirs = _outcome(lambda: call(jax, jax.numpy.arange(2)))
+  ours = _outcome(lambda: call(sc, jnp.arange(2)))
+  assert theirs is not None and ours == theirs
+
+
+def _printed(capfd, fn):
+  fn()
+  return capfd.readouterr().out
+
+
+def test_debug_two_call_forms_and_static_callback_args_as_jax(capfd):
+  def run(lib):
+    lib.debug.print(ordered=True)("x: {x}", x=42)
+    lib.debug.callback(ordered=True)(print, 100, sep="|", end="!\n")
+    lib.jit(lambda x: lib.debug.print(ordered=True)("x: {x} {}", x, x=x))(lib.numpy.arange(2))
+    lib.jit(lambda x: lib.debug.callback(print, "label", x, sep=":"))(lib.numpy.arange(2))
+    lib.effects_barrier()
+
+  theirs, ours = _printed(capfd, lambda: run(jax)), _printed(capfd, lambda: run(sc))
+  assert theirs == "x: 42\n100!\nx: [0 1] [0 1]\nlabel:[0 1]\n"
+  assert ours == theirs
+
+
+def _ckpt(lib):
+  return sst_ckpt if lib is sc else jax_ckpt
+
+
+def _named_print_program(lib):
+  def f(x):
+    y = _ckpt(lib).checkpoint_name(x + 1., "y")
+    z = _ckpt(lib).checkpoint_name(y * 2., "z")
+    lib.debug.print("y: {}, z: {}", y, z)
+    return _ckpt(lib).checkpoint_name(lib.numpy.exp(z), "w")
+  return f
+
+
+def _all_but(lib, *names):
+  name_p = sst_ckpt.name_p if lib is sc else jax_ad_checkpoint_internal.name_p
+
+  def policy(prim, *_, **params):
+    return params["name"] not in names if prim is name_p else True
+  return policy
+
+
+@pytest.mark.parametrize("policy", ["everything", "nothing", "all but y", "all but y, z",
+                                    "any name but z", "only w"])
+def test_remat_repeats_a_saved_debug_print_when_its_operands_are_recomputed(capfd, policy):
+  # JAX's rule: a debug print the policy saves runs again in the backward pass only when
+  # all its operands are recomputed there anyway.
+  def run(lib):
+    cp = lib.checkpoint_policies
+    pol = {"everything": cp.everything_saveable, "nothing": cp.nothing_saveable,
+           "all but y": _all_but(lib, "y"), "all but y, z": _all_but(lib, "y", "z"),
+           "any name but z": cp.save_any_names_but_these("z"),
+           "only w": cp.save_only_these_names("w")}[policy]
+    g = lib.grad(lib.checkpoint(_named_print_program(lib), policy=pol))(2.)
+    lib.effects_barrier()
+    return float(g)
+
+  theirs = _printed(capfd, lambda: run(jax))
+  ours = _printed(capfd, lambda: run(sc))
+  assert theirs.count("y: 3.0, z: 6.0") in (1, 2)
+  assert ours == theirs

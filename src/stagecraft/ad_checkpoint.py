@@ -50,6 +50,7 @@ from stagecraft.interpreters.calls import closed_call_p
 from stagecraft.lax.control_flow.conditionals import cond_p, join_branch_residuals
 from stagecraft.lax.control_flow.loops import scan_p
 from stagecraft.lax.control_flow.while_op import while_p
+from stagecraft.lax.callback import debug_callback_p, debug_print_p
 from stagecraft.lax.elementwise import reduce_precision_p
 from stagecraft.pjit import jit_p, jit_rules
 
@@ -330,6 +331,10 @@ def _remat_lowering(ctx, *args, jaxpr: ClosedJaxpr, prevent_cse: bool | tuple,
   return lowering.lower_call(ctx, "checkpoint", jaxpr, args)
 
 
+#: Effectful debugging primitives that the staged part repeats (see `_policy_split`).
+_debug_prims = (debug_callback_p, debug_print_p)
+
+
 class _Split(NamedTuple):
   """A jaxpr split by a policy (see `_policy_split`)."""
   known: Jaxpr        # known invars -> (known outputs, residuals)
@@ -373,6 +378,11 @@ def _policy_split(jaxpr: Jaxpr, unknowns: Sequence[bool], policy: Callable,
     known_eqns.append(eqn)
     if _saveable(policy, eqn):
       env.update((v, (False, False)) for v in eqn.outvars)
+      if eqn.primitive in _debug_prims and all(read(x)[1] for x in eqn.invars):
+        # As JAX's rule for debug callbacks: one the policy saves runs again in the staged
+        # part when every operand is there anyway (recomputed), so that the user sees the
+        # recomputation; it never makes a residual of its own.
+        staged_eqns.append(eqn)
     else:
       stage(eqn)
       env.update((v, (False, True)) for v in eqn.outvars)

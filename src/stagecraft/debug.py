@@ -7,7 +7,6 @@ removed by dead-code elimination. `ordered=True` keeps them in program order.
 from __future__ import annotations
 
 import builtins
-import functools
 import logging
 import string
 import sys
@@ -45,25 +44,35 @@ def _split_static(args, kwargs):
   return dyn, tuple(static), in_tree
 
 
+class _FormatChecker(string.Formatter):
+  """`str.format`'s field lookup without formatting anything: a field naming a missing
+  argument raises as `str.format` does (KeyError / IndexError), and an argument no field
+  uses raises ValueError (in JAX's words: most often an f-string passed by mistake)."""
+
+  def format_field(self, value, format_spec):
+    return ""
+
+  def check_unused_args(self, used_args, args, kwargs):
+    unused_args = [a for i, a in enumerate(args) if i not in used_args]
+    if unused_args:
+      raise ValueError(f"Unused positional arguments to `jax.debug.print`: {unused_args}")
+    unused_kwargs = [k for k in kwargs if k not in used_args]
+    if unused_kwargs:
+      raise ValueError(
+          f"Unused keyword arguments to `jax.debug.print`: {unused_kwargs}. You may be "
+          f"passing an f-string (i.e, `f\"{{x}}\"`) into `jax.debug.print` and instead should "
+          f"pass in a regular string.")
+
+
 def _check_format(fmt: str, args, kwargs) -> None:
-  # Fields that name missing arguments fail at trace time, as in JAX.
-  auto = 0
-  for _, field, _, _ in string.Formatter().parse(fmt):
-    if field is None:
-      continue
-    head = field.split(".")[0].split("[")[0]
-    if head == "":
-      if auto >= len(args):
-        raise IndexError(f"debug.print: format string {fmt!r} has more positional fields "
-                         f"than the {len(args)} positional argument(s) given.")
-      auto += 1
-    elif head.isdigit():
-      if int(head) >= len(args):
-        raise IndexError(f"debug.print: format field {{{field}}} of {fmt!r} refers to "
-                         f"positional argument {head}, but {len(args)} were given.")
-    elif head not in kwargs:
-      raise KeyError(f"debug.print: format field {{{field}}} of {fmt!r} names no keyword "
-                     f"argument (given: {sorted(kwargs)}).")
+  # Fields that name missing arguments, and arguments no field uses, fail at trace time, as
+  # in JAX.
+  _FormatChecker().format(fmt, *args, **kwargs)
+
+
+def _unexpected(name: str, args, kwargs) -> TypeError:
+  return TypeError(f"{name} received unexpected arguments in the two-call form: "
+                   f"args={args!r} kwargs={kwargs!r}")
 
 
 def print(fmt: str | None = None, *args, ordered: bool = False, partitioned: bool = False,
@@ -76,17 +85,28 @@ def print(fmt: str | None = None, *args, ordered: bool = False, partitioned: boo
       are passed at run time; other arguments (strings, objects) are fixed now.
     ordered: keep this print in program order with other ordered effects.
     partitioned: accepted for JAX compatibility (each device prints its own values).
-    skip_format_check: do not check now that the fields of `fmt` name given arguments.
+    skip_format_check: do not check now that the fields of `fmt` and the arguments match.
+
+  Called with options alone (`print(ordered=True)`), returns the function that takes the
+  format string and its arguments (JAX's two-call form; every keyword of that second call
+  is a format argument).
 
   Raises:
-    KeyError / IndexError: at trace time, for a field naming a missing argument.
-    ValueError: under vmap with `ordered=True` (as JAX).
+    KeyError / IndexError: at trace time, for a field naming a missing argument (as
+      `str.format`).
+    ValueError: at trace time, for an argument no field uses (an f-string passed by
+      mistake, most often); under vmap with `ordered=True` (as JAX).
+    TypeError: format arguments given to the first call of the two-call form.
 
   Example: `debug.print("x={x} sum={}", jnp.sum(x), x=x)` prints `x=[0. 1. 2.] sum=3.0`.
   """
   if fmt is None:
-    return functools.partial(print, ordered=ordered, partitioned=partitioned,
-                             skip_format_check=skip_format_check)
+    if args or kwargs:
+      raise _unexpected("debug_print", args, kwargs)
+
+    def second_call(fmt, *args, **kwargs):   # NB: every keyword here is a format argument
+      _print(fmt, args, kwargs, ordered, partitioned, skip_format_check, None)
+    return second_call
   _print(fmt, args, kwargs, ordered, partitioned, skip_format_check, None)
 
 
@@ -113,9 +133,17 @@ def log(fmt: str | None = None, *args, ordered: bool = False, partitioned: bool 
   names the user's file and line of this call (what `%(filename)s:%(lineno)d` formats).
   Arguments, the two-call form (`log(ordered=True)(fmt, ...)`) and errors as `print`'s."""
   if fmt is None:
-    return functools.partial(log, ordered=ordered, partitioned=partitioned,
-                             skip_format_check=skip_format_check)
-  frame = core.user_frame(sys._getframe(1))
+    if args or kwargs:
+      raise _unexpected("debug_print", args, kwargs)
+
+    def second_call(fmt, *args, **kwargs):
+      _log(fmt, args, kwargs, ordered, partitioned, skip_format_check)
+    return second_call
+  _log(fmt, args, kwargs, ordered, partitioned, skip_format_check)
+
+
+def _log(fmt, args, kwargs, ordered, partitioned, skip_format_check):
+  frame = core.user_frame(sys._getframe(2))
   file, line = ("(unknown file)", 0) if frame is None else frame.position()[:2]
   logger = monitoring.logger("debugging")
   record = logger.makeRecord(logger.name, logging.INFO, file, line, "", (), None)
@@ -134,17 +162,31 @@ def callback(callback: Callable[..., None] | None = None, *args, ordered: bool =
     args, kwargs: pytrees of arrays (and Python scalars).
     ordered: keep this call in program order with other ordered effects.
 
+  Leaves that are not arrays (strings, objects) are passed to `callback` as given, not
+  staged. Called with options alone (`callback(ordered=True)`), returns the function that
+  takes `callback` and its arguments (JAX's two-call form).
+
   Raises:
-    TypeError: if `callback` is not callable.
+    TypeError: if `callback` is not callable; for arguments given to the first call of the
+      two-call form.
   """
   if callback is None:
-    return functools.partial(globals()["callback"], ordered=ordered, partitioned=partitioned)
+    if args or kwargs:
+      raise _unexpected("debug_callback", args, kwargs)
+
+    def second_call(callback, *args, **kwargs):   # NB: every keyword goes to `callback`
+      _callback(callback, args, kwargs, ordered, partitioned)
+    return second_call
+  _callback(callback, args, kwargs, ordered, partitioned)
+
+
+def _callback(callback, args, kwargs, ordered, partitioned):
   if not callable(callback):
-    raise TypeError(f"debug.callback expects a callable first, got {callback!r}.")
-  leaves, in_tree = optree.tree_flatten((args, kwargs), none_is_leaf=False,
-                                       namespace=tree_util.NAMESPACE)
-  flat = cb.FlatCallback(callback, in_tree)
-  cb.debug_callback_p.bind(*leaves, callback=flat, ordered=bool(ordered),
+    raise TypeError(f"first argument to jax.debug.callback must be callable, but got an "
+                    f"object of type {type(callback)}")
+  dyn, static, in_tree = _split_static(args, kwargs)   # NB: non-array leaves stay on the host
+  flat = cb.FlatCallback(callback, in_tree, static)
+  cb.debug_callback_p.bind(*dyn, callback=flat, ordered=bool(ordered),
                            partitioned=bool(partitioned))
 
 

@@ -72,16 +72,22 @@ core.ordered_effects.add_type(OrderedIOEffect)
 
 class FlatCallback:
   """A user callback taking flat leaves: `__call__(*leaves)` rebuilds `(args, kwargs)` with
-  `in_tree`, calls `callback_func` and returns its result's leaves (hashed by identity)."""
-  __slots__ = ("callback_func", "in_tree", "out_tree")
+  `in_tree`, calls `callback_func` and returns its result's leaves (hashed by identity).
+  `static`: `(index, value)` pairs of leaves fixed at trace time (not arrays: strings,
+  objects), put back among the runtime leaves at their flat indices."""
+  __slots__ = ("callback_func", "in_tree", "out_tree", "static")
 
-  def __init__(self, callback_func: Callable, in_tree):
+  def __init__(self, callback_func: Callable, in_tree, static: tuple = ()):
     self.callback_func = callback_func
     self.in_tree = in_tree
     self.out_tree = None
+    self.static = static
 
   def __call__(self, *leaves):
-    args, kwargs = optree.tree_unflatten(self.in_tree, list(leaves))
+    leaves = list(leaves)
+    for i, value in self.static:   # NB: in increasing index order
+      leaves.insert(i, value)
+    args, kwargs = optree.tree_unflatten(self.in_tree, leaves)
     out = self.callback_func(*args, **kwargs)
     out_leaves, self.out_tree = optree.tree_flatten(out, none_is_leaf=False,
                                                     namespace=tree_util.NAMESPACE)
