@@ -150,3 +150,27 @@ def test_remat_repeats_a_saved_debug_print_when_its_operands_are_recomputed(capf
   ours = _printed(capfd, lambda: run(sc))
   assert theirs.count("y: 3.0, z: 6.0") in (1, 2)
   assert ours == theirs
+
+
+def test_unordered_debug_print_and_callback_in_a_sharded_jit_as_jax(capfd):
+  # A side-effecting call with no results inside a program over a mesh used to stop in
+  # XLA's partitioner ("Side-effect HLO must have sharding").
+  def run(lib):
+    mesh = lib.sharding.Mesh(np.array(lib.devices()[:4]), ["dev"])
+    spec = lib.sharding.NamedSharding(mesh, lib.sharding.PartitionSpec("dev"))
+    out_spec = lib.sharding.NamedSharding(mesh, lib.sharding.PartitionSpec())
+
+    def f(x):
+      lib.debug.print("{}", x)
+      y = x.dot(x)
+      lib.debug.callback(lambda v: print("sum", v), y)
+      return y
+    out = lib.jit(f, in_shardings=spec, out_shardings=out_spec)(np.arange(8, dtype=np.int32))
+    lib.effects_barrier()
+    return int(out)
+
+  assert len(jax.devices()) >= 4 and len(sc.devices()) >= 4
+  theirs = (run(jax), capfd.readouterr().out)
+  ours = (run(sc), capfd.readouterr().out)
+  assert theirs == (140, "[0 1 2 3 4 5 6 7]\nsum 140\n")
+  assert ours == theirs

@@ -181,12 +181,14 @@ def _emit_callback(ctx, operands: Sequence[str], host_fn: Callable, name: str, *
            f"operand_layouts = [{', '.join(in_layouts)}], "
            f"result_layouts = [{', '.join(out_layouts)}]")
   module = ctx.module
-  if module.sdy_mesh is not None and module.manual_depth is None and out_types:
+  if module.sdy_mesh is not None and module.manual_depth is None:
     # NB: as JAX, in a program over a mesh (outside shard_map) the callback runs once, on
-    # the mesh's first device: the operands are gathered there.
+    # the mesh's first device: the operands are gathered there. A call without results
+    # (a debug print) has one entry too: XLA's partitioner requires a sharding on every
+    # side-effecting op.
     if _MAXIMAL_MESH not in module.extra_ops:
       module.extra_ops.append(_MAXIMAL_MESH)
-    per_value = ", ".join(["<@maximal_mesh_0, []>"] * len(out_types))
+    per_value = ", ".join(["<@maximal_mesh_0, []>"] * max(1, len(out_types)))
     attrs += f", sdy.sharding = #sdy.sharding_per_value<[{per_value}]>"
   outs = lowering.emit_op(ctx.fb, "stablehlo.custom_call", operands, in_types, out_types, attrs)
   if ordered and token is None:
