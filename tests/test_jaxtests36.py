@@ -174,3 +174,41 @@ def test_unordered_debug_print_and_callback_in_a_sharded_jit_as_jax(capfd):
   ours = (run(sc), capfd.readouterr().out)
   assert theirs == (140, "[0 1 2 3 4 5 6 7]\nsum 140\n")
   assert ours == theirs
+
+
+# -- debug.inspect_array_sharding of traced values --------------------------------------------
+
+def _inspected(lib, f, *args, **jit_kwargs):
+  got = []
+
+  def f_(x):
+    lib.debug.inspect_array_sharding(
+        x, callback=lambda s: got.append((isinstance(s, lib.sharding.Sharding),
+                                          len(s.device_set), getattr(s, "spec", None))))
+    return f(x)
+  lib.jit(f_, **jit_kwargs)(*args)
+  return got
+
+
+def test_inspect_array_sharding_in_a_one_device_jit_and_its_grad_as_jax():
+  for lib in (jax, sc):
+    assert _inspected(lib, lambda x: x * x, np.arange(8, dtype=np.int32)) == [(True, 1, None)]
+    got = []
+
+    def f_(x):
+      lib.debug.inspect_array_sharding(x, callback=lambda s: got.append(len(s.device_set)))
+      return (x * x).sum()
+    lib.jit(lib.grad(f_))(np.arange(8, dtype=np.float32))
+    assert got == [1]
+
+
+@pytest.mark.parametrize("spec", [("x", "y"), ("x",), (None, "y"), ()])
+def test_inspect_array_sharding_in_a_jit_over_a_mesh_as_jax(spec):
+  def run(lib):
+    mesh = lib.sharding.Mesh(np.array(lib.devices()[:4]).reshape(2, 2), ["x", "y"])
+    s = lib.sharding.NamedSharding(mesh, lib.sharding.PartitionSpec(*spec))
+    x = lib.device_put(np.arange(16, dtype=np.float32).reshape(4, 4), s)
+    ((is_sharding, n, got),) = _inspected(lib, lambda x: x * 2, x)
+    return is_sharding, n, tuple(got)
+
+  assert run(sc) == run(jax) == (True, 4, spec)

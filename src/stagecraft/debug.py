@@ -240,13 +240,12 @@ def inspect_array_sharding(value: Any, *, callback: Callable) -> None:
 
   Raises:
     AttributeError: a leaf that is not an Array (a NumPy array, a Python scalar), as JAX's.
-    NotImplementedError: a traced leaf (JAX calls back when the jit is compiled).
+    NotImplementedError: a traced leaf inside pmap (as JAX's).
   """
   for leaf in tree_util.tree_leaves(value):
     # NB: tracers are Arrays too (isinstance): checked first
     if isinstance(leaf, core.Tracer):
-      raise NotImplementedError("inspect_array_sharding of a traced value is not "
-                                "implemented; call it on a concrete Array.")
+      cb.inspect_sharding_p.bind(leaf, callback=callback)
     elif isinstance(leaf, Array):
       callback(leaf.sharding)
     else:

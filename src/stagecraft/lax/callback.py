@@ -23,18 +23,21 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import optree
+from jaxlib import xla_client as xc
 
 from stagecraft import core, dtypes, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mlir
 from stagecraft.lax import shape as lax_shape
 from stagecraft.lax.control_flow import loops
-from stagecraft.runtime import client, dispatch
+from stagecraft.runtime import client, dispatch, spmd
+from stagecraft.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from stagecraft.runtime.array import Array
 
 __all__ = ["DebugEffect", "OrderedDebugEffect", "IOEffect", "OrderedIOEffect", "debug_effect",
            "ordered_debug_effect", "io_effect", "ordered_io_effect", "FlatCallback",
            "pure_callback_p", "io_callback_p", "debug_callback_p", "debug_print_p",
+           "inspect_sharding_p",
            "VMAP_METHODS", "emit_python_callback"]
 
 
@@ -501,6 +504,61 @@ core.pp_param_order[debug_callback_p] = ("callback", "ordered", "partitioned")
 core.pp_param_order[debug_print_p] = ("fmt", "has_placeholders", "in_tree", "logging_record",
                                       "np_printoptions", "ordered", "partitioned",
                                       "static_args")
+
+
+# ---------------------------------------------------------------------------
+# inspect_sharding: `debug.inspect_array_sharding` of a traced value. Its lowering calls the
+# user's callback with the value's sharding: at once in a one-device program; in a program
+# over a mesh, from XLA's partitioner when it has chosen the sharding (jaxlib's
+# "InspectSharding" custom call, whose backend config encodes the Python function), as JAX's.
+
+inspect_sharding_p = core.Primitive("inspect_sharding")
+inspect_sharding_p.multiple_results = True
+inspect_sharding_p.def_abstract_eval(lambda aval, **_: [])
+inspect_sharding_p.def_effects(lambda **_: frozenset({debug_effect}))   # (kept by DCE)
+
+
+def _inspect_sharding_impl(value, *, callback):
+  callback(value.sharding)
+  return []
+
+
+def _inspect_sharding_lowering(ctx, value, *, callback):
+  module = ctx.module
+  mesh = module.sdy_mesh
+  if mesh is None and module.mesh is not None:
+    raise NotImplementedError("inspect_array_sharding inside pmap is not implemented (JAX "
+                              "does not implement it either).")
+  if mesh is None or mesh.size == 1:
+    devices = client.local_devices() if mesh is None else list(mesh.devices.flat)
+    callback(SingleDeviceSharding(devices[0]))
+    return []
+  ndim = len(ctx.avals_in[0].shape)
+
+  def from_partitioner(hlo_sharding):
+    spec = (NamedSharding(mesh, PartitionSpec()) if hlo_sharding.is_manual() else
+            spmd.named_from_hlo(hlo_sharding, mesh, ndim))
+    callback(spec if spec is not None else
+             NamedSharding(mesh, PartitionSpec()))   # NB: a tiling no spec names
+
+  # NB: the module text holds the function's address, and any compile of that text (a
+  # recompile after the executable left the cache, too) calls it: kept for the process.
+  _partitioner_callbacks.append(from_partitioner)
+  key = "".join(f"\\{b:02X}" for b in xc.encode_inspect_sharding_callback(from_partitioner))
+  ty = lowering.ir_type(ctx.avals_in[0])
+  lowering.emit_op(ctx.fb, "stablehlo.custom_call", [value], [ty], [ty],
+                   f'call_target_name = "InspectSharding", api_version = 1 : i32, '
+                   f'has_side_effect = true, backend_config = "{key}"')
+  return []
+
+
+_partitioner_callbacks: list[Callable] = []
+inspect_sharding_p.def_impl(_inspect_sharding_impl)
+lowering.register_lowering(inspect_sharding_p, _inspect_sharding_lowering)
+ad.primitive_jvps[inspect_sharding_p] = lambda primals, tangents, **params: (
+    inspect_sharding_p.bind(*primals, **params), [])
+batching.primitive_batchers[inspect_sharding_p] = lambda args, dims, **params: (
+    inspect_sharding_p.bind(*args, **params), [])
 
 
 # Operands split over Explicit mesh axes: the results are unsharded (as JAX's types: the
