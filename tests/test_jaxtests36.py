@@ -212,3 +212,42 @@ def test_inspect_array_sharding_in_a_jit_over_a_mesh_as_jax(spec):
     return is_sharding, n, tuple(got)
 
   assert run(sc) == run(jax) == (True, 4, spec)
+
+
+# -- jax.errors constructors taking a tracer (JAX's signatures) -------------------------------
+
+@pytest.mark.parametrize("name", ["ConcretizationTypeError", "TracerBoolConversionError",
+                                  "TracerArrayConversionError",
+                                  "TracerIntegerConversionError",
+                                  "NonConcreteBooleanIndexError"])
+def test_tracer_errors_built_from_a_tracer_say_what_jax_says(name):
+  def outcome(lib):
+    def g(x):
+      raise getattr(lib.errors, name)(x)
+    try:
+      lib.jit(g)(1.0)
+    except Exception as e:  # noqa: BLE001 -- the exception is what is compared
+      return type(e).__name__, str(e)
+    raise AssertionError("no exception")
+
+  theirs = outcome(jax)
+  assert f"https://docs.jax.dev/en/latest/errors.html#jax.errors.{name}" in theirs[1]
+  assert outcome(sc) == theirs
+
+
+def test_concretization_error_with_context_and_tracer_subclass_init_as_jax():
+  def outcome(lib):
+    def h(x):
+      raise lib.errors.ConcretizationTypeError(x, "while computing a shape. ")
+    try:
+      lib.jit(h)(1.0)
+    except lib.errors.ConcretizationTypeError as e:
+      return str(e)
+
+  assert outcome(sc) == outcome(jax)
+
+  class FakeTracer(sc.core.Tracer):   # JAX's Tracer.__init__(trace, aval)
+    def __init__(self, trace):
+      super().__init__(trace, None)
+  t = FakeTracer(None)
+  assert t._trace is None and t.aval is None

@@ -2232,6 +2232,12 @@ class Tracer:
   size = property(lambda self: self.aval.size)
   weak_type = property(lambda self: self.aval.weak_type)
 
+  def __init__(self, trace: Any = None, aval: Any = None):
+    # NB: JAX's signature, for tracer classes defined outside stagecraft that call it;
+    # stagecraft's own tracers set their fields themselves.
+    self._trace = trace
+    self.aval = aval
+
   def _short_repr(self) -> str:
     """JAX 0.10's short form, `ClassName<aval>`; each kind of tracer names its parts."""
     return f"{type(self).__name__}<{self.aval}>"
@@ -2256,11 +2262,13 @@ class Tracer:
   def __repr__(self):   # JAX's: JitTracer(~float32[]), VmapTracer(aval=..., batched=...)
     return self._short_repr()
 
-  def _concretization_error(self, fname: str, cls=ConcretizationTypeError, fix: str = ""):
+  def _concretization_error(self, fname: str, cls=ConcretizationTypeError, fix: str = "",
+                            context: str | None = None):
     """The error for a conversion that needs this tracer's value, in JAX's words: what needed
     it, where the value came from (the traced function's argument), and JAX's link to the
     error's page. `fix`, for a ConcretizationTypeError, is JAX's context line (what asked for
-    a concrete value); by default the function `fname` is named."""
+    a concrete value); by default the function `fname` is named. `context`: that line
+    verbatim (JAX's `ConcretizationTypeError(tracer, context)`)."""
     what = f"traced array with shape {self.aval.str_short(False)}"
     origin = self._trace.origin_msg(self)
     if cls is TracerBoolConversionError:
@@ -2269,6 +2277,9 @@ class Tracer:
       msg = f"The numpy.ndarray conversion method __array__() was called on {what}{origin}"
     elif cls is TracerIntegerConversionError:
       msg = f"The __index__() method was called on {what}{origin}"
+    elif context is not None:
+      msg = (f"Abstract tracer value encountered where concrete value is expected: {what}\n"
+             f"{context}{origin}\n")
     else:
       context = fix.strip()
       if not context:

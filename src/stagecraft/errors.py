@@ -18,6 +18,19 @@ __all__ = ["JAXTypeError", "JAXIndexError", "ConcretizationTypeError",
            "JaxRuntimeError"]
 
 
+class _FromTracer:
+  """JAX's constructors of the tracer errors: `ConcretizationTypeError(tracer, context="")`,
+  `TracerBoolConversionError(tracer)`, ... build JAX's message (what the tracer is, where it
+  came from, the link to JAX's page of the error); a message string is kept as given."""
+
+  def __init__(self, *args):
+    if args and hasattr(args[0], "_concretization_error"):   # a Tracer (core imports us)
+      tracer, *rest = args
+      args = (str(tracer._concretization_error("", type(self),
+                                               context=rest[0] if rest else "")),)
+    super().__init__(*args)
+
+
 class JAXTypeError(TypeError):
   """The base class of stagecraft's `TypeError`s about traced values (JAX's name)."""
 
@@ -32,7 +45,7 @@ collective that timed out): the runtime's own class, so `except JaxRuntimeError`
 jaxlib raises."""
 
 
-class ConcretizationTypeError(JAXTypeError):
+class ConcretizationTypeError(_FromTracer, JAXTypeError):
   """A traced (abstract) value was used where Python needs a concrete one.
 
   Failing example::
@@ -61,14 +74,14 @@ class TracerBoolConversionError(ConcretizationTypeError):
   """
 
 
-class TracerArrayConversionError(JAXTypeError):
+class TracerArrayConversionError(_FromTracer, JAXTypeError):
   """A tracer was converted to a NumPy array (`np.asarray(tracer)`) inside a transformation.
 
   Fix: use `stagecraft.numpy` functions on traced values instead of NumPy's.
   """
 
 
-class TracerIntegerConversionError(JAXTypeError):
+class TracerIntegerConversionError(_FromTracer, JAXTypeError):
   """A tracer was used where Python needs an int (`__index__`, e.g. `range(tracer)` or
   `lst[tracer]`). Fix: mark the argument static, or use `stagecraft.lax.dynamic_slice`."""
 
@@ -124,6 +137,13 @@ class NonConcreteBooleanIndexError(JAXIndexError):
   Fix: `stagecraft.numpy.where(x > 0, x, 0).sum()`, or give the result a static size
   (`x[jnp.nonzero(x > 0, size=n, fill_value=...)]`).
   """
+
+  def __init__(self, *args):
+    if args and hasattr(args[0], "_concretization_error"):   # JAX's constructor: a tracer
+      args = (f"Array boolean indices must be concrete; got {args[0]!r}\n\nSee "
+              f"https://docs.jax.dev/en/latest/errors.html#jax.errors."
+              f"NonConcreteBooleanIndexError",)
+    super().__init__(*args)
 
 
 class KeyReuseError(JAXTypeError):
