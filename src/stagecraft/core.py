@@ -2269,8 +2269,9 @@ class Tracer:
     error's page. `fix`, for a ConcretizationTypeError, is JAX's context line (what asked for
     a concrete value); by default the function `fname` is named. `context`: that line
     verbatim (JAX's `ConcretizationTypeError(tracer, context)`)."""
-    what = f"traced array with shape {self.aval.str_short(False)}"
-    origin = self._trace.origin_msg(self)
+    what = (f"traced array with aval None" if self.aval is None else   # (a bare subclass)
+            f"traced array with shape {self.aval.str_short(False)}")
+    origin = "" if self._trace is None else self._trace.origin_msg(self)
     if cls is TracerBoolConversionError:
       msg = f"Attempted boolean conversion of {what}.{origin}"
     elif cls is TracerArrayConversionError:
