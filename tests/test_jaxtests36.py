@@ -251,3 +251,42 @@ def test_concretization_error_with_context_and_tracer_subclass_init_as_jax():
       super().__init__(trace, None)
   t = FakeTracer(None)
   assert t._trace is None and t.aval is None
+
+
+# -- pure_callback / io_callback: 64-bit result types without x64; failures logged -----------
+
+def _io_callback(lib):
+  return (sc.experimental.io_callback if lib is sc else
+          __import__("jax.experimental", fromlist=["io_callback"]).io_callback)
+
+
+@pytest.mark.parametrize("kind", ["pure", "io"])
+@pytest.mark.parametrize("dtype", [np.int64, np.float64, np.complex128, np.int32])
+def test_callback_result_types_of_64_bits_without_x64_as_jax(kind, dtype):
+  def outcome(lib):
+    cb = lib.pure_callback if kind == "pure" else _io_callback(lib)
+    try:
+      out = lib.jit(lambda x: cb(lambda x: np.asarray(42, dtype),
+                                 lib.ShapeDtypeStruct((), dtype), x))(0.0)
+      lib.effects_barrier()
+      return "ok", np.asarray(out).dtype, np.asarray(out).item()
+    except Exception as e:  # noqa: BLE001 -- the exception is what is compared
+      return type(e).__name__, str(e)
+
+  assert outcome(sc) == outcome(jax)
+
+
+@pytest.mark.parametrize("kind", ["pure", "io"])
+def test_a_failing_callback_is_logged_as_jax(kind, caplog):
+  def fail(x):
+    raise RuntimeError("Ooops")
+
+  for lib in (jax, sc):
+    cb = lib.pure_callback if kind == "pure" else _io_callback(lib)
+    caplog.clear()
+    with caplog.at_level("ERROR"), pytest.raises(RuntimeError):
+      lib.jit(lambda x: cb(fail, lib.ShapeDtypeStruct((), np.float32), x))(0.0
+                                                                          ).block_until_ready()
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage() == f"jax.{kind}_callback failed"
+    assert record.exc_info is not None and "Ooops" in str(record.exc_info[1])

@@ -25,7 +25,11 @@ def _result_avals(result_shape_dtypes, what: str):
       where = "".join(f"[{p!r}]" for p in path) or "result_shape_dtypes"
       raise TypeError(f"{what}: result_shape_dtypes must be a pytree of objects with "
                       f"`shape` and `dtype` (e.g. ShapeDtypeStruct), got {x!r} at {where}.")
-    avals.append(ShapedArray(tuple(shape), dtypes.canonicalize_dtype(np.dtype(dtype))))
+    dt = np.dtype(dtype)
+    if dtypes.canonicalize_dtype(dt) != dt:
+      raise ValueError("result_shape_dtypes cannot specify 64-bit types when "
+                       "`jax_enable_x64` is disabled")
+    avals.append(ShapedArray(tuple(shape), dt))
   return tuple(avals), tree
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import optree
 from jaxlib import xla_client as xc
 
-from stagecraft import core, dtypes, tree_util
+from stagecraft import core, dtypes, monitoring, tree_util
 from stagecraft.core import ShapedArray
 from stagecraft.interpreters import ad, batching, lowering, mlir
 from stagecraft.lax import shape as lax_shape
@@ -278,15 +278,20 @@ def _callback_abstract_eval(*avals, callback, result_avals, **_):
   return _result_avals_out(result_avals)
 
 
-def _run_callback(callback: FlatCallback, result_avals, in_avals, leaves):
-  outs = callback(*_to_arrays(leaves, in_avals))
+def _run_callback(callback: FlatCallback, result_avals, in_avals, leaves, kind: str = "pure"):
+  try:
+    outs = callback(*_to_arrays(leaves, in_avals))
+  except BaseException:
+    # NB: as JAX's, the failure and its traceback are logged (at ERROR) where it happens
+    monitoring.logger("callback").exception(f"jax.{kind}_callback failed")
+    raise
   return _check_results(outs, result_avals, callback.name)
 
 
 def _callback_impl(*args, callback, result_avals, _kind="pure", **_):
   avals = [core.get_aval(a) if type(a) is not Array else a.aval for a in args]
   try:
-    res = _run_callback(callback, result_avals, avals, args)
+    res = _run_callback(callback, result_avals, avals, args, _kind)
   except Exception as e:
     # NB: as JAX's, where the callback runs inside the runtime even eagerly: what it raises
     # (or a result of the wrong shape) comes out as JaxRuntimeError, a RuntimeError
@@ -303,7 +308,7 @@ def _callback_lowering_of(kind: str):
     ordered = bool(params.get("ordered", False))
 
     def host_fn(*leaves):
-      return tuple(_run_callback(callback, result_avals, in_avals, leaves))
+      return tuple(_run_callback(callback, result_avals, in_avals, leaves, kind))
     return _emit_callback(ctx, operands, host_fn, f"{kind} callback {callback.name}",
                           ordered=ordered, side_effect=kind != "pure")
   return rule
