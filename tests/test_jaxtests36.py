@@ -290,3 +290,20 @@ def test_a_failing_callback_is_logged_as_jax(kind, caplog):
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert record.getMessage() == f"jax.{kind}_callback failed"
     assert record.exc_info is not None and "Ooops" in str(record.exc_info[1])
+
+
+# -- broadcast_shapes: JAX's checks of each shape -----------------------------------------------
+
+@pytest.mark.parametrize("args", [((-1,),), ("hello",), ((2, -1), (2, 1)), ((2, 3), (3, 2)),
+                                  ((2, 3), (1,)), ((2.0, 3),), (3,),
+                                  ((np.int64(2), 3), (1,))], ids=repr)
+@pytest.mark.parametrize("where", ["lax", "numpy"])
+def test_broadcast_shapes_checks_as_jax(args, where):
+  def outcome(lib):
+    fn = lib.lax.broadcast_shapes if where == "lax" else lib.numpy.broadcast_shapes
+    try:
+      return "ok", fn(*args)
+    except Exception as e:  # noqa: BLE001 -- the exception is what is compared
+      return type(e).__name__, str(e)
+
+  assert outcome(sc) == outcome(jax)

@@ -1525,12 +1525,31 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
   Raises:
     ValueError: if the shapes are incompatible (naming them).
+    TypeError: a shape that is not a sequence of static integers, or has a negative entry
+      (JAX's messages).
   """
+  checked = [check_broadcast_shape(s) for s in shapes]
+  if len(shapes) == 1:
+    return shapes[0]   # NB: as JAX's, the one shape as given
   try:
-    return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    return tuple(int(d) for d in np.broadcast_shapes(*checked))
   except ValueError:
     raise ValueError(f"Incompatible shapes for broadcasting: shapes={list(map(tuple, shapes))}"
                      ) from None
+
+
+def check_broadcast_shape(shape: Any) -> tuple[int, ...]:
+  """`shape` (a sequence of static integers; an int is a 1-d shape) as a tuple of ints, for
+  broadcasting.
+
+  Raises:
+    TypeError: if it is not one, or has a negative entry (JAX's messages).
+  """
+  checked = canonicalize_shape("broadcast_shapes", "shape", shape)
+  if not all(d >= 0 for d in checked):
+    raise TypeError(f"Only non-negative indices are allowed when broadcasting static shapes, "
+                    f"but got shape {shape!r}.")
+  return checked
 
 
 def broadcast_to_rank(x: Any, rank: int) -> Any:

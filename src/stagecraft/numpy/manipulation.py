@@ -16,6 +16,7 @@ from stagecraft import core, dtypes, lax, shape_poly, tree_util
 from stagecraft.core import ShapedArray, Tracer
 from stagecraft.errors import InconclusiveDimensionOperation
 from stagecraft.lax.spmd import reshard, reshard_to_type
+from stagecraft.lax import shape as lax_shape
 from stagecraft.numpy.array_constructors import asarray
 from stagecraft.lax.utils import (CONCATENATE, FORWARD, KEY_TYPES, REV, STACK,
                                    on_keys)
@@ -831,8 +832,9 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
   if any(shape_poly.is_symbolic_dim(d) for s in shapes
          for d in (s if isinstance(s, (tuple, list)) else (s,))):   # export
     return _symbolic_broadcast_shapes(shapes)
+  shapes = [s if isinstance(s, (tuple, list)) else (s,) for s in shapes]   # (as JAX's)
   try:
-    return tuple(np.broadcast_shapes(*shapes))
+    return tuple(np.broadcast_shapes(*[lax_shape.check_broadcast_shape(s) for s in shapes]))
   except ValueError:
     # NB: JAX's words (its lax.broadcast_shapes): the shapes as a list of tuples
     raise ValueError("Incompatible shapes for broadcasting: shapes="
