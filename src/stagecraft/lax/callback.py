@@ -535,8 +535,8 @@ def _inspect_sharding_lowering(ctx, value, *, callback):
     raise NotImplementedError("inspect_array_sharding inside pmap is not implemented (JAX "
                               "does not implement it either).")
   if mesh is None or mesh.size == 1:
-    devices = client.local_devices() if mesh is None else list(mesh.devices.flat)
-    callback(SingleDeviceSharding(devices[0]))
+    device = client.default_device() if mesh is None else mesh.devices.flat[0]
+    callback(SingleDeviceSharding(device))
     return []
   ndim = len(ctx.avals_in[0].shape)
 
