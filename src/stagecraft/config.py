@@ -260,6 +260,9 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     # the warning about large constants in a program's text (lowering.warn_captured_constants)
     "captured_constants_warn_bytes": None, "captured_constants_report_frames": None,
     "pprint_use_color": None, "logging_level": None, "debug_log_modules": None,
+    # runtime/transfer_guard.py
+    "transfer_guard": None, "transfer_guard_host_to_device": None,
+    "transfer_guard_device_to_device": None, "transfer_guard_device_to_host": None,
     # dump_ir: its `jaxpr_html` mode is not written (the other modes are)
     "dump_ir_to": None, "dump_ir_modes": None,
 }
@@ -444,6 +447,10 @@ class Config:
     if key in ("logging_level", "debug_log_modules"):
       logging_config.apply(key, value)
     self.__dict__[key] = value
+    if key == "transfer_guard":   # as JAX's: the generic option sets each direction's
+      for name in ("transfer_guard_host_to_device", "transfer_guard_device_to_device",
+                   "transfer_guard_device_to_host"):
+        self.update(name, value)
     if opt.trace or key in ("debug_nans", "debug_infs"):
       self._refresh()
     self._warn_unhonoured(key, value)
@@ -633,6 +640,18 @@ transfer_guard_device_to_device = State("transfer_guard_device_to_device")
 transfer_guard_device_to_host = State("transfer_guard_device_to_host")
 
 
+@contextlib.contextmanager
 def transfer_guard(new_val: str):
-  """Context manager setting all three transfer guards (accepted; not enforced)."""
-  return config._override("transfer_guard", new_val)
+  """`with transfer_guard(level):` sets the host-to-device, device-to-device and
+  device-to-host guards (and the generic `jax_transfer_guard`) to `level` for a block: one
+  of "allow", "log", "disallow", "log_explicit", "disallow_explicit" (runtime/transfer_guard.py
+  says what each allows). An inner `transfer_guard_<direction>(...)` block overrides it for
+  its direction.
+
+  Raises:
+    ValueError: for another level (nothing is changed)."""
+  with contextlib.ExitStack() as stack:
+    for name in ("transfer_guard_host_to_device", "transfer_guard_device_to_device",
+                 "transfer_guard_device_to_host", "transfer_guard"):
+      stack.enter_context(config._override(name, new_val))
+    yield

@@ -247,7 +247,7 @@ class _WithConsts:
 
   def __init__(self, ex, consts: list, avals: Sequence[ShapedArray]):
     self.ex = ex
-    self.consts = [c if type(c) is Array else Array(dispatch.to_buffer(c, a), a)
+    self.consts = [c if type(c) is Array else Array(dispatch.to_buffer(c, a, transfer=None), a)
                    for c, a in zip(consts, avals)]
 
   def call(self, args):
@@ -2038,7 +2038,8 @@ def compile_lowered(lowered: LoweredSignature, device=None, exe=None,
     exe = dispatch.compile_module(lowered.text, None if device is None else [device],
                                   fun_name=fun_name or lowered.fun_name)
   in_avals = [v.aval for v in jaxpr.invars[nconst:]]
-  const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device)
+  const_bufs = [dispatch.to_buffer(entry.consts[i], jaxpr.invars[i].aval, device,
+                                    transfer=None)
                 for i in lowered.used_consts]
   if lowered.formats is not None:
     return FormatCall(exe, lowered.kept, const_bufs, in_avals, jaxpr.out_avals,

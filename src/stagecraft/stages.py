@@ -965,7 +965,8 @@ def _rebuild(data, header, meta, in_tree, out_tree) -> Compiled:
                        f"the bytes were altered or come from another kind of program.")
     exe, _ = cache.deserialize_executable(data, [default])
     cache.check_signature(exe, const_avals + used, out_avals, "deserialize_compiled")
-    consts = [dispatch.to_buffer(c, a) for c, a in zip(const_values, const_avals)]
+    consts = [dispatch.to_buffer(c, a, transfer=None)
+              for c, a in zip(const_values, const_avals)]
     call = pjit.CompiledCall(exe, kept, consts, list(in_avals), out_avals, out_tree, donated, "",
                             None)
   elif program in ("replicated", "mesh"):

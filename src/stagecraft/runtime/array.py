@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import contextvars
 import ctypes
 import enum
 import gc
@@ -17,7 +18,7 @@ from jaxlib import xla_client as xc
 from stagecraft import core, dtypes, tree_util
 from stagecraft.errors import DonatedBufferError
 from stagecraft.layout import Format, Layout
-from stagecraft.runtime import client
+from stagecraft.runtime import client, transfer_guard
 from stagecraft.sharding import Shard, SingleDeviceSharding
 
 #: Arrays put on the default device explicitly (`device_put(x, devices()[0])`): committed,
@@ -205,9 +206,18 @@ class Array(metaclass=_ArrayMeta):
           f"argument.")
     return self._buf
 
+  def _guard_fetch(self) -> None:
+    # a read into host memory that the device-to-host transfer guard may refuse (explicit
+    # inside `device_get`)
+    if self._npy is None:
+      dev = next(iter(self.devices()))
+      transfer_guard.device_to_host(self.aval, dev, _explicit_fetch.get())
+
   @property
   def _value(self) -> np.ndarray:
     v = self._npy
+    if v is None and transfer_guard.active[0]:
+      self._guard_fetch()
     if v is None and self._sharding is not None:
       v = self._npy = _gather(self)
     elif v is None:
@@ -419,6 +429,8 @@ class Array(metaclass=_ArrayMeta):
       RuntimeError / DonatedBufferError: for a deleted or donated Array, as `_check_buf`.
     """
     buf = self._check_buf()
+    if transfer_guard.active[0] and not _explicit_fetch.get():   # NB: device_get's prefetch
+      self._guard_fetch()                                       # is guarded when read
     for piece in buf._arrays:
       piece._copy_single_device_array_to_host_async()
 
@@ -594,6 +606,11 @@ def _reconstruct(value: np.ndarray, weak_type: bool) -> Array:
 core.pytype_aval_mappings[Array] = lambda x: x.aval
 
 
+#: Whether the host reads now are explicit ones (`device_get`), for the transfer guards.
+_explicit_fetch: contextvars.ContextVar[bool] = contextvars.ContextVar("explicit_fetch",
+                                                                     default=False)
+
+
 def copy_to_host_async(x: Any) -> Any:
   """Starts copying every Array leaf of the pytree `x` to the host (without waiting); later
   conversions (`np.asarray`, `device_get`) then find the data there. Tracers and leaves
@@ -625,8 +642,12 @@ def device_get(x: Any) -> Any:
     >>> device_get({'a': jnp.arange(3), 'n': 1})
     {'a': array([0, 1, 2], dtype=int32), 'n': 1}
   """
-  copy_to_host_async(x)
-  return tree_util.tree_map_traced(_to_host, x)   # typed keys: their data, on the host
+  token = _explicit_fetch.set(True)   # NB: explicit reads, for the transfer guards
+  try:
+    copy_to_host_async(x)
+    return tree_util.tree_map_traced(_to_host, x)   # typed keys: their data, on the host
+  finally:
+    _explicit_fetch.reset(token)
 
 
 def live_arrays(platform: str | None = None) -> list[Array]:

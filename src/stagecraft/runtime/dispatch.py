@@ -20,7 +20,7 @@ from stagecraft import core, dtypes, dump_ir, monitoring, tree_util
 from stagecraft.core import Jaxpr, JaxprEqn, ShapedArray, Var
 from stagecraft.interpreters import lowering
 from stagecraft.config import config
-from stagecraft.runtime import cache, client
+from stagecraft.runtime import cache, client, transfer_guard
 from stagecraft.runtime import array as array_mod
 from stagecraft.runtime.array import Array
 from stagecraft import sharding as sharding_lib
@@ -58,10 +58,17 @@ def _put_np(x: np.ndarray, aval: ShapedArray, device, committed: bool = False,
                                committed, force_copy, enable_x64=True)
 
 
-def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -> Any:
+def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False, *,
+              transfer: str | None = "implicit") -> Any:
   """A device buffer holding `x` with dtype `aval.dtype` on `device` (default device when
   None); no copy for an Array already there. Host data is always copied, so later writes to
-  a NumPy input never change the Array."""
+  a NumPy input never change the Array. `transfer` is how the transfer guards see a move:
+  "implicit" (a computation's operand), "explicit" (`device_put`) or None (the runtime's
+  own: a program's constants).
+
+  Raises:
+    JaxRuntimeError: where a transfer guard disallows the move (runtime/transfer_guard.py).
+  """
   if type(x) is Array:
     buf = x._buf
     if buf is None:
@@ -70,6 +77,9 @@ def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -
       return _move(x, device)
     if x._device is device or device is None and x._device is None:
       return buf
+    if transfer is not None and transfer_guard.active[0]:
+      transfer_guard.device_to_device(x.aval, x.device, device or client.default_device(),
+                                      transfer == "explicit")
     return _move(x, device)
   device = device or client.default_device()
   if type(x) is core.Token:
@@ -80,6 +90,10 @@ def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -
     x = np.asarray(x)
   if isinstance(x, core.Tracer):
     raise core.escaped_tracer_error(x)
+  if transfer is not None and transfer_guard.active[0]:
+    # NB: named by the host value's own aval (a Python int is an int32[] even where an f32
+    # operand takes it), as JAX's
+    transfer_guard.host_to_device(_host_aval(x, aval), device, transfer == "explicit")
   handler = dtypes.canonicalize_value_handlers.get(type(x))
   if handler is not None:   # a type registered by a library (JAX's canonicalize handlers)
     x = handler(x)
@@ -88,6 +102,14 @@ def to_buffer(x: Any, aval: ShapedArray, device=None, committed: bool = False) -
     return _put_np(np.zeros(aval.shape, np.bool_), aval, device, committed)
   arr = np.asarray(x, dtype=aval.dtype)
   return _put_np(arr, aval, device, committed, force_copy=arr is x)
+
+
+def _host_aval(x: Any, aval: ShapedArray) -> ShapedArray:
+  try:
+    own = core.get_aval(x)
+  except TypeError:
+    return aval
+  return own if type(own) is ShapedArray else aval
 
 
 #: The buffer of a token value on the device: an empty bool array (as JAX's, and as PJRT passes
@@ -210,17 +232,19 @@ def device_put_leaf(x, device, path):
     # runs where its device assignment says.
     return x
   if device is None:
-    return x if type(x) is Array else Array(to_buffer(x, aval), aval)
+    return x if type(x) is Array else Array(to_buffer(x, aval, transfer="explicit"), aval)
   dev = None if device == client.default_device() else device
   if dev is not None:
     placement_used[0] = True
   if type(x) is Array:
     if x._device == dev and (dev is not None or id(x) in array_mod.committed_to_default):
       return x
+    if transfer_guard.active[0] and x._sharding is None and x.device != device:
+      transfer_guard.device_to_device(x.aval, x.device, device, explicit=True)
     phys = x._physical()   # NB: typed keys move as their key data (the same buffer)
     out = Array(_put_np(np.asarray(phys._value), phys.aval, device, True), aval, dev)
   else:
-    out = Array(to_buffer(x, aval, device, committed=True), aval, dev)
+    out = Array(to_buffer(x, aval, device, committed=True, transfer="explicit"), aval, dev)
   if dev is None:
     array_mod.mark_committed(out)
   return out
