@@ -1302,6 +1302,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
       for i in ref_pos:
         leaves[i] = leaves[i][...]
     dims, size = mapped_axes("vmap", fun, leaves, in_tree, axes, axis_size)
+    batching.check_mapped_specs(leaves, dims)
     axis_data = batching.AxisData(axis_name, size, spmd_axis_name)
     store: list = []
 

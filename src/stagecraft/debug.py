@@ -84,7 +84,8 @@ def print(fmt: str | None = None, *args, ordered: bool = False, partitioned: boo
     fmt: a `str.format` string. Array arguments (any shape and dtype, tracers included)
       are passed at run time; other arguments (strings, objects) are fixed now.
     ordered: keep this print in program order with other ordered effects.
-    partitioned: accepted for JAX compatibility (each device prints its own values).
+    partitioned: in a jit over a mesh, each device prints its own shards (once per
+      device, in no fixed order) instead of one print of the gathered values.
     skip_format_check: do not check now that the fields of `fmt` and the arguments match.
 
   Called with options alone (`print(ordered=True)`), returns the function that takes the

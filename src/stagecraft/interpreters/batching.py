@@ -158,6 +158,27 @@ def unmapped_aval_typed(a: ShapedArray, d: int, axis_data: AxisData) -> ShapedAr
   return _typed(a, shape, es, like)
 
 
+def check_mapped_specs(args: Sequence[Any], in_dims: Sequence[int | None]) -> None:
+  """JAX's check that the batch dimensions of `args` (`in_dims`: None for unbatched) are
+  split over the same mesh axes (spec entries).
+
+  Raises:
+    ValueError: "Mapped away dimension of inputs passed to vmap should be sharded the same.
+      Got inconsistent axis specs: x vs None" (JAX's words)."""
+  first, seen = None, False
+  for x, d in zip(args, in_dims):
+    if d is None or d is not_mapped:
+      continue
+    a = getattr(x, "aval", None)
+    e = None
+    if type(a) is ShapedArray and a._sharding is not None:
+      e = _entries(a)[d]
+    if seen and e != first:
+      raise ValueError("Mapped away dimension of inputs passed to vmap should be sharded "
+                       f"the same. Got inconsistent axis specs: {first} vs {e}")
+    first, seen = e, True
+
+
 def _with_explicit_axis(axis_data: AxisData, args: Sequence[Any],
                         in_dims: Sequence[int | None]) -> AxisData:
   """`axis_data` with the spec entry (and sharding) of the first batched operand whose
@@ -536,4 +557,4 @@ __all__ = ["extend_axis_env", "axis_size", "bound_axis_names", "not_mapped", "pr
            "BatchTrace", "BatchTracer", "moveaxis", "broadcast", "bdim_at_front", "matchaxis",
            "defvectorized", "defbroadcasting", "broadcast_batcher", "align_elementwise", "unbatched_shape",
            "batch_flat", "batch_jaxpr", "fancy_primitive_batchers", "defreducer",
-           "register_vmappable", "unregister_vmappable"]
+           "register_vmappable", "unregister_vmappable", "check_mapped_specs"]

@@ -154,14 +154,16 @@ def _check_results(outs: Sequence[Any], result_avals: Sequence[ShapedArray],
 
 def _emit_callback(ctx, operands: Sequence[str], host_fn: Callable, name: str, *,
                    ordered: bool, side_effect: bool, token: str | None = None,
-                   host_callbacks: list | None = None) -> list[str]:
+                   host_callbacks: list | None = None, partitioned: bool = False) -> list[str]:
   """Emits the host-callback custom call of `host_fn(*numpy operands) -> tuple of numpy
   results` (the results typed by `ctx.avals_out`); threads the ordered-effect token, or
   `token` when given (then the results start with the new token). The HostCallback made
-  is appended to `host_callbacks` when given."""
+  is appended to `host_callbacks` when given. `partitioned` (a call without results): in
+  a program over a mesh, XLA's partitioner runs it once per device on that device's shards
+  (the runtime's `xla_ffi_partitioned_python_*_callback` target, as JAX's)."""
   platform = client.get_backend().platform
-  target = ("xla_ffi_python_gpu_callback" if platform in ("cuda", "rocm", "gpu")
-            else "xla_ffi_python_cpu_callback")
+  device = "gpu" if platform in ("cuda", "rocm", "gpu") else "cpu"
+  target = f"xla_ffi{'_partitioned' if partitioned else ''}_python_{device}_callback"
   ordered = ordered or token is not None
   cb = dispatch.HostCallback(host_fn, name, token=ordered)
   if host_callbacks is not None:
@@ -218,21 +220,21 @@ def emit_python_callback(ctx, callback: Callable, token: str | None,
     has_side_effect: whether XLA must keep the call even when its results go unused.
     returns_token, sharding: accepted for JAX's signature (the token is returned when one
       is given; the callback runs on the device that runs the program).
-    partitioned: must be False.
+    partitioned: for a call without results: in a program over a mesh, called once per
+      device with that device's shards.
 
   Returns:
     `(results, token, keepalive)`: the results' SSA names (one per `result_avals`), the new
     token (None without `token`), and the host callable (to keep alive with the module).
 
   Raises:
-    NotImplementedError: for `partitioned=True`.
+    ValueError: for `partitioned=True` with results (JAX's message).
     (while the program runs) RuntimeError texts of JAX for a wrong number, shape or dtype
       of results, reported as the program's JaxRuntimeError.
   """
   del returns_token, sharding
-  if partitioned:
-    raise NotImplementedError("emit_python_callback: partitioned callbacks are not "
-                              "implemented in stagecraft")
+  if partitioned and result_avals:
+    raise ValueError("Partitioned callback not supported with return values.")
   result_avals = list(result_avals)
   name = f"python callback {getattr(callback, '__qualname__', None) or callback!r}"
 
@@ -241,7 +243,8 @@ def emit_python_callback(ctx, callback: Callable, token: str | None,
   sub = ctx.replace(avals_in=list(operand_avals), avals_out=result_avals)
   made: list = []
   outs = _emit_callback(sub, operands, host_fn, name, ordered=False,
-                        side_effect=has_side_effect, token=token, host_callbacks=made)
+                        side_effect=has_side_effect, token=token, host_callbacks=made,
+                        partitioned=partitioned)
   new_token = None
   if token is not None:
     new_token, outs = outs[0], outs[1:]
@@ -466,7 +469,7 @@ def _debug_callback_lowering(ctx, *operands, callback, ordered, partitioned):
     _debug_callback_host(callback, in_avals, leaves)
     return ()
   return _emit_callback(ctx, operands, host_fn, f"debug callback {callback.name}",
-                        ordered=ordered, side_effect=True)
+                        ordered=ordered, side_effect=True, partitioned=partitioned)
 
 
 def _debug_print_lowering(ctx, *operands, **params):
@@ -476,7 +479,7 @@ def _debug_print_lowering(ctx, *operands, **params):
     _print_host(params, in_avals, leaves)
     return ()
   return _emit_callback(ctx, operands, host_fn, "debug.print", ordered=params["ordered"],
-                        side_effect=True)
+                        side_effect=True, partitioned=params["partitioned"])
 
 
 def _debug_jvp_of(prim):
@@ -568,7 +571,8 @@ batching.primitive_batchers[inspect_sharding_p] = lambda args, dims, **params: (
 
 # Operands split over Explicit mesh axes: the results are unsharded (as JAX's types: the
 # callback sees the whole gathered operands, on one device).
-for _p in (pure_callback_p, io_callback_p):
+# Debug callbacks have no results.
+for _p in (pure_callback_p, io_callback_p, debug_callback_p, debug_print_p):
   core.sharding_rules[_p] = lambda *avals, **params: None
 
 

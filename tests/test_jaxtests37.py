@@ -1,0 +1,123 @@
+"""Behaviour found by running JAX 0.10.2's own test files (session 37), each checked against
+JAX in the same process: partitioned debug prints and callbacks over a mesh."""
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+import stagecraft as sc
+
+
+def _mesh(api, shape, names):
+  return api.make_mesh(shape, names)
+
+
+def _printed_lines(capsys, api, fun, *args, mesh=None):
+  capsys.readouterr()
+  with api.set_mesh(mesh):
+    api.jit(fun)(*args)
+  api.effects_barrier()
+  return capsys.readouterr().out
+
+
+def _blocks(text: str, lines_per_print: int) -> set:
+  lines = text.splitlines()
+  return {"\n".join(lines[i:i + lines_per_print]) for i in range(0, len(lines), lines_per_print)}
+
+
+@pytest.mark.parametrize("case", ["3d", "vmap", "vmap_diff_axes", "nested_vmap", "sum"])
+def test_partitioned_debug_print_prints_each_shard_as_jax(capsys, case):
+  def run(api):
+    if case == "vmap_diff_axes":
+      mesh = api.make_mesh((2,), ("x",), axis_types=(api.sharding.AxisType.Auto,))
+      s = api.sharding.NamedSharding(mesh, api.sharding.PartitionSpec("x"))
+      x = api.device_put(np.arange(4).reshape(2, 2), s)
+      y = api.device_put(np.arange(4).reshape(2, 2) + 6, s)
+      f = functools.partial(api.vmap, in_axes=(0, 1))(
+          lambda x, y: api.debug.print("hello: {} {}", x, y, partitioned=True))
+      return _printed_lines(capsys, api, f, x, y, mesh=mesh), 1
+    mesh = _mesh(api, (1, 1, 2), ("x", "y", "z"))
+    s = api.sharding.NamedSharding(mesh, api.sharding.PartitionSpec("x", "y", "z"))
+    arr = api.device_put(np.arange(24).reshape(2, 3, 4), s)
+    body = lambda x: api.debug.print("hello: {x}", x=x, partitioned=True)
+    if case == "3d":
+      return _printed_lines(capsys, api, body, arr, mesh=mesh), 7
+    if case == "vmap":
+      return _printed_lines(capsys, api, api.vmap(body), arr, mesh=mesh), 3
+    if case == "nested_vmap":
+      return _printed_lines(capsys, api, api.vmap(api.vmap(body)), arr, mesh=mesh), 1
+    return _printed_lines(capsys, api, lambda x: body(x.sum()), arr, mesh=mesh), 1
+
+  ours, n = run(sc)
+  theirs, _ = run(jax)
+  assert _blocks(ours, n) == _blocks(theirs, n)
+  if case == "3d":   # one print per device, each of its own shard
+    assert len(_blocks(ours, n)) == 2 and "[ 2  3]" in ours and "[12 13]" in ours
+
+
+def test_partitioned_debug_callback_sees_local_shards():
+  def run(api):
+    seen = []
+    mesh = _mesh(api, (2,), ("x",))
+    s = api.sharding.NamedSharding(mesh, api.sharding.PartitionSpec("x"))
+    x = api.device_put(np.arange(8.0, dtype=np.float32).reshape(4, 2), s)
+    with api.set_mesh(mesh):
+      api.jit(lambda x: api.debug.callback(lambda v: seen.append(np.asarray(v)), x * 2,
+                                           partitioned=True))(x)
+    api.effects_barrier()
+    return sorted(tuple(v.ravel()) for v in seen), {v.shape for v in seen}
+
+  ours, theirs = run(sc), run(jax)
+  assert ours == theirs
+  assert ours[1] == {(2, 2)}
+
+
+def test_unpartitioned_debug_print_prints_the_gathered_value_once(capsys):
+  def run(api):
+    mesh = _mesh(api, (2,), ("x",))
+    s = api.sharding.NamedSharding(mesh, api.sharding.PartitionSpec("x"))
+    x = api.device_put(np.arange(4), s)
+    return _printed_lines(capsys, api, lambda x: api.debug.print("v={}", x), x, mesh=mesh)
+
+  assert run(sc) == run(jax) == "v=[0 1 2 3]\n"
+
+
+def test_emit_python_callback_partitioned_with_results_raises_as_jax():
+  from stagecraft.interpreters import mlir
+  from stagecraft.extend import core as ext_core
+  prim = ext_core.Primitive("partitioned_cb_test")
+  prim.def_abstract_eval(lambda x: x)
+
+  def lowering(ctx, x):
+    outs, _, _ = mlir.emit_python_callback(ctx, lambda v: (v,), None, [x], ctx.avals_in,
+                                           ctx.avals_out, has_side_effect=False,
+                                           partitioned=True)
+    return outs
+  mlir.register_lowering(prim, lowering)
+  with pytest.raises(ValueError, match="^Partitioned callback not supported with return "
+                                       "values."):
+    sc.jit(prim.bind).lower(np.ones(2, np.float32))
+
+
+def test_vmap_of_batch_dims_split_differently_raises_as_jax():
+  from _util import error_of
+
+  def run(api):
+    mesh = _mesh(api, (2,), ("x",))   # Explicit axes (make_mesh's default)
+    s = api.sharding.NamedSharding(mesh, api.sharding.PartitionSpec("x"))
+    x = api.device_put(np.arange(4).reshape(2, 2), s)
+    with api.set_mesh(mesh):
+      return error_of(lambda: api.vmap(lambda a, b: a + b, in_axes=(0, 1))(x, x))
+
+  ours, theirs = run(sc), run(jax)
+  assert ours == theirs
+  assert ours[0] is ValueError and "inconsistent axis specs: x vs None" in ours[1]
+  # the same split on every batch dimension is fine
+  mesh = _mesh(sc, (2,), ("x",))
+  s = sc.sharding.NamedSharding(mesh, sc.sharding.PartitionSpec("x"))
+  x = sc.device_put(np.arange(4).reshape(2, 2), s)
+  with sc.set_mesh(mesh):
+    np.testing.assert_array_equal(sc.vmap(lambda a, b: a + b)(x, x), np.arange(4).reshape(2, 2) * 2)
