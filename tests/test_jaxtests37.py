@@ -121,3 +121,53 @@ def test_vmap_of_batch_dims_split_differently_raises_as_jax():
   x = sc.device_put(np.arange(4).reshape(2, 2), s)
   with sc.set_mesh(mesh):
     np.testing.assert_array_equal(sc.vmap(lambda a, b: a + b)(x, x), np.arange(4).reshape(2, 2) * 2)
+
+
+def test_polygamma_of_a_traced_order_under_jit_as_jax():
+  import jax.scipy.special as jsp
+  from stagecraft.scipy import special as ssp
+  n = np.array([[0], [1], [3]], np.int32)
+  x = np.array([[0.5, 1.5, 2.5, 7.0]], np.float32)
+  ours = sc.jit(ssp.polygamma)(n, x)
+  theirs = jax.jit(jsp.polygamma)(n, x)
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=2e-6)
+  assert ours.dtype == theirs.dtype and ours.shape == (3, 4)
+  with pytest.raises(ValueError, match="must be of integer type. Got dtype float32"):
+    ssp.polygamma(np.float32(1), x)
+
+
+@pytest.mark.parametrize("jitted", [False, True])
+def test_ndtri_under_debug_infs_as_jax(jitted):
+  import jax.scipy.special as jsp
+  from stagecraft.scipy import special as ssp
+  for api, fn in ((sc, ssp.ndtri), (jax, jsp.ndtri)):
+    f = api.jit(fn) if jitted else fn
+    with api.debug_infs(True):
+      assert float(f(0.5)) == 0.0   # the infinities computed inside are no error
+      for p in (0.0, 1.0):
+        with pytest.raises(FloatingPointError, match=r"invalid value \(inf\)"):
+          f(p)
+  with sc.debug_infs(True):
+    np.testing.assert_array_equal(np.asarray(ssp.ndtri(np.float32([0.25, 0.5]))),
+                                  np.asarray(jsp.ndtri(np.float32([0.25, 0.5]))))
+
+
+@pytest.mark.parametrize("lhs_bdim,rhs_bdim", [(None, 2), (0, None), (1, 3)])
+@pytest.mark.parametrize("groups", [(2, 1), (1, 2)])
+def test_conv_vmapped_over_an_empty_axis_as_jax(lhs_bdim, rhs_bdim, groups):
+  fgc, bgc = groups
+  lhs_shape = [2 * bgc, 2 * fgc, 6, 7]
+  rhs_shape = [2 * fgc * bgc, 2, 1, 2]
+  lhs = np.zeros(lhs_shape[:lhs_bdim] + [0] + lhs_shape[lhs_bdim:] if lhs_bdim is not None
+                 else lhs_shape, np.float32)
+  rhs = np.zeros(rhs_shape[:rhs_bdim] + [0] + rhs_shape[rhs_bdim:] if rhs_bdim is not None
+                 else rhs_shape, np.float32)
+
+  def run(api):
+    conv = lambda l, r: api.lax.conv_general_dilated(
+        l, r, (1, 2), ((1, 0), (0, 1)), feature_group_count=fgc, batch_group_count=bgc)
+    return api.vmap(conv, (lhs_bdim, rhs_bdim))(lhs, rhs)
+
+  ours, theirs = run(sc), run(jax)
+  assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+  assert ours.shape[0] == 0

@@ -25,7 +25,7 @@ from stagecraft.interpreters import ad, batching, lowering
 from stagecraft.interpreters.lowering import i64_array, ir_type
 from stagecraft.lax.dot import Precision, canonicalize_precision, dot_general, precision_config
 from stagecraft.lax.elementwise import convert_element_type
-from stagecraft.lax.shape import reshape, rev, transpose
+from stagecraft.lax.shape import full, reshape, rev, transpose
 from stagecraft.lax import utils as lax_utils
 
 __all__ = ["ConvDimensionNumbers", "ConvGeneralDilatedDimensionNumbers",
@@ -580,8 +580,23 @@ def _conv_general_dilated_batch_rule(batched_args, batch_dims, *, window_strides
         feature_group_count=fgc, batch_group_count=bgc, precision=precision,
         preferred_element_type=preferred_element_type)
 
+  la, ra = get_aval(lhs), get_aval(rhs)
+  if ((lhs_bdim is not None and la.shape[lhs_bdim] == 0)
+      or (rhs_bdim is not None and ra.shape[rhs_bdim] == 0)):
+    # NB: as JAX's, an empty vmapped axis gives zeros of the per-example result's shape: the
+    # folds below cannot split an axis of size 0 back out
+    def unbatched(a, d):
+      return a if d is None else a.update(shape=a.shape[:d] + a.shape[d + 1:])
+    one = _conv_general_dilated_abstract_eval(
+        unbatched(la, lhs_bdim), unbatched(ra, rhs_bdim), window_strides=window_strides,
+        padding=padding, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+        dimension_numbers=dimension_numbers, feature_group_count=feature_group_count,
+        batch_group_count=batch_group_count, precision=precision,
+        preferred_element_type=preferred_element_type)
+    return full((0, *one.shape), 0, one.dtype), 0
+
   if lhs_bdim is not None and rhs_bdim is not None:
-    size = get_aval(lhs).shape[lhs_bdim]
+    size = la.shape[lhs_bdim]
     if batch_group_count > 1:
       new_lhs = _reshape_axis_into(lhs_bdim, lhs_spec[0], lhs)
       fgc, bgc = feature_group_count, batch_group_count * size

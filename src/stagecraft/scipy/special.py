@@ -25,7 +25,9 @@ from stagecraft.custom_derivatives import custom_jvp
 from stagecraft.numpy.reductions import masked
 from stagecraft.numpy.ufuncs import promote_shapes
 from stagecraft.numpy.util import check_arraylike, promote_dtypes_inexact
+from stagecraft.config import debug_infs
 from stagecraft.pjit import jit
+from stagecraft.runtime import dispatch
 
 __all__ = [
     "bernoulli", "bessel_jn", "beta", "betainc", "betaln", "boxcox", "boxcox1p", "comb",
@@ -400,8 +402,12 @@ def polygamma(n: ArrayLike, x: ArrayLike):
   Raises:
     ValueError: if `n` does not have an integer dtype, or `x` is complex.
   """
-  n_dtype = dtypes.python_scalar_dtype(type(n)) if dtypes.is_python_scalar(n) \
-      else np.dtype(getattr(n, "dtype", np.asarray(n).dtype))
+  n_dtype = getattr(n, "dtype", None)   # NB: a tracer's, without converting it
+  if dtypes.is_python_scalar(n):
+    n_dtype = dtypes.python_scalar_dtype(type(n))
+  elif n_dtype is None:
+    n_dtype = np.asarray(n).dtype
+  n_dtype = np.dtype(n_dtype)
   if not np.issubdtype(n_dtype, np.integer):
     raise ValueError(f"Argument `n` to polygamma must be of integer type. Got dtype "
                      f"{n_dtype}.")
@@ -572,6 +578,8 @@ def ndtri(p: ArrayLike):
 
   Raises:
     TypeError: for other dtypes, as JAX.
+    FloatingPointError: under `debug_infs`, for an infinite result ("invalid value (inf)
+      encountered in ndtri.", JAX's); the infinities computed inside are no error.
 
   Algorithm: Cephes' ndtri: a rational function of `p - 1/2` on `[e^-2, 1 - e^-2]`, and in
   the tails of `z = sqrt(-2 log p)` (two fits, split at z = 8).
@@ -592,8 +600,14 @@ def ndtri(p: ArrayLike):
   # `tail` is -x for the lower tail; `central` is already signed.
   x = jnp.where(y > _c(p, math.exp(-2.0)), jnp.where(hi, -central, central),
                 jnp.where(hi, tail, -tail))
-  inf = _full_like(x, np.inf)
-  return jnp.where(p == 0, -inf, jnp.where(p == 1, inf, x))
+  with debug_infs(False):   # NB: the infinities of the ends are no error here
+    inf = _full_like(x, np.inf)
+    x = jnp.where(p == 0, -inf, jnp.where(p == 1, inf, x))
+  if not isinstance(x, core.Tracer):   # ... but in the result, as JAX's
+    kind = dispatch.find_special([x])
+    if kind is not None:
+      raise FloatingPointError(f"invalid value ({kind}) encountered in ndtri.")
+  return x
 
 
 _LOG_NDTR_BOUNDS = {np.dtype(np.float64): (-20.0, 8.0), np.dtype(np.float32): (-10.0, 5.0)}
