@@ -171,3 +171,55 @@ def test_conv_vmapped_over_an_empty_axis_as_jax(lhs_bdim, rhs_bdim, groups):
   ours, theirs = run(sc), run(jax)
   assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
   assert ours.shape[0] == 0
+
+
+def _leaked(api, inter):
+  box = []
+
+  def g(y):
+    z = api.numpy.sin(y) if inter else y
+    box.append(z)
+    return y
+  api.jit(g)(np.ones(2, np.float32))
+  return box[0]
+
+
+@pytest.mark.parametrize("inter", [False, True])
+@pytest.mark.parametrize("use", ["jit", "eager"])
+def test_leaked_jit_tracer_message_as_jax(inter, use):
+  from _util import error_of
+
+  def run(api):
+    t = _leaked(api, inter)
+    if use == "jit":
+      return error_of(lambda: api.jit(lambda z: z + t)(1.0))
+    return error_of(lambda: api.numpy.sin(t))
+
+  ours, theirs = run(sc), run(jax)
+  assert ours[0] is sc.errors.UnexpectedTracerError
+  # NB: the function's line and the value's line are in this file for both
+  assert ours[1] == theirs[1]
+  assert ours[1].endswith("\nSee https://docs.jax.dev/en/latest/errors.html#jax.errors."
+                          "UnexpectedTracerError")
+
+
+def test_errors_built_from_a_message_link_jax_errors_page():
+  for name in ("UnexpectedTracerError", "KeyReuseError"):
+    ours, theirs = getattr(sc.errors, name)("msg"), getattr(jax.errors, name)("msg")
+    assert str(ours) == str(theirs)
+  # a message with the link already is kept as given
+  text = "m\nSee https://docs.jax.dev/en/latest/errors.html#jax.errors.KeyReuseError"
+  assert str(sc.errors.KeyReuseError(text)) == text
+
+
+def test_key_reuse_error_message_as_jax():
+  from _util import error_of
+
+  def run(api):
+    with api.debug_key_reuse(True):
+      k = api.random.key(0)
+      api.random.uniform(k)
+      return error_of(lambda: api.random.uniform(k))
+
+  ours, theirs = run(sc), run(jax)
+  assert ours[1] == theirs[1] and ours[0].__name__ == theirs[0].__name__ == "KeyReuseError"

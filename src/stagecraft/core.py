@@ -2208,7 +2208,9 @@ def escaped_tracer_error(tracer: "Tracer", prim: Primitive | None = None) -> Une
       f"allowing for a reference to an intermediate value with type {typ} wrapped in a "
       f"{type(tracer).__name__} to escape the scope of the transformation.\n"
       f"JAX transformations require that functions explicitly return their outputs, and "
-      f"disallow saving intermediate values to global state.{trace.leak_msg(tracer)}")
+      f"disallow saving intermediate values to global state.{trace.leak_msg(tracer)}\n"
+      f"To catch the leak earlier, try setting the environment variable "
+      f"JAX_CHECK_TRACER_LEAKS or using the `jax.checking_leaks` context manager.")
 
 
 class Tracer:

@@ -31,6 +31,20 @@ class _FromTracer:
     super().__init__(*args)
 
 
+class _ErrorPage:
+  """JAX's errors built from a message end with the link to the error's section of JAX's
+  errors page ("See https://docs.jax.dev/en/latest/errors.html#jax.errors.KeyReuseError");
+  a message that has it already is kept."""
+
+  def __init__(self, *args):
+    if len(args) == 1 and isinstance(args[0], str) and _ERRORS_PAGE not in args[0]:
+      args = (f"{args[0]}\nSee {_ERRORS_PAGE}#jax.errors.{type(self).__name__}",)
+    super().__init__(*args)
+
+
+_ERRORS_PAGE = "https://docs.jax.dev/en/latest/errors.html"
+
+
 class JAXTypeError(TypeError):
   """The base class of stagecraft's `TypeError`s about traced values (JAX's name)."""
 
@@ -86,7 +100,7 @@ class TracerIntegerConversionError(_FromTracer, JAXTypeError):
   `lst[tracer]`). Fix: mark the argument static, or use `stagecraft.lax.dynamic_slice`."""
 
 
-class UnexpectedTracerError(JAXTypeError):
+class UnexpectedTracerError(_ErrorPage, JAXTypeError):
   """A tracer escaped the transformation that created it and was used after it ended.
 
   Failing example::
@@ -146,7 +160,7 @@ class NonConcreteBooleanIndexError(JAXIndexError):
     super().__init__(*args)
 
 
-class KeyReuseError(JAXTypeError):
+class KeyReuseError(_ErrorPage, JAXTypeError):
   """A PRNG key was consumed twice while `config.debug_key_reuse` was on.
 
   Fix: `stagecraft.random.split` the key and use each new key once.

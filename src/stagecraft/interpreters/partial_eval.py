@@ -232,21 +232,22 @@ class DynamicJaxprTrace(Trace):
 
 
   def leak_msg(self, tracer: Tracer) -> str:
-    info, rule = self.debug_info, "-" * 30
-    lines = []
+    # NB: JAX's layout; a value with no equation that made it (an argument of the traced
+    # function) is "created on line ." with no frames, as JAX prints it
+    info, rule = self.debug_info, "\n" + "-" * 30 + "\n"
+    msg = ""
     if info is not None:
-      lines.append(f"The function being traced when the value leaked was "
-                   f"{info.func_src_info or info.func_name} traced for {info.traced_for}.")
+      msg += (f"\nThe function being traced when the value leaked was "
+              f"{info.func_src_info or info.func_name} traced for {info.traced_for}.")
     var = getattr(tracer, "_var", None)
     eqn = next((e for e in reversed(self.eqns) if var in e.outvars), None)
     frame = core.source_frame(eqn.source_info) if eqn is not None else None
-    if frame is not None:
-      chain = [frame, *frame.parents][:5][::-1]   # most recent last
-      lines += [rule, f"The leaked intermediate value was created on line {frame.summary()}. ",
-                rule, "When the value was created, the final 5 stack frames (most recent "
-                "last) excluding JAX-internal frames were:", rule,
-                *[f.summary() for f in chain], rule]
-    return "".join("\n" + ln for ln in lines)
+    chain = [frame, *frame.parents][:5][::-1] if frame is not None else []  # most recent last
+    msg += (f"{rule}The leaked intermediate value was created on line "
+            f"{frame.summary() if frame is not None else ''}. {rule}When the value was "
+            f"created, the final 5 stack frames (most recent last) excluding JAX-internal "
+            f"frames were:{rule}{chr(10).join(f.summary() for f in chain)}{rule}")
+    return msg
 
 
 def _abstract_eval_result_error(prim: core.Primitive) -> ValueError:
