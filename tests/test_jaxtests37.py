@@ -223,3 +223,77 @@ def test_key_reuse_error_message_as_jax():
 
   ours, theirs = run(sc), run(jax)
   assert ours[1] == theirs[1] and ours[0].__name__ == theirs[0].__name__ == "KeyReuseError"
+
+
+def _aligned(n, dtype=np.float32, align=64):
+  buf = np.empty(n + align, dtype)
+  off = (-buf.ctypes.data % align) // buf.itemsize
+  out = buf[off:off + n]
+  out[:] = np.arange(n)
+  return out
+
+
+def test_jnp_from_dlpack_copy_false_as_jax():
+  import jax.numpy as jjnp
+  import stagecraft.numpy as snp
+  from _util import error_of
+  x = _aligned(6)
+  for copy in (None, True, False):   # aligned host data: shared or copied, same values
+    np.testing.assert_array_equal(np.asarray(snp.from_dlpack(x, copy=copy)),
+                                  np.asarray(jjnp.from_dlpack(x, copy=copy)))
+  shared = snp.from_dlpack(x, copy=False)
+  unaligned = np.arange(7, dtype=np.float32)[1:]
+  if unaligned.ctypes.data % 64 == 0:
+    unaligned = np.arange(8, dtype=np.float32)[2:]
+  ours = error_of(lambda: snp.from_dlpack(unaligned, copy=False))
+  theirs = error_of(lambda: jjnp.from_dlpack(unaligned, copy=False))
+  assert ours == theirs and ours[0] is ValueError
+  assert np.asarray(shared).tolist() == list(range(6))
+
+
+def test_cuda_array_interface_only_on_gpu_buffers_as_jax():
+  import jax.numpy as jjnp
+  import stagecraft.numpy as snp
+  from _util import error_of
+  ours, theirs = snp.arange(5), jjnp.arange(5)
+  assert hasattr(ours, "__cuda_array_interface__") is hasattr(theirs, "__cuda_array_interface__") is False
+  assert error_of(lambda: ours.__cuda_array_interface__) == error_of(
+      lambda: theirs.__cuda_array_interface__)
+
+
+def test_vmapped_addupdate_into_an_unbatched_ref_names_the_operation_as_jax():
+  from _util import error_of
+
+  def run(api):
+    from importlib import import_module
+    exp_random = import_module(f"{api.__name__}.experimental.random")
+    rng = exp_random.stateful_rng(758943)
+    return error_of(lambda: api.vmap(lambda r, x: x + r.uniform(), in_axes=(None, 0))(
+        rng, np.arange(4.0)))
+
+  ours, theirs = run(sc), run(jax)
+  assert ours[1] == theirs[1]
+  assert ours[1].startswith("performing an addupdate operation with vmapped value")
+
+
+def test_string_arrays_refused_where_jax_refuses_them():
+  import jax.numpy as jjnp
+  import stagecraft.numpy as snp
+  from _util import error_of
+  strings = np.array(["abcd", "efgh"], dtype=np.dtypes.StringDType())
+
+  def run(api, m):
+    a = m.asarray(strings, dtype=np.dtypes.StringDType(), device=api.devices("cpu")[0])
+    out = [error_of(lambda: api.jit(lambda x: x)(a)),
+           error_of(lambda: api.grad(lambda x: x)(a)),
+           error_of(lambda: api.vmap(lambda x: x + m.arange(2))(a)),
+           error_of(lambda: m.asarray(strings, dtype=m.bfloat16))]
+    same = api.vmap(lambda x: x)(a)   # no computation: works
+    return out, np.asarray(same).tolist()
+
+  ours, theirs = run(sc, snp), run(jax, jjnp)
+  assert ours[1] == theirs[1] == ["abcd", "efgh"]
+  for (t1, m1), (t2, m2) in zip(ours[0], theirs[0]):
+    assert t1 is t2
+    # NB: JAX names its own array class in the jit/grad messages
+    assert m1.replace("stagecraft.runtime.array.Array", "jaxlib._jax.ArrayImpl") == m2

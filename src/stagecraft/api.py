@@ -736,7 +736,7 @@ def _check_input_dtype_revderiv(name: str, holomorphic: bool, allow_int: bool, x
   except TypeError:
     aval = None
   if aval is not None and isinstance(getattr(aval, "dtype", None), np.dtype) and \
-      aval.dtype.kind in "OSU":
+      aval.dtype.kind in "OSUT":
     aval = None   # NB: object and string arrays are no JAX type (JAX's `dtypes.dtype`)
   if aval is None:
     raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type.")

@@ -41,6 +41,8 @@ def abstractify(x: Any, path: str, fun: Callable | str) -> ShapedArray:
   """
   t = type(x)
   if t is Array:
+    if getattr(x.aval.dtype, "kind", None) == "T":   # NB: string Arrays: data only (JAX)
+      raise TypeError(f"Argument '{x}' of type {t} is not a valid JAX type.")
     return x.aval
   if (getattr(x, "__jax_array__", None) is not None and t not in core.pytype_aval_mappings
       and not isinstance(x, core.Tracer) and not shape_poly.is_symbolic_dim(x)):

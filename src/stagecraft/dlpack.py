@@ -116,7 +116,7 @@ def from_dlpack(external_array: Any, device: Any = None, copy: bool | None = Non
     if "is not aligned to" in msg:
       raise ValueError(
           f"Specified input which requires a copy since the source data buffer "
-          f"{msg[msg.index('is not aligned to'):].strip()} However copy=False. Set copy=True "
+          f"{msg[msg.index('is not aligned to'):].strip()}  However copy=False. Set copy=True "
           f"or copy=None to perform the requested operation.") from None
     raise
   dtype = np.dtype(buf.dtype)

@@ -535,6 +535,9 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
                                   config.numpy_dtype_promotion == "strict")
   except _InvalidKind as e:
     x = args[e.args[0]]
+    d = _dtype_and_weak(x)[0]
+    if isinstance(d, np.dtype) and d.kind == "T":   # NB: string arrays: JAX's ValueError
+      raise ValueError(f"dtype={d!r} is not a valid dtype for JAX type promotion.") from None
     raise TypeError(f"Value '{x}' with dtype {kinds[e.args[0]]} is not a valid JAX array "
                     f"type. Only arrays of numeric types are supported by JAX.") from None
   if weak and len(args) == 1:

@@ -209,6 +209,9 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
       except Exception as e:
         raise TypeError(f"array: cannot convert an object of type {type(object).__name__} "
                         f"to an array: {e}") from e
+      if host.dtype.kind == "T" and dtype is not None and np.dtype(dtype).kind != "T":
+        raise TypeError(f"Cannot make an array with dtype {np.dtype(dtype)} from an object "
+                        f"with dtype {host.dtype}.")   # NB: a string array: JAX's words
       if host.dtype.kind in "USO" and dtype is not None:
         # As JAX: with a dtype, NumPy converts the data to it (jnp.array("1.5", dtype=float)
         # is 1.5) and NumPy's error stands for what it cannot convert ("could not convert

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from stagecraft import core, dtypes, lax, shape_poly, tree_util
+from stagecraft import core, dlpack, dtypes, lax, shape_poly, tree_util
 from stagecraft import sharding as sharding_lib
 from stagecraft.errors import ConcretizationTypeError
 from stagecraft.lax import elementwise, prng
@@ -582,24 +582,20 @@ save, savez = np.save, np.savez
 
 def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Array:
   """An Array from an object implementing the DLPack protocol (`__dlpack__`: NumPy arrays,
-  Arrays, jax.Arrays, CPU tensors of other libraries).
-
-  NB: the data is read through NumPy's DLPack import (host memory) and copied to the
-  device, so the result never aliases `x` (`copy=False` cannot be honoured and raises).
+  Arrays, jax.Arrays, CPU tensors of other libraries): `stagecraft.dlpack.from_dlpack`
+  (JAX's `jnp.from_dlpack`), which shares aligned host memory unless `copy=True`.
 
   Args:
     x: the DLPack-capable object.
     device: a device or sharding to commit the result to.
-    copy: None or True.
+    copy: True: always copy; False: never copy; None: copy only when needed.
 
   Raises:
-    ValueError: `copy=False`.
+    ValueError: `copy=False` where a copy is needed (JAX's "Specified ... which requires a
+      copy ...").
     TypeError: if `x` does not implement DLPack.
   """
-  if copy is False:
-    raise ValueError("from_dlpack: copy=False is not supported (the data is copied to the "
-                     "device).")
   if not hasattr(x, "__dlpack__"):
     raise TypeError(f"from_dlpack: expected an object with a __dlpack__ method, got "
                     f"{type(x).__name__}.")
-  return array(np.from_dlpack(x), device=device)
+  return dlpack.from_dlpack(x, device=device, copy=copy)

@@ -487,6 +487,17 @@ class Array(metaclass=_ArrayMeta):
       buf = _put_copy(self._value, self.aval, src)
     return _jax.buffer_to_dlpack_managed_tensor(buf, stream=stream)
 
+  @property
+  def __cuda_array_interface__(self) -> dict:
+    """The CUDA array interface of a single-device Array on a GPU (the runtime buffer's).
+
+    Raises:
+      AttributeError: elsewhere (so `hasattr` is False), in JAX's words."""
+    buf = self._buf if self._sharding is None else None
+    if buf is None or next(iter(buffer_devices(buf))).platform not in ("cuda", "gpu"):
+      raise AttributeError("__cuda_array_interface__ is only defined for GPU buffers.")
+    return buf.__cuda_array_interface__
+
   def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
     """`(DLDeviceType, device id)` of this Array's buffer (DLPack protocol).
 

@@ -243,7 +243,10 @@ class Ref:
         if not any(isinstance(x, core.Tracer) for x in tree_util.tree_leaves(primal)):
           with core.set_current_trace(core.eval_trace):
             self._nowrite[2]._set(idx, primal)
-      raise self._nowrite[0](self._nowrite[1])
+      exc, msg = self._nowrite[:2]
+      if keep_weak:   # NB: an addupdate (`ref[...] += v`): JAX names the operation
+        msg = msg.replace("a set/swap operation", "an addupdate operation")
+      raise exc(msg)
     if self._trace is None or core.current_trace() is not self._trace:
       _check_transformed_write(self, tracers, idx, value)
     if (self._trace is not None and core.current_trace() is not self._trace
