@@ -297,3 +297,24 @@ def test_string_arrays_refused_where_jax_refuses_them():
     assert t1 is t2
     # NB: JAX names its own array class in the jit/grad messages
     assert m1.replace("stagecraft.runtime.array.Array", "jaxlib._jax.ArrayImpl") == m2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_eigh_tridiagonal_eigenvectors_of_jax_matrix(dtype):
+  import jax.scipy.linalg as jsl
+  from stagecraft.scipy.linalg import eigh_tridiagonal
+  rng = np.random.default_rng(3)
+  n = 8
+  alpha = rng.uniform(size=n).astype(dtype)
+  beta = rng.uniform(size=n - 1).astype(dtype)
+  if dtype == np.complex64:
+    alpha = (alpha + 1j * rng.uniform(size=n)).astype(dtype)   # the imaginary part is ignored
+    beta = (beta + 1j * rng.uniform(size=n - 1)).astype(dtype)
+  # JAX's matrix: beta above the diagonal, its conjugate below, a real diagonal
+  a = np.diag(np.real(alpha)) + np.diag(beta, 1) + np.diag(np.conj(beta), -1)
+  w, v = sc.jit(lambda a, b: eigh_tridiagonal(a, b))(alpha, beta)
+  jw, jv = jax.jit(lambda a, b: jsl.eigh_tridiagonal(a, b))(alpha, beta)
+  np.testing.assert_allclose(np.asarray(w), np.asarray(jw), atol=1e-5)
+  v = np.asarray(v)
+  assert v.dtype == np.asarray(jv).dtype and v.shape == (n, n)
+  np.testing.assert_allclose(a @ v, v * np.asarray(w)[None, :], atol=2e-5)

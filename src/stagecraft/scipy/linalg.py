@@ -1033,7 +1033,7 @@ def eigh_tridiagonal(d: ArrayLike, e: ArrayLike, *, eigvals_only: bool = False,
                      select: str = "a", select_range: tuple[float, float] | None = None,
                      tol: float | None = None, key: Any = None):
   """Eigenvalues (ascending) and eigenvectors of the Hermitian tridiagonal matrix with
-  diagonal `d[N]` and subdiagonal `e[N-1]` (superdiagonal `conj(e)`).
+  diagonal `real(d)[N]`, superdiagonal `e[N-1]` and subdiagonal `conj(e)` (JAX's).
 
   Args:
     select: 'a' (all) or 'i' (the eigenvalues with indices in `select_range`, inclusive);
@@ -1134,8 +1134,9 @@ def _eigh_tridiagonal(alpha, beta, eigvals_only, select, select_range, tol):
   if eigvals_only:
     return w
   dt = dtype_of(alpha)
-  t = (jnp.diag(alpha.astype(dt) if dtypes.is_complex(dt) else alpha)
-       + jnp.diag(beta, -1) + jnp.diag(jnp.conj(beta), 1))
+  # NB: JAX's matrix: `beta` above the diagonal, `conj(beta)` below (the eigenvectors of
+  # the other convention are their conjugates); the diagonal is real
+  t = (jnp.diag(jnp.real(alpha).astype(dt)) + jnp.diag(beta, 1) + jnp.diag(jnp.conj(beta), -1))
   v, _ = lax_linalg.eigh(t, lower=True)
   return w, v[:, target_idx]
 
