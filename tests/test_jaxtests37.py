@@ -318,3 +318,44 @@ def test_eigh_tridiagonal_eigenvectors_of_jax_matrix(dtype):
   v = np.asarray(v)
   assert v.dtype == np.asarray(jv).dtype and v.shape == (n, n)
   np.testing.assert_allclose(a @ v, v * np.asarray(w)[None, :], atol=2e-5)
+
+
+def test_xla_metadata_keys_jit_caches_as_jax():
+  from jax.experimental.xla_metadata import set_xla_metadata as jset
+  from stagecraft.experimental.xla_metadata import set_xla_metadata as sset
+
+  def run(api, setmd):
+    @api.jit
+    def f(a, b):
+      return a + b
+    texts = []
+    with setmd(b="c"):
+      texts.append(f.lower(2.0, 3.0).as_text())
+    texts.append(f.lower(1.0, 2.0).as_text())
+    with setmd(c="d"):
+      texts.append(f.lower(4.0, 5.0).as_text())
+    g = lambda a, b: api.lax.add(a, b)   # a new jit of the same function each time
+    with setmd(b="c"):
+      texts.append(api.jit(g).lower(np.arange(2), np.arange(2)).as_text())
+    texts.append(api.jit(g).lower(np.arange(2), np.arange(2)).as_text())
+    return ["frontend_attributes" in t and t[t.index("mhlo.frontend_attributes"):].split("}")[0]
+            for t in texts]
+
+  ours, theirs = run(sc, sset), run(jax, jset)
+  assert ours == theirs
+  assert ours[1] is False and ours[4] is False and 'b = "c"' in ours[0]
+
+
+def test_eqn_ctx_xla_metadata_as_jax():
+  from jax.experimental.xla_metadata import set_xla_metadata as jset
+  from stagecraft.experimental.xla_metadata import set_xla_metadata as sset
+
+  def run(api, setmd):
+    def f(x):
+      with setmd(a="b"):
+        y = x * 2
+      return y + 1
+    eqns = api.make_jaxpr(f)(1.0).jaxpr.eqns
+    return [(e.primitive.name, e.ctx.xla_metadata) for e in eqns]
+
+  assert run(sc, sset) == run(jax, jset) == [("mul", {"a": "b"}), ("add", None)]

@@ -26,7 +26,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
                                TracerBoolConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 
-__all__ = ["is_hi", "split_list", "AbstractValue", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
+__all__ = ["is_hi", "JaxprEqnContext", "split_list", "AbstractValue", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_eqn_rules", "pp_named_calls", "pp_default_params", "pp_subjaxprs", "JaxprPpContext",
@@ -734,6 +734,13 @@ class Token:
 pytype_aval_mappings[Token] = lambda _: abstract_token
 
 
+class JaxprEqnContext(NamedTuple):
+  """What `JaxprEqn.ctx` gives (JAX's `JaxprEqnContext`'s fields that stagecraft records)."""
+  compute_type: str | None
+  threefry_partitionable: bool
+  xla_metadata: dict | None
+
+
 class JaxprEqn(NamedTuple):
   """One equation: `outvars = primitive[params] invars`.
 
@@ -749,6 +756,13 @@ class JaxprEqn(NamedTuple):
 
   def replace(self, **kw) -> "JaxprEqn":
     return self._replace(**kw)
+
+  @property
+  def ctx(self) -> "JaxprEqnContext":
+    """JAX's `eqn.ctx`: the context the equation was recorded in; its `xla_metadata` is the
+    dict of the active `set_xla_metadata` blocks (None outside any)."""
+    md = getattr(self.source_info, "xla_metadata", ())
+    return JaxprEqnContext(None, dtypes.config.threefry_partitionable, dict(md) if md else None)
 
   @property
   def effects(self) -> frozenset:

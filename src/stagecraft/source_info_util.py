@@ -31,6 +31,7 @@ import threading
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from stagecraft import core
+from stagecraft.config import config as _config, make_user_context
 
 __all__ = ["fun_name", "fun_code", "fun_source_info", "NameStackInfo", "named_scope", "named_call", "current_name_stack",
            "name_stack_of", "xla_metadata_of", "xla_metadata_scope", "current_xla_metadata"]
@@ -101,6 +102,7 @@ class xla_metadata_scope:
     self.prev = _state.xla_metadata
     merged = {**dict(self.prev), **self.updates}
     _state.xla_metadata = tuple(sorted((k, v) for k, v in merged.items() if v is not None))
+    _key_caches(_state.xla_metadata)
     _install()
 
   def __exit__(self, exc_type, exc_value, traceback):
@@ -108,6 +110,21 @@ class xla_metadata_scope:
       return
     _uninstall()
     _state.xla_metadata = self.prev
+    _key_caches(self.prev)
+
+
+_metadata_context: list = []
+
+
+def _key_caches(metadata: tuple) -> None:
+  # NB: the active metadata is part of `config.state_key` (through a user context, as JAX's
+  # trace context holds it), so a jit traced inside a block is traced again outside it
+  if not _metadata_context:
+    _metadata_context.append(make_user_context(()))
+  ctx = _metadata_context[0]
+  if ctx._value != metadata:
+    ctx._value = metadata
+    _config._refresh()
 
 
 _state = _State()
