@@ -359,3 +359,37 @@ def test_eqn_ctx_xla_metadata_as_jax():
     return [(e.primitive.name, e.ctx.xla_metadata) for e in eqns]
 
   assert run(sc, sset) == run(jax, jset) == [("mul", {"a": "b"}), ("add", None)]
+
+
+def test_shard_alike_eager_and_size_one_axes_as_jax():
+  def run(api):
+    shard_alike = __import__(f"{api.__name__}.experimental.shard_alike",
+                             fromlist=["shard_alike"]).shard_alike
+    auto = api.sharding.AxisType.Auto
+    mesh = api.make_mesh((4, 1), ("x", "y"), axis_types=(auto, auto))
+    s = api.sharding.NamedSharding(mesh, api.sharding.PartitionSpec("x", "y"))
+    inp = api.device_put(np.arange(16).reshape(8, 2), s)
+    out = shard_alike(inp, api.numpy.arange(16).reshape(8, 2))[1]
+    mesh1 = api.sharding.Mesh([api.devices()[0]], "x")
+    s1 = api.sharding.NamedSharding(mesh1, api.sharding.PartitionSpec("x"))
+    _, y = shard_alike(api.device_put(np.arange(8), s1), api.numpy.arange(8))
+    return (repr(out.sharding), out.sharding.is_equivalent_to(s, 2),
+            repr(y.sharding), y.sharding.is_equivalent_to(s1, 1), np.asarray(out).tolist())
+
+  ours, theirs = run(sc), run(jax)
+  assert ours == theirs
+  assert ours[1] is ours[3] is True and "spec=P('x',)" in ours[0]
+
+
+def test_named_sharding_equivalence_ignores_size_one_axes_as_jax():
+  def run(api):
+    P, NS = api.sharding.PartitionSpec, api.sharding.NamedSharding
+    auto = api.sharding.AxisType.Auto
+    m = api.make_mesh((4, 1), ("x", "y"), axis_types=(auto, auto))
+    m2 = api.make_mesh((2, 2), ("a", "b"), axis_types=(auto, auto))
+    pairs = [(NS(m, P("x", "y")), NS(m, P(("x", "y"),))), (NS(m, P("x")), NS(m, P(None, "x"))),
+             (NS(m, P("y")), NS(m, P())), (NS(m2, P("a", "b")), NS(m2, P("b", "a"))),
+             (NS(m2, P(("a", "b"))), NS(m2, P("a")))]
+    return [a.is_equivalent_to(b, 2) for a, b in pairs]
+
+  assert run(sc) == run(jax) == [True, False, True, False, False]

@@ -942,7 +942,24 @@ class NamedSharding(Sharding):
       return self.mesh.size == 1 and self.mesh.devices.flat[0] == other.device
     if not isinstance(other, NamedSharding):
       return False
-    return self._key() == other._key()
+    if self._key() == other._key():
+      return True
+    # NB: as JAX's (which compares HLO shardings): the same piece of the array on each
+    # device, so mesh axes of size 1 and how the devices are named do not matter
+    if not (isinstance(self.mesh, Mesh) and isinstance(other.mesh, Mesh)) or (
+        self.mesh.size != other.mesh.size or self.memory_kind != other.memory_kind
+        or set(self.spec.unreduced or ()) or set(other.spec.unreduced or ())
+        or set(self.spec.reduced or ()) or set(other.spec.reduced or ())):
+      return False
+    shape = (self.mesh.size,) * ndim   # divisible by any tiling of either
+
+    def pieces(sharding):
+      return {d: tuple(sl.indices(n) for sl, n in zip(idx, shape))
+              for d, idx in sharding.devices_indices_map(shape).items()}
+    try:
+      return pieces(self) == pieces(other)
+    except ValueError:
+      return False
 
   def _sdy(self, ndim: int, open_dims: bool = False, mesh_name: str = "mesh") -> str:
     """The Shardy sharding `<@mesh, [{"a"}, {}]>` of an array of rank `ndim` (open_dims:

@@ -657,8 +657,9 @@ def _other_shape(s: NamedSharding, mesh: Mesh) -> bool:
 
 
 def _spec_candidates(mesh: Mesh, ndim: int):
-  """Every PartitionSpec of rank `ndim` over `mesh` (each axis used at most once)."""
-  names = list(mesh.axis_names)
+  """Every PartitionSpec of rank `ndim` over `mesh` (each axis used at most once; axes of
+  size 1, which split nothing, left out, as JAX's specs read back from XLA)."""
+  names = [n for n in mesh.axis_names if mesh.shape[n] > 1]
   # Each mesh axis goes to a dimension or nowhere; within a dimension any order.
   for assign in itertools.product(range(ndim + 1), repeat=len(names)):
     per_dim = [[n for n, a in zip(names, assign) if a == d] for d in range(ndim)]
