@@ -393,3 +393,19 @@ def test_named_sharding_equivalence_ignores_size_one_axes_as_jax():
     return [a.is_equivalent_to(b, 2) for a, b in pairs]
 
   assert run(sc) == run(jax) == [True, False, True, False, False]
+
+
+def test_roofline_of_scatter_apply_counts_func_per_update_as_jax():
+  def run(api):
+    roofline = __import__(f"{api.__name__}.experimental.roofline", fromlist=["roofline"])
+    lax = api.lax
+    dn = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
+                                     scatter_dims_to_operand_dims=(0,))
+    f = lambda x, y, z: lax.scatter_apply(
+        x, y, lambda v: api.numpy.sin(v) * 2 + 1, update_shape=z.shape, dimension_numbers=dn,
+        indices_are_sorted=True, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+    _, r = roofline.roofline(f)(np.zeros((3, 3), np.float32), np.ones((2, 1), np.int32),
+                                np.ones((2, 3), np.float32))
+    return r.unfused_flops, r.unfused_hbm_bytes
+
+  assert run(sc) == run(jax) == (18, 80)

@@ -121,6 +121,11 @@ class RooflineResult:
 _rooflines: dict[core.Primitive, Callable[..., RooflineResult]] = {}
 
 
+#: Primitives with a `jaxpr` param that is no call body (a `scatter_apply`'s per-element
+#: function): their rule counts it, instead of the body being interpreted once.
+jaxpr_param_not_a_body: set = set()
+
+
 def register_roofline(prim: core.Primitive):
   """Decorator: `rule(ctx, *operand RooflineShapes, **eqn params) -> RooflineResult`
   becomes `prim`'s rule; returns the rule."""
@@ -160,7 +165,7 @@ def _interpret(f_name: str, jaxpr: Any, mesh: Any, pin_lhs: bool, pin_rhs: bool
   peak = live
   for eqn in jaxpr.eqns:
     name = f"{eqn.primitive.name}({f_name})"
-    if "jaxpr" in eqn.params:
+    if "jaxpr" in eqn.params and eqn.primitive not in jaxpr_param_not_a_body:
       total += _interpret(name, eqn.params["jaxpr"], mesh, pin_lhs, pin_rhs)
     elif "call_jaxpr" in eqn.params:
       total += _interpret(name, eqn.params["call_jaxpr"], mesh, pin_lhs, pin_rhs)

@@ -280,6 +280,22 @@ def _scatter(ctx, *args, **kw) -> rl.RooflineResult:
 _register("scatter scatter-add scatter-sub scatter-mul scatter-min scatter-max", _scatter)
 
 
+def _scatter_apply(ctx, *args, jaxpr, consts, **kw) -> rl.RooflineResult:
+  """`scatter_apply` (JAX's scatter with `func` as its `update_jaxpr`): the bytes of a
+  scatter; flops: `func`'s on a scalar times the number of updates."""
+  _, idx, upd = _shapes(ctx.avals_in)
+  fn = lambda *xs: core.eval_jaxpr(jaxpr, list(consts), *xs)
+  _, per_element = rl.roofline(fn)(*[core.ShapeDtypeStruct((), upd.dtype)
+                                     for _ in jaxpr.invars])
+  return rl.RooflineResult(unfused_flops=per_element.unfused_flops * upd.size,
+                           unfused_hbm_bytes=3 * upd.bytes + idx.bytes)
+
+
+_register("scatter-apply", _scatter_apply)
+if "scatter-apply" in _PRIMS:
+  rl.jaxpr_param_not_a_body.add(_PRIMS["scatter-apply"])
+
+
 def _axes(names) -> tuple:
   return tuple(names) if isinstance(names, (tuple, list)) else (names,)
 
