@@ -32,8 +32,6 @@ from stagecraft.runtime import dispatch
 # name -> why stagecraft does not have it (yet).
 SKIP = {
     "jax": {
-        # memory spaces (jax.memory.Space: device/pinned host/...) are a TPU/GPU feature
-        "memory": "TPU/GPU memory kinds; none on stagecraft's CPU runtime",
         # a jax2tf (TensorFlow export) flag's State object; the option itself is in config
         "jax2tf_associative_scan_reductions": "jax2tf-only config State",
     },

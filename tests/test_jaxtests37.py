@@ -409,3 +409,16 @@ def test_roofline_of_scatter_apply_counts_func_per_update_as_jax():
     return r.unfused_flops, r.unfused_hbm_bytes
 
   assert run(sc) == run(jax) == (18, 80)
+
+
+def test_memory_space_device_put_as_jax():
+  def run(api):
+    x = api.numpy.arange(4.0)
+    y = api.device_put(x, api.memory.Space.Device)
+    return (repr(api.memory.Space.Device), [s.value for s in api.memory.Space],
+            repr(y.sharding), np.asarray(api.jit(lambda v: v * 2)(y)).tolist())
+
+  assert run(sc) == run(jax)
+  # host memory is not provided (JAX places it in pinned host memory)
+  with pytest.raises(NotImplementedError, match="device memory only"):
+    sc.device_put(np.ones(2), sc.memory.Space.Host)

@@ -61,9 +61,14 @@ from stagecraft.source_info_util import named_call, named_scope
 import importlib as _importlib
 import types as _types
 
+from stagecraft import core as _core_mod
+
 # JAX's `jax.ad`: the destinations and results of `vjp(...)[1].with_refs`.
 ad = _types.SimpleNamespace(DontWant=_api.DontWant, DidntWant=_api.DidntWant,
                             GradRef=_api.GradRef, GradValue=_api.GradValue)
+
+# JAX's `jax.memory`: the memory spaces `device_put` takes.
+memory = _types.SimpleNamespace(Space=_core_mod.MemorySpace)
 
 # Subsystems loaded on first use (`stagecraft.image`, `import stagecraft.ops`).
 # NB: implicit arrays (and plum, which they use) cost ~0.2 s to import: on first use only.

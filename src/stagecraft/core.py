@@ -7,6 +7,7 @@ lifts values that are not its own tracers; the evaluation trace at the bottom ru
 """
 from __future__ import annotations
 
+import enum
 import itertools
 import operator
 import os
@@ -26,7 +27,7 @@ from stagecraft.errors import (ConcretizationTypeError, InconclusiveDimensionOpe
                                TracerBoolConversionError, TracerIntegerConversionError,
                                UnexpectedTracerError)
 
-__all__ = ["is_hi", "JaxprEqnContext", "split_list", "AbstractValue", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
+__all__ = ["is_hi", "JaxprEqnContext", "MemorySpace", "split_list", "AbstractValue", "ShapedArray", "ManualAxisType", "ShapeDtypeStruct", "pytype_aval_mappings", "WeakScalarValue",
            "get_aval", "valid_array_type", "Var", "DropVar", "Literal", "Atom", "JaxprEqn",
            "DebugInfo", "Jaxpr", "memo_on_jaxpr", "ClosedJaxpr", "subjaxprs", "pp_param_order",
            "pp_eqn_rules", "pp_named_calls", "pp_default_params", "pp_subjaxprs", "JaxprPpContext",
@@ -712,6 +713,18 @@ class AbstractToken(AbstractValue):
 
 
 abstract_token = AbstractToken()
+
+
+class MemorySpace(enum.Enum):
+  """Where an array's buffer lives (JAX's `jax.memory.Space`): `device_put(x,
+  jax.memory.Space.Device)` keeps `x` in device memory; stagecraft has no other memory (host
+  offloading) yet."""
+  Device = 1
+  Host = 2
+  Any = 3
+
+  def __repr__(self):
+    return f"MemorySpace.{self.name}"
 
 
 class Token:

@@ -1251,7 +1251,8 @@ def device_put(x: Any, device=None, *, src: Any = None, donate: Any = False,
 
   Args:
     x: Array, NumPy array, Python scalar, jax.Array, or a pytree of them.
-    device: a device from `stagecraft.devices()`, a sharding (`NamedSharding(mesh, spec)`
+    device: a device from `stagecraft.devices()`, `memory.Space.Device` (stays where it is),
+      a sharding (`NamedSharding(mesh, spec)`
       splits each leaf on the host and places one piece per device;
       `SingleDeviceSharding(d)` is device d), a pytree prefix of `x` of shardings, or None.
     src: where `x` is (a device, a sharding, or a pytree prefix of them): accepted, as JAX
@@ -1273,10 +1274,17 @@ def device_put(x: Any, device=None, *, src: Any = None, donate: Any = False,
   Raises:
     TypeError: if `device` is not a device or sharding, or a leaf is not an array-like (its
       key path is named).
+    NotImplementedError: for `memory.Space.Host` / `Any` (no host memory in stagecraft).
     ValueError: a split dimension not divisible by its mesh axes; `donate` and `may_alias`
       both True for a leaf; a bare PartitionSpec with no mesh set; a donated device_put
       transposed by grad (JAX's words).
   """
+  if isinstance(device, core.MemorySpace):
+    if device is not core.MemorySpace.Device:
+      raise NotImplementedError(
+          f"device_put to {device!r}: stagecraft keeps arrays in device memory only (no host "
+          f"offloading); use jax.memory.Space.Device or a device.")
+    device = None   # NB: where the value is, in device memory (the only memory here)
   if core.trace_state.trace is not core.eval_trace and not (
       device is not None and _has_format(device)):
     # NB: as JAX's, inside a transformation (jit, grad, vmap, ...) one `device_put`
