@@ -422,3 +422,61 @@ def test_memory_space_device_put_as_jax():
   # host memory is not provided (JAX places it in pinned host memory)
   with pytest.raises(NotImplementedError, match="device memory only"):
     sc.device_put(np.ones(2), sc.memory.Space.Host)
+
+
+def _wrapper_class(api, m):
+  """A pytree dataclass with `__jax_array__` (JAX's array-like protocol), as JAX's tests
+  write it, registered with `api`'s tree_util."""
+  import dataclasses
+
+  @dataclasses.dataclass
+  class Wrapper:
+    x: object
+
+    def __jax_array__(self):
+      return m.asarray(self.x)
+
+  return api.tree_util.register_dataclass(Wrapper, data_fields=["x"], meta_fields=[])
+
+
+@pytest.mark.parametrize("name", ["add", "multiply", "maximum", "equal", "arctan2", "divide",
+                                  "floor_divide", "remainder", "fmod", "copysign", "heaviside",
+                                  "float_power", "divmod", "isclose", "allclose", "square",
+                                  "invert", "logical_not", "sin", "full_like", "stack"])
+def test_jnp_functions_take_jax_array_objects_as_jax(name):
+  import jax.numpy as jjnp
+  import stagecraft.numpy as snp
+  ints = name in ("invert",)
+  base = np.arange(1, 7, dtype=np.int32 if ints else np.float32).reshape(2, 3)
+
+  def run(api, m):
+    wrapper = _wrapper_class(api, m)
+    w = wrapper(base)
+    f = getattr(m, name)
+    if name == "full_like":
+      return f(w, 2.0)
+    if name == "stack":
+      return f([w, w])
+    if name in ("square", "invert", "logical_not", "sin"):
+      return f(w)
+    return f(w, wrapper(base + 1))
+
+  ours, theirs = run(sc, snp), run(jax, jjnp)
+  for o, t in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+    assert np.asarray(o).dtype == np.asarray(t).dtype
+    np.testing.assert_allclose(np.asarray(o), np.asarray(t), rtol=1e-6)
+
+
+def test_jnp_aliases_are_functions_of_their_own_name_as_jax():
+  import jax.numpy as jjnp
+  import stagecraft.numpy as snp
+  names = ["abs", "acos", "acosh", "amax", "amin", "asin", "asinh", "atan", "atan2", "atanh",
+           "bitwise_invert", "bitwise_left_shift", "bitwise_not", "bitwise_right_shift",
+           "concat", "conj", "degrees", "mod", "pow", "radians", "true_divide"]
+  assert [getattr(snp, n).__name__ for n in names] == [getattr(jjnp, n).__name__ for n in names]
+  assert names == [getattr(snp, n).__name__ for n in names]
+  # the same programs as the functions they alias
+  x = np.linspace(0.1, 0.9, 4, dtype=np.float32)
+  assert str(sc.make_jaxpr(snp.acos)(x)) == str(jax.make_jaxpr(jjnp.acos)(x))
+  assert str(sc.make_jaxpr(snp.acosh)(x + 1)) == str(jax.make_jaxpr(jjnp.acosh)(x + 1))
+  np.testing.assert_array_equal(np.asarray(snp.mod(x, 0.3)), np.asarray(snp.remainder(x, 0.3)))

@@ -66,9 +66,13 @@ def to_inexact_dtype(dt, weak: bool = False):
 
 
 def asarray_or_scalar(x):
-  """Lists and tuples become Arrays; arrays, tracers and scalars pass through."""
+  """Lists and tuples become Arrays; an object with `__jax_array__` its array (JAX's
+  array-like protocol); arrays, tracers and scalars pass through."""
   if isinstance(x, (list, tuple)):
     return array(x)
+  if (type(x) is not Array and not isinstance(x, Tracer)
+      and hasattr(type(x), "__jax_array__")):
+    return x.__jax_array__()
   return x
 
 
