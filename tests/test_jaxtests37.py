@@ -480,3 +480,36 @@ def test_jnp_aliases_are_functions_of_their_own_name_as_jax():
   assert str(sc.make_jaxpr(snp.acos)(x)) == str(jax.make_jaxpr(jjnp.acos)(x))
   assert str(sc.make_jaxpr(snp.acosh)(x + 1)) == str(jax.make_jaxpr(jjnp.acosh)(x + 1))
   np.testing.assert_array_equal(np.asarray(snp.mod(x, 0.3)), np.asarray(snp.remainder(x, 0.3)))
+
+
+@pytest.mark.parametrize("level", [None, "log"])
+def test_array_garbage_collection_guard_as_jax(level):
+  import subprocess
+  import sys
+  import textwrap
+  prog = textwrap.dedent(f"""
+      import gc, sys, weakref
+      import {{api}} as api
+      if {level!r} is not None:
+        api.config.update("jax_array_garbage_collection_guard", {level!r})
+      n1, n2 = api.numpy.ones((2, 2)), api.numpy.zeros((2, 2))
+      n1.next, n2.next = n2, n1
+      ref = weakref.ref(n1)
+      del n1, n2
+      gc.collect()
+      assert ref() is None
+      a = api.numpy.array([1, 2, 3])
+      del a                      # freed by reference counting: never reported
+      print("end", file=sys.stderr)
+      """)
+  outs = []
+  for api in ("stagecraft", "jax"):
+    r = subprocess.run([sys.executable, "-c", prog.replace("{api}", api)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    outs.append([ln for ln in r.stderr.splitlines() if ln.startswith("RuntimeError")
+                 or ln == "end"])
+  ours, theirs = outs
+  first = lambda lines: [ln.split(" Traceback:")[0] for ln in lines]
+  assert first(ours) == first(theirs)
+  assert len(ours) == (3 if level == "log" else 1)

@@ -260,6 +260,8 @@ HONOURED: dict[str, Callable[[Any], bool] | None] = {
     # the warning about large constants in a program's text (lowering.warn_captured_constants)
     "captured_constants_warn_bytes": None, "captured_constants_report_frames": None,
     "pprint_use_color": None, "logging_level": None, "debug_log_modules": None,
+    # runtime/array.py ("fatal" reports as "log" does: the process is not stopped)
+    "array_garbage_collection_guard": lambda v: v != "fatal",
     # runtime/transfer_guard.py
     "transfer_guard": None, "transfer_guard_host_to_device": None,
     "transfer_guard_device_to_device": None, "transfer_guard_device_to_host": None,

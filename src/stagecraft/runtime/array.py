@@ -8,6 +8,7 @@ import ctypes
 import enum
 import gc
 import math
+import sys as _sys
 import weakref
 from typing import Any
 
@@ -16,6 +17,7 @@ from jaxlib import _jax
 from jaxlib import xla_client as xc
 
 from stagecraft import core, dtypes, tree_util
+from stagecraft.config import config as _config
 from stagecraft.errors import DonatedBufferError
 from stagecraft.layout import Format, Layout
 from stagecraft.runtime import client, transfer_guard
@@ -701,3 +703,42 @@ def name_as_jax(on: bool) -> None:
 
 
 JaxArray.register(Array)
+
+
+# ---------------------------------------------------------------------------
+# jax_array_garbage_collection_guard: an Array freed by Python's cycle collector (not by
+# reference counting) is reported, as JAX's ("log": a line on stderr). While the option is
+# "allow" (the default) Arrays have no finalizer at all.
+
+_GC_MESSAGE = ("RuntimeError: `jax.Array` was deleted by the Python garbage collector "
+               "instead of reference counting. Break the reference cycle that delays the "
+               "deletion of this `jax.Array` to avoid hogging memory.")
+_in_collection = [False]
+
+
+def _gc_phase(phase: str, info: dict) -> None:
+  _in_collection[0] = phase == "start"
+
+
+def _report_collected(self) -> None:
+  # NB: a finalizer must not raise; stderr is where JAX's runtime writes the line
+  if _in_collection[0] and self._buf is not None:
+    stream = _sys.stderr   # NB: None at interpreter exit
+    if stream is not None:
+      stream.write(_GC_MESSAGE + "\n")
+
+
+def _on_gc_guard(key: str, value) -> None:
+  if key != "array_garbage_collection_guard":
+    return
+  on = value in ("log", "fatal")
+  if on and "__del__" not in Array.__dict__:
+    Array.__del__ = _report_collected
+    if _gc_phase not in gc.callbacks:
+      gc.callbacks.append(_gc_phase)
+  elif not on and "__del__" in Array.__dict__:
+    del Array.__del__
+
+
+_config.add_update_listener(_on_gc_guard)
+_on_gc_guard("array_garbage_collection_guard", _config.read("array_garbage_collection_guard"))
