@@ -513,3 +513,54 @@ def test_array_garbage_collection_guard_as_jax(level):
   first = lambda lines: [ln.split(" Traceback:")[0] for ln in lines]
   assert first(ours) == first(theirs)
   assert len(ours) == (3 if level == "log" else 1)
+
+
+def _io_cases(api):
+  from importlib import import_module
+  io_callback = import_module(f"{api.__name__}.experimental").io_callback
+  lax = api.lax
+  x = np.float32(1.0)
+
+  def vmap_cond():
+    f = lambda p: lax.cond(p, lambda: io_callback(lambda: None, None),
+                           lambda: io_callback(lambda: None, None))
+    return api.vmap(f)(np.array([True, False]))
+
+  def vmap_while():
+    def f(i):
+      def body(i):
+        io_callback(lambda: None, None)
+        return i + 1
+      return lax.while_loop(lambda i: i < 2, body, i)
+    return api.vmap(f)(np.arange(3))
+
+  calls = []
+
+  @api.grad
+  @api.checkpoint
+  def remat(a, b):
+    io_callback(lambda v: (calls.append(1), v)[1],
+                api.ShapeDtypeStruct((), np.float32), b)
+    return a * 2
+
+  return {
+      "transpose_io": lambda: api.linear_transpose(
+          lambda v: io_callback(lambda v: v, api.ShapeDtypeStruct((), np.float32), v), x)(x),
+      "transpose_pure": lambda: api.linear_transpose(
+          lambda v: api.pure_callback(lambda v: v, api.ShapeDtypeStruct((), np.float32), v),
+          x)(x),
+      "vmap_cond": vmap_cond, "vmap_while": vmap_while,
+      "checkpoint": lambda: remat(2.0, 3.0),
+  }
+
+
+@pytest.mark.parametrize("case", ["transpose_io", "transpose_pure", "vmap_cond", "vmap_while",
+                                  "checkpoint"])
+def test_io_callbacks_refused_where_their_effects_would_repeat_as_jax(case):
+  from _util import error_of
+  ours, theirs = error_of(_io_cases(sc)[case]), error_of(_io_cases(jax)[case])
+  assert ours[0] is theirs[0]
+  if case == "checkpoint":   # NB: JAX prints the effect object's default repr
+    assert ours[1].split(": [")[0] == theirs[1].split(": [")[0]
+  else:
+    assert ours[1] == theirs[1]

@@ -722,6 +722,11 @@ def _top_split(closed: ClosedJaxpr, unknowns: tuple, policy):
 def _remat_partial_eval(eqn, unknowns):
   policy = eqn.params["policy"] or nothing_saveable
   closed = eqn.params["jaxpr"]
+  disallowed = [e for e in closed.jaxpr.effects if getattr(e, "io", None)]
+  if disallowed:
+    # NB: as JAX's: recomputing the body in the backward pass would run its IO again
+    raise NotImplementedError(
+        f"Effects not supported in partial-eval of `checkpoint`/`remat`: {disallowed}")
   known, staged, out_unknowns, used_in = _top_split(closed, tuple(unknowns), policy)
   # The known part is inlined into the enclosing program (JAX evaluates it there), with
   # fresh variables: its residuals are then the outputs of the primitives computing them.

@@ -55,10 +55,12 @@ class OrderedDebugEffect(core.Effect):
 
 class IOEffect(core.Effect):
   """`io_callback`: runs, in no particular order."""
+  io = "unordered"   # NB: what control flow's batching rules test (they cannot import this)
 
 
 class OrderedIOEffect(core.Effect):
   """`io_callback(..., ordered=True)`: runs in program order."""
+  io = "ordered"
 
 
 debug_effect = DebugEffect()
@@ -399,6 +401,19 @@ lowering.register_lowering(pure_callback_p, _callback_lowering_of("pure"))
 lowering.register_lowering(io_callback_p, _callback_lowering_of("io"))
 ad.primitive_jvps[pure_callback_p] = _pure_callback_jvp
 ad.primitive_jvps[io_callback_p] = _io_callback_jvp
+
+
+def _pure_callback_transpose(cts, *args, **params):
+  raise ValueError("Pure callbacks do not support transpose. Please use `jax.custom_vjp` to "
+                   "use callbacks while taking gradients.")
+
+
+def _io_callback_transpose(cts, *args, **params):
+  raise ValueError("IO callbacks do not support transpose.")
+
+
+ad.primitive_transposes[pure_callback_p] = _pure_callback_transpose
+ad.primitive_transposes[io_callback_p] = _io_callback_transpose
 batching.primitive_batchers[pure_callback_p] = _pure_callback_batch
 batching.primitive_batchers[io_callback_p] = _io_callback_batch
 io_callback_p.def_effects(

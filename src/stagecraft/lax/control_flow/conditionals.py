@@ -642,6 +642,9 @@ def _cond_batch(axis_data, args, dims, *, branches, **params):
     b_branches, consts, out_dims = _memo_branches(
         _batch_cache, branches, key, lambda: _batch_branches(branches, axis_data, op_dims))
     return cond_p.bind(index, *consts, *ops, branches=b_branches, **params), out_dims
+  if any(getattr(e, "io", None) for br in branches for e in br.effects):
+    # NB: as JAX's: every branch would run on every example, and so would their IO
+    raise NotImplementedError("IO effect not supported in vmap-of-cond.")
   # NB: every branch runs on every example, so an example's untaken branch may compute inf or
   # NaN (sqrt of a negative, 1/0) and so may its derivative. Its output is dropped by
   # `select_n`, but in reverse mode the zero cotangent select_n sends it would still be

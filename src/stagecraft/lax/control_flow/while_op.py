@@ -418,6 +418,11 @@ def _while_batch_jaxprs(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, axis
   # A batched predicate (JAX 0.10's batched while): every carry is batched and the cond
   # returns the per-lane predicate; the lowering runs the loop while any lane's holds and
   # keeps the carry of the lanes whose predicate is false (`_while_lowering`).
+  if any(getattr(e, "io", None) == "unordered"
+         for j in (body_jaxpr, cond_jaxpr) for e in j.effects):
+    # NB: as JAX's: the finished lanes' iterations would run their callbacks too
+    raise Exception("Unordered IO effects not supported in while_loop with batched "
+                    "predicate")
   carry_b = [True] * len(carry_b)
   cond_b, cond_c, _ = batching.batch_jaxpr(cond_jaxpr, axis_data,
                                            [dim(b) for b in (*cconst_b, *carry_b)], [0])
