@@ -287,7 +287,9 @@ def test_string_arrays_refused_where_jax_refuses_them():
     out = [error_of(lambda: api.jit(lambda x: x)(a)),
            error_of(lambda: api.grad(lambda x: x)(a)),
            error_of(lambda: api.vmap(lambda x: x + m.arange(2))(a)),
-           error_of(lambda: m.asarray(strings, dtype=m.bfloat16))]
+           error_of(lambda: m.asarray(strings, dtype=m.bfloat16)),
+           error_of(lambda: m.asarray(np.arange(2, dtype=np.int32),
+                                      dtype=np.dtypes.StringDType()))]
     same = api.vmap(lambda x: x)(a)   # no computation: works
     return out, np.asarray(same).tolist()
 

@@ -118,6 +118,13 @@ def _place(out, device):
   return spmd.device_put(out, device)
 
 
+def _kind(dtype) -> str | None:
+  try:
+    return np.dtype(dtype).kind
+  except TypeError:   # an extended dtype (typed keys)
+    return None
+
+
 def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str | None = "K",
           ndmin: int = 0, device: Any = None, out_sharding: Any = None) -> Array:
   """Creates an Array from `object` (a nested list/tuple of scalars or arrays, a NumPy array,
@@ -209,9 +216,10 @@ def array(object: Any, dtype: Any = None, *args, copy: bool = True, order: str |
       except Exception as e:
         raise TypeError(f"array: cannot convert an object of type {type(object).__name__} "
                         f"to an array: {e}") from e
-      if host.dtype.kind == "T" and dtype is not None and np.dtype(dtype).kind != "T":
+      if dtype is not None and (host.dtype.kind == "T") != (_kind(dtype) == "T"):
+        # NB: to or from a string array: JAX's words
         raise TypeError(f"Cannot make an array with dtype {np.dtype(dtype)} from an object "
-                        f"with dtype {host.dtype}.")   # NB: a string array: JAX's words
+                        f"with dtype {host.dtype}.")
       if host.dtype.kind in "USO" and dtype is not None:
         # As JAX: with a dtype, NumPy converts the data to it (jnp.array("1.5", dtype=float)
         # is 1.5) and NumPy's error stands for what it cannot convert ("could not convert
