@@ -74,7 +74,7 @@ memory = _types.SimpleNamespace(Space=_core_mod.MemorySpace)
 # NB: implicit arrays (and plum, which they use) cost ~0.2 s to import: on first use only.
 _LAZY_SUBMODULES = ("image", "ops", "flatten_util", "experimental", "implicit", "optim",
                     "distributed", "profiler", "ffi", "example_libraries", "compat", "extend",
-                    "export", "dlpack", "test_util", "ref", "lib")
+                    "export", "test_util", "ref", "lib")
 
 
 # Names defined in a lazily loaded submodule (JAX exports them at the top level too).
