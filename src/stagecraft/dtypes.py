@@ -454,7 +454,7 @@ def _dtype_and_weak(x: Any):
     # As JAX, canonicalize inputs before the join (x64 off: int8 with uint64 is int8 with uint32).
     dt = canonicalize_dtype(dt)
     return dt, _kind_of(dt, bool(weak))
-  if hasattr(x, "__jax_array__") and not isinstance(x, type):   # JAX's array-like protocol
+  if hasattr(type(x), "__jax_array__") and not isinstance(x, type):   # JAX's array-like protocol
     return _dtype_and_weak(x.__jax_array__())
   if x in python_scalar_kind:   # the types int, float, complex are weak, as in JAX; bool
     if x is bool:               # is strong

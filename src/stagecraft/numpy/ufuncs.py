@@ -166,9 +166,9 @@ def _binary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = "", bool
   def fn(x: ArrayLike, y: ArrayLike, /):
     if type(x) is Ref or type(y) is Ref:
       check_arraylike(name, x, y, jitted=False)
-    if type(x) is not Array and hasattr(x, "__jax_array__"):   # JAX's array-like protocol
+    if type(x) is not Array and hasattr(type(x), "__jax_array__"):   # JAX's array-like protocol
       x = x.__jax_array__()
-    if type(y) is not Array and hasattr(y, "__jax_array__"):
+    if type(y) is not Array and hasattr(type(y), "__jax_array__"):
       y = y.__jax_array__()
     if (prim is not None and type(x) is Array and type(y) is Array
         and (x.aval is y.aval or x.aval == y.aval)
@@ -223,7 +223,7 @@ def _unary_ufunc(name: str, lax_fn, promote=promote_dtypes, doc: str = ""):
   def fn(x: ArrayLike, /):
     if type(x) is Ref:
       check_arraylike(name, x)
-    if type(x) is not Array and hasattr(x, "__jax_array__"):   # JAX's array-like protocol
+    if type(x) is not Array and hasattr(type(x), "__jax_array__"):   # JAX's array-like protocol
       x = x.__jax_array__()
     aval = getattr(x, "aval", None)
     if aval is not None and not _needs_promotion(promote, aval.dtype):
