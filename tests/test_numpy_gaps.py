@@ -460,7 +460,8 @@ def test_array_buffer_methods_and_protocols():
   assert x.tobytes() == MX.tobytes() and x.tobytes("F") == MX.tobytes("F")
   assert x.item(1) == 1.0 and isinstance(x.item(1), float)
   assert x.__array_namespace__() is jnp
-  assert x.__numpy_dtype__ == np.float32
+  with pytest.warns(DeprecationWarning, match="Implicit conversion of an array to a dtype"):
+    assert x.__numpy_dtype__ == np.float32   # deprecated, as JAX's
   assert (2 in jnp.arange(3)) and (5 not in jnp.arange(3))
   with pytest.raises(TypeError, match="arrays are immutable and do not support in-place item "
                                       "assignment.*x.at\\[idx\\].set\\(y\\)"):

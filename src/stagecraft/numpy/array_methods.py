@@ -275,7 +275,6 @@ _methods = {
     "__copy__": lambda self: array_constructors.array(self, copy=True),
     "__deepcopy__": lambda self, memo: array_constructors.array(self, copy=True),
     "__array_namespace__": _array_namespace,
-    "__numpy_dtype__": property(lambda self: self.dtype),
     "astype": lambda self, dtype, copy=False, device=None: array_constructors.asarray(
         lax_numpy.astype(self, dtype), copy=copy, device=device),
     "reshape": _reshape, "transpose": _transpose,
@@ -325,6 +324,8 @@ _array_only = {
     "tobytes": lambda self, order="C": np.asarray(self).tobytes(order),
 }
 _tracer_only = {
+    # NB: an Array's warns (deprecated; runtime/array.py), a tracer's answers, as JAX's
+    "__numpy_dtype__": property(lambda self: self.dtype),
     "nbytes": property(lambda self: self.size * self.dtype.itemsize),
     "itemsize": property(lambda self: self.dtype.itemsize),
     "device": property(_tracer_device),

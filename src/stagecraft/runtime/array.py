@@ -152,6 +152,16 @@ class Array(metaclass=_ArrayMeta):
 
   shape = property(lambda self: self.aval.shape)
   dtype = property(lambda self: self.aval.dtype)
+
+  @property
+  def __numpy_dtype__(self) -> np.dtype:
+    """NumPy's (>= 2.4) hook for `np.dtype(arr)`: deprecated, as in JAX 0.10.2 (a
+    DeprecationWarning with JAX's text; use `arr.dtype`)."""
+    import warnings  # noqa: PLC0415 (only on this deprecated path)
+    warnings.warn("Implicit conversion of an array to a dtype is deprecated; rather than "
+                  "dtype=arr use dtype=arr.dtype. In the future this will result in an error.",
+                  DeprecationWarning, stacklevel=2)
+    return self.aval.dtype
   ndim = property(lambda self: len(self.aval.shape))
   size = property(lambda self: self.aval.size)
   weak_type = property(lambda self: self.aval.weak_type)
