@@ -55,3 +55,35 @@ def test_a_tracer_as_a_numpy_dtype_does_not_warn_as_jax():
   jax.jit(probe(theirs))(np.arange(3.0, dtype=np.float32))
   jax.grad(lambda x: probe(theirs)(x).sum())(np.arange(3.0, dtype=np.float32))
   assert ours == theirs == [(np.dtype(np.float32), [])] * 2
+
+
+needs_4 = pytest.mark.skipif(len(sc.devices()) < 4, reason="needs 4 devices")
+
+
+@needs_4
+@pytest.mark.parametrize("mesh_shape", [(2,), (1,)])
+def test_device_of_a_mesh_split_array_is_its_sharding_as_jax(mesh_shape):
+  def run(m, jsh, nm):
+    mesh = m.make_mesh(mesh_shape, ("x",))
+    s = jsh.NamedSharding(mesh, jsh.PartitionSpec("x"))
+    x = m.device_put(nm.arange(8.0), s)
+    d = x.device
+    return (repr(d), type(d).__name__, repr(nm.ones(3).device))
+  ours = run(sc, sc.sharding, jnp)
+  theirs = run(jax, jax.sharding, jjnp)
+  assert ours == theirs
+  assert (ours[1] == "NamedSharding") == (mesh_shape == (2,))
+
+
+@needs_4
+def test_make_array_from_single_device_arrays_of_split_arrays_raises_as_jax():
+  def err(m, jsh, nm):
+    mesh = m.make_mesh((2,), ("x",))
+    s = jsh.NamedSharding(mesh, jsh.PartitionSpec("x"))
+    x = m.device_put(nm.arange(10), s)
+    with pytest.raises(ValueError) as e:
+      m.make_array_from_single_device_arrays(x.shape, s, [x, x])
+    return str(e.value)
+  ours, theirs = err(sc, sc.sharding, jnp), err(jax, jax.sharding, jjnp)
+  assert ours == theirs == ("When making an array from single-device arrays the input arrays "
+                            "must have one shard each. An argument array had 2 shard(s).")

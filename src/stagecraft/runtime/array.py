@@ -299,10 +299,11 @@ class Array(metaclass=_ArrayMeta):
 
   @property
   def device(self):
-    if self._sharding is not None:
-      raise ValueError(f"Array.device: this Array is split over {len(self.devices())} "
-                       f"devices ({self._sharding!r}); use .devices() or .sharding.")
-    return next(iter(self.devices()))
+    """The Array's device when it lies on one device; otherwise its sharding (JAX's)."""
+    devs = self.devices()
+    if len(devs) == 1:
+      return next(iter(devs))
+    return self._sharding
 
   @property
   def sharding(self):

@@ -1069,6 +1069,11 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSh
   m = sharding.devices_indices_map(shape)
   me = client.process_index()
   devs = [d for d in sharding.mesh.devices.flat if d.process_index == me]
+  for a in arrays:
+    held = a.devices() if hasattr(a, "devices") else ()
+    if len(held) > 1:
+      raise ValueError("When making an array from single-device arrays the input arrays must "
+                       f"have one shard each. An argument array had {len(held)} shard(s).")
   if len(arrays) != len(devs):
     raise ValueError(f"make_array_from_single_device_arrays: {len(arrays)} arrays given for "
                      f"{len(devs)} addressable devices of {sharding}.")
