@@ -87,3 +87,49 @@ def test_make_array_from_single_device_arrays_of_split_arrays_raises_as_jax():
   ours, theirs = err(sc, sc.sharding, jnp), err(jax, jax.sharding, jjnp)
   assert ours == theirs == ("When making an array from single-device arrays the input arrays "
                             "must have one shard each. An argument array had 2 shard(s).")
+
+
+_PSPEC_ARGS = [(["x", "y"],), ((),), (("x",),), (("x", "y"), "z"), (None,), ((None,),),
+               (("x", None),), ([],), ("x", ("z", ("a",))), ((("a", "b"), "c"),)]
+
+
+@pytest.mark.parametrize("args", _PSPEC_ARGS, ids=[repr(a) for a in _PSPEC_ARGS])
+def test_partition_spec_entries_are_canonical_as_jax(args):
+  def build(P):
+    try:
+      p = P(*args)
+    except Exception as e:   # noqa: BLE001
+      return type(e).__name__, str(e)
+    return repr(p), p.partitions, hash(p) == hash(P(*p.partitions))
+  assert build(sc.sharding.PartitionSpec) == build(jax.sharding.PartitionSpec)
+
+
+def test_partition_spec_empty_and_one_name_tuples_equal_their_canonical_forms():
+  P = sc.sharding.PartitionSpec
+  assert P((), "x") == P(None, "x") and hash(P((), "x")) == hash(P(None, "x"))
+  assert P(("x",)) == P("x") and P(["x", "y"]) == P(("x", "y"))
+
+
+def test_subclassing_partition_spec_raises_as_jax():
+  for P in (sc.sharding.PartitionSpec, jax.sharding.PartitionSpec):
+    with pytest.raises(TypeError, match=r"^Subclassing `jax.P` is prohibited.$"):
+      type("MyP", (P,), {})
+
+
+@needs_4
+@pytest.mark.parametrize("spec", [("x", "x"), (("x", "y"), "y"), ("z",), (("x", "z"),),
+                                  dict(unreduced={"w"}), dict(reduced={"w"})],
+                         ids=["dup", "dup_tuple", "unknown", "unknown_in_tuple",
+                              "unknown_unreduced", "unknown_reduced"])
+def test_named_sharding_spec_errors_as_jax(spec):
+  def err(m, jsh):
+    mesh = m.make_mesh((2, 2), ("x", "y"))
+    P = jsh.PartitionSpec
+    p = P(None, **spec) if isinstance(spec, dict) else P(*spec)
+    try:
+      jsh.NamedSharding(mesh, p)
+    except Exception as e:   # noqa: BLE001
+      return type(e).__name__, str(e), isinstance(e, ValueError)
+    return None
+  ours, theirs = err(sc, sc.sharding), err(jax, jax.sharding)
+  assert ours == theirs and ours is not None

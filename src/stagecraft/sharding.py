@@ -708,6 +708,40 @@ class _Unconstrained:
     return (_unconstrained, ())
 
 
+class DuplicateSpecError(Exception):
+  """A PartitionSpec that maps one mesh axis to two dimensions (JAX's class: not a
+  ValueError). `message`, `mesh` and `pspec` are kept as attributes."""
+
+  def __init__(self, message, mesh, pspec):
+    super().__init__(message)
+    self.message = message
+    self.mesh = mesh
+    self.pspec = pspec
+
+  def __str__(self):
+    return f"{self.message}"
+
+
+def _canonical_entry(entry):
+  """One dimension's entry of a PartitionSpec as JAX 0.10.2 keeps it: a list as a tuple, an
+  empty tuple as None, a one-name tuple as the name.
+
+  Raises:
+    ValueError: a tuple holding a tuple (JAX's message)."""
+  if isinstance(entry, list):
+    entry = tuple(entry)
+  if isinstance(entry, tuple):
+    for name in entry:
+      if isinstance(name, (tuple, list)):
+        raise ValueError(f"A tuple inside PartitionSpec cannot contain a nested tuple. Got "
+                         f"partition: {entry} and the nested tuple: {name}")
+    if not entry:
+      return None
+    if len(entry) == 1:
+      return entry[0]
+  return entry
+
+
 class PartitionSpec(tuple):
   """Per array dimension: None (not split), a mesh axis name, or a tuple of names (split
   over their product, the first name outermost). Trailing dimensions may be left out.
@@ -737,7 +771,7 @@ class PartitionSpec(tuple):
   def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset()):
     unreduced = _as_axis_set(unreduced, "unreduced")
     reduced = _as_axis_set(reduced, "reduced")
-    self = super().__new__(cls, entries)
+    self = super().__new__(cls, tuple(_canonical_entry(e) for e in entries))
     if unreduced or reduced:
       _check_unreduced(self, unreduced, reduced)
     self.unreduced = unreduced
@@ -746,6 +780,9 @@ class PartitionSpec(tuple):
 
   def __getnewargs_ex__(self):
     return tuple(self), {"unreduced": self.unreduced, "reduced": self.reduced}
+
+  def __init_subclass__(cls, *args, **kwargs):
+    raise TypeError("Subclassing `jax.P` is prohibited.")
 
   @property
   def partitions(self) -> tuple:
@@ -872,12 +909,21 @@ class NamedSharding(Sharding):
     if not isinstance(spec, PartitionSpec):
       spec = PartitionSpec(*spec) if isinstance(spec, (tuple, list)) else PartitionSpec(spec)
     used = [n for i in range(len(spec)) for n in spec._names(i)]
-    for n in (*used, *sorted(spec.unreduced | spec.reduced, key=str)):
+    dups = [n for n in dict.fromkeys(used) if used.count(n) > 1]
+    if dups:
+      raise DuplicateSpecError(
+          f"A single NamedSharding spec specification can map every mesh axis to at most one "
+          f"positional dimension, but {spec} has duplicate entries for "
+          f"{', '.join(sorted(f'`{n}`' for n in dups))}", mesh, spec)
+    for n in used:   # JAX's messages
       if n not in mesh.axis_names:
-        raise ValueError(f"NamedSharding: the spec {spec} names the axis {n!r}, which the "
-                         f"mesh does not have; its axes are {mesh.axis_names}.")
-    if len(set(used)) != len(used):
-      raise ValueError(f"NamedSharding: the spec {spec} uses a mesh axis more than once.")
+        raise ValueError(f"Resource axis: {n} of {spec} is not found in mesh: "
+                         f"{tuple(mesh.axis_names)}.")
+    for kind, names in (("Unreduced", spec.unreduced), ("Reduced", spec.reduced)):
+      for n in sorted(names, key=str):
+        if n not in mesh.axis_names:
+          raise ValueError(f"{kind} axes {n} is not found in mesh.axis_names="
+                           f"{tuple(mesh.axis_names)}. Got pspec={spec}")
     self.mesh = mesh
     self.spec = spec
 
