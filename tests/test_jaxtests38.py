@@ -133,3 +133,17 @@ def test_named_sharding_spec_errors_as_jax(spec):
     return None
   ours, theirs = err(sc, sc.sharding), err(jax, jax.sharding)
   assert ours == theirs and ours is not None
+
+
+@needs_4
+@pytest.mark.parametrize("shape,in_axis,axis_name", [((4, 2), 0, "x"), ((4, 2), 1, "x"),
+                                                     ((4, 2, 4), 2, "x"), ((2, 4), 1, "x"),
+                                                     ((4, 3), 0, None)])
+def test_pmap_result_sharding_as_jax(shape, in_axis, axis_name):
+  # JAX's specs leave out trailing Nones; an unnamed pmap's mesh axis is
+  # `_internal_pmap_axis_name`
+  def run(m, nm):
+    x = nm.arange(int(np.prod(shape))).reshape(shape)
+    out = m.pmap(lambda v: v * 2, in_axes=in_axis, axis_name=axis_name)(x)
+    return out.shape, repr(out.sharding), np.asarray(out).tolist()
+  assert run(sc, jnp) == run(jax, jjnp)

@@ -316,10 +316,13 @@ def mesh_chain(jaxpr: Jaxpr) -> list[tuple[Any, int, Any]]:
 
 
 def mesh_names(chain) -> list[str]:
+  """The mesh axis names of a chain of pmaps: each pmap's axis_name where it is a plain
+  identifier; an outermost pmap without one (or with another name) gets JAX's
+  `_internal_pmap_axis_name`, inner ones `axis<k>`."""
   names, used = [], set()
   for k, (name, _, _) in enumerate(chain):
     s = name if isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) \
-        else f"axis{k}"
+        else "_internal_pmap_axis_name" if k == 0 else f"axis{k}"
     if s in used:
       s = f"{s}_{k}"
     used.add(s)

@@ -245,6 +245,8 @@ def _sharding(mesh: Mesh, ndim: int, axis: int | None) -> NamedSharding:
   spec = [None] * ndim
   if axis is not None:
     spec[axis] = mesh.axis_names[0]
+  while spec and spec[-1] is None:   # NB: JAX's specs leave out the trailing Nones
+    spec.pop()
   return NamedSharding(mesh, PartitionSpec(*spec))
 
 
