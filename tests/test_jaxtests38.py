@@ -147,3 +147,39 @@ def test_pmap_result_sharding_as_jax(shape, in_axis, axis_name):
     out = m.pmap(lambda v: v * 2, in_axes=in_axis, axis_name=axis_name)(x)
     return out.shape, repr(out.sharding), np.asarray(out).tolist()
   assert run(sc, jnp) == run(jax, jjnp)
+
+
+_PSPEC_SUMS = {
+    "specs": lambda P: P("x", unreduced={"z"}) + P("a", unreduced={"b"}),
+    "reduced": lambda P: P("x", reduced={"z"}) + P(None, reduced={"b"}),
+    "tuple": lambda P: P("x") + ("y", None),
+    "rtuple": lambda P: ("y",) + P("x"),
+    "tuple_unreduced": lambda P: P("x", unreduced={"z"}) + ("a",),
+    "rtuple_reduced": lambda P: ("a",) + P("x", reduced={"z"}),
+    "int": lambda P: P("x") + 1,
+    "list": lambda P: [1] + P("x"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PSPEC_SUMS))
+def test_partition_spec_sums_as_jax(name):
+  def run(P):
+    try:
+      out = _PSPEC_SUMS[name](P)
+    except Exception as e:   # noqa: BLE001
+      return type(e).__name__, str(e)
+    return (isinstance(out, P), out.partitions, sorted(out.unreduced), sorted(out.reduced),
+            out == P(*out.partitions, unreduced=out.unreduced, reduced=out.reduced))
+  assert run(sc.sharding.PartitionSpec) == run(jax.sharding.PartitionSpec)
+
+
+def test_make_array_from_single_device_arrays_of_a_non_list_raises_as_jax():
+  def err(m, nm, jitted):
+    x = nm.arange(10)
+    f = lambda v: m.make_array_from_single_device_arrays(v.shape, x.sharding, v)  # noqa: E731
+    with pytest.raises(TypeError) as e:
+      (m.jit(f) if jitted else f)(x)
+    return str(e.value).split(", but got")[0]
+  for jitted in (False, True):
+    assert err(sc, jnp, jitted) == err(jax, jjnp, jitted) == (
+        "jax.make_array_from_single_device_arrays `arrays` argument must be a list or tuple")

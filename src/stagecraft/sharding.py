@@ -784,6 +784,29 @@ class PartitionSpec(tuple):
   def __init_subclass__(cls, *args, **kwargs):
     raise TypeError("Subclassing `jax.P` is prohibited.")
 
+  def __add__(self, other):
+    """`P(...) + P(...)` (entries, unreduced and reduced sets joined) or `P(...) + tuple`
+    (JAX's: a tuple only when `self` has neither set)."""
+    if isinstance(other, PartitionSpec):
+      return PartitionSpec(*self, *other, unreduced={*self.unreduced, *other.unreduced},
+                           reduced={*self.reduced, *other.reduced})
+    if isinstance(other, tuple):
+      for name, axes in (("unreduced", self.unreduced), ("reduced", self.reduced)):
+        if axes:
+          raise TypeError(f"other {other} cannot be of instance `tuple` when self {self} has"
+                          f" {name} in `__add__` of PartitionSpec.")
+      return PartitionSpec(*self, *other)
+    raise NotImplementedError   # NB: JAX's (not Python's TypeError)
+
+  def __radd__(self, other):
+    if not isinstance(other, tuple):
+      raise NotImplementedError
+    for name, axes in (("unreduced", self.unreduced), ("reduced", self.reduced)):
+      if axes:
+        raise TypeError(f"other {other} cannot be of instance `tuple` when self {self} has"
+                        f" {name} in `__radd__` of PartitionSpec.")
+    return PartitionSpec(*other, *self)
+
   @property
   def partitions(self) -> tuple:
     """The per-dimension entries (JAX's `spec.partitions`)."""

@@ -1049,6 +1049,12 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: NamedSh
       `dtype`, or a `dtype` other than the pieces' (JAX's words).
   """
   fname = "make_array_from_single_device_arrays"
+  if not isinstance(arrays, (list, tuple)):
+    raise TypeError(f"jax.{fname} `arrays` argument must be a list or tuple, but got "
+                    f"{type(arrays)}.")
+  if any(isinstance(a, core.Tracer) for a in arrays):
+    raise ValueError(f"jax.{fname} requires a list of concrete arrays as input, but got "
+                     f"types {set(map(type, arrays))}")
   if arrays and type(arrays[0]) in tree_util.staged_types:   # typed key arrays: their data
     data, rebuild = tree_util.staged_leaf_data(arrays[0])
     tail = tuple(data.shape[len(arrays[0].shape):])
